@@ -1,0 +1,47 @@
+# kjbod: the two set-up commands are `make run` and `make test`.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+PIP    := $(VENV)/bin/pip
+STAMP  := $(VENV)/.install-stamp
+CONFIG ?= config/server.properties
+PYTEST_ARGS ?=
+
+.PHONY: install run test unit bench codegen check-codegen lint clean distclean
+
+$(STAMP): pyproject.toml tools/install_system_deps.sh
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q -e '.[dev]'
+	bash tools/install_system_deps.sh
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+run: install
+	@test -f data/logs-1/meta.properties || $(VENV)/bin/kjbod format -c $(CONFIG)
+	$(VENV)/bin/kjbod serve -c $(CONFIG) --log-format console
+
+test: install check-codegen
+	$(VENV)/bin/lint-imports
+	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+
+bench: install
+	$(PY) -m tools.bench $(BENCH_ARGS)
+
+codegen: install
+	$(PY) -m tools.codegen
+
+check-codegen: install
+	$(PY) -m tools.codegen --check
+
+lint: install
+	$(VENV)/bin/ruff check kjbod tools tests
+	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy kjbod
+
+clean:
+	rm -rf data bench-out .pytest_cache .hypothesis
+
+distclean: clean
+	rm -rf $(VENV)

@@ -1,0 +1,3 @@
+from kjbod.cli.main import main
+
+raise SystemExit(main())
