@@ -1,0 +1,67 @@
+"""Request and response headers: which header version goes with which API version, and fast (de)serialisation.
+
+Kafka picks the header version from the API's flexible versions: request header v2 and response header v1 for
+flexible API versions, v1 and v0 otherwise.  The one exception is ApiVersions, whose response header is always
+v0 so that a client can read the broker's answer before it knows which versions the broker speaks (KIP-511).
+The request header's ClientId stays an int16-length string even in v2, so any broker can parse any header.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from kjbod.protocol.generated.registry import APIS
+from kjbod.protocol.generated.request_header import RequestHeader
+from kjbod.protocol.runtime import DecodeError
+
+API_VERSIONS_KEY = 18
+
+_KEY_VERSION = struct.Struct(">hh")
+_CORR = struct.Struct(">i")
+_CORR_TAGS = struct.Struct(">iB")
+
+
+def request_header_version(api_key: int, api_version: int) -> int:
+    info = APIS.get(api_key)
+    if info is not None and info.first_flexible is not None and api_version >= info.first_flexible:
+        return 2
+    return 1
+
+
+def response_header_version(api_key: int, api_version: int) -> int:
+    if api_key == API_VERSIONS_KEY:
+        return 0
+    info = APIS.get(api_key)
+    if info is not None and info.first_flexible is not None and api_version >= info.first_flexible:
+        return 1
+    return 0
+
+
+def peek_api(frame) -> tuple[int, int, int]:
+    """(api_key, api_version, correlation_id) from the first 8 bytes, before knowing the header version."""
+    if len(frame) < 8:
+        raise DecodeError(f"request of {len(frame)} bytes is too short for a request header")
+    key, version = _KEY_VERSION.unpack_from(frame, 0)
+    (corr,) = _CORR.unpack_from(frame, 4)
+    return key, version, corr
+
+
+def decode_request_header(frame, api_key: int, api_version: int) -> tuple[RequestHeader, int]:
+    """Decodes the header; returns it and the offset where the body starts.  A null client id becomes ""."""
+    header, pos = RequestHeader.decode_from(frame, 0, request_header_version(api_key, api_version))
+    if header.client_id is None:
+        header.client_id = ""
+    return header, pos
+
+
+def response_header(correlation_id: int, header_version: int) -> bytes:
+    if header_version == 0:
+        return _CORR.pack(correlation_id)
+    return _CORR_TAGS.pack(correlation_id, 0)
+
+
+def encode_response(api_key: int, api_version: int, correlation_id: int, msg) -> list:
+    """Response header + body as a list of parts (bytes, or file regions inside records fields)."""
+    out = [response_header(correlation_id, response_header_version(api_key, api_version))]
+    msg.encode_into(out, api_version)
+    return out
