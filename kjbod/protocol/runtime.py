@@ -11,6 +11,7 @@ Every malformed input surfaces as `DecodeError`; values that cannot be written s
 
 from __future__ import annotations
 
+import gc
 import struct
 from uuid import UUID
 
@@ -39,6 +40,25 @@ UV1 = tuple(bytes((i,)) for i in range(128))
 NULL_I16 = b"\xff\xff"
 NULL_I32 = b"\xff\xff\xff\xff"
 ZERO_BYTE = b"\x00"
+
+
+# Decoding a large message allocates tens of thousands of objects that all survive; the cyclic garbage
+# collector would scan them repeatedly while they are being built (about a third of the decode time for a
+# 10,000-partition DescribeLogDirs response).  None of them can form a cycle, so collection is paused for the
+# duration of a large decode and resumed right after.
+GC_PAUSE_BYTES = 64 * 1024
+
+
+def gc_pause() -> bool:
+    """Disables the cyclic GC if it is enabled; returns whether the caller must resume it."""
+    if gc.isenabled():
+        gc.disable()
+        return True
+    return False
+
+
+def gc_resume() -> None:
+    gc.enable()
 
 
 # ---------------------------------------------------------------------------------------------- varints

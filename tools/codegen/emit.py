@@ -226,12 +226,16 @@ class Emitter:
                 "        if fn is None:",
                 f"            raise DecodeError(f'{self.spec.name} has no version {{version}} "
                 f"(valid: {self.spec.valid})')",
+                "        paused = len(buf) >= _rt.GC_PAUSE_BYTES and _rt.gc_pause()",
                 "        try:",
                 "            return fn(buf, pos)",
                 "        except DecodeError as e:",
                 f"            raise DecodeError(f'{self.spec.name} v{{version}}: {{e}}') from None",
                 "        except (_struct.error, IndexError, ValueError, OverflowError, MemoryError) as e:",
                 f"            raise DecodeError(f'{self.spec.name} v{{version}}: malformed data ({{e}})') from None",
+                "        finally:",
+                "            if paused:",
+                "                _rt.gc_resume()",
             ]
         return L
 

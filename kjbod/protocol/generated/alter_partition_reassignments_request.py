@@ -92,12 +92,16 @@ class AlterPartitionReassignmentsRequest:
             fn = None
         if fn is None:
             raise DecodeError(f'AlterPartitionReassignmentsRequest has no version {version} (valid: 0-1)')
+        paused = len(buf) >= _rt.GC_PAUSE_BYTES and _rt.gc_pause()
         try:
             return fn(buf, pos)
         except DecodeError as e:
             raise DecodeError(f'AlterPartitionReassignmentsRequest v{version}: {e}') from None
         except (_struct.error, IndexError, ValueError, OverflowError, MemoryError) as e:
             raise DecodeError(f'AlterPartitionReassignmentsRequest v{version}: malformed data ({e})') from None
+        finally:
+            if paused:
+                _rt.gc_resume()
 
 
 AlterPartitionReassignmentsRequest.ReassignablePartition = ReassignablePartition  # type: ignore[attr-defined]

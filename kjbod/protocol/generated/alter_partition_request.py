@@ -113,12 +113,16 @@ class AlterPartitionRequest:
             fn = None
         if fn is None:
             raise DecodeError(f'AlterPartitionRequest has no version {version} (valid: 0-3)')
+        paused = len(buf) >= _rt.GC_PAUSE_BYTES and _rt.gc_pause()
         try:
             return fn(buf, pos)
         except DecodeError as e:
             raise DecodeError(f'AlterPartitionRequest v{version}: {e}') from None
         except (_struct.error, IndexError, ValueError, OverflowError, MemoryError) as e:
             raise DecodeError(f'AlterPartitionRequest v{version}: malformed data ({e})') from None
+        finally:
+            if paused:
+                _rt.gc_resume()
 
 
 AlterPartitionRequest.BrokerState = BrokerState  # type: ignore[attr-defined]

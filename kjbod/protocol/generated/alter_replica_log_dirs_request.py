@@ -87,12 +87,16 @@ class AlterReplicaLogDirsRequest:
             fn = None
         if fn is None:
             raise DecodeError(f'AlterReplicaLogDirsRequest has no version {version} (valid: 1-2)')
+        paused = len(buf) >= _rt.GC_PAUSE_BYTES and _rt.gc_pause()
         try:
             return fn(buf, pos)
         except DecodeError as e:
             raise DecodeError(f'AlterReplicaLogDirsRequest v{version}: {e}') from None
         except (_struct.error, IndexError, ValueError, OverflowError, MemoryError) as e:
             raise DecodeError(f'AlterReplicaLogDirsRequest v{version}: malformed data ({e})') from None
+        finally:
+            if paused:
+                _rt.gc_resume()
 
 
 AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic = AlterReplicaLogDirTopic  # type: ignore[attr-defined]

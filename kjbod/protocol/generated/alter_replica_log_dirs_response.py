@@ -93,12 +93,16 @@ class AlterReplicaLogDirsResponse:
             fn = None
         if fn is None:
             raise DecodeError(f'AlterReplicaLogDirsResponse has no version {version} (valid: 1-2)')
+        paused = len(buf) >= _rt.GC_PAUSE_BYTES and _rt.gc_pause()
         try:
             return fn(buf, pos)
         except DecodeError as e:
             raise DecodeError(f'AlterReplicaLogDirsResponse v{version}: {e}') from None
         except (_struct.error, IndexError, ValueError, OverflowError, MemoryError) as e:
             raise DecodeError(f'AlterReplicaLogDirsResponse v{version}: malformed data ({e})') from None
+        finally:
+            if paused:
+                _rt.gc_resume()
 
 
 AlterReplicaLogDirsResponse.AlterReplicaLogDirPartitionResult = AlterReplicaLogDirPartitionResult  # type: ignore[attr-defined]

@@ -103,12 +103,16 @@ class AssignReplicasToDirsRequest:
             fn = None
         if fn is None:
             raise DecodeError(f'AssignReplicasToDirsRequest has no version {version} (valid: 0)')
+        paused = len(buf) >= _rt.GC_PAUSE_BYTES and _rt.gc_pause()
         try:
             return fn(buf, pos)
         except DecodeError as e:
             raise DecodeError(f'AssignReplicasToDirsRequest v{version}: {e}') from None
         except (_struct.error, IndexError, ValueError, OverflowError, MemoryError) as e:
             raise DecodeError(f'AssignReplicasToDirsRequest v{version}: malformed data ({e})') from None
+        finally:
+            if paused:
+                _rt.gc_resume()
 
 
 AssignReplicasToDirsRequest.PartitionData = PartitionData  # type: ignore[attr-defined]

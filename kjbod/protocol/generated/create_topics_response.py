@@ -104,12 +104,16 @@ class CreateTopicsResponse:
             fn = None
         if fn is None:
             raise DecodeError(f'CreateTopicsResponse has no version {version} (valid: 2-7)')
+        paused = len(buf) >= _rt.GC_PAUSE_BYTES and _rt.gc_pause()
         try:
             return fn(buf, pos)
         except DecodeError as e:
             raise DecodeError(f'CreateTopicsResponse v{version}: {e}') from None
         except (_struct.error, IndexError, ValueError, OverflowError, MemoryError) as e:
             raise DecodeError(f'CreateTopicsResponse v{version}: malformed data ({e})') from None
+        finally:
+            if paused:
+                _rt.gc_resume()
 
 
 CreateTopicsResponse.CreatableTopicConfigs = CreatableTopicConfigs  # type: ignore[attr-defined]

@@ -85,12 +85,16 @@ class DeleteTopicsRequest:
             fn = None
         if fn is None:
             raise DecodeError(f'DeleteTopicsRequest has no version {version} (valid: 1-6)')
+        paused = len(buf) >= _rt.GC_PAUSE_BYTES and _rt.gc_pause()
         try:
             return fn(buf, pos)
         except DecodeError as e:
             raise DecodeError(f'DeleteTopicsRequest v{version}: {e}') from None
         except (_struct.error, IndexError, ValueError, OverflowError, MemoryError) as e:
             raise DecodeError(f'DeleteTopicsRequest v{version}: malformed data ({e})') from None
+        finally:
+            if paused:
+                _rt.gc_resume()
 
 
 DeleteTopicsRequest.DeleteTopicState = DeleteTopicState  # type: ignore[attr-defined]

@@ -86,12 +86,16 @@ class DescribeConfigsRequest:
             fn = None
         if fn is None:
             raise DecodeError(f'DescribeConfigsRequest has no version {version} (valid: 1-4)')
+        paused = len(buf) >= _rt.GC_PAUSE_BYTES and _rt.gc_pause()
         try:
             return fn(buf, pos)
         except DecodeError as e:
             raise DecodeError(f'DescribeConfigsRequest v{version}: {e}') from None
         except (_struct.error, IndexError, ValueError, OverflowError, MemoryError) as e:
             raise DecodeError(f'DescribeConfigsRequest v{version}: malformed data ({e})') from None
+        finally:
+            if paused:
+                _rt.gc_resume()
 
 
 DescribeConfigsRequest.DescribeConfigsResource = DescribeConfigsResource  # type: ignore[attr-defined]

@@ -113,12 +113,16 @@ class DescribeConfigsResponse:
             fn = None
         if fn is None:
             raise DecodeError(f'DescribeConfigsResponse has no version {version} (valid: 1-4)')
+        paused = len(buf) >= _rt.GC_PAUSE_BYTES and _rt.gc_pause()
         try:
             return fn(buf, pos)
         except DecodeError as e:
             raise DecodeError(f'DescribeConfigsResponse v{version}: {e}') from None
         except (_struct.error, IndexError, ValueError, OverflowError, MemoryError) as e:
             raise DecodeError(f'DescribeConfigsResponse v{version}: malformed data ({e})') from None
+        finally:
+            if paused:
+                _rt.gc_resume()
 
 
 DescribeConfigsResponse.DescribeConfigsSynonym = DescribeConfigsSynonym  # type: ignore[attr-defined]

@@ -114,12 +114,16 @@ class DescribeLogDirsResponse:
             fn = None
         if fn is None:
             raise DecodeError(f'DescribeLogDirsResponse has no version {version} (valid: 1-4)')
+        paused = len(buf) >= _rt.GC_PAUSE_BYTES and _rt.gc_pause()
         try:
             return fn(buf, pos)
         except DecodeError as e:
             raise DecodeError(f'DescribeLogDirsResponse v{version}: {e}') from None
         except (_struct.error, IndexError, ValueError, OverflowError, MemoryError) as e:
             raise DecodeError(f'DescribeLogDirsResponse v{version}: malformed data ({e})') from None
+        finally:
+            if paused:
+                _rt.gc_resume()
 
 
 DescribeLogDirsResponse.DescribeLogDirsPartition = DescribeLogDirsPartition  # type: ignore[attr-defined]

@@ -136,12 +136,16 @@ class FetchRequest:
             fn = None
         if fn is None:
             raise DecodeError(f'FetchRequest has no version {version} (valid: 4-17)')
+        paused = len(buf) >= _rt.GC_PAUSE_BYTES and _rt.gc_pause()
         try:
             return fn(buf, pos)
         except DecodeError as e:
             raise DecodeError(f'FetchRequest v{version}: {e}') from None
         except (_struct.error, IndexError, ValueError, OverflowError, MemoryError) as e:
             raise DecodeError(f'FetchRequest v{version}: malformed data ({e})') from None
+        finally:
+            if paused:
+                _rt.gc_resume()
 
 
 FetchRequest.ReplicaState = ReplicaState  # type: ignore[attr-defined]

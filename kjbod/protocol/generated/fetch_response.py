@@ -163,12 +163,16 @@ class FetchResponse:
             fn = None
         if fn is None:
             raise DecodeError(f'FetchResponse has no version {version} (valid: 4-17)')
+        paused = len(buf) >= _rt.GC_PAUSE_BYTES and _rt.gc_pause()
         try:
             return fn(buf, pos)
         except DecodeError as e:
             raise DecodeError(f'FetchResponse v{version}: {e}') from None
         except (_struct.error, IndexError, ValueError, OverflowError, MemoryError) as e:
             raise DecodeError(f'FetchResponse v{version}: malformed data ({e})') from None
+        finally:
+            if paused:
+                _rt.gc_resume()
 
 
 FetchResponse.EpochEndOffset = EpochEndOffset  # type: ignore[attr-defined]

@@ -94,12 +94,16 @@ class IncrementalAlterConfigsRequest:
             fn = None
         if fn is None:
             raise DecodeError(f'IncrementalAlterConfigsRequest has no version {version} (valid: 0-1)')
+        paused = len(buf) >= _rt.GC_PAUSE_BYTES and _rt.gc_pause()
         try:
             return fn(buf, pos)
         except DecodeError as e:
             raise DecodeError(f'IncrementalAlterConfigsRequest v{version}: {e}') from None
         except (_struct.error, IndexError, ValueError, OverflowError, MemoryError) as e:
             raise DecodeError(f'IncrementalAlterConfigsRequest v{version}: malformed data ({e})') from None
+        finally:
+            if paused:
+                _rt.gc_resume()
 
 
 IncrementalAlterConfigsRequest.AlterableConfig = AlterableConfig  # type: ignore[attr-defined]

@@ -99,12 +99,16 @@ class ListOffsetsRequest:
             fn = None
         if fn is None:
             raise DecodeError(f'ListOffsetsRequest has no version {version} (valid: 1-11)')
+        paused = len(buf) >= _rt.GC_PAUSE_BYTES and _rt.gc_pause()
         try:
             return fn(buf, pos)
         except DecodeError as e:
             raise DecodeError(f'ListOffsetsRequest v{version}: {e}') from None
         except (_struct.error, IndexError, ValueError, OverflowError, MemoryError) as e:
             raise DecodeError(f'ListOffsetsRequest v{version}: malformed data ({e})') from None
+        finally:
+            if paused:
+                _rt.gc_resume()
 
 
 ListOffsetsRequest.ListOffsetsPartition = ListOffsetsPartition  # type: ignore[attr-defined]

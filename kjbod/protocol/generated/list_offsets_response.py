@@ -97,12 +97,16 @@ class ListOffsetsResponse:
             fn = None
         if fn is None:
             raise DecodeError(f'ListOffsetsResponse has no version {version} (valid: 1-11)')
+        paused = len(buf) >= _rt.GC_PAUSE_BYTES and _rt.gc_pause()
         try:
             return fn(buf, pos)
         except DecodeError as e:
             raise DecodeError(f'ListOffsetsResponse v{version}: {e}') from None
         except (_struct.error, IndexError, ValueError, OverflowError, MemoryError) as e:
             raise DecodeError(f'ListOffsetsResponse v{version}: malformed data ({e})') from None
+        finally:
+            if paused:
+                _rt.gc_resume()
 
 
 ListOffsetsResponse.ListOffsetsPartitionResponse = ListOffsetsPartitionResponse  # type: ignore[attr-defined]

@@ -88,12 +88,16 @@ class MetadataRequest:
             fn = None
         if fn is None:
             raise DecodeError(f'MetadataRequest has no version {version} (valid: 0-13)')
+        paused = len(buf) >= _rt.GC_PAUSE_BYTES and _rt.gc_pause()
         try:
             return fn(buf, pos)
         except DecodeError as e:
             raise DecodeError(f'MetadataRequest v{version}: {e}') from None
         except (_struct.error, IndexError, ValueError, OverflowError, MemoryError) as e:
             raise DecodeError(f'MetadataRequest v{version}: malformed data ({e})') from None
+        finally:
+            if paused:
+                _rt.gc_resume()
 
 
 MetadataRequest.MetadataRequestTopic = MetadataRequestTopic  # type: ignore[attr-defined]

@@ -122,12 +122,16 @@ class MetadataResponse:
             fn = None
         if fn is None:
             raise DecodeError(f'MetadataResponse has no version {version} (valid: 0-13)')
+        paused = len(buf) >= _rt.GC_PAUSE_BYTES and _rt.gc_pause()
         try:
             return fn(buf, pos)
         except DecodeError as e:
             raise DecodeError(f'MetadataResponse v{version}: {e}') from None
         except (_struct.error, IndexError, ValueError, OverflowError, MemoryError) as e:
             raise DecodeError(f'MetadataResponse v{version}: malformed data ({e})') from None
+        finally:
+            if paused:
+                _rt.gc_resume()
 
 
 MetadataResponse.MetadataResponseBroker = MetadataResponseBroker  # type: ignore[attr-defined]

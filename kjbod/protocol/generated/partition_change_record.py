@@ -84,12 +84,16 @@ class PartitionChangeRecord:
             fn = None
         if fn is None:
             raise DecodeError(f'PartitionChangeRecord has no version {version} (valid: 0-2)')
+        paused = len(buf) >= _rt.GC_PAUSE_BYTES and _rt.gc_pause()
         try:
             return fn(buf, pos)
         except DecodeError as e:
             raise DecodeError(f'PartitionChangeRecord v{version}: {e}') from None
         except (_struct.error, IndexError, ValueError, OverflowError, MemoryError) as e:
             raise DecodeError(f'PartitionChangeRecord v{version}: malformed data ({e})') from None
+        finally:
+            if paused:
+                _rt.gc_resume()
 
 
 MIN_V = 0

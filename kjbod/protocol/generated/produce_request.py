@@ -93,12 +93,16 @@ class ProduceRequest:
             fn = None
         if fn is None:
             raise DecodeError(f'ProduceRequest has no version {version} (valid: 3-12)')
+        paused = len(buf) >= _rt.GC_PAUSE_BYTES and _rt.gc_pause()
         try:
             return fn(buf, pos)
         except DecodeError as e:
             raise DecodeError(f'ProduceRequest v{version}: {e}') from None
         except (_struct.error, IndexError, ValueError, OverflowError, MemoryError) as e:
             raise DecodeError(f'ProduceRequest v{version}: malformed data ({e})') from None
+        finally:
+            if paused:
+                _rt.gc_resume()
 
 
 ProduceRequest.PartitionProduceData = PartitionProduceData  # type: ignore[attr-defined]

@@ -110,12 +110,16 @@ class RegisterBrokerRecord:
             fn = None
         if fn is None:
             raise DecodeError(f'RegisterBrokerRecord has no version {version} (valid: 0-3)')
+        paused = len(buf) >= _rt.GC_PAUSE_BYTES and _rt.gc_pause()
         try:
             return fn(buf, pos)
         except DecodeError as e:
             raise DecodeError(f'RegisterBrokerRecord v{version}: {e}') from None
         except (_struct.error, IndexError, ValueError, OverflowError, MemoryError) as e:
             raise DecodeError(f'RegisterBrokerRecord v{version}: malformed data ({e})') from None
+        finally:
+            if paused:
+                _rt.gc_resume()
 
 
 RegisterBrokerRecord.BrokerEndpoint = BrokerEndpoint  # type: ignore[attr-defined]

@@ -69,12 +69,16 @@ class SaslHandshakeRequest:
             fn = None
         if fn is None:
             raise DecodeError(f'SaslHandshakeRequest has no version {version} (valid: 0-1)')
+        paused = len(buf) >= _rt.GC_PAUSE_BYTES and _rt.gc_pause()
         try:
             return fn(buf, pos)
         except DecodeError as e:
             raise DecodeError(f'SaslHandshakeRequest v{version}: {e}') from None
         except (_struct.error, IndexError, ValueError, OverflowError, MemoryError) as e:
             raise DecodeError(f'SaslHandshakeRequest v{version}: malformed data ({e})') from None
+        finally:
+            if paused:
+                _rt.gc_resume()
 
 
 MIN_V = 0
