@@ -1,0 +1,147 @@
+/*
+ * kjbod load generator: keeps DEPTH requests in flight on each of CONNS connections to HOST:PORT for SECONDS,
+ * sending the same Kafka request frame (read as hex from argv) and counting size-prefixed response frames.
+ * Single-threaded epoll, so the client costs little CPU next to the server under test.
+ *
+ * usage: loadgen HOST PORT CONNS DEPTH SECONDS HEXFRAME
+ * prints: responses=<n> seconds=<s> rps=<r> errors=<e>
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef struct {
+    int fd;
+    int inflight;
+    size_t have;     /* bytes buffered of the current response */
+    uint32_t need;   /* size of the current response body, 0 = reading the size */
+    unsigned char buf[1 << 16];
+} conn_t;
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static int hexval(char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+static int send_all(int fd, const unsigned char *p, size_t n) {
+    while (n > 0) {
+        ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+        if (w < 0) {
+            if (errno == EAGAIN || errno == EINTR) continue;
+            return -1;
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc != 7) {
+        fprintf(stderr, "usage: %s HOST PORT CONNS DEPTH SECONDS HEXFRAME\n", argv[0]);
+        return 2;
+    }
+    const char *host = argv[1];
+    int port = atoi(argv[2]), conns = atoi(argv[3]), depth = atoi(argv[4]);
+    double seconds = atof(argv[5]);
+    size_t hlen = strlen(argv[6]);
+    if (hlen % 2 || conns <= 0 || depth <= 0) return 2;
+    size_t flen = hlen / 2;
+    unsigned char *frame = malloc(flen);
+    for (size_t i = 0; i < flen; i++) {
+        int hi = hexval(argv[6][2 * i]), lo = hexval(argv[6][2 * i + 1]);
+        if (hi < 0 || lo < 0) return 2;
+        frame[i] = (unsigned char)(hi * 16 + lo);
+    }
+    unsigned char *burst = malloc(flen * (size_t)depth);
+    for (int d = 0; d < depth; d++) memcpy(burst + flen * (size_t)d, frame, flen);
+
+    int ep = epoll_create1(0);
+    conn_t *cs = calloc((size_t)conns, sizeof(conn_t));
+    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    inet_pton(AF_INET, host, &addr.sin_addr);
+    for (int i = 0; i < conns; i++) {
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        if (connect(fd, (struct sockaddr *)&addr, sizeof addr) < 0) {
+            perror("connect");
+            return 1;
+        }
+        cs[i].fd = fd;
+        struct epoll_event ev = {.events = EPOLLIN, .data.u32 = (uint32_t)i};
+        epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev);
+    }
+    long responses = 0, errors = 0;
+    double start = now(), end = start + seconds;
+    for (int i = 0; i < conns; i++) {
+        if (send_all(cs[i].fd, burst, flen * (size_t)depth) < 0) errors++;
+        cs[i].inflight = depth;
+    }
+    struct epoll_event evs[256];
+    int stopping = 0;
+    for (;;) {
+        double t = now();
+        if (!stopping && t >= end) stopping = 1;
+        if (stopping) {
+            int any = 0;
+            for (int i = 0; i < conns; i++) any |= cs[i].inflight > 0;
+            if (!any || t > end + 5) break;
+        }
+        int n = epoll_wait(ep, evs, 256, 100);
+        for (int k = 0; k < n; k++) {
+            conn_t *c = &cs[evs[k].data.u32];
+            ssize_t r = recv(c->fd, c->buf + c->have, sizeof c->buf - c->have, 0);
+            if (r <= 0) {
+                if (r < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+                errors++;
+                c->inflight = 0;
+                epoll_ctl(ep, EPOLL_CTL_DEL, c->fd, NULL);
+                continue;
+            }
+            c->have += (size_t)r;
+            size_t off = 0;
+            int done = 0;
+            for (;;) {
+                if (c->have - off < 4) break;
+                uint32_t size = ((uint32_t)c->buf[off] << 24) | ((uint32_t)c->buf[off + 1] << 16) |
+                                ((uint32_t)c->buf[off + 2] << 8) | c->buf[off + 3];
+                if (size > sizeof c->buf - 4) { errors++; break; }
+                if (c->have - off < 4 + size) break;
+                off += 4 + size;
+                done++;
+            }
+            memmove(c->buf, c->buf + off, c->have - off);
+            c->have -= off;
+            responses += done;
+            c->inflight -= done;
+            if (!stopping && done > 0) {
+                /* refill what came back, keeping DEPTH in flight */
+                if (send_all(c->fd, burst, flen * (size_t)done) < 0) errors++;
+                c->inflight += done;
+            }
+        }
+    }
+    double elapsed = now() - start;
+    printf("responses=%ld seconds=%.3f rps=%.0f errors=%ld\n", responses, elapsed, responses / elapsed, errors);
+    return 0;
+}
