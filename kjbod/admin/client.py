@@ -1,0 +1,815 @@
+"""The asyncio admin client: cluster discovery, routing, retries and deadlines around kjbod's generated codecs.
+
+Strategy:
+
+* Discovery: `start()` (or `async with`) asks a bootstrap server for Metadata; the broker list it returns maps
+  broker ids to addresses.  One `BrokerConnection` per address, opened on first use and shared by every call
+  (requests to one broker are pipelined on it).  Versions are negotiated per connection (ApiVersions) and each
+  request goes out at the highest version both sides serve, so the client works against Apache Kafka brokers.
+* Routing: a call goes to "any broker" (an open connection if there is one, else the bootstrap servers then the
+  known brokers, in order), to the controller reported by Metadata (topic creation and deletion), or to one broker
+  id (log dirs and broker configs are answered only by the broker that owns them).
+* Deadlines: every public call has one deadline (`timeout`, default `request_timeout`).  Connecting is bounded by
+  `connect_timeout`, each attempt by `request_timeout`, and everything by the deadline, so no call can hang.
+* Retries (`_call`): a lost connection, a timed-out attempt and a retriable error code at the top level of a
+  response (protocol.errors.RETRIABLE) are retried with exponential backoff and jitter until the deadline; the
+  last error is raised when time runs out.  Per-item codes (one topic, one replica, one log dir) are results, not
+  retried, except those Kafka's own admin client retries for topic creation and deletion (NOT_CONTROLLER,
+  THROTTLING_QUOTA_EXCEEDED), which are resent for the affected items only.
+* The hot path (`describe_log_dirs` over many thousand partitions) decodes each response once into the generated
+  dataclasses and builds the result objects from them in one comprehension per log dir, with nothing in between.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, TypeVar
+from uuid import UUID
+
+import structlog
+
+from kjbod.admin.connection import BrokerConnection, api_name
+from kjbod.admin.errors import (
+    AdminError,
+    BrokerConnectionError,
+    BrokerResponseError,
+    RequestTimeoutError,
+    UnsupportedVersionError,
+    error_for_code,
+)
+from kjbod.admin.types import (
+    AlterConfigOp,
+    AlterConfigOpType,
+    AlterConfigsResult,
+    AlterReplicaLogDirResult,
+    BrokerNode,
+    ClusterDescription,
+    ConfigEntry,
+    ConfigResource,
+    ConfigResourceType,
+    ConfigSource,
+    ConfigSynonym,
+    CreateTopicResult,
+    DeleteTopicResult,
+    LogDirInfo,
+    LogDirsByBroker,
+    NewTopic,
+    PartitionDescription,
+    ReplicaInfo,
+    ReplicaLogDirInfo,
+    Results,
+    TopicDescription,
+    TopicPartitionReplica,
+)
+from kjbod.protocol.errors import ErrorCode, KafkaError
+from kjbod.protocol.generated.alter_replica_log_dirs_request import (
+    AlterReplicaLogDir,
+    AlterReplicaLogDirsRequest,
+    AlterReplicaLogDirTopic,
+)
+from kjbod.protocol.generated.create_topics_request import (
+    CreatableReplicaAssignment,
+    CreatableTopic,
+    CreatableTopicConfig,
+    CreateTopicsRequest,
+)
+from kjbod.protocol.generated.delete_topics_request import DeleteTopicsRequest, DeleteTopicState
+from kjbod.protocol.generated.describe_cluster_request import DescribeClusterRequest
+from kjbod.protocol.generated.describe_configs_request import DescribeConfigsRequest, DescribeConfigsResource
+from kjbod.protocol.generated.describe_log_dirs_request import DescribableLogDirTopic, DescribeLogDirsRequest
+from kjbod.protocol.generated.incremental_alter_configs_request import (
+    AlterableConfig,
+    AlterConfigsResource,
+    IncrementalAlterConfigsRequest,
+)
+from kjbod.protocol.generated.metadata_request import MetadataRequest, MetadataRequestTopic
+from kjbod.protocol.runtime import ZERO_UUID
+from kjbod.wire.framing import DEFAULT_MAX_FRAME_SIZE
+
+__all__ = ["AdminClient", "DEFAULT_CONNECT_TIMEOUT", "DEFAULT_REQUEST_TIMEOUT", "parse_bootstrap_servers"]
+
+log = structlog.get_logger("kjbod.admin")
+
+DEFAULT_CONNECT_TIMEOUT = 10.0
+DEFAULT_REQUEST_TIMEOUT = 30.0
+DEFAULT_RETRY_BACKOFF = 0.1
+DEFAULT_RETRY_BACKOFF_MAX = 1.0
+
+METADATA = 3
+CREATE_TOPICS = 19
+DELETE_TOPICS = 20
+DESCRIBE_CONFIGS = 32
+ALTER_REPLICA_LOG_DIRS = 34
+DESCRIBE_LOG_DIRS = 35
+INCREMENTAL_ALTER_CONFIGS = 44
+DESCRIBE_CLUSTER = 60
+
+# Per-topic codes worth resending the failed topics for (what Kafka's admin client retries for these APIs).
+_TOPIC_RETRY_CODES = frozenset({ErrorCode.NOT_CONTROLLER, ErrorCode.THROTTLING_QUOTA_EXCEEDED})
+
+_CONTROLLER = "controller"
+Target = int | str | None  # broker id, _CONTROLLER, or None for any broker
+T = TypeVar("T")
+
+
+def parse_bootstrap_servers(servers: str | Iterable[str]) -> list[tuple[str, int]]:
+    """"h1:9092,h2:9092", "[::1]:9092" or a list of those -> [(host, port)].  The port defaults to 9092."""
+    items = servers.split(",") if isinstance(servers, str) else list(servers)
+    out = []
+    for item in items:
+        item = item.strip()
+        if not item:
+            continue
+        if "://" in item:  # accept listener syntax, PLAINTEXT://host:port
+            item = item.split("://", 1)[1]
+        if item.startswith("["):
+            host, _, rest = item[1:].partition("]")
+            port_text = rest[1:] if rest.startswith(":") else ""
+        elif item.count(":") == 1:
+            host, port_text = item.split(":")
+        else:
+            host, port_text = item, ""
+        try:
+            port = int(port_text) if port_text else 9092
+        except ValueError:
+            raise ValueError(f"bad port in bootstrap server {item!r}") from None
+        if not host or not 0 < port < 65536:
+            raise ValueError(f"bad bootstrap server {item!r}")
+        out.append((host, port))
+    if not out:
+        raise ValueError("no bootstrap servers given")
+    return out
+
+
+def _code(value: int) -> ErrorCode | None:
+    """ErrorCode for a wire value; None for NONE.  A code newer than this client stays usable as UNKNOWN."""
+    if value == 0:
+        return None
+    try:
+        return ErrorCode(value)
+    except ValueError:
+        return ErrorCode.UNKNOWN_SERVER_ERROR
+
+
+def _source(value: int) -> ConfigSource | int:
+    try:
+        return ConfigSource(value)
+    except ValueError:
+        return value
+
+
+class _Deadline:
+    __slots__ = ("_loop", "at", "timeout")
+
+    def __init__(self, timeout: float) -> None:
+        self._loop = asyncio.get_running_loop()
+        self.timeout = timeout
+        self.at = self._loop.time() + timeout
+
+    def remaining(self) -> float:
+        return self.at - self._loop.time()
+
+
+class AdminClient:
+    """Asyncio Kafka admin client.  Use as `async with AdminClient(bootstrap_servers="h:p") as admin: ...`.
+
+    Not thread-safe: use it from the event loop that started it (see `kjbod.admin.SyncAdminClient` for scripts).
+    """
+
+    def __init__(
+        self,
+        bootstrap_servers: str | Iterable[str],
+        *,
+        client_id: str = "kjbod-admin",
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
+        retry_backoff: float = DEFAULT_RETRY_BACKOFF,
+        retry_backoff_max: float = DEFAULT_RETRY_BACKOFF_MAX,
+        max_response_bytes: int = DEFAULT_MAX_FRAME_SIZE,
+    ) -> None:
+        if connect_timeout <= 0 or request_timeout <= 0:
+            raise ValueError("timeouts must be positive")
+        self.bootstrap_servers = parse_bootstrap_servers(bootstrap_servers)
+        self.client_id = client_id
+        self.connect_timeout = connect_timeout
+        self.request_timeout = request_timeout
+        self.retry_backoff = retry_backoff
+        self.retry_backoff_max = retry_backoff_max
+        self.max_response_bytes = max_response_bytes
+        self._connections: dict[tuple[str, int], asyncio.Task[BrokerConnection]] = {}
+        self._brokers: dict[int, BrokerNode] = {}
+        self._controller_id: int | None = None
+        self._cluster_id: str | None = None
+        self._metadata_stale = True
+        self._closed = False
+
+    # ============================================================================================ lifecycle
+
+    async def __aenter__(self) -> AdminClient:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def start(self, timeout: float | None = None) -> None:
+        """Connects to a bootstrap server and loads the broker list."""
+        await self._refresh_metadata([], self._deadline(timeout))
+
+    async def close(self) -> None:
+        """Closes every connection; the client cannot be used afterwards."""
+        self._closed = True
+        tasks = list(self._connections.values())
+        self._connections.clear()
+        for task in tasks:
+            if task.done():
+                if not task.cancelled() and task.exception() is None:
+                    task.result().close()
+            else:
+                task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    @property
+    def brokers(self) -> dict[int, BrokerNode]:
+        """Brokers from the last Metadata answer (id -> node)."""
+        return dict(self._brokers)
+
+    @property
+    def cluster_id(self) -> str | None:
+        return self._cluster_id
+
+    # ============================================================================================ cluster
+
+    async def describe_cluster(self, *, timeout: float | None = None) -> ClusterDescription:
+        """Cluster id, controller and brokers (DescribeCluster; Metadata for brokers that lack it)."""
+        deadline = self._deadline(timeout)
+        try:
+            response, _, _ = await self._call(
+                None, DESCRIBE_CLUSTER, lambda v: DescribeClusterRequest(), deadline,
+                check=lambda r: r.error_code, message=lambda r: r.error_message)
+        except UnsupportedVersionError:
+            md = await self._refresh_metadata([], deadline)
+            return ClusterDescription(
+                md.cluster_id, md.controller_id if md.controller_id >= 0 else None,
+                tuple(BrokerNode(b.node_id, b.host, b.port, b.rack) for b in md.brokers))
+        return ClusterDescription(
+            response.cluster_id,
+            response.controller_id if response.controller_id >= 0 else None,
+            tuple(BrokerNode(b.broker_id, b.host, b.port, b.rack, b.is_fenced) for b in response.brokers))
+
+    async def describe_topics(self, topics: Iterable[str] | None = None, *,
+                              timeout: float | None = None) -> dict[str, TopicDescription]:
+        """Partitions, leaders and replicas of `topics` (None: every topic).  An unknown topic raises."""
+        names = None if topics is None else list(topics)
+        md = await self._refresh_metadata(names, self._deadline(timeout))
+        out: dict[str, TopicDescription] = {}
+        for t in md.topics:
+            if t.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION or t.error_code in _FATAL_TOPIC_CODES:
+                raise BrokerResponseError(t.error_code, f"topic {t.name!r}", api="Metadata")
+            out[t.name] = TopicDescription(
+                t.name, t.topic_id if t.topic_id != ZERO_UUID else None, t.is_internal,
+                tuple(PartitionDescription(
+                    p.partition_index, p.leader_id if p.leader_id >= 0 else None, p.leader_epoch,
+                    tuple(p.replica_nodes), tuple(p.isr_nodes), tuple(p.offline_replicas), _code(p.error_code))
+                    for p in sorted(t.partitions, key=lambda p: p.partition_index)))
+        return out
+
+    # ============================================================================================ log dirs
+
+    async def describe_log_dirs(
+        self,
+        brokers: Iterable[int] | None = None,
+        topics: Iterable[str | tuple[str, int]] | Mapping[str, Iterable[int]] | None = None,
+        *,
+        raise_on_broker_error: bool = True,
+        timeout: float | None = None,
+    ) -> LogDirsByBroker:
+        """Log dirs of `brokers` (None: all) with the replicas of `topics` they hold.
+
+        `topics`: None for every replica; topic names (all their partitions, looked up in Metadata); (topic,
+        partition) pairs; or {topic: partitions}.  An empty list reports the dirs without replicas.  A broker that
+        cannot answer raises, or with `raise_on_broker_error=False` is left out and listed in `result.errors`.
+        """
+        deadline = self._deadline(timeout)
+        request_topics = await self._log_dir_topics(topics, deadline)
+        request = DescribeLogDirsRequest(topics=request_topics)
+        broker_ids = await self._broker_ids(brokers, deadline)
+
+        async def one(broker_id: int) -> list[LogDirInfo]:
+            response, _, _ = await self._call(
+                broker_id, DESCRIBE_LOG_DIRS, lambda v: request, deadline, check=lambda r: r.error_code)
+            return _log_dirs(broker_id, response)
+
+        answers = await asyncio.gather(*(one(b) for b in broker_ids), return_exceptions=True)
+        out = LogDirsByBroker()
+        for broker_id, answer in zip(broker_ids, answers, strict=True):
+            if isinstance(answer, BaseException):
+                if raise_on_broker_error or not isinstance(answer, KafkaError):
+                    raise answer
+                out.errors[broker_id] = answer
+            else:
+                out[broker_id] = answer
+        return out
+
+    async def describe_replica_log_dirs(
+        self, replicas: Iterable[TopicPartitionReplica | tuple[str, int, int]], *, timeout: float | None = None,
+    ) -> dict[TopicPartitionReplica, ReplicaLogDirInfo]:
+        """Current and future (move target) log dir of each replica, with sizes and lags (KIP-113).
+
+        A replica its broker does not hold comes back with every field None.
+        """
+        deadline = self._deadline(timeout)
+        wanted = [TopicPartitionReplica(*r) for r in replicas]
+        by_broker: dict[int, dict[str, set[int]]] = {}
+        for topic, partition, broker_id in wanted:
+            by_broker.setdefault(broker_id, {}).setdefault(topic, set()).add(partition)
+
+        async def one(broker_id: int, topics: dict[str, set[int]]) -> dict[tuple[str, int], list[Any]]:
+            request = DescribeLogDirsRequest(
+                topics=[DescribableLogDirTopic(topic=t, partitions=sorted(ps)) for t, ps in topics.items()])
+            response, _, _ = await self._call(
+                broker_id, DESCRIBE_LOG_DIRS, lambda v: request, deadline, check=lambda r: r.error_code)
+            found: dict[tuple[str, int], list[Any]] = {}
+            for result in response.results:
+                if result.error_code:
+                    continue  # an offline dir reports no replicas
+                for t in result.topics:
+                    for p in t.partitions:
+                        slot = found.setdefault((t.name, p.partition_index), [None] * 6)
+                        lag = p.offset_lag if p.offset_lag >= 0 else None
+                        base = 3 if p.is_future_key else 0
+                        slot[base], slot[base + 1], slot[base + 2] = result.log_dir, lag, p.partition_size
+            return found
+
+        broker_ids = list(by_broker)
+        answers = await asyncio.gather(*(one(b, by_broker[b]) for b in broker_ids))
+        found_by_broker = dict(zip(broker_ids, answers, strict=True))
+        out: dict[TopicPartitionReplica, ReplicaLogDirInfo] = {}
+        for replica in wanted:
+            slot = found_by_broker[replica.broker_id].get((replica.topic, replica.partition)) or [None] * 6
+            out[replica] = ReplicaLogDirInfo(*slot)
+        return out
+
+    async def alter_replica_log_dirs(
+        self,
+        assignments: Mapping[TopicPartitionReplica | tuple[str, int, int], str],
+        *,
+        raise_on_error: bool = False,
+        timeout: float | None = None,
+    ) -> Results[TopicPartitionReplica, AlterReplicaLogDirResult]:
+        """Moves each replica to the given absolute log dir on its broker (AlterReplicaLogDirs).
+
+        Returns one result per replica; an error such as REPLICA_NOT_AVAILABLE (replica not created yet) or
+        LOG_DIR_NOT_FOUND is reported, not raised, unless `raise_on_error`.  A broker that cannot be reached gives
+        each of its replicas that connection error.
+        """
+        deadline = self._deadline(timeout)
+        paths: dict[TopicPartitionReplica, str] = {
+            TopicPartitionReplica(*r): path for r, path in assignments.items()}
+        by_broker: dict[int, dict[str, dict[str, list[int]]]] = {}
+        for (topic, partition, broker_id), path in paths.items():
+            by_broker.setdefault(broker_id, {}).setdefault(path, {}).setdefault(topic, []).append(partition)
+
+        async def one(broker_id: int, dirs: dict[str, dict[str, list[int]]]) -> tuple[Any, str]:
+            request = AlterReplicaLogDirsRequest(dirs=[
+                AlterReplicaLogDir(path=path, topics=[
+                    AlterReplicaLogDirTopic(name=t, partitions=ps) for t, ps in topics.items()])
+                for path, topics in dirs.items()])
+            response, _, conn = await self._call(broker_id, ALTER_REPLICA_LOG_DIRS, lambda v: request, deadline)
+            return response, conn.address
+
+        broker_ids = list(by_broker)
+        answers = await asyncio.gather(*(one(b, by_broker[b]) for b in broker_ids), return_exceptions=True)
+        codes: dict[TopicPartitionReplica, KafkaError | None] = {}
+        for broker_id, answer in zip(broker_ids, answers, strict=True):
+            if isinstance(answer, BaseException):
+                if not isinstance(answer, KafkaError):
+                    raise answer
+                for topics in by_broker[broker_id].values():
+                    for topic, partitions in topics.items():
+                        for partition in partitions:
+                            codes[TopicPartitionReplica(topic, partition, broker_id)] = answer
+                continue
+            response, address = answer
+            for t in response.results:
+                for p in t.partitions:
+                    codes[TopicPartitionReplica(t.topic_name, p.partition_index, broker_id)] = error_for_code(
+                        p.error_code, f"{t.topic_name}-{p.partition_index}", api="AlterReplicaLogDirs",
+                        broker=address)
+        results: Results[TopicPartitionReplica, AlterReplicaLogDirResult] = Results()
+        for replica, path in paths.items():
+            if replica in codes:
+                error = codes[replica]
+            else:
+                error = BrokerResponseError(ErrorCode.UNKNOWN_SERVER_ERROR,
+                                            f"no result for {replica.topic}-{replica.partition} in the response",
+                                            api="AlterReplicaLogDirs", broker=f"broker {replica.broker_id}")
+            results[replica] = AlterReplicaLogDirResult(replica, path, error)
+        if raise_on_error:
+            results.raise_first()
+        return results
+
+    # ============================================================================================ topics
+
+    async def create_topics(
+        self, new_topics: Iterable[NewTopic], *, validate_only: bool = False, raise_on_error: bool = True,
+        timeout: float | None = None,
+    ) -> Results[str, CreateTopicResult]:
+        """Creates topics (CreateTopics, sent to the controller).  Per-topic errors raise unless told not to."""
+        deadline = self._deadline(timeout)
+        topics = {t.name: t for t in new_topics}
+
+        def build(names: list[str]) -> Callable[[int], Any]:
+            body = [
+                CreatableTopic(
+                    name=t.name, num_partitions=t.num_partitions, replication_factor=t.replication_factor,
+                    assignments=[CreatableReplicaAssignment(partition_index=p, broker_ids=list(ids))
+                                 for p, ids in t.assignments.items()],
+                    configs=[CreatableTopicConfig(name=k, value=v) for k, v in t.configs.items()])
+                for t in (topics[n] for n in names)]
+            return lambda v: CreateTopicsRequest(
+                topics=body, timeout_ms=self._timeout_ms(deadline), validate_only=validate_only)
+
+        def result(r: Any, address: str) -> CreateTopicResult:
+            return CreateTopicResult(
+                r.name, r.topic_id if r.topic_id != ZERO_UUID else None,
+                r.num_partitions if r.num_partitions >= 0 else None,
+                r.replication_factor if r.replication_factor >= 0 else None,
+                error_for_code(r.error_code, r.error_message or f"topic {r.name!r}", api="CreateTopics",
+                               broker=address))
+
+        results = await self._topic_batches(
+            list(topics), CREATE_TOPICS, build, lambda resp: resp.topics, result,
+            lambda name, error: CreateTopicResult(name, None, None, None, error), deadline)
+        if raise_on_error:
+            results.raise_first()
+        return results
+
+    async def delete_topics(
+        self, names: Iterable[str], *, raise_on_error: bool = True, timeout: float | None = None,
+    ) -> Results[str, DeleteTopicResult]:
+        """Deletes topics by name (DeleteTopics, sent to the controller)."""
+        deadline = self._deadline(timeout)
+
+        def build(batch: list[str]) -> Callable[[int], Any]:
+            def request(version: int) -> DeleteTopicsRequest:
+                timeout_ms = self._timeout_ms(deadline)
+                if version >= 6:
+                    return DeleteTopicsRequest(topics=[DeleteTopicState(name=n) for n in batch], timeout_ms=timeout_ms)
+                return DeleteTopicsRequest(topic_names=list(batch), timeout_ms=timeout_ms)
+            return request
+
+        def result(r: Any, address: str) -> DeleteTopicResult:
+            return DeleteTopicResult(
+                r.name, r.topic_id if r.topic_id != ZERO_UUID else None,
+                error_for_code(r.error_code, r.error_message or f"topic {r.name!r}", api="DeleteTopics",
+                               broker=address))
+
+        results = await self._topic_batches(
+            list(dict.fromkeys(names)), DELETE_TOPICS, build, lambda resp: resp.responses, result,
+            lambda name, error: DeleteTopicResult(name, None, error), deadline)
+        if raise_on_error:
+            results.raise_first()
+        return results
+
+    async def _topic_batches(self, names: list[str], api_key: int, build: Callable[[list[str]], Any],
+                             entries: Callable[[Any], Any], result: Callable[[Any, str], T],
+                             missing: Callable[[str, KafkaError], T], deadline: _Deadline) -> Results[str, T]:
+        """Sends a per-topic request to the controller, resending only the topics that got a retriable code."""
+        done: dict[str, T] = {}
+        pending = names
+        backoff = self.retry_backoff
+        while pending:
+            response, _, conn = await self._call(_CONTROLLER, api_key, build(pending), deadline)
+            retry = []
+            for entry in entries(response):
+                if entry.name not in pending:
+                    continue
+                if entry.error_code in _TOPIC_RETRY_CODES and deadline.remaining() > backoff:
+                    retry.append(entry.name)
+                    continue
+                done[entry.name] = result(entry, conn.address)
+            for name in pending:
+                if name not in done and name not in retry:
+                    done[name] = missing(name, BrokerResponseError(
+                        ErrorCode.UNKNOWN_SERVER_ERROR, f"no result for topic {name!r} in the response",
+                        api=api_name(api_key), broker=conn.address))
+            pending = retry
+            if pending:
+                self._metadata_stale = True  # NOT_CONTROLLER: find the controller again
+                await asyncio.sleep(self._jitter(backoff))
+                backoff = min(backoff * 2, self.retry_backoff_max)
+        out: Results[str, T] = Results()
+        for name in names:
+            out[name] = done[name]
+        return out
+
+    # ============================================================================================ configs
+
+    async def describe_configs(
+        self,
+        resources: Iterable[ConfigResource | tuple[int, str]],
+        *,
+        keys: Iterable[str] | None = None,
+        include_synonyms: bool = False,
+        include_documentation: bool = False,
+        timeout: float | None = None,
+    ) -> dict[ConfigResource, dict[str, ConfigEntry]]:
+        """Configs of topics and brokers (DescribeConfigs; a broker's own configs are asked of that broker).
+
+        `keys` limits the answer to those keys (None: all).  A resource the broker reports an error for raises.
+        """
+        deadline = self._deadline(timeout)
+        wanted = [_resource(r) for r in resources]
+        key_list = None if keys is None else list(keys)
+        groups = _group_by_target(wanted)
+
+        async def one(target: Target, batch: list[ConfigResource]) -> list[tuple[Any, str]]:
+            request = DescribeConfigsRequest(
+                resources=[DescribeConfigsResource(resource_type=r.type, resource_name=r.name,
+                                                   configuration_keys=key_list) for r in batch],
+                include_synonyms=include_synonyms, include_documentation=include_documentation)
+            response, _, conn = await self._call(target, DESCRIBE_CONFIGS, lambda v: request, deadline)
+            return [(r, conn.address) for r in response.results]
+
+        answers = await asyncio.gather(*(one(t, b) for t, b in groups.items()))
+        by_resource = {(r.resource_type, r.resource_name): (r, a) for answer in answers for r, a in answer}
+        out: dict[ConfigResource, dict[str, ConfigEntry]] = {}
+        for resource in wanted:
+            found = by_resource.get((resource.type, resource.name))
+            if found is None:
+                raise BrokerResponseError(ErrorCode.UNKNOWN_SERVER_ERROR, f"no result for {resource}",
+                                          api="DescribeConfigs")
+            r, address = found
+            if r.error_code:
+                raise BrokerResponseError(r.error_code, r.error_message or f"{resource.type.name} {resource.name!r}",
+                                          api="DescribeConfigs", broker=address)
+            out[resource] = {
+                c.name: ConfigEntry(
+                    c.name, c.value, _source(c.config_source), c.read_only, c.is_sensitive, c.config_type,
+                    c.documentation or None,
+                    tuple(ConfigSynonym(s.name, s.value, _source(s.source)) for s in c.synonyms))
+                for c in r.configs}
+        return out
+
+    async def incremental_alter_configs(
+        self,
+        changes: Mapping[ConfigResource | tuple[int, str], Iterable[AlterConfigOp] | Mapping[str, str | None]],
+        *,
+        validate_only: bool = False,
+        raise_on_error: bool = True,
+        timeout: float | None = None,
+    ) -> Results[ConfigResource, AlterConfigsResult]:
+        """Sets, deletes, appends to or subtracts from config values (IncrementalAlterConfigs).
+
+        Per resource, either `AlterConfigOp`s or {key: value} where value None deletes the key.
+        """
+        deadline = self._deadline(timeout)
+        ops: dict[ConfigResource, list[AlterConfigOp]] = {}
+        for resource, change in changes.items():
+            if isinstance(change, Mapping):
+                ops[_resource(resource)] = [
+                    AlterConfigOp(k, None, AlterConfigOpType.DELETE) if v is None else AlterConfigOp(k, v)
+                    for k, v in change.items()]
+            else:
+                ops[_resource(resource)] = list(change)
+        groups = _group_by_target(list(ops))
+
+        async def one(target: Target, batch: list[ConfigResource]) -> list[tuple[Any, str]]:
+            request = IncrementalAlterConfigsRequest(
+                resources=[AlterConfigsResource(
+                    resource_type=r.type, resource_name=r.name,
+                    configs=[AlterableConfig(name=o.name, config_operation=o.op, value=o.value) for o in ops[r]])
+                    for r in batch],
+                validate_only=validate_only)
+            response, _, conn = await self._call(target, INCREMENTAL_ALTER_CONFIGS, lambda v: request, deadline)
+            return [(r, conn.address) for r in response.responses]
+
+        answers = await asyncio.gather(*(one(t, b) for t, b in groups.items()))
+        by_resource = {(r.resource_type, r.resource_name): (r, a) for answer in answers for r, a in answer}
+        results: Results[ConfigResource, AlterConfigsResult] = Results()
+        for resource in ops:
+            found = by_resource.get((resource.type, resource.name))
+            if found is None:
+                error: KafkaError | None = BrokerResponseError(
+                    ErrorCode.UNKNOWN_SERVER_ERROR, f"no result for {resource}", api="IncrementalAlterConfigs")
+            else:
+                r, address = found
+                error = error_for_code(r.error_code, r.error_message or f"{resource.type.name} {resource.name!r}",
+                                       api="IncrementalAlterConfigs", broker=address)
+            results[resource] = AlterConfigsResult(resource, error)
+        if raise_on_error:
+            results.raise_first()
+        return results
+
+    # ============================================================================================ machinery
+
+    def _deadline(self, timeout: float | None) -> _Deadline:
+        if self._closed:
+            raise RuntimeError("the admin client is closed")
+        if timeout is not None and timeout <= 0:
+            raise ValueError("timeout must be positive")
+        return _Deadline(self.request_timeout if timeout is None else timeout)
+
+    @staticmethod
+    def _timeout_ms(deadline: _Deadline) -> int:
+        """What to tell the broker it may wait (CreateTopics/DeleteTopics timeout_ms): what is left of ours."""
+        return max(int(deadline.remaining() * 1000), 0)
+
+    @staticmethod
+    def _jitter(delay: float) -> float:
+        return delay * random.uniform(0.8, 1.2)
+
+    async def _call(
+        self,
+        target: Target,
+        api_key: int,
+        build: Callable[[int], Any],
+        deadline: _Deadline,
+        *,
+        check: Callable[[Any], int] | None = None,
+        message: Callable[[Any], str | None] | None = None,
+        min_version: int | None = None,
+    ) -> tuple[Any, int, BrokerConnection]:
+        """Sends one request to `target` and returns (response, version, connection), retrying what is retriable.
+
+        `build(version)` makes the request for the negotiated version; `check(response)` returns the response's
+        top-level error code, which raises (after retries, if retriable).
+        """
+        backoff = self.retry_backoff
+        while True:
+            try:
+                conn = await self._connection_for(target, deadline)
+                version = conn.pick_version(api_key, min_version)
+                remaining = deadline.remaining()
+                if remaining <= 0:
+                    raise RequestTimeoutError(f"{api_name(api_key)}: the call's deadline passed")
+                response = await conn.request(api_key, version, build(version),
+                                              min(self.request_timeout, remaining))
+                if check is not None:
+                    code = check(response)
+                    if code:
+                        raise BrokerResponseError(code, message(response) if message else None,
+                                                  api=api_name(api_key), broker=conn.address)
+                return response, version, conn
+            except AdminError as error:
+                delay = self._jitter(backoff)
+                if not error.retriable or deadline.remaining() <= delay:
+                    raise
+                log.debug("retrying", api=api_name(api_key), target=target, error=str(error),
+                          delay=round(delay, 3))
+                if isinstance(error, BrokerConnectionError | RequestTimeoutError) or target == _CONTROLLER:
+                    self._metadata_stale = True
+                await asyncio.sleep(delay)
+                backoff = min(backoff * 2, self.retry_backoff_max)
+
+    async def _connection_for(self, target: Target, deadline: _Deadline) -> BrokerConnection:
+        if target == _CONTROLLER:
+            if self._metadata_stale:
+                await self._refresh_metadata([], deadline)
+            controller = self._controller_id
+            target = controller if controller is not None and controller in self._brokers else None
+        if target is None:
+            return await self._any_connection(deadline)
+        assert isinstance(target, int)
+        node = self._brokers.get(target)
+        if node is None or self._metadata_stale:
+            await self._refresh_metadata([], deadline)
+            node = self._brokers.get(target)
+            if node is None:
+                raise BrokerResponseError(ErrorCode.BROKER_NOT_AVAILABLE,
+                                          f"broker {target} is not in the cluster metadata")
+        return await self._connect((node.host, node.port), deadline)
+
+    async def _any_connection(self, deadline: _Deadline) -> BrokerConnection:
+        for task in self._connections.values():
+            if task.done() and not task.cancelled() and task.exception() is None and not task.result().closed:
+                return task.result()
+        candidates = list(dict.fromkeys(
+            self.bootstrap_servers + [(b.host, b.port) for b in self._brokers.values()]))
+        failures = []
+        for address in candidates:
+            try:
+                return await self._connect(address, deadline)
+            except BrokerConnectionError as e:
+                failures.append(e)
+        if len(failures) == 1:
+            raise failures[0]
+        host, port = candidates[0]
+        raise BrokerConnectionError(host, port, "no broker reachable; tried " + "; ".join(
+            f"{e.host}:{e.port} ({e.reason})" for e in failures))
+
+    async def _connect(self, address: tuple[str, int], deadline: _Deadline) -> BrokerConnection:
+        if self._closed:
+            raise RuntimeError("the admin client is closed")
+        task = self._connections.get(address)
+        if task is None or (task.done() and (task.cancelled() or task.exception() is not None
+                                             or task.result().closed)):
+            task = asyncio.get_running_loop().create_task(BrokerConnection.open(
+                address[0], address[1], client_id=self.client_id, connect_timeout=self.connect_timeout,
+                max_frame_size=self.max_response_bytes))
+            # Retrieve a failure even when every waiter gave up, so asyncio does not log it as never retrieved.
+            task.add_done_callback(lambda t: t.cancelled() or t.exception())
+            self._connections[address] = task
+        remaining = deadline.remaining()
+        if remaining <= 0:
+            raise RequestTimeoutError(f"connecting to {address[0]}:{address[1]}: the call's deadline passed")
+        try:
+            async with asyncio.timeout(remaining):
+                return await asyncio.shield(task)
+        except TimeoutError:
+            raise RequestTimeoutError(
+                f"connecting to {address[0]}:{address[1]}: the call's deadline ({deadline.timeout:g}s) passed"
+            ) from None
+
+    async def _refresh_metadata(self, topics: list[str] | None, deadline: _Deadline) -> Any:
+        """Metadata for `topics` (None: all, []: none); refreshes the broker list and controller."""
+        def build(version: int) -> MetadataRequest:
+            return MetadataRequest(
+                topics=None if topics is None else [MetadataRequestTopic(name=n) for n in topics],
+                allow_auto_topic_creation=False)
+
+        # v0 would read an empty topic list as "all topics"; every broker since 0.10 serves v1.
+        response, _, _ = await self._call(None, METADATA, build, deadline, check=lambda r: r.error_code,
+                                          min_version=1)
+        self._brokers = {b.node_id: BrokerNode(b.node_id, b.host, b.port, b.rack) for b in response.brokers}
+        self._controller_id = response.controller_id if response.controller_id >= 0 else None
+        self._cluster_id = response.cluster_id
+        self._metadata_stale = False
+        return response
+
+    async def _broker_ids(self, brokers: Iterable[int] | None, deadline: _Deadline) -> list[int]:
+        if brokers is not None:
+            return list(dict.fromkeys(brokers))
+        await self._refresh_metadata([], deadline)
+        return sorted(self._brokers)
+
+    async def _log_dir_topics(self, topics: Any, deadline: _Deadline) -> list[DescribableLogDirTopic] | None:
+        """The DescribeLogDirs request's topic list: None (all), or topics with explicit partition numbers."""
+        if topics is None:
+            return None
+        wanted: dict[str, set[int]] = {}
+        whole: list[str] = []
+        if isinstance(topics, Mapping):
+            for name, partitions in topics.items():
+                wanted.setdefault(name, set()).update(partitions)
+        else:
+            for item in topics:
+                if isinstance(item, str):
+                    whole.append(item)
+                else:
+                    name, partition = item
+                    wanted.setdefault(name, set()).add(partition)
+        if whole:
+            described = await self.describe_topics(whole, timeout=max(deadline.remaining(), 0.001))
+            for name in whole:
+                wanted.setdefault(name, set()).update(p.partition for p in described[name].partitions)
+        return [DescribableLogDirTopic(topic=name, partitions=sorted(ps)) for name, ps in wanted.items()]
+
+
+# Metadata topic codes that mean "you will not get this topic", raised by describe_topics.
+_FATAL_TOPIC_CODES = frozenset({ErrorCode.TOPIC_AUTHORIZATION_FAILED, ErrorCode.INVALID_TOPIC_EXCEPTION})
+
+
+def _resource(value: ConfigResource | tuple[int, str]) -> ConfigResource:
+    if isinstance(value, ConfigResource):
+        return value
+    kind, name = value
+    return ConfigResource(ConfigResourceType(kind), str(name))
+
+
+def _group_by_target(resources: Sequence[ConfigResource]) -> dict[Target, list[ConfigResource]]:
+    """A broker's own configs (and loggers) are answered by that broker; topics and defaults by any broker."""
+    groups: dict[Target, list[ConfigResource]] = {}
+    for r in resources:
+        target: Target = None
+        if r.type in (ConfigResourceType.BROKER, ConfigResourceType.BROKER_LOGGER) and r.name:
+            try:
+                target = int(r.name)
+            except ValueError:
+                raise ValueError(f"broker config resource name must be a broker id, not {r.name!r}") from None
+        groups.setdefault(target, []).append(r)
+    return groups
+
+
+def _log_dirs(broker_id: int, response: Any) -> list[LogDirInfo]:
+    """LogDirInfo per dir of one DescribeLogDirs response.  The hot path: one comprehension per dir."""
+    out = []
+    replica = ReplicaInfo
+    for r in response.results:
+        directory_id: UUID | None = r.directory_id
+        if directory_id == ZERO_UUID:
+            directory_id = None
+        replicas = [
+            replica(name, p.partition_index, p.partition_size, p.offset_lag if p.offset_lag >= 0 else None,
+                    p.is_future_key)
+            for t in r.topics for name in (t.name,) for p in t.partitions]
+        out.append(LogDirInfo(
+            broker_id, r.log_dir, directory_id, _code(r.error_code),
+            r.total_bytes if r.total_bytes >= 0 else None, r.usable_bytes if r.usable_bytes >= 0 else None,
+            replicas))
+    return out
+

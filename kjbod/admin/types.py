@@ -1,0 +1,272 @@
+"""What the admin client takes and returns: small immutable values, independent of the wire codecs.
+
+Strategy: results are frozen dataclasses (slots) built straight from the decoded response, one object per thing a
+person cares about (a log dir, a replica, a topic, a config entry), so callers never see protocol structs or
+version differences.  Values Kafka marks as unknown with -1 (volume sizes before DescribeLogDirs v4, offset lag of
+a replica with no current log) become None.  Calls that act on many items at once (create topics, move replicas,
+alter configs) return a `Results` dict of per-item results, each with an `error` that is None on success, so one bad
+item never hides what happened to the others; `raise_first()` turns that into an exception when the caller wants
+all-or-nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Generic, NamedTuple, TypeVar
+from uuid import UUID
+
+from kjbod.protocol.errors import ErrorCode, KafkaError
+
+__all__ = [
+    "AlterConfigOp",
+    "AlterConfigOpType",
+    "AlterConfigsResult",
+    "AlterReplicaLogDirResult",
+    "BrokerNode",
+    "ClusterDescription",
+    "ConfigEntry",
+    "ConfigResource",
+    "ConfigResourceType",
+    "ConfigSource",
+    "ConfigSynonym",
+    "CreateTopicResult",
+    "DeleteTopicResult",
+    "LogDirInfo",
+    "LogDirsByBroker",
+    "NewTopic",
+    "PartitionDescription",
+    "ReplicaInfo",
+    "ReplicaLogDirInfo",
+    "Results",
+    "TopicDescription",
+    "TopicPartitionReplica",
+]
+
+
+# ------------------------------------------------------------------------------------------------- cluster
+
+@dataclass(frozen=True, slots=True)
+class BrokerNode:
+    node_id: int
+    host: str
+    port: int
+    rack: str | None = None
+    is_fenced: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterDescription:
+    cluster_id: str | None
+    controller_id: int | None  # None when the broker did not name one (-1 on the wire)
+    brokers: tuple[BrokerNode, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionDescription:
+    partition: int
+    leader: int | None
+    leader_epoch: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    offline_replicas: tuple[int, ...]
+    error: ErrorCode | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TopicDescription:
+    name: str
+    topic_id: UUID | None
+    is_internal: bool
+    partitions: tuple[PartitionDescription, ...]
+
+
+# ------------------------------------------------------------------------------------------------- log dirs
+
+class TopicPartitionReplica(NamedTuple):
+    """One replica: a partition on one broker (Kafka's TopicPartitionReplica).  Plain tuples compare equal."""
+
+    topic: str
+    partition: int
+    broker_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaInfo:
+    topic: str
+    partition: int
+    size: int  # bytes of the replica's segment files
+    offset_lag: int | None  # how far the replica trails (future: behind the current one); None if unknown
+    is_future: bool  # the copy a log-dir move is building
+
+
+@dataclass(frozen=True, slots=True)
+class LogDirInfo:
+    broker_id: int
+    path: str
+    directory_id: UUID | None  # KIP-858 id; None when the broker does not report it (Apache Kafka)
+    error: ErrorCode | None  # KAFKA_STORAGE_ERROR for an offline dir
+    total_bytes: int | None  # size of the volume; None before DescribeLogDirs v4 or when unknown
+    usable_bytes: int | None
+    replicas: list[ReplicaInfo]
+
+
+class LogDirsByBroker(dict[int, list[LogDirInfo]]):
+    """`describe_log_dirs` result: broker id -> its log dirs; brokers that failed are in `errors` instead."""
+
+    __slots__ = ("errors",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.errors: dict[int, KafkaError] = {}
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaLogDirInfo:
+    """Where one replica lives and, during a log-dir move, where it is going (KIP-113's ReplicaLogDirInfo)."""
+
+    current_dir: str | None  # None: the broker has no current log for it
+    current_offset_lag: int | None
+    current_size: int | None
+    future_dir: str | None  # None: no move in progress
+    future_offset_lag: int | None  # how far the future copy trails the current one
+    future_size: int | None
+
+
+# ------------------------------------------------------------------------------------------------- topics
+
+@dataclass(frozen=True)
+class NewTopic:
+    """A topic to create.  -1 partitions or replication factor: the broker's default (CreateTopics v4+)."""
+
+    name: str
+    num_partitions: int = -1
+    replication_factor: int = -1
+    configs: Mapping[str, str | None] = field(default_factory=dict)
+    # Explicit placement: partition -> broker ids (preferred leader first); leave the counts at -1 with it.
+    assignments: Mapping[int, Sequence[int]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class CreateTopicResult:
+    name: str
+    topic_id: UUID | None
+    num_partitions: int | None
+    replication_factor: int | None
+    error: KafkaError | None
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteTopicResult:
+    name: str
+    topic_id: UUID | None
+    error: KafkaError | None
+
+
+# ------------------------------------------------------------------------------------------------- configs
+
+class ConfigResourceType(IntEnum):
+    UNKNOWN = 0
+    ANY = 1
+    TOPIC = 2
+    GROUP = 3
+    BROKER = 4
+    BROKER_LOGGER = 8
+    CLIENT_METRICS = 16
+
+
+class ConfigSource(IntEnum):
+    UNKNOWN = 0
+    DYNAMIC_TOPIC_CONFIG = 1
+    DYNAMIC_BROKER_CONFIG = 2
+    DYNAMIC_DEFAULT_BROKER_CONFIG = 3
+    STATIC_BROKER_CONFIG = 4
+    DEFAULT_CONFIG = 5
+    DYNAMIC_BROKER_LOGGER_CONFIG = 6
+    CLIENT_METRICS_CONFIG = 7
+    GROUP_CONFIG = 8
+
+
+class AlterConfigOpType(IntEnum):
+    SET = 0
+    DELETE = 1
+    APPEND = 2
+    SUBTRACT = 3
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigResource:
+    """A topic (by name) or a broker (by id as text; "" for the cluster-wide broker default)."""
+
+    type: ConfigResourceType
+    name: str
+
+    @classmethod
+    def topic(cls, name: str) -> ConfigResource:
+        return cls(ConfigResourceType.TOPIC, name)
+
+    @classmethod
+    def broker(cls, broker_id: int | str) -> ConfigResource:
+        return cls(ConfigResourceType.BROKER, str(broker_id))
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigSynonym:
+    name: str
+    value: str | None
+    source: ConfigSource | int
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigEntry:
+    name: str
+    value: str | None  # None for sensitive entries
+    source: ConfigSource | int
+    read_only: bool
+    is_sensitive: bool
+    config_type: int = 0  # DescribeConfigs v3+ ConfigType; 0 when unknown
+    documentation: str | None = None
+    synonyms: tuple[ConfigSynonym, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class AlterConfigOp:
+    name: str
+    value: str | None = None
+    op: AlterConfigOpType = AlterConfigOpType.SET
+
+
+@dataclass(frozen=True, slots=True)
+class AlterConfigsResult:
+    resource: ConfigResource
+    error: KafkaError | None
+
+
+@dataclass(frozen=True, slots=True)
+class AlterReplicaLogDirResult:
+    replica: TopicPartitionReplica
+    path: str
+    error: KafkaError | None
+
+
+# ------------------------------------------------------------------------------------------------- per-item results
+
+K = TypeVar("K")
+R = TypeVar("R")
+
+
+class Results(dict[K, R], Generic[K, R]):
+    """Per-item results of a call on many items; every value has an `error` (None on success)."""
+
+    __slots__ = ()
+
+    def errors(self) -> dict[K, KafkaError]:
+        return {k: v.error for k, v in self.items() if v.error is not None}  # type: ignore[attr-defined]
+
+    def raise_first(self) -> None:
+        """Raises the first item's error, if any item failed."""
+        for value in self.values():
+            error = value.error  # type: ignore[attr-defined]
+            if error is not None:
+                raise error
