@@ -1,0 +1,121 @@
+"""Per-log configuration (Kafka's topic-level ``LogConfig``) with Kafka's defaults and key names.
+
+Strategy: one frozen dataclass holds what the storage engine obeys. It can be built from broker properties
+(``log.segment.bytes`` ...: the defaults for every topic) and then overridden by topic configs
+(``segment.bytes`` ...), the way Kafka layers them. Only ``cleanup.policy=delete`` is supported.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+LONG_MAX = (1 << 63) - 1
+
+# topic config key -> LogConfig field
+TOPIC_CONFIG_KEYS = {
+    "segment.bytes": "segment_bytes",
+    "segment.ms": "segment_ms",
+    "retention.ms": "retention_ms",
+    "retention.bytes": "retention_bytes",
+    "max.message.bytes": "max_message_bytes",
+    "index.interval.bytes": "index_interval_bytes",
+    "segment.index.bytes": "segment_index_bytes",
+    "flush.messages": "flush_interval_messages",
+    "flush.ms": "flush_interval_ms",
+    "file.delete.delay.ms": "file_delete_delay_ms",
+    "cleanup.policy": "cleanup_policy",
+}
+
+# broker property -> (LogConfig field, multiplier to ms or 1); the first key present wins, as in Kafka
+# (log.roll.ms over log.roll.hours, log.retention.ms over .minutes over .hours).
+BROKER_CONFIG_KEYS: list[tuple[str, str, int]] = [
+    ("log.segment.bytes", "segment_bytes", 1),
+    ("log.roll.ms", "segment_ms", 1),
+    ("log.roll.hours", "segment_ms", 3_600_000),
+    ("log.retention.ms", "retention_ms", 1),
+    ("log.retention.minutes", "retention_ms", 60_000),
+    ("log.retention.hours", "retention_ms", 3_600_000),
+    ("log.retention.bytes", "retention_bytes", 1),
+    ("message.max.bytes", "max_message_bytes", 1),
+    ("log.index.interval.bytes", "index_interval_bytes", 1),
+    ("log.index.size.max.bytes", "segment_index_bytes", 1),
+    ("log.flush.interval.messages", "flush_interval_messages", 1),
+    ("log.flush.interval.ms", "flush_interval_ms", 1),
+    ("log.segment.delete.delay.ms", "file_delete_delay_ms", 1),
+    ("log.cleanup.policy", "cleanup_policy", 1),
+]
+
+
+@dataclass(frozen=True)
+class LogConfig:
+    segment_bytes: int = 1 << 30
+    segment_ms: int = 7 * 24 * 3_600_000
+    retention_ms: int = 7 * 24 * 3_600_000  # -1: keep forever
+    retention_bytes: int = -1  # -1: no size limit
+    max_message_bytes: int = 1_048_588
+    index_interval_bytes: int = 4096
+    segment_index_bytes: int = 10 * 1024 * 1024
+    flush_interval_messages: int = LONG_MAX
+    flush_interval_ms: int = LONG_MAX
+    file_delete_delay_ms: int = 60_000
+    cleanup_policy: str = "delete"
+
+    def __post_init__(self) -> None:
+        if self.cleanup_policy != "delete":
+            raise ValueError(f"cleanup.policy={self.cleanup_policy!r} is not supported (only 'delete')")
+        if self.segment_bytes < 14:
+            raise ValueError(f"segment.bytes={self.segment_bytes} is below Kafka's minimum 14")
+        if self.segment_index_bytes < 12:
+            raise ValueError(f"segment.index.bytes={self.segment_index_bytes} is below 12")
+        if self.index_interval_bytes < 0:
+            raise ValueError(f"index.interval.bytes={self.index_interval_bytes} is negative")
+        if self.segment_ms < 1:
+            raise ValueError(f"segment.ms={self.segment_ms} must be at least 1")
+        if self.max_message_bytes < 0:
+            raise ValueError(f"max.message.bytes={self.max_message_bytes} is negative")
+        if self.flush_interval_messages < 1 or self.flush_interval_ms < 0:
+            raise ValueError("flush.messages must be >= 1 and flush.ms >= 0")
+        if self.file_delete_delay_ms < 0:
+            raise ValueError(f"file.delete.delay.ms={self.file_delete_delay_ms} is negative")
+
+    def expected_partition_bytes(self) -> int:
+        """What placement assumes one new partition will take: retention.bytes plus an active segment when
+        retention.bytes is set, else one full segment."""
+        if self.retention_bytes >= 0:
+            return self.retention_bytes + self.segment_bytes
+        return self.segment_bytes
+
+    def with_overrides(self, **changes: Any) -> LogConfig:
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def from_broker_properties(cls, props: Mapping[str, Any]) -> LogConfig:
+        """Defaults for every topic from the broker's ``log.*`` properties."""
+        values: dict[str, Any] = {}
+        for key, field, scale in BROKER_CONFIG_KEYS:
+            if field in values or key not in props:
+                continue
+            values[field] = _coerce(field, props[key], key) * scale if scale != 1 else _coerce(field, props[key], key)
+        return cls(**values)
+
+    def with_topic_configs(self, configs: Mapping[str, Any]) -> LogConfig:
+        """This config overridden by topic-level keys (``retention.ms`` ...); unknown keys are ignored here
+        (the broker validates topic configs before they reach storage)."""
+        values = {
+            TOPIC_CONFIG_KEYS[k]: _coerce(TOPIC_CONFIG_KEYS[k], v, k)
+            for k, v in configs.items()
+            if k in TOPIC_CONFIG_KEYS and v is not None
+        }
+        return dataclasses.replace(self, **values)
+
+
+def _coerce(field: str, value: Any, key: str) -> Any:
+    if field == "cleanup_policy":
+        return str(value).strip()
+    try:
+        return int(str(value).strip())
+    except ValueError as e:
+        raise ValueError(f"{key}={value!r} is not an integer") from e

@@ -1,0 +1,619 @@
+"""The one seam through which every file operation on a log dir passes.
+
+Strategy: each log dir gets one :class:`LogDirIO`. Every path operation (open, mkdir, listdir, rename, unlink,
+stat, statvfs, lock, ...) is a method on it, and every fd operation (write, pread, fsync, truncate, sendfile, dup)
+is a method on the :class:`FileHandle` it returns, which remembers its dir. So a failing disk is detected in one
+place, the way Kafka's ``LogDirFailureChannel`` does it:
+
+* the first ``OSError`` from any operation on a dir marks that dir offline (logged once, at error) and calls the
+  owner's ``on_offline`` callback; the operation raises :class:`KafkaStorageError` (chained to the ``OSError``);
+* every later operation on that dir raises :class:`KafkaStorageError` at once, without touching the disk;
+* other dirs are unaffected.
+
+A few ``OSError`` are expected and are not disk failures: a missing optional file (``*_or_none``,
+``unlink(missing_ok=True)``), an existing dir (``mkdir(exist_ok=True)``) and a ``.lock`` held by another process
+(:class:`LogDirLockedError`). Failure is detected from failed I/O only, never from a health probe: on a shut down
+ext4, ``listdir``, ``stat`` and ``statvfs`` keep succeeding while everything else returns EIO.
+
+Fault injection goes through the same seam, so injected and real faults take the same path:
+
+* in-process: ``inject(dir, errno.EIO, ops={"write"}, count=1)`` makes the next write under ``dir`` fail;
+  ``count=None`` makes every matching op fail; ``clear()`` removes all rules;
+* out of process: start the server with ``KJBOD_FAULTS=/path/faults.json``. The seam stats that file on each
+  operation and re-reads it when it changes (a missing file means no faults), so a test can arm a fault while
+  the server runs. Format: ``{"faults": [{"dir": "/data/b", "errno": "EIO", "ops": ["write"], "count": 1}]}``
+  (a bare list works too; ``errno`` is a name or a number; ``ops`` and ``count`` are optional).
+
+With no rule and no ``KJBOD_FAULTS`` the cost is one attribute test per operation.
+
+Op names a rule can name: see :data:`OPS`.
+"""
+
+from __future__ import annotations
+
+import errno as _errno
+import fcntl
+import json
+import os
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, NoReturn
+
+import structlog
+
+from kjbod.storage.errors import KafkaStorageError, LogDirLockedError
+
+log = structlog.get_logger("kjbod.storage.fsio")
+
+OPS = frozenset(
+    {
+        "open",
+        "write",
+        "read",
+        "fsync",
+        "truncate",
+        "rename",
+        "unlink",
+        "rmdir",
+        "listdir",
+        "mkdir",
+        "stat",
+        "statvfs",
+        "lock",
+        "copy",
+        "dup",
+    }
+)
+
+FAULTS_ENV = "KJBOD_FAULTS"
+
+
+# --------------------------------------------------------------------------------------------- fault injection
+
+
+@dataclass
+class FaultRule:
+    dir: str
+    errno: int
+    ops: frozenset[str] | None = None
+    remaining: int | None = None
+
+    def matches(self, op: str, path: str) -> bool:
+        if self.ops is not None and op not in self.ops:
+            return False
+        d = self.dir
+        return path == d or path.startswith(d + os.sep)
+
+
+def _parse_errno(value: Any) -> int:
+    if isinstance(value, int):
+        return value
+    code = getattr(_errno, str(value).upper(), None)
+    if not isinstance(code, int):
+        raise ValueError(f"unknown errno name {value!r} in {FAULTS_ENV} file")
+    return code
+
+
+def _rule(dir: str, err: int, ops: Iterable[str] | None, count: int | None) -> FaultRule:
+    op_set = frozenset(ops) if ops is not None else None
+    if op_set is not None and not op_set <= OPS:
+        raise ValueError(f"unknown fault ops {sorted(op_set - OPS)}; known: {sorted(OPS)}")
+    return FaultRule(os.path.abspath(dir), err, op_set, count)
+
+
+class FaultInjector:
+    """Rules checked before each seam operation. ``active`` is the only thing the fast path reads."""
+
+    def __init__(self, env_path: str | None = None) -> None:
+        self._lock = threading.Lock()
+        self._rules: list[FaultRule] = []
+        self._env_path = env_path
+        self._env_sig: tuple[int, int, int] | None = None
+        self._env_rules: list[FaultRule] = []
+        self.active = env_path is not None
+
+    def inject(
+        self, dir: str, err: int = _errno.EIO, *, ops: Iterable[str] | None = None, count: int | None = None
+    ) -> FaultRule:
+        rule = _rule(dir, err, ops, count)
+        with self._lock:
+            self._rules.append(rule)
+            self.active = True
+        return rule
+
+    def clear(self) -> None:
+        with self._lock:
+            self._rules.clear()
+            self.active = self._env_path is not None
+
+    def _reload_env(self) -> None:
+        # Called with the lock held. A stat per operation is cheap next to the I/O and lets a test arm a fault
+        # in a running server by rewriting the file (mtime, size or inode changes).
+        path = self._env_path
+        assert path is not None
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            self._env_sig = None
+            self._env_rules = []
+            return
+        sig = (st.st_mtime_ns, st.st_size, st.st_ino)
+        if sig == self._env_sig:
+            return
+        self._env_sig = sig
+        try:
+            with open(path, encoding="utf-8") as f:
+                data = json.load(f)
+        except (OSError, ValueError):
+            # A half-written control file: keep the old rules, try again on the next operation.
+            self._env_sig = None
+            return
+        entries = data.get("faults", []) if isinstance(data, dict) else data
+        self._env_rules = [
+            _rule(e["dir"], _parse_errno(e.get("errno", "EIO")), e.get("ops"), e.get("count")) for e in entries
+        ]
+
+    def check(self, op: str, path: str) -> None:
+        """Raise the ``OSError`` of the first rule matching ``op`` on ``path``."""
+        with self._lock:
+            if self._env_path is not None:
+                self._reload_env()
+            for rules in (self._rules, self._env_rules):
+                for rule in rules:
+                    if not rule.matches(op, path):
+                        continue
+                    if rule.remaining is not None:
+                        if rule.remaining <= 0:
+                            continue
+                        rule.remaining -= 1
+                    raise OSError(rule.errno, f"{os.strerror(rule.errno)} (injected)", path)
+
+
+FAULTS = FaultInjector(os.environ.get(FAULTS_ENV) or None)
+
+
+def inject(
+    dir: str, err: int = _errno.EIO, *, ops: Iterable[str] | None = None, count: int | None = None
+) -> FaultRule:
+    """Make ``ops`` (default: all) on paths under ``dir`` fail with ``err``; ``count`` times, or always."""
+    return FAULTS.inject(dir, err, ops=ops, count=count)
+
+
+def clear() -> None:
+    """Remove every in-process fault rule."""
+    FAULTS.clear()
+
+
+# --------------------------------------------------------------------------------------------- file regions
+
+
+def _default_region_factory(fd: int, offset: int, count: int) -> Any:
+    from kjbod.wire.region import FileRegion
+
+    return FileRegion(fd, offset, count, os.close)
+
+
+# Builds the zero-copy region a read returns; the region owns the fd (a dup). Tests may replace it.
+region_factory: Callable[[int, int, int], Any] = _default_region_factory
+
+
+# --------------------------------------------------------------------------------------------- the seam
+
+OfflineCallback = Callable[["LogDirIO", str, BaseException], None]
+
+
+class LogDirIO:
+    """All file operations on one log dir, and that dir's online/offline state."""
+
+    def __init__(self, path: str, *, on_offline: OfflineCallback | None = None) -> None:
+        self.path = os.path.abspath(path)
+        self.online = True
+        self.offline_reason: str | None = None
+        self.on_offline = on_offline
+        self._state_lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"LogDirIO({self.path!r}, online={self.online})"
+
+    # -- state
+
+    def offline_error(self) -> KafkaStorageError:
+        return KafkaStorageError(f"log dir {self.path} is offline: {self.offline_reason}", log_dir=self.path)
+
+    def ensure_online(self) -> None:
+        if not self.online:
+            raise self.offline_error()
+
+    def fail(self, op: str, path: str, exc: BaseException) -> NoReturn:
+        """Mark this dir offline (once) because ``op`` on ``path`` failed, then raise KafkaStorageError."""
+        with self._state_lock:
+            first = self.online
+            if first:
+                self.online = False
+                self.offline_reason = f"{op} {path} failed: {exc}"
+        if first:
+            log.error("log_dir_offline", log_dir=self.path, op=op, path=path, error=str(exc))
+            callback = self.on_offline
+            if callback is not None:
+                callback(self, self.offline_reason or "", exc)
+        raise KafkaStorageError(
+            f"log dir {self.path} is offline: {op} {path} failed: {exc}", log_dir=self.path
+        ) from exc
+
+    def _pre(self, op: str, path: str) -> None:
+        if not self.online:
+            raise self.offline_error()
+        if FAULTS.active:
+            try:
+                FAULTS.check(op, path)
+            except OSError as e:
+                self.fail(op, path, e)
+
+    def join(self, *parts: str) -> str:
+        return os.path.join(self.path, *parts)
+
+    # -- path operations
+
+    def open(self, path: str, flags: int, mode: int = 0o644) -> FileHandle:
+        self._pre("open", path)
+        try:
+            fd = os.open(path, flags | os.O_CLOEXEC, mode)
+        except OSError as e:
+            self.fail("open", path, e)
+        return FileHandle(fd, path, self)
+
+    def open_or_none(self, path: str, flags: int = os.O_RDONLY) -> FileHandle | None:
+        """Open an existing file; None if it does not exist."""
+        self._pre("open", path)
+        try:
+            fd = os.open(path, flags | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            self.fail("open", path, e)
+        return FileHandle(fd, path, self)
+
+    def mkdir(self, path: str, *, exist_ok: bool = False, parents: bool = False) -> None:
+        self._pre("mkdir", path)
+        try:
+            if parents:
+                os.makedirs(path, exist_ok=exist_ok)
+            else:
+                os.mkdir(path)
+        except FileExistsError:
+            if not exist_ok:
+                raise
+        except OSError as e:
+            self.fail("mkdir", path, e)
+
+    def listdir(self, path: str | None = None) -> list[str]:
+        path = self.path if path is None else path
+        self._pre("listdir", path)
+        try:
+            return os.listdir(path)
+        except OSError as e:
+            self.fail("listdir", path, e)
+
+    def list_entries(self, path: str | None = None) -> list[tuple[str, bool]]:
+        """(name, is_dir) for each entry of ``path``; the type comes from the dirent where the fs gives it."""
+        path = self.path if path is None else path
+        self._pre("listdir", path)
+        try:
+            with os.scandir(path) as it:
+                return [(e.name, e.is_dir(follow_symlinks=False)) for e in it]
+        except OSError as e:
+            self.fail("listdir", path, e)
+
+    def stat_or_none(self, path: str) -> os.stat_result | None:
+        self._pre("stat", path)
+        try:
+            return os.stat(path)
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            self.fail("stat", path, e)
+
+    def exists(self, path: str) -> bool:
+        return self.stat_or_none(path) is not None
+
+    def rename(self, src: str, dst: str) -> None:
+        self._pre("rename", src)
+        if FAULTS.active:
+            self._pre("rename", dst)
+        try:
+            os.replace(src, dst)
+        except OSError as e:
+            self.fail("rename", src, e)
+
+    def unlink(self, path: str, *, missing_ok: bool = False) -> None:
+        self._pre("unlink", path)
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            if not missing_ok:
+                raise
+        except OSError as e:
+            self.fail("unlink", path, e)
+
+    def rmdir(self, path: str) -> None:
+        self._pre("rmdir", path)
+        try:
+            os.rmdir(path)
+        except OSError as e:
+            self.fail("rmdir", path, e)
+
+    def rmtree(self, path: str) -> None:
+        """Remove a directory tree (a ``-delete`` dir), every step through the seam."""
+        if self.stat_or_none(path) is None:
+            return
+        for name, is_dir in self.list_entries(path):
+            child = os.path.join(path, name)
+            if is_dir:
+                self.rmtree(child)
+            else:
+                self.unlink(child, missing_ok=True)
+        self.rmdir(path)
+
+    def statvfs(self) -> tuple[int, int]:
+        """(total bytes, usable bytes) of the filesystem holding this dir, as the JDK computes them."""
+        self._pre("statvfs", self.path)
+        try:
+            st = os.statvfs(self.path)
+        except OSError as e:
+            self.fail("statvfs", self.path, e)
+        return st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
+
+    def device(self) -> int:
+        """st_dev of the dir: dirs on one filesystem share free space (placement accounts for that)."""
+        self._pre("stat", self.path)
+        try:
+            return os.stat(self.path).st_dev
+        except OSError as e:
+            self.fail("stat", self.path, e)
+
+    def fsync_dir(self, path: str | None = None) -> None:
+        """fsync a directory so a rename or create in it is durable."""
+        path = self.path if path is None else path
+        self._pre("fsync", path)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as e:
+            self.fail("fsync", path, e)
+
+    def read_bytes_or_none(self, path: str) -> bytes | None:
+        fh = self.open_or_none(path)
+        if fh is None:
+            return None
+        try:
+            return fh.read_all()
+        finally:
+            fh.close()
+
+    def write_atomic(self, path: str, data: bytes, *, fsync: bool = True) -> None:
+        """Write ``path`` so a crash leaves either the old or the new content: temp file, fsync, rename, fsync
+        of the parent dir (the rename itself is only durable once the dir is synced)."""
+        tmp = path + ".tmp"
+        fh = self.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        try:
+            fh.write(data)
+            if fsync:
+                fh.fsync()
+        finally:
+            fh.close()
+        self.rename(tmp, path)
+        if fsync:
+            self.fsync_dir(os.path.dirname(path))
+
+    def lock(self, name: str = ".lock") -> FileHandle:
+        """Take the dir's lock file, so two servers cannot share a dir.
+
+        Both lock kinds are taken: ``flock`` (per open file, so it also excludes a second LogManager in this
+        process) and a POSIX ``lockf`` record lock (what a JVM's FileChannel.tryLock takes, so a Kafka broker
+        and kjbod exclude each other). Closing the handle releases both.
+        """
+        path = self.join(name)
+        fh = self.open(path, os.O_RDWR | os.O_CREAT)
+        self._pre("lock", path)
+        try:
+            fcntl.flock(fh.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.lockf(fh.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except (BlockingIOError, PermissionError) as e:
+            fh.close()
+            raise LogDirLockedError(
+                f"log dir {self.path} is in use: another kjbod or Kafka process holds {path} ({e.strerror})"
+            ) from e
+        except OSError as e:
+            fh.close()
+            self.fail("lock", path, e)
+        return fh
+
+
+def _fd_size(fd: int) -> int:
+    return os.fstat(fd).st_size
+
+
+class FileHandle:
+    """An fd opened through a :class:`LogDirIO`, so fd operations are checked against the same dir."""
+
+    __slots__ = ("fd", "path", "io")
+
+    def __init__(self, fd: int, path: str, io: LogDirIO) -> None:
+        self.fd = fd
+        self.path = path
+        self.io = io
+
+    def __repr__(self) -> str:
+        return f"FileHandle({self.path!r}, fd={self.fd})"
+
+    def write(self, data: bytes | bytearray | memoryview) -> int:
+        io = self.io
+        if not io.online:
+            raise io.offline_error()
+        try:
+            if FAULTS.active:
+                FAULTS.check("write", self.path)
+            view = memoryview(data)
+            total = len(view)
+            done = os.write(self.fd, view)
+            while done < total:
+                done += os.write(self.fd, view[done:])
+            return total
+        except OSError as e:
+            io.fail("write", self.path, e)
+
+    def writev(self, buffers: Sequence[bytes | bytearray | memoryview]) -> int:
+        """Write all buffers at the current position with as few syscalls as the kernel allows."""
+        io = self.io
+        if not io.online:
+            raise io.offline_error()
+        try:
+            if FAULTS.active:
+                FAULTS.check("write", self.path)
+            total = sum(len(b) for b in buffers)
+            done = os.writev(self.fd, buffers)
+            if done < total:
+                # Rare (a signal, a nearly full disk): finish the rest buffer by buffer.
+                skip = done
+                for b in buffers:
+                    n = len(b)
+                    if skip >= n:
+                        skip -= n
+                        continue
+                    view = memoryview(b)[skip:]
+                    skip = 0
+                    while len(view):
+                        view = view[os.write(self.fd, view) :]
+            return total
+        except OSError as e:
+            io.fail("write", self.path, e)
+
+    def pwrite(self, data: bytes | bytearray | memoryview, offset: int) -> None:
+        io = self.io
+        if not io.online:
+            raise io.offline_error()
+        try:
+            if FAULTS.active:
+                FAULTS.check("write", self.path)
+            view = memoryview(data)
+            while len(view):
+                n = os.pwrite(self.fd, view, offset)
+                view = view[n:]
+                offset += n
+        except OSError as e:
+            io.fail("write", self.path, e)
+
+    def pread(self, n: int, offset: int) -> bytes:
+        io = self.io
+        if not io.online:
+            raise io.offline_error()
+        try:
+            if FAULTS.active:
+                FAULTS.check("read", self.path)
+            return os.pread(self.fd, n, offset)
+        except OSError as e:
+            io.fail("read", self.path, e)
+
+    def read_all(self) -> bytes:
+        size = self.size()
+        chunks = []
+        offset = 0
+        while True:
+            chunk = self.pread(max(size - offset, 1 << 16), offset)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            offset += len(chunk)
+        return b"".join(chunks)
+
+    def fsync(self) -> None:
+        io = self.io
+        if not io.online:
+            raise io.offline_error()
+        try:
+            if FAULTS.active:
+                FAULTS.check("fsync", self.path)
+            os.fsync(self.fd)
+        except OSError as e:
+            io.fail("fsync", self.path, e)
+
+    def truncate(self, size: int) -> None:
+        io = self.io
+        io._pre("truncate", self.path)
+        try:
+            os.ftruncate(self.fd, size)
+        except OSError as e:
+            io.fail("truncate", self.path, e)
+
+    def seek_end(self) -> int:
+        io = self.io
+        io._pre("read", self.path)
+        try:
+            return os.lseek(self.fd, 0, os.SEEK_END)
+        except OSError as e:
+            io.fail("read", self.path, e)
+
+    def size(self) -> int:
+        io = self.io
+        io._pre("stat", self.path)
+        try:
+            return _fd_size(self.fd)
+        except OSError as e:
+            io.fail("stat", self.path, e)
+
+    def dup(self) -> int:
+        io = self.io
+        io._pre("dup", self.path)
+        try:
+            return os.dup(self.fd)
+        except OSError as e:
+            io.fail("dup", self.path, e)
+
+    def region(self, offset: int, count: int) -> Any:
+        """A zero-copy file region over this file that owns its own fd (a dup), for sendfile by the transport."""
+        fd = self.dup()
+        try:
+            return region_factory(fd, offset, count)
+        except BaseException:
+            os.close(fd)
+            raise
+
+    def copy_to(self, dst: FileHandle, offset: int, count: int, *, chunk: int = 8 << 20) -> int:
+        """Copy ``count`` bytes from ``offset`` of this file to ``dst``'s current position with os.sendfile (the
+        kernel copies; nothing passes through Python). Returns the bytes copied (fewer at end of file).
+
+        The replica mover copies closed segments this way. One syscall reads one dir and writes another, so when
+        it fails the source is probed with a 1-byte pread to decide which dir went bad."""
+        src_io, dst_io = self.io, dst.io
+        src_io.ensure_online()
+        dst_io.ensure_online()
+        if FAULTS.active:
+            src_io._pre("copy", self.path)
+            dst_io._pre("copy", dst.path)
+        copied = 0
+        try:
+            while copied < count:
+                n = os.sendfile(dst.fd, self.fd, offset + copied, min(chunk, count - copied))
+                if n == 0:
+                    break
+                copied += n
+        except OSError as e:
+            try:
+                os.pread(self.fd, 1, offset + copied)
+            except OSError as src_exc:
+                src_io.fail("copy", self.path, src_exc)
+            dst_io.fail("copy", dst.path, e)
+        return copied
+
+    def close(self) -> None:
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            try:
+                os.close(fd)
+            except OSError:
+                # close() errors are not actionable here: the data path already reported any write error.
+                pass

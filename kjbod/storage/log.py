@@ -1,0 +1,1042 @@
+"""One partition's log: a directory ``<topic>-<partition>`` of segments, appended to and read from.
+
+Strategy:
+
+* **Append** validates every batch (records.validate_batches), checks idempotent-producer sequences against a
+  scratch copy of the producer state, rolls the segment if needed, and writes all batches with one ``writev``:
+  per batch a freshly packed 16-byte prefix (BaseOffset, Length, PartitionLeaderEpoch) followed by a zero-copy
+  view of the rest of the producer's bytes. Nothing is fsynced unless ``flush.messages`` says so; Kafka relies
+  on the page cache and on replication, and so does kjbod (``flush.ms`` is honoured by the manager's tick).
+* **Read** finds the batch containing the offset with the sparse index plus a short header walk, then finds the
+  end of the read (whole batches only, at least one) with the index again, so a 1 MiB fetch reads a few batch
+  headers, never the data: the result is a list of file regions (fd dup, offset, count) sent with sendfile.
+* **Threads**: the event loop appends and reads; the manager's background thread flushes, applies retention and
+  deletes; a later replica mover copies closed segments. ``lock`` (a ``threading.Lock``) guards appends, reads
+  and every structural change (roll, truncate, retention, rename). fsync runs outside it on duplicated fds, so
+  a flush never stalls appends.
+* **Opening** after a clean shutdown reads the tail of the active segment only; after a crash every segment
+  from the recovery point on is re-validated, and an invalid tail is copied aside to
+  ``<segment>.log.<position>-<ms>.corrupt`` in the partition dir (Kafka's loader ignores files with unknown
+  suffixes), logged at warning with partition, offset and byte counts, then truncated; segments after it are
+  set aside the same way, as Kafka deletes them.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from bisect import bisect_right
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from kjbod.storage.checkpoint import (
+    PARTITION_METADATA_FILE,
+    CheckpointFormatError,
+    parse_partition_metadata,
+    render_partition_metadata,
+)
+from kjbod.storage.config import LONG_MAX, LogConfig
+from kjbod.storage.errors import (
+    CorruptMessageError,
+    InvalidRecordError,
+    KafkaStorageError,
+    OffsetOutOfRangeError,
+    RecordListTooLargeError,
+    UnknownTopicOrPartitionError,
+)
+from kjbod.storage.fsio import LogDirIO
+from kjbod.storage.ids import uuid_text
+from kjbod.storage.producer_state import ProducerStateManager, SnapshotFormatError
+from kjbod.storage.records import (
+    PREFIX,
+    BatchHeader,
+    Record,
+    UnsupportedCompressionError,
+    iter_records,
+    validate_batches,
+)
+from kjbod.storage.segment import (
+    CORRUPT_SUFFIX,
+    DELETED_SUFFIX,
+    INDEX_SUFFIX,
+    INT32_MAX,
+    LOG_SUFFIX,
+    SNAPSHOT_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    LogSegment,
+    parse_segment_file,
+    segment_name,
+)
+from kjbod.storage.tasks import DeletionQueue
+
+log = structlog.get_logger("kjbod.storage.log")
+
+# ListOffsets special timestamps (Kafka's ListOffsetsRequest)
+LATEST_TIMESTAMP = -1
+EARLIEST_TIMESTAMP = -2
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL_TIMESTAMP = -4
+
+
+def _wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True)
+class AppendInfo:
+    base_offset: int
+    last_offset: int
+    log_append_time: int
+    log_start_offset: int
+    record_count: int
+    duplicate: bool = False
+
+
+@dataclass
+class ReadResult:
+    regions: list[Any]
+    high_watermark: int
+    log_start_offset: int
+    log_end_offset: int
+
+    @property
+    def size(self) -> int:
+        return sum(getattr(r, "count", 0) for r in self.regions)
+
+
+@dataclass(frozen=True)
+class SegmentFile:
+    path: str
+    size: int
+
+
+@dataclass
+class LoadStats:
+    recovered_segments: int = 0
+    truncated_bytes: int = 0
+    replayed_batches: int = 0
+    rebuilt: bool = False
+    notes: list[str] = field(default_factory=list)
+
+
+class PartitionLog:
+    """The log of one partition (current or ``-future``) in one log dir."""
+
+    def __init__(
+        self,
+        io: LogDirIO,
+        dir_path: str,
+        topic: str,
+        partition: int,
+        topic_id: str | None,
+        config: LogConfig,
+        *,
+        is_future: bool = False,
+        clock: Callable[[], int] = _wall_ms,
+        deletions: DeletionQueue | None = None,
+        on_roll: Callable[[PartitionLog], None] | None = None,
+    ) -> None:
+        self.io = io
+        self.dir = dir_path
+        self.topic = topic
+        self.partition = partition
+        self.topic_id = topic_id
+        self.config = config
+        self.is_future = is_future
+        self.clock = clock
+        self.deletions = deletions if deletions is not None else DeletionQueue()
+        self.on_roll = on_roll
+        self.lock = threading.Lock()
+        self.segments: list[LogSegment] = []
+        self._bases: list[int] = []  # base offsets of self.segments, for bisect
+        self._leo = 0
+        self._log_start = 0
+        self._hw = 0
+        self.auto_high_watermark = True  # single node: HW follows LEO; replication turns this off
+        self.recovery_point = 0
+        self.producer_state = ProducerStateManager()
+        self._unflushed_messages = 0
+        self.last_flush_ms = clock()
+        self._dir_dirty = False  # a file was created or renamed in the dir since the last flush
+        self.closed = False
+        self.load_stats = LoadStats()
+
+    def __repr__(self) -> str:
+        return f"PartitionLog({self.topic}-{self.partition}, dir={self.dir!r})"
+
+    # ------------------------------------------------------------------------------------------ properties
+
+    @property
+    def log_dir(self) -> str:
+        return self.io.path
+
+    @property
+    def online(self) -> bool:
+        return self.io.online and not self.closed
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._leo
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start
+
+    @property
+    def high_watermark(self) -> int:
+        return self._hw
+
+    @high_watermark.setter
+    def high_watermark(self, value: int) -> None:
+        """Set by replication (which also sets ``auto_high_watermark = False``); clamped to [start, LEO]."""
+        with self.lock:
+            self._hw = max(self._log_start, min(value, self._leo))
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size for s in self.segments)
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self.segments[-1]
+
+    @property
+    def first_segment_base_offset(self) -> int:
+        return self.segments[0].base_offset
+
+    def _check_usable(self) -> None:
+        if not self.io.online:
+            raise self.io.offline_error()
+        if self.closed:
+            raise UnknownTopicOrPartitionError(f"partition {self.topic}-{self.partition} is closed or deleted")
+
+    # ------------------------------------------------------------------------------------------ creation
+
+    @classmethod
+    def create(
+        cls,
+        io: LogDirIO,
+        dir_path: str,
+        topic: str,
+        partition: int,
+        topic_id: Any,
+        config: LogConfig,
+        **kwargs: Any,
+    ) -> PartitionLog:
+        """Make the partition dir, write partition.metadata (before any data, as Kafka does), create the first
+        segment. ``topic_id`` may be Kafka text, 16 bytes or a ``uuid.UUID``; it is kept as text."""
+        topic_id = uuid_text(topic_id) if topic_id is not None else None
+        plog = cls(io, dir_path, topic, partition, topic_id, config, **kwargs)
+        io.mkdir(dir_path)
+        if topic_id is not None:
+            io.write_atomic(os.path.join(dir_path, PARTITION_METADATA_FILE), render_partition_metadata(topic_id).encode())
+        seg = plog._new_segment(0)
+        seg.create()
+        plog._set_segments([seg])
+        io.fsync_dir(dir_path)
+        io.fsync_dir(os.path.dirname(dir_path))
+        return plog
+
+    def _new_segment(self, base_offset: int, size: int = 0) -> LogSegment:
+        return LogSegment(
+            self.io,
+            self.dir,
+            base_offset,
+            index_interval_bytes=self.config.index_interval_bytes,
+            max_index_size=self.config.segment_index_bytes,
+            size=size,
+            created_ms=self.clock(),
+        )
+
+    def _set_segments(self, segments: list[LogSegment]) -> None:
+        self.segments = segments
+        self._bases = [s.base_offset for s in segments]
+
+    # ------------------------------------------------------------------------------------------ loading
+
+    @classmethod
+    def load(
+        cls,
+        io: LogDirIO,
+        dir_path: str,
+        topic: str,
+        partition: int,
+        config: LogConfig,
+        *,
+        had_clean_shutdown: bool,
+        recovery_point: int = 0,
+        log_start_offset: int | None = None,
+        high_watermark: int | None = None,
+        **kwargs: Any,
+    ) -> PartitionLog:
+        plog = cls(io, dir_path, topic, partition, None, config, **kwargs)
+        plog._load(had_clean_shutdown, recovery_point, log_start_offset, high_watermark)
+        return plog
+
+    def _load(self, clean: bool, recovery_point: int, lso_checkpoint: int | None, hw_checkpoint: int | None) -> None:
+        io = self.io
+        logs: dict[int, str] = {}
+        indexes: set[str] = set()
+        snapshots: dict[int, str] = {}
+        for name, is_dir in io.list_entries(self.dir):
+            if is_dir:
+                continue
+            path = os.path.join(self.dir, name)
+            if name == PARTITION_METADATA_FILE:
+                data = io.read_bytes_or_none(path)
+                if data is not None:
+                    try:
+                        self.topic_id = parse_partition_metadata(data.decode("utf-8", "replace"), path)
+                    except CheckpointFormatError as e:
+                        log.warning("partition_metadata_unreadable", partition=self.name, error=str(e))
+                continue
+            if name.endswith((DELETED_SUFFIX, ".cleaned", ".tmp")):
+                # Left over from a deletion or a write interrupted by the shutdown: finish the job.
+                io.unlink(path, missing_ok=True)
+                continue
+            parsed = parse_segment_file(name)
+            if parsed is None:
+                continue
+            base, suffix = parsed
+            if suffix == LOG_SUFFIX:
+                logs[base] = path
+            elif suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+                indexes.add(path)
+            elif suffix == SNAPSHOT_SUFFIX:
+                snapshots[base] = path
+        # An index without its log is useless (Kafka deletes it too).
+        for path in indexes:
+            base = int(os.path.basename(path)[:20])
+            if base not in logs:
+                io.unlink(path, missing_ok=True)
+        segments = []
+        for base in sorted(logs):
+            st = io.stat_or_none(logs[base])
+            segments.append(self._new_segment(base, st.st_size if st is not None else 0))
+        if not segments:
+            seg = self._new_segment(lso_checkpoint or 0)
+            seg.create()
+            segments = [seg]
+        self._set_segments(segments)
+
+        if clean:
+            try:
+                nxt = self.active_segment.load_tail()
+                self._leo = nxt if nxt is not None else self.active_segment.base_offset
+                self.recovery_point = self._leo
+            except CorruptMessageError as e:
+                # A clean marker with a broken tail (copied from elsewhere, or damaged since): recover it.
+                self.load_stats.notes.append(str(e))
+                clean = False
+                recovery_point = min(recovery_point, self.active_segment.base_offset)
+        if not clean:
+            self._recover_segments(recovery_point)
+
+        first_base = self.segments[0].base_offset
+        lso = max(lso_checkpoint if lso_checkpoint is not None else first_base, first_base)
+        self._log_start = min(lso, self._leo)
+        self._load_producer_state(snapshots)
+        if self.auto_high_watermark or hw_checkpoint is None:
+            self._hw = self._leo
+        else:
+            self._hw = max(self._log_start, min(hw_checkpoint, self._leo))
+
+    def _recover_segments(self, recovery_point: int) -> None:
+        stats = self.load_stats
+        start = max(bisect_right(self._bases, recovery_point) - 1, 0)
+        last_next: int | None = None
+        for i in range(start, len(self.segments)):
+            seg = self.segments[i]
+            result = seg.recover()
+            stats.recovered_segments += 1
+            last_next = result.next_offset
+            if result.truncated_bytes:
+                self._set_aside_tail(seg, result.valid_bytes, result.truncated_bytes, result.reason,
+                                     result.first_bad_offset, result.next_offset)
+                for bad in self.segments[i + 1 :]:
+                    self._set_aside_segment(bad)
+                self._set_segments(self.segments[: i + 1])
+                break
+        active = self.active_segment
+        # The active segment is always in the recovered range; empty, the log ends at its base offset.
+        self._leo = last_next if active.size > 0 and last_next is not None else active.base_offset
+        self.recovery_point = min(recovery_point, self._leo)
+
+    def _set_aside_tail(
+        self,
+        seg: LogSegment,
+        valid_bytes: int,
+        bad_bytes: int,
+        reason: str | None,
+        bad_offset: int | None,
+        next_offset: int | None,
+    ) -> None:
+        aside = f"{seg.log_path}.{valid_bytes}-{self.clock()}{CORRUPT_SUFFIX}"
+        seg.copy_range_to(aside, valid_bytes, valid_bytes + bad_bytes)
+        seg.truncate_bytes(valid_bytes)
+        self.load_stats.truncated_bytes += bad_bytes
+        log.warning(
+            "corrupt_log_tail_truncated",
+            partition=self.name,
+            log_dir=self.log_dir,
+            segment=os.path.basename(seg.log_path),
+            position=valid_bytes,
+            offset=next_offset if next_offset is not None else seg.base_offset,
+            claimed_offset=bad_offset,
+            truncated_bytes=bad_bytes,
+            kept_bytes=valid_bytes,
+            reason=reason,
+            copied_to=aside,
+        )
+
+    def _set_aside_segment(self, seg: LogSegment) -> None:
+        aside = f"{seg.log_path}.0-{self.clock()}{CORRUPT_SUFFIX}"
+        seg.close_quietly()
+        self.io.rename(seg.log_path, aside)
+        self.io.unlink(seg.index.path, missing_ok=True)
+        self.io.unlink(seg.time_index.path, missing_ok=True)
+        self.load_stats.truncated_bytes += seg.size
+        log.warning(
+            "log_segment_after_corruption_set_aside",
+            partition=self.name,
+            log_dir=self.log_dir,
+            segment=os.path.basename(seg.log_path),
+            offset=seg.base_offset,
+            truncated_bytes=seg.size,
+            copied_to=aside,
+        )
+
+    def _snapshot_path(self, offset: int) -> str:
+        return os.path.join(self.dir, segment_name(offset) + SNAPSHOT_SUFFIX)
+
+    def _load_producer_state(self, snapshots: dict[int, str]) -> None:
+        io = self.io
+        for off in [o for o in snapshots if o > self._leo]:
+            io.unlink(snapshots.pop(off), missing_ok=True)
+        start = self._log_start
+        self.producer_state.clear(start)
+        for off in sorted(snapshots, reverse=True):
+            if off < self._log_start:
+                continue
+            data = io.read_bytes_or_none(snapshots[off])
+            if data is None:
+                continue
+            try:
+                self.producer_state.load_snapshot(data, off)
+                start = off
+                break
+            except SnapshotFormatError as e:
+                log.warning("producer_snapshot_unreadable", partition=self.name, path=snapshots[off], error=str(e))
+                io.unlink(snapshots.pop(off), missing_ok=True)
+        if start < self._leo:
+            headers = list(self._iter_batch_headers(start))
+            self.producer_state.replay(headers)
+            self.load_stats.replayed_batches += len(headers)
+        self.producer_state.map_end_offset = self._leo
+
+    def _iter_batch_headers(self, from_offset: int):
+        i = max(bisect_right(self._bases, from_offset) - 1, 0)
+        first = True
+        for seg in self.segments[i:]:
+            if first:
+                found = seg.find_batch(from_offset)
+                first = False
+                if found is None:
+                    continue
+                start = found[0]
+            else:
+                start = 0
+            for _pos, header in seg.iter_headers(start):
+                yield header
+
+    @property
+    def name(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+    # ------------------------------------------------------------------------------------------ append
+
+    def append(self, records: bytes | bytearray | memoryview, *, leader_epoch: int = 0, now_ms: int | None = None) -> AppendInfo:
+        """Append a producer's batches: assign offsets, stamp the leader epoch, write. See the module doc."""
+        view = memoryview(records)
+        batches = validate_batches(view, max_message_bytes=self.config.max_message_bytes)
+        return self._append(view, batches, leader_epoch=leader_epoch, now_ms=now_ms, assign_offsets=True)
+
+    def append_as_follower(self, records: bytes | bytearray | memoryview, *, now_ms: int | None = None) -> AppendInfo:
+        """Append batches that already carry their offsets (a follower or a ``-future`` log catching up): the
+        bytes are stored unchanged; offsets must not go backwards."""
+        view = memoryview(records)
+        batches = validate_batches(view, max_message_bytes=max(self.config.max_message_bytes, len(view)),
+                                   from_client=False)
+        return self._append(view, batches, leader_epoch=None, now_ms=now_ms, assign_offsets=False)
+
+    def _append(
+        self,
+        view: memoryview,
+        batches: list[tuple[int, BatchHeader]],
+        *,
+        leader_epoch: int | None,
+        now_ms: int | None,
+        assign_offsets: bool,
+    ) -> AppendInfo:
+        total = len(view)
+        if total > self.config.segment_bytes:
+            raise RecordListTooLargeError(
+                f"{total} bytes of records exceed segment.bytes {self.config.segment_bytes} for {self.name}"
+            )
+        now = self.clock() if now_ms is None else now_ms
+        io = self.io
+        with self.lock:
+            if not io.online:
+                raise io.offline_error()
+            if self.closed:
+                raise UnknownTopicOrPartitionError(f"partition {self.name} is closed or deleted")
+            plan = self.producer_state.plan()
+            next_offset = self._leo
+            bases: list[int] = []
+            count = 0
+            max_ts = -1
+            for _pos, header in batches:
+                if assign_offsets:
+                    base = next_offset
+                    duplicate = plan.check(header, base)
+                    if duplicate is not None:
+                        return AppendInfo(duplicate.first_offset, duplicate.last_offset, -1, self._log_start,
+                                          duplicate.last_offset - duplicate.first_offset + 1, duplicate=True)
+                else:
+                    base = header.base_offset
+                    if base < next_offset:
+                        raise InvalidRecordError(
+                            f"out of order offsets for {self.name}: batch at {base} but the log ends at {next_offset}"
+                        )
+                    plan.check(header, base, from_client=False)
+                bases.append(base)
+                next_offset = base + header.last_offset_delta + 1
+                count += header.records_count
+                if header.max_timestamp > max_ts:
+                    max_ts = header.max_timestamp
+            first_base = bases[0]
+            last_offset = next_offset - 1
+            seg = self._maybe_roll(total, first_base, last_offset, max_ts, now)
+
+            buffers: list[Any] = []
+            meta: list[tuple[int, int, int, int]] = []
+            if assign_offsets:
+                epoch = leader_epoch if leader_epoch is not None else -1
+                for (pos, header), base in zip(batches, bases, strict=True):
+                    buffers.append(PREFIX.pack(base, header.length, epoch))
+                    buffers.append(view[pos + PREFIX.size : pos + header.size])
+                    meta.append((pos, base + header.last_offset_delta, header.max_timestamp, header.size))
+            else:
+                buffers.append(view)
+                meta = [(pos, h.last_offset, h.max_timestamp, h.size) for pos, h in batches]
+            seg.append(buffers, meta, total)
+            plan.commit(next_offset)
+            self._leo = next_offset
+            if self.auto_high_watermark:
+                self._hw = next_offset
+            self._unflushed_messages += count
+            flush_now = self._unflushed_messages >= self.config.flush_interval_messages
+            log_start = self._log_start
+        if flush_now:
+            self.flush()
+        return AppendInfo(first_base, last_offset, -1, log_start, count)
+
+    def _maybe_roll(self, total: int, first_offset: int, last_offset: int, max_ts: int, now: int) -> LogSegment:
+        seg = self.segments[-1]
+        cfg = self.config
+        if seg.size == 0:
+            if seg.base_offset != first_offset:
+                # A follower append that skips ahead: replace the empty segment with one at its offset.
+                return self._roll_locked(first_offset)
+            return seg
+        reason = None
+        if seg.size > cfg.segment_bytes - total:
+            reason = "segment.bytes"
+        elif seg.index_full():
+            reason = "index full"
+        elif last_offset - seg.base_offset > INT32_MAX:
+            reason = "offset overflow"
+        else:
+            rolling_ts = seg.rolling_based_timestamp()
+            waited = (max_ts - rolling_ts) if rolling_ts is not None and max_ts >= 0 else now - seg.created_ms
+            if waited > cfg.segment_ms:
+                reason = "segment.ms"
+        if reason is None:
+            return seg
+        return self._roll_locked(first_offset, reason)
+
+    def roll(self) -> LogSegment:
+        """Start a new segment at the log end offset (no-op if the active segment is empty)."""
+        with self.lock:
+            self._check_usable()
+            if self.active_segment.size == 0:
+                return self.active_segment
+            return self._roll_locked(self._leo, "requested")
+
+    def _roll_locked(self, new_base: int, reason: str = "follower offset jump") -> LogSegment:
+        old = self.segments[-1]
+        if old.size == 0:
+            # An empty active segment is replaced rather than left behind (Kafka does the same).
+            old.delete_files()
+            segments = self.segments[:-1]
+        else:
+            old.on_roll()
+            segments = list(self.segments)
+        new = self._new_segment(new_base)
+        new.create()
+        segments.append(new)
+        self._set_segments(segments)
+        self._dir_dirty = True
+        self._write_producer_snapshot(new_base, fsync=False)
+        log.debug("segment_rolled", partition=self.name, base_offset=new_base, reason=reason)
+        if self.on_roll is not None:
+            self.on_roll(self)
+        return new
+
+    def _write_producer_snapshot(self, offset: int, *, fsync: bool) -> None:
+        self.io.write_atomic(self._snapshot_path(offset), self.producer_state.snapshot_bytes(), fsync=fsync)
+        # Keep the two newest snapshots (enough to recover the active segment); older ones only cost a replay.
+        names = [n for n in self.io.listdir(self.dir) if n.endswith(SNAPSHOT_SUFFIX)]
+        offsets = sorted(int(n[:20]) for n in names if n[:20].isdigit())
+        for off in offsets[:-2]:
+            self.io.unlink(self._snapshot_path(off), missing_ok=True)
+
+    # ------------------------------------------------------------------------------------------ read
+
+    def read(
+        self,
+        offset: int,
+        max_bytes: int,
+        *,
+        max_offset: int | None = None,
+        min_one_batch: bool = True,
+    ) -> ReadResult:
+        """Whole batches from the one containing ``offset``, up to ``max_bytes`` (but at least one batch when
+        ``min_one_batch``) and below ``max_offset`` (e.g. the high watermark), as file regions."""
+        with self.lock:
+            self._check_usable()
+            leo, lso, hw = self._leo, self._log_start, self._hw
+            if offset < lso or offset > leo:
+                raise OffsetOutOfRangeError(
+                    f"offset {offset} is out of range for {self.name}: log start {lso}, log end {leo}"
+                )
+            limit = leo if max_offset is None else min(max_offset, leo)
+            regions: list[Any] = []
+            result = ReadResult(regions, hw, lso, leo)
+            if offset >= limit:
+                return result
+            budget = max_bytes
+            i = max(bisect_right(self._bases, offset) - 1, 0)
+            try:
+                while i < len(self.segments):
+                    if budget <= 0 and (regions or not min_one_batch):
+                        break
+                    seg = self.segments[i]
+                    found = seg.find_batch(offset)
+                    if found is None:
+                        i += 1
+                        continue
+                    start, first = found
+                    if first.base_offset >= limit:
+                        break
+                    end = self._slice_end(seg, start, budget, limit)
+                    if end == start:
+                        if regions or not min_one_batch:
+                            break
+                        end = start + first.size
+                    regions.append(seg.region(start, end - start))
+                    budget -= end - start
+                    if end < seg.size:
+                        break
+                    i += 1
+                    if i < len(self.segments):
+                        offset = self.segments[i].base_offset
+            except BaseException:
+                for r in regions:
+                    close = getattr(r, "close", None)
+                    if close is not None:
+                        close()
+                raise
+            return result
+
+    def _slice_end(self, seg: LogSegment, start: int, budget: int, limit: int) -> int:
+        """The largest batch boundary ``end`` with ``end - start <= budget`` such that every batch in
+        [start, end) begins below offset ``limit``; ``start`` if the first batch does not fit."""
+        hi = seg.size
+        if limit < self._leo:
+            _, pos = seg.index.lookup(limit)
+            for p, h in seg.iter_headers(max(pos, start)):
+                if h.base_offset >= limit or h.last_offset >= limit:
+                    hi = p if h.base_offset >= limit else p + h.size
+                    break
+        target = min(start + budget, hi)
+        pos = max(_floor_position(seg, target), start)
+        end = pos
+        for p, h in seg.iter_headers(pos, hi):
+            if p + h.size > target:
+                break
+            end = p + h.size
+        return end
+
+    def read_bytes(self, offset: int, max_bytes: int, *, max_offset: int | None = None) -> bytes:
+        """The bytes :meth:`read` would send (tests, the mover's catch-up, timestamp lookups)."""
+        with self.lock:
+            self._check_usable()
+            leo, lso = self._leo, self._log_start
+            if offset < lso or offset > leo:
+                raise OffsetOutOfRangeError(f"offset {offset} is out of range for {self.name}: [{lso}, {leo}]")
+            limit = leo if max_offset is None else min(max_offset, leo)
+            out = bytearray()
+            if offset >= limit:
+                return bytes(out)
+            i = max(bisect_right(self._bases, offset) - 1, 0)
+            while i < len(self.segments) and (len(out) < max_bytes or not out):
+                seg = self.segments[i]
+                found = seg.find_batch(offset)
+                if found is not None:
+                    start, first = found
+                    if first.base_offset >= limit:
+                        break
+                    end = self._slice_end(seg, start, max_bytes - len(out), limit)
+                    if end == start:
+                        if out:
+                            break
+                        end = start + first.size
+                    out += seg.read_bytes(start, end - start)
+                    if end < seg.size:
+                        break
+                i += 1
+                if i < len(self.segments):
+                    offset = self.segments[i].base_offset
+            return bytes(out)
+
+    # ------------------------------------------------------------------------------------------ timestamps
+
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """ListOffsets: the first record with timestamp >= ``timestamp`` as (offset, timestamp), or None.
+        The special values -1 (latest), -2 (earliest), -3 (max timestamp), -4 (earliest local) are handled."""
+        if timestamp == EARLIEST_TIMESTAMP or timestamp == EARLIEST_LOCAL_TIMESTAMP:
+            return self.earliest_offset()
+        if timestamp == LATEST_TIMESTAMP:
+            return self.latest_offset()
+        if timestamp == MAX_TIMESTAMP:
+            return self.max_timestamp_offset()
+        with self.lock:
+            self._check_usable()
+            lso = self._log_start
+            for seg in self.segments:
+                if seg.size == 0 or seg.max_timestamp < timestamp:
+                    continue
+                seg.ensure_indexes_loaded()
+                _, ts_offset = seg.time_index.lookup(timestamp)
+                _, pos = seg.index.lookup(max(ts_offset, lso))
+                for p, h in seg.iter_headers(pos):
+                    if h.max_timestamp < timestamp or h.last_offset < lso:
+                        continue
+                    for rec in self._records_of(seg, p, h):
+                        if rec.timestamp >= timestamp and rec.offset >= lso:
+                            return (rec.offset, rec.timestamp)
+            return None
+
+    def _records_of(self, seg: LogSegment, pos: int, header: BatchHeader) -> list[Record]:
+        try:
+            return list(iter_records(seg.read_bytes(pos, header.size)))
+        except UnsupportedCompressionError:
+            # Without the codec, answer at batch granularity (the batch's first offset and max timestamp).
+            return [Record(header.base_offset, header.max_timestamp, None, None, [])]
+
+    def earliest_offset(self) -> tuple[int, int]:
+        self._check_usable()
+        return (self._log_start, -1)
+
+    def latest_offset(self) -> tuple[int, int]:
+        self._check_usable()
+        return (self._leo, -1)
+
+    def max_timestamp_offset(self) -> tuple[int, int] | None:
+        """KIP-734: the record with the largest timestamp (the first one, if several), as (offset, timestamp)."""
+        with self.lock:
+            self._check_usable()
+            best: tuple[int, int, LogSegment] | None = None
+            for seg in self.segments:
+                if seg.size == 0:
+                    continue
+                ts, off = seg.max_timestamp_and_offset
+                if ts >= 0 and (best is None or ts > best[0]):
+                    best = (ts, off, seg)
+            if best is None:
+                return None
+            ts, off, seg = best
+            found = seg.find_batch(off)
+            if found is None:
+                return (off, ts)
+            pos, header = found
+            for rec in self._records_of(seg, pos, header):
+                if rec.timestamp == ts:
+                    return (rec.offset, ts)
+            return (off, ts)
+
+    # ------------------------------------------------------------------------------------------ flush
+
+    def flush(self, up_to: int | None = None) -> None:
+        """fsync data below ``up_to`` (default: everything) and advance the recovery point. The fsyncs run on
+        duplicated fds outside the lock, so appends continue meanwhile."""
+        with self.lock:
+            self._check_usable()
+            target = self._leo if up_to is None else min(up_to, self._leo)
+            if target <= self.recovery_point and not self._dir_dirty:
+                return
+            first = max(bisect_right(self._bases, self.recovery_point) - 1, 0)
+            handles = []
+            try:
+                for seg in self.segments[first:]:
+                    if seg.base_offset >= target and seg.size:
+                        break
+                    handles.extend(seg.handles_for_flush())
+            except BaseException:
+                for h in handles:
+                    h.close()
+                raise
+            dir_dirty = self._dir_dirty
+            self._dir_dirty = False
+            flushed_messages = self._unflushed_messages if target >= self._leo else 0
+        try:
+            for h in handles:
+                h.fsync()
+            if dir_dirty:
+                self.io.fsync_dir(self.dir)
+        finally:
+            for h in handles:
+                h.close()
+        with self.lock:
+            if target > self.recovery_point:
+                self.recovery_point = target
+            self._unflushed_messages = max(0, self._unflushed_messages - flushed_messages)
+            self.last_flush_ms = self.clock()
+
+    def flush_if_due(self, now_ms: int) -> bool:
+        """``flush.ms``: flush when the oldest unflushed data is older than the interval."""
+        if self.config.flush_interval_ms >= LONG_MAX or self._leo <= self.recovery_point:
+            return False
+        if now_ms - self.last_flush_ms < self.config.flush_interval_ms:
+            return False
+        self.flush()
+        return True
+
+    # ------------------------------------------------------------------------------------------ retention
+
+    def delete_old_segments(self, now_ms: int | None = None) -> int:
+        """Apply retention.ms, then retention.bytes, then the log start offset (Kafka's order and rules);
+        returns the number of segments deleted. Never deletes data at or above the high watermark; if every
+        segment is due, the log rolls first so an empty active segment remains."""
+        now = self.clock() if now_ms is None else now_ms
+        cfg = self.config
+        with self.lock:
+            self._check_usable()
+            deleted = 0
+            if cfg.retention_ms >= 0:
+                deleted += self._delete_segments(
+                    lambda seg, nxt: now - seg.largest_timestamp() > cfg.retention_ms, "retention.ms"
+                )
+            if cfg.retention_bytes >= 0:
+                diff = self.size_bytes - cfg.retention_bytes
+                if diff > 0:
+                    state = {"diff": diff}
+
+                    def over_size(seg: LogSegment, nxt: LogSegment | None) -> bool:
+                        if state["diff"] - seg.size >= 0:
+                            state["diff"] -= seg.size
+                            return True
+                        return False
+
+                    deleted += self._delete_segments(over_size, "retention.bytes")
+            deleted += self._delete_segments(
+                lambda seg, nxt: nxt is not None and nxt.base_offset <= self._log_start, "log start offset"
+            )
+            return deleted
+
+    def _delete_segments(self, predicate: Callable[[LogSegment, LogSegment | None], bool], reason: str) -> int:
+        deletable: list[LogSegment] = []
+        segs = self.segments
+        for i, seg in enumerate(segs):
+            nxt = segs[i + 1] if i + 1 < len(segs) else None
+            upper = nxt.base_offset if nxt is not None else self._leo
+            last_and_empty = nxt is None and seg.size == 0
+            if last_and_empty or self._hw < upper or not predicate(seg, nxt):
+                break
+            deletable.append(seg)
+        if not deletable:
+            return 0
+        if len(deletable) == len(self.segments):
+            self._roll_locked(self._leo, reason)
+            if deletable[-1].base_offset == self.segments[-1].base_offset:
+                deletable.pop()
+        remaining = [s for s in self.segments if s not in deletable]
+        self._set_segments(remaining)
+        for seg in deletable:
+            self._schedule_segment_deletion(seg)
+        new_start = self.segments[0].base_offset
+        if new_start > self._log_start:
+            self._log_start = min(new_start, self._leo)
+            self._delete_old_snapshots()
+        log.info(
+            "segments_deleted",
+            partition=self.name,
+            reason=reason,
+            segments=[s.base_offset for s in deletable],
+            log_start_offset=self._log_start,
+        )
+        return len(deletable)
+
+    def _schedule_segment_deletion(self, seg: LogSegment) -> None:
+        seg.close_quietly()
+        seg.rename_for_deletion()
+        self._dir_dirty = True
+        self.deletions.schedule(
+            self.clock() + self.config.file_delete_delay_ms, seg.log_path, seg.delete_files
+        )
+
+    def _delete_old_snapshots(self) -> None:
+        for name in self.io.listdir(self.dir):
+            if name.endswith(SNAPSHOT_SUFFIX) and name[:20].isdigit() and int(name[:20]) < self._log_start:
+                # Keep the one the producer state could be rebuilt from only if it is at the log start.
+                self.io.unlink(os.path.join(self.dir, name), missing_ok=True)
+
+    def advance_log_start_offset(self, offset: int) -> None:
+        """DeleteRecords: move the log start forward (to at most the high watermark) and drop whole segments
+        below it."""
+        with self.lock:
+            self._check_usable()
+            if offset > self._hw:
+                raise OffsetOutOfRangeError(
+                    f"cannot move the log start of {self.name} to {offset}, above the high watermark {self._hw}"
+                )
+            if offset <= self._log_start:
+                return
+            self._log_start = offset
+            self._delete_segments(
+                lambda seg, nxt: nxt is not None and nxt.base_offset <= self._log_start, "log start offset"
+            )
+
+    def expire_producers(self, now_ms: int, expiration_ms: int) -> int:
+        with self.lock:
+            return self.producer_state.remove_expired(now_ms, expiration_ms)
+
+    # ------------------------------------------------------------------------------------------ truncation
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop everything at and above ``offset`` (a follower diverging from its leader)."""
+        with self.lock:
+            self._check_usable()
+            if offset >= self._leo:
+                return
+            if offset < self._log_start:
+                self._truncate_fully_locked(offset)
+                return
+            doomed = [s for s in self.segments if s.base_offset > offset]
+            keep = [s for s in self.segments if s.base_offset <= offset]
+            if not keep:
+                self._truncate_fully_locked(offset)
+                return
+            self._set_segments(keep)
+            for seg in doomed:
+                self._schedule_segment_deletion(seg)
+            keep[-1].truncate_to_offset(offset)
+            self._leo = offset
+            self._after_truncation(offset)
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        with self.lock:
+            self._check_usable()
+            self._truncate_fully_locked(offset)
+
+    def _truncate_fully_locked(self, offset: int) -> None:
+        doomed = list(self.segments)
+        new = self._new_segment(offset)
+        new.create()
+        self._set_segments([new])
+        for seg in doomed:
+            self._schedule_segment_deletion(seg)
+        self._leo = offset
+        self._log_start = offset
+        self._after_truncation(offset)
+
+    def _after_truncation(self, offset: int) -> None:
+        self.recovery_point = min(self.recovery_point, offset)
+        self._hw = min(self._hw, offset) if not self.auto_high_watermark else offset
+        self._dir_dirty = True
+        snapshots = {}
+        for name in self.io.listdir(self.dir):
+            if name.endswith(SNAPSHOT_SUFFIX) and name[:20].isdigit():
+                snapshots[int(name[:20])] = os.path.join(self.dir, name)
+        self._load_producer_state(snapshots)
+
+    # ------------------------------------------------------------------------------------------ files
+
+    def segment_files(self, *, include_active: bool = False) -> list[SegmentFile]:
+        """(path, size) of the files of closed segments (and the active one if asked), oldest first: what a
+        replica mover copies with sendfile before it catches up on the tail through reads."""
+        with self.lock:
+            self._check_usable()
+            segs = self.segments if include_active else self.segments[:-1]
+            out = []
+            for seg in segs:
+                out.append(SegmentFile(seg.log_path, seg.size))
+                for path in (seg.index.path, seg.time_index.path):
+                    st = self.io.stat_or_none(path)
+                    if st is not None:
+                        out.append(SegmentFile(path, st.st_size))
+            return out
+
+    def relocate(self, new_dir: str) -> None:
+        """The partition dir was renamed (``-delete``, or a future log promoted): update every path."""
+        old = self.dir
+        self.dir = new_dir
+        for seg in self.segments:
+            seg.dir_path = new_dir
+            seg.log_path = os.path.join(new_dir, os.path.relpath(seg.log_path, old))
+            seg.index.path = os.path.join(new_dir, os.path.relpath(seg.index.path, old))
+            seg.time_index.path = os.path.join(new_dir, os.path.relpath(seg.time_index.path, old))
+
+    # ------------------------------------------------------------------------------------------ close
+
+    def close(self) -> None:
+        """Clean close: flush, record final time-index entries, trim indexes, snapshot producer state."""
+        with self.lock:
+            if self.closed:
+                return
+            self.closed = True
+            if not self.io.online:
+                for seg in self.segments:
+                    seg.close_quietly()
+                return
+            try:
+                for seg in self.segments[max(bisect_right(self._bases, self.recovery_point) - 1, 0):]:
+                    seg.flush()
+                self.recovery_point = self._leo
+                self._write_producer_snapshot(self._leo, fsync=True)
+                for seg in self.segments:
+                    seg.close()
+                self.io.fsync_dir(self.dir)
+            except KafkaStorageError:
+                for seg in self.segments:
+                    seg.close_quietly()
+                raise
+
+    def close_quietly(self) -> None:
+        """Release fds without writing (the dir is going away or offline)."""
+        with self.lock:
+            self.closed = True
+            for seg in self.segments:
+                seg.close_quietly()
+
+
+def _floor_position(seg: LogSegment, target: int) -> int:
+    """Position of the last indexed batch starting at or before byte ``target`` (0 if none)."""
+    positions = seg.index._positions
+    i = bisect_right(positions, target) - 1
+    return positions[i] if i >= 0 else 0

@@ -1,0 +1,733 @@
+"""The LogManager: every partition log of this node, across all its log dirs (JBOD).
+
+Strategy:
+
+* **open()** locks every log dir, checks meta.properties (meta.ensure_meta_properties), then loads each dir in
+  its own thread (Kafka's recovery threads per data dir): the clean-shutdown marker decides between the cheap
+  load and the recovery of everything past the recovery point; ``-delete`` dirs are removed, ``-future`` dirs
+  are loaded and kept aside for the replica mover, ``-stray`` dirs are listed and left alone. The marker is
+  deleted once the dir is loaded, so a crash from then on is seen as unclean.
+* **A failing dir** (any OSError in the fsio seam) goes offline on its own: its partitions raise
+  KafkaStorageError, the others keep serving; ``on_dir_offline(path)`` is called once per dir and
+  ``on_all_dirs_offline()`` once when none is left (the node should then stop, as Kafka halts). Both callbacks
+  may run on the background thread: an asyncio node should hop back with ``loop.call_soon_threadsafe``.
+* **Background work** (delayed deletions, flushing rolled segments, ``flush.ms``, checkpoints, retention,
+  producer-id expiry) is :meth:`tick`, run by the node on a timer or by :meth:`start_background`'s thread.
+* **close()** is the clean shutdown: every log flushed and closed, checkpoints written, then the
+  ``.kafka_cleanshutdown`` marker, then the locks released.
+
+Partition dir names are Kafka's: ``<topic>-<partition>``, ``<topic>-<partition>.<32 hex>-future``, ``-delete``
+and ``-stray``. The metadata log dir is checked (meta.properties) but not locked or loaded unless it is also a
+log dir: its owner (the metadata log) locks it when it is not one of ``log.dirs``, as Kafka's raft manager does.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from kjbod.storage.checkpoint import (
+    CLEAN_SHUTDOWN_FILE,
+    LOG_START_OFFSET_CHECKPOINT,
+    RECOVERY_POINT_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
+    CheckpointFormatError,
+    parse_clean_shutdown,
+    read_offset_checkpoint,
+    render_clean_shutdown,
+    write_offset_checkpoint,
+)
+from kjbod.storage.config import LogConfig
+from kjbod.storage.errors import (
+    DuplicateLogError,
+    InvalidTopicError,
+    KafkaStorageError,
+    LogDirNotFoundError,
+    StorageSetupError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+)
+from kjbod.storage.fsio import FileHandle, LogDirIO
+from kjbod.storage.log import PartitionLog, _wall_ms
+from kjbod.storage.meta import MetaProperties, ensure_meta_properties
+from kjbod.storage.placement import MOST_USABLE, POLICIES, DirCandidate, choose_dirs
+from kjbod.storage.tasks import DeletionQueue
+
+log = structlog.get_logger("kjbod.storage.manager")
+
+FUTURE_DIR_SUFFIX = "-future"
+DELETE_DIR_SUFFIX = "-delete"
+STRAY_DIR_SUFFIX = "-stray"
+METADATA_TOPIC_DIR = "__cluster_metadata-0"
+MAX_TOPIC_LENGTH = 249
+_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
+_SUFFIXED = re.compile(r"^(\S+)-(\d+)\.([0-9a-f]{32})(-future|-delete|-stray)$")
+
+TopicPartition = tuple[str, int]
+
+
+def validate_topic_name(topic: str) -> None:
+    if not topic or topic in (".", ".."):
+        raise InvalidTopicError(f"topic name {topic!r} is not allowed")
+    if len(topic) > MAX_TOPIC_LENGTH:
+        raise InvalidTopicError(f"topic name is longer than {MAX_TOPIC_LENGTH} characters")
+    if not _LEGAL_TOPIC.match(topic):
+        raise InvalidTopicError(f"topic name {topic!r} has characters other than ASCII letters, digits, '.', '_', '-'")
+
+
+def parse_partition_dir_name(name: str) -> tuple[str, int, str | None] | None:
+    """(topic, partition, suffix or None) for a partition dir name, None if it is not one."""
+    m = _SUFFIXED.match(name)
+    if m:
+        return m.group(1), int(m.group(2)), m.group(4)
+    topic, sep, part = name.rpartition("-")
+    if not sep or not topic or not part.isdigit():
+        return None
+    return topic, int(part), None
+
+
+def suffixed_dir_name(topic: str, partition: int, suffix: str) -> str:
+    """``<topic>-<partition>.<32 hex>-<suffix>``; -delete and -stray names are capped at 255 characters by
+    shortening the topic, as Kafka does."""
+    tail = f"-{partition}.{os.urandom(16).hex()}{suffix}"
+    if suffix != FUTURE_DIR_SUFFIX:
+        topic = topic[: max(1, 255 - len(tail))]
+    return topic + tail
+
+
+@dataclass(frozen=True)
+class LogDirInfo:
+    path: str
+    directory_id: str | None
+    online: bool
+    total_bytes: int  # -1 when offline (Kafka's UNKNOWN_VOLUME_BYTES)
+    usable_bytes: int
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class PartitionSpec:
+    topic: str
+    partition: int
+    topic_id: str | None = None
+    config: LogConfig | None = None
+    dir: str | None = None  # a log dir path or directory id; None: placement decides
+
+
+class _Dir:
+    def __init__(self, io: LogDirIO) -> None:
+        self.io = io
+        self.directory_id: str | None = None
+        self.lock: FileHandle | None = None
+        self.had_clean_shutdown = False
+        self.clean_shutdown_epoch = -1
+        self.stray: list[str] = []
+
+
+class LogManager:
+    def __init__(
+        self,
+        log_dirs: Sequence[str],
+        *,
+        metadata_log_dir: str | None = None,
+        node_id: int,
+        defaults: LogConfig | None = None,
+        placement_policy: str = MOST_USABLE,
+        on_all_dirs_offline: Callable[[], None] | None = None,
+        on_dir_offline: Callable[[str], None] | None = None,
+        clock: Callable[[], int] = _wall_ms,
+        checkpoint_interval_ms: int = 60_000,
+        hw_checkpoint_interval_ms: int = 5_000,
+        retention_check_interval_ms: int = 300_000,
+        producer_id_expiration_ms: int = 86_400_000,
+        recovery_threads: int | None = None,
+    ) -> None:
+        if not log_dirs:
+            raise ValueError("at least one log dir is needed")
+        if placement_policy not in POLICIES:
+            raise ValueError(f"unknown placement policy {placement_policy!r}; known: {', '.join(POLICIES)}")
+        paths = list(dict.fromkeys(os.path.abspath(d) for d in log_dirs))
+        self.node_id = node_id
+        self.metadata_log_dir = os.path.abspath(metadata_log_dir) if metadata_log_dir else paths[0]
+        self.defaults = defaults or LogConfig()
+        self.placement_policy = placement_policy
+        self.on_all_dirs_offline = on_all_dirs_offline
+        self.on_dir_offline = on_dir_offline
+        self.clock = clock
+        self.checkpoint_interval_ms = checkpoint_interval_ms
+        self.hw_checkpoint_interval_ms = hw_checkpoint_interval_ms
+        self.retention_check_interval_ms = retention_check_interval_ms
+        self.producer_id_expiration_ms = producer_id_expiration_ms
+        self.recovery_threads = recovery_threads
+        self._dirs: dict[str, _Dir] = {p: _Dir(LogDirIO(p, on_offline=self._dir_failed)) for p in paths}
+        self._logs: dict[TopicPartition, PartitionLog] = {}
+        self._futures: dict[TopicPartition, PartitionLog] = {}
+        self._lock = threading.RLock()  # guards the two maps and create/delete
+        self.deletions = DeletionQueue()
+        self._rolled: set[PartitionLog] = set()
+        self._rolled_lock = threading.Lock()
+        self._all_offline_reported = False
+        self._opened = False
+        self._closed = False
+        now = clock()
+        self._last_checkpoint = now
+        self._last_hw_checkpoint = now
+        self._last_retention = now
+        self._bg_thread: threading.Thread | None = None
+        self._bg_stop = threading.Event()
+
+    # ------------------------------------------------------------------------------------------ dirs
+
+    def _dir_failed(self, io: LogDirIO, reason: str, exc: BaseException) -> None:
+        if self.on_dir_offline is not None:
+            try:
+                self.on_dir_offline(io.path)
+            except Exception:  # a callback bug must not hide the disk failure
+                log.exception("on_dir_offline_failed", log_dir=io.path)
+        if self._opened and not any(d.io.online for d in self._dirs.values()) and not self._all_offline_reported:
+            self._all_offline_reported = True
+            log.error("all_log_dirs_offline", log_dirs=list(self._dirs))
+            if self.on_all_dirs_offline is not None:
+                self.on_all_dirs_offline()
+
+    @property
+    def dirs(self) -> list[LogDirInfo]:
+        """Every configured log dir, with statvfs sizes for the online ones (DescribeLogDirs)."""
+        out = []
+        for path, d in self._dirs.items():
+            total = usable = -1
+            if d.io.online:
+                try:
+                    total, usable = d.io.statvfs()
+                except KafkaStorageError:
+                    pass
+            out.append(LogDirInfo(path, d.directory_id, d.io.online, total, usable, d.io.offline_reason))
+        return out
+
+    @property
+    def online_dirs(self) -> list[str]:
+        return [p for p, d in self._dirs.items() if d.io.online]
+
+    def directory_ids(self, *, online_only: bool = True) -> dict[str, str]:
+        """{directory id: path} (BrokerRegistration's LogDirs are the online ids)."""
+        return {
+            d.directory_id: p
+            for p, d in self._dirs.items()
+            if d.directory_id is not None and (d.io.online or not online_only)
+        }
+
+    def had_clean_shutdown(self, path: str) -> bool:
+        return self._dirs[os.path.abspath(path)].had_clean_shutdown
+
+    def stray_dirs(self) -> list[str]:
+        return [s for d in self._dirs.values() for s in d.stray]
+
+    def _resolve_dir(self, dir: str) -> _Dir:
+        d = self._dirs.get(os.path.abspath(dir)) if os.path.isabs(dir) else None
+        if d is None:
+            for cand in self._dirs.values():
+                if cand.directory_id == dir:
+                    d = cand
+                    break
+        if d is None:
+            raise LogDirNotFoundError(f"{dir} is not one of this node's log dirs")
+        d.io.ensure_online()
+        return d
+
+    # ------------------------------------------------------------------------------------------ open
+
+    def open(self) -> None:
+        if self._opened:
+            raise RuntimeError("LogManager.open() called twice")
+        try:
+            for d in self._dirs.values():
+                if d.io.stat_or_none(d.io.path) is not None:
+                    d.lock = d.io.lock()
+            meta_io = [d.io for d in self._dirs.values()]
+            if self.metadata_log_dir not in self._dirs:
+                meta_io.append(LogDirIO(self.metadata_log_dir))
+            metas = ensure_meta_properties(meta_io, metadata_log_dir=self.metadata_log_dir, node_id=self.node_id)
+            for path, d in self._dirs.items():
+                meta: MetaProperties | None = metas.get(path)
+                if meta is not None:
+                    d.directory_id = meta.directory_id
+            online = [d for d in self._dirs.values() if d.io.online]
+            if not online:
+                raise StorageSetupError("no log dir could be opened")
+            started = time.monotonic()
+            workers = self.recovery_threads or len(online)
+            with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kjbod-log-load") as pool:
+                results = list(pool.map(self._load_dir, online))
+            for d, (current, future) in zip(online, results, strict=True):
+                for tp, plog in current.items():
+                    other = self._logs.get(tp)
+                    if other is not None:
+                        raise DuplicateLogError(
+                            f"partition {tp[0]}-{tp[1]} has a log in {other.log_dir} and in {d.io.path}: a log dir "
+                            "failed while a future replica was replacing the current one; remove the stale copy"
+                        )
+                    self._logs[tp] = plog
+                for tp, plog in future.items():
+                    if tp in self._futures:
+                        raise DuplicateLogError(
+                            f"partition {tp[0]}-{tp[1]} has future logs in {self._futures[tp].log_dir} and {d.io.path}"
+                        )
+                    self._futures[tp] = plog
+        except BaseException:
+            self._release_everything()
+            raise
+        self._opened = True
+        log.info(
+            "log_manager_opened",
+            log_dirs=len(self._dirs),
+            online=len(self.online_dirs),
+            partitions=len(self._logs),
+            future_logs=len(self._futures),
+            seconds=round(time.monotonic() - started, 3),
+        )
+
+    def _release_everything(self) -> None:
+        for plog in [*self._logs.values(), *self._futures.values()]:
+            plog.close_quietly()
+        self._logs.clear()
+        self._futures.clear()
+        for d in self._dirs.values():
+            if d.lock is not None:
+                d.lock.close()
+                d.lock = None
+
+    def _read_checkpoint(self, io: LogDirIO, name: str) -> dict[TopicPartition, int]:
+        try:
+            return read_offset_checkpoint(io, name) or {}
+        except CheckpointFormatError as e:
+            log.warning("checkpoint_unreadable", log_dir=io.path, file=name, error=str(e))
+            return {}
+
+    def _load_dir(self, d: _Dir) -> tuple[dict[TopicPartition, PartitionLog], dict[TopicPartition, PartitionLog]]:
+        io = d.io
+        current: dict[TopicPartition, PartitionLog] = {}
+        future: dict[TopicPartition, PartitionLog] = {}
+        try:
+            marker = io.read_bytes_or_none(io.join(CLEAN_SHUTDOWN_FILE))
+            clean = marker is not None
+            d.had_clean_shutdown = clean
+            d.clean_shutdown_epoch = parse_clean_shutdown(marker.decode("utf-8", "replace")) if marker else -1
+            recovery = self._read_checkpoint(io, RECOVERY_POINT_CHECKPOINT)
+            starts = self._read_checkpoint(io, LOG_START_OFFSET_CHECKPOINT)
+            hws = self._read_checkpoint(io, REPLICATION_OFFSET_CHECKPOINT)
+            recovered = 0
+            for name, is_dir in sorted(io.list_entries()):
+                if not is_dir or name == METADATA_TOPIC_DIR:
+                    continue
+                parsed = parse_partition_dir_name(name)
+                if parsed is None:
+                    log.warning("unknown_dir_in_log_dir", log_dir=io.path, name=name)
+                    continue
+                topic, partition, suffix = parsed
+                path = io.join(name)
+                if suffix == DELETE_DIR_SUFFIX:
+                    io.rmtree(path)
+                    continue
+                if suffix == STRAY_DIR_SUFFIX:
+                    d.stray.append(path)
+                    continue
+                tp = (topic, partition)
+                plog = PartitionLog.load(
+                    io,
+                    path,
+                    topic,
+                    partition,
+                    self.defaults,
+                    had_clean_shutdown=clean,
+                    recovery_point=recovery.get(tp, 0),
+                    log_start_offset=starts.get(tp),
+                    high_watermark=hws.get(tp),
+                    is_future=suffix == FUTURE_DIR_SUFFIX,
+                    clock=self.clock,
+                    deletions=self.deletions,
+                    on_roll=self._note_roll,
+                )
+                recovered += plog.load_stats.recovered_segments
+                (future if plog.is_future else current)[tp] = plog
+            if clean:
+                io.unlink(io.join(CLEAN_SHUTDOWN_FILE), missing_ok=True)
+                io.fsync_dir()
+            log.info(
+                "log_dir_loaded",
+                log_dir=io.path,
+                clean_shutdown=clean,
+                partitions=len(current),
+                future_logs=len(future),
+                recovered_segments=recovered,
+            )
+        except KafkaStorageError as e:
+            log.error("log_dir_load_failed", log_dir=io.path, error=str(e))
+            for plog in [*current.values(), *future.values()]:
+                plog.close_quietly()
+            return {}, {}
+        return current, future
+
+    def _note_roll(self, plog: PartitionLog) -> None:
+        with self._rolled_lock:
+            self._rolled.add(plog)
+
+    # ------------------------------------------------------------------------------------------ lookup
+
+    def get(self, topic: str, partition: int) -> PartitionLog:
+        plog = self._logs.get((topic, partition))
+        if plog is None:
+            raise UnknownTopicOrPartitionError(f"this node has no log for {topic}-{partition}")
+        return plog
+
+    def find(self, topic: str, partition: int) -> PartitionLog | None:
+        return self._logs.get((topic, partition))
+
+    def get_future(self, topic: str, partition: int) -> PartitionLog | None:
+        return self._futures.get((topic, partition))
+
+    def partitions(self) -> list[PartitionLog]:
+        return list(self._logs.values())
+
+    def future_logs(self) -> list[PartitionLog]:
+        return list(self._futures.values())
+
+    def logs_in_dir(self, path: str) -> list[PartitionLog]:
+        path = os.path.abspath(path)
+        return [p for p in [*self._logs.values(), *self._futures.values()] if p.log_dir == path]
+
+    # ------------------------------------------------------------------------------------------ create
+
+    def assign_dirs(self, count: int, config: LogConfig | None = None) -> list[str]:
+        """Log dirs for ``count`` new partitions under the placement policy (see kjbod.storage.placement)."""
+        cfg = config or self.defaults
+        counts: dict[str, int] = {p: 0 for p in self._dirs}
+        for plog in [*self._logs.values(), *self._futures.values()]:
+            counts[plog.log_dir] = counts.get(plog.log_dir, 0) + 1
+        candidates = []
+        for path, d in self._dirs.items():
+            if not d.io.online:
+                continue
+            try:
+                usable = d.io.statvfs()[1] if self.placement_policy == MOST_USABLE else 0
+                device = d.io.device() if self.placement_policy == MOST_USABLE else None
+            except KafkaStorageError:
+                continue
+            candidates.append(DirCandidate(path, usable, counts[path], device))
+        if not candidates:
+            raise KafkaStorageError("no online log dir to create a partition in")
+        return choose_dirs(candidates, count, policy=self.placement_policy, estimate=cfg.expected_partition_bytes())
+
+    def create_partition(
+        self,
+        topic: str,
+        partition: int,
+        topic_id: str | None,
+        config: LogConfig | None = None,
+        dir: str | None = None,
+    ) -> PartitionLog:
+        return self.create_partitions([PartitionSpec(topic, partition, topic_id, config, dir)])[0]
+
+    def create_partitions(self, specs: Iterable[PartitionSpec]) -> list[PartitionLog]:
+        """Create several partitions, placing those without a dir together (so placement sees them all)."""
+        specs = list(specs)
+        with self._lock:
+            for spec in specs:
+                validate_topic_name(spec.topic)
+                if spec.partition < 0:
+                    raise UnknownTopicOrPartitionError(f"invalid partition {spec.partition}")
+                if (spec.topic, spec.partition) in self._logs:
+                    raise TopicAlreadyExistsError(f"{spec.topic}-{spec.partition} already has a log on this node")
+            unplaced = [s for s in specs if s.dir is None]
+            placed = iter(self.assign_dirs(len(unplaced), unplaced[0].config if unplaced else None)) if unplaced else iter(())
+            out = []
+            for spec in specs:
+                d = self._resolve_dir(spec.dir) if spec.dir is not None else self._dirs[next(placed)]
+                cfg = spec.config or self.defaults
+                path = d.io.join(f"{spec.topic}-{spec.partition}")
+                if d.io.exists(path):
+                    raise TopicAlreadyExistsError(f"{path} already exists")
+                plog = PartitionLog.create(
+                    d.io, path, spec.topic, spec.partition, spec.topic_id, cfg,
+                    clock=self.clock, deletions=self.deletions, on_roll=self._note_roll,
+                )
+                self._logs[(spec.topic, spec.partition)] = plog
+                log.info("partition_created", partition=plog.name, log_dir=d.io.path, topic_id=spec.topic_id)
+                out.append(plog)
+            return out
+
+    def set_config(self, topic: str, config: LogConfig) -> None:
+        """Apply a changed topic config to the topic's logs (segment size, retention... take effect at once)."""
+        for (t, _p), plog in [*self._logs.items(), *self._futures.items()]:
+            if t == topic:
+                plog.config = config
+
+    # ------------------------------------------------------------------------------------------ delete
+
+    def delete_partition(self, topic: str, partition: int) -> None:
+        """Rename the partition's dir (and its future dir, if any) to ``-delete`` and remove it after
+        ``file.delete.delay.ms``."""
+        with self._lock:
+            tp = (topic, partition)
+            plog = self._logs.get(tp)
+            if plog is None:
+                raise UnknownTopicOrPartitionError(f"this node has no log for {topic}-{partition}")
+            plog.io.ensure_online()
+            future = self._futures.pop(tp, None)
+            if future is not None:
+                self._delete_log(future)
+            del self._logs[tp]
+            self._delete_log(plog)
+
+    def _delete_log(self, plog: PartitionLog) -> None:
+        io = plog.io
+        with plog.lock:
+            plog.closed = True
+            for seg in plog.segments:
+                seg.close_quietly()
+            if not io.online:
+                return
+            new_dir = io.join(suffixed_dir_name(plog.topic, plog.partition, DELETE_DIR_SUFFIX))
+            io.rename(plog.dir, new_dir)
+            plog.relocate(new_dir)
+        io.fsync_dir()
+        self.deletions.schedule(
+            self.clock() + plog.config.file_delete_delay_ms, new_dir, lambda: io.rmtree(new_dir)
+        )
+        self._write_dir_checkpoints(io.path, hw=True)
+        log.info("partition_deleted", partition=plog.name, log_dir=io.path, renamed_to=os.path.basename(new_dir))
+
+    # ------------------------------------------------------------------------------------------ mover hooks
+
+    def create_future_log(self, topic: str, partition: int, dir: str) -> PartitionLog:
+        """A ``-future`` log for moving ``topic-partition`` into ``dir`` (KIP-113)."""
+        with self._lock:
+            current = self.get(topic, partition)
+            d = self._resolve_dir(dir)
+            if current.log_dir == d.io.path:
+                raise ValueError(f"{topic}-{partition} already lives in {d.io.path}")
+            existing = self._futures.get((topic, partition))
+            if existing is not None:
+                if existing.log_dir == d.io.path:
+                    return existing
+                self.delete_future_log(topic, partition)
+            path = d.io.join(suffixed_dir_name(topic, partition, FUTURE_DIR_SUFFIX))
+            plog = PartitionLog.create(
+                d.io, path, topic, partition, current.topic_id, current.config,
+                is_future=True, clock=self.clock, deletions=self.deletions, on_roll=self._note_roll,
+            )
+            self._futures[(topic, partition)] = plog
+            return plog
+
+    def delete_future_log(self, topic: str, partition: int) -> None:
+        with self._lock:
+            plog = self._futures.pop((topic, partition), None)
+            if plog is not None:
+                self._delete_log(plog)
+
+    def replace_current_with_future(self, topic: str, partition: int) -> PartitionLog:
+        """Swap in a caught-up future log (Kafka's order: the future dir is renamed to the partition name
+        first, then the old dir to ``-delete``; a crash in between leaves two current dirs, refused at the next
+        startup with a message saying which to remove)."""
+        with self._lock:
+            tp = (topic, partition)
+            current = self.get(topic, partition)
+            future = self._futures.get(tp)
+            if future is None:
+                raise UnknownTopicOrPartitionError(f"no future log for {topic}-{partition}")
+            with current.lock, future.lock:
+                if future.log_end_offset != current.log_end_offset:
+                    raise ValueError(
+                        f"future log of {topic}-{partition} is at {future.log_end_offset}, "
+                        f"current at {current.log_end_offset}"
+                    )
+                fio, cio = future.io, current.io
+                new_path = fio.join(f"{topic}-{partition}")
+                fio.rename(future.dir, new_path)
+                future.relocate(new_path)
+                fio.fsync_dir()
+                future.is_future = False
+                future._hw = current._hw
+                future._log_start = max(future._log_start, current._log_start)
+                future.auto_high_watermark = current.auto_high_watermark
+                self._logs[tp] = future
+                del self._futures[tp]
+                current.closed = True
+                for seg in current.segments:
+                    seg.close_quietly()
+                if cio.online:
+                    old_new = cio.join(suffixed_dir_name(topic, partition, DELETE_DIR_SUFFIX))
+                    cio.rename(current.dir, old_new)
+                    current.relocate(old_new)
+                    cio.fsync_dir()
+                    self.deletions.schedule(
+                        self.clock() + current.config.file_delete_delay_ms, old_new, lambda: cio.rmtree(old_new)
+                    )
+            for path in {fio.path, cio.path}:
+                self._write_dir_checkpoints(path, hw=True)
+            return future
+
+    # ------------------------------------------------------------------------------------------ checkpoints
+
+    def _write_dir_checkpoints(self, path: str, *, hw: bool) -> None:
+        d = self._dirs[path]
+        io = d.io
+        if not io.online:
+            return
+        logs = self.logs_in_dir(path)
+        recovery = {(p.topic, p.partition): p.recovery_point for p in logs}
+        starts = {
+            (p.topic, p.partition): p.log_start_offset
+            for p in logs
+            if p.segments and p.log_start_offset > p.first_segment_base_offset
+        }
+        try:
+            write_offset_checkpoint(io, RECOVERY_POINT_CHECKPOINT, recovery)
+            write_offset_checkpoint(io, LOG_START_OFFSET_CHECKPOINT, starts)
+            if hw:
+                write_offset_checkpoint(
+                    io, REPLICATION_OFFSET_CHECKPOINT, {(p.topic, p.partition): p.high_watermark for p in logs}
+                )
+        except KafkaStorageError as e:
+            log.warning("checkpoint_failed", log_dir=path, error=str(e))
+
+    def checkpoint(self) -> None:
+        """Write recovery points, log start offsets and high watermarks of every online dir."""
+        for path in self._dirs:
+            self._write_dir_checkpoints(path, hw=True)
+
+    def checkpoint_high_watermarks(self) -> None:
+        for path, d in self._dirs.items():
+            if d.io.online:
+                logs = self.logs_in_dir(path)
+                try:
+                    write_offset_checkpoint(
+                        d.io, REPLICATION_OFFSET_CHECKPOINT, {(p.topic, p.partition): p.high_watermark for p in logs}
+                    )
+                except KafkaStorageError as e:
+                    log.warning("checkpoint_failed", log_dir=path, error=str(e))
+
+    # ------------------------------------------------------------------------------------------ background
+
+    def _each_log(self, fn: Callable[[PartitionLog], Any]) -> None:
+        for plog in [*self._logs.values(), *self._futures.values()]:
+            if not plog.online:
+                continue
+            try:
+                fn(plog)
+            except KafkaStorageError as e:
+                log.debug("log_task_skipped", partition=plog.name, error=str(e))
+            except Exception:
+                # A bug in one log's housekeeping must not stop the others'.
+                log.exception("log_task_failed", partition=plog.name)
+
+    def run_retention(self, now_ms: int | None = None) -> int:
+        """Apply retention to every log; returns the number of segments deleted."""
+        now = self.clock() if now_ms is None else now_ms
+        total = 0
+
+        def one(plog: PartitionLog) -> None:
+            nonlocal total
+            total += plog.delete_old_segments(now)
+            plog.expire_producers(now, self.producer_id_expiration_ms)
+
+        self._each_log(one)
+        return total
+
+    def flush_rolled(self) -> None:
+        """fsync segments that stopped being active (Kafka flushes them asynchronously on roll), advancing
+        each log's recovery point to its new active segment."""
+        with self._rolled_lock:
+            rolled = list(self._rolled)
+            self._rolled.clear()
+        for plog in rolled:
+            self._each_log_one(plog, lambda p: p.flush(p.active_segment.base_offset))
+
+    def _each_log_one(self, plog: PartitionLog, fn: Callable[[PartitionLog], Any]) -> None:
+        if not plog.online:
+            return
+        try:
+            fn(plog)
+        except KafkaStorageError as e:
+            log.debug("log_task_skipped", partition=plog.name, error=str(e))
+
+    def tick(self, now_ms: int | None = None) -> None:
+        """Run every background task that is due. Safe to call often (e.g. every 100 ms to 1 s)."""
+        now = self.clock() if now_ms is None else now_ms
+        self.deletions.run_due(now)
+        self.flush_rolled()
+        self._each_log(lambda p: p.flush_if_due(now))
+        if now - self._last_retention >= self.retention_check_interval_ms:
+            self._last_retention = now
+            self.run_retention(now)
+        if now - self._last_checkpoint >= self.checkpoint_interval_ms:
+            self._last_checkpoint = now
+            self._last_hw_checkpoint = now
+            self.checkpoint()
+        elif now - self._last_hw_checkpoint >= self.hw_checkpoint_interval_ms:
+            self._last_hw_checkpoint = now
+            self.checkpoint_high_watermarks()
+
+    def start_background(self, interval_s: float = 1.0) -> None:
+        """Run :meth:`tick` every ``interval_s`` on a daemon thread owned by the manager."""
+        if self._bg_thread is not None:
+            return
+        self._bg_stop.clear()
+
+        def loop() -> None:
+            while not self._bg_stop.wait(interval_s):
+                try:
+                    self.tick()
+                except Exception:
+                    log.exception("log_manager_tick_failed")
+
+        self._bg_thread = threading.Thread(target=loop, name="kjbod-log-background", daemon=True)
+        self._bg_thread.start()
+
+    def stop_background(self) -> None:
+        thread = self._bg_thread
+        if thread is not None:
+            self._bg_stop.set()
+            thread.join()
+            self._bg_thread = None
+
+    # ------------------------------------------------------------------------------------------ close
+
+    def close(self, *, broker_epoch: int = -1) -> None:
+        """Clean shutdown: flush and close every log, write checkpoints and the clean-shutdown marker in every
+        dir whose logs all closed cleanly, release the locks."""
+        if self._closed:
+            return
+        self._closed = True
+        self.stop_background()
+        failed_dirs: set[str] = set()
+        for plog in [*self._logs.values(), *self._futures.values()]:
+            try:
+                plog.close()
+            except KafkaStorageError:
+                failed_dirs.add(plog.log_dir)
+        for path, d in self._dirs.items():
+            if d.io.online and path not in failed_dirs and self._opened:
+                self._write_dir_checkpoints(path, hw=True)
+                try:
+                    d.io.write_atomic(d.io.join(CLEAN_SHUTDOWN_FILE), render_clean_shutdown(broker_epoch).encode())
+                except KafkaStorageError as e:
+                    log.warning("clean_shutdown_marker_failed", log_dir=path, error=str(e))
+            if d.lock is not None:
+                d.lock.close()
+                d.lock = None
+        log.info("log_manager_closed", offline_dirs=[p for p, d in self._dirs.items() if not d.io.online])
+
+    def __enter__(self) -> LogManager:
+        self.open()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

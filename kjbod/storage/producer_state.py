@@ -1,0 +1,225 @@
+"""Idempotent-producer state of one partition: the last five batches of every producer id.
+
+Strategy, following Kafka's ``ProducerStateManager`` for appends from clients:
+
+* a batch without a producer id is not checked;
+* an epoch older than the producer's current one -> INVALID_PRODUCER_EPOCH (47);
+* a batch whose (epoch, first sequence, last sequence) equals one of the producer's last five batches is a
+  duplicate (a retry): the append writes nothing and answers with the earlier offsets, as Kafka does;
+* a new epoch must start at sequence 0 (unless the producer had no epoch yet); within an epoch the first
+  sequence must follow the last one (wrapping at int32 max), else OUT_OF_ORDER_SEQUENCE_NUMBER (45); a producer
+  the partition does not know (never seen, or expired) may start at any sequence.
+
+Appends validate against a scratch copy (:class:`AppendPlan`) and commit only after the bytes are written.
+State survives restarts through snapshots in Kafka's format (``<20-digit offset>.snapshot``, written on roll
+and on clean shutdown) plus a replay of the batches after the snapshot. Snapshot layout (big-endian)::
+
+    int16 version (1) | uint32 CRC-32C of everything after this field | int32 entry count |
+    entries of: int64 producer id, int16 epoch, int32 last sequence, int64 last offset,
+                int32 offset delta, int64 timestamp, int32 coordinator epoch, int64 txn first offset
+
+Only the last batch of each producer is in a snapshot (as in Kafka), so after a restart a retry of an older
+in-flight batch is judged by sequence alone.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import crc32c
+
+from kjbod.storage.errors import InvalidProducerEpochError, OutOfOrderSequenceError
+from kjbod.storage.records import NO_PRODUCER_ID, NO_SEQUENCE, BatchHeader
+
+NUM_BATCHES_TO_RETAIN = 5
+SNAPSHOT_VERSION = 1
+_SNAP_HEAD = struct.Struct(">hI")
+_SNAP_COUNT = struct.Struct(">i")
+_SNAP_ENTRY = struct.Struct(">qhiqiqiq")
+NO_EPOCH = -1
+
+
+class SnapshotFormatError(ValueError):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class BatchMetadata:
+    first_seq: int
+    last_seq: int
+    first_offset: int
+    last_offset: int
+    timestamp: int
+
+
+@dataclass
+class ProducerEntry:
+    producer_id: int
+    epoch: int = NO_EPOCH
+    batches: deque[BatchMetadata] = field(default_factory=lambda: deque(maxlen=NUM_BATCHES_TO_RETAIN))
+    last_timestamp: int = -1
+    coordinator_epoch: int = -1
+
+    @property
+    def last_seq(self) -> int:
+        return self.batches[-1].last_seq if self.batches else NO_SEQUENCE
+
+    @property
+    def last_offset(self) -> int:
+        return self.batches[-1].last_offset if self.batches else -1
+
+    def copy(self) -> ProducerEntry:
+        return ProducerEntry(
+            self.producer_id, self.epoch, deque(self.batches, maxlen=NUM_BATCHES_TO_RETAIN), self.last_timestamp,
+            self.coordinator_epoch,
+        )
+
+    def find_duplicate(self, header: BatchHeader) -> BatchMetadata | None:
+        if header.producer_epoch != self.epoch:
+            return None
+        first, last = header.base_sequence, header.last_sequence
+        for b in self.batches:
+            if b.first_seq == first and b.last_seq == last:
+                return b
+        return None
+
+    def add(self, header: BatchHeader, base_offset: int) -> None:
+        if header.producer_epoch != self.epoch:
+            self.batches.clear()
+            self.epoch = header.producer_epoch
+        if header.base_sequence != NO_SEQUENCE:
+            self.batches.append(
+                BatchMetadata(
+                    header.base_sequence, header.last_sequence, base_offset, base_offset + header.last_offset_delta,
+                    header.max_timestamp,
+                )
+            )
+        self.last_timestamp = max(self.last_timestamp, header.max_timestamp)
+
+
+def _in_sequence(last_seq: int, next_seq: int) -> bool:
+    return next_seq == last_seq + 1 or (next_seq == 0 and last_seq == 0x7FFFFFFF)
+
+
+class AppendPlan:
+    """Producer-state changes of one append, validated batch by batch; committed after the write."""
+
+    def __init__(self, manager: ProducerStateManager) -> None:
+        self._manager = manager
+        self.updated: dict[int, ProducerEntry] = {}
+
+    def check(self, header: BatchHeader, base_offset: int, *, from_client: bool = True) -> BatchMetadata | None:
+        """Validate one batch that would get ``base_offset``. Returns the earlier batch if it is a duplicate."""
+        pid = header.producer_id
+        if pid == NO_PRODUCER_ID:
+            return None
+        current = self._manager.producers.get(pid)
+        entry = self.updated.get(pid)
+        if entry is None:
+            if from_client and current is not None:
+                duplicate = current.find_duplicate(header)
+                if duplicate is not None:
+                    return duplicate
+            entry = current.copy() if current is not None else ProducerEntry(pid)
+        if from_client:
+            epoch = header.producer_epoch
+            if epoch < entry.epoch:
+                raise InvalidProducerEpochError(
+                    f"producer {pid} epoch {epoch} is older than the current epoch {entry.epoch}"
+                )
+            first_seq = header.base_sequence
+            if epoch != entry.epoch:
+                if first_seq != 0 and entry.epoch != NO_EPOCH:
+                    raise OutOfOrderSequenceError(
+                        f"producer {pid}: new epoch {epoch} must start at sequence 0, not {first_seq}"
+                    )
+            elif entry.batches and not _in_sequence(entry.last_seq, first_seq):
+                raise OutOfOrderSequenceError(
+                    f"producer {pid} epoch {epoch}: sequence {first_seq} does not follow {entry.last_seq}"
+                )
+        entry.add(header, base_offset)
+        self.updated[pid] = entry
+        return None
+
+    def commit(self, end_offset: int) -> None:
+        self._manager.producers.update(self.updated)
+        self._manager.map_end_offset = end_offset
+
+
+class ProducerStateManager:
+    def __init__(self) -> None:
+        self.producers: dict[int, ProducerEntry] = {}
+        self.map_end_offset = 0
+
+    def plan(self) -> AppendPlan:
+        return AppendPlan(self)
+
+    def replay(self, batches: Iterable[BatchHeader]) -> None:
+        """Apply already-written batches (recovery): no validation, like Kafka's replication origin."""
+        producers = self.producers
+        for header in batches:
+            if header.producer_id != NO_PRODUCER_ID:
+                entry = producers.get(header.producer_id)
+                if entry is None:
+                    entry = producers[header.producer_id] = ProducerEntry(header.producer_id)
+                entry.add(header, header.base_offset)
+            self.map_end_offset = header.next_offset
+
+    def clear(self, offset: int = 0) -> None:
+        self.producers.clear()
+        self.map_end_offset = offset
+
+    def remove_expired(self, now_ms: int, expiration_ms: int) -> int:
+        expired = [pid for pid, e in self.producers.items() if now_ms - e.last_timestamp > expiration_ms]
+        for pid in expired:
+            del self.producers[pid]
+        return len(expired)
+
+    # -- snapshots
+
+    def snapshot_bytes(self) -> bytes:
+        body = bytearray(_SNAP_COUNT.pack(len(self.producers)))
+        for pid, e in sorted(self.producers.items()):
+            last = e.batches[-1] if e.batches else None
+            body += _SNAP_ENTRY.pack(
+                pid,
+                e.epoch,
+                last.last_seq if last else NO_SEQUENCE,
+                last.last_offset if last else -1,
+                (last.last_offset - last.first_offset) if last else 0,
+                e.last_timestamp,
+                e.coordinator_epoch,
+                -1,
+            )
+        return _SNAP_HEAD.pack(SNAPSHOT_VERSION, crc32c.crc32c(body)) + bytes(body)
+
+    @staticmethod
+    def parse_snapshot(data: bytes) -> dict[int, ProducerEntry]:
+        if len(data) < _SNAP_HEAD.size + _SNAP_COUNT.size:
+            raise SnapshotFormatError("producer snapshot too short")
+        version, crc = _SNAP_HEAD.unpack_from(data, 0)
+        if version != SNAPSHOT_VERSION:
+            raise SnapshotFormatError(f"producer snapshot version {version}")
+        body = memoryview(data)[_SNAP_HEAD.size :]
+        if crc32c.crc32c(body) != crc:
+            raise SnapshotFormatError("producer snapshot CRC mismatch")
+        (count,) = _SNAP_COUNT.unpack_from(body, 0)
+        if count < 0 or len(body) != _SNAP_COUNT.size + count * _SNAP_ENTRY.size:
+            raise SnapshotFormatError("producer snapshot size does not match its entry count")
+        producers: dict[int, ProducerEntry] = {}
+        for pid, epoch, last_seq, last_offset, delta, ts, coord_epoch, _txn in _SNAP_ENTRY.iter_unpack(
+            body[_SNAP_COUNT.size :]
+        ):
+            entry = ProducerEntry(pid, epoch, last_timestamp=ts, coordinator_epoch=coord_epoch)
+            if last_seq != NO_SEQUENCE and last_offset >= 0:
+                first_seq = (last_seq - delta) % 0x80000000
+                entry.batches.append(BatchMetadata(first_seq, last_seq, last_offset - delta, last_offset, ts))
+            producers[pid] = entry
+        return producers
+
+    def load_snapshot(self, data: bytes, offset: int) -> None:
+        self.producers = self.parse_snapshot(data)
+        self.map_end_offset = offset

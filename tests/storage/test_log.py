@@ -1,0 +1,385 @@
+"""Conformance of one partition log: append, read, roll, indexes, timestamps, retention, producers, flush."""
+
+from __future__ import annotations
+
+import os
+import struct
+from pathlib import Path
+
+import pytest
+
+from kjbod.storage.config import LogConfig
+from kjbod.storage.errors import (
+    InvalidProducerEpochError,
+    InvalidRecordError,
+    MessageTooLargeError,
+    OffsetOutOfRangeError,
+    OutOfOrderSequenceError,
+    RecordListTooLargeError,
+)
+from kjbod.storage.fsio import LogDirIO
+from kjbod.storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP, PartitionLog
+from kjbod.storage.records import iter_batches, parse_header
+from tests.storage.conftest import T0, kp_batch, kp_records, region_bytes
+
+
+def fill(plog: PartitionLog, n: int, *, ts: int = T0, per_batch: int = 1, size: int = 20) -> None:
+    for i in range(n):
+        values = [(b"%06d" % (i * per_batch + j)).ljust(size, b".") for j in range(per_batch)]
+        plog.append(kp_batch(values, timestamp=ts + i * 10))
+
+
+def values_from(plog: PartitionLog, offset: int, max_bytes: int = 1 << 20, **kw) -> list[tuple[int, bytes]]:
+    return [(o, v) for o, v, _ in kp_records(region_bytes(plog.read(offset, max_bytes, **kw)))]
+
+
+# ---------------------------------------------------------------------------------------------- append
+
+
+def test_append_assigns_offsets_and_stamps_epoch_keeping_the_crc_valid(plog):
+    a = plog.append(kp_batch([b"a", b"b"]), leader_epoch=4)
+    b = plog.append(kp_batch([b"c"]), leader_epoch=4)
+    assert (a.base_offset, a.last_offset, a.record_count, a.log_append_time) == (0, 1, 2, -1)
+    assert (b.base_offset, b.last_offset, b.log_start_offset) == (2, 2, 0)
+    assert plog.log_end_offset == plog.high_watermark == 3
+    data = region_bytes(plog.read(0, 1 << 20))
+    headers = [h for _, h in iter_batches(data)]
+    assert [(h.base_offset, h.partition_leader_epoch) for h in headers] == [(0, 4), (2, 4)]
+    assert kp_records(data) == [(0, b"a", T0), (1, b"b", T0 + 1), (2, b"c", T0)]
+
+
+def test_bytes_are_stored_as_received_apart_from_offset_and_epoch(plog):
+    raw = kp_batch([b"x" * 50] * 5, compression=1)
+    plog.append(kp_batch([b"first"]))
+    plog.append(raw, leader_epoch=2)
+    stored = plog.read_bytes(1, 1 << 20)
+    assert stored[16:] == raw[16:]  # everything after BaseOffset/Length/Epoch is untouched
+    assert struct.unpack_from(">qii", stored) == (1, len(raw) - 12, 2)
+    assert parse_header(stored).compression == 1
+
+
+def test_several_batches_in_one_append(plog):
+    info = plog.append(kp_batch([b"a"]) + kp_batch([b"b", b"c"]) + kp_batch([b"d"]))
+    assert (info.base_offset, info.last_offset, info.record_count) == (0, 3, 4)
+    assert [o for o, _ in values_from(plog, 0)] == [0, 1, 2, 3]
+
+
+def test_append_validation_errors(plog):
+    small = PartitionLog.create(plog.io, plog.io.join("small-0"), "small", 0, None, LogConfig(max_message_bytes=500))
+    with pytest.raises(MessageTooLargeError):
+        small.append(kp_batch([b"x" * 500]))
+    small.close()
+    big = PartitionLog.create(
+        plog.io, plog.io.join("big-0"), "big", 0, None, LogConfig(segment_bytes=200, max_message_bytes=1 << 20)
+    )
+    with pytest.raises(RecordListTooLargeError) as e:
+        big.append(kp_batch([b"x" * 300]))
+    assert e.value.error_code == 18
+    assert plog.log_end_offset == 0 and big.log_end_offset == 0
+    big.close()
+
+
+# ---------------------------------------------------------------------------------------------- read
+
+
+def test_read_returns_whole_batches_from_the_one_containing_the_offset(plog):
+    plog.append(kp_batch([b"a", b"b", b"c"]))
+    plog.append(kp_batch([b"d"]))
+    assert [o for o, _ in values_from(plog, 1)] == [0, 1, 2, 3]
+    assert [o for o, _ in values_from(plog, 3)] == [3]
+    result = plog.read(4, 100)
+    assert result.regions == [] and result.log_end_offset == 4
+
+
+def test_read_limits(plog):
+    fill(plog, 10)
+    size = len(kp_batch([b"000000".ljust(20, b".")]))
+    assert len(values_from(plog, 0, max_bytes=3 * size)) == 3
+    assert len(values_from(plog, 0, max_bytes=3 * size - 1)) == 2
+    assert len(values_from(plog, 0, max_bytes=1)) == 1  # at least one batch
+    assert plog.read(0, 1, min_one_batch=False).regions == []
+    assert [o for o, _ in values_from(plog, 2, max_offset=5)] == [2, 3, 4]
+    assert values_from(plog, 5, max_offset=5) == []
+
+
+def test_read_out_of_range(plog):
+    fill(plog, 3)
+    for bad in (-1, 4):
+        with pytest.raises(OffsetOutOfRangeError) as e:
+            plog.read(bad, 100)
+        assert e.value.error_code == 1
+    assert plog.read(3, 100).regions == []
+
+
+def test_read_spans_segments_and_every_offset_is_found(plog):
+    fill(plog, 60)  # ~71 bytes per batch, 1024-byte segments -> several segments
+    assert len(plog.segments) > 3
+    for offset in range(60):
+        got = values_from(plog, offset, max_bytes=200)
+        assert got[0][0] == offset
+        assert got[0][1].startswith(b"%06d" % offset)
+    everything = values_from(plog, 0, max_bytes=1 << 20)
+    assert [o for o, _ in everything] == list(range(60))
+
+
+# ---------------------------------------------------------------------------------------------- segments, indexes
+
+
+def test_roll_at_segment_bytes_names_and_trimmed_indexes(plog):
+    fill(plog, 40)
+    names = sorted(os.listdir(plog.dir))
+    logs = [n for n in names if n.endswith(".log")]
+    assert logs[0] == "00000000000000000000.log"
+    assert all(len(n) == 24 and n[:20].isdigit() for n in logs)
+    for seg in plog.segments:
+        assert seg.size <= 1024
+        assert os.path.getsize(seg.log_path) == seg.size
+    closed = plog.segments[0]
+    entries = closed.index.entries()
+    assert entries, "a 1 KiB segment with a 100-byte interval has index entries"
+    assert os.path.getsize(closed.index.path) == 8 * len(entries)  # trimmed on roll
+    assert os.path.getsize(closed.time_index.path) == 12 * len(closed.time_index.entries())
+    active = plog.active_segment
+    assert os.path.getsize(active.index.path) == 4096  # preallocated (segment.index.bytes)
+    assert plog.size_bytes == sum(os.path.getsize(s.log_path) for s in plog.segments)
+
+
+def test_index_entries_point_at_batch_starts_and_lookup_is_exact(plog):
+    fill(plog, 12)
+    seg = plog.segments[0]
+    raw = Path(seg.log_path).read_bytes()
+    starts = {h.last_offset: p for p, h in iter_batches(raw)}
+    with open(seg.index.path, "rb") as f:
+        on_disk = [struct.unpack(">ii", f.read(8)) for _ in range(len(seg.index.entries()))]
+    assert [(seg.base_offset + rel, pos) for rel, pos in on_disk] == seg.index.entries()
+    for offset, pos in seg.index.entries():
+        assert starts[offset] == pos
+    for offset in range(seg.base_offset, plog.segments[1].base_offset):
+        pos, header = seg.find_batch(offset)
+        assert header.base_offset <= offset <= header.last_offset
+        assert parse_header(raw, pos) == header
+
+
+def test_roll_by_segment_ms_uses_first_batch_timestamp(tmp_path, clock):
+    io = LogDirIO(str(tmp_path))
+    log = PartitionLog.create(io, io.join("t-0"), "t", 0, None, LogConfig(segment_ms=1000), clock=clock)
+    log.append(kp_batch([b"a"], timestamp=T0))
+    log.append(kp_batch([b"b"], timestamp=T0 + 1000))
+    assert len(log.segments) == 1
+    log.append(kp_batch([b"c"], timestamp=T0 + 1001))
+    assert [s.base_offset for s in log.segments] == [0, 2]
+    log.close()
+
+
+def test_roll_when_the_index_is_full(tmp_path, clock):
+    io = LogDirIO(str(tmp_path))
+    cfg = LogConfig(index_interval_bytes=0, segment_index_bytes=8 * 3)
+    log = PartitionLog.create(io, io.join("t-0"), "t", 0, None, cfg, clock=clock)
+    for i in range(10):
+        log.append(kp_batch([b"%d" % i]))
+    assert len(log.segments) > 1
+    assert all(len(s.index) <= 3 for s in log.segments)
+    assert [o for o, _ in values_from(log, 0)] == list(range(10))
+    log.close()
+
+
+# ---------------------------------------------------------------------------------------------- timestamps
+
+
+def test_offset_for_timestamp_through_the_time_index(plog):
+    for i in range(30):
+        plog.append(kp_batch([b"a" * 20, b"b" * 20], timestamp=T0 + 100 * i, step=10))
+    assert len(plog.segments) > 1
+    assert plog.offset_for_timestamp(T0 - 5) == (0, T0)
+    assert plog.offset_for_timestamp(T0) == (0, T0)
+    assert plog.offset_for_timestamp(T0 + 5) == (1, T0 + 10)
+    assert plog.offset_for_timestamp(T0 + 11) == (2, T0 + 100)
+    for i in range(30):
+        assert plog.offset_for_timestamp(T0 + 100 * i + 1) == (2 * i + 1, T0 + 100 * i + 10)
+    assert plog.offset_for_timestamp(T0 + 100 * 29 + 11) is None
+    assert plog.offset_for_timestamp(EARLIEST_TIMESTAMP) == (0, -1)
+    assert plog.offset_for_timestamp(LATEST_TIMESTAMP) == (60, -1)
+    assert plog.offset_for_timestamp(MAX_TIMESTAMP) == (59, T0 + 2910)
+    for seg in plog.segments:
+        ts = [t for t, _ in seg.time_index.entries()]
+        assert ts == sorted(set(ts))
+
+
+def test_max_timestamp_is_the_first_record_holding_it(plog):
+    plog.append(kp_batch([b"a", b"b"], timestamp=T0 + 50, step=-50))  # 50, 0
+    plog.append(kp_batch([b"c", b"d", b"e"], timestamp=T0 + 10, step=20))  # 10, 30, 50
+    assert plog.offset_for_timestamp(MAX_TIMESTAMP) == (0, T0 + 50)
+    assert PartitionLog.create(plog.io, plog.io.join("e-0"), "e", 0, None, LogConfig()).max_timestamp_offset() is None
+
+
+# ---------------------------------------------------------------------------------------------- retention
+
+
+def test_retention_by_time_deletes_old_segments_via_deleted_suffix(plog, clock):
+    for i in range(40):
+        plog.append(kp_batch([b"x" * 20], timestamp=T0 + i * 1000))
+    segs = list(plog.segments)
+    assert len(segs) >= 3
+    plog.config = plog.config.with_overrides(retention_ms=10_000, file_delete_delay_ms=500)
+    newest_of_second = segs[1].max_timestamp
+    deleted = plog.delete_old_segments(now_ms=newest_of_second + 10_001)
+    assert deleted == 2
+    assert plog.log_start_offset == segs[2].base_offset == plog.segments[0].base_offset
+    assert os.path.exists(segs[0].log_path) and segs[0].log_path.endswith(".log.deleted")
+    assert not os.path.exists(os.path.join(plog.dir, "00000000000000000000.log"))
+    with pytest.raises(OffsetOutOfRangeError):
+        plog.read(0, 100)
+    assert plog.deletions.run_due(clock.now + 499) == 0
+    assert plog.deletions.run_due(clock.now + 500) == 2
+    assert not any(n.endswith(".deleted") for n in os.listdir(plog.dir))
+
+
+def test_retention_by_bytes(plog):
+    fill(plog, 40)
+    sizes = [s.size for s in plog.segments]
+    plog.config = plog.config.with_overrides(retention_bytes=sum(sizes) - sizes[0])
+    assert plog.delete_old_segments() == 1
+    # Kafka deletes a segment only if the whole segment fits in the excess.
+    plog.config = plog.config.with_overrides(retention_bytes=sum(sizes) - sizes[0] - sizes[1] + 1)
+    assert plog.delete_old_segments() == 0
+    plog.config = plog.config.with_overrides(retention_bytes=sum(sizes) - sizes[0] - sizes[1])
+    assert plog.delete_old_segments() == 1
+    assert plog.size_bytes == sum(sizes[2:])
+
+
+def test_retention_of_everything_rolls_and_keeps_the_log_end(plog):
+    fill(plog, 5)
+    plog.config = plog.config.with_overrides(retention_ms=1)
+    assert plog.delete_old_segments(now_ms=T0 + 10_000) == 1
+    assert (plog.log_start_offset, plog.log_end_offset) == (5, 5)
+    assert len(plog.segments) == 1 and plog.segments[0].base_offset == 5 and plog.segments[0].size == 0
+    assert plog.append(kp_batch([b"new"])).base_offset == 5
+
+
+def test_retention_never_passes_the_high_watermark(plog):
+    fill(plog, 40)
+    plog.auto_high_watermark = False
+    plog.high_watermark = plog.segments[1].base_offset  # only segment 0 lies entirely below the HW
+    plog.config = plog.config.with_overrides(retention_ms=1)
+    assert plog.delete_old_segments(now_ms=T0 + 10**9) == 1
+    assert plog.log_start_offset == plog.segments[0].base_offset <= plog.high_watermark
+
+
+def test_advance_log_start_offset(plog):
+    fill(plog, 40)
+    second = plog.segments[1].base_offset
+    plog.advance_log_start_offset(second + 1)
+    assert plog.log_start_offset == second + 1
+    assert plog.segments[0].base_offset == second  # the segment holding the new start stays
+    with pytest.raises(OffsetOutOfRangeError):
+        plog.read(second, 10)
+    assert values_from(plog, second + 1, max_bytes=1)[0][0] == second + 1
+    with pytest.raises(OffsetOutOfRangeError):
+        plog.advance_log_start_offset(plog.high_watermark + 1)
+
+
+# ---------------------------------------------------------------------------------------------- producers
+
+
+def idem(values, seq, *, pid=1000, epoch=0):
+    return kp_batch(values, producer_id=pid, producer_epoch=epoch, base_sequence=seq)
+
+
+def test_duplicate_batch_returns_the_original_offsets(plog):
+    first = plog.append(idem([b"a", b"b"], 0))
+    plog.append(idem([b"c"], 2))
+    retry = plog.append(idem([b"a", b"b"], 0))
+    assert retry.duplicate and (retry.base_offset, retry.last_offset) == (first.base_offset, first.last_offset)
+    assert plog.log_end_offset == 3
+
+
+def test_only_the_last_five_batches_are_remembered(plog):
+    for i in range(6):
+        plog.append(idem([b"x"], i))
+    assert plog.append(idem([b"x"], 5)).duplicate
+    assert plog.append(idem([b"x"], 1)).duplicate
+    with pytest.raises(OutOfOrderSequenceError):
+        plog.append(idem([b"x"], 0))  # fell out of the window: now it is simply out of order
+
+
+def test_sequence_gap_and_old_epoch(plog):
+    plog.append(idem([b"a"], 0, epoch=1))
+    with pytest.raises(OutOfOrderSequenceError) as e:
+        plog.append(idem([b"b"], 2, epoch=1))
+    assert e.value.error_code == 45
+    with pytest.raises(InvalidProducerEpochError) as e:
+        plog.append(idem([b"b"], 1, epoch=0))
+    assert e.value.error_code == 47
+    with pytest.raises(OutOfOrderSequenceError, match="new epoch"):
+        plog.append(idem([b"b"], 5, epoch=2))
+    assert plog.append(idem([b"b"], 0, epoch=2)).base_offset == 1
+    assert plog.log_end_offset == 2
+
+
+def test_unknown_producer_may_start_anywhere_and_wraps(plog):
+    plog.append(idem([b"a", b"b"], 0x7FFFFFFE))
+    plog.append(idem([b"c"], 0))
+    assert plog.log_end_offset == 3
+
+
+def test_a_failed_batch_in_a_multi_batch_append_writes_nothing(plog):
+    with pytest.raises(OutOfOrderSequenceError):
+        plog.append(idem([b"a"], 0) + idem([b"b"], 3))
+    assert plog.log_end_offset == 0
+    assert plog.append(idem([b"a"], 0) + idem([b"b"], 1)).last_offset == 1
+
+
+# ---------------------------------------------------------------------------------------------- flush
+
+
+def test_flush_messages_advances_the_recovery_point(tmp_path, clock):
+    io = LogDirIO(str(tmp_path))
+    log = PartitionLog.create(io, io.join("t-0"), "t", 0, None, LogConfig(flush_interval_messages=3), clock=clock)
+    log.append(kp_batch([b"a", b"b"]))
+    assert log.recovery_point == 0
+    log.append(kp_batch([b"c"]))
+    assert log.recovery_point == 3
+    log.close()
+
+
+def test_flush_ms_is_checked_by_flush_if_due(tmp_path, clock):
+    io = LogDirIO(str(tmp_path))
+    log = PartitionLog.create(io, io.join("t-0"), "t", 0, None, LogConfig(flush_interval_ms=1000), clock=clock)
+    log.append(kp_batch([b"a"]))
+    assert not log.flush_if_due(clock.now + 999)
+    assert log.flush_if_due(clock.now + 1000) and log.recovery_point == 1
+    log.close()
+
+
+def test_default_config_never_fsyncs_on_append(plog):
+    fill(plog, 5)
+    assert plog.recovery_point == 0
+    plog.flush()
+    assert plog.recovery_point == 5
+
+
+# ---------------------------------------------------------------------------------------------- follower / mover
+
+
+def test_append_as_follower_keeps_offsets_and_truncate_to(plog):
+    leader_io = LogDirIO(os.path.join(os.path.dirname(plog.io.path), "leader"))
+    leader_io.mkdir(leader_io.path, parents=True)
+    leader = PartitionLog.create(leader_io, leader_io.join("t-0"), "t", 0, None, plog.config)
+    fill(leader, 30)
+    copy = PartitionLog.create(plog.io, plog.io.join("copy-0"), "copy", 0, None, plog.config)
+    offset = 0
+    while offset < leader.log_end_offset:
+        chunk = leader.read_bytes(offset, 300)
+        copy.append_as_follower(chunk)
+        offset = copy.log_end_offset
+    assert copy.read_bytes(0, 1 << 20) == leader.read_bytes(0, 1 << 20)
+    with pytest.raises(InvalidRecordError, match="out of order"):
+        copy.append_as_follower(leader.read_bytes(0, 10))
+    copy.truncate_to(17)
+    assert copy.log_end_offset == 17
+    assert [o for o, _ in values_from(copy, 0)] == list(range(17))
+    files = copy.segment_files()
+    assert files and all(os.path.getsize(f.path) == f.size for f in files)
+    assert all(not f.path.startswith(copy.active_segment.log_path[:-4]) for f in files)
+    leader.close()
+    copy.close()
