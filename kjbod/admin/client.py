@@ -530,11 +530,15 @@ class AdminClient:
         groups = _group_by_target(wanted)
 
         async def one(target: Target, batch: list[ConfigResource]) -> list[tuple[Any, str]]:
-            request = DescribeConfigsRequest(
-                resources=[DescribeConfigsResource(resource_type=r.type, resource_name=r.name,
-                                                   configuration_keys=key_list) for r in batch],
-                include_synonyms=include_synonyms, include_documentation=include_documentation)
-            response, _, conn = await self._call(target, DESCRIBE_CONFIGS, lambda v: request, deadline)
+            resources = [DescribeConfigsResource(resource_type=r.type, resource_name=r.name,
+                                                 configuration_keys=key_list) for r in batch]
+
+            def build(version: int) -> DescribeConfigsRequest:
+                # Documentation exists from v3; an older broker simply answers without it.
+                return DescribeConfigsRequest(resources=resources, include_synonyms=include_synonyms,
+                                              include_documentation=include_documentation and version >= 3)
+
+            response, _, conn = await self._call(target, DESCRIBE_CONFIGS, build, deadline)
             return [(r, conn.address) for r in response.results]
 
         answers = await asyncio.gather(*(one(t, b) for t, b in groups.items()))
@@ -730,9 +734,10 @@ class AdminClient:
     async def _refresh_metadata(self, topics: list[str] | None, deadline: _Deadline) -> Any:
         """Metadata for `topics` (None: all, []: none); refreshes the broker list and controller."""
         def build(version: int) -> MetadataRequest:
+            # AllowAutoTopicCreation exists from v4; before it, whether a lookup creates topics is the broker's call.
             return MetadataRequest(
                 topics=None if topics is None else [MetadataRequestTopic(name=n) for n in topics],
-                allow_auto_topic_creation=False)
+                allow_auto_topic_creation=version < 4)
 
         # v0 would read an empty topic list as "all topics"; every broker since 0.10 serves v1.
         response, _, _ = await self._call(None, METADATA, build, deadline, check=lambda r: r.error_code,

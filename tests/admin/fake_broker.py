@@ -67,6 +67,7 @@ class Recorded:
     client_id: str
     body: bytes  # request body without the header
     message: Any
+    header: bytes = b""  # the request header's bytes
 
 
 class FakeCluster:
@@ -181,7 +182,7 @@ class FakeBroker:
         header, pos = decode_request_header(frame, key, version)
         message, end = APIS[key].request.decode_from(frame, pos, version)
         assert end == len(frame), "request has trailing bytes"
-        self.received.append(Recorded(key, version, header.client_id, bytes(frame[pos:]), message))
+        self.received.append(Recorded(key, version, header.client_id, bytes(frame[pos:]), message, bytes(frame[:pos])))
         action = None
         queue = self.script.get(key)
         if queue:
