@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from live import kjbod_server, kjbod_server_factory  # noqa: F401  (live-server fixtures for test_admin_live)
 
 from .fake_broker import FakeCluster, LogDir, Replica
 

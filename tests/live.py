@@ -1,0 +1,214 @@
+"""Start and stop real `kjbod serve` processes for integration tests (shared by every test package).
+
+Strategy: each server gets its own temporary directory (config file, log dirs, metadata dir, stderr capture) and
+free 127.0.0.1 ports, is formatted with `kjbod format` and started with `kjbod serve` as a subprocess of the
+test's Python (`python -m kjbod`, so the tree under test is what runs), and counts as ready once its broker
+listener accepts TCP connections.  If the process dies first, or does not come up in time, the error shows the
+command and the tail of its stderr.  Stopping sends SIGTERM (a clean shutdown is part of the contract), waits, and
+kills only if the process ignores it.
+
+Plain functions for tests that need special set-ups (`start_server`, `write_config`, `format_storage`,
+`read_meta_properties`, `free_port`), and fixtures for the common case:
+
+    from live import kjbod_server  # noqa: F401  (a fixture: bring it into the test module)
+
+    def test_something(kjbod_server):
+        ... AdminClient(kjbod_server.bootstrap) ...
+
+`kjbod_server_factory` starts any number of servers with custom settings and stops them all at teardown.
+"""
+
+from __future__ import annotations
+
+import base64
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+__all__ = [
+    "LiveServer",
+    "format_storage",
+    "free_port",
+    "kafka_uuid",
+    "kjbod_server",
+    "kjbod_server_factory",
+    "new_cluster_id",
+    "read_meta_properties",
+    "start_server",
+    "write_config",
+]
+
+READY_TIMEOUT = 30.0
+STOP_TIMEOUT = 15.0
+COMMAND = (sys.executable, "-m", "kjbod")
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def new_cluster_id() -> str:
+    """A cluster id in Kafka's format: a random uuid as 22 characters of URL-safe base64."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def kafka_uuid(text: str) -> uuid.UUID:
+    """Kafka's base64 text form of a uuid (as in meta.properties) -> uuid.UUID."""
+    return uuid.UUID(bytes=base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
+
+
+def read_meta_properties(directory: Path) -> dict[str, str]:
+    """The key=value pairs of `directory/meta.properties`."""
+    out = {}
+    for line in (Path(directory) / "meta.properties").read_text().splitlines():
+        line = line.strip()
+        if line and not line.startswith("#") and "=" in line:
+            key, _, value = line.partition("=")
+            out[key.strip()] = value.strip()
+    return out
+
+
+def write_config(path: Path, *, node_id: int, port: int, controller_port: int, log_dirs: list[Path],
+                 metadata_dir: Path, overrides: Mapping[str, str] | None = None) -> Path:
+    """A combined broker+controller server.properties with Kafka's key names."""
+    settings = {
+        "node.id": str(node_id),
+        "process.roles": "broker,controller",
+        "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
+        "controller.listener.names": "CONTROLLER",
+        "log.dirs": ",".join(str(d) for d in log_dirs),
+        "metadata.log.dir": str(metadata_dir),
+    }
+    settings.update(overrides or {})
+    path.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
+    return path
+
+
+def format_storage(config: Path, cluster_id: str, *, timeout: float = 60.0) -> None:
+    """`kjbod format -c config --cluster-id id`; raises with the command's output if it fails."""
+    command = [*COMMAND, "format", "-c", str(config), "--cluster-id", cluster_id]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} exited with {done.returncode}:\n{done.stdout}{done.stderr}")
+
+
+@dataclass
+class LiveServer:
+    """A running `kjbod serve` and everything it was started with."""
+
+    node_id: int
+    cluster_id: str
+    port: int
+    controller_port: int
+    directory: Path
+    config: Path
+    log_dirs: list[Path]
+    metadata_dir: Path
+    stderr_path: Path
+    process: subprocess.Popen | None = None
+    command: list[str] = field(default_factory=list)
+
+    @property
+    def host(self) -> str:
+        return "127.0.0.1"
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def stderr(self, tail: int = 60) -> str:
+        try:
+            lines = self.stderr_path.read_text(errors="replace").splitlines()
+        except FileNotFoundError:
+            return ""
+        return "\n".join(lines[-tail:])
+
+    def start(self, timeout: float = READY_TIMEOUT) -> None:
+        """Starts `kjbod serve` and waits until the broker listener accepts connections."""
+        self.command = [*COMMAND, "serve", "-c", str(self.config)]
+        with open(self.stderr_path, "ab") as err:
+            self.process = subprocess.Popen(self.command, stdout=subprocess.DEVNULL, stderr=err,
+                                            stdin=subprocess.DEVNULL, start_new_session=True)
+        deadline = time.monotonic() + timeout
+        while True:
+            code = self.process.poll()
+            if code is not None:
+                raise RuntimeError(f"{' '.join(self.command)} exited with {code} before listening on "
+                                   f"{self.bootstrap}; stderr:\n{self.stderr()}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                    return
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"{' '.join(self.command)} did not listen on {self.bootstrap} within "
+                                   f"{timeout:g}s; stderr:\n{self.stderr()}")
+            time.sleep(0.05)
+
+    def stop(self, timeout: float = STOP_TIMEOUT) -> int | None:
+        """SIGTERM, wait up to `timeout`, then SIGKILL.  Returns the exit code (None if it was not running)."""
+        process = self.process
+        if process is None:
+            return None
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        return process.returncode
+
+
+def start_server(directory: Path, *, node_id: int = 1, log_dir_count: int = 3, cluster_id: str | None = None,
+                 overrides: Mapping[str, str] | None = None, timeout: float = READY_TIMEOUT) -> LiveServer:
+    """Formats `log_dir_count` log dirs under `directory` and starts a combined node there."""
+    directory.mkdir(parents=True, exist_ok=True)
+    log_dirs = [directory / f"logs-{i}" for i in range(log_dir_count)]
+    server = LiveServer(
+        node_id=node_id, cluster_id=cluster_id or new_cluster_id(), port=free_port(), controller_port=free_port(),
+        directory=directory, config=directory / "server.properties", log_dirs=log_dirs,
+        metadata_dir=directory / "metadata", stderr_path=directory / "stderr.log")
+    write_config(server.config, node_id=node_id, port=server.port, controller_port=server.controller_port,
+                 log_dirs=log_dirs, metadata_dir=server.metadata_dir, overrides=overrides)
+    format_storage(server.config, server.cluster_id)
+    server.start(timeout)
+    return server
+
+
+@pytest.fixture
+def kjbod_server_factory(tmp_path: Path) -> Iterator[Callable[..., LiveServer]]:
+    """`factory(**start_server options)` -> a started server; every server is stopped at teardown."""
+    servers: list[LiveServer] = []
+
+    def factory(**options: object) -> LiveServer:
+        server = start_server(tmp_path / f"server-{len(servers)}", **options)  # type: ignore[arg-type]
+        servers.append(server)
+        return server
+
+    yield factory
+    for server in servers:
+        server.stop()
+
+
+@pytest.fixture
+def kjbod_server(kjbod_server_factory: Callable[..., LiveServer]) -> LiveServer:
+    """One combined broker+controller (node 1) with three log dirs, started and stopped around the test."""
+    return kjbod_server_factory()
+
