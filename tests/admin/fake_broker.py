@@ -6,7 +6,8 @@ log dirs, configs) and encodes the response with the generated classes.  Everyth
 (api key, version, raw body) so tests can check what went over the wire.
 
 Besides plain answers it can produce, on demand, the faults a real server will not: `script[api_key]` is a queue
-of actions consumed one per request of that API: "close" (drop the connection without answering), ("delay", s),
+of actions consumed one per request of that API: "close" (drop the connection without answering), "truncate"
+(send half of the response, then drop the connection), ("delay", s),
 ("error", code) (answer with that top-level or per-item code), or a callable returning a response.  Advertised
 version ranges are editable (`api_versions`) to play an older broker; like Kafka, a request above the advertised
 range closes the connection, and an ApiVersions request above it gets KIP-511's v0 UNSUPPORTED_VERSION answer.
@@ -121,6 +122,7 @@ class FakeBroker:
         self.configs: dict[str, str] = {"log.retention.ms": "604800000", "num.io.threads": "8"}
         self.connections = 0
         self.describe_log_dirs_error = 0
+        self._truncate_next = False
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
 
@@ -159,7 +161,13 @@ class FakeBroker:
                     reply = await self._handle(frame)
                     if reply is None:
                         return  # close without answering
-                    writer.write(encode_frame_size(len(reply)) + reply)
+                    data = encode_frame_size(len(reply)) + reply
+                    if self._truncate_next:
+                        self._truncate_next = False
+                        writer.write(data[: len(data) // 2])  # half a response, then the connection drops
+                        await writer.drain()
+                        return
+                    writer.write(data)
                     await writer.drain()
         except (ConnectionError, asyncio.CancelledError):
             pass
@@ -190,6 +198,8 @@ class FakeBroker:
         error = 0
         if action == "close":
             return None
+        if action == "truncate":
+            self._truncate_next = True
         if isinstance(action, tuple) and action[0] == "delay":
             await asyncio.sleep(action[1])
         elif isinstance(action, tuple) and action[0] == "error":

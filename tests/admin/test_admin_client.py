@@ -331,6 +331,15 @@ async def test_connection_closed_mid_request_is_retried(cluster):
     assert broker.connections == 2  # the retry went over a new connection
 
 
+async def test_connection_closed_in_the_middle_of_a_response_is_retried(cluster):
+    broker = cluster.brokers[1]
+    broker.add_script(35, "truncate")
+    async with admin_for(cluster) as admin:
+        result = await admin.describe_log_dirs(brokers=[1])
+    assert [d.path for d in result[1]] == ["/data/a", "/data/b", "/data/c"]
+    assert len(cluster.requests(35)) == 2 and broker.connections == 2
+
+
 async def test_connection_closed_every_time_gives_a_clear_error(cluster):
     broker = cluster.brokers[1]
     broker.add_script(35, *["close"] * 100)
