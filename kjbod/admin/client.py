@@ -233,6 +233,9 @@ class AdminClient:
                 task.cancel()
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
+            # Transports finish closing on the next loop iteration; give it one so the sockets are really closed
+            # when close() returns, even if the caller's loop stops right after.
+            await asyncio.sleep(0)
 
     @property
     def brokers(self) -> dict[int, BrokerNode]:
