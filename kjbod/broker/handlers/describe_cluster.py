@@ -1,0 +1,39 @@
+"""DescribeCluster (key 60), versions 0-2.
+
+Version notes: v0 lists the brokers; v1 adds endpoint_type (1 brokers, 2 controllers; KIP-919): a broker
+listener asked for controllers, or a controller listener asked for brokers, answers MISMATCHED_ENDPOINT_TYPE,
+and an unknown type UNSUPPORTED_ENDPOINT_TYPE; v2 adds include_fenced_brokers and the is_fenced flag.
+"""
+
+from __future__ import annotations
+
+from kjbod.broker.router import api
+from kjbod.protocol.errors import ErrorCode
+from kjbod.protocol.generated import DescribeClusterRequest, DescribeClusterResponse
+
+BROKERS, CONTROLLERS = 1, 2
+
+
+@api(DescribeClusterRequest)
+def handle(node, request, body: DescribeClusterRequest) -> DescribeClusterResponse:
+    kind = request.ctx.listener_kind
+    etype = body.endpoint_type if request.api_version >= 1 else BROKERS
+    if etype not in (BROKERS, CONTROLLERS):
+        return DescribeClusterResponse(error_code=ErrorCode.UNSUPPORTED_ENDPOINT_TYPE,
+                                       error_message=f"unknown endpoint type {etype}",
+                                       endpoint_type=etype, cluster_id=node.cluster_id)
+    if (etype == BROKERS) != (kind == "broker"):
+        wanted = "brokers" if etype == BROKERS else "controllers"
+        return DescribeClusterResponse(error_code=ErrorCode.MISMATCHED_ENDPOINT_TYPE,
+                                       error_message=f"this {kind} listener cannot list {wanted}",
+                                       endpoint_type=etype, cluster_id=node.cluster_id)
+    nodes = node.cluster_nodes(request.ctx.listener_name, controllers=(etype == CONTROLLERS))
+    brokers = [
+        DescribeClusterResponse.DescribeClusterBroker(broker_id=n.node_id, host=n.host, port=n.port, rack=n.rack,
+                                                      is_fenced=False)
+        for n in nodes
+    ]
+    return DescribeClusterResponse(
+        error_code=0, endpoint_type=etype, cluster_id=node.cluster_id,
+        controller_id=node.node_id, brokers=brokers,
+    )

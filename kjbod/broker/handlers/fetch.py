@@ -1,0 +1,150 @@
+"""Fetch (key 1), versions 4-17.
+
+Version notes: v4 is the oldest served (isolation level, last stable offset, aborted transactions); v5 log
+start offsets; v6 may answer KAFKA_STORAGE_ERROR (older versions get NOT_LEADER_OR_FOLLOWER); v7 fetch
+sessions (KIP-227); v9 current leader epoch; v10 zstd; v11 rack id and preferred read replica; v12 flexible;
+v13 topic ids instead of names (an unknown id answers UNKNOWN_TOPIC_ID); v15 replica state moves to a tagged
+field; v16 node endpoints; v17 replica directory id.
+
+Sessions: kjbod answers every fetch in full and never creates a session (session id 0), which clients treat as
+"sessionless"; an incremental fetch naming a session answers FETCH_SESSION_ID_NOT_FOUND so the client falls
+back to full fetches.  Long poll: when less than min_bytes is available the request waits, up to max_wait_ms,
+for an append.  Record data leaves as file regions: the connection sends them with sendfile, without copying
+them through Python.  Limits: partition_max_bytes per partition and max_bytes for the response, except that
+the first partition with data always gets at least one whole batch (KIP-74).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from kjbod.broker.router import api
+from kjbod.protocol.errors import ErrorCode
+from kjbod.protocol.generated import FetchRequest, FetchResponse
+from kjbod.protocol.runtime import ZERO_UUID
+
+TopicResp = FetchResponse.FetchableTopicResponse
+PartResp = FetchResponse.PartitionData
+READ_COMMITTED = 1
+
+
+def _error_part(index: int, code: int, version: int) -> PartResp:
+    if code == ErrorCode.KAFKA_STORAGE_ERROR and version < 6:
+        code = ErrorCode.NOT_LEADER_OR_FOLLOWER
+    return PartResp(partition_index=index, error_code=code, high_watermark=-1, last_stable_offset=-1,
+                    log_start_offset=-1, records=b"")
+
+
+def _resolve(node, body: FetchRequest, version: int):
+    """[(topic name or None, FetchTopic)], topics looked up by id from v13."""
+    out = []
+    for t in body.topics:
+        if version >= 13:
+            topic = node.metadata.topic_by_id(t.topic_id) if t.topic_id != ZERO_UUID else None
+            out.append((topic.name if topic else None, t))
+        else:
+            out.append((t.topic if node.metadata.topic(t.topic) else None, t))
+    return out
+
+
+def _has_data(node, resolved, body: FetchRequest) -> bool:
+    """True when some partition has records past its fetch offset, or answers an error."""
+    if body.replica_id >= 0:
+        return True
+    for name, t in resolved:
+        if name is None:
+            return True
+        for p in t.partitions:
+            try:
+                plog = node.partition_log(name, p.partition)
+            except Exception:
+                return True
+            hw = plog.high_watermark
+            if p.fetch_offset < plog.log_start_offset or p.fetch_offset > hw or p.fetch_offset < hw:
+                return True
+    return False
+
+
+def _build(node, resolved, body: FetchRequest, version: int) -> tuple[FetchResponse, int]:
+    remaining = body.max_bytes if version >= 3 else 0x7FFFFFFF
+    committed = body.isolation_level == READ_COMMITTED
+    total = 0
+    topics = []
+    for name, t in resolved:
+        parts = []
+        for p in t.partitions:
+            if name is None:
+                code = ErrorCode.UNKNOWN_TOPIC_ID if version >= 13 else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                parts.append(_error_part(p.partition, code, version))
+                continue
+            if body.replica_id >= 0:
+                parts.append(_error_part(p.partition, ErrorCode.NOT_LEADER_OR_FOLLOWER, version))
+                continue
+            try:
+                plog = node.partition_log(name, p.partition)
+                budget = min(p.partition_max_bytes, remaining)
+                if budget <= 0 and total > 0:
+                    regions, hw, lso = [], plog.high_watermark, plog.log_start_offset
+                else:
+                    result = plog.read(p.fetch_offset, max(budget, 1))
+                    regions, hw, lso = result.regions, result.high_watermark, result.log_start_offset
+            except Exception as e:
+                code = getattr(e, "error_code", ErrorCode.UNKNOWN_SERVER_ERROR)
+                part = _error_part(p.partition, code, version)
+                if code == ErrorCode.OFFSET_OUT_OF_RANGE:
+                    try:
+                        plog = node.partition_log(name, p.partition)
+                        part.high_watermark = plog.high_watermark
+                        part.last_stable_offset = plog.high_watermark
+                        part.log_start_offset = plog.log_start_offset
+                    except Exception:
+                        pass
+                parts.append(part)
+                continue
+            size = sum(len(r) for r in regions)
+            total += size
+            remaining -= size
+            parts.append(PartResp(partition_index=p.partition, error_code=0, high_watermark=hw,
+                                  last_stable_offset=hw, log_start_offset=lso,
+                                  aborted_transactions=[] if committed else None,
+                                  records=regions if regions else b""))
+        topics.append(TopicResp(topic=t.topic if version < 13 else "", topic_id=t.topic_id if version >= 13 else ZERO_UUID,
+                                partitions=parts))
+    return FetchResponse(error_code=0, session_id=0, responses=topics), total
+
+
+def close_regions(resp: FetchResponse) -> None:
+    for t in resp.responses:
+        for p in t.partitions:
+            if isinstance(p.records, list):
+                for r in p.records:
+                    r.close()
+
+
+@api(FetchRequest, listeners=frozenset({"broker"}))
+async def handle(node, request, body: FetchRequest) -> FetchResponse:
+    v = request.api_version
+    if v >= 7 and (body.session_id != 0 or body.session_epoch > 0):
+        return FetchResponse(error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND, session_id=0)
+    resolved = _resolve(node, body, v)
+    deadline = time.monotonic() + max(body.max_wait_ms, 0) / 1000.0
+    while True:
+        # Look before reading: reading hands out file regions that must be closed if we then decide to wait.
+        if _has_data(node, resolved, body) or time.monotonic() >= deadline:
+            resp, total = _build(node, resolved, body, v)
+            if total >= body.min_bytes or time.monotonic() >= deadline or not _only_data(resp):
+                return resp
+            close_regions(resp)
+        arrived = node.append_event()
+        timeout = deadline - time.monotonic()
+        if timeout <= 0:
+            continue
+        try:
+            await asyncio.wait_for(arrived.wait(), timeout)
+        except TimeoutError:
+            pass
+
+
+def _only_data(resp: FetchResponse) -> bool:
+    return all(p.error_code == 0 for t in resp.responses for p in t.partitions)

@@ -1,0 +1,69 @@
+"""ListOffsets (key 2), versions 1-11.
+
+Version notes: v1 single offset per partition; v2 isolation level and throttle time; v4 leader epochs; v5 may
+answer OFFSET_NOT_AVAILABLE; v6 flexible; v7 timestamp -3 (MAX_TIMESTAMP); v8 -4 (EARLIEST_LOCAL); v9 -5
+(LATEST_TIERED); v10 timeout_ms; v11 only client behaviour.
+
+Special timestamps: -1 latest (the high watermark, which equals the log end on a single node), -2 earliest
+(log start offset), -3 the record with the largest timestamp, -4 earliest local (= earliest: no tiered
+storage), -5 latest tiered (offset -1: nothing is tiered).  Any other timestamp finds the first offset whose
+timestamp is at least that, through the .timeindex; none → offset -1.
+"""
+
+from __future__ import annotations
+
+from kjbod.broker.router import api
+from kjbod.protocol.errors import ErrorCode
+from kjbod.protocol.generated import ListOffsetsRequest, ListOffsetsResponse
+
+TopicResp = ListOffsetsResponse.ListOffsetsTopicResponse
+PartResp = ListOffsetsResponse.ListOffsetsPartitionResponse
+LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
+
+
+def _lookup(node, topic: str, partition: int, ts: int) -> PartResp:
+    try:
+        plog = node.partition_log(topic, partition)
+        if ts == LATEST:
+            return PartResp(partition_index=partition, timestamp=-1, offset=plog.high_watermark, leader_epoch=0)
+        if ts in (EARLIEST, EARLIEST_LOCAL):
+            return PartResp(partition_index=partition, timestamp=-1, offset=plog.log_start_offset, leader_epoch=0)
+        if ts == LATEST_TIERED:
+            return PartResp(partition_index=partition, timestamp=-1, offset=-1, leader_epoch=-1)
+        if ts == MAX_TIMESTAMP:
+            found = plog.max_timestamp_offset()
+        elif ts < 0:
+            return PartResp(partition_index=partition, error_code=ErrorCode.INVALID_REQUEST)
+        else:
+            found = plog.offset_for_timestamp(ts)
+    except Exception as e:
+        code = getattr(e, "error_code", ErrorCode.UNKNOWN_SERVER_ERROR)
+        return PartResp(partition_index=partition, error_code=code)
+    if found is None:
+        return PartResp(partition_index=partition, timestamp=-1, offset=-1, leader_epoch=-1)
+    offset, timestamp = found
+    return PartResp(partition_index=partition, timestamp=timestamp, offset=offset, leader_epoch=0)
+
+
+@api(ListOffsetsRequest)
+def handle(node, request, body: ListOffsetsRequest) -> ListOffsetsResponse:
+    topics = []
+    for t in body.topics:
+        topic = node.metadata.topic(t.name)
+        parts = []
+        for p in t.partitions:
+            if topic is None or p.partition_index not in topic.partitions:
+                parts.append(PartResp(partition_index=p.partition_index,
+                                      error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+            elif ts_ok(p.timestamp, request.api_version):
+                parts.append(_lookup(node, t.name, p.partition_index, p.timestamp))
+            else:
+                parts.append(PartResp(partition_index=p.partition_index, error_code=ErrorCode.UNSUPPORTED_VERSION))
+        topics.append(TopicResp(name=t.name, partitions=parts))
+    return ListOffsetsResponse(topics=topics)
+
+
+def ts_ok(ts: int, version: int) -> bool:
+    """Special timestamps need the version that introduced them."""
+    needs = {MAX_TIMESTAMP: 7, EARLIEST_LOCAL: 8, LATEST_TIERED: 9}
+    return version >= needs.get(ts, 0)

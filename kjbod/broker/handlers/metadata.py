@@ -1,0 +1,78 @@
+"""Metadata (key 3), versions 0-13.
+
+Version notes: v0 treats an empty topic list as "all topics"; v1+ uses null for that and an empty list for
+none, and adds rack, controller id and is_internal; v2 adds the cluster id; v3 throttle time; v4
+allow_auto_topic_creation (honoured together with `auto.create.topics.enable`); v5 offline replicas; v7 leader
+epoch; v8-v10 authorized-operation fields (answered as "not computed"); v9 flexible; v10 topic ids; v12 lookup
+by topic id (an unknown id answers UNKNOWN_TOPIC_ID); v13 a top-level error code.
+
+The answer lists this node for the listener the request arrived on, as Kafka does.  A partition whose log dir
+is offline has no leader: LEADER_NOT_AVAILABLE, with this node in offline_replicas (KIP-858 semantics).
+"""
+
+from __future__ import annotations
+
+from kjbod.broker.metadata_image import topic_name_problem
+from kjbod.broker.router import api
+from kjbod.protocol.errors import ErrorCode
+from kjbod.protocol.generated import MetadataRequest, MetadataResponse
+from kjbod.protocol.runtime import ZERO_UUID
+
+Topic = MetadataResponse.MetadataResponseTopic
+Partition = MetadataResponse.MetadataResponsePartition
+Broker = MetadataResponse.MetadataResponseBroker
+
+
+def describe_topic(node, topic) -> Topic:
+    parts = []
+    for p in sorted(topic.partitions.values(), key=lambda p: p.partition):
+        online = node.partition_online(topic.name, p.partition)
+        if online:
+            parts.append(Partition(error_code=0, partition_index=p.partition, leader_id=p.leader,
+                                   leader_epoch=p.leader_epoch, replica_nodes=list(p.replicas),
+                                   isr_nodes=list(p.isr), offline_replicas=[]))
+        else:
+            parts.append(Partition(error_code=ErrorCode.LEADER_NOT_AVAILABLE, partition_index=p.partition,
+                                   leader_id=-1, leader_epoch=p.leader_epoch, replica_nodes=list(p.replicas),
+                                   isr_nodes=[], offline_replicas=[node.node_id]))
+    return Topic(error_code=0, name=topic.name, topic_id=topic.topic_id, is_internal=False, partitions=parts)
+
+
+@api(MetadataRequest)
+async def handle(node, request, body: MetadataRequest) -> MetadataResponse:
+    v = request.api_version
+    image = node.metadata
+    wanted = body.topics
+    if wanted is None or (v == 0 and not wanted):
+        topics = [describe_topic(node, t) for t in sorted(image.topics(), key=lambda t: t.name)]
+    else:
+        topics = []
+        auto_create = node.config_auto_create_topics and (body.allow_auto_topic_creation or v < 4)
+        for req in wanted:
+            if req.name is None or (v >= 10 and req.name == "" and req.topic_id != ZERO_UUID):
+                topic = image.topic_by_id(req.topic_id) if req.topic_id != ZERO_UUID else None
+                if topic is None:
+                    topics.append(Topic(error_code=ErrorCode.UNKNOWN_TOPIC_ID, name=None, topic_id=req.topic_id))
+                else:
+                    topics.append(describe_topic(node, topic))
+                continue
+            problem = topic_name_problem(req.name)
+            if problem:
+                topics.append(Topic(error_code=ErrorCode.INVALID_TOPIC_EXCEPTION, name=req.name))
+                continue
+            topic = image.topic(req.name)
+            if topic is None and auto_create:
+                topic = await node.auto_create_topic(req.name)
+                if topic is not None:
+                    # Kafka answers the creating request with LEADER_NOT_AVAILABLE; clients retry.  Answering
+                    # the finished topic right away saves every producer a metadata round trip.
+                    topics.append(describe_topic(node, topic))
+                    continue
+            if topic is None:
+                topics.append(Topic(error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name=req.name))
+            else:
+                topics.append(describe_topic(node, topic))
+    brokers = [Broker(node_id=n.node_id, host=n.host, port=n.port, rack=n.rack)
+               for n in node.cluster_nodes(request.ctx.listener_name, controllers=False)]
+    return MetadataResponse(brokers=brokers, cluster_id=node.cluster_id, controller_id=node.node_id,
+                            topics=topics)

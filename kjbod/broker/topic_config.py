@@ -1,0 +1,118 @@
+"""Topic-level configs: names, types, validation, and the broker defaults they fall back to.
+
+One table drives CreateTopics validation, DescribeConfigs answers for topics, and the LogConfig handed to
+storage.  Only configs kjbod honours are accepted; anything else is INVALID_CONFIG naming the key, so nobody
+believes a setting took effect when it did not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+LONG_MAX = (1 << 63) - 1
+INT_MAX = (1 << 31) - 1
+
+
+class TopicConfigError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class TopicConfigDef:
+    name: str
+    type: str  # "int", "long", "string", "list"
+    broker_key: str | None  # the broker config it defaults to
+    broker_attr: str | None
+    fallback: Any
+    check: Callable[[Any], str | None] = lambda v: None
+    doc: str = ""
+
+
+def _at_least(lo: int) -> Callable[[Any], str | None]:
+    return lambda v: None if v >= lo else f"must be at least {lo}"
+
+
+def _one_of(*allowed: str) -> Callable[[Any], str | None]:
+    return lambda v: None if v in allowed else f"must be one of {', '.join(allowed)}"
+
+
+DEFS: dict[str, TopicConfigDef] = {d.name: d for d in [
+    TopicConfigDef("segment.bytes", "int", "log.segment.bytes", "log_segment_bytes", 1 << 30, _at_least(14),
+                   "Size at which a segment file is rolled."),
+    TopicConfigDef("segment.ms", "long", "log.roll.ms", "log_roll_ms", 7 * 24 * 3600 * 1000, _at_least(1),
+                   "Age at which a segment file is rolled even if not full."),
+    TopicConfigDef("retention.ms", "long", "log.retention.ms", "log_retention_ms", 7 * 24 * 3600 * 1000,
+                   _at_least(-1), "How long to keep data; -1 keeps it forever."),
+    TopicConfigDef("retention.bytes", "long", "log.retention.bytes", "log_retention_bytes", -1, _at_least(-1),
+                   "Size per partition beyond which old segments are deleted; -1 for no limit."),
+    TopicConfigDef("max.message.bytes", "int", "message.max.bytes", "message_max_bytes", 1048588,
+                   _at_least(0), "Largest record batch the topic accepts."),
+    TopicConfigDef("cleanup.policy", "list", "log.cleanup.policy", None, "delete", _one_of("delete"),
+                   "Only delete is supported (no compaction)."),
+    TopicConfigDef("index.interval.bytes", "int", "log.index.interval.bytes", "log_index_interval_bytes", 4096,
+                   _at_least(0), "Bytes between offset index entries."),
+    TopicConfigDef("segment.index.bytes", "int", "log.index.size.max.bytes", "log_index_size_max_bytes",
+                   10 * 1024 * 1024, _at_least(4), "Maximum size of an offset index file."),
+    TopicConfigDef("flush.messages", "long", "log.flush.interval.messages", "log_flush_interval_messages",
+                   LONG_MAX, _at_least(1), "Messages between forced fsyncs."),
+    TopicConfigDef("flush.ms", "long", "log.flush.interval.ms", "log_flush_interval_ms", LONG_MAX,
+                   _at_least(0), "Milliseconds between forced fsyncs."),
+    TopicConfigDef("file.delete.delay.ms", "long", "log.segment.delete.delay.ms", "log_segment_delete_delay_ms",
+                   60000, _at_least(0), "Delay before a deleted file is removed from disk."),
+]}
+
+
+def parse_value(d: TopicConfigDef, raw: str | None) -> Any:
+    if raw is None:
+        raise TopicConfigError(f"{d.name}: a value is required")
+    raw = raw.strip()
+    if d.type in ("int", "long"):
+        try:
+            value: Any = int(raw)
+        except ValueError:
+            raise TopicConfigError(f"invalid value {raw!r} for {d.name}: expected an integer") from None
+        limit = INT_MAX if d.type == "int" else LONG_MAX
+        if not -limit - 1 <= value <= limit:
+            raise TopicConfigError(f"invalid value {raw!r} for {d.name}: out of range for a {d.type}")
+    elif d.type == "list":
+        value = ",".join(p.strip() for p in raw.split(",") if p.strip())
+    else:
+        value = raw
+    problem = d.check(value)
+    if problem:
+        raise TopicConfigError(f"invalid value {raw!r} for {d.name}: {problem}")
+    return value
+
+
+def validate(configs: dict[str, str | None]) -> dict[str, Any]:
+    """Parsed overrides; raises TopicConfigError naming the first bad key or value."""
+    out: dict[str, Any] = {}
+    for key, raw in configs.items():
+        d = DEFS.get(key)
+        if d is None:
+            raise TopicConfigError(f"unknown or unsupported topic config {key!r} "
+                                   f"(supported: {', '.join(sorted(DEFS))})")
+        out[key] = parse_value(d, raw)
+    return out
+
+
+def broker_default(d: TopicConfigDef, broker_config: Any) -> Any:
+    if d.broker_attr is not None:
+        value = getattr(broker_config, d.broker_attr, None)
+        if value is not None:
+            return value
+    return d.fallback
+
+
+def effective(overrides: dict[str, str], broker_config: Any) -> dict[str, tuple[Any, bool]]:
+    """name → (value, is_override) for every supported topic config."""
+    parsed = validate(overrides)
+    out = {}
+    for name, d in DEFS.items():
+        if name in parsed:
+            out[name] = (parsed[name], True)
+        else:
+            out[name] = (broker_default(d, broker_config), False)
+    return out
