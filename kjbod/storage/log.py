@@ -354,6 +354,8 @@ class PartitionLog:
             result = seg.recover()
             stats.recovered_segments += 1
             last_next = result.next_offset
+            if i < len(self.segments) - 1 and not result.truncated_bytes:
+                seg.on_roll()
             if result.truncated_bytes:
                 self._set_aside_tail(seg, result.valid_bytes, result.truncated_bytes, result.reason,
                                      result.first_bad_offset, result.next_offset)

@@ -130,6 +130,9 @@ class LogSegment:
                 f"{self.log_path}: invalid batch at byte {result.valid_bytes} while rebuilding indexes "
                 f"({result.reason})"
             )
+        # Trimmed like any closed index; an active segment preallocates again on its next index write.
+        self.index.trim()
+        self.time_index.trim()
 
     # -- timestamps
 

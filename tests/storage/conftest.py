@@ -109,7 +109,8 @@ def make_manager(log_dirs, clock):
     made: list[LogManager] = []
 
     def make(*, dirs: list[str] | None = None, config: LogConfig | None = None, open: bool = True, **kw) -> LogManager:
-        lm = LogManager(dirs or log_dirs, node_id=1, defaults=config or LogConfig(), clock=clock, **kw)
+        kw.setdefault("clock", clock)
+        lm = LogManager(dirs or log_dirs, node_id=1, defaults=config or LogConfig(), **kw)
         made.append(lm)
         if open:
             lm.open()

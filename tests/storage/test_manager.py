@@ -1,0 +1,292 @@
+"""The LogManager: startup checks, locking, dir naming, clean shutdown, checkpoints, deletion, future logs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from structlog.testing import capture_logs
+
+from kjbod.storage.config import LogConfig
+from kjbod.storage.errors import (
+    DuplicateLogError,
+    InvalidTopicError,
+    LogDirLockedError,
+    TopicAlreadyExistsError,
+    UnformattedDirError,
+    UnknownTopicOrPartitionError,
+)
+from kjbod.storage.fsio import LogDirIO
+from kjbod.storage.manager import LogManager, parse_partition_dir_name, suffixed_dir_name
+from kjbod.storage.meta import read_meta_properties
+from tests.storage.conftest import T0, kp_batch, kp_records
+
+TOPIC_ID = "3uI2M2AbQVO0J2cYw2xvOA"
+
+
+def test_dir_names_parse_like_kafka():
+    assert parse_partition_dir_name("my-topic-3") == ("my-topic", 3, None)
+    assert parse_partition_dir_name("a.b-12") == ("a.b", 12, None)
+    hexid = "0123456789abcdef0123456789abcdef"
+    assert parse_partition_dir_name(f"my-topic-3.{hexid}-future") == ("my-topic", 3, "-future")
+    assert parse_partition_dir_name(f"t-0.{hexid}-delete") == ("t", 0, "-delete")
+    assert parse_partition_dir_name(f"t-0.{hexid}-stray") == ("t", 0, "-stray")
+    assert parse_partition_dir_name("nodash") is None and parse_partition_dir_name("t-x") is None
+    name = suffixed_dir_name("t" * 249, 7, "-delete")
+    assert len(name) == 255 and name.endswith("-delete") and parse_partition_dir_name(name)[1] == 7
+
+
+def test_unformatted_dir_is_refused_with_a_hint(tmp_path):
+    lm = LogManager([str(tmp_path / "fresh")], node_id=1)
+    with pytest.raises(UnformattedDirError, match="kjbod format"):
+        lm.open()
+
+
+def test_two_managers_cannot_share_a_dir(make_manager, log_dirs):
+    make_manager()
+    with pytest.raises(LogDirLockedError, match=r"\.lock"):
+        make_manager()
+
+
+def test_another_process_cannot_take_the_lock(make_manager, log_dirs):
+    make_manager()
+    probe = (
+        "import fcntl, os, sys\n"
+        f"fd = os.open({os.path.join(log_dirs[0], '.lock')!r}, os.O_RDWR)\n"
+        "try:\n    fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)\nexcept OSError:\n    sys.exit(3)\n"
+    )
+    assert subprocess.run([sys.executable, "-c", probe]).returncode == 3
+
+
+def test_lock_is_released_on_close(make_manager):
+    make_manager().close()
+    make_manager()
+
+
+def test_clean_shutdown_marker_and_checkpoints(make_manager, log_dirs):
+    lm = make_manager()
+    a = lm.create_partition("alpha", 0, TOPIC_ID, dir=log_dirs[0])
+    b = lm.create_partition("alpha", 1, TOPIC_ID, dir=log_dirs[0])
+    a.append(kp_batch([b"x", b"y"]))
+    b.append(kp_batch([b"z"]))
+    lm.close(broker_epoch=17)
+    d = Path(log_dirs[0])
+    assert (d / ".kafka_cleanshutdown").read_text() == '{"version":0,"brokerEpoch":17}'
+    assert (d / "recovery-point-offset-checkpoint").read_text() == "0\n2\nalpha 0 2\nalpha 1 1\n"
+    assert (d / "replication-offset-checkpoint").read_text() == "0\n2\nalpha 0 2\nalpha 1 1\n"
+    assert (d / "log-start-offset-checkpoint").read_text() == "0\n0\n"
+    assert (d / "alpha-0" / "partition.metadata").read_text() == f"version: 0\ntopic_id: {TOPIC_ID}"
+    assert not (Path(log_dirs[1]) / "recovery-point-offset-checkpoint").read_text().count("alpha")
+    lm2 = make_manager()
+    assert lm2.had_clean_shutdown(log_dirs[0])
+    assert not (d / ".kafka_cleanshutdown").exists()  # a crash from now on is unclean
+    assert lm2.get("alpha", 0).log_end_offset == 2
+    assert sum(p.load_stats.recovered_segments for p in lm2.partitions()) == 0
+
+
+def test_log_start_offset_checkpoint_and_reopen(make_manager, log_dirs):
+    lm = make_manager(config=LogConfig(segment_bytes=300))
+    log = lm.create_partition("lso", 0, TOPIC_ID, dir=log_dirs[1])
+    for i in range(20):
+        log.append(kp_batch([b"v%02d" % i]))
+    log.advance_log_start_offset(7)
+    lm.checkpoint()
+    text = Path(log_dirs[1], "log-start-offset-checkpoint").read_text()
+    assert text == "0\n1\nlso 0 7\n"
+    lm.close()
+    log2 = make_manager(config=LogConfig(segment_bytes=300)).get("lso", 0)
+    assert (log2.log_start_offset, log2.log_end_offset) == (7, 20)
+    assert [o for o, _, _ in kp_records(log2.read_bytes(7, 1 << 20))][0] == 7
+
+
+def test_special_dirs_at_open(make_manager, log_dirs):
+    d = Path(log_dirs[0])
+    hexid = "0123456789abcdef0123456789abcdef"
+    lm = make_manager()
+    lm.create_partition("keep", 0, TOPIC_ID, dir=log_dirs[0]).append(kp_batch([b"a"]))
+    lm.close()
+    (d / f"gone-0.{hexid}-delete").mkdir()
+    (d / f"gone-0.{hexid}-delete" / "00000000000000000000.log").write_bytes(b"x")
+    (d / f"lost-2.{hexid}-stray").mkdir()
+    (d / "__cluster_metadata-0").mkdir()
+    (d / "not a partition").mkdir()
+    future = LogDirIO(log_dirs[0])
+    from kjbod.storage.log import PartitionLog
+
+    PartitionLog.create(future, future.join(f"moving-1.{hexid}-future"), "moving", 1, TOPIC_ID, LogConfig()).close()
+    with capture_logs() as logs:
+        lm2 = make_manager()
+    assert not (d / f"gone-0.{hexid}-delete").exists()
+    assert lm2.stray_dirs() == [str(d / f"lost-2.{hexid}-stray")]
+    assert (d / f"lost-2.{hexid}-stray").exists() and (d / "__cluster_metadata-0").exists()
+    [fut] = lm2.future_logs()
+    assert (fut.topic, fut.partition, fut.is_future) == ("moving", 1, True)
+    assert lm2.get_future("moving", 1) is fut and lm2.find("moving", 1) is None
+    assert any(e["event"] == "unknown_dir_in_log_dir" for e in logs)
+    assert [p.name for p in lm2.partitions()] == ["keep-0"]
+
+
+def test_duplicate_current_logs_refuse_startup(make_manager, log_dirs):
+    lm = make_manager()
+    lm.create_partition("dup", 0, TOPIC_ID, dir=log_dirs[0])
+    lm.close()
+    import shutil
+
+    shutil.copytree(Path(log_dirs[0], "dup-0"), Path(log_dirs[2], "dup-0"))
+    with pytest.raises(DuplicateLogError, match="dup-0") as e:
+        make_manager()
+    assert log_dirs[0] in str(e.value) and log_dirs[2] in str(e.value)
+    # The failed open released its locks: fixing the dirs makes the next open work.
+    shutil.rmtree(Path(log_dirs[2], "dup-0"))
+    make_manager()
+
+
+def test_create_errors(make_manager):
+    lm = make_manager()
+    lm.create_partition("t", 0, None)
+    with pytest.raises(TopicAlreadyExistsError) as e:
+        lm.create_partition("t", 0, None)
+    assert e.value.error_code == 36
+    for bad in ("", "..", "has space", "x" * 250, "slash/y"):
+        with pytest.raises(InvalidTopicError):
+            lm.create_partition(bad, 0, None)
+    with pytest.raises(UnknownTopicOrPartitionError) as e:
+        lm.get("t", 9)
+    assert e.value.error_code == 3
+
+
+def test_dirs_report_ids_and_sizes(make_manager, log_dirs):
+    lm = make_manager()
+    infos = {i.path: i for i in lm.dirs}
+    assert list(infos) == log_dirs
+    for path, info in infos.items():
+        assert info.online and info.total_bytes > 0 and 0 <= info.usable_bytes <= info.total_bytes
+        assert info.directory_id == read_meta_properties(LogDirIO(path)).directory_id
+    assert set(lm.directory_ids()) == {i.directory_id for i in infos.values()}
+
+
+def test_delete_partition_renames_then_removes_after_the_delay(make_manager, log_dirs, clock):
+    lm = make_manager(config=LogConfig(file_delete_delay_ms=1000))
+    log = lm.create_partition("del", 0, TOPIC_ID, dir=log_dirs[0])
+    log.append(kp_batch([b"a"]))
+    lm.delete_partition("del", 0)
+    names = os.listdir(log_dirs[0])
+    [renamed] = [n for n in names if n.startswith("del-0.")]
+    assert parse_partition_dir_name(renamed) == ("del", 0, "-delete")
+    assert "del-0" not in names and lm.find("del", 0) is None
+    with pytest.raises(UnknownTopicOrPartitionError):
+        log.append(kp_batch([b"b"]))
+    assert "del" not in Path(log_dirs[0], "recovery-point-offset-checkpoint").read_text()
+    lm.tick(clock.now + 999)
+    assert Path(log_dirs[0], renamed).exists()
+    lm.tick(clock.now + 1000)
+    assert not Path(log_dirs[0], renamed).exists()
+    lm.create_partition("del", 0, TOPIC_ID)  # the name is free again
+
+
+def test_tick_flushes_rolled_segments_and_writes_checkpoints(make_manager, log_dirs, clock):
+    lm = make_manager(config=LogConfig(segment_bytes=400), checkpoint_interval_ms=60_000)
+    log = lm.create_partition("roll", 0, TOPIC_ID, dir=log_dirs[0])
+    for i in range(20):
+        log.append(kp_batch([b"v%02d" % i]))
+    assert len(log.segments) > 2 and log.recovery_point == 0
+    lm.tick(clock.now)
+    assert log.recovery_point == log.active_segment.base_offset
+    assert not Path(log_dirs[0], "recovery-point-offset-checkpoint").exists()  # not due yet
+    lm.tick(clock.now + 60_000)
+    assert f"roll 0 {log.recovery_point}" in Path(log_dirs[0], "recovery-point-offset-checkpoint").read_text()
+
+
+def test_tick_runs_retention_on_its_interval(make_manager, clock):
+    lm = make_manager(config=LogConfig(segment_bytes=300, retention_ms=1000), retention_check_interval_ms=5000)
+    log = lm.create_partition("ret", 0, TOPIC_ID)
+    for i in range(10):
+        log.append(kp_batch([b"v%02d" % i], timestamp=T0))
+    segs = len(log.segments)
+    lm.tick(T0 + 4999)
+    assert len(log.segments) == segs
+    lm.tick(T0 + 5000)
+    assert log.log_start_offset > 0 and len(log.segments) < segs
+
+
+def test_background_thread_ticks(make_manager):
+    lm = make_manager(config=LogConfig(segment_bytes=300), clock=lambda: int(time.time() * 1000))
+    log = lm.create_partition("bg", 0, TOPIC_ID)
+    for i in range(10):
+        log.append(kp_batch([b"v%02d" % i]))
+    lm.start_background(interval_s=0.01)
+    deadline = time.monotonic() + 10
+    while log.recovery_point == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    lm.stop_background()
+    assert log.recovery_point == log.active_segment.base_offset > 0
+
+
+def test_appends_race_background_flushes(make_manager):
+    lm = make_manager(config=LogConfig(segment_bytes=2000, flush_interval_ms=0))
+    log = lm.create_partition("race", 0, TOPIC_ID)
+    stop = threading.Event()
+
+    def flusher():
+        while not stop.is_set():
+            lm.tick()
+
+    t = threading.Thread(target=flusher)
+    t.start()
+    try:
+        for i in range(300):
+            log.append(kp_batch([b"r%03d" % i]))
+    finally:
+        stop.set()
+        t.join()
+    assert [o for o, _, _ in kp_records(log.read_bytes(0, 1 << 30))] == list(range(300))
+
+
+def test_future_log_move_and_swap(make_manager, log_dirs, clock):
+    lm = make_manager(config=LogConfig(segment_bytes=500, file_delete_delay_ms=0))
+    cur = lm.create_partition("mv", 0, TOPIC_ID, dir=log_dirs[0])
+    for i in range(30):
+        cur.append(kp_batch([b"m%02d" % i]))
+    fut = lm.create_future_log("mv", 0, log_dirs[2])
+    assert parse_partition_dir_name(os.path.basename(fut.dir))[2] == "-future"
+    # Copy closed segments with sendfile, then catch up through reads (what the mover will do).
+    for f in cur.segment_files():
+        if f.path.endswith(".log"):
+            src = cur.active_segment.io.open(f.path, os.O_RDONLY)
+            try:
+                seg_chunk = src.pread(f.size, 0)
+            finally:
+                src.close()
+            fut.append_as_follower(seg_chunk)
+    while fut.log_end_offset < cur.log_end_offset:
+        fut.append_as_follower(cur.read_bytes(fut.log_end_offset, 1 << 20))
+    assert fut.read_bytes(0, 1 << 30) == cur.read_bytes(0, 1 << 30)
+    assert [i.path for i in lm.dirs]  # still describable mid-move
+    assert {p.log_dir for p in lm.logs_in_dir(log_dirs[2])} == {log_dirs[2]}
+    new = lm.replace_current_with_future("mv", 0)
+    assert new.log_dir == log_dirs[2] and os.path.basename(new.dir) == "mv-0" and not new.is_future
+    assert lm.get("mv", 0) is new and lm.get_future("mv", 0) is None
+    assert new.append(kp_batch([b"after"])).base_offset == 30
+    lm.tick(clock.now)
+    assert not any(n.startswith("mv-0") for n in os.listdir(log_dirs[0]))
+    lm.close()
+    again = make_manager(config=LogConfig(segment_bytes=500)).get("mv", 0)
+    assert again.log_dir == log_dirs[2] and again.log_end_offset == 31
+
+
+def test_copy_to_uses_the_seam(tmp_path):
+    a, b = LogDirIO(str(tmp_path / "a")), LogDirIO(str(tmp_path / "b"))
+    for io in (a, b):
+        io.mkdir(io.path)
+    src = a.open(a.join("f"), os.O_RDWR | os.O_CREAT)
+    src.write(b"0123456789" * 1000)
+    dst = b.open(b.join("g"), os.O_WRONLY | os.O_CREAT)
+    assert src.copy_to(dst, 5, 20_000, chunk=1000) == 9995
+    src.close()
+    dst.close()
+    assert Path(b.join("g")).read_bytes() == (b"0123456789" * 1000)[5:]
