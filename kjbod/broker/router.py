@@ -127,9 +127,9 @@ class Router:
                          f"{entry.min_version}-{entry.max_version})")
         try:
             header, pos = decode_request_header(frame, key, version)
-            body, end = entry.request_cls.decode_from(frame, pos, version)
-            if end != len(frame):
-                raise DecodeError(f"{len(frame) - end} unexpected bytes after the request body")
+            # Bytes after the body are ignored, as Apache Kafka does (librdkafka's Metadata v13 requests end with
+            # three of them); the generated decode() is strict, decode_from() lets the router choose.
+            body, _end = entry.request_cls.decode_from(frame, pos, version)
         except DecodeError as e:
             self._refuse(ctx, key, version, None, f"undecodable request: {e}")
         request = Request(ctx, key, version, header.correlation_id, header.client_id)
