@@ -1,0 +1,670 @@
+"""One Kafka client connection: an `asyncio.Protocol` that turns received bytes into handler calls and replies into
+writes, in request order, with backpressure both ways.
+
+Strategy:
+
+* Reading: each `data_received` feeds the sans-IO `FrameDecoder` and hands every complete frame to
+  `handler.handle(frame, ctx)`.
+* The fast path (no reply queued, handler answered synchronously with bytes only): the reply's size prefix and parts
+  go into a batch, and the whole batch goes out with ONE `transport.write` after the read's last frame. A read
+  holding 16 pipelined requests therefore costs one write, and nothing allocates a task.
+* The slow path: as soon as one reply is an awaitable (long-poll Fetch) or carries a `FileRegion`, that reply and
+  every reply after it are queued, and a single sender task writes the queue in order, awaiting each pending reply
+  at the head and batching whatever is ready behind it. Once the queue drains, the sender exits and the fast path
+  resumes. Exactly one writer at a time keeps the byte stream ordered.
+* File regions: bytes before a region are written, then the sender waits until the transport's own buffer is empty
+  and calls `os.sendfile` on the socket until EAGAIN, waiting for writability through a dup of the socket fd
+  registered with `add_writer` (the transport's fd is already registered by the loop itself, and asyncio's
+  `loop.sendfile` is not implemented by uvloop). Nothing else writes meanwhile because every reply is queued
+  behind the sender. When sendfile is off (`zero_copy=False`) or unsupported (EINVAL/ENOSYS/...), the region is
+  sent with `os.pread` + `transport.write` in 1 MiB chunks, honouring pause_writing.
+* Backpressure: reading pauses while `max_pending` replies are queued (frames already received stay in the decoder
+  and are processed when the queue falls to half), and while the transport asks us to pause writing.
+* Errors: a bad size prefix, a `CloseConnection` from the handler, or an unexpected handler exception stops
+  reading; the replies to earlier requests are written, then the connection is closed. Handler bugs are logged
+  with their traceback at warning level. None of it touches other connections.
+* Teardown: when the connection goes, queued replies are dropped, their tasks cancelled and their file regions
+  closed; the socket dup is unregistered before it is closed so an fd number reused later is never confused with it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import itertools
+import logging
+import os
+import struct
+import time
+from collections import deque
+from collections.abc import Iterable, Iterator
+from typing import Any, cast
+
+from kjbod.server.handler import CloseConnection, ListenerKind, Reply, RequestContext, RequestHandler
+from kjbod.server.logging import get_logger
+from kjbod.wire.framing import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, FrameError
+from kjbod.wire.region import FileRegion
+
+__all__ = ["DEFAULT_MAX_PENDING", "Connection", "ConnectionRegistry", "RegionTruncated"]
+
+_log = get_logger("kjbod.server.connection")
+
+DEFAULT_MAX_PENDING = 64
+# Fallback copy size for file regions: large enough to amortise the syscalls, small enough not to balloon memory.
+_COPY_CHUNK = 1 << 20
+
+# A read of many small requests with big replies is written in slices of this size, not all at once.
+_FLUSH_BYTES = 256 * 1024
+
+# Why reading is paused; the transport reads again once no reason is left.
+_PAUSE_PENDING = 1
+_PAUSE_WRITING = 2
+_PAUSE_CLOSING = 4
+
+# sendfile errors that mean "not possible for this pair of fds", not "the connection broke".
+_SENDFILE_UNSUPPORTED = frozenset({errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP})
+
+_pack_size = struct.Struct(">i").pack
+_unpack_request_header = struct.Struct(">hhi").unpack_from
+_connection_ids = itertools.count(1)
+
+
+class RegionTruncated(Exception):
+    """A file region's file ended before its last byte: the frame size already sent cannot be honoured."""
+
+
+class Connection(asyncio.Protocol):
+    """Serves one client connection. Construct one per accepted socket (it is the protocol factory's product)."""
+
+    def __init__(
+        self,
+        handler: RequestHandler,
+        *,
+        listener_name: str = "PLAINTEXT",
+        listener_kind: ListenerKind = "broker",
+        security_protocol: str = "PLAINTEXT",
+        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        max_pending: int = DEFAULT_MAX_PENDING,
+        zero_copy: bool = True,
+        registry: ConnectionRegistry | None = None,
+    ) -> None:
+        if max_pending < 1:
+            raise ValueError("max_pending must be >= 1")
+        self._handle = handler.handle
+        self._listener_name = listener_name
+        self._listener_kind: ListenerKind = listener_kind
+        self._security_protocol = security_protocol
+        self._decoder = FrameDecoder(max_frame_size)
+        self._max_pending = max_pending
+        self._resume_below = max_pending // 2 + 1
+        self._zero_copy = zero_copy
+        self._registry = registry
+        self.connection_id = next(_connection_ids)
+
+        self._transport: asyncio.Transport | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._ctx: RequestContext | None = None
+        self._log: Any = _log
+        self._debug = False
+
+        # Replies not yet written, in request order: (reply or future of one, request metadata for the debug log).
+        self._queue: deque[tuple[Any, tuple[int, int, int, float] | None]] = deque()
+        self._sender: asyncio.Task[None] | None = None
+        # The reply the sender is writing, so its file regions are closed if the connection drops midway.
+        self._sending: list[Any] | None = None
+        self._pause = 0
+        self._resume_scheduled = False
+        self._write_paused = False
+        self._write_waiter: asyncio.Future[None] | None = None
+        self._eof = False
+        self._close_reason: str | None = None
+        self._closed = False
+        self._sock_dup: int | None = None
+        self._lost_waiter: asyncio.Future[None] | None = None
+
+    # -- public surface ---------------------------------------------------------------------------------------------
+
+    @property
+    def context(self) -> RequestContext | None:
+        return self._ctx
+
+    @property
+    def pending(self) -> int:
+        """Replies queued behind the sender (0 on the fast path)."""
+        return len(self._queue)
+
+    @property
+    def reading_paused(self) -> bool:
+        return self._pause != 0
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close_after_pending(self, reason: str) -> None:
+        """Stop reading requests; close once the replies to requests already read are written."""
+        if self._closed:
+            return
+        self._begin_close(reason)
+        self._maybe_finish_close()
+
+    def abort(self) -> None:
+        """Close at once, dropping unwritten replies."""
+        if self._transport is not None and not self._closed:
+            if self._close_reason is None:
+                self._close_reason = "aborted"
+            self._transport.abort()
+
+    async def wait_closed(self) -> None:
+        if self._closed:
+            return
+        if self._lost_waiter is None:
+            self._lost_waiter = asyncio.get_running_loop().create_future()
+        await asyncio.shield(self._lost_waiter)
+
+    # -- asyncio.Protocol -------------------------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports implement asyncio.Transport without subclassing it.
+        self._transport = cast(asyncio.Transport, transport)
+        self._loop = asyncio.get_running_loop()
+        host, port = _split_peer(transport.get_extra_info("peername"))
+        self._ctx = RequestContext(
+            connection_id=self.connection_id,
+            peer_host=host,
+            peer_port=port,
+            listener_name=self._listener_name,
+            listener_kind=self._listener_kind,
+            security_protocol=self._security_protocol,
+        )
+        self._log = _log.bind(conn=self.connection_id, peer=self._ctx.peer, listener=self._listener_name)
+        self._debug = self._log.is_enabled_for(logging.DEBUG)
+        if self._registry is not None:
+            self._registry.add(self)
+        self._log.info("connection opened", listener_kind=self._listener_kind)
+
+    def data_received(self, data: bytes) -> None:
+        if self._pause & _PAUSE_CLOSING:
+            return
+        try:
+            self._decoder.feed(data)
+        except FrameError as exc:
+            self._frame_error(exc)
+            self._maybe_finish_close()
+            return
+        if not self._pause:
+            self._process_frames()
+
+    def eof_received(self) -> bool:
+        # The peer will send nothing more, but may still read: answer what was received, then close.
+        self._eof = True
+        if not self._pause:
+            self._process_frames()
+        else:
+            self._maybe_finish_close()
+        return True
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+        self._pause_reading(_PAUSE_WRITING)
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        waiter, self._write_waiter = self._write_waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+        self._resume_reading(_PAUSE_WRITING)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closed = True
+        self._pause |= _PAUSE_CLOSING
+        sender, self._sender = self._sender, None
+        if sender is not None:
+            sender.cancel()
+        sending, self._sending = self._sending, None
+        if sending is not None:
+            _close_regions(sending)
+        while self._queue:
+            _discard(self._queue.popleft()[0])
+        if self._sock_dup is not None:
+            dup, self._sock_dup = self._sock_dup, None
+            assert self._loop is not None
+            # Unregister before closing: epoll keys registrations by open file, and the fd number may be reused.
+            self._loop.remove_writer(dup)
+            os.close(dup)
+        waiter, self._write_waiter = self._write_waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.cancel()
+        self._decoder = FrameDecoder(0)
+        if self._registry is not None:
+            self._registry.discard(self)
+        if self._lost_waiter is not None and not self._lost_waiter.done():
+            self._lost_waiter.set_result(None)
+        if exc is not None:
+            self._log.info("connection closed", error=_describe(exc))
+        elif self._close_reason is not None:
+            self._log.info("connection closed", reason=self._close_reason)
+        else:
+            self._log.info("connection closed")
+
+    # -- reading and the fast path ----------------------------------------------------------------------------------
+
+    def _process_frames(self) -> None:
+        """Hand buffered frames to the handler until none is complete or something pauses reading."""
+        decoder = self._decoder
+        handle = self._handle
+        ctx = self._ctx
+        debug = self._debug
+        batch: list[Any] = []
+        batch_bytes = 0
+        try:
+            while not self._pause:
+                try:
+                    frame = decoder.next_frame()
+                except FrameError as exc:
+                    self._frame_error(exc)
+                    break
+                if frame is None:
+                    break
+                meta = _request_meta(frame) if debug else None
+                try:
+                    reply = handle(frame, ctx)  # type: ignore[arg-type]
+                except CloseConnection as exc:
+                    self._log.warning("closing connection at the handler's request", reason=exc.reason)
+                    self._begin_close(exc.reason)
+                    break
+                except Exception:
+                    self._log.warning("request handler failed; closing the connection", exc_info=True)
+                    self._begin_close("request handler failed")
+                    break
+                if self._sender is None:
+                    if reply is None:
+                        if meta is not None:
+                            self._log_request(meta, replied=False)
+                        continue
+                    if reply.__class__ is list:
+                        size = 0
+                        has_region = False
+                        for part in reply:
+                            size += len(part)
+                            if isinstance(part, FileRegion):
+                                has_region = True
+                        if not has_region:
+                            batch.append(_pack_size(size))
+                            batch += reply
+                            if meta is not None:
+                                self._log_request(meta)
+                            batch_bytes += size
+                            if batch_bytes >= _FLUSH_BYTES:
+                                # Big replies: write now, so that pause_writing can stop us before the next frame.
+                                self._write(batch)
+                                batch = []
+                                batch_bytes = 0
+                            continue
+                self._enqueue(reply, meta)
+        finally:
+            if batch:
+                self._write(batch)
+        self._maybe_finish_close()
+
+    def _enqueue(self, reply: Any, meta: tuple[int, int, int, float] | None) -> None:
+        if reply is not None and reply.__class__ is not list:
+            try:
+                reply = asyncio.ensure_future(reply)
+            except TypeError:
+                self._log.warning(
+                    "request handler returned neither a reply nor an awaitable", returned=repr(reply)
+                )
+                self._begin_close("request handler failed")
+                return
+        self._queue.append((reply, meta))
+        if self._sender is None:
+            assert self._loop is not None
+            self._sender = self._loop.create_task(self._run_sender())
+        if len(self._queue) >= self._max_pending:
+            self._pause_reading(_PAUSE_PENDING)
+
+    def _pause_reading(self, reason: int) -> None:
+        if not self._pause and self._transport is not None and not self._eof:
+            self._transport.pause_reading()
+        self._pause |= reason
+
+    def _resume_reading(self, reason: int) -> None:
+        if not self._pause & reason:
+            return
+        self._pause &= ~reason
+        if self._pause:
+            return
+        if self._transport is not None and not self._eof:
+            self._transport.resume_reading()
+        # Frames left in the decoder when we paused are handled from a fresh callback, never from inside the
+        # transport's own write callback or halfway through the sender's bookkeeping.
+        if not self._resume_scheduled and self._loop is not None:
+            self._resume_scheduled = True
+            self._loop.call_soon(self._resume_processing)
+
+    def _resume_processing(self) -> None:
+        self._resume_scheduled = False
+        if (
+            not self._pause
+            and not self._closed
+            and self._transport is not None
+            and not self._transport.is_closing()
+        ):
+            self._process_frames()
+
+    def _frame_error(self, exc: FrameError) -> None:
+        self._log.warning("invalid frame; closing the connection", error=str(exc))
+        self._begin_close(str(exc))
+
+    def _begin_close(self, reason: str) -> None:
+        if self._close_reason is None:
+            self._close_reason = reason
+        self._pause_reading(_PAUSE_CLOSING)
+
+    def _maybe_finish_close(self) -> None:
+        if self._sender is not None or self._closed or self._transport is None:
+            return
+        if self._close_reason is not None or (self._eof and not self._pause and not self._resume_scheduled):
+            if self._close_reason is None:
+                self._close_reason = "peer closed its side"
+            # close() still flushes what the transport has buffered.
+            self._transport.close()
+
+    def _write(self, parts: list[Any]) -> None:
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            return
+        transport.write(parts[0] if len(parts) == 1 else b"".join(parts))
+
+    def _log_request(self, meta: tuple[int, int, int, float], *, replied: bool = True) -> None:
+        api_key, api_version, correlation_id, started = meta
+        self._log.debug(
+            "request",
+            api_key=api_key,
+            api_version=api_version,
+            correlation_id=correlation_id,
+            latency_us=round((time.perf_counter() - started) * 1e6),
+            replied=replied,
+        )
+
+    # -- the slow path: the sender task ------------------------------------------------------------------------------
+
+    async def _run_sender(self) -> None:
+        queue = self._queue
+        batch: list[Any] = []
+        try:
+            while queue:
+                item, meta = queue[0]
+                if item is not None and item.__class__ is not list:
+                    if not item.done():
+                        if batch:
+                            self._write(batch)
+                            batch = []
+                    try:
+                        item = await item
+                    except CloseConnection as exc:
+                        queue.popleft()
+                        self._log.warning("closing connection at the handler's request", reason=exc.reason)
+                        self._begin_close(exc.reason)
+                        break
+                    except asyncio.CancelledError:
+                        current = asyncio.current_task()
+                        if current is not None and current.cancelling():
+                            raise
+                        queue.popleft()
+                        self._log.warning("request handler's reply was cancelled; closing the connection")
+                        self._begin_close("request handler failed")
+                        break
+                    except Exception:
+                        queue.popleft()
+                        self._log.warning("request handler failed; closing the connection", exc_info=True)
+                        self._begin_close("request handler failed")
+                        break
+                    if item is not None and item.__class__ is not list:
+                        queue.popleft()
+                        _discard(item)
+                        self._log.warning(
+                            "request handler's awaitable returned no reply list", returned=repr(item)
+                        )
+                        self._begin_close("request handler failed")
+                        break
+                queue.popleft()
+                if self._pause & _PAUSE_PENDING and len(queue) < self._resume_below:
+                    self._resume_reading(_PAUSE_PENDING)
+                if item is None:
+                    if meta is not None:
+                        self._log_request(meta, replied=False)
+                    continue
+                self._sending = item
+                batch.append(_pack_size(sum(map(len, item))))
+                for part in item:
+                    if isinstance(part, FileRegion):
+                        if batch:
+                            self._write(batch)
+                            batch = []
+                        await self._send_region(part)
+                    else:
+                        batch.append(part)
+                self._sending = None
+                if meta is not None:
+                    self._log_request(meta)
+            if batch:
+                self._write(batch)
+        except asyncio.CancelledError:
+            raise
+        except OSError as exc:
+            # The peer went away mid-response, or the file could not be read: nothing more can go out in order.
+            self._log.info("sending a reply failed; closing the connection", error=_describe(exc))
+            self._close_reason = self._close_reason or "send failed"
+            if self._transport is not None:
+                self._transport.abort()
+        except Exception:
+            self._log.warning("sending a reply failed; closing the connection", exc_info=True)
+            self._close_reason = self._close_reason or "send failed"
+            if self._transport is not None:
+                self._transport.abort()
+        finally:
+            sending, self._sending = self._sending, None
+            if sending is not None:
+                _close_regions(sending)
+            if self._sender is asyncio.current_task():
+                self._sender = None
+        if self._close_reason is not None:
+            # Stopped early: what is still queued will never be written.
+            while queue:
+                _discard(queue.popleft()[0])
+        self._maybe_finish_close()
+
+    async def _send_region(self, region: FileRegion) -> None:
+        try:
+            if region.closed:
+                raise ValueError(f"{region!r} was closed before it was sent")
+            sent = 0
+            if self._zero_copy and region.count:
+                out_fd = self._socket_dup()
+                if out_fd is not None:
+                    sent = await self._sendfile(region, out_fd)
+            if sent < region.count:
+                await self._copy_region(region, sent)
+        finally:
+            region.close()
+
+    def _socket_dup(self) -> int | None:
+        if self._sock_dup is None:
+            assert self._transport is not None
+            sock = self._transport.get_extra_info("socket")
+            if sock is None:
+                return None
+            self._sock_dup = os.dup(sock.fileno())
+        return self._sock_dup
+
+    async def _sendfile(self, region: FileRegion, out_fd: int) -> int:
+        """Send with os.sendfile; returns the bytes sent, short of the count only if sendfile is unsupported."""
+        transport = self._transport
+        assert transport is not None
+        # The transport may still hold bytes of this very reply; they must reach the socket first.
+        while transport.get_write_buffer_size():
+            if transport.is_closing():
+                raise ConnectionResetError("connection closing")
+            await self._wait_writable(out_fd)
+        in_fd = region.fd
+        start = region.offset
+        offset = start
+        end = start + region.count
+        while offset < end:
+            try:
+                sent = os.sendfile(out_fd, in_fd, offset, end - offset)
+            except BlockingIOError:
+                await self._wait_writable(out_fd)
+                continue
+            except OSError as exc:
+                if exc.errno in _SENDFILE_UNSUPPORTED:
+                    self._zero_copy = False
+                    self._log.info("sendfile unavailable, copying file regions instead", error=_describe(exc))
+                    return offset - start
+                raise
+            if sent == 0:
+                raise RegionTruncated(
+                    f"file ended at offset {offset}, {end - offset} bytes short of {region!r}"
+                )
+            offset += sent
+        return region.count
+
+    async def _wait_writable(self, fd: int) -> None:
+        loop = self._loop
+        assert loop is not None
+        waiter: asyncio.Future[None] = loop.create_future()
+        loop.add_writer(fd, _wake, waiter)
+        try:
+            await waiter
+        finally:
+            # After connection_lost the dup is gone (and unregistered); its number may belong to someone else now.
+            if self._sock_dup == fd:
+                loop.remove_writer(fd)
+
+    async def _copy_region(self, region: FileRegion, already_sent: int) -> None:
+        transport = self._transport
+        assert transport is not None
+        in_fd = region.fd
+        offset = region.offset + already_sent
+        end = region.offset + region.count
+        while offset < end:
+            if self._write_paused:
+                await self._wait_write_resumed()
+            if transport.is_closing():
+                raise ConnectionResetError("connection closing")
+            data = os.pread(in_fd, min(_COPY_CHUNK, end - offset), offset)
+            if not data:
+                raise RegionTruncated(
+                    f"file ended at offset {offset}, {end - offset} bytes short of {region!r}"
+                )
+            transport.write(data)
+            offset += len(data)
+
+    async def _wait_write_resumed(self) -> None:
+        if self._write_waiter is None or self._write_waiter.done():
+            assert self._loop is not None
+            self._write_waiter = self._loop.create_future()
+        await self._write_waiter
+
+
+class ConnectionRegistry:
+    """The live connections of one server process, so shutdown can drain and close them."""
+
+    def __init__(self) -> None:
+        self._connections: set[Connection] = set()
+        self._emptied: asyncio.Event | None = None
+
+    def add(self, connection: Connection) -> None:
+        self._connections.add(connection)
+
+    def discard(self, connection: Connection) -> None:
+        self._connections.discard(connection)
+        if not self._connections and self._emptied is not None:
+            self._emptied.set()
+
+    def __len__(self) -> int:
+        return len(self._connections)
+
+    def __iter__(self) -> Iterator[Connection]:
+        return iter(list(self._connections))
+
+    async def shutdown(self, timeout: float) -> int:
+        """Stop reading on every connection, let each write the replies it owes and close, for up to `timeout`
+        seconds; abort the rest. Returns how many connections had to be aborted."""
+        for connection in self:
+            connection.close_after_pending("server shutting down")
+        if await self._wait_empty(timeout):
+            return 0
+        stragglers = list(self._connections)
+        for connection in stragglers:
+            connection.abort()
+        await self._wait_empty(1.0)
+        return len(stragglers)
+
+    async def _wait_empty(self, timeout: float) -> bool:
+        if not self._connections:
+            return True
+        self._emptied = asyncio.Event()
+        try:
+            await asyncio.wait_for(self._emptied.wait(), timeout)
+        except TimeoutError:
+            return False
+        finally:
+            self._emptied = None
+        return True
+
+
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
+def _request_meta(frame: bytes) -> tuple[int, int, int, float]:
+    # Every Kafka request header starts with api_key int16, api_version int16, correlation_id int32.
+    if len(frame) >= 8:
+        api_key, api_version, correlation_id = _unpack_request_header(frame)
+    else:
+        api_key = api_version = correlation_id = -1
+    return api_key, api_version, correlation_id, time.perf_counter()
+
+
+def _close_regions(parts: Iterable[Any]) -> None:
+    for part in parts:
+        if isinstance(part, FileRegion):
+            part.close()
+
+
+def _discard(item: Any) -> None:
+    """Drop a queued reply that will never be written, releasing its file regions."""
+    if item is None:
+        return
+    if item.__class__ is list:
+        _close_regions(item)
+        return
+    if isinstance(item, asyncio.Future):
+        if item.done():
+            _discard_future(item)
+        else:
+            item.cancel()
+            item.add_done_callback(_discard_future)
+
+
+def _discard_future(future: asyncio.Future[Reply]) -> None:
+    if future.cancelled():
+        return
+    if future.exception() is None:  # retrieving it also silences "exception was never retrieved"
+        result = future.result()
+        if result.__class__ is list:
+            _close_regions(result)  # type: ignore[arg-type]
+
+
+def _split_peer(peer: Any) -> tuple[str, int]:
+    if isinstance(peer, tuple) and len(peer) >= 2:
+        return str(peer[0]), int(peer[1])
+    return (str(peer) if peer else "unknown"), 0
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__

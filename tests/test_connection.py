@@ -1,0 +1,726 @@
+"""Connection on a real 127.0.0.1 socket, on the default loop and on uvloop, driven by a fake handler.
+
+The fake handler speaks a tiny text protocol inside Kafka framing: a frame is b"verb args", the reply echoes what
+the test needs to check order and content.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import io
+import json
+import os
+import socket
+import struct
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import uvloop
+
+from kjbod.server.connection import Connection, ConnectionRegistry
+from kjbod.server.handler import CloseConnection, RequestContext
+from kjbod.server.logging import configure_logging, reset_logging
+from kjbod.wire.region import FileRegion
+
+LOOPS = {"asyncio": asyncio.new_event_loop, "uvloop": uvloop.new_event_loop}
+
+
+@pytest.fixture(params=sorted(LOOPS))
+def run(request: pytest.FixtureRequest) -> Callable[[Awaitable[Any]], Any]:
+    factory = LOOPS[request.param]
+
+    def runner(coro: Awaitable[Any]) -> Any:
+        with asyncio.Runner(loop_factory=factory) as r:
+            return r.run(asyncio.wait_for(coro, 60))
+
+    return runner
+
+
+@pytest.fixture(autouse=True)
+def quiet_logs() -> Iterator[io.StringIO]:
+    buf = io.StringIO()
+    configure_logging("json", "info", stream=buf)
+    yield buf
+    reset_logging()
+
+
+@pytest.fixture
+def logs(quiet_logs: io.StringIO) -> Iterator[io.StringIO]:
+    buf = io.StringIO()
+    configure_logging("json", "debug", stream=buf)
+    yield buf
+    reset_logging()
+
+
+def events(buf: io.StringIO) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in buf.getvalue().splitlines() if line.strip()]
+
+
+def frame(body: bytes) -> bytes:
+    return struct.pack(">i", len(body)) + body
+
+
+async def read_frame(reader: asyncio.StreamReader) -> bytes:
+    (size,) = struct.unpack(">i", await reader.readexactly(4))
+    return await reader.readexactly(size)
+
+
+class RecordingCloser:
+    def __init__(self) -> None:
+        self.closed: list[int] = []
+
+    def __call__(self, fd: int) -> None:
+        self.closed.append(fd)
+        os.close(fd)
+
+
+class FakeHandler:
+    """Verbs: echo X | sleep MS X | none | close | boom | wait | region NAME | aregion MS NAME | big N."""
+
+    def __init__(self) -> None:
+        self.handled = 0
+        self.futures: list[asyncio.Future[Any]] = []
+        self.regions: dict[bytes, Callable[[], list[Any]]] = {}
+        self.contexts: list[RequestContext] = []
+
+    def handle(self, frame: bytes, ctx: RequestContext) -> Any:
+        self.handled += 1
+        self.contexts.append(ctx)
+        verb, _, rest = frame.partition(b" ")
+        if verb == b"echo":
+            return [b"echo:", rest]
+        if verb == b"sleep":
+            ms, _, payload = rest.partition(b" ")
+            return self._sleep(int(ms), [b"slept:", payload])
+        if verb == b"none":
+            return None
+        if verb == b"close":
+            raise CloseConnection("client asked")
+        if verb == b"boom":
+            raise RuntimeError("boom")
+        if verb == b"wait":
+            fut = asyncio.get_running_loop().create_future()
+            self.futures.append(fut)
+            return fut
+        if verb == b"region":
+            return self.regions[rest]()
+        if verb == b"aregion":
+            ms, _, name = rest.partition(b" ")
+            return self._sleep_then(int(ms), self.regions[name])
+        if verb == b"big":
+            return [b"B" * int(rest)]
+        raise AssertionError(f"unknown verb {verb!r}")
+
+    async def _sleep(self, ms: int, reply: list[Any]) -> list[Any]:
+        await asyncio.sleep(ms / 1000)
+        return reply
+
+    async def _sleep_then(self, ms: int, make: Callable[[], list[Any]]) -> list[Any]:
+        await asyncio.sleep(ms / 1000)
+        return make()
+
+
+class Server:
+    def __init__(self, handler: FakeHandler, **kwargs: Any) -> None:
+        self.handler = handler
+        self.kwargs = kwargs
+        self.registry = ConnectionRegistry()
+        self.server: asyncio.AbstractServer | None = None
+        self.port = 0
+
+    async def __aenter__(self) -> Server:
+        loop = asyncio.get_running_loop()
+        self.server = await loop.create_server(
+            lambda: Connection(self.handler, registry=self.registry, **self.kwargs), "127.0.0.1", 0
+        )
+        self.port = self.server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self.server is not None
+        self.server.close()
+        await self.registry.shutdown(5)
+        await self.server.wait_closed()
+
+    async def connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        return await asyncio.open_connection("127.0.0.1", self.port)
+
+    def connection(self) -> Connection:
+        (conn,) = list(self.registry)
+        return conn
+
+    async def wait_for_connections(self, n: int) -> None:
+        for _ in range(500):
+            if len(self.registry) == n:
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError(f"expected {n} connections, have {len(self.registry)}")
+
+
+async def close_client(writer: asyncio.StreamWriter) -> None:
+    writer.close()
+    try:
+        await writer.wait_closed()
+    except (ConnectionError, BrokenPipeError):
+        pass
+
+
+def reset_client(writer: asyncio.StreamWriter) -> None:
+    """Drop the connection with a TCP reset, as a crashed client or a broken network would."""
+    sock = writer.get_extra_info("socket")
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    writer.transport.abort()
+
+
+async def roundtrip(server: Server, body: bytes) -> bytes:
+    reader, writer = await server.connect()
+    writer.write(frame(body))
+    reply = await read_frame(reader)
+    await close_client(writer)
+    return reply
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def test_pipelined_sync_replies_in_order(run: Any) -> None:
+    async def scenario() -> None:
+        async with Server(FakeHandler()) as server:
+            reader, writer = await server.connect()
+            writer.write(b"".join(frame(b"echo %d" % i) for i in range(500)))
+            for i in range(500):
+                assert await read_frame(reader) == b"echo:%d" % i
+            await close_client(writer)
+
+    run(scenario())
+
+
+def test_context_describes_the_connection(run: Any) -> None:
+    async def scenario() -> None:
+        handler = FakeHandler()
+        async with Server(handler, listener_name="CONTROLLER", listener_kind="controller") as server:
+            reader, writer = await server.connect()
+            local_port = writer.get_extra_info("sockname")[1]
+            writer.write(frame(b"echo 1") + frame(b"echo 2"))
+            await read_frame(reader)
+            await read_frame(reader)
+            await close_client(writer)
+        ctx = handler.contexts[0]
+        assert ctx is handler.contexts[1]  # one context per connection
+        assert (ctx.peer_host, ctx.peer_port) == ("127.0.0.1", local_port)
+        assert (ctx.listener_name, ctx.listener_kind) == ("CONTROLLER", "controller")
+        assert ctx.peer == f"127.0.0.1:{local_port}"
+
+    run(scenario())
+
+
+def test_async_replies_finishing_out_of_order_are_written_in_request_order(run: Any) -> None:
+    async def scenario() -> None:
+        async with Server(FakeHandler()) as server:
+            reader, writer = await server.connect()
+            requests = [
+                b"sleep 80 a",
+                b"sleep 10 b",
+                b"echo c",
+                b"none",
+                b"sleep 0 d",
+                b"echo e",
+                b"sleep 40 f",
+            ]
+            writer.write(b"".join(frame(r) for r in requests))
+            got = [await read_frame(reader) for _ in range(6)]
+            assert got == [b"slept:a", b"slept:b", b"echo:c", b"slept:d", b"echo:e", b"slept:f"]
+            # The fast path is back once the queue drained.
+            writer.write(frame(b"echo g"))
+            assert await read_frame(reader) == b"echo:g"
+            assert server.connection().pending == 0
+            await close_client(writer)
+
+    run(scenario())
+
+
+def test_requests_split_across_writes(run: Any) -> None:
+    async def scenario() -> None:
+        async with Server(FakeHandler()) as server:
+            reader, writer = await server.connect()
+            data = b"".join(frame(b"echo %d" % i) for i in range(20))
+            for i in range(0, len(data), 3):
+                writer.write(data[i : i + 3])
+                await writer.drain()
+                await asyncio.sleep(0)
+            for i in range(20):
+                assert await read_frame(reader) == b"echo:%d" % i
+            await close_client(writer)
+
+    run(scenario())
+
+
+def test_acks_zero_gets_no_reply(run: Any) -> None:
+    async def scenario() -> None:
+        async with Server(FakeHandler()) as server:
+            reader, writer = await server.connect()
+            writer.write(frame(b"none") + frame(b"echo x") + frame(b"none"))
+            assert await read_frame(reader) == b"echo:x"
+            writer.write(frame(b"echo y"))
+            assert await read_frame(reader) == b"echo:y"
+            await close_client(writer)
+
+    run(scenario())
+
+
+@pytest.mark.parametrize("first", [b"echo a", b"sleep 50 a"])
+def test_close_connection_after_earlier_replies(run: Any, logs: io.StringIO, first: bytes) -> None:
+    async def scenario() -> None:
+        handler = FakeHandler()
+        async with Server(handler) as server:
+            reader, writer = await server.connect()
+            writer.write(frame(first) + frame(b"close") + frame(b"echo never"))
+            assert (await read_frame(reader)).endswith(b":a")
+            assert await reader.read() == b""  # EOF, and nothing after the close
+            await close_client(writer)
+            await server.wait_for_connections(0)
+        assert handler.handled == 2
+        closing = [e for e in events(logs) if e["event"] == "closing connection at the handler's request"]
+        assert closing and closing[0]["level"] == "warning" and closing[0]["reason"] == "client asked"
+
+    run(scenario())
+
+
+def test_handler_exception_closes_only_that_connection(run: Any, logs: io.StringIO) -> None:
+    async def scenario() -> None:
+        async with Server(FakeHandler()) as server:
+            r1, w1 = await server.connect()
+            r2, w2 = await server.connect()
+            w1.write(frame(b"echo ok") + frame(b"boom") + frame(b"echo never"))
+            assert await read_frame(r1) == b"echo:ok"
+            assert await r1.read() == b""
+            # The other connection is untouched and the server still accepts new ones.
+            w2.write(frame(b"echo still here"))
+            assert await read_frame(r2) == b"echo:still here"
+            assert await roundtrip(server, b"echo new") == b"echo:new"
+            await close_client(w1)
+            await close_client(w2)
+        failures = [e for e in events(logs) if e["event"] == "request handler failed; closing the connection"]
+        assert len(failures) == 1
+        assert failures[0]["level"] == "warning"
+        assert "RuntimeError: boom" in failures[0]["exception"]
+        assert "Traceback" in failures[0]["exception"]
+
+    run(scenario())
+
+
+def test_async_handler_exception_closes_the_connection(run: Any, logs: io.StringIO) -> None:
+    class Failing(FakeHandler):
+        def handle(self, frame: bytes, ctx: RequestContext) -> Any:
+            if frame == b"later boom":
+                return self._fail()
+            return super().handle(frame, ctx)
+
+        async def _fail(self) -> list[Any]:
+            await asyncio.sleep(0.01)
+            raise ValueError("late failure")
+
+    async def scenario() -> None:
+        async with Server(Failing()) as server:
+            reader, writer = await server.connect()
+            writer.write(frame(b"sleep 20 a") + frame(b"later boom") + frame(b"echo never"))
+            assert await read_frame(reader) == b"slept:a"
+            assert await reader.read() == b""
+            await close_client(writer)
+            assert await roundtrip(server, b"echo next") == b"echo:next"
+        assert any("ValueError: late failure" in e.get("exception", "") for e in events(logs))
+
+    run(scenario())
+
+
+def test_request_debug_log_has_api_version_and_latency(run: Any, logs: io.StringIO) -> None:
+    async def scenario() -> None:
+        async with Server(FakeHandler()) as server:
+            assert await roundtrip(server, b"echo abcdefgh") == b"echo:abcdefgh"
+        opened = [e for e in events(logs) if e["event"] == "connection opened"]
+        closed = [e for e in events(logs) if e["event"] == "connection closed"]
+        assert opened and closed and opened[0]["level"] == "info" and opened[0]["listener"] == "PLAINTEXT"
+        assert opened[0]["peer"].startswith("127.0.0.1:")
+        (req,) = [e for e in events(logs) if e["event"] == "request"]
+        api_key, api_version, correlation_id = struct.unpack(">hhi", b"echo abcdefgh"[:8])
+        assert (req["api_key"], req["api_version"], req["correlation_id"]) == (
+            api_key,
+            api_version,
+            correlation_id,
+        )
+        assert req["level"] == "debug" and req["latency_us"] >= 0
+
+    run(scenario())
+
+
+def test_oversized_frame_closes_the_connection_without_hurting_others(run: Any, logs: io.StringIO) -> None:
+    async def scenario() -> None:
+        async with Server(FakeHandler(), max_frame_size=1000) as server:
+            r1, w1 = await server.connect()
+            r2, w2 = await server.connect()
+            w1.write(frame(b"echo before") + struct.pack(">i", 0x7FFFFFFF) + b"x" * 100)
+            assert await read_frame(r1) == b"echo:before"
+            assert await r1.read() == b""
+            w2.write(frame(b"echo fine"))
+            assert await read_frame(r2) == b"echo:fine"
+            w2.write(struct.pack(">i", -5))
+            assert await r2.read() == b""
+            await close_client(w1)
+            await close_client(w2)
+            assert await roundtrip(server, b"echo after") == b"echo:after"
+        warnings = [e for e in events(logs) if e["event"] == "invalid frame; closing the connection"]
+        assert len(warnings) == 2 and all(e["level"] == "warning" for e in warnings)
+
+    run(scenario())
+
+
+def test_pause_reading_under_many_pending_requests(run: Any) -> None:
+    async def scenario() -> None:
+        handler = FakeHandler()
+        async with Server(handler, max_pending=4) as server:
+            reader, writer = await server.connect()
+            writer.write(b"".join(frame(b"wait") for _ in range(100)))
+            await writer.drain()
+            await asyncio.sleep(0.1)
+            conn = server.connection()
+            # The handler saw only as many requests as may be pending; the rest waits in the socket and decoder.
+            assert handler.handled == 4
+            assert conn.pending == 4
+            assert conn.reading_paused
+            replies: list[bytes] = []
+            resolved = 0
+            max_pending = 0
+            while len(replies) < 100:
+                max_pending = max(max_pending, conn.pending)
+                while resolved < len(handler.futures):
+                    handler.futures[resolved].set_result([b"done %d" % resolved])
+                    resolved += 1
+                try:
+                    replies.append(await asyncio.wait_for(read_frame(reader), 0.05))
+                except TimeoutError:
+                    pass
+            assert replies == [b"done %d" % i for i in range(100)]
+            assert max_pending <= 4
+            assert not conn.reading_paused
+            await close_client(writer)
+
+    run(scenario())
+
+
+def test_pause_reading_when_the_client_does_not_read(run: Any) -> None:
+    async def scenario() -> None:
+        handler = FakeHandler()
+        async with Server(handler) as server:
+            reader, writer = await server.connect()
+            writer.write(b"".join(frame(b"big 65536") for _ in range(400)))
+            await asyncio.sleep(0.3)
+            conn = server.connection()
+            # 400 x 64 KiB would be 25 MiB of replies: the transport's high-water mark stopped us well before.
+            assert conn.reading_paused
+            assert handler.handled < 400
+            for _ in range(400):
+                assert await read_frame(reader) == b"B" * 65536
+            assert handler.handled == 400
+            await close_client(writer)
+
+    run(scenario())
+
+
+def test_half_close_still_gets_its_replies(run: Any) -> None:
+    async def scenario() -> None:
+        async with Server(FakeHandler()) as server:
+            reader, writer = await server.connect()
+            writer.write(frame(b"sleep 30 a") + frame(b"echo b") + frame(b"echo c"))
+            writer.write_eof()
+            assert [await read_frame(reader) for _ in range(3)] == [b"slept:a", b"echo:b", b"echo:c"]
+            assert await reader.read() == b""
+            await close_client(writer)
+            await server.wait_for_connections(0)
+
+    run(scenario())
+
+
+def test_shutdown_delivers_in_flight_replies_then_closes(run: Any) -> None:
+    async def scenario() -> None:
+        handler = FakeHandler()
+        registry = ConnectionRegistry()
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(lambda: Connection(handler, registry=registry), "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(frame(b"sleep 200 slow"))
+        await asyncio.sleep(0.05)
+        server.close()
+        aborted = await registry.shutdown(5)
+        assert aborted == 0
+        assert len(registry) == 0
+        assert await read_frame(reader) == b"slept:slow"
+        assert await reader.read() == b""
+        await close_client(writer)
+        await server.wait_closed()
+
+    run(scenario())
+
+
+def test_shutdown_aborts_connections_that_never_finish(run: Any) -> None:
+    async def scenario() -> None:
+        handler = FakeHandler()
+        registry = ConnectionRegistry()
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(lambda: Connection(handler, registry=registry), "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(frame(b"wait"))
+        await asyncio.sleep(0.05)
+        server.close()
+        assert await registry.shutdown(0.1) == 1
+        assert len(registry) == 0
+        assert handler.futures[0].cancelled()
+        with pytest.raises((ConnectionError, asyncio.IncompleteReadError)):
+            await read_frame(reader)
+        await close_client(writer)
+        await server.wait_closed()
+
+    run(scenario())
+
+
+# -- file regions -------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def data_file(tmp_path: Path) -> tuple[str, bytes]:
+    content = os.urandom(6 * 1024 * 1024 + 12345)
+    path = tmp_path / "segment.log"
+    path.write_bytes(content)
+    return str(path), content
+
+
+@pytest.fixture
+def sendfile_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    calls: list[int] = []
+    real = os.sendfile
+
+    def counting(out_fd: int, in_fd: int, offset: int, count: int) -> int:
+        calls.append(count)
+        return real(out_fd, in_fd, offset, count)
+
+    monkeypatch.setattr(os, "sendfile", counting)
+    return calls
+
+
+@pytest.fixture
+def pread_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    calls: list[int] = []
+    real = os.pread
+
+    def counting(fd: int, n: int, offset: int) -> bytes:
+        calls.append(n)
+        return real(fd, n, offset)
+
+    monkeypatch.setattr(os, "pread", counting)
+    return calls
+
+
+def region_reply(path: str, closer: RecordingCloser, spec: list[Any]) -> Callable[[], list[Any]]:
+    """spec items: bytes, or (offset, count) for a region of the file."""
+
+    def make() -> list[Any]:
+        parts: list[Any] = []
+        for item in spec:
+            if isinstance(item, tuple):
+                parts.append(FileRegion(os.open(path, os.O_RDONLY), item[0], item[1], closer))
+            else:
+                parts.append(item)
+        return parts
+
+    return make
+
+
+def expected_body(content: bytes, spec: list[Any]) -> bytes:
+    return b"".join(content[i[0] : i[0] + i[1]] if isinstance(i, tuple) else i for i in spec)
+
+
+REGION_SPECS = {
+    "bytes-region-bytes": [b"header|", (100, 5000), b"|tail"],
+    "region-first-and-last": [(0, 10), b"-mid-", (7, 0), (20, 3)],
+    "large": [b"H", (1000, 6 * 1024 * 1024), b"T"],
+}
+
+
+@pytest.mark.parametrize("zero_copy", [True, False], ids=["sendfile", "copy"])
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+def test_file_regions_byte_exact(
+    run: Any,
+    data_file: tuple[str, bytes],
+    sendfile_calls: list[int],
+    pread_calls: list[int],
+    zero_copy: bool,
+    asynchronous: bool,
+) -> None:
+    path, content = data_file
+    closer = RecordingCloser()
+
+    async def scenario() -> None:
+        handler = FakeHandler()
+        for name, spec in REGION_SPECS.items():
+            handler.regions[name.encode()] = region_reply(path, closer, spec)
+        async with Server(handler, zero_copy=zero_copy) as server:
+            reader, writer = await server.connect()
+            names = list(REGION_SPECS)
+            verb = b"aregion 5 " if asynchronous else b"region "
+            requests = []
+            for name in names:
+                requests += [frame(b"echo before-" + name.encode()), frame(verb + name.encode())]
+            requests.append(frame(b"echo end"))
+            writer.write(b"".join(requests))
+            for name in names:
+                assert await read_frame(reader) == b"echo:before-" + name.encode()
+                assert await read_frame(reader) == expected_body(content, REGION_SPECS[name])
+            assert await read_frame(reader) == b"echo:end"
+            await close_client(writer)
+
+    run(scenario())
+    n_regions = sum(isinstance(i, tuple) for spec in REGION_SPECS.values() for i in spec)
+    assert len(closer.closed) == n_regions  # every region's fd closed exactly once
+    if zero_copy:
+        assert sendfile_calls and not pread_calls
+    else:
+        assert pread_calls and not sendfile_calls
+
+
+def test_sendfile_with_a_slow_reader_waits_for_writability(
+    run: Any, data_file: tuple[str, bytes], sendfile_calls: list[int]
+) -> None:
+    path, content = data_file
+    closer = RecordingCloser()
+    spec: list[Any] = [b"<", (0, len(content)), b">"]
+
+    async def scenario() -> None:
+        handler = FakeHandler()
+        handler.regions[b"all"] = region_reply(path, closer, spec)
+        async with Server(handler) as server:
+            reader, writer = await server.connect()
+            writer.write(frame(b"region all") + frame(b"echo after"))
+            await asyncio.sleep(0.2)  # the socket buffers fill up: sendfile must hit EAGAIN and wait
+            assert await read_frame(reader) == expected_body(content, spec)
+            assert await read_frame(reader) == b"echo:after"
+            await close_client(writer)
+
+    run(scenario())
+    assert len(sendfile_calls) > 1  # it was sent in several pieces
+    assert closer.closed
+
+
+def test_sendfile_unsupported_falls_back_to_copy(
+    run: Any, data_file: tuple[str, bytes], monkeypatch: pytest.MonkeyPatch, pread_calls: list[int]
+) -> None:
+    path, content = data_file
+    closer = RecordingCloser()
+    calls: list[int] = []
+
+    def unsupported(out_fd: int, in_fd: int, offset: int, count: int) -> int:
+        calls.append(count)
+        raise OSError(errno.EINVAL, "Invalid argument")
+
+    monkeypatch.setattr(os, "sendfile", unsupported)
+    spec: list[Any] = [b"[", (10, 300_000), b"]"]
+
+    async def scenario() -> None:
+        handler = FakeHandler()
+        handler.regions[b"r"] = region_reply(path, closer, spec)
+        async with Server(handler) as server:
+            reader, writer = await server.connect()
+            writer.write(frame(b"region r") + frame(b"region r"))
+            assert await read_frame(reader) == expected_body(content, spec)
+            assert await read_frame(reader) == expected_body(content, spec)
+            await close_client(writer)
+
+    run(scenario())
+    assert len(calls) == 1  # the connection remembers that sendfile does not work
+    assert pread_calls
+    assert len(closer.closed) == 2
+
+
+@pytest.mark.parametrize("zero_copy", [True, False], ids=["sendfile", "copy"])
+def test_client_disconnecting_mid_response(run: Any, tmp_path: Path, zero_copy: bool) -> None:
+    path = tmp_path / "big.log"
+    with open(path, "wb") as f:
+        f.truncate(48 * 1024 * 1024)  # sparse: cheap to create, still 48 MiB to send
+    closer = RecordingCloser()
+
+    async def scenario() -> None:
+        handler = FakeHandler()
+        handler.regions[b"big"] = region_reply(str(path), closer, [b"x", (0, 48 * 1024 * 1024)])
+        async with Server(handler, zero_copy=zero_copy) as server:
+            reader, writer = await server.connect()
+            writer.write(frame(b"region big") + frame(b"echo never"))
+            await reader.readexactly(100_000)
+            writer.transport.abort()
+            await server.wait_for_connections(0)
+            assert await roundtrip(server, b"echo alive") == b"echo:alive"
+
+    run(scenario())
+    assert len(closer.closed) == 1
+
+
+def test_regions_of_unwritten_replies_are_closed_when_the_connection_drops(
+    run: Any, data_file: tuple[str, bytes]
+) -> None:
+    path, _ = data_file
+    closer = RecordingCloser()
+
+    async def scenario() -> None:
+        handler = FakeHandler()
+        handler.regions[b"r"] = region_reply(path, closer, [(0, 10)])
+        async with Server(handler) as server:
+            reader, writer = await server.connect()
+            # The first reply never completes, so the region replies behind it stay queued.
+            writer.write(frame(b"wait") + frame(b"region r") + frame(b"aregion 0 r"))
+            await asyncio.sleep(0.1)
+            assert server.connection().pending == 3
+            reset_client(writer)
+            await server.wait_for_connections(0)
+            await asyncio.sleep(0.05)
+
+    run(scenario())
+    assert len(closer.closed) == 2
+
+
+def test_region_shorter_than_promised_closes_the_connection(
+    run: Any, tmp_path: Path, logs: io.StringIO
+) -> None:
+    path = tmp_path / "short.log"
+    path.write_bytes(b"0123456789")
+    closer = RecordingCloser()
+
+    async def scenario() -> None:
+        handler = FakeHandler()
+        handler.regions[b"r"] = region_reply(str(path), closer, [(0, 100)])
+        async with Server(handler) as server:
+            reader, writer = await server.connect()
+            writer.write(frame(b"region r"))
+            assert struct.unpack(">i", await reader.readexactly(4)) == (100,)
+            assert await reader.read() == b"0123456789"  # then the connection is cut
+            await close_client(writer)
+            assert await roundtrip(server, b"echo ok") == b"echo:ok"
+
+    run(scenario())
+    assert len(closer.closed) == 1
+    assert any(e["event"] == "sending a reply failed; closing the connection" for e in events(logs))
+
+
+def test_client_closing_while_a_reply_is_pending(run: Any) -> None:
+    async def scenario() -> None:
+        async with Server(FakeHandler()) as server:
+            reader, writer = await server.connect()
+            writer.write(frame(b"sleep 100 late"))
+            await writer.drain()
+            await close_client(writer)
+            # The server answers what it read (into a closed socket), then lets the connection go.
+            await server.wait_for_connections(0)
+            assert await roundtrip(server, b"echo ok") == b"echo:ok"
+
+    run(scenario())
