@@ -59,8 +59,14 @@ def free_port() -> int:
 
 
 def new_cluster_id() -> str:
-    """A cluster id in Kafka's format: a random uuid as 22 characters of URL-safe base64."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A cluster id in Kafka's format: a random uuid as 22 characters of URL-safe base64.
+
+    Like Kafka's Uuid.randomUuid, ids starting with "-" are drawn again: they read as options on command lines.
+    """
+    while True:
+        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not text.startswith("-"):
+            return text
 
 
 def kafka_uuid(text: str) -> uuid.UUID:
@@ -97,7 +103,7 @@ def write_config(path: Path, *, node_id: int, port: int, controller_port: int, l
 
 def format_storage(config: Path, cluster_id: str, *, timeout: float = 60.0) -> None:
     """`kjbod format -c config --cluster-id id`; raises with the command's output if it fails."""
-    command = [*COMMAND, "format", "-c", str(config), "--cluster-id", cluster_id]
+    command = [*COMMAND, "format", "-c", str(config), f"--cluster-id={cluster_id}"]
     done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(command)} exited with {done.returncode}:\n{done.stdout}{done.stderr}")

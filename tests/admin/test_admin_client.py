@@ -44,6 +44,8 @@ from kjbod.wire.framing import FrameDecoder, encode_frame_size
 from .fake_broker import FakeCluster, LogDir, Replica
 
 # A short deadline for calls expected to fail: long enough for a few retries, short enough to keep tests fast.
+# Elapsed-time checks allow seconds of slack (the machine may be busy); they prove that no call waits for a
+# 30 s default or a slow answer, not exact timings.
 FAIL_FAST = 0.6
 
 
@@ -90,7 +92,7 @@ async def test_unreachable_bootstrap_names_host_and_port():
     started = time.monotonic()
     with pytest.raises(BrokerConnectionError) as info:
         await admin.start(timeout=FAIL_FAST)
-    assert time.monotonic() - started < FAIL_FAST + 1
+    assert time.monotonic() - started < FAIL_FAST + 2
     assert f"127.0.0.1:{dead}" in str(info.value)
     assert info.value.code == ErrorCode.NETWORK_EXCEPTION and info.value.code.name == "NETWORK_EXCEPTION"
     assert (info.value.host, info.value.port) == ("127.0.0.1", dead)
@@ -103,7 +105,7 @@ async def test_connect_timeout_when_broker_never_answers_api_versions(cluster):
     started = time.monotonic()
     with pytest.raises(KafkaError) as info:
         await admin.start(timeout=0.5)
-    assert time.monotonic() - started < 1.5
+    assert time.monotonic() - started < 3
     assert info.value.code in (ErrorCode.NETWORK_EXCEPTION, ErrorCode.REQUEST_TIMED_OUT)
     assert f"127.0.0.1:{cluster.brokers[1].port}" in str(info.value)
     await admin.close()
@@ -177,7 +179,7 @@ async def test_retriable_error_until_the_deadline_raises_the_last_error(cluster)
         started = time.monotonic()
         with pytest.raises(BrokerResponseError) as info:
             await admin.describe_cluster(timeout=FAIL_FAST)
-        assert time.monotonic() - started < FAIL_FAST + 0.5
+        assert time.monotonic() - started < FAIL_FAST + 2
     assert info.value.code == ErrorCode.COORDINATOR_NOT_AVAILABLE
     assert len(cluster.requests(60)) >= 3
 
@@ -246,7 +248,7 @@ async def test_describe_log_dirs_unknown_topic_raises_at_once(cluster):
         started = time.monotonic()
         with pytest.raises(BrokerResponseError) as info:
             await admin.describe_log_dirs(topics=["nope"])
-        assert time.monotonic() - started < 1  # not retried until the deadline
+        assert time.monotonic() - started < 5  # not retried until the (30 s) deadline
     assert info.value.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     assert not cluster.requests(35)
 
@@ -353,11 +355,11 @@ async def test_connection_closed_every_time_gives_a_clear_error(cluster):
 
 async def test_slow_reply_times_out_then_a_retry_succeeds(cluster):
     broker = cluster.brokers[1]
-    broker.add_script(60, ("delay", 2))
+    broker.add_script(60, ("delay", 5))
     async with admin_for(cluster, request_timeout=0.3) as admin:
         started = time.monotonic()
-        description = await admin.describe_cluster(timeout=3)
-        assert time.monotonic() - started < 1.5
+        description = await admin.describe_cluster(timeout=8)
+        assert time.monotonic() - started < 4  # did not wait for the 5 s answer
     assert description.controller_id == 1
     assert broker.connections == 2  # the timed-out connection was dropped
 
@@ -368,7 +370,7 @@ async def test_reply_slower_than_the_call_timeout(cluster):
         started = time.monotonic()
         with pytest.raises(RequestTimeoutError) as info:
             await admin.describe_cluster(timeout=0.4)
-        assert time.monotonic() - started < 1
+        assert time.monotonic() - started < 3
     assert info.value.code == ErrorCode.REQUEST_TIMED_OUT
     assert "DescribeCluster" in str(info.value) and f"127.0.0.1:{cluster.brokers[1].port}" in str(info.value)
 

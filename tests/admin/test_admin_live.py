@@ -33,8 +33,6 @@ def _missing(handler: str) -> pytest.MarkDecorator:
     return pytest.mark.xfail(strict=True, reason=f"server handler for {handler} not implemented yet")
 
 
-CREATE_TOPICS = _missing("CreateTopics")
-DELETE_TOPICS = _missing("DeleteTopics")
 DESCRIBE_LOG_DIRS = _missing("DescribeLogDirs")
 ALTER_REPLICA_LOG_DIRS = _missing("AlterReplicaLogDirs")
 DESCRIBE_CONFIGS = _missing("DescribeConfigs")
@@ -97,7 +95,7 @@ async def test_server_going_away_gives_a_clear_error(kjbod_server):
         started = time.monotonic()
         with pytest.raises(BrokerConnectionError) as info:
             await admin.describe_cluster(timeout=1)
-        assert time.monotonic() - started < 3
+        assert time.monotonic() - started < 5
     assert kjbod_server.bootstrap in str(info.value)
     assert info.value.code == ErrorCode.NETWORK_EXCEPTION
 
@@ -105,7 +103,6 @@ async def test_server_going_away_gives_a_clear_error(kjbod_server):
 # ================================================================================================ topics
 
 
-@CREATE_TOPICS
 async def test_create_and_describe_topics(kjbod_server):
     async with admin_for(kjbod_server) as admin:
         created = await admin.create_topics([NewTopic("orders", 6, 1, {"retention.ms": "3600000"})])
@@ -124,7 +121,6 @@ async def test_create_and_describe_topics(kjbod_server):
     assert bad["too-many-replicas"].error.code == ErrorCode.INVALID_REPLICATION_FACTOR
 
 
-@DELETE_TOPICS
 async def test_delete_topics(kjbod_server):
     async with admin_for(kjbod_server) as admin:
         await admin.create_topics([NewTopic("doomed", 2, 1)])
@@ -154,7 +150,6 @@ async def test_describe_log_dirs_reports_every_configured_dir(kjbod_server):
 
 
 @DESCRIBE_LOG_DIRS
-@CREATE_TOPICS
 async def test_describe_log_dirs_with_topics(kjbod_server):
     async with admin_for(kjbod_server) as admin:
         await admin.create_topics([NewTopic("spread", 6, 1), NewTopic("other", 1, 1)])
@@ -170,7 +165,6 @@ async def test_describe_log_dirs_with_topics(kjbod_server):
 
 @ALTER_REPLICA_LOG_DIRS
 @DESCRIBE_LOG_DIRS
-@CREATE_TOPICS
 async def test_move_a_replica_between_log_dirs(kjbod_server):
     async with admin_for(kjbod_server) as admin:
         await admin.create_topics([NewTopic("mover", 1, 1)])
@@ -188,7 +182,6 @@ async def test_move_a_replica_between_log_dirs(kjbod_server):
 
 
 @ALTER_REPLICA_LOG_DIRS
-@CREATE_TOPICS
 async def test_alter_replica_log_dirs_errors(kjbod_server):
     async with admin_for(kjbod_server) as admin:
         await admin.create_topics([NewTopic("fixed", 1, 1)])
@@ -215,7 +208,6 @@ async def test_describe_broker_configs(kjbod_server):
 
 
 @DESCRIBE_CONFIGS
-@CREATE_TOPICS
 async def test_describe_topic_configs(kjbod_server):
     async with admin_for(kjbod_server) as admin:
         await admin.create_topics([NewTopic("configured", 1, 1, {"retention.ms": "12345"})])
@@ -228,7 +220,6 @@ async def test_describe_topic_configs(kjbod_server):
 
 @INCREMENTAL_ALTER_CONFIGS
 @DESCRIBE_CONFIGS
-@CREATE_TOPICS
 async def test_incremental_alter_configs(kjbod_server):
     topic = ConfigResource.topic("tuned")
     throttle = "replica.alter.log.dirs.io.max.bytes.per.second"
