@@ -12,8 +12,8 @@ PYTEST_ARGS ?=
 $(STAMP): pyproject.toml tools/install_system_deps.sh
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q -e '.[dev]'
-	bash tools/install_system_deps.sh
+	$(PIP) install -q -e '.[dev,spark]'
+	KJBOD_NEED_JAVA=1 bash tools/install_system_deps.sh
 	@touch $(STAMP)
 
 install: $(STAMP)
