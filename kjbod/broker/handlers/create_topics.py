@@ -6,9 +6,12 @@ partition count, replication factor and configs; v6 may answer THROTTLING_QUOTA_
 returns the topic id.
 
 Checks, in Kafka's order: duplicate names in one request (INVALID_REQUEST), the name (INVALID_TOPIC_EXCEPTION),
-existence (TOPIC_ALREADY_EXISTS), partitions (INVALID_PARTITIONS), replication factor against the registered
-brokers (INVALID_REPLICATION_FACTOR), explicit assignments (INVALID_REPLICA_ASSIGNMENT / INVALID_REQUEST), and
-topic configs (INVALID_CONFIG naming the key).  validate_only runs every check and creates nothing.
+the metadata log's own name `__cluster_metadata` (INVALID_REQUEST: its partition directory would be the metadata
+log's), existence (TOPIC_ALREADY_EXISTS), a name that differs from an existing topic only by '.' versus '_'
+(INVALID_TOPIC_EXCEPTION, as KRaft refuses it: the two would share metric names), partitions
+(INVALID_PARTITIONS), replication factor against the registered brokers (INVALID_REPLICATION_FACTOR), explicit
+assignments (INVALID_REPLICA_ASSIGNMENT / INVALID_REQUEST), and topic configs (INVALID_CONFIG naming the key).
+validate_only runs every check and creates nothing.
 """
 
 from __future__ import annotations
@@ -26,21 +29,44 @@ ConfigEntry = CreateTopicsResponse.CreatableTopicConfigs
 TOPIC_CONFIG_SOURCE = 1
 DEFAULT_CONFIG_SOURCE = 5
 MAX_PARTITIONS = 100_000
+CLUSTER_METADATA_TOPIC = "__cluster_metadata"
+
+
+def collision_index(names) -> dict[str, str]:
+    """{name with '.' as '_': name} for the names that contain either character."""
+    return {n.replace(".", "_"): n for n in names if "." in n or "_" in n}
+
+
+def collision_problem(name: str, index: dict[str, str]) -> str | None:
+    """Why `name` may not be created next to the topics in `index` (see collision_index), or None."""
+    if "." not in name and "_" not in name:
+        return None
+    other = index.get(name.replace(".", "_"))
+    if other is None or other == name:
+        return None
+    return f"topic {name!r} collides with existing topic {other!r} ('.' and '_' map to the same metric names)"
 
 
 def _fail(name: str, code: ErrorCode, message: str) -> Result:
     return Result(name=name, error_code=code, error_message=message, configs=None)
 
 
-def check_topic(node, t, duplicates: set[str]) -> tuple[Result | None, int, dict[str, str]]:
+def check_topic(node, t, duplicates: set[str], collisions: dict[str, str]
+                ) -> tuple[Result | None, int, dict[str, str]]:
     """Returns (failure, partition count, config overrides)."""
     if t.name in duplicates:
         return _fail(t.name, ErrorCode.INVALID_REQUEST, f"topic {t.name!r} appears more than once in the request"), 0, {}
     problem = topic_name_problem(t.name)
     if problem:
         return _fail(t.name, ErrorCode.INVALID_TOPIC_EXCEPTION, problem), 0, {}
+    if t.name == CLUSTER_METADATA_TOPIC:
+        return _fail(t.name, ErrorCode.INVALID_REQUEST,
+                     f"creation of the internal topic {CLUSTER_METADATA_TOPIC} is prohibited"), 0, {}
     if node.metadata.topic(t.name) is not None:
         return _fail(t.name, ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {t.name!r} already exists"), 0, {}
+    collision = collision_problem(t.name, collisions)
+    if collision:
+        return _fail(t.name, ErrorCode.INVALID_TOPIC_EXCEPTION, collision), 0, {}
     brokers = 1
     if t.assignments:
         if t.num_partitions != -1 or t.replication_factor != -1:
@@ -104,9 +130,10 @@ def config_entries(node, overrides: dict[str, str]) -> list:
 def handle(node, request, body: CreateTopicsRequest) -> CreateTopicsResponse:
     counts = Counter(t.name for t in body.topics)
     duplicates = {n for n, c in counts.items() if c > 1}
+    collisions = collision_index(node.metadata.by_name)
     results = []
     for t in body.topics:
-        failure, partitions, configs = check_topic(node, t, duplicates)
+        failure, partitions, configs = check_topic(node, t, duplicates, collisions)
         if failure is not None:
             results.append(failure)
             continue
@@ -114,6 +141,8 @@ def handle(node, request, body: CreateTopicsRequest) -> CreateTopicsResponse:
             results.append(Result(name=t.name, error_code=0, error_message=None, num_partitions=partitions,
                                   replication_factor=1, configs=config_entries(node, configs)))
             continue
+        if "." in t.name or "_" in t.name:
+            collisions[t.name.replace(".", "_")] = t.name  # later topics of this request collide with it too
         try:
             topic = node.create_topic(t.name, partitions, configs)
         except Exception as e:  # storage failure while creating: answer, never crash the connection

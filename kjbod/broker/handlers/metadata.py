@@ -12,6 +12,11 @@ is offline has no leader: LEADER_NOT_AVAILABLE, with this node in offline_replic
 
 from __future__ import annotations
 
+from kjbod.broker.handlers.create_topics import (
+    CLUSTER_METADATA_TOPIC,
+    collision_index,
+    collision_problem,
+)
 from kjbod.broker.metadata_image import topic_name_problem
 from kjbod.broker.router import api
 from kjbod.protocol.errors import ErrorCode
@@ -47,6 +52,7 @@ async def handle(node, request, body: MetadataRequest) -> MetadataResponse:
         topics = [describe_topic(node, t) for t in sorted(image.topics(), key=lambda t: t.name)]
     else:
         topics = []
+        collisions: dict[str, str] | None = None  # built on first use: most requests never auto-create
         auto_create = node.config_auto_create_topics and (body.allow_auto_topic_creation or v < 4)
         for req in wanted:
             if req.name is None or (v >= 10 and req.name == "" and req.topic_id != ZERO_UUID):
@@ -61,8 +67,17 @@ async def handle(node, request, body: MetadataRequest) -> MetadataResponse:
                 topics.append(Topic(error_code=ErrorCode.INVALID_TOPIC_EXCEPTION, name=req.name))
                 continue
             topic = image.topic(req.name)
-            if topic is None and auto_create:
+            if topic is None and auto_create and req.name != CLUSTER_METADATA_TOPIC:
+                # The same name rules as CreateTopics: auto-creation must not make what CreateTopics refuses.
+                if collisions is None:
+                    collisions = collision_index(image.by_name)
+                collision = collision_problem(req.name, collisions)
+                if collision:
+                    topics.append(Topic(error_code=ErrorCode.INVALID_TOPIC_EXCEPTION, name=req.name))
+                    continue
                 topic = await node.auto_create_topic(req.name)
+                if topic is not None and ("." in req.name or "_" in req.name):
+                    collisions[req.name.replace(".", "_")] = req.name
                 if topic is not None:
                     # Kafka answers the creating request with LEADER_NOT_AVAILABLE; clients retry.  Answering
                     # the finished topic right away saves every producer a metadata round trip.
