@@ -3,11 +3,18 @@
 `build_node(config)` returns an object with `start()`, `stop()` and `handler` (the router) for the server
 shell.  The node is the one place handlers reach shared state through: cluster identity and endpoints, the
 metadata image and its durable log, the storage layer, and background upkeep (checkpoints, retention, deletes).
+
+KIP-113: the node owns the replica mover (kjbod.broker.kip113), started after storage is open, stopped before
+it closes, and runs the mover's final catch-up and swap on the event loop (`run_exclusive`): every append
+happens on that loop, so while the swap runs no produce can hold the old log.  Dynamic broker configs (the
+intra-broker throttle) and topic config changes are written to the metadata log as ConfigRecords first and
+applied after, like topic creation.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import itertools
 import time
@@ -17,6 +24,7 @@ from typing import Any
 
 import structlog
 
+from kjbod.broker.broker_config import BROKER, LONG_MAX, THROTTLE_KEY, DynamicBrokerConfigs
 from kjbod.broker.metadata_image import MetadataImage, PartitionState, TopicState
 from kjbod.broker.router import Router
 from kjbod.protocol.generated import ConfigRecord, PartitionRecord, RemoveTopicRecord, TopicRecord
@@ -42,6 +50,8 @@ class BrokerNode:
         self.metadata = MetadataImage()
         self.metadata_log: Any = None
         self.logs: Any = None  # kjbod.storage log manager, once opened
+        self.mover: Any = None  # kjbod.broker.kip113.ReplicaMover, once storage is open
+        self.dynamic_configs = DynamicBrokerConfigs(self.node_id)
         self.handler = Router(self, debug_requests=getattr(config, "debug_requests", False))
         self._tasks: list[asyncio.Task] = []
         self._stopping = asyncio.Event()
@@ -175,14 +185,95 @@ class BrokerNode:
                     target.pop(rec.name, None)
                 else:
                     target[rec.name] = rec.value
+            elif isinstance(rec, ConfigRecord) and rec.resource_type == BROKER:
+                self.dynamic_configs.apply(rec.resource_name, rec.name, rec.value)
             elif isinstance(rec, RemoveTopicRecord):
                 self.metadata.apply_remove_topic(rec.topic_id)
+
+    # -------------------------------------------------------------------------------- configs
+    def replica_alter_log_dirs_rate(self) -> int:
+        """The effective intra-broker throttle: dynamic per-broker, dynamic default, then server.properties."""
+        dynamic = self.dynamic_configs.effective(THROTTLE_KEY)
+        if dynamic is not None:
+            return int(dynamic[0])
+        return int(getattr(self.config, "replica_alter_log_dirs_io_max_bytes_per_second", LONG_MAX) or LONG_MAX)
+
+    def set_broker_configs(self, resource_name: str, changes: dict[str, str | None]) -> None:
+        """Dynamic broker configs of this node ("<id>") or the cluster default (""): durable, then applied."""
+        if not changes:
+            return
+        records = [ConfigRecord(resource_type=BROKER, resource_name=resource_name, name=k, value=v)
+                   for k, v in sorted(changes.items())]
+        if self.metadata_log is not None:
+            self.metadata_log.append(records)
+        for rec in records:
+            self.dynamic_configs.apply(rec.resource_name, rec.name, rec.value)
+        log.info("broker_configs_changed", resource=resource_name or "<default>", changes=changes)
+        if self.mover is not None:
+            rate = self.replica_alter_log_dirs_rate()
+            if rate != self.mover.throttle.rate:
+                self.mover.throttle.set_rate(rate)
+                log.info("intra_broker_throttle_changed", bytes_per_second=None if rate >= LONG_MAX else rate)
+
+    def set_topic_configs(self, topic: TopicState, overrides: dict[str, str]) -> None:
+        """Replace the topic's config overrides: records for what changed, then the image and the logs."""
+        old = topic.configs
+        records = [ConfigRecord(resource_type=TOPIC_RESOURCE, resource_name=topic.name, name=k, value=None)
+                   for k in sorted(old) if k not in overrides]
+        records += [ConfigRecord(resource_type=TOPIC_RESOURCE, resource_name=topic.name, name=k, value=v)
+                    for k, v in sorted(overrides.items()) if old.get(k) != v]
+        if not records:
+            return
+        if self.metadata_log is not None:
+            self.metadata_log.append(records)
+        topic.configs = dict(overrides)
+        if self.logs is not None:
+            self.logs.apply_topic_config(topic.name, topic.configs)
+        log.info("topic_configs_changed", topic=topic.name, configs=topic.configs)
+
+    # -------------------------------------------------------------------------------- replica moves
+    def run_exclusive(self, fn):
+        """Run `fn` on the event loop and return its result (called from a mover thread): appends happen only
+        on the loop, so none can interleave with `fn`."""
+        from kjbod.broker.kip113.mover import MoverStopped
+
+        done: concurrent.futures.Future = concurrent.futures.Future()
+
+        def call() -> None:
+            if not done.set_running_or_notify_cancel():
+                return
+            try:
+                done.set_result(fn())
+            except BaseException as e:  # handed to the mover thread, which decides
+                done.set_exception(e)
+
+        try:
+            self._loop.call_soon_threadsafe(call)
+        except RuntimeError:
+            raise MoverStopped() from None  # the loop is closed: the node is going away
+        while True:
+            try:
+                return done.result(timeout=0.1)
+            except concurrent.futures.TimeoutError:
+                if self.mover is not None and self.mover.stopping and done.cancel():
+                    raise MoverStopped() from None
+
+    def _start_mover(self) -> None:
+        from kjbod.broker.kip113 import ReplicaMover, Throttle
+
+        threads = int(getattr(self.config, "num_replica_alter_log_dirs_threads", 0) or len(self.config.log_dirs))
+        self.mover = ReplicaMover(self.logs.manager, threads=threads,
+                                  throttle=Throttle(self.replica_alter_log_dirs_rate()),
+                                  exclusive=self.run_exclusive)
+        self.mover.start()
+        self.mover.resume_at_startup()
 
     async def start(self) -> None:
         from kjbod.broker.storage_glue import open_storage
 
         self._loop = asyncio.get_running_loop()
         await open_storage(self)
+        self._start_mover()
         log.info("node_started", node_id=self.node_id, cluster_id=self.cluster_id,
                  topics=len(self.metadata.by_name))
 
@@ -198,6 +289,9 @@ class BrokerNode:
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        if self.mover is not None:
+            # In a thread: a mover waiting for its final step on this loop must be able to give up meanwhile.
+            await asyncio.get_running_loop().run_in_executor(None, self.mover.stop)
         if self.logs is not None:
             self.logs.close()
         if self.metadata_log is not None:

@@ -1,9 +1,17 @@
 """Opening and closing the node's storage: meta.properties, the metadata log, and the partition logs.
 
 Startup order: the log manager verifies every dir's meta.properties (KIP-858 directory ids), locks and recovers
-every partition; then the metadata log is replayed into the image; then the two are reconciled: a partition the
-image knows but no dir holds (a crash between the metadata record and the directory) is created now, and a
-partition directory the image does not know is left alone and reported (Kafka would call it stray).
+every partition; then the metadata log is replayed into the image; then future logs left by replica moves are
+settled (KIP-113: a ``-future`` log whose current log is gone is promoted when every dir is online, left alone
+otherwise; one of a deleted topic is removed); then the image and the dirs are reconciled: a partition the image
+knows, replicated on this node, but held by no dir (a crash between the metadata record and the directory) is
+created now, unless some dir is offline or a future log exists for it (its log may be in the offline dir: the
+partition stays offline, as Kafka refuses to create a log then), and a partition directory the image does not
+know is left alone and reported (Kafka would call it stray).
+
+AlterReplicaLogDirs for a partition this node does not host yet remembers the requested dir
+(``StorageAdapter.preferred_dirs``, in memory, as Kafka's LogManager does); the partition is created there
+when it arrives.
 """
 
 from __future__ import annotations
@@ -16,6 +24,7 @@ import structlog
 
 from kjbod.broker import topic_config
 from kjbod.storage.config import LogConfig
+from kjbod.storage.errors import KafkaStorageError
 from kjbod.storage.fsio import LogDirIO
 from kjbod.storage.ids import uuid_to_str
 from kjbod.storage.manager import LogManager, PartitionSpec
@@ -45,9 +54,33 @@ class StorageAdapter:
     def __init__(self, node: Any, manager: LogManager):
         self.node = node
         self.manager = manager
+        self.preferred_dirs: dict[tuple[str, int], str] = {}
 
     def get_log(self, topic: str, partition: int):
-        return self.manager.get(topic, partition)
+        plog = self.manager.find(topic, partition)
+        if plog is None and self.partition_offline(topic, partition):
+            raise KafkaStorageError(f"{topic}-{partition} is offline: its log dir is offline or its log is only a "
+                                    "-future copy waiting for that dir")
+        return plog if plog is not None else self.manager.get(topic, partition)
+
+    def partition_offline(self, topic: str, partition: int) -> bool:
+        """A partition of the image, replicated here, whose current log is missing while a dir is offline or
+        only its future log exists."""
+        topic_state = self.node.metadata.topic(topic)
+        if topic_state is None or partition not in topic_state.partitions:
+            return False
+        if self.manager.find(topic, partition) is not None:
+            return False
+        return self.manager.get_future(topic, partition) is not None or len(self.manager.online_dirs) < len(
+            self.node.config.log_dirs)
+
+    def dir_states(self) -> list[tuple[str, bool]]:
+        """(path, online) of every configured log dir, paths exactly as DescribeLogDirs reports them."""
+        online = set(self.manager.online_dirs)
+        return [(info.path, info.path in online) for info in self.manager.dirs]
+
+    def apply_topic_config(self, topic: str, overrides: dict[str, str]) -> None:
+        self.manager.set_config(topic, topic_log_config(self.node, overrides))
 
     def is_partition_online(self, topic: str, partition: int) -> bool:
         plog = self.manager.find(topic, partition)
@@ -56,14 +89,31 @@ class StorageAdapter:
     def create_topic_partitions(self, name: str, topic_id: uuid.UUID, count: int, configs: dict[str, str]) -> list:
         cfg = topic_log_config(self.node, configs)
         tid = uuid_to_str(topic_id.bytes)
-        logs = self.manager.create_partitions([PartitionSpec(name, p, tid, cfg) for p in range(count)])
+        online = set(self.manager.online_dirs)
+        specs = []
+        for p in range(count):
+            preferred = self.preferred_dirs.get((name, p))
+            if preferred is not None and preferred not in online:
+                log.warning("preferred_log_dir_offline", partition=f"{name}-{p}", log_dir=preferred,
+                            effect="placed by the placement policy instead")
+                preferred = None
+            specs.append(PartitionSpec(name, p, tid, cfg, preferred))
+        logs = self.manager.create_partitions(specs)
+        for p in range(count):
+            self.preferred_dirs.pop((name, p), None)
         ids = self.manager.directory_ids(online_only=False)
         return [uuid.UUID(bytes=_dir_uuid_bytes(ids.get(plog.log_dir))) for plog in logs]
 
     def delete_topic_partitions(self, name: str, partitions: list[int]) -> None:
+        mover = getattr(self.node, "mover", None)
         for p in partitions:
+            self.preferred_dirs.pop((name, p), None)
+            if mover is not None:
+                mover.cancel(name, p)  # its thread deletes a future dir the manager does not know yet
             if self.manager.find(name, p) is not None:
                 self.manager.delete_partition(name, p)
+            elif self.manager.get_future(name, p) is not None:
+                self.manager.delete_future_log(name, p)
 
     def close(self) -> None:
         self.manager.stop_background()
@@ -94,23 +144,52 @@ async def open_storage(node: Any) -> None:
     node.logs = StorageAdapter(node, manager)
     node.metadata_log = MetadataLog(meta_dir)
     node._replay(node.metadata_log.load())
+    settle_future_logs(node, manager)
     reconcile(node, manager)
     manager.start_background()
+
+
+def settle_future_logs(node: Any, manager: LogManager) -> None:
+    """KIP-113 recovery of the future logs the loader found, before anything is created (see the docstring)."""
+    offline = [d.path for d in manager.dirs if not d.online]
+    for future in manager.future_logs():
+        topic = node.metadata.topic(future.topic)
+        if topic is None or future.partition not in topic.partitions:
+            log.warning("future_log_of_unknown_partition_deleted", partition=future.name, future_dir=future.dir)
+            manager.delete_future_log(future.topic, future.partition)
+            continue
+        future.config = topic_log_config(node, topic.configs)
+        if manager.find(future.topic, future.partition) is not None:
+            continue  # the replica mover resumes it once the node runs
+        if offline:
+            log.warning("future_log_left_offline", partition=future.name, future_dir=future.dir,
+                        offline_dirs=offline, effect="the partition stays offline: its current log may be there")
+        else:
+            manager.promote_future_log(future.topic, future.partition)
 
 
 def reconcile(node: Any, manager: LogManager) -> None:
     known = set()
     missing = []
+    offline = [d.path for d in manager.dirs if not d.online]
+    held_back = []
     for topic in node.metadata.topics():
         cfg = topic_log_config(node, topic.configs)
         tid = uuid_to_str(topic.topic_id.bytes)
-        for p in topic.partitions:
+        for p, state in topic.partitions.items():
             known.add((topic.name, p))
             plog = manager.find(topic.name, p)
-            if plog is None:
-                missing.append(PartitionSpec(topic.name, p, tid, cfg))
-            else:
+            if plog is not None:
                 plog.config = cfg
+            elif state.replicas and node.node_id not in state.replicas:
+                continue  # another broker's replica
+            elif offline or manager.get_future(topic.name, p) is not None:
+                held_back.append(f"{topic.name}-{p}")
+            else:
+                missing.append(PartitionSpec(topic.name, p, tid, cfg))
+    if held_back:
+        log.warning("partitions_offline", partitions=held_back, offline_dirs=offline,
+                    effect="not recreated: their logs may be in an offline dir")
     if missing:
         log.warning("recreating_missing_partitions", partitions=[f"{s.topic}-{s.partition}" for s in missing])
         manager.create_partitions(missing)

@@ -231,14 +231,7 @@ class LogManager:
         return [s for d in self._dirs.values() for s in d.stray]
 
     def _resolve_dir(self, dir: str) -> _Dir:
-        d = self._dirs.get(os.path.abspath(dir)) if os.path.isabs(dir) else None
-        if d is None:
-            for cand in self._dirs.values():
-                if cand.directory_id == dir:
-                    d = cand
-                    break
-        if d is None:
-            raise LogDirNotFoundError(f"{dir} is not one of this node's log dirs")
+        d = self._resolve_dir_entry(dir)
         d.io.ensure_online()
         return d
 
@@ -506,6 +499,21 @@ class LogManager:
 
     # ------------------------------------------------------------------------------------------ mover hooks
 
+    def dir_io(self, dir: str) -> LogDirIO:
+        """The fsio seam of one configured log dir (path or directory id), so the replica mover's file copies are
+        checked, fault-injected and failed through the same object as the dir's logs."""
+        d = self._resolve_dir_entry(dir)
+        return d.io
+
+    def _resolve_dir_entry(self, dir: str) -> _Dir:
+        d = self._dirs.get(os.path.abspath(dir)) if os.path.isabs(dir) else None
+        if d is None:
+            for cand in self._dirs.values():
+                if cand.directory_id == dir:
+                    return cand
+            raise LogDirNotFoundError(f"{dir} is not one of this node's log dirs")
+        return d
+
     def create_future_log(self, topic: str, partition: int, dir: str) -> PartitionLog:
         """A ``-future`` log for moving ``topic-partition`` into ``dir`` (KIP-113)."""
         with self._lock:
@@ -526,16 +534,65 @@ class LogManager:
             self._futures[(topic, partition)] = plog
             return plog
 
-    def delete_future_log(self, topic: str, partition: int) -> None:
+    def open_future_log(
+        self, topic: str, partition: int, path: str, *, log_start_offset: int | None = None
+    ) -> PartitionLog:
+        """Load and register a ``-future`` dir that the replica mover filled by copying closed segments (with
+        their indexes, each fsynced before it got its final name). The files are trusted as after a clean
+        shutdown, so only the tail of the last segment is read."""
+        with self._lock:
+            tp = (topic, partition)
+            current = self.get(topic, partition)
+            if tp in self._futures:
+                raise ValueError(f"{topic}-{partition} already has a future log in {self._futures[tp].log_dir}")
+            parsed = parse_partition_dir_name(os.path.basename(path))
+            if parsed != (topic, partition, FUTURE_DIR_SUFFIX):
+                raise ValueError(f"{path} is not a -future dir of {topic}-{partition}")
+            d = self._resolve_dir(os.path.dirname(os.path.abspath(path)))
+            if d.io.path == current.log_dir:
+                raise ValueError(f"{topic}-{partition} already lives in {d.io.path}")
+            plog = PartitionLog.load(
+                d.io, os.path.abspath(path), topic, partition, current.config,
+                had_clean_shutdown=True, log_start_offset=log_start_offset, is_future=True,
+                clock=self.clock, deletions=self.deletions, on_roll=self._note_roll,
+            )
+            self._futures[tp] = plog
+            return plog
+
+    def delete_future_log(self, topic: str, partition: int, *, keep_files: bool = False) -> None:
+        """Drop the partition's future log: renamed to ``-delete`` and removed later, or with ``keep_files``
+        only closed and forgotten (its dir stays a ``-future`` dir: the mover continues it, or a restart
+        resumes it)."""
         with self._lock:
             plog = self._futures.pop((topic, partition), None)
-            if plog is not None:
+            if plog is None:
+                return
+            if not keep_files:
                 self._delete_log(plog)
+                return
+            try:
+                plog.close()
+            except KafkaStorageError:
+                plog.close_quietly()
 
-    def replace_current_with_future(self, topic: str, partition: int) -> PartitionLog:
-        """Swap in a caught-up future log (Kafka's order: the future dir is renamed to the partition name
-        first, then the old dir to ``-delete``; a crash in between leaves two current dirs, refused at the next
-        startup with a message saying which to remove)."""
+    def replace_current_with_future(
+        self,
+        topic: str,
+        partition: int,
+        *,
+        on_step: Callable[[str], None] | None = None,
+        write_checkpoints: bool = True,
+    ) -> PartitionLog:
+        """Swap in a caught-up future log, in KIP-113's order: the current dir is renamed to ``-delete`` first,
+        then the future dir to ``<topic>-<partition>``. A crash between the two renames leaves a ``-delete`` and
+        a ``-future`` dir: the next startup deletes the first and promotes the second (see
+        :meth:`promote_future_log`), so the partition is never present twice. If the second rename fails, the
+        first is undone when the source dir still allows it.
+
+        ``on_step`` is called with ``"source_renamed"``, ``"future_renamed"`` and, from the deletion task,
+        ``"deleting_old_copy"`` (the replica mover's failpoints). The caller must keep appends away (the node
+        runs this on its event loop, where every append happens); both logs' locks are held for the renames."""
+        step = on_step or (lambda _name: None)
         with self._lock:
             tp = (topic, partition)
             current = self.get(topic, partition)
@@ -549,10 +606,28 @@ class LogManager:
                         f"current at {current.log_end_offset}"
                     )
                 fio, cio = future.io, current.io
+                cio.ensure_online()
+                fio.ensure_online()
+                old_dir = current.dir
+                old_new = cio.join(suffixed_dir_name(topic, partition, DELETE_DIR_SUFFIX))
+                cio.rename(old_dir, old_new)
+                current.relocate(old_new)
+                cio.fsync_dir()
+                step("source_renamed")
                 new_path = fio.join(f"{topic}-{partition}")
-                fio.rename(future.dir, new_path)
-                future.relocate(new_path)
-                fio.fsync_dir()
+                try:
+                    fio.rename(future.dir, new_path)
+                    future.relocate(new_path)
+                    fio.fsync_dir()
+                except KafkaStorageError:
+                    try:
+                        cio.rename(old_new, old_dir)
+                        current.relocate(old_dir)
+                        cio.fsync_dir()
+                    except KafkaStorageError:
+                        log.error("log_swap_rollback_failed", partition=f"{topic}-{partition}", source=old_new)
+                    raise
+                step("future_renamed")
                 future.is_future = False
                 future._hw = current._hw
                 future._log_start = max(future._log_start, current._log_start)
@@ -562,16 +637,45 @@ class LogManager:
                 current.closed = True
                 for seg in current.segments:
                     seg.close_quietly()
-                if cio.online:
-                    old_new = cio.join(suffixed_dir_name(topic, partition, DELETE_DIR_SUFFIX))
-                    cio.rename(current.dir, old_new)
-                    current.relocate(old_new)
-                    cio.fsync_dir()
-                    self.deletions.schedule(
-                        self.clock() + current.config.file_delete_delay_ms, old_new, lambda: cio.rmtree(old_new)
-                    )
-            for path in {fio.path, cio.path}:
-                self._write_dir_checkpoints(path, hw=True)
+
+            def delete_old() -> None:
+                step("deleting_old_copy")
+                cio.rmtree(old_new)
+
+            self.deletions.schedule(self.clock() + current.config.file_delete_delay_ms, old_new, delete_old)
+            if write_checkpoints:
+                for path in {fio.path, cio.path}:
+                    self._write_dir_checkpoints(path, hw=True)
+            return future
+
+    def promote_future_log(self, topic: str, partition: int) -> PartitionLog:
+        """Make a future log whose current log is gone the current one (KIP-113 "handle failure": the node
+        stopped between the swap's two renames). Refused while any log dir is offline: the current log may be
+        in it."""
+        with self._lock:
+            tp = (topic, partition)
+            if tp in self._logs:
+                raise ValueError(f"{topic}-{partition} has a current log in {self._logs[tp].log_dir}")
+            future = self._futures.get(tp)
+            if future is None:
+                raise UnknownTopicOrPartitionError(f"no future log for {topic}-{partition}")
+            offline = [p for p, d in self._dirs.items() if not d.io.online]
+            if offline:
+                raise KafkaStorageError(
+                    f"cannot promote the future log of {topic}-{partition}: log dirs {offline} are offline and "
+                    "may hold its current log"
+                )
+            fio = future.io
+            with future.lock:
+                new_path = fio.join(f"{topic}-{partition}")
+                fio.rename(future.dir, new_path)
+                future.relocate(new_path)
+                fio.fsync_dir()
+                future.is_future = False
+                self._logs[tp] = future
+                del self._futures[tp]
+            self._write_dir_checkpoints(fio.path, hw=True)
+            log.info("future_log_promoted", partition=future.name, log_dir=fio.path)
             return future
 
     # ------------------------------------------------------------------------------------------ checkpoints

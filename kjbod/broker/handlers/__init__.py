@@ -1,11 +1,16 @@
 """One module per Kafka API key; importing this package registers every handler with the router."""
 
 from kjbod.broker.handlers import (  # noqa: F401
+    alter_configs,
+    alter_replica_log_dirs,
     api_versions,
     create_topics,
     delete_topics,
     describe_cluster,
+    describe_configs,
+    describe_log_dirs,
     fetch,
+    incremental_alter_configs,
     init_producer_id,
     list_offsets,
     metadata,

@@ -1,0 +1,384 @@
+"""Configs as DescribeConfigs, AlterConfigs and IncrementalAlterConfigs see them: brokers and topics.
+
+Strategy: one table (:data:`BROKER_KEYS`) names the broker configs this node reports, with Kafka's type, the
+ServerConfig attribute holding the static value, and whether the key may change at runtime. Only
+``replica.alter.log.dirs.io.max.bytes.per.second`` (KIP-113's throttle; ``intra.broker.throttled.rate`` is its
+alias) is dynamic. Dynamic values live in :class:`DynamicBrokerConfigs`, rebuilt at startup from the
+metadata log's ConfigRecords (resource type 4: name = node id for this broker, "" for the cluster default),
+so a restart keeps them. Precedence is Kafka's: per-broker dynamic > cluster-default dynamic > static
+(server.properties) > default.
+
+Topic configs come from kjbod.broker.topic_config (the table CreateTopics uses); their overrides live in the
+metadata image and are changed through ConfigRecords of resource type 2.
+
+Changes are planned here without side effects (:func:`plan_changes`): the handlers check the whole request,
+then the node writes the records and applies them. Errors follow Kafka: an unknown or unsupported key, or a bad
+value, is INVALID_CONFIG naming the key; a key that exists but cannot change at runtime is INVALID_REQUEST
+("Cannot update these configs dynamically"); another broker's id is INVALID_REQUEST; an unknown topic is
+UNKNOWN_TOPIC_OR_PARTITION.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kjbod.broker import topic_config
+from kjbod.protocol.errors import ErrorCode
+
+TOPIC = 2
+BROKER = 4
+
+# DescribeConfigs ConfigSource
+TOPIC_CONFIG = 1
+DYNAMIC_BROKER_CONFIG = 2
+DYNAMIC_DEFAULT_BROKER_CONFIG = 3
+STATIC_BROKER_CONFIG = 4
+DEFAULT_CONFIG = 5
+
+# DescribeConfigs ConfigType
+BOOLEAN, STRING, INT, SHORT, LONG, LIST = 1, 2, 3, 4, 5, 7
+_TOPIC_TYPES = {"int": INT, "long": LONG, "string": STRING, "list": LIST}
+
+# IncrementalAlterConfigs operations
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+
+LONG_MAX = (1 << 63) - 1
+THROTTLE_KEY = "replica.alter.log.dirs.io.max.bytes.per.second"
+ALIASES = {"intra.broker.throttled.rate": THROTTLE_KEY}
+
+
+@dataclass(frozen=True)
+class BrokerKey:
+    name: str
+    type: int
+    attr: str | None
+    dynamic: bool = False
+    doc: str = ""
+    default: Any = None
+
+
+BROKER_KEYS: dict[str, BrokerKey] = {k.name: k for k in [
+    BrokerKey("node.id", INT, "node_id", doc="This node's id."),
+    BrokerKey("process.roles", LIST, "process_roles", doc="Roles this node plays: broker, controller or both."),
+    BrokerKey("listeners", LIST, "listeners", doc="Listeners, as NAME://host:port."),
+    BrokerKey("advertised.listeners", LIST, "advertised_listeners", doc="Listeners clients are told to use."),
+    BrokerKey("controller.listener.names", LIST, "controller_listener_names",
+              doc="Listener names used by the controller role."),
+    BrokerKey("log.dirs", LIST, "log_dirs", doc="The log dirs (one per disk with JBOD)."),
+    BrokerKey("metadata.log.dir", STRING, "metadata_log_dir", doc="Dir of the metadata log."),
+    BrokerKey("num.partitions", INT, "num_partitions", doc="Default partition count of new topics."),
+    BrokerKey("default.replication.factor", INT, "default_replication_factor",
+              doc="Default replication factor of new topics."),
+    BrokerKey("auto.create.topics.enable", BOOLEAN, "auto_create_topics_enable",
+              doc="Create a topic when a client first uses it."),
+    BrokerKey("log.segment.bytes", INT, "log_segment_bytes", doc="Default segment size."),
+    BrokerKey("log.roll.ms", LONG, "log_roll_ms", doc="Default age at which a segment rolls."),
+    BrokerKey("log.retention.ms", LONG, "log_retention_ms", doc="Default retention time."),
+    BrokerKey("log.retention.bytes", LONG, "log_retention_bytes", doc="Default retention size per partition."),
+    BrokerKey("log.retention.check.interval.ms", LONG, "log_retention_check_interval_ms",
+              doc="How often retention runs."),
+    BrokerKey("message.max.bytes", INT, "message_max_bytes", doc="Largest record batch accepted."),
+    BrokerKey("log.index.interval.bytes", INT, "log_index_interval_bytes", doc="Bytes between index entries."),
+    BrokerKey("log.index.size.max.bytes", INT, "log_index_size_max_bytes", doc="Maximum index file size."),
+    BrokerKey("log.flush.interval.messages", LONG, "log_flush_interval_messages",
+              doc="Messages between forced fsyncs."),
+    BrokerKey("log.flush.interval.ms", LONG, "log_flush_interval_ms", doc="Milliseconds between forced fsyncs."),
+    BrokerKey("log.segment.delete.delay.ms", LONG, "log_segment_delete_delay_ms",
+              doc="Delay before deleted files and -delete dirs are removed."),
+    BrokerKey(THROTTLE_KEY, LONG, "replica_alter_log_dirs_io_max_bytes_per_second", dynamic=True,
+              default=LONG_MAX,
+              doc="Bytes per second that all replica moves between this broker's log dirs may copy together "
+                  "(KIP-113's intra.broker.throttled.rate)."),
+    BrokerKey("num.replica.alter.log.dirs.threads", INT, "num_replica_alter_log_dirs_threads",
+              doc="Threads moving replicas between log dirs (default: one per log dir)."),
+    BrokerKey("log.dir.failure.timeout.ms", LONG, "log_dir_failure_timeout_ms",
+              doc="How long a broker may keep serving after a log dir failed before it must be reported."),
+    BrokerKey("socket.request.max.bytes", INT, "socket_request_max_bytes", doc="Largest request accepted."),
+    BrokerKey("broker.heartbeat.interval.ms", INT, "broker_heartbeat_interval_ms",
+              doc="Interval between broker heartbeats."),
+    BrokerKey("broker.session.timeout.ms", INT, "broker_session_timeout_ms",
+              doc="Time without heartbeat after which a broker is fenced."),
+    BrokerKey("replica.fetch.max.bytes", INT, "replica_fetch_max_bytes", doc="Bytes per partition per fetch."),
+    BrokerKey("log.dir.placement.policy", STRING, "log_dir_placement_policy",
+              doc="kjbod: where new partitions go (most-usable or fewest-partitions)."),
+    BrokerKey("kjbod.zero.copy", BOOLEAN, "zero_copy", doc="kjbod: send Fetch record data with sendfile."),
+]}
+
+
+class ConfigProblem(Exception):
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def parse_dynamic_value(key: str, raw: str | None) -> int:
+    """The throttle is the only dynamic key: a long of at least 1 (bytes per second)."""
+    if raw is None:
+        raise ConfigProblem(ErrorCode.INVALID_CONFIG, f"{key}: a value is required")
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise ConfigProblem(ErrorCode.INVALID_CONFIG,
+                            f"invalid value {raw!r} for {key}: expected an integer") from None
+    if not 1 <= value <= LONG_MAX:
+        raise ConfigProblem(ErrorCode.INVALID_CONFIG,
+                            f"invalid value {raw!r} for {key}: must be between 1 and {LONG_MAX}")
+    return value
+
+
+class DynamicBrokerConfigs:
+    """Dynamic broker configs of this node and the cluster defaults, as replayed from ConfigRecords."""
+
+    def __init__(self, node_id: int) -> None:
+        self.node_id = node_id
+        self.per_broker: dict[str, str] = {}
+        self.cluster_default: dict[str, str] = {}
+
+    def target(self, resource_name: str) -> dict[str, str] | None:
+        if resource_name == "":
+            return self.cluster_default
+        if resource_name == str(self.node_id):
+            return self.per_broker
+        return None
+
+    def apply(self, resource_name: str, key: str, value: str | None) -> None:
+        target = self.target(resource_name)
+        if target is None:
+            return  # another broker's config: not ours to apply
+        key = ALIASES.get(key, key)
+        if value is None:
+            target.pop(key, None)
+        else:
+            target[key] = value
+
+    def effective(self, key: str) -> tuple[str, int] | None:
+        """(value, source) of a dynamic value for ``key``, or None when neither level sets it."""
+        if key in self.per_broker:
+            return self.per_broker[key], DYNAMIC_BROKER_CONFIG
+        if key in self.cluster_default:
+            return self.cluster_default[key], DYNAMIC_DEFAULT_BROKER_CONFIG
+        return None
+
+
+# ------------------------------------------------------------------------------------------------ describe
+
+
+@dataclass
+class Entry:
+    name: str
+    value: str | None
+    source: int
+    type: int
+    read_only: bool = False
+    doc: str = ""
+    synonyms: list[tuple[str, str | None, int]] = field(default_factory=list)
+
+
+def _render(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (tuple, list)):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
+def _static_source(config: Any, key: str) -> tuple[str, int]:
+    """Name and source of the static value: the key (or an alias of it) set in server.properties, or the
+    default."""
+    props = getattr(config, "properties", None) or {}
+    if key in props:
+        return key, STATIC_BROKER_CONFIG
+    for alias, canonical in ALIASES.items():
+        if canonical == key and alias in props:
+            return alias, STATIC_BROKER_CONFIG
+    return key, DEFAULT_CONFIG
+
+
+def broker_entry(config: Any, dynamic: DynamicBrokerConfigs, k: BrokerKey) -> Entry:
+    static_value = _render(getattr(config, k.attr, k.default)) if k.attr else _render(k.default)
+    static_name, static_source = _static_source(config, k.name)
+    synonyms: list[tuple[str, str | None, int]] = []
+    if k.name in dynamic.per_broker:
+        synonyms.append((k.name, dynamic.per_broker[k.name], DYNAMIC_BROKER_CONFIG))
+    if k.name in dynamic.cluster_default:
+        synonyms.append((k.name, dynamic.cluster_default[k.name], DYNAMIC_DEFAULT_BROKER_CONFIG))
+    synonyms.append((static_name, static_value, static_source))
+    if static_source == STATIC_BROKER_CONFIG and k.default is not None:
+        synonyms.append((k.name, _render(k.default), DEFAULT_CONFIG))
+    value, source = synonyms[0][1], synonyms[0][2]
+    return Entry(k.name, value, source, k.type, read_only=not k.dynamic, doc=k.doc, synonyms=synonyms)
+
+
+def describe_broker(config: Any, dynamic: DynamicBrokerConfigs, resource_name: str,
+                    keys: Iterable[str] | None) -> list[Entry]:
+    check_broker_name(resource_name, dynamic.node_id)
+    wanted = None if keys is None else {ALIASES.get(k, k) for k in keys}
+    if resource_name == "":
+        # The cluster-default resource lists only the defaults set dynamically, as Kafka does.
+        out = []
+        for key, value in sorted(dynamic.cluster_default.items()):
+            k = BROKER_KEYS.get(key)
+            if k is not None and (wanted is None or key in wanted):
+                out.append(Entry(key, value, DYNAMIC_DEFAULT_BROKER_CONFIG, k.type, read_only=False, doc=k.doc,
+                                 synonyms=[(key, value, DYNAMIC_DEFAULT_BROKER_CONFIG)]))
+        return out
+    return [broker_entry(config, dynamic, k) for name, k in BROKER_KEYS.items() if wanted is None or name in wanted]
+
+
+def describe_topic(config: Any, overrides: dict[str, str], keys: Iterable[str] | None) -> list[Entry]:
+    wanted = None if keys is None else set(keys)
+    out = []
+    for name, (value, is_override) in topic_config.effective(overrides, config).items():
+        if wanted is not None and name not in wanted:
+            continue
+        d = topic_config.DEFS[name]
+        synonyms: list[tuple[str, str | None, int]] = []
+        if is_override:
+            synonyms.append((name, _render(value), TOPIC_CONFIG))
+        default = _render(topic_config.broker_default(d, config))
+        if d.broker_key is not None:
+            static_name, static_source = _static_source(config, d.broker_key)
+            synonyms.append((static_name, default, static_source))
+        synonyms.append((d.broker_key or name, _render(d.fallback), DEFAULT_CONFIG))
+        source = TOPIC_CONFIG if is_override else synonyms[0][2]
+        out.append(Entry(name, _render(value), source, _TOPIC_TYPES.get(d.type, STRING), read_only=False,
+                         doc=d.doc, synonyms=synonyms))
+    return out
+
+
+def check_broker_name(resource_name: str, node_id: int) -> None:
+    if resource_name == "" or resource_name == str(node_id):
+        return
+    try:
+        int(resource_name)
+    except ValueError:
+        raise ConfigProblem(ErrorCode.INVALID_REQUEST,
+                            f"broker resource name must be a broker id or empty, not {resource_name!r}") from None
+    raise ConfigProblem(ErrorCode.INVALID_REQUEST,
+                        f"unexpected broker id, expected {node_id} or empty string, but received {resource_name}")
+
+
+# ------------------------------------------------------------------------------------------------ changes
+
+
+def _apply_op(key: str, current: str | None, op: int, operand: str | None, is_list: bool) -> str | None:
+    if op == SET:
+        return operand
+    if op == DELETE:
+        return None
+    if op in (APPEND, SUBTRACT):
+        if not is_list:
+            verb = "append" if op == APPEND else "subtract"
+            raise ConfigProblem(ErrorCode.INVALID_REQUEST, f"config value {verb} is not allowed for config key: {key}")
+        items = [p.strip() for p in (current or "").split(",") if p.strip()]
+        given = [p.strip() for p in (operand or "").split(",") if p.strip()]
+        if op == APPEND:
+            items += [g for g in given if g not in items]
+        else:
+            items = [i for i in items if i not in given]
+        return ",".join(items) if items else None
+    raise ConfigProblem(ErrorCode.INVALID_REQUEST, f"unknown config operation {op} for {key}")
+
+
+def plan_broker_changes(
+    dynamic: DynamicBrokerConfigs, resource_name: str, changes: list[tuple[str, int, str | None]], *,
+    replace: bool,
+) -> dict[str, str | None]:
+    """New dynamic values for this broker (or the cluster default): {key: value, None = remove}.
+
+    ``changes``: (key, operation, value); ``replace`` (AlterConfigs) drops every dynamic key not named."""
+    check_broker_name(resource_name, dynamic.node_id)
+    target = dynamic.target(resource_name)
+    assert target is not None
+    unknown = [k for k, _, _ in changes if ALIASES.get(k, k) not in BROKER_KEYS]
+    if unknown:
+        raise ConfigProblem(ErrorCode.INVALID_CONFIG,
+                            f"unknown or unsupported broker config {unknown[0]!r} (kjbod changes only {THROTTLE_KEY} "
+                            "at runtime)")
+    static = sorted({ALIASES.get(k, k) for k, _, _ in changes} - {k for k, v in BROKER_KEYS.items() if v.dynamic})
+    if static:
+        raise ConfigProblem(ErrorCode.INVALID_REQUEST,
+                            f"Cannot update these configs dynamically: {', '.join(static)}")
+    out: dict[str, str | None] = {k: None for k in target} if replace else {}
+    for key, op, raw in changes:
+        key = ALIASES.get(key, key)
+        current = out[key] if key in out else target.get(key)
+        new = _apply_op(key, current, op, raw, BROKER_KEYS[key].type == LIST)
+        if new is not None:
+            new = str(parse_dynamic_value(key, new))
+        out[key] = new
+    return {k: v for k, v in out.items() if target.get(k) != v}
+
+
+def plan_topic_changes(
+    overrides: dict[str, str], changes: list[tuple[str, int, str | None]], *, replace: bool,
+) -> dict[str, str]:
+    """The topic's complete new set of overrides, validated (raises ConfigProblem naming the key)."""
+    new = {} if replace else dict(overrides)
+    for key, op, raw in changes:
+        d = topic_config.DEFS.get(key)
+        if d is None:
+            raise ConfigProblem(ErrorCode.INVALID_CONFIG, f"unknown or unsupported topic config {key!r} "
+                                f"(supported: {', '.join(sorted(topic_config.DEFS))})")
+        value = _apply_op(key, new.get(key), op, raw, d.type == "list")
+        if value is None:
+            new.pop(key, None)
+        else:
+            new[key] = value
+    try:
+        topic_config.validate(new)
+    except topic_config.TopicConfigError as e:
+        raise ConfigProblem(ErrorCode.INVALID_CONFIG, str(e)) from None
+    return new
+
+
+def duplicates(names: Iterable[str]) -> set[str]:
+    seen: set[str] = set()
+    dup: set[str] = set()
+    for n in names:
+        (dup if n in seen else seen).add(n)
+    return dup
+
+
+# ------------------------------------------------------------------------------------------------ requests
+
+
+def alter(node: Any, resources: list[tuple[int, str, list[tuple[str, int, str | None]]]], *, replace: bool,
+          validate_only: bool) -> list[tuple[int, str | None]]:
+    """AlterConfigs (``replace``) and IncrementalAlterConfigs: one (error code, message) per resource.
+
+    Each resource is checked whole before anything of it is written; resources are independent (Kafka's rule).
+    A resource named twice, or a key named twice in one resource, is INVALID_REQUEST."""
+    dup_resources = duplicates(f"{t}\0{n}" for t, n, _ in resources)
+    out: list[tuple[int, str | None]] = []
+    for rtype, name, changes in resources:
+        try:
+            if f"{rtype}\0{name}" in dup_resources:
+                raise ConfigProblem(ErrorCode.INVALID_REQUEST, f"resource {name!r} appears more than once")
+            dup_keys = duplicates(ALIASES.get(k, k) for k, _, _ in changes)
+            if dup_keys:
+                raise ConfigProblem(ErrorCode.INVALID_REQUEST,
+                                    f"duplicate config keys in one resource: {', '.join(sorted(dup_keys))}")
+            if rtype == BROKER:
+                planned = plan_broker_changes(node.dynamic_configs, name, changes, replace=replace)
+                if not validate_only:
+                    node.set_broker_configs(name, planned)
+            elif rtype == TOPIC:
+                topic = node.metadata.topic(name)
+                if topic is None:
+                    raise ConfigProblem(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+                new = plan_topic_changes(topic.configs, changes, replace=replace)
+                if not validate_only:
+                    node.set_topic_configs(topic, new)
+            else:
+                raise ConfigProblem(ErrorCode.INVALID_REQUEST,
+                                    f"resource type {rtype} is not supported (kjbod serves topics (2) and brokers (4))")
+            out.append((ErrorCode.NONE, None))
+        except ConfigProblem as e:
+            out.append((e.code, e.message))
+    return out

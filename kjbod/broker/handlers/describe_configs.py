@@ -1,0 +1,57 @@
+"""DescribeConfigs (key 32), versions 1-4.
+
+Version notes: v1 is the oldest served (config source and synonyms); v2 only marks throttling after the
+response; v3 adds each config's type and, when asked, its documentation; v4 is flexible.
+
+Resources: topics (type 2: every topic config kjbod honours, with TOPIC_CONFIG for overrides and the broker
+value otherwise) and brokers (type 4: this node's id lists every broker config with its source, dynamic ones
+first; the empty name lists the cluster-wide dynamic defaults only, as Kafka does). A null key list asks for
+every config, a list for those keys (unknown keys are simply absent). Errors per resource: an unknown topic is
+UNKNOWN_TOPIC_OR_PARTITION, another broker's id or an unsupported resource type INVALID_REQUEST. Synonyms are
+returned only when asked for (include_synonyms). See kjbod.broker.broker_config.
+"""
+
+from __future__ import annotations
+
+from kjbod.broker import broker_config as bc
+from kjbod.broker.router import api
+from kjbod.protocol.errors import ErrorCode
+from kjbod.protocol.generated import DescribeConfigsRequest, DescribeConfigsResponse
+
+Result = DescribeConfigsResponse.DescribeConfigsResult
+Config = DescribeConfigsResponse.DescribeConfigsResourceResult
+Synonym = DescribeConfigsResponse.DescribeConfigsSynonym
+
+
+def _config(e: bc.Entry, synonyms: bool, documentation: bool) -> Config:
+    return Config(name=e.name, value=e.value, read_only=e.read_only, config_source=e.source, is_sensitive=False,
+                  synonyms=[Synonym(name=n, value=v, source=s) for n, v, s in e.synonyms] if synonyms else [],
+                  config_type=e.type, documentation=e.doc if documentation else None)
+
+
+@api(DescribeConfigsRequest)
+def handle(node, request, body: DescribeConfigsRequest) -> DescribeConfigsResponse:
+    results = []
+    for r in body.resources:
+        try:
+            if r.resource_type == bc.BROKER:
+                entries = bc.describe_broker(node.config, node.dynamic_configs, r.resource_name,
+                                             r.configuration_keys)
+            elif r.resource_type == bc.TOPIC:
+                topic = node.metadata.topic(r.resource_name)
+                if topic is None:
+                    raise bc.ConfigProblem(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                           f"topic {r.resource_name!r} does not exist")
+                entries = bc.describe_topic(node.config, topic.configs, r.configuration_keys)
+            else:
+                raise bc.ConfigProblem(ErrorCode.INVALID_REQUEST, f"resource type {r.resource_type} is not "
+                                       "supported (kjbod serves topics (2) and brokers (4))")
+        except bc.ConfigProblem as e:
+            results.append(Result(error_code=e.code, error_message=e.message, resource_type=r.resource_type,
+                                  resource_name=r.resource_name, configs=[]))
+            continue
+        results.append(Result(error_code=0, error_message=None, resource_type=r.resource_type,
+                              resource_name=r.resource_name,
+                              configs=[_config(e, body.include_synonyms, body.include_documentation)
+                                       for e in entries]))
+    return DescribeConfigsResponse(throttle_time_ms=0, results=results)

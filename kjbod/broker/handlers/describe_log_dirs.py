@@ -1,0 +1,114 @@
+"""DescribeLogDirs (key 35), versions 1-4 (KIP-113).
+
+Version notes: v1 is the oldest served (per log dir: error, path, replicas with size, offset lag and future
+flag); v2 flexible; v3 top-level error code; v4 total and usable bytes of each dir's volume (KIP-827). kjbod
+extension from v2: each log dir carries its KIP-858 directory id as a tagged field (tag 10000, a uuid). Tagged
+fields a client does not know are skipped by every Kafka client (that is what tags are for), so Kafka's
+clients see Kafka's response and kjbod's admin client reads the id; v1 has no tagged fields and carries no id.
+
+Semantics (Kafka's ReplicaManager.describeLogDirs): null topics reports every replica on the node, a list
+reports those partitions (a partition this node lacks is simply absent). One result per configured log dir, in
+configuration order. An offline dir answers KAFKA_STORAGE_ERROR with no replicas and sizes -1. Per replica:
+size = bytes of its ``.log`` files; offset lag = max(0, HW - LEO) for a current replica (always 0 on a single
+node) and current LEO - future LEO for a future replica (is_future). A move still in its bulk-copy phase has no
+open future log yet: it is reported from the mover's progress (bytes copied so far, and the offset its copied
+segments reach), so a move is visible from its first byte.
+"""
+
+from __future__ import annotations
+
+from uuid import UUID
+
+from kjbod.broker.router import api
+from kjbod.protocol.errors import ErrorCode
+from kjbod.protocol.generated import DescribeLogDirsRequest, DescribeLogDirsResponse
+from kjbod.protocol.runtime import ZERO_UUID
+from kjbod.storage.ids import uuid_from_str
+
+Result = DescribeLogDirsResponse.DescribeLogDirsResult
+Topic = DescribeLogDirsResponse.DescribeLogDirsTopic
+Partition = DescribeLogDirsResponse.DescribeLogDirsPartition
+
+
+def _directory_id(text: str | None) -> UUID:
+    if not text:
+        return ZERO_UUID
+    try:
+        return UUID(bytes=uuid_from_str(text))
+    except ValueError:
+        return ZERO_UUID
+
+
+def collect(node, wanted: dict[str, set[int]] | None) -> dict[str, dict[str, list[Partition]]]:
+    """{log dir: {topic: [partition entries]}} for the requested partitions (None: all)."""
+    manager = node.logs.manager
+    out: dict[str, dict[str, list[Partition]]] = {}
+
+    def add(path: str, topic: str, entry: Partition) -> None:
+        out.setdefault(path, {}).setdefault(topic, []).append(entry)
+
+    if wanted is None:
+        currents = manager.partitions()
+        futures = manager.future_logs()
+    else:
+        currents, futures = [], []
+        for topic, parts in wanted.items():
+            for p in sorted(parts):
+                plog = manager.find(topic, p)
+                if plog is not None:
+                    currents.append(plog)
+                future = manager.get_future(topic, p)
+                if future is not None:
+                    futures.append(future)
+    leo_of = {}
+    for plog in currents:
+        leo, hw = plog.log_end_offset, plog.high_watermark
+        leo_of[(plog.topic, plog.partition)] = leo
+        add(plog.log_dir, plog.topic, Partition(partition_index=plog.partition, partition_size=plog.size_bytes,
+                                                offset_lag=max(0, hw - leo), is_future_key=False))
+    for future in futures:
+        tp = (future.topic, future.partition)
+        current_leo = leo_of.get(tp)
+        if current_leo is None:
+            current = manager.find(*tp)
+            current_leo = current.log_end_offset if current is not None else None
+        lag = max(0, current_leo - future.log_end_offset) if current_leo is not None else -1
+        add(future.log_dir, future.topic, Partition(partition_index=future.partition,
+                                                    partition_size=future.size_bytes, offset_lag=lag,
+                                                    is_future_key=True))
+    mover = node.mover
+    if mover is not None:
+        for m in mover.all_progress():
+            if m.registered or m.state not in ("copying", "catching-up") or not m.source_dir:
+                continue
+            if wanted is not None and m.partition not in wanted.get(m.topic, ()):
+                continue
+            current_leo = leo_of.get((m.topic, m.partition))
+            if current_leo is None:
+                current = manager.find(m.topic, m.partition)
+                current_leo = current.log_end_offset if current is not None else None
+            reached = m.future_log_end_offset or 0
+            lag = max(0, current_leo - reached) if current_leo is not None else -1
+            add(m.dest_dir, m.topic, Partition(partition_index=m.partition, partition_size=m.future_size,
+                                               offset_lag=lag, is_future_key=True))
+    return out
+
+
+@api(DescribeLogDirsRequest)
+def handle(node, request, body: DescribeLogDirsRequest) -> DescribeLogDirsResponse:
+    wanted: dict[str, set[int]] | None = None
+    if body.topics is not None:
+        wanted = {}
+        for t in body.topics:
+            wanted.setdefault(t.topic, set()).update(t.partitions)
+    by_dir = collect(node, wanted)
+    results = []
+    for info in node.logs.manager.dirs:
+        if not info.online:
+            results.append(Result(error_code=ErrorCode.KAFKA_STORAGE_ERROR, log_dir=info.path, topics=[],
+                                  total_bytes=-1, usable_bytes=-1, directory_id=_directory_id(info.directory_id)))
+            continue
+        topics = [Topic(name=name, partitions=parts) for name, parts in by_dir.get(info.path, {}).items()]
+        results.append(Result(error_code=0, log_dir=info.path, topics=topics, total_bytes=info.total_bytes,
+                              usable_bytes=info.usable_bytes, directory_id=_directory_id(info.directory_id)))
+    return DescribeLogDirsResponse(throttle_time_ms=0, error_code=0, results=results)

@@ -1,0 +1,666 @@
+"""The replica mover: KIP-113's "complete replica data movement" between the log dirs of this node.
+
+Strategy. A pool of ``num.replica.alter.log.dirs.threads`` threads (default: one per log dir) takes moves from a
+queue; a thread carries one move to its end before taking the next (Kafka's copy threads do the same). Every
+byte a thread copies is charged to one shared :class:`~kjbod.broker.kip113.throttle.Throttle`. A move has three
+phases, with Kafka's on-disk names:
+
+1. **Bulk copy.** The thread creates ``<topic>-<partition>.<32 hex>-future`` in the destination dir (with
+   ``partition.metadata``) and copies every *closed* segment of the source whole: the ``.log`` with
+   ``os.sendfile`` in throttle-sized chunks, then its ``.index`` and ``.timeindex``, each into a ``.tmp`` file
+   that is fsynced and then renamed (so a crash leaves complete files or ``.tmp`` files, which the loader
+   deletes). Segments that roll while this runs are copied too, then the newest producer snapshots. None of
+   this takes the partition's lock: closed segments never change, and appends carry on.
+2. **Catch-up.** The future dir is opened as a ``-future`` log (LogManager.open_future_log); the thread reads
+   the source from the future's log end as file regions (the lock is held only to find them) and appends the
+   bytes to the future log as a follower, rolling it where the source's segments begin, until the future has
+   reached the source's log end once.
+3. **Swap.** The last step runs where appends are serialised (the node's event loop, through ``exclusive``):
+   copy the few batches appended since, fsync the future, then LogManager.replace_current_with_future renames
+   the source to ``-delete`` and the future to ``<topic>-<partition>`` under both logs' locks and repoints the
+   partition. The ``-delete`` dir is removed in the background after ``file.delete.delay.ms``. Produce requests
+   wait only for this step (a few milliseconds), never for the copy.
+
+Crash safety (KIP-113 "handle failure"): at startup a ``-future`` log next to its current log is resumed (the
+segments it already holds whole are kept, the rest copied again), a ``-future`` log without a current log is
+promoted when every dir is online and left alone (the partition offline) otherwise; ``-delete`` dirs are
+removed by the loader. Failpoints (:mod:`.failpoints`) mark each step for kill -9 tests.
+
+Disk failures: an I/O error on the destination (seen by the fsio seam, which takes that dir offline) aborts the
+move and removes the future log where it still can; the source keeps serving. An I/O error on the source takes
+its dir, and so the partition, offline; the move stops and the future log is closed and kept on disk.
+
+Changing the destination while a move runs discards the future log and starts over toward the new dir;
+sending the current dir (or "any") cancels the move. Progress (bytes copied of total, rate, ETA) is available
+per move for DescribeLogDirs and is logged: one line per move at info, one per segment at debug.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from bisect import bisect_right
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from kjbod.broker.kip113 import failpoints
+from kjbod.broker.kip113.throttle import Throttle
+from kjbod.storage.checkpoint import PARTITION_METADATA_FILE, render_partition_metadata
+from kjbod.storage.errors import (
+    KafkaStorageError,
+    OffsetOutOfRangeError,
+    StorageError,
+    UnknownTopicOrPartitionError,
+)
+from kjbod.storage.fsio import FileHandle, LogDirIO
+from kjbod.storage.log import PartitionLog
+from kjbod.storage.manager import (
+    DELETE_DIR_SUFFIX,
+    FUTURE_DIR_SUFFIX,
+    LogManager,
+    suffixed_dir_name,
+)
+from kjbod.storage.segment import INDEX_SUFFIX, LOG_SUFFIX, SNAPSHOT_SUFFIX, TIME_INDEX_SUFFIX
+
+log = structlog.get_logger("kjbod.mover")
+
+TopicPartition = tuple[str, int]
+_SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)
+_SWAP_FAILPOINTS = {
+    "source_renamed": "source_renamed_to_delete",
+    "future_renamed": "future_renamed_to_current",
+    "deleting_old_copy": "before_old_copy_deleted",
+}
+
+
+class MoverStopped(Exception):
+    """The node is shutting down: the move stays where it is and resumes at the next start."""
+
+
+class _Retarget(Exception):
+    """The destination changed or the move was cancelled while it ran."""
+
+
+class _Restart(Exception):
+    """The future log can no longer catch up (the source's retention overtook it): start again."""
+
+
+@dataclass(frozen=True)
+class MoveProgress:
+    """A snapshot of one move, for DescribeLogDirs, logs and the CLI."""
+
+    topic: str
+    partition: int
+    source_dir: str
+    dest_dir: str
+    state: str  # queued, copying, catching-up, swapping, done, cancelled, failed
+    bytes_copied: int
+    bytes_total: int
+    rate: float  # bytes per second since the move started
+    eta_seconds: float | None
+    future_size: int  # bytes of the future log's segments so far
+    future_log_end_offset: int | None  # while the future log is not open yet: the offset it has reached
+    registered: bool  # the future log is open in the log manager (DescribeLogDirs reads it there)
+    error: str | None = None
+
+
+class _Move:
+    def __init__(self, topic: str, partition: int, dest: str) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.dest = dest
+        self.generation = 0
+        self.cancelled = False
+        self.state = "queued"
+        self.source_dir = ""
+        self.future_path: str | None = None
+        self.registered = False
+        self.bytes_copied = 0
+        self.bytes_total = 0
+        self.future_size = 0
+        self.future_leo: int | None = None
+        self.started: float | None = None
+        self.error: str | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+
+def _run_here(fn: Callable[[], Any]) -> Any:
+    return fn()
+
+
+class ReplicaMover:
+    """Moves partitions between the log dirs of one LogManager.
+
+    ``exclusive(fn)`` runs the final catch-up and swap where no append can interleave and returns fn's result
+    (re-raising its exception); the node passes a function that runs ``fn`` on its event loop. The default runs
+    it in the mover thread, which is right only when nothing else appends (tests, tools).
+    """
+
+    def __init__(
+        self,
+        manager: LogManager,
+        *,
+        threads: int,
+        throttle: Throttle | None = None,
+        exclusive: Callable[[Callable[[], Any]], Any] | None = None,
+    ) -> None:
+        self.manager = manager
+        self.threads = max(1, threads)
+        self.throttle = throttle or Throttle()
+        self.exclusive = exclusive or _run_here
+        self._cond = threading.Condition()
+        self._queue: deque[_Move] = deque()
+        self._moves: dict[TopicPartition, _Move] = {}
+        self._workers: list[threading.Thread] = []
+        self._stop = threading.Event()
+        self.completed = 0
+
+    # ------------------------------------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        if self._workers:
+            return
+        self._stop.clear()
+        for i in range(self.threads):
+            t = threading.Thread(target=self._worker, name=f"kjbod-replica-mover-{i}", daemon=True)
+            t.start()
+            self._workers.append(t)
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stop every thread between two chunks; moves in progress resume at the next start."""
+        self._stop.set()
+        with self._cond:
+            self._cond.notify_all()
+        with self.throttle._cond:
+            self.throttle._cond.notify_all()
+        deadline = time.monotonic() + timeout
+        for t in self._workers:
+            t.join(max(0.0, deadline - time.monotonic()))
+        self._workers.clear()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def resume_at_startup(self) -> None:
+        """KIP-113's recovery for every ``-future`` log the loader found (see the module docstring)."""
+        offline = [d.path for d in self.manager.dirs if not d.online]
+        for future in self.manager.future_logs():
+            topic, partition = future.topic, future.partition
+            if self.manager.find(topic, partition) is not None:
+                log.info("replica_move_resuming", partition=future.name, dest_dir=future.log_dir,
+                         future_log_end_offset=future.log_end_offset)
+                self.request_move(topic, partition, future.log_dir)
+            elif offline:
+                log.warning("future_log_left_offline", partition=future.name, future_dir=future.dir,
+                            offline_dirs=offline,
+                            reason="its current log may be in an offline dir; the partition stays offline")
+            else:
+                self.manager.promote_future_log(topic, partition)
+
+    # ------------------------------------------------------------------------------------------ requests
+
+    def request_move(self, topic: str, partition: int, dest: str) -> None:
+        """Start moving ``topic-partition`` to ``dest`` (a log dir path), or redirect the move in progress."""
+        with self._cond:
+            m = self._moves.get((topic, partition))
+            if m is not None and m.state not in ("done", "cancelled", "failed"):
+                if m.dest != dest or m.cancelled:
+                    m.dest = dest
+                    m.cancelled = False
+                    m.generation += 1
+                    log.info("replica_move_redirected", partition=m.name, dest_dir=dest)
+                return
+            m = _Move(topic, partition, dest)
+            self._moves[(topic, partition)] = m
+            self._queue.append(m)
+            self._cond.notify()
+
+    def cancel(self, topic: str, partition: int) -> bool:
+        """Cancel the move of ``topic-partition`` (its future log is deleted); False if none was running."""
+        with self._cond:
+            m = self._moves.get((topic, partition))
+            if m is None or m.state in ("done", "cancelled", "failed"):
+                return False
+            m.cancelled = True
+            m.generation += 1
+            if m in self._queue:
+                self._queue.remove(m)
+                del self._moves[(topic, partition)]
+                queued = True
+            else:
+                queued = False
+        if queued:
+            # A queued move may own a future log already (resumed at startup): it goes too.
+            self._discard_future(m)
+            log.info("replica_move_cancelled", partition=m.name, dest_dir=m.dest, state="queued")
+        return True
+
+    def destination(self, topic: str, partition: int) -> str | None:
+        """Where ``topic-partition`` is being moved, if it is."""
+        with self._cond:
+            m = self._moves.get((topic, partition))
+            if m is None or m.cancelled or m.state in ("done", "cancelled", "failed"):
+                return None
+            return m.dest
+
+    def progress(self, topic: str, partition: int) -> MoveProgress | None:
+        with self._cond:
+            m = self._moves.get((topic, partition))
+        return None if m is None else self._snapshot(m)
+
+    def all_progress(self) -> list[MoveProgress]:
+        with self._cond:
+            moves = list(self._moves.values())
+        return [self._snapshot(m) for m in moves]
+
+    def _snapshot(self, m: _Move) -> MoveProgress:
+        elapsed = time.monotonic() - m.started if m.started is not None else 0.0
+        rate = m.bytes_copied / elapsed if elapsed > 0 else 0.0
+        total = m.bytes_total
+        source = self.manager.find(m.topic, m.partition)
+        if source is not None and m.state in ("copying", "catching-up"):
+            # The source keeps growing while it is copied: what is left is its size minus what the future holds.
+            future = self.manager.get_future(m.topic, m.partition) if m.registered else None
+            held = future.size_bytes if future is not None else m.future_size
+            total = m.bytes_copied + max(0, source.size_bytes - held)
+        remaining = max(0, total - m.bytes_copied)
+        eta_rate = rate if self.throttle.unlimited else min(rate or self.throttle.rate, self.throttle.rate)
+        eta = remaining / eta_rate if eta_rate > 0 else None
+        return MoveProgress(
+            m.topic, m.partition, m.source_dir, m.dest, m.state, m.bytes_copied, total, rate, eta,
+            m.future_size, m.future_leo, m.registered, m.error,
+        )
+
+    # ------------------------------------------------------------------------------------------ threads
+
+    def _worker(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queue and not self._stop.is_set():
+                    self._cond.wait()
+                if self._stop.is_set():
+                    return
+                m = self._queue.popleft()
+                m.state = "copying"
+            try:
+                self._run(m)
+            except MoverStopped:
+                log.info("replica_move_paused", partition=m.name, dest_dir=m.dest,
+                         reason="shutting down; resumes at the next start")
+            finally:
+                with self._cond:
+                    if m.state in ("done", "cancelled", "failed") and self._moves.get((m.topic, m.partition)) is m:
+                        del self._moves[(m.topic, m.partition)]
+
+    def _check(self, m: _Move, generation: int) -> None:
+        if self._stop.is_set():
+            raise MoverStopped()
+        if m.generation != generation:
+            raise _Retarget()
+
+    def _run(self, m: _Move) -> None:
+        while True:
+            with self._cond:
+                generation, dest, cancelled = m.generation, m.dest, m.cancelled
+            if cancelled:
+                self._discard_future(m)
+                m.state = "cancelled"
+                log.info("replica_move_cancelled", partition=m.name, dest_dir=dest)
+                return
+            try:
+                self._move_once(m, generation, dest)
+                with self._cond:
+                    redirected = m.generation != generation and not m.cancelled
+                    if redirected:
+                        m.state = "copying"
+                if not redirected:
+                    return
+                # A new destination arrived while the swap ran: move again, from the new current dir.
+                m.bytes_copied = m.future_size = 0
+                m.future_leo = None
+                continue
+            except (_Retarget, _Restart) as e:
+                if self._stop.is_set():
+                    raise MoverStopped() from None
+                self._discard_future(m)
+                m.bytes_copied = m.future_size = 0
+                m.future_leo = None
+                m.state = "copying"
+                if isinstance(e, _Restart):
+                    log.info("replica_move_restarting", partition=m.name, dest_dir=dest,
+                             reason="the source's retention overtook the future log")
+                continue
+            except MoverStopped:
+                raise
+            except KafkaStorageError as e:
+                self._storage_failure(m, dest, e)
+                return
+            except UnknownTopicOrPartitionError as e:
+                # The partition was deleted while it moved.
+                self._discard_future(m)
+                m.state, m.error = "cancelled", str(e)
+                log.info("replica_move_cancelled", partition=m.name, dest_dir=dest, reason=str(e))
+                return
+            except Exception as e:
+                log.exception("replica_move_failed", partition=m.name, dest_dir=dest)
+                try:
+                    self._discard_future(m)
+                except Exception:
+                    log.exception("future_log_cleanup_failed", partition=m.name)
+                m.state, m.error = "failed", f"{type(e).__name__}: {e}"
+                return
+
+    def _storage_failure(self, m: _Move, dest: str, e: KafkaStorageError) -> None:
+        source = self.manager.find(m.topic, m.partition)
+        source_down = source is None or not source.io.online or e.log_dir == m.source_dir
+        m.state, m.error = "failed", str(e)
+        if source_down and e.log_dir != dest:
+            # KIP-113: the move stops; the partition is offline with its dir. The future log is closed and kept:
+            # a restart with the source dir repaired resumes the move, one without it leaves both alone.
+            self.manager.delete_future_log(m.topic, m.partition, keep_files=True)
+            log.error("replica_move_stopped_source_failed", partition=m.name, source_dir=m.source_dir,
+                      dest_dir=dest, error=str(e))
+        else:
+            # Destination failed: drop the future log (deleted if the dir still allows it); the source serves on.
+            self._discard_future(m)
+            log.error("replica_move_aborted_destination_failed", partition=m.name, source_dir=m.source_dir,
+                      dest_dir=dest, error=str(e))
+
+    def _discard_future(self, m: _Move) -> None:
+        """Delete the move's future log (registered or still a bare dir); errors on an offline dir are expected."""
+        try:
+            if self.manager.get_future(m.topic, m.partition) is not None:
+                self.manager.delete_future_log(m.topic, m.partition)
+            elif m.future_path is not None and not m.registered:
+                io = self.manager.dir_io(os.path.dirname(m.future_path))
+                if io.online and io.exists(m.future_path):
+                    doomed = io.join(suffixed_dir_name(m.topic, m.partition, DELETE_DIR_SUFFIX))
+                    io.rename(m.future_path, doomed)
+                    io.fsync_dir()
+                    io.rmtree(doomed)
+        except KafkaStorageError as e:
+            log.warning("future_log_not_removed", partition=m.name, error=str(e))
+        m.future_path = None
+        m.registered = False
+
+    # ------------------------------------------------------------------------------------------ one move
+
+    def _move_once(self, m: _Move, generation: int, dest: str) -> None:
+        mgr = self.manager
+        source = mgr.get(m.topic, m.partition)
+        if source.log_dir == dest:
+            self._discard_future(m)
+            m.state = "done"
+            return
+        dio = mgr.dir_io(dest)
+        dio.ensure_online()
+        source.io.ensure_online()
+        m.source_dir = source.log_dir
+        m.started = time.monotonic()
+        m.bytes_total = source.size_bytes
+        m.future_leo = source.log_start_offset
+        path: str | None = None
+        existing = mgr.get_future(m.topic, m.partition)
+        if existing is not None:
+            if existing.log_dir == dest:
+                # Resume (after a restart): keep its files, copy what it lacks.
+                path = existing.dir
+                mgr.delete_future_log(m.topic, m.partition, keep_files=True)
+            else:
+                mgr.delete_future_log(m.topic, m.partition)
+        elif m.future_path is not None and os.path.dirname(m.future_path) == dest:
+            path = m.future_path
+        m.registered = False
+        log.info("replica_move_started", partition=m.name, source_dir=source.log_dir, dest_dir=dest,
+                 bytes=m.bytes_total, resumed=path is not None,
+                 throttle_bytes_per_second=None if self.throttle.unlimited else self.throttle.rate)
+        if path is None:
+            path = dio.join(suffixed_dir_name(m.topic, m.partition, FUTURE_DIR_SUFFIX))
+            dio.mkdir(path)
+            if source.topic_id is not None:
+                dio.write_atomic(os.path.join(path, PARTITION_METADATA_FILE),
+                                 render_partition_metadata(source.topic_id).encode())
+            dio.fsync_dir()
+            m.future_path = path
+            failpoints.hit("future_dir_created")
+        m.future_path = path
+
+        self._bulk_copy(m, generation, source, dio, path)
+        self._check(m, generation)
+        future = mgr.open_future_log(m.topic, m.partition, path, log_start_offset=source.log_start_offset)
+        m.registered = True
+        m.state = "catching-up"
+        future.roll()  # the source's active segment starts a new segment here too
+        self._catch_up(m, generation, source, future, final=False)
+        future.flush()
+        failpoints.hit("caught_up_before_lock")
+        self._check(m, generation)
+        m.state = "swapping"
+        swapped = time.monotonic()
+        self._call_exclusive(lambda: self._finish(m, generation, source, future))
+        swap_ms = (time.monotonic() - swapped) * 1000
+        mgr.checkpoint()
+        m.state = "done"
+        self.completed += 1
+        elapsed = time.monotonic() - m.started
+        log.info("replica_move_completed", partition=m.name, source_dir=m.source_dir, dest_dir=dest,
+                 bytes_copied=m.bytes_copied, log_end_offset=future.log_end_offset, seconds=round(elapsed, 3),
+                 bytes_per_second=round(m.bytes_copied / elapsed) if elapsed > 0 else None,
+                 final_step_ms=round(swap_ms, 2))
+
+    def _call_exclusive(self, fn: Callable[[], Any]) -> Any:
+        return self.exclusive(fn)
+
+    def _finish(self, m: _Move, generation: int, source: PartitionLog, future: PartitionLog) -> None:
+        """The final step, with appends held off: last batches, fsync, swap."""
+        if m.generation != generation:
+            raise _Retarget()
+        self._catch_up(m, generation, source, future, final=True)
+        if future.log_end_offset != source.log_end_offset:
+            raise RuntimeError(
+                f"{m.name}: future log at {future.log_end_offset} after the final catch-up, source at "
+                f"{source.log_end_offset}"
+            )
+        future.flush()
+        self.manager.replace_current_with_future(
+            m.topic, m.partition, on_step=lambda step: failpoints.hit(_SWAP_FAILPOINTS[step]),
+            write_checkpoints=False,
+        )
+        m.registered = False
+        m.future_path = None
+
+    # ------------------------------------------------------------------------------------------ bulk copy
+
+    def _bulk_copy(self, m: _Move, generation: int, source: PartitionLog, dio: LogDirIO, path: str) -> None:
+        have: dict[str, int] = {}
+        for name, is_dir in dio.list_entries(path):
+            if not is_dir:
+                st = dio.stat_or_none(os.path.join(path, name))
+                if st is not None:
+                    have[name] = st.st_size
+        done: list[int] = []
+        while True:
+            self._check(m, generation)
+            groups = _closed_segments(source)
+            todo = [b for b in groups if b not in done and (not done or b > done[-1])]
+            if not todo:
+                break
+            for base in todo:
+                self._check(m, generation)
+                files = groups[base]
+                log_file = files.get(LOG_SUFFIX)
+                if log_file is None:
+                    continue
+                log_name = os.path.basename(log_file[0])
+                if have.get(log_name) == log_file[1] and log_file[1] > 0:
+                    # Copied whole before a restart (same base offset, same length: segments never change).
+                    m.future_size += log_file[1]
+                    for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+                        f = files.get(suffix)
+                        if f is not None and os.path.basename(f[0]) not in have:
+                            self._copy_file(m, generation, source.io, f[0], dio, path, data=False)
+                else:
+                    started = time.monotonic()
+                    copied = self._copy_file(m, generation, source.io, log_file[0], dio, path, data=True)
+                    if copied is None:
+                        continue  # deleted by retention meanwhile: the future does not need it
+                    for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+                        f = files.get(suffix)
+                        if f is not None:
+                            self._copy_file(m, generation, source.io, f[0], dio, path, data=False)
+                    seconds = time.monotonic() - started
+                    progress = self._snapshot(m)
+                    log.debug("replica_move_segment_copied", partition=m.name, segment=log_name, bytes=copied,
+                              seconds=round(seconds, 4), bytes_copied=progress.bytes_copied,
+                              bytes_total=progress.bytes_total, bytes_per_second=round(progress.rate),
+                              eta_seconds=None if progress.eta_seconds is None else round(progress.eta_seconds, 1))
+                done.append(base)
+                later = [b for b in _segment_bases(source) if b > base]
+                m.future_leo = later[0] if later else source.log_end_offset
+        # Everything else in the future dir is stale (a resumed move's partial or extra segments, leftovers).
+        keep = {PARTITION_METADATA_FILE}
+        for base in done:
+            keep.update(f"{base:020d}{suffix}" for suffix in _SEGMENT_SUFFIXES)
+        for name, is_dir in dio.list_entries(path):
+            if not is_dir and name not in keep:
+                dio.unlink(os.path.join(path, name), missing_ok=True)
+        self._copy_snapshots(m, generation, source, dio, path, m.future_leo if done else source.log_start_offset)
+        dio.fsync_dir(path)
+
+    def _copy_snapshots(
+        self, m: _Move, generation: int, source: PartitionLog, dio: LogDirIO, path: str, up_to: int | None
+    ) -> None:
+        """Producer-state snapshots at or below where the copied segments end, so the future log rebuilds its
+        producer state from a snapshot instead of replaying every batch header."""
+        if up_to is None:
+            return
+        for name in source.io.listdir(source.dir):
+            if name.endswith(SNAPSHOT_SUFFIX) and name[:20].isdigit() and int(name[:20]) <= up_to:
+                self._copy_file(m, generation, source.io, os.path.join(source.dir, name), dio, path, data=False)
+
+    def _copy_file(
+        self, m: _Move, generation: int, src_io: LogDirIO, src_path: str, dio: LogDirIO, dest_dir: str, *,
+        data: bool,
+    ) -> int | None:
+        """Copy one file with sendfile into ``<name>.tmp``, fsync it, rename it into place. Returns the bytes
+        copied, or None when the source file is gone (retention deleted the segment)."""
+        src = src_io.open_or_none(src_path, os.O_RDONLY)
+        if src is None:
+            return None
+        final = os.path.join(dest_dir, os.path.basename(src_path))
+        tmp = final + ".tmp"
+        try:
+            dst = dio.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            try:
+                size = src.size()
+                offset = 0
+                while offset < size:
+                    self._check(m, generation)
+                    n = src.copy_to(dst, offset, min(self.throttle.chunk_size(), size - offset))
+                    if n <= 0:
+                        break
+                    offset += n
+                    m.bytes_copied += n
+                    if data:
+                        m.future_size += n
+                    self.throttle.pace(n, self._stop.is_set)
+                    if offset < size:
+                        failpoints.hit("mid_segment_copy")
+                dst.fsync()
+            finally:
+                dst.close()
+        finally:
+            src.close()
+        dio.rename(tmp, final)
+        return offset
+
+    # ------------------------------------------------------------------------------------------ catch-up
+
+    def _catch_up(self, m: _Move, generation: int, source: PartitionLog, future: PartitionLog, *, final: bool) -> None:
+        """Append the source's batches from the future's log end until it has reached the source's log end.
+
+        ``final``: called with appends held off, so the source cannot grow: copy without sleeping (the bytes are
+        still charged to the throttle) and without checking for a stop."""
+        while True:
+            if not final:
+                self._check(m, generation)
+            offset = future.log_end_offset
+            if offset >= source.log_end_offset:
+                return
+            data, segment_base = self._read_source(source, offset, self.throttle.chunk_size())
+            if not data:
+                if offset < source.log_end_offset:
+                    raise _Restart()
+                return
+            active = future.active_segment
+            if segment_base > active.base_offset and active.size > 0:
+                # The batch starts a new segment in the source: keep the future's segments aligned with it.
+                future.roll()
+            future.append_as_follower(data)
+            n = len(data)
+            m.bytes_copied += n
+            if final:
+                self.throttle.account(n)
+            else:
+                self.throttle.pace(n, self._stop.is_set)
+
+    def _read_source(self, source: PartitionLog, offset: int, max_bytes: int) -> tuple[bytes, int]:
+        """Whole batches from ``offset`` within one source segment, and that segment's base offset. The data is
+        read from file regions outside the source's lock (which a read holds only to find the regions)."""
+        for _ in range(2):
+            bases = _segment_bases(source)
+            i = bisect_right(bases, offset) - 1
+            if i < 0:
+                raise _Restart()
+            next_base = bases[i + 1] if i + 1 < len(bases) else None
+            try:
+                result = source.read(offset, max_bytes, max_offset=next_base)
+            except OffsetOutOfRangeError:
+                raise _Restart() from None
+            try:
+                parts = []
+                for r in result.regions:
+                    fh = FileHandle(r.fd, source.dir, source.io)
+                    got = 0
+                    while got < r.count:
+                        chunk = fh.pread(r.count - got, r.offset + got)
+                        if not chunk:
+                            raise KafkaStorageError(f"short read from {source.dir}", log_dir=source.log_dir)
+                        parts.append(chunk)
+                        got += len(chunk)
+            finally:
+                for r in result.regions:
+                    r.close()
+            if parts or next_base is None:
+                return b"".join(parts), bases[i]
+            # ``offset`` is past the last batch of segment i (an offset gap): continue in the next segment.
+            offset = next_base
+        return b"", offset
+
+
+def _segment_bases(plog: PartitionLog) -> list[int]:
+    return [s.base_offset for s in plog.segments]
+
+
+def _closed_segments(plog: PartitionLog) -> dict[int, dict[str, tuple[str, int]]]:
+    """{base offset: {suffix: (path, size)}} for the closed segments, oldest first."""
+    groups: dict[int, dict[str, tuple[str, int]]] = {}
+    try:
+        files = plog.segment_files()
+    except StorageError:
+        raise
+    for f in files:
+        name = os.path.basename(f.path)
+        if len(name) < 21 or not name[:20].isdigit():
+            continue
+        groups.setdefault(int(name[:20]), {})[name[20:]] = (f.path, f.size)
+    return dict(sorted(groups.items()))
