@@ -67,6 +67,7 @@ OPS = frozenset(
 )
 
 FAULTS_ENV = "KJBOD_FAULTS"
+_PROCESS_ERRNOS = frozenset({_errno.EMFILE, _errno.ENFILE, _errno.ENOMEM})
 
 
 # --------------------------------------------------------------------------------------------- fault injection
@@ -226,7 +227,14 @@ class LogDirIO:
             raise self.offline_error()
 
     def fail(self, op: str, path: str, exc: BaseException) -> NoReturn:
-        """Mark this dir offline (once) because ``op`` on ``path`` failed, then raise KafkaStorageError."""
+        """Mark this dir offline (once) because ``op`` on ``path`` failed, then raise KafkaStorageError.
+
+        Running out of file descriptors or memory is the process's problem, not the disk's: the operation
+        fails with KafkaStorageError but the dir stays online (Kafka would take it offline; with one dir per
+        disk that turns an fd leak into a lost disk)."""
+        if getattr(exc, "errno", None) in _PROCESS_ERRNOS:
+            log.warning("storage_resource_exhausted", log_dir=self.path, op=op, path=path, error=str(exc))
+            raise KafkaStorageError(f"{op} {path} failed: {exc}", log_dir=self.path) from exc
         with self._state_lock:
             first = self.online
             if first:

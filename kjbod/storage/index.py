@@ -8,13 +8,17 @@ Layout (big-endian, fixed-size entries, offsets relative to the segment's base o
   increasing (an entry is only added when the segment's max timestamp grows).
 
 Strategy: Kafka mmaps these files. kjbod does not (a failing disk turns an mmap access into SIGBUS, which kills
-a Python process): entries live in ``array`` objects in memory and each new entry is one ``pwrite`` through the
-fsio seam (at most one per ``index.interval.bytes`` appended). Like Kafka, the file of a writable index is
-preallocated to ``segment.index.bytes`` (sparse) and trimmed to its entries on roll and close, so after a crash
-an index may end in zero entries: loading cuts the entries at the first one that breaks monotonicity, and a
-file that is inconsistent with its log (bad size, positions past the end) is reported so the segment rebuilds
-it. Indexes are loaded lazily (on first lookup or append), so opening a log after a clean shutdown reads only
-the last entry of the active segment's indexes.
+a Python process): entries live in ``array`` objects in memory, and new entries reach the file in one ``pwrite``
+when the segment is flushed, rolled or closed. That is safe because an index only has to be right on disk for
+data below the recovery point: everything after it is re-read and its index rebuilt after a crash. It also
+means an index holds no open file descriptor (files are opened for each write through the fsio seam), so a
+node with 10,000 partitions keeps one fd per partition, its active ``.log``.
+
+Like Kafka, a new index file is preallocated to ``segment.index.bytes`` (sparse) and trimmed to its entries on
+roll and close, so after a crash an index may end in zero entries: loading cuts the entries at the first one
+that breaks monotonicity, and a file that is inconsistent with its log (bad size, positions past the end) is
+reported so the segment rebuilds it. Indexes are loaded lazily (on first lookup or append), so opening a log
+after a clean shutdown reads only the last entry of the active segment's indexes.
 """
 
 from __future__ import annotations
@@ -42,8 +46,8 @@ class _Index:
         self.max_entries = max(1, max_index_size // self.entry.size)
         self._max_bytes = self.max_entries * self.entry.size
         self._loaded = False
-        self._fh: FileHandle | None = None
-        self._preallocated = False
+        self._written = 0  # entries already in the file
+        self._preallocated = False  # the file is longer than its entries (zero tail)
         self._clear_entries()
 
     # subclass hooks
@@ -56,6 +60,10 @@ class _Index:
     def _consistent(self, log_size: int) -> bool:
         raise NotImplementedError
 
+    def _serialize(self, start: int) -> bytes:
+        """The file bytes of entries ``start`` onwards."""
+        raise NotImplementedError
+
     def __len__(self) -> int:
         raise NotImplementedError
 
@@ -65,74 +73,87 @@ class _Index:
     def loaded(self) -> bool:
         return self._loaded
 
+    @property
+    def dirty(self) -> bool:
+        return len(self) > self._written
+
     def load(self, log_size: int) -> bool:
         """Read the file. False when it is missing or inconsistent: the caller rebuilds it from the log."""
         self._clear_entries()
         data = self.io.read_bytes_or_none(self.path)
         self._loaded = True
+        self._written = 0
         if data is None:
             return False
         if len(data) % self.entry.size:
             return False
         self._parse(data)
+        self._written = len(self)
+        self._preallocated = len(data) > self._written * self.entry.size
         return self._consistent(log_size)
 
-    def reset(self) -> None:
-        """Drop every entry (before a rebuild), keeping the file preallocated for writes."""
-        self._clear_entries()
-        self._loaded = True
-        fh = self._writable()
-        fh.truncate(0)
-        fh.truncate(self._max_bytes)
-
-    def _writable(self) -> FileHandle:
-        fh = self._fh
-        if fh is None:
-            fh = self.io.open(self.path, os.O_RDWR | os.O_CREAT)
-            self._fh = fh
-        if not self._preallocated:
-            if fh.size() < self._max_bytes:
-                fh.truncate(self._max_bytes)
-            self._preallocated = True
-        return fh
-
     def create(self) -> None:
-        """A new, empty, preallocated index file."""
+        """A new, empty index file, preallocated to segment.index.bytes (also used to restart a rebuild)."""
         self._clear_entries()
         self._loaded = True
-        fh = self._writable()
-        fh.truncate(0)
-        fh.truncate(self._max_bytes)
+        fh = self.io.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC)
+        try:
+            fh.truncate(self._max_bytes)
+        finally:
+            fh.close()
+        self._written = 0
+        self._preallocated = True
+
+    reset = create
 
     @property
     def is_full(self) -> bool:
         return len(self) >= self.max_entries
 
-    def _write_entry(self, slot: int, packed: bytes) -> None:
-        self._writable().pwrite(packed, slot * self.entry.size)
+    def sync(self) -> None:
+        """Write the entries not yet in the file (one pwrite)."""
+        if len(self) <= self._written:
+            return
+        fh = self.io.open(self.path, os.O_WRONLY | os.O_CREAT)
+        try:
+            fh.pwrite(self._serialize(self._written), self._written * self.entry.size)
+        finally:
+            fh.close()
+        self._written = len(self)
 
     def trim(self) -> None:
-        """Cut the preallocated tail so the file holds exactly its entries (on roll and close)."""
-        if self._fh is not None and self._preallocated:
-            self._fh.truncate(len(self) * self.entry.size)
+        """Write pending entries and cut the preallocated tail, so the file holds exactly its entries (on roll
+        and close, as Kafka does)."""
+        if not self._loaded:
+            return
+        self.sync()
+        if self._preallocated:
+            fh = self.io.open(self.path, os.O_WRONLY | os.O_CREAT)
+            try:
+                fh.truncate(len(self) * self.entry.size)
+            finally:
+                fh.close()
             self._preallocated = False
 
-    def flush(self) -> None:
-        if self._fh is not None:
-            self._fh.fsync()
+    def open_for_fsync(self) -> FileHandle | None:
+        """Write pending entries and return a handle the caller fsyncs and closes (None: no file)."""
+        if self._loaded:
+            self.sync()
+        return self.io.open_or_none(self.path)
 
     def close(self) -> None:
-        if self._fh is not None:
-            try:
-                self.trim()
-            finally:
-                self._fh.close()
-                self._fh = None
+        self.trim()
 
-    def close_no_trim(self) -> None:
-        if self._fh is not None:
-            self._fh.close()
-            self._fh = None
+    def _truncate_file(self, n: int) -> None:
+        if self._written > n:
+            fh = self.io.open(self.path, os.O_WRONLY | os.O_CREAT)
+            try:
+                fh.truncate(n * self.entry.size)
+                if self._preallocated:
+                    fh.truncate(self._max_bytes)
+            finally:
+                fh.close()
+            self._written = n
 
     def rename(self, new_path: str) -> None:
         if self.io.exists(self.path):
@@ -140,18 +161,7 @@ class _Index:
         self.path = new_path
 
     def delete(self) -> None:
-        self.close_no_trim()
         self.io.unlink(self.path, missing_ok=True)
-
-    def write_all(self) -> None:
-        """Rewrite the whole file from memory (after a rebuild), trimmed."""
-        fh = self._writable()
-        fh.truncate(0)
-        fh.pwrite(self._serialize(), 0)
-        self._preallocated = False
-
-    def _serialize(self) -> bytes:
-        raise NotImplementedError
 
 
 class OffsetIndex(_Index):
@@ -189,10 +199,11 @@ class OffsetIndex(_Index):
             return False
         return not self._positions or self._positions[-1] < log_size
 
-    def _serialize(self) -> bytes:
-        flat = array("i", bytes(8 * len(self._offsets)))
-        flat[0::2] = self._offsets
-        flat[1::2] = self._positions
+    def _serialize(self, start: int) -> bytes:
+        n = len(self._offsets) - start
+        flat = array("i", bytes(8 * n))
+        flat[0::2] = self._offsets[start:]
+        flat[1::2] = self._positions[start:]
         if _LITTLE:
             flat.byteswap()
         return flat.tobytes()
@@ -221,7 +232,6 @@ class OffsetIndex(_Index):
         rel = offset - self.base_offset
         if self._offsets and (rel <= self._offsets[-1] or position <= self._positions[-1]):
             return  # never out of order (a rebuild racing an append cannot happen: both run under the log lock)
-        self._write_entry(len(self._offsets), OFFSET_ENTRY.pack(rel, position))
         self._offsets.append(rel)
         self._positions.append(position)
 
@@ -244,9 +254,7 @@ class OffsetIndex(_Index):
             return
         del self._offsets[n:]
         del self._positions[n:]
-        fh = self._writable()
-        fh.truncate(n * 8)
-        fh.truncate(self._max_bytes)
+        self._truncate_file(n)
 
     def entries(self) -> list[tuple[int, int]]:
         return [(self.base_offset + o, p) for o, p in zip(self._offsets, self._positions, strict=True)]
@@ -283,8 +291,10 @@ class TimeIndex(_Index):
     def _consistent(self, log_size: int) -> bool:
         return not self._tail_garbage
 
-    def _serialize(self) -> bytes:
-        return b"".join(TIME_ENTRY.pack(t, o) for t, o in zip(self._timestamps, self._offsets, strict=True))
+    def _serialize(self, start: int) -> bytes:
+        return b"".join(
+            TIME_ENTRY.pack(t, o) for t, o in zip(self._timestamps[start:], self._offsets[start:], strict=True)
+        )
 
     def peek_last(self) -> tuple[int, int] | None:
         """The last entry (timestamp, absolute offset) of a trimmed file; None when a full load is needed;
@@ -313,7 +323,6 @@ class TimeIndex(_Index):
         rel = offset - self.base_offset
         if self._offsets and rel < self._offsets[-1]:
             return
-        self._write_entry(len(self._timestamps), TIME_ENTRY.pack(timestamp, rel))
         self._timestamps.append(timestamp)
         self._offsets.append(rel)
 
@@ -340,9 +349,7 @@ class TimeIndex(_Index):
             return
         del self._timestamps[n:]
         del self._offsets[n:]
-        fh = self._writable()
-        fh.truncate(n * 12)
-        fh.truncate(self._max_bytes)
+        self._truncate_file(n)
 
     def entries(self) -> list[tuple[int, int]]:
         return [(t, self.base_offset + o) for t, o in zip(self._timestamps, self._offsets, strict=True)]

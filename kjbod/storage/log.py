@@ -27,7 +27,8 @@ import os
 import threading
 import time
 from bisect import bisect_right
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -119,7 +120,6 @@ class LoadStats:
     recovered_segments: int = 0
     truncated_bytes: int = 0
     replayed_batches: int = 0
-    rebuilt: bool = False
     notes: list[str] = field(default_factory=list)
 
 
@@ -164,6 +164,9 @@ class PartitionLog:
         self._dir_dirty = False  # a file was created or renamed in the dir since the last flush
         self.closed = False
         self.load_stats = LoadStats()
+        self._created_unsynced = False
+        self._producer_state_ready = True  # a new log has none; a loaded one builds it lazily
+        self._pending_snapshots: dict[int, str] = {}
 
     def __repr__(self) -> str:
         return f"PartitionLog({self.topic}-{self.partition}, dir={self.dir!r})"
@@ -208,6 +211,16 @@ class PartitionLog:
     def first_segment_base_offset(self) -> int:
         return self.segments[0].base_offset
 
+    @contextmanager
+    def _reading(self) -> Iterator[None]:
+        """The log lock for a read; afterwards, closed segments give back the fds the read opened."""
+        with self.lock:
+            try:
+                yield
+            finally:
+                for seg in self.segments[:-1]:
+                    seg.release()
+
     def _check_usable(self) -> None:
         if not self.io.online:
             raise self.io.offline_error()
@@ -232,13 +245,24 @@ class PartitionLog:
         topic_id = uuid_text(topic_id) if topic_id is not None else None
         plog = cls(io, dir_path, topic, partition, topic_id, config, **kwargs)
         io.mkdir(dir_path)
-        if topic_id is not None:
-            io.write_atomic(os.path.join(dir_path, PARTITION_METADATA_FILE), render_partition_metadata(topic_id).encode())
-        seg = plog._new_segment(0)
-        seg.create()
+        try:
+            if topic_id is not None:
+                meta = render_partition_metadata(topic_id).encode()
+                io.write_atomic(os.path.join(dir_path, PARTITION_METADATA_FILE), meta, fsync=False)
+            seg = plog._new_segment(0)
+            seg.create()
+        except KafkaStorageError:
+            if io.online:  # a process limit, not the disk: do not leave a half-made dir behind
+                try:
+                    io.rmtree(dir_path)
+                except KafkaStorageError:
+                    pass
+            raise
         plog._set_segments([seg])
-        io.fsync_dir(dir_path)
-        io.fsync_dir(os.path.dirname(dir_path))
+        # Nothing is fsynced here (10,000 partitions would cost 30,000 fsyncs): the new dir, its
+        # partition.metadata and the parent's entry are made durable by the log's first flush, like its data.
+        plog._dir_dirty = True
+        plog._created_unsynced = True
         return plog
 
     def _new_segment(self, base_offset: int, size: int = 0) -> LogSegment:
@@ -339,7 +363,10 @@ class PartitionLog:
         first_base = self.segments[0].base_offset
         lso = max(lso_checkpoint if lso_checkpoint is not None else first_base, first_base)
         self._log_start = min(lso, self._leo)
-        self._load_producer_state(snapshots)
+        # Producer state is rebuilt on first use (the first append), not here: most partitions of a restarted
+        # node are not written to soon, and a startup of 10,000 partitions should not read 10,000 snapshots.
+        self._pending_snapshots = snapshots
+        self._producer_state_ready = False
         if self.auto_high_watermark or hw_checkpoint is None:
             self._hw = self._leo
         else:
@@ -415,7 +442,13 @@ class PartitionLog:
     def _snapshot_path(self, offset: int) -> str:
         return os.path.join(self.dir, segment_name(offset) + SNAPSHOT_SUFFIX)
 
+    def _ensure_producer_state(self) -> None:
+        if not self._producer_state_ready:
+            snapshots, self._pending_snapshots = self._pending_snapshots, {}
+            self._load_producer_state(snapshots)
+
     def _load_producer_state(self, snapshots: dict[int, str]) -> None:
+        self._producer_state_ready = True
         io = self.io
         for off in [o for o in snapshots if o > self._leo]:
             io.unlink(snapshots.pop(off), missing_ok=True)
@@ -435,7 +468,11 @@ class PartitionLog:
                 log.warning("producer_snapshot_unreadable", partition=self.name, path=snapshots[off], error=str(e))
                 io.unlink(snapshots.pop(off), missing_ok=True)
         if start < self._leo:
-            headers = list(self._iter_batch_headers(start))
+            try:
+                headers = list(self._iter_batch_headers(start))
+            finally:
+                for seg in self.segments[:-1]:
+                    seg.release()
             self.producer_state.replay(headers)
             self.load_stats.replayed_batches += len(headers)
         self.producer_state.map_end_offset = self._leo
@@ -496,6 +533,7 @@ class PartitionLog:
                 raise io.offline_error()
             if self.closed:
                 raise UnknownTopicOrPartitionError(f"partition {self.name} is closed or deleted")
+            self._ensure_producer_state()
             plan = self.producer_state.plan()
             next_offset = self._leo
             bases: list[int] = []
@@ -600,6 +638,8 @@ class PartitionLog:
         return new
 
     def _write_producer_snapshot(self, offset: int, *, fsync: bool) -> None:
+        if not self._producer_state_ready:
+            return  # never loaded, so unchanged: the snapshot from which it would load is still on disk
         self.io.write_atomic(self._snapshot_path(offset), self.producer_state.snapshot_bytes(), fsync=fsync)
         # Keep the two newest snapshots (enough to recover the active segment); older ones only cost a replay.
         names = [n for n in self.io.listdir(self.dir) if n.endswith(SNAPSHOT_SUFFIX)]
@@ -619,7 +659,7 @@ class PartitionLog:
     ) -> ReadResult:
         """Whole batches from the one containing ``offset``, up to ``max_bytes`` (but at least one batch when
         ``min_one_batch``) and below ``max_offset`` (e.g. the high watermark), as file regions."""
-        with self.lock:
+        with self._reading():
             self._check_usable()
             leo, lso, hw = self._leo, self._log_start, self._hw
             if offset < lso or offset > leo:
@@ -686,7 +726,7 @@ class PartitionLog:
 
     def read_bytes(self, offset: int, max_bytes: int, *, max_offset: int | None = None) -> bytes:
         """The bytes :meth:`read` would send (tests, the mover's catch-up, timestamp lookups)."""
-        with self.lock:
+        with self._reading():
             self._check_usable()
             leo, lso = self._leo, self._log_start
             if offset < lso or offset > leo:
@@ -727,7 +767,7 @@ class PartitionLog:
             return self.latest_offset()
         if timestamp == MAX_TIMESTAMP:
             return self.max_timestamp_offset()
-        with self.lock:
+        with self._reading():
             self._check_usable()
             lso = self._log_start
             for seg in self.segments:
@@ -761,7 +801,7 @@ class PartitionLog:
 
     def max_timestamp_offset(self) -> tuple[int, int] | None:
         """KIP-734: the record with the largest timestamp (the first one, if several), as (offset, timestamp)."""
-        with self.lock:
+        with self._reading():
             self._check_usable()
             best: tuple[int, int, LogSegment] | None = None
             for seg in self.segments:
@@ -790,7 +830,7 @@ class PartitionLog:
         with self.lock:
             self._check_usable()
             target = self._leo if up_to is None else min(up_to, self._leo)
-            if target <= self.recovery_point and not self._dir_dirty:
+            if target <= self.recovery_point and not self._dir_dirty and not self._created_unsynced:
                 return
             first = max(bisect_right(self._bases, self.recovery_point) - 1, 0)
             handles = []
@@ -805,12 +845,20 @@ class PartitionLog:
                 raise
             dir_dirty = self._dir_dirty
             self._dir_dirty = False
+            created = self._created_unsynced
+            self._created_unsynced = False
+            if created:
+                meta = self.io.open_or_none(os.path.join(self.dir, PARTITION_METADATA_FILE))
+                if meta is not None:
+                    handles.append(meta)
             flushed_messages = self._unflushed_messages if target >= self._leo else 0
         try:
             for h in handles:
                 h.fsync()
             if dir_dirty:
                 self.io.fsync_dir(self.dir)
+            if created:
+                self.io.fsync_dir(os.path.dirname(self.dir))
         finally:
             for h in handles:
                 h.close()
@@ -926,6 +974,8 @@ class PartitionLog:
 
     def expire_producers(self, now_ms: int, expiration_ms: int) -> int:
         with self.lock:
+            if not self._producer_state_ready:
+                return 0
             return self.producer_state.remove_expired(now_ms, expiration_ms)
 
     # ------------------------------------------------------------------------------------------ truncation
@@ -1023,7 +1073,17 @@ class PartitionLog:
                 self._write_producer_snapshot(self._leo, fsync=True)
                 for seg in self.segments:
                     seg.close()
+                if self._created_unsynced:
+                    meta = self.io.open_or_none(os.path.join(self.dir, PARTITION_METADATA_FILE))
+                    if meta is not None:
+                        try:
+                            meta.fsync()
+                        finally:
+                            meta.close()
                 self.io.fsync_dir(self.dir)
+                if self._created_unsynced:
+                    self.io.fsync_dir(os.path.dirname(self.dir))
+                    self._created_unsynced = False
             except KafkaStorageError:
                 for seg in self.segments:
                     seg.close_quietly()

@@ -12,8 +12,10 @@ Two ways to open an existing segment:
 * after a crash, :meth:`LogSegment.recover` re-reads every batch, checks length, magic, CRC and offset order,
   rebuilds both indexes and reports where the valid bytes end; the log copies the rest aside and truncates.
 
-Files are opened lazily, so a clean startup of many partitions costs a directory listing and a stat per segment.
-Every file operation goes through the fsio seam.
+File descriptors: only the active segment keeps its ``.log`` open. A closed segment opens its file for a read
+and the log releases it afterwards (the region a read returns owns a dup), and indexes open their files only to
+write them. So a node holds about one fd per partition, and a clean startup of many partitions costs a
+directory listing and a stat per segment. Every file operation goes through the fsio seam.
 """
 
 from __future__ import annotations
@@ -74,12 +76,10 @@ class LogSegment:
         self.io = io
         self.dir_path = dir_path
         self.base_offset = base_offset
-        name = segment_name(base_offset)
-        self.log_path = os.path.join(dir_path, name + LOG_SUFFIX)
-        self.index = OffsetIndex(io, os.path.join(dir_path, name + INDEX_SUFFIX), base_offset, max_index_size)
-        self.time_index = TimeIndex(
-            io, os.path.join(dir_path, name + TIME_INDEX_SUFFIX), base_offset, max_index_size
-        )
+        prefix = f"{dir_path}/{base_offset:020d}"
+        self.log_path = prefix + LOG_SUFFIX
+        self.index = OffsetIndex(io, prefix + INDEX_SUFFIX, base_offset, max_index_size)
+        self.time_index = TimeIndex(io, prefix + TIME_INDEX_SUFFIX, base_offset, max_index_size)
         self.index_interval_bytes = index_interval_bytes
         self.size = size
         self.created_ms = created_ms
@@ -101,6 +101,12 @@ class LogSegment:
         if fh is None:
             fh = self._fh = self.io.open(self.log_path, os.O_RDWR | os.O_APPEND | os.O_CREAT)
         return fh
+
+    def release(self) -> None:
+        """Close the log fd of a segment that is not active (reopened on the next read)."""
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
 
     def create(self) -> None:
         """Create empty files for a new segment (the log file and preallocated indexes)."""
@@ -360,22 +366,37 @@ class LogSegment:
     # -- lifecycle
 
     def flush(self) -> None:
-        if self._fh is not None:
-            self._fh.fsync()
-        self.index.flush()
-        self.time_index.flush()
+        for fh in self.handles_for_flush():
+            try:
+                fh.fsync()
+            finally:
+                fh.close()
 
     def handles_for_flush(self) -> list[FileHandle]:
-        """Duplicated handles of the open files, so a background thread can fsync them outside the log lock
-        without racing a close (the caller closes them)."""
-        out = []
-        for fh in (self._fh, self.index._fh, self.time_index._fh):
+        """Handles on this segment's files for a background thread to fsync outside the log lock (the caller
+        closes them). Pending index entries are written first; the log fd is duplicated when open, otherwise
+        the file is opened: fsync flushes the file's dirty pages whichever fd it is called on."""
+        out: list[FileHandle] = []
+        try:
+            fh = self._fh
             if fh is not None and fh.fd >= 0:
                 out.append(FileHandle(fh.dup(), fh.path, fh.io))
+            else:
+                opened = self.io.open_or_none(self.log_path)
+                if opened is not None:
+                    out.append(opened)
+            for idx in (self.index, self.time_index):
+                opened = idx.open_for_fsync()
+                if opened is not None:
+                    out.append(opened)
+        except BaseException:
+            for h in out:
+                h.close()
+            raise
         return out
 
     def on_roll(self) -> None:
-        """This segment stops being active: record its final max timestamp and trim the indexes."""
+        """This segment stops being active: record its final max timestamp, trim the indexes, release the fd."""
         if not self.index.loaded or not self.time_index.loaded:
             self.ensure_indexes_loaded()
         ts, off = self.max_timestamp_and_offset
@@ -383,27 +404,23 @@ class LogSegment:
             self.time_index.maybe_append(ts, off)
         self.index.trim()
         self.time_index.trim()
+        self.release()
 
     def close(self) -> None:
         if self.index.loaded and self.time_index.loaded and self._max_ts is not None:
             ts, off = self._max_ts
-            if ts >= 0 and self.time_index._fh is not None:
+            if ts >= 0:
                 self.time_index.maybe_append(ts, off)
-        self.index.close()
-        self.time_index.close()
-        if self._fh is not None:
-            self._fh.close()
-            self._fh = None
+        try:
+            self.index.close()
+            self.time_index.close()
+        finally:
+            self.release()
 
     def close_quietly(self) -> None:
-        """Release fds without touching the disk (the dir is offline or the files are going away)."""
-        for idx in (self.index, self.time_index):
-            if idx._fh is not None:
-                idx._fh.close()
-                idx._fh = None
-        if self._fh is not None:
-            self._fh.close()
-            self._fh = None
+        """Release the fd without touching the disk (the dir is offline, the files are going away, or a test
+        simulates a crash: index entries not yet written are lost, as they would be)."""
+        self.release()
 
     def paths(self) -> list[str]:
         return [self.log_path, self.index.path, self.time_index.path]
@@ -418,7 +435,7 @@ class LogSegment:
         self.deleted = True
 
     def delete_files(self) -> None:
-        self.close_quietly()
+        self.release()
         for path in self.paths():
             self.io.unlink(path, missing_ok=True)
 

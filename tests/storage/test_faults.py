@@ -277,3 +277,11 @@ def test_a_vanished_dir_goes_offline_at_its_next_path_operation(make_manager, lo
     assert not again.had_clean_shutdown(log_dirs[1]) and again.had_clean_shutdown(log_dirs[0])
     # Everything appended before the failure went through the old fd into the same inode: recovered intact.
     assert again.get("v", 1).log_end_offset == written
+
+
+def test_running_out_of_fds_is_not_a_disk_failure(manager, log_dirs, offline_events):
+    fsio.inject(log_dirs[0], errno.EMFILE, ops={"open"}, count=1)
+    with pytest.raises(KafkaStorageError, match="Too many open files"):
+        manager.create_partition("fds", 0, None, dir=log_dirs[0])
+    assert offline_events["dirs"] == [] and manager.get("t", 0).online
+    assert manager.get("t", 0).append(kp_batch([b"fine"])).base_offset == 1
