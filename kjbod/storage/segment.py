@@ -406,11 +406,16 @@ class LogSegment:
         self.time_index.trim()
         self.release()
 
-    def close(self) -> None:
+    def add_final_time_entry(self) -> None:
+        """Record the segment's max timestamp in the time index (Kafka does it on roll and close), so a reopened
+        segment knows it without reading its data."""
         if self.index.loaded and self.time_index.loaded and self._max_ts is not None:
             ts, off = self._max_ts
             if ts >= 0:
                 self.time_index.maybe_append(ts, off)
+
+    def close(self) -> None:
+        self.add_final_time_entry()
         try:
             self.index.close()
             self.time_index.close()

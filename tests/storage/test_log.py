@@ -383,3 +383,16 @@ def test_append_as_follower_keeps_offsets_and_truncate_to(plog):
     assert all(not f.path.startswith(copy.active_segment.log_path[:-4]) for f in files)
     leader.close()
     copy.close()
+
+
+def test_close_trims_the_active_indexes_and_keeps_the_max_timestamp(plog):
+    for i in range(8):
+        plog.append(kp_batch([b"x" * 40], timestamp=T0 + 100 * i))
+    active = plog.active_segment
+    entries = len(active.index.entries())
+    assert entries > 0 and os.path.getsize(active.index.path) == 4096
+    plog.close()
+    assert os.path.getsize(active.index.path) == 8 * entries
+    last_ts = struct.unpack(">qi", Path(active.time_index.path).read_bytes()[-12:])
+    assert last_ts == (T0 + 700, 7)  # the final entry Kafka writes on close
+    assert sorted(n for n in os.listdir(plog.dir) if n.endswith(".snapshot")) == ["00000000000000000008.snapshot"]
