@@ -28,6 +28,7 @@ from kjbod.protocol.headers import (
     API_VERSIONS_KEY,
     decode_request_header,
     peek_api,
+    peek_client_id,
     response_header,
     response_header_version,
 )
@@ -113,17 +114,17 @@ class Router:
         try:
             key, version, corr = peek_api(frame)
         except DecodeError as e:
-            self._refuse(ctx, None, None, None, f"undecodable request header: {e}")
+            self._refuse(ctx, frame, None, None, f"undecodable request header: {e}")
         entry = self.entries.get(key)
         if entry is None:
-            self._refuse(ctx, key, version, None, "unknown or unsupported API key")
+            self._refuse(ctx, frame, key, version, "unknown or unsupported API key")
         if ctx.listener_kind not in entry.listeners:
-            self._refuse(ctx, key, version, None, f"API not served on the {ctx.listener_kind} listener "
+            self._refuse(ctx, frame, key, version, f"API not served on the {ctx.listener_kind} listener "
                          f"{ctx.listener_name}")
         if not entry.min_version <= version <= entry.max_version:
             if key == API_VERSIONS_KEY:
                 return self._unsupported_api_versions(entry, corr, ctx, version)
-            self._refuse(ctx, key, version, None, f"unsupported version (this node serves "
+            self._refuse(ctx, frame, key, version, f"unsupported version (this node serves "
                          f"{entry.min_version}-{entry.max_version})")
         try:
             header, pos = decode_request_header(frame, key, version)
@@ -131,7 +132,7 @@ class Router:
             # three of them); the generated decode() is strict, decode_from() lets the router choose.
             body, _end = entry.request_cls.decode_from(frame, pos, version)
         except DecodeError as e:
-            self._refuse(ctx, key, version, None, f"undecodable request: {e}")
+            self._refuse(ctx, frame, key, version, f"undecodable request: {e}")
         request = Request(ctx, key, version, header.correlation_id, header.client_id)
         started = time.perf_counter() if self.debug_requests else 0.0
         result = entry.fn(self.node, request, body)
@@ -162,7 +163,7 @@ class Router:
 
     def _unsupported_api_versions(self, entry: ApiEntry, corr: int, ctx: RequestContext, version: int):
         log.warning("unsupported_api_version", api=entry.name, version=version, peer=ctx.peer,
-                    answer="UNSUPPORTED_VERSION with v0 body (KIP-511)")
+                    listener=ctx.listener_name, answer="UNSUPPORTED_VERSION with v0 body (KIP-511)")
         body = ApiVersionsResponse(
             error_code=ErrorCode.UNSUPPORTED_VERSION,
             api_keys=[ApiVersion(api_key=entry.api_key, min_version=entry.min_version,
@@ -170,8 +171,8 @@ class Router:
         )
         return [response_header(corr, 0), body.encode(0)]
 
-    def _refuse(self, ctx: RequestContext, key, version, client_id, reason: str):
+    def _refuse(self, ctx: RequestContext, frame, key, version, reason: str):
         name = APIS[key].name if key in APIS else None
         log.warning("closing_connection", reason=reason, api_key=key, api=name, version=version,
-                    peer=ctx.peer, listener=ctx.listener_name, client_id=client_id)
+                    peer=ctx.peer, listener=ctx.listener_name, client_id=peek_client_id(frame))
         raise CloseConnection(reason)

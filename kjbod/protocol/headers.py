@@ -19,6 +19,7 @@ API_VERSIONS_KEY = 18
 _KEY_VERSION = struct.Struct(">hh")
 _CORR = struct.Struct(">i")
 _CORR_TAGS = struct.Struct(">iB")
+_I16 = struct.Struct(">h")
 
 
 def request_header_version(api_key: int, api_version: int) -> int:
@@ -44,6 +45,18 @@ def peek_api(frame) -> tuple[int, int, int]:
     key, version = _KEY_VERSION.unpack_from(frame, 0)
     (corr,) = _CORR.unpack_from(frame, 4)
     return key, version, corr
+
+
+def peek_client_id(frame) -> str | None:
+    """The request's client id, read without knowing the API (every header version keeps it an int16-length
+    string right after the correlation id); None when absent, null or unreadable.  For logs about requests
+    that are refused before their header is decoded."""
+    if len(frame) < 10:
+        return None
+    (n,) = _I16.unpack_from(frame, 8)
+    if n < 0 or len(frame) < 10 + n:
+        return None
+    return bytes(frame[10:10 + n]).decode("utf-8", "replace")
 
 
 def decode_request_header(frame, api_key: int, api_version: int) -> tuple[RequestHeader, int]:
