@@ -19,7 +19,7 @@ without a JVM.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -173,18 +173,19 @@ def _client(bootstrap: str, settings: ReadOptions) -> AdminClient:
 
 
 def list_brokers(settings: ReadOptions, brokers: Sequence[int] | None = None,
-                 topics: Sequence[str] | None = None) -> list[BrokerTarget]:
+                 topics: Sequence[str] | None = None, *, only: Iterable[int] | None = None) -> list[BrokerTarget]:
     """The brokers to read (sorted by id) with the topic list each DescribeLogDirs request will carry.
 
-    `brokers`/`topics` are the effective filters (options intersected with pushed Spark filters); None means
-    no filter.  A broker asked for by id but absent from the metadata is still listed (with port 0), so that
-    `fail` reports it and `skip` leaves it out, as for a broker that is down.
+    `brokers`: the ids asked for by name (the `brokers` option), None for all.  A broker asked for by id but
+    absent from the metadata is still listed (with port 0), so that `fail` reports it and `skip` leaves it
+    out, as for a broker that is down.  `only`: a filter (Spark's pushed `broker_id` predicates): ids outside
+    it are dropped, and an id in it that no broker has simply matches nothing.  `topics`: None for all.
     """
-    return asyncio.run(_list_brokers(settings, brokers, topics))
+    return asyncio.run(_list_brokers(settings, brokers, topics, None if only is None else frozenset(only)))
 
 
-async def _list_brokers(settings: ReadOptions, brokers: Sequence[int] | None,
-                        topics: Sequence[str] | None) -> list[BrokerTarget]:
+async def _list_brokers(settings: ReadOptions, brokers: Sequence[int] | None, topics: Sequence[str] | None,
+                        only: frozenset[int] | None) -> list[BrokerTarget]:
     try:
         async with asyncio.timeout(settings.request_timeout + 1.0):  # a safety net: the client has deadlines
             async with _client(settings.bootstrap_servers, settings) as admin:
@@ -199,6 +200,8 @@ async def _list_brokers(settings: ReadOptions, brokers: Sequence[int] | None,
     except KafkaError as e:
         raise BrokerFetchError(f"kjbod: cannot load the broker list from {settings.bootstrap_servers}: {e}") from None
     wanted = sorted(nodes) if brokers is None else sorted(set(brokers))
+    if only is not None:
+        wanted = [b for b in wanted if b in only]
     out = []
     for broker_id in wanted:
         node = nodes.get(broker_id)

@@ -104,9 +104,11 @@ def _quiet_worker_logs() -> None:
                             logger_factory=structlog.PrintLoggerFactory(sys.stderr))
 
 
-def _read_partition(settings: ReadOptions, schema: StructType, partition: BrokerPartition) -> Iterator[Any]:
+def _read_partition(settings: ReadOptions, schema: StructType, partition: InputPartition) -> Iterator[Any]:
     from pyspark.sql.pandas.types import to_arrow_schema
 
+    if not isinstance(partition, BrokerPartition):
+        return  # Spark turns an empty partition list into one placeholder partition: no broker, no rows
     _quiet_worker_logs()
     dirs = fetch_broker(settings, partition.target)
     if dirs is None:
@@ -174,18 +176,16 @@ class KjbodReader(DataSourceReader):
 
     def partitions(self) -> list[InputPartition]:
         s = self.settings
-        brokers = _intersect(s.brokers, self.pushed_brokers)
+        only = self.pushed_brokers
+        if only is not None and (not only or (s.brokers is not None and not only & set(s.brokers))):
+            return []  # the filters exclude every broker: nothing to ask anyone
         topics = _intersect(s.topics, self.pushed_topics)
-        if brokers is not None and not brokers:
-            return []
         _quiet_worker_logs()
         snapshot_us = _now_us()
-        targets = list_brokers(s, sorted(brokers) if brokers is not None else None,
-                               sorted(topics) if topics is not None else None)
+        targets = list_brokers(s, s.brokers, sorted(topics) if topics is not None else None, only=only)
         return [BrokerPartition(t, snapshot_us) for t in targets]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        assert isinstance(partition, BrokerPartition)
         return _read_partition(self.settings, self.schema, partition)
 
 
@@ -264,7 +264,6 @@ class KjbodStreamReader(DataSourceStreamReader):
         return [BrokerPartition(t, end["snapshot_us"]) for t in list_brokers(s, s.brokers, s.topics)]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        assert isinstance(partition, BrokerPartition)
         return _read_partition(self.settings, self.schema, partition)
 
     def commit(self, end: dict) -> None:

@@ -111,9 +111,14 @@ class _Connection(asyncio.Protocol):
 class Fleet:
     """Simulated brokers; use `with Fleet(...) as fleet:` or start()/stop()."""
 
-    def __init__(self, layout: Mapping[int, Iterable[FleetDir]], cluster_id: str = "kjbod-fleet-00000001") -> None:
+    def __init__(self, layout: Mapping[int, Iterable[FleetDir]], cluster_id: str = "kjbod-fleet-00000001",
+                 external: Mapping[int, tuple[str, int]] | None = None) -> None:
+        """`external`: brokers served elsewhere (e.g. a real kjbod) that this fleet's Metadata lists too."""
         self.cluster_id = cluster_id
         self._brokers = {b: _Broker(self, b, list(dirs)) for b, dirs in sorted(layout.items())}
+        self.external = dict(external or {})
+        if set(self.external) & set(self._brokers):
+            raise ValueError("external broker ids must differ from the simulated ones")
         self.describe_requests: list[tuple[int, tuple[tuple[str, tuple[int, ...]], ...] | None]] = []
         self.errors: list[str] = []
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -324,8 +329,9 @@ class Fleet:
                 name=name, topic_id=uuid.uuid5(uuid.NAMESPACE_OID, name), partitions=[
                     M.MetadataResponsePartition(partition_index=p, leader_id=b, replica_nodes=[b], isr_nodes=[b])
                     for p, b in sorted(parts.items())]))
-        return M(brokers=[M.MetadataResponseBroker(node_id=b.broker_id, host="127.0.0.1", port=b.port)
-                          for b in self._brokers.values()],
+        listed = [(b.broker_id, "127.0.0.1", b.port) for b in self._brokers.values()]
+        listed += [(b, host, port) for b, (host, port) in self.external.items()]
+        return M(brokers=[M.MetadataResponseBroker(node_id=b, host=host, port=port) for b, host, port in sorted(listed)],
                  cluster_id=self.cluster_id, controller_id=next(iter(self._brokers)), topics=topics)
 
     def _log_dirs(self, broker: _Broker, topics: tuple[tuple[str, tuple[int, ...]], ...] | None) -> Any:
