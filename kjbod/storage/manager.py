@@ -174,6 +174,9 @@ class LogManager:
         self.deletions = DeletionQueue()
         self._rolled: set[PartitionLog] = set()
         self._rolled_lock = threading.Lock()
+        # Checkpoint files are written through one temp name each: two writers (the background tick, a replica
+        # move, a deletion) must not interleave, or one renames the other's temp file away.
+        self._checkpoint_lock = threading.Lock()
         self._all_offline_reported = False
         self._opened = False
         self._closed = False
@@ -681,6 +684,10 @@ class LogManager:
     # ------------------------------------------------------------------------------------------ checkpoints
 
     def _write_dir_checkpoints(self, path: str, *, hw: bool) -> None:
+        with self._checkpoint_lock:
+            self._write_dir_checkpoints_locked(path, hw=hw)
+
+    def _write_dir_checkpoints_locked(self, path: str, *, hw: bool) -> None:
         d = self._dirs[path]
         io = d.io
         if not io.online:
@@ -712,9 +719,11 @@ class LogManager:
             if d.io.online:
                 logs = self.logs_in_dir(path)
                 try:
-                    write_offset_checkpoint(
-                        d.io, REPLICATION_OFFSET_CHECKPOINT, {(p.topic, p.partition): p.high_watermark for p in logs}
-                    )
+                    with self._checkpoint_lock:
+                        write_offset_checkpoint(
+                            d.io, REPLICATION_OFFSET_CHECKPOINT,
+                            {(p.topic, p.partition): p.high_watermark for p in logs},
+                        )
                 except KafkaStorageError as e:
                     log.warning("checkpoint_failed", log_dir=path, error=str(e))
 

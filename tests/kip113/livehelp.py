@@ -166,3 +166,32 @@ def seed_foreign_partition(server, topic: str, partition_count: int, other_broke
     mlog.close()
     server.start()
     return topic_id
+
+
+def fetch_all(raw: RawClient, topic: str, partition: int, end_offset: int) -> bytes:
+    """Every record batch of a partition, as the broker sends it (Fetch v4), up to `end_offset`."""
+    from kjbod.protocol.generated import FetchRequest
+
+    out = bytearray()
+    offset = 0
+    while offset < end_offset:
+        req = FetchRequest(replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=64 << 20, isolation_level=0,
+                           topics=[FetchRequest.FetchTopic(topic=topic, partitions=[
+                               FetchRequest.FetchPartition(partition=partition, fetch_offset=offset,
+                                                           partition_max_bytes=32 << 20)])])
+        resp = raw.call(req, 4)
+        part = resp.responses[0].partitions[0]
+        assert part.error_code == 0, part.error_code
+        data = bytes(part.records or b"")
+        if not data:
+            break
+        pos = 0
+        while pos + 61 <= len(data):
+            base, length = struct.unpack_from(">qi", data, pos)
+            if pos + 12 + length > len(data):
+                break
+            (delta,) = struct.unpack_from(">i", data, pos + 23)
+            out += data[pos:pos + 12 + length]
+            offset = base + delta + 1
+            pos += 12 + length
+    return bytes(out)
