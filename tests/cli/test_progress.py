@@ -1,0 +1,138 @@
+"""kjbod.cli.progress: the formatting helpers, the rate window, and both output forms (bar on a TTY, lines else)."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from kjbod.cli.progress import Progress, RateMeter, Snapshot, bar, human_bytes, human_duration, human_rate
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.mark.parametrize(("count", "text"), [
+    (None, "-"), (0, "0 B"), (1023, "1023 B"), (1024, "1.0 KiB"), (1536, "1.5 KiB"),
+    (5 * 2**20, "5.0 MiB"), (int(2.25 * 2**30), "2.2 GiB"), (3 * 2**40, "3.0 TiB"), (-2048, "-2.0 KiB"),
+    (2**70, "1024.0 EiB"),
+])
+def test_human_bytes(count, text):
+    assert human_bytes(count) == text
+
+
+@pytest.mark.parametrize(("seconds", "text"), [
+    (None, "--"), (float("inf"), "--"), (float("nan"), "--"), (0, "0s"), (0.4, "0s"), (59.4, "59s"),
+    (60, "1m00s"), (185, "3m05s"), (3600, "1h00m"), (7620, "2h07m"), (100 * 3600 + 60, "4d04h"),
+])
+def test_human_duration(seconds, text):
+    assert human_duration(seconds) == text
+
+
+def test_human_rate_and_bar():
+    assert human_rate(None) == "-"
+    assert human_rate(2 * 2**20) == "2.0 MiB/s"
+    assert bar(0.0, 12) == "[----------]"
+    assert bar(0.5, 12) == "[#####-----]"
+    assert bar(1.0, 12) == "[##########]"
+    assert bar(7.0, 12) == bar(1.0, 12) and bar(-1, 12) == bar(0.0, 12)
+    assert len(bar(0.33, 40)) == 40
+
+
+def test_rate_meter_uses_a_sliding_window():
+    meter = RateMeter(window=10)
+    assert meter.rate() is None
+    meter.add(0, 0)
+    assert meter.rate() is None  # one sample is no rate
+    meter.add(1, 1000)
+    assert meter.rate() == 1000
+    # A fast start long ago stops counting once it leaves the window: 20 s later at 10 B/s the rate is ~10.
+    for t in range(2, 40):
+        meter.add(t, 1000 + 10 * (t - 1))
+    assert meter.rate() == pytest.approx(10)
+    with pytest.raises(ValueError):
+        RateMeter(window=0)
+
+
+def test_snapshot_fraction():
+    assert Snapshot(50, 200, 0, 2).fraction == 0.25
+    assert Snapshot(300, 200, 0, 2).fraction == 1.0  # a replica that shrank (retention) never shows > 100 %
+    assert Snapshot(0, 0, 1, 2).fraction == 0.5  # nothing to copy: count moves instead
+    assert Snapshot(0, 0, 0, 0).fraction == 1.0
+
+
+def test_plain_lines_at_most_once_per_interval_and_a_final_line():
+    clock, out = Clock(), io.StringIO()
+    progress = Progress(out, label="moving", item_name="moves", tty=False, interval=5, clock=clock)
+    progress.update(Snapshot(0, 10 * 2**20, 0, 2))
+    for step in range(1, 10):  # one update per second, 1 MiB each
+        clock.now += 1
+        progress.update(Snapshot(step * 2**20, 10 * 2**20, 0, 2, extra="offset lag 7"))
+    progress.note("  done: t-0")
+    progress.close()
+    lines = out.getvalue().splitlines()
+    assert "\r" not in out.getvalue() and "\x1b" not in out.getvalue()
+    assert lines[0] == "moving: 0.0% 0 B of 10.0 MiB, -, ETA --, 0/2 moves done (elapsed 0s)"
+    assert lines[1] == ("moving: 50.0% 5.0 MiB of 10.0 MiB, 1.0 MiB/s, ETA 5s, 0/2 moves done, offset lag 7 "
+                        "(elapsed 5s)")
+    assert lines[2] == "  done: t-0"
+    # The last state (step 9) had not been printed: close() prints it.
+    assert lines[3].startswith("moving: 90.0% 9.0 MiB of 10.0 MiB, 1.0 MiB/s, ETA 1s")
+    assert len(lines) == 4
+
+
+def test_close_does_not_repeat_a_line_just_printed():
+    clock, out = Clock(), io.StringIO()
+    progress = Progress(out, tty=False, interval=5, clock=clock)
+    progress.update(Snapshot(1, 1, 1, 1))
+    progress.close()
+    assert len(out.getvalue().splitlines()) == 1
+    silent = io.StringIO()
+    Progress(silent, tty=False).close()  # nothing happened, nothing to say
+    assert silent.getvalue() == ""
+
+
+def test_tty_redraws_one_line_and_notes_go_above_it():
+    clock, out = Clock(), io.StringIO()
+    progress = Progress(out, item_name="moves", tty=True, width=100, clock=clock)
+    progress.update(Snapshot(0, 4 * 2**20, 0, 1))
+    clock.now += 2
+    progress.update(Snapshot(2**20, 4 * 2**20, 0, 1))
+    progress.note("  done: t-0")
+    clock.now += 2
+    progress.update(Snapshot(4 * 2**20, 4 * 2**20, 1, 1))
+    progress.close()
+    text = out.getvalue()
+    frames = text.split("\r\x1b[K")[1:]
+    assert frames[0].startswith("[" + "-" * 23 + "]   0.0%  0 B / 4.0 MiB  -  ETA --  0/1 moves")
+    assert frames[1].startswith("[#####" + "-" * 18 + "]  25.0%  1.0 MiB / 4.0 MiB  512.0 KiB/s  ETA 6s  0/1 moves")
+    # The note erased the bar, stayed on its own line, and the bar came back under it.
+    assert frames[2] == "  done: t-0\n"
+    assert frames[3] == frames[1]
+    assert frames[4].startswith("[" + "#" * 23 + "] 100.0%  4.0 MiB / 4.0 MiB")
+    assert text.endswith("\n") and text.count("\n") == 2
+    # Every frame fits the terminal, and the bar is as wide in each.
+    assert all(len(f.rstrip("\n")) < 100 for f in frames)
+    assert len({f.index("]") for f in frames if f.startswith("[")}) == 1
+
+
+def test_tty_narrow_terminal_drops_the_bar_and_truncates():
+    out = io.StringIO()
+    progress = Progress(out, tty=True, width=30, clock=Clock())
+    progress.update(Snapshot(5, 10, 0, 3, extra="offset lag 12345"))
+    frame = out.getvalue().split("\r\x1b[K")[1]
+    assert not frame.startswith("[") and len(frame) == 29
+
+
+def test_tty_is_detected_from_the_stream():
+    class FakeTTY(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    assert Progress(FakeTTY()).tty is True
+    assert Progress(io.StringIO()).tty is False
