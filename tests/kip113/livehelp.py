@@ -195,3 +195,12 @@ def fetch_all(raw: RawClient, topic: str, partition: int, end_offset: int) -> by
             offset = base + delta + 1
             pos += 12 + length
     return bytes(out)
+
+
+def set_throttle(admin: KafkaAdminClient, value: str | None, broker: str = "1") -> None:
+    """The intra-broker throttle through IncrementalAlterConfigs (None deletes the dynamic value)."""
+    from kafka.admin import AlterConfigOp, ConfigResource, ConfigResourceType
+
+    change = (AlterConfigOp.DELETE, None) if value is None else value
+    result = admin.alter_configs([ConfigResource(ConfigResourceType.BROKER, broker, configs={THROTTLE: change})])
+    assert result == {"broker": {broker: "OK"}}, result

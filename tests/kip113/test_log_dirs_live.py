@@ -21,7 +21,7 @@ from live import kafka_uuid, read_meta_properties
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
     from kafka import KafkaProducer
-    from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
+    from kafka.admin import NewTopic
     from kafka.errors import (
         InvalidTopicError,
         KafkaStorageError,
@@ -38,7 +38,6 @@ from kjbod.protocol.generated import (
 from kjbod.protocol.runtime import ZERO_UUID
 
 from .livehelp import (
-    THROTTLE,
     RawClient,
     current_dir,
     fill_offline,
@@ -47,6 +46,7 @@ from .livehelp import (
     partition_dirs,
     replicas,
     seed_foreign_partition,
+    set_throttle,
     wait_moved,
 )
 
@@ -62,10 +62,6 @@ def produce(server, topic: str, count: int, partition: int | None = None, size: 
         p.send(topic, b"%06d" % i + b"v" * size, partition=partition if partition is not None else i % 3)
     p.flush()
     p.close()
-
-
-def set_throttle(admin, value: str | None) -> None:
-    admin.alter_configs([ConfigResource(ConfigResourceType.BROKER, "1", configs={THROTTLE: value})])
 
 
 def test_describe_log_dirs_reports_sizes_lags_and_volumes(kjbod_server):
