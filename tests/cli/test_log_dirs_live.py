@@ -411,3 +411,71 @@ def test_move_on_an_unknown_broker_is_a_user_error(server, tmp_path):
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.startswith("kjbod: error: broker 7: BROKER_NOT_AVAILABLE")
     assert done.stderr.count("\n") == 1
+
+
+def test_a_move_cancelled_on_the_broker_is_reported_and_exits_1(server, tmp_path):
+    create_and_fill(server, "cancelled", 1, 2500)
+    current = placement(server, "cancelled", 0).current_dir
+    target = other_dir(server, current)
+    process = subprocess.Popen([*KJBOD, *move_args(server, write_plan(tmp_path, [("cancelled", 0, target)]),
+                                                   "--throttle", "200KB", "--report-interval", "0.2")],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None
+        for line in process.stdout:
+            if line.startswith("moving: ") and " 0.0%" not in line:
+                break
+        # Someone else cancels the move (KIP-113: point the replica at the dir it is in).
+        with admin(server) as a:
+            assert a.alter_replica_log_dirs({("cancelled", 0, server.node_id): current}).errors() == {}
+        rest, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 1, rest + err
+    assert err.splitlines() == [
+        f"kjbod: error: cancelled-0 -> {target}: the broker stopped this move; the replica stays in {current} "
+        "(cancelled by another request, or the copy failed: see the broker's log)"]
+    assert f"Throttle removed from broker {server.node_id}." in rest
+    assert rest.splitlines()[-2].startswith("Summary: 0 of 1 in place; 1 failed")
+    assert placement(server, "cancelled", 0).current_dir == current
+    assert_no_throttle(server)
+
+
+def test_progress_on_a_terminal_is_one_bar_redrawn(server, tmp_path):
+    import pty
+
+    create_and_fill(server, "on-a-tty", 1, 1500)
+    target = other_dir(server, placement(server, "on-a-tty", 0).current_dir)
+    plan = write_plan(tmp_path, [("on-a-tty", 0, target)])
+    leader, follower = pty.openpty()
+    process = subprocess.Popen([*KJBOD, *move_args(server, plan, "--throttle", "1MB")], stdout=follower,
+                               stderr=follower, stdin=subprocess.DEVNULL, env={**os.environ, "COLUMNS": "100"})
+    os.close(follower)
+    output = b""
+    try:
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # EIO: the command exited and closed the terminal
+                break
+            if not chunk:
+                break
+            output += chunk
+        assert process.wait(timeout=60) == 0
+    finally:
+        os.close(leader)
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    text = output.decode()
+    frames = [f.split("\r\n")[0] for f in text.split("\r\x1b[K")[1:]]
+    bars = [f for f in frames if f.startswith("[")]
+    assert len(bars) >= 3, text
+    # One line redrawn in place: a bar of one width, within the terminal, ending at 100 %.
+    assert len({b.index("]") for b in bars}) == 1
+    assert all(len(b) < 100 for b in bars)
+    assert "100.0%" in bars[-1] and "1/1 moves" in bars[-1]
+    assert "moving: " not in text  # no plain lines on a terminal
+    assert "  done: on-a-tty-0 is in" in text and "Throttle removed from broker 1." in text
