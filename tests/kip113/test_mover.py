@@ -16,6 +16,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from kjbod.broker.kip113 import failpoints
+from kjbod.broker.kip113 import mover as mover_module
 from kjbod.broker.kip113.mover import MoverStopped
 from kjbod.storage import fsio
 from kjbod.storage.config import LogConfig
@@ -184,7 +185,9 @@ def test_progress_reports_bytes_rate_and_eta(make_rig, log_dirs):
     assert p.future_size > 0 and p.future_log_end_offset is not None and not p.registered
 
 
-def test_resume_after_restart_keeps_what_was_copied(make_rig, log_dirs):
+def test_resume_after_restart_keeps_what_was_copied(make_rig, log_dirs, monkeypatch):
+    # Copied files are made durable in groups (64 MiB or 96 files); here after each segment's three files.
+    monkeypatch.setattr(mover_module._PendingFiles, "MAX_FILES", 3)
     config = LogConfig(segment_bytes=256 << 10, file_delete_delay_ms=0)
     rig = make_rig(config=config, rate=3_000_000)  # 64 KiB chunks: four per segment
     rig.manager.create_partition("rs", 0, TOPIC_ID, dir=log_dirs[0])

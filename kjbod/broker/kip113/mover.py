@@ -7,10 +7,12 @@ phases, with Kafka's on-disk names:
 
 1. **Bulk copy.** The thread creates ``<topic>-<partition>.<32 hex>-future`` in the destination dir (with
    ``partition.metadata``) and copies every *closed* segment of the source whole: the ``.log`` with
-   ``os.sendfile`` in throttle-sized chunks, then its ``.index`` and ``.timeindex``, each into a ``.tmp`` file
-   that is fsynced and then renamed (so a crash leaves complete files or ``.tmp`` files, which the loader
-   deletes). Segments that roll while this runs are copied too, then the newest producer snapshots. None of
-   this takes the partition's lock: closed segments never change, and appends carry on.
+   ``os.sendfile`` in throttle-sized chunks, then its ``.index`` and ``.timeindex``, each into a ``.tmp`` file.
+   The ``.tmp`` files are fsynced in groups (every 64 MiB or 96 files: one fsync after another lets the disk
+   write them together, which matters for small segments) and only then renamed, so a crash leaves complete
+   files or ``.tmp`` files, which the loader deletes. Segments that roll while this runs are copied too, then
+   the newest producer snapshots. None of this takes the partition's lock: closed segments never change, and
+   appends carry on.
 2. **Catch-up.** The future dir is opened as a ``-future`` log (LogManager.open_future_log); the thread reads
    the source from the future's log end as file regions (the lock is held only to find them) and appends the
    bytes to the future log as a follower, rolling it where the source's segments begin, until the future has
@@ -488,44 +490,51 @@ class ReplicaMover:
                 if st is not None:
                     have[name] = st.st_size
         done: list[int] = []
-        while True:
-            self._check(m, generation)
-            groups = _closed_segments(source)
-            todo = [b for b in groups if b not in done and (not done or b > done[-1])]
-            if not todo:
-                break
-            for base in todo:
+        pending = _PendingFiles(dio)
+        try:
+            while True:
                 self._check(m, generation)
-                files = groups[base]
-                log_file = files.get(LOG_SUFFIX)
-                if log_file is None:
-                    continue
-                log_name = os.path.basename(log_file[0])
-                if have.get(log_name) == log_file[1] and log_file[1] > 0:
-                    # Copied whole before a restart (same base offset, same length: segments never change).
-                    m.future_size += log_file[1]
-                    for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
-                        f = files.get(suffix)
-                        if f is not None and os.path.basename(f[0]) not in have:
-                            self._copy_file(m, generation, source.io, f[0], dio, path, data=False)
-                else:
-                    started = time.monotonic()
-                    copied = self._copy_file(m, generation, source.io, log_file[0], dio, path, data=True)
-                    if copied is None:
-                        continue  # deleted by retention meanwhile: the future does not need it
-                    for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
-                        f = files.get(suffix)
-                        if f is not None:
-                            self._copy_file(m, generation, source.io, f[0], dio, path, data=False)
-                    seconds = time.monotonic() - started
-                    progress = self._snapshot(m)
-                    log.debug("replica_move_segment_copied", partition=m.name, segment=log_name, bytes=copied,
-                              seconds=round(seconds, 4), bytes_copied=progress.bytes_copied,
-                              bytes_total=progress.bytes_total, bytes_per_second=round(progress.rate),
-                              eta_seconds=None if progress.eta_seconds is None else round(progress.eta_seconds, 1))
-                done.append(base)
-                later = [b for b in _segment_bases(source) if b > base]
-                m.future_leo = later[0] if later else source.log_end_offset
+                groups = _closed_segments(source)
+                todo = [b for b in groups if b not in done and (not done or b > done[-1])]
+                if not todo:
+                    break
+                for base in todo:
+                    self._check(m, generation)
+                    files = groups[base]
+                    log_file = files.get(LOG_SUFFIX)
+                    if log_file is None:
+                        continue
+                    log_name = os.path.basename(log_file[0])
+                    if have.get(log_name) == log_file[1] and log_file[1] > 0:
+                        # Copied whole before a restart (same base offset, same length: segments never change).
+                        m.future_size += log_file[1]
+                        for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+                            f = files.get(suffix)
+                            if f is not None and os.path.basename(f[0]) not in have:
+                                self._copy_file(m, generation, source.io, f[0], pending, data=False)
+                    else:
+                        started = time.monotonic()
+                        copied = self._copy_file(m, generation, source.io, log_file[0], pending, data=True)
+                        if copied is None:
+                            continue  # deleted by retention meanwhile: the future does not need it
+                        for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+                            f = files.get(suffix)
+                            if f is not None:
+                                self._copy_file(m, generation, source.io, f[0], pending, data=False)
+                        seconds = time.monotonic() - started
+                        progress = self._snapshot(m)
+                        log.debug("replica_move_segment_copied", partition=m.name, segment=log_name,
+                                  bytes=copied, seconds=round(seconds, 4), bytes_copied=progress.bytes_copied,
+                                  bytes_total=progress.bytes_total, bytes_per_second=round(progress.rate),
+                                  eta_seconds=None if progress.eta_seconds is None else round(progress.eta_seconds, 1))
+                    done.append(base)
+                    later = [b for b in _segment_bases(source) if b > base]
+                    m.future_leo = later[0] if later else source.log_end_offset
+                    if pending.due():
+                        pending.commit()
+            pending.commit()
+        finally:
+            pending.abandon()
         # Everything else in the future dir is stale (a resumed move's partial or extra segments, leftovers).
         keep = {PARTITION_METADATA_FILE}
         for base in done:
@@ -543,44 +552,46 @@ class ReplicaMover:
         producer state from a snapshot instead of replaying every batch header."""
         if up_to is None:
             return
-        for name in source.io.listdir(source.dir):
-            if name.endswith(SNAPSHOT_SUFFIX) and name[:20].isdigit() and int(name[:20]) <= up_to:
-                self._copy_file(m, generation, source.io, os.path.join(source.dir, name), dio, path, data=False)
+        pending = _PendingFiles(dio)
+        try:
+            for name in source.io.listdir(source.dir):
+                if name.endswith(SNAPSHOT_SUFFIX) and name[:20].isdigit() and int(name[:20]) <= up_to:
+                    self._copy_file(m, generation, source.io, os.path.join(source.dir, name), pending,
+                                    data=False, dest_dir=path)
+            pending.commit()
+        finally:
+            pending.abandon()
 
     def _copy_file(
-        self, m: _Move, generation: int, src_io: LogDirIO, src_path: str, dio: LogDirIO, dest_dir: str, *,
-        data: bool,
+        self, m: _Move, generation: int, src_io: LogDirIO, src_path: str, pending: _PendingFiles, *,
+        data: bool, dest_dir: str | None = None,
     ) -> int | None:
-        """Copy one file with sendfile into ``<name>.tmp``, fsync it, rename it into place. Returns the bytes
-        copied, or None when the source file is gone (retention deleted the segment)."""
+        """Copy one file with sendfile into ``<name>.tmp`` in the future dir; ``pending`` fsyncs and renames it
+        into place later, with others (one fsync after another lets the disk write them together). Returns the
+        bytes copied, or None when the source file is gone (retention deleted the segment)."""
         src = src_io.open_or_none(src_path, os.O_RDONLY)
         if src is None:
             return None
-        final = os.path.join(dest_dir, os.path.basename(src_path))
-        tmp = final + ".tmp"
+        final = os.path.join(dest_dir or pending.dir_of(m), os.path.basename(src_path))
         try:
-            dst = dio.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-            try:
-                size = src.size()
-                offset = 0
-                while offset < size:
-                    self._check(m, generation)
-                    n = src.copy_to(dst, offset, min(self.throttle.chunk_size(), size - offset))
-                    if n <= 0:
-                        break
-                    offset += n
-                    m.bytes_copied += n
-                    if data:
-                        m.future_size += n
-                    self.throttle.pace(n, self._stop.is_set)
-                    if offset < size:
-                        failpoints.hit("mid_segment_copy")
-                dst.fsync()
-            finally:
-                dst.close()
+            dst = pending.create(final)
+            size = src.size()
+            offset = 0
+            while offset < size:
+                self._check(m, generation)
+                n = src.copy_to(dst, offset, min(self.throttle.chunk_size(), size - offset))
+                if n <= 0:
+                    break
+                offset += n
+                pending.bytes += n
+                m.bytes_copied += n
+                if data:
+                    m.future_size += n
+                self.throttle.pace(n, self._stop.is_set)
+                if offset < size:
+                    failpoints.hit("mid_segment_copy")
         finally:
             src.close()
-        dio.rename(tmp, final)
         return offset
 
     # ------------------------------------------------------------------------------------------ catch-up
@@ -645,6 +656,51 @@ class ReplicaMover:
             # ``offset`` is past the last batch of segment i (an offset gap): continue in the next segment.
             offset = next_base
         return b"", offset
+
+
+class _PendingFiles:
+    """Copied files not yet durable: fsynced together, then renamed from ``.tmp`` to their names, so a crash
+    leaves either a complete file under its name or a ``.tmp`` file (which the loader deletes)."""
+
+    MAX_BYTES = 64 << 20
+    MAX_FILES = 96
+
+    def __init__(self, io: LogDirIO) -> None:
+        self.io = io
+        self.files: list[tuple[FileHandle, str, str]] = []
+        self.bytes = 0
+
+    def dir_of(self, m: _Move) -> str:
+        assert m.future_path is not None
+        return m.future_path
+
+    def create(self, final: str) -> FileHandle:
+        tmp = final + ".tmp"
+        fh = self.io.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        self.files.append((fh, tmp, final))
+        return fh
+
+    def due(self) -> bool:
+        return self.bytes >= self.MAX_BYTES or len(self.files) >= self.MAX_FILES
+
+    def commit(self) -> None:
+        files, self.files = self.files, []
+        self.bytes = 0
+        try:
+            for fh, _tmp, _final in files:
+                fh.fsync()
+        finally:
+            for fh, _tmp, _final in files:
+                fh.close()
+        for _fh, tmp, final in files:
+            self.io.rename(tmp, final)
+
+    def abandon(self) -> None:
+        """Close what was not committed (an error or a stop): the ``.tmp`` files stay for the loader or the
+        next attempt to remove."""
+        files, self.files = self.files, []
+        for fh, _tmp, _final in files:
+            fh.close()
 
 
 def _segment_bases(plog: PartitionLog) -> list[int]:
