@@ -75,6 +75,10 @@ def read_uvarint(buf, pos: int) -> tuple[int, int]:
         pos += 1
         value |= (b & 0x7F) << shift
         if b < 0x80:
+            if value > 0xFFFFFFFF:
+                # A fifth byte above 0x0f sets bits past 32: Java would silently drop them (and read another
+                # tag or length than was written); we refuse, so that what we decode can be written back.
+                raise DecodeError(f"unsigned varint {value} does not fit in 32 bits")
             return value, pos
         shift += 7
         if shift > 28:
