@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 $(STAMP): pyproject.toml tools/install_system_deps.sh
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q -e '.[dev,spark]'
+	$(PIP) install -q -e '.[dev,spark]' --config-settings editable_mode=compat
 	KJBOD_NEED_JAVA=1 bash tools/install_system_deps.sh
 	@touch $(STAMP)
 

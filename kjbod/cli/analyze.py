@@ -56,7 +56,7 @@ def _check(args: argparse.Namespace) -> None:
     try:
         with SyncAdminClient(args.bootstrap_server, request_timeout=args.timeout,
                              connect_timeout=min(args.timeout, 10.0)) as admin:
-            admin.describe_cluster()
+            admin.describe_cluster()  # type: ignore[attr-defined]
     except KafkaError as e:
         raise UserError(f"cannot reach the cluster at {args.bootstrap_server}: {e}") from None
 

@@ -75,11 +75,24 @@ def _snapshot(spark: Any, s: AnalyzeSettings, snapshot_time: dt.datetime) -> Non
         view(name).write.mode("append").partitionBy("date").parquet(str(s.history_dir / name))
 
 
+def _ensure_registered(spark: Any) -> None:
+    """Registers the source only where PySpark did not find it by itself (pyspark_kjbod not on the path)."""
+    from pyspark.errors import AnalysisException
+
+    try:
+        # Resolving the format runs only the source's schema(): no broker is contacted.
+        spark.read.format("kjbod").option("bootstrap.servers", "127.0.0.1:9092").load()
+    except AnalysisException as e:
+        if "DATA_SOURCE_NOT_FOUND" not in str(e):
+            raise
+        from kjbod.spark.source import KjbodDataSource
+
+        spark.dataSource.register(KjbodDataSource)
+
+
 def run_analysis(spark: Any, s: AnalyzeSettings, *, snapshot_time: dt.datetime | None = None) -> dict[str, Any]:
     """Takes a snapshot, appends it to the history, writes the report files into `s.out`; returns the report."""
-    from kjbod.spark.source import KjbodDataSource
-
-    spark.dataSource.register(KjbodDataSource)  # also works where the pyspark_kjbod module is not on the path
+    _ensure_registered(spark)
     spark.conf.set("spark.sql.session.timeZone", "UTC")
     s.out.mkdir(parents=True, exist_ok=True)
     now = (snapshot_time or dt.datetime.now(dt.UTC)).astimezone(dt.UTC).replace(microsecond=0)
@@ -238,7 +251,7 @@ def _charts(report: dict[str, Any], out: Path) -> dict[str, str]:
         xs.append(dt.datetime.fromisoformat(p["snapshot_ts"].replace("Z", "+00:00")))
         ys.append(p["usage_pct"])
     for (broker_id, log_dir), (xs, ys) in series.items():
-        ax.plot(xs, ys, marker="o", markersize=3, label=f"{broker_id}:{log_dir}")
+        ax.plot(xs, ys, marker="o", markersize=3, label=f"{broker_id}:{log_dir}")  # type: ignore[arg-type]
     if 0 < len(series) <= 12:
         ax.legend(fontsize="small", loc="upper left")
     ax.set_ylim(0, 100)

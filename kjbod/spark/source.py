@@ -249,7 +249,7 @@ class KjbodStreamReader(DataSourceStreamReader):
         return {"snapshot_us": 0}
 
     # The no-argument form (every 4.x release accepts it): there is no read limit to honour, a snapshot is whole.
-    def latestOffset(self) -> dict:
+    def latestOffset(self) -> dict:  # type: ignore[override]
         now = time.monotonic()
         if self._latest_at is None or now - self._latest_at >= self.settings.interval_ms / 1000:
             self._latest_at = now

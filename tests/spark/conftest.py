@@ -17,12 +17,11 @@ from live import kjbod_server, kjbod_server_factory  # noqa: F401  (live-server 
 
 from tools.bench.fleet import Fleet
 
-ROOT = Path(__file__).resolve().parents[2]
 os.environ["PYSPARK_PYTHON"] = sys.executable
 os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-# Workers import the tree under test (and tools/ for nothing: they only talk TCP to fleets in this process).
-os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+# No PYTHONPATH: workers import kjbod and pyspark_kjbod from the installed package, as a user's would, so the
+# tests also check that the package ships what Spark's auto-registration needs.
 
 PUSHDOWN = "spark.sql.python.filterPushdown.enabled"
 

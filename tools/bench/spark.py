@@ -6,9 +6,9 @@
    time per broker constant; measured through the `brokers` option on the same fleet).  Each timing is the
    median of several full reads into Spark's `noop` sink after a warm-up read (Python workers started).
 2. `describe_log_dirs` over 20,000 partitions: kjbod's AdminClient against kafka-python's KafkaAdminClient,
-   both on a kept-open connection, against a real `kjbod serve` holding 20,000 partitions (20 topics x 1,000),
-   or, if that server cannot be set up, against the simulated responder (the output says which).
-   Target: kjbod >= 2x faster.
+   both on a kept-open connection, against the simulated responder (exactly 20,000 partitions) and against a
+   real `kjbod serve` (20 topics; 20,000 partitions where the open-file limit allows, kjbod keeping about one file
+   open per partition, else as many as fit, which the output says).  Target: kjbod >= 2x faster.
 """
 
 from __future__ import annotations
@@ -109,6 +109,18 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _more_files() -> None:
+    """In the server's process: 20,000 partitions keep ~60,000 segment and index files open."""
+    import resource
+
+    want = 3 * ADMIN_PARTITIONS + 4096
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, want), max(hard, want)))  # raising hard needs root
+    except (ValueError, OSError):
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
 class _RealServer:
     """A `kjbod serve` (3 log dirs) in a temporary directory, holding ADMIN_PARTITIONS partitions."""
 
@@ -126,7 +138,8 @@ class _RealServer:
         kjbod = [sys.executable, "-m", "kjbod"]
         subprocess.run([*kjbod, "format", "-c", str(config)], check=True, capture_output=True, timeout=60)
         self.process = subprocess.Popen([*kjbod, "serve", "-c", str(config)], stdout=subprocess.DEVNULL,
-                                        stderr=subprocess.DEVNULL, start_new_session=True)
+                                        stderr=subprocess.DEVNULL, start_new_session=True,
+                                        preexec_fn=_more_files)
         deadline = time.monotonic() + 30
         while True:
             try:
@@ -142,10 +155,10 @@ class _RealServer:
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def fill(self) -> None:
+    def fill(self, partitions: int) -> None:
         from kjbod.admin import NewTopic, SyncAdminClient
 
-        per_topic = ADMIN_PARTITIONS // ADMIN_TOPICS
+        per_topic = partitions // ADMIN_TOPICS
         with SyncAdminClient(self.bootstrap, request_timeout=600) as admin:
             for t in range(ADMIN_TOPICS):
                 admin.create_topics([NewTopic(f"bench-{t:02d}", per_topic, 1)], timeout=600)
@@ -169,52 +182,67 @@ def _kafka_python_count(result: Any) -> int:
     return sum(len(p["partitions"]) for b in result for d in b["log_dirs"] for p in d["topics"])
 
 
-def bench_admin(rounds: int = 5) -> dict[str, Any]:
+def _partitions_that_fit() -> int:
+    """kjbod keeps about one file open per partition: stay under the open-file limit a server can get here."""
+    import resource
+
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or hard >= ADMIN_PARTITIONS + 2048:
+        return ADMIN_PARTITIONS
+    return max((hard - 2048) // ADMIN_TOPICS * ADMIN_TOPICS, ADMIN_TOPICS)
+
+
+def _compare(label: str, bootstrap: str, expected: int, rounds: int) -> float:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         from kafka import KafkaAdminClient
     from kjbod.admin import SyncAdminClient
 
-    server: _RealServer | None = None
-    fleet: Fleet | None = None
+    heading(f"Admin client: describe_log_dirs over {expected:,} partitions, against {label}")
+    ours = SyncAdminClient(bootstrap, request_timeout=120)
+    theirs = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=120_000)
     try:
-        try:
-            started = time.perf_counter()
-            server = _RealServer()
-            server.fill()
-            target, bootstrap = f"a real kjbod serve (set up in {time.perf_counter() - started:.0f} s)", \
-                server.bootstrap
-        except Exception as e:  # noqa: BLE001  (fall back, and say so)
-            if server is not None:
-                server.stop()
-                server = None
-            fleet = Fleet.generate(brokers=1, dirs=4, partitions_per_dir=ADMIN_PARTITIONS // 4, topics=ADMIN_TOPICS)
-            fleet.start()
-            target, bootstrap = f"the simulated responder (a real kjbod could not be set up: {e})", fleet.bootstrap
-        heading(f"Admin client: describe_log_dirs over {ADMIN_PARTITIONS:,} partitions, against {target}")
-        ours = SyncAdminClient(bootstrap, request_timeout=120)
-        theirs = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=120_000)
-        try:
-            n_ours = _count(ours.describe_log_dirs())
-            n_theirs = _kafka_python_count(theirs.describe_log_dirs())
-            print(f"   replicas reported: kjbod {n_ours:,}, kafka-python {n_theirs:,}")
-            if n_ours != n_theirs or n_ours < ADMIN_PARTITIONS:
-                raise SystemExit("admin bench: the clients disagree or the server holds too few partitions")
-            calls: dict[str, Callable[[], object]] = {
-                "kjbod": ours.describe_log_dirs, "kafka-python": theirs.describe_log_dirs}
-            samples = interleaved(calls, rounds, min_time=1.0)
-        finally:
-            ours.close()
-            theirs.close()
-        ratio = paired_ratio(samples["kafka-python"], samples["kjbod"])
-        print("   " + ", ".join(f"{k} {median(v) * 1000:.1f} ms" for k, v in samples.items()))
-        print(f"   kjbod is {ratio:.2f}x kafka-python's speed (target >= 2x: {verdict(ratio >= 2)})")
-        return {"admin_vs_kafka_python": ratio, "target": target}
+        n_ours = _count(ours.describe_log_dirs())
+        n_theirs = _kafka_python_count(theirs.describe_log_dirs())
+        print(f"   replicas reported: kjbod {n_ours:,}, kafka-python {n_theirs:,}")
+        if n_ours != n_theirs or n_ours != expected:
+            raise SystemExit("admin bench: the clients disagree, or the server holds another number of partitions")
+        calls: dict[str, Callable[[], object]] = {
+            "kjbod": ours.describe_log_dirs, "kafka-python": theirs.describe_log_dirs}
+        samples = interleaved(calls, rounds, min_time=1.0)
+    finally:
+        ours.close()
+        theirs.close()
+    ratio = paired_ratio(samples["kafka-python"], samples["kjbod"])
+    print("   " + ", ".join(f"{k} {median(v) * 1000:.1f} ms" for k, v in samples.items()))
+    print(f"   kjbod is {ratio:.2f}x kafka-python's speed (target >= 2x: {verdict(ratio >= 2)})")
+    return ratio
+
+
+def bench_admin(rounds: int = 5) -> dict[str, Any]:
+    """Against the simulated responder (exactly 20,000 partitions), then a real kjbod serve (as many as fit)."""
+    out: dict[str, Any] = {}
+    with Fleet.generate(brokers=1, dirs=4, partitions_per_dir=ADMIN_PARTITIONS // 4, topics=ADMIN_TOPICS) as fleet:
+        out["admin_vs_kafka_python_simulated"] = _compare(
+            "the simulated responder (tools/bench/fleet.py)", fleet.bootstrap, ADMIN_PARTITIONS, rounds)
+    count = _partitions_that_fit()
+    server: _RealServer | None = None
+    try:
+        started = time.perf_counter()
+        server = _RealServer()
+        server.fill(count)
+        note = "" if count == ADMIN_PARTITIONS else (
+            f"; {count:,} rather than {ADMIN_PARTITIONS:,} partitions: kjbod keeps a file open per partition and "
+            f"this machine's open-file limit cannot be raised")
+        out["admin_vs_kafka_python_kjbod"] = _compare(
+            f"a real kjbod serve (filled in {time.perf_counter() - started:.0f} s{note})", server.bootstrap, count,
+            rounds)
+    except Exception as e:  # noqa: BLE001  (the simulated figure above stands; say why there is no other)
+        print(f"   a real kjbod serve could not be set up with {count:,} partitions: {e}")
     finally:
         if server is not None:
             server.stop()
-        if fleet is not None:
-            fleet.stop()
+    return out
 
 
 def run(repeats: int = 3) -> dict[str, Any]:
