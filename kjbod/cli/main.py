@@ -1,132 +1,115 @@
-"""The `kjbod` command: parse arguments, then hand over to the server, storage or admin code.
+"""The `kjbod` command: parse arguments, hand over to a subcommand, turn user errors into one line.
 
-Every user error ends as one line on stderr (`kjbod: error: ...`) and exit code 2, never a traceback.
-Subcommand modules register themselves through `SUBCOMMANDS` so later features add commands without
-touching this file's logic.
+Strategy:
+
+* Subcommands live in modules of this package. Each module defines `add_subcommand(subparsers)`, which adds its
+  parser(s) and sets `func` (a callable taking the parsed arguments and returning an exit code) with
+  `set_defaults(func=...)`. The built-in modules come first (`BUILTIN_MODULES`); any other module in kjbod/cli
+  that defines `add_subcommand` is found and added automatically, so a new feature adds a command by adding a
+  file (e.g. kjbod/cli/log_dirs.py for `kjbod log-dirs describe|move`), without editing this one.
+* Subcommand modules import their heavy dependencies inside `func`, so `kjbod --help` stays fast.
+* The error boundary: a `UserError`, a `ConfigError`, a storage setup error (unformatted or foreign log dirs), or
+  an OSError (a file that cannot be read or written) ends as one line on stderr, `kjbod: error: ...`, and exit
+  code 2. Argument errors look the same (argparse's usage block is left out; `--help` shows it). Anything else is
+  a bug and keeps its traceback.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
+import importlib
+import pkgutil
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn
 
 from kjbod import __version__
 
+__all__ = ["BUILTIN_MODULES", "EXIT_USAGE", "SUBCOMMANDS", "UserError", "build_parser", "main"]
+
 EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+# Modules whose commands come first in `kjbod --help`, in this order.
+BUILTIN_MODULES = ("serve", "storage_tool")
+_NOT_COMMAND_MODULES = frozenset({"main", "__main__"})
+
+# Extra registration functions (same signature as a module's add_subcommand), for code that builds commands
+# without a module of its own.
+SUBCOMMANDS: list[Callable[[Any], None]] = []
 
 
 class UserError(Exception):
-    """A problem the user can fix; printed as one line."""
-
-
-def _cmd_serve(args: argparse.Namespace) -> int:
-    from kjbod.server.app import install_uvloop, serve
-    from kjbod.server.config import ConfigError, load_config
-    from kjbod.server.logging import configure_logging
-
-    try:
-        config = load_config(args.config, args.override or [])
-    except ConfigError as e:
-        raise UserError(str(e)) from None
-    configure_logging(args.log_format, args.log_level)
-    install_uvloop()
-    from kjbod.storage.errors import StorageSetupError
-
-    try:
-        return asyncio.run(serve(config))
-    except (ConfigError, StorageSetupError) as e:
-        raise UserError(str(e)) from None
-
-
-def _cmd_format(args: argparse.Namespace) -> int:
-    from kjbod.server.config import ConfigError, load_config
-    from kjbod.storage.errors import MetaPropertiesError
-    from kjbod.storage.meta import format_dirs
-
-    try:
-        config = load_config(args.config, args.override or [])
-        done = format_dirs(config, cluster_id=args.cluster_id)
-    except (ConfigError, MetaPropertiesError) as e:
-        raise UserError(str(e)) from None
-    paths = list(dict.fromkeys([*config.log_dirs, config.metadata_log_dir]))
-    for p in paths:
-        state = "formatted" if p in done else "already formatted"
-        print(f"{p}: {state}")
-    return 0
-
-
-def _cmd_random_uuid(args: argparse.Namespace) -> int:
-    from kjbod.storage.ids import random_directory_id
-
-    print(random_directory_id())
-    return 0
-
-
-def _add_serve(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("serve", help="run a node (broker and/or controller)")
-    p.add_argument("-c", "--config", required=True, help="server.properties file")
-    p.add_argument("--override", action="append", metavar="KEY=VALUE", help="override a config key")
-    p.add_argument("--log-format", choices=("json", "console"), default="json")
-    p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
-    p.set_defaults(func=_cmd_serve)
-
-
-def _add_format(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("format", help="write meta.properties to every log dir (like kafka-storage.sh format)")
-    p.add_argument("-c", "--config", required=True, help="server.properties file")
-    p.add_argument("--cluster-id", help="cluster id (a Kafka Uuid); random when omitted")
-    p.add_argument("--override", action="append", metavar="KEY=VALUE", help="override a config key")
-    p.set_defaults(func=_cmd_format)
-
-
-def _add_random_uuid(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("random-uuid", help="print a new random Kafka Uuid")
-    p.set_defaults(func=_cmd_random_uuid)
-
-
-SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [_add_serve, _add_format, _add_random_uuid]
-
-
-def _register_optional() -> None:
-    """Subcommand modules that exist register themselves (e.g. kjbod.cli.log_dirs)."""
-    import importlib
-
-    for name in ("log_dirs", "analyze"):
-        try:
-            mod = importlib.import_module(f"kjbod.cli.{name}")
-        except ModuleNotFoundError as e:
-            if e.name != f"kjbod.cli.{name}":
-                raise
-            continue
-        add = getattr(mod, "add_subcommand", None)
-        if add is not None and add not in SUBCOMMANDS:
-            SUBCOMMANDS.append(add)
+    """A problem the user can fix; printed as one line, exit code 2."""
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line, exit 2 (argparse's own default also prints usage)
-        self.exit(EXIT_USAGE, f"kjbod: error: {message}\n")
+    def error(self, message: str) -> NoReturn:
+        # One line, like every other user error; `--help` still prints the usage.
+        self.exit(EXIT_USAGE, f"kjbod: error: {message} (see '{self.prog} --help')\n")
+
+
+def _command_modules() -> list[Any]:
+    import kjbod.cli as package
+
+    names = list(BUILTIN_MODULES)
+    found = sorted(m.name for m in pkgutil.iter_modules(package.__path__) if not m.ispkg)
+    names += [n for n in found if n not in names and n not in _NOT_COMMAND_MODULES]
+    modules = []
+    for name in names:
+        module = importlib.import_module(f"kjbod.cli.{name}")
+        if callable(getattr(module, "add_subcommand", None)):
+            modules.append(module)
+    return modules
 
 
 def build_parser() -> argparse.ArgumentParser:
-    _register_optional()
-    parser = _Parser(prog="kjbod", description="Kafka JBOD server and tools")
+    parser = _Parser(
+        prog="kjbod", description="Apache Kafka's JBOD feature set: a Kafka-protocol server and tools."
+    )
     parser.add_argument("--version", action="version", version=f"kjbod {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=_Parser)
+    for module in _command_modules():
+        module.add_subcommand(sub)
     for add in SUBCOMMANDS:
         add(sub)
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+def _user_errors() -> tuple[type[BaseException], ...]:
+    from kjbod.server.config import ConfigError
+
+    errors: list[type[BaseException]] = [UserError, ConfigError]
     try:
+        from kjbod.storage.errors import StorageSetupError
+    except ImportError:
+        pass
+    else:
+        errors.append(StorageSetupError)
+    return tuple(errors)
+
+
+def _one_line(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"{exc.strerror}: {exc.filename}" if exc.filename else exc.strerror
+    text = str(exc).strip() or type(exc).__name__
+    return " ".join(text.splitlines())
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `kjbod` console script and `python -m kjbod`; returns the exit code."""
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        # Tools log problems only, readably, on stderr (stdout is their output); `serve` sets up its own logging.
+        from kjbod.server.logging import configure_logging
+
+        configure_logging("console", "warning")
         return int(args.func(args) or 0)
-    except UserError as e:
-        print(f"kjbod: error: {e}", file=sys.stderr)
-        return EXIT_USAGE
+    except SystemExit as e:  # argparse: --help, --version, usage errors
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else EXIT_USAGE)
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
+    except (*_user_errors(), OSError) as e:
+        print(f"kjbod: error: {_one_line(e)}", file=sys.stderr)
+        return EXIT_USAGE

@@ -1,9 +1,21 @@
 """The server process: one listening socket per listener, graceful shutdown on SIGTERM/SIGINT.
 
-Startup: build the node (storage, metadata, router), start it, bind every listener (a port in use is a clear
-one-line error), then serve.  Shutdown, on a signal or when the node asks for it (every log dir failed): stop
-accepting, let each connection write the replies it owes (bounded), close them, stop the node (checkpoints,
-clean-shutdown markers), and return exit code 0.
+Strategy:
+
+* Startup binds every listener first, without serving (`start_serving=False`), so a port in use is reported as
+  one clear line before anything else happens; then it builds and starts the node (storage recovery, metadata),
+  and only then starts serving, so no request reaches a node that is not ready.
+* One `Connection` per accepted socket, all registered in one `ConnectionRegistry`.
+* Shutdown, on SIGTERM/SIGINT or when the node asks for it (`node.shutdown_requested`, e.g. every log dir
+  failed): stop accepting; let every connection write the replies it owes and close (bounded by
+  `shutdown_timeout`; a second signal cuts that short); abort the stragglers; stop the node (checkpoints,
+  clean-shutdown markers); exit code 0.
+* `run()` is the synchronous entry point: it runs `serve()` on uvloop when uvloop is importable, else on the
+  default loop.
+
+The node contract (kjbod.broker.node.build_node): `node_factory(config)` returns an object with
+`async start()`, `async stop()`, `handler` (a kjbod.server.handler.RequestHandler) and optionally
+`shutdown_requested` (an asyncio.Event).
 """
 
 from __future__ import annotations
@@ -11,23 +23,37 @@ from __future__ import annotations
 import asyncio
 import errno
 import signal
+import socket
 from collections.abc import Callable
 from typing import Any
 
-from kjbod.server.config import ConfigError, ServerConfig
+from kjbod.server.config import ConfigError, Listener, ServerConfig
 from kjbod.server.connection import Connection, ConnectionRegistry
 from kjbod.server.logging import get_logger
+
+__all__ = ["SHUTDOWN_GRACE_S", "ListenError", "install_uvloop", "new_event_loop", "run", "serve"]
 
 log = get_logger("kjbod.server")
 
 SHUTDOWN_GRACE_S = 30.0
+_LISTEN_BACKLOG = 1024
 
 
 class ListenError(ConfigError):
-    pass
+    """A listener could not be bound (port in use, address not local, ...): one line, exit code 2."""
+
+
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """A uvloop loop when uvloop is installed, else the default asyncio loop."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
 
 
 def install_uvloop() -> bool:
+    """Make uvloop the loop of later `asyncio.run` calls, when installed. (`run()` does not need this.)"""
     try:
         import uvloop
     except ImportError:
@@ -36,58 +62,168 @@ def install_uvloop() -> bool:
     return True
 
 
-async def serve(config: ServerConfig, node_factory: Callable[[ServerConfig], Any] | None = None) -> int:
-    if node_factory is None:
-        from kjbod.broker.node import build_node
+def run(
+    config: ServerConfig,
+    node_factory: Callable[[ServerConfig], Any] | None = None,
+    *,
+    shutdown_timeout: float = SHUTDOWN_GRACE_S,
+) -> int:
+    """Serve until SIGTERM/SIGINT; returns the process exit code."""
+    with asyncio.Runner(loop_factory=new_event_loop) as runner:
+        return runner.run(serve(config, node_factory, shutdown_timeout=shutdown_timeout))
 
-        node_factory = build_node
+
+async def serve(
+    config: ServerConfig,
+    node_factory: Callable[[ServerConfig], Any] | None = None,
+    *,
+    shutdown_timeout: float = SHUTDOWN_GRACE_S,
+) -> int:
+    """Bind, start the node, serve until asked to stop, shut down gracefully. Returns the exit code (0)."""
     loop = asyncio.get_running_loop()
-    node = node_factory(config)
-    await node.start()
     registry = ConnectionRegistry()
-    servers: list[asyncio.base_events.Server] = []
-    stop = asyncio.Event()
+    node: Any = None
+
+    def connection_factory(listener: Listener, kind: Any) -> Callable[[], Connection]:
+        def make() -> Connection:
+            return Connection(
+                node.handler,
+                listener_name=listener.name,
+                listener_kind=kind,
+                security_protocol=listener.security_protocol,
+                max_frame_size=config.socket_request_max_bytes,
+                zero_copy=config.zero_copy,
+                registry=registry,
+            )
+
+        return make
+
+    servers: list[tuple[Listener, str, Any]] = []
     try:
-        for ln in config.listeners:
-            kind = config.listener_kind(ln.name)
+        for listener in config.listeners:
+            kind = config.listener_kind(listener.name)
+            server = await _bind(loop, listener, connection_factory(listener, kind))
+            servers.append((listener, kind, server))
 
-            def factory(ln=ln, kind=kind) -> Connection:
-                return Connection(node.handler, listener_name=ln.name, listener_kind=kind,
-                                  security_protocol=ln.security_protocol,
-                                  max_frame_size=config.socket_request_max_bytes, zero_copy=config.zero_copy,
-                                  registry=registry)
+        if node_factory is None:
+            from kjbod.broker.node import build_node
 
-            try:
-                server = await loop.create_server(factory, ln.host, ln.port, backlog=1024, reuse_address=True)
-            except OSError as e:
-                reason = "address already in use" if e.errno == errno.EADDRINUSE else (e.strerror or str(e))
-                raise ListenError(f"cannot listen on {ln.host}:{ln.port} ({ln.name}): {reason}") from None
-            servers.append(server)
-            log.info("listening", listener=ln.name, kind=kind, host=ln.host, port=ln.port)
+            node_factory = build_node
+        node = node_factory(config)
+        await node.start()
     except BaseException:
-        for s in servers:
-            s.close()
-        await node.stop()
+        for _, _, server in servers:
+            server.close()
         raise
 
-    def on_signal(signame: str) -> None:
-        log.info("shutdown_requested", signal=signame)
+    try:
+        for listener, kind, server in servers:
+            await server.start_serving()
+            host, port = server.sockets[0].getsockname()[:2]
+            log.info("listening", listener=listener.name, kind=kind, host=host, port=port)
+        if config.ignored:
+            log.info("config keys accepted with no effect in kjbod", keys=sorted(config.ignored))
+        await _wait_for_stop(loop, node)
+    finally:
+        # Also on cancellation (embedded use): the node must not be left running.
+        for _, _, server in servers:
+            server.close()
+        aborted = await _drain(loop, registry, shutdown_timeout)
+        for _, _, server in servers:
+            await server.wait_closed()
+        await node.stop()
+    log.info("shutdown complete", aborted_connections=aborted)
+    return 0
+
+
+async def _bind(
+    loop: asyncio.AbstractEventLoop, listener: Listener, factory: Callable[[], Connection]
+) -> Any:
+    where = (
+        f"{listener.host}:{listener.port}"
+        if ":" not in listener.host
+        else f"[{listener.host}]:{listener.port}"
+    )
+    try:
+        return await loop.create_server(
+            factory,
+            listener.host,
+            listener.port,
+            backlog=_LISTEN_BACKLOG,
+            reuse_address=True,
+            start_serving=False,
+        )
+    except socket.gaierror as e:
+        raise ListenError(f"cannot listen on {where}: unknown host ({e.strerror})") from None
+    except OSError as e:
+        if e.errno == errno.EADDRINUSE:
+            reason = "address already in use"
+        else:
+            reason = (e.strerror or str(e)).lower()
+        raise ListenError(f"cannot listen on {where}: {reason}") from None
+
+
+_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+async def _wait_for_stop(loop: asyncio.AbstractEventLoop, node: Any) -> None:
+    stop = asyncio.Event()
+
+    def on_signal(sig: signal.Signals) -> None:
+        log.info("shutdown requested", signal=sig.name)
         stop.set()
 
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, on_signal, sig.name)
-    node_stop = asyncio.ensure_future(node.shutdown_requested.wait())
-    stop_wait = asyncio.ensure_future(stop.wait())
-    await asyncio.wait({node_stop, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
-    node_stop.cancel()
-    stop_wait.cancel()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.remove_signal_handler(sig)
-    for s in servers:
-        s.close()
-    aborted = await registry.shutdown(SHUTDOWN_GRACE_S)
-    for s in servers:
-        await s.wait_closed()
-    await node.stop()
-    log.info("shutdown_complete", aborted_connections=aborted)
-    return 0
+    installed = []
+    for sig in _SIGNALS:
+        try:
+            loop.add_signal_handler(sig, on_signal, sig)
+            installed.append(sig)
+        except (NotImplementedError, RuntimeError, ValueError):
+            pass  # not the main thread (embedded use): the caller stops us by cancelling
+    waiters = [asyncio.ensure_future(stop.wait())]
+    node_stop = getattr(node, "shutdown_requested", None)
+    if node_stop is not None:
+        waiters.append(asyncio.ensure_future(node_stop.wait()))
+    try:
+        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+    if node_stop is not None and node_stop.is_set() and not stop.is_set():
+        log.warning("the node asked to shut down")
+
+
+async def _drain(loop: asyncio.AbstractEventLoop, registry: ConnectionRegistry, timeout: float) -> int:
+    """Let connections finish (bounded); a second SIGTERM/SIGINT aborts them at once."""
+    hurry = asyncio.Event()
+
+    def on_signal(sig: signal.Signals) -> None:
+        log.info("second signal: aborting open connections", signal=sig.name)
+        hurry.set()
+
+    installed = []
+    for sig in _SIGNALS:
+        try:
+            loop.add_signal_handler(sig, on_signal, sig)
+            installed.append(sig)
+        except (NotImplementedError, RuntimeError, ValueError):
+            pass
+    if len(registry):
+        log.info("waiting for open connections", connections=len(registry), timeout_s=timeout)
+    shutdown = asyncio.ensure_future(registry.shutdown(timeout))
+    hurried = asyncio.ensure_future(hurry.wait())
+    try:
+        await asyncio.wait([shutdown, hurried], return_when=asyncio.FIRST_COMPLETED)
+        if not shutdown.done():
+            stragglers = list(registry)
+            for connection in stragglers:
+                connection.abort()
+            await shutdown  # returns promptly: every connection is gone or going
+            return len(stragglers)
+        return shutdown.result()
+    finally:
+        hurried.cancel()
+        for sig in installed:
+            loop.remove_signal_handler(sig)

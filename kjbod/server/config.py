@@ -1,10 +1,20 @@
 """server.properties: Kafka's key names, Kafka's defaults, and errors that name the key and the value.
 
-Strategy: one table (`KEYS`) lists every key kjbod understands with its type, default and check; parsing walks
-the Java-properties text, applies `--override key=value` pairs on top, and converts each value through the
-table.  Anything not in the table is refused (with the closest known key as a hint), except a short list of
-Kafka keys that are accepted and have no effect here (users copy their Kafka configs).  The result is a frozen
-`ServerConfig` whose attributes are the keys in snake_case (`log.segment.bytes` → `log_segment_bytes`).
+Strategy:
+
+* `parse_properties` reads Java-properties text the way `java.util.Properties.load` does (comment lines starting
+  with `#` or `!`, `key=value`, `key: value` or `key value`, backslash line continuations, `\\t \\n \\r \\f \\uXXXX`
+  escapes); values are also trimmed at the end, as Kafka's ConfigDef trims what it parses.
+* One table, `KEYS`, lists every key kjbod understands with its converter (which checks the value) and Kafka's
+  default. `build_config` converts each given value through the table, then applies the rules that involve several
+  keys (roles and listeners, alias and precedence keys, log dirs). Keys outside the table are refused with the
+  closest known key as a hint, except a short allow-list of Kafka keys that users copy from their Kafka configs and
+  that have no effect in kjbod (`ACCEPTED_NO_EFFECT`).
+* Every error is a `ConfigError` with one line that says where (file and line, or `--override`), which key, which
+  value and what is expected; the CLI prints it as is and exits 2.
+* The result is a frozen `ServerConfig` whose attributes are the keys in snake_case (`log.segment.bytes` ->
+  `log_segment_bytes`), with alias and precedence keys already folded in (`log.retention.hours` -> `log_retention_ms`)
+  and log dirs made absolute (relative to the current directory, as Kafka resolves them) and normalised.
 """
 
 from __future__ import annotations
@@ -16,82 +26,134 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+__all__ = [
+    "ACCEPTED_NO_EFFECT",
+    "ALIASES",
+    "DEFAULT_PROTOCOL_MAP",
+    "KEYS",
+    "ConfigError",
+    "KeyDef",
+    "Listener",
+    "ServerConfig",
+    "build_config",
+    "load_config",
+    "parse_overrides",
+    "parse_properties",
+]
+
 LONG_MAX = (1 << 63) - 1
 INT_MAX = (1 << 31) - 1
+INT_MIN = -(1 << 31)
+LONG_MIN = -(1 << 63)
+
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+SUPPORTED_SECURITY_PROTOCOLS = ("PLAINTEXT",)
 
 
 class ConfigError(ValueError):
-    """A configuration problem, with a one-line message that names the key and the value."""
+    """A configuration problem, as one line that names the key and the value."""
 
 
 @dataclass(frozen=True)
 class Listener:
+    """One entry of `listeners` / `advertised.listeners`: NAME://host:port and its security protocol."""
+
     name: str
     host: str
     port: int
     security_protocol: str = "PLAINTEXT"
 
     def __str__(self) -> str:
-        return f"{self.name}://{self.host}:{self.port}"
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.name}://{host}:{self.port}"
 
 
-def _int(lo: int = -INT_MAX - 1, hi: int = INT_MAX) -> Callable[[str, str], int]:
+# -- value converters: (key, raw text) -> value, or ConfigError naming key, value and what is expected -----------
+
+
+def _bad(key: str, raw: str, expected: str) -> ConfigError:
+    return ConfigError(f"invalid value {raw!r} for {key}: expected {expected}")
+
+
+def _int(lo: int = INT_MIN, hi: int = INT_MAX) -> Callable[[str, str], int]:
+    if hi == INT_MAX or hi == LONG_MAX:
+        what = "an integer" if lo in (INT_MIN, LONG_MIN) else f"an integer >= {lo}"
+    else:
+        what = f"an integer between {lo} and {hi}"
+
     def conv(key: str, raw: str) -> int:
-        try:
-            v = int(raw.strip())
-        except ValueError:
-            raise ConfigError(f"invalid value {raw!r} for {key}: expected an integer") from None
-        if not lo <= v <= hi:
-            raise ConfigError(f"invalid value {raw!r} for {key}: must be between {lo} and {hi}")
-        return v
+        text = raw.strip()
+        # Java's parseInt/parseLong: optional sign and decimal digits, nothing else (no "1_000", no "1e3").
+        if not re.fullmatch(r"[+-]?[0-9]+", text):
+            raise _bad(key, raw, what)
+        value = int(text)
+        if not lo <= value <= hi:
+            raise _bad(key, raw, what)
+        return value
+
     return conv
 
 
-def _long(lo: int = -LONG_MAX - 1) -> Callable[[str, str], int]:
+def _long(lo: int = LONG_MIN) -> Callable[[str, str], int]:
     return _int(lo, LONG_MAX)
 
 
 def _bool(key: str, raw: str) -> bool:
-    v = raw.strip().lower()
-    if v not in ("true", "false"):
-        raise ConfigError(f"invalid value {raw!r} for {key}: expected true or false")
-    return v == "true"
+    value = raw.strip().lower()
+    if value not in ("true", "false"):
+        raise _bad(key, raw, "true or false")
+    return value == "true"
 
 
 def _str(key: str, raw: str) -> str:
     return raw.strip()
 
 
+def _nonempty_str(key: str, raw: str) -> str:
+    value = raw.strip()
+    if not value:
+        raise _bad(key, raw, "a non-empty value")
+    return value
+
+
 def _list(key: str, raw: str) -> tuple[str, ...]:
     return tuple(p.strip() for p in raw.split(",") if p.strip())
+
+
+def _upper_list(key: str, raw: str) -> tuple[str, ...]:
+    return tuple(p.upper() for p in _list(key, raw))
 
 
 def _roles(key: str, raw: str) -> tuple[str, ...]:
     roles = _list(key, raw)
     if not roles or any(r not in ("broker", "controller") for r in roles) or len(set(roles)) != len(roles):
-        raise ConfigError(f"invalid value {raw!r} for {key}: expected broker, controller, or broker,controller")
+        raise _bad(key, raw, "broker, controller, or broker,controller")
     return roles
 
 
-def _policy(key: str, raw: str) -> str:
-    v = raw.strip()
-    if v not in ("most-usable", "fewest-partitions"):
-        raise ConfigError(f"invalid value {raw!r} for {key}: expected most-usable or fewest-partitions")
-    return v
+def _one_of(*choices: str) -> Callable[[str, str], str]:
+    def conv(key: str, raw: str) -> str:
+        value = raw.strip()
+        if value not in choices:
+            raise _bad(key, raw, " or ".join(choices))
+        return value
+
+    return conv
 
 
-_LISTENER = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)://(\[[^\]]*\]|[^:/]*):(\d+)$")
+_LISTENER = re.compile(r"^([A-Za-z0-9_.-]+)://(\[[0-9A-Fa-f:.%a-zA-Z]*\]|[^:/\[\]]*):([0-9]+)$")
 
 
 def _listeners(key: str, raw: str) -> tuple[tuple[str, str, int], ...]:
-    out = []
+    out: list[tuple[str, str, int]] = []
     for item in _list(key, raw):
         m = _LISTENER.match(item)
         if not m:
-            raise ConfigError(f"invalid value {item!r} in {key}: expected NAME://host:port")
+            raise ConfigError(f"invalid listener {item!r} in {key}: expected NAME://host:port")
+        # Kafka normalises listener names to upper case.
         name, host, port = m.group(1).upper(), m.group(2).strip("[]"), int(m.group(3))
-        if not 0 <= port <= 65535:
-            raise ConfigError(f"invalid port {port} in {key}")
+        if port > 65535:
+            raise ConfigError(f"invalid listener {item!r} in {key}: port {port} is not between 0 and 65535")
         if any(n == name for n, _, _ in out):
             raise ConfigError(f"invalid value {raw!r} for {key}: listener name {name} appears twice")
         out.append((name, host, port))
@@ -99,16 +161,43 @@ def _listeners(key: str, raw: str) -> tuple[tuple[str, str, int], ...]:
 
 
 def _protocol_map(key: str, raw: str) -> dict[str, str]:
-    out = {}
+    out: dict[str, str] = {}
     for item in _list(key, raw):
-        if ":" not in item:
-            raise ConfigError(f"invalid value {item!r} in {key}: expected LISTENER_NAME:SECURITY_PROTOCOL")
-        name, proto = item.split(":", 1)
-        proto = proto.strip().upper()
-        if proto not in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"):
-            raise ConfigError(f"invalid security protocol {proto!r} in {key}")
-        out[name.strip().upper()] = proto
+        name, sep, proto = item.partition(":")
+        name, proto = name.strip().upper(), proto.strip().upper()
+        if not sep or not name:
+            raise ConfigError(f"invalid entry {item!r} in {key}: expected LISTENER_NAME:SECURITY_PROTOCOL")
+        if proto not in SECURITY_PROTOCOLS:
+            raise ConfigError(
+                f"invalid entry {item!r} in {key}: unknown security protocol {proto!r} "
+                f"(expected one of {', '.join(SECURITY_PROTOCOLS)})"
+            )
+        if name in out:
+            raise ConfigError(f"invalid value {raw!r} for {key}: listener name {name} appears twice")
+        out[name] = proto
     return out
+
+
+_HOST_PORT = re.compile(r"^(\[[0-9A-Fa-f:.%a-zA-Z]+\]|[^:\[\]@]+):([0-9]+)$")
+
+
+def _host_ports(key: str, raw: str) -> tuple[str, ...]:
+    items = _list(key, raw)
+    for item in items:
+        m = _HOST_PORT.match(item)
+        if not m or int(m.group(2)) > 65535:
+            raise ConfigError(f"invalid entry {item!r} in {key}: expected host:port")
+    return items
+
+
+def _voters(key: str, raw: str) -> tuple[str, ...]:
+    items = _list(key, raw)
+    for item in items:
+        node, sep, address = item.partition("@")
+        m = _HOST_PORT.match(address)
+        if not sep or not re.fullmatch(r"[0-9]+", node.strip()) or not m or int(m.group(2)) > 65535:
+            raise ConfigError(f"invalid entry {item!r} in {key}: expected id@host:port")
+    return items
 
 
 @dataclass(frozen=True)
@@ -119,62 +208,95 @@ class KeyDef:
     doc: str = ""
 
 
-KEYS: dict[str, KeyDef] = {k.key: k for k in [
-    KeyDef("node.id", _int(0), None, "this node's id (required)"),
-    KeyDef("process.roles", _roles, None, "broker, controller, or both (required)"),
-    KeyDef("listeners", _listeners, (("PLAINTEXT", "127.0.0.1", 9092),)),
-    KeyDef("advertised.listeners", _listeners, None),
-    KeyDef("controller.listener.names", _list, ()),
-    KeyDef("listener.security.protocol.map", _protocol_map, None),
-    KeyDef("inter.broker.listener.name", _str, None),
-    KeyDef("controller.quorum.bootstrap.servers", _list, ()),
-    KeyDef("controller.quorum.voters", _list, ()),
-    KeyDef("log.dirs", _list, None),
-    KeyDef("log.dir", _str, "/tmp/kraft-combined-logs"),
-    KeyDef("metadata.log.dir", _str, None),
-    KeyDef("num.partitions", _int(1), 1),
-    KeyDef("default.replication.factor", _int(1, 32767), 1),
-    KeyDef("auto.create.topics.enable", _bool, True),
-    KeyDef("delete.topic.enable", _bool, True),
-    KeyDef("log.segment.bytes", _int(14), 1 << 30),
-    KeyDef("log.roll.ms", _long(1), None),
-    KeyDef("log.roll.hours", _int(1), 168),
-    KeyDef("log.retention.ms", _long(-1), None),
-    KeyDef("log.retention.minutes", _int(-1), None),
-    KeyDef("log.retention.hours", _int(-1), 168),
-    KeyDef("log.retention.bytes", _long(-1), -1),
-    KeyDef("log.retention.check.interval.ms", _long(1), 300_000),
-    KeyDef("message.max.bytes", _int(0), 1_048_588),
-    KeyDef("log.index.interval.bytes", _int(0), 4096),
-    KeyDef("log.index.size.max.bytes", _int(4), 10 * 1024 * 1024),
-    KeyDef("log.flush.interval.messages", _long(1), LONG_MAX),
-    KeyDef("log.flush.interval.ms", _long(0), None),
-    KeyDef("log.segment.delete.delay.ms", _long(0), 60_000),
-    KeyDef("log.flush.offset.checkpoint.interval.ms", _int(0), 60_000),
-    KeyDef("log.cleanup.policy", _str, "delete"),
-    KeyDef("replica.alter.log.dirs.io.max.bytes.per.second", _long(1), LONG_MAX),
-    KeyDef("intra.broker.throttled.rate", _long(1), None),
-    KeyDef("num.replica.alter.log.dirs.threads", _int(1), None),
-    KeyDef("log.dir.failure.timeout.ms", _long(1), 30_000),
-    KeyDef("socket.request.max.bytes", _int(1), 104_857_600),
-    KeyDef("broker.heartbeat.interval.ms", _int(1), 2000),
-    KeyDef("broker.session.timeout.ms", _int(1), 9000),
-    KeyDef("replica.fetch.max.bytes", _int(0), 1_048_576),
-    KeyDef("log.dir.placement.policy", _policy, "most-usable", "kjbod: most-usable or fewest-partitions"),
-    KeyDef("kjbod.zero.copy", _bool, True, "kjbod: send Fetch record data with sendfile"),
-]}
+KEYS: dict[str, KeyDef] = {
+    k.key: k
+    for k in [
+        KeyDef("node.id", _int(0), None, "this node's id (required)"),
+        KeyDef("process.roles", _roles, None, "broker, controller, or both (required)"),
+        KeyDef("listeners", _listeners, (("PLAINTEXT", "127.0.0.1", 9092),)),
+        KeyDef("advertised.listeners", _listeners, None),
+        KeyDef("controller.listener.names", _upper_list, ()),
+        KeyDef("listener.security.protocol.map", _protocol_map, None),
+        KeyDef("inter.broker.listener.name", _nonempty_str, None),
+        KeyDef("controller.quorum.bootstrap.servers", _host_ports, ()),
+        KeyDef("controller.quorum.voters", _voters, ()),
+        KeyDef("log.dirs", _list, None),
+        KeyDef("log.dir", _nonempty_str, "/tmp/kraft-combined-logs"),
+        KeyDef("metadata.log.dir", _nonempty_str, None),
+        KeyDef("num.partitions", _int(1), 1),
+        KeyDef("default.replication.factor", _int(1, 32767), 1),
+        KeyDef("auto.create.topics.enable", _bool, True),
+        KeyDef("delete.topic.enable", _bool, True),
+        KeyDef("log.segment.bytes", _int(14), 1 << 30),
+        KeyDef("log.roll.ms", _long(1), None),
+        KeyDef("log.roll.hours", _int(1), 168),
+        KeyDef("log.retention.ms", _long(), None, "-1 (or any negative value): no time limit"),
+        KeyDef("log.retention.minutes", _int(), None),
+        KeyDef("log.retention.hours", _int(), 168),
+        KeyDef("log.retention.bytes", _long(), -1),
+        KeyDef("log.retention.check.interval.ms", _long(1), 300_000),
+        KeyDef("message.max.bytes", _int(0), 1_048_588),
+        KeyDef("log.index.interval.bytes", _int(0), 4096),
+        KeyDef("log.index.size.max.bytes", _int(4), 10 * 1024 * 1024),
+        KeyDef("log.flush.interval.messages", _long(1), LONG_MAX),
+        KeyDef("log.flush.interval.ms", _long(0), None),
+        KeyDef("log.segment.delete.delay.ms", _long(0), 60_000),
+        KeyDef("log.flush.offset.checkpoint.interval.ms", _int(0), 60_000),
+        KeyDef("log.cleanup.policy", _one_of("delete"), "delete", "only delete (no compaction yet)"),
+        KeyDef("replica.alter.log.dirs.io.max.bytes.per.second", _long(1), LONG_MAX),
+        KeyDef("num.replica.alter.log.dirs.threads", _int(1), None, "default: the number of log dirs"),
+        KeyDef("log.dir.failure.timeout.ms", _long(1), 30_000),
+        KeyDef("socket.request.max.bytes", _int(1), 104_857_600),
+        KeyDef("broker.heartbeat.interval.ms", _int(1), 2000),
+        KeyDef("broker.session.timeout.ms", _int(1), 9000),
+        KeyDef("replica.fetch.max.bytes", _int(0), 1_048_576),
+        KeyDef(
+            "log.dir.placement.policy",
+            _one_of("most-usable", "fewest-partitions"),
+            "most-usable",
+            "kjbod: where a new partition goes: the online dir with most usable bytes (ties: fewest partitions), "
+            "or Kafka's rule, the dir with fewest partitions",
+        ),
+        KeyDef("kjbod.zero.copy", _bool, True, "kjbod: send Fetch record data with sendfile"),
+    ]
+}
+
+# Alternative names: alias -> canonical key. Setting both is an error unless they agree.
+ALIASES: dict[str, str] = {
+    "broker.id": "node.id",  # Kafka accepts broker.id for node.id in KRaft mode
+    "intra.broker.throttled.rate": "replica.alter.log.dirs.io.max.bytes.per.second",  # KIP-113's name
+}
 
 # Kafka keys people copy from their configs; accepted, with no effect in kjbod.
-ACCEPTED_NO_EFFECT = frozenset({
-    "group.initial.rebalance.delay.ms", "offsets.topic.replication.factor", "offsets.topic.num.partitions",
-    "transaction.state.log.replication.factor", "transaction.state.log.min.isr", "num.network.threads",
-    "num.io.threads", "socket.send.buffer.bytes", "socket.receive.buffer.bytes", "num.recovery.threads.per.data.dir",
-    "log.retention.check.interval.ms", "share.coordinator.state.topic.replication.factor",
-    "share.coordinator.state.topic.min.isr", "min.insync.replicas", "broker.rack",
-})
+ACCEPTED_NO_EFFECT = frozenset(
+    {
+        "group.initial.rebalance.delay.ms",
+        "offsets.topic.replication.factor",
+        "offsets.topic.num.partitions",
+        "transaction.state.log.replication.factor",
+        "transaction.state.log.min.isr",
+        "transaction.state.log.num.partitions",
+        "share.coordinator.state.topic.replication.factor",
+        "share.coordinator.state.topic.min.isr",
+        "num.network.threads",
+        "num.io.threads",
+        "socket.send.buffer.bytes",
+        "socket.receive.buffer.bytes",
+        "num.recovery.threads.per.data.dir",
+        "min.insync.replicas",
+        "broker.rack",
+    }
+)
 
-DEFAULT_PROTOCOL_MAP = {"PLAINTEXT": "PLAINTEXT", "CONTROLLER": "PLAINTEXT", "SSL": "SSL",
-                        "SASL_PLAINTEXT": "SASL_PLAINTEXT", "SASL_SSL": "SASL_SSL"}
+# Kafka's default listener.security.protocol.map, plus CONTROLLER (Kafka maps controller listeners missing from a
+# default map to PLAINTEXT).
+DEFAULT_PROTOCOL_MAP = {
+    "PLAINTEXT": "PLAINTEXT",
+    "CONTROLLER": "PLAINTEXT",
+    "SSL": "SSL",
+    "SASL_PLAINTEXT": "SASL_PLAINTEXT",
+    "SASL_SSL": "SASL_SSL",
+}
 
 
 @dataclass(frozen=True)
@@ -182,6 +304,7 @@ class ServerConfig:
     node_id: int
     process_roles: tuple[str, ...]
     listeners: tuple[Listener, ...]
+    # As configured; empty means "advertise `listeners`" (the node falls back to them).
     advertised_listeners: tuple[Listener, ...]
     controller_listener_names: tuple[str, ...]
     log_dirs: tuple[str, ...]
@@ -191,16 +314,16 @@ class ServerConfig:
     auto_create_topics_enable: bool
     log_segment_bytes: int
     log_roll_ms: int
-    log_retention_ms: int
-    log_retention_bytes: int
+    log_retention_ms: int  # -1: no time limit
+    log_retention_bytes: int  # -1: no size limit
     log_retention_check_interval_ms: int
     message_max_bytes: int
     log_index_interval_bytes: int
     log_index_size_max_bytes: int
     log_flush_interval_messages: int
-    log_flush_interval_ms: int
+    log_flush_interval_ms: int  # LONG_MAX when unset (Kafka: null, i.e. never by time)
     log_segment_delete_delay_ms: int
-    replica_alter_log_dirs_io_max_bytes_per_second: int
+    replica_alter_log_dirs_io_max_bytes_per_second: int  # LONG_MAX: unlimited
     num_replica_alter_log_dirs_threads: int
     log_dir_failure_timeout_ms: int
     socket_request_max_bytes: int
@@ -209,157 +332,369 @@ class ServerConfig:
     replica_fetch_max_bytes: int
     log_dir_placement_policy: str
     zero_copy: bool
-    properties: Mapping[str, str] = field(default_factory=dict)  # the effective raw key=value pairs
+    listener_security_protocol_map: Mapping[str, str] = field(default_factory=dict)
+    inter_broker_listener_name: str | None = None
+    controller_quorum_bootstrap_servers: tuple[str, ...] = ()
+    controller_quorum_voters: tuple[str, ...] = ()
+    log_flush_offset_checkpoint_interval_ms: int = 60_000
+    delete_topic_enable: bool = True
+    log_cleanup_policy: str = "delete"
+    # Keys accepted from ACCEPTED_NO_EFFECT, kept so the node can log that they are ignored.
+    ignored: Mapping[str, str] = field(default_factory=dict)
+    # The effective raw key=value pairs (file, then overrides).
+    properties: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def is_broker(self) -> bool:
+        return "broker" in self.process_roles
+
+    @property
+    def is_controller(self) -> bool:
+        return "controller" in self.process_roles
 
     def listener_kind(self, name: str) -> str:
         return "controller" if name in self.controller_listener_names else "broker"
 
+    @property
+    def broker_listeners(self) -> tuple[Listener, ...]:
+        return tuple(ln for ln in self.listeners if ln.name not in self.controller_listener_names)
+
+    @property
+    def controller_listeners(self) -> tuple[Listener, ...]:
+        return tuple(ln for ln in self.listeners if ln.name in self.controller_listener_names)
+
+
+# -- the properties format -------------------------------------------------------------------------------------
+
+_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+
+
+def _unescape(text: str, lineno: int) -> str:
+    if "\\" not in text:
+        return text
+    out: list[str] = []
+    i = 0
+    n = len(text)
+    while i < n:
+        c = text[i]
+        if c != "\\" or i + 1 == n:
+            out.append(c)
+            i += 1
+            continue
+        c = text[i + 1]
+        if c == "u":
+            digits = text[i + 2 : i + 6]
+            if not re.fullmatch(r"[0-9A-Fa-f]{4}", digits):
+                raise ConfigError(f"line {lineno}: malformed \\uxxxx escape {text[i : i + 6]!r}")
+            out.append(chr(int(digits, 16)))
+            i += 6
+        else:
+            out.append(_ESCAPES.get(c, c))
+            i += 2
+    return "".join(out)
+
+
+def _ends_with_odd_backslashes(line: str) -> bool:
+    count = len(line) - len(line.rstrip("\\"))
+    return count % 2 == 1
+
 
 def parse_properties(text: str) -> list[tuple[int, str, str]]:
-    """(line number, key, value) for each entry of a Java-properties text (comments, continuations, escapes)."""
-    out = []
+    """(line number, key, value) for each entry of a Java-properties text, in order (later entries win)."""
+    out: list[tuple[int, str, str]] = []
     lines = text.splitlines()
     i = 0
     while i < len(lines):
         lineno = i + 1
-        line = lines[i].lstrip()
+        line = lines[i].lstrip(" \t\f")
         i += 1
         if not line or line[0] in "#!":
             continue
-        while line.endswith("\\") and not line.endswith("\\\\") and i < len(lines):
-            line = line[:-1] + lines[i].lstrip()
+        # A line ending in an odd number of backslashes continues on the next one, minus its leading blanks.
+        while _ends_with_odd_backslashes(line) and i < len(lines):
+            line = line[:-1] + lines[i].lstrip(" \t\f")
             i += 1
-        m = re.match(r"((?:\\.|[^=:\s\\])+)\s*[=:\s]\s*(.*)$", line)
-        if m:
-            key, value = m.group(1), m.group(2)
-        else:
-            key, value = line.strip(), ""
-        unescape = lambda s: re.sub(r"\\(.)", lambda mm: {"t": "\t", "n": "\n", "r": "\r"}.get(mm.group(1), mm.group(1)), s)  # noqa: E731
-        out.append((lineno, unescape(key), unescape(value).rstrip()))
+        if _ends_with_odd_backslashes(line):
+            line = line[:-1]
+        # The key ends at the first unescaped '=', ':' or blank; one '=' or ':' (with blanks around it) separates.
+        j = 0
+        while j < len(line):
+            c = line[j]
+            if c == "\\":
+                j += 2
+                continue
+            if c in "=: \t\f":
+                break
+            j += 1
+        key = line[:j]
+        rest = line[j:].lstrip(" \t\f")
+        if rest[:1] in ("=", ":"):
+            rest = rest[1:].lstrip(" \t\f")
+        out.append((lineno, _unescape(key, lineno), _unescape(rest, lineno).rstrip()))
     return out
 
 
 def parse_overrides(items: Iterable[str]) -> dict[str, str]:
-    out = {}
+    """`key=value` strings (from `--override`) as a dict; later ones win."""
+    out: dict[str, str] = {}
     for item in items:
-        if "=" not in item:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
             raise ConfigError(f"invalid --override {item!r}: expected key=value")
-        k, v = item.split("=", 1)
-        out[k.strip()] = v.strip()
+        out[key.strip()] = value.strip()
     return out
 
 
 def _unknown(key: str) -> ConfigError:
-    close = difflib.get_close_matches(key, list(KEYS) + sorted(ACCEPTED_NO_EFFECT), n=1)
+    known = [*KEYS, *ALIASES, *ACCEPTED_NO_EFFECT]
+    close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
     hint = f" (did you mean {close[0]}?)" if close else ""
     return ConfigError(f"unknown config key {key!r}{hint}")
 
 
-def build_config(props: Mapping[str, str], *, base_dir: str | None = None) -> ServerConfig:
+# -- building the typed config ---------------------------------------------------------------------------------
+
+
+def build_config(
+    props: Mapping[str, str],
+    *,
+    base_dir: str | None = None,
+    sources: Mapping[str, str] | None = None,
+) -> ServerConfig:
+    """Convert and check `props` (Kafka key -> raw text). `sources` (key -> "file:line" or "--override") only
+    makes messages point at the right place. Relative log dirs resolve against `base_dir` (default: the CWD)."""
+    where = sources or {}
+
+    def located(key: str, error: ConfigError) -> ConfigError:
+        src = where.get(key)
+        return ConfigError(f"{src}: {error}") if src else error
+
     values: dict[str, Any] = {}
+    set_by: dict[str, str] = {}  # canonical key -> the key (itself or an alias) that set it
+    ignored: dict[str, str] = {}
     for key, raw in props.items():
         if key in ACCEPTED_NO_EFFECT:
+            ignored[key] = raw
             continue
-        d = KEYS.get(key)
+        canonical = ALIASES.get(key, key)
+        d = KEYS.get(canonical)
         if d is None:
-            raise _unknown(key)
-        values[key] = d.conv(key, raw)
+            raise located(key, _unknown(key))
+        try:
+            value = d.conv(key, raw)
+        except ConfigError as e:
+            raise located(key, e) from None
+        if canonical in values and values[canonical] != value:
+            other = set_by[canonical]
+            raise located(
+                key,
+                ConfigError(
+                    f"{key}={raw.strip()} disagrees with {other}={props[other].strip()} (the same setting); "
+                    "set only one of them"
+                ),
+            )
+        values[canonical] = value
+        set_by[canonical] = key
 
     def get(key: str) -> Any:
         return values.get(key, KEYS[key].default)
 
+    def fail(key: str, message: str) -> ConfigError:
+        return located(key, ConfigError(message))
+
     if get("node.id") is None:
         raise ConfigError("node.id is required")
-    if get("process.roles") is None:
+    roles: tuple[str, ...] | None = get("process.roles")
+    if roles is None:
         raise ConfigError("process.roles is required (broker, controller, or broker,controller)")
-    protomap = dict(DEFAULT_PROTOCOL_MAP)
-    if get("listener.security.protocol.map") is not None:
-        protomap = get("listener.security.protocol.map")
-    listeners = []
+
+    # Listeners and their security protocols.
+    explicit_map = get("listener.security.protocol.map")
+    protomap = dict(explicit_map) if explicit_map is not None else dict(DEFAULT_PROTOCOL_MAP)
+    controller_names: tuple[str, ...] = get("controller.listener.names")
+    if explicit_map is None:
+        for name in controller_names:
+            protomap.setdefault(name, "PLAINTEXT")
+    listeners: list[Listener] = []
+    bound: dict[tuple[str, int], str] = {}
     for name, host, port in get("listeners"):
         if name not in protomap:
-            raise ConfigError(f"listener {name} has no entry in listener.security.protocol.map")
-        if protomap[name] != "PLAINTEXT":
-            raise ConfigError(f"listener {name}: security protocol {protomap[name]} is not supported yet "
-                              "(only PLAINTEXT)")
-        listeners.append(Listener(name, host or "0.0.0.0", port, protomap[name]))
-    advertised = [Listener(n, h, p, protomap.get(n, "PLAINTEXT")) for n, h, p in (get("advertised.listeners") or ())]
-    names = {ln.name for ln in listeners}
-    for a in advertised:
-        if a.name not in names:
-            raise ConfigError(f"advertised.listeners names {a.name}, which is not in listeners")
-    controller_names = tuple(n.upper() for n in get("controller.listener.names"))
-    roles = get("process.roles")
-    if "controller" in roles and not controller_names:
-        raise ConfigError("controller.listener.names is required when process.roles includes controller")
-    for n in controller_names:
-        if n not in names:
-            raise ConfigError(f"controller.listener.names names {n}, which is not in listeners")
-    if "broker" in roles and not names - set(controller_names):
-        raise ConfigError("a broker needs at least one listener that is not a controller listener")
+            raise fail("listeners", f"listener {name} has no entry in listener.security.protocol.map")
+        proto = protomap[name]
+        if proto not in SUPPORTED_SECURITY_PROTOCOLS:
+            raise fail(
+                "listeners",
+                f"listener {name}: security protocol {proto} is not supported yet (only PLAINTEXT)",
+            )
+        host = host or "0.0.0.0"
+        if port != 0:
+            if (host, port) in bound:
+                raise fail("listeners", f"listeners {bound[(host, port)]} and {name} both use {host}:{port}")
+            bound[(host, port)] = name
+        listeners.append(Listener(name, host, port, proto))
+    names = [ln.name for ln in listeners]
+    if not listeners:
+        raise fail("listeners", "listeners is empty: give at least one NAME://host:port")
 
+    advertised: list[Listener] = []
+    for name, host, port in get("advertised.listeners") or ():
+        if name not in names:
+            raise fail(
+                "advertised.listeners", f"advertised.listeners names {name}, which is not in listeners"
+            )
+        if host in ("", "0.0.0.0", "::"):
+            raise fail(
+                "advertised.listeners",
+                f"advertised listener {name} cannot use {host or 'an empty host'}: clients need a routable address",
+            )
+        advertised.append(Listener(name, host, port, protomap[name]))
+
+    is_broker, is_controller = "broker" in roles, "controller" in roles
+    if not controller_names:
+        raise fail("controller.listener.names", "controller.listener.names is required (e.g. CONTROLLER)")
+    controller_in_listeners = [n for n in controller_names if n in names]
+    broker_listener_names = [n for n in names if n not in controller_names]
+    if is_controller and not controller_in_listeners:
+        raise fail(
+            "controller.listener.names",
+            f"none of controller.listener.names ({','.join(controller_names)}) is in listeners, "
+            "but process.roles includes controller",
+        )
+    if is_controller and not is_broker and broker_listener_names:
+        raise fail(
+            "listeners",
+            f"listeners has {','.join(broker_listener_names)}, but a controller-only node may only have "
+            "controller listeners",
+        )
+    if is_broker and not broker_listener_names:
+        raise fail("listeners", "a broker needs at least one listener that is not a controller listener")
+    if is_broker and not is_controller:
+        if controller_in_listeners:
+            raise fail(
+                "listeners",
+                f"listeners has controller listener {controller_in_listeners[0]}, "
+                "but process.roles does not include controller",
+            )
+        if not get("controller.quorum.bootstrap.servers") and not get("controller.quorum.voters"):
+            raise ConfigError(
+                "a broker-only node needs controller.quorum.bootstrap.servers (or controller.quorum.voters) "
+                "to find its controller"
+            )
+    inter_broker = get("inter.broker.listener.name")
+    if inter_broker is not None:
+        inter_broker = inter_broker.upper()
+        if is_broker and inter_broker not in broker_listener_names:
+            raise fail(
+                "inter.broker.listener.name",
+                f"inter.broker.listener.name {inter_broker} is not one of the broker listeners "
+                f"({','.join(broker_listener_names)})",
+            )
+
+    # Log dirs: log.dirs wins over log.dir; absolute, normalised, distinct, not inside each other.
     base = base_dir or os.getcwd()
-    raw_dirs = get("log.dirs") if get("log.dirs") is not None else (get("log.dir"),)
+    dirs_key = "log.dirs" if get("log.dirs") is not None else "log.dir"
+    raw_dirs = get("log.dirs") if dirs_key == "log.dirs" else (get("log.dir"),)
     if not raw_dirs:
-        raise ConfigError("log.dirs is empty: give at least one log dir")
-    dirs = [os.path.normpath(os.path.join(base, d)) for d in raw_dirs]
-    seen = set()
-    for d in dirs:
-        if d in seen:
-            raise ConfigError(f"invalid value for log.dirs: {d} is listed twice")
-        seen.add(d)
+        raise fail("log.dirs", "log.dirs is empty: give at least one log dir")
+    dirs = [os.path.normpath(os.path.join(base, os.path.expanduser(d))) for d in raw_dirs]
+    for i, d in enumerate(dirs):
+        for other in dirs[:i]:
+            if d == other:
+                raise fail(dirs_key, f"invalid value for {dirs_key}: {d} is listed twice")
+            if _inside(d, other) or _inside(other, d):
+                inner, outer = (d, other) if _inside(d, other) else (other, d)
+                raise fail(
+                    dirs_key, f"invalid value for {dirs_key}: log dir {inner} is inside log dir {outer}"
+                )
     meta = get("metadata.log.dir")
-    meta_dir = os.path.normpath(os.path.join(base, meta)) if meta else dirs[0]
+    meta_dir = os.path.normpath(os.path.join(base, os.path.expanduser(meta))) if meta else dirs[0]
+    for d in dirs:
+        if _inside(meta_dir, d) or _inside(d, meta_dir):
+            raise fail(
+                "metadata.log.dir", f"metadata.log.dir {meta_dir} and log dir {d} are nested in each other"
+            )
 
+    # Precedence keys, as in Kafka: ms over minutes over hours; any negative retention means unlimited.
     if get("log.retention.ms") is not None:
         retention = get("log.retention.ms")
     elif get("log.retention.minutes") is not None:
         retention = get("log.retention.minutes") * 60_000
     else:
         retention = get("log.retention.hours") * 3_600_000
-        if get("log.retention.hours") < 0:
-            retention = -1
+    if retention < 0:
+        retention = -1
     roll = get("log.roll.ms") if get("log.roll.ms") is not None else get("log.roll.hours") * 3_600_000
-    throttle = get("replica.alter.log.dirs.io.max.bytes.per.second")
-    if "intra.broker.throttled.rate" in values:
-        if "replica.alter.log.dirs.io.max.bytes.per.second" in values:
-            raise ConfigError("set replica.alter.log.dirs.io.max.bytes.per.second or its alias "
-                              "intra.broker.throttled.rate, not both")
-        throttle = values["intra.broker.throttled.rate"]
     flush_ms = get("log.flush.interval.ms")
+
     return ServerConfig(
-        node_id=get("node.id"), process_roles=roles, listeners=tuple(listeners), advertised_listeners=tuple(advertised),
-        controller_listener_names=controller_names, log_dirs=tuple(dirs), metadata_log_dir=meta_dir,
-        num_partitions=get("num.partitions"), default_replication_factor=get("default.replication.factor"),
-        auto_create_topics_enable=get("auto.create.topics.enable"), log_segment_bytes=get("log.segment.bytes"),
-        log_roll_ms=roll, log_retention_ms=retention, log_retention_bytes=get("log.retention.bytes"),
+        node_id=get("node.id"),
+        process_roles=roles,
+        listeners=tuple(listeners),
+        advertised_listeners=tuple(advertised),
+        controller_listener_names=controller_names,
+        log_dirs=tuple(dirs),
+        metadata_log_dir=meta_dir,
+        num_partitions=get("num.partitions"),
+        default_replication_factor=get("default.replication.factor"),
+        auto_create_topics_enable=get("auto.create.topics.enable"),
+        log_segment_bytes=get("log.segment.bytes"),
+        log_roll_ms=roll,
+        log_retention_ms=retention,
+        log_retention_bytes=get("log.retention.bytes"),
         log_retention_check_interval_ms=get("log.retention.check.interval.ms"),
-        message_max_bytes=get("message.max.bytes"), log_index_interval_bytes=get("log.index.interval.bytes"),
+        message_max_bytes=get("message.max.bytes"),
+        log_index_interval_bytes=get("log.index.interval.bytes"),
         log_index_size_max_bytes=get("log.index.size.max.bytes"),
         log_flush_interval_messages=get("log.flush.interval.messages"),
         log_flush_interval_ms=LONG_MAX if flush_ms is None else flush_ms,
         log_segment_delete_delay_ms=get("log.segment.delete.delay.ms"),
-        replica_alter_log_dirs_io_max_bytes_per_second=throttle,
+        replica_alter_log_dirs_io_max_bytes_per_second=get("replica.alter.log.dirs.io.max.bytes.per.second"),
         num_replica_alter_log_dirs_threads=get("num.replica.alter.log.dirs.threads") or len(dirs),
         log_dir_failure_timeout_ms=get("log.dir.failure.timeout.ms"),
         socket_request_max_bytes=get("socket.request.max.bytes"),
         broker_heartbeat_interval_ms=get("broker.heartbeat.interval.ms"),
         broker_session_timeout_ms=get("broker.session.timeout.ms"),
         replica_fetch_max_bytes=get("replica.fetch.max.bytes"),
-        log_dir_placement_policy=get("log.dir.placement.policy"), zero_copy=get("kjbod.zero.copy"),
+        log_dir_placement_policy=get("log.dir.placement.policy"),
+        zero_copy=get("kjbod.zero.copy"),
+        listener_security_protocol_map=protomap,
+        inter_broker_listener_name=inter_broker,
+        controller_quorum_bootstrap_servers=get("controller.quorum.bootstrap.servers"),
+        controller_quorum_voters=get("controller.quorum.voters"),
+        log_flush_offset_checkpoint_interval_ms=get("log.flush.offset.checkpoint.interval.ms"),
+        delete_topic_enable=get("delete.topic.enable"),
+        log_cleanup_policy=get("log.cleanup.policy"),
+        ignored=ignored,
         properties=dict(props),
     )
 
 
-def load_config(path: str, overrides: Iterable[str] = ()) -> ServerConfig:
-    """Reads `path`, applies `key=value` overrides, and validates.  Relative log dirs resolve against the CWD."""
+def _inside(path: str, parent: str) -> bool:
+    """Whether `path` is strictly inside `parent` (both absolute and normalised)."""
+    return path != parent and path.startswith(parent.rstrip(os.sep) + os.sep)
+
+
+def load_config(path: str, overrides: Iterable[str] | Mapping[str, str] = ()) -> ServerConfig:
+    """Read `path`, apply overrides (`key=value` strings or a mapping) on top, and check everything.
+    Relative log dirs resolve against the current directory, as in Kafka."""
     try:
         with open(path, encoding="utf-8") as f:
             text = f.read()
     except OSError as e:
-        raise ConfigError(f"cannot read config file {path}: {e.strerror}") from None
+        raise ConfigError(f"cannot read config file {path}: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"cannot read config file {path}: not UTF-8 text ({e.reason})") from None
     props: dict[str, str] = {}
-    for _lineno, key, value in parse_properties(text):
+    sources: dict[str, str] = {}
+    try:
+        entries = parse_properties(text)
+    except ConfigError as e:
+        raise ConfigError(f"{path}: {e}") from None
+    for lineno, key, value in entries:
         props[key] = value
-    props.update(parse_overrides(overrides))
-    return build_config(props)
+        sources[key] = f"{path}:{lineno}"
+    extra = dict(overrides) if isinstance(overrides, Mapping) else parse_overrides(overrides)
+    for key, value in extra.items():
+        props[key] = value
+        sources[key] = "--override"
+    return build_config(props, sources=sources)

@@ -1,4 +1,9 @@
-"""Re-export of the connection ↔ dispatcher contract, which lives in kjbod.wire.handler (see there)."""
+"""The contract between a connection and the request dispatcher, as seen from the server shell.
+
+The definitions live in kjbod.wire.handler, because both sides depend on them and the broker's router (which
+implements `RequestHandler` and raises `CloseConnection`) sits below the server layer; this module re-exports them so
+server code and its tests have one import path and, above all, the same classes.
+"""
 
 from kjbod.wire.handler import CloseConnection, ListenerKind, Reply, ReplyPart, RequestContext, RequestHandler
 
