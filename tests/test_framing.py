@@ -110,6 +110,80 @@ def test_random_splits(bodies: list[bytes], seed: int) -> None:
     assert decoder.buffered == 0
 
 
+@given(
+    bodies=st.lists(st.binary(max_size=300), max_size=20),
+    seed=st.integers(min_value=0, max_value=2**32),
+)
+def test_next_frames_and_next_frame_agree_over_random_splits(bodies: list[bytes], seed: int) -> None:
+    stream = framed(*bodies)
+    rng = random.Random(seed)
+    decoder = FrameDecoder()
+    got: list[bytes] = []
+    pos = 0
+    while pos < len(stream):
+        step = rng.randint(1, 80)
+        decoder.feed(stream[pos : pos + step])
+        pos += step
+        choice = rng.random()
+        if choice < 0.4:
+            got += decoder.next_frames()
+        elif choice < 0.6:
+            got += drain(decoder)
+        elif choice < 0.8:
+            # Take a batch, hand back a tail of it (a paused caller), as the connection does.
+            batch = decoder.next_frames()
+            keep = rng.randint(0, len(batch))
+            got += batch[:keep]
+            decoder.unread(batch[keep:])
+    got += decoder.next_frames()
+    got += decoder.next_frames()
+    assert got == bodies
+    assert decoder.buffered == 0
+
+
+def test_next_frames_splits_one_read_in_one_call() -> None:
+    decoder = FrameDecoder()
+    decoder.feed(framed(*BODIES) + b"\x00\x00")  # and the start of the next prefix
+    assert decoder.next_frames() == BODIES
+    assert decoder.next_frames() == []
+    assert decoder.buffered == 2
+    decoder.feed(b"\x00\x01x")
+    assert decoder.next_frames() == [b"x"]
+
+
+def test_unread_frames_come_first() -> None:
+    decoder = FrameDecoder()
+    decoder.feed(framed(b"a", b"b", b"c"))
+    first = decoder.next_frames()
+    decoder.unread(first[1:])
+    assert decoder.buffered == 2
+    decoder.feed(framed(b"d"))
+    assert decoder.next_frame() == b"b"
+    assert decoder.next_frames() == [b"c"]
+    assert decoder.next_frames() == [b"d"]
+    decoder.unread([b"x", b"y"])
+    assert list(decoder.frames()) == [b"x", b"y"]
+    assert decoder.buffered == 0
+
+
+def test_next_frames_returns_good_frames_before_raising() -> None:
+    decoder = FrameDecoder(max_size=100)
+    decoder.feed(framed(b"one", b"two") + struct.pack(">i", 101) + b"junk")
+    assert decoder.next_frames() == [b"one", b"two"]
+    with pytest.raises(FrameTooLarge):
+        decoder.next_frames()
+    with pytest.raises(FrameTooLarge):
+        decoder.next_frames()
+
+
+def test_feed_checks_a_valid_prefix_without_consuming_it() -> None:
+    decoder = FrameDecoder(max_size=100)
+    decoder.feed(struct.pack(">i", 3) + b"ab")
+    assert decoder.buffered == 6
+    decoder.feed(b"c")
+    assert decoder.next_frames() == [b"abc"]
+
+
 def test_size_at_the_limit_is_accepted() -> None:
     decoder = FrameDecoder(max_size=10)
     decoder.feed(framed(b"0123456789"))

@@ -42,7 +42,7 @@ from typing import Any, cast
 
 from kjbod.server.handler import CloseConnection, ListenerKind, Reply, RequestContext, RequestHandler
 from kjbod.server.logging import get_logger
-from kjbod.wire.framing import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, FrameError
+from kjbod.wire.framing import DEFAULT_MAX_FRAME_SIZE, SIZE_PREFIX_LENGTH, FrameDecoder, FrameError
 from kjbod.wire.region import FileRegion
 
 __all__ = ["DEFAULT_MAX_PENDING", "Connection", "ConnectionRegistry", "RegionTruncated"]
@@ -260,52 +260,70 @@ class Connection(asyncio.Protocol):
         try:
             while not self._pause:
                 try:
-                    frame = decoder.next_frame()
+                    frames = decoder.next_frames()
                 except FrameError as exc:
                     self._frame_error(exc)
                     break
-                if frame is None:
+                if not frames:
                     break
-                meta = _request_meta(frame) if debug else None
-                try:
-                    reply = handle(frame, ctx)  # type: ignore[arg-type]
-                except CloseConnection as exc:
-                    self._log.warning("closing connection at the handler's request", reason=exc.reason)
-                    self._begin_close(exc.reason)
-                    break
-                except Exception:
-                    self._log.warning("request handler failed; closing the connection", exc_info=True)
-                    self._begin_close("request handler failed")
-                    break
-                if self._sender is None:
-                    if reply is None:
-                        if meta is not None:
-                            self._log_request(meta, replied=False)
-                        continue
-                    if reply.__class__ is list:
-                        size = 0
-                        has_region = False
-                        for part in reply:
-                            size += len(part)
-                            if isinstance(part, FileRegion):
-                                has_region = True
-                        if not has_region:
-                            batch.append(_pack_size(size))
-                            batch += reply
+                fast = self._sender is None
+                remaining = iter(frames)
+                for frame in remaining:
+                    meta = _request_meta(frame) if debug else None
+                    try:
+                        reply = handle(frame, ctx)  # type: ignore[arg-type]
+                    except CloseConnection as exc:
+                        self._log.warning("closing connection at the handler's request", reason=exc.reason)
+                        self._begin_close(exc.reason)
+                        break
+                    except Exception:
+                        self._log.warning("request handler failed; closing the connection", exc_info=True)
+                        self._begin_close("request handler failed")
+                        break
+                    if fast:
+                        if reply is None:
                             if meta is not None:
-                                self._log_request(meta)
-                            batch_bytes += size
-                            if batch_bytes >= _FLUSH_BYTES:
-                                # Big replies: write now, so that pause_writing can stop us before the next frame.
-                                self._write(batch)
-                                batch = []
-                                batch_bytes = 0
+                                self._log_request(meta, replied=False)
                             continue
-                self._enqueue(reply, meta)
+                        if reply.__class__ is list:
+                            # Joining is also the cheapest check that every part is bytes-like: a FileRegion
+                            # raises TypeError and takes the slow path below.
+                            try:
+                                body = b"".join(reply)
+                            except TypeError:
+                                pass
+                            else:
+                                size = len(body)
+                                batch.append(_pack_size(size))
+                                batch.append(body)
+                                if meta is not None:
+                                    self._log_request(meta)
+                                batch_bytes += size
+                                if batch_bytes >= _FLUSH_BYTES:
+                                    # Big replies: write now, so pause_writing can stop us before the next frame.
+                                    self._write(batch)
+                                    batch = []
+                                    batch_bytes = 0
+                                    if self._pause:
+                                        break
+                                continue
+                    self._enqueue(reply, meta)
+                    fast = False  # from now on the sender writes, in order
+                    if self._pause:
+                        break
+                else:
+                    if decoder.buffered < SIZE_PREFIX_LENGTH:
+                        break  # the common case: nothing left, not even a partial frame
+                    continue  # every frame handled: look for more
+                # Stopped early. Frames not handled yet wait in the decoder, unless the connection is closing.
+                if not self._pause & _PAUSE_CLOSING:
+                    decoder.unread(list(remaining))
+                break
         finally:
             if batch:
                 self._write(batch)
-        self._maybe_finish_close()
+        if self._close_reason is not None or self._eof:
+            self._maybe_finish_close()
 
     def _enqueue(self, reply: Any, meta: tuple[int, int, int, float] | None) -> None:
         if reply is not None and reply.__class__ is not list:

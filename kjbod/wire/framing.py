@@ -11,6 +11,9 @@ Strategy:
   concatenated except the bytes of one frame that happens to straddle chunks, so a read holding many small
   pipelined frames costs one slice per frame, and a large frame arriving in many reads is joined once, when complete.
 * When a frame lies whole inside one chunk it is sliced out of it; when it is exactly the chunk it is returned as is.
+* `next_frames()` returns every complete frame at once, splitting a chunk that holds many frames in one tight loop
+  (the per-request cost of a pipelined read); `unread()` gives back frames the caller could not handle yet (it
+  paused), so they come out first next time.
 * The size field is checked against the limit (`socket.request.max.bytes`) the moment its 4 bytes are available,
   before any byte of the body is buffered, so a peer claiming 2 GiB costs us 4 bytes, not 2 GiB. A negative size is
   rejected the same way. Both errors leave the decoder unusable: the stream can no longer be resynchronised, and the
@@ -79,7 +82,7 @@ class FrameDecoder:
     complete; after that the decoder refuses further use.
     """
 
-    __slots__ = ("_broken", "_buffered", "_chunks", "_frame_size", "_max_size", "_offset")
+    __slots__ = ("_broken", "_buffered", "_chunks", "_frame_size", "_max_size", "_offset", "_ready")
 
     def __init__(self, max_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
         if max_size < 0:
@@ -93,6 +96,8 @@ class FrameDecoder:
         # Body size of the frame whose prefix has been consumed, or -1 while the next prefix is still unread.
         self._frame_size = -1
         self._broken: FrameError | None = None
+        # Complete frames given back with unread(), returned before anything else.
+        self._ready: list[bytes] = []
 
     @property
     def max_size(self) -> int:
@@ -111,13 +116,73 @@ class FrameDecoder:
             return
         self._chunks.append(data)
         self._buffered += len(data)
-        # Validating here (not only in next_frame) means an oversized prefix is refused even by a caller that keeps
+        # Checking here (not only when frames are taken) refuses an oversized prefix even from a caller that keeps
         # feeding without draining; it costs one comparison per read, not per frame.
         if self._frame_size < 0 and self._buffered >= SIZE_PREFIX_LENGTH:
-            self._read_prefix()
+            first = self._chunks[0]
+            if len(first) - self._offset >= SIZE_PREFIX_LENGTH:
+                (size,) = _unpack_size_from(first, self._offset)
+                if size < 0 or size > self._max_size:
+                    self._read_prefix()  # consumes the prefix and raises
+            else:
+                self._read_prefix()  # the prefix straddles chunks: read it now
+
+    def unread(self, frames: list[bytes]) -> None:
+        """Give back frames taken but not handled (in their order); they are returned first next time."""
+        if frames:
+            self._ready[:0] = frames
+            self._buffered += sum(map(len, frames))
+
+    def next_frames(self) -> list[bytes]:
+        """Every complete frame buffered now, in order (an empty list until more bytes arrive).
+
+        Raises like `next_frame` on a bad size prefix, but only once the frames before it have been returned.
+        """
+        if self._ready:
+            out, self._ready = self._ready, []
+            self._buffered -= sum(map(len, out))
+            return out
+        if self._broken is not None:
+            raise self._broken
+        out = []
+        # Finish a frame whose prefix is read, or one that straddles chunks, the general way.
+        while self._frame_size >= 0 or len(self._chunks) > 1:
+            frame = self.next_frame()
+            if frame is None:
+                return out
+            out.append(frame)
+        if not self._chunks:
+            return out
+        # One chunk left: split it in a tight loop.
+        chunk = self._chunks[0]
+        start = pos = self._offset
+        end_of_chunk = len(chunk)
+        limit = self._max_size
+        while end_of_chunk - pos >= SIZE_PREFIX_LENGTH:
+            (size,) = _unpack_size_from(chunk, pos)
+            if size < 0 or size > limit:
+                if not out and pos == start:
+                    self._read_prefix()  # raises
+                break  # the next call raises, after the caller has these frames
+            end = pos + SIZE_PREFIX_LENGTH + size
+            if end > end_of_chunk:
+                break
+            out.append(chunk[pos + SIZE_PREFIX_LENGTH : end])
+            pos = end
+        self._buffered -= pos - start
+        if pos == end_of_chunk:
+            self._chunks.popleft()
+            self._offset = 0
+        else:
+            self._offset = pos
+        return out
 
     def next_frame(self) -> bytes | None:
         """The next complete frame body, or None until more bytes arrive."""
+        if self._ready:
+            frame = self._ready.pop(0)
+            self._buffered -= len(frame)
+            return frame
         if self._frame_size < 0:
             if self._broken is not None:
                 raise self._broken
