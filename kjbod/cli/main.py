@@ -76,10 +76,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _user_errors() -> tuple[type[BaseException], ...]:
+def _user_errors() -> tuple[type[Exception], ...]:
     from kjbod.server.config import ConfigError
 
-    errors: list[type[BaseException]] = [UserError, ConfigError]
+    errors: list[type[Exception]] = [UserError, ConfigError, OSError]
     try:
         from kjbod.storage.errors import StorageSetupError
     except ImportError:
@@ -98,6 +98,7 @@ def _one_line(exc: BaseException) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `kjbod` console script and `python -m kjbod`; returns the exit code."""
+    user_errors = _user_errors()
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
@@ -110,6 +111,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return e.code if isinstance(e.code, int) else (0 if e.code is None else EXIT_USAGE)
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
-    except (*_user_errors(), OSError) as e:
+    except user_errors as e:
         print(f"kjbod: error: {_one_line(e)}", file=sys.stderr)
         return EXIT_USAGE

@@ -477,11 +477,11 @@ def build_config(
             ignored[key] = raw
             continue
         canonical = ALIASES.get(key, key)
-        d = KEYS.get(canonical)
-        if d is None:
+        keydef = KEYS.get(canonical)
+        if keydef is None:
             raise located(key, _unknown(key))
         try:
-            value = d.conv(key, raw)
+            value = keydef.conv(key, raw)
         except ConfigError as e:
             raise located(key, e) from None
         if canonical in values and values[canonical] != value:

@@ -289,7 +289,7 @@ class Connection(asyncio.Protocol):
                             # Joining is also the cheapest check that every part is bytes-like: a FileRegion
                             # raises TypeError and takes the slow path below.
                             try:
-                                body = b"".join(reply)
+                                body = b"".join(reply)  # type: ignore[arg-type]
                             except TypeError:
                                 pass
                             else:
