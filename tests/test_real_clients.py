@@ -189,3 +189,25 @@ def test_server_keeps_serving_real_clients_after_refusals(server):
         assert admin.describe_cluster()["cluster_id"] == server.cluster_id
     finally:
         admin.close()
+
+
+def test_api_versions_answers_follow_each_request_not_the_previous_one(server):
+    # The router memoises ApiVersions answers per request bytes (as Kafka computes them once per listener):
+    # a repeat must still carry its own correlation id, and a different body must get its own answer.
+    good = b"\x06kjbod\x041.0\x00"
+    bad = b"\x06kj!od\x041.0\x00"  # '!' is not allowed in a client software name: INVALID_REQUEST
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as s:
+        s.sendall(request_frame(18, 3, 11, good, flexible=True) + request_frame(18, 3, 12, good, flexible=True)
+                  + request_frame(18, 3, 13, bad, flexible=True) + request_frame(18, 3, 14, good, flexible=True))
+        frames = read_frames(s, 4)
+    with socket.create_connection(("127.0.0.1", server.controller_port), timeout=5) as s:
+        s.sendall(request_frame(18, 3, 15, good, flexible=True))
+        (controller,) = read_frames(s, 1)
+    assert [struct.unpack_from(">i", f)[0] for f in frames] == [11, 12, 13, 14]
+    answers = [ApiVersionsResponse.decode(f[4:], 3) for f in frames]
+    assert [a.error_code for a in answers] == [0, 0, ErrorCode.INVALID_REQUEST, 0]
+    assert answers[0] == answers[1] == answers[3] and answers[2].api_keys == []
+    # The controller listener's answer lists its own APIs, not the broker listener's.
+    on_controller = {a.api_key for a in ApiVersionsResponse.decode(controller[4:], 3).api_keys}
+    on_broker = {a.api_key for a in answers[0].api_keys}
+    assert 0 in on_broker and 0 not in on_controller and 18 in on_controller

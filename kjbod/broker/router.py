@@ -14,6 +14,7 @@ failures are the handlers' business: they answer with Kafka error codes inside t
 from __future__ import annotations
 
 import inspect
+import struct
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -26,9 +27,10 @@ from kjbod.protocol.generated.api_versions_response import ApiVersion, ApiVersio
 from kjbod.protocol.generated.registry import APIS
 from kjbod.protocol.headers import (
     API_VERSIONS_KEY,
-    decode_request_header,
     peek_api,
     peek_client_id,
+    read_request_header,
+    request_header_version,
     response_header,
     response_header_version,
 )
@@ -85,6 +87,7 @@ def api(request_cls: type, *, min_version: int | None = None, max_version: int |
             raise ValueError(f"{info.name} registered twice")
         _REGISTRY[info.api_key] = ApiEntry(info.api_key, info.name, info.request, info.response, lo, hi,
                                            frozenset(served_on), fn)
+        _API_VERSIONS.clear()
         return fn
 
     return register
@@ -96,21 +99,113 @@ def registry() -> dict[int, ApiEntry]:
     return _REGISTRY
 
 
+# listener kind -> its ApiVersions entries; rebuilt after any registration (the registry is fixed once the
+# handlers package is imported, so in a running node this is computed once per listener kind, as Kafka does).
+_API_VERSIONS: dict[str, tuple[ApiVersion, ...]] = {}
+
+
 def api_versions_for(listener_kind: str) -> list[ApiVersion]:
     """The ApiVersions entries for one listener kind, in api key order."""
-    return [ApiVersion(api_key=e.api_key, min_version=e.min_version, max_version=e.max_version)
-            for e in sorted(registry().values(), key=lambda e: e.api_key) if listener_kind in e.listeners]
+    cached = _API_VERSIONS.get(listener_kind)
+    if cached is None:
+        cached = _API_VERSIONS[listener_kind] = tuple(
+            ApiVersion(api_key=e.api_key, min_version=e.min_version, max_version=e.max_version)
+            for e in sorted(registry().values(), key=lambda e: e.api_key) if listener_kind in e.listeners)
+    return list(cached)
+
+
+class _Route:
+    """One served (API, version): what the per-request path needs, computed once."""
+
+    __slots__ = ("decode_from", "entry", "fn", "header_version", "listeners", "memo", "response_cls",
+                 "response_header_v1", "version")
+
+    def __init__(self, entry: ApiEntry, version: int):
+        self.entry = entry
+        self.version = version
+        self.fn = entry.fn
+        self.listeners = entry.listeners
+        self.response_cls = entry.response_cls
+        self.decode_from = entry.request_cls.decode_from
+        self.header_version = request_header_version(entry.api_key, version)
+        self.response_header_v1 = response_header_version(entry.api_key, version) == 1
+        # ApiVersions answers depend only on the listener kind and the request's bytes (client software name
+        # and version are validated, nothing else is read): Kafka computes them once per listener, and so do we,
+        # by memoising the encoded body per (listener kind, request bytes after the correlation id).
+        self.memo = entry.api_key == API_VERSIONS_KEY
+
+
+_pack_corr = struct.Struct(">i").pack
+_pack_corr_tags = struct.Struct(">iB").pack
+_unpack_route_corr = struct.Struct(">ii").unpack_from
+_route_id = struct.Struct(">hh")
+_MEMO_LIMIT = 256
 
 
 class Router:
-    """Implements kjbod.server.handler.RequestHandler for one node."""
+    """Implements kjbod.server.handler.RequestHandler for one node.
+
+    Per request, the common case is: one unpack of the first 8 bytes (api key and version read together as one
+    int32, which indexes a table of served (API, version) routes, plus the correlation id), the header read
+    in place, the body decoded by the generated codec, the handler, the response encoded behind a precomputed
+    header.  Anything unusual (unknown key, wrong listener, version out of range, short frame) leaves the
+    common case for `_route_slowly`, which applies the checks in the order Kafka does.
+    """
 
     def __init__(self, node: Any, *, debug_requests: bool = False):
         self.node = node
         self.entries = registry()
         self.debug_requests = debug_requests
+        self._routes: dict[int, _Route] = {}
+        for entry in self.entries.values():
+            for version in range(entry.min_version, entry.max_version + 1):
+                (route_id,) = struct.unpack(">i", _route_id.pack(entry.api_key, version))
+                self._routes[route_id] = _Route(entry, version)
+        self._memo: dict[tuple[str, int, bytes], bytes] = {}
 
     def handle(self, frame, ctx: RequestContext):
+        try:
+            route_id, corr = _unpack_route_corr(frame)
+        except struct.error:
+            route_id, corr = None, 0
+        route = self._routes.get(route_id)  # type: ignore[arg-type]
+        if route is None or ctx.listener_kind not in route.listeners:
+            route = self._route_slowly(frame, ctx)
+            if route.__class__ is list:  # the KIP-511 answer
+                return route
+        if route.memo and not self.debug_requests:
+            key = (ctx.listener_kind, route_id, frame[8:])
+            body = self._memo.get(key)
+            if body is not None:
+                return [_pack_corr_tags(corr, 0) if route.response_header_v1 else _pack_corr(corr), body]
+        version = route.version
+        try:
+            client_id, pos = read_request_header(frame, route.header_version)
+            # Bytes after the body are ignored, as Apache Kafka does (librdkafka's Metadata v13 requests end with
+            # three of them); the generated decode() is strict, decode_from() lets the router choose.
+            body_msg, _end = route.decode_from(frame, pos, version)
+        except DecodeError as e:
+            entry = route.entry
+            self._refuse(ctx, frame, entry.api_key, version, f"undecodable request: {e}")
+        request = Request(ctx, route.entry.api_key, version, corr, client_id)
+        started = time.perf_counter() if self.debug_requests else 0.0
+        result = route.fn(self.node, request, body_msg)
+        if result.__class__ is not route.response_cls:
+            if result is None:  # no response on the wire (Produce with acks=0)
+                return None
+            if inspect.isawaitable(result):
+                return self._finish_later(route, request, result, started)
+        out = self._reply(route, request, result, started)
+        if route.memo and not self.debug_requests and result.__class__ is route.response_cls:
+            memo = self._memo
+            if len(memo) >= _MEMO_LIMIT:
+                memo.clear()
+            memo[(ctx.listener_kind, route_id, frame[8:])] = b"".join(out[1:])
+        return out
+
+    def _route_slowly(self, frame, ctx: RequestContext):
+        """The checks for anything off the common path, in Kafka's order; refuses, answers KIP-511, or returns
+        the route (a served API and version on the right listener, reached here only via an odd frame)."""
         try:
             key, version, corr = peek_api(frame)
         except DecodeError as e:
@@ -126,37 +221,28 @@ class Router:
                 return self._unsupported_api_versions(entry, corr, ctx, version)
             self._refuse(ctx, frame, key, version, f"unsupported version (this node serves "
                          f"{entry.min_version}-{entry.max_version})")
-        try:
-            header, pos = decode_request_header(frame, key, version)
-            # Bytes after the body are ignored, as Apache Kafka does (librdkafka's Metadata v13 requests end with
-            # three of them); the generated decode() is strict, decode_from() lets the router choose.
-            body, _end = entry.request_cls.decode_from(frame, pos, version)
-        except DecodeError as e:
-            self._refuse(ctx, frame, key, version, f"undecodable request: {e}")
-        request = Request(ctx, key, version, header.correlation_id, header.client_id)
-        started = time.perf_counter() if self.debug_requests else 0.0
-        result = entry.fn(self.node, request, body)
-        if inspect.isawaitable(result):
-            return self._finish_later(entry, request, result, started)
-        return self._reply(entry, request, result, started)
+        (route_id,) = struct.unpack(">i", _route_id.pack(key, version))
+        return self._routes[route_id]
 
-    async def _finish_later(self, entry: ApiEntry, request: Request, pending: Awaitable, started: float):
+    async def _finish_later(self, route: _Route, request: Request, pending: Awaitable, started: float):
         result = await pending
-        return self._reply(entry, request, result, started)
-
-    def _reply(self, entry: ApiEntry, request: Request, response, started: float):
-        if response is None:  # no response on the wire (Produce with acks=0)
+        if result is None:
             return None
-        out = [response_header(request.correlation_id, response_header_version(entry.api_key, request.api_version))]
+        return self._reply(route, request, result, started)
+
+    def _reply(self, route: _Route, request: Request, response, started: float):
+        corr = request.correlation_id
+        out = [_pack_corr_tags(corr, 0) if route.response_header_v1 else _pack_corr(corr)]
         try:
             response.encode_into(out, request.api_version)
         except EncodeError as e:
             # A handler produced a response that this version cannot carry: a bug, never the client's fault.
+            entry = route.entry
             log.warning("response_encode_failed", api=entry.name, version=request.api_version,
                         client_id=request.client_id, peer=request.ctx.peer, error=str(e))
             raise CloseConnection(f"cannot encode {entry.name} v{request.api_version} response") from None
         if self.debug_requests:
-            log.debug("request", api=entry.name, version=request.api_version, client_id=request.client_id,
+            log.debug("request", api=route.entry.name, version=request.api_version, client_id=request.client_id,
                       peer=request.ctx.peer, correlation_id=request.correlation_id,
                       latency_ms=round((time.perf_counter() - started) * 1000, 3))
         return out
