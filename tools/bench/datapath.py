@@ -312,7 +312,7 @@ def bench_produce(work: Path, rounds: int, mib_per_round: int, depth: int = 8) -
     print(f"   kjbod Produce {mb / median(kjbod_s):,.0f} MB/s, os.write {mb / median(file_s):,.0f} MB/s (medians)")
     print(f"   CPU seconds per GB: kjbod server {server_cpu / gb:.2f}, load generator {client_cpu / gb:.2f}; "
           f"os.write {write_cpu / gb:.2f}")
-    print(f"   Produce reaches {ratio:.0%} of a sequential file write (target >= 70%: {verdict(ratio >= 0.70)})")
+    print(f"   Produce reaches {ratio:.1%} of a sequential file write (target >= 70%: {verdict(ratio >= 0.70)})")
     return {"produce_vs_write": ratio, "produce_server_cpu_per_gb": server_cpu / gb,
             "write_cpu_per_gb": write_cpu / gb}
 
@@ -482,7 +482,7 @@ def bench_fetch(work: Path, rounds: int, mib_per_partition: int) -> dict:
           f"(raw sendfile, sender and receiver together: {cpu['raw sendfile'] / gb:.2f})")
     vs_raw = median([r / z for r, z in zip(samples["raw sendfile"], samples["zero-copy"], strict=True)])
     vs_copy = median([c / z for c, z in zip(samples["copying"], samples["zero-copy"], strict=True)])
-    print(f"   zero-copy Fetch reaches {vs_raw:.0%} of raw sendfile (target >= 70%: {verdict(vs_raw >= 0.70)}); "
+    print(f"   zero-copy Fetch reaches {vs_raw:.1%} of raw sendfile (target >= 70%: {verdict(vs_raw >= 0.70)}); "
           f"{vs_copy:.2f}x the speed of the same server with kjbod.zero.copy=false")
     return {"fetch_vs_raw_sendfile": vs_raw, "fetch_zero_copy_vs_copying": vs_copy}
 

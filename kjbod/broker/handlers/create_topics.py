@@ -23,9 +23,9 @@ from kjbod.broker.router import api
 from kjbod.broker.topic_config import TopicConfigError, effective, validate
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import CreateTopicsRequest, CreateTopicsResponse
+from kjbod.protocol.generated.create_topics_response import CreatableTopicConfigs as ConfigEntry
+from kjbod.protocol.generated.create_topics_response import CreatableTopicResult as Result
 
-Result = CreateTopicsResponse.CreatableTopicResult
-ConfigEntry = CreateTopicsResponse.CreatableTopicConfigs
 TOPIC_CONFIG_SOURCE = 1
 DEFAULT_CONFIG_SOURCE = 5
 MAX_PARTITIONS = 100_000
@@ -111,7 +111,7 @@ def check_topic(node, t, duplicates: set[str], collisions: dict[str, str]
             continue
         configs[c.name] = c.value
     try:
-        validate(configs)
+        validate(dict[str, str | None](configs))
     except TopicConfigError as e:
         return _fail(t.name, ErrorCode.INVALID_CONFIG, str(e)), 0, {}
     return None, partitions, configs

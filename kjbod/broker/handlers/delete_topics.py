@@ -10,9 +10,8 @@ from __future__ import annotations
 from kjbod.broker.router import api
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import DeleteTopicsRequest, DeleteTopicsResponse
+from kjbod.protocol.generated.delete_topics_response import DeletableTopicResult as Result
 from kjbod.protocol.runtime import ZERO_UUID
-
-Result = DeleteTopicsResponse.DeletableTopicResult
 
 
 @api(DeleteTopicsRequest)

@@ -22,10 +22,10 @@ import time
 from kjbod.broker.router import api
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import FetchRequest, FetchResponse
+from kjbod.protocol.generated.fetch_response import FetchableTopicResponse as TopicResp
+from kjbod.protocol.generated.fetch_response import PartitionData as PartResp
 from kjbod.protocol.runtime import ZERO_UUID
 
-TopicResp = FetchResponse.FetchableTopicResponse
-PartResp = FetchResponse.PartitionData
 READ_COMMITTED = 1
 
 

@@ -15,9 +15,9 @@ from __future__ import annotations
 from kjbod.broker.router import api
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import ListOffsetsRequest, ListOffsetsResponse
+from kjbod.protocol.generated.list_offsets_response import ListOffsetsPartitionResponse as PartResp
+from kjbod.protocol.generated.list_offsets_response import ListOffsetsTopicResponse as TopicResp
 
-TopicResp = ListOffsetsResponse.ListOffsetsTopicResponse
-PartResp = ListOffsetsResponse.ListOffsetsPartitionResponse
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
 
 

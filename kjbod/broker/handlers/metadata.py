@@ -21,11 +21,10 @@ from kjbod.broker.metadata_image import topic_name_problem
 from kjbod.broker.router import api
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import MetadataRequest, MetadataResponse
+from kjbod.protocol.generated.metadata_response import MetadataResponseBroker as Broker
+from kjbod.protocol.generated.metadata_response import MetadataResponsePartition as Partition
+from kjbod.protocol.generated.metadata_response import MetadataResponseTopic as Topic
 from kjbod.protocol.runtime import ZERO_UUID
-
-Topic = MetadataResponse.MetadataResponseTopic
-Partition = MetadataResponse.MetadataResponsePartition
-Broker = MetadataResponse.MetadataResponseBroker
 
 
 def describe_topic(node, topic) -> Topic:

@@ -19,13 +19,13 @@ import structlog
 from kjbod.broker.router import api
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import ProduceRequest, ProduceResponse
+from kjbod.protocol.generated.produce_response import BatchIndexAndErrorMessage as RecordError
+from kjbod.protocol.generated.produce_response import PartitionProduceResponse as PartResp
+from kjbod.protocol.generated.produce_response import TopicProduceResponse as TopicResp
 from kjbod.wire.handler import CloseConnection
 
 log = structlog.get_logger("kjbod.produce")
 
-TopicResp = ProduceResponse.TopicProduceResponse
-PartResp = ProduceResponse.PartitionProduceResponse
-RecordError = ProduceResponse.BatchIndexAndErrorMessage
 ZSTD = 4
 
 
