@@ -31,6 +31,7 @@ from tests.datapath.support import (  # noqa: E402
     create_topic,
     fetch,
     fetch_all,
+    list_offset,
     log_events,
     metadata,
     partition_dirs,
@@ -237,6 +238,8 @@ def eio_under_load(base: str, mode: str) -> dict:
                                   for p in range(6) if where[p] != failed_dir}
             out["acked"] = {str(p): len(load.acked[p]) for p in range(6)}
             out["failed_dir_fetch"] = [fetch(raw, "load", p, 0).error_code for p in range(6) if where[p] == failed_dir]
+            out["list_offsets"] = {str(p): [list_offset(raw, "load", p, ts).error_code for ts in (-1, -2, 0)]
+                                   for p in range(6)}
             out["failed_dir_produce_v3"] = [produce(raw, "load", p, batch([b"old client"]), version=3).error_code
                                             for p in range(6) if where[p] == failed_dir]
             assert create_topic(raw, "after", 4).error_code == 0
@@ -305,6 +308,7 @@ def enospc(base: str, mode: str) -> dict:
             out["healthy_check"] = {str(p): check_acked(raw, "fill", p, acked[p], per_batch, 600)
                                     for p in range(3) if p != full}
             out["full_fetch"] = fetch(raw, "fill", full, 0).error_code
+            out["full_list_offsets"] = list_offset(raw, "fill", full, -1).error_code
             out["metadata"] = partition_view(raw, "fill")
         out["server_running"] = server.running
         out["acked_full"] = len(acked[full])

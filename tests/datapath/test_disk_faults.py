@@ -108,6 +108,10 @@ def check_eio_under_load(out: dict) -> None:
     for p in failed:
         assert out["metadata"][p] == [LEADER_NOT_AVAILABLE, -1, [1]], "offline partitions must be leaderless"
     assert out["failed_dir_fetch"] == [56, 56]
+    for p in healthy:
+        assert out["list_offsets"][p] == [0, 0, 0]
+    for p in failed:  # latest, earliest, by timestamp: none may answer from memory as if the partition were fine
+        assert out["list_offsets"][p] == [56, 56, 56]
     assert out["failed_dir_produce_v3"] == [NOT_LEADER_OR_FOLLOWER] * 2  # Produce v3 predates KAFKA_STORAGE_ERROR
     assert out["new_topic_dirs"] == [0, 2], "new partitions must avoid the offline dir"
     assert set(out["offline_events"]) == {out["failed_dir"]}
@@ -124,7 +128,8 @@ def check_enospc(out: dict) -> None:
         assert out["codes"][p] == [0], f"partition {p} on a healthy dir saw errors: {out['codes'][p]}"
         assert out["healthy_check"][p] is None, out["healthy_check"][p]
         assert out["metadata"][p] == [0, 1, []]
-    assert out["full_fetch"] == 56 and out["metadata"][full] == [LEADER_NOT_AVAILABLE, -1, [1]]
+    assert out["full_fetch"] == 56 and out["full_list_offsets"] == 56
+    assert out["metadata"][full] == [LEADER_NOT_AVAILABLE, -1, [1]]
     assert out["server_running"] is True and out["exit_code"] == 0
     assert out["acked_full"] > 0
     # After freeing space and restarting: every acknowledged record of every partition is there, once.

@@ -24,6 +24,11 @@ LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4,
 def _lookup(node, topic: str, partition: int, ts: int) -> PartResp:
     try:
         plog = node.partition_log(topic, partition)
+        if not plog.online:
+            # The offsets below are in memory and would still answer; a partition whose log dir failed (or that
+            # is being deleted) must not look healthy, as Fetch and Produce do not either.
+            code = ErrorCode.KAFKA_STORAGE_ERROR if not plog.io.online else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            return PartResp(partition_index=partition, error_code=code)
         if ts == LATEST:
             return PartResp(partition_index=partition, timestamp=-1, offset=plog.high_watermark, leader_epoch=0)
         if ts in (EARLIEST, EARLIEST_LOCAL):
