@@ -105,15 +105,22 @@ class StorageAdapter:
         return [uuid.UUID(bytes=_dir_uuid_bytes(ids.get(plog.log_dir))) for plog in logs]
 
     def delete_topic_partitions(self, name: str, partitions: list[int]) -> None:
+        """Renames every partition's dir to -delete.  The topic is already gone from the metadata, so one
+        partition whose log dir is offline must not stop the others: it is left where it is (its dir cannot be
+        touched) and reported; the next start finds it as a partition the metadata does not know."""
         mover = getattr(self.node, "mover", None)
         for p in partitions:
             self.preferred_dirs.pop((name, p), None)
             if mover is not None:
                 mover.cancel(name, p)  # its thread deletes a future dir the manager does not know yet
-            if self.manager.find(name, p) is not None:
-                self.manager.delete_partition(name, p)
-            elif self.manager.get_future(name, p) is not None:
-                self.manager.delete_future_log(name, p)
+            try:
+                if self.manager.find(name, p) is not None:
+                    self.manager.delete_partition(name, p)
+                elif self.manager.get_future(name, p) is not None:
+                    self.manager.delete_future_log(name, p)
+            except KafkaStorageError as e:
+                log.warning("deleted_partition_left_in_offline_dir", partition=f"{name}-{p}", error=str(e),
+                            effect="its directory stays until the dir is back; remove it then")
 
     def close(self) -> None:
         self.manager.stop_background()
