@@ -131,8 +131,10 @@ class _Route:
         self.response_header_v1 = response_header_version(entry.api_key, version) == 1
         # ApiVersions answers depend only on the listener kind and the request's bytes (client software name
         # and version are validated, nothing else is read): Kafka computes them once per listener, and so do we,
-        # by memoising the encoded body per (listener kind, request bytes after the correlation id).
-        self.memo = entry.api_key == API_VERSIONS_KEY
+        # by memoising the encoded body per (listener kind, request bytes after the correlation id).  Its
+        # response header is always v0, which the memo's replies rely on.
+        self.memo: dict[tuple[str, bytes], bytes] | None = (
+            {} if entry.api_key == API_VERSIONS_KEY and not self.response_header_v1 else None)
 
 
 _pack_corr = struct.Struct(">i").pack
@@ -161,23 +163,23 @@ class Router:
             for version in range(entry.min_version, entry.max_version + 1):
                 (route_id,) = struct.unpack(">i", _route_id.pack(entry.api_key, version))
                 self._routes[route_id] = _Route(entry, version)
-        self._memo: dict[tuple[str, int, bytes], bytes] = {}
 
     def handle(self, frame, ctx: RequestContext):
         try:
             route_id, corr = _unpack_route_corr(frame)
-        except struct.error:
-            route_id, corr = None, 0
-        route = self._routes.get(route_id)  # type: ignore[arg-type]
+            route = self._routes[route_id]
+        except (struct.error, KeyError):
+            route = None
+        memo = None if route is None or self.debug_requests else route.memo
+        if memo is not None:
+            # Filled only after a request passed every check below on this listener kind, so a hit needs none.
+            body = memo.get((ctx.listener_kind, frame[8:]))
+            if body is not None:
+                return [_pack_corr(corr), body]
         if route is None or ctx.listener_kind not in route.listeners:
             route = self._route_slowly(frame, ctx)
             if route.__class__ is list:  # the KIP-511 answer
                 return route
-        if route.memo and not self.debug_requests:
-            key = (ctx.listener_kind, route_id, frame[8:])
-            body = self._memo.get(key)
-            if body is not None:
-                return [_pack_corr_tags(corr, 0) if route.response_header_v1 else _pack_corr(corr), body]
         version = route.version
         try:
             client_id, pos = read_request_header(frame, route.header_version)
@@ -185,8 +187,7 @@ class Router:
             # three of them); the generated decode() is strict, decode_from() lets the router choose.
             body_msg, _end = route.decode_from(frame, pos, version)
         except DecodeError as e:
-            entry = route.entry
-            self._refuse(ctx, frame, entry.api_key, version, f"undecodable request: {e}")
+            self._refuse(ctx, frame, route.entry.api_key, version, f"undecodable request: {e}")
         request = Request(ctx, route.entry.api_key, version, corr, client_id)
         started = time.perf_counter() if self.debug_requests else 0.0
         result = route.fn(self.node, request, body_msg)
@@ -196,11 +197,10 @@ class Router:
             if inspect.isawaitable(result):
                 return self._finish_later(route, request, result, started)
         out = self._reply(route, request, result, started)
-        if route.memo and not self.debug_requests and result.__class__ is route.response_cls:
-            memo = self._memo
+        if memo is not None and result.__class__ is route.response_cls:
             if len(memo) >= _MEMO_LIMIT:
                 memo.clear()
-            memo[(ctx.listener_kind, route_id, frame[8:])] = b"".join(out[1:])
+            memo[(ctx.listener_kind, frame[8:])] = b"".join(out[1:])
         return out
 
     def _route_slowly(self, frame, ctx: RequestContext):
