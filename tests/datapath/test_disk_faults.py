@@ -227,3 +227,40 @@ def test_seam_topic_name_is_free_again_after_the_offline_dir_returns(kjbod_serve
     with RawClient.to(server) as raw:
         again = create_topic(raw, "doomed", 3)
         assert again.error_code == 0, again.error_message
+
+
+def every_dir_failing(factory, tmp_path, monkeypatch):
+    """A server whose three log dirs all fail (through the seam) while it serves; returns it once it exited."""
+    import time
+
+    from .support import RawClient, batch, create_topic, produce, write_faults
+
+    control = tmp_path / "faults.json"
+    monkeypatch.setenv("KJBOD_FAULTS", str(control))
+    server = factory(overrides={"log.dir.placement.policy": "fewest-partitions"})
+    with RawClient.to(server) as raw:
+        assert create_topic(raw, "t", 3).error_code == 0
+        write_faults(control, [{"dir": str(d), "errno": "EIO"} for d in server.log_dirs])
+        assert [produce(raw, "t", p, batch([b"x"])).error_code for p in range(3)] == [56, 56, 56]
+    deadline = time.monotonic() + 30
+    while server.running:
+        assert time.monotonic() < deadline, "the server kept running with every log dir offline"
+        time.sleep(0.1)
+    return server
+
+
+def test_seam_every_dir_failing_stops_the_server(kjbod_server_factory, tmp_path, monkeypatch):
+    """As Kafka halts when no log dir is left, the node stops by itself (after answering what it owed)."""
+    from .support import log_events
+
+    server = every_dir_failing(kjbod_server_factory, tmp_path, monkeypatch)
+    assert log_events(server, "all_log_dirs_offline")
+    assert {e["log_dir"] for e in log_events(server, "log_dir_offline") if "log_dir" in e} == \
+        {str(d) for d in server.log_dirs}
+
+
+@pytest.mark.xfail(strict=True, reason="kjbod serve exits 0 when it stops because every log dir failed; Kafka "
+                   "halts with status 1 so that a supervisor sees a failure (kjbod/server/app.py)")
+def test_seam_every_dir_failing_exits_non_zero(kjbod_server_factory, tmp_path, monkeypatch):
+    server = every_dir_failing(kjbod_server_factory, tmp_path, monkeypatch)
+    assert server.process.returncode != 0
