@@ -18,7 +18,7 @@ import struct
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import structlog
 
@@ -57,8 +57,8 @@ class Request:
 class ApiEntry:
     api_key: int
     name: str
-    request_cls: type
-    response_cls: type
+    request_cls: Any  # a generated request class
+    response_cls: Any
     min_version: int
     max_version: int
     listeners: frozenset[str]
@@ -68,7 +68,7 @@ class ApiEntry:
 _REGISTRY: dict[int, ApiEntry] = {}
 
 
-def api(request_cls: type, *, min_version: int | None = None, max_version: int | None = None,
+def api(request_cls: Any, *, min_version: int | None = None, max_version: int | None = None,
         listeners: frozenset[str] | None = None) -> Callable[[HandlerFn], HandlerFn]:
     """Registers a handler for the API of `request_cls`.  Versions and listeners default to the schema's."""
     info = APIS[request_cls.API_KEY]
@@ -257,7 +257,7 @@ class Router:
         )
         return [response_header(corr, 0), body.encode(0)]
 
-    def _refuse(self, ctx: RequestContext, frame, key, version, reason: str):
+    def _refuse(self, ctx: RequestContext, frame, key, version, reason: str) -> NoReturn:
         name = APIS[key].name if key in APIS else None
         log.warning("closing_connection", reason=reason, api_key=key, api=name, version=version,
                     peer=ctx.peer, listener=ctx.listener_name, client_id=peek_client_id(frame))
