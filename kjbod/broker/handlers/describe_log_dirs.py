@@ -22,7 +22,7 @@ from uuid import UUID
 from kjbod.broker.router import api
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import DescribeLogDirsRequest, DescribeLogDirsResponse
-from kjbod.protocol.runtime import ZERO_UUID
+from kjbod.protocol.runtime import ZERO_UUID, gc_pause, gc_resume
 from kjbod.storage.ids import uuid_from_str
 
 Result = DescribeLogDirsResponse.DescribeLogDirsResult
@@ -39,14 +39,18 @@ def _directory_id(text: str | None) -> UUID:
         return ZERO_UUID
 
 
+def _size(plog) -> int:
+    segments = plog.segments
+    return segments[0].size if len(segments) == 1 else sum([s.size for s in segments])
+
+
 def collect(node, wanted: dict[str, set[int]] | None) -> dict[str, dict[str, list[Partition]]]:
-    """{log dir: {topic: [partition entries]}} for the requested partitions (None: all)."""
+    """{log dir: {topic: [partition entries]}} for the requested partitions (None: all).
+
+    The hot path of a large broker (20,000 replicas): one pass, local names, and the cyclic GC paused while
+    the entries are built (they all survive; scanning them again and again would make the cost superlinear)."""
     manager = node.logs.manager
     out: dict[str, dict[str, list[Partition]]] = {}
-
-    def add(path: str, topic: str, entry: Partition) -> None:
-        out.setdefault(path, {}).setdefault(topic, []).append(entry)
-
     if wanted is None:
         currents = manager.partitions()
         futures = manager.future_logs()
@@ -60,22 +64,35 @@ def collect(node, wanted: dict[str, set[int]] | None) -> dict[str, dict[str, lis
                 future = manager.get_future(topic, p)
                 if future is not None:
                     futures.append(future)
-    leo_of = {}
-    for plog in currents:
-        leo, hw = plog.log_end_offset, plog.high_watermark
-        leo_of[(plog.topic, plog.partition)] = leo
-        add(plog.log_dir, plog.topic, Partition(partition_index=plog.partition, partition_size=plog.size_bytes,
-                                                offset_lag=max(0, hw - leo), is_future_key=False))
-    for future in futures:
-        tp = (future.topic, future.partition)
-        current_leo = leo_of.get(tp)
-        if current_leo is None:
-            current = manager.find(*tp)
-            current_leo = current.log_end_offset if current is not None else None
-        lag = max(0, current_leo - future.log_end_offset) if current_leo is not None else -1
-        add(future.log_dir, future.topic, Partition(partition_index=future.partition,
-                                                    partition_size=future.size_bytes, offset_lag=lag,
-                                                    is_future_key=True))
+    paused = gc_pause()
+    try:
+        leo_of: dict[tuple[str, int], int] = {}
+        by_dir: dict[str, dict[str, list[Partition]]] | None = None
+        last_dir = None
+        for plog in currents:
+            topic, partition, leo = plog.topic, plog.partition, plog.log_end_offset
+            leo_of[(topic, partition)] = leo
+            path = plog.io.path
+            if path != last_dir:
+                by_dir = out.setdefault(path, {})
+                last_dir = path
+            entries = by_dir.get(topic)  # type: ignore[union-attr]
+            if entries is None:
+                entries = by_dir[topic] = []  # type: ignore[index]
+            lag = plog.high_watermark - leo
+            entries.append(Partition(partition, _size(plog), lag if lag > 0 else 0, False))
+        for future in futures:
+            tp = (future.topic, future.partition)
+            current_leo = leo_of.get(tp)
+            if current_leo is None:
+                current = manager.find(*tp)
+                current_leo = current.log_end_offset if current is not None else None
+            lag = max(0, current_leo - future.log_end_offset) if current_leo is not None else -1
+            out.setdefault(future.log_dir, {}).setdefault(future.topic, []).append(
+                Partition(future.partition, _size(future), lag, True))
+    finally:
+        if paused:
+            gc_resume()
     mover = node.mover
     if mover is not None:
         for m in mover.all_progress():
@@ -89,8 +106,8 @@ def collect(node, wanted: dict[str, set[int]] | None) -> dict[str, dict[str, lis
                 current_leo = current.log_end_offset if current is not None else None
             reached = m.future_log_end_offset or 0
             lag = max(0, current_leo - reached) if current_leo is not None else -1
-            add(m.dest_dir, m.topic, Partition(partition_index=m.partition, partition_size=m.future_size,
-                                               offset_lag=lag, is_future_key=True))
+            out.setdefault(m.dest_dir, {}).setdefault(m.topic, []).append(
+                Partition(m.partition, m.future_size, lag, True))
     return out
 
 

@@ -6,12 +6,16 @@ A thread that has just copied ``n`` bytes adds them to the shared position and s
 due. Any oversleep or slow chunk is repaid by the next chunk, so the long-run rate is exact (the naive design
 undershoots by 1-13 %, a bucket capped at one chunk by up to 10 %).
 
-Two re-anchorings keep it honest:
+Three re-anchorings keep it honest:
 
 * a rate change (IncrementalAlterConfigs at runtime) moves the anchor to "now" at the position that was due
   now, so bytes already owed are paid at the new rate and sleeping threads wake up to recompute;
-* after an idle spell the schedule may lag far behind the clock; the lag is capped at ``burst_seconds`` of
-  data, so a copier that resumes does not get a catch-up burst.
+* when the first copier starts (:meth:`copying`: no move was running), the schedule restarts at its first
+  chunk: time nobody copied (nor the move's set-up) earns no allowance;
+* while moves run, time a copier spends not copying (fsyncing a group of files, opening the future log) is
+  repaid by copying faster afterwards, so the long-run rate is the setting, as with Kafka's quota windows;
+  the lag that can be repaid is capped at ``burst_seconds`` of data (a stalled disk does not buy a long
+  full-speed burst).
 
 The chunk a copier asks for is about 20 ms of data at the current rate, between 64 KiB and 8 MiB: it is the
 granularity of the throttle and costs no throughput (sendfile runs at the same speed for any of these sizes).
@@ -21,7 +25,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 UNLIMITED = (1 << 63) - 1  # Kafka's default for the quota: Long.MAX_VALUE, i.e. no throttle
 MIN_CHUNK = 64 << 10
@@ -36,7 +41,7 @@ class Throttle:
         self,
         rate: int = UNLIMITED,
         *,
-        burst_seconds: float = 0.05,
+        burst_seconds: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if rate < 1:
@@ -48,6 +53,8 @@ class Throttle:
         self._anchor_time = clock()
         self._anchor_pos = 0.0
         self._pos = 0  # bytes ever paced through the schedule (the shared position)
+        self._copiers = 0
+        self._fresh = True  # the next paced chunk restarts the schedule
         self.total_bytes = 0  # every byte reported, paced or not (progress and benchmarks)
 
     @property
@@ -78,6 +85,19 @@ class Throttle:
             self._rate = rate
             self._cond.notify_all()
 
+    @contextmanager
+    def copying(self) -> Iterator[None]:
+        """Bracket one move: the first of several concurrent moves restarts the schedule at "now"."""
+        with self._cond:
+            if self._copiers == 0:
+                self._fresh = True
+            self._copiers += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._copiers -= 1
+
     def account(self, nbytes: int) -> None:
         """Count bytes copied outside the schedule (the final catch-up under the append lock must not sleep),
         while still charging them to the rate: later chunks wait for them."""
@@ -95,9 +115,13 @@ class Throttle:
                 self._anchor_time = self._clock()
                 return
             now = self._clock()
+            if self._fresh:
+                self._fresh = False
+                self._anchor_time = now
+                self._anchor_pos = float(self._pos)
             due_now = self._anchor_pos + (now - self._anchor_time) * self._rate
             if due_now > self._pos + self._burst * self._rate:
-                # Idle (or slower than the rate) for a while: forget the unused allowance beyond one burst.
+                # Slower than the rate for a while: forget the unused allowance beyond one burst.
                 self._anchor_time = now - self._burst
                 self._anchor_pos = float(self._pos)
             self._pos += nbytes
