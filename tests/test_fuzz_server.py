@@ -447,11 +447,7 @@ def create_topic(server: LiveServer) -> uuid.UUID:
 # Bugs this fuzz found in handlers owned elsewhere, as data.  Each has a strict xfail below, so a fix turns
 # into a failure that asks for its entry to be removed (and the fuzz oracle becomes strict again).
 FETCH_WAITS_FOR_NOTHING = ("Fetch", "waits with nothing to wait for")
-KNOWN_BUGS: dict[tuple[str, object], str] = {
-    **{("ListOffsets", v): "the handler sets leader_epoch=0 at v1-v3, which cannot carry it: the response "
-                           "fails to encode and the connection is closed" for v in (1, 2, 3)},
-    FETCH_WAITS_FOR_NOTHING: "a Fetch without partitions waits its whole max_wait_ms; Kafka answers it at once",
-}
+KNOWN_BUGS: dict[tuple[str, object], str] = {}
 
 
 def _seed_params():
@@ -500,7 +496,6 @@ def test_fetch_with_min_bytes_0_answers_at_once(server, topic_id):
     assert _fetch_now(server, F(max_wait_ms=2000, min_bytes=0, topics=topics)) < 1.0
 
 
-@pytest.mark.xfail(strict=True, reason=KNOWN_BUGS[FETCH_WAITS_FOR_NOTHING])
 def test_fetch_without_partitions_answers_at_once(server):
     from kjbod.protocol.generated import FetchRequest as F
 

@@ -57,6 +57,7 @@ class BrokerNode:
         self._stopping = asyncio.Event()
         self.shutdown_requested = asyncio.Event()
         self._appended = asyncio.Event()
+        self.exit_code = 0
         self._producer_ids = itertools.count(int(time.time() * 1000) * 1000)
 
     # -------------------------------------------------------------------------------- identity and endpoints
@@ -97,6 +98,7 @@ class BrokerNode:
 
     def all_dirs_offline(self) -> None:
         log.error("all_log_dirs_offline", effect="shutting down, as Kafka does")
+        self.exit_code = 1
         loop = getattr(self, "_loop", None)
         if loop is not None:
             loop.call_soon_threadsafe(self.shutdown_requested.set)
@@ -281,6 +283,15 @@ class BrokerNode:
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.append(task)
         return task
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping.is_set()
+
+    def begin_shutdown(self) -> None:
+        """First step of a shutdown: pending long polls answer now instead of waiting out max_wait_ms."""
+        self._stopping.set()
+        self.notify_append()
 
     async def stop(self) -> None:
         self._stopping.set()

@@ -128,12 +128,17 @@ async def serve(
         # Also on cancellation (embedded use): the node must not be left running.
         for _, _, server in servers:
             server.close()
+        begin = getattr(node, "begin_shutdown", None)
+        if begin is not None:
+            begin()  # wakes long-polling fetches so draining does not wait out their max_wait_ms
         aborted = await _drain(loop, registry, shutdown_timeout)
         for _, _, server in servers:
             await server.wait_closed()
         await node.stop()
-    log.info("shutdown complete", aborted_connections=aborted)
-    return 0
+    # Like Kafka, a node that stopped because every log dir failed exits non-zero so a supervisor notices.
+    code = int(getattr(node, "exit_code", 0) or 0)
+    log.info("shutdown complete", aborted_connections=aborted, exit_code=code)
+    return code
 
 
 async def _bind(

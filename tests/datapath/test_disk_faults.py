@@ -259,8 +259,6 @@ def test_seam_every_dir_failing_stops_the_server(kjbod_server_factory, tmp_path,
         {str(d) for d in server.log_dirs}
 
 
-@pytest.mark.xfail(strict=True, reason="kjbod serve exits 0 when it stops because every log dir failed; Kafka "
-                   "halts with status 1 so that a supervisor sees a failure (kjbod/server/app.py)")
 def test_seam_every_dir_failing_exits_non_zero(kjbod_server_factory, tmp_path, monkeypatch):
     server = every_dir_failing(kjbod_server_factory, tmp_path, monkeypatch)
     assert server.process.returncode != 0

@@ -128,9 +128,14 @@ async def handle(node, request, body: FetchRequest) -> FetchResponse:
     if v >= 7 and (body.session_id != 0 or body.session_epoch > 0):
         return FetchResponse(error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND, session_id=0)
     resolved = _resolve(node, body, v)
-    deadline = time.monotonic() + max(body.max_wait_ms, 0) / 1000.0
+    # Like Kafka, a fetch that asks for no partitions needs no data and is answered at once, and so is every
+    # fetch once the node is shutting down (a long poll must not hold up a SIGTERM).
+    wants_nothing = not any(t.partitions for t in body.topics)
+    deadline = time.monotonic() + (0 if wants_nothing else max(body.max_wait_ms, 0) / 1000.0)
     while True:
         # Look before reading: reading hands out file regions that must be closed if we then decide to wait.
+        if node.stopping:
+            deadline = 0.0
         if _has_data(node, resolved, body) or time.monotonic() >= deadline:
             resp, total = _build(node, resolved, body, v)
             if total >= body.min_bytes or time.monotonic() >= deadline or not _only_data(resp):

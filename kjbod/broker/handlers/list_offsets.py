@@ -21,7 +21,9 @@ from kjbod.protocol.generated.list_offsets_response import ListOffsetsTopicRespo
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
 
 
-def _lookup(node, topic: str, partition: int, ts: int) -> PartResp:
+def _lookup(node, topic: str, partition: int, ts: int, version: int) -> PartResp:
+    # Leader epochs exist on the wire from v4; below that the field must stay at its default.
+    epoch = 0 if version >= 4 else -1
     try:
         plog = node.partition_log(topic, partition)
         if not plog.online:
@@ -30,9 +32,9 @@ def _lookup(node, topic: str, partition: int, ts: int) -> PartResp:
             code = ErrorCode.KAFKA_STORAGE_ERROR if not plog.io.online else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             return PartResp(partition_index=partition, error_code=code)
         if ts == LATEST:
-            return PartResp(partition_index=partition, timestamp=-1, offset=plog.high_watermark, leader_epoch=0)
+            return PartResp(partition_index=partition, timestamp=-1, offset=plog.high_watermark, leader_epoch=epoch)
         if ts in (EARLIEST, EARLIEST_LOCAL):
-            return PartResp(partition_index=partition, timestamp=-1, offset=plog.log_start_offset, leader_epoch=0)
+            return PartResp(partition_index=partition, timestamp=-1, offset=plog.log_start_offset, leader_epoch=epoch)
         if ts == LATEST_TIERED:
             return PartResp(partition_index=partition, timestamp=-1, offset=-1, leader_epoch=-1)
         if ts == MAX_TIMESTAMP:
@@ -47,7 +49,7 @@ def _lookup(node, topic: str, partition: int, ts: int) -> PartResp:
     if found is None:
         return PartResp(partition_index=partition, timestamp=-1, offset=-1, leader_epoch=-1)
     offset, timestamp = found
-    return PartResp(partition_index=partition, timestamp=timestamp, offset=offset, leader_epoch=0)
+    return PartResp(partition_index=partition, timestamp=timestamp, offset=offset, leader_epoch=epoch)
 
 
 @api(ListOffsetsRequest)
@@ -61,7 +63,7 @@ def handle(node, request, body: ListOffsetsRequest) -> ListOffsetsResponse:
                 parts.append(PartResp(partition_index=p.partition_index,
                                       error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
             elif ts_ok(p.timestamp, request.api_version):
-                parts.append(_lookup(node, t.name, p.partition_index, p.timestamp))
+                parts.append(_lookup(node, t.name, p.partition_index, p.timestamp, request.api_version))
             else:
                 parts.append(PartResp(partition_index=p.partition_index, error_code=ErrorCode.UNSUPPORTED_VERSION))
         topics.append(TopicResp(name=t.name, partitions=parts))
