@@ -39,6 +39,7 @@ SERVED_APIS: dict[str, tuple[int, int]] = {
     "CreateTopics": (2, 7),
     "DeleteTopics": (1, 6),
     "InitProducerId": (0, 5),
+    "FindCoordinator": (0, 6),
     "DescribeConfigs": (1, 4),
     "AlterConfigs": (0, 2),
     "IncrementalAlterConfigs": (0, 1),

@@ -212,14 +212,11 @@ def confluent_consume(server: LiveServer) -> Callable[[str], tuple[Consumed, dic
 
 
 def test_confluent_round_trip_all_codecs_and_restart(kjbod_server):
-    # librdkafka sends its lz4 messages uncompressed here: see test_confluent_sends_lz4_batches.
+    # librdkafka compresses with lz4 only because kjbod serves FindCoordinator (its marker for lz4 support).
     round_trip(kjbod_server, "ck", confluent_produce(kjbod_server), confluent_consume(kjbod_server),
-               {CODEC_IDS["none"], CODEC_IDS["gzip"], CODEC_IDS["zstd"]})
+               {CODEC_IDS["none"], CODEC_IDS["gzip"], CODEC_IDS["lz4"], CODEC_IDS["zstd"]})
 
 
-@pytest.mark.xfail(strict=True, reason="librdkafka enables lz4 only when the broker advertises FindCoordinator v0 "
-                   "(its feature map uses it as the marker of Kafka >= 0.8.2); kjbod has no FindCoordinator "
-                   "handler yet, so lz4 batches go out uncompressed")
 def test_confluent_sends_lz4_batches(kjbod_server):
     from confluent_kafka import Producer
 

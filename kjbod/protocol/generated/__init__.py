@@ -33,6 +33,8 @@ from .describe_log_dirs_response import DescribeLogDirsResponse
 from .fence_broker_record import FenceBrokerRecord
 from .fetch_request import FetchRequest
 from .fetch_response import FetchResponse
+from .find_coordinator_request import FindCoordinatorRequest
+from .find_coordinator_response import FindCoordinatorResponse
 from .incremental_alter_configs_request import IncrementalAlterConfigsRequest
 from .incremental_alter_configs_response import IncrementalAlterConfigsResponse
 from .init_producer_id_request import InitProducerIdRequest
@@ -92,6 +94,8 @@ __all__ = [
     'FenceBrokerRecord',
     'FetchRequest',
     'FetchResponse',
+    'FindCoordinatorRequest',
+    'FindCoordinatorResponse',
     'IncrementalAlterConfigsRequest',
     'IncrementalAlterConfigsResponse',
     'InitProducerIdRequest',

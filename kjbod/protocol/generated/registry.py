@@ -37,6 +37,8 @@ from .describe_log_dirs_response import DescribeLogDirsResponse
 from .fence_broker_record import FenceBrokerRecord
 from .fetch_request import FetchRequest
 from .fetch_response import FetchResponse
+from .find_coordinator_request import FindCoordinatorRequest
+from .find_coordinator_response import FindCoordinatorResponse
 from .incremental_alter_configs_request import IncrementalAlterConfigsRequest
 from .incremental_alter_configs_response import IncrementalAlterConfigsResponse
 from .init_producer_id_request import InitProducerIdRequest
@@ -81,6 +83,7 @@ APIS: dict[int, ApiInfo] = {
     1: ApiInfo(1, 'Fetch', FetchRequest, FetchResponse, 4, 17, 12, frozenset(['broker', 'controller'])),
     2: ApiInfo(2, 'ListOffsets', ListOffsetsRequest, ListOffsetsResponse, 1, 11, 6, frozenset(['broker'])),
     3: ApiInfo(3, 'Metadata', MetadataRequest, MetadataResponse, 0, 13, 9, frozenset(['broker'])),
+    10: ApiInfo(10, 'FindCoordinator', FindCoordinatorRequest, FindCoordinatorResponse, 0, 6, 3, frozenset(['broker'])),
     17: ApiInfo(17, 'SaslHandshake', SaslHandshakeRequest, SaslHandshakeResponse, 0, 1, None, frozenset(['broker', 'controller'])),
     18: ApiInfo(18, 'ApiVersions', ApiVersionsRequest, ApiVersionsResponse, 0, 4, 3, frozenset(['broker', 'controller'])),
     19: ApiInfo(19, 'CreateTopics', CreateTopicsRequest, CreateTopicsResponse, 2, 7, 5, frozenset(['broker', 'controller'])),
