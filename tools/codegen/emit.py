@@ -557,7 +557,7 @@ class Emitter:
                 L.append(f"{ind}{target} = _uuid({target})")
             return L
         if elem == "records":
-            fn = "read_compact_nullable_bytes" if flex else "read_nullable_bytes"
+            fn = "read_compact_records" if flex else "read_records"
             return [f"{ind}{target}, pos = _rt.{fn}(buf, pos)"]
         base = {"string": "string", "bytes": "bytes"}[elem]
         fn = ("compact_" if flex else "") + ("nullable_" if nullable else "") + base

@@ -254,7 +254,7 @@ def _dec_v4(buf, pos):
                         pos += 16
                         e2 = AbortedTransaction(v3_producer_id, v3_first_offset, ())
                         ap2(e2)
-            v2_records, pos = _rt.read_nullable_bytes(buf, pos)
+            v2_records, pos = _rt.read_records(buf, pos)
             e1 = PartitionData(v2_partition_index, v2_error_code, v2_high_watermark, v2_last_stable_offset, -1, EpochEndOffset(), LeaderIdAndEpoch(), SnapshotId(), v2_aborted_transactions, -1, v2_records, ())
             ap1(e1)
         e0 = FetchableTopicResponse(v1_topic, _ZERO_UUID, v1_partitions, ())
@@ -332,7 +332,7 @@ def _dec_v5(buf, pos):
                         pos += 16
                         e2 = AbortedTransaction(v3_producer_id, v3_first_offset, ())
                         ap2(e2)
-            v2_records, pos = _rt.read_nullable_bytes(buf, pos)
+            v2_records, pos = _rt.read_records(buf, pos)
             e1 = PartitionData(v2_partition_index, v2_error_code, v2_high_watermark, v2_last_stable_offset, v2_log_start_offset, EpochEndOffset(), LeaderIdAndEpoch(), SnapshotId(), v2_aborted_transactions, -1, v2_records, ())
             ap1(e1)
         e0 = FetchableTopicResponse(v1_topic, _ZERO_UUID, v1_partitions, ())
@@ -445,7 +445,7 @@ def _dec_v7(buf, pos):
                         pos += 16
                         e2 = AbortedTransaction(v3_producer_id, v3_first_offset, ())
                         ap2(e2)
-            v2_records, pos = _rt.read_nullable_bytes(buf, pos)
+            v2_records, pos = _rt.read_records(buf, pos)
             e1 = PartitionData(v2_partition_index, v2_error_code, v2_high_watermark, v2_last_stable_offset, v2_log_start_offset, EpochEndOffset(), LeaderIdAndEpoch(), SnapshotId(), v2_aborted_transactions, -1, v2_records, ())
             ap1(e1)
         e0 = FetchableTopicResponse(v1_topic, _ZERO_UUID, v1_partitions, ())
@@ -627,7 +627,7 @@ def _dec_v11(buf, pos):
                         ap2(e2)
             v2_preferred_read_replica, = _S0.unpack_from(buf, pos)
             pos += 4
-            v2_records, pos = _rt.read_nullable_bytes(buf, pos)
+            v2_records, pos = _rt.read_records(buf, pos)
             e1 = PartitionData(v2_partition_index, v2_error_code, v2_high_watermark, v2_last_stable_offset, v2_log_start_offset, EpochEndOffset(), LeaderIdAndEpoch(), SnapshotId(), v2_aborted_transactions, v2_preferred_read_replica, v2_records, ())
             ap1(e1)
         e0 = FetchableTopicResponse(v1_topic, _ZERO_UUID, v1_partitions, ())
@@ -750,7 +750,7 @@ def _dec_v12(buf, pos):
                         ap2(e2)
             v2_preferred_read_replica, = _S0.unpack_from(buf, pos)
             pos += 4
-            v2_records, pos = _rt.read_compact_nullable_bytes(buf, pos)
+            v2_records, pos = _rt.read_compact_records(buf, pos)
             v2_diverging_epoch = EpochEndOffset()
             v2_current_leader = LeaderIdAndEpoch()
             v2_snapshot_id = SnapshotId()
@@ -958,7 +958,7 @@ def _dec_v13(buf, pos):
                         ap2(e2)
             v2_preferred_read_replica, = _S0.unpack_from(buf, pos)
             pos += 4
-            v2_records, pos = _rt.read_compact_nullable_bytes(buf, pos)
+            v2_records, pos = _rt.read_compact_records(buf, pos)
             v2_diverging_epoch = EpochEndOffset()
             v2_current_leader = LeaderIdAndEpoch()
             v2_snapshot_id = SnapshotId()
@@ -1314,7 +1314,7 @@ def _dec_v16(buf, pos):
                         ap2(e2)
             v2_preferred_read_replica, = _S0.unpack_from(buf, pos)
             pos += 4
-            v2_records, pos = _rt.read_compact_nullable_bytes(buf, pos)
+            v2_records, pos = _rt.read_compact_records(buf, pos)
             v2_diverging_epoch = EpochEndOffset()
             v2_current_leader = LeaderIdAndEpoch()
             v2_snapshot_id = SnapshotId()

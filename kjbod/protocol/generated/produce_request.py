@@ -143,7 +143,7 @@ def _dec_v3(buf, pos):
         for _ in range(n1):
             v2_index, = _S1.unpack_from(buf, pos)
             pos += 4
-            v2_records, pos = _rt.read_nullable_bytes(buf, pos)
+            v2_records, pos = _rt.read_records(buf, pos)
             e1 = PartitionProduceData(v2_index, v2_records, ())
             ap1(e1)
         e0 = TopicProduceData(v1_name, v1_partition_data, ())
@@ -292,7 +292,7 @@ def _dec_v9(buf, pos):
         for _ in range(n1):
             v2_index, = _S1.unpack_from(buf, pos)
             pos += 4
-            v2_records, pos = _rt.read_compact_nullable_bytes(buf, pos)
+            v2_records, pos = _rt.read_compact_records(buf, pos)
             if buf[pos] == 0:
                 pos += 1
                 u2 = ()
