@@ -331,7 +331,7 @@ def plan_topic_changes(
         else:
             new[key] = value
     try:
-        topic_config.validate(new)
+        topic_config.validate(dict[str, str | None](new))
     except topic_config.TopicConfigError as e:
         raise ConfigProblem(ErrorCode.INVALID_CONFIG, str(e)) from None
     return new

@@ -16,8 +16,7 @@ from __future__ import annotations
 from kjbod.broker import broker_config as bc
 from kjbod.broker.router import api
 from kjbod.protocol.generated import AlterConfigsRequest, AlterConfigsResponse
-
-Resp = AlterConfigsResponse.AlterConfigsResourceResponse
+from kjbod.protocol.generated.alter_configs_response import AlterConfigsResourceResponse as Resp
 
 
 @api(AlterConfigsRequest)

@@ -26,9 +26,12 @@ from __future__ import annotations
 from kjbod.broker.router import api
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import AlterReplicaLogDirsRequest, AlterReplicaLogDirsResponse
-
-TopicResult = AlterReplicaLogDirsResponse.AlterReplicaLogDirTopicResult
-PartitionResult = AlterReplicaLogDirsResponse.AlterReplicaLogDirPartitionResult
+from kjbod.protocol.generated.alter_replica_log_dirs_response import (
+    AlterReplicaLogDirPartitionResult as PartitionResult,
+)
+from kjbod.protocol.generated.alter_replica_log_dirs_response import (
+    AlterReplicaLogDirTopicResult as TopicResult,
+)
 
 ANY = "any"
 MAX_DIR_NAME = 255

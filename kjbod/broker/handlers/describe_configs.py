@@ -17,10 +17,9 @@ from kjbod.broker import broker_config as bc
 from kjbod.broker.router import api
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import DescribeConfigsRequest, DescribeConfigsResponse
-
-Result = DescribeConfigsResponse.DescribeConfigsResult
-Config = DescribeConfigsResponse.DescribeConfigsResourceResult
-Synonym = DescribeConfigsResponse.DescribeConfigsSynonym
+from kjbod.protocol.generated.describe_configs_response import DescribeConfigsResourceResult as Config
+from kjbod.protocol.generated.describe_configs_response import DescribeConfigsResult as Result
+from kjbod.protocol.generated.describe_configs_response import DescribeConfigsSynonym as Synonym
 
 
 def _config(e: bc.Entry, synonyms: bool, documentation: bool) -> Config:

@@ -22,12 +22,17 @@ from uuid import UUID
 from kjbod.broker.router import api
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import DescribeLogDirsRequest, DescribeLogDirsResponse
+from kjbod.protocol.generated.describe_log_dirs_response import (
+    DescribeLogDirsPartition as Partition,
+)
+from kjbod.protocol.generated.describe_log_dirs_response import (
+    DescribeLogDirsResult as Result,
+)
+from kjbod.protocol.generated.describe_log_dirs_response import (
+    DescribeLogDirsTopic as Topic,
+)
 from kjbod.protocol.runtime import ZERO_UUID, gc_pause, gc_resume
 from kjbod.storage.ids import uuid_from_str
-
-Result = DescribeLogDirsResponse.DescribeLogDirsResult
-Topic = DescribeLogDirsResponse.DescribeLogDirsTopic
-Partition = DescribeLogDirsResponse.DescribeLogDirsPartition
 
 
 def _directory_id(text: str | None) -> UUID:
@@ -67,7 +72,7 @@ def collect(node, wanted: dict[str, set[int]] | None) -> dict[str, dict[str, lis
     paused = gc_pause()
     try:
         leo_of: dict[tuple[str, int], int] = {}
-        by_dir: dict[str, dict[str, list[Partition]]] | None = None
+        by_dir: dict[str, list[Partition]] = {}
         last_dir = None
         for plog in currents:
             topic, partition, leo = plog.topic, plog.partition, plog.log_end_offset
@@ -76,9 +81,9 @@ def collect(node, wanted: dict[str, set[int]] | None) -> dict[str, dict[str, lis
             if path != last_dir:
                 by_dir = out.setdefault(path, {})
                 last_dir = path
-            entries = by_dir.get(topic)  # type: ignore[union-attr]
+            entries = by_dir.get(topic)
             if entries is None:
-                entries = by_dir[topic] = []  # type: ignore[index]
+                entries = by_dir[topic] = []
             lag = plog.high_watermark - leo
             entries.append(Partition(partition, _size(plog), lag if lag > 0 else 0, False))
         for future in futures:

@@ -15,8 +15,7 @@ from __future__ import annotations
 from kjbod.broker import broker_config as bc
 from kjbod.broker.router import api
 from kjbod.protocol.generated import IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse
-
-Resp = IncrementalAlterConfigsResponse.AlterConfigsResourceResponse
+from kjbod.protocol.generated.incremental_alter_configs_response import AlterConfigsResourceResponse as Resp
 
 
 @api(IncrementalAlterConfigsRequest)
