@@ -33,12 +33,6 @@ def _missing(handler: str) -> pytest.MarkDecorator:
     return pytest.mark.xfail(strict=True, reason=f"server handler for {handler} not implemented yet")
 
 
-DESCRIBE_LOG_DIRS = _missing("DescribeLogDirs")
-ALTER_REPLICA_LOG_DIRS = _missing("AlterReplicaLogDirs")
-DESCRIBE_CONFIGS = _missing("DescribeConfigs")
-INCREMENTAL_ALTER_CONFIGS = _missing("IncrementalAlterConfigs")
-
-
 def admin_for(server: LiveServer, **options) -> AdminClient:
     options.setdefault("request_timeout", 15)
     return AdminClient(server.bootstrap, **options)
@@ -135,7 +129,6 @@ async def test_delete_topics(kjbod_server):
 # ================================================================================================ log dirs
 
 
-@DESCRIBE_LOG_DIRS
 async def test_describe_log_dirs_reports_every_configured_dir(kjbod_server):
     async with admin_for(kjbod_server) as admin:
         result = await admin.describe_log_dirs()
@@ -149,7 +142,6 @@ async def test_describe_log_dirs_reports_every_configured_dir(kjbod_server):
         assert info.total_bytes > 0 and 0 <= info.usable_bytes <= info.total_bytes
 
 
-@DESCRIBE_LOG_DIRS
 async def test_describe_log_dirs_with_topics(kjbod_server):
     async with admin_for(kjbod_server) as admin:
         await admin.create_topics([NewTopic("spread", 6, 1), NewTopic("other", 1, 1)])
@@ -163,8 +155,6 @@ async def test_describe_log_dirs_with_topics(kjbod_server):
     assert sorted((r.topic, r.partition) for d in pairs[1] for r in d.replicas) == [("other", 0), ("spread", 0)]
 
 
-@ALTER_REPLICA_LOG_DIRS
-@DESCRIBE_LOG_DIRS
 async def test_move_a_replica_between_log_dirs(kjbod_server):
     async with admin_for(kjbod_server) as admin:
         await admin.create_topics([NewTopic("mover", 1, 1)])
@@ -181,7 +171,6 @@ async def test_move_a_replica_between_log_dirs(kjbod_server):
             await asyncio.sleep(0.2)
 
 
-@ALTER_REPLICA_LOG_DIRS
 async def test_alter_replica_log_dirs_errors(kjbod_server):
     async with admin_for(kjbod_server) as admin:
         await admin.create_topics([NewTopic("fixed", 1, 1)])
@@ -196,7 +185,6 @@ async def test_alter_replica_log_dirs_errors(kjbod_server):
 # ================================================================================================ configs
 
 
-@DESCRIBE_CONFIGS
 async def test_describe_broker_configs(kjbod_server):
     async with admin_for(kjbod_server) as admin:
         configs = await admin.describe_configs([ConfigResource.broker(1)])
@@ -207,7 +195,6 @@ async def test_describe_broker_configs(kjbod_server):
     assert list(only[ConfigResource.broker(1)]) == ["log.dirs"]
 
 
-@DESCRIBE_CONFIGS
 async def test_describe_topic_configs(kjbod_server):
     async with admin_for(kjbod_server) as admin:
         await admin.create_topics([NewTopic("configured", 1, 1, {"retention.ms": "12345"})])
@@ -218,8 +205,6 @@ async def test_describe_topic_configs(kjbod_server):
     assert missing.value.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
-@INCREMENTAL_ALTER_CONFIGS
-@DESCRIBE_CONFIGS
 async def test_incremental_alter_configs(kjbod_server):
     topic = ConfigResource.topic("tuned")
     throttle = "replica.alter.log.dirs.io.max.bytes.per.second"
