@@ -24,7 +24,7 @@ run: install
 
 test: install check-codegen
 	$(VENV)/bin/lint-imports
-	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+	$(PY) -m pytest -q -rs -p no:cacheprovider $(PYTEST_ARGS)
 
 bench: install
 	$(PY) -m tools.bench $(BENCH_ARGS)

@@ -167,15 +167,17 @@ def seeds(topic_id: uuid.UUID) -> list[tuple[str, int, str, bytes]]:
         kind = "broker" if "broker" in entry.listeners else "controller"
         for version in range(entry.min_version, entry.max_version + 1):
             body = populate(entry.request_cls, topic_id, records)
-            # A list that this version cannot carry (DeleteTopics' topics before v6, Fetch's forgotten topics
-            # before v7) goes back to its empty default.
+            # A field that this version cannot carry (DeleteTopics' topics before v6, Fetch's forgotten topics
+            # before v7, FindCoordinator's single key from v4) goes back to its default.
             for f in dataclasses.fields(body):
                 try:
                     body.encode(version)
                     break
                 except EncodeError:
-                    if isinstance(getattr(body, f.name), list):
+                    if f.default_factory is not dataclasses.MISSING:
                         setattr(body, f.name, f.default_factory())
+                    elif f.default is not dataclasses.MISSING:
+                        setattr(body, f.name, f.default)
             out.append((entry.name, version, kind, frame_of(entry.request_cls, version, 1000 + version, body)))
     return out
 
