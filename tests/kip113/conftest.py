@@ -7,13 +7,17 @@ mover's ``exclusive`` step takes, which is what the node's event loop guarantees
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import pytest
+import structlog
 from live import kjbod_server, kjbod_server_factory  # noqa: F401  (live-server fixtures)
+from structlog.testing import capture_logs
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
@@ -50,6 +54,19 @@ def records(data: bytes) -> list[tuple[int, bytes]]:
         out.extend((r.offset, r.value) for r in b)
 
 
+@contextmanager
+def captured_logs() -> Iterator[list[dict]]:
+    """structlog's capture_logs, with every level let through (another test may have configured a filtering
+    logger that drops info and debug before any processor sees them)."""
+    old = structlog.get_config()
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.DEBUG))
+    try:
+        with capture_logs() as logs:
+            yield logs
+    finally:
+        structlog.configure(**old)
+
+
 def wait_for(cond: Callable[[], bool], timeout: float = 30.0, what: str = "condition") -> None:
     deadline = time.monotonic() + timeout
     while not cond():
@@ -59,12 +76,17 @@ def wait_for(cond: Callable[[], bool], timeout: float = 30.0, what: str = "condi
 
 
 @pytest.fixture(autouse=True)
-def _clean_faults_and_failpoints() -> Iterator[None]:
+def _clean_faults_failpoints_and_logging() -> Iterator[None]:
+    # structlog's defaults for the test (another module may have bound it to a stream that is closed by now),
+    # the previous configuration back afterwards.
+    saved = structlog.get_config()
+    structlog.reset_defaults()
     fsio.clear()
     failpoints.disarm_all()
     yield
     fsio.clear()
     failpoints.disarm_all()
+    structlog.configure(**saved)
 
 
 @pytest.fixture

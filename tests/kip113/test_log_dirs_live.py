@@ -304,3 +304,28 @@ def test_duplicates_and_ten_thousand_partitions_in_one_request(kjbod_server):
         _wait(lambda: all(r.log_dir == dirs[0] for r in raw.call(
             DLD(topics=[DLD.DescribableLogDirTopic(topic="many", partitions=list(range(10)))]), 4).results
             if r.topics), timeout=30)
+
+
+def test_deleting_a_topic_while_it_moves_leaves_no_future_dir(kjbod_server):
+    admin = kafka_admin(kjbod_server)
+    admin.create_topics([NewTopic("gone", 1, 1)])
+    admin.close()
+    fill_offline(kjbod_server, "gone", [0], 16 << 20, segment_bytes=2 << 20)
+    admin = kafka_admin(kjbod_server)
+    set_throttle(admin, str(2 << 20))
+    source = current_dir(admin, "gone", 0)
+    dest = next(str(d) for d in kjbod_server.log_dirs if str(d) != source)
+    admin.alter_replica_log_dirs({("gone", 0, 1): dest})
+    _wait(lambda: ("gone", 0, True) in replicas(admin, {"gone": [0]}))
+    admin.delete_topics(["gone"])
+    _wait(lambda: not any(n.startswith("gone-0") and not n.endswith("-delete")
+                          for names in partition_dirs(kjbod_server).values() for n in names))
+    assert replicas(admin) == {}
+    # The node is fine: a new topic of the same name can be created and moved.
+    admin.create_topics([NewTopic("gone", 1, 1)])
+    set_throttle(admin, None)
+    now = current_dir(admin, "gone", 0)
+    target = next(str(d) for d in kjbod_server.log_dirs if str(d) != now)
+    admin.alter_replica_log_dirs({("gone", 0, 1): target})
+    wait_moved(admin, "gone", 0, target)
+    admin.close()

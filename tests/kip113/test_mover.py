@@ -13,7 +13,6 @@ import time
 from pathlib import Path
 
 import pytest
-from structlog.testing import capture_logs
 
 from kjbod.broker.kip113 import failpoints
 from kjbod.broker.kip113 import mover as mover_module
@@ -23,7 +22,7 @@ from kjbod.storage.config import LogConfig
 from kjbod.storage.errors import KafkaStorageError
 from kjbod.storage.manager import parse_partition_dir_name
 
-from .conftest import TOPIC_ID, Rig, wait_for
+from .conftest import TOPIC_ID, Rig, captured_logs, wait_for
 
 
 def fill(rig: Rig, topic: str, count: int, *, size: int = 200, start: int = 0) -> list[bytes]:
@@ -79,7 +78,7 @@ def test_move_under_appends_keeps_every_record_and_copies_segments_whole(make_ri
     closed_before = {os.path.basename(s.log_path): Path(s.log_path).read_bytes()
                      for s in rig.manager.get("mv", 0).segments[:-1]}
     appender = Appender(rig, "mv", 1500)
-    with capture_logs() as logs:
+    with captured_logs() as logs:
         rig.mover.request_move("mv", 0, log_dirs[1])
         wait_for(lambda: rig.moved("mv", 0, log_dirs[1]), what="the move")
     written = before + appender.stop()
@@ -212,7 +211,7 @@ def test_resume_after_restart_keeps_what_was_copied(make_rig, log_dirs, monkeypa
     rig2 = make_rig(config=config, start=False)
     assert rig2.manager.get_future("rs", 0) is not None
     rig2.mover.start()
-    with capture_logs() as logs:
+    with captured_logs() as logs:
         rig2.mover.resume_at_startup()
         wait_for(lambda: rig2.moved("rs", 0, log_dirs[1]))
     started = next(e for e in logs if e["event"] == "replica_move_started")
@@ -313,7 +312,7 @@ def test_destination_failure_aborts_the_move_and_the_source_serves_on(make_rig, 
     values = fill(rig, "df", 3000)
     rig.mover.request_move("df", 0, log_dirs[1])
     wait_for(lambda: (p := rig.mover.progress("df", 0)) is not None and p.bytes_copied > 100_000)
-    with capture_logs() as logs:
+    with captured_logs() as logs:
         fsio.inject(log_dirs[1], errno.EIO, ops={"write", "copy", "fsync"})
         wait_for(lambda: rig.mover.progress("df", 0) is None, what="the abort")
     assert log_dirs[1] not in rig.manager.online_dirs and rig.events == [log_dirs[1]]
@@ -331,7 +330,7 @@ def test_source_failure_takes_the_partition_offline_and_stops_the_move(make_rig,
     fill(rig, "sf", 3000)
     rig.mover.request_move("sf", 0, log_dirs[1])
     wait_for(lambda: (p := rig.mover.progress("sf", 0)) is not None and p.bytes_copied > 100_000)
-    with capture_logs() as logs:
+    with captured_logs() as logs:
         fsio.inject(log_dirs[0], errno.EIO, ops={"read", "copy", "open"})
         wait_for(lambda: rig.mover.progress("sf", 0) is None, what="the stop")
     assert log_dirs[0] not in rig.manager.online_dirs
