@@ -310,7 +310,10 @@ async def test_describe_log_dirs_many_brokers_one_down(cluster3):
         assert f"127.0.0.1:{down.port}" in str(info.value)
         partial = await admin.describe_log_dirs(brokers=[1, 2, 3], raise_on_broker_error=False, timeout=FAIL_FAST)
     assert sorted(partial) == [1, 3]
-    assert list(partial.errors) == [2] and partial.errors[2].code == ErrorCode.NETWORK_EXCEPTION
+    # Within a short deadline a down broker surfaces as the connection failure, or as the deadline passing while
+    # the client was still retrying it (on a loaded machine): both name broker 2 and nothing else.
+    assert list(partial.errors) == [2]
+    assert partial.errors[2].code in (ErrorCode.NETWORK_EXCEPTION, ErrorCode.REQUEST_TIMED_OUT)
 
 
 async def test_describe_log_dirs_unknown_broker_id(cluster):
