@@ -52,7 +52,7 @@ class BrokerNode:
         self.logs: Any = None  # kjbod.storage log manager, once opened
         self.mover: Any = None  # kjbod.broker.kip113.ReplicaMover, once storage is open
         self.dynamic_configs = DynamicBrokerConfigs(self.node_id)
-        self.handler = Router(self, debug_requests=getattr(config, "debug_requests", False))
+        self.handler = Router(self)  # each request is logged at debug by the connection, with its latency
         self._tasks: list[asyncio.Task] = []
         self._stopping = asyncio.Event()
         self.shutdown_requested = asyncio.Event()

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import inspect
 import struct
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, NoReturn
@@ -154,10 +153,9 @@ class Router:
     common case for `_route_slowly`, which applies the checks in the order Kafka does.
     """
 
-    def __init__(self, node: Any, *, debug_requests: bool = False):
+    def __init__(self, node: Any):
         self.node = node
         self.entries = registry()
-        self.debug_requests = debug_requests
         self._routes: dict[int, _Route] = {}
         for entry in self.entries.values():
             for version in range(entry.min_version, entry.max_version + 1):
@@ -170,7 +168,7 @@ class Router:
             route = self._routes[route_id]
         except (struct.error, KeyError):
             route = None
-        memo = None if route is None or self.debug_requests else route.memo
+        memo = None if route is None else route.memo
         if memo is not None:
             # Filled only after a request passed every check below on this listener kind, so a hit needs none.
             body = memo.get((ctx.listener_kind, frame[8:]))
@@ -189,14 +187,13 @@ class Router:
         except DecodeError as e:
             self._refuse(ctx, frame, route.entry.api_key, version, f"undecodable request: {e}")
         request = Request(ctx, route.entry.api_key, version, corr, client_id)
-        started = time.perf_counter() if self.debug_requests else 0.0
         result = route.fn(self.node, request, body_msg)
         if result.__class__ is not route.response_cls:
             if result is None:  # no response on the wire (Produce with acks=0)
                 return None
             if inspect.isawaitable(result):
-                return self._finish_later(route, request, result, started)
-        out = self._reply(route, request, result, started)
+                return self._finish_later(route, request, result)
+        out = self._reply(route, request, result)
         if memo is not None and result.__class__ is route.response_cls:
             if len(memo) >= _MEMO_LIMIT:
                 memo.clear()
@@ -224,13 +221,13 @@ class Router:
         (route_id,) = struct.unpack(">i", _route_id.pack(key, version))
         return self._routes[route_id]
 
-    async def _finish_later(self, route: _Route, request: Request, pending: Awaitable, started: float):
+    async def _finish_later(self, route: _Route, request: Request, pending: Awaitable):
         result = await pending
         if result is None:
             return None
-        return self._reply(route, request, result, started)
+        return self._reply(route, request, result)
 
-    def _reply(self, route: _Route, request: Request, response, started: float):
+    def _reply(self, route: _Route, request: Request, response):
         corr = request.correlation_id
         out = [_pack_corr_tags(corr, 0) if route.response_header_v1 else _pack_corr(corr)]
         try:
@@ -241,10 +238,6 @@ class Router:
             log.warning("response_encode_failed", api=entry.name, version=request.api_version,
                         client_id=request.client_id, peer=request.ctx.peer, error=str(e))
             raise CloseConnection(f"cannot encode {entry.name} v{request.api_version} response") from None
-        if self.debug_requests:
-            log.debug("request", api=route.entry.name, version=request.api_version, client_id=request.client_id,
-                      peer=request.ctx.peer, correlation_id=request.correlation_id,
-                      latency_ms=round((time.perf_counter() - started) * 1000, 3))
         return out
 
     def _unsupported_api_versions(self, entry: ApiEntry, corr: int, ctx: RequestContext, version: int):

@@ -61,7 +61,7 @@ def _has_data(node, resolved, body: FetchRequest) -> bool:
             except Exception:
                 return True
             hw = plog.high_watermark
-            if p.fetch_offset < plog.log_start_offset or p.fetch_offset > hw or p.fetch_offset < hw:
+            if p.fetch_offset != hw:  # data to send, or an out-of-range offset to report
                 return True
     return False
 
