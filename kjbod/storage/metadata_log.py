@@ -16,55 +16,20 @@ serves the same records to brokers.
 from __future__ import annotations
 
 import os
-import struct
 import time
 from collections.abc import Iterable
 
-import crc32c
 import structlog
 
 from kjbod.protocol.generated.registry import METADATA_RECORDS
-from kjbod.protocol.runtime import (
-    DecodeError,
-    read_uvarint,
-    read_varint,
-    read_varlong,
-    write_uvarint,
-    write_varint,
-    write_varlong,
-)
+from kjbod.protocol.runtime import DecodeError, read_uvarint, write_uvarint
+from kjbod.storage.errors import StorageError
+from kjbod.storage.records import build_batch, crc_matches, iter_batches, iter_records
 
 log = structlog.get_logger("kjbod.metadata_log")
 
 TOPIC_DIR = "__cluster_metadata-0"
 FRAME_VERSION = 1
-
-# Record batch v2 header (protocol-encoding-notes §6): base offset, length, leader epoch, magic, crc, then the
-# CRC-covered part: attributes, last offset delta, base/max timestamp, producer id/epoch, base sequence, count.
-_BATCH_HEAD = struct.Struct(">qiib")
-_BATCH_CRC = struct.Struct(">I")
-_BATCH_REST = struct.Struct(">hiqqqhii")
-HEADER_SIZE = 61
-
-
-def _encode_record(offset_delta: int, ts_delta: int, value: bytes) -> bytes:
-    body = b"".join([
-        b"\x00",  # attributes
-        write_varlong(ts_delta),
-        write_varint(offset_delta),
-        write_varint(-1),  # null key
-        write_varint(len(value)), value,
-        write_varint(0),  # no headers
-    ])
-    return write_varint(len(body)) + body
-
-
-def build_batch(base_offset: int, values: list[bytes], timestamp_ms: int) -> bytes:
-    records = b"".join(_encode_record(i, 0, v) for i, v in enumerate(values))
-    rest = _BATCH_REST.pack(0, len(values) - 1, timestamp_ms, timestamp_ms, -1, -1, -1, len(values)) + records
-    crc = crc32c.crc32c(rest)
-    length = 4 + 1 + 4 + len(rest)  # leader epoch + magic + crc + rest
-    return _BATCH_HEAD.pack(base_offset, length, 0, 2) + _BATCH_CRC.pack(crc) + rest
 
 
 def frame_record(record) -> bytes:
@@ -86,39 +51,25 @@ def unframe_record(value: bytes):
 
 
 def parse_batches(data: bytes) -> tuple[list[tuple[int, list[bytes]]], int]:
-    """Valid batches from the start of `data` as (base offset, record values); also the valid byte length."""
-    pos = 0
+    """Valid batches from the start of `data` as (base offset, record values); also the valid byte length.
+
+    Parsing stops at the first batch that is incomplete, not magic 2, fails its CRC, or holds malformed
+    records: everything from there on is the damaged tail."""
+    view = memoryview(data)
     out = []
-    while pos + HEADER_SIZE <= len(data):
-        base, length, _epoch, magic = _BATCH_HEAD.unpack_from(data, pos)
-        end = pos + 12 + length
-        if magic != 2 or length < HEADER_SIZE - 12 or end > len(data):
+    valid = 0
+    for pos, header in iter_batches(view):
+        if pos != valid or header.magic != 2 or not crc_matches(view, pos, header):
             break
-        (crc,) = _BATCH_CRC.unpack_from(data, pos + 17)
-        if crc32c.crc32c(data[pos + 21:end]) != crc:
-            break
-        _attrs, _lod, _bt, _mt, _pid, _pe, _bs, count = _BATCH_REST.unpack_from(data, pos + 21)
-        rpos = pos + HEADER_SIZE
-        values = []
         try:
-            for _ in range(count):
-                _rlen, rpos = read_varint(data, rpos)
-                rpos += 1  # attributes
-                _tsd, rpos = read_varlong(data, rpos)
-                _od, rpos = read_varint(data, rpos)
-                klen, rpos = read_varint(data, rpos)
-                rpos += max(klen, 0)
-                vlen, rpos = read_varint(data, rpos)
-                values.append(bytes(data[rpos:rpos + vlen]))
-                rpos += vlen
-                hcount, rpos = read_varint(data, rpos)
-                if hcount:
-                    raise DecodeError("metadata records carry no headers")
-        except DecodeError:
+            values = [r.value for r in iter_records(view[pos:pos + header.size])]
+        except (StorageError, ValueError):
             break
-        out.append((base, values))
-        pos = end
-    return out, pos
+        if len(values) != header.records_count or any(v is None for v in values):
+            break
+        out.append((header.base_offset, values))
+        valid = pos + header.size
+    return out, valid
 
 
 class MetadataLog:
@@ -165,7 +116,9 @@ class MetadataLog:
         values = [frame_record(r) for r in records]
         if not values:
             return
-        batch = build_batch(self.next_offset, values, int(time.time() * 1000))
+        now_ms = int(time.time() * 1000)
+        batch = build_batch([(None, v, (), now_ms) for v in values], base_offset=self.next_offset,
+                            partition_leader_epoch=0)
         view = memoryview(batch)
         while view:
             n = os.write(self._fd, view)
