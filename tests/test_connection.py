@@ -78,7 +78,7 @@ class RecordingCloser:
 
 
 class FakeHandler:
-    """Verbs: echo X | sleep MS X | none | close | boom | wait | region NAME | aregion MS NAME | big N."""
+    """Verbs: echo X | bytes X | sleep MS X | none | close | boom | wait | region NAME | aregion MS NAME | big N."""
 
     def __init__(self) -> None:
         self.handled = 0
@@ -92,6 +92,8 @@ class FakeHandler:
         verb, _, rest = frame.partition(b" ")
         if verb == b"echo":
             return [b"echo:", rest]
+        if verb == b"bytes":
+            return b"bytes:" + rest  # the one-piece reply form
         if verb == b"sleep":
             ms, _, payload = rest.partition(b" ")
             return self._sleep(int(ms), [b"slept:", payload])
@@ -196,6 +198,118 @@ def test_pipelined_sync_replies_in_order(run: Any) -> None:
             await close_client(writer)
 
     run(scenario())
+
+
+class CollectingTransport:
+    """Just enough of a transport to drive a Connection without a socket: records what is written."""
+
+    def __init__(self) -> None:
+        self.written = bytearray()
+        self.closed = False
+        self.reading = True
+
+    def write(self, data: bytes) -> None:
+        self.written += data
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return ("127.0.0.1", 40000) if name == "peername" else default
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def close(self) -> None:
+        self.closed = True
+
+    def pause_reading(self) -> None:
+        self.reading = False
+
+    def resume_reading(self) -> None:
+        self.reading = True
+
+
+def _mixed_requests(n: int) -> tuple[list[bytes], bytes]:
+    """n requests mixing every reply form (parts list, one bytes object, no reply, awaitable) and the byte
+    stream of replies they must produce, in request order."""
+    requests, expected = [], b""
+    for i in range(n):
+        kind = i % 4
+        if kind == 0:
+            requests.append(b"echo %d" % i)
+            expected += frame(b"echo:%d" % i)
+        elif kind == 1:
+            requests.append(b"bytes %d" % i)
+            expected += frame(b"bytes:%d" % i)
+        elif kind == 2:
+            requests.append(b"none")
+        else:
+            requests.append(b"sleep 0 %d" % i)
+            expected += frame(b"slept:%d" % i)
+    return requests, expected
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_any_split_of_the_stream_gives_the_same_replies(run: Any, seed: int) -> None:
+    # The connection answers a read holding whole frames on a fast path and falls back to the decoder for
+    # partial frames and queued replies; however the bytes are cut, the replies must come out whole and in order.
+    import random
+
+    rng = random.Random(seed)
+    requests, expected = _mixed_requests(60)
+    stream = b"".join(frame(r) for r in requests)
+    if seed == 0:  # one read per frame, as an unpipelined client sends them
+        cuts = [len(b"".join(frame(r) for r in requests[:i])) for i in range(1, len(requests))]
+    else:
+        cuts = sorted(rng.sample(range(1, len(stream)), rng.choice([1, 5, 40, len(stream) // 3])))
+    chunks = [stream[a:b] for a, b in zip([0, *cuts], [*cuts, len(stream)], strict=True)]
+
+    async def scenario() -> bytes:
+        handler = FakeHandler()
+        connection = Connection(handler, max_pending=8)
+        transport = CollectingTransport()
+        connection.connection_made(transport)  # type: ignore[arg-type]
+        for chunk in chunks:
+            for _ in range(100):  # a paused connection is not fed, as a real transport would not read
+                if transport.reading:
+                    break
+                await asyncio.sleep(0)
+            connection.data_received(chunk)
+            if rng.random() < 0.3:
+                await asyncio.sleep(0)
+        for _ in range(200):
+            if bytes(transport.written) == expected:
+                break
+            await asyncio.sleep(0)
+        assert handler.handled == len(requests)
+        connection.connection_lost(None)
+        return bytes(transport.written)
+
+    assert run(scenario()) == expected
+
+
+def test_bad_size_after_good_frames_answers_them_then_closes(run: Any) -> None:
+    async def scenario() -> tuple[bytes, bool]:
+        connection = Connection(FakeHandler(), max_frame_size=1000)
+        transport = CollectingTransport()
+        connection.connection_made(transport)  # type: ignore[arg-type]
+        connection.data_received(frame(b"echo a") + frame(b"bytes b") + struct.pack(">i", 5000) + b"x" * 10)
+        return bytes(transport.written), transport.closed
+
+    written, closed = run(scenario())
+    assert written == frame(b"echo:a") + frame(b"bytes:b")
+    assert closed
+
+
+def test_frames_after_a_closing_request_are_not_handled(run: Any) -> None:
+    async def scenario() -> tuple[bytes, bool, int]:
+        handler = FakeHandler()
+        connection = Connection(handler)
+        transport = CollectingTransport()
+        connection.connection_made(transport)  # type: ignore[arg-type]
+        connection.data_received(frame(b"echo a") + frame(b"close") + frame(b"echo b"))
+        return bytes(transport.written), transport.closed, handler.handled
+
+    written, closed, handled = run(scenario())
+    assert (written, closed, handled) == (frame(b"echo:a"), True, 2)
 
 
 def test_context_describes_the_connection(run: Any) -> None:

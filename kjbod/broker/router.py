@@ -130,10 +130,11 @@ class _Route:
         self.response_header_v1 = response_header_version(entry.api_key, version) == 1
         # ApiVersions answers depend only on the listener kind and the request's bytes (client software name
         # and version are validated, nothing else is read): Kafka computes them once per listener, and so do we,
-        # by memoising the encoded body per (listener kind, request bytes after the correlation id).  Its
-        # response header is always v0, which the memo's replies rely on.
-        self.memo: dict[tuple[str, bytes], bytes] | None = (
-            {} if entry.api_key == API_VERSIONS_KEY and not self.response_header_v1 else None)
+        # by memoising the encoded body per listener kind and request bytes after the correlation id (one dict
+        # per kind: a bytes key hashes and compares faster than a tuple).  Its response header is always v0,
+        # which the memo's replies rely on.
+        self.memo: dict[str, dict[bytes, bytes]] | None = (
+            {"broker": {}, "controller": {}} if entry.api_key == API_VERSIONS_KEY and not self.response_header_v1 else None)
 
 
 _pack_corr = struct.Struct(">i").pack
@@ -171,9 +172,9 @@ class Router:
         memo = None if route is None else route.memo
         if memo is not None:
             # Filled only after a request passed every check below on this listener kind, so a hit needs none.
-            body = memo.get((ctx.listener_kind, frame[8:]))
+            body = memo[ctx.listener_kind].get(frame[8:])
             if body is not None:
-                return [_pack_corr(corr), body]
+                return _pack_corr(corr) + body
         if route is None or ctx.listener_kind not in route.listeners:
             route = self._route_slowly(frame, ctx)
             if route.__class__ is list:  # the KIP-511 answer
@@ -195,9 +196,10 @@ class Router:
                 return self._finish_later(route, request, result)
         out = self._reply(route, request, result)
         if memo is not None and result.__class__ is route.response_cls:
-            if len(memo) >= _MEMO_LIMIT:
-                memo.clear()
-            memo[(ctx.listener_kind, frame[8:])] = b"".join(out[1:])
+            answers = memo[ctx.listener_kind]
+            if len(answers) >= _MEMO_LIMIT:
+                answers.clear()
+            answers[frame[8:]] = b"".join(out[1:])
         return out
 
     def _route_slowly(self, frame, ctx: RequestContext):

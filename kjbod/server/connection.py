@@ -65,6 +65,7 @@ _PAUSE_CLOSING = 4
 _SENDFILE_UNSUPPORTED = frozenset({errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP})
 
 _pack_size = struct.Struct(">i").pack
+_unpack_size_from = struct.Struct(">i").unpack_from
 _unpack_request_header = struct.Struct(">hhi").unpack_from
 _connection_ids = itertools.count(1)
 
@@ -186,6 +187,15 @@ class Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self._pause & _PAUSE_CLOSING:
             return
+        if not self._pause and self._sender is None and not self._debug and self._decoder.idle:
+            pos = self._serve_chunk(data)
+            if self._pause & _PAUSE_CLOSING:
+                self._maybe_finish_close()  # what follows the closing request is dropped, as on the general path
+                return
+            if pos == len(data):
+                return
+            if pos:
+                data = data[pos:]
         try:
             self._decoder.feed(data)
         except FrameError as exc:
@@ -249,6 +259,71 @@ class Connection(asyncio.Protocol):
 
     # -- reading and the fast path ----------------------------------------------------------------------------------
 
+    def _serve_chunk(self, data: bytes) -> int:
+        """The fast path for one read when nothing is buffered or queued: split `data` into frames right here and
+        answer each, batching the replies into one write, until a frame is incomplete, a reply must be queued
+        (awaitable or file region; it is queued and the rest goes the general way), a size prefix is bad (left
+        for the decoder to report) or the handler closes the connection.  Returns how many bytes were consumed.
+        Equivalent to feeding the decoder and calling `_process_frames`, minus the per-frame bookkeeping."""
+        handle = self._handle
+        ctx = self._ctx
+        limit = self._decoder.max_size
+        batch: list[Any] = []
+        append = batch.append
+        batch_bytes = 0
+        n = len(data)
+        pos = 0
+        try:
+            while n - pos >= SIZE_PREFIX_LENGTH:
+                (size,) = _unpack_size_from(data, pos)
+                end = pos + SIZE_PREFIX_LENGTH + size
+                if end > n or size < 0 or size > limit:
+                    break
+                frame = data[pos + SIZE_PREFIX_LENGTH : end]
+                pos = end
+                try:
+                    reply = handle(frame, ctx)  # type: ignore[arg-type]
+                except Exception as exc:  # noqa: BLE001  (CloseConnection or a handler bug; both close)
+                    self._handler_raised(exc)
+                    break
+                if reply.__class__ is bytes:
+                    body = reply
+                elif reply.__class__ is list:
+                    try:
+                        body = b"".join(reply)  # type: ignore[arg-type]
+                    except TypeError:  # a FileRegion: queue it
+                        body = None
+                elif reply is None:
+                    continue
+                else:
+                    body = None
+                if body is not None:
+                    size = len(body)
+                    append(_pack_size(size))
+                    append(body)
+                    batch_bytes += size
+                    if batch_bytes >= _FLUSH_BYTES:
+                        self._write(batch)
+                        batch.clear()
+                        batch_bytes = 0
+                        if self._pause:
+                            break
+                    continue
+                self._enqueue(reply, None)
+                break
+        finally:
+            if batch:
+                self._write(batch)
+        return pos
+
+    def _handler_raised(self, exc: Exception) -> None:
+        if isinstance(exc, CloseConnection):
+            self._log.warning("closing connection at the handler's request", reason=exc.reason)
+            self._begin_close(exc.reason)
+        else:
+            self._log.warning("request handler failed; closing the connection", exc_info=exc)
+            self._begin_close("request handler failed")
+
     def _process_frames(self) -> None:
         """Hand buffered frames to the handler until none is complete or something pauses reading."""
         decoder = self._decoder
@@ -272,19 +347,16 @@ class Connection(asyncio.Protocol):
                     meta = _request_meta(frame) if debug else None
                     try:
                         reply = handle(frame, ctx)  # type: ignore[arg-type]
-                    except CloseConnection as exc:
-                        self._log.warning("closing connection at the handler's request", reason=exc.reason)
-                        self._begin_close(exc.reason)
-                        break
-                    except Exception:
-                        self._log.warning("request handler failed; closing the connection", exc_info=True)
-                        self._begin_close("request handler failed")
+                    except Exception as exc:  # noqa: BLE001  (CloseConnection or a handler bug; both close)
+                        self._handler_raised(exc)
                         break
                     if fast:
                         if reply is None:
                             if meta is not None:
                                 self._log_request(meta, replied=False)
                             continue
+                        if reply.__class__ is bytes:
+                            reply = [reply]
                         if reply.__class__ is list:
                             # Joining is also the cheapest check that every part is bytes-like: a FileRegion
                             # raises TypeError and takes the slow path below.
@@ -326,7 +398,9 @@ class Connection(asyncio.Protocol):
             self._maybe_finish_close()
 
     def _enqueue(self, reply: Any, meta: tuple[int, int, int, float] | None) -> None:
-        if reply is not None and reply.__class__ is not list:
+        if reply.__class__ is bytes:
+            reply = [reply]
+        elif reply is not None and reply.__class__ is not list:
             try:
                 reply = asyncio.ensure_future(reply)
             except TypeError:

@@ -108,6 +108,12 @@ class FrameDecoder:
         """Bytes held for frames not yet returned (a size prefix already read and checked is not counted)."""
         return self._buffered
 
+    @property
+    def idle(self) -> bool:
+        """True when nothing is buffered, no size prefix is half-read and no error is pending: the next bytes
+        start a new frame, so a caller may split them itself (kjbod.server.connection's fast path does)."""
+        return self._buffered == 0 and self._frame_size < 0 and self._broken is None and not self._ready
+
     def feed(self, data: bytes) -> None:
         """Append received bytes. Checks the next size prefix at once if it has become complete."""
         if self._broken is not None:

@@ -7,6 +7,8 @@ response as a `Reply`:
 
 * a list of parts, the response header followed by the body, WITHOUT the 4-byte size prefix: the connection computes
   it from the parts' lengths. Parts are bytes-like objects or `FileRegion`s (record data sent with sendfile);
+* or one `bytes` object holding header and body together (a reply built in one piece, such as a memoised
+  ApiVersions answer), which saves the join;
 * or None: no response at all (Produce with acks=0).
 
 `handle` may return the reply directly, which is the common and fast case (no task is created), or an awaitable of
@@ -28,7 +30,7 @@ __all__ = ["CloseConnection", "ListenerKind", "Reply", "ReplyPart", "RequestCont
 
 ListenerKind: TypeAlias = Literal["broker", "controller"]
 ReplyPart: TypeAlias = bytes | bytearray | memoryview | FileRegion
-Reply: TypeAlias = list[ReplyPart] | None
+Reply: TypeAlias = list[ReplyPart] | bytes | None
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,6 +8,10 @@ as `kjbod serve` (uvloop, log level warning) and answers the same request in ful
 handler, encoded response.  Rounds alternate echo, kjbod, echo, kjbod, ... so drift on this shared VM hits both
 alike; the report gives medians and the median of per-round ratios.  Target: kjbod >= 60 % of the echo server.
 
+Each process gets its own CPU when there are at least two: the server under test (either one) is pinned to the
+last CPU and the load generator to the others.  Unpinned, the scheduler on a 2-vCPU machine now and then puts both
+on one CPU and a round swings by 30 % either way; pinned, both servers meet the same conditions.
+
 Before timing, the request is sent once to each server and kjbod's answer is decoded (a benchmark of a server
 that answers with an error would measure the wrong thing).
 
@@ -62,6 +66,27 @@ def build_loadgen() -> Path:
     return binary
 
 
+def _cpu_split() -> tuple[set[int] | None, set[int] | None]:
+    """(server CPUs, load generator CPUs), or (None, None) when there are too few CPUs to separate them."""
+    try:
+        cpus = sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return None, None
+    if len(cpus) < 2:
+        return None, None
+    return {cpus[-1]}, set(cpus[:-1])
+
+
+SERVER_CPUS, LOADGEN_CPUS = _cpu_split()
+
+
+def _pinned(cpus: set[int] | None):
+    """A preexec_fn pinning the child (and every thread it starts) to `cpus`."""
+    if cpus is None:
+        return None
+    return lambda: os.sched_setaffinity(0, cpus)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -95,7 +120,7 @@ def _stop(proc: subprocess.Popen) -> None:
 def start_echo() -> tuple[subprocess.Popen, int]:
     port = _free_port()
     proc = subprocess.Popen([sys.executable, str(ECHO), str(port)], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+                            stderr=subprocess.DEVNULL, preexec_fn=_pinned(SERVER_CPUS))
     _wait_listening(proc, port, "echo server")
     return proc, port
 
@@ -115,7 +140,7 @@ def start_kjbod(work: Path) -> tuple[subprocess.Popen, int]:
                    stdout=subprocess.DEVNULL, cwd=ROOT)
     err = open(work / "stderr.log", "ab")  # noqa: SIM115 (handed to the child)
     proc = subprocess.Popen([sys.executable, "-m", "kjbod", "serve", "-c", str(config), "--log-level", "warning"],
-                            stdout=subprocess.DEVNULL, stderr=err, cwd=ROOT)
+                            stdout=subprocess.DEVNULL, stderr=err, cwd=ROOT, preexec_fn=_pinned(SERVER_CPUS))
     err.close()
     _wait_listening(proc, port, "kjbod serve")
     return proc, port
@@ -146,7 +171,7 @@ def load(loadgen: Path, port: int, depth: int, seconds: float, frame: bytes) -> 
     """Requests per second over CONNECTIONS connections at `depth`; refuses a run with errors."""
     done = subprocess.run([str(loadgen), "127.0.0.1", str(port), str(CONNECTIONS), str(depth), f"{seconds:g}",
                            frame.hex()], capture_output=True, text=True,
-                          timeout=seconds + 30)
+                          timeout=seconds + 30, preexec_fn=_pinned(LOADGEN_CPUS))
     m = _RESULT.search(done.stdout)
     if done.returncode != 0 or m is None:
         raise RuntimeError(f"loadgen failed ({done.returncode}): {done.stdout}{done.stderr}")
@@ -155,10 +180,12 @@ def load(loadgen: Path, port: int, depth: int, seconds: float, frame: bytes) -> 
     return float(m.group(3))
 
 
-def run(rounds: int = 5, seconds: float = 2.0, quick: bool = False) -> dict:
+def run(rounds: int = 7, seconds: float = 2.0, quick: bool = False) -> dict:
     if quick:
         rounds, seconds = 3, 1.0
     heading(f"Server: ApiVersions v3 over {CONNECTIONS} connections, kjbod vs an echo server (uvloop both)")
+    if SERVER_CPUS is not None:
+        print(f"   server pinned to CPU {sorted(SERVER_CPUS)}, load generator to CPU {sorted(LOADGEN_CPUS or ())}")
     loadgen = build_loadgen()
     frame = api_versions_frame()
     work = Path(tempfile.mkdtemp(prefix="kjbod-bench-server-", dir=os.environ.get("KJBOD_BENCH_DIR") or None))
@@ -192,7 +219,7 @@ def run(rounds: int = 5, seconds: float = 2.0, quick: bool = False) -> dict:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tools.bench.server", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--seconds", type=float, default=2.0)
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args(argv)
