@@ -7,7 +7,7 @@ believes a setting took effect when it did not.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -86,7 +86,7 @@ def parse_value(d: TopicConfigDef, raw: str | None) -> Any:
     return value
 
 
-def validate(configs: dict[str, str | None]) -> dict[str, Any]:
+def validate(configs: Mapping[str, str | None]) -> dict[str, Any]:
     """Parsed overrides; raises TopicConfigError naming the first bad key or value."""
     out: dict[str, Any] = {}
     for key, raw in configs.items():

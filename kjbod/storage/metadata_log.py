@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterable
+from typing import Any
 
 import structlog
 
@@ -44,7 +45,7 @@ def unframe_record(value: bytes):
         raise DecodeError(f"unsupported metadata frame version {frame}")
     key, pos = read_uvarint(value, pos)
     version, pos = read_uvarint(value, pos)
-    cls = METADATA_RECORDS.get(key)
+    cls: Any = METADATA_RECORDS.get(key)
     if cls is None:
         raise DecodeError(f"unknown metadata record type {key}")
     return cls.decode(value[pos:], version)
@@ -62,10 +63,11 @@ def parse_batches(data: bytes) -> tuple[list[tuple[int, list[bytes]]], int]:
         if pos != valid or header.magic != 2 or not crc_matches(view, pos, header):
             break
         try:
-            values = [r.value for r in iter_records(view[pos:pos + header.size])]
+            records = [r.value for r in iter_records(view[pos:pos + header.size])]
         except (StorageError, ValueError):
             break
-        if len(values) != header.records_count or any(v is None for v in values):
+        values = [v for v in records if v is not None]
+        if len(values) != header.records_count or len(values) != len(records):
             break
         out.append((header.base_offset, values))
         valid = pos + header.size

@@ -10,6 +10,7 @@ from __future__ import annotations
 from kjbod.broker.router import api
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import DescribeClusterRequest, DescribeClusterResponse
+from kjbod.protocol.generated.describe_cluster_response import DescribeClusterBroker
 
 BROKERS, CONTROLLERS = 1, 2
 
@@ -29,7 +30,7 @@ def handle(node, request, body: DescribeClusterRequest) -> DescribeClusterRespon
                                        endpoint_type=etype, cluster_id=node.cluster_id)
     nodes = node.cluster_nodes(request.ctx.listener_name, controllers=(etype == CONTROLLERS))
     brokers = [
-        DescribeClusterResponse.DescribeClusterBroker(broker_id=n.node_id, host=n.host, port=n.port, rack=n.rack,
+        DescribeClusterBroker(broker_id=n.node_id, host=n.host, port=n.port, rack=n.rack,
                                                       is_fenced=False)
         for n in nodes
     ]

@@ -11,6 +11,7 @@ from __future__ import annotations
 from kjbod.broker.router import api
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import FindCoordinatorRequest, FindCoordinatorResponse
+from kjbod.protocol.generated.find_coordinator_response import Coordinator
 
 MESSAGE = "kjbod has no group or transaction coordinator (consumer groups are not supported yet)"
 
@@ -19,7 +20,7 @@ MESSAGE = "kjbod has no group or transaction coordinator (consumer groups are no
 def handle(node, request, body: FindCoordinatorRequest) -> FindCoordinatorResponse:
     if request.api_version >= 4:
         return FindCoordinatorResponse(coordinators=[
-            FindCoordinatorResponse.Coordinator(key=key, node_id=-1, host="", port=-1,
+            Coordinator(key=key, node_id=-1, host="", port=-1,
                                                 error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, error_message=MESSAGE)
             for key in body.coordinator_keys])
     return FindCoordinatorResponse(error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
