@@ -44,6 +44,7 @@ DELETED_SUFFIX = ".deleted"
 CORRUPT_SUFFIX = ".corrupt"
 INT32_MAX = 0x7FFFFFFF
 
+_SCAN_FIRST = 4 << 10
 _SCAN_CHUNK = 64 << 10
 _RECOVER_CHUNK = 4 << 20
 
@@ -216,13 +217,20 @@ class LogSegment:
         buf = b""
         buf_start = pos
         fh = self.fh
+        # Reads start small and double while one read holds several headers: a scan over 1 MiB batches (the
+        # Fetch path) then reads a few KiB per header instead of 64 KiB, and a scan over small batches still
+        # gets big reads.
+        chunk = _SCAN_FIRST
+        in_buf = 0
         while pos + RECORD_BATCH_OVERHEAD <= end:
             off = pos - buf_start
             if off + RECORD_BATCH_OVERHEAD > len(buf):
-                buf = fh.pread(min(_SCAN_CHUNK, end - pos), pos)
-                buf_start, off = pos, 0
+                chunk = min(chunk * 2, _SCAN_CHUNK) if in_buf > 1 else _SCAN_FIRST
+                buf = fh.pread(min(chunk, end - pos), pos)
+                buf_start, off, in_buf = pos, 0, 0
                 if len(buf) < RECORD_BATCH_OVERHEAD:
                     return
+            in_buf += 1
             header = parse_header(buf, off)
             if header.length < MIN_BATCH_LENGTH or pos + header.size > end:
                 raise CorruptMessageError(

@@ -396,3 +396,23 @@ def test_close_trims_the_active_indexes_and_keeps_the_max_timestamp(plog):
     last_ts = struct.unpack(">qi", Path(active.time_index.path).read_bytes()[-12:])
     assert last_ts == (T0 + 700, 7)  # the final entry Kafka writes on close
     assert sorted(n for n in os.listdir(plog.dir) if n.endswith(".snapshot")) == ["00000000000000000008.snapshot"]
+
+
+def test_segment_scan_finds_every_batch_whatever_the_mix_of_sizes(tmp_path, clock):
+    # The header scan reads small first and grows its reads while they hold several headers; a mix of tiny and
+    # large batches must still yield every batch exactly once, from any starting batch.
+    io = LogDirIO(str(tmp_path / "d"))
+    io.mkdir(io.path, parents=True)
+    cfg = LogConfig(index_interval_bytes=100_000)  # a sparse index: the scans do the work
+    plog = PartitionLog.create(io, io.join("topic-0"), "topic", 0, "3uI2M2AbQVO0J2cYw2xvOA", cfg, clock=clock)
+    sizes = [20, 20, 70_000, 20, 20, 20, 300_000, 5_000, 20, 20, 20, 20, 20, 150_000, 20]
+    for i, size in enumerate(sizes):
+        plog.append(kp_batch([(b"%03d" % i).ljust(size, b".")]))
+    seg = plog.active_segment
+    expected = [(pos, h.base_offset) for pos, h in iter_batches(seg.read_bytes(0, seg.size))]
+    assert len(expected) == len(sizes)
+    for k, (start, _) in enumerate(expected):
+        assert [(p, h.base_offset) for p, h in seg.iter_headers(start)] == expected[k:]
+    for offset in range(len(sizes)):
+        assert values_from(plog, offset, 1)[0][0] == offset  # min one batch, found through the scan
+    plog.close_quietly()
