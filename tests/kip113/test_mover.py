@@ -357,3 +357,84 @@ def test_moves_share_one_throttle(make_rig, log_dirs):
     elapsed = time.monotonic() - started
     # Two threads together, not each, are held to the rate.
     assert total / rate * 0.8 < elapsed < total / rate * 1.5 + 1.0
+
+
+def test_precreated_files_are_taken_in_order_and_skipped_ones_closed(tmp_path):
+    # The bulk copy creates .tmp files ahead of the copy on a helper thread; a file the copy skips (its source
+    # was deleted by retention) is closed, never handed out, and never created again under a taken name.
+    from concurrent.futures import ThreadPoolExecutor
+
+    io = fsio.LogDirIO(str(tmp_path))
+    finals = [str(tmp_path / f"{i:020d}.log") for i in range(60)]
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        creator = mover_module._Precreator(io, pool)
+        creator.plan(finals)
+        first = creator.take(finals[0])
+        first.write(b"kept")
+        # Skip more files than are created ahead: the one taken must still be the planned create.
+        late = creator.take(finals[40])
+        late.write(b"late")
+        rest = creator.take(finals[59])
+        creator.close()
+        for fh in (first, late, rest):
+            fh.close()
+    assert Path(finals[0] + ".tmp").read_bytes() == b"kept"
+    assert Path(finals[40] + ".tmp").read_bytes() == b"late"
+    # Skipped files were created (ahead) and are left as .tmp files for the bulk copy's clean-up.
+    assert sorted(os.listdir(tmp_path)) == sorted(os.path.basename(f) + ".tmp" for f in finals)
+
+
+def test_create_failure_on_the_helper_thread_aborts_the_move(make_rig, log_dirs, monkeypatch):
+    # The .tmp files are created on the mover's helper thread: an I/O error there is a destination failure
+    # like any other (dir offline, future removed where possible, the source serves on).
+    rig = make_rig(config=LogConfig(segment_bytes=16 << 10, file_delete_delay_ms=0))
+    rig.manager.create_partition("cf", 0, TOPIC_ID, dir=log_dirs[0])
+    values = fill(rig, "cf", 1000)
+    created = []
+    real_create = mover_module._create_tmp
+
+    def create(io, final):
+        created.append(final)
+        if len(created) == 10:
+            fsio.inject(log_dirs[1], errno.EIO, ops={"open"})
+        return real_create(io, final)
+
+    monkeypatch.setattr(mover_module, "_create_tmp", create)
+    with captured_logs() as logs:
+        rig.mover.request_move("cf", 0, log_dirs[1])
+        assert rig.mover.wait_settled("cf", 0, timeout=30)
+    assert log_dirs[1] not in rig.manager.online_dirs
+    assert any(e["event"] == "replica_move_aborted_destination_failed" for e in logs)
+    assert rig.manager.get("cf", 0).log_dir == log_dirs[0] and rig.manager.get_future("cf", 0) is None
+    values += fill(rig, "cf", 5, start=1000)
+    assert [v for _, v in rig.read_all("cf", 0)] == values
+
+
+def test_wait_settled_returns_when_the_move_ends(make_rig, log_dirs):
+    rig = make_rig()
+    rig.manager.create_partition("ws", 0, TOPIC_ID, dir=log_dirs[0])
+    fill(rig, "ws", 300)
+    assert rig.mover.wait_settled("ws", 0, timeout=0)  # nothing moving
+    rig.mover.request_move("ws", 0, log_dirs[1])
+    assert rig.mover.wait_settled("ws", 0, timeout=30)
+    assert rig.manager.get("ws", 0).log_dir == log_dirs[1]
+
+
+def test_writeback_hint_is_harmless(tmp_path):
+    # FileHandle.start_writeback only starts writeback (sync_file_range); it changes no data, and where the
+    # call cannot apply (a pipe) it does nothing.
+    io = fsio.LogDirIO(str(tmp_path))
+    fh = io.open(str(tmp_path / "f"), os.O_RDWR | os.O_CREAT)
+    fh.write(b"x" * 10_000)
+    fh.start_writeback()
+    fh.start_writeback(4096, 4096)
+    fh.fsync()
+    assert fh.pread(10_000, 0) == b"x" * 10_000
+    fh.close()
+    r, w = os.pipe()
+    try:
+        fsio.FileHandle(w, "pipe", io).start_writeback()
+    finally:
+        os.close(r)
+        os.close(w)
+    assert io.online
