@@ -3,9 +3,11 @@ and DescribeLogDirs at scale. Every comparison is measured in the same run, roun
 
 1. **Copy vs cp.** An unthrottled move of a 1 GiB partition (8 x 128 MiB segments, then 1,024 x 1 MiB) by
    the ReplicaMover (in-process, on one LogManager) against ``cp -r`` of the same partition dir to the same
-   destination, warm source. The mover makes every file durable before naming it, so it is also compared
-   with ``cp -r`` followed by an fsync of every copied file (what cp would need to be as safe). Target: at
-   least 0.9x cp's throughput.
+   destination, warm source. Target: at least 0.9x cp's throughput. The mover makes every file durable before
+   naming it, and plain ``cp -r`` only fills the page cache, so it is also compared with ``cp -r`` followed by
+   an fsync of every copied file (what cp would need to be as safe) and with the durable physical limit
+   measured in the same rounds (1 GiB written with O_DIRECT, then fsync); when 0.9x plain cp is above that
+   limit the benchmark says so.
 2. **Throttle accuracy** at 10 and 50 MB/s: a 4-second move, achieved rate = bytes charged to the throttle /
    wall time. Target: within 3 % of the setting.
 3. **Produce p99 latency** (acks=-1, one 100-byte record per request, one request in flight) against a real
@@ -29,6 +31,8 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 from .common import heading, verdict
@@ -85,21 +89,28 @@ class _Rig:
     def move(self, topic: str, dest: str) -> float:
         started = time.perf_counter()
         self.mover.request_move(topic, 0, dest)
-        while True:
-            plog = self.manager.find(topic, 0)
-            if plog is not None and plog.log_dir == dest and self.mover.destination(topic, 0) is None:
-                break
-            time.sleep(0.0005)
+        # Woken by the mover when the move ends (no polling loop competing with it for the GIL).
+        if not self.mover.wait_settled(topic, 0, timeout=600):
+            raise RuntimeError(f"the move of {topic}-0 did not finish")
         elapsed = time.perf_counter() - started
+        plog = self.manager.find(topic, 0)
+        if plog is None or plog.log_dir != dest:
+            raise RuntimeError(f"the move of {topic}-0 to {dest} failed: {self.mover.progress(topic, 0)}")
         self.manager.tick()  # removes the old copy (file.delete.delay.ms = 0), outside the timing
         return elapsed
+
+    def partition_dir(self, topic: str = "big") -> str:
+        return self.manager.get(topic, 0).dir
 
     def close(self) -> None:
         self.mover.stop()
         self.manager.close()
 
 
-def _cp(src: str, dest: str, fsync: bool) -> float:
+def _cp(source: Callable[[], str], dest: str, fsync: bool) -> float:
+    """``cp -r src dest``; with ``fsync``, then an fsync of every copied file and of the new dir (what cp would
+    need to be as durable as the move). The copy is removed afterwards, outside the timing."""
+    src = source()  # where the partition is now (a move earlier in the round changed it)
     started = time.perf_counter()
     subprocess.run(["cp", "-r", src, dest], check=True)
     if fsync:
@@ -117,41 +128,84 @@ def _cp(src: str, dest: str, fsync: bool) -> float:
     return elapsed
 
 
+def _direct_write(dest_dir: str, size: int) -> float:
+    """The durable physical limit: ``size`` bytes of random data written with O_DIRECT in 8 MiB blocks (no page
+    cache, no copy in memory), then fsync (the disk's cache flushed), as ``dd oflag=direct conv=fsync`` does."""
+    import mmap
+
+    block = 8 << 20
+    buf = mmap.mmap(-1, block)  # page-aligned, as O_DIRECT needs
+    buf.write(os.urandom(block))
+    path = os.path.join(dest_dir, "direct-write.bin")
+    started = time.perf_counter()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_DIRECT", 0), 0o644)
+    try:
+        written = 0
+        while written < size:
+            written += os.write(fd, buf)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    elapsed = time.perf_counter() - started
+    os.unlink(path)
+    buf.close()
+    return elapsed * size / written
+
+
 def bench_copy(scratch: Path, rounds: int, size: int = GIB) -> dict:
+    """Each round runs the four variants in a rotated order, each after an untimed ``sync`` (so none pays for
+    the previous one's dirty pages); the figures are medians of the per-round times and of paired ratios."""
     out = {}
     for label, segment_bytes, batch_bytes in (("128 MiB", 128 << 20, 8 << 20), ("1 MiB", 1 << 20, (1 << 20) - 200)):
         heading(f"KIP-113 move vs cp -r: {size / GIB:g} GiB partition as {label} segments (warm source, same "
-                "filesystem)")
+                "filesystem, durable physical limit measured alongside)")
         base = scratch / f"copy-{segment_bytes}"
         base.mkdir(parents=True)
         rig = _Rig(base, segment_bytes)
+        times: dict[str, list[float]] = {"move": [], "cp": [], "cp+fsync": [], "direct": []}
         try:
             rig.fill("big", size, batch_bytes)
-            size = rig.manager.get("big", 0).size_bytes
-            segments = len(rig.manager.get("big", 0).segments) - 1
-            print(f"   partition: {size / MB:.0f} MB in {segments} closed segments")
-            moves, cps, cps_sync = [], [], []
+            plog = rig.manager.get("big", 0)
+            total = plog.size_bytes
+            files = sum(1 for _ in Path(plog.dir).iterdir())
+            print(f"   partition: {total / MB:.0f} MB in {len(plog.segments) - 1} closed segments, {files} files")
             for r in range(rounds):
-                cur = rig.manager.get("big", 0).log_dir
+                plog = rig.manager.get("big", 0)
+                cur = plog.log_dir
                 dest = rig.dirs[(rig.dirs.index(cur) + 1) % 3]
                 other = rig.dirs[(rig.dirs.index(cur) + 2) % 3]
-                src_dir = rig.manager.get("big", 0).dir
-                cps.append(_cp(src_dir, os.path.join(other, f"cp-{r}"), fsync=False))
-                cps_sync.append(_cp(src_dir, os.path.join(other, f"cps-{r}"), fsync=True))
-                moves.append(rig.move("big", dest))
+                variants = [
+                    ("move", partial(rig.move, "big", dest)),
+                    ("cp", partial(_cp, rig.partition_dir, os.path.join(other, f"cp-{r}"), fsync=False)),
+                    ("cp+fsync", partial(_cp, rig.partition_dir, os.path.join(other, f"cps-{r}"), fsync=True)),
+                    ("direct", partial(_direct_write, other, total)),
+                ]
+                k = r % len(variants)
+                for name, run in variants[k:] + variants[:k]:
+                    os.sync()
+                    times[name].append(run())
         finally:
             rig.close()
             shutil.rmtree(base, ignore_errors=True)
-        mover_mbs = size / MB / statistics.median(moves)
-        vs_cp = statistics.median(c / m for c, m in zip(cps, moves, strict=True))
-        vs_cp_sync = statistics.median(c / m for c, m in zip(cps_sync, moves, strict=True))
-        print(f"   mover {mover_mbs:.0f} MB/s (median of {rounds}), cp -r {size / MB / statistics.median(cps):.0f} "
-              f"MB/s, cp -r + fsync {size / MB / statistics.median(cps_sync):.0f} MB/s")
-        print(f"   mover / cp -r = {vs_cp:.2f}x; mover / (cp -r + fsync) = {vs_cp_sync:.2f}x "
-              f"(target >= 0.9x: {verdict(vs_cp_sync >= 0.9)})")
+
+        mbs = {name: total / MB / statistics.median(ts) for name, ts in times.items()}
+        ratio = {name: statistics.median(t / m for t, m in zip(ts, times["move"], strict=True))
+                 for name, ts in times.items()}
+        print(f"   MB/s, median of {rounds} rounds: mover {mbs['move']:.0f}, cp -r {mbs['cp']:.0f}, "
+              f"cp -r + fsync {mbs['cp+fsync']:.0f}, O_DIRECT write + fsync {mbs['direct']:.0f}")
+        print("   per round (s): " + "; ".join(f"{k} " + " ".join(f"{t:.2f}" for t in v) for k, v in times.items()))
+        limit = max(mbs["direct"], mbs["cp+fsync"])
+        print(f"   mover / cp -r = {ratio['cp']:.2f}x (target >= 0.9x: {verdict(ratio['cp'] >= 0.9)}); "
+              f"mover / (cp -r + fsync) = {ratio['cp+fsync']:.2f}x; mover / O_DIRECT write = {ratio['direct']:.2f}x")
+        if 0.9 * mbs["cp"] > limit:
+            print(f"   0.9x plain cp -r is {0.9 * mbs['cp']:.0f} MB/s, above the fastest durable write measured here "
+                  f"({limit:.0f} MB/s): cp -r only fills the page cache, while the move must fsync every file "
+                  "before it counts (issue 4), so that target is physically out of reach for these segments. "
+                  "The durable comparisons are cp -r + fsync and the O_DIRECT write.")
         key = "8x128MiB" if segment_bytes == 128 << 20 else "1024x1MiB"
-        out[f"move {key} / cp -r"] = vs_cp
-        out[f"move {key} / (cp -r + fsync) (target >= 0.9)"] = vs_cp_sync
+        out[f"move {key} / cp -r (target >= 0.9)"] = ratio["cp"]
+        out[f"move {key} / (cp -r + fsync)"] = ratio["cp+fsync"]
+        out[f"move {key} / O_DIRECT write + fsync (durable limit)"] = ratio["direct"]
     return out
 
 
@@ -476,7 +530,7 @@ def run(rounds: int = 3, quick: bool = False) -> dict:
     rounds = 1 if quick else rounds
     results: dict = {}
     try:
-        results.update(bench_copy(scratch, rounds, size))
+        results.update(bench_copy(scratch, 1 if quick else max(rounds, 5), size))
         results.update(bench_throttle(scratch, rounds))
         results.update(bench_produce_latency(scratch, max(rounds, 5) if not quick else 1, size))
         results.update(bench_describe_log_dirs(scratch, rounds))
@@ -496,7 +550,7 @@ if __name__ == "__main__":
         scratch.mkdir(parents=True)
         try:
             for name in only:
-                globals()[f"bench_{name}"](scratch, 5 if name == "produce_latency" else 3)
+                globals()[f"bench_{name}"](scratch, 5 if name in ("produce_latency", "copy") else 3)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
     else:
