@@ -85,10 +85,12 @@ class FakeHandler:
         self.futures: list[asyncio.Future[Any]] = []
         self.regions: dict[bytes, Callable[[], list[Any]]] = {}
         self.contexts: list[RequestContext] = []
+        self.frame_types: set[type] = set()
 
     def handle(self, frame: bytes, ctx: RequestContext) -> Any:
         self.handled += 1
         self.contexts.append(ctx)
+        self.frame_types.add(type(frame))
         verb, _, rest = frame.partition(b" ")
         if verb == b"echo":
             return [b"echo:", rest]
@@ -284,6 +286,67 @@ def test_any_split_of_the_stream_gives_the_same_replies(run: Any, seed: int) -> 
         return bytes(transport.written)
 
     assert run(scenario()) == expected
+
+
+def _feed_like_a_transport(connection: Connection, stream: bytes, rng: Any) -> None:
+    """What a transport does with a buffered protocol: ask for a buffer, read at most its size into it (here a
+    random amount, as the kernel hands over whatever has arrived), report the count."""
+    pos = 0
+    while pos < len(stream):
+        buf = connection.get_buffer(-1)
+        n = min(len(buf), len(stream) - pos, rng.choice([1, 7, 100, 5000, 70_000, 1 << 20]))
+        buf[:n] = stream[pos : pos + n]
+        connection.buffer_updated(n)
+        pos += n
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_big_requests_received_into_their_own_buffer(run: Any, seed: int) -> None:
+    # Requests of 64 KiB and more are read straight into a buffer of their size; mixed with small ones, cut
+    # anywhere, they must still come out whole, in order, each handled once.
+    import random
+
+    rng = random.Random(seed)
+    requests: list[bytes] = []
+    expected = b""
+    for i in range(30):
+        size = rng.choice([3, 40, 65_536 - 9, 65_536, 200_000, 1 << 20])
+        payload = (b"%d:" % i) + bytes([65 + i % 26]) * size
+        verb = rng.choice([b"echo", b"bytes"])
+        requests.append(verb + b" " + payload)
+        expected += frame((b"echo:" if verb == b"echo" else b"bytes:") + payload)
+    stream = b"".join(frame(r) for r in requests)
+
+    async def scenario() -> tuple[bytes, int, set[type]]:
+        handler = FakeHandler()
+        connection = Connection(handler, max_pending=4)
+        transport = CollectingTransport()
+        connection.connection_made(transport)  # type: ignore[arg-type]
+        _feed_like_a_transport(connection, stream, rng)
+        connection.connection_lost(None)
+        return bytes(transport.written), handler.handled, handler.frame_types
+
+    written, handled, frame_types = run(scenario())
+    assert frame_types == {bytes, bytearray}  # both receive paths were taken
+    assert handled == len(requests)
+    assert written == expected
+
+
+def test_big_request_cut_short_by_the_peer_is_dropped_cleanly(run: Any) -> None:
+    async def scenario() -> tuple[bytes, bool, int]:
+        handler = FakeHandler()
+        connection = Connection(handler)
+        transport = CollectingTransport()
+        connection.connection_made(transport)  # type: ignore[arg-type]
+        stream = frame(b"echo small") + frame(b"echo " + b"x" * 100_000)[:50_000]
+        import random
+
+        _feed_like_a_transport(connection, stream, random.Random(1))
+        connection.eof_received()
+        return bytes(transport.written), transport.closed, handler.handled
+
+    written, closed, handled = run(scenario())
+    assert (written, closed, handled) == (frame(b"echo:small"), True, 1)
 
 
 def test_bad_size_after_good_frames_answers_them_then_closes(run: Any) -> None:

@@ -266,3 +266,51 @@ def test_negative_size_fed_one_byte_at_a_time() -> None:
         assert decoder.next_frame() is None
     with pytest.raises(InvalidFrameSize):
         decoder.feed(b"\xfe")
+
+
+# ------------------------------------------------------------------------------------------ detach_partial
+
+
+@pytest.mark.parametrize("cut", [1, 3, 4, 5, 1000, 99_999])
+def test_detach_partial_hands_over_an_incomplete_big_frame(cut: int) -> None:
+    big = bytes(random.Random(cut).randbytes(100_000))
+    stream = framed(b"small") + framed(big)
+    head = stream[: 9 + cut]
+    decoder = FrameDecoder()
+    for i in range(0, len(head), 7):  # many chunks, so a prefix can straddle them
+        decoder.feed(head[i : i + 7])
+    assert decoder.detach_partial(1000) is None  # a complete frame is still waiting
+    assert decoder.next_frames() == [b"small"]
+    detached = decoder.detach_partial(1000)
+    if cut < 4:
+        assert detached is None  # the size prefix itself is not complete yet
+        return
+    assert detached is not None
+    buf, filled = detached
+    assert (len(buf), filled) == (len(big), cut - 4)
+    assert bytes(buf[:filled]) == big[:filled]
+    assert decoder.idle and decoder.buffered == 0
+    decoder.feed(framed(b"after"))
+    assert decoder.next_frames() == [b"after"]
+
+
+def test_detach_partial_leaves_small_and_complete_frames_alone() -> None:
+    decoder = FrameDecoder()
+    decoder.feed(framed(b"y" * 500)[:100])
+    assert decoder.detach_partial(1000) is None  # too small to be worth a buffer of its own
+    assert decoder.buffered == 100
+    decoder.feed(framed(b"y" * 500)[100:])
+    assert decoder.next_frames() == [b"y" * 500]
+    decoder.feed(framed(b"z" * 2000))
+    assert decoder.detach_partial(1000) is None  # complete: nothing to receive
+    assert decoder.next_frames() == [b"z" * 2000]
+
+
+def test_detach_partial_never_hands_over_a_refused_frame() -> None:
+    decoder = FrameDecoder(max_size=10_000)
+    decoder.feed(b"\x00\x00")
+    with pytest.raises(FrameTooLarge):
+        decoder.feed(struct.pack(">i", 50_000)[2:] + b"x")
+    assert decoder.detach_partial(1000) is None
+    with pytest.raises(FrameTooLarge):
+        decoder.next_frames()

@@ -169,7 +169,8 @@ class Router:
             route = self._routes[route_id]
         except (struct.error, KeyError):
             route = None
-        memo = None if route is None else route.memo
+        # (A big request arrives as a bytearray, which cannot key the memo; no real ApiVersions is that big.)
+        memo = None if route is None or frame.__class__ is not bytes else route.memo
         if memo is not None:
             # Filled only after a request passed every check below on this listener kind, so a hit needs none.
             body = memo[ctx.listener_kind].get(frame[8:])

@@ -1,8 +1,14 @@
-"""One Kafka client connection: an `asyncio.Protocol` that turns received bytes into handler calls and replies into
-writes, in request order, with backpressure both ways.
+"""One Kafka client connection: an `asyncio.BufferedProtocol` that turns received bytes into handler calls and
+replies into writes, in request order, with backpressure both ways.
 
 Strategy:
 
+* Receiving: the transport reads into a buffer we hand it (`get_buffer`).  Normally that is a reusable 64 KiB
+  buffer whose bytes then go through `data_received`.  When a read starts a request of at least 64 KiB (a
+  Produce of big batches) whose body has not all arrived, a buffer of exactly that request's size is allocated
+  and the transport reads the rest of the body straight into it: the bytes cross from the kernel into the frame
+  once and are never joined or copied again before the log writes them.  Such a frame reaches the handler as a
+  `bytearray`.
 * Reading: each `data_received` feeds the sans-IO `FrameDecoder` and hands every complete frame to
   `handler.handle(frame, ctx)`.
 * The fast path (no reply queued, handler answered synchronously with bytes only): the reply's size prefix and parts
@@ -53,6 +59,10 @@ DEFAULT_MAX_PENDING = 64
 # Fallback copy size for file regions: large enough to amortise the syscalls, small enough not to balloon memory.
 _COPY_CHUNK = 1 << 20
 
+# The reusable receive buffer, and the request size from which a request gets a buffer of its own.
+_RECV_BYTES = 64 * 1024
+_OWN_BUFFER_FROM = 64 * 1024
+
 # A read of many small requests with big replies is written in slices of this size, not all at once.
 _FLUSH_BYTES = 256 * 1024
 
@@ -74,7 +84,7 @@ class RegionTruncated(Exception):
     """A file region's file ended before its last byte: the frame size already sent cannot be honoured."""
 
 
-class Connection(asyncio.Protocol):
+class Connection(asyncio.BufferedProtocol):
     """Serves one client connection. Construct one per accepted socket (it is the protocol factory's product)."""
 
     def __init__(
@@ -122,6 +132,11 @@ class Connection(asyncio.Protocol):
         self._closed = False
         self._sock_dup: int | None = None
         self._lost_waiter: asyncio.Future[None] | None = None
+        self._recv_view = memoryview(bytearray(_RECV_BYTES))
+        # A big request being received straight into its own buffer: the buffer and how much of it is filled.
+        self._big: bytearray | None = None
+        self._big_view: memoryview | None = None
+        self._big_filled = 0
 
     # -- public surface ---------------------------------------------------------------------------------------------
 
@@ -184,7 +199,55 @@ class Connection(asyncio.Protocol):
             self._registry.add(self)
         self._log.info("connection opened", listener_kind=self._listener_kind)
 
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self._big_view is not None:
+            return self._big_view[self._big_filled :]
+        return self._recv_view
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self._big_view is not None:
+            self._big_filled += nbytes
+            if self._big_filled == len(self._big_view):
+                self._big_received()
+            return
+        if self._pause & _PAUSE_CLOSING:
+            return
+        view = self._recv_view
+        if nbytes >= SIZE_PREFIX_LENGTH and self._decoder.idle:
+            (size,) = _unpack_size_from(view, 0)
+            if _OWN_BUFFER_FROM <= size <= self._decoder.max_size and nbytes < SIZE_PREFIX_LENGTH + size:
+                # The start of a big request and nothing before it: receive the rest into its own buffer.
+                big = bytearray(size)
+                first = nbytes - SIZE_PREFIX_LENGTH
+                big[:first] = view[SIZE_PREFIX_LENGTH:nbytes]
+                self._big, self._big_view, self._big_filled = big, memoryview(big), first
+                return
+        self.data_received(bytes(view[:nbytes]))
+        if not self._pause:
+            # A big request that began after other requests in the same read: the rest of it goes into its own
+            # buffer too, which also brings reads back in step with request boundaries.
+            try:
+                detached = self._decoder.detach_partial(_OWN_BUFFER_FROM)
+            except FrameError as exc:
+                self._frame_error(exc)
+                self._maybe_finish_close()
+                return
+            if detached is not None:
+                big, self._big_filled = detached
+                self._big, self._big_view = big, memoryview(big)
+
+    def _big_received(self) -> None:
+        frame = self._big
+        self._big = self._big_view = None
+        if frame is None or self._pause & _PAUSE_CLOSING:
+            return
+        # Through the decoder's queue, so ordering, pausing and the slow path work as for any other frame.
+        self._decoder.unread([frame])  # type: ignore[list-item]
+        if not self._pause:
+            self._process_frames()
+
     def data_received(self, data: bytes) -> None:
+        """Received bytes (the buffered-protocol path calls this for ordinary reads; tests call it directly)."""
         if self._pause & _PAUSE_CLOSING:
             return
         if not self._pause and self._sender is None and not self._debug and self._decoder.idle:
@@ -246,6 +309,7 @@ class Connection(asyncio.Protocol):
         if waiter is not None and not waiter.done():
             waiter.cancel()
         self._decoder = FrameDecoder(0)
+        self._big = self._big_view = None
         if self._registry is not None:
             self._registry.discard(self)
         if self._lost_waiter is not None and not self._lost_waiter.done():

@@ -133,6 +133,39 @@ class FrameDecoder:
             else:
                 self._read_prefix()  # the prefix straddles chunks: read it now
 
+    def detach_partial(self, min_size: int) -> tuple[bytearray, int] | None:
+        """Hand over an incomplete frame of at least `min_size` bytes so the caller can receive the rest of it
+        straight into a buffer of its own: returns (a buffer of the frame's size holding the bytes received so
+        far, how many that is) and forgets them, leaving the decoder idle.  None (nothing changes) unless the
+        decoder holds exactly one incomplete frame, that big, and nothing else."""
+        if self._broken is not None or self._ready:
+            return None
+        if self._frame_size < 0:
+            if self._buffered < SIZE_PREFIX_LENGTH:
+                return None
+            first = self._chunks[0]
+            if len(first) - self._offset >= SIZE_PREFIX_LENGTH:
+                (size,) = _unpack_size_from(first, self._offset)
+                if size < min_size or size > self._max_size or self._buffered - SIZE_PREFIX_LENGTH >= size:
+                    return None
+            self._read_prefix()  # raises (and breaks the decoder) on a bad size, as next_frame would
+        size = self._frame_size
+        if size < min_size or self._buffered >= size:
+            return None
+        buf = bytearray(size)
+        filled = 0
+        offset = self._offset
+        for chunk in self._chunks:
+            n = len(chunk) - offset
+            buf[filled : filled + n] = memoryview(chunk)[offset:]
+            filled += n
+            offset = 0
+        self._chunks.clear()
+        self._offset = 0
+        self._buffered = 0
+        self._frame_size = -1
+        return buf, filled
+
     def unread(self, frames: list[bytes]) -> None:
         """Give back frames taken but not handled (in their order); they are returned first next time."""
         if frames:

@@ -62,5 +62,6 @@ class CloseConnection(Exception):
 
 class RequestHandler(Protocol):
     def handle(self, frame: bytes, ctx: RequestContext) -> Reply | Awaitable[Reply]:
-        """Answer one request frame (size prefix removed). See the module docstring for the reply contract."""
+        """Answer one request frame (size prefix removed): `bytes`, or a `bytearray` for a big request received
+        straight into its own buffer. See the module docstring for the reply contract."""
         ...
