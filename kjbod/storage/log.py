@@ -1046,13 +1046,15 @@ class PartitionLog:
 
     def relocate(self, new_dir: str) -> None:
         """The partition dir was renamed (``-delete``, or a future log promoted): update every path."""
-        old = self.dir
+        # Segment files live directly in the partition dir; this runs while appends wait (the swap), so it does
+        # no more than string work per file.
         self.dir = new_dir
+        prefix = new_dir + os.sep
         for seg in self.segments:
             seg.dir_path = new_dir
-            seg.log_path = os.path.join(new_dir, os.path.relpath(seg.log_path, old))
-            seg.index.path = os.path.join(new_dir, os.path.relpath(seg.index.path, old))
-            seg.time_index.path = os.path.join(new_dir, os.path.relpath(seg.time_index.path, old))
+            seg.log_path = prefix + os.path.basename(seg.log_path)
+            seg.index.path = prefix + os.path.basename(seg.index.path)
+            seg.time_index.path = prefix + os.path.basename(seg.time_index.path)
 
     # ------------------------------------------------------------------------------------------ close
 
