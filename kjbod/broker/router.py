@@ -162,20 +162,25 @@ class Router:
             for version in range(entry.min_version, entry.max_version + 1):
                 (route_id,) = struct.unpack(">i", _route_id.pack(entry.api_key, version))
                 self._routes[route_id] = _Route(entry, version)
+        # The memoised routes by route id, so a memo hit needs one lookup before anything else.
+        self._memos = {rid: route.memo for rid, route in self._routes.items() if route.memo is not None}
 
     def handle(self, frame, ctx: RequestContext):
         try:
             route_id, corr = _unpack_route_corr(frame)
-            route = self._routes[route_id]
-        except (struct.error, KeyError):
-            route = None
-        # (A big request arrives as a bytearray, which cannot key the memo; no real ApiVersions is that big.)
-        memo = None if route is None or frame.__class__ is not bytes else route.memo
+        except struct.error:
+            route_id = corr = None  # too short for a header: _route_slowly refuses it
+        memo = self._memos.get(route_id)
         if memo is not None:
-            # Filled only after a request passed every check below on this listener kind, so a hit needs none.
-            body = memo[ctx.listener_kind].get(frame[8:])
-            if body is not None:
-                return _pack_corr(corr) + body
+            if frame.__class__ is bytes:
+                # Filled only after a request passed every check below on this listener kind, so a hit needs
+                # none of them.
+                body = memo[ctx.listener_kind].get(frame[8:])
+                if body is not None:
+                    return _pack_corr(corr) + body
+            else:
+                memo = None  # a big request arrives as a bytearray, which cannot key the memo
+        route = self._routes.get(route_id)  # type: ignore[arg-type]
         if route is None or ctx.listener_kind not in route.listeners:
             route = self._route_slowly(frame, ctx)
             if route.__class__ is list:  # the KIP-511 answer

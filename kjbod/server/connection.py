@@ -210,22 +210,21 @@ class Connection(asyncio.BufferedProtocol):
             if self._big_filled == len(self._big_view):
                 self._big_received()
             return
-        if self._pause & _PAUSE_CLOSING:
-            return
         view = self._recv_view
-        if nbytes >= SIZE_PREFIX_LENGTH and self._decoder.idle:
+        if nbytes == _RECV_BYTES and not self._pause and self._decoder.idle:
+            # A full buffer with nothing before it may be the start of a big request: if so, receive the rest
+            # straight into a buffer of its own.
             (size,) = _unpack_size_from(view, 0)
             if _OWN_BUFFER_FROM <= size <= self._decoder.max_size and nbytes < SIZE_PREFIX_LENGTH + size:
-                # The start of a big request and nothing before it: receive the rest into its own buffer.
                 big = bytearray(size)
                 first = nbytes - SIZE_PREFIX_LENGTH
                 big[:first] = view[SIZE_PREFIX_LENGTH:nbytes]
                 self._big, self._big_view, self._big_filled = big, memoryview(big), first
                 return
-        self.data_received(bytes(view[:nbytes]))
-        if not self._pause:
-            # A big request that began after other requests in the same read: the rest of it goes into its own
-            # buffer too, which also brings reads back in step with request boundaries.
+        if self._received(bytes(view[:nbytes])) and not self._pause:
+            # Bytes of an incomplete request are buffered. If it is a big one (it began after other requests in
+            # the same read, or arrived slowly) the rest of it goes into its own buffer too, which also brings
+            # reads back in step with request boundaries.
             try:
                 detached = self._decoder.detach_partial(_OWN_BUFFER_FROM)
             except FrameError as exc:
@@ -247,16 +246,20 @@ class Connection(asyncio.BufferedProtocol):
             self._process_frames()
 
     def data_received(self, data: bytes) -> None:
-        """Received bytes (the buffered-protocol path calls this for ordinary reads; tests call it directly)."""
+        """Received bytes (the buffered-protocol path goes through here for ordinary reads; tests call it)."""
+        self._received(data)
+
+    def _received(self, data: bytes) -> bool:
+        """Handle received bytes; True when some may be left in the decoder (an incomplete request)."""
         if self._pause & _PAUSE_CLOSING:
-            return
+            return False
         if not self._pause and self._sender is None and not self._debug and self._decoder.idle:
             pos = self._serve_chunk(data)
             if self._pause & _PAUSE_CLOSING:
                 self._maybe_finish_close()  # what follows the closing request is dropped, as on the general path
-                return
+                return False
             if pos == len(data):
-                return
+                return False
             if pos:
                 data = data[pos:]
         try:
@@ -264,9 +267,10 @@ class Connection(asyncio.BufferedProtocol):
         except FrameError as exc:
             self._frame_error(exc)
             self._maybe_finish_close()
-            return
+            return False
         if not self._pause:
             self._process_frames()
+        return True
 
     def eof_received(self) -> bool:
         # The peer will send nothing more, but may still read: answer what was received, then close.
@@ -350,31 +354,29 @@ class Connection(asyncio.BufferedProtocol):
                 except Exception as exc:  # noqa: BLE001  (CloseConnection or a handler bug; both close)
                     self._handler_raised(exc)
                     break
-                if reply.__class__ is bytes:
-                    body = reply
-                elif reply.__class__ is list:
-                    try:
-                        body = b"".join(reply)  # type: ignore[arg-type]
-                    except TypeError:  # a FileRegion: queue it
-                        body = None
-                elif reply is None:
-                    continue
-                else:
-                    body = None
-                if body is not None:
-                    size = len(body)
-                    append(_pack_size(size))
-                    append(body)
-                    batch_bytes += size
-                    if batch_bytes >= _FLUSH_BYTES:
-                        self._write(batch)
-                        batch.clear()
-                        batch_bytes = 0
-                        if self._pause:
-                            break
-                    continue
-                self._enqueue(reply, None)
-                break
+                if reply.__class__ is not bytes:  # bytes, the common case, skips all of this
+                    if reply is None:
+                        continue
+                    queue = reply.__class__ is not list
+                    if not queue:
+                        try:
+                            reply = b"".join(reply)  # type: ignore[arg-type]
+                        except TypeError:  # a FileRegion
+                            queue = True
+                    if queue:
+                        self._enqueue(reply, None)
+                        break
+                size = len(reply)  # type: ignore[arg-type]
+                append(_pack_size(size))
+                append(reply)
+                batch_bytes += size
+                if batch_bytes >= _FLUSH_BYTES:
+                    # Big replies: write now, so pause_writing can stop us before the next frame.
+                    self._write(batch)
+                    batch.clear()
+                    batch_bytes = 0
+                    if self._pause:
+                        break
         finally:
             if batch:
                 self._write(batch)
