@@ -132,9 +132,8 @@ class BrokerNode:
                      topic_id: uuid.UUID | None = None) -> TopicState:
         """Creates the topic: partition logs on disk first (placement decides each one's directory id, which the
         PartitionRecords carry), then one fsynced metadata-log batch, then the image.  A crash between the two
-        leaves partition dirs the metadata does not know; startup reports them (storage_glue.reconcile) and a
-        later CreateTopics of the same name answers TOPIC_ALREADY_EXISTS until they are removed: a known gap,
-        the stray handling Kafka has is still to come."""
+        leaves partition dirs the metadata does not know; the next startup renames them ``-stray``, as Kafka
+        does (storage_glue.reconcile), and the name can be created again."""
         topic_id = topic_id or uuid.uuid4()
         while topic_id.int >> 64 == 0 and (topic_id.int & ((1 << 64) - 1)) < 100:
             topic_id = uuid.uuid4()

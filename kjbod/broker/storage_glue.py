@@ -6,8 +6,12 @@ settled (KIP-113: a ``-future`` log whose current log is gone is promoted when e
 otherwise; one of a deleted topic is removed); then the image and the dirs are reconciled: a partition the image
 knows, replicated on this node, but held by no dir (a crash between the metadata record and the directory) is
 created now, unless some dir is offline or a future log exists for it (its log may be in the offline dir: the
-partition stays offline, as Kafka refuses to create a log then), and a partition directory the image does not
-know is left alone and reported (Kafka would call it stray).
+partition stays offline, as Kafka refuses to create a log then). A partition log the image does not give this
+node is a stray replica, as Kafka (KRaft) defines it: its topic is not in the image, the topic's id differs (a
+topic deleted and created again while the dir was offline), its log has no topic id at all (partition.metadata
+is written before any data, so such a log never held any), or the partition is not in the topic or not assigned
+to this node. Kafka renames strays to ``<topic>-<partition>.<32 hex>-stray`` and keeps them for the operator;
+so does kjbod, and the name is free again for a new topic.
 
 AlterReplicaLogDirs for a partition this node does not host yet remembers the requested dir
 (``StorageAdapter.preferred_dirs``, in memory, as Kafka's LogManager does); the partition is created there
@@ -176,7 +180,7 @@ def settle_future_logs(node: Any, manager: LogManager) -> None:
 
 
 def reconcile(node: Any, manager: LogManager) -> None:
-    known = set()
+    known: dict[tuple[str, int], str] = {}  # the partitions assigned to this node -> their topic's id
     missing = []
     offline = [d.path for d in manager.dirs if not d.online]
     held_back = []
@@ -184,7 +188,8 @@ def reconcile(node: Any, manager: LogManager) -> None:
         cfg = topic_log_config(node, topic.configs)
         tid = uuid_to_str(topic.topic_id.bytes)
         for p, state in topic.partitions.items():
-            known.add((topic.name, p))
+            if not state.replicas or node.node_id in state.replicas:
+                known[(topic.name, p)] = tid
             plog = manager.find(topic.name, p)
             if plog is not None:
                 plog.config = cfg
@@ -200,7 +205,11 @@ def reconcile(node: Any, manager: LogManager) -> None:
     if missing:
         log.warning("recreating_missing_partitions", partitions=[f"{s.topic}-{s.partition}" for s in missing])
         manager.create_partitions(missing)
-    strays = [plog.name for plog in manager.partitions() if (plog.topic, plog.partition) not in known]
+    strays = [plog for plog in manager.partitions() if known.get((plog.topic, plog.partition)) is None
+              or plog.topic_id != known[(plog.topic, plog.partition)]]
     if strays:
-        log.warning("partitions_not_in_metadata", partitions=strays,
-                    hint="left in place; delete the directories if the topic is gone")
+        renamed = []
+        for plog in strays:
+            renamed += manager.mark_stray(plog.topic, plog.partition)
+        log.warning("partitions_not_in_metadata", partitions=[plog.name for plog in strays],
+                    renamed_to=renamed, hint="kept as -stray dirs for inspection; delete them when not needed")

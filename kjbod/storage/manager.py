@@ -482,23 +482,53 @@ class LogManager:
             del self._logs[tp]
             self._delete_log(plog)
 
+    def mark_stray(self, topic: str, partition: int) -> list[str]:
+        """Take out of service a replica that the cluster metadata does not give this node (its topic was deleted
+        while its dir was offline, or the node crashed between creating the dir and recording the topic): as
+        Kafka does, its dir (and its future dir, if any) is renamed to ``<topic>-<partition>.<32 hex>-stray`` and
+        kept for the operator to inspect or remove; the partition's name is free again at once. Returns the new
+        paths."""
+        with self._lock:
+            tp = (topic, partition)
+            logs = [plog for plog in (self._futures.pop(tp, None), self._logs.pop(tp, None)) if plog is not None]
+            if not logs:
+                raise UnknownTopicOrPartitionError(f"this node has no log for {topic}-{partition}")
+            renamed = []
+            for plog in logs:
+                new_dir = self._retire_log(plog, STRAY_DIR_SUFFIX)
+                if new_dir is not None:
+                    entry = self._dirs.get(plog.io.path)
+                    if entry is not None:
+                        entry.stray.append(new_dir)
+                    renamed.append(new_dir)
+            return renamed
+
     def _delete_log(self, plog: PartitionLog) -> None:
+        new_dir = self._retire_log(plog, DELETE_DIR_SUFFIX)
+        if new_dir is None:
+            return
+        io = plog.io
+        self.deletions.schedule(
+            self.clock() + plog.config.file_delete_delay_ms, new_dir, lambda: io.rmtree(new_dir)
+        )
+        log.info("partition_deleted", partition=plog.name, log_dir=io.path, renamed_to=os.path.basename(new_dir))
+
+    def _retire_log(self, plog: PartitionLog, suffix: str) -> str | None:
+        """Close a log and rename its dir to ``<topic>-<partition>.<32 hex><suffix>``; None when its dir is offline
+        (nothing can be renamed there: the dir keeps its name)."""
         io = plog.io
         with plog.lock:
             plog.closed = True
             for seg in plog.segments:
                 seg.close_quietly()
             if not io.online:
-                return
-            new_dir = io.join(suffixed_dir_name(plog.topic, plog.partition, DELETE_DIR_SUFFIX))
+                return None
+            new_dir = io.join(suffixed_dir_name(plog.topic, plog.partition, suffix))
             io.rename(plog.dir, new_dir)
             plog.relocate(new_dir)
         io.fsync_dir()
-        self.deletions.schedule(
-            self.clock() + plog.config.file_delete_delay_ms, new_dir, lambda: io.rmtree(new_dir)
-        )
         self._write_dir_checkpoints(io.path, hw=True)
-        log.info("partition_deleted", partition=plog.name, log_dir=io.path, renamed_to=os.path.basename(new_dir))
+        return new_dir
 
     # ------------------------------------------------------------------------------------------ mover hooks
 

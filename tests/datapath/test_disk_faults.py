@@ -205,28 +205,37 @@ def delete_with_an_offline_partition(factory, tmp_path, monkeypatch):
 
 def test_seam_delete_topic_with_a_partition_in_an_offline_dir(kjbod_server_factory, tmp_path, monkeypatch):
     """The topic leaves the metadata first, so the answer is success and every partition in an online dir is
-    renamed to -delete; the one in the offline dir cannot be touched, stays behind, and is reported at the next
-    start as a partition the metadata does not know."""
+    renamed to -delete; the one in the offline dir cannot be touched, stays behind, and at the next start is a
+    stray replica: renamed -stray (kept for the operator, as Kafka does) and no longer served."""
     from .support import RawClient, log_events, metadata
 
-    server, _dirs, result = delete_with_an_offline_partition(kjbod_server_factory, tmp_path, monkeypatch)
+    server, dirs, result = delete_with_an_offline_partition(kjbod_server_factory, tmp_path, monkeypatch)
     assert result.error_code == 0, result.error_message
     (stray,) = log_events(server, "partitions_not_in_metadata")
     assert stray["partitions"] == ["doomed-1"]
+    parent = dirs["doomed-1"]
+    assert not (parent / "doomed-1").exists()
+    (kept,) = [d for d in parent.iterdir() if d.name.startswith("doomed-1.") and d.name.endswith("-stray")]
+    assert [str(kept)] == stray["renamed_to"]
+    assert any(f.suffix == ".log" and f.stat().st_size > 0 for f in kept.iterdir())  # its data is kept
     with RawClient.to(server) as raw:
         assert metadata(raw, ["doomed"]).topics[0].error_code == 3
 
 
-@pytest.mark.xfail(strict=True, reason="no stray-log handling yet: a deleted topic's partition left in a dir that "
-                   "was offline is loaded again at startup (Kafka compares topic ids and renames it to -stray), "
-                   "so the name stays taken (TOPIC_ALREADY_EXISTS) until someone removes the directory")
 def test_seam_topic_name_is_free_again_after_the_offline_dir_returns(kjbod_server_factory, tmp_path, monkeypatch):
-    from .support import RawClient, create_topic
+    from .support import RawClient, create_topic, log_events
 
-    server, _dirs, _result = delete_with_an_offline_partition(kjbod_server_factory, tmp_path, monkeypatch)
+    server, dirs, _result = delete_with_an_offline_partition(kjbod_server_factory, tmp_path, monkeypatch)
     with RawClient.to(server) as raw:
         again = create_topic(raw, "doomed", 3)
         assert again.error_code == 0, again.error_message
+    # The new topic's partitions are new logs; the stray stays as it was, also across a restart.
+    strays = [d for d in dirs["doomed-1"].iterdir() if d.name.endswith("-stray")]
+    assert len(strays) == 1
+    assert server.stop() == 0
+    server.start()
+    assert not log_events(server, "partitions_not_in_metadata")[1:]  # nothing new is stray after the restart
+    assert [d for d in dirs["doomed-1"].iterdir() if d.name.endswith("-stray")] == strays
 
 
 def every_dir_failing(factory, tmp_path, monkeypatch):

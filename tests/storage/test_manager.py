@@ -189,6 +189,29 @@ def test_delete_partition_renames_then_removes_after_the_delay(make_manager, log
     lm.create_partition("del", 0, TOPIC_ID)  # the name is free again
 
 
+def test_mark_stray_renames_and_keeps_the_log_and_its_future(make_manager, log_dirs, clock):
+    lm = make_manager(config=LogConfig(file_delete_delay_ms=1000))
+    log = lm.create_partition("gone", 0, TOPIC_ID, dir=log_dirs[0])
+    log.append(kp_batch([b"kept"]))
+    lm.create_future_log("gone", 0, log_dirs[1])
+    renamed = lm.mark_stray("gone", 0)
+    assert sorted(parse_partition_dir_name(os.path.basename(p)) for p in renamed) == [("gone", 0, "-stray")] * 2
+    assert {os.path.dirname(p) for p in renamed} == set(log_dirs[:2])
+    assert lm.find("gone", 0) is None and lm.get_future("gone", 0) is None
+    with pytest.raises(UnknownTopicOrPartitionError):
+        log.append(kp_batch([b"b"]))
+    assert sorted(lm.stray_dirs()) == sorted(renamed)
+    lm.tick(clock.now + 10_000)  # unlike -delete, nothing removes a stray
+    current = next(p for p in renamed if os.path.dirname(p) == log_dirs[0])
+    assert kp_records(Path(current, "00000000000000000000.log").read_bytes())[0][1] == b"kept"
+    lm.create_partition("gone", 0, TOPIC_ID)  # the name is free again
+    with pytest.raises(UnknownTopicOrPartitionError):
+        lm.mark_stray("never", 0)
+    lm.close()
+    again = make_manager()
+    assert sorted(again.stray_dirs()) == sorted(renamed) and again.find("gone", 0) is not None
+
+
 def test_tick_flushes_rolled_segments_and_writes_checkpoints(make_manager, log_dirs, clock):
     lm = make_manager(config=LogConfig(segment_bytes=400), checkpoint_interval_ms=60_000)
     log = lm.create_partition("roll", 0, TOPIC_ID, dir=log_dirs[0])
