@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import inspect
+import logging
 import sys
 import time
 import traceback
@@ -64,6 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     from kjbod.server.logging import configure_logging
 
     configure_logging("console", "warning")
+    # kafka-python, a peer in some benchmarks, warns about its own slow event-loop tasks while it is timed.
+    logging.getLogger("kafka").setLevel(logging.ERROR)
     rows: list[tuple[str, str, str]] = []
     failed = False
     for name in args.names or BENCHMARKS:
