@@ -171,6 +171,21 @@ async def _bind(
 _SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
+def _add_signal_handlers(
+    loop: asyncio.AbstractEventLoop, on_signal: Callable[[signal.Signals], None]
+) -> list[signal.Signals]:
+    """Route SIGTERM and SIGINT to `on_signal`; returns the signals installed, for loop.remove_signal_handler.
+    None is installed off the main thread (embedded use): the caller then stops us by cancelling."""
+    installed = []
+    for sig in _SIGNALS:
+        try:
+            loop.add_signal_handler(sig, on_signal, sig)
+            installed.append(sig)
+        except (NotImplementedError, RuntimeError, ValueError):
+            pass
+    return installed
+
+
 async def _wait_for_stop(loop: asyncio.AbstractEventLoop, node: Any) -> None:
     stop = asyncio.Event()
 
@@ -178,13 +193,7 @@ async def _wait_for_stop(loop: asyncio.AbstractEventLoop, node: Any) -> None:
         log.info("shutdown requested", signal=sig.name)
         stop.set()
 
-    installed = []
-    for sig in _SIGNALS:
-        try:
-            loop.add_signal_handler(sig, on_signal, sig)
-            installed.append(sig)
-        except (NotImplementedError, RuntimeError, ValueError):
-            pass  # not the main thread (embedded use): the caller stops us by cancelling
+    installed = _add_signal_handlers(loop, on_signal)
     waiters = [asyncio.ensure_future(stop.wait())]
     node_stop = getattr(node, "shutdown_requested", None)
     if node_stop is not None:
@@ -208,13 +217,7 @@ async def _drain(loop: asyncio.AbstractEventLoop, registry: ConnectionRegistry, 
         log.info("second signal: aborting open connections", signal=sig.name)
         hurry.set()
 
-    installed = []
-    for sig in _SIGNALS:
-        try:
-            loop.add_signal_handler(sig, on_signal, sig)
-            installed.append(sig)
-        except (NotImplementedError, RuntimeError, ValueError):
-            pass
+    installed = _add_signal_handlers(loop, on_signal)
     if len(registry):
         log.info("waiting for open connections", connections=len(registry), timeout_s=timeout)
     shutdown = asyncio.ensure_future(registry.shutdown(timeout))

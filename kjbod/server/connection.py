@@ -357,15 +357,11 @@ class Connection(asyncio.BufferedProtocol):
                 if reply.__class__ is not bytes:  # bytes, the common case, skips all of this
                     if reply is None:
                         continue
-                    queue = reply.__class__ is not list
-                    if not queue:
-                        try:
-                            reply = b"".join(reply)  # type: ignore[arg-type]
-                        except TypeError:  # a FileRegion
-                            queue = True
-                    if queue:
+                    body = _joined(reply)
+                    if body is None:
                         self._enqueue(reply, None)
                         break
+                    reply = body
                 size = len(reply)  # type: ignore[arg-type]
                 append(_pack_size(size))
                 append(reply)
@@ -421,30 +417,22 @@ class Connection(asyncio.BufferedProtocol):
                             if meta is not None:
                                 self._log_request(meta, replied=False)
                             continue
-                        if reply.__class__ is bytes:
-                            reply = [reply]
-                        if reply.__class__ is list:
-                            # Joining is also the cheapest check that every part is bytes-like: a FileRegion
-                            # raises TypeError and takes the slow path below.
-                            try:
-                                body = b"".join(reply)  # type: ignore[arg-type]
-                            except TypeError:
-                                pass
-                            else:
-                                size = len(body)
-                                batch.append(_pack_size(size))
-                                batch.append(body)
-                                if meta is not None:
-                                    self._log_request(meta)
-                                batch_bytes += size
-                                if batch_bytes >= _FLUSH_BYTES:
-                                    # Big replies: write now, so pause_writing can stop us before the next frame.
-                                    self._write(batch)
-                                    batch = []
-                                    batch_bytes = 0
-                                    if self._pause:
-                                        break
-                                continue
+                        body = _joined(reply)
+                        if body is not None:
+                            size = len(body)
+                            batch.append(_pack_size(size))
+                            batch.append(body)
+                            if meta is not None:
+                                self._log_request(meta)
+                            batch_bytes += size
+                            if batch_bytes >= _FLUSH_BYTES:
+                                # Big replies: write now, so pause_writing can stop us before the next frame.
+                                self._write(batch)
+                                batch = []
+                                batch_bytes = 0
+                                if self._pause:
+                                    break
+                            continue
                     self._enqueue(reply, meta)
                     fast = False  # from now on the sender writes, in order
                     if self._pause:
@@ -772,6 +760,20 @@ class ConnectionRegistry:
         finally:
             self._emptied = None
         return True
+
+
+def _joined(reply: Any) -> bytes | None:
+    """A reply written as it comes, in one piece: the bytes themselves, or its parts joined; None for what must be
+    queued for the sender (an awaitable, or parts holding a FileRegion). Joining is also the cheapest check that
+    every part is bytes-like: a FileRegion makes it raise TypeError."""
+    if reply.__class__ is bytes:
+        return reply  # type: ignore[no-any-return]
+    if reply.__class__ is not list:
+        return None
+    try:
+        return b"".join(reply)
+    except TypeError:
+        return None
 
 
 def _wake(waiter: asyncio.Future[None]) -> None:

@@ -41,13 +41,16 @@ VIEWS = ("replicas", "log_dirs")
 ON_BROKER_ERROR = ("fail", "skip")
 
 # (name, Spark SQL type).  The Spark schema (kjbod.spark.source) and the Arrow columns are both built from these.
-REPLICA_COLUMNS: tuple[tuple[str, str], ...] = (
+# Both views start with the log dir's own columns.
+_DIR_COLUMNS: tuple[tuple[str, str], ...] = (
     ("broker_id", "INT"),
     ("log_dir", "STRING"),
     ("dir_id", "STRING"),
     ("dir_error", "STRING"),
     ("dir_total_bytes", "BIGINT"),
     ("dir_usable_bytes", "BIGINT"),
+)
+REPLICA_COLUMNS: tuple[tuple[str, str], ...] = _DIR_COLUMNS + (
     ("topic", "STRING"),
     ("partition", "INT"),
     ("size_bytes", "BIGINT"),
@@ -55,13 +58,7 @@ REPLICA_COLUMNS: tuple[tuple[str, str], ...] = (
     ("is_future", "BOOLEAN"),
     ("snapshot_ts", "TIMESTAMP"),
 )
-LOG_DIR_COLUMNS: tuple[tuple[str, str], ...] = (
-    ("broker_id", "INT"),
-    ("log_dir", "STRING"),
-    ("dir_id", "STRING"),
-    ("dir_error", "STRING"),
-    ("dir_total_bytes", "BIGINT"),
-    ("dir_usable_bytes", "BIGINT"),
+LOG_DIR_COLUMNS: tuple[tuple[str, str], ...] = _DIR_COLUMNS + (
     ("replica_count", "INT"),  # replicas in the dir (of the filtered topics), future copies included
     ("future_count", "INT"),  # of which copies a log-dir move is building
     ("size_bytes", "BIGINT"),  # bytes of those replicas
