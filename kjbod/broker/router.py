@@ -164,6 +164,14 @@ class Router:
                 self._routes[route_id] = _Route(entry, version)
         # The memoised routes by route id, so a memo hit needs one lookup before anything else.
         self._memos = {rid: route.memo for rid, route in self._routes.items() if route.memo is not None}
+        # The same dicts by listener kind, for connections that look answers up before calling handle().
+        self._ready: dict[str, dict[int, dict[bytes, bytes]]] = {
+            kind: {rid: memo[kind] for rid, memo in self._memos.items()} for kind in ("broker", "controller")}
+
+    def ready_replies(self, listener_kind: str) -> dict[int, dict[bytes, bytes]]:
+        """The memoised answers for one listener kind (see kjbod.wire.handler): route id -> {request bytes after
+        the correlation id -> response bytes after it}.  Filled as requests are answered; shared, not copied."""
+        return self._ready[listener_kind]
 
     def handle(self, frame, ctx: RequestContext):
         try:

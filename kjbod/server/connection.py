@@ -77,6 +77,11 @@ _SENDFILE_UNSUPPORTED = frozenset({errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP}
 _pack_size = struct.Struct(">i").pack
 _unpack_size_from = struct.Struct(">i").unpack_from
 _unpack_request_header = struct.Struct(">hhi").unpack_from
+# Size prefix, route id (API key and version as one int32) and correlation id: what a ready answer needs.
+_HEAD_LENGTH = 12
+_unpack_head_from = struct.Struct(">iii").unpack_from
+_pack_size_corr = struct.Struct(">ii").pack
+_NO_READY: dict[int, dict[bytes, bytes]] = {}
 _connection_ids = itertools.count(1)
 
 
@@ -102,6 +107,8 @@ class Connection(asyncio.BufferedProtocol):
         if max_pending < 1:
             raise ValueError("max_pending must be >= 1")
         self._handle = handler.handle
+        ready = getattr(handler, "ready_replies", None)
+        self._ready: dict[int, dict[bytes, bytes]] | None = ready(listener_kind) if ready is not None else None
         self._listener_name = listener_name
         self._listener_kind: ListenerKind = listener_kind
         self._security_protocol = security_protocol
@@ -329,12 +336,14 @@ class Connection(asyncio.BufferedProtocol):
 
     def _serve_chunk(self, data: bytes) -> int:
         """The fast path for one read when nothing is buffered or queued: split `data` into frames right here and
-        answer each, batching the replies into one write, until a frame is incomplete, a reply must be queued
-        (awaitable or file region; it is queued and the rest goes the general way), a size prefix is bad (left
-        for the decoder to report) or the handler closes the connection.  Returns how many bytes were consumed.
-        Equivalent to feeding the decoder and calling `_process_frames`, minus the per-frame bookkeeping."""
+        answer each (from the handler's ready answers when it has one, else through `handle`), batching the replies
+        into one write, until a frame is incomplete, a reply must be queued (awaitable or file region; it is queued
+        and the rest goes the general way), a size prefix is bad (left for the decoder to report) or the handler
+        closes the connection.  Returns how many bytes were consumed.  Equivalent to feeding the decoder and
+        calling `_process_frames`, minus the per-frame bookkeeping."""
         handle = self._handle
         ctx = self._ctx
+        ready = self._ready or _NO_READY
         limit = self._decoder.max_size
         batch: list[Any] = []
         append = batch.append
@@ -343,27 +352,42 @@ class Connection(asyncio.BufferedProtocol):
         pos = 0
         try:
             while n - pos >= SIZE_PREFIX_LENGTH:
-                (size,) = _unpack_size_from(data, pos)
+                if n - pos >= _HEAD_LENGTH:
+                    size, route_id, correlation_id = _unpack_head_from(data, pos)
+                else:
+                    (size,) = _unpack_size_from(data, pos)
+                    route_id = None
                 end = pos + SIZE_PREFIX_LENGTH + size
                 if end > n or size < 0 or size > limit:
                     break
-                frame = data[pos + SIZE_PREFIX_LENGTH : end]
-                pos = end
-                try:
-                    reply = handle(frame, ctx)  # type: ignore[arg-type]
-                except Exception as exc:  # noqa: BLE001  (CloseConnection or a handler bug; both close)
-                    self._handler_raised(exc)
-                    break
-                if reply.__class__ is not bytes:  # bytes, the common case, skips all of this
-                    if reply is None:
-                        continue
-                    body = _joined(reply)
-                    if body is None:
-                        self._enqueue(reply, None)
+                answers = ready.get(route_id)  # type: ignore[arg-type]
+                reply: Any = None
+                if answers is not None and size >= _HEAD_LENGTH - SIZE_PREFIX_LENGTH:
+                    reply = answers.get(data[pos + _HEAD_LENGTH : end])
+                if reply is not None:
+                    size = len(reply)
+                    append(_pack_size_corr(size + 4, correlation_id))
+                else:
+                    frame = data[pos + SIZE_PREFIX_LENGTH : end]
+                    try:
+                        reply = handle(frame, ctx)  # type: ignore[arg-type]
+                    except Exception as exc:  # noqa: BLE001  (CloseConnection or a handler bug; both close)
+                        pos = end
+                        self._handler_raised(exc)
                         break
-                    reply = body
-                size = len(reply)  # type: ignore[arg-type]
-                append(_pack_size(size))
+                    if reply.__class__ is not bytes:  # bytes, the common case, skips all of this
+                        if reply is None:
+                            pos = end
+                            continue
+                        body = _joined(reply)
+                        if body is None:
+                            pos = end
+                            self._enqueue(reply, None)
+                            break
+                        reply = body
+                    size = len(reply)  # type: ignore[arg-type]
+                    append(_pack_size(size))
+                pos = end
                 append(reply)
                 batch_bytes += size
                 if batch_bytes >= _FLUSH_BYTES:

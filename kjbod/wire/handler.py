@@ -14,6 +14,15 @@ response as a `Reply`:
 `handle` may return the reply directly, which is the common and fast case (no task is created), or an awaitable of
 it for work that waits (a long-poll Fetch); the connection still writes replies in request order.
 
+A handler may also offer ready answers: `ready_replies(listener_kind)` returns a dict keyed by route id (the frame's
+first 4 bytes, API key and version, read as one big-endian int32) of dicts mapping a request's bytes after its
+correlation id to the reply's bytes after the correlation id. The connection may answer a request found there with
+the size, the request's correlation id and those bytes, without calling `handle` (its fast path does); `handle` must
+give the same answer to the same request. So an entry may only hold an answer that depends on nothing but those bytes
+and the listener kind, whose response header is just the correlation id (v0), and that needs no side effect (the
+router keeps its memoised ApiVersions answers there). The handler may add and drop entries at any time; the
+connection holds the dicts, not copies.
+
 Raising `CloseConnection` closes the connection once the replies to earlier requests have been written. Any other
 exception is a bug: the connection logs it with its traceback at warning level and closes that connection only.
 """
