@@ -351,16 +351,14 @@ class Connection(asyncio.BufferedProtocol):
         n = len(data)
         pos = 0
         try:
-            while n - pos >= SIZE_PREFIX_LENGTH:
-                if n - pos >= _HEAD_LENGTH:
-                    size, route_id, correlation_id = _unpack_head_from(data, pos)
-                else:
-                    (size,) = _unpack_size_from(data, pos)
-                    route_id = None
+            # Whatever is left shorter than a size prefix and a request header (at most a frame too short to be a
+            # request) goes the general way, which refuses it.
+            while n - pos >= _HEAD_LENGTH:
+                size, route_id, correlation_id = _unpack_head_from(data, pos)
                 end = pos + SIZE_PREFIX_LENGTH + size
                 if end > n or size < 0 or size > limit:
                     break
-                answers = ready.get(route_id)  # type: ignore[arg-type]
+                answers = ready.get(route_id)
                 reply: Any = None
                 if answers is not None and size >= _HEAD_LENGTH - SIZE_PREFIX_LENGTH:
                     reply = answers.get(data[pos + _HEAD_LENGTH : end])
