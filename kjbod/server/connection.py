@@ -78,7 +78,8 @@ _pack_size = struct.Struct(">i").pack
 _unpack_size_from = struct.Struct(">i").unpack_from
 _unpack_request_header = struct.Struct(">hhi").unpack_from
 # Size prefix, route id (API key and version as one int32) and correlation id: what a ready answer needs.
-_HEAD_LENGTH = 12
+_REQUEST_HEAD = 8  # the route id and the correlation id
+_HEAD_LENGTH = 4 + _REQUEST_HEAD
 _unpack_head_from = struct.Struct(">iii").unpack_from
 _pack_size_corr = struct.Struct(">ii").pack
 _NO_READY: dict[int, dict[bytes, bytes]] = {}
@@ -358,34 +359,31 @@ class Connection(asyncio.BufferedProtocol):
                 end = pos + SIZE_PREFIX_LENGTH + size
                 if end > n or size < 0 or size > limit:
                     break
+                frame_at = pos + SIZE_PREFIX_LENGTH
+                pos = end
                 answers = ready.get(route_id)
                 reply: Any = None
-                if answers is not None and size >= _HEAD_LENGTH - SIZE_PREFIX_LENGTH:
-                    reply = answers.get(data[pos + _HEAD_LENGTH : end])
+                if answers is not None and size >= _REQUEST_HEAD:
+                    reply = answers.get(data[frame_at + _REQUEST_HEAD : end])
                 if reply is not None:
                     size = len(reply)
                     append(_pack_size_corr(size + 4, correlation_id))
                 else:
-                    frame = data[pos + SIZE_PREFIX_LENGTH : end]
                     try:
-                        reply = handle(frame, ctx)  # type: ignore[arg-type]
+                        reply = handle(data[frame_at:end], ctx)  # type: ignore[arg-type]
                     except Exception as exc:  # noqa: BLE001  (CloseConnection or a handler bug; both close)
-                        pos = end
                         self._handler_raised(exc)
                         break
                     if reply.__class__ is not bytes:  # bytes, the common case, skips all of this
                         if reply is None:
-                            pos = end
                             continue
                         body = _joined(reply)
                         if body is None:
-                            pos = end
                             self._enqueue(reply, None)
                             break
                         reply = body
-                    size = len(reply)  # type: ignore[arg-type]
+                    size = len(reply)
                     append(_pack_size(size))
-                pos = end
                 append(reply)
                 batch_bytes += size
                 if batch_bytes >= _FLUSH_BYTES:
