@@ -5,10 +5,11 @@ VM is shared and its speed drifts; see common.py):
 
 * **Produce**: a load generator keeps DEPTH Produce requests in flight on one connection, each carrying one
   1 MiB record batch (acks=1), against a real `kjbod serve`; the reference writes the same bytes with os.write
-  to a file in the same log dir (page cache, no fsync: acks=1 does not fsync either).  Target >= 70 %.  A third
-  runner, tools/bench/produce_sink.py, receives the same requests and only writes them (no parsing), showing
-  what receiving over TCP costs on this machine before kjbod does anything.  Every timed run starts from a clean
-  page cache (os.sync, untimed), so none pays for another's writeback.
+  to a file in the same log dir (page cache, no fsync: acks=1 does not fsync either).  Target >= 70 %.  Three
+  more runners (tools/bench/produce_sink.py) receive the same requests without parsing them: one writes each
+  after receiving it, one receives and writes on two threads at once, one only receives.  They show what
+  receiving over TCP costs on this machine before kjbod does anything, and what any TCP-fed writer reaches.
+  Every timed run starts from a clean page cache (os.sync, untimed), so none pays for another's writeback.
 * **Fetch**: a consumer reads three partitions (one per log dir, 1 MiB per partition per fetch, as a Kafka
   consumer's defaults ask) from a server with zero-copy on and from one with `kjbod.zero.copy=false` over a copy
   of the same data; the reference is raw os.sendfile of the same segment files into a loopback TCP socket in
@@ -285,18 +286,30 @@ def sequential_write(path: Path, batch: bytes, count: int) -> float:
     return elapsed
 
 
-def start_sink(directory: Path) -> tuple[subprocess.Popen, int]:
-    """tools/bench/produce_sink.py (the receive-and-write ceiling) listening on a free port, writing in
+def start_sink(directory: Path, mode: str) -> tuple[subprocess.Popen, int]:
+    """tools/bench/produce_sink.py in `mode` (write, threads or discard) listening on a free port, writing in
     `directory`."""
     port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "tools.bench.produce_sink", str(port), str(directory)],
+    proc = subprocess.Popen([sys.executable, "-m", "tools.bench.produce_sink", str(port), str(directory), mode],
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                             cwd=Path(__file__).resolve().parents[2])
     assert proc.stdout is not None
     if proc.stdout.readline().strip() != "ready":
         proc.kill()
-        raise RuntimeError("the produce sink did not start")
+        raise RuntimeError(f"the produce sink ({mode}) did not start")
     return proc, port
+
+
+def stop_sink(proc: subprocess.Popen) -> None:
+    proc.kill()
+    proc.wait()
+    if proc.stdout is not None:
+        proc.stdout.close()
+
+
+# The sinks of tools/bench/produce_sink.py, by mode, and how the report names them.
+SINKS = {"write": "receive-then-write sink", "threads": "two-thread receive-and-write sink",
+         "discard": "receive-only sink (no write)"}
 
 
 def bench_produce(work: Path, rounds: int, mib_per_round: int, depth: int = 8) -> dict:
@@ -304,21 +317,24 @@ def bench_produce(work: Path, rounds: int, mib_per_round: int, depth: int = 8) -
             "of the same bytes in the same log dir")
     server = BenchServer(work / "produce").start()
     assert server.process is not None
-    sink = None
+    sinks: dict[str, tuple[subprocess.Popen, int]] = {}
     try:
         create_topic(server.port, "produce", 1)
         batch = one_mib_batch()
         frame = produce_frame("produce", 0, batch)
         log_dir = next(d for d in server.log_dirs if (d / "produce-0").exists())
-        sink, sink_port = start_sink(log_dir)
-        for port in (server.port, sink_port):  # warm-up: connections, first segment, page cache
+        ports = {"kjbod": server.port}
+        for mode in SINKS:
+            sinks[mode] = start_sink(log_dir, mode)
+            ports[mode] = sinks[mode][1]
+        for port in ports.values():  # warm-up: connections, first segment, page cache
             produce_pipelined(port, frame, 16, depth)
-        # The log and the sink keep every byte: let all they will write land in memory the VM has backed.
-        warmed = warm_memory((2 * rounds * mib_per_round + 1024) * MIB)
-        times: dict[str, list[float]] = {"kjbod": [], "sink": [], "write": []}
+        # The log and the sinks keep every byte: let all they will write land in memory the VM has backed.
+        warmed = warm_memory((3 * rounds * mib_per_round + 1024) * MIB)
+        times: dict[str, list[float]] = {name: [] for name in (*ports, "write")}
         server_cpu = client_cpu = 0.0
         for _ in range(rounds):
-            # Each timed run starts with no dirty pages (os.sync, untimed).  The log and the sink keep what they
+            # Each timed run starts with no dirty pages (os.sync, untimed).  The log and the sinks keep what they
             # were sent while the reference file is deleted after each run; without this, whoever runs after a
             # few hundred MiB of dirty data meets the kernel's writeback throttle (here it slows writers to disk
             # speed past roughly 0.7 GB of dirty pages) and the figure measures the disk, not the data path.
@@ -327,29 +343,37 @@ def bench_produce(work: Path, rounds: int, mib_per_round: int, depth: int = 8) -
             times["kjbod"].append(produce_pipelined(server.port, frame, mib_per_round, depth))
             server_cpu += process_cpu(server.process.pid) - s0
             client_cpu += own_cpu() - c0
-            os.sync()
-            times["sink"].append(produce_pipelined(sink_port, frame, mib_per_round, depth))
+            for mode in SINKS:
+                os.sync()
+                times[mode].append(produce_pipelined(ports[mode], frame, mib_per_round, depth))
             os.sync()
             times["write"].append(sequential_write(log_dir / "bench-sequential-write.tmp", batch, mib_per_round))
     finally:
-        if sink is not None:
-            sink.kill()
-            sink.wait()
+        for proc, _ in sinks.values():
+            stop_sink(proc)
         server.stop()
-    ratio = median([w / k for w, k in zip(times["write"], times["kjbod"], strict=True)])
-    ceiling = median([w / s for w, s in zip(times["write"], times["sink"], strict=True)])
-    of_ceiling = median([s / k for s, k in zip(times["sink"], times["kjbod"], strict=True)])
+
+    def of_write(name: str) -> float:
+        return median([w / t for w, t in zip(times["write"], times[name], strict=True)])
+
+    ratio = of_write("kjbod")
+    ceilings = {mode: of_write(mode) for mode in SINKS}
+    best = max(("write", "threads"), key=lambda mode: ceilings[mode])
+    of_best = median([s / k for s, k in zip(times[best], times["kjbod"], strict=True)])
     mb = mib_per_round * MIB / 1e6
     gb = rounds * mb / 1e3
-    print(f"   kjbod Produce {mb / median(times['kjbod']):,.0f} MB/s, receive-and-write sink "
-          f"{mb / median(times['sink']):,.0f} MB/s, os.write {mb / median(times['write']):,.0f} MB/s (medians)")
+    rates = ", ".join(f"{SINKS[mode]} {mb / median(times[mode]):,.0f}" for mode in SINKS)
+    print(f"   MB/s (medians): kjbod Produce {mb / median(times['kjbod']):,.0f}, {rates}, "
+          f"os.write {mb / median(times['write']):,.0f}")
     print(f"   CPU seconds per GB: kjbod server {server_cpu / gb:.2f}, load generator {client_cpu / gb:.2f} "
           f"(memory warmed first in {warmed:.1f} s, see common.warm_memory)")
-    print(f"   the sink (recv_into + os.write, no parsing: the ceiling of any TCP-fed writer here) reaches "
-          f"{ceiling:.1%} of os.write; kjbod reaches {of_ceiling:.1%} of the sink")
+    print("   what a TCP-fed writer reaches here, as a share of os.write: "
+          + ", ".join(f"{SINKS[mode]} {ceilings[mode]:.1%}" for mode in SINKS))
+    print(f"   kjbod reaches {of_best:.1%} of the best writing sink (the {SINKS[best]})")
     print(f"   Produce reaches {ratio:.1%} of a sequential file write (target >= 70%: {verdict(ratio >= 0.70)})")
-    return {"produce_vs_write": ratio, "produce_sink_vs_write": ceiling, "produce_vs_sink": of_ceiling,
-            "produce_server_cpu_per_gb": server_cpu / gb}
+    return {"produce_vs_write": ratio, "produce_sink_vs_write": ceilings["write"],
+            "produce_threaded_sink_vs_write": ceilings["threads"], "produce_receive_only_vs_write": ceilings["discard"],
+            "produce_vs_best_sink": of_best, "produce_server_cpu_per_gb": server_cpu / gb}
 
 
 # ================================================================================================ fetch
