@@ -42,6 +42,16 @@ def dir_kinds(path: str) -> dict[str, str | None]:
     return out
 
 
+def moving(rig: Rig, topic: str, dest: str, *, copied: int) -> list[bytes]:
+    """Put 3000 records in ``topic``-0 (in the rig's first dir), start moving it to ``dest`` and return once the
+    move has copied ``copied`` bytes (a throttled rig keeps it going); the values written."""
+    rig.manager.create_partition(topic, 0, TOPIC_ID, dir=rig.dirs[0])
+    values = fill(rig, topic, 3000)
+    rig.mover.request_move(topic, 0, dest)
+    wait_for(lambda: (p := rig.mover.progress(topic, 0)) is not None and p.bytes_copied > copied)
+    return values
+
+
 class Appender:
     """Appends one-record batches to topic-0 until stopped; remembers what it wrote."""
 
@@ -142,10 +152,7 @@ def test_swap_renames_in_kip113_order(make_rig, log_dirs):
 
 def test_cancel_deletes_the_future_log(make_rig, log_dirs):
     rig = make_rig(rate=300_000)
-    rig.manager.create_partition("cx", 0, TOPIC_ID, dir=log_dirs[0])
-    values = fill(rig, "cx", 3000)
-    rig.mover.request_move("cx", 0, log_dirs[1])
-    wait_for(lambda: (p := rig.mover.progress("cx", 0)) is not None and p.bytes_copied > 100_000)
+    values = moving(rig, "cx", log_dirs[1], copied=100_000)
     assert rig.mover.cancel("cx", 0)
     wait_for(lambda: rig.mover.progress("cx", 0) is None, what="the cancel")
     assert rig.manager.get("cx", 0).log_dir == log_dirs[0] and rig.manager.get_future("cx", 0) is None
@@ -156,10 +163,7 @@ def test_cancel_deletes_the_future_log(make_rig, log_dirs):
 
 def test_new_destination_restarts_the_move(make_rig, log_dirs):
     rig = make_rig(rate=400_000)
-    rig.manager.create_partition("rt", 0, TOPIC_ID, dir=log_dirs[0])
-    values = fill(rig, "rt", 3000)
-    rig.mover.request_move("rt", 0, log_dirs[1])
-    wait_for(lambda: (p := rig.mover.progress("rt", 0)) is not None and p.bytes_copied > 50_000)
+    values = moving(rig, "rt", log_dirs[1], copied=50_000)
     rig.mover.throttle.set_rate(1 << 62)
     rig.mover.request_move("rt", 0, log_dirs[2])
     assert rig.mover.destination("rt", 0) == log_dirs[2]
@@ -266,14 +270,7 @@ def test_crash_between_the_swap_renames_promotes_the_future(make_rig, log_dirs):
     wait_for(lambda: list(dir_kinds(log_dirs[0]).values()) == ["-delete"])
     time.sleep(0.1)
     assert list(dir_kinds(log_dirs[1]).values()) == ["-future"]
-    rig.mover.stop()
-    for plog in rig.manager.partitions() + rig.manager.future_logs():
-        plog.close_quietly()  # no clean shutdown: as after kill -9
-    for d in rig.manager._dirs.values():
-        if d.lock is not None:
-            d.lock.close()
-            d.lock = None
-    rig.manager._closed = True
+    rig.kill()
 
     rig2 = make_rig(start=False)
     assert rig2.manager.find("sw", 0) is None and rig2.manager.get_future("sw", 0) is not None
@@ -308,10 +305,7 @@ def test_future_without_current_is_left_alone_while_a_dir_is_offline(make_rig, l
 
 def test_destination_failure_aborts_the_move_and_the_source_serves_on(make_rig, log_dirs):
     rig = make_rig(rate=400_000)
-    rig.manager.create_partition("df", 0, TOPIC_ID, dir=log_dirs[0])
-    values = fill(rig, "df", 3000)
-    rig.mover.request_move("df", 0, log_dirs[1])
-    wait_for(lambda: (p := rig.mover.progress("df", 0)) is not None and p.bytes_copied > 100_000)
+    values = moving(rig, "df", log_dirs[1], copied=100_000)
     with captured_logs() as logs:
         fsio.inject(log_dirs[1], errno.EIO, ops={"write", "copy", "fsync"})
         wait_for(lambda: rig.mover.progress("df", 0) is None, what="the abort")
@@ -325,11 +319,8 @@ def test_destination_failure_aborts_the_move_and_the_source_serves_on(make_rig, 
 
 def test_source_failure_takes_the_partition_offline_and_stops_the_move(make_rig, log_dirs):
     rig = make_rig(rate=400_000)
-    rig.manager.create_partition("sf", 0, TOPIC_ID, dir=log_dirs[0])
     rig.manager.create_partition("other", 0, TOPIC_ID, dir=log_dirs[2])
-    fill(rig, "sf", 3000)
-    rig.mover.request_move("sf", 0, log_dirs[1])
-    wait_for(lambda: (p := rig.mover.progress("sf", 0)) is not None and p.bytes_copied > 100_000)
+    moving(rig, "sf", log_dirs[1], copied=100_000)
     with captured_logs() as logs:
         fsio.inject(log_dirs[0], errno.EIO, ops={"read", "copy", "open"})
         wait_for(lambda: rig.mover.progress("sf", 0) is None, what="the stop")

@@ -17,11 +17,22 @@ per partition; a partition named twice keeps the last path, and answers once):
 4. the partition's current dir: cancels a move in progress (that is how a move is cancelled), else nothing;
 5. another dir: starts the move, or redirects the one in progress (its future log is discarded first).
 
-NONE means "accepted, or nothing to do", not "moved": DescribeLogDirs shows the progress. kjbod extension
-(KIP-113's original text): the path "any" cancels a move in progress and forgets a remembered dir.
+NONE means "accepted, or nothing to do", not "moved": DescribeLogDirs shows the progress. It does mean that the
+answer survives a crash: a move started or redirected has its ``-future`` dir in the destination, durably, and a
+cancelled move has lost its own, before the answer is sent (Kafka creates the future log while it handles the
+request, too). That file work is the replica mover's (:meth:`ReplicaMover.request_moves`, one batch for the whole
+request: one fsync per log dir, not per partition) and runs in a worker thread while the event loop serves other
+requests; a move whose destination fails meanwhile answers KAFKA_STORAGE_ERROR (the dir is offline now), the others
+are unaffected. A request that changes no move (only errors, remembered dirs, moves already going there) is
+answered at once. kjbod extension (KIP-113's original text): the path "any" cancels a move in progress and forgets
+a remembered dir.
 """
 
 from __future__ import annotations
+
+import asyncio
+
+import structlog
 
 from kjbod.broker.router import api
 from kjbod.protocol.errors import ErrorCode
@@ -33,10 +44,15 @@ from kjbod.protocol.generated.alter_replica_log_dirs_response import (
     AlterReplicaLogDirTopicResult as TopicResult,
 )
 
+log = structlog.get_logger("kjbod.alter_replica_log_dirs")
+
 ANY = "any"
 MAX_DIR_NAME = 255
 # "-<partition>.<32 hex>-future" around the topic name
 _FUTURE_NAME_EXTRA = 1 + 1 + 32 + len("-future")
+
+TopicPartition = tuple[str, int]
+Change = tuple[str, int, str | None]  # (topic, partition, destination dir or None to cancel)
 
 
 def _hosted_elsewhere_code(node, topic: str, partition: int) -> int:
@@ -48,19 +64,28 @@ def _hosted_elsewhere_code(node, topic: str, partition: int) -> int:
     return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
-def alter_one(node, topic: str, partition: int, path: str, online: dict[str, bool]) -> int:
-    storage = node.logs
-    manager = storage.manager
+def _cancel(node, topic: str, partition: int, changes: list[Change]) -> None:
+    """A cancel for the mover, when there is something to cancel: a move (being accepted, queued or running), or
+    a future log no move owns."""
     mover = node.mover
+    if mover is None:
+        return
+    if mover.destination(topic, partition) is not None or node.logs.manager.get_future(topic, partition) is not None:
+        changes.append((topic, partition, None))
+
+
+def alter_one(node, topic: str, partition: int, path: str, online: dict[str, bool], changes: list[Change]) -> int:
+    """The answer for one partition, from what the event loop can check; a move to start, redirect or cancel is
+    added to ``changes`` (the mover's file work may still turn a move's answer into an error)."""
+    storage = node.logs
     if len(topic) + len(str(partition)) + _FUTURE_NAME_EXTRA > MAX_DIR_NAME:
         return ErrorCode.INVALID_TOPIC_EXCEPTION
-    current = manager.find(topic, partition)
+    current = storage.manager.find(topic, partition)
     if path == ANY:
         storage.preferred_dirs.pop((topic, partition), None)
         if current is None:
             return _hosted_elsewhere_code(node, topic, partition)
-        if mover is not None:
-            mover.cancel(topic, partition)
+        _cancel(node, topic, partition, changes)
         return ErrorCode.NONE
     if path not in online:
         return ErrorCode.LOG_DIR_NOT_FOUND
@@ -72,30 +97,43 @@ def alter_one(node, topic: str, partition: int, path: str, online: dict[str, boo
     if not current.online:
         return ErrorCode.KAFKA_STORAGE_ERROR
     if current.log_dir == path:
-        if mover is not None:
-            mover.cancel(topic, partition)
-        if manager.get_future(topic, partition) is not None and (mover is None or
-                                                                 mover.destination(topic, partition) is None):
-            manager.delete_future_log(topic, partition)
+        _cancel(node, topic, partition, changes)
         return ErrorCode.NONE
-    if mover is None:
+    if node.mover is None:
         return ErrorCode.KAFKA_STORAGE_ERROR
-    mover.request_move(topic, partition, path)
+    changes.append((topic, partition, path))  # even one already going there: NONE only once its dir is durable
     return ErrorCode.NONE
 
 
+def _response(codes: dict[TopicPartition, int]) -> AlterReplicaLogDirsResponse:
+    by_topic: dict[str, list[PartitionResult]] = {}
+    for (topic, partition), code in codes.items():
+        by_topic.setdefault(topic, []).append(PartitionResult(partition_index=partition, error_code=code))
+    return AlterReplicaLogDirsResponse(
+        throttle_time_ms=0, results=[TopicResult(topic_name=t, partitions=ps) for t, ps in by_topic.items()])
+
+
+async def _answer_when_durable(node, codes: dict[TopicPartition, int], changes: list[Change]):
+    failures = await asyncio.get_running_loop().run_in_executor(None, node.mover.request_moves, changes)
+    for key, error in failures.items():
+        code = getattr(error, "error_code", ErrorCode.UNKNOWN_SERVER_ERROR)
+        if code == ErrorCode.UNKNOWN_SERVER_ERROR:
+            log.error("replica_move_not_accepted", partition=f"{key[0]}-{key[1]}", error=repr(error))
+        codes[key] = code
+    return _response(codes)
+
+
 @api(AlterReplicaLogDirsRequest)
-def handle(node, request, body: AlterReplicaLogDirsRequest) -> AlterReplicaLogDirsResponse:
-    wanted: dict[tuple[str, int], str] = {}
+def handle(node, request, body: AlterReplicaLogDirsRequest):
+    wanted: dict[TopicPartition, str] = {}
     for d in body.dirs:
         for t in d.topics:
             for p in t.partitions:
                 wanted.pop((t.name, p), None)  # the last path named wins, answered in that position
                 wanted[(t.name, p)] = d.path
     online = {info_path: info_online for info_path, info_online in node.logs.dir_states()}
-    by_topic: dict[str, list[PartitionResult]] = {}
-    for (topic, partition), path in wanted.items():
-        code = alter_one(node, topic, partition, path, online)
-        by_topic.setdefault(topic, []).append(PartitionResult(partition_index=partition, error_code=code))
-    return AlterReplicaLogDirsResponse(
-        throttle_time_ms=0, results=[TopicResult(topic_name=t, partitions=ps) for t, ps in by_topic.items()])
+    changes: list[Change] = []
+    codes = {key: alter_one(node, key[0], key[1], path, online, changes) for key, path in wanted.items()}
+    if not changes:
+        return _response(codes)
+    return _answer_when_durable(node, codes, changes)

@@ -3,7 +3,8 @@
 * :mod:`.throttle`: the intra-broker throttle (``replica.alter.log.dirs.io.max.bytes.per.second``), one
   absolute-schedule pacer shared by every mover thread;
 * :mod:`.failpoints`: named crash points in the move, armed by an environment variable for tests;
-* :mod:`.mover`: the pool of mover threads, the copy itself, the swap and crash recovery.
+* :mod:`.mover`: accepting moves durably (their ``-future`` dirs made before the answer), the pool of mover
+  threads, the copy itself, the swap and crash recovery.
 
 The protocol side lives in the DescribeLogDirs and AlterReplicaLogDirs handlers (kjbod/broker/handlers).
 """

@@ -1,14 +1,19 @@
 """Named crash points in a replica move, for kill -9 tests; inert unless armed.
 
 Strategy: the mover calls :func:`hit` at each step of KIP-113's move where a crash leaves a distinct state on
-disk. Nothing happens unless the point is armed, and arming only happens through the ``KJBOD_FAILPOINTS``
-environment variable read at import (``name`` or ``name@N``, comma-separated: fire at the N-th hit, default the
-first) or through :func:`arm` in-process. A fired point logs one line and sends SIGKILL to its own process, so
+disk, from the request that accepts the move to the removal of the old copy. Nothing happens unless the point
+is armed, and arming only happens through the ``KJBOD_FAILPOINTS`` environment variable read at import (``name``
+or ``name@N``, comma-separated: fire at the N-th hit, default the first) or through :func:`arm` in-process. A fired point logs one line and sends SIGKILL to its own process, so
 what the test sees is exactly a ``kill -9`` at that step: no finally blocks, no clean shutdown, no flush.
 
 The points, in the order a move passes them:
 
-* ``future_dir_created``: the ``-future`` dir exists (partition.metadata written), nothing copied yet;
+* ``move_accepted``: AlterReplicaLogDirs' file work is done (the moves' ``-future`` dirs made and their entries
+  fsynced, the dirs of cancelled or redirected moves removed), the answer is *not* sent yet: the client sees
+  the connection drop, and the restarted node must carry on the moves all the same;
+* ``future_dir_created``: a mover thread has taken the move and its ``-future`` dir (made when the move was
+  accepted, so this comes after the answer unless the thread was idle: a kill -9 test that wants the answer
+  first queues the move behind another one), partition.metadata durable, nothing copied yet;
 * ``mid_segment_copy``: part of a closed segment copied (into its ``.tmp`` file);
 * ``caught_up_before_lock``: the future log has caught up, the final step has not started;
 * ``source_renamed_to_delete``: the current dir is now ``-delete``, the future not yet renamed;
@@ -29,6 +34,7 @@ log = structlog.get_logger("kjbod.failpoints")
 
 ENV = "KJBOD_FAILPOINTS"
 POINTS = (
+    "move_accepted",
     "future_dir_created",
     "mid_segment_copy",
     "caught_up_before_lock",
@@ -77,7 +83,7 @@ def disarm_all() -> None:
 
 
 def hit(name: str) -> None:
-    """The mover passes failpoint ``name``; fires it if armed and due."""
+    """The mover passes failpoint ``name``; fires it if armed and due (in whichever thread passes it)."""
     if not _armed:
         return
     with _lock:

@@ -2,11 +2,27 @@
 
 Strategy. A pool of ``num.replica.alter.log.dirs.threads`` threads (default: one per log dir) takes moves from a
 queue; a thread carries one move to its end before taking the next (Kafka's copy threads do the same). Every
-byte a thread copies is charged to one shared :class:`~kjbod.broker.kip113.throttle.Throttle`. A move has three
-phases, with Kafka's on-disk names:
+byte a thread copies is charged to one shared :class:`~kjbod.broker.kip113.throttle.Throttle`.
 
-1. **Bulk copy.** The thread creates ``<topic>-<partition>.<32 hex>-future`` in the destination dir (with
-   ``partition.metadata``) and copies every *closed* segment of the source whole: the ``.log`` with
+Acceptance (:meth:`ReplicaMover.request_moves`, which AlterReplicaLogDirs calls from a worker thread before it
+answers). As Kafka's ReplicaManager.alterReplicaLogDirs creates the future log while it handles the request, a
+move gets its ``<topic>-<partition>.<32 hex>-future`` dir in the destination (with ``partition.metadata``) when
+it is accepted, not when a thread gets to it: however long it waits in the queue, a kill -9 after the answer
+leaves the dir, and the next start resumes the move (below). A request naming 10,000 partitions is one batch:
+every dir that goes (a redirected or cancelled move's) is renamed to ``-delete`` and the renames made durable
+first, so one partition never has two ``-future`` dirs on disk; then every new dir is made, and one fsync per
+destination log dir makes their entries durable. ``partition.metadata`` is written but not synced (that would
+be one fsync per partition): after a crash it may be missing or empty, and the move writes it again from the
+current log's topic id, durably, before it copies anything. A destination that fails meanwhile (I/O error:
+the fsio seam takes it offline) fails the moves into it, and only those. Redirecting or cancelling a move that a
+thread is running waits until that thread has dropped its old future dir (and made the new one), which it does
+between two chunks, so that answer holds after a crash as well.
+
+A move then has three phases, with Kafka's on-disk names:
+
+1. **Bulk copy.** The thread takes the move's ``-future`` dir (:meth:`ReplicaMover._adopt_future`: made when
+   the move was accepted, found at startup, or made now if an earlier attempt dropped it) and copies every
+   *closed* segment of the source whole: the ``.log`` with
    ``os.sendfile`` in throttle-sized chunks, then its ``.index`` and ``.timeindex``, each into a ``.tmp`` file.
    The ``.tmp`` files are fsynced in groups (every 64 MiB or 96 files: one fsync after another lets the disk
    write them together, which matters for small segments) and only then renamed, so a crash leaves complete
@@ -27,7 +43,8 @@ phases, with Kafka's on-disk names:
    wait only for this step (a few milliseconds), never for the copy.
 
 Crash safety (KIP-113 "handle failure"): at startup a ``-future`` log next to its current log is resumed (the
-segments it already holds whole are kept, the rest copied again), a ``-future`` log without a current log is
+segments it already holds whole are kept, the rest copied again; an empty one, with or without
+``partition.metadata``, is a move accepted and not started), a ``-future`` log without a current log is
 promoted when every dir is online and left alone (the partition offline) otherwise; ``-delete`` dirs are
 removed by the loader. Failpoints (:mod:`.failpoints`) mark each step for kill -9 tests.
 
@@ -57,7 +74,12 @@ import structlog
 
 from kjbod.broker.kip113 import failpoints
 from kjbod.broker.kip113.throttle import Throttle
-from kjbod.storage.checkpoint import PARTITION_METADATA_FILE, render_partition_metadata
+from kjbod.storage.checkpoint import (
+    PARTITION_METADATA_FILE,
+    CheckpointFormatError,
+    parse_partition_metadata,
+    render_partition_metadata,
+)
 from kjbod.storage.errors import (
     KafkaStorageError,
     OffsetOutOfRangeError,
@@ -77,6 +99,7 @@ from kjbod.storage.segment import INDEX_SUFFIX, LOG_SUFFIX, SNAPSHOT_SUFFIX, TIM
 log = structlog.get_logger("kjbod.mover")
 
 TopicPartition = tuple[str, int]
+ENDED = ("done", "cancelled", "failed")
 _SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)
 _SWAP_FAILPOINTS = {
     "source_renamed": "source_renamed_to_delete",
@@ -125,7 +148,10 @@ class _Move:
         self.cancelled = False
         self.state = "queued"
         self.source_dir = ""
-        self.future_path: str | None = None
+        self.future_path: str | None = None  # the move's -future dir, on disk (and open in the manager if registered)
+        self.preparing = False  # a request's thread is making or replacing its -future dir: no worker takes it
+        self.ready_generation = -1  # the latest generation whose -future dir is in place
+        self.failure: Exception | None = None  # why the move failed, for the request waiting on it
         self.registered = False
         self.bytes_copied = 0
         self.bytes_total = 0
@@ -187,8 +213,7 @@ class ReplicaMover:
         self._stop.set()
         with self._cond:
             self._cond.notify_all()
-        with self.throttle._cond:
-            self.throttle._cond.notify_all()
+        self.throttle.wake()
         deadline = time.monotonic() + timeout
         for t in self._workers:
             t.join(max(0.0, deadline - time.monotonic()))
@@ -209,7 +234,10 @@ class ReplicaMover:
             if self.manager.find(topic, partition) is not None:
                 log.info("replica_move_resuming", partition=future.name, dest_dir=future.log_dir,
                          future_log_end_offset=future.log_end_offset)
-                self.request_move(topic, partition, future.log_dir)
+                failed = self.request_move(topic, partition, future.log_dir)
+                if failed is not None:
+                    log.error("replica_move_not_resumed", partition=future.name, dest_dir=future.log_dir,
+                              error=str(failed))
             elif offline:
                 log.warning("future_log_left_offline", partition=future.name, future_dir=future.dir,
                             offline_dirs=offline,
@@ -219,47 +247,133 @@ class ReplicaMover:
 
     # ------------------------------------------------------------------------------------------ requests
 
-    def request_move(self, topic: str, partition: int, dest: str) -> None:
-        """Start moving ``topic-partition`` to ``dest`` (a log dir path), or redirect the move in progress."""
+    def request_move(self, topic: str, partition: int, dest: str) -> Exception | None:
+        """Start moving ``topic-partition`` to ``dest`` (a log dir path), or redirect the move in progress; the
+        error that refused it, if any (see :meth:`request_moves`)."""
+        return self.request_moves([(topic, partition, dest)]).get((topic, partition))
+
+    def request_moves(self, changes: Iterable[tuple[str, int, str | None]]) -> dict[TopicPartition, Exception]:
+        """Start, redirect or cancel (``dest`` None) moves, so that the outcome survives a crash: when this
+        returns, every move it started or redirected has its ``-future`` dir in its destination, durably, and
+        every move it cancelled has lost its own (see "Acceptance" in the module docstring). A partition named
+        twice keeps the last change. Returns the changes that failed, {partition: exception}: KafkaStorageError
+        when the destination failed (it is offline now), UnknownTopicOrPartitionError when the partition went.
+
+        Blocking (file I/O, and a move a thread is running is waited for until the thread has let go of its old
+        future dir): the node calls this from a worker thread, never its event loop."""
+        wanted: dict[TopicPartition, str | None] = {}
+        for topic, partition, dest in changes:
+            wanted.pop((topic, partition), None)
+            wanted[(topic, partition)] = dest
+        prepare: list[tuple[_Move, str]] = []  # queued moves whose dirs this thread makes
+        dropped: list[_Move] = []  # queued moves cancelled: their dirs go
+        unowned: list[_Move] = []  # a cancel with no move: a future log left behind (a stopped move's) goes
+        running: list[tuple[_Move, int]] = []  # redirected or cancelled while a thread runs them: it acts
+
+        def busy() -> bool:  # another request is making some of these dirs (file I/O only): let it finish
+            return any(m.preparing for m in map(self._moves.get, wanted) if m is not None)
+
         with self._cond:
-            m = self._moves.get((topic, partition))
-            if m is not None and m.state not in ("done", "cancelled", "failed"):
-                if m.dest != dest or m.cancelled:
+            self._cond.wait_for(lambda: not busy())
+            for (topic, partition), dest in wanted.items():
+                m = self._moves.get((topic, partition))
+                if m is not None and m.state in ENDED:
+                    m = None
+                if dest is None:
+                    if m is None:
+                        unowned.append(_Move(topic, partition, ""))
+                    elif self._cancel_locked(m):
+                        dropped.append(m)
+                    else:
+                        running.append((m, m.generation))
+                elif m is None:
+                    m = _Move(topic, partition, dest)
+                    m.preparing = True
+                    self._moves[(topic, partition)] = m
+                    self._queue.append(m)
+                    prepare.append((m, dest))
+                elif m.dest != dest or m.cancelled:
                     m.dest = dest
                     m.cancelled = False
                     m.generation += 1
                     log.info("replica_move_redirected", partition=m.name, dest_dir=dest)
-                return
-            m = _Move(topic, partition, dest)
-            self._moves[(topic, partition)] = m
-            self._queue.append(m)
-            self._cond.notify()
+                    if m.state == "queued":
+                        m.preparing = True
+                        prepare.append((m, dest))
+                    else:
+                        running.append((m, m.generation))
+        if running:
+            self.throttle.wake()  # a thread sleeping in the pacer notices the change now
+        try:
+            failures = self._settle_dirs(prepare, dropped + unowned)
+        except Exception as e:  # a bug: the moves fail (none may stay "preparing", which would stall the queue)
+            log.exception("future_dirs_not_made", partitions=len(prepare))
+            failures = {(m.topic, m.partition): e for m, _dest in prepare}
+        late = []
+        with self._cond:
+            for m, _dest in prepare:
+                m.preparing = False
+                key = (m.topic, m.partition)
+                error = failures.get(key)
+                if error is not None:
+                    m.state, m.error, m.failure = "failed", str(error), error
+                    if self._moves.get(key) is m:
+                        del self._moves[key]
+                    if m.future_path is not None:
+                        late.append(m)
+                elif m.cancelled or self._moves.get(key) is not m:
+                    late.append(m)  # cancelled meanwhile (its topic was deleted): the dir just made goes
+                else:
+                    m.ready_generation = m.generation
+            self._cond.notify_all()
+        if late:
+            self._settle_dirs([], late)
+        for m in dropped:
+            log.info("replica_move_cancelled", partition=m.name, dest_dir=m.dest, state="queued")
+        for m, generation in running:
+            with self._cond:
+                self._cond.wait_for(self._let_go(m, generation))
+                if m.generation == generation and m.state == "failed" and m.failure is not None:
+                    failures[(m.topic, m.partition)] = m.failure
+        if prepare or dropped or running:
+            failpoints.hit("move_accepted")
+        return failures
+
+    def _let_go(self, m: _Move, generation: int) -> Callable[[], bool]:
+        """Whether the thread running ``m`` has acted on change ``generation``: the future dir of the new
+        destination is in place (the old one gone), or the move ended (cancelled, failed, or done before the
+        change could apply), or the node is stopping."""
+        return lambda: m.ready_generation >= generation or m.state in ENDED or self._stop.is_set()
 
     def cancel(self, topic: str, partition: int) -> bool:
-        """Cancel the move of ``topic-partition`` (its future log is deleted); False if none was running."""
+        """Cancel the move of ``topic-partition`` without waiting (its future log is deleted: here for a queued
+        move, by its thread for a running one); False if none was running."""
         with self._cond:
             m = self._moves.get((topic, partition))
-            if m is None or m.state in ("done", "cancelled", "failed"):
+            if m is None or m.state in ENDED:
                 return False
-            m.cancelled = True
-            m.generation += 1
-            if m in self._queue:
-                self._queue.remove(m)
-                del self._moves[(topic, partition)]
-                queued = True
-            else:
-                queued = False
-        if queued:
-            # A queued move may own a future log already (resumed at startup): it goes too.
-            self._discard_future(m)
+            dropped = self._cancel_locked(m) and not m.preparing  # a preparing request drops its own dir
+        if dropped:
+            self._settle_dirs([], [m])
             log.info("replica_move_cancelled", partition=m.name, dest_dir=m.dest, state="queued")
+        return True
+
+    def _cancel_locked(self, m: _Move) -> bool:
+        """(Holding _cond.) Mark ``m`` cancelled; True when it was only queued, so it is gone now and its dir is
+        the caller's to remove (its queue entry is skipped by the workers)."""
+        m.cancelled = True
+        m.generation += 1
+        if m.state != "queued":
+            return False
+        m.state = "cancelled"
+        del self._moves[(m.topic, m.partition)]
         return True
 
     def destination(self, topic: str, partition: int) -> str | None:
         """Where ``topic-partition`` is being moved, if it is."""
         with self._cond:
             m = self._moves.get((topic, partition))
-            if m is None or m.cancelled or m.state in ("done", "cancelled", "failed"):
+            if m is None or m.cancelled or m.state in ENDED:
                 return None
             return m.dest
 
@@ -269,7 +383,7 @@ class ReplicaMover:
 
         def settled() -> bool:
             m = self._moves.get((topic, partition))
-            return m is None or m.state in ("done", "cancelled", "failed") or self._stop.is_set()
+            return m is None or m.state in ENDED or self._stop.is_set()
 
         with self._cond:
             return self._cond.wait_for(settled, timeout)
@@ -308,12 +422,9 @@ class ReplicaMover:
         _lower_priority()
         while True:
             with self._cond:
-                while not self._queue and not self._stop.is_set():
-                    self._cond.wait()
-                if self._stop.is_set():
-                    return
-                m = self._queue.popleft()
-                m.state = "copying"
+                m = self._next_move()
+            if m is None:
+                return
             try:
                 with self.throttle.copying():
                     self._run(m)
@@ -322,9 +433,34 @@ class ReplicaMover:
                          reason="shutting down; resumes at the next start")
             finally:
                 with self._cond:
-                    if m.state in ("done", "cancelled", "failed") and self._moves.get((m.topic, m.partition)) is m:
+                    if m.state in ENDED and self._moves.get((m.topic, m.partition)) is m:
                         del self._moves[(m.topic, m.partition)]
                     self._cond.notify_all()
+
+    def _next_move(self) -> _Move | None:
+        """(Holding _cond.) The next queued move, now "copying"; waits while its dir is being made (a request's
+        batch: its moves start once the whole batch is durable); None when stopping."""
+        queue = self._queue
+        while not self._stop.is_set():
+            if not queue:
+                self._cond.wait()
+                continue
+            m = queue[0]
+            if m.state != "queued" or self._moves.get((m.topic, m.partition)) is not m:
+                queue.popleft()  # cancelled, or failed to get its dir, while queued
+            elif m.preparing:
+                self._cond.wait()
+            else:
+                queue.popleft()
+                m.state = "copying"
+                return m
+        return None
+
+    def _interrupted(self, m: _Move, generation: int) -> Callable[[], bool]:
+        """For the pacer: stop sleeping when the node stops or the move is redirected or cancelled (a request
+        waits for the thread to let go of the future dir)."""
+        stop = self._stop.is_set
+        return lambda: stop() or m.generation != generation
 
     def _check(self, m: _Move, generation: int) -> None:
         if self._stop.is_set():
@@ -381,13 +517,13 @@ class ReplicaMover:
                     self._discard_future(m)
                 except Exception:
                     log.exception("future_log_cleanup_failed", partition=m.name)
-                m.state, m.error = "failed", f"{type(e).__name__}: {e}"
+                m.state, m.error, m.failure = "failed", f"{type(e).__name__}: {e}", e
                 return
 
     def _storage_failure(self, m: _Move, dest: str, e: KafkaStorageError) -> None:
         source = self.manager.find(m.topic, m.partition)
         source_down = source is None or not source.io.online or e.log_dir == m.source_dir
-        m.state, m.error = "failed", str(e)
+        m.state, m.error, m.failure = "failed", str(e), e
         if source_down and e.log_dir != dest:
             # KIP-113: the move stops; the partition is offline with its dir. The future log is closed and kept:
             # a restart with the source dir repaired resumes the move, one without it leaves both alone.
@@ -401,21 +537,127 @@ class ReplicaMover:
                       dest_dir=dest, error=str(e))
 
     def _discard_future(self, m: _Move) -> None:
-        """Delete the move's future log (registered or still a bare dir); errors on an offline dir are expected."""
-        try:
-            if self.manager.get_future(m.topic, m.partition) is not None:
-                self.manager.delete_future_log(m.topic, m.partition)
-            elif m.future_path is not None and not m.registered:
-                io = self.manager.dir_io(os.path.dirname(m.future_path))
-                if io.online and io.exists(m.future_path):
+        """Delete the move's future log (registered or still a bare dir); errors on an offline dir are logged."""
+        self._settle_dirs([], [m])
+
+    def _settle_dirs(self, make: list[tuple[_Move, str]], drop: Iterable[_Move] = ()) -> dict[TopicPartition, Exception]:
+        """Give each move of ``make`` a ``-future`` dir in its destination and take every other one it or a move
+        of ``drop`` owns away, as one batch (see "Acceptance" in the module docstring): the dirs that go are
+        renamed to ``-delete`` and the renames made durable (one fsync per log dir) before any dir is made, so
+        a partition never has two ``-future`` dirs on disk; the new dirs' entries are made durable with one
+        fsync per destination; the ``-delete`` dirs are removed last. A move whose dir is already in its
+        destination keeps it. Returns {partition: error} for the moves of ``make`` left without a dir; a dir
+        that cannot be removed (its log dir is offline) is logged and forgotten."""
+        mgr = self.manager
+        errors: dict[TopicPartition, Exception] = {}
+        renamed: list[tuple[LogDirIO, str]] = []
+        touched: dict[str, LogDirIO] = {}
+        for m, dest in [*make, *((m, None) for m in drop)]:
+            key = (m.topic, m.partition)
+            registered = mgr.get_future(*key)
+            try:
+                if registered is not None:
+                    if registered.log_dir == dest:
+                        m.future_path = registered.dir  # found at startup: the move's own
+                        continue
+                    mgr.delete_future_log(*key)  # renamed to -delete, durably, and removed in the background
+                    m.future_path = None
+                path = m.future_path
+                if path is None or os.path.dirname(path) == dest:
+                    continue
+                m.future_path = None
+                io = mgr.dir_io(os.path.dirname(path))
+                if io.online and io.exists(path):
                     doomed = io.join(suffixed_dir_name(m.topic, m.partition, DELETE_DIR_SUFFIX))
-                    io.rename(m.future_path, doomed)
-                    io.fsync_dir()
-                    io.rmtree(doomed)
-        except KafkaStorageError as e:
-            log.warning("future_log_not_removed", partition=m.name, error=str(e))
-        m.future_path = None
-        m.registered = False
+                    io.rename(path, doomed)
+                    renamed.append((io, doomed))
+                    touched[io.path] = io
+            except KafkaStorageError as e:
+                log.warning("future_log_not_removed", partition=m.name, error=str(e))
+            finally:
+                m.registered = False
+        for io in touched.values():
+            try:
+                io.fsync_dir()
+            except KafkaStorageError as e:
+                log.warning("future_log_not_removed", log_dir=io.path, error=str(e))
+        made: dict[str, list[_Move]] = {}
+        dest_io: dict[str, LogDirIO] = {}
+        for m, dest in make:
+            key = (m.topic, m.partition)
+            if m.future_path is not None:
+                continue
+            source = mgr.find(*key)
+            if source is None:
+                errors[key] = UnknownTopicOrPartitionError(f"this node has no log for {m.name}")
+                continue
+            if source.log_dir == dest:
+                continue  # nothing to copy: the thread that takes the move finds it done
+            try:
+                io = dest_io.get(dest) or dest_io.setdefault(dest, mgr.dir_io(dest))
+                path = os.path.join(io.path, suffixed_dir_name(m.topic, m.partition, FUTURE_DIR_SUFFIX))
+                io.mkdir(path)
+                if source.topic_id is not None:
+                    _write_unsynced(io, os.path.join(path, PARTITION_METADATA_FILE),
+                                    render_partition_metadata(source.topic_id).encode())
+            except StorageError as e:  # KafkaStorageError: the dir is offline now, and the rest into it fail fast
+                errors[key] = e
+                continue
+            m.future_path = path
+            made.setdefault(dest, []).append(m)
+        for dest, moves in made.items():
+            try:
+                dest_io[dest].fsync_dir()
+            except KafkaStorageError as e:
+                for m in moves:
+                    errors[(m.topic, m.partition)] = e
+                    m.future_path = None
+        for io, doomed in renamed:
+            try:
+                io.rmtree(doomed)
+            except KafkaStorageError as e:
+                log.warning("future_log_not_removed", partition=os.path.basename(doomed), error=str(e))
+        return errors
+
+    def _adopt_future(self, m: _Move, generation: int, source: PartitionLog, dio: LogDirIO, dest: str) -> tuple[str, bool]:
+        """The move's ``-future`` dir in ``dest``, ready for the bulk copy, and whether it holds anything copied
+        before. It is the dir made when the move was accepted or found at startup (closed in the manager: the
+        bulk copy fills it as a bare dir), or one made now (a redirect while the move ran, or an earlier attempt
+        that dropped its dir), the same way. ``partition.metadata`` was not synced when the dir was made: it is
+        written again if a crash left it missing, empty or wrong, and fsynced either way, before any byte is
+        copied (the swap must not make a log without a durable topic id current)."""
+        key = (m.topic, m.partition)
+        registered = self.manager.get_future(*key)
+        if registered is not None and registered.log_dir == dest:
+            m.future_path = registered.dir
+            self.manager.delete_future_log(*key, keep_files=True)
+        failed = self._settle_dirs([(m, dest)]).get(key)
+        if failed is not None:
+            raise failed
+        path = m.future_path
+        assert path is not None
+        if source.topic_id is not None:
+            meta_path = os.path.join(path, PARTITION_METADATA_FILE)
+            data = dio.read_bytes_or_none(meta_path)
+            try:
+                ok = data is not None and parse_partition_metadata(data.decode("utf-8", "replace")) == source.topic_id
+            except CheckpointFormatError:
+                ok = False
+            if ok:
+                meta = dio.open(meta_path, os.O_RDONLY)
+                try:
+                    meta.fsync()
+                finally:
+                    meta.close()
+            else:
+                log.info("future_partition_metadata_rewritten", partition=m.name, future_dir=path,
+                         found="missing" if data is None else "unreadable or another topic id")
+                dio.write_atomic(meta_path, render_partition_metadata(source.topic_id).encode())
+        resumed = any(name != PARTITION_METADATA_FILE for name, _is_dir in dio.list_entries(path))
+        with self._cond:
+            m.ready_generation = max(m.ready_generation, generation)
+            self._cond.notify_all()
+        return path, resumed
 
     # ------------------------------------------------------------------------------------------ one move
 
@@ -433,31 +675,12 @@ class ReplicaMover:
         m.started = time.monotonic()
         m.bytes_total = source.size_bytes
         m.future_leo = source.log_start_offset
-        path: str | None = None
-        existing = mgr.get_future(m.topic, m.partition)
-        if existing is not None:
-            if existing.log_dir == dest:
-                # Resume (after a restart): keep its files, copy what it lacks.
-                path = existing.dir
-                mgr.delete_future_log(m.topic, m.partition, keep_files=True)
-            else:
-                mgr.delete_future_log(m.topic, m.partition)
-        elif m.future_path is not None and os.path.dirname(m.future_path) == dest:
-            path = m.future_path
-        m.registered = False
+        # The dir made when the move was accepted (or found at startup: a resume keeps the segments it holds).
+        path, resumed = self._adopt_future(m, generation, source, dio, dest)
         log.info("replica_move_started", partition=m.name, source_dir=source.log_dir, dest_dir=dest,
-                 bytes=m.bytes_total, resumed=path is not None,
+                 bytes=m.bytes_total, resumed=resumed,
                  throttle_bytes_per_second=None if self.throttle.unlimited else self.throttle.rate)
-        if path is None:
-            path = dio.join(suffixed_dir_name(m.topic, m.partition, FUTURE_DIR_SUFFIX))
-            dio.mkdir(path)
-            if source.topic_id is not None:
-                dio.write_atomic(os.path.join(path, PARTITION_METADATA_FILE),
-                                 render_partition_metadata(source.topic_id).encode())
-            dio.fsync_dir()
-            m.future_path = path
-            failpoints.hit("future_dir_created")
-        m.future_path = path
+        failpoints.hit("future_dir_created")
 
         self._bulk_copy(m, generation, source, dio, path)
         self._check(m, generation)
@@ -616,6 +839,7 @@ class ReplicaMover:
             offset = 0
             unsynced = 0
             throttle = self.throttle
+            interrupted = self._interrupted(m, generation)
             while offset < size:
                 self._check(m, generation)
                 n = src.copy_to(dst, offset, min(throttle.chunk_size(), size - offset))
@@ -625,7 +849,7 @@ class ReplicaMover:
                 m.bytes_copied += n
                 if data:
                     m.future_size += n
-                throttle.pace(n, self._stop.is_set)
+                throttle.pace(n, interrupted)
                 if throttle.unlimited:
                     dst.start_writeback(offset, n)
                 else:
@@ -649,6 +873,7 @@ class ReplicaMover:
 
         ``final``: called with appends held off, so the source cannot grow: copy without sleeping (the bytes are
         still charged to the throttle) and without checking for a stop."""
+        interrupted = self._interrupted(m, generation)
         while True:
             if not final:
                 self._check(m, generation)
@@ -670,7 +895,7 @@ class ReplicaMover:
             if final:
                 self.throttle.account(n)
             else:
-                self.throttle.pace(n, self._stop.is_set)
+                self.throttle.pace(n, interrupted)
 
     def _read_source(self, source: PartitionLog, offset: int, max_bytes: int) -> tuple[bytes, int]:
         """Whole batches from ``offset`` within one source segment, and that segment's base offset. The data is
@@ -796,6 +1021,16 @@ class _PendingFiles:
 
 def _create_tmp(io: LogDirIO, final: str) -> FileHandle:
     return io.open(final + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+
+
+def _write_unsynced(io: LogDirIO, path: str, data: bytes) -> None:
+    """A small new file, written in place and not synced: for files that are written again when a crash left
+    them missing, short or empty (a -future dir's partition.metadata, see ReplicaMover._adopt_future)."""
+    fh = io.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    try:
+        fh.write(data)
+    finally:
+        fh.close()
 
 
 class _Precreator:

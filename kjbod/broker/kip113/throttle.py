@@ -85,6 +85,12 @@ class Throttle:
             self._rate = rate
             self._cond.notify_all()
 
+    def wake(self) -> None:
+        """Wake every thread sleeping in :meth:`pace`, so it checks its ``should_stop`` now (a stop, or a move
+        redirected or cancelled) instead of at the end of its bounded wait."""
+        with self._cond:
+            self._cond.notify_all()
+
     @contextmanager
     def copying(self) -> Iterator[None]:
         """Bracket one move: the first of several concurrent moves restarts the schedule at "now"."""
