@@ -37,6 +37,7 @@ from .livehelp import (
     fill_offline,
     kafka_admin,
     partition_dirs,
+    replicas,
     set_throttle,
     wait_moved,
 )
@@ -145,6 +146,15 @@ def test_kill_with_moves_queued_then_restart(kjbod_server_factory):
     untouched = [p for p in range(3) if sorted(os.listdir(os.path.join(dests[p], futures[p][0])))
                  == ["partition.metadata"]]
     assert len(untouched) >= 2, "two moves should still be waiting for the one mover thread"
+    # DescribeLogDirs shows every accepted move as a future replica in its destination, queued ones included
+    # (empty, lagging by the whole log), as Kafka does once AlterReplicaLogDirs has created the future log.
+    admin = kafka_admin(server)
+    seen = replicas(admin, {"q": [0, 1, 2]})
+    admin.close()
+    for p in range(3):
+        assert seen[("q", p, True)]["dir"] == dests[p], seen
+    for p in untouched:
+        assert seen[("q", p, True)]["size"] == 0 and seen[("q", p, True)]["lag"] > 0, seen
     server.process.kill()
     assert server.process.wait(30) == -signal.SIGKILL
 

@@ -10,9 +10,11 @@ Semantics (Kafka's ReplicaManager.describeLogDirs): null topics reports every re
 reports those partitions (a partition this node lacks is simply absent). One result per configured log dir, in
 configuration order. An offline dir answers KAFKA_STORAGE_ERROR with no replicas and sizes -1. Per replica:
 size = bytes of its ``.log`` files; offset lag = max(0, HW - LEO) for a current replica (always 0 on a single
-node) and current LEO - future LEO for a future replica (is_future). A move still in its bulk-copy phase has no
-open future log yet: it is reported from the mover's progress (bytes copied so far, and the offset its copied
-segments reach), so a move is visible from its first byte.
+node) and current LEO - future LEO for a future replica (is_future). A move that is queued or still in its
+bulk-copy phase has no open future log yet: it is reported from the mover's progress (bytes copied so far, and the
+offset its copied segments reach), so a move is visible as soon as it is accepted, as in Kafka (whose
+AlterReplicaLogDirs creates the future log at once): a queued move shows as an empty future replica whose lag is
+the current log end offset.
 """
 
 from __future__ import annotations
@@ -101,7 +103,7 @@ def collect(node, wanted: dict[str, set[int]] | None) -> dict[str, dict[str, lis
     mover = node.mover
     if mover is not None:
         for m in mover.all_progress():
-            if m.registered or m.state not in ("copying", "catching-up") or not m.source_dir:
+            if m.registered or m.state not in ("queued", "copying", "catching-up"):
                 continue
             if wanted is not None and m.partition not in wanted.get(m.topic, ()):
                 continue
