@@ -331,7 +331,7 @@ def bench_produce(work: Path, rounds: int, mib_per_round: int, depth: int = 8) -
             produce_pipelined(port, frame, 16, depth)
         # The log and the sinks keep every byte: let all they will write land in memory the VM has backed.
         warmed = warm_memory((3 * rounds * mib_per_round + 1024) * MIB)
-        times: dict[str, list[float]] = {name: [] for name in (*ports, "write")}
+        times: dict[str, list[float]] = {name: [] for name in (*ports, "os.write")}
         server_cpu = client_cpu = 0.0
         for _ in range(rounds):
             # Each timed run starts with no dirty pages (os.sync, untimed).  The log and the sinks keep what they
@@ -347,14 +347,14 @@ def bench_produce(work: Path, rounds: int, mib_per_round: int, depth: int = 8) -
                 os.sync()
                 times[mode].append(produce_pipelined(ports[mode], frame, mib_per_round, depth))
             os.sync()
-            times["write"].append(sequential_write(log_dir / "bench-sequential-write.tmp", batch, mib_per_round))
+            times["os.write"].append(sequential_write(log_dir / "bench-sequential-write.tmp", batch, mib_per_round))
     finally:
         for proc, _ in sinks.values():
             stop_sink(proc)
         server.stop()
 
     def of_write(name: str) -> float:
-        return median([w / t for w, t in zip(times["write"], times[name], strict=True)])
+        return median([w / t for w, t in zip(times["os.write"], times[name], strict=True)])
 
     ratio = of_write("kjbod")
     ceilings = {mode: of_write(mode) for mode in SINKS}
@@ -364,7 +364,7 @@ def bench_produce(work: Path, rounds: int, mib_per_round: int, depth: int = 8) -
     gb = rounds * mb / 1e3
     rates = ", ".join(f"{SINKS[mode]} {mb / median(times[mode]):,.0f}" for mode in SINKS)
     print(f"   MB/s (medians): kjbod Produce {mb / median(times['kjbod']):,.0f}, {rates}, "
-          f"os.write {mb / median(times['write']):,.0f}")
+          f"os.write {mb / median(times['os.write']):,.0f}")
     print(f"   CPU seconds per GB: kjbod server {server_cpu / gb:.2f}, load generator {client_cpu / gb:.2f} "
           f"(memory warmed first in {warmed:.1f} s, see common.warm_memory)")
     print("   what a TCP-fed writer reaches here, as a share of os.write: "
