@@ -94,7 +94,10 @@ def test_redirect_while_queued_replaces_the_dir(make_rig, log_dirs):
     rig.mover.request_move("r", 0, log_dirs[1])
     assert len(futures_in(log_dirs[1])) == 1
     assert rig.mover.request_move("r", 0, log_dirs[2]) is None
-    assert dir_kinds(log_dirs[1]) == {}  # renamed to -delete, then removed
+    # Renamed to -delete when the request returns, removed by the manager's background tick.
+    assert list(dir_kinds(log_dirs[1]).values()) == ["-delete"]
+    rig.manager.tick()
+    assert dir_kinds(log_dirs[1]) == {}
     assert (only_future(log_dirs[2], "r") / PARTITION_METADATA_FILE).read_bytes() == METADATA
     assert rig.mover.destination("r", 0) == log_dirs[2]
     assert rig.mover.request_move("r", 0, log_dirs[2]) is None  # the same destination again: nothing changes
@@ -115,6 +118,8 @@ def test_cancel_while_queued_removes_the_dir(make_rig, log_dirs, how):
         assert rig.mover.request_moves([("c", 0, None)]) == {}
     else:  # the topic is being deleted
         assert rig.mover.cancel("c", 0)
+    assert list(dir_kinds(log_dirs[1]).values()) == ["-delete"]  # removed by the manager's background tick
+    rig.manager.tick()
     assert dir_kinds(log_dirs[1]) == {}
     assert rig.mover.progress("c", 0) is None and rig.mover.destination("c", 0) is None
     rig.mover.start()  # the cancelled queue entry is skipped

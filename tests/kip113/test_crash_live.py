@@ -152,9 +152,9 @@ def test_kill_with_moves_queued_then_restart(kjbod_server_factory):
     seen = replicas(admin, {"q": [0, 1, 2]})
     admin.close()
     for p in range(3):
-        assert seen[("q", p, True)]["dir"] == dests[p], seen
-    for p in untouched:
-        assert seen[("q", p, True)]["size"] == 0 and seen[("q", p, True)]["lag"] > 0, seen
+        assert seen[("q", p, True)]["dir"] == dests[p] and seen[("q", p, True)]["lag"] > 0, seen
+    # The two waiting for the thread are empty (the running one may have copied its first chunk by now).
+    assert sum(seen[("q", p, True)]["size"] == 0 for p in range(3)) >= 2, seen
     server.process.kill()
     assert server.process.wait(30) == -signal.SIGKILL
 

@@ -59,6 +59,7 @@ per move for DescribeLogDirs and is logged: one line per move at info, one per s
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -545,9 +546,9 @@ class ReplicaMover:
         of ``drop`` owns away, as one batch (see "Acceptance" in the module docstring): the dirs that go are
         renamed to ``-delete`` and the renames made durable (one fsync per log dir) before any dir is made, so
         a partition never has two ``-future`` dirs on disk; the new dirs' entries are made durable with one
-        fsync per destination; the ``-delete`` dirs are removed last. A move whose dir is already in its
-        destination keeps it. Returns {partition: error} for the moves of ``make`` left without a dir; a dir
-        that cannot be removed (its log dir is offline) is logged and forgotten."""
+        fsync per destination; the ``-delete`` dirs are handed to the manager's background deletions (a dir that
+        cannot be removed, its log dir being offline, is logged there). A move whose dir is already in its
+        destination keeps it. Returns {partition: error} for the moves of ``make`` left without a dir."""
         mgr = self.manager
         errors: dict[TopicPartition, Exception] = {}
         renamed: list[tuple[LogDirIO, str]] = []
@@ -612,11 +613,9 @@ class ReplicaMover:
                 for m in moves:
                     errors[(m.topic, m.partition)] = e
                     m.future_path = None
-        for io, doomed in renamed:
-            try:
-                io.rmtree(doomed)
-            except KafkaStorageError as e:
-                log.warning("future_log_not_removed", partition=os.path.basename(doomed), error=str(e))
+        now = mgr.clock()
+        for io, doomed in renamed:  # removed in the background, as every -delete dir is (a bulk cancel answers now)
+            mgr.deletions.schedule(now, doomed, functools.partial(io.rmtree, doomed))
         return errors
 
     def _adopt_future(self, m: _Move, generation: int, source: PartitionLog, dio: LogDirIO, dest: str) -> tuple[str, bool]:
