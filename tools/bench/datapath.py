@@ -367,7 +367,7 @@ def bench_produce(work: Path, rounds: int, mib_per_round: int, depth: int = 8) -
           f"os.write {mb / median(times['os.write']):,.0f}")
     print(f"   CPU seconds per GB: kjbod server {server_cpu / gb:.2f}, load generator {client_cpu / gb:.2f} "
           f"(memory warmed first in {warmed:.1f} s, see common.warm_memory)")
-    print("   what a TCP-fed writer reaches here, as a share of os.write: "
+    print("   the sinks (no parsing) as a share of os.write, the ceilings of a TCP-fed log here: "
           + ", ".join(f"{SINKS[mode]} {ceilings[mode]:.1%}" for mode in SINKS))
     print(f"   kjbod reaches {of_best:.1%} of the best writing sink (the {SINKS[best]})")
     print(f"   Produce reaches {ratio:.1%} of a sequential file write (target >= 70%: {verdict(ratio >= 0.70)})")
