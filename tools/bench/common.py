@@ -49,7 +49,12 @@ def warm_memory(nbytes: int) -> float:
     0.3-1 GB/s, memory used before at ~4 GB/s (measured: a file growing by 128 MiB per round wrote at 0.3-1.3 GB/s,
     and at ~4 GB/s after 3 GiB had been touched and freed).  A benchmark whose runners fill the page cache would
     otherwise measure whichever runner happens to get fresh memory.  A broker that has been up for minutes has
-    long since touched its page cache; so do the benchmarks, before timing."""
+    long since touched its page cache; so do the benchmarks, before timing.
+
+    This only narrows the effect: the VM's virtio balloon has free page reporting on (freed pages go back to the
+    host, and their next first touch is slow again) and a DAMON `pageout` scheme evicts cold pages on its own
+    schedule (kdamond.0).  A run can still meet a slow reference: once, the Produce benchmark's os.write ran at
+    383 MB/s instead of 2.4-4 GB/s.  Read a figure together with the reference's own speed, printed next to it."""
     import mmap
 
     started = time.perf_counter()
