@@ -229,6 +229,14 @@ class CollectingTransport:
         self.reading = True
 
 
+def on_transport(handler: Any, **kwargs: Any) -> tuple[Connection, CollectingTransport]:
+    """A Connection for `handler` made on a CollectingTransport (call it with the event loop running)."""
+    connection = Connection(handler, **kwargs)
+    transport = CollectingTransport()
+    connection.connection_made(transport)  # type: ignore[arg-type]
+    return connection, transport
+
+
 def _mixed_requests(n: int) -> tuple[list[bytes], bytes]:
     """n requests mixing every reply form (parts list, one bytes object, no reply, awaitable, a ready answer of
     ReadyHandler) and the byte stream of replies they must produce, in request order."""
@@ -270,9 +278,7 @@ def test_any_split_of_the_stream_gives_the_same_replies(run: Any, seed: int) -> 
 
     async def scenario() -> bytes:
         handler = ReadyHandler()
-        connection = Connection(handler, max_pending=8)
-        transport = CollectingTransport()
-        connection.connection_made(transport)  # type: ignore[arg-type]
+        connection, transport = on_transport(handler, max_pending=8)
         for chunk in chunks:
             for _ in range(100):  # a paused connection is not fed, as a real transport would not read
                 if transport.reading:
@@ -324,9 +330,7 @@ def test_big_requests_received_into_their_own_buffer(run: Any, seed: int) -> Non
 
     async def scenario() -> tuple[bytes, int, set[type]]:
         handler = FakeHandler()
-        connection = Connection(handler, max_pending=4)
-        transport = CollectingTransport()
-        connection.connection_made(transport)  # type: ignore[arg-type]
+        connection, transport = on_transport(handler, max_pending=4)
         _feed_like_a_transport(connection, stream, rng)
         connection.connection_lost(None)
         return bytes(transport.written), handler.handled, handler.frame_types
@@ -340,9 +344,7 @@ def test_big_requests_received_into_their_own_buffer(run: Any, seed: int) -> Non
 def test_big_request_cut_short_by_the_peer_is_dropped_cleanly(run: Any) -> None:
     async def scenario() -> tuple[bytes, bool, int]:
         handler = FakeHandler()
-        connection = Connection(handler)
-        transport = CollectingTransport()
-        connection.connection_made(transport)  # type: ignore[arg-type]
+        connection, transport = on_transport(handler)
         stream = frame(b"echo small") + frame(b"echo " + b"x" * 100_000)[:50_000]
         import random
 
@@ -405,9 +407,7 @@ def test_ready_answers_skip_the_handler_and_keep_order(run: Any) -> None:
 
 def test_bad_size_after_good_frames_answers_them_then_closes(run: Any) -> None:
     async def scenario() -> tuple[bytes, bool]:
-        connection = Connection(FakeHandler(), max_frame_size=1000)
-        transport = CollectingTransport()
-        connection.connection_made(transport)  # type: ignore[arg-type]
+        connection, transport = on_transport(FakeHandler(), max_frame_size=1000)
         connection.data_received(frame(b"echo a") + frame(b"bytes b") + struct.pack(">i", 5000) + b"x" * 10)
         return bytes(transport.written), transport.closed
 
@@ -419,9 +419,7 @@ def test_bad_size_after_good_frames_answers_them_then_closes(run: Any) -> None:
 def test_frames_after_a_closing_request_are_not_handled(run: Any) -> None:
     async def scenario() -> tuple[bytes, bool, int]:
         handler = FakeHandler()
-        connection = Connection(handler)
-        transport = CollectingTransport()
-        connection.connection_made(transport)  # type: ignore[arg-type]
+        connection, transport = on_transport(handler)
         connection.data_received(frame(b"echo a") + frame(b"close") + frame(b"echo b"))
         return bytes(transport.written), transport.closed, handler.handled
 

@@ -116,7 +116,7 @@ def api_versions_for(listener_kind: str) -> list[ApiVersion]:
 class _Route:
     """One served (API, version): what the per-request path needs, computed once."""
 
-    __slots__ = ("decode_from", "entry", "fn", "header_version", "listeners", "memo", "response_cls",
+    __slots__ = ("decode_from", "entry", "fn", "header_version", "listeners", "memoised", "response_cls",
                  "response_header_v1", "version")
 
     def __init__(self, entry: ApiEntry, version: int):
@@ -130,11 +130,9 @@ class _Route:
         self.response_header_v1 = response_header_version(entry.api_key, version) == 1
         # ApiVersions answers depend only on the listener kind and the request's bytes (client software name
         # and version are validated, nothing else is read): Kafka computes them once per listener, and so do we,
-        # by memoising the encoded body per listener kind and request bytes after the correlation id (one dict
-        # per kind: a bytes key hashes and compares faster than a tuple).  Its response header is always v0,
-        # which the memo's replies rely on.
-        self.memo: dict[str, dict[bytes, bytes]] | None = (
-            {"broker": {}, "controller": {}} if entry.api_key == API_VERSIONS_KEY and not self.response_header_v1 else None)
+        # by memoising the encoded body per listener kind and request bytes after the correlation id (the
+        # router's ready answers).  Its response header is always v0, which the memo's replies rely on.
+        self.memoised = entry.api_key == API_VERSIONS_KEY and not self.response_header_v1
 
 
 _pack_corr = struct.Struct(">i").pack
@@ -162,11 +160,10 @@ class Router:
             for version in range(entry.min_version, entry.max_version + 1):
                 (route_id,) = struct.unpack(">i", _route_id.pack(entry.api_key, version))
                 self._routes[route_id] = _Route(entry, version)
-        # The memoised routes by route id, so a memo hit needs one lookup before anything else.
-        self._memos = {rid: route.memo for rid, route in self._routes.items() if route.memo is not None}
-        # The same dicts by listener kind, for connections that look answers up before calling handle().
+        # The memoised answers, by listener kind and route id: the connection looks them up before calling
+        # handle() (ready_replies), and handle() itself before anything else.
         self._ready: dict[str, dict[int, dict[bytes, bytes]]] = {
-            kind: {rid: memo[kind] for rid, memo in self._memos.items()} for kind in ("broker", "controller")}
+            kind: {rid: {} for rid, route in self._routes.items() if route.memoised} for kind in ("broker", "controller")}
 
     def ready_replies(self, listener_kind: str) -> dict[int, dict[bytes, bytes]]:
         """The memoised answers for one listener kind (see kjbod.wire.handler): route id -> {request bytes after
@@ -178,16 +175,16 @@ class Router:
             route_id, corr = _unpack_route_corr(frame)
         except struct.error:
             route_id = corr = None  # too short for a header: _route_slowly refuses it
-        memo = self._memos.get(route_id)
-        if memo is not None:
+        answers = self._ready[ctx.listener_kind].get(route_id)  # type: ignore[arg-type]
+        if answers is not None:
             if frame.__class__ is bytes:
                 # Filled only after a request passed every check below on this listener kind, so a hit needs
                 # none of them.
-                body = memo[ctx.listener_kind].get(frame[8:])
+                body = answers.get(frame[8:])
                 if body is not None:
                     return _pack_corr(corr) + body
             else:
-                memo = None  # a big request arrives as a bytearray, which cannot key the memo
+                answers = None  # a big request arrives as a bytearray, which cannot key the memo
         route = self._routes.get(route_id)  # type: ignore[arg-type]
         if route is None or ctx.listener_kind not in route.listeners:
             route = self._route_slowly(frame, ctx)
@@ -209,8 +206,7 @@ class Router:
             if inspect.isawaitable(result):
                 return self._finish_later(route, request, result)
         out = self._reply(route, request, result)
-        if memo is not None and result.__class__ is route.response_cls:
-            answers = memo[ctx.listener_kind]
+        if answers is not None and result.__class__ is route.response_cls:
             if len(answers) >= _MEMO_LIMIT:
                 answers.clear()
             answers[frame[8:]] = b"".join(out[1:])

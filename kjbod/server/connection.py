@@ -387,16 +387,20 @@ class Connection(asyncio.BufferedProtocol):
                 append(reply)
                 batch_bytes += size
                 if batch_bytes >= _FLUSH_BYTES:
-                    # Big replies: write now, so pause_writing can stop us before the next frame.
-                    self._write(batch)
-                    batch.clear()
                     batch_bytes = 0
-                    if self._pause:
+                    if self._flush(batch):
                         break
         finally:
             if batch:
                 self._write(batch)
         return pos
+
+    def _flush(self, batch: list[Any]) -> bool:
+        """Big replies in `batch`: write them now (and empty it), so pause_writing can stop us before the next frame;
+        True when reading is paused now."""
+        self._write(batch)
+        batch.clear()
+        return bool(self._pause)
 
     def _handler_raised(self, exc: Exception) -> None:
         if isinstance(exc, CloseConnection):
@@ -446,11 +450,8 @@ class Connection(asyncio.BufferedProtocol):
                                 self._log_request(meta)
                             batch_bytes += size
                             if batch_bytes >= _FLUSH_BYTES:
-                                # Big replies: write now, so pause_writing can stop us before the next frame.
-                                self._write(batch)
-                                batch = []
                                 batch_bytes = 0
-                                if self._pause:
+                                if self._flush(batch):
                                     break
                             continue
                     self._enqueue(reply, meta)
