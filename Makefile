@@ -22,8 +22,7 @@ run: install
 	@test -f data/logs-1/meta.properties || $(VENV)/bin/kjbod format -c $(CONFIG)
 	$(VENV)/bin/kjbod serve -c $(CONFIG) --log-format console
 
-test: install check-codegen
-	$(VENV)/bin/lint-imports
+test: install check-codegen lint
 	$(PY) -m pytest -q -rs -p no:cacheprovider $(PYTEST_ARGS)
 
 bench: install
