@@ -242,6 +242,7 @@ KEYS: dict[str, KeyDef] = {
         KeyDef("log.flush.interval.ms", _long(0), None),
         KeyDef("log.segment.delete.delay.ms", _long(0), 60_000),
         KeyDef("log.flush.offset.checkpoint.interval.ms", _int(0), 60_000),
+        KeyDef("log.initial.task.delay.ms", _long(0), 30_000),
         KeyDef("log.cleanup.policy", _one_of("delete"), "delete", "only delete (no compaction yet)"),
         KeyDef("replica.alter.log.dirs.io.max.bytes.per.second", _long(1), LONG_MAX),
         KeyDef("num.replica.alter.log.dirs.threads", _int(1), None, "default: the number of log dirs"),
@@ -337,6 +338,7 @@ class ServerConfig:
     controller_quorum_bootstrap_servers: tuple[str, ...] = ()
     controller_quorum_voters: tuple[str, ...] = ()
     log_flush_offset_checkpoint_interval_ms: int = 60_000
+    log_initial_task_delay_ms: int = 30_000
     delete_topic_enable: bool = True
     log_cleanup_policy: str = "delete"
     # Keys accepted from ACCEPTED_NO_EFFECT, kept so the node can log that they are ignored.
@@ -662,6 +664,7 @@ def build_config(
         controller_quorum_bootstrap_servers=get("controller.quorum.bootstrap.servers"),
         controller_quorum_voters=get("controller.quorum.voters"),
         log_flush_offset_checkpoint_interval_ms=get("log.flush.offset.checkpoint.interval.ms"),
+        log_initial_task_delay_ms=get("log.initial.task.delay.ms"),
         delete_topic_enable=get("delete.topic.enable"),
         log_cleanup_policy=get("log.cleanup.policy"),
         ignored=ignored,
