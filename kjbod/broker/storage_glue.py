@@ -42,8 +42,6 @@ def broker_log_config(config: Any) -> LogConfig:
     """Topic defaults from the broker config (log.segment.bytes, log.retention.ms, ...)."""
     values = {}
     for d in topic_config.DEFS.values():
-        if d.name == "cleanup.policy":
-            continue
         values[d.name] = topic_config.broker_default(d, config)
     return LogConfig().with_topic_configs(values)
 
