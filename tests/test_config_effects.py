@@ -8,13 +8,15 @@ tests as the proof that the keys take effect.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from kjbod.broker.storage_glue import broker_log_config
+from kjbod.broker.node import BrokerNode
+from kjbod.broker.storage_glue import broker_log_config, open_storage
 from kjbod.server.config import ConfigError, build_config
 from kjbod.storage.errors import StorageError
 from kjbod.storage.manager import LogManager
@@ -144,3 +146,25 @@ def test_log_cleanup_policy_is_delete_and_nothing_else():
     assert build_config({**BASE, "log.dirs": "/d", "log.cleanup.policy": "delete"}).log_cleanup_policy == "delete"
     with pytest.raises(ConfigError, match="log.cleanup.policy"):
         build_config({**BASE, "log.dirs": "/d", "log.cleanup.policy": "compact"})
+
+
+def test_the_nodes_storage_runs_its_timers_as_the_keys_say(tmp_path):
+    # The keys used to stop here: the node built its LogManager without them (retention every 300 s counted from
+    # each start, checkpoints every 60 s). tests/storage/test_manager.py shows the manager following its timers,
+    # tests/datapath/test_config_live.py a running node doing it.
+    dirs = [str(tmp_path / "a"), str(tmp_path / "b")]
+    format_dirs({"log.dirs": ",".join(dirs), "node.id": 1})
+    config = build_config({**BASE, "log.dirs": ",".join(dirs), "log.retention.check.interval.ms": "1234",
+                           "log.flush.offset.checkpoint.interval.ms": "2345", "log.initial.task.delay.ms": "345"})
+
+    async def opened() -> tuple[int, int, int]:
+        node = BrokerNode(config)
+        await open_storage(node)
+        try:
+            m = node.logs.manager
+            return m.retention_check_interval_ms, m.checkpoint_interval_ms, m.initial_task_delay_ms
+        finally:
+            node.logs.close()
+            node.metadata_log.close()
+
+    assert asyncio.run(opened()) == (1234, 2345, 345)
