@@ -148,23 +148,30 @@ def test_log_cleanup_policy_is_delete_and_nothing_else():
         build_config({**BASE, "log.dirs": "/d", "log.cleanup.policy": "compact"})
 
 
-def test_the_nodes_storage_runs_its_timers_as_the_keys_say(tmp_path):
-    # The keys used to stop here: the node built its LogManager without them (retention every 300 s counted from
-    # each start, checkpoints every 60 s). tests/storage/test_manager.py shows the manager following its timers,
-    # tests/datapath/test_config_live.py a running node doing it.
+def test_the_nodes_storage_and_mover_run_as_the_keys_say(tmp_path):
+    # The timer keys used to stop here: the node built its LogManager without them (retention every 300 s counted
+    # from each start, checkpoints every 60 s). tests/storage/test_manager.py shows the manager following its
+    # timers, tests/datapath/test_config_live.py a running node doing it; tests/kip113 shows the throttle and the
+    # mover threads at work.
     dirs = [str(tmp_path / "a"), str(tmp_path / "b")]
     format_dirs({"log.dirs": ",".join(dirs), "node.id": 1})
     config = build_config({**BASE, "log.dirs": ",".join(dirs), "log.retention.check.interval.ms": "1234",
-                           "log.flush.offset.checkpoint.interval.ms": "2345", "log.initial.task.delay.ms": "345"})
+                           "log.flush.offset.checkpoint.interval.ms": "2345", "log.initial.task.delay.ms": "345",
+                           "replica.alter.log.dirs.io.max.bytes.per.second": "5000000",
+                           "num.replica.alter.log.dirs.threads": "3"})
 
-    async def opened() -> tuple[int, int, int]:
+    async def opened() -> tuple[int, ...]:
         node = BrokerNode(config)
         await open_storage(node)
         try:
+            node._start_mover()
             m = node.logs.manager
-            return m.retention_check_interval_ms, m.checkpoint_interval_ms, m.initial_task_delay_ms
+            return (m.retention_check_interval_ms, m.checkpoint_interval_ms, m.initial_task_delay_ms,
+                    node.mover.throttle.rate, node.mover.threads)
         finally:
+            if node.mover is not None:
+                node.mover.stop()
             node.logs.close()
             node.metadata_log.close()
 
-    assert asyncio.run(opened()) == (1234, 2345, 345)
+    assert asyncio.run(opened()) == (1234, 2345, 345, 5_000_000, 3)

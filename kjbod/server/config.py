@@ -287,7 +287,7 @@ COMPATIBILITY_ONLY: dict[str, str] = {
     "controller.quorum.bootstrap.servers": "the node is its own controller",
     "broker.heartbeat.interval.ms": "no heartbeats: the broker and its controller are one process",
     "broker.session.timeout.ms": "no heartbeats: the broker and its controller are one process",
-    "log.dir.failure.timeout.ms": "a failed log dir is known to the in-process controller at once",
+    "log.dir.failure.timeout.ms": "no separate controller to report a failed log dir to: one process",
     "replica.fetch.max.bytes": "no replication between brokers yet",
     # Taken as they are.
     "group.initial.rebalance.delay.ms": "no consumer groups yet",
