@@ -57,7 +57,7 @@ def check_once(rig: Rig, dests: dict[int, str]) -> set[int]:
 
 
 def test_moves_resumed_while_queued_are_listed_once(make_rig, log_dirs):
-    rig = make_rig(config=CONFIG, threads=1, rate=200_000)
+    rig = make_rig(config=CONFIG, threads=1, rate=50_000)
     dests = {}
     for p in PARTITIONS:
         rig.manager.create_partition("once", p, TOPIC_ID, dir=log_dirs[p % 2])
@@ -68,7 +68,7 @@ def test_moves_resumed_while_queued_are_listed_once(make_rig, log_dirs):
     assert check_once(rig, dests) == set()  # accepted: queued or copying, each listed once
     rig.kill()
 
-    rig = make_rig(config=CONFIG, threads=1, rate=200_000, start=False)
+    rig = make_rig(config=CONFIG, threads=1, rate=50_000, start=False)
     assert {f.partition for f in rig.manager.future_logs()} == set(PARTITIONS)
     rig.mover.start()
     rig.mover.resume_at_startup()
