@@ -13,6 +13,9 @@ Strategy:
   may run on the background thread: an asyncio node should hop back with ``loop.call_soon_threadsafe``.
 * **Background work** (delayed deletions, flushing rolled segments, ``flush.ms``, checkpoints, retention,
   producer-id expiry) is :meth:`tick`, run by the node on a timer or by :meth:`start_background`'s thread.
+  Retention and checkpoints follow Kafka's schedule (kjbod.storage.tasks.Periodic): a first run soon after
+  :meth:`open`, then one per interval (``log.retention.check.interval.ms``,
+  ``log.flush.offset.checkpoint.interval.ms``; high watermarks every 5 s, Kafka's default).
 * **close()** is the clean shutdown: every log flushed and closed, checkpoints written, then the
   ``.kafka_cleanshutdown`` marker, then the locks released.
 
@@ -806,8 +809,7 @@ class LogManager:
         except KafkaStorageError as e:
             log.debug("log_task_skipped", partition=plog.name, error=str(e))
 
-    # The three periodic tasks, Kafka's key for each: ``log.retention.check.interval.ms``,
-    # ``log.flush.offset.checkpoint.interval.ms`` and ``replica.high.watermark.checkpoint.interval.ms``.
+    # The three periodic tasks: retention, checkpoints, high-watermark checkpoints.
     @property
     def retention_check_interval_ms(self) -> int:
         return self._retention_timer.interval_ms

@@ -4,7 +4,8 @@ Periodic tasks (retention, checkpoints) follow Kafka's scheduler: the first run 
 startup (``log.initial.task.delay.ms``, 30 s), then one every interval. Nothing is remembered across restarts, so
 the first run after a start never waits more than one interval: kjbod caps the initial delay at the interval
 (Kafka does not), which keeps a short interval short from the first run on. A task's clock starts again after
-each run, so a slow run (a long retention pass) is not followed by runs back to back.
+each run, so a slow run (a long retention pass) is not followed by runs back to back. An interval of 0 means one
+run only, after the initial delay (Kafka's scheduler does the same with a period of 0).
 
 Delayed deletions: deleting is two steps, as in Kafka. The rename happens at once under the log's lock (readers holding
 a region keep their fd, so nothing they hold goes away); the unlink is queued here with a due time and runs
@@ -25,6 +26,8 @@ from kjbod.storage.errors import KafkaStorageError
 
 log = structlog.get_logger("kjbod.storage.tasks")
 
+_NEVER = (1 << 63) - 1
+
 
 class Periodic:
     """When one periodic task is due. Not thread-safe: one owner (a background thread) asks :meth:`due`."""
@@ -40,10 +43,11 @@ class Periodic:
     def arm(self, start_ms: int) -> None:
         """(Re)start the schedule at ``start_ms``: the first run is due after the initial delay or the interval,
         whichever is shorter."""
-        self.next_ms = start_ms + min(self.initial_delay_ms, self.interval_ms)
+        delay = min(self.initial_delay_ms, self.interval_ms) if self.interval_ms > 0 else self.initial_delay_ms
+        self.next_ms = start_ms + delay
 
     def arm_after_run(self, now_ms: int) -> None:
-        self.next_ms = now_ms + self.interval_ms
+        self.next_ms = now_ms + self.interval_ms if self.interval_ms > 0 else _NEVER
 
     def due(self, now_ms: int) -> bool:
         """Whether the task should run at ``now_ms``; when it should, the next run is scheduled one interval on."""

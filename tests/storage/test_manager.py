@@ -308,6 +308,21 @@ def test_checkpoints_follow_their_interval(make_manager, log_dirs, clock):
         clock.advance(2000)
 
 
+def test_a_checkpoint_interval_of_0_checkpoints_once(make_manager, log_dirs, clock):
+    # Kafka's scheduler runs a task with a period of 0 once, after the initial delay.
+    lm = make_manager(checkpoint_interval_ms=0, hw_checkpoint_interval_ms=10**9, initial_task_delay_ms=500)
+    lm.create_partition("once", 0, TOPIC_ID, dir=log_dirs[0])
+    recovery = Path(log_dirs[0], "recovery-point-offset-checkpoint")
+    recovery.unlink(missing_ok=True)  # written when the partition was created
+    lm.tick(T0 + 499)
+    assert not recovery.exists()
+    lm.tick(T0 + 500)
+    assert recovery.exists()
+    recovery.unlink()
+    lm.tick(T0 + 10**8)
+    assert not recovery.exists()
+
+
 def test_background_thread_ticks(make_manager):
     lm = make_manager(config=LogConfig(segment_bytes=300), clock=lambda: int(time.time() * 1000))
     log = lm.create_partition("bg", 0, TOPIC_ID)
