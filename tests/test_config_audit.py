@@ -7,17 +7,22 @@ A key added to the parser (kjbod/server/config.py) fails these tests until it is
   the DescribeConfigs table; or
 * **compatibility-only**: in ``COMPATIBILITY_ONLY`` with the reason, read nowhere (so the list stays true),
   logged at start when a config sets it, and listed in the README's "Where kjbod differs" section.
+
+Topic configs are checked the same way: each one is a LogConfig field that the storage reads, defaulting to a
+broker key that takes effect. The one dynamic broker config (the intra-broker throttle) is in EFFECTS too.
 """
 
 from __future__ import annotations
 
 import ast
+import dataclasses
 import importlib
 import re
 from pathlib import Path
 
 import pytest
 
+from kjbod.broker import topic_config
 from kjbod.server.config import (
     ACCEPTED_NO_EFFECT,
     ALIASES,
@@ -26,6 +31,7 @@ from kjbod.server.config import (
     ServerConfig,
     build_config,
 )
+from kjbod.storage.config import TOPIC_CONFIG_KEYS, LogConfig
 
 REPO = Path(__file__).resolve().parents[1]
 EFFECT = "tests/test_config_effects.py::test_the_key_changes_what_storage_does"
@@ -93,11 +99,11 @@ DERIVED = {
 NOT_A_USE = {REPO / "kjbod/server/config.py", REPO / "kjbod/broker/broker_config.py"}
 
 
-def names_read_by_the_node() -> set[str]:
+def names_read_by_the_node(not_a_use: set[Path] = NOT_A_USE) -> set[str]:
     """Attribute names and identifier-like strings (getattr's, topic_config's broker_attr) in kjbod's modules."""
     found: set[str] = set()
     for path in (REPO / "kjbod").rglob("*.py"):
-        if path in NOT_A_USE or "generated" in path.parts:
+        if path in not_a_use or "generated" in path.parts:
             continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Attribute):
@@ -168,3 +174,12 @@ def test_the_readme_lists_the_compatibility_only_keys():
     assert block, "README.md lost its compat-keys markers"
     listed = re.findall(r"^\| `([a-z0-9.]+)` \|", block.group(1), re.M)
     assert sorted(listed) == sorted(COMPATIBILITY_ONLY)
+
+
+def test_every_topic_config_reaches_the_log_and_storage_reads_it():
+    # Topic configs (CreateTopics, AlterConfigs) become the same LogConfig fields as their broker defaults.
+    assert set(topic_config.DEFS) == set(TOPIC_CONFIG_KEYS)
+    assert {d.broker_key for d in topic_config.DEFS.values()} <= set(EFFECTS)
+    read = names_read_by_the_node({REPO / "kjbod/storage/config.py"})
+    unread = {f.name for f in dataclasses.fields(LogConfig)} - read - {"cleanup_policy"}  # only delete exists
+    assert not unread, f"LogConfig fields nothing outside kjbod/storage/config.py reads: {sorted(unread)}"
