@@ -87,6 +87,12 @@ BROKER_KEYS: dict[str, BrokerKey] = {k.name: k for k in [
     BrokerKey("log.flush.interval.ms", LONG, "log_flush_interval_ms", doc="Milliseconds between forced fsyncs."),
     BrokerKey("log.segment.delete.delay.ms", LONG, "log_segment_delete_delay_ms",
               doc="Delay before deleted files and -delete dirs are removed."),
+    BrokerKey("log.flush.offset.checkpoint.interval.ms", INT, "log_flush_offset_checkpoint_interval_ms",
+              doc="How often the recovery points and log start offsets are checkpointed."),
+    BrokerKey("log.initial.task.delay.ms", LONG, "log_initial_task_delay_ms",
+              doc="Delay after start before the first retention pass and checkpoint (at most one interval)."),
+    BrokerKey("log.cleanup.policy", LIST, "log_cleanup_policy", doc="Default cleanup policy: only delete."),
+    BrokerKey("delete.topic.enable", BOOLEAN, "delete_topic_enable", doc="Whether DeleteTopics may delete topics."),
     BrokerKey(THROTTLE_KEY, LONG, "replica_alter_log_dirs_io_max_bytes_per_second", dynamic=True,
               default=LONG_MAX,
               doc="Bytes per second that all replica moves between this broker's log dirs may copy together "

@@ -42,8 +42,6 @@ def broker_log_config(config: Any) -> LogConfig:
     """Topic defaults from the broker config (log.segment.bytes, log.retention.ms, ...)."""
     values = {}
     for d in topic_config.DEFS.values():
-        if d.name == "cleanup.policy":
-            continue
         values[d.name] = topic_config.broker_default(d, config)
     return LogConfig().with_topic_configs(values)
 
@@ -148,6 +146,9 @@ async def open_storage(node: Any) -> None:
         log_dirs, metadata_log_dir=meta_dir, node_id=node.node_id, defaults=node.log_defaults,
         placement_policy=getattr(config, "log_dir_placement_policy", "most-usable"),
         on_all_dirs_offline=node.all_dirs_offline, on_dir_offline=node.dir_offline,
+        retention_check_interval_ms=config.log_retention_check_interval_ms,
+        checkpoint_interval_ms=config.log_flush_offset_checkpoint_interval_ms,
+        initial_task_delay_ms=config.log_initial_task_delay_ms,
     )
     manager.open()
     meta = read_meta_properties(LogDirIO(meta_dir))

@@ -49,7 +49,7 @@ DEFS: dict[str, TopicConfigDef] = {d.name: d for d in [
                    "Size per partition beyond which old segments are deleted; -1 for no limit."),
     TopicConfigDef("max.message.bytes", "int", "message.max.bytes", "message_max_bytes", 1048588,
                    _at_least(0), "Largest record batch the topic accepts."),
-    TopicConfigDef("cleanup.policy", "list", "log.cleanup.policy", None, "delete", _one_of("delete"),
+    TopicConfigDef("cleanup.policy", "list", "log.cleanup.policy", "log_cleanup_policy", "delete", _one_of("delete"),
                    "Only delete is supported (no compaction)."),
     TopicConfigDef("index.interval.bytes", "int", "log.index.interval.bytes", "log_index_interval_bytes", 4096,
                    _at_least(0), "Bytes between offset index entries."),

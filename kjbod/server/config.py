@@ -8,8 +8,9 @@ Strategy:
 * One table, `KEYS`, lists every key kjbod understands with its converter (which checks the value) and Kafka's
   default. `build_config` converts each given value through the table, then applies the rules that involve several
   keys (roles and listeners, alias and precedence keys, log dirs). Keys outside the table are refused with the
-  closest known key as a hint, except a short allow-list of Kafka keys that users copy from their Kafka configs and
-  that have no effect in kjbod (`ACCEPTED_NO_EFFECT`).
+  closest known key as a hint. Every key takes effect where Kafka applies it, except the Kafka keys kjbod accepts
+  only for compatibility with Kafka's files (`COMPATIBILITY_ONLY`, with the reason for each): the node logs those
+  a config sets once at start.
 * Every error is a `ConfigError` with one line that says where (file and line, or `--override`), which key, which
   value and what is expected; the CLI prints it as is and exits 2.
 * The result is a frozen `ServerConfig` whose attributes are the keys in snake_case (`log.segment.bytes` ->
@@ -29,6 +30,7 @@ from typing import Any
 __all__ = [
     "ACCEPTED_NO_EFFECT",
     "ALIASES",
+    "COMPATIBILITY_ONLY",
     "DEFAULT_PROTOCOL_MAP",
     "KEYS",
     "ConfigError",
@@ -36,6 +38,7 @@ __all__ = [
     "Listener",
     "ServerConfig",
     "build_config",
+    "check_runnable",
     "load_config",
     "parse_overrides",
     "parse_properties",
@@ -206,6 +209,11 @@ class KeyDef:
     conv: Callable[[str, str], Any]
     default: Any
     doc: str = ""
+    into: str = ""  # the ServerConfig attribute the key ends up in, when it is not the key in snake_case
+
+    @property
+    def attr(self) -> str:
+        return self.into or self.key.replace(".", "_")
 
 
 KEYS: dict[str, KeyDef] = {
@@ -221,7 +229,7 @@ KEYS: dict[str, KeyDef] = {
         KeyDef("controller.quorum.bootstrap.servers", _host_ports, ()),
         KeyDef("controller.quorum.voters", _voters, ()),
         KeyDef("log.dirs", _list, None),
-        KeyDef("log.dir", _nonempty_str, "/tmp/kraft-combined-logs"),
+        KeyDef("log.dir", _nonempty_str, "/tmp/kraft-combined-logs", into="log_dirs"),
         KeyDef("metadata.log.dir", _nonempty_str, None),
         KeyDef("num.partitions", _int(1), 1),
         KeyDef("default.replication.factor", _int(1, 32767), 1),
@@ -229,10 +237,10 @@ KEYS: dict[str, KeyDef] = {
         KeyDef("delete.topic.enable", _bool, True),
         KeyDef("log.segment.bytes", _int(14), 1 << 30),
         KeyDef("log.roll.ms", _long(1), None),
-        KeyDef("log.roll.hours", _int(1), 168),
+        KeyDef("log.roll.hours", _int(1), 168, into="log_roll_ms"),
         KeyDef("log.retention.ms", _long(), None, "-1 (or any negative value): no time limit"),
-        KeyDef("log.retention.minutes", _int(), None),
-        KeyDef("log.retention.hours", _int(), 168),
+        KeyDef("log.retention.minutes", _int(), None, into="log_retention_ms"),
+        KeyDef("log.retention.hours", _int(), 168, into="log_retention_ms"),
         KeyDef("log.retention.bytes", _long(), -1),
         KeyDef("log.retention.check.interval.ms", _long(1), 300_000),
         KeyDef("message.max.bytes", _int(0), 1_048_588),
@@ -242,6 +250,7 @@ KEYS: dict[str, KeyDef] = {
         KeyDef("log.flush.interval.ms", _long(0), None),
         KeyDef("log.segment.delete.delay.ms", _long(0), 60_000),
         KeyDef("log.flush.offset.checkpoint.interval.ms", _int(0), 60_000),
+        KeyDef("log.initial.task.delay.ms", _long(0), 30_000),
         KeyDef("log.cleanup.policy", _one_of("delete"), "delete", "only delete (no compaction yet)"),
         KeyDef("replica.alter.log.dirs.io.max.bytes.per.second", _long(1), LONG_MAX),
         KeyDef("num.replica.alter.log.dirs.threads", _int(1), None, "default: the number of log dirs"),
@@ -257,7 +266,7 @@ KEYS: dict[str, KeyDef] = {
             "kjbod: where a new partition goes: the online dir with most usable bytes (ties: fewest partitions), "
             "or Kafka's rule, the dir with fewest partitions",
         ),
-        KeyDef("kjbod.zero.copy", _bool, True, "kjbod: send Fetch record data with sendfile"),
+        KeyDef("kjbod.zero.copy", _bool, True, "kjbod: send Fetch record data with sendfile", into="zero_copy"),
     ]
 }
 
@@ -267,26 +276,37 @@ ALIASES: dict[str, str] = {
     "intra.broker.throttled.rate": "replica.alter.log.dirs.io.max.bytes.per.second",  # KIP-113's name
 }
 
-# Kafka keys people copy from their configs; accepted, with no effect in kjbod.
-ACCEPTED_NO_EFFECT = frozenset(
-    {
-        "group.initial.rebalance.delay.ms",
-        "offsets.topic.replication.factor",
-        "offsets.topic.num.partitions",
-        "transaction.state.log.replication.factor",
-        "transaction.state.log.min.isr",
-        "transaction.state.log.num.partitions",
-        "share.coordinator.state.topic.replication.factor",
-        "share.coordinator.state.topic.min.isr",
-        "num.network.threads",
-        "num.io.threads",
-        "socket.send.buffer.bytes",
-        "socket.receive.buffer.bytes",
-        "num.recovery.threads.per.data.dir",
-        "min.insync.replicas",
-        "broker.rack",
-    }
-)
+# Kafka keys kjbod accepts only for compatibility with Kafka's files: they have no effect here (the node logs the
+# ones a config sets, once at start; the README's "Where kjbod differs" lists them). Those in KEYS are still
+# checked and reported by DescribeConfigs; the others (ACCEPTED_NO_EFFECT) are taken as they are. Every other key
+# kjbod accepts takes effect where Kafka applies it (tests/test_config_audit.py keeps both lists honest).
+COMPATIBILITY_ONLY: dict[str, str] = {
+    # Checked, reported by DescribeConfigs, no effect yet: one process is the whole cluster.
+    "inter.broker.listener.name": "no traffic between brokers: one node is the whole cluster",
+    "controller.quorum.voters": "the node is its own controller",
+    "controller.quorum.bootstrap.servers": "the node is its own controller",
+    "broker.heartbeat.interval.ms": "no heartbeats: the broker and its controller are one process",
+    "broker.session.timeout.ms": "no heartbeats: the broker and its controller are one process",
+    "log.dir.failure.timeout.ms": "no separate controller to report a failed log dir to: one process",
+    "replica.fetch.max.bytes": "no replication between brokers yet",
+    # Taken as they are.
+    "group.initial.rebalance.delay.ms": "no consumer groups yet",
+    "offsets.topic.replication.factor": "no consumer groups yet (no __consumer_offsets)",
+    "offsets.topic.num.partitions": "no consumer groups yet (no __consumer_offsets)",
+    "transaction.state.log.replication.factor": "no transactions",
+    "transaction.state.log.min.isr": "no transactions",
+    "transaction.state.log.num.partitions": "no transactions",
+    "share.coordinator.state.topic.replication.factor": "no share groups",
+    "share.coordinator.state.topic.min.isr": "no share groups",
+    "num.network.threads": "one asyncio event loop serves every connection",
+    "num.io.threads": "requests are handled on the event loop",
+    "socket.send.buffer.bytes": "the operating system's socket buffer sizes are used",
+    "socket.receive.buffer.bytes": "the operating system's socket buffer sizes are used",
+    "num.recovery.threads.per.data.dir": "each log dir is loaded by one thread",
+    "min.insync.replicas": "one replica per partition: acks=all never waits for another",
+    "broker.rack": "one broker: no rack-aware placement",
+}
+ACCEPTED_NO_EFFECT = frozenset(k for k in COMPATIBILITY_ONLY if k not in KEYS)
 
 # Kafka's default listener.security.protocol.map, plus CONTROLLER (Kafka maps controller listeners missing from a
 # default map to PLAINTEXT).
@@ -337,9 +357,10 @@ class ServerConfig:
     controller_quorum_bootstrap_servers: tuple[str, ...] = ()
     controller_quorum_voters: tuple[str, ...] = ()
     log_flush_offset_checkpoint_interval_ms: int = 60_000
+    log_initial_task_delay_ms: int = 30_000
     delete_topic_enable: bool = True
     log_cleanup_policy: str = "delete"
-    # Keys accepted from ACCEPTED_NO_EFFECT, kept so the node can log that they are ignored.
+    # The COMPATIBILITY_ONLY keys the config sets, as given, so the node can log once that they have no effect.
     ignored: Mapping[str, str] = field(default_factory=dict)
     # The effective raw key=value pairs (file, then overrides).
     properties: Mapping[str, str] = field(default_factory=dict)
@@ -495,6 +516,8 @@ def build_config(
             )
         values[canonical] = value
         set_by[canonical] = key
+        if canonical in COMPATIBILITY_ONLY:
+            ignored[key] = raw
 
     def get(key: str) -> Any:
         return values.get(key, KEYS[key].default)
@@ -662,11 +685,22 @@ def build_config(
         controller_quorum_bootstrap_servers=get("controller.quorum.bootstrap.servers"),
         controller_quorum_voters=get("controller.quorum.voters"),
         log_flush_offset_checkpoint_interval_ms=get("log.flush.offset.checkpoint.interval.ms"),
+        log_initial_task_delay_ms=get("log.initial.task.delay.ms"),
         delete_topic_enable=get("delete.topic.enable"),
         log_cleanup_policy=get("log.cleanup.policy"),
         ignored=ignored,
         properties=dict(props),
     )
+
+
+def check_runnable(config: ServerConfig) -> None:
+    """Refuse what this version cannot run, rather than run something else: a broker-only or controller-only
+    process (process.roles=broker or controller) would run as a combined node and be its own controller."""
+    if not (config.is_broker and config.is_controller):
+        raise ConfigError(
+            f"process.roles={','.join(config.process_roles)} is not available yet: kjbod runs the broker and the "
+            "controller in one process (process.roles=broker,controller)"
+        )
 
 
 def _inside(path: str, parent: str) -> bool:

@@ -13,6 +13,9 @@ Strategy:
   may run on the background thread: an asyncio node should hop back with ``loop.call_soon_threadsafe``.
 * **Background work** (delayed deletions, flushing rolled segments, ``flush.ms``, checkpoints, retention,
   producer-id expiry) is :meth:`tick`, run by the node on a timer or by :meth:`start_background`'s thread.
+  Retention and checkpoints follow Kafka's schedule (kjbod.storage.tasks.Periodic): a first run soon after
+  :meth:`open`, then one per interval (``log.retention.check.interval.ms``,
+  ``log.flush.offset.checkpoint.interval.ms``; high watermarks every 5 s, Kafka's default).
 * **close()** is the clean shutdown: every log flushed and closed, checkpoints written, then the
   ``.kafka_cleanshutdown`` marker, then the locks released.
 
@@ -59,7 +62,7 @@ from kjbod.storage.fsio import FileHandle, LogDirIO
 from kjbod.storage.log import PartitionLog, _wall_ms
 from kjbod.storage.meta import MetaProperties, ensure_meta_properties
 from kjbod.storage.placement import MOST_USABLE, POLICIES, DirCandidate, choose_dirs
-from kjbod.storage.tasks import DeletionQueue
+from kjbod.storage.tasks import DeletionQueue, Periodic
 
 log = structlog.get_logger("kjbod.storage.manager")
 
@@ -72,6 +75,11 @@ _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
 _SUFFIXED = re.compile(r"^(\S+)-(\d+)\.([0-9a-f]{32})(-future|-delete|-stray)$")
 
 TopicPartition = tuple[str, int]
+
+# Kafka's log.initial.task.delay.ms: the periodic tasks first run this long after startup (or after one interval
+# when that is shorter), so a node restarted more often than an interval still runs them.
+INITIAL_TASK_DELAY_MS = 30_000
+_MIN_TICK_S = 0.005
 
 
 def validate_topic_name(topic: str) -> None:
@@ -147,6 +155,7 @@ class LogManager:
         checkpoint_interval_ms: int = 60_000,
         hw_checkpoint_interval_ms: int = 5_000,
         retention_check_interval_ms: int = 300_000,
+        initial_task_delay_ms: int = INITIAL_TASK_DELAY_MS,
         producer_id_expiration_ms: int = 86_400_000,
         recovery_threads: int | None = None,
     ) -> None:
@@ -162,9 +171,10 @@ class LogManager:
         self.on_all_dirs_offline = on_all_dirs_offline
         self.on_dir_offline = on_dir_offline
         self.clock = clock
-        self.checkpoint_interval_ms = checkpoint_interval_ms
-        self.hw_checkpoint_interval_ms = hw_checkpoint_interval_ms
-        self.retention_check_interval_ms = retention_check_interval_ms
+        self.initial_task_delay_ms = initial_task_delay_ms
+        self._retention_timer = Periodic("retention", retention_check_interval_ms, initial_task_delay_ms)
+        self._checkpoint_timer = Periodic("checkpoint", checkpoint_interval_ms, initial_task_delay_ms)
+        self._hw_checkpoint_timer = Periodic("hw-checkpoint", hw_checkpoint_interval_ms, initial_task_delay_ms)
         self.producer_id_expiration_ms = producer_id_expiration_ms
         self.recovery_threads = recovery_threads
         self._dirs: dict[str, _Dir] = {p: _Dir(LogDirIO(p, on_offline=self._dir_failed)) for p in paths}
@@ -180,10 +190,7 @@ class LogManager:
         self._all_offline_reported = False
         self._opened = False
         self._closed = False
-        now = clock()
-        self._last_checkpoint = now
-        self._last_hw_checkpoint = now
-        self._last_retention = now
+        self._arm_timers(clock())
         self._bg_thread: threading.Thread | None = None
         self._bg_stop = threading.Event()
 
@@ -281,6 +288,7 @@ class LogManager:
             self._release_everything()
             raise
         self._opened = True
+        self._arm_timers(self.clock())  # counted from the end of recovery, as Kafka schedules them at startup
         log.info(
             "log_manager_opened",
             log_dirs=len(self._dirs),
@@ -801,31 +809,57 @@ class LogManager:
         except KafkaStorageError as e:
             log.debug("log_task_skipped", partition=plog.name, error=str(e))
 
+    # The three periodic tasks: retention, checkpoints, high-watermark checkpoints.
+    @property
+    def retention_check_interval_ms(self) -> int:
+        return self._retention_timer.interval_ms
+
+    @property
+    def checkpoint_interval_ms(self) -> int:
+        return self._checkpoint_timer.interval_ms
+
+    @property
+    def hw_checkpoint_interval_ms(self) -> int:
+        return self._hw_checkpoint_timer.interval_ms
+
+    def _arm_timers(self, now_ms: int) -> None:
+        for timer in self._timers():
+            timer.arm(now_ms)
+
+    def _timers(self) -> tuple[Periodic, ...]:
+        return self._retention_timer, self._checkpoint_timer, self._hw_checkpoint_timer
+
+    def next_due_ms(self) -> int:
+        """When the next periodic task (retention, checkpoints) is due, on this manager's clock."""
+        return min(timer.next_ms for timer in self._timers())
+
     def tick(self, now_ms: int | None = None) -> None:
         """Run every background task that is due. Safe to call often (e.g. every 100 ms to 1 s)."""
         now = self.clock() if now_ms is None else now_ms
         self.deletions.run_due(now)
         self.flush_rolled()
         self._each_log(lambda p: p.flush_if_due(now))
-        if now - self._last_retention >= self.retention_check_interval_ms:
-            self._last_retention = now
+        if self._retention_timer.due(now):
             self.run_retention(now)
-        if now - self._last_checkpoint >= self.checkpoint_interval_ms:
-            self._last_checkpoint = now
-            self._last_hw_checkpoint = now
+        if self._checkpoint_timer.due(now):
+            self._hw_checkpoint_timer.arm_after_run(now)  # a full checkpoint writes the high watermarks too
             self.checkpoint()
-        elif now - self._last_hw_checkpoint >= self.hw_checkpoint_interval_ms:
-            self._last_hw_checkpoint = now
+        elif self._hw_checkpoint_timer.due(now):
             self.checkpoint_high_watermarks()
 
     def start_background(self, interval_s: float = 1.0) -> None:
-        """Run :meth:`tick` every ``interval_s`` on a daemon thread owned by the manager."""
+        """Run :meth:`tick` on a daemon thread owned by the manager: every ``interval_s`` at most, and sooner when
+        a periodic task with a shorter interval is due (a 100 ms ``log.retention.check.interval.ms`` is kept)."""
         if self._bg_thread is not None:
             return
         self._bg_stop.clear()
 
+        def pause() -> float:
+            until_due = (self.next_due_ms() - self.clock()) / 1000
+            return min(interval_s, max(_MIN_TICK_S, until_due))
+
         def loop() -> None:
-            while not self._bg_stop.wait(interval_s):
+            while not self._bg_stop.wait(pause()):
                 try:
                     self.tick()
                 except Exception:

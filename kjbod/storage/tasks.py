@@ -1,6 +1,13 @@
-"""Delayed file deletions (Kafka's ``file.delete.delay.ms``): segments renamed ``.deleted`` and ``-delete`` dirs.
+"""The storage's background work: periodic tasks, and delayed file deletions (Kafka's ``file.delete.delay.ms``).
 
-Strategy: deleting is two steps, as in Kafka. The rename happens at once under the log's lock (readers holding
+Periodic tasks (retention, checkpoints) follow Kafka's scheduler: the first run comes an initial delay after
+startup (``log.initial.task.delay.ms``, 30 s), then one every interval. Nothing is remembered across restarts, so
+the first run after a start never waits more than one interval: kjbod caps the initial delay at the interval
+(Kafka does not), which keeps a short interval short from the first run on. A task's clock starts again after
+each run, so a slow run (a long retention pass) is not followed by runs back to back. An interval of 0 means one
+run only, after the initial delay (Kafka's scheduler does the same with a period of 0).
+
+Delayed deletions: deleting is two steps, as in Kafka. The rename happens at once under the log's lock (readers holding
 a region keep their fd, so nothing they hold goes away); the unlink is queued here with a due time and runs
 when the owner calls :meth:`DeletionQueue.run_due` (the LogManager's background tick). A failure marks the dir
 offline through the fsio seam and is logged; it never propagates into the tick.
@@ -18,6 +25,36 @@ import structlog
 from kjbod.storage.errors import KafkaStorageError
 
 log = structlog.get_logger("kjbod.storage.tasks")
+
+_NEVER = (1 << 63) - 1
+
+
+class Periodic:
+    """When one periodic task is due. Not thread-safe: one owner (a background thread) asks :meth:`due`."""
+
+    def __init__(self, name: str, interval_ms: int, initial_delay_ms: int) -> None:
+        if interval_ms < 0 or initial_delay_ms < 0:
+            raise ValueError(f"{name}: negative interval or delay ({interval_ms} ms, {initial_delay_ms} ms)")
+        self.name = name
+        self.interval_ms = interval_ms
+        self.initial_delay_ms = initial_delay_ms
+        self.next_ms = 0
+
+    def arm(self, start_ms: int) -> None:
+        """(Re)start the schedule at ``start_ms``: the first run is due after the initial delay or the interval,
+        whichever is shorter."""
+        delay = min(self.initial_delay_ms, self.interval_ms) if self.interval_ms > 0 else self.initial_delay_ms
+        self.next_ms = start_ms + delay
+
+    def arm_after_run(self, now_ms: int) -> None:
+        self.next_ms = now_ms + self.interval_ms if self.interval_ms > 0 else _NEVER
+
+    def due(self, now_ms: int) -> bool:
+        """Whether the task should run at ``now_ms``; when it should, the next run is scheduled one interval on."""
+        if now_ms < self.next_ms:
+            return False
+        self.arm_after_run(now_ms)
+        return True
 
 
 class DeletionQueue:

@@ -319,6 +319,13 @@ def test_move_restores_a_throttle_that_was_set_before(server, tmp_path):
     assert_no_throttle(server)
 
 
+def sigint_at_default() -> None:
+    """(In the child, before exec.) SIGINT at its default disposition, as a command started in a terminal has it.
+    A test run from a shell that ignores SIGINT (a background job) would otherwise hand the command an ignored
+    SIGINT, and a Python process that inherits an ignored SIGINT never sees Ctrl-C."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)],
                          ids=["SIGINT", "SIGTERM"])
 def test_interrupted_move_removes_its_throttle(server, tmp_path, signum, code):
@@ -328,7 +335,7 @@ def test_interrupted_move_removes_its_throttle(server, tmp_path, signum, code):
     plan = write_plan(tmp_path, [(topic, 0, target)])
     process = subprocess.Popen([*KJBOD, *move_args(server, plan, "--throttle", "200KB", "--report-interval",
                                                    "0.2")],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=sigint_at_default)
     try:
         lines = []
         assert process.stdout is not None

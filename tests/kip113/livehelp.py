@@ -87,6 +87,23 @@ def replicas(admin: KafkaAdminClient, topics: dict[str, list[int]] | None = None
     return out
 
 
+def replica_listing(admin: KafkaAdminClient, topics: dict[str, list[int]] | None = None
+                    ) -> list[tuple[str, int, bool, str]]:
+    """Every (topic, partition, is_future, dir) entry kafka-python's describe_log_dirs() returns, repeats kept."""
+    return [(t["name"], p["partition_index"], p["is_future_key"], d["log_dir"])
+            for broker in admin.describe_log_dirs(topic_partitions=topics)
+            for d in broker["log_dirs"] for t in d["topics"] for p in t["partitions"]]
+
+
+def kjbod_replica_listing(bootstrap: str, topics: list[str] | None = None) -> list[tuple[str, int, bool, str]]:
+    """The same through kjbod's own admin client."""
+    from kjbod.admin import SyncAdminClient
+
+    with SyncAdminClient(bootstrap, request_timeout=30) as admin:
+        return [(r.topic, r.partition, r.is_future, d.path)
+                for dirs in admin.describe_log_dirs(topics=topics).values() for d in dirs for r in d.replicas]
+
+
 def current_dir(admin: KafkaAdminClient, topic: str, partition: int) -> str | None:
     found = replicas(admin, {topic: [partition]}).get((topic, partition, False))
     return None if found is None else found["dir"]

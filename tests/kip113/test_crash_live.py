@@ -9,15 +9,19 @@ file work and before its answer (the client sees the connection drop; the move h
 behind another one (one mover thread), and the answer comes first.
 
 A plain kill -9 with moves still queued (not started) loses none of them: an answered move has its ``-future``
-dir already.
+dir already; after the restart DescribeLogDirs (kafka-python, kjbod's admin client, ``kjbod log-dirs describe``)
+lists each of them once while they wait for the mover thread and while they run.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import subprocess
 import time
 import warnings
+from collections import Counter
 
 import pytest
 
@@ -26,6 +30,8 @@ with warnings.catch_warnings():
     from kafka import KafkaProducer
     from kafka.admin import NewTopic
     from kafka.errors import NoError
+
+from live import COMMAND
 
 from kjbod.broker.kip113.failpoints import POINTS
 from kjbod.protocol.generated import AlterReplicaLogDirsRequest as ARD
@@ -36,7 +42,9 @@ from .livehelp import (
     fetch_all,
     fill_offline,
     kafka_admin,
+    kjbod_replica_listing,
     partition_dirs,
+    replica_listing,
     replicas,
     set_throttle,
     wait_moved,
@@ -119,6 +127,14 @@ def test_kill_at_failpoint_then_restart(failpoint, kjbod_server_factory, monkeyp
     assert "crash-0" in partition_dirs(server)[dest]
 
 
+def cli_replica_listing(bootstrap: str, topic: str) -> list[tuple[str, int, bool, str]]:
+    done = subprocess.run([*COMMAND, "log-dirs", "describe", "--bootstrap-server", bootstrap, "--topic-list", topic,
+                           "--json"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return [(p["topic"], p["partition"], p["is_temporary"], d["path"])
+            for b in json.loads(done.stdout)["brokers"] for d in b["log_dirs"] for p in d["partitions"]]
+
+
 def test_kill_with_moves_queued_then_restart(kjbod_server_factory):
     # One mover thread and a throttle that keeps the first move busy for seconds: of the three moves one runs
     # and two wait in the queue when the node is killed. The answer said NONE for all three: after the restart
@@ -159,7 +175,28 @@ def test_kill_with_moves_queued_then_restart(kjbod_server_factory):
     assert server.process.wait(30) == -signal.SIGKILL
 
     server.start()
+    # The throttle stays (a dynamic config): the resumed moves wait for the one thread again, with the future
+    # logs the loader opened. Each replica is listed once, through kafka-python and kjbod's admin client alike,
+    # while they wait and while they run (faster from the fifth look on), until every move is done.
     admin = kafka_admin(server)
+    looks = 0
+    while True:
+        listings = [replica_listing(admin, {"q": [0, 1, 2]}), kjbod_replica_listing(server.bootstrap, ["q"])]
+        if looks == 0:
+            listings.append(cli_replica_listing(server.bootstrap, "q"))  # `kjbod log-dirs describe --json`
+        for listing in listings:
+            counts = Counter((t, p, future) for t, p, future, _ in listing)
+            assert all(n == 1 for n in counts.values()), listing
+            assert {p for (_, p, future) in counts if not future} == {0, 1, 2}, listing
+            assert all(d == dests[p] for _, p, future, d in listing if future), listing
+        looks += 1
+        if looks == 5:
+            set_throttle(admin, str(8 << 20))
+        if not any(future for (_, _, future) in counts) and all(
+                d == dests[p] for _, p, future, d in listing if not future):
+            break
+        assert looks < 2000, listing
+        time.sleep(0.05)
     set_throttle(admin, None)
     for p in range(3):
         wait_moved(admin, "q", p, dests[p], timeout=60)

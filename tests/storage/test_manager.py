@@ -237,6 +237,92 @@ def test_tick_runs_retention_on_its_interval(make_manager, clock):
     assert log.log_start_offset > 0 and len(log.segments) < segs
 
 
+def _fill_over_retention_bytes(lm: LogManager, name: str) -> object:
+    log = lm.create_partition(name, 0, TOPIC_ID)
+    for i in range(10):
+        log.append(kp_batch([b"v%02d" % i]))
+    return log
+
+
+def test_first_retention_pass_comes_after_the_initial_delay_counted_from_start(make_manager, clock):
+    # Kafka's defaults: a 300 s interval, a 30 s initial delay. The first pass is 30 s after the manager opened,
+    # not 300 s, and not counted from some earlier run: a node restarted every few minutes still applies retention.
+    lm = make_manager(config=LogConfig(segment_bytes=300, retention_bytes=300))
+    assert (lm.retention_check_interval_ms, lm.initial_task_delay_ms) == (300_000, 30_000)
+    log = _fill_over_retention_bytes(lm, "first")
+    segs = len(log.segments)
+    lm.tick(T0 + 29_999)
+    assert len(log.segments) == segs
+    lm.tick(T0 + 30_000)
+    assert log.log_start_offset > 0 and len(log.segments) < segs
+    for i in range(10):
+        log.append(kp_batch([b"w%02d" % i]))
+    segs = len(log.segments)
+    lm.tick(T0 + 30_000 + 299_999)
+    assert len(log.segments) == segs
+    lm.tick(T0 + 30_000 + 300_000)
+    assert len(log.segments) < segs
+
+
+def test_a_short_retention_interval_also_shortens_the_first_pass(make_manager, clock):
+    lm = make_manager(config=LogConfig(segment_bytes=300, retention_bytes=300), retention_check_interval_ms=1000)
+    log = _fill_over_retention_bytes(lm, "short")
+    segs = len(log.segments)
+    lm.tick(T0 + 999)
+    assert len(log.segments) == segs
+    lm.tick(T0 + 1000)
+    assert len(log.segments) < segs
+
+
+def test_retention_runs_in_every_short_life_of_a_restarted_manager(make_manager, clock):
+    # Restarted every 3 s with a 1 s check interval: every life applies retention once it is 1 s old.
+    lm = make_manager(config=LogConfig(segment_bytes=300, retention_bytes=300), retention_check_interval_ms=1000)
+    log = _fill_over_retention_bytes(lm, "restarted")
+    lm.close()
+    for life in range(3):
+        lm = make_manager(config=LogConfig(segment_bytes=300, retention_bytes=300), retention_check_interval_ms=1000)
+        log = lm.get("restarted", 0)
+        for i in range(10):
+            log.append(kp_batch([b"l%d-%02d" % (life, i)]))
+        before = log.log_start_offset
+        lm.tick(clock.now + 999)
+        assert log.log_start_offset == before
+        lm.tick(clock.now + 1000)
+        assert log.log_start_offset > before and log.size_bytes <= 300 + log.active_segment.size
+        clock.advance(3000)
+        lm.close()
+
+
+def test_checkpoints_follow_their_interval(make_manager, log_dirs, clock):
+    lm = make_manager(config=LogConfig(segment_bytes=300), checkpoint_interval_ms=2000)
+    log = lm.create_partition("cp", 0, TOPIC_ID, dir=log_dirs[0])
+    recovery = Path(log_dirs[0], "recovery-point-offset-checkpoint")
+    for round_ in range(3):
+        for i in range(10):
+            log.append(kp_batch([b"c%d-%02d" % (round_, i)]))
+        lm.tick(clock.now + 1999)  # flushes the rolled segments; the checkpoint is not due yet
+        expected = f"cp 0 {log.recovery_point}"
+        assert not recovery.exists() or expected not in recovery.read_text()
+        lm.tick(clock.now + 2000)
+        assert expected in recovery.read_text()
+        clock.advance(2000)
+
+
+def test_a_checkpoint_interval_of_0_checkpoints_once(make_manager, log_dirs, clock):
+    # Kafka's scheduler runs a task with a period of 0 once, after the initial delay.
+    lm = make_manager(checkpoint_interval_ms=0, hw_checkpoint_interval_ms=10**9, initial_task_delay_ms=500)
+    lm.create_partition("once", 0, TOPIC_ID, dir=log_dirs[0])
+    recovery = Path(log_dirs[0], "recovery-point-offset-checkpoint")
+    recovery.unlink(missing_ok=True)  # written when the partition was created
+    lm.tick(T0 + 499)
+    assert not recovery.exists()
+    lm.tick(T0 + 500)
+    assert recovery.exists()
+    recovery.unlink()
+    lm.tick(T0 + 10**8)
+    assert not recovery.exists()
+
+
 def test_background_thread_ticks(make_manager):
     lm = make_manager(config=LogConfig(segment_bytes=300), clock=lambda: int(time.time() * 1000))
     log = lm.create_partition("bg", 0, TOPIC_ID)

@@ -1,7 +1,8 @@
 """DeleteTopics (key 20), versions 1-6.
 
 Version notes: v1-v3 identical requests (names only); v4 flexible; v5 adds error messages; v6 names topics by
-name or by id (an unknown id answers UNKNOWN_TOPIC_ID).  Deletion is recorded in the metadata log first, then
+name or by id (an unknown id answers UNKNOWN_TOPIC_ID).  With `delete.topic.enable=false` every topic answers
+TOPIC_DELETION_DISABLED (v3+) or INVALID_REQUEST (v1-v2), as in Kafka.  Deletion is recorded in the metadata log first, then
 the partition directories are renamed with Kafka's `-delete` suffix and removed in the background.
 """
 
@@ -20,6 +21,14 @@ def handle(node, request, body: DeleteTopicsRequest) -> DeleteTopicsResponse:
         wanted = [(t.name, t.topic_id) for t in body.topics]
     else:
         wanted = [(name, ZERO_UUID) for name in body.topic_names]
+    if not node.config.delete_topic_enable:
+        # Kafka's answer with delete.topic.enable=false: every topic TOPIC_DELETION_DISABLED, INVALID_REQUEST for
+        # clients older than v3 (which do not know that code).
+        code = ErrorCode.TOPIC_DELETION_DISABLED if request.api_version >= 3 else ErrorCode.INVALID_REQUEST
+        return DeleteTopicsResponse(responses=[
+            Result(name=name, topic_id=topic_id, error_code=code,
+                   error_message="Topic deletion is disabled (delete.topic.enable=false).")
+            for name, topic_id in wanted])
     results = []
     seen: set = set()
     for name, topic_id in wanted:

@@ -14,7 +14,8 @@ node) and current LEO - future LEO for a future replica (is_future). A move that
 bulk-copy phase has no open future log yet: it is reported from the mover's progress (bytes copied so far, and the
 offset its copied segments reach), so a move is visible as soon as it is accepted, as in Kafka (whose
 AlterReplicaLogDirs creates the future log at once): a queued move shows as an empty future replica whose lag is
-the current log end offset.
+the current log end offset. A move resumed at startup is reported from the future log the loader opened, until a
+thread takes it. Either way each replica, current or future, appears once (see ``collect``).
 """
 
 from __future__ import annotations
@@ -51,12 +52,25 @@ def _size(plog) -> int:
     return segments[0].size if len(segments) == 1 else sum([s.size for s in segments])
 
 
+_ACTIVE = ("queued", "copying", "catching-up")
+
+
 def collect(node, wanted: dict[str, set[int]] | None) -> dict[str, dict[str, list[Partition]]]:
     """{log dir: {topic: [partition entries]}} for the requested partitions (None: all).
+
+    Each replica is listed once, a future one too: from the log manager when its future log is open there
+    (resumed at startup and still queued, or catching up), else from the mover's progress (accepted and queued,
+    or in its bulk copy). The mover threads change that while this runs, so the mover is read first and the
+    manager second: a move the manager has no future log for by then is reported from the mover only if it
+    has not finished meanwhile (its current log is not in its destination yet).
 
     The hot path of a large broker (20,000 replicas): one pass, local names, and the cyclic GC paused while
     the entries are built (they all survive; scanning them again and again would make the cost superlinear)."""
     manager = node.logs.manager
+    mover = node.mover
+    moves = [m for m in mover.all_progress() if m.state in _ACTIVE] if mover is not None else []
+    if wanted is not None:
+        moves = [m for m in moves if m.partition in wanted.get(m.topic, ())]
     out: dict[str, dict[str, list[Partition]]] = {}
     if wanted is None:
         currents = manager.partitions()
@@ -100,21 +114,21 @@ def collect(node, wanted: dict[str, set[int]] | None) -> dict[str, dict[str, lis
     finally:
         if paused:
             gc_resume()
-    mover = node.mover
-    if mover is not None:
-        for m in mover.all_progress():
-            if m.registered or m.state not in ("queued", "copying", "catching-up"):
-                continue
-            if wanted is not None and m.partition not in wanted.get(m.topic, ()):
-                continue
-            current_leo = leo_of.get((m.topic, m.partition))
-            if current_leo is None:
-                current = manager.find(m.topic, m.partition)
-                current_leo = current.log_end_offset if current is not None else None
-            reached = m.future_log_end_offset or 0
-            lag = max(0, current_leo - reached) if current_leo is not None else -1
-            out.setdefault(m.dest_dir, {}).setdefault(m.topic, []).append(
-                Partition(m.partition, m.future_size, lag, True))
+    listed = {(future.topic, future.partition) for future in futures}
+    current_in: dict[tuple[str, str], set[int]] = {}  # (dir, topic) -> partitions with their current log there
+    for m in moves:
+        current_leo = leo_of.get((m.topic, m.partition))
+        if current_leo is None or (m.topic, m.partition) in listed:
+            continue  # the partition went meanwhile (its topic deleted), or its future log is listed already
+        here = current_in.get((m.dest_dir, m.topic))
+        if here is None:
+            entries = out.get(m.dest_dir, {}).get(m.topic) or []
+            here = current_in[(m.dest_dir, m.topic)] = {p.partition_index for p in entries if not p.is_future_key}
+        if m.partition in here:
+            continue  # the move finished meanwhile: its replica is the current one in its destination
+        reached = m.future_log_end_offset or 0
+        out.setdefault(m.dest_dir, {}).setdefault(m.topic, []).append(
+            Partition(m.partition, m.future_size, max(0, current_leo - reached), True))
     return out
 
 

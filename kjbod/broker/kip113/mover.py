@@ -556,10 +556,14 @@ class ReplicaMover:
         for m, dest in [*make, *((m, None) for m in drop)]:
             key = (m.topic, m.partition)
             registered = mgr.get_future(*key)
+            m.registered = False
             try:
                 if registered is not None:
                     if registered.log_dir == dest:
-                        m.future_path = registered.dir  # found at startup: the move's own
+                        # Found at startup: the move's own. It stays open in the manager (which reports it) until
+                        # a thread adopts it.
+                        m.future_path = registered.dir
+                        m.registered = True
                         continue
                     mgr.delete_future_log(*key)  # renamed to -delete, durably, and removed in the background
                     m.future_path = None
@@ -575,8 +579,6 @@ class ReplicaMover:
                     touched[io.path] = io
             except KafkaStorageError as e:
                 log.warning("future_log_not_removed", partition=m.name, error=str(e))
-            finally:
-                m.registered = False
         for io in touched.values():
             try:
                 io.fsync_dir()

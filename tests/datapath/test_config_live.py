@@ -1,0 +1,160 @@
+"""Config keys taking effect in a running node (real `kjbod serve` processes, kafka-python as the client).
+
+Retention follows `log.retention.check.interval.ms` from the first minutes of a node's life, also when the node
+is killed and restarted every few seconds (it used to wait 300 s from every start, so such a node never applied
+retention and its disks filled); the checkpoints follow `log.flush.offset.checkpoint.interval.ms`. The cluster
+keys show in what clients see: node id, advertised address, default partition count, which APIs the controller
+listener serves; `delete.topic.enable=false` and `default.replication.factor` answer as Kafka does; keys accepted
+only for compatibility are logged at start; a process.roles kjbod cannot run is refused.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from live import COMMAND, LiveServer, free_port, write_config
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", DeprecationWarning)
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+    from kafka.admin import KafkaAdminClient, NewTopic
+    from kafka.errors import InvalidReplicationFactorError, TopicDeletionDisabledError
+
+from kjbod.protocol.generated import ApiVersionsRequest
+from tests.kip113.livehelp import RawClient
+
+RECORD = b"r" * 1000
+
+
+def admin_for(server: LiveServer) -> KafkaAdminClient:
+    return KafkaAdminClient(bootstrap_servers=server.bootstrap, request_timeout_ms=30000)
+
+
+def produce(server: LiveServer, topic: str, count: int) -> None:
+    producer = KafkaProducer(bootstrap_servers=server.bootstrap, acks=-1, linger_ms=5, batch_size=4096)
+    for _ in range(count):
+        producer.send(topic, RECORD, partition=0)
+    producer.flush()
+    producer.close()
+
+
+def log_start(server: LiveServer, topic: str) -> int:
+    consumer = KafkaConsumer(bootstrap_servers=server.bootstrap)
+    try:
+        tp = TopicPartition(topic, 0)
+        return consumer.beginning_offsets([tp])[tp]
+    finally:
+        consumer.close()
+
+
+def wait_until(cond: Callable[[], bool], what: str, timeout: float = 120.0) -> None:
+    """Polls until `cond()`; the timeout only ends a hung test (the behaviour itself takes a second or two)."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting until {what}"
+        time.sleep(0.1)
+
+
+def test_retention_follows_a_short_check_interval_also_on_a_node_restarted_every_few_seconds(kjbod_server_factory):
+    server = kjbod_server_factory(overrides={"log.retention.check.interval.ms": "1000",
+                                             "log.segment.delete.delay.ms": "0"})
+    admin = admin_for(server)
+    admin.create_topics([NewTopic("shrinks", 1, 1, topic_configs={"retention.bytes": "20000",
+                                                                   "segment.bytes": "10000"})])
+    admin.close()
+    produce(server, "shrinks", 100)  # about 100 kB: 90 kB over retention.bytes
+    wait_until(lambda: log_start(server, "shrinks") > 0, "retention deletes the oldest segments")
+    # Killed and started again, each life a few seconds long: every life applies retention to what it received.
+    for _life in range(3):
+        server.process.kill()
+        server.process.wait(30)
+        server.start()
+        before = log_start(server, "shrinks")
+        produce(server, "shrinks", 100)
+        wait_until(lambda before=before: log_start(server, "shrinks") > before + 50,
+                   "retention runs in this life of the node")
+    partition_dir = next(Path(d, "shrinks-0") for d in server.log_dirs if Path(d, "shrinks-0").exists())
+    held = sum(f.stat().st_size for f in partition_dir.iterdir() if f.name.endswith(".log"))
+    assert held <= 20000 + 10000 + 2000  # retention.bytes plus the active segment (and one batch's slack)
+
+
+def test_checkpoints_are_rewritten_at_their_interval(kjbod_server_factory):
+    server = kjbod_server_factory(overrides={"log.flush.offset.checkpoint.interval.ms": "200"})
+    admin = admin_for(server)
+    admin.create_topics([NewTopic("cp", 1, 1)])
+    admin.close()
+    produce(server, "cp", 10)
+    files = [Path(d, "recovery-point-offset-checkpoint") for d in server.log_dirs]
+    # Each write is a new file renamed into place (a new inode, a new mtime). Kafka's default (60 s, the first
+    # after 30 s) would take minutes to rewrite the files five times.
+    seen: list[set[tuple[int, int]]] = [set() for _ in files]
+
+    def rewritten_five_times() -> bool:
+        for inodes, f in zip(seen, files, strict=True):
+            if f.exists():
+                st = os.stat(f)
+                inodes.add((st.st_ino, st.st_mtime_ns))
+        return all(len(inodes) >= 5 for inodes in seen)
+
+    wait_until(rewritten_five_times, "the checkpoint files are rewritten five times")
+
+
+def test_cluster_keys_show_in_what_clients_see(kjbod_server_factory):
+    server = kjbod_server_factory(node_id=7)
+    server.stop()  # its ports are known now: advertise the broker listener under another name
+    overrides = {"advertised.listeners": f"PLAINTEXT://localhost:{server.port}", "num.partitions": "3"}
+    write_config(server.config, node_id=7, port=server.port, controller_port=server.controller_port,
+                 log_dirs=server.log_dirs, metadata_dir=server.metadata_dir, overrides=overrides)
+    server.start()
+    admin = admin_for(server)
+    cluster = admin.describe_cluster()
+    assert [(b["broker_id"], b["host"], b["port"]) for b in cluster["brokers"]] == [(7, "localhost", server.port)]
+    admin.close()
+    producer = KafkaProducer(bootstrap_servers=server.bootstrap)
+    producer.send("auto", b"x").get(30)  # created on first use, with num.partitions partitions
+    assert producer.partitions_for("auto") == {0, 1, 2}
+    producer.close()
+    # The listener named in controller.listener.names serves the controller's APIs, not Produce.
+    served = {}
+    for kind, port in (("broker", server.port), ("controller", server.controller_port)):
+        with RawClient(f"127.0.0.1:{port}") as raw:
+            served[kind] = {k.api_key for k in raw.call(ApiVersionsRequest(), 2).api_keys}
+    assert 0 in served["broker"] and 0 not in served["controller"]
+
+
+def test_topic_deletion_disabled_default_replication_factor_and_compatibility_keys(kjbod_server_factory):
+    server = kjbod_server_factory(overrides={
+        "delete.topic.enable": "false",
+        "default.replication.factor": "2",
+        "broker.heartbeat.interval.ms": "3000",
+        "min.insync.replicas": "1",
+    })
+    admin = admin_for(server)
+    with pytest.raises(InvalidReplicationFactorError):
+        admin.create_topics([NewTopic("two", 1, -1)])  # the default: 2, and there is one broker
+    admin.create_topics([NewTopic("kept", 1, 1)])
+    with pytest.raises(TopicDeletionDisabledError):
+        admin.delete_topics(["kept"])
+    assert "kept" in admin.list_topics()
+    admin.close()
+    logged = [line for line in server.stderr(200).splitlines() if "accepted with no effect" in line]
+    assert len(logged) == 1 and "broker.heartbeat.interval.ms" in logged[0] and "min.insync.replicas" in logged[0]
+
+
+def test_a_process_role_kjbod_cannot_run_is_refused(tmp_path):
+    config = write_config(tmp_path / "server.properties", node_id=1, port=free_port(), controller_port=free_port(),
+                          log_dirs=[tmp_path / "logs"], metadata_dir=tmp_path / "meta", overrides={
+                              "process.roles": "broker",
+                              "listeners": f"PLAINTEXT://127.0.0.1:{free_port()}",
+                              "controller.quorum.bootstrap.servers": "127.0.0.1:9093"})
+    done = subprocess.run([*COMMAND, "serve", "-c", str(config)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "kjbod: error: process.roles=broker is not available yet: kjbod runs the broker and the controller in one "
+        "process (process.roles=broker,controller)"]

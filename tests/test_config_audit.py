@@ -1,0 +1,185 @@
+"""The audit of every config key kjbod accepts: each one takes effect, or is listed as compatibility-only.
+
+A key added to the parser (kjbod/server/config.py) fails these tests until it is one of two things:
+
+* **taking effect**: named in ``EFFECTS`` below with the tests that show a change of the key changing what the node
+  does (not that it parses), and its ServerConfig attribute read by the node somewhere outside the parser and
+  the DescribeConfigs table; or
+* **compatibility-only**: in ``COMPATIBILITY_ONLY`` with the reason, read nowhere (so the list stays true),
+  logged at start when a config sets it, and listed in the README's "Where kjbod differs" section.
+
+Topic configs are checked the same way: each one is a LogConfig field that the storage reads, defaulting to a
+broker key that takes effect. The one dynamic broker config (the intra-broker throttle) is in EFFECTS too.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import importlib
+import re
+from pathlib import Path
+
+import pytest
+
+from kjbod.broker import topic_config
+from kjbod.server.config import (
+    ACCEPTED_NO_EFFECT,
+    ALIASES,
+    COMPATIBILITY_ONLY,
+    KEYS,
+    ServerConfig,
+    build_config,
+)
+from kjbod.storage.config import TOPIC_CONFIG_KEYS, LogConfig
+
+REPO = Path(__file__).resolve().parents[1]
+EFFECT = "tests/test_config_effects.py::test_the_key_changes_what_storage_does"
+NODE = "tests/test_config_effects.py::test_the_nodes_storage_and_mover_run_as_the_keys_say"
+LIVE = "tests/datapath/test_config_live.py"
+
+# key -> the tests that show it taking effect
+EFFECTS: dict[str, list[str]] = {
+    "node.id": [f"{LIVE}::test_cluster_keys_show_in_what_clients_see"],
+    "process.roles": [f"{LIVE}::test_a_process_role_kjbod_cannot_run_is_refused", "tests/test_config.py::test_role_rules"],
+    "listeners": [f"{LIVE}::test_cluster_keys_show_in_what_clients_see",
+                  "tests/test_cli_serve.py::test_port_in_use_is_one_line_exit_2"],
+    "advertised.listeners": [f"{LIVE}::test_cluster_keys_show_in_what_clients_see"],
+    "controller.listener.names": [f"{LIVE}::test_cluster_keys_show_in_what_clients_see"],
+    "listener.security.protocol.map": ["tests/test_config.py::test_tls_and_sasl_are_not_supported_yet",
+                                       "tests/test_config.py::test_custom_listener_names_need_a_protocol"],
+    "log.dirs": ["tests/kip113/test_log_dirs_live.py::test_describe_log_dirs_reports_sizes_lags_and_volumes"],
+    "log.dir": ["tests/test_config.py::test_log_dirs_wins_over_log_dir"],
+    "metadata.log.dir": ["tests/storage/test_meta.py::test_format_writes_every_dir_with_unique_ids"],
+    "num.partitions": [f"{LIVE}::test_cluster_keys_show_in_what_clients_see"],
+    "default.replication.factor": [
+        f"{LIVE}::test_topic_deletion_disabled_default_replication_factor_and_compatibility_keys"],
+    "auto.create.topics.enable": ["tests/datapath/test_bad_input.py::test_produce_to_a_missing_topic_with_auto_create_off"],
+    "delete.topic.enable": [f"{LIVE}::test_topic_deletion_disabled_default_replication_factor_and_compatibility_keys"],
+    "log.segment.bytes": [f"{EFFECT}[log.segment.bytes]"],
+    "log.roll.ms": [f"{EFFECT}[log.roll.ms]"],
+    "log.roll.hours": [f"{EFFECT}[log.roll.hours]"],
+    "log.retention.ms": [f"{EFFECT}[log.retention.ms]"],
+    "log.retention.minutes": [f"{EFFECT}[log.retention.minutes]"],
+    "log.retention.hours": [f"{EFFECT}[log.retention.hours]"],
+    "log.retention.bytes": [f"{EFFECT}[log.retention.bytes]"],
+    "log.retention.check.interval.ms": [
+        f"{LIVE}::test_retention_follows_a_short_check_interval_also_on_a_node_restarted_every_few_seconds", NODE,
+        "tests/storage/test_manager.py::test_a_short_retention_interval_also_shortens_the_first_pass"],
+    "message.max.bytes": [f"{EFFECT}[message.max.bytes]",
+                          "tests/datapath/test_bad_input.py::test_batch_over_max_message_bytes_is_message_too_large"],
+    "log.index.interval.bytes": [f"{EFFECT}[log.index.interval.bytes]"],
+    "log.index.size.max.bytes": [f"{EFFECT}[log.index.size.max.bytes]"],
+    "log.flush.interval.messages": [f"{EFFECT}[log.flush.interval.messages]"],
+    "log.flush.interval.ms": [f"{EFFECT}[log.flush.interval.ms]"],
+    "log.segment.delete.delay.ms": [f"{EFFECT}[log.segment.delete.delay.ms]"],
+    "log.flush.offset.checkpoint.interval.ms": [f"{LIVE}::test_checkpoints_are_rewritten_at_their_interval", NODE,
+                                                "tests/storage/test_manager.py::test_checkpoints_follow_their_interval"],
+    "log.initial.task.delay.ms": [
+        NODE, "tests/storage/test_manager.py::test_first_retention_pass_comes_after_the_initial_delay_counted_from_start"],
+    "log.cleanup.policy": ["tests/test_config_effects.py::test_log_cleanup_policy_is_delete_and_nothing_else"],
+    "replica.alter.log.dirs.io.max.bytes.per.second": [
+        NODE, "tests/kip113/test_configs_live.py::test_dynamic_throttle_precedence_errors_and_restart",
+        "tests/kip113/test_throttle_live.py::test_move_takes_size_over_rate"],
+    "num.replica.alter.log.dirs.threads": [
+        NODE, "tests/kip113/test_crash_live.py::test_kill_with_moves_queued_then_restart"],
+    "socket.request.max.bytes": [
+        "tests/test_connection.py::test_oversized_frame_closes_the_connection_without_hurting_others"],
+    "log.dir.placement.policy": ["tests/storage/test_placement.py::test_manager_spreads_one_create_call_2_2_2"],
+    "kjbod.zero.copy": ["tests/test_connection.py::test_client_disconnecting_mid_response"],
+}
+
+# Where the node reads a key's value through something derived from the attribute, inside the parser's module.
+DERIVED = {
+    "process_roles": {"is_broker", "is_controller", "check_runnable"},
+    "controller_listener_names": {"listener_kind", "broker_listeners", "controller_listeners"},
+    "listener_security_protocol_map": {"security_protocol"},  # each Listener's protocol comes from the map
+}
+# The parser, and the DescribeConfigs table (reporting a value is not using it).
+NOT_A_USE = {REPO / "kjbod/server/config.py", REPO / "kjbod/broker/broker_config.py"}
+
+
+def names_read_by_the_node(not_a_use: set[Path] = NOT_A_USE) -> set[str]:
+    """Attribute names and identifier-like strings (getattr's, topic_config's broker_attr) in kjbod's modules."""
+    found: set[str] = set()
+    for path in (REPO / "kjbod").rglob("*.py"):
+        if path in not_a_use or "generated" in path.parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Attribute):
+                found.add(node.attr)
+            elif isinstance(node, ast.Name):
+                found.add(node.id)
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.isidentifier():
+                found.add(node.value)
+    return found
+
+
+def test_every_accepted_key_takes_effect_or_is_compatibility_only():
+    accepted = set(KEYS) | ACCEPTED_NO_EFFECT
+    both = set(EFFECTS) & set(COMPATIBILITY_ONLY)
+    assert not both, f"listed as taking effect and as compatibility-only: {sorted(both)}"
+    unclassified = accepted - set(EFFECTS) - set(COMPATIBILITY_ONLY)
+    assert not unclassified, (
+        f"accepted but neither shown to take effect (EFFECTS, with a test) nor listed in COMPATIBILITY_ONLY: "
+        f"{sorted(unclassified)}")
+    assert set(EFFECTS) | set(COMPATIBILITY_ONLY) == accepted, "the audit lists keys the parser does not accept"
+    assert set(ALIASES.values()) <= set(EFFECTS), "an alias's key must take effect"
+
+
+def test_keys_that_take_effect_are_read_by_the_node_and_compatibility_keys_are_not():
+    read = names_read_by_the_node()
+    attrs = {f.name for f in ServerConfig.__dataclass_fields__.values()}
+    for key, keydef in KEYS.items():
+        assert keydef.attr in attrs, f"{key}: ServerConfig has no attribute {keydef.attr}"
+        uses = {keydef.attr} | DERIVED.get(keydef.attr, set())
+        if key in COMPATIBILITY_ONLY:
+            assert not uses & read, f"{key} is listed as compatibility-only, but the node reads {keydef.attr}"
+        else:
+            assert uses & read, f"{key} is parsed into {keydef.attr}, which nothing outside the parser reads"
+
+
+@pytest.mark.parametrize("key", sorted(EFFECTS))
+def test_the_tests_named_for_each_key_exist(key):
+    for ref in EFFECTS[key]:
+        path, _, name = ref.partition("::")
+        function, _, param = name.partition("[")
+        module = importlib.import_module(path.removesuffix(".py").replace("/", "."))
+        test = getattr(module, function, None)
+        assert callable(test), f"{key}: {ref} does not exist"
+        if param:
+            ids = [mark.kwargs.get("ids") or [] for mark in getattr(test, "pytestmark", [])]
+            assert any(param.rstrip("]") in i for i in ids), f"{key}: {ref} has no case {param.rstrip(']')}"
+
+
+SAMPLE = {
+    "inter.broker.listener.name": "PLAINTEXT",
+    "controller.quorum.voters": "1@127.0.0.1:9093",
+    "controller.quorum.bootstrap.servers": "127.0.0.1:9093",
+    "broker.rack": "r1",
+}
+
+
+def test_compatibility_keys_that_a_config_sets_are_kept_for_the_start_log():
+    props = {"node.id": "1", "process.roles": "broker,controller", "controller.listener.names": "CONTROLLER",
+             "listeners": "PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093", "log.dirs": "/d"}
+    given = {key: SAMPLE.get(key, "1") for key in COMPATIBILITY_ONLY}
+    assert dict(build_config({**props, **given}).ignored) == given
+    assert dict(build_config(props).ignored) == {}
+
+
+def test_the_readme_lists_the_compatibility_only_keys():
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    block = re.search(r"<!-- compat-keys.*?-->(.*?)<!-- /compat-keys -->", text, re.S)
+    assert block, "README.md lost its compat-keys markers"
+    listed = re.findall(r"^\| `([a-z0-9.]+)` \|", block.group(1), re.M)
+    assert sorted(listed) == sorted(COMPATIBILITY_ONLY)
+
+
+def test_every_topic_config_reaches_the_log_and_storage_reads_it():
+    # Topic configs (CreateTopics, AlterConfigs) become the same LogConfig fields as their broker defaults.
+    assert set(topic_config.DEFS) == set(TOPIC_CONFIG_KEYS)
+    assert {d.broker_key for d in topic_config.DEFS.values()} <= set(EFFECTS)
+    read = names_read_by_the_node({REPO / "kjbod/storage/config.py"})
+    unread = {f.name for f in dataclasses.fields(LogConfig)} - read - {"cleanup_policy"}  # only delete exists
+    assert not unread, f"LogConfig fields nothing outside kjbod/storage/config.py reads: {sorted(unread)}"

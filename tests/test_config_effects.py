@@ -1,0 +1,177 @@
+"""Each broker key that sets a topic default changes what the storage does, through the node's own path.
+
+For every such key: a LogManager built as the node builds it (``build_config`` → ``broker_log_config`` → the
+manager's defaults) runs one small scenario twice, once with the key at Kafka's default and once with it set,
+and the outcome differs the way Kafka's documentation of the key says. tests/test_config_audit.py names these
+tests as the proof that the keys take effect.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kjbod.broker.node import BrokerNode
+from kjbod.broker.storage_glue import broker_log_config, open_storage
+from kjbod.server.config import ConfigError, build_config
+from kjbod.storage.errors import StorageError
+from kjbod.storage.manager import LogManager
+from kjbod.storage.meta import format_dirs
+from tests.storage.conftest import T0, FakeClock, kp_batch
+
+BASE = {
+    "node.id": "1",
+    "process.roles": "broker,controller",
+    "listeners": "PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093",
+    "controller.listener.names": "CONTROLLER",
+}
+HOUR = 3_600_000
+TOPIC_ID = "3uI2M2AbQVO0J2cYw2xvOA"
+SMALL_SEGMENTS = {"log.segment.bytes": "300"}
+
+
+def run(tmp_path: Path, props: dict[str, str], scenario: Callable[[LogManager, Any, FakeClock], Any]) -> Any:
+    """``scenario(manager, partition log, clock)`` on a fresh node-built LogManager; its result."""
+    dirs = [str(tmp_path / "logs")]
+    format_dirs({"log.dirs": dirs[0], "node.id": 1})
+    config = build_config({**BASE, "log.dirs": dirs[0], **props})
+    clock = FakeClock()
+    manager = LogManager(dirs, node_id=1, defaults=broker_log_config(config), clock=clock,
+                         retention_check_interval_ms=config.log_retention_check_interval_ms)
+    manager.open()
+    try:
+        return scenario(manager, manager.create_partition("t", 0, TOPIC_ID), clock)
+    finally:
+        manager.close()
+
+
+def append_small(plog: Any, count: int, *, timestamp: int = T0) -> None:
+    for i in range(count):
+        plog.append(kp_batch([b"v%03d" % i], timestamp=timestamp))
+
+
+def segments_after(count: int) -> Callable[[LogManager, Any, FakeClock], int]:
+    def scenario(_m: LogManager, plog: Any, _c: FakeClock) -> int:
+        append_small(plog, count)
+        return len(plog.segments)
+    return scenario
+
+
+def segments_after_a_gap(gap_ms: int) -> Callable[[LogManager, Any, FakeClock], int]:
+    def scenario(_m: LogManager, plog: Any, clock: FakeClock) -> int:
+        plog.append(kp_batch([b"first"], timestamp=T0))
+        clock.advance(gap_ms)
+        plog.append(kp_batch([b"later"], timestamp=T0 + gap_ms))
+        return len(plog.segments)
+    return scenario
+
+
+def log_start_after_retention(age_ms: int) -> Callable[[LogManager, Any, FakeClock], int]:
+    def scenario(manager: LogManager, plog: Any, clock: FakeClock) -> int:
+        append_small(plog, 12, timestamp=T0)
+        clock.advance(age_ms)
+        manager.run_retention()
+        return plog.log_start_offset
+    return scenario
+
+
+def accepts_a_big_batch(_m: LogManager, plog: Any, _c: FakeClock) -> bool:
+    try:
+        plog.append(kp_batch([b"x" * 500]))
+    except StorageError:
+        return False
+    return True
+
+
+def index_entries(_m: LogManager, plog: Any, _c: FakeClock) -> int:
+    append_small(plog, 20)
+    return len(plog.active_segment.index)
+
+
+def recovery_point_after_one(_m: LogManager, plog: Any, _c: FakeClock) -> int:
+    plog.append(kp_batch([b"one"]))
+    return plog.recovery_point
+
+
+def recovery_point_after_a_tick(manager: LogManager, plog: Any, clock: FakeClock) -> int:
+    plog.append(kp_batch([b"one"]))
+    clock.advance(2000)
+    manager.tick()
+    return plog.recovery_point
+
+
+def deleted_files_left(manager: LogManager, plog: Any, clock: FakeClock) -> int:
+    append_small(plog, 12)
+    manager.run_retention()
+    clock.advance(1000)
+    manager.tick()
+    return sum(1 for name in Path(plog.dir).iterdir() if name.name.endswith(".deleted"))
+
+
+# key, value, other settings both runs share, scenario, outcome at Kafka's default, outcome with the key set.
+# The batches are about 75 bytes: four fill a 300-byte segment. Time retention takes every segment (the log rolls
+# so an empty one remains); 300 bytes of retention keep the last two segments; an index entry is added for every
+# batch but the first once index.interval.bytes is 0; a deleted segment leaves three .deleted files.
+CASES: list[tuple[str, str, dict[str, str], Callable[[LogManager, Any, FakeClock], Any], Any, Any]] = [
+    ("log.segment.bytes", "300", {}, segments_after(10), 1, 3),
+    ("log.roll.ms", "1000", {}, segments_after_a_gap(2000), 1, 2),
+    ("log.roll.hours", "1", {}, segments_after_a_gap(2 * HOUR), 1, 2),
+    ("log.retention.ms", "1000", SMALL_SEGMENTS, log_start_after_retention(10_000), 0, 12),
+    ("log.retention.minutes", "1", SMALL_SEGMENTS, log_start_after_retention(2 * 60_000), 0, 12),
+    ("log.retention.hours", "1", SMALL_SEGMENTS, log_start_after_retention(2 * HOUR), 0, 12),
+    ("log.retention.bytes", "300", SMALL_SEGMENTS, log_start_after_retention(0), 0, 4),
+    ("message.max.bytes", "100", {}, accepts_a_big_batch, True, False),
+    ("log.index.interval.bytes", "0", {}, index_entries, 0, 19),
+    ("log.index.size.max.bytes", "16", {"log.index.interval.bytes": "0"}, segments_after(10), 1, 5),
+    ("log.flush.interval.messages", "1", {}, recovery_point_after_one, 0, 1),
+    ("log.flush.interval.ms", "1000", {}, recovery_point_after_a_tick, 0, 1),
+    ("log.segment.delete.delay.ms", "0", {**SMALL_SEGMENTS, "log.retention.bytes": "300"}, deleted_files_left,
+     3, 0),
+]
+
+
+@pytest.mark.parametrize(("key", "value", "shared", "scenario", "at_default", "when_set"), CASES,
+                         ids=[c[0] for c in CASES])
+def test_the_key_changes_what_storage_does(tmp_path, key, value, shared, scenario, at_default, when_set):
+    assert run(tmp_path / "default", shared, scenario) == at_default
+    assert run(tmp_path / "set", {**shared, key: value}, scenario) == when_set
+
+
+def test_log_cleanup_policy_is_delete_and_nothing_else():
+    # Kafka's default, the only policy kjbod has: compaction is refused at startup rather than ignored.
+    assert build_config({**BASE, "log.dirs": "/d", "log.cleanup.policy": "delete"}).log_cleanup_policy == "delete"
+    with pytest.raises(ConfigError, match="log.cleanup.policy"):
+        build_config({**BASE, "log.dirs": "/d", "log.cleanup.policy": "compact"})
+
+
+def test_the_nodes_storage_and_mover_run_as_the_keys_say(tmp_path):
+    # The timer keys used to stop here: the node built its LogManager without them (retention every 300 s counted
+    # from each start, checkpoints every 60 s). tests/storage/test_manager.py shows the manager following its
+    # timers, tests/datapath/test_config_live.py a running node doing it; tests/kip113 shows the throttle and the
+    # mover threads at work.
+    dirs = [str(tmp_path / "a"), str(tmp_path / "b")]
+    format_dirs({"log.dirs": ",".join(dirs), "node.id": 1})
+    config = build_config({**BASE, "log.dirs": ",".join(dirs), "log.retention.check.interval.ms": "1234",
+                           "log.flush.offset.checkpoint.interval.ms": "2345", "log.initial.task.delay.ms": "345",
+                           "replica.alter.log.dirs.io.max.bytes.per.second": "5000000",
+                           "num.replica.alter.log.dirs.threads": "3"})
+
+    async def opened() -> tuple[int, ...]:
+        node = BrokerNode(config)
+        await open_storage(node)
+        try:
+            node._start_mover()
+            m = node.logs.manager
+            return (m.retention_check_interval_ms, m.checkpoint_interval_ms, m.initial_task_delay_ms,
+                    node.mover.throttle.rate, node.mover.threads)
+        finally:
+            if node.mover is not None:
+                node.mover.stop()
+            node.logs.close()
+            node.metadata_log.close()
+
+    assert asyncio.run(opened()) == (1234, 2345, 345, 5_000_000, 3)
