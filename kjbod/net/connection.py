@@ -19,6 +19,7 @@ Strategy:
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -82,7 +83,9 @@ class ClientConnection(asyncio.Protocol):
                 conn.close()
             raise BrokerConnectionError(host, port, f"no connection within {connect_timeout:g}s") from None
         except OSError as e:
-            raise BrokerConnectionError(host, port, e.strerror or str(e)) from None
+            # asyncio words a refused connect "Connect call failed (addr)": the errno says more.
+            reason = os.strerror(e.errno) if e.errno else (e.strerror or str(e))
+            raise BrokerConnectionError(host, port, reason) from None
         except BaseException:
             if conn is not None:
                 conn.close()
