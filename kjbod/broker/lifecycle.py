@@ -39,17 +39,21 @@ States and transitions (Kafka's BrokerState values, driven by the heartbeat answ
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import enum
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import structlog
 
 from kjbod.net.backoff import ExponentialBackoff
 from kjbod.net.controller_channel import ControllerChannel
+from kjbod.net.correlator import PerVersion
 from kjbod.net.errors import ClientError
+from kjbod.net.tasks import cancel_and_wait
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated.broker_heartbeat_request import BrokerHeartbeatRequest
 from kjbod.protocol.generated.broker_registration_request import BrokerRegistrationRequest, Feature, Listener
@@ -164,12 +168,7 @@ class BrokerLifecycleManager:
         """Stops communicating (no request is sent after this returns)."""
         self._begin_shutdown()
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            try:
-                await task
-            except asyncio.CancelledError:
-                pass
+        await cancel_and_wait(task)
 
     @property
     def offline_dirs(self) -> list[uuid.UUID]:
@@ -205,7 +204,7 @@ class BrokerLifecycleManager:
             rack=c.rack, log_dirs=sorted(d for d in c.log_dirs if d not in self._offline_dirs),
             previous_broker_epoch=c.previous_broker_epoch)
         try:
-            response = await self.channel.send(_RegistrationVersions(request), BROKER_REGISTRATION,
+            response = await self.channel.send(PerVersion(partial(registration_at, request)), BROKER_REGISTRATION,
                                                timeout=c.session_timeout / 2)
         except ClientError as e:
             log.info("registration failed", broker=c.node_id, error=str(e))
@@ -302,31 +301,12 @@ class BrokerLifecycleManager:
                         f"within {self.config.log_dir_failure_timeout:g}s")
 
 
-class _RegistrationVersions:
-    """A BrokerRegistration request that writes itself as each version expects: v0-3 leave out the features
-    whose minimum is 0 (KAFKA-17011: those versions had no way to say "supports nothing")."""
-
-    __slots__ = ("request",)
-
-    def __init__(self, request: BrokerRegistrationRequest) -> None:
-        self.request = request
-
-    def _at(self, version: int) -> BrokerRegistrationRequest:
-        if version >= 4:
-            return self.request
-        r = self.request
-        return BrokerRegistrationRequest(
-            broker_id=r.broker_id, cluster_id=r.cluster_id, incarnation_id=r.incarnation_id,
-            listeners=r.listeners, features=[f for f in r.features if f.min_supported_version != 0],
-            rack=r.rack, is_migrating_zk_broker=r.is_migrating_zk_broker, log_dirs=r.log_dirs,
-            previous_broker_epoch=r.previous_broker_epoch)
-
-    def encode(self, version: int) -> bytes:
-        data: bytes = self._at(version).encode(version)
-        return data
-
-    def encode_into(self, out: list[Any], version: int) -> None:
-        self._at(version).encode_into(out, version)
+def registration_at(request: BrokerRegistrationRequest, version: int) -> BrokerRegistrationRequest:
+    """The registration as `version` carries it: v0-3 leave out the features whose minimum is 0 (KAFKA-17011:
+    those versions had no way to say "supports nothing")."""
+    if version >= 4:
+        return request
+    return dataclasses.replace(request, features=[f for f in request.features if f.min_supported_version != 0])
 
 
 def _complete(future: asyncio.Future[None]) -> None:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import struct
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Generic, TypeVar
 
 from kjbod.net.errors import BrokerResponseError, ProtocolViolation, UnsupportedVersionError
@@ -36,7 +36,7 @@ from kjbod.protocol.headers import API_VERSIONS_KEY, request_header_version, res
 from kjbod.protocol.runtime import DecodeError, EncodeError
 from kjbod.wire.framing import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, FrameError
 
-__all__ = ["Correlator", "VersionNegotiation", "api_name", "decode_response", "pick_version"]
+__all__ = ["Correlator", "PerVersion", "VersionNegotiation", "api_name", "decode_response", "pick_version"]
 
 T = TypeVar("T")
 ApiRanges = Mapping[int, tuple[int, int]]
@@ -50,6 +50,23 @@ _MAX_CORRELATION_ID = 0x7FFF_FFFF
 def api_name(api_key: int) -> str:
     info = APIS.get(api_key)
     return info.name if info is not None else f"api {api_key}"
+
+
+class PerVersion:
+    """A request whose content depends on the version it goes out at (chosen later, by negotiation): `build(v)`
+    makes the message for version v.  It encodes like a message, so it can be sent wherever one can."""
+
+    __slots__ = ("build",)
+
+    def __init__(self, build: Callable[[int], Any]) -> None:
+        self.build = build
+
+    def encode(self, version: int) -> bytes:
+        data: bytes = self.build(version).encode(version)
+        return data
+
+    def encode_into(self, out: list[Any], version: int) -> None:
+        self.build(version).encode_into(out, version)
 
 
 class Correlator(Generic[T]):

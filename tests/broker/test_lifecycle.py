@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from kjbod.broker.lifecycle import BrokerLifecycleManager, BrokerState, LifecycleConfig, _RegistrationVersions
+from kjbod.broker.lifecycle import BrokerLifecycleManager, BrokerState, LifecycleConfig, registration_at
 from kjbod.net.backoff import ExponentialBackoff
 from kjbod.net.controller_channel import InProcessControllerChannel
 from kjbod.protocol.errors import ErrorCode
@@ -81,9 +81,8 @@ def test_registration_before_v4_leaves_out_features_with_minimum_zero() -> None:
     request = BrokerRegistrationRequest(broker_id=1, features=[
         BrokerRegistrationRequest.Feature(name="metadata.version", min_supported_version=7, max_supported_version=21),
         BrokerRegistrationRequest.Feature(name="kraft.version", min_supported_version=0, max_supported_version=1)])
-    wrapped = _RegistrationVersions(request)
-    v3 = BrokerRegistrationRequest.decode(wrapped.encode(3), 3)
-    v4 = BrokerRegistrationRequest.decode(wrapped.encode(4), 4)
+    v3 = BrokerRegistrationRequest.decode(registration_at(request, 3).encode(3), 3)
+    v4 = BrokerRegistrationRequest.decode(registration_at(request, 4).encode(4), 4)
     assert [f.name for f in v3.features] == ["metadata.version"]
     assert [f.name for f in v4.features] == ["metadata.version", "kraft.version"]
 
