@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from handler_server import HandlerServer
 
 from kjbod.net.backoff import ExponentialBackoff
 from kjbod.net.controller_channel import (
@@ -26,8 +27,6 @@ from kjbod.protocol.generated import (
     CreateTopicsResponse,
     RequestHeader,
 )
-
-from .handler_server import HandlerServer
 
 FAST = {"backoff": ExponentialBackoff(0.01, 0.05)}
 
