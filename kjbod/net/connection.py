@@ -255,8 +255,17 @@ class ReconnectingConnection:
         self._next = (self._next + 1) % len(self.addresses)
 
     async def get(self, deadline: float) -> ClientConnection:
+        conn = self.connection
+        if conn is not None:
+            return conn
         loop = asyncio.get_running_loop()
-        async with self._lock:
+        try:  # another caller may be connecting: wait for it, but not past our own deadline
+            async with asyncio.timeout_at(deadline):
+                await self._lock.acquire()
+        except TimeoutError:
+            host, port = self.addresses[self._next]
+            raise BrokerConnectionError(host, port, "no connection within the time left") from None
+        try:
             while True:
                 if self._closed:
                     raise RuntimeError("the connection is closed")
@@ -287,6 +296,8 @@ class ReconnectingConnection:
                     raise _unreachable(self.addresses, failures)
                 log.debug("reconnecting", peers=len(self.addresses), delay=round(delay, 3))
                 await asyncio.sleep(delay)
+        finally:
+            self._lock.release()
 
     def close(self) -> None:
         self._closed = True

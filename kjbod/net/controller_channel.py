@@ -17,7 +17,10 @@ Strategy (Kafka's NodeToControllerChannelManager, reduced to what one controller
   UNKNOWN_SERVER_ERROR, as a server answers an unexpected failure.
 * `SocketControllerChannel` connects to the controller listener of the addresses in `controller.quorum.voters`
   (`id@host:port,...`) or `controller.quorum.bootstrap.servers` (`host:port,...`), keeping one connection and
-  moving to the next address on NOT_CONTROLLER or a lost connection.
+  moving to the next address on NOT_CONTROLLER or a lost connection.  A connection answers its requests in
+  order, so a broker gives each of its users a channel of its own (as Kafka's broker has one channel manager
+  each for heartbeats, forwarding and assignments, and the raft client its own): a heartbeat must never wait
+  behind a metadata Fetch that long-polls for half a second.
 """
 
 from __future__ import annotations
@@ -241,6 +244,12 @@ class SocketControllerChannel(ControllerChannel):
             self.addresses, client_id=self.client_id, connect_timeout=connect_timeout,
             backoff=ExponentialBackoff(self._backoff_template.initial, self._backoff_template.maximum),
             software_name="kjbod-broker", peer_kind="controller")
+
+    @classmethod
+    def from_quorum_config(cls, voters: str | None, bootstrap_servers: str | None,
+                           **options: Any) -> SocketControllerChannel:
+        """A channel to `controller.quorum.voters`, or else `controller.quorum.bootstrap.servers`."""
+        return cls(controller_addresses(voters, bootstrap_servers), **options)
 
     @property
     def peer(self) -> str:

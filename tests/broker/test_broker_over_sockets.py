@@ -14,7 +14,7 @@ from handler_server import HandlerServer
 from kjbod.broker.lifecycle import BrokerLifecycleManager, BrokerState, LifecycleConfig
 from kjbod.broker.metadata_follower import MetadataBatch, MetadataFollower
 from kjbod.net.backoff import ExponentialBackoff
-from kjbod.net.controller_channel import SocketControllerChannel, controller_addresses
+from kjbod.net.controller_channel import SocketControllerChannel
 from kjbod.protocol.generated import BrokerRegistrationRequest, RegisterBrokerRecord, RequestHeader
 
 from .fake_controller import FakeController
@@ -47,8 +47,8 @@ async def test_a_broker_registers_catches_up_runs_and_shuts_down() -> None:
     server = await HandlerServer(controller).start()
     voters = f"3000@127.0.0.1:{server.port}"
     fast = {"backoff": ExponentialBackoff(0.01, 0.1), "request_timeout": 10.0}
-    heartbeat_channel = SocketControllerChannel(controller_addresses(voters, None), **fast)
-    fetch_channel = SocketControllerChannel(controller_addresses(voters, None), **fast)
+    heartbeat_channel = SocketControllerChannel.from_quorum_config(voters, None, **fast)
+    fetch_channel = SocketControllerChannel.from_quorum_config(voters, None, **fast)
     applied: list[MetadataBatch] = []
     follower = MetadataFollower(fetch_channel, node_id=1, cluster_id="fake-cluster", on_batch=applied.append)
     dirs = [uuid.uuid4(), uuid.uuid4()]

@@ -214,3 +214,23 @@ def test_controller_addresses(voters: str | None, bootstrap: str | None, expecte
 def test_controller_addresses_bad_input(voters: str | None, bootstrap: str | None, message: str) -> None:
     with pytest.raises(ValueError, match=message.replace("[", r"\[")):
         controller_addresses(voters, bootstrap)
+
+
+async def test_concurrent_sends_share_one_connection_and_keep_their_deadlines() -> None:
+    port = _free_port()
+    chan = SocketControllerChannel([("127.0.0.1", port)], request_timeout=30, **FAST)
+    # a long send is connecting (the controller is not up); a short one behind it gives up on its own time
+    long = asyncio.ensure_future(chan.send(BrokerHeartbeatRequest(broker_id=1), 63))
+    await asyncio.sleep(0.05)
+    with pytest.raises(RequestTimeoutError, match="no answer within 0.3s"):
+        await chan.send(BrokerHeartbeatRequest(broker_id=2), 63, timeout=0.3)
+    controller = ScriptedController()
+    server = await HandlerServer(controller, port).start()
+    try:
+        await long
+        await asyncio.gather(*(chan.send(BrokerHeartbeatRequest(broker_id=i), 63) for i in range(5)))
+        assert sorted(r.broker_id for _, _, r, _ in controller.seen) == [0, 1, 1, 2, 3, 4]
+        assert len(server._writers) == 1  # pipelined on one connection
+    finally:
+        chan.close()
+        await server.stop()
