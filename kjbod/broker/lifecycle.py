@@ -177,6 +177,15 @@ class BrokerLifecycleManager:
     # ------------------------------------------------------------------------------------------ the task
 
     async def _run(self) -> None:
+        try:
+            await self._communicate()
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # a bug, not the controller's doing: say so, and do not run on unregistered
+            log.exception("the lifecycle manager failed", broker=self.config.node_id)
+            self._fatal(f"shutting down: the lifecycle manager failed: {type(e).__name__}: {e}")
+
+    async def _communicate(self) -> None:
         delay = 0.0
         while self.state != BrokerState.SHUTTING_DOWN:
             if delay > 0:
@@ -226,7 +235,8 @@ class BrokerLifecycleManager:
             want_fence=not self._ready_to_unfence,
             want_shut_down=self.state == BrokerState.PENDING_CONTROLLED_SHUTDOWN, offline_log_dirs=sent_dirs)
         try:
-            response = await self.channel.send(request, BROKER_HEARTBEAT, timeout=c.session_timeout / 2)
+            response = await self.channel.send(PerVersion(partial(heartbeat_at, request)), BROKER_HEARTBEAT,
+                                               timeout=c.session_timeout / 2)
         except ClientError as e:
             log.info("heartbeat failed", broker=c.node_id, error=str(e))
             return self._after_failure()
@@ -302,11 +312,19 @@ class BrokerLifecycleManager:
 
 
 def registration_at(request: BrokerRegistrationRequest, version: int) -> BrokerRegistrationRequest:
-    """The registration as `version` carries it: v0-3 leave out the features whose minimum is 0 (KAFKA-17011:
-    those versions had no way to say "supports nothing")."""
+    """The registration as `version` carries it: LogDirs from v2, PreviousBrokerEpoch from v3, and v0-3 leave
+    out the features whose minimum is 0 (KAFKA-17011: those versions had no way to say "supports nothing")."""
     if version >= 4:
         return request
-    return dataclasses.replace(request, features=[f for f in request.features if f.min_supported_version != 0])
+    return dataclasses.replace(
+        request, features=[f for f in request.features if f.min_supported_version != 0],
+        log_dirs=request.log_dirs if version >= 2 else [],
+        previous_broker_epoch=request.previous_broker_epoch if version >= 3 else -1)
+
+
+def heartbeat_at(request: BrokerHeartbeatRequest, version: int) -> BrokerHeartbeatRequest:
+    """The heartbeat as `version` carries it: OfflineLogDirs from v1."""
+    return request if version >= 1 else dataclasses.replace(request, offline_log_dirs=[])
 
 
 def _complete(future: asyncio.Future[None]) -> None:

@@ -10,11 +10,17 @@ from typing import Any
 
 import pytest
 
-from kjbod.broker.lifecycle import BrokerLifecycleManager, BrokerState, LifecycleConfig, registration_at
+from kjbod.broker.lifecycle import (
+    BrokerLifecycleManager,
+    BrokerState,
+    LifecycleConfig,
+    heartbeat_at,
+    registration_at,
+)
 from kjbod.net.backoff import ExponentialBackoff
 from kjbod.net.controller_channel import InProcessControllerChannel
 from kjbod.protocol.errors import ErrorCode
-from kjbod.protocol.generated import BrokerRegistrationRequest
+from kjbod.protocol.generated import BrokerHeartbeatRequest, BrokerRegistrationRequest
 
 from .fake_controller import FakeController, Registration, Session
 
@@ -85,6 +91,36 @@ def test_registration_before_v4_leaves_out_features_with_minimum_zero() -> None:
     v4 = BrokerRegistrationRequest.decode(registration_at(request, 4).encode(4), 4)
     assert [f.name for f in v3.features] == ["metadata.version"]
     assert [f.name for f in v4.features] == ["metadata.version", "kraft.version"]
+
+
+def test_older_versions_leave_out_the_fields_they_lack() -> None:
+    request = BrokerRegistrationRequest(broker_id=1, log_dirs=DIRS, previous_broker_epoch=9)
+    for version, dirs, previous in [(0, [], -1), (1, [], -1), (2, DIRS, -1), (3, DIRS, 9), (4, DIRS, 9)]:
+        got = BrokerRegistrationRequest.decode(registration_at(request, version).encode(version), version)
+        assert (got.log_dirs, got.previous_broker_epoch) == (dirs, previous)
+    heartbeat = BrokerHeartbeatRequest(broker_id=1, offline_log_dirs=DIRS[:1])
+    assert BrokerHeartbeatRequest.decode(heartbeat_at(heartbeat, 0).encode(0), 0).offline_log_dirs == []
+    assert BrokerHeartbeatRequest.decode(heartbeat_at(heartbeat, 1).encode(1), 1).offline_log_dirs == DIRS[:1]
+
+
+async def test_a_controller_serving_old_versions_gets_what_they_carry(controller: FakeController) -> None:
+    b = Broker(controller)
+    try:
+        channel = b.manager.channel
+        original = channel.send
+
+        async def send_at_v0(request: Any, api_key: int, version: int | None = None, **kw: Any) -> Any:
+            return await original(request, api_key, 0, **kw)
+
+        channel.send = send_at_v0  # type: ignore[method-assign]
+        m = await _run_to_running(b, controller)
+        m.propagate_directory_failure(DIRS[0])
+        n = len(controller.heartbeats())
+        await controller.wait_until(lambda: len(controller.heartbeats()) > n + 1)
+        assert [v for k, v, _ in controller.requests] == [0] * len(controller.requests)
+        assert controller.registrations()[0].log_dirs == [] and b.shutdowns == []
+    finally:
+        await b.manager.close()
 
 
 async def test_starting_recovery_running(broker: Broker, controller: FakeController) -> None:
