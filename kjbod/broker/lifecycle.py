@@ -153,6 +153,12 @@ class BrokerLifecycleManager:
         self._timers.append(loop.call_later(self.config.log_dir_failure_timeout,
                                             self._offline_dir_deadline, directory_id))
 
+    def resend_registration(self) -> None:
+        """Register again at once (same incarnation): the broker's metadata shows its registration gone or
+        changed, as Kafka's broker does when its metadata publisher sees that."""
+        self.registered = False
+        self._wake.set()
+
     def begin_controlled_shutdown(self) -> asyncio.Future[None]:
         """Ask the controller to move leadership away, then shut down (SIGTERM).  Returns `controlled_shutdown`."""
         if self.state == BrokerState.RUNNING:

@@ -181,6 +181,18 @@ async def test_stale_broker_epoch_registers_again(broker: Broker, controller: Fa
     assert controller.heartbeats()[-1].broker_epoch == m.broker_epoch
 
 
+async def test_resend_registration_registers_again_at_once(controller: FakeController) -> None:
+    b = Broker(controller, heartbeat_interval=3600.0)  # no heartbeat would come on its own
+    try:
+        m = await _run_to_running(b, controller)
+        m.resend_registration()
+        await controller.wait_until(lambda: len(controller.registrations()) == 2 and m.registered)
+        assert controller.registrations()[1].incarnation_id == m.incarnation_id
+        assert m.broker_epoch == controller.brokers[1].epoch  # same incarnation: same epoch
+    finally:
+        await b.manager.close()
+
+
 async def test_duplicate_registration_backs_off_until_the_old_session_ends(
         broker: Broker, controller: FakeController) -> None:
     controller.brokers[1] = Registration(epoch=5, incarnation=uuid.uuid4(), state=Session.UNFENCED)
