@@ -241,8 +241,8 @@ class BrokerLifecycleManager:
             want_fence=not self._ready_to_unfence,
             want_shut_down=self.state == BrokerState.PENDING_CONTROLLED_SHUTDOWN, offline_log_dirs=sent_dirs)
         try:
-            response = await self.channel.send(PerVersion(partial(heartbeat_at, request)), BROKER_HEARTBEAT,
-                                               timeout=c.session_timeout / 2)
+            sent = PerVersion(partial(heartbeat_at, request))
+            response = await self.channel.send(sent, BROKER_HEARTBEAT, timeout=c.session_timeout / 2)
         except ClientError as e:
             log.info("heartbeat failed", broker=c.node_id, error=str(e))
             return self._after_failure()
@@ -255,8 +255,9 @@ class BrokerLifecycleManager:
             log.info("heartbeat refused", broker=c.node_id, error=_name(response.error_code))
             return self._after_failure()
         self._backoff.reset()
-        for d in sent_dirs:
-            self._offline_dirs[d] = True
+        if sent.version is not None and sent.version >= 1:  # v0 cannot carry them: not reported
+            for d in sent_dirs:
+                self._offline_dirs[d] = True
         return self._on_heartbeat(response)
 
     def _on_heartbeat(self, response: Any) -> float:

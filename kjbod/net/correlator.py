@@ -54,19 +54,23 @@ def api_name(api_key: int) -> str:
 
 class PerVersion:
     """A request whose content depends on the version it goes out at (chosen later, by negotiation): `build(v)`
-    makes the message for version v.  It encodes like a message, so it can be sent wherever one can."""
+    makes the message for version v.  It encodes like a message, so it can be sent wherever one can; `version`
+    says which version it last went out at (None before it was sent)."""
 
-    __slots__ = ("build",)
+    __slots__ = ("build", "version")
 
     def __init__(self, build: Callable[[int], Any]) -> None:
         self.build = build
+        self.version: int | None = None
 
     def encode(self, version: int) -> bytes:
         data: bytes = self.build(version).encode(version)
+        self.version = version
         return data
 
     def encode_into(self, out: list[Any], version: int) -> None:
         self.build(version).encode_into(out, version)
+        self.version = version
 
 
 class Correlator(Generic[T]):

@@ -104,7 +104,7 @@ def test_older_versions_leave_out_the_fields_they_lack() -> None:
 
 
 async def test_a_controller_serving_old_versions_gets_what_they_carry(controller: FakeController) -> None:
-    b = Broker(controller)
+    b = Broker(controller, log_dir_failure_timeout=0.5)
     try:
         channel = b.manager.channel
         original = channel.send
@@ -118,7 +118,10 @@ async def test_a_controller_serving_old_versions_gets_what_they_carry(controller
         n = len(controller.heartbeats())
         await controller.wait_until(lambda: len(controller.heartbeats()) > n + 1)
         assert [v for k, v, _ in controller.requests] == [0] * len(controller.requests)
-        assert controller.registrations()[0].log_dirs == [] and b.shutdowns == []
+        assert controller.registrations()[0].log_dirs == []
+        # v0 heartbeats cannot say that a dir failed: the broker shuts down as if the controller were away
+        await asyncio.wait_for(m.controlled_shutdown, 60)  # completes when the broker goes down
+        assert "could not tell the controller that log dir" in b.shutdowns[0]
     finally:
         await b.manager.close()
 
@@ -275,7 +278,7 @@ async def test_a_failed_dir_that_cannot_be_reported_shuts_the_broker_down(contro
         m = await _run_to_running(b, controller)
         controller.away = True
         m.propagate_directory_failure(DIRS[1])
-        await controller.wait_until(lambda: bool(b.shutdowns))
+        await asyncio.wait_for(b.manager.controlled_shutdown, 60)  # completes when the broker goes down
         assert b.shutdowns == [f"shutting down: could not tell the controller that log dir {DIRS[1]} is offline "
                                "within 0.3s"]
         assert m.state == BrokerState.SHUTTING_DOWN
@@ -302,7 +305,7 @@ async def test_no_registration_in_time_shuts_down(controller: FakeController) ->
     b = Broker(controller, initial_registration_timeout=0.3)
     try:
         b.manager.start()
-        await controller.wait_until(lambda: bool(b.shutdowns))
+        await asyncio.wait_for(b.manager.controlled_shutdown, 60)  # completes when the broker goes down
         assert b.shutdowns == ["shutting down: could not register with the controller within 0.3s"]
         assert b.manager.initial_catch_up.cancelled()
     finally:
