@@ -11,12 +11,44 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from kjbod.protocol.generated import ApiVersionsResponse
 from kjbod.protocol.generated.registry import APIS
 from kjbod.protocol.headers import decode_request_header, encode_response, peek_api
 from kjbod.wire.framing import FrameDecoder, encode_frame_size
+
+
+async def serve_frames(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                       answer: Callable[[bytes], Awaitable[bytes | None]], writers: set[asyncio.StreamWriter],
+                       truncate: Callable[[], bool] = lambda: False) -> None:
+    """One connection of a test server: each request frame gets `answer(frame)` (the reply after its size;
+    None closes the connection without answering).  When `truncate()` says so, only half of that reply goes out
+    and the connection drops.  `writers` holds the open connections, for a stop that closes them all."""
+    writers.add(writer)
+    decoder = FrameDecoder()
+    try:
+        while data := await reader.read(65536):
+            decoder.feed(data)
+            for frame in decoder.frames():
+                reply = await answer(frame)
+                if reply is None:
+                    return
+                out = encode_frame_size(len(reply)) + reply
+                if truncate():
+                    writer.write(out[: len(out) // 2])
+                    await writer.drain()
+                    return
+                writer.write(out)
+                await writer.drain()
+    except (ConnectionError, asyncio.CancelledError):
+        pass
+    finally:
+        writers.discard(writer)
+        writer.close()
+        with contextlib.suppress(Exception):
+            await writer.wait_closed()
 
 
 class HandlerServer:
@@ -46,24 +78,7 @@ class HandlerServer:
             self._server = None
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self._writers.add(writer)
-        decoder = FrameDecoder()
-        try:
-            while data := await reader.read(65536):
-                decoder.feed(data)
-                for frame in decoder.frames():
-                    reply = await self._answer(frame)
-                    if reply is None:
-                        return
-                    writer.write(encode_frame_size(len(reply)) + reply)
-                    await writer.drain()
-        except (ConnectionError, asyncio.CancelledError):
-            pass
-        finally:
-            self._writers.discard(writer)
-            writer.close()
-            with contextlib.suppress(Exception):
-                await writer.wait_closed()
+        await serve_frames(reader, writer, self._answer, self._writers)
 
     async def _answer(self, frame: bytes) -> bytes | None:
         key, version, correlation_id = peek_api(frame)
