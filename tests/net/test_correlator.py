@@ -7,6 +7,8 @@ import random
 import struct
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kjbod.net.backoff import ExponentialBackoff
 from kjbod.net.correlator import Correlator, VersionNegotiation, decode_response, pick_version
@@ -175,3 +177,27 @@ def test_backoff_grows_caps_and_jitters() -> None:
     assert jittered.next() <= 0.12
     with pytest.raises(ValueError):
         ExponentialBackoff(0.1, 1.0, jitter=1.5)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(min_value=1, max_value=64), max_size=40), st.integers(min_value=1, max_value=20))
+def test_any_split_of_pipelined_responses_gives_the_same_answers(cuts: list[int], rounds: int) -> None:
+    c: Correlator[int] = Correlator("h", 1, "me")
+    frames = []
+    for i in range(rounds):
+        key, version, request, _, _ = CASES[i % len(CASES)]
+        frames.append(c.encode_request(key, version, request, i))
+    answers = []
+    for i in range(0, rounds, len(CASES)):
+        answers += _answers(frames[i:i + len(CASES)]) if rounds - i >= len(CASES) else []
+    stream = b"".join(answers)
+    got: list[tuple[int, bytes]] = []
+    pos = 0
+    for cut in cuts:
+        got += c.receive_data(stream[pos:pos + cut])
+        pos += cut
+    got += c.receive_data(stream[pos:])
+    assert [token for token, _ in got] == list(range(len(answers)))
+    for token, frame in got:
+        key, version, _, response, _ = CASES[token % len(CASES)]
+        assert decode_response(frame, key, version, "h", 1) == response
