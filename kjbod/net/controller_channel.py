@@ -26,6 +26,7 @@ Strategy (Kafka's NodeToControllerChannelManager, reduced to what one controller
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import fields, is_dataclass
 from typing import Any
@@ -46,6 +47,7 @@ from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated.registry import APIS
 from kjbod.protocol.generated.request_header import RequestHeader
 from kjbod.protocol.runtime import DecodeError, EncodeError
+from kjbod.wire.region import FileRegion
 
 __all__ = [
     "ControllerChannel",
@@ -222,15 +224,46 @@ class InProcessControllerChannel(ControllerChannel):
 
 
 def _through_codec(message: Any, cls: Any, version: int, what: str) -> Any:
-    """`message` written and read back at `version`: what the other side of a socket would get."""
+    """`message` written and read back at `version`: what the other side of a socket would get.
+
+    Record data handed over as file regions (a Fetch answered from segments) is read here, and the regions are
+    closed: this channel is their last holder, as a connection is after sending them."""
+    parts: list[Any] = []
     try:
-        data = message.encode(version)
+        message.encode_into(parts, version)
     except EncodeError as e:
+        _close_regions(parts)
         raise ValueError(f"cannot encode {what}: {e}") from None
+    try:
+        data = b"".join(_read_region(p) if isinstance(p, FileRegion) else p for p in parts)
+    finally:
+        _close_regions(parts)  # idempotent: the ones already read are closed
     try:
         return cls.decode(data, version)
     except DecodeError as e:  # pragma: no cover - our own encoder's output
         raise ValueError(f"{what} does not read back: {e}") from None
+
+
+def _read_region(region: FileRegion) -> bytes:
+    try:
+        chunks = []
+        offset, left = region.offset, region.count
+        while left > 0:
+            chunk = os.pread(region.fd, left, offset)
+            if not chunk:
+                raise ValueError(f"{region!r} ends {left} bytes early")
+            chunks.append(chunk)
+            offset += len(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+    finally:
+        region.close()
+
+
+def _close_regions(parts: list[Any]) -> None:
+    for part in parts:
+        if isinstance(part, FileRegion):
+            part.close()
 
 
 class SocketControllerChannel(ControllerChannel):

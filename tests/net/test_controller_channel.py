@@ -234,3 +234,25 @@ async def test_concurrent_sends_share_one_connection_and_keep_their_deadlines() 
     finally:
         chan.close()
         await server.stop()
+
+
+async def test_in_process_fetch_answered_from_file_regions_reads_and_closes_them(tmp_path: Any) -> None:
+    import os
+
+    from kjbod.protocol.generated import FetchRequest, FetchResponse
+    from kjbod.wire.region import FileRegion
+
+    path = tmp_path / "segment"
+    path.write_bytes(b"0123456789" * 1000)
+    regions: list[FileRegion] = []
+
+    async def handler(api_key: int, version: int, request: Any, header: RequestHeader) -> Any:
+        fd = os.open(path, os.O_RDONLY)
+        regions.append(FileRegion(fd, 5, 9000, os.close))
+        return FetchResponse(responses=[FetchResponse.FetchableTopicResponse(
+            topic="t", partitions=[FetchResponse.PartitionData(records=[b"head", regions[-1]])])])
+
+    chan = InProcessControllerChannel(handler)
+    response = await chan.send(FetchRequest(), 1)
+    assert bytes(response.responses[0].partitions[0].records) == b"head" + (b"0123456789" * 1000)[5:9005]
+    assert regions[0].closed
