@@ -230,17 +230,19 @@ class MetadataFollower:
         view = memoryview(data)
         for pos, header in iter_batches(view):
             if header.last_offset < self.fetch_offset:
-                continue  # a batch the fetch offset points into the middle of: already received
+                continue  # wholly before what was asked for (a log read starts at the batch holding the offset)
             if header.magic != 2 or not crc_matches(view, pos, header):
                 raise MetadataLogError(f"metadata batch at offset {header.base_offset} fails its CRC")
+            # A fetch offset inside a batch (a start offset given by the caller): its earlier records are not ours.
+            first = max(header.base_offset, self.fetch_offset)
             records: list[Any] | None = None
             if not header.is_control:
                 try:
-                    records = [unframe_record(r.value or b"") for r in iter_records(view[pos:pos + header.size])]
+                    records = [unframe_record(r.value or b"") for r in iter_records(view[pos:pos + header.size])
+                               if r.offset >= first]
                 except (DecodeError, StorageError, ValueError) as e:
                     raise MetadataLogError(f"metadata batch at offset {header.base_offset}: {e}") from None
-            self._pending.append(_Received(header.base_offset, header.last_offset,
-                                           header.partition_leader_epoch, records))
+            self._pending.append(_Received(first, header.last_offset, header.partition_leader_epoch, records))
             self.fetch_offset = header.last_offset + 1
             self.last_fetched_epoch = header.partition_leader_epoch
 

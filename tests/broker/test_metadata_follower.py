@@ -148,6 +148,20 @@ async def test_a_batch_cut_at_the_size_limit_is_fetched_again() -> None:
         await f.follower.close()
 
 
+async def test_a_start_offset_inside_a_batch_hands_on_only_what_follows() -> None:
+    c = FakeMetadataController()
+    await c.append(metadata_batch(TOPICS[:3], 0, 1))
+    await c.append(metadata_batch(TOPICS[3:], 3, 1))
+    f = Follower(c, start_offset=2, last_fetched_epoch=1)  # offsets 0 and 1 were applied before a restart
+    f.follower.start()
+    try:
+        await f.follower.wait_for_offset(4, timeout=60)
+        assert [(b.base_offset, b.last_offset) for b in f.batches] == [(2, 2), (3, 4)]
+        assert f.records() == TOPICS[2:]
+    finally:
+        await f.follower.close()
+
+
 async def test_a_corrupt_batch_is_refetched_not_applied(controller: FakeMetadataController) -> None:
     good = metadata_batch(TOPICS[3:4], 5, 1)
     bad = bytearray(good)
