@@ -3,7 +3,7 @@
 Strategy:
 
 * Discovery: `start()` (or `async with`) asks a bootstrap server for Metadata; the broker list it returns maps
-  broker ids to addresses.  One `BrokerConnection` per address, opened on first use and shared by every call
+  broker ids to addresses.  One `ClientConnection` per address, opened on first use and shared by every call
   (requests to one broker are pipelined on it).  Versions are negotiated per connection (ApiVersions) and each
   request goes out at the highest version both sides serve, so the client works against Apache Kafka brokers.
 * Routing: a call goes to "any broker" (an open connection if there is one, else the bootstrap servers then the
@@ -23,14 +23,12 @@ Strategy:
 from __future__ import annotations
 
 import asyncio
-import random
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 from uuid import UUID
 
 import structlog
 
-from kjbod.admin.connection import BrokerConnection, api_name
 from kjbod.admin.errors import (
     AdminError,
     BrokerConnectionError,
@@ -63,6 +61,9 @@ from kjbod.admin.types import (
     TopicDescription,
     TopicPartitionReplica,
 )
+from kjbod.net.backoff import ExponentialBackoff
+from kjbod.net.connection import ClientConnection
+from kjbod.net.correlator import api_name
 from kjbod.protocol.errors import ErrorCode, KafkaError
 from kjbod.protocol.generated.alter_replica_log_dirs_request import (
     AlterReplicaLogDir,
@@ -110,6 +111,7 @@ DESCRIBE_CLUSTER = 60
 _TOPIC_RETRY_CODES = frozenset({ErrorCode.NOT_CONTROLLER, ErrorCode.THROTTLING_QUOTA_EXCEEDED})
 
 _CONTROLLER = "controller"
+CLIENT_SOFTWARE_NAME = "kjbod-admin"
 Target = int | str | None  # broker id, _CONTROLLER, or None for any broker
 T = TypeVar("T")
 
@@ -199,7 +201,7 @@ class AdminClient:
         self.retry_backoff = retry_backoff
         self.retry_backoff_max = retry_backoff_max
         self.max_response_bytes = max_response_bytes
-        self._connections: dict[tuple[str, int], asyncio.Task[BrokerConnection]] = {}
+        self._connections: dict[tuple[str, int], asyncio.Task[ClientConnection]] = {}
         self._brokers: dict[int, BrokerNode] = {}
         self._controller_id: int | None = None
         self._cluster_id: str | None = None
@@ -486,14 +488,15 @@ class AdminClient:
         """Sends a per-topic request to the controller, resending only the topics that got a retriable code."""
         done: dict[str, T] = {}
         pending = names
-        backoff = self.retry_backoff
+        backoff = self._backoff()
         while pending:
             response, _, conn = await self._call(_CONTROLLER, api_key, build(pending), deadline)
             retry = []
+            delay = backoff.next()
             for entry in entries(response):
                 if entry.name not in pending:
                     continue
-                if entry.error_code in _TOPIC_RETRY_CODES and deadline.remaining() > backoff:
+                if entry.error_code in _TOPIC_RETRY_CODES and deadline.remaining() > delay:
                     retry.append(entry.name)
                     continue
                 done[entry.name] = result(entry, conn.address)
@@ -505,8 +508,7 @@ class AdminClient:
             pending = retry
             if pending:
                 self._metadata_stale = True  # NOT_CONTROLLER: find the controller again
-                await asyncio.sleep(self._jitter(backoff))
-                backoff = min(backoff * 2, self.retry_backoff_max)
+                await asyncio.sleep(delay)
         out: Results[str, T] = Results()
         for name in names:
             out[name] = done[name]
@@ -628,9 +630,8 @@ class AdminClient:
         """What to tell the broker it may wait (CreateTopics/DeleteTopics timeout_ms): what is left of ours."""
         return max(int(deadline.remaining() * 1000), 0)
 
-    @staticmethod
-    def _jitter(delay: float) -> float:
-        return delay * random.uniform(0.8, 1.2)
+    def _backoff(self) -> ExponentialBackoff:
+        return ExponentialBackoff(self.retry_backoff, self.retry_backoff_max)
 
     async def _call(
         self,
@@ -642,13 +643,13 @@ class AdminClient:
         check: Callable[[Any], int] | None = None,
         message: Callable[[Any], str | None] | None = None,
         min_version: int | None = None,
-    ) -> tuple[Any, int, BrokerConnection]:
+    ) -> tuple[Any, int, ClientConnection]:
         """Sends one request to `target` and returns (response, version, connection), retrying what is retriable.
 
         `build(version)` makes the request for the negotiated version; `check(response)` returns the response's
         top-level error code, which raises (after retries, if retriable).
         """
-        backoff = self.retry_backoff
+        backoff = self._backoff()
         while True:
             try:
                 conn = await self._connection_for(target, deadline)
@@ -665,7 +666,7 @@ class AdminClient:
                                                   api=api_name(api_key), broker=conn.address)
                 return response, version, conn
             except AdminError as error:
-                delay = self._jitter(backoff)
+                delay = backoff.next()
                 if not error.retriable or deadline.remaining() <= delay:
                     raise
                 log.debug("retrying", api=api_name(api_key), target=target, error=str(error),
@@ -673,9 +674,8 @@ class AdminClient:
                 if isinstance(error, BrokerConnectionError | RequestTimeoutError) or target == _CONTROLLER:
                     self._metadata_stale = True
                 await asyncio.sleep(delay)
-                backoff = min(backoff * 2, self.retry_backoff_max)
 
-    async def _connection_for(self, target: Target, deadline: _Deadline) -> BrokerConnection:
+    async def _connection_for(self, target: Target, deadline: _Deadline) -> ClientConnection:
         if target == _CONTROLLER:
             if self._metadata_stale:
                 await self._refresh_metadata([], deadline)
@@ -693,7 +693,7 @@ class AdminClient:
                                           f"broker {target} is not in the cluster metadata")
         return await self._connect((node.host, node.port), deadline)
 
-    async def _any_connection(self, deadline: _Deadline) -> BrokerConnection:
+    async def _any_connection(self, deadline: _Deadline) -> ClientConnection:
         for task in self._connections.values():
             if task.done() and not task.cancelled() and task.exception() is None and not task.result().closed:
                 return task.result()
@@ -711,15 +711,15 @@ class AdminClient:
         raise BrokerConnectionError(host, port, "no broker reachable; tried " + "; ".join(
             f"{e.host}:{e.port} ({e.reason})" for e in failures))
 
-    async def _connect(self, address: tuple[str, int], deadline: _Deadline) -> BrokerConnection:
+    async def _connect(self, address: tuple[str, int], deadline: _Deadline) -> ClientConnection:
         if self._closed:
             raise RuntimeError("the admin client is closed")
         task = self._connections.get(address)
         if task is None or (task.done() and (task.cancelled() or task.exception() is not None
                                              or task.result().closed)):
-            task = asyncio.get_running_loop().create_task(BrokerConnection.open(
+            task = asyncio.get_running_loop().create_task(ClientConnection.open(
                 address[0], address[1], client_id=self.client_id, connect_timeout=self.connect_timeout,
-                max_frame_size=self.max_response_bytes))
+                max_frame_size=self.max_response_bytes, software_name=CLIENT_SOFTWARE_NAME))
             # Retrieve a failure even when every waiter gave up, so asyncio does not log it as never retrieved.
             task.add_done_callback(lambda t: t.cancelled() or t.exception())
             self._connections[address] = task

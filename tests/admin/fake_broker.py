@@ -16,12 +16,13 @@ range closes the connection, and an ApiVersions request above it gets KIP-511's 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import struct
 import uuid
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
+
+from handler_server import serve_frames
 
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import (
@@ -37,7 +38,6 @@ from kjbod.protocol.generated import (
 )
 from kjbod.protocol.generated.registry import APIS
 from kjbod.protocol.headers import decode_request_header, encode_response, peek_api
-from kjbod.wire.framing import FrameDecoder, encode_frame_size
 
 SERVED = (3, 18, 19, 20, 32, 34, 35, 44, 60)
 
@@ -149,33 +149,11 @@ class FakeBroker:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
-        self._writers.add(writer)
-        decoder = FrameDecoder()
-        try:
-            while True:
-                data = await reader.read(65536)
-                if not data:
-                    return
-                decoder.feed(data)
-                for frame in decoder.frames():
-                    reply = await self._handle(frame)
-                    if reply is None:
-                        return  # close without answering
-                    data = encode_frame_size(len(reply)) + reply
-                    if self._truncate_next:
-                        self._truncate_next = False
-                        writer.write(data[: len(data) // 2])  # half a response, then the connection drops
-                        await writer.drain()
-                        return
-                    writer.write(data)
-                    await writer.drain()
-        except (ConnectionError, asyncio.CancelledError):
-            pass
-        finally:
-            self._writers.discard(writer)
-            writer.close()
-            with contextlib.suppress(Exception):
-                await writer.wait_closed()
+        await serve_frames(reader, writer, self._handle, self._writers, self._take_truncate)
+
+    def _take_truncate(self) -> bool:
+        truncate, self._truncate_next = self._truncate_next, False
+        return truncate
 
     async def _handle(self, frame: bytes) -> bytes | None:
         key, version, correlation_id = peek_api(frame)
