@@ -755,3 +755,21 @@ def _restamp(view: memoryview, pos: int, header: BatchHeader, attributes: int, m
     crc = crc32c.crc32c(view[pos + RECORD_BATCH_OVERHEAD : pos + header.size], crc32c.crc32c(raw[CRC_START:]))
     struct.pack_into(">I", raw, CRC_OFFSET, crc)
     return CheckedBatch(pos, stamped._replace(crc=crc), bytes(raw))
+
+
+def stored_records_problem(buf: bytes | bytearray | memoryview, pos: int, header: BatchHeader) -> str | None:
+    """Why the records of the batch at ``pos`` are malformed, or None: recovery's check of batches it re-reads
+    after a crash (the framing rules of :func:`validate_records`; timestamps are not judged again). A codec
+    whose library is missing cannot be checked, and is not held against the data."""
+    payload: bytes | memoryview = memoryview(buf)[pos + RECORD_BATCH_OVERHEAD : pos + header.size]
+    try:
+        if header.compression != CODEC_NONE:
+            payload = _decompress(header.compression, bytes(payload))
+        scan_records(payload, header.records_count)
+    except UnsupportedCompressionError:
+        return None
+    except RecordProblem as e:
+        return f"record {e.index} of the batch is malformed: {e.reason}"
+    except Exception as e:  # the codec libraries' own errors for a corrupt stream
+        return f"the {CODEC_NAMES.get(header.compression, '?')} payload does not decompress ({e})"
+    return None
