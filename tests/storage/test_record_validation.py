@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import struct
 
-import crc32c
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -36,6 +35,7 @@ from kjbod.storage.records import (
     validate_records,
     write_varint,
 )
+from tests.datapath.support import recrc
 from tests.storage.conftest import T0, region_bytes
 
 CODECS = [CODEC_NONE, CODEC_GZIP, CODEC_SNAPPY, CODEC_LZ4, CODEC_ZSTD]
@@ -52,12 +52,6 @@ def native(request, monkeypatch) -> bool:
 def test_the_native_scanner_is_built():
     # make install builds it; without it every produce pays the pure-Python walk.
     assert records._recordscan is not None
-
-
-def recrc(data: bytes | bytearray) -> bytes:
-    out = bytearray(data)
-    struct.pack_into(">I", out, 17, crc32c.crc32c(bytes(out[21:])))
-    return bytes(out)
 
 
 def with_records(batch: bytes, body: bytes, *, count: int | None = None) -> bytes:
@@ -235,6 +229,20 @@ def test_append_stores_the_recomputed_header_and_refuses_without_writing(plog, c
     header = parse_header(stored)
     assert header.max_timestamp == T0 - 5 + 2 and crc_matches(stored, 0, header)
     assert plog.offset_for_timestamp(T0 - 4) == (1, T0 - 4)
+
+
+def test_time_retention_sees_the_records_of_unstamped_batches(plog, clock):
+    # One batch per segment: an old one (records at T0 - 10 s), a newer one (T0), the active segment. Both
+    # headers say max_timestamp = -1; retention must go by the records' real timestamps.
+    hour = 3_600_000
+    plog.config = LogConfig(segment_bytes=600, retention_ms=hour)
+    for first_ts in (T0 - 10_000, T0, T0):
+        plog.append(stamped(build_batch([(None, b"x" * 200, [], first_ts + i) for i in range(2)]), -1))
+    assert [s.base_offset for s in plog.segments] == [0, 2, 4]
+    assert plog.delete_old_segments(T0 - 10_000 + 1 + hour) == 0  # the old records are exactly retention.ms old
+    assert plog.delete_old_segments(T0 - 10_000 + 2 + hour) == 1
+    assert plog.log_start_offset == 2
+    assert plog.delete_old_segments(T0 + 1 + hour) == 0
 
 
 def test_append_to_a_log_append_time_topic_answers_the_time(plog, clock):
