@@ -175,6 +175,12 @@ def create_topic(client: RawClient, name: str, partitions: int = 1, configs: dic
     return result
 
 
+def new_topic(client: RawClient, name: str, partitions: int = 1, configs: dict[str, str] | None = None) -> None:
+    """create_topic, asserting it worked."""
+    result = create_topic(client, name, partitions, configs)
+    assert result.error_code == 0, result.error_message
+
+
 def metadata(client: RawClient, topics: Sequence[str] | None, *, version: int = METADATA_V) -> Any:
     req = MetadataRequest(topics=None if topics is None else [MetadataRequest.MetadataRequestTopic(name=t)
                                                               for t in topics],

@@ -34,6 +34,7 @@ from .support import (
     fetch_all,
     list_offset,
     metadata,
+    new_topic,
     partition_dirs,
     produce,
     recrc,
@@ -55,17 +56,6 @@ def server(tmp_path_factory):
     })
     yield s
     s.stop()
-
-
-@pytest.fixture
-def raw(server):
-    with RawClient.to(server) as client:
-        yield client
-
-
-def new_topic(raw: RawClient, name: str, partitions: int = 1, configs: dict[str, str] | None = None) -> None:
-    result = create_topic(raw, name, partitions, configs)
-    assert result.error_code == 0, result.error_message
 
 
 # ================================================================================================ produce

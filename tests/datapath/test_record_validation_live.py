@@ -28,7 +28,7 @@ from kjbod.storage.records import (
     write_varint,
 )
 
-from .support import RawClient, create_topic, list_offset, partition_dirs, produce, recrc, refused
+from .support import list_offset, new_topic, partition_dirs, produce, recrc, refused
 from .test_clients import PARTITIONS, confluent_consume, kafka_python_consume
 
 pytestmark = pytest.mark.slow
@@ -45,19 +45,8 @@ def server(tmp_path_factory):
     s.stop()
 
 
-@pytest.fixture
-def raw(server):
-    with RawClient.to(server) as client:
-        yield client
-
-
 def now_ms() -> int:
     return int(time.time() * 1000)
-
-
-def new_topic(raw: RawClient, name: str, partitions: int = 1, configs: dict[str, str] | None = None) -> None:
-    result = create_topic(raw, name, partitions, configs)
-    assert result.error_code == 0, result.error_message
 
 
 def record_bytes(offset_delta: int, value: bytes = b"v", *, header_key_len: int | None = None) -> bytes:
