@@ -355,7 +355,7 @@ class UnsupportedCompressionError(Exception):
     """The codec's library is not installed (snappy has no pure-Python fallback here)."""
 
 
-def _decompress(codec: int, data: bytes) -> bytes:
+def _decompress(codec: int, data: bytes | memoryview) -> bytes:
     if codec == CODEC_GZIP:
         return gzip.decompress(data)
     if codec == CODEC_LZ4:
@@ -441,10 +441,10 @@ _LE16 = struct.Struct("<H")
 _LE32 = struct.Struct("<I")
 
 
-def snappy_decompress(data: bytes) -> bytes:
+def snappy_decompress(data: bytes | memoryview) -> bytes:
     """Kafka's snappy payload: snappy-java's xerial stream (a 16-byte header, then [int32 length][block]...) or
     one raw block, as snappy-java reads both. Raises CorruptMessageError on anything else."""
-    if data[:8] != _XERIAL_MAGIC:
+    if bytes(data[:8]) != _XERIAL_MAGIC:
         return _snappy_block(data)
     out = bytearray()
     pos = _XERIAL_HEADER
@@ -459,7 +459,7 @@ def snappy_decompress(data: bytes) -> bytes:
     return bytes(out)
 
 
-def _snappy_block(data: bytes) -> bytes:
+def _snappy_block(data: bytes | memoryview) -> bytes:
     """One raw snappy block: a varint of the uncompressed length, then literals and back-references."""
     n = len(data)
     expected = shift = pos = 0
@@ -672,7 +672,7 @@ def validate_records(
         payload: bytes | memoryview = view[pos + RECORD_BATCH_OVERHEAD : pos + header.size]
         codec = header.compression
         if codec != CODEC_NONE:
-            payload = _decompress_checked(codec, bytes(payload), n)
+            payload = _decompress_checked(codec, payload, n)
         count = header.records_count
         try:
             lo, hi = scan_records(payload, count, native=native)
@@ -701,7 +701,7 @@ def validate_records(
     return out
 
 
-def _decompress_checked(codec: int, data: bytes, batch: int) -> bytes:
+def _decompress_checked(codec: int, data: bytes | memoryview, batch: int) -> bytes:
     try:
         return _decompress(codec, data)
     except UnsupportedCompressionError as e:
@@ -764,7 +764,7 @@ def stored_records_problem(buf: bytes | bytearray | memoryview, pos: int, header
     payload: bytes | memoryview = memoryview(buf)[pos + RECORD_BATCH_OVERHEAD : pos + header.size]
     try:
         if header.compression != CODEC_NONE:
-            payload = _decompress(header.compression, bytes(payload))
+            payload = _decompress(header.compression, payload)
         scan_records(payload, header.records_count)
     except UnsupportedCompressionError:
         return None
@@ -773,3 +773,19 @@ def stored_records_problem(buf: bytes | bytearray | memoryview, pos: int, header
     except Exception as e:  # the codec libraries' own errors for a corrupt stream
         return f"the {CODEC_NAMES.get(header.compression, '?')} payload does not decompress ({e})"
     return None
+
+
+def keep_freed_buffers() -> bool:
+    """Ask glibc to keep freed buffers of up to 32 MiB in the heap instead of unmapping each one (its default
+    for anything over 128 KiB, adapted only slowly). Decompressing a produced batch allocates its whole
+    uncompressed size; mapped afresh every time, those pages fault in one by one, which on the VMs measured
+    made lz4 validation several times slower than lz4 itself. Called once by the server; False where the C
+    library has no mallopt (not glibc)."""
+    import ctypes
+
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    m_trim_threshold, m_mmap_threshold = -1, -3
+    return bool(mallopt(m_mmap_threshold, 32 << 20)) and bool(mallopt(m_trim_threshold, 128 << 20))

@@ -313,3 +313,20 @@ def test_single_byte_corruptions_are_refused_or_change_nothing(specs, data):
     assert [o for o, *_ in after] == [o for o, *_ in _decoded(batch)]
     assert [rest[1:] for rest in after] == [rest[1:] for rest in _decoded(corrupted)]
     assert crc_matches(stored, 0, parse_header(stored))
+
+
+@settings(max_examples=500, deadline=None)
+@given(key=st.binary(max_size=8) | st.text(max_size=4).map(lambda t: t.encode("utf-8", "surrogatepass")))
+def test_both_scanners_judge_header_keys_as_python_decodes_utf8(key):
+    body = record(headers=[(key, b"v")])
+    try:
+        key.decode("utf-8")
+        expected = (0, 0)
+    except UnicodeDecodeError:
+        expected = None
+    assert records._recordscan.scan(body, 1) == expected
+    try:
+        found = scan_records_python(body, 1)
+    except RecordProblem:
+        found = None
+    assert found == expected
