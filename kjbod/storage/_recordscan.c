@@ -154,7 +154,7 @@ static int scan_payload(const uint8_t *buf, Py_ssize_t size, long long count, in
     return 0;
 }
 
-static PyObject *scan(PyObject *self, PyObject *args) {
+static PyObject *scan(PyObject *Py_UNUSED(self), PyObject *args) {
     Py_buffer view;
     long long count;
     if (!PyArg_ParseTuple(args, "y*L", &view, &count))
