@@ -686,10 +686,9 @@ def validate_records(
             lo_ts = hi_ts = header.max_timestamp
         else:
             lo_ts, hi_ts = header.base_timestamp + lo, header.base_timestamp + hi
-        if not log_append_time:
-            low, high = now_ms - timestamp_before_max_ms, now_ms + timestamp_after_max_ms
-            if header.is_log_append_time or lo_ts < low or hi_ts > high:
-                _check_timestamps(payload, header, first_index, now_ms, low, high)
+        low, high = now_ms - timestamp_before_max_ms, now_ms + timestamp_after_max_ms
+        if header.is_log_append_time or (not log_append_time and (lo_ts < low or hi_ts > high)):
+            _check_timestamps(payload, header, first_index, low, high, create_time=not log_append_time)
         max_ts = now_ms if log_append_time else hi_ts
         attributes = (header.attributes | TIMESTAMP_TYPE_MASK) if log_append_time else (
             header.attributes & ~TIMESTAMP_TYPE_MASK)
@@ -714,13 +713,15 @@ def _decompress_checked(codec: int, data: bytes | memoryview, batch: int) -> byt
 
 
 def _check_timestamps(
-    payload: bytes | memoryview, header: BatchHeader, first_index: int, now_ms: int, low: int, high: int
+    payload: bytes | memoryview, header: BatchHeader, first_index: int, low: int, high: int, *, create_time: bool
 ) -> None:
-    """The slow path of a batch whose timestamps may be refused: Kafka's per-record rule, every error listed."""
+    """The slow path of a batch whose timestamps may be refused: Kafka's per-record rule (LogValidator.
+    validateTimestamp: a CreateTime topic checks every timestamp but -1 against the window; otherwise a batch
+    the producer marked LogAppendTime is refused), every error listed."""
     errors: list[tuple[int, str]] = []
     lat = header.is_log_append_time
     for i, ts in enumerate(_record_timestamps(payload, header)):
-        if ts != NO_TIMESTAMP:
+        if create_time and ts != NO_TIMESTAMP:
             if ts < low or ts > high:
                 errors.append((first_index + i, f"timestamp {ts} of the record with offset delta {i} is out of "
                                                 f"range: it should be within [{low}, {high}]"))

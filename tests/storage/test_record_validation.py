@@ -184,10 +184,17 @@ def test_timestamps_outside_the_window_are_invalid_timestamp(native):
     check(batch, native=native)
 
 
-def test_a_producer_may_not_set_log_append_time_without_a_timestamp(native):
+def test_a_producer_may_not_set_log_append_time_itself(native):
+    # Kafka's rule: on a CreateTime topic a producer's LogAppendTime batch is judged by its max timestamp
+    # (refused when it is -1, else restamped CreateTime); on a LogAppendTime topic it is always refused.
     batch = build_batch([(None, b"a", [], -1)], log_append_time=True)
     with pytest.raises(InvalidTimestampError, match="LogAppendTime"):
         check(batch, native=native)
+    marked = build_batch([(None, b"a", [], T0)], log_append_time=True)
+    [checked] = check(marked, native=native)
+    assert not checked.header.is_log_append_time and checked.header.max_timestamp == T0
+    with pytest.raises(InvalidTimestampError, match="LogAppendTime"):
+        check(marked, native=native, log_append_time=True)
 
 
 # ------------------------------------------------------------------------------------------------ max timestamp
