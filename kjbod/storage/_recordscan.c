@@ -1,4 +1,5 @@
-/* The fast path of kjbod.storage.records.scan_records: walk the records section of one magic-2 batch.
+/* The fast paths of kjbod.storage.records: the record walk of one magic-2 batch (scan_records) and the snappy
+ * block reader (snappy_block, at the end).
  *
  * scan(payload, count) -> (min_timestamp_delta, max_timestamp_delta), or None when the records are malformed.
  *
@@ -22,6 +23,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <string.h>
 
 typedef struct {
     const uint8_t *p;
@@ -174,8 +176,104 @@ static PyObject *scan(PyObject *Py_UNUSED(self), PyObject *args) {
     return Py_BuildValue("(LL)", (long long)lo, (long long)hi);
 }
 
+/* One raw snappy block (the format of google/snappy's format_description.txt): a varint of the uncompressed
+ * length, then literals and back-references. Returns the bytes, or None when the block is malformed (the
+ * pure-Python reader, kjbod.storage.records._snappy_block, then says why). */
+static PyObject *snappy_block(PyObject *Py_UNUSED(self), PyObject *args) {
+    Py_buffer view;
+    if (!PyArg_ParseTuple(args, "y*", &view))
+        return NULL;
+    const uint8_t *p = (const uint8_t *)view.buf, *end = p + view.len;
+    uint64_t expected = 0;
+    int shift = 0;
+    for (;;) {
+        if (p >= end || shift > 28)
+            goto bad;
+        uint8_t b = *p++;
+        expected |= (uint64_t)(b & 0x7F) << shift;
+        shift += 7;
+        if (!(b & 0x80))
+            break;
+    }
+    /* No element yields more than 32 times its own size (a 3-byte copy of 64 bytes at most): a larger claim
+     * is a lie, refused before allocating it. */
+    if (expected > (uint64_t)view.len * 32)
+        goto bad;
+    PyObject *result = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)expected);
+    if (result == NULL) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    uint8_t *out = (uint8_t *)PyBytes_AS_STRING(result);
+    size_t used = 0;
+    while (p < end) {
+        uint8_t tag = *p++;
+        size_t length, offset;
+        switch (tag & 3) {
+        case 0: /* literal */
+            length = (tag >> 2) + 1;
+            if (length > 60) {
+                size_t extra = length - 60;
+                if ((size_t)(end - p) < extra)
+                    goto bad_result;
+                length = 0;
+                for (size_t k = 0; k < extra; k++)
+                    length |= (size_t)p[k] << (8 * k);
+                length += 1;
+                p += extra;
+            }
+            if ((size_t)(end - p) < length || expected - used < length)
+                goto bad_result;
+            memcpy(out + used, p, length);
+            used += length;
+            p += length;
+            continue;
+        case 1:
+            if (end - p < 1)
+                goto bad_result;
+            length = 4 + ((tag >> 2) & 7);
+            offset = ((size_t)(tag >> 5) << 8) | p[0];
+            p += 1;
+            break;
+        case 2:
+            if (end - p < 2)
+                goto bad_result;
+            length = (tag >> 2) + 1;
+            offset = (size_t)p[0] | ((size_t)p[1] << 8);
+            p += 2;
+            break;
+        default:
+            if (end - p < 4)
+                goto bad_result;
+            length = (tag >> 2) + 1;
+            offset = (size_t)p[0] | ((size_t)p[1] << 8) | ((size_t)p[2] << 16) | ((size_t)p[3] << 24);
+            p += 4;
+            break;
+        }
+        if (offset == 0 || offset > used || expected - used < length)
+            goto bad_result;
+        if (offset >= length) {
+            memcpy(out + used, out + used - offset, length);
+        } else { /* overlapping: byte by byte, so the copied bytes repeat */
+            for (size_t k = 0; k < length; k++)
+                out[used + k] = out[used - offset + k];
+        }
+        used += length;
+    }
+    if (used != expected)
+        goto bad_result;
+    PyBuffer_Release(&view);
+    return result;
+bad_result:
+    Py_DECREF(result);
+bad:
+    PyBuffer_Release(&view);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"scan", scan, METH_VARARGS, "scan(payload, count) -> (min_ts_delta, max_ts_delta) or None if malformed"},
+    {"snappy_block", snappy_block, METH_VARARGS, "snappy_block(block) -> bytes, or None if malformed"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -31,7 +31,8 @@ uses LogAppendTime), gives a rewritten header with a fresh CRC for the append to
 The record walk is the Produce hot path, so it has two implementations with the same verdicts: a small C
 extension (``_recordscan``, built by ``make install``) that only says valid or not, and the pure-Python
 :func:`scan_records_python` used when the extension is absent and, on any refusal, to say which record is wrong
-and why. :func:`iter_records` decodes records for the few places that need them (timestamp lookups, tests).
+and why. Snappy, which has no library among kjbod's dependencies, is read the same way (C block reader, Python
+fallback and explanation); gzip, lz4 and zstd use their libraries. :func:`iter_records` decodes records for the few places that need them (timestamp lookups, tests).
 """
 
 from __future__ import annotations
@@ -460,7 +461,17 @@ def snappy_decompress(data: bytes | memoryview) -> bytes:
 
 
 def _snappy_block(data: bytes | memoryview) -> bytes:
-    """One raw snappy block: a varint of the uncompressed length, then literals and back-references."""
+    """One raw snappy block: the C reader when built, else (and to say why a block is refused) the Python one."""
+    if _recordscan is not None:
+        found = _recordscan.snappy_block(data)
+        if found is not None:
+            return found
+    return snappy_block_python(data)
+
+
+def snappy_block_python(data: bytes | memoryview) -> bytes:
+    """One raw snappy block: a varint of the uncompressed length, then literals and back-references (the rules
+    of kjbod/storage/_recordscan.c's snappy_block, which gives the same verdicts)."""
     n = len(data)
     expected = shift = pos = 0
     while True:
@@ -472,6 +483,8 @@ def _snappy_block(data: bytes | memoryview) -> bytes:
         shift += 7
         if not b & 0x80:
             break
+    if expected > 32 * n:  # no element yields more than 32 times its size: a larger claim is a lie
+        raise CorruptMessageError(f"snappy block of {n} bytes claims {expected} bytes uncompressed")
     out = bytearray()
     while pos < n:
         tag = data[pos]

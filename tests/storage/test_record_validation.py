@@ -9,6 +9,7 @@ records themselves are what gets checked.
 from __future__ import annotations
 
 import struct
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -39,6 +40,7 @@ from tests.datapath.support import recrc
 from tests.storage.conftest import T0, region_bytes
 
 CODECS = [CODEC_NONE, CODEC_GZIP, CODEC_SNAPPY, CODEC_LZ4, CODEC_ZSTD]
+NATIVE = records._recordscan  # the C module, also while a test runs with it switched off
 
 
 @pytest.fixture(params=["native", "python"])
@@ -51,7 +53,7 @@ def native(request, monkeypatch) -> bool:
 
 def test_the_native_scanner_is_built():
     # make install builds it; without it every produce pays the pure-Python walk.
-    assert records._recordscan is not None
+    assert NATIVE is not None
 
 
 def with_records(batch: bytes, body: bytes, *, count: int | None = None) -> bytes:
@@ -331,9 +333,36 @@ def test_both_scanners_judge_header_keys_as_python_decodes_utf8(key):
         expected = (0, 0)
     except UnicodeDecodeError:
         expected = None
-    assert records._recordscan.scan(body, 1) == expected
+    assert NATIVE.scan(body, 1) == expected
     try:
         found = scan_records_python(body, 1)
     except RecordProblem:
         found = None
     assert found == expected
+
+
+# A batch librdkafka (confluent-kafka 2.x) compressed with snappy: 3000 records "snappy-NNNNN-" + "abc" * (N % 50),
+# stored by kjbod (tests/datapath/test_record_validation_live.py wrote it). Real snappy: copies, not only literals.
+LIBRDKAFKA_SNAPPY = (Path(__file__).parents[1] / "golden" / "librdkafka-snappy-batch.bin").read_bytes()
+
+
+def test_a_librdkafka_snappy_batch_reads_the_same_with_both_readers(native):
+    [checked] = check(LIBRDKAFKA_SNAPPY, now=T0, native=native)
+    assert checked.new_header is None
+    payload = LIBRDKAFKA_SNAPPY[RECORD_BATCH_OVERHEAD:]
+    assert NATIVE.snappy_block(payload) == records.snappy_block_python(payload)
+    values = [r.value for r in iter_records(LIBRDKAFKA_SNAPPY)]
+    assert values == [b"snappy-%05d-" % i + b"abc" * (i % 50) for i in range(3000)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_both_snappy_readers_agree_on_every_single_byte_corruption(data):
+    block = bytearray(LIBRDKAFKA_SNAPPY[RECORD_BATCH_OVERHEAD:])
+    where = data.draw(st.integers(0, len(block) - 1))
+    block[where] = data.draw(st.integers(0, 255).filter(lambda b: b != block[where]))
+    try:
+        python_found = records.snappy_block_python(bytes(block))
+    except CorruptMessageError:
+        python_found = None
+    assert NATIVE.snappy_block(bytes(block)) == python_found
