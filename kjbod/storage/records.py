@@ -40,6 +40,7 @@ from __future__ import annotations
 import gzip
 import os
 import struct
+import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from typing import NamedTuple
 
@@ -356,31 +357,82 @@ class UnsupportedCompressionError(Exception):
     """The codec's library is not installed (snappy has no pure-Python fallback here)."""
 
 
+# The most a batch's records may take once decompressed. Kafka streams records out of a compressed batch; kjbod
+# decompresses the whole payload to validate it, so a payload that claims more (a "zip bomb") is refused
+# before it is allocated. No producer builds batches anywhere near this.
+MAX_DECOMPRESSED_BYTES = 256 << 20
+_ZSTD_SLICE = 4 << 10  # zstd input fed at a time: one slice cannot yield more than 128 MiB
+_LZ4_CHUNK = 4 << 20
+
+
+def _too_big(codec: str) -> CorruptMessageError:
+    return CorruptMessageError(f"the {codec} payload decompresses to more than {MAX_DECOMPRESSED_BYTES} bytes")
+
+
 def _decompress(codec: int, data: bytes | memoryview) -> bytes:
+    """The records section of a compressed batch; CorruptMessageError (or the codec library's own error) when
+    it is not a complete stream of the codec, or decompresses to more than MAX_DECOMPRESSED_BYTES."""
+    limit = MAX_DECOMPRESSED_BYTES
     if codec == CODEC_GZIP:
-        return gzip.decompress(data)
+        parts: list[bytes] = []
+        rest: bytes | memoryview = data
+        total = 0
+        while rest:  # gzip members one after the other, as Java's GZIPInputStream reads them
+            member = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            parts.append(member.decompress(rest, limit + 1 - total))
+            total += len(parts[-1])
+            if total > limit:
+                raise _too_big("gzip")
+            if not member.eof:
+                raise CorruptMessageError("the gzip payload ends inside a member")
+            rest = member.unused_data
+        return b"".join(parts)
     if codec == CODEC_LZ4:
         try:
             import lz4.frame
         except ImportError as e:
             raise UnsupportedCompressionError("lz4 is not installed") from e
-        return lz4.frame.decompress(data)
+        # 4 MiB of output at a time: asking for the limit at once would allocate the limit.
+        frame = lz4.frame.LZ4FrameDecompressor()
+        parts = [frame.decompress(data, max_length=_LZ4_CHUNK)]
+        total = len(parts[0])
+        while True:
+            if total > limit:
+                raise _too_big("lz4")
+            if frame.eof or frame.needs_input:
+                break
+            parts.append(frame.decompress(b"", max_length=_LZ4_CHUNK))
+            total += len(parts[-1])
+        if not frame.eof:
+            raise CorruptMessageError("the lz4 payload ends inside its frame")
+        return parts[0] if len(parts) == 1 else b"".join(parts)
     if codec == CODEC_ZSTD:
         try:
             import zstandard
         except ImportError as e:
             raise UnsupportedCompressionError("zstandard is not installed") from e
-        # Frame by frame, so a truncated frame is an error rather than a short read.
+        # Frame by frame, so a truncated frame is an error rather than a short read; a frame that declares its
+        # size is judged by it, one that does not is fed a slice at a time.
         parts = []
-        rest = data
-        while True:
+        view = memoryview(data)
+        total = 0
+        while view:
+            if zstandard.frame_content_size(view) > limit:
+                raise _too_big("zstd")
             frame = zstandard.ZstdDecompressor().decompressobj()
-            parts.append(frame.decompress(rest))
+            pos = 0
+            while not frame.eof and pos < len(view):
+                parts.append(frame.decompress(view[pos : pos + _ZSTD_SLICE]))
+                pos += _ZSTD_SLICE
+                total += len(parts[-1])
+                if total > limit:
+                    raise _too_big("zstd")
             if not frame.eof:
                 raise CorruptMessageError("the zstd payload ends inside a frame")
-            rest = frame.unused_data
-            if not rest:
-                return b"".join(parts)
+            # What follows the frame: the unread part of the last slice, then the slices not fed yet.
+            view = memoryview(frame.unused_data + bytes(view[pos:])) if frame.unused_data or pos < len(view) \
+                else view[len(view):]
+        return b"".join(parts)
     if codec == CODEC_SNAPPY:
         return snappy_decompress(data)
     raise UnsupportedCompressionError(f"unknown compression codec {codec}")
@@ -446,7 +498,10 @@ def snappy_decompress(data: bytes | memoryview) -> bytes:
     """Kafka's snappy payload: snappy-java's xerial stream (a 16-byte header, then [int32 length][block]...) or
     one raw block, as snappy-java reads both. Raises CorruptMessageError on anything else."""
     if bytes(data[:8]) != _XERIAL_MAGIC:
-        return _snappy_block(data)
+        block = _snappy_block(data)  # at most 32 times the payload (see snappy_block_python)
+        if len(block) > MAX_DECOMPRESSED_BYTES:
+            raise _too_big("snappy")
+        return block
     out = bytearray()
     pos = _XERIAL_HEADER
     while pos < len(data):
@@ -456,6 +511,8 @@ def snappy_decompress(data: bytes | memoryview) -> bytes:
         if n < 0 or pos + 4 + n > len(data):
             raise CorruptMessageError(f"snappy block of {n} bytes overruns the payload")
         out += _snappy_block(data[pos + 4 : pos + 4 + n])
+        if len(out) > MAX_DECOMPRESSED_BYTES:
+            raise _too_big("snappy")
         pos += 4 + n
     return bytes(out)
 

@@ -165,6 +165,15 @@ def test_a_compressed_payload_that_does_not_decompress_is_corrupt_message(codec,
 
 
 @pytest.mark.parametrize("codec", [CODEC_GZIP, CODEC_SNAPPY, CODEC_LZ4, CODEC_ZSTD])
+def test_a_payload_decompressing_past_the_limit_is_refused_before_it_is_allocated(codec, native, monkeypatch):
+    monkeypatch.setattr(records, "MAX_DECOMPRESSED_BYTES", 1 << 20)
+    check(build_batch([(None, b"\0" * 500_000, [], T0)], compression=codec), native=native)
+    bomb = build_batch([(None, b"\0" * 1_100_000, [], T0)], compression=codec)
+    with pytest.raises(CorruptMessageError, match="decompresses to more than 1048576 bytes"):
+        check(bomb, native=native)
+
+
+@pytest.mark.parametrize("codec", [CODEC_GZIP, CODEC_SNAPPY, CODEC_LZ4, CODEC_ZSTD])
 def test_a_valid_compressed_payload_holding_malformed_records_is_invalid_record(codec, native):
     header = good(2)[:RECORD_BATCH_OVERHEAD]
     bad = record(offset_delta=0) + record(offset_delta=1, headers=[(b"", b"x")], raw_key_len=-5)
