@@ -2,10 +2,12 @@
 
 Strategy:
 
-* **Append** validates every batch (records.validate_batches), checks idempotent-producer sequences against a
-  scratch copy of the producer state, rolls the segment if needed, and writes all batches with one ``writev``:
-  per batch a freshly packed 16-byte prefix (BaseOffset, Length, PartitionLeaderEpoch) followed by a zero-copy
-  view of the rest of the producer's bytes. Nothing is fsynced unless ``flush.messages`` says so; Kafka relies
+* **Append** validates every batch (records.validate_batches) and, from a client, every record in it
+  (records.validate_records, outside the lock), checks idempotent-producer sequences against a scratch copy of
+  the producer state, rolls the segment if needed, and writes all batches with one ``writev``: per batch a
+  freshly packed 16-byte prefix (BaseOffset, Length, PartitionLeaderEpoch) followed by a zero-copy view of the
+  rest of the producer's bytes (after the 45 header bytes validate_records rewrote, when the max timestamp or
+  the timestamp type had to change). Nothing is fsynced unless ``flush.messages`` says so; Kafka relies
   on the page cache and on replication, and so does kjbod (``flush.ms`` is honoured by the manager's tick).
 * **Read** finds the batch containing the offset with the sparse index plus a short header walk, then finds the
   end of the read (whole batches only, at least one) with the index again, so a 1 MiB fetch reads a few batch
