@@ -9,7 +9,7 @@ PYTEST_ARGS ?=
 
 .PHONY: install run test unit bench codegen check-codegen lint clean distclean
 
-$(STAMP): pyproject.toml tools/install_system_deps.sh
+$(STAMP): pyproject.toml setup.py kjbod/storage/_recordscan.c tools/install_system_deps.sh
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q -e '.[dev,spark]' --config-settings editable_mode=compat

@@ -243,13 +243,15 @@ def describe_topic(config: Any, overrides: dict[str, str], keys: Iterable[str] |
         if wanted is not None and name not in wanted:
             continue
         d = topic_config.DEFS[name]
+        # Kafka's order (ConfigHelper.configSynonyms): the topic override, then the broker's synonyms by
+        # source (static before default), each (name, source) once.
         synonyms: list[tuple[str, str | None, int]] = []
         if is_override:
             synonyms.append((name, _render(value), TOPIC_CONFIG))
-        default = _render(topic_config.broker_default(d, config))
         if d.broker_key is not None:
             static_name, static_source = _static_source(config, d.broker_key)
-            synonyms.append((static_name, default, static_source))
+            if static_source == STATIC_BROKER_CONFIG:
+                synonyms.append((static_name, _render(topic_config.broker_default(d, config)), static_source))
         synonyms.append((d.broker_key or name, _render(d.fallback), DEFAULT_CONFIG))
         source = TOPIC_CONFIG if is_override else synonyms[0][2]
         out.append(Entry(name, _render(value), source, _TOPIC_TYPES.get(d.type, STRING), read_only=False,

@@ -61,6 +61,14 @@ DEFS: dict[str, TopicConfigDef] = {d.name: d for d in [
                    _at_least(0), "Milliseconds between forced fsyncs."),
     TopicConfigDef("file.delete.delay.ms", "long", "log.segment.delete.delay.ms", "log_segment_delete_delay_ms",
                    60000, _at_least(0), "Delay before a deleted file is removed from disk."),
+    # Checked per record on produce (kjbod.storage.records.validate_records), with Kafka's defaults.
+    TopicConfigDef("message.timestamp.type", "string", "log.message.timestamp.type", None, "CreateTime",
+                   _one_of("CreateTime", "LogAppendTime"),
+                   "CreateTime keeps the producer's timestamps; LogAppendTime stamps batches with the broker's time."),
+    TopicConfigDef("message.timestamp.before.max.ms", "long", "log.message.timestamp.before.max.ms", None,
+                   LONG_MAX, _at_least(0), "How far in the past a record's CreateTime timestamp may be."),
+    TopicConfigDef("message.timestamp.after.max.ms", "long", "log.message.timestamp.after.max.ms", None,
+                   LONG_MAX, _at_least(0), "How far in the future a record's CreateTime timestamp may be."),
 ]}
 
 

@@ -30,6 +30,7 @@ from typing import Any
 from kjbod.server.config import ConfigError, Listener, ServerConfig
 from kjbod.server.connection import Connection, ConnectionRegistry
 from kjbod.server.logging import get_logger
+from kjbod.storage.records import keep_freed_buffers
 
 __all__ = ["SHUTDOWN_GRACE_S", "ListenError", "install_uvloop", "new_event_loop", "run", "serve"]
 
@@ -69,6 +70,7 @@ def run(
     shutdown_timeout: float = SHUTDOWN_GRACE_S,
 ) -> int:
     """Serve until SIGTERM/SIGINT; returns the process exit code."""
+    keep_freed_buffers()  # produced batches are decompressed to be validated: see kjbod.storage.records
     with asyncio.Runner(loop_factory=new_event_loop) as runner:
         return runner.run(serve(config, node_factory, shutdown_timeout=shutdown_timeout))
 

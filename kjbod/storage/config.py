@@ -27,6 +27,9 @@ TOPIC_CONFIG_KEYS = {
     "flush.ms": "flush_interval_ms",
     "file.delete.delay.ms": "file_delete_delay_ms",
     "cleanup.policy": "cleanup_policy",
+    "message.timestamp.type": "message_timestamp_type",
+    "message.timestamp.before.max.ms": "message_timestamp_before_max_ms",
+    "message.timestamp.after.max.ms": "message_timestamp_after_max_ms",
 }
 
 # broker property -> (LogConfig field, multiplier to ms or 1); the first key present wins, as in Kafka
@@ -46,7 +49,11 @@ BROKER_CONFIG_KEYS: list[tuple[str, str, int]] = [
     ("log.flush.interval.ms", "flush_interval_ms", 1),
     ("log.segment.delete.delay.ms", "file_delete_delay_ms", 1),
     ("log.cleanup.policy", "cleanup_policy", 1),
+    ("log.message.timestamp.type", "message_timestamp_type", 1),
+    ("log.message.timestamp.before.max.ms", "message_timestamp_before_max_ms", 1),
+    ("log.message.timestamp.after.max.ms", "message_timestamp_after_max_ms", 1),
 ]
+TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 
 
 @dataclass(frozen=True)
@@ -62,6 +69,10 @@ class LogConfig:
     flush_interval_ms: int = LONG_MAX
     file_delete_delay_ms: int = 60_000
     cleanup_policy: str = "delete"
+    # Checked per record on a client's append (records.validate_records), with Kafka's defaults.
+    message_timestamp_type: str = "CreateTime"
+    message_timestamp_before_max_ms: int = LONG_MAX
+    message_timestamp_after_max_ms: int = LONG_MAX
 
     def __post_init__(self) -> None:
         if self.cleanup_policy != "delete":
@@ -80,6 +91,15 @@ class LogConfig:
             raise ValueError("flush.messages must be >= 1 and flush.ms >= 0")
         if self.file_delete_delay_ms < 0:
             raise ValueError(f"file.delete.delay.ms={self.file_delete_delay_ms} is negative")
+        if self.message_timestamp_type not in TIMESTAMP_TYPES:
+            raise ValueError(f"message.timestamp.type={self.message_timestamp_type!r} is not one of "
+                             f"{', '.join(TIMESTAMP_TYPES)}")
+        if self.message_timestamp_before_max_ms < 0 or self.message_timestamp_after_max_ms < 0:
+            raise ValueError("message.timestamp.before.max.ms and message.timestamp.after.max.ms must be >= 0")
+
+    @property
+    def log_append_time(self) -> bool:
+        return self.message_timestamp_type == "LogAppendTime"
 
     def expected_partition_bytes(self) -> int:
         """What placement assumes one new partition will take: retention.bytes plus an active segment when
@@ -113,7 +133,7 @@ class LogConfig:
 
 
 def _coerce(field: str, value: Any, key: str) -> Any:
-    if field == "cleanup_policy":
+    if field in ("cleanup_policy", "message_timestamp_type"):
         return str(value).strip()
     try:
         return int(str(value).strip())

@@ -33,9 +33,11 @@ class StorageError(Exception):
 
     error_code: int = UNKNOWN_SERVER_ERROR
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, *, record_errors: list[tuple[int, str]] | None = None) -> None:
         super().__init__(message)
         self.message = message
+        # (index of the record in the append, why it was refused): Produce v8+ answers them per partition
+        self.record_errors: list[tuple[int, str]] = record_errors or []
 
 
 class KafkaStorageError(StorageError):

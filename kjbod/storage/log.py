@@ -2,10 +2,12 @@
 
 Strategy:
 
-* **Append** validates every batch (records.validate_batches), checks idempotent-producer sequences against a
-  scratch copy of the producer state, rolls the segment if needed, and writes all batches with one ``writev``:
-  per batch a freshly packed 16-byte prefix (BaseOffset, Length, PartitionLeaderEpoch) followed by a zero-copy
-  view of the rest of the producer's bytes. Nothing is fsynced unless ``flush.messages`` says so; Kafka relies
+* **Append** validates every batch (records.validate_batches) and, from a client, every record in it
+  (records.validate_records, outside the lock), checks idempotent-producer sequences against a scratch copy of
+  the producer state, rolls the segment if needed, and writes all batches with one ``writev``: per batch a
+  freshly packed 16-byte prefix (BaseOffset, Length, PartitionLeaderEpoch) followed by a zero-copy view of the
+  rest of the producer's bytes (after the 45 header bytes validate_records rewrote, when the max timestamp or
+  the timestamp type had to change). Nothing is fsynced unless ``flush.messages`` says so; Kafka relies
   on the page cache and on replication, and so does kjbod (``flush.ms`` is honoured by the manager's tick).
 * **Read** finds the batch containing the offset with the sparse index plus a short header walk, then finds the
   end of the read (whole batches only, at least one) with the index again, so a 1 MiB fetch reads a few batch
@@ -23,6 +25,7 @@ Strategy:
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 import time
@@ -34,6 +37,7 @@ from typing import Any
 
 import structlog
 
+from kjbod.storage import records as records_module
 from kjbod.storage.checkpoint import (
     PARTITION_METADATA_FILE,
     CheckpointFormatError,
@@ -54,11 +58,13 @@ from kjbod.storage.ids import uuid_text
 from kjbod.storage.producer_state import ProducerStateManager, SnapshotFormatError
 from kjbod.storage.records import (
     PREFIX,
+    RECORD_BATCH_OVERHEAD,
     BatchHeader,
     Record,
     UnsupportedCompressionError,
     iter_records,
     validate_batches,
+    validate_records,
 )
 from kjbod.storage.segment import (
     CORRUPT_SUFFIX,
@@ -499,10 +505,25 @@ class PartitionLog:
     # ------------------------------------------------------------------------------------------ append
 
     def append(self, records: bytes | bytearray | memoryview, *, leader_epoch: int = 0, now_ms: int | None = None) -> AppendInfo:
-        """Append a producer's batches: assign offsets, stamp the leader epoch, write. See the module doc."""
+        """Append a producer's batches: validate them and their records, assign offsets, stamp the leader epoch
+        (and, where records.validate_records says so, a new max timestamp), write. See the module doc."""
         view = memoryview(records)
-        batches = validate_batches(view, max_message_bytes=self.config.max_message_bytes)
-        return self._append(view, batches, leader_epoch=leader_epoch, now_ms=now_ms, assign_offsets=True)
+        cfg = self.config
+        batches = validate_batches(view, max_message_bytes=cfg.max_message_bytes)
+        now = self.clock() if now_ms is None else now_ms
+        if records_module.SKIP_RECORD_VALIDATION:
+            return self._append(view, batches, leader_epoch=leader_epoch, now_ms=now, assign_offsets=True)
+        checked = validate_records(
+            view, batches, now_ms=now, log_append_time=cfg.log_append_time,
+            timestamp_before_max_ms=cfg.message_timestamp_before_max_ms,
+            timestamp_after_max_ms=cfg.message_timestamp_after_max_ms,
+        )
+        restamped = {c.pos: c.new_header for c in checked if c.new_header is not None}
+        info = self._append(view, [(c.pos, c.header) for c in checked], leader_epoch=leader_epoch, now_ms=now,
+                            assign_offsets=True, new_headers=restamped)
+        if cfg.log_append_time and not info.duplicate:
+            info = dataclasses.replace(info, log_append_time=now)
+        return info
 
     def append_as_follower(self, records: bytes | bytearray | memoryview, *, now_ms: int | None = None) -> AppendInfo:
         """Append batches that already carry their offsets (a follower or a ``-future`` log catching up): the
@@ -520,6 +541,7 @@ class PartitionLog:
         leader_epoch: int | None,
         now_ms: int | None,
         assign_offsets: bool,
+        new_headers: dict[int, bytes] | None = None,
     ) -> AppendInfo:
         total = len(view)
         if total > self.config.segment_bytes:
@@ -568,7 +590,12 @@ class PartitionLog:
                 epoch = leader_epoch if leader_epoch is not None else -1
                 for (pos, header), base in zip(batches, bases, strict=True):
                     buffers.append(PREFIX.pack(base, header.length, epoch))
-                    buffers.append(view[pos + PREFIX.size : pos + header.size])
+                    stamped = new_headers.get(pos) if new_headers else None
+                    if stamped is None:
+                        buffers.append(view[pos + PREFIX.size : pos + header.size])
+                    else:  # the header validate_records rewrote (max timestamp, timestamp type, CRC)
+                        buffers.append(memoryview(stamped)[PREFIX.size :])
+                        buffers.append(view[pos + RECORD_BATCH_OVERHEAD : pos + header.size])
                     meta.append((pos, base + header.last_offset_delta, header.max_timestamp, header.size))
             else:
                 buffers.append(view)

@@ -20,16 +20,27 @@ batch and one CRC-32C pass, never the records themselves. The header, big-endian
         57     4  RecordsCount
         61        Records (one compressed blob when the codec is not 0)
 
-Validation follows Kafka's ``LogValidator`` for batches (size, magic, CRC, offset range against the count,
-base offset 0 from clients, no control batches from clients) but does not parse the records inside: the CRC
-guards their bytes and compressed batches are kept as received. :func:`iter_records` decodes records for the
-few places that need them (timestamp lookups, tests).
+Validation follows Kafka's ``LogValidator`` in two steps. :func:`validate_batches` checks each batch as a
+whole (size, magic, CRC, offset range against the count, base offset 0 from clients, no control batches from
+clients). :func:`validate_records` then walks the records of each batch a client sent (decompressing compressed
+ones): every record's framing, its offset delta (consecutive from 0), its key, value and headers, the payload
+ending with the last record, and each timestamp against the topic's ``message.timestamp.*`` settings; it also
+computes the batch's max timestamp and, when the header says otherwise (``-1``, a wrong value, or the topic
+uses LogAppendTime), gives a rewritten header with a fresh CRC for the append to write instead.
+
+The record walk is the Produce hot path, so it has two implementations with the same verdicts: a small C
+extension (``_recordscan``, built by ``make install``) that only says valid or not, and the pure-Python
+:func:`scan_records_python` used when the extension is absent and, on any refusal, to say which record is wrong
+and why. Snappy, which has no library among kjbod's dependencies, is read the same way (C block reader, Python
+fallback and explanation); gzip, lz4 and zstd use their libraries. :func:`iter_records` decodes records for the few places that need them (timestamp lookups, tests).
 """
 
 from __future__ import annotations
 
 import gzip
+import os
 import struct
+import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from typing import NamedTuple
 
@@ -38,8 +49,14 @@ import crc32c
 from kjbod.storage.errors import (
     CorruptMessageError,
     InvalidRecordError,
+    InvalidTimestampError,
     MessageTooLargeError,
 )
+
+try:
+    from kjbod.storage import _recordscan  # type: ignore[attr-defined]
+except ImportError:  # not built (no C compiler at install): the pure-Python scanner gives the same answers
+    _recordscan = None
 
 HEADER = struct.Struct(">qiibIhiqqqhii")
 LOG_OVERHEAD = 12  # BaseOffset + Length
@@ -47,6 +64,7 @@ RECORD_BATCH_OVERHEAD = HEADER.size  # 61
 MIN_BATCH_LENGTH = RECORD_BATCH_OVERHEAD - LOG_OVERHEAD  # smallest legal Length field
 CRC_START = 21  # first byte covered by the CRC (Attributes)
 MAGIC_OFFSET = 16
+CRC_OFFSET = 17
 PREFIX = struct.Struct(">qii")  # BaseOffset, Length, PartitionLeaderEpoch: the 16 bytes rewritten on append
 OFFSET_LENGTH = struct.Struct(">qi")
 
@@ -205,11 +223,7 @@ def _zigzag(n: int) -> int:
 
 
 def write_varint(out: bytearray, n: int) -> None:
-    z = _zigzag(n) & 0xFFFFFFFFFFFFFFFF
-    while z >= 0x80:
-        out.append((z & 0x7F) | 0x80)
-        z >>= 7
-    out.append(z)
+    write_uvarint(out, _zigzag(n) & 0xFFFFFFFFFFFFFFFF)
 
 
 def read_varint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
@@ -246,8 +260,10 @@ def build_batch(
     is_transactional: bool = False,
     is_control: bool = False,
     log_append_time: bool = False,
+    compression: int = CODEC_NONE,
 ) -> bytes:
-    """An uncompressed magic-2 batch from (key, value, headers, timestamp) tuples, as a producer builds it."""
+    """A magic-2 batch from (key, value, headers, timestamp) tuples, as a producer builds it (the records
+    compressed with ``compression``; snappy is written as literals only, which any snappy reader accepts)."""
     specs = list(records)
     if not specs:
         raise ValueError("a record batch needs at least one record")
@@ -276,8 +292,11 @@ def build_batch(
                 rec += hval
         write_varint(body, len(rec))
         body += rec
+    if compression != CODEC_NONE:
+        body = bytearray(compress(compression, bytes(body)))
     attributes = (
-        (TIMESTAMP_TYPE_MASK if log_append_time else 0)
+        compression
+        | (TIMESTAMP_TYPE_MASK if log_append_time else 0)
         | (TRANSACTIONAL_MASK if is_transactional else 0)
         | (CONTROL_MASK if is_control else 0)
     )
@@ -290,6 +309,37 @@ def build_batch(
         struct.pack(">qiibI", base_offset, length, partition_leader_epoch, 2, crc32c.crc32c(after_crc))
         + after_crc
     )
+
+
+def compress(codec: int, data: bytes) -> bytes:
+    """The records section of a batch compressed as Kafka's producers do it (builder, tests, benchmarks)."""
+    if codec == CODEC_GZIP:
+        return gzip.compress(data)
+    if codec == CODEC_LZ4:
+        import lz4.frame
+
+        return lz4.frame.compress(data)
+    if codec == CODEC_ZSTD:
+        import zstandard
+
+        return zstandard.ZstdCompressor().compress(data)
+    if codec == CODEC_SNAPPY:
+        out = bytearray()
+        write_uvarint(out, len(data))
+        for start in range(0, len(data), 1 << 16):
+            chunk = data[start : start + (1 << 16)]
+            out.append(61 << 2)  # a literal whose length - 1 follows in two bytes
+            out += (len(chunk) - 1).to_bytes(2, "little")
+            out += chunk
+        return bytes(out)
+    raise UnsupportedCompressionError(f"unknown compression codec {codec}")
+
+
+def write_uvarint(out: bytearray, n: int) -> None:
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
 
 
 # --------------------------------------------------------------------------------------------- reading records
@@ -307,36 +357,84 @@ class UnsupportedCompressionError(Exception):
     """The codec's library is not installed (snappy has no pure-Python fallback here)."""
 
 
-def _decompress(codec: int, data: bytes) -> bytes:
+# The most a batch's records may take once decompressed. Kafka streams records out of a compressed batch; kjbod
+# decompresses the whole payload to validate it, so a payload that claims more (a "zip bomb") is refused
+# before it is allocated. No producer builds batches anywhere near this.
+MAX_DECOMPRESSED_BYTES = 256 << 20
+_ZSTD_SLICE = 4 << 10  # zstd input fed at a time: one slice cannot yield more than 128 MiB
+_LZ4_CHUNK = 4 << 20
+
+
+def _too_big(codec: str) -> CorruptMessageError:
+    return CorruptMessageError(f"the {codec} payload decompresses to more than {MAX_DECOMPRESSED_BYTES} bytes")
+
+
+def _decompress(codec: int, data: bytes | memoryview) -> bytes:
+    """The records section of a compressed batch; CorruptMessageError (or the codec library's own error) when
+    it is not a complete stream of the codec, or decompresses to more than MAX_DECOMPRESSED_BYTES."""
+    limit = MAX_DECOMPRESSED_BYTES
     if codec == CODEC_GZIP:
-        return gzip.decompress(data)
+        parts: list[bytes] = []
+        rest: bytes | memoryview = data
+        total = 0
+        while rest:  # gzip members one after the other, as Java's GZIPInputStream reads them
+            member = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            parts.append(member.decompress(rest, limit + 1 - total))
+            total += len(parts[-1])
+            if total > limit:
+                raise _too_big("gzip")
+            if not member.eof:
+                raise CorruptMessageError("the gzip payload ends inside a member")
+            rest = member.unused_data
+        return b"".join(parts)
     if codec == CODEC_LZ4:
         try:
             import lz4.frame
         except ImportError as e:
             raise UnsupportedCompressionError("lz4 is not installed") from e
-        return lz4.frame.decompress(data)
+        # 4 MiB of output at a time: asking for the limit at once would allocate the limit.
+        frame = lz4.frame.LZ4FrameDecompressor()
+        parts = [frame.decompress(data, max_length=_LZ4_CHUNK)]
+        total = len(parts[0])
+        while True:
+            if total > limit:
+                raise _too_big("lz4")
+            if frame.eof or frame.needs_input:
+                break
+            parts.append(frame.decompress(b"", max_length=_LZ4_CHUNK))
+            total += len(parts[-1])
+        if not frame.eof:
+            raise CorruptMessageError("the lz4 payload ends inside its frame")
+        return parts[0] if len(parts) == 1 else b"".join(parts)
     if codec == CODEC_ZSTD:
         try:
             import zstandard
         except ImportError as e:
             raise UnsupportedCompressionError("zstandard is not installed") from e
-        return zstandard.ZstdDecompressor().stream_reader(data).read()
+        # Frame by frame, so a truncated frame is an error rather than a short read; a frame that declares its
+        # size is judged by it, one that does not is fed a slice at a time.
+        parts = []
+        view = memoryview(data)
+        total = 0
+        while view:
+            if zstandard.frame_content_size(view) > limit:
+                raise _too_big("zstd")
+            frame = zstandard.ZstdDecompressor().decompressobj()
+            pos = 0
+            while not frame.eof and pos < len(view):
+                parts.append(frame.decompress(view[pos : pos + _ZSTD_SLICE]))
+                pos += _ZSTD_SLICE
+                total += len(parts[-1])
+                if total > limit:
+                    raise _too_big("zstd")
+            if not frame.eof:
+                raise CorruptMessageError("the zstd payload ends inside a frame")
+            # What follows the frame: the unread part of the last slice, then the slices not fed yet.
+            view = memoryview(frame.unused_data + bytes(view[pos:])) if frame.unused_data or pos < len(view) \
+                else view[len(view):]
+        return b"".join(parts)
     if codec == CODEC_SNAPPY:
-        try:
-            import snappy  # type: ignore[import-not-found]
-        except ImportError as e:
-            raise UnsupportedCompressionError("python-snappy is not installed") from e
-        # Kafka frames snappy with snappy-java's xerial stream: 16-byte header, then [int32 length][block]...
-        if data[:8] == b"\x82SNAPPY\x00":
-            out = bytearray()
-            pos = 16
-            while pos < len(data):
-                (n,) = struct.unpack_from(">i", data, pos)
-                out += snappy.uncompress(data[pos + 4 : pos + 4 + n])
-                pos += 4 + n
-            return bytes(out)
-        return snappy.uncompress(data)
+        return snappy_decompress(data)
     raise UnsupportedCompressionError(f"unknown compression codec {codec}")
 
 
@@ -385,3 +483,380 @@ def iter_all_records(buf: bytes | bytearray | memoryview) -> Iterator[Record]:
     view = memoryview(buf)
     for pos, header in iter_batches(view):
         yield from iter_records(view[pos : pos + header.size])
+
+
+# --------------------------------------------------------------------------------------------- snappy
+
+_XERIAL_MAGIC = b"\x82SNAPPY\x00"
+_XERIAL_HEADER = 16  # magic, version, compatible version
+_INT32 = struct.Struct(">i")
+_LE16 = struct.Struct("<H")
+_LE32 = struct.Struct("<I")
+
+
+def snappy_decompress(data: bytes | memoryview) -> bytes:
+    """Kafka's snappy payload: snappy-java's xerial stream (a 16-byte header, then [int32 length][block]...) or
+    one raw block, as snappy-java reads both. Raises CorruptMessageError on anything else."""
+    if bytes(data[:8]) != _XERIAL_MAGIC:
+        block = _snappy_block(data)  # at most 32 times the payload (see snappy_block_python)
+        if len(block) > MAX_DECOMPRESSED_BYTES:
+            raise _too_big("snappy")
+        return block
+    out = bytearray()
+    pos = _XERIAL_HEADER
+    while pos < len(data):
+        if pos + 4 > len(data):
+            raise CorruptMessageError("snappy stream ends inside a block length")
+        (n,) = _INT32.unpack_from(data, pos)
+        if n < 0 or pos + 4 + n > len(data):
+            raise CorruptMessageError(f"snappy block of {n} bytes overruns the payload")
+        out += _snappy_block(data[pos + 4 : pos + 4 + n])
+        if len(out) > MAX_DECOMPRESSED_BYTES:
+            raise _too_big("snappy")
+        pos += 4 + n
+    return bytes(out)
+
+
+def _snappy_block(data: bytes | memoryview) -> bytes:
+    """One raw snappy block: the C reader when built, else (and to say why a block is refused) the Python one."""
+    if _recordscan is not None:
+        found = _recordscan.snappy_block(data)
+        if found is not None:
+            return found
+    return snappy_block_python(data)
+
+
+def snappy_block_python(data: bytes | memoryview) -> bytes:
+    """One raw snappy block: a varint of the uncompressed length, then literals and back-references (the rules
+    of kjbod/storage/_recordscan.c's snappy_block, which gives the same verdicts)."""
+    n = len(data)
+    expected = shift = pos = 0
+    while True:
+        if pos >= n or shift > 28:
+            raise CorruptMessageError("snappy block has no valid length preamble")
+        b = data[pos]
+        pos += 1
+        expected |= (b & 0x7F) << shift
+        shift += 7
+        if not b & 0x80:
+            break
+    if expected > 32 * n:  # no element yields more than 32 times its size: a larger claim is a lie
+        raise CorruptMessageError(f"snappy block of {n} bytes claims {expected} bytes uncompressed")
+    out = bytearray()
+    while pos < n:
+        tag = data[pos]
+        pos += 1
+        kind = tag & 3
+        if kind == 0:  # literal
+            length = (tag >> 2) + 1
+            if length > 60:
+                extra = length - 60
+                if pos + extra > n:
+                    raise CorruptMessageError("snappy literal length is cut off")
+                length = int.from_bytes(data[pos : pos + extra], "little") + 1
+                pos += extra
+            if pos + length > n:
+                raise CorruptMessageError("snappy literal overruns the block")
+            out += data[pos : pos + length]
+            pos += length
+            continue
+        if kind == 1:
+            if pos + 1 > n:
+                raise CorruptMessageError("snappy copy is cut off")
+            length = 4 + ((tag >> 2) & 7)
+            offset = ((tag >> 5) << 8) | data[pos]
+            pos += 1
+        elif kind == 2:
+            if pos + 2 > n:
+                raise CorruptMessageError("snappy copy is cut off")
+            length = (tag >> 2) + 1
+            (offset,) = _LE16.unpack_from(data, pos)
+            pos += 2
+        else:
+            if pos + 4 > n:
+                raise CorruptMessageError("snappy copy is cut off")
+            length = (tag >> 2) + 1
+            (offset,) = _LE32.unpack_from(data, pos)
+            pos += 4
+        if offset == 0 or offset > len(out):
+            raise CorruptMessageError(f"snappy copy refers {offset} bytes back, before the start of the data")
+        start = len(out) - offset
+        if offset >= length:
+            out += out[start : start + length]
+        else:  # overlapping: the copied bytes repeat
+            chunk = out[start:]
+            out += (chunk * (length // offset + 1))[:length]
+        if len(out) > expected:
+            raise CorruptMessageError("snappy block decompresses to more than its preamble says")
+    if len(out) != expected:
+        raise CorruptMessageError(f"snappy block decompresses to {len(out)} bytes, its preamble says {expected}")
+    return bytes(out)
+
+
+# --------------------------------------------------------------------------------------------- record validation
+
+LONG_MAX = (1 << 63) - 1
+CODEC_NAMES = {CODEC_NONE: "none", CODEC_GZIP: "gzip", CODEC_SNAPPY: "snappy", CODEC_LZ4: "lz4", CODEC_ZSTD: "zstd"}
+
+# Set only by the Produce benchmark (tools/bench), to measure what record validation costs: 1 skips it.
+SKIP_RECORD_VALIDATION = os.environ.get("KJBOD_BENCH_SKIP_RECORD_VALIDATION") == "1"
+
+
+class RecordProblem(Exception):
+    """A malformed record: its index in the batch and what is wrong with it."""
+
+    def __init__(self, index: int, reason: str) -> None:
+        super().__init__(f"record {index}: {reason}")
+        self.index = index
+        self.reason = reason
+
+
+def _varint(buf: bytes | memoryview, pos: int, end: int, max_bytes: int, index: int, what: str) -> tuple[int, int]:
+    """A zigzag varint of at most ``max_bytes`` bytes (5: int32, 10: int64) ending before ``end``."""
+    raw = shift = 0
+    bits = 32 if max_bytes == 5 else 64
+    for i in range(max_bytes):
+        if pos >= end:
+            raise RecordProblem(index, f"the {what} varint runs past the end of the record")
+        b = buf[pos]
+        pos += 1
+        raw |= (b & 0x7F) << shift
+        if not b & 0x80:
+            if raw >> bits:
+                raise RecordProblem(index, f"the {what} varint does not fit {bits} bits")
+            return (raw >> 1) ^ -(raw & 1), pos
+        shift += 7
+        if i == max_bytes - 1:
+            break
+    raise RecordProblem(index, f"the {what} varint is longer than {max_bytes} bytes")
+
+
+def scan_records_python(payload: bytes | memoryview, count: int) -> tuple[int, int]:
+    """The records section of one batch (decompressed): (smallest, largest) timestamp delta, or RecordProblem.
+    The rules are those of the C scanner (kjbod/storage/_recordscan.c), which documents them."""
+    buf = payload
+    end_all = len(buf)
+    if count < 1:
+        raise RecordProblem(0, f"the batch claims {count} records")
+    pos = 0
+    lo = hi = None
+    for i in range(count):
+        if pos >= end_all:
+            raise RecordProblem(i, f"the batch claims {count} records but its payload ends after {i}")
+        length, pos = _varint(buf, pos, end_all, 5, i, "length")
+        if length < 0:
+            raise RecordProblem(i, f"invalid negative record length {length}")
+        end = pos + length
+        if end > end_all:
+            raise RecordProblem(i, f"record length {length} overruns the batch ({end_all - pos} bytes left)")
+        if pos >= end:
+            raise RecordProblem(i, "the record ends before its attributes")
+        pos += 1  # attributes
+        ts_delta, pos = _varint(buf, pos, end, 10, i, "timestamp delta")
+        offset_delta, pos = _varint(buf, pos, end, 5, i, "offset delta")
+        if offset_delta != i:
+            raise RecordProblem(i, f"offset delta {offset_delta} where {i} was expected (deltas run 0, 1, 2, ...)")
+        for what in ("key", "value"):
+            n, pos = _varint(buf, pos, end, 5, i, f"{what} length")
+            if n < -1:
+                raise RecordProblem(i, f"invalid negative {what} size {n}")
+            if n > end - pos:
+                raise RecordProblem(i, f"{what} of {n} bytes overruns the record ({end - pos} bytes left)")
+            pos += max(n, 0)
+        headers, pos = _varint(buf, pos, end, 5, i, "header count")
+        if headers < 0:
+            raise RecordProblem(i, f"invalid negative header count {headers}")
+        if headers > end - pos:
+            raise RecordProblem(i, f"header count {headers} is larger than the rest of the record")
+        for h in range(headers):
+            n, pos = _varint(buf, pos, end, 5, i, "header key length")
+            if n < 0:
+                raise RecordProblem(i, f"invalid negative header key size {n}")
+            if n > end - pos:
+                raise RecordProblem(i, f"header {h} key of {n} bytes overruns the record")
+            try:
+                bytes(buf[pos : pos + n]).decode("utf-8")
+            except UnicodeDecodeError:
+                raise RecordProblem(i, f"header {h} key is not valid UTF-8") from None
+            pos += n
+            n, pos = _varint(buf, pos, end, 5, i, "header value length")
+            if n < -1:
+                raise RecordProblem(i, f"invalid negative header value size {n}")
+            if n > end - pos:
+                raise RecordProblem(i, f"header {h} value of {n} bytes overruns the record")
+            pos += max(n, 0)
+        if pos != end:
+            raise RecordProblem(i, f"the record's fields end {end - pos} bytes before its length of {length} bytes")
+        if lo is None or ts_delta < lo:
+            lo = ts_delta
+        if hi is None or ts_delta > hi:
+            hi = ts_delta
+    if pos != end_all:
+        raise RecordProblem(count - 1, f"{end_all - pos} bytes follow the last of the batch's {count} records")
+    assert lo is not None and hi is not None
+    return lo, hi
+
+
+def scan_records(payload: bytes | memoryview, count: int, *, native: bool = True) -> tuple[int, int]:
+    """(smallest, largest) timestamp delta of a batch's records, or RecordProblem naming the first bad record.
+    The C scanner when built (``native``), else, and to explain a refusal, the Python one."""
+    if native and _recordscan is not None:
+        found = _recordscan.scan(payload, count)
+        if found is not None:
+            return found
+    return scan_records_python(payload, count)
+
+
+class CheckedBatch(NamedTuple):
+    """A batch that passed :func:`validate_records`: its header as it will be stored, and the 61 header bytes to
+    write instead of the producer's when they changed (max timestamp, timestamp type; CRC recomputed)."""
+
+    pos: int
+    header: BatchHeader
+    new_header: bytes | None
+
+
+def validate_records(
+    buf: bytes | bytearray | memoryview,
+    batches: list[tuple[int, BatchHeader]],
+    *,
+    now_ms: int,
+    log_append_time: bool = False,
+    timestamp_before_max_ms: int = LONG_MAX,
+    timestamp_after_max_ms: int = LONG_MAX,
+    native: bool = True,
+) -> list[CheckedBatch]:
+    """Check the records of every batch (found by :func:`validate_batches`) as Kafka's LogValidator does for a
+    client's append, and compute each batch's max timestamp.
+
+    Raises CorruptMessageError (a compressed payload that does not decompress), InvalidRecordError (a malformed
+    record) or InvalidTimestampError (a timestamp outside [now - before.max, now + after.max] for CreateTime, or
+    a producer that set LogAppendTime itself); both of the latter carry ``record_errors``: (index of the record
+    in the append, reason). ``log_append_time``: the topic's message.timestamp.type is LogAppendTime, so every
+    batch gets ``now_ms`` as its max timestamp.
+    """
+    view = memoryview(buf)
+    out: list[CheckedBatch] = []
+    first_index = 0  # index of the batch's first record among all records of the append
+    for n, (pos, header) in enumerate(batches):
+        payload: bytes | memoryview = view[pos + RECORD_BATCH_OVERHEAD : pos + header.size]
+        codec = header.compression
+        if codec != CODEC_NONE:
+            payload = _decompress_checked(codec, payload, n)
+        count = header.records_count
+        try:
+            lo, hi = scan_records(payload, count, native=native)
+        except RecordProblem as e:
+            index = first_index + e.index
+            where = f"record {index}" if len(batches) == 1 else f"record {index} (batch {n}, record {e.index})"
+            raise InvalidRecordError(f"{where} is malformed: {e.reason}",
+                                     record_errors=[(index, e.reason)]) from None
+        if header.is_log_append_time:
+            # A record of a LogAppendTime batch reads as the batch's max timestamp (Kafka's DefaultRecordBatch).
+            lo_ts = hi_ts = header.max_timestamp
+        else:
+            lo_ts, hi_ts = header.base_timestamp + lo, header.base_timestamp + hi
+        low, high = now_ms - timestamp_before_max_ms, now_ms + timestamp_after_max_ms
+        if header.is_log_append_time or (not log_append_time and (lo_ts < low or hi_ts > high)):
+            _check_timestamps(payload, header, first_index, low, high, create_time=not log_append_time)
+        max_ts = now_ms if log_append_time else hi_ts
+        attributes = (header.attributes | TIMESTAMP_TYPE_MASK) if log_append_time else (
+            header.attributes & ~TIMESTAMP_TYPE_MASK)
+        if max_ts == header.max_timestamp and attributes == header.attributes:
+            out.append(CheckedBatch(pos, header, None))
+        else:
+            out.append(_restamp(view, pos, header, attributes, max_ts))
+        first_index += count
+    return out
+
+
+def _decompress_checked(codec: int, data: bytes | memoryview, batch: int) -> bytes:
+    try:
+        return _decompress(codec, data)
+    except UnsupportedCompressionError as e:
+        raise CorruptMessageError(f"record batch {batch} uses compression codec {codec}: {e}") from None
+    except Exception as e:  # each codec library raises its own types for a corrupt stream
+        reason = getattr(e, "message", None) or str(e) or type(e).__name__
+        raise CorruptMessageError(
+            f"record batch {batch}: the {CODEC_NAMES[codec]} payload does not decompress ({reason})"
+        ) from None
+
+
+def _check_timestamps(
+    payload: bytes | memoryview, header: BatchHeader, first_index: int, low: int, high: int, *, create_time: bool
+) -> None:
+    """The slow path of a batch whose timestamps may be refused: Kafka's per-record rule (LogValidator.
+    validateTimestamp: a CreateTime topic checks every timestamp but -1 against the window; otherwise a batch
+    the producer marked LogAppendTime is refused), every error listed."""
+    errors: list[tuple[int, str]] = []
+    lat = header.is_log_append_time
+    for i, ts in enumerate(_record_timestamps(payload, header)):
+        if create_time and ts != NO_TIMESTAMP:
+            if ts < low or ts > high:
+                errors.append((first_index + i, f"timestamp {ts} of the record with offset delta {i} is out of "
+                                                f"range: it should be within [{low}, {high}]"))
+        elif lat:
+            errors.append((first_index + i, "the producer set the timestamp type to LogAppendTime, which only "
+                                            "the broker may do"))
+    if errors:
+        shown = "; ".join(f"record {i}: {why}" for i, why in errors[:3])
+        raise InvalidTimestampError(f"{len(errors)} record(s) rejected for an invalid timestamp ({shown})",
+                                    record_errors=errors)
+
+
+def _record_timestamps(payload: bytes | memoryview, header: BatchHeader) -> Iterator[int]:
+    """Each record's timestamp, from records already found well formed."""
+    if header.is_log_append_time:
+        yield from (header.max_timestamp for _ in range(header.records_count))
+        return
+    pos = 0
+    end = len(payload)
+    for i in range(header.records_count):
+        length, pos = _varint(payload, pos, end, 5, i, "length")
+        delta, _ = _varint(payload, pos + 1, end, 10, i, "timestamp delta")
+        yield header.base_timestamp + delta
+        pos += length
+
+
+def _restamp(view: memoryview, pos: int, header: BatchHeader, attributes: int, max_ts: int) -> CheckedBatch:
+    """The header with a new timestamp type and max timestamp, and its CRC recomputed (Kafka's
+    DefaultRecordBatch.setMaxTimestamp)."""
+    stamped = header._replace(attributes=attributes, max_timestamp=max_ts, crc=0)
+    raw = bytearray(HEADER.pack(*stamped))
+    crc = crc32c.crc32c(view[pos + RECORD_BATCH_OVERHEAD : pos + header.size], crc32c.crc32c(raw[CRC_START:]))
+    struct.pack_into(">I", raw, CRC_OFFSET, crc)
+    return CheckedBatch(pos, stamped._replace(crc=crc), bytes(raw))
+
+
+def stored_records_problem(buf: bytes | bytearray | memoryview, pos: int, header: BatchHeader) -> str | None:
+    """Why the records of the batch at ``pos`` are malformed, or None: recovery's check of batches it re-reads
+    after a crash (the framing rules of :func:`validate_records`; timestamps are not judged again). A codec
+    whose library is missing cannot be checked, and is not held against the data."""
+    payload: bytes | memoryview = memoryview(buf)[pos + RECORD_BATCH_OVERHEAD : pos + header.size]
+    try:
+        if header.compression != CODEC_NONE:
+            payload = _decompress(header.compression, payload)
+        scan_records(payload, header.records_count)
+    except UnsupportedCompressionError:
+        return None
+    except RecordProblem as e:
+        return f"record {e.index} of the batch is malformed: {e.reason}"
+    except Exception as e:  # the codec libraries' own errors for a corrupt stream
+        return f"the {CODEC_NAMES.get(header.compression, '?')} payload does not decompress ({e})"
+    return None
+
+
+def keep_freed_buffers() -> bool:
+    """Ask glibc to keep freed buffers of up to 32 MiB in the heap instead of unmapping each one (its default
+    for anything over 128 KiB, adapted only slowly). Decompressing a produced batch allocates its whole
+    uncompressed size; mapped afresh every time, those pages fault in one by one, which on the VMs measured
+    made lz4 validation several times slower than lz4 itself. Called once by the server; False where the C
+    library has no mallopt (not glibc)."""
+    import ctypes
+
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    m_trim_threshold, m_mmap_threshold = -1, -3
+    return bool(mallopt(m_mmap_threshold, 32 << 20)) and bool(mallopt(m_trim_threshold, 128 << 20))

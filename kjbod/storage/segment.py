@@ -11,6 +11,9 @@ Two ways to open an existing segment:
   headers from there to find its next offset (a few KiB at most);
 * after a crash, :meth:`LogSegment.recover` re-reads every batch, checks length, magic, CRC and offset order,
   rebuilds both indexes and reports where the valid bytes end; the log copies the rest aside and truncates.
+  Besides length, magic, CRC and offsets, it walks each batch's records (decompressing compressed ones) with
+  the rules Produce applies (records.stored_records_problem), so a batch a consumer could not read is never
+  served after a crash.
 
 File descriptors: only the active segment keeps its ``.log`` open. A closed segment opens its file for a read
 and the log releases it afterwards (the region a read returns owns a dup), and indexes open their files only to
@@ -33,6 +36,7 @@ from kjbod.storage.records import (
     BatchHeader,
     crc_matches,
     parse_header,
+    stored_records_problem,
 )
 
 LOG_SUFFIX = ".log"
@@ -319,6 +323,10 @@ class LogSegment:
             if check_crc and not crc_matches(buf, off, header):
                 reason = "CRC mismatch"
                 break
+            if check_crc:
+                reason = stored_records_problem(buf, off, header)
+                if reason is not None:
+                    break
             if header.base_offset < expected_min or header.last_offset_delta < 0:
                 reason = f"offset {header.base_offset} out of order (expected >= {expected_min})"
                 break

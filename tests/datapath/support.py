@@ -19,6 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import crc32c
+
+from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import (
     CreateTopicsRequest,
     FetchRequest,
@@ -172,6 +175,12 @@ def create_topic(client: RawClient, name: str, partitions: int = 1, configs: dic
     return result
 
 
+def new_topic(client: RawClient, name: str, partitions: int = 1, configs: dict[str, str] | None = None) -> None:
+    """create_topic, asserting it worked."""
+    result = create_topic(client, name, partitions, configs)
+    assert result.error_code == 0, result.error_message
+
+
 def metadata(client: RawClient, topics: Sequence[str] | None, *, version: int = METADATA_V) -> Any:
     req = MetadataRequest(topics=None if topics is None else [MetadataRequest.MetadataRequestTopic(name=t)
                                                               for t in topics],
@@ -185,6 +194,29 @@ def batch(values: Iterable[bytes], *, key: bytes | None = None, timestamp: int |
     ts = int(time.time() * 1000) if timestamp is None else timestamp
     return build_batch([(key, v, [], ts + i) for i, v in enumerate(values)], producer_id=producer_id,
                        producer_epoch=producer_epoch, base_sequence=base_sequence)
+
+
+def end_offset(raw: RawClient, topic: str, partition: int = 0) -> int:
+    p = list_offset(raw, topic, partition, -1)
+    assert p.error_code == 0
+    return p.offset
+
+
+def recrc(data: bytes) -> bytes:
+    """The batch with its CRC recomputed (after a test edited fields the CRC covers)."""
+    out = bytearray(data)
+    struct.pack_into(">I", out, 17, crc32c.crc32c(bytes(out[21:])))
+    return bytes(out)
+
+
+def refused(raw: RawClient, topic: str, records: bytes, code: int, **kw) -> object:
+    """Produces `records`, expects `code`, and checks the log did not move."""
+    before = end_offset(raw, topic)
+    resp = produce(raw, topic, 0, records, **kw)
+    assert resp.error_code == code, f"expected {ErrorCode(code).name}, got {resp.error_code} ({resp.error_message})"
+    assert resp.base_offset == -1
+    assert end_offset(raw, topic) == before, "a refused produce appended something"
+    return resp
 
 
 # --------------------------------------------------------------------------------------------- on-disk checks

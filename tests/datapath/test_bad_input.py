@@ -12,7 +12,6 @@ import time
 import uuid
 from pathlib import Path
 
-import crc32c
 import pytest
 from live import start_server
 
@@ -30,12 +29,16 @@ from .support import (
     RawClient,
     batch,
     create_topic,
+    end_offset,
     fetch,
     fetch_all,
     list_offset,
     metadata,
+    new_topic,
     partition_dirs,
     produce,
+    recrc,
+    refused,
 )
 
 pytestmark = pytest.mark.slow
@@ -53,40 +56,6 @@ def server(tmp_path_factory):
     })
     yield s
     s.stop()
-
-
-@pytest.fixture
-def raw(server):
-    with RawClient.to(server) as client:
-        yield client
-
-
-def end_offset(raw: RawClient, topic: str, partition: int = 0) -> int:
-    p = list_offset(raw, topic, partition, -1)
-    assert p.error_code == 0
-    return p.offset
-
-
-def new_topic(raw: RawClient, name: str, partitions: int = 1, configs: dict[str, str] | None = None) -> None:
-    result = create_topic(raw, name, partitions, configs)
-    assert result.error_code == 0, result.error_message
-
-
-def recrc(data: bytes) -> bytes:
-    """The batch with its CRC recomputed (after a test edited fields the CRC covers)."""
-    out = bytearray(data)
-    struct.pack_into(">I", out, 17, crc32c.crc32c(bytes(out[21:])))
-    return bytes(out)
-
-
-def refused(raw: RawClient, topic: str, records: bytes, code: int, **kw) -> object:
-    """Produces `records`, expects `code`, and checks the log did not move."""
-    before = end_offset(raw, topic)
-    resp = produce(raw, topic, 0, records, **kw)
-    assert resp.error_code == code, f"expected {E(code).name}, got {resp.error_code} ({resp.error_message})"
-    assert resp.base_offset == -1
-    assert end_offset(raw, topic) == before, "a refused produce appended something"
-    return resp
 
 
 # ================================================================================================ produce

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import os
 import shutil
+import struct
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
+import crc32c
 import pytest
 from structlog.testing import capture_logs
 
@@ -109,6 +111,26 @@ def test_flipped_byte_in_the_active_tail(tmp_path):
     [aside] = corrupt_files(rec)
     assert Path(rec.dir, aside).stat().st_size == len(data) - starts[4]
     assert any(e["event"] == "corrupt_log_tail_truncated" and "CRC" in e["reason"] for e in logs)
+    rec.close()
+
+
+def test_malformed_records_behind_a_valid_crc_are_cut_off(tmp_path):
+    # A batch whose CRC matches but whose record a consumer could not read (here: offset delta 1 in a
+    # one-record batch), as an older kjbod may have stored it: recovery walks the records too.
+    log = build_log(tmp_path, 6)
+    log.close()
+    path = log.active_segment.log_path
+    data = bytearray(Path(path).read_bytes())
+    starts = [p for p, _ in iter_batches(data)]
+    end = starts[5]
+    data[starts[4] + 61 + 3] = 0x02  # record length, attributes, timestamp delta, then the offset delta
+    struct.pack_into(">I", data, starts[4] + 17, crc32c.crc32c(bytes(data[starts[4] + 21 : end])))
+    Path(path).write_bytes(data)
+    with capture_logs() as logs:
+        rec = reopen(tmp_path, clean=False)
+    assert rec.log_end_offset == 4 and offsets(rec) == [0, 1, 2, 3]
+    [event] = [e for e in logs if e["event"] == "corrupt_log_tail_truncated"]
+    assert "record 0 of the batch is malformed: offset delta 1" in event["reason"]
     rec.close()
 
 

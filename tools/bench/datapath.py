@@ -79,8 +79,10 @@ def _free_port() -> int:
 class BenchServer:
     """A `kjbod serve` subprocess in its own directory (three log dirs), logging warnings only."""
 
-    def __init__(self, directory: Path, overrides: dict[str, str] | None = None, *, format_dirs: bool = True):
+    def __init__(self, directory: Path, overrides: dict[str, str] | None = None, *, format_dirs: bool = True,
+                 env: dict[str, str] | None = None):
         self.directory = directory
+        self.env = None if env is None else {**os.environ, **env}
         self.port = _free_port()
         self.log_dirs = [directory / f"logs-{i}" for i in range(3)]
         self.config = directory / "server.properties"
@@ -105,7 +107,8 @@ class BenchServer:
     def start(self) -> BenchServer:
         err = open(self.directory / "stderr.log", "ab")  # noqa: SIM115 (owned by the process)
         self.process = subprocess.Popen([sys.executable, "-m", "kjbod", "serve", "-c", str(self.config),
-                                         "--log-level", "warning"], stdout=subprocess.DEVNULL, stderr=err)
+                                         "--log-level", "warning"], stdout=subprocess.DEVNULL, stderr=err,
+                                        env=self.env)
         err.close()
         deadline = time.monotonic() + SERVER_READY_S
         while True:

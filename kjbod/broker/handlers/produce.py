@@ -1,5 +1,8 @@
 """Produce (key 0), versions 3-12.
 
+Every batch is validated down to its records before anything is written (kjbod.storage.records: framing,
+offsets, timestamps; compressed payloads decompressed), so a refused batch changes nothing on disk.
+
 Version notes: v3 is the oldest served (message format v2 only, transactional id); v4 may answer
 KAFKA_STORAGE_ERROR (older versions get NOT_LEADER_OR_FOLLOWER instead, as Kafka maps it); v5 answers the log
 start offset; v7 allows zstd (zstd below v7 is UNSUPPORTED_COMPRESSION_TYPE); v8 adds per-batch record errors
@@ -81,8 +84,13 @@ def _append(node, topic: str, pd, now_ms: int, v: int) -> PartResp:
             log.warning("produce_failed", topic=topic, partition=pd.index, error=repr(e))
             code = ErrorCode.UNKNOWN_SERVER_ERROR
         resp = _error(pd.index, code, getattr(e, "message", None) or str(e), v)
-        if code in (ErrorCode.CORRUPT_MESSAGE, ErrorCode.INVALID_RECORD) and v >= 8:
-            resp.record_errors = [RecordError(batch_index=0, batch_index_error_message=str(e))]
+        if v >= 8:
+            # The records refused and why (validate_records); a refusal of the batch as a whole names record 0.
+            found = getattr(e, "record_errors", None)
+            if found:
+                resp.record_errors = [RecordError(batch_index=i, batch_index_error_message=why) for i, why in found]
+            elif code in (ErrorCode.CORRUPT_MESSAGE, ErrorCode.INVALID_RECORD):
+                resp.record_errors = [RecordError(batch_index=0, batch_index_error_message=str(e))]
         return resp
     node.notify_append()
     return PartResp(index=pd.index, error_code=0, base_offset=info.base_offset,

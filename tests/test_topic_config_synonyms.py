@@ -1,0 +1,62 @@
+"""DescribeConfigs of a topic: every config's synonyms list each (name, source) once, in Kafka's order (the topic
+override, then the broker's static value, then the default), with and without broker-level values set."""
+
+from __future__ import annotations
+
+from kjbod.broker import topic_config
+from kjbod.broker.broker_config import DEFAULT_CONFIG, STATIC_BROKER_CONFIG, TOPIC_CONFIG, describe_topic
+from kjbod.server.config import build_config
+
+BASE = {
+    "node.id": "1",
+    "process.roles": "broker,controller",
+    "listeners": "PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093",
+    "controller.listener.names": "CONTROLLER",
+    "log.dirs": "/data/a,/data/b",
+}
+# Kafka's order of synonym sources for a topic config (ConfigHelper.configSynonyms).
+SOURCE_ORDER = [TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG]
+
+
+def synonyms_by_config(broker_props: dict[str, str], overrides: dict[str, str]) -> dict[str, list]:
+    config = build_config({**BASE, **broker_props})
+    return {e.name: e for e in describe_topic(config, overrides, None)}
+
+
+def assert_each_once_in_order(entries: dict) -> None:
+    for name, entry in entries.items():
+        pairs = [(s[0], s[2]) for s in entry.synonyms]
+        assert len(pairs) == len(set(pairs)), f"{name} lists a synonym twice: {entry.synonyms}"
+        ranks = [SOURCE_ORDER.index(source) for _, source in pairs]
+        assert ranks == sorted(ranks), f"{name}: synonyms out of Kafka's order: {entry.synonyms}"
+        assert entry.source == entry.synonyms[0][2]
+
+
+def test_without_broker_values_each_config_has_one_default_synonym():
+    entries = synonyms_by_config({}, {})
+    assert set(entries) == set(topic_config.DEFS)
+    assert_each_once_in_order(entries)
+    for name, entry in entries.items():
+        d = topic_config.DEFS[name]
+        assert entry.synonyms == [(d.broker_key or name, entry.value, DEFAULT_CONFIG)], name
+    assert entries["segment.ms"].synonyms == [("log.roll.ms", str(7 * 24 * 3600 * 1000), DEFAULT_CONFIG)]
+
+
+def test_broker_values_and_topic_overrides_come_first_once_each():
+    entries = synonyms_by_config({"log.segment.bytes": "2000000", "log.retention.ms": "60000"},
+                                 {"segment.bytes": "100000", "max.message.bytes": "5000"})
+    assert_each_once_in_order(entries)
+    assert entries["segment.bytes"].synonyms == [
+        ("segment.bytes", "100000", TOPIC_CONFIG),
+        ("log.segment.bytes", "2000000", STATIC_BROKER_CONFIG),
+        ("log.segment.bytes", str(1 << 30), DEFAULT_CONFIG),
+    ]
+    assert entries["retention.ms"].synonyms == [
+        ("log.retention.ms", "60000", STATIC_BROKER_CONFIG),
+        ("log.retention.ms", str(7 * 24 * 3600 * 1000), DEFAULT_CONFIG),
+    ]
+    assert entries["retention.ms"].source == STATIC_BROKER_CONFIG
+    assert entries["max.message.bytes"].synonyms == [
+        ("max.message.bytes", "5000", TOPIC_CONFIG),
+        ("message.max.bytes", "1048588", DEFAULT_CONFIG),
+    ]
