@@ -131,6 +131,7 @@ class MetadataLog:
         self._plog: PartitionLog | None = None
         self._snapshot: Snapshot | None = None
         self._hw = 0
+        self._epochs: list[tuple[int, int]] = []  # (epoch, its first offset), ascending: the leader epoch cache
         self._listeners: list[Callable[[int], None]] = []
         self._write_lock = threading.Lock()
 
@@ -227,10 +228,12 @@ class MetadataLog:
         return None
 
     def _replay_log(self, plog: PartitionLog, start: int, out: list[Any]) -> tuple[int | None, int]:
-        """Append the log's records from offset `start` to `out`; (epoch of the last batch, bytes read)."""
-        offset = max(start, plog.log_start_offset)
+        """Append the log's records from offset `start` to `out` and build the epoch cache from every batch;
+        (epoch of the last batch, bytes from `start`)."""
+        offset = plog.log_start_offset
         last_epoch: int | None = None
         nbytes = 0
+        self._epochs = []
         while offset < plog.log_end_offset:
             data = plog.read_bytes(offset, _READ_CHUNK)
             if not data:
@@ -238,6 +241,10 @@ class MetadataLog:
             view = memoryview(data)
             for pos, header in iter_batches(view):
                 last_epoch = header.partition_leader_epoch
+                self._note_epoch(header.partition_leader_epoch, header.base_offset)
+                if header.last_offset < start:
+                    offset = header.next_offset
+                    continue
                 nbytes += header.size
                 if not header.is_control:
                     for rec in iter_records(view[pos:pos + header.size]):
@@ -245,6 +252,21 @@ class MetadataLog:
                             out.append(self._decode(rec.offset, rec.value))
                 offset = header.next_offset
         return last_epoch, nbytes
+
+    def _note_epoch(self, epoch: int, offset: int) -> None:
+        if not self._epochs or epoch > self._epochs[-1][0]:
+            self._epochs.append((epoch, offset))
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int] | None:
+        """(end offset, epoch) of the largest epoch <= `epoch` this log holds: the offset where the next epoch
+        starts, or the log end for the current one (Kafka's leader epoch cache); None before the first."""
+        best = None
+        for i, (e, _start) in enumerate(self._epochs):
+            if e > epoch:
+                break
+            end = self._epochs[i + 1][1] if i + 1 < len(self._epochs) else self.next_offset
+            best = (end, e)
+        return best
 
     def _decode(self, offset: int, value: bytes | None) -> Any:
         if value is None:
@@ -291,11 +313,9 @@ class MetadataLog:
                 plog.append_as_follower(data)
                 plog.flush()
                 self.bytes_since_snapshot += len(data)
-                last = None
                 for _pos, header in iter_batches(data):
-                    last = header
-                if last is not None:
-                    self.epoch = max(self.epoch, last.partition_leader_epoch)
+                    self._note_epoch(header.partition_leader_epoch, header.base_offset)
+                    self.epoch = max(self.epoch, header.partition_leader_epoch)
             hw = plog.log_end_offset if high_watermark is None else min(high_watermark, plog.log_end_offset)
             if hw > self._hw:
                 self._hw = hw
@@ -304,6 +324,7 @@ class MetadataLog:
 
     def _commit(self, batch: bytes) -> None:
         plog = self.log
+        self._note_epoch(self.epoch, plog.log_end_offset)
         plog.append_as_follower(batch)
         plog.flush()
         self.bytes_since_snapshot += len(batch)
@@ -343,9 +364,9 @@ class MetadataLog:
     def read_snapshot(self, snapshot_id: SnapshotId, position: int, max_bytes: int) -> tuple[int, bytes] | None:
         """(size, bytes from `position`) of a snapshot this log has, or None (FetchSnapshot)."""
         io = self.io
-        if io is None or self._snapshot is None or self._snapshot.id != snapshot_id:
+        if io is None or snapshot_id not in list_snapshots(io, self.dir):
             return None
-        return read_snapshot_range(io, self._snapshot.path, position, max_bytes)
+        return read_snapshot_range(io, self.snapshot_path(snapshot_id), position, max_bytes)
 
     def write_snapshot(self, records: Iterable[Any], end_offset: int) -> str:
         """Write the image as of `end_offset` (exclusive, at most the high watermark) as a snapshot, then drop
@@ -381,6 +402,7 @@ class MetadataLog:
             self._snapshot = Snapshot(snapshot_id, path, len(data), records)
             self.log.truncate_fully_and_start_at(snapshot_id.end_offset)
             self.log.flush()
+            self._epochs = []
             self._hw = snapshot_id.end_offset
             self.epoch = max(self.epoch, snapshot_id.epoch)
             self.bytes_since_snapshot = 0
