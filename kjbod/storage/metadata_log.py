@@ -280,6 +280,16 @@ class MetadataLog:
         except DecodeError as e:
             raise MetadataLogError(f"metadata log {self.dir}: record at offset {offset} is unreadable: {e}") from None
 
+    def start_new_epoch(self) -> int:
+        """Lead a new epoch (a controller that became leader again): a LeaderChangeMessage opens it. Returns it."""
+        with self._write_lock:
+            self._start_epoch(self.epoch + 1)
+            return self.epoch
+
+    def snapshot_due(self, max_bytes_between: int = DEFAULT_SNAPSHOT_BYTES) -> bool:
+        """True once `metadata.log.max.record.bytes.between.snapshots` were written since the last snapshot."""
+        return self.bytes_since_snapshot >= max_bytes_between
+
     def _start_epoch(self, epoch: int) -> None:
         """Become the leader of `epoch`: a LeaderChangeMessage opens it (committed at once: one voter)."""
         self.epoch = epoch
@@ -385,10 +395,12 @@ class MetadataLog:
         data = build_snapshot(records, epoch=sid.epoch, last_contained_timestamp=last.max_timestamp,
                               now_ms=self.clock())
         path = write_snapshot_file(io, self.dir, sid, data)
-        self._snapshot = Snapshot(sid, path, len(data), records)
-        self.bytes_since_snapshot = len(self.log.read_bytes(end_offset, 1 << 62)) if end_offset < self.next_offset else 0
+        with self._write_lock:  # appends may go on while the snapshot is built; not while the log is cut
+            self._snapshot = Snapshot(sid, path, len(data), records)
+            after = self.log.read_bytes(end_offset, 1 << 62) if end_offset < self.next_offset else b""
+            self.bytes_since_snapshot = len(after)
+            self._clean_before_snapshot()
         log.info("metadata_snapshot_written", path=path, records=len(records), bytes=len(data))
-        self._clean_before_snapshot()
         return path
 
     def install_snapshot(self, data: bytes, snapshot_id: SnapshotId) -> list[Any]:

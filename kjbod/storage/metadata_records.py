@@ -23,7 +23,7 @@ from kjbod.protocol.generated.registry import METADATA_RECORDS
 from kjbod.protocol.generated.snapshot_footer_record import SnapshotFooterRecord
 from kjbod.protocol.generated.snapshot_header_record import SnapshotHeaderRecord
 from kjbod.protocol.runtime import DecodeError, read_uvarint, write_uvarint
-from kjbod.storage.records import build_batch
+from kjbod.storage.records import build_batch, iter_batches, iter_records
 
 FRAME_VERSION = 1
 
@@ -110,3 +110,19 @@ def records_batch(values: list[bytes], *, base_offset: int, epoch: int, timestam
     """One batch of framed metadata records (null keys) stamped with the controller's epoch."""
     return build_batch([(None, v, (), timestamp_ms) for v in values], base_offset=base_offset,
                        partition_leader_epoch=epoch)
+
+
+def decode_batches(data: bytes | memoryview) -> list[tuple[int, Any]]:
+    """(offset, metadata record) of every record in whole batches (a Fetch response's records, a log read);
+    control batches are skipped, an incomplete trailing batch is ignored. Raises UnknownRecordTypeError or
+    DecodeError for a record that cannot be read."""
+    view = memoryview(data)
+    out: list[tuple[int, Any]] = []
+    for pos, header in iter_batches(view):
+        if header.is_control:
+            continue
+        for rec in iter_records(view[pos:pos + header.size]):
+            if rec.value is None:
+                raise DecodeError(f"metadata record at offset {rec.offset} has no value")
+            out.append((rec.offset, unframe_record(rec.value)))
+    return out

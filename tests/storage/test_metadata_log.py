@@ -372,3 +372,19 @@ def test_the_frame_is_kafkas(tmp_path: Path) -> None:
     assert value[:3] == b"\x01\x03\x01"  # frame version 1, PartitionRecord = 3, version 1
     assert value[3:] == rec.encode(1)
     assert unframe_record(value) == rec
+
+
+def test_fetched_batches_decode_to_records_and_a_new_epoch_can_start(tmp_path: Path) -> None:
+    from kjbod.storage.metadata_records import decode_batches
+
+    mlog, _ = open_log(tmp_path)
+    mlog.append(topic("a", 2))
+    assert mlog.start_new_epoch() == 2
+    mlog.append(topic("b"))
+    got = decode_batches(mlog.read(0, 1 << 20))
+    assert got == list(zip([1, 2, 3, 5, 6], topic("a", 2) + topic("b"), strict=True))  # 0 and 4: LeaderChange
+    assert [h.partition_leader_epoch for _, h in iter_batches(mlog.read(0, 1 << 20))] == [1, 1, 2, 2]
+    assert not mlog.snapshot_due() and mlog.snapshot_due(100)
+    mlog.write_snapshot(topic("a", 2) + topic("b"), mlog.high_watermark)
+    assert mlog.bytes_since_snapshot == 0 and not mlog.snapshot_due(100)
+    mlog.close()
