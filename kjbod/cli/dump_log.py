@@ -59,16 +59,21 @@ def run(args: Any) -> int:
     deep = args.deep_iteration or print_data
     decoder = _metadata_payload if args.cluster_metadata_decoder else _text_payload
     invalid = False
+    gaps: dict[str, list[tuple[int, int]]] = {}
     for f in files:
         out = sys.stdout
         print(f"Dumping {f}", file=out)
         name = os.path.basename(f)
         if name.endswith((".log", ".checkpoint")):
-            invalid |= not dump_log(f, out, deep=deep, print_data=print_data, decode=decoder)
+            invalid |= not dump_log(f, out, deep=deep, print_data=print_data, decode=decoder, gaps=gaps)
         elif name.endswith(".timeindex"):
             dump_time_index(f, out)
         else:
             dump_index(f, out, sys.stderr)
+    for path, pairs in gaps.items():
+        print(f"Non-consecutive offsets in {path}", file=sys.stderr)
+        for first, second in reversed(pairs):  # Kafka's tool lists them newest first
+            print(f"  {first} is followed by {second}", file=sys.stderr)
     return 1 if invalid else 0
 
 
@@ -100,8 +105,10 @@ def _read(path: str) -> bytes:
 
 
 def dump_log(path: str, out: TextIO, *, deep: bool, print_data: bool,
-             decode: Callable[[Any], tuple[str | None, str | None]]) -> bool:
-    """Print a segment or snapshot; False when it ends in bytes that are not whole batches."""
+             decode: Callable[[Any], tuple[str | None, str | None]],
+             gaps: dict[str, list[tuple[int, int]]] | None = None) -> bool:
+    """Print a segment or snapshot; False when it ends in bytes that are not whole batches. With `deep`,
+    records whose offset does not follow the previous one are added to `gaps` (by absolute path)."""
     from kjbod.storage.metadata_snapshot import parse_snapshot_name
     from kjbod.storage.records import crc_matches, iter_batches, iter_records
 
@@ -115,6 +122,7 @@ def dump_log(path: str, out: TextIO, *, deep: bool, print_data: bool,
     data = _read(path)
     view = memoryview(data)
     valid = 0
+    last_offset = -1
     for pos, h in iter_batches(view):
         if pos != valid or h.magic != 2:
             break
@@ -126,6 +134,9 @@ def dump_log(path: str, out: TextIO, *, deep: bool, print_data: bool,
                 print(f"| could not read the records of this batch: {e}", file=out)
                 records = []
             for rec in records:
+                if last_offset != -1 and rec.offset != last_offset + 1 and gaps is not None:
+                    gaps.setdefault(os.path.abspath(path), []).append((last_offset, rec.offset))
+                last_offset = rec.offset
                 print(_record_line(h, rec, print_data, decode), file=out)
         valid = pos + h.size
     trailing = len(data) - valid

@@ -217,3 +217,15 @@ def test_files_that_cannot_be_dumped_are_one_line_and_exit_2(tmp_path: Path, cap
     rc, lines, err = dump(capsys, "--files", str(path))
     assert rc == 2 and lines == []
     assert err.count("\n") == 1 and err.startswith("kjbod: error: ") and message in err
+
+
+def test_deep_iteration_reports_offsets_that_do_not_follow_on_stderr(tmp_path: Path, capsys) -> None:
+    seg = tmp_path / "00000000000000000000.log"
+    seg.write_bytes(build_batch([(None, b"a", (), T), (None, b"b", (), T)], base_offset=0)
+                    + build_batch([(None, b"c", (), T)], base_offset=5)
+                    + build_batch([(None, b"d", (), T)], base_offset=9))
+    rc, lines, err = dump(capsys, "--files", str(seg), "--deep-iteration")
+    assert rc == 0
+    assert [ln.split(" CreateTime")[0] for ln in lines if ln.startswith("|")] == [
+        "| offset: 0", "| offset: 1", "| offset: 5", "| offset: 9"]
+    assert err.splitlines() == [f"Non-consecutive offsets in {seg}", "  5 is followed by 9", "  1 is followed by 5"]
