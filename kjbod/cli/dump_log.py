@@ -46,6 +46,8 @@ def add_subcommand(subparsers: Any) -> None:
     p.add_argument("--print-data-log", action="store_true",
                    help="print each record's key and value (as UTF-8 text); implies --deep-iteration")
     p.add_argument("--deep-iteration", action="store_true", help="print a line per record, not only per batch")
+    p.add_argument("--skip-record-metadata", action="store_true",
+                   help="on record lines, print only the key and value (offsets, sizes and control records left out)")
     p.set_defaults(func=run)
 
 
@@ -65,7 +67,8 @@ def run(args: Any) -> int:
         print(f"Dumping {f}", file=out)
         name = os.path.basename(f)
         if name.endswith((".log", ".checkpoint")):
-            invalid |= not dump_log(f, out, deep=deep, print_data=print_data, decode=decoder, gaps=gaps)
+            invalid |= not dump_log(f, out, deep=deep, print_data=print_data, decode=decoder, gaps=gaps,
+                                    skip_metadata=args.skip_record_metadata)
         elif name.endswith(".timeindex"):
             dump_time_index(f, out)
         else:
@@ -106,7 +109,7 @@ def _read(path: str) -> bytes:
 
 def dump_log(path: str, out: TextIO, *, deep: bool, print_data: bool,
              decode: Callable[[Any], tuple[str | None, str | None]],
-             gaps: dict[str, list[tuple[int, int]]] | None = None) -> bool:
+             gaps: dict[str, list[tuple[int, int]]] | None = None, skip_metadata: bool = False) -> bool:
     """Print a segment or snapshot; False when it ends in bytes that are not whole batches. With `deep`,
     records whose offset does not follow the previous one are added to `gaps` (by absolute path)."""
     from kjbod.storage.metadata_snapshot import parse_snapshot_name
@@ -137,7 +140,7 @@ def dump_log(path: str, out: TextIO, *, deep: bool, print_data: bool,
                 if last_offset != -1 and rec.offset != last_offset + 1 and gaps is not None:
                     gaps.setdefault(os.path.abspath(path), []).append((last_offset, rec.offset))
                 last_offset = rec.offset
-                print(_record_line(h, rec, print_data, decode), file=out)
+                print(_record_line(h, rec, print_data, decode, skip_metadata), file=out)
         valid = pos + h.size
     trailing = len(data) - valid
     if trailing > 0:
@@ -157,20 +160,25 @@ def _batch_line(h: Any, position: int, crc_ok: bool) -> str:
             f"isvalid: {_bool(crc_ok)}")
 
 
-def _record_line(h: Any, rec: Any, print_data: bool, decode: Callable[[Any], tuple[str | None, str | None]]) -> str:
-    ts_type = "LogAppendTime" if h.is_log_append_time else "CreateTime"
-    seq = -1 if h.base_sequence < 0 else (h.base_sequence + rec.offset - h.base_offset) % (_INT32_MAX + 1)
-    key_size = -1 if rec.key is None else len(rec.key)
-    value_size = -1 if rec.value is None else len(rec.value)
-    header_keys = ",".join(k for k, _ in rec.headers)
-    line = (f"| offset: {rec.offset} {ts_type}: {rec.timestamp} keySize: {key_size} valueSize: {value_size} "
-            f"sequence: {seq} headerKeys: [{header_keys}]")
-    if h.is_control:
-        line += _control_text(rec)
-    elif print_data:
+def _record_line(h: Any, rec: Any, print_data: bool, decode: Callable[[Any], tuple[str | None, str | None]],
+                 skip_metadata: bool = False) -> str:
+    """Kafka's record line; with `skip_metadata` only the key and payload (a control record: an empty line)."""
+    line, prefix = "", "| "
+    if not skip_metadata:
+        ts_type = "LogAppendTime" if h.is_log_append_time else "CreateTime"
+        seq = -1 if h.base_sequence < 0 else (h.base_sequence + rec.offset - h.base_offset) % (_INT32_MAX + 1)
+        key_size = -1 if rec.key is None else len(rec.key)
+        value_size = -1 if rec.value is None else len(rec.value)
+        header_keys = ",".join(k for k, _ in rec.headers)
+        line = (f"| offset: {rec.offset} {ts_type}: {rec.timestamp} keySize: {key_size} valueSize: {value_size} "
+                f"sequence: {seq} headerKeys: [{header_keys}]")
+        prefix = " "
+        if h.is_control:
+            line += _control_text(rec)
+    if print_data and not h.is_control:
         key, payload = decode(rec)
         if key is not None:
-            line += f" key: {key}"
+            line += f"{prefix}key: {key}"
         if payload is not None:
             line += f" payload: {payload}"
     return line

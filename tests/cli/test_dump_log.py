@@ -229,3 +229,18 @@ def test_deep_iteration_reports_offsets_that_do_not_follow_on_stderr(tmp_path: P
     assert [ln.split(" CreateTime")[0] for ln in lines if ln.startswith("|")] == [
         "| offset: 0", "| offset: 1", "| offset: 5", "| offset: 9"]
     assert err.splitlines() == [f"Non-consecutive offsets in {seg}", "  5 is followed by 9", "  1 is followed by 5"]
+
+
+def test_skip_record_metadata_leaves_keys_and_payloads(tmp_path: Path, capsys) -> None:
+    pdir = data_partition(tmp_path)
+    seg = pdir / "00000000000000000000.log"
+    rc, lines, _ = dump(capsys, "--files", str(seg), "--print-data-log", "--skip-record-metadata")
+    assert rc == 0
+    assert [ln for ln in lines if not ln.startswith(("Dumping", "Log starting", "baseOffset"))] == [
+        "| key: k1 payload: hello", " payload: world", "| key: k2", " payload: żółw"]
+    mlog = MetadataLog(str(tmp_path / "meta"), clock=lambda: T)
+    mlog.load()
+    mlog.close()
+    rc, lines, _ = dump(capsys, "--files", str(tmp_path / "meta" / TOPIC_DIR / "00000000000000000000.log"),
+                        "--cluster-metadata-decoder", "--skip-record-metadata")
+    assert lines[-1] == ""  # the LeaderChangeMessage: its line keeps nothing, as in Kafka's tool
