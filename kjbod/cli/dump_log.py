@@ -5,8 +5,9 @@ tool read kjbod's output: `Dumping <file>`, then for a segment (`.log`) or a met
 line per batch (`baseOffset: ... isvalid: true`), with `--deep-iteration` a line per record under it (`| offset:
 ...`), with `--print-data-log` the record's key and value as text, with `--cluster-metadata-decoder` the value
 as a metadata record in Kafka's JSON (`payload: {"type":"PARTITION_RECORD","version":1,"data":{...}}`). An
-`.index` prints `offset: O position: P` per entry, a `.timeindex` `timestamp: T offset: O`. Problems Kafka's
-tool reports on stderr (index entries that do not match the log) are reported there too.
+`.index` prints `offset: O position: P` per entry, a `.timeindex` `timestamp: T offset: O`, a producer state
+`.snapshot` a line per producer id. Problems Kafka's tool reports on stderr (index entries that do not match the
+log, offsets that do not follow each other) are reported there too.
 
 Files are read whole and parsed here, with no LogDirIO: the tool only reads, and must work on a copy of a
 segment anywhere. A file that cannot be dumped (missing, unreadable, a name that is neither a segment, an index
@@ -24,7 +25,7 @@ from typing import Any, TextIO
 
 from kjbod.cli.main import UserError
 
-SEGMENT_SUFFIXES = (".log", ".checkpoint", ".index", ".timeindex")
+SEGMENT_SUFFIXES = (".log", ".checkpoint", ".index", ".timeindex", ".snapshot")
 _CODECS = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
 _DELETE_HORIZON_MASK = 0x40
 _INT32_MAX = 0x7FFFFFFF
@@ -71,6 +72,8 @@ def run(args: Any) -> int:
                                     skip_metadata=args.skip_record_metadata)
         elif name.endswith(".timeindex"):
             dump_time_index(f, out)
+        elif name.endswith(".snapshot"):
+            dump_producer_snapshot(f, out, sys.stderr)
         else:
             dump_index(f, out, sys.stderr)
     for path, pairs in gaps.items():
@@ -83,8 +86,8 @@ def run(args: Any) -> int:
 def _check_file(f: str) -> None:
     name = os.path.basename(f)
     if not name.endswith(SEGMENT_SUFFIXES):
-        raise UserError(f"{f} is not a log segment, index or snapshot (expected a .log, .index, .timeindex or "
-                        ".checkpoint file)")
+        raise UserError(f"{f} is not a log segment, index or snapshot (expected a .log, .index, .timeindex, "
+                        ".checkpoint or .snapshot file)")
     if not os.path.exists(f):
         raise UserError(f"{f} does not exist")
     if not os.path.isfile(f):
@@ -277,3 +280,23 @@ def dump_time_index(path: str, out: TextIO) -> None:
         if rel == 0 and i > 0:
             break
         print(f"timestamp: {ts} offset: {base + rel}", file=out)
+
+
+def dump_producer_snapshot(path: str, out: TextIO, err: TextIO) -> None:
+    """A producer state snapshot (`<offset>.snapshot`): a line per producer, as Kafka's tool prints it."""
+    from kjbod.storage.producer_state import ProducerStateManager, SnapshotFormatError
+
+    try:
+        producers = ProducerStateManager.parse_snapshot(_read(path))
+    except SnapshotFormatError as e:
+        print(f"{path}: {e}", file=err)
+        return
+    for pid, entry in producers.items():
+        line = (f"producerId: {pid} producerEpoch: {entry.epoch} coordinatorEpoch: {entry.coordinator_epoch} "
+                "currentTxnFirstOffset: OptionalLong.empty "  # kjbod has no transactions
+                f"lastTimestamp: {entry.last_timestamp} ")
+        if entry.batches:
+            b = entry.batches[0]
+            line += (f"firstSequence: {b.first_seq} lastSequence: {b.last_seq} lastOffset: {b.last_offset} "
+                     f"offsetDelta: {b.last_offset - b.first_offset} timestamp: {b.timestamp}")
+        print(line, file=out)

@@ -244,3 +244,23 @@ def test_skip_record_metadata_leaves_keys_and_payloads(tmp_path: Path, capsys) -
     rc, lines, _ = dump(capsys, "--files", str(tmp_path / "meta" / TOPIC_DIR / "00000000000000000000.log"),
                         "--cluster-metadata-decoder", "--skip-record-metadata")
     assert lines[-1] == ""  # the LeaderChangeMessage: its line keeps nothing, as in Kafka's tool
+
+
+def test_a_producer_state_snapshot(tmp_path: Path, capsys) -> None:
+    io = LogDirIO(str(tmp_path))
+    pdir = tmp_path / "t-0"
+    plog = PartitionLog.create(io, str(pdir), "t", 0, None, LogConfig())
+    plog.append(build_batch([(None, b"a", (), T), (None, b"b", (), T + 1)], producer_id=42, producer_epoch=3,
+                            base_sequence=0))
+    plog.append(build_batch([(None, b"c", (), T + 7)], producer_id=42, producer_epoch=3, base_sequence=2))
+    plog.close()
+    snap = pdir / "00000000000000000003.snapshot"
+    rc, lines, _ = dump(capsys, "--files", str(snap))
+    assert rc == 0
+    assert lines == [f"Dumping {snap}",
+                     f"producerId: 42 producerEpoch: 3 coordinatorEpoch: -1 currentTxnFirstOffset: OptionalLong.empty "
+                     f"lastTimestamp: {T + 7} firstSequence: 2 lastSequence: 2 lastOffset: 2 offsetDelta: 0 "
+                     f"timestamp: {T + 7}"]
+    snap.write_bytes(b"\x00\x01garbage")
+    rc, lines, err = dump(capsys, "--files", str(snap))
+    assert lines == [f"Dumping {snap}"] and "producer snapshot" in err
