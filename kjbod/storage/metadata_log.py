@@ -40,6 +40,7 @@ import structlog
 
 from kjbod.protocol.generated.leader_change_message import LeaderChangeMessage, Voter
 from kjbod.protocol.runtime import DecodeError
+from kjbod.storage.checkpoint import PARTITION_METADATA_FILE, render_partition_metadata
 from kjbod.storage.config import LogConfig
 from kjbod.storage.errors import StorageError, StorageSetupError
 from kjbod.storage.fsio import LogDirIO
@@ -71,6 +72,7 @@ log = structlog.get_logger("kjbod.metadata_log")
 
 TOPIC = "__cluster_metadata"
 TOPIC_DIR = "__cluster_metadata-0"
+TOPIC_ID = "AAAAAAAAAAAAAAAAAAAAAQ"  # Kafka's Uuid.METADATA_TOPIC_ID, in partition.metadata as Kafka writes it
 # Kafka's defaults: metadata.log.segment.bytes 1 GiB, a metadata batch at most 8 MiB.
 DEFAULT_SEGMENT_BYTES = 1 << 30
 MAX_BATCH_BYTES = 8 << 20
@@ -181,6 +183,10 @@ class MetadataLog:
                                           recovery_point=0, clock=self.clock)
         self._plog = plog
         try:
+            if plog.topic_id != TOPIC_ID:
+                io.write_atomic(os.path.join(self.dir, PARTITION_METADATA_FILE),
+                                render_partition_metadata(TOPIC_ID).encode())
+                plog.topic_id = TOPIC_ID
             start = 0
             if snapshot is not None:
                 start = snapshot.id.end_offset

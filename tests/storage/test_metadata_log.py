@@ -96,6 +96,7 @@ def test_records_come_back_in_order_framed_as_kafka_frames_them(tmp_path: Path) 
         (0, 1, True), (1, 1, False), (4, 1, False), (5, 2, True), (6, 2, False)]
     names = sorted(os.listdir(part_dir(tmp_path)))
     assert {"00000000000000000000.log", "00000000000000000000.index", "00000000000000000000.timeindex"} <= set(names)
+    assert (part_dir(tmp_path) / "partition.metadata").read_text() == "version: 0\ntopic_id: AAAAAAAAAAAAAAAAAAAAAQ"
 
 
 def test_read_serves_whole_committed_batches(tmp_path: Path) -> None:
