@@ -10,7 +10,8 @@ What a fetch gets (KafkaRaftClient.handleFetchRequest, in Kafka's order of check
 * a ClusterId other than ours: top-level INCONSISTENT_CLUSTER_ID; not exactly `__cluster_metadata` partition 0:
   top-level INVALID_REQUEST; MaxWaitMs, FetchOffset or LastFetchedEpoch negative, or LastFetchedEpoch above
   CurrentLeaderEpoch: INVALID_REQUEST for the partition;
-* CurrentLeaderEpoch below the controller's epoch: FENCED_LEADER_EPOCH, above it: UNKNOWN_LEADER_EPOCH; both carry
+* CurrentLeaderEpoch below the controller's epoch: FENCED_LEADER_EPOCH, above it: UNKNOWN_LEADER_EPOCH; a service
+  that is closed (the controller is shutting down): BROKER_NOT_AVAILABLE, also for fetches waiting then; all carry
   CurrentLeader {LeaderId, LeaderEpoch}, from which the fetcher learns the epoch (each controller start is a new
   epoch, so a broker sees this once after every controller restart);
 * a fetch from offset 0 while a snapshot exists, or below the log start: SnapshotId {EndOffset, Epoch} of the
@@ -56,13 +57,14 @@ class MetadataFetchService:
         self.endpoint = endpoint
         self._loop: asyncio.AbstractEventLoop | None = None
         self._waiters: set[asyncio.Future[None]] = set()
+        self._closed = False
         mlog.add_commit_listener(self._on_commit)
 
     def close(self) -> None:
+        """Stop serving (the controller shuts down): waiting fetches answer BROKER_NOT_AVAILABLE, as Kafka's do."""
+        self._closed = True
         self.mlog.remove_commit_listener(self._on_commit)
-        for fut in self._waiters:
-            if not fut.done():
-                fut.cancel()
+        self._wake()
 
     # -------------------------------------------------------------------------------- long poll
 
@@ -99,7 +101,7 @@ class MetadataFetchService:
         loop = asyncio.get_running_loop()
         self._loop = loop
         deadline = loop.time() + body.max_wait_ms / 1000
-        while self.mlog.high_watermark <= part.fetch_offset:
+        while self.mlog.high_watermark <= part.fetch_offset and not self._closed:
             remaining = deadline - loop.time()
             if remaining <= 0:
                 return response
@@ -130,6 +132,8 @@ class MetadataFetchService:
             return ErrorCode.FENCED_LEADER_EPOCH
         if current_leader_epoch > epoch:
             return ErrorCode.UNKNOWN_LEADER_EPOCH
+        if self._closed or not self.mlog.is_open:
+            return ErrorCode.BROKER_NOT_AVAILABLE
         return ErrorCode.NONE
 
     def _try_complete(self, part: Any, max_bytes: int, version: int) -> FetchResponse:

@@ -153,6 +153,10 @@ class MetadataLog:
         return self._plog.log_start_offset if self._plog is not None else 0
 
     @property
+    def is_open(self) -> bool:
+        return self._plog is not None
+
+    @property
     def log(self) -> PartitionLog:
         if self._plog is None:
             raise RuntimeError("metadata log is not open")

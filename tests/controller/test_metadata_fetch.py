@@ -240,3 +240,16 @@ def test_fetch_snapshot_top_level_errors(service) -> None:
     two.topics.append(two.topics[0])
     resp = service.fetch_snapshot(two, 0)
     assert resp.error_code == E.INVALID_REQUEST and resp.topics == []
+
+
+async def test_closing_the_service_answers_waiting_fetches_broker_not_available(mlog) -> None:
+    svc = MetadataFetchService(mlog, cluster_id=CLUSTER, node_id=3000)
+    task = asyncio.create_task(fetch(svc, fetch_req(mlog.next_offset, 1, max_wait_ms=120_000)))
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert not task.done()
+    svc.close()
+    p = (await task).responses[0].partitions[0]
+    assert p.error_code == E.BROKER_NOT_AVAILABLE and p.records == b""
+    p = (await fetch(svc, fetch_req(0))).responses[0].partitions[0]
+    assert p.error_code == E.BROKER_NOT_AVAILABLE
