@@ -133,7 +133,11 @@ class MetadataLog:
         self._plog: PartitionLog | None = None
         self._snapshot: Snapshot | None = None
         self._hw = 0
-        self._epochs: list[tuple[int, int]] = []  # (epoch, its first offset), ascending: the leader epoch cache
+        self._epochs: list[tuple[int, int]] = []
+        # After load(): the offset of each record it returned (a snapshot's records: the snapshot's last offset,
+        # as Kafka's image provenance after loading a snapshot). Control records take offsets too, so the
+        # records are not contiguous: replay with these, not with next_offset - len(records).
+        self.loaded_offsets: list[int] = []  # (epoch, its first offset), ascending: the leader epoch cache
         self._listeners: list[Callable[[int], None]] = []
         self._write_lock = threading.Lock()
 
@@ -202,6 +206,7 @@ class MetadataLog:
                     f"metadata log {self.dir} starts at offset {plog.log_start_offset} but no snapshot covers "
                     "the offsets before it")
             records = list(snapshot.records) if snapshot is not None else []
+            self.loaded_offsets = [start - 1] * len(records)
             last_epoch, nbytes = self._replay_log(plog, start, records)
             if last_epoch is None:
                 last_epoch = snapshot.id.epoch if snapshot is not None else 0
@@ -260,6 +265,7 @@ class MetadataLog:
                     for rec in iter_records(view[pos:pos + header.size]):
                         if rec.offset >= start:
                             out.append(self._decode(rec.offset, rec.value))
+                            self.loaded_offsets.append(rec.offset)
                 offset = header.next_offset
         return last_epoch, nbytes
 

@@ -88,6 +88,7 @@ def test_records_come_back_in_order_framed_as_kafka_frames_them(tmp_path: Path) 
 
     again, records = open_log(tmp_path, node_id=3)
     assert records == topic("a", 2) + [RemoveTopicRecord(topic_id=uuid.uuid5(uuid.NAMESPACE_DNS, "a"))]
+    assert again.loaded_offsets == [1, 2, 3, 4]
     assert again.epoch == 2  # each start of a controller is a new epoch, opened by a LeaderChangeMessage
     assert again.append(topic("b")) == 6
     again.close()
@@ -232,6 +233,7 @@ def test_a_snapshot_is_kafkas_layout_and_bounds_the_replay(tmp_path: Path) -> No
 
     again, records = open_log(tmp_path)
     assert records == image + topic("c")
+    assert again.loaded_offsets == [4, 4, 4, 4, 5, 6]  # snapshot records at its last offset, then the log's
     assert again.latest_snapshot() == SnapshotId(5, 1)
     again.close()
 
