@@ -253,3 +253,68 @@ async def test_closing_the_service_answers_waiting_fetches_broker_not_available(
     assert p.error_code == E.BROKER_NOT_AVAILABLE and p.records == b""
     p = (await fetch(svc, fetch_req(0))).responses[0].partitions[0]
     assert p.error_code == E.BROKER_NOT_AVAILABLE
+
+
+async def observe(svc: MetadataFetchService, observer: MetadataLog) -> list:
+    """A minimal KRaft observer over the service: learn the epoch, fetch, follow a SnapshotId with FetchSnapshot,
+    keep everything in `observer`; returns the records it would replay (snapshot first, then fetched)."""
+    from kjbod.storage.metadata_records import decode_batches
+
+    leader_epoch, last_epoch, replay = observer.epoch, observer.epoch, []  # epochs it knows
+    while True:
+        resp = await fetch(svc, fetch_req(observer.next_offset, last_epoch, epoch=leader_epoch))
+        p = resp.responses[0].partitions[0]
+        if p.error_code == E.FENCED_LEADER_EPOCH:
+            leader_epoch = p.current_leader.leader_epoch
+            continue
+        assert p.error_code == 0
+        if p.snapshot_id.end_offset >= 0:
+            sid = SnapshotId(p.snapshot_id.end_offset, p.snapshot_id.epoch)
+            data = b""
+            while True:
+                (ps,) = svc.fetch_snapshot(snap_req(sid, len(data), max_bytes=64, epoch=leader_epoch), 1).topics[0] \
+                    .partitions
+                data += ps.unaligned_records
+                if len(data) == ps.size:
+                    break
+            replay = observer.install_snapshot(data, sid)
+            last_epoch = sid.epoch
+            continue
+        if not p.records:
+            return replay
+        replay += [r for _, r in decode_batches(p.records)]
+        observer.append_fetched(p.records, p.high_watermark)
+        last_epoch = observer.epoch
+
+
+async def test_an_observer_catches_up_by_fetch_and_by_snapshot(tmp_path: Path) -> None:
+    leader = MetadataLog(str(tmp_path / "controller"), node_id=3000, segment_bytes=400)
+    leader.load()
+    svc = MetadataFetchService(leader, cluster_id=CLUSTER, node_id=3000)
+    fresh = MetadataLog(str(tmp_path / "early"), node_id=1, writer=False)
+    fresh.load()
+    late = MetadataLog(str(tmp_path / "late"), node_id=1, writer=False)
+    late.load()
+    try:
+        image: list = []
+        for i in range(4):
+            leader.append(topic(f"t{i}"))
+            image += topic(f"t{i}")
+        assert await observe(svc, fresh) == image  # from offset 0, by Fetch
+        assert fresh.read(0, 1 << 20) == leader.read(0, 1 << 20)
+        leader.write_snapshot(image, leader.high_watermark)
+        for i in range(4, 12):
+            leader.append(topic(f"t{i}"))
+            image += topic(f"t{i}")
+        leader.write_snapshot(image, leader.high_watermark)
+        leader.append(topic("after"))
+        assert leader.log_start_offset > 0
+        # A new observer starts with a snapshot (KRaft prefers it to the log from offset 0), then fetches.
+        assert await observe(svc, late) == image + topic("after")
+        assert late.next_offset == leader.next_offset and late.high_watermark == leader.high_watermark
+        # The early observer is not behind the log start: it goes on from where it was, by Fetch.
+        assert await observe(svc, fresh) == image[4:] + topic("after")
+    finally:
+        svc.close()
+        for log in (leader, fresh, late):
+            log.close()
