@@ -391,3 +391,34 @@ def test_fetched_batches_decode_to_records_and_a_new_epoch_can_start(tmp_path: P
     mlog.write_snapshot(topic("a", 2) + topic("b"), mlog.high_watermark)
     assert mlog.bytes_since_snapshot == 0 and not mlog.snapshot_due(100)
     mlog.close()
+
+
+def test_kafka_python_reads_the_metadata_log_and_a_snapshot(tmp_path: Path) -> None:
+    # A second implementation of the record batch format (kafka-python's) reads what the metadata log writes.
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from kafka.record.memory_records import MemoryRecords
+
+    mlog, _ = open_log(tmp_path, node_id=5)
+    mlog.append(topic("a", 2))
+    path = mlog.write_snapshot(topic("a", 2), mlog.high_watermark)
+    mlog.close()
+
+    def read(data: bytes) -> list:
+        out = []
+        records = MemoryRecords(data)
+        while (batch := records.next_batch()) is not None:
+            assert batch.validate_crc()
+            out.append((batch.base_offset, batch.leader_epoch, batch.is_control_batch,
+                        [(r.offset, r.key, r.value) for r in batch]))
+        return out
+
+    log_batches = read((part_dir(tmp_path) / "00000000000000000000.log").read_bytes())
+    assert [(b[0], b[1], b[2]) for b in log_batches] == [(0, 1, True), (1, 1, False)]
+    assert log_batches[0][3][0][1] == b"\x00\x00\x00\x02"  # control key: version 0, LEADER_CHANGE
+    assert [unframe_record(v) for _, _, v in log_batches[1][3]] == topic("a", 2)
+    snap_batches = read(Path(path).read_bytes())
+    assert [(b[0], b[2]) for b in snap_batches] == [(0, True), (1, False), (4, True)]
+    assert [b[3][0][1] for b in snap_batches if b[2]] == [b"\x00\x00\x00\x03", b"\x00\x00\x00\x04"]
