@@ -30,6 +30,7 @@ without it); the node reports it as one line.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 import time
@@ -210,7 +211,7 @@ class MetadataLog:
             last_epoch, nbytes = self._replay_log(plog, start, records)
             if last_epoch is None:
                 last_epoch = snapshot.id.epoch if snapshot is not None else 0
-            self._snapshot = snapshot
+            self._snapshot = dataclasses.replace(snapshot, records=[]) if snapshot is not None else None
             self.bytes_since_snapshot = nbytes
             plog.flush()
             self._hw = plog.log_end_offset
@@ -412,7 +413,7 @@ class MetadataLog:
                               now_ms=self.clock())
         path = write_snapshot_file(io, self.dir, sid, data)
         with self._write_lock:  # appends may go on while the snapshot is built; not while the log is cut
-            self._snapshot = Snapshot(sid, path, len(data), records)
+            self._snapshot = Snapshot(sid, path, len(data), [])
             after = self.log.read_bytes(end_offset, 1 << 62) if end_offset < self.next_offset else b""
             self.bytes_since_snapshot = len(after)
             self._clean_before_snapshot()
@@ -427,7 +428,7 @@ class MetadataLog:
         assert io is not None
         with self._write_lock:
             path = write_snapshot_file(io, self.dir, snapshot_id, data)
-            self._snapshot = Snapshot(snapshot_id, path, len(data), records)
+            self._snapshot = Snapshot(snapshot_id, path, len(data), [])
             self.log.truncate_fully_and_start_at(snapshot_id.end_offset)
             self.log.flush()
             self._epochs = []

@@ -67,7 +67,7 @@ class Snapshot:
     id: SnapshotId
     path: str
     size: int
-    records: list[Any]
+    records: list[Any]  # as loaded; emptied once replayed (the image lives elsewhere)
 
 
 def parse_snapshot_name(name: str) -> SnapshotId | None:
