@@ -28,6 +28,8 @@ import pytest
 
 SCHEMAS = Path(__file__).resolve().parents[1] / "schemas"
 REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "reference" / "kafka-schemas"
+# Kafka's facts (no prose) for the messages neither kafka-python nor the reference snapshot ships.
+KAFKA_FACTS = Path(__file__).resolve().parent / "kafka_facts"
 
 # The versions kjbod serves. validVersions in schemas/ must equal these ranges exactly.
 SERVED_APIS: dict[str, tuple[int, int]] = {
@@ -55,6 +57,7 @@ SERVED_APIS: dict[str, tuple[int, int]] = {
     "UnregisterBroker": (0, 0),
     "AssignReplicasToDirs": (0, 0),
     "AlterPartition": (0, 3),
+    "FetchSnapshot": (0, 1),
 }
 SERVED_HEADERS: dict[str, tuple[int, int]] = {"RequestHeader": (0, 2), "ResponseHeader": (0, 1)}
 SERVED_RECORDS: dict[str, tuple[int, int]] = {
@@ -68,8 +71,15 @@ SERVED_RECORDS: dict[str, tuple[int, int]] = {
     "FenceBrokerRecord": (0, 0),
     "UnfenceBrokerRecord": (0, 0),
 }
+# Control records of the metadata log (schemas/raft/, Kafka type "data").
+SERVED_CONTROL_RECORDS: dict[str, tuple[int, int]] = {
+    "LeaderChangeMessage": (0, 1),
+    "SnapshotHeaderRecord": (0, 0),
+    "SnapshotFooterRecord": (0, 0),
+}
 SERVED: dict[str, tuple[int, int]] = {
     **SERVED_HEADERS,
+    **SERVED_CONTROL_RECORDS,
     **{api + kind: rng for api, rng in SERVED_APIS.items() for kind in ("Request", "Response")},
     **SERVED_RECORDS,
 }
@@ -198,6 +208,7 @@ def kafka_candidates(name: str) -> list[Path]:
         paths = [reference_dir() / "metadata" / f"{name}.json"]
     else:
         paths = [kafka_python_resources() / f"{name}.json", reference_dir() / f"{name}.json"]
+    paths.append(KAFKA_FACTS / f"{name}.json")
     return [p for p in paths if p.is_file()]
 
 
@@ -226,12 +237,13 @@ def kafka_for_version(name: str, version: int) -> tuple[Path, dict[str, Any]]:
 
 
 def our_paths() -> list[Path]:
-    return sorted(SCHEMAS.glob("*.json")) + sorted((SCHEMAS / "metadata").glob("*.json"))
+    return (sorted(SCHEMAS.glob("*.json")) + sorted((SCHEMAS / "metadata").glob("*.json"))
+            + sorted((SCHEMAS / "raft").glob("*.json")))
 
 
 @cache
 def our_schema(name: str) -> dict[str, Any]:
-    sub = "metadata/" if name in SERVED_RECORDS else ""
+    sub = "metadata/" if name in SERVED_RECORDS else "raft/" if name in SERVED_CONTROL_RECORDS else ""
     return load_schema(SCHEMAS / f"{sub}{name}.json")
 
 
@@ -396,7 +408,7 @@ def test_file_parses_and_is_well_formed(path: Path) -> None:
     assert schema["name"] == path.stem, "file name must be the message name"
     assert set(schema) <= TOP_KEYS, f"unknown top-level keys {set(schema) - TOP_KEYS}"
     assert "deprecatedVersions" not in schema
-    expected_type = ("metadata" if path.parent.name == "metadata"
+    expected_type = ("metadata" if path.parent.name == "metadata" else "data" if path.parent.name == "raft"
                      else "header" if path.stem.endswith("Header")
                      else "request" if path.stem.endswith("Request") else "response")
     assert schema["type"] == expected_type
@@ -404,7 +416,7 @@ def test_file_parses_and_is_well_formed(path: Path) -> None:
         assert schema["listeners"] and set(schema["listeners"]) <= {"broker", "controller"}
     else:
         assert "listeners" not in schema
-    assert (expected_type == "header") == ("apiKey" not in schema)
+    assert (expected_type in ("header", "data")) == ("apiKey" not in schema)
     parse_versions(schema["validVersions"])
     parse_versions(schema["flexibleVersions"])
     for field_path, field in all_fields(schema):

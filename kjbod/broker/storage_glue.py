@@ -154,7 +154,7 @@ async def open_storage(node: Any) -> None:
     meta = read_meta_properties(LogDirIO(meta_dir))
     node.cluster_id = meta.cluster_id if meta is not None else ""
     node.logs = StorageAdapter(node, manager)
-    node.metadata_log = MetadataLog(meta_dir)
+    node.metadata_log = MetadataLog(meta_dir, node_id=node.node_id)
     node._replay(node.metadata_log.load())
     settle_future_logs(node, manager)
     reconcile(node, manager)

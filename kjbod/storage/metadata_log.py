@@ -1,147 +1,466 @@
-"""The node's metadata log: KRaft metadata records in Kafka's `__cluster_metadata` layout.
+"""The metadata log: `__cluster_metadata-0` in `metadata.log.dir`, a Kafka partition log, and its snapshots.
 
-Layout: `<metadata.log.dir>/__cluster_metadata-0/00000000000000000000.log`, a sequence of record batches
-(magic 2, CRC32C, exactly as in a partition log).  Each batch holds the records of one change (a topic with its
-partitions and configs, a removal) so that a change is applied entirely or not at all: a torn batch fails its
-CRC and is dropped at load.  Each record's value is Kafka's metadata frame: unsigned varint frame version (1),
-unsigned varint api key, unsigned varint record version, then the record body; its key is null.
+Strategy: the log is an ordinary partition log (kjbod.storage.log.PartitionLog: Kafka's segment format with
+`.log`, `.index` and `.timeindex` files, rolling at `metadata.log.segment.bytes`, a damaged tail copied aside as
+`<segment>.log.<position>-<ms>.corrupt` and truncated) that only this module writes. What it adds:
 
-Every append is fsynced before it returns: a topic exists for clients only once it survives a crash.  A damaged
-tail found at load is copied to `<segment>.damaged-<unix ms>` next to the segment, logged, and truncated.
+* **Framing.** Records are framed as Kafka frames them (kjbod.storage.metadata_records): a null key and a value of
+  frame version, api key, record version, body. Every batch carries the controller's epoch as its partition
+  leader epoch.
+* **Epochs.** A writer (the controller) starts a new epoch when it loads the log: epoch = last epoch + 1, and a
+  control batch with a LeaderChangeMessage (leader and voters = this node) opens it, as a KRaft leader's first
+  write does. An observer (a broker following the controller) appends fetched batches unchanged.
+* **Durability.** `append` writes one batch and fsyncs it before it returns; with one controller the committed
+  end (the high watermark) is the fsynced end. Listeners added with `add_commit_listener` hear of each commit
+  (the Fetch long poll wakes on them).
+* **Snapshots** (kjbod.storage.metadata_snapshot): `write_snapshot(records, end_offset)` writes
+  `<end offset>-<epoch>.checkpoint`, then deletes older snapshots and the segments wholly below the new one.
+  `load` uses the newest snapshot that reads back whole; one with a bad CRC or cut short is logged, renamed to
+  `<name>.<ms>.corrupt` and the one before it used.
+* **Loading** returns the records to replay: the snapshot's, then the log's after the snapshot's end offset
+  (control records are not returned). Every segment is re-validated at load, so a torn tail from a crash, or a
+  batch with a bad CRC in mid-file, ends the log there (the rest is copied aside; if the disk has no room for the
+  copy the tail is truncated in place and the dropped byte range logged).
+* **Migration.** A log written by kjbod 0.1 (one `00000000000000000000.log`, epoch 0, no LeaderChangeMessage, no
+  indexes) is the same format minus those: its indexes are rebuilt at load and the first epoch started on it is 1.
 
-The combined node replays this log into its metadata image at startup; the controller role of a later release
-serves the same records to brokers.
+A record of a type this version does not know stops the load with MetadataLogError (the image cannot be built
+without it); the node reports it as one line.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import structlog
 
-from kjbod.protocol.generated.registry import METADATA_RECORDS
-from kjbod.protocol.runtime import DecodeError, read_uvarint, write_uvarint
-from kjbod.storage.errors import StorageError
-from kjbod.storage.records import build_batch, crc_matches, iter_batches, iter_records
+from kjbod.protocol.generated.leader_change_message import LeaderChangeMessage, Voter
+from kjbod.protocol.runtime import DecodeError
+from kjbod.storage.checkpoint import PARTITION_METADATA_FILE, render_partition_metadata
+from kjbod.storage.config import LogConfig
+from kjbod.storage.errors import StorageError, StorageSetupError
+from kjbod.storage.fsio import LogDirIO
+from kjbod.storage.log import PartitionLog
+from kjbod.storage.metadata_records import (
+    LEADER_CHANGE,
+    UnknownRecordTypeError,
+    control_batch,
+    frame_record,
+    records_batch,
+    unframe_record,
+)
+from kjbod.storage.metadata_snapshot import (
+    DELETE_SUFFIX,
+    PARTIAL_SUFFIX,
+    Snapshot,
+    SnapshotFormatError,
+    SnapshotId,
+    build_snapshot,
+    list_snapshots,
+    parse_snapshot,
+    read_snapshot_range,
+    write_snapshot_file,
+)
+from kjbod.storage.records import iter_batches, iter_records, parse_header
+from kjbod.storage.segment import LogSegment
 
 log = structlog.get_logger("kjbod.metadata_log")
 
+TOPIC = "__cluster_metadata"
 TOPIC_DIR = "__cluster_metadata-0"
-FRAME_VERSION = 1
+TOPIC_ID = "AAAAAAAAAAAAAAAAAAAAAQ"  # Kafka's Uuid.METADATA_TOPIC_ID, in partition.metadata as Kafka writes it
+# Kafka's defaults: metadata.log.segment.bytes 1 GiB, a metadata batch at most 8 MiB.
+DEFAULT_SEGMENT_BYTES = 1 << 30
+MAX_BATCH_BYTES = 8 << 20
+DEFAULT_SNAPSHOT_BYTES = 20 << 20  # metadata.log.max.record.bytes.between.snapshots
+_READ_CHUNK = 8 << 20
+KEPT_SNAPSHOTS = 2
+# Free space kept when copying a damaged tail aside: below it the tail is truncated in place.
+_ASIDE_MARGIN = 1 << 20
+
+__all__ = ["DEFAULT_SEGMENT_BYTES", "DEFAULT_SNAPSHOT_BYTES", "TOPIC", "TOPIC_DIR", "MetadataLog",
+           "MetadataLogError", "frame_record", "unframe_record"]
 
 
-def frame_record(record) -> bytes:
-    version = record.MAX_VERSION
-    return b"".join([write_uvarint(FRAME_VERSION), write_uvarint(record.API_KEY), write_uvarint(version),
-                     record.encode(version)])
+def _wall_ms() -> int:
+    return time.time_ns() // 1_000_000
 
 
-def unframe_record(value: bytes):
-    frame, pos = read_uvarint(value, 0)
-    if frame != FRAME_VERSION:
-        raise DecodeError(f"unsupported metadata frame version {frame}")
-    key, pos = read_uvarint(value, pos)
-    version, pos = read_uvarint(value, pos)
-    cls: Any = METADATA_RECORDS.get(key)
-    if cls is None:
-        raise DecodeError(f"unknown metadata record type {key}")
-    return cls.decode(value[pos:], version)
+class MetadataLogError(StorageSetupError):
+    """The metadata log cannot be loaded (an unknown record type, a gap no snapshot covers): one line."""
 
 
-def parse_batches(data: bytes) -> tuple[list[tuple[int, list[bytes]]], int]:
-    """Valid batches from the start of `data` as (base offset, record values); also the valid byte length.
+class _MetadataPartitionLog(PartitionLog):
+    """The partition log, except that a damaged tail is truncated in place when there is no room to copy it."""
 
-    Parsing stops at the first batch that is incomplete, not magic 2, fails its CRC, or holds malformed
-    records: everything from there on is the damaged tail."""
-    view = memoryview(data)
-    out = []
-    valid = 0
-    for pos, header in iter_batches(view):
-        if pos != valid or header.magic != 2 or not crc_matches(view, pos, header):
-            break
+    def _set_aside_tail(self, seg: LogSegment, valid_bytes: int, bad_bytes: int, reason: str | None,
+                        bad_offset: int | None, next_offset: int | None) -> None:
         try:
-            records = [r.value for r in iter_records(view[pos:pos + header.size])]
-        except (StorageError, ValueError):
-            break
-        values = [v for v in records if v is not None]
-        if len(values) != header.records_count or len(values) != len(records):
-            break
-        out.append((header.base_offset, values))
-        valid = pos + header.size
-    return out, valid
+            usable = self.io.statvfs()[1]
+        except StorageError:
+            usable = 0
+        if usable >= bad_bytes + _ASIDE_MARGIN:
+            super()._set_aside_tail(seg, valid_bytes, bad_bytes, reason, bad_offset, next_offset)
+            return
+        seg.truncate_bytes(valid_bytes)
+        self.load_stats.truncated_bytes += bad_bytes
+        log.warning("metadata_log_tail_truncated_in_place", partition=self.name,
+                    segment=os.path.basename(seg.log_path), dropped_from_byte=valid_bytes,
+                    dropped_to_byte=valid_bytes + bad_bytes,
+                    offset=next_offset if next_offset is not None else seg.base_offset,
+                    reason=reason, why="no room to copy the damaged tail aside", usable_bytes=usable)
 
 
 class MetadataLog:
-    """Append-only, fsynced log of metadata records in `<metadata_dir>/__cluster_metadata-0`."""
+    """`<metadata_dir>/__cluster_metadata-0`: load, append (fsynced), read committed batches, snapshots."""
 
-    def __init__(self, metadata_dir: str):
-        self.dir = os.path.join(metadata_dir, TOPIC_DIR)
-        self.path = os.path.join(self.dir, f"{0:020d}.log")
-        self.next_offset = 0
-        self._fd: int | None = None
+    def __init__(self, metadata_dir: str, *, node_id: int = 1, writer: bool = True,
+                 segment_bytes: int = DEFAULT_SEGMENT_BYTES, clock: Callable[[], int] = _wall_ms) -> None:
+        self.root = os.path.abspath(metadata_dir)
+        self.dir = os.path.join(self.root, TOPIC_DIR)
+        self.path = os.path.join(self.dir, f"{0:020d}.log")  # the first segment (kjbod 0.1 had only this one)
+        self.node_id = node_id
+        self.writer = writer
+        self.segment_bytes = segment_bytes
+        self.clock = clock
+        self.epoch = 0
+        self.bytes_since_snapshot = 0
+        self.io: LogDirIO | None = None
+        self._plog: PartitionLog | None = None
+        self._snapshot: Snapshot | None = None
+        self._hw = 0
+        self._epochs: list[tuple[int, int]] = []
+        # After load(): the offset of each record it returned (a snapshot's records: the snapshot's last offset,
+        # as Kafka's image provenance after loading a snapshot). Control records take offsets too, so the
+        # records are not contiguous: replay with these, not with next_offset - len(records).
+        self.loaded_offsets: list[int] = []  # (epoch, its first offset), ascending: the leader epoch cache
+        self._listeners: list[Callable[[int], None]] = []
+        self._write_lock = threading.Lock()
 
-    def load(self) -> list:
-        """Opens the log and returns every record in order, dropping (and keeping aside) a damaged tail."""
-        os.makedirs(self.dir, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+    # ------------------------------------------------------------------------------------------ state
+
+    @property
+    def next_offset(self) -> int:
+        return self._plog.log_end_offset if self._plog is not None else 0
+
+    @property
+    def high_watermark(self) -> int:
+        """The committed end: records below it are durable (one controller: fsynced) and may be served."""
+        return self._hw
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._plog.log_start_offset if self._plog is not None else 0
+
+    @property
+    def is_open(self) -> bool:
+        return self._plog is not None
+
+    @property
+    def log(self) -> PartitionLog:
+        if self._plog is None:
+            raise RuntimeError("metadata log is not open")
+        return self._plog
+
+    def add_commit_listener(self, fn: Callable[[int], None]) -> None:
+        """`fn(high_watermark)` after each commit, on the appending thread."""
+        self._listeners.append(fn)
+
+    def remove_commit_listener(self, fn: Callable[[int], None]) -> None:
+        if fn in self._listeners:
+            self._listeners.remove(fn)
+
+    # ------------------------------------------------------------------------------------------ load
+
+    def load(self) -> list[Any]:
+        """Open the log and return the records to replay, in order (see the module doc)."""
+        io = LogDirIO(self.root)
+        self.io = io
+        io.mkdir(self.dir, exist_ok=True, parents=True)
+        for name in io.listdir(self.dir):
+            if name.endswith((PARTIAL_SUFFIX, DELETE_SUFFIX)):
+                io.unlink(os.path.join(self.dir, name), missing_ok=True)  # an interrupted write or delete
+        snapshot = self._load_newest_snapshot(io)
+        config = LogConfig(segment_bytes=self.segment_bytes, max_message_bytes=MAX_BATCH_BYTES, retention_ms=-1,
+                           file_delete_delay_ms=0)
+        plog = _MetadataPartitionLog.load(io, self.dir, TOPIC, 0, config, had_clean_shutdown=False,
+                                          recovery_point=0, clock=self.clock)
+        self._plog = plog
         try:
-            data = _read_all(fd)
-            batches, valid = parse_batches(data)
-            records = []
-            for base, values in batches:
-                for value in values:
-                    records.append(unframe_record(value))
-                self.next_offset = base + len(values)
-            if valid < len(data):
-                aside = f"{self.path}.damaged-{int(time.time() * 1000)}"
-                with open(aside, "wb") as f:
-                    f.write(data[valid:])
-                    f.flush()
-                    os.fsync(f.fileno())
-                os.ftruncate(fd, valid)
-                os.fsync(fd)
-                log.warning("metadata_log_tail_truncated", path=self.path, valid_bytes=valid,
-                            dropped_bytes=len(data) - valid, kept_at=aside)
+            if plog.topic_id != TOPIC_ID:
+                io.write_atomic(os.path.join(self.dir, PARTITION_METADATA_FILE),
+                                render_partition_metadata(TOPIC_ID).encode())
+                plog.topic_id = TOPIC_ID
+            start = 0
+            if snapshot is not None:
+                start = snapshot.id.end_offset
+                if plog.log_end_offset < start:
+                    # The log ends before the snapshot (an observer that installed a fetched snapshot).
+                    plog.truncate_fully_and_start_at(start)
+            elif plog.log_start_offset > 0:
+                raise MetadataLogError(
+                    f"metadata log {self.dir} starts at offset {plog.log_start_offset} but no snapshot covers "
+                    "the offsets before it")
+            records = list(snapshot.records) if snapshot is not None else []
+            self.loaded_offsets = [start - 1] * len(records)
+            last_epoch, nbytes = self._replay_log(plog, start, records)
+            if last_epoch is None:
+                last_epoch = snapshot.id.epoch if snapshot is not None else 0
+            self._snapshot = dataclasses.replace(snapshot, records=[]) if snapshot is not None else None
+            self.bytes_since_snapshot = nbytes
+            plog.flush()
+            self._hw = plog.log_end_offset
+            self.epoch = last_epoch
+            if self.writer:
+                self._start_epoch(last_epoch + 1)
+            self._clean_before_snapshot()
         except BaseException:
-            os.close(fd)
+            plog.close_quietly()
+            self._plog = None
             raise
-        self._fd = fd
+        log.info("metadata_log_loaded", dir=self.dir, records=len(records), log_start_offset=plog.log_start_offset,
+                 log_end_offset=plog.log_end_offset, epoch=self.epoch,
+                 snapshot=snapshot.id.file_name if snapshot is not None else None,
+                 truncated_bytes=plog.load_stats.truncated_bytes)
         return records
 
-    def append(self, records: Iterable) -> None:
-        """Writes one batch holding `records` and fsyncs it: applied as a unit after a crash."""
-        if self._fd is None:
-            raise RuntimeError("metadata log is not open")
+    def _load_newest_snapshot(self, io: LogDirIO) -> Snapshot | None:
+        for sid in reversed(list_snapshots(io, self.dir)):
+            path = os.path.join(self.dir, sid.file_name)
+            data = io.read_bytes_or_none(path)
+            if data is None:
+                continue
+            try:
+                return Snapshot(sid, path, len(data), parse_snapshot(data))
+            except SnapshotFormatError as e:
+                aside = f"{path}.{self.clock()}.corrupt"
+                io.rename(path, aside)
+                log.warning("metadata_snapshot_refused", path=path, error=str(e), moved_to=aside)
+        return None
+
+    def _replay_log(self, plog: PartitionLog, start: int, out: list[Any]) -> tuple[int | None, int]:
+        """Append the log's records from offset `start` to `out` and build the epoch cache from every batch;
+        (epoch of the last batch, bytes from `start`)."""
+        offset = plog.log_start_offset
+        last_epoch: int | None = None
+        nbytes = 0
+        self._epochs = []
+        while offset < plog.log_end_offset:
+            data = plog.read_bytes(offset, _READ_CHUNK)
+            if not data:
+                break
+            view = memoryview(data)
+            for pos, header in iter_batches(view):
+                last_epoch = header.partition_leader_epoch
+                self._note_epoch(header.partition_leader_epoch, header.base_offset)
+                if header.last_offset < start:
+                    offset = header.next_offset
+                    continue
+                nbytes += header.size
+                if not header.is_control:
+                    for rec in iter_records(view[pos:pos + header.size]):
+                        if rec.offset >= start:
+                            out.append(self._decode(rec.offset, rec.value))
+                            self.loaded_offsets.append(rec.offset)
+                offset = header.next_offset
+        return last_epoch, nbytes
+
+    def _note_epoch(self, epoch: int, offset: int) -> None:
+        if not self._epochs or epoch > self._epochs[-1][0]:
+            self._epochs.append((epoch, offset))
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int] | None:
+        """(end offset, epoch) of the largest epoch <= `epoch` this log holds: the offset where the next epoch
+        starts, or the log end for the current one (Kafka's leader epoch cache); None before the first."""
+        best = None
+        for i, (e, _start) in enumerate(self._epochs):
+            if e > epoch:
+                break
+            end = self._epochs[i + 1][1] if i + 1 < len(self._epochs) else self.next_offset
+            best = (end, e)
+        return best
+
+    def _decode(self, offset: int, value: bytes | None) -> Any:
+        if value is None:
+            raise MetadataLogError(f"metadata log {self.dir}: record at offset {offset} has no value")
+        try:
+            return unframe_record(value)
+        except UnknownRecordTypeError as e:
+            raise MetadataLogError(
+                f"metadata log {self.dir}: record at offset {offset} has unknown type {e.api_key} "
+                "(written by a newer version?)") from None
+        except DecodeError as e:
+            raise MetadataLogError(f"metadata log {self.dir}: record at offset {offset} is unreadable: {e}") from None
+
+    def start_new_epoch(self) -> int:
+        """Lead a new epoch (a controller that became leader again): a LeaderChangeMessage opens it. Returns it."""
+        with self._write_lock:
+            self._start_epoch(self.epoch + 1)
+            return self.epoch
+
+    def snapshot_due(self, max_bytes_between: int = DEFAULT_SNAPSHOT_BYTES) -> bool:
+        """True once `metadata.log.max.record.bytes.between.snapshots` were written since the last snapshot."""
+        return self.bytes_since_snapshot >= max_bytes_between
+
+    def _start_epoch(self, epoch: int) -> None:
+        """Become the leader of `epoch`: a LeaderChangeMessage opens it (committed at once: one voter)."""
+        self.epoch = epoch
+        me = [Voter(voter_id=self.node_id)]
+        message = LeaderChangeMessage(version=0, leader_id=self.node_id, voters=me, granting_voters=list(me))
+        batch = control_batch(LEADER_CHANGE, message, base_offset=self.next_offset, epoch=epoch,
+                              timestamp_ms=self.clock())
+        self._commit(batch)
+        log.info("metadata_log_epoch_started", epoch=epoch, leader=self.node_id, offset=self.next_offset - 1)
+
+    # ------------------------------------------------------------------------------------------ write
+
+    def append(self, records: Iterable[Any]) -> int:
+        """Write `records` as one batch of this epoch and fsync it; returns the offset of its first record."""
         values = [frame_record(r) for r in records]
-        if not values:
+        with self._write_lock:
+            base = self.next_offset
+            if not values:
+                return base
+            if self._plog is None:
+                raise RuntimeError("metadata log is not open")
+            self._commit(records_batch(values, base_offset=base, epoch=self.epoch, timestamp_ms=self.clock()))
+            return base
+
+    def append_fetched(self, data: bytes, high_watermark: int | None = None) -> int:
+        """An observer's append: whole batches fetched from the controller, offsets and epochs kept; fsynced.
+        Returns the new log end offset. The high watermark is the controller's (at most the local end)."""
+        with self._write_lock:
+            plog = self.log
+            if data:
+                plog.append_as_follower(data)
+                plog.flush()
+                self.bytes_since_snapshot += len(data)
+                for _pos, header in iter_batches(data):
+                    self._note_epoch(header.partition_leader_epoch, header.base_offset)
+                    self.epoch = max(self.epoch, header.partition_leader_epoch)
+            hw = plog.log_end_offset if high_watermark is None else min(high_watermark, plog.log_end_offset)
+            if hw > self._hw:
+                self._hw = hw
+                self._notify(hw)
+            return plog.log_end_offset
+
+    def _commit(self, batch: bytes) -> None:
+        plog = self.log
+        self._note_epoch(self.epoch, plog.log_end_offset)
+        plog.append_as_follower(batch)
+        plog.flush()
+        self.bytes_since_snapshot += len(batch)
+        self._hw = plog.log_end_offset
+        self._notify(self._hw)
+
+    def _notify(self, hw: int) -> None:
+        for fn in list(self._listeners):
+            try:
+                fn(hw)
+            except Exception:  # a listener's bug must not fail a durable append
+                log.exception("metadata_commit_listener_failed")
+
+    # ------------------------------------------------------------------------------------------ read
+
+    def read(self, from_offset: int, max_bytes: int) -> bytes:
+        """Whole committed batches from the one holding `from_offset`, about `max_bytes` (at least one batch).
+        Raises OffsetOutOfRangeError outside [log start, log end]."""
+        return self.log.read_bytes(from_offset, max_bytes, max_offset=self._hw)
+
+    def epoch_at(self, offset: int) -> int | None:
+        """The epoch of the batch holding `offset`, or None when the log does not hold it."""
+        plog = self.log
+        if offset < plog.log_start_offset or offset >= plog.log_end_offset:
+            return None
+        data = plog.read_bytes(offset, 1)
+        return parse_header(data).partition_leader_epoch if data else None
+
+    # ------------------------------------------------------------------------------------------ snapshots
+
+    def latest_snapshot(self) -> SnapshotId | None:
+        return self._snapshot.id if self._snapshot is not None else None
+
+    def snapshot_path(self, snapshot_id: SnapshotId) -> str:
+        return os.path.join(self.dir, snapshot_id.file_name)
+
+    def read_snapshot(self, snapshot_id: SnapshotId, position: int, max_bytes: int) -> tuple[int, bytes] | None:
+        """(size, bytes from `position`) of a snapshot this log has, or None (FetchSnapshot)."""
+        io = self.io
+        if io is None or snapshot_id not in list_snapshots(io, self.dir):
+            return None
+        return read_snapshot_range(io, self.snapshot_path(snapshot_id), position, max_bytes)
+
+    def write_snapshot(self, records: Iterable[Any], end_offset: int) -> str:
+        """Write the image as of `end_offset` (exclusive, at most the high watermark) as a snapshot, then drop
+        older snapshots and the segments wholly below it. Returns the snapshot's path."""
+        plog = self.log
+        io = self.io
+        assert io is not None
+        if not plog.log_start_offset < end_offset <= self._hw:
+            raise ValueError(f"snapshot end offset {end_offset} is outside the committed log "
+                             f"[{plog.log_start_offset + 1}, {self._hw}]")
+        last = parse_header(plog.read_bytes(end_offset - 1, 1))
+        sid = SnapshotId(end_offset, last.partition_leader_epoch)
+        if self._snapshot is not None and sid <= self._snapshot.id:
+            return self._snapshot.path
+        records = list(records)
+        data = build_snapshot(records, epoch=sid.epoch, last_contained_timestamp=last.max_timestamp,
+                              now_ms=self.clock())
+        path = write_snapshot_file(io, self.dir, sid, data)
+        with self._write_lock:  # appends may go on while the snapshot is built; not while the log is cut
+            self._snapshot = Snapshot(sid, path, len(data), [])
+            after = self.log.read_bytes(end_offset, 1 << 62) if end_offset < self.next_offset else b""
+            self.bytes_since_snapshot = len(after)
+            self._clean_before_snapshot()
+        log.info("metadata_snapshot_written", path=path, records=len(records), bytes=len(data))
+        return path
+
+    def install_snapshot(self, data: bytes, snapshot_id: SnapshotId) -> list[Any]:
+        """An observer far behind: keep a snapshot fetched from the controller (checked whole), empty the log to
+        start at its end offset, and return its records (the image to replace the current one)."""
+        records = parse_snapshot(data)
+        io = self.io
+        assert io is not None
+        with self._write_lock:
+            path = write_snapshot_file(io, self.dir, snapshot_id, data)
+            self._snapshot = Snapshot(snapshot_id, path, len(data), [])
+            self.log.truncate_fully_and_start_at(snapshot_id.end_offset)
+            self.log.flush()
+            self._epochs = []
+            self._hw = snapshot_id.end_offset
+            self.epoch = max(self.epoch, snapshot_id.epoch)
+            self.bytes_since_snapshot = 0
+            self._clean_before_snapshot()
+            self.log.deletions.run_due(1 << 62)
+        return records
+
+    def _clean_before_snapshot(self) -> None:
+        """Keep the two newest snapshots; delete older ones, and the segments that end at or before the older
+        of the two (so if the newest is ever refused, the previous one and the log still rebuild everything)."""
+        io = self.io
+        if self._snapshot is None or io is None:
             return
-        now_ms = int(time.time() * 1000)
-        batch = build_batch([(None, v, (), now_ms) for v in values], base_offset=self.next_offset,
-                            partition_leader_epoch=0)
-        view = memoryview(batch)
-        while view:
-            n = os.write(self._fd, view)
-            view = view[n:]
-        os.fsync(self._fd)
-        self.next_offset += len(values)
+        ids = list_snapshots(io, self.dir)
+        kept = ids[-KEPT_SNAPSHOTS:]
+        for sid in ids[:-KEPT_SNAPSHOTS]:
+            io.unlink(os.path.join(self.dir, sid.file_name), missing_ok=True)
+        if not kept:
+            return
+        cut = kept[0].end_offset
+        plog = self.log
+        bases = [s.base_offset for s in plog.segments if s.base_offset <= cut]
+        if bases and bases[-1] > plog.log_start_offset:
+            plog.advance_log_start_offset(min(bases[-1], self._hw))
+            plog.deletions.run_due(1 << 62)
+
+    # ------------------------------------------------------------------------------------------ close
 
     def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-
-
-def _read_all(fd: int) -> bytes:
-    size = os.fstat(fd).st_size
-    chunks = []
-    pos = 0
-    while pos < size:
-        chunk = os.pread(fd, min(size - pos, 1 << 24), pos)
-        if not chunk:
-            break
-        chunks.append(chunk)
-        pos += len(chunk)
-    return b"".join(chunks)
+        if self._plog is not None:
+            self._plog.close()
+            self._plog = None

@@ -117,11 +117,13 @@ def specs() -> dict[str, MessageSpec]:
 
 def message_classes() -> list[type]:
     """Every message class the codec must handle: requests and responses of the registry, both headers, and
-    every metadata record."""
+    every metadata record and control record."""
     out: list[type] = [RequestHeader, ResponseHeader]
     for info in APIS.values():
         out += [info.request, info.response]
     out += list(METADATA_RECORDS.values())
+    for spec in sorted((s for s in specs().values() if s.kind == "data"), key=lambda s: s.name):
+        out.append(getattr(importlib.import_module(f"kjbod.protocol.generated.{module_name(spec)}"), spec.name))
     return out
 
 

@@ -100,6 +100,8 @@ def kio_class(cls: type, version: int) -> type | None:
     elif cls.KIND in ("request", "response"):
         api = name[: -len(cls.KIND)]
         modname = f"kio.schema.{snake(api)}.v{version}.{cls.KIND}"
+    elif cls.KIND == "data":  # the metadata log's control records
+        modname = f"kio.schema.{snake(name)}.v{version}.data"
     else:
         return None
     try:

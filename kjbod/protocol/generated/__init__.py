@@ -33,12 +33,15 @@ from .describe_log_dirs_response import DescribeLogDirsResponse
 from .fence_broker_record import FenceBrokerRecord
 from .fetch_request import FetchRequest
 from .fetch_response import FetchResponse
+from .fetch_snapshot_request import FetchSnapshotRequest
+from .fetch_snapshot_response import FetchSnapshotResponse
 from .find_coordinator_request import FindCoordinatorRequest
 from .find_coordinator_response import FindCoordinatorResponse
 from .incremental_alter_configs_request import IncrementalAlterConfigsRequest
 from .incremental_alter_configs_response import IncrementalAlterConfigsResponse
 from .init_producer_id_request import InitProducerIdRequest
 from .init_producer_id_response import InitProducerIdResponse
+from .leader_change_message import LeaderChangeMessage
 from .list_offsets_request import ListOffsetsRequest
 from .list_offsets_response import ListOffsetsResponse
 from .list_partition_reassignments_request import ListPartitionReassignmentsRequest
@@ -57,6 +60,8 @@ from .sasl_authenticate_request import SaslAuthenticateRequest
 from .sasl_authenticate_response import SaslAuthenticateResponse
 from .sasl_handshake_request import SaslHandshakeRequest
 from .sasl_handshake_response import SaslHandshakeResponse
+from .snapshot_footer_record import SnapshotFooterRecord
+from .snapshot_header_record import SnapshotHeaderRecord
 from .topic_record import TopicRecord
 from .unfence_broker_record import UnfenceBrokerRecord
 from .unregister_broker_request import UnregisterBrokerRequest
@@ -94,12 +99,15 @@ __all__ = [
     'FenceBrokerRecord',
     'FetchRequest',
     'FetchResponse',
+    'FetchSnapshotRequest',
+    'FetchSnapshotResponse',
     'FindCoordinatorRequest',
     'FindCoordinatorResponse',
     'IncrementalAlterConfigsRequest',
     'IncrementalAlterConfigsResponse',
     'InitProducerIdRequest',
     'InitProducerIdResponse',
+    'LeaderChangeMessage',
     'ListOffsetsRequest',
     'ListOffsetsResponse',
     'ListPartitionReassignmentsRequest',
@@ -118,6 +126,8 @@ __all__ = [
     'SaslAuthenticateResponse',
     'SaslHandshakeRequest',
     'SaslHandshakeResponse',
+    'SnapshotFooterRecord',
+    'SnapshotHeaderRecord',
     'TopicRecord',
     'UnfenceBrokerRecord',
     'UnregisterBrokerRequest',

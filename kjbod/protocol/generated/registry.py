@@ -37,12 +37,15 @@ from .describe_log_dirs_response import DescribeLogDirsResponse
 from .fence_broker_record import FenceBrokerRecord
 from .fetch_request import FetchRequest
 from .fetch_response import FetchResponse
+from .fetch_snapshot_request import FetchSnapshotRequest
+from .fetch_snapshot_response import FetchSnapshotResponse
 from .find_coordinator_request import FindCoordinatorRequest
 from .find_coordinator_response import FindCoordinatorResponse
 from .incremental_alter_configs_request import IncrementalAlterConfigsRequest
 from .incremental_alter_configs_response import IncrementalAlterConfigsResponse
 from .init_producer_id_request import InitProducerIdRequest
 from .init_producer_id_response import InitProducerIdResponse
+from .leader_change_message import LeaderChangeMessage
 from .list_offsets_request import ListOffsetsRequest
 from .list_offsets_response import ListOffsetsResponse
 from .list_partition_reassignments_request import ListPartitionReassignmentsRequest
@@ -61,6 +64,8 @@ from .sasl_authenticate_request import SaslAuthenticateRequest
 from .sasl_authenticate_response import SaslAuthenticateResponse
 from .sasl_handshake_request import SaslHandshakeRequest
 from .sasl_handshake_response import SaslHandshakeResponse
+from .snapshot_footer_record import SnapshotFooterRecord
+from .snapshot_header_record import SnapshotHeaderRecord
 from .topic_record import TopicRecord
 from .unfence_broker_record import UnfenceBrokerRecord
 from .unregister_broker_request import UnregisterBrokerRequest
@@ -98,6 +103,7 @@ APIS: dict[int, ApiInfo] = {
     45: ApiInfo(45, 'AlterPartitionReassignments', AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse, 0, 1, 0, frozenset(['broker', 'controller'])),
     46: ApiInfo(46, 'ListPartitionReassignments', ListPartitionReassignmentsRequest, ListPartitionReassignmentsResponse, 0, 0, 0, frozenset(['broker', 'controller'])),
     56: ApiInfo(56, 'AlterPartition', AlterPartitionRequest, AlterPartitionResponse, 0, 3, 0, frozenset(['controller'])),
+    59: ApiInfo(59, 'FetchSnapshot', FetchSnapshotRequest, FetchSnapshotResponse, 0, 1, 0, frozenset(['controller'])),
     60: ApiInfo(60, 'DescribeCluster', DescribeClusterRequest, DescribeClusterResponse, 0, 2, 0, frozenset(['broker', 'controller'])),
     62: ApiInfo(62, 'BrokerRegistration', BrokerRegistrationRequest, BrokerRegistrationResponse, 0, 4, 0, frozenset(['controller'])),
     63: ApiInfo(63, 'BrokerHeartbeat', BrokerHeartbeatRequest, BrokerHeartbeatResponse, 0, 1, 0, frozenset(['controller'])),
