@@ -2,6 +2,8 @@
 
 """Generated message classes: one dataclass per message, every version."""
 
+from .allocate_producer_ids_request import AllocateProducerIdsRequest
+from .allocate_producer_ids_response import AllocateProducerIdsResponse
 from .alter_configs_request import AlterConfigsRequest
 from .alter_configs_response import AlterConfigsResponse
 from .alter_partition_reassignments_request import AlterPartitionReassignmentsRequest
@@ -30,6 +32,7 @@ from .describe_configs_request import DescribeConfigsRequest
 from .describe_configs_response import DescribeConfigsResponse
 from .describe_log_dirs_request import DescribeLogDirsRequest
 from .describe_log_dirs_response import DescribeLogDirsResponse
+from .feature_level_record import FeatureLevelRecord
 from .fence_broker_record import FenceBrokerRecord
 from .fetch_request import FetchRequest
 from .fetch_response import FetchResponse
@@ -49,6 +52,7 @@ from .partition_change_record import PartitionChangeRecord
 from .partition_record import PartitionRecord
 from .produce_request import ProduceRequest
 from .produce_response import ProduceResponse
+from .producer_ids_record import ProducerIdsRecord
 from .register_broker_record import RegisterBrokerRecord
 from .remove_topic_record import RemoveTopicRecord
 from .request_header import RequestHeader
@@ -59,10 +63,13 @@ from .sasl_handshake_request import SaslHandshakeRequest
 from .sasl_handshake_response import SaslHandshakeResponse
 from .topic_record import TopicRecord
 from .unfence_broker_record import UnfenceBrokerRecord
+from .unregister_broker_record import UnregisterBrokerRecord
 from .unregister_broker_request import UnregisterBrokerRequest
 from .unregister_broker_response import UnregisterBrokerResponse
 
 __all__ = [
+    'AllocateProducerIdsRequest',
+    'AllocateProducerIdsResponse',
     'AlterConfigsRequest',
     'AlterConfigsResponse',
     'AlterPartitionReassignmentsRequest',
@@ -91,6 +98,7 @@ __all__ = [
     'DescribeConfigsResponse',
     'DescribeLogDirsRequest',
     'DescribeLogDirsResponse',
+    'FeatureLevelRecord',
     'FenceBrokerRecord',
     'FetchRequest',
     'FetchResponse',
@@ -110,6 +118,7 @@ __all__ = [
     'PartitionRecord',
     'ProduceRequest',
     'ProduceResponse',
+    'ProducerIdsRecord',
     'RegisterBrokerRecord',
     'RemoveTopicRecord',
     'RequestHeader',
@@ -120,6 +129,7 @@ __all__ = [
     'SaslHandshakeResponse',
     'TopicRecord',
     'UnfenceBrokerRecord',
+    'UnregisterBrokerRecord',
     'UnregisterBrokerRequest',
     'UnregisterBrokerResponse',
 ]
