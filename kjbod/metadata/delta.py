@@ -98,6 +98,13 @@ class MetadataDelta:
         current = self._configs[key] = dict(self.image.configs.get(key, {}))
         return current
 
+    def changed_topic_ids(self) -> list[UUID]:
+        """Topics of the new image that records of this delta created or changed (configs included)."""
+        names = {name for (rtype, name) in self._configs if rtype == TOPIC_RESOURCE}
+        ids = set(self._topics)
+        ids.update(t.topic_id for n in names if (t := self.image.topics_by_name.get(n)) is not None)
+        return sorted(ids - set(self.removed_topics) | set(self._topics))
+
     # ------------------------------------------------------------------------------------------ replay
     def replay(self, record: Any, offset: int | None = None) -> None:
         fn = REPLAY.get(type(record))
