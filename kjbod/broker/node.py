@@ -298,6 +298,7 @@ class BrokerNode:
         self._start_mover()
         self.controller.start()
         await self._register()
+        await self._record_local_dirs()
         self.spawn(self._heartbeats())
         log.info("node_started", node_id=self.node_id, cluster_id=self.cluster_id,
                  topics=len(self.metadata.by_name), broker_epoch=self.broker_epoch)
@@ -323,6 +324,24 @@ class BrokerNode:
         self.broker_epoch = resp.broker_epoch
         while (await self._heartbeat()).is_fenced is not False:
             await asyncio.sleep(0.01)
+
+    async def _record_local_dirs(self) -> None:
+        """Makes the metadata say where each of this broker's replicas is: dirs chosen before a crash and not yet
+        recorded, replicas moved between dirs (KIP-113), and logs written before dirs were tracked."""
+        ids_by_path = {path: dir_id for dir_id, path in self.logs.manager.directory_ids(online_only=True).items()}
+        placed = []
+        for topic in self.metadata.topics():
+            for p in topic.partitions.values():
+                plog = self.logs.manager.find(topic.name, p.partition) if self.node_id in p.replicas else None
+                text = ids_by_path.get(plog.log_dir) if plog is not None else None
+                if text is None:
+                    continue
+                dir_id = uuid.UUID(bytes=uuid_from_str(text))
+                if p.directory_of(self.node_id) != dir_id:
+                    placed.append((topic.topic_id, p.partition, dir_id))
+        if placed:
+            await self.controller.assign_directories(self.node_id, placed)
+            log.info("replica_dirs_recorded", partitions=len(placed))
 
     async def _heartbeat(self, *, want_shut_down: bool = False) -> Any:
         return await self.controller_request(BrokerHeartbeatRequest(

@@ -24,9 +24,11 @@ from typing import Any
 import structlog
 
 from kjbod.controller import cluster_control, configs, producer_ids, replication_control
+from kjbod.controller.errors import error_response
 from kjbod.controller.heartbeats import BrokerHeartbeatManager
 from kjbod.controller.result import ConfigPolicy, ControllerResult, ControllerSettings
 from kjbod.metadata import EMPTY_IMAGE, MetadataDelta, MetadataImage, image_records
+from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import (
     AllocateProducerIdsRequest,
     AlterConfigsRequest,
@@ -170,10 +172,18 @@ class QuorumController:
 
     # ------------------------------------------------------------------------------------------ requests
     async def handle_request(self, api_key: int, version: int, request: Any, header: Any = None) -> Any:
+        """The response to one controller request.  A write the metadata log could not make durable answers
+        KAFKA_STORAGE_ERROR (anything else unexpected UNKNOWN_SERVER_ERROR) in the request's own error fields."""
         handler = self._handlers.get(api_key)
         if handler is None:
             raise ValueError(f"the controller does not serve api key {api_key}")
-        return await handler(version, request)
+        try:
+            return await handler(version, request)
+        except (asyncio.CancelledError, ConnectionError):
+            raise
+        except Exception as e:
+            code = ErrorCode.KAFKA_STORAGE_ERROR if isinstance(e, OSError) else ErrorCode.UNKNOWN_SERVER_ERROR
+            return error_response(api_key, request, code, f"the controller could not complete the request: {e}")
 
     async def _register(self, version: int, req: BrokerRegistrationRequest) -> Any:
         return await self.submit(lambda image, offset: cluster_control.register_broker(

@@ -7,8 +7,6 @@ from __future__ import annotations
 import asyncio
 import uuid
 
-import pytest
-
 from kjbod.controller import ControllerSettings, QuorumController
 from kjbod.protocol.errors import ErrorCode as E
 from kjbod.protocol.generated import (
@@ -87,8 +85,9 @@ def test_a_failing_append_changes_nothing_and_the_controller_keeps_going(tmp_pat
                 raise OSError(5, "Input/output error")
 
             c.log.append = broken
-            with pytest.raises(OSError):
-                await c.handle_request(19, 7, create("t"))
+            failed = await c.handle_request(19, 7, create("t"))
+            assert failed.topics[0].error_code == E.KAFKA_STORAGE_ERROR
+            assert "Input/output error" in failed.topics[0].error_message
             assert c.image.topic("t") is None
             c.log.append = real
             assert (await c.handle_request(19, 7, create("t"))).topics[0].error_code == 0
