@@ -84,6 +84,8 @@ def register_broker(image: MetadataImage, req: BrokerRegistrationRequest, settin
         record.broker_epoch = next_offset
         record.fenced = True
         sessions.remove(req.broker_id)
+    if req.broker_id == settings.local_broker_id:
+        sessions.local_registered = True
     return ControllerResult([record], BrokerRegistrationResponse(error_code=0, broker_epoch=record.broker_epoch))
 
 

@@ -57,6 +57,7 @@ class BrokerHeartbeatManager:
     def __init__(self, settings: ControllerSettings) -> None:
         self.settings = settings
         self.sessions: dict[int, Session] = {}
+        self.local_registered = False  # the broker in this process has registered since this controller started
 
     @property
     def timeout_s(self) -> float:
@@ -73,9 +74,12 @@ class BrokerHeartbeatManager:
 
     def has_valid_session(self, reg: BrokerRegistration, now: float) -> bool:
         """Whether `reg`'s incarnation may still be alive.  The broker in this process registers once per
-        process start, so an earlier incarnation of it is certainly gone."""
-        if reg.fenced or reg.broker_id == self.settings.local_broker_id:
+        process start: before it has, the registration in the log is a previous process's and certainly gone;
+        after, it lives as long as this controller."""
+        if reg.fenced:
             return False
+        if reg.broker_id == self.settings.local_broker_id:
+            return self.local_registered
         return self.session(reg.broker_id, now).last_contact + self.timeout_s >= now
 
     def lowest_active_offset(self, image: MetadataImage, now: float) -> int:

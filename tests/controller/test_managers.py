@@ -414,5 +414,10 @@ def test_the_local_brokers_new_incarnation_replaces_the_old_one_at_once():
     incarnation is gone even though its session looks alive."""
     ctx = Ctx(local_broker_id=1)
     ctx.live_broker(1)
-    resp = ctx.register(1, incarnation=uuid.uuid4())
-    assert resp.error_code == 0 and ctx.image.broker(1).fenced
+    restarted = Ctx(local_broker_id=1)  # a new process: its controller replays the same records
+    restarted.image, restarted.log = ctx.image, ctx.log
+    resp = restarted.register(1, incarnation=uuid.uuid4())
+    assert resp.error_code == 0 and restarted.image.broker(1).fenced
+    # Once registered and unfenced, the local broker is live: another incarnation of its id is refused.
+    assert not restarted.heartbeat(1).is_fenced
+    assert restarted.register(1, incarnation=uuid.uuid4()).error_code == E.DUPLICATE_BROKER_REGISTRATION
