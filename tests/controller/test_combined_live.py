@@ -89,3 +89,48 @@ def test_combined_node_goes_through_its_controller(kjbod_server):
     regs = [r for r in read_log(server) if isinstance(r, RegisterBrokerRecord)]
     assert len(regs) == 2 and regs[0].incarnation_id != regs[1].incarnation_id
     assert regs[1].broker_epoch > regs[0].broker_epoch
+
+
+def test_a_metadata_log_written_by_the_single_node_starts_and_keeps_its_topics(kjbod_server):
+    """The single node before the controller wrote topics alone: TopicRecord, ConfigRecords and PartitionRecords
+    with replicas, ISR and leader all this node and no real directory, and no broker registration at all.  Such a
+    log starts: the node registers, keeps the topics and their data, and records where each replica is."""
+    from datapath.support import batch, fetch_all, produce
+
+    from kjbod.protocol.generated import ConfigRecord, TopicRecord
+
+    server = kjbod_server
+    with RawClient.to(server) as raw:
+        assert create_topic(raw, "legacy", 3, {"retention.ms": "86400000"}).error_code == 0
+        for p in range(3):
+            assert produce(raw, "legacy", p, batch([b"v%d" % p])).error_code == 0
+    assert server.stop() == 0
+    mlog = MetadataLog(str(server.metadata_dir))
+    old_style = []
+    for r in mlog.load():
+        if isinstance(r, (TopicRecord, ConfigRecord)):
+            old_style.append(r)
+        elif isinstance(r, PartitionRecord):
+            r.directories = [uuid.UUID(int=0)]
+            old_style.append(r)
+    mlog.close()
+    for f in (server.metadata_dir / "__cluster_metadata-0").iterdir():
+        f.unlink()
+    mlog = MetadataLog(str(server.metadata_dir))
+    mlog.load()
+    mlog.append(old_style)
+    mlog.close()
+
+    server.start()
+    with RawClient.to(server) as raw:
+        md = metadata(raw, ["legacy"])
+        assert md.topics[0].error_code == 0
+        assert [(p.partition_index, p.leader_id) for p in md.topics[0].partitions] == [(0, 1), (1, 1), (2, 1)]
+        for p in range(3):
+            assert [r.value for r in fetch_all(raw, "legacy", p)] == [b"v%d" % p]
+        assert new_producer_id(raw) >= 0
+    assert server.stop() == 0
+    image = replay(EMPTY_IMAGE, read_log(server))
+    assert image.broker(1) is not None and dict(image.topic("legacy").configs) == {"retention.ms": "86400000"}
+    homes = partition_homes(server)
+    assert {f"legacy-{p}": part.directories[0] for p, part in image.topic("legacy").partitions.items()} == homes

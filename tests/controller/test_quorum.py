@@ -120,3 +120,56 @@ def test_session_expiry_fences_a_silent_broker(tmp_path):
             c.log.close()
 
     asyncio.run(main())
+
+
+class FakeLog:
+    """The metadata log's contract as the controller uses it, in memory, counting bytes like the real one."""
+
+    def __init__(self):
+        self.next_offset = 0
+        self.bytes_since_snapshot = 0
+        self.records = []
+        self.snapshots = []
+
+    def load(self):
+        return []
+
+    def append(self, records):
+        first = self.next_offset
+        self.records += records
+        self.next_offset += len(records)
+        self.bytes_since_snapshot += 100 * len(records)
+        return first
+
+    def write_snapshot(self, records, end_offset):
+        import threading
+
+        self.snapshots.append((list(records), end_offset, threading.current_thread().name))
+        self.bytes_since_snapshot = 0
+
+
+def test_a_snapshot_is_written_off_the_loop_once_enough_bytes_were_written(tmp_path):
+    from kjbod.metadata import EMPTY_IMAGE, replay
+
+    fake = FakeLog()
+    settings = ControllerSettings(cluster_id=CLUSTER, max_bytes_between_snapshots=1000)
+
+    async def main():
+        c = QuorumController(settings, fake, Policy())
+        c.load()
+        c.start()
+        try:
+            await live_broker(c, 1)
+            assert fake.snapshots == []  # two records: 200 bytes
+            assert (await c.handle_request(19, 7, create("t", 12))).topics[0].error_code == 0
+            return c.image
+        finally:
+            await c.stop()
+
+    image = asyncio.run(main())
+    ((records, end_offset, thread),) = fake.snapshots
+    assert end_offset == fake.next_offset == image.offset + 1
+    assert thread.startswith("kjbod-metadata-log")
+    rebuilt = replay(EMPTY_IMAGE, records)
+    assert rebuilt.topics_by_id == image.topics_by_id and rebuilt.brokers == image.brokers
+    assert fake.bytes_since_snapshot == 0
