@@ -9,6 +9,7 @@ UNKNOWN_TOPIC_OR_PARTITION; other resource types INVALID_REQUEST; keys and value
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from kjbod.controller.result import ConfigPolicy, ControllerResult, PolicyError
@@ -20,8 +21,7 @@ Change = tuple[str, int, str | None]  # (key, operation, value)
 
 
 def _duplicates(items: list[str]) -> set[str]:
-    seen: set[str] = set()
-    return {i for i in items if i in seen or seen.add(i)}  # type: ignore[func-returns-value]
+    return {i for i, n in Counter(items).items() if n > 1}
 
 
 def alter_configs(image: MetadataImage, resources: list[tuple[int, str, list[Change]]], policy: ConfigPolicy, *,

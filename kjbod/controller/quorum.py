@@ -53,6 +53,12 @@ Listener = Callable[[MetadataDelta, MetadataImage], None]
 SET, DELETE = 0, 1
 
 
+def _key(message: Any) -> int:
+    key = message.API_KEY
+    assert isinstance(key, int)
+    return key
+
+
 class QuorumController:
     def __init__(self, settings: ControllerSettings, metadata_log: Any, policy: ConfigPolicy, *,
                  clock: Callable[[], float] = time.monotonic,
@@ -69,14 +75,14 @@ class QuorumController:
         self._tasks: list[asyncio.Task[None]] = []
         self._io = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="kjbod-metadata-log")
         self._handlers: dict[int, Callable[[int, Any], Awaitable[Any]]] = {
-            BrokerRegistrationRequest.API_KEY: self._register,  # type: ignore[dict-item]
-            BrokerHeartbeatRequest.API_KEY: self._heartbeat,  # type: ignore[dict-item]
-            UnregisterBrokerRequest.API_KEY: self._unregister,  # type: ignore[dict-item]
-            CreateTopicsRequest.API_KEY: self._create_topics,  # type: ignore[dict-item]
-            DeleteTopicsRequest.API_KEY: self._delete_topics,  # type: ignore[dict-item]
-            AlterConfigsRequest.API_KEY: self._alter_configs,  # type: ignore[dict-item]
-            IncrementalAlterConfigsRequest.API_KEY: self._incremental_alter_configs,  # type: ignore[dict-item]
-            AllocateProducerIdsRequest.API_KEY: self._allocate_producer_ids,  # type: ignore[dict-item]
+            _key(BrokerRegistrationRequest): self._register,
+            _key(BrokerHeartbeatRequest): self._heartbeat,
+            _key(UnregisterBrokerRequest): self._unregister,
+            _key(CreateTopicsRequest): self._create_topics,
+            _key(DeleteTopicsRequest): self._delete_topics,
+            _key(AlterConfigsRequest): self._alter_configs,
+            _key(IncrementalAlterConfigsRequest): self._incremental_alter_configs,
+            _key(AllocateProducerIdsRequest): self._allocate_producer_ids,
         }
 
     # ------------------------------------------------------------------------------------------ lifecycle
