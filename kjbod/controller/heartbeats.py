@@ -144,7 +144,10 @@ class BrokerHeartbeatManager:
 
     @staticmethod
     def _offline_dirs(image: MetadataImage, reg: BrokerRegistration, req: BrokerHeartbeatRequest) -> list[Any]:
-        newly = [d for d in reg.log_dirs if d in set(req.offline_log_dirs)]
+        if not req.offline_log_dirs:
+            return []
+        offline = set(req.offline_log_dirs)
+        newly = [d for d in reg.log_dirs if d in offline]
         if not newly:
             return []
         out: list[Any] = []

@@ -173,3 +173,35 @@ def test_a_snapshot_is_written_off_the_loop_once_enough_bytes_were_written(tmp_p
     rebuilt = replay(EMPTY_IMAGE, records)
     assert rebuilt.topics_by_id == image.topics_by_id and rebuilt.brokers == image.brokers
     assert fake.bytes_since_snapshot == 0
+
+
+def test_nothing_is_answered_or_applied_before_the_append_returns(tmp_path):
+    """A create waits for its append; a heartbeat behind it waits too, and sees the image with the topic."""
+    import threading
+
+    async def main():
+        c = make(tmp_path)
+        c.start()
+        try:
+            epoch = await live_broker(c, 1)
+            gate = threading.Event()
+            real = c.log.append
+
+            def slow(records):
+                gate.wait(30)
+                return real(records)
+
+            c.log.append = slow
+            created = asyncio.ensure_future(c.handle_request(19, 7, create("t")))
+            beat = asyncio.ensure_future(c.handle_request(63, 1, BrokerHeartbeatRequest(
+                broker_id=1, broker_epoch=epoch, current_metadata_offset=0)))
+            await asyncio.sleep(0.2)
+            assert not created.done() and not beat.done() and c.image.topic("t") is None
+            gate.set()
+            assert (await created).topics[0].error_code == 0
+            assert (await beat).error_code == 0 and c.image.topic("t") is not None
+        finally:
+            await c.stop()
+            c.log.close()
+
+    asyncio.run(main())

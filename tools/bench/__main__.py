@@ -19,7 +19,7 @@ import traceback
 from typing import Any
 
 # In the order they run: the cheap, self-contained ones first.
-BENCHMARKS = ("codec", "server", "datapath", "kip113", "spark")
+BENCHMARKS = ("codec", "server", "controller", "datapath", "kip113", "spark")
 
 
 def _load(name: str) -> tuple[Any, str | None]:
