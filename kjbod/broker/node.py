@@ -37,7 +37,7 @@ import structlog
 
 from kjbod.broker.broker_config import BROKER, LONG_MAX, THROTTLE_KEY, DynamicBrokerConfigs
 from kjbod.broker.router import Router
-from kjbod.metadata import EMPTY_IMAGE, MetadataDelta, MetadataImage, TopicImage
+from kjbod.metadata import EMPTY_IMAGE, MetadataDelta, MetadataImage, TopicImage, is_reserved_dir
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import (
     AllocateProducerIdsRequest,
@@ -75,6 +75,7 @@ class BrokerNode:
         self.mover: Any = None  # kjbod.broker.kip113.ReplicaMover, once storage is open
         self.handler = Router(self)  # each request is logged at debug by the connection, with its latency
         self._tasks: list[asyncio.Task] = []
+        self._assignments: set[asyncio.Task] = set()  # directory assignments on their way to the controller
         self._stopping = asyncio.Event()
         self.shutdown_requested = asyncio.Event()
         self._appended = asyncio.Event()
@@ -216,8 +217,8 @@ class BrokerNode:
             placed += self._create_partitions(image.topics_by_id[topic_id], sorted(parts))
         if placed:
             task = asyncio.get_running_loop().create_task(self.controller.assign_directories(self.node_id, placed))
-            self._tasks.append(task)
-            task.add_done_callback(_log_failure)
+            self._assignments.add(task)
+            task.add_done_callback(self._assignment_done)
         for tid in delta.changed_topic_ids():
             now, before = image.topic_by_id(tid), old.topic_by_id(tid)
             if now is not None and before is not None and now.configs != before.configs:
@@ -231,6 +232,12 @@ class BrokerNode:
                 self.mover.throttle.set_rate(rate)
                 log.info("intra_broker_throttle_changed", bytes_per_second=None if rate >= LONG_MAX else rate)
 
+    def _assignment_done(self, task: asyncio.Task) -> None:
+        self._assignments.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("directory_assignment_failed", error=str(task.exception()),
+                      effect="recorded at the next start")
+
     def _create_partitions(self, topic: TopicImage, parts: list[int]) -> list[tuple[uuid.UUID, int, uuid.UUID]]:
         """Creates this broker's new replicas of `topic` (placement by storage); returns the dirs to record."""
         try:
@@ -241,7 +248,7 @@ class BrokerNode:
         log.info("topic_created", topic=topic.name, topic_id=str(topic.topic_id), partitions=len(parts))
         out = []
         for p, dir_id in zip(parts, dir_ids, strict=True):
-            if dir_id != topic.partitions[p].directory_of(self.node_id):
+            if not is_reserved_dir(dir_id) and dir_id != topic.partitions[p].directory_of(self.node_id):
                 out.append((topic.topic_id, p, dir_id))
         return out
 
@@ -375,9 +382,10 @@ class BrokerNode:
 
     async def stop(self) -> None:
         self._stopping.set()
-        for task in self._tasks:
+        tasks = [*self._tasks, *self._assignments]
+        for task in tasks:
             task.cancel()
-        for task in self._tasks:
+        for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         if self.mover is not None:
@@ -396,11 +404,6 @@ class ProducerIdsUnavailable(Exception):
     def __init__(self, error_code: int) -> None:
         super().__init__(f"the controller gave no producer ids: {ErrorCode(error_code).name}")
         self.error_code = error_code
-
-
-def _log_failure(fut: asyncio.Future) -> None:
-    if not fut.cancelled() and fut.exception() is not None:
-        log.error("directory_assignment_failed", error=str(fut.exception()))
 
 
 def build_node(config: Any, controller_factory: Callable[[BrokerNode, Any], Any]) -> BrokerNode:
