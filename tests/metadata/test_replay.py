@@ -205,3 +205,11 @@ def test_local_changes_for_one_broker():
     assert [(t.name, p.partition) for t, p in theirs.leaders] == [("alpha", 0)]
     assert [(t.name, p.partition) for t, p in theirs.followers] == [("alpha", 1)]
     assert not MetadataDelta(new).local_changes(1, new)
+
+
+def test_configs_recorded_before_their_topic_still_belong_to_it():
+    """The single node's older logs could hold a topic's ConfigRecords before its TopicRecord: configs are kept
+    per resource, so the order does not matter."""
+    image = replay(EMPTY_IMAGE, [ConfigRecord(resource_type=TOPIC_RESOURCE, resource_name="alpha",
+                                              name="retention.ms", value="3")] + topic())
+    assert dict(image.topic("alpha").configs) == {"retention.ms": "3"}
