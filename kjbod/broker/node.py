@@ -166,7 +166,15 @@ class BrokerNode:
         """Sends a controller-owned request to the controller (in process) and returns its response."""
         if self.controller is None:
             raise RuntimeError("the controller is not running")
-        return await self.controller.handle_request(body.API_KEY, version, body)
+        return await self.controller.request(body.API_KEY, version, body)
+
+    def controller_call(self, body: Any, version: int) -> Any:
+        """The controller's response to `body`, or an awaitable of it when it is not ready at once (handlers
+        return either; a steady heartbeat is answered without a task)."""
+        if self.controller is None:
+            raise RuntimeError("the controller is not running")
+        fut = self.controller.request(body.API_KEY, version, body)
+        return fut.result() if fut.done() else fut
 
     async def auto_create_topic(self, name: str) -> TopicImage | None:
         resp = await self.controller_request(

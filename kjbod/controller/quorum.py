@@ -18,7 +18,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 import structlog
@@ -53,6 +53,14 @@ Listener = Callable[[MetadataDelta, MetadataImage], None]
 SET, DELETE = 0, 1
 
 
+def _per_resource(response_cls: Any, item_cls: Any, resources: list[Any]
+                  ) -> Callable[[list[tuple[int, str | None]]], Any]:
+    """Builds an (Incremental)AlterConfigs response from one (error code, message) per resource."""
+    return lambda answers: response_cls(throttle_time_ms=0, responses=[
+        item_cls(error_code=code, error_message=msg, resource_type=r.resource_type, resource_name=r.resource_name)
+        for r, (code, msg) in zip(resources, answers, strict=True)])
+
+
 def _key(message: Any) -> int:
     key = message.API_KEY
     assert isinstance(key, int)
@@ -75,7 +83,8 @@ class QuorumController:
         self._tasks: list[asyncio.Task[None]] = []
         self._busy = False  # the writer is between taking an event and finishing it
         self._io = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="kjbod-metadata-log")
-        self._handlers: dict[int, Callable[[int, Any], Awaitable[Any]]] = {
+        # api key -> (version, request) -> the operation that answers it
+        self._handlers: dict[int, Callable[[int, Any], Operation]] = {
             _key(BrokerRegistrationRequest): self._register,
             _key(BrokerHeartbeatRequest): self._heartbeat,
             _key(UnregisterBrokerRequest): self._unregister,
@@ -197,64 +206,82 @@ class QuorumController:
                 log.warning("broker_session_expired", broker_id=fenced.broker_id, effect="fenced")
 
     # ------------------------------------------------------------------------------------------ requests
-    async def handle_request(self, api_key: int, version: int, request: Any, header: Any = None) -> Any:
-        """The response to one controller request.  A write the metadata log could not make durable answers
-        KAFKA_STORAGE_ERROR (anything else unexpected UNKNOWN_SERVER_ERROR) in the request's own error fields."""
-        handler = self._handlers.get(api_key)
-        if handler is None:
+    def request(self, api_key: int, version: int, request: Any) -> asyncio.Future[Any]:
+        """The response to one controller request, as a future: already done when the writer was idle and the
+        request wrote nothing (a steady heartbeat), so a caller can answer without awaiting.  A write the
+        metadata log could not make durable answers KAFKA_STORAGE_ERROR (anything else unexpected
+        UNKNOWN_SERVER_ERROR) in the request's own error fields."""
+        make = self._handlers.get(api_key)
+        if make is None:
             raise ValueError(f"the controller does not serve api key {api_key}")
-        try:
-            return await handler(version, request)
-        except (asyncio.CancelledError, ConnectionError):
-            raise
-        except Exception as e:
-            code = ErrorCode.KAFKA_STORAGE_ERROR if isinstance(e, OSError) else ErrorCode.UNKNOWN_SERVER_ERROR
-            return error_response(api_key, request, code, f"the controller could not complete the request: {e}")
+        inner = self.submit(make(version, request))
+        if inner.done() and not inner.cancelled() and inner.exception() is None:
+            return inner
+        out: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
 
-    async def _register(self, version: int, req: BrokerRegistrationRequest) -> Any:
-        return await self.submit(lambda image, offset: cluster_control.register_broker(
-            image, req, self.settings, self.heartbeats, self.clock(), offset))
+        def finish(f: asyncio.Future[Any]) -> None:
+            if out.done():
+                return
+            if f.cancelled():
+                out.cancel()
+                return
+            e = f.exception()
+            if e is None:
+                out.set_result(f.result())
+            elif isinstance(e, ConnectionError):  # the controller stopped
+                out.set_exception(e)
+            else:
+                code = ErrorCode.KAFKA_STORAGE_ERROR if isinstance(e, OSError) else ErrorCode.UNKNOWN_SERVER_ERROR
+                out.set_result(error_response(api_key, request, code,
+                                              f"the controller could not complete the request: {e}"))
 
-    async def _heartbeat(self, version: int, req: BrokerHeartbeatRequest) -> Any:
-        return await self.submit(lambda image, offset: self.heartbeats.heartbeat(image, req, self.clock(), offset))
+        inner.add_done_callback(finish)
+        return out
 
-    async def _unregister(self, version: int, req: UnregisterBrokerRequest) -> Any:
-        return await self.submit(lambda image, _o: cluster_control.unregister_broker(image, req.broker_id))
+    async def handle_request(self, api_key: int, version: int, request: Any, header: Any = None) -> Any:
+        """The one async entry for requests (the in-process controller channel and the controller listener)."""
+        return await self.request(api_key, version, request)
 
-    async def _create_topics(self, version: int, req: CreateTopicsRequest) -> Any:
-        return await self.submit(lambda image, _o: replication_control.create_topics(
-            image, req, self.settings, self.policy))
+    def _register(self, version: int, req: BrokerRegistrationRequest) -> Operation:
+        return lambda image, offset: cluster_control.register_broker(image, req, self.settings, self.heartbeats,
+                                                                     self.clock(), offset)
 
-    async def _delete_topics(self, version: int, req: DeleteTopicsRequest) -> Any:
-        return await self.submit(lambda image, _o: replication_control.delete_topics(image, req, version))
+    def _heartbeat(self, version: int, req: BrokerHeartbeatRequest) -> Operation:
+        return lambda image, offset: self.heartbeats.heartbeat(image, req, self.clock(), offset)
 
-    async def _alter(self, resources: list[tuple[int, str, list[configs.Change]]], *, replace: bool,
-                     validate_only: bool) -> list[tuple[int, str | None]]:
-        answers: list[tuple[int, str | None]] = await self.submit(lambda image, _o: configs.alter_configs(
-            image, resources, self.policy, replace=replace, validate_only=validate_only,
-            canonical=self.config_aliases))
-        return answers
+    def _unregister(self, version: int, req: UnregisterBrokerRequest) -> Operation:
+        return lambda image, _o: cluster_control.unregister_broker(image, req.broker_id)
 
-    async def _alter_configs(self, version: int, req: AlterConfigsRequest) -> Any:
+    def _create_topics(self, version: int, req: CreateTopicsRequest) -> Operation:
+        return lambda image, _o: replication_control.create_topics(image, req, self.settings, self.policy)
+
+    def _delete_topics(self, version: int, req: DeleteTopicsRequest) -> Operation:
+        return lambda image, _o: replication_control.delete_topics(image, req, version)
+
+    def _alter(self, resources: list[tuple[int, str, list[configs.Change]]], *, replace: bool, validate_only: bool,
+               respond: Callable[[list[tuple[int, str | None]]], Any]) -> Operation:
+        def op(image: MetadataImage, _offset: int) -> ControllerResult:
+            result = configs.alter_configs(image, resources, self.policy, replace=replace,
+                                           validate_only=validate_only, canonical=self.config_aliases)
+            return ControllerResult(result.records, respond(result.response))
+
+        return op
+
+    def _alter_configs(self, version: int, req: AlterConfigsRequest) -> Operation:
         resources = [(r.resource_type, r.resource_name,
                       [(c.name, SET if c.value is not None else DELETE, c.value) for c in r.configs])
                      for r in req.resources]
-        answers = await self._alter(resources, replace=True, validate_only=req.validate_only)
-        return AlterConfigsResponse(throttle_time_ms=0, responses=[
-            AlterResp(error_code=code, error_message=msg, resource_type=r.resource_type, resource_name=r.resource_name)
-            for r, (code, msg) in zip(req.resources, answers, strict=True)])
+        return self._alter(resources, replace=True, validate_only=req.validate_only,
+                           respond=_per_resource(AlterConfigsResponse, AlterResp, req.resources))
 
-    async def _incremental_alter_configs(self, version: int, req: IncrementalAlterConfigsRequest) -> Any:
+    def _incremental_alter_configs(self, version: int, req: IncrementalAlterConfigsRequest) -> Operation:
         resources = [(r.resource_type, r.resource_name, [(c.name, c.config_operation, c.value) for c in r.configs])
                      for r in req.resources]
-        answers = await self._alter(resources, replace=False, validate_only=req.validate_only)
-        return IncrementalAlterConfigsResponse(throttle_time_ms=0, responses=[
-            IncrementalResp(error_code=code, error_message=msg, resource_type=r.resource_type,
-                            resource_name=r.resource_name)
-            for r, (code, msg) in zip(req.resources, answers, strict=True)])
+        return self._alter(resources, replace=False, validate_only=req.validate_only,
+                           respond=_per_resource(IncrementalAlterConfigsResponse, IncrementalResp, req.resources))
 
-    async def _allocate_producer_ids(self, version: int, req: AllocateProducerIdsRequest) -> Any:
-        return await self.submit(lambda image, _o: producer_ids.allocate_producer_ids(image, req))
+    def _allocate_producer_ids(self, version: int, req: AllocateProducerIdsRequest) -> Operation:
+        return lambda image, _o: producer_ids.allocate_producer_ids(image, req)
 
     async def assign_directories(self, broker_id: int, assignments: list[Any]) -> None:
         """Records where `broker_id` placed its replicas: [(topic id, partition, dir id)]."""

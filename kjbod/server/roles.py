@@ -127,6 +127,12 @@ class ControllerNode:
         assert self.controller is not None
         return await self.controller.handle_request(body.API_KEY, version, body)
 
+    def controller_call(self, body: Any, version: int) -> Any:
+        """The response, or an awaitable of it (see BrokerNode.controller_call)."""
+        assert self.controller is not None
+        fut = self.controller.request(body.API_KEY, version, body)
+        return fut.result() if fut.done() else fut
+
     async def start(self) -> None:
         meta_dir = os.path.abspath(self.config.metadata_log_dir or self.config.log_dirs[0])
         meta = read_meta_properties(LogDirIO(meta_dir))

@@ -12,5 +12,5 @@ from kjbod.protocol.generated import AllocateProducerIdsRequest, AllocateProduce
 
 
 @api(AllocateProducerIdsRequest)
-async def handle(node, request, body: AllocateProducerIdsRequest) -> AllocateProducerIdsResponse:
-    return await node.controller_request(body, request.api_version)
+def handle(node, request, body: AllocateProducerIdsRequest) -> AllocateProducerIdsResponse:
+    return node.controller_call(body, request.api_version)

@@ -19,5 +19,5 @@ from kjbod.protocol.generated import AlterConfigsRequest, AlterConfigsResponse
 
 
 @api(AlterConfigsRequest)
-async def handle(node, request, body: AlterConfigsRequest) -> AlterConfigsResponse:
-    return await node.controller_request(body, request.api_version)
+def handle(node, request, body: AlterConfigsRequest) -> AlterConfigsResponse:
+    return node.controller_call(body, request.api_version)

@@ -15,5 +15,5 @@ from kjbod.protocol.generated import BrokerHeartbeatRequest, BrokerHeartbeatResp
 
 
 @api(BrokerHeartbeatRequest)
-async def handle(node, request, body: BrokerHeartbeatRequest) -> BrokerHeartbeatResponse:
-    return await node.controller_request(body, request.api_version)
+def handle(node, request, body: BrokerHeartbeatRequest) -> BrokerHeartbeatResponse:
+    return node.controller_call(body, request.api_version)

@@ -15,5 +15,5 @@ from kjbod.protocol.generated import BrokerRegistrationRequest, BrokerRegistrati
 
 
 @api(BrokerRegistrationRequest)
-async def handle(node, request, body: BrokerRegistrationRequest) -> BrokerRegistrationResponse:
-    return await node.controller_request(body, request.api_version)
+def handle(node, request, body: BrokerRegistrationRequest) -> BrokerRegistrationResponse:
+    return node.controller_call(body, request.api_version)

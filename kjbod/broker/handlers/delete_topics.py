@@ -13,5 +13,5 @@ from kjbod.protocol.generated import DeleteTopicsRequest, DeleteTopicsResponse
 
 
 @api(DeleteTopicsRequest)
-async def handle(node, request, body: DeleteTopicsRequest) -> DeleteTopicsResponse:
-    return await node.controller_request(body, request.api_version)
+def handle(node, request, body: DeleteTopicsRequest) -> DeleteTopicsResponse:
+    return node.controller_call(body, request.api_version)

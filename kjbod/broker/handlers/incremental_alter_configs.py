@@ -18,5 +18,5 @@ from kjbod.protocol.generated import IncrementalAlterConfigsRequest, Incremental
 
 
 @api(IncrementalAlterConfigsRequest)
-async def handle(node, request, body: IncrementalAlterConfigsRequest) -> IncrementalAlterConfigsResponse:
-    return await node.controller_request(body, request.api_version)
+def handle(node, request, body: IncrementalAlterConfigsRequest) -> IncrementalAlterConfigsResponse:
+    return node.controller_call(body, request.api_version)

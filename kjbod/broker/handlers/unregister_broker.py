@@ -12,5 +12,5 @@ from kjbod.protocol.generated import UnregisterBrokerRequest, UnregisterBrokerRe
 
 
 @api(UnregisterBrokerRequest)
-async def handle(node, request, body: UnregisterBrokerRequest) -> UnregisterBrokerResponse:
-    return await node.controller_request(body, request.api_version)
+def handle(node, request, body: UnregisterBrokerRequest) -> UnregisterBrokerResponse:
+    return node.controller_call(body, request.api_version)
