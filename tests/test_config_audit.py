@@ -86,12 +86,21 @@ EFFECTS: dict[str, list[str]] = {
     "socket.request.max.bytes": [
         "tests/test_connection.py::test_oversized_frame_closes_the_connection_without_hurting_others"],
     "log.dir.placement.policy": ["tests/storage/test_placement.py::test_manager_spreads_one_create_call_2_2_2"],
+    "broker.heartbeat.interval.ms": [
+        "tests/controller/test_controller_listener_live.py::test_a_second_broker_registers_on_the_controller_listener",
+        "tests/controller/test_quorum.py::test_session_expiry_fences_a_silent_broker"],
+    "broker.session.timeout.ms": [
+        "tests/controller/test_controller_listener_live.py::test_a_second_broker_registers_on_the_controller_listener",
+        "tests/controller/test_quorum.py::test_session_expiry_fences_a_silent_broker"],
+    "log.message.timestamp.type": [f"{EFFECT}[log.message.timestamp.type]"],
+    "log.message.timestamp.before.max.ms": [f"{EFFECT}[log.message.timestamp.before.max.ms]"],
+    "log.message.timestamp.after.max.ms": [f"{EFFECT}[log.message.timestamp.after.max.ms]"],
     "kjbod.zero.copy": ["tests/test_connection.py::test_client_disconnecting_mid_response"],
 }
 
 # Where the node reads a key's value through something derived from the attribute, inside the parser's module.
 DERIVED = {
-    "process_roles": {"is_broker", "is_controller", "check_runnable"},
+    "process_roles": {"is_broker", "is_controller"},
     "controller_listener_names": {"listener_kind", "broker_listeners", "controller_listeners"},
     "listener_security_protocol_map": {"security_protocol"},  # each Listener's protocol comes from the map
 }
@@ -181,5 +190,7 @@ def test_every_topic_config_reaches_the_log_and_storage_reads_it():
     assert set(topic_config.DEFS) == set(TOPIC_CONFIG_KEYS)
     assert {d.broker_key for d in topic_config.DEFS.values()} <= set(EFFECTS)
     read = names_read_by_the_node({REPO / "kjbod/storage/config.py"})
+    # Fields the storage reads through a LogConfig property.
+    read |= {field for field, prop in {"message_timestamp_type": "log_append_time"}.items() if prop in read}
     unread = {f.name for f in dataclasses.fields(LogConfig)} - read - {"cleanup_policy"}  # only delete exists
     assert not unread, f"LogConfig fields nothing outside kjbod/storage/config.py reads: {sorted(unread)}"

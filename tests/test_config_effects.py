@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from kjbod.broker.node import BrokerNode
 from kjbod.broker.storage_glue import broker_log_config, open_storage
 from kjbod.server.config import ConfigError, build_config
+from kjbod.server.roles import build_combined_node
 from kjbod.storage.errors import StorageError
 from kjbod.storage.manager import LogManager
 from kjbod.storage.meta import format_dirs
@@ -112,6 +112,23 @@ def deleted_files_left(manager: LogManager, plog: Any, clock: FakeClock) -> int:
     return sum(1 for name in Path(plog.dir).iterdir() if name.name.endswith(".deleted"))
 
 
+def accepts_a_batch_stamped(offset_ms: int) -> Callable[[LogManager, Any, FakeClock], bool]:
+    def scenario(_m: LogManager, plog: Any, clock: FakeClock) -> bool:
+        try:
+            plog.append(kp_batch([b"x"], timestamp=clock() + offset_ms))
+        except StorageError:
+            return False
+        return True
+    return scenario
+
+
+def stored_timestamp_type(_m: LogManager, plog: Any, clock: FakeClock) -> str:
+    plog.append(kp_batch([b"x"], timestamp=clock() - 5000))
+    plog.flush()
+    attributes = int.from_bytes(Path(plog.active_segment.log_path).read_bytes()[21:23], "big")
+    return "LogAppendTime" if attributes & 0x08 else "CreateTime"
+
+
 # key, value, other settings both runs share, scenario, outcome at Kafka's default, outcome with the key set.
 # The batches are about 75 bytes: four fill a 300-byte segment. Time retention takes every segment (the log rolls
 # so an empty one remains); 300 bytes of retention keep the last two segments; an index entry is added for every
@@ -131,6 +148,9 @@ CASES: list[tuple[str, str, dict[str, str], Callable[[LogManager, Any, FakeClock
     ("log.flush.interval.ms", "1000", {}, recovery_point_after_a_tick, 0, 1),
     ("log.segment.delete.delay.ms", "0", {**SMALL_SEGMENTS, "log.retention.bytes": "300"}, deleted_files_left,
      3, 0),
+    ("log.message.timestamp.before.max.ms", "1000", {}, accepts_a_batch_stamped(-HOUR), True, False),
+    ("log.message.timestamp.after.max.ms", "1000", {}, accepts_a_batch_stamped(HOUR), True, False),
+    ("log.message.timestamp.type", "LogAppendTime", {}, stored_timestamp_type, "CreateTime", "LogAppendTime"),
 ]
 
 
@@ -161,7 +181,7 @@ def test_the_nodes_storage_and_mover_run_as_the_keys_say(tmp_path):
                            "num.replica.alter.log.dirs.threads": "3"})
 
     async def opened() -> tuple[int, ...]:
-        node = BrokerNode(config)
+        node = build_combined_node(config)
         await open_storage(node)
         try:
             node._start_mover()

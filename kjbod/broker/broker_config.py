@@ -11,8 +11,9 @@ so a restart keeps them. Precedence is Kafka's: per-broker dynamic > cluster-def
 Topic configs come from kjbod.broker.topic_config (the table CreateTopics uses); their overrides live in the
 metadata image and are changed through ConfigRecords of resource type 2.
 
-Changes are planned here without side effects (:func:`plan_changes`): the handlers check the whole request,
-then the node writes the records and applies them. Errors follow Kafka: an unknown or unsupported key, or a bad
+Changes are planned here without side effects (``plan_topic_changes``, ``plan_broker_changes``): the controller
+(kjbod.controller.configs) calls them through the node's config policy, writes the records, and the node applies
+them once they are durable. Errors follow Kafka: an unknown or unsupported key, or a bad
 value, is INVALID_CONFIG naming the key; a key that exists but cannot change at runtime is INVALID_REQUEST
 ("Cannot update these configs dynamically"); another broker's id is INVALID_REQUEST; an unknown topic is
 UNKNOWN_TOPIC_OR_PARTITION.
@@ -92,6 +93,12 @@ BROKER_KEYS: dict[str, BrokerKey] = {k.name: k for k in [
     BrokerKey("log.initial.task.delay.ms", LONG, "log_initial_task_delay_ms",
               doc="Delay after start before the first retention pass and checkpoint (at most one interval)."),
     BrokerKey("log.cleanup.policy", LIST, "log_cleanup_policy", doc="Default cleanup policy: only delete."),
+    BrokerKey("log.message.timestamp.type", STRING, "log_message_timestamp_type",
+              doc="Default timestamp type of topics: CreateTime or LogAppendTime."),
+    BrokerKey("log.message.timestamp.before.max.ms", LONG, "log_message_timestamp_before_max_ms",
+              doc="Default for how far in the past a record's CreateTime timestamp may be."),
+    BrokerKey("log.message.timestamp.after.max.ms", LONG, "log_message_timestamp_after_max_ms",
+              doc="Default for how far in the future a record's CreateTime timestamp may be."),
     BrokerKey("delete.topic.enable", BOOLEAN, "delete_topic_enable", doc="Whether DeleteTopics may delete topics."),
     BrokerKey(THROTTLE_KEY, LONG, "replica_alter_log_dirs_io_max_bytes_per_second", dynamic=True,
               default=LONG_MAX,
@@ -142,6 +149,14 @@ class DynamicBrokerConfigs:
         self.node_id = node_id
         self.per_broker: dict[str, str] = {}
         self.cluster_default: dict[str, str] = {}
+
+    @classmethod
+    def from_image(cls, node_id: int, image: Any) -> DynamicBrokerConfigs:
+        """This node's and the cluster default's dynamic configs as a metadata image holds them."""
+        out = cls(node_id)
+        out.per_broker = dict(image.resource_configs(BROKER, str(node_id)))
+        out.cluster_default = dict(image.resource_configs(BROKER, ""))
+        return out
 
     def target(self, resource_name: str) -> dict[str, str] | None:
         if resource_name == "":
@@ -351,42 +366,3 @@ def duplicates(names: Iterable[str]) -> set[str]:
     for n in names:
         (dup if n in seen else seen).add(n)
     return dup
-
-
-# ------------------------------------------------------------------------------------------------ requests
-
-
-def alter(node: Any, resources: list[tuple[int, str, list[tuple[str, int, str | None]]]], *, replace: bool,
-          validate_only: bool) -> list[tuple[int, str | None]]:
-    """AlterConfigs (``replace``) and IncrementalAlterConfigs: one (error code, message) per resource.
-
-    Each resource is checked whole before anything of it is written; resources are independent (Kafka's rule).
-    A resource named twice, or a key named twice in one resource, is INVALID_REQUEST."""
-    dup_resources = duplicates(f"{t}\0{n}" for t, n, _ in resources)
-    out: list[tuple[int, str | None]] = []
-    for rtype, name, changes in resources:
-        try:
-            if f"{rtype}\0{name}" in dup_resources:
-                raise ConfigProblem(ErrorCode.INVALID_REQUEST, f"resource {name!r} appears more than once")
-            dup_keys = duplicates(ALIASES.get(k, k) for k, _, _ in changes)
-            if dup_keys:
-                raise ConfigProblem(ErrorCode.INVALID_REQUEST,
-                                    f"duplicate config keys in one resource: {', '.join(sorted(dup_keys))}")
-            if rtype == BROKER:
-                planned = plan_broker_changes(node.dynamic_configs, name, changes, replace=replace)
-                if not validate_only:
-                    node.set_broker_configs(name, planned)
-            elif rtype == TOPIC:
-                topic = node.metadata.topic(name)
-                if topic is None:
-                    raise ConfigProblem(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
-                new = plan_topic_changes(topic.configs, changes, replace=replace)
-                if not validate_only:
-                    node.set_topic_configs(topic, new)
-            else:
-                raise ConfigProblem(ErrorCode.INVALID_REQUEST,
-                                    f"resource type {rtype} is not supported (kjbod serves topics (2) and brokers (4))")
-            out.append((ErrorCode.NONE, None))
-        except ConfigProblem as e:
-            out.append((e.code, e.message))
-    return out

@@ -1,14 +1,25 @@
-"""The combined broker+controller node: owns the metadata image, the log manager and the request router.
+"""The combined broker+controller node: the broker role's state, with the controller role in the same process.
 
 `build_node(config)` returns an object with `start()`, `stop()` and `handler` (the router) for the server
 shell.  The node is the one place handlers reach shared state through: cluster identity and endpoints, the
-metadata image and its durable log, the storage layer, and background upkeep (checkpoints, retention, deletes).
+current metadata image, the storage layer, and background upkeep (checkpoints, retention, deletes).
+
+Metadata goes one way (kjbod.controller, kjbod.metadata): the handlers of the controller-owned requests
+(CreateTopics, DeleteTopics, AlterConfigs, IncrementalAlterConfigs, and producer id blocks for InitProducerId)
+send them to the controller (`controller_request`, in process: the same entry the controller listener uses);
+the controller makes the records durable in the metadata log and replays them into a new image; the node's
+publisher (`_publish`) then applies the delta to the local logs (create, delete, topic configs, the intra-broker
+throttle) before the request is answered.  Handlers read `node.metadata`, the image current when they ask;
+nothing changes an image in place.  On a node with several log dirs a new partition's dir is UNASSIGNED in
+the metadata until the broker has placed it; the publisher then records the dir it chose through the
+controller, so the metadata always says where each replica is.
+
+At start the node registers its broker with its controller (its online log dir ids and a fresh incarnation id)
+and heartbeats every `broker.heartbeat.interval.ms`, which unfences it once it has applied its registration.
 
 KIP-113: the node owns the replica mover (kjbod.broker.kip113), started after storage is open, stopped before
 it closes, and runs the mover's final catch-up and swap on the event loop (`run_exclusive`): every append
-happens on that loop, so while the swap runs no produce can hold the old log.  Dynamic broker configs (the
-intra-broker throttle) and topic config changes are written to the metadata log as ConfigRecords first and
-applied after, like topic creation.
+happens on that loop, so while the swap runs no produce can hold the old log.
 """
 
 from __future__ import annotations
@@ -16,22 +27,31 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import itertools
-import time
 import uuid
+from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import structlog
 
 from kjbod.broker.broker_config import BROKER, LONG_MAX, THROTTLE_KEY, DynamicBrokerConfigs
-from kjbod.broker.metadata_image import MetadataImage, PartitionState, TopicState
 from kjbod.broker.router import Router
-from kjbod.protocol.generated import ConfigRecord, PartitionRecord, RemoveTopicRecord, TopicRecord
+from kjbod.metadata import EMPTY_IMAGE, MetadataDelta, MetadataImage, TopicImage, is_reserved_dir
+from kjbod.protocol.errors import ErrorCode
+from kjbod.protocol.generated import (
+    AllocateProducerIdsRequest,
+    BrokerHeartbeatRequest,
+    BrokerRegistrationRequest,
+    CreateTopicsRequest,
+)
+from kjbod.protocol.generated.broker_registration_request import Listener as RegListener
+from kjbod.protocol.generated.create_topics_request import CreatableTopic
+from kjbod.storage.ids import uuid_from_str
 
 log = structlog.get_logger("kjbod.node")
 
-TOPIC_RESOURCE = 2
+SECURITY_PROTOCOLS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,27 +63,40 @@ class NodeEndpoint:
 
 
 class BrokerNode:
-    def __init__(self, config: Any):
+    def __init__(self, config: Any, controller_factory: Callable[[BrokerNode, Any], Any]):
         self.config = config
+        self._controller_factory = controller_factory
         self.node_id: int = config.node_id
         self.cluster_id: str = ""
-        self.metadata = MetadataImage()
+        self.metadata: MetadataImage = EMPTY_IMAGE  # the current image; replaced whole by the publisher
+        self.controller: Any = None  # kjbod.controller.QuorumController, built by the server layer
         self.metadata_log: Any = None
         self.logs: Any = None  # kjbod.storage log manager, once opened
         self.mover: Any = None  # kjbod.broker.kip113.ReplicaMover, once storage is open
-        self.dynamic_configs = DynamicBrokerConfigs(self.node_id)
         self.handler = Router(self)  # each request is logged at debug by the connection, with its latency
         self._tasks: list[asyncio.Task] = []
+        self._assignments: set[asyncio.Task] = set()  # directory assignments on their way to the controller
         self._stopping = asyncio.Event()
         self.shutdown_requested = asyncio.Event()
         self._appended = asyncio.Event()
         self.exit_code = 0
-        self._producer_ids = itertools.count(int(time.time() * 1000) * 1000)
+        self.incarnation_id = uuid.uuid4()
+        self.broker_epoch = -1
+        self._producer_ids = (0, 0)  # [next, end) of the block this broker holds
+        self._producer_ids_lock = asyncio.Lock()
 
     # -------------------------------------------------------------------------------- identity and endpoints
     @property
     def config_auto_create_topics(self) -> bool:
         return bool(getattr(self.config, "auto_create_topics_enable", True))
+
+    @property
+    def rack(self) -> str | None:
+        return (getattr(self.config, "properties", None) or {}).get("broker.rack")
+
+    @property
+    def dynamic_configs(self) -> DynamicBrokerConfigs:
+        return DynamicBrokerConfigs.from_image(self.node_id, self.metadata)
 
     def _listener_endpoints(self) -> dict[str, tuple[str, int]]:
         """listener name → advertised (host, port)."""
@@ -75,6 +108,14 @@ class BrokerNode:
         return out
 
     def cluster_nodes(self, listener_name: str, *, controllers: bool) -> list[NodeEndpoint]:
+        """The brokers (unfenced, as registered with the controller) or the controllers clients may use on the
+        listener the request came in on."""
+        if not controllers:
+            registered = [NodeEndpoint(b.broker_id, e.host, e.port, b.rack)
+                          for b in self.metadata.unfenced_brokers()
+                          if (e := b.endpoint(listener_name)) is not None]
+            if registered:
+                return registered
         endpoints = self._listener_endpoints()
         if controllers:
             names = list(getattr(self.config, "controller_listener_names", ()) or ())
@@ -115,85 +156,109 @@ class BrokerNode:
     def append_event(self) -> asyncio.Event:
         return self._appended
 
-    def next_producer_id(self) -> int:
-        return next(self._producer_ids)
-
     def partition_online(self, topic: str, partition: int) -> bool:
         if self.logs is None:
             return True
         return self.logs.is_partition_online(topic, partition)
 
-    async def auto_create_topic(self, name: str) -> TopicState | None:
-        num = int(getattr(self.config, "num_partitions", 1))
-        topic = self.create_topic(name, num, {})
-        return topic
+    # -------------------------------------------------------------------------------- the controller
+    async def controller_request(self, body: Any, version: int) -> Any:
+        """Sends a controller-owned request to the controller (in process) and returns its response."""
+        if self.controller is None:
+            raise RuntimeError("the controller is not running")
+        return await self.controller.request(body.API_KEY, version, body)
 
-    def create_topic(self, name: str, num_partitions: int, configs: dict[str, str],
-                     topic_id: uuid.UUID | None = None) -> TopicState:
-        """Creates the topic: partition logs on disk first (placement decides each one's directory id, which the
-        PartitionRecords carry), then one fsynced metadata-log batch, then the image.  A crash between the two
-        leaves partition dirs the metadata does not know; the next startup renames them ``-stray``, as Kafka
-        does (storage_glue.reconcile), and the name can be created again."""
-        topic_id = topic_id or uuid.uuid4()
-        while topic_id.int >> 64 == 0 and (topic_id.int & ((1 << 64) - 1)) < 100:
-            topic_id = uuid.uuid4()
-        records: list = [TopicRecord(name=name, topic_id=topic_id)]
-        for key, value in sorted(configs.items()):
-            records.append(ConfigRecord(resource_type=TOPIC_RESOURCE, resource_name=name, name=key, value=value))
-        state = TopicState(name=name, topic_id=topic_id, configs=dict(configs))
-        dir_ids = self.place_partitions(name, topic_id, num_partitions, configs)
-        for p in range(num_partitions):
-            directories = [dir_ids[p]] if dir_ids else []
-            records.append(PartitionRecord(partition_id=p, topic_id=topic_id, replicas=[self.node_id],
-                                           isr=[self.node_id], leader=self.node_id, leader_epoch=0,
-                                           partition_epoch=0, directories=directories))
-            state.partitions[p] = PartitionState(partition=p, replicas=[self.node_id], isr=[self.node_id],
-                                                 leader=self.node_id, directories=directories)
-        if self.metadata_log is not None:
-            self.metadata_log.append(records)
-        self.metadata.apply_topic(state)
-        log.info("topic_created", topic=name, topic_id=str(topic_id), partitions=num_partitions)
-        return state
+    def controller_call(self, body: Any, version: int) -> Any:
+        """The controller's response to `body`, or an awaitable of it when it is not ready at once (handlers
+        return either; a steady heartbeat is answered without a task)."""
+        if self.controller is None:
+            raise RuntimeError("the controller is not running")
+        fut = self.controller.request(body.API_KEY, version, body)
+        return fut.result() if fut.done() else fut
 
-    def place_partitions(self, name: str, topic_id: uuid.UUID, count: int, configs: dict[str, str]) -> list:
-        """Creates the partitions' logs; returns each partition's directory id (storage decides placement)."""
+    async def auto_create_topic(self, name: str) -> TopicImage | None:
+        resp = await self.controller_request(
+            CreateTopicsRequest(topics=[CreatableTopic(name=name, num_partitions=-1, replication_factor=-1)],
+                                timeout_ms=0), 7)
+        if resp.topics[0].error_code != 0:
+            log.warning("auto_create_failed", topic=name, error=resp.topics[0].error_message)
+        return self.metadata.topic(name)
+
+    async def next_producer_id(self) -> int:
+        """A producer id from this broker's block; a new block from the controller when it runs out."""
+        async with self._producer_ids_lock:
+            nxt, end = self._producer_ids
+            if nxt >= end:
+                resp = await self.controller_request(
+                    AllocateProducerIdsRequest(broker_id=self.node_id, broker_epoch=self.broker_epoch), 0)
+                if resp.error_code != 0:
+                    raise ProducerIdsUnavailable(resp.error_code)
+                nxt, end = resp.producer_id_start, resp.producer_id_start + resp.producer_id_len
+            self._producer_ids = (nxt + 1, end)
+            return nxt
+
+    def open_metadata(self, metadata_log: Any) -> None:
+        """Builds the controller on the metadata log and replays it (called by storage_glue.open_storage)."""
+        self.metadata_log = metadata_log
+        self.controller = self._controller_factory(self, metadata_log)
+        self.metadata = self.controller.load()
+        self.controller.add_listener(self._publish)
+
+    # -------------------------------------------------------------------------------- the publisher
+    def _publish(self, delta: MetadataDelta, image: MetadataImage) -> None:
+        """Applies a committed delta to this broker: the new image, then its local logs."""
+        old, self.metadata = self.metadata, image
         if self.logs is None:
+            return
+        changes = delta.local_changes(self.node_id, image)
+        deletes: dict[str, list[int]] = defaultdict(list)
+        for topic, p in changes.deletes:
+            deletes[topic.name].append(p.partition)
+        for name, parts in deletes.items():
+            self.logs.delete_topic_partitions(name, sorted(parts))
+            log.info("partitions_deleted", topic=name, partitions=len(parts))
+        creates: dict[uuid.UUID, list[int]] = defaultdict(list)
+        for topic, p in changes.creates:
+            creates[topic.topic_id].append(p.partition)
+        placed: list[tuple[uuid.UUID, int, uuid.UUID]] = []
+        for topic_id, parts in creates.items():
+            placed += self._create_partitions(image.topics_by_id[topic_id], sorted(parts))
+        if placed:
+            task = asyncio.get_running_loop().create_task(self.controller.assign_directories(self.node_id, placed))
+            self._assignments.add(task)
+            task.add_done_callback(self._assignment_done)
+        for tid in delta.changed_topic_ids():
+            now, before = image.topic_by_id(tid), old.topic_by_id(tid)
+            if now is not None and before is not None and now.configs != before.configs:
+                self.logs.apply_topic_config(now.name, dict(now.configs))
+                log.info("topic_configs_changed", topic=now.name, configs=dict(now.configs))
+        if self.mover is not None and (old.resource_configs(BROKER, "") != image.resource_configs(BROKER, "") or
+                                       old.resource_configs(BROKER, str(self.node_id))
+                                       != image.resource_configs(BROKER, str(self.node_id))):
+            rate = self.replica_alter_log_dirs_rate()
+            if rate != self.mover.throttle.rate:
+                self.mover.throttle.set_rate(rate)
+                log.info("intra_broker_throttle_changed", bytes_per_second=None if rate >= LONG_MAX else rate)
+
+    def _assignment_done(self, task: asyncio.Task) -> None:
+        self._assignments.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("directory_assignment_failed", error=str(task.exception()),
+                      effect="recorded at the next start")
+
+    def _create_partitions(self, topic: TopicImage, parts: list[int]) -> list[tuple[uuid.UUID, int, uuid.UUID]]:
+        """Creates this broker's new replicas of `topic` (placement by storage); returns the dirs to record."""
+        try:
+            dir_ids = self.logs.create_topic_partitions(topic.name, topic.topic_id, parts, dict(topic.configs))
+        except Exception as e:  # a failing disk: the partitions stay offline here; the controller keeps them
+            log.error("partition_create_failed", topic=topic.name, partitions=parts, error=str(e))
             return []
-        return self.logs.create_topic_partitions(name, topic_id, count, configs)
-
-    def delete_topic(self, topic: TopicState) -> None:
-        if self.metadata_log is not None:
-            self.metadata_log.append([RemoveTopicRecord(topic_id=topic.topic_id)])
-        self.metadata.apply_remove_topic(topic.topic_id)
-        if self.logs is not None:
-            self.logs.delete_topic_partitions(topic.name, list(topic.partitions))
-        log.info("topic_deleted", topic=topic.name, topic_id=str(topic.topic_id))
-
-    # -------------------------------------------------------------------------------- lifecycle
-    def _replay(self, records: list) -> None:
-        pending_configs: dict[str, dict[str, str]] = {}
-        for rec in records:
-            if isinstance(rec, TopicRecord):
-                self.metadata.apply_topic(TopicState(name=rec.name, topic_id=rec.topic_id,
-                                                     configs=pending_configs.pop(rec.name, {})))
-            elif isinstance(rec, PartitionRecord):
-                topic = self.metadata.topic_by_id(rec.topic_id)
-                if topic is not None:
-                    topic.partitions[rec.partition_id] = PartitionState(
-                        partition=rec.partition_id, replicas=list(rec.replicas), isr=list(rec.isr),
-                        leader=rec.leader, leader_epoch=max(rec.leader_epoch, 0),
-                        partition_epoch=max(rec.partition_epoch, 0), directories=list(rec.directories))
-            elif isinstance(rec, ConfigRecord) and rec.resource_type == TOPIC_RESOURCE:
-                topic = self.metadata.topic(rec.resource_name)
-                target = topic.configs if topic is not None else pending_configs.setdefault(rec.resource_name, {})
-                if rec.value is None:
-                    target.pop(rec.name, None)
-                else:
-                    target[rec.name] = rec.value
-            elif isinstance(rec, ConfigRecord) and rec.resource_type == BROKER:
-                self.dynamic_configs.apply(rec.resource_name, rec.name, rec.value)
-            elif isinstance(rec, RemoveTopicRecord):
-                self.metadata.apply_remove_topic(rec.topic_id)
+        log.info("topic_created", topic=topic.name, topic_id=str(topic.topic_id), partitions=len(parts))
+        out = []
+        for p, dir_id in zip(parts, dir_ids, strict=True):
+            if not is_reserved_dir(dir_id) and dir_id != topic.partitions[p].directory_of(self.node_id):
+                out.append((topic.topic_id, p, dir_id))
+        return out
 
     # -------------------------------------------------------------------------------- configs
     def replica_alter_log_dirs_rate(self) -> int:
@@ -202,39 +267,6 @@ class BrokerNode:
         if dynamic is not None:
             return int(dynamic[0])
         return int(getattr(self.config, "replica_alter_log_dirs_io_max_bytes_per_second", LONG_MAX) or LONG_MAX)
-
-    def set_broker_configs(self, resource_name: str, changes: dict[str, str | None]) -> None:
-        """Dynamic broker configs of this node ("<id>") or the cluster default (""): durable, then applied."""
-        if not changes:
-            return
-        records = [ConfigRecord(resource_type=BROKER, resource_name=resource_name, name=k, value=v)
-                   for k, v in sorted(changes.items())]
-        if self.metadata_log is not None:
-            self.metadata_log.append(records)
-        for rec in records:
-            self.dynamic_configs.apply(rec.resource_name, rec.name, rec.value)
-        log.info("broker_configs_changed", resource=resource_name or "<default>", changes=changes)
-        if self.mover is not None:
-            rate = self.replica_alter_log_dirs_rate()
-            if rate != self.mover.throttle.rate:
-                self.mover.throttle.set_rate(rate)
-                log.info("intra_broker_throttle_changed", bytes_per_second=None if rate >= LONG_MAX else rate)
-
-    def set_topic_configs(self, topic: TopicState, overrides: dict[str, str]) -> None:
-        """Replace the topic's config overrides: records for what changed, then the image and the logs."""
-        old = topic.configs
-        records = [ConfigRecord(resource_type=TOPIC_RESOURCE, resource_name=topic.name, name=k, value=None)
-                   for k in sorted(old) if k not in overrides]
-        records += [ConfigRecord(resource_type=TOPIC_RESOURCE, resource_name=topic.name, name=k, value=v)
-                    for k, v in sorted(overrides.items()) if old.get(k) != v]
-        if not records:
-            return
-        if self.metadata_log is not None:
-            self.metadata_log.append(records)
-        topic.configs = dict(overrides)
-        if self.logs is not None:
-            self.logs.apply_topic_config(topic.name, topic.configs)
-        log.info("topic_configs_changed", topic=topic.name, configs=topic.configs)
 
     # -------------------------------------------------------------------------------- replica moves
     def run_exclusive(self, fn):
@@ -279,8 +311,68 @@ class BrokerNode:
         self._loop = asyncio.get_running_loop()
         await open_storage(self)
         self._start_mover()
+        self.controller.start()
+        await self._register()
+        await self._record_local_dirs()
+        self.spawn(self._heartbeats())
         log.info("node_started", node_id=self.node_id, cluster_id=self.cluster_id,
-                 topics=len(self.metadata.by_name))
+                 topics=len(self.metadata.by_name), broker_epoch=self.broker_epoch)
+
+    # -------------------------------------------------------------------------------- registration, heartbeats
+    def _registration(self) -> BrokerRegistrationRequest:
+        ctl = set(getattr(self.config, "controller_listener_names", ()) or ())
+        advertised = {ln.name: ln for ln in getattr(self.config, "advertised_listeners", None) or ()}
+        listeners = [advertised.get(ln.name, ln) for ln in self.config.listeners if ln.name not in ctl]
+        dirs = sorted(self.logs.manager.directory_ids(online_only=True))
+        return BrokerRegistrationRequest(
+            broker_id=self.node_id, cluster_id=self.cluster_id, incarnation_id=self.incarnation_id,
+            listeners=[RegListener(name=ln.name, host=ln.host, port=ln.port,
+                                   security_protocol=SECURITY_PROTOCOLS.get(ln.security_protocol, 0))
+                       for ln in listeners],
+            rack=self.rack, log_dirs=[uuid.UUID(bytes=uuid_from_str(d)) for d in dirs])
+
+    async def _register(self) -> None:
+        """Registers this broker with the controller in this process, then heartbeats until it is unfenced."""
+        resp = await self.controller_request(self._registration(), 4)
+        if resp.error_code != 0:
+            raise RuntimeError(f"broker registration refused: {ErrorCode(resp.error_code).name}")
+        self.broker_epoch = resp.broker_epoch
+        while (await self._heartbeat()).is_fenced is not False:
+            await asyncio.sleep(0.01)
+
+    async def _record_local_dirs(self) -> None:
+        """Makes the metadata say where each of this broker's replicas is: dirs chosen before a crash and not yet
+        recorded, replicas moved between dirs (KIP-113), and logs written before dirs were tracked."""
+        ids_by_path = {path: dir_id for dir_id, path in self.logs.manager.directory_ids(online_only=True).items()}
+        placed = []
+        for topic in self.metadata.topics():
+            for p in topic.partitions.values():
+                plog = self.logs.manager.find(topic.name, p.partition) if self.node_id in p.replicas else None
+                text = ids_by_path.get(plog.log_dir) if plog is not None else None
+                if text is None:
+                    continue
+                dir_id = uuid.UUID(bytes=uuid_from_str(text))
+                if p.directory_of(self.node_id) != dir_id:
+                    placed.append((topic.topic_id, p.partition, dir_id))
+        if placed:
+            await self.controller.assign_directories(self.node_id, placed)
+            log.info("replica_dirs_recorded", partitions=len(placed))
+
+    async def _heartbeat(self, *, want_shut_down: bool = False) -> Any:
+        return await self.controller_request(BrokerHeartbeatRequest(
+            broker_id=self.node_id, broker_epoch=self.broker_epoch, current_metadata_offset=self.metadata.offset,
+            want_fence=False, want_shut_down=want_shut_down), 1)
+
+    async def _heartbeats(self) -> None:
+        interval = int(getattr(self.config, "broker_heartbeat_interval_ms", 2000)) / 1000
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                resp = await self._heartbeat()
+                if resp.error_code != 0:
+                    log.warning("heartbeat_failed", error=ErrorCode(resp.error_code).name)
+            except Exception as e:
+                log.warning("heartbeat_failed", error=str(e))
 
     def spawn(self, coro) -> asyncio.Task:
         task = asyncio.get_running_loop().create_task(coro)
@@ -298,14 +390,17 @@ class BrokerNode:
 
     async def stop(self) -> None:
         self._stopping.set()
-        for task in self._tasks:
+        tasks = [*self._tasks, *self._assignments]
+        for task in tasks:
             task.cancel()
-        for task in self._tasks:
+        for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         if self.mover is not None:
             # In a thread: a mover waiting for its final step on this loop must be able to give up meanwhile.
             await asyncio.get_running_loop().run_in_executor(None, self.mover.stop)
+        if self.controller is not None:
+            await self.controller.stop()
         if self.logs is not None:
             self.logs.close()
         if self.metadata_log is not None:
@@ -313,5 +408,11 @@ class BrokerNode:
         log.info("node_stopped", node_id=self.node_id)
 
 
-def build_node(config: Any) -> BrokerNode:
-    return BrokerNode(config)
+class ProducerIdsUnavailable(Exception):
+    def __init__(self, error_code: int) -> None:
+        super().__init__(f"the controller gave no producer ids: {ErrorCode(error_code).name}")
+        self.error_code = error_code
+
+
+def build_node(config: Any, controller_factory: Callable[[BrokerNode, Any], Any]) -> BrokerNode:
+    return BrokerNode(config, controller_factory)

@@ -88,12 +88,14 @@ class StorageAdapter:
         plog = self.manager.find(topic, partition)
         return plog is not None and plog.online
 
-    def create_topic_partitions(self, name: str, topic_id: uuid.UUID, count: int, configs: dict[str, str]) -> list:
+    def create_topic_partitions(self, name: str, topic_id: uuid.UUID, partitions: list[int],
+                                configs: dict[str, str]) -> list:
+        """Creates the partition logs; returns the directory id each one got."""
         cfg = topic_log_config(self.node, configs)
         tid = uuid_to_str(topic_id.bytes)
         online = set(self.manager.online_dirs)
         specs = []
-        for p in range(count):
+        for p in partitions:
             preferred = self.preferred_dirs.get((name, p))
             if preferred is not None and preferred not in online:
                 log.warning("preferred_log_dir_offline", partition=f"{name}-{p}", log_dir=preferred,
@@ -101,9 +103,9 @@ class StorageAdapter:
                 preferred = None
             specs.append(PartitionSpec(name, p, tid, cfg, preferred))
         logs = self.manager.create_partitions(specs)
-        for p in range(count):
+        for p in partitions:
             self.preferred_dirs.pop((name, p), None)
-        ids = self.manager.directory_ids(online_only=False)
+        ids = {path: dir_id for dir_id, path in self.manager.directory_ids(online_only=False).items()}
         return [uuid.UUID(bytes=_dir_uuid_bytes(ids.get(plog.log_dir))) for plog in logs]
 
     def delete_topic_partitions(self, name: str, partitions: list[int]) -> None:
@@ -154,8 +156,7 @@ async def open_storage(node: Any) -> None:
     meta = read_meta_properties(LogDirIO(meta_dir))
     node.cluster_id = meta.cluster_id if meta is not None else ""
     node.logs = StorageAdapter(node, manager)
-    node.metadata_log = MetadataLog(meta_dir, node_id=node.node_id)
-    node._replay(node.metadata_log.load())
+    node.open_metadata(MetadataLog(meta_dir, node_id=node.node_id))
     settle_future_logs(node, manager)
     reconcile(node, manager)
     manager.start_background()

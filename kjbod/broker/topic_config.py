@@ -62,12 +62,12 @@ DEFS: dict[str, TopicConfigDef] = {d.name: d for d in [
     TopicConfigDef("file.delete.delay.ms", "long", "log.segment.delete.delay.ms", "log_segment_delete_delay_ms",
                    60000, _at_least(0), "Delay before a deleted file is removed from disk."),
     # Checked per record on produce (kjbod.storage.records.validate_records), with Kafka's defaults.
-    TopicConfigDef("message.timestamp.type", "string", "log.message.timestamp.type", None, "CreateTime",
+    TopicConfigDef("message.timestamp.type", "string", "log.message.timestamp.type", "log_message_timestamp_type", "CreateTime",
                    _one_of("CreateTime", "LogAppendTime"),
                    "CreateTime keeps the producer's timestamps; LogAppendTime stamps batches with the broker's time."),
-    TopicConfigDef("message.timestamp.before.max.ms", "long", "log.message.timestamp.before.max.ms", None,
+    TopicConfigDef("message.timestamp.before.max.ms", "long", "log.message.timestamp.before.max.ms", "log_message_timestamp_before_max_ms",
                    LONG_MAX, _at_least(0), "How far in the past a record's CreateTime timestamp may be."),
-    TopicConfigDef("message.timestamp.after.max.ms", "long", "log.message.timestamp.after.max.ms", None,
+    TopicConfigDef("message.timestamp.after.max.ms", "long", "log.message.timestamp.after.max.ms", "log_message_timestamp_after_max_ms",
                    LONG_MAX, _at_least(0), "How far in the future a record's CreateTime timestamp may be."),
 ]}
 

@@ -31,10 +31,9 @@ def add_subcommand(sub: Any) -> None:
 
 def run_serve(args: argparse.Namespace) -> int:
     from kjbod.server.app import run
-    from kjbod.server.config import check_runnable, load_config
+    from kjbod.server.config import load_config
     from kjbod.server.logging import configure_logging
 
     config = load_config(args.config, args.override)
-    check_runnable(config)
     configure_logging(args.log_format, args.log_level)
     return run(config)

@@ -13,7 +13,7 @@ Strategy:
 * `run()` is the synchronous entry point: it runs `serve()` on uvloop when uvloop is importable, else on the
   default loop.
 
-The node contract (kjbod.broker.node.build_node): `node_factory(config)` returns an object with
+The node contract (kjbod.server.roles.build_node, which builds what `process.roles` names): `node_factory(config)` returns an object with
 `async start()`, `async stop()`, `handler` (a kjbod.server.handler.RequestHandler) and optionally
 `shutdown_requested` (an asyncio.Event).
 """
@@ -108,7 +108,7 @@ async def serve(
             servers.append((listener, kind, server))
 
         if node_factory is None:
-            from kjbod.broker.node import build_node
+            from kjbod.server.roles import build_node
 
             node_factory = build_node
         node = node_factory(config)

@@ -38,7 +38,6 @@ __all__ = [
     "Listener",
     "ServerConfig",
     "build_config",
-    "check_runnable",
     "load_config",
     "parse_overrides",
     "parse_properties",
@@ -252,6 +251,9 @@ KEYS: dict[str, KeyDef] = {
         KeyDef("log.flush.offset.checkpoint.interval.ms", _int(0), 60_000),
         KeyDef("log.initial.task.delay.ms", _long(0), 30_000),
         KeyDef("log.cleanup.policy", _one_of("delete"), "delete", "only delete (no compaction yet)"),
+        KeyDef("log.message.timestamp.type", _one_of("CreateTime", "LogAppendTime"), "CreateTime"),
+        KeyDef("log.message.timestamp.before.max.ms", _long(0), LONG_MAX),
+        KeyDef("log.message.timestamp.after.max.ms", _long(0), LONG_MAX),
         KeyDef("replica.alter.log.dirs.io.max.bytes.per.second", _long(1), LONG_MAX),
         KeyDef("num.replica.alter.log.dirs.threads", _int(1), None, "default: the number of log dirs"),
         KeyDef("log.dir.failure.timeout.ms", _long(1), 30_000),
@@ -281,12 +283,10 @@ ALIASES: dict[str, str] = {
 # checked and reported by DescribeConfigs; the others (ACCEPTED_NO_EFFECT) are taken as they are. Every other key
 # kjbod accepts takes effect where Kafka applies it (tests/test_config_audit.py keeps both lists honest).
 COMPATIBILITY_ONLY: dict[str, str] = {
-    # Checked, reported by DescribeConfigs, no effect yet: one process is the whole cluster.
-    "inter.broker.listener.name": "no traffic between brokers: one node is the whole cluster",
-    "controller.quorum.voters": "the node is its own controller",
-    "controller.quorum.bootstrap.servers": "the node is its own controller",
-    "broker.heartbeat.interval.ms": "no heartbeats: the broker and its controller are one process",
-    "broker.session.timeout.ms": "no heartbeats: the broker and its controller are one process",
+    # Checked, reported by DescribeConfigs, no effect yet: a broker-only process is not available yet.
+    "inter.broker.listener.name": "no traffic between brokers yet",
+    "controller.quorum.voters": "a broker-only process, which would use it, is not available yet",
+    "controller.quorum.bootstrap.servers": "a broker-only process, which would use it, is not available yet",
     "log.dir.failure.timeout.ms": "no separate controller to report a failed log dir to: one process",
     "replica.fetch.max.bytes": "no replication between brokers yet",
     # Taken as they are.
@@ -360,6 +360,9 @@ class ServerConfig:
     log_initial_task_delay_ms: int = 30_000
     delete_topic_enable: bool = True
     log_cleanup_policy: str = "delete"
+    log_message_timestamp_type: str = "CreateTime"
+    log_message_timestamp_before_max_ms: int = LONG_MAX
+    log_message_timestamp_after_max_ms: int = LONG_MAX
     # The COMPATIBILITY_ONLY keys the config sets, as given, so the node can log once that they have no effect.
     ignored: Mapping[str, str] = field(default_factory=dict)
     # The effective raw key=value pairs (file, then overrides).
@@ -688,19 +691,12 @@ def build_config(
         log_initial_task_delay_ms=get("log.initial.task.delay.ms"),
         delete_topic_enable=get("delete.topic.enable"),
         log_cleanup_policy=get("log.cleanup.policy"),
+        log_message_timestamp_type=get("log.message.timestamp.type"),
+        log_message_timestamp_before_max_ms=get("log.message.timestamp.before.max.ms"),
+        log_message_timestamp_after_max_ms=get("log.message.timestamp.after.max.ms"),
         ignored=ignored,
         properties=dict(props),
     )
-
-
-def check_runnable(config: ServerConfig) -> None:
-    """Refuse what this version cannot run, rather than run something else: a broker-only or controller-only
-    process (process.roles=broker or controller) would run as a combined node and be its own controller."""
-    if not (config.is_broker and config.is_controller):
-        raise ConfigError(
-            f"process.roles={','.join(config.process_roles)} is not available yet: kjbod runs the broker and the "
-            "controller in one process (process.roles=broker,controller)"
-        )
 
 
 def _inside(path: str, parent: str) -> bool:

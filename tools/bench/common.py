@@ -75,3 +75,17 @@ def heading(title: str) -> None:
 
 def verdict(ok: bool) -> str:
     return "meets target" if ok else "BELOW TARGET"
+
+
+def rounds_main(prog: str, doc: str | None, run: Callable[..., object], argv: list[str] | None,
+                *, rounds: int) -> int:
+    """The command line of a benchmark whose run takes (rounds, seconds, quick)."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=rounds)
+    ap.add_argument("--seconds", type=float, default=2.0)
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args(argv)
+    run(args.rounds, args.seconds, args.quick)
+    return 0

@@ -1,9 +1,10 @@
 /*
  * kjbod load generator: keeps DEPTH requests in flight on each of CONNS connections to HOST:PORT for SECONDS,
- * sending the same Kafka request frame (read as hex from argv) and counting size-prefixed response frames.
+ * sending a Kafka request frame (read as hex from argv) and counting size-prefixed response frames.  With several
+ * frames, connection i sends frame i mod N (as N clients each sending their own request, e.g. broker heartbeats).
  * Single-threaded epoll, so the client costs little CPU next to the server under test.
  *
- * usage: loadgen HOST PORT CONNS DEPTH SECONDS HEXFRAME
+ * usage: loadgen HOST PORT CONNS DEPTH SECONDS HEXFRAME [HEXFRAME ...]
  * prints: responses=<n> seconds=<s> rps=<r> errors=<e>
  */
 #define _GNU_SOURCE
@@ -56,24 +57,33 @@ static int send_all(int fd, const unsigned char *p, size_t n) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 7) {
-        fprintf(stderr, "usage: %s HOST PORT CONNS DEPTH SECONDS HEXFRAME\n", argv[0]);
+    if (argc < 7) {
+        fprintf(stderr, "usage: %s HOST PORT CONNS DEPTH SECONDS HEXFRAME [HEXFRAME ...]\n", argv[0]);
         return 2;
     }
     const char *host = argv[1];
     int port = atoi(argv[2]), conns = atoi(argv[3]), depth = atoi(argv[4]);
     double seconds = atof(argv[5]);
-    size_t hlen = strlen(argv[6]);
-    if (hlen % 2 || conns <= 0 || depth <= 0) return 2;
-    size_t flen = hlen / 2;
-    unsigned char *frame = malloc(flen);
-    for (size_t i = 0; i < flen; i++) {
-        int hi = hexval(argv[6][2 * i]), lo = hexval(argv[6][2 * i + 1]);
-        if (hi < 0 || lo < 0) return 2;
-        frame[i] = (unsigned char)(hi * 16 + lo);
+    int nframes = argc - 6;
+    if (conns <= 0 || depth <= 0) return 2;
+    unsigned char **bursts = calloc((size_t)nframes, sizeof(unsigned char *));
+    size_t *flens = calloc((size_t)nframes, sizeof(size_t));
+    for (int f = 0; f < nframes; f++) {
+        const char *hex = argv[6 + f];
+        size_t hlen = strlen(hex);
+        if (hlen % 2) return 2;
+        size_t flen = hlen / 2;
+        unsigned char *frame = malloc(flen);
+        for (size_t i = 0; i < flen; i++) {
+            int hi = hexval(hex[2 * i]), lo = hexval(hex[2 * i + 1]);
+            if (hi < 0 || lo < 0) return 2;
+            frame[i] = (unsigned char)(hi * 16 + lo);
+        }
+        bursts[f] = malloc(flen * (size_t)depth);
+        for (int d = 0; d < depth; d++) memcpy(bursts[f] + flen * (size_t)d, frame, flen);
+        flens[f] = flen;
+        free(frame);
     }
-    unsigned char *burst = malloc(flen * (size_t)depth);
-    for (int d = 0; d < depth; d++) memcpy(burst + flen * (size_t)d, frame, flen);
 
     int ep = epoll_create1(0);
     conn_t *cs = calloc((size_t)conns, sizeof(conn_t));
@@ -94,7 +104,7 @@ int main(int argc, char **argv) {
     long responses = 0, errors = 0;
     double start = now(), end = start + seconds;
     for (int i = 0; i < conns; i++) {
-        if (send_all(cs[i].fd, burst, flen * (size_t)depth) < 0) errors++;
+        if (send_all(cs[i].fd, bursts[i % nframes], flens[i % nframes] * (size_t)depth) < 0) errors++;
         cs[i].inflight = depth;
     }
     struct epoll_event evs[256];
@@ -109,7 +119,8 @@ int main(int argc, char **argv) {
         }
         int n = epoll_wait(ep, evs, 256, 100);
         for (int k = 0; k < n; k++) {
-            conn_t *c = &cs[evs[k].data.u32];
+            uint32_t ci = evs[k].data.u32;
+            conn_t *c = &cs[ci];
             ssize_t r = recv(c->fd, c->buf + c->have, sizeof c->buf - c->have, 0);
             if (r <= 0) {
                 if (r < 0 && (errno == EAGAIN || errno == EINTR)) continue;
@@ -136,7 +147,8 @@ int main(int argc, char **argv) {
             c->inflight -= done;
             if (!stopping && done > 0) {
                 /* refill what came back, keeping DEPTH in flight */
-                if (send_all(c->fd, burst, flen * (size_t)done) < 0) errors++;
+                if (send_all(c->fd, bursts[ci % (uint32_t)nframes], flens[ci % (uint32_t)nframes] * (size_t)done) < 0)
+                    errors++;
                 c->inflight += done;
             }
         }

@@ -20,7 +20,6 @@ that answers with an error would measure the wrong thing).
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import shutil
@@ -36,7 +35,7 @@ from pathlib import Path
 from kjbod.protocol.generated import ApiVersionsRequest, ApiVersionsResponse
 from kjbod.protocol.generated.request_header import RequestHeader
 
-from .common import heading, median, verdict
+from .common import heading, median, rounds_main, verdict
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "bench-out"
@@ -127,23 +126,29 @@ def start_echo() -> tuple[subprocess.Popen, int]:
 
 def start_kjbod(work: Path) -> tuple[subprocess.Popen, int]:
     port = _free_port()
-    config = work / "server.properties"
-    config.write_text("".join(f"{k}={v}\n" for k, v in {
+    return serve_kjbod(work, port, {
         "node.id": "1",
         "process.roles": "broker,controller",
         "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{_free_port()}",
         "controller.listener.names": "CONTROLLER",
         "log.dirs": f"{work / 'logs-0'},{work / 'logs-1'}",
         "metadata.log.dir": str(work / "metadata"),
-    }.items()))
-    subprocess.run([sys.executable, "-m", "kjbod", "format", "-c", str(config)], check=True,
+    }), port
+
+
+def serve_kjbod(work: Path, port: int, settings: dict[str, str], *format_args: str) -> subprocess.Popen:
+    """Writes `settings` as work/server.properties, formats, and starts `kjbod serve` (pinned, log level
+    warning) until it listens on `port`."""
+    config = work / "server.properties"
+    config.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
+    subprocess.run([sys.executable, "-m", "kjbod", "format", "-c", str(config), *format_args], check=True,
                    stdout=subprocess.DEVNULL, cwd=ROOT)
     err = open(work / "stderr.log", "ab")  # noqa: SIM115 (handed to the child)
     proc = subprocess.Popen([sys.executable, "-m", "kjbod", "serve", "-c", str(config), "--log-level", "warning"],
                             stdout=subprocess.DEVNULL, stderr=err, cwd=ROOT, preexec_fn=_pinned(SERVER_CPUS))
     err.close()
     _wait_listening(proc, port, "kjbod serve")
-    return proc, port
+    return proc
 
 
 def check_answer(port: int, frame: bytes, *, decode: bool) -> None:
@@ -169,8 +174,14 @@ _RESULT = re.compile(r"responses=(\d+) seconds=([\d.]+) rps=(\d+) errors=(\d+)")
 
 def load(loadgen: Path, port: int, depth: int, seconds: float, frame: bytes) -> float:
     """Requests per second over CONNECTIONS connections at `depth`; refuses a run with errors."""
-    done = subprocess.run([str(loadgen), "127.0.0.1", str(port), str(CONNECTIONS), str(depth), f"{seconds:g}",
-                           frame.hex()], capture_output=True, text=True,
+    return load_frames(loadgen, port, CONNECTIONS, depth, seconds, [frame])
+
+
+def load_frames(loadgen: Path, port: int, connections: int, depth: int, seconds: float, frames: list[bytes]) -> float:
+    """Requests per second over `connections` connections at `depth`, connection i sending frames[i % len];
+    refuses a run with errors."""
+    done = subprocess.run([str(loadgen), "127.0.0.1", str(port), str(connections), str(depth), f"{seconds:g}",
+                           *(f.hex() for f in frames)], capture_output=True, text=True,
                           timeout=seconds + 30, preexec_fn=_pinned(LOADGEN_CPUS))
     m = _RESULT.search(done.stdout)
     if done.returncode != 0 or m is None:
@@ -217,14 +228,7 @@ def run(rounds: int = 7, seconds: float = 2.0, quick: bool = False) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m tools.bench.server", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rounds", type=int, default=7)
-    ap.add_argument("--seconds", type=float, default=2.0)
-    ap.add_argument("--quick", action="store_true")
-    args = ap.parse_args(argv)
-    run(args.rounds, args.seconds, args.quick)
-    return 0
+    return rounds_main("python -m tools.bench.server", __doc__, run, argv, rounds=7)
 
 
 if __name__ == "__main__":

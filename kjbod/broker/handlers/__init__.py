@@ -1,9 +1,12 @@
 """One module per Kafka API key; importing this package registers every handler with the router."""
 
 from kjbod.broker.handlers import (  # noqa: F401
+    allocate_producer_ids,
     alter_configs,
     alter_replica_log_dirs,
     api_versions,
+    broker_heartbeat,
+    broker_registration,
     create_topics,
     delete_topics,
     describe_cluster,
@@ -16,4 +19,5 @@ from kjbod.broker.handlers import (  # noqa: F401
     list_offsets,
     metadata,
     produce,
+    unregister_broker,
 )

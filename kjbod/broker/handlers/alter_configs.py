@@ -8,23 +8,16 @@ for the cluster default): only replica.alter.log.dirs.io.max.bytes.per.second (a
 intra.broker.throttled.rate) changes at runtime; it is written to the metadata log and takes effect at once on
 running moves. Errors per resource: unknown key or bad value INVALID_CONFIG naming the key; a static broker
 key INVALID_REQUEST; another broker's id INVALID_REQUEST; unknown topic UNKNOWN_TOPIC_OR_PARTITION.
-validate_only checks and changes nothing. See kjbod.broker.broker_config.
+validate_only checks and changes nothing. The controller checks and records the change (kjbod.controller.configs, with the key tables of
+kjbod.broker.broker_config); this broker applies it once durable.
 """
 
 from __future__ import annotations
 
-from kjbod.broker import broker_config as bc
 from kjbod.broker.router import api
 from kjbod.protocol.generated import AlterConfigsRequest, AlterConfigsResponse
-from kjbod.protocol.generated.alter_configs_response import AlterConfigsResourceResponse as Resp
 
 
 @api(AlterConfigsRequest)
 def handle(node, request, body: AlterConfigsRequest) -> AlterConfigsResponse:
-    resources = [(r.resource_type, r.resource_name,
-                  [(c.name, bc.SET if c.value is not None else bc.DELETE, c.value) for c in r.configs])
-                 for r in body.resources]
-    answers = bc.alter(node, resources, replace=True, validate_only=body.validate_only)
-    return AlterConfigsResponse(throttle_time_ms=0, responses=[
-        Resp(error_code=code, error_message=message, resource_type=r.resource_type, resource_name=r.resource_name)
-        for r, (code, message) in zip(body.resources, answers, strict=True)])
+    return node.controller_call(body, request.api_version)

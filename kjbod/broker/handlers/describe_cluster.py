@@ -2,7 +2,10 @@
 
 Version notes: v0 lists the brokers; v1 adds endpoint_type (1 brokers, 2 controllers; KIP-919): a broker
 listener asked for controllers, or a controller listener asked for brokers, answers MISMATCHED_ENDPOINT_TYPE,
-and an unknown type UNSUPPORTED_ENDPOINT_TYPE; v2 adds include_fenced_brokers and the is_fenced flag.
+and an unknown type UNSUPPORTED_ENDPOINT_TYPE; v2 adds include_fenced_brokers and the is_fenced flag (KIP-1073).
+
+Brokers are the ones registered with the controller: the unfenced ones, and with include_fenced_brokers the
+fenced ones too, marked is_fenced.  The controller id is a live broker (this one), as KRaft brokers answer.
 """
 
 from __future__ import annotations
@@ -29,11 +32,15 @@ def handle(node, request, body: DescribeClusterRequest) -> DescribeClusterRespon
                                        error_message=f"this {kind} listener cannot list {wanted}",
                                        endpoint_type=etype, cluster_id=node.cluster_id)
     nodes = node.cluster_nodes(request.ctx.listener_name, controllers=(etype == CONTROLLERS))
-    brokers = [
-        DescribeClusterBroker(broker_id=n.node_id, host=n.host, port=n.port, rack=n.rack,
-                                                      is_fenced=False)
-        for n in nodes
-    ]
+    brokers = [DescribeClusterBroker(broker_id=n.node_id, host=n.host, port=n.port, rack=n.rack, is_fenced=False)
+               for n in nodes]
+    if etype == BROKERS and request.api_version >= 2 and body.include_fenced_brokers:
+        for b in sorted(node.metadata.brokers.values(), key=lambda b: b.broker_id):
+            e = b.endpoint(request.ctx.listener_name)
+            if b.fenced and e is not None:
+                brokers.append(DescribeClusterBroker(broker_id=b.broker_id, host=e.host, port=e.port, rack=b.rack,
+                                                     is_fenced=True))
+        brokers.sort(key=lambda b: b.broker_id)
     return DescribeClusterResponse(
         error_code=0, endpoint_type=etype, cluster_id=node.cluster_id,
         controller_id=node.node_id, brokers=brokers,

@@ -6,8 +6,12 @@ allow_auto_topic_creation (honoured together with `auto.create.topics.enable`); 
 epoch; v8-v10 authorized-operation fields (answered as "not computed"); v9 flexible; v10 topic ids; v12 lookup
 by topic id (an unknown id answers UNKNOWN_TOPIC_ID); v13 a top-level error code.
 
-The answer lists this node for the listener the request arrived on, as Kafka does.  A partition whose log dir
-is offline has no leader: LEADER_NOT_AVAILABLE, with this node in offline_replicas (KIP-858 semantics).
+The answer lists every unfenced broker registered with the controller, with its endpoint for the listener
+the request arrived on, and a live broker (this one) as the controller id, as Kafka's KRaft brokers do
+(KIP-590: controller-bound requests go to any broker, which forwards them).  A partition without a leader in
+the metadata, or whose replica here is in an offline log dir, answers LEADER_NOT_AVAILABLE with leader -1;
+offline_replicas lists the replicas on fenced or unknown brokers, and this node when its dir is offline
+(KIP-858 semantics).
 """
 
 from __future__ import annotations
@@ -28,17 +32,23 @@ from kjbod.protocol.runtime import ZERO_UUID
 
 
 def describe_topic(node, topic) -> Topic:
+    image = node.metadata
     parts = []
     for p in sorted(topic.partitions.values(), key=lambda p: p.partition):
-        online = node.partition_online(topic.name, p.partition)
-        if online:
-            parts.append(Partition(error_code=0, partition_index=p.partition, leader_id=p.leader,
-                                   leader_epoch=p.leader_epoch, replica_nodes=list(p.replicas),
-                                   isr_nodes=list(p.isr), offline_replicas=[]))
-        else:
+        gone = [r for r in p.replicas if (b := image.brokers.get(r)) is None or b.fenced] if image.brokers else []
+        if node.node_id in p.replicas and not node.partition_online(topic.name, p.partition):
+            # This broker's replica is in an offline log dir (KIP-858): it cannot lead.
             parts.append(Partition(error_code=ErrorCode.LEADER_NOT_AVAILABLE, partition_index=p.partition,
                                    leader_id=-1, leader_epoch=p.leader_epoch, replica_nodes=list(p.replicas),
-                                   isr_nodes=[], offline_replicas=[node.node_id]))
+                                   isr_nodes=[], offline_replicas=sorted({*gone, node.node_id})))
+        elif p.leader < 0:
+            parts.append(Partition(error_code=ErrorCode.LEADER_NOT_AVAILABLE, partition_index=p.partition,
+                                   leader_id=-1, leader_epoch=p.leader_epoch, replica_nodes=list(p.replicas),
+                                   isr_nodes=list(p.isr), offline_replicas=gone))
+        else:
+            parts.append(Partition(error_code=0, partition_index=p.partition, leader_id=p.leader,
+                                   leader_epoch=p.leader_epoch, replica_nodes=list(p.replicas),
+                                   isr_nodes=list(p.isr), offline_replicas=gone))
     return Topic(error_code=0, name=topic.name, topic_id=topic.topic_id, is_internal=False, partitions=parts)
 
 

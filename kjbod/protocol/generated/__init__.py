@@ -2,6 +2,8 @@
 
 """Generated message classes: one dataclass per message, every version."""
 
+from .allocate_producer_ids_request import AllocateProducerIdsRequest
+from .allocate_producer_ids_response import AllocateProducerIdsResponse
 from .alter_configs_request import AlterConfigsRequest
 from .alter_configs_response import AlterConfigsResponse
 from .alter_partition_reassignments_request import AlterPartitionReassignmentsRequest
@@ -30,6 +32,7 @@ from .describe_configs_request import DescribeConfigsRequest
 from .describe_configs_response import DescribeConfigsResponse
 from .describe_log_dirs_request import DescribeLogDirsRequest
 from .describe_log_dirs_response import DescribeLogDirsResponse
+from .feature_level_record import FeatureLevelRecord
 from .fence_broker_record import FenceBrokerRecord
 from .fetch_request import FetchRequest
 from .fetch_response import FetchResponse
@@ -52,6 +55,7 @@ from .partition_change_record import PartitionChangeRecord
 from .partition_record import PartitionRecord
 from .produce_request import ProduceRequest
 from .produce_response import ProduceResponse
+from .producer_ids_record import ProducerIdsRecord
 from .register_broker_record import RegisterBrokerRecord
 from .remove_topic_record import RemoveTopicRecord
 from .request_header import RequestHeader
@@ -64,10 +68,13 @@ from .snapshot_footer_record import SnapshotFooterRecord
 from .snapshot_header_record import SnapshotHeaderRecord
 from .topic_record import TopicRecord
 from .unfence_broker_record import UnfenceBrokerRecord
+from .unregister_broker_record import UnregisterBrokerRecord
 from .unregister_broker_request import UnregisterBrokerRequest
 from .unregister_broker_response import UnregisterBrokerResponse
 
 __all__ = [
+    'AllocateProducerIdsRequest',
+    'AllocateProducerIdsResponse',
     'AlterConfigsRequest',
     'AlterConfigsResponse',
     'AlterPartitionReassignmentsRequest',
@@ -96,6 +103,7 @@ __all__ = [
     'DescribeConfigsResponse',
     'DescribeLogDirsRequest',
     'DescribeLogDirsResponse',
+    'FeatureLevelRecord',
     'FenceBrokerRecord',
     'FetchRequest',
     'FetchResponse',
@@ -118,6 +126,7 @@ __all__ = [
     'PartitionRecord',
     'ProduceRequest',
     'ProduceResponse',
+    'ProducerIdsRecord',
     'RegisterBrokerRecord',
     'RemoveTopicRecord',
     'RequestHeader',
@@ -130,6 +139,7 @@ __all__ = [
     'SnapshotHeaderRecord',
     'TopicRecord',
     'UnfenceBrokerRecord',
+    'UnregisterBrokerRecord',
     'UnregisterBrokerRequest',
     'UnregisterBrokerResponse',
 ]

@@ -1,0 +1,99 @@
+"""Broker registration and unregistration (Kafka's ClusterControlManager.registerBroker, unregisterBroker).
+
+Checks in Kafka's order: cluster id (INCONSISTENT_CLUSTER_ID); a live session of another incarnation of the
+same id (DUPLICATE_BROKER_REGISTRATION: a fenced or expired one may be replaced at once); the ZooKeeper
+migration flag (BROKER_ID_NOT_REGISTERED); log dirs (INVALID_REGISTRATION: none, a reserved id, a duplicate, or
+one another broker registered); finalized features the broker cannot run (UNSUPPORTED_VERSION).
+
+A new incarnation's epoch is the offset its RegisterBrokerRecord will have; it starts fenced.  The same
+incarnation registering again keeps its epoch and its fenced and controlled-shutdown state, and may change its
+listeners, rack and dirs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kjbod.controller.heartbeats import BrokerHeartbeatManager
+from kjbod.controller.partition_change import remove_from_isrs
+from kjbod.controller.result import ControllerResult, ControllerSettings
+from kjbod.metadata import MetadataImage, is_reserved_dir
+from kjbod.protocol.errors import ErrorCode
+from kjbod.protocol.generated import (
+    BrokerRegistrationRequest,
+    BrokerRegistrationResponse,
+    RegisterBrokerRecord,
+    UnregisterBrokerRecord,
+    UnregisterBrokerResponse,
+)
+from kjbod.protocol.generated.register_broker_record import BrokerEndpoint, BrokerFeature
+from kjbod.storage.ids import uuid_to_str
+
+
+def registration_problem(image: MetadataImage, req: BrokerRegistrationRequest, settings: ControllerSettings,
+                         sessions: BrokerHeartbeatManager, now: float) -> tuple[int, str] | None:
+    if req.cluster_id != settings.cluster_id:
+        return ErrorCode.INCONSISTENT_CLUSTER_ID, (
+            f"expected cluster id {settings.cluster_id}, but the broker sent {req.cluster_id}")
+    existing = image.brokers.get(req.broker_id)
+    if (existing is not None and existing.incarnation_id != req.incarnation_id
+            and sessions.has_valid_session(existing, now)):
+        return ErrorCode.DUPLICATE_BROKER_REGISTRATION, (
+            f"another broker is registered with id {req.broker_id} (incarnation {existing.incarnation_id}) and its "
+            "session has not expired")
+    if req.is_migrating_zk_broker:
+        return ErrorCode.BROKER_ID_NOT_REGISTERED, "ZooKeeper migration is not supported"
+    if not req.log_dirs:
+        return ErrorCode.INVALID_REGISTRATION, "No directories specified in request"
+    if any(is_reserved_dir(d) for d in req.log_dirs):
+        return ErrorCode.INVALID_REGISTRATION, "Reserved directory ID in request"
+    if len(set(req.log_dirs)) != len(req.log_dirs):
+        return ErrorCode.INVALID_REGISTRATION, "Duplicate directory ID in request"
+    for d in req.log_dirs:
+        owner = image.dir_owner(d)
+        if owner is not None and owner != req.broker_id:
+            return ErrorCode.INVALID_REGISTRATION, (
+                f"Broker {owner} is already registered with directory {uuid_to_str(d.bytes)}")
+    offered = {f.name: (f.min_supported_version, f.max_supported_version) for f in req.features}
+    for name, level in image.features.items():
+        lo, hi = offered.get(name, (0, 0))
+        if level != 0 and not lo <= level <= hi:
+            return ErrorCode.UNSUPPORTED_VERSION, (
+                f"Unable to register because the broker does not support finalized version {level} of {name}")
+    return None
+
+
+def register_broker(image: MetadataImage, req: BrokerRegistrationRequest, settings: ControllerSettings,
+                    sessions: BrokerHeartbeatManager, now: float, next_offset: int) -> ControllerResult:
+    problem = registration_problem(image, req, settings, sessions, now)
+    if problem is not None:
+        return ControllerResult([], BrokerRegistrationResponse(error_code=problem[0]))
+    existing = image.brokers.get(req.broker_id)
+    record = RegisterBrokerRecord(
+        broker_id=req.broker_id, incarnation_id=req.incarnation_id,
+        end_points=[BrokerEndpoint(name=ln.name, host=ln.host, port=ln.port, security_protocol=ln.security_protocol)
+                    for ln in req.listeners],
+        features=[BrokerFeature(name=f.name, min_supported_version=f.min_supported_version,
+                                max_supported_version=f.max_supported_version) for f in req.features],
+        rack=req.rack, log_dirs=list(req.log_dirs))
+    if existing is not None and existing.incarnation_id == req.incarnation_id:
+        record.broker_epoch = existing.epoch
+        record.fenced = existing.fenced
+        record.in_controlled_shutdown = existing.in_controlled_shutdown
+    else:
+        record.broker_epoch = next_offset
+        record.fenced = True
+        sessions.remove(req.broker_id)
+    if req.broker_id == settings.local_broker_id:
+        sessions.local_registered = True
+    return ControllerResult([record], BrokerRegistrationResponse(error_code=0, broker_epoch=record.broker_epoch))
+
+
+def unregister_broker(image: MetadataImage, broker_id: int) -> ControllerResult:
+    reg = image.brokers.get(broker_id)
+    if reg is None:
+        return ControllerResult([], UnregisterBrokerResponse(
+            error_code=ErrorCode.BROKER_ID_NOT_REGISTERED, error_message=None))
+    records: list[Any] = [*remove_from_isrs(image, broker_id),
+                          UnregisterBrokerRecord(broker_id=broker_id, broker_epoch=reg.epoch)]
+    return ControllerResult(records, UnregisterBrokerResponse(error_code=0, error_message=None))

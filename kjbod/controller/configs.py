@@ -1,0 +1,66 @@
+"""AlterConfigs and IncrementalAlterConfigs on the controller: ConfigRecords for topics, brokers by id and the
+cluster default broker resource "".
+
+Each resource is checked whole before any record of it is written; resources are independent (Kafka's rule).
+A resource named twice, or a key named twice in one resource, is INVALID_REQUEST; an unknown topic
+UNKNOWN_TOPIC_OR_PARTITION; other resource types INVALID_REQUEST; keys and values as the config policy says.
+`validate_only` checks and writes nothing.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from kjbod.controller.result import ConfigPolicy, ControllerResult, PolicyError
+from kjbod.metadata import BROKER_RESOURCE, TOPIC_RESOURCE, MetadataImage
+from kjbod.protocol.errors import ErrorCode
+from kjbod.protocol.generated import ConfigRecord
+
+Change = tuple[str, int, str | None]  # (key, operation, value)
+
+
+def _duplicates(items: list[str]) -> set[str]:
+    return {i for i, n in Counter(items).items() if n > 1}
+
+
+def alter_configs(image: MetadataImage, resources: list[tuple[int, str, list[Change]]], policy: ConfigPolicy, *,
+                  replace: bool, validate_only: bool,
+                  canonical: dict[str, str] | None = None) -> ControllerResult:
+    """Records and one (error code, message) per resource.  `canonical` maps key aliases to their names."""
+    aliases = canonical or {}
+    dup_resources = _duplicates([f"{t}\0{n}" for t, n, _ in resources])
+    records: list[Any] = []
+    answers: list[tuple[int, str | None]] = []
+    for rtype, name, changes in resources:
+        try:
+            if f"{rtype}\0{name}" in dup_resources:
+                raise PolicyError(ErrorCode.INVALID_REQUEST, f"resource {name!r} appears more than once")
+            dup_keys = _duplicates([aliases.get(k, k) for k, _, _ in changes])
+            if dup_keys:
+                raise PolicyError(ErrorCode.INVALID_REQUEST,
+                                  f"duplicate config keys in one resource: {', '.join(sorted(dup_keys))}")
+            if rtype == BROKER_RESOURCE:
+                current = dict(image.resource_configs(BROKER_RESOURCE, name))
+                planned = policy.plan_broker(current, name, changes, replace=replace)
+                new_records = [ConfigRecord(resource_type=BROKER_RESOURCE, resource_name=name, name=k, value=v)
+                               for k, v in sorted(planned.items())]
+            elif rtype == TOPIC_RESOURCE:
+                topic = image.topic(name)
+                if topic is None:
+                    raise PolicyError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+                old = dict(topic.configs)
+                new = policy.plan_topic(old, changes, replace=replace)
+                new_records = [ConfigRecord(resource_type=TOPIC_RESOURCE, resource_name=name, name=k, value=None)
+                               for k in sorted(old) if k not in new]
+                new_records += [ConfigRecord(resource_type=TOPIC_RESOURCE, resource_name=name, name=k, value=v)
+                                for k, v in sorted(new.items()) if old.get(k) != v]
+            else:
+                raise PolicyError(ErrorCode.INVALID_REQUEST,
+                                  f"resource type {rtype} is not supported (kjbod serves topics (2) and brokers (4))")
+            if not validate_only:
+                records += new_records
+            answers.append((ErrorCode.NONE, None))
+        except PolicyError as e:
+            answers.append((e.code, e.message))
+    return ControllerResult(records, answers)

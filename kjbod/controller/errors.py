@@ -1,0 +1,51 @@
+"""Whole-request error responses for the controller's APIs (Kafka's `AbstractRequest.getErrorResponse`): the
+same code in every per-item error field, so a client sees which request failed and why."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kjbod.protocol.generated import (
+    AllocateProducerIdsResponse,
+    AlterConfigsResponse,
+    BrokerHeartbeatResponse,
+    BrokerRegistrationResponse,
+    CreateTopicsResponse,
+    DeleteTopicsResponse,
+    IncrementalAlterConfigsResponse,
+    UnregisterBrokerResponse,
+)
+from kjbod.protocol.generated.alter_configs_response import AlterConfigsResourceResponse as AlterResp
+from kjbod.protocol.generated.create_topics_response import CreatableTopicResult
+from kjbod.protocol.generated.delete_topics_response import DeletableTopicResult
+from kjbod.protocol.generated.incremental_alter_configs_response import (
+    AlterConfigsResourceResponse as IncrementalResp,
+)
+from kjbod.protocol.runtime import ZERO_UUID
+
+
+def error_response(api_key: int, request: Any, code: int, message: str) -> Any:
+    if api_key == 19:
+        return CreateTopicsResponse(topics=[CreatableTopicResult(name=t.name, error_code=code, error_message=message,
+                                                                 configs=None) for t in request.topics])
+    if api_key == 20:
+        names = [(t.name, t.topic_id) for t in request.topics] or [(n, ZERO_UUID) for n in request.topic_names]
+        return DeleteTopicsResponse(responses=[DeletableTopicResult(name=n, topic_id=tid, error_code=code,
+                                                                    error_message=message) for n, tid in names])
+    if api_key == 33:
+        return AlterConfigsResponse(responses=[AlterResp(error_code=code, error_message=message,
+                                                         resource_type=r.resource_type, resource_name=r.resource_name)
+                                               for r in request.resources])
+    if api_key == 44:
+        return IncrementalAlterConfigsResponse(responses=[
+            IncrementalResp(error_code=code, error_message=message, resource_type=r.resource_type,
+                            resource_name=r.resource_name) for r in request.resources])
+    if api_key == 62:
+        return BrokerRegistrationResponse(error_code=code)
+    if api_key == 63:
+        return BrokerHeartbeatResponse(error_code=code)
+    if api_key == 64:
+        return UnregisterBrokerResponse(error_code=code, error_message=message)
+    if api_key == 67:
+        return AllocateProducerIdsResponse(error_code=code)
+    raise ValueError(f"no error response for api key {api_key}")

@@ -1,0 +1,163 @@
+"""Broker sessions and the heartbeat state table (Kafka's BrokerHeartbeatManager and processBrokerHeartbeat).
+
+The session state (last contact, last reported metadata offset, the offset a controlled shutdown must reach) is
+the controller's own memory, not metadata: a restarted controller starts every registered broker's session
+afresh, as Kafka's does on activation.  Fenced / unfenced / in controlled shutdown come from the image.
+
+State table (current state, request → next state):
+  FENCED:    WantShutDown → SHUTDOWN_NOW; !WantFence and caught up to its own registration → UNFENCED; else FENCED
+  UNFENCED:  WantFence and WantShutDown → SHUTDOWN_NOW; WantFence → FENCED; WantShutDown → CONTROLLED_SHUTDOWN
+             when it leads a partition, else SHUTDOWN_NOW; else UNFENCED
+  CONTROLLED_SHUTDOWN: still leads → stays; once every active broker has applied the shutdown's records →
+             SHUTDOWN_NOW
+Records on a change: → UNFENCED: Fenced=-1, then leaders for leaderless partitions it may lead; → FENCED or
+SHUTDOWN_NOW from unfenced: out of every ISR, then Fenced=1; → CONTROLLED_SHUTDOWN: InControlledShutdown=1,
+then out of every ISR.  Offline log dirs (cumulative in every heartbeat) move leadership off the partitions in
+the newly failed dirs and shrink the broker's LogDirs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from kjbod.controller.partition_change import elect, elect_where_leaderless, leads_any, remove_from_isrs
+from kjbod.controller.result import ControllerResult, ControllerSettings
+from kjbod.metadata import BrokerRegistration, MetadataImage
+from kjbod.protocol.errors import ErrorCode
+from kjbod.protocol.generated import (
+    BrokerHeartbeatRequest,
+    BrokerHeartbeatResponse,
+    BrokerRegistrationChangeRecord,
+)
+
+FENCED, UNFENCED, CONTROLLED_SHUTDOWN, SHUTDOWN_NOW = "FENCED", "UNFENCED", "CONTROLLED_SHUTDOWN", "SHUTDOWN_NOW"
+LONG_MAX = (1 << 63) - 1
+
+
+@dataclass(slots=True)
+class Session:
+    last_contact: float
+    metadata_offset: int = -1
+    controlled_shutdown_offset: int | None = None
+
+
+def state_of(reg: BrokerRegistration) -> str:
+    if reg.fenced:
+        return FENCED
+    return CONTROLLED_SHUTDOWN if reg.in_controlled_shutdown else UNFENCED
+
+
+def fence_records(image: MetadataImage, reg: BrokerRegistration) -> list[Any]:
+    return [*remove_from_isrs(image, reg.broker_id),
+            BrokerRegistrationChangeRecord(broker_id=reg.broker_id, broker_epoch=reg.epoch, fenced=1)]
+
+
+class BrokerHeartbeatManager:
+    def __init__(self, settings: ControllerSettings) -> None:
+        self.settings = settings
+        self.sessions: dict[int, Session] = {}
+        self.local_registered = False  # the broker in this process has registered since this controller started
+
+    @property
+    def timeout_s(self) -> float:
+        return self.settings.broker_session_timeout_ms / 1000
+
+    def session(self, broker_id: int, now: float) -> Session:
+        s = self.sessions.get(broker_id)
+        if s is None:  # a broker registered before this controller started: its session starts now
+            s = self.sessions[broker_id] = Session(last_contact=now)
+        return s
+
+    def remove(self, broker_id: int) -> None:
+        self.sessions.pop(broker_id, None)
+
+    def has_valid_session(self, reg: BrokerRegistration, now: float) -> bool:
+        """Whether `reg`'s incarnation may still be alive.  The broker in this process registers once per
+        process start: before it has, the registration in the log is a previous process's and certainly gone;
+        after, it lives as long as this controller."""
+        if reg.fenced:
+            return False
+        if reg.broker_id == self.settings.local_broker_id:
+            return self.local_registered
+        return self.session(reg.broker_id, now).last_contact + self.timeout_s >= now
+
+    def lowest_active_offset(self, image: MetadataImage, now: float) -> int:
+        offsets = [self.session(b.broker_id, now).metadata_offset for b in image.brokers.values() if b.active]
+        return min(offsets) if offsets else LONG_MAX
+
+    def stale_broker(self, image: MetadataImage, now: float) -> BrokerRegistration | None:
+        """One unfenced broker whose session expired (the longest silent), or None."""
+        stale = [(self.session(b.broker_id, now).last_contact, b.broker_id) for b in image.brokers.values()
+                 if not b.fenced and b.broker_id != self.settings.local_broker_id
+                 and self.session(b.broker_id, now).last_contact + self.timeout_s < now]
+        return image.brokers[min(stale)[1]] if stale else None
+
+    def fence_stale(self, image: MetadataImage, now: float) -> ControllerResult:
+        reg = self.stale_broker(image, now)
+        return ControllerResult(fence_records(image, reg) if reg is not None else [], reg)
+
+    # ------------------------------------------------------------------------------------------ heartbeat
+    def heartbeat(self, image: MetadataImage, req: BrokerHeartbeatRequest, now: float,
+                  next_offset: int) -> ControllerResult:
+        reg = image.brokers.get(req.broker_id)
+        if reg is None or reg.epoch != req.broker_epoch:
+            return ControllerResult([], BrokerHeartbeatResponse(error_code=ErrorCode.STALE_BROKER_EPOCH))
+        s = self.session(req.broker_id, now)
+        s.last_contact = now
+        s.metadata_offset = req.current_metadata_offset
+        caught_up = req.current_metadata_offset >= reg.record_offset
+        current = state_of(reg)
+        nxt = self._next_state(image, reg, current, req, caught_up, s, now)
+        records: list[Any] = []
+        if current == FENCED and nxt == UNFENCED:
+            records.append(BrokerRegistrationChangeRecord(broker_id=reg.broker_id, broker_epoch=reg.epoch, fenced=-1))
+            records += elect_where_leaderless(image, reg.broker_id)
+        elif current != FENCED and nxt in (FENCED, SHUTDOWN_NOW):
+            records += fence_records(image, reg)
+        elif current == UNFENCED and nxt == CONTROLLED_SHUTDOWN:
+            records.append(BrokerRegistrationChangeRecord(broker_id=reg.broker_id, broker_epoch=reg.epoch,
+                                                          in_controlled_shutdown=1))
+            records += remove_from_isrs(image, reg.broker_id)
+            s.controlled_shutdown_offset = next_offset + len(records) - 1
+        records += self._offline_dirs(image, reg, req)
+        return ControllerResult(records, BrokerHeartbeatResponse(
+            error_code=0, is_caught_up=caught_up, is_fenced=nxt in (FENCED, SHUTDOWN_NOW),
+            should_shut_down=nxt == SHUTDOWN_NOW))
+
+    def _next_state(self, image: MetadataImage, reg: BrokerRegistration, current: str,
+                    req: BrokerHeartbeatRequest, caught_up: bool, s: Session, now: float) -> str:
+        if current == FENCED:
+            if req.want_shut_down:
+                return SHUTDOWN_NOW
+            return UNFENCED if not req.want_fence and caught_up else FENCED
+        if current == UNFENCED:
+            if req.want_fence:
+                return SHUTDOWN_NOW if req.want_shut_down else FENCED
+            if req.want_shut_down:
+                return CONTROLLED_SHUTDOWN if leads_any(image, reg.broker_id) else SHUTDOWN_NOW
+            return UNFENCED
+        if leads_any(image, reg.broker_id):
+            return CONTROLLED_SHUTDOWN
+        done_at = s.controlled_shutdown_offset if s.controlled_shutdown_offset is not None else -1
+        return SHUTDOWN_NOW if done_at <= self.lowest_active_offset(image, now) else CONTROLLED_SHUTDOWN
+
+    @staticmethod
+    def _offline_dirs(image: MetadataImage, reg: BrokerRegistration, req: BrokerHeartbeatRequest) -> list[Any]:
+        if not req.offline_log_dirs:
+            return []
+        offline = set(req.offline_log_dirs)
+        newly = [d for d in reg.log_dirs if d in offline]
+        if not newly:
+            return []
+        out: list[Any] = []
+        for topic in image.topics_by_id.values():
+            for p in topic.partitions.values():
+                if p.directory_of(reg.broker_id) in newly:
+                    rec = elect(image, topic.topic_id, p, remove=reg.broker_id)
+                    if rec is not None:
+                        out.append(rec)
+        remaining = [d for d in reg.log_dirs if d not in newly]
+        out.append(BrokerRegistrationChangeRecord(broker_id=reg.broker_id, broker_epoch=reg.epoch,
+                                                  log_dirs=remaining))
+        return out

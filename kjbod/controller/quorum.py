@@ -1,0 +1,290 @@
+"""QuorumController: the one writer of cluster metadata.
+
+Strategy (Kafka's QuorumController with a single voter): every write is an event on one queue, drained by one
+task.  An event computes a `ControllerResult` (records and a response) from the current image without changing
+anything; the records are appended to the metadata log as one batch and fsynced off the event loop; then they
+are replayed into the next image, the listeners (the broker role's publisher in a combined node) see the delta,
+and only then does the caller get the response.  So nothing is answered that a crash could undo, and every
+reader sees whole changes.
+
+`handle_request(api_key, version, request, header)` is the one entry for requests (the in-process controller
+channel and the controller listener both call it).  A session timer fences one expired broker at a time.  When
+the log has grown by `max_bytes_between_snapshots` since the last snapshot, the writer writes one (off the loop).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import time
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+
+from kjbod.controller import cluster_control, configs, producer_ids, replication_control
+from kjbod.controller.errors import error_response
+from kjbod.controller.heartbeats import BrokerHeartbeatManager
+from kjbod.controller.result import ConfigPolicy, ControllerResult, ControllerSettings
+from kjbod.metadata import EMPTY_IMAGE, MetadataDelta, MetadataImage, image_records
+from kjbod.protocol.errors import ErrorCode
+from kjbod.protocol.generated import (
+    AllocateProducerIdsRequest,
+    AlterConfigsRequest,
+    AlterConfigsResponse,
+    BrokerHeartbeatRequest,
+    BrokerRegistrationRequest,
+    CreateTopicsRequest,
+    DeleteTopicsRequest,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
+    UnregisterBrokerRequest,
+)
+from kjbod.protocol.generated.alter_configs_response import AlterConfigsResourceResponse as AlterResp
+from kjbod.protocol.generated.incremental_alter_configs_response import (
+    AlterConfigsResourceResponse as IncrementalResp,
+)
+
+log = structlog.get_logger("kjbod.controller")
+
+Operation = Callable[[MetadataImage, int], ControllerResult]
+Listener = Callable[[MetadataDelta, MetadataImage], None]
+SET, DELETE = 0, 1
+
+
+def _per_resource(response_cls: Any, item_cls: Any, resources: list[Any]
+                  ) -> Callable[[list[tuple[int, str | None]]], Any]:
+    """Builds an (Incremental)AlterConfigs response from one (error code, message) per resource."""
+    return lambda answers: response_cls(throttle_time_ms=0, responses=[
+        item_cls(error_code=code, error_message=msg, resource_type=r.resource_type, resource_name=r.resource_name)
+        for r, (code, msg) in zip(resources, answers, strict=True)])
+
+
+def _key(message: Any) -> int:
+    key = message.API_KEY
+    assert isinstance(key, int)
+    return key
+
+
+class QuorumController:
+    def __init__(self, settings: ControllerSettings, metadata_log: Any, policy: ConfigPolicy, *,
+                 clock: Callable[[], float] = time.monotonic,
+                 config_aliases: dict[str, str] | None = None) -> None:
+        self.settings = settings
+        self.log = metadata_log
+        self.policy = policy
+        self.clock = clock
+        self.config_aliases = config_aliases or {}
+        self.image: MetadataImage = EMPTY_IMAGE
+        self.heartbeats = BrokerHeartbeatManager(settings)
+        self._listeners: list[Listener] = []
+        self._queue: asyncio.Queue[tuple[Operation, asyncio.Future[Any]]] = asyncio.Queue()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._busy = False  # the writer is between taking an event and finishing it
+        self._io = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="kjbod-metadata-log")
+        # api key -> (version, request) -> the operation that answers it
+        self._handlers: dict[int, Callable[[int, Any], Operation]] = {
+            _key(BrokerRegistrationRequest): self._register,
+            _key(BrokerHeartbeatRequest): self._heartbeat,
+            _key(UnregisterBrokerRequest): self._unregister,
+            _key(CreateTopicsRequest): self._create_topics,
+            _key(DeleteTopicsRequest): self._delete_topics,
+            _key(AlterConfigsRequest): self._alter_configs,
+            _key(IncrementalAlterConfigsRequest): self._incremental_alter_configs,
+            _key(AllocateProducerIdsRequest): self._allocate_producer_ids,
+        }
+
+    # ------------------------------------------------------------------------------------------ lifecycle
+    def load(self) -> MetadataImage:
+        """Replays the metadata log (a snapshot's records first when the log has one) into the image."""
+        records = self.log.load()
+        delta = MetadataDelta(EMPTY_IMAGE)
+        delta.replay_all(records, first_offset=max(self.log.next_offset - len(records), 0))
+        self.image = delta.apply()
+        if delta.dropped:
+            log.warning("metadata_records_dropped", count=delta.dropped,
+                        reason="they name topics, partitions or broker epochs the log does not have")
+        return self.image
+
+    def add_listener(self, listener: Listener) -> None:
+        self._listeners.append(listener)
+
+    def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._tasks.append(loop.create_task(self._run(), name="kjbod-controller"))
+        self._tasks.append(loop.create_task(self._expire_sessions(), name="kjbod-controller-sessions"))
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks.clear()
+        while not self._queue.empty():
+            _, fut = self._queue.get_nowait()
+            if not fut.done():
+                fut.set_exception(ConnectionError("the controller stopped"))
+        self._io.shutdown(wait=True)
+
+    # ------------------------------------------------------------------------------------------ the writer
+    def submit(self, op: Operation) -> asyncio.Future[Any]:
+        """Queues a write; the future completes with the response once its records are durable and applied.
+
+        When the writer is idle the operation runs at once: one that writes nothing (a steady heartbeat) is
+        answered without a trip through the queue, and one that writes goes first in the queue with its result
+        computed on the image it will be committed on (nothing can commit in between: the queue was empty)."""
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        if self._busy or not self._queue.empty() or not self._tasks:
+            self._queue.put_nowait((op, fut))
+            return fut
+        try:
+            result = op(self.image, self.log.next_offset)
+        except Exception as e:
+            log.exception("controller_operation_failed")
+            fut.set_exception(e)
+            return fut
+        if not result.records:
+            fut.set_result(result.response)
+        else:
+            self._queue.put_nowait((lambda _image, _offset: result, fut))
+        return fut
+
+    async def _run(self) -> None:
+        while True:
+            op, fut = await self._queue.get()
+            if fut.cancelled():
+                continue
+            self._busy = True
+            try:
+                result = op(self.image, self.log.next_offset)
+                if result.records:
+                    await self._commit(result.records)
+            except Exception as e:  # the caller answers with an error; the controller keeps running
+                log.exception("controller_operation_failed")
+                if not fut.done():
+                    fut.set_exception(e)
+                continue
+            finally:
+                self._busy = False
+            if not fut.done():
+                fut.set_result(result.response)
+
+    async def _commit(self, records: list[Any]) -> None:
+        loop = asyncio.get_running_loop()
+        first = self.log.next_offset
+        await loop.run_in_executor(self._io, self.log.append, records)
+        delta = MetadataDelta(self.image)
+        delta.replay_all(records, first_offset=first)
+        self.image = image = delta.apply()
+        for listener in self._listeners:
+            try:
+                listener(delta, image)
+            except Exception:
+                log.exception("metadata_listener_failed")
+        await self._maybe_snapshot()
+
+    async def _maybe_snapshot(self) -> None:
+        since = getattr(self.log, "bytes_since_snapshot", None)
+        write = getattr(self.log, "write_snapshot", None)
+        if since is None or write is None or since < self.settings.max_bytes_between_snapshots:
+            return
+        image = self.image
+        await asyncio.get_running_loop().run_in_executor(self._io, write, image_records(image), image.offset + 1)
+        log.info("metadata_snapshot_written", end_offset=image.offset + 1)
+
+    async def _expire_sessions(self) -> None:
+        period = max(0.05, min(self.settings.broker_heartbeat_interval_ms / 2,
+                               self.settings.broker_session_timeout_ms / 4) / 1000)
+        while True:
+            await asyncio.sleep(period)
+            if self.heartbeats.stale_broker(self.image, self.clock()) is None:
+                continue
+            fenced = await self.submit(lambda image, _o: self.heartbeats.fence_stale(image, self.clock()))
+            if fenced is not None:
+                log.warning("broker_session_expired", broker_id=fenced.broker_id, effect="fenced")
+
+    # ------------------------------------------------------------------------------------------ requests
+    def request(self, api_key: int, version: int, request: Any) -> asyncio.Future[Any]:
+        """The response to one controller request, as a future: already done when the writer was idle and the
+        request wrote nothing (a steady heartbeat), so a caller can answer without awaiting.  A write the
+        metadata log could not make durable answers KAFKA_STORAGE_ERROR (anything else unexpected
+        UNKNOWN_SERVER_ERROR) in the request's own error fields."""
+        make = self._handlers.get(api_key)
+        if make is None:
+            raise ValueError(f"the controller does not serve api key {api_key}")
+        inner = self.submit(make(version, request))
+        if inner.done() and not inner.cancelled() and inner.exception() is None:
+            return inner
+        out: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+
+        def finish(f: asyncio.Future[Any]) -> None:
+            if out.done():
+                return
+            if f.cancelled():
+                out.cancel()
+                return
+            e = f.exception()
+            if e is None:
+                out.set_result(f.result())
+            elif isinstance(e, ConnectionError):  # the controller stopped
+                out.set_exception(e)
+            else:
+                code = ErrorCode.KAFKA_STORAGE_ERROR if isinstance(e, OSError) else ErrorCode.UNKNOWN_SERVER_ERROR
+                out.set_result(error_response(api_key, request, code,
+                                              f"the controller could not complete the request: {e}"))
+
+        inner.add_done_callback(finish)
+        return out
+
+    async def handle_request(self, api_key: int, version: int, request: Any, header: Any = None) -> Any:
+        """The one async entry for requests (the in-process controller channel and the controller listener)."""
+        return await self.request(api_key, version, request)
+
+    def _register(self, version: int, req: BrokerRegistrationRequest) -> Operation:
+        return lambda image, offset: cluster_control.register_broker(image, req, self.settings, self.heartbeats,
+                                                                     self.clock(), offset)
+
+    def _heartbeat(self, version: int, req: BrokerHeartbeatRequest) -> Operation:
+        return lambda image, offset: self.heartbeats.heartbeat(image, req, self.clock(), offset)
+
+    def _unregister(self, version: int, req: UnregisterBrokerRequest) -> Operation:
+        return lambda image, _o: cluster_control.unregister_broker(image, req.broker_id)
+
+    def _create_topics(self, version: int, req: CreateTopicsRequest) -> Operation:
+        return lambda image, _o: replication_control.create_topics(image, req, self.settings, self.policy)
+
+    def _delete_topics(self, version: int, req: DeleteTopicsRequest) -> Operation:
+        return lambda image, _o: replication_control.delete_topics(image, req, version,
+                                                                       enabled=self.settings.delete_topic_enable)
+
+    def _alter(self, resources: list[tuple[int, str, list[configs.Change]]], *, replace: bool, validate_only: bool,
+               respond: Callable[[list[tuple[int, str | None]]], Any]) -> Operation:
+        def op(image: MetadataImage, _offset: int) -> ControllerResult:
+            result = configs.alter_configs(image, resources, self.policy, replace=replace,
+                                           validate_only=validate_only, canonical=self.config_aliases)
+            return ControllerResult(result.records, respond(result.response))
+
+        return op
+
+    def _alter_configs(self, version: int, req: AlterConfigsRequest) -> Operation:
+        resources = [(r.resource_type, r.resource_name,
+                      [(c.name, SET if c.value is not None else DELETE, c.value) for c in r.configs])
+                     for r in req.resources]
+        return self._alter(resources, replace=True, validate_only=req.validate_only,
+                           respond=_per_resource(AlterConfigsResponse, AlterResp, req.resources))
+
+    def _incremental_alter_configs(self, version: int, req: IncrementalAlterConfigsRequest) -> Operation:
+        resources = [(r.resource_type, r.resource_name, [(c.name, c.config_operation, c.value) for c in r.configs])
+                     for r in req.resources]
+        return self._alter(resources, replace=False, validate_only=req.validate_only,
+                           respond=_per_resource(IncrementalAlterConfigsResponse, IncrementalResp, req.resources))
+
+    def _allocate_producer_ids(self, version: int, req: AllocateProducerIdsRequest) -> Operation:
+        return lambda image, _o: producer_ids.allocate_producer_ids(image, req)
+
+    async def assign_directories(self, broker_id: int, assignments: list[Any]) -> None:
+        """Records where `broker_id` placed its replicas: [(topic id, partition, dir id)]."""
+        await self.submit(lambda image, _o: replication_control.assign_directories(image, broker_id, assignments))
+

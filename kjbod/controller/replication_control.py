@@ -1,0 +1,261 @@
+"""Topics and partitions: CreateTopics, DeleteTopics and directory assignments (Kafka's
+ReplicationControlManager), as pure functions of an image and a request that return records and a response.
+
+CreateTopics checks, in Kafka's order: a name twice in one request (INVALID_REQUEST), the name
+(INVALID_TOPIC_EXCEPTION), the metadata log's own name (INVALID_REQUEST), existence (TOPIC_ALREADY_EXISTS), a
+'.'/'_' collision (INVALID_TOPIC_EXCEPTION), explicit assignments (INVALID_REQUEST / INVALID_REPLICA_ASSIGNMENT),
+partitions (INVALID_PARTITIONS), replication factor (INVALID_REPLICATION_FACTOR: above 1 replication between
+brokers is not available yet; above the unfenced brokers' count it cannot be placed), then configs
+(INVALID_CONFIG, from the config policy).
+
+Placement: one replica per partition on the unfenced brokers, racks interleaved (a broker of each rack in
+turn), partitions striped round-robin from a starting broker that rotates with the cluster's topic count, so
+leaders spread over every broker.  The leader is the first replica, the ISR the replica.  Each replica's
+directory is its broker's only log dir, or UNASSIGNED when the broker has several (the broker picks one and
+reports it back, KIP-858).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from collections.abc import Iterable
+from typing import Any
+from uuid import UUID
+
+from kjbod.controller.result import ConfigPolicy, ControllerResult, ControllerSettings, PolicyError
+from kjbod.metadata import DIR_UNASSIGNED, TOPIC_RESOURCE, BrokerRegistration, MetadataImage
+from kjbod.metadata.names import (
+    CLUSTER_METADATA_TOPIC,
+    collision_index,
+    collision_problem,
+    topic_name_problem,
+)
+from kjbod.protocol.errors import ErrorCode
+from kjbod.protocol.generated import (
+    ConfigRecord,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+    PartitionChangeRecord,
+    PartitionRecord,
+    RemoveTopicRecord,
+    TopicRecord,
+)
+from kjbod.protocol.generated.create_topics_response import CreatableTopicResult as CreateResult
+from kjbod.protocol.generated.delete_topics_response import DeletableTopicResult as DeleteResult
+from kjbod.protocol.runtime import ZERO_UUID
+
+MAX_PARTITIONS = 100_000
+NO_REPLICATION = ("replication between brokers is not available yet in kjbod: every partition has one replica "
+                  "(replication factor 1)")
+
+
+def new_topic_id() -> UUID:
+    while True:
+        tid = uuid.uuid4()
+        if tid.int >= 100:  # Kafka reserves the ids below 100
+            return tid
+
+
+def interleave_racks(brokers: list[BrokerRegistration]) -> list[BrokerRegistration]:
+    """Brokers ordered so that consecutive ones sit in different racks where possible."""
+    by_rack: dict[str | None, list[BrokerRegistration]] = {}
+    for b in sorted(brokers, key=lambda b: b.broker_id):
+        by_rack.setdefault(b.rack, []).append(b)
+    lanes = [by_rack[r] for r in sorted(by_rack, key=lambda r: (r is None, r or ""))]
+    out = []
+    for i in range(max((len(lane) for lane in lanes), default=0)):
+        out += [lane[i] for lane in lanes if i < len(lane)]
+    return out
+
+
+def default_dir(b: BrokerRegistration) -> UUID:
+    return b.log_dirs[0] if len(b.log_dirs) == 1 else DIR_UNASSIGNED
+
+
+def _fail(name: str, code: int, message: str) -> CreateResult:
+    return CreateResult(name=name, error_code=code, error_message=message, configs=None)
+
+
+class TopicCreator:
+    """One CreateTopics request against one image."""
+
+    def __init__(self, image: MetadataImage, settings: ControllerSettings, policy: ConfigPolicy) -> None:
+        self.image = image
+        self.settings = settings
+        self.policy = policy
+        self.collisions = collision_index(image.topics_by_name)
+        self.unfenced = interleave_racks([b for b in image.brokers.values() if b.active])
+        self.rotation = len(image.topics_by_id)
+
+    def check(self, t: Any, duplicates: set[str]) -> tuple[CreateResult | None, list[list[int]], dict[str, str]]:
+        """(failure, replicas per partition, config overrides)."""
+        name = t.name
+        if name in duplicates:
+            return _fail(name, ErrorCode.INVALID_REQUEST, f"topic {name!r} appears more than once in the request"), [], {}
+        problem = topic_name_problem(name)
+        if problem:
+            return _fail(name, ErrorCode.INVALID_TOPIC_EXCEPTION, problem), [], {}
+        if name == CLUSTER_METADATA_TOPIC:
+            return _fail(name, ErrorCode.INVALID_REQUEST,
+                         f"creation of the internal topic {CLUSTER_METADATA_TOPIC} is prohibited"), [], {}
+        if self.image.topic(name) is not None:
+            return _fail(name, ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists"), [], {}
+        collision = collision_problem(name, self.collisions)
+        if collision:
+            return _fail(name, ErrorCode.INVALID_TOPIC_EXCEPTION, collision), [], {}
+        if t.assignments:
+            failure, assignment = self._explicit(t)
+        else:
+            failure, assignment = self._placed(t)
+        if failure is not None:
+            return failure, [], {}
+        configs = {c.name: c.value for c in t.configs if c.value is not None}
+        try:
+            self.policy.validate_topic(configs)
+        except PolicyError as e:
+            return _fail(name, e.code, e.message), [], {}
+        return None, assignment, configs
+
+    def _explicit(self, t: Any) -> tuple[CreateResult | None, list[list[int]]]:
+        if t.num_partitions != -1 or t.replication_factor != -1:
+            return _fail(t.name, ErrorCode.INVALID_REQUEST, "with explicit assignments, num_partitions and "
+                         "replication_factor must both be -1"), []
+        indexes = sorted(a.partition_index for a in t.assignments)
+        if indexes != list(range(len(indexes))):
+            return _fail(t.name, ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                         "assignments must cover partitions 0..N-1 exactly once"), []
+        out: list[list[int]] = [[] for _ in indexes]
+        for a in t.assignments:
+            if not a.broker_ids or len(set(a.broker_ids)) != len(a.broker_ids):
+                return _fail(t.name, ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                             f"partition {a.partition_index}: empty or duplicate broker ids"), []
+            unknown = [b for b in a.broker_ids if b not in self.image.brokers]
+            if unknown:
+                return _fail(t.name, ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                             f"partition {a.partition_index}: unknown broker ids {unknown}"), []
+            if len(a.broker_ids) > 1:
+                return _fail(t.name, ErrorCode.INVALID_REPLICATION_FACTOR, NO_REPLICATION), []
+            if not any(self.image.brokers[b].active for b in a.broker_ids):
+                return _fail(t.name, ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                             f"all brokers specified in the manual partition assignment for partition "
+                             f"{a.partition_index} are fenced or in controlled shutdown"), []
+            out[a.partition_index] = list(a.broker_ids)
+        return None, out
+
+    def _placed(self, t: Any) -> tuple[CreateResult | None, list[list[int]]]:
+        partitions = t.num_partitions if t.num_partitions != -1 else self.settings.num_partitions
+        if partitions <= 0:
+            return _fail(t.name, ErrorCode.INVALID_PARTITIONS,
+                         f"number of partitions must be larger than 0 (got {t.num_partitions})"), []
+        if partitions > MAX_PARTITIONS:
+            return _fail(t.name, ErrorCode.INVALID_PARTITIONS,
+                         f"number of partitions {partitions} exceeds kjbod's limit of {MAX_PARTITIONS}"), []
+        rf = t.replication_factor if t.replication_factor != -1 else self.settings.default_replication_factor
+        if rf <= 0:
+            return _fail(t.name, ErrorCode.INVALID_REPLICATION_FACTOR,
+                         f"replication factor must be larger than 0 (got {t.replication_factor})"), []
+        if rf > 1:
+            return _fail(t.name, ErrorCode.INVALID_REPLICATION_FACTOR, NO_REPLICATION), []
+        n = len(self.unfenced)
+        if rf > n:
+            return _fail(t.name, ErrorCode.INVALID_REPLICATION_FACTOR,
+                         f"unable to replicate the partition {rf} time(s): the target replication factor of {rf} "
+                         f"cannot be reached because only {n} broker(s) are registered and unfenced"), []
+        start = self.rotation % n
+        return None, [[self.unfenced[(start + p + j) % n].broker_id for j in range(rf)] for p in range(partitions)]
+
+    def records(self, name: str, topic_id: UUID, assignment: list[list[int]], configs: dict[str, str]) -> list[Any]:
+        out: list[Any] = [TopicRecord(name=name, topic_id=topic_id)]
+        out += [ConfigRecord(resource_type=TOPIC_RESOURCE, resource_name=name, name=k, value=v)
+                for k, v in sorted(configs.items())]
+        for p, replicas in enumerate(assignment):
+            isr = [r for r in replicas if self.image.brokers[r].active] or replicas
+            out.append(PartitionRecord(
+                partition_id=p, topic_id=topic_id, replicas=replicas, isr=isr, leader=isr[0], leader_epoch=0,
+                partition_epoch=0, directories=[default_dir(self.image.brokers[r]) for r in replicas]))
+        self.rotation += 1
+        if "." in name or "_" in name:
+            self.collisions[name.replace(".", "_")] = name  # later topics of this request collide with it too
+        return out
+
+
+def create_topics(image: MetadataImage, body: CreateTopicsRequest, settings: ControllerSettings,
+                  policy: ConfigPolicy) -> ControllerResult:
+    counts = Counter(t.name for t in body.topics)
+    duplicates = {n for n, c in counts.items() if c > 1}
+    creator = TopicCreator(image, settings, policy)
+    records: list[Any] = []
+    results = []
+    for t in body.topics:
+        failure, assignment, configs = creator.check(t, duplicates)
+        if failure is not None:
+            results.append(failure)
+            continue
+        rf = len(assignment[0])
+        if body.validate_only:
+            results.append(CreateResult(name=t.name, error_code=0, error_message=None,
+                                        num_partitions=len(assignment), replication_factor=rf, configs=None))
+            continue
+        topic_id = new_topic_id()
+        records += creator.records(t.name, topic_id, assignment, configs)
+        results.append(CreateResult(name=t.name, topic_id=topic_id, error_code=0, error_message=None,
+                                    num_partitions=len(assignment), replication_factor=rf, configs=None))
+    return ControllerResult(records, CreateTopicsResponse(topics=results))
+
+
+def delete_topics(image: MetadataImage, body: DeleteTopicsRequest, version: int, *,
+                  enabled: bool = True) -> ControllerResult:
+    if version >= 6:
+        wanted = [(t.name, t.topic_id) for t in body.topics]
+    else:
+        wanted = [(name, ZERO_UUID) for name in body.topic_names]
+    if not enabled:
+        # Kafka's controller with delete.topic.enable=false: every topic TOPIC_DELETION_DISABLED, INVALID_REQUEST
+        # for clients older than v3 (which do not know that code).
+        code = ErrorCode.TOPIC_DELETION_DISABLED if version >= 3 else ErrorCode.INVALID_REQUEST
+        return ControllerResult([], DeleteTopicsResponse(responses=[
+            DeleteResult(name=name, topic_id=topic_id, error_code=code,
+                         error_message="Topic deletion is disabled (delete.topic.enable=false).")
+            for name, topic_id in wanted]))
+    results = []
+    records: list[Any] = []
+    seen: set[UUID] = set()
+    for name, topic_id in wanted:
+        if name is not None and topic_id != ZERO_UUID:
+            results.append(DeleteResult(name=name, topic_id=topic_id, error_code=ErrorCode.INVALID_REQUEST,
+                                        error_message="give a topic name or a topic id, not both"))
+            continue
+        topic = image.topic(name) if name is not None else image.topic_by_id(topic_id)
+        if topic is None:
+            code = ErrorCode.UNKNOWN_TOPIC_ID if name is None else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            what = f"topic id {topic_id}" if name is None else f"topic {name!r}"
+            results.append(DeleteResult(name=name, topic_id=topic_id, error_code=code,
+                                        error_message=f"{what} does not exist"))
+            continue
+        if topic.topic_id in seen:
+            results.append(DeleteResult(name=topic.name, topic_id=topic.topic_id, error_code=ErrorCode.INVALID_REQUEST,
+                                        error_message="topic appears more than once in the request"))
+            continue
+        seen.add(topic.topic_id)
+        records.append(RemoveTopicRecord(topic_id=topic.topic_id))
+        results.append(DeleteResult(name=topic.name, topic_id=topic.topic_id, error_code=0, error_message=None))
+    return ControllerResult(records, DeleteTopicsResponse(responses=results))
+
+
+def assign_directories(image: MetadataImage, broker_id: int,
+                       assignments: Iterable[tuple[UUID, int, UUID]]) -> ControllerResult:
+    """PartitionChangeRecords setting where `broker_id`'s replicas live: (topic id, partition, dir id) each.
+    Assignments for partitions that are gone, not on this broker, or already right are skipped."""
+    records: list[Any] = []
+    for topic_id, partition, dir_id in assignments:
+        topic = image.topic_by_id(topic_id)
+        p = topic.partitions.get(partition) if topic is not None else None
+        if p is None or broker_id not in p.replicas or p.directory_of(broker_id) == dir_id:
+            continue
+        dirs = list(p.directories) if len(p.directories) == len(p.replicas) else [DIR_UNASSIGNED] * len(p.replicas)
+        dirs[p.replicas.index(broker_id)] = dir_id
+        records.append(PartitionChangeRecord(topic_id=topic_id, partition_id=partition, directories=dirs))
+    return ControllerResult(records, None)

@@ -1,0 +1,50 @@
+"""What a controller operation produces: records to make durable, and the answer to give once they are."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+@dataclass(slots=True)
+class ControllerResult:
+    records: list[Any] = field(default_factory=list)
+    response: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerSettings:
+    """What the controller reads from its own config (Kafka's controller reads these keys itself)."""
+
+    cluster_id: str = ""
+    num_partitions: int = 1
+    default_replication_factor: int = 1
+    broker_session_timeout_ms: int = 9000
+    broker_heartbeat_interval_ms: int = 2000
+    max_bytes_between_snapshots: int = 20 << 20
+    delete_topic_enable: bool = True
+    # The broker that shares this process (combined mode): its session never expires, since both live and
+    # die together and a blocked event loop must not fence it.
+    local_broker_id: int | None = None
+
+
+class PolicyError(Exception):
+    """A request the config policy refuses: a Kafka error code and a message naming the problem."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class ConfigPolicy(Protocol):
+    """Which topic and broker configs exist and what values they take: the broker's config tables, given to the
+    controller by whoever builds it (the controller layer does not know them)."""
+
+    def validate_topic(self, overrides: dict[str, str]) -> None: ...
+
+    def plan_topic(self, overrides: dict[str, str], changes: list[tuple[str, int, str | None]], *,
+                   replace: bool) -> dict[str, str]: ...
+
+    def plan_broker(self, current: dict[str, str], resource_name: str,
+                    changes: list[tuple[str, int, str | None]], *, replace: bool) -> dict[str, str | None]: ...

@@ -1,0 +1,30 @@
+"""Cluster metadata as records: the immutable image, replay of records into it, and the records that rebuild it.
+
+Every metadata change in kjbod goes one way: the controller computes records, the metadata log makes them
+durable, and `kjbod.metadata.delta` replays them into a new `MetadataImage`; brokers replay the same records.
+Nothing changes an image in place.
+"""
+
+from kjbod.metadata.delta import REPLAY, LocalChanges, MetadataDelta, replay
+from kjbod.metadata.image import (
+    BROKER_RESOURCE,
+    DIR_LOST,
+    DIR_MIGRATING,
+    DIR_UNASSIGNED,
+    EMPTY_IMAGE,
+    NO_LEADER,
+    TOPIC_RESOURCE,
+    BrokerRegistration,
+    Endpoint,
+    MetadataImage,
+    PartitionImage,
+    TopicImage,
+    is_reserved_dir,
+)
+from kjbod.metadata.snapshot import image_records
+
+__all__ = [
+    "BROKER_RESOURCE", "DIR_LOST", "DIR_MIGRATING", "DIR_UNASSIGNED", "EMPTY_IMAGE", "NO_LEADER", "REPLAY",
+    "TOPIC_RESOURCE", "BrokerRegistration", "Endpoint", "LocalChanges", "MetadataDelta", "MetadataImage",
+    "PartitionImage", "TopicImage", "image_records", "is_reserved_dir", "replay",
+]

@@ -1,0 +1,334 @@
+"""Replay: metadata records in, a new image out.
+
+Strategy (Kafka's `MetadataDelta`): a delta starts from an image, takes records one at a time through a table
+keyed by record type (`REPLAY`, one method per type), and `apply()` builds the next image, copying only the
+topics, configs and registrations the records touched.  Replay never fails on a record that names something
+the image does not have (a partition of an unknown topic, a change for a broker epoch that is gone): such a
+record is dropped and counted, as the log is the truth and the image follows it.
+
+The delta also remembers what it changed, so a broker can ask what it must do locally
+(`local_changes(node_id)`): create, delete, lead, follow or re-home replicas.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+from uuid import UUID
+
+from kjbod.metadata.image import (
+    DIR_MIGRATING,
+    TOPIC_RESOURCE,
+    BrokerRegistration,
+    Endpoint,
+    MetadataImage,
+    PartitionImage,
+    TopicImage,
+)
+from kjbod.protocol.generated import (
+    BrokerRegistrationChangeRecord,
+    ConfigRecord,
+    FeatureLevelRecord,
+    FenceBrokerRecord,
+    PartitionChangeRecord,
+    PartitionRecord,
+    ProducerIdsRecord,
+    RegisterBrokerRecord,
+    RemoveTopicRecord,
+    TopicRecord,
+    UnfenceBrokerRecord,
+    UnregisterBrokerRecord,
+)
+
+NO_CHANGE_LEADER = -2
+
+
+@dataclass(slots=True)
+class _TopicWork:
+    """A topic being changed by the delta: its partitions copied on first write."""
+
+    name: str
+    topic_id: UUID
+    partitions: dict[int, PartitionImage]
+    new: bool
+
+
+class MetadataDelta:
+    def __init__(self, image: MetadataImage) -> None:
+        self.image = image
+        self.offset = image.offset
+        self._topics: dict[UUID, _TopicWork] = {}
+        self.removed_topics: dict[UUID, TopicImage] = {}  # topics of the base image that are gone
+        self._configs: dict[tuple[int, str], dict[str, str] | None] = {}  # None: resource removed
+        self._brokers: dict[int, BrokerRegistration | None] = {}
+        self._next_producer_id: int | None = None
+        self._features: dict[str, int] | None = None
+        self.dropped = 0  # records naming something the image does not have
+
+    # ------------------------------------------------------------------------------------------ reading
+    def topic(self, topic_id: UUID) -> TopicImage | _TopicWork | None:
+        work = self._topics.get(topic_id)
+        if work is not None:
+            return work
+        if topic_id in self.removed_topics:
+            return None
+        return self.image.topics_by_id.get(topic_id)
+
+    def broker(self, broker_id: int) -> BrokerRegistration | None:
+        if broker_id in self._brokers:
+            return self._brokers[broker_id]
+        return self.image.brokers.get(broker_id)
+
+    def _writable_topic(self, topic_id: UUID) -> _TopicWork | None:
+        work = self._topics.get(topic_id)
+        if work is None:
+            base = None if topic_id in self.removed_topics else self.image.topics_by_id.get(topic_id)
+            if base is None:
+                return None
+            work = self._topics[topic_id] = _TopicWork(base.name, topic_id, dict(base.partitions), new=False)
+        return work
+
+    def _writable_configs(self, key: tuple[int, str]) -> dict[str, str]:
+        if key in self._configs:
+            current = self._configs[key]
+            if current is None:  # removed earlier in this delta: starts empty again
+                current = self._configs[key] = {}
+            return current
+        current = self._configs[key] = dict(self.image.configs.get(key, {}))
+        return current
+
+    def changed_topic_ids(self) -> list[UUID]:
+        """Topics of the new image that records of this delta created or changed (configs included)."""
+        names = {name for (rtype, name) in self._configs if rtype == TOPIC_RESOURCE}
+        ids = set(self._topics)
+        ids.update(t.topic_id for n in names if (t := self.image.topics_by_name.get(n)) is not None)
+        return sorted(ids - set(self.removed_topics) | set(self._topics))
+
+    # ------------------------------------------------------------------------------------------ replay
+    def replay(self, record: Any, offset: int | None = None) -> None:
+        fn = REPLAY.get(type(record))
+        if fn is None:
+            raise ValueError(f"no replay for metadata record {type(record).__name__}")
+        self.offset = self.offset + 1 if offset is None else offset
+        fn(self, record)
+
+    def replay_all(self, records: Iterable[Any], first_offset: int | None = None) -> None:
+        offset = first_offset
+        for rec in records:
+            self.replay(rec, offset)
+            if offset is not None:
+                offset += 1
+
+    def _topic_record(self, rec: TopicRecord) -> None:
+        self._topics[rec.topic_id] = _TopicWork(rec.name, rec.topic_id, {}, new=True)
+
+    def _partition_record(self, rec: PartitionRecord) -> None:
+        work = self._writable_topic(rec.topic_id)
+        if work is None:
+            self.dropped += 1
+            return
+        work.partitions[rec.partition_id] = PartitionImage(
+            partition=rec.partition_id, replicas=tuple(rec.replicas), isr=tuple(rec.isr), leader=rec.leader,
+            leader_epoch=max(rec.leader_epoch, 0), partition_epoch=max(rec.partition_epoch, 0),
+            directories=tuple(rec.directories))
+
+    def _partition_change_record(self, rec: PartitionChangeRecord) -> None:
+        work = self._writable_topic(rec.topic_id)
+        old = work.partitions.get(rec.partition_id) if work is not None else None
+        if work is None or old is None:
+            self.dropped += 1
+            return
+        replicas = old.replicas if rec.replicas is None else tuple(rec.replicas)
+        if rec.directories is not None:
+            directories = tuple(rec.directories)
+        elif rec.replicas is not None:
+            directories = (DIR_MIGRATING,) * len(replicas)  # Kafka: a replica change without dirs
+        else:
+            directories = old.directories
+        leader, leader_epoch = old.leader, old.leader_epoch
+        if rec.leader != NO_CHANGE_LEADER:
+            leader, leader_epoch = rec.leader, old.leader_epoch + 1
+        work.partitions[rec.partition_id] = PartitionImage(
+            partition=old.partition, replicas=replicas, isr=old.isr if rec.isr is None else tuple(rec.isr),
+            leader=leader, leader_epoch=leader_epoch, partition_epoch=old.partition_epoch + 1,
+            directories=directories)
+
+    def _remove_topic_record(self, rec: RemoveTopicRecord) -> None:
+        work = self._topics.pop(rec.topic_id, None)
+        base = self.image.topics_by_id.get(rec.topic_id)
+        name = work.name if work is not None else base.name if base is not None else None
+        if name is None:
+            self.dropped += 1
+            return
+        if base is not None:
+            self.removed_topics[rec.topic_id] = base
+        self._configs[(TOPIC_RESOURCE, name)] = None
+
+    def _config_record(self, rec: ConfigRecord) -> None:
+        target = self._writable_configs((rec.resource_type, rec.resource_name))
+        if rec.value is None:
+            target.pop(rec.name, None)
+        else:
+            target[rec.name] = rec.value
+
+    def _register_broker_record(self, rec: RegisterBrokerRecord) -> None:
+        self._brokers[rec.broker_id] = BrokerRegistration(
+            broker_id=rec.broker_id, epoch=rec.broker_epoch, incarnation_id=rec.incarnation_id,
+            listeners=tuple(Endpoint(e.name, e.host, e.port, e.security_protocol) for e in rec.end_points),
+            rack=rec.rack, fenced=rec.fenced, in_controlled_shutdown=rec.in_controlled_shutdown,
+            log_dirs=tuple(rec.log_dirs),
+            features={f.name: (f.min_supported_version, f.max_supported_version) for f in rec.features},
+            record_offset=self.offset)
+
+    def _unregister_broker_record(self, rec: UnregisterBrokerRecord) -> None:
+        current = self.broker(rec.broker_id)
+        if current is None or current.epoch != rec.broker_epoch:
+            self.dropped += 1
+            return
+        self._brokers[rec.broker_id] = None
+
+    def _change_broker(self, broker_id: int, epoch: int, **changes: Any) -> None:
+        current = self.broker(broker_id)
+        if current is None or current.epoch != epoch:
+            self.dropped += 1
+            return
+        self._brokers[broker_id] = replace(current, **changes)
+
+    def _broker_registration_change_record(self, rec: BrokerRegistrationChangeRecord) -> None:
+        changes: dict[str, Any] = {}
+        if rec.fenced == 1:
+            changes["fenced"] = True
+        elif rec.fenced == -1:
+            changes["fenced"] = False
+        if rec.in_controlled_shutdown == 1:
+            changes["in_controlled_shutdown"] = True
+        if rec.log_dirs:  # an empty list means "no change" (Kafka's replay)
+            changes["log_dirs"] = tuple(rec.log_dirs)
+        self._change_broker(rec.broker_id, rec.broker_epoch, **changes)
+
+    def _fence_broker_record(self, rec: FenceBrokerRecord) -> None:
+        self._change_broker(rec.id, rec.epoch, fenced=True)
+
+    def _unfence_broker_record(self, rec: UnfenceBrokerRecord) -> None:
+        self._change_broker(rec.id, rec.epoch, fenced=False)
+
+    def _producer_ids_record(self, rec: ProducerIdsRecord) -> None:
+        self._next_producer_id = rec.next_producer_id
+
+    def _feature_level_record(self, rec: FeatureLevelRecord) -> None:
+        if self._features is None:
+            self._features = dict(self.image.features)
+        if rec.feature_level == 0:
+            self._features.pop(rec.name, None)
+        else:
+            self._features[rec.name] = rec.feature_level
+
+    # ------------------------------------------------------------------------------------------ the new image
+    def apply(self) -> MetadataImage:
+        image = self.image
+        configs: Mapping[tuple[int, str], Mapping[str, str]] = image.configs
+        if self._configs:
+            merged = dict(image.configs)
+            for key, value in self._configs.items():
+                if value:
+                    merged[key] = value
+                else:
+                    merged.pop(key, None)
+            configs = merged
+        by_name, by_id = image.topics_by_name, image.topics_by_id
+        touched_configs = {name for (rtype, name) in self._configs if rtype == TOPIC_RESOURCE}
+        if self._topics or self.removed_topics or touched_configs:
+            by_name, by_id = dict(by_name), dict(by_id)
+            for tid, gone in self.removed_topics.items():
+                by_id.pop(tid, None)
+                if by_name.get(gone.name) is gone:
+                    by_name.pop(gone.name)
+            for tid, work in self._topics.items():
+                topic = TopicImage(work.name, tid, work.partitions, configs.get((TOPIC_RESOURCE, work.name), {}))
+                by_id[tid] = by_name[work.name] = topic
+            for name in touched_configs:
+                t = by_name.get(name)
+                if t is not None and t.topic_id not in self._topics:
+                    by_id[t.topic_id] = by_name[name] = replace(t, configs=configs.get((TOPIC_RESOURCE, name), {}))
+        brokers: Mapping[int, BrokerRegistration] = image.brokers
+        if self._brokers:
+            changed = dict(image.brokers)
+            for bid, reg in self._brokers.items():
+                if reg is None:
+                    changed.pop(bid, None)
+                else:
+                    changed[bid] = reg
+            brokers = changed
+        return MetadataImage(
+            topics_by_name=by_name, topics_by_id=by_id, configs=configs, brokers=brokers,
+            next_producer_id=image.next_producer_id if self._next_producer_id is None else self._next_producer_id,
+            features=image.features if self._features is None else self._features, offset=self.offset)
+
+    # ------------------------------------------------------------------------------------------ local changes
+    def local_changes(self, node_id: int, new_image: MetadataImage) -> LocalChanges:
+        """What broker `node_id` must do to match `new_image` (the result of `apply()`), as Kafka's
+        `TopicDelta.localChanges`: delete replicas it no longer has, create the ones it gains, and lead or
+        follow each partition whose partition epoch changed."""
+        out = LocalChanges()
+        for gone in self.removed_topics.values():
+            for p in gone.partitions.values():
+                if node_id in p.replicas:
+                    out.deletes.append((gone, p))
+        for tid in self._topics:
+            topic = new_image.topics_by_id[tid]
+            base = None if tid in self.removed_topics else self.image.topics_by_id.get(tid)
+            for pid, p in topic.partitions.items():
+                old = base.partitions.get(pid) if base is not None else None
+                if old is p:
+                    continue
+                mine = node_id in p.replicas
+                was_mine = old is not None and node_id in old.replicas
+                if not mine:
+                    if was_mine and base is not None and old is not None:
+                        out.deletes.append((base, old))
+                    continue
+                if not was_mine:
+                    out.creates.append((topic, p))
+                if old is None or old.partition_epoch != p.partition_epoch or not was_mine:
+                    (out.leaders if p.leader == node_id else out.followers).append((topic, p))
+                if was_mine and old is not None and old.directory_of(node_id) != p.directory_of(node_id):
+                    out.rehomed.append((topic, p))
+        return out
+
+
+@dataclass(slots=True)
+class LocalChanges:
+    """Replica changes for one broker; each entry is (topic, partition) from the image that holds them."""
+
+    creates: list[tuple[TopicImage, PartitionImage]] = field(default_factory=list)
+    deletes: list[tuple[TopicImage, PartitionImage]] = field(default_factory=list)
+    leaders: list[tuple[TopicImage, PartitionImage]] = field(default_factory=list)
+    followers: list[tuple[TopicImage, PartitionImage]] = field(default_factory=list)
+    rehomed: list[tuple[TopicImage, PartitionImage]] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.creates or self.deletes or self.leaders or self.followers or self.rehomed)
+
+
+REPLAY: dict[type, Callable[[MetadataDelta, Any], None]] = {
+    TopicRecord: MetadataDelta._topic_record,
+    PartitionRecord: MetadataDelta._partition_record,
+    PartitionChangeRecord: MetadataDelta._partition_change_record,
+    RemoveTopicRecord: MetadataDelta._remove_topic_record,
+    ConfigRecord: MetadataDelta._config_record,
+    RegisterBrokerRecord: MetadataDelta._register_broker_record,
+    UnregisterBrokerRecord: MetadataDelta._unregister_broker_record,
+    BrokerRegistrationChangeRecord: MetadataDelta._broker_registration_change_record,
+    FenceBrokerRecord: MetadataDelta._fence_broker_record,
+    UnfenceBrokerRecord: MetadataDelta._unfence_broker_record,
+    ProducerIdsRecord: MetadataDelta._producer_ids_record,
+    FeatureLevelRecord: MetadataDelta._feature_level_record,
+}
+
+
+def replay(image: MetadataImage, records: Iterable[Any], first_offset: int | None = None) -> MetadataImage:
+    """The image after `records`."""
+    delta = MetadataDelta(image)
+    delta.replay_all(records, first_offset)
+    return delta.apply()

@@ -1,0 +1,144 @@
+"""The cluster metadata image: an immutable snapshot of everything the metadata log says.
+
+Strategy (Kafka's `MetadataImage`): one frozen value per replayed offset.  Readers (handlers, the broker's
+publisher, the controller's managers) hold whichever image was current when they started and never see it
+change under them; a new image comes only from `MetadataDelta.apply()` (kjbod.metadata.delta), which copies
+the parts a batch of records touched and shares the rest.  The mappings inside an image are plain dicts for
+speed of reading; nothing in kjbod writes to them once the image is built (the delta builds fresh ones).
+
+What it holds: topics by name and by id with their partitions (replicas, ISR, leader, epochs, the log dir of
+each replica), configs per resource (topics, brokers by id, the cluster default broker resource ""), broker
+registrations (epoch, incarnation, listeners, rack, fenced, in controlled shutdown, online log dirs), the next
+free producer id, finalized feature levels, and the offset of the last record replayed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from uuid import UUID
+
+TOPIC_RESOURCE = 2
+BROKER_RESOURCE = 4
+
+NO_LEADER = -1
+# Kafka's reserved directory ids (DirectoryId): a replica whose dir the controller does not know yet, one in a
+# dir that failed, and one written before directories were tracked.
+DIR_UNASSIGNED = UUID(int=1)
+DIR_LOST = UUID(int=2)
+DIR_MIGRATING = UUID(int=0)
+RESERVED_DIR_LIMIT = 100
+
+
+def is_reserved_dir(dir_id: UUID) -> bool:
+    return dir_id.int < RESERVED_DIR_LIMIT
+
+
+_EMPTY: Mapping[str, str] = MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionImage:
+    partition: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    leader: int
+    leader_epoch: int = 0
+    partition_epoch: int = 0
+    directories: tuple[UUID, ...] = ()
+
+    def directory_of(self, broker_id: int) -> UUID | None:
+        """The log dir the metadata gives `broker_id`'s replica, or None when it is not a replica."""
+        try:
+            i = self.replicas.index(broker_id)
+        except ValueError:
+            return None
+        return self.directories[i] if i < len(self.directories) else DIR_MIGRATING
+
+
+@dataclass(frozen=True, slots=True)
+class TopicImage:
+    name: str
+    topic_id: UUID
+    partitions: Mapping[int, PartitionImage] = field(default_factory=dict)
+    configs: Mapping[str, str] = field(default_factory=dict)  # this topic's config overrides (the image's TOPIC resource entry)
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    name: str
+    host: str
+    port: int
+    security_protocol: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerRegistration:
+    broker_id: int
+    epoch: int
+    incarnation_id: UUID
+    listeners: tuple[Endpoint, ...] = ()
+    rack: str | None = None
+    fenced: bool = True
+    in_controlled_shutdown: bool = False
+    log_dirs: tuple[UUID, ...] = ()
+    features: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    # Offset of the RegisterBrokerRecord replayed last for it: the broker is caught up (and may be unfenced)
+    # once it has applied this offset.  Not part of the record, so not part of equality.
+    record_offset: int = field(default=-1, compare=False)
+
+    @property
+    def active(self) -> bool:
+        """Kafka's `isActive`: registered, unfenced and not shutting down: may lead partitions."""
+        return not self.fenced and not self.in_controlled_shutdown
+
+    def endpoint(self, listener_name: str) -> Endpoint | None:
+        for e in self.listeners:
+            if e.name == listener_name:
+                return e
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class MetadataImage:
+    topics_by_name: Mapping[str, TopicImage] = field(default_factory=dict)
+    topics_by_id: Mapping[UUID, TopicImage] = field(default_factory=dict)
+    configs: Mapping[tuple[int, str], Mapping[str, str]] = field(default_factory=dict)
+    brokers: Mapping[int, BrokerRegistration] = field(default_factory=dict)
+    next_producer_id: int = 0
+    features: Mapping[str, int] = field(default_factory=dict)
+    offset: int = -1  # offset of the last record replayed into this image; -1 for the empty image
+
+    # The reading interface handlers used on the old mutable image.
+    @property
+    def by_name(self) -> Mapping[str, TopicImage]:
+        return self.topics_by_name
+
+    def topic(self, name: str) -> TopicImage | None:
+        return self.topics_by_name.get(name)
+
+    def topic_by_id(self, topic_id: UUID) -> TopicImage | None:
+        return self.topics_by_id.get(topic_id)
+
+    def topics(self) -> list[TopicImage]:
+        return list(self.topics_by_name.values())
+
+    def resource_configs(self, resource_type: int, name: str) -> Mapping[str, str]:
+        return self.configs.get((resource_type, name), _EMPTY)
+
+    def broker(self, broker_id: int) -> BrokerRegistration | None:
+        return self.brokers.get(broker_id)
+
+    def unfenced_brokers(self) -> list[BrokerRegistration]:
+        return [b for _, b in sorted(self.brokers.items()) if not b.fenced]
+
+    def dir_owner(self, dir_id: UUID) -> int | None:
+        """The broker that registered log dir `dir_id`, if any."""
+        for b in self.brokers.values():
+            if dir_id in b.log_dirs:
+                return b.broker_id
+        return None
+
+
+EMPTY_IMAGE = MetadataImage()

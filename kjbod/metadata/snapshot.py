@@ -1,0 +1,49 @@
+"""The records that rebuild an image: what a metadata snapshot holds.
+
+`image_records(image)` lists, in an order replay accepts (features, brokers, configs, then each topic with its
+partitions, then the producer id watermark), one record per fact of the image, so that
+`replay(EMPTY_IMAGE, image_records(image))` equals `image`.  The controller hands these to the metadata log's
+`write_snapshot` when enough bytes were written since the last snapshot.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kjbod.metadata.image import MetadataImage
+from kjbod.protocol.generated import (
+    ConfigRecord,
+    FeatureLevelRecord,
+    PartitionRecord,
+    ProducerIdsRecord,
+    RegisterBrokerRecord,
+    TopicRecord,
+)
+from kjbod.protocol.generated.register_broker_record import BrokerEndpoint, BrokerFeature
+
+
+def image_records(image: MetadataImage) -> list[Any]:
+    out: list[Any] = [FeatureLevelRecord(name=name, feature_level=level)
+                      for name, level in sorted(image.features.items())]
+    for bid, b in sorted(image.brokers.items()):
+        out.append(RegisterBrokerRecord(
+            broker_id=bid, incarnation_id=b.incarnation_id, broker_epoch=b.epoch,
+            end_points=[BrokerEndpoint(name=e.name, host=e.host, port=e.port, security_protocol=e.security_protocol)
+                        for e in b.listeners],
+            features=[BrokerFeature(name=n, min_supported_version=lo, max_supported_version=hi)
+                      for n, (lo, hi) in sorted(b.features.items())],
+            rack=b.rack, fenced=b.fenced, in_controlled_shutdown=b.in_controlled_shutdown,
+            log_dirs=list(b.log_dirs)))
+    for (rtype, rname), values in sorted(image.configs.items()):
+        out += [ConfigRecord(resource_type=rtype, resource_name=rname, name=k, value=v)
+                for k, v in sorted(values.items())]
+    for name, topic in sorted(image.topics_by_name.items()):
+        out.append(TopicRecord(name=name, topic_id=topic.topic_id))
+        for pid, p in sorted(topic.partitions.items()):
+            out.append(PartitionRecord(
+                partition_id=pid, topic_id=topic.topic_id, replicas=list(p.replicas), isr=list(p.isr),
+                leader=p.leader, leader_epoch=p.leader_epoch, partition_epoch=p.partition_epoch,
+                directories=list(p.directories)))
+    if image.next_producer_id:
+        out.append(ProducerIdsRecord(broker_id=-1, broker_epoch=-1, next_producer_id=image.next_producer_id))
+    return out

@@ -1,0 +1,172 @@
+"""Building the roles a process runs, as `process.roles` says.
+
+The broker role (kjbod.broker.node) and the controller role (kjbod.controller) do not import each other; this
+module, above both, joins them: it gives the controller its settings from the server config (the controller
+reads `broker.session.timeout.ms` and `broker.heartbeat.interval.ms` from its own config, as Kafka's does) and
+the broker's config tables as its config policy.
+
+* broker,controller: the broker node with its controller in the same process (`build_combined_node`); the
+  broker reaches the controller in process, and the controller listener serves other brokers.
+* controller: `ControllerNode`, the controller alone on its metadata log, serving only controller listeners
+  (registrations, heartbeats, topics, configs, producer id blocks); no data log dirs are opened.
+* broker: needs the client side that reaches a remote controller (kjbod.net), not in this build yet: refused
+  with a message saying so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from typing import Any
+
+import structlog
+
+from kjbod.broker import broker_config as bc
+from kjbod.broker import topic_config
+from kjbod.broker.node import BrokerNode, NodeEndpoint
+from kjbod.broker.router import Router
+from kjbod.controller import ControllerSettings, PolicyError, QuorumController
+from kjbod.metadata import EMPTY_IMAGE, MetadataDelta, MetadataImage
+from kjbod.protocol.errors import ErrorCode
+from kjbod.server.config import ConfigError
+from kjbod.storage.fsio import LogDirIO
+from kjbod.storage.meta import read_meta_properties
+from kjbod.storage.metadata_log import MetadataLog
+
+log = structlog.get_logger("kjbod.roles")
+
+SNAPSHOT_BYTES = 20 << 20  # metadata.log.max.record.bytes.between.snapshots, Kafka's default
+
+
+class BrokerConfigPolicy:
+    """The controller's view of which configs exist: the broker's tables (kjbod.broker.topic_config and
+    broker_config), their errors turned into the controller's PolicyError."""
+
+    def __init__(self, node_id: int | None) -> None:
+        self.node_id = node_id  # the broker whose configs this process may change; None: any broker
+
+    def validate_topic(self, overrides: dict[str, str]) -> None:
+        try:
+            topic_config.validate(dict[str, str | None](overrides))
+        except topic_config.TopicConfigError as e:
+            raise PolicyError(ErrorCode.INVALID_CONFIG, str(e)) from None
+
+    def plan_topic(self, overrides: dict[str, str], changes: list[tuple[str, int, str | None]], *,
+                   replace: bool) -> dict[str, str]:
+        try:
+            return bc.plan_topic_changes(overrides, changes, replace=replace)
+        except bc.ConfigProblem as e:
+            raise PolicyError(e.code, e.message) from None
+
+    def plan_broker(self, current: dict[str, str], resource_name: str, changes: list[tuple[str, int, str | None]],
+                    *, replace: bool) -> dict[str, str | None]:
+        owner = self.node_id
+        if owner is None:  # a controller alone: the broker that forwarded the request has checked the id
+            owner = int(resource_name) if resource_name.isdigit() else -1
+        dynamic = bc.DynamicBrokerConfigs(owner)
+        target = dynamic.target(resource_name)
+        if target is not None:
+            target.update(current)
+        try:
+            return bc.plan_broker_changes(dynamic, resource_name, changes, replace=replace)
+        except bc.ConfigProblem as e:
+            raise PolicyError(e.code, e.message) from None
+
+
+def controller_settings(config: Any, cluster_id: str, local_broker_id: int | None) -> ControllerSettings:
+    return ControllerSettings(
+        cluster_id=cluster_id, num_partitions=int(getattr(config, "num_partitions", 1)),
+        default_replication_factor=int(getattr(config, "default_replication_factor", 1)),
+        broker_session_timeout_ms=int(getattr(config, "broker_session_timeout_ms", 9000)),
+        broker_heartbeat_interval_ms=int(getattr(config, "broker_heartbeat_interval_ms", 2000)),
+        max_bytes_between_snapshots=int(getattr(config, "metadata_log_max_record_bytes_between_snapshots",
+                                                SNAPSHOT_BYTES)),
+        delete_topic_enable=bool(getattr(config, "delete_topic_enable", True)),
+        local_broker_id=local_broker_id)
+
+
+def _combined_controller(node: BrokerNode, metadata_log: Any) -> QuorumController:
+    settings = controller_settings(node.config, node.cluster_id, node.node_id)
+    return QuorumController(settings, metadata_log, BrokerConfigPolicy(node.node_id), config_aliases=dict(bc.ALIASES))
+
+
+def build_combined_node(config: Any) -> BrokerNode:
+    """process.roles=broker,controller: the broker node with its controller in the same process."""
+    return BrokerNode(config, _combined_controller)
+
+
+class ControllerNode:
+    """process.roles=controller: the controller on its metadata log, behind the controller listeners."""
+
+    def __init__(self, config: Any) -> None:
+        self.config = config
+        self.node_id: int = config.node_id
+        self.cluster_id = ""
+        self.metadata: MetadataImage = EMPTY_IMAGE
+        self.controller: QuorumController | None = None
+        self.metadata_log: MetadataLog | None = None
+        self.handler = Router(self)
+        self.shutdown_requested = asyncio.Event()
+        self.exit_code = 0
+
+    @property
+    def dynamic_configs(self) -> bc.DynamicBrokerConfigs:
+        return bc.DynamicBrokerConfigs.from_image(self.node_id, self.metadata)
+
+    def cluster_nodes(self, listener_name: str, *, controllers: bool) -> list[NodeEndpoint]:
+        if not controllers:
+            return []
+        advertised = {ln.name: ln for ln in getattr(self.config, "advertised_listeners", None) or ()}
+        for ln in self.config.listeners:
+            if ln.name in self.config.controller_listener_names:
+                ln = advertised.get(ln.name, ln)
+                return [NodeEndpoint(self.node_id, ln.host, ln.port)]
+        return []
+
+    async def controller_request(self, body: Any, version: int) -> Any:
+        assert self.controller is not None
+        return await self.controller.handle_request(body.API_KEY, version, body)
+
+    def controller_call(self, body: Any, version: int) -> Any:
+        """The response, or an awaitable of it (see BrokerNode.controller_call)."""
+        assert self.controller is not None
+        fut = self.controller.request(body.API_KEY, version, body)
+        return fut.result() if fut.done() else fut
+
+    async def start(self) -> None:
+        meta_dir = os.path.abspath(self.config.metadata_log_dir or self.config.log_dirs[0])
+        meta = read_meta_properties(LogDirIO(meta_dir))
+        if meta is None:
+            raise ConfigError(f"{meta_dir} is not formatted: run kjbod format -c <config> --cluster-id <id> first")
+        self.cluster_id = meta.cluster_id or ""
+        self.metadata_log = MetadataLog(meta_dir)
+        settings = controller_settings(self.config, self.cluster_id, None)
+        self.controller = QuorumController(settings, self.metadata_log, BrokerConfigPolicy(None),
+                                           config_aliases=dict(bc.ALIASES))
+        self.metadata = self.controller.load()
+        self.controller.add_listener(self._publish)
+        self.controller.start()
+        log.info("controller_started", node_id=self.node_id, cluster_id=self.cluster_id,
+                 topics=len(self.metadata.topics_by_id), brokers=len(self.metadata.brokers))
+
+    def _publish(self, delta: MetadataDelta, image: MetadataImage) -> None:
+        self.metadata = image
+
+    async def stop(self) -> None:
+        if self.controller is not None:
+            await self.controller.stop()
+        if self.metadata_log is not None:
+            with contextlib.suppress(OSError):
+                self.metadata_log.close()
+        log.info("controller_stopped", node_id=self.node_id)
+
+
+def build_node(config: Any) -> Any:
+    """The node `process.roles` asks for."""
+    if config.is_broker and config.is_controller:
+        return build_combined_node(config)
+    if config.is_controller:
+        return ControllerNode(config)
+    raise ConfigError("process.roles=broker alone needs the client side that reaches a remote controller, which "
+                      "this build of kjbod does not have yet; use process.roles=broker,controller")

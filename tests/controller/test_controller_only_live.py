@@ -1,0 +1,92 @@
+"""process.roles=controller: a controller-only `kjbod serve`, configured with Kafka's keys and formatted with
+`kjbod format`, serves brokers on its controller listener only, keeps what they registered and created across a
+restart (replaying its metadata log), and refuses a broker-only config with a message naming what is missing."""
+
+from __future__ import annotations
+
+import subprocess
+import uuid
+
+from datapath.support import RawClient
+from live import COMMAND, LiveServer, format_storage, free_port, new_cluster_id
+
+from kjbod.protocol.errors import ErrorCode as E
+from kjbod.protocol.generated import (
+    BrokerHeartbeatRequest,
+    BrokerRegistrationRequest,
+    CreateTopicsRequest,
+    DescribeClusterRequest,
+    MetadataRequest,
+)
+from kjbod.protocol.generated.broker_registration_request import Listener
+
+
+def controller_only(tmp_path) -> LiveServer:
+    port = free_port()
+    server = LiveServer(node_id=100, cluster_id=new_cluster_id(), port=port, controller_port=port,
+                        directory=tmp_path, config=tmp_path / "controller.properties",
+                        log_dirs=[tmp_path / "meta"], metadata_dir=tmp_path / "meta",
+                        stderr_path=tmp_path / "stderr.log")
+    server.config.write_text("".join(f"{k}={v}\n" for k, v in {
+        "process.roles": "controller", "node.id": "100", "listeners": f"CONTROLLER://127.0.0.1:{port}",
+        "controller.listener.names": "CONTROLLER", "controller.quorum.voters": f"100@127.0.0.1:{port}",
+        "log.dirs": str(tmp_path / "meta"), "broker.session.timeout.ms": "60000",
+    }.items()))
+    format_storage(server.config, server.cluster_id)
+    server.start()
+    return server
+
+
+def test_controller_only_process(tmp_path):
+    server = controller_only(tmp_path)
+    try:
+        broker_dir = uuid.uuid4()
+        with RawClient(server.host, server.port) as ctl:
+            reg = ctl.call(BrokerRegistrationRequest(
+                broker_id=1, cluster_id=server.cluster_id, incarnation_id=uuid.uuid4(), log_dirs=[broker_dir],
+                listeners=[Listener(name="PLAINTEXT", host="127.0.0.1", port=9092)]), 4)
+            assert reg.error_code == 0
+            hb = ctl.call(BrokerHeartbeatRequest(broker_id=1, broker_epoch=reg.broker_epoch,
+                                                 current_metadata_offset=1 << 40), 1)
+            assert (hb.error_code, hb.is_fenced) == (0, False)
+            created = ctl.call(CreateTopicsRequest(timeout_ms=1000, topics=[CreateTopicsRequest.CreatableTopic(
+                name="t", num_partitions=4, replication_factor=-1)]), 7)
+            assert created.topics[0].error_code == 0
+            rf2 = ctl.call(CreateTopicsRequest(timeout_ms=1000, topics=[CreateTopicsRequest.CreatableTopic(
+                name="u", num_partitions=1, replication_factor=2)]), 7)
+            assert rf2.topics[0].error_code == E.INVALID_REPLICATION_FACTOR
+            assert "replication between brokers is not available yet" in rf2.topics[0].error_message
+            cluster = ctl.call(DescribeClusterRequest(endpoint_type=2), 1)
+            assert [(b.broker_id, b.port) for b in cluster.brokers] == [(100, server.port)]
+        with RawClient(server.host, server.port) as ctl:
+            ctl.send(MetadataRequest(topics=None), 12)  # a broker API on the controller listener
+            assert ctl.closed_by_server()
+        assert server.stop() == 0
+        server.start()
+        with RawClient(server.host, server.port) as ctl:
+            again = ctl.call(CreateTopicsRequest(timeout_ms=1000, topics=[CreateTopicsRequest.CreatableTopic(
+                name="t", num_partitions=4, replication_factor=-1)]), 7)
+            assert again.topics[0].error_code == E.TOPIC_ALREADY_EXISTS
+            # The broker registered before the restart is still known: a stale epoch is told so.
+            stale = ctl.call(BrokerHeartbeatRequest(broker_id=1, broker_epoch=reg.broker_epoch + 1,
+                                                    current_metadata_offset=0), 1)
+            assert stale.error_code == E.STALE_BROKER_EPOCH
+            ok = ctl.call(BrokerHeartbeatRequest(broker_id=1, broker_epoch=reg.broker_epoch,
+                                                 current_metadata_offset=1 << 40), 1)
+            assert (ok.error_code, ok.is_fenced) == (0, False)
+    finally:
+        server.stop()
+
+
+def test_broker_only_config_is_refused_with_a_reason(tmp_path):
+    port = free_port()
+    config = tmp_path / "broker.properties"
+    config.write_text("".join(f"{k}={v}\n" for k, v in {
+        "process.roles": "broker", "node.id": "1", "listeners": f"PLAINTEXT://127.0.0.1:{port}",
+        "controller.listener.names": "CONTROLLER", "controller.quorum.voters": "100@127.0.0.1:1",
+        "log.dirs": str(tmp_path / "logs"),
+    }.items()))
+    format_storage(config, new_cluster_id())
+    done = subprocess.run([*COMMAND, "serve", "-c", str(config)], capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0
+    assert "process.roles=broker alone" in done.stderr and "Traceback" not in done.stderr
