@@ -13,9 +13,9 @@ Strategy:
 * `run()` is the synchronous entry point: it runs `serve()` on uvloop when uvloop is importable, else on the
   default loop.
 
-The node contract (kjbod.server.roles.build_node, which builds what `process.roles` names): `node_factory(config)` returns an object with
-`async start()`, `async stop()`, `handler` (a kjbod.server.handler.RequestHandler) and optionally
-`shutdown_requested` (an asyncio.Event).
+The node contract (kjbod.server.roles.build_node builds what `process.roles` names): `node_factory(config)`
+returns an object with `async start()`, `async stop()`, `handler` (a kjbod.server.handler.RequestHandler) and
+optionally `shutdown_requested` (an asyncio.Event).
 """
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""Controller benchmark: broker heartbeats per second a controller sustains from 200 simulated brokers, against
+"""Controller benchmarks: heartbeat throughput, and restart time with a long metadata log.
+
+Heartbeats: broker heartbeats per second a controller sustains from 200 simulated brokers, against
 ApiVersions per second on the same controller listener.
 
 A controller-only `kjbod serve` (process.roles=controller, uvloop, log level warning) is pinned to one CPU as in
@@ -12,6 +14,11 @@ report gives the median of per-round ratios.  Target: heartbeats >= 50 % of ApiV
 Before timing, one heartbeat per broker is decoded: each must answer without error and unfenced (a benchmark
 of a controller answering STALE_BROKER_EPOCH would measure the wrong thing).
 
+Restart: the time a controller takes to load its metadata log (replay into the image) with 200,000 records
+(1,000 partitions, then leader changes on them, as a long-running cluster accumulates), against an empty log;
+and, when the metadata log can write snapshots, with a snapshot of the same image.  Target: with a snapshot,
+within 2x of the empty log.  Without snapshots the 200,000-record figure is reported alone.
+
     python -m tools.bench.controller [--rounds N] [--seconds S] [--quick]
 """
 
@@ -23,6 +30,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import time
 import uuid
 from pathlib import Path
 
@@ -42,6 +50,7 @@ from .server import (
     _stop,
     api_versions_frame,
     build_loadgen,
+    launch_kjbod,
     load_frames,
     serve_kjbod,
 )
@@ -101,9 +110,93 @@ def register_brokers(port: int) -> list[bytes]:
     return frames
 
 
+RESTART_RECORDS = 200_000
+RESTART_TOPICS, RESTART_PARTITIONS = 10, 100
+
+
+def write_long_log(directory: Path, total: int) -> None:
+    """A metadata log of `total` records: topics and partitions, then leader changes, in batches of 1,000."""
+    from kjbod.protocol.generated import PartitionChangeRecord, PartitionRecord, TopicRecord
+    from kjbod.storage.metadata_log import MetadataLog
+
+    mlog = MetadataLog(str(directory))
+    mlog.load()  # (after `kjbod format`, which made the dir)
+    try:
+        ids = [uuid.UUID(int=(t + 1) << 64) for t in range(RESTART_TOPICS)]
+        base: list[object] = []
+        for t, tid in enumerate(ids):
+            base.append(TopicRecord(name=f"topic-{t}", topic_id=tid))
+            base += [PartitionRecord(partition_id=p, topic_id=tid, replicas=[1], isr=[1], leader=1, leader_epoch=0,
+                                     partition_epoch=0) for p in range(RESTART_PARTITIONS)]
+        mlog.append(base)
+        written = len(base)
+        while written < total:
+            n = min(1000, total - written)
+            mlog.append([PartitionChangeRecord(topic_id=ids[(written + i) % RESTART_TOPICS],
+                                               partition_id=(written + i) // RESTART_TOPICS % RESTART_PARTITIONS,
+                                               leader=1 if (written + i) % 2 else -1) for i in range(n)])
+            written += n
+    finally:
+        mlog.close()
+
+
+def start_seconds(work: Path, port: int) -> float:
+    """Seconds from `kjbod serve` (controller only, already formatted in `work`) to its listener accepting."""
+    start = time.perf_counter()
+    proc = launch_kjbod(work, port)
+    elapsed = time.perf_counter() - start
+    _stop(proc)
+    return elapsed
+
+
+def restart(rounds: int) -> dict:
+    heading(f"Controller restart: start with a {RESTART_RECORDS:,}-record metadata log vs an empty one")
+    base = Path(tempfile.mkdtemp(prefix="kjbod-bench-restart-", dir=os.environ.get("KJBOD_BENCH_DIR") or None))
+    try:
+        servers = {}
+        for name in ("empty", "long"):
+            (base / name).mkdir()
+            proc, port = start_controller(base / name)
+            _stop(proc)
+            servers[name] = port
+        write_long_log(base / "long" / "metadata", RESTART_RECORDS)
+        times: dict[str, list[float]] = {"empty": [], "long": []}
+        for _ in range(rounds):
+            for name, port in servers.items():
+                times[name].append(start_seconds(base / name, port))
+        t_empty, t_long = median(times["empty"]), median(times["long"])
+        print(f"   empty log {t_empty:,.2f} s; {RESTART_RECORDS:,} records {t_long:,.2f} s "
+              f"({t_long / t_empty:.1f}x the empty log)")
+        out = {"controller_restart_empty_seconds": t_empty, "controller_restart_200k_records_seconds": t_long}
+        from kjbod.storage.metadata_log import MetadataLog
+
+        if not hasattr(MetadataLog, "write_snapshot"):
+            print("   with a snapshot: not measured (this build's metadata log writes no snapshots)")
+            return out
+        from kjbod.metadata import EMPTY_IMAGE, image_records, replay
+
+        mlog = MetadataLog(str(base / "long" / "metadata"))
+        image = replay(EMPTY_IMAGE, mlog.load())
+        mlog.write_snapshot(image_records(image), mlog.next_offset)
+        mlog.close()
+        t_snap = median([start_seconds(base / "long", servers["long"]) for _ in range(rounds)])
+        ratio = t_snap / t_empty
+        print(f"   with a snapshot {t_snap:,.2f} s: {ratio:.1f}x the empty log (target <= 2x: {verdict(ratio <= 2)})")
+        out["controller_restart_empty_vs_snapshot"] = t_empty / t_snap  # higher is better, like every ratio
+        return out
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
 def run(rounds: int = 5, seconds: float = 2.0, quick: bool = False) -> dict:
     if quick:
         rounds, seconds = 3, 1.0
+    out = heartbeats(rounds, seconds)
+    out.update(restart(rounds))
+    return out
+
+
+def heartbeats(rounds: int, seconds: float) -> dict:
     heading(f"Controller: BrokerHeartbeat from {BROKERS} brokers vs ApiVersions on the same controller listener")
     loadgen = build_loadgen()
     work = Path(tempfile.mkdtemp(prefix="kjbod-bench-controller-", dir=os.environ.get("KJBOD_BENCH_DIR") or None))

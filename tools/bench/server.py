@@ -137,14 +137,20 @@ def start_kjbod(work: Path) -> tuple[subprocess.Popen, int]:
 
 
 def serve_kjbod(work: Path, port: int, settings: dict[str, str], *format_args: str) -> subprocess.Popen:
-    """Writes `settings` as work/server.properties, formats, and starts `kjbod serve` (pinned, log level
-    warning) until it listens on `port`."""
+    """Writes `settings` as work/server.properties, formats, and starts `kjbod serve` (see launch_kjbod)."""
     config = work / "server.properties"
     config.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
     subprocess.run([sys.executable, "-m", "kjbod", "format", "-c", str(config), *format_args], check=True,
                    stdout=subprocess.DEVNULL, cwd=ROOT)
+    return launch_kjbod(work, port)
+
+
+def launch_kjbod(work: Path, port: int) -> subprocess.Popen:
+    """Starts `kjbod serve -c work/server.properties` (pinned, log level warning) and waits until it listens
+    on `port`."""
     err = open(work / "stderr.log", "ab")  # noqa: SIM115 (handed to the child)
-    proc = subprocess.Popen([sys.executable, "-m", "kjbod", "serve", "-c", str(config), "--log-level", "warning"],
+    proc = subprocess.Popen([sys.executable, "-m", "kjbod", "serve", "-c", str(work / "server.properties"),
+                             "--log-level", "warning"],
                             stdout=subprocess.DEVNULL, stderr=err, cwd=ROOT, preexec_fn=_pinned(SERVER_CPUS))
     err.close()
     _wait_listening(proc, port, "kjbod serve")
