@@ -100,7 +100,9 @@ class QuorumController:
         """Replays the metadata log (a snapshot's records first when the log has one) into the image."""
         records = self.log.load()
         delta = MetadataDelta(EMPTY_IMAGE)
-        delta.replay_all(records, first_offset=max(self.log.next_offset - len(records), 0))
+        # Each record's own offset (control records take offsets too; a snapshot's records carry its end).
+        for rec, offset in zip(records, self.log.loaded_offsets, strict=True):
+            delta.replay(rec, offset)
         self.image = delta.apply()
         if delta.dropped:
             log.warning("metadata_records_dropped", count=delta.dropped,

@@ -130,6 +130,7 @@ class FakeLog:
         self.bytes_since_snapshot = 0
         self.records = []
         self.snapshots = []
+        self.loaded_offsets = []  # each loaded record's offset
 
     def load(self):
         return []

@@ -132,7 +132,7 @@ def test_topic_deletion_disabled_default_replication_factor_and_compatibility_ke
     server = kjbod_server_factory(overrides={
         "delete.topic.enable": "false",
         "default.replication.factor": "2",
-        "broker.heartbeat.interval.ms": "3000",
+        "replica.fetch.max.bytes": "2097152",
         "min.insync.replicas": "1",
     })
     admin = admin_for(server)
@@ -144,7 +144,7 @@ def test_topic_deletion_disabled_default_replication_factor_and_compatibility_ke
     assert "kept" in admin.list_topics()
     admin.close()
     logged = [line for line in server.stderr(200).splitlines() if "accepted with no effect" in line]
-    assert len(logged) == 1 and "broker.heartbeat.interval.ms" in logged[0] and "min.insync.replicas" in logged[0]
+    assert len(logged) == 1 and "replica.fetch.max.bytes" in logged[0] and "min.insync.replicas" in logged[0]
 
 
 def test_a_process_role_kjbod_cannot_run_is_refused(tmp_path):
