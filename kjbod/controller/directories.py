@@ -55,17 +55,23 @@ class BrokerDirs:
             if isinstance(rec, RegisterBrokerRecord):
                 self.note(rec.broker_id, rec.log_dirs)
 
-    def known(self, image: MetadataImage, broker_id: int) -> set[UUID]:
-        known = set(self._dirs.get(broker_id, ()))
+    def unknown(self, image: MetadataImage, broker_id: int, dir_ids: Iterable[UUID]) -> list[UUID]:
+        """The ids in `dir_ids` that `broker_id` never registered (reserved ids are never unknown).  The
+        registration and this memory answer almost always; only what they do not know costs a pass over the
+        partitions (a replica may still name a dir this controller has not seen registered)."""
         reg = image.brokers.get(broker_id)
-        if reg is not None:
-            known.update(reg.log_dirs)
+        current = set(reg.log_dirs) if reg is not None else set()
+        remembered = self._dirs.get(broker_id, set())
+        left = [d for d in dir_ids if not is_reserved_dir(d) and d not in current and d not in remembered]
+        if not left:
+            return []
+        named: set[UUID] = set()
         for topic in image.topics_by_id.values():
             for p in topic.partitions.values():
                 d = p.directory_of(broker_id)
                 if d is not None:
-                    known.add(d)
-        return {d for d in known if not is_reserved_dir(d)}
+                    named.add(d)
+        return [d for d in left if d not in named]
 
 
 def offline_dirs(image: MetadataImage, broker_id: int, epoch: int, reported: list[UUID]) -> list[Any]:
@@ -87,25 +93,20 @@ def offline_dirs(image: MetadataImage, broker_id: int, epoch: int, reported: lis
     return records
 
 
-def unknown_dirs(image: MetadataImage, broker_id: int, reported: Iterable[UUID], dirs: BrokerDirs) -> list[UUID]:
-    known = dirs.known(image, broker_id)
-    return [d for d in reported if d not in known]
-
-
 def assign_replicas_to_dirs(image: MetadataImage, req: AssignReplicasToDirsRequest,
                             dirs: BrokerDirs) -> ControllerResult:
     reg = image.brokers.get(req.broker_id)
     if reg is None or reg.epoch != req.broker_epoch:
         return ControllerResult([], AssignReplicasToDirsResponse(error_code=ErrorCode.STALE_BROKER_EPOCH))
     broker_id = req.broker_id
-    known = dirs.known(image, broker_id)
+    unknown_ids = set(dirs.unknown(image, broker_id, [d.id for d in req.directories]))
     records: list[Any] = []
     to_elect: dict[tuple[UUID, int], Any] = {}  # partitions placed in an offline dir, in request order
     response = AssignReplicasToDirsResponse(error_code=0)
     for req_dir in req.directories:
         dir_id = req_dir.id
         offline = dir_id == DIR_LOST or (not is_reserved_dir(dir_id) and dir_id not in reg.log_dirs)
-        unknown = not is_reserved_dir(dir_id) and dir_id not in known
+        unknown = dir_id in unknown_ids
         res_dir = out.DirectoryData(id=dir_id)
         for req_topic in req_dir.topics:
             topic = image.topic_by_id(req_topic.topic_id)

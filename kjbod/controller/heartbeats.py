@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from kjbod.controller.directories import BrokerDirs, offline_dirs, unknown_dirs
+from kjbod.controller.directories import BrokerDirs, offline_dirs
 from kjbod.controller.partition_change import elect_where_leaderless, leads_any, remove_from_isrs
 from kjbod.controller.result import ControllerResult, ControllerSettings
 from kjbod.metadata import BrokerRegistration, MetadataImage
@@ -106,8 +106,7 @@ class BrokerHeartbeatManager:
         reg = image.brokers.get(req.broker_id)
         if reg is None or reg.epoch != req.broker_epoch:
             return ControllerResult([], BrokerHeartbeatResponse(error_code=ErrorCode.STALE_BROKER_EPOCH))
-        unknown = unknown_dirs(image, reg.broker_id, req.offline_log_dirs or (), self.dirs)
-        if unknown:
+        if req.offline_log_dirs and self.dirs.unknown(image, reg.broker_id, req.offline_log_dirs):
             return ControllerResult([], BrokerHeartbeatResponse(error_code=ErrorCode.LOG_DIR_NOT_FOUND))
         s = self.session(req.broker_id, now)
         s.last_contact = now

@@ -177,10 +177,13 @@ def test_a_failed_dir_stays_known_after_a_controller_restart():
     """A restarted controller rebuilds its memory of registered dirs from the log's registrations, so the
     cumulative OfflineLogDirs of a broker whose empty dir failed is still accepted."""
     ctx = cluster()
-    ctx.heartbeat(1, offline=[D3])  # D3 holds nothing
+    tid = ctx.image.topic("t").topic_id
+    assign(ctx, {D1: {tid: [0]}})
+    ctx.heartbeat(1, offline=[D1, D3])  # D1 holds partition 0, D3 nothing
     restarted = directories.BrokerDirs()
-    assert D3 not in restarted.known(ctx.image, 1)
+    assert restarted.unknown(ctx.image, 1, [D1]) == []  # a replica still names it
+    assert restarted.unknown(ctx.image, 1, [D3]) == [D3]
     restarted.note_records(ctx.log)
-    assert D3 in restarted.known(ctx.image, 1)
+    assert restarted.unknown(ctx.image, 1, [D3]) == []
     ctx.hb.dirs = restarted
-    assert ctx.heartbeat(1, offline=[D3]).error_code == 0
+    assert ctx.heartbeat(1, offline=[D1, D3]).error_code == 0
