@@ -251,3 +251,32 @@ def test_a_request_groups_assignments_by_dir_then_topic() -> None:
     assert (req.broker_id, req.broker_epoch) == (1, 9)
     assert [(d.id, [(t.topic_id, [p.partition_index for p in t.partitions]) for t in d.topics])
             for d in req.directories] == [(DIRS[0], [(t1, [0, 2])]), (DIRS[1], [(t2, [4])])]
+
+
+async def test_a_dir_that_failed_before_registration_does_not_stop_the_heartbeats(controller: Controller) -> None:
+    """The broker registers its online dirs only, so the controller never knew a dir that failed before: it
+    answers LOG_DIR_NOT_FOUND to the heartbeat naming it, and the broker leaves that dir out from then on."""
+    shutdowns: list[str] = []
+    lifecycle = BrokerLifecycleManager(
+        LifecycleConfig(node_id=1, cluster_id=CLUSTER, listeners=[Listener(name="PLAINTEXT", host="127.0.0.1",
+                                                                            port=9092)],
+                        log_dirs=DIRS, heartbeat_interval=0.02, session_timeout=60.0),
+        controller.channel(), lambda: controller.c.image.offset, shutdowns.append)
+    lifecycle.propagate_directory_failure(DIRS[2])
+    lifecycle.start()
+    try:
+        await asyncio.wait_for(lifecycle.initial_catch_up, 60)
+        await asyncio.wait_for(lifecycle.set_ready_to_unfence(), 60)
+        assert lifecycle.state == BrokerState.RUNNING and not controller.c.image.broker(1).fenced
+        assert controller.c.image.broker(1).log_dirs == tuple(sorted(DIRS[:2]))
+        sent = [list(h.offline_log_dirs) for h in controller.of(63)]
+        assert sent[0] == [DIRS[2]] and all(s == [] for s in sent[1:])
+        assert lifecycle.offline_dirs == [DIRS[2]] and shutdowns == []
+        # A dir it registered that fails later is reported, and the controller acts on it.
+        lifecycle.propagate_directory_failure(DIRS[0])
+        await controller.wait_for(lambda: any(DIRS[0] in h.offline_log_dirs for h in controller.of(63)))
+        await controller.wait_for(lambda: len(controller.of(63)) >= len(sent) + 3)
+        assert controller.c.image.broker(1).log_dirs == (DIRS[1],) and not controller.c.image.broker(1).fenced
+        assert shutdowns == []
+    finally:
+        await lifecycle.close()
