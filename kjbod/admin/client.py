@@ -302,7 +302,8 @@ class AdminClient:
         """
         deadline = self._deadline(timeout)
         request_topics = await self._log_dir_topics(topics, deadline)
-        request = DescribeLogDirsRequest(topics=request_topics)
+        # kjbod's extension: each dir's KIP-858 id (a Kafka broker ignores the tag and answers without ids).
+        request = DescribeLogDirsRequest(topics=request_topics, include_directory_ids=True)
         broker_ids = await self._broker_ids(brokers, deadline)
 
         async def one(broker_id: int) -> list[LogDirInfo]:

@@ -33,7 +33,9 @@ States and transitions (Kafka's BrokerState values, driven by the heartbeat answ
   KAFKA-14392 bound), retries against an unreachable controller included.
 * A failed log dir (`propagate_directory_failure`) is sent in an immediate extra heartbeat; if no heartbeat that
   carried it has been answered within `log.dir.failure.timeout.ms`, the broker shuts down, as KIP-858 says
-  ("couldn't communicate offline log dir ... with controllers").
+  ("couldn't communicate offline log dir ... with controllers").  kjbod's controller answers LOG_DIR_NOT_FOUND
+  for a dir it never knew (KIP-858); the broker then stops sending the dirs that need no report (one that failed
+  before this process registered it, or one already reported) and goes on (`_quieten_offline_dirs`).
 """
 
 from __future__ import annotations
@@ -116,6 +118,8 @@ class BrokerLifecycleManager:
         self.controlled_shutdown: asyncio.Future[None] = loop.create_future()
         self._ready_to_unfence = False
         self._offline_dirs: dict[uuid.UUID, bool] = {}  # failed dir -> a heartbeat carrying it was answered
+        self._registered_dirs: set[uuid.UUID] = set()  # every dir id a registration of this process carried
+        self._quiet_dirs: set[uuid.UUID] = set()  # failed dirs left out of heartbeats (see _quieten_offline_dirs)
         self._got_shutdown_answer = False
         self._ever_registered = False
         self._backoff = ExponentialBackoff(0.1, config.session_timeout, jitter=0.02)
@@ -229,13 +233,14 @@ class BrokerLifecycleManager:
             return self._after_failure()
         self._backoff.reset()
         self.broker_epoch = response.broker_epoch
+        self._registered_dirs.update(request.log_dirs)
         self.registered = self._ever_registered = True
         log.info("registered", broker=c.node_id, epoch=self.broker_epoch)
         return 0.0  # the first heartbeat right away
 
     async def _heartbeat(self) -> float:
         c = self.config
-        sent_dirs = list(self._offline_dirs)
+        sent_dirs = [d for d in self._offline_dirs if d not in self._quiet_dirs]
         request = BrokerHeartbeatRequest(
             broker_id=c.node_id, broker_epoch=self.broker_epoch, current_metadata_offset=self.metadata_offset(),
             want_fence=not self._ready_to_unfence,
@@ -246,6 +251,8 @@ class BrokerLifecycleManager:
         except ClientError as e:
             log.info("heartbeat failed", broker=c.node_id, error=str(e))
             return self._after_failure()
+        if response.error_code == ErrorCode.LOG_DIR_NOT_FOUND and self._quieten_offline_dirs(sent_dirs):
+            return 0.0  # at once, without the dirs the controller never knew
         if response.error_code == ErrorCode.STALE_BROKER_EPOCH:
             log.warning("the controller does not know this registration: registering again",
                         broker=c.node_id, epoch=self.broker_epoch)
@@ -259,6 +266,22 @@ class BrokerLifecycleManager:
             for d in sent_dirs:
                 self._offline_dirs[d] = True
         return self._on_heartbeat(response)
+
+    def _quieten_offline_dirs(self, sent: list[uuid.UUID]) -> bool:
+        """LOG_DIR_NOT_FOUND: the controller does not know one of the failed dirs sent (kjbod's controller checks
+        them, KIP-858; Kafka's ignores unknown ones).  Dirs no registration of this process carried (they failed
+        before it registered them: the controller placed nothing there that it does not already see) and dirs a
+        heartbeat already reported (their records are in the metadata log) need no more reporting: they leave
+        the heartbeats and count as reported.  False when no sent dir is of either kind."""
+        quiet = [d for d in sent if d not in self._registered_dirs or self._offline_dirs.get(d)]
+        if not quiet:
+            return False
+        for d in quiet:
+            log.warning("the controller does not know a failed log dir: no longer sending it",
+                        broker=self.config.node_id, directory_id=str(d))
+            self._offline_dirs[d] = True
+            self._quiet_dirs.add(d)
+        return True
 
     def _on_heartbeat(self, response: Any) -> float:
         state = self.state

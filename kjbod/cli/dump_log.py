@@ -9,6 +9,11 @@ as a metadata record in Kafka's JSON (`payload: {"type":"PARTITION_RECORD","vers
 `.snapshot` a line per producer id. Problems Kafka's tool reports on stderr (index entries that do not match the
 log, offsets that do not follow each other) are reported there too.
 
+With `--bootstrap-server` (and the decoder) each record that names log dirs (PartitionRecord and
+PartitionChangeRecord `Directories`, broker registrations' `LogDirs`) is followed by a line resolving every id to
+its broker and path (`|   Directories: [<id> (broker 1 /data/a), ...]`), from DescribeLogDirs with kjbod's
+directory-id extension asked of every broker.  Without the option the output is Kafka's, line for line.
+
 Files are read whole and parsed here, with no LogDirIO: the tool only reads, and must work on a copy of a
 segment anywhere. A file that cannot be dumped (missing, unreadable, a name that is neither a segment, an index
 nor a snapshot) is one line on stderr and exit code 2; a segment with bytes that are not batches gets Kafka's
@@ -20,7 +25,9 @@ from __future__ import annotations
 import os
 import struct
 import sys
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any, TextIO
 
 from kjbod.cli.main import UserError
@@ -49,6 +56,11 @@ def add_subcommand(subparsers: Any) -> None:
     p.add_argument("--deep-iteration", action="store_true", help="print a line per record, not only per batch")
     p.add_argument("--skip-record-metadata", action="store_true",
                    help="on record lines, print only the key and value (offsets, sizes and control records left out)")
+    p.add_argument("--bootstrap-server", metavar="HOST:PORT",
+                   help="with --cluster-metadata-decoder: resolve the log dir ids records name (Directories, "
+                        "LogDirs) to broker and path, asking the cluster's brokers (DescribeLogDirs)")
+    p.add_argument("--timeout", type=float, default=30.0,
+                   help="seconds the brokers may take to answer, with --bootstrap-server")
     p.set_defaults(func=run)
 
 
@@ -58,9 +70,16 @@ def run(args: Any) -> int:
         raise UserError("--files names no file")
     for f in files:
         _check_file(f)
+    bootstrap = getattr(args, "bootstrap_server", None)
+    if bootstrap is not None and not args.cluster_metadata_decoder:
+        raise UserError("--bootstrap-server resolves the log dir ids of metadata records: it needs "
+                        "--cluster-metadata-decoder")
     print_data = args.print_data_log or args.cluster_metadata_decoder
     deep = args.deep_iteration or print_data
-    decoder = _metadata_payload if args.cluster_metadata_decoder else _text_payload
+    decoder: Callable[[Any], tuple[str | None, str | None]] = _text_payload
+    if args.cluster_metadata_decoder:
+        dirs = directory_map(bootstrap, getattr(args, "timeout", 30.0)) if bootstrap is not None else None
+        decoder = partial(_metadata_payload, dirs=dirs)
     invalid = False
     gaps: dict[str, list[tuple[int, int]]] = {}
     for f in files:
@@ -218,8 +237,64 @@ def _text_payload(rec: Any) -> tuple[str | None, str | None]:
     return _text(rec.key), _text(rec.value)
 
 
-def _metadata_payload(rec: Any) -> tuple[str | None, str | None]:
-    """ClusterMetadataLogMessageParser: no key; the value as `{"type":...,"version":...,"data":{...}}`."""
+def directory_map(bootstrap: str, timeout: float) -> dict[uuid.UUID, tuple[int, str]]:
+    """{dir id: (broker id, path)} of every log dir the cluster's brokers report (offline ones too).  A broker
+    that does not answer is named on stderr; its dirs stay unresolved."""
+    import asyncio
+
+    from kjbod.admin import AdminClient, KafkaError, parse_bootstrap_servers
+
+    try:
+        parse_bootstrap_servers(bootstrap)
+    except ValueError as e:
+        raise UserError(f"--bootstrap-server: {e}") from None
+    if timeout <= 0:
+        raise UserError("--timeout must be positive")
+    async def ask() -> Any:
+        async with AdminClient(bootstrap, request_timeout=timeout) as admin:
+            return await admin.describe_log_dirs(None, [], raise_on_broker_error=False)
+
+    try:
+        result = asyncio.run(ask())
+    except KafkaError as e:
+        raise UserError(f"--bootstrap-server {bootstrap}: could not read the cluster's log dirs: {e}") from None
+    for broker_id, error in sorted(result.errors.items()):
+        print(f"broker {broker_id} did not describe its log dirs, its dir ids stay unresolved: {error}",
+              file=sys.stderr)
+    return {d.directory_id: (broker_id, d.path) for broker_id, dirs in result.items() for d in dirs
+            if d.directory_id is not None}
+
+
+_RESERVED_DIRS = {uuid.UUID(int=0): "MIGRATING", uuid.UUID(int=1): "UNASSIGNED", uuid.UUID(int=2): "LOST"}
+
+
+def _resolved(message: Any, dirs: Mapping[uuid.UUID, tuple[int, str]]) -> str:
+    """Lines after a record resolving the dir ids it names (nothing when it names none)."""
+    from kjbod.storage.ids import uuid_to_str
+
+    out = ""
+    for field, name in (("directories", "Directories"), ("log_dirs", "LogDirs")):
+        ids = getattr(message, field, None)
+        if not ids:
+            continue
+        parts = []
+        for d in ids:
+            where = dirs.get(d)
+            if where is not None:
+                what = f"broker {where[0]} {where[1]}"
+            elif d in _RESERVED_DIRS:
+                what = _RESERVED_DIRS[d]
+            else:
+                what = "no broker reports it"
+            parts.append(f"{uuid_to_str(d.bytes)} ({what})")
+        out += f"\n|   {name}: [{', '.join(parts)}]"
+    return out
+
+
+def _metadata_payload(rec: Any, dirs: Mapping[uuid.UUID, tuple[int, str]] | None = None
+                      ) -> tuple[str | None, str | None]:
+    """ClusterMetadataLogMessageParser: no key; the value as `{"type":...,"version":...,"data":{...}}` (with
+    `dirs`, followed by the lines resolving the log dir ids it names)."""
     from kjbod.cli.record_json import metadata_record_json
     from kjbod.protocol.generated.registry import METADATA_RECORDS
     from kjbod.storage.metadata_records import unframe
@@ -231,7 +306,9 @@ def _metadata_payload(rec: Any) -> tuple[str | None, str | None]:
         cls: Any = METADATA_RECORDS.get(key)
         if cls is None:
             raise ValueError(f"Unknown metadata id {key}")
-        return None, metadata_record_json(cls.decode(rec.value[pos:], version), version)
+        message = cls.decode(rec.value[pos:], version)
+        text = metadata_record_json(message, version)
+        return None, text if dirs is None else text + _resolved(message, dirs)
     except Exception as e:
         return None, f"Error at {rec.offset}, skipping. {e}"
 

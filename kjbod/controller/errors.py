@@ -8,6 +8,7 @@ from typing import Any
 from kjbod.protocol.generated import (
     AllocateProducerIdsResponse,
     AlterConfigsResponse,
+    AssignReplicasToDirsResponse,
     BrokerHeartbeatResponse,
     BrokerRegistrationResponse,
     CreateTopicsResponse,
@@ -48,4 +49,6 @@ def error_response(api_key: int, request: Any, code: int, message: str) -> Any:
         return UnregisterBrokerResponse(error_code=code, error_message=message)
     if api_key == 67:
         return AllocateProducerIdsResponse(error_code=code)
+    if api_key == 73:
+        return AssignReplicasToDirsResponse(error_code=code)
     raise ValueError(f"no error response for api key {api_key}")

@@ -13,7 +13,8 @@ State table (current state, request → next state):
 Records on a change: → UNFENCED: Fenced=-1, then leaders for leaderless partitions it may lead; → FENCED or
 SHUTDOWN_NOW from unfenced: out of every ISR, then Fenced=1; → CONTROLLED_SHUTDOWN: InControlledShutdown=1,
 then out of every ISR.  Offline log dirs (cumulative in every heartbeat) move leadership off the partitions in
-the newly failed dirs and shrink the broker's LogDirs.
+the newly failed dirs and shrink the broker's LogDirs (kjbod.controller.directories); a dir id the broker never
+registered answers LOG_DIR_NOT_FOUND and changes nothing.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from kjbod.controller.partition_change import elect, elect_where_leaderless, leads_any, remove_from_isrs
+from kjbod.controller.directories import BrokerDirs, offline_dirs
+from kjbod.controller.partition_change import elect_where_leaderless, leads_any, remove_from_isrs
 from kjbod.controller.result import ControllerResult, ControllerSettings
 from kjbod.metadata import BrokerRegistration, MetadataImage
 from kjbod.protocol.errors import ErrorCode
@@ -57,6 +59,7 @@ class BrokerHeartbeatManager:
     def __init__(self, settings: ControllerSettings) -> None:
         self.settings = settings
         self.sessions: dict[int, Session] = {}
+        self.dirs = BrokerDirs()  # every dir id each broker registered: OfflineLogDirs may name no other
         self.local_registered = False  # the broker in this process has registered since this controller started
 
     @property
@@ -103,6 +106,8 @@ class BrokerHeartbeatManager:
         reg = image.brokers.get(req.broker_id)
         if reg is None or reg.epoch != req.broker_epoch:
             return ControllerResult([], BrokerHeartbeatResponse(error_code=ErrorCode.STALE_BROKER_EPOCH))
+        if req.offline_log_dirs and self.dirs.unknown(image, reg.broker_id, req.offline_log_dirs):
+            return ControllerResult([], BrokerHeartbeatResponse(error_code=ErrorCode.LOG_DIR_NOT_FOUND))
         s = self.session(req.broker_id, now)
         s.last_contact = now
         s.metadata_offset = req.current_metadata_offset
@@ -120,7 +125,8 @@ class BrokerHeartbeatManager:
                                                           in_controlled_shutdown=1))
             records += remove_from_isrs(image, reg.broker_id)
             s.controlled_shutdown_offset = next_offset + len(records) - 1
-        records += self._offline_dirs(image, reg, req)
+        if req.offline_log_dirs:
+            records += offline_dirs(image, reg.broker_id, reg.epoch, req.offline_log_dirs)
         return ControllerResult(records, BrokerHeartbeatResponse(
             error_code=0, is_caught_up=caught_up, is_fenced=nxt in (FENCED, SHUTDOWN_NOW),
             should_shut_down=nxt == SHUTDOWN_NOW))
@@ -141,23 +147,3 @@ class BrokerHeartbeatManager:
             return CONTROLLED_SHUTDOWN
         done_at = s.controlled_shutdown_offset if s.controlled_shutdown_offset is not None else -1
         return SHUTDOWN_NOW if done_at <= self.lowest_active_offset(image, now) else CONTROLLED_SHUTDOWN
-
-    @staticmethod
-    def _offline_dirs(image: MetadataImage, reg: BrokerRegistration, req: BrokerHeartbeatRequest) -> list[Any]:
-        if not req.offline_log_dirs:
-            return []
-        offline = set(req.offline_log_dirs)
-        newly = [d for d in reg.log_dirs if d in offline]
-        if not newly:
-            return []
-        out: list[Any] = []
-        for topic in image.topics_by_id.values():
-            for p in topic.partitions.values():
-                if p.directory_of(reg.broker_id) in newly:
-                    rec = elect(image, topic.topic_id, p, remove=reg.broker_id)
-                    if rec is not None:
-                        out.append(rec)
-        remaining = [d for d in reg.log_dirs if d not in newly]
-        out.append(BrokerRegistrationChangeRecord(broker_id=reg.broker_id, broker_epoch=reg.epoch,
-                                                  log_dirs=remaining))
-        return out

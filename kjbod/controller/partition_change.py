@@ -51,6 +51,16 @@ def elect(image: MetadataImage, topic_id: UUID, p: PartitionImage, *, remove: in
     return rec if changed else None
 
 
+def with_directory(topic_id: UUID, p: PartitionImage, broker_id: int, dir_id: UUID) -> PartitionChangeRecord | None:
+    """The record moving `broker_id`'s replica of `p` to `dir_id` (Kafka's PartitionChangeBuilder.setDirectory),
+    Directories written for the whole replica list; None when the metadata already says so."""
+    if p.directory_of(broker_id) == dir_id:
+        return None
+    dirs = list(p.directories) if len(p.directories) == len(p.replicas) else [DIR_UNASSIGNED] * len(p.replicas)
+    dirs[p.replicas.index(broker_id)] = dir_id
+    return PartitionChangeRecord(topic_id=topic_id, partition_id=p.partition, directories=dirs)
+
+
 def remove_from_isrs(image: MetadataImage, broker_id: int) -> list[PartitionChangeRecord]:
     """Every partition whose ISR holds `broker_id` loses it (and its leadership)."""
     out = []

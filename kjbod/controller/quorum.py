@@ -23,7 +23,7 @@ from typing import Any
 
 import structlog
 
-from kjbod.controller import cluster_control, configs, producer_ids, replication_control
+from kjbod.controller import cluster_control, configs, directories, producer_ids, replication_control
 from kjbod.controller.errors import error_response
 from kjbod.controller.heartbeats import BrokerHeartbeatManager
 from kjbod.controller.result import ConfigPolicy, ControllerResult, ControllerSettings
@@ -33,6 +33,7 @@ from kjbod.protocol.generated import (
     AllocateProducerIdsRequest,
     AlterConfigsRequest,
     AlterConfigsResponse,
+    AssignReplicasToDirsRequest,
     BrokerHeartbeatRequest,
     BrokerRegistrationRequest,
     CreateTopicsRequest,
@@ -93,6 +94,7 @@ class QuorumController:
             _key(AlterConfigsRequest): self._alter_configs,
             _key(IncrementalAlterConfigsRequest): self._incremental_alter_configs,
             _key(AllocateProducerIdsRequest): self._allocate_producer_ids,
+            _key(AssignReplicasToDirsRequest): self._assign_replicas_to_dirs,
         }
 
     # ------------------------------------------------------------------------------------------ lifecycle
@@ -104,6 +106,7 @@ class QuorumController:
         for rec, offset in zip(records, self.log.loaded_offsets, strict=True):
             delta.replay(rec, offset)
         self.image = delta.apply()
+        self.heartbeats.dirs.note_records(records)
         if delta.dropped:
             log.warning("metadata_records_dropped", count=delta.dropped,
                         reason="they name topics, partitions or broker epochs the log does not have")
@@ -285,6 +288,9 @@ class QuorumController:
 
     def _allocate_producer_ids(self, version: int, req: AllocateProducerIdsRequest) -> Operation:
         return lambda image, _o: producer_ids.allocate_producer_ids(image, req)
+
+    def _assign_replicas_to_dirs(self, version: int, req: AssignReplicasToDirsRequest) -> Operation:
+        return lambda image, _o: directories.assign_replicas_to_dirs(image, req, self.heartbeats.dirs)
 
     async def assign_directories(self, broker_id: int, assignments: list[Any]) -> None:
         """Records where `broker_id` placed its replicas: [(topic id, partition, dir id)]."""

@@ -23,6 +23,7 @@ from collections.abc import Iterable
 from typing import Any
 from uuid import UUID
 
+from kjbod.controller.partition_change import with_directory
 from kjbod.controller.result import ConfigPolicy, ControllerResult, ControllerSettings, PolicyError
 from kjbod.metadata import DIR_UNASSIGNED, TOPIC_RESOURCE, BrokerRegistration, MetadataImage
 from kjbod.metadata.names import (
@@ -38,7 +39,6 @@ from kjbod.protocol.generated import (
     CreateTopicsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
-    PartitionChangeRecord,
     PartitionRecord,
     RemoveTopicRecord,
     TopicRecord,
@@ -248,14 +248,15 @@ def delete_topics(image: MetadataImage, body: DeleteTopicsRequest, version: int,
 def assign_directories(image: MetadataImage, broker_id: int,
                        assignments: Iterable[tuple[UUID, int, UUID]]) -> ControllerResult:
     """PartitionChangeRecords setting where `broker_id`'s replicas live: (topic id, partition, dir id) each.
-    Assignments for partitions that are gone, not on this broker, or already right are skipped."""
+    Assignments for partitions that are gone, not on this broker, or already right are skipped (the combined
+    node's own placements; a broker elsewhere sends AssignReplicasToDirs, kjbod.controller.directories)."""
     records: list[Any] = []
     for topic_id, partition, dir_id in assignments:
         topic = image.topic_by_id(topic_id)
         p = topic.partitions.get(partition) if topic is not None else None
-        if p is None or broker_id not in p.replicas or p.directory_of(broker_id) == dir_id:
+        if p is None or broker_id not in p.replicas:
             continue
-        dirs = list(p.directories) if len(p.directories) == len(p.replicas) else [DIR_UNASSIGNED] * len(p.replicas)
-        dirs[p.replicas.index(broker_id)] = dir_id
-        records.append(PartitionChangeRecord(topic_id=topic_id, partition_id=partition, directories=dirs))
+        rec = with_directory(topic_id, p, broker_id, dir_id)
+        if rec is not None:
+            records.append(rec)
     return ControllerResult(records, None)

@@ -10,7 +10,9 @@ Strategy: one Spark job over the `kjbod` data source.
    come back to the driver.  Growth rates are least-squares slopes (`regr_slope`) over the snapshots of the last
    `window_days` before the newest one, in bytes per day; one snapshot gives no rate.
 3. Write `report.json` (every figure), `report.md` (the same for people) and two PNG charts drawn with
-   matplotlib's Agg backend at a fixed size: usage per log dir per broker, and usage over time.
+   matplotlib's Agg backend at a fixed size: usage per log dir per broker, and usage over time, each with a
+   legend that names the dirs by broker, path and KIP-858 id (a chart whose lines cannot be told apart shows
+   nothing).
 
 Definitions (also in the README): a dir's used bytes are `total - usable` of its volume, usage % is
 `100 * used / total`.  A broker's imbalance compares the usage % of its online dirs: max - min, and the
@@ -23,9 +25,12 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from kjbod.storage.ids import uuid_to_str
 
 __all__ = ["AnalyzeSettings", "CHART_SIZE", "run_analysis"]
 
@@ -216,51 +221,108 @@ def _imbalance(usages: list[float]) -> dict[str, Any]:
 
 # ------------------------------------------------------------------------------------------------ charts
 
-def _charts(report: dict[str, Any], out: Path) -> dict[str, str]:
-    import matplotlib
+LEGEND_MAX = 20  # dirs a chart names one by one in its legend; above, the fullest (or each dir slot) are named
 
-    matplotlib.use("Agg")  # files only, no display
-    import matplotlib.pyplot as plt
 
-    size = (CHART_SIZE[0] / _DPI, CHART_SIZE[1] / _DPI)
-    files = {"usage_by_dir": "usage_by_dir.png", "usage_over_time": "usage_over_time.png"}
+def _kafka_id(dir_id: str | None) -> str | None:
+    """A dir id in Kafka's text form, as in meta.properties (the data source gives the uuid's hex form)."""
+    if not dir_id:
+        return None
+    try:
+        return uuid_to_str(uuid.UUID(dir_id).bytes)
+    except ValueError:
+        return dir_id
 
-    fig, ax = plt.subplots(figsize=size, dpi=_DPI)
+
+def dir_label(broker_id: int, log_dir: str, dir_id: str | None) -> str:
+    """How a chart names a log dir: broker, path and KIP-858 id."""
+    return f"broker {broker_id} {log_dir} ({_kafka_id(dir_id) or 'no id'})"
+
+
+def _labels(report: dict[str, Any]) -> dict[tuple[int, str], str]:
+    return {(b["broker_id"], d["log_dir"]): dir_label(b["broker_id"], d["log_dir"], d.get("dir_id"))
+            for b in report["brokers"] for d in b["dirs"]}
+
+
+def _usage_by_dir(report: dict[str, Any], plt: Any) -> Any:
+    """Bars of usage % per dir, grouped by broker.  Up to LEGEND_MAX dirs each has its own colour and legend
+    entry (broker, path, id); above, the colour is the dir's position in its broker and the legend names the
+    positions (with the path, when every broker has the same one there)."""
+    fig, ax = plt.subplots(figsize=(CHART_SIZE[0] / _DPI, CHART_SIZE[1] / _DPI), dpi=_DPI)
     brokers = report["brokers"]
+    labels = _labels(report)
+    each = len(labels) <= LEGEND_MAX
+    palette = plt.cm.tab20 if each else plt.cm.tab10
     width = 0.8 / max((len(b["dirs"]) for b in brokers), default=1)
+    slot_paths: dict[int, set[str]] = {}
+    n = 0
     for bi, b in enumerate(brokers):
         for di, d in enumerate(b["dirs"]):
+            slot_paths.setdefault(di, set()).add(d["log_dir"])
             x = bi - 0.4 + width * (di + 0.5)
+            colour = palette(n % 20) if each else palette(di % 10)
+            label = labels[(b["broker_id"], d["log_dir"])] if each else None
             if d["usage_pct"] is None:
-                ax.bar(x, 100, width, color="none", edgecolor="red", hatch="//")  # offline dir
+                label = f"{label}: offline" if label else None
+                ax.bar(x, 100, width, color="none", edgecolor=colour, hatch="//", label=label)
             else:
-                ax.bar(x, d["usage_pct"], width, color=plt.cm.tab10(di % 10))
+                ax.bar(x, d["usage_pct"], width, color=colour, label=label)
+            n += 1
+    if not each:
+        for di, paths in sorted(slot_paths.items()):
+            name = f"dir #{di + 1} of each broker" + (f": {next(iter(paths))}" if len(paths) == 1 else "")
+            ax.bar(0, 0, 0, color=palette(di % 10), label=name)
+    if n:
+        title = None if each else f"{n} dirs (ids in report.md)"
+        ax.legend(fontsize="small", loc="upper right", title=title, title_fontsize="small")
     ax.set_xticks(range(len(brokers)), [str(b["broker_id"]) for b in brokers],
                   rotation=90 if len(brokers) > 20 else 0)
     ax.set_ylim(0, 100)
     ax.set_xlabel("broker (one bar per log dir; hatched: offline)")
     ax.set_ylabel("volume usage %")
     ax.set_title(f"Log dir usage per broker at {report['snapshot_ts']}")
-    fig.savefig(out / files["usage_by_dir"], dpi=_DPI)
-    plt.close(fig)
+    return fig
 
-    fig, ax = plt.subplots(figsize=size, dpi=_DPI)
+
+def _usage_over_time(report: dict[str, Any], plt: Any) -> Any:
+    """A line of usage % per dir.  The legend names each dir (broker, path, id); with more than LEGEND_MAX, the
+    LEGEND_MAX fullest at the last snapshot are drawn in colour and named, the others in grey."""
+    fig, ax = plt.subplots(figsize=(CHART_SIZE[0] / _DPI, CHART_SIZE[1] / _DPI), dpi=_DPI)
+    labels = _labels(report)
     series: dict[tuple[int, str], tuple[list[dt.datetime], list[float]]] = {}
     for p in report["usage_history"]:
         xs, ys = series.setdefault((p["broker_id"], p["log_dir"]), ([], []))
         xs.append(dt.datetime.fromisoformat(p["snapshot_ts"].replace("Z", "+00:00")))
         ys.append(p["usage_pct"])
-    for (broker_id, log_dir), (xs, ys) in series.items():
-        ax.plot(xs, ys, marker="o", markersize=3, label=f"{broker_id}:{log_dir}")  # type: ignore[arg-type]
-    if 0 < len(series) <= 12:
-        ax.legend(fontsize="small", loc="upper left")
+    named = sorted(series, key=lambda k: (-series[k][1][-1], k))[:LEGEND_MAX]
+    for key, (xs, ys) in sorted(series.items(), key=lambda kv: kv[0] in named):  # named lines drawn on top
+        if key in named:
+            label = labels.get(key) or dir_label(key[0], key[1], None)
+            ax.plot(xs, ys, marker="o", markersize=3, label=label)  # type: ignore[arg-type]
+        else:
+            ax.plot(xs, ys, color="0.8", linewidth=0.8)  # type: ignore[arg-type]
+    if series:
+        title = None if len(series) <= LEGEND_MAX else f"the {LEGEND_MAX} fullest of {len(series)} dirs"
+        ax.legend(fontsize="small", loc="upper left", title=title, title_fontsize="small")
     ax.set_ylim(0, 100)
     ax.set_xlabel("snapshot time (UTC)")
     ax.set_ylabel("volume usage %")
     ax.set_title("Log dir usage over time")
     fig.autofmt_xdate()
-    fig.savefig(out / files["usage_over_time"], dpi=_DPI)
-    plt.close(fig)
+    return fig
+
+
+def _charts(report: dict[str, Any], out: Path) -> dict[str, str]:
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, no display
+    import matplotlib.pyplot as plt
+
+    files = {"usage_by_dir": "usage_by_dir.png", "usage_over_time": "usage_over_time.png"}
+    for name, draw in (("usage_by_dir", _usage_by_dir), ("usage_over_time", _usage_over_time)):
+        fig = draw(report, plt)
+        fig.savefig(out / files[name], dpi=_DPI)
+        plt.close(fig)
     return files
 
 
@@ -283,15 +345,16 @@ def _markdown(r: dict[str, Any]) -> str:
         f"History: {r['history']['snapshots']} snapshots from {r['history']['first']} to {r['history']['last']} "
         f"in `{r['history']['path']}`; growth rates use the last {r['history']['window_days']:g} days.", "",
         "## Log dirs", "",
-        "| broker | log dir | usage % | used bytes | usable bytes | replicas | growth bytes/day | days until full |",
-        "|---|---|---|---|---|---|---|---|",
+        "| broker | log dir | usage % | used bytes | usable bytes | replicas | growth bytes/day | days until full "
+        "| directory id |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for b in r["brokers"]:
         for d in b["dirs"]:
             usage = f"offline ({d['error']})" if d["error"] else _num(d["usage_pct"], 2)
             lines.append(f"| {b['broker_id']} | `{d['log_dir']}` | {usage} | {_num(d['used_bytes'])} | "
                          f"{_num(d['usable_bytes'])} | {_num(d['replicas'])} | {_num(d['growth_bytes_per_day'])} | "
-                         f"{_num(d['days_until_full'])} |")
+                         f"{_num(d['days_until_full'])} | {_kafka_id(d.get('dir_id')) or '-'} |")
     lines += ["", "## Imbalance between each broker's dirs", "",
               "| broker | online dirs | max - min usage (points) | coefficient of variation |", "|---|---|---|---|"]
     for b in r["brokers"]:

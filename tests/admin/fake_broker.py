@@ -240,7 +240,7 @@ class FakeBroker:
                 error_code=d.error, log_dir=d.path,
                 topics=[R.DescribeLogDirsTopic(name=t, partitions=ps) for t, ps in by_topic.items()],
                 total_bytes=-1 if d.error else d.total_bytes, usable_bytes=-1 if d.error else d.usable_bytes,
-                directory_id=d.directory_id))
+                directory_id=d.directory_id if m.include_directory_ids else uuid.UUID(int=0)))
         return R(error_code=error or self.describe_log_dirs_error, results=[] if error else results)
 
     def _api_34(self, m: Any, v: int, error: int) -> Any:

@@ -96,13 +96,14 @@ def test_describe_log_dirs_every_version_and_the_directory_id_tag(kjbod_server):
     ids = {str(p): kafka_uuid(read_meta_properties(p)["directory.id"]) for p in kjbod_server.log_dirs}
     with RawClient(kjbod_server.bootstrap) as raw:
         for version in (1, 2, 3, 4):
-            r = raw.call(DLD(topics=None), version)
-            assert sorted(x.log_dir for x in r.results) == sorted(ids)
-            for x in r.results:
-                assert x.error_code == 0
-                # v1 is not flexible: no tagged fields, so no id; v2+ carry it under tag 10000.
-                assert x.directory_id == (ZERO_UUID if version == 1 else ids[x.log_dir])
-                assert (x.total_bytes > 0) == (version >= 4)
+            for asked in (False, True):
+                r = raw.call(DLD(topics=None, include_directory_ids=asked), version)
+                assert sorted(x.log_dir for x in r.results) == sorted(ids)
+                for x in r.results:
+                    assert x.error_code == 0
+                    # v1 is not flexible: no tagged fields, so no id; v2+ carry it under tag 10000 when asked.
+                    assert x.directory_id == (ids[x.log_dir] if asked and version >= 2 else ZERO_UUID)
+                    assert (x.total_bytes > 0) == (version >= 4)
         empty = raw.call(DLD(topics=[]), 4)
     assert all(x.topics == [] for x in empty.results)
 

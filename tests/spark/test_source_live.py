@@ -122,6 +122,9 @@ def test_log_dirs_view_equals_admin_client(spark, counted):
         (d.path, str(d.directory_id), d.total_bytes, len(d.replicas), sum(x.size for x in d.replicas))
         for d in dirs)
     assert sorted(r.log_dir for r in rows) == sorted(str(p) for p in counted.server.log_dirs)
+    # The source asks for kjbod's directory-id extension: every dir has its KIP-858 id.
+    assert {r.log_dir: r.dir_id for r in rows} == {
+        str(p): str(live.kafka_uuid(live.read_meta_properties(p)["directory.id"])) for p in counted.server.log_dirs}
 
 
 def test_topics_option_is_sent_to_the_server(spark, counted):

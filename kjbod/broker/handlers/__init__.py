@@ -5,6 +5,7 @@ from kjbod.broker.handlers import (  # noqa: F401
     alter_configs,
     alter_replica_log_dirs,
     api_versions,
+    assign_replicas_to_dirs,
     broker_heartbeat,
     broker_registration,
     create_topics,

@@ -2,9 +2,9 @@
 
 Version notes: v1 is the oldest served (per log dir: error, path, replicas with size, offset lag and future
 flag); v2 flexible; v3 top-level error code; v4 total and usable bytes of each dir's volume (KIP-827). kjbod
-extension from v2: each log dir carries its KIP-858 directory id as a tagged field (tag 10000, a uuid). Tagged
-fields a client does not know are skipped by every Kafka client (that is what tags are for), so Kafka's
-clients see Kafka's response and kjbod's admin client reads the id; v1 has no tagged fields and carries no id.
+extension from v2: a request that sets the tagged IncludeDirectoryIds (tag 10000) gets each log dir's KIP-858
+directory id as a tagged field (tag 10000, a uuid); any other request gets Kafka's response byte for byte, so a
+client that refuses unknown tags (kio 0.6.5) never meets it. kjbod's admin client asks; v1 has no tagged fields.
 
 Semantics (Kafka's ReplicaManager.describeLogDirs): null topics reports every replica on the node, a list
 reports those partitions (a partition this node lacks is simply absent). One result per configured log dir, in
@@ -142,11 +142,12 @@ def handle(node, request, body: DescribeLogDirsRequest) -> DescribeLogDirsRespon
     by_dir = collect(node, wanted)
     results = []
     for info in node.logs.manager.dirs:
+        dir_id = _directory_id(info.directory_id) if body.include_directory_ids else ZERO_UUID
         if not info.online:
             results.append(Result(error_code=ErrorCode.KAFKA_STORAGE_ERROR, log_dir=info.path, topics=[],
-                                  total_bytes=-1, usable_bytes=-1, directory_id=_directory_id(info.directory_id)))
+                                  total_bytes=-1, usable_bytes=-1, directory_id=dir_id))
             continue
         topics = [Topic(name=name, partitions=parts) for name, parts in by_dir.get(info.path, {}).items()]
         results.append(Result(error_code=0, log_dir=info.path, topics=topics, total_bytes=info.total_bytes,
-                              usable_bytes=info.usable_bytes, directory_id=_directory_id(info.directory_id)))
+                              usable_bytes=info.usable_bytes, directory_id=dir_id))
     return DescribeLogDirsResponse(throttle_time_ms=0, error_code=0, results=results)

@@ -20,6 +20,8 @@ _uuid = _rt.uuid_from_bytes
 _starmap = _itertools.starmap
 
 
+_S0 = _struct.Struct('>?')
+
 
 
 @dataclass(slots=True)
@@ -42,6 +44,7 @@ class DescribeLogDirsRequest:
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 2
 
     topics: list[DescribableLogDirTopic] | None = field(default_factory=list)  # Partitions to report on; null reports every replica on the broker.
+    include_directory_ids: bool = False  # kjbod extension: answer each log dir's KIP-858 directory id (the response...
     unknown_tagged_fields: tuple[tuple[int, bytes], ...] = ()
 
     def encode(self, version: int) -> bytes:
@@ -123,7 +126,7 @@ def _dec_v1(buf, pos):
             v1_partitions, pos = _rt.read_fixed_array(buf, pos, n1, 'i', 4)
             e0 = DescribableLogDirTopic(v1_topic, v1_partitions, ())
             ap0(e0)
-    msg = DescribeLogDirsRequest(v0_topics, ())
+    msg = DescribeLogDirsRequest(v0_topics, False, ())
     return msg, pos
 
 def _enc_v2(o, out):
@@ -146,10 +149,12 @@ def _enc_v2(o, out):
                 _rt.write_unknown_tags(out, e0.unknown_tagged_fields)
             else:
                 out.append(b'\x00')
-    if o.unknown_tagged_fields:
-        _rt.write_unknown_tags(out, o.unknown_tagged_fields)
-    else:
-        out.append(b'\x00')
+    t0 = []
+    if o.include_directory_ids != False:
+        s0 = []
+        s0.append(_S0.pack(o.include_directory_ids))
+        t0.append((10000, b''.join(s0)))
+    _rt.write_tags(out, t0, o.unknown_tagged_fields)
 
 def _dec_v2(buf, pos):
     n0, pos = _rt.read_compact_array_len(buf, pos, True)
@@ -175,6 +180,7 @@ def _dec_v2(buf, pos):
                 u1 = tuple(u1)
             e0 = DescribableLogDirTopic(v1_topic, v1_partitions, u1)
             ap0(e0)
+    v0_include_directory_ids = False
     if buf[pos] == 0:
         pos += 1
         u0 = ()
@@ -183,10 +189,15 @@ def _dec_v2(buf, pos):
         u0 = []
         for _ in range(nt0):
             tag0, pos, end0 = _rt.read_unknown_tag(buf, pos)
-            u0.append((tag0, bytes(buf[pos:end0])))
-            pos = end0
+            if tag0 == 10000:
+                v0_include_directory_ids, = _S0.unpack_from(buf, pos)
+                pos += 1
+                _rt.check_tag_end(pos, end0, tag0)
+            else:
+                u0.append((tag0, bytes(buf[pos:end0])))
+                pos = end0
         u0 = tuple(u0)
-    msg = DescribeLogDirsRequest(v0_topics, u0)
+    msg = DescribeLogDirsRequest(v0_topics, v0_include_directory_ids, u0)
     return msg, pos
 
 def _enc_v3(o, out):
@@ -209,10 +220,12 @@ def _enc_v3(o, out):
                 _rt.write_unknown_tags(out, e0.unknown_tagged_fields)
             else:
                 out.append(b'\x00')
-    if o.unknown_tagged_fields:
-        _rt.write_unknown_tags(out, o.unknown_tagged_fields)
-    else:
-        out.append(b'\x00')
+    t0 = []
+    if o.include_directory_ids != False:
+        s0 = []
+        s0.append(_S0.pack(o.include_directory_ids))
+        t0.append((10000, b''.join(s0)))
+    _rt.write_tags(out, t0, o.unknown_tagged_fields)
 
 def _enc_v4(o, out):
     x0 = o.topics
@@ -234,10 +247,12 @@ def _enc_v4(o, out):
                 _rt.write_unknown_tags(out, e0.unknown_tagged_fields)
             else:
                 out.append(b'\x00')
-    if o.unknown_tagged_fields:
-        _rt.write_unknown_tags(out, o.unknown_tagged_fields)
-    else:
-        out.append(b'\x00')
+    t0 = []
+    if o.include_directory_ids != False:
+        s0 = []
+        s0.append(_S0.pack(o.include_directory_ids))
+        t0.append((10000, b''.join(s0)))
+    _rt.write_tags(out, t0, o.unknown_tagged_fields)
 
 _ENCODERS = (_enc_v1, _enc_v2, _enc_v3, _enc_v4,)
 

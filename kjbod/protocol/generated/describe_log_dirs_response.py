@@ -61,7 +61,7 @@ class DescribeLogDirsResult:
     topics: list[DescribeLogDirsTopic] = field(default_factory=list)  # Replicas in this log dir, grouped by topic.
     total_bytes: int = -1  # Size of the volume holding the log dir; -1 if unknown.
     usable_bytes: int = -1  # Free space usable on that volume; -1 if unknown.
-    directory_id: UUID = _ZERO_UUID  # kjbod extension: the KIP-858 directory id of this log dir (zero if unknown).
+    directory_id: UUID = _ZERO_UUID  # kjbod extension: the KIP-858 directory id of this log dir (zero if unknow...
     unknown_tagged_fields: tuple[tuple[int, bytes], ...] = ()
 
 
