@@ -151,6 +151,8 @@ async def open_storage(node: Any) -> None:
         retention_check_interval_ms=config.log_retention_check_interval_ms,
         checkpoint_interval_ms=config.log_flush_offset_checkpoint_interval_ms,
         initial_task_delay_ms=config.log_initial_task_delay_ms,
+        stall_timeout_ms=config.log_dir_stall_timeout_ms,
+        slow_threshold_ms=config.log_dir_slow_threshold_ms,
     )
     manager.open()
     meta = read_meta_properties(LogDirIO(meta_dir))
