@@ -40,6 +40,7 @@ class DirState(StrEnum):
     ONLINE = "online"
     DEGRADED = "degraded"  # slow but moving
     OFFLINE = "offline"  # failed: an I/O error or a stall; never used again by this process
+    NOT_ANSWERING = "not-answering"  # online, but a request's size probe got no answer in time
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,8 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass
 from typing import Any
 
@@ -148,6 +149,22 @@ class _Dir:
         self.retention_timer, self.checkpoint_timer, self.hw_checkpoint_timer = timers
         self.checkpoint_lock = threading.Lock()
         self.thread: threading.Thread | None = None
+        # Size and device probes (DescribeLogDirs, placement) run on a thread of the dir's own, so a dir whose
+        # disk does not answer holds up only its own probe; one still running is not asked again.
+        self.prober: ThreadPoolExecutor | None = None
+        self.probe: Future[tuple[int, int, int]] | None = None
+
+
+def _probe_dir(io: LogDirIO) -> tuple[int, int, int]:
+    total, usable = io.statvfs()
+    return total, usable, io.device()
+
+
+def probe_answer(probe: Future[tuple[int, int, int]]) -> tuple[int, int, int] | None:
+    """A finished probe's answer; None while it runs or when the dir failed (the seam took it offline)."""
+    if not probe.done() or probe.cancelled() or probe.exception() is not None:
+        return None
+    return probe.result()
 
 
 class LogManager:
@@ -228,19 +245,53 @@ class LogManager:
 
     @property
     def dirs(self) -> list[LogDirInfo]:
-        """Every configured log dir, with statvfs sizes for the online ones (DescribeLogDirs)."""
+        """Every configured log dir, with statvfs sizes for the online ones, waiting for each dir's answer."""
+        return self.dir_infos(self.probe_dirs(None))
+
+    def dir_infos(self, sizes: dict[str, tuple[int, int, int] | None]) -> list[LogDirInfo]:
+        """Every configured log dir with its state, sizes from ``sizes`` (what :meth:`probe_dirs` answered); an
+        online dir missing from it, or None there, did not answer in time. Touches no disk."""
         out = []
         for path, d in self._dirs.items():
             total = usable = -1
-            if d.io.online:
-                try:
-                    total, usable = d.io.statvfs()
-                except KafkaStorageError:
-                    pass
             health = self.watchdog.health[path].info()
-            out.append(LogDirInfo(path, d.directory_id, d.io.online, total, usable, d.io.offline_reason,
-                                  health.state, health.recent_latency_ms))
+            state, error = health.state, d.io.offline_reason
+            answer = sizes.get(path)
+            if d.io.online and answer is None:
+                state = DirState.NOT_ANSWERING
+                error = f"log dir {path} did not answer in time (a slow or hung disk)"
+            elif answer is not None:
+                total, usable = answer[0], answer[1]
+            out.append(LogDirInfo(path, d.directory_id, d.io.online, total, usable, error, state,
+                                  health.recent_latency_ms))
         return out
+
+    def start_probes(self) -> dict[str, Future[tuple[int, int, int]]]:
+        """Ask every online dir for (total bytes, usable bytes, st_dev), each on its own probe thread; a dir whose
+        previous probe has not answered yet is asked nothing new (its running probe is returned)."""
+        out = {}
+        for path, d in self._dirs.items():
+            if not d.io.online:
+                continue
+            if d.probe is None or d.probe.done():
+                if d.prober is None:
+                    d.prober = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"kjbod-probe {path}")
+                d.probe = d.prober.submit(_probe_dir, d.io)
+            out[path] = d.probe
+        return out
+
+    def probe_dirs(self, timeout_s: float | None) -> dict[str, tuple[int, int, int] | None]:
+        """:meth:`start_probes`, waiting at most ``timeout_s`` (None: as long as it takes) for the answers; a dir
+        that did not answer in time, or failed, maps to None."""
+        futures = self.start_probes()
+        wait_futures(list(futures.values()), timeout=timeout_s)
+        return {path: probe_answer(f) for path, f in futures.items()}
+
+    @property
+    def probe_timeout_s(self) -> float:
+        """How long a request waits for a dir's size probe: the slow threshold (a dir slower than that is not
+        waited for), at least 0.2 s and 1 s when the threshold is off."""
+        return max(0.2, self.watchdog.slow_threshold_s or 1.0)
 
     def dir_health(self, path: str) -> DirHealthInfo:
         """A dir's state (online, degraded, offline) and recent operation latency, without touching its disk."""
@@ -249,6 +300,10 @@ class LogManager:
     @property
     def online_dirs(self) -> list[str]:
         return [p for p, d in self._dirs.items() if d.io.online]
+
+    @property
+    def offline_dirs(self) -> list[str]:
+        return [p for p, d in self._dirs.items() if not d.io.online]
 
     def directory_ids(self, *, online_only: bool = True) -> dict[str, str]:
         """{directory id: path} (BrokerRegistration's LogDirs are the online ids)."""
@@ -440,17 +495,16 @@ class LogManager:
         for plog in [*self._logs.values(), *self._futures.values()]:
             counts[plog.log_dir] = counts.get(plog.log_dir, 0) + 1
         candidates = []
-        for path, d in self._dirs.items():
-            if not d.io.online:
+        answers = self.probe_dirs(self.probe_timeout_s)  # a dir that does not answer in time gets nothing new
+        for path, answer in answers.items():
+            if answer is None:
                 continue
-            try:
-                usable = d.io.statvfs()[1] if self.placement_policy == MOST_USABLE else 0
-                device = d.io.device() if self.placement_policy == MOST_USABLE else None
-            except KafkaStorageError:
-                continue
+            usable, device = (answer[1], answer[2]) if self.placement_policy == MOST_USABLE else (0, None)
             candidates.append(DirCandidate(path, usable, counts[path], device))
         if not candidates:
-            raise KafkaStorageError("no online log dir to create a partition in")
+            silent = [p for p, a in answers.items() if a is None]
+            raise KafkaStorageError("no online log dir to create a partition in"
+                                    + (f" ({', '.join(silent)} did not answer in time)" if silent else ""))
         return choose_dirs(candidates, count, policy=self.placement_policy, estimate=cfg.expected_partition_bytes())
 
     def create_partition(
@@ -927,6 +981,12 @@ class LogManager:
                 log.warning("log_dir_thread_abandoned", log_dir=path, reason=d.io.offline_reason)
             d.thread = None
 
+    def _stop_probers(self) -> None:
+        for d in self._dirs.values():
+            if d.prober is not None:
+                d.prober.shutdown(wait=False, cancel_futures=True)  # a probe stuck in a hung disk is left behind
+                d.prober = None
+
     # ------------------------------------------------------------------------------------------ close
 
     def close(self, *, broker_epoch: int = -1) -> None:
@@ -936,6 +996,7 @@ class LogManager:
             return
         self._closed = True
         self.stop_background()
+        self._stop_probers()
         failed_dirs: set[str] = set()
         for plog in [*self._logs.values(), *self._futures.values()]:
             try:

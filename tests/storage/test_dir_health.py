@@ -9,14 +9,20 @@ runs an hour ahead, so no test waits for a timeout or depends on how fast this m
 
 from __future__ import annotations
 
+import asyncio
 import errno
+import json
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from structlog.testing import capture_logs
 
+from kjbod.broker.handlers import describe_log_dirs
+from kjbod.protocol.errors import ErrorCode
+from kjbod.protocol.generated import DescribeLogDirsRequest
 from kjbod.storage import fsio
 from kjbod.storage.config import LogConfig
 from kjbod.storage.errors import KafkaStorageError
@@ -215,3 +221,44 @@ def test_the_watchdog_thread_fails_a_stalled_dir(tmp_path):
     lister.join()
     assert isinstance(lister.error, KafkaStorageError) and not io.online and io.stalled
     assert "log.dir.stall.timeout.ms" in (io.offline_reason or "")
+
+
+def test_describe_log_dirs_and_placement_do_not_wait_for_a_hung_dir(make_manager, log_dirs):
+    good, other, hung = log_dirs
+    lm = make_manager(slow_threshold_ms=200)  # the probe timeout: a dir slower than the threshold is not waited for
+    lm.create_partition("t", 0, TOPIC_ID, dir=good)
+    rule = fsio.slow(hung, hold=True, ops={"statvfs"})
+    node = SimpleNamespace(logs=SimpleNamespace(manager=lm), mover=None)
+    try:
+        with capture_logs() as logs:
+            response = asyncio.run(describe_log_dirs.handle(node, None, DescribeLogDirsRequest(topics=None)))
+        results = {r.log_dir: r for r in response.results}
+        assert [r.log_dir for r in response.results] == log_dirs
+        for path in (good, other):
+            assert results[path].error_code == 0 and results[path].total_bytes > 0
+            assert results[path].dir_state == "online"
+        assert results[good].topics[0].name == "t"
+        silent = results[hung]
+        assert (silent.error_code, silent.total_bytes, silent.usable_bytes, silent.dir_state) == (
+            ErrorCode.KAFKA_STORAGE_ERROR, -1, -1, "not-answering")
+        assert [e["log_dir"] for e in logs if e["event"] == "log_dir_not_answering"] == [hung]
+        # New partitions go to the dirs that answer, whatever their sizes.
+        placed = {lm.create_partition("new", i, TOPIC_ID).log_dir for i in range(4)}
+        assert placed <= {good, other} and placed
+        assert hung in lm.online_dirs  # not answering a size probe is not a failure by itself
+    finally:
+        rule.release()
+    answers = lm.probe_dirs(None)  # once released, the dir answers again
+    assert answers[hung] is not None and answers[hung][0] > 0
+
+
+def test_a_faults_file_can_make_a_dir_slow(tmp_path):
+    control = tmp_path / "faults.json"
+    control.write_text(json.dumps({"faults": [{"dir": str(tmp_path / "d"), "delay_ms": 1, "ops": ["fsync"]},
+                                              {"dir": str(tmp_path / "d"), "errno": "EIO", "ops": ["unlink"]}]}))
+    inj = FaultInjector(str(control))
+    inj.check("fsync", str(tmp_path / "d" / "f"))  # delayed, not failed
+    with pytest.raises(OSError):
+        inj.check("unlink", str(tmp_path / "d" / "f"))
+    slow = [r for r in inj._env_rules if r.errno == 0]
+    assert [(r.delay_ms, r.ops) for r in slow] == [(1.0, frozenset({"fsync"}))]
