@@ -149,15 +149,28 @@ class _Dir:
         self.retention_timer, self.checkpoint_timer, self.hw_checkpoint_timer = timers
         self.checkpoint_lock = threading.Lock()
         self.thread: threading.Thread | None = None
-        # Size and device probes (DescribeLogDirs, placement) run on a thread of the dir's own, so a dir whose
-        # disk does not answer holds up only its own probe; one still running is not asked again.
-        self.prober: ThreadPoolExecutor | None = None
+        # Size and device probes (DescribeLogDirs, placement) run on a daemon thread of their own, so a dir whose
+        # disk does not answer holds up only its own probe (and never the process's exit); one still running is
+        # not asked again.
         self.probe: Future[tuple[int, int, int]] | None = None
 
 
 def _probe_dir(io: LogDirIO) -> tuple[int, int, int]:
     total, usable = io.statvfs()
     return total, usable, io.device()
+
+
+def _start_probe(io: LogDirIO) -> Future[tuple[int, int, int]]:
+    probe: Future[tuple[int, int, int]] = Future()
+
+    def run() -> None:
+        try:
+            probe.set_result(_probe_dir(io))
+        except BaseException as e:  # handed to whoever reads the probe
+            probe.set_exception(e)
+
+    threading.Thread(target=run, name=f"kjbod-probe {io.path}", daemon=True).start()
+    return probe
 
 
 def probe_answer(probe: Future[tuple[int, int, int]]) -> tuple[int, int, int] | None:
@@ -274,9 +287,7 @@ class LogManager:
             if not d.io.online:
                 continue
             if d.probe is None or d.probe.done():
-                if d.prober is None:
-                    d.prober = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"kjbod-probe {path}")
-                d.probe = d.prober.submit(_probe_dir, d.io)
+                d.probe = _start_probe(d.io)
             out[path] = d.probe
         return out
 
@@ -981,12 +992,6 @@ class LogManager:
                 log.warning("log_dir_thread_abandoned", log_dir=path, reason=d.io.offline_reason)
             d.thread = None
 
-    def _stop_probers(self) -> None:
-        for d in self._dirs.values():
-            if d.prober is not None:
-                d.prober.shutdown(wait=False, cancel_futures=True)  # a probe stuck in a hung disk is left behind
-                d.prober = None
-
     # ------------------------------------------------------------------------------------------ close
 
     def close(self, *, broker_epoch: int = -1) -> None:
@@ -996,7 +1001,6 @@ class LogManager:
             return
         self._closed = True
         self.stop_background()
-        self._stop_probers()
         failed_dirs: set[str] = set()
         for plog in [*self._logs.values(), *self._futures.values()]:
             try:
