@@ -1,7 +1,7 @@
 """A slow, then silent, log dir on a running server, seen through `kjbod log-dirs describe` (the fsio seam's
 fault file makes one dir's operations slower: KJBOD_FAULTS with ``delay_ms``).
 
-* slow: the dir's fsyncs take 400 ms against a 200 ms ``log.dir.slow.threshold.ms``: it is degraded, shown so
+* slow: the dir's fsyncs take 1.5 s against the default 1 s ``log.dir.slow.threshold.ms``: it is degraded, shown so
   with its latency, logged once, and still online; the other dirs are online;
 * silent: its size probe does not answer: DescribeLogDirs reports it NOT ANSWERING (KAFKA_STORAGE_ERROR, no
   sizes) and answers for the others; SIGTERM still stops the server cleanly.
@@ -40,18 +40,17 @@ def test_a_slow_dir_is_degraded_and_a_silent_one_not_answering(tmp_path, monkeyp
     faults = tmp_path / "faults.json"
     monkeypatch.setenv("KJBOD_FAULTS", str(faults))
     server = start_server(tmp_path / "node", overrides={
-        "log.dir.slow.threshold.ms": "200", "log.initial.task.delay.ms": "0",
-        "log.flush.offset.checkpoint.interval.ms": "500"})
+        "log.initial.task.delay.ms": "0", "log.flush.offset.checkpoint.interval.ms": "500"})
     try:
         paths = [str(p) for p in server.log_dirs]
         bad = paths[2]
-        # Each dir checkpoints every 500 ms; the bad dir's fsyncs now take 400 ms.
-        faults.write_text(json.dumps({"faults": [{"dir": bad, "delay_ms": 400, "ops": ["fsync"]}]}))
+        # Each dir checkpoints every 500 ms; the bad dir's fsyncs now take 1.5 s.
+        faults.write_text(json.dumps({"faults": [{"dir": bad, "delay_ms": 1500, "ops": ["fsync"]}]}))
         deadline = time.monotonic() + PATIENCE_S
         while (seen := dirs_of(server.bootstrap))[bad]["state"] != "degraded":
             assert time.monotonic() < deadline, f"the slow dir never showed as degraded: {seen[bad]}"
             time.sleep(0.2)
-        assert seen[bad]["is_live"] and seen[bad]["recent_latency_ms"] >= 400
+        assert seen[bad]["is_live"] and seen[bad]["recent_latency_ms"] >= 1500
         assert seen[bad]["total_bytes"] > 0  # slow, but it answers
         table = describe(server.bootstrap).stdout
         [row] = [line for line in table.splitlines() if line.strip().startswith(bad)]
@@ -60,11 +59,16 @@ def test_a_slow_dir_is_degraded_and_a_silent_one_not_answering(tmp_path, monkeyp
 
         # Now its size probe does not answer (held far longer than this test runs).
         faults.write_text(json.dumps({"faults": [{"dir": bad, "delay_ms": 600_000, "ops": ["statvfs"]}]}))
-        seen = dirs_of(server.bootstrap)
+        # The healthy dirs' probes get the same short bound (the slow threshold): on a loaded machine one may miss
+        # it once, so this looks until one answer shows all three as expected.
+        deadline = time.monotonic() + PATIENCE_S
+        while True:
+            seen = dirs_of(server.bootstrap)
+            if all(seen[p]["state"] == "online" and seen[p]["total_bytes"] for p in paths[:2]):
+                break
+            assert time.monotonic() < deadline, f"the healthy dirs never answered: {seen}"
         assert (seen[bad]["state"], seen[bad]["is_live"], seen[bad]["error"], seen[bad]["total_bytes"]) == (
             "not-answering", False, "KAFKA_STORAGE_ERROR", None)
-        for path in paths[:2]:
-            assert seen[path]["state"] == "online" and seen[path]["is_live"] and seen[path]["total_bytes"] > 0
         table = describe(server.bootstrap).stdout
         [row] = [line for line in table.splitlines() if line.strip().startswith(bad)]
         assert "NOT ANSWERING (KAFKA_STORAGE_ERROR)" in row
