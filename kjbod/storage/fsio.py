@@ -348,13 +348,13 @@ class LogDirIO:
         slowest, self._slowest_s = self._slowest_s, 0.0
         return slowest
 
-    def fail_stalled(self, op: str, path: str, seconds: float) -> None:
+    def fail_stalled(self, op: str, path: str, seconds: float, why: str = "log.dir.stall.timeout.ms") -> None:
         """Fail this dir (once, as an I/O error would) because ``op`` on ``path`` has not returned for ``seconds``.
         The stuck call cannot be interrupted; when it returns it raises like any operation on an offline dir."""
         if not self.online:
             return
         self.stalled = True
-        exc = TimeoutError(_errno.ETIMEDOUT, f"no answer for {seconds:.1f}s (log.dir.stall.timeout.ms)")
+        exc = TimeoutError(_errno.ETIMEDOUT, f"no answer for {seconds:.1f}s ({why})")
         try:
             self.fail(op, path, exc)
         except KafkaStorageError:

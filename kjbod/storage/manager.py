@@ -82,6 +82,8 @@ TopicPartition = tuple[str, int]
 # when that is shorter), so a node restarted more often than an interval still runs them.
 INITIAL_TASK_DELAY_MS = 30_000
 _MIN_TICK_S = 0.005
+# How long a shutdown waits for a dir's background thread stuck in one file operation before failing that dir.
+SHUTDOWN_GRACE_S = 5.0
 
 
 def validate_topic_name(topic: str) -> None:
@@ -979,15 +981,24 @@ class LogManager:
                 log.exception("log_manager_tick_failed", log_dir=path)
 
     def stop_background(self) -> None:
+        """Stop the background threads. One stuck in a file operation for longer than :data:`SHUTDOWN_GRACE_S`
+        cannot be stopped: its dir is failed as stalled (logged with the operation and file) and the thread left
+        behind (a daemon), so a shutdown never hangs on a hung disk, whatever ``log.dir.stall.timeout.ms`` is."""
         self._bg_stop.set()
         self.watchdog.stop()
         for path, d in self._dirs.items():
             thread = d.thread
             if thread is None:
                 continue
-            # A thread stuck in a hung disk cannot be stopped: once its dir is failed it is left behind (a daemon).
             while thread.is_alive() and not d.io.stalled:
-                thread.join(timeout=0.5)
+                thread.join(timeout=0.1)
+                oldest = d.io.oldest_outstanding()
+                if oldest is not None and time.monotonic() - oldest[2] > SHUTDOWN_GRACE_S:
+                    op, file, started = oldest
+                    log.error("log_dir_stuck_at_shutdown", log_dir=path, op=op, path=file,
+                              outstanding_s=round(time.monotonic() - started, 1),
+                              effect="taken offline and left behind; the shutdown goes on without it")
+                    d.io.fail_stalled(op, file, time.monotonic() - started, "stuck at shutdown")
             if thread.is_alive():
                 log.warning("log_dir_thread_abandoned", log_dir=path, reason=d.io.offline_reason)
             d.thread = None

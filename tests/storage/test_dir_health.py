@@ -24,6 +24,7 @@ from kjbod.broker.handlers import describe_log_dirs
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import DescribeLogDirsRequest
 from kjbod.storage import fsio
+from kjbod.storage import manager as manager_module
 from kjbod.storage.config import LogConfig
 from kjbod.storage.errors import KafkaStorageError
 from kjbod.storage.fsio import FaultInjector, LogDirIO
@@ -262,3 +263,24 @@ def test_a_faults_file_can_make_a_dir_slow(tmp_path):
         inj.check("unlink", str(tmp_path / "d" / "f"))
     slow = [r for r in inj._env_rules if r.errno == 0]
     assert [(r.delay_ms, r.ops) for r in slow] == [(1.0, frozenset({"fsync"}))]
+
+
+def test_a_shutdown_does_not_hang_on_a_hung_dir(make_manager, log_dirs, monkeypatch):
+    good, _, bad = log_dirs
+    monkeypatch.setattr(manager_module, "SHUTDOWN_GRACE_S", 0.0)
+    lm = make_manager(checkpoint_interval_ms=10, initial_task_delay_ms=0, stall_timeout_ms=0)
+    lm.create_partition("good", 0, TOPIC_ID, dir=good).append(kp_batch([b"kept"]))
+    rule = fsio.slow(bad, hold=True, ops={"write"})
+    try:
+        lm.start_background(interval_s=0.01)
+        _wait_for("the bad dir's checkpoint to block", lambda: _held_in(lm.dir_io(bad), "write"))
+        with capture_logs() as logs:
+            closing = _Blocked(lm.close)
+            closing.join()  # with the stall detection off, only the shutdown's own check frees it
+        assert closing.error is None
+        [stuck] = [e for e in logs if e["event"] == "log_dir_stuck_at_shutdown"]
+        assert stuck["log_dir"] == bad and stuck["op"] == "write"
+        assert bad not in lm.online_dirs and good in lm.online_dirs
+        assert Path(good, ".kafka_cleanshutdown").exists() and not Path(bad, ".kafka_cleanshutdown").exists()
+    finally:
+        rule.release()
