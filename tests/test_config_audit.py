@@ -86,6 +86,12 @@ EFFECTS: dict[str, list[str]] = {
     "socket.request.max.bytes": [
         "tests/test_connection.py::test_oversized_frame_closes_the_connection_without_hurting_others"],
     "log.dir.placement.policy": ["tests/storage/test_placement.py::test_manager_spreads_one_create_call_2_2_2"],
+    "log.dir.stall.timeout.ms": [
+        "tests/storage/test_dir_health.py::test_a_stalled_dir_is_failed_once_and_a_late_return_changes_nothing",
+        "tests/storage/test_dir_health.py::test_a_stall_timeout_of_0_never_fails_a_dir_but_it_is_degraded", NODE],
+    "log.dir.slow.threshold.ms": [
+        "tests/storage/test_dir_health.py::test_a_stall_timeout_of_0_never_fails_a_dir_but_it_is_degraded",
+        "tests/storage/test_dir_health.py::test_a_slow_threshold_of_0_never_degrades", NODE],
     "broker.heartbeat.interval.ms": [
         "tests/controller/test_controller_listener_live.py::test_a_second_broker_registers_on_the_controller_listener",
         "tests/controller/test_quorum.py::test_session_expiry_fences_a_silent_broker"],

@@ -110,6 +110,10 @@ class LogDirInfo:
     total_bytes: int | None  # size of the volume; None before DescribeLogDirs v4 or when unknown
     usable_bytes: int | None
     replicas: list[ReplicaInfo]
+    # kjbod extensions: online, degraded (slow), offline or not-answering, and the dir's slowest recent file
+    # operation; None when the broker does not report them (Apache Kafka)
+    state: str | None = None
+    recent_latency_ms: int | None = None
 
 
 class LogDirsByBroker(dict[int, list[LogDirInfo]]):

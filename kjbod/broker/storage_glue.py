@@ -79,7 +79,7 @@ class StorageAdapter:
     def dir_states(self) -> list[tuple[str, bool]]:
         """(path, online) of every configured log dir, paths exactly as DescribeLogDirs reports them."""
         online = set(self.manager.online_dirs)
-        return [(info.path, info.path in online) for info in self.manager.dirs]
+        return [(info.path, info.path in online) for info in self.manager.dir_infos({})]
 
     def apply_topic_config(self, topic: str, overrides: dict[str, str]) -> None:
         self.manager.set_config(topic, topic_log_config(self.node, overrides))
@@ -151,6 +151,8 @@ async def open_storage(node: Any) -> None:
         retention_check_interval_ms=config.log_retention_check_interval_ms,
         checkpoint_interval_ms=config.log_flush_offset_checkpoint_interval_ms,
         initial_task_delay_ms=config.log_initial_task_delay_ms,
+        stall_timeout_ms=config.log_dir_stall_timeout_ms,
+        slow_threshold_ms=config.log_dir_slow_threshold_ms,
     )
     manager.open()
     meta = read_meta_properties(LogDirIO(meta_dir))
@@ -164,7 +166,7 @@ async def open_storage(node: Any) -> None:
 
 def settle_future_logs(node: Any, manager: LogManager) -> None:
     """KIP-113 recovery of the future logs the loader found, before anything is created (see the docstring)."""
-    offline = [d.path for d in manager.dirs if not d.online]
+    offline = manager.offline_dirs
     for future in manager.future_logs():
         topic = node.metadata.topic(future.topic)
         if topic is None or future.partition not in topic.partitions:
@@ -184,7 +186,7 @@ def settle_future_logs(node: Any, manager: LogManager) -> None:
 def reconcile(node: Any, manager: LogManager) -> None:
     known: dict[tuple[str, int], str] = {}  # the partitions assigned to this node -> their topic's id
     missing = []
-    offline = [d.path for d in manager.dirs if not d.online]
+    offline = manager.offline_dirs
     held_back = []
     for topic in node.metadata.topics():
         cfg = topic_log_config(node, topic.configs)

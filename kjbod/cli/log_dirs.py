@@ -190,7 +190,8 @@ def describe_document(result: LogDirsByBroker) -> dict[str, Any]:
     """KIP-113's JSON, one entry per broker (as Kafka's kafka-log-dirs.sh groups it), with kjbod's extra fields.
 
     {"version": 1, "brokers": [{"broker": 1, "error": null, "log_dirs": [{"path", "is_live", "error",
-    "directory_id", "total_bytes", "usable_bytes", "partitions": [{"topic", "partition", "size", "offset_lag",
+    "directory_id", "total_bytes", "usable_bytes", "state", "recent_latency_ms", "partitions": [{"topic",
+    "partition", "size", "offset_lag",
     "is_temporary"}]}]}]}
     """
     brokers = []
@@ -208,6 +209,8 @@ def describe_document(result: LogDirsByBroker) -> dict[str, Any]:
                 "directory_id": _uuid_text(d.directory_id),
                 "total_bytes": d.total_bytes,
                 "usable_bytes": d.usable_bytes,
+                "state": d.state,
+                "recent_latency_ms": d.recent_latency_ms,
                 "partitions": [
                     {"topic": r.topic, "partition": r.partition, "size": r.size, "offset_lag": r.offset_lag,
                      "is_temporary": r.is_future}
@@ -226,6 +229,19 @@ def _table(headers: list[str], rows: list[list[str]], right: set[int]) -> list[s
         return "  ".join(out).rstrip()
 
     return [line(headers), *(line(r) for r in rows)]
+
+
+def _state_text(d: dict[str, Any]) -> str:
+    """online; degraded (the slow dir's recent latency); OFFLINE or NOT ANSWERING with the error code."""
+    state = d.get("state")
+    if state == "not-answering":
+        return f"NOT ANSWERING ({d['error']})"
+    if not d["is_live"]:
+        return f"OFFLINE ({d['error']})"
+    if state == "degraded":
+        latency = d.get("recent_latency_ms")
+        return "degraded" + (f" ({latency / 1000:.1f} s/op)" if latency is not None else "")
+    return "online"
 
 
 def _usage(total: int | None, usable: int | None) -> str:
@@ -250,7 +266,7 @@ def render_table(document: dict[str, Any]) -> str:
             replicas = d["partitions"]
             current = [p for p in replicas if not p["is_temporary"]]
             moving_in = len(replicas) - len(current)
-            state = "online" if d["is_live"] else f"OFFLINE ({d['error']})"
+            state = _state_text(d)
             total, usable = d["total_bytes"], d["usable_bytes"]
             rows.append([
                 d["path"], state,

@@ -257,6 +257,19 @@ KEYS: dict[str, KeyDef] = {
         KeyDef("replica.alter.log.dirs.io.max.bytes.per.second", _long(1), LONG_MAX),
         KeyDef("num.replica.alter.log.dirs.threads", _int(1), None, "default: the number of log dirs"),
         KeyDef("log.dir.failure.timeout.ms", _long(1), 30_000),
+        KeyDef(
+            "log.dir.stall.timeout.ms",
+            _long(0),
+            30_000,
+            "kjbod: a log dir whose file operation has not returned for this long is taken offline, as for an I/O "
+            "error (0: never)",
+        ),
+        KeyDef(
+            "log.dir.slow.threshold.ms",
+            _long(0),
+            1_000,
+            "kjbod: a log dir whose file operations take longer than this is logged and shown as degraded (0: never)",
+        ),
         KeyDef("socket.request.max.bytes", _int(1), 104_857_600),
         KeyDef("broker.heartbeat.interval.ms", _int(1), 2000),
         KeyDef("broker.session.timeout.ms", _int(1), 9000),
@@ -358,6 +371,8 @@ class ServerConfig:
     controller_quorum_voters: tuple[str, ...] = ()
     log_flush_offset_checkpoint_interval_ms: int = 60_000
     log_initial_task_delay_ms: int = 30_000
+    log_dir_stall_timeout_ms: int = 30_000
+    log_dir_slow_threshold_ms: int = 1_000
     delete_topic_enable: bool = True
     log_cleanup_policy: str = "delete"
     log_message_timestamp_type: str = "CreateTime"
@@ -688,6 +703,8 @@ def build_config(
         controller_quorum_bootstrap_servers=get("controller.quorum.bootstrap.servers"),
         controller_quorum_voters=get("controller.quorum.voters"),
         log_flush_offset_checkpoint_interval_ms=get("log.flush.offset.checkpoint.interval.ms"),
+        log_dir_stall_timeout_ms=get("log.dir.stall.timeout.ms"),
+        log_dir_slow_threshold_ms=get("log.dir.slow.threshold.ms"),
         log_initial_task_delay_ms=get("log.initial.task.delay.ms"),
         delete_topic_enable=get("delete.topic.enable"),
         log_cleanup_policy=get("log.cleanup.policy"),

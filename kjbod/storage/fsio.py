@@ -22,7 +22,14 @@ Fault injection goes through the same seam, so injected and real faults take the
 * out of process: start the server with ``KJBOD_FAULTS=/path/faults.json``. The seam stats that file on each
   operation and re-reads it when it changes (a missing file means no faults), so a test can arm a fault while
   the server runs. Format: ``{"faults": [{"dir": "/data/b", "errno": "EIO", "ops": ["write"], "count": 1}]}``
-  (a bare list works too; ``errno`` is a name or a number; ``ops`` and ``count`` are optional).
+  (a bare list works too; ``errno`` is a name or a number; ``ops`` and ``count`` are optional). An entry with
+  ``"delay_ms": 200`` instead of an errno makes each matching op that much slower (a slow disk);
+* a slow or hung dir in process: ``slow(dir, delay_ms=200)``, or ``rule = slow(dir, hold=True)`` to block every
+  op until ``rule.release()``.
+
+Every operation is stamped with its start while it runs (one dict entry per thread), so a watchdog can tell a dir
+whose operation never returns (:mod:`kjbod.storage.health`). A dir failed that way is ``stalled``: the stuck call,
+if it ever returns, raises like any operation on an offline dir, so what it did is never used.
 
 With no rule and no ``KJBOD_FAULTS`` the cost is one attribute test per operation.
 
@@ -36,8 +43,11 @@ import fcntl
 import json
 import os
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from threading import get_ident as _get_ident
+from time import monotonic as _monotonic
 from typing import Any, NoReturn
 
 import structlog
@@ -75,10 +85,20 @@ _PROCESS_ERRNOS = frozenset({_errno.EMFILE, _errno.ENFILE, _errno.ENOMEM})
 
 @dataclass
 class FaultRule:
+    """One injected fault: an errno raised, or (``errno`` 0) a slow or held disk: the op first sleeps
+    ``delay_ms``, or waits until ``release()`` when ``held``, then runs for real."""
+
     dir: str
     errno: int
     ops: frozenset[str] | None = None
     remaining: int | None = None
+    delay_ms: float = 0.0
+    gate: threading.Event | None = None
+
+    def release(self) -> None:
+        """Let every op this rule holds (now and later) go on."""
+        if self.gate is not None:
+            self.gate.set()
 
     def matches(self, op: str, path: str) -> bool:
         if self.ops is not None and op not in self.ops:
@@ -96,11 +116,16 @@ def _parse_errno(value: Any) -> int:
     return code
 
 
-def _rule(dir: str, err: int, ops: Iterable[str] | None, count: int | None) -> FaultRule:
+def _rule(
+    dir: str, err: int, ops: Iterable[str] | None, count: int | None, delay_ms: float = 0.0, hold: bool = False
+) -> FaultRule:
     op_set = frozenset(ops) if ops is not None else None
     if op_set is not None and not op_set <= OPS:
         raise ValueError(f"unknown fault ops {sorted(op_set - OPS)}; known: {sorted(OPS)}")
-    return FaultRule(os.path.abspath(dir), err, op_set, count)
+    if delay_ms < 0:
+        raise ValueError(f"negative fault delay {delay_ms} ms")
+    gate = threading.Event() if hold else None
+    return FaultRule(os.path.abspath(dir), err, op_set, count, float(delay_ms), gate)
 
 
 class FaultInjector:
@@ -117,7 +142,15 @@ class FaultInjector:
     def inject(
         self, dir: str, err: int = _errno.EIO, *, ops: Iterable[str] | None = None, count: int | None = None
     ) -> FaultRule:
-        rule = _rule(dir, err, ops, count)
+        return self._add(_rule(dir, err, ops, count))
+
+    def slow(
+        self, dir: str, *, delay_ms: float = 0.0, hold: bool = False, ops: Iterable[str] | None = None
+    ) -> FaultRule:
+        """Delay (``delay_ms``) or hold (``hold``: until the rule's ``release()``) ``ops`` on paths under ``dir``."""
+        return self._add(_rule(dir, 0, ops, None, delay_ms, hold))
+
+    def _add(self, rule: FaultRule) -> FaultRule:
         with self._lock:
             self._rules.append(rule)
             self.active = True
@@ -125,8 +158,11 @@ class FaultInjector:
 
     def clear(self) -> None:
         with self._lock:
+            held = [r for r in self._rules if r.gate is not None]
             self._rules.clear()
             self.active = self._env_path is not None
+        for rule in held:  # nothing stays stuck on a rule that no longer exists
+            rule.release()
 
     def _reload_env(self) -> None:
         # Called with the lock held. A stat per operation is cheap next to the I/O and lets a test arm a fault
@@ -152,23 +188,41 @@ class FaultInjector:
             return
         entries = data.get("faults", []) if isinstance(data, dict) else data
         self._env_rules = [
-            _rule(e["dir"], _parse_errno(e.get("errno", "EIO")), e.get("ops"), e.get("count")) for e in entries
+            _rule(e["dir"], 0, e.get("ops"), None, float(e["delay_ms"]))
+            if "delay_ms" in e
+            else _rule(e["dir"], _parse_errno(e.get("errno", "EIO")), e.get("ops"), e.get("count"))
+            for e in entries
         ]
 
     def check(self, op: str, path: str) -> None:
-        """Raise the ``OSError`` of the first rule matching ``op`` on ``path``."""
+        """Delay or hold ``op`` as slow rules say, then raise the ``OSError`` of the first errno rule matching it."""
+        waits: list[FaultRule] = []
         with self._lock:
             if self._env_path is not None:
                 self._reload_env()
+            raise_rule = None
             for rules in (self._rules, self._env_rules):
                 for rule in rules:
                     if not rule.matches(op, path):
+                        continue
+                    if rule.errno == 0:
+                        waits.append(rule)
                         continue
                     if rule.remaining is not None:
                         if rule.remaining <= 0:
                             continue
                         rule.remaining -= 1
-                    raise OSError(rule.errno, f"{os.strerror(rule.errno)} (injected)", path)
+                    raise_rule = rule
+                    break
+                if raise_rule is not None:
+                    break
+        for rule in waits:  # outside the lock: a held op must not hold up other dirs' checks
+            if rule.delay_ms:
+                time.sleep(rule.delay_ms / 1000.0)
+            if rule.gate is not None:
+                rule.gate.wait()
+        if raise_rule is not None:
+            raise OSError(raise_rule.errno, f"{os.strerror(raise_rule.errno)} (injected)", path)
 
 
 FAULTS = FaultInjector(os.environ.get(FAULTS_ENV) or None)
@@ -181,8 +235,14 @@ def inject(
     return FAULTS.inject(dir, err, ops=ops, count=count)
 
 
+def slow(dir: str, *, delay_ms: float = 0.0, hold: bool = False, ops: Iterable[str] | None = None) -> FaultRule:
+    """Make ``ops`` (default: all) on paths under ``dir`` take ``delay_ms`` longer, or block until the returned
+    rule's ``release()`` (``hold=True``): a slow or hung disk, in process."""
+    return FAULTS.slow(dir, delay_ms=delay_ms, hold=hold, ops=ops)
+
+
 def clear() -> None:
-    """Remove every in-process fault rule."""
+    """Remove every in-process fault rule (held operations are released)."""
     FAULTS.clear()
 
 
@@ -213,6 +273,11 @@ class LogDirIO:
         self.offline_reason: str | None = None
         self.on_offline = on_offline
         self._state_lock = threading.Lock()
+        # Stall detection (see kjbod.storage.health): the operation each thread has outstanding on this dir,
+        # {thread id: (op, path, monotonic start)}, and the slowest operation finished since the last look.
+        self._busy: dict[int, tuple[str, str, float]] = {}
+        self._slowest_s = 0.0
+        self.stalled = False  # failed because an operation never returned: what such an operation did is void
 
     def __repr__(self) -> str:
         return f"LogDirIO({self.path!r}, online={self.online})"
@@ -249,6 +314,52 @@ class LogDirIO:
             f"log dir {self.path} is offline: {op} {path} failed: {exc}", log_dir=self.path
         ) from exc
 
+    # -- operation tracking: a start stamp per thread, so a watchdog can see an operation that never returns
+
+    def _begin(self, op: str, path: str) -> float:
+        if not self.online:
+            raise self.offline_error()
+        started = _monotonic()
+        self._busy[_get_ident()] = (op, path, started)
+        if FAULTS.active:
+            try:
+                FAULTS.check(op, path)
+            except OSError as e:
+                self._end(started)
+                self.fail(op, path, e)
+        return started
+
+    def _end(self, started: float) -> None:
+        took = _monotonic() - started
+        self._busy.pop(_get_ident(), None)
+        if took > self._slowest_s:
+            self._slowest_s = took
+        if self.stalled:
+            # The dir was failed while this call was stuck in it: whatever it did counts for nothing.
+            raise self.offline_error()
+
+    def oldest_outstanding(self) -> tuple[str, str, float] | None:
+        """(op, path, monotonic start) of the longest-running operation on this dir, or None when idle."""
+        busy = list(self._busy.values())  # one C-level copy: safe while other threads add and remove entries
+        return min(busy, key=lambda b: b[2]) if busy else None
+
+    def take_slowest(self) -> float:
+        """Seconds taken by the slowest operation finished since the last call (then reset)."""
+        slowest, self._slowest_s = self._slowest_s, 0.0
+        return slowest
+
+    def fail_stalled(self, op: str, path: str, seconds: float, why: str = "log.dir.stall.timeout.ms") -> None:
+        """Fail this dir (once, as an I/O error would) because ``op`` on ``path`` has not returned for ``seconds``.
+        The stuck call cannot be interrupted; when it returns it raises like any operation on an offline dir."""
+        if not self.online:
+            return
+        self.stalled = True
+        exc = TimeoutError(_errno.ETIMEDOUT, f"no answer for {seconds:.1f}s ({why})")
+        try:
+            self.fail(op, path, exc)
+        except KafkaStorageError:
+            pass
+
     def _pre(self, op: str, path: str) -> None:
         if not self.online:
             raise self.offline_error()
@@ -264,26 +375,30 @@ class LogDirIO:
     # -- path operations
 
     def open(self, path: str, flags: int, mode: int = 0o644) -> FileHandle:
-        self._pre("open", path)
+        t = self._begin("open", path)
         try:
             fd = os.open(path, flags | os.O_CLOEXEC, mode)
         except OSError as e:
             self.fail("open", path, e)
+        finally:
+            self._end(t)
         return FileHandle(fd, path, self)
 
     def open_or_none(self, path: str, flags: int = os.O_RDONLY) -> FileHandle | None:
         """Open an existing file; None if it does not exist."""
-        self._pre("open", path)
+        t = self._begin("open", path)
         try:
             fd = os.open(path, flags | os.O_CLOEXEC)
         except FileNotFoundError:
             return None
         except OSError as e:
             self.fail("open", path, e)
+        finally:
+            self._end(t)
         return FileHandle(fd, path, self)
 
     def mkdir(self, path: str, *, exist_ok: bool = False, parents: bool = False) -> None:
-        self._pre("mkdir", path)
+        t = self._begin("mkdir", path)
         try:
             if parents:
                 os.makedirs(path, exist_ok=exist_ok)
@@ -294,48 +409,58 @@ class LogDirIO:
                 raise
         except OSError as e:
             self.fail("mkdir", path, e)
+        finally:
+            self._end(t)
 
     def listdir(self, path: str | None = None) -> list[str]:
         path = self.path if path is None else path
-        self._pre("listdir", path)
+        t = self._begin("listdir", path)
         try:
             return os.listdir(path)
         except OSError as e:
             self.fail("listdir", path, e)
+        finally:
+            self._end(t)
 
     def list_entries(self, path: str | None = None) -> list[tuple[str, bool]]:
         """(name, is_dir) for each entry of ``path``; the type comes from the dirent where the fs gives it."""
         path = self.path if path is None else path
-        self._pre("listdir", path)
+        t = self._begin("listdir", path)
         try:
             with os.scandir(path) as it:
                 return [(e.name, e.is_dir(follow_symlinks=False)) for e in it]
         except OSError as e:
             self.fail("listdir", path, e)
+        finally:
+            self._end(t)
 
     def stat_or_none(self, path: str) -> os.stat_result | None:
-        self._pre("stat", path)
+        t = self._begin("stat", path)
         try:
             return os.stat(path)
         except FileNotFoundError:
             return None
         except OSError as e:
             self.fail("stat", path, e)
+        finally:
+            self._end(t)
 
     def exists(self, path: str) -> bool:
         return self.stat_or_none(path) is not None
 
     def rename(self, src: str, dst: str) -> None:
-        self._pre("rename", src)
         if FAULTS.active:
             self._pre("rename", dst)
+        t = self._begin("rename", src)
         try:
             os.replace(src, dst)
         except OSError as e:
             self.fail("rename", src, e)
+        finally:
+            self._end(t)
 
     def unlink(self, path: str, *, missing_ok: bool = False) -> None:
-        self._pre("unlink", path)
+        t = self._begin("unlink", path)
         try:
             os.unlink(path)
         except FileNotFoundError:
@@ -343,13 +468,17 @@ class LogDirIO:
                 raise
         except OSError as e:
             self.fail("unlink", path, e)
+        finally:
+            self._end(t)
 
     def rmdir(self, path: str) -> None:
-        self._pre("rmdir", path)
+        t = self._begin("rmdir", path)
         try:
             os.rmdir(path)
         except OSError as e:
             self.fail("rmdir", path, e)
+        finally:
+            self._end(t)
 
     def rmtree(self, path: str) -> None:
         """Remove a directory tree (a ``-delete`` dir), every step through the seam."""
@@ -365,25 +494,29 @@ class LogDirIO:
 
     def statvfs(self) -> tuple[int, int]:
         """(total bytes, usable bytes) of the filesystem holding this dir, as the JDK computes them."""
-        self._pre("statvfs", self.path)
+        t = self._begin("statvfs", self.path)
         try:
             st = os.statvfs(self.path)
         except OSError as e:
             self.fail("statvfs", self.path, e)
+        finally:
+            self._end(t)
         return st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
 
     def device(self) -> int:
         """st_dev of the dir: dirs on one filesystem share free space (placement accounts for that)."""
-        self._pre("stat", self.path)
+        t = self._begin("stat", self.path)
         try:
             return os.stat(self.path).st_dev
         except OSError as e:
             self.fail("stat", self.path, e)
+        finally:
+            self._end(t)
 
     def fsync_dir(self, path: str | None = None) -> None:
         """fsync a directory so a rename or create in it is durable."""
         path = self.path if path is None else path
-        self._pre("fsync", path)
+        t = self._begin("fsync", path)
         try:
             fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
             try:
@@ -392,6 +525,8 @@ class LogDirIO:
                 os.close(fd)
         except OSError as e:
             self.fail("fsync", path, e)
+        finally:
+            self._end(t)
 
     def read_bytes_or_none(self, path: str) -> bytes | None:
         fh = self.open_or_none(path)
@@ -426,7 +561,7 @@ class LogDirIO:
         """
         path = self.join(name)
         fh = self.open(path, os.O_RDWR | os.O_CREAT)
-        self._pre("lock", path)
+        t = self._begin("lock", path)
         try:
             fcntl.flock(fh.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             fcntl.lockf(fh.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -438,6 +573,8 @@ class LogDirIO:
         except OSError as e:
             fh.close()
             self.fail("lock", path, e)
+        finally:
+            self._end(t)
         return fh
 
 
@@ -491,11 +628,8 @@ class FileHandle:
 
     def write(self, data: bytes | bytearray | memoryview) -> int:
         io = self.io
-        if not io.online:
-            raise io.offline_error()
+        t = io._begin("write", self.path)
         try:
-            if FAULTS.active:
-                FAULTS.check("write", self.path)
             view = memoryview(data)
             total = len(view)
             done = os.write(self.fd, view)
@@ -504,15 +638,14 @@ class FileHandle:
             return total
         except OSError as e:
             io.fail("write", self.path, e)
+        finally:
+            io._end(t)
 
     def writev(self, buffers: Sequence[bytes | bytearray | memoryview]) -> int:
         """Write all buffers at the current position with as few syscalls as the kernel allows."""
         io = self.io
-        if not io.online:
-            raise io.offline_error()
+        t = io._begin("write", self.path)
         try:
-            if FAULTS.active:
-                FAULTS.check("write", self.path)
             total = sum(len(b) for b in buffers)
             done = os.writev(self.fd, buffers)
             if done < total:
@@ -530,14 +663,13 @@ class FileHandle:
             return total
         except OSError as e:
             io.fail("write", self.path, e)
+        finally:
+            io._end(t)
 
     def pwrite(self, data: bytes | bytearray | memoryview, offset: int) -> None:
         io = self.io
-        if not io.online:
-            raise io.offline_error()
+        t = io._begin("write", self.path)
         try:
-            if FAULTS.active:
-                FAULTS.check("write", self.path)
             view = memoryview(data)
             while len(view):
                 n = os.pwrite(self.fd, view, offset)
@@ -545,17 +677,18 @@ class FileHandle:
                 offset += n
         except OSError as e:
             io.fail("write", self.path, e)
+        finally:
+            io._end(t)
 
     def pread(self, n: int, offset: int) -> bytes:
         io = self.io
-        if not io.online:
-            raise io.offline_error()
+        t = io._begin("read", self.path)
         try:
-            if FAULTS.active:
-                FAULTS.check("read", self.path)
             return os.pread(self.fd, n, offset)
         except OSError as e:
             io.fail("read", self.path, e)
+        finally:
+            io._end(t)
 
     def read_all(self) -> bytes:
         size = self.size()
@@ -571,14 +704,13 @@ class FileHandle:
 
     def fsync(self) -> None:
         io = self.io
-        if not io.online:
-            raise io.offline_error()
+        t = io._begin("fsync", self.path)
         try:
-            if FAULTS.active:
-                FAULTS.check("fsync", self.path)
             os.fsync(self.fd)
         except OSError as e:
             io.fail("fsync", self.path, e)
+        finally:
+            io._end(t)
 
     def start_writeback(self, offset: int = 0, count: int = 0) -> None:
         """Start writing ``count`` bytes from ``offset`` (0: to the end) back to the disk now, without waiting:
@@ -592,35 +724,43 @@ class FileHandle:
 
     def truncate(self, size: int) -> None:
         io = self.io
-        io._pre("truncate", self.path)
+        t = io._begin("truncate", self.path)
         try:
             os.ftruncate(self.fd, size)
         except OSError as e:
             io.fail("truncate", self.path, e)
+        finally:
+            io._end(t)
 
     def seek_end(self) -> int:
         io = self.io
-        io._pre("read", self.path)
+        t = io._begin("read", self.path)
         try:
             return os.lseek(self.fd, 0, os.SEEK_END)
         except OSError as e:
             io.fail("read", self.path, e)
+        finally:
+            io._end(t)
 
     def size(self) -> int:
         io = self.io
-        io._pre("stat", self.path)
+        t = io._begin("stat", self.path)
         try:
             return _fd_size(self.fd)
         except OSError as e:
             io.fail("stat", self.path, e)
+        finally:
+            io._end(t)
 
     def dup(self) -> int:
         io = self.io
-        io._pre("dup", self.path)
+        t = io._begin("dup", self.path)
         try:
             return os.dup(self.fd)
         except OSError as e:
             io.fail("dup", self.path, e)
+        finally:
+            io._end(t)
 
     def region(self, offset: int, count: int) -> Any:
         """A zero-copy file region over this file that owns its own fd (a dup), for sendfile by the transport."""
@@ -638,11 +778,10 @@ class FileHandle:
         The replica mover copies closed segments this way. One syscall reads one dir and writes another, so when
         it fails the source is probed with a 1-byte pread to decide which dir went bad."""
         src_io, dst_io = self.io, dst.io
-        src_io.ensure_online()
         dst_io.ensure_online()
         if FAULTS.active:
-            src_io._pre("copy", self.path)
             dst_io._pre("copy", dst.path)
+        t = src_io._begin("copy", self.path)
         copied = 0
         try:
             while copied < count:
@@ -656,6 +795,8 @@ class FileHandle:
             except OSError as src_exc:
                 src_io.fail("copy", self.path, src_exc)
             dst_io.fail("copy", dst.path, e)
+        finally:
+            src_io._end(t)
         return copied
 
     def close(self) -> None:

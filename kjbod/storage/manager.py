@@ -31,7 +31,8 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,6 +60,7 @@ from kjbod.storage.errors import (
     UnknownTopicOrPartitionError,
 )
 from kjbod.storage.fsio import FileHandle, LogDirIO
+from kjbod.storage.health import DirHealthInfo, DirState, DirWatchdog
 from kjbod.storage.log import PartitionLog, _wall_ms
 from kjbod.storage.meta import MetaProperties, ensure_meta_properties
 from kjbod.storage.placement import MOST_USABLE, POLICIES, DirCandidate, choose_dirs
@@ -80,6 +82,8 @@ TopicPartition = tuple[str, int]
 # when that is shorter), so a node restarted more often than an interval still runs them.
 INITIAL_TASK_DELAY_MS = 30_000
 _MIN_TICK_S = 0.005
+# How long a shutdown waits for a dir's background thread stuck in one file operation before failing that dir.
+SHUTDOWN_GRACE_S = 5.0
 
 
 def validate_topic_name(topic: str) -> None:
@@ -116,9 +120,11 @@ class LogDirInfo:
     path: str
     directory_id: str | None
     online: bool
-    total_bytes: int  # -1 when offline (Kafka's UNKNOWN_VOLUME_BYTES)
+    total_bytes: int  # -1 when offline or not answering (Kafka's UNKNOWN_VOLUME_BYTES)
     usable_bytes: int
     error: str | None = None
+    state: DirState = DirState.ONLINE
+    recent_latency_ms: int = 0  # the slowest operation of the last few seconds (kjbod.storage.health)
 
 
 @dataclass(frozen=True)
@@ -131,13 +137,49 @@ class PartitionSpec:
 
 
 class _Dir:
-    def __init__(self, io: LogDirIO) -> None:
+    def __init__(self, io: LogDirIO, timers: tuple[Periodic, Periodic, Periodic]) -> None:
         self.io = io
         self.directory_id: str | None = None
         self.lock: FileHandle | None = None
         self.had_clean_shutdown = False
         self.clean_shutdown_epoch = -1
         self.stray: list[str] = []
+        # Each dir's background work has its own schedule, thread and checkpoint lock, so a dir whose disk hangs
+        # stops only its own flushes, retention, deletions and checkpoints. The checkpoint files are written
+        # through one temp name each: two writers (the background tick, a replica move, a deletion) must not
+        # interleave, or one renames the other's temp file away.
+        self.retention_timer, self.checkpoint_timer, self.hw_checkpoint_timer = timers
+        self.checkpoint_lock = threading.Lock()
+        self.thread: threading.Thread | None = None
+        # Size and device probes (DescribeLogDirs, placement) run on a daemon thread of their own, so a dir whose
+        # disk does not answer holds up only its own probe (and never the process's exit); one still running is
+        # not asked again.
+        self.probe: Future[tuple[int, int, int]] | None = None
+
+
+def _probe_dir(io: LogDirIO) -> tuple[int, int, int]:
+    total, usable = io.statvfs()
+    return total, usable, io.device()
+
+
+def _start_probe(io: LogDirIO) -> Future[tuple[int, int, int]]:
+    probe: Future[tuple[int, int, int]] = Future()
+
+    def run() -> None:
+        try:
+            probe.set_result(_probe_dir(io))
+        except BaseException as e:  # handed to whoever reads the probe
+            probe.set_exception(e)
+
+    threading.Thread(target=run, name=f"kjbod-probe {io.path}", daemon=True).start()
+    return probe
+
+
+def probe_answer(probe: Future[tuple[int, int, int]]) -> tuple[int, int, int] | None:
+    """A finished probe's answer; None while it runs or when the dir failed (the seam took it offline)."""
+    if not probe.done() or probe.cancelled() or probe.exception() is not None:
+        return None
+    return probe.result()
 
 
 class LogManager:
@@ -158,6 +200,8 @@ class LogManager:
         initial_task_delay_ms: int = INITIAL_TASK_DELAY_MS,
         producer_id_expiration_ms: int = 86_400_000,
         recovery_threads: int | None = None,
+        stall_timeout_ms: int = 30_000,
+        slow_threshold_ms: int = 1_000,
     ) -> None:
         if not log_dirs:
             raise ValueError("at least one log dir is needed")
@@ -172,26 +216,32 @@ class LogManager:
         self.on_dir_offline = on_dir_offline
         self.clock = clock
         self.initial_task_delay_ms = initial_task_delay_ms
-        self._retention_timer = Periodic("retention", retention_check_interval_ms, initial_task_delay_ms)
-        self._checkpoint_timer = Periodic("checkpoint", checkpoint_interval_ms, initial_task_delay_ms)
-        self._hw_checkpoint_timer = Periodic("hw-checkpoint", hw_checkpoint_interval_ms, initial_task_delay_ms)
+        self._intervals = (retention_check_interval_ms, checkpoint_interval_ms, hw_checkpoint_interval_ms)
+
+        def timers() -> tuple[Periodic, Periodic, Periodic]:
+            return (
+                Periodic("retention", retention_check_interval_ms, initial_task_delay_ms),
+                Periodic("checkpoint", checkpoint_interval_ms, initial_task_delay_ms),
+                Periodic("hw-checkpoint", hw_checkpoint_interval_ms, initial_task_delay_ms),
+            )
+
         self.producer_id_expiration_ms = producer_id_expiration_ms
         self.recovery_threads = recovery_threads
-        self._dirs: dict[str, _Dir] = {p: _Dir(LogDirIO(p, on_offline=self._dir_failed)) for p in paths}
+        self._dirs: dict[str, _Dir] = {p: _Dir(LogDirIO(p, on_offline=self._dir_failed), timers()) for p in paths}
+        self.watchdog = DirWatchdog(
+            [d.io for d in self._dirs.values()],
+            stall_timeout_ms=stall_timeout_ms, slow_threshold_ms=slow_threshold_ms,
+        )
         self._logs: dict[TopicPartition, PartitionLog] = {}
         self._futures: dict[TopicPartition, PartitionLog] = {}
         self._lock = threading.RLock()  # guards the two maps and create/delete
         self.deletions = DeletionQueue()
         self._rolled: set[PartitionLog] = set()
         self._rolled_lock = threading.Lock()
-        # Checkpoint files are written through one temp name each: two writers (the background tick, a replica
-        # move, a deletion) must not interleave, or one renames the other's temp file away.
-        self._checkpoint_lock = threading.Lock()
         self._all_offline_reported = False
         self._opened = False
         self._closed = False
         self._arm_timers(clock())
-        self._bg_thread: threading.Thread | None = None
         self._bg_stop = threading.Event()
 
     # ------------------------------------------------------------------------------------------ dirs
@@ -210,21 +260,63 @@ class LogManager:
 
     @property
     def dirs(self) -> list[LogDirInfo]:
-        """Every configured log dir, with statvfs sizes for the online ones (DescribeLogDirs)."""
+        """Every configured log dir, with statvfs sizes for the online ones, waiting for each dir's answer."""
+        return self.dir_infos(self.probe_dirs(None))
+
+    def dir_infos(self, sizes: dict[str, tuple[int, int, int] | None]) -> list[LogDirInfo]:
+        """Every configured log dir with its state, sizes from ``sizes`` (what :meth:`probe_dirs` answered); an
+        online dir missing from it, or None there, did not answer in time. Touches no disk."""
         out = []
         for path, d in self._dirs.items():
             total = usable = -1
-            if d.io.online:
-                try:
-                    total, usable = d.io.statvfs()
-                except KafkaStorageError:
-                    pass
-            out.append(LogDirInfo(path, d.directory_id, d.io.online, total, usable, d.io.offline_reason))
+            health = self.watchdog.health[path].info()
+            state, error = health.state, d.io.offline_reason
+            answer = sizes.get(path)
+            if d.io.online and answer is None:
+                state = DirState.NOT_ANSWERING
+                error = f"log dir {path} did not answer in time (a slow or hung disk)"
+            elif answer is not None:
+                total, usable = answer[0], answer[1]
+            out.append(LogDirInfo(path, d.directory_id, d.io.online, total, usable, error, state,
+                                  health.recent_latency_ms))
         return out
+
+    def start_probes(self) -> dict[str, Future[tuple[int, int, int]]]:
+        """Ask every online dir for (total bytes, usable bytes, st_dev), each on its own probe thread; a dir whose
+        previous probe has not answered yet is asked nothing new (its running probe is returned)."""
+        out = {}
+        for path, d in self._dirs.items():
+            if not d.io.online:
+                continue
+            if d.probe is None or d.probe.done():
+                d.probe = _start_probe(d.io)
+            out[path] = d.probe
+        return out
+
+    def probe_dirs(self, timeout_s: float | None) -> dict[str, tuple[int, int, int] | None]:
+        """:meth:`start_probes`, waiting at most ``timeout_s`` (None: as long as it takes) for the answers; a dir
+        that did not answer in time, or failed, maps to None."""
+        futures = self.start_probes()
+        wait_futures(list(futures.values()), timeout=timeout_s)
+        return {path: probe_answer(f) for path, f in futures.items()}
+
+    @property
+    def probe_timeout_s(self) -> float:
+        """How long a request waits for a dir's size probe: the slow threshold (a dir slower than that is not
+        waited for), at least 0.2 s and 1 s when the threshold is off."""
+        return max(0.2, self.watchdog.slow_threshold_s or 1.0)
+
+    def dir_health(self, path: str) -> DirHealthInfo:
+        """A dir's state (online, degraded, offline) and recent operation latency, without touching its disk."""
+        return self.watchdog.health[os.path.abspath(path)].info()
 
     @property
     def online_dirs(self) -> list[str]:
         return [p for p, d in self._dirs.items() if d.io.online]
+
+    @property
+    def offline_dirs(self) -> list[str]:
+        return [p for p, d in self._dirs.items() if not d.io.online]
 
     def directory_ids(self, *, online_only: bool = True) -> dict[str, str]:
         """{directory id: path} (BrokerRegistration's LogDirs are the online ids)."""
@@ -416,17 +508,16 @@ class LogManager:
         for plog in [*self._logs.values(), *self._futures.values()]:
             counts[plog.log_dir] = counts.get(plog.log_dir, 0) + 1
         candidates = []
-        for path, d in self._dirs.items():
-            if not d.io.online:
+        answers = self.probe_dirs(self.probe_timeout_s)  # a dir that does not answer in time gets nothing new
+        for path, answer in answers.items():
+            if answer is None:
                 continue
-            try:
-                usable = d.io.statvfs()[1] if self.placement_policy == MOST_USABLE else 0
-                device = d.io.device() if self.placement_policy == MOST_USABLE else None
-            except KafkaStorageError:
-                continue
+            usable, device = (answer[1], answer[2]) if self.placement_policy == MOST_USABLE else (0, None)
             candidates.append(DirCandidate(path, usable, counts[path], device))
         if not candidates:
-            raise KafkaStorageError("no online log dir to create a partition in")
+            silent = [p for p, a in answers.items() if a is None]
+            raise KafkaStorageError("no online log dir to create a partition in"
+                                    + (f" ({', '.join(silent)} did not answer in time)" if silent else ""))
         return choose_dirs(candidates, count, policy=self.placement_policy, estimate=cfg.expected_partition_bytes())
 
     def create_partition(
@@ -722,7 +813,7 @@ class LogManager:
     # ------------------------------------------------------------------------------------------ checkpoints
 
     def _write_dir_checkpoints(self, path: str, *, hw: bool) -> None:
-        with self._checkpoint_lock:
+        with self._dirs[path].checkpoint_lock:
             self._write_dir_checkpoints_locked(path, hw=hw)
 
     def _write_dir_checkpoints_locked(self, path: str, *, hw: bool) -> None:
@@ -753,22 +844,27 @@ class LogManager:
             self._write_dir_checkpoints(path, hw=True)
 
     def checkpoint_high_watermarks(self) -> None:
-        for path, d in self._dirs.items():
-            if d.io.online:
-                logs = self.logs_in_dir(path)
-                try:
-                    with self._checkpoint_lock:
-                        write_offset_checkpoint(
-                            d.io, REPLICATION_OFFSET_CHECKPOINT,
-                            {(p.topic, p.partition): p.high_watermark for p in logs},
-                        )
-                except KafkaStorageError as e:
-                    log.warning("checkpoint_failed", log_dir=path, error=str(e))
+        for path in self._dirs:
+            self._checkpoint_dir_high_watermarks(path)
+
+    def _checkpoint_dir_high_watermarks(self, path: str) -> None:
+        d = self._dirs[path]
+        if d.io.online:
+            logs = self.logs_in_dir(path)
+            try:
+                with d.checkpoint_lock:
+                    write_offset_checkpoint(
+                        d.io, REPLICATION_OFFSET_CHECKPOINT,
+                        {(p.topic, p.partition): p.high_watermark for p in logs},
+                    )
+            except KafkaStorageError as e:
+                log.warning("checkpoint_failed", log_dir=path, error=str(e))
 
     # ------------------------------------------------------------------------------------------ background
 
-    def _each_log(self, fn: Callable[[PartitionLog], Any]) -> None:
-        for plog in [*self._logs.values(), *self._futures.values()]:
+    def _each_log(self, fn: Callable[[PartitionLog], Any], dir: str | None = None) -> None:
+        logs = [*self._logs.values(), *self._futures.values()] if dir is None else self.logs_in_dir(dir)
+        for plog in logs:
             if not plog.online:
                 continue
             try:
@@ -779,8 +875,8 @@ class LogManager:
                 # A bug in one log's housekeeping must not stop the others'.
                 log.exception("log_task_failed", partition=plog.name)
 
-    def run_retention(self, now_ms: int | None = None) -> int:
-        """Apply retention to every log; returns the number of segments deleted."""
+    def run_retention(self, now_ms: int | None = None, dir: str | None = None) -> int:
+        """Apply retention to every log (of ``dir``, or of every dir); returns the number of segments deleted."""
         now = self.clock() if now_ms is None else now_ms
         total = 0
 
@@ -789,15 +885,15 @@ class LogManager:
             total += plog.delete_old_segments(now)
             plog.expire_producers(now, self.producer_id_expiration_ms)
 
-        self._each_log(one)
+        self._each_log(one, dir)
         return total
 
-    def flush_rolled(self) -> None:
+    def flush_rolled(self, dir: str | None = None) -> None:
         """fsync segments that stopped being active (Kafka flushes them asynchronously on roll), advancing
         each log's recovery point to its new active segment."""
         with self._rolled_lock:
-            rolled = list(self._rolled)
-            self._rolled.clear()
+            rolled = [p for p in self._rolled if dir is None or p.log_dir == dir]
+            self._rolled.difference_update(rolled)
         for plog in rolled:
             self._each_log_one(plog, lambda p: p.flush(p.active_segment.base_offset))
 
@@ -809,71 +905,103 @@ class LogManager:
         except KafkaStorageError as e:
             log.debug("log_task_skipped", partition=plog.name, error=str(e))
 
-    # The three periodic tasks: retention, checkpoints, high-watermark checkpoints.
+    # The three periodic tasks: retention, checkpoints, high-watermark checkpoints (one schedule per dir).
     @property
     def retention_check_interval_ms(self) -> int:
-        return self._retention_timer.interval_ms
+        return self._intervals[0]
 
     @property
     def checkpoint_interval_ms(self) -> int:
-        return self._checkpoint_timer.interval_ms
+        return self._intervals[1]
 
     @property
     def hw_checkpoint_interval_ms(self) -> int:
-        return self._hw_checkpoint_timer.interval_ms
+        return self._intervals[2]
 
     def _arm_timers(self, now_ms: int) -> None:
-        for timer in self._timers():
-            timer.arm(now_ms)
+        for d in self._dirs.values():
+            for timer in (d.retention_timer, d.checkpoint_timer, d.hw_checkpoint_timer):
+                timer.arm(now_ms)
 
-    def _timers(self) -> tuple[Periodic, ...]:
-        return self._retention_timer, self._checkpoint_timer, self._hw_checkpoint_timer
+    def _next_due_in(self, d: _Dir) -> int:
+        return min(d.retention_timer.next_ms, d.checkpoint_timer.next_ms, d.hw_checkpoint_timer.next_ms)
 
     def next_due_ms(self) -> int:
-        """When the next periodic task (retention, checkpoints) is due, on this manager's clock."""
-        return min(timer.next_ms for timer in self._timers())
+        """When the next periodic task (retention, checkpoints) of any dir is due, on this manager's clock."""
+        return min(self._next_due_in(d) for d in self._dirs.values())
 
     def tick(self, now_ms: int | None = None) -> None:
-        """Run every background task that is due. Safe to call often (e.g. every 100 ms to 1 s)."""
+        """Run every background task that is due, dir after dir. Safe to call often (e.g. every 100 ms to 1 s)."""
         now = self.clock() if now_ms is None else now_ms
         self.deletions.run_due(now)
-        self.flush_rolled()
-        self._each_log(lambda p: p.flush_if_due(now))
-        if self._retention_timer.due(now):
-            self.run_retention(now)
-        if self._checkpoint_timer.due(now):
-            self._hw_checkpoint_timer.arm_after_run(now)  # a full checkpoint writes the high watermarks too
-            self.checkpoint()
-        elif self._hw_checkpoint_timer.due(now):
-            self.checkpoint_high_watermarks()
+        for path in self._dirs:
+            self.tick_dir(path, now)
+
+    def tick_dir(self, path: str, now_ms: int | None = None) -> None:
+        """Run the background tasks of one dir that are due: its deletions, flushes, retention and checkpoints."""
+        now = self.clock() if now_ms is None else now_ms
+        d = self._dirs[path]
+        self.deletions.run_due(now, under=path)
+        self.flush_rolled(path)
+        self._each_log(lambda p: p.flush_if_due(now), path)
+        if d.retention_timer.due(now):
+            self.run_retention(now, path)
+        if d.checkpoint_timer.due(now):
+            d.hw_checkpoint_timer.arm_after_run(now)  # a full checkpoint writes the high watermarks too
+            self._write_dir_checkpoints(path, hw=True)
+        elif d.hw_checkpoint_timer.due(now):
+            self._checkpoint_dir_high_watermarks(path)
 
     def start_background(self, interval_s: float = 1.0) -> None:
-        """Run :meth:`tick` on a daemon thread owned by the manager: every ``interval_s`` at most, and sooner when
-        a periodic task with a shorter interval is due (a 100 ms ``log.retention.check.interval.ms`` is kept)."""
-        if self._bg_thread is not None:
+        """Run each dir's :meth:`tick_dir` on a daemon thread of its own (so one hung disk stops only its own
+        dir's background work), every ``interval_s`` at most and sooner when a periodic task with a shorter
+        interval is due (a 100 ms ``log.retention.check.interval.ms`` is kept); and the stall watchdog."""
+        if any(d.thread is not None for d in self._dirs.values()):
             return
         self._bg_stop.clear()
+        for path, d in self._dirs.items():
+            d.thread = threading.Thread(
+                target=self._background, args=(path, d, interval_s), name=f"kjbod-log-background {path}",
+                daemon=True,
+            )
+            d.thread.start()
+        self.watchdog.start()
 
+    def _background(self, path: str, d: _Dir, interval_s: float) -> None:
         def pause() -> float:
-            until_due = (self.next_due_ms() - self.clock()) / 1000
+            until_due = (self._next_due_in(d) - self.clock()) / 1000
             return min(interval_s, max(_MIN_TICK_S, until_due))
 
-        def loop() -> None:
-            while not self._bg_stop.wait(pause()):
-                try:
-                    self.tick()
-                except Exception:
-                    log.exception("log_manager_tick_failed")
-
-        self._bg_thread = threading.Thread(target=loop, name="kjbod-log-background", daemon=True)
-        self._bg_thread.start()
+        while not self._bg_stop.wait(pause()):
+            if not d.io.online and d.io.stalled:
+                return  # nothing of a stalled dir runs again
+            try:
+                self.tick_dir(path)
+            except Exception:
+                log.exception("log_manager_tick_failed", log_dir=path)
 
     def stop_background(self) -> None:
-        thread = self._bg_thread
-        if thread is not None:
-            self._bg_stop.set()
-            thread.join()
-            self._bg_thread = None
+        """Stop the background threads. One stuck in a file operation for longer than :data:`SHUTDOWN_GRACE_S`
+        cannot be stopped: its dir is failed as stalled (logged with the operation and file) and the thread left
+        behind (a daemon), so a shutdown never hangs on a hung disk, whatever ``log.dir.stall.timeout.ms`` is."""
+        self._bg_stop.set()
+        self.watchdog.stop()
+        for path, d in self._dirs.items():
+            thread = d.thread
+            if thread is None:
+                continue
+            while thread.is_alive() and not d.io.stalled:
+                thread.join(timeout=0.1)
+                oldest = d.io.oldest_outstanding()
+                if oldest is not None and time.monotonic() - oldest[2] > SHUTDOWN_GRACE_S:
+                    op, file, started = oldest
+                    log.error("log_dir_stuck_at_shutdown", log_dir=path, op=op, path=file,
+                              outstanding_s=round(time.monotonic() - started, 1),
+                              effect="taken offline and left behind; the shutdown goes on without it")
+                    d.io.fail_stalled(op, file, time.monotonic() - started, "stuck at shutdown")
+            if thread.is_alive():
+                log.warning("log_dir_thread_abandoned", log_dir=path, reason=d.io.offline_reason)
+            d.thread = None
 
     # ------------------------------------------------------------------------------------------ close
 

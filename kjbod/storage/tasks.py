@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import os
 import threading
 from collections.abc import Callable
 
@@ -75,17 +76,32 @@ class DeletionQueue:
         with self._lock:
             return [what for _, _, what, _ in sorted(self._heap)]
 
-    def run_due(self, now_ms: int) -> int:
-        """Run every deletion due at ``now_ms``; returns how many ran."""
+    def run_due(self, now_ms: int, *, under: str | None = None) -> int:
+        """Run every deletion due at ``now_ms`` (only those of paths under the dir ``under``, when given: each
+        log dir's background thread deletes its own files); returns how many ran."""
         ran = 0
+        prefix = None if under is None else under.rstrip(os.sep) + os.sep
         while True:
             with self._lock:
-                if not self._heap or self._heap[0][0] > now_ms:
+                entry = self._pop_due(now_ms, prefix)
+                if entry is None:
                     return ran
-                _, _, what, action = heapq.heappop(self._heap)
+                _, _, what, action = entry
             try:
                 action()
                 log.debug("deleted", what=what)
             except KafkaStorageError as e:
                 log.warning("delete_failed", what=what, error=str(e))
             ran += 1
+
+    def _pop_due(self, now_ms: int, prefix: str | None) -> tuple[int, int, str, Callable[[], None]] | None:
+        heap = self._heap
+        if prefix is None:
+            return heapq.heappop(heap) if heap and heap[0][0] <= now_ms else None
+        for i, entry in enumerate(heap):  # a short queue: a scan is fine
+            if entry[0] <= now_ms and entry[2].startswith(prefix):
+                heap[i] = heap[-1]
+                heap.pop()
+                heapq.heapify(heap)
+                return entry
+        return None

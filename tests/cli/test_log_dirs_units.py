@@ -215,23 +215,41 @@ def test_describe_document():
     assert document == {"version": 1, "brokers": [
         {"broker": 1, "error": None, "log_dirs": [
             {"path": "/data/a", "is_live": True, "error": None, "directory_id": "D289LI8KSlWdSx0uP0BRYg",
-             "total_bytes": 1000 * 2**30, "usable_bytes": 250 * 2**30, "partitions": [
+             "total_bytes": 1000 * 2**30, "usable_bytes": 250 * 2**30, "state": None, "recent_latency_ms": None,
+             "partitions": [
                  {"topic": "audit", "partition": 0, "size": 512, "offset_lag": None, "is_temporary": False},
                  {"topic": "events", "partition": 0, "size": 5 * 2**20, "offset_lag": 0, "is_temporary": False},
                  {"topic": "events", "partition": 1, "size": 3 * 2**20, "offset_lag": 0, "is_temporary": False},
              ]},
             {"path": "/data/b", "is_live": True, "error": None, "directory_id": None, "total_bytes": None,
-             "usable_bytes": None, "partitions": [
+             "usable_bytes": None, "state": None, "recent_latency_ms": None, "partitions": [
                  {"topic": "events", "partition": 0, "size": 2**20, "offset_lag": 1234, "is_temporary": True}]},
             {"path": "/data/c", "is_live": False, "error": "KAFKA_STORAGE_ERROR", "directory_id": None,
-             "total_bytes": None, "usable_bytes": None, "partitions": []},
+             "total_bytes": None, "usable_bytes": None, "state": None, "recent_latency_ms": None, "partitions": []},
         ]},
         {"broker": 2, "error": "NETWORK_EXCEPTION: 127.0.0.1:9: connection refused", "log_dirs": []},
         {"broker": 3, "error": None, "log_dirs": [
             {"path": "/d3", "is_live": True, "error": None, "directory_id": None, "total_bytes": 100,
-             "usable_bytes": 100, "partitions": []}]},
+             "usable_bytes": 100, "state": None, "recent_latency_ms": None, "partitions": []}]},
     ]}
     json.dumps(document)  # plain JSON types only
+
+
+def test_slow_and_silent_dirs_show_their_state():
+    result = LogDirsByBroker()
+    result[1] = [
+        LogDirInfo(1, "/ok", None, None, 100, 50, [], "online", 3),
+        LogDirInfo(1, "/slow", None, None, 100, 50, [], "degraded", 2345),
+        LogDirInfo(1, "/hung", None, ErrorCode.KAFKA_STORAGE_ERROR, None, None, [], "not-answering", 0),
+        LogDirInfo(1, "/dead", None, ErrorCode.KAFKA_STORAGE_ERROR, None, None, [], "offline", 0),
+    ]
+    document = describe_document(result)
+    assert [(d["state"], d["recent_latency_ms"]) for d in document["brokers"][0]["log_dirs"]] == [
+        ("online", 3), ("degraded", 2345), ("not-answering", 0), ("offline", 0)]
+    rows = [line.split()[:4] for line in render_table(document).splitlines()[2:6]]
+    assert rows == [["/ok", "online", "0", "0"], ["/slow", "degraded", "(2.3", "s/op)"],
+                    ["/hung", "NOT", "ANSWERING", "(KAFKA_STORAGE_ERROR)"],
+                    ["/dead", "OFFLINE", "(KAFKA_STORAGE_ERROR)", "-"]]
 
 
 def test_render_table():

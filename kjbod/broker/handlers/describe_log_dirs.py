@@ -8,7 +8,10 @@ client that refuses unknown tags (kio 0.6.5) never meets it. kjbod's admin clien
 
 Semantics (Kafka's ReplicaManager.describeLogDirs): null topics reports every replica on the node, a list
 reports those partitions (a partition this node lacks is simply absent). One result per configured log dir, in
-configuration order. An offline dir answers KAFKA_STORAGE_ERROR with no replicas and sizes -1. Per replica:
+configuration order. An offline dir answers KAFKA_STORAGE_ERROR with no replicas and sizes -1; so does a dir whose
+size probe (run on the dir's own thread) does not answer within the manager's probe timeout: a slow or hung disk
+never holds up the answer for the others. kjbod extensions (v2+, tagged): DirState (10001: online, degraded,
+offline, not-answering) and RecentLatencyMs (10002: the dir's slowest recent file operation). Per replica:
 size = bytes of its ``.log`` files; offset lag = max(0, HW - LEO) for a current replica (always 0 on a single
 node) and current LEO - future LEO for a future replica (is_future). A move that is queued or still in its
 bulk-copy phase has no open future log yet: it is reported from the mover's progress (bytes copied so far, and the
@@ -20,7 +23,10 @@ thread takes it. Either way each replica, current or future, appears once (see `
 
 from __future__ import annotations
 
+import asyncio
 from uuid import UUID
+
+import structlog
 
 from kjbod.broker.router import api
 from kjbod.protocol.errors import ErrorCode
@@ -35,7 +41,12 @@ from kjbod.protocol.generated.describe_log_dirs_response import (
     DescribeLogDirsTopic as Topic,
 )
 from kjbod.protocol.runtime import ZERO_UUID, gc_pause, gc_resume
+from kjbod.storage.health import DirState
 from kjbod.storage.ids import uuid_from_str
+from kjbod.storage.manager import probe_answer
+
+log = structlog.get_logger("kjbod.describe_log_dirs")
+INT32_MAX = (1 << 31) - 1
 
 
 def _directory_id(text: str | None) -> UUID:
@@ -132,22 +143,41 @@ def collect(node, wanted: dict[str, set[int]] | None) -> dict[str, dict[str, lis
     return out
 
 
+async def probe_sizes(manager) -> dict[str, tuple[int, int, int] | None]:
+    """Each online dir's sizes, asked on that dir's own probe thread and waited for at most the manager's probe
+    timeout: a dir that does not answer in time is reported as not answering instead of holding up the others
+    (and the event loop)."""
+    probes = manager.start_probes()
+    running = [asyncio.wrap_future(f) for f in probes.values() if not f.done()]
+    if running:
+        await asyncio.wait(running, timeout=manager.probe_timeout_s)
+    return {path: probe_answer(f) for path, f in probes.items()}
+
+
 @api(DescribeLogDirsRequest)
-def handle(node, request, body: DescribeLogDirsRequest) -> DescribeLogDirsResponse:
+async def handle(node, request, body: DescribeLogDirsRequest) -> DescribeLogDirsResponse:
     wanted: dict[str, set[int]] | None = None
     if body.topics is not None:
         wanted = {}
         for t in body.topics:
             wanted.setdefault(t.topic, set()).update(t.partitions)
+    manager = node.logs.manager
+    sizes = await probe_sizes(manager)
     by_dir = collect(node, wanted)
     results = []
-    for info in node.logs.manager.dirs:
-        dir_id = _directory_id(info.directory_id) if body.include_directory_ids else ZERO_UUID
-        if not info.online:
+    for info in manager.dir_infos(sizes):
+        # kjbod's extensions go only to a request that asks for them (strict decoders refuse unknown tags).
+        extra = ({"directory_id": _directory_id(info.directory_id), "dir_state": info.state.value,
+                  "recent_latency_ms": min(info.recent_latency_ms, INT32_MAX)}
+                 if body.include_directory_ids else {})
+        if not info.online or info.state is DirState.NOT_ANSWERING:
+            if info.online:
+                log.warning("log_dir_not_answering", log_dir=info.path, timeout_s=manager.probe_timeout_s,
+                            effect="reported as KAFKA_STORAGE_ERROR with no sizes")
             results.append(Result(error_code=ErrorCode.KAFKA_STORAGE_ERROR, log_dir=info.path, topics=[],
-                                  total_bytes=-1, usable_bytes=-1, directory_id=dir_id))
+                                  total_bytes=-1, usable_bytes=-1, **extra))
             continue
         topics = [Topic(name=name, partitions=parts) for name, parts in by_dir.get(info.path, {}).items()]
         results.append(Result(error_code=0, log_dir=info.path, topics=topics, total_bytes=info.total_bytes,
-                              usable_bytes=info.usable_bytes, directory_id=dir_id))
+                              usable_bytes=info.usable_bytes, **extra))
     return DescribeLogDirsResponse(throttle_time_ms=0, error_code=0, results=results)

@@ -229,7 +229,7 @@ class ReplicaMover:
 
     def resume_at_startup(self) -> None:
         """KIP-113's recovery for every ``-future`` log the loader found (see the module docstring)."""
-        offline = [d.path for d in self.manager.dirs if not d.online]
+        offline = self.manager.offline_dirs
         for future in self.manager.future_logs():
             topic, partition = future.topic, future.partition
             if self.manager.find(topic, partition) is not None:

@@ -62,6 +62,8 @@ class DescribeLogDirsResult:
     total_bytes: int = -1  # Size of the volume holding the log dir; -1 if unknown.
     usable_bytes: int = -1  # Free space usable on that volume; -1 if unknown.
     directory_id: UUID = _ZERO_UUID  # kjbod extension: the KIP-858 directory id of this log dir (zero if unknow...
+    dir_state: str = ''  # kjbod extension: online, degraded (slow), offline or not-answering; empty...
+    recent_latency_ms: int = -1  # kjbod extension: the slowest file operation of the last seconds in this l...
     unknown_tagged_fields: tuple[tuple[int, bytes], ...] = ()
 
 
@@ -190,7 +192,7 @@ def _dec_v1(buf, pos):
                     ap2(e2)
             e1 = DescribeLogDirsTopic(v2_name, v2_partitions, ())
             ap1(e1)
-        e0 = DescribeLogDirsResult(v1_error_code, v1_log_dir, v1_topics, -1, -1, _ZERO_UUID, ())
+        e0 = DescribeLogDirsResult(v1_error_code, v1_log_dir, v1_topics, -1, -1, _ZERO_UUID, '', -1, ())
         ap0(e0)
     msg = DescribeLogDirsResponse(v0_throttle_time_ms, 0, v0_results, ())
     return msg, pos
@@ -233,6 +235,16 @@ def _enc_v2(o, out):
             s1 = []
             s1.append(_S4.pack(e0.directory_id.bytes))
             t1.append((10000, b''.join(s1)))
+        if e0.dir_state != '':
+            s1 = []
+            if e0.dir_state is None:
+                raise EncodeError('non-nullable field DirState is None at version 2')
+            _rt.write_compact_string(s1, e0.dir_state)
+            t1.append((10001, b''.join(s1)))
+        if e0.recent_latency_ms != -1:
+            s1 = []
+            s1.append(_S0.pack(e0.recent_latency_ms))
+            t1.append((10002, b''.join(s1)))
         _rt.write_tags(out, t1, e0.unknown_tagged_fields)
     if o.unknown_tagged_fields:
         _rt.write_unknown_tags(out, o.unknown_tagged_fields)
@@ -295,6 +307,8 @@ def _dec_v2(buf, pos):
             e1 = DescribeLogDirsTopic(v2_name, v2_partitions, u2)
             ap1(e1)
         v1_directory_id = _ZERO_UUID
+        v1_dir_state = ''
+        v1_recent_latency_ms = -1
         if buf[pos] == 0:
             pos += 1
             u1 = ()
@@ -308,11 +322,18 @@ def _dec_v2(buf, pos):
                     pos += 16
                     v1_directory_id = _uuid(v1_directory_id)
                     _rt.check_tag_end(pos, end1, tag1)
+                elif tag1 == 10001:
+                    v1_dir_state, pos = _rt.read_compact_string(buf, pos)
+                    _rt.check_tag_end(pos, end1, tag1)
+                elif tag1 == 10002:
+                    v1_recent_latency_ms, = _S0.unpack_from(buf, pos)
+                    pos += 4
+                    _rt.check_tag_end(pos, end1, tag1)
                 else:
                     u1.append((tag1, bytes(buf[pos:end1])))
                     pos = end1
             u1 = tuple(u1)
-        e0 = DescribeLogDirsResult(v1_error_code, v1_log_dir, v1_topics, -1, -1, v1_directory_id, u1)
+        e0 = DescribeLogDirsResult(v1_error_code, v1_log_dir, v1_topics, -1, -1, v1_directory_id, v1_dir_state, v1_recent_latency_ms, u1)
         ap0(e0)
     if buf[pos] == 0:
         pos += 1
@@ -366,6 +387,16 @@ def _enc_v3(o, out):
             s1 = []
             s1.append(_S4.pack(e0.directory_id.bytes))
             t1.append((10000, b''.join(s1)))
+        if e0.dir_state != '':
+            s1 = []
+            if e0.dir_state is None:
+                raise EncodeError('non-nullable field DirState is None at version 3')
+            _rt.write_compact_string(s1, e0.dir_state)
+            t1.append((10001, b''.join(s1)))
+        if e0.recent_latency_ms != -1:
+            s1 = []
+            s1.append(_S0.pack(e0.recent_latency_ms))
+            t1.append((10002, b''.join(s1)))
         _rt.write_tags(out, t1, e0.unknown_tagged_fields)
     if o.unknown_tagged_fields:
         _rt.write_unknown_tags(out, o.unknown_tagged_fields)
@@ -428,6 +459,8 @@ def _dec_v3(buf, pos):
             e1 = DescribeLogDirsTopic(v2_name, v2_partitions, u2)
             ap1(e1)
         v1_directory_id = _ZERO_UUID
+        v1_dir_state = ''
+        v1_recent_latency_ms = -1
         if buf[pos] == 0:
             pos += 1
             u1 = ()
@@ -441,11 +474,18 @@ def _dec_v3(buf, pos):
                     pos += 16
                     v1_directory_id = _uuid(v1_directory_id)
                     _rt.check_tag_end(pos, end1, tag1)
+                elif tag1 == 10001:
+                    v1_dir_state, pos = _rt.read_compact_string(buf, pos)
+                    _rt.check_tag_end(pos, end1, tag1)
+                elif tag1 == 10002:
+                    v1_recent_latency_ms, = _S0.unpack_from(buf, pos)
+                    pos += 4
+                    _rt.check_tag_end(pos, end1, tag1)
                 else:
                     u1.append((tag1, bytes(buf[pos:end1])))
                     pos = end1
             u1 = tuple(u1)
-        e0 = DescribeLogDirsResult(v1_error_code, v1_log_dir, v1_topics, -1, -1, v1_directory_id, u1)
+        e0 = DescribeLogDirsResult(v1_error_code, v1_log_dir, v1_topics, -1, -1, v1_directory_id, v1_dir_state, v1_recent_latency_ms, u1)
         ap0(e0)
     if buf[pos] == 0:
         pos += 1
@@ -500,6 +540,16 @@ def _enc_v4(o, out):
             s1 = []
             s1.append(_S4.pack(e0.directory_id.bytes))
             t1.append((10000, b''.join(s1)))
+        if e0.dir_state != '':
+            s1 = []
+            if e0.dir_state is None:
+                raise EncodeError('non-nullable field DirState is None at version 4')
+            _rt.write_compact_string(s1, e0.dir_state)
+            t1.append((10001, b''.join(s1)))
+        if e0.recent_latency_ms != -1:
+            s1 = []
+            s1.append(_S0.pack(e0.recent_latency_ms))
+            t1.append((10002, b''.join(s1)))
         _rt.write_tags(out, t1, e0.unknown_tagged_fields)
     if o.unknown_tagged_fields:
         _rt.write_unknown_tags(out, o.unknown_tagged_fields)
@@ -564,6 +614,8 @@ def _dec_v4(buf, pos):
         v1_total_bytes, v1_usable_bytes, tc1 = _S8.unpack_from(buf, pos)
         pos += 16
         v1_directory_id = _ZERO_UUID
+        v1_dir_state = ''
+        v1_recent_latency_ms = -1
         if tc1 == 0:
             pos += 1
             u1 = ()
@@ -577,11 +629,18 @@ def _dec_v4(buf, pos):
                     pos += 16
                     v1_directory_id = _uuid(v1_directory_id)
                     _rt.check_tag_end(pos, end1, tag1)
+                elif tag1 == 10001:
+                    v1_dir_state, pos = _rt.read_compact_string(buf, pos)
+                    _rt.check_tag_end(pos, end1, tag1)
+                elif tag1 == 10002:
+                    v1_recent_latency_ms, = _S0.unpack_from(buf, pos)
+                    pos += 4
+                    _rt.check_tag_end(pos, end1, tag1)
                 else:
                     u1.append((tag1, bytes(buf[pos:end1])))
                     pos = end1
             u1 = tuple(u1)
-        e0 = DescribeLogDirsResult(v1_error_code, v1_log_dir, v1_topics, v1_total_bytes, v1_usable_bytes, v1_directory_id, u1)
+        e0 = DescribeLogDirsResult(v1_error_code, v1_log_dir, v1_topics, v1_total_bytes, v1_usable_bytes, v1_directory_id, v1_dir_state, v1_recent_latency_ms, u1)
         ap0(e0)
     if buf[pos] == 0:
         pos += 1
