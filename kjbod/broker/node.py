@@ -71,6 +71,7 @@ class BrokerNode:
         self.metadata: MetadataImage = EMPTY_IMAGE  # the current image; replaced whole by the publisher
         self.controller: Any = None  # kjbod.controller.QuorumController, built by the server layer
         self.metadata_log: Any = None
+        self.metadata_fetch: Any = None  # serves Fetch/FetchSnapshot of the metadata log on controller listeners
         self.logs: Any = None  # kjbod.storage log manager, once opened
         self.mover: Any = None  # kjbod.broker.kip113.ReplicaMover, once storage is open
         self.handler = Router(self)  # each request is logged at debug by the connection, with its latency
@@ -399,6 +400,8 @@ class BrokerNode:
         if self.mover is not None:
             # In a thread: a mover waiting for its final step on this loop must be able to give up meanwhile.
             await asyncio.get_running_loop().run_in_executor(None, self.mover.stop)
+        if self.metadata_fetch is not None:
+            self.metadata_fetch.close()
         if self.controller is not None:
             await self.controller.stop()
         if self.logs is not None:
