@@ -225,7 +225,7 @@ class BrokerNode:
         for topic_id, parts in creates.items():
             placed += self._create_partitions(image.topics_by_id[topic_id], sorted(parts))
         if placed:
-            task = asyncio.get_running_loop().create_task(self.controller.assign_directories(self.node_id, placed))
+            task = asyncio.get_running_loop().create_task(self.assign_directories(placed))
             self._assignments.add(task)
             task.add_done_callback(self._assignment_done)
         for tid in delta.changed_topic_ids():
@@ -240,6 +240,10 @@ class BrokerNode:
             if rate != self.mover.throttle.rate:
                 self.mover.throttle.set_rate(rate)
                 log.info("intra_broker_throttle_changed", bytes_per_second=None if rate >= LONG_MAX else rate)
+
+    async def assign_directories(self, placed: list[tuple[uuid.UUID, int, uuid.UUID]]) -> None:
+        """Records in the metadata the dir each of these (topic id, partition) replicas is in."""
+        await self.controller.assign_directories(self.node_id, placed)
 
     def _assignment_done(self, task: asyncio.Task) -> None:
         self._assignments.discard(task)
@@ -356,7 +360,7 @@ class BrokerNode:
                 if p.directory_of(self.node_id) != dir_id:
                     placed.append((topic.topic_id, p.partition, dir_id))
         if placed:
-            await self.controller.assign_directories(self.node_id, placed)
+            await self.assign_directories(placed)
             log.info("replica_dirs_recorded", partitions=len(placed))
 
     async def _heartbeat(self, *, want_shut_down: bool = False) -> Any:

@@ -9,8 +9,8 @@ the broker's config tables as its config policy.
   broker reaches the controller in process, and the controller listener serves other brokers.
 * controller: `ControllerNode`, the controller alone on its metadata log, serving only controller listeners
   (registrations, heartbeats, topics, configs, producer id blocks); no data log dirs are opened.
-* broker: needs the client side that reaches a remote controller (kjbod.net), not in this build yet: refused
-  with a message saying so.
+* broker: `RemoteBrokerNode` (kjbod.broker.remote), the broker node with its controller in another process,
+  reached over the controller listener of `controller.quorum.voters` / `controller.quorum.bootstrap.servers`.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ import structlog
 from kjbod.broker import broker_config as bc
 from kjbod.broker import topic_config
 from kjbod.broker.node import BrokerNode, NodeEndpoint
+from kjbod.broker.remote import RemoteBrokerNode
 from kjbod.broker.router import Router
 from kjbod.controller import ControllerSettings, PolicyError, QuorumController
 from kjbod.controller.metadata_fetch import MetadataFetchService
@@ -186,5 +187,7 @@ def build_node(config: Any) -> Any:
         return build_combined_node(config)
     if config.is_controller:
         return ControllerNode(config)
-    raise ConfigError("process.roles=broker alone needs the client side that reaches a remote controller, which "
-                      "this build of kjbod does not have yet; use process.roles=broker,controller")
+    try:
+        return RemoteBrokerNode(config)
+    except ValueError as e:  # no usable controller.quorum.voters / controller.quorum.bootstrap.servers
+        raise ConfigError(str(e)) from None

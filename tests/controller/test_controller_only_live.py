@@ -1,15 +1,14 @@
 """process.roles=controller: a controller-only `kjbod serve`, configured with Kafka's keys and formatted with
 `kjbod format`, serves brokers on its controller listener only, keeps what they registered and created across a
-restart (replaying its metadata log), and refuses a broker-only config with a message naming what is missing."""
+restart (replaying its metadata log), and answers Fetch of the metadata log on that listener."""
 
 from __future__ import annotations
 
 import asyncio
-import subprocess
 import uuid
 
 from datapath.support import RawClient
-from live import COMMAND, LiveServer, format_storage, free_port, new_cluster_id
+from live import LiveServer, format_storage, free_port, new_cluster_id
 
 from kjbod.broker.metadata_follower import MetadataFollower
 from kjbod.metadata import EMPTY_IMAGE, replay
@@ -80,20 +79,6 @@ def test_controller_only_process(tmp_path):
             assert (ok.error_code, ok.is_fenced) == (0, False)
     finally:
         server.stop()
-
-
-def test_broker_only_config_is_refused_with_a_reason(tmp_path):
-    port = free_port()
-    config = tmp_path / "broker.properties"
-    config.write_text("".join(f"{k}={v}\n" for k, v in {
-        "process.roles": "broker", "node.id": "1", "listeners": f"PLAINTEXT://127.0.0.1:{port}",
-        "controller.listener.names": "CONTROLLER", "controller.quorum.voters": "100@127.0.0.1:1",
-        "log.dirs": str(tmp_path / "logs"),
-    }.items()))
-    format_storage(config, new_cluster_id())
-    done = subprocess.run([*COMMAND, "serve", "-c", str(config)], capture_output=True, text=True, timeout=60)
-    assert done.returncode != 0
-    assert "process.roles=broker alone" in done.stderr and "Traceback" not in done.stderr
 
 
 async def test_a_broker_follows_the_metadata_log_over_the_controller_listener(tmp_path):
