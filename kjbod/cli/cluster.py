@@ -135,12 +135,12 @@ def _is_empty(root: Path) -> bool:
 # ------------------------------------------------------------------------------------------------ processes
 
 
-def _listen_port(home: Path) -> int:
+def listen_port(home: Path) -> int:
     listener = read_properties(home / "server.properties")["listeners"].split(",")[0]
     return int(listener.rpartition(":")[2])
 
 
-def _pid(home: Path) -> int | None:
+def node_pid(home: Path) -> int | None:
     """The pid of the node's process if it still runs kjbod for this node, else None."""
     try:
         pid = int((home / "pid").read_text().strip())
@@ -160,9 +160,9 @@ def _die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
-def _start(home: Path, *, detach: bool) -> subprocess.Popen[bytes]:
-    if _pid(home) is not None:
-        raise UserError(f"{home.name} is already running (pid {_pid(home)}); stop it with kjbod cluster down "
+def start_node(home: Path, *, detach: bool) -> subprocess.Popen[bytes]:
+    if node_pid(home) is not None:
+        raise UserError(f"{home.name} is already running (pid {node_pid(home)}); stop it with kjbod cluster down "
                         f"--dir {home.parent}")
     with open(home / "server.log", "ab") as out:
         process = subprocess.Popen(
@@ -173,8 +173,8 @@ def _start(home: Path, *, detach: bool) -> subprocess.Popen[bytes]:
     return process
 
 
-def _wait_listening(home: Path, process: subprocess.Popen[bytes], deadline: float) -> None:
-    port = _listen_port(home)
+def wait_listening(home: Path, process: subprocess.Popen[bytes], deadline: float) -> None:
+    port = listen_port(home)
     while True:
         code = process.poll()
         if code is not None:
@@ -194,7 +194,7 @@ def stop_nodes(root: Path) -> list[str]:
     stopped = []
     brokers = [h for h in homes if h.name != CONTROLLER]
     for group in (brokers, [h for h in homes if h.name == CONTROLLER]):
-        running = {home: pid for home in group if (pid := _pid(home)) is not None}
+        running = {home: pid for home in group if (pid := node_pid(home)) is not None}
         for pid in running.values():
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)
@@ -258,15 +258,15 @@ def run_up(args: argparse.Namespace) -> int:
     try:
         processes = {}
         for home in homes:
-            processes[home] = _start(home, detach=args.detach)
+            processes[home] = start_node(home, detach=args.detach)
             if home.name == CONTROLLER:
-                _wait_listening(home, processes[home], deadline)
+                wait_listening(home, processes[home], deadline)
         for home in homes[1:]:
-            _wait_listening(home, processes[home], deadline)
+            wait_listening(home, processes[home], deadline)
     except BaseException:
         stop_nodes(root)
         raise
-    print(f"bootstrap.servers={','.join(f'{HOST}:{_listen_port(h)}' for h in homes[1:])}", flush=True)
+    print(f"bootstrap.servers={','.join(f'{HOST}:{listen_port(h)}' for h in homes[1:])}", flush=True)
     print(f"logs: {root}/*/server.log", flush=True)
     if args.detach:
         print(f"stop it with: kjbod cluster down --dir {root}", flush=True)
