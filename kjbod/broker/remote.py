@@ -98,18 +98,10 @@ class RemoteBrokerNode(BrokerNode):
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         manager = open_logs(self)
-        registration = self._registration()
-        c = self.config
         self.follower = MetadataFollower(self._channel("metadata"), node_id=self.node_id,
                                          cluster_id=self.cluster_id, on_batch=self._on_batch)
         self.lifecycle = BrokerLifecycleManager(
-            LifecycleConfig(
-                node_id=self.node_id, cluster_id=self.cluster_id, listeners=registration.listeners,
-                log_dirs=registration.log_dirs, rack=registration.rack,
-                heartbeat_interval=int(c.broker_heartbeat_interval_ms) / 1000,
-                session_timeout=int(c.broker_session_timeout_ms) / 1000,
-                log_dir_failure_timeout=int(c.log_dir_failure_timeout_ms) / 1000),
-            self._channel("lifecycle"), lambda: self.follower.last_applied_offset if self.follower else -1,
+            self.lifecycle_config(self._registration()), self._channel("lifecycle"), lambda: self.follower.last_applied_offset if self.follower else -1,
             self._lifecycle_shutdown, incarnation_id=self.incarnation_id)
         self.follower.start()
         self.lifecycle.start()
@@ -123,6 +115,16 @@ class RemoteBrokerNode(BrokerNode):
         log.info("node_started", node_id=self.node_id, cluster_id=self.cluster_id, role="broker",
                  topics=len(self.metadata.by_name), broker_epoch=self.broker_epoch,
                  metadata_offset=self.metadata.offset)
+
+    def lifecycle_config(self, registration: Any) -> LifecycleConfig:
+        """What registration and heartbeats carry, and their timers, from this broker's config."""
+        c = self.config
+        return LifecycleConfig(
+            node_id=self.node_id, cluster_id=self.cluster_id, listeners=registration.listeners,
+            log_dirs=registration.log_dirs, rack=registration.rack,
+            heartbeat_interval=int(c.broker_heartbeat_interval_ms) / 1000,
+            session_timeout=int(c.broker_session_timeout_ms) / 1000,
+            log_dir_failure_timeout=int(c.log_dir_failure_timeout_ms) / 1000)
 
     async def _until(self, step: asyncio.Future[None], what: str) -> None:
         """Waits for a lifecycle step; a broker told to stop meanwhile stops starting."""
