@@ -8,13 +8,17 @@ from __future__ import annotations
 
 import re
 import signal
+import subprocess
 import time
 import warnings
 from collections import Counter
+from pathlib import Path
 
 import pytest
 from datapath.support import RawClient, batch, create_topic, fetch, fetch_all, list_offset, metadata, produce
+from live import COMMAND
 
+from kjbod.cli.cluster import node_dirs, node_pid
 from kjbod.protocol.errors import ErrorCode as E
 from kjbod.protocol.generated import DescribeClusterRequest, InitProducerIdRequest
 
@@ -235,3 +239,52 @@ def test_brokers_serve_what_they_lead_while_the_controller_is_away(cluster, sig)
     for b in cluster.broker_ids:
         with raw_to(cluster, b) as raw:
             assert sorted(n.node_id for n in metadata(raw, None).brokers) == [1, 2, 3]
+
+
+def test_cluster_down_then_up_again_keeps_the_data(cluster):
+    """Last in this module: the whole cluster stopped with `kjbod cluster down` and started again on its dir."""
+    topic = "kept-across-restart"
+    led = new_topic(cluster, topic, 6)
+    for p, b in led.items():
+        with raw_to(cluster, b) as raw:
+            assert produce(raw, topic, p, batch([b"kept %d" % p])).error_code == 0
+    down = subprocess.run([*COMMAND, "cluster", "down", "--dir", str(cluster.root)], capture_output=True, text=True,
+                          timeout=300)
+    assert down.returncode == 0 and "stopped: " in down.stdout, down.stderr
+    for process in cluster.processes.values():
+        assert process.wait(60) == 0  # brokers first (controlled shutdown), then the controller: all exit 0
+    cluster.processes.clear()
+    assert all(node_pid(home) is None for home in cluster.homes.values())
+    up = subprocess.run([*COMMAND, "cluster", "up", "--detach", "--dir", str(cluster.root)], capture_output=True,
+                        text=True, timeout=300)
+    assert up.returncode == 0, up.stderr
+    assert "again with its data" in up.stdout and f"bootstrap.servers={cluster.bootstrap}" in up.stdout
+    assert leaders(cluster, topic) == led
+    for p, b in led.items():
+        with raw_to(cluster, b) as raw:
+            assert [r.value for r in fetch_all(raw, topic, p)] == [b"kept %d" % p]
+
+
+def test_cluster_up_in_the_foreground_stops_every_node_when_its_terminal_goes_away(tmp_path):
+    up = subprocess.Popen([*COMMAND, "cluster", "up", "--brokers", "1", "--log-dirs", "2", "--dir", str(tmp_path)],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        lines = []
+        while not lines or not lines[-1].startswith("bootstrap.servers="):
+            line = up.stdout.readline()
+            assert line, f"cluster up ended early: {up.stderr.read()}"
+            lines.append(line.strip())
+        port = int(lines[-1].rpartition(":")[2])
+        with RawClient("127.0.0.1", port) as raw:
+            assert [n.node_id for n in metadata(raw, None).brokers] == [1]
+        pids = [node_pid(home) for home in node_dirs(tmp_path)]
+        assert all(pids) and len(pids) == 2
+        up.send_signal(signal.SIGHUP)
+        out, err = up.communicate(timeout=120)
+        assert up.returncode == 0, err
+        assert "stopped: broker-1, controller" in out
+        assert not any(Path(f"/proc/{pid}").exists() for pid in pids)
+    finally:
+        if up.poll() is None:
+            up.kill()
+            up.communicate()
