@@ -43,8 +43,24 @@ from kjbod.broker.node import BrokerNode
 from kjbod.broker.storage_glue import apply_image_at_start, open_logs, reconcile
 from kjbod.metadata import EMPTY_IMAGE, MetadataDelta, MetadataImage
 from kjbod.net.controller_channel import SocketControllerChannel, controller_addresses
+from kjbod.net.errors import ClientError
 from kjbod.protocol.errors import ErrorCode
-from kjbod.protocol.generated import CreateTopicsRequest, DeleteTopicsRequest
+from kjbod.protocol.generated import (
+    AllocateProducerIdsRequest,
+    AllocateProducerIdsResponse,
+    AlterConfigsRequest,
+    AlterConfigsResponse,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
+)
+from kjbod.protocol.generated import alter_configs_response as acr
+from kjbod.protocol.generated import incremental_alter_configs_response as iacr
+from kjbod.protocol.generated.create_topics_response import CreatableTopicResult
+from kjbod.protocol.generated.delete_topics_response import DeletableTopicResult
 from kjbod.storage.ids import uuid_from_str
 
 __all__ = ["NotLeaderError", "RemoteBrokerNode"]
@@ -190,7 +206,17 @@ class RemoteBrokerNode(BrokerNode):
         """Forwards a controller-owned request at the client's version.  Topics created or deleted are waited
         for in this broker's image (briefly), so a client that asks this broker next sees them."""
         channel = self._channels.get("forward") or self._channel("forward")
-        response = await channel.forward(body, body.API_KEY, version)
+        # CreateTopics and DeleteTopics say how long the client waits: no point waiting for the controller longer
+        wait = getattr(body, "timeout_ms", 0) / 1000
+        try:
+            response = await channel.forward(body, body.API_KEY, version,
+                                              timeout=min(wait, channel.request_timeout) if wait > 0 else None)
+        except ClientError as e:  # the controller is away: the client hears it and retries, as from Kafka
+            log.warning("controller_request_failed", api=type(body).__name__, error=str(e))
+            answer = unanswered(body, f"the controller did not answer: {e}")
+            if answer is None:
+                raise
+            return answer
         if isinstance(body, CreateTopicsRequest) and not body.validate_only:
             made = {t.name for t in response.topics if t.error_code == 0}
             if made:
@@ -248,3 +274,27 @@ class RemoteBrokerNode(BrokerNode):
         for channel in self._channels.values():
             channel.close()
         await super().stop()
+
+
+def unanswered(body: Any, message: str) -> Any | None:
+    """The answer to a forwarded request the controller did not answer: REQUEST_TIMED_OUT for each item, as
+    Kafka's forwarding answers a request whose forward timed out."""
+    code = ErrorCode.REQUEST_TIMED_OUT
+    if isinstance(body, CreateTopicsRequest):
+        return CreateTopicsResponse(topics=[CreatableTopicResult(
+            name=t.name, error_code=code, error_message=message) for t in body.topics])
+    if isinstance(body, DeleteTopicsRequest):
+        named = [(t.name, t.topic_id) for t in body.topics] or [(n, uuid.UUID(int=0)) for n in body.topic_names]
+        return DeleteTopicsResponse(responses=[DeletableTopicResult(
+            name=name, topic_id=tid, error_code=code, error_message=message) for name, tid in named])
+    if isinstance(body, AlterConfigsRequest):
+        return AlterConfigsResponse(responses=[acr.AlterConfigsResourceResponse(
+            error_code=code, error_message=message, resource_type=r.resource_type, resource_name=r.resource_name)
+            for r in body.resources])
+    if isinstance(body, IncrementalAlterConfigsRequest):
+        return IncrementalAlterConfigsResponse(responses=[iacr.AlterConfigsResourceResponse(
+            error_code=code, error_message=message, resource_type=r.resource_type, resource_name=r.resource_name)
+            for r in body.resources])
+    if isinstance(body, AllocateProducerIdsRequest):
+        return AllocateProducerIdsResponse(error_code=code)
+    return None

@@ -20,7 +20,7 @@ from live import COMMAND
 
 from kjbod.cli.cluster import node_dirs, node_pid
 from kjbod.protocol.errors import ErrorCode as E
-from kjbod.protocol.generated import DescribeClusterRequest, InitProducerIdRequest
+from kjbod.protocol.generated import CreateTopicsRequest, DescribeClusterRequest, InitProducerIdRequest
 
 from .conftest import Cluster, wait_for
 
@@ -230,6 +230,10 @@ def test_brokers_serve_what_they_lead_while_the_controller_is_away(cluster, sig)
         with raw_to(cluster, b) as raw:
             assert produce(raw, topic, p, batch([b"while away"])).error_code == 0
             assert [r.value for r in fetch_all(raw, topic, p)] == [b"while away"]
+    with raw_to(cluster, 2) as raw:  # what only the controller can do is answered, with the reason
+        refused = raw.call(CreateTopicsRequest(timeout_ms=500, topics=[CreateTopicsRequest.CreatableTopic(
+            name=f"{topic}-refused", num_partitions=1, replication_factor=1)]), 7).topics[0]
+        assert refused.error_code == E.REQUEST_TIMED_OUT and "controller" in refused.error_message
     cluster.start("controller")
     # The restarted controller replayed its log: it knows the topic, every broker is back in its session, and a
     # topic created now gets leaders on all of them.
