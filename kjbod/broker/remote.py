@@ -160,6 +160,16 @@ class RemoteBrokerNode(BrokerNode):
 
     # -------------------------------------------------------------------------------- the metadata
     async def _on_batch(self, batch: MetadataBatch) -> None:
+        try:
+            self._apply_batch(batch)
+        except Exception as e:  # Kafka's broker treats a metadata it cannot apply as fatal: so does this one
+            log.exception("metadata_apply_failed", node_id=self.node_id, offset=batch.base_offset)
+            self._lifecycle_shutdown(f"the metadata at offset {batch.base_offset} could not be applied: {e}")
+            raise
+        async with self._image_changed:
+            self._image_changed.notify_all()
+
+    def _apply_batch(self, batch: MetadataBatch) -> None:
         base = EMPTY_IMAGE if batch.snapshot else self.metadata
         delta = MetadataDelta(base)
         delta.replay_all(batch.records, first_offset=batch.last_offset - len(batch.records) + 1)
@@ -172,8 +182,6 @@ class RemoteBrokerNode(BrokerNode):
         else:
             self._publish(delta, image)
         self._check_registration(image)
-        async with self._image_changed:
-            self._image_changed.notify_all()
 
     def _check_registration(self, image: MetadataImage) -> None:
         """Kafka's broker registers again when its metadata no longer shows its registration (unregistered)."""

@@ -248,10 +248,14 @@ def run_up(args: argparse.Namespace) -> int:
     elif not node_dirs(root):
         raise UserError(f"{root} is neither empty nor a cluster made by kjbod cluster up")
     else:
-        print(f"starting the cluster in {root} again with its data")
+        print(f"starting the cluster in {root} again with its data (its own node count and log dirs; --brokers, "
+              "--log-dirs and --set apply to new clusters)")
     homes = node_dirs(root)
     if not homes or homes[0].name != CONTROLLER:
         raise UserError(f"{root} has no controller/server.properties")
+    running = [f"{home.name} (pid {pid})" for home in homes if (pid := node_pid(home)) is not None]
+    if running:
+        raise UserError(f"{', '.join(running)} already running; stop it with kjbod cluster down --dir {root}")
     deadline = time.monotonic() + READY_TIMEOUT_S
     if not args.detach:  # the signals that stop us are taken synchronously below; block them from now on
         signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)

@@ -267,6 +267,11 @@ def test_cluster_down_then_up_again_keeps_the_data(cluster):
     for p, b in led.items():
         with raw_to(cluster, b) as raw:
             assert [r.value for r in fetch_all(raw, topic, p)] == [b"kept %d" % p]
+    # Started twice: refused in one line, and the running cluster is left alone.
+    again = subprocess.run([*COMMAND, "cluster", "up", "--detach", "--dir", str(cluster.root)], capture_output=True,
+                           text=True, timeout=300)
+    assert again.returncode == 2 and "already running" in again.stderr and "Traceback" not in again.stderr
+    assert leaders(cluster, topic) == led
 
 
 def test_cluster_up_in_the_foreground_stops_every_node_when_its_terminal_goes_away(tmp_path):
