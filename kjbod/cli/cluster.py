@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -242,7 +243,12 @@ def run_up(args: argparse.Namespace) -> int:
             raise UserError(f"--set {item!r}: expected KEY=VALUE")
         extra[key.strip()] = value.strip()
     if _is_empty(root):
-        create_cluster(root, args.brokers, args.log_dirs, extra)
+        try:
+            create_cluster(root, args.brokers, args.log_dirs, extra)
+        except BaseException:  # a bad --set: leave the dir as it was (empty), not a half-made cluster
+            for child in root.iterdir() if root.exists() else ():
+                shutil.rmtree(child, ignore_errors=True)
+            raise
         print(f"formatted a new cluster in {root}: a controller and {args.brokers} brokers, "
               f"{args.log_dirs} log dirs each")
     elif not node_dirs(root):
