@@ -47,10 +47,22 @@ def leaders(cluster: Cluster, topic: str, via: int = 1) -> dict[int, int]:
     return {p.partition_index: p.leader_id for p in t.partitions}
 
 
+def known_everywhere(cluster: Cluster, topic: str) -> bool:
+    for b in cluster.broker_ids:
+        with raw_to(cluster, b) as raw:
+            (t,) = metadata(raw, [topic]).topics
+        if t.error_code != 0:
+            return False
+    return True
+
+
 def new_topic(cluster: Cluster, name: str, partitions: int = PARTITIONS, via: int = 1) -> dict[int, int]:
+    """Creates the topic through broker `via` and waits until every broker's metadata has it (the answer comes
+    once the controller has it and `via` has applied it; the others follow the metadata log on their own)."""
     with raw_to(cluster, via) as raw:
         created = create_topic(raw, name, partitions)
     assert created.error_code == 0, created.error_message
+    wait_for(lambda: known_everywhere(cluster, name), f"every broker knows {name}")
     return leaders(cluster, name, via)
 
 
