@@ -104,8 +104,8 @@ class RemoteBrokerNode(BrokerNode):
         pass  # the lifecycle manager owns it
 
     def _channel(self, purpose: str) -> SocketControllerChannel:
-        timeout = max(int(getattr(self.config, "broker_session_timeout_ms", 9000)) / 1000, 1.0)
-        channel = SocketControllerChannel(self.controller_addresses, request_timeout=max(timeout, 30.0),
+        """A connection of its own per user (see the module docstring); 30 s requests, as Kafka's channels."""
+        channel = SocketControllerChannel(self.controller_addresses, request_timeout=30.0,
                                           client_id=f"kjbod-broker-{self.node_id}-{purpose}")
         self._channels[purpose] = channel
         return channel
@@ -116,18 +116,23 @@ class RemoteBrokerNode(BrokerNode):
         manager = open_logs(self)
         self.follower = MetadataFollower(self._channel("metadata"), node_id=self.node_id,
                                          cluster_id=self.cluster_id, on_batch=self._on_batch)
+        follower = self.follower
         self.lifecycle = BrokerLifecycleManager(
-            self.lifecycle_config(self._registration()), self._channel("lifecycle"), lambda: self.follower.last_applied_offset if self.follower else -1,
-            self._lifecycle_shutdown, incarnation_id=self.incarnation_id)
+            self.lifecycle_config(self._registration()), self._channel("lifecycle"),
+            lambda: follower.last_applied_offset, self._lifecycle_shutdown, incarnation_id=self.incarnation_id)
         self.follower.start()
         self.lifecycle.start()
         log.info("broker_starting", node_id=self.node_id, controllers=self._channels["lifecycle"].peer,
                  incarnation=str(self.incarnation_id))
-        await self._until(self.lifecycle.initial_catch_up, "catching up with the metadata")
+        # A broker told to stop meanwhile (registration timeout, metadata it cannot apply) returns here with its
+        # exit code set: the server then stops it at once, the reason logged, no traceback.
+        if not await self._until(self.lifecycle.initial_catch_up):
+            return
         apply_image_at_start(self, manager)
         self._logs_ready = True
         self._start_mover()
-        await self._until(self.lifecycle.set_ready_to_unfence(), "being unfenced")
+        if not await self._until(self.lifecycle.set_ready_to_unfence()):
+            return
         log.info("node_started", node_id=self.node_id, cluster_id=self.cluster_id, role="broker",
                  topics=len(self.metadata.by_name), broker_epoch=self.broker_epoch,
                  metadata_offset=self.metadata.offset)
@@ -142,16 +147,15 @@ class RemoteBrokerNode(BrokerNode):
             session_timeout=int(c.broker_session_timeout_ms) / 1000,
             log_dir_failure_timeout=int(c.log_dir_failure_timeout_ms) / 1000)
 
-    async def _until(self, step: asyncio.Future[None], what: str) -> None:
-        """Waits for a lifecycle step; a broker told to stop meanwhile stops starting."""
+    async def _until(self, step: asyncio.Future[None]) -> bool:
+        """Waits for a lifecycle step; False when the broker was told to stop first."""
         stop: asyncio.Future[Any] = asyncio.ensure_future(self.shutdown_requested.wait())
         waiting: list[asyncio.Future[Any]] = [step, stop]
         try:
             await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
         finally:
             stop.cancel()
-        if not step.done() or step.cancelled():
-            raise RuntimeError(f"broker {self.node_id} stopped while {what}")
+        return step.done() and not step.cancelled()
 
     def _lifecycle_shutdown(self, reason: str) -> None:
         log.error("broker_shutting_down", reason=reason)
