@@ -212,6 +212,8 @@ def test_a_killed_broker_is_fenced_then_restarts_with_a_new_incarnation_and_serv
     wait_for(lambda: all(leaders(cluster, topic)[p] == -1 for p in on3), "broker 3's partitions without a leader")
     with raw_to(cluster, 1) as raw:
         assert 3 not in [n.node_id for n in metadata(raw, None).brokers]
+        dc = raw.call(DescribeClusterRequest(include_fenced_brokers=True), 2)  # KIP-1073
+        assert sorted((n.broker_id, n.is_fenced) for n in dc.brokers) == [(1, False), (2, False), (3, True)]
     # Fenced by the controller's session expiry (broker.session.timeout.ms from its own config), not by anything
     # the dead broker said.
     assert re.search(r'"broker_id": 3, "effect": "fenced", "event": "broker_session_expired"', cluster.log("controller"))
