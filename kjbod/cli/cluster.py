@@ -142,13 +142,28 @@ def listen_port(home: Path) -> int:
 
 
 def node_pid(home: Path) -> int | None:
-    """The pid of the node's process if it still runs kjbod for this node, else None."""
+    """The pid of the process running `kjbod serve` for this node: the one in its pid file, else one started by
+    hand from its config (`kjbod serve -c <dir>/<node>/server.properties`, as the README says to restart a node);
+    None when none runs."""
+    config = str(home / "server.properties").encode()
     try:
         pid = int((home / "pid").read_text().strip())
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        if _serves(pid, config):
+            return pid
     except (OSError, ValueError):
-        return None
-    return pid if str(home / "server.properties").encode() in cmdline else None
+        pass
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and _serves(int(entry.name), config):
+            return int(entry.name)
+    return None
+
+
+def _serves(pid: int, config: bytes) -> bool:
+    try:
+        args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return b"serve" in args and config in args and _state(pid) != "Z"
 
 
 def _die_with_parent() -> None:

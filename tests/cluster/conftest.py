@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from live import COMMAND
 
-from kjbod.cli.cluster import listen_port, node_dirs, node_pid, read_properties, start_node, wait_listening
+from kjbod.cli.cluster import listen_port, node_dirs, node_pid, read_properties, wait_listening
 
 HEARTBEAT_MS = 300
 SESSION_MS = 2000
@@ -81,9 +81,14 @@ class Cluster:
         return code
 
     def start(self, name: str) -> subprocess.Popen[bytes]:
-        """Starts the node again from its config file; returns once it listens (a broker: once unfenced)."""
+        """Starts the node again by hand, as the README says (`kjbod serve -c <dir>/<node>/server.properties`, no
+        pid file: `cluster down` finds it by its command line); returns once it listens (a broker: once
+        unfenced)."""
         home = self.homes[name]
-        process = start_node(home, detach=True)
+        (home / "pid").unlink(missing_ok=True)
+        with open(home / "server.log", "ab") as log:
+            process = subprocess.Popen([*COMMAND, "serve", "-c", str(home / "server.properties")],
+                                       stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
         self.processes[name] = process
         wait_listening(home, process, time.monotonic() + WAIT_S)
         return process
