@@ -37,11 +37,22 @@ REPO = Path(__file__).resolve().parents[1]
 EFFECT = "tests/test_config_effects.py::test_the_key_changes_what_storage_does"
 NODE = "tests/test_config_effects.py::test_the_nodes_storage_and_mover_run_as_the_keys_say"
 LIVE = "tests/datapath/test_config_live.py"
+CLUSTER = "tests/cluster/test_cluster_live.py"
+REMOTE = "tests/broker/test_remote.py"
 
 # key -> the tests that show it taking effect
 EFFECTS: dict[str, list[str]] = {
     "node.id": [f"{LIVE}::test_cluster_keys_show_in_what_clients_see"],
-    "process.roles": [f"{LIVE}::test_a_process_role_kjbod_cannot_run_is_refused", "tests/test_config.py::test_role_rules"],
+    "process.roles": [f"{CLUSTER}::test_cluster_up_writes_kafka_configs_and_every_broker_is_unfenced",
+                      "tests/test_config.py::test_role_rules"],
+    "controller.quorum.voters": [f"{REMOTE}::test_the_controller_is_found_from_voters_else_bootstrap_servers",
+                                 "tests/controller/test_controller_only_live.py::test_controller_only_process"],
+    "controller.quorum.bootstrap.servers": [
+        f"{REMOTE}::test_the_controller_is_found_from_voters_else_bootstrap_servers",
+        f"{CLUSTER}::test_cluster_up_writes_kafka_configs_and_every_broker_is_unfenced"],
+    "log.dir.failure.timeout.ms": [
+        f"{REMOTE}::test_the_lifecycle_timers_come_from_the_brokers_keys",
+        "tests/broker/test_lifecycle.py::test_a_failed_dir_that_cannot_be_reported_shuts_the_broker_down"],
     "listeners": [f"{LIVE}::test_cluster_keys_show_in_what_clients_see",
                   "tests/test_cli_serve.py::test_port_in_use_is_one_line_exit_2"],
     "advertised.listeners": [f"{LIVE}::test_cluster_keys_show_in_what_clients_see"],

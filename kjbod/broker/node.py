@@ -71,6 +71,7 @@ class BrokerNode:
         self.metadata: MetadataImage = EMPTY_IMAGE  # the current image; replaced whole by the publisher
         self.controller: Any = None  # kjbod.controller.QuorumController, built by the server layer
         self.metadata_log: Any = None
+        self.metadata_fetch: Any = None  # serves Fetch/FetchSnapshot of the metadata log on controller listeners
         self.logs: Any = None  # kjbod.storage log manager, once opened
         self.mover: Any = None  # kjbod.broker.kip113.ReplicaMover, once storage is open
         self.handler = Router(self)  # each request is logged at debug by the connection, with its latency
@@ -224,7 +225,7 @@ class BrokerNode:
         for topic_id, parts in creates.items():
             placed += self._create_partitions(image.topics_by_id[topic_id], sorted(parts))
         if placed:
-            task = asyncio.get_running_loop().create_task(self.controller.assign_directories(self.node_id, placed))
+            task = asyncio.get_running_loop().create_task(self.assign_directories(placed))
             self._assignments.add(task)
             task.add_done_callback(self._assignment_done)
         for tid in delta.changed_topic_ids():
@@ -239,6 +240,10 @@ class BrokerNode:
             if rate != self.mover.throttle.rate:
                 self.mover.throttle.set_rate(rate)
                 log.info("intra_broker_throttle_changed", bytes_per_second=None if rate >= LONG_MAX else rate)
+
+    async def assign_directories(self, placed: list[tuple[uuid.UUID, int, uuid.UUID]]) -> None:
+        """Records in the metadata the dir each of these (topic id, partition) replicas is in."""
+        await self.controller.assign_directories(self.node_id, placed)
 
     def _assignment_done(self, task: asyncio.Task) -> None:
         self._assignments.discard(task)
@@ -355,7 +360,7 @@ class BrokerNode:
                 if p.directory_of(self.node_id) != dir_id:
                     placed.append((topic.topic_id, p.partition, dir_id))
         if placed:
-            await self.controller.assign_directories(self.node_id, placed)
+            await self.assign_directories(placed)
             log.info("replica_dirs_recorded", partitions=len(placed))
 
     async def _heartbeat(self, *, want_shut_down: bool = False) -> Any:
@@ -399,6 +404,8 @@ class BrokerNode:
         if self.mover is not None:
             # In a thread: a mover waiting for its final step on this loop must be able to give up meanwhile.
             await asyncio.get_running_loop().run_in_executor(None, self.mover.stop)
+        if self.metadata_fetch is not None:
+            self.metadata_fetch.close()
         if self.controller is not None:
             await self.controller.stop()
         if self.logs is not None:

@@ -140,9 +140,21 @@ def _dir_uuid_bytes(text: str | None) -> bytes:
 
 
 async def open_storage(node: Any) -> None:
+    manager = open_logs(node)
+    node.open_metadata(MetadataLog(metadata_dir(node.config), node_id=node.node_id))
+    apply_image_at_start(node, manager)
+
+
+def metadata_dir(config: Any) -> str:
+    return os.path.abspath(config.metadata_log_dir or config.log_dirs[0])
+
+
+def open_logs(node: Any) -> LogManager:
+    """The log manager opened (dirs verified, locked, recovered) and `node.cluster_id` / `node.logs` set; the
+    image is not applied to the logs yet (`apply_image_at_start`)."""
     config = node.config
     log_dirs = [os.path.abspath(d) for d in config.log_dirs]
-    meta_dir = os.path.abspath(config.metadata_log_dir) if config.metadata_log_dir else log_dirs[0]
+    meta_dir = metadata_dir(config)
     node.log_defaults = broker_log_config(config)
     manager = LogManager(
         log_dirs, metadata_log_dir=meta_dir, node_id=node.node_id, defaults=node.log_defaults,
@@ -158,7 +170,11 @@ async def open_storage(node: Any) -> None:
     meta = read_meta_properties(LogDirIO(meta_dir))
     node.cluster_id = meta.cluster_id if meta is not None else ""
     node.logs = StorageAdapter(node, manager)
-    node.open_metadata(MetadataLog(meta_dir, node_id=node.node_id))
+    return manager
+
+
+def apply_image_at_start(node: Any, manager: LogManager) -> None:
+    """Makes the logs match `node.metadata` (see the module docstring), then starts the background upkeep."""
     settle_future_logs(node, manager)
     reconcile(node, manager)
     manager.start_background()

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import structlog
 
@@ -171,8 +171,8 @@ class ClientConnection(asyncio.Protocol):
     # ------------------------------------------------------------------------------------------ asyncio.Protocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        # uvloop's transports do not derive from asyncio's classes (they implement the same methods)
+        self._transport = cast(asyncio.Transport, transport)
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._failure is None:

@@ -296,11 +296,8 @@ ALIASES: dict[str, str] = {
 # checked and reported by DescribeConfigs; the others (ACCEPTED_NO_EFFECT) are taken as they are. Every other key
 # kjbod accepts takes effect where Kafka applies it (tests/test_config_audit.py keeps both lists honest).
 COMPATIBILITY_ONLY: dict[str, str] = {
-    # Checked, reported by DescribeConfigs, no effect yet: a broker-only process is not available yet.
+    # Checked, reported by DescribeConfigs, no effect yet.
     "inter.broker.listener.name": "no traffic between brokers yet",
-    "controller.quorum.voters": "a broker-only process, which would use it, is not available yet",
-    "controller.quorum.bootstrap.servers": "a broker-only process, which would use it, is not available yet",
-    "log.dir.failure.timeout.ms": "no separate controller to report a failed log dir to: one process",
     "replica.fetch.max.bytes": "no replication between brokers yet",
     # Taken as they are.
     "group.initial.rebalance.delay.ms": "no consumer groups yet",

@@ -9,8 +9,8 @@ the broker's config tables as its config policy.
   broker reaches the controller in process, and the controller listener serves other brokers.
 * controller: `ControllerNode`, the controller alone on its metadata log, serving only controller listeners
   (registrations, heartbeats, topics, configs, producer id blocks); no data log dirs are opened.
-* broker: needs the client side that reaches a remote controller (kjbod.net), not in this build yet: refused
-  with a message saying so.
+* broker: `RemoteBrokerNode` (kjbod.broker.remote), the broker node with its controller in another process,
+  reached over the controller listener of `controller.quorum.voters` / `controller.quorum.bootstrap.servers`.
 """
 
 from __future__ import annotations
@@ -25,8 +25,10 @@ import structlog
 from kjbod.broker import broker_config as bc
 from kjbod.broker import topic_config
 from kjbod.broker.node import BrokerNode, NodeEndpoint
+from kjbod.broker.remote import RemoteBrokerNode
 from kjbod.broker.router import Router
 from kjbod.controller import ControllerSettings, PolicyError, QuorumController
+from kjbod.controller.metadata_fetch import MetadataFetchService
 from kjbod.metadata import EMPTY_IMAGE, MetadataDelta, MetadataImage
 from kjbod.protocol.errors import ErrorCode
 from kjbod.server.config import ConfigError
@@ -86,8 +88,25 @@ def controller_settings(config: Any, cluster_id: str, local_broker_id: int | Non
         local_broker_id=local_broker_id)
 
 
+def controller_endpoint(config: Any) -> tuple[str, int] | None:
+    """The advertised (host, port) of this process's first controller listener."""
+    advertised = {ln.name: ln for ln in getattr(config, "advertised_listeners", None) or ()}
+    for ln in config.listeners:
+        if ln.name in (getattr(config, "controller_listener_names", ()) or ()):
+            ln = advertised.get(ln.name, ln)
+            return (ln.host, ln.port)
+    return None
+
+
+def metadata_fetch_service(config: Any, metadata_log: MetadataLog, cluster_id: str) -> MetadataFetchService:
+    """What the controller listener answers Fetch and FetchSnapshot of the metadata log with."""
+    return MetadataFetchService(metadata_log, cluster_id=cluster_id, node_id=config.node_id,
+                                endpoint=controller_endpoint(config))
+
+
 def _combined_controller(node: BrokerNode, metadata_log: Any) -> QuorumController:
     settings = controller_settings(node.config, node.cluster_id, node.node_id)
+    node.metadata_fetch = metadata_fetch_service(node.config, metadata_log, node.cluster_id)
     return QuorumController(settings, metadata_log, BrokerConfigPolicy(node.node_id), config_aliases=dict(bc.ALIASES))
 
 
@@ -106,6 +125,7 @@ class ControllerNode:
         self.metadata: MetadataImage = EMPTY_IMAGE
         self.controller: QuorumController | None = None
         self.metadata_log: MetadataLog | None = None
+        self.metadata_fetch: MetadataFetchService | None = None
         self.handler = Router(self)
         self.shutdown_requested = asyncio.Event()
         self.exit_code = 0
@@ -117,12 +137,8 @@ class ControllerNode:
     def cluster_nodes(self, listener_name: str, *, controllers: bool) -> list[NodeEndpoint]:
         if not controllers:
             return []
-        advertised = {ln.name: ln for ln in getattr(self.config, "advertised_listeners", None) or ()}
-        for ln in self.config.listeners:
-            if ln.name in self.config.controller_listener_names:
-                ln = advertised.get(ln.name, ln)
-                return [NodeEndpoint(self.node_id, ln.host, ln.port)]
-        return []
+        endpoint = controller_endpoint(self.config)
+        return [NodeEndpoint(self.node_id, *endpoint)] if endpoint is not None else []
 
     async def controller_request(self, body: Any, version: int) -> Any:
         assert self.controller is not None
@@ -141,6 +157,7 @@ class ControllerNode:
             raise ConfigError(f"{meta_dir} is not formatted: run kjbod format -c <config> --cluster-id <id> first")
         self.cluster_id = meta.cluster_id or ""
         self.metadata_log = MetadataLog(meta_dir)
+        self.metadata_fetch = metadata_fetch_service(self.config, self.metadata_log, self.cluster_id)
         settings = controller_settings(self.config, self.cluster_id, None)
         self.controller = QuorumController(settings, self.metadata_log, BrokerConfigPolicy(None),
                                            config_aliases=dict(bc.ALIASES))
@@ -154,6 +171,8 @@ class ControllerNode:
         self.metadata = image
 
     async def stop(self) -> None:
+        if self.metadata_fetch is not None:
+            self.metadata_fetch.close()
         if self.controller is not None:
             await self.controller.stop()
         if self.metadata_log is not None:
@@ -168,5 +187,7 @@ def build_node(config: Any) -> Any:
         return build_combined_node(config)
     if config.is_controller:
         return ControllerNode(config)
-    raise ConfigError("process.roles=broker alone needs the client side that reaches a remote controller, which "
-                      "this build of kjbod does not have yet; use process.roles=broker,controller")
+    try:
+        return RemoteBrokerNode(config)
+    except ValueError as e:  # no usable controller.quorum.voters / controller.quorum.bootstrap.servers
+        raise ConfigError(str(e)) from None

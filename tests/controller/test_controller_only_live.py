@@ -1,15 +1,18 @@
 """process.roles=controller: a controller-only `kjbod serve`, configured with Kafka's keys and formatted with
 `kjbod format`, serves brokers on its controller listener only, keeps what they registered and created across a
-restart (replaying its metadata log), and refuses a broker-only config with a message naming what is missing."""
+restart (replaying its metadata log), and answers Fetch of the metadata log on that listener."""
 
 from __future__ import annotations
 
-import subprocess
+import asyncio
 import uuid
 
 from datapath.support import RawClient
-from live import COMMAND, LiveServer, format_storage, free_port, new_cluster_id
+from live import LiveServer, format_storage, free_port, new_cluster_id
 
+from kjbod.broker.metadata_follower import MetadataFollower
+from kjbod.metadata import EMPTY_IMAGE, replay
+from kjbod.net.controller_channel import SocketControllerChannel
 from kjbod.protocol.errors import ErrorCode as E
 from kjbod.protocol.generated import (
     BrokerHeartbeatRequest,
@@ -78,15 +81,36 @@ def test_controller_only_process(tmp_path):
         server.stop()
 
 
-def test_broker_only_config_is_refused_with_a_reason(tmp_path):
-    port = free_port()
-    config = tmp_path / "broker.properties"
-    config.write_text("".join(f"{k}={v}\n" for k, v in {
-        "process.roles": "broker", "node.id": "1", "listeners": f"PLAINTEXT://127.0.0.1:{port}",
-        "controller.listener.names": "CONTROLLER", "controller.quorum.voters": "100@127.0.0.1:1",
-        "log.dirs": str(tmp_path / "logs"),
-    }.items()))
-    format_storage(config, new_cluster_id())
-    done = subprocess.run([*COMMAND, "serve", "-c", str(config)], capture_output=True, text=True, timeout=60)
-    assert done.returncode != 0
-    assert "process.roles=broker alone" in done.stderr and "Traceback" not in done.stderr
+async def test_a_broker_follows_the_metadata_log_over_the_controller_listener(tmp_path):
+    """Fetch and FetchSnapshot on the controller listener: an observer on a socket channel replays the log into
+    an image holding what the controller wrote."""
+    server = controller_only(tmp_path)
+    try:
+        with RawClient(server.host, server.port) as ctl:
+            reg = ctl.call(BrokerRegistrationRequest(
+                broker_id=1, cluster_id=server.cluster_id, incarnation_id=uuid.uuid4(), log_dirs=[uuid.uuid4()],
+                listeners=[Listener(name="PLAINTEXT", host="127.0.0.1", port=9092)]), 4)
+            ctl.call(BrokerHeartbeatRequest(broker_id=1, broker_epoch=reg.broker_epoch,
+                                            current_metadata_offset=1 << 40), 1)
+            created = ctl.call(CreateTopicsRequest(timeout_ms=1000, topics=[CreateTopicsRequest.CreatableTopic(
+                name="followed", num_partitions=3, replication_factor=-1)]), 7)
+            assert created.topics[0].error_code == 0
+        images = [EMPTY_IMAGE]
+
+        def on_batch(batch) -> None:
+            images.append(replay(EMPTY_IMAGE if batch.snapshot else images[-1], batch.records, batch.base_offset))
+
+        channel = SocketControllerChannel([(server.host, server.port)], request_timeout=10)
+        follower = MetadataFollower(channel, node_id=7, cluster_id=server.cluster_id, on_batch=on_batch)
+        follower.start()
+        try:
+            async with asyncio.timeout(60):
+                while images[-1].topic("followed") is None:
+                    await follower.wait_for_offset(follower.last_applied_offset + 1)
+        finally:
+            await follower.close()
+            channel.close()
+        assert sorted(images[-1].topic("followed").partitions) == [0, 1, 2]
+        assert list(images[-1].brokers) == [1]
+    finally:
+        server.stop()

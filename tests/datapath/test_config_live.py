@@ -11,14 +11,13 @@ only for compatibility are logged at start; a process.roles kjbod cannot run is 
 from __future__ import annotations
 
 import os
-import subprocess
 import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from live import COMMAND, LiveServer, free_port, write_config
+from live import LiveServer, write_config
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
@@ -145,15 +144,3 @@ def test_topic_deletion_disabled_default_replication_factor_and_compatibility_ke
     admin.close()
     logged = [line for line in server.stderr(200).splitlines() if "accepted with no effect" in line]
     assert len(logged) == 1 and "replica.fetch.max.bytes" in logged[0] and "min.insync.replicas" in logged[0]
-
-
-def test_a_process_role_kjbod_cannot_run_is_refused(tmp_path):
-    config = write_config(tmp_path / "server.properties", node_id=1, port=free_port(), controller_port=free_port(),
-                          log_dirs=[tmp_path / "logs"], metadata_dir=tmp_path / "meta", overrides={
-                              "process.roles": "broker",
-                              "listeners": f"PLAINTEXT://127.0.0.1:{free_port()}",
-                              "controller.quorum.bootstrap.servers": "127.0.0.1:9093"})
-    done = subprocess.run([*COMMAND, "serve", "-c", str(config)], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 2
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("kjbod: error: process.roles=broker alone needs"), lines

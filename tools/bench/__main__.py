@@ -19,7 +19,8 @@ import traceback
 from typing import Any
 
 # In the order they run: the cheap, self-contained ones first.
-BENCHMARKS = ("codec", "server", "controller", "datapath", "validation", "kip113", "spark", "metadata_log")
+BENCHMARKS = ("codec", "server", "controller", "datapath", "validation", "kip113", "spark", "metadata_log",
+              "propagation")
 
 
 def _load(name: str) -> tuple[Any, str | None]:

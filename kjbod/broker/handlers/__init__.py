@@ -14,6 +14,7 @@ from kjbod.broker.handlers import (  # noqa: F401
     describe_configs,
     describe_log_dirs,
     fetch,
+    fetch_snapshot,
     find_coordinator,
     incremental_alter_configs,
     init_producer_id,

@@ -12,6 +12,9 @@ back to full fetches.  Long poll: when less than min_bytes is available the requ
 for an append.  Record data leaves as file regions: the connection sends them with sendfile, without copying
 them through Python.  Limits: partition_max_bytes per partition and max_bytes for the response, except that
 the first partition with data always gets at least one whole batch (KIP-74).
+
+On a controller listener Fetch reads only the metadata log `__cluster_metadata` (kjbod.controller.metadata_fetch:
+KRaft's checks, epochs, snapshots), which is how brokers follow it.
 """
 
 from __future__ import annotations
@@ -122,9 +125,11 @@ def close_regions(resp: FetchResponse) -> None:
                     r.close()
 
 
-@api(FetchRequest, listeners=frozenset({"broker"}))
+@api(FetchRequest)
 async def handle(node, request, body: FetchRequest) -> FetchResponse:
     v = request.api_version
+    if request.ctx.listener_kind == "controller":  # brokers following the metadata log (KRaft observers)
+        return await node.metadata_fetch.fetch(body, v)
     if v >= 7 and (body.session_id != 0 or body.session_epoch > 0):
         return FetchResponse(error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND, session_id=0)
     resolved = _resolve(node, body, v)

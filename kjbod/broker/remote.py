@@ -1,0 +1,312 @@
+"""process.roles=broker: a broker whose controller is another process, reached over the controller listener.
+
+Strategy: the same broker node as the combined one (kjbod.broker.node: handlers, storage, the publisher that
+applies each metadata delta to the local logs), with the in-process controller replaced by three socket channels
+to `controller.quorum.voters` (or `controller.quorum.bootstrap.servers`), one per user so a heartbeat never waits
+behind a long-polling metadata fetch:
+
+* lifecycle (kjbod.broker.lifecycle): registration with the online log dir ids and this process's incarnation id,
+  heartbeats every `broker.heartbeat.interval.ms` with WantFence until the logs match the metadata,
+  OfflineLogDirs for every dir that failed, WantShutDown on SIGTERM (controlled shutdown: the controller moves
+  leadership away before the broker stops; exit code 0);
+* metadata (kjbod.broker.metadata_follower): the broker follows `__cluster_metadata` as a KRaft observer and
+  replays each committed batch into a new image.  The broker keeps no copy of the metadata log: it fetches it
+  (or the controller's latest snapshot and what follows) at every start;
+* forwarding: the controller-owned requests clients send to any broker (CreateTopics, DeleteTopics, configs) and
+  the producer id blocks InitProducerId needs (AllocateProducerIds) go to the controller at the client's version.
+
+Startup, as Kafka's BrokerServer orders it: open and recover the log dirs; register and follow the metadata
+until the controller says this broker has caught up with its own registration; only then make the logs match the
+image (create missing partitions, rename strays: doing it on a partial image would take live partitions for
+strays); then ask to be unfenced, and serve once unfenced.  After that each committed delta goes through the
+node's publisher (create, delete, topic configs).
+
+Produce, Fetch and ListOffsets are served only for partitions this broker leads: any other partition of the image
+answers NOT_LEADER_OR_FOLLOWER, so clients refresh their metadata and go to the leader.
+
+Directory assignments (KIP-858 AssignReplicasToDirs) are not sent yet: a new partition on a broker with several
+log dirs stays UNASSIGNED in the metadata (the KIP-858 issue adds them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from typing import Any
+
+import structlog
+
+from kjbod.broker.lifecycle import BrokerLifecycleManager, BrokerState, LifecycleConfig
+from kjbod.broker.metadata_follower import MetadataBatch, MetadataFollower
+from kjbod.broker.node import BrokerNode
+from kjbod.broker.storage_glue import apply_image_at_start, open_logs, reconcile
+from kjbod.metadata import EMPTY_IMAGE, MetadataDelta, MetadataImage
+from kjbod.net.controller_channel import SocketControllerChannel, controller_addresses
+from kjbod.net.errors import ClientError
+from kjbod.protocol.errors import ErrorCode
+from kjbod.protocol.generated import (
+    AllocateProducerIdsRequest,
+    AllocateProducerIdsResponse,
+    AlterConfigsRequest,
+    AlterConfigsResponse,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
+)
+from kjbod.protocol.generated import alter_configs_response as acr
+from kjbod.protocol.generated import incremental_alter_configs_response as iacr
+from kjbod.protocol.generated.create_topics_response import CreatableTopicResult
+from kjbod.protocol.generated.delete_topics_response import DeletableTopicResult
+from kjbod.storage.ids import uuid_from_str
+
+__all__ = ["NotLeaderError", "RemoteBrokerNode"]
+
+log = structlog.get_logger("kjbod.broker.remote")
+
+
+class NotLeaderError(Exception):
+    """A partition this broker does not lead: NOT_LEADER_OR_FOLLOWER, as Kafka answers."""
+
+    error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER
+
+
+def _no_controller(node: BrokerNode, metadata_log: Any) -> Any:
+    raise RuntimeError("a broker-only node has no controller in its process")
+
+
+class RemoteBrokerNode(BrokerNode):
+    """A broker-only node: see the module docstring."""
+
+    def __init__(self, config: Any) -> None:
+        super().__init__(config, _no_controller)
+        # ValueError naming the key when neither is usable
+        self.controller_addresses = controller_addresses(
+            ",".join(getattr(config, "controller_quorum_voters", ()) or ()),
+            ",".join(getattr(config, "controller_quorum_bootstrap_servers", ()) or ()))
+        self.lifecycle: BrokerLifecycleManager | None = None
+        self.follower: MetadataFollower | None = None
+        self._channels: dict[str, SocketControllerChannel] = {}
+        self._logs_ready = False
+        self._image_changed = asyncio.Condition()
+        self._controlled_shutdown: asyncio.Future[None] | None = None
+
+    # -------------------------------------------------------------------------------- identity
+    @property  # type: ignore[override]
+    def broker_epoch(self) -> int:
+        return self.lifecycle.broker_epoch if self.lifecycle is not None else -1
+
+    @broker_epoch.setter
+    def broker_epoch(self, value: int) -> None:
+        pass  # the lifecycle manager owns it
+
+    def _channel(self, purpose: str) -> SocketControllerChannel:
+        """A connection of its own per user (see the module docstring); 30 s requests, as Kafka's channels."""
+        channel = SocketControllerChannel(self.controller_addresses, request_timeout=30.0,
+                                          client_id=f"kjbod-broker-{self.node_id}-{purpose}")
+        self._channels[purpose] = channel
+        return channel
+
+    # -------------------------------------------------------------------------------- startup
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        manager = open_logs(self)
+        self.follower = MetadataFollower(self._channel("metadata"), node_id=self.node_id,
+                                         cluster_id=self.cluster_id, on_batch=self._on_batch)
+        follower = self.follower
+        self.lifecycle = BrokerLifecycleManager(
+            self.lifecycle_config(self._registration()), self._channel("lifecycle"),
+            lambda: follower.last_applied_offset, self._lifecycle_shutdown, incarnation_id=self.incarnation_id)
+        self.follower.start()
+        self.lifecycle.start()
+        log.info("broker_starting", node_id=self.node_id, controllers=self._channels["lifecycle"].peer,
+                 incarnation=str(self.incarnation_id))
+        # A broker told to stop meanwhile (registration timeout, metadata it cannot apply) returns here with its
+        # exit code set: the server then stops it at once, the reason logged, no traceback.
+        if not await self._until(self.lifecycle.initial_catch_up):
+            return
+        apply_image_at_start(self, manager)
+        self._logs_ready = True
+        self._start_mover()
+        if not await self._until(self.lifecycle.set_ready_to_unfence()):
+            return
+        log.info("node_started", node_id=self.node_id, cluster_id=self.cluster_id, role="broker",
+                 topics=len(self.metadata.by_name), broker_epoch=self.broker_epoch,
+                 metadata_offset=self.metadata.offset)
+
+    def lifecycle_config(self, registration: Any) -> LifecycleConfig:
+        """What registration and heartbeats carry, and their timers, from this broker's config."""
+        c = self.config
+        return LifecycleConfig(
+            node_id=self.node_id, cluster_id=self.cluster_id, listeners=registration.listeners,
+            log_dirs=registration.log_dirs, rack=registration.rack,
+            heartbeat_interval=int(c.broker_heartbeat_interval_ms) / 1000,
+            session_timeout=int(c.broker_session_timeout_ms) / 1000,
+            log_dir_failure_timeout=int(c.log_dir_failure_timeout_ms) / 1000)
+
+    async def _until(self, step: asyncio.Future[None]) -> bool:
+        """Waits for a lifecycle step; False when the broker was told to stop first."""
+        stop: asyncio.Future[Any] = asyncio.ensure_future(self.shutdown_requested.wait())
+        waiting: list[asyncio.Future[Any]] = [step, stop]
+        try:
+            await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+        return step.done() and not step.cancelled()
+
+    def _lifecycle_shutdown(self, reason: str) -> None:
+        log.error("broker_shutting_down", reason=reason)
+        self.exit_code = 1
+        self.shutdown_requested.set()
+
+    # -------------------------------------------------------------------------------- the metadata
+    async def _on_batch(self, batch: MetadataBatch) -> None:
+        try:
+            self._apply_batch(batch)
+        except Exception as e:  # Kafka's broker treats a metadata it cannot apply as fatal: so does this one
+            log.exception("metadata_apply_failed", node_id=self.node_id, offset=batch.base_offset)
+            self._lifecycle_shutdown(f"the metadata at offset {batch.base_offset} could not be applied: {e}")
+            raise
+        async with self._image_changed:
+            self._image_changed.notify_all()
+
+    def _apply_batch(self, batch: MetadataBatch) -> None:
+        base = EMPTY_IMAGE if batch.snapshot else self.metadata
+        delta = MetadataDelta(base)
+        delta.replay_all(batch.records, first_offset=batch.last_offset - len(batch.records) + 1)
+        image = delta.apply()
+        if not self._logs_ready:
+            self.metadata = image
+        elif batch.snapshot:  # far behind: the image is rebuilt whole, and the logs made to match it
+            self.metadata = image
+            reconcile(self, self.logs.manager)
+        else:
+            self._publish(delta, image)
+        self._check_registration(image)
+
+    def _check_registration(self, image: MetadataImage) -> None:
+        """Kafka's broker registers again when its metadata no longer shows its registration (unregistered)."""
+        lc = self.lifecycle
+        if lc is None or not lc.registered or lc.state in (BrokerState.SHUTTING_DOWN, BrokerState.STARTING):
+            return
+        mine = image.brokers.get(self.node_id)
+        if mine is None:
+            log.warning("registration_gone_from_metadata", node_id=self.node_id, effect="registering again")
+            lc.resend_registration()
+
+    async def wait_for_image(self, done: Any, timeout: float) -> bool:
+        """Waits (up to `timeout` s) until `done(image)` holds; returns whether it did."""
+        try:
+            async with asyncio.timeout(timeout), self._image_changed:
+                await self._image_changed.wait_for(lambda: done(self.metadata))
+            return True
+        except TimeoutError:
+            return False
+
+    async def assign_directories(self, placed: list[tuple[uuid.UUID, int, uuid.UUID]]) -> None:
+        log.debug("directory_assignments_not_sent", partitions=len(placed),
+                  reason="AssignReplicasToDirs to a remote controller is not available yet")
+
+    async def _record_local_dirs(self) -> None:
+        return None
+
+    # -------------------------------------------------------------------------------- the controller
+    async def controller_request(self, body: Any, version: int) -> Any:
+        """Forwards a controller-owned request at the client's version.  Topics created or deleted are waited
+        for in this broker's image (briefly), so a client that asks this broker next sees them."""
+        channel = self._channels.get("forward") or self._channel("forward")
+        # CreateTopics and DeleteTopics say how long the client waits: no point waiting for the controller longer
+        wait = getattr(body, "timeout_ms", 0) / 1000
+        try:
+            response = await channel.forward(body, body.API_KEY, version,
+                                              timeout=min(wait, channel.request_timeout) if wait > 0 else None)
+        except ClientError as e:  # the controller is away: the client hears it and retries, as from Kafka
+            log.warning("controller_request_failed", api=type(body).__name__, error=str(e))
+            answer = unanswered(body, f"the controller did not answer: {e}")
+            if answer is None:
+                raise
+            return answer
+        if isinstance(body, CreateTopicsRequest) and not body.validate_only:
+            made = {t.name for t in response.topics if t.error_code == 0}
+            if made:
+                await self.wait_for_image(lambda im: all(im.topic(n) is not None for n in made), 10.0)
+        elif isinstance(body, DeleteTopicsRequest):
+            gone = {r.name for r in response.responses if r.error_code == 0 and r.name}
+            if gone:
+                await self.wait_for_image(lambda im: all(im.topic(n) is None for n in gone), 10.0)
+        return response
+
+    def controller_call(self, body: Any, version: int) -> Any:
+        return self.controller_request(body, version)
+
+    # -------------------------------------------------------------------------------- partitions
+    def partition_log(self, topic: str, partition: int) -> Any:
+        state = self.metadata.topic(topic)
+        p = state.partitions.get(partition) if state is not None else None
+        if p is not None and p.leader != self.node_id:
+            raise NotLeaderError(f"broker {self.node_id} is not the leader of {topic}-{partition} (leader: "
+                                 f"{p.leader})")
+        return super().partition_log(topic, partition)
+
+    def dir_offline(self, path: str) -> None:
+        super().dir_offline(path)
+        ids = {p: d for d, p in self.logs.manager.directory_ids(online_only=False).items()} if self.logs else {}
+        text = ids.get(path)
+        if text is None or self.lifecycle is None:
+            return
+        dir_id = uuid.UUID(bytes=uuid_from_str(text))
+        lifecycle = self.lifecycle
+        with contextlib.suppress(RuntimeError):  # the loop is closed: the node is going away
+            self._loop.call_soon_threadsafe(lifecycle.propagate_directory_failure, dir_id)
+
+    # -------------------------------------------------------------------------------- shutdown
+    def begin_shutdown(self) -> None:
+        """SIGTERM: ask the controller to move this broker's leadership away while connections drain."""
+        super().begin_shutdown()
+        if self.lifecycle is not None and self._controlled_shutdown is None and self.exit_code == 0:
+            self._controlled_shutdown = self.lifecycle.begin_controlled_shutdown()
+
+    async def stop(self) -> None:
+        if self.lifecycle is not None:
+            if self._controlled_shutdown is None and self.exit_code == 0:
+                self._controlled_shutdown = self.lifecycle.begin_controlled_shutdown()
+            if self._controlled_shutdown is not None:
+                timeout = int(self.config.broker_session_timeout_ms) / 1000
+                try:
+                    await asyncio.wait_for(asyncio.shield(self._controlled_shutdown), timeout)
+                    log.info("controlled_shutdown_complete", node_id=self.node_id)
+                except (TimeoutError, asyncio.CancelledError):
+                    log.warning("controlled_shutdown_incomplete", node_id=self.node_id, waited_s=timeout)
+            await self.lifecycle.close()
+        if self.follower is not None:
+            await self.follower.close()
+        for channel in self._channels.values():
+            channel.close()
+        await super().stop()
+
+
+def unanswered(body: Any, message: str) -> Any | None:
+    """The answer to a forwarded request the controller did not answer: REQUEST_TIMED_OUT for each item, as
+    Kafka's forwarding answers a request whose forward timed out."""
+    code = ErrorCode.REQUEST_TIMED_OUT
+    if isinstance(body, CreateTopicsRequest):
+        return CreateTopicsResponse(topics=[CreatableTopicResult(
+            name=t.name, error_code=code, error_message=message) for t in body.topics])
+    if isinstance(body, DeleteTopicsRequest):
+        named = [(t.name, t.topic_id) for t in body.topics] or [(n, uuid.UUID(int=0)) for n in body.topic_names]
+        return DeleteTopicsResponse(responses=[DeletableTopicResult(
+            name=name, topic_id=tid, error_code=code, error_message=message) for name, tid in named])
+    if isinstance(body, AlterConfigsRequest):
+        return AlterConfigsResponse(responses=[acr.AlterConfigsResourceResponse(
+            error_code=code, error_message=message, resource_type=r.resource_type, resource_name=r.resource_name)
+            for r in body.resources])
+    if isinstance(body, IncrementalAlterConfigsRequest):
+        return IncrementalAlterConfigsResponse(responses=[iacr.AlterConfigsResourceResponse(
+            error_code=code, error_message=message, resource_type=r.resource_type, resource_name=r.resource_name)
+            for r in body.resources])
+    if isinstance(body, AllocateProducerIdsRequest):
+        return AllocateProducerIdsResponse(error_code=code)
+    return None
