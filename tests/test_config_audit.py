@@ -109,6 +109,10 @@ EFFECTS: dict[str, list[str]] = {
     "broker.session.timeout.ms": [
         "tests/controller/test_controller_listener_live.py::test_a_second_broker_registers_on_the_controller_listener",
         "tests/controller/test_quorum.py::test_session_expiry_fences_a_silent_broker"],
+    "metadata.log.max.record.bytes.between.snapshots": [
+        "tests/controller/test_controller_only_live.py::"
+        "test_snapshot_interval_key_makes_the_controller_snapshot_and_a_restart_loads_it",
+        "tests/controller/test_quorum.py::test_a_snapshot_is_written_off_the_loop_once_enough_bytes_were_written"],
     "log.message.timestamp.type": [f"{EFFECT}[log.message.timestamp.type]"],
     "log.message.timestamp.before.max.ms": [f"{EFFECT}[log.message.timestamp.before.max.ms]"],
     "log.message.timestamp.after.max.ms": [f"{EFFECT}[log.message.timestamp.after.max.ms]"],

@@ -230,6 +230,7 @@ KEYS: dict[str, KeyDef] = {
         KeyDef("log.dirs", _list, None),
         KeyDef("log.dir", _nonempty_str, "/tmp/kraft-combined-logs", into="log_dirs"),
         KeyDef("metadata.log.dir", _nonempty_str, None),
+        KeyDef("metadata.log.max.record.bytes.between.snapshots", _long(1), 20 * 1024 * 1024),
         KeyDef("num.partitions", _int(1), 1),
         KeyDef("default.replication.factor", _int(1, 32767), 1),
         KeyDef("auto.create.topics.enable", _bool, True),
@@ -373,6 +374,7 @@ class ServerConfig:
     delete_topic_enable: bool = True
     log_cleanup_policy: str = "delete"
     log_message_timestamp_type: str = "CreateTime"
+    metadata_log_max_record_bytes_between_snapshots: int = 20 * 1024 * 1024
     log_message_timestamp_before_max_ms: int = LONG_MAX
     log_message_timestamp_after_max_ms: int = LONG_MAX
     # The COMPATIBILITY_ONLY keys the config sets, as given, so the node can log once that they have no effect.
@@ -706,6 +708,7 @@ def build_config(
         delete_topic_enable=get("delete.topic.enable"),
         log_cleanup_policy=get("log.cleanup.policy"),
         log_message_timestamp_type=get("log.message.timestamp.type"),
+        metadata_log_max_record_bytes_between_snapshots=get("metadata.log.max.record.bytes.between.snapshots"),
         log_message_timestamp_before_max_ms=get("log.message.timestamp.before.max.ms"),
         log_message_timestamp_after_max_ms=get("log.message.timestamp.after.max.ms"),
         ignored=ignored,

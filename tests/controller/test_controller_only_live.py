@@ -24,7 +24,7 @@ from kjbod.protocol.generated import (
 from kjbod.protocol.generated.broker_registration_request import Listener
 
 
-def controller_only(tmp_path) -> LiveServer:
+def controller_only(tmp_path, **extra: str) -> LiveServer:
     port = free_port()
     server = LiveServer(node_id=100, cluster_id=new_cluster_id(), port=port, controller_port=port,
                         directory=tmp_path, config=tmp_path / "controller.properties",
@@ -33,7 +33,7 @@ def controller_only(tmp_path) -> LiveServer:
     server.config.write_text("".join(f"{k}={v}\n" for k, v in {
         "process.roles": "controller", "node.id": "100", "listeners": f"CONTROLLER://127.0.0.1:{port}",
         "controller.listener.names": "CONTROLLER", "controller.quorum.voters": f"100@127.0.0.1:{port}",
-        "log.dirs": str(tmp_path / "meta"), "broker.session.timeout.ms": "60000",
+        "log.dirs": str(tmp_path / "meta"), "broker.session.timeout.ms": "60000", **extra,
     }.items()))
     format_storage(server.config, server.cluster_id)
     server.start()
@@ -114,3 +114,42 @@ async def test_a_broker_follows_the_metadata_log_over_the_controller_listener(tm
         assert list(images[-1].brokers) == [1]
     finally:
         server.stop()
+
+
+def snapshots_after_a_restart(tmp_path, **extra: str) -> tuple[list[str], int, str]:
+    """Registers a broker and creates 20 topics on a controller-only process, restarts it; the snapshot files in
+    its metadata log, what a repeated create of the last topic answers after the restart, and its log."""
+    tmp_path.mkdir()
+    server = controller_only(tmp_path, **extra)
+    try:
+        with RawClient(server.host, server.port) as ctl:
+            reg = ctl.call(BrokerRegistrationRequest(
+                broker_id=1, cluster_id=server.cluster_id, incarnation_id=uuid.uuid4(), log_dirs=[uuid.uuid4()],
+                listeners=[Listener(name="PLAINTEXT", host="127.0.0.1", port=9092)]), 4)
+            ctl.call(BrokerHeartbeatRequest(broker_id=1, broker_epoch=reg.broker_epoch,
+                                            current_metadata_offset=1 << 40), 1)
+            for i in range(20):
+                created = ctl.call(CreateTopicsRequest(timeout_ms=1000, topics=[
+                    CreateTopicsRequest.CreatableTopic(name=f"s{i}", num_partitions=4, replication_factor=-1)]), 7)
+                assert created.topics[0].error_code == 0
+        assert server.stop() == 0
+        snapshots = sorted(p.name for p in (tmp_path / "meta" / "__cluster_metadata-0").glob("*.checkpoint"))
+        server.start()
+        with RawClient(server.host, server.port) as ctl:
+            again = ctl.call(CreateTopicsRequest(timeout_ms=1000, topics=[CreateTopicsRequest.CreatableTopic(
+                name="s19", num_partitions=4, replication_factor=-1)]), 7)
+        return snapshots, again.topics[0].error_code, server.stderr(400)
+    finally:
+        server.stop()
+
+
+def test_snapshot_interval_key_makes_the_controller_snapshot_and_a_restart_loads_it(tmp_path):
+    # metadata.log.max.record.bytes.between.snapshots at Kafka's default (20 MiB): 20 small topics write no snapshot.
+    none, code, _ = snapshots_after_a_restart(tmp_path / "default")
+    assert none == [] and code == E.TOPIC_ALREADY_EXISTS
+    # At 2 KiB the controller snapshots as it goes, and the restarted one starts from the newest snapshot.
+    some, code, logged = snapshots_after_a_restart(
+        tmp_path / "small", **{"metadata.log.max.record.bytes.between.snapshots": "2048"})
+    assert some and code == E.TOPIC_ALREADY_EXISTS
+    loaded = [line for line in logged.splitlines() if "metadata_log_loaded" in line]
+    assert loaded and "snapshot=None" not in loaded[-1] and '"snapshot": null' not in loaded[-1], loaded[-1]
