@@ -41,7 +41,7 @@ from typing import Any
 
 import structlog
 
-from kjbod.broker.assignments import AssignmentsManager, unfence_when_assigned
+from kjbod.broker.assignments import AssignmentsManager
 from kjbod.broker.lifecycle import BrokerLifecycleManager, BrokerState, LifecycleConfig
 from kjbod.broker.metadata_follower import MetadataBatch, MetadataFollower
 from kjbod.broker.node import BrokerNode
@@ -142,13 +142,14 @@ class RemoteBrokerNode(BrokerNode):
         self._reconcile_dirs(None)
         self._start_mover()
         if len(self.config.log_dirs) > 1:  # KIP-858: fenced until every replica's dir is in the metadata
-            ready: asyncio.Future[None] = asyncio.ensure_future(unfence_when_assigned(self.lifecycle, self.assignments))
-            if not await self._until(ready):
-                ready.cancel()
+            # (kjbod.broker.assignments.unfence_when_assigned's rule, with the moment it is met logged)
+            drained: asyncio.Future[None] = asyncio.ensure_future(self.assignments.drained())
+            if not await self._until(drained):
+                drained.cancel()
                 return
             log.info("directory_assignments_complete", node_id=self.node_id,
-                     requests=self.assignments.requests_sent)
-        elif not await self._until(self.lifecycle.set_ready_to_unfence()):
+                     requests=self.assignments.requests_sent, effect="asking to be unfenced")
+        if not await self._until(self.lifecycle.set_ready_to_unfence()):
             return
         log.info("node_started", node_id=self.node_id, cluster_id=self.cluster_id, role="broker",
                  topics=len(self.metadata.by_name), broker_epoch=self.broker_epoch,

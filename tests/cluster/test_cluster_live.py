@@ -299,21 +299,55 @@ def on_disk(cluster: Cluster, topic: str) -> dict[int, dict[int, str]]:
     return out
 
 
+def assigned(cluster: Cluster, topic: str, partitions: int) -> tuple[dict[int, dict[int, str]],
+                                                                     dict[int, list[dict[int, str]]]]:
+    """Waits until every replica of `topic` is on disk and the metadata log's last Directories of every partition
+    name the dir it is in; returns (the dirs on disk, the Directories history)."""
+    placed = wait_for(lambda: (d := on_disk(cluster, topic)) and len(d) == partitions and d, "every replica on disk")
+    history = wait_for(lambda: (h := dumped_directories(cluster, topic)) and all(
+        p in h and h[p][-1] == placed[p] for p in placed) and h, "every partition's Directories = its dir on disk")
+    return placed, history
+
+
 def test_new_partitions_on_3_dir_brokers_go_from_unassigned_to_the_dir_they_are_in_on_disk(cluster):
     """KIP-858: each broker places its new replicas and reports the dir with AssignReplicasToDirs; the controller's
     metadata log ends with every partition's Directories naming the dir its replica is really in."""
     topic = "assigned-dirs"
     new_topic(cluster, topic, 30)
-    placed = wait_for(lambda: (d := on_disk(cluster, topic)) and len(d) == 30 and d, "every replica on disk")
+    placed, history = assigned(cluster, topic, 30)
     assert {b for dirs in placed.values() for b in dirs} == {1, 2, 3}
     assert len({i for dirs in placed.values() for i in dirs.values()}) > 3, "the replicas are all in one dir each"
-    history = wait_for(lambda: (h := dumped_directories(cluster, topic)) and all(
-        p in h and h[p][-1] == placed[p] for p in placed) and h, "every partition's Directories = its dir on disk")
     for p, dirs in history.items():
         assert set(dirs[0].values()) == {UNASSIGNED}, f"partition {p} did not start UNASSIGNED: {dirs}"
         assert UNASSIGNED not in dirs[-1].values()
     for b in cluster.broker_ids:
         assert "directory_assignments_queued" in cluster.log(f"broker-{b}")
+
+
+def test_a_replica_moved_by_hand_while_its_broker_was_down_is_reported_before_it_is_unfenced(cluster):
+    topic = "moved-by-hand"
+    led = new_topic(cluster, topic, 6)
+    placed, _ = assigned(cluster, topic, 6)
+    p = next(p for p, b in led.items() if b == 3)
+    dirs = {read_meta_properties(Path(d))["directory.id"]: Path(d)
+            for d in cluster.properties("broker-3")["log.dirs"].split(",")}
+    source = dirs[placed[p][3]]
+    target_id, target = next((i, d) for i, d in dirs.items() if d != source)
+    with raw_to(cluster, 3) as raw:
+        assert produce(raw, topic, p, batch([b"before the move"])).error_code == 0
+    assert cluster.signal("broker-3", signal.SIGTERM) in (0, None)
+    (source / f"{topic}-{p}").rename(target / f"{topic}-{p}")
+    mark = len(cluster.log("broker-3"))
+    cluster.start("broker-3")
+    _, history = assigned(cluster, topic, 6)
+    assert history[p][-1] == {3: target_id}
+    restart = cluster.log("broker-3")[mark:]
+    # KIP-858's gate: the assignment queued, confirmed, and only then the broker unfenced.
+    queued, complete = restart.find("directory_assignments_queued"), restart.find("directory_assignments_complete")
+    assert -1 < queued < complete < restart.find("unfenced: RUNNING"), restart
+    wait_for(lambda: leaders(cluster, topic)[p] == 3, "broker 3 leads the moved partition again")
+    with raw_to(cluster, 3) as raw:
+        assert [r.value for r in fetch_all(raw, topic, p)] == [b"before the move"]
 
 
 def test_cluster_down_then_up_again_keeps_the_data(cluster):
