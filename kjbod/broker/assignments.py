@@ -30,7 +30,8 @@ while QueuedReplicaToDirAssignments is above 0.  Kafka's code has no such gate (
 once it has caught up and recovered its logs).  kjbod keeps the KIP's rule: `unfence_when_assigned` asks the
 lifecycle manager to unfence only once the queue is empty.
 
-How a broker process plugs it in (kjbod/broker/node.py, not wired here):
+How a broker process plugs it in (kjbod/broker/remote.py, the broker-only node, does 1-3 and 5; the combined
+node records dirs through its in-process controller instead; 4 is the mover's, not wired yet):
   1. After registration: `AssignmentsManager(node_id, SocketControllerChannel(...), image=lambda: current image,
      broker_epoch=lambda: lifecycle.broker_epoch)`, `start()`.
   2. The metadata publisher, for every delta: `on_metadata(image)`, then for each local replica whose dir on

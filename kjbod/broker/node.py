@@ -29,7 +29,7 @@ import concurrent.futures
 import contextlib
 import uuid
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -348,20 +348,26 @@ class BrokerNode:
     async def _record_local_dirs(self) -> None:
         """Makes the metadata say where each of this broker's replicas is: dirs chosen before a crash and not yet
         recorded, replicas moved between dirs (KIP-113), and logs written before dirs were tracked."""
-        ids_by_path = {path: dir_id for dir_id, path in self.logs.manager.directory_ids(online_only=True).items()}
-        placed = []
-        for topic in self.metadata.topics():
-            for p in topic.partitions.values():
-                plog = self.logs.manager.find(topic.name, p.partition) if self.node_id in p.replicas else None
-                text = ids_by_path.get(plog.log_dir) if plog is not None else None
-                if text is None:
-                    continue
-                dir_id = uuid.UUID(bytes=uuid_from_str(text))
-                if p.directory_of(self.node_id) != dir_id:
-                    placed.append((topic.topic_id, p.partition, dir_id))
+        placed = [(topic_id, partition, dir_id) for (topic_id, partition), dir_id in self.local_placements().items()
+                  if self.metadata.topics_by_id[topic_id].partitions[partition].directory_of(self.node_id) != dir_id]
         if placed:
             await self.assign_directories(placed)
             log.info("replica_dirs_recorded", partitions=len(placed))
+
+    def local_placements(self, topic_ids: Iterable[uuid.UUID] | None = None) -> dict[tuple[uuid.UUID, int], uuid.UUID]:
+        """(topic id, partition) -> the id of the online dir its replica is in on disk, for this broker's replicas
+        in the image (of `topic_ids` only, when given)."""
+        ids_by_path = {path: dir_id for dir_id, path in self.logs.manager.directory_ids(online_only=True).items()}
+        topics = self.metadata.topics() if topic_ids is None else [
+            t for tid in topic_ids if (t := self.metadata.topic_by_id(tid)) is not None]
+        out: dict[tuple[uuid.UUID, int], uuid.UUID] = {}
+        for topic in topics:
+            for p in topic.partitions.values():
+                plog = self.logs.manager.find(topic.name, p.partition) if self.node_id in p.replicas else None
+                text = ids_by_path.get(plog.log_dir) if plog is not None else None
+                if text is not None:
+                    out[(topic.topic_id, p.partition)] = uuid.UUID(bytes=uuid_from_str(text))
+        return out
 
     async def _heartbeat(self, *, want_shut_down: bool = False) -> Any:
         return await self.controller_request(BrokerHeartbeatRequest(

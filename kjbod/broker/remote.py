@@ -24,8 +24,11 @@ node's publisher (create, delete, topic configs).
 Produce, Fetch and ListOffsets are served only for partitions this broker leads: any other partition of the image
 answers NOT_LEADER_OR_FOLLOWER, so clients refresh their metadata and go to the leader.
 
-Directory assignments (KIP-858 AssignReplicasToDirs) are not sent yet: a new partition on a broker with several
-log dirs stays UNASSIGNED in the metadata (the KIP-858 issue adds them).
+Directory assignments (KIP-858): an AssignmentsManager (kjbod.broker.assignments) over a fourth channel of its
+own reports the dir each local replica is in whenever the metadata says otherwise: at start for every replica (a
+new partition placed while the metadata says UNASSIGNED, a replica moved while the broker was down), then for the
+topics each delta changes.  A broker with several log dirs asks to be unfenced only once that queue is empty
+(KIP-858's rule, which Kafka's code does not gate on).
 """
 
 from __future__ import annotations
@@ -33,10 +36,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
+from collections.abc import Iterable
 from typing import Any
 
 import structlog
 
+from kjbod.broker.assignments import AssignmentsManager
 from kjbod.broker.lifecycle import BrokerLifecycleManager, BrokerState, LifecycleConfig
 from kjbod.broker.metadata_follower import MetadataBatch, MetadataFollower
 from kjbod.broker.node import BrokerNode
@@ -89,6 +94,7 @@ class RemoteBrokerNode(BrokerNode):
             ",".join(getattr(config, "controller_quorum_bootstrap_servers", ()) or ()))
         self.lifecycle: BrokerLifecycleManager | None = None
         self.follower: MetadataFollower | None = None
+        self.assignments: AssignmentsManager | None = None
         self._channels: dict[str, SocketControllerChannel] = {}
         self._logs_ready = False
         self._image_changed = asyncio.Condition()
@@ -129,8 +135,20 @@ class RemoteBrokerNode(BrokerNode):
         if not await self._until(self.lifecycle.initial_catch_up):
             return
         apply_image_at_start(self, manager)
+        self.assignments = AssignmentsManager(self.node_id, self._channel("assignments"), image=lambda: self.metadata,
+                                              broker_epoch=lambda: self.broker_epoch)
+        self.assignments.start()
         self._logs_ready = True
+        self._reconcile_dirs(None)
         self._start_mover()
+        if len(self.config.log_dirs) > 1:  # KIP-858: fenced until every replica's dir is in the metadata
+            # (kjbod.broker.assignments.unfence_when_assigned's rule, with the moment it is met logged)
+            drained: asyncio.Future[None] = asyncio.ensure_future(self.assignments.drained())
+            if not await self._until(drained):
+                drained.cancel()
+                return
+            log.info("directory_assignments_complete", node_id=self.node_id,
+                     requests=self.assignments.requests_sent, effect="asking to be unfenced")
         if not await self._until(self.lifecycle.set_ready_to_unfence()):
             return
         log.info("node_started", node_id=self.node_id, cluster_id=self.cluster_id, role="broker",
@@ -183,9 +201,22 @@ class RemoteBrokerNode(BrokerNode):
         elif batch.snapshot:  # far behind: the image is rebuilt whole, and the logs made to match it
             self.metadata = image
             reconcile(self, self.logs.manager)
+            self._reconcile_dirs(None)
         else:
             self._publish(delta, image)
+            self._reconcile_dirs(delta.changed_topic_ids())
         self._check_registration(image)
+
+    def _reconcile_dirs(self, topic_ids: Iterable[uuid.UUID] | None) -> None:
+        """Tells the assignments manager about the new image, and queues the replicas (of `topic_ids`, or all)
+        whose dir on disk is not the one the image says."""
+        if self.assignments is None:
+            return
+        self.assignments.on_metadata(self.metadata)
+        queued = self.assignments.reconcile(self.metadata, self.local_placements(topic_ids))
+        if queued:
+            log.info("directory_assignments_queued", node_id=self.node_id, partitions=queued,
+                     queue=self.assignments.queued)
 
     def _check_registration(self, image: MetadataImage) -> None:
         """Kafka's broker registers again when its metadata no longer shows its registration (unregistered)."""
@@ -207,11 +238,7 @@ class RemoteBrokerNode(BrokerNode):
             return False
 
     async def assign_directories(self, placed: list[tuple[uuid.UUID, int, uuid.UUID]]) -> None:
-        log.debug("directory_assignments_not_sent", partitions=len(placed),
-                  reason="AssignReplicasToDirs to a remote controller is not available yet")
-
-    async def _record_local_dirs(self) -> None:
-        return None
+        """Nothing to do here: `_reconcile_dirs`, run after every delta, queues what the publisher placed."""
 
     # -------------------------------------------------------------------------------- the controller
     async def controller_request(self, body: Any, version: int) -> Any:
@@ -281,6 +308,8 @@ class RemoteBrokerNode(BrokerNode):
                 except (TimeoutError, asyncio.CancelledError):
                     log.warning("controlled_shutdown_incomplete", node_id=self.node_id, waited_s=timeout)
             await self.lifecycle.close()
+        if self.assignments is not None:
+            await self.assignments.close()
         if self.follower is not None:
             await self.follower.close()
         for channel in self._channels.values():

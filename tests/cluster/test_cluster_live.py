@@ -6,6 +6,7 @@ controlled shutdown, and the controller killed and stopped while the brokers kee
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 import subprocess
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from datapath.support import RawClient, batch, create_topic, fetch, fetch_all, list_offset, metadata, produce
-from live import COMMAND
+from live import COMMAND, read_meta_properties
 
 from kjbod.cli.cluster import node_dirs, node_pid
 from kjbod.protocol.errors import ErrorCode as E
@@ -257,6 +258,96 @@ def test_brokers_serve_what_they_lead_while_the_controller_is_away(cluster, sig)
     for b in cluster.broker_ids:
         with raw_to(cluster, b) as raw:
             assert sorted(n.node_id for n in metadata(raw, None).brokers) == [1, 2, 3]
+
+
+UNASSIGNED = "AAAAAAAAAAAAAAAAAAAAAQ"  # KIP-858's reserved dir id, in Kafka's uuid text form
+
+
+def dumped_directories(cluster: Cluster, topic: str) -> dict[int, list[dict[int, str]]]:
+    """`kjbod dump-log --cluster-metadata-decoder` on the controller's metadata log: for each partition of `topic`,
+    the Directories (broker -> dir id) each of its PartitionRecord / PartitionChangeRecord left, in log order."""
+    segments = sorted((cluster.homes["controller"] / "metadata" / "__cluster_metadata-0").glob("*.log"))
+    done = subprocess.run([*COMMAND, "dump-log", "--cluster-metadata-decoder", "--files",
+                           ",".join(str(s) for s in segments)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    topic_id = None
+    replicas: dict[int, list[int]] = {}
+    history: dict[int, list[dict[int, str]]] = {}
+    for line in done.stdout.splitlines():
+        if " payload: {" not in line:
+            continue
+        record = json.loads(line.partition(" payload: ")[2])
+        data = record["data"]
+        if record["type"] == "TOPIC_RECORD" and data["name"] == topic:
+            topic_id = data["topicId"]
+        elif record["type"] in ("PARTITION_RECORD", "PARTITION_CHANGE_RECORD") and data["topicId"] == topic_id:
+            p = data["partitionId"]
+            replicas[p] = data.get("replicas") or replicas[p]
+            if data.get("directories"):
+                history.setdefault(p, []).append(dict(zip(replicas[p], data["directories"], strict=True)))
+    return history
+
+
+def on_disk(cluster: Cluster, topic: str) -> dict[int, dict[int, str]]:
+    """For each partition of `topic`: broker -> the directory.id of the log dir its replica is in on disk."""
+    out: dict[int, dict[int, str]] = {}
+    for b in cluster.broker_ids:
+        for path in cluster.properties(f"broker-{b}")["log.dirs"].split(","):
+            dir_id = read_meta_properties(Path(path))["directory.id"]
+            for d in Path(path).glob(f"{topic}-*"):
+                out.setdefault(int(d.name.rpartition("-")[2]), {})[b] = dir_id
+    return out
+
+
+def assigned(cluster: Cluster, topic: str, partitions: int) -> tuple[dict[int, dict[int, str]],
+                                                                     dict[int, list[dict[int, str]]]]:
+    """Waits until every replica of `topic` is on disk and the metadata log's last Directories of every partition
+    name the dir it is in; returns (the dirs on disk, the Directories history)."""
+    placed = wait_for(lambda: (d := on_disk(cluster, topic)) and len(d) == partitions and d, "every replica on disk")
+    history = wait_for(lambda: (h := dumped_directories(cluster, topic)) and all(
+        p in h and h[p][-1] == placed[p] for p in placed) and h, "every partition's Directories = its dir on disk")
+    return placed, history
+
+
+def test_new_partitions_on_3_dir_brokers_go_from_unassigned_to_the_dir_they_are_in_on_disk(cluster):
+    """KIP-858: each broker places its new replicas and reports the dir with AssignReplicasToDirs; the controller's
+    metadata log ends with every partition's Directories naming the dir its replica is really in."""
+    topic = "assigned-dirs"
+    new_topic(cluster, topic, 30)
+    placed, history = assigned(cluster, topic, 30)
+    assert {b for dirs in placed.values() for b in dirs} == {1, 2, 3}
+    assert len({i for dirs in placed.values() for i in dirs.values()}) > 3, "the replicas are all in one dir each"
+    for p, dirs in history.items():
+        assert set(dirs[0].values()) == {UNASSIGNED}, f"partition {p} did not start UNASSIGNED: {dirs}"
+        assert UNASSIGNED not in dirs[-1].values()
+    for b in cluster.broker_ids:
+        assert "directory_assignments_queued" in cluster.log(f"broker-{b}")
+
+
+def test_a_replica_moved_by_hand_while_its_broker_was_down_is_reported_before_it_is_unfenced(cluster):
+    topic = "moved-by-hand"
+    led = new_topic(cluster, topic, 6)
+    placed, _ = assigned(cluster, topic, 6)
+    p = next(p for p, b in led.items() if b == 3)
+    dirs = {read_meta_properties(Path(d))["directory.id"]: Path(d)
+            for d in cluster.properties("broker-3")["log.dirs"].split(",")}
+    source = dirs[placed[p][3]]
+    target_id, target = next((i, d) for i, d in dirs.items() if d != source)
+    with raw_to(cluster, 3) as raw:
+        assert produce(raw, topic, p, batch([b"before the move"])).error_code == 0
+    assert cluster.signal("broker-3", signal.SIGTERM) in (0, None)
+    (source / f"{topic}-{p}").rename(target / f"{topic}-{p}")
+    mark = len(cluster.log("broker-3"))
+    cluster.start("broker-3")
+    _, history = assigned(cluster, topic, 6)
+    assert history[p][-1] == {3: target_id}
+    restart = cluster.log("broker-3")[mark:]
+    # KIP-858's gate: the assignment queued, confirmed, and only then the broker unfenced.
+    queued, complete = restart.find("directory_assignments_queued"), restart.find("directory_assignments_complete")
+    assert -1 < queued < complete < restart.find("unfenced: RUNNING"), restart
+    wait_for(lambda: leaders(cluster, topic)[p] == 3, "broker 3 leads the moved partition again")
+    with raw_to(cluster, 3) as raw:
+        assert [r.value for r in fetch_all(raw, topic, p)] == [b"before the move"]
 
 
 def test_cluster_down_then_up_again_keeps_the_data(cluster):
