@@ -109,6 +109,8 @@ EFFECTS: dict[str, list[str]] = {
     "broker.session.timeout.ms": [
         "tests/controller/test_controller_listener_live.py::test_a_second_broker_registers_on_the_controller_listener",
         "tests/controller/test_quorum.py::test_session_expiry_fences_a_silent_broker"],
+    "broker.rack": [f"{LIVE}::test_cluster_keys_show_in_what_clients_see",
+                    "tests/controller/test_managers.py::test_create_topics_rack_aware_interleaving"],
     "metadata.log.max.record.bytes.between.snapshots": [
         "tests/controller/test_controller_only_live.py::"
         "test_snapshot_interval_key_makes_the_controller_snapshot_and_a_restart_loads_it",

@@ -69,6 +69,7 @@ BROKER_KEYS: dict[str, BrokerKey] = {k.name: k for k in [
               doc="Listener names used by the controller role."),
     BrokerKey("log.dirs", LIST, "log_dirs", doc="The log dirs (one per disk with JBOD)."),
     BrokerKey("metadata.log.dir", STRING, "metadata_log_dir", doc="Dir of the metadata log."),
+    BrokerKey("broker.rack", STRING, "broker_rack", doc="Rack of this broker, for rack-aware replica placement."),
     BrokerKey("metadata.log.max.record.bytes.between.snapshots", LONG,
               "metadata_log_max_record_bytes_between_snapshots",
               doc="Bytes of metadata records written after which the controller writes a snapshot."),

@@ -93,7 +93,7 @@ class BrokerNode:
 
     @property
     def rack(self) -> str | None:
-        return (getattr(self.config, "properties", None) or {}).get("broker.rack")
+        return getattr(self.config, "broker_rack", None)
 
     @property
     def dynamic_configs(self) -> DynamicBrokerConfigs:

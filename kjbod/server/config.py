@@ -225,6 +225,7 @@ KEYS: dict[str, KeyDef] = {
         KeyDef("controller.listener.names", _upper_list, ()),
         KeyDef("listener.security.protocol.map", _protocol_map, None),
         KeyDef("inter.broker.listener.name", _nonempty_str, None),
+        KeyDef("broker.rack", _nonempty_str, None),
         KeyDef("controller.quorum.bootstrap.servers", _host_ports, ()),
         KeyDef("controller.quorum.voters", _voters, ()),
         KeyDef("log.dirs", _list, None),
@@ -315,7 +316,6 @@ COMPATIBILITY_ONLY: dict[str, str] = {
     "socket.receive.buffer.bytes": "the operating system's socket buffer sizes are used",
     "num.recovery.threads.per.data.dir": "each log dir is loaded by one thread",
     "min.insync.replicas": "one replica per partition: acks=all never waits for another",
-    "broker.rack": "one broker: no rack-aware placement",
 }
 ACCEPTED_NO_EFFECT = frozenset(k for k in COMPATIBILITY_ONLY if k not in KEYS)
 
@@ -365,6 +365,7 @@ class ServerConfig:
     zero_copy: bool
     listener_security_protocol_map: Mapping[str, str] = field(default_factory=dict)
     inter_broker_listener_name: str | None = None
+    broker_rack: str | None = None
     controller_quorum_bootstrap_servers: tuple[str, ...] = ()
     controller_quorum_voters: tuple[str, ...] = ()
     log_flush_offset_checkpoint_interval_ms: int = 60_000
@@ -708,6 +709,7 @@ def build_config(
         delete_topic_enable=get("delete.topic.enable"),
         log_cleanup_policy=get("log.cleanup.policy"),
         log_message_timestamp_type=get("log.message.timestamp.type"),
+        broker_rack=get("broker.rack"),
         metadata_log_max_record_bytes_between_snapshots=get("metadata.log.max.record.bytes.between.snapshots"),
         log_message_timestamp_before_max_ms=get("log.message.timestamp.before.max.ms"),
         log_message_timestamp_after_max_ms=get("log.message.timestamp.after.max.ms"),

@@ -107,13 +107,15 @@ def test_checkpoints_are_rewritten_at_their_interval(kjbod_server_factory):
 def test_cluster_keys_show_in_what_clients_see(kjbod_server_factory):
     server = kjbod_server_factory(node_id=7)
     server.stop()  # its ports are known now: advertise the broker listener under another name
-    overrides = {"advertised.listeners": f"PLAINTEXT://localhost:{server.port}", "num.partitions": "3"}
+    overrides = {"advertised.listeners": f"PLAINTEXT://localhost:{server.port}", "num.partitions": "3",
+                 "broker.rack": "rack-a"}
     write_config(server.config, node_id=7, port=server.port, controller_port=server.controller_port,
                  log_dirs=server.log_dirs, metadata_dir=server.metadata_dir, overrides=overrides)
     server.start()
     admin = admin_for(server)
     cluster = admin.describe_cluster()
-    assert [(b["broker_id"], b["host"], b["port"]) for b in cluster["brokers"]] == [(7, "localhost", server.port)]
+    assert [(b["broker_id"], b["host"], b["port"], b["rack"]) for b in cluster["brokers"]] == [
+        (7, "localhost", server.port, "rack-a")]
     admin.close()
     producer = KafkaProducer(bootstrap_servers=server.bootstrap)
     producer.send("auto", b"x").get(30)  # created on first use, with num.partitions partitions
