@@ -651,6 +651,7 @@ class AdminClient:
         top-level error code, which raises (after retries, if retriable).
         """
         backoff = self._backoff()
+        last_error: AdminError | None = None
         while True:
             try:
                 conn = await self._connection_for(target, deadline)
@@ -667,6 +668,12 @@ class AdminClient:
                                                   api=api_name(api_key), broker=conn.address)
                 return response, version, conn
             except AdminError as error:
+                if (isinstance(error, RequestTimeoutError) and last_error is not None
+                        and deadline.remaining() <= 0):
+                    # The deadline ran out while retrying: the error that made us retry says what is wrong
+                    # (on a busy machine the last try may not even have reached the broker).
+                    raise last_error from None
+                last_error = error
                 delay = backoff.next()
                 if not error.retriable or deadline.remaining() <= delay:
                     raise

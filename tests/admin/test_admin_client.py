@@ -356,6 +356,18 @@ async def test_connection_closed_every_time_gives_a_clear_error(cluster):
     assert info.value.code.name == "NETWORK_EXCEPTION"
 
 
+async def test_a_deadline_that_runs_out_while_retrying_reports_why_it_retried(cluster):
+    # The broker closes the connection, and the retry's metadata refresh then hangs past the call's deadline:
+    # the caller hears the connection error that caused the retry, not just that time ran out.
+    broker = cluster.brokers[1]
+    broker.add_script(3, None, ("delay", 30))
+    broker.add_script(35, "close")
+    async with admin_for(cluster) as admin:
+        with pytest.raises(BrokerConnectionError) as info:
+            await admin.describe_log_dirs(brokers=[1], timeout=3)
+    assert f"127.0.0.1:{broker.port}" in str(info.value) and "closed by the broker" in str(info.value)
+
+
 async def test_slow_reply_times_out_then_a_retry_succeeds(cluster):
     broker = cluster.brokers[1]
     broker.add_script(60, ("delay", 5))
