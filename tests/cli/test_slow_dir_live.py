@@ -50,7 +50,8 @@ def test_a_slow_dir_is_degraded_and_a_silent_one_not_answering(tmp_path, monkeyp
         while (seen := dirs_of(server.bootstrap))[bad]["state"] != "degraded":
             assert time.monotonic() < deadline, f"the slow dir never showed as degraded: {seen[bad]}"
             time.sleep(0.2)
-        assert seen[bad]["is_live"] and seen[bad]["recent_latency_ms"] >= 1500
+        # Above the slow threshold (1 s); not the exact 1.5 s delay, which the clocks may round below.
+        assert seen[bad]["is_live"] and seen[bad]["recent_latency_ms"] >= 1000
         assert seen[bad]["total_bytes"] > 0  # slow, but it answers
         table = describe(server.bootstrap).stdout
         [row] = [line for line in table.splitlines() if line.strip().startswith(bad)]
