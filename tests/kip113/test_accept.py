@@ -20,8 +20,8 @@ import pytest
 
 from kjbod.broker.handlers import alter_replica_log_dirs
 from kjbod.broker.kip113 import failpoints
-from kjbod.broker.metadata_image import MetadataImage
 from kjbod.broker.storage_glue import StorageAdapter
+from kjbod.metadata import MetadataImage
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import AlterReplicaLogDirsRequest as ARD
 from kjbod.storage import fsio

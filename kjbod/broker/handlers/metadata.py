@@ -21,8 +21,8 @@ from kjbod.broker.handlers.create_topics import (
     collision_index,
     collision_problem,
 )
-from kjbod.broker.metadata_image import topic_name_problem
 from kjbod.broker.router import api
+from kjbod.metadata.names import topic_name_problem
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import MetadataRequest, MetadataResponse
 from kjbod.protocol.generated.metadata_response import MetadataResponseBroker as Broker
