@@ -109,8 +109,10 @@ def current_dir(admin: KafkaAdminClient, topic: str, partition: int) -> str | No
     return None if found is None else found["dir"]
 
 
-def wait_moved(admin: KafkaAdminClient, topic: str, partition: int, dest: str, timeout: float = 60.0) -> None:
-    """Until the replica lives in `dest` and has no future replica left."""
+def wait_moved(admin: KafkaAdminClient, topic: str, partition: int, dest: str, timeout: float = 60.0,
+               server=None) -> None:
+    """Until the replica lives in `dest` and has no future replica left. With `server` (a live server), a
+    timeout also shows what the server logged about moves of this partition."""
     deadline = time.monotonic() + timeout
     while True:
         seen = replicas(admin, {topic: [partition]})
@@ -118,8 +120,19 @@ def wait_moved(admin: KafkaAdminClient, topic: str, partition: int, dest: str, t
         if cur is not None and cur["dir"] == dest and (topic, partition, True) not in seen:
             return
         if time.monotonic() > deadline:
-            raise AssertionError(f"{topic}-{partition} not moved to {dest} within {timeout}s: {seen}")
+            logged = "" if server is None else "\nthe server logged:\n" + move_log(server, f"{topic}-{partition}")
+            raise AssertionError(f"{topic}-{partition} not moved to {dest} within {timeout}s: {seen}{logged}")
         time.sleep(0.05)
+
+
+def move_log(server, name: str, last: int = 30) -> str:
+    """The last lines of a live server's stderr that name partition `name` or a move, a failure or a traceback."""
+    try:
+        lines = server.stderr_path.read_text(errors="replace").splitlines()
+    except OSError as e:
+        return f"(stderr not readable: {e})"
+    keep = [ln for ln in lines if f'"{name}"' in ln or "Traceback" in ln or '"error"' in ln or "failed" in ln]
+    return "\n".join(keep[-last:])
 
 
 def partition_dirs(server) -> dict[str, list[str]]:

@@ -85,7 +85,7 @@ def test_ten_rounds_of_moves_under_continuous_produce(kjbod_server_factory):
             result = admin.alter_replica_log_dirs({("load", p, 1): d for p, d in targets.items()})
             assert set(result.values()) == {NoError}, result
             for p, d in targets.items():
-                wait_moved(admin, "load", p, d, timeout=120)
+                wait_moved(admin, "load", p, d, timeout=120, server=server)
             assert not producer.errors, producer.errors[:3]
     finally:
         producer.finish()
