@@ -22,7 +22,7 @@ from kjbod.storage.config import LogConfig
 from kjbod.storage.errors import KafkaStorageError
 from kjbod.storage.manager import parse_partition_dir_name
 
-from .conftest import TOPIC_ID, Rig, captured_logs, wait_for
+from .conftest import TOPIC_ID, Rig, captured_logs, records, wait_for
 
 
 def fill(rig: Rig, topic: str, count: int, *, size: int = 200, start: int = 0) -> list[bytes]:
@@ -429,3 +429,25 @@ def test_writeback_hint_is_harmless(tmp_path):
         os.close(r)
         os.close(w)
     assert io.online
+
+
+def test_catch_up_read_stays_in_one_source_segment_when_the_source_rolls_meanwhile(make_rig, log_dirs, monkeypatch):
+    """The source may roll between the mover listing its segments and reading: the read must still hand back
+    only one segment's batches (together they could exceed segment.bytes, which the future log refuses), with
+    that segment's base offset. A clean-clone CI run lost a move this way (RecordListTooLargeError)."""
+    rig = make_rig(config=LogConfig(segment_bytes=16 << 10, file_delete_delay_ms=3_600_000))
+    rig.manager.create_partition("roll", 0, TOPIC_ID, dir=log_dirs[0])
+    fill(rig, "roll", 200, size=300)
+    source = rig.manager.get("roll", 0)
+    bases = [s.base_offset for s in source.segments]
+    assert len(bases) >= 3
+    # As listed before the last rolls: the second segment looks like the last one.
+    monkeypatch.setattr(mover_module, "_segment_bases", lambda plog: bases[:2])
+    offset = bases[1] + 1
+    data, base = rig.mover._read_source(source, offset, 1 << 30)
+    monkeypatch.undo()
+    seg = source.segments[1]
+    assert base == bases[1]
+    assert 0 < len(data) <= seg.size <= 16 << 10
+    got = records(data)
+    assert got[-1][0] == bases[2] - 1 and got[0][0] <= offset

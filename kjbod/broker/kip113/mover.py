@@ -900,7 +900,12 @@ class ReplicaMover:
 
     def _read_source(self, source: PartitionLog, offset: int, max_bytes: int) -> tuple[bytes, int]:
         """Whole batches from ``offset`` within one source segment, and that segment's base offset. The data is
-        read from file regions outside the source's lock (which a read holds only to find the regions)."""
+        read from file regions outside the source's lock (which a read holds only to find the regions).
+
+        Only the first region is used: a read may run on into the next segment (the source can roll between
+        listing its segments and reading), and one append to the future log must never take more than one
+        source segment holds (it could exceed segment.bytes, and the future's segments would no longer line up
+        with the source's)."""
         for _ in range(2):
             bases = _segment_bases(source)
             i = bisect_right(bases, offset) - 1
@@ -912,9 +917,11 @@ class ReplicaMover:
             except OffsetOutOfRangeError:
                 raise _Restart() from None
             try:
-                parts = []
-                for r in result.regions:
+                data = b""
+                if result.regions:
+                    r = result.regions[0]
                     fh = FileHandle(r.fd, source.dir, source.io)
+                    parts = []
                     got = 0
                     while got < r.count:
                         chunk = fh.pread(r.count - got, r.offset + got)
@@ -922,11 +929,17 @@ class ReplicaMover:
                             raise KafkaStorageError(f"short read from {source.dir}", log_dir=source.log_dir)
                         parts.append(chunk)
                         got += len(chunk)
+                    data = b"".join(parts)
             finally:
                 for r in result.regions:
                     r.close()
-            if parts or next_base is None:
-                return b"".join(parts), bases[i]
+            if data:
+                # The segment the first batch is in (an offset gap may have taken the read past segment i).
+                first = int.from_bytes(data[:8], "big", signed=True)
+                bases = _segment_bases(source)
+                return data, bases[max(bisect_right(bases, first) - 1, 0)]
+            if next_base is None:
+                return b"", bases[i]
             # ``offset`` is past the last batch of segment i (an offset gap): continue in the next segment.
             offset = next_base
         return b"", offset
