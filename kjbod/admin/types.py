@@ -114,6 +114,7 @@ class LogDirInfo:
     # operation; None when the broker does not report them (Apache Kafka)
     state: str | None = None
     recent_latency_ms: int | None = None
+    failed_at_ms: int | None = None  # an offline dir: when it failed (ms since the epoch), if the broker knows
 
 
 class LogDirsByBroker(dict[int, list[LogDirInfo]]):

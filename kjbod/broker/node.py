@@ -19,7 +19,12 @@ and heartbeats every `broker.heartbeat.interval.ms`, which unfences it once it h
 
 KIP-113: the node owns the replica mover (kjbod.broker.kip113), started after storage is open, stopped before
 it closes, and runs the mover's final catch-up and swap on the event loop (`run_exclusive`): every append
-happens on that loop, so while the swap runs no produce can hold the old log.
+happens on that loop, so while the swap runs no produce can hold the old log.  Before the swap the mover has
+the new dir recorded (KIP-858's order, `assign_moved_replica`) through an AssignmentsManager
+(kjbod.broker.assignments): the broker-only node's speaks to the controller over a socket, the combined node's
+to its in-process controller through an InProcessControllerChannel, with the same AssignReplicasToDirs checks,
+batching and retries.  The combined node still records the dirs of new partitions directly (one controller
+write per create, answered before the CreateTopics is); only moves go through the manager.
 """
 
 from __future__ import annotations
@@ -35,9 +40,11 @@ from typing import Any
 
 import structlog
 
+from kjbod.broker.assignments import AssignmentOutcome, AssignmentsManager
 from kjbod.broker.broker_config import BROKER, LONG_MAX, THROTTLE_KEY, DynamicBrokerConfigs
 from kjbod.broker.router import Router
-from kjbod.metadata import EMPTY_IMAGE, MetadataDelta, MetadataImage, TopicImage, is_reserved_dir
+from kjbod.metadata import DIR_LOST, EMPTY_IMAGE, MetadataDelta, MetadataImage, TopicImage, is_reserved_dir
+from kjbod.net.controller_channel import InProcessControllerChannel
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import (
     AllocateProducerIdsRequest,
@@ -74,6 +81,7 @@ class BrokerNode:
         self.metadata_fetch: Any = None  # serves Fetch/FetchSnapshot of the metadata log on controller listeners
         self.logs: Any = None  # kjbod.storage log manager, once opened
         self.mover: Any = None  # kjbod.broker.kip113.ReplicaMover, once storage is open
+        self.assignments: AssignmentsManager | None = None  # directory assignments of moved replicas (KIP-858)
         self.handler = Router(self)  # each request is logged at debug by the connection, with its latency
         self._tasks: list[asyncio.Task] = []
         self._assignments: set[asyncio.Task] = set()  # directory assignments on their way to the controller
@@ -209,6 +217,8 @@ class BrokerNode:
     def _publish(self, delta: MetadataDelta, image: MetadataImage) -> None:
         """Applies a committed delta to this broker: the new image, then its local logs."""
         old, self.metadata = self.metadata, image
+        if self.assignments is not None:
+            self.assignments.on_metadata(image)
         if self.logs is None:
             return
         changes = delta.local_changes(self.node_id, image)
@@ -306,7 +316,8 @@ class BrokerNode:
         threads = int(getattr(self.config, "num_replica_alter_log_dirs_threads", 0) or len(self.config.log_dirs))
         self.mover = ReplicaMover(self.logs.manager, threads=threads,
                                   throttle=Throttle(self.replica_alter_log_dirs_rate()),
-                                  exclusive=self.run_exclusive)
+                                  exclusive=self.run_exclusive,
+                                  assign_dir=self.assign_moved_replica if self.assignments is not None else None)
         self.mover.start()
         self.mover.resume_at_startup()
 
@@ -315,13 +326,45 @@ class BrokerNode:
 
         self._loop = asyncio.get_running_loop()
         await open_storage(self)
+        # Assignments queued before the controller runs wait in the manager, whose task starts after it.
+        self.assignments = AssignmentsManager(
+            self.node_id, InProcessControllerChannel(self._controller_handler), image=lambda: self.metadata,
+            broker_epoch=lambda: self.broker_epoch)
         self._start_mover()
         self.controller.start()
+        self.assignments.start()
         await self._register()
         await self._record_local_dirs()
         self.spawn(self._heartbeats())
         log.info("node_started", node_id=self.node_id, cluster_id=self.cluster_id,
                  topics=len(self.metadata.by_name), broker_epoch=self.broker_epoch)
+
+    async def _controller_handler(self, api_key: int, version: int, request: Any, header: Any) -> Any:
+        return await self.controller.handle_request(api_key, version, request, header)
+
+    def assign_moved_replica(self, topic: str, partition: int, log_dir: str | None) -> concurrent.futures.Future[bool]:
+        """The mover's DirAssigner (called from its threads): queues `topic-partition` -> `log_dir` (None: LOST_DIR)
+        with the assignments manager; the future ends True once the controller has it."""
+        try:
+            return asyncio.run_coroutine_threadsafe(self._assign_moved(topic, partition, log_dir), self._loop)
+        except RuntimeError:  # the loop is closed: the node is going away
+            gone: concurrent.futures.Future[bool] = concurrent.futures.Future()
+            gone.cancel()
+            return gone
+
+    async def _assign_moved(self, topic: str, partition: int, log_dir: str | None) -> bool:
+        t = self.metadata.topic(topic)
+        if self.assignments is None or t is None:
+            return False
+        if log_dir is None:
+            dir_id = DIR_LOST
+        else:
+            text = {path: d for d, path in self.logs.manager.directory_ids(online_only=False).items()}.get(log_dir)
+            if text is None:
+                return False
+            dir_id = uuid.UUID(bytes=uuid_from_str(text))
+        outcome = await self.assignments.assign(t.topic_id, partition, dir_id, reason="replica moved between dirs")
+        return outcome == AssignmentOutcome.ASSIGNED
 
     # -------------------------------------------------------------------------------- registration, heartbeats
     def _registration(self) -> BrokerRegistrationRequest:
@@ -367,6 +410,15 @@ class BrokerNode:
                 text = ids_by_path.get(plog.log_dir) if plog is not None else None
                 if text is not None:
                     out[(topic.topic_id, p.partition)] = uuid.UUID(bytes=uuid_from_str(text))
+        # A move whose destination the controller was asked to record is about to swap into it: that dir stands
+        # (pointing the metadata back at the source meanwhile would undo KIP-858's order).
+        moving = self.mover.assigned_dirs() if self.mover is not None else {}
+        for (name, partition), path in moving.items():
+            topic_image = self.metadata.topic(name)
+            text = ids_by_path.get(path)
+            key = (topic_image.topic_id, partition) if topic_image is not None else None
+            if key in out and text is not None:
+                out[key] = uuid.UUID(bytes=uuid_from_str(text))
         return out
 
     async def _heartbeat(self, *, want_shut_down: bool = False) -> Any:
@@ -407,6 +459,8 @@ class BrokerNode:
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        if self.assignments is not None:
+            await self.assignments.close()  # a move waiting for its assignment stops too
         if self.mover is not None:
             # In a thread: a mover waiting for its final step on this loop must be able to give up meanwhile.
             await asyncio.get_running_loop().run_in_executor(None, self.mover.stop)

@@ -46,7 +46,7 @@ from kjbod.broker.lifecycle import BrokerLifecycleManager, BrokerState, Lifecycl
 from kjbod.broker.metadata_follower import MetadataBatch, MetadataFollower
 from kjbod.broker.node import BrokerNode
 from kjbod.broker.storage_glue import apply_image_at_start, open_logs, reconcile
-from kjbod.metadata import EMPTY_IMAGE, MetadataDelta, MetadataImage
+from kjbod.metadata import EMPTY_IMAGE, MetadataDelta, MetadataImage, is_reserved_dir
 from kjbod.net.controller_channel import SocketControllerChannel, controller_addresses
 from kjbod.net.errors import ClientError
 from kjbod.protocol.errors import ErrorCode
@@ -287,7 +287,24 @@ class RemoteBrokerNode(BrokerNode):
         dir_id = uuid.UUID(bytes=uuid_from_str(text))
         lifecycle = self.lifecycle
         with contextlib.suppress(RuntimeError):  # the loop is closed: the node is going away
-            self._loop.call_soon_threadsafe(lifecycle.propagate_directory_failure, dir_id)
+            self._loop.call_soon_threadsafe(lifecycle.propagate_directory_failure, dir_id,
+                                            lambda: self.leads_in_dir(dir_id, path))
+
+    def leads_in_dir(self, dir_id: uuid.UUID, path: str) -> bool:
+        """Whether this broker leads a partition whose replica the metadata places in `dir_id`, or that it had
+        in `path` while the metadata had not recorded where (KIP-858's condition for shutting down)."""
+        for topic in self.metadata.topics():
+            for p in topic.partitions.values():
+                if p.leader != self.node_id:
+                    continue
+                recorded = p.directory_of(self.node_id)
+                if recorded == dir_id:
+                    return True
+                if recorded is not None and is_reserved_dir(recorded):
+                    plog = self.logs.manager.find(topic.name, p.partition) if self.logs is not None else None
+                    if plog is None or plog.log_dir == path:
+                        return True
+        return False
 
     # -------------------------------------------------------------------------------- shutdown
     def begin_shutdown(self) -> None:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import datetime
 import json
 import math
 import re
@@ -190,7 +191,7 @@ def describe_document(result: LogDirsByBroker) -> dict[str, Any]:
     """KIP-113's JSON, one entry per broker (as Kafka's kafka-log-dirs.sh groups it), with kjbod's extra fields.
 
     {"version": 1, "brokers": [{"broker": 1, "error": null, "log_dirs": [{"path", "is_live", "error",
-    "directory_id", "total_bytes", "usable_bytes", "state", "recent_latency_ms", "partitions": [{"topic",
+    "directory_id", "total_bytes", "usable_bytes", "state", "recent_latency_ms", "failed_at", "partitions": [{"topic",
     "partition", "size", "offset_lag",
     "is_temporary"}]}]}]}
     """
@@ -211,6 +212,7 @@ def describe_document(result: LogDirsByBroker) -> dict[str, Any]:
                 "usable_bytes": d.usable_bytes,
                 "state": d.state,
                 "recent_latency_ms": d.recent_latency_ms,
+                "failed_at": None if d.failed_at_ms is None else _utc(d.failed_at_ms),
                 "partitions": [
                     {"topic": r.topic, "partition": r.partition, "size": r.size, "offset_lag": r.offset_lag,
                      "is_temporary": r.is_future}
@@ -218,6 +220,11 @@ def describe_document(result: LogDirsByBroker) -> dict[str, Any]:
             })
         brokers.append({"broker": broker_id, "error": None, "log_dirs": dirs})
     return {"version": DOCUMENT_VERSION, "brokers": brokers}
+
+
+def _utc(ms: int) -> str:
+    """An instant as ISO 8601 UTC to the second, as `date -u +%FT%TZ` prints it."""
+    return datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _table(headers: list[str], rows: list[list[str]], right: set[int]) -> list[str]:
@@ -237,7 +244,8 @@ def _state_text(d: dict[str, Any]) -> str:
     if state == "not-answering":
         return f"NOT ANSWERING ({d['error']})"
     if not d["is_live"]:
-        return f"OFFLINE ({d['error']})"
+        since = d.get("failed_at")
+        return f"OFFLINE ({d['error']})" + (f" since {since}" if since else "")
     if state == "degraded":
         latency = d.get("recent_latency_ms")
         return "degraded" + (f" ({latency / 1000:.1f} s/op)" if latency is not None else "")

@@ -60,7 +60,7 @@ class BrokerDirs:
         registration and this memory answer almost always; only what they do not know costs a pass over the
         partitions (a replica may still name a dir this controller has not seen registered)."""
         reg = image.brokers.get(broker_id)
-        current = set(reg.log_dirs) if reg is not None else set()
+        current = {*reg.log_dirs, *reg.offline_dirs} if reg is not None else set()
         remembered = self._dirs.get(broker_id, set())
         left = [d for d in dir_ids if not is_reserved_dir(d) and d not in current and d not in remembered]
         if not left:

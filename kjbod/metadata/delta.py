@@ -173,13 +173,14 @@ class MetadataDelta:
             target[rec.name] = rec.value
 
     def _register_broker_record(self, rec: RegisterBrokerRecord) -> None:
+        before = self.broker(rec.broker_id)
         self._brokers[rec.broker_id] = BrokerRegistration(
             broker_id=rec.broker_id, epoch=rec.broker_epoch, incarnation_id=rec.incarnation_id,
             listeners=tuple(Endpoint(e.name, e.host, e.port, e.security_protocol) for e in rec.end_points),
             rack=rec.rack, fenced=rec.fenced, in_controlled_shutdown=rec.in_controlled_shutdown,
             log_dirs=tuple(rec.log_dirs),
             features={f.name: (f.min_supported_version, f.max_supported_version) for f in rec.features},
-            record_offset=self.offset)
+            offline_dirs=_left(before, rec.log_dirs), record_offset=self.offset)
 
     def _unregister_broker_record(self, rec: UnregisterBrokerRecord) -> None:
         current = self.broker(rec.broker_id)
@@ -205,6 +206,7 @@ class MetadataDelta:
             changes["in_controlled_shutdown"] = True
         if rec.log_dirs:  # an empty list means "no change" (Kafka's replay)
             changes["log_dirs"] = tuple(rec.log_dirs)
+            changes["offline_dirs"] = _left(self.broker(rec.broker_id), rec.log_dirs)
         self._change_broker(rec.broker_id, rec.broker_epoch, **changes)
 
     def _fence_broker_record(self, rec: FenceBrokerRecord) -> None:
@@ -332,3 +334,11 @@ def replay(image: MetadataImage, records: Iterable[Any], first_offset: int | Non
     delta = MetadataDelta(image)
     delta.replay_all(records, first_offset)
     return delta.apply()
+
+
+def _left(before: BrokerRegistration | None, log_dirs: list[UUID]) -> tuple[UUID, ...]:
+    """The dirs `before` had (online or failed) that `log_dirs`, a broker's new list, leaves out."""
+    if before is None:
+        return ()
+    now = set(log_dirs)
+    return tuple(d for d in dict.fromkeys((*before.log_dirs, *before.offline_dirs)) if d not in now)

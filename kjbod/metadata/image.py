@@ -84,6 +84,11 @@ class BrokerRegistration:
     in_controlled_shutdown: bool = False
     log_dirs: tuple[UUID, ...] = ()
     features: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    # Dirs this broker registered that have left its registration since (failed: KIP-858's
+    # BrokerRegistrationChangeRecord), so that its heartbeats, which resend every failed dir, still name a dir
+    # the controller knows, even when the dir held no replica and a snapshot replaced the records (see
+    # kjbod.metadata.snapshot).  Kafka keeps no such memory (it ignores offline dirs it does not know).
+    offline_dirs: tuple[UUID, ...] = ()
     # Offset of the RegisterBrokerRecord replayed last for it: the broker is caught up (and may be unfenced)
     # once it has applied this offset.  Not part of the record, so not part of equality.
     record_offset: int = field(default=-1, compare=False)

@@ -271,6 +271,7 @@ class LogDirIO:
         self.path = os.path.abspath(path)
         self.online = True
         self.offline_reason: str | None = None
+        self.offline_at_ms: int | None = None  # wall-clock time it went offline, for kjbod log-dirs describe
         self.on_offline = on_offline
         self._state_lock = threading.Lock()
         # Stall detection (see kjbod.storage.health): the operation each thread has outstanding on this dir,
@@ -305,6 +306,7 @@ class LogDirIO:
             if first:
                 self.online = False
                 self.offline_reason = f"{op} {path} failed: {exc}"
+                self.offline_at_ms = int(time.time() * 1000)
         if first:
             log.error("log_dir_offline", log_dir=self.path, op=op, path=path, error=str(exc))
             callback = self.on_offline

@@ -125,6 +125,7 @@ class LogDirInfo:
     error: str | None = None
     state: DirState = DirState.ONLINE
     recent_latency_ms: int = 0  # the slowest operation of the last few seconds (kjbod.storage.health)
+    failed_at_ms: int = -1  # when an offline dir went offline (wall clock, ms); -1 if online or not known
 
 
 @dataclass(frozen=True)
@@ -277,8 +278,9 @@ class LogManager:
                 error = f"log dir {path} did not answer in time (a slow or hung disk)"
             elif answer is not None:
                 total, usable = answer[0], answer[1]
+            failed_at = d.io.offline_at_ms
             out.append(LogDirInfo(path, d.directory_id, d.io.online, total, usable, error, state,
-                                  health.recent_latency_ms))
+                                  health.recent_latency_ms, -1 if failed_at is None else failed_at))
         return out
 
     def start_probes(self) -> dict[str, Future[tuple[int, int, int]]]:

@@ -141,7 +141,7 @@ INT, NULLABLE_INT, NULLABLE_STR = ("int",), ("int", None), (str, None)
 PARTITION_SCHEMA = {"topic": str, "partition": INT, "size": INT, "offset_lag": NULLABLE_INT, "is_temporary": bool}
 LOG_DIR_SCHEMA = {"path": str, "is_live": bool, "error": NULLABLE_STR, "directory_id": NULLABLE_STR,
                   "total_bytes": NULLABLE_INT, "usable_bytes": NULLABLE_INT, "state": NULLABLE_STR,
-                  "recent_latency_ms": NULLABLE_INT, "partitions": [PARTITION_SCHEMA]}
+                  "recent_latency_ms": NULLABLE_INT, "failed_at": NULLABLE_STR, "partitions": [PARTITION_SCHEMA]}
 DOCUMENT_SCHEMA = {"version": INT, "brokers": [{"broker": INT, "error": NULLABLE_STR, "log_dirs": [LOG_DIR_SCHEMA]}]}
 
 

@@ -8,7 +8,7 @@ import uuid
 import pytest
 
 from kjbod.controller import directories
-from kjbod.metadata import DIR_LOST, DIR_UNASSIGNED
+from kjbod.metadata import DIR_LOST, DIR_UNASSIGNED, EMPTY_IMAGE, image_records, replay
 from kjbod.protocol.errors import ErrorCode as E
 from kjbod.protocol.generated import (
     AssignReplicasToDirsRequest,
@@ -174,16 +174,36 @@ def test_an_offline_dir_the_broker_never_registered_is_log_dir_not_found():
 
 
 def test_a_failed_dir_stays_known_after_a_controller_restart():
-    """A restarted controller rebuilds its memory of registered dirs from the log's registrations, so the
-    cumulative OfflineLogDirs of a broker whose empty dir failed is still accepted."""
+    """A restarted controller knows the failed dirs from the image it replays (the registration keeps them as
+    offline_dirs) and from the log's registrations, so the cumulative OfflineLogDirs of a broker whose empty dir
+    failed is still accepted."""
     ctx = cluster()
     tid = ctx.image.topic("t").topic_id
     assign(ctx, {D1: {tid: [0]}})
     ctx.heartbeat(1, offline=[D1, D3])  # D1 holds partition 0, D3 nothing
     restarted = directories.BrokerDirs()
-    assert restarted.unknown(ctx.image, 1, [D1]) == []  # a replica still names it
-    assert restarted.unknown(ctx.image, 1, [D3]) == [D3]
+    assert restarted.unknown(ctx.image, 1, [D1, D3]) == []
+    assert ctx.image.broker(1).offline_dirs == (D1, D3)
     restarted.note_records(ctx.log)
     assert restarted.unknown(ctx.image, 1, [D3]) == []
     ctx.hb.dirs = restarted
     assert ctx.heartbeat(1, offline=[D1, D3]).error_code == 0
+
+
+def test_an_empty_failed_dir_stays_known_after_a_snapshot_and_a_restart():
+    """The edge case of the memory above: once a snapshot has replaced the records, the failed dir is still in
+    the snapshot (its RegisterBrokerRecord with every dir, then a BrokerRegistrationChangeRecord with the online
+    ones), so a controller started from it accepts the broker's resent OfflineLogDirs."""
+    ctx = cluster()
+    ctx.heartbeat(1, offline=[D3])  # D3 holds nothing
+    assert (ctx.image.broker(1).log_dirs, ctx.image.broker(1).offline_dirs) == ((D1, D2), (D3,))
+    snapshot = [type(r).decode(r.encode(type(r).MAX_VERSION), type(r).MAX_VERSION) for r in image_records(ctx.image)]
+    started = replay(EMPTY_IMAGE, snapshot)
+    assert started.brokers == ctx.image.brokers and started.topics_by_id == ctx.image.topics_by_id
+    assert (started.broker(1).log_dirs, started.broker(1).offline_dirs) == ((D1, D2), (D3,))
+    ctx.image, ctx.hb.dirs = started, directories.BrokerDirs()
+    ctx.hb.dirs.note_records(snapshot)
+    assert ctx.heartbeat(1, offline=[D3]).error_code == 0
+    # A broker started again with the dir repaired registers it: it is online again, no longer remembered.
+    ctx.register(1, dirs=[D1, D2, D3])
+    assert (ctx.image.broker(1).log_dirs, ctx.image.broker(1).offline_dirs) == ((D1, D2, D3), ())
