@@ -42,11 +42,13 @@ CLUSTER = "kjbod-test-cluster-0000"
 
 
 class Policy:
-    """Topic configs: only retention.ms, a number.  Broker configs: only "k"."""
+    """Topic configs: only retention.ms, a number, and unclean.leader.election.enable, a boolean.  Broker
+    configs: only "k"."""
 
     def validate_topic(self, overrides):
         for k, v in overrides.items():
-            if k != "retention.ms" or not v.isdigit():
+            ok = v.isdigit() if k == "retention.ms" else k == "unclean.leader.election.enable" and v in ("true", "false")
+            if not ok:
                 raise PolicyError(E.INVALID_CONFIG, f"bad config {k}")
 
     def plan_topic(self, overrides, changes, *, replace):
