@@ -30,7 +30,7 @@ EPOCHS = {1: 101, 2: 102, 3: 103}
 def image(*, leader: int = 1, leader_epoch: int = 0, partition_epoch: int = 0, isr=(1, 2, 3), configs=None,
           fenced: frozenset[int] = frozenset()) -> MetadataImage:
     p = PartitionImage(0, (1, 2, 3), tuple(isr), leader, leader_epoch, partition_epoch)
-    topic = TopicImage("t", TOPIC_ID, {0: p}, configs or {"min.insync.replicas": "2"})
+    topic = TopicImage("t", TOPIC_ID, {0: p}, configs if configs is not None else {"min.insync.replicas": "2"})
     brokers = {b: BrokerRegistration(b, e, uuid.uuid4(), fenced=b in fenced) for b, e in EPOCHS.items()}
     return MetadataImage(topics_by_name={"t": topic}, topics_by_id={TOPIC_ID: topic}, brokers=brokers)
 

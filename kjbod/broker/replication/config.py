@@ -1,7 +1,6 @@
 """Replication settings with Kafka's names and defaults, read from the broker's config.
 
-Typed attributes of the server config win; otherwise the raw `server.properties` value; otherwise Kafka's
-default.  `min.insync.replicas` is also a topic config: the topic's override wins over the broker's.
+The server config's attributes (kjbod.server.config parses and checks the keys), else Kafka's defaults.  `min.insync.replicas` is also a topic config: the topic's override wins over the broker's.
 """
 
 from __future__ import annotations
@@ -22,14 +21,9 @@ DEFAULTS: dict[str, int] = {
 }
 
 
-def _setting(config: Any, key: str) -> int:
-    value = getattr(config, key.replace(".", "_"), None)
-    if value is None:
-        value = (getattr(config, "properties", None) or {}).get(key)
-    try:
-        return int(value) if value is not None else DEFAULTS[key]
-    except (TypeError, ValueError):
-        raise ValueError(f"{key} must be an integer, not {value!r}") from None
+def _setting(config: Any, attr: str, key: str) -> int:
+    value = getattr(config, attr, None)
+    return int(value) if value is not None else DEFAULTS[key]
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,15 +41,16 @@ class ReplicationConfig:
     @classmethod
     def from_config(cls, config: Any) -> ReplicationConfig:
         return cls(
-            lag_time_max_ms=_setting(config, "replica.lag.time.max.ms"),
-            fetch_wait_max_ms=_setting(config, "replica.fetch.wait.max.ms"),
-            fetch_min_bytes=_setting(config, "replica.fetch.min.bytes"),
-            fetch_max_bytes=_setting(config, "replica.fetch.max.bytes"),
-            fetch_response_max_bytes=_setting(config, "replica.fetch.response.max.bytes"),
-            fetch_backoff_ms=_setting(config, "replica.fetch.backoff.ms"),
-            socket_timeout_ms=_setting(config, "replica.socket.timeout.ms"),
-            num_fetchers=max(1, _setting(config, "num.replica.fetchers")),
-            min_insync_replicas=max(1, _setting(config, "min.insync.replicas")))
+            lag_time_max_ms=_setting(config, "replica_lag_time_max_ms", "replica.lag.time.max.ms"),
+            fetch_wait_max_ms=_setting(config, "replica_fetch_wait_max_ms", "replica.fetch.wait.max.ms"),
+            fetch_min_bytes=_setting(config, "replica_fetch_min_bytes", "replica.fetch.min.bytes"),
+            fetch_max_bytes=_setting(config, "replica_fetch_max_bytes", "replica.fetch.max.bytes"),
+            fetch_response_max_bytes=_setting(config, "replica_fetch_response_max_bytes",
+                                              "replica.fetch.response.max.bytes"),
+            fetch_backoff_ms=_setting(config, "replica_fetch_backoff_ms", "replica.fetch.backoff.ms"),
+            socket_timeout_ms=_setting(config, "replica_socket_timeout_ms", "replica.socket.timeout.ms"),
+            num_fetchers=max(1, _setting(config, "num_replica_fetchers", "num.replica.fetchers")),
+            min_insync_replicas=max(1, _setting(config, "min_insync_replicas", "min.insync.replicas")))
 
     def min_isr(self, topic_configs: Any) -> int:
         value = (topic_configs or {}).get("min.insync.replicas")
