@@ -39,6 +39,7 @@ NODE = "tests/test_config_effects.py::test_the_nodes_storage_and_mover_run_as_th
 LIVE = "tests/datapath/test_config_live.py"
 CLUSTER = "tests/cluster/test_cluster_live.py"
 REMOTE = "tests/broker/test_remote.py"
+REPLICATION = "tests/replication/test_config.py"
 
 # key -> the tests that show it taking effect
 EFFECTS: dict[str, list[str]] = {
@@ -119,6 +120,12 @@ EFFECTS: dict[str, list[str]] = {
     "log.message.timestamp.before.max.ms": [f"{EFFECT}[log.message.timestamp.before.max.ms]"],
     "log.message.timestamp.after.max.ms": [f"{EFFECT}[log.message.timestamp.after.max.ms]"],
     "kjbod.zero.copy": ["tests/test_connection.py::test_client_disconnecting_mid_response"],
+    **{key: [f"{REPLICATION}::test_the_replication_keys_reach_the_fetchers"] for key in (
+        "replica.fetch.max.bytes", "replica.fetch.min.bytes", "replica.fetch.wait.max.ms",
+        "replica.fetch.response.max.bytes", "replica.fetch.backoff.ms", "replica.socket.timeout.ms",
+        "num.replica.fetchers", "inter.broker.listener.name")},
+    "replica.lag.time.max.ms": [f"{REPLICATION}::test_lag_time_and_min_isr_change_what_a_leader_does"],
+    "min.insync.replicas": [f"{REPLICATION}::test_lag_time_and_min_isr_change_what_a_leader_does"],
 }
 
 # Where the node reads a key's value through something derived from the attribute, inside the parser's module.

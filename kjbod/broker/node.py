@@ -82,6 +82,7 @@ class BrokerNode:
         self.logs: Any = None  # kjbod.storage log manager, once opened
         self.mover: Any = None  # kjbod.broker.kip113.ReplicaMover, once storage is open
         self.assignments: AssignmentsManager | None = None  # directory assignments of moved replicas (KIP-858)
+        self.replication: Any = None  # kjbod.broker.replication.ReplicaManager on a broker-only node
         self.handler = Router(self)  # each request is logged at debug by the connection, with its latency
         self._tasks: list[asyncio.Task] = []
         self._assignments: set[asyncio.Task] = set()  # directory assignments on their way to the controller
@@ -156,6 +157,12 @@ class BrokerNode:
     def partition_log(self, topic: str, partition: int):
         """The local log of a partition; raises a storage error carrying the Kafka error code."""
         return self.logs.get_log(topic, partition)
+
+    def leader_epoch(self, topic: str, partition: int) -> int:
+        """The leader epoch a leader stamps on the batches it appends (the image's; 0 before any)."""
+        t = self.metadata.topic(topic)
+        p = t.partitions.get(partition) if t is not None else None
+        return p.leader_epoch if p is not None and p.leader_epoch >= 0 else 0
 
     def notify_append(self) -> None:
         """Wakes every long-polling Fetch: new records may satisfy them."""

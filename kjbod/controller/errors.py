@@ -8,6 +8,7 @@ from typing import Any
 from kjbod.protocol.generated import (
     AllocateProducerIdsResponse,
     AlterConfigsResponse,
+    AlterPartitionResponse,
     AssignReplicasToDirsResponse,
     BrokerHeartbeatResponse,
     BrokerRegistrationResponse,
@@ -41,6 +42,8 @@ def error_response(api_key: int, request: Any, code: int, message: str) -> Any:
         return IncrementalAlterConfigsResponse(responses=[
             IncrementalResp(error_code=code, error_message=message, resource_type=r.resource_type,
                             resource_name=r.resource_name) for r in request.resources])
+    if api_key == 56:
+        return AlterPartitionResponse(error_code=code)
     if api_key == 62:
         return BrokerRegistrationResponse(error_code=code)
     if api_key == 63:

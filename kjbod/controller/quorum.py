@@ -23,7 +23,14 @@ from typing import Any
 
 import structlog
 
-from kjbod.controller import cluster_control, configs, directories, producer_ids, replication_control
+from kjbod.controller import (
+    alter_partition,
+    cluster_control,
+    configs,
+    directories,
+    producer_ids,
+    replication_control,
+)
 from kjbod.controller.errors import error_response
 from kjbod.controller.heartbeats import BrokerHeartbeatManager
 from kjbod.controller.result import ConfigPolicy, ControllerResult, ControllerSettings
@@ -33,6 +40,7 @@ from kjbod.protocol.generated import (
     AllocateProducerIdsRequest,
     AlterConfigsRequest,
     AlterConfigsResponse,
+    AlterPartitionRequest,
     AssignReplicasToDirsRequest,
     BrokerHeartbeatRequest,
     BrokerRegistrationRequest,
@@ -95,6 +103,7 @@ class QuorumController:
             _key(IncrementalAlterConfigsRequest): self._incremental_alter_configs,
             _key(AllocateProducerIdsRequest): self._allocate_producer_ids,
             _key(AssignReplicasToDirsRequest): self._assign_replicas_to_dirs,
+            _key(AlterPartitionRequest): self._alter_partition,
         }
 
     # ------------------------------------------------------------------------------------------ lifecycle
@@ -291,6 +300,9 @@ class QuorumController:
 
     def _assign_replicas_to_dirs(self, version: int, req: AssignReplicasToDirsRequest) -> Operation:
         return lambda image, _o: directories.assign_replicas_to_dirs(image, req, self.heartbeats.dirs)
+
+    def _alter_partition(self, version: int, req: AlterPartitionRequest) -> Operation:
+        return lambda image, _o: alter_partition.alter_partition(image, req, version, self.settings)
 
     async def assign_directories(self, broker_id: int, assignments: list[Any]) -> None:
         """Records where `broker_id` placed its replicas: [(topic id, partition, dir id)]."""

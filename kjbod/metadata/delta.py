@@ -44,6 +44,26 @@ from kjbod.protocol.generated import (
 NO_CHANGE_LEADER = -2
 
 
+def replay_partition(old: PartitionImage, rec: PartitionChangeRecord) -> PartitionImage:
+    """`old` after `rec` (Kafka's PartitionRegistration.merge): the partition epoch always goes up by one, the
+    leader epoch when the record sets a leader."""
+    replicas = old.replicas if rec.replicas is None else tuple(rec.replicas)
+    if rec.directories is not None:
+        directories = tuple(rec.directories)
+    elif rec.replicas is not None:
+        directories = (DIR_MIGRATING,) * len(replicas)  # Kafka: a replica change without dirs
+    else:
+        directories = old.directories
+    leader, leader_epoch = old.leader, old.leader_epoch
+    if rec.leader != NO_CHANGE_LEADER:
+        leader, leader_epoch = rec.leader, old.leader_epoch + 1
+    return PartitionImage(
+        partition=old.partition, replicas=replicas, isr=old.isr if rec.isr is None else tuple(rec.isr),
+        leader=leader, leader_epoch=leader_epoch, partition_epoch=old.partition_epoch + 1, directories=directories,
+        leader_recovery_state=old.leader_recovery_state if rec.leader_recovery_state == -1
+        else rec.leader_recovery_state)
+
+
 @dataclass(slots=True)
 class _TopicWork:
     """A topic being changed by the delta: its partitions copied on first write."""
@@ -131,7 +151,7 @@ class MetadataDelta:
         work.partitions[rec.partition_id] = PartitionImage(
             partition=rec.partition_id, replicas=tuple(rec.replicas), isr=tuple(rec.isr), leader=rec.leader,
             leader_epoch=max(rec.leader_epoch, 0), partition_epoch=max(rec.partition_epoch, 0),
-            directories=tuple(rec.directories))
+            directories=tuple(rec.directories), leader_recovery_state=rec.leader_recovery_state)
 
     def _partition_change_record(self, rec: PartitionChangeRecord) -> None:
         work = self._writable_topic(rec.topic_id)
@@ -139,20 +159,7 @@ class MetadataDelta:
         if work is None or old is None:
             self.dropped += 1
             return
-        replicas = old.replicas if rec.replicas is None else tuple(rec.replicas)
-        if rec.directories is not None:
-            directories = tuple(rec.directories)
-        elif rec.replicas is not None:
-            directories = (DIR_MIGRATING,) * len(replicas)  # Kafka: a replica change without dirs
-        else:
-            directories = old.directories
-        leader, leader_epoch = old.leader, old.leader_epoch
-        if rec.leader != NO_CHANGE_LEADER:
-            leader, leader_epoch = rec.leader, old.leader_epoch + 1
-        work.partitions[rec.partition_id] = PartitionImage(
-            partition=old.partition, replicas=replicas, isr=old.isr if rec.isr is None else tuple(rec.isr),
-            leader=leader, leader_epoch=leader_epoch, partition_epoch=old.partition_epoch + 1,
-            directories=directories)
+        work.partitions[rec.partition_id] = replay_partition(old, rec)
 
     def _remove_topic_record(self, rec: RemoveTopicRecord) -> None:
         work = self._topics.pop(rec.topic_id, None)

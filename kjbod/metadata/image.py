@@ -23,6 +23,9 @@ TOPIC_RESOURCE = 2
 BROKER_RESOURCE = 4
 
 NO_LEADER = -1
+# LeaderRecoveryState (KIP-704): a leader chosen by an unclean election is RECOVERING until it tells the
+# controller (AlterPartition) that it has made its log whole.
+RECOVERED, RECOVERING = 0, 1
 # Kafka's reserved directory ids (DirectoryId): a replica whose dir the controller does not know yet, one in a
 # dir that failed, and one written before directories were tracked.
 DIR_UNASSIGNED = UUID(int=1)
@@ -47,6 +50,7 @@ class PartitionImage:
     leader_epoch: int = 0
     partition_epoch: int = 0
     directories: tuple[UUID, ...] = ()
+    leader_recovery_state: int = RECOVERED
 
     def directory_of(self, broker_id: int) -> UUID | None:
         """The log dir the metadata gives `broker_id`'s replica, or None when it is not a replica."""

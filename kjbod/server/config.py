@@ -276,6 +276,14 @@ KEYS: dict[str, KeyDef] = {
         KeyDef("broker.heartbeat.interval.ms", _int(1), 2000),
         KeyDef("broker.session.timeout.ms", _int(1), 9000),
         KeyDef("replica.fetch.max.bytes", _int(0), 1_048_576),
+        KeyDef("replica.fetch.min.bytes", _int(1), 1),
+        KeyDef("replica.fetch.wait.max.ms", _int(0), 500),
+        KeyDef("replica.fetch.response.max.bytes", _int(0), 10 * 1024 * 1024),
+        KeyDef("replica.fetch.backoff.ms", _int(0), 1000),
+        KeyDef("replica.socket.timeout.ms", _int(1), 30_000),
+        KeyDef("replica.lag.time.max.ms", _long(1), 30_000),
+        KeyDef("num.replica.fetchers", _int(1), 1),
+        KeyDef("min.insync.replicas", _int(1), 1),
         KeyDef(
             "log.dir.placement.policy",
             _one_of("most-usable", "fewest-partitions"),
@@ -299,8 +307,6 @@ ALIASES: dict[str, str] = {
 # kjbod accepts takes effect where Kafka applies it (tests/test_config_audit.py keeps both lists honest).
 COMPATIBILITY_ONLY: dict[str, str] = {
     # Checked, reported by DescribeConfigs, no effect yet.
-    "inter.broker.listener.name": "no traffic between brokers yet",
-    "replica.fetch.max.bytes": "no replication between brokers yet",
     # Taken as they are.
     "group.initial.rebalance.delay.ms": "no consumer groups yet",
     "offsets.topic.replication.factor": "no consumer groups yet (no __consumer_offsets)",
@@ -315,7 +321,6 @@ COMPATIBILITY_ONLY: dict[str, str] = {
     "socket.send.buffer.bytes": "the operating system's socket buffer sizes are used",
     "socket.receive.buffer.bytes": "the operating system's socket buffer sizes are used",
     "num.recovery.threads.per.data.dir": "each log dir is loaded by one thread",
-    "min.insync.replicas": "one replica per partition: acks=all never waits for another",
 }
 ACCEPTED_NO_EFFECT = frozenset(k for k in COMPATIBILITY_ONLY if k not in KEYS)
 
@@ -365,6 +370,14 @@ class ServerConfig:
     zero_copy: bool
     listener_security_protocol_map: Mapping[str, str] = field(default_factory=dict)
     inter_broker_listener_name: str | None = None
+    replica_fetch_min_bytes: int = 1
+    replica_fetch_wait_max_ms: int = 500
+    replica_fetch_response_max_bytes: int = 10 * 1024 * 1024
+    replica_fetch_backoff_ms: int = 1000
+    replica_socket_timeout_ms: int = 30_000
+    replica_lag_time_max_ms: int = 30_000
+    num_replica_fetchers: int = 1
+    min_insync_replicas: int = 1
     broker_rack: str | None = None
     controller_quorum_bootstrap_servers: tuple[str, ...] = ()
     controller_quorum_voters: tuple[str, ...] = ()
@@ -696,6 +709,14 @@ def build_config(
         broker_heartbeat_interval_ms=get("broker.heartbeat.interval.ms"),
         broker_session_timeout_ms=get("broker.session.timeout.ms"),
         replica_fetch_max_bytes=get("replica.fetch.max.bytes"),
+        replica_fetch_min_bytes=get("replica.fetch.min.bytes"),
+        replica_fetch_wait_max_ms=get("replica.fetch.wait.max.ms"),
+        replica_fetch_response_max_bytes=get("replica.fetch.response.max.bytes"),
+        replica_fetch_backoff_ms=get("replica.fetch.backoff.ms"),
+        replica_socket_timeout_ms=get("replica.socket.timeout.ms"),
+        replica_lag_time_max_ms=get("replica.lag.time.max.ms"),
+        num_replica_fetchers=get("num.replica.fetchers"),
+        min_insync_replicas=get("min.insync.replicas"),
         log_dir_placement_policy=get("log.dir.placement.policy"),
         zero_copy=get("kjbod.zero.copy"),
         listener_security_protocol_map=protomap,

@@ -3,6 +3,7 @@
 from kjbod.broker.handlers import (  # noqa: F401
     allocate_producer_ids,
     alter_configs,
+    alter_partition,
     alter_replica_log_dirs,
     api_versions,
     assign_replicas_to_dirs,

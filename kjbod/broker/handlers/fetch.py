@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+from kjbod.broker.replication import hooks as replication
 from kjbod.broker.router import api
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import FetchRequest, FetchResponse
@@ -51,9 +52,10 @@ def _resolve(node, body: FetchRequest, version: int):
     return out
 
 
-def _has_data(node, resolved, body: FetchRequest) -> bool:
-    """True when some partition has records past its fetch offset, or answers an error."""
-    if body.replica_id >= 0:
+def _has_data(node, resolved, body: FetchRequest, decided: dict | None) -> bool:
+    """True when some partition has records past its fetch offset (a follower: the LEO; a consumer: the HW),
+    or answers an error."""
+    if decided:
         return True
     for name, t in resolved:
         if name is None:
@@ -63,13 +65,14 @@ def _has_data(node, resolved, body: FetchRequest) -> bool:
                 plog = node.partition_log(name, p.partition)
             except Exception:
                 return True
-            hw = plog.high_watermark
-            if p.fetch_offset != hw:  # data to send, or an out-of-range offset to report
+            end = plog.log_end_offset if decided is not None else plog.high_watermark
+            if p.fetch_offset != end:  # data to send, or an out-of-range offset to report
                 return True
     return False
 
 
-def _build(node, resolved, body: FetchRequest, version: int) -> tuple[FetchResponse, int]:
+def _build(node, resolved, body: FetchRequest, version: int, decided: dict | None) -> tuple[FetchResponse, int]:
+    """The response; `decided` is None for a consumer, else the follower's answers already decided."""
     remaining = body.max_bytes if version >= 3 else 0x7FFFFFFF
     committed = body.isolation_level == READ_COMMITTED
     total = 0
@@ -81,8 +84,8 @@ def _build(node, resolved, body: FetchRequest, version: int) -> tuple[FetchRespo
                 code = ErrorCode.UNKNOWN_TOPIC_ID if version >= 13 else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 parts.append(_error_part(p.partition, code, version))
                 continue
-            if body.replica_id >= 0:
-                parts.append(_error_part(p.partition, ErrorCode.NOT_LEADER_OR_FOLLOWER, version))
+            if decided is not None and (ready := decided.get((name, p.partition))) is not None:
+                parts.append(ready)
                 continue
             try:
                 plog = node.partition_log(name, p.partition)
@@ -90,7 +93,8 @@ def _build(node, resolved, body: FetchRequest, version: int) -> tuple[FetchRespo
                 if budget <= 0 and total > 0:
                     regions, hw, lso = [], plog.high_watermark, plog.log_start_offset
                 else:
-                    result = plog.read(p.fetch_offset, max(budget, 1))
+                    result = plog.read(p.fetch_offset, max(budget, 1),
+                                       max_offset=None if decided is not None else plog.high_watermark)
                     regions, hw, lso = result.regions, result.high_watermark, result.log_start_offset
             except Exception as e:
                 code = getattr(e, "error_code", ErrorCode.UNKNOWN_SERVER_ERROR)
@@ -133,6 +137,8 @@ async def handle(node, request, body: FetchRequest) -> FetchResponse:
     if v >= 7 and (body.session_id != 0 or body.session_epoch > 0):
         return FetchResponse(error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND, session_id=0)
     resolved = _resolve(node, body, v)
+    follower = replication.follower_id(body, v)
+    decided = replication.prepare_follower_fetch(node, resolved, body, v, follower) if follower >= 0 else None
     # Like Kafka, a fetch that asks for no partitions needs no data and is answered at once, and so is every
     # fetch once the node is shutting down (a long poll must not hold up a SIGTERM).
     wants_nothing = not any(t.partitions for t in body.topics)
@@ -141,8 +147,8 @@ async def handle(node, request, body: FetchRequest) -> FetchResponse:
         # Look before reading: reading hands out file regions that must be closed if we then decide to wait.
         if node.stopping:
             deadline = 0.0
-        if _has_data(node, resolved, body) or time.monotonic() >= deadline:
-            resp, total = _build(node, resolved, body, v)
+        if _has_data(node, resolved, body, decided) or time.monotonic() >= deadline:
+            resp, total = _build(node, resolved, body, v, decided)
             if total >= body.min_bytes or time.monotonic() >= deadline or not _only_data(resp):
                 return resp
             close_regions(resp)

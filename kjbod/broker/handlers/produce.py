@@ -19,6 +19,7 @@ import time
 
 import structlog
 
+from kjbod.broker.replication import hooks as replication
 from kjbod.broker.router import api
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import ProduceRequest, ProduceResponse
@@ -46,6 +47,7 @@ def handle(node, request, body: ProduceRequest):
     now_ms = int(time.time() * 1000)
     responses = []
     failed = False
+    waits: list[tuple[str, PartResp, int]] = []  # acks=all: (topic, answer, offset the HW must pass)
     for td in body.topic_data:
         parts = []
         topic = node.metadata.topic(td.name)
@@ -62,8 +64,11 @@ def handle(node, request, body: ProduceRequest):
             elif v < 7 and len(pd.records) > 22 and (pd.records[22] & 0x07) == ZSTD:
                 parts.append(_error(pd.index, ErrorCode.UNSUPPORTED_COMPRESSION_TYPE,
                                     "zstd needs Produce v7 or later", v))
+            elif acks == -1 and (code := replication.acks_all_refusal(node, td.name, pd.index)):
+                parts.append(_error(pd.index, code, f"{td.name}-{pd.index} has fewer in-sync replicas than "
+                                    "min.insync.replicas", v))
             else:
-                parts.append(_append(node, td.name, pd, now_ms, v))
+                parts.append(_append(node, td.name, pd, now_ms, v, waits if acks == -1 else None))
             if parts[-1].error_code:
                 failed = True
         responses.append(TopicResp(name=td.name, partition_responses=parts))
@@ -71,13 +76,15 @@ def handle(node, request, body: ProduceRequest):
         if failed:
             raise CloseConnection("acks=0 produce failed; closing so the producer notices")
         return None
+    if waits:
+        return replication.await_replication(node, ProduceResponse(responses=responses), waits, body.timeout_ms)
     return ProduceResponse(responses=responses)
 
 
-def _append(node, topic: str, pd, now_ms: int, v: int) -> PartResp:
+def _append(node, topic: str, pd, now_ms: int, v: int, waits: list | None) -> PartResp:
     try:
         plog = node.partition_log(topic, pd.index)
-        info = plog.append(pd.records, now_ms=now_ms)
+        info = plog.append(pd.records, now_ms=now_ms, leader_epoch=node.leader_epoch(topic, pd.index))
     except Exception as e:
         code = getattr(e, "error_code", None)
         if code is None:
@@ -93,5 +100,9 @@ def _append(node, topic: str, pd, now_ms: int, v: int) -> PartResp:
                 resp.record_errors = [RecordError(batch_index=0, batch_index_error_message=str(e))]
         return resp
     node.notify_append()
-    return PartResp(index=pd.index, error_code=0, base_offset=info.base_offset,
+    replication.appended(node, topic, pd.index)
+    resp = PartResp(index=pd.index, error_code=0, base_offset=info.base_offset,
                     log_append_time_ms=info.log_append_time, log_start_offset=info.log_start_offset)
+    if waits is not None and replication.needs_replication(node, topic, pd.index):
+        waits.append((topic, resp, info.last_offset + 1))
+    return resp
