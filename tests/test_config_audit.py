@@ -119,6 +119,8 @@ EFFECTS: dict[str, list[str]] = {
     "log.message.timestamp.before.max.ms": [f"{EFFECT}[log.message.timestamp.before.max.ms]"],
     "log.message.timestamp.after.max.ms": [f"{EFFECT}[log.message.timestamp.after.max.ms]"],
     "kjbod.zero.copy": ["tests/test_connection.py::test_client_disconnecting_mid_response"],
+    "kjbod.metrics.listener": [
+        "tests/metrics/test_endpoint_live.py::test_counters_follow_a_known_workload_and_a_failed_dir_shows"],
 }
 
 # Where the node reads a key's value through something derived from the attribute, inside the parser's module.

@@ -75,6 +75,7 @@ class BrokerNode:
         self.logs: Any = None  # kjbod.storage log manager, once opened
         self.mover: Any = None  # kjbod.broker.kip113.ReplicaMover, once storage is open
         self.handler = Router(self)  # each request is logged at debug by the connection, with its latency
+        self.topic_stats: Any = None  # kjbod.metrics' BrokerTopicMetrics counters, set when /metrics is served
         self._tasks: list[asyncio.Task] = []
         self._assignments: set[asyncio.Task] = set()  # directory assignments on their way to the controller
         self._stopping = asyncio.Event()

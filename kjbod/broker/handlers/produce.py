@@ -66,6 +66,8 @@ def handle(node, request, body: ProduceRequest):
                 parts.append(_append(node, td.name, pd, now_ms, v))
             if parts[-1].error_code:
                 failed = True
+                if node.topic_stats is not None:  # the metrics endpoint's counters (kjbod.metrics)
+                    node.topic_stats.produced(td.name, parts[-1].error_code, 0, 0)
         responses.append(TopicResp(name=td.name, partition_responses=parts))
     if acks == 0:
         if failed:
@@ -93,5 +95,7 @@ def _append(node, topic: str, pd, now_ms: int, v: int) -> PartResp:
                 resp.record_errors = [RecordError(batch_index=0, batch_index_error_message=str(e))]
         return resp
     node.notify_append()
+    if node.topic_stats is not None:  # the metrics endpoint's counters (kjbod.metrics)
+        node.topic_stats.produced(topic, 0, len(pd.records), info.record_count)
     return PartResp(index=pd.index, error_code=0, base_offset=info.base_offset,
                     log_append_time_ms=info.log_append_time, log_start_offset=info.log_start_offset)
