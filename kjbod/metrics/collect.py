@@ -24,11 +24,13 @@ Hooks for figures other parts of kjbod produce (each read with getattr, exported
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString as _number
 
 from kjbod.metrics.counters import (
     API_KEYS,
@@ -51,11 +53,19 @@ __all__ = ["QUANTILES", "NodeCollector"]
 # Kafka's histogram percentiles as the JMX exporter rules label them ("50thPercentile" -> quantile="0.50").
 QUANTILES = (("0.50", 0.50), ("0.75", 0.75), ("0.95", 0.95), ("0.98", 0.98), ("0.99", 0.99), ("0.999", 0.999))
 FETCH_KEY = 1
+ALWAYS_TIMED = frozenset({0, FETCH_KEY})
 # Kafka records consumer fetches under RequestMetrics' request="FetchConsumer" (followers' under FetchFollower).
 REQUEST_NAMES = {FETCH_KEY: "FetchConsumer"}
 ERROR_NAMES = {int(code): code.name for code in ErrorCode}
 STATES = [s.value for s in DirState]
 DIR_PROBE_WAIT_S = 1.0
+# Kafka's Log gauges per partition: (name, HELP text).
+PARTITION_GAUGES = (
+    ("size", "Log Size per partition: bytes of its segments"),
+    ("numlogsegments", "Log NumLogSegments per partition"),
+    ("logendoffset", "Log LogEndOffset per partition"),
+    ("logstartoffset", "Log LogStartOffset per partition"),
+)
 # BrokerTopicMetrics meters: (Kafka's name without PerSec, lowercased; the TopicCounters field).
 TOPIC_METERS = (
     ("messagesin", "messages_in"), ("bytesin", "bytes_in"), ("bytesout", "bytes_out"),
@@ -81,6 +91,14 @@ class NodeCollector(Collector):
         self.requests = requests
         self.topics = topics
         self._sizes: dict[str, tuple[int, int, int] | None] = {}
+        # PartitionLog -> ((size, segments, end offset, start offset), (topic, partition), its four lines)
+        self._partition_lines: dict[Any, tuple[tuple[int, int, int, int], tuple[str, int], str, str, str, str]] = {}
+        self._text = ""
+        self._per_dir: dict[str, int] = {}
+        # (image, its (topic, partition) replicas on this broker, leaders, under-replicated, under min ISR)
+        self._image_figures: tuple[Any, set[tuple[str, int]], int, int, int] | None = None
+        self._controller_figures: tuple[Any, int, int] | None = None  # (image, partitions, offline partitions)
+        self._online: set[tuple[str, int]] = set()  # (topic, partition) of the logs online at this scrape
 
     # ---------------------------------------------------------------------------------------------- before a scrape
     async def refresh_dirs(self, wait_s: float = DIR_PROBE_WAIT_S) -> None:
@@ -101,12 +119,69 @@ class NodeCollector(Collector):
         logs = getattr(self.node, "logs", None)
         return getattr(logs, "manager", None) if logs is not None else None
 
+    def snapshot_partitions(self) -> None:
+        """Takes each partition's figures for this scrape: Kafka's per-partition Log gauges (Size, NumLogSegments,
+        LogEndOffset, LogStartOffset) as exposition text, which the text format and OpenMetrics share for gauges,
+        the partitions of each dir, and which logs are online.
+
+        The Log gauges are most of a big node's samples (four per partition), so they are written here line by
+        line instead of as prometheus_client samples (a few microseconds each in its encoder), and each log's
+        lines are kept until one of its figures changes (most partitions of a big node are idle between two
+        scrapes); values are written as the library writes them (`_whole`).  Topic names need no escaping: Kafka
+        allows only [a-zA-Z0-9._-]."""
+        manager = self._manager()
+        per_dir: dict[str, int] = {}
+        online: set[tuple[str, int]] = set()
+        self._per_dir, self._online, self._text = per_dir, online, ""
+        if manager is None:
+            return
+        lines = self._partition_lines
+        size: list[str] = []
+        segments: list[str] = []
+        end: list[str] = []
+        start: list[str] = []
+        logs = manager.partitions()
+        paths: list[str] = []
+        for plog in logs:
+            segs = plog.segments
+            n = 0
+            for seg in segs:
+                n += seg.size
+            figures = (n, len(segs), plog.log_end_offset, plog.log_start_offset)
+            known = lines.get(plog)
+            if known is None or known[0] != figures:  # written again only when a figure changed
+                text = f'{{partition="{plog.partition}",topic="{plog.topic}"}}'
+                known = lines[plog] = (figures, (plog.topic, plog.partition), f"kafka_log_log_size{text} {_whole(n)}\n",
+                                       f"kafka_log_log_numlogsegments{text} {len(segs)}.0\n",
+                                       f"kafka_log_log_logendoffset{text} {_whole(figures[2])}\n",
+                                       f"kafka_log_log_logstartoffset{text} {_whole(figures[3])}\n")
+            size.append(known[2])
+            segments.append(known[3])
+            end.append(known[4])
+            start.append(known[5])
+            io = plog.io
+            if io.online and not plog.closed:
+                online.add(known[1])
+            paths.append(io.path)
+        per_dir.update(Counter(paths))
+        if len(lines) > 2 * len(logs) + 1000:  # logs closed since (deleted, moved): forget their lines
+            self._partition_lines = {plog: lines[plog] for plog in logs if plog in lines}
+        out = []
+        for (short, doc), part in zip(PARTITION_GAUGES, (size, segments, end, start), strict=True):
+            out.append(f"# HELP kafka_log_log_{short} {doc}\n# TYPE kafka_log_log_{short} gauge\n")
+            out.extend(part)
+        self._text = "".join(out)
+
+    def partition_text(self) -> str:
+        """The per-partition Log gauges taken by the last `snapshot_partitions`."""
+        text, self._text = self._text, ""
+        return text
+
     # ---------------------------------------------------------------------------------------------- the families
     def collect(self) -> Iterator[Metric]:
         yield from self._requests()
         if self._manager() is not None:
             yield from self._log_dirs()
-            yield from self._partitions()
             yield from self._kjbod_dirs()
             yield from self._moves()
             yield from self._replica_manager()
@@ -127,9 +202,10 @@ class NodeCollector(Collector):
             name = REQUEST_NAMES.get(api, APIS[api].name)
             info = APIS[api]
             for version in range(info.min_version, min(info.max_version, 31) + 1):
-                requests.add_sample("kafka_network_requestmetrics_requests_total",
-                                    {"request": name, "version": str(version)},
-                                    stats.requests[(api << VERSION_BITS) | version])
+                n = stats.requests[(api << VERSION_BITS) | version]
+                if n:  # as in Kafka, a version's meter exists once a request of that version came
+                    requests.add_sample("kafka_network_requestmetrics_requests_total",
+                                        {"request": name, "version": str(version)}, n)
             row = stats.errors[api * ERROR_SLOTS:(api + 1) * ERROR_SLOTS]
             for slot, n in enumerate(row):
                 if n:
@@ -138,11 +214,13 @@ class NodeCollector(Collector):
                                       {"request": name, "error": ERROR_NAMES.get(code, str(code))}, n)
         yield requests
         yield errors
+        # Timings of the APIs requested at least once, and always of Produce and Fetch (what dashboards show).
+        timed = [api for api in served if api in ALWAYS_TIMED or any(stats.total[api * BUCKETS:(api + 1) * BUCKETS])]
         for timing, buckets in zip(TIMINGS, stats.timings, strict=True):
             base = f"kafka_network_requestmetrics_{timing.lower()}"
             count = _family(f"{base}_count", f"Requests timed, per API (RequestMetrics {timing} Count)", "unknown")
             gauge = _family(base, f"{timing} percentiles per API (RequestMetrics {timing})")
-            for api in served:
+            for api in timed:
                 name = REQUEST_NAMES.get(api, APIS[api].name)
                 start = api * BUCKETS
                 count.add_sample(f"{base}_count", {"request": name}, sum(buckets[start:start + BUCKETS]))
@@ -202,21 +280,6 @@ class NodeCollector(Collector):
     def _dir_ios(self) -> list[Any]:
         return [h.io for h in self._manager().watchdog.health.values()]
 
-    def _partitions(self) -> Iterator[Metric]:
-        manager = self._manager()
-        names = (("size", "Size"), ("numlogsegments", "NumLogSegments"), ("logendoffset", "LogEndOffset"),
-                 ("logstartoffset", "LogStartOffset"))
-        families = {short: _family(f"kafka_log_log_{short}", f"Log {mbean} per partition") for short, mbean in names}
-        size, segs, leo, lso = (families[s] for s, _ in names)
-        for plog in manager.partitions():
-            labels = {"topic": plog.topic, "partition": str(plog.partition)}
-            segments = plog.segments
-            size.add_sample("kafka_log_log_size", labels, sum(s.size for s in segments))
-            segs.add_sample("kafka_log_log_numlogsegments", labels, len(segments))
-            leo.add_sample("kafka_log_log_logendoffset", labels, plog.log_end_offset)
-            lso.add_sample("kafka_log_log_logstartoffset", labels, plog.log_start_offset)
-        yield from families.values()
-
     def _kjbod_dirs(self) -> Iterator[Metric]:
         manager = self._manager()
         infos = manager.dir_infos(self._sizes)
@@ -228,9 +291,7 @@ class NodeCollector(Collector):
         parts = _family("kjbod_log_dir_partitions", "Partition logs in the log dir (current, not -future)")
         recent = _family("kjbod_log_dir_recent_latency_seconds", "Slowest file operation of the last 10 s")
         reserve_of = getattr(manager, "reserve_bytes", None)
-        per_dir: dict[str, int] = {}
-        for plog in manager.partitions():
-            per_dir[plog.log_dir] = per_dir.get(plog.log_dir, 0) + 1
+        per_dir = self._per_dir
         for info in infos:
             path = info.path
             for state in STATES:
@@ -247,6 +308,8 @@ class NodeCollector(Collector):
                       "histogram")
         for io in self._dir_ios():
             for op, buckets in sorted(io.latency_buckets.items()):
+                if not any(buckets):
+                    continue  # an operation never run on this dir (most of the 15) adds nothing
                 labels = {"log_dir": io.path, "op": op}
                 seen = 0
                 for bound, n in zip((*LATENCY_BOUNDS_S, float("inf")), buckets, strict=True):
@@ -321,21 +384,27 @@ class NodeCollector(Collector):
         node = self.node
         image = node.metadata
         me = node.node_id
-        partitions = leaders = under = under_min = offline = 0
-        for topic in image.topics():
-            min_isr = int(topic.configs.get("min.insync.replicas", 1) or 1)
-            for p in topic.partitions.values():
-                if me not in p.replicas:
-                    continue
-                partitions += 1
-                if not node.partition_online(topic.name, p.partition):
-                    offline += 1
-                if p.leader == me:
-                    leaders += 1
-                    if len(p.isr) < len(p.replicas):
-                        under += 1
-                    if len(p.isr) < min_isr:
-                        under_min += 1
+        cached = self._image_figures
+        if cached is None or cached[0] is not image:  # images are immutable: counted once per image
+            hosted: set[tuple[str, int]] = set()
+            leaders = under = under_min = 0
+            for topic in image.topics():
+                min_isr = int(topic.configs.get("min.insync.replicas", 1) or 1)
+                name = topic.name
+                for p in topic.partitions.values():
+                    if me not in p.replicas:
+                        continue
+                    hosted.add((name, p.partition))
+                    if p.leader == me:
+                        leaders += 1
+                        if len(p.isr) < len(p.replicas):
+                            under += 1
+                        if len(p.isr) < min_isr:
+                            under_min += 1
+            cached = self._image_figures = (image, hosted, leaders, under, under_min)
+        _image, hosted, leaders, under, under_min = cached
+        partitions = len(hosted)
+        offline = len(hosted - self._online)  # replicas here whose log is missing or in an offline dir
         figures = getattr(node, "replication_metrics", None)
 
         def fig(attr: str) -> float:
@@ -384,12 +453,15 @@ class NodeCollector(Collector):
         controller = self.node.controller
         image = controller.image
         brokers = list(image.brokers.values())
-        offline = partitions = 0
-        for topic in image.topics():
-            for p in topic.partitions.values():
-                partitions += 1
-                if p.leader < 0:
-                    offline += 1
+        if self._controller_figures is None or self._controller_figures[0] is not image:
+            offline = partitions = 0
+            for topic in image.topics():
+                for p in topic.partitions.values():
+                    partitions += 1
+                    if p.leader < 0:
+                        offline += 1
+            self._controller_figures = (image, partitions, offline)
+        _image, partitions, offline = self._controller_figures
         end = getattr(controller.log, "next_offset", image.offset + 1)
         committed = getattr(controller.log, "high_watermark", end)
         for short, value in (("activecontrollercount", 1), ("offlinepartitionscount", offline),
@@ -418,6 +490,11 @@ class NodeCollector(Collector):
             lag.add_sample("kjbod_controller_broker_metadata_lag_records", {"broker": str(b.broker_id)},
                            max(0, end - 1 - offset) if offset >= 0 else end)
         yield lag
+
+
+def _whole(n: int) -> str:
+    """An int as prometheus_client writes a float (Go's style): "42.0", "1.234567e+06" from a million up."""
+    return f"{n}.0" if n < 1_000_000 else _number(n)
 
 
 def _answer(future: Any) -> tuple[int, int, int] | None:

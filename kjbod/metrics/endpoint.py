@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from typing import Any
 
 import structlog
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
-from prometheus_client.process_collector import ProcessCollector
 
 from kjbod.metrics.collect import NodeCollector
 from kjbod.metrics.counters import RequestStats, TopicStats
@@ -31,6 +31,7 @@ HEAD_LIMIT = 8192
 READ_TIMEOUT_S = 10.0
 SEND_TIMEOUT_S = 30.0
 METRICS_PATHS = frozenset({"/metrics", "/"})
+OPENMETRICS_END = b"# EOF\n"
 
 
 def parse_listener(value: str) -> tuple[str, int]:
@@ -50,7 +51,6 @@ class NodeMetrics:
         self.collector = NodeCollector(node, self.requests, self.topics)
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self.collector)
-        self.registry.register(ProcessCollector(registry=None))
         handler = getattr(node, "handler", None)
         if handler is not None and hasattr(handler, "stats"):
             handler.stats = self.requests
@@ -60,8 +60,13 @@ class NodeMetrics:
     async def render(self, accept: str | None) -> tuple[bytes, str]:
         """The scrape's body and content type."""
         await self.collector.refresh_dirs()
+        self.collector.snapshot_partitions()
         encoder, content_type = choose_encoder(accept or "")
-        return encoder(self.registry), content_type
+        body = encoder(self.registry)
+        partitions = self.collector.partition_text().encode()
+        if body.endswith(OPENMETRICS_END):  # OpenMetrics: every family before the end marker
+            return body[: -len(OPENMETRICS_END)] + partitions + OPENMETRICS_END, content_type
+        return body + partitions, content_type
 
 
 class MetricsEndpoint:
@@ -130,8 +135,12 @@ class MetricsEndpoint:
             await self._send(writer, 404, f"no {path} here: metrics are at /metrics\n".encode(),
                              "text/plain; charset=utf-8")
             return
+        started = time.perf_counter()
         body, content_type = await self.metrics.render(headers.get("accept"))
+        rendered = time.perf_counter()
         await self._send(writer, 200, body, content_type, head_only=method == "HEAD")
+        log.debug("metrics_scrape", bytes=len(body), render_ms=round((rendered - started) * 1000, 1),
+                  send_ms=round((time.perf_counter() - rendered) * 1000, 1))
 
     async def _send(self, writer: asyncio.StreamWriter, status: int, body: bytes, content_type: str, *,
                     head_only: bool = False, allow: str | None = None) -> None:
