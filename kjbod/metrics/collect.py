@@ -52,8 +52,9 @@ __all__ = ["QUANTILES", "NodeCollector"]
 
 # Kafka's histogram percentiles as the JMX exporter rules label them ("50thPercentile" -> quantile="0.50").
 QUANTILES = (("0.50", 0.50), ("0.75", 0.75), ("0.95", 0.95), ("0.98", 0.98), ("0.99", 0.99), ("0.999", 0.999))
+PRODUCE_KEY = 0
 FETCH_KEY = 1
-ALWAYS_TIMED = frozenset({0, FETCH_KEY})
+ALWAYS_TIMED = frozenset({PRODUCE_KEY, FETCH_KEY})
 # Kafka records consumer fetches under RequestMetrics' request="FetchConsumer" (followers' under FetchFollower).
 REQUEST_NAMES = {FETCH_KEY: "FetchConsumer"}
 ERROR_NAMES = {int(code): code.name for code in ErrorCode}
@@ -194,6 +195,7 @@ class NodeCollector(Collector):
     def _requests(self) -> Iterator[Metric]:
         stats = self.requests
         served = sorted(self._served_apis())
+        totals = self.topics.all_topics() if self.topics is not None else None
         requests = _counter("kafka_network_requestmetrics_requests", "Requests received, per API and version "
                             "(Kafka's RequestMetrics RequestsPerSec)")
         errors = _counter("kafka_network_requestmetrics_errors", "Responses per API and error code "
@@ -207,6 +209,9 @@ class NodeCollector(Collector):
                     requests.add_sample("kafka_network_requestmetrics_requests_total",
                                         {"request": name, "version": str(version)}, n)
             row = stats.errors[api * ERROR_SLOTS:(api + 1) * ERROR_SLOTS]
+            if totals is not None and api in (PRODUCE_KEY, FETCH_KEY):  # their partitions answered NONE
+                row[1] += (totals.total_produce - totals.failed_produce if api == PRODUCE_KEY
+                           else totals.total_fetch - totals.failed_fetch)
             for slot, n in enumerate(row):
                 if n:
                     code = slot - 1

@@ -142,28 +142,34 @@ class TopicStats:
             counters = self.topics[name] = TopicCounters()
         return counters
 
-    def produced(self, topic: str, code: int, size: int, records: int) -> None:
-        """One partition of a Produce: its error code, and on success the batch's bytes and records."""
+    def produced(self, topic: str, size: int, records: int) -> None:
+        """One partition of a Produce appended: the batch's bytes and records.  (Its error code, NONE, is
+        counted at scrape: the partitions produced minus those that failed.)"""
+        counters = self.topics.get(topic) or self.topic(topic)
+        counters.total_produce += 1
+        counters.bytes_in += size
+        counters.messages_in += records
+
+    def produce_failed(self, topic: str, code: int) -> None:
+        """One partition of a Produce refused with `code`."""
         counters = self.topic(topic)
         counters.total_produce += 1
-        if code:
-            counters.failed_produce += 1
-        else:
-            counters.bytes_in += size
-            counters.messages_in += records
-        self.requests.errors[PRODUCE_KEY * ERROR_SLOTS + code + 1] += 1
+        counters.failed_produce += 1
+        self.requests.error(PRODUCE_KEY, code)
 
     def fetched(self, topic: str | None, code: int, size: int) -> None:
         """One partition of a Fetch answered to a consumer: its error code and the record bytes sent."""
-        if topic is not None:
-            counters = self.topic(topic)
-            counters.total_fetch += 1
-            if code:
+        counters = (self.topics.get(topic) or self.topic(topic)) if topic is not None else None
+        if code:
+            self.requests.error(FETCH_KEY, code)
+            if counters is not None:
+                counters.total_fetch += 1
                 counters.failed_fetch += 1
-            else:
-                counters.bytes_out += size
-        if -1 <= code < ERROR_SLOTS - 1:
-            self.requests.errors[FETCH_KEY * ERROR_SLOTS + code + 1] += 1
+        elif counters is not None:
+            counters.total_fetch += 1
+            counters.bytes_out += size
+        else:
+            self.requests.error(FETCH_KEY, 0)
 
     def retire_except(self, live: Iterable[str]) -> None:
         """Folds the counters of topics no longer in `live` into `retired` (called at scrape)."""

@@ -16,7 +16,6 @@ temporary directory on the file system of $KJBOD_BENCH_DIR (default: the system 
 
 from __future__ import annotations
 
-import argparse
 import http.client
 import os
 import shutil
@@ -25,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .common import heading, median, verdict
+from .common import heading, median, rounds_main, verdict
 from .datapath import (
     MIB,
     BenchServer,
@@ -156,13 +155,8 @@ def run(rounds: int = 5, quick: bool = False) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tools.bench.metrics", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="smaller runs, for a smoke test")
-    parser.add_argument("--rounds", type=int, default=5)
-    args = parser.parse_args(argv)
-    run(args.rounds, args.quick)
-    return 0
+    return rounds_main("python -m tools.bench.metrics", __doc__, lambda rounds, _seconds, quick: run(rounds, quick),
+                       argv, rounds=5)
 
 
 if __name__ == "__main__":

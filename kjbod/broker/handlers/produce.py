@@ -67,7 +67,7 @@ def handle(node, request, body: ProduceRequest):
             if parts[-1].error_code:
                 failed = True
                 if node.topic_stats is not None:  # the metrics endpoint's counters (kjbod.metrics)
-                    node.topic_stats.produced(td.name, parts[-1].error_code, 0, 0)
+                    node.topic_stats.produce_failed(td.name, parts[-1].error_code)
         responses.append(TopicResp(name=td.name, partition_responses=parts))
     if acks == 0:
         if failed:
@@ -96,6 +96,6 @@ def _append(node, topic: str, pd, now_ms: int, v: int) -> PartResp:
         return resp
     node.notify_append()
     if node.topic_stats is not None:  # the metrics endpoint's counters (kjbod.metrics)
-        node.topic_stats.produced(topic, 0, len(pd.records), info.record_count)
+        node.topic_stats.produced(topic, len(pd.records), info.record_count)
     return PartResp(index=pd.index, error_code=0, base_offset=info.base_offset,
                     log_append_time_ms=info.log_append_time, log_start_offset=info.log_start_offset)
