@@ -96,10 +96,14 @@ def bench_produce(work: Path, rounds: int, quick: bool) -> dict:
             for server in (on, off):  # warm up: the first requests pay for imports and page faults
                 produce_pipelined(server.port, frame, max(4, count // 10), depth)
             ratios, rates = [], {"on": [], "off": []}
-            for _ in range(rounds):
+            for i in range(rounds):
                 scrape_seconds(metrics_port)
-                t_on = produce_pipelined(on.port, frame, count, depth)
-                t_off = produce_pipelined(off.port, frame, count, depth)
+                if i % 2:  # each goes first in every other round: neither always meets the other's writeback
+                    t_off = produce_pipelined(off.port, frame, count, depth)
+                    t_on = produce_pipelined(on.port, frame, count, depth)
+                else:
+                    t_on = produce_pipelined(on.port, frame, count, depth)
+                    t_off = produce_pipelined(off.port, frame, count, depth)
                 ratios.append(t_off / t_on)
                 rates["on"].append(count / t_on)
                 rates["off"].append(count / t_off)
