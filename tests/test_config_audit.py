@@ -141,6 +141,8 @@ EFFECTS: dict[str, list[str]] = {
     "leader.imbalance.per.broker.percentage": [
         f"{ELECTIONS}::test_the_election_keys_reach_the_controllers_settings",
         f"{ELECTIONS}::test_rebalance_follows_the_imbalance_percentage"],
+    "kjbod.metrics.listener": [
+        "tests/metrics/test_endpoint_live.py::test_counters_follow_a_known_workload_and_a_failed_dir_shows"],
 }
 
 # Topic configs the controller reads from the metadata image (elections), not the storage: the tests that show it.

@@ -84,6 +84,7 @@ class BrokerNode:
         self.assignments: AssignmentsManager | None = None  # directory assignments of moved replicas (KIP-858)
         self.replication: Any = None  # kjbod.broker.replication.ReplicaManager on a broker-only node
         self.handler = Router(self)  # each request is logged at debug by the connection, with its latency
+        self.topic_stats: Any = None  # kjbod.metrics' BrokerTopicMetrics counters, set when /metrics is served
         self._tasks: list[asyncio.Task] = []
         self._assignments: set[asyncio.Task] = set()  # directory assignments on their way to the controller
         self._stopping = asyncio.Event()

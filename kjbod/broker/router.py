@@ -154,6 +154,7 @@ class Router:
 
     def __init__(self, node: Any):
         self.node = node
+        self.stats: Any = None  # kjbod.metrics' RequestStats when the node serves /metrics: error codes counted
         self.entries = registry()
         self._routes: dict[int, _Route] = {}
         for entry in self.entries.values():
@@ -241,6 +242,8 @@ class Router:
 
     def _reply(self, route: _Route, request: Request, response):
         corr = request.correlation_id
+        if self.stats is not None:
+            self.stats.response(route.entry.api_key, response)
         out = [_pack_corr_tags(corr, 0) if route.response_header_v1 else _pack_corr(corr)]
         try:
             response.encode_into(out, request.api_version)

@@ -192,6 +192,14 @@ def _host_ports(key: str, raw: str) -> tuple[str, ...]:
     return items
 
 
+def _host_port(key: str, raw: str) -> str:
+    value = raw.strip()
+    m = _HOST_PORT.match(value)
+    if not m or int(m.group(2)) > 65535:
+        raise ConfigError(f"invalid value {raw!r} for {key}: expected HOST:PORT (port 0: any free port)")
+    return value
+
+
 def _voters(key: str, raw: str) -> tuple[str, ...]:
     items = _list(key, raw)
     for item in items:
@@ -297,6 +305,12 @@ KEYS: dict[str, KeyDef] = {
             "or Kafka's rule, the dir with fewest partitions",
         ),
         KeyDef("kjbod.zero.copy", _bool, True, "kjbod: send Fetch record data with sendfile", into="zero_copy"),
+        KeyDef(
+            "kjbod.metrics.listener",
+            _host_port,
+            None,
+            "kjbod: HOST:PORT of the Prometheus /metrics endpoint (unset: no endpoint)",
+        ),
     ]
 }
 
@@ -400,6 +414,7 @@ class ServerConfig:
     metadata_log_max_record_bytes_between_snapshots: int = 20 * 1024 * 1024
     log_message_timestamp_before_max_ms: int = LONG_MAX
     log_message_timestamp_after_max_ms: int = LONG_MAX
+    kjbod_metrics_listener: str | None = None  # HOST:PORT
     # The COMPATIBILITY_ONLY keys the config sets, as given, so the node can log once that they have no effect.
     ignored: Mapping[str, str] = field(default_factory=dict)
     # The effective raw key=value pairs (file, then overrides).
@@ -728,6 +743,7 @@ def build_config(
         min_insync_replicas=get("min.insync.replicas"),
         log_dir_placement_policy=get("log.dir.placement.policy"),
         zero_copy=get("kjbod.zero.copy"),
+        kjbod_metrics_listener=get("kjbod.metrics.listener"),
         listener_security_protocol_map=protomap,
         inter_broker_listener_name=inter_broker,
         controller_quorum_bootstrap_servers=get("controller.quorum.bootstrap.servers"),

@@ -44,6 +44,7 @@ import json
 import os
 import threading
 import time
+from bisect import bisect_right as _bisect_right
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from threading import get_ident as _get_ident
@@ -77,6 +78,10 @@ OPS = frozenset(
 )
 
 FAULTS_ENV = "KJBOD_FAULTS"
+# Upper bounds (seconds) of the per-op latency buckets each dir keeps for the metrics endpoint (kjbod.metrics);
+# the last bucket, above 10 s, is open.
+LATENCY_BOUNDS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+                    5.0, 10.0)
 _PROCESS_ERRNOS = frozenset({_errno.EMFILE, _errno.ENFILE, _errno.ENOMEM})
 
 
@@ -279,6 +284,10 @@ class LogDirIO:
         self._busy: dict[int, tuple[str, str, float]] = {}
         self._slowest_s = 0.0
         self.stalled = False  # failed because an operation never returned: what such an operation did is void
+        # op -> finished operations per latency bucket (LATENCY_BOUNDS_S), and their total seconds: plain
+        # increments from whichever thread ran the op (a lost update under a race only blurs a metric).
+        self.latency_buckets: dict[str, list[int]] = {op: [0] * (len(LATENCY_BOUNDS_S) + 1) for op in OPS}
+        self.latency_seconds: dict[str, float] = dict.fromkeys(OPS, 0.0)
 
     def __repr__(self) -> str:
         return f"LogDirIO({self.path!r}, online={self.online})"
@@ -333,7 +342,10 @@ class LogDirIO:
 
     def _end(self, started: float) -> None:
         took = _monotonic() - started
-        self._busy.pop(_get_ident(), None)
+        entry = self._busy.pop(_get_ident(), None)
+        if entry is not None:
+            self.latency_buckets[entry[0]][_bisect_right(LATENCY_BOUNDS_S, took)] += 1
+            self.latency_seconds[entry[0]] += took
         if took > self._slowest_s:
             self._slowest_s = took
         if self.stalled:

@@ -150,6 +150,8 @@ async def handle(node, request, body: FetchRequest) -> FetchResponse:
         if _has_data(node, resolved, body, decided) or time.monotonic() >= deadline:
             resp, total = _build(node, resolved, body, v, decided)
             if total >= body.min_bytes or time.monotonic() >= deadline or not _only_data(resp):
+                if node.topic_stats is not None:  # the metrics endpoint's counters (kjbod.metrics)
+                    _count(node.topic_stats, resolved, resp)
                 return resp
             close_regions(resp)
         arrived = node.append_event()
@@ -160,6 +162,14 @@ async def handle(node, request, body: FetchRequest) -> FetchResponse:
             await asyncio.wait_for(arrived.wait(), timeout)
         except TimeoutError:
             pass
+
+
+def _count(stats, resolved, resp: FetchResponse) -> None:
+    """BrokerTopicMetrics of a fetch answered: per partition its error and the record bytes it carries."""
+    for (name, _t), topic in zip(resolved, resp.responses, strict=True):
+        for p in topic.partitions:
+            records = p.records
+            stats.fetched(name, p.error_code, sum(len(r) for r in records) if records.__class__ is list else 0)
 
 
 def _only_data(resp: FetchResponse) -> bool:

@@ -71,6 +71,8 @@ def handle(node, request, body: ProduceRequest):
                 parts.append(_append(node, td.name, pd, now_ms, v, waits if acks == -1 else None))
             if parts[-1].error_code:
                 failed = True
+                if node.topic_stats is not None:  # the metrics endpoint's counters (kjbod.metrics)
+                    node.topic_stats.produce_failed(td.name, parts[-1].error_code)
         responses.append(TopicResp(name=td.name, partition_responses=parts))
     if acks == 0:
         if failed:
@@ -101,6 +103,8 @@ def _append(node, topic: str, pd, now_ms: int, v: int, waits: list | None) -> Pa
         return resp
     node.notify_append()
     replication.appended(node, topic, pd.index)
+    if node.topic_stats is not None:  # the metrics endpoint's counters (kjbod.metrics)
+        node.topic_stats.produced(topic, len(pd.records), info.record_count)
     resp = PartResp(index=pd.index, error_code=0, base_offset=info.base_offset,
                     log_append_time_ms=info.log_append_time, log_start_offset=info.log_start_offset)
     if waits is not None and replication.needs_replication(node, topic, pd.index):
