@@ -60,6 +60,7 @@ from kjbod.storage.errors import (
     DuplicateLogError,
     InvalidTopicError,
     KafkaStorageError,
+    LogDirFullError,
     LogDirNotFoundError,
     StorageSetupError,
     TopicAlreadyExistsError,
@@ -565,8 +566,10 @@ class LogManager:
 
     # ------------------------------------------------------------------------------------------ create
 
-    def assign_dirs(self, count: int, config: LogConfig | None = None) -> list[str]:
-        """Log dirs for ``count`` new partitions under the placement policy (see kjbod.storage.placement)."""
+    def assign_dirs(self, count: int, config: LogConfig | None = None, exclude: Iterable[str] = ()) -> list[str]:
+        """Log dirs for ``count`` new partitions under the placement policy (see kjbod.storage.placement), none
+        of them in ``exclude``."""
+        excluded = set(exclude)
         cfg = config or self.defaults
         counts: dict[str, int] = {p: 0 for p in self._dirs}
         for plog in [*self._logs.values(), *self._futures.values()]:
@@ -575,7 +578,7 @@ class LogManager:
         answers = self.probe_dirs(self.probe_timeout_s)  # a dir that does not answer in time gets nothing new
         full = []
         for path, answer in answers.items():
-            if answer is None:
+            if answer is None or path in excluded:
                 continue
             io = self._dirs[path].io
             if io.full or answer[1] - io.reserved_bytes < cfg.max_message_bytes:
@@ -617,18 +620,33 @@ class LogManager:
             out = []
             for spec in specs:
                 d = self._resolve_dir(spec.dir) if spec.dir is not None else self._dirs[next(placed)]
-                cfg = spec.config or self.defaults
-                path = d.io.join(f"{spec.topic}-{spec.partition}")
-                if d.io.exists(path):
-                    raise TopicAlreadyExistsError(f"{path} already exists")
-                plog = PartitionLog.create(
-                    d.io, path, spec.topic, spec.partition, spec.topic_id, cfg,
-                    clock=self.clock, deletions=self.deletions, on_roll=self._note_roll,
-                )
+                tried: list[str] = []
+                while True:
+                    try:
+                        plog = self._create_in(d, spec)
+                        break
+                    except LogDirFullError as e:
+                        # The dir turned out full at the creation (PartitionLog.create removed what it made):
+                        # a partition the policy placed goes to another dir instead.
+                        if spec.dir is not None:
+                            raise
+                        tried.append(d.io.path)
+                        log.warning("partition_placed_again", partition=f"{spec.topic}-{spec.partition}",
+                                    full_dir=d.io.path, error=str(e))
+                        d = self._dirs[self.assign_dirs(1, spec.config, exclude=tried)[0]]
                 self._logs[(spec.topic, spec.partition)] = plog
                 log.info("partition_created", partition=plog.name, log_dir=d.io.path, topic_id=spec.topic_id)
                 out.append(plog)
             return out
+
+    def _create_in(self, d: _Dir, spec: PartitionSpec) -> PartitionLog:
+        path = d.io.join(f"{spec.topic}-{spec.partition}")
+        if d.io.exists(path):
+            raise TopicAlreadyExistsError(f"{path} already exists")
+        return PartitionLog.create(
+            d.io, path, spec.topic, spec.partition, spec.topic_id, spec.config or self.defaults,
+            clock=self.clock, deletions=self.deletions, on_roll=self._note_roll,
+        )
 
     def set_config(self, topic: str, config: LogConfig) -> None:
         """Apply a changed topic config to the topic's logs (segment size, retention... take effect at once)."""

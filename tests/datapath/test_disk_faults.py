@@ -285,3 +285,50 @@ def test_seam_every_dir_failing_stops_the_server(kjbod_server_factory, tmp_path,
 def test_seam_every_dir_failing_exits_non_zero(kjbod_server_factory, tmp_path, monkeypatch):
     server = every_dir_failing(kjbod_server_factory, tmp_path, monkeypatch)
     assert server.process.returncode != 0
+
+
+def test_seam_a_creation_failing_on_a_full_dir_leaves_no_debris_and_the_broker_restarts(
+        kjbod_server_factory, tmp_path, monkeypatch):
+    """The debris case of the full-disk issue: CreateTopics places a partition in a dir that turns out to be full
+    (ENOSPC at its first file): nothing is left there and the partition is placed again in another dir, so the
+    creation succeeds; a partition dir left half-made by an older kjbod (only partition.metadata) does not stop
+    the next start, which serves the partition from the dir its data is in."""
+    from .support import (
+        RawClient,
+        batch,
+        create_topic,
+        fetch_all,
+        log_events,
+        partition_dirs,
+        produce,
+        write_faults,
+    )
+
+    control = tmp_path / "faults.json"
+    monkeypatch.setenv("KJBOD_FAULTS", str(control))
+    server = kjbod_server_factory(overrides={"log.dir.placement.policy": "fewest-partitions"})
+    full = server.log_dirs[2]
+    with RawClient.to(server) as raw:
+        assert create_topic(raw, "first", 2).error_code == 0  # logs-0 and logs-1: logs-2 is next
+        write_faults(control, [{"dir": str(full), "errno": "ENOSPC", "ops": ["open"], "count": 1}])
+        created = create_topic(raw, "newonfull", 1)
+        assert created.error_code == 0, created
+        assert not [p for p in full.iterdir() if p.name.startswith("newonfull")]
+        assert produce(raw, "newonfull", 0, batch([b"kept"])).error_code == 0
+    home = partition_dirs(server.log_dirs)["newonfull-0"].parent
+    assert home != full
+    (again,) = log_events(server, "partition_placed_again")
+    assert again["full_dir"] == str(full)
+    assert server.stop() == 0
+    control.unlink()  # a new process would read the rule afresh
+    debris = full / "newonfull-0"
+    debris.mkdir()
+    (debris / "partition.metadata").write_text("version: 0\ntopic_id: AAAAAAAAAAAAAAAAAAAAAA\n")
+    server.start()
+    with RawClient.to(server) as raw:
+        assert [r.value for r in fetch_all(raw, "newonfull", 0)] == [b"kept"]
+        assert produce(raw, "newonfull", 0, batch([b"after restart"])).error_code == 0
+    assert partition_dirs(server.log_dirs)["newonfull-0"].parent == home
+    assert not debris.exists()
+    assert [p.name for p in full.iterdir() if p.name.startswith("newonfull")][0].endswith("-stray")
+    assert server.stop() == 0

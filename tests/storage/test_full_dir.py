@@ -253,12 +253,20 @@ def test_a_torn_tail_on_a_full_dir_is_truncated_in_place(make_manager, log_dirs)
     assert not [n for n in os.listdir(loaded.dir) if n.endswith(".corrupt")]
 
 
-def test_a_creation_failing_on_a_full_dir_leaves_no_half_made_dir(manager, log_dirs):
-    fsio.inject(log_dirs[2], errno.ENOSPC, ops={"open"}, count=2)  # partition.metadata's temp file, then the segment
+def test_a_creation_failing_on_a_full_dir_leaves_no_half_made_dir(make_manager, log_dirs):
+    lm = make_manager(placement_policy=FEWEST_PARTITIONS)
+    lm.create_partition("t", 0, TOPIC_ID, dir=log_dirs[0])
+    lm.create_partition("t", 1, TOPIC_ID, dir=log_dirs[1])
+    fsio.inject(log_dirs[2], errno.ENOSPC, ops={"open"}, count=1)  # partition.metadata's temp file
     with pytest.raises(LogDirFullError):
-        manager.create_partition("newonfull", 0, TOPIC_ID, dir=log_dirs[2])
+        lm.create_partition("asked-for", 0, TOPIC_ID, dir=log_dirs[2])  # a dir named by the caller: refused
+    assert not any(n.startswith("asked-for") for n in os.listdir(log_dirs[2]))
+    # Placed by the policy in a dir that turns out full: placed again elsewhere, nothing left behind.
+    fsio.inject(log_dirs[2], errno.ENOSPC, ops={"open"}, count=2)
+    with capture_logs() as logs:
+        plog = lm.create_partition("newonfull", 0, TOPIC_ID)
+    assert plog.log_dir != log_dirs[2] and _events(logs, "partition_placed_again")
     assert not any(n.startswith("newonfull") for n in os.listdir(log_dirs[2]))
-    assert manager.create_partition("newonfull", 0, TOPIC_ID).log_dir != log_dirs[2]
 
 
 def test_half_made_debris_is_stray_at_start_not_a_second_copy(make_manager, log_dirs):
