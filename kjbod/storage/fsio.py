@@ -451,6 +451,14 @@ class LogDirIO:
         if code in _PROCESS_ERRNOS:
             log.warning("storage_resource_exhausted", log_dir=self.path, op=op, path=path, error=str(exc))
             raise KafkaStorageError(f"{op} {path} failed: {exc}", log_dir=self.path) from exc
+        self.mark_offline(op, path, exc)
+        raise KafkaStorageError(
+            f"log dir {self.path} is offline: {op} {path} failed: {exc}", log_dir=self.path
+        ) from exc
+
+    def mark_offline(self, op: str, path: str, exc: BaseException) -> None:
+        """Take this dir offline (once: logged, the owner's ``on_offline`` called) because ``op`` on ``path``
+        failed with ``exc``; whatever ``exc`` is, even a full dir's error (a dir that could not be loaded)."""
         with self._state_lock:
             first = self.online
             if first:
@@ -461,9 +469,6 @@ class LogDirIO:
             callback = self.on_offline
             if callback is not None:
                 callback(self, self.offline_reason or "", exc)
-        raise KafkaStorageError(
-            f"log dir {self.path} is offline: {op} {path} failed: {exc}", log_dir=self.path
-        ) from exc
 
     # -- operation tracking: a start stamp per thread, so a watchdog can see an operation that never returns
 

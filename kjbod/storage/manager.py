@@ -500,6 +500,8 @@ class LogManager:
             log.error("log_dir_load_failed", log_dir=io.path, error=str(e))
             for plog in [*current.values(), *future.values()]:
                 plog.close_quietly()
+            # A dir that could not be loaded (even for want of space) must not serve as an empty one.
+            io.mark_offline("load", io.path, e)
             return {}, {}
         return current, future
 

@@ -297,3 +297,25 @@ def test_two_real_logs_still_refuse_to_start_and_say_what_each_holds(make_manage
     msg = str(e.value)
     assert log_dirs[0] in msg and log_dirs[1] in msg
     assert "offsets 0 to 2" in msg and "offsets 0 to 0" in msg
+
+
+def test_a_dir_with_no_room_at_all_still_loads_and_a_load_failure_is_never_an_empty_dir(make_manager, log_dirs):
+    # Every write refused (ENOSPC) at the restart after a crash: recovery keeps index entries in memory.
+    lm = make_manager(config=LogConfig(segment_bytes=3000))
+    plog = lm.create_partition("norm", 0, TOPIC_ID, dir=log_dirs[1])
+    for i in range(40):
+        plog.append(kp_batch([b"%02d" % i * 30]))
+    lm._release_everything()
+    fsio.fake_space(log_dirs[1], GIB, 0)
+    fsio.inject(log_dirs[1], errno.ENOSPC, ops={"write", "copy"})
+    again = make_manager(config=LogConfig(segment_bytes=3000))
+    loaded = again.get("norm", 0)
+    assert loaded.log_end_offset == 40 and len(loaded.segments) >= 2
+    assert [o for o, _, _ in kp_records(loaded.read_bytes(0, 1 << 20))] == list(range(40))
+    assert loaded.offset_for_timestamp(0) is not None
+    again.close()
+    fsio.clear()
+    # A load that fails all the same takes the dir offline: its partitions are not served as if it were empty.
+    fsio.inject(log_dirs[1], errno.ENOSPC, ops={"listdir"})
+    third = make_manager(config=LogConfig(segment_bytes=3000))
+    assert log_dirs[1] in third.offline_dirs and third.find("norm", 0) is None
