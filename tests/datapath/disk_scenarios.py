@@ -395,12 +395,24 @@ def enospc(base: str, mode: str) -> dict:
                                           for p in range(6)}
             out["after_restart_kp"] = sum(1 for r in fetch_all(raw, "fill", full) if r.value.startswith(b"kp-"))
             out["after_restart_full_produce"] = send(raw, full).error_code
-        out["server_running"] = server.running
-        out["exit_code"] = server.stop()
+        # Space returns once more; appends resume; kill -9 again: still nothing acknowledged lost.
         if control is None:
             sh("mount", "-o", "remount,size=64m", str(small))
         else:
             control.unlink()
+        with RawClient.to(server) as raw:
+            deadline = time.monotonic() + 30
+            while send(raw, full).error_code != 0 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            out["resumed_codes"] = sorted({send(raw, full).error_code for _ in range(5)})
+        server.process.kill()
+        server.process.wait()
+        server.start()
+        with RawClient.to(server) as raw:
+            out["after_second_kill_check"] = {str(p): check_acked(raw, "fill", p, acked[p], per_batch, 600)
+                                              for p in range(6)}
+        out["server_running"] = server.running
+        out["exit_code"] = server.stop()
         out["scan_problems"] = {k: s.problems for k, s in scan_log_dirs(server.log_dirs).items() if s.problems}
     finally:
         server.stop()

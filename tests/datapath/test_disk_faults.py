@@ -150,6 +150,9 @@ def check_enospc(out: dict) -> None:
     assert out["after_restart_check"] == {str(p): None for p in range(6)}
     assert out["after_restart_kp"] == 20
     assert out["after_restart_full_produce"] == 56
+    # Space back again, appends resume, a second kill -9: still everything acknowledged, once.
+    assert out["resumed_codes"] == [0]
+    assert out["after_second_kill_check"] == {str(p): None for p in range(6)}
     assert out["server_running"] is True and out["exit_code"] == 0
     assert out["scan_problems"] == {}
 
