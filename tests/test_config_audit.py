@@ -100,6 +100,12 @@ EFFECTS: dict[str, list[str]] = {
     "socket.request.max.bytes": [
         "tests/test_connection.py::test_oversized_frame_closes_the_connection_without_hurting_others"],
     "log.dir.placement.policy": ["tests/storage/test_placement.py::test_manager_spreads_one_create_call_2_2_2"],
+    "log.dir.reserved.bytes": [
+        "tests/storage/test_full_dir.py::test_the_reserve_refuses_appends_before_the_filesystem_is_full",
+        "tests/storage/test_full_dir.py::test_the_default_reserve_is_1_percent_capped_at_1_gib", NODE],
+    "log.dir.space.check.interval.ms": [
+        "tests/storage/test_full_dir.py::test_space_returning_brings_the_dir_back_without_a_restart",
+        "tests/storage/test_full_dir.py::test_free_space_is_counted_from_writes_between_checks", NODE],
     "log.dir.stall.timeout.ms": [
         "tests/storage/test_dir_health.py::test_a_stalled_dir_is_failed_once_and_a_late_return_changes_nothing",
         "tests/storage/test_dir_health.py::test_a_stall_timeout_of_0_never_fails_a_dir_but_it_is_degraded", NODE],

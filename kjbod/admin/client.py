@@ -850,7 +850,8 @@ def _log_dirs(broker_id: int, response: Any) -> list[LogDirInfo]:
                 broker_id, r.log_dir, None if directory_id == ZERO_UUID else directory_id, _code(r.error_code),
                 r.total_bytes if r.total_bytes >= 0 else None, r.usable_bytes if r.usable_bytes >= 0 else None,
                 replicas, r.dir_state or None, r.recent_latency_ms if r.recent_latency_ms >= 0 else None,
-                r.failed_at_ms if r.failed_at_ms >= 0 else None))
+                r.failed_at_ms if r.failed_at_ms >= 0 else None,
+                r.reserved_bytes if r.reserved_bytes >= 0 else None))
     finally:
         if resume_gc:
             gc_resume()

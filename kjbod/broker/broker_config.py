@@ -124,6 +124,11 @@ BROKER_KEYS: dict[str, BrokerKey] = {k.name: k for k in [
               doc="kjbod: a log dir whose file operation has not returned for this long is taken offline (0: never)."),
     BrokerKey("log.dir.slow.threshold.ms", LONG, "log_dir_slow_threshold_ms",
               doc="kjbod: a log dir whose file operations take longer than this is shown as degraded (0: never)."),
+    BrokerKey("log.dir.reserved.bytes", LONG, "log_dir_reserved_bytes",
+              doc="kjbod: bytes kept free in each log dir; below it the dir is full and refuses appends "
+                  "(-1: the smaller of 1% of its filesystem and 1 GiB)."),
+    BrokerKey("log.dir.space.check.interval.ms", LONG, "log_dir_space_check_interval_ms",
+              doc="kjbod: how often each log dir's free space is checked (what brings a full dir back)."),
     BrokerKey("socket.request.max.bytes", INT, "socket_request_max_bytes", doc="Largest request accepted."),
     BrokerKey("broker.heartbeat.interval.ms", INT, "broker_heartbeat_interval_ms",
               doc="Interval between broker heartbeats."),

@@ -165,6 +165,8 @@ def open_logs(node: Any) -> LogManager:
         initial_task_delay_ms=config.log_initial_task_delay_ms,
         stall_timeout_ms=config.log_dir_stall_timeout_ms,
         slow_threshold_ms=config.log_dir_slow_threshold_ms,
+        reserved_bytes=config.log_dir_reserved_bytes,
+        space_check_interval_ms=config.log_dir_space_check_interval_ms,
     )
     manager.open()
     meta = read_meta_properties(LogDirIO(meta_dir))

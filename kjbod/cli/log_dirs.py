@@ -191,7 +191,8 @@ def describe_document(result: LogDirsByBroker) -> dict[str, Any]:
     """KIP-113's JSON, one entry per broker (as Kafka's kafka-log-dirs.sh groups it), with kjbod's extra fields.
 
     {"version": 1, "brokers": [{"broker": 1, "error": null, "log_dirs": [{"path", "is_live", "error",
-    "directory_id", "total_bytes", "usable_bytes", "state", "recent_latency_ms", "failed_at", "partitions": [{"topic",
+    "directory_id", "total_bytes", "usable_bytes", "state", "recent_latency_ms", "failed_at", "reserved_bytes",
+    "partitions": [{"topic",
     "partition", "size", "offset_lag",
     "is_temporary"}]}]}]}
     """
@@ -213,6 +214,7 @@ def describe_document(result: LogDirsByBroker) -> dict[str, Any]:
                 "state": d.state,
                 "recent_latency_ms": d.recent_latency_ms,
                 "failed_at": None if d.failed_at_ms is None else _utc(d.failed_at_ms),
+                "reserved_bytes": d.reserved_bytes,
                 "partitions": [
                     {"topic": r.topic, "partition": r.partition, "size": r.size, "offset_lag": r.offset_lag,
                      "is_temporary": r.is_future}
@@ -239,13 +241,16 @@ def _table(headers: list[str], rows: list[list[str]], right: set[int]) -> list[s
 
 
 def _state_text(d: dict[str, Any]) -> str:
-    """online; degraded (the slow dir's recent latency); OFFLINE or NOT ANSWERING with the error code."""
+    """online; degraded (the slow dir's recent latency); FULL (appends refused until space returns); OFFLINE or NOT
+    ANSWERING with the error code."""
     state = d.get("state")
     if state == "not-answering":
         return f"NOT ANSWERING ({d['error']})"
     if not d["is_live"]:
         since = d.get("failed_at")
         return f"OFFLINE ({d['error']})" + (f" since {since}" if since else "")
+    if state == "full":
+        return "FULL (appends refused)"
     if state == "degraded":
         latency = d.get("recent_latency_ms")
         return "degraded" + (f" ({latency / 1000:.1f} s/op)" if latency is not None else "")
@@ -281,11 +286,12 @@ def render_table(document: dict[str, Any]) -> str:
                 str(len(current)) + (f" +{moving_in}" if moving_in else "") if d["is_live"] else "-",
                 human_bytes(sum(p["size"] for p in replicas)) if d["is_live"] else "-",
                 human_bytes(total), human_bytes(None if total is None or usable is None else total - usable),
-                human_bytes(usable), _usage(total, usable), d["directory_id"] or "-",
+                human_bytes(usable), human_bytes(d.get("reserved_bytes")), _usage(total, usable),
+                d["directory_id"] or "-",
             ])
         out += ["  " + line for line in _table(
-            ["LOG DIR", "STATE", "REPLICAS", "DATA", "SIZE", "USED", "FREE", "USE%", "DIRECTORY ID"],
-            rows, right={2, 3, 4, 5, 6, 7})]
+            ["LOG DIR", "STATE", "REPLICAS", "DATA", "SIZE", "USED", "FREE", "RESERVE", "USE%", "DIRECTORY ID"],
+            rows, right={2, 3, 4, 5, 6, 7, 8})]
         replica_rows = []
         for d in dirs:
             for p in d["partitions"]:

@@ -285,6 +285,19 @@ KEYS: dict[str, KeyDef] = {
             1_000,
             "kjbod: a log dir whose file operations take longer than this is logged and shown as degraded (0: never)",
         ),
+        KeyDef(
+            "log.dir.reserved.bytes",
+            _long(-1),
+            -1,
+            "kjbod: bytes kept free in each log dir; below it the dir is full and refuses appends "
+            "(-1: the smaller of 1% of its filesystem and 1 GiB)",
+        ),
+        KeyDef(
+            "log.dir.space.check.interval.ms",
+            _long(1),
+            1_000,
+            "kjbod: how often each log dir's free space is checked (what brings a full dir back)",
+        ),
         KeyDef("socket.request.max.bytes", _int(1), 104_857_600),
         KeyDef("broker.heartbeat.interval.ms", _int(1), 2000),
         KeyDef("broker.session.timeout.ms", _int(1), 9000),
@@ -404,6 +417,8 @@ class ServerConfig:
     log_initial_task_delay_ms: int = 30_000
     log_dir_stall_timeout_ms: int = 30_000
     log_dir_slow_threshold_ms: int = 1_000
+    log_dir_reserved_bytes: int = -1
+    log_dir_space_check_interval_ms: int = 1_000
     delete_topic_enable: bool = True
     unclean_leader_election_enable: bool = False
     auto_leader_rebalance_enable: bool = True
@@ -751,6 +766,8 @@ def build_config(
         log_flush_offset_checkpoint_interval_ms=get("log.flush.offset.checkpoint.interval.ms"),
         log_dir_stall_timeout_ms=get("log.dir.stall.timeout.ms"),
         log_dir_slow_threshold_ms=get("log.dir.slow.threshold.ms"),
+        log_dir_reserved_bytes=get("log.dir.reserved.bytes"),
+        log_dir_space_check_interval_ms=get("log.dir.space.check.interval.ms"),
         log_initial_task_delay_ms=get("log.initial.task.delay.ms"),
         delete_topic_enable=get("delete.topic.enable"),
         unclean_leader_election_enable=get("unclean.leader.election.enable"),

@@ -50,6 +50,7 @@ from kjbod.storage.errors import (
     CorruptMessageError,
     InvalidRecordError,
     KafkaStorageError,
+    LogDirFullError,
     OffsetOutOfRangeError,
     RecordListTooLargeError,
     UnknownTopicOrPartitionError,
@@ -415,8 +416,17 @@ class PartitionLog:
         bad_offset: int | None,
         next_offset: int | None,
     ) -> None:
-        aside = f"{seg.log_path}.{valid_bytes}-{self.clock()}{CORRUPT_SUFFIX}"
-        seg.copy_range_to(aside, valid_bytes, valid_bytes + bad_bytes)
+        target = f"{seg.log_path}.{valid_bytes}-{self.clock()}{CORRUPT_SUFFIX}"
+        aside: str | None = target
+        try:
+            seg.copy_range_to(target, valid_bytes, valid_bytes + bad_bytes)
+        except LogDirFullError as e:
+            # No room to keep the bad bytes: truncate in place rather than not start (the range is logged).
+            self.io.unlink(target, missing_ok=True)
+            aside = None
+            log.warning("corrupt_log_tail_dropped_no_space", partition=self.name, log_dir=self.log_dir,
+                        segment=os.path.basename(seg.log_path), dropped_from=valid_bytes,
+                        dropped_to=valid_bytes + bad_bytes, error=str(e))
         seg.truncate_bytes(valid_bytes)
         self.load_stats.truncated_bytes += bad_bytes
         log.warning(
@@ -600,6 +610,7 @@ class PartitionLog:
                 raise io.offline_error()
             if self.closed:
                 raise UnknownTopicOrPartitionError(f"partition {self.name} is closed or deleted")
+            io.make_room(total)  # a full dir (or one this append would take into its reserve) refuses appends
             self._ensure_producer_state()
             plan = self.producer_state.plan()
             next_offset = self._leo

@@ -201,7 +201,7 @@ def sample() -> LogDirsByBroker:
             ReplicaInfo("events", 1, 3 * 2**20, 0, False),
             ReplicaInfo("events", 0, 5 * 2**20, 0, False),
             ReplicaInfo("audit", 0, 512, None, False),
-        ]),
+        ], reserved_bytes=2**30),
         LogDirInfo(1, "/data/b", None, None, None, None, [ReplicaInfo("events", 0, 2**20, 1234, True)]),
         LogDirInfo(1, "/data/c", None, ErrorCode.KAFKA_STORAGE_ERROR, None, None, [], "offline", None,
                    1_795_622_400_000),
@@ -217,22 +217,24 @@ def test_describe_document():
         {"broker": 1, "error": None, "log_dirs": [
             {"path": "/data/a", "is_live": True, "error": None, "directory_id": "D289LI8KSlWdSx0uP0BRYg",
              "total_bytes": 1000 * 2**30, "usable_bytes": 250 * 2**30, "state": None, "recent_latency_ms": None,
-             "failed_at": None, "partitions": [
+             "failed_at": None, "reserved_bytes": 2**30, "partitions": [
                  {"topic": "audit", "partition": 0, "size": 512, "offset_lag": None, "is_temporary": False},
                  {"topic": "events", "partition": 0, "size": 5 * 2**20, "offset_lag": 0, "is_temporary": False},
                  {"topic": "events", "partition": 1, "size": 3 * 2**20, "offset_lag": 0, "is_temporary": False},
              ]},
             {"path": "/data/b", "is_live": True, "error": None, "directory_id": None, "total_bytes": None,
-             "usable_bytes": None, "state": None, "recent_latency_ms": None, "failed_at": None, "partitions": [
+             "usable_bytes": None, "state": None, "recent_latency_ms": None, "failed_at": None, "reserved_bytes": None,
+             "partitions": [
                  {"topic": "events", "partition": 0, "size": 2**20, "offset_lag": 1234, "is_temporary": True}]},
             {"path": "/data/c", "is_live": False, "error": "KAFKA_STORAGE_ERROR", "directory_id": None,
              "total_bytes": None, "usable_bytes": None, "state": "offline", "recent_latency_ms": None,
-             "failed_at": "2026-11-25T16:00:00Z", "partitions": []},
+             "failed_at": "2026-11-25T16:00:00Z", "reserved_bytes": None, "partitions": []},
         ]},
         {"broker": 2, "error": "NETWORK_EXCEPTION: 127.0.0.1:9: connection refused", "log_dirs": []},
         {"broker": 3, "error": None, "log_dirs": [
             {"path": "/d3", "is_live": True, "error": None, "directory_id": None, "total_bytes": 100,
-             "usable_bytes": 100, "state": None, "recent_latency_ms": None, "failed_at": None, "partitions": []}]},
+             "usable_bytes": 100, "state": None, "recent_latency_ms": None, "failed_at": None, "reserved_bytes": None,
+             "partitions": []}]},
     ]}
     json.dumps(document)  # plain JSON types only
 
@@ -259,13 +261,14 @@ def test_render_table():
     lines = text.splitlines()
     assert lines[0] == "Broker 1: 3 log dirs"
     header = lines[1].split()
-    assert header == ["LOG", "DIR", "STATE", "REPLICAS", "DATA", "SIZE", "USED", "FREE", "USE%", "DIRECTORY", "ID"]
+    assert header == ["LOG", "DIR", "STATE", "REPLICAS", "DATA", "SIZE", "USED", "FREE", "RESERVE", "USE%",
+                      "DIRECTORY", "ID"]
     assert lines[2].split() == ["/data/a", "online", "3", "8.0", "MiB", "1000.0", "GiB", "750.0", "GiB", "250.0",
-                                "GiB", "75.0%", "D289LI8KSlWdSx0uP0BRYg"]
+                                "GiB", "1.0", "GiB", "75.0%", "D289LI8KSlWdSx0uP0BRYg"]
     # A dir receiving a move counts the future replica apart; unknown sizes show "-".
-    assert lines[3].split() == ["/data/b", "online", "0", "+1", "1.0", "MiB", "-", "-", "-", "-", "-"]
+    assert lines[3].split() == ["/data/b", "online", "0", "+1", "1.0", "MiB", "-", "-", "-", "-", "-", "-"]
     assert lines[4].split() == ["/data/c", "OFFLINE", "(KAFKA_STORAGE_ERROR)", "since", "2026-11-25T16:00:00Z",
-                                "-", "-", "-", "-", "-", "-", "-"]
+                                "-", "-", "-", "-", "-", "-", "-", "-"]
     # Columns line up: every dir row starts its STATE column under the header's.
     column = lines[1].index("STATE")
     assert all(line[column - 2:column] == "  " and line[column] != " " for line in lines[2:5])
@@ -280,8 +283,8 @@ def test_render_table():
         "Broker 2: could not describe its log dirs: NETWORK_EXCEPTION: 127.0.0.1:9: connection refused",
         "",
         "Broker 3: 1 log dir",
-        "  LOG DIR  STATE   REPLICAS  DATA   SIZE  USED   FREE  USE%  DIRECTORY ID",
-        "  /d3      online         0   0 B  100 B   0 B  100 B  0.0%  -",
+        "  LOG DIR  STATE   REPLICAS  DATA   SIZE  USED   FREE  RESERVE  USE%  DIRECTORY ID",
+        "  /d3      online         0   0 B  100 B   0 B  100 B        -  0.0%  -",
         "",
         "  (no replicas)",
     ]

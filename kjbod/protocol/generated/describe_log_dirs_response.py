@@ -63,9 +63,10 @@ class DescribeLogDirsResult:
     total_bytes: int = -1  # Size of the volume holding the log dir; -1 if unknown.
     usable_bytes: int = -1  # Free space usable on that volume; -1 if unknown.
     directory_id: UUID = _ZERO_UUID  # kjbod extension: the KIP-858 directory id of this log dir (zero if unknow...
-    dir_state: str = ''  # kjbod extension: online, degraded (slow), offline or not-answering; empty...
+    dir_state: str = ''  # kjbod extension: online, degraded (slow), full, offline or not-answering;...
     recent_latency_ms: int = -1  # kjbod extension: the slowest file operation of the last seconds in this l...
     failed_at_ms: int = -1  # kjbod extension: when an offline log dir failed (ms since the epoch); -1 ...
+    reserved_bytes: int = -1  # kjbod extension: the bytes this log dir keeps free (log.dir.reserved.byte...
     unknown_tagged_fields: tuple[tuple[int, bytes], ...] = ()
 
 
@@ -194,7 +195,7 @@ def _dec_v1(buf, pos):
                     ap2(e2)
             e1 = DescribeLogDirsTopic(v2_name, v2_partitions, ())
             ap1(e1)
-        e0 = DescribeLogDirsResult(v1_error_code, v1_log_dir, v1_topics, -1, -1, _ZERO_UUID, '', -1, -1, ())
+        e0 = DescribeLogDirsResult(v1_error_code, v1_log_dir, v1_topics, -1, -1, _ZERO_UUID, '', -1, -1, -1, ())
         ap0(e0)
     msg = DescribeLogDirsResponse(v0_throttle_time_ms, 0, v0_results, ())
     return msg, pos
@@ -251,6 +252,10 @@ def _enc_v2(o, out):
             s1 = []
             s1.append(_S5.pack(e0.failed_at_ms))
             t1.append((10003, b''.join(s1)))
+        if e0.reserved_bytes != -1:
+            s1 = []
+            s1.append(_S5.pack(e0.reserved_bytes))
+            t1.append((10004, b''.join(s1)))
         _rt.write_tags(out, t1, e0.unknown_tagged_fields)
     if o.unknown_tagged_fields:
         _rt.write_unknown_tags(out, o.unknown_tagged_fields)
@@ -316,6 +321,7 @@ def _dec_v2(buf, pos):
         v1_dir_state = ''
         v1_recent_latency_ms = -1
         v1_failed_at_ms = -1
+        v1_reserved_bytes = -1
         if buf[pos] == 0:
             pos += 1
             u1 = ()
@@ -340,11 +346,15 @@ def _dec_v2(buf, pos):
                     v1_failed_at_ms, = _S5.unpack_from(buf, pos)
                     pos += 8
                     _rt.check_tag_end(pos, end1, tag1)
+                elif tag1 == 10004:
+                    v1_reserved_bytes, = _S5.unpack_from(buf, pos)
+                    pos += 8
+                    _rt.check_tag_end(pos, end1, tag1)
                 else:
                     u1.append((tag1, bytes(buf[pos:end1])))
                     pos = end1
             u1 = tuple(u1)
-        e0 = DescribeLogDirsResult(v1_error_code, v1_log_dir, v1_topics, -1, -1, v1_directory_id, v1_dir_state, v1_recent_latency_ms, v1_failed_at_ms, u1)
+        e0 = DescribeLogDirsResult(v1_error_code, v1_log_dir, v1_topics, -1, -1, v1_directory_id, v1_dir_state, v1_recent_latency_ms, v1_failed_at_ms, v1_reserved_bytes, u1)
         ap0(e0)
     if buf[pos] == 0:
         pos += 1
@@ -412,6 +422,10 @@ def _enc_v3(o, out):
             s1 = []
             s1.append(_S5.pack(e0.failed_at_ms))
             t1.append((10003, b''.join(s1)))
+        if e0.reserved_bytes != -1:
+            s1 = []
+            s1.append(_S5.pack(e0.reserved_bytes))
+            t1.append((10004, b''.join(s1)))
         _rt.write_tags(out, t1, e0.unknown_tagged_fields)
     if o.unknown_tagged_fields:
         _rt.write_unknown_tags(out, o.unknown_tagged_fields)
@@ -477,6 +491,7 @@ def _dec_v3(buf, pos):
         v1_dir_state = ''
         v1_recent_latency_ms = -1
         v1_failed_at_ms = -1
+        v1_reserved_bytes = -1
         if buf[pos] == 0:
             pos += 1
             u1 = ()
@@ -501,11 +516,15 @@ def _dec_v3(buf, pos):
                     v1_failed_at_ms, = _S5.unpack_from(buf, pos)
                     pos += 8
                     _rt.check_tag_end(pos, end1, tag1)
+                elif tag1 == 10004:
+                    v1_reserved_bytes, = _S5.unpack_from(buf, pos)
+                    pos += 8
+                    _rt.check_tag_end(pos, end1, tag1)
                 else:
                     u1.append((tag1, bytes(buf[pos:end1])))
                     pos = end1
             u1 = tuple(u1)
-        e0 = DescribeLogDirsResult(v1_error_code, v1_log_dir, v1_topics, -1, -1, v1_directory_id, v1_dir_state, v1_recent_latency_ms, v1_failed_at_ms, u1)
+        e0 = DescribeLogDirsResult(v1_error_code, v1_log_dir, v1_topics, -1, -1, v1_directory_id, v1_dir_state, v1_recent_latency_ms, v1_failed_at_ms, v1_reserved_bytes, u1)
         ap0(e0)
     if buf[pos] == 0:
         pos += 1
@@ -574,6 +593,10 @@ def _enc_v4(o, out):
             s1 = []
             s1.append(_S5.pack(e0.failed_at_ms))
             t1.append((10003, b''.join(s1)))
+        if e0.reserved_bytes != -1:
+            s1 = []
+            s1.append(_S5.pack(e0.reserved_bytes))
+            t1.append((10004, b''.join(s1)))
         _rt.write_tags(out, t1, e0.unknown_tagged_fields)
     if o.unknown_tagged_fields:
         _rt.write_unknown_tags(out, o.unknown_tagged_fields)
@@ -641,6 +664,7 @@ def _dec_v4(buf, pos):
         v1_dir_state = ''
         v1_recent_latency_ms = -1
         v1_failed_at_ms = -1
+        v1_reserved_bytes = -1
         if tc1 == 0:
             pos += 1
             u1 = ()
@@ -665,11 +689,15 @@ def _dec_v4(buf, pos):
                     v1_failed_at_ms, = _S5.unpack_from(buf, pos)
                     pos += 8
                     _rt.check_tag_end(pos, end1, tag1)
+                elif tag1 == 10004:
+                    v1_reserved_bytes, = _S5.unpack_from(buf, pos)
+                    pos += 8
+                    _rt.check_tag_end(pos, end1, tag1)
                 else:
                     u1.append((tag1, bytes(buf[pos:end1])))
                     pos = end1
             u1 = tuple(u1)
-        e0 = DescribeLogDirsResult(v1_error_code, v1_log_dir, v1_topics, v1_total_bytes, v1_usable_bytes, v1_directory_id, v1_dir_state, v1_recent_latency_ms, v1_failed_at_ms, u1)
+        e0 = DescribeLogDirsResult(v1_error_code, v1_log_dir, v1_topics, v1_total_bytes, v1_usable_bytes, v1_directory_id, v1_dir_state, v1_recent_latency_ms, v1_failed_at_ms, v1_reserved_bytes, u1)
         ap0(e0)
     if buf[pos] == 0:
         pos += 1
