@@ -19,6 +19,7 @@ import time
 
 import structlog
 
+from kjbod.broker.dir_work import DirWaits, DirWork
 from kjbod.broker.router import api
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import ProduceRequest, ProduceResponse
@@ -45,9 +46,23 @@ def handle(node, request, body: ProduceRequest):
     acks = body.acks
     now_ms = int(time.time() * 1000)
     responses = []
-    failed = False
+    timeout_ms = body.timeout_ms
+
+    def fill(slot, resp: PartResp) -> None:
+        slot[0][slot[1]] = resp
+
+    def fail(slot, e: BaseException | None) -> None:
+        pd = slot[3]
+        if e is None:  # the dir did not answer in time; its appends may still happen, as after any timeout
+            resp = _error(pd.index, ErrorCode.REQUEST_TIMED_OUT,
+                          f"the log dir of {slot[2]}-{pd.index} did not answer within timeout_ms {timeout_ms}", v)
+        else:
+            resp = _failed(slot[2], pd, e, v)
+        slot[0][slot[1]] = resp
+
+    work = DirWork(node, fill, fail)
     for td in body.topic_data:
-        parts = []
+        parts: list[PartResp | None] = []
         topic = node.metadata.topic(td.name)
         for pd in td.partition_data:
             if acks not in (-1, 0, 1):
@@ -63,35 +78,71 @@ def handle(node, request, body: ProduceRequest):
                 parts.append(_error(pd.index, ErrorCode.UNSUPPORTED_COMPRESSION_TYPE,
                                     "zstd needs Produce v7 or later", v))
             else:
-                parts.append(_append(node, td.name, pd, now_ms, v))
-            if parts[-1].error_code:
-                failed = True
-        responses.append(TopicResp(name=td.name, partition_responses=parts))
+                try:
+                    plog = node.partition_log(td.name, pd.index)
+                except Exception as e:
+                    parts.append(_failed(td.name, pd, e, v))
+                else:
+                    # Answered by the partition's dir (its worker), into the slot kept here.
+                    work.add(plog.log_dir, (parts, len(parts), td.name, pd, plog))
+                    parts.append(None)
+        responses.append((td.name, parts))
+    if not work:
+        return _respond(node, acks, responses, appended=False)
+    pending = work.run(lambda items: _append_all(items, now_ms, v))
+    if pending is None:
+        return _respond(node, acks, responses, appended=True)
+    return _finish(node, acks, responses, pending, timeout_ms)
+
+
+def _append_all(items, now_ms: int, v: int) -> list[PartResp]:
+    """On the dir's worker: each partition's append, in the request's order."""
+    out = []
+    for _parts, _slot, topic, pd, plog in items:
+        try:
+            info = plog.append(pd.records, now_ms=now_ms)
+        except Exception as e:
+            out.append(_failed(topic, pd, e, v))
+        else:
+            out.append(PartResp(index=pd.index, error_code=0, base_offset=info.base_offset,
+                                log_append_time_ms=info.log_append_time, log_start_offset=info.log_start_offset))
+    return out
+
+
+async def _finish(node, acks: int, responses, pending: DirWaits, timeout_ms: int):
+    # Each dir answers on its own; one that has not by the request's own timeout answers REQUEST_TIMED_OUT for
+    # its partitions, the others normally. A timeout of 0 or less sets no bound of its own: a dir that never
+    # answers is failed by the stall watchdog, which answers its waiting requests KAFKA_STORAGE_ERROR.
+    await pending.wait(timeout_ms / 1000 if timeout_ms > 0 else None)
+    return _respond(node, acks, responses, appended=True)
+
+
+def _respond(node, acks: int, responses, *, appended: bool):
+    failed = False
+    topics = []
+    for name, parts in responses:
+        failed = failed or any(part.error_code for part in parts)
+        topics.append(TopicResp(name=name, partition_responses=parts))
+    if appended:
+        node.notify_append()
     if acks == 0:
         if failed:
             raise CloseConnection("acks=0 produce failed; closing so the producer notices")
         return None
-    return ProduceResponse(responses=responses)
+    return ProduceResponse(responses=topics)
 
 
-def _append(node, topic: str, pd, now_ms: int, v: int) -> PartResp:
-    try:
-        plog = node.partition_log(topic, pd.index)
-        info = plog.append(pd.records, now_ms=now_ms)
-    except Exception as e:
-        code = getattr(e, "error_code", None)
-        if code is None:
-            log.warning("produce_failed", topic=topic, partition=pd.index, error=repr(e))
-            code = ErrorCode.UNKNOWN_SERVER_ERROR
-        resp = _error(pd.index, code, getattr(e, "message", None) or str(e), v)
-        if v >= 8:
-            # The records refused and why (validate_records); a refusal of the batch as a whole names record 0.
-            found = getattr(e, "record_errors", None)
-            if found:
-                resp.record_errors = [RecordError(batch_index=i, batch_index_error_message=why) for i, why in found]
-            elif code in (ErrorCode.CORRUPT_MESSAGE, ErrorCode.INVALID_RECORD):
-                resp.record_errors = [RecordError(batch_index=0, batch_index_error_message=str(e))]
-        return resp
-    node.notify_append()
-    return PartResp(index=pd.index, error_code=0, base_offset=info.base_offset,
-                    log_append_time_ms=info.log_append_time, log_start_offset=info.log_start_offset)
+def _failed(topic: str, pd, e: BaseException, v: int) -> PartResp:
+    code = getattr(e, "error_code", None)
+    if code is None:
+        log.warning("produce_failed", topic=topic, partition=pd.index, error=repr(e))
+        code = ErrorCode.UNKNOWN_SERVER_ERROR
+    resp = _error(pd.index, code, getattr(e, "message", None) or str(e), v)
+    if v >= 8:
+        # The records refused and why (validate_records); a refusal of the batch as a whole names record 0.
+        found = getattr(e, "record_errors", None)
+        if found:
+            resp.record_errors = [RecordError(batch_index=i, batch_index_error_message=why) for i, why in found]
+        elif code in (ErrorCode.CORRUPT_MESSAGE, ErrorCode.INVALID_RECORD):
+            resp.record_errors = [RecordError(batch_index=0, batch_index_error_message=str(e))]
+    return resp
