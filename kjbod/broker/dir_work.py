@@ -2,10 +2,13 @@
 
 A handler adds one item per partition (``add(dir, item)``), then :meth:`DirWork.run` submits one closure per
 dir, ``fn(items) -> results`` (one result per item, in order), and gives each result to ``fill(item, result)``
-on the event loop. Dirs without a worker (``KJBOD_DIR_WORKERS=0``) run inline at once; :meth:`DirWork.run`
-returns None when every dir did. Otherwise it returns :class:`DirWaits`, whose :meth:`DirWaits.wait` waits for
-the dirs' answers up to a bound: a dir that raised gives ``fail(item, exc)`` for each of its items, one that did
-not answer in time ``fail(item, None)``, so a slow dir costs only its own partitions.
+on the event loop; a dir whose closure raised gives ``fail(item, exc)`` for each of its items. Dirs without a
+worker (``KJBOD_DIR_WORKERS=0``) run inline at once, and :meth:`DirWork.run` returns None when every dir did.
+
+Otherwise it returns one future for the whole request, done when every dir has answered or when ``timeout_s``
+has passed: then each dir still out gives ``fail(item, None)``, and what it answers later goes to ``discard``
+(to close what it holds), so a slow dir costs only its own partitions. No task and no ``asyncio.wait`` per
+request: callbacks and one timer, as the hand-off is on the hot path.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ class DirWork:
         self.node = node
         self.fill = fill
         self.fail = fail
-        self.discard = discard  # given the results of a dir that answered too late (to close what they hold)
+        self.discard = discard
         self.by_dir: dict[str, Items] = {}
 
     def add(self, log_dir: str, item: Any) -> None:
@@ -41,46 +44,66 @@ class DirWork:
     def __bool__(self) -> bool:
         return bool(self.by_dir)
 
-    def run(self, fn: Callable[[Items], list[Any]]) -> DirWaits | None:
+    def run(self, fn: Callable[[Items], list[Any]], timeout_s: float | None) -> asyncio.Future[None] | None:
         manager = getattr(self.node.logs, "manager", None)
-        pending: dict[asyncio.Future[Any], Items] = {}
+        handed: list[tuple[Any, Items]] = []
         for log_dir, items in self.by_dir.items():
             worker = manager.worker(log_dir) if manager is not None else None
             if worker is None:
-                self._settle(items, fn, None)
+                try:
+                    results = fn(items)
+                except Exception as e:
+                    self._failed(items, e)
+                else:
+                    self._filled(items, results)
             else:
-                pending[worker.submit(lambda items=items: fn(items))] = items
-        return DirWaits(self, pending) if pending else None
+                handed.append((worker, items))
+        if not handed:
+            return None
+        return _Waiting(self, fn, handed, timeout_s).future
 
-    def _settle(self, items: Items, fn: Callable[[Items], list[Any]] | None, fut: asyncio.Future[Any] | None) -> None:
-        try:
-            results = fn(items) if fn is not None else fut.result()  # type: ignore[union-attr]
-        except Exception as e:
-            for item in items:
-                self.fail(item, e)
-            return
+    def _filled(self, items: Items, results: list[Any]) -> None:
         for item, result in zip(items, results, strict=True):
             self.fill(item, result)
 
+    def _failed(self, items: Items, e: BaseException | None) -> None:
+        for item in items:
+            self.fail(item, e)
 
-class DirWaits:
-    def __init__(self, work: DirWork, pending: dict[asyncio.Future[Any], Items]) -> None:
+
+class _Waiting:
+    """One request's dirs in flight: counts them down, answers the late ones at the timeout."""
+
+    def __init__(self, work: DirWork, fn: Callable[[Items], list[Any]], handed: list[tuple[Any, Items]],
+                 timeout_s: float | None) -> None:
+        loop = asyncio.get_running_loop()
         self.work = work
-        self.pending = pending
+        self.future: asyncio.Future[None] = loop.create_future()
+        self.out: dict[int, Items] = {}  # the dirs not answered yet, by their position
+        self.timer = None if timeout_s is None else loop.call_later(max(timeout_s, 0.0), self._time_up)
+        self.out = {i: items for i, (_worker, items) in enumerate(handed)}
+        for i, (worker, items) in enumerate(handed):
+            worker.submit(lambda items=items: fn(items), lambda ok, value, i=i: self._answered(i, ok, value))
 
-    async def wait(self, timeout_s: float | None) -> int:
-        """Wait for every dir up to ``timeout_s`` (None: no bound); returns how many dirs did not answer."""
-        done, late = await asyncio.wait(self.pending, timeout=timeout_s)
-        for fut in done:
-            self.work._settle(self.pending[fut], None, fut)
-        for fut in late:
-            for item in self.pending[fut]:
-                self.work.fail(item, None)
-            fut.add_done_callback(self._drop)  # its answer (or error) comes later and is not wanted
-        return len(late)
-
-    def _drop(self, fut: asyncio.Future[Any]) -> None:
-        if fut.cancelled() or fut.exception() is not None:
+    def _answered(self, i: int, ok: bool, value: Any) -> None:
+        items = self.out.pop(i, None)
+        if items is None:  # answered after the request gave up on it (or twice, by an abandoned worker)
+            if ok and self.work.discard is not None:
+                self.work.discard(value)
             return
-        if self.work.discard is not None:
-            self.work.discard(fut.result())
+        if ok:
+            self.work._filled(items, value)
+        else:
+            self.work._failed(items, value)
+        if not self.out:
+            if self.timer is not None:
+                self.timer.cancel()
+            if not self.future.done():
+                self.future.set_result(None)
+
+    def _time_up(self) -> None:
+        for items in self.out.values():
+            self.work._failed(items, None)
+        self.out = {}
+        if not self.future.done():
+            self.future.set_result(None)

@@ -40,19 +40,18 @@ def workers_enabled() -> bool:
     return os.environ.get(WORKERS_ENV, "1") != "0"
 
 
-_Job = tuple[Callable[[], Any], asyncio.AbstractEventLoop, "asyncio.Future[Any]"]
+Done = Callable[[bool, Any], None]  # called on the loop with (True, result) or (False, exception)
+_Job = tuple[Callable[[], Any], asyncio.AbstractEventLoop, Done]
 _STOP = object()
 
 
-def _settle(results: list[tuple[asyncio.Future[Any], bool, Any]]) -> None:
-    """On the loop: hand each closure's result (or exception) to its future, unless it was given up on."""
-    for fut, ok, value in results:
-        if fut.done():
-            continue
-        if ok:
-            fut.set_result(value)
-        else:
-            fut.set_exception(value)
+def _settle(results: list[tuple[Done, bool, Any]]) -> None:
+    """On the loop: hand each closure's result (or exception) to its callback."""
+    for done, ok, value in results:
+        try:
+            done(ok, value)
+        except Exception:  # one request's bug must not keep the others' answers
+            log.exception("dir_worker_callback_failed")
 
 
 class DirWorker:
@@ -62,6 +61,7 @@ class DirWorker:
         self.io = io
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._current: list[_Job] = []  # the batch being run (read by abandon() from another thread)
+        self._held: list[_Job] = []  # submitted during this pass of the loop, handed over at its end
         self.abandoned = False
         self._thread = threading.Thread(target=self._run, name=f"kjbod-dir-worker {io.path}", daemon=True)
         self._thread.start()
@@ -69,43 +69,55 @@ class DirWorker:
     def __repr__(self) -> str:
         return f"DirWorker({self.io.path!r}, abandoned={self.abandoned})"
 
-    def submit(self, fn: Callable[[], Any]) -> asyncio.Future[Any]:
-        """Run ``fn`` on this dir's thread after everything submitted before it; await the returned future on the
-        calling loop for its result or exception."""
+    def submit(self, fn: Callable[[], Any], done: Done) -> None:
+        """Run ``fn`` on this dir's thread after everything submitted before it; ``done(ok, value)`` gets its
+        result or exception on the calling loop (exactly once: an abandoned dir's closures get its offline error).
+
+        Closures submitted during one pass of the loop (every request read from every ready connection) reach the
+        worker together, at the end of that pass: one wake-up of the thread per pass, not one per request."""
         loop = asyncio.get_running_loop()
-        fut: asyncio.Future[Any] = loop.create_future()
+        held = self._held
+        held.append((fn, loop, done))
+        if len(held) == 1:
+            loop.call_soon(self._hand_over)
+
+    def _hand_over(self) -> None:
+        held, self._held = self._held, []
         if self.abandoned:
-            fut.set_exception(self.io.offline_error())
-            return fut
-        self._queue.put((fn, loop, fut))
-        return fut
+            err = self.io.offline_error()
+            _settle([(done, False, err) for _fn, _loop, done in held])
+            return
+        self._queue.put(held)
+        if self.abandoned:  # abandoned meanwhile, from another thread: nothing will run these
+            self._fail_queued([])
 
     def _run(self) -> None:
         get = self._queue.get
         get_nowait = self._queue.get_nowait
         while True:
-            job = get()
-            batch = [job]
+            batch: list[_Job] = []
+            stop = False
+            got = get()
             while True:  # everything queued meanwhile is run in this batch, answered with one wake-up
+                if got is _STOP:
+                    stop = True
+                else:
+                    batch.extend(got)
                 try:
-                    batch.append(get_nowait())
+                    got = get_nowait()
                 except queue.Empty:
                     break
-            stop = False
-            if _STOP in batch:
-                stop = True
-                batch = [j for j in batch if j is not _STOP]
             self._current = batch
-            by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], bool, Any]]] = {}
-            for fn, loop, fut in batch:
+            by_loop: dict[asyncio.AbstractEventLoop, list[tuple[Done, bool, Any]]] = {}
+            for fn, loop, done in batch:
                 try:
-                    result: tuple[asyncio.Future[Any], bool, Any] = (fut, True, fn())
+                    result: tuple[Done, bool, Any] = (done, True, fn())
                 except BaseException as e:  # handed to the awaiting request, which decides
-                    result = (fut, False, e)
+                    result = (done, False, e)
                 by_loop.setdefault(loop, []).append(result)
             self._current = []
             if self.abandoned:
-                return  # a stuck call came back after the dir was failed: its results are void
+                return  # a stuck call came back after the dir was failed: already answered with the error
             for loop, results in by_loop.items():
                 try:
                     loop.call_soon_threadsafe(_settle, results)
@@ -120,19 +132,21 @@ class DirWorker:
         if self.abandoned:
             return
         self.abandoned = True
-        err = self.io.offline_error()
-        pending: list[_Job] = list(self._current)
+        self._fail_queued(list(self._current))
+        self._queue.put(_STOP)  # a worker that is not stuck stops
+
+    def _fail_queued(self, pending: list[_Job]) -> None:
         while True:
             try:
-                job = self._queue.get_nowait()
+                jobs = self._queue.get_nowait()
             except queue.Empty:
                 break
-            if job is not _STOP:
-                pending.append(job)
-        self._queue.put(_STOP)  # a worker that is not stuck stops
-        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], bool, Any]]] = {}
-        for _fn, loop, fut in pending:
-            by_loop.setdefault(loop, []).append((fut, False, err))
+            if jobs is not _STOP:
+                pending.extend(jobs)
+        err = self.io.offline_error()
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[Done, bool, Any]]] = {}
+        for _fn, loop, done in pending:
+            by_loop.setdefault(loop, []).append((done, False, err))
         for loop, results in by_loop.items():
             try:
                 loop.call_soon_threadsafe(_settle, results)

@@ -110,7 +110,8 @@ def _build(node, resolved, body: FetchRequest, version: int, deadline: float):
         topics.append(TopicResp(topic=t.topic if version < 13 else "", topic_id=t.topic_id if version >= 13 else ZERO_UUID,
                                 partitions=parts))
     max_bytes = body.max_bytes if version >= 3 else 0x7FFFFFFF
-    pending = work.run(lambda items: _read_all(items, max_bytes)) if work else None
+    pending = (work.run(lambda items: _read_all(items, max_bytes), max(deadline - time.monotonic(), MIN_DIR_WAIT_S))
+               if work else None)
 
     def assemble() -> tuple[FetchResponse, int]:
         return FetchResponse(error_code=0, session_id=0, responses=topics), _keep(
@@ -120,7 +121,7 @@ def _build(node, resolved, body: FetchRequest, version: int, deadline: float):
         return assemble()
 
     async def finish() -> tuple[FetchResponse, int]:
-        await pending.wait(max(deadline - time.monotonic(), MIN_DIR_WAIT_S))
+        await pending
         return assemble()
 
     return finish()

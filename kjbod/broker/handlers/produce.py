@@ -19,7 +19,7 @@ import time
 
 import structlog
 
-from kjbod.broker.dir_work import DirWaits, DirWork
+from kjbod.broker.dir_work import DirWork
 from kjbod.broker.router import api
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import ProduceRequest, ProduceResponse
@@ -89,10 +89,13 @@ def handle(node, request, body: ProduceRequest):
         responses.append((td.name, parts))
     if not work:
         return _respond(node, acks, responses, appended=False)
-    pending = work.run(lambda items: _append_all(items, now_ms, v))
+    # Each dir answers on its own; one that has not by the request's own timeout answers REQUEST_TIMED_OUT for
+    # its partitions, the others normally. A timeout of 0 or less sets no bound of its own: a dir that never
+    # answers is failed by the stall watchdog, which answers its waiting requests KAFKA_STORAGE_ERROR.
+    pending = work.run(lambda items: _append_all(items, now_ms, v), timeout_ms / 1000 if timeout_ms > 0 else None)
     if pending is None:
         return _respond(node, acks, responses, appended=True)
-    return _finish(node, acks, responses, pending, timeout_ms)
+    return _finish(node, acks, responses, pending)
 
 
 def _append_all(items, now_ms: int, v: int) -> list[PartResp]:
@@ -109,11 +112,8 @@ def _append_all(items, now_ms: int, v: int) -> list[PartResp]:
     return out
 
 
-async def _finish(node, acks: int, responses, pending: DirWaits, timeout_ms: int):
-    # Each dir answers on its own; one that has not by the request's own timeout answers REQUEST_TIMED_OUT for
-    # its partitions, the others normally. A timeout of 0 or less sets no bound of its own: a dir that never
-    # answers is failed by the stall watchdog, which answers its waiting requests KAFKA_STORAGE_ERROR.
-    await pending.wait(timeout_ms / 1000 if timeout_ms > 0 else None)
+async def _finish(node, acks: int, responses, pending):
+    await pending
     return _respond(node, acks, responses, appended=True)
 
 
