@@ -1064,7 +1064,7 @@ class LogManager:
                     d.io.write_atomic(d.io.join(CLEAN_SHUTDOWN_FILE), render_clean_shutdown(broker_epoch).encode())
                 except KafkaStorageError as e:
                     log.warning("clean_shutdown_marker_failed", log_dir=path, error=str(e))
-            if d.lock is not None:
+            if d.lock is not None and not d.io.stalled:  # a stalled dir's fd is left to the process's exit
                 d.lock.close()
                 d.lock = None
         log.info("log_manager_closed", offline_dirs=[p for p, d in self._dirs.items() if not d.io.online])
