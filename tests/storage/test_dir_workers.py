@@ -243,3 +243,32 @@ def test_a_worker_runs_what_was_submitted_in_one_pass_as_one_batch(spread, log_d
     asyncio.run(scenario())
     assert seen == [(True, i) for i in range(5)] + [(False, "ZeroDivisionError")]
     assert set(threads) == {f"kjbod-dir-worker {log_dirs[0]}"}
+
+
+def test_list_offsets_by_timestamp_answers_the_healthy_dirs_while_one_is_held(spread, log_dirs):
+    from kjbod.broker.handlers import list_offsets
+    from kjbod.protocol.generated import ListOffsetsRequest as L
+
+    bad = log_dirs[2]
+    node = _Node(spread)
+    for name in "abc":
+        spread.get(name, 0).append(kp_batch([name.encode()]))
+        spread.get(name, 0).segments[0].release()  # the lookup opens the segment again, through the seam
+
+    def body(timeout_ms: int) -> L:
+        return L(replica_id=-1, timeout_ms=timeout_ms, topics=[
+            L.ListOffsetsTopic(name=n, partitions=[L.ListOffsetsPartition(partition_index=0, timestamp=0)])
+            for n in "abc"])
+
+    async def scenario():
+        rule = fsio.slow(bad, hold=True)
+        try:
+            resp = await list_offsets.handle(node, _request(10), body(50))
+            got = {t.name: (t.partitions[0].error_code, t.partitions[0].offset) for t in resp.topics}
+            assert got == {"a": (0, 0), "b": (0, 0), "c": (ErrorCode.REQUEST_TIMED_OUT, -1)}
+        finally:
+            rule.release()
+        resp = await list_offsets.handle(node, _request(10), body(600_000))
+        assert {t.name: t.partitions[0].error_code for t in resp.topics} == {"a": 0, "b": 0, "c": 0}
+
+    asyncio.run(scenario())
