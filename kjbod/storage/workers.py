@@ -41,7 +41,7 @@ def workers_enabled() -> bool:
 
 
 Done = Callable[[bool, Any], None]  # called on the loop with (True, result) or (False, exception)
-_Job = tuple[Callable[[], Any], asyncio.AbstractEventLoop, Done]
+_Job = tuple[Callable[[], Any], asyncio.AbstractEventLoop | None, Done | None]  # no loop: posted, unanswered
 _STOP = object()
 
 
@@ -81,11 +81,26 @@ class DirWorker:
         if len(held) == 1:
             loop.call_soon(self._hand_over)
 
+    def post(self, fn: Callable[[], Any], what: str) -> None:
+        """Run ``fn`` on this dir's thread after everything queued, from any thread, answering nobody (a failure
+        is logged with ``what``); dropped if the dir is abandoned."""
+        if self.abandoned:
+            log.warning("dir_worker_job_dropped", log_dir=self.io.path, what=what, reason="the dir is failed")
+            return
+
+        def job() -> None:
+            try:
+                fn()
+            except Exception as e:
+                log.warning("dir_worker_job_failed", log_dir=self.io.path, what=what, error=str(e))
+
+        self._queue.put([(job, None, None)])
+
     def _hand_over(self) -> None:
         held, self._held = self._held, []
         if self.abandoned:
             err = self.io.offline_error()
-            _settle([(done, False, err) for _fn, _loop, done in held])
+            _settle([(done, False, err) for _fn, _loop, done in held if done is not None])
             return
         self._queue.put(held)
         if self.abandoned:  # abandoned meanwhile, from another thread: nothing will run these
@@ -111,10 +126,11 @@ class DirWorker:
             by_loop: dict[asyncio.AbstractEventLoop, list[tuple[Done, bool, Any]]] = {}
             for fn, loop, done in batch:
                 try:
-                    result: tuple[Done, bool, Any] = (done, True, fn())
+                    result: tuple[Done, bool, Any] = (done, True, fn())  # type: ignore[assignment]
                 except BaseException as e:  # handed to the awaiting request, which decides
-                    result = (done, False, e)
-                by_loop.setdefault(loop, []).append(result)
+                    result = (done, False, e)  # type: ignore[assignment]
+                if loop is not None:
+                    by_loop.setdefault(loop, []).append(result)
             self._current = []
             if self.abandoned:
                 return  # a stuck call came back after the dir was failed: already answered with the error
@@ -146,7 +162,8 @@ class DirWorker:
         err = self.io.offline_error()
         by_loop: dict[asyncio.AbstractEventLoop, list[tuple[Done, bool, Any]]] = {}
         for _fn, loop, done in pending:
-            by_loop.setdefault(loop, []).append((done, False, err))
+            if loop is not None and done is not None:
+                by_loop.setdefault(loop, []).append((done, False, err))
         for loop, results in by_loop.items():
             try:
                 loop.call_soon_threadsafe(_settle, results)

@@ -13,6 +13,7 @@ hour ahead.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from types import SimpleNamespace
 
@@ -272,3 +273,29 @@ def test_list_offsets_by_timestamp_answers_the_healthy_dirs_while_one_is_held(sp
         assert {t.name: t.partitions[0].error_code for t in resp.topics} == {"a": 0, "b": 0, "c": 0}
 
     asyncio.run(scenario())
+
+
+def test_deleting_a_topic_whose_dir_is_held_does_not_wait_for_it(spread, log_dirs):
+    from kjbod.broker.storage_glue import StorageAdapter
+
+    good, _, bad = log_dirs
+    node = _Node(spread)
+    adapter = StorageAdapter(SimpleNamespace(mover=None), spread)
+
+    async def scenario():
+        rule = fsio.slow(bad, hold=True, ops={"write"})
+        try:
+            pending = asyncio.ensure_future(_produce(node, {"c": [0]}))
+            await asyncio.sleep(0)
+            _wait_for("the bad dir's append to block", lambda: _held_in(spread.dir_io(bad), "write"))
+            # Its worker holds c-0's lock in the write: the delete is left to that worker, the loop goes on.
+            adapter.delete_topic_partitions("c", [0])
+            adapter.delete_topic_partitions("a", [0])
+            assert spread.find("a", 0) is None and spread.find("c", 0) is not None
+        finally:
+            rule.release()
+        assert _answers(await pending)[("c", 0)] == (0, 0)
+
+    asyncio.run(scenario())
+    _wait_for("the held dir's delete to run on its worker", lambda: spread.find("c", 0) is None)
+    assert not [n for n in os.listdir(bad) if n == "c-0"] and not [n for n in os.listdir(good) if n == "a-0"]
