@@ -20,6 +20,7 @@ when it arrives.
 
 from __future__ import annotations
 
+import functools
 import os
 import uuid
 from typing import Any
@@ -117,14 +118,26 @@ class StorageAdapter:
             self.preferred_dirs.pop((name, p), None)
             if mover is not None:
                 mover.cancel(name, p)  # its thread deletes a future dir the manager does not know yet
-            try:
-                if self.manager.find(name, p) is not None:
-                    self.manager.delete_partition(name, p)
-                elif self.manager.get_future(name, p) is not None:
-                    self.manager.delete_future_log(name, p)
-            except KafkaStorageError as e:
-                log.warning("deleted_partition_left_in_offline_dir", partition=f"{name}-{p}", error=str(e),
-                            effect="its directory stays until the dir is back; remove it then")
+            plog = self.manager.find(name, p)
+            worker = self.manager.worker(plog.log_dir) if plog is not None else None
+            if plog is not None and worker is not None:
+                if not plog.lock.acquire(blocking=False):
+                    # The dir's worker holds the log in a file operation (a slow or hung disk): the event loop
+                    # does not wait for it; the delete runs on that worker, after what it is doing.
+                    worker.post(functools.partial(self._delete_partition, name, p), f"delete {name}-{p}")
+                    continue
+                plog.lock.release()
+            self._delete_partition(name, p)
+
+    def _delete_partition(self, name: str, p: int) -> None:
+        try:
+            if self.manager.find(name, p) is not None:
+                self.manager.delete_partition(name, p)
+            elif self.manager.get_future(name, p) is not None:
+                self.manager.delete_future_log(name, p)
+        except KafkaStorageError as e:
+            log.warning("deleted_partition_left_in_offline_dir", partition=f"{name}-{p}", error=str(e),
+                        effect="its directory stays until the dir is back; remove it then")
 
     def close(self) -> None:
         self.manager.stop_background()

@@ -72,6 +72,7 @@ from kjbod.storage.log import PartitionLog, _wall_ms
 from kjbod.storage.meta import MetaProperties, ensure_meta_properties
 from kjbod.storage.placement import MOST_USABLE, POLICIES, DirCandidate, choose_dirs
 from kjbod.storage.tasks import DeletionQueue, Periodic
+from kjbod.storage.workers import DirWorker, workers_enabled
 
 log = structlog.get_logger("kjbod.storage.manager")
 
@@ -165,6 +166,9 @@ class _Dir:
         # not asked again.
         self.probe: Future[tuple[int, int, int]] | None = None
         self.space_timer = Periodic("space-check", 1_000, 0)
+        # The request path's file work (appends, reads, rolls): one FIFO thread, started on first use
+        # (kjbod.storage.workers); None when KJBOD_DIR_WORKERS=0 runs it on the event loop.
+        self.worker: DirWorker | None = None
 
 
 def _describe_log(plog: PartitionLog) -> str:
@@ -268,10 +272,14 @@ class LogManager:
         self._closed = False
         self._arm_timers(clock())
         self._bg_stop = threading.Event()
+        self._workers_on = workers_enabled()
 
     # ------------------------------------------------------------------------------------------ dirs
 
     def _dir_failed(self, io: LogDirIO, reason: str, exc: BaseException) -> None:
+        worker = self._dirs[io.path].worker if io.path in self._dirs else None
+        if worker is not None and io.stalled:
+            worker.abandon()  # requests queued behind the stuck operation are answered now
         if self.on_dir_offline is not None:
             try:
                 self.on_dir_offline(io.path)
@@ -338,6 +346,20 @@ class LogManager:
     def dir_health(self, path: str) -> DirHealthInfo:
         """A dir's state (online, degraded, offline) and recent operation latency, without touching its disk."""
         return self.watchdog.health[os.path.abspath(path)].info()
+
+    def worker(self, path: str) -> DirWorker | None:
+        """The dir's request-path worker (started on first use), or None when workers are off
+        (``KJBOD_DIR_WORKERS=0``) or the manager is closed."""
+        d = self._dirs[path]
+        worker = d.worker
+        if worker is None and self._workers_on and not self._closed:
+            with self._lock:
+                worker = d.worker
+                if worker is None:
+                    worker = d.worker = DirWorker(d.io)
+                    if d.io.stalled:
+                        worker.abandon()
+        return worker
 
     @property
     def online_dirs(self) -> list[str]:
@@ -1087,18 +1109,32 @@ class LogManager:
             thread = d.thread
             if thread is None:
                 continue
-            while thread.is_alive() and not d.io.stalled:
-                thread.join(timeout=0.1)
-                oldest = d.io.oldest_outstanding()
-                if oldest is not None and time.monotonic() - oldest[2] > SHUTDOWN_GRACE_S:
-                    op, file, started = oldest
-                    log.error("log_dir_stuck_at_shutdown", log_dir=path, op=op, path=file,
-                              outstanding_s=round(time.monotonic() - started, 1),
-                              effect="taken offline and left behind; the shutdown goes on without it")
-                    d.io.fail_stalled(op, file, time.monotonic() - started, "stuck at shutdown")
-            if thread.is_alive():
-                log.warning("log_dir_thread_abandoned", log_dir=path, reason=d.io.offline_reason)
+            self._join_or_fail(path, d, thread)
             d.thread = None
+
+    def _stop_workers(self) -> None:
+        """Let each dir's worker finish what is queued; one stuck past the grace fails its dir (as the
+        background threads do)."""
+        for d in self._dirs.values():
+            if d.worker is not None:
+                d.worker.stop()
+        for path, d in self._dirs.items():
+            if d.worker is not None:
+                self._join_or_fail(path, d, d.worker)
+
+    @staticmethod
+    def _join_or_fail(path: str, d: _Dir, thread: threading.Thread | DirWorker) -> None:
+        while thread.is_alive() and not d.io.stalled:
+            thread.join(0.1)
+            oldest = d.io.oldest_outstanding()
+            if oldest is not None and time.monotonic() - oldest[2] > SHUTDOWN_GRACE_S:
+                op, file, started = oldest
+                log.error("log_dir_stuck_at_shutdown", log_dir=path, op=op, path=file,
+                          outstanding_s=round(time.monotonic() - started, 1),
+                          effect="taken offline and left behind; the shutdown goes on without it")
+                d.io.fail_stalled(op, file, time.monotonic() - started, "stuck at shutdown")
+        if thread.is_alive():
+            log.warning("log_dir_thread_abandoned", log_dir=path, reason=d.io.offline_reason)
 
     # ------------------------------------------------------------------------------------------ close
 
@@ -1109,8 +1145,11 @@ class LogManager:
             return
         self._closed = True
         self.stop_background()
-        failed_dirs: set[str] = set()
+        self._stop_workers()
+        failed_dirs: set[str] = {p for p, d in self._dirs.items() if d.io.stalled}
         for plog in [*self._logs.values(), *self._futures.values()]:
+            if plog.log_dir in failed_dirs:
+                continue  # a stalled dir's log may be locked by the stuck call: it is not touched again
             try:
                 plog.close()
             except KafkaStorageError:
@@ -1122,7 +1161,7 @@ class LogManager:
                     d.io.write_atomic(d.io.join(CLEAN_SHUTDOWN_FILE), render_clean_shutdown(broker_epoch).encode())
                 except KafkaStorageError as e:
                     log.warning("clean_shutdown_marker_failed", log_dir=path, error=str(e))
-            if d.lock is not None:
+            if d.lock is not None and not d.io.stalled:  # a stalled dir's fd is left to the process's exit
                 d.lock.close()
                 d.lock = None
         log.info("log_manager_closed", offline_dirs=[p for p, d in self._dirs.items() if not d.io.online])

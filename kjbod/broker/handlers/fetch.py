@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+from kjbod.broker.dir_work import DirWork
 from kjbod.broker.replication import hooks as replication
 from kjbod.broker.router import api
 from kjbod.protocol.errors import ErrorCode
@@ -71,54 +72,139 @@ def _has_data(node, resolved, body: FetchRequest, decided: dict | None) -> bool:
     return False
 
 
-def _build(node, resolved, body: FetchRequest, version: int, decided: dict | None) -> tuple[FetchResponse, int]:
-    """The response; `decided` is None for a consumer, else the follower's answers already decided."""
-    remaining = body.max_bytes if version >= 3 else 0x7FFFFFFF
+def _build(node, resolved, body: FetchRequest, version: int, deadline: float, decided: dict | None):
+    """The response, or an awaitable of it when some partition's read runs on its dir's worker. Each dir reads
+    its partitions in request order with the whole response budget; the loop then keeps, in request order, what
+    fits in max_bytes (the first partition with data always: KIP-74), so one dir gives the answer today's single
+    loop gave, and several dirs read at once. `decided` is None for a consumer (reads stop at the high watermark),
+    else a follower's answers already decided (the rest read to the log end)."""
     committed = body.isolation_level == READ_COMMITTED
-    total = 0
     topics = []
+    slots = []  # [(parts, index, partition request, plog, read limit)] of the partitions read from disk, in order
+
+    def fill(slot, result) -> None:
+        slot[0][slot[1]] = result
+
+    def fail(slot, e: BaseException | None) -> None:
+        # A dir that did not answer by the fetch's wait answers "nothing new", as a long poll that expires
+        # (errors stay for failures: the Java consumer throws on codes it does not expect in a Fetch).
+        slot[0][slot[1]] = _NOT_READ if e is None else e
+
+    work = DirWork(node, fill, fail, _close_reads)
     for name, t in resolved:
-        parts = []
+        parts: list = []
         for p in t.partitions:
             if name is None:
                 code = ErrorCode.UNKNOWN_TOPIC_ID if version >= 13 else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 parts.append(_error_part(p.partition, code, version))
+                continue
+            if body.replica_id >= 0:
+                parts.append(_error_part(p.partition, ErrorCode.NOT_LEADER_OR_FOLLOWER, version))
                 continue
             if decided is not None and (ready := decided.get((name, p.partition))) is not None:
                 parts.append(ready)
                 continue
             try:
                 plog = node.partition_log(name, p.partition)
-                budget = min(p.partition_max_bytes, remaining)
-                if budget <= 0 and total > 0:
-                    regions, hw, lso = [], plog.high_watermark, plog.log_start_offset
-                else:
-                    result = plog.read(p.fetch_offset, max(budget, 1),
-                                       max_offset=None if decided is not None else plog.high_watermark)
-                    regions, hw, lso = result.regions, result.high_watermark, result.log_start_offset
             except Exception as e:
-                code = getattr(e, "error_code", ErrorCode.UNKNOWN_SERVER_ERROR)
-                part = _error_part(p.partition, code, version)
-                if code == ErrorCode.OFFSET_OUT_OF_RANGE:
-                    try:
-                        plog = node.partition_log(name, p.partition)
-                        part.high_watermark = plog.high_watermark
-                        part.last_stable_offset = plog.high_watermark
-                        part.log_start_offset = plog.log_start_offset
-                    except Exception:
-                        pass
-                parts.append(part)
+                parts.append(_failed_part(node, name, p, e, version))
                 continue
-            size = sum(len(r) for r in regions)
-            total += size
-            remaining -= size
-            parts.append(PartResp(partition_index=p.partition, error_code=0, high_watermark=hw,
-                                  last_stable_offset=hw, log_start_offset=lso,
-                                  aborted_transactions=[] if committed else None,
-                                  records=regions if regions else b""))
+            slot = (parts, len(parts), p, plog, None if decided is not None else plog.high_watermark)
+            parts.append(None)
+            slots.append(slot)
+            work.add(plog.log_dir, slot)
         topics.append(TopicResp(topic=t.topic if version < 13 else "", topic_id=t.topic_id if version >= 13 else ZERO_UUID,
                                 partitions=parts))
-    return FetchResponse(error_code=0, session_id=0, responses=topics), total
+    max_bytes = body.max_bytes if version >= 3 else 0x7FFFFFFF
+    pending = (work.run(lambda items: _read_all(items, max_bytes), max(deadline - time.monotonic(), MIN_DIR_WAIT_S))
+               if work else None)
+
+    def assemble() -> tuple[FetchResponse, int]:
+        return FetchResponse(error_code=0, session_id=0, responses=topics), _keep(
+            node, resolved, slots, max_bytes, committed, version)
+
+    if pending is None:
+        return assemble()
+
+    async def finish() -> tuple[FetchResponse, int]:
+        await pending
+        return assemble()
+
+    return finish()
+
+
+# A fetch waits for its dirs' reads at least this long even when its max_wait_ms is spent (a 0 ms fetch still
+# gets the data of dirs that answer at once); a dir slower than that answers "nothing new" for its partitions.
+MIN_DIR_WAIT_S = 0.1
+_NOT_READ = object()
+
+
+def _read_all(items, max_bytes: int) -> list:
+    """On the dir's worker: each partition's read (regions, hw, log start) or the exception it raised."""
+    out: list = []
+    remaining = max_bytes
+    total = 0
+    for _parts, _slot, p, plog, limit in items:
+        try:
+            budget = min(p.partition_max_bytes, remaining)
+            if budget <= 0 and total > 0:
+                out.append(([], plog.high_watermark, plog.log_start_offset))
+                continue
+            result = plog.read(p.fetch_offset, max(budget, 1), max_offset=limit)
+        except Exception as e:
+            out.append(e)
+            continue
+        size = sum(len(r) for r in result.regions)
+        total += size
+        remaining -= size
+        out.append((result.regions, result.high_watermark, result.log_start_offset))
+    return out
+
+
+def _close_reads(results: list) -> None:
+    for got in results:
+        if got.__class__ is tuple:
+            for r in got[0]:
+                r.close()
+
+
+def _keep(node, resolved, slots, max_bytes: int, committed: bool, version: int) -> int:
+    """Turn each read into its partition's answer, in request order, keeping what fits in the response."""
+    remaining = max_bytes
+    total = 0
+    for parts, i, p, plog, _limit in slots:
+        got = parts[i]
+        if got is _NOT_READ:
+            got = ([], plog.high_watermark, plog.log_start_offset)
+        elif isinstance(got, BaseException):
+            parts[i] = _failed_part(node, plog.topic, p, got, version)
+            continue
+        regions, hw, lso = got
+        size = sum(len(r) for r in regions)
+        if regions and total > 0 and size > remaining:
+            for r in regions:  # read by another dir at the same time, past the response's budget: next fetch
+                r.close()
+            regions, size = [], 0
+        total += size
+        remaining -= size
+        parts[i] = PartResp(partition_index=p.partition, error_code=0, high_watermark=hw, last_stable_offset=hw,
+                            log_start_offset=lso, aborted_transactions=[] if committed else None,
+                            records=regions if regions else b"")
+    return total
+
+
+def _failed_part(node, name: str, p, e: BaseException, version: int) -> PartResp:
+    code = getattr(e, "error_code", ErrorCode.UNKNOWN_SERVER_ERROR)
+    part = _error_part(p.partition, code, version)
+    if code == ErrorCode.OFFSET_OUT_OF_RANGE:
+        try:
+            plog = node.partition_log(name, p.partition)
+            part.high_watermark = plog.high_watermark
+            part.last_stable_offset = plog.high_watermark
+            part.log_start_offset = plog.log_start_offset
+        except Exception:
+            pass
+    return part
 
 
 def close_regions(resp: FetchResponse) -> None:
@@ -148,7 +234,8 @@ async def handle(node, request, body: FetchRequest) -> FetchResponse:
         if node.stopping:
             deadline = 0.0
         if _has_data(node, resolved, body, decided) or time.monotonic() >= deadline:
-            resp, total = _build(node, resolved, body, v, decided)
+            built = _build(node, resolved, body, v, deadline, decided)
+            resp, total = built if built.__class__ is tuple else await built
             if total >= body.min_bytes or time.monotonic() >= deadline or not _only_data(resp):
                 if node.topic_stats is not None:  # the metrics endpoint's counters (kjbod.metrics)
                     _count(node.topic_stats, resolved, resp)
