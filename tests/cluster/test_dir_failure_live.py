@@ -27,11 +27,12 @@ from kjbod.protocol.errors import ErrorCode as E
 from kjbod.protocol.generated import DescribeClusterRequest, DescribeLogDirsRequest
 
 from .conftest import Cluster, running_cluster, wait_for
-from .test_cluster_live import assigned, broker_events, leaders, new_topic, raw_to
+from .test_cluster_live import assigned, broker_events, dumped_directories, leaders, new_topic, raw_to
 
 pytestmark = pytest.mark.slow
 
 FAILURE_TIMEOUT_MS = 8000
+LOST_DIR = "AAAAAAAAAAAAAAAAAAAAAg"  # KIP-858's reserved dir id of a replica in a dir that failed
 PARTITIONS = 18
 
 
@@ -143,6 +144,55 @@ def test_a_failed_dir_takes_only_its_partitions_offline_and_the_broker_serves_it
         capture_output=True, text=True, timeout=120).stdout)
     (dirs,) = [b["log_dirs"] for b in document["brokers"]]
     assert {d["path"]: d["failed_at"] for d in dirs} == {p: since if p == failed else None for p in ids.values()}
+
+
+def test_a_move_whose_source_fails_after_its_assignment_reports_the_replica_lost(failing):
+    """KIP-858's exceptional case, live: the move has asked the controller to record its destination (the
+    controller is stopped, so the answer is pending) when its source dir fails.  The broker reports the replica
+    in LOST_DIR, and once the controller runs again the metadata log's last Directories of the partition is
+    LOST_DIR and the partition has no leader: the controller, which may already have recorded the destination,
+    still takes the partition's leadership away."""
+    cluster, faults = failing
+    topic = "lost-source"
+    led = new_topic(cluster, topic, 9)
+    placed, _ = assigned(cluster, topic, 9)
+    ids = dir_paths(cluster, 1)
+    first, second, third = ids
+    p = next((p for p, b in led.items() if b == 1 and placed[p][1] == second), None)
+    if p is None:  # none placed there: move one there first, as the test's own setup
+        p = next(p for p, b in led.items() if b == 1)
+        move_to(cluster, 1, topic, p, ids[second])
+        wait_for(lambda: dumped_directories(cluster, topic)[p][-1] == {1: second}, "the setup move")
+    with raw_to(cluster, 1) as raw:
+        assert produce(raw, topic, p, batch([b"x" * 100] * 100)).error_code == 0
+    controller = cluster.pid("controller")
+    mark = len(cluster.log("broker-1"))
+    os.kill(controller, signal.SIGSTOP)
+    try:
+        move_to(cluster, 1, topic, p, ids[third])
+        name = f"{topic}-{p}"
+        wait_for(lambda: any(e["event"] == "replica_dir_assignment_requested" and e["partition"] == name
+                             for e in broker_events(cluster, 1, mark)), "the move asks for its assignment")
+        rules = json.loads(faults.read_text())["faults"] if faults.exists() else []
+        write_faults(faults, [*rules, {"dir": ids[second], "errno": "EIO"}])
+        with raw_to(cluster, 1) as raw:
+            assert produce(raw, topic, p, batch([b"lost"])).error_code == E.KAFKA_STORAGE_ERROR
+        wait_for(lambda: any(e["event"] == "replica_dir_assignment_reverted" and e["partition"] == name
+                             and e["now"] == "LOST_DIR" for e in broker_events(cluster, 1, mark)),
+                 "the broker reports the replica lost")
+    finally:
+        os.kill(controller, signal.SIGCONT)
+    wait_for(lambda: dumped_directories(cluster, topic)[p][-1] == {1: LOST_DIR}, "LOST_DIR in the metadata log")
+    wait_for(lambda: leaders(cluster, topic, via=2)[p] == -1, "the partition without a leader")
+
+
+def move_to(cluster: Cluster, broker_id: int, topic: str, partition: int, path: str) -> None:
+    from kjbod.protocol.generated import AlterReplicaLogDirsRequest as A
+
+    with raw_to(cluster, broker_id) as raw:
+        resp = raw.call(A(dirs=[A.AlterReplicaLogDir(path=path, topics=[A.AlterReplicaLogDirTopic(
+            name=topic, partitions=[partition])])]), 2)
+    assert [r.error_code for t in resp.results for r in t.partitions] == [0]
 
 
 def test_a_broker_that_cannot_report_a_failed_dir_it_leads_in_shuts_down(failing):

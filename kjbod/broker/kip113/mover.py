@@ -591,12 +591,17 @@ class ReplicaMover:
         while True:
             m.assigned_dir = dest
             asked = time.monotonic()
+            log.info("replica_dir_assignment_requested", partition=m.name, dest_dir=dest)
             confirmed = self.assign_dir(m.topic, m.partition, dest)
             while True:
                 try:
                     ok = confirmed.result(timeout=ASSIGN_POLL)
                     break
                 except TimeoutError:
+                    # A dir found failed meanwhile by anything else (a produce, a flush) ends the move here too:
+                    # with no new batch to copy, the catch-up would not touch the disk and never see it.
+                    for side in (source.io, future.io):
+                        side.ensure_online()
                     self._catch_up(m, generation, source, future, final=False)  # _Retarget, MoverStopped
                 except CancelledError:  # the node is going away
                     raise MoverStopped() from None
