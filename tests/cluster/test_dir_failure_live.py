@@ -26,12 +26,13 @@ from live import COMMAND, read_meta_properties
 from kjbod.protocol.errors import ErrorCode as E
 from kjbod.protocol.generated import DescribeClusterRequest, DescribeLogDirsRequest
 
-from .conftest import Cluster, running_cluster, wait_for
+from .conftest import SESSION_MS, Cluster, running_cluster, wait_for
 from .test_cluster_live import assigned, broker_events, dumped_directories, leaders, new_topic, raw_to
 
 pytestmark = pytest.mark.slow
 
 FAILURE_TIMEOUT_MS = 8000
+SESSION_S = SESSION_MS / 1000
 LOST_DIR = "AAAAAAAAAAAAAAAAAAAAAg"  # KIP-858's reserved dir id of a replica in a dir that failed
 PARTITIONS = 18
 
@@ -226,3 +227,20 @@ def test_a_broker_that_cannot_report_a_failed_dir_it_leads_in_shuts_down(failing
     with RawClient("127.0.0.1", cluster.broker_port(1)) as raw:
         wait_for(lambda: produce(raw, topic, next(q for q, b in led.items() if b == 1),
                                  batch([b"still here"])).error_code == 0, "broker 1 serves on")
+
+
+def test_a_dir_failing_for_real_on_a_cluster_broker(tmp_path, tmp_path_factory):
+    """The same on a real disk, as root: broker 2's third dir is an ext4 filesystem on a loop device, shut down
+    with FS_IOC_SHUTDOWN while every partition takes produce requests (realdisk_cluster.py, in a private mount
+    and pid namespace)."""
+    from kip113.test_disk_failure_live import ext4_available, run_helper
+
+    why = ext4_available(str(tmp_path_factory.getbasetemp()))
+    if why is not None:
+        pytest.skip(why)  # test_a_failed_dir_takes_only_its_partitions_offline... covers it through the fault seam
+    out = run_helper("", tmp_path / "realdisk", Path(__file__).with_name("realdisk_cluster.py"), own_proc=True)
+    assert out["broker_2_ever_fenced"] is False and out["broker_2_running"] is True
+    assert out["errors_outside_the_failed_dir"] == 0
+    assert {d: code for d, code in out["dir_errors"].items()} == {
+        d: (E.KAFKA_STORAGE_ERROR if d == out["failed_dir"] else 0) for d in out["dir_errors"]}
+    assert out["seconds_to_leaderless"] < SESSION_S, out  # reported at once: never a fencing's worth of time
