@@ -128,3 +128,13 @@ def test_a_destination_failed_by_something_else_reverts_the_assignment(rig, log_
         rig.append("bystander", 0, [b"unwritten"])  # a produce to another partition finds the failure
     wait_for(lambda: len(assigner.calls) == 2, what="the revert")
     assert assigner.calls[1] == ("dest2", 0, log_dirs[0], log_dirs[0])
+
+
+def test_an_assignment_that_ends_unconfirmed_is_asked_again_before_the_swap(rig, log_dirs):
+    assigner = start_move(rig, "again", log_dirs[0], log_dirs[1])
+    assigner.answer(False)  # replaced or refused, while the move still stands
+    wait_for(lambda: len(assigner.calls) == 2, what="the second request")
+    assert assigner.calls[1] == ("again", 0, log_dirs[1], log_dirs[0])
+    assert rig.manager.get("again", 0).log_dir == log_dirs[0]  # not swapped on a refusal
+    assigner.answer()
+    wait_for(lambda: rig.moved("again", 0, log_dirs[1]), what="the swap")

@@ -612,7 +612,10 @@ class ReplicaMover:
             self._check(m, generation)  # replaced by the assignment of a new destination: _Retarget
             if self.manager.find(m.topic, m.partition) is None:
                 raise UnknownTopicOrPartitionError(f"{m.name} is no longer on this broker")
-            # replaced by something else (the partition recreated meanwhile): ask again
+            # Refused for something else (the node does not know the dir or the topic yet): ask again shortly.
+            log.warning("replica_dir_assignment_not_confirmed", partition=m.name, dest_dir=dest, effect="asking again")
+            if self._stop.wait(1.0):
+                raise MoverStopped()
 
     def _discard_future(self, m: _Move) -> None:
         """Delete the move's future log (registered or still a bare dir); errors on an offline dir are logged."""
