@@ -58,7 +58,7 @@ def main(base: Path) -> dict:
 
     root = base / "cluster"
     up = ["cluster", "up", "--detach", "--brokers", "3", "--log-dirs", "3", "--dir", str(root),
-          "--set", "broker.heartbeat.interval.ms=300", "--set", "broker.session.timeout.ms=2000"]
+          "--set", "broker.heartbeat.interval.ms=300", "--set", "broker.session.timeout.ms=9000"]
     kjbod(*up)
     kjbod("cluster", "down", "--dir", str(root))
     failing = root / "broker-2" / "logs-2"
