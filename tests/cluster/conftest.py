@@ -99,14 +99,16 @@ class Cluster:
 
 
 @contextlib.contextmanager
-def running_cluster(root: Path, *sets: str, env: dict[str, str] | None = None) -> Iterator[Cluster]:
-    """`kjbod cluster up --detach` in `root` (3 brokers x 3 dirs, this module's short timers, and `sets` as more
-    `--set key=value`), stopped with `kjbod cluster down` at the end; `env` is added to the nodes' environment."""
-    command = [*COMMAND, "cluster", "up", "--detach", "--brokers", "3", "--log-dirs", "3", "--dir", str(root),
-               "--set", f"broker.heartbeat.interval.ms={HEARTBEAT_MS}",
-               "--set", f"broker.session.timeout.ms={SESSION_MS}"]
-    for item in sets:
-        command += ["--set", item]
+def running_cluster(root: Path, settings: dict[str, str] | None = None,
+                    env: dict[str, str] | None = None) -> Iterator[Cluster]:
+    """`kjbod cluster up --detach` in `root` (3 brokers x 3 dirs, this module's short timers unless `settings`
+    say otherwise, and `settings` as more `--set key=value`), stopped with `kjbod cluster down` at the end; `env`
+    is added to the nodes' environment."""
+    command = [*COMMAND, "cluster", "up", "--detach", "--brokers", "3", "--log-dirs", "3", "--dir", str(root)]
+    chosen = {"broker.heartbeat.interval.ms": str(HEARTBEAT_MS), "broker.session.timeout.ms": str(SESSION_MS),
+              **(settings or {})}
+    for key, value in chosen.items():
+        command += ["--set", f"{key}={value}"]
     cluster = Cluster(root, "")
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=300,

@@ -438,7 +438,7 @@ def test_a_kip113_move_updates_directories_before_its_swap(cluster):
             path=target, topics=[AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic(name=topic, partitions=[p])])]),
             2)
         assert [r.error_code for t in resp.results for r in t.partitions] == [0]
-    wait_for(lambda: on_disk(cluster, topic)[p] == {2: target_id}, "the replica in its new dir")
+    wait_for(lambda: on_disk(cluster, topic).get(p) == {2: target_id}, "the replica in its new dir")  # (none mid-swap)
     _, history = assigned(cluster, topic, 6)
     assert history[p][-1] == {2: target_id}
     events = [(e["event"], e.get("partition")) for e in broker_events(cluster, 2, mark)]

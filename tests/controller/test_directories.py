@@ -136,6 +136,30 @@ def test_a_replica_placed_in_an_offline_dir_loses_leadership(target):
     assert parts[2].leader == 1 and not ctx.image.broker(1).fenced  # the rest keep their leader
 
 
+def test_a_leaderless_replica_assigned_back_to_an_online_dir_gets_its_leader_back():
+    """A move's destination was recorded, then failed (the heartbeat took the partition's leadership away); the
+    broker points the replica back at its source, online: the same record elects the broker again."""
+    ctx = cluster()
+    tid = ctx.image.topic("t").topic_id
+    assign(ctx, {D1: {tid: [0, 1]}})
+    assign(ctx, {D2: {tid: [0]}})  # the move's destination, confirmed before the swap
+    ctx.heartbeat(1, offline=[D2])
+    assert ctx.image.topic("t").partitions[0].leader == -1
+    before = len(ctx.log)
+    assert set(codes(assign(ctx, {D1: {tid: [0]}})).values()) == {0}  # the revert
+    (rec,) = ctx.log[before:]
+    assert (rec.directories, rec.leader) == ([D1], 1)
+    p0 = ctx.image.topic("t").partitions[0]
+    assert (p0.leader, p0.isr, p0.directory_of(1)) == (1, (1,), D1)
+    # Still leaderless when the dir it is pointed at is offline too.
+    ctx.heartbeat(1, offline=[D2, D1])
+    assert ctx.image.topic("t").partitions[1].leader == -1
+    assert set(codes(assign(ctx, {D3: {tid: [1]}})).values()) == {0}
+    assert ctx.image.topic("t").partitions[1].leader == 1
+    assert set(codes(assign(ctx, {D1: {tid: [1]}})).values()) == {0}
+    assert ctx.image.topic("t").partitions[1].leader == -1
+
+
 # ------------------------------------------------------------------------------------------ heartbeats
 
 

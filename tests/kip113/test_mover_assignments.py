@@ -14,6 +14,7 @@ import pytest
 from kjbod.broker.kip113 import ReplicaMover
 from kjbod.storage import fsio
 from kjbod.storage.config import LogConfig
+from kjbod.storage.errors import KafkaStorageError
 
 from .conftest import TOPIC_ID, Rig, wait_for
 
@@ -104,10 +105,36 @@ def test_a_destination_failing_before_the_swap_reverts_the_assignment(rig, log_d
     assert rig.append("dest", 0, [b"after"]) == 301  # the source serves on
 
 
-def test_a_source_failing_after_the_assignment_reports_the_replica_lost(rig, log_dirs):
+@pytest.mark.parametrize("found_by", ["the catch-up", "a produce"])
+def test_a_source_failing_after_the_assignment_reports_the_replica_lost(rig, log_dirs, found_by):
     assigner = start_move(rig, "src", log_dirs[0], log_dirs[1])
-    fsio.inject(log_dirs[0], errno.EIO, ops={"read", "copy", "open"})
-    rig.append("src", 0, [b"unread"])  # the catch-up has to read it from the failed source
+    if found_by == "the catch-up":
+        fsio.inject(log_dirs[0], errno.EIO, ops={"read", "copy", "open"})
+        rig.append("src", 0, [b"unread"])  # the catch-up has to read it from the failed source
+    else:  # the move has nothing new to read: it learns of the failure from the dir's state
+        fsio.inject(log_dirs[0], errno.EIO)
+        with pytest.raises(KafkaStorageError):
+            rig.append("src", 0, [b"unwritten"])
     wait_for(lambda: len(assigner.calls) == 2, what="the LOST_DIR report")
     assert assigner.calls[1][:3] == ("src", 0, None)
     assert log_dirs[0] not in rig.manager.online_dirs
+
+
+def test_a_destination_failed_by_something_else_reverts_the_assignment(rig, log_dirs):
+    assigner = start_move(rig, "dest2", log_dirs[0], log_dirs[1])
+    rig.manager.create_partition("bystander", 0, TOPIC_ID, dir=log_dirs[1])
+    fsio.inject(log_dirs[1], errno.EIO)
+    with pytest.raises(KafkaStorageError):
+        rig.append("bystander", 0, [b"unwritten"])  # a produce to another partition finds the failure
+    wait_for(lambda: len(assigner.calls) == 2, what="the revert")
+    assert assigner.calls[1] == ("dest2", 0, log_dirs[0], log_dirs[0])
+
+
+def test_an_assignment_that_ends_unconfirmed_is_asked_again_before_the_swap(rig, log_dirs):
+    assigner = start_move(rig, "again", log_dirs[0], log_dirs[1])
+    assigner.answer(False)  # replaced or refused, while the move still stands
+    wait_for(lambda: len(assigner.calls) == 2, what="the second request")
+    assert assigner.calls[1] == ("again", 0, log_dirs[1], log_dirs[0])
+    assert rig.manager.get("again", 0).log_dir == log_dirs[0]  # not swapped on a refusal
+    assigner.answer()
+    wait_for(lambda: rig.moved("again", 0, log_dirs[1]), what="the swap")

@@ -591,12 +591,17 @@ class ReplicaMover:
         while True:
             m.assigned_dir = dest
             asked = time.monotonic()
+            log.info("replica_dir_assignment_requested", partition=m.name, dest_dir=dest)
             confirmed = self.assign_dir(m.topic, m.partition, dest)
             while True:
                 try:
                     ok = confirmed.result(timeout=ASSIGN_POLL)
                     break
                 except TimeoutError:
+                    # A dir found failed meanwhile by anything else (a produce, a flush) ends the move here too:
+                    # with no new batch to copy, the catch-up would not touch the disk and never see it.
+                    for side in (source.io, future.io):
+                        side.ensure_online()
                     self._catch_up(m, generation, source, future, final=False)  # _Retarget, MoverStopped
                 except CancelledError:  # the node is going away
                     raise MoverStopped() from None
@@ -607,7 +612,10 @@ class ReplicaMover:
             self._check(m, generation)  # replaced by the assignment of a new destination: _Retarget
             if self.manager.find(m.topic, m.partition) is None:
                 raise UnknownTopicOrPartitionError(f"{m.name} is no longer on this broker")
-            # replaced by something else (the partition recreated meanwhile): ask again
+            # Refused for something else (the node does not know the dir or the topic yet): ask again shortly.
+            log.warning("replica_dir_assignment_not_confirmed", partition=m.name, dest_dir=dest, effect="asking again")
+            if self._stop.wait(1.0):
+                raise MoverStopped()
 
     def _discard_future(self, m: _Move) -> None:
         """Delete the move's future log (registered or still a bare dir); errors on an offline dir are logged."""
