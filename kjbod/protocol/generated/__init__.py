@@ -51,6 +51,8 @@ from .list_partition_reassignments_request import ListPartitionReassignmentsRequ
 from .list_partition_reassignments_response import ListPartitionReassignmentsResponse
 from .metadata_request import MetadataRequest
 from .metadata_response import MetadataResponse
+from .offset_for_leader_epoch_request import OffsetForLeaderEpochRequest
+from .offset_for_leader_epoch_response import OffsetForLeaderEpochResponse
 from .partition_change_record import PartitionChangeRecord
 from .partition_record import PartitionRecord
 from .produce_request import ProduceRequest
@@ -122,6 +124,8 @@ __all__ = [
     'ListPartitionReassignmentsResponse',
     'MetadataRequest',
     'MetadataResponse',
+    'OffsetForLeaderEpochRequest',
+    'OffsetForLeaderEpochResponse',
     'PartitionChangeRecord',
     'PartitionRecord',
     'ProduceRequest',
