@@ -156,6 +156,10 @@ class BrokerNode:
         p = t.partitions.get(partition) if t is not None else None
         return p.leader_epoch if p is not None and p.leader_epoch >= 0 else 0
 
+    def local_log(self, topic: str, partition: int):
+        """The local replica's log, leader or follower (`partition_log` is what clients may read)."""
+        return self.logs.get_log(topic, partition)
+
     def notify_append(self) -> None:
         """Wakes every long-polling Fetch: new records may satisfy them."""
         self._appended.set()

@@ -312,3 +312,25 @@ def test_min_isr_with_two_brokers_down(cluster):
             for b in others:
                 cluster.start(broker_name(b))
     wait_for(lambda: all_in_sync(cluster, topic), "both brokers back in the ISR")
+
+
+def test_log_dirs_describe_shows_how_far_each_follower_is_behind(cluster):
+    """`kjbod log-dirs describe --json`: each follower's lag behind its leader's end offset (0 once caught up;
+    leaders show none).  How the lag is computed is in tests/replication/test_followers_behind.py."""
+    import json
+
+    topic = "behind"
+    create(cluster, topic, 1)
+    p = partitions(cluster, topic)[0]
+    with RawClient("127.0.0.1", cluster.broker_port(p.leader_id), timeout=30) as client:
+        assert produce(client, topic, 0, batch([b"x"] * 7), acks=-1).error_code == 0
+
+    def behind() -> dict[int, Any]:
+        done = subprocess.run([*COMMAND, "log-dirs", "describe", "--bootstrap-server", cluster.bootstrap,
+                               "--topic-list", topic, "--json"], capture_output=True, text=True, timeout=120)
+        document = json.loads(done.stdout)
+        return {b["broker"]: r["behind_leader"] for b in document["brokers"] for d in b["log_dirs"]
+                for r in d["partitions"] if r["topic"] == topic}
+
+    wait_for(lambda: behind() == {b: (None if b == p.leader_id else 0) for b in p.replica_nodes},
+             "followers 0 behind, the leader none")
