@@ -23,7 +23,7 @@ from live import COMMAND
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import FetchRequest, OffsetForLeaderEpochRequest
 from tests.cluster.conftest import WAIT_S, Cluster, wait_for
-from tests.datapath.support import RawClient, batch, metadata, produce
+from tests.datapath.support import RawClient, batch, metadata, produce, write_faults
 
 SESSION_MS = 3000
 LAG_MS = 4000
@@ -38,12 +38,16 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
                "--set", "min.insync.replicas=2", "--set", f"replica.lag.time.max.ms={LAG_MS}",
                "--set", "replica.fetch.wait.max.ms=200", "--set", "replica.fetch.backoff.ms=200"]
     cluster = Cluster(root, "")
+    env = {**os.environ, "KJBOD_FAULTS": str(root / "faults.json")}  # the fault seam (kjbod.storage.fsio)
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+        done = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
         assert done.returncode == 0, f"cluster up failed:\n{done.stdout}{done.stderr}"
         cluster = Cluster(root, done.stdout)
+        os.environ.setdefault("KJBOD_FAULTS", str(root / "faults.json"))  # for nodes restarted by the tests
         yield cluster
     finally:
+        if os.environ.get("KJBOD_FAULTS") == str(root / "faults.json"):
+            del os.environ["KJBOD_FAULTS"]
         for name in list(cluster.processes):
             cluster.processes[name].send_signal(signal.SIGCONT)
         subprocess.run([*COMMAND, "cluster", "down", "--dir", str(root)], capture_output=True, timeout=300)
@@ -334,3 +338,62 @@ def test_log_dirs_describe_shows_how_far_each_follower_is_behind(cluster):
 
     wait_for(lambda: behind() == {b: (None if b == p.leader_id else 0) for b in p.replica_nodes},
              "followers 0 behind, the leader none")
+
+
+def test_a_failed_log_dir_on_a_leaders_broker_moves_only_its_partitions(cluster):
+    """One log dir of a leader's broker fails (the fault seam: every operation in it answers EIO) while the
+    checker produces: that dir's partitions get new leaders among their in-sync followers, the broker keeps
+    leading the partitions in its other dir, and no acknowledged record is lost.  The broker is then restarted
+    with the disk back and catches up."""
+    topic = "dir-fails"
+    create(cluster, topic)
+    faults = cluster.root / "faults.json"
+    with Checker(cluster, topic) as checker:
+        checker.wait_for_more()
+        victim = leader_of(cluster, topic, 0)
+        home = cluster.homes[broker_name(victim)]
+        (doomed,) = [d for d in home.iterdir() if (d / f"{topic}-0").is_dir()]
+        led_before = {i for i, p in partitions(cluster, topic).items() if p.leader_id == victim}
+        in_doomed = {i for i in range(PARTITIONS) if (doomed / f"{topic}-{i}").is_dir()}
+        write_faults(faults, [{"dir": str(doomed), "errno": "EIO"}])
+        try:
+            wait_for(lambda: all(partitions(cluster, topic)[i].leader_id not in (victim, -1) for i in in_doomed),
+                     "the failed dir's partitions have new leaders")
+            checker.wait_for_more()
+            now = partitions(cluster, topic)
+            kept = led_before - in_doomed
+            assert all(now[i].leader_id == victim for i in kept), "the broker's other dir keeps leading"
+            assert all(victim not in now[i].isr_nodes for i in in_doomed)
+        finally:
+            faults.unlink(missing_ok=True)
+        cluster.signal(broker_name(victim), signal.SIGKILL)
+        cluster.start(broker_name(victim))
+        wait_for(lambda: all_in_sync(cluster, topic), "the broker is back in every ISR with its disk back")
+        checker.wait_for_more()
+    checker.verify()
+
+
+def test_kip113_moves_on_a_follower_and_on_a_leader_while_producing(cluster):
+    """AlterReplicaLogDirs moves partition 0's replica on a follower and partition 1's on its leader to the
+    broker's other dir while the checker produces: both moves finish, the replicas stay in sync, nothing is lost."""
+    from kjbod.protocol.generated import AlterReplicaLogDirsRequest as A
+
+    topic = "moves"
+    create(cluster, topic)
+    with Checker(cluster, topic) as checker:
+        checker.wait_for_more()
+        now = partitions(cluster, topic)
+        targets = [(next(b for b in now[0].replica_nodes if b != now[0].leader_id), 0), (now[1].leader_id, 1)]
+        for broker, partition in targets:
+            home = cluster.homes[broker_name(broker)]
+            (source,) = [d for d in home.iterdir() if (d / f"{topic}-{partition}").is_dir()]
+            (dest,) = [d for d in home.iterdir() if d.name.startswith("logs-") and d != source]
+            with raw(cluster, broker) as client:
+                answer = client.call(A(dirs=[A.AlterReplicaLogDir(path=str(dest), topics=[
+                    A.AlterReplicaLogDirTopic(name=topic, partitions=[partition])])]), 2)
+                assert answer.results[0].partitions[0].error_code == 0
+            wait_for(lambda d=dest, p=partition: (d / f"{topic}-{p}").is_dir()
+                     and not any(x.name.endswith("-future") for x in d.iterdir()), f"{topic}-{partition} moved")
+        checker.wait_for_more()
+        wait_for(lambda: all_in_sync(cluster, topic), "every replica in sync after the moves")
+    checker.verify()
