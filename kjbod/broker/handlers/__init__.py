@@ -22,6 +22,7 @@ from kjbod.broker.handlers import (  # noqa: F401
     init_producer_id,
     list_offsets,
     metadata,
+    offset_for_leader_epoch,
     produce,
     unregister_broker,
 )

@@ -5,6 +5,10 @@ answer OFFSET_NOT_AVAILABLE; v6 flexible; v7 timestamp -3 (MAX_TIMESTAMP); v8 -4
 (LATEST_TIERED); v10 timeout_ms (kjbod: how long a timestamp lookup may wait for its log dir; then
 REQUEST_TIMED_OUT for that partition); v11 only client behaviour.
 
+Replica ids, as Kafka: -1 (a consumer) reads the leader, and latest is the high watermark; -2 (a debugging
+client: `kjbod log-dirs describe`) may read any local replica, a follower's too; any replica id but -1 gets the
+log end offset for latest.
+
 Special timestamps: -1 latest (the high watermark, which equals the log end on a single node), -2 earliest
 (log start offset), -3 the record with the largest timestamp, -4 earliest local (= earliest: no tiered
 storage), -5 latest tiered (offset -1: nothing is tiered).  Any other timestamp finds the first offset whose
@@ -21,6 +25,7 @@ from kjbod.protocol.generated.list_offsets_response import ListOffsetsPartitionR
 from kjbod.protocol.generated.list_offsets_response import ListOffsetsTopicResponse as TopicResp
 
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
+CONSUMER, DEBUGGING = -1, -2
 
 
 # A timestamp lookup reads the partition's time index and batch headers on its dir's worker: a request without
@@ -28,19 +33,20 @@ LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4,
 DEFAULT_DISK_WAIT_S = 30.0
 
 
-def _lookup(node, topic: str, partition: int, ts: int, version: int):
+def _lookup(node, topic: str, partition: int, ts: int, version: int, replica_id: int = CONSUMER):
     """The answer when memory has it; otherwise the partition's log, whose dir's worker searches it."""
     # Leader epochs exist on the wire from v4; below that the field must stay at its default.
     epoch = 0 if version >= 4 else -1
     try:
-        plog = node.partition_log(topic, partition)
+        plog = node.local_log(topic, partition) if replica_id == DEBUGGING else node.partition_log(topic, partition)
         if not plog.online:
             # The offsets below are in memory and would still answer; a partition whose log dir failed (or that
             # is being deleted) must not look healthy, as Fetch and Produce do not either.
             code = ErrorCode.KAFKA_STORAGE_ERROR if not plog.io.online else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             return PartResp(partition_index=partition, error_code=code)
         if ts == LATEST:
-            return PartResp(partition_index=partition, timestamp=-1, offset=plog.high_watermark, leader_epoch=epoch)
+            end = plog.high_watermark if replica_id == CONSUMER else plog.log_end_offset
+            return PartResp(partition_index=partition, timestamp=-1, offset=end, leader_epoch=epoch)
         if ts in (EARLIEST, EARLIEST_LOCAL):
             return PartResp(partition_index=partition, timestamp=-1, offset=plog.log_start_offset, leader_epoch=epoch)
         if ts == LATEST_TIERED:
@@ -92,7 +98,7 @@ def handle(node, request, body: ListOffsetsRequest):
                 parts.append(PartResp(partition_index=p.partition_index,
                                       error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
             elif ts_ok(p.timestamp, version):
-                answer = _lookup(node, t.name, p.partition_index, p.timestamp, version)
+                answer = _lookup(node, t.name, p.partition_index, p.timestamp, version, body.replica_id)
                 if answer.__class__ is PartResp:
                     parts.append(answer)
                 else:

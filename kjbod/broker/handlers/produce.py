@@ -64,7 +64,7 @@ def handle(node, request, body: ProduceRequest):
         replication.appended(node, topic, pd.index)
         if node.topic_stats is not None:  # the metrics endpoint's counters (kjbod.metrics)
             node.topic_stats.produced(topic, len(pd.records), records)
-        if acks == -1 and replication.needs_replication(node, topic, pd.index):
+        if acks == -1 and replication.needs_replication(node, topic, pd.index, end):
             waits.append((topic, resp, end))
 
     def fail(slot, e: BaseException | None) -> None:
