@@ -275,7 +275,7 @@ class ReplicaManager:
                 waiters.remove(entry)
 
     def _acks_outcome(self, state: PartitionState) -> int:
-        if len(state.maximal_isr) < self._min_isr(state.topic):
+        if len(state.maximal_isr) < state.effective_min_isr(self._min_isr(state.topic)):
             return ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
         return 0
 
