@@ -187,6 +187,8 @@ def test_kill_9_of_a_leaders_broker_and_its_restart_lose_nothing(cluster, partit
     create(cluster, topic)
     with Checker(cluster, topic) as checker:
         checker.wait_for_more()
+        # Records acknowledged on the partition in epoch 0 (so epoch 0 ends above offset 0 on every ISR member)
+        wait_for(lambda: checker.acked[partition], f"records acknowledged on {topic}-{partition}")
         victim = leader_of(cluster, topic, partition)
         cluster.signal(broker_name(victim), signal.SIGKILL)
         wait_for(lambda: leader_of(cluster, topic, partition) != victim, "a new leader is elected")
