@@ -257,7 +257,7 @@ class BrokerNode:
                 self.logs.apply_topic_config(now.name, dict(now.configs))
                 log.info("topic_configs_changed", topic=now.name, configs=dict(now.configs))
         if self.replication is not None:
-            self.replication.sync(image)
+            self.replication.sync(image, delta.changed_topic_ids())
         if self.mover is not None and (old.resource_configs(BROKER, "") != image.resource_configs(BROKER, "") or
                                        old.resource_configs(BROKER, str(self.node_id))
                                        != image.resource_configs(BROKER, str(self.node_id))):

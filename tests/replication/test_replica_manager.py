@@ -278,3 +278,20 @@ async def test_a_truncated_follower_truncates_its_future_log_too(follower, make_
     follower.manager.node.logs.manager.get_future = lambda t, p: future if (t, p) == ("t", 0) else None
     follower.fetcher._partition_answer(follower.state, plog, leader_answer(diverging=(0, 3), hw=3), 0.0, 1.0)
     assert (plog.log_end_offset, future.log_end_offset) == (3, 3)
+
+
+async def test_min_isr_above_the_replication_factor_counts_as_the_replication_factor(make_log):
+    """Kafka's effectiveMinIsr: min.insync.replicas=3 on a partition with 2 replicas asks for both, no more."""
+    plog = make_log("t-0")
+    two = PartitionImage(0, (1, 2), (1, 2), 1, 0, 0)
+    topic = TopicImage("t", TOPIC_ID, {0: two}, {"min.insync.replicas": "3"})
+    img = MetadataImage(topics_by_name={"t": topic}, topics_by_id={TOPIC_ID: topic},
+                        brokers={b: BrokerRegistration(b, e, uuid.uuid4(), fenced=False) for b, e in EPOCHS.items()})
+    node = FakeNode(1, plog, img)
+    manager = ReplicaManager(node, ReplicationConfig(), clock=Clock())
+    manager.sync(img)
+    assert manager.check_acks_all("t", 0) == 0
+    plog.append(batch(2), leader_epoch=0)
+    manager.follower_fetched("t", 0, 2, 102, 2)
+    assert plog.high_watermark == 2
+    assert await manager.wait_for_replicas("t", 0, 2, 1) == 0

@@ -55,9 +55,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             process.wait(WAIT_S)
 
 
-def raw(cluster: Cluster, broker_id: int | None = None) -> RawClient:
-    """A raw connection to `broker_id`, or to the first broker that answers."""
-    for b in [broker_id] if broker_id is not None else cluster.broker_ids:
+def raw(cluster: Cluster, broker_id: int | None = None, avoid: frozenset[int] = frozenset()) -> RawClient:
+    """A raw connection to `broker_id`, or to the first broker (not in `avoid`: a stopped broker's kernel still
+    accepts connections) that answers."""
+    for b in [broker_id] if broker_id is not None else [b for b in cluster.broker_ids if b not in avoid]:
         try:
             return RawClient("127.0.0.1", cluster.broker_port(b), timeout=30)
         except OSError:
@@ -65,8 +66,9 @@ def raw(cluster: Cluster, broker_id: int | None = None) -> RawClient:
     raise AssertionError("no broker answers")
 
 
-def partitions(cluster: Cluster, topic: str, via: int | None = None) -> dict[int, Any]:
-    with raw(cluster, via) as client:
+def partitions(cluster: Cluster, topic: str, via: int | None = None,
+               avoid: frozenset[int] = frozenset()) -> dict[int, Any]:
+    with raw(cluster, via, avoid) as client:
         (t,) = metadata(client, [topic]).topics
     return {p.partition_index: p for p in t.partitions}
 
@@ -172,8 +174,8 @@ class Checker:
         assert self.acked_count() > 0
 
 
-def leader_of(cluster: Cluster, topic: str, partition: int) -> int:
-    return wait_for(lambda: (p := partitions(cluster, topic)[partition]).leader_id >= 0 and p.leader_id,
+def leader_of(cluster: Cluster, topic: str, partition: int, avoid: frozenset[int] = frozenset()) -> int:
+    return wait_for(lambda: (p := partitions(cluster, topic, avoid=avoid)[partition]).leader_id >= 0 and p.leader_id,
                     f"{topic}-{partition} has a leader")
 
 
@@ -187,6 +189,8 @@ def test_kill_9_of_a_leaders_broker_and_its_restart_lose_nothing(cluster, partit
     create(cluster, topic)
     with Checker(cluster, topic) as checker:
         checker.wait_for_more()
+        # Records acknowledged on the partition in epoch 0 (so epoch 0 ends above offset 0 on every ISR member)
+        wait_for(lambda: checker.acked[partition], f"records acknowledged on {topic}-{partition}")
         victim = leader_of(cluster, topic, partition)
         cluster.signal(broker_name(victim), signal.SIGKILL)
         wait_for(lambda: leader_of(cluster, topic, partition) != victim, "a new leader is elected")
@@ -225,7 +229,8 @@ def test_a_stalled_leader_sigstop_then_sigcont_loses_nothing(cluster):
         pid = cluster.pid(name)
         os.kill(pid, signal.SIGSTOP)
         try:
-            wait_for(lambda: leader_of(cluster, topic, 0) != victim, "a new leader while the old one is stopped")
+            wait_for(lambda: leader_of(cluster, topic, 0, frozenset({victim})) != victim,
+                     "a new leader while the old one is stopped")
             checker.wait_for_more()
         finally:
             os.kill(pid, signal.SIGCONT)

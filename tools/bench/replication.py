@@ -1,4 +1,4 @@
-"""Replication benchmarks on a 3-broker cluster (`kjbod cluster up --detach --brokers 3 --log-dirs 1`), each
+"""Replication benchmarks on a 3-broker cluster (`kjbod cluster up --detach --brokers 3 --log-dirs 2`), each
 against its reference measured in the same run:
 
 * replicated produce: acks=all to an RF 3 topic against acks=1 to an RF 1 topic, the same confluent-kafka
@@ -8,13 +8,14 @@ against its reference measured in the same run:
   reading the same backlog from the leader (target: the follower's rate >= 70% of the consumer's);
 * latency: produce p99 at a fixed moderate rate, acks=all RF 3 against acks=1 RF 1 (target <= 3x);
 * failover: kill -9 of a leader's broker while an acks=all producer writes to its partition; the time until
-  the first acknowledgement after the kill, as a multiple of broker.session.timeout.ms (target <= 1.3x).
+  the first acknowledgement after the kill, as a multiple of broker.session.timeout.ms (target <= 1.3x); and
+  the same for the failure of the log dir holding the leader's replica (the fault seam: EIO on every operation),
+  as a multiple of broker.heartbeat.interval.ms (target <= 2x).
 
 The same producer settings on both sides, idempotence off: an idempotent confluent-kafka producer shows a p99
 near 500 ms against kjbod at any acks and replication factor (seen on main before replication too), which would
 hide what replication costs.  The three brokers, the controller and the load generator share this machine's
-cores (printed).  The failed
-log dir case of the issue is not measured here yet.
+cores (printed).
 
     python -m tools.bench.replication [--rounds N] [--quick]
 """
@@ -40,6 +41,7 @@ TARGET_THROUGHPUT = 0.40
 TARGET_CATCH_UP = 0.70
 TARGET_LATENCY = 3.0
 TARGET_FAILOVER = 1.3
+TARGET_DIR_FAILOVER = 2.0
 RECORD = 1024
 MIB = 1 << 20
 
@@ -52,7 +54,10 @@ def _kjbod(*args: str, timeout: float = 300) -> str:
 class Cluster:
     def __init__(self, work: Path) -> None:
         self.dir = work / "cluster"
-        out = _kjbod("cluster", "up", "--detach", "--brokers", "3", "--log-dirs", "1", "--dir", str(self.dir),
+        # The fault seam (kjbod.storage.fsio): the failed-dir measurement arms it by writing this file.
+        self.faults = work / "faults.json"
+        os.environ["KJBOD_FAULTS"] = str(self.faults)
+        out = _kjbod("cluster", "up", "--detach", "--brokers", "3", "--log-dirs", "2", "--dir", str(self.dir),
                      "--set", f"broker.session.timeout.ms={SESSION_MS}",
                      "--set", f"broker.heartbeat.interval.ms={HEARTBEAT_MS}",
                      "--set", "replica.lag.time.max.ms=5000", "--set", "replica.fetch.backoff.ms=200")
@@ -209,27 +214,39 @@ def catch_up(cluster: Cluster, total: int) -> tuple[float, float]:
     return done - began, consume_seconds(cluster.bootstrap, "backlog", total)
 
 
-def failover(cluster: Cluster) -> float:
-    """Seconds from kill -9 of a leader's broker to the first acks=all acknowledgement after it."""
+def failover(cluster: Cluster, *, fail_dir: bool = False) -> float:
+    """Seconds from kill -9 of a leader's broker (or the failure of the log dir holding its replica) to the first
+    acks=all acknowledgement after it."""
     from confluent_kafka import Producer
 
     admin = _admin(cluster.bootstrap)
-    create(cluster.bootstrap, "failover", 1, 3)
-    leader = admin.list_topics("failover", timeout=10).topics["failover"].partitions[0].leader
+    topic = "dir-fails" if fail_dir else "failover"
+    create(cluster.bootstrap, topic, 1, 3)
+    leader = admin.list_topics(topic, timeout=10).topics[topic].partitions[0].leader
     producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "enable.idempotence": True,
                          "linger.ms": 0, "topic.metadata.refresh.interval.ms": 250, "retry.backoff.ms": 50,
                          "retry.backoff.max.ms": 100, "reconnect.backoff.max.ms": 200})
     acked: list[float] = []
     for _ in range(50):
-        producer.produce("failover", b"warm", on_delivery=lambda err, _m: err is None and acked.append(time.time()))
+        producer.produce(topic, b"warm", on_delivery=lambda err, _m: err is None and acked.append(time.time()))
     producer.flush(30)
-    cluster.kill(leader)
+    if fail_dir:
+        home = cluster.dir / f"broker-{leader}"
+        (doomed,) = [d for d in home.iterdir() if (d / f"{topic}-0").is_dir()]
+        tmp = cluster.faults.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"faults": [{"dir": str(doomed), "errno": "EIO"}]}))
+        os.replace(tmp, cluster.faults)
+    else:
+        cluster.kill(leader)
     killed = time.time()
     after = len(acked)
     while len(acked) == after and time.time() - killed < 120:
-        producer.produce("failover", b"x", on_delivery=lambda err, _m: err is None and acked.append(time.time()))
+        producer.produce(topic, b"x", on_delivery=lambda err, _m: err is None and acked.append(time.time()))
         producer.poll(0.01)
     producer.flush(60)
+    if fail_dir:
+        cluster.faults.unlink()
+        cluster.kill(leader)
     cluster.start(leader)
     return acked[after] - killed
 
@@ -272,12 +289,19 @@ def run(rounds: int = 3, seconds: float = 10.0, quick: bool = False) -> dict:
         print(f"   failover after kill -9 of the leader's broker: {failover_s:.2f} s = {multiple:.2f}x "
               f"broker.session.timeout.ms ({SESSION_MS} ms) (target <= {TARGET_FAILOVER}x: "
               f"{verdict(multiple <= TARGET_FAILOVER)})")
+        dir_s = failover(cluster, fail_dir=True)
+        dir_multiple = dir_s / (HEARTBEAT_MS / 1000)
+        print(f"   failover after the leader's log dir fails: {dir_s:.2f} s = {dir_multiple:.2f}x "
+              f"broker.heartbeat.interval.ms ({HEARTBEAT_MS} ms) (target <= {TARGET_DIR_FAILOVER}x: "
+              f"{verdict(dir_multiple <= TARGET_DIR_FAILOVER)})")
         return {"replication_produce_acks_all_rf3_vs_acks1_rf1": throughput,
+                "replication_dir_failover_x_heartbeat_interval": dir_multiple,
                 "replication_p99_acks_all_vs_acks1": latency,
                 "replication_catch_up_vs_consumer": catch_ratio,
                 "replication_failover_x_session_timeout": multiple}
     finally:
         cluster.down()
+        os.environ.pop("KJBOD_FAULTS", None)
 
 
 def main(argv: list[str] | None = None) -> int:

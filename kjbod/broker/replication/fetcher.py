@@ -260,6 +260,7 @@ class FetcherManager:
     def __init__(self, manager: Any) -> None:
         self.manager = manager
         self.fetchers: dict[tuple[int, int], Fetcher] = {}
+        self._closing: set[asyncio.Task[None]] = set()  # fetchers left without partitions, being closed
         self._closed = False
 
     def _fetcher_id(self, tp: tuple[str, int]) -> int:
@@ -279,7 +280,9 @@ class FetcherManager:
         for key, fetcher in list(self.fetchers.items()):
             if fetcher.partitions.pop(tp, None) is not None and not fetcher.partitions:
                 del self.fetchers[key]
-                asyncio.get_running_loop().create_task(fetcher.close())
+                task = asyncio.get_running_loop().create_task(fetcher.close())
+                self._closing.add(task)
+                task.add_done_callback(self._closing.discard)
 
     def lag(self, topic: str, partition: int) -> int | None:
         for fetcher in self.fetchers.values():
@@ -294,6 +297,8 @@ class FetcherManager:
         fetchers, self.fetchers = list(self.fetchers.values()), {}
         for fetcher in fetchers:
             await fetcher.close()
+        for task in list(self._closing):
+            await task
 
 
 

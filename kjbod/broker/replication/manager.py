@@ -108,52 +108,62 @@ class ReplicaManager:
         plog = logs.manager.find(topic, partition)
         return plog if plog is not None and plog.online else None
 
-    def sync(self, image: Any) -> None:
-        """Makes every local replica lead or follow as `image` says (see the module docstring)."""
+    def sync(self, image: Any, topic_ids: Any = None) -> None:
+        """Makes every local replica (of `topic_ids` only, when given: the topics a delta changed) lead or follow
+        as `image` says (see the module docstring); replicas no longer local are forgotten."""
         me = self.node.node_id
-        seen: set[TopicPartition] = set()
         now = self.clock()
-        for topic in image.topics():
+        if topic_ids is None:
+            topics = image.topics()
+        else:
+            topics = [t for tid in topic_ids if (t := image.topic_by_id(tid)) is not None]
+        for topic in topics:
             for p in topic.partitions.values():
-                if me not in p.replicas:
-                    continue
-                tp = (topic.name, p.partition)
-                plog = self._local_log(*tp)
-                if plog is None:
-                    continue
-                seen.add(tp)
-                state = self.states.get(tp)
-                if state is None:
-                    state = self.states[tp] = PartitionState(topic.name, p.partition, me, topic.topic_id)
-                    if plog.auto_high_watermark:
-                        hw = plog.checkpoint_high_watermark
-                        plog.auto_high_watermark = False
-                        plog.high_watermark = hw if hw is not None else plog.high_watermark
-                if (state.leader_epoch, state.partition_epoch, state.leader_id) == (
-                        p.leader_epoch, p.partition_epoch, p.leader) and state.role is not None:
-                    continue
-                state.topic_id = topic.topic_id
-                if p.leader == me:
-                    if state.make_leader(p, plog.log_end_offset, now):
-                        plog.assign_leader_epoch(p.leader_epoch, plog.log_end_offset)
-                        log.info("became_leader", topic=topic.name, partition=p.partition,
-                                 leader_epoch=p.leader_epoch, isr=list(p.isr), log_end_offset=plog.log_end_offset)
-                    self.fetchers.remove(tp)
-                    self._maybe_increment_hw(state, plog, image)
-                else:
-                    was_leader = state.role == LEADER
-                    if state.make_follower(p):
-                        self.fetchers.remove(tp)
-                        if p.leader >= 0:
-                            self.fetchers.add(tp, p.leader, state.leader_epoch)
-                        log.info("became_follower", topic=topic.name, partition=p.partition, leader=p.leader,
-                                 leader_epoch=p.leader_epoch)
-                    if was_leader:
-                        self._fail_waiters(tp, ErrorCode.NOT_LEADER_OR_FOLLOWER)
-        for tp in [tp for tp in self.states if tp not in seen]:
-            del self.states[tp]
+                if me in p.replicas:
+                    self._sync_partition(topic, p, image, now)
+        for tp, state in list(self.states.items()):
+            topic = image.topic(tp[0])
+            p = topic.partitions.get(tp[1]) if topic is not None else None
+            if (p is None or me not in p.replicas or topic.topic_id != state.topic_id
+                    or self._local_log(*tp) is None):
+                del self.states[tp]
+                self.fetchers.remove(tp)
+                self._fail_waiters(tp, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+
+    def _sync_partition(self, topic: Any, p: Any, image: Any, now: int) -> None:
+        me = self.node.node_id
+        tp = (topic.name, p.partition)
+        plog = self._local_log(*tp)
+        if plog is None:
+            return
+        state = self.states.get(tp)
+        if state is None:
+            state = self.states[tp] = PartitionState(topic.name, p.partition, me, topic.topic_id)
+            if plog.auto_high_watermark:
+                hw = plog.checkpoint_high_watermark
+                plog.auto_high_watermark = False
+                plog.high_watermark = hw if hw is not None else plog.high_watermark
+        if (state.leader_epoch, state.partition_epoch, state.leader_id) == (
+                p.leader_epoch, p.partition_epoch, p.leader) and state.role is not None:
+            return
+        state.topic_id = topic.topic_id
+        if p.leader == me:
+            if state.make_leader(p, plog.log_end_offset, now):
+                plog.assign_leader_epoch(p.leader_epoch, plog.log_end_offset)
+                log.info("became_leader", topic=topic.name, partition=p.partition,
+                         leader_epoch=p.leader_epoch, isr=list(p.isr), log_end_offset=plog.log_end_offset)
             self.fetchers.remove(tp)
-            self._fail_waiters(tp, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+            self._maybe_increment_hw(state, plog, image)
+        else:
+            was_leader = state.role == LEADER
+            if state.make_follower(p):
+                self.fetchers.remove(tp)
+                if p.leader >= 0:
+                    self.fetchers.add(tp, p.leader, state.leader_epoch)
+                log.info("became_follower", topic=topic.name, partition=p.partition, leader=p.leader,
+                         leader_epoch=p.leader_epoch)
+            if was_leader:
+                self._fail_waiters(tp, ErrorCode.NOT_LEADER_OR_FOLLOWER)
 
     def leader_epoch(self, topic: str, partition: int) -> int:
         state = self.states.get((topic, partition))
@@ -275,7 +285,7 @@ class ReplicaManager:
                 waiters.remove(entry)
 
     def _acks_outcome(self, state: PartitionState) -> int:
-        if len(state.maximal_isr) < self._min_isr(state.topic):
+        if len(state.maximal_isr) < state.effective_min_isr(self._min_isr(state.topic)):
             return ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
         return 0
 
