@@ -10,8 +10,10 @@ accounting costs an append. Both comparisons are measured in the same run.
 2. **Cost.** ``PartitionLog.append`` in process (no network, so the bookkeeping is not lost in the noise of a
    loaded machine) with the space accounting (``make_room`` before each append, written bytes counted in the
    seam's writes) against the same code without it (``make_room`` a no-op, the seam's ``writev`` without the
-   counting), rounds interleaved: small batches (10 records of 100 bytes) and 1 MiB batches. Target: at least
-   0.98x the throughput without it.
+   counting), rounds interleaved: small batches (10 records of 100 bytes) and 1 MiB batches, on tmpfs where there
+   is one. Target: at least 0.98x the throughput without it. The same code is also timed against itself in the
+   same rounds: on a loaded 2-core machine that noise (a few %) can exceed the cost being measured, and the
+   figure is printed next to the ratio so that it can be read with it.
 
 Run: ``python -m tools.bench.full_disk`` (scratch data goes to ./bench-out/full_disk, removed after).
 """
@@ -24,6 +26,7 @@ import random
 import shutil
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -132,34 +135,48 @@ def bench_cost(scratch: Path, rounds: int, min_time: float) -> dict:
     from kjbod.storage.log import PartitionLog
 
     heading("Space accounting cost: PartitionLog.append with it vs without it (in process, interleaved rounds)")
-    io = fsio.LogDirIO(str(scratch / "cost"))
+    # On tmpfs where there is one: no disk writeback in the timings, so the bookkeeping's CPU cost shows.
+    shm = Path("/dev/shm")
+    where = Path(tempfile.mkdtemp(prefix="kjbod-full-disk-", dir=shm if shm.is_dir() else scratch))
+    io = fsio.LogDirIO(str(where / "cost"))
     io.mkdir(io.path, parents=True)
     io.refresh_space()
     cfg = LogConfig(segment_bytes=64 << 20, max_message_bytes=2 << 20)
     plog = PartitionLog.create(io, io.join("cost-0"), "cost", 0, None, cfg)
     results: dict = {}
     try:
-        for label, batch in (("small batches (10 x 100 B)", _batch(b"x" * 100, 10)),
-                             ("1 MiB batches", _batch(os.urandom(1 << 20), 1))):
+        for label, batch, seconds in (("small batches (10 x 100 B)", _batch(b"x" * 100, 10), min_time),
+                                      ("1 MiB batches", _batch(os.urandom(1 << 20), 1), 2 * min_time)):
 
             def append(batch: bytes = batch) -> None:
                 plog.append(batch)
-                if plog.size_bytes > 256 << 20:  # keep the disk footprint small; both variants pay it alike
-                    plog.truncate_fully_and_start_at(plog.log_end_offset)
 
-            with_s: list[float] = []
-            without_s: list[float] = []
-            for _ in range(rounds):  # interleaved; the patch is applied around a whole sample, not per call
-                with_s.append(time_call(append, min_time))
-                with _without_accounting():
-                    without_s.append(time_call(append, min_time))
-            ratio = statistics.median(w / a for a, w in zip(with_s, without_s, strict=True))
-            per_s = 1 / statistics.median(with_s)
+            def sample(accounting: bool, seconds: float = seconds) -> float:
+                if plog.size_bytes:  # each sample starts from an empty log
+                    plog.truncate_fully_and_start_at(plog.log_end_offset)
+                if accounting:
+                    return time_call(append, seconds)
+                with _without_accounting():  # around the whole sample, not each call
+                    return time_call(append, seconds)
+
+            # A third variant runs the same code as the first: its ratio to the first is this machine's noise
+            # floor for the comparison, measured in the same rounds.
+            times: dict[str, list[float]] = {"with": [], "without": [], "with again": []}
+            for r in range(rounds):  # interleaved, the order rotated every round, against drift
+                names = list(times)
+                for name in names[r % 3:] + names[: r % 3]:
+                    times[name].append(sample(name != "without"))
+            ratio = statistics.median(w / a for a, w in zip(times["with"], times["without"], strict=True))
+            same = statistics.median(w / a for a, w in zip(times["with"], times["with again"], strict=True))
+            per_s = 1 / statistics.median(times["with"])
             print(f"   {label}: {per_s:,.0f} appends/s with accounting; throughput with / without = {ratio:.3f}x "
-                  f"(target >= 0.98: {verdict(ratio >= 0.98)})")
+                  f"(target >= 0.98: {verdict(ratio >= 0.98)}); the same code against itself: {same:.3f}x "
+                  "(the noise of this run)")
             results[f"space accounting: append throughput with / without, {label}"] = ratio
+            results[f"space accounting: same code / itself (noise), {label}"] = same
     finally:
         plog.close_quietly()
+        shutil.rmtree(where, ignore_errors=True)
     return results
 
 
@@ -171,7 +188,7 @@ def run(rounds: int = 7, quick: bool = False) -> dict:
     results: dict = {}
     try:
         results.update(bench_recovery(scratch, 3 if quick else max(rounds, 10)))
-        results.update(bench_cost(scratch, 3 if quick else rounds, 0.05 if quick else 0.3))
+        results.update(bench_cost(scratch, 4 if quick else max(rounds, 20), 0.05 if quick else 0.15))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return results
