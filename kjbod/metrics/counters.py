@@ -35,7 +35,7 @@ ROUTE_LIMIT = API_KEYS << 16  # a route id (api key << 16 | version) below this 
 BOUNDS_MS: tuple[float, ...] = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0,
                                 1000.0, 2500.0, 5000.0, 10000.0)
 BUCKETS = len(BOUNDS_MS) + 1
-_BOUNDS_S = tuple(b / 1000 for b in BOUNDS_MS)
+BOUNDS_S = _BOUNDS_S = tuple(b / 1000 for b in BOUNDS_MS)
 # Error codes counted per API: -1 (UNKNOWN_SERVER_ERROR) .. 158.
 ERROR_SLOTS = 160
 # Kafka's RequestMetrics timing names, in the order of RequestStats.timings.
@@ -76,29 +76,30 @@ class RequestStats:
             self.send[base + bisect_right(_BOUNDS_S, send_s)] += 1
             self.total[base + bisect_right(_BOUNDS_S, total_s)] += 1
 
-    def sent_batch(self, routes: Iterable[int], read_at: float, write_started: float, written: float) -> None:
-        """Replies answered at once (no remote wait), written together: each request was read at `read_at`."""
+    def sent_batch(self, routes: list[int], read_at: float, write_started: float, written: float) -> None:
+        """Replies answered at once (no remote wait), written together: each request was read at `read_at` (a
+        non-empty list of their route ids)."""
         send, total = written - write_started, written - read_at
         send_bucket = bisect_right(_BOUNDS_S, send)
         total_bucket = bisect_right(_BOUNDS_S, total)
         remote, send_h, total_h = self.remote, self.send, self.total
-        for route_id in routes:
+        first = routes[0]
+        if routes.count(first) == len(routes):  # the common case: one API (pipelined Produce, say) in the batch
+            by_route: Iterable[tuple[int, int]] = ((first, len(routes)),)
+        else:
+            by_route = ((route_id, 1) for route_id in routes)
+        for route_id, n in by_route:
             if 0 <= route_id < ROUTE_LIMIT:
                 base = (route_id >> 16) * BUCKETS
-                remote[base] += 1
-                send_h[base + send_bucket] += 1
-                total_h[base + total_bucket] += 1
+                remote[base] += n
+                send_h[base + send_bucket] += n
+                total_h[base + total_bucket] += n
 
     def error(self, api_key: int, code: int, n: int = 1) -> None:
+        """A response's error code (the router counts each response's top-level code, NONE included; Produce and
+        Fetch count their partitions' codes through TopicStats)."""
         if 0 <= api_key < API_KEYS and -1 <= code < ERROR_SLOTS - 1:
             self.errors[api_key * ERROR_SLOTS + code + 1] += n
-
-    def response(self, api_key: int, response: object) -> None:
-        """Counts a response's top-level error code (NONE included), for the responses that have one.
-        Produce and Fetch count their partitions' codes in their handlers (TopicStats.produced/fetched)."""
-        code = getattr(response, "error_code", None)
-        if code is not None:
-            self.error(api_key, code)
 
 
 class TopicCounters:

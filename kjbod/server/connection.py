@@ -39,6 +39,7 @@ Strategy:
 from __future__ import annotations
 
 import asyncio
+import bisect
 import errno
 import itertools
 import logging
@@ -49,6 +50,9 @@ from collections import deque
 from collections.abc import Iterable, Iterator
 from typing import Any, cast
 
+from kjbod.metrics.counters import BOUNDS_S as _BOUNDS_S
+from kjbod.metrics.counters import BUCKETS as _BUCKETS
+from kjbod.metrics.counters import ROUTE_LIMIT as _ROUTE_LIMIT
 from kjbod.metrics.counters import RequestStats
 from kjbod.server.handler import CloseConnection, ListenerKind, Reply, RequestContext, RequestHandler
 from kjbod.server.logging import get_logger
@@ -89,6 +93,8 @@ _pack_size_corr = struct.Struct(">ii").pack
 _NO_READY: dict[int, dict[bytes, bytes]] = {}
 _connection_ids = itertools.count(1)
 _now = time.perf_counter
+_bucket = bisect.bisect_right
+_FIRST_BOUND_S = _BOUNDS_S[0]
 
 
 class RegionTruncated(Exception):
@@ -357,7 +363,10 @@ class Connection(asyncio.BufferedProtocol):
         limit = self._decoder.max_size
         stats = self._stats
         if stats is not None:
-            self._read_at = started = _now()
+            # One clock read per request: each starts where the previous one ended (the loop runs them in turn).
+            self._read_at = started = read_at = _now()
+            routes_append = self._batch_routes.append
+            requests, queue_h, local_h = stats.requests, stats.queue, stats.local
         batch: list[Any] = []
         append = batch.append
         batch_bytes = 0
@@ -373,8 +382,6 @@ class Connection(asyncio.BufferedProtocol):
                     break
                 frame_at = pos + SIZE_PREFIX_LENGTH
                 pos = end
-                if stats is not None:
-                    started = _now()
                 answers = ready.get(route_id)
                 reply: Any = None
                 if answers is not None and size >= _REQUEST_HEAD:
@@ -391,7 +398,9 @@ class Connection(asyncio.BufferedProtocol):
                     if reply.__class__ is not bytes:  # bytes, the common case, skips all of this
                         if reply is None:
                             if stats is not None:
-                                stats.handled(route_id, started - self._read_at, _now() - started)
+                                now = _now()
+                                stats.handled(route_id, started - self._read_at, now - started)
+                                started = now
                             continue
                         body = _joined(reply)
                         if body is None:
@@ -406,8 +415,15 @@ class Connection(asyncio.BufferedProtocol):
                     append(_pack_size(size))
                 append(reply)
                 if stats is not None:
-                    stats.handled(route_id, started - self._read_at, _now() - started)
-                    self._batch_routes.append(route_id)
+                    now = _now()
+                    if 0 <= route_id < _ROUTE_LIMIT:
+                        base = (route_id >> 16) * _BUCKETS
+                        requests[(route_id >> 11) | (route_id & 31)] += 1
+                        waited = started - read_at  # mostly below the first bound: no search then
+                        queue_h[base + (_bucket(_BOUNDS_S, waited) if waited >= _FIRST_BOUND_S else 0)] += 1
+                        local_h[base + _bucket(_BOUNDS_S, now - started)] += 1
+                        routes_append(route_id)
+                    started = now
                 batch_bytes += size
                 if batch_bytes >= _FLUSH_BYTES:
                     batch_bytes = 0

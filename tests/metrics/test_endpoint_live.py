@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import socket
-import time
 
 from live import free_port, start_server
 
@@ -123,12 +122,10 @@ def test_openmetrics_404_and_a_slow_scraper_does_not_stall_the_broker(tmp_path, 
         try:
             with RawClient.to(server) as client:
                 create_topic(client, TOPIC, 1)
-                started = time.monotonic()
+                # Answered (the raw client gives up after 15 s) while the scrapers above hang.
                 for i in range(20):
                     assert produce(client, TOPIC, 0, _batch(i, 1, 10), acks=1).error_code == 0
                 assert fetch(client, TOPIC, 0, 0).high_watermark == 20
-            # Not a timing assertion on the broker's speed: only that it answered while both scrapers hung.
-            assert time.monotonic() - started < 60
             assert value(scrape(port), "kafka_log_log_logendoffset", topic=TOPIC, partition="0") == 20
         finally:
             idle.close()

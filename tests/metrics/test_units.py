@@ -116,3 +116,71 @@ async def test_the_endpoint_answers_methods_paths_and_garbage_in_http():
         writer.close()
     finally:
         await endpoint.close()
+
+
+class _Transport:
+    """Enough of an asyncio transport for a Connection: records what is written."""
+
+    def __init__(self) -> None:
+        self.written = bytearray()
+
+    def write(self, data: bytes) -> None:
+        self.written += data
+
+    def is_closing(self) -> bool:
+        return False
+
+    def get_extra_info(self, key: str, default: object = None) -> object:
+        return ("127.0.0.1", 1) if key == "peername" else default
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+
+def _frame(api_key: int, version: int, correlation_id: int) -> bytes:
+    import struct
+
+    body = struct.pack(">hhih", api_key, version, correlation_id, 0) + b"x" * 10
+    return struct.pack(">i", len(body)) + body
+
+
+async def test_a_connection_counts_and_times_replies_answered_at_once_later_and_never():
+    from kjbod.server.connection import Connection
+
+    later: asyncio.Future[list[bytes]] = asyncio.get_running_loop().create_future()
+
+    class Handler:
+        def handle(self, frame, ctx):
+            api_key = int.from_bytes(frame[:2], "big")
+            if api_key == 1:
+                return later  # a long poll: answered when the future is
+            if api_key == 2:
+                return None  # no reply (acks=0)
+            return b"\x00\x00\x00\x01"
+
+    stats = RequestStats()
+    conn = Connection(Handler(), stats=stats)
+    transport = _Transport()
+    conn.connection_made(transport)  # type: ignore[arg-type]
+    conn.data_received(_frame(0, 9, 1) + _frame(0, 9, 2) + _frame(2, 1, 3) + _frame(1, 12, 4) + _frame(0, 9, 5))
+    assert (stats.requests[(0 << 5) | 9], stats.requests[(2 << 5) | 1], stats.requests[(1 << 5) | 12]) == (3, 1, 1)
+    # The two Produce replies went out at once; the Fetch (and the Produce queued behind it) wait.
+    assert sum(stats.total[0:BUCKETS]) == 2 and sum(stats.total[BUCKETS:2 * BUCKETS]) == 0
+    await asyncio.sleep(0.01)
+    later.set_result([b"\x00\x00\x00\x04"])
+    for _ in range(20):
+        await asyncio.sleep(0)
+    fetch = slice(BUCKETS, 2 * BUCKETS)
+    assert sum(stats.total[fetch]) == 1 and sum(stats.remote[fetch]) == 1
+    assert sum(stats.total[0:BUCKETS]) == 3  # the last Produce, sent after the Fetch
+    assert stats.remote[BUCKETS] == 0, "the fetch's remote wait (10 ms) is not in the first bucket"
+    assert sum(stats.local[2 * BUCKETS:3 * BUCKETS]) == 1 and sum(stats.total[2 * BUCKETS:3 * BUCKETS]) == 0
+    # 4 replies (size prefix and 4 bytes each), the Fetch's third
+    assert bytes(transport.written[16:24]) == b"\x00\x00\x00\x04" * 2 and len(transport.written) == 32
+    conn.connection_lost(None)
