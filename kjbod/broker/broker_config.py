@@ -40,7 +40,7 @@ DEFAULT_CONFIG = 5
 
 # DescribeConfigs ConfigType
 BOOLEAN, STRING, INT, SHORT, LONG, LIST = 1, 2, 3, 4, 5, 7
-_TOPIC_TYPES = {"int": INT, "long": LONG, "string": STRING, "list": LIST}
+_TOPIC_TYPES = {"int": INT, "long": LONG, "string": STRING, "list": LIST, "boolean": BOOLEAN}
 
 # IncrementalAlterConfigs operations
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
@@ -104,6 +104,14 @@ BROKER_KEYS: dict[str, BrokerKey] = {k.name: k for k in [
     BrokerKey("log.message.timestamp.after.max.ms", LONG, "log_message_timestamp_after_max_ms",
               doc="Default for how far in the future a record's CreateTime timestamp may be."),
     BrokerKey("delete.topic.enable", BOOLEAN, "delete_topic_enable", doc="Whether DeleteTopics may delete topics."),
+    BrokerKey("unclean.leader.election.enable", BOOLEAN, "unclean_leader_election_enable",
+              doc="Whether a replica outside the ISR may be elected when no ISR member can lead."),
+    BrokerKey("auto.leader.rebalance.enable", BOOLEAN, "auto_leader_rebalance_enable",
+              doc="Whether the controller moves leadership back to preferred replicas when brokers are imbalanced."),
+    BrokerKey("leader.imbalance.per.broker.percentage", INT, "leader_imbalance_per_broker_percentage",
+              doc="Share of a broker's partitions not led by it, in percent, above which a rebalance runs."),
+    BrokerKey("leader.imbalance.check.interval.seconds", LONG, "leader_imbalance_check_interval_seconds",
+              doc="How often the controller checks the leader imbalance."),
     BrokerKey(THROTTLE_KEY, LONG, "replica_alter_log_dirs_io_max_bytes_per_second", dynamic=True,
               default=LONG_MAX,
               doc="Bytes per second that all replica moves between this broker's log dirs may copy together "

@@ -14,6 +14,7 @@ from kjbod.protocol.generated import (
     BrokerRegistrationResponse,
     CreateTopicsResponse,
     DeleteTopicsResponse,
+    ElectLeadersResponse,
     IncrementalAlterConfigsResponse,
     UnregisterBrokerResponse,
 )
@@ -38,6 +39,8 @@ def error_response(api_key: int, request: Any, code: int, message: str) -> Any:
         return AlterConfigsResponse(responses=[AlterResp(error_code=code, error_message=message,
                                                          resource_type=r.resource_type, resource_name=r.resource_name)
                                                for r in request.resources])
+    if api_key == 43:
+        return ElectLeadersResponse(error_code=code)
     if api_key == 44:
         return IncrementalAlterConfigsResponse(responses=[
             IncrementalResp(error_code=code, error_message=message, resource_type=r.resource_type,

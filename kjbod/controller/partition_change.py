@@ -24,8 +24,6 @@ from uuid import UUID
 
 from kjbod.metadata import (
     BROKER_RESOURCE,
-    DIR_LOST,
-    DIR_MIGRATING,
     DIR_UNASSIGNED,
     NO_LEADER,
     RECOVERING,
@@ -41,13 +39,7 @@ UNCLEAN_KEY = "unclean.leader.election.enable"
 
 def has_online_dir(image: MetadataImage, broker_id: int, dir_id: UUID | None) -> bool:
     reg = image.brokers.get(broker_id)
-    if reg is None:
-        return False
-    if not reg.log_dirs or dir_id is None or dir_id in (DIR_UNASSIGNED, DIR_MIGRATING):
-        return True
-    if dir_id == DIR_LOST:
-        return False
-    return dir_id in reg.log_dirs
+    return reg is not None and reg.has_online_dir(dir_id)
 
 
 def unclean_enabled(image: MetadataImage, topic: TopicImage | None, default: bool = False) -> bool:

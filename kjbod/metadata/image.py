@@ -97,6 +97,14 @@ class BrokerRegistration:
         """Kafka's `isActive`: registered, unfenced and not shutting down: may lead partitions."""
         return not self.fenced and not self.in_controlled_shutdown
 
+    def has_online_dir(self, dir_id: UUID | None) -> bool:
+        """Whether a replica the metadata places in `dir_id` is on a dir this broker has online (Kafka's
+        DirectoryId.isOnline): a dir not yet known (UNASSIGNED, MIGRATING, a broker without dirs) counts as
+        online, LOST never does."""
+        if not self.log_dirs or dir_id is None or dir_id in (DIR_UNASSIGNED, DIR_MIGRATING):
+            return True
+        return dir_id != DIR_LOST and dir_id in self.log_dirs
+
     def endpoint(self, listener_name: str) -> Endpoint | None:
         for e in self.listeners:
             if e.name == listener_name:

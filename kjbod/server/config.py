@@ -236,6 +236,11 @@ KEYS: dict[str, KeyDef] = {
         KeyDef("default.replication.factor", _int(1, 32767), 1),
         KeyDef("auto.create.topics.enable", _bool, True),
         KeyDef("delete.topic.enable", _bool, True),
+        KeyDef("unclean.leader.election.enable", _bool, False,
+               "elect a replica outside the ISR when no ISR member can lead (topics may override it)"),
+        KeyDef("auto.leader.rebalance.enable", _bool, True),
+        KeyDef("leader.imbalance.per.broker.percentage", _int(0), 10),
+        KeyDef("leader.imbalance.check.interval.seconds", _long(1), 300),
         KeyDef("log.segment.bytes", _int(14), 1 << 30),
         KeyDef("log.roll.ms", _long(1), None),
         KeyDef("log.roll.hours", _int(1), 168, into="log_roll_ms"),
@@ -386,6 +391,10 @@ class ServerConfig:
     log_dir_stall_timeout_ms: int = 30_000
     log_dir_slow_threshold_ms: int = 1_000
     delete_topic_enable: bool = True
+    unclean_leader_election_enable: bool = False
+    auto_leader_rebalance_enable: bool = True
+    leader_imbalance_per_broker_percentage: int = 10
+    leader_imbalance_check_interval_seconds: int = 300
     log_cleanup_policy: str = "delete"
     log_message_timestamp_type: str = "CreateTime"
     metadata_log_max_record_bytes_between_snapshots: int = 20 * 1024 * 1024
@@ -728,6 +737,10 @@ def build_config(
         log_dir_slow_threshold_ms=get("log.dir.slow.threshold.ms"),
         log_initial_task_delay_ms=get("log.initial.task.delay.ms"),
         delete_topic_enable=get("delete.topic.enable"),
+        unclean_leader_election_enable=get("unclean.leader.election.enable"),
+        auto_leader_rebalance_enable=get("auto.leader.rebalance.enable"),
+        leader_imbalance_per_broker_percentage=get("leader.imbalance.per.broker.percentage"),
+        leader_imbalance_check_interval_seconds=get("leader.imbalance.check.interval.seconds"),
         log_cleanup_policy=get("log.cleanup.policy"),
         log_message_timestamp_type=get("log.message.timestamp.type"),
         broker_rack=get("broker.rack"),

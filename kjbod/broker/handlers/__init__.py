@@ -14,6 +14,7 @@ from kjbod.broker.handlers import (  # noqa: F401
     describe_cluster,
     describe_configs,
     describe_log_dirs,
+    elect_leaders,
     fetch,
     fetch_snapshot,
     find_coordinator,

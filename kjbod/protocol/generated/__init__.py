@@ -32,6 +32,8 @@ from .describe_configs_request import DescribeConfigsRequest
 from .describe_configs_response import DescribeConfigsResponse
 from .describe_log_dirs_request import DescribeLogDirsRequest
 from .describe_log_dirs_response import DescribeLogDirsResponse
+from .elect_leaders_request import ElectLeadersRequest
+from .elect_leaders_response import ElectLeadersResponse
 from .feature_level_record import FeatureLevelRecord
 from .fence_broker_record import FenceBrokerRecord
 from .fetch_request import FetchRequest
@@ -103,6 +105,8 @@ __all__ = [
     'DescribeConfigsResponse',
     'DescribeLogDirsRequest',
     'DescribeLogDirsResponse',
+    'ElectLeadersRequest',
+    'ElectLeadersResponse',
     'FeatureLevelRecord',
     'FenceBrokerRecord',
     'FetchRequest',

@@ -36,6 +36,8 @@ from .describe_configs_request import DescribeConfigsRequest
 from .describe_configs_response import DescribeConfigsResponse
 from .describe_log_dirs_request import DescribeLogDirsRequest
 from .describe_log_dirs_response import DescribeLogDirsResponse
+from .elect_leaders_request import ElectLeadersRequest
+from .elect_leaders_response import ElectLeadersResponse
 from .feature_level_record import FeatureLevelRecord
 from .fence_broker_record import FenceBrokerRecord
 from .fetch_request import FetchRequest
@@ -104,6 +106,7 @@ APIS: dict[int, ApiInfo] = {
     34: ApiInfo(34, 'AlterReplicaLogDirs', AlterReplicaLogDirsRequest, AlterReplicaLogDirsResponse, 1, 2, 2, frozenset(['broker'])),
     35: ApiInfo(35, 'DescribeLogDirs', DescribeLogDirsRequest, DescribeLogDirsResponse, 1, 4, 2, frozenset(['broker'])),
     36: ApiInfo(36, 'SaslAuthenticate', SaslAuthenticateRequest, SaslAuthenticateResponse, 0, 2, 2, frozenset(['broker', 'controller'])),
+    43: ApiInfo(43, 'ElectLeaders', ElectLeadersRequest, ElectLeadersResponse, 0, 2, 2, frozenset(['broker', 'controller'])),
     44: ApiInfo(44, 'IncrementalAlterConfigs', IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse, 0, 1, 1, frozenset(['broker', 'controller'])),
     45: ApiInfo(45, 'AlterPartitionReassignments', AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse, 0, 1, 0, frozenset(['broker', 'controller'])),
     46: ApiInfo(46, 'ListPartitionReassignments', ListPartitionReassignmentsRequest, ListPartitionReassignmentsResponse, 0, 0, 0, frozenset(['broker', 'controller'])),
