@@ -30,6 +30,7 @@ from kjbod.controller import (
     directories,
     elections,
     producer_ids,
+    reassignment,
     replication_control,
 )
 from kjbod.controller.errors import error_response
@@ -42,6 +43,7 @@ from kjbod.protocol.generated import (
     AllocateProducerIdsRequest,
     AlterConfigsRequest,
     AlterConfigsResponse,
+    AlterPartitionReassignmentsRequest,
     AlterPartitionRequest,
     AssignReplicasToDirsRequest,
     BrokerHeartbeatRequest,
@@ -51,6 +53,7 @@ from kjbod.protocol.generated import (
     ElectLeadersRequest,
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
+    ListPartitionReassignmentsRequest,
     UnregisterBrokerRequest,
 )
 from kjbod.protocol.generated.alter_configs_response import AlterConfigsResourceResponse as AlterResp
@@ -112,6 +115,8 @@ class QuorumController:
             _key(AssignReplicasToDirsRequest): self._assign_replicas_to_dirs,
             _key(AlterPartitionRequest): self._alter_partition,
             _key(ElectLeadersRequest): self._elect_leaders,
+            _key(AlterPartitionReassignmentsRequest): self._alter_partition_reassignments,
+            _key(ListPartitionReassignmentsRequest): self._list_partition_reassignments,
         }
 
     # ------------------------------------------------------------------------------------------ lifecycle
@@ -343,6 +348,12 @@ class QuorumController:
 
     def _elect_leaders(self, version: int, req: ElectLeadersRequest) -> Operation:
         return lambda image, _o: elections.elect_leaders(image, req, version)
+
+    def _alter_partition_reassignments(self, version: int, req: AlterPartitionReassignmentsRequest) -> Operation:
+        return lambda image, _o: reassignment.alter_partition_reassignments(image, req, version, self.settings)
+
+    def _list_partition_reassignments(self, version: int, req: ListPartitionReassignmentsRequest) -> Operation:
+        return lambda image, _o: reassignment.list_partition_reassignments(image, req)
 
     async def assign_directories(self, broker_id: int, assignments: list[Any]) -> None:
         """Records where `broker_id` placed its replicas: [(topic id, partition, dir id)]."""

@@ -61,7 +61,9 @@ def replay_partition(old: PartitionImage, rec: PartitionChangeRecord) -> Partiti
         partition=old.partition, replicas=replicas, isr=old.isr if rec.isr is None else tuple(rec.isr),
         leader=leader, leader_epoch=leader_epoch, partition_epoch=old.partition_epoch + 1, directories=directories,
         leader_recovery_state=old.leader_recovery_state if rec.leader_recovery_state == -1
-        else rec.leader_recovery_state)
+        else rec.leader_recovery_state,
+        adding=old.adding if rec.adding_replicas is None else tuple(rec.adding_replicas),
+        removing=old.removing if rec.removing_replicas is None else tuple(rec.removing_replicas))
 
 
 @dataclass(slots=True)
@@ -151,7 +153,8 @@ class MetadataDelta:
         work.partitions[rec.partition_id] = PartitionImage(
             partition=rec.partition_id, replicas=tuple(rec.replicas), isr=tuple(rec.isr), leader=rec.leader,
             leader_epoch=max(rec.leader_epoch, 0), partition_epoch=max(rec.partition_epoch, 0),
-            directories=tuple(rec.directories), leader_recovery_state=rec.leader_recovery_state)
+            directories=tuple(rec.directories), leader_recovery_state=rec.leader_recovery_state,
+            adding=tuple(rec.adding_replicas), removing=tuple(rec.removing_replicas))
 
     def _partition_change_record(self, rec: PartitionChangeRecord) -> None:
         work = self._writable_topic(rec.topic_id)
