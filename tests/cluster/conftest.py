@@ -4,6 +4,7 @@ tests and stopped with `kjbod cluster down`.  Short heartbeat and session timeou
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -97,11 +98,11 @@ class Cluster:
         return (self.homes[name] / "server.log").read_text(errors="replace")
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    root = tmp_path_factory.mktemp("cluster")
-    command = [*COMMAND, "cluster", "up", "--detach", "--brokers", "3", "--log-dirs", "3", "--dir", str(root),
-               "--set", f"broker.heartbeat.interval.ms={HEARTBEAT_MS}",
+@contextlib.contextmanager
+def running_cluster(root: Path, *, brokers: int = 3, log_dirs: int = 3) -> Iterator[Cluster]:
+    """`kjbod cluster up --detach` in `root` (a controller and `brokers` brokers), stopped on exit."""
+    command = [*COMMAND, "cluster", "up", "--detach", "--brokers", str(brokers), "--log-dirs", str(log_dirs),
+               "--dir", str(root), "--set", f"broker.heartbeat.interval.ms={HEARTBEAT_MS}",
                "--set", f"broker.session.timeout.ms={SESSION_MS}"]
     cluster = Cluster(root, "")
     try:
@@ -113,3 +114,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         subprocess.run([*COMMAND, "cluster", "down", "--dir", str(root)], capture_output=True, timeout=300)
         for process in cluster.processes.values():
             process.wait(WAIT_S)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    with running_cluster(tmp_path_factory.mktemp("cluster")) as running:
+        yield running
