@@ -19,6 +19,18 @@ NO_REASSIGNMENT_IN_PROGRESS (cancelling where none runs), INVALID_REPLICATION_FA
 AllowReplicationFactorChange false and a target whose length differs from the replica set the partition is
 headed for), INVALID_REPLICA_ASSIGNMENT (an empty list, an unregistered broker, a broker twice).  Listing leaves
 out unknown topics and partitions and those not being reassigned, without an error.
+
+KIP-435 batching (kjbod.controller.reassignment_steps), when any of `reassignment.parallel.replica.count`,
+`reassignment.parallel.partition.count` or `reassignment.parallel.leader.movements` is set on the default broker
+resource: an accepted target becomes the partition's plan (its final target, kept by the controller) and the
+partition moves there in steps, each an ordinary reassignment as above that starts with a preferred election
+(so a step that put the new preferred leader in front hands it leadership once it is in sync).  `advance` runs
+after every commit: it drops finished plans and starts the next steps the limits allow, read afresh each time,
+so a changed limit applies from the next step on.  Cancelling a planned partition drops its plan and reverts the
+step in progress, if any.  Listing shows planned partitions too: Replicas now, Adding and Removing towards the
+final target, and (asked for with the IncludeBatches extension) the current step's start and target.  The plans
+live in the controller's memory: after a controller restart a step in progress completes and the partition
+stays there.
 """
 
 from __future__ import annotations
@@ -26,10 +38,11 @@ from __future__ import annotations
 from typing import Any
 from uuid import UUID
 
-from kjbod.controller.partition_change import ONLINE, UNCLEAN, change, unclean_enabled
+from kjbod.controller.partition_change import ONLINE, PREFERRED, UNCLEAN, change, partitions, unclean_enabled
+from kjbod.controller.reassignment_steps import Limits, moves_leader, next_step, pick
 from kjbod.controller.replication_control import assignment_problem
 from kjbod.controller.result import ControllerResult, ControllerSettings
-from kjbod.metadata import MetadataImage, PartitionImage, TopicImage
+from kjbod.metadata import BROKER_RESOURCE, MetadataImage, PartitionImage, TopicImage
 from kjbod.metadata.delta import replay_partition
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import (
@@ -43,6 +56,9 @@ from kjbod.protocol.generated import alter_partition_reassignments_response as a
 from kjbod.protocol.generated import list_partition_reassignments_response as list_out
 
 NO_REASSIGNMENT_MESSAGE = "No partition reassignment is in progress."
+MIN_ISR_KEY = "min.insync.replicas"
+
+Plans = dict[tuple[UUID, int], list[int]]  # (topic id, partition) -> final target, for batched reassignments
 
 
 class ReassignmentError(Exception):
@@ -69,16 +85,27 @@ def heading_for(p: PartitionImage) -> int:
 def start(image: MetadataImage, topic: TopicImage, p: PartitionImage, target: list[int], *,
           allow_rf_change: bool = True, target_dirs: dict[int, UUID] | None = None) -> PartitionChangeRecord | None:
     """The record starting (or overriding) a reassignment of `p` to `target`; raises ReassignmentError."""
-    if not allow_rf_change and heading_for(p) != len(target):
+    check_target(image, p, target, allow_rf_change=allow_rf_change)
+    return step_change(image, topic, p, target, target_dirs=target_dirs)
+
+
+def check_target(image: MetadataImage, p: PartitionImage, target: list[int], *, allow_rf_change: bool = True,
+                 heading: int | None = None) -> None:
+    heading = heading_for(p) if heading is None else heading
+    if not allow_rf_change and heading != len(target):
         raise ReassignmentError(ErrorCode.INVALID_REPLICATION_FACTOR,
-                                f"The replication factor is changed from {heading_for(p)} to {len(target)}")
+                                f"The replication factor is changed from {heading} to {len(target)}")
     problem = assignment_problem(image, target)
     if problem is not None:
         raise ReassignmentError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, problem)
+
+
+def step_change(image: MetadataImage, topic: TopicImage, p: PartitionImage, target: list[int], *,
+                target_dirs: dict[int, UUID] | None = None, election: str = ONLINE) -> PartitionChangeRecord | None:
     replicas, adding, removing = reassignment_replicas(p.replicas, target)
     # As Kafka's builder: an empty adding or removing set leaves the partition's own in place.
-    return change(image, topic.topic_id, p, target_replicas=replicas,
-                  target_adding=adding or None, target_removing=removing or None, target_dirs=target_dirs)
+    return change(image, topic.topic_id, p, target_replicas=replicas, target_adding=adding or None,
+                  target_removing=removing or None, target_dirs=target_dirs, election=election)
 
 
 def cancel(image: MetadataImage, topic: TopicImage, p: PartitionImage,
@@ -99,11 +126,53 @@ def cancel(image: MetadataImage, topic: TopicImage, p: PartitionImage,
                   target_removing=[], election=UNCLEAN if unclean else ONLINE)
 
 
+def limits(image: MetadataImage) -> Limits:
+    return Limits.from_configs(image.resource_configs(BROKER_RESOURCE, ""))
+
+
+def min_isr(image: MetadataImage, topic: TopicImage) -> int:
+    """The topic's min.insync.replicas as the controller knows it: its override, else the cluster-wide dynamic
+    default, else 1 (a broker's static value is not in the metadata)."""
+    raw = topic.configs.get(MIN_ISR_KEY) or image.resource_configs(BROKER_RESOURCE, "").get(MIN_ISR_KEY) or "1"
+    try:
+        return max(1, int(raw))
+    except ValueError:
+        return 1
+
+
+def _one(image: MetadataImage, topic: TopicImage | None, name: str, wanted: Any, changed: dict[tuple[str, int],
+         PartitionImage], settings: ControllerSettings, allow: bool, plans: Plans | None, batching: bool,
+         dirs_of: Any) -> PartitionChangeRecord | None:
+    if topic is None:
+        raise ReassignmentError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Unable to find a topic named {name}.")
+    p = changed.get((name, wanted.partition_index)) or topic.partitions.get(wanted.partition_index)
+    if p is None:
+        raise ReassignmentError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                f"Unable to find partition {name}:{wanted.partition_index}.")
+    key = (topic.topic_id, p.partition)
+    planned = plans is not None and key in plans
+    if wanted.replicas is None:
+        if planned and plans is not None:
+            del plans[key]
+            if not p.reassigning:
+                return None
+        return cancel(image, topic, p, settings)
+    target = list(wanted.replicas)
+    if batching and plans is not None:
+        check_target(image, p, target, allow_rf_change=allow, heading=len(plans[key]) if planned else None)
+        plans[key] = target
+        return None
+    dirs = dirs_of(name, wanted.partition_index) if dirs_of is not None else None
+    return start(image, topic, p, target, allow_rf_change=allow, target_dirs=dirs)
+
+
 def alter_partition_reassignments(image: MetadataImage, req: AlterPartitionReassignmentsRequest, version: int,
-                                  settings: ControllerSettings,
+                                  settings: ControllerSettings, plans: Plans | None = None,
                                   dirs_of: Any = None) -> ControllerResult:
-    """`dirs_of(topic, partition)`, when given, names target log dirs for some replicas ({broker: dir id})."""
+    """`plans`: the controller's batched reassignments, changed in place (batching when the limits say so).
+    `dirs_of(topic, partition)`, when given, names target log dirs for some replicas ({broker: dir id})."""
     allow = req.allow_replication_factor_change if version >= 1 else True
+    batching = plans is not None and limits(image).batching
     records: list[Any] = []
     changed: dict[tuple[str, int], PartitionImage] = {}  # a partition named twice sees the first change
     response = AlterPartitionReassignmentsResponse(allow_replication_factor_change=allow, error_message=None)
@@ -115,29 +184,66 @@ def alter_partition_reassignments(image: MetadataImage, req: AlterPartitionReass
             code: int = ErrorCode.NONE
             message: str | None = None
             try:
-                if topic is None:
-                    raise ReassignmentError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                                            f"Unable to find a topic named {t.name}.")
-                p = changed.get((t.name, wanted.partition_index)) or topic.partitions.get(wanted.partition_index)
-                if p is None:
-                    raise ReassignmentError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                                            f"Unable to find partition {t.name}:{wanted.partition_index}.")
-                if wanted.replicas is None:
-                    rec = cancel(image, topic, p, settings)
-                else:
-                    dirs = dirs_of(t.name, wanted.partition_index) if dirs_of is not None else None
-                    rec = start(image, topic, p, list(wanted.replicas), allow_rf_change=allow, target_dirs=dirs)
-                if rec is not None:
+                rec = _one(image, topic, t.name, wanted, changed, settings, allow, plans, batching, dirs_of)
+                if rec is not None and topic is not None:
                     records.append(rec)
+                    p = changed.get((t.name, wanted.partition_index)) or topic.partitions[wanted.partition_index]
                     changed[(t.name, p.partition)] = replay_partition(p, rec)
             except ReassignmentError as e:
                 code, message = e.code, e.message
             result.partitions.append(alter_out.ReassignablePartitionResponse(
                 partition_index=wanted.partition_index, error_code=code, error_message=message))
+    if batching and plans is not None:
+        records += advance(image, plans, skip={(image.topics_by_name[n].topic_id, i) for n, i in changed})
     return ControllerResult(records, response)
 
 
-def list_partition_reassignments(image: MetadataImage, req: ListPartitionReassignmentsRequest) -> ControllerResult:
+def advance(image: MetadataImage, plans: Plans, *, skip: frozenset[tuple[UUID, int]] | set[tuple[UUID, int]] = frozenset()) -> list[Any]:
+    """Drops the plans that are done (or whose partition is gone) and starts the next steps the limits allow:
+    one PartitionChangeRecord per partition starting a step.  `skip`: partitions changed by records not yet
+    in `image` (they wait for the next round)."""
+    lim = limits(image)
+    stepping = moving = 0
+    for _topic, busy in partitions(image):
+        if busy.reassigning:
+            stepping += 1
+            moving += moves_leader([r for r in busy.replicas if r not in busy.removing], busy.leader)
+    waiting: list[tuple[tuple[TopicImage, PartitionImage, list[int]], bool]] = []
+    for key, final in list(plans.items()):
+        topic = image.topic_by_id(key[0])
+        p = topic.partitions.get(key[1]) if topic is not None else None
+        if topic is None or p is None or (not p.reassigning and list(p.replicas) == final):
+            del plans[key]
+            continue
+        if p.reassigning or key in skip:
+            continue
+        step = next_step(p.replicas, final, isr=p.isr, min_isr=min_isr(image, topic), replica_count=lim.replicas)
+        waiting.append(((topic, p, step), moves_leader(step, p.leader)))
+    records: list[Any] = []
+    for topic, p, step in pick(waiting, stepping=stepping, moving_leaders=moving, limits=lim):
+        rec = step_change(image, topic, p, step, election=PREFERRED)
+        if rec is not None:
+            records.append(rec)
+    return records
+
+
+def _ongoing(p: PartitionImage, final: list[int] | None, batches: bool) -> list_out.OngoingPartitionReassignment:
+    settled = [r for r in p.replicas if r not in p.adding]
+    if final is None:
+        adding, removing = list(p.adding), list(p.removing)
+    else:
+        adding, removing = sorted(set(final) - set(settled)), sorted(set(settled) - set(final))
+    out = list_out.OngoingPartitionReassignment(partition_index=p.partition, replicas=list(p.replicas),
+                                                adding_replicas=adding, removing_replicas=removing)
+    if batches:
+        out.batch_current_replicas = settled
+        out.batch_target_replicas = [r for r in p.replicas if r not in p.removing] if p.reassigning else []
+    return out
+
+
+def list_partition_reassignments(image: MetadataImage, req: ListPartitionReassignmentsRequest,
+                                 plans: Plans | None = None) -> ControllerResult:
+    plans = plans or {}
     response = ListPartitionReassignmentsResponse(error_message=None)
     if req.topics is None:
         wanted = [(name, sorted(t.partitions)) for name, t in sorted(image.topics_by_name.items())]
@@ -147,10 +253,9 @@ def list_partition_reassignments(image: MetadataImage, req: ListPartitionReassig
         topic = image.topic(name)
         if topic is None:
             continue
-        ongoing = [list_out.OngoingPartitionReassignment(
-            partition_index=i, replicas=list(p.replicas), adding_replicas=list(p.adding),
-            removing_replicas=list(p.removing))
-            for i in indexes if (p := topic.partitions.get(i)) is not None and p.reassigning]
+        ongoing = [_ongoing(p, plans.get((topic.topic_id, i)), req.include_batches)
+                   for i in indexes if (p := topic.partitions.get(i)) is not None
+                   and (p.reassigning or (topic.topic_id, i) in plans)]
         if ongoing:
             response.topics.append(list_out.OngoingTopicReassignment(name=name, partitions=ongoing))
     return ControllerResult([], response)

@@ -24,15 +24,16 @@ from kjbod.protocol.generated.list_partition_reassignments_request import ListPa
 from tests.controller.test_replication import alter, cluster, part, topic_with, two_dir_broker, write
 
 
-def reassign(ctx, wanted, *, version=1, allow=True):
-    """`wanted`: {(topic, partition): target replicas or None to cancel}."""
+def reassign(ctx, wanted, *, version=1, allow=True, plans=None):
+    """`wanted`: {(topic, partition): target replicas or None to cancel}; `plans`: the controller's batched
+    reassignments."""
     by_topic: dict[str, list] = {}
     for (name, index), replicas in wanted.items():
         by_topic.setdefault(name, []).append(ReassignablePartition(partition_index=index, replicas=replicas))
     req = AlterPartitionReassignmentsRequest(
         allow_replication_factor_change=allow,
         topics=[ReassignableTopic(name=n, partitions=ps) for n, ps in by_topic.items()])
-    return ctx.commit(reassignment.alter_partition_reassignments(ctx.image, req, version, ctx.settings))
+    return ctx.commit(reassignment.alter_partition_reassignments(ctx.image, req, version, ctx.settings, plans))
 
 
 def answers(resp):
