@@ -35,6 +35,7 @@ stays there.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
@@ -54,11 +55,22 @@ from kjbod.protocol.generated import (
 )
 from kjbod.protocol.generated import alter_partition_reassignments_response as alter_out
 from kjbod.protocol.generated import list_partition_reassignments_response as list_out
+from kjbod.protocol.runtime import ZERO_UUID
 
 NO_REASSIGNMENT_MESSAGE = "No partition reassignment is in progress."
 MIN_ISR_KEY = "min.insync.replicas"
 
-Plans = dict[tuple[UUID, int], list[int]]  # (topic id, partition) -> final target, for batched reassignments
+
+
+@dataclass(slots=True)
+class Plan:
+    """A batched reassignment: the final target, and the log dirs named for some of its replicas."""
+
+    target: list[int]
+    dirs: dict[int, UUID] = field(default_factory=dict)
+
+
+Plans = dict[tuple[UUID, int], Plan]  # (topic id, partition) -> its plan, for batched reassignments
 
 
 class ReassignmentError(Exception):
@@ -80,13 +92,6 @@ def heading_for(p: PartitionImage) -> int:
     if not p.reassigning:
         return len(p.replicas)
     return len((set(p.replicas) | set(p.adding)) - set(p.removing))
-
-
-def start(image: MetadataImage, topic: TopicImage, p: PartitionImage, target: list[int], *,
-          allow_rf_change: bool = True, target_dirs: dict[int, UUID] | None = None) -> PartitionChangeRecord | None:
-    """The record starting (or overriding) a reassignment of `p` to `target`; raises ReassignmentError."""
-    check_target(image, p, target, allow_rf_change=allow_rf_change)
-    return step_change(image, topic, p, target, target_dirs=target_dirs)
 
 
 def check_target(image: MetadataImage, p: PartitionImage, target: list[int], *, allow_rf_change: bool = True,
@@ -140,9 +145,32 @@ def min_isr(image: MetadataImage, topic: TopicImage) -> int:
         return 1
 
 
+def target_dirs(image: MetadataImage, p: PartitionImage, target: list[int], dirs: list[UUID]) -> dict[int, UUID]:
+    """{broker: dir id} from the TargetDirectories extension, for the replicas new to the partition (a replica it
+    already has stays where it is: moving it between dirs is AlterReplicaLogDirs' job); raises ReassignmentError
+    for a list of the wrong length (INVALID_REQUEST) or a dir that is not an online dir of its broker
+    (LOG_DIR_NOT_FOUND)."""
+    if not dirs:
+        return {}
+    if len(dirs) != len(target):
+        raise ReassignmentError(ErrorCode.INVALID_REQUEST, f"TargetDirectories has {len(dirs)} entries for "
+                                f"{len(target)} replicas")
+    out = {}
+    for broker_id, dir_id in zip(target, dirs, strict=True):
+        if dir_id == ZERO_UUID:
+            continue
+        reg = image.brokers.get(broker_id)
+        if reg is None or dir_id not in reg.log_dirs:
+            raise ReassignmentError(ErrorCode.LOG_DIR_NOT_FOUND,
+                                    f"log dir {dir_id} is not an online log dir of broker {broker_id}")
+        if broker_id not in p.replicas or broker_id in p.adding:
+            out[broker_id] = dir_id
+    return out
+
+
 def _one(image: MetadataImage, topic: TopicImage | None, name: str, wanted: Any, changed: dict[tuple[str, int],
-         PartitionImage], settings: ControllerSettings, allow: bool, plans: Plans | None, batching: bool,
-         dirs_of: Any) -> PartitionChangeRecord | None:
+         PartitionImage], settings: ControllerSettings, allow: bool, plans: Plans | None,
+         batching: bool) -> PartitionChangeRecord | None:
     if topic is None:
         raise ReassignmentError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Unable to find a topic named {name}.")
     p = changed.get((name, wanted.partition_index)) or topic.partitions.get(wanted.partition_index)
@@ -159,18 +187,16 @@ def _one(image: MetadataImage, topic: TopicImage | None, name: str, wanted: Any,
         return cancel(image, topic, p, settings)
     target = list(wanted.replicas)
     if batching and plans is not None:
-        check_target(image, p, target, allow_rf_change=allow, heading=len(plans[key]) if planned else None)
-        plans[key] = target
+        check_target(image, p, target, allow_rf_change=allow, heading=len(plans[key].target) if planned else None)
+        plans[key] = Plan(target, target_dirs(image, p, target, wanted.target_directories))
         return None
-    dirs = dirs_of(name, wanted.partition_index) if dirs_of is not None else None
-    return start(image, topic, p, target, allow_rf_change=allow, target_dirs=dirs)
+    check_target(image, p, target, allow_rf_change=allow)
+    return step_change(image, topic, p, target, target_dirs=target_dirs(image, p, target, wanted.target_directories))
 
 
 def alter_partition_reassignments(image: MetadataImage, req: AlterPartitionReassignmentsRequest, version: int,
-                                  settings: ControllerSettings, plans: Plans | None = None,
-                                  dirs_of: Any = None) -> ControllerResult:
-    """`plans`: the controller's batched reassignments, changed in place (batching when the limits say so).
-    `dirs_of(topic, partition)`, when given, names target log dirs for some replicas ({broker: dir id})."""
+                                  settings: ControllerSettings, plans: Plans | None = None) -> ControllerResult:
+    """`plans`: the controller's batched reassignments, changed in place (batching when the limits say so)."""
     allow = req.allow_replication_factor_change if version >= 1 else True
     batching = plans is not None and limits(image).batching
     records: list[Any] = []
@@ -184,7 +210,7 @@ def alter_partition_reassignments(image: MetadataImage, req: AlterPartitionReass
             code: int = ErrorCode.NONE
             message: str | None = None
             try:
-                rec = _one(image, topic, t.name, wanted, changed, settings, allow, plans, batching, dirs_of)
+                rec = _one(image, topic, t.name, wanted, changed, settings, allow, plans, batching)
                 if rec is not None and topic is not None:
                     records.append(rec)
                     p = changed.get((t.name, wanted.partition_index)) or topic.partitions[wanted.partition_index]
@@ -209,7 +235,8 @@ def advance(image: MetadataImage, plans: Plans, *, skip: frozenset[tuple[UUID, i
             stepping += 1
             moving += moves_leader([r for r in busy.replicas if r not in busy.removing], busy.leader)
     waiting: list[tuple[tuple[TopicImage, PartitionImage, list[int]], bool]] = []
-    for key, final in list(plans.items()):
+    for key, plan in list(plans.items()):
+        final = plan.target
         topic = image.topic_by_id(key[0])
         p = topic.partitions.get(key[1]) if topic is not None else None
         if topic is None or p is None or (not p.reassigning and list(p.replicas) == final):
@@ -221,7 +248,9 @@ def advance(image: MetadataImage, plans: Plans, *, skip: frozenset[tuple[UUID, i
         waiting.append(((topic, p, step), moves_leader(step, p.leader)))
     records: list[Any] = []
     for topic, p, step in pick(waiting, stepping=stepping, moving_leaders=moving, limits=lim):
-        rec = step_change(image, topic, p, step, election=PREFERRED)
+        dirs = plans[(topic.topic_id, p.partition)].dirs
+        rec = step_change(image, topic, p, step, election=PREFERRED,
+                          target_dirs={r: d for r, d in dirs.items() if r in step and r not in p.replicas})
         if rec is not None:
             records.append(rec)
     return records
@@ -253,7 +282,8 @@ def list_partition_reassignments(image: MetadataImage, req: ListPartitionReassig
         topic = image.topic(name)
         if topic is None:
             continue
-        ongoing = [_ongoing(p, plans.get((topic.topic_id, i)), req.include_batches)
+        ongoing = [_ongoing(p, plan.target if (plan := plans.get((topic.topic_id, i))) else None,
+                            req.include_batches)
                    for i in indexes if (p := topic.partitions.get(i)) is not None
                    and (p.reassigning or (topic.topic_id, i) in plans)]
         if ongoing:

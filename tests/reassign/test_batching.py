@@ -185,3 +185,21 @@ def test_the_limits_are_dynamic_broker_configs_of_positive_integers():
             plan_broker_changes(dynamic, "", [(key, 0, "0")], replace=False)
         with pytest.raises(ConfigProblem, match=key):
             plan_broker_changes(dynamic, "", [(key, 0, "many")], replace=False)
+
+
+def test_named_dirs_hold_through_every_step():
+    from tests.controller.test_replication import two_dir_broker
+    from tests.reassign.test_reassignment import reassign_into
+
+    ctx = cluster(2)
+    dirs3, dirs4 = two_dir_broker(ctx, 3), two_dir_broker(ctx, 4)
+    topic_with(ctx, "t", [1, 2])
+    set_limits(ctx, replicas=1)
+    plans: reassignment.Plans = {}
+    assert reassign_into(ctx, "t", [3, 4], [dirs3[1], dirs4[1]], plans).responses[0].partitions[0].error_code == 0
+    settle(ctx, plans)
+    assert part(ctx, "t").directory_of(3) == dirs3[1] and 4 not in part(ctx, "t").replicas
+    while plans:
+        catch_up(ctx, plans, "t", 0)
+    p = part(ctx, "t")
+    assert list(p.replicas) == [3, 4] and (p.directory_of(3), p.directory_of(4)) == (dirs3[1], dirs4[1])

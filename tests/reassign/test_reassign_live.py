@@ -2,7 +2,9 @@
 brokers), driven by kafka-python's admin client as an operator's tool would: every partition of a replication
 factor 2 topic moves from brokers (1, 2) to (3, 4) while an acks=all producer runs, and nothing it was told is
 written goes missing or comes twice; the old brokers delete their replicas.  Then a reassignment that cannot
-finish (its new replica's broker is stopped) is listed as in progress and cancelled, and reverts."""
+finish (its new replica's broker is stopped) is listed as in progress and cancelled, and reverts.  And moves
+into named log dirs (kjbod's TargetDirectories extension, through kjbod's admin client): each new replica is
+created in its dir from the start, with no AlterReplicaLogDirs; a dir the broker does not have is refused."""
 
 from __future__ import annotations
 
@@ -10,13 +12,16 @@ import contextlib
 import os
 import signal
 import threading
+import uuid
 import warnings
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from kjbod.admin import SyncAdminClient
 from tests.cluster.conftest import Cluster, running_cluster, wait_for
+from tests.live import kafka_uuid, read_meta_properties
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)  # kafka-python's import uses a deprecated importlib API
@@ -31,7 +36,7 @@ PARTITIONS = 6
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    with running_cluster(tmp_path_factory.mktemp("reassign"), brokers=4, log_dirs=1) as running:
+    with running_cluster(tmp_path_factory.mktemp("reassign"), brokers=4, log_dirs=2) as running:
         yield running
 
 
@@ -56,16 +61,19 @@ def described(cluster: Cluster, topic: str) -> dict[int, tuple[list[int], list[i
     return {p["partition_index"]: (p["replica_nodes"], sorted(p["isr_nodes"]), p["leader_id"]) for p in t["partitions"]}
 
 
+def log_dirs(cluster: Cluster, broker_id: int) -> list[str]:
+    home = cluster.homes[f"broker-{broker_id}"]
+    return [d if os.path.isabs(d) else str(home / d)
+            for d in cluster.properties(f"broker-{broker_id}")["log.dirs"].split(",")]
+
+
 def replica_dirs(cluster: Cluster, broker_id: int, topic: str) -> set[str]:
     """The partition directories of `topic` in the broker's log dirs."""
-    home = cluster.homes[f"broker-{broker_id}"]
-    dirs = cluster.properties(f"broker-{broker_id}")["log.dirs"].split(",")
     out = set()
-    for d in dirs:
-        path = d if os.path.isabs(d) else str(home / d)
+    for path in log_dirs(cluster, broker_id):
         if os.path.isdir(path):
             out |= {name for name in os.listdir(path) if name.startswith(f"{topic}-") and "-delete" not in name
-                    and "-future" not in name}
+                    and "-future" not in name and "-stray" not in name}
     return out
 
 
@@ -173,3 +181,25 @@ def test_moving_every_partition_while_producing_loses_nothing_and_a_cancel_rever
         os.kill(pid, signal.SIGCONT)
     wait_for(lambda: (d := described(cluster, TOPIC)) and d[0][0] == before[0][0] and d[0][1] == before[0][1],
              "partition 0 is back on its replicas")
+
+
+def test_a_reassignment_with_named_dirs_puts_each_new_replica_in_its_dir(cluster: Cluster) -> None:
+    with admin_client(cluster) as admin:
+        admin.create_topics([NewTopic("named", replica_assignments={0: [1], 1: [1]})])
+    wait_for(lambda: (d := described(cluster, "named")) and all(leader == 1 for _, _, leader in d.values()),
+             "the topic is led by broker 1")
+    paths = log_dirs(cluster, 3)
+    ids = [kafka_uuid(read_meta_properties(path)["directory.id"]) for path in paths]
+    with SyncAdminClient(cluster.bootstrap, request_timeout=20) as admin:
+        bad = admin.alter_partition_reassignments({("named", 0): [3]}, directories={("named", 0): [uuid.UUID(int=99)]})
+        assert bad[("named", 0)][0] == 57  # LOG_DIR_NOT_FOUND, before anything starts
+        assert admin.list_partition_reassignments() == {}
+        # partition 0 into broker 3's second dir, partition 1 into its first: each the other way from placement
+        done = admin.alter_partition_reassignments({("named", 0): [3], ("named", 1): [3]},
+                                                   directories={("named", 0): [ids[1]], ("named", 1): [ids[0]]})
+        assert done == {("named", 0): (0, None), ("named", 1): (0, None)}
+    wait_for(lambda: (d := described(cluster, "named")) and all(r == [3] for r, _, _ in d.values()),
+             "both partitions moved to broker 3")
+    assert os.path.isdir(os.path.join(paths[1], "named-0")) and os.path.isdir(os.path.join(paths[0], "named-1"))
+    assert not os.path.exists(os.path.join(paths[0], "named-0")) and not os.path.exists(
+        os.path.join(paths[1], "named-1"))

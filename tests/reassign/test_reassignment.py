@@ -4,6 +4,8 @@ out, no sockets and no disk."""
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 
 from kjbod.controller import reassignment
@@ -233,3 +235,55 @@ def test_whole_request_errors_fill_every_partition():
     resp = error_response(45, req, E.REQUEST_TIMED_OUT, "timed out")
     assert resp.error_code == E.REQUEST_TIMED_OUT
     assert answers(resp) == {("t", 0): (E.REQUEST_TIMED_OUT, "timed out"), ("t", 1): (E.REQUEST_TIMED_OUT, "timed out")}
+
+
+def reassign_into(ctx, name, target, dirs, plans=None):
+    req = AlterPartitionReassignmentsRequest(topics=[ReassignableTopic(name=name, partitions=[
+        ReassignablePartition(partition_index=0, replicas=target, target_directories=dirs)])])
+    return ctx.commit(reassignment.alter_partition_reassignments(ctx.image, req, 1, ctx.settings, plans))
+
+
+def test_moves_into_named_dirs_in_one_step():
+    ctx = cluster(2)
+    dirs3 = two_dir_broker(ctx, 3)
+    topic_with(ctx, "t", [1, 2])
+    before = part(ctx, "t").directory_of(1)
+    resp = reassign_into(ctx, "t", [1, 3], [uuid.UUID(int=0), dirs3[1]])
+    assert answers(resp) == {("t", 0): (0, None)}
+    p = part(ctx, "t")
+    assert p.directory_of(3) == dirs3[1] and p.directory_of(1) == before  # a kept replica stays where it is
+    alter(ctx, 1, "t", [1, 2, 3])
+    assert part(ctx, "t").directory_of(3) == dirs3[1] and list(part(ctx, "t").replicas) == [1, 3]
+
+
+@pytest.mark.parametrize(("which", "code", "words"), [
+    ("unknown", E.LOG_DIR_NOT_FOUND, "is not an online log dir of broker 3"),
+    ("other broker's", E.LOG_DIR_NOT_FOUND, "is not an online log dir of broker 3"),
+    ("short", E.INVALID_REQUEST, "TargetDirectories has 1 entries for 2 replicas"),
+])
+def test_a_bad_named_dir_is_refused_before_anything_starts(which, code, words):
+    ctx = cluster(2)
+    dirs3 = two_dir_broker(ctx, 3)
+    topic_with(ctx, "t", [1, 2])
+    bad = {"unknown": [uuid.UUID(int=0), uuid.UUID(int=77)],
+           "other broker's": [uuid.UUID(int=0), ctx.image.broker(2).log_dirs[0]],
+           "short": [dirs3[0]]}[which]
+    ((got, message),) = answers(reassign_into(ctx, "t", [1, 3], bad)).values()
+    assert got == code and words in message
+    write(ctx, ConfigRecord(resource_type=BROKER_RESOURCE, resource_name="", value="1",
+                            name="reassignment.parallel.partition.count"))
+    n = len(ctx.log)
+    plans: reassignment.Plans = {}
+    ((got, message),) = answers(reassign_into(ctx, "t", [1, 3], bad, plans)).values()  # batched
+    assert got == code and words in message
+    assert len(ctx.log) == n and not plans and not part(ctx, "t").reassigning
+
+
+def test_a_dir_that_went_offline_is_refused():
+    ctx = cluster(2)
+    dirs3 = two_dir_broker(ctx, 3)
+    topic_with(ctx, "t", [1])
+    ctx.heartbeat(3, offline=[dirs3[1]])
+    assert ctx.image.broker(3).log_dirs == (dirs3[0],)
+    ((code, _),) = answers(reassign_into(ctx, "t", [3], [dirs3[1]])).values()
+    assert code == E.LOG_DIR_NOT_FOUND
