@@ -129,6 +129,7 @@ class QuorumController:
         for rec, offset in zip(records, self.log.loaded_offsets, strict=True):
             delta.replay(rec, offset)
         self.image = delta.apply()
+        self.reassignment_plans = reassignment.plans_from(self.image)  # batched reassignments go on
         self.heartbeats.dirs.note_records(records)
         if delta.dropped:
             log.warning("metadata_records_dropped", count=delta.dropped,

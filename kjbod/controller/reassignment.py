@@ -29,8 +29,8 @@ after every commit: it drops finished plans and starts the next steps the limits
 so a changed limit applies from the next step on.  Cancelling a planned partition drops its plan and reverts the
 step in progress, if any.  Listing shows planned partitions too: Replicas now, Adding and Removing towards the
 final target, and (asked for with the IncludeBatches extension) the current step's start and target.  The plans
-live in the controller's memory: after a controller restart a step in progress completes and the partition
-stays there.
+are kept in the metadata log (kjbod's ReassignmentIntentRecord, with the partition), so a restarted controller
+takes them up again (`plans_from`).
 """
 
 from __future__ import annotations
@@ -52,6 +52,7 @@ from kjbod.protocol.generated import (
     ListPartitionReassignmentsRequest,
     ListPartitionReassignmentsResponse,
     PartitionChangeRecord,
+    ReassignmentIntentRecord,
 )
 from kjbod.protocol.generated import alter_partition_reassignments_response as alter_out
 from kjbod.protocol.generated import list_partition_reassignments_response as list_out
@@ -170,7 +171,7 @@ def target_dirs(image: MetadataImage, p: PartitionImage, target: list[int], dirs
 
 def _one(image: MetadataImage, topic: TopicImage | None, name: str, wanted: Any, changed: dict[tuple[str, int],
          PartitionImage], settings: ControllerSettings, allow: bool, plans: Plans | None,
-         batching: bool) -> PartitionChangeRecord | None:
+         batching: bool) -> list[Any]:
     if topic is None:
         raise ReassignmentError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Unable to find a topic named {name}.")
     p = changed.get((name, wanted.partition_index)) or topic.partitions.get(wanted.partition_index)
@@ -180,18 +181,41 @@ def _one(image: MetadataImage, topic: TopicImage | None, name: str, wanted: Any,
     key = (topic.topic_id, p.partition)
     planned = plans is not None and key in plans
     if wanted.replicas is None:
+        ended = []
         if planned and plans is not None:
             del plans[key]
+            ended.append(intent_record(key, None))
             if not p.reassigning:
-                return None
-        return cancel(image, topic, p, settings)
+                return ended
+        return [*ended, *_some(cancel(image, topic, p, settings))]
     target = list(wanted.replicas)
     if batching and plans is not None:
         check_target(image, p, target, allow_rf_change=allow, heading=len(plans[key].target) if planned else None)
         plans[key] = Plan(target, target_dirs(image, p, target, wanted.target_directories))
-        return None
+        return [intent_record(key, plans[key])]
     check_target(image, p, target, allow_rf_change=allow)
-    return step_change(image, topic, p, target, target_dirs=target_dirs(image, p, target, wanted.target_directories))
+    return _some(step_change(image, topic, p, target,
+                             target_dirs=target_dirs(image, p, target, wanted.target_directories)))
+
+
+def _some(rec: Any) -> list[Any]:
+    return [] if rec is None else [rec]
+
+
+def intent_record(key: tuple[UUID, int], plan: Plan | None) -> ReassignmentIntentRecord:
+    """The metadata record keeping (or, with None, ending) a batched reassignment's plan."""
+    rec = ReassignmentIntentRecord(topic_id=key[0], partition_id=key[1])
+    if plan is not None:
+        rec.target_replicas = list(plan.target)
+        rec.target_directory_brokers = list(plan.dirs)
+        rec.target_directories = list(plan.dirs.values())
+    return rec
+
+
+def plans_from(image: MetadataImage) -> Plans:
+    """The batched reassignments the metadata log holds (a controller's plans after a restart)."""
+    return {(t.topic_id, p.partition): Plan(list(p.intent), dict(p.intent_dirs))
+            for t, p in partitions(image) if p.intent is not None}
 
 
 def alter_partition_reassignments(image: MetadataImage, req: AlterPartitionReassignmentsRequest, version: int,
@@ -210,11 +234,11 @@ def alter_partition_reassignments(image: MetadataImage, req: AlterPartitionReass
             code: int = ErrorCode.NONE
             message: str | None = None
             try:
-                rec = _one(image, topic, t.name, wanted, changed, settings, allow, plans, batching)
-                if rec is not None and topic is not None:
+                for rec in _one(image, topic, t.name, wanted, changed, settings, allow, plans, batching):
                     records.append(rec)
-                    p = changed.get((t.name, wanted.partition_index)) or topic.partitions[wanted.partition_index]
-                    changed[(t.name, p.partition)] = replay_partition(p, rec)
+                    if isinstance(rec, PartitionChangeRecord) and topic is not None:
+                        p = changed.get((t.name, wanted.partition_index)) or topic.partitions[wanted.partition_index]
+                        changed[(t.name, p.partition)] = replay_partition(p, rec)
             except ReassignmentError as e:
                 code, message = e.code, e.message
             result.partitions.append(alter_out.ReassignablePartitionResponse(
@@ -229,6 +253,7 @@ def advance(image: MetadataImage, plans: Plans, *, skip: frozenset[tuple[UUID, i
     one PartitionChangeRecord per partition starting a step.  `skip`: partitions changed by records not yet
     in `image` (they wait for the next round)."""
     lim = limits(image)
+    records: list[Any] = []
     stepping = moving = 0
     for _topic, busy in partitions(image):
         if busy.reassigning:
@@ -241,12 +266,13 @@ def advance(image: MetadataImage, plans: Plans, *, skip: frozenset[tuple[UUID, i
         p = topic.partitions.get(key[1]) if topic is not None else None
         if topic is None or p is None or (not p.reassigning and list(p.replicas) == final):
             del plans[key]
+            if p is not None:
+                records.append(intent_record(key, None))
             continue
         if p.reassigning or key in skip:
             continue
         step = next_step(p.replicas, final, isr=p.isr, min_isr=min_isr(image, topic), replica_count=lim.replicas)
         waiting.append(((topic, p, step), moves_leader(step, p.leader)))
-    records: list[Any] = []
     for topic, p, step in pick(waiting, stepping=stepping, moving_leaders=moving, limits=lim):
         dirs = plans[(topic.topic_id, p.partition)].dirs
         rec = step_change(image, topic, p, step, election=PREFERRED,

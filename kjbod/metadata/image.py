@@ -54,6 +54,10 @@ class PartitionImage:
     # A reassignment in progress (KIP-455): `replicas` holds the target followed by the replicas being removed.
     adding: tuple[int, ...] = ()
     removing: tuple[int, ...] = ()
+    # kjbod's ReassignmentIntentRecord: the final target of a batched (KIP-435) reassignment, and the log dirs
+    # named for some of its replicas; None when there is none.
+    intent: tuple[int, ...] | None = None
+    intent_dirs: Mapping[int, UUID] = field(default_factory=dict)
 
     @property
     def reassigning(self) -> bool:

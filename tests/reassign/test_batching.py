@@ -12,9 +12,14 @@ from kjbod.controller import ControllerResult, reassignment
 from kjbod.controller.reassignment_steps import INT_MAX, Limits, next_step, pick
 from kjbod.metadata import BROKER_RESOURCE, EMPTY_IMAGE, replay
 from kjbod.protocol.generated import (
+    AlterPartitionReassignmentsRequest,
     ConfigRecord,
     ListPartitionReassignmentsRequest,
     PartitionChangeRecord,
+)
+from kjbod.protocol.generated.alter_partition_reassignments_request import (
+    ReassignablePartition,
+    ReassignableTopic,
 )
 from tests.controller.test_replication import alter, cluster, part, topic_with, write
 from tests.reassign.test_reassignment import reassign
@@ -203,3 +208,71 @@ def test_named_dirs_hold_through_every_step():
         catch_up(ctx, plans, "t", 0)
     p = part(ctx, "t")
     assert list(p.replicas) == [3, 4] and (p.directory_of(3), p.directory_of(4)) == (dirs3[1], dirs4[1])
+
+
+def test_a_restarted_controller_goes_on_with_a_batched_reassignment(tmp_path):
+    """Through the QuorumController on a real metadata log: the plan is in the log (ReassignmentIntentRecord),
+    so a controller loaded from it after the first step started takes the reassignment to its end."""
+    import asyncio
+
+    from kjbod.controller import ControllerSettings, QuorumController
+    from kjbod.protocol.generated import AlterPartitionRequest, CreateTopicsRequest
+    from kjbod.protocol.generated.alter_partition_request import BrokerState
+    from kjbod.protocol.generated.alter_partition_request import PartitionData as AlterData
+    from kjbod.protocol.generated.alter_partition_request import TopicData as AlterTopic
+    from kjbod.protocol.generated.create_topics_request import CreatableReplicaAssignment, CreatableTopic
+    from kjbod.storage.metadata_log import MetadataLog
+    from tests.controller.test_managers import CLUSTER, Policy
+    from tests.controller.test_quorum import live_broker
+
+    def make():
+        settings = ControllerSettings(cluster_id=CLUSTER, broker_session_timeout_ms=600_000)
+        c = QuorumController(settings, MetadataLog(str(tmp_path)), Policy())
+        c.load()
+        return c
+
+    async def catch_up(c):
+        t = c.image.topic("t")
+        p = t.partitions[0]
+        await c.handle_request(56, 3, AlterPartitionRequest(broker_id=p.leader, broker_epoch=c.image.broker(p.leader).epoch,
+                               topics=[AlterTopic(topic_id=t.topic_id, partitions=[AlterData(
+                                   partition_index=0, leader_epoch=p.leader_epoch, partition_epoch=p.partition_epoch,
+                                   new_isr_with_epochs=[BrokerState(broker_id=b, broker_epoch=c.image.broker(b).epoch)
+                                                        for b in p.replicas])])]))
+
+    async def first():
+        c = make()
+        c.start()
+        try:
+            for b in (1, 2, 3, 4):
+                await live_broker(c, b)
+            await c.handle_request(19, 7, CreateTopicsRequest(timeout_ms=1000, topics=[CreatableTopic(
+                name="t", num_partitions=-1, replication_factor=-1,
+                assignments=[CreatableReplicaAssignment(partition_index=0, broker_ids=[1, 2])])]))
+            await c.submit(lambda image, _o: ControllerResult([ConfigRecord(
+                resource_type=BROKER_RESOURCE, resource_name="", name="reassignment.parallel.replica.count",
+                value="1")]))
+            req = AlterPartitionReassignmentsRequest(topics=[ReassignableTopic(name="t", partitions=[
+                ReassignablePartition(partition_index=0, replicas=[3, 4])])])
+            assert (await c.handle_request(45, 1, req)).responses[0].partitions[0].error_code == 0
+            p = c.image.topic("t").partitions[0]
+            assert p.intent == (3, 4) and p.adding == (3,)
+        finally:
+            await c.stop()
+            c.log.close()
+
+    async def second():
+        c = make()
+        assert list(c.reassignment_plans.values()) == [reassignment.Plan([3, 4], {})]
+        c.start()
+        try:
+            while c.reassignment_plans:
+                await catch_up(c)
+            p = c.image.topic("t").partitions[0]
+            assert list(p.replicas) == [3, 4] and p.intent is None and not p.reassigning
+        finally:
+            await c.stop()
+            c.log.close()
+
+    asyncio.run(first())
+    asyncio.run(second())
