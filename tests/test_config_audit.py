@@ -9,7 +9,7 @@ A key added to the parser (kjbod/server/config.py) fails these tests until it is
   logged at start when a config sets it, and listed in the README's "Where kjbod differs" section.
 
 Topic configs are checked the same way: each one is a LogConfig field that the storage reads (or, listed in
-READ_BY_THE_CONTROLLER, one the controller reads from the metadata image), defaulting to a
+READ_OUTSIDE_STORAGE, one the controller or the replication reads from the metadata image), defaulting to a
 broker key that takes effect. The one dynamic broker config (the intra-broker throttle) is in EFFECTS too.
 """
 
@@ -143,8 +143,9 @@ EFFECTS: dict[str, list[str]] = {
         f"{ELECTIONS}::test_rebalance_follows_the_imbalance_percentage"],
 }
 
-# Topic configs the controller reads from the metadata image (elections), not the storage: the tests that show it.
-READ_BY_THE_CONTROLLER: dict[str, list[str]] = {
+# Topic configs read outside the storage (the controller's elections, a leader's replication), from the metadata
+# image: the tests that show each one taking effect.
+READ_OUTSIDE_STORAGE: dict[str, list[str]] = {
     "unclean.leader.election.enable": ["tests/controller/test_replication.py::test_unclean_election_only_where_enabled"],
 }
 
@@ -198,9 +199,9 @@ def test_keys_that_take_effect_are_read_by_the_node_and_compatibility_keys_are_n
             assert uses & read, f"{key} is parsed into {keydef.attr}, which nothing outside the parser reads"
 
 
-@pytest.mark.parametrize("key", sorted(EFFECTS) + [f"topic:{k}" for k in sorted(READ_BY_THE_CONTROLLER)])
+@pytest.mark.parametrize("key", sorted(EFFECTS) + [f"topic:{k}" for k in sorted(READ_OUTSIDE_STORAGE)])
 def test_the_tests_named_for_each_key_exist(key):
-    refs = READ_BY_THE_CONTROLLER[key.removeprefix("topic:")] if key.startswith("topic:") else EFFECTS[key]
+    refs = READ_OUTSIDE_STORAGE[key.removeprefix("topic:")] if key.startswith("topic:") else EFFECTS[key]
     for ref in refs:
         path, _, name = ref.partition("::")
         function, _, param = name.partition("[")
@@ -238,8 +239,8 @@ def test_the_readme_lists_the_compatibility_only_keys():
 
 def test_every_topic_config_reaches_the_log_and_storage_reads_it():
     # Topic configs (CreateTopics, AlterConfigs) become the same LogConfig fields as their broker defaults.
-    assert set(topic_config.DEFS) == set(TOPIC_CONFIG_KEYS) | set(READ_BY_THE_CONTROLLER)
-    assert not set(TOPIC_CONFIG_KEYS) & set(READ_BY_THE_CONTROLLER)
+    assert set(topic_config.DEFS) == set(TOPIC_CONFIG_KEYS) | set(READ_OUTSIDE_STORAGE)
+    assert not set(TOPIC_CONFIG_KEYS) & set(READ_OUTSIDE_STORAGE)
     assert {d.broker_key for d in topic_config.DEFS.values()} <= set(EFFECTS)
     read = names_read_by_the_node({REPO / "kjbod/storage/config.py"})
     # Fields the storage reads through a LogConfig property.

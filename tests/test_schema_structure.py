@@ -57,6 +57,7 @@ SERVED_APIS: dict[str, tuple[int, int]] = {
     "UnregisterBroker": (0, 0),
     "AssignReplicasToDirs": (0, 0),
     "AlterPartition": (0, 3),
+    "ElectLeaders": (0, 2),
     "FetchSnapshot": (0, 1),
     "AllocateProducerIds": (0, 0),
 }

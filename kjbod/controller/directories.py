@@ -74,7 +74,8 @@ class BrokerDirs:
         return [d for d in left if d not in named]
 
 
-def offline_dirs(image: MetadataImage, broker_id: int, epoch: int, reported: list[UUID]) -> list[Any]:
+def offline_dirs(image: MetadataImage, broker_id: int, epoch: int, reported: list[UUID], *,
+                 unclean_default: bool = False) -> list[Any]:
     """Records for the dirs in `reported` that are still in the broker's registration (the newly failed)."""
     reg = image.brokers[broker_id]
     failed = set(reported)
@@ -85,7 +86,7 @@ def offline_dirs(image: MetadataImage, broker_id: int, epoch: int, reported: lis
     for topic in image.topics_by_id.values():
         for p in topic.partitions.values():
             if p.directory_of(broker_id) in newly:
-                rec = elect(image, topic.topic_id, p, remove=broker_id)
+                rec = elect(image, topic.topic_id, p, remove=broker_id, unclean_default=unclean_default)
                 if rec is not None:
                     records.append(rec)
     records.append(BrokerRegistrationChangeRecord(broker_id=broker_id, broker_epoch=epoch,

@@ -127,7 +127,7 @@ class BrokerHeartbeatManager:
             records += remove_from_isrs(image, reg.broker_id, unclean_default=unclean)
             s.controlled_shutdown_offset = next_offset + len(records) - 1
         if req.offline_log_dirs:
-            records += offline_dirs(image, reg.broker_id, reg.epoch, req.offline_log_dirs)
+            records += offline_dirs(image, reg.broker_id, reg.epoch, req.offline_log_dirs, unclean_default=unclean)
         return ControllerResult(records, BrokerHeartbeatResponse(
             error_code=0, is_caught_up=caught_up, is_fenced=nxt in (FENCED, SHUTDOWN_NOW),
             should_shut_down=nxt == SHUTDOWN_NOW))

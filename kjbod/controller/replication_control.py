@@ -3,12 +3,12 @@ ReplicationControlManager), as pure functions of an image and a request that ret
 
 CreateTopics checks, in Kafka's order: a name twice in one request (INVALID_REQUEST), the name
 (INVALID_TOPIC_EXCEPTION), the metadata log's own name (INVALID_REQUEST), existence (TOPIC_ALREADY_EXISTS), a
-'.'/'_' collision (INVALID_TOPIC_EXCEPTION); then explicit assignments (INVALID_REQUEST when num_partitions or
-replication_factor is not -1; INVALID_REPLICA_ASSIGNMENT for a partition twice, an empty list, an unregistered or
-repeated broker, a replica count unlike the previous partitions', only fenced or shutting-down brokers, or
-partitions not 0..N-1), or else replication factor (INVALID_REPLICATION_FACTOR), partitions (INVALID_PARTITIONS)
-and placement (INVALID_REPLICATION_FACTOR: no unfenced broker, more replicas than registered brokers); then
-configs (INVALID_CONFIG, from the config policy).
+'.'/'_' collision (INVALID_TOPIC_EXCEPTION), configs (INVALID_CONFIG, from the config policy); then explicit
+assignments (INVALID_REQUEST when num_partitions or replication_factor is not -1; INVALID_REPLICA_ASSIGNMENT for
+a partition twice, an empty list, an unregistered or repeated broker, a replica count unlike the previous
+partitions', only fenced or shutting-down brokers, or partitions not 0..N-1), or else replication factor
+(INVALID_REPLICATION_FACTOR), partitions (INVALID_PARTITIONS) and placement (INVALID_REPLICATION_FACTOR: no
+unfenced broker, more replicas than registered brokers).
 
 Placement is Kafka's striped, rack-aware placer (kjbod.controller.placement).  The leader is the first replica,
 the ISR the replicas whose brokers are active.  Each replica's directory is its broker's only log dir, or
@@ -109,17 +109,17 @@ class TopicCreator:
         collision = collision_problem(name, self.collisions)
         if collision:
             return _fail(name, ErrorCode.INVALID_TOPIC_EXCEPTION, collision), [], {}
+        configs = {c.name: c.value for c in t.configs if c.value is not None}
+        try:
+            self.policy.validate_topic(configs)
+        except PolicyError as e:
+            return _fail(name, e.code, e.message), [], {}
         if t.assignments:
             failure, assignment = self._explicit(t)
         else:
             failure, assignment = self._placed(t)
         if failure is not None:
             return failure, [], {}
-        configs = {c.name: c.value for c in t.configs if c.value is not None}
-        try:
-            self.policy.validate_topic(configs)
-        except PolicyError as e:
-            return _fail(name, e.code, e.message), [], {}
         return None, assignment, configs
 
     def _explicit(self, t: Any) -> tuple[CreateResult | None, list[list[int]]]:

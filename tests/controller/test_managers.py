@@ -344,6 +344,7 @@ def test_create_with_explicit_replicated_assignment():
     ({"name": "rf0", "rf": 0}, E.INVALID_REPLICATION_FACTOR, "larger than 0"),
     ({"name": "rfneg", "rf": -2, "partitions": 0}, E.INVALID_REPLICATION_FACTOR, "or -1 to use the default"),
     ({"name": "cfg", "configs": {"no.such": "1"}}, E.INVALID_CONFIG, "no.such"),
+    ({"name": "cfg2", "rf": 9, "configs": {"no.such": "1"}}, E.INVALID_CONFIG, "no.such"),  # configs first
     ({"name": "asg", "partitions": -1, "assignments": [[1], [9]]}, E.INVALID_REPLICA_ASSIGNMENT,
      "includes broker 9, but no such broker is registered"),
     ({"name": "asg2", "partitions": -1, "assignments": [[1, 1]]}, E.INVALID_REPLICA_ASSIGNMENT, "more than once"),

@@ -280,3 +280,14 @@ def test_a_failed_dir_moves_leadership_to_an_isr_member_on_another_broker():
     assert (a.leader, a.isr) == (1, (1, 2))  # leadership moved to the next ISR member
     assert (b.leader, b.isr) == (3, (3, 2, 1))  # the broker's other dir keeps leading
     assert not ctx.image.broker(3).fenced
+
+
+def test_a_failed_dir_holding_the_last_isr_member_elects_uncleanly_only_where_allowed():
+    for unclean, leader in ((False, -1), (True, 1)):
+        ctx = cluster(2, unclean_leader_election_enable=unclean)
+        d1, _ = two_dir_broker(ctx, 3)
+        topic_with(ctx, "a", [3, 1])
+        place(ctx, 3, "a", d1)
+        only(alter(ctx, 3, "a", [3]))
+        ctx.heartbeat(3, offline=[d1])
+        assert (part(ctx, "a").leader, part(ctx, "a").isr) == (leader, (3,) if leader == -1 else (1,))
