@@ -41,6 +41,7 @@ SERVED_APIS: dict[str, tuple[int, int]] = {
     "CreateTopics": (2, 7),
     "DeleteTopics": (1, 6),
     "InitProducerId": (0, 5),
+    "OffsetForLeaderEpoch": (2, 4),
     "FindCoordinator": (0, 6),
     "DescribeConfigs": (1, 4),
     "AlterConfigs": (0, 2),

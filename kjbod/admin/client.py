@@ -90,6 +90,11 @@ from kjbod.protocol.generated.incremental_alter_configs_request import (
     AlterConfigsResource,
     IncrementalAlterConfigsRequest,
 )
+from kjbod.protocol.generated.list_offsets_request import (
+    ListOffsetsPartition,
+    ListOffsetsRequest,
+    ListOffsetsTopic,
+)
 from kjbod.protocol.generated.list_partition_reassignments_request import (
     ListPartitionReassignmentsRequest,
     ListPartitionReassignmentsTopics,
@@ -113,6 +118,8 @@ DELETE_TOPICS = 20
 DESCRIBE_CONFIGS = 32
 ALTER_REPLICA_LOG_DIRS = 34
 DESCRIBE_LOG_DIRS = 35
+LIST_OFFSETS = 2
+DEBUGGING_REPLICA_ID = -2  # ListOffsets from a tool: any local replica answers, latest = its log end offset
 INCREMENTAL_ALTER_CONFIGS = 44
 ALTER_PARTITION_REASSIGNMENTS = 45
 LIST_PARTITION_REASSIGNMENTS = 46
@@ -332,6 +339,22 @@ class AdminClient:
             else:
                 out[broker_id] = answer
         return out
+
+    async def replica_end_offsets(self, broker_id: int, partitions: Iterable[tuple[str, int]], *,
+                                  timeout: float | None = None) -> dict[tuple[str, int], int]:
+        """The log end offset of each of `broker_id`'s local replicas of `partitions`, leader or follower
+        (ListOffsets latest with Kafka's debugging replica id); replicas it cannot answer for are left out."""
+        by_topic: dict[str, list[int]] = {}
+        for topic, partition in partitions:
+            by_topic.setdefault(topic, []).append(partition)
+        if not by_topic:
+            return {}
+        request = ListOffsetsRequest(replica_id=DEBUGGING_REPLICA_ID, topics=[ListOffsetsTopic(
+            name=topic, partitions=[ListOffsetsPartition(partition_index=p, timestamp=-1) for p in parts])
+            for topic, parts in by_topic.items()])
+        response, _, _ = await self._call(broker_id, LIST_OFFSETS, lambda v: request, self._deadline(timeout))
+        return {(t.name, p.partition_index): p.offset for t in response.topics for p in t.partitions
+                if p.error_code == 0 and p.offset >= 0}
 
     async def describe_replica_log_dirs(
         self, replicas: Iterable[TopicPartitionReplica | tuple[str, int, int]], *, timeout: float | None = None,

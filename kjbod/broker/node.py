@@ -51,6 +51,7 @@ from kjbod.storage.ids import uuid_from_str
 
 log = structlog.get_logger("kjbod.node")
 
+ALTER_PARTITION_VERSION = 3
 SECURITY_PROTOCOLS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
 
 
@@ -156,6 +157,10 @@ class BrokerNode:
         p = t.partitions.get(partition) if t is not None else None
         return p.leader_epoch if p is not None and p.leader_epoch >= 0 else 0
 
+    def local_log(self, topic: str, partition: int):
+        """The local replica's log, leader or follower (`partition_log` is what clients may read)."""
+        return self.logs.get_log(topic, partition)
+
     def notify_append(self) -> None:
         """Wakes every long-polling Fetch: new records may satisfy them."""
         self._appended.set()
@@ -240,6 +245,8 @@ class BrokerNode:
             if now is not None and before is not None and now.configs != before.configs:
                 self.logs.apply_topic_config(now.name, dict(now.configs))
                 log.info("topic_configs_changed", topic=now.name, configs=dict(now.configs))
+        if self.replication is not None:
+            self.replication.sync(image)
         if self.mover is not None and (old.resource_configs(BROKER, "") != image.resource_configs(BROKER, "") or
                                        old.resource_configs(BROKER, str(self.node_id))
                                        != image.resource_configs(BROKER, str(self.node_id))):
@@ -319,12 +326,27 @@ class BrokerNode:
         self.mover.start()
         self.mover.resume_at_startup()
 
+    async def send_alter_partition(self, build: Callable[[int], Any]) -> Any:
+        """An AlterPartition request (built for a version) to the controller; its response."""
+        return await self.controller_request(build(ALTER_PARTITION_VERSION), ALTER_PARTITION_VERSION)
+
+    def _start_replication(self) -> None:
+        """The replica manager (kjbod.broker.replication): leaders, followers and acks=all for the replicas
+        this broker holds; its ISR changes go to the controller in this process."""
+        from kjbod.broker.replication import ReplicaManager, ReplicationConfig
+
+        self.replication = ReplicaManager(self, ReplicationConfig.from_config(self.config),
+                                          alter_partition=self.send_alter_partition)
+        self.replication.start()
+        self.replication.sync(self.metadata)
+
     async def start(self) -> None:
         from kjbod.broker.storage_glue import open_storage
 
         self._loop = asyncio.get_running_loop()
         await open_storage(self)
         self._start_mover()
+        self._start_replication()
         self.controller.start()
         await self._register()
         await self._record_local_dirs()
@@ -416,6 +438,9 @@ class BrokerNode:
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        if self.replication is not None:
+            await self.replication.close()
+            self.replication = None
         if self.mover is not None:
             # In a thread: a mover waiting for its final step on this loop must be able to give up meanwhile.
             await asyncio.get_running_loop().run_in_executor(None, self.mover.stop)

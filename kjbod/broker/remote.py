@@ -45,7 +45,6 @@ from kjbod.broker.assignments import AssignmentsManager
 from kjbod.broker.lifecycle import BrokerLifecycleManager, BrokerState, LifecycleConfig
 from kjbod.broker.metadata_follower import MetadataBatch, MetadataFollower
 from kjbod.broker.node import BrokerNode
-from kjbod.broker.replication import ReplicaManager, ReplicationConfig
 from kjbod.broker.storage_glue import apply_image_at_start, open_logs, reconcile
 from kjbod.metadata import EMPTY_IMAGE, MetadataDelta, MetadataImage
 from kjbod.net.controller_channel import SocketControllerChannel, controller_addresses
@@ -143,10 +142,7 @@ class RemoteBrokerNode(BrokerNode):
         self.assignments.start()
         self._logs_ready = True
         self._reconcile_dirs(None)
-        self.replication = ReplicaManager(self, ReplicationConfig.from_config(self.config),
-                                          alter_partition=self._send_alter_partition)
-        self.replication.start()
-        self.replication.sync(self.metadata)
+        self._start_replication()
         self._start_mover()
         if len(self.config.log_dirs) > 1:  # KIP-858: fenced until every replica's dir is in the metadata
             # (kjbod.broker.assignments.unfence_when_assigned's rule, with the moment it is met logged)
@@ -209,11 +205,11 @@ class RemoteBrokerNode(BrokerNode):
             self.metadata = image
             reconcile(self, self.logs.manager)
             self._reconcile_dirs(None)
+            if self.replication is not None:
+                self.replication.sync(image)
         else:
-            self._publish(delta, image)
+            self._publish(delta, image)  # which also makes each replica lead or follow as the image says
             self._reconcile_dirs(delta.changed_topic_ids())
-        if self.replication is not None:
-            self.replication.sync(self.metadata)
         self._check_registration(image)
 
     def _reconcile_dirs(self, topic_ids: Iterable[uuid.UUID] | None) -> None:
@@ -278,7 +274,7 @@ class RemoteBrokerNode(BrokerNode):
     def controller_call(self, body: Any, version: int) -> Any:
         return self.controller_request(body, version)
 
-    async def _send_alter_partition(self, build: Any) -> Any:
+    async def send_alter_partition(self, build: Any) -> Any:
         """AlterPartition to the controller on a channel of its own (the replica manager keeps one in flight)."""
         channel = self._channels.get("alter-partition") or self._channel("alter-partition")
         return await channel.send(PerVersion(build), ALTER_PARTITION)
@@ -326,6 +322,7 @@ class RemoteBrokerNode(BrokerNode):
             await self.assignments.close()
         if self.replication is not None:
             await self.replication.close()
+            self.replication = None
         if self.follower is not None:
             await self.follower.close()
         for channel in self._channels.values():

@@ -211,19 +211,23 @@ def sample() -> LogDirsByBroker:
 
 
 def test_describe_document():
-    document = describe_document(sample())
+    document = describe_document(sample(), {(1, "events", 1): 42})
     assert document == {"version": 1, "brokers": [
         {"broker": 1, "error": None, "log_dirs": [
             {"path": "/data/a", "is_live": True, "error": None, "directory_id": "D289LI8KSlWdSx0uP0BRYg",
              "total_bytes": 1000 * 2**30, "usable_bytes": 250 * 2**30, "state": None, "recent_latency_ms": None,
              "partitions": [
-                 {"topic": "audit", "partition": 0, "size": 512, "offset_lag": None, "is_temporary": False},
-                 {"topic": "events", "partition": 0, "size": 5 * 2**20, "offset_lag": 0, "is_temporary": False},
-                 {"topic": "events", "partition": 1, "size": 3 * 2**20, "offset_lag": 0, "is_temporary": False},
+                 {"topic": "audit", "partition": 0, "size": 512, "offset_lag": None, "behind_leader": None,
+                  "is_temporary": False},
+                 {"topic": "events", "partition": 0, "size": 5 * 2**20, "offset_lag": 0, "behind_leader": None,
+                  "is_temporary": False},
+                 {"topic": "events", "partition": 1, "size": 3 * 2**20, "offset_lag": 0, "behind_leader": 42,
+                  "is_temporary": False},
              ]},
             {"path": "/data/b", "is_live": True, "error": None, "directory_id": None, "total_bytes": None,
              "usable_bytes": None, "state": None, "recent_latency_ms": None, "partitions": [
-                 {"topic": "events", "partition": 0, "size": 2**20, "offset_lag": 1234, "is_temporary": True}]},
+                 {"topic": "events", "partition": 0, "size": 2**20, "offset_lag": 1234, "behind_leader": None,
+                  "is_temporary": True}]},
             {"path": "/data/c", "is_live": False, "error": "KAFKA_STORAGE_ERROR", "directory_id": None,
              "total_bytes": None, "usable_bytes": None, "state": None, "recent_latency_ms": None, "partitions": []},
         ]},
@@ -253,7 +257,7 @@ def test_slow_and_silent_dirs_show_their_state():
 
 
 def test_render_table():
-    text = render_table(describe_document(sample()))
+    text = render_table(describe_document(sample(), {(1, "events", 1): 42}))
     lines = text.splitlines()
     assert lines[0] == "Broker 1: 3 log dirs"
     header = lines[1].split()
@@ -267,12 +271,12 @@ def test_render_table():
     column = lines[1].index("STATE")
     assert all(line[column - 2:column] == "  " and line[column] != " " for line in lines[2:5])
     replicas = lines[6:10]
-    assert replicas[0].split() == ["PARTITION", "LOG", "DIR", "SIZE", "OFFSET", "LAG", "NOTE"]
-    assert replicas[1].split() == ["audit-0", "/data/a", "512", "B", "-"]
-    assert replicas[2].split() == ["events-0", "/data/a", "5.0", "MiB", "0"]
-    assert replicas[3].split() == ["events-0", "/data/b", "1.0", "MiB", "1234", "future:", "moving", "here"]
+    assert replicas[0].split() == ["PARTITION", "LOG", "DIR", "SIZE", "OFFSET", "LAG", "BEHIND", "LEADER", "NOTE"]
+    assert replicas[1].split() == ["audit-0", "/data/a", "512", "B", "-", "-"]
+    assert replicas[2].split() == ["events-0", "/data/a", "5.0", "MiB", "0", "-"]
+    assert replicas[3].split() == ["events-0", "/data/b", "1.0", "MiB", "1234", "-", "future:", "moving", "here"]
     assert lines[10:] == [
-        "  events-1   /data/a  3.0 MiB           0",
+        "  events-1   /data/a  3.0 MiB           0             42",
         "",
         "Broker 2: could not describe its log dirs: NETWORK_EXCEPTION: 127.0.0.1:9: connection refused",
         "",

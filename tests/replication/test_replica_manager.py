@@ -49,7 +49,8 @@ class FakeNode:
         self.broker_epoch = EPOCHS[node_id]
         self.metadata = img
         self.config = SimpleNamespace(listeners=[], controller_listener_names=())
-        self.logs = SimpleNamespace(manager=SimpleNamespace(find=lambda t, p: plog if (t, p) == ("t", 0) else None))
+        self.logs = SimpleNamespace(manager=SimpleNamespace(find=lambda t, p: plog if (t, p) == ("t", 0) else None,
+                                                            get_future=lambda t, p: None))
         self.appends = 0
 
     def notify_append(self) -> None:
@@ -264,3 +265,16 @@ async def test_out_of_range_and_fenced_answers(follower):
     follower.fetcher._partition_answer(follower.state, plog, leader_answer(
         code=ErrorCode.FENCED_LEADER_EPOCH), 0.0, 1.0)
     assert follower.state.dropped
+
+
+async def test_a_truncated_follower_truncates_its_future_log_too(follower, make_log):
+    """A KIP-113 move of a follower in progress: the future log loses what the current log lost."""
+    plog, future = follower.plog, make_log("t-0")
+    future.auto_high_watermark = False
+    plog.append_as_follower(batch(3, epoch=0))
+    plog.append_as_follower(batch(4, epoch=1, base_offset=3))
+    future.append_as_follower(batch(3, epoch=0))
+    future.append_as_follower(batch(4, epoch=1, base_offset=3))
+    follower.manager.node.logs.manager.get_future = lambda t, p: future if (t, p) == ("t", 0) else None
+    follower.fetcher._partition_answer(follower.state, plog, leader_answer(diverging=(0, 3), hw=3), 0.0, 1.0)
+    assert (plog.log_end_offset, future.log_end_offset) == (3, 3)

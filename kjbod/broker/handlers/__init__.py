@@ -24,6 +24,7 @@ from kjbod.broker.handlers import (  # noqa: F401
     list_offsets,
     list_partition_reassignments,
     metadata,
+    offset_for_leader_epoch,
     produce,
     unregister_broker,
 )

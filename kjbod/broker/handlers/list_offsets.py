@@ -4,6 +4,10 @@ Version notes: v1 single offset per partition; v2 isolation level and throttle t
 answer OFFSET_NOT_AVAILABLE; v6 flexible; v7 timestamp -3 (MAX_TIMESTAMP); v8 -4 (EARLIEST_LOCAL); v9 -5
 (LATEST_TIERED); v10 timeout_ms; v11 only client behaviour.
 
+Replica ids, as Kafka: -1 (a consumer) reads the leader, and latest is the high watermark; -2 (a debugging
+client: `kjbod log-dirs describe`) may read any local replica, a follower's too; any replica id but -1 gets the
+log end offset for latest.
+
 Special timestamps: -1 latest (the high watermark, which equals the log end on a single node), -2 earliest
 (log start offset), -3 the record with the largest timestamp, -4 earliest local (= earliest: no tiered
 storage), -5 latest tiered (offset -1: nothing is tiered).  Any other timestamp finds the first offset whose
@@ -19,20 +23,22 @@ from kjbod.protocol.generated.list_offsets_response import ListOffsetsPartitionR
 from kjbod.protocol.generated.list_offsets_response import ListOffsetsTopicResponse as TopicResp
 
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
+CONSUMER, DEBUGGING = -1, -2
 
 
-def _lookup(node, topic: str, partition: int, ts: int, version: int) -> PartResp:
+def _lookup(node, topic: str, partition: int, ts: int, version: int, replica_id: int = CONSUMER) -> PartResp:
     # Leader epochs exist on the wire from v4; below that the field must stay at its default.
     epoch = 0 if version >= 4 else -1
     try:
-        plog = node.partition_log(topic, partition)
+        plog = node.local_log(topic, partition) if replica_id == DEBUGGING else node.partition_log(topic, partition)
         if not plog.online:
             # The offsets below are in memory and would still answer; a partition whose log dir failed (or that
             # is being deleted) must not look healthy, as Fetch and Produce do not either.
             code = ErrorCode.KAFKA_STORAGE_ERROR if not plog.io.online else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             return PartResp(partition_index=partition, error_code=code)
         if ts == LATEST:
-            return PartResp(partition_index=partition, timestamp=-1, offset=plog.high_watermark, leader_epoch=epoch)
+            end = plog.high_watermark if replica_id == CONSUMER else plog.log_end_offset
+            return PartResp(partition_index=partition, timestamp=-1, offset=end, leader_epoch=epoch)
         if ts in (EARLIEST, EARLIEST_LOCAL):
             return PartResp(partition_index=partition, timestamp=-1, offset=plog.log_start_offset, leader_epoch=epoch)
         if ts == LATEST_TIERED:
@@ -63,7 +69,8 @@ def handle(node, request, body: ListOffsetsRequest) -> ListOffsetsResponse:
                 parts.append(PartResp(partition_index=p.partition_index,
                                       error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
             elif ts_ok(p.timestamp, request.api_version):
-                parts.append(_lookup(node, t.name, p.partition_index, p.timestamp, request.api_version))
+                parts.append(_lookup(node, t.name, p.partition_index, p.timestamp, request.api_version,
+                                     body.replica_id))
             else:
                 parts.append(PartResp(partition_index=p.partition_index, error_code=ErrorCode.UNSUPPORTED_VERSION))
         topics.append(TopicResp(name=t.name, partitions=parts))

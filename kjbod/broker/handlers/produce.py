@@ -103,6 +103,6 @@ def _append(node, topic: str, pd, now_ms: int, v: int, waits: list | None) -> Pa
     replication.appended(node, topic, pd.index)
     resp = PartResp(index=pd.index, error_code=0, base_offset=info.base_offset,
                     log_append_time_ms=info.log_append_time, log_start_offset=info.log_start_offset)
-    if waits is not None and replication.needs_replication(node, topic, pd.index):
+    if waits is not None and replication.needs_replication(node, topic, pd.index, info.last_offset + 1):
         waits.append((topic, resp, info.last_offset + 1))
     return resp

@@ -198,8 +198,10 @@ class Fetcher:
             leo = plog.log_end_offset
             if 0 <= part.log_start_offset and leo < part.log_start_offset:
                 plog.truncate_fully_and_start_at(part.log_start_offset)
+                self._truncate_future(s, part.log_start_offset, fully=True)
             elif 0 <= part.high_watermark < leo:
                 plog.truncate_to(max(part.high_watermark, plog.high_watermark))
+                self._truncate_future(s, plog.log_end_offset)
             log.info("replica_offset_out_of_range", topic=s.topic, partition=s.partition, log_end_offset=leo,
                      truncated_to=plog.log_end_offset)
             return
@@ -234,8 +236,22 @@ class Fetcher:
         else:
             target = min(plog.high_watermark, leo)
         plog.truncate_to(target)
+        self._truncate_future(s, target)
         log.info("replica_truncated", topic=s.topic, partition=s.partition, diverging_epoch=epoch,
                  leader_end_offset=end_offset, from_offset=leo, to_offset=target)
+
+
+    def _truncate_future(self, s: FetchState, offset: int, *, fully: bool = False) -> None:
+        """A KIP-113 move of this replica in progress: its future log must not keep what the current one lost
+        (Kafka truncates the future replica the same way)."""
+        logs = getattr(self.node, "logs", None)
+        future = logs.manager.get_future(s.topic, s.partition) if logs is not None else None
+        if future is None or not future.online:
+            return
+        if fully or offset < future.log_start_offset:
+            future.truncate_fully_and_start_at(offset)
+        elif future.log_end_offset > offset:
+            future.truncate_to(offset)
 
 
 class FetcherManager:

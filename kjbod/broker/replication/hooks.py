@@ -73,9 +73,11 @@ def appended(node: Any, topic: str, partition: int) -> None:
         manager.leader_appended(topic, partition)
 
 
-def needs_replication(node: Any, topic: str, partition: int) -> bool:
+def needs_replication(node: Any, topic: str, partition: int, required_offset: int) -> bool:
+    """Whether an acks=all answer must wait: a replicated leader whose HW is not yet at `required_offset` (a
+    partition without followers has its HW at the LEO already, and answers at once)."""
     manager = getattr(node, "replication", None)
-    return manager is not None and manager.replicated(topic, partition)
+    return manager is not None and manager.must_wait(topic, partition, required_offset)
 
 
 async def await_replication(node: Any, response: Any, waits: list[tuple[str, Any, int]], timeout_ms: int) -> Any:

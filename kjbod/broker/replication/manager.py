@@ -244,6 +244,15 @@ class ReplicaManager:
         state = self.states.get((topic, partition))
         return state is not None and state.role == LEADER
 
+    def must_wait(self, topic: str, partition: int, required_offset: int) -> bool:
+        """An acks=all append up to `required_offset` that the HW has not passed yet (or whose outcome is an
+        error the waiter reports, such as NOT_ENOUGH_REPLICAS_AFTER_APPEND)."""
+        state = self.states.get((topic, partition))
+        if state is None or state.role != LEADER:
+            return False
+        plog = self._local_log(topic, partition)
+        return plog is None or plog.high_watermark < required_offset or self._acks_outcome(state) != 0
+
     async def wait_for_replicas(self, topic: str, partition: int, required_offset: int, timeout_s: float) -> int:
         """The acks=all outcome for records up to `required_offset` (exclusive): see the module docstring."""
         tp = (topic, partition)

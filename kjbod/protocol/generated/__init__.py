@@ -53,6 +53,8 @@ from .list_partition_reassignments_request import ListPartitionReassignmentsRequ
 from .list_partition_reassignments_response import ListPartitionReassignmentsResponse
 from .metadata_request import MetadataRequest
 from .metadata_response import MetadataResponse
+from .offset_for_leader_epoch_request import OffsetForLeaderEpochRequest
+from .offset_for_leader_epoch_response import OffsetForLeaderEpochResponse
 from .partition_change_record import PartitionChangeRecord
 from .partition_record import PartitionRecord
 from .produce_request import ProduceRequest
@@ -127,6 +129,8 @@ __all__ = [
     'ListPartitionReassignmentsResponse',
     'MetadataRequest',
     'MetadataResponse',
+    'OffsetForLeaderEpochRequest',
+    'OffsetForLeaderEpochResponse',
     'PartitionChangeRecord',
     'PartitionRecord',
     'ProduceRequest',
