@@ -248,10 +248,12 @@ def alter_partition_reassignments(image: MetadataImage, req: AlterPartitionReass
     return ControllerResult(records, response)
 
 
-def advance(image: MetadataImage, plans: Plans, *, skip: frozenset[tuple[UUID, int]] | set[tuple[UUID, int]] = frozenset()) -> list[Any]:
+def advance(image: MetadataImage, plans: Plans, *,
+            skip: frozenset[tuple[UUID, int]] | set[tuple[UUID, int]] = frozenset()) -> list[Any]:
     """Drops the plans that are done (or whose partition is gone) and starts the next steps the limits allow:
     one PartitionChangeRecord per partition starting a step.  `skip`: partitions changed by records not yet
-    in `image` (they wait for the next round)."""
+    in `image` (they wait for the next round).  Steps are computed only for as many waiting partitions as the
+    batch can still take (movers and others in plan order), so a full batch costs one pass over the plans."""
     lim = limits(image)
     records: list[Any] = []
     stepping = moving = 0
@@ -259,21 +261,25 @@ def advance(image: MetadataImage, plans: Plans, *, skip: frozenset[tuple[UUID, i
         if busy.reassigning:
             stepping += 1
             moving += moves_leader([r for r in busy.replicas if r not in busy.removing], busy.leader)
-    waiting: list[tuple[tuple[TopicImage, PartitionImage, list[int]], bool]] = []
+    free = lim.partitions - stepping
+    movers: list[tuple[tuple[TopicImage, PartitionImage, list[int]], bool]] = []
+    others: list[tuple[tuple[TopicImage, PartitionImage, list[int]], bool]] = []
     for key, plan in list(plans.items()):
-        final = plan.target
         topic = image.topic_by_id(key[0])
         p = topic.partitions.get(key[1]) if topic is not None else None
-        if topic is None or p is None or (not p.reassigning and list(p.replicas) == final):
+        if topic is None or p is None or (not p.reassigning and list(p.replicas) == plan.target):
             del plans[key]
             if p is not None:
                 records.append(intent_record(key, None))
             continue
-        if p.reassigning or key in skip:
+        if p.reassigning or key in skip or (len(movers) >= min(free, lim.leader_movements - moving)
+                                            and len(others) >= free):
             continue
-        step = next_step(p.replicas, final, isr=p.isr, min_isr=min_isr(image, topic), replica_count=lim.replicas)
-        waiting.append(((topic, p, step), moves_leader(step, p.leader)))
-    for topic, p, step in pick(waiting, stepping=stepping, moving_leaders=moving, limits=lim):
+        step = next_step(p.replicas, plan.target, isr=p.isr, min_isr=min_isr(image, topic),
+                         replica_count=lim.replicas)
+        moves = moves_leader(step, p.leader)
+        (movers if moves else others).append(((topic, p, step), moves))
+    for topic, p, step in pick(movers + others, stepping=stepping, moving_leaders=moving, limits=lim):
         dirs = plans[(topic.topic_id, p.partition)].dirs
         rec = step_change(image, topic, p, step, election=PREFERRED,
                           target_dirs={r: d for r, d in dirs.items() if r in step and r not in p.replicas})
