@@ -65,6 +65,11 @@ from kjbod.net.backoff import ExponentialBackoff
 from kjbod.net.connection import ClientConnection
 from kjbod.net.correlator import api_name
 from kjbod.protocol.errors import ErrorCode, KafkaError
+from kjbod.protocol.generated.alter_partition_reassignments_request import (
+    AlterPartitionReassignmentsRequest,
+    ReassignablePartition,
+    ReassignableTopic,
+)
 from kjbod.protocol.generated.alter_replica_log_dirs_request import (
     AlterReplicaLogDir,
     AlterReplicaLogDirsRequest,
@@ -90,6 +95,10 @@ from kjbod.protocol.generated.list_offsets_request import (
     ListOffsetsRequest,
     ListOffsetsTopic,
 )
+from kjbod.protocol.generated.list_partition_reassignments_request import (
+    ListPartitionReassignmentsRequest,
+    ListPartitionReassignmentsTopics,
+)
 from kjbod.protocol.generated.metadata_request import MetadataRequest, MetadataRequestTopic
 from kjbod.protocol.runtime import ZERO_UUID, gc_pause, gc_resume
 from kjbod.wire.framing import DEFAULT_MAX_FRAME_SIZE
@@ -112,6 +121,8 @@ DESCRIBE_LOG_DIRS = 35
 LIST_OFFSETS = 2
 DEBUGGING_REPLICA_ID = -2  # ListOffsets from a tool: any local replica answers, latest = its log end offset
 INCREMENTAL_ALTER_CONFIGS = 44
+ALTER_PARTITION_REASSIGNMENTS = 45
+LIST_PARTITION_REASSIGNMENTS = 46
 DESCRIBE_CLUSTER = 60
 
 # Per-topic codes worth resending the failed topics for (what Kafka's admin client retries for these APIs).
@@ -537,6 +548,46 @@ class AdminClient:
         for name in names:
             out[name] = done[name]
         return out
+
+    # ============================================================================================ reassignments
+
+    async def alter_partition_reassignments(
+        self, targets: Mapping[tuple[str, int], Sequence[int] | None], *,
+        directories: Mapping[tuple[str, int], Sequence[UUID]] | None = None,
+        allow_replication_factor_change: bool = True, timeout: float | None = None,
+    ) -> dict[tuple[str, int], tuple[int, str | None]]:
+        """Starts (a replica list), or cancels (None), reassignments: {(topic, partition): (error code,
+        message)}.  `directories` names a log dir per target replica (kjbod's TargetDirectories extension; the
+        zero uuid lets the broker pick)."""
+        deadline = self._deadline(timeout)
+        by_topic: dict[str, list[ReassignablePartition]] = {}
+        for (topic, index), replicas in targets.items():
+            by_topic.setdefault(topic, []).append(ReassignablePartition(
+                partition_index=index, replicas=None if replicas is None else list(replicas),
+                target_directories=list((directories or {}).get((topic, index), ()))))
+        body = [ReassignableTopic(name=name, partitions=parts) for name, parts in by_topic.items()]
+        response, _, _ = await self._call(_CONTROLLER, ALTER_PARTITION_REASSIGNMENTS, lambda v: (
+            AlterPartitionReassignmentsRequest(timeout_ms=self._timeout_ms(deadline), topics=body,
+                                               allow_replication_factor_change=allow_replication_factor_change)),
+            deadline, check=lambda r: r.error_code, message=lambda r: r.error_message,
+            min_version=0 if allow_replication_factor_change else 1)
+        return {(t.name, p.partition_index): (p.error_code, p.error_message)
+                for t in response.responses for p in t.partitions}
+
+    async def list_partition_reassignments(
+        self, partitions: Mapping[str, Sequence[int]] | None = None, *, include_batches: bool = False,
+        timeout: float | None = None,
+    ) -> dict[tuple[str, int], Any]:
+        """Reassignments in progress: {(topic, partition): the response's OngoingPartitionReassignment}, with the
+        current KIP-435 step (BatchCurrentReplicas/BatchTargetReplicas) when `include_batches`."""
+        deadline = self._deadline(timeout)
+        topics = None if partitions is None else [
+            ListPartitionReassignmentsTopics(name=n, partition_indexes=list(ps)) for n, ps in partitions.items()]
+        response, _, _ = await self._call(_CONTROLLER, LIST_PARTITION_REASSIGNMENTS, lambda v: (
+            ListPartitionReassignmentsRequest(timeout_ms=self._timeout_ms(deadline), topics=topics,
+                                              include_batches=include_batches)),
+            deadline, check=lambda r: r.error_code, message=lambda r: r.error_message)
+        return {(t.name, p.partition_index): p for t in response.topics for p in t.partitions}
 
     # ============================================================================================ configs
 

@@ -116,6 +116,13 @@ BROKER_KEYS: dict[str, BrokerKey] = {k.name: k for k in [
               default=LONG_MAX,
               doc="Bytes per second that all replica moves between this broker's log dirs may copy together "
                   "(KIP-113's intra.broker.throttled.rate)."),
+    *[BrokerKey(name, INT, None, dynamic=True, default=(1 << 31) - 1, doc=doc) for name, doc in (
+        ("reassignment.parallel.replica.count",
+         "KIP-435: replicas of one partition a reassignment step adds (and drops) at a time; cluster-wide."),
+        ("reassignment.parallel.partition.count",
+         "KIP-435: partitions taking a reassignment step at once; cluster-wide."),
+        ("reassignment.parallel.leader.movements",
+         "KIP-435: reassignment steps moving a leader at once; cluster-wide."))],
     BrokerKey("num.replica.alter.log.dirs.threads", INT, "num_replica_alter_log_dirs_threads",
               doc="Threads moving replicas between log dirs (default: one per log dir)."),
     BrokerKey("log.dir.failure.timeout.ms", LONG, "log_dir_failure_timeout_ms",
@@ -151,7 +158,7 @@ class ConfigProblem(Exception):
 
 
 def parse_dynamic_value(key: str, raw: str | None) -> int:
-    """The throttle is the only dynamic key: a long of at least 1 (bytes per second)."""
+    """Every dynamic key is a positive number: the throttle (a long, bytes per second) and the KIP-435 limits."""
     if raw is None:
         raise ConfigProblem(ErrorCode.INVALID_CONFIG, f"{key}: a value is required")
     try:
@@ -345,7 +352,7 @@ def plan_broker_changes(
     if unknown:
         raise ConfigProblem(ErrorCode.INVALID_CONFIG,
                             f"unknown or unsupported broker config {unknown[0]!r} (kjbod changes only {THROTTLE_KEY} "
-                            "at runtime)")
+                            "and the reassignment.parallel.* limits at runtime)")
     static = sorted({ALIASES.get(k, k) for k, _, _ in changes} - {k for k, v in BROKER_KEYS.items() if v.dynamic})
     if static:
         raise ConfigProblem(ErrorCode.INVALID_REQUEST,

@@ -279,7 +279,9 @@ class BrokerNode:
     def _create_partitions(self, topic: TopicImage, parts: list[int]) -> list[tuple[uuid.UUID, int, uuid.UUID]]:
         """Creates this broker's new replicas of `topic` (placement by storage); returns the dirs to record."""
         try:
-            dir_ids = self.logs.create_topic_partitions(topic.name, topic.topic_id, parts, dict(topic.configs))
+            named = {p: d for p in parts if (d := topic.partitions[p].directory_of(self.node_id)) is not None
+                     and not is_reserved_dir(d)}
+            dir_ids = self.logs.create_topic_partitions(topic.name, topic.topic_id, parts, dict(topic.configs), named)
         except Exception as e:  # a failing disk: the partitions stay offline here; the controller keeps them
             log.error("partition_create_failed", topic=topic.name, partitions=parts, error=str(e))
             return []

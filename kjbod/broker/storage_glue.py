@@ -90,14 +90,17 @@ class StorageAdapter:
         return plog is not None and plog.online
 
     def create_topic_partitions(self, name: str, topic_id: uuid.UUID, partitions: list[int],
-                                configs: dict[str, str]) -> list:
-        """Creates the partition logs; returns the directory id each one got."""
+                                configs: dict[str, str], named: dict[int, uuid.UUID] | None = None) -> list:
+        """Creates the partition logs; returns the directory id each one got.  `named`: the dir the metadata
+        already gives some of them (a reassignment into a named dir), used when it is an online dir here."""
         cfg = topic_log_config(self.node, configs)
         tid = uuid_to_str(topic_id.bytes)
         online = set(self.manager.online_dirs)
+        by_id = {uuid.UUID(bytes=_dir_uuid_bytes(d)): path for d, path in self.manager.directory_ids().items()}
         specs = []
         for p in partitions:
-            preferred = self.preferred_dirs.get((name, p))
+            named_dir = (named or {}).get(p)
+            preferred = self.preferred_dirs.get((name, p)) or (by_id.get(named_dir) if named_dir else None)
             if preferred is not None and preferred not in online:
                 log.warning("preferred_log_dir_offline", partition=f"{name}-{p}", log_dir=preferred,
                             effect="placed by the placement policy instead")

@@ -15,6 +15,10 @@ The ISR is never written empty: when its last member goes, the record says leade
 was, so the partition waits for that broker (or for an unclean election).  Every record bumps the partition
 epoch on replay; one that sets Leader bumps the leader epoch too.  Returns None when nothing changes (Kafka drops
 no-op records).
+
+Reassignments (KIP-455): every change first checks whether the partition's reassignment can complete (the ISR
+less the replicas being removed holds every target replica); if so the replicas become the target, a leader
+being removed is replaced, and a change that drops a replica always sets Leader (a leader epoch bump).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from uuid import UUID
 
 from kjbod.metadata import (
     BROKER_RESOURCE,
+    DIR_MIGRATING,
     DIR_UNASSIGNED,
     NO_LEADER,
     RECOVERING,
@@ -59,25 +64,60 @@ def may_lead(image: MetadataImage, p: PartitionImage, r: int, *, remove: int | N
     return active and has_online_dir(image, r, p.directory_of(r))
 
 
+def default_dir(image: MetadataImage, broker_id: int) -> UUID:
+    """Where a replica new to `broker_id` starts (Kafka's ClusterControlManager.defaultDir): the broker's only log
+    dir, MIGRATING when it registered none, else UNASSIGNED (the broker picks one and reports it)."""
+    reg = image.brokers.get(broker_id)
+    if reg is None or len(reg.log_dirs) > 1:
+        return DIR_UNASSIGNED
+    return reg.log_dirs[0] if reg.log_dirs else DIR_MIGRATING
+
+
+def complete_reassignment(replicas: Sequence[int], adding: Sequence[int], removing: Sequence[int],
+                          isr: Sequence[int]) -> tuple[list[int], list[int]] | None:
+    """(replicas, ISR) once a reassignment in progress is done, or None (Kafka's
+    PartitionReassignmentReplicas.maybeCompleteReassignment): the ISR less the replicas being removed must be
+    non-empty and hold every target replica, the old ones too."""
+    if not adding and not removing:
+        return None
+    new_isr = [r for r in isr if r not in removing]
+    target = [r for r in replicas if r not in removing]
+    if not new_isr or not target or not set(target) <= set(new_isr):
+        return None
+    return target, new_isr
+
+
 def change(image: MetadataImage, topic_id: UUID, p: PartitionImage, *, remove: int | None = None,
            add: int | None = None, target_isr: Sequence[int] | None = None, election: str = ONLINE,
-           unclean: bool = False, recovery_state: int | None = None) -> PartitionChangeRecord | None:
+           unclean: bool = False, recovery_state: int | None = None,
+           target_replicas: Sequence[int] | None = None, target_adding: Sequence[int] | None = None,
+           target_removing: Sequence[int] | None = None,
+           target_dirs: dict[int, UUID] | None = None) -> PartitionChangeRecord | None:
     """The record taking `p` to the target ISR with the leader the election picks; None when nothing changes.
-    `unclean` allows the unclean step of an ONLINE election (the topic's config)."""
+    `unclean` allows the unclean step of an ONLINE election (the topic's config).  The target replicas, adding
+    and removing lists default to the partition's; a reassignment they describe completes here when the ISR
+    allows it (Kafka's PartitionChangeBuilder.completeReassignmentIfNeeded), whatever asked for the change.
+    `target_dirs` names the log dir of some replicas (others keep theirs; new ones get the default)."""
     isr = [r for r in (p.isr if target_isr is None else target_isr) if r != remove]
+    replicas = list(p.replicas if target_replicas is None else target_replicas)
+    adding = list(p.adding if target_adding is None else target_adding)
+    removing = list(p.removing if target_removing is None else target_removing)
+    done = complete_reassignment(replicas, adding, removing, isr)
+    if done is not None:
+        (replicas, isr), adding, removing = done, [], []
 
     def valid(r: int) -> bool:
         return r in isr and may_lead(image, p, r, remove=remove, add=add)
 
     leader, is_unclean = NO_LEADER, False
-    if election == PREFERRED and p.replicas and valid(p.replicas[0]):
-        leader = p.replicas[0]
+    if election == PREFERRED and replicas and valid(replicas[0]):
+        leader = replicas[0]
     elif valid(p.leader):
         leader = p.leader
     else:
-        leader = next((r for r in p.replicas if valid(r)), NO_LEADER)
+        leader = next((r for r in replicas if valid(r)), NO_LEADER)
         if leader == NO_LEADER and (election == UNCLEAN or (election == ONLINE and unclean)):
-            leader = next((r for r in p.replicas if may_lead(image, p, r, remove=remove, add=add)), NO_LEADER)
+            leader = next((r for r in replicas if may_lead(image, p, r, remove=remove, add=add)), NO_LEADER)
             is_unclean = leader != NO_LEADER
     rec = PartitionChangeRecord(partition_id=p.partition, topic_id=topic_id)
     changed = False
@@ -88,11 +128,42 @@ def change(image: MetadataImage, topic_id: UUID, p: PartitionImage, *, remove: i
             rec.isr = [leader]  # data the other replicas had may be lost: the new leader alone is in sync
             if p.leader_recovery_state != RECOVERING:
                 rec.leader_recovery_state = RECOVERING
+    elif not set(p.replicas) <= set(replicas):
+        rec.leader = p.leader  # a replica leaves: followers must see a new leader epoch
+        changed = True
     if rec.isr is None and isr and tuple(isr) != p.isr:
         rec.isr = isr
         changed = True
     if recovery_state is not None and recovery_state != p.leader_recovery_state and rec.leader_recovery_state == -1:
         rec.leader_recovery_state = recovery_state
+        changed = True
+    return _assignment_changes(image, p, rec, replicas, adding, removing, target_dirs or {}) or (
+        rec if changed else None)
+
+
+def _assignment_changes(image: MetadataImage, p: PartitionImage, rec: PartitionChangeRecord, replicas: list[int],
+                        adding: list[int], removing: list[int],
+                        target_dirs: dict[int, UUID]) -> PartitionChangeRecord | None:
+    """Sets the replica fields (Kafka's setAssignmentChanges): Directories for the whole new replica list
+    whenever it differs; returns `rec` when any was set."""
+    if tuple(replicas) == p.replicas and tuple(adding) == p.adding and tuple(removing) == p.removing \
+            and not target_dirs:
+        return None
+    changed = False
+    if replicas:
+        dirs = [target_dirs.get(r) or (p.directory_of(r) if r in p.replicas else None) or default_dir(image, r)
+                for r in replicas]
+        if tuple(dirs) != p.directories:
+            rec.directories = dirs
+            changed = True
+        if tuple(replicas) != p.replicas:
+            rec.replicas = replicas
+            changed = True
+    if tuple(removing) != p.removing:
+        rec.removing_replicas = removing
+        changed = True
+    if tuple(adding) != p.adding:
+        rec.adding_replicas = adding
         changed = True
     return rec if changed else None
 

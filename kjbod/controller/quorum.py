@@ -30,6 +30,7 @@ from kjbod.controller import (
     directories,
     elections,
     producer_ids,
+    reassignment,
     replication_control,
 )
 from kjbod.controller.errors import error_response
@@ -42,6 +43,7 @@ from kjbod.protocol.generated import (
     AllocateProducerIdsRequest,
     AlterConfigsRequest,
     AlterConfigsResponse,
+    AlterPartitionReassignmentsRequest,
     AlterPartitionRequest,
     AssignReplicasToDirsRequest,
     BrokerHeartbeatRequest,
@@ -51,6 +53,7 @@ from kjbod.protocol.generated import (
     ElectLeadersRequest,
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
+    ListPartitionReassignmentsRequest,
     UnregisterBrokerRequest,
 )
 from kjbod.protocol.generated.alter_configs_response import AlterConfigsResourceResponse as AlterResp
@@ -98,6 +101,7 @@ class QuorumController:
         self._tasks: list[asyncio.Task[None]] = []
         self._busy = False  # the writer is between taking an event and finishing it
         self.election_passes = 0  # passes of the election timers (tests wait on it)
+        self.reassignment_plans: reassignment.Plans = {}  # KIP-435 batched reassignments (final targets)
         self._io = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="kjbod-metadata-log")
         # api key -> (version, request) -> the operation that answers it
         self._handlers: dict[int, Callable[[int, Any], Operation]] = {
@@ -112,6 +116,8 @@ class QuorumController:
             _key(AssignReplicasToDirsRequest): self._assign_replicas_to_dirs,
             _key(AlterPartitionRequest): self._alter_partition,
             _key(ElectLeadersRequest): self._elect_leaders,
+            _key(AlterPartitionReassignmentsRequest): self._alter_partition_reassignments,
+            _key(ListPartitionReassignmentsRequest): self._list_partition_reassignments,
         }
 
     # ------------------------------------------------------------------------------------------ lifecycle
@@ -123,6 +129,7 @@ class QuorumController:
         for rec, offset in zip(records, self.log.loaded_offsets, strict=True):
             delta.replay(rec, offset)
         self.image = delta.apply()
+        self.reassignment_plans = reassignment.plans_from(self.image)  # batched reassignments go on
         self.heartbeats.dirs.note_records(records)
         if delta.dropped:
             log.warning("metadata_records_dropped", count=delta.dropped,
@@ -184,6 +191,7 @@ class QuorumController:
                 result = op(self.image, self.log.next_offset)
                 if result.records:
                     await self._commit(result.records)
+                    await self._advance_reassignments()
             except Exception as e:  # the caller answers with an error; the controller keeps running
                 log.exception("controller_operation_failed")
                 if not fut.done():
@@ -207,6 +215,15 @@ class QuorumController:
             except Exception:
                 log.exception("metadata_listener_failed")
         await self._maybe_snapshot()
+
+    async def _advance_reassignments(self) -> None:
+        """Starts the next KIP-435 steps that the last commit made room for (each round's records may complete a
+        last step at once, so it goes on until a round writes nothing)."""
+        while self.reassignment_plans:
+            records = reassignment.advance(self.image, self.reassignment_plans)
+            if not records:
+                return
+            await self._commit(records)
 
     async def _maybe_snapshot(self) -> None:
         since = getattr(self.log, "bytes_since_snapshot", None)
@@ -343,6 +360,13 @@ class QuorumController:
 
     def _elect_leaders(self, version: int, req: ElectLeadersRequest) -> Operation:
         return lambda image, _o: elections.elect_leaders(image, req, version)
+
+    def _alter_partition_reassignments(self, version: int, req: AlterPartitionReassignmentsRequest) -> Operation:
+        return lambda image, _o: reassignment.alter_partition_reassignments(image, req, version, self.settings,
+                                                                            self.reassignment_plans)
+
+    def _list_partition_reassignments(self, version: int, req: ListPartitionReassignmentsRequest) -> Operation:
+        return lambda image, _o: reassignment.list_partition_reassignments(image, req, self.reassignment_plans)
 
     async def assign_directories(self, broker_id: int, assignments: list[Any]) -> None:
         """Records where `broker_id` placed its replicas: [(topic id, partition, dir id)]."""

@@ -63,6 +63,21 @@ def default_dir(b: BrokerRegistration) -> UUID:
     return b.log_dirs[0] if len(b.log_dirs) == 1 else DIR_UNASSIGNED
 
 
+def assignment_problem(image: MetadataImage, broker_ids: list[int]) -> str | None:
+    """Kafka's validateManualPartitionAssignment without the replication factor: what is wrong with a manual
+    replica list (empty, an unregistered broker, a broker twice), or None."""
+    if not broker_ids:
+        return "The manual partition assignment includes an empty replica list."
+    previous = None
+    for b in sorted(broker_ids):
+        if b not in image.brokers:
+            return f"The manual partition assignment includes broker {b}, but no such broker is registered."
+        if b == previous:
+            return f"The manual partition assignment includes the broker {b} more than once."
+        previous = b
+    return None
+
+
 def _fail(name: str, code: int, message: str) -> CreateResult:
     return CreateResult(name=name, error_code=code, error_message=message, configs=None)
 
@@ -136,15 +151,9 @@ class TopicCreator:
         return None, [parts[i] for i in range(len(parts))]
 
     def _assignment_problem(self, broker_ids: list[int], rf: int | None) -> str | None:
-        if not broker_ids:
-            return "The manual partition assignment includes an empty replica list."
-        previous = None
-        for b in sorted(broker_ids):
-            if b not in self.image.brokers:
-                return f"The manual partition assignment includes broker {b}, but no such broker is registered."
-            if b == previous:
-                return f"The manual partition assignment includes the broker {b} more than once."
-            previous = b
+        problem = assignment_problem(self.image, broker_ids)
+        if problem is not None:
+            return problem
         if rf is not None and len(broker_ids) != rf:
             return (f"The manual partition assignment includes a partition with {len(broker_ids)} replica(s), but "
                     f"this is not consistent with previous partitions, which have {rf} replica(s).")

@@ -34,6 +34,7 @@ from kjbod.protocol.generated import (
     PartitionChangeRecord,
     PartitionRecord,
     ProducerIdsRecord,
+    ReassignmentIntentRecord,
     RegisterBrokerRecord,
     RemoveTopicRecord,
     TopicRecord,
@@ -61,7 +62,10 @@ def replay_partition(old: PartitionImage, rec: PartitionChangeRecord) -> Partiti
         partition=old.partition, replicas=replicas, isr=old.isr if rec.isr is None else tuple(rec.isr),
         leader=leader, leader_epoch=leader_epoch, partition_epoch=old.partition_epoch + 1, directories=directories,
         leader_recovery_state=old.leader_recovery_state if rec.leader_recovery_state == -1
-        else rec.leader_recovery_state)
+        else rec.leader_recovery_state,
+        adding=old.adding if rec.adding_replicas is None else tuple(rec.adding_replicas),
+        removing=old.removing if rec.removing_replicas is None else tuple(rec.removing_replicas),
+        intent=old.intent, intent_dirs=old.intent_dirs)
 
 
 @dataclass(slots=True)
@@ -151,7 +155,8 @@ class MetadataDelta:
         work.partitions[rec.partition_id] = PartitionImage(
             partition=rec.partition_id, replicas=tuple(rec.replicas), isr=tuple(rec.isr), leader=rec.leader,
             leader_epoch=max(rec.leader_epoch, 0), partition_epoch=max(rec.partition_epoch, 0),
-            directories=tuple(rec.directories), leader_recovery_state=rec.leader_recovery_state)
+            directories=tuple(rec.directories), leader_recovery_state=rec.leader_recovery_state,
+            adding=tuple(rec.adding_replicas), removing=tuple(rec.removing_replicas))
 
     def _partition_change_record(self, rec: PartitionChangeRecord) -> None:
         work = self._writable_topic(rec.topic_id)
@@ -160,6 +165,16 @@ class MetadataDelta:
             self.dropped += 1
             return
         work.partitions[rec.partition_id] = replay_partition(old, rec)
+
+    def _reassignment_intent_record(self, rec: ReassignmentIntentRecord) -> None:
+        work = self._writable_topic(rec.topic_id)
+        old = work.partitions.get(rec.partition_id) if work is not None else None
+        if work is None or old is None:
+            self.dropped += 1
+            return
+        target = None if rec.target_replicas is None else tuple(rec.target_replicas)
+        dirs = dict(zip(rec.target_directory_brokers, rec.target_directories, strict=False)) if target else {}
+        work.partitions[rec.partition_id] = replace(old, intent=target, intent_dirs=dirs)
 
     def _remove_topic_record(self, rec: RemoveTopicRecord) -> None:
         work = self._topics.pop(rec.topic_id, None)
@@ -325,6 +340,7 @@ REPLAY: dict[type, Callable[[MetadataDelta, Any], None]] = {
     PartitionRecord: MetadataDelta._partition_record,
     PartitionChangeRecord: MetadataDelta._partition_change_record,
     RemoveTopicRecord: MetadataDelta._remove_topic_record,
+    ReassignmentIntentRecord: MetadataDelta._reassignment_intent_record,
     ConfigRecord: MetadataDelta._config_record,
     RegisterBrokerRecord: MetadataDelta._register_broker_record,
     UnregisterBrokerRecord: MetadataDelta._unregister_broker_record,

@@ -51,6 +51,17 @@ class PartitionImage:
     partition_epoch: int = 0
     directories: tuple[UUID, ...] = ()
     leader_recovery_state: int = RECOVERED
+    # A reassignment in progress (KIP-455): `replicas` holds the target followed by the replicas being removed.
+    adding: tuple[int, ...] = ()
+    removing: tuple[int, ...] = ()
+    # kjbod's ReassignmentIntentRecord: the final target of a batched (KIP-435) reassignment, and the log dirs
+    # named for some of its replicas; None when there is none.
+    intent: tuple[int, ...] | None = None
+    intent_dirs: Mapping[int, UUID] = field(default_factory=dict)
+
+    @property
+    def reassigning(self) -> bool:
+        return bool(self.adding or self.removing)
 
     def directory_of(self, broker_id: int) -> UUID | None:
         """The log dir the metadata gives `broker_id`'s replica, or None when it is not a replica."""

@@ -19,6 +19,7 @@ from kjbod.protocol.generated import (
     FeatureLevelRecord,
     PartitionRecord,
     ProducerIdsRecord,
+    ReassignmentIntentRecord,
     RegisterBrokerRecord,
     TopicRecord,
 )
@@ -48,7 +49,12 @@ def image_records(image: MetadataImage) -> list[Any]:
             out.append(PartitionRecord(
                 partition_id=pid, topic_id=topic.topic_id, replicas=list(p.replicas), isr=list(p.isr),
                 leader=p.leader, leader_epoch=p.leader_epoch, partition_epoch=p.partition_epoch,
-                directories=list(p.directories), leader_recovery_state=p.leader_recovery_state))
+                directories=list(p.directories), leader_recovery_state=p.leader_recovery_state,
+                adding_replicas=list(p.adding), removing_replicas=list(p.removing)))
+            if p.intent is not None:
+                out.append(ReassignmentIntentRecord(
+                    topic_id=topic.topic_id, partition_id=pid, target_replicas=list(p.intent),
+                    target_directory_brokers=list(p.intent_dirs), target_directories=list(p.intent_dirs.values())))
     if image.next_producer_id:
         out.append(ProducerIdsRecord(broker_id=-1, broker_epoch=-1, next_producer_id=image.next_producer_id))
     return out

@@ -100,11 +100,13 @@ class Cluster:
 
 @contextlib.contextmanager
 def running_cluster(root: Path, settings: dict[str, str] | None = None,
-                    env: dict[str, str] | None = None) -> Iterator[Cluster]:
-    """`kjbod cluster up --detach` in `root` (3 brokers x 3 dirs, this module's short timers unless `settings`
-    say otherwise, and `settings` as more `--set key=value`), stopped with `kjbod cluster down` at the end; `env`
-    is added to the nodes' environment."""
-    command = [*COMMAND, "cluster", "up", "--detach", "--brokers", "3", "--log-dirs", "3", "--dir", str(root)]
+                    env: dict[str, str] | None = None, *, brokers: int = 3,
+                    log_dirs: int = 3) -> Iterator[Cluster]:
+    """`kjbod cluster up --detach` in `root` (a controller and `brokers` brokers x `log_dirs` dirs, this module's
+    short timers unless `settings` say otherwise, and `settings` as more `--set key=value`), stopped with
+    `kjbod cluster down` at the end; `env` is added to the nodes' environment."""
+    command = [*COMMAND, "cluster", "up", "--detach", "--brokers", str(brokers), "--log-dirs", str(log_dirs),
+               "--dir", str(root)]
     chosen = {"broker.heartbeat.interval.ms": str(HEARTBEAT_MS), "broker.session.timeout.ms": str(SESSION_MS),
               **(settings or {})}
     for key, value in chosen.items():
@@ -124,5 +126,5 @@ def running_cluster(root: Path, settings: dict[str, str] | None = None,
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    with running_cluster(tmp_path_factory.mktemp("cluster")) as cluster:
-        yield cluster
+    with running_cluster(tmp_path_factory.mktemp("cluster")) as running:
+        yield running

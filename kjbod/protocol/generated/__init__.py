@@ -60,6 +60,7 @@ from .partition_record import PartitionRecord
 from .produce_request import ProduceRequest
 from .produce_response import ProduceResponse
 from .producer_ids_record import ProducerIdsRecord
+from .reassignment_intent_record import ReassignmentIntentRecord
 from .register_broker_record import RegisterBrokerRecord
 from .remove_topic_record import RemoveTopicRecord
 from .request_header import RequestHeader
@@ -135,6 +136,7 @@ __all__ = [
     'ProduceRequest',
     'ProduceResponse',
     'ProducerIdsRecord',
+    'ReassignmentIntentRecord',
     'RegisterBrokerRecord',
     'RemoveTopicRecord',
     'RequestHeader',
