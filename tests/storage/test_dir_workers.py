@@ -299,3 +299,20 @@ def test_deleting_a_topic_whose_dir_is_held_does_not_wait_for_it(spread, log_dir
     asyncio.run(scenario())
     _wait_for("the held dir's delete to run on its worker", lambda: spread.find("c", 0) is None)
     assert not [n for n in os.listdir(bad) if n == "c-0"] and not [n for n in os.listdir(good) if n == "a-0"]
+
+
+def test_a_degraded_dirs_fetch_is_read_on_its_worker_not_sent_from_disk_by_the_loop(spread, log_dirs):
+    node = _Node(spread)
+    for name in "ac":
+        spread.get(name, 0).append(kp_batch([name.encode()]))
+    spread.watchdog.health[log_dirs[2]].degraded = True  # as the watchdog marks a slow dir
+
+    async def scenario():
+        return await fetch.handle(node, _request(FV), _fetch_body({"a": [0], "c": [0]}, max_wait_ms=0))
+
+    resp = asyncio.run(scenario())
+    records = {t.topic: t.partitions[0].records for t in resp.responses}
+    assert isinstance(records["a"], list)  # a healthy dir's records leave as file regions (sendfile)
+    assert isinstance(records["c"], bytes)  # the slow dir's were read into memory by its worker
+    assert [v for _, v, _ in kp_records(records["c"])] == [b"c"]
+    fetch.close_regions(resp)
