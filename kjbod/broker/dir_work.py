@@ -7,7 +7,8 @@ worker (``KJBOD_DIR_WORKERS=0``) run inline at once, and :meth:`DirWork.run` ret
 
 Otherwise it returns one future for the whole request, done when every dir has answered or when ``timeout_s``
 has passed: then each dir still out gives ``fail(item, None)``, and what it answers later goes to ``discard``
-(to close what it holds), so a slow dir costs only its own partitions. No task and no ``asyncio.wait`` per
+(to close what it holds), so a slow dir costs only its own partitions; ``answered()`` runs as each dir's results
+come in. No task and no ``asyncio.wait`` per
 request: callbacks and one timer, as the hand-off is on the hot path.
 """
 
@@ -27,11 +28,13 @@ class DirWork:
         fill: Callable[[Any, Any], None],
         fail: Callable[[Any, BaseException | None], None],
         discard: Callable[[list[Any]], None] | None = None,
+        answered: Callable[[], None] | None = None,
     ) -> None:
         self.node = node
         self.fill = fill
         self.fail = fail
         self.discard = discard
+        self.answered = answered  # called once a dir's results are in (Produce wakes long polls then)
         self.by_dir: dict[str, Items] = {}
 
     def add(self, log_dir: str, item: Any) -> None:
@@ -65,6 +68,8 @@ class DirWork:
     def _filled(self, items: Items, results: list[Any]) -> None:
         for item, result in zip(items, results, strict=True):
             self.fill(item, result)
+        if self.answered is not None:
+            self.answered()
 
     def _failed(self, items: Items, e: BaseException | None) -> None:
         for item in items:

@@ -60,7 +60,7 @@ def handle(node, request, body: ProduceRequest):
             resp = _failed(slot[2], pd, e, v)
         slot[0][slot[1]] = resp
 
-    work = DirWork(node, fill, fail)
+    work = DirWork(node, fill, fail, answered=node.notify_append)  # long polls wake as each dir appends
     for td in body.topic_data:
         parts: list[PartResp | None] = []
         topic = node.metadata.topic(td.name)
@@ -88,14 +88,14 @@ def handle(node, request, body: ProduceRequest):
                     parts.append(None)
         responses.append((td.name, parts))
     if not work:
-        return _respond(node, acks, responses, appended=False)
+        return _respond(acks, responses)
     # Each dir answers on its own; one that has not by the request's own timeout answers REQUEST_TIMED_OUT for
     # its partitions, the others normally. A timeout of 0 or less sets no bound of its own: a dir that never
     # answers is failed by the stall watchdog, which answers its waiting requests KAFKA_STORAGE_ERROR.
     pending = work.run(lambda items: _append_all(items, now_ms, v), timeout_ms / 1000 if timeout_ms > 0 else None)
     if pending is None:
-        return _respond(node, acks, responses, appended=True)
-    return _finish(node, acks, responses, pending)
+        return _respond(acks, responses)
+    return _finish(acks, responses, pending)
 
 
 def _append_all(items, now_ms: int, v: int) -> list[PartResp]:
@@ -112,19 +112,17 @@ def _append_all(items, now_ms: int, v: int) -> list[PartResp]:
     return out
 
 
-async def _finish(node, acks: int, responses, pending):
+async def _finish(acks: int, responses, pending):
     await pending
-    return _respond(node, acks, responses, appended=True)
+    return _respond(acks, responses)
 
 
-def _respond(node, acks: int, responses, *, appended: bool):
+def _respond(acks: int, responses):
     failed = False
     topics = []
     for name, parts in responses:
         failed = failed or any(part.error_code for part in parts)
         topics.append(TopicResp(name=name, partition_responses=parts))
-    if appended:
-        node.notify_append()
     if acks == 0:
         if failed:
             raise CloseConnection("acks=0 produce failed; closing so the producer notices")
