@@ -18,6 +18,8 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
+from kjbod.storage import fsio
+
 Items = list[Any]
 
 
@@ -47,11 +49,29 @@ class DirWork:
     def __bool__(self) -> bool:
         return bool(self.by_dir)
 
-    def run(self, fn: Callable[[Items], list[Any]], timeout_s: float | None) -> asyncio.Future[None] | None:
+    def run(self, fn: Callable[[Items], list[Any]], timeout_s: float | None, *,
+            cached_first: bool = False) -> asyncio.Future[None] | None:
+        """``cached_first``: try ``fn`` on the loop first where nothing can make it wait (fsio.no_waiting: page
+        cache hits only, no open, no lock held elsewhere; the dir idle, online, not slow, no injected faults);
+        a dir where it would wait goes to its worker as usual. For reads, whose order against appends the log's
+        lock keeps: a thread hand-off costs more than a cached read."""
         manager = getattr(self.node.logs, "manager", None)
         handed: list[tuple[Any, Items]] = []
         for log_dir, items in self.by_dir.items():
             worker = manager.worker(log_dir) if manager is not None else None
+            if worker is not None and manager is not None and cached_first and worker.idle() \
+                    and not fsio.FAULTS.active and worker.io.online and not manager.dir_degraded(log_dir):
+                try:
+                    with fsio.no_waiting():
+                        results = fn(items)
+                except fsio.WouldBlock:
+                    pass
+                except Exception as e:
+                    self._failed(items, e)
+                    continue
+                else:
+                    self._filled(items, results)
+                    continue
             if worker is None:
                 try:
                     results = fn(items)

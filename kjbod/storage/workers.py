@@ -203,6 +203,10 @@ class DirWorker:
         if not self.abandoned:
             self._queue.put(_STOP)
 
+    def idle(self) -> bool:
+        """Nothing queued or running (a hint, read without a lock)."""
+        return not self._held and not self._current and self._queue.empty()
+
     def is_alive(self) -> bool:
         return self._thread.is_alive()
 

@@ -316,3 +316,26 @@ def test_a_degraded_dirs_fetch_is_read_on_its_worker_not_sent_from_disk_by_the_l
     assert isinstance(records["c"], bytes)  # the slow dir's were read into memory by its worker
     assert [v for _, v, _ in kp_records(records["c"])] == [b"c"]
     fetch.close_regions(resp)
+
+
+def test_a_cached_read_is_served_on_the_loop_and_one_that_would_wait_goes_to_the_worker(spread):
+    node = _Node(spread)
+    plog = spread.get("a", 0)
+    plog.append(kp_batch([b"one"]))
+    plog.roll()
+    plog.append(kp_batch([b"two"]))
+    body = _fetch_body({"a": [0]}, max_wait_ms=0)
+    resolved = fetch._resolve(node, body, FV)
+
+    async def scenario(offset: int):
+        body.topics[0].partitions[0].fetch_offset = offset
+        built = fetch._build(node, resolved, body, FV, time.monotonic())
+        on_loop = built.__class__ is tuple
+        resp, _ = built if on_loop else await built
+        return on_loop, _fetched(resp)[("a", 0)]
+
+    # The active segment's batch, in the page cache, fd open: answered on the loop, no hand-off.
+    assert asyncio.run(scenario(1)) == (True, (0, [b"two"]))
+    # The closed segment gave back its fd after the last read: reopening it might wait, so its worker reads it.
+    plog.segments[0].release()
+    assert asyncio.run(scenario(0)) == (False, (0, [b"one", b"two"]))

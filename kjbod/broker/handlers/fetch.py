@@ -29,6 +29,7 @@ from kjbod.protocol.generated import FetchRequest, FetchResponse
 from kjbod.protocol.generated.fetch_response import FetchableTopicResponse as TopicResp
 from kjbod.protocol.generated.fetch_response import PartitionData as PartResp
 from kjbod.protocol.runtime import ZERO_UUID
+from kjbod.storage.fsio import WouldBlock
 
 READ_COMMITTED = 1
 
@@ -112,7 +113,7 @@ def _build(node, resolved, body: FetchRequest, version: int, deadline: float):
     max_bytes = body.max_bytes if version >= 3 else 0x7FFFFFFF
     manager = getattr(node.logs, "manager", None)
     pending = (work.run(lambda items: _read_all(items, max_bytes, manager),
-                        max(deadline - time.monotonic(), MIN_DIR_WAIT_S)) if work else None)
+                        max(deadline - time.monotonic(), MIN_DIR_WAIT_S), cached_first=True) if work else None)
 
     def assemble() -> tuple[FetchResponse, int]:
         return FetchResponse(error_code=0, session_id=0, responses=topics), _keep(
@@ -158,6 +159,9 @@ def _read_all(items, max_bytes: int, manager) -> list:
                 result = plog.read(p.fetch_offset, max(budget, 1))
                 size = sum(len(r) for r in result.regions)
                 got = (result.regions, result.high_watermark, result.log_start_offset)
+        except WouldBlock:
+            _close_reads(out)  # read from the page cache on the loop so far; the dir's worker reads it all
+            raise
         except Exception as e:
             out.append(e)
             continue
