@@ -55,6 +55,7 @@ from kjbod.protocol.generated import (
 from kjbod.protocol.generated.broker_registration_request import Listener as RegListener
 from kjbod.protocol.generated.create_topics_request import CreatableTopic
 from kjbod.storage.ids import uuid_from_str
+from kjbod.storage.workers import workers_enabled
 
 log = structlog.get_logger("kjbod.node")
 
@@ -302,8 +303,8 @@ class BrokerNode:
 
     # -------------------------------------------------------------------------------- replica moves
     def run_exclusive(self, fn):
-        """Run `fn` on the event loop and return its result (called from a mover thread): appends happen only
-        on the loop, so none can interleave with `fn`."""
+        """Run `fn` on the event loop and return its result (called from a mover thread): with
+        KJBOD_DIR_WORKERS=0 appends happen only on the loop, so none can interleave with `fn`."""
         from kjbod.broker.kip113.mover import MoverStopped
 
         done: concurrent.futures.Future = concurrent.futures.Future()
@@ -333,7 +334,9 @@ class BrokerNode:
         threads = int(getattr(self.config, "num_replica_alter_log_dirs_threads", 0) or len(self.config.log_dirs))
         self.mover = ReplicaMover(self.logs.manager, threads=threads,
                                   throttle=Throttle(self.replica_alter_log_dirs_rate()),
-                                  exclusive=self.run_exclusive,
+                                  # appends run on each dir's worker, where the mover's final step goes too;
+                                  # with KJBOD_DIR_WORKERS=0 they run on the event loop
+                                  exclusive=None if workers_enabled() else self.run_exclusive,
                                   assign_dir=self.assign_moved_replica if self.assignments is not None else None)
         self.mover.start()
         self.mover.resume_at_startup()

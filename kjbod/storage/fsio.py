@@ -293,6 +293,33 @@ def clear() -> None:
     FAULTS.clear()
 
 
+# --------------------------------------------------------------------------------------------- no waiting
+
+
+class WouldBlock(Exception):
+    """Raised in :func:`no_waiting` mode by an operation that might wait for a disk: a read of data not in the
+    page cache (``preadv`` with ``RWF_NOWAIT``), any open. Not a disk failure: the caller does the work on the
+    dir's worker instead."""
+
+
+_NOWAIT = threading.local()
+
+
+def waiting_allowed() -> bool:
+    return not getattr(_NOWAIT, "on", False)
+
+
+class no_waiting:
+    """``with no_waiting():`` on this thread, reads that would wait for a disk raise :class:`WouldBlock` (the
+    event loop serves page-cache hits itself and hands the rest to the dir's worker)."""
+
+    def __enter__(self) -> None:
+        _NOWAIT.on = True
+
+    def __exit__(self, *exc: object) -> None:
+        _NOWAIT.on = False
+
+
 # --------------------------------------------------------------------------------------------- file regions
 
 
@@ -545,6 +572,8 @@ class LogDirIO:
     # -- path operations
 
     def open(self, path: str, flags: int, mode: int = 0o644) -> FileHandle:
+        if not waiting_allowed():
+            raise WouldBlock(f"open {path}")
         t = self._begin("open", path)
         try:
             fd = os.open(path, flags | os.O_CLOEXEC, mode)
@@ -556,6 +585,8 @@ class LogDirIO:
 
     def open_or_none(self, path: str, flags: int = os.O_RDONLY) -> FileHandle | None:
         """Open an existing file; None if it does not exist."""
+        if not waiting_allowed():
+            raise WouldBlock(f"open {path}")
         t = self._begin("open", path)
         try:
             fd = os.open(path, flags | os.O_CLOEXEC)
@@ -867,11 +898,29 @@ class FileHandle:
         io = self.io
         t = io._begin("read", self.path)
         try:
+            if _NOWAIT.__dict__.get("on"):
+                return self._pread_cached(n, offset)
             return os.pread(self.fd, n, offset)
         except OSError as e:
             io.fail("read", self.path, e)
         finally:
             io._end(t)
+
+    def _pread_cached(self, n: int, offset: int) -> bytes:
+        buf = bytearray(n)
+        try:
+            got = os.preadv(self.fd, [buf], offset, os.RWF_NOWAIT)
+        except OSError as e:  # EAGAIN: not cached; EOPNOTSUPP: this filesystem cannot say
+            raise WouldBlock(f"read {self.path}: {e}") from None
+        if got < n:  # the file ends here, or only part of it is cached
+            try:
+                more = os.preadv(self.fd, [bytearray(1)], offset + got, os.RWF_NOWAIT)
+            except OSError:
+                more = 1
+            if more:
+                raise WouldBlock(f"read {self.path}: {got} of {n} bytes cached")
+            del buf[got:]
+        return bytes(buf)
 
     def read_all(self) -> bytes:
         size = self.size()

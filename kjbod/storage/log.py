@@ -55,7 +55,7 @@ from kjbod.storage.errors import (
     RecordListTooLargeError,
     UnknownTopicOrPartitionError,
 )
-from kjbod.storage.fsio import LogDirIO
+from kjbod.storage.fsio import LogDirIO, WouldBlock, waiting_allowed
 from kjbod.storage.ids import uuid_text
 from kjbod.storage.producer_state import ProducerStateManager, SnapshotFormatError
 from kjbod.storage.records import (
@@ -224,13 +224,20 @@ class PartitionLog:
 
     @contextmanager
     def _reading(self) -> Iterator[None]:
-        """The log lock for a read; afterwards, closed segments give back the fds the read opened."""
-        with self.lock:
+        """The log lock for a read; afterwards, closed segments give back the fds the read opened. Where waiting
+        is not allowed (fsio.no_waiting: the event loop), a lock held by another thread raises WouldBlock."""
+        if waiting_allowed():
+            self.lock.acquire()
+        elif not self.lock.acquire(blocking=False):
+            raise WouldBlock(f"{self.name} is locked by another thread")
+        try:
+            yield
+        finally:
             try:
-                yield
-            finally:
                 for seg in self.segments[:-1]:
                     seg.release()
+            finally:
+                self.lock.release()
 
     def _check_usable(self) -> None:
         if not self.io.online:

@@ -347,6 +347,11 @@ class LogManager:
         """A dir's state (online, degraded, offline) and recent operation latency, without touching its disk."""
         return self.watchdog.health[os.path.abspath(path)].info()
 
+    def dir_degraded(self, path: str) -> bool:
+        """Whether the watchdog last saw this dir slow (cheap: no disk, no lock)."""
+        health = self.watchdog.health.get(path)
+        return health is not None and health.degraded
+
     def worker(self, path: str) -> DirWorker | None:
         """The dir's request-path worker (started on first use), or None when workers are off
         (``KJBOD_DIR_WORKERS=0``) or the manager is closed."""

@@ -21,6 +21,7 @@ old single-loop path), so the benchmark of the hand-off's cost measures both in 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import os
 import queue
 import threading
@@ -95,6 +96,33 @@ class DirWorker:
                 log.warning("dir_worker_job_failed", log_dir=self.io.path, what=what, error=str(e))
 
         self._queue.put([(job, None, None)])
+
+    def call(self, fn: Callable[[], Any], *, gave_up: Callable[[], bool] = lambda: False) -> Any:
+        """Run ``fn`` on this dir's thread after everything queued and return its result (or raise its exception),
+        from another thread (a replica mover's final step: appends to this dir's partitions happen only here, so
+        none can interleave with ``fn``). Raises the dir's offline error if the dir is abandoned first, and
+        TimeoutError if ``gave_up()`` turns true before ``fn`` starts."""
+        done: concurrent.futures.Future[Any] = concurrent.futures.Future()
+
+        def job() -> None:
+            if not done.set_running_or_notify_cancel():
+                return
+            try:
+                done.set_result(fn())
+            except BaseException as e:  # handed to the caller
+                done.set_exception(e)
+
+        if self.abandoned:
+            raise self.io.offline_error()
+        self._queue.put([(job, None, None)])
+        while True:
+            try:
+                return done.result(timeout=0.1)
+            except concurrent.futures.TimeoutError:
+                if self.abandoned and done.cancel():
+                    raise self.io.offline_error() from None
+                if gave_up() and done.cancel():
+                    raise TimeoutError(f"gave up waiting for the worker of {self.io.path}") from None
 
     def _hand_over(self) -> None:
         held, self._held = self._held, []
@@ -174,6 +202,10 @@ class DirWorker:
         """Stop once what is queued has run (the caller joins; one stuck in the kernel is left behind, a daemon)."""
         if not self.abandoned:
             self._queue.put(_STOP)
+
+    def idle(self) -> bool:
+        """Nothing queued or running (a hint, read without a lock)."""
+        return not self._held and not self._current and self._queue.empty()
 
     def is_alive(self) -> bool:
         return self._thread.is_alive()

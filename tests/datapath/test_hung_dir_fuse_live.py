@@ -248,12 +248,16 @@ def test_a_slow_dir_is_degraded_and_loses_nothing_acknowledged(fuse_node):
         mount.set(mode="sleep", delay_ms=200)
         acked = {p: [producer.send("slowly", b"%d-%d" % (p, i), partition=p) for i in range(30)] for p in where}
         values = {p: [f.get(120) and b"%d-%d" % (p, i) for i, f in enumerate(fs)] for p, fs in acked.items()}
+        # Degraded in the log; DescribeLogDirs shows it degraded, or not answering when its size probe (bounded
+        # by the same 150 ms threshold) is slower than that, with its recent latency either way.
         deadline = time.monotonic() + PATIENCE_S
-        while (seen := _describe(server.bootstrap))[bad]["state"] != "degraded":
-            assert time.monotonic() < deadline, f"the slow dir never showed as degraded: {seen[bad]}"
+        while '"log_dir_degraded"' not in server.stderr(tail=2000):
+            assert time.monotonic() < deadline, "the slow dir was never logged as degraded"
             producer.send("slowly", b"more", partition=bad_p).get(120)
             values[bad_p].append(b"more")
-        assert seen[bad]["recent_latency_ms"] >= 200
+        seen = _describe(server.bootstrap)
+        assert seen[bad]["state"] in ("degraded", "not-answering") and seen[bad]["recent_latency_ms"] >= 150, seen
+        assert bad in server.stderr(tail=2000)
         mount.set(mode="pass")
         for p in where:
             assert _consume(server.bootstrap, "slowly", [p], len(values[p])) == values[p]

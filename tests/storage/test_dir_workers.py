@@ -299,3 +299,43 @@ def test_deleting_a_topic_whose_dir_is_held_does_not_wait_for_it(spread, log_dir
     asyncio.run(scenario())
     _wait_for("the held dir's delete to run on its worker", lambda: spread.find("c", 0) is None)
     assert not [n for n in os.listdir(bad) if n == "c-0"] and not [n for n in os.listdir(good) if n == "a-0"]
+
+
+def test_a_degraded_dirs_fetch_is_read_on_its_worker_not_sent_from_disk_by_the_loop(spread, log_dirs):
+    node = _Node(spread)
+    for name in "ac":
+        spread.get(name, 0).append(kp_batch([name.encode()]))
+    spread.watchdog.health[log_dirs[2]].degraded = True  # as the watchdog marks a slow dir
+
+    async def scenario():
+        return await fetch.handle(node, _request(FV), _fetch_body({"a": [0], "c": [0]}, max_wait_ms=0))
+
+    resp = asyncio.run(scenario())
+    records = {t.topic: t.partitions[0].records for t in resp.responses}
+    assert isinstance(records["a"], list)  # a healthy dir's records leave as file regions (sendfile)
+    assert isinstance(records["c"], bytes)  # the slow dir's were read into memory by its worker
+    assert [v for _, v, _ in kp_records(records["c"])] == [b"c"]
+    fetch.close_regions(resp)
+
+
+def test_a_cached_read_is_served_on_the_loop_and_one_that_would_wait_goes_to_the_worker(spread):
+    node = _Node(spread)
+    plog = spread.get("a", 0)
+    plog.append(kp_batch([b"one"]))
+    plog.roll()
+    plog.append(kp_batch([b"two"]))
+    body = _fetch_body({"a": [0]}, max_wait_ms=0)
+    resolved = fetch._resolve(node, body, FV)
+
+    async def scenario(offset: int):
+        body.topics[0].partitions[0].fetch_offset = offset
+        built = fetch._build(node, resolved, body, FV, time.monotonic())
+        on_loop = built.__class__ is tuple
+        resp, _ = built if on_loop else await built
+        return on_loop, _fetched(resp)[("a", 0)]
+
+    # The active segment's batch, in the page cache, fd open: answered on the loop, no hand-off.
+    assert asyncio.run(scenario(1)) == (True, (0, [b"two"]))
+    # The closed segment gave back its fd after the last read: reopening it might wait, so its worker reads it.
+    plog.segments[0].release()
+    assert asyncio.run(scenario(0)) == (False, (0, [b"one", b"two"]))

@@ -30,6 +30,7 @@ from kjbod.protocol.generated import FetchRequest, FetchResponse
 from kjbod.protocol.generated.fetch_response import FetchableTopicResponse as TopicResp
 from kjbod.protocol.generated.fetch_response import PartitionData as PartResp
 from kjbod.protocol.runtime import ZERO_UUID
+from kjbod.storage.fsio import WouldBlock
 
 READ_COMMITTED = 1
 
@@ -98,9 +99,6 @@ def _build(node, resolved, body: FetchRequest, version: int, deadline: float, de
                 code = ErrorCode.UNKNOWN_TOPIC_ID if version >= 13 else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 parts.append(_error_part(p.partition, code, version))
                 continue
-            if body.replica_id >= 0:
-                parts.append(_error_part(p.partition, ErrorCode.NOT_LEADER_OR_FOLLOWER, version))
-                continue
             if decided is not None and (ready := decided.get((name, p.partition))) is not None:
                 parts.append(ready)
                 continue
@@ -116,8 +114,9 @@ def _build(node, resolved, body: FetchRequest, version: int, deadline: float, de
         topics.append(TopicResp(topic=t.topic if version < 13 else "", topic_id=t.topic_id if version >= 13 else ZERO_UUID,
                                 partitions=parts))
     max_bytes = body.max_bytes if version >= 3 else 0x7FFFFFFF
-    pending = (work.run(lambda items: _read_all(items, max_bytes), max(deadline - time.monotonic(), MIN_DIR_WAIT_S))
-               if work else None)
+    manager = getattr(node.logs, "manager", None)
+    pending = (work.run(lambda items: _read_all(items, max_bytes, manager),
+                        max(deadline - time.monotonic(), MIN_DIR_WAIT_S), cached_first=True) if work else None)
 
     def assemble() -> tuple[FetchResponse, int]:
         return FetchResponse(error_code=0, session_id=0, responses=topics), _keep(
@@ -139,31 +138,45 @@ MIN_DIR_WAIT_S = 0.1
 _NOT_READ = object()
 
 
-def _read_all(items, max_bytes: int) -> list:
-    """On the dir's worker: each partition's read (regions, hw, log start) or the exception it raised."""
+def _read_all(items, max_bytes: int, manager) -> list:
+    """On the dir's worker: each partition's read (regions or bytes, hw, log start) or the exception it raised.
+
+    A degraded (slow) dir's records are read here into memory instead of being sent with sendfile: sendfile
+    runs on the event loop, and a read that misses the page cache of a slow disk would hold the loop."""
     out: list = []
     remaining = max_bytes
     total = 0
+    copy = bool(items) and manager is not None and manager.dir_degraded(items[0][3].log_dir)
     for _parts, _slot, p, plog, limit in items:
         try:
             budget = min(p.partition_max_bytes, remaining)
             if budget <= 0 and total > 0:
                 out.append(([], plog.high_watermark, plog.log_start_offset))
                 continue
-            result = plog.read(p.fetch_offset, max(budget, 1), max_offset=limit)
+            if copy:
+                hw, lso = plog.high_watermark, plog.log_start_offset
+                data = plog.read_bytes(p.fetch_offset, max(budget, 1), max_offset=limit)
+                size = len(data)
+                got: tuple = (data, hw, lso)
+            else:
+                result = plog.read(p.fetch_offset, max(budget, 1), max_offset=limit)
+                size = sum(len(r) for r in result.regions)
+                got = (result.regions, result.high_watermark, result.log_start_offset)
+        except WouldBlock:
+            _close_reads(out)  # read from the page cache on the loop so far; the dir's worker reads it all
+            raise
         except Exception as e:
             out.append(e)
             continue
-        size = sum(len(r) for r in result.regions)
         total += size
         remaining -= size
-        out.append((result.regions, result.high_watermark, result.log_start_offset))
+        out.append(got)
     return out
 
 
 def _close_reads(results: list) -> None:
     for got in results:
-        if got.__class__ is tuple:
+        if got.__class__ is tuple and got[0].__class__ is list:
             for r in got[0]:
                 r.close()
 
@@ -179,11 +192,10 @@ def _keep(node, resolved, slots, max_bytes: int, committed: bool, version: int) 
         elif isinstance(got, BaseException):
             parts[i] = _failed_part(node, plog.topic, p, got, version)
             continue
-        regions, hw, lso = got
-        size = sum(len(r) for r in regions)
+        regions, hw, lso = got  # file regions, or bytes read by a degraded dir
+        size = len(regions) if regions.__class__ is bytes else sum(len(r) for r in regions)
         if regions and total > 0 and size > remaining:
-            for r in regions:  # read by another dir at the same time, past the response's budget: next fetch
-                r.close()
+            _close_reads([got])  # read by another dir at the same time, past the response's budget: next fetch
             regions, size = [], 0
         total += size
         remaining -= size

@@ -76,7 +76,7 @@ def handle(node, request, body: ProduceRequest):
             resp = _failed(slot[2], pd, e, v)
         slot[0][slot[1]] = resp
 
-    work = DirWork(node, fill, fail)
+    work = DirWork(node, fill, fail, answered=node.notify_append)  # long polls wake as each dir appends
     for td in body.topic_data:
         parts: list[PartResp | None] = []
         topic = node.metadata.topic(td.name)
@@ -108,13 +108,13 @@ def handle(node, request, body: ProduceRequest):
                     parts.append(None)
         responses.append((td.name, parts))
     if not work:
-        return _respond(node, acks, responses, appended=False, waits=waits, timeout_ms=timeout_ms)
+        return _respond(node, acks, responses, waits=waits, timeout_ms=timeout_ms)
     # Each dir answers on its own; one that has not by the request's own timeout answers REQUEST_TIMED_OUT for
     # its partitions, the others normally. A timeout of 0 or less sets no bound of its own: a dir that never
     # answers is failed by the stall watchdog, which answers its waiting requests KAFKA_STORAGE_ERROR.
     pending = work.run(lambda items: _append_all(items, now_ms, v), timeout_ms / 1000 if timeout_ms > 0 else None)
     if pending is None:
-        return _respond(node, acks, responses, appended=True, waits=waits, timeout_ms=timeout_ms)
+        return _respond(node, acks, responses, waits=waits, timeout_ms=timeout_ms)
     return _finish(node, acks, responses, pending, waits, timeout_ms)
 
 
@@ -136,11 +136,11 @@ def _append_all(items, now_ms: int, v: int) -> list:
 
 async def _finish(node, acks: int, responses, pending, waits, timeout_ms: int):
     await pending
-    response = _respond(node, acks, responses, appended=True, waits=waits, timeout_ms=timeout_ms)
+    response = _respond(node, acks, responses, waits=waits, timeout_ms=timeout_ms)
     return (await response) if asyncio.iscoroutine(response) else response
 
 
-def _respond(node, acks: int, responses, *, appended: bool, waits, timeout_ms: int):
+def _respond(node, acks: int, responses, *, waits, timeout_ms: int):
     failed = False
     topics = []
     stats = node.topic_stats
@@ -151,8 +151,6 @@ def _respond(node, acks: int, responses, *, appended: bool, waits, timeout_ms: i
                 if stats is not None:  # the metrics endpoint's counters (kjbod.metrics)
                     stats.produce_failed(name, part.error_code)
         topics.append(TopicResp(name=name, partition_responses=parts))
-    if appended:
-        node.notify_append()
     if acks == 0:
         if failed:
             raise CloseConnection("acks=0 produce failed; closing so the producer notices")

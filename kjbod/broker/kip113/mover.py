@@ -211,6 +211,7 @@ class ReplicaMover:
         self.threads = max(1, threads)
         self.throttle = throttle or Throttle()
         self.exclusive = exclusive or _run_here
+        self._by_dir_worker = exclusive is None  # no appender of its own: appends run on each dir's worker
         self._cond = threading.Condition()
         self._queue: deque[_Move] = deque()
         self._moves: dict[TopicPartition, _Move] = {}
@@ -776,7 +777,7 @@ class ReplicaMover:
         self._check(m, generation)
         m.state = "swapping"
         swapped = time.monotonic()
-        self._call_exclusive(lambda: self._finish(m, generation, source, future))
+        self._call_exclusive(lambda: self._finish(m, generation, source, future), source.log_dir)
         swap_ms = (time.monotonic() - swapped) * 1000
         elapsed = time.monotonic() - m.started
         log.info("replica_move_completed", partition=m.name, source_dir=m.source_dir, dest_dir=dest,
@@ -787,8 +788,16 @@ class ReplicaMover:
         self.completed += 1
         mgr.checkpoint()  # recovery points of the moved log, so an unclean restart does not re-read it all
 
-    def _call_exclusive(self, fn: Callable[[], Any]) -> Any:
-        return self.exclusive(fn)
+    def _call_exclusive(self, fn: Callable[[], Any], log_dir: str | None = None) -> Any:
+        # Without an ``exclusive`` of its own, appends to a partition run on its dir's worker
+        # (kjbod.storage.workers): the final step runs there too, between two of them.
+        worker = self.manager.worker(log_dir) if self._by_dir_worker and log_dir is not None else None
+        if worker is None:
+            return self.exclusive(fn)
+        try:
+            return worker.call(fn, gave_up=lambda: self.stopping)
+        except TimeoutError:
+            raise MoverStopped() from None
 
     def _finish(self, m: _Move, generation: int, source: PartitionLog, future: PartitionLog) -> None:
         """The final step, with appends held off: last batches, fsync, swap."""
