@@ -40,6 +40,8 @@ class _Node:
         self.logs = SimpleNamespace(manager=lm)
         self.manager = lm
         self.stopping = False
+        self.topic_stats = None  # no metrics endpoint
+        self.replication = None  # no followers: acks=all answers once appended
         self._appended = asyncio.Event()
         topics = {}
         for plog in lm.partitions():
@@ -49,6 +51,9 @@ class _Node:
 
     def partition_log(self, topic, partition):
         return self.manager.get(topic, partition)
+
+    def leader_epoch(self, topic, partition) -> int:
+        return 0
 
     def notify_append(self) -> None:
         self._appended.set()
@@ -329,7 +334,7 @@ def test_a_cached_read_is_served_on_the_loop_and_one_that_would_wait_goes_to_the
 
     async def scenario(offset: int):
         body.topics[0].partitions[0].fetch_offset = offset
-        built = fetch._build(node, resolved, body, FV, time.monotonic())
+        built = fetch._build(node, resolved, body, FV, time.monotonic(), None)
         on_loop = built.__class__ is tuple
         resp, _ = built if on_loop else await built
         return on_loop, _fetched(resp)[("a", 0)]
