@@ -12,13 +12,13 @@ Names follow what the Prometheus JMX exporter makes of Kafka's MBeans with Strim
 ``...PerSec`` meter ``kafka_<domain>_<t>_<n without PerSec>_total``, a histogram or timer ``..._count`` plus one
 gauge per percentile with a ``quantile`` label.  kjbod's own figures are under ``kjbod_``.
 
-Hooks for figures other parts of kjbod produce (each read with getattr, exported as 0 while absent):
+Figures other parts of kjbod keep, read when scraped:
 
-* replication (kjbod.broker.replication): ``node.replication_metrics`` with attributes ``isr_shrinks``,
-  ``isr_expands`` (counts), ``max_lag`` (messages), ``failed_partitions``, ``dead_threads``,
-  ``leader_throttled_byte_rate`` and ``follower_throttled_byte_rate`` (bytes/s);
-* the full-disk work: a ``DirState.FULL`` member (the state label gets it) and ``LogManager.reserve_bytes(path)``
-  (the ``kjbod_log_dir_reserve_bytes`` gauge).
+* replication: the node's ReplicaManager (kjbod.broker.replication) gives ``isr_shrinks`` and ``isr_expands``
+  (counts), ``max_lag`` (messages), ``failed_partitions`` and ``dead_threads``; the leader and follower
+  replication throttle rates (``leader_throttled_byte_rate``, ``follower_throttled_byte_rate``) are 0 until
+  inter-broker throttles exist (the reassignment work adds them to the same object);
+* the full-disk work: the ``full`` dir state and each dir's reserve (``LogDirInfo.reserved_bytes``).
 """
 
 from __future__ import annotations
@@ -292,10 +292,10 @@ class NodeCollector(Collector):
                          "offline, not-answering), 0 for the others")
         total = _family("kjbod_log_dir_total_bytes", "Size of the log dir's file system (-1: unknown)")
         usable = _family("kjbod_log_dir_usable_bytes", "Bytes free for kjbod on the log dir's file system (-1: unknown)")
-        reserve = _family("kjbod_log_dir_reserve_bytes", "Bytes kept free on the log dir (the full-disk reserve)")
+        reserve = _family("kjbod_log_dir_reserve_bytes",
+                          "Bytes kept free on the log dir (log.dir.reserved.bytes as applied; -1: unknown)")
         parts = _family("kjbod_log_dir_partitions", "Partition logs in the log dir (current, not -future)")
         recent = _family("kjbod_log_dir_recent_latency_seconds", "Slowest file operation of the last 10 s")
-        reserve_of = getattr(manager, "reserve_bytes", None)
         per_dir = self._per_dir
         for info in infos:
             path = info.path
@@ -304,8 +304,7 @@ class NodeCollector(Collector):
                                   int(info.state.value == state))
             total.add_sample("kjbod_log_dir_total_bytes", {"log_dir": path}, info.total_bytes)
             usable.add_sample("kjbod_log_dir_usable_bytes", {"log_dir": path}, info.usable_bytes)
-            reserve.add_sample("kjbod_log_dir_reserve_bytes", {"log_dir": path},
-                               reserve_of(path) if callable(reserve_of) else 0)
+            reserve.add_sample("kjbod_log_dir_reserve_bytes", {"log_dir": path}, info.reserved_bytes)
             parts.add_sample("kjbod_log_dir_partitions", {"log_dir": path}, per_dir.get(path, 0))
             recent.add_sample("kjbod_log_dir_recent_latency_seconds", {"log_dir": path}, info.recent_latency_ms / 1000)
         yield from (states, total, usable, reserve, parts, recent)
@@ -410,7 +409,8 @@ class NodeCollector(Collector):
         _image, hosted, leaders, under, under_min = cached
         partitions = len(hosted)
         offline = len(hosted - self._online)  # replicas here whose log is missing or in an offline dir
-        figures = getattr(node, "replication_metrics", None)
+        # The replica manager's own figures (ISR changes, fetcher lag and health), else a stand-in set by tests.
+        figures = getattr(node, "replication_metrics", None) or getattr(node, "replication", None)
 
         def fig(attr: str) -> float:
             return float(getattr(figures, attr, 0) or 0) if figures is not None else 0.0

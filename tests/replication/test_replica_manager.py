@@ -186,6 +186,7 @@ async def test_a_lagging_follower_is_shrunk_out_and_a_caught_up_one_expanded_in(
         (1, 101), (2, 102)]
     assert leader.manager.states[("t", 0)].isr == (1, 2)
     assert leader.plog.high_watermark == 3
+    assert (leader.manager.isr_shrinks, leader.manager.isr_expands) == (1, 0)  # the metrics endpoint's counters
     # broker 3 comes back and catches up: it is proposed for the ISR again
     fetch(leader, 3, 3)
     for _ in range(100):
@@ -193,6 +194,7 @@ async def test_a_lagging_follower_is_shrunk_out_and_a_caught_up_one_expanded_in(
         if leader.manager.states[("t", 0)].isr == (1, 2, 3):
             break
     assert leader.manager.states[("t", 0)].isr == (1, 2, 3)
+    assert (leader.manager.isr_shrinks, leader.manager.isr_expands) == (1, 1)
     await leader.manager.close()
 
 
@@ -208,6 +210,7 @@ async def test_an_isr_change_refused_as_ineligible_is_rolled_back(leader):
             break
     assert leader.manager.states[("t", 0)].pending is None
     assert leader.manager.states[("t", 0)].isr == (1, 2, 3)
+    assert (leader.manager.isr_shrinks, leader.manager.isr_expands) == (0, 0)  # refused: nothing counted
     await leader.manager.close()
 
 

@@ -76,6 +76,12 @@ class Fetcher:
         self._task = asyncio.get_running_loop().create_task(
             self._run(), name=f"replica-fetcher-{self.fetcher_id}-leader-{self.leader_id}")
 
+    @property
+    def dead(self) -> bool:
+        """Whether its task ended on an error (a bug: a fetcher otherwise runs until closed)."""
+        task = self._task
+        return task is not None and task.done() and not task.cancelled() and task.exception() is not None
+
     async def close(self) -> None:
         await cancel_and_wait(self._task)
         self._task = None
@@ -291,6 +297,23 @@ class FetcherManager:
                 plog = self.manager._local_log(topic, partition)
                 return max(0, s.leader_end_offset - plog.log_end_offset) if plog is not None else None
         return None
+
+    def max_lag(self) -> int:
+        most = 0
+        for fetcher in self.fetchers.values():
+            for (topic, partition), s in fetcher.partitions.items():
+                if s.dropped or s.leader_end_offset < 0:
+                    continue
+                plog = self.manager._local_log(topic, partition)
+                if plog is not None:
+                    most = max(most, s.leader_end_offset - plog.log_end_offset)
+        return most
+
+    def failed_partitions(self) -> int:
+        return sum(1 for fetcher in self.fetchers.values() for s in fetcher.partitions.values() if s.dropped)
+
+    def dead_fetchers(self) -> int:
+        return sum(1 for fetcher in self.fetchers.values() if fetcher.dead)
 
     async def close(self) -> None:
         self._closed = True

@@ -79,6 +79,10 @@ class ReplicaManager:
 
         self.fetchers = FetcherManager(self)
         self.listener_name = inter_broker_listener(node.config)
+        # ISR changes this leader made (the controller took them): Kafka's IsrShrinksPerSec / IsrExpandsPerSec
+        # as counters, read by the metrics endpoint (kjbod.metrics), which turns them into rates.
+        self.isr_shrinks = 0
+        self.isr_expands = 0
 
     # ------------------------------------------------------------------------------------------ lifecycle
 
@@ -395,7 +399,12 @@ class ReplicaManager:
                 if s is None or s.pending is None:
                     continue
                 if r.error_code == 0:
+                    expanding = s.pending.expanding
                     if s.committed(r.leader_epoch, r.partition_epoch, tuple(r.isr)):
+                        if expanding:
+                            self.isr_expands += 1
+                        else:
+                            self.isr_shrinks += 1
                         log.info("isr_changed", topic=s.topic, partition=s.partition, isr=list(r.isr),
                                  partition_epoch=r.partition_epoch)
                         plog = self._local_log(s.topic, s.partition)
@@ -413,6 +422,21 @@ class ReplicaManager:
                              error=_name(r.error_code))
 
     # ------------------------------------------------------------------------------------------ reporting
+
+    @property
+    def max_lag(self) -> int:
+        """ReplicaFetcherManager MaxLag: the most offsets any partition this broker follows is behind its leader."""
+        return self.fetchers.max_lag()
+
+    @property
+    def failed_partitions(self) -> int:
+        """ReplicaFetcherManager FailedPartitionsCount: followed partitions whose fetching stopped on an error."""
+        return self.fetchers.failed_partitions()
+
+    @property
+    def dead_threads(self) -> int:
+        """ReplicaFetcherManager DeadThreadCount: fetchers whose task ended on an error."""
+        return self.fetchers.dead_fetchers()
 
     def follower_lag(self, topic: str, partition: int) -> int | None:
         """How far this follower is behind its leader's end offset, as last heard (None: not a follower)."""
