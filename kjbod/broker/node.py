@@ -303,8 +303,9 @@ class BrokerNode:
 
     # -------------------------------------------------------------------------------- replica moves
     def run_exclusive(self, fn):
-        """Run `fn` on the event loop and return its result (called from a mover thread): with
-        KJBOD_DIR_WORKERS=0 appends happen only on the loop, so none can interleave with `fn`."""
+        """Run `fn` on the event loop and return its result (called from a mover thread, from inside the source
+        dir's worker when there are workers): no append on the loop (a follower's, or every one with
+        KJBOD_DIR_WORKERS=0) can interleave with `fn`."""
         from kjbod.broker.kip113.mover import MoverStopped
 
         done: concurrent.futures.Future = concurrent.futures.Future()
@@ -334,9 +335,9 @@ class BrokerNode:
         threads = int(getattr(self.config, "num_replica_alter_log_dirs_threads", 0) or len(self.config.log_dirs))
         self.mover = ReplicaMover(self.logs.manager, threads=threads,
                                   throttle=Throttle(self.replica_alter_log_dirs_rate()),
-                                  # appends run on each dir's worker, where the mover's final step goes too;
-                                  # with KJBOD_DIR_WORKERS=0 they run on the event loop
-                                  exclusive=None if workers_enabled() else self.run_exclusive,
+                                  # a leader's appends run on each dir's worker (with KJBOD_DIR_WORKERS=0 on the
+                                  # event loop), a follower's on the loop: the final step holds both
+                                  exclusive=self.run_exclusive, by_dir_worker=workers_enabled(),
                                   assign_dir=self.assign_moved_replica if self.assignments is not None else None)
         self.mover.start()
         self.mover.resume_at_startup()

@@ -205,13 +205,17 @@ class ReplicaMover:
         throttle: Throttle | None = None,
         exclusive: Callable[[Callable[[], Any]], Any] | None = None,
         assign_dir: DirAssigner | None = None,
+        by_dir_worker: bool | None = None,
     ) -> None:
         self.manager = manager
         self.assign_dir = assign_dir
         self.threads = max(1, threads)
         self.throttle = throttle or Throttle()
         self.exclusive = exclusive or _run_here
-        self._by_dir_worker = exclusive is None  # no appender of its own: appends run on each dir's worker
+        # Appends (produce) run on each dir's worker: the final step runs there too, and, with an ``exclusive`` as
+        # well (the node's event loop, where a follower's fetcher appends), inside it. Default: without an
+        # ``exclusive`` of its own.
+        self._by_dir_worker = exclusive is None if by_dir_worker is None else by_dir_worker
         self._cond = threading.Condition()
         self._queue: deque[_Move] = deque()
         self._moves: dict[TopicPartition, _Move] = {}
@@ -789,13 +793,15 @@ class ReplicaMover:
         mgr.checkpoint()  # recovery points of the moved log, so an unclean restart does not re-read it all
 
     def _call_exclusive(self, fn: Callable[[], Any], log_dir: str | None = None) -> Any:
-        # Without an ``exclusive`` of its own, appends to a partition run on its dir's worker
-        # (kjbod.storage.workers): the final step runs there too, between two of them.
+        # Appends to a partition run on its dir's worker (kjbod.storage.workers, a leader's produce) and on the
+        # event loop (a follower's fetcher): the final step holds the worker, between two of its jobs, while the
+        # loop runs it, so neither can append meanwhile.
         worker = self.manager.worker(log_dir) if self._by_dir_worker and log_dir is not None else None
         if worker is None:
             return self.exclusive(fn)
+        exclusive = self.exclusive
         try:
-            return worker.call(fn, gave_up=lambda: self.stopping)
+            return worker.call(lambda: exclusive(fn), gave_up=lambda: self.stopping)
         except TimeoutError:
             raise MoverStopped() from None
 
