@@ -8,7 +8,8 @@ A key added to the parser (kjbod/server/config.py) fails these tests until it is
 * **compatibility-only**: in ``COMPATIBILITY_ONLY`` with the reason, read nowhere (so the list stays true),
   logged at start when a config sets it, and listed in the README's "Where kjbod differs" section.
 
-Topic configs are checked the same way: each one is a LogConfig field that the storage reads, defaulting to a
+Topic configs are checked the same way: each one is a LogConfig field that the storage reads (or, listed in
+READ_OUTSIDE_STORAGE, one the controller or the replication reads from the metadata image), defaulting to a
 broker key that takes effect. The one dynamic broker config (the intra-broker throttle) is in EFFECTS too.
 """
 
@@ -39,6 +40,8 @@ NODE = "tests/test_config_effects.py::test_the_nodes_storage_and_mover_run_as_th
 LIVE = "tests/datapath/test_config_live.py"
 CLUSTER = "tests/cluster/test_cluster_live.py"
 REMOTE = "tests/broker/test_remote.py"
+REPLICATION = "tests/replication/test_config.py"
+ELECTIONS = "tests/controller/test_elections.py"
 
 # key -> the tests that show it taking effect
 EFFECTS: dict[str, list[str]] = {
@@ -97,6 +100,12 @@ EFFECTS: dict[str, list[str]] = {
     "socket.request.max.bytes": [
         "tests/test_connection.py::test_oversized_frame_closes_the_connection_without_hurting_others"],
     "log.dir.placement.policy": ["tests/storage/test_placement.py::test_manager_spreads_one_create_call_2_2_2"],
+    "log.dir.reserved.bytes": [
+        "tests/storage/test_full_dir.py::test_the_reserve_refuses_appends_before_the_filesystem_is_full",
+        "tests/storage/test_full_dir.py::test_the_default_reserve_is_1_percent_capped_at_1_gib", NODE],
+    "log.dir.space.check.interval.ms": [
+        "tests/storage/test_full_dir.py::test_space_returning_brings_the_dir_back_without_a_restart",
+        "tests/storage/test_full_dir.py::test_free_space_is_counted_from_writes_between_checks", NODE],
     "log.dir.stall.timeout.ms": [
         "tests/storage/test_dir_health.py::test_a_stalled_dir_is_failed_once_and_a_late_return_changes_nothing",
         "tests/storage/test_dir_health.py::test_a_stall_timeout_of_0_never_fails_a_dir_but_it_is_degraded", NODE],
@@ -110,7 +119,7 @@ EFFECTS: dict[str, list[str]] = {
         "tests/controller/test_controller_listener_live.py::test_a_second_broker_registers_on_the_controller_listener",
         "tests/controller/test_quorum.py::test_session_expiry_fences_a_silent_broker"],
     "broker.rack": [f"{LIVE}::test_cluster_keys_show_in_what_clients_see",
-                    "tests/controller/test_managers.py::test_create_topics_rack_aware_interleaving"],
+                    "tests/controller/test_managers.py::test_create_topics_rack_aware_placement_spans_racks"],
     "metadata.log.max.record.bytes.between.snapshots": [
         "tests/controller/test_controller_only_live.py::"
         "test_snapshot_interval_key_makes_the_controller_snapshot_and_a_restart_loads_it",
@@ -119,6 +128,33 @@ EFFECTS: dict[str, list[str]] = {
     "log.message.timestamp.before.max.ms": [f"{EFFECT}[log.message.timestamp.before.max.ms]"],
     "log.message.timestamp.after.max.ms": [f"{EFFECT}[log.message.timestamp.after.max.ms]"],
     "kjbod.zero.copy": ["tests/test_connection.py::test_client_disconnecting_mid_response"],
+    **{key: [f"{REPLICATION}::test_the_replication_keys_reach_the_fetchers"] for key in (
+        "replica.fetch.max.bytes", "replica.fetch.min.bytes", "replica.fetch.wait.max.ms",
+        "replica.fetch.response.max.bytes", "replica.fetch.backoff.ms", "replica.socket.timeout.ms",
+        "num.replica.fetchers", "inter.broker.listener.name")},
+    "replica.lag.time.max.ms": [f"{REPLICATION}::test_lag_time_and_min_isr_change_what_a_leader_does"],
+    "min.insync.replicas": [f"{REPLICATION}::test_lag_time_and_min_isr_change_what_a_leader_does"],
+    "unclean.leader.election.enable": [
+        f"{ELECTIONS}::test_the_election_keys_reach_the_controllers_settings",
+        "tests/controller/test_replication.py::test_static_unclean_default_from_the_controllers_config",
+        f"{ELECTIONS}::test_the_unclean_sweep_elects_where_a_topic_allows_it"],
+    "auto.leader.rebalance.enable": [
+        f"{ELECTIONS}::test_the_election_keys_reach_the_controllers_settings",
+        f"{ELECTIONS}::test_the_rebalance_timer_runs_every_check_interval_when_enabled"],
+    "leader.imbalance.check.interval.seconds": [
+        f"{ELECTIONS}::test_the_election_keys_reach_the_controllers_settings",
+        f"{ELECTIONS}::test_the_rebalance_timer_runs_every_check_interval_when_enabled"],
+    "leader.imbalance.per.broker.percentage": [
+        f"{ELECTIONS}::test_the_election_keys_reach_the_controllers_settings",
+        f"{ELECTIONS}::test_rebalance_follows_the_imbalance_percentage"],
+    "kjbod.metrics.listener": [
+        "tests/metrics/test_endpoint_live.py::test_counters_follow_a_known_workload_and_a_failed_dir_shows"],
+}
+
+# Topic configs read outside the storage (the controller's elections, a leader's replication), from the metadata
+# image: the tests that show each one taking effect.
+READ_OUTSIDE_STORAGE: dict[str, list[str]] = {
+    "unclean.leader.election.enable": ["tests/controller/test_replication.py::test_unclean_election_only_where_enabled"],
 }
 
 # Where the node reads a key's value through something derived from the attribute, inside the parser's module.
@@ -171,9 +207,10 @@ def test_keys_that_take_effect_are_read_by_the_node_and_compatibility_keys_are_n
             assert uses & read, f"{key} is parsed into {keydef.attr}, which nothing outside the parser reads"
 
 
-@pytest.mark.parametrize("key", sorted(EFFECTS))
+@pytest.mark.parametrize("key", sorted(EFFECTS) + [f"topic:{k}" for k in sorted(READ_OUTSIDE_STORAGE)])
 def test_the_tests_named_for_each_key_exist(key):
-    for ref in EFFECTS[key]:
+    refs = READ_OUTSIDE_STORAGE[key.removeprefix("topic:")] if key.startswith("topic:") else EFFECTS[key]
+    for ref in refs:
         path, _, name = ref.partition("::")
         function, _, param = name.partition("[")
         module = importlib.import_module(path.removesuffix(".py").replace("/", "."))
@@ -210,7 +247,8 @@ def test_the_readme_lists_the_compatibility_only_keys():
 
 def test_every_topic_config_reaches_the_log_and_storage_reads_it():
     # Topic configs (CreateTopics, AlterConfigs) become the same LogConfig fields as their broker defaults.
-    assert set(topic_config.DEFS) == set(TOPIC_CONFIG_KEYS)
+    assert set(topic_config.DEFS) == set(TOPIC_CONFIG_KEYS) | set(READ_OUTSIDE_STORAGE)
+    assert not set(TOPIC_CONFIG_KEYS) & set(READ_OUTSIDE_STORAGE)
     assert {d.broker_key for d in topic_config.DEFS.values()} <= set(EFFECTS)
     read = names_read_by_the_node({REPO / "kjbod/storage/config.py"})
     # Fields the storage reads through a LogConfig property.

@@ -179,7 +179,8 @@ def test_the_nodes_storage_and_mover_run_as_the_keys_say(tmp_path):
                            "log.flush.offset.checkpoint.interval.ms": "2345", "log.initial.task.delay.ms": "345",
                            "replica.alter.log.dirs.io.max.bytes.per.second": "5000000",
                            "num.replica.alter.log.dirs.threads": "3", "log.dir.stall.timeout.ms": "4567",
-                           "log.dir.slow.threshold.ms": "678"})
+                           "log.dir.slow.threshold.ms": "678", "log.dir.reserved.bytes": "123456",
+                           "log.dir.space.check.interval.ms": "789"})
 
     async def opened() -> tuple[int, ...]:
         node = build_combined_node(config)
@@ -189,11 +190,11 @@ def test_the_nodes_storage_and_mover_run_as_the_keys_say(tmp_path):
             m = node.logs.manager
             return (m.retention_check_interval_ms, m.checkpoint_interval_ms, m.initial_task_delay_ms,
                     node.mover.throttle.rate, node.mover.threads, m.watchdog.stall_timeout_s,
-                    m.watchdog.slow_threshold_s)
+                    m.watchdog.slow_threshold_s, m.dir_io(dirs[0]).reserved_bytes, m.space_check_interval_ms)
         finally:
             if node.mover is not None:
                 node.mover.stop()
             node.logs.close()
             node.metadata_log.close()
 
-    assert asyncio.run(opened()) == (1234, 2345, 345, 5_000_000, 3, 4.567, 0.678)
+    assert asyncio.run(opened()) == (1234, 2345, 345, 5_000_000, 3, 4.567, 0.678, 123456, 789)

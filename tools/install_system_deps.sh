@@ -31,9 +31,16 @@ if [ "${KJBOD_NEED_JAVA:-0}" = "1" ] && ! java_ok; then
     need+=(JRE)
 fi
 
+# FUSE for the hung/slow log dir live tests (tools/faultfs.py, a passthrough filesystem through mfusepy): fusermount3
+# and libfuse3. Where FUSE cannot mount (no /dev/fuse, a container without the right), those tests skip and say so.
+if ! command -v fusermount3 >/dev/null 2>&1 || ! ldconfig -p 2>/dev/null | grep -q 'libfuse3\.so'; then
+    need+=(fuse3 libfuse3-3)
+fi
+
 if [ ${#need[@]} -gt 0 ]; then
     if [ "$(id -u)" != "0" ]; then
-        echo "kjbod: please install a Java 17+ runtime (Debian: openjdk-17-jre-headless) for the spark extra" >&2
+        echo "kjbod: please install ${need[*]/JRE/a Java 17+ runtime (Debian: openjdk-17-jre-headless)}" \
+            "(the spark extra needs Java; the hung-disk tests need fuse3 and libfuse3-3)" >&2
         exit 0
     fi
     apt-get update -qq

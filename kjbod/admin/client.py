@@ -65,6 +65,11 @@ from kjbod.net.backoff import ExponentialBackoff
 from kjbod.net.connection import ClientConnection
 from kjbod.net.correlator import api_name
 from kjbod.protocol.errors import ErrorCode, KafkaError
+from kjbod.protocol.generated.alter_partition_reassignments_request import (
+    AlterPartitionReassignmentsRequest,
+    ReassignablePartition,
+    ReassignableTopic,
+)
 from kjbod.protocol.generated.alter_replica_log_dirs_request import (
     AlterReplicaLogDir,
     AlterReplicaLogDirsRequest,
@@ -85,6 +90,15 @@ from kjbod.protocol.generated.incremental_alter_configs_request import (
     AlterConfigsResource,
     IncrementalAlterConfigsRequest,
 )
+from kjbod.protocol.generated.list_offsets_request import (
+    ListOffsetsPartition,
+    ListOffsetsRequest,
+    ListOffsetsTopic,
+)
+from kjbod.protocol.generated.list_partition_reassignments_request import (
+    ListPartitionReassignmentsRequest,
+    ListPartitionReassignmentsTopics,
+)
 from kjbod.protocol.generated.metadata_request import MetadataRequest, MetadataRequestTopic
 from kjbod.protocol.runtime import ZERO_UUID, gc_pause, gc_resume
 from kjbod.wire.framing import DEFAULT_MAX_FRAME_SIZE
@@ -104,7 +118,11 @@ DELETE_TOPICS = 20
 DESCRIBE_CONFIGS = 32
 ALTER_REPLICA_LOG_DIRS = 34
 DESCRIBE_LOG_DIRS = 35
+LIST_OFFSETS = 2
+DEBUGGING_REPLICA_ID = -2  # ListOffsets from a tool: any local replica answers, latest = its log end offset
 INCREMENTAL_ALTER_CONFIGS = 44
+ALTER_PARTITION_REASSIGNMENTS = 45
+LIST_PARTITION_REASSIGNMENTS = 46
 DESCRIBE_CLUSTER = 60
 
 # Per-topic codes worth resending the failed topics for (what Kafka's admin client retries for these APIs).
@@ -322,6 +340,22 @@ class AdminClient:
                 out[broker_id] = answer
         return out
 
+    async def replica_end_offsets(self, broker_id: int, partitions: Iterable[tuple[str, int]], *,
+                                  timeout: float | None = None) -> dict[tuple[str, int], int]:
+        """The log end offset of each of `broker_id`'s local replicas of `partitions`, leader or follower
+        (ListOffsets latest with Kafka's debugging replica id); replicas it cannot answer for are left out."""
+        by_topic: dict[str, list[int]] = {}
+        for topic, partition in partitions:
+            by_topic.setdefault(topic, []).append(partition)
+        if not by_topic:
+            return {}
+        request = ListOffsetsRequest(replica_id=DEBUGGING_REPLICA_ID, topics=[ListOffsetsTopic(
+            name=topic, partitions=[ListOffsetsPartition(partition_index=p, timestamp=-1) for p in parts])
+            for topic, parts in by_topic.items()])
+        response, _, _ = await self._call(broker_id, LIST_OFFSETS, lambda v: request, self._deadline(timeout))
+        return {(t.name, p.partition_index): p.offset for t in response.topics for p in t.partitions
+                if p.error_code == 0 and p.offset >= 0}
+
     async def describe_replica_log_dirs(
         self, replicas: Iterable[TopicPartitionReplica | tuple[str, int, int]], *, timeout: float | None = None,
     ) -> dict[TopicPartitionReplica, ReplicaLogDirInfo]:
@@ -514,6 +548,46 @@ class AdminClient:
         for name in names:
             out[name] = done[name]
         return out
+
+    # ============================================================================================ reassignments
+
+    async def alter_partition_reassignments(
+        self, targets: Mapping[tuple[str, int], Sequence[int] | None], *,
+        directories: Mapping[tuple[str, int], Sequence[UUID]] | None = None,
+        allow_replication_factor_change: bool = True, timeout: float | None = None,
+    ) -> dict[tuple[str, int], tuple[int, str | None]]:
+        """Starts (a replica list), or cancels (None), reassignments: {(topic, partition): (error code,
+        message)}.  `directories` names a log dir per target replica (kjbod's TargetDirectories extension; the
+        zero uuid lets the broker pick)."""
+        deadline = self._deadline(timeout)
+        by_topic: dict[str, list[ReassignablePartition]] = {}
+        for (topic, index), replicas in targets.items():
+            by_topic.setdefault(topic, []).append(ReassignablePartition(
+                partition_index=index, replicas=None if replicas is None else list(replicas),
+                target_directories=list((directories or {}).get((topic, index), ()))))
+        body = [ReassignableTopic(name=name, partitions=parts) for name, parts in by_topic.items()]
+        response, _, _ = await self._call(_CONTROLLER, ALTER_PARTITION_REASSIGNMENTS, lambda v: (
+            AlterPartitionReassignmentsRequest(timeout_ms=self._timeout_ms(deadline), topics=body,
+                                               allow_replication_factor_change=allow_replication_factor_change)),
+            deadline, check=lambda r: r.error_code, message=lambda r: r.error_message,
+            min_version=0 if allow_replication_factor_change else 1)
+        return {(t.name, p.partition_index): (p.error_code, p.error_message)
+                for t in response.responses for p in t.partitions}
+
+    async def list_partition_reassignments(
+        self, partitions: Mapping[str, Sequence[int]] | None = None, *, include_batches: bool = False,
+        timeout: float | None = None,
+    ) -> dict[tuple[str, int], Any]:
+        """Reassignments in progress: {(topic, partition): the response's OngoingPartitionReassignment}, with the
+        current KIP-435 step (BatchCurrentReplicas/BatchTargetReplicas) when `include_batches`."""
+        deadline = self._deadline(timeout)
+        topics = None if partitions is None else [
+            ListPartitionReassignmentsTopics(name=n, partition_indexes=list(ps)) for n, ps in partitions.items()]
+        response, _, _ = await self._call(_CONTROLLER, LIST_PARTITION_REASSIGNMENTS, lambda v: (
+            ListPartitionReassignmentsRequest(timeout_ms=self._timeout_ms(deadline), topics=topics,
+                                              include_batches=include_batches)),
+            deadline, check=lambda r: r.error_code, message=lambda r: r.error_message)
+        return {(t.name, p.partition_index): p for t in response.topics for p in t.partitions}
 
     # ============================================================================================ configs
 
@@ -849,7 +923,9 @@ def _log_dirs(broker_id: int, response: Any) -> list[LogDirInfo]:
             out.append(LogDirInfo(
                 broker_id, r.log_dir, None if directory_id == ZERO_UUID else directory_id, _code(r.error_code),
                 r.total_bytes if r.total_bytes >= 0 else None, r.usable_bytes if r.usable_bytes >= 0 else None,
-                replicas, r.dir_state or None, r.recent_latency_ms if r.recent_latency_ms >= 0 else None))
+                replicas, r.dir_state or None, r.recent_latency_ms if r.recent_latency_ms >= 0 else None,
+                r.failed_at_ms if r.failed_at_ms >= 0 else None,
+                r.reserved_bytes if r.reserved_bytes >= 0 else None))
     finally:
         if resume_gc:
             gc_resume()

@@ -25,6 +25,8 @@ _METHODS = (
     "describe_log_dirs",
     "describe_replica_log_dirs",
     "alter_replica_log_dirs",
+    "alter_partition_reassignments",
+    "list_partition_reassignments",
     "create_topics",
     "delete_topics",
     "describe_configs",

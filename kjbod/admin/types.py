@@ -114,6 +114,8 @@ class LogDirInfo:
     # operation; None when the broker does not report them (Apache Kafka)
     state: str | None = None
     recent_latency_ms: int | None = None
+    failed_at_ms: int | None = None  # an offline dir: when it failed (ms since the epoch), if the broker knows
+    reserved_bytes: int | None = None  # kjbod: what the dir keeps free (log.dir.reserved.bytes); None: unknown
 
 
 class LogDirsByBroker(dict[int, list[LogDirInfo]]):

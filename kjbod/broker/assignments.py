@@ -30,8 +30,9 @@ while QueuedReplicaToDirAssignments is above 0.  Kafka's code has no such gate (
 once it has caught up and recovered its logs).  kjbod keeps the KIP's rule: `unfence_when_assigned` asks the
 lifecycle manager to unfence only once the queue is empty.
 
-How a broker process plugs it in (kjbod/broker/remote.py, the broker-only node, does 1-3 and 5; the combined
-node records dirs through its in-process controller instead; 4 is the mover's, not wired yet):
+How a broker process plugs it in (kjbod/broker/remote.py, the broker-only node, does 1-5; the combined node,
+kjbod/broker/node.py, runs one on an InProcessControllerChannel for 4 and 5 and records the dirs of new
+partitions through its in-process controller directly):
   1. After registration: `AssignmentsManager(node_id, SocketControllerChannel(...), image=lambda: current image,
      broker_epoch=lambda: lifecycle.broker_epoch)`, `start()`.
   2. The metadata publisher, for every delta: `on_metadata(image)`, then for each local replica whose dir on
@@ -40,9 +41,10 @@ node records dirs through its in-process controller instead; 4 is the mover's, n
      `reconcile(image, placements)` does that for a whole mapping of (topic id, partition) -> dir on disk.
   3. Instead of `lifecycle.set_ready_to_unfence()` once the logs are recovered:
      `await unfence_when_assigned(lifecycle, assignments)` when the broker has several log dirs.
-  4. The mover: after the future replica caught up, `await assign(topic_id, partition, destination dir)`; only
-     on ASSIGNED block appends, catch up and swap.  A failed destination: `assign(..., source dir)` again (the
-     revert); a failed source: `assign(..., DIR_LOST)`.
+  4. The mover (kjbod.broker.kip113.mover, through the node's `assign_moved_replica`): after the future replica
+     caught up, `await assign(topic_id, partition, destination dir)`; only on ASSIGNED block appends, catch up
+     and swap.  A failed destination: `assign(..., source dir)` again (the revert); a failed source:
+     `assign(..., DIR_LOST)`.  Meanwhile the node's reconcile treats the destination as the replica's dir.
   5. On shutdown: `await close()`.
 """
 

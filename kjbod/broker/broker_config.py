@@ -40,7 +40,7 @@ DEFAULT_CONFIG = 5
 
 # DescribeConfigs ConfigType
 BOOLEAN, STRING, INT, SHORT, LONG, LIST = 1, 2, 3, 4, 5, 7
-_TOPIC_TYPES = {"int": INT, "long": LONG, "string": STRING, "list": LIST}
+_TOPIC_TYPES = {"int": INT, "long": LONG, "string": STRING, "list": LIST, "boolean": BOOLEAN}
 
 # IncrementalAlterConfigs operations
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
@@ -104,10 +104,25 @@ BROKER_KEYS: dict[str, BrokerKey] = {k.name: k for k in [
     BrokerKey("log.message.timestamp.after.max.ms", LONG, "log_message_timestamp_after_max_ms",
               doc="Default for how far in the future a record's CreateTime timestamp may be."),
     BrokerKey("delete.topic.enable", BOOLEAN, "delete_topic_enable", doc="Whether DeleteTopics may delete topics."),
+    BrokerKey("unclean.leader.election.enable", BOOLEAN, "unclean_leader_election_enable",
+              doc="Whether a replica outside the ISR may be elected when no ISR member can lead."),
+    BrokerKey("auto.leader.rebalance.enable", BOOLEAN, "auto_leader_rebalance_enable",
+              doc="Whether the controller moves leadership back to preferred replicas when brokers are imbalanced."),
+    BrokerKey("leader.imbalance.per.broker.percentage", INT, "leader_imbalance_per_broker_percentage",
+              doc="Share of a broker's partitions not led by it, in percent, above which a rebalance runs."),
+    BrokerKey("leader.imbalance.check.interval.seconds", LONG, "leader_imbalance_check_interval_seconds",
+              doc="How often the controller checks the leader imbalance."),
     BrokerKey(THROTTLE_KEY, LONG, "replica_alter_log_dirs_io_max_bytes_per_second", dynamic=True,
               default=LONG_MAX,
               doc="Bytes per second that all replica moves between this broker's log dirs may copy together "
                   "(KIP-113's intra.broker.throttled.rate)."),
+    *[BrokerKey(name, INT, None, dynamic=True, default=(1 << 31) - 1, doc=doc) for name, doc in (
+        ("reassignment.parallel.replica.count",
+         "KIP-435: replicas of one partition a reassignment step adds (and drops) at a time; cluster-wide."),
+        ("reassignment.parallel.partition.count",
+         "KIP-435: partitions taking a reassignment step at once; cluster-wide."),
+        ("reassignment.parallel.leader.movements",
+         "KIP-435: reassignment steps moving a leader at once; cluster-wide."))],
     BrokerKey("num.replica.alter.log.dirs.threads", INT, "num_replica_alter_log_dirs_threads",
               doc="Threads moving replicas between log dirs (default: one per log dir)."),
     BrokerKey("log.dir.failure.timeout.ms", LONG, "log_dir_failure_timeout_ms",
@@ -116,6 +131,11 @@ BROKER_KEYS: dict[str, BrokerKey] = {k.name: k for k in [
               doc="kjbod: a log dir whose file operation has not returned for this long is taken offline (0: never)."),
     BrokerKey("log.dir.slow.threshold.ms", LONG, "log_dir_slow_threshold_ms",
               doc="kjbod: a log dir whose file operations take longer than this is shown as degraded (0: never)."),
+    BrokerKey("log.dir.reserved.bytes", LONG, "log_dir_reserved_bytes",
+              doc="kjbod: bytes kept free in each log dir; below it the dir is full and refuses appends "
+                  "(-1: the smaller of 1% of its filesystem and 1 GiB)."),
+    BrokerKey("log.dir.space.check.interval.ms", LONG, "log_dir_space_check_interval_ms",
+              doc="kjbod: how often each log dir's free space is checked (what brings a full dir back)."),
     BrokerKey("socket.request.max.bytes", INT, "socket_request_max_bytes", doc="Largest request accepted."),
     BrokerKey("broker.heartbeat.interval.ms", INT, "broker_heartbeat_interval_ms",
               doc="Interval between broker heartbeats."),
@@ -125,6 +145,8 @@ BROKER_KEYS: dict[str, BrokerKey] = {k.name: k for k in [
     BrokerKey("log.dir.placement.policy", STRING, "log_dir_placement_policy",
               doc="kjbod: where new partitions go (most-usable or fewest-partitions)."),
     BrokerKey("kjbod.zero.copy", BOOLEAN, "zero_copy", doc="kjbod: send Fetch record data with sendfile."),
+    BrokerKey("kjbod.metrics.listener", STRING, "kjbod_metrics_listener",
+              doc="kjbod: HOST:PORT of the Prometheus /metrics endpoint (unset: none)."),
 ]}
 
 
@@ -136,7 +158,7 @@ class ConfigProblem(Exception):
 
 
 def parse_dynamic_value(key: str, raw: str | None) -> int:
-    """The throttle is the only dynamic key: a long of at least 1 (bytes per second)."""
+    """Every dynamic key is a positive number: the throttle (a long, bytes per second) and the KIP-435 limits."""
     if raw is None:
         raise ConfigProblem(ErrorCode.INVALID_CONFIG, f"{key}: a value is required")
     try:
@@ -330,7 +352,7 @@ def plan_broker_changes(
     if unknown:
         raise ConfigProblem(ErrorCode.INVALID_CONFIG,
                             f"unknown or unsupported broker config {unknown[0]!r} (kjbod changes only {THROTTLE_KEY} "
-                            "at runtime)")
+                            "and the reassignment.parallel.* limits at runtime)")
     static = sorted({ALIASES.get(k, k) for k, _, _ in changes} - {k for k, v in BROKER_KEYS.items() if v.dynamic})
     if static:
         raise ConfigProblem(ErrorCode.INVALID_REQUEST,

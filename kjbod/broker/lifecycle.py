@@ -32,7 +32,8 @@ States and transitions (Kafka's BrokerState values, driven by the heartbeat answ
   other error is retried after the backoff.  Each request may take `broker.session.timeout.ms / 2` (Kafka's
   KAFKA-14392 bound), retries against an unreachable controller included.
 * A failed log dir (`propagate_directory_failure`) is sent in an immediate extra heartbeat; if no heartbeat that
-  carried it has been answered within `log.dir.failure.timeout.ms`, the broker shuts down, as KIP-858 says
+  carried it has been answered within `log.dir.failure.timeout.ms` and the broker leads a partition in that dir
+  (checked again each timeout while it leads none), the broker shuts down, as KIP-858 says
   ("couldn't communicate offline log dir ... with controllers").  kjbod's controller answers LOG_DIR_NOT_FOUND
   for a dir it never knew (KIP-858); the broker then stops sending the dirs that need no report (one that failed
   before this process registered it, or one already reported) and goes on (`_quieten_offline_dirs`).
@@ -146,16 +147,21 @@ class BrokerLifecycleManager:
         self._wake.set()
         return self.initial_unfence
 
-    def propagate_directory_failure(self, directory_id: uuid.UUID) -> None:
-        """A log dir failed: report it at once, and shut down if that cannot be done in time (KIP-858)."""
+    def propagate_directory_failure(self, directory_id: uuid.UUID,
+                                    leads_in: Callable[[], bool] = lambda: True) -> None:
+        """A log dir failed: report it at once, and shut down if that cannot be done in time while `leads_in()`
+        (this broker leads a partition in that dir) holds (KIP-858)."""
         if directory_id in self._offline_dirs:
             return
         self._offline_dirs[directory_id] = False
         if self.registered:
             self._wake.set()
+        self._arm_offline_dir_deadline(directory_id, leads_in)
+
+    def _arm_offline_dir_deadline(self, directory_id: uuid.UUID, leads_in: Callable[[], bool]) -> None:
         loop = asyncio.get_running_loop()
         self._timers.append(loop.call_later(self.config.log_dir_failure_timeout,
-                                            self._offline_dir_deadline, directory_id))
+                                            self._offline_dir_deadline, directory_id, leads_in))
 
     def resend_registration(self) -> None:
         """Register again at once (same incarnation): the broker's metadata shows its registration gone or
@@ -335,10 +341,18 @@ class BrokerLifecycleManager:
             self._fatal("shutting down: could not register with the controller within "
                         f"{self.config.initial_registration_timeout:g}s")
 
-    def _offline_dir_deadline(self, directory_id: uuid.UUID) -> None:
-        if not self._offline_dirs.get(directory_id, True) and self.state != BrokerState.SHUTTING_DOWN:
-            self._fatal(f"shutting down: could not tell the controller that log dir {directory_id} is offline "
-                        f"within {self.config.log_dir_failure_timeout:g}s")
+    def _offline_dir_deadline(self, directory_id: uuid.UUID, leads_in: Callable[[], bool]) -> None:
+        if self._offline_dirs.get(directory_id, True) or self.state == BrokerState.SHUTTING_DOWN:
+            return
+        if not leads_in():
+            # Nothing this broker leads is lost with it: no need to stop yet.  Checked again a timeout later
+            # (the controller, not knowing, may make this broker the leader of a partition in it meanwhile).
+            log.warning("offline log dir not reported yet", broker=self.config.node_id, dir=str(directory_id),
+                        effect="still trying; this broker leads no partition in it, so it does not shut down")
+            self._arm_offline_dir_deadline(directory_id, leads_in)
+            return
+        self._fatal(f"shutting down: could not tell the controller that log dir {directory_id} is offline "
+                    f"within {self.config.log_dir_failure_timeout:g}s")
 
 
 def registration_at(request: BrokerRegistrationRequest, version: int) -> BrokerRegistrationRequest:

@@ -19,7 +19,12 @@ and heartbeats every `broker.heartbeat.interval.ms`, which unfences it once it h
 
 KIP-113: the node owns the replica mover (kjbod.broker.kip113), started after storage is open, stopped before
 it closes, and runs the mover's final catch-up and swap on the event loop (`run_exclusive`): every append
-happens on that loop, so while the swap runs no produce can hold the old log.
+happens on that loop, so while the swap runs no produce can hold the old log.  Before the swap the mover has
+the new dir recorded (KIP-858's order, `assign_moved_replica`) through an AssignmentsManager
+(kjbod.broker.assignments): the broker-only node's speaks to the controller over a socket, the combined node's
+to its in-process controller through an InProcessControllerChannel, with the same AssignReplicasToDirs checks,
+batching and retries.  The combined node still records the dirs of new partitions directly (one controller
+write per create, answered before the CreateTopics is); only moves go through the manager.
 """
 
 from __future__ import annotations
@@ -35,9 +40,11 @@ from typing import Any
 
 import structlog
 
+from kjbod.broker.assignments import AssignmentOutcome, AssignmentsManager
 from kjbod.broker.broker_config import BROKER, LONG_MAX, THROTTLE_KEY, DynamicBrokerConfigs
 from kjbod.broker.router import Router
-from kjbod.metadata import EMPTY_IMAGE, MetadataDelta, MetadataImage, TopicImage, is_reserved_dir
+from kjbod.metadata import DIR_LOST, EMPTY_IMAGE, MetadataDelta, MetadataImage, TopicImage, is_reserved_dir
+from kjbod.net.controller_channel import InProcessControllerChannel
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import (
     AllocateProducerIdsRequest,
@@ -48,9 +55,11 @@ from kjbod.protocol.generated import (
 from kjbod.protocol.generated.broker_registration_request import Listener as RegListener
 from kjbod.protocol.generated.create_topics_request import CreatableTopic
 from kjbod.storage.ids import uuid_from_str
+from kjbod.storage.workers import workers_enabled
 
 log = structlog.get_logger("kjbod.node")
 
+ALTER_PARTITION_VERSION = 3
 SECURITY_PROTOCOLS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
 
 
@@ -74,7 +83,10 @@ class BrokerNode:
         self.metadata_fetch: Any = None  # serves Fetch/FetchSnapshot of the metadata log on controller listeners
         self.logs: Any = None  # kjbod.storage log manager, once opened
         self.mover: Any = None  # kjbod.broker.kip113.ReplicaMover, once storage is open
+        self.assignments: AssignmentsManager | None = None  # directory assignments of moved replicas (KIP-858)
+        self.replication: Any = None  # kjbod.broker.replication.ReplicaManager on a broker-only node
         self.handler = Router(self)  # each request is logged at debug by the connection, with its latency
+        self.topic_stats: Any = None  # kjbod.metrics' BrokerTopicMetrics counters, set when /metrics is served
         self._tasks: list[asyncio.Task] = []
         self._assignments: set[asyncio.Task] = set()  # directory assignments on their way to the controller
         self._stopping = asyncio.Event()
@@ -149,6 +161,16 @@ class BrokerNode:
         """The local log of a partition; raises a storage error carrying the Kafka error code."""
         return self.logs.get_log(topic, partition)
 
+    def leader_epoch(self, topic: str, partition: int) -> int:
+        """The leader epoch a leader stamps on the batches it appends (the image's; 0 before any)."""
+        t = self.metadata.topic(topic)
+        p = t.partitions.get(partition) if t is not None else None
+        return p.leader_epoch if p is not None and p.leader_epoch >= 0 else 0
+
+    def local_log(self, topic: str, partition: int):
+        """The local replica's log, leader or follower (`partition_log` is what clients may read)."""
+        return self.logs.get_log(topic, partition)
+
     def notify_append(self) -> None:
         """Wakes every long-polling Fetch: new records may satisfy them."""
         self._appended.set()
@@ -209,6 +231,8 @@ class BrokerNode:
     def _publish(self, delta: MetadataDelta, image: MetadataImage) -> None:
         """Applies a committed delta to this broker: the new image, then its local logs."""
         old, self.metadata = self.metadata, image
+        if self.assignments is not None:
+            self.assignments.on_metadata(image)
         if self.logs is None:
             return
         changes = delta.local_changes(self.node_id, image)
@@ -233,6 +257,8 @@ class BrokerNode:
             if now is not None and before is not None and now.configs != before.configs:
                 self.logs.apply_topic_config(now.name, dict(now.configs))
                 log.info("topic_configs_changed", topic=now.name, configs=dict(now.configs))
+        if self.replication is not None:
+            self.replication.sync(image, delta.changed_topic_ids())
         if self.mover is not None and (old.resource_configs(BROKER, "") != image.resource_configs(BROKER, "") or
                                        old.resource_configs(BROKER, str(self.node_id))
                                        != image.resource_configs(BROKER, str(self.node_id))):
@@ -254,7 +280,9 @@ class BrokerNode:
     def _create_partitions(self, topic: TopicImage, parts: list[int]) -> list[tuple[uuid.UUID, int, uuid.UUID]]:
         """Creates this broker's new replicas of `topic` (placement by storage); returns the dirs to record."""
         try:
-            dir_ids = self.logs.create_topic_partitions(topic.name, topic.topic_id, parts, dict(topic.configs))
+            named = {p: d for p in parts if (d := topic.partitions[p].directory_of(self.node_id)) is not None
+                     and not is_reserved_dir(d)}
+            dir_ids = self.logs.create_topic_partitions(topic.name, topic.topic_id, parts, dict(topic.configs), named)
         except Exception as e:  # a failing disk: the partitions stay offline here; the controller keeps them
             log.error("partition_create_failed", topic=topic.name, partitions=parts, error=str(e))
             return []
@@ -275,8 +303,9 @@ class BrokerNode:
 
     # -------------------------------------------------------------------------------- replica moves
     def run_exclusive(self, fn):
-        """Run `fn` on the event loop and return its result (called from a mover thread): appends happen only
-        on the loop, so none can interleave with `fn`."""
+        """Run `fn` on the event loop and return its result (called from a mover thread, from inside the source
+        dir's worker when there are workers): no append on the loop (a follower's, or every one with
+        KJBOD_DIR_WORKERS=0) can interleave with `fn`."""
         from kjbod.broker.kip113.mover import MoverStopped
 
         done: concurrent.futures.Future = concurrent.futures.Future()
@@ -306,22 +335,72 @@ class BrokerNode:
         threads = int(getattr(self.config, "num_replica_alter_log_dirs_threads", 0) or len(self.config.log_dirs))
         self.mover = ReplicaMover(self.logs.manager, threads=threads,
                                   throttle=Throttle(self.replica_alter_log_dirs_rate()),
-                                  exclusive=self.run_exclusive)
+                                  # a leader's appends run on each dir's worker (with KJBOD_DIR_WORKERS=0 on the
+                                  # event loop), a follower's on the loop: the final step holds both
+                                  exclusive=self.run_exclusive, by_dir_worker=workers_enabled(),
+                                  assign_dir=self.assign_moved_replica if self.assignments is not None else None)
         self.mover.start()
         self.mover.resume_at_startup()
+
+    async def send_alter_partition(self, build: Callable[[int], Any]) -> Any:
+        """An AlterPartition request (built for a version) to the controller; its response."""
+        return await self.controller_request(build(ALTER_PARTITION_VERSION), ALTER_PARTITION_VERSION)
+
+    def _start_replication(self) -> None:
+        """The replica manager (kjbod.broker.replication): leaders, followers and acks=all for the replicas
+        this broker holds; its ISR changes go to the controller in this process."""
+        from kjbod.broker.replication import ReplicaManager, ReplicationConfig
+
+        self.replication = ReplicaManager(self, ReplicationConfig.from_config(self.config),
+                                          alter_partition=self.send_alter_partition)
+        self.replication.start()
+        self.replication.sync(self.metadata)
 
     async def start(self) -> None:
         from kjbod.broker.storage_glue import open_storage
 
         self._loop = asyncio.get_running_loop()
         await open_storage(self)
+        # Assignments queued before the controller runs wait in the manager, whose task starts after it.
+        self.assignments = AssignmentsManager(
+            self.node_id, InProcessControllerChannel(self._controller_handler), image=lambda: self.metadata,
+            broker_epoch=lambda: self.broker_epoch)
         self._start_mover()
+        self._start_replication()
         self.controller.start()
+        self.assignments.start()
         await self._register()
         await self._record_local_dirs()
         self.spawn(self._heartbeats())
         log.info("node_started", node_id=self.node_id, cluster_id=self.cluster_id,
                  topics=len(self.metadata.by_name), broker_epoch=self.broker_epoch)
+
+    async def _controller_handler(self, api_key: int, version: int, request: Any, header: Any) -> Any:
+        return await self.controller.handle_request(api_key, version, request, header)
+
+    def assign_moved_replica(self, topic: str, partition: int, log_dir: str | None) -> concurrent.futures.Future[bool]:
+        """The mover's DirAssigner (called from its threads): queues `topic-partition` -> `log_dir` (None: LOST_DIR)
+        with the assignments manager; the future ends True once the controller has it."""
+        try:
+            return asyncio.run_coroutine_threadsafe(self._assign_moved(topic, partition, log_dir), self._loop)
+        except RuntimeError:  # the loop is closed: the node is going away
+            gone: concurrent.futures.Future[bool] = concurrent.futures.Future()
+            gone.cancel()
+            return gone
+
+    async def _assign_moved(self, topic: str, partition: int, log_dir: str | None) -> bool:
+        t = self.metadata.topic(topic)
+        if self.assignments is None or t is None:
+            return False
+        if log_dir is None:
+            dir_id = DIR_LOST
+        else:
+            text = {path: d for d, path in self.logs.manager.directory_ids(online_only=False).items()}.get(log_dir)
+            if text is None:
+                return False
+            dir_id = uuid.UUID(bytes=uuid_from_str(text))
+        outcome = await self.assignments.assign(t.topic_id, partition, dir_id, reason="replica moved between dirs")
+        return outcome == AssignmentOutcome.ASSIGNED
 
     # -------------------------------------------------------------------------------- registration, heartbeats
     def _registration(self) -> BrokerRegistrationRequest:
@@ -367,6 +446,15 @@ class BrokerNode:
                 text = ids_by_path.get(plog.log_dir) if plog is not None else None
                 if text is not None:
                     out[(topic.topic_id, p.partition)] = uuid.UUID(bytes=uuid_from_str(text))
+        # A move whose destination the controller was asked to record is about to swap into it: that dir stands
+        # (pointing the metadata back at the source meanwhile would undo KIP-858's order).
+        moving = self.mover.assigned_dirs() if self.mover is not None else {}
+        for (name, partition), path in moving.items():
+            topic_image = self.metadata.topic(name)
+            text = ids_by_path.get(path)
+            key = (topic_image.topic_id, partition) if topic_image is not None else None
+            if key in out and text is not None:
+                out[key] = uuid.UUID(bytes=uuid_from_str(text))
         return out
 
     async def _heartbeat(self, *, want_shut_down: bool = False) -> Any:
@@ -407,6 +495,11 @@ class BrokerNode:
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        if self.assignments is not None:
+            await self.assignments.close()  # a move waiting for its assignment stops too
+        if self.replication is not None:
+            await self.replication.close()
+            self.replication = None
         if self.mover is not None:
             # In a thread: a mover waiting for its final step on this loop must be able to give up meanwhile.
             await asyncio.get_running_loop().run_in_executor(None, self.mover.stop)

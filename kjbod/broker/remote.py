@@ -46,8 +46,9 @@ from kjbod.broker.lifecycle import BrokerLifecycleManager, BrokerState, Lifecycl
 from kjbod.broker.metadata_follower import MetadataBatch, MetadataFollower
 from kjbod.broker.node import BrokerNode
 from kjbod.broker.storage_glue import apply_image_at_start, open_logs, reconcile
-from kjbod.metadata import EMPTY_IMAGE, MetadataDelta, MetadataImage
+from kjbod.metadata import EMPTY_IMAGE, MetadataDelta, MetadataImage, is_reserved_dir
 from kjbod.net.controller_channel import SocketControllerChannel, controller_addresses
+from kjbod.net.correlator import PerVersion
 from kjbod.net.errors import ClientError
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import (
@@ -71,6 +72,7 @@ from kjbod.storage.ids import uuid_from_str
 __all__ = ["NotLeaderError", "RemoteBrokerNode"]
 
 log = structlog.get_logger("kjbod.broker.remote")
+ALTER_PARTITION = 56
 
 
 class NotLeaderError(Exception):
@@ -140,6 +142,7 @@ class RemoteBrokerNode(BrokerNode):
         self.assignments.start()
         self._logs_ready = True
         self._reconcile_dirs(None)
+        self._start_replication()
         self._start_mover()
         if len(self.config.log_dirs) > 1:  # KIP-858: fenced until every replica's dir is in the metadata
             # (kjbod.broker.assignments.unfence_when_assigned's rule, with the moment it is met logged)
@@ -202,8 +205,10 @@ class RemoteBrokerNode(BrokerNode):
             self.metadata = image
             reconcile(self, self.logs.manager)
             self._reconcile_dirs(None)
+            if self.replication is not None:
+                self.replication.sync(image)
         else:
-            self._publish(delta, image)
+            self._publish(delta, image)  # which also makes each replica lead or follow as the image says
             self._reconcile_dirs(delta.changed_topic_ids())
         self._check_registration(image)
 
@@ -269,6 +274,11 @@ class RemoteBrokerNode(BrokerNode):
     def controller_call(self, body: Any, version: int) -> Any:
         return self.controller_request(body, version)
 
+    async def send_alter_partition(self, build: Any) -> Any:
+        """AlterPartition to the controller on a channel of its own (the replica manager keeps one in flight)."""
+        channel = self._channels.get("alter-partition") or self._channel("alter-partition")
+        return await channel.send(PerVersion(build), ALTER_PARTITION)
+
     # -------------------------------------------------------------------------------- partitions
     def partition_log(self, topic: str, partition: int) -> Any:
         state = self.metadata.topic(topic)
@@ -287,7 +297,24 @@ class RemoteBrokerNode(BrokerNode):
         dir_id = uuid.UUID(bytes=uuid_from_str(text))
         lifecycle = self.lifecycle
         with contextlib.suppress(RuntimeError):  # the loop is closed: the node is going away
-            self._loop.call_soon_threadsafe(lifecycle.propagate_directory_failure, dir_id)
+            self._loop.call_soon_threadsafe(lifecycle.propagate_directory_failure, dir_id,
+                                            lambda: self.leads_in_dir(dir_id, path))
+
+    def leads_in_dir(self, dir_id: uuid.UUID, path: str) -> bool:
+        """Whether this broker leads a partition whose replica the metadata places in `dir_id`, or that it had
+        in `path` while the metadata had not recorded where (KIP-858's condition for shutting down)."""
+        for topic in self.metadata.topics():
+            for p in topic.partitions.values():
+                if p.leader != self.node_id:
+                    continue
+                recorded = p.directory_of(self.node_id)
+                if recorded == dir_id:
+                    return True
+                if recorded is not None and is_reserved_dir(recorded):
+                    plog = self.logs.manager.find(topic.name, p.partition) if self.logs is not None else None
+                    if plog is None or plog.log_dir == path:
+                        return True
+        return False
 
     # -------------------------------------------------------------------------------- shutdown
     def begin_shutdown(self) -> None:
@@ -310,6 +337,9 @@ class RemoteBrokerNode(BrokerNode):
             await self.lifecycle.close()
         if self.assignments is not None:
             await self.assignments.close()
+        if self.replication is not None:
+            await self.replication.close()
+            self.replication = None
         if self.follower is not None:
             await self.follower.close()
         for channel in self._channels.values():

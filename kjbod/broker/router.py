@@ -116,8 +116,8 @@ def api_versions_for(listener_kind: str) -> list[ApiVersion]:
 class _Route:
     """One served (API, version): what the per-request path needs, computed once."""
 
-    __slots__ = ("decode_from", "entry", "fn", "header_version", "listeners", "memoised", "response_cls",
-                 "response_header_v1", "version")
+    __slots__ = ("decode_from", "entry", "fn", "has_error_code", "header_version", "listeners", "memoised",
+                 "response_cls", "response_header_v1", "version")
 
     def __init__(self, entry: ApiEntry, version: int):
         self.entry = entry
@@ -125,6 +125,7 @@ class _Route:
         self.fn = entry.fn
         self.listeners = entry.listeners
         self.response_cls = entry.response_cls
+        self.has_error_code = "error_code" in getattr(entry.response_cls, "__slots__", ())  # for the metrics
         self.decode_from = entry.request_cls.decode_from
         self.header_version = request_header_version(entry.api_key, version)
         self.response_header_v1 = response_header_version(entry.api_key, version) == 1
@@ -154,6 +155,7 @@ class Router:
 
     def __init__(self, node: Any):
         self.node = node
+        self.stats: Any = None  # kjbod.metrics' RequestStats when the node serves /metrics: error codes counted
         self.entries = registry()
         self._routes: dict[int, _Route] = {}
         for entry in self.entries.values():
@@ -241,6 +243,8 @@ class Router:
 
     def _reply(self, route: _Route, request: Request, response):
         corr = request.correlation_id
+        if self.stats is not None and route.has_error_code:
+            self.stats.error(route.entry.api_key, response.error_code)
         out = [_pack_corr_tags(corr, 0) if route.response_header_v1 else _pack_corr(corr)]
         try:
             response.encode_into(out, request.api_version)

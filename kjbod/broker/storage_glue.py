@@ -20,6 +20,7 @@ when it arrives.
 
 from __future__ import annotations
 
+import functools
 import os
 import uuid
 from typing import Any
@@ -89,14 +90,17 @@ class StorageAdapter:
         return plog is not None and plog.online
 
     def create_topic_partitions(self, name: str, topic_id: uuid.UUID, partitions: list[int],
-                                configs: dict[str, str]) -> list:
-        """Creates the partition logs; returns the directory id each one got."""
+                                configs: dict[str, str], named: dict[int, uuid.UUID] | None = None) -> list:
+        """Creates the partition logs; returns the directory id each one got.  `named`: the dir the metadata
+        already gives some of them (a reassignment into a named dir), used when it is an online dir here."""
         cfg = topic_log_config(self.node, configs)
         tid = uuid_to_str(topic_id.bytes)
         online = set(self.manager.online_dirs)
+        by_id = {uuid.UUID(bytes=_dir_uuid_bytes(d)): path for d, path in self.manager.directory_ids().items()}
         specs = []
         for p in partitions:
-            preferred = self.preferred_dirs.get((name, p))
+            named_dir = (named or {}).get(p)
+            preferred = self.preferred_dirs.get((name, p)) or (by_id.get(named_dir) if named_dir else None)
             if preferred is not None and preferred not in online:
                 log.warning("preferred_log_dir_offline", partition=f"{name}-{p}", log_dir=preferred,
                             effect="placed by the placement policy instead")
@@ -117,14 +121,26 @@ class StorageAdapter:
             self.preferred_dirs.pop((name, p), None)
             if mover is not None:
                 mover.cancel(name, p)  # its thread deletes a future dir the manager does not know yet
-            try:
-                if self.manager.find(name, p) is not None:
-                    self.manager.delete_partition(name, p)
-                elif self.manager.get_future(name, p) is not None:
-                    self.manager.delete_future_log(name, p)
-            except KafkaStorageError as e:
-                log.warning("deleted_partition_left_in_offline_dir", partition=f"{name}-{p}", error=str(e),
-                            effect="its directory stays until the dir is back; remove it then")
+            plog = self.manager.find(name, p)
+            worker = self.manager.worker(plog.log_dir) if plog is not None else None
+            if plog is not None and worker is not None:
+                if not plog.lock.acquire(blocking=False):
+                    # The dir's worker holds the log in a file operation (a slow or hung disk): the event loop
+                    # does not wait for it; the delete runs on that worker, after what it is doing.
+                    worker.post(functools.partial(self._delete_partition, name, p), f"delete {name}-{p}")
+                    continue
+                plog.lock.release()
+            self._delete_partition(name, p)
+
+    def _delete_partition(self, name: str, p: int) -> None:
+        try:
+            if self.manager.find(name, p) is not None:
+                self.manager.delete_partition(name, p)
+            elif self.manager.get_future(name, p) is not None:
+                self.manager.delete_future_log(name, p)
+        except KafkaStorageError as e:
+            log.warning("deleted_partition_left_in_offline_dir", partition=f"{name}-{p}", error=str(e),
+                        effect="its directory stays until the dir is back; remove it then")
 
     def close(self) -> None:
         self.manager.stop_background()
@@ -165,6 +181,8 @@ def open_logs(node: Any) -> LogManager:
         initial_task_delay_ms=config.log_initial_task_delay_ms,
         stall_timeout_ms=config.log_dir_stall_timeout_ms,
         slow_threshold_ms=config.log_dir_slow_threshold_ms,
+        reserved_bytes=config.log_dir_reserved_bytes,
+        space_check_interval_ms=config.log_dir_space_check_interval_ms,
     )
     manager.open()
     meta = read_meta_properties(LogDirIO(meta_dir))

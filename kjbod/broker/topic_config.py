@@ -22,7 +22,7 @@ class TopicConfigError(ValueError):
 @dataclass(frozen=True)
 class TopicConfigDef:
     name: str
-    type: str  # "int", "long", "string", "list"
+    type: str  # "int", "long", "string", "list", "boolean"
     broker_key: str | None  # the broker config it defaults to
     broker_attr: str | None
     fallback: Any
@@ -69,6 +69,11 @@ DEFS: dict[str, TopicConfigDef] = {d.name: d for d in [
                    LONG_MAX, _at_least(0), "How far in the past a record's CreateTime timestamp may be."),
     TopicConfigDef("message.timestamp.after.max.ms", "long", "log.message.timestamp.after.max.ms", "log_message_timestamp_after_max_ms",
                    LONG_MAX, _at_least(0), "How far in the future a record's CreateTime timestamp may be."),
+    # Read by the controller from the metadata image when it elects leaders (kjbod.controller.partition_change).
+    TopicConfigDef("unclean.leader.election.enable", "boolean", "unclean.leader.election.enable",
+                   "unclean_leader_election_enable", False,
+                   doc="Whether a replica outside the ISR may be elected when no ISR member can lead (data may be "
+                       "lost)."),
 ]}
 
 
@@ -84,6 +89,10 @@ def parse_value(d: TopicConfigDef, raw: str | None) -> Any:
         limit = INT_MAX if d.type == "int" else LONG_MAX
         if not -limit - 1 <= value <= limit:
             raise TopicConfigError(f"invalid value {raw!r} for {d.name}: out of range for a {d.type}")
+    elif d.type == "boolean":
+        if raw.lower() not in ("true", "false"):
+            raise TopicConfigError(f"invalid value {raw!r} for {d.name}: expected true or false")
+        value = raw.lower() == "true"
     elif d.type == "list":
         value = ",".join(p.strip() for p in raw.split(",") if p.strip())
     else:

@@ -117,11 +117,13 @@ def create_cluster(root: Path, brokers: int, log_dirs: int, extra: dict[str, str
         "process.roles": "controller", "node.id": str(CONTROLLER_NODE_ID),
         "listeners": f"CONTROLLER://{HOST}:{cport}",
         "controller.quorum.voters": f"{CONTROLLER_NODE_ID}@{HOST}:{cport}",
+        "kjbod.metrics.listener": f"{HOST}:{_free_port()}",
         "log.dirs": str(root / CONTROLLER / "metadata"), **common, **extra}}
     for b in range(1, brokers + 1):
         home = root / f"broker-{b}"
         nodes[home / "server.properties"] = {
             "process.roles": "broker", "node.id": str(b), "listeners": f"PLAINTEXT://{HOST}:{_free_port()}",
+            "kjbod.metrics.listener": f"{HOST}:{_free_port()}",
             "log.dirs": ",".join(str(home / f"logs-{i}") for i in range(log_dirs)), **common, **extra}
     cluster_id = random_directory_id()
     for path, settings in nodes.items():
@@ -292,6 +294,10 @@ def run_up(args: argparse.Namespace) -> int:
         stop_nodes(root)
         raise
     print(f"bootstrap.servers={','.join(f'{HOST}:{listen_port(h)}' for h in homes[1:])}", flush=True)
+    for home in homes:
+        metrics = read_properties(home / "server.properties").get("kjbod.metrics.listener")
+        if metrics:
+            print(f"metrics of {home.name}: http://{metrics}/metrics", flush=True)
     print(f"logs: {root}/*/server.log", flush=True)
     if args.detach:
         print(f"stop it with: kjbod cluster down --dir {root}", flush=True)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import datetime
 import json
 import math
 import re
@@ -186,14 +187,19 @@ def _uuid_text(value: Any) -> str | None:
     return uuid_to_str(value.bytes)
 
 
-def describe_document(result: LogDirsByBroker) -> dict[str, Any]:
+def describe_document(result: LogDirsByBroker,
+                      behind: dict[tuple[int, str, int], int] | None = None) -> dict[str, Any]:
     """KIP-113's JSON, one entry per broker (as Kafka's kafka-log-dirs.sh groups it), with kjbod's extra fields.
 
     {"version": 1, "brokers": [{"broker": 1, "error": null, "log_dirs": [{"path", "is_live", "error",
-    "directory_id", "total_bytes", "usable_bytes", "state", "recent_latency_ms", "partitions": [{"topic",
-    "partition", "size", "offset_lag",
+    "directory_id", "total_bytes", "usable_bytes", "state", "recent_latency_ms", "failed_at", "reserved_bytes",
+    "partitions": [{"topic", "partition", "size", "offset_lag", "behind_leader",
     "is_temporary"}]}]}]}
+
+    `behind_leader` (kjbod's): for a follower replica, how many offsets its log end is behind its leader's
+    (`behind`, keyed by (broker, topic, partition)); null for leaders, futures and unreplicated partitions.
     """
+    behind = behind or {}
     brokers = []
     for broker_id in sorted(set(result) | set(result.errors)):
         if broker_id in result.errors:
@@ -211,13 +217,21 @@ def describe_document(result: LogDirsByBroker) -> dict[str, Any]:
                 "usable_bytes": d.usable_bytes,
                 "state": d.state,
                 "recent_latency_ms": d.recent_latency_ms,
+                "failed_at": None if d.failed_at_ms is None else _utc(d.failed_at_ms),
+                "reserved_bytes": d.reserved_bytes,
                 "partitions": [
                     {"topic": r.topic, "partition": r.partition, "size": r.size, "offset_lag": r.offset_lag,
+                     "behind_leader": None if r.is_future else behind.get((broker_id, r.topic, r.partition)),
                      "is_temporary": r.is_future}
                     for r in replicas],
             })
         brokers.append({"broker": broker_id, "error": None, "log_dirs": dirs})
     return {"version": DOCUMENT_VERSION, "brokers": brokers}
+
+
+def _utc(ms: int) -> str:
+    """An instant as ISO 8601 UTC to the second, as `date -u +%FT%TZ` prints it."""
+    return datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _table(headers: list[str], rows: list[list[str]], right: set[int]) -> list[str]:
@@ -232,12 +246,16 @@ def _table(headers: list[str], rows: list[list[str]], right: set[int]) -> list[s
 
 
 def _state_text(d: dict[str, Any]) -> str:
-    """online; degraded (the slow dir's recent latency); OFFLINE or NOT ANSWERING with the error code."""
+    """online; degraded (the slow dir's recent latency); FULL (appends refused until space returns); OFFLINE or NOT
+    ANSWERING with the error code."""
     state = d.get("state")
     if state == "not-answering":
         return f"NOT ANSWERING ({d['error']})"
     if not d["is_live"]:
-        return f"OFFLINE ({d['error']})"
+        since = d.get("failed_at")
+        return f"OFFLINE ({d['error']})" + (f" since {since}" if since else "")
+    if state == "full":
+        return "FULL (appends refused)"
     if state == "degraded":
         latency = d.get("recent_latency_ms")
         return "degraded" + (f" ({latency / 1000:.1f} s/op)" if latency is not None else "")
@@ -273,28 +291,76 @@ def render_table(document: dict[str, Any]) -> str:
                 str(len(current)) + (f" +{moving_in}" if moving_in else "") if d["is_live"] else "-",
                 human_bytes(sum(p["size"] for p in replicas)) if d["is_live"] else "-",
                 human_bytes(total), human_bytes(None if total is None or usable is None else total - usable),
-                human_bytes(usable), _usage(total, usable), d["directory_id"] or "-",
+                human_bytes(usable), human_bytes(d.get("reserved_bytes")), _usage(total, usable),
+                d["directory_id"] or "-",
             ])
         out += ["  " + line for line in _table(
-            ["LOG DIR", "STATE", "REPLICAS", "DATA", "SIZE", "USED", "FREE", "USE%", "DIRECTORY ID"],
-            rows, right={2, 3, 4, 5, 6, 7})]
+            ["LOG DIR", "STATE", "REPLICAS", "DATA", "SIZE", "USED", "FREE", "RESERVE", "USE%", "DIRECTORY ID"],
+            rows, right={2, 3, 4, 5, 6, 7, 8})]
         replica_rows = []
         for d in dirs:
             for p in d["partitions"]:
                 lag = p["offset_lag"]
+                behind = p.get("behind_leader")
                 replica_rows.append([
                     f"{p['topic']}-{p['partition']}", d["path"], human_bytes(p["size"]),
-                    "-" if lag is None else str(lag),
+                    "-" if lag is None else str(lag), "-" if behind is None else str(behind),
                     "future: moving here" if p["is_temporary"] else "",
                 ])
         out.append("")
         if replica_rows:
             replica_rows.sort(key=lambda r: r[0:2])
             out += ["  " + line for line in _table(
-                ["PARTITION", "LOG DIR", "SIZE", "OFFSET LAG", "NOTE"], replica_rows, right={2, 3})]
+                ["PARTITION", "LOG DIR", "SIZE", "OFFSET LAG", "BEHIND LEADER", "NOTE"], replica_rows,
+                right={2, 3, 4})]
         else:
             out.append("  (no replicas)")
     return "\n".join(out) + "\n"
+
+
+async def followers_behind(admin: Any, result: LogDirsByBroker) -> dict[tuple[int, str, int], int]:
+    """(broker, topic, partition) -> how far each follower replica listed in `result` is behind its leader's
+    log end offset, from each broker's own answer (ListOffsets, debugging replica id); best effort: a replica
+    whose leader or itself does not answer is left out (shown as "-")."""
+    from kjbod.admin import KafkaError
+
+    listed = {(b, r.topic, r.partition) for b, dirs in result.items() for d in dirs for r in d.replicas
+              if not r.is_future}
+    topics = sorted({t for _, t, _ in listed})
+    if not topics:
+        return {}
+    try:
+        described = await admin.describe_topics(topics)
+    except KafkaError:
+        return {}
+    leaders: dict[tuple[str, int], int] = {}
+    for name, t in described.items():
+        for p in t.partitions:
+            if p.leader is not None and len(p.replicas) > 1:
+                leaders[(name, p.partition)] = p.leader
+    wanted: dict[int, set[tuple[str, int]]] = {}
+    for b, t, p in listed:
+        leader = leaders.get((t, p))
+        if leader is not None and leader != b:
+            wanted.setdefault(b, set()).add((t, p))
+            wanted.setdefault(leader, set()).add((t, p))
+
+    async def ends(broker_id: int) -> dict[tuple[str, int], int]:
+        try:
+            return await admin.replica_end_offsets(broker_id, sorted(wanted[broker_id]))
+        except KafkaError:
+            return {}
+
+    answers = dict(zip(wanted, await asyncio.gather(*(ends(b) for b in wanted)), strict=True))
+    out: dict[tuple[int, str, int], int] = {}
+    for b, t, p in listed:
+        leader = leaders.get((t, p))
+        if leader is None or leader == b:
+            continue
+        mine, theirs = answers.get(b, {}).get((t, p)), answers.get(leader, {}).get((t, p))
+        if mine is not None and theirs is not None:
+            out[(b, t, p)] = max(0, theirs - mine)
+    return out
 
 
 def _describe_command(args: argparse.Namespace) -> int:
@@ -310,7 +376,8 @@ async def _describe(args: argparse.Namespace, stdout: TextIO) -> int:
                 args.broker_list, args.topic_list, raise_on_broker_error=False)
         except KafkaError as e:
             raise UserError(str(e)) from None
-    document = describe_document(result)
+        behind = await followers_behind(admin, result)
+    document = describe_document(result, behind)
     if args.json:
         stdout.write(json.dumps(document, indent=2) + "\n")
     else:

@@ -8,7 +8,8 @@ first (no registration or another epoch: STALE_BROKER_EPOCH for the whole reques
 answered like an unfenced one: a broker with several dirs reports its placements while it is still fenced (the
 KIP keeps it fenced until it has).  A partition moved to a dir that is offline (LOST_DIR, or one of this
 broker's dirs that has failed) gets its Directories record and then leader/ISR changes that take this broker
-out of it, as Kafka does.  Beyond Kafka, which treats any dir it does not see online as offline: a dir id this
+out of it, as Kafka does; a leaderless partition moved to an online dir gets a leader again in its record when
+one may lead (Kafka's builder elects whenever the leader is not in the ISR).  Beyond Kafka, which treats any dir it does not see online as offline: a dir id this
 broker never registered (and no reserved id) is answered LOG_DIR_NOT_FOUND and written nowhere, since
 recording a replica in a dir nobody has would hide it from every later dir failure.
 
@@ -25,12 +26,13 @@ registration but is resent in every heartbeat and may still hold replicas.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import Any
 from uuid import UUID
 
 from kjbod.controller.partition_change import elect, with_directory
 from kjbod.controller.result import ControllerResult
-from kjbod.metadata import DIR_LOST, MetadataImage, is_reserved_dir
+from kjbod.metadata import DIR_LOST, NO_LEADER, MetadataImage, is_reserved_dir
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import (
     AssignReplicasToDirsRequest,
@@ -60,7 +62,7 @@ class BrokerDirs:
         registration and this memory answer almost always; only what they do not know costs a pass over the
         partitions (a replica may still name a dir this controller has not seen registered)."""
         reg = image.brokers.get(broker_id)
-        current = set(reg.log_dirs) if reg is not None else set()
+        current = {*reg.log_dirs, *reg.offline_dirs} if reg is not None else set()
         remembered = self._dirs.get(broker_id, set())
         left = [d for d in dir_ids if not is_reserved_dir(d) and d not in current and d not in remembered]
         if not left:
@@ -74,7 +76,8 @@ class BrokerDirs:
         return [d for d in left if d not in named]
 
 
-def offline_dirs(image: MetadataImage, broker_id: int, epoch: int, reported: list[UUID]) -> list[Any]:
+def offline_dirs(image: MetadataImage, broker_id: int, epoch: int, reported: list[UUID], *,
+                 unclean_default: bool = False) -> list[Any]:
     """Records for the dirs in `reported` that are still in the broker's registration (the newly failed)."""
     reg = image.brokers[broker_id]
     failed = set(reported)
@@ -85,12 +88,23 @@ def offline_dirs(image: MetadataImage, broker_id: int, epoch: int, reported: lis
     for topic in image.topics_by_id.values():
         for p in topic.partitions.values():
             if p.directory_of(broker_id) in newly:
-                rec = elect(image, topic.topic_id, p, remove=broker_id)
+                rec = elect(image, topic.topic_id, p, remove=broker_id, unclean_default=unclean_default)
                 if rec is not None:
                     records.append(rec)
     records.append(BrokerRegistrationChangeRecord(broker_id=broker_id, broker_epoch=epoch,
                                                   log_dirs=[d for d in reg.log_dirs if d not in failed]))
     return records
+
+
+def _elect_in_new_dir(image: MetadataImage, topic_id: UUID, p: Any, rec: Any) -> None:
+    """A leaderless partition whose replica moves to an online dir (a move reverted after its destination failed,
+    say) may get its leader back in the same record: Kafka's PartitionChangeBuilder tries an election whenever
+    the leader is not in the ISR, with the new directory counted."""
+    elected = elect(image, topic_id, replace(p, directories=tuple(rec.directories)))
+    if elected is not None:
+        rec.leader = elected.leader
+        if elected.isr is not None:
+            rec.isr = elected.isr
 
 
 def assign_replicas_to_dirs(image: MetadataImage, req: AssignReplicasToDirsRequest,
@@ -125,6 +139,8 @@ def assign_replicas_to_dirs(image: MetadataImage, req: AssignReplicasToDirsReque
                     code = ErrorCode.NONE
                     rec = with_directory(topic.topic_id, p, broker_id, dir_id)
                     if rec is not None:
+                        if not offline and p.leader == NO_LEADER:
+                            _elect_in_new_dir(image, topic.topic_id, p, rec)
                         records.append(rec)
                     if offline:
                         to_elect[(topic.topic_id, p.partition)] = p

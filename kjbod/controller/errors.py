@@ -8,15 +8,23 @@ from typing import Any
 from kjbod.protocol.generated import (
     AllocateProducerIdsResponse,
     AlterConfigsResponse,
+    AlterPartitionReassignmentsResponse,
+    AlterPartitionResponse,
     AssignReplicasToDirsResponse,
     BrokerHeartbeatResponse,
     BrokerRegistrationResponse,
     CreateTopicsResponse,
     DeleteTopicsResponse,
+    ElectLeadersResponse,
     IncrementalAlterConfigsResponse,
+    ListPartitionReassignmentsResponse,
     UnregisterBrokerResponse,
 )
 from kjbod.protocol.generated.alter_configs_response import AlterConfigsResourceResponse as AlterResp
+from kjbod.protocol.generated.alter_partition_reassignments_response import (
+    ReassignablePartitionResponse,
+    ReassignableTopicResponse,
+)
 from kjbod.protocol.generated.create_topics_response import CreatableTopicResult
 from kjbod.protocol.generated.delete_topics_response import DeletableTopicResult
 from kjbod.protocol.generated.incremental_alter_configs_response import (
@@ -37,10 +45,21 @@ def error_response(api_key: int, request: Any, code: int, message: str) -> Any:
         return AlterConfigsResponse(responses=[AlterResp(error_code=code, error_message=message,
                                                          resource_type=r.resource_type, resource_name=r.resource_name)
                                                for r in request.resources])
+    if api_key == 43:
+        return ElectLeadersResponse(error_code=code)
     if api_key == 44:
         return IncrementalAlterConfigsResponse(responses=[
             IncrementalResp(error_code=code, error_message=message, resource_type=r.resource_type,
                             resource_name=r.resource_name) for r in request.resources])
+    if api_key == 45:  # the top level and every partition, as Kafka's getErrorResponse
+        return AlterPartitionReassignmentsResponse(error_code=code, error_message=message, responses=[
+            ReassignableTopicResponse(name=t.name, partitions=[
+                ReassignablePartitionResponse(partition_index=p.partition_index, error_code=code, error_message=message)
+                for p in t.partitions]) for t in request.topics])
+    if api_key == 46:
+        return ListPartitionReassignmentsResponse(error_code=code, error_message=message)
+    if api_key == 56:
+        return AlterPartitionResponse(error_code=code)
     if api_key == 62:
         return BrokerRegistrationResponse(error_code=code)
     if api_key == 63:

@@ -50,8 +50,8 @@ def state_of(reg: BrokerRegistration) -> str:
     return CONTROLLED_SHUTDOWN if reg.in_controlled_shutdown else UNFENCED
 
 
-def fence_records(image: MetadataImage, reg: BrokerRegistration) -> list[Any]:
-    return [*remove_from_isrs(image, reg.broker_id),
+def fence_records(image: MetadataImage, reg: BrokerRegistration, settings: ControllerSettings) -> list[Any]:
+    return [*remove_from_isrs(image, reg.broker_id, unclean_default=settings.unclean_leader_election_enable),
             BrokerRegistrationChangeRecord(broker_id=reg.broker_id, broker_epoch=reg.epoch, fenced=1)]
 
 
@@ -98,7 +98,7 @@ class BrokerHeartbeatManager:
 
     def fence_stale(self, image: MetadataImage, now: float) -> ControllerResult:
         reg = self.stale_broker(image, now)
-        return ControllerResult(fence_records(image, reg) if reg is not None else [], reg)
+        return ControllerResult(fence_records(image, reg, self.settings) if reg is not None else [], reg)
 
     # ------------------------------------------------------------------------------------------ heartbeat
     def heartbeat(self, image: MetadataImage, req: BrokerHeartbeatRequest, now: float,
@@ -115,18 +115,19 @@ class BrokerHeartbeatManager:
         current = state_of(reg)
         nxt = self._next_state(image, reg, current, req, caught_up, s, now)
         records: list[Any] = []
+        unclean = self.settings.unclean_leader_election_enable
         if current == FENCED and nxt == UNFENCED:
             records.append(BrokerRegistrationChangeRecord(broker_id=reg.broker_id, broker_epoch=reg.epoch, fenced=-1))
-            records += elect_where_leaderless(image, reg.broker_id)
+            records += elect_where_leaderless(image, reg.broker_id, unclean_default=unclean)
         elif current != FENCED and nxt in (FENCED, SHUTDOWN_NOW):
-            records += fence_records(image, reg)
+            records += fence_records(image, reg, self.settings)
         elif current == UNFENCED and nxt == CONTROLLED_SHUTDOWN:
             records.append(BrokerRegistrationChangeRecord(broker_id=reg.broker_id, broker_epoch=reg.epoch,
                                                           in_controlled_shutdown=1))
-            records += remove_from_isrs(image, reg.broker_id)
+            records += remove_from_isrs(image, reg.broker_id, unclean_default=unclean)
             s.controlled_shutdown_offset = next_offset + len(records) - 1
         if req.offline_log_dirs:
-            records += offline_dirs(image, reg.broker_id, reg.epoch, req.offline_log_dirs)
+            records += offline_dirs(image, reg.broker_id, reg.epoch, req.offline_log_dirs, unclean_default=unclean)
         return ControllerResult(records, BrokerHeartbeatResponse(
             error_code=0, is_caught_up=caught_up, is_fenced=nxt in (FENCED, SHUTDOWN_NOW),
             should_shut_down=nxt == SHUTDOWN_NOW))

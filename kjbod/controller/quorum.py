@@ -23,23 +23,37 @@ from typing import Any
 
 import structlog
 
-from kjbod.controller import cluster_control, configs, directories, producer_ids, replication_control
+from kjbod.controller import (
+    alter_partition,
+    cluster_control,
+    configs,
+    directories,
+    elections,
+    producer_ids,
+    reassignment,
+    replication_control,
+)
 from kjbod.controller.errors import error_response
 from kjbod.controller.heartbeats import BrokerHeartbeatManager
+from kjbod.controller.partition_change import UNCLEAN_KEY
 from kjbod.controller.result import ConfigPolicy, ControllerResult, ControllerSettings
-from kjbod.metadata import EMPTY_IMAGE, MetadataDelta, MetadataImage, image_records
+from kjbod.metadata import EMPTY_IMAGE, MetadataDelta, MetadataImage, image_records, replay
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import (
     AllocateProducerIdsRequest,
     AlterConfigsRequest,
     AlterConfigsResponse,
+    AlterPartitionReassignmentsRequest,
+    AlterPartitionRequest,
     AssignReplicasToDirsRequest,
     BrokerHeartbeatRequest,
     BrokerRegistrationRequest,
     CreateTopicsRequest,
     DeleteTopicsRequest,
+    ElectLeadersRequest,
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
+    ListPartitionReassignmentsRequest,
     UnregisterBrokerRequest,
 )
 from kjbod.protocol.generated.alter_configs_response import AlterConfigsResourceResponse as AlterResp
@@ -52,6 +66,9 @@ log = structlog.get_logger("kjbod.controller")
 Operation = Callable[[MetadataImage, int], ControllerResult]
 Listener = Callable[[MetadataDelta, MetadataImage], None]
 SET, DELETE = 0, 1
+
+
+UNCLEAN_SWEEP_S = 300  # Kafka's uncleanLeaderElectionCheckIntervalMs
 
 
 def _per_resource(response_cls: Any, item_cls: Any, resources: list[Any]
@@ -83,6 +100,8 @@ class QuorumController:
         self._queue: asyncio.Queue[tuple[Operation, asyncio.Future[Any]]] = asyncio.Queue()
         self._tasks: list[asyncio.Task[None]] = []
         self._busy = False  # the writer is between taking an event and finishing it
+        self.election_passes = 0  # passes of the election timers (tests wait on it)
+        self.reassignment_plans: reassignment.Plans = {}  # KIP-435 batched reassignments (final targets)
         self._io = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="kjbod-metadata-log")
         # api key -> (version, request) -> the operation that answers it
         self._handlers: dict[int, Callable[[int, Any], Operation]] = {
@@ -95,6 +114,10 @@ class QuorumController:
             _key(IncrementalAlterConfigsRequest): self._incremental_alter_configs,
             _key(AllocateProducerIdsRequest): self._allocate_producer_ids,
             _key(AssignReplicasToDirsRequest): self._assign_replicas_to_dirs,
+            _key(AlterPartitionRequest): self._alter_partition,
+            _key(ElectLeadersRequest): self._elect_leaders,
+            _key(AlterPartitionReassignmentsRequest): self._alter_partition_reassignments,
+            _key(ListPartitionReassignmentsRequest): self._list_partition_reassignments,
         }
 
     # ------------------------------------------------------------------------------------------ lifecycle
@@ -106,6 +129,7 @@ class QuorumController:
         for rec, offset in zip(records, self.log.loaded_offsets, strict=True):
             delta.replay(rec, offset)
         self.image = delta.apply()
+        self.reassignment_plans = reassignment.plans_from(self.image)  # batched reassignments go on
         self.heartbeats.dirs.note_records(records)
         if delta.dropped:
             log.warning("metadata_records_dropped", count=delta.dropped,
@@ -119,6 +143,7 @@ class QuorumController:
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._run(), name="kjbod-controller"))
         self._tasks.append(loop.create_task(self._expire_sessions(), name="kjbod-controller-sessions"))
+        self._tasks.append(loop.create_task(self._elections(), name="kjbod-controller-elections"))
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -166,6 +191,7 @@ class QuorumController:
                 result = op(self.image, self.log.next_offset)
                 if result.records:
                     await self._commit(result.records)
+                    await self._advance_reassignments()
             except Exception as e:  # the caller answers with an error; the controller keeps running
                 log.exception("controller_operation_failed")
                 if not fut.done():
@@ -190,6 +216,15 @@ class QuorumController:
                 log.exception("metadata_listener_failed")
         await self._maybe_snapshot()
 
+    async def _advance_reassignments(self) -> None:
+        """Starts the next KIP-435 steps that the last commit made room for (each round's records may complete a
+        last step at once, so it goes on until a round writes nothing)."""
+        while self.reassignment_plans:
+            records = reassignment.advance(self.image, self.reassignment_plans)
+            if not records:
+                return
+            await self._commit(records)
+
     async def _maybe_snapshot(self) -> None:
         since = getattr(self.log, "bytes_since_snapshot", None)
         write = getattr(self.log, "write_snapshot", None)
@@ -209,6 +244,30 @@ class QuorumController:
             fenced = await self.submit(lambda image, _o: self.heartbeats.fence_stale(image, self.clock()))
             if fenced is not None:
                 log.warning("broker_session_expired", broker_id=fenced.broker_id, effect="fenced")
+
+    async def _elections(self) -> None:
+        """The timers of Kafka's controller: the preferred-leader rebalance every
+        `leader.imbalance.check.interval.seconds` (when `auto.leader.rebalance.enable`), and the unclean-election
+        sweep of leaderless partitions every UNCLEAN_SWEEP_S."""
+        rebalance_s = self.settings.leader_imbalance_check_interval_seconds
+        next_rebalance = self.clock() + rebalance_s
+        next_sweep = self.clock() + UNCLEAN_SWEEP_S
+        while True:
+            # Short naps: the clock may be a test's, and a due timer is noticed within a second.
+            await asyncio.sleep(min(1.0, max(0.05, min(next_rebalance, next_sweep) - self.clock())))
+            now = self.clock()
+            if now >= next_rebalance:
+                next_rebalance = now + rebalance_s
+                if self.settings.auto_leader_rebalance_enable:
+                    moved = await self.submit(lambda image, _o: elections.rebalance_leaders(image, self.settings))
+                    if moved:
+                        log.info("preferred_leaders_elected", partitions=moved, reason="leader imbalance")
+            if now >= next_sweep:
+                next_sweep = now + UNCLEAN_SWEEP_S
+                elected = await self.submit(lambda image, _o: elections.elect_unclean_leaders(image, self.settings))
+                if elected:
+                    log.warning("unclean_leaders_elected", partitions=elected)
+            self.election_passes += 1
 
     # ------------------------------------------------------------------------------------------ requests
     def request(self, api_key: int, version: int, request: Any) -> asyncio.Future[Any]:
@@ -269,7 +328,11 @@ class QuorumController:
         def op(image: MetadataImage, _offset: int) -> ControllerResult:
             result = configs.alter_configs(image, resources, self.policy, replace=replace,
                                            validate_only=validate_only, canonical=self.config_aliases)
-            return ControllerResult(result.records, respond(result.response))
+            records = result.records
+            if any(getattr(r, "name", None) == UNCLEAN_KEY for r in records):
+                # Turning unclean elections on elects at once where a partition has waited for it.
+                records = records + elections.elect_unclean_leaders(replay(image, records), self.settings).records
+            return ControllerResult(records, respond(result.response))
 
         return op
 
@@ -291,6 +354,19 @@ class QuorumController:
 
     def _assign_replicas_to_dirs(self, version: int, req: AssignReplicasToDirsRequest) -> Operation:
         return lambda image, _o: directories.assign_replicas_to_dirs(image, req, self.heartbeats.dirs)
+
+    def _alter_partition(self, version: int, req: AlterPartitionRequest) -> Operation:
+        return lambda image, _o: alter_partition.alter_partition(image, req, version, self.settings)
+
+    def _elect_leaders(self, version: int, req: ElectLeadersRequest) -> Operation:
+        return lambda image, _o: elections.elect_leaders(image, req, version)
+
+    def _alter_partition_reassignments(self, version: int, req: AlterPartitionReassignmentsRequest) -> Operation:
+        return lambda image, _o: reassignment.alter_partition_reassignments(image, req, version, self.settings,
+                                                                            self.reassignment_plans)
+
+    def _list_partition_reassignments(self, version: int, req: ListPartitionReassignmentsRequest) -> Operation:
+        return lambda image, _o: reassignment.list_partition_reassignments(image, req, self.reassignment_plans)
 
     async def assign_directories(self, broker_id: int, assignments: list[Any]) -> None:
         """Records where `broker_id` placed its replicas: [(topic id, partition, dir id)]."""

@@ -3,20 +3,21 @@ ReplicationControlManager), as pure functions of an image and a request that ret
 
 CreateTopics checks, in Kafka's order: a name twice in one request (INVALID_REQUEST), the name
 (INVALID_TOPIC_EXCEPTION), the metadata log's own name (INVALID_REQUEST), existence (TOPIC_ALREADY_EXISTS), a
-'.'/'_' collision (INVALID_TOPIC_EXCEPTION), explicit assignments (INVALID_REQUEST / INVALID_REPLICA_ASSIGNMENT),
-partitions (INVALID_PARTITIONS), replication factor (INVALID_REPLICATION_FACTOR: above 1 replication between
-brokers is not available yet; above the unfenced brokers' count it cannot be placed), then configs
-(INVALID_CONFIG, from the config policy).
+'.'/'_' collision (INVALID_TOPIC_EXCEPTION), configs (INVALID_CONFIG, from the config policy); then explicit
+assignments (INVALID_REQUEST when num_partitions or replication_factor is not -1; INVALID_REPLICA_ASSIGNMENT for
+a partition twice, an empty list, an unregistered or repeated broker, a replica count unlike the previous
+partitions', only fenced or shutting-down brokers, or partitions not 0..N-1), or else replication factor
+(INVALID_REPLICATION_FACTOR), partitions (INVALID_PARTITIONS) and placement (INVALID_REPLICATION_FACTOR: no
+unfenced broker, more replicas than registered brokers).
 
-Placement: one replica per partition on the unfenced brokers, racks interleaved (a broker of each rack in
-turn), partitions striped round-robin from a starting broker that rotates with the cluster's topic count, so
-leaders spread over every broker.  The leader is the first replica, the ISR the replica.  Each replica's
-directory is its broker's only log dir, or UNASSIGNED when the broker has several (the broker picks one and
-reports it back, KIP-858).
+Placement is Kafka's striped, rack-aware placer (kjbod.controller.placement).  The leader is the first replica,
+the ISR the replicas whose brokers are active.  Each replica's directory is its broker's only log dir, or
+UNASSIGNED when the broker has several (the broker picks one and reports it back, KIP-858).
 """
 
 from __future__ import annotations
 
+import random
 import uuid
 from collections import Counter
 from collections.abc import Iterable
@@ -24,6 +25,7 @@ from typing import Any
 from uuid import UUID
 
 from kjbod.controller.partition_change import with_directory
+from kjbod.controller.placement import PlacementError, StripedPlacer
 from kjbod.controller.result import ConfigPolicy, ControllerResult, ControllerSettings, PolicyError
 from kjbod.metadata import DIR_UNASSIGNED, TOPIC_RESOURCE, BrokerRegistration, MetadataImage
 from kjbod.metadata.names import (
@@ -48,8 +50,6 @@ from kjbod.protocol.generated.delete_topics_response import DeletableTopicResult
 from kjbod.protocol.runtime import ZERO_UUID
 
 MAX_PARTITIONS = 100_000
-NO_REPLICATION = ("replication between brokers is not available yet in kjbod: every partition has one replica "
-                  "(replication factor 1)")
 
 
 def new_topic_id() -> UUID:
@@ -59,20 +59,23 @@ def new_topic_id() -> UUID:
             return tid
 
 
-def interleave_racks(brokers: list[BrokerRegistration]) -> list[BrokerRegistration]:
-    """Brokers ordered so that consecutive ones sit in different racks where possible."""
-    by_rack: dict[str | None, list[BrokerRegistration]] = {}
-    for b in sorted(brokers, key=lambda b: b.broker_id):
-        by_rack.setdefault(b.rack, []).append(b)
-    lanes = [by_rack[r] for r in sorted(by_rack, key=lambda r: (r is None, r or ""))]
-    out = []
-    for i in range(max((len(lane) for lane in lanes), default=0)):
-        out += [lane[i] for lane in lanes if i < len(lane)]
-    return out
-
-
 def default_dir(b: BrokerRegistration) -> UUID:
     return b.log_dirs[0] if len(b.log_dirs) == 1 else DIR_UNASSIGNED
+
+
+def assignment_problem(image: MetadataImage, broker_ids: list[int]) -> str | None:
+    """Kafka's validateManualPartitionAssignment without the replication factor: what is wrong with a manual
+    replica list (empty, an unregistered broker, a broker twice), or None."""
+    if not broker_ids:
+        return "The manual partition assignment includes an empty replica list."
+    previous = None
+    for b in sorted(broker_ids):
+        if b not in image.brokers:
+            return f"The manual partition assignment includes broker {b}, but no such broker is registered."
+        if b == previous:
+            return f"The manual partition assignment includes the broker {b} more than once."
+        previous = b
+    return None
 
 
 def _fail(name: str, code: int, message: str) -> CreateResult:
@@ -82,13 +85,13 @@ def _fail(name: str, code: int, message: str) -> CreateResult:
 class TopicCreator:
     """One CreateTopics request against one image."""
 
-    def __init__(self, image: MetadataImage, settings: ControllerSettings, policy: ConfigPolicy) -> None:
+    def __init__(self, image: MetadataImage, settings: ControllerSettings, policy: ConfigPolicy,
+                 rng: random.Random | None = None) -> None:
         self.image = image
         self.settings = settings
         self.policy = policy
         self.collisions = collision_index(image.topics_by_name)
-        self.unfenced = interleave_racks([b for b in image.brokers.values() if b.active])
-        self.rotation = len(image.topics_by_id)
+        self.placer = StripedPlacer(sorted(image.brokers.values(), key=lambda b: b.broker_id), rng)
 
     def check(self, t: Any, duplicates: set[str]) -> tuple[CreateResult | None, list[list[int]], dict[str, str]]:
         """(failure, replicas per partition, config overrides)."""
@@ -106,87 +109,97 @@ class TopicCreator:
         collision = collision_problem(name, self.collisions)
         if collision:
             return _fail(name, ErrorCode.INVALID_TOPIC_EXCEPTION, collision), [], {}
+        configs = {c.name: c.value for c in t.configs if c.value is not None}
+        try:
+            self.policy.validate_topic(configs)
+        except PolicyError as e:
+            return _fail(name, e.code, e.message), [], {}
         if t.assignments:
             failure, assignment = self._explicit(t)
         else:
             failure, assignment = self._placed(t)
         if failure is not None:
             return failure, [], {}
-        configs = {c.name: c.value for c in t.configs if c.value is not None}
-        try:
-            self.policy.validate_topic(configs)
-        except PolicyError as e:
-            return _fail(name, e.code, e.message), [], {}
         return None, assignment, configs
 
     def _explicit(self, t: Any) -> tuple[CreateResult | None, list[list[int]]]:
-        if t.num_partitions != -1 or t.replication_factor != -1:
-            return _fail(t.name, ErrorCode.INVALID_REQUEST, "with explicit assignments, num_partitions and "
-                         "replication_factor must both be -1"), []
-        indexes = sorted(a.partition_index for a in t.assignments)
-        if indexes != list(range(len(indexes))):
-            return _fail(t.name, ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                         "assignments must cover partitions 0..N-1 exactly once"), []
-        out: list[list[int]] = [[] for _ in indexes]
+        """Kafka's checks for a manual assignment, in its order."""
+        if t.replication_factor != -1:
+            return _fail(t.name, ErrorCode.INVALID_REQUEST, "A manual partition assignment was specified, but "
+                         "replication factor was not set to -1."), []
+        if t.num_partitions != -1:
+            return _fail(t.name, ErrorCode.INVALID_REQUEST, "A manual partition assignment was specified, but "
+                         "numPartitions was not set to -1."), []
+        parts: dict[int, list[int]] = {}
+        rf: int | None = None
         for a in t.assignments:
-            if not a.broker_ids or len(set(a.broker_ids)) != len(a.broker_ids):
+            if a.partition_index in parts:
                 return _fail(t.name, ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                             f"partition {a.partition_index}: empty or duplicate broker ids"), []
-            unknown = [b for b in a.broker_ids if b not in self.image.brokers]
-            if unknown:
-                return _fail(t.name, ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                             f"partition {a.partition_index}: unknown broker ids {unknown}"), []
-            if len(a.broker_ids) > 1:
-                return _fail(t.name, ErrorCode.INVALID_REPLICATION_FACTOR, NO_REPLICATION), []
+                             f"Found multiple manual partition assignments for partition {a.partition_index}"), []
+            problem = self._assignment_problem(list(a.broker_ids), rf)
+            if problem is not None:
+                return _fail(t.name, ErrorCode.INVALID_REPLICA_ASSIGNMENT, problem), []
+            rf = len(a.broker_ids)
             if not any(self.image.brokers[b].active for b in a.broker_ids):
                 return _fail(t.name, ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                             f"all brokers specified in the manual partition assignment for partition "
-                             f"{a.partition_index} are fenced or in controlled shutdown"), []
-            out[a.partition_index] = list(a.broker_ids)
-        return None, out
+                             f"All brokers specified in the manual partition assignment for partition "
+                             f"{a.partition_index} are fenced or in controlled shutdown."), []
+            parts[a.partition_index] = list(a.broker_ids)
+        if sorted(parts) != list(range(len(parts))):
+            return _fail(t.name, ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                         "partitions should be a consecutive 0-based integer sequence"), []
+        return None, [parts[i] for i in range(len(parts))]
+
+    def _assignment_problem(self, broker_ids: list[int], rf: int | None) -> str | None:
+        problem = assignment_problem(self.image, broker_ids)
+        if problem is not None:
+            return problem
+        if rf is not None and len(broker_ids) != rf:
+            return (f"The manual partition assignment includes a partition with {len(broker_ids)} replica(s), but "
+                    f"this is not consistent with previous partitions, which have {rf} replica(s).")
+        return None
 
     def _placed(self, t: Any) -> tuple[CreateResult | None, list[list[int]]]:
-        partitions = t.num_partitions if t.num_partitions != -1 else self.settings.num_partitions
-        if partitions <= 0:
+        if t.replication_factor < -1 or t.replication_factor == 0:
+            return _fail(t.name, ErrorCode.INVALID_REPLICATION_FACTOR, "Replication factor must be larger than 0, "
+                         "or -1 to use the default value."), []
+        if t.num_partitions < -1 or t.num_partitions == 0:
             return _fail(t.name, ErrorCode.INVALID_PARTITIONS,
                          f"number of partitions must be larger than 0 (got {t.num_partitions})"), []
+        partitions = t.num_partitions if t.num_partitions != -1 else self.settings.num_partitions
         if partitions > MAX_PARTITIONS:
             return _fail(t.name, ErrorCode.INVALID_PARTITIONS,
                          f"number of partitions {partitions} exceeds kjbod's limit of {MAX_PARTITIONS}"), []
         rf = t.replication_factor if t.replication_factor != -1 else self.settings.default_replication_factor
-        if rf <= 0:
+        try:
+            assignment = self.placer.place(partitions, rf)
+        except PlacementError as e:
             return _fail(t.name, ErrorCode.INVALID_REPLICATION_FACTOR,
-                         f"replication factor must be larger than 0 (got {t.replication_factor})"), []
-        if rf > 1:
-            return _fail(t.name, ErrorCode.INVALID_REPLICATION_FACTOR, NO_REPLICATION), []
-        n = len(self.unfenced)
-        if rf > n:
-            return _fail(t.name, ErrorCode.INVALID_REPLICATION_FACTOR,
-                         f"unable to replicate the partition {rf} time(s): the target replication factor of {rf} "
-                         f"cannot be reached because only {n} broker(s) are registered and unfenced"), []
-        start = self.rotation % n
-        return None, [[self.unfenced[(start + p + j) % n].broker_id for j in range(rf)] for p in range(partitions)]
+                         f"Unable to replicate the partition {rf} time(s): {e}"), []
+        if any(not any(self.image.brokers[r].active for r in replicas) for replicas in assignment):
+            return _fail(t.name, ErrorCode.INVALID_REPLICATION_FACTOR, f"Unable to replicate the partition {rf} "
+                         "time(s): All brokers are currently fenced or in controlled shutdown."), []
+        return None, assignment
 
     def records(self, name: str, topic_id: UUID, assignment: list[list[int]], configs: dict[str, str]) -> list[Any]:
         out: list[Any] = [TopicRecord(name=name, topic_id=topic_id)]
         out += [ConfigRecord(resource_type=TOPIC_RESOURCE, resource_name=name, name=k, value=v)
                 for k, v in sorted(configs.items())]
         for p, replicas in enumerate(assignment):
-            isr = [r for r in replicas if self.image.brokers[r].active] or replicas
+            isr = [r for r in replicas if self.image.brokers[r].active]
             out.append(PartitionRecord(
                 partition_id=p, topic_id=topic_id, replicas=replicas, isr=isr, leader=isr[0], leader_epoch=0,
                 partition_epoch=0, directories=[default_dir(self.image.brokers[r]) for r in replicas]))
-        self.rotation += 1
         if "." in name or "_" in name:
             self.collisions[name.replace(".", "_")] = name  # later topics of this request collide with it too
         return out
 
 
 def create_topics(image: MetadataImage, body: CreateTopicsRequest, settings: ControllerSettings,
-                  policy: ConfigPolicy) -> ControllerResult:
+                  policy: ConfigPolicy, rng: random.Random | None = None) -> ControllerResult:
     counts = Counter(t.name for t in body.topics)
     duplicates = {n for n, c in counts.items() if c > 1}
-    creator = TopicCreator(image, settings, policy)
+    creator = TopicCreator(image, settings, policy, rng)
     records: list[Any] = []
     results = []
     for t in body.topics:

@@ -23,6 +23,12 @@ class ControllerSettings:
     broker_heartbeat_interval_ms: int = 2000
     max_bytes_between_snapshots: int = 20 << 20
     delete_topic_enable: bool = True
+    # Leader elections (Kafka's defaults): unclean elections where a topic does not say otherwise, and the
+    # periodic preferred-leader rebalance with its imbalance threshold.
+    unclean_leader_election_enable: bool = False
+    auto_leader_rebalance_enable: bool = True
+    leader_imbalance_per_broker_percentage: int = 10
+    leader_imbalance_check_interval_seconds: int = 300
     # The broker that shares this process (combined mode): its session never expires, since both live and
     # die together and a blocked event loop must not fence it.
     local_broker_id: int | None = None

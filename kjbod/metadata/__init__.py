@@ -13,6 +13,8 @@ from kjbod.metadata.image import (
     DIR_UNASSIGNED,
     EMPTY_IMAGE,
     NO_LEADER,
+    RECOVERED,
+    RECOVERING,
     TOPIC_RESOURCE,
     BrokerRegistration,
     Endpoint,
@@ -24,7 +26,7 @@ from kjbod.metadata.image import (
 from kjbod.metadata.snapshot import image_records
 
 __all__ = [
-    "BROKER_RESOURCE", "DIR_LOST", "DIR_MIGRATING", "DIR_UNASSIGNED", "EMPTY_IMAGE", "NO_LEADER", "REPLAY",
+    "BROKER_RESOURCE", "DIR_LOST", "DIR_MIGRATING", "DIR_UNASSIGNED", "EMPTY_IMAGE", "NO_LEADER", "RECOVERED", "RECOVERING", "REPLAY",
     "TOPIC_RESOURCE", "BrokerRegistration", "Endpoint", "LocalChanges", "MetadataDelta", "MetadataImage",
     "PartitionImage", "TopicImage", "image_records", "is_reserved_dir", "replay",
 ]

@@ -34,6 +34,7 @@ from kjbod.protocol.generated import (
     PartitionChangeRecord,
     PartitionRecord,
     ProducerIdsRecord,
+    ReassignmentIntentRecord,
     RegisterBrokerRecord,
     RemoveTopicRecord,
     TopicRecord,
@@ -42,6 +43,29 @@ from kjbod.protocol.generated import (
 )
 
 NO_CHANGE_LEADER = -2
+
+
+def replay_partition(old: PartitionImage, rec: PartitionChangeRecord) -> PartitionImage:
+    """`old` after `rec` (Kafka's PartitionRegistration.merge): the partition epoch always goes up by one, the
+    leader epoch when the record sets a leader."""
+    replicas = old.replicas if rec.replicas is None else tuple(rec.replicas)
+    if rec.directories is not None:
+        directories = tuple(rec.directories)
+    elif rec.replicas is not None:
+        directories = (DIR_MIGRATING,) * len(replicas)  # Kafka: a replica change without dirs
+    else:
+        directories = old.directories
+    leader, leader_epoch = old.leader, old.leader_epoch
+    if rec.leader != NO_CHANGE_LEADER:
+        leader, leader_epoch = rec.leader, old.leader_epoch + 1
+    return PartitionImage(
+        partition=old.partition, replicas=replicas, isr=old.isr if rec.isr is None else tuple(rec.isr),
+        leader=leader, leader_epoch=leader_epoch, partition_epoch=old.partition_epoch + 1, directories=directories,
+        leader_recovery_state=old.leader_recovery_state if rec.leader_recovery_state == -1
+        else rec.leader_recovery_state,
+        adding=old.adding if rec.adding_replicas is None else tuple(rec.adding_replicas),
+        removing=old.removing if rec.removing_replicas is None else tuple(rec.removing_replicas),
+        intent=old.intent, intent_dirs=old.intent_dirs)
 
 
 @dataclass(slots=True)
@@ -131,7 +155,8 @@ class MetadataDelta:
         work.partitions[rec.partition_id] = PartitionImage(
             partition=rec.partition_id, replicas=tuple(rec.replicas), isr=tuple(rec.isr), leader=rec.leader,
             leader_epoch=max(rec.leader_epoch, 0), partition_epoch=max(rec.partition_epoch, 0),
-            directories=tuple(rec.directories))
+            directories=tuple(rec.directories), leader_recovery_state=rec.leader_recovery_state,
+            adding=tuple(rec.adding_replicas), removing=tuple(rec.removing_replicas))
 
     def _partition_change_record(self, rec: PartitionChangeRecord) -> None:
         work = self._writable_topic(rec.topic_id)
@@ -139,20 +164,17 @@ class MetadataDelta:
         if work is None or old is None:
             self.dropped += 1
             return
-        replicas = old.replicas if rec.replicas is None else tuple(rec.replicas)
-        if rec.directories is not None:
-            directories = tuple(rec.directories)
-        elif rec.replicas is not None:
-            directories = (DIR_MIGRATING,) * len(replicas)  # Kafka: a replica change without dirs
-        else:
-            directories = old.directories
-        leader, leader_epoch = old.leader, old.leader_epoch
-        if rec.leader != NO_CHANGE_LEADER:
-            leader, leader_epoch = rec.leader, old.leader_epoch + 1
-        work.partitions[rec.partition_id] = PartitionImage(
-            partition=old.partition, replicas=replicas, isr=old.isr if rec.isr is None else tuple(rec.isr),
-            leader=leader, leader_epoch=leader_epoch, partition_epoch=old.partition_epoch + 1,
-            directories=directories)
+        work.partitions[rec.partition_id] = replay_partition(old, rec)
+
+    def _reassignment_intent_record(self, rec: ReassignmentIntentRecord) -> None:
+        work = self._writable_topic(rec.topic_id)
+        old = work.partitions.get(rec.partition_id) if work is not None else None
+        if work is None or old is None:
+            self.dropped += 1
+            return
+        target = None if rec.target_replicas is None else tuple(rec.target_replicas)
+        dirs = dict(zip(rec.target_directory_brokers, rec.target_directories, strict=False)) if target else {}
+        work.partitions[rec.partition_id] = replace(old, intent=target, intent_dirs=dirs)
 
     def _remove_topic_record(self, rec: RemoveTopicRecord) -> None:
         work = self._topics.pop(rec.topic_id, None)
@@ -173,13 +195,14 @@ class MetadataDelta:
             target[rec.name] = rec.value
 
     def _register_broker_record(self, rec: RegisterBrokerRecord) -> None:
+        before = self.broker(rec.broker_id)
         self._brokers[rec.broker_id] = BrokerRegistration(
             broker_id=rec.broker_id, epoch=rec.broker_epoch, incarnation_id=rec.incarnation_id,
             listeners=tuple(Endpoint(e.name, e.host, e.port, e.security_protocol) for e in rec.end_points),
             rack=rec.rack, fenced=rec.fenced, in_controlled_shutdown=rec.in_controlled_shutdown,
             log_dirs=tuple(rec.log_dirs),
             features={f.name: (f.min_supported_version, f.max_supported_version) for f in rec.features},
-            record_offset=self.offset)
+            offline_dirs=_left(before, rec.log_dirs), record_offset=self.offset)
 
     def _unregister_broker_record(self, rec: UnregisterBrokerRecord) -> None:
         current = self.broker(rec.broker_id)
@@ -205,6 +228,7 @@ class MetadataDelta:
             changes["in_controlled_shutdown"] = True
         if rec.log_dirs:  # an empty list means "no change" (Kafka's replay)
             changes["log_dirs"] = tuple(rec.log_dirs)
+            changes["offline_dirs"] = _left(self.broker(rec.broker_id), rec.log_dirs)
         self._change_broker(rec.broker_id, rec.broker_epoch, **changes)
 
     def _fence_broker_record(self, rec: FenceBrokerRecord) -> None:
@@ -316,6 +340,7 @@ REPLAY: dict[type, Callable[[MetadataDelta, Any], None]] = {
     PartitionRecord: MetadataDelta._partition_record,
     PartitionChangeRecord: MetadataDelta._partition_change_record,
     RemoveTopicRecord: MetadataDelta._remove_topic_record,
+    ReassignmentIntentRecord: MetadataDelta._reassignment_intent_record,
     ConfigRecord: MetadataDelta._config_record,
     RegisterBrokerRecord: MetadataDelta._register_broker_record,
     UnregisterBrokerRecord: MetadataDelta._unregister_broker_record,
@@ -332,3 +357,11 @@ def replay(image: MetadataImage, records: Iterable[Any], first_offset: int | Non
     delta = MetadataDelta(image)
     delta.replay_all(records, first_offset)
     return delta.apply()
+
+
+def _left(before: BrokerRegistration | None, log_dirs: list[UUID]) -> tuple[UUID, ...]:
+    """The dirs `before` had (online or failed) that `log_dirs`, a broker's new list, leaves out."""
+    if before is None:
+        return ()
+    now = set(log_dirs)
+    return tuple(d for d in dict.fromkeys((*before.log_dirs, *before.offline_dirs)) if d not in now)

@@ -23,6 +23,9 @@ TOPIC_RESOURCE = 2
 BROKER_RESOURCE = 4
 
 NO_LEADER = -1
+# LeaderRecoveryState (KIP-704): a leader chosen by an unclean election is RECOVERING until it tells the
+# controller (AlterPartition) that it has made its log whole.
+RECOVERED, RECOVERING = 0, 1
 # Kafka's reserved directory ids (DirectoryId): a replica whose dir the controller does not know yet, one in a
 # dir that failed, and one written before directories were tracked.
 DIR_UNASSIGNED = UUID(int=1)
@@ -47,6 +50,18 @@ class PartitionImage:
     leader_epoch: int = 0
     partition_epoch: int = 0
     directories: tuple[UUID, ...] = ()
+    leader_recovery_state: int = RECOVERED
+    # A reassignment in progress (KIP-455): `replicas` holds the target followed by the replicas being removed.
+    adding: tuple[int, ...] = ()
+    removing: tuple[int, ...] = ()
+    # kjbod's ReassignmentIntentRecord: the final target of a batched (KIP-435) reassignment, and the log dirs
+    # named for some of its replicas; None when there is none.
+    intent: tuple[int, ...] | None = None
+    intent_dirs: Mapping[int, UUID] = field(default_factory=dict)
+
+    @property
+    def reassigning(self) -> bool:
+        return bool(self.adding or self.removing)
 
     def directory_of(self, broker_id: int) -> UUID | None:
         """The log dir the metadata gives `broker_id`'s replica, or None when it is not a replica."""
@@ -84,6 +99,11 @@ class BrokerRegistration:
     in_controlled_shutdown: bool = False
     log_dirs: tuple[UUID, ...] = ()
     features: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    # Dirs this broker registered that have left its registration since (failed: KIP-858's
+    # BrokerRegistrationChangeRecord), so that its heartbeats, which resend every failed dir, still name a dir
+    # the controller knows, even when the dir held no replica and a snapshot replaced the records (see
+    # kjbod.metadata.snapshot).  Kafka keeps no such memory (it ignores offline dirs it does not know).
+    offline_dirs: tuple[UUID, ...] = ()
     # Offset of the RegisterBrokerRecord replayed last for it: the broker is caught up (and may be unfenced)
     # once it has applied this offset.  Not part of the record, so not part of equality.
     record_offset: int = field(default=-1, compare=False)
@@ -92,6 +112,14 @@ class BrokerRegistration:
     def active(self) -> bool:
         """Kafka's `isActive`: registered, unfenced and not shutting down: may lead partitions."""
         return not self.fenced and not self.in_controlled_shutdown
+
+    def has_online_dir(self, dir_id: UUID | None) -> bool:
+        """Whether a replica the metadata places in `dir_id` is on a dir this broker has online (Kafka's
+        DirectoryId.isOnline): a dir not yet known (UNASSIGNED, MIGRATING, a broker without dirs) counts as
+        online, LOST never does."""
+        if not self.log_dirs or dir_id is None or dir_id in (DIR_UNASSIGNED, DIR_MIGRATING):
+            return True
+        return dir_id != DIR_LOST and dir_id in self.log_dirs
 
     def endpoint(self, listener_name: str) -> Endpoint | None:
         for e in self.listeners:

@@ -2,7 +2,9 @@
 
 `image_records(image)` lists, in an order replay accepts (features, brokers, configs, then each topic with its
 partitions, then the producer id watermark), one record per fact of the image, so that
-`replay(EMPTY_IMAGE, image_records(image))` equals `image`.  The controller hands these to the metadata log's
+`replay(EMPTY_IMAGE, image_records(image))` equals `image`.  A broker with failed dirs is written as Kafka's log
+has it: a RegisterBrokerRecord with every dir, then a BrokerRegistrationChangeRecord with the online ones, so
+the failed dirs are still known after a snapshot (BrokerRegistration.offline_dirs).  The controller hands these to the metadata log's
 `write_snapshot` when enough bytes were written since the last snapshot.
 """
 
@@ -12,10 +14,12 @@ from typing import Any
 
 from kjbod.metadata.image import MetadataImage
 from kjbod.protocol.generated import (
+    BrokerRegistrationChangeRecord,
     ConfigRecord,
     FeatureLevelRecord,
     PartitionRecord,
     ProducerIdsRecord,
+    ReassignmentIntentRecord,
     RegisterBrokerRecord,
     TopicRecord,
 )
@@ -33,7 +37,9 @@ def image_records(image: MetadataImage) -> list[Any]:
             features=[BrokerFeature(name=n, min_supported_version=lo, max_supported_version=hi)
                       for n, (lo, hi) in sorted(b.features.items())],
             rack=b.rack, fenced=b.fenced, in_controlled_shutdown=b.in_controlled_shutdown,
-            log_dirs=list(b.log_dirs)))
+            log_dirs=[*b.log_dirs, *b.offline_dirs]))
+        if b.offline_dirs and b.log_dirs:  # (every dir failed: an empty list would read as "no change")
+            out.append(BrokerRegistrationChangeRecord(broker_id=bid, broker_epoch=b.epoch, log_dirs=list(b.log_dirs)))
     for (rtype, rname), values in sorted(image.configs.items()):
         out += [ConfigRecord(resource_type=rtype, resource_name=rname, name=k, value=v)
                 for k, v in sorted(values.items())]
@@ -43,7 +49,12 @@ def image_records(image: MetadataImage) -> list[Any]:
             out.append(PartitionRecord(
                 partition_id=pid, topic_id=topic.topic_id, replicas=list(p.replicas), isr=list(p.isr),
                 leader=p.leader, leader_epoch=p.leader_epoch, partition_epoch=p.partition_epoch,
-                directories=list(p.directories)))
+                directories=list(p.directories), leader_recovery_state=p.leader_recovery_state,
+                adding_replicas=list(p.adding), removing_replicas=list(p.removing)))
+            if p.intent is not None:
+                out.append(ReassignmentIntentRecord(
+                    topic_id=topic.topic_id, partition_id=pid, target_replicas=list(p.intent),
+                    target_directory_brokers=list(p.intent_dirs), target_directories=list(p.intent_dirs.values())))
     if image.next_producer_id:
         out.append(ProducerIdsRecord(broker_id=-1, broker_epoch=-1, next_producer_id=image.next_producer_id))
     return out

@@ -85,6 +85,8 @@ async def serve(
     loop = asyncio.get_running_loop()
     registry = ConnectionRegistry()
     node: Any = None
+    metrics: Any = None
+    endpoint: Any = None
 
     def connection_factory(listener: Listener, kind: Any) -> Callable[[], Connection]:
         def make() -> Connection:
@@ -96,6 +98,7 @@ async def serve(
                 max_frame_size=config.socket_request_max_bytes,
                 zero_copy=config.zero_copy,
                 registry=registry,
+                stats=metrics.requests if metrics is not None else None,
             )
 
         return make
@@ -112,10 +115,14 @@ async def serve(
 
             node_factory = build_node
         node = node_factory(config)
+        if config.kjbod_metrics_listener is not None:
+            metrics, endpoint = await _start_metrics(node, config.kjbod_metrics_listener)
         await node.start()
     except BaseException:
         for _, _, server in servers:
             server.close()
+        if endpoint is not None:
+            await endpoint.close()
         raise
 
     try:
@@ -136,11 +143,28 @@ async def serve(
         aborted = await _drain(loop, registry, shutdown_timeout)
         for _, _, server in servers:
             await server.wait_closed()
+        if endpoint is not None:
+            await endpoint.close()
         await node.stop()
     # Like Kafka, a node that stopped because every log dir failed exits non-zero so a supervisor notices.
     code = int(getattr(node, "exit_code", 0) or 0)
     log.info("shutdown complete", aborted_connections=aborted, exit_code=code)
     return code
+
+
+async def _start_metrics(node: Any, listener: str) -> tuple[Any, Any]:
+    """The node's counters and its /metrics endpoint (kjbod.metrics.listener), listening before the node starts."""
+    from kjbod.metrics import MetricsEndpoint, NodeMetrics, parse_listener
+
+    host, port = parse_listener(listener)
+    metrics = NodeMetrics(node)
+    endpoint = MetricsEndpoint(metrics, host, port)
+    try:
+        await endpoint.start()
+    except OSError as e:
+        reason = "address already in use" if e.errno == errno.EADDRINUSE else (e.strerror or str(e)).lower()
+        raise ListenError(f"cannot listen on {host}:{port} (kjbod.metrics.listener): {reason}") from None
+    return metrics, endpoint
 
 
 async def _bind(

@@ -192,6 +192,14 @@ def _host_ports(key: str, raw: str) -> tuple[str, ...]:
     return items
 
 
+def _host_port(key: str, raw: str) -> str:
+    value = raw.strip()
+    m = _HOST_PORT.match(value)
+    if not m or int(m.group(2)) > 65535:
+        raise ConfigError(f"invalid value {raw!r} for {key}: expected HOST:PORT (port 0: any free port)")
+    return value
+
+
 def _voters(key: str, raw: str) -> tuple[str, ...]:
     items = _list(key, raw)
     for item in items:
@@ -236,6 +244,11 @@ KEYS: dict[str, KeyDef] = {
         KeyDef("default.replication.factor", _int(1, 32767), 1),
         KeyDef("auto.create.topics.enable", _bool, True),
         KeyDef("delete.topic.enable", _bool, True),
+        KeyDef("unclean.leader.election.enable", _bool, False,
+               "elect a replica outside the ISR when no ISR member can lead (topics may override it)"),
+        KeyDef("auto.leader.rebalance.enable", _bool, True),
+        KeyDef("leader.imbalance.per.broker.percentage", _int(0), 10),
+        KeyDef("leader.imbalance.check.interval.seconds", _long(1), 300),
         KeyDef("log.segment.bytes", _int(14), 1 << 30),
         KeyDef("log.roll.ms", _long(1), None),
         KeyDef("log.roll.hours", _int(1), 168, into="log_roll_ms"),
@@ -272,10 +285,31 @@ KEYS: dict[str, KeyDef] = {
             1_000,
             "kjbod: a log dir whose file operations take longer than this is logged and shown as degraded (0: never)",
         ),
+        KeyDef(
+            "log.dir.reserved.bytes",
+            _long(-1),
+            -1,
+            "kjbod: bytes kept free in each log dir; below it the dir is full and refuses appends "
+            "(-1: the smaller of 1% of its filesystem and 1 GiB)",
+        ),
+        KeyDef(
+            "log.dir.space.check.interval.ms",
+            _long(1),
+            1_000,
+            "kjbod: how often each log dir's free space is checked (what brings a full dir back)",
+        ),
         KeyDef("socket.request.max.bytes", _int(1), 104_857_600),
         KeyDef("broker.heartbeat.interval.ms", _int(1), 2000),
         KeyDef("broker.session.timeout.ms", _int(1), 9000),
         KeyDef("replica.fetch.max.bytes", _int(0), 1_048_576),
+        KeyDef("replica.fetch.min.bytes", _int(1), 1),
+        KeyDef("replica.fetch.wait.max.ms", _int(0), 500),
+        KeyDef("replica.fetch.response.max.bytes", _int(0), 10 * 1024 * 1024),
+        KeyDef("replica.fetch.backoff.ms", _int(0), 1000),
+        KeyDef("replica.socket.timeout.ms", _int(1), 30_000),
+        KeyDef("replica.lag.time.max.ms", _long(1), 30_000),
+        KeyDef("num.replica.fetchers", _int(1), 1),
+        KeyDef("min.insync.replicas", _int(1), 1),
         KeyDef(
             "log.dir.placement.policy",
             _one_of("most-usable", "fewest-partitions"),
@@ -284,6 +318,12 @@ KEYS: dict[str, KeyDef] = {
             "or Kafka's rule, the dir with fewest partitions",
         ),
         KeyDef("kjbod.zero.copy", _bool, True, "kjbod: send Fetch record data with sendfile", into="zero_copy"),
+        KeyDef(
+            "kjbod.metrics.listener",
+            _host_port,
+            None,
+            "kjbod: HOST:PORT of the Prometheus /metrics endpoint (unset: no endpoint)",
+        ),
     ]
 }
 
@@ -299,8 +339,6 @@ ALIASES: dict[str, str] = {
 # kjbod accepts takes effect where Kafka applies it (tests/test_config_audit.py keeps both lists honest).
 COMPATIBILITY_ONLY: dict[str, str] = {
     # Checked, reported by DescribeConfigs, no effect yet.
-    "inter.broker.listener.name": "no traffic between brokers yet",
-    "replica.fetch.max.bytes": "no replication between brokers yet",
     # Taken as they are.
     "group.initial.rebalance.delay.ms": "no consumer groups yet",
     "offsets.topic.replication.factor": "no consumer groups yet (no __consumer_offsets)",
@@ -315,7 +353,6 @@ COMPATIBILITY_ONLY: dict[str, str] = {
     "socket.send.buffer.bytes": "the operating system's socket buffer sizes are used",
     "socket.receive.buffer.bytes": "the operating system's socket buffer sizes are used",
     "num.recovery.threads.per.data.dir": "each log dir is loaded by one thread",
-    "min.insync.replicas": "one replica per partition: acks=all never waits for another",
 }
 ACCEPTED_NO_EFFECT = frozenset(k for k in COMPATIBILITY_ONLY if k not in KEYS)
 
@@ -365,6 +402,14 @@ class ServerConfig:
     zero_copy: bool
     listener_security_protocol_map: Mapping[str, str] = field(default_factory=dict)
     inter_broker_listener_name: str | None = None
+    replica_fetch_min_bytes: int = 1
+    replica_fetch_wait_max_ms: int = 500
+    replica_fetch_response_max_bytes: int = 10 * 1024 * 1024
+    replica_fetch_backoff_ms: int = 1000
+    replica_socket_timeout_ms: int = 30_000
+    replica_lag_time_max_ms: int = 30_000
+    num_replica_fetchers: int = 1
+    min_insync_replicas: int = 1
     broker_rack: str | None = None
     controller_quorum_bootstrap_servers: tuple[str, ...] = ()
     controller_quorum_voters: tuple[str, ...] = ()
@@ -372,12 +417,19 @@ class ServerConfig:
     log_initial_task_delay_ms: int = 30_000
     log_dir_stall_timeout_ms: int = 30_000
     log_dir_slow_threshold_ms: int = 1_000
+    log_dir_reserved_bytes: int = -1
+    log_dir_space_check_interval_ms: int = 1_000
     delete_topic_enable: bool = True
+    unclean_leader_election_enable: bool = False
+    auto_leader_rebalance_enable: bool = True
+    leader_imbalance_per_broker_percentage: int = 10
+    leader_imbalance_check_interval_seconds: int = 300
     log_cleanup_policy: str = "delete"
     log_message_timestamp_type: str = "CreateTime"
     metadata_log_max_record_bytes_between_snapshots: int = 20 * 1024 * 1024
     log_message_timestamp_before_max_ms: int = LONG_MAX
     log_message_timestamp_after_max_ms: int = LONG_MAX
+    kjbod_metrics_listener: str | None = None  # HOST:PORT
     # The COMPATIBILITY_ONLY keys the config sets, as given, so the node can log once that they have no effect.
     ignored: Mapping[str, str] = field(default_factory=dict)
     # The effective raw key=value pairs (file, then overrides).
@@ -696,8 +748,17 @@ def build_config(
         broker_heartbeat_interval_ms=get("broker.heartbeat.interval.ms"),
         broker_session_timeout_ms=get("broker.session.timeout.ms"),
         replica_fetch_max_bytes=get("replica.fetch.max.bytes"),
+        replica_fetch_min_bytes=get("replica.fetch.min.bytes"),
+        replica_fetch_wait_max_ms=get("replica.fetch.wait.max.ms"),
+        replica_fetch_response_max_bytes=get("replica.fetch.response.max.bytes"),
+        replica_fetch_backoff_ms=get("replica.fetch.backoff.ms"),
+        replica_socket_timeout_ms=get("replica.socket.timeout.ms"),
+        replica_lag_time_max_ms=get("replica.lag.time.max.ms"),
+        num_replica_fetchers=get("num.replica.fetchers"),
+        min_insync_replicas=get("min.insync.replicas"),
         log_dir_placement_policy=get("log.dir.placement.policy"),
         zero_copy=get("kjbod.zero.copy"),
+        kjbod_metrics_listener=get("kjbod.metrics.listener"),
         listener_security_protocol_map=protomap,
         inter_broker_listener_name=inter_broker,
         controller_quorum_bootstrap_servers=get("controller.quorum.bootstrap.servers"),
@@ -705,8 +766,14 @@ def build_config(
         log_flush_offset_checkpoint_interval_ms=get("log.flush.offset.checkpoint.interval.ms"),
         log_dir_stall_timeout_ms=get("log.dir.stall.timeout.ms"),
         log_dir_slow_threshold_ms=get("log.dir.slow.threshold.ms"),
+        log_dir_reserved_bytes=get("log.dir.reserved.bytes"),
+        log_dir_space_check_interval_ms=get("log.dir.space.check.interval.ms"),
         log_initial_task_delay_ms=get("log.initial.task.delay.ms"),
         delete_topic_enable=get("delete.topic.enable"),
+        unclean_leader_election_enable=get("unclean.leader.election.enable"),
+        auto_leader_rebalance_enable=get("auto.leader.rebalance.enable"),
+        leader_imbalance_per_broker_percentage=get("leader.imbalance.per.broker.percentage"),
+        leader_imbalance_check_interval_seconds=get("leader.imbalance.check.interval.seconds"),
         log_cleanup_policy=get("log.cleanup.policy"),
         log_message_timestamp_type=get("log.message.timestamp.type"),
         broker_rack=get("broker.rack"),

@@ -29,6 +29,9 @@ Strategy:
 * Errors: a bad size prefix, a `CloseConnection` from the handler, or an unexpected handler exception stops
   reading; the replies to earlier requests are written, then the connection is closed. Handler bugs are logged
   with their traceback at warning level. None of it touches other connections.
+* Metrics (when the node has a /metrics endpoint, kjbod.metrics): each request's route id goes into per-API
+  arrays with its queue and handler time; replies answered at once are timed by the write that sends their batch,
+  queued ones when the sender has sent them.  With no endpoint `stats` is None and costs one test per read.
 * Teardown: when the connection goes, queued replies are dropped, their tasks cancelled and their file regions
   closed; the socket dup is unregistered before it is closed so an fd number reused later is never confused with it.
 """
@@ -36,6 +39,7 @@ Strategy:
 from __future__ import annotations
 
 import asyncio
+import bisect
 import errno
 import itertools
 import logging
@@ -46,6 +50,10 @@ from collections import deque
 from collections.abc import Iterable, Iterator
 from typing import Any, cast
 
+from kjbod.metrics.counters import BOUNDS_S as _BOUNDS_S
+from kjbod.metrics.counters import BUCKETS as _BUCKETS
+from kjbod.metrics.counters import ROUTE_LIMIT as _ROUTE_LIMIT
+from kjbod.metrics.counters import RequestStats
 from kjbod.server.handler import CloseConnection, ListenerKind, Reply, RequestContext, RequestHandler
 from kjbod.server.logging import get_logger
 from kjbod.wire.framing import DEFAULT_MAX_FRAME_SIZE, SIZE_PREFIX_LENGTH, FrameDecoder, FrameError
@@ -84,6 +92,9 @@ _unpack_head_from = struct.Struct(">iii").unpack_from
 _pack_size_corr = struct.Struct(">ii").pack
 _NO_READY: dict[int, dict[bytes, bytes]] = {}
 _connection_ids = itertools.count(1)
+_now = time.perf_counter
+_bucket = bisect.bisect_right
+_FIRST_BOUND_S = _BOUNDS_S[0]
 
 
 class RegionTruncated(Exception):
@@ -104,6 +115,7 @@ class Connection(asyncio.BufferedProtocol):
         max_pending: int = DEFAULT_MAX_PENDING,
         zero_copy: bool = True,
         registry: ConnectionRegistry | None = None,
+        stats: RequestStats | None = None,
     ) -> None:
         if max_pending < 1:
             raise ValueError("max_pending must be >= 1")
@@ -119,6 +131,9 @@ class Connection(asyncio.BufferedProtocol):
         self._zero_copy = zero_copy
         self._registry = registry
         self.connection_id = next(_connection_ids)
+        self._stats = stats
+        self._read_at = 0.0  # when the read being served arrived (metrics)
+        self._batch_routes: list[int] = []  # route ids of the replies in the batch not yet written (metrics)
 
         self._transport: asyncio.Transport | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -127,7 +142,7 @@ class Connection(asyncio.BufferedProtocol):
         self._debug = False
 
         # Replies not yet written, in request order: (reply or future of one, request metadata for the debug log).
-        self._queue: deque[tuple[Any, tuple[int, int, int, float] | None]] = deque()
+        self._queue: deque[tuple[Any, tuple[float, ...] | None]] = deque()
         self._sender: asyncio.Task[None] | None = None
         # The reply the sender is writing, so its file regions are closed if the connection drops midway.
         self._sending: list[Any] | None = None
@@ -346,6 +361,12 @@ class Connection(asyncio.BufferedProtocol):
         ctx = self._ctx
         ready = self._ready or _NO_READY
         limit = self._decoder.max_size
+        stats = self._stats
+        if stats is not None:
+            # One clock read per request: each starts where the previous one ended (the loop runs them in turn).
+            self._read_at = started = read_at = _now()
+            routes_append = self._batch_routes.append
+            requests, queue_h, local_h = stats.requests, stats.queue, stats.local
         batch: list[Any] = []
         append = batch.append
         batch_bytes = 0
@@ -376,15 +397,33 @@ class Connection(asyncio.BufferedProtocol):
                         break
                     if reply.__class__ is not bytes:  # bytes, the common case, skips all of this
                         if reply is None:
+                            if stats is not None:
+                                now = _now()
+                                stats.handled(route_id, started - self._read_at, now - started)
+                                started = now
                             continue
                         body = _joined(reply)
                         if body is None:
-                            self._enqueue(reply, None)
+                            meta = None
+                            if stats is not None:
+                                meta = self._timing(data, frame_at, started)
+                                stats.handled(route_id, started - self._read_at, meta[5] - started)
+                            self._enqueue(reply, meta)
                             break
                         reply = body
                     size = len(reply)
                     append(_pack_size(size))
                 append(reply)
+                if stats is not None:
+                    now = _now()
+                    if 0 <= route_id < _ROUTE_LIMIT:
+                        base = (route_id >> 16) * _BUCKETS
+                        requests[(route_id >> 11) | (route_id & 31)] += 1
+                        waited = started - read_at  # mostly below the first bound: no search then
+                        queue_h[base + (_bucket(_BOUNDS_S, waited) if waited >= _FIRST_BOUND_S else 0)] += 1
+                        local_h[base + _bucket(_BOUNDS_S, now - started)] += 1
+                        routes_append(route_id)
+                    started = now
                 batch_bytes += size
                 if batch_bytes >= _FLUSH_BYTES:
                     batch_bytes = 0
@@ -392,15 +431,39 @@ class Connection(asyncio.BufferedProtocol):
                         break
         finally:
             if batch:
-                self._write(batch)
+                self._write_batch(batch)
         return pos
 
     def _flush(self, batch: list[Any]) -> bool:
         """Big replies in `batch`: write them now (and empty it), so pause_writing can stop us before the next frame;
         True when reading is paused now."""
-        self._write(batch)
+        self._write_batch(batch)
         batch.clear()
         return bool(self._pause)
+
+    def _write_batch(self, batch: list[Any]) -> None:
+        """Writes replies answered at once; with metrics on, times the write for the requests they answer."""
+        stats = self._stats
+        if stats is None or not self._batch_routes:
+            self._write(batch)
+            return
+        write_started = _now()
+        self._write(batch)
+        stats.sent_batch(self._batch_routes, self._read_at, write_started, _now())
+        self._batch_routes.clear()
+
+    def _timing(self, frame: Any, at: int, started: float) -> tuple[float, ...]:
+        """A queued reply's request metadata with the times metrics need (see _sent_metrics)."""
+        api_key, api_version, correlation_id = _unpack_request_header(frame, at)
+        return (api_key, api_version, correlation_id, started, self._read_at, _now())
+
+    def _sent_metrics(self, meta: tuple[float, ...], ready_at: float) -> None:
+        """A queued reply is sent: its remote wait (handler returned -> reply ready), send and total times."""
+        stats = self._stats
+        if stats is not None and len(meta) > 4:
+            api_key, api_version = int(meta[0]), int(meta[1])
+            now = _now()
+            stats.sent((api_key << 16) | api_version, ready_at - meta[5], now - ready_at, now - meta[4])
 
     def _handler_raised(self, exc: Exception) -> None:
         if isinstance(exc, CloseConnection):
@@ -416,6 +479,9 @@ class Connection(asyncio.BufferedProtocol):
         handle = self._handle
         ctx = self._ctx
         debug = self._debug
+        stats = self._stats
+        if stats is not None:
+            self._read_at = _now()
         batch: list[Any] = []
         batch_bytes = 0
         try:
@@ -430,15 +496,20 @@ class Connection(asyncio.BufferedProtocol):
                 fast = self._sender is None
                 remaining = iter(frames)
                 for frame in remaining:
-                    meta = _request_meta(frame) if debug else None
+                    meta: tuple[float, ...] | None = _request_meta(frame) if debug or stats else None
                     try:
                         reply = handle(frame, ctx)  # type: ignore[arg-type]
                     except Exception as exc:  # noqa: BLE001  (CloseConnection or a handler bug; both close)
                         self._handler_raised(exc)
                         break
+                    if stats is not None and meta is not None:
+                        route_id = (int(meta[0]) << 16) | int(meta[1])
+                        handled_at = _now()
+                        stats.handled(route_id, meta[3] - self._read_at, handled_at - meta[3])
+                        meta = (*meta, self._read_at, handled_at)
                     if fast:
                         if reply is None:
-                            if meta is not None:
+                            if debug and meta is not None:
                                 self._log_request(meta, replied=False)
                             continue
                         body = _joined(reply)
@@ -446,7 +517,9 @@ class Connection(asyncio.BufferedProtocol):
                             size = len(body)
                             batch.append(_pack_size(size))
                             batch.append(body)
-                            if meta is not None:
+                            if stats is not None and meta is not None:
+                                self._batch_routes.append(route_id)
+                            if debug and meta is not None:
                                 self._log_request(meta)
                             batch_bytes += size
                             if batch_bytes >= _FLUSH_BYTES:
@@ -468,11 +541,11 @@ class Connection(asyncio.BufferedProtocol):
                 break
         finally:
             if batch:
-                self._write(batch)
+                self._write_batch(batch)
         if self._close_reason is not None or self._eof:
             self._maybe_finish_close()
 
-    def _enqueue(self, reply: Any, meta: tuple[int, int, int, float] | None) -> None:
+    def _enqueue(self, reply: Any, meta: tuple[float, ...] | None) -> None:
         if reply.__class__ is bytes:
             reply = [reply]
         elif reply is not None and reply.__class__ is not list:
@@ -544,8 +617,8 @@ class Connection(asyncio.BufferedProtocol):
             return
         transport.write(parts[0] if len(parts) == 1 else b"".join(parts))
 
-    def _log_request(self, meta: tuple[int, int, int, float], *, replied: bool = True) -> None:
-        api_key, api_version, correlation_id, started = meta
+    def _log_request(self, meta: tuple[float, ...], *, replied: bool = True) -> None:
+        api_key, api_version, correlation_id, started = meta[:4]
         self._log.debug(
             "request",
             api_key=api_key,
@@ -560,9 +633,11 @@ class Connection(asyncio.BufferedProtocol):
     async def _run_sender(self) -> None:
         queue = self._queue
         batch: list[Any] = []
+        debug = self._debug
         try:
             while queue:
                 item, meta = queue[0]
+                ready_at = _now() if meta is not None else 0.0
                 if item is not None and item.__class__ is not list:
                     if not item.done():
                         if batch:
@@ -588,6 +663,8 @@ class Connection(asyncio.BufferedProtocol):
                         self._log.warning("request handler failed; closing the connection", exc_info=True)
                         self._begin_close("request handler failed")
                         break
+                    if meta is not None:
+                        ready_at = _now()
                     if item is not None and item.__class__ is not list:
                         queue.popleft()
                         _discard(item)
@@ -600,7 +677,7 @@ class Connection(asyncio.BufferedProtocol):
                 if self._pause & _PAUSE_PENDING and len(queue) < self._resume_below:
                     self._resume_reading(_PAUSE_PENDING)
                 if item is None:
-                    if meta is not None:
+                    if debug and meta is not None:
                         self._log_request(meta, replied=False)
                     continue
                 self._sending = item
@@ -615,7 +692,9 @@ class Connection(asyncio.BufferedProtocol):
                         batch.append(part)
                 self._sending = None
                 if meta is not None:
-                    self._log_request(meta)
+                    self._sent_metrics(meta, ready_at)
+                    if debug:
+                        self._log_request(meta)
             if batch:
                 self._write(batch)
         except asyncio.CancelledError:
@@ -802,7 +881,7 @@ def _wake(waiter: asyncio.Future[None]) -> None:
         waiter.set_result(None)
 
 
-def _request_meta(frame: bytes) -> tuple[int, int, int, float]:
+def _request_meta(frame: bytes) -> tuple[float, ...]:
     # Every Kafka request header starts with api_key int16, api_version int16, correlation_id int32.
     if len(frame) >= 8:
         api_key, api_version, correlation_id = _unpack_request_header(frame)

@@ -85,6 +85,10 @@ def controller_settings(config: Any, cluster_id: str, local_broker_id: int | Non
         max_bytes_between_snapshots=int(getattr(config, "metadata_log_max_record_bytes_between_snapshots",
                                                 SNAPSHOT_BYTES)),
         delete_topic_enable=bool(getattr(config, "delete_topic_enable", True)),
+        unclean_leader_election_enable=bool(getattr(config, "unclean_leader_election_enable", False)),
+        auto_leader_rebalance_enable=bool(getattr(config, "auto_leader_rebalance_enable", True)),
+        leader_imbalance_per_broker_percentage=int(getattr(config, "leader_imbalance_per_broker_percentage", 10)),
+        leader_imbalance_check_interval_seconds=int(getattr(config, "leader_imbalance_check_interval_seconds", 300)),
         local_broker_id=local_broker_id)
 
 

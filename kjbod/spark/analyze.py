@@ -16,8 +16,9 @@ Strategy: one Spark job over the `kjbod` data source.
 
 Definitions (also in the README): a dir's used bytes are `total - usable` of its volume, usage % is
 `100 * used / total`.  A broker's imbalance compares the usage % of its online dirs: max - min, and the
-coefficient of variation (population standard deviation / mean).  Days until full: usable bytes / the dir's
-growth rate of used bytes, only when that rate is positive.  A move in flight is a future replica (the copy a
+coefficient of variation (population standard deviation / mean).  Days until full: the usable bytes above the
+dir's reserve (kjbod's `log.dir.reserved.bytes`, reported by DescribeLogDirs; 0 when a broker does not report
+it), where appends stop, / the dir's growth rate of used bytes, only when that rate is positive.  A move in flight is a future replica (the copy a
 log-dir move is building) next to its current replica; progress is future size / current size.
 """
 
@@ -113,7 +114,8 @@ def run_analysis(spark: Any, s: AnalyzeSettings, *, snapshot_time: dt.datetime |
 def _analyse(spark: Any, s: AnalyzeSettings, now: dt.datetime) -> dict[str, Any]:
     from pyspark.sql import functions as F
 
-    dirs_all = spark.read.parquet(str(s.history_dir / "log_dirs"))
+    # mergeSchema: snapshots taken before a column was added (dir_reserved_bytes) read as null there.
+    dirs_all = spark.read.option("mergeSchema", "true").parquet(str(s.history_dir / "log_dirs"))
     reps_all = spark.read.parquet(str(s.history_dir / "replicas"))
     now_lit = F.lit(now).cast("timestamp")
     # Days relative to the newest snapshot: small numbers keep the regression exact in doubles.
@@ -168,12 +170,14 @@ def _analyse(spark: Any, s: AnalyzeSettings, now: dt.datetime) -> dict[str, Any]
     for r in dir_rows:
         growth = r.growth if r.points is not None and r.points >= 2 else None
         days_left = None
+        reserve = r.dir_reserved_bytes or 0
         if growth is not None and growth > 0 and r.dir_usable_bytes is not None:
-            days_left = r.dir_usable_bytes / growth
+            days_left = max(r.dir_usable_bytes - reserve, 0) / growth
         b = brokers.setdefault(r.broker_id, {"broker_id": r.broker_id, "dirs": []})
         b["dirs"].append({
             "log_dir": r.log_dir, "dir_id": r.dir_id, "error": r.dir_error,
             "total_bytes": r.dir_total_bytes, "usable_bytes": r.dir_usable_bytes, "used_bytes": r.used_bytes,
+            "reserved_bytes": r.dir_reserved_bytes,
             "usage_pct": r.usage_pct, "replicas": r.replica_count, "future_replicas": r.future_count,
             "replica_bytes": r.size_bytes, "growth_bytes_per_day": growth, "days_until_full": days_left,
         })

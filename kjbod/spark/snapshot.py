@@ -62,6 +62,7 @@ LOG_DIR_COLUMNS: tuple[tuple[str, str], ...] = _DIR_COLUMNS + (
     ("replica_count", "INT"),  # replicas in the dir (of the filtered topics), future copies included
     ("future_count", "INT"),  # of which copies a log-dir move is building
     ("size_bytes", "BIGINT"),  # bytes of those replicas
+    ("dir_reserved_bytes", "BIGINT"),  # kjbod: what the dir keeps free (log.dir.reserved.bytes); null: unknown
     ("snapshot_ts", "TIMESTAMP"),
 )
 
@@ -305,6 +306,7 @@ def to_columns(view: str, dirs: Sequence[LogDirInfo], snapshot_us: int,
             cols["replica_count"].append(len(d.replicas))
             cols["future_count"].append(sum(1 for r in d.replicas if r.is_future))
             cols["size_bytes"].append(sum(r.size for r in d.replicas))
+            cols["dir_reserved_bytes"].append(d.reserved_bytes)
             cols["snapshot_ts"].append(snapshot_us)
     if names is None:
         return cols

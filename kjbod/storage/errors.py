@@ -50,6 +50,11 @@ class KafkaStorageError(StorageError):
         self.log_dir = log_dir
 
 
+class LogDirFullError(KafkaStorageError):
+    """The log dir has no room for this write (ENOSPC, EDQUOT, or below its ``log.dir.reserved.bytes``): the dir
+    stays online and readable, appends to it are refused with KAFKA_STORAGE_ERROR (retriable) until space returns."""
+
+
 class OffsetOutOfRangeError(StorageError):
     error_code = OFFSET_OUT_OF_RANGE
 

@@ -27,6 +27,17 @@ Fault injection goes through the same seam, so injected and real faults take the
 * a slow or hung dir in process: ``slow(dir, delay_ms=200)``, or ``rule = slow(dir, hold=True)`` to block every
   op until ``rule.release()``.
 
+**A full dir is not a failed dir.** ``ENOSPC`` and ``EDQUOT`` mark the dir *full* instead of offline
+(:meth:`LogDirIO.fail` raises :class:`LogDirFullError`): it keeps serving reads, renames, unlinks and whatever
+fits in its reserve; appends ask :meth:`LogDirIO.make_room` first and are refused while the dir is full or would
+drop below its reserve (``log.dir.reserved.bytes``; default the smaller of 1% of the filesystem and 1 GiB). Free
+space is an estimate: set by each ``statvfs`` (:meth:`LogDirIO.refresh_space`, run by the owner's periodic check
+and by size probes) and lowered by every byte written through the seam, so an append costs a subtraction, not a
+``statvfs``. A real ``statvfs`` is taken only when the estimate nears the reserve. When a check finds usable bytes
+above the reserve again the dir is back (logged); crossing 80%, 90% and 95% used logs a warning once per crossing.
+In process, ``fake_space(dir, total, usable)`` makes ``statvfs`` of a dir answer those numbers (a fault file
+entry ``{"dir": ..., "total_bytes": N, "usable_bytes": M}`` does the same out of process).
+
 Every operation is stamped with its start while it runs (one dict entry per thread), so a watchdog can tell a dir
 whose operation never returns (:mod:`kjbod.storage.health`). A dir failed that way is ``stalled``: the stuck call,
 if it ever returns, raises like any operation on an offline dir, so what it did is never used.
@@ -44,6 +55,7 @@ import json
 import os
 import threading
 import time
+from bisect import bisect_right as _bisect_right
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from threading import get_ident as _get_ident
@@ -52,7 +64,7 @@ from typing import Any, NoReturn
 
 import structlog
 
-from kjbod.storage.errors import KafkaStorageError, LogDirLockedError
+from kjbod.storage.errors import KafkaStorageError, LogDirFullError, LogDirLockedError
 
 log = structlog.get_logger("kjbod.storage.fsio")
 
@@ -77,7 +89,15 @@ OPS = frozenset(
 )
 
 FAULTS_ENV = "KJBOD_FAULTS"
+# Upper bounds (seconds) of the per-op latency buckets each dir keeps for the metrics endpoint (kjbod.metrics);
+# the last bucket, above 10 s, is open.
+LATENCY_BOUNDS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+                    5.0, 10.0)
 _PROCESS_ERRNOS = frozenset({_errno.EMFILE, _errno.ENFILE, _errno.ENOMEM})
+SPACE_ERRNOS = frozenset({_errno.ENOSPC, _errno.EDQUOT})  # the dir is full, not failed
+USAGE_WARNINGS = (80, 90, 95)  # % used: a warning once per upward crossing
+DEFAULT_RESERVE_FRACTION = 0.01
+DEFAULT_RESERVE_CAP = 1 << 30  # the default reserve: min(1% of the filesystem, 1 GiB)
 
 
 # --------------------------------------------------------------------------------------------- fault injection
@@ -137,6 +157,8 @@ class FaultInjector:
         self._env_path = env_path
         self._env_sig: tuple[int, int, int] | None = None
         self._env_rules: list[FaultRule] = []
+        self._space: dict[str, tuple[int, int]] = {}  # dir -> (total, usable) that statvfs answers
+        self._env_space: dict[str, tuple[int, int]] = {}
         self.active = env_path is not None
 
     def inject(
@@ -156,10 +178,23 @@ class FaultInjector:
             self.active = True
         return rule
 
+    def fake_space(self, dir: str, total: int, usable: int) -> None:
+        """Make ``statvfs`` of ``dir`` answer ``total`` and ``usable`` bytes (a disk of that size and fill)."""
+        with self._lock:
+            self._space[os.path.abspath(dir)] = (int(total), int(usable))
+            self.active = True
+
+    def space_for(self, dir: str) -> tuple[int, int] | None:
+        with self._lock:
+            if self._env_path is not None:
+                self._reload_env()
+            return self._space.get(dir) or self._env_space.get(dir)
+
     def clear(self) -> None:
         with self._lock:
             held = [r for r in self._rules if r.gate is not None]
             self._rules.clear()
+            self._space.clear()
             self.active = self._env_path is not None
         for rule in held:  # nothing stays stuck on a rule that no longer exists
             rule.release()
@@ -174,6 +209,7 @@ class FaultInjector:
         except FileNotFoundError:
             self._env_sig = None
             self._env_rules = []
+            self._env_space = {}
             return
         sig = (st.st_mtime_ns, st.st_size, st.st_ino)
         if sig == self._env_sig:
@@ -187,11 +223,17 @@ class FaultInjector:
             self._env_sig = None
             return
         entries = data.get("faults", []) if isinstance(data, dict) else data
+        self._env_space = {
+            os.path.abspath(e["dir"]): (int(e["total_bytes"]), int(e["usable_bytes"]))
+            for e in entries
+            if "usable_bytes" in e
+        }
         self._env_rules = [
             _rule(e["dir"], 0, e.get("ops"), None, float(e["delay_ms"]))
             if "delay_ms" in e
             else _rule(e["dir"], _parse_errno(e.get("errno", "EIO")), e.get("ops"), e.get("count"))
             for e in entries
+            if "usable_bytes" not in e
         ]
 
     def check(self, op: str, path: str) -> None:
@@ -241,9 +283,41 @@ def slow(dir: str, *, delay_ms: float = 0.0, hold: bool = False, ops: Iterable[s
     return FAULTS.slow(dir, delay_ms=delay_ms, hold=hold, ops=ops)
 
 
+def fake_space(dir: str, total: int, usable: int) -> None:
+    """Make ``statvfs`` of ``dir`` answer ``total`` and ``usable`` bytes, in process, until :func:`clear`."""
+    FAULTS.fake_space(dir, total, usable)
+
+
 def clear() -> None:
-    """Remove every in-process fault rule (held operations are released)."""
+    """Remove every in-process fault rule and fake space (held operations are released)."""
     FAULTS.clear()
+
+
+# --------------------------------------------------------------------------------------------- no waiting
+
+
+class WouldBlock(Exception):
+    """Raised in :func:`no_waiting` mode by an operation that might wait for a disk: a read of data not in the
+    page cache (``preadv`` with ``RWF_NOWAIT``), any open. Not a disk failure: the caller does the work on the
+    dir's worker instead."""
+
+
+_NOWAIT = threading.local()
+
+
+def waiting_allowed() -> bool:
+    return not getattr(_NOWAIT, "on", False)
+
+
+class no_waiting:
+    """``with no_waiting():`` on this thread, reads that would wait for a disk raise :class:`WouldBlock` (the
+    event loop serves page-cache hits itself and hands the rest to the dir's worker)."""
+
+    def __enter__(self) -> None:
+        _NOWAIT.on = True
+
+    def __exit__(self, *exc: object) -> None:
+        _NOWAIT.on = False
 
 
 # --------------------------------------------------------------------------------------------- file regions
@@ -267,20 +341,130 @@ OfflineCallback = Callable[["LogDirIO", str, BaseException], None]
 class LogDirIO:
     """All file operations on one log dir, and that dir's online/offline state."""
 
-    def __init__(self, path: str, *, on_offline: OfflineCallback | None = None) -> None:
+    def __init__(
+        self, path: str, *, on_offline: OfflineCallback | None = None, reserved_bytes: int = -1
+    ) -> None:
         self.path = os.path.abspath(path)
         self.online = True
         self.offline_reason: str | None = None
+        self.offline_at_ms: int | None = None  # wall-clock time it went offline, for kjbod log-dirs describe
         self.on_offline = on_offline
         self._state_lock = threading.Lock()
+        # Space (see the module doc): -1 while unknown (no statvfs yet). usable_bytes is lowered by every write.
+        self.reserved_bytes_config = reserved_bytes  # log.dir.reserved.bytes; -1: min(1% of the fs, 1 GiB)
+        self.total_bytes = -1
+        self.usable_bytes = -1
+        self.full = False
+        self.full_reason: str | None = None
+        self._full_since = 0.0
+        self._full_need = 0  # the refused append's size: the dir is back once that fits above the reserve again
+        self._last_append = 0  # the size of the latest append asked for (an ENOSPC midway is refused for it)
+        self._usage_level = 0  # the highest of USAGE_WARNINGS crossed (0: none)
         # Stall detection (see kjbod.storage.health): the operation each thread has outstanding on this dir,
         # {thread id: (op, path, monotonic start)}, and the slowest operation finished since the last look.
         self._busy: dict[int, tuple[str, str, float]] = {}
         self._slowest_s = 0.0
         self.stalled = False  # failed because an operation never returned: what such an operation did is void
+        # op -> finished operations per latency bucket (LATENCY_BOUNDS_S), and their total seconds: plain
+        # increments from whichever thread ran the op (a lost update under a race only blurs a metric).
+        self.latency_buckets: dict[str, list[int]] = {op: [0] * (len(LATENCY_BOUNDS_S) + 1) for op in OPS}
+        self.latency_seconds: dict[str, float] = dict.fromkeys(OPS, 0.0)
 
     def __repr__(self) -> str:
-        return f"LogDirIO({self.path!r}, online={self.online})"
+        return f"LogDirIO({self.path!r}, online={self.online}, full={self.full})"
+
+    # -- space
+
+    @property
+    def reserved_bytes(self) -> int:
+        """Bytes kept free for what must work when appends stop (indexes, checkpoints, snapshots, recovery, a
+        move's swap): ``log.dir.reserved.bytes``, or min(1% of the filesystem, 1 GiB); 0 until the size is known."""
+        if self.reserved_bytes_config >= 0:
+            return self.reserved_bytes_config
+        if self.total_bytes < 0:
+            return 0
+        return min(int(self.total_bytes * DEFAULT_RESERVE_FRACTION), DEFAULT_RESERVE_CAP)
+
+    def full_error(self, wanted: int = 0) -> LogDirFullError:
+        usable = max(self.usable_bytes, 0)
+        why = f" ({self.full_reason})" if self.full and self.full_reason else ""
+        need = f"; this append needs {wanted} bytes" if wanted and not self.full else ""
+        return LogDirFullError(
+            f"log dir {self.path} is full: {usable} bytes free, {self.reserved_bytes} reserved{need}{why}; "
+            "appends are refused until space returns",
+            log_dir=self.path,
+        )
+
+    def make_room(self, n: int) -> None:
+        """Raise :class:`LogDirFullError` unless ``n`` more bytes fit above the reserve. Costs a comparison; a
+        ``statvfs`` only when the estimate is within ``n`` of the reserve."""
+        if self.full:
+            raise self.full_error(n)
+        self._last_append = n
+        if self.total_bytes < 0 or self.usable_bytes - n >= self.reserved_bytes:
+            return  # size not known yet (no statvfs so far), or room enough
+        self.refresh_space()  # the estimate only ever falls between checks: ask the filesystem
+        if self.full or self.usable_bytes - n < self.reserved_bytes:
+            error = self.full_error(n)
+            with self._state_lock:
+                first = not self.full
+                self.full, self._full_need = True, n
+                self.full_reason = f"an append of {n} bytes would go below the reserve"
+                if first:
+                    self._full_since = _monotonic()
+            if first:
+                log.warning("log_dir_full", log_dir=self.path, usable_bytes=self.usable_bytes,
+                            reserved_bytes=self.reserved_bytes, append_bytes=n,
+                            effect="appends refused with KAFKA_STORAGE_ERROR; reads, moves off and deletes go on")
+            raise error
+
+    def refresh_space(self) -> tuple[int, int]:
+        """One ``statvfs``: correct the estimate, enter or leave the full state, warn on crossing 80/90/95%."""
+        total, usable = self.statvfs()
+        return total, usable
+
+    def _space_seen(self, total: int, usable: int) -> None:
+        self.total_bytes, self.usable_bytes = total, usable
+        if total > 0:
+            used_pct = (total - usable) * 100 / total
+            level = max((w for w in USAGE_WARNINGS if used_pct >= w), default=0)
+            if level > self._usage_level:
+                log.warning("log_dir_usage_high", log_dir=self.path, used_percent=round(used_pct, 1),
+                            crossed_percent=level, usable_bytes=usable, reserved_bytes=self.reserved_bytes)
+            self._usage_level = level
+        reserve = self.reserved_bytes
+        with self._state_lock:
+            was_full = self.full
+            below = usable <= reserve + (self._full_need if was_full else 0)
+            if below and not was_full:
+                self.full = True
+                self.full_reason = f"{usable} usable bytes is not above the reserve"
+                self._full_since = _monotonic()
+            elif was_full and not below:
+                self.full = False
+                self.full_reason = None
+                self._full_need = 0
+        if below and not was_full:
+            log.warning("log_dir_full", log_dir=self.path, usable_bytes=usable, reserved_bytes=reserve,
+                        reason="usable bytes at or below log.dir.reserved.bytes",
+                        effect="appends refused with KAFKA_STORAGE_ERROR; reads, moves off and deletes go on")
+        elif was_full and not below:
+            log.info("log_dir_space_returned", log_dir=self.path, usable_bytes=usable, reserved_bytes=reserve,
+                     full_for_s=round(_monotonic() - self._full_since, 1), effect="appends resume")
+
+    def _out_of_space(self, op: str, path: str, exc: BaseException) -> NoReturn:
+        with self._state_lock:
+            first = not self.full
+            self.full = True
+            self.full_reason = f"{op} {path} failed: {exc}"
+            self.usable_bytes = 0
+            self._full_need = max(self._full_need, self._last_append)
+            if first:
+                self._full_since = _monotonic()
+        if first:
+            log.warning("log_dir_full", log_dir=self.path, op=op, path=path, error=str(exc),
+                        effect="appends refused with KAFKA_STORAGE_ERROR; reads, moves off and deletes go on")
+        raise self.full_error() from exc
 
     # -- state
 
@@ -294,25 +478,35 @@ class LogDirIO:
     def fail(self, op: str, path: str, exc: BaseException) -> NoReturn:
         """Mark this dir offline (once) because ``op`` on ``path`` failed, then raise KafkaStorageError.
 
+        Running out of space (ENOSPC, EDQUOT) makes the dir full, not offline (:class:`LogDirFullError`).
         Running out of file descriptors or memory is the process's problem, not the disk's: the operation
         fails with KafkaStorageError but the dir stays online (Kafka would take it offline; with one dir per
         disk that turns an fd leak into a lost disk)."""
-        if getattr(exc, "errno", None) in _PROCESS_ERRNOS:
+        code = getattr(exc, "errno", None)
+        if code in SPACE_ERRNOS:
+            self._out_of_space(op, path, exc)
+        if code in _PROCESS_ERRNOS:
             log.warning("storage_resource_exhausted", log_dir=self.path, op=op, path=path, error=str(exc))
             raise KafkaStorageError(f"{op} {path} failed: {exc}", log_dir=self.path) from exc
+        self.mark_offline(op, path, exc)
+        raise KafkaStorageError(
+            f"log dir {self.path} is offline: {op} {path} failed: {exc}", log_dir=self.path
+        ) from exc
+
+    def mark_offline(self, op: str, path: str, exc: BaseException) -> None:
+        """Take this dir offline (once: logged, the owner's ``on_offline`` called) because ``op`` on ``path``
+        failed with ``exc``; whatever ``exc`` is, even a full dir's error (a dir that could not be loaded)."""
         with self._state_lock:
             first = self.online
             if first:
                 self.online = False
                 self.offline_reason = f"{op} {path} failed: {exc}"
+                self.offline_at_ms = int(time.time() * 1000)
         if first:
             log.error("log_dir_offline", log_dir=self.path, op=op, path=path, error=str(exc))
             callback = self.on_offline
             if callback is not None:
                 callback(self, self.offline_reason or "", exc)
-        raise KafkaStorageError(
-            f"log dir {self.path} is offline: {op} {path} failed: {exc}", log_dir=self.path
-        ) from exc
 
     # -- operation tracking: a start stamp per thread, so a watchdog can see an operation that never returns
 
@@ -331,7 +525,10 @@ class LogDirIO:
 
     def _end(self, started: float) -> None:
         took = _monotonic() - started
-        self._busy.pop(_get_ident(), None)
+        entry = self._busy.pop(_get_ident(), None)
+        if entry is not None:
+            self.latency_buckets[entry[0]][_bisect_right(LATENCY_BOUNDS_S, took)] += 1
+            self.latency_seconds[entry[0]] += took
         if took > self._slowest_s:
             self._slowest_s = took
         if self.stalled:
@@ -375,6 +572,8 @@ class LogDirIO:
     # -- path operations
 
     def open(self, path: str, flags: int, mode: int = 0o644) -> FileHandle:
+        if not waiting_allowed():
+            raise WouldBlock(f"open {path}")
         t = self._begin("open", path)
         try:
             fd = os.open(path, flags | os.O_CLOEXEC, mode)
@@ -386,6 +585,8 @@ class LogDirIO:
 
     def open_or_none(self, path: str, flags: int = os.O_RDONLY) -> FileHandle | None:
         """Open an existing file; None if it does not exist."""
+        if not waiting_allowed():
+            raise WouldBlock(f"open {path}")
         t = self._begin("open", path)
         try:
             fd = os.open(path, flags | os.O_CLOEXEC)
@@ -501,7 +702,13 @@ class LogDirIO:
             self.fail("statvfs", self.path, e)
         finally:
             self._end(t)
-        return st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
+        total, usable = st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
+        if FAULTS.active:
+            fake = FAULTS.space_for(self.path)
+            if fake is not None:
+                total, usable = fake
+        self._space_seen(total, usable)
+        return total, usable
 
     def device(self) -> int:
         """st_dev of the dir: dirs on one filesystem share free space (placement accounts for that)."""
@@ -632,9 +839,12 @@ class FileHandle:
         try:
             view = memoryview(data)
             total = len(view)
-            done = os.write(self.fd, view)
-            while done < total:
-                done += os.write(self.fd, view[done:])
+            done = 0
+            try:
+                while done < total:
+                    done += os.write(self.fd, view[done:])
+            finally:
+                io.usable_bytes -= done
             return total
         except OSError as e:
             io.fail("write", self.path, e)
@@ -648,6 +858,7 @@ class FileHandle:
         try:
             total = sum(len(b) for b in buffers)
             done = os.writev(self.fd, buffers)
+            io.usable_bytes -= done
             if done < total:
                 # Rare (a signal, a nearly full disk): finish the rest buffer by buffer.
                 skip = done
@@ -659,7 +870,9 @@ class FileHandle:
                     view = memoryview(b)[skip:]
                     skip = 0
                     while len(view):
-                        view = view[os.write(self.fd, view) :]
+                        n = os.write(self.fd, view)
+                        io.usable_bytes -= n
+                        view = view[n:]
             return total
         except OSError as e:
             io.fail("write", self.path, e)
@@ -673,6 +886,7 @@ class FileHandle:
             view = memoryview(data)
             while len(view):
                 n = os.pwrite(self.fd, view, offset)
+                io.usable_bytes -= n
                 view = view[n:]
                 offset += n
         except OSError as e:
@@ -684,11 +898,29 @@ class FileHandle:
         io = self.io
         t = io._begin("read", self.path)
         try:
+            if _NOWAIT.__dict__.get("on"):
+                return self._pread_cached(n, offset)
             return os.pread(self.fd, n, offset)
         except OSError as e:
             io.fail("read", self.path, e)
         finally:
             io._end(t)
+
+    def _pread_cached(self, n: int, offset: int) -> bytes:
+        buf = bytearray(n)
+        try:
+            got = os.preadv(self.fd, [buf], offset, os.RWF_NOWAIT)
+        except OSError as e:  # EAGAIN: not cached; EOPNOTSUPP: this filesystem cannot say
+            raise WouldBlock(f"read {self.path}: {e}") from None
+        if got < n:  # the file ends here, or only part of it is cached
+            try:
+                more = os.preadv(self.fd, [bytearray(1)], offset + got, os.RWF_NOWAIT)
+            except OSError:
+                more = 1
+            if more:
+                raise WouldBlock(f"read {self.path}: {got} of {n} bytes cached")
+            del buf[got:]
+        return bytes(buf)
 
     def read_all(self) -> bytes:
         size = self.size()
@@ -779,6 +1011,7 @@ class FileHandle:
         it fails the source is probed with a 1-byte pread to decide which dir went bad."""
         src_io, dst_io = self.io, dst.io
         dst_io.ensure_online()
+        dst_io.make_room(count)  # a copy into a dir honours its reserve, as an append does
         if FAULTS.active:
             dst_io._pre("copy", dst.path)
         t = src_io._begin("copy", self.path)
@@ -789,6 +1022,7 @@ class FileHandle:
                 if n == 0:
                     break
                 copied += n
+                dst_io.usable_bytes -= n
         except OSError as e:
             try:
                 os.pread(self.fd, 1, offset + copied)

@@ -13,8 +13,9 @@ its own thread, never on the event loop and never through the disk, so a hung di
   one still running for that long) within the last :data:`LATENCY_WINDOW_S` is *degraded*: it keeps serving, is
   logged at warning once a minute at most, and is shown as degraded by DescribeLogDirs' callers.
 
-:class:`DirState` is the one place a dir's state is named; a full dir (ENOSPC, the full-disk issue) is meant to be
-one more state beside these, computed in :meth:`DirHealth.state` from the seam's flags.
+:class:`DirState` is the one place a dir's state is named. A *full* dir (ENOSPC or EDQUOT, or usable bytes at or
+below ``log.dir.reserved.bytes``: the seam's ``full`` flag) is online for everything but appends, which are
+refused until a space check finds room again (see :mod:`kjbod.storage.fsio`).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ DEGRADED_LOG_INTERVAL_S = 60.0
 class DirState(StrEnum):
     ONLINE = "online"
     DEGRADED = "degraded"  # slow but moving
+    FULL = "full"  # out of space (or into its reserve): readable, appends refused until space returns
     OFFLINE = "offline"  # failed: an I/O error or a stall; never used again by this process
     NOT_ANSWERING = "not-answering"  # online, but a request's size probe got no answer in time
 
@@ -62,6 +64,8 @@ class DirHealth:
     def state(self) -> DirState:
         if not self.io.online:
             return DirState.OFFLINE
+        if self.io.full:
+            return DirState.FULL
         return DirState.DEGRADED if self.degraded else DirState.ONLINE
 
     def info(self) -> DirHealthInfo:

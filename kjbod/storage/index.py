@@ -29,7 +29,12 @@ import sys
 from array import array
 from bisect import bisect_right
 
+import structlog
+
+from kjbod.storage.errors import LogDirFullError
 from kjbod.storage.fsio import FileHandle, LogDirIO
+
+log = structlog.get_logger("kjbod.storage.index")
 
 OFFSET_ENTRY = struct.Struct(">ii")
 TIME_ENTRY = struct.Struct(">qi")
@@ -111,14 +116,21 @@ class _Index:
         return len(self) >= self.max_entries
 
     def sync(self) -> None:
-        """Write the entries not yet in the file (one pwrite)."""
+        """Write the entries not yet in the file (one pwrite). On a full dir they stay pending in memory (tried
+        again at the next sync): an index is sparse, so a file missing its newest entries still finds every
+        offset, only with a longer scan, and a full disk never stops a load, a roll or a close."""
         if len(self) <= self._written:
             return
-        fh = self.io.open(self.path, os.O_WRONLY | os.O_CREAT)
         try:
-            fh.pwrite(self._serialize(self._written), self._written * self.entry.size)
-        finally:
-            fh.close()
+            fh = self.io.open(self.path, os.O_WRONLY | os.O_CREAT)
+            try:
+                fh.pwrite(self._serialize(self._written), self._written * self.entry.size)
+            finally:
+                fh.close()
+        except LogDirFullError as e:
+            log.debug("index_entries_pending_no_space", path=self.path, pending=len(self) - self._written,
+                      error=str(e))
+            return
         self._written = len(self)
 
     def trim(self) -> None:
@@ -130,7 +142,7 @@ class _Index:
         if self._preallocated:
             fh = self.io.open(self.path, os.O_WRONLY | os.O_CREAT)
             try:
-                fh.truncate(len(self) * self.entry.size)
+                fh.truncate(self._written * self.entry.size)  # the entries the file holds (all, unless full)
             finally:
                 fh.close()
             self._preallocated = False

@@ -45,15 +45,17 @@ from kjbod.storage.checkpoint import (
     render_partition_metadata,
 )
 from kjbod.storage.config import LONG_MAX, LogConfig
+from kjbod.storage.epoch_cache import LeaderEpochCache
 from kjbod.storage.errors import (
     CorruptMessageError,
     InvalidRecordError,
     KafkaStorageError,
+    LogDirFullError,
     OffsetOutOfRangeError,
     RecordListTooLargeError,
     UnknownTopicOrPartitionError,
 )
-from kjbod.storage.fsio import LogDirIO
+from kjbod.storage.fsio import LogDirIO, WouldBlock, waiting_allowed
 from kjbod.storage.ids import uuid_text
 from kjbod.storage.producer_state import ProducerStateManager, SnapshotFormatError
 from kjbod.storage.records import (
@@ -163,6 +165,9 @@ class PartitionLog:
         self._log_start = 0
         self._hw = 0
         self.auto_high_watermark = True  # single node: HW follows LEO; replication turns this off
+        self.checkpoint_high_watermark: int | None = None  # from replication-offset-checkpoint at load
+        self._epochs: LeaderEpochCache | None = None  # loaded (or rebuilt) on first use: see leader_epochs
+        self._latest_epoch = -2  # -2: not known until the cache is loaded
         self.recovery_point = 0
         self.producer_state = ProducerStateManager()
         self._unflushed_messages = 0
@@ -219,13 +224,20 @@ class PartitionLog:
 
     @contextmanager
     def _reading(self) -> Iterator[None]:
-        """The log lock for a read; afterwards, closed segments give back the fds the read opened."""
-        with self.lock:
+        """The log lock for a read; afterwards, closed segments give back the fds the read opened. Where waiting
+        is not allowed (fsio.no_waiting: the event loop), a lock held by another thread raises WouldBlock."""
+        if waiting_allowed():
+            self.lock.acquire()
+        elif not self.lock.acquire(blocking=False):
+            raise WouldBlock(f"{self.name} is locked by another thread")
+        try:
+            yield
+        finally:
             try:
-                yield
-            finally:
                 for seg in self.segments[:-1]:
                     seg.release()
+            finally:
+                self.lock.release()
 
     def _check_usable(self) -> None:
         if not self.io.online:
@@ -373,6 +385,7 @@ class PartitionLog:
         # node are not written to soon, and a startup of 10,000 partitions should not read 10,000 snapshots.
         self._pending_snapshots = snapshots
         self._producer_state_ready = False
+        self.checkpoint_high_watermark = hw_checkpoint
         if self.auto_high_watermark or hw_checkpoint is None:
             self._hw = self._leo
         else:
@@ -410,8 +423,17 @@ class PartitionLog:
         bad_offset: int | None,
         next_offset: int | None,
     ) -> None:
-        aside = f"{seg.log_path}.{valid_bytes}-{self.clock()}{CORRUPT_SUFFIX}"
-        seg.copy_range_to(aside, valid_bytes, valid_bytes + bad_bytes)
+        target = f"{seg.log_path}.{valid_bytes}-{self.clock()}{CORRUPT_SUFFIX}"
+        aside: str | None = target
+        try:
+            seg.copy_range_to(target, valid_bytes, valid_bytes + bad_bytes)
+        except LogDirFullError as e:
+            # No room to keep the bad bytes: truncate in place rather than not start (the range is logged).
+            self.io.unlink(target, missing_ok=True)
+            aside = None
+            log.warning("corrupt_log_tail_dropped_no_space", partition=self.name, log_dir=self.log_dir,
+                        segment=os.path.basename(seg.log_path), dropped_from=valid_bytes,
+                        dropped_to=valid_bytes + bad_bytes, error=str(e))
         seg.truncate_bytes(valid_bytes)
         self.load_stats.truncated_bytes += bad_bytes
         log.warning(
@@ -502,6 +524,46 @@ class PartitionLog:
     def name(self) -> str:
         return f"{self.topic}-{self.partition}"
 
+    # ------------------------------------------------------------------------------------------ leader epochs
+
+    @property
+    def leader_epochs(self) -> LeaderEpochCache:
+        """The leader epoch cache (kjbod.storage.epoch_cache), loaded from its file on first use or rebuilt
+        from the batch headers when there is none.  Appends keep it only once replication has taken the log
+        over (``auto_high_watermark`` off): a single-node log never needs it, and rebuilding it then is exact."""
+        with self.lock:
+            return self._epoch_cache_locked()
+
+    def _epoch_cache_locked(self) -> LeaderEpochCache:
+        if self._epochs is None:
+            cache = LeaderEpochCache.load(self.io, self.dir)
+            if cache is None:
+                cache = LeaderEpochCache(self.io, self.dir)
+                if self._leo > self._log_start:
+                    for header in self._iter_batch_headers(self._log_start):
+                        cache.assign(header.partition_leader_epoch, header.base_offset, flush=False)
+                    for seg in self.segments[:-1]:
+                        seg.release()
+                    if cache.entries:
+                        cache.flush()
+            self._epochs = cache
+            self._latest_epoch = cache.latest_epoch
+        return self._epochs
+
+    def assign_leader_epoch(self, epoch: int, start_offset: int) -> None:
+        """A new leader epoch starting at `start_offset` (this broker became leader, Kafka's makeLeader)."""
+        with self.lock:
+            self._epoch_cache_locked().assign(epoch, start_offset)
+            self._latest_epoch = self._epochs.latest_epoch if self._epochs is not None else -2
+
+    def _note_epoch(self, epoch: int, base_offset: int) -> None:
+        """Under the lock, after an append whose batch carries an epoch above the latest known (rare)."""
+        if epoch < 0:
+            return
+        cache = self._epoch_cache_locked()
+        cache.assign(epoch, base_offset)
+        self._latest_epoch = cache.latest_epoch
+
     # ------------------------------------------------------------------------------------------ append
 
     def append(self, records: bytes | bytearray | memoryview, *, leader_epoch: int = 0, now_ms: int | None = None) -> AppendInfo:
@@ -555,6 +617,7 @@ class PartitionLog:
                 raise io.offline_error()
             if self.closed:
                 raise UnknownTopicOrPartitionError(f"partition {self.name} is closed or deleted")
+            io.make_room(total)  # a full dir (or one this append would take into its reserve) refuses appends
             self._ensure_producer_state()
             plan = self.producer_state.plan()
             next_offset = self._leo
@@ -597,10 +660,16 @@ class PartitionLog:
                         buffers.append(memoryview(stamped)[PREFIX.size :])
                         buffers.append(view[pos + RECORD_BATCH_OVERHEAD : pos + header.size])
                     meta.append((pos, base + header.last_offset_delta, header.max_timestamp, header.size))
+                epochs = [(epoch, first_base)]
             else:
                 buffers.append(view)
                 meta = [(pos, h.last_offset, h.max_timestamp, h.size) for pos, h in batches]
+                epochs = [(h.partition_leader_epoch, h.base_offset) for _pos, h in batches]
             seg.append(buffers, meta, total)
+            if not self.auto_high_watermark:  # a replica: see leader_epochs (a lone log rebuilds it when asked)
+                for batch_epoch, batch_base in epochs:
+                    if batch_epoch > self._latest_epoch:
+                        self._note_epoch(batch_epoch, batch_base)
             plan.commit(next_offset)
             self._leo = next_offset
             if self.auto_high_watermark:
@@ -1026,6 +1095,9 @@ class PartitionLog:
                 self._schedule_segment_deletion(seg)
             keep[-1].truncate_to_offset(offset)
             self._leo = offset
+            cache = self._epoch_cache_locked()
+            cache.truncate_from_end(offset)
+            self._latest_epoch = cache.latest_epoch
             self._after_truncation(offset)
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
@@ -1042,6 +1114,9 @@ class PartitionLog:
             self._schedule_segment_deletion(seg)
         self._leo = offset
         self._log_start = offset
+        if self._epochs is not None or self.io.exists(os.path.join(self.dir, "leader-epoch-checkpoint")):
+            self._epoch_cache_locked().clear()
+            self._latest_epoch = -1
         self._after_truncation(offset)
 
     def _after_truncation(self, offset: int) -> None:

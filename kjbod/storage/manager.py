@@ -16,6 +16,12 @@ Strategy:
   Retention and checkpoints follow Kafka's schedule (kjbod.storage.tasks.Periodic): a first run soon after
   :meth:`open`, then one per interval (``log.retention.check.interval.ms``,
   ``log.flush.offset.checkpoint.interval.ms``; high watermarks every 5 s, Kafka's default).
+* **A full dir** (ENOSPC, EDQUOT, or usable bytes at or below ``log.dir.reserved.bytes``; see kjbod.storage.fsio)
+  stays online: reads, moves off it, retention and deletes go on, appends are refused. Each dir's background
+  thread checks its free space every ``space_check_interval_ms`` (``log.dir.space.check.interval.ms``), which
+  is what brings a full dir back; placement never picks a full dir. A partition dir with no segment (a creation
+  that failed half-way, on a full disk say) is debris: at start it is renamed ``-stray``, never loaded as a
+  second copy of the partition.
 * **close()** is the clean shutdown: every log flushed and closed, checkpoints written, then the
   ``.kafka_cleanshutdown`` marker, then the locks released.
 
@@ -54,6 +60,7 @@ from kjbod.storage.errors import (
     DuplicateLogError,
     InvalidTopicError,
     KafkaStorageError,
+    LogDirFullError,
     LogDirNotFoundError,
     StorageSetupError,
     TopicAlreadyExistsError,
@@ -65,6 +72,7 @@ from kjbod.storage.log import PartitionLog, _wall_ms
 from kjbod.storage.meta import MetaProperties, ensure_meta_properties
 from kjbod.storage.placement import MOST_USABLE, POLICIES, DirCandidate, choose_dirs
 from kjbod.storage.tasks import DeletionQueue, Periodic
+from kjbod.storage.workers import DirWorker, workers_enabled
 
 log = structlog.get_logger("kjbod.storage.manager")
 
@@ -125,6 +133,8 @@ class LogDirInfo:
     error: str | None = None
     state: DirState = DirState.ONLINE
     recent_latency_ms: int = 0  # the slowest operation of the last few seconds (kjbod.storage.health)
+    failed_at_ms: int = -1  # when an offline dir went offline (wall clock, ms); -1 if online or not known
+    reserved_bytes: int = -1  # log.dir.reserved.bytes as applied to this dir's filesystem (-1: not known)
 
 
 @dataclass(frozen=True)
@@ -155,6 +165,16 @@ class _Dir:
         # disk does not answer holds up only its own probe (and never the process's exit); one still running is
         # not asked again.
         self.probe: Future[tuple[int, int, int]] | None = None
+        self.space_timer = Periodic("space-check", 1_000, 0)
+        # The request path's file work (appends, reads, rolls): one FIFO thread, started on first use
+        # (kjbod.storage.workers); None when KJBOD_DIR_WORKERS=0 runs it on the event loop.
+        self.worker: DirWorker | None = None
+
+
+def _describe_log(plog: PartitionLog) -> str:
+    """What a loaded log holds, for a message naming two copies of one partition."""
+    return (f"{len(plog.segments)} segment(s), offsets {plog.log_start_offset} to {plog.log_end_offset}, "
+            f"{plog.size_bytes} bytes")
 
 
 def _probe_dir(io: LogDirIO) -> tuple[int, int, int]:
@@ -202,6 +222,8 @@ class LogManager:
         recovery_threads: int | None = None,
         stall_timeout_ms: int = 30_000,
         slow_threshold_ms: int = 1_000,
+        reserved_bytes: int = -1,
+        space_check_interval_ms: int = 1_000,
     ) -> None:
         if not log_dirs:
             raise ValueError("at least one log dir is needed")
@@ -227,7 +249,14 @@ class LogManager:
 
         self.producer_id_expiration_ms = producer_id_expiration_ms
         self.recovery_threads = recovery_threads
-        self._dirs: dict[str, _Dir] = {p: _Dir(LogDirIO(p, on_offline=self._dir_failed), timers()) for p in paths}
+        if space_check_interval_ms <= 0:
+            raise ValueError(f"log.dir.space.check.interval.ms must be positive, not {space_check_interval_ms}")
+        self.space_check_interval_ms = space_check_interval_ms
+        self._dirs: dict[str, _Dir] = {
+            p: _Dir(LogDirIO(p, on_offline=self._dir_failed, reserved_bytes=reserved_bytes), timers()) for p in paths
+        }
+        for d in self._dirs.values():
+            d.space_timer = Periodic("space-check", space_check_interval_ms, 0)
         self.watchdog = DirWatchdog(
             [d.io for d in self._dirs.values()],
             stall_timeout_ms=stall_timeout_ms, slow_threshold_ms=slow_threshold_ms,
@@ -243,10 +272,14 @@ class LogManager:
         self._closed = False
         self._arm_timers(clock())
         self._bg_stop = threading.Event()
+        self._workers_on = workers_enabled()
 
     # ------------------------------------------------------------------------------------------ dirs
 
     def _dir_failed(self, io: LogDirIO, reason: str, exc: BaseException) -> None:
+        worker = self._dirs[io.path].worker if io.path in self._dirs else None
+        if worker is not None and io.stalled:
+            worker.abandon()  # requests queued behind the stuck operation are answered now
         if self.on_dir_offline is not None:
             try:
                 self.on_dir_offline(io.path)
@@ -277,8 +310,12 @@ class LogManager:
                 error = f"log dir {path} did not answer in time (a slow or hung disk)"
             elif answer is not None:
                 total, usable = answer[0], answer[1]
+            elif state is DirState.FULL:
+                error = d.io.full_error().message
+            reserve = d.io.reserved_bytes if d.io.total_bytes >= 0 else -1
+            failed_at = d.io.offline_at_ms
             out.append(LogDirInfo(path, d.directory_id, d.io.online, total, usable, error, state,
-                                  health.recent_latency_ms))
+                                  health.recent_latency_ms, -1 if failed_at is None else failed_at, reserve))
         return out
 
     def start_probes(self) -> dict[str, Future[tuple[int, int, int]]]:
@@ -309,6 +346,25 @@ class LogManager:
     def dir_health(self, path: str) -> DirHealthInfo:
         """A dir's state (online, degraded, offline) and recent operation latency, without touching its disk."""
         return self.watchdog.health[os.path.abspath(path)].info()
+
+    def dir_degraded(self, path: str) -> bool:
+        """Whether the watchdog last saw this dir slow (cheap: no disk, no lock)."""
+        health = self.watchdog.health.get(path)
+        return health is not None and health.degraded
+
+    def worker(self, path: str) -> DirWorker | None:
+        """The dir's request-path worker (started on first use), or None when workers are off
+        (``KJBOD_DIR_WORKERS=0``) or the manager is closed."""
+        d = self._dirs[path]
+        worker = d.worker
+        if worker is None and self._workers_on and not self._closed:
+            with self._lock:
+                worker = d.worker
+                if worker is None:
+                    worker = d.worker = DirWorker(d.io)
+                    if d.io.stalled:
+                        worker.abandon()
+        return worker
 
     @property
     def online_dirs(self) -> list[str]:
@@ -357,6 +413,8 @@ class LogManager:
             online = [d for d in self._dirs.values() if d.io.online]
             if not online:
                 raise StorageSetupError("no log dir could be opened")
+            for d in online:
+                self._check_space(d)
             started = time.monotonic()
             workers = self.recovery_threads or len(online)
             with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kjbod-log-load") as pool:
@@ -366,8 +424,9 @@ class LogManager:
                     other = self._logs.get(tp)
                     if other is not None:
                         raise DuplicateLogError(
-                            f"partition {tp[0]}-{tp[1]} has a log in {other.log_dir} and in {d.io.path}: a log dir "
-                            "failed while a future replica was replacing the current one; remove the stale copy"
+                            f"partition {tp[0]}-{tp[1]} has a log in {other.log_dir} ({_describe_log(other)}) and in "
+                            f"{d.io.path} ({_describe_log(plog)}): a log dir failed while a future replica was "
+                            "replacing the current one; remove the stale copy"
                         )
                     self._logs[tp] = plog
                 for tp, plog in future.items():
@@ -435,6 +494,8 @@ class LogManager:
                 if suffix == STRAY_DIR_SUFFIX:
                     d.stray.append(path)
                     continue
+                if suffix is None and self._half_made(io, path):
+                    continue
                 tp = (topic, partition)
                 plog = PartitionLog.load(
                     io,
@@ -468,8 +529,43 @@ class LogManager:
             log.error("log_dir_load_failed", log_dir=io.path, error=str(e))
             for plog in [*current.values(), *future.values()]:
                 plog.close_quietly()
+            # A dir that could not be loaded (even for want of space) must not serve as an empty one.
+            io.mark_offline("load", io.path, e)
             return {}, {}
         return current, future
+
+    def _half_made(self, io: LogDirIO, path: str) -> bool:
+        """A partition dir with no segment (only ``partition.metadata``, or nothing) is what a creation that
+        failed half-way leaves (a full disk, a crash): renamed ``-stray``, never loaded as a live copy."""
+        names = io.listdir(path)
+        if any(n.endswith(".log") for n in names):
+            return False
+        topic, partition, _ = parse_partition_dir_name(os.path.basename(path)) or ("?", 0, None)
+        new_path = io.join(suffixed_dir_name(topic, partition, STRAY_DIR_SUFFIX))
+        io.rename(path, new_path)
+        io.fsync_dir()
+        self._dirs[io.path].stray.append(new_path)
+        log.warning("half_made_partition_dir_set_aside", log_dir=io.path, partition=f"{topic}-{partition}",
+                    files=sorted(names), renamed_to=os.path.basename(new_path),
+                    why="no segment: a creation that failed half-way; not a copy of the partition")
+        return True
+
+    def check_space(self) -> None:
+        """Check every online dir's free space now (the background threads do it every
+        ``space_check_interval_ms``; the next one comes one interval after this)."""
+        now = self.clock()
+        for d in self._dirs.values():
+            d.space_timer.arm_after_run(now)
+            self._check_space(d)
+
+    def _check_space(self, d: _Dir) -> None:
+        """One statvfs of the dir: corrects its free-space estimate, marks it full or back (see fsio)."""
+        if not d.io.online:
+            return
+        try:
+            d.io.refresh_space()
+        except KafkaStorageError as e:
+            log.debug("space_check_failed", log_dir=d.io.path, error=str(e))
 
     def _note_roll(self, plog: PartitionLog) -> None:
         with self._rolled_lock:
@@ -501,23 +597,33 @@ class LogManager:
 
     # ------------------------------------------------------------------------------------------ create
 
-    def assign_dirs(self, count: int, config: LogConfig | None = None) -> list[str]:
-        """Log dirs for ``count`` new partitions under the placement policy (see kjbod.storage.placement)."""
+    def assign_dirs(self, count: int, config: LogConfig | None = None, exclude: Iterable[str] = ()) -> list[str]:
+        """Log dirs for ``count`` new partitions under the placement policy (see kjbod.storage.placement), none
+        of them in ``exclude``."""
+        excluded = set(exclude)
         cfg = config or self.defaults
         counts: dict[str, int] = {p: 0 for p in self._dirs}
         for plog in [*self._logs.values(), *self._futures.values()]:
             counts[plog.log_dir] = counts.get(plog.log_dir, 0) + 1
         candidates = []
         answers = self.probe_dirs(self.probe_timeout_s)  # a dir that does not answer in time gets nothing new
+        full = []
         for path, answer in answers.items():
-            if answer is None:
+            if answer is None or path in excluded:
+                continue
+            io = self._dirs[path].io
+            if io.full or answer[1] - io.reserved_bytes < cfg.max_message_bytes:
+                # Whatever the policy: a full dir, or one without room for one more batch, gets no new partition.
+                full.append(path)
                 continue
             usable, device = (answer[1], answer[2]) if self.placement_policy == MOST_USABLE else (0, None)
             candidates.append(DirCandidate(path, usable, counts[path], device))
         if not candidates:
             silent = [p for p, a in answers.items() if a is None]
-            raise KafkaStorageError("no online log dir to create a partition in"
-                                    + (f" ({', '.join(silent)} did not answer in time)" if silent else ""))
+            why = ([f"{', '.join(silent)} did not answer in time"] if silent else []) + (
+                [f"{', '.join(full)} full"] if full else [])
+            raise KafkaStorageError("no online log dir with room to create a partition in"
+                                    + (f" ({'; '.join(why)})" if why else ""))
         return choose_dirs(candidates, count, policy=self.placement_policy, estimate=cfg.expected_partition_bytes())
 
     def create_partition(
@@ -545,18 +651,33 @@ class LogManager:
             out = []
             for spec in specs:
                 d = self._resolve_dir(spec.dir) if spec.dir is not None else self._dirs[next(placed)]
-                cfg = spec.config or self.defaults
-                path = d.io.join(f"{spec.topic}-{spec.partition}")
-                if d.io.exists(path):
-                    raise TopicAlreadyExistsError(f"{path} already exists")
-                plog = PartitionLog.create(
-                    d.io, path, spec.topic, spec.partition, spec.topic_id, cfg,
-                    clock=self.clock, deletions=self.deletions, on_roll=self._note_roll,
-                )
+                tried: list[str] = []
+                while True:
+                    try:
+                        plog = self._create_in(d, spec)
+                        break
+                    except LogDirFullError as e:
+                        # The dir turned out full at the creation (PartitionLog.create removed what it made):
+                        # a partition the policy placed goes to another dir instead.
+                        if spec.dir is not None:
+                            raise
+                        tried.append(d.io.path)
+                        log.warning("partition_placed_again", partition=f"{spec.topic}-{spec.partition}",
+                                    full_dir=d.io.path, error=str(e))
+                        d = self._dirs[self.assign_dirs(1, spec.config, exclude=tried)[0]]
                 self._logs[(spec.topic, spec.partition)] = plog
                 log.info("partition_created", partition=plog.name, log_dir=d.io.path, topic_id=spec.topic_id)
                 out.append(plog)
             return out
+
+    def _create_in(self, d: _Dir, spec: PartitionSpec) -> PartitionLog:
+        path = d.io.join(f"{spec.topic}-{spec.partition}")
+        if d.io.exists(path):
+            raise TopicAlreadyExistsError(f"{path} already exists")
+        return PartitionLog.create(
+            d.io, path, spec.topic, spec.partition, spec.topic_id, spec.config or self.defaults,
+            clock=self.clock, deletions=self.deletions, on_roll=self._note_roll,
+        )
 
     def set_config(self, topic: str, config: LogConfig) -> None:
         """Apply a changed topic config to the topic's logs (segment size, retention... take effect at once)."""
@@ -920,11 +1041,12 @@ class LogManager:
 
     def _arm_timers(self, now_ms: int) -> None:
         for d in self._dirs.values():
-            for timer in (d.retention_timer, d.checkpoint_timer, d.hw_checkpoint_timer):
+            for timer in (d.retention_timer, d.checkpoint_timer, d.hw_checkpoint_timer, d.space_timer):
                 timer.arm(now_ms)
 
     def _next_due_in(self, d: _Dir) -> int:
-        return min(d.retention_timer.next_ms, d.checkpoint_timer.next_ms, d.hw_checkpoint_timer.next_ms)
+        return min(d.retention_timer.next_ms, d.checkpoint_timer.next_ms, d.hw_checkpoint_timer.next_ms,
+                   d.space_timer.next_ms)
 
     def next_due_ms(self) -> int:
         """When the next periodic task (retention, checkpoints) of any dir is due, on this manager's clock."""
@@ -941,6 +1063,8 @@ class LogManager:
         """Run the background tasks of one dir that are due: its deletions, flushes, retention and checkpoints."""
         now = self.clock() if now_ms is None else now_ms
         d = self._dirs[path]
+        if d.space_timer.due(now):
+            self._check_space(d)  # first: a full dir is seen (and a freed one back) before the other work
         self.deletions.run_due(now, under=path)
         self.flush_rolled(path)
         self._each_log(lambda p: p.flush_if_due(now), path)
@@ -990,18 +1114,32 @@ class LogManager:
             thread = d.thread
             if thread is None:
                 continue
-            while thread.is_alive() and not d.io.stalled:
-                thread.join(timeout=0.1)
-                oldest = d.io.oldest_outstanding()
-                if oldest is not None and time.monotonic() - oldest[2] > SHUTDOWN_GRACE_S:
-                    op, file, started = oldest
-                    log.error("log_dir_stuck_at_shutdown", log_dir=path, op=op, path=file,
-                              outstanding_s=round(time.monotonic() - started, 1),
-                              effect="taken offline and left behind; the shutdown goes on without it")
-                    d.io.fail_stalled(op, file, time.monotonic() - started, "stuck at shutdown")
-            if thread.is_alive():
-                log.warning("log_dir_thread_abandoned", log_dir=path, reason=d.io.offline_reason)
+            self._join_or_fail(path, d, thread)
             d.thread = None
+
+    def _stop_workers(self) -> None:
+        """Let each dir's worker finish what is queued; one stuck past the grace fails its dir (as the
+        background threads do)."""
+        for d in self._dirs.values():
+            if d.worker is not None:
+                d.worker.stop()
+        for path, d in self._dirs.items():
+            if d.worker is not None:
+                self._join_or_fail(path, d, d.worker)
+
+    @staticmethod
+    def _join_or_fail(path: str, d: _Dir, thread: threading.Thread | DirWorker) -> None:
+        while thread.is_alive() and not d.io.stalled:
+            thread.join(0.1)
+            oldest = d.io.oldest_outstanding()
+            if oldest is not None and time.monotonic() - oldest[2] > SHUTDOWN_GRACE_S:
+                op, file, started = oldest
+                log.error("log_dir_stuck_at_shutdown", log_dir=path, op=op, path=file,
+                          outstanding_s=round(time.monotonic() - started, 1),
+                          effect="taken offline and left behind; the shutdown goes on without it")
+                d.io.fail_stalled(op, file, time.monotonic() - started, "stuck at shutdown")
+        if thread.is_alive():
+            log.warning("log_dir_thread_abandoned", log_dir=path, reason=d.io.offline_reason)
 
     # ------------------------------------------------------------------------------------------ close
 
@@ -1012,8 +1150,11 @@ class LogManager:
             return
         self._closed = True
         self.stop_background()
-        failed_dirs: set[str] = set()
+        self._stop_workers()
+        failed_dirs: set[str] = {p for p, d in self._dirs.items() if d.io.stalled}
         for plog in [*self._logs.values(), *self._futures.values()]:
+            if plog.log_dir in failed_dirs:
+                continue  # a stalled dir's log may be locked by the stuck call: it is not touched again
             try:
                 plog.close()
             except KafkaStorageError:
@@ -1025,7 +1166,7 @@ class LogManager:
                     d.io.write_atomic(d.io.join(CLEAN_SHUTDOWN_FILE), render_clean_shutdown(broker_epoch).encode())
                 except KafkaStorageError as e:
                     log.warning("clean_shutdown_marker_failed", log_dir=path, error=str(e))
-            if d.lock is not None:
+            if d.lock is not None and not d.io.stalled:  # a stalled dir's fd is left to the process's exit
                 d.lock.close()
                 d.lock = None
         log.info("log_manager_closed", offline_dirs=[p for p, d in self._dirs.items() if not d.io.online])

@@ -27,7 +27,7 @@ import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from kjbod.storage.errors import CorruptMessageError
+from kjbod.storage.errors import CorruptMessageError, LogDirFullError
 from kjbod.storage.fsio import FileHandle, LogDirIO
 from kjbod.storage.index import OffsetIndex, TimeIndex
 from kjbod.storage.records import (
@@ -186,7 +186,11 @@ class LogSegment:
         if not self.index.loaded or not self.time_index.loaded:
             self.ensure_indexes_loaded()
         start = self.size
-        self.fh.writev(buffers)
+        try:
+            self.fh.writev(buffers)
+        except LogDirFullError:
+            self.fh.truncate(start)  # a partial write (ENOSPC midway) leaves nothing behind
+            raise
         self.size = start + total
         if start == 0:
             self._rolling_ts = batches[0][2] if batches[0][2] >= 0 else None

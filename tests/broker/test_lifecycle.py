@@ -286,6 +286,31 @@ async def test_a_failed_dir_that_cannot_be_reported_shuts_the_broker_down(contro
         await b.manager.close()
 
 
+async def test_an_unreported_failed_dir_the_broker_leads_nothing_in_does_not_shut_it_down_until_it_does(
+        controller: FakeController) -> None:
+    b = Broker(controller, log_dir_failure_timeout=0.2)
+    try:
+        m = await _run_to_running(b, controller)
+        controller.away = True
+        leads = asyncio.Event()
+        checks = 0
+
+        def leads_in() -> bool:
+            nonlocal checks
+            checks += 1
+            if checks == 2:
+                leads.set()
+            return checks > 2  # from the third check on, it leads a partition there
+
+        m.propagate_directory_failure(DIRS[1], leads_in)
+        await asyncio.wait_for(leads.wait(), 60)
+        assert b.shutdowns == []  # two deadlines passed while it led nothing there
+        await asyncio.wait_for(b.manager.controlled_shutdown, 60)
+        assert checks == 3 and len(b.shutdowns) == 1 and "log dir" in b.shutdowns[0]
+    finally:
+        await b.manager.close()
+
+
 async def test_a_reported_dir_failure_does_not_shut_down(controller: FakeController) -> None:
     b = Broker(controller, log_dir_failure_timeout=2.0)
     try:

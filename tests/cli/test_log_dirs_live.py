@@ -138,10 +138,12 @@ def segment_bytes(partition_dir: Path) -> int:
 # KIP-113's document (its field names, kafka-log-dirs.sh's grouping by broker) with kjbod's additions, written
 # down as types: a tuple means any of these; a dict is an object with exactly these keys; a list, a list of that.
 INT, NULLABLE_INT, NULLABLE_STR = ("int",), ("int", None), (str, None)
-PARTITION_SCHEMA = {"topic": str, "partition": INT, "size": INT, "offset_lag": NULLABLE_INT, "is_temporary": bool}
+PARTITION_SCHEMA = {"topic": str, "partition": INT, "size": INT, "offset_lag": NULLABLE_INT,
+                    "behind_leader": NULLABLE_INT, "is_temporary": bool}
 LOG_DIR_SCHEMA = {"path": str, "is_live": bool, "error": NULLABLE_STR, "directory_id": NULLABLE_STR,
                   "total_bytes": NULLABLE_INT, "usable_bytes": NULLABLE_INT, "state": NULLABLE_STR,
-                  "recent_latency_ms": NULLABLE_INT, "partitions": [PARTITION_SCHEMA]}
+                  "recent_latency_ms": NULLABLE_INT, "failed_at": NULLABLE_STR, "reserved_bytes": NULLABLE_INT,
+                  "partitions": [PARTITION_SCHEMA]}
 DOCUMENT_SCHEMA = {"version": INT, "brokers": [{"broker": INT, "error": NULLABLE_STR, "log_dirs": [LOG_DIR_SCHEMA]}]}
 
 
@@ -218,7 +220,7 @@ def test_describe_table(server):
     lines = table.stdout.splitlines()
     assert lines[0] == f"Broker {server.node_id}: 3 log dirs"
     header = lines[1]
-    for column in ("LOG DIR", "STATE", "REPLICAS", "DATA", "SIZE", "USED", "FREE", "USE%", "DIRECTORY ID"):
+    for column in ("LOG DIR", "STATE", "REPLICAS", "DATA", "SIZE", "USED", "FREE", "RESERVE", "USE%", "DIRECTORY ID"):
         assert column in header
     for d in document["brokers"][0]["log_dirs"]:
         (row,) = [line for line in lines if line.strip().startswith(d["path"] + " ")]

@@ -201,9 +201,10 @@ def sample() -> LogDirsByBroker:
             ReplicaInfo("events", 1, 3 * 2**20, 0, False),
             ReplicaInfo("events", 0, 5 * 2**20, 0, False),
             ReplicaInfo("audit", 0, 512, None, False),
-        ]),
+        ], reserved_bytes=2**30),
         LogDirInfo(1, "/data/b", None, None, None, None, [ReplicaInfo("events", 0, 2**20, 1234, True)]),
-        LogDirInfo(1, "/data/c", None, ErrorCode.KAFKA_STORAGE_ERROR, None, None, []),
+        LogDirInfo(1, "/data/c", None, ErrorCode.KAFKA_STORAGE_ERROR, None, None, [], "offline", None,
+                   1_795_622_400_000),
     ]
     result[3] = [LogDirInfo(3, "/d3", None, None, 100, 100, [])]
     result.errors[2] = KafkaError(ErrorCode.NETWORK_EXCEPTION, "127.0.0.1:9: connection refused")
@@ -211,26 +212,33 @@ def sample() -> LogDirsByBroker:
 
 
 def test_describe_document():
-    document = describe_document(sample())
+    document = describe_document(sample(), {(1, "events", 1): 42})
     assert document == {"version": 1, "brokers": [
         {"broker": 1, "error": None, "log_dirs": [
             {"path": "/data/a", "is_live": True, "error": None, "directory_id": "D289LI8KSlWdSx0uP0BRYg",
              "total_bytes": 1000 * 2**30, "usable_bytes": 250 * 2**30, "state": None, "recent_latency_ms": None,
-             "partitions": [
-                 {"topic": "audit", "partition": 0, "size": 512, "offset_lag": None, "is_temporary": False},
-                 {"topic": "events", "partition": 0, "size": 5 * 2**20, "offset_lag": 0, "is_temporary": False},
-                 {"topic": "events", "partition": 1, "size": 3 * 2**20, "offset_lag": 0, "is_temporary": False},
+             "failed_at": None, "reserved_bytes": 2**30, "partitions": [
+                 {"topic": "audit", "partition": 0, "size": 512, "offset_lag": None, "behind_leader": None,
+                  "is_temporary": False},
+                 {"topic": "events", "partition": 0, "size": 5 * 2**20, "offset_lag": 0, "behind_leader": None,
+                  "is_temporary": False},
+                 {"topic": "events", "partition": 1, "size": 3 * 2**20, "offset_lag": 0, "behind_leader": 42,
+                  "is_temporary": False},
              ]},
             {"path": "/data/b", "is_live": True, "error": None, "directory_id": None, "total_bytes": None,
-             "usable_bytes": None, "state": None, "recent_latency_ms": None, "partitions": [
-                 {"topic": "events", "partition": 0, "size": 2**20, "offset_lag": 1234, "is_temporary": True}]},
+             "usable_bytes": None, "state": None, "recent_latency_ms": None, "failed_at": None, "reserved_bytes": None,
+             "partitions": [
+                 {"topic": "events", "partition": 0, "size": 2**20, "offset_lag": 1234, "behind_leader": None,
+                  "is_temporary": True}]},
             {"path": "/data/c", "is_live": False, "error": "KAFKA_STORAGE_ERROR", "directory_id": None,
-             "total_bytes": None, "usable_bytes": None, "state": None, "recent_latency_ms": None, "partitions": []},
+             "total_bytes": None, "usable_bytes": None, "state": "offline", "recent_latency_ms": None,
+             "failed_at": "2026-11-25T16:00:00Z", "reserved_bytes": None, "partitions": []},
         ]},
         {"broker": 2, "error": "NETWORK_EXCEPTION: 127.0.0.1:9: connection refused", "log_dirs": []},
         {"broker": 3, "error": None, "log_dirs": [
             {"path": "/d3", "is_live": True, "error": None, "directory_id": None, "total_bytes": 100,
-             "usable_bytes": 100, "state": None, "recent_latency_ms": None, "partitions": []}]},
+             "usable_bytes": 100, "state": None, "recent_latency_ms": None, "failed_at": None, "reserved_bytes": None,
+             "partitions": []}]},
     ]}
     json.dumps(document)  # plain JSON types only
 
@@ -253,32 +261,34 @@ def test_slow_and_silent_dirs_show_their_state():
 
 
 def test_render_table():
-    text = render_table(describe_document(sample()))
+    text = render_table(describe_document(sample(), {(1, "events", 1): 42}))
     lines = text.splitlines()
     assert lines[0] == "Broker 1: 3 log dirs"
     header = lines[1].split()
-    assert header == ["LOG", "DIR", "STATE", "REPLICAS", "DATA", "SIZE", "USED", "FREE", "USE%", "DIRECTORY", "ID"]
+    assert header == ["LOG", "DIR", "STATE", "REPLICAS", "DATA", "SIZE", "USED", "FREE", "RESERVE", "USE%",
+                      "DIRECTORY", "ID"]
     assert lines[2].split() == ["/data/a", "online", "3", "8.0", "MiB", "1000.0", "GiB", "750.0", "GiB", "250.0",
-                                "GiB", "75.0%", "D289LI8KSlWdSx0uP0BRYg"]
+                                "GiB", "1.0", "GiB", "75.0%", "D289LI8KSlWdSx0uP0BRYg"]
     # A dir receiving a move counts the future replica apart; unknown sizes show "-".
-    assert lines[3].split() == ["/data/b", "online", "0", "+1", "1.0", "MiB", "-", "-", "-", "-", "-"]
-    assert lines[4].split() == ["/data/c", "OFFLINE", "(KAFKA_STORAGE_ERROR)", "-", "-", "-", "-", "-", "-", "-"]
+    assert lines[3].split() == ["/data/b", "online", "0", "+1", "1.0", "MiB", "-", "-", "-", "-", "-", "-"]
+    assert lines[4].split() == ["/data/c", "OFFLINE", "(KAFKA_STORAGE_ERROR)", "since", "2026-11-25T16:00:00Z",
+                                "-", "-", "-", "-", "-", "-", "-", "-"]
     # Columns line up: every dir row starts its STATE column under the header's.
     column = lines[1].index("STATE")
     assert all(line[column - 2:column] == "  " and line[column] != " " for line in lines[2:5])
     replicas = lines[6:10]
-    assert replicas[0].split() == ["PARTITION", "LOG", "DIR", "SIZE", "OFFSET", "LAG", "NOTE"]
-    assert replicas[1].split() == ["audit-0", "/data/a", "512", "B", "-"]
-    assert replicas[2].split() == ["events-0", "/data/a", "5.0", "MiB", "0"]
-    assert replicas[3].split() == ["events-0", "/data/b", "1.0", "MiB", "1234", "future:", "moving", "here"]
+    assert replicas[0].split() == ["PARTITION", "LOG", "DIR", "SIZE", "OFFSET", "LAG", "BEHIND", "LEADER", "NOTE"]
+    assert replicas[1].split() == ["audit-0", "/data/a", "512", "B", "-", "-"]
+    assert replicas[2].split() == ["events-0", "/data/a", "5.0", "MiB", "0", "-"]
+    assert replicas[3].split() == ["events-0", "/data/b", "1.0", "MiB", "1234", "-", "future:", "moving", "here"]
     assert lines[10:] == [
-        "  events-1   /data/a  3.0 MiB           0",
+        "  events-1   /data/a  3.0 MiB           0             42",
         "",
         "Broker 2: could not describe its log dirs: NETWORK_EXCEPTION: 127.0.0.1:9: connection refused",
         "",
         "Broker 3: 1 log dir",
-        "  LOG DIR  STATE   REPLICAS  DATA   SIZE  USED   FREE  USE%  DIRECTORY ID",
-        "  /d3      online         0   0 B  100 B   0 B  100 B  0.0%  -",
+        "  LOG DIR  STATE   REPLICAS  DATA   SIZE  USED   FREE  RESERVE  USE%  DIRECTORY ID",
+        "  /d3      online         0   0 B  100 B   0 B  100 B        -  0.0%  -",
         "",
         "  (no replicas)",
     ]

@@ -4,6 +4,7 @@ tests and stopped with `kjbod cluster down`.  Short heartbeat and session timeou
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -97,15 +98,23 @@ class Cluster:
         return (self.homes[name] / "server.log").read_text(errors="replace")
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    root = tmp_path_factory.mktemp("cluster")
-    command = [*COMMAND, "cluster", "up", "--detach", "--brokers", "3", "--log-dirs", "3", "--dir", str(root),
-               "--set", f"broker.heartbeat.interval.ms={HEARTBEAT_MS}",
-               "--set", f"broker.session.timeout.ms={SESSION_MS}"]
+@contextlib.contextmanager
+def running_cluster(root: Path, settings: dict[str, str] | None = None,
+                    env: dict[str, str] | None = None, *, brokers: int = 3,
+                    log_dirs: int = 3) -> Iterator[Cluster]:
+    """`kjbod cluster up --detach` in `root` (a controller and `brokers` brokers x `log_dirs` dirs, this module's
+    short timers unless `settings` say otherwise, and `settings` as more `--set key=value`), stopped with
+    `kjbod cluster down` at the end; `env` is added to the nodes' environment."""
+    command = [*COMMAND, "cluster", "up", "--detach", "--brokers", str(brokers), "--log-dirs", str(log_dirs),
+               "--dir", str(root)]
+    chosen = {"broker.heartbeat.interval.ms": str(HEARTBEAT_MS), "broker.session.timeout.ms": str(SESSION_MS),
+              **(settings or {})}
+    for key, value in chosen.items():
+        command += ["--set", f"{key}={value}"]
     cluster = Cluster(root, "")
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+        done = subprocess.run(command, capture_output=True, text=True, timeout=300,
+                              env={**os.environ, **env} if env else None)
         assert done.returncode == 0, f"cluster up failed:\n{done.stdout}{done.stderr}"
         cluster = Cluster(root, done.stdout)
         yield cluster
@@ -113,3 +122,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         subprocess.run([*COMMAND, "cluster", "down", "--dir", str(root)], capture_output=True, timeout=300)
         for process in cluster.processes.values():
             process.wait(WAIT_S)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    with running_cluster(tmp_path_factory.mktemp("cluster")) as running:
+        yield running

@@ -295,7 +295,8 @@ def on_disk(cluster: Cluster, topic: str) -> dict[int, dict[int, str]]:
         for path in cluster.properties(f"broker-{b}")["log.dirs"].split(","):
             dir_id = read_meta_properties(Path(path))["directory.id"]
             for d in Path(path).glob(f"{topic}-*"):
-                out.setdefault(int(d.name.rpartition("-")[2]), {})[b] = dir_id
+                if d.name.rpartition("-")[2].isdigit():  # not a move's -future or -delete dir
+                    out.setdefault(int(d.name.rpartition("-")[2]), {})[b] = dir_id
     return out
 
 
@@ -402,3 +403,47 @@ def test_cluster_up_in_the_foreground_stops_every_node_when_its_terminal_goes_aw
         if up.poll() is None:
             up.kill()
             up.communicate()
+
+
+def broker_events(cluster: Cluster, broker_id: int, since: int = 0) -> list[dict]:
+    """The broker's JSON log lines from character `since` of its server.log on."""
+    out = []
+    for line in cluster.log(f"broker-{broker_id}")[since:].splitlines():
+        if line.startswith("{"):
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                continue
+    return out
+
+
+def test_a_kip113_move_updates_directories_before_its_swap(cluster):
+    """KIP-858's order for an intra-broker move on a broker-only node: once the future replica has caught up the
+    broker sends AssignReplicasToDirs, and only after the controller has confirmed it does it swap; the metadata
+    log's last Directories of the partition name the dir the replica is in on disk after the move."""
+    from kjbod.protocol.generated import AlterReplicaLogDirsRequest
+
+    topic = "moved-live"
+    led = new_topic(cluster, topic, 6)
+    placed, _ = assigned(cluster, topic, 6)
+    p = next(p for p, b in led.items() if b == 2)
+    dirs = {read_meta_properties(Path(d))["directory.id"]: d
+            for d in cluster.properties("broker-2")["log.dirs"].split(",")}
+    target_id, target = next((i, d) for i, d in dirs.items() if i != placed[p][2])
+    values = [b"record %d" % i for i in range(200)]
+    mark = len(cluster.log("broker-2"))
+    with raw_to(cluster, 2) as raw:
+        assert produce(raw, topic, p, batch(values)).error_code == 0
+        resp = raw.call(AlterReplicaLogDirsRequest(dirs=[AlterReplicaLogDirsRequest.AlterReplicaLogDir(
+            path=target, topics=[AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic(name=topic, partitions=[p])])]),
+            2)
+        assert [r.error_code for t in resp.results for r in t.partitions] == [0]
+    wait_for(lambda: on_disk(cluster, topic).get(p) == {2: target_id}, "the replica in its new dir")  # (none mid-swap)
+    _, history = assigned(cluster, topic, 6)
+    assert history[p][-1] == {2: target_id}
+    events = [(e["event"], e.get("partition")) for e in broker_events(cluster, 2, mark)]
+    name = f"{topic}-{p}"
+    confirmed = events.index(("replica_dir_assignment_confirmed", name))
+    assert confirmed < events.index(("replica_move_completed", name)), events
+    with raw_to(cluster, 2) as raw:
+        assert [r.value for r in fetch_all(raw, topic, p)] == values

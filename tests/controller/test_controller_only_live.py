@@ -58,7 +58,7 @@ def test_controller_only_process(tmp_path):
             rf2 = ctl.call(CreateTopicsRequest(timeout_ms=1000, topics=[CreateTopicsRequest.CreatableTopic(
                 name="u", num_partitions=1, replication_factor=2)]), 7)
             assert rf2.topics[0].error_code == E.INVALID_REPLICATION_FACTOR
-            assert "replication between brokers is not available yet" in rf2.topics[0].error_message
+            assert "only 1 broker(s) are registered" in rf2.topics[0].error_message
             cluster = ctl.call(DescribeClusterRequest(endpoint_type=2), 1)
             assert [(b.broker_id, b.port) for b in cluster.brokers] == [(100, server.port)]
         with RawClient(server.host, server.port) as ctl:

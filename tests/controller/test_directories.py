@@ -8,7 +8,7 @@ import uuid
 import pytest
 
 from kjbod.controller import directories
-from kjbod.metadata import DIR_LOST, DIR_UNASSIGNED
+from kjbod.metadata import DIR_LOST, DIR_UNASSIGNED, EMPTY_IMAGE, image_records, replay
 from kjbod.protocol.errors import ErrorCode as E
 from kjbod.protocol.generated import (
     AssignReplicasToDirsRequest,
@@ -136,6 +136,30 @@ def test_a_replica_placed_in_an_offline_dir_loses_leadership(target):
     assert parts[2].leader == 1 and not ctx.image.broker(1).fenced  # the rest keep their leader
 
 
+def test_a_leaderless_replica_assigned_back_to_an_online_dir_gets_its_leader_back():
+    """A move's destination was recorded, then failed (the heartbeat took the partition's leadership away); the
+    broker points the replica back at its source, online: the same record elects the broker again."""
+    ctx = cluster()
+    tid = ctx.image.topic("t").topic_id
+    assign(ctx, {D1: {tid: [0, 1]}})
+    assign(ctx, {D2: {tid: [0]}})  # the move's destination, confirmed before the swap
+    ctx.heartbeat(1, offline=[D2])
+    assert ctx.image.topic("t").partitions[0].leader == -1
+    before = len(ctx.log)
+    assert set(codes(assign(ctx, {D1: {tid: [0]}})).values()) == {0}  # the revert
+    (rec,) = ctx.log[before:]
+    assert (rec.directories, rec.leader) == ([D1], 1)
+    p0 = ctx.image.topic("t").partitions[0]
+    assert (p0.leader, p0.isr, p0.directory_of(1)) == (1, (1,), D1)
+    # Still leaderless when the dir it is pointed at is offline too.
+    ctx.heartbeat(1, offline=[D2, D1])
+    assert ctx.image.topic("t").partitions[1].leader == -1
+    assert set(codes(assign(ctx, {D3: {tid: [1]}})).values()) == {0}
+    assert ctx.image.topic("t").partitions[1].leader == 1
+    assert set(codes(assign(ctx, {D1: {tid: [1]}})).values()) == {0}
+    assert ctx.image.topic("t").partitions[1].leader == -1
+
+
 # ------------------------------------------------------------------------------------------ heartbeats
 
 
@@ -174,16 +198,36 @@ def test_an_offline_dir_the_broker_never_registered_is_log_dir_not_found():
 
 
 def test_a_failed_dir_stays_known_after_a_controller_restart():
-    """A restarted controller rebuilds its memory of registered dirs from the log's registrations, so the
-    cumulative OfflineLogDirs of a broker whose empty dir failed is still accepted."""
+    """A restarted controller knows the failed dirs from the image it replays (the registration keeps them as
+    offline_dirs) and from the log's registrations, so the cumulative OfflineLogDirs of a broker whose empty dir
+    failed is still accepted."""
     ctx = cluster()
     tid = ctx.image.topic("t").topic_id
     assign(ctx, {D1: {tid: [0]}})
     ctx.heartbeat(1, offline=[D1, D3])  # D1 holds partition 0, D3 nothing
     restarted = directories.BrokerDirs()
-    assert restarted.unknown(ctx.image, 1, [D1]) == []  # a replica still names it
-    assert restarted.unknown(ctx.image, 1, [D3]) == [D3]
+    assert restarted.unknown(ctx.image, 1, [D1, D3]) == []
+    assert ctx.image.broker(1).offline_dirs == (D1, D3)
     restarted.note_records(ctx.log)
     assert restarted.unknown(ctx.image, 1, [D3]) == []
     ctx.hb.dirs = restarted
     assert ctx.heartbeat(1, offline=[D1, D3]).error_code == 0
+
+
+def test_an_empty_failed_dir_stays_known_after_a_snapshot_and_a_restart():
+    """The edge case of the memory above: once a snapshot has replaced the records, the failed dir is still in
+    the snapshot (its RegisterBrokerRecord with every dir, then a BrokerRegistrationChangeRecord with the online
+    ones), so a controller started from it accepts the broker's resent OfflineLogDirs."""
+    ctx = cluster()
+    ctx.heartbeat(1, offline=[D3])  # D3 holds nothing
+    assert (ctx.image.broker(1).log_dirs, ctx.image.broker(1).offline_dirs) == ((D1, D2), (D3,))
+    snapshot = [type(r).decode(r.encode(type(r).MAX_VERSION), type(r).MAX_VERSION) for r in image_records(ctx.image)]
+    started = replay(EMPTY_IMAGE, snapshot)
+    assert started.brokers == ctx.image.brokers and started.topics_by_id == ctx.image.topics_by_id
+    assert (started.broker(1).log_dirs, started.broker(1).offline_dirs) == ((D1, D2), (D3,))
+    ctx.image, ctx.hb.dirs = started, directories.BrokerDirs()
+    ctx.hb.dirs.note_records(snapshot)
+    assert ctx.heartbeat(1, offline=[D3]).error_code == 0
+    # A broker started again with the dir repaired registers it: it is online again, no longer remembered.
+    ctx.register(1, dirs=[D1, D2, D3])
+    assert (ctx.image.broker(1).log_dirs, ctx.image.broker(1).offline_dirs) == ((D1, D2, D3), ())

@@ -42,11 +42,13 @@ CLUSTER = "kjbod-test-cluster-0000"
 
 
 class Policy:
-    """Topic configs: only retention.ms, a number.  Broker configs: only "k"."""
+    """Topic configs: only retention.ms, a number, and unclean.leader.election.enable, a boolean.  Broker
+    configs: only "k"."""
 
     def validate_topic(self, overrides):
         for k, v in overrides.items():
-            if k != "retention.ms" or not v.isdigit():
+            ok = v.isdigit() if k == "retention.ms" else k == "unclean.leader.election.enable" and v in ("true", "false")
+            if not ok:
                 raise PolicyError(E.INVALID_CONFIG, f"bad config {k}")
 
     def plan_topic(self, overrides, changes, *, replace):
@@ -283,12 +285,53 @@ def test_create_topics_spreads_leaders_over_unfenced_brokers_and_sets_dirs():
         assert p.directories == (ctx.image.broker(p.leader).log_dirs[0],)  # a one-dir broker: that dir
 
 
-def test_create_topics_rack_aware_interleaving():
+def test_create_topics_rack_aware_placement_spans_racks():
     ctx = Ctx()
-    for b, rack in ((1, "a"), (2, "a"), (3, "b"), (4, "b")):
+    for b, rack in ((1, "a"), (2, "a"), (3, "b"), (4, "b"), (5, None)):
         ctx.live_broker(b, rack=rack)
-    order = [b.broker_id for b in replication_control.interleave_racks(list(ctx.image.brokers.values()))]
-    assert order == [1, 3, 2, 4]
+    r = ctx.create("t", 20, rf=3)
+    assert (r.error_code, r.replication_factor) == (0, 3)
+    racks = {b.broker_id: b.rack for b in ctx.image.brokers.values()}
+    leaders = []
+    for p in ctx.image.topic("t").partitions.values():
+        assert len(set(p.replicas)) == 3 and {racks[b] for b in p.replicas} == {"a", "b", None}
+        assert p.isr == p.replicas and p.leader == p.replicas[0]
+        leaders.append(p.leader)
+    assert sorted(set(leaders)) == [1, 2, 3, 4, 5]  # racks take turns leading, so every broker leads some
+
+
+def test_create_topics_with_replication_factor_3():
+    ctx = Ctx()
+    for b in (1, 2, 3):
+        ctx.live_broker(b)
+    ctx.register(4)  # fenced: may hold a follower, never a leader, and is out of the ISR
+    r = ctx.create("t", 8, rf=4)
+    assert (r.error_code, r.num_partitions, r.replication_factor) == (0, 8, 4)
+    for p in ctx.image.topic("t").partitions.values():
+        assert sorted(p.replicas) == [1, 2, 3, 4] and p.leader == p.replicas[0] != 4
+        assert p.isr == tuple(b for b in p.replicas if b != 4)
+        assert len(p.directories) == 4
+    r = ctx.create("u", 1, rf=5)
+    assert r.error_code == E.INVALID_REPLICATION_FACTOR and r.error_message == (
+        "Unable to replicate the partition 5 time(s): The target replication factor of 5 cannot be reached because "
+        "only 4 broker(s) are registered.")
+    ctx2 = Ctx(default_replication_factor=3)
+    for b in (1, 2, 3):
+        ctx2.live_broker(b)
+    assert ctx2.create("d", 2).replication_factor == 3
+    assert all(len(p.replicas) == 3 for p in ctx2.image.topic("d").partitions.values())
+
+
+def test_create_with_explicit_replicated_assignment():
+    ctx = Ctx()
+    for b in (1, 2, 3):
+        ctx.live_broker(b)
+    ctx.register(4)
+    r = ctx.create("x", -1, assignments=[[2, 3, 1], [4, 1, 2]])
+    assert (r.error_code, r.replication_factor, r.num_partitions) == (0, 3, 2)
+    parts = ctx.image.topic("x").partitions
+    assert (parts[0].replicas, parts[0].isr, parts[0].leader) == ((2, 3, 1), (2, 3, 1), 2)
+    assert (parts[1].replicas, parts[1].isr, parts[1].leader) == ((4, 1, 2), (1, 2), 1)
 
 
 @pytest.mark.parametrize(("kwargs", "code", "words"), [
@@ -297,14 +340,21 @@ def test_create_topics_rack_aware_interleaving():
     ({"name": "exists"}, E.TOPIC_ALREADY_EXISTS, "already exists"),
     ({"name": "a_b"}, E.INVALID_TOPIC_EXCEPTION, "collides"),
     ({"name": "zero", "partitions": 0}, E.INVALID_PARTITIONS, "larger than 0"),
-    ({"name": "rf2", "rf": 2}, E.INVALID_REPLICATION_FACTOR, "replication between brokers is not available yet"),
+    ({"name": "rf4", "rf": 4}, E.INVALID_REPLICATION_FACTOR, "only 3 broker(s) are registered"),
     ({"name": "rf0", "rf": 0}, E.INVALID_REPLICATION_FACTOR, "larger than 0"),
+    ({"name": "rfneg", "rf": -2, "partitions": 0}, E.INVALID_REPLICATION_FACTOR, "or -1 to use the default"),
     ({"name": "cfg", "configs": {"no.such": "1"}}, E.INVALID_CONFIG, "no.such"),
-    ({"name": "asg", "partitions": -1, "assignments": [[1], [9]]}, E.INVALID_REPLICA_ASSIGNMENT, "unknown broker"),
-    ({"name": "asg2", "partitions": -1, "assignments": [[1, 1]]}, E.INVALID_REPLICA_ASSIGNMENT, "duplicate"),
-    ({"name": "asg3", "partitions": -1, "assignments": [[1, 2]]}, E.INVALID_REPLICATION_FACTOR, "not available"),
+    ({"name": "cfg2", "rf": 9, "configs": {"no.such": "1"}}, E.INVALID_CONFIG, "no.such"),  # configs first
+    ({"name": "asg", "partitions": -1, "assignments": [[1], [9]]}, E.INVALID_REPLICA_ASSIGNMENT,
+     "includes broker 9, but no such broker is registered"),
+    ({"name": "asg2", "partitions": -1, "assignments": [[1, 1]]}, E.INVALID_REPLICA_ASSIGNMENT, "more than once"),
+    ({"name": "asg3", "partitions": -1, "assignments": [[1, 2], [2]]}, E.INVALID_REPLICA_ASSIGNMENT,
+     "not consistent with previous partitions"),
     ({"name": "asg4", "partitions": -1, "assignments": [[3]]}, E.INVALID_REPLICA_ASSIGNMENT, "fenced"),
-    ({"name": "asg5", "partitions": 2, "assignments": [[1]]}, E.INVALID_REQUEST, "must both be -1"),
+    ({"name": "asg5", "partitions": 2, "assignments": [[1]]}, E.INVALID_REQUEST, "numPartitions was not set to -1"),
+    ({"name": "asg6", "partitions": -1, "rf": 1, "assignments": [[1]]}, E.INVALID_REQUEST,
+     "replication factor was not set to -1"),
+    ({"name": "asg7", "partitions": -1, "assignments": [[]]}, E.INVALID_REPLICA_ASSIGNMENT, "empty replica list"),
 ])
 def test_create_topics_errors(kwargs, code, words):
     ctx = Ctx()
@@ -334,7 +384,8 @@ def test_no_unfenced_broker_means_no_placement():
     ctx = Ctx()
     ctx.register(1)
     r = ctx.create("t", 1)
-    assert r.error_code == E.INVALID_REPLICATION_FACTOR and "only 0 broker(s)" in r.error_message
+    assert r.error_code == E.INVALID_REPLICATION_FACTOR and r.error_message == (
+        "Unable to replicate the partition 1 time(s): All brokers are currently fenced.")
 
 
 def test_delete_topics():

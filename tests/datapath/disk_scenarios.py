@@ -15,9 +15,11 @@ import fcntl
 import json
 import os
 import struct
+import subprocess
 import sys
 import threading
 import time
+import warnings
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -262,41 +264,67 @@ def eio_under_load(base: str, mode: str) -> dict:
     return out
 
 
-def enospc(base: str, mode: str) -> dict:
-    """One log dir runs out of space while three partitions (one per dir) are produced to in 64 KB batches.
+def _tmpfs_to_its_used_size(path: str) -> None:
+    """Shrink a tmpfs to what its files use (disk-faults.md (b)): from now on every new block is ENOSPC."""
+    st = os.statvfs(path)
+    used_k = max((st.f_blocks - st.f_bfree) * st.f_frsize // 1024, 4)
+    sh("mount", "-o", f"remount,size={used_k}k", path)
 
-    mode "tmpfs": that dir is a 3 MiB tmpfs which really fills up (the last write is cut short), and space is
-    freed with a remount; mode "seam": plain dirs, and an ENOSPC rule for writes in that dir is armed through
-    KJBOD_FAULTS after 20 rounds and removed to free space."""
+
+def enospc(base: str, mode: str) -> dict:
+    """One of three log dirs fills up while a partition of each dir is produced to in 64 KB batches.
+
+    mode "tmpfs": that dir is a 3 MiB tmpfs which really fills up; space returns with a remount that grows it,
+    files open (disk-faults.md (b)). mode "seam": plain dirs; after 20 rounds a KJBOD_FAULTS file makes the dir's
+    writes fail with ENOSPC and its statvfs answer 0 usable bytes; removing the file is the space returning.
+
+    While full: appends refused (56, the message naming the dir and its free bytes), fetches and ListOffsets of
+    its data answered, Metadata keeping the leader, a `kjbod log-dirs move` off it completing. Then a
+    kafka-python producer with default settings retries while the dir is full and delivers everything once space
+    returns, with no restart. Then the dir is filled again and the server killed with SIGKILL: it restarts,
+    loads the full dir, places no new partition there, and has lost nothing acknowledged."""
     node = Path(base) / "node"
     small = node / "logs-2"
     control = faults_file(base) if mode == "seam" else None
     if mode == "tmpfs":
         mount_tmpfs(str(small), "3m")
-    server = start_server(node, overrides={"log.dir.placement.policy": "fewest-partitions"})
+    server = start_server(node, overrides={"log.dir.placement.policy": "fewest-partitions",
+                                           "log.dir.space.check.interval.ms": "200"})
+    full_rules = [{"dir": str(small), "errno": "ENOSPC", "ops": ["write"]},
+                  {"dir": str(small), "total_bytes": 1 << 30, "usable_bytes": 0}]
     out: dict = {}
     try:
         with RawClient.to(server) as raw:
-            assert create_topic(raw, "fill", 3).error_code == 0
-        where = placement(server, "fill", 3)
+            assert create_topic(raw, "fill", 6).error_code == 0
+        where = placement(server, "fill", 6)
         out["placement"] = where
-        full = next(p for p, d in where.items() if d == 2)
+        on_small = [p for p, d in where.items() if d == 2]
+        full, movable = on_small[0], on_small[1]
+        loaded = [next(p for p, d in where.items() if d == i) for i in (0, 1)] + [full]
+        out["loaded"] = loaded
         per_batch = 100
-        acked: dict[int, list[tuple[int, int]]] = {p: [] for p in range(3)}
-        codes: dict[int, list[int]] = {p: [] for p in range(3)}
-        seqs = dict.fromkeys(range(3), 0)
+        acked: dict[int, list[tuple[int, int]]] = {p: [] for p in range(6)}
+        codes: dict[int, list[int]] = {p: [] for p in loaded}
+        seqs = dict.fromkeys(range(6), 0)
+
+        def send(raw: RawClient, p: int, n: int = per_batch) -> object:
+            resp = produce(raw, "fill", p, batch([value(p, seqs[p] + i, 600) for i in range(n)]))
+            if resp.error_code == 0:
+                acked[p].append((resp.base_offset, seqs[p]))
+                seqs[p] += n
+            return resp
+
         first_error_round = None
         with RawClient.to(server) as raw:
+            assert send(raw, movable).error_code == 0
             for rnd in range(400):
                 if control is not None and rnd == 20:
-                    write_faults(control, [{"dir": str(small), "errno": "ENOSPC", "ops": ["write"]}])
-                for p in range(3):
-                    values = [value(p, seqs[p] + i, 600) for i in range(per_batch)]  # ~64 KB per batch
-                    resp = produce(raw, "fill", p, batch(values))
+                    write_faults(control, full_rules)
+                for p in loaded:
+                    resp = send(raw, p)
                     codes[p].append(resp.error_code)
-                    if resp.error_code == 0:
-                        acked[p].append((resp.base_offset, seqs[p]))
-                        seqs[p] += per_batch
+                    if p == full and resp.error_code:
+                        out["full_message"] = resp.error_message
                 if first_error_round is None and codes[full][-1] != 0:
                     first_error_round = rnd
                 if first_error_round is not None and rnd >= first_error_round + 10:
@@ -306,24 +334,86 @@ def enospc(base: str, mode: str) -> dict:
             out["codes_after_first_error"] = {
                 str(p): sorted(set(c[first_error_round:])) for p, c in codes.items()} if first_error_round else {}
             out["healthy_check"] = {str(p): check_acked(raw, "fill", p, acked[p], per_batch, 600)
-                                    for p in range(3) if p != full}
+                                    for p in loaded if p != full}
             out["full_fetch"] = fetch(raw, "fill", full, 0).error_code
-            out["full_list_offsets"] = list_offset(raw, "fill", full, -1).error_code
+            out["full_check_while_full"] = check_acked(raw, "fill", full, acked[full], per_batch, 600)
+            out["full_list_offsets"] = [list_offset(raw, "fill", full, ts).error_code for ts in (-1, -2, 0)]
             out["metadata"] = partition_view(raw, "fill")
-        out["server_running"] = server.running
-        out["acked_full"] = len(acked[full])
-        out["exit_code"] = server.stop()
-        # Free space (as an operator would), restart: the full dir's acknowledged data is all there.
+        # A KIP-113 move off the full dir, with the CLI, while it is full.
+        assignment = Path(base) / "move.json"
+        assignment.write_text(json.dumps({"version": 1, "partitions": [
+            {"topic": "fill", "partition": movable, "log_dir": str(server.log_dirs[0])}]}))
+        moved = subprocess.run([sys.executable, "-m", "kjbod", "log-dirs", "move", "--bootstrap-server",
+                                server.bootstrap, "--broker", "1", "--assignment", str(assignment), "--wait",
+                                "--report-interval", "1"], capture_output=True, text=True, timeout=120, cwd=ROOT)
+        out["move_exit"] = moved.returncode
+        out["move_output"] = (moved.stdout + moved.stderr)[-600:]
+        out["movable_dir_after"] = placement(server, "fill", 6)[movable]
+        described = subprocess.run([sys.executable, "-m", "kjbod", "log-dirs", "describe", "--bootstrap-server",
+                                    server.bootstrap, "--json"], capture_output=True, text=True, timeout=60,
+                                   cwd=ROOT)
+        out["describe_states"] = {d["path"]: [d["state"], d.get("reserved_bytes")]
+                                  for b in json.loads(described.stdout)["brokers"] for d in b["log_dirs"]}
+        with RawClient.to(server) as raw:
+            out["movable_check"] = check_acked(raw, "fill", movable, acked[movable], per_batch, 600)
+            out["movable_produce_after_move"] = send(raw, movable).error_code
+        # kafka-python, default settings: it retries KAFKA_STORAGE_ERROR until space returns, then delivers.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            from kafka import KafkaProducer
+        producer = KafkaProducer(bootstrap_servers=server.bootstrap)
+        try:
+            retried = [producer.send("fill", value=b"kp-%03d" % i, partition=full) for i in range(20)]
+            time.sleep(1.5)
+            out["kp_done_while_full"] = sum(f.is_done for f in retried)
+            if control is None:
+                sh("mount", "-o", "remount,size=64m", str(small))
+            else:
+                control.unlink()
+            kp_offsets = [f.get(timeout=60).offset for f in retried]
+        finally:
+            producer.close(timeout=10)
+        out["kp_delivered"] = len(kp_offsets)
+        with RawClient.to(server) as raw:
+            out["produce_after_growth"] = send(raw, full).error_code
+            out["kp_stored"] = sum(1 for r in fetch_all(raw, "fill", full) if r.value.startswith(b"kp-"))
+        out["space_returned_events"] = len(log_events(server, "log_dir_space_returned"))
+        # Full again, then kill -9: the restart loads the full dir, creates nothing there, loses nothing acked.
+        if control is None:
+            _tmpfs_to_its_used_size(str(small))
+        else:
+            write_faults(control, full_rules)
+        with RawClient.to(server) as raw:
+            out["refill_codes"] = sorted({send(raw, full).error_code for _ in range(5)})
+        server.process.kill()
+        server.process.wait()
+        server.start()
+        with RawClient.to(server) as raw:
+            assert create_topic(raw, "after", 4).error_code == 0
+            out["new_topic_dirs"] = sorted(set(placement(server, "after", 4).values()))
+            out["after_restart_check"] = {str(p): check_acked(raw, "fill", p, acked[p], per_batch, 600)
+                                          for p in range(6)}
+            out["after_restart_kp"] = sum(1 for r in fetch_all(raw, "fill", full) if r.value.startswith(b"kp-"))
+            out["after_restart_full_produce"] = send(raw, full).error_code
+        # Space returns once more; appends resume; kill -9 again: still nothing acknowledged lost.
         if control is None:
             sh("mount", "-o", "remount,size=64m", str(small))
         else:
             control.unlink()
+        with RawClient.to(server) as raw:
+            deadline = time.monotonic() + 30
+            while send(raw, full).error_code != 0 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            out["resumed_codes"] = sorted({send(raw, full).error_code for _ in range(5)})
+        server.process.kill()
+        server.process.wait()
         server.start()
         with RawClient.to(server) as raw:
-            out["after_restart_check"] = {str(p): check_acked(raw, "fill", p, acked[p], per_batch, 600) for p in range(3)}
-            out["after_restart_produce"] = produce(raw, "fill", full, batch([b"space again"])).error_code
+            out["after_second_kill_check"] = {str(p): check_acked(raw, "fill", p, acked[p], per_batch, 600)
+                                              for p in range(6)}
+        out["server_running"] = server.running
+        out["exit_code"] = server.stop()
         out["scan_problems"] = {k: s.problems for k, s in scan_log_dirs(server.log_dirs).items() if s.problems}
-        out["truncations"] = len(log_events(server, "corrupt_log_tail_truncated"))
     finally:
         server.stop()
     return out

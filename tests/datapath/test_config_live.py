@@ -133,8 +133,8 @@ def test_topic_deletion_disabled_default_replication_factor_and_compatibility_ke
     server = kjbod_server_factory(overrides={
         "delete.topic.enable": "false",
         "default.replication.factor": "2",
-        "replica.fetch.max.bytes": "2097152",
-        "min.insync.replicas": "1",
+        "num.network.threads": "3",
+        "offsets.topic.replication.factor": "1",
     })
     admin = admin_for(server)
     with pytest.raises(InvalidReplicationFactorError):
@@ -145,4 +145,4 @@ def test_topic_deletion_disabled_default_replication_factor_and_compatibility_ke
     assert "kept" in admin.list_topics()
     admin.close()
     logged = [line for line in server.stderr(200).splitlines() if "accepted with no effect" in line]
-    assert len(logged) == 1 and "replica.fetch.max.bytes" in logged[0] and "min.insync.replicas" in logged[0]
+    assert len(logged) == 1 and "num.network.threads" in logged[0] and "offsets.topic.replication.factor" in logged[0]

@@ -149,6 +149,7 @@ def test_make_run_configuration_works_for_a_new_user(tmp_path):
     text = (REPO / "config" / "server.properties").read_text()
     assert "127.0.0.1:9092" in text and "127.0.0.1:9093" in text
     text = text.replace("127.0.0.1:9092", f"127.0.0.1:{port}").replace("127.0.0.1:9093", f"127.0.0.1:{controller_port}")
+    text = text.replace("kjbod.metrics.listener=127.0.0.1:9100", f"kjbod.metrics.listener=127.0.0.1:{free_port()}")
     (tmp_path / "config").mkdir()
     (tmp_path / "config" / "server.properties").write_text(text)
     cfg = "config/server.properties"

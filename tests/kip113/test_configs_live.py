@@ -87,7 +87,9 @@ def test_broker_configs_sources_and_every_version(kjbod_server):
     dynamic = admin.describe_configs([ConfigResource(ConfigResourceType.BROKER, "1")], config_filter="dynamic")
     admin.close()
     assert got["broker"]["1"]["log.dirs"]["value"] == ",".join(str(p) for p in kjbod_server.log_dirs)
-    assert list(dynamic["broker"]["1"]) == [THROTTLE]
+    assert sorted(dynamic["broker"]["1"]) == sorted([THROTTLE, "reassignment.parallel.replica.count",
+                                                     "reassignment.parallel.partition.count",
+                                                     "reassignment.parallel.leader.movements"])
 
 
 def test_dynamic_throttle_precedence_errors_and_restart(kjbod_server):

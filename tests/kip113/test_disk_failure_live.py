@@ -60,9 +60,12 @@ def test_disk_failure_through_the_fault_seam(side, kjbod_server_factory, tmp_pat
     check(diskfail.run(server, side, fail, repair), side)
 
 
-def run_helper(scenario: str, base: Path) -> dict:
+def run_helper(scenario: str, base: Path, helper: Path = HELPER, *, own_proc: bool = False) -> dict:
+    """Runs `helper` (a script printing one JSON object last) as root in a private mount and pid namespace
+    (`own_proc`: with its own /proc, so that pids it reads are the namespace's)."""
+    args = [scenario, str(base)] if scenario else [str(base)]
     cmd = ["unshare", "-m", "-p", "-f", "--kill-child", "--propagation", "private",
-           sys.executable, str(HELPER), scenario, str(base)]
+           *(["--mount-proc"] if own_proc else []), sys.executable, str(helper), *args]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
     if proc.returncode != 0:
         raise RuntimeError(f"{scenario} failed ({proc.returncode}): {proc.stderr[-3000:]}")

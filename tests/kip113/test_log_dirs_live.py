@@ -330,3 +330,38 @@ def test_deleting_a_topic_while_it_moves_leaves_no_future_dir(kjbod_server):
     admin.alter_replica_log_dirs({("gone", 0, 1): target})
     wait_moved(admin, "gone", 0, target)
     admin.close()
+
+
+def test_a_move_on_the_combined_node_records_the_new_dir_before_its_swap(kjbod_server):
+    """KIP-858's order on the combined node too: its in-process controller records the destination (the
+    metadata log's last Directories of the partition name it) before the swap."""
+    import subprocess
+
+    from live import COMMAND
+
+    admin = kafka_admin(kjbod_server)
+    admin.create_topics([NewTopic("ordered", 1, 1)])
+    produce(kjbod_server, "ordered", 50, partition=0)
+    source = current_dir(admin, "ordered", 0)
+    dest = next(str(p) for p in kjbod_server.log_dirs if str(p) != source)
+    assert list(admin.alter_replica_log_dirs({("ordered", 0, 1): dest}).values()) == [NoError]
+    wait_moved(admin, "ordered", 0, dest)
+    admin.close()
+    lines = [json.loads(line) for line in Path(kjbod_server.stderr_path).read_text().splitlines()
+             if line.startswith("{") and '"ordered-0"' in line]
+    order = [e["event"] for e in lines if e["event"] in ("replica_dir_assignment_confirmed", "replica_move_completed")]
+    assert order == ["replica_dir_assignment_confirmed", "replica_move_completed"]
+    segments = sorted((kjbod_server.metadata_dir / "__cluster_metadata-0").glob("*.log"))
+    dumped = subprocess.run([*COMMAND, "dump-log", "--cluster-metadata-decoder", "--files",
+                             ",".join(str(s) for s in segments)], capture_output=True, text=True, timeout=120)
+    topic_id, last = None, None
+    for line in dumped.stdout.splitlines():
+        if " payload: {" not in line:
+            continue
+        record = json.loads(line.partition(" payload: ")[2])
+        data = record["data"]
+        if record["type"] == "TOPIC_RECORD" and data["name"] == "ordered":
+            topic_id = data["topicId"]
+        elif data.get("topicId") == topic_id and data.get("directories"):
+            last = data["directories"]
+    assert last == [read_meta_properties(Path(dest))["directory.id"]]

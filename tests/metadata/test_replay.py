@@ -79,6 +79,10 @@ def test_partition_change_epochs_follow_kafkas_merge():
     image = replay(image, [PartitionChangeRecord(topic_id=T1, partition_id=0, replicas=[2, 1])])
     assert image.topic("alpha").partitions[0].directories == (DIR_MIGRATING, DIR_MIGRATING)
     assert image.topic("alpha").partitions[1].partition_epoch == 0
+    # LeaderRecoveryState: -1 keeps it, 1 RECOVERING (an unclean election), 0 RECOVERED.
+    for state, expected in ((1, 1), (-1, 1), (0, 0)):
+        image = replay(image, [PartitionChangeRecord(topic_id=T1, partition_id=0, leader_recovery_state=state)])
+        assert image.topic("alpha").partitions[0].leader_recovery_state == expected
 
 
 def test_replay_never_changes_the_image_it_started_from():
@@ -168,7 +172,7 @@ def test_image_records_rebuild_the_image_exactly():
     records = (topic(partitions=3, replicas=(1, 2), dirs=(D1, D3)) + topic(tid=T2, name="beta", dirs=(DIR_UNASSIGNED,))
                + [register(1, 4, dirs=(D1, D2)), register(2, 9, dirs=(D3,), fenced=False),
                   BrokerRegistrationChangeRecord(broker_id=1, broker_epoch=4, in_controlled_shutdown=1),
-                  PartitionChangeRecord(topic_id=T1, partition_id=2, leader=2, isr=[2]),
+                  PartitionChangeRecord(topic_id=T1, partition_id=2, leader=2, isr=[2], leader_recovery_state=1),
                   ConfigRecord(resource_type=TOPIC_RESOURCE, resource_name="beta", name="retention.ms", value="9"),
                   ConfigRecord(resource_type=BROKER_RESOURCE, resource_name="", name="k", value="v"),
                   ProducerIdsRecord(broker_id=2, broker_epoch=9, next_producer_id=2000),
@@ -181,6 +185,7 @@ def test_image_records_rebuild_the_image_exactly():
     assert rebuilt.configs == image.configs
     assert (rebuilt.next_producer_id, dict(rebuilt.features)) == (2000, {"metadata.version": 21})
     assert rebuilt.topic("alpha").partitions[2].leader_epoch == 1
+    assert [p.leader_recovery_state for _, p in sorted(rebuilt.topic("alpha").partitions.items())] == [0, 0, 1]
 
 
 def test_local_changes_for_one_broker():

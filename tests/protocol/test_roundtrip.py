@@ -24,7 +24,10 @@ from .schema_values import DrawSource, all_pairs, pair_id, random_message, specs
 
 PAIRS = all_pairs()
 
+# No example database: an example saved by an earlier run against an older schema replays as "inconsistent data
+# generation" (FlakyStrategyDefinition) once the message gains a field.
 ROUNDTRIP_SETTINGS = settings(
+    database=None,
     max_examples=30,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],

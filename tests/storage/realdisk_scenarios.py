@@ -75,6 +75,9 @@ def probe(base: str) -> dict:
 
 
 def tmpfs_enospc(base: str) -> dict:
+    """A 2 MiB tmpfs fills: first the reserve stops appends (no ENOSPC), then, with no reserve and a file filling
+    the disk behind the estimate's back, a real ENOSPC cuts an append short; the dir stays online, readable, and
+    comes back once the tmpfs is grown."""
     good, small = os.path.join(base, "good"), os.path.join(base, "small")
     os.makedirs(good)
     mount_tmpfs(small, "2m")
@@ -92,22 +95,51 @@ def tmpfs_enospc(base: str) -> dict:
         except KafkaStorageError as e:
             error = e
             break
+    state = {i.path: i.state.value for i in lm.dirs}
     out = {
         "appended_before_error": appended,
         "error_code": getattr(error, "error_code", None),
+        "message": getattr(error, "message", None),
         "errno": cause_errno(error) if error else None,
         "small_online": b.online,
         "good_append_offset": a.append(batch).base_offset,
-        "fail_fast": None,
-        "dirs_online": {i.path: i.online for i in lm.dirs},
+        "states": state,
+        "read_back": len(b.read_bytes(0, 1 << 30)),
         "events": events,
     }
+    # No reserve, and a file fills what is left without the seam knowing: the next append meets a real ENOSPC.
+    lm.dir_io(small).reserved_bytes_config = 0
+    sh("mount", "-o", "remount,size=4m", small)
+    lm.check_space()
+    out["state_after_first_growth"] = {i.path: i.state.value for i in lm.dirs}[small]
+    def on_disk() -> int:
+        return sum(os.path.getsize(os.path.join(b.dir, n)) for n in os.listdir(b.dir) if n.endswith(".log"))
+
+    before = (on_disk(), b.size_bytes, b.log_end_offset)
+    filler = os.path.join(small, "filler")
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
     try:
-        b.read(0, 100)
+        while os.write(fd, b"\0" * 4096):
+            pass
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    try:
+        b.append(batch)
+        out["enospc_errno"] = None
     except KafkaStorageError as e:
-        out["fail_fast"] = e.error_code
+        out["enospc_errno"] = cause_errno(e)
+    out["size_unchanged"] = (on_disk(), b.size_bytes, b.log_end_offset) == before
+    # Space returns (the tmpfs is grown, files stay open): the next check brings the dir back.
+    sh("mount", "-o", "remount,size=8m", small)
+    lm.check_space()
+    out["state_after_growth"] = {i.path: i.state.value for i in lm.dirs}[small]
+    out["append_after_growth"] = b.append(batch).base_offset
+    out["offsets"] = b.log_end_offset
     lm.close()
     out["good_marker"] = os.path.exists(os.path.join(good, ".kafka_cleanshutdown"))
+    out["small_marker"] = os.path.exists(os.path.join(small, ".kafka_cleanshutdown"))
     return out
 
 

@@ -63,6 +63,7 @@ class FleetDir:
     replicas: list[FleetReplica] = field(default_factory=list)
     error: int = 0  # e.g. ErrorCode.KAFKA_STORAGE_ERROR for an offline dir
     directory_id: uuid.UUID = field(default_factory=uuid.uuid4)
+    reserved_bytes: int = -1  # kjbod's log.dir.reserved.bytes as the dir reports it; -1: not reported
 
 
 class _Broker:
@@ -350,7 +351,7 @@ class Fleet:
                 error_code=d.error, log_dir=d.path,
                 topics=[R.DescribeLogDirsTopic(name=t, partitions=ps) for t, ps in by_topic.items()],
                 total_bytes=-1 if d.error else d.total_bytes, usable_bytes=-1 if d.error else d.usable_bytes,
-                directory_id=d.directory_id))
+                directory_id=d.directory_id, reserved_bytes=d.reserved_bytes))
         return R(results=results)
 
 

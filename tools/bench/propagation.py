@@ -47,10 +47,12 @@ def _kjbod(*args: str, **kw: object) -> subprocess.CompletedProcess[str]:
                           check=True, **kw)  # type: ignore[call-overload]
 
 
-def start_cluster(work: Path) -> list[int]:
-    """`kjbod cluster up --detach` with three 1-dir brokers; returns the brokers' ports."""
-    out = _kjbod("cluster", "up", "--detach", "--brokers", "3", "--log-dirs", "1", "--dir", str(work / "cluster"),
-                 timeout=300).stdout
+def start_cluster(work: Path, *, name: str = "cluster", log_dirs: int = 1,
+                  env: dict[str, str] | None = None) -> list[int]:
+    """`kjbod cluster up --detach` in `work/name` with three brokers of `log_dirs` dirs each (`env` added to the
+    nodes' environment); returns the brokers' ports."""
+    out = _kjbod("cluster", "up", "--detach", "--brokers", "3", "--log-dirs", str(log_dirs), "--dir",
+                 str(work / name), timeout=300, env={**os.environ, **env} if env else None).stdout
     line = next(x for x in out.splitlines() if x.startswith("bootstrap.servers="))
     return [int(hp.rpartition(":")[2]) for hp in line.partition("=")[2].split(",")]
 

@@ -28,7 +28,8 @@ DEFAULT_CONFIG_SOURCE = 5
 def config_entries(node, overrides: dict[str, str]) -> list:
     out = []
     for name, (value, is_override) in sorted(effective(overrides, node.config).items()):
-        out.append(ConfigEntry(name=name, value=str(value), read_only=False,
+        text = ("true" if value else "false") if isinstance(value, bool) else str(value)
+        out.append(ConfigEntry(name=name, value=text, read_only=False,
                                config_source=TOPIC_CONFIG_SOURCE if is_override else DEFAULT_CONFIG_SOURCE,
                                is_sensitive=False))
     return out

@@ -168,7 +168,8 @@ async def handle(node, request, body: DescribeLogDirsRequest) -> DescribeLogDirs
     for info in manager.dir_infos(sizes):
         # kjbod's extensions go only to a request that asks for them (strict decoders refuse unknown tags).
         extra = ({"directory_id": _directory_id(info.directory_id), "dir_state": info.state.value,
-                  "recent_latency_ms": min(info.recent_latency_ms, INT32_MAX)}
+                  "recent_latency_ms": min(info.recent_latency_ms, INT32_MAX), "failed_at_ms": info.failed_at_ms,
+                  "reserved_bytes": info.reserved_bytes}
                  if body.include_directory_ids else {})
         if not info.online or info.state is DirState.NOT_ANSWERING:
             if info.online:

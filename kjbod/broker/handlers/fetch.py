@@ -22,12 +22,15 @@ from __future__ import annotations
 import asyncio
 import time
 
+from kjbod.broker.dir_work import DirWork
+from kjbod.broker.replication import hooks as replication
 from kjbod.broker.router import api
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import FetchRequest, FetchResponse
 from kjbod.protocol.generated.fetch_response import FetchableTopicResponse as TopicResp
 from kjbod.protocol.generated.fetch_response import PartitionData as PartResp
 from kjbod.protocol.runtime import ZERO_UUID
+from kjbod.storage.fsio import WouldBlock
 
 READ_COMMITTED = 1
 
@@ -51,9 +54,10 @@ def _resolve(node, body: FetchRequest, version: int):
     return out
 
 
-def _has_data(node, resolved, body: FetchRequest) -> bool:
-    """True when some partition has records past its fetch offset, or answers an error."""
-    if body.replica_id >= 0:
+def _has_data(node, resolved, body: FetchRequest, decided: dict | None) -> bool:
+    """True when some partition has records past its fetch offset (a follower: the LEO; a consumer: the HW),
+    or answers an error."""
+    if decided:
         return True
     for name, t in resolved:
         if name is None:
@@ -63,58 +67,156 @@ def _has_data(node, resolved, body: FetchRequest) -> bool:
                 plog = node.partition_log(name, p.partition)
             except Exception:
                 return True
-            hw = plog.high_watermark
-            if p.fetch_offset != hw:  # data to send, or an out-of-range offset to report
+            end = plog.log_end_offset if decided is not None else plog.high_watermark
+            if p.fetch_offset != end:  # data to send, or an out-of-range offset to report
                 return True
     return False
 
 
-def _build(node, resolved, body: FetchRequest, version: int) -> tuple[FetchResponse, int]:
-    remaining = body.max_bytes if version >= 3 else 0x7FFFFFFF
+def _build(node, resolved, body: FetchRequest, version: int, deadline: float, decided: dict | None):
+    """The response, or an awaitable of it when some partition's read runs on its dir's worker. Each dir reads
+    its partitions in request order with the whole response budget; the loop then keeps, in request order, what
+    fits in max_bytes (the first partition with data always: KIP-74), so one dir gives the answer today's single
+    loop gave, and several dirs read at once. `decided` is None for a consumer (reads stop at the high watermark),
+    else a follower's answers already decided (the rest read to the log end)."""
     committed = body.isolation_level == READ_COMMITTED
-    total = 0
     topics = []
+    slots = []  # [(parts, index, partition request, plog, read limit)] of the partitions read from disk, in order
+
+    def fill(slot, result) -> None:
+        slot[0][slot[1]] = result
+
+    def fail(slot, e: BaseException | None) -> None:
+        # A dir that did not answer by the fetch's wait answers "nothing new", as a long poll that expires
+        # (errors stay for failures: the Java consumer throws on codes it does not expect in a Fetch).
+        slot[0][slot[1]] = _NOT_READ if e is None else e
+
+    work = DirWork(node, fill, fail, _close_reads)
     for name, t in resolved:
-        parts = []
+        parts: list = []
         for p in t.partitions:
             if name is None:
                 code = ErrorCode.UNKNOWN_TOPIC_ID if version >= 13 else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 parts.append(_error_part(p.partition, code, version))
                 continue
-            if body.replica_id >= 0:
-                parts.append(_error_part(p.partition, ErrorCode.NOT_LEADER_OR_FOLLOWER, version))
+            if decided is not None and (ready := decided.get((name, p.partition))) is not None:
+                parts.append(ready)
                 continue
             try:
                 plog = node.partition_log(name, p.partition)
-                budget = min(p.partition_max_bytes, remaining)
-                if budget <= 0 and total > 0:
-                    regions, hw, lso = [], plog.high_watermark, plog.log_start_offset
-                else:
-                    result = plog.read(p.fetch_offset, max(budget, 1))
-                    regions, hw, lso = result.regions, result.high_watermark, result.log_start_offset
             except Exception as e:
-                code = getattr(e, "error_code", ErrorCode.UNKNOWN_SERVER_ERROR)
-                part = _error_part(p.partition, code, version)
-                if code == ErrorCode.OFFSET_OUT_OF_RANGE:
-                    try:
-                        plog = node.partition_log(name, p.partition)
-                        part.high_watermark = plog.high_watermark
-                        part.last_stable_offset = plog.high_watermark
-                        part.log_start_offset = plog.log_start_offset
-                    except Exception:
-                        pass
-                parts.append(part)
+                parts.append(_failed_part(node, name, p, e, version))
                 continue
-            size = sum(len(r) for r in regions)
-            total += size
-            remaining -= size
-            parts.append(PartResp(partition_index=p.partition, error_code=0, high_watermark=hw,
-                                  last_stable_offset=hw, log_start_offset=lso,
-                                  aborted_transactions=[] if committed else None,
-                                  records=regions if regions else b""))
+            slot = (parts, len(parts), p, plog, None if decided is not None else plog.high_watermark)
+            parts.append(None)
+            slots.append(slot)
+            work.add(plog.log_dir, slot)
         topics.append(TopicResp(topic=t.topic if version < 13 else "", topic_id=t.topic_id if version >= 13 else ZERO_UUID,
                                 partitions=parts))
-    return FetchResponse(error_code=0, session_id=0, responses=topics), total
+    max_bytes = body.max_bytes if version >= 3 else 0x7FFFFFFF
+    manager = getattr(node.logs, "manager", None)
+    pending = (work.run(lambda items: _read_all(items, max_bytes, manager),
+                        max(deadline - time.monotonic(), MIN_DIR_WAIT_S), cached_first=True) if work else None)
+
+    def assemble() -> tuple[FetchResponse, int]:
+        return FetchResponse(error_code=0, session_id=0, responses=topics), _keep(
+            node, resolved, slots, max_bytes, committed, version)
+
+    if pending is None:
+        return assemble()
+
+    async def finish() -> tuple[FetchResponse, int]:
+        await pending
+        return assemble()
+
+    return finish()
+
+
+# A fetch waits for its dirs' reads at least this long even when its max_wait_ms is spent (a 0 ms fetch still
+# gets the data of dirs that answer at once); a dir slower than that answers "nothing new" for its partitions.
+MIN_DIR_WAIT_S = 0.1
+_NOT_READ = object()
+
+
+def _read_all(items, max_bytes: int, manager) -> list:
+    """On the dir's worker: each partition's read (regions or bytes, hw, log start) or the exception it raised.
+
+    A degraded (slow) dir's records are read here into memory instead of being sent with sendfile: sendfile
+    runs on the event loop, and a read that misses the page cache of a slow disk would hold the loop."""
+    out: list = []
+    remaining = max_bytes
+    total = 0
+    copy = bool(items) and manager is not None and manager.dir_degraded(items[0][3].log_dir)
+    for _parts, _slot, p, plog, limit in items:
+        try:
+            budget = min(p.partition_max_bytes, remaining)
+            if budget <= 0 and total > 0:
+                out.append(([], plog.high_watermark, plog.log_start_offset))
+                continue
+            if copy:
+                hw, lso = plog.high_watermark, plog.log_start_offset
+                data = plog.read_bytes(p.fetch_offset, max(budget, 1), max_offset=limit)
+                size = len(data)
+                got: tuple = (data, hw, lso)
+            else:
+                result = plog.read(p.fetch_offset, max(budget, 1), max_offset=limit)
+                size = sum(len(r) for r in result.regions)
+                got = (result.regions, result.high_watermark, result.log_start_offset)
+        except WouldBlock:
+            _close_reads(out)  # read from the page cache on the loop so far; the dir's worker reads it all
+            raise
+        except Exception as e:
+            out.append(e)
+            continue
+        total += size
+        remaining -= size
+        out.append(got)
+    return out
+
+
+def _close_reads(results: list) -> None:
+    for got in results:
+        if got.__class__ is tuple and got[0].__class__ is list:
+            for r in got[0]:
+                r.close()
+
+
+def _keep(node, resolved, slots, max_bytes: int, committed: bool, version: int) -> int:
+    """Turn each read into its partition's answer, in request order, keeping what fits in the response."""
+    remaining = max_bytes
+    total = 0
+    for parts, i, p, plog, _limit in slots:
+        got = parts[i]
+        if got is _NOT_READ:
+            got = ([], plog.high_watermark, plog.log_start_offset)
+        elif isinstance(got, BaseException):
+            parts[i] = _failed_part(node, plog.topic, p, got, version)
+            continue
+        regions, hw, lso = got  # file regions, or bytes read by a degraded dir
+        size = len(regions) if regions.__class__ is bytes else sum(len(r) for r in regions)
+        if regions and total > 0 and size > remaining:
+            _close_reads([got])  # read by another dir at the same time, past the response's budget: next fetch
+            regions, size = [], 0
+        total += size
+        remaining -= size
+        parts[i] = PartResp(partition_index=p.partition, error_code=0, high_watermark=hw, last_stable_offset=hw,
+                            log_start_offset=lso, aborted_transactions=[] if committed else None,
+                            records=regions if regions else b"")
+    return total
+
+
+def _failed_part(node, name: str, p, e: BaseException, version: int) -> PartResp:
+    code = getattr(e, "error_code", ErrorCode.UNKNOWN_SERVER_ERROR)
+    part = _error_part(p.partition, code, version)
+    if code == ErrorCode.OFFSET_OUT_OF_RANGE:
+        try:
+            plog = node.partition_log(name, p.partition)
+            part.high_watermark = plog.high_watermark
+            part.last_stable_offset = plog.high_watermark
+            part.log_start_offset = plog.log_start_offset
+        except Exception:
+            pass
+    return part
 
 
 def close_regions(resp: FetchResponse) -> None:
@@ -133,6 +235,8 @@ async def handle(node, request, body: FetchRequest) -> FetchResponse:
     if v >= 7 and (body.session_id != 0 or body.session_epoch > 0):
         return FetchResponse(error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND, session_id=0)
     resolved = _resolve(node, body, v)
+    follower = replication.follower_id(body, v)
+    decided = replication.prepare_follower_fetch(node, resolved, body, v, follower) if follower >= 0 else None
     # Like Kafka, a fetch that asks for no partitions needs no data and is answered at once, and so is every
     # fetch once the node is shutting down (a long poll must not hold up a SIGTERM).
     wants_nothing = not any(t.partitions for t in body.topics)
@@ -141,9 +245,12 @@ async def handle(node, request, body: FetchRequest) -> FetchResponse:
         # Look before reading: reading hands out file regions that must be closed if we then decide to wait.
         if node.stopping:
             deadline = 0.0
-        if _has_data(node, resolved, body) or time.monotonic() >= deadline:
-            resp, total = _build(node, resolved, body, v)
+        if _has_data(node, resolved, body, decided) or time.monotonic() >= deadline:
+            built = _build(node, resolved, body, v, deadline, decided)
+            resp, total = built if built.__class__ is tuple else await built
             if total >= body.min_bytes or time.monotonic() >= deadline or not _only_data(resp):
+                if node.topic_stats is not None:  # the metrics endpoint's counters (kjbod.metrics)
+                    _count(node.topic_stats, resolved, resp)
                 return resp
             close_regions(resp)
         arrived = node.append_event()
@@ -154,6 +261,14 @@ async def handle(node, request, body: FetchRequest) -> FetchResponse:
             await asyncio.wait_for(arrived.wait(), timeout)
         except TimeoutError:
             pass
+
+
+def _count(stats, resolved, resp: FetchResponse) -> None:
+    """BrokerTopicMetrics of a fetch answered: per partition its error and the record bytes it carries."""
+    for (name, _t), topic in zip(resolved, resp.responses, strict=True):
+        for p in topic.partitions:
+            records = p.records
+            stats.fetched(name, p.error_code, sum(len(r) for r in records) if records.__class__ is list else 0)
 
 
 def _only_data(resp: FetchResponse) -> bool:

@@ -2,7 +2,12 @@
 
 Version notes: v1 single offset per partition; v2 isolation level and throttle time; v4 leader epochs; v5 may
 answer OFFSET_NOT_AVAILABLE; v6 flexible; v7 timestamp -3 (MAX_TIMESTAMP); v8 -4 (EARLIEST_LOCAL); v9 -5
-(LATEST_TIERED); v10 timeout_ms; v11 only client behaviour.
+(LATEST_TIERED); v10 timeout_ms (kjbod: how long a timestamp lookup may wait for its log dir; then
+REQUEST_TIMED_OUT for that partition); v11 only client behaviour.
+
+Replica ids, as Kafka: -1 (a consumer) reads the leader, and latest is the high watermark; -2 (a debugging
+client: `kjbod log-dirs describe`) may read any local replica, a follower's too; any replica id but -1 gets the
+log end offset for latest.
 
 Special timestamps: -1 latest (the high watermark, which equals the log end on a single node), -2 earliest
 (log start offset), -3 the record with the largest timestamp, -4 earliest local (= earliest: no tiered
@@ -12,6 +17,7 @@ timestamp is at least that, through the .timeindex; none → offset -1.
 
 from __future__ import annotations
 
+from kjbod.broker.dir_work import DirWork
 from kjbod.broker.router import api
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import ListOffsetsRequest, ListOffsetsResponse
@@ -19,55 +25,101 @@ from kjbod.protocol.generated.list_offsets_response import ListOffsetsPartitionR
 from kjbod.protocol.generated.list_offsets_response import ListOffsetsTopicResponse as TopicResp
 
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
+CONSUMER, DEBUGGING = -1, -2
 
 
-def _lookup(node, topic: str, partition: int, ts: int, version: int) -> PartResp:
+# A timestamp lookup reads the partition's time index and batch headers on its dir's worker: a request without
+# its own timeout_ms (before v10, or 0) waits for a dir no longer than a client's default request.timeout.ms.
+DEFAULT_DISK_WAIT_S = 30.0
+
+
+def _lookup(node, topic: str, partition: int, ts: int, version: int, replica_id: int = CONSUMER):
+    """The answer when memory has it; otherwise the partition's log, whose dir's worker searches it."""
     # Leader epochs exist on the wire from v4; below that the field must stay at its default.
     epoch = 0 if version >= 4 else -1
     try:
-        plog = node.partition_log(topic, partition)
+        plog = node.local_log(topic, partition) if replica_id == DEBUGGING else node.partition_log(topic, partition)
         if not plog.online:
             # The offsets below are in memory and would still answer; a partition whose log dir failed (or that
             # is being deleted) must not look healthy, as Fetch and Produce do not either.
             code = ErrorCode.KAFKA_STORAGE_ERROR if not plog.io.online else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             return PartResp(partition_index=partition, error_code=code)
         if ts == LATEST:
-            return PartResp(partition_index=partition, timestamp=-1, offset=plog.high_watermark, leader_epoch=epoch)
+            end = plog.high_watermark if replica_id == CONSUMER else plog.log_end_offset
+            return PartResp(partition_index=partition, timestamp=-1, offset=end, leader_epoch=epoch)
         if ts in (EARLIEST, EARLIEST_LOCAL):
             return PartResp(partition_index=partition, timestamp=-1, offset=plog.log_start_offset, leader_epoch=epoch)
         if ts == LATEST_TIERED:
             return PartResp(partition_index=partition, timestamp=-1, offset=-1, leader_epoch=-1)
-        if ts == MAX_TIMESTAMP:
-            found = plog.max_timestamp_offset()
-        elif ts < 0:
+        if ts < 0 and ts != MAX_TIMESTAMP:
             return PartResp(partition_index=partition, error_code=ErrorCode.INVALID_REQUEST)
-        else:
-            found = plog.offset_for_timestamp(ts)
     except Exception as e:
-        code = getattr(e, "error_code", ErrorCode.UNKNOWN_SERVER_ERROR)
-        return PartResp(partition_index=partition, error_code=code)
-    if found is None:
-        return PartResp(partition_index=partition, timestamp=-1, offset=-1, leader_epoch=-1)
-    offset, timestamp = found
-    return PartResp(partition_index=partition, timestamp=timestamp, offset=offset, leader_epoch=epoch)
+        return PartResp(partition_index=partition, error_code=getattr(e, "error_code", ErrorCode.UNKNOWN_SERVER_ERROR))
+    return plog
+
+
+def _search(items, version: int) -> list[PartResp]:
+    """On the dir's worker: the timestamp lookups of its partitions."""
+    epoch = 0 if version >= 4 else -1
+    out = []
+    for _parts, _slot, partition, ts, plog in items:
+        try:
+            found = plog.max_timestamp_offset() if ts == MAX_TIMESTAMP else plog.offset_for_timestamp(ts)
+        except Exception as e:
+            code = getattr(e, "error_code", ErrorCode.UNKNOWN_SERVER_ERROR)
+            out.append(PartResp(partition_index=partition, error_code=code))
+            continue
+        if found is None:
+            out.append(PartResp(partition_index=partition, timestamp=-1, offset=-1, leader_epoch=-1))
+        else:
+            offset, timestamp = found
+            out.append(PartResp(partition_index=partition, timestamp=timestamp, offset=offset, leader_epoch=epoch))
+    return out
 
 
 @api(ListOffsetsRequest)
-def handle(node, request, body: ListOffsetsRequest) -> ListOffsetsResponse:
+def handle(node, request, body: ListOffsetsRequest):
+    version = request.api_version
+
+    def fill(slot, resp: PartResp) -> None:
+        slot[0][slot[1]] = resp
+
+    def fail(slot, e: BaseException | None) -> None:
+        code = ErrorCode.REQUEST_TIMED_OUT if e is None else getattr(e, "error_code", ErrorCode.UNKNOWN_SERVER_ERROR)
+        slot[0][slot[1]] = PartResp(partition_index=slot[2], error_code=code)
+
+    work = DirWork(node, fill, fail)
     topics = []
     for t in body.topics:
         topic = node.metadata.topic(t.name)
-        parts = []
+        parts: list = []
         for p in t.partitions:
             if topic is None or p.partition_index not in topic.partitions:
                 parts.append(PartResp(partition_index=p.partition_index,
                                       error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
-            elif ts_ok(p.timestamp, request.api_version):
-                parts.append(_lookup(node, t.name, p.partition_index, p.timestamp, request.api_version))
+            elif ts_ok(p.timestamp, version):
+                answer = _lookup(node, t.name, p.partition_index, p.timestamp, version, body.replica_id)
+                if answer.__class__ is PartResp:
+                    parts.append(answer)
+                else:
+                    work.add(answer.log_dir, (parts, len(parts), p.partition_index, p.timestamp, answer))
+                    parts.append(None)
             else:
                 parts.append(PartResp(partition_index=p.partition_index, error_code=ErrorCode.UNSUPPORTED_VERSION))
         topics.append(TopicResp(name=t.name, partitions=parts))
-    return ListOffsetsResponse(topics=topics)
+    response = ListOffsetsResponse(topics=topics)
+    if not work:
+        return response
+    timeout_ms = body.timeout_ms if version >= 10 else 0
+    pending = work.run(lambda items: _search(items, version), timeout_ms / 1000 if timeout_ms > 0 else DEFAULT_DISK_WAIT_S)
+    if pending is None:
+        return response
+    return _finish(pending, response)
+
+
+async def _finish(pending, response: ListOffsetsResponse) -> ListOffsetsResponse:
+    await pending
+    return response
 
 
 def ts_ok(ts: int, version: int) -> bool:

@@ -8,10 +8,11 @@ by topic id (an unknown id answers UNKNOWN_TOPIC_ID); v13 a top-level error code
 
 The answer lists every unfenced broker registered with the controller, with its endpoint for the listener
 the request arrived on, and a live broker (this one) as the controller id, as Kafka's KRaft brokers do
-(KIP-590: controller-bound requests go to any broker, which forwards them).  A partition without a leader in
-the metadata, or whose replica here is in an offline log dir, answers LEADER_NOT_AVAILABLE with leader -1;
-offline_replicas lists the replicas on fenced or unknown brokers, and this node when its dir is offline
-(KIP-858 semantics).
+(KIP-590: controller-bound requests go to any broker, which forwards them).  Each partition shows its replicas,
+ISR and offline replicas (Kafka's: on unregistered or fenced brokers, brokers without this listener, or in a dir
+the metadata says is offline; and this broker's own replica when its dir failed here, KIP-858).  A partition
+without a leader, whose leader has no endpoint for this listener, or led by this broker from a dir that failed
+here, answers LEADER_NOT_AVAILABLE with leader -1.
 """
 
 from __future__ import annotations
@@ -31,24 +32,39 @@ from kjbod.protocol.generated.metadata_response import MetadataResponseTopic as 
 from kjbod.protocol.runtime import ZERO_UUID
 
 
-def describe_topic(node, topic) -> Topic:
+def offline_replicas(node, p, listener: str, here_online: bool) -> list[int]:
+    """Kafka's KRaftMetadataCache.getOfflineReplicas: replicas on brokers that are unregistered, fenced, without
+    this listener, or whose dir holding the replica is offline; and this node's own replica when its dir has
+    failed here before the metadata says so (KIP-858)."""
+    image = node.metadata
+    out = []
+    for r in p.replicas:
+        b = image.brokers.get(r)
+        if (b is None or b.fenced or b.endpoint(listener) is None or not b.has_online_dir(p.directory_of(r))
+                or (r == node.node_id and not here_online)):
+            out.append(r)
+    return out
+
+
+def describe_topic(node, topic, listener: str) -> Topic:
     image = node.metadata
     parts = []
     for p in sorted(topic.partitions.values(), key=lambda p: p.partition):
-        gone = [r for r in p.replicas if (b := image.brokers.get(r)) is None or b.fenced] if image.brokers else []
-        if node.node_id in p.replicas and not node.partition_online(topic.name, p.partition):
-            # This broker's replica is in an offline log dir (KIP-858): it cannot lead.
+        here_online = node.node_id not in p.replicas or node.partition_online(topic.name, p.partition)
+        offline = offline_replicas(node, p, listener, here_online) if image.brokers else []
+        leader = image.brokers.get(p.leader)
+        local_leader_offline = p.leader == node.node_id and not here_online
+        if p.leader < 0 or (image.brokers and (leader is None or leader.endpoint(listener) is None)) \
+                or local_leader_offline:
+            # No leader, or one clients cannot reach on this listener, or this broker leads from a dir that
+            # failed here (the controller moves leadership once the heartbeat reports it).
             parts.append(Partition(error_code=ErrorCode.LEADER_NOT_AVAILABLE, partition_index=p.partition,
                                    leader_id=-1, leader_epoch=p.leader_epoch, replica_nodes=list(p.replicas),
-                                   isr_nodes=[], offline_replicas=sorted({*gone, node.node_id})))
-        elif p.leader < 0:
-            parts.append(Partition(error_code=ErrorCode.LEADER_NOT_AVAILABLE, partition_index=p.partition,
-                                   leader_id=-1, leader_epoch=p.leader_epoch, replica_nodes=list(p.replicas),
-                                   isr_nodes=list(p.isr), offline_replicas=gone))
+                                   isr_nodes=list(p.isr), offline_replicas=offline))
         else:
             parts.append(Partition(error_code=0, partition_index=p.partition, leader_id=p.leader,
                                    leader_epoch=p.leader_epoch, replica_nodes=list(p.replicas),
-                                   isr_nodes=list(p.isr), offline_replicas=gone))
+                                   isr_nodes=list(p.isr), offline_replicas=offline))
     return Topic(error_code=0, name=topic.name, topic_id=topic.topic_id, is_internal=False, partitions=parts)
 
 
@@ -56,9 +72,10 @@ def describe_topic(node, topic) -> Topic:
 async def handle(node, request, body: MetadataRequest) -> MetadataResponse:
     v = request.api_version
     image = node.metadata
+    listener = request.ctx.listener_name
     wanted = body.topics
     if wanted is None or (v == 0 and not wanted):
-        topics = [describe_topic(node, t) for t in sorted(image.topics(), key=lambda t: t.name)]
+        topics = [describe_topic(node, t, listener) for t in sorted(image.topics(), key=lambda t: t.name)]
     else:
         topics = []
         collisions: dict[str, str] | None = None  # built on first use: most requests never auto-create
@@ -69,7 +86,7 @@ async def handle(node, request, body: MetadataRequest) -> MetadataResponse:
                 if topic is None:
                     topics.append(Topic(error_code=ErrorCode.UNKNOWN_TOPIC_ID, name=None, topic_id=req.topic_id))
                 else:
-                    topics.append(describe_topic(node, topic))
+                    topics.append(describe_topic(node, topic, listener))
                 continue
             problem = topic_name_problem(req.name)
             if problem:
@@ -90,12 +107,12 @@ async def handle(node, request, body: MetadataRequest) -> MetadataResponse:
                 if topic is not None:
                     # Kafka answers the creating request with LEADER_NOT_AVAILABLE; clients retry.  Answering
                     # the finished topic right away saves every producer a metadata round trip.
-                    topics.append(describe_topic(node, topic))
+                    topics.append(describe_topic(node, topic, listener))
                     continue
             if topic is None:
                 topics.append(Topic(error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name=req.name))
             else:
-                topics.append(describe_topic(node, topic))
+                topics.append(describe_topic(node, topic, listener))
     brokers = [Broker(node_id=n.node_id, host=n.host, port=n.port, rack=n.rack)
                for n in node.cluster_nodes(request.ctx.listener_name, controllers=False)]
     return MetadataResponse(brokers=brokers, cluster_id=node.cluster_id, controller_id=node.node_id,

@@ -15,10 +15,13 @@ out.  Transactions are not supported: a transactional produce answers INVALID_RE
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import structlog
 
+from kjbod.broker.dir_work import DirWork
+from kjbod.broker.replication import hooks as replication
 from kjbod.broker.router import api
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import ProduceRequest, ProduceResponse
@@ -45,9 +48,37 @@ def handle(node, request, body: ProduceRequest):
     acks = body.acks
     now_ms = int(time.time() * 1000)
     responses = []
-    failed = False
+    timeout_ms = body.timeout_ms
+
+    waits: list[tuple[str, PartResp, int]] = []  # acks=all: (topic, answer, offset the HW must pass)
+
+    def fill(slot, result) -> None:
+        """On the loop: a partition's answer from its dir's worker (with its log end and record count when the
+        append succeeded)."""
+        if result.__class__ is not tuple:
+            slot[0][slot[1]] = result
+            return
+        resp, end, records = result
+        slot[0][slot[1]] = resp
+        topic, pd = slot[2], slot[3]
+        replication.appended(node, topic, pd.index)
+        if node.topic_stats is not None:  # the metrics endpoint's counters (kjbod.metrics)
+            node.topic_stats.produced(topic, len(pd.records), records)
+        if acks == -1 and replication.needs_replication(node, topic, pd.index, end):
+            waits.append((topic, resp, end))
+
+    def fail(slot, e: BaseException | None) -> None:
+        pd = slot[3]
+        if e is None:  # the dir did not answer in time; its appends may still happen, as after any timeout
+            resp = _error(pd.index, ErrorCode.REQUEST_TIMED_OUT,
+                          f"the log dir of {slot[2]}-{pd.index} did not answer within timeout_ms {timeout_ms}", v)
+        else:
+            resp = _failed(slot[2], pd, e, v)
+        slot[0][slot[1]] = resp
+
+    work = DirWork(node, fill, fail, answered=node.notify_append)  # long polls wake as each dir appends
     for td in body.topic_data:
-        parts = []
+        parts: list[PartResp | None] = []
         topic = node.metadata.topic(td.name)
         for pd in td.partition_data:
             if acks not in (-1, 0, 1):
@@ -62,36 +93,84 @@ def handle(node, request, body: ProduceRequest):
             elif v < 7 and len(pd.records) > 22 and (pd.records[22] & 0x07) == ZSTD:
                 parts.append(_error(pd.index, ErrorCode.UNSUPPORTED_COMPRESSION_TYPE,
                                     "zstd needs Produce v7 or later", v))
+            elif acks == -1 and (code := replication.acks_all_refusal(node, td.name, pd.index)):
+                parts.append(_error(pd.index, code, f"{td.name}-{pd.index} has fewer in-sync replicas than "
+                                    "min.insync.replicas", v))
             else:
-                parts.append(_append(node, td.name, pd, now_ms, v))
-            if parts[-1].error_code:
+                try:
+                    plog = node.partition_log(td.name, pd.index)
+                except Exception as e:
+                    parts.append(_failed(td.name, pd, e, v))
+                else:
+                    # Answered by the partition's dir (its worker), into the slot kept here.
+                    work.add(plog.log_dir, (parts, len(parts), td.name, pd, plog,
+                                            node.leader_epoch(td.name, pd.index)))
+                    parts.append(None)
+        responses.append((td.name, parts))
+    if not work:
+        return _respond(node, acks, responses, waits=waits, timeout_ms=timeout_ms)
+    # Each dir answers on its own; one that has not by the request's own timeout answers REQUEST_TIMED_OUT for
+    # its partitions, the others normally. A timeout of 0 or less sets no bound of its own: a dir that never
+    # answers is failed by the stall watchdog, which answers its waiting requests KAFKA_STORAGE_ERROR.
+    pending = work.run(lambda items: _append_all(items, now_ms, v), timeout_ms / 1000 if timeout_ms > 0 else None)
+    if pending is None:
+        return _respond(node, acks, responses, waits=waits, timeout_ms=timeout_ms)
+    return _finish(node, acks, responses, pending, waits, timeout_ms)
+
+
+def _append_all(items, now_ms: int, v: int) -> list:
+    """On the dir's worker: each partition's append, in the request's order: (answer, log end, record count)
+    when it succeeded, else the error answer."""
+    out: list = []
+    for _parts, _slot, topic, pd, plog, leader_epoch in items:
+        try:
+            info = plog.append(pd.records, now_ms=now_ms, leader_epoch=leader_epoch)
+        except Exception as e:
+            out.append(_failed(topic, pd, e, v))
+        else:
+            out.append((PartResp(index=pd.index, error_code=0, base_offset=info.base_offset,
+                                 log_append_time_ms=info.log_append_time, log_start_offset=info.log_start_offset),
+                        info.last_offset + 1, info.record_count))
+    return out
+
+
+async def _finish(node, acks: int, responses, pending, waits, timeout_ms: int):
+    await pending
+    response = _respond(node, acks, responses, waits=waits, timeout_ms=timeout_ms)
+    return (await response) if asyncio.iscoroutine(response) else response
+
+
+def _respond(node, acks: int, responses, *, waits, timeout_ms: int):
+    failed = False
+    topics = []
+    stats = node.topic_stats
+    for name, parts in responses:
+        for part in parts:
+            if part.error_code:
                 failed = True
-        responses.append(TopicResp(name=td.name, partition_responses=parts))
+                if stats is not None:  # the metrics endpoint's counters (kjbod.metrics)
+                    stats.produce_failed(name, part.error_code)
+        topics.append(TopicResp(name=name, partition_responses=parts))
     if acks == 0:
         if failed:
             raise CloseConnection("acks=0 produce failed; closing so the producer notices")
         return None
-    return ProduceResponse(responses=responses)
+    if waits:
+        return replication.await_replication(node, ProduceResponse(responses=topics), waits, timeout_ms)
+    return ProduceResponse(responses=topics)
 
 
-def _append(node, topic: str, pd, now_ms: int, v: int) -> PartResp:
-    try:
-        plog = node.partition_log(topic, pd.index)
-        info = plog.append(pd.records, now_ms=now_ms)
-    except Exception as e:
-        code = getattr(e, "error_code", None)
-        if code is None:
-            log.warning("produce_failed", topic=topic, partition=pd.index, error=repr(e))
-            code = ErrorCode.UNKNOWN_SERVER_ERROR
-        resp = _error(pd.index, code, getattr(e, "message", None) or str(e), v)
-        if v >= 8:
-            # The records refused and why (validate_records); a refusal of the batch as a whole names record 0.
-            found = getattr(e, "record_errors", None)
-            if found:
-                resp.record_errors = [RecordError(batch_index=i, batch_index_error_message=why) for i, why in found]
-            elif code in (ErrorCode.CORRUPT_MESSAGE, ErrorCode.INVALID_RECORD):
-                resp.record_errors = [RecordError(batch_index=0, batch_index_error_message=str(e))]
-        return resp
-    node.notify_append()
-    return PartResp(index=pd.index, error_code=0, base_offset=info.base_offset,
-                    log_append_time_ms=info.log_append_time, log_start_offset=info.log_start_offset)
+def _failed(topic: str, pd, e: BaseException, v: int) -> PartResp:
+    code = getattr(e, "error_code", None)
+    if code is None:
+        log.warning("produce_failed", topic=topic, partition=pd.index, error=repr(e))
+        code = ErrorCode.UNKNOWN_SERVER_ERROR
+    resp = _error(pd.index, code, getattr(e, "message", None) or str(e), v)
+    if v >= 8:
+        # The records refused and why (validate_records); a refusal of the batch as a whole names record 0.
+        found = getattr(e, "record_errors", None)
+        if found:
+            resp.record_errors = [RecordError(batch_index=i, batch_index_error_message=why) for i, why in found]
+        elif code in (ErrorCode.CORRUPT_MESSAGE, ErrorCode.INVALID_RECORD):
+            resp.record_errors = [RecordError(batch_index=0, batch_index_error_message=str(e))]
+    return resp

@@ -36,6 +36,12 @@ A move then has three phases, with Kafka's on-disk names:
    the source from the future's log end as file regions (the lock is held only to find them) and appends the
    bytes to the future log as a follower, rolling it where the source's segments begin, until the future has
    reached the source's log end once.
+   With a dir assigner (a node whose controller tracks replica dirs, KIP-858), the move then tells the
+   controller where the replica is about to be and waits for the answer, catching up meanwhile (KIP-858's
+   order: the metadata changes before the swap, so a dir that fails after the swap is never one the
+   controller does not know holds the partition). A move that ends without its swap after that (cancelled,
+   redirected, restarted, destination failed) points the metadata back at the source; one whose source
+   failed reports the replica as lost (LOST_DIR), so the controller moves its leadership.
 3. **Swap.** The last step runs where appends are serialised (the node's event loop, through ``exclusive``):
    copy the few batches appended since, fsync the future, then LogManager.replace_current_with_future renames
    the source to ``-delete`` and the future to ``<topic>-<partition>`` under both logs' locks and repoints the
@@ -67,7 +73,7 @@ import time
 from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable, Iterable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -107,6 +113,13 @@ _SWAP_FAILPOINTS = {
     "future_renamed": "future_renamed_to_current",
     "deleting_old_copy": "before_old_copy_deleted",
 }
+
+
+# A dir assigner: (topic, partition, log dir path, or None for "lost") -> a future that ends True once the
+# controller has the assignment, False when it never will (the partition is gone from this broker, or a newer
+# assignment of it replaced this one).  Called from the mover threads; the node runs it on its event loop.
+DirAssigner = Callable[[str, int, str | None], "Future[bool]"]
+ASSIGN_POLL = 0.05  # s between two catch-up passes while the controller has not answered yet
 
 
 class MoverStopped(Exception):
@@ -160,6 +173,9 @@ class _Move:
         self.future_leo: int | None = None
         self.started: float | None = None
         self.error: str | None = None
+        # The dir the controller was asked to record for this replica before its swap (KIP-858), until the swap
+        # makes it true or the move points the metadata back at the source.
+        self.assigned_dir: str | None = None
 
     @property
     def name(self) -> str:
@@ -176,6 +192,9 @@ class ReplicaMover:
     ``exclusive(fn)`` runs the final catch-up and swap where no append can interleave and returns fn's result
     (re-raising its exception); the node passes a function that runs ``fn`` on its event loop. The default runs
     it in the mover thread, which is right only when nothing else appends (tests, tools).
+
+    ``assign_dir`` (see DirAssigner) tells the controller where a replica is about to be; without it (a node whose
+    metadata does not track dirs, tests) a move swaps as soon as its future log has caught up.
     """
 
     def __init__(
@@ -185,11 +204,18 @@ class ReplicaMover:
         threads: int,
         throttle: Throttle | None = None,
         exclusive: Callable[[Callable[[], Any]], Any] | None = None,
+        assign_dir: DirAssigner | None = None,
+        by_dir_worker: bool | None = None,
     ) -> None:
         self.manager = manager
+        self.assign_dir = assign_dir
         self.threads = max(1, threads)
         self.throttle = throttle or Throttle()
         self.exclusive = exclusive or _run_here
+        # Appends (produce) run on each dir's worker: the final step runs there too, and, with an ``exclusive`` as
+        # well (the node's event loop, where a follower's fetcher appends), inside it. Default: without an
+        # ``exclusive`` of its own.
+        self._by_dir_worker = exclusive is None if by_dir_worker is None else by_dir_worker
         self._cond = threading.Condition()
         self._queue: deque[_Move] = deque()
         self._moves: dict[TopicPartition, _Move] = {}
@@ -493,6 +519,7 @@ class ReplicaMover:
             except (_Retarget, _Restart) as e:
                 if self._stop.is_set():
                     raise MoverStopped() from None
+                self._point_metadata_back(m, lost=False, why="the move was redirected, cancelled or restarted")
                 self._discard_future(m)
                 m.bytes_copied = m.future_size = 0
                 m.future_leo = None
@@ -514,6 +541,7 @@ class ReplicaMover:
                 return
             except Exception as e:
                 log.exception("replica_move_failed", partition=m.name, dest_dir=dest)
+                self._point_metadata_back(m, lost=False, why="the move failed")
                 try:
                     self._discard_future(m)
                 except Exception:
@@ -531,11 +559,68 @@ class ReplicaMover:
             self.manager.delete_future_log(m.topic, m.partition, keep_files=True)
             log.error("replica_move_stopped_source_failed", partition=m.name, source_dir=m.source_dir,
                       dest_dir=dest, error=str(e))
+            # The controller may already record the replica in the destination, so the source dir's failure
+            # would not take its leadership away: KIP-858 has the broker report it lost instead.
+            self._point_metadata_back(m, lost=True, why="its source dir failed")
         else:
             # Destination failed: drop the future log (deleted if the dir still allows it); the source serves on.
+            self._point_metadata_back(m, lost=False, why="its destination dir failed")
             self._discard_future(m)
             log.error("replica_move_aborted_destination_failed", partition=m.name, source_dir=m.source_dir,
                       dest_dir=dest, error=str(e))
+
+    def _point_metadata_back(self, m: _Move, *, lost: bool, why: str) -> None:
+        """A move that asked the controller to record its destination ends without its swap: the replica is
+        still in its source, so the metadata is pointed back there (a still-queued assignment is simply replaced)
+        or, the source having failed, at LOST_DIR.  Not waited for: the assigner retries until it is through."""
+        assigned, m.assigned_dir = m.assigned_dir, None
+        if assigned is None or self.assign_dir is None:
+            return
+        log.warning("replica_dir_assignment_reverted", partition=m.name, assigned_dir=assigned,
+                    now="LOST_DIR" if lost else m.source_dir, reason=why)
+        self.assign_dir(m.topic, m.partition, None if lost else m.source_dir)
+
+    def assigned_dirs(self) -> dict[TopicPartition, str]:
+        """{partition: dir} for the moves whose destination the controller was asked to record and that have not
+        swapped yet: the node treats that dir as the replica's (it must not point the metadata back meanwhile)."""
+        with self._cond:
+            moves = list(self._moves.values())
+        return {(m.topic, m.partition): d for m in moves if (d := m.assigned_dir) is not None}
+
+    def _await_assignment(self, m: _Move, generation: int, source: PartitionLog, future: PartitionLog,
+                          dest: str) -> None:
+        """KIP-858's step between the first catch-up and the swap: ask the controller to record the replica in
+        ``dest`` and keep catching up until it has (the source still takes appends)."""
+        if self.assign_dir is None:
+            return
+        while True:
+            m.assigned_dir = dest
+            asked = time.monotonic()
+            log.info("replica_dir_assignment_requested", partition=m.name, dest_dir=dest)
+            confirmed = self.assign_dir(m.topic, m.partition, dest)
+            while True:
+                try:
+                    ok = confirmed.result(timeout=ASSIGN_POLL)
+                    break
+                except TimeoutError:
+                    # A dir found failed meanwhile by anything else (a produce, a flush) ends the move here too:
+                    # with no new batch to copy, the catch-up would not touch the disk and never see it.
+                    for side in (source.io, future.io):
+                        side.ensure_online()
+                    self._catch_up(m, generation, source, future, final=False)  # _Retarget, MoverStopped
+                except CancelledError:  # the node is going away
+                    raise MoverStopped() from None
+            if ok:
+                log.info("replica_dir_assignment_confirmed", partition=m.name, dest_dir=dest,
+                         waited_ms=round((time.monotonic() - asked) * 1000, 1))
+                return
+            self._check(m, generation)  # replaced by the assignment of a new destination: _Retarget
+            if self.manager.find(m.topic, m.partition) is None:
+                raise UnknownTopicOrPartitionError(f"{m.name} is no longer on this broker")
+            # Refused for something else (the node does not know the dir or the topic yet): ask again shortly.
+            log.warning("replica_dir_assignment_not_confirmed", partition=m.name, dest_dir=dest, effect="asking again")
+            if self._stop.wait(1.0):
+                raise MoverStopped()
 
     def _discard_future(self, m: _Move) -> None:
         """Delete the move's future log (registered or still a bare dir); errors on an offline dir are logged."""
@@ -691,11 +776,12 @@ class ReplicaMover:
         future.roll()  # the source's active segment starts a new segment here too
         self._catch_up(m, generation, source, future, final=False)
         future.flush()
+        self._await_assignment(m, generation, source, future, dest)
         failpoints.hit("caught_up_before_lock")
         self._check(m, generation)
         m.state = "swapping"
         swapped = time.monotonic()
-        self._call_exclusive(lambda: self._finish(m, generation, source, future))
+        self._call_exclusive(lambda: self._finish(m, generation, source, future), source.log_dir)
         swap_ms = (time.monotonic() - swapped) * 1000
         elapsed = time.monotonic() - m.started
         log.info("replica_move_completed", partition=m.name, source_dir=m.source_dir, dest_dir=dest,
@@ -706,8 +792,18 @@ class ReplicaMover:
         self.completed += 1
         mgr.checkpoint()  # recovery points of the moved log, so an unclean restart does not re-read it all
 
-    def _call_exclusive(self, fn: Callable[[], Any]) -> Any:
-        return self.exclusive(fn)
+    def _call_exclusive(self, fn: Callable[[], Any], log_dir: str | None = None) -> Any:
+        # Appends to a partition run on its dir's worker (kjbod.storage.workers, a leader's produce) and on the
+        # event loop (a follower's fetcher): the final step holds the worker, between two of its jobs, while the
+        # loop runs it, so neither can append meanwhile.
+        worker = self.manager.worker(log_dir) if self._by_dir_worker and log_dir is not None else None
+        if worker is None:
+            return self.exclusive(fn)
+        exclusive = self.exclusive
+        try:
+            return worker.call(lambda: exclusive(fn), gave_up=lambda: self.stopping)
+        except TimeoutError:
+            raise MoverStopped() from None
 
     def _finish(self, m: _Move, generation: int, source: PartitionLog, future: PartitionLog) -> None:
         """The final step, with appends held off: last batches, fsync, swap."""
@@ -726,6 +822,7 @@ class ReplicaMover:
         )
         m.registered = False
         m.future_path = None
+        m.assigned_dir = None  # true now: the replica is where the metadata says
 
     # ------------------------------------------------------------------------------------------ bulk copy
 

@@ -32,6 +32,8 @@ from .describe_configs_request import DescribeConfigsRequest
 from .describe_configs_response import DescribeConfigsResponse
 from .describe_log_dirs_request import DescribeLogDirsRequest
 from .describe_log_dirs_response import DescribeLogDirsResponse
+from .elect_leaders_request import ElectLeadersRequest
+from .elect_leaders_response import ElectLeadersResponse
 from .feature_level_record import FeatureLevelRecord
 from .fence_broker_record import FenceBrokerRecord
 from .fetch_request import FetchRequest
@@ -51,11 +53,14 @@ from .list_partition_reassignments_request import ListPartitionReassignmentsRequ
 from .list_partition_reassignments_response import ListPartitionReassignmentsResponse
 from .metadata_request import MetadataRequest
 from .metadata_response import MetadataResponse
+from .offset_for_leader_epoch_request import OffsetForLeaderEpochRequest
+from .offset_for_leader_epoch_response import OffsetForLeaderEpochResponse
 from .partition_change_record import PartitionChangeRecord
 from .partition_record import PartitionRecord
 from .produce_request import ProduceRequest
 from .produce_response import ProduceResponse
 from .producer_ids_record import ProducerIdsRecord
+from .reassignment_intent_record import ReassignmentIntentRecord
 from .register_broker_record import RegisterBrokerRecord
 from .remove_topic_record import RemoveTopicRecord
 from .request_header import RequestHeader
@@ -103,6 +108,8 @@ __all__ = [
     'DescribeConfigsResponse',
     'DescribeLogDirsRequest',
     'DescribeLogDirsResponse',
+    'ElectLeadersRequest',
+    'ElectLeadersResponse',
     'FeatureLevelRecord',
     'FenceBrokerRecord',
     'FetchRequest',
@@ -122,11 +129,14 @@ __all__ = [
     'ListPartitionReassignmentsResponse',
     'MetadataRequest',
     'MetadataResponse',
+    'OffsetForLeaderEpochRequest',
+    'OffsetForLeaderEpochResponse',
     'PartitionChangeRecord',
     'PartitionRecord',
     'ProduceRequest',
     'ProduceResponse',
     'ProducerIdsRecord',
+    'ReassignmentIntentRecord',
     'RegisterBrokerRecord',
     'RemoveTopicRecord',
     'RequestHeader',

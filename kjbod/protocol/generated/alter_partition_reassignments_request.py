@@ -31,6 +31,7 @@ class ReassignablePartition:
 
     partition_index: int = 0  # Partition number within the topic.
     replicas: list[int] | None = None  # Target replica brokers; null cancels a reassignment in progress.
+    target_directories: list[UUID] = field(default_factory=list)  # kjbod extension: the log dir id of each target replica, in Replicas' orde...
     unknown_tagged_fields: tuple[tuple[int, bytes], ...] = ()
 
 
@@ -133,10 +134,16 @@ def _enc_v0(o, out):
                 _rt.write_compact_array_len(out, len(x2))
                 if x2:
                     _rt.write_fixed_array(out, x2, 'i')
-            if e1.unknown_tagged_fields:
-                _rt.write_unknown_tags(out, e1.unknown_tagged_fields)
-            else:
-                out.append(b'\x00')
+            t2 = []
+            if e1.target_directories:
+                s2 = []
+                x3 = e1.target_directories
+                if x3 is None:
+                    raise EncodeError('non-nullable field TargetDirectories is None at version 0')
+                _rt.write_compact_array_len(s2, len(x3))
+                _rt.write_uuid_array(s2, x3)
+                t2.append((10000, b''.join(s2)))
+            _rt.write_tags(out, t2, e1.unknown_tagged_fields)
         if e0.unknown_tagged_fields:
             _rt.write_unknown_tags(out, e0.unknown_tagged_fields)
         else:
@@ -165,6 +172,7 @@ def _dec_v0(buf, pos):
                 v2_replicas = None
             else:
                 v2_replicas, pos = _rt.read_fixed_array(buf, pos, n2, 'i', 4)
+            v2_target_directories = []
             if buf[pos] == 0:
                 pos += 1
                 u2 = ()
@@ -173,10 +181,15 @@ def _dec_v0(buf, pos):
                 u2 = []
                 for _ in range(nt2):
                     tag2, pos, end2 = _rt.read_unknown_tag(buf, pos)
-                    u2.append((tag2, bytes(buf[pos:end2])))
-                    pos = end2
+                    if tag2 == 10000:
+                        n3, pos = _rt.read_compact_array_len(buf, pos, False)
+                        v2_target_directories, pos = _rt.read_uuid_array(buf, pos, n3)
+                        _rt.check_tag_end(pos, end2, tag2)
+                    else:
+                        u2.append((tag2, bytes(buf[pos:end2])))
+                        pos = end2
                 u2 = tuple(u2)
-            e1 = ReassignablePartition(v2_partition_index, v2_replicas, u2)
+            e1 = ReassignablePartition(v2_partition_index, v2_replicas, v2_target_directories, u2)
             ap1(e1)
         if buf[pos] == 0:
             pos += 1
@@ -228,10 +241,16 @@ def _enc_v1(o, out):
                 _rt.write_compact_array_len(out, len(x2))
                 if x2:
                     _rt.write_fixed_array(out, x2, 'i')
-            if e1.unknown_tagged_fields:
-                _rt.write_unknown_tags(out, e1.unknown_tagged_fields)
-            else:
-                out.append(b'\x00')
+            t2 = []
+            if e1.target_directories:
+                s2 = []
+                x3 = e1.target_directories
+                if x3 is None:
+                    raise EncodeError('non-nullable field TargetDirectories is None at version 1')
+                _rt.write_compact_array_len(s2, len(x3))
+                _rt.write_uuid_array(s2, x3)
+                t2.append((10000, b''.join(s2)))
+            _rt.write_tags(out, t2, e1.unknown_tagged_fields)
         if e0.unknown_tagged_fields:
             _rt.write_unknown_tags(out, e0.unknown_tagged_fields)
         else:
@@ -260,6 +279,7 @@ def _dec_v1(buf, pos):
                 v2_replicas = None
             else:
                 v2_replicas, pos = _rt.read_fixed_array(buf, pos, n2, 'i', 4)
+            v2_target_directories = []
             if buf[pos] == 0:
                 pos += 1
                 u2 = ()
@@ -268,10 +288,15 @@ def _dec_v1(buf, pos):
                 u2 = []
                 for _ in range(nt2):
                     tag2, pos, end2 = _rt.read_unknown_tag(buf, pos)
-                    u2.append((tag2, bytes(buf[pos:end2])))
-                    pos = end2
+                    if tag2 == 10000:
+                        n3, pos = _rt.read_compact_array_len(buf, pos, False)
+                        v2_target_directories, pos = _rt.read_uuid_array(buf, pos, n3)
+                        _rt.check_tag_end(pos, end2, tag2)
+                    else:
+                        u2.append((tag2, bytes(buf[pos:end2])))
+                        pos = end2
                 u2 = tuple(u2)
-            e1 = ReassignablePartition(v2_partition_index, v2_replicas, u2)
+            e1 = ReassignablePartition(v2_partition_index, v2_replicas, v2_target_directories, u2)
             ap1(e1)
         if buf[pos] == 0:
             pos += 1

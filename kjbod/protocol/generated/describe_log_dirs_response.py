@@ -25,10 +25,11 @@ _S1 = _struct.Struct('>h')
 _S2 = _struct.Struct('>iqq?')
 _S3 = _struct.Struct('>iqq?B')
 _S4 = _struct.Struct('>16s')
-_S5 = _struct.Struct('>iqq?x')
-_S6 = _struct.Struct('>ih')
-_S7 = _struct.Struct('>qq')
-_S8 = _struct.Struct('>qqB')
+_S5 = _struct.Struct('>q')
+_S6 = _struct.Struct('>iqq?x')
+_S7 = _struct.Struct('>ih')
+_S8 = _struct.Struct('>qq')
+_S9 = _struct.Struct('>qqB')
 
 
 
@@ -62,8 +63,10 @@ class DescribeLogDirsResult:
     total_bytes: int = -1  # Size of the volume holding the log dir; -1 if unknown.
     usable_bytes: int = -1  # Free space usable on that volume; -1 if unknown.
     directory_id: UUID = _ZERO_UUID  # kjbod extension: the KIP-858 directory id of this log dir (zero if unknow...
-    dir_state: str = ''  # kjbod extension: online, degraded (slow), offline or not-answering; empty...
+    dir_state: str = ''  # kjbod extension: online, degraded (slow), full, offline or not-answering;...
     recent_latency_ms: int = -1  # kjbod extension: the slowest file operation of the last seconds in this l...
+    failed_at_ms: int = -1  # kjbod extension: when an offline log dir failed (ms since the epoch); -1 ...
+    reserved_bytes: int = -1  # kjbod extension: the bytes this log dir keeps free (log.dir.reserved.byte...
     unknown_tagged_fields: tuple[tuple[int, bytes], ...] = ()
 
 
@@ -192,7 +195,7 @@ def _dec_v1(buf, pos):
                     ap2(e2)
             e1 = DescribeLogDirsTopic(v2_name, v2_partitions, ())
             ap1(e1)
-        e0 = DescribeLogDirsResult(v1_error_code, v1_log_dir, v1_topics, -1, -1, _ZERO_UUID, '', -1, ())
+        e0 = DescribeLogDirsResult(v1_error_code, v1_log_dir, v1_topics, -1, -1, _ZERO_UUID, '', -1, -1, -1, ())
         ap0(e0)
     msg = DescribeLogDirsResponse(v0_throttle_time_ms, 0, v0_results, ())
     return msg, pos
@@ -245,6 +248,14 @@ def _enc_v2(o, out):
             s1 = []
             s1.append(_S0.pack(e0.recent_latency_ms))
             t1.append((10002, b''.join(s1)))
+        if e0.failed_at_ms != -1:
+            s1 = []
+            s1.append(_S5.pack(e0.failed_at_ms))
+            t1.append((10003, b''.join(s1)))
+        if e0.reserved_bytes != -1:
+            s1 = []
+            s1.append(_S5.pack(e0.reserved_bytes))
+            t1.append((10004, b''.join(s1)))
         _rt.write_tags(out, t1, e0.unknown_tagged_fields)
     if o.unknown_tagged_fields:
         _rt.write_unknown_tags(out, o.unknown_tagged_fields)
@@ -272,7 +283,7 @@ def _dec_v2(buf, pos):
                 raise DecodeError('array of n2 elements runs past the end of the data')
             blk2 = bytes(buf[pos:end2])
             if blk2[21::22].count(0) == n2:
-                v2_partitions = list(_starmap(DescribeLogDirsPartition, _S5.iter_unpack(blk2)))
+                v2_partitions = list(_starmap(DescribeLogDirsPartition, _S6.iter_unpack(blk2)))
                 pos = end2
             else:
                 v2_partitions = []
@@ -309,6 +320,8 @@ def _dec_v2(buf, pos):
         v1_directory_id = _ZERO_UUID
         v1_dir_state = ''
         v1_recent_latency_ms = -1
+        v1_failed_at_ms = -1
+        v1_reserved_bytes = -1
         if buf[pos] == 0:
             pos += 1
             u1 = ()
@@ -329,11 +342,19 @@ def _dec_v2(buf, pos):
                     v1_recent_latency_ms, = _S0.unpack_from(buf, pos)
                     pos += 4
                     _rt.check_tag_end(pos, end1, tag1)
+                elif tag1 == 10003:
+                    v1_failed_at_ms, = _S5.unpack_from(buf, pos)
+                    pos += 8
+                    _rt.check_tag_end(pos, end1, tag1)
+                elif tag1 == 10004:
+                    v1_reserved_bytes, = _S5.unpack_from(buf, pos)
+                    pos += 8
+                    _rt.check_tag_end(pos, end1, tag1)
                 else:
                     u1.append((tag1, bytes(buf[pos:end1])))
                     pos = end1
             u1 = tuple(u1)
-        e0 = DescribeLogDirsResult(v1_error_code, v1_log_dir, v1_topics, -1, -1, v1_directory_id, v1_dir_state, v1_recent_latency_ms, u1)
+        e0 = DescribeLogDirsResult(v1_error_code, v1_log_dir, v1_topics, -1, -1, v1_directory_id, v1_dir_state, v1_recent_latency_ms, v1_failed_at_ms, v1_reserved_bytes, u1)
         ap0(e0)
     if buf[pos] == 0:
         pos += 1
@@ -350,7 +371,7 @@ def _dec_v2(buf, pos):
     return msg, pos
 
 def _enc_v3(o, out):
-    out.append(_S6.pack(o.throttle_time_ms, o.error_code))
+    out.append(_S7.pack(o.throttle_time_ms, o.error_code))
     x0 = o.results
     if x0 is None:
         raise EncodeError('non-nullable field Results is None at version 3')
@@ -397,6 +418,14 @@ def _enc_v3(o, out):
             s1 = []
             s1.append(_S0.pack(e0.recent_latency_ms))
             t1.append((10002, b''.join(s1)))
+        if e0.failed_at_ms != -1:
+            s1 = []
+            s1.append(_S5.pack(e0.failed_at_ms))
+            t1.append((10003, b''.join(s1)))
+        if e0.reserved_bytes != -1:
+            s1 = []
+            s1.append(_S5.pack(e0.reserved_bytes))
+            t1.append((10004, b''.join(s1)))
         _rt.write_tags(out, t1, e0.unknown_tagged_fields)
     if o.unknown_tagged_fields:
         _rt.write_unknown_tags(out, o.unknown_tagged_fields)
@@ -404,7 +433,7 @@ def _enc_v3(o, out):
         out.append(b'\x00')
 
 def _dec_v3(buf, pos):
-    v0_throttle_time_ms, v0_error_code = _S6.unpack_from(buf, pos)
+    v0_throttle_time_ms, v0_error_code = _S7.unpack_from(buf, pos)
     pos += 6
     n0, pos = _rt.read_compact_array_len(buf, pos, False)
     v0_results = []
@@ -424,7 +453,7 @@ def _dec_v3(buf, pos):
                 raise DecodeError('array of n2 elements runs past the end of the data')
             blk2 = bytes(buf[pos:end2])
             if blk2[21::22].count(0) == n2:
-                v2_partitions = list(_starmap(DescribeLogDirsPartition, _S5.iter_unpack(blk2)))
+                v2_partitions = list(_starmap(DescribeLogDirsPartition, _S6.iter_unpack(blk2)))
                 pos = end2
             else:
                 v2_partitions = []
@@ -461,6 +490,8 @@ def _dec_v3(buf, pos):
         v1_directory_id = _ZERO_UUID
         v1_dir_state = ''
         v1_recent_latency_ms = -1
+        v1_failed_at_ms = -1
+        v1_reserved_bytes = -1
         if buf[pos] == 0:
             pos += 1
             u1 = ()
@@ -481,11 +512,19 @@ def _dec_v3(buf, pos):
                     v1_recent_latency_ms, = _S0.unpack_from(buf, pos)
                     pos += 4
                     _rt.check_tag_end(pos, end1, tag1)
+                elif tag1 == 10003:
+                    v1_failed_at_ms, = _S5.unpack_from(buf, pos)
+                    pos += 8
+                    _rt.check_tag_end(pos, end1, tag1)
+                elif tag1 == 10004:
+                    v1_reserved_bytes, = _S5.unpack_from(buf, pos)
+                    pos += 8
+                    _rt.check_tag_end(pos, end1, tag1)
                 else:
                     u1.append((tag1, bytes(buf[pos:end1])))
                     pos = end1
             u1 = tuple(u1)
-        e0 = DescribeLogDirsResult(v1_error_code, v1_log_dir, v1_topics, -1, -1, v1_directory_id, v1_dir_state, v1_recent_latency_ms, u1)
+        e0 = DescribeLogDirsResult(v1_error_code, v1_log_dir, v1_topics, -1, -1, v1_directory_id, v1_dir_state, v1_recent_latency_ms, v1_failed_at_ms, v1_reserved_bytes, u1)
         ap0(e0)
     if buf[pos] == 0:
         pos += 1
@@ -502,7 +541,7 @@ def _dec_v3(buf, pos):
     return msg, pos
 
 def _enc_v4(o, out):
-    out.append(_S6.pack(o.throttle_time_ms, o.error_code))
+    out.append(_S7.pack(o.throttle_time_ms, o.error_code))
     x0 = o.results
     if x0 is None:
         raise EncodeError('non-nullable field Results is None at version 4')
@@ -534,7 +573,7 @@ def _enc_v4(o, out):
                 _rt.write_unknown_tags(out, e1.unknown_tagged_fields)
             else:
                 out.append(b'\x00')
-        out.append(_S7.pack(e0.total_bytes, e0.usable_bytes))
+        out.append(_S8.pack(e0.total_bytes, e0.usable_bytes))
         t1 = []
         if e0.directory_id != _ZERO_UUID:
             s1 = []
@@ -550,6 +589,14 @@ def _enc_v4(o, out):
             s1 = []
             s1.append(_S0.pack(e0.recent_latency_ms))
             t1.append((10002, b''.join(s1)))
+        if e0.failed_at_ms != -1:
+            s1 = []
+            s1.append(_S5.pack(e0.failed_at_ms))
+            t1.append((10003, b''.join(s1)))
+        if e0.reserved_bytes != -1:
+            s1 = []
+            s1.append(_S5.pack(e0.reserved_bytes))
+            t1.append((10004, b''.join(s1)))
         _rt.write_tags(out, t1, e0.unknown_tagged_fields)
     if o.unknown_tagged_fields:
         _rt.write_unknown_tags(out, o.unknown_tagged_fields)
@@ -557,7 +604,7 @@ def _enc_v4(o, out):
         out.append(b'\x00')
 
 def _dec_v4(buf, pos):
-    v0_throttle_time_ms, v0_error_code = _S6.unpack_from(buf, pos)
+    v0_throttle_time_ms, v0_error_code = _S7.unpack_from(buf, pos)
     pos += 6
     n0, pos = _rt.read_compact_array_len(buf, pos, False)
     v0_results = []
@@ -577,7 +624,7 @@ def _dec_v4(buf, pos):
                 raise DecodeError('array of n2 elements runs past the end of the data')
             blk2 = bytes(buf[pos:end2])
             if blk2[21::22].count(0) == n2:
-                v2_partitions = list(_starmap(DescribeLogDirsPartition, _S5.iter_unpack(blk2)))
+                v2_partitions = list(_starmap(DescribeLogDirsPartition, _S6.iter_unpack(blk2)))
                 pos = end2
             else:
                 v2_partitions = []
@@ -611,11 +658,13 @@ def _dec_v4(buf, pos):
                 u2 = tuple(u2)
             e1 = DescribeLogDirsTopic(v2_name, v2_partitions, u2)
             ap1(e1)
-        v1_total_bytes, v1_usable_bytes, tc1 = _S8.unpack_from(buf, pos)
+        v1_total_bytes, v1_usable_bytes, tc1 = _S9.unpack_from(buf, pos)
         pos += 16
         v1_directory_id = _ZERO_UUID
         v1_dir_state = ''
         v1_recent_latency_ms = -1
+        v1_failed_at_ms = -1
+        v1_reserved_bytes = -1
         if tc1 == 0:
             pos += 1
             u1 = ()
@@ -636,11 +685,19 @@ def _dec_v4(buf, pos):
                     v1_recent_latency_ms, = _S0.unpack_from(buf, pos)
                     pos += 4
                     _rt.check_tag_end(pos, end1, tag1)
+                elif tag1 == 10003:
+                    v1_failed_at_ms, = _S5.unpack_from(buf, pos)
+                    pos += 8
+                    _rt.check_tag_end(pos, end1, tag1)
+                elif tag1 == 10004:
+                    v1_reserved_bytes, = _S5.unpack_from(buf, pos)
+                    pos += 8
+                    _rt.check_tag_end(pos, end1, tag1)
                 else:
                     u1.append((tag1, bytes(buf[pos:end1])))
                     pos = end1
             u1 = tuple(u1)
-        e0 = DescribeLogDirsResult(v1_error_code, v1_log_dir, v1_topics, v1_total_bytes, v1_usable_bytes, v1_directory_id, v1_dir_state, v1_recent_latency_ms, u1)
+        e0 = DescribeLogDirsResult(v1_error_code, v1_log_dir, v1_topics, v1_total_bytes, v1_usable_bytes, v1_directory_id, v1_dir_state, v1_recent_latency_ms, v1_failed_at_ms, v1_reserved_bytes, u1)
         ap0(e0)
     if buf[pos] == 0:
         pos += 1

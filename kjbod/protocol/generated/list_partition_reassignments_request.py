@@ -21,6 +21,7 @@ _starmap = _itertools.starmap
 
 
 _S0 = _struct.Struct('>i')
+_S1 = _struct.Struct('>?')
 
 
 
@@ -45,6 +46,7 @@ class ListPartitionReassignmentsRequest:
 
     timeout_ms: int = 60000  # How long, in ms, to wait for the controller before answering.
     topics: list[ListPartitionReassignmentsTopics] | None = None  # Partitions to report on; null lists every reassignment in progress.
+    include_batches: bool = False  # kjbod extension: answer each partition's current step (the response's Bat...
     unknown_tagged_fields: tuple[tuple[int, bytes], ...] = ()
 
     def encode(self, version: int) -> bytes:
@@ -117,10 +119,12 @@ def _enc_v0(o, out):
                 _rt.write_unknown_tags(out, e0.unknown_tagged_fields)
             else:
                 out.append(b'\x00')
-    if o.unknown_tagged_fields:
-        _rt.write_unknown_tags(out, o.unknown_tagged_fields)
-    else:
-        out.append(b'\x00')
+    t0 = []
+    if o.include_batches != False:
+        s0 = []
+        s0.append(_S1.pack(o.include_batches))
+        t0.append((10000, b''.join(s0)))
+    _rt.write_tags(out, t0, o.unknown_tagged_fields)
 
 def _dec_v0(buf, pos):
     v0_timeout_ms, = _S0.unpack_from(buf, pos)
@@ -148,6 +152,7 @@ def _dec_v0(buf, pos):
                 u1 = tuple(u1)
             e0 = ListPartitionReassignmentsTopics(v1_name, v1_partition_indexes, u1)
             ap0(e0)
+    v0_include_batches = False
     if buf[pos] == 0:
         pos += 1
         u0 = ()
@@ -156,10 +161,15 @@ def _dec_v0(buf, pos):
         u0 = []
         for _ in range(nt0):
             tag0, pos, end0 = _rt.read_unknown_tag(buf, pos)
-            u0.append((tag0, bytes(buf[pos:end0])))
-            pos = end0
+            if tag0 == 10000:
+                v0_include_batches, = _S1.unpack_from(buf, pos)
+                pos += 1
+                _rt.check_tag_end(pos, end0, tag0)
+            else:
+                u0.append((tag0, bytes(buf[pos:end0])))
+                pos = end0
         u0 = tuple(u0)
-    msg = ListPartitionReassignmentsRequest(v0_timeout_ms, v0_topics, u0)
+    msg = ListPartitionReassignmentsRequest(v0_timeout_ms, v0_topics, v0_include_batches, u0)
     return msg, pos
 
 _ENCODERS = (_enc_v0,)

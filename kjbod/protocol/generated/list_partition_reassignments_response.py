@@ -33,6 +33,8 @@ class OngoingPartitionReassignment:
     replicas: list[int] = field(default_factory=list)  # Full replica list right now, old and new together.
     adding_replicas: list[int] = field(default_factory=list)  # Brokers gaining a replica.
     removing_replicas: list[int] = field(default_factory=list)  # Brokers losing their replica when the move ends.
+    batch_current_replicas: list[int] = field(default_factory=list)  # kjbod extension: the replicas the current step started from (KIP-435's Cu...
+    batch_target_replicas: list[int] = field(default_factory=list)  # kjbod extension: the replicas the current step goes to, empty while the p...
     unknown_tagged_fields: tuple[tuple[int, bytes], ...] = ()
 
 
@@ -146,10 +148,26 @@ def _enc_v0(o, out):
             _rt.write_compact_array_len(out, len(x2))
             if x2:
                 _rt.write_fixed_array(out, x2, 'i')
-            if e1.unknown_tagged_fields:
-                _rt.write_unknown_tags(out, e1.unknown_tagged_fields)
-            else:
-                out.append(b'\x00')
+            t2 = []
+            if e1.batch_current_replicas:
+                s2 = []
+                x3 = e1.batch_current_replicas
+                if x3 is None:
+                    raise EncodeError('non-nullable field BatchCurrentReplicas is None at version 0')
+                _rt.write_compact_array_len(s2, len(x3))
+                if x3:
+                    _rt.write_fixed_array(s2, x3, 'i')
+                t2.append((10000, b''.join(s2)))
+            if e1.batch_target_replicas:
+                s2 = []
+                x3 = e1.batch_target_replicas
+                if x3 is None:
+                    raise EncodeError('non-nullable field BatchTargetReplicas is None at version 0')
+                _rt.write_compact_array_len(s2, len(x3))
+                if x3:
+                    _rt.write_fixed_array(s2, x3, 'i')
+                t2.append((10001, b''.join(s2)))
+            _rt.write_tags(out, t2, e1.unknown_tagged_fields)
         if e0.unknown_tagged_fields:
             _rt.write_unknown_tags(out, e0.unknown_tagged_fields)
         else:
@@ -180,6 +198,8 @@ def _dec_v0(buf, pos):
             v2_adding_replicas, pos = _rt.read_fixed_array(buf, pos, n2, 'i', 4)
             n2, pos = _rt.read_compact_array_len(buf, pos, False)
             v2_removing_replicas, pos = _rt.read_fixed_array(buf, pos, n2, 'i', 4)
+            v2_batch_current_replicas = []
+            v2_batch_target_replicas = []
             if buf[pos] == 0:
                 pos += 1
                 u2 = ()
@@ -188,10 +208,19 @@ def _dec_v0(buf, pos):
                 u2 = []
                 for _ in range(nt2):
                     tag2, pos, end2 = _rt.read_unknown_tag(buf, pos)
-                    u2.append((tag2, bytes(buf[pos:end2])))
-                    pos = end2
+                    if tag2 == 10000:
+                        n3, pos = _rt.read_compact_array_len(buf, pos, False)
+                        v2_batch_current_replicas, pos = _rt.read_fixed_array(buf, pos, n3, 'i', 4)
+                        _rt.check_tag_end(pos, end2, tag2)
+                    elif tag2 == 10001:
+                        n3, pos = _rt.read_compact_array_len(buf, pos, False)
+                        v2_batch_target_replicas, pos = _rt.read_fixed_array(buf, pos, n3, 'i', 4)
+                        _rt.check_tag_end(pos, end2, tag2)
+                    else:
+                        u2.append((tag2, bytes(buf[pos:end2])))
+                        pos = end2
                 u2 = tuple(u2)
-            e1 = OngoingPartitionReassignment(v2_partition_index, v2_replicas, v2_adding_replicas, v2_removing_replicas, u2)
+            e1 = OngoingPartitionReassignment(v2_partition_index, v2_replicas, v2_adding_replicas, v2_removing_replicas, v2_batch_current_replicas, v2_batch_target_replicas, u2)
             ap1(e1)
         if buf[pos] == 0:
             pos += 1

@@ -36,6 +36,8 @@ from .describe_configs_request import DescribeConfigsRequest
 from .describe_configs_response import DescribeConfigsResponse
 from .describe_log_dirs_request import DescribeLogDirsRequest
 from .describe_log_dirs_response import DescribeLogDirsResponse
+from .elect_leaders_request import ElectLeadersRequest
+from .elect_leaders_response import ElectLeadersResponse
 from .feature_level_record import FeatureLevelRecord
 from .fence_broker_record import FenceBrokerRecord
 from .fetch_request import FetchRequest
@@ -55,11 +57,14 @@ from .list_partition_reassignments_request import ListPartitionReassignmentsRequ
 from .list_partition_reassignments_response import ListPartitionReassignmentsResponse
 from .metadata_request import MetadataRequest
 from .metadata_response import MetadataResponse
+from .offset_for_leader_epoch_request import OffsetForLeaderEpochRequest
+from .offset_for_leader_epoch_response import OffsetForLeaderEpochResponse
 from .partition_change_record import PartitionChangeRecord
 from .partition_record import PartitionRecord
 from .produce_request import ProduceRequest
 from .produce_response import ProduceResponse
 from .producer_ids_record import ProducerIdsRecord
+from .reassignment_intent_record import ReassignmentIntentRecord
 from .register_broker_record import RegisterBrokerRecord
 from .remove_topic_record import RemoveTopicRecord
 from .request_header import RequestHeader
@@ -99,11 +104,13 @@ APIS: dict[int, ApiInfo] = {
     19: ApiInfo(19, 'CreateTopics', CreateTopicsRequest, CreateTopicsResponse, 2, 7, 5, frozenset(['broker', 'controller'])),
     20: ApiInfo(20, 'DeleteTopics', DeleteTopicsRequest, DeleteTopicsResponse, 1, 6, 4, frozenset(['broker', 'controller'])),
     22: ApiInfo(22, 'InitProducerId', InitProducerIdRequest, InitProducerIdResponse, 0, 5, 2, frozenset(['broker'])),
+    23: ApiInfo(23, 'OffsetForLeaderEpoch', OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, 2, 4, 4, frozenset(['broker'])),
     32: ApiInfo(32, 'DescribeConfigs', DescribeConfigsRequest, DescribeConfigsResponse, 1, 4, 4, frozenset(['broker', 'controller'])),
     33: ApiInfo(33, 'AlterConfigs', AlterConfigsRequest, AlterConfigsResponse, 0, 2, 2, frozenset(['broker', 'controller'])),
     34: ApiInfo(34, 'AlterReplicaLogDirs', AlterReplicaLogDirsRequest, AlterReplicaLogDirsResponse, 1, 2, 2, frozenset(['broker'])),
     35: ApiInfo(35, 'DescribeLogDirs', DescribeLogDirsRequest, DescribeLogDirsResponse, 1, 4, 2, frozenset(['broker'])),
     36: ApiInfo(36, 'SaslAuthenticate', SaslAuthenticateRequest, SaslAuthenticateResponse, 0, 2, 2, frozenset(['broker', 'controller'])),
+    43: ApiInfo(43, 'ElectLeaders', ElectLeadersRequest, ElectLeadersResponse, 0, 2, 2, frozenset(['broker', 'controller'])),
     44: ApiInfo(44, 'IncrementalAlterConfigs', IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse, 0, 1, 1, frozenset(['broker', 'controller'])),
     45: ApiInfo(45, 'AlterPartitionReassignments', AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse, 0, 1, 0, frozenset(['broker', 'controller'])),
     46: ApiInfo(46, 'ListPartitionReassignments', ListPartitionReassignmentsRequest, ListPartitionReassignmentsResponse, 0, 0, 0, frozenset(['broker', 'controller'])),
@@ -130,4 +137,5 @@ METADATA_RECORDS: dict[int, type] = {
     12: FeatureLevelRecord,
     15: ProducerIdsRecord,
     17: BrokerRegistrationChangeRecord,
+    10000: ReassignmentIntentRecord,
 }

@@ -1,0 +1,332 @@
+"""Followers: fetchers that copy their leaders' logs (Kafka's ReplicaFetcherManager, AbstractFetcherThread,
+ReplicaFetcherThread).
+
+Strategy: one asyncio task per (leader broker, fetcher id), the fetcher id being a hash of the partition modulo
+`num.replica.fetchers`.  Each sends Fetch v12+ (the highest both sides serve) to its leader over one
+ClientConnection on the inter-broker listener, with ReplicaState (this broker's id and broker epoch, v15+; the
+replica id field before), CurrentLeaderEpoch, and LastFetchedEpoch = the latest epoch in the local leader
+epoch cache, `replica.fetch.wait.max.ms` / `.min.bytes` / `.max.bytes` / `.response.max.bytes`; no fetch
+session.  Per partition of the answer:
+
+* records: appended as they arrived (`append_as_follower`: offsets, epochs and bytes unchanged); the HW
+  becomes min(leader HW, local LEO), the log start follows the leader's (up to the HW);
+* DivergingEpoch {epoch, end}: truncate to min(end, the local end of that epoch, LEO) when the local log
+  knows that epoch, else to the end of its largest smaller epoch (the next fetch asks again);
+* OFFSET_OUT_OF_RANGE: below the leader's log start → truncate fully and start there; otherwise truncate to
+  the leader's HW (the leader's log is shorter than ours);
+* FENCED_LEADER_EPOCH / KAFKA_STORAGE_ERROR: the partition is dropped until new metadata;
+* NOT_LEADER_OR_FOLLOWER, UNKNOWN_LEADER_EPOCH, UNKNOWN_TOPIC_*: the partition waits
+  `replica.fetch.backoff.ms`; a failed connection makes the whole fetcher wait as long.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import zlib
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from kjbod.net.connection import ClientConnection
+from kjbod.net.errors import BrokerConnectionError, ClientError
+from kjbod.net.tasks import cancel_and_wait
+from kjbod.protocol.errors import ErrorCode
+from kjbod.protocol.generated.fetch_request import FetchPartition, FetchRequest, FetchTopic, ReplicaState
+from kjbod.storage.errors import StorageError
+
+log = structlog.get_logger("kjbod.replication.fetcher")
+
+FETCH = 1
+MIN_FETCH_VERSION = 12  # truncation on fetch (DivergingEpoch, LastFetchedEpoch)
+_BACK_OFF = frozenset({ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_LEADER_EPOCH,
+                       ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.UNKNOWN_TOPIC_ID,
+                       ErrorCode.REPLICA_NOT_AVAILABLE})
+_DROP = frozenset({ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.KAFKA_STORAGE_ERROR})
+
+
+@dataclass(slots=True)
+class FetchState:
+    topic: str
+    partition: int
+    leader_epoch: int
+    delayed_until: float = 0.0
+    leader_end_offset: int = -1  # the leader's HW as last heard: how far behind this follower is
+    dropped: bool = False
+
+
+class Fetcher:
+    """Fetches from one leader for a set of partitions (see the module docstring)."""
+
+    def __init__(self, manager: Any, leader_id: int, fetcher_id: int) -> None:
+        self.manager = manager
+        self.leader_id = leader_id
+        self.fetcher_id = fetcher_id
+        self.partitions: dict[tuple[str, int], FetchState] = {}
+        self._wakeup = asyncio.Event()
+        self._conn: ClientConnection | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def node(self) -> Any:
+        return self.manager.node
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(
+            self._run(), name=f"replica-fetcher-{self.fetcher_id}-leader-{self.leader_id}")
+
+    @property
+    def dead(self) -> bool:
+        """Whether its task ended on an error (a bug: a fetcher otherwise runs until closed)."""
+        task = self._task
+        return task is not None and task.done() and not task.cancelled() and task.exception() is not None
+
+    async def close(self) -> None:
+        await cancel_and_wait(self._task)
+        self._task = None
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def add(self, tp: tuple[str, int], leader_epoch: int) -> None:
+        self.partitions[tp] = FetchState(tp[0], tp[1], leader_epoch)
+        self._wakeup.set()
+
+    # ------------------------------------------------------------------------------------------ the task
+
+    async def _run(self) -> None:
+        cfg = self.manager.config
+        backoff = cfg.fetch_backoff_ms / 1000
+        loop = asyncio.get_running_loop()
+        while True:
+            now = loop.time()
+            ready = [s for s in self.partitions.values() if not s.dropped and s.delayed_until <= now]
+            if not ready:
+                self._wakeup.clear()
+                waits = [s.delayed_until - now for s in self.partitions.values() if not s.dropped]
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wakeup.wait(), min(waits) if waits else None)
+                continue
+            try:
+                conn = await self._connection()
+                version = conn.pick_version(FETCH, MIN_FETCH_VERSION)
+                request = self._request(ready, version)
+                if request is None:
+                    await asyncio.sleep(backoff)
+                    continue
+                response = await conn.request(FETCH, version, request, timeout=(
+                    cfg.socket_timeout_ms + cfg.fetch_wait_max_ms) / 1000)
+            except (ClientError, OSError) as e:
+                log.info("replica_fetch_failed", leader=self.leader_id, error=str(e))
+                if self._conn is not None:
+                    self._conn.close()
+                    self._conn = None
+                await asyncio.sleep(backoff)
+                continue
+            if response.error_code:
+                log.info("replica_fetch_refused", leader=self.leader_id, error=_name(response.error_code))
+                await asyncio.sleep(backoff)
+                continue
+            self._process(response, version)
+
+    async def _connection(self) -> ClientConnection:
+        if self._conn is not None and not self._conn.closed:
+            return self._conn
+        reg = self.node.metadata.brokers.get(self.leader_id)
+        endpoint = reg.endpoint(self.manager.listener_name) if reg is not None else None
+        if endpoint is None and reg is not None and reg.listeners:
+            endpoint = reg.listeners[0]
+        if endpoint is None:
+            raise BrokerConnectionError("?", 0, f"broker {self.leader_id} has no endpoint on listener "
+                                        f"{self.manager.listener_name}")
+        self._conn = await ClientConnection.open(
+            endpoint.host, endpoint.port, client_id=f"kjbod-replica-fetcher-{self.node.node_id}-{self.fetcher_id}",
+            connect_timeout=self.manager.config.socket_timeout_ms / 1000)
+        return self._conn
+
+    def _request(self, ready: list[FetchState], version: int) -> FetchRequest | None:
+        cfg = self.manager.config
+        image = self.node.metadata
+        topics: dict[str, FetchTopic] = {}
+        for s in ready:
+            plog = self.manager._local_log(s.topic, s.partition)
+            topic = image.topic(s.topic)
+            if plog is None or topic is None:
+                s.dropped = True
+                continue
+            latest = plog.leader_epochs.latest_epoch
+            t = topics.setdefault(s.topic, FetchTopic(topic=s.topic if version < 13 else "",
+                                                      topic_id=topic.topic_id if version >= 13 else FetchTopic().topic_id))
+            t.partitions.append(FetchPartition(
+                partition=s.partition, current_leader_epoch=s.leader_epoch, fetch_offset=plog.log_end_offset,
+                last_fetched_epoch=latest, log_start_offset=plog.log_start_offset,
+                partition_max_bytes=cfg.fetch_max_bytes))
+        if not topics:
+            return None
+        me, epoch = self.node.node_id, self.node.broker_epoch
+        return FetchRequest(
+            replica_id=me if version < 15 else -1,
+            replica_state=ReplicaState(replica_id=me, replica_epoch=epoch) if version >= 15 else ReplicaState(),
+            max_wait_ms=cfg.fetch_wait_max_ms, min_bytes=cfg.fetch_min_bytes, max_bytes=cfg.fetch_response_max_bytes,
+            isolation_level=0, session_id=0, session_epoch=-1, topics=list(topics.values()))
+
+    # ------------------------------------------------------------------------------------------ answers
+
+    def _process(self, response: Any, version: int) -> None:
+        image = self.node.metadata
+        loop_time = asyncio.get_running_loop().time()
+        backoff = self.manager.config.fetch_backoff_ms / 1000
+        for t in response.responses:
+            name = t.topic
+            if version >= 13:
+                topic = image.topic_by_id(t.topic_id)
+                name = topic.name if topic is not None else ""
+            for part in t.partitions:
+                s = self.partitions.get((name, part.partition_index))
+                if s is None or s.dropped:
+                    continue
+                plog = self.manager._local_log(name, part.partition_index)
+                if plog is None:
+                    s.dropped = True
+                    continue
+                try:
+                    self._partition_answer(s, plog, part, loop_time, backoff)
+                except StorageError as e:
+                    log.warning("replica_fetch_append_failed", topic=name, partition=part.partition_index,
+                                error=str(e))
+                    s.dropped = not plog.online
+                    s.delayed_until = loop_time + backoff
+
+    def _partition_answer(self, s: FetchState, plog: Any, part: Any, loop_time: float, backoff: float) -> None:
+        code = part.error_code
+        if code == ErrorCode.OFFSET_OUT_OF_RANGE:
+            leo = plog.log_end_offset
+            if 0 <= part.log_start_offset and leo < part.log_start_offset:
+                plog.truncate_fully_and_start_at(part.log_start_offset)
+                self._truncate_future(s, part.log_start_offset, fully=True)
+            elif 0 <= part.high_watermark < leo:
+                plog.truncate_to(max(part.high_watermark, plog.high_watermark))
+                self._truncate_future(s, plog.log_end_offset)
+            log.info("replica_offset_out_of_range", topic=s.topic, partition=s.partition, log_end_offset=leo,
+                     truncated_to=plog.log_end_offset)
+            return
+        if code in _DROP:
+            log.info("replica_fetch_partition_dropped", topic=s.topic, partition=s.partition, error=_name(code))
+            s.dropped = True
+            return
+        if code:
+            s.delayed_until = loop_time + backoff
+            return
+        if part.diverging_epoch.epoch >= 0 or part.diverging_epoch.end_offset >= 0:
+            self._truncate_on_divergence(s, plog, part.diverging_epoch.epoch, part.diverging_epoch.end_offset)
+            return
+        data = part.records
+        if data:
+            plog.append_as_follower(bytes(data) if not isinstance(data, bytes | bytearray | memoryview) else data)
+            self.node.notify_append()
+        leo = plog.log_end_offset
+        if part.high_watermark >= 0:
+            plog.high_watermark = min(part.high_watermark, leo)
+            s.leader_end_offset = part.high_watermark
+        if part.log_start_offset > plog.log_start_offset:
+            plog.advance_log_start_offset(min(part.log_start_offset, plog.high_watermark))
+
+    def _truncate_on_divergence(self, s: FetchState, plog: Any, epoch: int, end_offset: int) -> None:
+        leo = plog.log_end_offset
+        local_epoch, local_end = plog.leader_epochs.end_offset_for(epoch, leo)
+        if local_epoch == epoch:
+            target = min(local_end, end_offset, leo)
+        elif local_epoch >= 0:
+            target = min(local_end, leo)  # the end of our largest smaller epoch: the next fetch asks again
+        else:
+            target = min(plog.high_watermark, leo)
+        plog.truncate_to(target)
+        self._truncate_future(s, target)
+        log.info("replica_truncated", topic=s.topic, partition=s.partition, diverging_epoch=epoch,
+                 leader_end_offset=end_offset, from_offset=leo, to_offset=target)
+
+
+    def _truncate_future(self, s: FetchState, offset: int, *, fully: bool = False) -> None:
+        """A KIP-113 move of this replica in progress: its future log must not keep what the current one lost
+        (Kafka truncates the future replica the same way)."""
+        logs = getattr(self.node, "logs", None)
+        future = logs.manager.get_future(s.topic, s.partition) if logs is not None else None
+        if future is None or not future.online:
+            return
+        if fully or offset < future.log_start_offset:
+            future.truncate_fully_and_start_at(offset)
+        elif future.log_end_offset > offset:
+            future.truncate_to(offset)
+
+
+class FetcherManager:
+    """The fetchers of this broker: partitions added and removed as the metadata says (see the docstring)."""
+
+    def __init__(self, manager: Any) -> None:
+        self.manager = manager
+        self.fetchers: dict[tuple[int, int], Fetcher] = {}
+        self._closing: set[asyncio.Task[None]] = set()  # fetchers left without partitions, being closed
+        self._closed = False
+
+    def _fetcher_id(self, tp: tuple[str, int]) -> int:
+        return zlib.crc32(f"{tp[0]}-{tp[1]}".encode()) % self.manager.config.num_fetchers
+
+    def add(self, tp: tuple[str, int], leader_id: int, leader_epoch: int) -> None:
+        if self._closed:
+            return
+        key = (leader_id, self._fetcher_id(tp))
+        fetcher = self.fetchers.get(key)
+        if fetcher is None:
+            fetcher = self.fetchers[key] = Fetcher(self.manager, leader_id, key[1])
+            fetcher.start()
+        fetcher.add(tp, leader_epoch)
+
+    def remove(self, tp: tuple[str, int]) -> None:
+        for key, fetcher in list(self.fetchers.items()):
+            if fetcher.partitions.pop(tp, None) is not None and not fetcher.partitions:
+                del self.fetchers[key]
+                task = asyncio.get_running_loop().create_task(fetcher.close())
+                self._closing.add(task)
+                task.add_done_callback(self._closing.discard)
+
+    def lag(self, topic: str, partition: int) -> int | None:
+        for fetcher in self.fetchers.values():
+            s = fetcher.partitions.get((topic, partition))
+            if s is not None and s.leader_end_offset >= 0:
+                plog = self.manager._local_log(topic, partition)
+                return max(0, s.leader_end_offset - plog.log_end_offset) if plog is not None else None
+        return None
+
+    def max_lag(self) -> int:
+        most = 0
+        for fetcher in self.fetchers.values():
+            for (topic, partition), s in fetcher.partitions.items():
+                if s.dropped or s.leader_end_offset < 0:
+                    continue
+                plog = self.manager._local_log(topic, partition)
+                if plog is not None:
+                    most = max(most, s.leader_end_offset - plog.log_end_offset)
+        return most
+
+    def failed_partitions(self) -> int:
+        return sum(1 for fetcher in self.fetchers.values() for s in fetcher.partitions.values() if s.dropped)
+
+    def dead_fetchers(self) -> int:
+        return sum(1 for fetcher in self.fetchers.values() if fetcher.dead)
+
+    async def close(self) -> None:
+        self._closed = True
+        fetchers, self.fetchers = list(self.fetchers.values()), {}
+        for fetcher in fetchers:
+            await fetcher.close()
+        for task in list(self._closing):
+            await task
+
+
+
+def _name(code: int) -> str:
+    try:
+        return ErrorCode(code).name
+    except ValueError:
+        return f"error {code}"

@@ -1,0 +1,90 @@
+"""What the Produce and Fetch handlers call when this broker replicates (a broker-only node): small functions so
+the handlers stay about their APIs.
+
+* Fetch from a follower (replica id ≥ 0): `prepare_follower_fetch` runs the leader's checks for each partition
+  before the read and records the follower's position (manager.check_follower_fetch / follower_fetched); the
+  partitions it answers (errors, DivergingEpoch) are not read.  Followers read up to the LEO; consumers up to
+  the HW.
+* Produce with acks=all: `acks_all_refusal` before the append (NOT_ENOUGH_REPLICAS), `await_replication` after
+  it: each appended partition's answer waits for the HW (or its error), up to the request's timeout_ms.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from kjbod.protocol.errors import ErrorCode
+from kjbod.protocol.generated.fetch_response import EpochEndOffset
+from kjbod.protocol.generated.fetch_response import PartitionData as FetchPart
+
+
+def follower_id(body: Any, version: int) -> int:
+    """The fetching replica's id: ReplicaState from v15, the replica id field before; -1 for consumers."""
+    return int(body.replica_state.replica_id if version >= 15 else body.replica_id)
+
+
+def follower_epoch(body: Any, version: int) -> int:
+    return int(body.replica_state.replica_epoch) if version >= 15 else -1
+
+
+def prepare_follower_fetch(node: Any, resolved: list[tuple[str | None, Any]], body: Any, version: int,
+                           replica_id: int) -> dict[tuple[str, int], FetchPart]:
+    """The answers decided before any read, keyed by (topic, partition); see the module docstring."""
+    manager = getattr(node, "replication", None)
+    out: dict[tuple[str, int], FetchPart] = {}
+    epoch = follower_epoch(body, version)
+    for name, t in resolved:
+        if name is None:
+            continue
+        for p in t.partitions:
+            if manager is None:
+                out[(name, p.partition)] = _part(p.partition, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+                continue
+            check = manager.check_follower_fetch(name, p.partition, replica_id, epoch, p.current_leader_epoch,
+                                                 p.fetch_offset, p.last_fetched_epoch)
+            if check.error_code or check.diverging is not None:
+                part = _part(p.partition, check.error_code)
+                plog = manager._local_log(name, p.partition)
+                if plog is not None and check.error_code in (0, ErrorCode.OFFSET_OUT_OF_RANGE):
+                    part.high_watermark = part.last_stable_offset = plog.high_watermark
+                    part.log_start_offset = plog.log_start_offset
+                if check.diverging is not None:
+                    part.diverging_epoch = EpochEndOffset(epoch=check.diverging[0], end_offset=check.diverging[1])
+                out[(name, p.partition)] = part
+                continue
+            manager.follower_fetched(name, p.partition, replica_id, epoch, p.fetch_offset)
+    return out
+
+
+def _part(index: int, code: int) -> FetchPart:
+    return FetchPart(partition_index=index, error_code=code, high_watermark=-1, last_stable_offset=-1,
+                     log_start_offset=-1, records=b"")
+
+
+def acks_all_refusal(node: Any, topic: str, partition: int) -> int:
+    manager = getattr(node, "replication", None)
+    return manager.check_acks_all(topic, partition) if manager is not None else 0
+
+
+def appended(node: Any, topic: str, partition: int) -> None:
+    manager = getattr(node, "replication", None)
+    if manager is not None:
+        manager.leader_appended(topic, partition)
+
+
+def needs_replication(node: Any, topic: str, partition: int, required_offset: int) -> bool:
+    """Whether an acks=all answer must wait: a replicated leader whose HW is not yet at `required_offset` (a
+    partition without followers has its HW at the LEO already, and answers at once)."""
+    manager = getattr(node, "replication", None)
+    return manager is not None and manager.must_wait(topic, partition, required_offset)
+
+
+async def await_replication(node: Any, response: Any, waits: list[tuple[str, Any, int]], timeout_ms: int) -> Any:
+    manager = node.replication
+    codes = await asyncio.gather(*(manager.wait_for_replicas(name, part.index, required, max(timeout_ms, 0) / 1000)
+                                   for name, part, required in waits))
+    for (_name, part, _required), code in zip(waits, codes, strict=True):
+        if code:
+            part.error_code = code
+    return response

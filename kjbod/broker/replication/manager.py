@@ -1,0 +1,464 @@
+"""The replica manager: every local replica's replication state, driven by the metadata, follower fetches and
+time; the acks=all purgatory; the ISR changes sent to the controller.
+
+Strategy (Kafka's ReplicaManager and Partition, kraft-notes C):
+
+* `sync(image)` after every applied delta: each local replica becomes leader or follower when its leader
+  epoch, leader or partition epoch changed (partition.py); a new leader starts its epoch at its LEO in the
+  leader epoch cache; a follower's fetcher (fetcher.py) is pointed at its leader.  The log's HW is then ours
+  (`auto_high_watermark` off), restored from `replication-offset-checkpoint` the first time.
+* Leader side of a follower's Fetch: `check_follower_fetch` (epochs, replica id, broker epoch, LastFetchedEpoch
+  → DivergingEpoch or OFFSET_OUT_OF_RANGE) before the read, `follower_fetched` after it (the follower's LEO,
+  ISR expansion, the HW).
+* acks=all: NOT_ENOUGH_REPLICAS before the append when the ISR is below min ISR; then a waiter per request,
+  completed when the HW passes its last offset (woken by HW moves, never polled), NOT_ENOUGH_REPLICAS_AFTER_APPEND
+  when the maximal ISR is below min ISR by then, NOT_LEADER_OR_FOLLOWER when leadership goes, REQUEST_TIMED_OUT
+  at the request's timeout.
+* ISR shrink: a timer every `replica.lag.time.max.ms / 2`.  ISR changes go to the controller as AlterPartition,
+  one request in flight for the broker, one pending change per partition (kraft-notes C.3).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from kjbod.broker.replication.config import ReplicationConfig
+from kjbod.broker.replication.partition import FOLLOWER, LEADER, PartitionState, PendingIsr
+from kjbod.net.tasks import cancel_and_wait
+from kjbod.protocol.errors import ErrorCode
+from kjbod.protocol.generated.alter_partition_request import (
+    AlterPartitionRequest,
+    BrokerState,
+    PartitionData,
+    TopicData,
+)
+
+log = structlog.get_logger("kjbod.replication")
+
+TopicPartition = tuple[str, int]
+AlterPartitionSender = Callable[[Callable[[int], AlterPartitionRequest]], Awaitable[Any]]
+# Partition results that leave the change pending until new metadata arrives (kraft-notes C.3)
+_WAIT_FOR_METADATA = frozenset({ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.UNKNOWN_TOPIC_ID,
+                                ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.INVALID_UPDATE_VERSION,
+                                ErrorCode.INVALID_REQUEST, ErrorCode.NEW_LEADER_ELECTED})
+_ROLL_BACK = frozenset({ErrorCode.INELIGIBLE_REPLICA, ErrorCode.OPERATION_NOT_ATTEMPTED})
+ALTER_PARTITION_RETRY_S = 0.05
+
+
+def now_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
+@dataclass(slots=True)
+class FetchCheck:
+    """The leader's verdict on one partition of a follower's fetch, before reading."""
+
+    error_code: int = 0
+    diverging: tuple[int, int] | None = None  # (epoch, end offset)
+
+
+class ReplicaManager:
+    def __init__(self, node: Any, config: ReplicationConfig, alter_partition: AlterPartitionSender | None = None,
+                 clock: Callable[[], int] = now_ms) -> None:
+        self.node = node
+        self.config = config
+        self.clock = clock
+        self.states: dict[TopicPartition, PartitionState] = {}
+        self._waiters: dict[TopicPartition, list[tuple[int, asyncio.Future[int]]]] = {}
+        self._alter_partition = alter_partition
+        self._alter_wakeup = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        from kjbod.broker.replication.fetcher import FetcherManager
+
+        self.fetchers = FetcherManager(self)
+        self.listener_name = inter_broker_listener(node.config)
+        # ISR changes this leader made (the controller took them): Kafka's IsrShrinksPerSec / IsrExpandsPerSec
+        # as counters, read by the metrics endpoint (kjbod.metrics), which turns them into rates.
+        self.isr_shrinks = 0
+        self.isr_expands = 0
+
+    # ------------------------------------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._tasks.append(loop.create_task(self._isr_expiration(), name="isr-expiration"))
+        if self._alter_partition is not None:
+            self._tasks.append(loop.create_task(self._alter_partition_loop(), name="alter-partition"))
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            await cancel_and_wait(task)
+        self._tasks.clear()
+        await self.fetchers.close()
+        for waiters in self._waiters.values():
+            for _, fut in waiters:
+                if not fut.done():
+                    fut.set_result(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        self._waiters.clear()
+
+    # ------------------------------------------------------------------------------------------ the metadata
+
+    def _local_log(self, topic: str, partition: int) -> Any:
+        logs = getattr(self.node, "logs", None)
+        if logs is None:
+            return None
+        plog = logs.manager.find(topic, partition)
+        return plog if plog is not None and plog.online else None
+
+    def sync(self, image: Any, topic_ids: Any = None) -> None:
+        """Makes every local replica (of `topic_ids` only, when given: the topics a delta changed) lead or follow
+        as `image` says (see the module docstring); replicas no longer local are forgotten."""
+        me = self.node.node_id
+        now = self.clock()
+        if topic_ids is None:
+            topics = image.topics()
+        else:
+            topics = [t for tid in topic_ids if (t := image.topic_by_id(tid)) is not None]
+        for topic in topics:
+            for p in topic.partitions.values():
+                if me in p.replicas:
+                    self._sync_partition(topic, p, image, now)
+        for tp, state in list(self.states.items()):
+            topic = image.topic(tp[0])
+            p = topic.partitions.get(tp[1]) if topic is not None else None
+            if (p is None or me not in p.replicas or topic.topic_id != state.topic_id
+                    or self._local_log(*tp) is None):
+                del self.states[tp]
+                self.fetchers.remove(tp)
+                self._fail_waiters(tp, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+
+    def _sync_partition(self, topic: Any, p: Any, image: Any, now: int) -> None:
+        me = self.node.node_id
+        tp = (topic.name, p.partition)
+        plog = self._local_log(*tp)
+        if plog is None:
+            return
+        state = self.states.get(tp)
+        if state is None:
+            state = self.states[tp] = PartitionState(topic.name, p.partition, me, topic.topic_id)
+            if plog.auto_high_watermark:
+                hw = plog.checkpoint_high_watermark
+                plog.auto_high_watermark = False
+                plog.high_watermark = hw if hw is not None else plog.high_watermark
+        if (state.leader_epoch, state.partition_epoch, state.leader_id) == (
+                p.leader_epoch, p.partition_epoch, p.leader) and state.role is not None:
+            return
+        state.topic_id = topic.topic_id
+        if p.leader == me:
+            if state.make_leader(p, plog.log_end_offset, now):
+                plog.assign_leader_epoch(p.leader_epoch, plog.log_end_offset)
+                log.info("became_leader", topic=topic.name, partition=p.partition,
+                         leader_epoch=p.leader_epoch, isr=list(p.isr), log_end_offset=plog.log_end_offset)
+            self.fetchers.remove(tp)
+            self._maybe_increment_hw(state, plog, image)
+        else:
+            was_leader = state.role == LEADER
+            if state.make_follower(p):
+                self.fetchers.remove(tp)
+                if p.leader >= 0:
+                    self.fetchers.add(tp, p.leader, state.leader_epoch)
+                log.info("became_follower", topic=topic.name, partition=p.partition, leader=p.leader,
+                         leader_epoch=p.leader_epoch)
+            if was_leader:
+                self._fail_waiters(tp, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+
+    def leader_epoch(self, topic: str, partition: int) -> int:
+        state = self.states.get((topic, partition))
+        return state.leader_epoch if state is not None and state.role == LEADER else -1
+
+    # ------------------------------------------------------------------------------------------ follower fetches
+
+    def check_follower_fetch(self, topic: str, partition: int, replica_id: int, broker_epoch: int,
+                             current_leader_epoch: int, fetch_offset: int, last_fetched_epoch: int) -> FetchCheck:
+        """Kafka's checks on a follower's fetch of one partition, in its order (kraft-notes C.1)."""
+        state = self.states.get((topic, partition))
+        if state is None or state.role != LEADER:
+            return FetchCheck(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        if current_leader_epoch >= 0:
+            if current_leader_epoch < state.leader_epoch:
+                return FetchCheck(ErrorCode.FENCED_LEADER_EPOCH)
+            if current_leader_epoch > state.leader_epoch:
+                return FetchCheck(ErrorCode.UNKNOWN_LEADER_EPOCH)
+        if replica_id not in state.followers:
+            return FetchCheck(ErrorCode.UNKNOWN_LEADER_EPOCH if current_leader_epoch >= 0
+                              else ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        registration = self.node.metadata.brokers.get(replica_id)
+        if broker_epoch != -1 and (registration is None or registration.epoch > broker_epoch):
+            return FetchCheck(ErrorCode.NOT_LEADER_OR_FOLLOWER)  # a stale broker epoch (KRaft fences it)
+        plog = self._local_log(topic, partition)
+        if plog is None:
+            return FetchCheck(ErrorCode.KAFKA_STORAGE_ERROR)
+        if last_fetched_epoch >= 0:
+            epoch, end = plog.leader_epochs.end_offset_for(last_fetched_epoch, plog.log_end_offset)
+            if epoch < 0:
+                return FetchCheck(ErrorCode.OFFSET_OUT_OF_RANGE)
+            if epoch < last_fetched_epoch or end < fetch_offset:
+                return FetchCheck(diverging=(epoch, end))
+        if fetch_offset < plog.log_start_offset or fetch_offset > plog.log_end_offset:
+            return FetchCheck(ErrorCode.OFFSET_OUT_OF_RANGE)
+        return FetchCheck()
+
+    def follower_fetched(self, topic: str, partition: int, replica_id: int, broker_epoch: int,
+                         fetch_offset: int) -> None:
+        """After a good read for a follower: its fetch state, ISR expansion, the HW (kraft-notes C.1)."""
+        tp = (topic, partition)
+        state = self.states.get(tp)
+        plog = self._local_log(topic, partition)
+        if state is None or state.role != LEADER or plog is None or replica_id not in state.followers:
+            return
+        moved = state.update_follower(replica_id, fetch_offset, broker_epoch, plog.log_end_offset, self.clock())
+        image = self.node.metadata
+        expanded = state.expansion(replica_id, plog.high_watermark, image)
+        if expanded is not None:
+            self._propose(state, expanded, expanding=True)
+        if moved or expanded is not None:
+            self._maybe_increment_hw(state, plog, image)
+
+    # ------------------------------------------------------------------------------------------ the HW
+
+    def _min_isr(self, topic: str) -> int:
+        t = self.node.metadata.topic(topic)
+        return self.config.min_isr(t.configs if t is not None else None)
+
+    def _maybe_increment_hw(self, state: PartitionState, plog: Any, image: Any) -> None:
+        hw = state.new_high_watermark(plog.high_watermark, plog.log_end_offset, self.clock(),
+                                      self.config.lag_time_max_ms, self._min_isr(state.topic), image)
+        if hw is None:
+            return
+        plog.high_watermark = hw
+        self._complete_waiters(state, plog.high_watermark)
+        self.node.notify_append()  # consumers long-polling at the old HW may read now
+
+    def leader_appended(self, topic: str, partition: int) -> None:
+        """After a leader append: with no follower in the ISR the HW may move at once."""
+        state = self.states.get((topic, partition))
+        plog = self._local_log(topic, partition)
+        if state is not None and state.role == LEADER and plog is not None:
+            self._maybe_increment_hw(state, plog, self.node.metadata)
+
+    # ------------------------------------------------------------------------------------------ acks=all
+
+    def check_acks_all(self, topic: str, partition: int) -> int:
+        """NOT_ENOUGH_REPLICAS before an acks=all append when the ISR is below min ISR (else 0)."""
+        state = self.states.get((topic, partition))
+        if state is None or state.role != LEADER:
+            return 0  # not replicated here (a lone node): the handler's own checks apply
+        if len(state.isr) < state.effective_min_isr(self._min_isr(topic)):
+            return ErrorCode.NOT_ENOUGH_REPLICAS
+        return 0
+
+    def replicated(self, topic: str, partition: int) -> bool:
+        state = self.states.get((topic, partition))
+        return state is not None and state.role == LEADER
+
+    def must_wait(self, topic: str, partition: int, required_offset: int) -> bool:
+        """An acks=all append up to `required_offset` that the HW has not passed yet (or whose outcome is an
+        error the waiter reports, such as NOT_ENOUGH_REPLICAS_AFTER_APPEND)."""
+        state = self.states.get((topic, partition))
+        if state is None or state.role != LEADER:
+            return False
+        plog = self._local_log(topic, partition)
+        return plog is None or plog.high_watermark < required_offset or self._acks_outcome(state) != 0
+
+    async def wait_for_replicas(self, topic: str, partition: int, required_offset: int, timeout_s: float) -> int:
+        """The acks=all outcome for records up to `required_offset` (exclusive): see the module docstring."""
+        tp = (topic, partition)
+        state = self.states.get(tp)
+        plog = self._local_log(topic, partition)
+        if state is None or state.role != LEADER or plog is None:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        if plog.high_watermark >= required_offset:
+            return self._acks_outcome(state)
+        fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        entry = (required_offset, fut)
+        self._waiters.setdefault(tp, []).append(entry)
+        try:
+            return await asyncio.wait_for(asyncio.shield(fut), timeout_s)
+        except TimeoutError:
+            return ErrorCode.REQUEST_TIMED_OUT
+        finally:
+            waiters = self._waiters.get(tp)
+            if waiters is not None and entry in waiters:
+                waiters.remove(entry)
+
+    def _acks_outcome(self, state: PartitionState) -> int:
+        if len(state.maximal_isr) < state.effective_min_isr(self._min_isr(state.topic)):
+            return ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+        return 0
+
+    def _complete_waiters(self, state: PartitionState, hw: int) -> None:
+        waiters = self._waiters.get((state.topic, state.partition))
+        if not waiters:
+            return
+        for required, fut in list(waiters):
+            if hw >= required and not fut.done():
+                fut.set_result(self._acks_outcome(state))
+
+    def _fail_waiters(self, tp: TopicPartition, code: int) -> None:
+        for _, fut in self._waiters.pop(tp, []):
+            if not fut.done():
+                fut.set_result(code)
+
+    # ------------------------------------------------------------------------------------------ ISR changes
+
+    async def _isr_expiration(self) -> None:
+        interval = max(self.config.lag_time_max_ms / 2, 10) / 1000
+        while True:
+            await asyncio.sleep(interval)
+            self.shrink_isrs()
+
+    def shrink_isrs(self) -> None:
+        now = self.clock()
+        for state in self.states.values():
+            if state.role != LEADER:
+                continue
+            plog = self._local_log(state.topic, state.partition)
+            if plog is None:
+                continue
+            smaller = state.shrink(plog.log_end_offset, now, self.config.lag_time_max_ms)
+            if smaller is not None:
+                log.info("isr_shrinking", topic=state.topic, partition=state.partition, isr=list(state.isr),
+                         new_isr=list(smaller))
+                self._propose(state, smaller, expanding=False)
+
+    def _propose(self, state: PartitionState, isr: tuple[int, ...], *, expanding: bool) -> None:
+        if self._alter_partition is None:
+            return
+        state.pending = PendingIsr(isr, expanding)
+        self._alter_wakeup.set()
+
+    def pending_changes(self) -> list[PartitionState]:
+        return [s for s in self.states.values() if s.pending is not None and not s.pending.sent]
+
+    async def _alter_partition_loop(self) -> None:
+        assert self._alter_partition is not None
+        while True:
+            await self._alter_wakeup.wait()
+            self._alter_wakeup.clear()
+            batch = self.pending_changes()
+            if not batch:
+                continue
+            for s in batch:
+                assert s.pending is not None
+                s.pending.sent = True
+            try:
+                response = await self._alter_partition(lambda v, b=batch: self._alter_request(b, v))  # type: ignore[misc]
+            except Exception as e:  # the controller is away: try again shortly, as Kafka's manager does
+                log.warning("alter_partition_failed", error=str(e), partitions=len(batch))
+                self._unsend(batch)
+                await asyncio.sleep(ALTER_PARTITION_RETRY_S)
+                continue
+            if response.error_code:
+                log.info("alter_partition_refused", error=ErrorCode(response.error_code).name)
+                self._unsend(batch)
+                await asyncio.sleep(ALTER_PARTITION_RETRY_S)
+                continue
+            self._alter_partition_done(batch, response)
+
+    def _unsend(self, batch: list[PartitionState]) -> None:
+        for s in batch:
+            if s.pending is not None:
+                s.pending.sent = False
+        self._alter_wakeup.set()
+
+    def _alter_request(self, batch: list[PartitionState], version: int) -> AlterPartitionRequest:
+        image = self.node.metadata
+        topics: dict[str, TopicData] = {}
+        for s in batch:
+            assert s.pending is not None
+            t = topics.setdefault(s.topic, TopicData(topic_name=s.topic if version < 2 else "",
+                                                     topic_id=s.topic_id if version >= 2 else TopicData().topic_id))
+
+            def epoch_of(r: int, s: PartitionState = s) -> int:
+                f = s.followers.get(r)
+                if f is not None and f.broker_epoch != -1:
+                    return f.broker_epoch
+                reg = image.brokers.get(r)
+                return reg.epoch if reg is not None and r == self.node.node_id else -1
+
+            t.partitions.append(PartitionData(
+                partition_index=s.partition, leader_epoch=s.leader_epoch, partition_epoch=s.partition_epoch,
+                new_isr=list(s.pending.isr) if version < 3 else [],
+                new_isr_with_epochs=[BrokerState(broker_id=r, broker_epoch=epoch_of(r)) for r in s.pending.isr]
+                if version >= 3 else []))
+        return AlterPartitionRequest(broker_id=self.node.node_id, broker_epoch=self.node.broker_epoch,
+                                     topics=list(topics.values()))
+
+    def _alter_partition_done(self, batch: list[PartitionState], response: Any) -> None:
+        by_key = {(s.topic_id, s.partition): s for s in batch} | {(s.topic, s.partition): s for s in batch}
+        for t in response.topics:
+            for r in t.partitions:
+                s = by_key.get((t.topic_id, r.partition_index)) or by_key.get((t.topic_name, r.partition_index))
+                if s is None or s.pending is None:
+                    continue
+                if r.error_code == 0:
+                    expanding = s.pending.expanding
+                    if s.committed(r.leader_epoch, r.partition_epoch, tuple(r.isr)):
+                        if expanding:
+                            self.isr_expands += 1
+                        else:
+                            self.isr_shrinks += 1
+                        log.info("isr_changed", topic=s.topic, partition=s.partition, isr=list(r.isr),
+                                 partition_epoch=r.partition_epoch)
+                        plog = self._local_log(s.topic, s.partition)
+                        if plog is not None:
+                            self._maybe_increment_hw(s, plog, self.node.metadata)
+                elif r.error_code in _ROLL_BACK:
+                    s.pending = None
+                elif r.error_code in _WAIT_FOR_METADATA:
+                    pass  # stays pending (sent) until new metadata for it arrives
+                else:
+                    s.pending.sent = False
+                    self._alter_wakeup.set()
+                if r.error_code:
+                    log.info("alter_partition_partition_refused", topic=s.topic, partition=s.partition,
+                             error=_name(r.error_code))
+
+    # ------------------------------------------------------------------------------------------ reporting
+
+    @property
+    def max_lag(self) -> int:
+        """ReplicaFetcherManager MaxLag: the most offsets any partition this broker follows is behind its leader."""
+        return self.fetchers.max_lag()
+
+    @property
+    def failed_partitions(self) -> int:
+        """ReplicaFetcherManager FailedPartitionsCount: followed partitions whose fetching stopped on an error."""
+        return self.fetchers.failed_partitions()
+
+    @property
+    def dead_threads(self) -> int:
+        """ReplicaFetcherManager DeadThreadCount: fetchers whose task ended on an error."""
+        return self.fetchers.dead_fetchers()
+
+    def follower_lag(self, topic: str, partition: int) -> int | None:
+        """How far this follower is behind its leader's end offset, as last heard (None: not a follower)."""
+        state = self.states.get((topic, partition))
+        if state is None or state.role != FOLLOWER:
+            return None
+        return self.fetchers.lag(topic, partition)
+
+
+def inter_broker_listener(config: Any) -> str:
+    """`inter.broker.listener.name`, or (as Kafka's default) the first listener that is not a controller's."""
+    name = getattr(config, "inter_broker_listener_name", None)
+    if name:
+        return str(name)
+    controllers = set(getattr(config, "controller_listener_names", ()) or ())
+    for ln in getattr(config, "listeners", ()) or ():
+        if ln.name not in controllers:
+            return str(ln.name)
+    return "PLAINTEXT"
+
+
+def _name(code: int) -> str:
+    with contextlib.suppress(ValueError):
+        return ErrorCode(code).name
+    return f"error {code}"

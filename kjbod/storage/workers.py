@@ -1,0 +1,214 @@
+"""Each log dir's data path on a thread of its own: the event loop hands a dir's file work to that dir's worker
+and awaits it, so a slow or hung disk holds up only the requests (and the partitions) that live on it.
+
+Strategy: one :class:`DirWorker` per log dir, one thread, one FIFO queue. A request handler groups what it needs
+by dir and submits one closure per dir (a Produce touching six partitions of one dir is one hand-off, not six);
+the worker runs closures in the order they were submitted, so appends to a partition keep their order, and
+everything a closure does on disk (validation, the write, a roll, index loads, the read that prepares a fetch's
+file regions) happens on the dir's thread. Results go back to the loop in batches: the worker drains every
+closure queued, runs them, then wakes the loop once (``call_soon_threadsafe``) with all their results, so a busy
+dir costs one wake-up per batch of requests, not one per partition.
+
+A dir failed because an operation never returned (:mod:`kjbod.storage.health`) has its worker abandoned: the
+closures queued behind the stuck one, and the stuck one itself, are answered with the dir's offline error at
+once (their requests do not wait for a disk that will not answer), and the thread is left to the kernel. If the
+stuck call ever returns, its result is dropped.
+
+``KJBOD_DIR_WORKERS=0`` gives no dir a worker: handlers then run their closures inline on the event loop (the
+old single-loop path), so the benchmark of the hand-off's cost measures both in one run. Nothing else sets it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import os
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+
+from kjbod.storage.fsio import LogDirIO
+
+log = structlog.get_logger("kjbod.storage.workers")
+
+WORKERS_ENV = "KJBOD_DIR_WORKERS"
+
+
+def workers_enabled() -> bool:
+    return os.environ.get(WORKERS_ENV, "1") != "0"
+
+
+Done = Callable[[bool, Any], None]  # called on the loop with (True, result) or (False, exception)
+_Job = tuple[Callable[[], Any], asyncio.AbstractEventLoop | None, Done | None]  # no loop: posted, unanswered
+_STOP = object()
+
+
+def _settle(results: list[tuple[Done, bool, Any]]) -> None:
+    """On the loop: hand each closure's result (or exception) to its callback."""
+    for done, ok, value in results:
+        try:
+            done(ok, value)
+        except Exception:  # one request's bug must not keep the others' answers
+            log.exception("dir_worker_callback_failed")
+
+
+class DirWorker:
+    """The one thread that does a log dir's request-path file work, in submission order."""
+
+    def __init__(self, io: LogDirIO) -> None:
+        self.io = io
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._current: list[_Job] = []  # the batch being run (read by abandon() from another thread)
+        self._held: list[_Job] = []  # submitted during this pass of the loop, handed over at its end
+        self.abandoned = False
+        self._thread = threading.Thread(target=self._run, name=f"kjbod-dir-worker {io.path}", daemon=True)
+        self._thread.start()
+
+    def __repr__(self) -> str:
+        return f"DirWorker({self.io.path!r}, abandoned={self.abandoned})"
+
+    def submit(self, fn: Callable[[], Any], done: Done) -> None:
+        """Run ``fn`` on this dir's thread after everything submitted before it; ``done(ok, value)`` gets its
+        result or exception on the calling loop (exactly once: an abandoned dir's closures get its offline error).
+
+        Closures submitted during one pass of the loop (every request read from every ready connection) reach the
+        worker together, at the end of that pass: one wake-up of the thread per pass, not one per request."""
+        loop = asyncio.get_running_loop()
+        held = self._held
+        held.append((fn, loop, done))
+        if len(held) == 1:
+            loop.call_soon(self._hand_over)
+
+    def post(self, fn: Callable[[], Any], what: str) -> None:
+        """Run ``fn`` on this dir's thread after everything queued, from any thread, answering nobody (a failure
+        is logged with ``what``); dropped if the dir is abandoned."""
+        if self.abandoned:
+            log.warning("dir_worker_job_dropped", log_dir=self.io.path, what=what, reason="the dir is failed")
+            return
+
+        def job() -> None:
+            try:
+                fn()
+            except Exception as e:
+                log.warning("dir_worker_job_failed", log_dir=self.io.path, what=what, error=str(e))
+
+        self._queue.put([(job, None, None)])
+
+    def call(self, fn: Callable[[], Any], *, gave_up: Callable[[], bool] = lambda: False) -> Any:
+        """Run ``fn`` on this dir's thread after everything queued and return its result (or raise its exception),
+        from another thread (a replica mover's final step: appends to this dir's partitions happen only here, so
+        none can interleave with ``fn``). Raises the dir's offline error if the dir is abandoned first, and
+        TimeoutError if ``gave_up()`` turns true before ``fn`` starts."""
+        done: concurrent.futures.Future[Any] = concurrent.futures.Future()
+
+        def job() -> None:
+            if not done.set_running_or_notify_cancel():
+                return
+            try:
+                done.set_result(fn())
+            except BaseException as e:  # handed to the caller
+                done.set_exception(e)
+
+        if self.abandoned:
+            raise self.io.offline_error()
+        self._queue.put([(job, None, None)])
+        while True:
+            try:
+                return done.result(timeout=0.1)
+            except concurrent.futures.TimeoutError:
+                if self.abandoned and done.cancel():
+                    raise self.io.offline_error() from None
+                if gave_up() and done.cancel():
+                    raise TimeoutError(f"gave up waiting for the worker of {self.io.path}") from None
+
+    def _hand_over(self) -> None:
+        held, self._held = self._held, []
+        if self.abandoned:
+            err = self.io.offline_error()
+            _settle([(done, False, err) for _fn, _loop, done in held if done is not None])
+            return
+        self._queue.put(held)
+        if self.abandoned:  # abandoned meanwhile, from another thread: nothing will run these
+            self._fail_queued([])
+
+    def _run(self) -> None:
+        get = self._queue.get
+        get_nowait = self._queue.get_nowait
+        while True:
+            batch: list[_Job] = []
+            stop = False
+            got = get()
+            while True:  # everything queued meanwhile is run in this batch, answered with one wake-up
+                if got is _STOP:
+                    stop = True
+                else:
+                    batch.extend(got)
+                try:
+                    got = get_nowait()
+                except queue.Empty:
+                    break
+            self._current = batch
+            by_loop: dict[asyncio.AbstractEventLoop, list[tuple[Done, bool, Any]]] = {}
+            for fn, loop, done in batch:
+                try:
+                    result: tuple[Done, bool, Any] = (done, True, fn())  # type: ignore[assignment]
+                except BaseException as e:  # handed to the awaiting request, which decides
+                    result = (done, False, e)  # type: ignore[assignment]
+                if loop is not None:
+                    by_loop.setdefault(loop, []).append(result)
+            self._current = []
+            if self.abandoned:
+                return  # a stuck call came back after the dir was failed: already answered with the error
+            for loop, results in by_loop.items():
+                try:
+                    loop.call_soon_threadsafe(_settle, results)
+                except RuntimeError:  # that loop is closed: nobody waits for these any more
+                    pass
+            if stop:
+                return
+
+    def abandon(self) -> None:
+        """The dir was failed (a stall or an I/O error): answer everything queued or running with the dir's
+        offline error now. Called from any thread."""
+        if self.abandoned:
+            return
+        self.abandoned = True
+        self._fail_queued(list(self._current))
+        self._queue.put(_STOP)  # a worker that is not stuck stops
+
+    def _fail_queued(self, pending: list[_Job]) -> None:
+        while True:
+            try:
+                jobs = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if jobs is not _STOP:
+                pending.extend(jobs)
+        err = self.io.offline_error()
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[Done, bool, Any]]] = {}
+        for _fn, loop, done in pending:
+            if loop is not None and done is not None:
+                by_loop.setdefault(loop, []).append((done, False, err))
+        for loop, results in by_loop.items():
+            try:
+                loop.call_soon_threadsafe(_settle, results)
+            except RuntimeError:
+                pass
+
+    def stop(self) -> None:
+        """Stop once what is queued has run (the caller joins; one stuck in the kernel is left behind, a daemon)."""
+        if not self.abandoned:
+            self._queue.put(_STOP)
+
+    def idle(self) -> bool:
+        """Nothing queued or running (a hint, read without a lock)."""
+        return not self._held and not self._current and self._queue.empty()
+
+    def is_alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def join(self, timeout_s: float) -> None:
+        self._thread.join(timeout_s)

@@ -1,0 +1,143 @@
+"""Leader election on a real cluster (conftest.py: `kjbod cluster up`, a controller and three brokers), seen as
+kafka-python's admin client sees it: a replication factor 3 topic, then a broker killed with SIGKILL, one stalled
+with SIGSTOP past its session, and one shut down in a controlled way; each time leadership moves to another ISR
+member, the broker leaves the ISRs, and Metadata lists it as an offline replica while it is gone."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import warnings
+from typing import Any
+
+import pytest
+
+from .conftest import Cluster, wait_for
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", DeprecationWarning)  # kafka-python's import uses a deprecated importlib API
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+pytestmark = pytest.mark.slow
+
+PARTITIONS = 6
+
+
+@contextlib.contextmanager
+def admin_client(cluster: Cluster) -> Any:
+    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap, request_timeout_ms=10_000)
+    try:
+        yield admin
+    finally:
+        admin.close()
+
+
+def partitions(cluster: Cluster, topic: str) -> dict[int, dict[str, Any]] | None:
+    """partition → {leader, replicas, isr, offline, error} as kafka-python's describe_topics reports it, or None
+    while the cluster cannot answer (a broker just died)."""
+    try:
+        with admin_client(cluster) as admin:
+            (t,) = admin.describe_topics([topic])
+    except Exception:  # a connection to a dead broker: ask again
+        return None
+    return {p["partition_index"]: {"leader": p["leader_id"], "replicas": p["replica_nodes"], "isr": p["isr_nodes"],
+                                   "offline": p["offline_replicas"], "error": p["error_code"]}
+            for p in t["partitions"]}
+
+
+def create_rf3(cluster: Cluster, topic: str) -> dict[int, dict[str, Any]]:
+    with admin_client(cluster) as admin:
+        admin.create_topics([NewTopic(topic, PARTITIONS, 3)])
+
+    def ready() -> dict[int, dict[str, Any]] | None:
+        parts = partitions(cluster, topic)
+        ok = parts is not None and len(parts) == PARTITIONS and all(
+            len(p["replicas"]) == 3 and sorted(p["isr"]) == sorted(p["replicas"]) and p["leader"] == p["replicas"][0]
+            and p["error"] == 0 and not p["offline"] for p in parts.values())
+        return parts if ok else None
+
+    return wait_for(ready, f"{topic}: every partition has 3 replicas in sync and its first replica leads")
+
+
+def moved_off(cluster: Cluster, topic: str, before: dict[int, dict[str, Any]], gone: int,
+              *, offline: bool = True) -> dict[int, dict[str, Any]]:
+    """Waits until `gone` leads nothing and is in no ISR, each partition it led being led by another member of
+    its former ISR, the others keeping their leaders; and (`offline`) Metadata listing it as offline."""
+
+    def settled() -> dict[int, dict[str, Any]] | None:
+        parts = partitions(cluster, topic)
+        if parts is None:
+            return None
+        for i, p in parts.items():
+            was = before[i]
+            expected_isr = [b for b in was["isr"] if b != gone]
+            if p["isr"] != expected_isr or p["error"] != 0:
+                return None
+            if was["leader"] == gone:
+                if p["leader"] not in expected_isr:
+                    return None
+            elif p["leader"] != was["leader"]:
+                return None
+            if offline and gone not in p["offline"]:
+                return None
+        return parts
+
+    return wait_for(settled, f"{topic}: broker {gone}'s leadership moved to other ISR members")
+
+
+def leader_of_most(parts: dict[int, dict[str, Any]]) -> int:
+    leaders = [p["leader"] for p in parts.values()]
+    return max(set(leaders), key=leaders.count)
+
+
+def test_a_killed_broker_loses_leadership_to_an_isr_member_and_comes_back_as_a_replica(cluster):
+    before = create_rf3(cluster, "rf3-kill")
+    victim = leader_of_most(before)
+    cluster.signal(f"broker-{victim}", signal.SIGKILL)
+    after = moved_off(cluster, "rf3-kill", before, victim)
+    assert all(p["replicas"] == before[i]["replicas"] for i, p in after.items())  # the replicas stay
+    cluster.start(f"broker-{victim}")
+    # Back and unfenced: no longer offline, still a replica of every partition, and every partition led.
+    wait_for(lambda: (parts := partitions(cluster, "rf3-kill")) is not None and all(
+        not p["offline"] and victim in p["replicas"] and p["leader"] >= 0 for p in parts.values()),
+        f"broker {victim} is back as a replica")
+
+
+def test_elect_leaders_through_a_broker_with_kafka_python(cluster):
+    before = create_rf3(cluster, "rf3-elect")
+    with admin_client(cluster) as admin:
+        resp = admin.elect_leaders(0, {"rf3-elect": [0, 1], "no-such-topic": [0]}, raise_errors=False)
+    assert resp.error_code == 0
+    codes = {(r.topic, p.partition_id): p.error_code for r in resp.replica_election_results for p in r.partition_result}
+    assert codes == {("rf3-elect", 0): 84, ("rf3-elect", 1): 84, ("no-such-topic", 0): 3}  # ELECTION_NOT_NEEDED
+    assert partitions(cluster, "rf3-elect") == before
+
+
+def test_a_stalled_broker_is_fenced_after_its_session_and_its_partitions_move(cluster):
+    before = create_rf3(cluster, "rf3-stop")
+    victim = leader_of_most(before)
+    pid = cluster.pid(f"broker-{victim}")
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        moved_off(cluster, "rf3-stop", before, victim)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    wait_for(lambda: (parts := partitions(cluster, "rf3-stop")) is not None and all(
+        not p["offline"] for p in parts.values()), f"broker {victim} is unfenced again after SIGCONT")
+
+
+def test_controlled_shutdown_moves_leadership_before_the_broker_goes(cluster):
+    before = create_rf3(cluster, "rf3-term")
+    victim = leader_of_most(before)
+    # SIGTERM: the broker asks to shut down, the controller moves its leadership to other ISR members and only
+    # then lets it go; so the moment it has exited, nothing it led is without a leader.
+    assert cluster.signal(f"broker-{victim}", signal.SIGTERM) in (0, None)
+    parts = partitions(cluster, "rf3-term") or wait_for(lambda: partitions(cluster, "rf3-term"), "metadata")
+    for i, p in parts.items():
+        assert p["leader"] >= 0 and p["leader"] != victim, f"partition {i} lost its leader: {p}"
+    assert "controlled_shutdown_complete" in cluster.log(f"broker-{victim}")
+    moved_off(cluster, "rf3-term", before, victim)
+    cluster.start(f"broker-{victim}")
+    wait_for(lambda: (parts := partitions(cluster, "rf3-term")) is not None and all(
+        not p["offline"] for p in parts.values()), f"broker {victim} is back")

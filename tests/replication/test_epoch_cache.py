@@ -1,0 +1,64 @@
+"""The leader epoch cache: Kafka's leader-epoch-checkpoint text, its lookup rules, and the log keeping it."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from kjbod.storage.epoch_cache import (
+    LEADER_EPOCH_CHECKPOINT,
+    LeaderEpochCache,
+    parse_epoch_checkpoint,
+    render_epoch_checkpoint,
+)
+from tests.replication.conftest import batch
+
+
+def test_checkpoint_text_is_kafkas():
+    text = "0\n2\n0 0\n3 1500\n"
+    assert render_epoch_checkpoint([(0, 0), (3, 1500)]) == text
+    assert parse_epoch_checkpoint(text) == [(0, 0), (3, 1500)]
+
+
+def test_end_offset_for_follows_kafkas_rules():
+    cache = LeaderEpochCache(None, "", [(1, 0), (3, 10), (5, 20)])
+    assert cache.end_offset_for(5, 25) == (5, 25)  # the latest epoch ends at the LEO
+    assert cache.end_offset_for(3, 25) == (3, 20)
+    assert cache.end_offset_for(4, 25) == (3, 20)  # an epoch this log never had: the largest below it
+    assert cache.end_offset_for(0, 25) == (0, 0)  # below every epoch: the first epoch's start
+    assert cache.end_offset_for(6, 25) == (-1, -1)
+    assert cache.end_offset_for(-1, 25) == (-1, -1)
+
+
+def test_assign_ignores_old_epochs_and_drops_superseded_entries():
+    cache = LeaderEpochCache(None, "", [(1, 0), (3, 10)])
+    assert not cache.assign(2, 12)
+    assert cache.assign(4, 10)
+    assert cache.entries == [(1, 0), (4, 10)]
+    cache.truncate_from_end(5)
+    assert cache.entries == [(1, 0)]
+
+
+def _batch(epoch: int, n: int = 1) -> bytes:  # noqa: ARG001 (the log stamps the epoch)
+    return batch(n)
+
+
+def test_a_replica_log_keeps_and_truncates_its_cache(make_log):
+    plog = make_log()
+    plog.auto_high_watermark = False
+    plog.append(_batch(0, 3), leader_epoch=2)
+    plog.assign_leader_epoch(5, plog.log_end_offset)
+    plog.append(_batch(0, 2), leader_epoch=5)
+    path = os.path.join(plog.dir, LEADER_EPOCH_CHECKPOINT)
+    assert Path(path).read_text() == "0\n2\n2 0\n5 3\n"
+    plog.truncate_to(3)
+    assert plog.leader_epochs.entries == [(2, 0)]
+    assert Path(path).read_text() == "0\n1\n2 0\n"
+
+
+def test_a_lone_log_rebuilds_its_cache_from_the_batches(make_log):
+    plog = make_log()
+    plog.append(_batch(0, 2), leader_epoch=0)
+    plog.append(_batch(0, 2), leader_epoch=4)
+    assert not os.path.exists(os.path.join(plog.dir, LEADER_EPOCH_CHECKPOINT))
+    assert plog.leader_epochs.entries == [(0, 0), (4, 2)]

@@ -1,0 +1,346 @@
+"""Each log dir's data path on its own worker, in process: the fsio seam holds one dir's operations while the
+Produce and Fetch handlers serve partitions on all three dirs.
+
+What these show: a request spanning dirs gets its healthy dirs' partitions answered while another dir is held
+(and the event loop keeps serving other requests meanwhile); the held dir's partitions answer REQUEST_TIMED_OUT
+(Produce) or "nothing new" (Fetch, as an expired long poll) at the request's own bound, and normally once the dir
+moves again; a dir failed for a stall answers its waiting requests KAFKA_STORAGE_ERROR at once, before their own
+timeouts; appends keep their order per partition through the hand-off; a shutdown does not wait for a worker
+stuck in a held dir. No test waits for a clock: a hold lasts until released, and the watchdog's clock runs an
+hour ahead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from types import SimpleNamespace
+
+import pytest
+from structlog.testing import capture_logs
+
+from kjbod.broker.handlers import fetch, produce
+from kjbod.protocol.errors import ErrorCode
+from kjbod.protocol.generated import FetchRequest, ProduceRequest
+from kjbod.storage import fsio
+from kjbod.storage import manager as manager_module
+from kjbod.storage.workers import DirWorker
+from tests.storage.conftest import kp_batch, kp_records, region_bytes
+from tests.storage.test_dir_health import AN_HOUR, TOPIC_ID, _ahead, _held_in, _wait_for
+
+PV = 9  # Produce version: flexible, error messages
+FV = 12  # Fetch version: topic names, flexible
+
+
+class _Node:
+    """What the Produce and Fetch handlers ask of the node, over a real LogManager."""
+
+    def __init__(self, lm) -> None:
+        self.logs = SimpleNamespace(manager=lm)
+        self.manager = lm
+        self.stopping = False
+        self.topic_stats = None  # no metrics endpoint
+        self.replication = None  # no followers: acks=all answers once appended
+        self._appended = asyncio.Event()
+        topics = {}
+        for plog in lm.partitions():
+            topics.setdefault(plog.topic, SimpleNamespace(partitions={}))
+            topics[plog.topic].partitions[plog.partition] = None
+        self.metadata = SimpleNamespace(topic=topics.get)
+
+    def partition_log(self, topic, partition):
+        return self.manager.get(topic, partition)
+
+    def leader_epoch(self, topic, partition) -> int:
+        return 0
+
+    def notify_append(self) -> None:
+        self._appended.set()
+        self._appended = asyncio.Event()
+
+    def append_event(self) -> asyncio.Event:
+        return self._appended
+
+
+def _request(version: int):
+    return SimpleNamespace(api_version=version, ctx=SimpleNamespace(listener_kind="broker"))
+
+
+def _produce(node, parts: dict[str, list[int]], *, timeout_ms: int = 600_000, value: bytes = b"v"):
+    body = ProduceRequest(acks=1, timeout_ms=timeout_ms, topic_data=[
+        ProduceRequest.TopicProduceData(name=t, partition_data=[
+            ProduceRequest.PartitionProduceData(index=p, records=kp_batch([value])) for p in ps])
+        for t, ps in parts.items()])
+    return produce.handle(node, _request(PV), body)
+
+
+def _answers(resp) -> dict[tuple[str, int], tuple[int, int]]:
+    return {(t.name, p.index): (p.error_code, p.base_offset) for t in resp.responses for p in t.partition_responses}
+
+
+def _fetch_body(parts: dict[str, list[int]], *, max_wait_ms: int) -> FetchRequest:
+    return FetchRequest(replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=1, max_bytes=1 << 20, topics=[
+        FetchRequest.FetchTopic(topic=t, partitions=[
+            FetchRequest.FetchPartition(partition=p, fetch_offset=0, partition_max_bytes=1 << 20) for p in ps])
+        for t, ps in parts.items()])
+
+
+def _fetched(resp) -> dict[tuple[str, int], tuple[int, list[bytes | None]]]:
+    """(error, values) per partition; the regions are read and closed."""
+    out = {}
+    for t in resp.responses:
+        for p in t.partitions:
+            regions = p.records if isinstance(p.records, list) else []
+            data = region_bytes(SimpleNamespace(regions=regions)) if regions else bytes(p.records or b"")
+            out[(t.topic, p.partition_index)] = (p.error_code, [v for _, v, _ in kp_records(data)])
+    return out
+
+
+@pytest.fixture
+def spread(make_manager, log_dirs):
+    """A manager with partition t-0 in each of the three dirs' own topics: a-0 (dir 0), b-0 (dir 1), c-0 (dir 2)."""
+    lm = make_manager(stall_timeout_ms=30_000)
+    for name, d in zip("abc", log_dirs, strict=True):
+        lm.create_partition(name, 0, TOPIC_ID, dir=d)
+    return lm
+
+
+def test_produce_spanning_dirs_answers_the_healthy_dirs_while_one_is_held(spread, log_dirs):
+    bad = log_dirs[2]
+    node = _Node(spread)
+
+    async def scenario():
+        rule = fsio.slow(bad, hold=True, ops={"write"})
+        try:
+            spanning = asyncio.ensure_future(_produce(node, {"a": [0], "b": [0], "c": [0]}))
+            await asyncio.sleep(0)
+            _wait_for("the bad dir's append to block", lambda: _held_in(spread.dir_io(bad), "write"))
+            # The loop is free: a produce to the healthy dirs alone completes while the spanning one waits.
+            alone = _answers(await _produce(node, {"a": [0], "b": [0]}))
+            assert alone == {("a", 0): (0, 1), ("b", 0): (0, 1)}  # after the spanning request's appends
+            assert not spanning.done()
+            # A request with a short timeout answers its held partition REQUEST_TIMED_OUT, the others normally.
+            timed = await _produce(node, {"a": [0], "c": [0]}, timeout_ms=50)
+            codes = {(t.name, p.index): (p.error_code, p.error_message) for t in timed.responses
+                     for p in t.partition_responses}
+            assert codes[("a", 0)] == (0, None)
+            assert codes[("c", 0)][0] == ErrorCode.REQUEST_TIMED_OUT and "timeout_ms 50" in codes[("c", 0)][1]
+        finally:
+            rule.release()
+        # Once the dir moves, the spanning request is answered in full.
+        assert _answers(await spanning) == {("a", 0): (0, 0), ("b", 0): (0, 0), ("c", 0): (0, 0)}
+
+    asyncio.run(scenario())
+    # The timed-out append still happened after the spanning one (the producer would retry: at-least-once).
+    _wait_for("the timed-out append to be made", lambda: spread.get("c", 0).log_end_offset == 2)
+
+
+def test_fetch_spanning_dirs_gets_the_healthy_dirs_data_while_one_is_held(spread, log_dirs):
+    bad = log_dirs[2]
+    node = _Node(spread)
+    for name in "abc":
+        spread.get(name, 0).append(kp_batch([name.encode()]))
+    spread.get("c", 0).segments[0].release()  # the next read of c opens its segment through the seam
+
+    async def scenario():
+        rule = fsio.slow(bad, hold=True)
+        try:
+            resp = await fetch.handle(node, _request(FV), _fetch_body({"a": [0], "b": [0], "c": [0]},
+                                                                      max_wait_ms=100))
+            got = _fetched(resp)
+            assert got[("a", 0)] == (0, [b"a"]) and got[("b", 0)] == (0, [b"b"])
+            assert got[("c", 0)] == (0, [])  # nothing new from the held dir, as a long poll that expired
+            assert spread.dir_io(bad).oldest_outstanding() is not None  # still held: nothing waited for it
+        finally:
+            rule.release()
+        resp = await fetch.handle(node, _request(FV), _fetch_body({"c": [0]}, max_wait_ms=0))
+        assert _fetched(resp)[("c", 0)] == (0, [b"c"])
+
+    asyncio.run(scenario())
+
+
+def test_a_stalled_dir_answers_its_waiting_requests_at_once(spread, log_dirs):
+    good, _, bad = log_dirs
+    node = _Node(spread)
+
+    async def scenario():
+        rule = fsio.slow(bad, hold=True, ops={"write"})
+        try:
+            waiting = [asyncio.ensure_future(_produce(node, {"a": [0], "c": [0]})) for _ in range(3)]
+            await asyncio.sleep(0)
+            _wait_for("the bad dir's append to block", lambda: _held_in(spread.dir_io(bad), "write"))
+            _ahead(spread.watchdog, AN_HOUR)
+            with capture_logs() as logs:
+                assert spread.watchdog.check() == [bad]
+            assert [e["op"] for e in logs if e["event"] == "log_dir_stalled"] == ["write"]
+            # Their 10-minute timeouts are not waited for: the stuck append and those queued behind it fail now.
+            for request in waiting:
+                answers = _answers(await request)
+                assert answers[("a", 0)][0] == 0
+                assert answers[("c", 0)] == (ErrorCode.KAFKA_STORAGE_ERROR, -1)
+            # A new request for the failed dir answers at once too.
+            assert _answers(await _produce(node, {"c": [0]}))[("c", 0)] == (ErrorCode.KAFKA_STORAGE_ERROR, -1)
+        finally:
+            rule.release()
+
+    asyncio.run(scenario())
+    assert spread.get("a", 0).log_end_offset == 3
+    assert bad not in spread.online_dirs and good in spread.online_dirs
+
+
+def test_appends_keep_their_order_per_partition_through_the_hand_off(spread):
+    node = _Node(spread)
+
+    async def scenario():
+        requests = [_produce(node, {"a": [0], "b": [0]}, value=b"%03d" % i) for i in range(200)]
+        return await asyncio.gather(*requests)
+
+    answers = [_answers(r) for r in asyncio.run(scenario())]
+    assert [a[("a", 0)] for a in answers] == [(0, i) for i in range(200)]
+    data = spread.get("b", 0).read_bytes(0, 1 << 20)
+    assert [v for _, v, _ in kp_records(data)] == [b"%03d" % i for i in range(200)]
+
+
+def test_a_shutdown_does_not_wait_for_a_worker_stuck_in_a_held_dir(spread, log_dirs, monkeypatch):
+    good, _, bad = log_dirs
+    monkeypatch.setattr(manager_module, "SHUTDOWN_GRACE_S", 0.0)
+    node = _Node(spread)
+    rule = fsio.slow(bad, hold=True, ops={"write"})
+    try:
+        async def scenario():
+            pending = asyncio.ensure_future(_produce(node, {"a": [0], "c": [0]}))
+            await asyncio.sleep(0)
+            _wait_for("the bad dir's append to block", lambda: _held_in(spread.dir_io(bad), "write"))
+            with capture_logs() as logs:
+                await asyncio.to_thread(spread.close)
+            assert [e["log_dir"] for e in logs if e["event"] == "log_dir_stuck_at_shutdown"] == [bad]
+            assert _answers(await pending)[("c", 0)][0] == ErrorCode.KAFKA_STORAGE_ERROR
+
+        asyncio.run(scenario())
+        assert bad not in spread.online_dirs
+    finally:
+        rule.release()
+
+
+def test_a_worker_runs_what_was_submitted_in_one_pass_as_one_batch(spread, log_dirs):
+    worker = spread.worker(log_dirs[0])
+    assert isinstance(worker, DirWorker)
+    seen: list[tuple[bool, object]] = []
+    threads: list[object] = []
+
+    async def scenario():
+        import threading
+
+        done = asyncio.Event()
+
+        def job(i):
+            threads.append(threading.current_thread().name)
+            return i
+
+        for i in range(5):
+            worker.submit(lambda i=i: job(i), lambda ok, v: (seen.append((ok, v)), len(seen) == 5 and done.set()))
+        worker.submit(lambda: 1 // 0, lambda ok, v: seen.append((ok, type(v).__name__)))
+        await asyncio.wait_for(done.wait(), 120)
+        deadline = time.monotonic() + 120
+        while len(seen) < 6 and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+
+    asyncio.run(scenario())
+    assert seen == [(True, i) for i in range(5)] + [(False, "ZeroDivisionError")]
+    assert set(threads) == {f"kjbod-dir-worker {log_dirs[0]}"}
+
+
+def test_list_offsets_by_timestamp_answers_the_healthy_dirs_while_one_is_held(spread, log_dirs):
+    from kjbod.broker.handlers import list_offsets
+    from kjbod.protocol.generated import ListOffsetsRequest as L
+
+    bad = log_dirs[2]
+    node = _Node(spread)
+    for name in "abc":
+        spread.get(name, 0).append(kp_batch([name.encode()]))
+        spread.get(name, 0).segments[0].release()  # the lookup opens the segment again, through the seam
+
+    def body(timeout_ms: int) -> L:
+        return L(replica_id=-1, timeout_ms=timeout_ms, topics=[
+            L.ListOffsetsTopic(name=n, partitions=[L.ListOffsetsPartition(partition_index=0, timestamp=0)])
+            for n in "abc"])
+
+    async def scenario():
+        rule = fsio.slow(bad, hold=True)
+        try:
+            resp = await list_offsets.handle(node, _request(10), body(50))
+            got = {t.name: (t.partitions[0].error_code, t.partitions[0].offset) for t in resp.topics}
+            assert got == {"a": (0, 0), "b": (0, 0), "c": (ErrorCode.REQUEST_TIMED_OUT, -1)}
+        finally:
+            rule.release()
+        resp = await list_offsets.handle(node, _request(10), body(600_000))
+        assert {t.name: t.partitions[0].error_code for t in resp.topics} == {"a": 0, "b": 0, "c": 0}
+
+    asyncio.run(scenario())
+
+
+def test_deleting_a_topic_whose_dir_is_held_does_not_wait_for_it(spread, log_dirs):
+    from kjbod.broker.storage_glue import StorageAdapter
+
+    good, _, bad = log_dirs
+    node = _Node(spread)
+    adapter = StorageAdapter(SimpleNamespace(mover=None), spread)
+
+    async def scenario():
+        rule = fsio.slow(bad, hold=True, ops={"write"})
+        try:
+            pending = asyncio.ensure_future(_produce(node, {"c": [0]}))
+            await asyncio.sleep(0)
+            _wait_for("the bad dir's append to block", lambda: _held_in(spread.dir_io(bad), "write"))
+            # Its worker holds c-0's lock in the write: the delete is left to that worker, the loop goes on.
+            adapter.delete_topic_partitions("c", [0])
+            adapter.delete_topic_partitions("a", [0])
+            assert spread.find("a", 0) is None and spread.find("c", 0) is not None
+        finally:
+            rule.release()
+        assert _answers(await pending)[("c", 0)] == (0, 0)
+
+    asyncio.run(scenario())
+    _wait_for("the held dir's delete to run on its worker", lambda: spread.find("c", 0) is None)
+    assert not [n for n in os.listdir(bad) if n == "c-0"] and not [n for n in os.listdir(good) if n == "a-0"]
+
+
+def test_a_degraded_dirs_fetch_is_read_on_its_worker_not_sent_from_disk_by_the_loop(spread, log_dirs):
+    node = _Node(spread)
+    for name in "ac":
+        spread.get(name, 0).append(kp_batch([name.encode()]))
+    spread.watchdog.health[log_dirs[2]].degraded = True  # as the watchdog marks a slow dir
+
+    async def scenario():
+        return await fetch.handle(node, _request(FV), _fetch_body({"a": [0], "c": [0]}, max_wait_ms=0))
+
+    resp = asyncio.run(scenario())
+    records = {t.topic: t.partitions[0].records for t in resp.responses}
+    assert isinstance(records["a"], list)  # a healthy dir's records leave as file regions (sendfile)
+    assert isinstance(records["c"], bytes)  # the slow dir's were read into memory by its worker
+    assert [v for _, v, _ in kp_records(records["c"])] == [b"c"]
+    fetch.close_regions(resp)
+
+
+def test_a_cached_read_is_served_on_the_loop_and_one_that_would_wait_goes_to_the_worker(spread):
+    node = _Node(spread)
+    plog = spread.get("a", 0)
+    plog.append(kp_batch([b"one"]))
+    plog.roll()
+    plog.append(kp_batch([b"two"]))
+    body = _fetch_body({"a": [0]}, max_wait_ms=0)
+    resolved = fetch._resolve(node, body, FV)
+
+    async def scenario(offset: int):
+        body.topics[0].partitions[0].fetch_offset = offset
+        built = fetch._build(node, resolved, body, FV, time.monotonic(), None)
+        on_loop = built.__class__ is tuple
+        resp, _ = built if on_loop else await built
+        return on_loop, _fetched(resp)[("a", 0)]
+
+    # The active segment's batch, in the page cache, fd open: answered on the loop, no hand-off.
+    assert asyncio.run(scenario(1)) == (True, (0, [b"two"]))
+    # The closed segment gave back its fd after the last read: reopening it might wait, so its worker reads it.
+    plog.segments[0].release()
+    assert asyncio.run(scenario(0)) == (False, (0, [b"one", b"two"]))

@@ -1,0 +1,256 @@
+"""Per-dir workers benchmark: what the hand-off to a log dir's worker costs, and what it buys when a disk is bad.
+
+Every figure is a ratio against a reference measured in the same run, variants interleaved round by round:
+
+* **Hand-off cost**: two `kjbod serve` processes side by side, one with the per-dir workers (the default) and one
+  with ``KJBOD_DIR_WORKERS=0`` (every append and read on the event loop, the path before the workers). Four loads
+  on each: Produce of 1 MiB batches, 8 in flight (throughput; target >= 95 %); Produce of small batches (four
+  1 KiB records) at the highest rate the load generator reaches (32 connections x 16 in flight; target >= 85 %);
+  a consumer fetching three partitions, one per dir, zero-copy (target >= 95 %); Produce p99 latency at a fixed
+  moderate rate (500 requests/s of one small batch; target <= 1.2x).
+* **Isolation**: one server, three dirs, ``KJBOD_FAULTS`` naming the third dir: a steady 200 msg/s producer
+  (acks=1) and a consumer on partitions of the two healthy dirs, another producer writing to the bad dir. Produce
+  p99 on the healthy dirs with the bad dir at 200 ms per operation, and with it hung (every operation held for
+  an hour, the stall timeout off so it stays hung), against the same server with no fault. Target <= 2x both.
+
+`python -m tools.bench.dir_workers [--quick]`; `run()` returns the ratios.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from .common import heading, median, verdict
+from .datapath import (
+    BenchServer,
+    Connection,
+    consume,
+    create_topic,
+    exact_batch,
+    one_mib_batch,
+    produce_frame,
+    produce_pipelined,
+)
+from .server import CONNECTIONS, build_loadgen, load_frames
+
+SMALL_RECORDS = 4  # records of 1 KiB in a "small batch"
+MODERATE_RATE = 500  # Produce requests per second for the p99 comparison
+ISOLATION_RATE = 200  # msg/s of the healthy-dir producer, as the issue's table
+
+
+def small_batch() -> bytes:
+    return exact_batch(SMALL_RECORDS * 1100, SMALL_RECORDS)
+
+
+def paced_produce(port: int, topic: str, partition: int, rate: float, seconds: float, batch: bytes,
+                  stop: threading.Event | None = None) -> list[float]:
+    """Latencies (s) of one Produce at a time sent every 1/rate s for `seconds` (acks=1)."""
+    frame = produce_frame(topic, partition, batch)
+    conn = Connection(port)
+    latencies: list[float] = []
+    try:
+        start = time.perf_counter()
+        n = 0
+        while True:
+            due = start + n / rate
+            now = time.perf_counter()
+            if now - start >= seconds or (stop is not None and stop.is_set()):
+                break
+            if due > now:
+                time.sleep(due - now)
+            t0 = time.perf_counter()
+            conn.sock.sendall(frame)
+            conn.read_frame()
+            latencies.append(time.perf_counter() - t0)
+            n += 1
+    finally:
+        conn.close()
+    return latencies
+
+
+def p99(xs: list[float]) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(len(xs) * 0.99))]
+
+
+# ================================================================================================ hand-off cost
+
+
+def bench_handoff(work: Path, rounds: int, seconds: float) -> dict:
+    heading("Hand-off to the per-dir workers vs appends and reads on the event loop (KJBOD_DIR_WORKERS=0)")
+    servers = {
+        "workers": BenchServer(work / "workers"),
+        "loop": BenchServer(work / "loop", env={"KJBOD_DIR_WORKERS": "0"}),
+    }
+    loadgen = build_loadgen()
+    mib = one_mib_batch()
+    small = small_batch()
+    samples: dict[str, dict[str, list[float]]] = {k: {"mib": [], "small": [], "fetch": [], "p99": []} for k in servers}
+    fetch_mib = 16
+    try:
+        for server in servers.values():
+            server.start()
+            create_topic(server.port, "big", 3)
+            create_topic(server.port, "small", 3)
+            create_topic(server.port, "fetch", 3)
+            for p in range(3):
+                produce_pipelined(server.port, produce_frame("fetch", p, mib), fetch_mib, 8)
+            consume(server.port, "fetch", 3, fetch_mib * 1024)  # warm-up
+        small_frames = [produce_frame("small", p, small) for p in range(3)]
+        for _ in range(rounds):
+            for name, server in servers.items():
+                s = samples[name]
+                count = 32
+                s["mib"].append(count / produce_pipelined(server.port, produce_frame("big", 0, mib), count, 8))
+                s["small"].append(load_frames(loadgen, server.port, CONNECTIONS, 16, seconds, small_frames))
+                t, _ = consume(server.port, "fetch", 3, fetch_mib * 1024)
+                s["fetch"].append(fetch_mib * 3 / t)
+                s["p99"].append(p99(paced_produce(server.port, "small", 1, MODERATE_RATE, seconds, small)))
+    finally:
+        for server in servers.values():
+            server.stop()
+    w, ref = samples["workers"], samples["loop"]
+
+    def ratio(key: str) -> float:
+        return median([a / b for a, b in zip(w[key], ref[key], strict=True)])
+
+    out = {"handoff_produce_1mib_vs_loop": ratio("mib"), "handoff_produce_small_vs_loop": ratio("small"),
+           "handoff_fetch_vs_loop": ratio("fetch"), "handoff_produce_p99_vs_loop": ratio("p99")}
+    print(f"   Produce 1 MiB batches: workers {median(w['mib']):,.0f} MiB/s, loop {median(ref['mib']):,.0f} MiB/s: "
+          f"{out['handoff_produce_1mib_vs_loop']:.1%} (target >= 95%: "
+          f"{verdict(out['handoff_produce_1mib_vs_loop'] >= 0.95)})")
+    print(f"   Produce small batches ({SMALL_RECORDS} x 1 KiB): workers {median(w['small']):,.0f} req/s, loop "
+          f"{median(ref['small']):,.0f} req/s: {out['handoff_produce_small_vs_loop']:.1%} (target >= 85%: "
+          f"{verdict(out['handoff_produce_small_vs_loop'] >= 0.85)})")
+    print(f"   Fetch zero-copy, 3 dirs: workers {median(w['fetch']):,.0f} MiB/s, loop {median(ref['fetch']):,.0f} "
+          f"MiB/s: {out['handoff_fetch_vs_loop']:.1%} (target >= 95%: {verdict(out['handoff_fetch_vs_loop'] >= 0.95)})")
+    print(f"   Produce p99 at {MODERATE_RATE} req/s: workers {median(w['p99']) * 1000:.2f} ms, loop "
+          f"{median(ref['p99']) * 1000:.2f} ms: {out['handoff_produce_p99_vs_loop']:.2f}x (target <= 1.2x: "
+          f"{verdict(out['handoff_produce_p99_vs_loop'] <= 1.2)})")
+    return out
+
+
+# ================================================================================================ isolation
+
+
+def _partition_dirs(server: BenchServer, topic: str) -> dict[int, int]:
+    """partition -> index of the log dir holding it."""
+    found = {}
+    for i, d in enumerate(server.log_dirs):
+        for entry in d.glob(f"{topic}-*"):
+            found[int(entry.name.rsplit("-", 1)[1])] = i
+    return found
+
+
+def _background_load(port: int, topic: str, partitions: list[int], bad: int, stop: threading.Event,
+                     batch: bytes) -> list[threading.Thread]:
+    def consumer() -> None:
+        conn = Connection(port)
+        conn.sock.settimeout(5)
+        from .datapath import fetch_frame, parse_fetch_v11
+
+        offsets = dict.fromkeys(partitions, 0)
+        try:
+            while not stop.is_set():
+                # fetch_frame numbers partitions from 0: ask for all up to the highest healthy one at offset 0..
+                frame_offsets = [offsets.get(p, 0) for p in range(max(partitions) + 1)]
+                conn.sock.sendall(fetch_frame(topic, frame_offsets, 64 * 1024))
+                parse_fetch_v11(conn.read_frame(), frame_offsets)
+                for p in partitions:
+                    offsets[p] = frame_offsets[p]
+                time.sleep(0.01)
+        except (OSError, RuntimeError):
+            pass
+        finally:
+            conn.close()
+
+    def bad_producer() -> None:
+        conn = Connection(port)
+        frame = produce_frame(topic, bad, batch)
+        try:
+            while not stop.is_set():
+                conn.sock.sendall(frame)
+                conn.read_frame()
+        except OSError:
+            pass
+        finally:
+            conn.close()
+
+    threads = [threading.Thread(target=consumer, daemon=True), threading.Thread(target=bad_producer, daemon=True)]
+    for t in threads:
+        t.start()
+    return threads
+
+
+def bench_isolation(work: Path, rounds: int, seconds: float) -> dict:
+    heading(f"Isolation: healthy-dir Produce p99 at {ISOLATION_RATE} msg/s with a consumer, while a producer writes "
+            "to a bad dir (200 ms per operation; hung), vs no fault")
+    faults = work / "faults.json"
+    server: BenchServer | None = None
+    batch = small_batch()
+    samples: dict[str, list[float]] = {"none": [], "slow": [], "hung": []}
+    rules: dict[str, list[dict]] = {"none": [], "slow": [{"dir": None, "delay_ms": 200}], "hung": [{"dir": None, "delay_ms": 3_600_000}]}
+    try:
+        for rnd in range(rounds):
+            for name, entries in rules.items():
+                # A fresh process per variant: a hung operation never returns, so nothing after it is fair.
+                shutil.rmtree(work / "isolation", ignore_errors=True)
+                faults.write_text("[]")
+                server = BenchServer(work / "isolation", {"log.dir.stall.timeout.ms": "0"},
+                                     env={"KJBOD_FAULTS": str(faults)}).start()
+                topic = f"iso{rnd}"
+                create_topic(server.port, topic, 3)
+                where = _partition_dirs(server, topic)
+                bad_p = next(p for p, d in where.items() if d == 2)
+                healthy = sorted(p for p in where if p != bad_p)
+                faults.write_text(json.dumps([{**e, "dir": str(server.log_dirs[2])} for e in entries]))
+                stop = threading.Event()
+                threads = _background_load(server.port, topic, healthy, bad_p, stop, batch)
+                try:
+                    latencies = paced_produce(server.port, topic, healthy[0], ISOLATION_RATE, seconds, batch)
+                finally:
+                    stop.set()
+                    for t in threads:
+                        t.join(0.5)
+                    faults.write_text("[]")
+                    server.stop()
+                samples[name].append(p99(latencies))
+    finally:
+        if server is not None:
+            server.stop()
+    out = {}
+    for name in ("slow", "hung"):
+        r = median([a / b for a, b in zip(samples[name], samples["none"], strict=True)])
+        out[f"isolation_{name}_dir_p99_vs_none"] = r
+        print(f"   bad dir {name}: healthy-dir p99 {median(samples[name]) * 1000:.2f} ms vs "
+              f"{median(samples['none']) * 1000:.2f} ms with no fault: {r:.2f}x (target <= 2x: {verdict(r <= 2)})")
+    return out
+
+
+def run(rounds: int = 5, seconds: float = 3.0, quick: bool = False) -> dict:
+    if quick:
+        rounds, seconds = 2, 1.5
+    work = Path(tempfile.mkdtemp(prefix="kjbod-bench-dirs-", dir=os.environ.get("KJBOD_BENCH_DIR") or None))
+    try:
+        out = bench_handoff(work, rounds, seconds)
+        out.update(bench_isolation(work, rounds, seconds * 2))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    from .common import rounds_main
+
+    return rounds_main("python -m tools.bench.dir_workers", __doc__, run, argv, rounds=5)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
+

@@ -1,0 +1,312 @@
+"""Replication benchmarks on a 3-broker cluster (`kjbod cluster up --detach --brokers 3 --log-dirs 2`), each
+against its reference measured in the same run:
+
+* replicated produce: acks=all to an RF 3 topic against acks=1 to an RF 1 topic, the same confluent-kafka
+  producer (1 MiB batches of 1 KiB records); throughputs and ratio (target >= 40%);
+* follower catch-up: a follower that was down while its leader took a backlog (acks=1, RF 2) restarts; the
+  time from when it begins to follow (its log's became_follower) until it is back in the ISR, against a consumer
+  reading the same backlog from the leader (target: the follower's rate >= 70% of the consumer's);
+* latency: produce p99 at a fixed moderate rate, acks=all RF 3 against acks=1 RF 1 (target <= 3x);
+* failover: kill -9 of a leader's broker while an acks=all producer writes to its partition; the time until
+  the first acknowledgement after the kill, as a multiple of broker.session.timeout.ms (target <= 1.3x); and
+  the same for the failure of the log dir holding the leader's replica (the fault seam: EIO on every operation),
+  as a multiple of broker.heartbeat.interval.ms (target <= 2x).
+
+The same producer settings on both sides, idempotence off: an idempotent confluent-kafka producer shows a p99
+near 500 ms against kjbod at any acks and replication factor (seen on main before replication too), which would
+hide what replication costs.  The three brokers, the controller and the load generator share this machine's
+cores (printed).
+
+    python -m tools.bench.replication [--rounds N] [--quick]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+
+from .common import heading, median, rounds_main, verdict
+
+ROOT = Path(__file__).resolve().parents[2]
+SESSION_MS = 3000
+HEARTBEAT_MS = 300
+TARGET_THROUGHPUT = 0.40
+TARGET_CATCH_UP = 0.70
+TARGET_LATENCY = 3.0
+TARGET_FAILOVER = 1.3
+TARGET_DIR_FAILOVER = 2.0
+RECORD = 1024
+MIB = 1 << 20
+
+
+def _kjbod(*args: str, timeout: float = 300) -> str:
+    return subprocess.run([sys.executable, "-m", "kjbod", *args], capture_output=True, text=True, cwd=ROOT,
+                          check=True, timeout=timeout).stdout
+
+
+class Cluster:
+    def __init__(self, work: Path) -> None:
+        self.dir = work / "cluster"
+        # The fault seam (kjbod.storage.fsio): the failed-dir measurement arms it by writing this file.
+        self.faults = work / "faults.json"
+        os.environ["KJBOD_FAULTS"] = str(self.faults)
+        out = _kjbod("cluster", "up", "--detach", "--brokers", "3", "--log-dirs", "2", "--dir", str(self.dir),
+                     "--set", f"broker.session.timeout.ms={SESSION_MS}",
+                     "--set", f"broker.heartbeat.interval.ms={HEARTBEAT_MS}",
+                     "--set", "replica.lag.time.max.ms=5000", "--set", "replica.fetch.backoff.ms=200")
+        line = next(x for x in out.splitlines() if x.startswith("bootstrap.servers="))
+        self.bootstrap = line.partition("=")[2]
+        self.ports = {i + 1: int(hp.rpartition(":")[2]) for i, hp in enumerate(self.bootstrap.split(","))}
+
+    def pid(self, broker: int) -> int:
+        from kjbod.cli.cluster import node_pid
+
+        pid = node_pid(self.dir / f"broker-{broker}")
+        if pid is None:
+            raise RuntimeError(f"broker {broker} is not running")
+        return pid
+
+    def kill(self, broker: int) -> None:
+        pid = self.pid(broker)
+        os.kill(pid, signal.SIGKILL)
+        while Path(f"/proc/{pid}").exists():
+            time.sleep(0.01)
+
+    def start(self, broker: int) -> subprocess.Popen[bytes]:
+        home = self.dir / f"broker-{broker}"
+        with open(home / "server.log", "ab") as out:
+            process = subprocess.Popen([sys.executable, "-m", "kjbod", "serve", "-c", str(home / "server.properties")],
+                                       stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
+        return process  # `cluster down` finds it by its command line
+
+    def down(self) -> None:
+        subprocess.run([sys.executable, "-m", "kjbod", "cluster", "down", "--dir", str(self.dir)],
+                       capture_output=True, cwd=ROOT, timeout=300)
+
+
+def _admin(bootstrap: str):
+    from confluent_kafka.admin import AdminClient
+
+    return AdminClient({"bootstrap.servers": bootstrap})
+
+
+def create(bootstrap: str, topic: str, partitions: int, rf: int, configs: dict[str, str] | None = None) -> None:
+    from confluent_kafka.admin import NewTopic
+
+    admin = _admin(bootstrap)
+    admin.create_topics([NewTopic(topic, partitions, rf, config=configs or {})])[topic].result(60)
+    _wait(lambda: _in_sync(admin, topic, rf), f"{topic} fully in sync")
+
+
+def _in_sync(admin, topic: str, rf: int) -> bool:
+    md = admin.list_topics(topic, timeout=10).topics.get(topic)
+    return bool(md and md.partitions) and all(p.leader >= 0 and len(p.isrs) == rf for p in md.partitions.values())
+
+
+def _wait(cond, what: str, timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"not within {timeout:g}s: {what}")
+        time.sleep(0.05)
+
+
+def produce_throughput(bootstrap: str, topic: str, acks: str, total: int) -> float:
+    """MB/s for `total` bytes of 1 KiB records in 1 MiB batches."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": acks, "batch.size": MIB, "linger.ms": 20,
+                         "queue.buffering.max.kbytes": 256 * 1024, "message.max.bytes": 2 * MIB,
+                         "enable.idempotence": False})
+    value = b"x" * RECORD
+    failures: list[str] = []
+    started = time.perf_counter()
+    for _ in range(total // RECORD):
+        while True:
+            try:
+                producer.produce(topic, value, on_delivery=lambda err, _m: err and failures.append(str(err)))
+                break
+            except BufferError:
+                producer.poll(0.01)
+        producer.poll(0)
+    producer.flush(300)
+    elapsed = time.perf_counter() - started
+    if failures:
+        raise RuntimeError(f"produce to {topic} failed: {failures[:3]}")
+    return total / elapsed / 1e6
+
+
+def latencies(bootstrap: str, topic: str, acks: str, rate: int, seconds: float) -> list[float]:
+    """Per-record produce latencies (ms) at `rate` records per second."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 0,
+                         "enable.idempotence": False})
+    out: list[float] = []
+    value = b"x" * RECORD
+    started = time.perf_counter()
+    n = 0
+    while (now := time.perf_counter()) - started < seconds:
+        due = started + n / rate
+        if now < due:
+            producer.poll(min(due - now, 0.005))
+            continue
+        sent = time.perf_counter()
+        producer.produce(topic, value, on_delivery=lambda err, _m, s=sent: err is None and out.append(
+            (time.perf_counter() - s) * 1000))
+        n += 1
+        producer.poll(0)
+    producer.flush(60)
+    return out
+
+
+def p99(xs: list[float]) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(len(xs) * 0.99))]
+
+
+def consume_seconds(bootstrap: str, topic: str, total: int) -> float:
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{time.time()}",
+                         "enable.auto.commit": False, "fetch.max.bytes": 50 * MIB})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    got = 0
+    started = time.perf_counter()
+    while got < total:
+        for m in consumer.consume(10_000, 1.0):
+            if m.error() is None:
+                got += len(m.value())
+    elapsed = time.perf_counter() - started
+    consumer.close()
+    return elapsed
+
+
+def catch_up(cluster: Cluster, total: int) -> tuple[float, float]:
+    """(follower seconds, consumer seconds) for a backlog of `total` bytes."""
+    admin = _admin(cluster.bootstrap)
+    create(cluster.bootstrap, "backlog", 1, 2)
+    part = admin.list_topics("backlog", timeout=10).topics["backlog"].partitions[0]
+    follower = next(r for r in part.replicas if r != part.leader)
+    cluster.kill(follower)
+    _wait(lambda: follower not in admin.list_topics("backlog", timeout=10).topics["backlog"].partitions[0].isrs,
+          "the stopped follower leaves the ISR")
+    produce_throughput(cluster.bootstrap, "backlog", "1", total)
+    log = cluster.dir / f"broker-{follower}" / "server.log"
+    skip = log.stat().st_size
+    cluster.start(follower)
+    _wait(lambda: follower in admin.list_topics("backlog", timeout=10).topics["backlog"].partitions[0].isrs,
+          "the follower is back in the ISR", timeout=1800)
+    done = time.time()
+    # From the moment the restarted broker began to follow (its log says so), not from its process start.
+    with open(log, "rb") as f:
+        f.seek(skip)
+        lines = [json.loads(x) for x in f.read().decode(errors="replace").splitlines() if x.startswith("{")]
+    began = next(datetime.fromisoformat(x["timestamp"].replace("Z", "+00:00")).timestamp() for x in lines
+                 if x.get("event") == "became_follower" and x.get("topic") == "backlog")
+    return done - began, consume_seconds(cluster.bootstrap, "backlog", total)
+
+
+def failover(cluster: Cluster, *, fail_dir: bool = False) -> float:
+    """Seconds from kill -9 of a leader's broker (or the failure of the log dir holding its replica) to the first
+    acks=all acknowledgement after it."""
+    from confluent_kafka import Producer
+
+    admin = _admin(cluster.bootstrap)
+    topic = "dir-fails" if fail_dir else "failover"
+    create(cluster.bootstrap, topic, 1, 3)
+    leader = admin.list_topics(topic, timeout=10).topics[topic].partitions[0].leader
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "enable.idempotence": True,
+                         "linger.ms": 0, "topic.metadata.refresh.interval.ms": 250, "retry.backoff.ms": 50,
+                         "retry.backoff.max.ms": 100, "reconnect.backoff.max.ms": 200})
+    acked: list[float] = []
+    for _ in range(50):
+        producer.produce(topic, b"warm", on_delivery=lambda err, _m: err is None and acked.append(time.time()))
+    producer.flush(30)
+    if fail_dir:
+        home = cluster.dir / f"broker-{leader}"
+        (doomed,) = [d for d in home.iterdir() if (d / f"{topic}-0").is_dir()]
+        tmp = cluster.faults.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"faults": [{"dir": str(doomed), "errno": "EIO"}]}))
+        os.replace(tmp, cluster.faults)
+    else:
+        cluster.kill(leader)
+    killed = time.time()
+    after = len(acked)
+    while len(acked) == after and time.time() - killed < 120:
+        producer.produce(topic, b"x", on_delivery=lambda err, _m: err is None and acked.append(time.time()))
+        producer.poll(0.01)
+    producer.flush(60)
+    if fail_dir:
+        cluster.faults.unlink()
+        cluster.kill(leader)
+    cluster.start(leader)
+    return acked[after] - killed
+
+
+def run(rounds: int = 3, seconds: float = 10.0, quick: bool = False) -> dict:
+    produce_bytes = 64 * MIB if quick else 512 * MIB
+    backlog = 64 * MIB if quick else 1024 * MIB
+    rounds = 1 if quick else rounds
+    seconds = 5.0 if quick else seconds
+    heading(f"Replication on 3 brokers ({os.cpu_count()} cores shared by the 3 brokers, the controller and the "
+            f"load generator)")
+    work = Path(tempfile.mkdtemp(prefix="kjbod-bench-replication-", dir=os.environ.get("KJBOD_BENCH_DIR") or None))
+    cluster = Cluster(work)
+    try:
+        create(cluster.bootstrap, "rf3", 1, 3)
+        create(cluster.bootstrap, "rf1", 1, 1)
+        produce_throughput(cluster.bootstrap, "rf3", "all", 8 * MIB)  # warm up
+        produce_throughput(cluster.bootstrap, "rf1", "1", 8 * MIB)
+        replicated, single = [], []
+        for _ in range(rounds):
+            replicated.append(produce_throughput(cluster.bootstrap, "rf3", "all", produce_bytes))
+            single.append(produce_throughput(cluster.bootstrap, "rf1", "1", produce_bytes))
+        throughput = median([r / s for r, s in zip(replicated, single, strict=True)])
+        print(f"   produce: acks=all RF 3 {median(replicated):.1f} MB/s, acks=1 RF 1 {median(single):.1f} MB/s: "
+              f"{throughput:.0%} (target >= {TARGET_THROUGHPUT:.0%}: {verdict(throughput >= TARGET_THROUGHPUT)})")
+        rate = 500
+        lat_all = latencies(cluster.bootstrap, "rf3", "all", rate, seconds)
+        lat_one = latencies(cluster.bootstrap, "rf1", "1", rate, seconds)
+        latency = p99(lat_all) / p99(lat_one)
+        print(f"   latency at {rate} records/s: p99 acks=all RF 3 {p99(lat_all):.1f} ms, acks=1 RF 1 "
+              f"{p99(lat_one):.1f} ms: {latency:.2f}x (target <= {TARGET_LATENCY}x: "
+              f"{verdict(latency <= TARGET_LATENCY)})")
+        follower_s, consumer_s = catch_up(cluster, backlog)
+        catch_ratio = consumer_s / follower_s
+        print(f"   catch-up of {backlog // MIB} MiB: follower {follower_s:.2f} s (from following to back in the ISR), "
+              f"consumer {consumer_s:.2f} s: {catch_ratio:.0%} of the consumer's rate "
+              f"(target >= {TARGET_CATCH_UP:.0%}: {verdict(catch_ratio >= TARGET_CATCH_UP)})")
+        failover_s = failover(cluster)
+        multiple = failover_s / (SESSION_MS / 1000)
+        print(f"   failover after kill -9 of the leader's broker: {failover_s:.2f} s = {multiple:.2f}x "
+              f"broker.session.timeout.ms ({SESSION_MS} ms) (target <= {TARGET_FAILOVER}x: "
+              f"{verdict(multiple <= TARGET_FAILOVER)})")
+        dir_s = failover(cluster, fail_dir=True)
+        dir_multiple = dir_s / (HEARTBEAT_MS / 1000)
+        print(f"   failover after the leader's log dir fails: {dir_s:.2f} s = {dir_multiple:.2f}x "
+              f"broker.heartbeat.interval.ms ({HEARTBEAT_MS} ms) (target <= {TARGET_DIR_FAILOVER}x: "
+              f"{verdict(dir_multiple <= TARGET_DIR_FAILOVER)})")
+        return {"replication_produce_acks_all_rf3_vs_acks1_rf1": throughput,
+                "replication_dir_failover_x_heartbeat_interval": dir_multiple,
+                "replication_p99_acks_all_vs_acks1": latency,
+                "replication_catch_up_vs_consumer": catch_ratio,
+                "replication_failover_x_session_timeout": multiple}
+    finally:
+        cluster.down()
+        os.environ.pop("KJBOD_FAULTS", None)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return rounds_main("python -m tools.bench.replication", __doc__, run, argv, rounds=3)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
