@@ -42,7 +42,8 @@ A move then has three phases, with Kafka's on-disk names:
    controller does not know holds the partition). A move that ends without its swap after that (cancelled,
    redirected, restarted, destination failed) points the metadata back at the source; one whose source
    failed reports the replica as lost (LOST_DIR), so the controller moves its leadership.
-3. **Swap.** The last step runs where appends are serialised (the node's event loop, through ``exclusive``):
+3. **Swap.** The last step runs where appends are serialised (``exclusive``: the node's event loop, where a
+   follower's fetcher appends, entered from the source dir's worker, where a leader's produce appends):
    copy the few batches appended since, fsync the future, then LogManager.replace_current_with_future renames
    the source to ``-delete`` and the future to ``<topic>-<partition>`` under both logs' locks and repoints the
    partition. The ``-delete`` dir is removed in the background after ``file.delete.delay.ms``. Produce requests
