@@ -351,8 +351,9 @@ class LogDirIO:
         self.on_offline = on_offline
         self._state_lock = threading.Lock()
         # Space (see the module doc): -1 while unknown (no statvfs yet). usable_bytes is lowered by every write.
-        self.reserved_bytes_config = reserved_bytes  # log.dir.reserved.bytes; -1: min(1% of the fs, 1 GiB)
         self.total_bytes = -1
+        self._reserve_config = reserved_bytes  # log.dir.reserved.bytes; -1: min(1% of the fs, 1 GiB)
+        self._reserve = self._effective_reserve()  # kept as a plain number: every append compares with it
         self.usable_bytes = -1
         self.full = False
         self.full_reason: str | None = None
@@ -379,8 +380,20 @@ class LogDirIO:
     def reserved_bytes(self) -> int:
         """Bytes kept free for what must work when appends stop (indexes, checkpoints, snapshots, recovery, a
         move's swap): ``log.dir.reserved.bytes``, or min(1% of the filesystem, 1 GiB); 0 until the size is known."""
-        if self.reserved_bytes_config >= 0:
-            return self.reserved_bytes_config
+        return self._reserve
+
+    @property
+    def reserved_bytes_config(self) -> int:
+        return self._reserve_config
+
+    @reserved_bytes_config.setter
+    def reserved_bytes_config(self, value: int) -> None:
+        self._reserve_config = value
+        self._reserve = self._effective_reserve()
+
+    def _effective_reserve(self) -> int:
+        if self._reserve_config >= 0:
+            return self._reserve_config
         if self.total_bytes < 0:
             return 0
         return min(int(self.total_bytes * DEFAULT_RESERVE_FRACTION), DEFAULT_RESERVE_CAP)
@@ -401,10 +414,10 @@ class LogDirIO:
         if self.full:
             raise self.full_error(n)
         self._last_append = n
-        if self.total_bytes < 0 or self.usable_bytes - n >= self.reserved_bytes:
+        if self.total_bytes < 0 or self.usable_bytes - n >= self._reserve:
             return  # size not known yet (no statvfs so far), or room enough
         self.refresh_space()  # the estimate only ever falls between checks: ask the filesystem
-        if self.full or self.usable_bytes - n < self.reserved_bytes:
+        if self.full or self.usable_bytes - n < self._reserve:
             error = self.full_error(n)
             with self._state_lock:
                 first = not self.full
@@ -425,6 +438,7 @@ class LogDirIO:
 
     def _space_seen(self, total: int, usable: int) -> None:
         self.total_bytes, self.usable_bytes = total, usable
+        self._reserve = self._effective_reserve()
         if total > 0:
             used_pct = (total - usable) * 100 / total
             level = max((w for w in USAGE_WARNINGS if used_pct >= w), default=0)

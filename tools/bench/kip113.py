@@ -20,6 +20,7 @@ Run: ``python -m tools.bench.kip113`` (scratch data goes to ./bench-out/kip113 a
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import signal
@@ -476,6 +477,11 @@ def bench_describe_log_dirs(scratch: Path, rounds: int) -> dict:
     root = Path(tempfile.mkdtemp(prefix="kjbod-bench-", dir=shm if shm.is_dir() and os.access(shm, os.W_OK)
                                  else scratch))
     request = DescribeLogDirsRequest(topics=None)
+    loop = asyncio.new_event_loop()  # the handler awaits each dir's size probe (a bounded wait)
+
+    def answer(node):
+        return loop.run_until_complete(handle(node, None, request))
+
     record = _batch(b"x" * 100, 1)
     managers: dict[int, LogManager] = {}
     nodes: dict[int, SimpleNamespace] = {}
@@ -494,15 +500,16 @@ def bench_describe_log_dirs(scratch: Path, rounds: int) -> dict:
                     plog.append(record)
                     plog.active_segment.release()  # one fd per partition would exceed the VM's limit
             nodes[count] = SimpleNamespace(logs=SimpleNamespace(manager=manager), mover=None)
-            response = handle(nodes[count], None, request)
+            response = answer(nodes[count])
             assert sum(len(t.partitions) for r in response.results for t in r.topics) == count
             wire_size[count] = len(response.encode(4))
         for _ in range(max(15, rounds * 5)):
             for count, node in nodes.items():
                 t = time.perf_counter()
-                handle(node, None, request).encode(4)
+                answer(node).encode(4)
                 samples[count].append(time.perf_counter() - t)
     finally:
+        loop.close()
         for manager in managers.values():
             for plog in manager.partitions():
                 plog.close_quietly()
