@@ -175,6 +175,15 @@ def test_an_unlimited_bound_is_never_exceeded_and_0_always_is_once_anything_move
 # ------------------------------------------------------------------------------------------ the replica manager
 
 
+def scraped(node: FakeNode, name: str) -> float:
+    """One sample of the node's ReplicaManager metric families, as the /metrics endpoint reports it."""
+    from kjbod.metrics.collect import NodeCollector
+    from kjbod.metrics.counters import RequestStats
+
+    families = NodeCollector(node, RequestStats(), None)._replica_manager()
+    return next(sample.value for f in families for sample in f.samples if sample.name == name)
+
+
 @pytest.fixture
 def manager_on(make_log):
     def make(node_id: int, img: MetadataImage, *, sync: bool = True) -> tuple[ReplicaManager, FakeNode, Clock]:
@@ -213,10 +222,14 @@ def test_the_replica_lists_and_rates_follow_the_image(manager_on):
 
 def test_the_leader_throttles_only_out_of_sync_throttled_replicas_over_quota(manager_on):
     rate = {"": {"leader.replication.throttled.rate": str(MB)}}
-    manager, _, clock = manager_on(1, with_configs(image(isr=(1, 2)), rate, leader_replication_throttled_replicas="*"))
+    manager, node, clock = manager_on(1, with_configs(image(isr=(1, 2)), rate,
+                                                      leader_replication_throttled_replicas="*"))
+    node.replication = manager
     assert not manager.leader_throttled("t", 0, 3)  # under quota
     manager.leader_sent("t", 0, 2 * MB)
     assert manager.leader_throttled_byte_rate == 2 * MB
+    assert scraped(node, "kafka_server_leaderreplication_byte_rate") == 2 * MB  # the metrics endpoint's figure
+    assert scraped(node, "kafka_server_followerreplication_byte_rate") == 0
     assert manager.leader_throttled("t", 0, 3)  # out of sync, throttled, over quota
     assert not manager.leader_throttled("t", 0, 2)  # in the ISR: never
     clock.ms += 1000
