@@ -104,3 +104,64 @@ def test_an_in_sync_follower_is_not_throttled(cluster: Cluster):
         assert produce(cluster, "in-sync", 0, total, acks="all") == total // len(VALUE)
         assert isr(admin, "in-sync") == {0: (1, 2)}
         set_rates(admin, (1 << 63) - 1)
+
+
+def test_the_throttle_configs_through_kafka_clients(cluster: Cluster):
+    """confluent-kafka's IncrementalAlterConfigs and DescribeConfigs, kafka-python's AlterConfigs: the lists and
+    rates are set, shown and refused as any other config, with Kafka's message for a bad list."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigSource
+    from confluent_kafka.admin import ConfigResource as Resource
+
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    with SyncAdminClient(cluster.bootstrap, request_timeout=30) as kjbod:
+        kjbod.create_topics([NewTopic("configured", num_partitions=2, replication_factor=2)])
+    topic = Resource("TOPIC", "configured")
+    ok = Resource("TOPIC", "configured", incremental_configs=[
+        ConfigEntry("leader.replication.throttled.replicas", "0:1,1:2", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([ok])[ok].result(30)
+    bad = Resource("TOPIC", "configured", incremental_configs=[
+        ConfigEntry("follower.replication.throttled.replicas", "0:x", incremental_operation=AlterConfigOpType.SET)])
+    with pytest.raises(KafkaException) as refused:
+        admin.incremental_alter_configs([bad])[bad].result(30)
+    error = refused.value.args[0]
+    assert error.name() == "INVALID_CONFIG"
+    assert ("Invalid value [0:x] for configuration follower.replication.throttled.replicas: follower.replication."
+            "throttled.replicas must be the literal '*' or a list of replicas") in error.str()
+    shown = admin.describe_configs([topic])[topic].result(30)
+    assert shown["leader.replication.throttled.replicas"].value == "0:1,1:2"
+    assert shown["leader.replication.throttled.replicas"].source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+    assert shown["follower.replication.throttled.replicas"].value == ""
+    assert shown["follower.replication.throttled.replicas"].source == ConfigSource.DEFAULT_CONFIG.value
+
+    broker = Resource("BROKER", "2", incremental_configs=[
+        ConfigEntry("follower.replication.throttled.rate", "-1", incremental_operation=AlterConfigOpType.SET)])
+    with pytest.raises(KafkaException) as refused:
+        admin.incremental_alter_configs([broker])[broker].result(30)
+    assert refused.value.args[0].name() == "INVALID_CONFIG" and "follower.replication.throttled.rate" in (
+        refused.value.args[0].str())
+    broker = Resource("BROKER", "2", incremental_configs=[
+        ConfigEntry("follower.replication.throttled.rate", "2000000", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([broker])[broker].result(30)
+    described = Resource("BROKER", "2")
+    rates = admin.describe_configs([described])[described].result(30)
+    assert rates["follower.replication.throttled.rate"].value == "2000000"
+    assert rates["follower.replication.throttled.rate"].source == ConfigSource.DYNAMIC_BROKER_CONFIG.value
+    assert rates["leader.replication.throttled.rate"].value == str((1 << 63) - 1)  # unlimited: Kafka's default
+
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # kafka-python's import uses a deprecated importlib API
+        from kafka.admin import ConfigResource as KafkaResource
+        from kafka.admin import ConfigResourceType, KafkaAdminClient
+    legacy = KafkaAdminClient(bootstrap_servers=cluster.bootstrap, request_timeout_ms=20_000)
+    try:  # AlterConfigs (legacy): kafka-python sends the other dynamic values too, as they are
+        legacy.alter_configs([KafkaResource(ConfigResourceType.TOPIC, "configured",
+                                            configs={"follower.replication.throttled.replicas": "*"})],
+                            incremental=False)
+    finally:
+        legacy.close()
+    shown = admin.describe_configs([topic])[topic].result(30)
+    assert shown["follower.replication.throttled.replicas"].value == "*"
+    assert shown["leader.replication.throttled.replicas"].value == "0:1,1:2"
