@@ -541,7 +541,14 @@ def parse_overrides(items: Iterable[str]) -> dict[str, str]:
     return out
 
 
+# Broker configs Kafka takes only at runtime (DynamicConfig.Broker), never from server.properties.
+DYNAMIC_ONLY = ("leader.replication.throttled.rate", "follower.replication.throttled.rate")
+
+
 def _unknown(key: str) -> ConfigError:
+    if key in DYNAMIC_ONLY:
+        return ConfigError(f"{key} can only be set at runtime, as in Kafka: IncrementalAlterConfigs on the broker "
+                           "(or on the cluster default broker resource), e.g. with kafka-configs.sh --alter")
     known = [*KEYS, *ALIASES, *ACCEPTED_NO_EFFECT]
     close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
     hint = f" (did you mean {close[0]}?)" if close else ""

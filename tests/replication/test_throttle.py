@@ -275,3 +275,11 @@ def test_the_follower_throttles_only_out_of_sync_throttled_replicas_over_quota(m
                                           follower_replication_throttled_replicas="0:2"))
     manager.follower_appended("t", 0, 50 * MB)  # not throttled here: not recorded
     assert asked()
+
+
+def test_the_rates_in_server_properties_are_refused_naming_the_way_to_set_them():
+    from kjbod.server.config import ConfigError
+
+    for key in ("leader.replication.throttled.rate", "follower.replication.throttled.rate"):
+        with pytest.raises(ConfigError, match=f"{key} can only be set at runtime"):
+            build_config({**BASE, key: "1000"})
