@@ -20,7 +20,7 @@ from typing import Any
 
 # In the order they run: the cheap, self-contained ones first.
 BENCHMARKS = ("codec", "server", "controller", "datapath", "validation", "kip113", "spark", "metadata_log",
-              "propagation", "kip858", "metrics", "full_disk", "dir_workers", "replication")
+              "propagation", "kip858", "metrics", "full_disk", "dir_workers", "replication", "reassign")
 
 
 def _load(name: str) -> tuple[Any, str | None]:

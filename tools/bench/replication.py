@@ -206,12 +206,16 @@ def catch_up(cluster: Cluster, total: int) -> tuple[float, float]:
           "the follower is back in the ISR", timeout=1800)
     done = time.time()
     # From the moment the restarted broker began to follow (its log says so), not from its process start.
+    return done - began_following(log, skip, "backlog"), consume_seconds(cluster.bootstrap, "backlog", total)
+
+
+def began_following(log: Path, skip: int, topic: str) -> float:
+    """When (epoch seconds) a broker's server.log, read from byte `skip`, says it began to follow `topic`."""
     with open(log, "rb") as f:
         f.seek(skip)
         lines = [json.loads(x) for x in f.read().decode(errors="replace").splitlines() if x.startswith("{")]
-    began = next(datetime.fromisoformat(x["timestamp"].replace("Z", "+00:00")).timestamp() for x in lines
-                 if x.get("event") == "became_follower" and x.get("topic") == "backlog")
-    return done - began, consume_seconds(cluster.bootstrap, "backlog", total)
+    return next(datetime.fromisoformat(x["timestamp"].replace("Z", "+00:00")).timestamp() for x in lines
+                if x.get("event") == "became_follower" and x.get("topic") == topic)
 
 
 def failover(cluster: Cluster, *, fail_dir: bool = False) -> float:

@@ -54,15 +54,17 @@ def _resolve(node, body: FetchRequest, version: int):
     return out
 
 
-def _has_data(node, resolved, body: FetchRequest, decided: dict | None) -> bool:
+def _has_data(node, resolved, body: FetchRequest, decided: dict | None, throttled=frozenset()) -> bool:
     """True when some partition has records past its fetch offset (a follower: the LEO; a consumer: the HW),
-    or answers an error."""
+    or answers an error; a partition the leader throttle answers empty does not count."""
     if decided:
         return True
     for name, t in resolved:
         if name is None:
             return True
         for p in t.partitions:
+            if throttled and (name, p.partition) in throttled:
+                continue
             try:
                 plog = node.partition_log(name, p.partition)
             except Exception:
@@ -73,7 +75,8 @@ def _has_data(node, resolved, body: FetchRequest, decided: dict | None) -> bool:
     return False
 
 
-def _build(node, resolved, body: FetchRequest, version: int, deadline: float, decided: dict | None):
+def _build(node, resolved, body: FetchRequest, version: int, deadline: float, decided: dict | None,
+           throttled=frozenset()):
     """The response, or an awaitable of it when some partition's read runs on its dir's worker. Each dir reads
     its partitions in request order with the whole response budget; the loop then keeps, in request order, what
     fits in max_bytes (the first partition with data always: KIP-74), so one dir gives the answer today's single
@@ -106,6 +109,11 @@ def _build(node, resolved, body: FetchRequest, version: int, deadline: float, de
                 plog = node.partition_log(name, p.partition)
             except Exception as e:
                 parts.append(_failed_part(node, name, p, e, version))
+                continue
+            if throttled and (name, p.partition) in throttled:  # the leader throttle: no records, the offsets
+                parts.append(PartResp(partition_index=p.partition, error_code=0, high_watermark=plog.high_watermark,
+                                      last_stable_offset=plog.high_watermark, log_start_offset=plog.log_start_offset,
+                                      records=b""))
                 continue
             slot = (parts, len(parts), p, plog, None if decided is not None else plog.high_watermark)
             parts.append(None)
@@ -245,12 +253,15 @@ async def handle(node, request, body: FetchRequest) -> FetchResponse:
         # Look before reading: reading hands out file regions that must be closed if we then decide to wait.
         if node.stopping:
             deadline = 0.0
-        if _has_data(node, resolved, body, decided) or time.monotonic() >= deadline:
-            built = _build(node, resolved, body, v, deadline, decided)
+        throttled = replication.leader_throttled(node, resolved, follower) if follower >= 0 else frozenset()
+        if _has_data(node, resolved, body, decided, throttled) or time.monotonic() >= deadline:
+            built = _build(node, resolved, body, v, deadline, decided, throttled)
             resp, total = built if built.__class__ is tuple else await built
             if total >= body.min_bytes or time.monotonic() >= deadline or not _only_data(resp):
                 if node.topic_stats is not None:  # the metrics endpoint's counters (kjbod.metrics)
                     _count(node.topic_stats, resolved, resp)
+                if follower >= 0:
+                    replication.leader_sent(node, resolved, resp)
                 return resp
             close_regions(resp)
         arrived = node.append_event()

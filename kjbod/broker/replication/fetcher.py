@@ -8,6 +8,8 @@ replica id field before), CurrentLeaderEpoch, and LastFetchedEpoch = the latest 
 epoch cache, `replica.fetch.wait.max.ms` / `.min.bytes` / `.max.bytes` / `.response.max.bytes`; no fetch
 session.  Per partition of the answer:
 
+* throttled partitions (throttle.py) are left out of the request while the follower quota is exceeded and
+  they are not in sync; their appended bytes count against it;
 * records: appended as they arrived (`append_as_follower`: offsets, epochs and bytes unchanged); the HW
   becomes min(leader HW, local LEO), the log start follows the leader's (up to the HW);
 * DivergingEpoch {epoch, end}: truncate to min(end, the local end of that epoch, LEO) when the local log
@@ -155,6 +157,8 @@ class Fetcher:
             if plog is None or topic is None:
                 s.dropped = True
                 continue
+            if self._throttled(s, plog):
+                continue
             latest = plog.leader_epochs.latest_epoch
             t = topics.setdefault(s.topic, FetchTopic(topic=s.topic if version < 13 else "",
                                                       topic_id=topic.topic_id if version >= 13 else FetchTopic().topic_id))
@@ -170,6 +174,12 @@ class Fetcher:
             replica_state=ReplicaState(replica_id=me, replica_epoch=epoch) if version >= 15 else ReplicaState(),
             max_wait_ms=cfg.fetch_wait_max_ms, min_bytes=cfg.fetch_min_bytes, max_bytes=cfg.fetch_response_max_bytes,
             isolation_level=0, session_id=0, session_epoch=-1, topics=list(topics.values()))
+
+    def _throttled(self, s: FetchState, plog: Any) -> bool:
+        """Left out of this fetch by the follower throttle (throttle.py): not in sync (behind the leader's HW as
+        last heard, or not heard yet), throttled here, and the follower quota exceeded."""
+        in_sync = 0 <= s.leader_end_offset <= plog.log_end_offset
+        return self.manager.follower_throttled(s.topic, s.partition, in_sync)
 
     # ------------------------------------------------------------------------------------------ answers
 
@@ -225,6 +235,7 @@ class Fetcher:
         if data:
             plog.append_as_follower(bytes(data) if not isinstance(data, bytes | bytearray | memoryview) else data)
             self.node.notify_append()
+            self.manager.follower_appended(s.topic, s.partition, len(data))
         leo = plog.log_end_offset
         if part.high_watermark >= 0:
             plog.high_watermark = min(part.high_watermark, leo)

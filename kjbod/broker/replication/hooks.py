@@ -5,6 +5,9 @@ the handlers stay about their APIs.
   before the read and records the follower's position (manager.check_follower_fetch / follower_fetched); the
   partitions it answers (errors, DivergingEpoch) are not read.  Followers read up to the LEO; consumers up to
   the HW.
+* Throttles: `leader_throttled` names the partitions a follower gets no records for now (outside the ISR,
+  throttled, the leader quota exceeded); they do not count as data for the long poll; `leader_sent` records
+  what was sent of throttled partitions.
 * Produce with acks=all: `acks_all_refusal` before the append (NOT_ENOUGH_REPLICAS), `await_replication` after
   it: each appended partition's answer waits for the HW (or its error), up to the request's timeout_ms.
 """
@@ -55,6 +58,32 @@ def prepare_follower_fetch(node: Any, resolved: list[tuple[str | None, Any]], bo
                 continue
             manager.follower_fetched(name, p.partition, replica_id, epoch, p.fetch_offset)
     return out
+
+
+def leader_throttled(node: Any, resolved: list[tuple[str | None, Any]], replica_id: int) -> frozenset[tuple[str, int]]:
+    """The partitions of a follower's fetch this leader answers with no records now (the leader throttle:
+    kjbod.broker.replication.throttle); empty at once when no topic is throttled here."""
+    manager = getattr(node, "replication", None)
+    if manager is None or not manager.throttles.leader.throttled:
+        return frozenset()
+    return frozenset((name, p.partition) for name, t in resolved if name is not None for p in t.partitions
+                     if manager.leader_throttled(name, p.partition, replica_id))
+
+
+def leader_sent(node: Any, resolved: list[tuple[str | None, Any]], response: Any) -> None:
+    """After answering a follower: the record bytes of its throttled partitions count against the leader quota
+    (in sync or not, as Kafka counts them)."""
+    manager = getattr(node, "replication", None)
+    if manager is None or not manager.throttles.leader.throttled:
+        return
+    for (name, _t), topic in zip(resolved, response.responses, strict=True):
+        if name is None:
+            continue
+        for p in topic.partitions:
+            records = p.records
+            size = sum(len(r) for r in records) if records.__class__ is list else len(records or b"")
+            if size:
+                manager.leader_sent(name, p.partition_index, size)
 
 
 def _part(index: int, code: int) -> FetchPart:

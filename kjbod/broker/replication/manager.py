@@ -14,6 +14,9 @@ Strategy (Kafka's ReplicaManager and Partition, kraft-notes C):
   completed when the HW passes its last offset (woken by HW moves, never polled), NOT_ENOUGH_REPLICAS_AFTER_APPEND
   when the maximal ISR is below min ISR by then, NOT_LEADER_OR_FOLLOWER when leadership goes, REQUEST_TIMED_OUT
   at the request's timeout.
+* Throttles (throttle.py): the leader and follower quotas, refreshed from each image in `sync`;
+  `leader_throttled` / `leader_sent` for the leader's answer, `follower_throttled` / `follower_appended` for
+  the fetchers.
 * ISR shrink: a timer every `replica.lag.time.max.ms / 2`.  ISR changes go to the controller as AlterPartition,
   one request in flight for the broker, one pending change per partition (kraft-notes C.3).
 """
@@ -31,6 +34,7 @@ import structlog
 
 from kjbod.broker.replication.config import ReplicationConfig
 from kjbod.broker.replication.partition import FOLLOWER, LEADER, PartitionState, PendingIsr
+from kjbod.broker.replication.throttle import ReplicationThrottles
 from kjbod.net.tasks import cancel_and_wait
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated.alter_partition_request import (
@@ -83,6 +87,8 @@ class ReplicaManager:
         # as counters, read by the metrics endpoint (kjbod.metrics), which turns them into rates.
         self.isr_shrinks = 0
         self.isr_expands = 0
+        self.throttles = ReplicationThrottles(
+            node.node_id, config.quota_window_num, config.quota_window_size_seconds)
 
     # ------------------------------------------------------------------------------------------ lifecycle
 
@@ -121,6 +127,7 @@ class ReplicaManager:
             topics = image.topics()
         else:
             topics = [t for tid in topic_ids if (t := image.topic_by_id(tid)) is not None]
+        self.throttles.update(image, [t.name for t in topics])
         for topic in topics:
             for p in topic.partitions.values():
                 if me in p.replicas:
@@ -220,6 +227,41 @@ class ReplicaManager:
             self._propose(state, expanded, expanding=True)
         if moved or expanded is not None:
             self._maybe_increment_hw(state, plog, image)
+
+    # ------------------------------------------------------------------------------------------ throttles
+
+    def leader_throttled(self, topic: str, partition: int, replica_id: int) -> bool:
+        """Whether this leader answers `replica_id`'s fetch of the partition with no records now (throttle.py)."""
+        if not self.throttles.leader.throttled:
+            return False
+        state = self.states.get((topic, partition))
+        in_sync = state is not None and replica_id in state.isr
+        return self.throttles.leader_throttled(topic, partition, in_sync, self.clock())
+
+    def leader_sent(self, topic: str, partition: int, nbytes: int) -> None:
+        """Record bytes sent to a follower: counted against the leader quota when the partition is throttled."""
+        quota = self.throttles.leader
+        if quota.throttled and quota.is_throttled(topic, partition):
+            quota.record(nbytes, self.clock())
+
+    def follower_throttled(self, topic: str, partition: int, in_sync: bool) -> bool:
+        return bool(self.throttles.follower.throttled) and self.throttles.follower_throttled(
+            topic, partition, in_sync, self.clock())
+
+    def follower_appended(self, topic: str, partition: int, nbytes: int) -> None:
+        quota = self.throttles.follower
+        if quota.throttled and quota.is_throttled(topic, partition):
+            quota.record(nbytes, self.clock())
+
+    @property
+    def leader_throttled_byte_rate(self) -> float:
+        """LeaderReplication byte-rate: throttled bytes this leader sent per second (the metrics endpoint's)."""
+        return self.throttles.leader.byte_rate(self.clock())
+
+    @property
+    def follower_throttled_byte_rate(self) -> float:
+        """FollowerReplication byte-rate: throttled bytes this follower appended per second."""
+        return self.throttles.follower.byte_rate(self.clock())
 
     # ------------------------------------------------------------------------------------------ the HW
 
