@@ -16,7 +16,13 @@ from kjbod.cli.main import UserError
 from kjbod.cli.reassign_partitions import parse_moves
 from tests.cluster.conftest import Cluster, wait_for
 from tests.live import COMMAND
-from tests.reassign.test_reassign_live import admin_client, cluster, described, log_dirs  # noqa: F401 (cluster: a fixture)
+from tests.reassign.test_reassign_live import (  # noqa: F401 (cluster: a fixture)
+    admin_client,
+    cluster,
+    described,
+    log_dirs,
+    stopped,
+)
 
 
 @pytest.mark.parametrize(("data", "words"), [
@@ -50,6 +56,7 @@ def tool(on: Cluster, *args: str, plan: Path | None = None) -> subprocess.Comple
 
 
 def test_the_command_end_to_end(cluster: Cluster, tmp_path: Path) -> None:  # noqa: F811
+    from kafka import TopicPartition
     from kafka.admin import NewTopic
 
     with admin_client(cluster) as admin:
@@ -89,3 +96,25 @@ def test_the_command_end_to_end(cluster: Cluster, tmp_path: Path) -> None:  # no
     missing.write_text(json.dumps({"partitions": [{"topic": "nope", "partition": 0, "replicas": [3]}]}))
     out = tool(cluster, "--execute", plan=missing)
     assert (out.returncode, out.stderr) == (2, "kjbod: error: Unable to find partition nope:0.\n")
+
+    # A move that cannot finish (its new broker is stopped): listed, --execute refused without --additional,
+    # then cancelled with the tool.  (Started through the API: with broker 1 fenced, the tool refuses it as
+    # Kafka's does, "Unknown broker id 1".)
+    stuck = tmp_path / "stuck.json"
+    stuck.write_text(json.dumps({"partitions": [{"topic": "cli", "partition": 1, "replicas": [4, 3, 1]}]}))
+    with stopped(cluster, 1, ask=3) as admin:
+        assert admin.alter_partition_reassignments({TopicPartition("cli", 1): [4, 3, 1]}) == {
+            TopicPartition("cli", 1): None}
+        bootstrap = f"127.0.0.1:{cluster.broker_port(3)}"
+        run = [*COMMAND, "reassign-partitions", "--bootstrap-server", bootstrap]
+        listed = subprocess.run([*run, "--list"], capture_output=True, text=True, timeout=120)
+        assert listed.stdout == ("Current partition reassignments:\n"
+                                 "cli-1: replicas: 4,3,1. adding: 1. removing: .\n")
+        again = subprocess.run([*run, "--execute", "--reassignment-json-file", str(plan)], capture_output=True,
+                               text=True, timeout=120)
+        assert again.returncode == 2 and again.stderr.startswith("kjbod: error: Cannot execute because there is an "
+                                                                 "existing partition assignment.")
+        cancelled = subprocess.run([*run, "--cancel", "--reassignment-json-file", str(stuck)], capture_output=True,
+                                   text=True, timeout=120)
+        assert cancelled.stdout == ("Successfully cancelled partition reassignment(s) for: cli-1\n"
+                                    "None of the specified partition moves are active.")
