@@ -233,8 +233,14 @@ def _current(admin: Any, moves: Moves) -> dict[tuple[str, int], tuple[int, ...]]
     return out
 
 
-def _dir_ids(admin: Any, moves: Moves) -> dict[tuple[str, int], list[UUID]]:
-    """TargetDirectories for the moves that name dirs; raises UserError for a path its broker does not have."""
+FALLBACK = ("Note: the cluster does not take log dirs in a reassignment (kjbod's extension): the replicas are "
+            "moved to their log_dirs with AlterReplicaLogDirs afterwards, as Kafka's tool does.")
+
+
+def _dir_ids(admin: Any, moves: Moves) -> dict[tuple[str, int], list[UUID]] | None:
+    """TargetDirectories for the moves that name dirs; raises UserError for a path its broker does not have.
+    None when a broker reports no dir ids (Apache Kafka, or kjbod.extensions.enable=false): the dirs are then
+    reached with AlterReplicaLogDirs, as Kafka's tool does."""
     named = {k: d for k, (_, d) in moves.items() if any(x != "any" for x in d)}
     if not named:
         return {}
@@ -242,6 +248,10 @@ def _dir_ids(admin: Any, moves: Moves) -> dict[tuple[str, int], list[UUID]]:
     by_path = {(info.broker_id, info.path): info.directory_id
                for infos in admin.describe_log_dirs(brokers, topics=[]).values() for info in infos
                if info.error is None}
+    for (broker, path), dir_id in by_path.items():
+        if dir_id is None:
+            by_path[(broker, path)] = UUID(int=0)  # known path, no id: the Kafka way below
+    without_ids = any(v == UUID(int=0) for v in by_path.values())
     out = {}
     for key, dirs in named.items():
         ids = []
@@ -254,7 +264,33 @@ def _dir_ids(admin: Any, moves: Moves) -> dict[tuple[str, int], list[UUID]]:
                 raise UserError(f"{key[0]}-{key[1]}: {path} is not an online log dir of broker {broker}")
             ids.append(dir_id)
         out[key] = ids
-    return out
+    return None if without_ids else out
+
+
+def _move_dirs_kafka_way(admin: Any, moves: Moves, timeout_s: float) -> int:
+    """Kafka's loop: AlterReplicaLogDirs for every replica with a named dir until each is accepted
+    (REPLICA_NOT_AVAILABLE: not created yet, ask again)."""
+    from kjbod.protocol.errors import ErrorCode
+
+    left = {(t, p, b): d for (t, p), (r, dirs) in moves.items() for b, d in zip(r, dirs, strict=True)
+            if d != "any"}
+    deadline = time.monotonic() + timeout_s
+    while left:
+        results = admin.alter_replica_log_dirs(left)
+        for replica, result in sorted(results.items()):
+            key = (replica.topic, replica.partition, replica.broker_id)
+            if result.error is None:
+                print(f"Successfully started moving log directory to {left.pop(key)} for replica "
+                      f"{key[0]}-{key[1]} with broker {key[2]} ")
+            elif result.error.code != ErrorCode.REPLICA_NOT_AVAILABLE:
+                raise UserError(f"Failed to alter dir for {key[0]}-{key[1]}-{key[2]}: {result.error}")
+        if left and time.monotonic() > deadline:
+            print("Timed out before log directory move(s) could be started for: "
+                  + ",".join(f"{t}-{p}-{b}" for t, p, b in sorted(left)))
+            return 1
+        if left:
+            time.sleep(0.1)
+    return 0
 
 
 def _execute(admin: Any, moves: Moves, args: argparse.Namespace) -> int:
@@ -273,6 +309,8 @@ def _execute(admin: Any, moves: Moves, args: argparse.Namespace) -> int:
                 raise UserError(f"{t}-{p}: The replication factor is changed from {len(current[(t, p)])} to "
                                 f"{len(replicas)}")
     dirs = _dir_ids(admin, moves)
+    if dirs is None:
+        print(FALLBACK)
     print("Current partition replica assignment\n")
     print(json.dumps({"version": 1, "partitions": [
         {"topic": t, "partition": p, "replicas": list(r), "log_dirs": ["any"] * len(r)}
@@ -293,13 +331,15 @@ def _execute(admin: Any, moves: Moves, args: argparse.Namespace) -> int:
     # --progress: the sizes to copy are read before the start (a quick move deletes its sources at once).
     before = _replica_sizes(admin, moves, current) if args.progress else {}
     results = admin.alter_partition_reassignments(
-        {k: r for k, (r, _) in moves.items()}, directories=dirs,
+        {k: r for k, (r, _) in moves.items()}, directories=dirs or {},
         allow_replication_factor_change=not args.disallow_replication_factor_change)
     failed = {k: msg or f"error code {code}" for k, (code, msg) in results.items() if code}
     if failed:
         print("Error reassigning partition(s):\n" + "\n".join(f"{t}-{p}: {m}" for (t, p), m in sorted(failed.items())))
         return 1
     print(f"Successfully started partition reassignment(s) for {_names(moves)}")
+    if dirs is None and _move_dirs_kafka_way(admin, moves, args.timeout / 1000):
+        return 1
     if args.progress:
         _follow(admin, moves, current, before)
     return 0
