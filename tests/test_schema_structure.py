@@ -79,7 +79,8 @@ SERVED_RECORDS: dict[str, tuple[int, int]] = {
 }
 # Control records of the metadata log (schemas/raft/, Kafka type "data").
 # kjbod's own metadata records, which Kafka lacks: shipped beside Kafka's, never compared with them.
-EXTENSION_RECORDS: dict[str, tuple[int, int]] = {"ReassignmentIntentRecord": (0, 0)}
+EXTENSION_RECORDS: dict[str, tuple[int, int]] = {
+    "ReassignmentIntentRecord": (0, 0), "ThrottledReplicasIntentRecord": (0, 0), "ThrottledRateIntentRecord": (0, 0)}
 # kjbod's own APIs (KIP-179's, which Kafka never shipped): api keys from 10000, never compared with Kafka's.
 EXTENSION_APIS: dict[str, tuple[int, int]] = {
     "ReassignPartitions": (0, 0),

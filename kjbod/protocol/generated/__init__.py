@@ -77,6 +77,8 @@ from .sasl_handshake_request import SaslHandshakeRequest
 from .sasl_handshake_response import SaslHandshakeResponse
 from .snapshot_footer_record import SnapshotFooterRecord
 from .snapshot_header_record import SnapshotHeaderRecord
+from .throttled_rate_intent_record import ThrottledRateIntentRecord
+from .throttled_replicas_intent_record import ThrottledReplicasIntentRecord
 from .topic_record import TopicRecord
 from .unfence_broker_record import UnfenceBrokerRecord
 from .unregister_broker_record import UnregisterBrokerRecord
@@ -159,6 +161,8 @@ __all__ = [
     'SaslHandshakeResponse',
     'SnapshotFooterRecord',
     'SnapshotHeaderRecord',
+    'ThrottledRateIntentRecord',
+    'ThrottledReplicasIntentRecord',
     'TopicRecord',
     'UnfenceBrokerRecord',
     'UnregisterBrokerRecord',

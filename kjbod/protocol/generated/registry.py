@@ -81,6 +81,8 @@ from .sasl_handshake_request import SaslHandshakeRequest
 from .sasl_handshake_response import SaslHandshakeResponse
 from .snapshot_footer_record import SnapshotFooterRecord
 from .snapshot_header_record import SnapshotHeaderRecord
+from .throttled_rate_intent_record import ThrottledRateIntentRecord
+from .throttled_replicas_intent_record import ThrottledReplicasIntentRecord
 from .topic_record import TopicRecord
 from .unfence_broker_record import UnfenceBrokerRecord
 from .unregister_broker_record import UnregisterBrokerRecord
@@ -147,4 +149,6 @@ METADATA_RECORDS: dict[int, type] = {
     15: ProducerIdsRecord,
     17: BrokerRegistrationChangeRecord,
     10000: ReassignmentIntentRecord,
+    10001: ThrottledReplicasIntentRecord,
+    10002: ThrottledRateIntentRecord,
 }
