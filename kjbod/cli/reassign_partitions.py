@@ -13,15 +13,14 @@ partitions.  Errors are one line and a non-zero exit (kjbod.cli.main's boundary)
 
 --generate reads `{"topics": [{"topic": ...}]}` and --broker-list and prints the current assignment and a
 disk-aware proposal (kjbod.cli.reassign_plan: balanced by usable bytes across brokers and their dirs, with
-`log_dirs` filled in).  --throttle / --replica-alter-log-dirs-throttle (bytes/s; a plain number as Kafka's tool
-takes, or 10MB / 10MiB style) are set as Kafka's tool sets them (IncrementalAlterConfigs of the replication
-rates on the brokers involved and the throttled-replica lists on the topics), but merged into the lists others
-set instead of overwriting them; --verify, once nothing is in progress, deletes exactly the throttle configs it
-finds (unless --preserve-throttles).  --progress follows an --execute until every partition is done: bytes
+`log_dirs` filled in).  --throttle (bytes/s; a plain number as Kafka's tool takes, or 10MB / 10MiB style) goes with
+the moves in KIP-179's ReassignPartitions where the cluster serves it (kjbod: the controller removes the throttle
+when the reassignment ends); elsewhere, and for --replica-alter-log-dirs-throttle, the throttles are set as
+Kafka's tool sets them (IncrementalAlterConfigs of the rates on the brokers involved and the throttled-replica
+lists on the topics), but merged into the lists others set instead of overwriting them, and --verify, once
+nothing is in progress, deletes exactly the throttle configs it finds (unless --preserve-throttles).  --progress follows an --execute until every partition is done: bytes
 copied of total, rate and ETA per partition and overall (kjbod.cli.progress).
 
-Not here yet: KIP-179's ReassignPartitions (the controller sets and removes the throttle itself) and the switch
-between it and the Kafka way: the Kafka way is used against every cluster for now.
 """
 
 from __future__ import annotations
@@ -233,6 +232,8 @@ def _current(admin: Any, moves: Moves) -> dict[tuple[str, int], tuple[int, ...]]
     return out
 
 
+NO_KIP179 = ("Note: the cluster does not serve KIP-179's ReassignPartitions (kjbod's extension): the throttle is "
+             "set the Kafka way, and --verify removes it once the reassignment is done.")
 FALLBACK = ("Note: the cluster does not take log dirs in a reassignment (kjbod's extension): the replicas are "
             "moved to their log_dirs with AlterReplicaLogDirs afterwards, as Kafka's tool does.")
 
@@ -265,6 +266,17 @@ def _dir_ids(admin: Any, moves: Moves) -> dict[tuple[str, int], list[UUID]] | No
             ids.append(dir_id)
         out[key] = ids
     return None if without_ids else out
+
+
+def _serves_kip179(admin: Any) -> bool:
+    """Whether the cluster serves kjbod's ReassignPartitions: an empty validate-only request answers."""
+    from kjbod.admin import UnsupportedVersionError
+
+    try:
+        admin.reassign_partitions({}, validate_only=True)
+    except UnsupportedVersionError:
+        return False
+    return True
 
 
 def _move_dirs_kafka_way(admin: Any, moves: Moves, timeout_s: float) -> int:
@@ -316,10 +328,15 @@ def _execute(admin: Any, moves: Moves, args: argparse.Namespace) -> int:
         {"topic": t, "partition": p, "replicas": list(r), "log_dirs": ["any"] * len(r)}
         for (t, p), r in sorted(current.items())]}))
     print("\nSave this to use as the --reassignment-json-file option during rollback")
-    if args.throttle is not None or args.replica_alter_log_dirs_throttle is not None:
+    # KIP-179 (kjbod's ReassignPartitions): the controller sets the throttle with the moves and removes it when
+    # they end; elsewhere the Kafka way, which only a later --verify cleans up.
+    kip179 = args.throttle is not None and dirs is not None and _serves_kip179(admin)
+    if (args.throttle is not None and not kip179) or args.replica_alter_log_dirs_throttle is not None:
         print("Warning: You must run --verify periodically, until the reassignment completes, to ensure the "
               "throttle is removed.")
-    if args.throttle is not None:
+    if args.throttle is not None and not kip179:
+        if dirs is not None:
+            print(NO_KIP179)
         _set_throttles(admin, moves, current, ongoing, args.throttle)
         print(f"The inter-broker throttle limit was set to {args.throttle} B/s")
     if args.replica_alter_log_dirs_throttle is not None:
@@ -330,9 +347,17 @@ def _execute(admin: Any, moves: Moves, args: argparse.Namespace) -> int:
         print(f"The replica-alter-dir throttle limit was set to {args.replica_alter_log_dirs_throttle} B/s")
     # --progress: the sizes to copy are read before the start (a quick move deletes its sources at once).
     before = _replica_sizes(admin, moves, current) if args.progress else {}
-    results = admin.alter_partition_reassignments(
-        {k: r for k, (r, _) in moves.items()}, directories=dirs or {},
-        allow_replication_factor_change=not args.disallow_replication_factor_change)
+    targets = {k: r for k, (r, _) in moves.items()}
+    allow = not args.disallow_replication_factor_change
+    if kip179:
+        results = admin.reassign_partitions(targets, throttle=args.throttle, directories=dirs,
+                                            allow_replication_factor_change=allow, additional=args.additional)
+        if not any(code for code, _ in results.values()):
+            print(f"The inter-broker throttle limit was set to {args.throttle} B/s; the controller removes it "
+                  f"when the reassignment completes or is cancelled")
+    else:
+        results = admin.alter_partition_reassignments(targets, directories=dirs or {},
+                                                      allow_replication_factor_change=allow)
     failed = {k: msg or f"error code {code}" for k, (code, msg) in results.items() if code}
     if failed:
         print("Error reassigning partition(s):\n" + "\n".join(f"{t}-{p}: {m}" for (t, p), m in sorted(failed.items())))

@@ -211,3 +211,4 @@ def test_generate_then_execute_with_progress_and_bad_input(cluster: Cluster, tmp
     for e in proposed["partitions"]:
         for b, d in zip(e["replicas"], e["log_dirs"], strict=True):
             assert os.path.isdir(os.path.join(d, f"gen-{e['partition']}")), (b, d)
+

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from kjbod.admin import UnsupportedVersionError
 from kjbod.admin.types import ConfigEntry, ConfigResource, ConfigSource
 from kjbod.cli import reassign_partitions as rp
 from kjbod.cli.main import UserError
@@ -93,11 +94,21 @@ def test_the_proposal_without_sizes_spreads_by_count_and_refuses_too_few_brokers
 class FakeAdmin:
     """Answers what --execute and --verify ask, and records every config change."""
 
-    def __init__(self, configs: dict[ConfigResource, dict[str, str]], ongoing: dict[Any, Any] | None = None):
+    def __init__(self, configs: dict[ConfigResource, dict[str, str]], ongoing: dict[Any, Any] | None = None, *,
+                 kip179: bool = False):
         self.configs = configs
         self.ongoing = ongoing or {}
+        self.kip179 = kip179
         self.altered: list[dict[ConfigResource, dict[str, str | None]]] = []
         self.started: list[Any] = []
+
+    def reassign_partitions(self, targets, *, throttle=None, validate_only=False, directories=None,
+                            allow_replication_factor_change=True, additional=False):
+        if not self.kip179:
+            raise UnsupportedVersionError("ReassignPartitions: not served")
+        if not validate_only:
+            self.started.append(("kip179", targets, throttle))
+        return {k: (0, None) for k in targets}
 
     def list_partition_reassignments(self, partitions=None):
         return dict(self.ongoing)
@@ -144,6 +155,7 @@ def test_execute_throttle_sets_kafkas_configs_merged_and_verify_removes_exactly_
     assert rp._execute(admin, moves, _args(throttle=1000)) == 0
     out = capsys.readouterr().out
     assert "Warning: You must run --verify periodically" in out
+    assert rp.NO_KIP179 in out.splitlines()
     assert "The inter-broker throttle limit was set to 1000 B/s" in out
     assert admin.configs[other] == {rp.LEADER_REPLICAS: "0:1,0:2,1:1,1:2",
                                     rp.FOLLOWER_REPLICAS: "0:3,0:4,1:3,5:9"}  # someone else's 5:9 kept
@@ -181,3 +193,17 @@ def test_throttles_include_reassignments_in_progress():
     assert lists == {"t": ({"0:1"}, {"0:3"}), "u": ({"3:1", "3:2"}, {"3:5"})}
     assert rp._merge("*", {"0:1"}) == "*"
     assert rp._merge(" 10:1 ,2:3", {"2:3", "0:1"}) == "0:1,2:3,10:1"
+
+
+def test_execute_throttle_goes_with_the_moves_where_kip179_is_served(capsys):
+    admin = FakeAdmin({}, kip179=True)
+    moves = {("t", 0): ([3, 4], ["any", "any"])}
+    assert rp._execute(admin, moves, _args(throttle=1000)) == 0
+    out = capsys.readouterr().out
+    assert admin.started == [("kip179", {("t", 0): [3, 4]}, 1000)] and admin.altered == []
+    assert "Warning" not in out and rp.NO_KIP179 not in out
+    assert ("The inter-broker throttle limit was set to 1000 B/s; the controller removes it when the reassignment "
+            "completes or is cancelled") in out.splitlines()
+    # Without a throttle the ordinary AlterPartitionReassignments starts it.
+    assert rp._execute(admin, moves, _args()) == 0
+    assert admin.started[-1] == {("t", 0): [3, 4]}
