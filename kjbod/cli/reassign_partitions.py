@@ -425,7 +425,10 @@ def _set_throttles(admin: Any, moves: Moves, current: Mapping[tuple[str, int], S
 
 def _clear_throttles(admin: Any, moves: Moves) -> None:
     """Deletes the throttle configs that are set on the live brokers, the file's brokers and the file's topics
-    (only those found: nothing to refuse on a cluster that never had any)."""
+    (only those found: nothing to refuse on a cluster that never had any).  Not on a cluster that serves KIP-179:
+    there this tool never sets a throttle (the controller removes its own), so what is set belongs to others."""
+    if _serves_kip179(admin):
+        return
     brokers = sorted(b.node_id for b in admin.describe_cluster().brokers)  # a stopped broker cannot answer
     topics = sorted({t for t, _ in moves})
     found = admin.describe_configs([ConfigResource.broker(b) for b in brokers]

@@ -207,3 +207,11 @@ def test_execute_throttle_goes_with_the_moves_where_kip179_is_served(capsys):
     # Without a throttle the ordinary AlterPartitionReassignments starts it.
     assert rp._execute(admin, moves, _args()) == 0
     assert admin.started[-1] == {("t", 0): [3, 4]}
+
+
+def test_verify_leaves_throttles_alone_where_kip179_is_served(capsys):
+    broker = ConfigResource.broker(1)
+    admin = FakeAdmin({broker: {rp.LEADER_RATE: "5"}}, kip179=True)
+    rp._verify(admin, {("t", 0): ([1, 2], ["any", "any"])})
+    assert "Clearing" not in capsys.readouterr().out
+    assert admin.configs[broker] == {rp.LEADER_RATE: "5"} and admin.altered == []
