@@ -129,6 +129,9 @@ EFFECTS: dict[str, list[str]] = {
     "log.message.timestamp.before.max.ms": [f"{EFFECT}[log.message.timestamp.before.max.ms]"],
     "log.message.timestamp.after.max.ms": [f"{EFFECT}[log.message.timestamp.after.max.ms]"],
     "kjbod.zero.copy": ["tests/test_connection.py::test_client_disconnecting_mid_response"],
+    "kjbod.extensions.enable": [
+        "tests/reassign/test_cli_fallback.py::test_without_the_extensions_the_tool_moves_dirs_the_kafka_way",
+        "tests/reassign/test_cli_fallback.py::test_with_the_extensions_dir_ids_are_reported"],
     **{key: [f"{REPLICATION}::test_the_replication_keys_reach_the_fetchers"] for key in (
         "replica.fetch.max.bytes", "replica.fetch.min.bytes", "replica.fetch.wait.max.ms",
         "replica.fetch.response.max.bytes", "replica.fetch.backoff.ms", "replica.socket.timeout.ms",

@@ -155,6 +155,8 @@ BROKER_KEYS: dict[str, BrokerKey] = {k.name: k for k in [
     BrokerKey("log.dir.placement.policy", STRING, "log_dir_placement_policy",
               doc="kjbod: where new partitions go (most-usable or fewest-partitions)."),
     BrokerKey("kjbod.zero.copy", BOOLEAN, "zero_copy", doc="kjbod: send Fetch record data with sendfile."),
+    BrokerKey("kjbod.extensions.enable", BOOLEAN, "extensions_enable",
+              doc="kjbod: serve kjbod's protocol extensions (false: answer as Apache Kafka does)."),
     BrokerKey("kjbod.metrics.listener", STRING, "kjbod_metrics_listener",
               doc="kjbod: HOST:PORT of the Prometheus /metrics endpoint (unset: none)."),
 ]}

@@ -104,6 +104,11 @@ class BrokerNode:
         return bool(getattr(self.config, "auto_create_topics_enable", True))
 
     @property
+    def extensions_enabled(self) -> bool:
+        """kjbod.extensions.enable: false answers as Apache Kafka does (no extension APIs or tagged fields)."""
+        return bool(getattr(self.config, "extensions_enable", True))
+
+    @property
     def rack(self) -> str | None:
         return getattr(self.config, "broker_rack", None)
 

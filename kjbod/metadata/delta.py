@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 from uuid import UUID
 
 from kjbod.metadata.image import (
@@ -24,6 +24,7 @@ from kjbod.metadata.image import (
     Endpoint,
     MetadataImage,
     PartitionImage,
+    RateIntent,
     TopicImage,
 )
 from kjbod.protocol.generated import (
@@ -37,6 +38,8 @@ from kjbod.protocol.generated import (
     ReassignmentIntentRecord,
     RegisterBrokerRecord,
     RemoveTopicRecord,
+    ThrottledRateIntentRecord,
+    ThrottledReplicasIntentRecord,
     TopicRecord,
     UnfenceBrokerRecord,
     UnregisterBrokerRecord,
@@ -88,6 +91,9 @@ class MetadataDelta:
         self._brokers: dict[int, BrokerRegistration | None] = {}
         self._next_producer_id: int | None = None
         self._features: dict[str, int] | None = None
+        # KIP-179 throttle intents changed by this delta (None: ended)
+        self._throttled_replicas: dict[tuple[UUID, int], tuple[tuple[int, ...], tuple[int, ...]] | None] = {}
+        self._throttled_rates: dict[int, RateIntent | None] = {}
         self.dropped = 0  # records naming something the image does not have
 
     # ------------------------------------------------------------------------------------------ reading
@@ -175,6 +181,15 @@ class MetadataDelta:
         target = None if rec.target_replicas is None else tuple(rec.target_replicas)
         dirs = dict(zip(rec.target_directory_brokers, rec.target_directories, strict=False)) if target else {}
         work.partitions[rec.partition_id] = replace(old, intent=target, intent_dirs=dirs)
+
+    def _throttled_replicas_intent_record(self, rec: ThrottledReplicasIntentRecord) -> None:
+        owned = (tuple(rec.leaders), tuple(rec.followers))
+        self._throttled_replicas[(rec.topic_id, rec.partition_id)] = owned if owned != ((), ()) else None
+
+    def _throttled_rate_intent_record(self, rec: ThrottledRateIntentRecord) -> None:
+        intent = RateIntent(rec.leader_rate, rec.leader_restore, rec.follower_rate, rec.follower_restore)
+        ended = rec.leader_rate is None and rec.follower_rate is None
+        self._throttled_rates[rec.broker_id] = None if ended else intent
 
     def _remove_topic_record(self, rec: RemoveTopicRecord) -> None:
         work = self._topics.pop(rec.topic_id, None)
@@ -287,7 +302,9 @@ class MetadataDelta:
         return MetadataImage(
             topics_by_name=by_name, topics_by_id=by_id, configs=configs, brokers=brokers,
             next_producer_id=image.next_producer_id if self._next_producer_id is None else self._next_producer_id,
-            features=image.features if self._features is None else self._features, offset=self.offset)
+            features=image.features if self._features is None else self._features, offset=self.offset,
+            throttled_replicas=_merged(image.throttled_replicas, self._throttled_replicas),
+            throttled_rates=_merged(image.throttled_rates, self._throttled_rates))
 
     # ------------------------------------------------------------------------------------------ local changes
     def local_changes(self, node_id: int, new_image: MetadataImage) -> LocalChanges:
@@ -349,6 +366,8 @@ REPLAY: dict[type, Callable[[MetadataDelta, Any], None]] = {
     UnfenceBrokerRecord: MetadataDelta._unfence_broker_record,
     ProducerIdsRecord: MetadataDelta._producer_ids_record,
     FeatureLevelRecord: MetadataDelta._feature_level_record,
+    ThrottledReplicasIntentRecord: MetadataDelta._throttled_replicas_intent_record,
+    ThrottledRateIntentRecord: MetadataDelta._throttled_rate_intent_record,
 }
 
 
@@ -357,6 +376,23 @@ def replay(image: MetadataImage, records: Iterable[Any], first_offset: int | Non
     delta = MetadataDelta(image)
     delta.replay_all(records, first_offset)
     return delta.apply()
+
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+def _merged(base: Mapping[K, V], changes: Mapping[K, V | None]) -> Mapping[K, V]:
+    """`base` with `changes` applied (None removes a key); `base` itself when nothing changed."""
+    if not changes:
+        return base
+    out = dict(base)
+    for key, value in changes.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = value
+    return out
 
 
 def _left(before: BrokerRegistration | None, log_dirs: list[UUID]) -> tuple[UUID, ...]:

@@ -321,6 +321,9 @@ KEYS: dict[str, KeyDef] = {
             "or Kafka's rule, the dir with fewest partitions",
         ),
         KeyDef("kjbod.zero.copy", _bool, True, "kjbod: send Fetch record data with sendfile", into="zero_copy"),
+        KeyDef("kjbod.extensions.enable", _bool, True,
+               "kjbod: serve kjbod's protocol extensions (extension API keys in ApiVersions, extension tagged "
+               "fields); false answers as Apache Kafka does, for testing tools' fallbacks", into="extensions_enable"),
         KeyDef(
             "kjbod.metrics.listener",
             _host_port,
@@ -403,6 +406,7 @@ class ServerConfig:
     replica_fetch_max_bytes: int
     log_dir_placement_policy: str
     zero_copy: bool
+    extensions_enable: bool = True
     listener_security_protocol_map: Mapping[str, str] = field(default_factory=dict)
     inter_broker_listener_name: str | None = None
     replica_fetch_min_bytes: int = 1
@@ -772,6 +776,7 @@ def build_config(
         replication_quota_window_size_seconds=get("replication.quota.window.size.seconds"),
         log_dir_placement_policy=get("log.dir.placement.policy"),
         zero_copy=get("kjbod.zero.copy"),
+        extensions_enable=get("kjbod.extensions.enable"),
         kjbod_metrics_listener=get("kjbod.metrics.listener"),
         listener_security_protocol_map=protomap,
         inter_broker_listener_name=inter_broker,
