@@ -1,0 +1,136 @@
+"""What else runs on each log dir's worker, in process through the fsio seam: a follower's appends of what it
+fetched, partition creation and deletion, and the KIP-113 mover's final step. One dir is held while the others
+are shown to keep going; no test waits for a clock (a hold lasts until released, and the watchdog's clock runs an
+hour ahead when a stall is wanted).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from types import SimpleNamespace
+
+from structlog.testing import capture_logs
+
+from kjbod.broker.replication import ReplicationConfig
+from kjbod.broker.replication.fetcher import Fetcher, FetchState
+from kjbod.protocol.generated.fetch_response import FetchableTopicResponse, FetchResponse
+from kjbod.protocol.generated.fetch_response import PartitionData as FetchPart
+from kjbod.storage import fsio
+from tests.replication.conftest import batch
+from tests.storage.test_dir_health import AN_HOUR, PATIENCE_S, _ahead, _held_in
+
+
+async def _until(what: str, cond) -> None:
+    """Awaits ``cond()`` with the event loop free meanwhile (the worker's answers reach it)."""
+    deadline = time.monotonic() + PATIENCE_S
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"gave up waiting for {what}")
+        await asyncio.sleep(0.005)
+
+
+class _FollowerNode:
+    """What a fetcher asks of its node: the logs, the image (topic ids), its id and epoch, the append wake-up."""
+
+    def __init__(self, lm) -> None:
+        self.logs = SimpleNamespace(manager=lm)
+        self.node_id, self.broker_epoch = 2, 7
+        topics = {name: SimpleNamespace(name=name, topic_id=uuid.UUID(int=i + 1)) for i, name in enumerate("abc")}
+        self.metadata = SimpleNamespace(topic=topics.get, topic_by_id=lambda tid: None)
+        self.appends = 0
+
+    def notify_append(self) -> None:
+        self.appends += 1
+
+
+def _follower(lm, followed: str) -> Fetcher:
+    manager = SimpleNamespace(node=_FollowerNode(lm), config=ReplicationConfig(),
+                              _local_log=lambda t, p: lm.find(t, p))
+    fetcher = Fetcher(manager, 1, 0)
+    for name in followed:
+        fetcher.partitions[(name, 0)] = FetchState(name, 0, 0)
+    return fetcher
+
+
+def _leader_answer(records: dict[str, bytes], hw: int) -> FetchResponse:
+    return FetchResponse(responses=[FetchableTopicResponse(topic=name, partitions=[
+        FetchPart(partition_index=0, high_watermark=hw, log_start_offset=0, records=data)])
+        for name, data in records.items()])
+
+
+def _fetch_offsets(fetcher: Fetcher) -> dict[str, int]:
+    request = fetcher._request(fetcher.ready(0.0), 12)
+    return {t.topic: t.partitions[0].fetch_offset for t in request.topics} if request is not None else {}
+
+
+def test_a_followers_partitions_on_healthy_dirs_keep_advancing_while_one_dir_is_held(spread, log_dirs):
+    bad = log_dirs[2]
+    fetcher = _follower(spread, "ac")
+    a, c = spread.get("a", 0), spread.get("c", 0)
+
+    async def scenario():
+        rule = fsio.slow(bad, hold=True, ops={"write"})
+        try:
+            fetcher._process(_leader_answer({"a": batch(2, epoch=0), "c": batch(2, epoch=0)}, hw=2), 12)
+            await _until("a-0's append on its worker", lambda: a.log_end_offset == 2)
+            await _until("c-0's append to block", lambda: _held_in(spread.dir_io(bad), "write"))
+            # c-0 is still on its worker: the next fetch leaves it out (its LEO would be stale), a-0 goes on.
+            assert fetcher.partitions[("c", 0)].in_flight and c.log_end_offset == 0
+            assert _fetch_offsets(fetcher) == {"a": 2}
+            fetcher._process(_leader_answer({"a": batch(3, epoch=0, base_offset=2)}, hw=5), 12)
+            await _until("a-0's second append", lambda: a.log_end_offset == 5)
+            assert (a.high_watermark, fetcher.partitions[("a", 0)].leader_end_offset) == (5, 5)
+        finally:
+            rule.release()
+        await _until("c-0's append once its dir moves", lambda: not fetcher.partitions[("c", 0)].in_flight)
+        assert (c.log_end_offset, c.high_watermark) == (2, 2)
+        assert _fetch_offsets(fetcher) == {"a": 5, "c": 2}
+
+    asyncio.run(scenario())
+    assert fetcher.node.appends == 3
+
+
+def test_a_follower_partition_on_a_stalled_dir_fails_with_the_dir_and_the_others_go_on(spread, log_dirs):
+    good, _, bad = log_dirs
+    fetcher = _follower(spread, "ac")
+    a = spread.get("a", 0)
+
+    async def scenario():
+        rule = fsio.slow(bad, hold=True, ops={"write"})
+        try:
+            fetcher._process(_leader_answer({"a": batch(1, epoch=0), "c": batch(1, epoch=0)}, hw=1), 12)
+            await _until("c-0's append to block", lambda: _held_in(spread.dir_io(bad), "write"))
+            _ahead(spread.watchdog, AN_HOUR)
+            with capture_logs() as logs:
+                assert spread.watchdog.check() == [bad]
+                await _until("c-0's answer to fail with its dir", lambda: fetcher.partitions[("c", 0)].dropped)
+            assert [e["topic"] for e in logs if e["event"] == "replica_fetch_append_failed"] == ["c"]
+            fetcher._process(_leader_answer({"a": batch(1, epoch=0, base_offset=1)}, hw=2), 12)
+            await _until("a-0's appends", lambda: a.log_end_offset == 2)
+            assert _fetch_offsets(fetcher) == {"a": 2}
+        finally:
+            rule.release()
+
+    asyncio.run(scenario())
+    assert bad not in spread.online_dirs and good in spread.online_dirs
+
+
+def test_a_truncation_is_ordered_with_the_appends_on_the_same_worker(spread):
+    """A DivergingEpoch answer right behind an append of the same partition: the worker runs them in order."""
+    fetcher = _follower(spread, "a")
+    a = spread.get("a", 0)
+    diverging = _leader_answer({"a": b""}, hw=3)
+    diverging.responses[0].partitions[0].diverging_epoch.epoch = 0
+    diverging.responses[0].partitions[0].diverging_epoch.end_offset = 3
+
+    async def scenario():
+        fetcher._process(_leader_answer({"a": batch(3, epoch=0) + batch(4, epoch=1, base_offset=3)}, hw=3), 12)
+        fetcher.partitions[("a", 0)].in_flight = False  # as if the fetcher had not waited: the order is the worker's
+        fetcher._process(diverging, 12)
+        await _until("both answers applied", lambda: not fetcher.partitions[("a", 0)].in_flight
+                     and a.log_end_offset == 3)
+
+    asyncio.run(scenario())
+    assert a.leader_epochs.entries == [(0, 0)]
