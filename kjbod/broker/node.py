@@ -18,8 +18,9 @@ At start the node registers its broker with its controller (its online log dir i
 and heartbeats every `broker.heartbeat.interval.ms`, which unfences it once it has applied its registration.
 
 KIP-113: the node owns the replica mover (kjbod.broker.kip113), started after storage is open, stopped before
-it closes, and runs the mover's final catch-up and swap on the event loop (`run_exclusive`): every append
-happens on that loop, so while the swap runs no produce can hold the old log.  Before the swap the mover has
+it closes. The mover's final catch-up and swap run on the source dir's worker, where every append of the
+partition runs (a leader's produce, a follower's fetched batches); only with KJBOD_DIR_WORKERS=0, when every
+append happens on the event loop, does the node run them there (`run_exclusive`).  Before the swap the mover has
 the new dir recorded (KIP-858's order, `assign_moved_replica`) through an AssignmentsManager
 (kjbod.broker.assignments): the broker-only node's speaks to the controller over a socket, the combined node's
 to its in-process controller through an InProcessControllerChannel, with the same AssignReplicasToDirs checks,
@@ -303,9 +304,8 @@ class BrokerNode:
 
     # -------------------------------------------------------------------------------- replica moves
     def run_exclusive(self, fn):
-        """Run `fn` on the event loop and return its result (called from a mover thread, from inside the source
-        dir's worker when there are workers): no append on the loop (a follower's, or every one with
-        KJBOD_DIR_WORKERS=0) can interleave with `fn`."""
+        """Run `fn` on the event loop and return its result (called from a mover thread when there are no dir
+        workers, KJBOD_DIR_WORKERS=0): every append then runs on the loop, so none can interleave with `fn`."""
         from kjbod.broker.kip113.mover import MoverStopped
 
         done: concurrent.futures.Future = concurrent.futures.Future()
@@ -335,8 +335,8 @@ class BrokerNode:
         threads = int(getattr(self.config, "num_replica_alter_log_dirs_threads", 0) or len(self.config.log_dirs))
         self.mover = ReplicaMover(self.logs.manager, threads=threads,
                                   throttle=Throttle(self.replica_alter_log_dirs_rate()),
-                                  # a leader's appends run on each dir's worker (with KJBOD_DIR_WORKERS=0 on the
-                                  # event loop), a follower's on the loop: the final step holds both
+                                  # appends run on each dir's worker (with KJBOD_DIR_WORKERS=0 on the event
+                                  # loop): the final step runs there
                                   exclusive=self.run_exclusive, by_dir_worker=workers_enabled(),
                                   assign_dir=self.assign_moved_replica if self.assignments is not None else None)
         self.mover.start()

@@ -19,7 +19,8 @@ from kjbod.protocol.generated.fetch_response import FetchableTopicResponse, Fetc
 from kjbod.protocol.generated.fetch_response import PartitionData as FetchPart
 from kjbod.storage import fsio
 from tests.replication.conftest import batch
-from tests.storage.test_dir_health import AN_HOUR, PATIENCE_S, _ahead, _held_in
+from tests.storage.conftest import kp_batch, kp_records
+from tests.storage.test_dir_health import AN_HOUR, PATIENCE_S, _ahead, _held_in, _wait_for
 
 
 async def _until(what: str, cond) -> None:
@@ -134,3 +135,46 @@ def test_a_truncation_is_ordered_with_the_appends_on_the_same_worker(spread):
 
     asyncio.run(scenario())
     assert a.leader_epochs.entries == [(0, 0)]
+
+
+def test_a_kip113_move_between_healthy_dirs_completes_while_a_third_is_held(spread, log_dirs):
+    """The final catch-up and swap run on the source dir's worker (where the partition's appends run), with no
+    event loop involved, while another dir's operations are held."""
+    import threading
+
+    from kjbod.broker.kip113 import ReplicaMover
+
+    src, dest, bad = log_dirs
+    a = spread.get("a", 0)
+    a.append(kp_batch([b"one", b"two"]))
+    swapped_on: list[str] = []
+    swap = spread.replace_current_with_future
+
+    def recording_swap(*args, **kw):
+        swapped_on.append(threading.current_thread().name)
+        return swap(*args, **kw)
+
+    spread.replace_current_with_future = recording_swap
+    on_loop: list[str] = []  # the node's run_exclusive (its event loop) would be asked here: it must not be
+
+    def exclusive(fn):
+        on_loop.append(threading.current_thread().name)
+        return fn()
+
+    mover = ReplicaMover(spread, threads=1, exclusive=exclusive, by_dir_worker=True)
+    mover.start()
+    rule = fsio.slow(bad, hold=True)
+    try:
+        blocked = threading.Thread(target=lambda: spread.get("c", 0).append(kp_batch([b"c"])), daemon=True)
+        blocked.start()
+        _wait_for("c-0's append to block", lambda: spread.dir_io(bad).oldest_outstanding() is not None)
+        assert mover.request_move("a", 0, dest) is None
+        _wait_for("the move to finish", lambda: mover.destination("a", 0) is None)
+        moved = spread.get("a", 0)
+        assert moved.log_dir == dest and moved.log_end_offset == 2
+        assert swapped_on == [f"kjbod-dir-worker {src}"] and on_loop == []
+        assert spread.dir_io(bad).oldest_outstanding() is not None  # still held: nothing waited for it
+    finally:
+        rule.release()
+        mover.stop()
+    assert [v for _, v, _ in kp_records(moved.read_bytes(0, 1 << 20))] == [b"one", b"two"]
