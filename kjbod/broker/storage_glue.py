@@ -28,8 +28,9 @@ from typing import Any
 import structlog
 
 from kjbod.broker import topic_config
+from kjbod.broker.dir_work import DirWork
 from kjbod.storage.config import LogConfig
-from kjbod.storage.errors import KafkaStorageError
+from kjbod.storage.errors import KafkaStorageError, LogDirFullError, StorageError
 from kjbod.storage.fsio import LogDirIO
 from kjbod.storage.ids import uuid_to_str
 from kjbod.storage.manager import LogManager, PartitionSpec
@@ -89,10 +90,10 @@ class StorageAdapter:
         plog = self.manager.find(topic, partition)
         return plog is not None and plog.online
 
-    def create_topic_partitions(self, name: str, topic_id: uuid.UUID, partitions: list[int],
-                                configs: dict[str, str], named: dict[int, uuid.UUID] | None = None) -> list:
-        """Creates the partition logs; returns the directory id each one got.  `named`: the dir the metadata
-        already gives some of them (a reassignment into a named dir), used when it is an online dir here."""
+    def _specs(self, name: str, topic_id: uuid.UUID, partitions: list[int], configs: dict[str, str],
+               named: dict[int, uuid.UUID] | None) -> list[PartitionSpec]:
+        """`named`: the dir the metadata already gives some of them (a reassignment into a named dir), used when
+        it is an online dir here; else a dir AlterReplicaLogDirs asked for before the partition arrived."""
         cfg = topic_log_config(self.node, configs)
         tid = uuid_to_str(topic_id.bytes)
         online = set(self.manager.online_dirs)
@@ -106,31 +107,97 @@ class StorageAdapter:
                             effect="placed by the placement policy instead")
                 preferred = None
             specs.append(PartitionSpec(name, p, tid, cfg, preferred))
-        logs = self.manager.create_partitions(specs)
+        return specs
+
+    def _dir_id(self, plog: Any) -> uuid.UUID:
+        ids = {path: dir_id for dir_id, path in self.manager.directory_ids(online_only=False).items()}
+        return uuid.UUID(bytes=_dir_uuid_bytes(ids.get(plog.log_dir)))
+
+    def create_topic_partitions(self, name: str, topic_id: uuid.UUID, partitions: list[int],
+                                configs: dict[str, str], named: dict[int, uuid.UUID] | None = None) -> list:
+        """Creates the partition logs here and now; returns the directory id each one got."""
+        logs = self.manager.create_partitions(self._specs(name, topic_id, partitions, configs, named))
         for p in partitions:
             self.preferred_dirs.pop((name, p), None)
-        ids = {path: dir_id for dir_id, path in self.manager.directory_ids(online_only=False).items()}
-        return [uuid.UUID(bytes=_dir_uuid_bytes(ids.get(plog.log_dir))) for plog in logs]
+        return [self._dir_id(plog) for plog in logs]
+
+    async def create_partitions_on_workers(self, name: str, topic_id: uuid.UUID, partitions: list[int],
+                                           configs: dict[str, str], named: dict[int, uuid.UUID] | None = None
+                                           ) -> dict[int, uuid.UUID | BaseException]:
+        """Creates the partition logs, each one's file work on its dir's worker (placement, bounded, on the
+        loop); returns each partition's directory id, or why it could not be made. A dir that hangs holds only
+        its own partitions (failed with the dir by the stall detection); the others are served once made."""
+        mgr = self.manager
+        specs = self._specs(name, topic_id, partitions, configs, named)
+        out: dict[int, uuid.UUID | BaseException] = {}
+        try:
+            dirs = mgr.place(specs)
+        except StorageError as e:
+            return {p: e for p in partitions}
+        todo: list[tuple[PartitionSpec, str, list[str]]] = [
+            (spec, path, []) for spec, path in zip(specs, dirs, strict=True)]
+        while todo:
+            made: list[tuple[PartitionSpec, str, list[str], Any]] = []
+
+            def answered(item: tuple[PartitionSpec, str, list[str]], result: Any,
+                         made: list[tuple[PartitionSpec, str, list[str], Any]] = made) -> None:
+                made.append((*item, result if result is not None else TimeoutError("no answer")))
+
+            work = DirWork(self.node, answered, answered)
+            for spec, path, tried in todo:
+                work.add(path, (spec, path, tried))
+            waiting = work.run(lambda items: [_create_placed(mgr, spec, path) for spec, path, _ in items], None)
+            if waiting is not None:
+                await waiting
+            todo = []
+            for spec, path, tried, result in made:
+                if isinstance(result, LogDirFullError):
+                    try:
+                        todo.append((spec, mgr.place_again(spec, path, tried, result), tried))
+                    except StorageError as e:
+                        out[spec.partition] = e
+                elif isinstance(result, BaseException):
+                    out[spec.partition] = result
+                else:
+                    mgr.register_created(result)
+                    self.preferred_dirs.pop((name, spec.partition), None)
+                    out[spec.partition] = self._dir_id(result)
+        return out
 
     def delete_topic_partitions(self, name: str, partitions: list[int]) -> None:
-        """Renames every partition's dir to -delete.  The topic is already gone from the metadata, so one
-        partition whose log dir is offline must not stop the others: it is left where it is (its dir cannot be
-        touched) and reported; the next start finds it as a partition the metadata does not know."""
+        """Takes every partition out of service at once and renames its dir to -delete on that dir's worker.
+        The topic is already gone from the metadata, so one partition whose log dir is offline must not stop
+        the others: it is left where it is (its dir cannot be touched) and reported; the next start finds it as
+        a partition the metadata does not know."""
         mover = getattr(self.node, "mover", None)
+        mgr = self.manager
         for p in partitions:
             self.preferred_dirs.pop((name, p), None)
             if mover is not None:
                 mover.cancel(name, p)  # its thread deletes a future dir the manager does not know yet
-            plog = self.manager.find(name, p)
-            worker = self.manager.worker(plog.log_dir) if plog is not None else None
-            if plog is not None and worker is not None:
-                if not plog.lock.acquire(blocking=False):
-                    # The dir's worker holds the log in a file operation (a slow or hung disk): the event loop
-                    # does not wait for it; the delete runs on that worker, after what it is doing.
-                    worker.post(functools.partial(self._delete_partition, name, p), f"delete {name}-{p}")
-                    continue
-                plog.lock.release()
-            self._delete_partition(name, p)
+            plog = mgr.find(name, p) or mgr.get_future(name, p)
+            worker = mgr.worker(plog.log_dir) if plog is not None and plog.io.online else None
+            if worker is None:
+                self._delete_partition(name, p)  # no workers, an offline dir (nothing to touch), or nothing here
+                continue
+            current = mgr.find(name, p)
+            if current is not None and not current.lock.acquire(blocking=False):
+                # The dir's worker holds the log in a file operation (a slow or hung disk): the event loop
+                # does not wait for it; the delete runs on that worker, after what it is doing.
+                worker.post(functools.partial(self._delete_partition, name, p), f"delete {name}-{p}")
+                continue
+            if current is not None:
+                current.lock.release()
+            detached = mgr.detach_partition(name, p)
+            if detached is None:  # the manager is busy in another dir's file work: this dir's worker waits
+                worker.post(functools.partial(self._delete_partition, name, p), f"delete {name}-{p}")
+                continue
+            for gone in detached:
+                gone_worker = mgr.worker(gone.log_dir)
+                if gone_worker is None:
+                    mgr.retire_detached(gone)
+                else:
+                    gone_worker.post(functools.partial(mgr.retire_detached, gone), f"delete {gone.name}")
 
     def _delete_partition(self, name: str, p: int) -> None:
         try:
@@ -145,6 +212,14 @@ class StorageAdapter:
     def close(self) -> None:
         self.manager.stop_background()
         self.manager.close()
+
+
+def _create_placed(mgr: LogManager, spec: PartitionSpec, path: str) -> Any:
+    """On the dir's worker: the new log, or the exception that stopped it (one partition's failure is its own)."""
+    try:
+        return mgr.create_placed(spec, path)
+    except Exception as e:
+        return e
 
 
 def _dir_uuid_bytes(text: str | None) -> bytes:

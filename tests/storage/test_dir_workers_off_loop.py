@@ -178,3 +178,75 @@ def test_a_kip113_move_between_healthy_dirs_completes_while_a_third_is_held(spre
         rule.release()
         mover.stop()
     assert [v for _, v, _ in kp_records(moved.read_bytes(0, 1 << 20))] == [b"one", b"two"]
+
+
+def _adapter(lm):
+    """The node's storage adapter over ``lm``, with what partition creation asks of the node."""
+    from kjbod.broker.storage_glue import StorageAdapter
+    from kjbod.storage.config import LogConfig
+
+    node = SimpleNamespace(log_defaults=LogConfig(), mover=None)
+    node.logs = StorageAdapter(node, lm)
+    return node.logs
+
+
+def test_a_create_on_a_healthy_dir_completes_while_a_create_on_a_held_dir_waits(spread, log_dirs):
+    from kjbod.storage.errors import KafkaStorageError
+
+    bad = log_dirs[2]
+    adapter = _adapter(spread)
+    adapter.preferred_dirs[("held", 0)] = bad  # as AlterReplicaLogDirs asks before the partition arrives
+
+    async def scenario():
+        rule = fsio.slow(bad, hold=True)
+        try:
+            held = asyncio.ensure_future(adapter.create_partitions_on_workers("held", uuid.UUID(int=8), [0], {}))
+            await _until("the held dir's create to block", lambda: spread.dir_io(bad).oldest_outstanding())
+            made = await adapter.create_partitions_on_workers("fresh", uuid.UUID(int=9), [0, 1], {})
+            assert sorted(made) == [0, 1] and all(isinstance(d, uuid.UUID) for d in made.values())
+            assert {spread.get("fresh", p).log_dir for p in (0, 1)} <= set(log_dirs[:2])  # placed where answered
+            assert not held.done() and spread.find("held", 0) is None
+            _ahead(spread.watchdog, AN_HOUR)
+            assert spread.watchdog.check() == [bad]
+            failed = await held  # failed with its dir, at once
+            assert isinstance(failed[0], KafkaStorageError) and spread.find("held", 0) is None
+        finally:
+            rule.release()
+
+    asyncio.run(scenario())
+    assert spread.get("fresh", 0).read_bytes(0, 100) == b""
+
+
+def test_a_delete_frees_the_name_at_once_and_renames_on_the_dirs_worker(spread, log_dirs):
+    import os
+    import threading
+
+    good, _, bad = log_dirs
+    adapter = _adapter(spread)
+    gone = spread.get("a", 0)
+    renamed_on: list[str] = []
+    retire = spread.retire_detached
+
+    def recording_retire(plog):
+        renamed_on.append(threading.current_thread().name)
+        retire(plog)
+
+    spread.retire_detached = recording_retire
+
+    async def scenario():
+        rule = fsio.slow(bad, hold=True)
+        try:
+            adapter.preferred_dirs[("held", 0)] = bad
+            blocked = asyncio.ensure_future(adapter.create_partitions_on_workers("held", uuid.UUID(int=8), [0], {}))
+            await _until("the held dir's create to block", lambda: spread.dir_io(bad).oldest_outstanding())
+            adapter.delete_topic_partitions("a", [0])
+            assert spread.find("a", 0) is None  # the name is free before any file work
+            made = await adapter.create_partitions_on_workers("a", uuid.UUID(int=10), [0], {})
+            assert isinstance(made[0], uuid.UUID) and spread.get("a", 0) is not gone
+            await _until("the old a-0 renamed", lambda: any(n.endswith("-delete") for n in os.listdir(good)))
+            blocked.cancel()
+        finally:
+            rule.release()
+
+    asyncio.run(scenario())
+    assert renamed_on == [f"kjbod-dir-worker {good}"] and gone.closed
