@@ -203,7 +203,7 @@ class RemoteBrokerNode(BrokerNode):
             self.metadata = image
         elif batch.snapshot:  # far behind: the image is rebuilt whole, and the logs made to match it
             self.metadata = image
-            reconcile(self, self.logs.manager)
+            reconcile(self, self.logs.manager, on_workers=True)
             self._reconcile_dirs(None)
             if self.replication is not None:
                 self.replication.sync(image)

@@ -192,12 +192,7 @@ class StorageAdapter:
             if detached is None:  # the manager is busy in another dir's file work: this dir's worker waits
                 worker.post(functools.partial(self._delete_partition, name, p), f"delete {name}-{p}")
                 continue
-            for gone in detached:
-                gone_worker = mgr.worker(gone.log_dir)
-                if gone_worker is None:
-                    mgr.retire_detached(gone)
-                else:
-                    gone_worker.post(functools.partial(mgr.retire_detached, gone), f"delete {gone.name}")
+            _on_their_workers(mgr, detached, mgr.retire_detached, "delete")
 
     def _delete_partition(self, name: str, p: int) -> None:
         try:
@@ -292,7 +287,10 @@ def settle_future_logs(node: Any, manager: LogManager) -> None:
             manager.promote_future_log(future.topic, future.partition)
 
 
-def reconcile(node: Any, manager: LogManager) -> None:
+def reconcile(node: Any, manager: LogManager, *, on_workers: bool = False) -> None:
+    """``on_workers``: a running node's (a broker far behind, given a snapshot): missing replicas are made and
+    strays renamed by their dirs' workers, the event loop does none of the file work. At startup, before
+    anything is served, it is done here."""
     known: dict[tuple[str, int], str] = {}  # the partitions assigned to this node -> their topic's id
     missing = []
     offline = manager.offline_dirs
@@ -317,12 +315,47 @@ def reconcile(node: Any, manager: LogManager) -> None:
                     effect="not recreated: their logs may be in an offline dir")
     if missing:
         log.warning("recreating_missing_partitions", partitions=[f"{s.topic}-{s.partition}" for s in missing])
-        manager.create_partitions(missing)
+        if on_workers:
+            by_topic: dict[str, list[int]] = {}
+            for spec in missing:
+                by_topic.setdefault(spec.topic, []).append(spec.partition)
+            for name, parts in by_topic.items():
+                node._start_creating(node.metadata.topic(name), parts)
+        else:
+            manager.create_partitions(missing)
     strays = [plog for plog in manager.partitions() if known.get((plog.topic, plog.partition)) is None
               or plog.topic_id != known[(plog.topic, plog.partition)]]
     if strays:
         renamed = []
         for plog in strays:
-            renamed += manager.mark_stray(plog.topic, plog.partition)
+            if on_workers:
+                _mark_stray_on_worker(manager, plog)
+            else:
+                renamed += manager.mark_stray(plog.topic, plog.partition)
         log.warning("partitions_not_in_metadata", partitions=[plog.name for plog in strays],
-                    renamed_to=renamed, hint="kept as -stray dirs for inspection; delete them when not needed")
+                    renamed_to=renamed or "-stray, by each dir's worker",
+                    hint="kept as -stray dirs for inspection; delete them when not needed")
+
+
+def _mark_stray_on_worker(manager: LogManager, plog: Any) -> None:
+    """A stray replica out of service now (its name free), its dirs renamed ``-stray`` by their dirs' workers."""
+    worker = manager.worker(plog.log_dir)
+    detached = manager.detach_partition(plog.topic, plog.partition) if worker is not None else None
+    if detached is None:  # no workers, or the manager's lock is busy: all of it on the dir's worker, or here
+        if worker is None:
+            manager.mark_stray(plog.topic, plog.partition)
+        else:
+            worker.post(functools.partial(manager.mark_stray, plog.topic, plog.partition), f"stray {plog.name}")
+        return
+    _on_their_workers(manager, detached, manager.retire_stray, "stray")
+
+
+def _on_their_workers(manager: LogManager, logs: list[Any], fn: Any, what: str) -> None:
+    """``fn(log)`` for each log taken out of service, on its own dir's worker (a future log's dir is not always
+    the current one's), or here for a dir without one."""
+    for plog in logs:
+        worker = manager.worker(plog.log_dir)
+        if worker is None:
+            fn(plog)
+        else:
+            worker.post(functools.partial(fn, plog), f"{what} {plog.name}")

@@ -748,15 +748,17 @@ class LogManager:
             logs = [plog for plog in (self._futures.pop(tp, None), self._logs.pop(tp, None)) if plog is not None]
             if not logs:
                 raise UnknownTopicOrPartitionError(f"this node has no log for {topic}-{partition}")
-            renamed = []
-            for plog in logs:
-                new_dir = self._retire_log(plog, STRAY_DIR_SUFFIX)
-                if new_dir is not None:
-                    entry = self._dirs.get(plog.io.path)
-                    if entry is not None:
-                        entry.stray.append(new_dir)
-                    renamed.append(new_dir)
-            return renamed
+            return [new_dir for plog in logs if (new_dir := self.retire_stray(plog)) is not None]
+
+    def retire_stray(self, plog: PartitionLog) -> str | None:
+        """The file work of :meth:`mark_stray` for one log taken out of service (:meth:`detach_partition`): its
+        new path, None in an offline dir (left as it is)."""
+        new_dir = self._retire_log(plog, STRAY_DIR_SUFFIX)
+        if new_dir is not None:
+            entry = self._dirs.get(plog.io.path)
+            if entry is not None:
+                entry.stray.append(new_dir)
+        return new_dir
 
     def _delete_log(self, plog: PartitionLog) -> None:
         new_dir = self._retire_log(plog, DELETE_DIR_SUFFIX)

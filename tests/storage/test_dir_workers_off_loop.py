@@ -250,3 +250,25 @@ def test_a_delete_frees_the_name_at_once_and_renames_on_the_dirs_worker(spread, 
 
     asyncio.run(scenario())
     assert renamed_on == [f"kjbod-dir-worker {good}"] and gone.closed
+
+
+def test_strays_found_by_a_running_node_are_renamed_by_their_dirs_workers(spread, log_dirs):
+    """A broker far behind gets a snapshot whose image no longer has a-0, b-0, c-0: each is out of service at
+    once and renamed -stray by its own dir's worker; the held dir's rename waits for that dir alone."""
+    import os
+
+    from kjbod.broker.storage_glue import reconcile
+
+    bad = log_dirs[2]
+    node = SimpleNamespace(node_id=1, metadata=SimpleNamespace(topics=lambda: []))
+    rule = fsio.slow(bad, hold=True)
+    try:
+        reconcile(node, spread, on_workers=True)
+        assert [spread.find(n, 0) for n in "abc"] == [None, None, None]
+        _wait_for("the strays renamed in the healthy dirs", lambda: len(spread.stray_dirs()) == 2)
+        assert all(os.path.basename(p).endswith("-stray") and os.path.exists(p) for p in spread.stray_dirs())
+        assert sorted(os.path.dirname(p) for p in spread.stray_dirs()) == log_dirs[:2]
+        assert "c-0" in os.listdir(bad)  # its dir's worker is held: nothing waited for it
+    finally:
+        rule.release()
+    _wait_for("the held dir's stray renamed", lambda: "c-0" not in os.listdir(bad))
