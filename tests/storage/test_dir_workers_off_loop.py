@@ -272,3 +272,23 @@ def test_strays_found_by_a_running_node_are_renamed_by_their_dirs_workers(spread
     finally:
         rule.release()
     _wait_for("the held dir's stray renamed", lambda: "c-0" not in os.listdir(bad))
+
+
+def test_a_partition_refollowed_while_its_answer_is_on_the_worker_waits_for_it(spread, log_dirs):
+    """A new leader epoch replaces the partition's fetch state: it is not fetched before the old answer is in."""
+    bad = log_dirs[2]
+    fetcher = _follower(spread, "ac")
+
+    async def scenario():
+        rule = fsio.slow(bad, hold=True, ops={"write"})
+        try:
+            fetcher._process(_leader_answer({"c": batch(2, epoch=0)}, hw=2), 12)
+            await _until("c-0's append to block", lambda: _held_in(spread.dir_io(bad), "write"))
+            fetcher.add(("c", 0), 1)
+            assert _fetch_offsets(fetcher) == {"a": 0}
+        finally:
+            rule.release()
+        await _until("the old answer applied", lambda: not fetcher.partitions[("c", 0)].in_flight)
+        assert _fetch_offsets(fetcher) == {"a": 0, "c": 2}
+
+    asyncio.run(scenario())

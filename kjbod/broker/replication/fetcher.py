@@ -101,7 +101,9 @@ class Fetcher:
             self._conn = None
 
     def add(self, tp: tuple[str, int], leader_epoch: int) -> None:
-        self.partitions[tp] = FetchState(tp[0], tp[1], leader_epoch)
+        old = self.partitions.get(tp)
+        # An answer of the old state still on the worker: the LEO is not known until it is applied (or skipped).
+        self.partitions[tp] = FetchState(tp[0], tp[1], leader_epoch, in_flight=old is not None and old.in_flight)
         self._wakeup.set()
 
     def ready(self, now: float) -> list[FetchState]:
@@ -232,6 +234,9 @@ class Fetcher:
         """On the loop, once the worker has applied (or failed) one partition's answer."""
         s, plog, part = item
         s.in_flight = False
+        current = self.partitions.get((s.topic, s.partition))
+        if current is not None and current is not s:
+            current.in_flight = False  # replaced while this answer was on the worker (see add)
         self._wakeup.set()
         if isinstance(result, BaseException):
             self._apply_failed(s, plog, part, result, loop_time, backoff)
