@@ -18,8 +18,9 @@ At start the node registers its broker with its controller (its online log dir i
 and heartbeats every `broker.heartbeat.interval.ms`, which unfences it once it has applied its registration.
 
 KIP-113: the node owns the replica mover (kjbod.broker.kip113), started after storage is open, stopped before
-it closes, and runs the mover's final catch-up and swap on the event loop (`run_exclusive`): every append
-happens on that loop, so while the swap runs no produce can hold the old log.  Before the swap the mover has
+it closes. The mover's final catch-up and swap run on the source dir's worker, where every append of the
+partition runs (a leader's produce, a follower's fetched batches); only with KJBOD_DIR_WORKERS=0, when every
+append happens on the event loop, does the node run them there (`run_exclusive`).  Before the swap the mover has
 the new dir recorded (KIP-858's order, `assign_moved_replica`) through an AssignmentsManager
 (kjbod.broker.assignments): the broker-only node's speaks to the controller over a socket, the combined node's
 to its in-process controller through an InProcessControllerChannel, with the same AssignReplicasToDirs checks,
@@ -60,6 +61,7 @@ from kjbod.storage.workers import workers_enabled
 log = structlog.get_logger("kjbod.node")
 
 ALTER_PARTITION_VERSION = 3
+CREATES_WAIT_S = 30.0  # how long a controller request waits for the replicas it created here
 SECURITY_PROTOCOLS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
 
 
@@ -89,6 +91,7 @@ class BrokerNode:
         self.topic_stats: Any = None  # kjbod.metrics' BrokerTopicMetrics counters, set when /metrics is served
         self._tasks: list[asyncio.Task] = []
         self._assignments: set[asyncio.Task] = set()  # directory assignments on their way to the controller
+        self._creating: dict[str, set[asyncio.Task]] = {}  # topic -> its new replicas being made on dir workers
         self._stopping = asyncio.Event()
         self.shutdown_requested = asyncio.Event()
         self._appended = asyncio.Event()
@@ -194,7 +197,11 @@ class BrokerNode:
         """Sends a controller-owned request to the controller (in process) and returns its response."""
         if self.controller is None:
             raise RuntimeError("the controller is not running")
-        return await self.controller.request(body.API_KEY, version, body)
+        response = await self.controller.request(body.API_KEY, version, body)
+        if isinstance(body, CreateTopicsRequest) and self._creating:
+            # The replicas it made here are served before it answers (they are made on their dirs' workers).
+            await self.creates_settled([t.name for t in response.topics if t.error_code == 0], CREATES_WAIT_S)
+        return response
 
     def controller_call(self, body: Any, version: int) -> Any:
         """The controller's response to `body`, or an awaitable of it when it is not ready at once (handlers
@@ -250,13 +257,8 @@ class BrokerNode:
         creates: dict[uuid.UUID, list[int]] = defaultdict(list)
         for topic, p in changes.creates:
             creates[topic.topic_id].append(p.partition)
-        placed: list[tuple[uuid.UUID, int, uuid.UUID]] = []
         for topic_id, parts in creates.items():
-            placed += self._create_partitions(image.topics_by_id[topic_id], sorted(parts))
-        if placed:
-            task = asyncio.get_running_loop().create_task(self.assign_directories(placed))
-            self._assignments.add(task)
-            task.add_done_callback(self._assignment_done)
+            self._start_creating(image.topics_by_id[topic_id], sorted(parts))
         for tid in delta.changed_topic_ids():
             now, before = image.topic_by_id(tid), old.topic_by_id(tid)
             if now is not None and before is not None and now.configs != before.configs:
@@ -282,21 +284,59 @@ class BrokerNode:
             log.error("directory_assignment_failed", error=str(task.exception()),
                       effect="recorded at the next start")
 
-    def _create_partitions(self, topic: TopicImage, parts: list[int]) -> list[tuple[uuid.UUID, int, uuid.UUID]]:
-        """Creates this broker's new replicas of `topic` (placement by storage); returns the dirs to record."""
+    def _start_creating(self, topic: TopicImage, parts: list[int]) -> None:
+        """Creates this broker's new replicas of `topic` on their dirs' workers (placement by storage); the
+        publisher does not wait, so a dir that hangs holds no other delta. Controller requests that create
+        topics wait for it before they answer (`creates_settled`)."""
+        task = asyncio.get_running_loop().create_task(self._create_partitions(topic, parts))
+        tasks = self._creating.setdefault(topic.name, set())
+        tasks.add(task)
+
+        def done(task: asyncio.Task) -> None:
+            tasks.discard(task)
+            if not tasks and self._creating.get(topic.name) is tasks:
+                del self._creating[topic.name]
+
+        task.add_done_callback(done)
+
+    async def creates_settled(self, topics: Iterable[str], timeout_s: float) -> None:
+        """Waits (up to `timeout_s`) until the replicas of `topics` being created here are made (or failed)."""
+        pending = [t for name in topics for t in self._creating.get(name, ())]
+        if pending:
+            await asyncio.wait(pending, timeout=timeout_s)
+
+    async def _create_partitions(self, topic: TopicImage, parts: list[int]) -> None:
+        named = {p: d for p in parts if (d := topic.partitions[p].directory_of(self.node_id)) is not None
+                 and not is_reserved_dir(d)}
         try:
-            named = {p: d for p in parts if (d := topic.partitions[p].directory_of(self.node_id)) is not None
-                     and not is_reserved_dir(d)}
-            dir_ids = self.logs.create_topic_partitions(topic.name, topic.topic_id, parts, dict(topic.configs), named)
-        except Exception as e:  # a failing disk: the partitions stay offline here; the controller keeps them
-            log.error("partition_create_failed", topic=topic.name, partitions=parts, error=str(e))
-            return []
-        log.info("topic_created", topic=topic.name, topic_id=str(topic.topic_id), partitions=len(parts))
-        out = []
-        for p, dir_id in zip(parts, dir_ids, strict=True):
-            if not is_reserved_dir(dir_id) and dir_id != topic.partitions[p].directory_of(self.node_id):
-                out.append((topic.topic_id, p, dir_id))
-        return out
+            results = await self.logs.create_partitions_on_workers(topic.name, topic.topic_id, parts,
+                                                                  dict(topic.configs), named)
+        except Exception as e:
+            results = dict.fromkeys(parts, e)
+        failed = {p: r for p, r in results.items() if isinstance(r, BaseException)}
+        if failed:  # a failing disk: the partitions stay offline here; the controller keeps them
+            log.error("partition_create_failed", topic=topic.name, partitions=sorted(failed),
+                      error=str(next(iter(failed.values()))))
+        made = {p: r for p, r in results.items() if not isinstance(r, BaseException)}
+        if not made:
+            return
+        # The image may have moved on while the dirs worked: a replica it no longer gives this broker goes again.
+        now = self.metadata.topic_by_id(topic.topic_id)
+        gone = [p for p in made if now is None or p not in now.partitions
+                or self.node_id not in now.partitions[p].replicas]
+        if gone:
+            self.logs.delete_topic_partitions(topic.name, gone)
+        log.info("topic_created", topic=topic.name, topic_id=str(topic.topic_id), partitions=len(made) - len(gone))
+        if now is None or len(gone) == len(made):
+            return
+        if self.replication is not None:
+            self.replication.sync(self.metadata, [topic.topic_id])
+        placed = [(topic.topic_id, p, dir_id) for p, dir_id in made.items() if p not in gone
+                  and not is_reserved_dir(dir_id) and dir_id != now.partitions[p].directory_of(self.node_id)]
+        if placed:
+            task = asyncio.get_running_loop().create_task(self.assign_directories(placed))
+            self._assignments.add(task)
+            task.add_done_callback(self._assignment_done)
 
     # -------------------------------------------------------------------------------- configs
     def replica_alter_log_dirs_rate(self) -> int:
@@ -308,9 +348,8 @@ class BrokerNode:
 
     # -------------------------------------------------------------------------------- replica moves
     def run_exclusive(self, fn):
-        """Run `fn` on the event loop and return its result (called from a mover thread, from inside the source
-        dir's worker when there are workers): no append on the loop (a follower's, or every one with
-        KJBOD_DIR_WORKERS=0) can interleave with `fn`."""
+        """Run `fn` on the event loop and return its result (called from a mover thread when there are no dir
+        workers, KJBOD_DIR_WORKERS=0): every append then runs on the loop, so none can interleave with `fn`."""
         from kjbod.broker.kip113.mover import MoverStopped
 
         done: concurrent.futures.Future = concurrent.futures.Future()
@@ -340,8 +379,8 @@ class BrokerNode:
         threads = int(getattr(self.config, "num_replica_alter_log_dirs_threads", 0) or len(self.config.log_dirs))
         self.mover = ReplicaMover(self.logs.manager, threads=threads,
                                   throttle=Throttle(self.replica_alter_log_dirs_rate()),
-                                  # a leader's appends run on each dir's worker (with KJBOD_DIR_WORKERS=0 on the
-                                  # event loop), a follower's on the loop: the final step holds both
+                                  # appends run on each dir's worker (with KJBOD_DIR_WORKERS=0 on the event
+                                  # loop): the final step runs there
                                   exclusive=self.run_exclusive, by_dir_worker=workers_enabled(),
                                   assign_dir=self.assign_moved_replica if self.assignments is not None else None)
         self.mover.start()
@@ -494,7 +533,7 @@ class BrokerNode:
 
     async def stop(self) -> None:
         self._stopping.set()
-        tasks = [*self._tasks, *self._assignments]
+        tasks = [*self._tasks, *self._assignments, *(t for ts in self._creating.values() for t in ts)]
         for task in tasks:
             task.cancel()
         for task in tasks:

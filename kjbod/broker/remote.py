@@ -203,7 +203,7 @@ class RemoteBrokerNode(BrokerNode):
             self.metadata = image
         elif batch.snapshot:  # far behind: the image is rebuilt whole, and the logs made to match it
             self.metadata = image
-            reconcile(self, self.logs.manager)
+            reconcile(self, self.logs.manager, on_workers=True)
             self._reconcile_dirs(None)
             if self.replication is not None:
                 self.replication.sync(image)
@@ -243,7 +243,8 @@ class RemoteBrokerNode(BrokerNode):
             return False
 
     async def assign_directories(self, placed: list[tuple[uuid.UUID, int, uuid.UUID]]) -> None:
-        """Nothing to do here: `_reconcile_dirs`, run after every delta, queues what the publisher placed."""
+        """New replicas made (on their dirs' workers, after their delta): `_reconcile_dirs` queues their dirs."""
+        self._reconcile_dirs({topic_id for topic_id, _, _ in placed})
 
     # -------------------------------------------------------------------------------- the controller
     async def controller_request(self, body: Any, version: int) -> Any:
@@ -265,6 +266,7 @@ class RemoteBrokerNode(BrokerNode):
             made = {t.name for t in response.topics if t.error_code == 0}
             if made:
                 await self.wait_for_image(lambda im: all(im.topic(n) is not None for n in made), 10.0)
+                await self.creates_settled(made, 10.0)  # the replicas made here, on their dirs' workers
         elif isinstance(body, DeleteTopicsRequest):
             gone = {r.name for r in response.responses if r.error_code == 0 and r.name}
             if gone:

@@ -17,7 +17,6 @@ import os
 import time
 from types import SimpleNamespace
 
-import pytest
 from structlog.testing import capture_logs
 
 from kjbod.broker.handlers import fetch, produce
@@ -27,7 +26,7 @@ from kjbod.storage import fsio
 from kjbod.storage import manager as manager_module
 from kjbod.storage.workers import DirWorker
 from tests.storage.conftest import kp_batch, kp_records, region_bytes
-from tests.storage.test_dir_health import AN_HOUR, TOPIC_ID, _ahead, _held_in, _wait_for
+from tests.storage.test_dir_health import AN_HOUR, _ahead, _held_in, _wait_for
 
 PV = 9  # Produce version: flexible, error messages
 FV = 12  # Fetch version: topic names, flexible
@@ -95,15 +94,6 @@ def _fetched(resp) -> dict[tuple[str, int], tuple[int, list[bytes | None]]]:
             data = region_bytes(SimpleNamespace(regions=regions)) if regions else bytes(p.records or b"")
             out[(t.topic, p.partition_index)] = (p.error_code, [v for _, v, _ in kp_records(data)])
     return out
-
-
-@pytest.fixture
-def spread(make_manager, log_dirs):
-    """A manager with partition t-0 in each of the three dirs' own topics: a-0 (dir 0), b-0 (dir 1), c-0 (dir 2)."""
-    lm = make_manager(stall_timeout_ms=30_000)
-    for name, d in zip("abc", log_dirs, strict=True):
-        lm.create_partition(name, 0, TOPIC_ID, dir=d)
-    return lm
 
 
 def test_produce_spanning_dirs_answers_the_healthy_dirs_while_one_is_held(spread, log_dirs):
