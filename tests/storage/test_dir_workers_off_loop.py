@@ -48,7 +48,9 @@ class _FollowerNode:
 
 def _follower(lm, followed: str) -> Fetcher:
     manager = SimpleNamespace(node=_FollowerNode(lm), config=ReplicationConfig(),
-                              _local_log=lambda t, p: lm.find(t, p))
+                              _local_log=lambda t, p: lm.find(t, p),
+                              follower_throttled=lambda topic, partition, in_sync: False,  # no throttle here
+                              follower_appended=lambda topic, partition, nbytes: None)
     fetcher = Fetcher(manager, 1, 0)
     for name in followed:
         fetcher.partitions[(name, 0)] = FetchState(name, 0, 0)
