@@ -298,6 +298,19 @@ def advance(image: MetadataImage, plans: Plans, *,
     return records
 
 
+def started_steps_ended(image: MetadataImage, records: list[Any]) -> bool:
+    """Whether a step that `records` (an `advance` round, now in `image`) started has ended at once (a pure
+    reordering or removal does), freeing its place: only then can another round start more.  A round that
+    only started steps still running, or dropped finished plans, left nothing for the next one."""
+    for rec in records:
+        if isinstance(rec, PartitionChangeRecord):
+            topic = image.topic_by_id(rec.topic_id)
+            p = topic.partitions.get(rec.partition_id) if topic is not None else None
+            if p is not None and not p.reassigning:
+                return True
+    return False
+
+
 def _ongoing(p: PartitionImage, final: list[int] | None, batches: bool) -> list_out.OngoingPartitionReassignment:
     settled = [r for r in p.replicas if r not in p.adding]
     if final is None:

@@ -84,6 +84,8 @@ class Harness:
             if not records:
                 return
             self.commit(records)
+            if not reassignment.started_steps_ended(self.image, records):
+                return
 
     def start(self) -> float:
         """ReassignPartitions of every partition, with a throttle; returns the controller's time for it."""
