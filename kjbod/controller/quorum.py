@@ -237,13 +237,15 @@ class QuorumController:
         await self._maybe_snapshot()
 
     async def _advance_reassignments(self) -> None:
-        """Starts the next KIP-435 steps that the last commit made room for (each round's records may complete a
-        last step at once, so it goes on until a round writes nothing)."""
+        """Starts the next KIP-435 steps that the last commit made room for (a round's records may complete a
+        step at once, freeing its place, so it goes on while that happens)."""
         while self.reassignment_plans:
             records = throttles.finish(self.image, reassignment.advance(self.image, self.reassignment_plans))
             if not records:
                 return
             await self._commit(records)
+            if not reassignment.started_steps_ended(self.image, records):
+                return
 
     async def _maybe_snapshot(self) -> None:
         since = getattr(self.log, "bytes_since_snapshot", None)

@@ -259,7 +259,8 @@ def finish(image: MetadataImage, records: list[Any]) -> list[Any]:
     if not (touched or removed or new_rates):
         return records
     after = replay(image, records)
-    touched.update(k for k in after.throttled_replicas if k[0] in removed)
+    if removed:
+        touched.update(k for k in after.throttled_replicas if k[0] in removed)
     edits = Edits(after)
     moves_ended = bool(removed) or new_rates
     for key in sorted(touched):

@@ -240,7 +240,8 @@ class NodeCollector(Collector):
         stats = self.requests
         keys |= {k for k in range(API_KEYS) if k in APIS and any(
             stats.requests[k << VERSION_BITS:(k + 1) << VERSION_BITS])}
-        return [k for k in keys if k in APIS]
+        # kjbod's own APIs (keys from 10000) have no slots in the per-API arrays: not counted.
+        return [k for k in keys if k in APIS and k < API_KEYS]
 
     def _topic_meters(self) -> Iterator[Metric]:
         topics = self.topics

@@ -285,34 +285,72 @@ def test_the_intents_survive_replay_and_snapshots_and_a_rebuilt_image_finishes_t
     assert rates(ctx, 1, 2) == {1: ("500", None), 2: (None, None)}
 
 
+def quorum(tmp_path):
+    """A QuorumController on a real metadata log in `tmp_path`, loaded from it (not started)."""
+    from kjbod.controller import ControllerSettings, QuorumController
+    from kjbod.storage.metadata_log import MetadataLog
+    from tests.controller.test_managers import CLUSTER, Policy
+
+    c = QuorumController(ControllerSettings(cluster_id=CLUSTER, broker_session_timeout_ms=600_000),
+                         MetadataLog(str(tmp_path)), Policy())
+    c.load()
+    return c
+
+
+async def started(c, brokers, partitions):
+    """`c` started with live `brokers` and topic "t" of `partitions` (replica lists)."""
+    from kjbod.protocol.generated import CreateTopicsRequest
+    from kjbod.protocol.generated.create_topics_request import CreatableReplicaAssignment, CreatableTopic
+    from tests.controller.test_quorum import live_broker
+
+    c.start()
+    for b in brokers:
+        await live_broker(c, b)
+    await c.handle_request(19, 7, CreateTopicsRequest(timeout_ms=1000, topics=[CreatableTopic(
+        name="t", num_partitions=-1, replication_factor=-1, assignments=[
+            CreatableReplicaAssignment(partition_index=i, broker_ids=r) for i, r in enumerate(partitions)])]))
+
+
+def test_a_step_that_ends_at_once_makes_room_for_the_next_in_the_same_go(tmp_path):
+    """The QuorumController's advance loop goes on after a round whose step completed at once (a reordering):
+    with one partition at a time, two reorderings and then a real move all start from one request."""
+
+    async def main():
+        c = quorum(tmp_path)
+        try:
+            await started(c, (1, 2, 3, 4), [[1, 2], [1, 2], [1, 2]])
+            await c.submit(lambda image, _o: ControllerResult([ConfigRecord(
+                resource_type=BROKER_RESOURCE, resource_name="", name="reassignment.parallel.partition.count",
+                value="1")]))
+            resp = await c.handle_request(10000, 0, ReassignPartitionsRequest(topic_reassignments=[
+                reassign_in.TopicReassignment(topic="t", partition_reassignments=[
+                    reassign_in.PartitionReassignment(partition_id=0, brokers=[2, 1]),
+                    reassign_in.PartitionReassignment(partition_id=1, brokers=[2, 1]),
+                    reassign_in.PartitionReassignment(partition_id=2, brokers=[3, 4])])]))
+            assert [e.error_code for e in resp.reassign_partition_results[0].partition_errors] == [0, 0, 0]
+            t = c.image.topic("t")
+            for i in (0, 1):
+                assert list(t.partitions[i].replicas) == [2, 1] and not t.partitions[i].reassigning
+            assert t.partitions[2].reassigning and set(t.partitions[2].adding) & {3, 4}
+        finally:
+            await c.stop()
+            c.log.close()
+
+    asyncio.run(main())
+
+
 def test_a_restarted_quorum_controller_removes_the_throttle_it_set_before(tmp_path):
     """Through the QuorumController on a real metadata log: throttled reassignment started, controller stopped
     and loaded again from the log, the move completes, and the new controller removes exactly the throttle."""
-    from kjbod.controller import ControllerSettings, QuorumController
-    from kjbod.protocol.generated import AlterPartitionRequest, CreateTopicsRequest
+    from kjbod.protocol.generated import AlterPartitionRequest
     from kjbod.protocol.generated.alter_partition_request import BrokerState
     from kjbod.protocol.generated.alter_partition_request import PartitionData as AlterData
     from kjbod.protocol.generated.alter_partition_request import TopicData as AlterTopic
-    from kjbod.protocol.generated.create_topics_request import CreatableReplicaAssignment, CreatableTopic
-    from kjbod.storage.metadata_log import MetadataLog
-    from tests.controller.test_managers import CLUSTER, Policy
-    from tests.controller.test_quorum import live_broker
-
-    def make():
-        c = QuorumController(ControllerSettings(cluster_id=CLUSTER, broker_session_timeout_ms=600_000),
-                             MetadataLog(str(tmp_path)), Policy())
-        c.load()
-        return c
 
     async def first():
-        c = make()
-        c.start()
+        c = quorum(tmp_path)
         try:
-            for b in (1, 2, 3, 4):
-                await live_broker(c, b)
-            await c.handle_request(19, 7, CreateTopicsRequest(timeout_ms=1000, topics=[CreatableTopic(
-                name="t", num_partitions=-1, replication_factor=-1,
-                assignments=[CreatableReplicaAssignment(partition_index=0, broker_ids=[1, 2])])]))
+            await started(c, (1, 2, 3, 4), [[1, 2]])
             await c.submit(lambda image, _o: ControllerResult([ConfigRecord(
                 resource_type=BROKER_RESOURCE, resource_name="2", name=FOLLOWER_RATE, value="300")]))
             resp = await c.handle_request(10000, 0, ReassignPartitionsRequest(throttle=5000, topic_reassignments=[
@@ -325,7 +363,7 @@ def test_a_restarted_quorum_controller_removes_the_throttle_it_set_before(tmp_pa
             c.log.close()
 
     async def second():
-        c = make()
+        c = quorum(tmp_path)
         assert len(c.image.throttled_rates) == 4 and len(c.image.throttled_replicas) == 1
         c.start()
         try:
