@@ -212,3 +212,57 @@ def test_generate_then_execute_with_progress_and_bad_input(cluster: Cluster, tmp
         for b, d in zip(e["replicas"], e["log_dirs"], strict=True):
             assert os.path.isdir(os.path.join(d, f"gen-{e['partition']}")), (b, d)
 
+
+def config_records(cluster: Cluster) -> list[dict[str, object]]:  # noqa: F811
+    """The ConfigRecords of the controller's metadata log, in order (`kjbod dump-log`)."""
+    home = next(h for name, h in cluster.homes.items() if name.startswith("controller"))
+    segments = sorted(home.rglob("__cluster_metadata-0/*.log"))
+    dumped = subprocess.run([*COMMAND, "dump-log", "--cluster-metadata-decoder", "--files",
+                             ",".join(str(s) for s in segments)], capture_output=True, text=True, timeout=120)
+    records = [json.loads(line.partition(" payload: ")[2]) for line in dumped.stdout.splitlines()
+               if " payload: {" in line]
+    return [r["data"] for r in records if r["type"] == "CONFIG_RECORD"]
+
+
+def test_execute_with_a_throttle_leaves_no_throttle_behind(cluster: Cluster, tmp_path: Path) -> None:  # noqa: F811
+    from kafka import KafkaProducer
+    from kafka.admin import NewTopic
+
+    with admin_client(cluster) as admin:
+        admin.create_topics([NewTopic("thr", replica_assignments={0: [1], 1: [1]})])
+    wait_for(lambda: (d := described(cluster, "thr")) and all(leader == 1 for _, _, leader in d.values()),
+             "the topic is led by broker 1")
+    producer = KafkaProducer(bootstrap_servers=cluster.bootstrap, acks="all")
+    for i in range(200):
+        producer.send("thr", value=os.urandom(2000), partition=i % 2)
+    producer.flush()
+    producer.close()
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"version": 1, "partitions": [
+        {"topic": "thr", "partition": 0, "replicas": [2]}, {"topic": "thr", "partition": 1, "replicas": [2, 3]}]}))
+    done = tool(cluster, "--execute", "--throttle", "10MB", "--progress", plan=plan)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert ("The inter-broker throttle limit was set to 10000000 B/s; the controller removes it when the "
+            "reassignment completes or is cancelled") in done.stdout.splitlines()
+    assert "Warning" not in done.stdout
+    assert done.stdout.splitlines()[-1].startswith("reassigning: 100.0% ")
+    # The metadata log: the controller set the rates and the replica lists with the moves, and removed each one
+    # when the moves ended; --verify has nothing left to clear.
+    final: dict[tuple[object, object, object], object] = {}
+    ever: dict[tuple[object, object, object], object] = {}
+    for r in config_records(cluster):
+        key = (r["resourceType"], r["resourceName"], r["name"])
+        if "throttled" in str(r["name"]):
+            final[key] = r.get("value")
+            if r.get("value") is not None:
+                ever[key] = r["value"]
+    # the rates were set to the tool's 10 MB/s on the brokers involved (1, 2 and 3)
+    assert {(n, v) for (_, n, k), v in ever.items() if k.endswith(".rate")} == {
+        (str(b), "10000000") for b in (1, 2, 3)}, ever
+    assert {k for _, _, k in ever} == {"leader.replication.throttled.rate", "follower.replication.throttled.rate",
+                                       "leader.replication.throttled.replicas",
+                                       "follower.replication.throttled.replicas"}, ever
+    assert all(v is None for v in final.values()), final
+    verified = tool(cluster, "--verify", plan=plan)
+    assert "Clearing" not in verified.stdout and verified.stdout.endswith(
+        "Reassignment of partition thr-0 is completed.\nReassignment of partition thr-1 is completed.\n")
