@@ -52,6 +52,7 @@ from kjbod.protocol.generated import (
     BrokerHeartbeatRequest,
     BrokerRegistrationRequest,
     CreateTopicsRequest,
+    DeleteTopicsRequest,
 )
 from kjbod.protocol.generated.broker_registration_request import Listener as RegListener
 from kjbod.protocol.generated.create_topics_request import CreatableTopic
@@ -201,6 +202,11 @@ class BrokerNode:
         if isinstance(body, CreateTopicsRequest) and self._creating:
             # The replicas it made here are served before it answers (they are made on their dirs' workers).
             await self.creates_settled([t.name for t in response.topics if t.error_code == 0], CREATES_WAIT_S)
+        elif isinstance(body, DeleteTopicsRequest) and self.logs is not None and self.logs.deleting:
+            # Its partitions here are renamed to -delete on their dirs' workers before it answers, as before the
+            # workers (bounded: a hung dir's rename does not hold the answer past the wait).
+            names = [t.name for t in response.responses if t.error_code == 0 and t.name]
+            await self.logs.deletes_settled(names, CREATES_WAIT_S)
         return response
 
     def controller_call(self, body: Any, version: int) -> Any:
@@ -208,6 +214,8 @@ class BrokerNode:
         return either; a steady heartbeat is answered without a task)."""
         if self.controller is None:
             raise RuntimeError("the controller is not running")
+        if isinstance(body, DeleteTopicsRequest):
+            return self.controller_request(body, version)  # answered once its renames here are done
         fut = self.controller.request(body.API_KEY, version, body)
         return fut.result() if fut.done() else fut
 

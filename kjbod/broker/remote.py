@@ -271,6 +271,8 @@ class RemoteBrokerNode(BrokerNode):
             gone = {r.name for r in response.responses if r.error_code == 0 and r.name}
             if gone:
                 await self.wait_for_image(lambda im: all(im.topic(n) is None for n in gone), 10.0)
+                if self.logs is not None:
+                    await self.logs.deletes_settled(gone, 10.0)  # its replicas here renamed on their dirs' workers
         return response
 
     def controller_call(self, body: Any, version: int) -> Any:

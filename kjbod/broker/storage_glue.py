@@ -20,6 +20,7 @@ when it arrives.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import os
 import uuid
@@ -59,6 +60,8 @@ class StorageAdapter:
         self.node = node
         self.manager = manager
         self.preferred_dirs: dict[tuple[str, int], str] = {}
+        # topic -> the renames to -delete its deletion left on dir workers (awaited by a local DeleteTopics)
+        self.deleting: dict[str, list[asyncio.Future[None]]] = {}
 
     def get_log(self, topic: str, partition: int):
         plog = self.manager.find(topic, partition)
@@ -192,7 +195,42 @@ class StorageAdapter:
             if detached is None:  # the manager is busy in another dir's file work: this dir's worker waits
                 worker.post(functools.partial(self._delete_partition, name, p), f"delete {name}-{p}")
                 continue
-            _on_their_workers(mgr, detached, mgr.retire_detached, "delete")
+            self._retire_on_workers(name, detached)
+
+    def _retire_on_workers(self, name: str, logs: list[Any]) -> None:
+        """Each log's rename to -delete on its own dir's worker; the renames are kept in `deleting` until they
+        are done, so a DeleteTopics answered by this node can wait for them (bounded: `deletes_settled`)."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # not on the loop (startup): as before, without anyone waiting
+            _on_their_workers(self.manager, logs, self.manager.retire_detached, "delete")
+            return
+        for plog in logs:
+            worker = self.manager.worker(plog.log_dir)
+            if worker is None:
+                self.manager.retire_detached(plog)
+                continue
+            fut: asyncio.Future[None] = loop.create_future()
+            pending = self.deleting.setdefault(name, [])
+            pending.append(fut)
+
+            def done(ok: bool, value: Any, fut: asyncio.Future[None] = fut, plog: Any = plog,
+                     pending: list[asyncio.Future[None]] = pending) -> None:
+                if not ok:
+                    log.warning("dir_worker_job_failed", log_dir=plog.log_dir, what=f"delete {plog.name}",
+                                error=str(value))
+                pending.remove(fut)
+                if not pending and self.deleting.get(name) is pending:
+                    del self.deleting[name]
+                fut.set_result(None)
+
+            worker.submit(functools.partial(self.manager.retire_detached, plog), done)
+
+    async def deletes_settled(self, topics: Any, timeout_s: float) -> None:
+        """Waits (up to `timeout_s`) until the renames of `topics`' deleted partitions are done (or failed)."""
+        pending = [f for name in topics for f in self.deleting.get(name, ())]
+        if pending:
+            await asyncio.wait(pending, timeout=timeout_s)
 
     def _delete_partition(self, name: str, p: int) -> None:
         try:

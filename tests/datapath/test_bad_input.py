@@ -39,6 +39,7 @@ from .support import (
     produce,
     recrc,
     refused,
+    renamed_to_delete,
 )
 
 pytestmark = pytest.mark.slow
@@ -333,10 +334,10 @@ def test_delete_topics_renames_to_delete_and_removes_in_the_background(raw, serv
                                         timeout_ms=5000), 6)
     (result,) = resp.responses
     assert result.error_code == 0 and result.name == "doomed"
-    # Renamed at once, with Kafka's suffix, in the same log dir...
+    # Renamed (on the dir's worker, right after), with Kafka's suffix, in the same log dir...
     for p, parent in parents.items():
+        renamed = renamed_to_delete(parent, f"doomed-{p}")
         assert not (parent / f"doomed-{p}").exists()
-        renamed = [d for d in parent.iterdir() if d.name.startswith(f"doomed-{p}.") and d.name.endswith("-delete")]
         assert len(renamed) == 1, f"no -delete dir for doomed-{p} in {parent}"
     assert metadata(raw, ["doomed"]).topics[0].error_code == E.UNKNOWN_TOPIC_OR_PARTITION
     assert produce(raw, "doomed", 0, batch([b"late"])).error_code == E.UNKNOWN_TOPIC_OR_PARTITION
