@@ -253,7 +253,8 @@ async def handle(node, request, body: FetchRequest) -> FetchResponse:
                     _count(node.topic_stats, resolved, resp)
                 return resp
             close_regions(resp)
-        arrived = node.append_event()
+        # A follower waits for appends only; a HW move (every acks=all answer) would wake it for nothing.
+        arrived = node.append_event() if decided is None else node.log_end_event()
         timeout = deadline - time.monotonic()
         if timeout <= 0:
             continue
