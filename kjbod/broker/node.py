@@ -96,6 +96,7 @@ class BrokerNode:
         self._stopping = asyncio.Event()
         self.shutdown_requested = asyncio.Event()
         self._appended = asyncio.Event()
+        self._log_end_moved = asyncio.Event()
         self.exit_code = 0
         self.incarnation_id = uuid.uuid4()
         self.broker_epoch = -1
@@ -184,9 +185,22 @@ class BrokerNode:
         """Wakes every long-polling Fetch: new records may satisfy them."""
         self._appended.set()
         self._appended = asyncio.Event()
+        self._log_end_moved.set()
+        self._log_end_moved = asyncio.Event()
+
+    def notify_high_watermark(self) -> None:
+        """Wakes the consumers' long polls only: a high watermark move gives them records, never a follower,
+        which reads to the log end (Kafka completes a follower's DelayedFetch on appended bytes)."""
+        self._appended.set()
+        self._appended = asyncio.Event()
 
     def append_event(self) -> asyncio.Event:
+        """Set at the next append or high watermark move (what a consumer's long poll waits for)."""
         return self._appended
+
+    def log_end_event(self) -> asyncio.Event:
+        """Set at the next append (what a follower's long poll waits for)."""
+        return self._log_end_moved
 
     def partition_online(self, topic: str, partition: int) -> bool:
         if self.logs is None:

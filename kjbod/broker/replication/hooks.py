@@ -14,7 +14,6 @@ the handlers stay about their APIs.
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from kjbod.protocol.errors import ErrorCode
@@ -110,9 +109,8 @@ def needs_replication(node: Any, topic: str, partition: int, required_offset: in
 
 
 async def await_replication(node: Any, response: Any, waits: list[tuple[str, Any, int]], timeout_ms: int) -> Any:
-    manager = node.replication
-    codes = await asyncio.gather(*(manager.wait_for_replicas(name, part.index, required, max(timeout_ms, 0) / 1000)
-                                   for name, part, required in waits))
+    codes = await node.replication.delay_produce([(name, part.index, required) for name, part, required in waits],
+                                                 max(timeout_ms, 0) / 1000)
     for (_name, part, _required), code in zip(waits, codes, strict=True):
         if code:
             part.error_code = code

@@ -10,8 +10,9 @@ Strategy (Kafka's ReplicaManager and Partition, kraft-notes C):
 * Leader side of a follower's Fetch: `check_follower_fetch` (epochs, replica id, broker epoch, LastFetchedEpoch
   → DivergingEpoch or OFFSET_OUT_OF_RANGE) before the read, `follower_fetched` after it (the follower's LEO,
   ISR expansion, the HW).
-* acks=all: NOT_ENOUGH_REPLICAS before the append when the ISR is below min ISR; then a waiter per request,
-  completed when the HW passes its last offset (woken by HW moves, never polled), NOT_ENOUGH_REPLICAS_AFTER_APPEND
+* acks=all: NOT_ENOUGH_REPLICAS before the append when the ISR is below min ISR; then one DelayedProduce per
+  request (a future and a timer, no task), each partition completed when the HW passes its last offset (from
+  the HW move itself, never polled), NOT_ENOUGH_REPLICAS_AFTER_APPEND
   when the maximal ISR is below min ISR by then, NOT_LEADER_OR_FOLLOWER when leadership goes, REQUEST_TIMED_OUT
   at the request's timeout.
 * Throttles (throttle.py): the leader and follower quotas, refreshed from each image in `sync`;
@@ -68,6 +69,39 @@ class FetchCheck:
     diverging: tuple[int, int] | None = None  # (epoch, end offset)
 
 
+class DelayedProduce:
+    """One acks=all request in the purgatory: a code per partition (None while it waits), and a future done
+    with the codes once none waits, or at the request's timeout, which answers the rest."""
+
+    __slots__ = ("codes", "left", "future", "timer", "partitions")
+
+    def __init__(self, n: int) -> None:
+        self.codes: list[int | None] = [None] * n
+        self.left = n
+        self.future: asyncio.Future[list[int]] = asyncio.get_running_loop().create_future()
+        self.timer: asyncio.TimerHandle | None = None
+        self.partitions: list[TopicPartition] = []  # those it waits on in the purgatory
+
+    def complete(self, i: int, code: int) -> None:
+        if self.codes[i] is not None:
+            return
+        self.codes[i] = code
+        self.left -= 1
+        if self.left == 0:
+            self._finish()
+
+    def expire(self, code: int) -> None:
+        self.codes = [code if c is None else c for c in self.codes]
+        self.left = 0
+        self._finish()
+
+    def _finish(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+        if not self.future.done():  # a request whose connection went is cancelled: nobody reads its answer
+            self.future.set_result([c if c is not None else 0 for c in self.codes])
+
+
 class ReplicaManager:
     def __init__(self, node: Any, config: ReplicationConfig, alter_partition: AlterPartitionSender | None = None,
                  clock: Callable[[], int] = now_ms) -> None:
@@ -75,7 +109,8 @@ class ReplicaManager:
         self.config = config
         self.clock = clock
         self.states: dict[TopicPartition, PartitionState] = {}
-        self._waiters: dict[TopicPartition, list[tuple[int, asyncio.Future[int]]]] = {}
+        # The acks=all purgatory: per partition, (offset the HW must reach, the request's wait, its index)
+        self._waiters: dict[TopicPartition, list[tuple[int, DelayedProduce, int]]] = {}
         self._alter_partition = alter_partition
         self._alter_wakeup = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -103,11 +138,8 @@ class ReplicaManager:
             await cancel_and_wait(task)
         self._tasks.clear()
         await self.fetchers.close()
-        for waiters in self._waiters.values():
-            for _, fut in waiters:
-                if not fut.done():
-                    fut.set_result(ErrorCode.NOT_LEADER_OR_FOLLOWER)
-        self._waiters.clear()
+        for tp in list(self._waiters):
+            self._fail_waiters(tp, ErrorCode.NOT_LEADER_OR_FOLLOWER)
 
     # ------------------------------------------------------------------------------------------ the metadata
 
@@ -276,7 +308,7 @@ class ReplicaManager:
             return
         plog.high_watermark = hw
         self._complete_waiters(state, plog.high_watermark)
-        self.node.notify_append()  # consumers long-polling at the old HW may read now
+        self.node.notify_high_watermark()  # consumers long-polling at the old HW may read now
 
     def leader_appended(self, topic: str, partition: int) -> None:
         """After a leader append: with no follower in the ISR the HW may move at once."""
@@ -309,26 +341,37 @@ class ReplicaManager:
         plog = self._local_log(topic, partition)
         return plog is None or plog.high_watermark < required_offset or self._acks_outcome(state) != 0
 
+    def delay_produce(self, waits: list[tuple[str, int, int]], timeout_s: float) -> asyncio.Future[list[int]]:
+        """The acks=all outcome of one Produce request, a code per (topic, partition, offset the HW must reach)
+        in order: see the module docstring.  One future and one timer per request (Kafka's DelayedProduce in
+        its purgatory), completed from HW moves; no task, no polling."""
+        op = DelayedProduce(len(waits))
+        for i, (topic, partition, required) in enumerate(waits):
+            tp = (topic, partition)
+            state = self.states.get(tp)
+            plog = self._local_log(topic, partition)
+            if state is None or state.role != LEADER or plog is None:
+                op.complete(i, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+            elif plog.high_watermark >= required:
+                op.complete(i, self._acks_outcome(state))
+            else:
+                self._waiters.setdefault(tp, []).append((required, op, i))
+                op.partitions.append(tp)
+        if not op.future.done():
+            op.timer = asyncio.get_running_loop().call_later(max(timeout_s, 0.0), self._expire, op)
+        return op.future
+
     async def wait_for_replicas(self, topic: str, partition: int, required_offset: int, timeout_s: float) -> int:
-        """The acks=all outcome for records up to `required_offset` (exclusive): see the module docstring."""
-        tp = (topic, partition)
-        state = self.states.get(tp)
-        plog = self._local_log(topic, partition)
-        if state is None or state.role != LEADER or plog is None:
-            return ErrorCode.NOT_LEADER_OR_FOLLOWER
-        if plog.high_watermark >= required_offset:
-            return self._acks_outcome(state)
-        fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        entry = (required_offset, fut)
-        self._waiters.setdefault(tp, []).append(entry)
-        try:
-            return await asyncio.wait_for(asyncio.shield(fut), timeout_s)
-        except TimeoutError:
-            return ErrorCode.REQUEST_TIMED_OUT
-        finally:
+        """`delay_produce` for one partition."""
+        return (await self.delay_produce([(topic, partition, required_offset)], timeout_s))[0]
+
+    def _expire(self, op: DelayedProduce) -> None:
+        """The request's timeout.ms passed: what is still waiting answers REQUEST_TIMED_OUT."""
+        for tp in op.partitions:
             waiters = self._waiters.get(tp)
-            if waiters is not None and entry in waiters:
-                waiters.remove(entry)
+            if waiters:
+                waiters[:] = [w for w in waiters if w[1] is not op]
+        op.expire(ErrorCode.REQUEST_TIMED_OUT)
 
     def _acks_outcome(self, state: PartitionState) -> int:
         if len(state.maximal_isr) < state.effective_min_isr(self._min_isr(state.topic)):
@@ -339,14 +382,21 @@ class ReplicaManager:
         waiters = self._waiters.get((state.topic, state.partition))
         if not waiters:
             return
-        for required, fut in list(waiters):
-            if hw >= required and not fut.done():
-                fut.set_result(self._acks_outcome(state))
+        outcome = None
+        left = []
+        for entry in waiters:
+            required, op, i = entry
+            if hw >= required:
+                if outcome is None:
+                    outcome = self._acks_outcome(state)
+                op.complete(i, outcome)
+            else:
+                left.append(entry)
+        waiters[:] = left
 
     def _fail_waiters(self, tp: TopicPartition, code: int) -> None:
-        for _, fut in self._waiters.pop(tp, []):
-            if not fut.done():
-                fut.set_result(code)
+        for _required, op, i in self._waiters.pop(tp, []):
+            op.complete(i, code)
 
     # ------------------------------------------------------------------------------------------ ISR changes
 
