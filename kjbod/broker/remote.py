@@ -36,7 +36,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import structlog
@@ -209,16 +209,16 @@ class RemoteBrokerNode(BrokerNode):
                 self.replication.sync(image)
         else:
             self._publish(delta, image)  # which also makes each replica lead or follow as the image says
-            self._reconcile_dirs(delta.changed_topic_ids())
+            self._reconcile_dirs(delta.changed_partitions())
         self._check_registration(image)
 
-    def _reconcile_dirs(self, topic_ids: Iterable[uuid.UUID] | None) -> None:
-        """Tells the assignments manager about the new image, and queues the replicas (of `topic_ids`, or all)
-        whose dir on disk is not the one the image says."""
+    def _reconcile_dirs(self, changed: Mapping[uuid.UUID, Iterable[int]] | None) -> None:
+        """Tells the assignments manager about the new image, and queues the replicas (the partitions a delta
+        wrote, `changed`, or all) whose dir on disk is not the one the image says."""
         if self.assignments is None:
             return
         self.assignments.on_metadata(self.metadata)
-        queued = self.assignments.reconcile(self.metadata, self.local_placements(topic_ids))
+        queued = self.assignments.reconcile(self.metadata, self.local_placements(changed))
         if queued:
             log.info("directory_assignments_queued", node_id=self.node_id, partitions=queued,
                      queue=self.assignments.queued)
