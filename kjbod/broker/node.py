@@ -252,7 +252,8 @@ class BrokerNode:
             log.info("partitions_deleted", topic=name, partitions=len(parts))
         creates: dict[uuid.UUID, list[int]] = defaultdict(list)
         for topic, p in changes.creates:
-            creates[topic.topic_id].append(p.partition)
+            if self.logs.manager.find(topic.name, p.partition) is None:  # not made ahead (see RemoteBrokerNode)
+                creates[topic.topic_id].append(p.partition)
         placed: list[tuple[uuid.UUID, int, uuid.UUID]] = []
         for topic_id, parts in creates.items():
             placed += self._create_partitions(image.topics_by_id[topic_id], sorted(parts))

@@ -19,7 +19,8 @@ Startup, as Kafka's BrokerServer orders it: open and recover the log dirs; regis
 until the controller says this broker has caught up with its own registration; only then make the logs match the
 image (create missing partitions, rename strays: doing it on a partial image would take live partitions for
 strays); then ask to be unfenced, and serve once unfenced.  After that each committed delta goes through the
-node's publisher (create, delete, topic configs).
+node's publisher (create, delete, topic configs); the new partitions of a big delta are made before it, a
+slice at a time with the event loop free in between, so that heartbeats and requests go on meanwhile.
 
 Produce, Fetch and ListOffsets are served only for partitions this broker leads: any other partition of the image
 answers NOT_LEADER_OR_FOLLOWER, so clients refresh their metadata and go to the leader.
@@ -73,6 +74,7 @@ __all__ = ["NotLeaderError", "RemoteBrokerNode"]
 
 log = structlog.get_logger("kjbod.broker.remote")
 ALTER_PARTITION = 56
+CREATE_SLICE = 100  # new partitions created between two turns of the event loop (see _create_ahead)
 
 
 class NotLeaderError(Exception):
@@ -186,7 +188,7 @@ class RemoteBrokerNode(BrokerNode):
     # -------------------------------------------------------------------------------- the metadata
     async def _on_batch(self, batch: MetadataBatch) -> None:
         try:
-            self._apply_batch(batch)
+            await self._apply_batch(batch)
         except Exception as e:  # Kafka's broker treats a metadata it cannot apply as fatal: so does this one
             log.exception("metadata_apply_failed", node_id=self.node_id, offset=batch.base_offset)
             self._lifecycle_shutdown(f"the metadata at offset {batch.base_offset} could not be applied: {e}")
@@ -194,7 +196,7 @@ class RemoteBrokerNode(BrokerNode):
         async with self._image_changed:
             self._image_changed.notify_all()
 
-    def _apply_batch(self, batch: MetadataBatch) -> None:
+    async def _apply_batch(self, batch: MetadataBatch) -> None:
         base = EMPTY_IMAGE if batch.snapshot else self.metadata
         delta = MetadataDelta(base)
         delta.replay_all(batch.records, first_offset=batch.last_offset - len(batch.records) + 1)
@@ -208,9 +210,30 @@ class RemoteBrokerNode(BrokerNode):
             if self.replication is not None:
                 self.replication.sync(image)
         else:
+            await self._create_ahead(delta, image)
             self._publish(delta, image)  # which also makes each replica lead or follow as the image says
             self._reconcile_dirs(delta.changed_partitions())
         self._check_registration(image)
+
+    async def _create_ahead(self, delta: MetadataDelta, image: MetadataImage) -> None:
+        """Creates this broker's new replicas of a big delta before its image is published, CREATE_SLICE at a time
+        with the event loop free in between (the publisher then finds them made).  Creating a partition is a few
+        ms of file system work: thousands in one go would hold back this broker's heartbeats past
+        broker.session.timeout.ms (the controller fences it, its partitions lose their leader, and leading them
+        again costs as much once more) and every request meanwhile.  Clients see the topic once all are made."""
+        if self.logs is None:
+            return
+        new: dict[uuid.UUID, list[int]] = {}
+        for topic, p in delta.local_changes(self.node_id, image).creates:
+            if self.logs.manager.find(topic.name, p.partition) is None:
+                new.setdefault(topic.topic_id, []).append(p.partition)
+        if sum(len(parts) for parts in new.values()) <= CREATE_SLICE:
+            return  # the publisher makes them in one go
+        for topic_id, parts in new.items():
+            topic = image.topics_by_id[topic_id]
+            for i in range(0, len(parts), CREATE_SLICE):
+                self._create_partitions(topic, parts[i:i + CREATE_SLICE])
+                await asyncio.sleep(0)
 
     def _reconcile_dirs(self, changed: Mapping[uuid.UUID, Iterable[int]] | None) -> None:
         """Tells the assignments manager about the new image, and queues the replicas (the partitions a delta
