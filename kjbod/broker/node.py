@@ -35,7 +35,7 @@ import concurrent.futures
 import contextlib
 import uuid
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,7 +44,15 @@ import structlog
 from kjbod.broker.assignments import AssignmentOutcome, AssignmentsManager
 from kjbod.broker.broker_config import BROKER, LONG_MAX, THROTTLE_KEY, DynamicBrokerConfigs
 from kjbod.broker.router import Router
-from kjbod.metadata import DIR_LOST, EMPTY_IMAGE, MetadataDelta, MetadataImage, TopicImage, is_reserved_dir
+from kjbod.metadata import (
+    DIR_LOST,
+    EMPTY_IMAGE,
+    MetadataDelta,
+    MetadataImage,
+    PartitionImage,
+    TopicImage,
+    is_reserved_dir,
+)
 from kjbod.net.controller_channel import InProcessControllerChannel
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import (
@@ -278,7 +286,8 @@ class BrokerNode:
             log.info("partitions_deleted", topic=name, partitions=len(parts))
         creates: dict[uuid.UUID, list[int]] = defaultdict(list)
         for topic, p in changes.creates:
-            creates[topic.topic_id].append(p.partition)
+            if self.logs.manager.find(topic.name, p.partition) is None:  # not made ahead (see RemoteBrokerNode)
+                creates[topic.topic_id].append(p.partition)
         for topic_id, parts in creates.items():
             self._start_creating(image.topics_by_id[topic_id], sorted(parts))
         for tid in delta.changed_topic_ids():
@@ -287,7 +296,7 @@ class BrokerNode:
                 self.logs.apply_topic_config(now.name, dict(now.configs))
                 log.info("topic_configs_changed", topic=now.name, configs=dict(now.configs))
         if self.replication is not None:
-            self.replication.sync(image, delta.changed_topic_ids())
+            self.replication.sync(image, delta.changed_partitions(), delta.removed_topics.values())
         if self.mover is not None and (old.resource_configs(BROKER, "") != image.resource_configs(BROKER, "") or
                                        old.resource_configs(BROKER, str(self.node_id))
                                        != image.resource_configs(BROKER, str(self.node_id))):
@@ -499,28 +508,33 @@ class BrokerNode:
             await self.assign_directories(placed)
             log.info("replica_dirs_recorded", partitions=len(placed))
 
-    def local_placements(self, topic_ids: Iterable[uuid.UUID] | None = None) -> dict[tuple[uuid.UUID, int], uuid.UUID]:
+    def local_placements(self, changed: Mapping[uuid.UUID, Iterable[int]] | None = None
+                         ) -> dict[tuple[uuid.UUID, int], uuid.UUID]:
         """(topic id, partition) -> the id of the online dir its replica is in on disk, for this broker's replicas
-        in the image (of `topic_ids` only, when given)."""
-        ids_by_path = {path: dir_id for dir_id, path in self.logs.manager.directory_ids(online_only=True).items()}
-        topics = self.metadata.topics() if topic_ids is None else [
-            t for tid in topic_ids if (t := self.metadata.topic_by_id(tid)) is not None]
+        in the image (of `changed` only, when given: topic id -> partition ids, what a delta wrote)."""
+        ids_by_path = {path: uuid.UUID(bytes=uuid_from_str(dir_id))
+                       for dir_id, path in self.logs.manager.directory_ids(online_only=True).items()}
+        if changed is None:
+            parts: Iterable[tuple[TopicImage, PartitionImage]] = (
+                (t, p) for t in self.metadata.topics() for p in t.partitions.values())
+        else:
+            parts = [(t, p) for tid, pids in changed.items() if (t := self.metadata.topic_by_id(tid)) is not None
+                     for pid in pids if (p := t.partitions.get(pid)) is not None]
         out: dict[tuple[uuid.UUID, int], uuid.UUID] = {}
-        for topic in topics:
-            for p in topic.partitions.values():
-                plog = self.logs.manager.find(topic.name, p.partition) if self.node_id in p.replicas else None
-                text = ids_by_path.get(plog.log_dir) if plog is not None else None
-                if text is not None:
-                    out[(topic.topic_id, p.partition)] = uuid.UUID(bytes=uuid_from_str(text))
+        for topic, p in parts:
+            plog = self.logs.manager.find(topic.name, p.partition) if self.node_id in p.replicas else None
+            dir_id = ids_by_path.get(plog.log_dir) if plog is not None else None
+            if dir_id is not None:
+                out[(topic.topic_id, p.partition)] = dir_id
         # A move whose destination the controller was asked to record is about to swap into it: that dir stands
         # (pointing the metadata back at the source meanwhile would undo KIP-858's order).
         moving = self.mover.assigned_dirs() if self.mover is not None else {}
         for (name, partition), path in moving.items():
             topic_image = self.metadata.topic(name)
-            text = ids_by_path.get(path)
+            moved_to = ids_by_path.get(path)
             key = (topic_image.topic_id, partition) if topic_image is not None else None
-            if key in out and text is not None:
-                out[key] = uuid.UUID(bytes=uuid_from_str(text))
+            if key in out and moved_to is not None:
+                out[key] = moved_to
         return out
 
     async def _heartbeat(self, *, want_shut_down: bool = False) -> Any:

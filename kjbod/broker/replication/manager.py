@@ -3,7 +3,7 @@ time; the acks=all purgatory; the ISR changes sent to the controller.
 
 Strategy (Kafka's ReplicaManager and Partition, kraft-notes C):
 
-* `sync(image)` after every applied delta: each local replica becomes leader or follower when its leader
+* `sync(image, changed, removed)` after every applied delta: each local replica it changed becomes leader or follower when its leader
   epoch, leader or partition epoch changed (partition.py); a new leader starts its epoch at its LEO in the
   leader epoch cache; a follower's fetcher (fetcher.py) is pointed at its leader.  The log's HW is then ours
   (`auto_high_watermark` off), restored from `replication-offset-checkpoint` the first time.
@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -150,17 +150,45 @@ class ReplicaManager:
         plog = logs.manager.find(topic, partition)
         return plog if plog is not None and plog.online else None
 
-    def sync(self, image: Any, topic_ids: Any = None) -> None:
-        """Makes every local replica (of `topic_ids` only, when given: the topics a delta changed) lead or follow
-        as `image` says (see the module docstring); replicas no longer local are forgotten."""
+    def sync(self, image: Any, changed: Mapping[Any, Iterable[int]] | None = None,
+             removed: Iterable[Any] = ()) -> None:
+        """Makes every local replica lead or follow as `image` says (see the module docstring); replicas no
+        longer local are forgotten.  With `changed` (topic id -> partition ids: what a delta wrote, see
+        MetadataDelta.changed_partitions) and `removed` (the topics it deleted) only those partitions are looked
+        at, so a delta costs what it changed, not the size of the topics it touched."""
+        if changed is None:
+            self._sync_all(image)
+            return
         me = self.node.node_id
         now = self.clock()
-        if topic_ids is None:
-            topics = image.topics()
-        else:
-            topics = [t for tid in topic_ids if (t := image.topic_by_id(tid)) is not None]
-        self.throttles.update(image, [t.name for t in topics])
-        for topic in topics:
+        # the throttle bounds and lists: every topic's (a config change marks no partition; cheap per topic)
+        self.throttles.update(image)
+        for gone in removed:
+            for pid in gone.partitions:
+                state = self.states.get((gone.name, pid))
+                if state is not None and state.topic_id == gone.topic_id:
+                    self._forget((gone.name, pid))
+        for tid, pids in changed.items():
+            topic = image.topic_by_id(tid)
+            if topic is None:
+                continue
+            for pid in pids:
+                p = topic.partitions.get(pid)
+                if p is None:
+                    continue
+                if me in p.replicas:
+                    self._sync_partition(topic, p, image, now)
+                tp = (topic.name, pid)
+                state = self.states.get(tp)
+                if state is not None and (me not in p.replicas or topic.topic_id != state.topic_id
+                                          or self._local_log(*tp) is None):
+                    self._forget(tp)
+
+    def _sync_all(self, image: Any) -> None:
+        me = self.node.node_id
+        now = self.clock()
+        self.throttles.update(image)
+        for topic in image.topics():
             for p in topic.partitions.values():
                 if me in p.replicas:
                     self._sync_partition(topic, p, image, now)
@@ -169,9 +197,12 @@ class ReplicaManager:
             p = topic.partitions.get(tp[1]) if topic is not None else None
             if (p is None or me not in p.replicas or topic.topic_id != state.topic_id
                     or self._local_log(*tp) is None):
-                del self.states[tp]
-                self.fetchers.remove(tp)
-                self._fail_waiters(tp, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+                self._forget(tp)
+
+    def _forget(self, tp: TopicPartition) -> None:
+        del self.states[tp]
+        self.fetchers.remove(tp)
+        self._fail_waiters(tp, ErrorCode.NOT_LEADER_OR_FOLLOWER)
 
     def _sync_partition(self, topic: Any, p: Any, image: Any, now: int) -> None:
         me = self.node.node_id
