@@ -344,3 +344,18 @@ def test_a_cached_read_is_served_on_the_loop_and_one_that_would_wait_goes_to_the
     # The closed segment gave back its fd after the last read: reopening it might wait, so its worker reads it.
     plog.segments[0].release()
     assert asyncio.run(scenario(0)) == (False, (0, [b"one", b"two"]))
+
+
+def test_server_process_settles_the_gc_after_start():
+    """`kjbod serve` (app.run) freezes what the started node built and collects young objects every
+    GC_YOUNG_THRESHOLD net allocations: requests in flight to the dir workers then die before a collection sees
+    them. Checked in a child process: the test process's own GC is not the server's to change."""
+    import subprocess
+    import sys
+
+    code = ("import gc\nfrom kjbod.server.app import GC_YOUNG_THRESHOLD, _settle_gc\n"
+            "assert gc.get_freeze_count() == 0\n_settle_gc()\n"
+            "assert gc.get_threshold()[0] == GC_YOUNG_THRESHOLD > 700, gc.get_threshold()\n"
+            "assert gc.get_freeze_count() > 1000, gc.get_freeze_count()\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
