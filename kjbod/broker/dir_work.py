@@ -154,7 +154,7 @@ class _Waiting:
             return
         try:
             result = then()
-        except BaseException as e:  # the handler's own error (CloseConnection, ...) is the request's answer
+        except Exception as e:  # the handler's own error (CloseConnection, ...) is the request's answer
             future.set_exception(e)
             return
         if asyncio.isfuture(result) or asyncio.iscoroutine(result):  # a further wait (acks=all): chained
@@ -164,11 +164,13 @@ class _Waiting:
 
 
 def _copy_outcome(source: asyncio.Future[Any], target: asyncio.Future[Any]) -> None:
-    if target.done():
-        return
     if source.cancelled():
         target.cancel()
-    elif (e := source.exception()) is not None:
+        return
+    e = source.exception()  # retrieved even when nobody waits any more (target cancelled)
+    if target.done():
+        return
+    if e is not None:
         target.set_exception(e)
     else:
         target.set_result(source.result())
