@@ -154,6 +154,22 @@ def test_acks_0_failure_closes_the_connection(server):
         assert metadata(client, None).cluster_id == server.cluster_id
 
 
+def test_acks_0_append_failure_on_a_dir_worker_closes_the_connection(server, raw):
+    """The refusal comes back from the partition's dir worker (the answer is a future, not a coroutine): with
+    acks=0 it still closes the connection, and a good acks=0 produce on the same topic does not."""
+    new_topic(raw, "acks0-crc")
+    good = batch([b"x"])
+    damaged = bytearray(good)
+    damaged[-1] ^= 0xFF
+    with RawClient.to(server) as client:
+        assert produce(client, "acks0-crc", 0, bytes(damaged), acks=0) is None
+        assert client.closed_by_server(), "an acks=0 produce refused by the dir worker must close the connection"
+    with RawClient.to(server) as client:
+        assert produce(client, "acks0-crc", 0, good, acks=0) is None
+        assert metadata(client, None).cluster_id == server.cluster_id  # still open, answered in order
+    assert produce(raw, "acks0-crc", 0, good).base_offset == 1
+
+
 def test_idempotent_producer_retries_and_gaps(raw):
     new_topic(raw, "idem")
     init = raw.call(InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=1000), 4)
