@@ -361,7 +361,7 @@ class BrokerNode:
         if now is None or len(gone) == len(made):
             return
         if self.replication is not None:
-            self.replication.sync(self.metadata, [topic.topic_id])
+            self.replication.sync(self.metadata, {topic.topic_id: [p for p in made if p not in gone]})
         placed = [(topic.topic_id, p, dir_id) for p, dir_id in made.items() if p not in gone
                   and not is_reserved_dir(dir_id) and dir_id != now.partitions[p].directory_of(self.node_id)]
         if placed:
