@@ -108,11 +108,15 @@ async def serve(
         return make
 
     servers: list[tuple[Listener, str, Any]] = []
+    bound: list[tuple[str, int]] = []
     try:
         for listener in config.listeners:
             kind = config.listener_kind(listener.name)
             server = await _bind(loop, listener, connection_factory(listener, kind))
             servers.append((listener, kind, server))
+            # the bound address, read now: a server closed while the node starts (a stop asked meanwhile) has no
+            # sockets to read later
+            bound.append(server.sockets[0].getsockname()[:2])
 
         if node_factory is None:
             from kjbod.server.roles import build_node
@@ -132,9 +136,8 @@ async def serve(
         raise
 
     try:
-        for listener, kind, server in servers:
+        for (listener, kind, server), (host, port) in zip(servers, bound, strict=True):
             await server.start_serving()
-            host, port = server.sockets[0].getsockname()[:2]
             log.info("listening", listener=listener.name, kind=kind, host=host, port=port)
         if config.ignored:
             log.info("config keys accepted with no effect in kjbod", keys=sorted(config.ignored))
