@@ -42,6 +42,7 @@ CLUSTER = "tests/cluster/test_cluster_live.py"
 REMOTE = "tests/broker/test_remote.py"
 REPLICATION = "tests/replication/test_config.py"
 ELECTIONS = "tests/controller/test_elections.py"
+THROTTLES = "tests/replication/test_throttle.py"
 
 # key -> the tests that show it taking effect
 EFFECTS: dict[str, list[str]] = {
@@ -128,6 +129,9 @@ EFFECTS: dict[str, list[str]] = {
     "log.message.timestamp.before.max.ms": [f"{EFFECT}[log.message.timestamp.before.max.ms]"],
     "log.message.timestamp.after.max.ms": [f"{EFFECT}[log.message.timestamp.after.max.ms]"],
     "kjbod.zero.copy": ["tests/test_connection.py::test_client_disconnecting_mid_response"],
+    "kjbod.extensions.enable": [
+        "tests/reassign/test_cli_fallback.py::test_without_the_extensions_the_tool_moves_dirs_the_kafka_way",
+        "tests/reassign/test_cli_fallback.py::test_with_the_extensions_dir_ids_are_reported"],
     **{key: [f"{REPLICATION}::test_the_replication_keys_reach_the_fetchers"] for key in (
         "replica.fetch.max.bytes", "replica.fetch.min.bytes", "replica.fetch.wait.max.ms",
         "replica.fetch.response.max.bytes", "replica.fetch.backoff.ms", "replica.socket.timeout.ms",
@@ -147,6 +151,8 @@ EFFECTS: dict[str, list[str]] = {
     "leader.imbalance.per.broker.percentage": [
         f"{ELECTIONS}::test_the_election_keys_reach_the_controllers_settings",
         f"{ELECTIONS}::test_rebalance_follows_the_imbalance_percentage"],
+    **{key: [f"{THROTTLES}::test_the_quota_window_keys_reach_the_quotas"] for key in (
+        "replication.quota.window.num", "replication.quota.window.size.seconds")},
     "kjbod.metrics.listener": [
         "tests/metrics/test_endpoint_live.py::test_counters_follow_a_known_workload_and_a_failed_dir_shows"],
 }
@@ -155,7 +161,23 @@ EFFECTS: dict[str, list[str]] = {
 # image: the tests that show each one taking effect.
 READ_OUTSIDE_STORAGE: dict[str, list[str]] = {
     "unclean.leader.election.enable": ["tests/controller/test_replication.py::test_unclean_election_only_where_enabled"],
+    **{f"{who}.replication.throttled.replicas": [
+        f"{THROTTLES}::test_the_replica_lists_and_rates_follow_the_image",
+        f"{THROTTLES}::test_the_{who}_throttles_only_out_of_sync_throttled_replicas_over_quota",
+        "tests/replication/test_throttle_live.py::test_a_throttled_new_follower_copies_at_the_rate"]
+       for who in ("leader", "follower")},
 }
+
+# Dynamic-only broker configs (no server.properties key, as in Kafka): the tests that show each one taking effect.
+DYNAMIC_ONLY: dict[str, list[str]] = {
+    f"{who}.replication.throttled.rate": [
+        f"{THROTTLES}::test_the_replica_lists_and_rates_follow_the_image",
+        f"{THROTTLES}::test_the_{who}_throttles_only_out_of_sync_throttled_replicas_over_quota",
+        "tests/replication/test_throttle_live.py::test_a_throttled_new_follower_copies_at_the_rate"]
+    for who in ("leader", "follower")
+} | {f"reassignment.parallel.{k}": ["tests/reassign/test_batching.py::test_a_changed_limit_applies_from_the_next_step",
+                                    "tests/reassign/test_batching.py::test_the_limits_are_dynamic_broker_configs_of_positive_integers"]
+     for k in ("replica.count", "partition.count", "leader.movements")}
 
 # Where the node reads a key's value through something derived from the attribute, inside the parser's module.
 DERIVED = {
@@ -195,6 +217,13 @@ def test_every_accepted_key_takes_effect_or_is_compatibility_only():
     assert set(ALIASES.values()) <= set(EFFECTS), "an alias's key must take effect"
 
 
+def test_every_dynamic_only_broker_key_is_shown_to_take_effect():
+    from kjbod.broker.broker_config import BROKER_KEYS
+
+    dynamic_only = {name for name, k in BROKER_KEYS.items() if k.dynamic and k.attr is None}
+    assert dynamic_only == set(DYNAMIC_ONLY)
+
+
 def test_keys_that_take_effect_are_read_by_the_node_and_compatibility_keys_are_not():
     read = names_read_by_the_node()
     attrs = {f.name for f in ServerConfig.__dataclass_fields__.values()}
@@ -207,9 +236,15 @@ def test_keys_that_take_effect_are_read_by_the_node_and_compatibility_keys_are_n
             assert uses & read, f"{key} is parsed into {keydef.attr}, which nothing outside the parser reads"
 
 
-@pytest.mark.parametrize("key", sorted(EFFECTS) + [f"topic:{k}" for k in sorted(READ_OUTSIDE_STORAGE)])
+@pytest.mark.parametrize("key", sorted(EFFECTS) + [f"topic:{k}" for k in sorted(READ_OUTSIDE_STORAGE)]
+                         + [f"dynamic:{k}" for k in sorted(DYNAMIC_ONLY)])
 def test_the_tests_named_for_each_key_exist(key):
-    refs = READ_OUTSIDE_STORAGE[key.removeprefix("topic:")] if key.startswith("topic:") else EFFECTS[key]
+    if key.startswith("topic:"):
+        refs = READ_OUTSIDE_STORAGE[key.removeprefix("topic:")]
+    elif key.startswith("dynamic:"):
+        refs = DYNAMIC_ONLY[key.removeprefix("dynamic:")]
+    else:
+        refs = EFFECTS[key]
     for ref in refs:
         path, _, name = ref.partition("::")
         function, _, param = name.partition("[")
@@ -249,7 +284,7 @@ def test_every_topic_config_reaches_the_log_and_storage_reads_it():
     # Topic configs (CreateTopics, AlterConfigs) become the same LogConfig fields as their broker defaults.
     assert set(topic_config.DEFS) == set(TOPIC_CONFIG_KEYS) | set(READ_OUTSIDE_STORAGE)
     assert not set(TOPIC_CONFIG_KEYS) & set(READ_OUTSIDE_STORAGE)
-    assert {d.broker_key for d in topic_config.DEFS.values()} <= set(EFFECTS)
+    assert {d.broker_key for d in topic_config.DEFS.values()} - {None} <= set(EFFECTS)
     read = names_read_by_the_node({REPO / "kjbod/storage/config.py"})
     # Fields the storage reads through a LogConfig property.
     read |= {field for field, prop in {"message_timestamp_type": "log_append_time"}.items() if prop in read}

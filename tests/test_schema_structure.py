@@ -79,7 +79,16 @@ SERVED_RECORDS: dict[str, tuple[int, int]] = {
 }
 # Control records of the metadata log (schemas/raft/, Kafka type "data").
 # kjbod's own metadata records, which Kafka lacks: shipped beside Kafka's, never compared with them.
-EXTENSION_RECORDS: dict[str, tuple[int, int]] = {"ReassignmentIntentRecord": (0, 0)}
+EXTENSION_RECORDS: dict[str, tuple[int, int]] = {
+    "ReassignmentIntentRecord": (0, 0), "ThrottledReplicasIntentRecord": (0, 0), "ThrottledRateIntentRecord": (0, 0)}
+# kjbod's own APIs (KIP-179's, which Kafka never shipped): api keys from 10000, never compared with Kafka's.
+EXTENSION_APIS: dict[str, tuple[int, int]] = {
+    "ReassignPartitions": (0, 0),
+    "AlterInterbrokerThrottledRates": (0, 0),
+    "AlterInterbrokerThrottledReplicas": (0, 0),
+}
+EXTENSION_MESSAGES: dict[str, tuple[int, int]] = {
+    api + kind: rng for api, rng in EXTENSION_APIS.items() for kind in ("Request", "Response")}
 SERVED_CONTROL_RECORDS: dict[str, tuple[int, int]] = {
     "LeaderChangeMessage": (0, 1),
     "SnapshotHeaderRecord": (0, 0),
@@ -431,7 +440,7 @@ def test_kafka_sources_are_present() -> None:
 
 def test_exactly_the_served_schemas_are_shipped() -> None:
     shipped = {p.stem for p in our_paths()}
-    expected = set(SERVED) | set(EXTENSION_RECORDS)
+    expected = set(SERVED) | set(EXTENSION_RECORDS) | set(EXTENSION_MESSAGES)
     assert shipped == expected, (
         f"missing: {sorted(expected - shipped)}; unexpected: {sorted(shipped - expected)}")
     for name in SERVED_RECORDS:
@@ -443,6 +452,18 @@ def test_extension_records_use_kjbods_type_range(name: str) -> None:
     schema = load_schema(SCHEMAS / "metadata" / f"{name}.json")
     assert schema["apiKey"] >= 10000, "kjbod's metadata record types start at 10000"
     assert all(f["about"].startswith("kjbod extension:") for _, f in all_fields(schema))
+
+
+@pytest.mark.parametrize("name", sorted(EXTENSION_MESSAGES))
+def test_extension_apis_use_kjbods_key_range(name: str) -> None:
+    schema = load_schema(SCHEMAS / f"{name}.json")
+    assert schema["apiKey"] >= 10000, "kjbod's API keys start at 10000 (Kafka's are below 100)"
+    assert parse_versions(schema["validVersions"]) == EXTENSION_MESSAGES[name]
+    assert parse_versions(schema["flexibleVersions"]) == (0, None), "flexible from the start"
+    assert all(f["about"].startswith("kjbod extension:") for _, f in all_fields(schema))
+    partner = name.removesuffix("Request") + "Response" if name.endswith("Request") else \
+        name.removesuffix("Response") + "Request"
+    assert load_schema(SCHEMAS / f"{partner}.json")["apiKey"] == schema["apiKey"]
 
 
 @pytest.mark.parametrize("path", our_paths(), ids=lambda p: p.stem)

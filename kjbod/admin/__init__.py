@@ -23,6 +23,7 @@ from kjbod.admin.errors import (
 )
 from kjbod.admin.sync import SyncAdminClient
 from kjbod.admin.types import (
+    NO_THROTTLE,
     AlterConfigOp,
     AlterConfigOpType,
     AlterConfigsResult,
@@ -43,6 +44,8 @@ from kjbod.admin.types import (
     ReplicaInfo,
     ReplicaLogDirInfo,
     Results,
+    ThrottledRate,
+    ThrottledReplicas,
     TopicDescription,
     TopicPartitionReplica,
 )
@@ -82,6 +85,9 @@ __all__ = [
     "SyncAdminClient",
     "TopicDescription",
     "TopicPartitionReplica",
+    "NO_THROTTLE",
+    "ThrottledRate",
+    "ThrottledReplicas",
     "UnsupportedVersionError",
     "parse_bootstrap_servers",
 ]

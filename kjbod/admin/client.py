@@ -38,6 +38,7 @@ from kjbod.admin.errors import (
     error_for_code,
 )
 from kjbod.admin.types import (
+    NO_THROTTLE,
     AlterConfigOp,
     AlterConfigOpType,
     AlterConfigsResult,
@@ -58,6 +59,8 @@ from kjbod.admin.types import (
     ReplicaInfo,
     ReplicaLogDirInfo,
     Results,
+    ThrottledRate,
+    ThrottledReplicas,
     TopicDescription,
     TopicPartitionReplica,
 )
@@ -65,6 +68,15 @@ from kjbod.net.backoff import ExponentialBackoff
 from kjbod.net.connection import ClientConnection
 from kjbod.net.correlator import api_name
 from kjbod.protocol.errors import ErrorCode, KafkaError
+from kjbod.protocol.generated.alter_interbroker_throttled_rates_request import (
+    AlterInterbrokerThrottledRatesRequest,
+    BrokerThrottle,
+)
+from kjbod.protocol.generated.alter_interbroker_throttled_replicas_request import (
+    AlterInterbrokerThrottledReplicasRequest,
+    PartitionThrottle,
+    TopicThrottle,
+)
 from kjbod.protocol.generated.alter_partition_reassignments_request import (
     AlterPartitionReassignmentsRequest,
     ReassignablePartition,
@@ -100,6 +112,11 @@ from kjbod.protocol.generated.list_partition_reassignments_request import (
     ListPartitionReassignmentsTopics,
 )
 from kjbod.protocol.generated.metadata_request import MetadataRequest, MetadataRequestTopic
+from kjbod.protocol.generated.reassign_partitions_request import (
+    PartitionReassignment,
+    ReassignPartitionsRequest,
+    TopicReassignment,
+)
 from kjbod.protocol.runtime import ZERO_UUID, gc_pause, gc_resume
 from kjbod.wire.framing import DEFAULT_MAX_FRAME_SIZE
 
@@ -124,6 +141,10 @@ INCREMENTAL_ALTER_CONFIGS = 44
 ALTER_PARTITION_REASSIGNMENTS = 45
 LIST_PARTITION_REASSIGNMENTS = 46
 DESCRIBE_CLUSTER = 60
+# kjbod's own APIs (KIP-179; an Apache Kafka broker does not have them: UnsupportedVersionError).
+REASSIGN_PARTITIONS = 10000
+ALTER_INTERBROKER_THROTTLED_RATES = 10001
+ALTER_INTERBROKER_THROTTLED_REPLICAS = 10002
 
 # Per-topic codes worth resending the failed topics for (what Kafka's admin client retries for these APIs).
 _TOPIC_RETRY_CODES = frozenset({ErrorCode.NOT_CONTROLLER, ErrorCode.THROTTLING_QUOTA_EXCEEDED})
@@ -588,6 +609,76 @@ class AdminClient:
                                               include_batches=include_batches)),
             deadline, check=lambda r: r.error_code, message=lambda r: r.error_message)
         return {(t.name, p.partition_index): p for t in response.topics for p in t.partitions}
+
+    # ============================================================================================ KIP-179
+
+    async def reassign_partitions(
+        self, targets: Mapping[tuple[str, int], Sequence[int]], *, throttle: int | None = None,
+        remove_throttle: bool = True, validate_only: bool = False,
+        directories: Mapping[tuple[str, int], Sequence[UUID]] | None = None,
+        allow_replication_factor_change: bool = True, additional: bool = False, timeout: float | None = None,
+    ) -> dict[tuple[str, int], tuple[int, str | None]]:
+        """Starts reassignments with an inter-broker throttle in one request (kjbod's ReassignPartitions,
+        KIP-179): {(topic, partition): (error code, message)}.
+
+        `throttle` (bytes/s, None for none) is set as both rates on every broker of the moving partitions and
+        their replicas as the throttled ones (leaders: the current replicas, followers: the new ones), in the
+        same metadata batch that starts the moves; with `remove_throttle` the controller removes what it set as
+        each partition's reassignment ends.  `additional` starts even while other reassignments run (else
+        REASSIGNMENT_IN_PROGRESS).  `directories` names a log dir per target replica (zero uuid: the broker
+        picks).  An Apache Kafka broker lacks the API: UnsupportedVersionError."""
+        deadline = self._deadline(timeout)
+        by_topic: dict[str, list[PartitionReassignment]] = {}
+        for (topic, index), replicas in targets.items():
+            by_topic.setdefault(topic, []).append(PartitionReassignment(
+                partition_id=index, brokers=list(replicas),
+                target_directories=list((directories or {}).get((topic, index), ()))))
+        body = [TopicReassignment(topic=name, partition_reassignments=parts) for name, parts in by_topic.items()]
+        response, _, _ = await self._call(_CONTROLLER, REASSIGN_PARTITIONS, lambda v: ReassignPartitionsRequest(
+            topic_reassignments=body, timeout_ms=self._timeout_ms(deadline), validate_only=validate_only,
+            throttle=NO_THROTTLE if throttle is None else throttle, remove_throttle=remove_throttle,
+            allow_replication_factor_change=allow_replication_factor_change, additional=additional), deadline)
+        return {(t.topic, p.partition_id): (p.error_code, p.error_message)
+                for t in response.reassign_partition_results for p in t.partition_errors}
+
+    async def alter_interbroker_throttled_rates(
+        self, rates: Mapping[int, ThrottledRate | tuple[int, int]], *, remove_throttle: bool = True,
+        validate_only: bool = False, timeout: float | None = None,
+    ) -> dict[int, tuple[int, str | None]]:
+        """Sets `leader.replication.throttled.rate` / `follower.replication.throttled.rate` per broker
+        ({broker id: (leader rate, follower rate)}, bytes/s) through the controller (kjbod's
+        AlterInterbrokerThrottledRates, KIP-179): {broker id: (error code, message)}.  With `remove_throttle`
+        the controller removes each broker's rates once no reassignment in progress involves it (a broker no
+        reassignment involves now is refused with NO_REASSIGNMENT_IN_PROGRESS)."""
+        deadline = self._deadline(timeout)
+        body = [BrokerThrottle(broker_id=b, leader_rate=r[0], follower_rate=r[1]) for b, r in rates.items()]
+        response, _, _ = await self._call(
+            _CONTROLLER, ALTER_INTERBROKER_THROTTLED_RATES, lambda v: AlterInterbrokerThrottledRatesRequest(
+                broker_throttles=body, remove_throttle=remove_throttle, timeout_ms=self._timeout_ms(deadline),
+                validate_only=validate_only), deadline)
+        return {e.broker_id: (e.error_code, e.error_message) for e in response.broker_errors}
+
+    async def alter_interbroker_throttled_replicas(
+        self, replicas: Mapping[tuple[str, int], ThrottledReplicas | tuple[Sequence[int], Sequence[int]]], *,
+        remove_throttle: bool = True, validate_only: bool = False, timeout: float | None = None,
+    ) -> dict[tuple[str, int], tuple[int, str | None]]:
+        """Adds `partition:broker` entries to topics' `leader.replication.throttled.replicas` /
+        `follower.replication.throttled.replicas` ({(topic, partition): (leaders, followers)}), merged with
+        what is there (kjbod's AlterInterbrokerThrottledReplicas, KIP-179): {(topic, partition): (error code,
+        message)}.  With `remove_throttle` the controller removes the entries it added when the partition's
+        reassignment ends (a partition not being reassigned is refused with NO_REASSIGNMENT_IN_PROGRESS)."""
+        deadline = self._deadline(timeout)
+        by_topic: dict[str, list[PartitionThrottle]] = {}
+        for (topic, index), (leaders, followers) in replicas.items():
+            by_topic.setdefault(topic, []).append(PartitionThrottle(
+                partition_id=index, leaders=list(leaders), followers=list(followers)))
+        body = [TopicThrottle(topic=name, partition_throttles=parts) for name, parts in by_topic.items()]
+        response, _, _ = await self._call(
+            _CONTROLLER, ALTER_INTERBROKER_THROTTLED_REPLICAS, lambda v: AlterInterbrokerThrottledReplicasRequest(
+                topic_throttles=body, remove_throttle=remove_throttle, timeout_ms=self._timeout_ms(deadline),
+                validate_only=validate_only), deadline)
+        return {(t.topic, p.partition_id): (p.error_code, p.error_message)
+                for t in response.topic_errors for p in t.partition_errors}
 
     # ============================================================================================ configs
 

@@ -92,6 +92,25 @@ class TopicPartitionReplica(NamedTuple):
     broker_id: int
 
 
+# ------------------------------------------------------------------------------------------------- throttles (KIP-179)
+
+NO_THROTTLE = (1 << 63) - 1  # Long.MAX_VALUE: KIP-179's "not throttled"
+
+
+class ThrottledRate(NamedTuple):
+    """A broker's inter-broker throttled rates in bytes/s (KIP-179's ThrottledRate).  Plain tuples work too."""
+
+    leader_rate: int
+    follower_rate: int
+
+
+class ThrottledReplicas(NamedTuple):
+    """The brokers of one partition throttled when leading and when following it (KIP-179's ThrottledReplicas)."""
+
+    leaders: tuple[int, ...] | list[int]
+    followers: tuple[int, ...] | list[int]
+
+
 @dataclass(frozen=True, slots=True)
 class ReplicaInfo:
     topic: str

@@ -1,9 +1,10 @@
 """Configs as DescribeConfigs, AlterConfigs and IncrementalAlterConfigs see them: brokers and topics.
 
 Strategy: one table (:data:`BROKER_KEYS`) names the broker configs this node reports, with Kafka's type, the
-ServerConfig attribute holding the static value, and whether the key may change at runtime. Only
+ServerConfig attribute holding the static value, and whether the key may change at runtime. The dynamic ones:
 ``replica.alter.log.dirs.io.max.bytes.per.second`` (KIP-113's throttle; ``intra.broker.throttled.rate`` is its
-alias) is dynamic. Dynamic values live in :class:`DynamicBrokerConfigs`, rebuilt at startup from the
+alias), the inter-broker ``leader.replication.throttled.rate`` / ``follower.replication.throttled.rate`` (dynamic
+only, as in Kafka) and the KIP-435 ``reassignment.parallel.*`` limits. Dynamic values live in :class:`DynamicBrokerConfigs`, rebuilt at startup from the
 metadata log's ConfigRecords (resource type 4: name = node id for this broker, "" for the cluster default),
 so a restart keeps them. Precedence is Kafka's: per-broker dynamic > cluster-default dynamic > static
 (server.properties) > default.
@@ -58,6 +59,7 @@ class BrokerKey:
     dynamic: bool = False
     doc: str = ""
     default: Any = None
+    minimum: int = 1  # a dynamic key's smallest value
 
 
 BROKER_KEYS: dict[str, BrokerKey] = {k.name: k for k in [
@@ -116,6 +118,14 @@ BROKER_KEYS: dict[str, BrokerKey] = {k.name: k for k in [
               default=LONG_MAX,
               doc="Bytes per second that all replica moves between this broker's log dirs may copy together "
                   "(KIP-113's intra.broker.throttled.rate)."),
+    *[BrokerKey(f"{who}.replication.throttled.rate", LONG, None, dynamic=True, default=LONG_MAX, minimum=0,
+                doc=f"Bytes per second that replication of the replicas in each topic's {who}.replication."
+                    f"throttled.replicas may use on this broker as {who} (dynamic only; unlimited by default).")
+      for who in ("leader", "follower")],
+    BrokerKey("replication.quota.window.num", INT, "replication_quota_window_num",
+              doc="Samples the inter-broker replication throttles measure their rate over."),
+    BrokerKey("replication.quota.window.size.seconds", INT, "replication_quota_window_size_seconds",
+              doc="The length of one sample of the inter-broker replication throttles."),
     *[BrokerKey(name, INT, None, dynamic=True, default=(1 << 31) - 1, doc=doc) for name, doc in (
         ("reassignment.parallel.replica.count",
          "KIP-435: replicas of one partition a reassignment step adds (and drops) at a time; cluster-wide."),
@@ -145,6 +155,8 @@ BROKER_KEYS: dict[str, BrokerKey] = {k.name: k for k in [
     BrokerKey("log.dir.placement.policy", STRING, "log_dir_placement_policy",
               doc="kjbod: where new partitions go (most-usable or fewest-partitions)."),
     BrokerKey("kjbod.zero.copy", BOOLEAN, "zero_copy", doc="kjbod: send Fetch record data with sendfile."),
+    BrokerKey("kjbod.extensions.enable", BOOLEAN, "extensions_enable",
+              doc="kjbod: serve kjbod's protocol extensions (false: answer as Apache Kafka does)."),
     BrokerKey("kjbod.metrics.listener", STRING, "kjbod_metrics_listener",
               doc="kjbod: HOST:PORT of the Prometheus /metrics endpoint (unset: none)."),
 ]}
@@ -158,7 +170,8 @@ class ConfigProblem(Exception):
 
 
 def parse_dynamic_value(key: str, raw: str | None) -> int:
-    """Every dynamic key is a positive number: the throttle (a long, bytes per second) and the KIP-435 limits."""
+    """Every dynamic key is a number from its minimum: the throttles (longs, bytes per second; the inter-broker
+    ones from 0, as Kafka's) and the KIP-435 limits."""
     if raw is None:
         raise ConfigProblem(ErrorCode.INVALID_CONFIG, f"{key}: a value is required")
     try:
@@ -166,9 +179,11 @@ def parse_dynamic_value(key: str, raw: str | None) -> int:
     except ValueError:
         raise ConfigProblem(ErrorCode.INVALID_CONFIG,
                             f"invalid value {raw!r} for {key}: expected an integer") from None
-    if not 1 <= value <= LONG_MAX:
+    k = BROKER_KEYS.get(key)
+    lo = k.minimum if k is not None else 1
+    if not lo <= value <= LONG_MAX:
         raise ConfigProblem(ErrorCode.INVALID_CONFIG,
-                            f"invalid value {raw!r} for {key}: must be between 1 and {LONG_MAX}")
+                            f"invalid value {raw!r} for {key}: must be between {lo} and {LONG_MAX}")
     return value
 
 
@@ -351,8 +366,9 @@ def plan_broker_changes(
     unknown = [k for k, _, _ in changes if ALIASES.get(k, k) not in BROKER_KEYS]
     if unknown:
         raise ConfigProblem(ErrorCode.INVALID_CONFIG,
-                            f"unknown or unsupported broker config {unknown[0]!r} (kjbod changes only {THROTTLE_KEY} "
-                            "and the reassignment.parallel.* limits at runtime)")
+                            f"unknown or unsupported broker config {unknown[0]!r} (kjbod changes only {THROTTLE_KEY}, "
+                            "the *.replication.throttled.rate throttles and the reassignment.parallel.* limits at "
+                            "runtime)")
     static = sorted({ALIASES.get(k, k) for k, _, _ in changes} - {k for k, v in BROKER_KEYS.items() if v.dynamic})
     if static:
         raise ConfigProblem(ErrorCode.INVALID_REQUEST,

@@ -8,13 +8,20 @@ worker (``KJBOD_DIR_WORKERS=0``) run inline at once, and :meth:`DirWork.run` ret
 Otherwise it returns one future for the whole request, done when every dir has answered or when ``timeout_s``
 has passed: then each dir still out gives ``fail(item, None)``, and what it answers later goes to ``discard``
 (to close what it holds), so a slow dir costs only its own partitions; ``answered()`` runs as each dir's results
-come in. No task and no ``asyncio.wait`` per
-request: callbacks and one timer, as the hand-off is on the hot path.
+come in. Given ``then``, the future's result is what ``then()`` returns once every dir is in (a handler's whole
+answer), so a handler can return that future instead of a coroutine: no task per request.
+
+The hand-off is on the hot path, so a request in flight costs callbacks only: no task, no ``asyncio.wait`` and
+no timer of its own. Timeouts are kept in 10 ms ticks, one loop timer per tick that has any (a request times out
+at most one tick after its ``timeout_s``); at thousands of requests a second that is a timer per tick instead of
+one per request.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -50,7 +57,7 @@ class DirWork:
         return bool(self.by_dir)
 
     def run(self, fn: Callable[[Items], list[Any]], timeout_s: float | None, *,
-            cached_first: bool = False) -> asyncio.Future[None] | None:
+            cached_first: bool = False, then: Callable[[], Any] | None = None) -> asyncio.Future[Any] | None:
         """``cached_first``: try ``fn`` on the loop first where nothing can make it wait (fsio.no_waiting: page
         cache hits only, no open, no lock held elsewhere; the dir idle, online, not slow, no injected faults);
         a dir where it would wait goes to its worker as usual. For reads, whose order against appends the log's
@@ -83,7 +90,7 @@ class DirWork:
                 handed.append((worker, items))
         if not handed:
             return None
-        return _Waiting(self, fn, handed, timeout_s).future
+        return _Waiting(self, fn, handed, timeout_s, then).future
 
     def _filled(self, items: Items, results: list[Any]) -> None:
         for item, result in zip(items, results, strict=True):
@@ -99,16 +106,22 @@ class DirWork:
 class _Waiting:
     """One request's dirs in flight: counts them down, answers the late ones at the timeout."""
 
+    __slots__ = ("work", "future", "out", "then", "deadlines", "tick")
+
     def __init__(self, work: DirWork, fn: Callable[[Items], list[Any]], handed: list[tuple[Any, Items]],
-                 timeout_s: float | None) -> None:
+                 timeout_s: float | None, then: Callable[[], Any] | None) -> None:
         loop = asyncio.get_running_loop()
         self.work = work
-        self.future: asyncio.Future[None] = loop.create_future()
-        self.out: dict[int, Items] = {}  # the dirs not answered yet, by their position
-        self.timer = None if timeout_s is None else loop.call_later(max(timeout_s, 0.0), self._time_up)
-        self.out = {i: items for i, (_worker, items) in enumerate(handed)}
+        self.then = then
+        self.future: asyncio.Future[Any] = loop.create_future()
+        self.out: dict[int, Items] = {i: items for i, (_worker, items) in enumerate(handed)}  # not answered yet
+        self.deadlines: _Deadlines | None = None
+        self.tick = 0
+        if timeout_s is not None:
+            self.deadlines = _deadlines(loop)
+            self.tick = self.deadlines.add(self, timeout_s)
         for i, (worker, items) in enumerate(handed):
-            worker.submit(lambda items=items: fn(items), lambda ok, value, i=i: self._answered(i, ok, value))
+            worker.submit(lambda items=items: fn(items), lambda ok, value, i=i: self._answered(i, ok, value), loop)
 
     def _answered(self, i: int, ok: bool, value: Any) -> None:
         items = self.out.pop(i, None)
@@ -121,14 +134,82 @@ class _Waiting:
         else:
             self.work._failed(items, value)
         if not self.out:
-            if self.timer is not None:
-                self.timer.cancel()
-            if not self.future.done():
-                self.future.set_result(None)
+            if self.deadlines is not None:
+                self.deadlines.remove(self, self.tick)
+            self._done()
 
     def _time_up(self) -> None:
         for items in self.out.values():
             self.work._failed(items, None)
         self.out = {}
-        if not self.future.done():
-            self.future.set_result(None)
+        self._done()
+
+    def _done(self) -> None:
+        future = self.future
+        if future.done():  # cancelled: the connection went away
+            return
+        then = self.then
+        if then is None:
+            future.set_result(None)
+            return
+        try:
+            result = then()
+        except Exception as e:  # the handler's own error (CloseConnection, ...) is the request's answer
+            future.set_exception(e)
+            return
+        if asyncio.isfuture(result) or asyncio.iscoroutine(result):  # a further wait (acks=all): chained
+            asyncio.ensure_future(result).add_done_callback(lambda f: _copy_outcome(f, future))
+        else:
+            future.set_result(result)
+
+
+def _copy_outcome(source: asyncio.Future[Any], target: asyncio.Future[Any]) -> None:
+    if source.cancelled():
+        target.cancel()
+        return
+    e = source.exception()  # retrieved even when nobody waits any more (target cancelled)
+    if target.done():
+        return
+    if e is not None:
+        target.set_exception(e)
+    else:
+        target.set_result(source.result())
+
+
+_TICK_S = 0.01
+
+
+class _Deadlines:
+    """The timeouts of one loop's requests in flight, by the 10 ms tick they end in: one timer per tick."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.ticks: dict[int, dict[_Waiting, None]] = {}
+
+    def add(self, waiting: _Waiting, timeout_s: float) -> int:
+        tick = math.ceil((self.loop.time() + max(timeout_s, 0.0)) / _TICK_S)
+        group = self.ticks.get(tick)
+        if group is None:
+            group = self.ticks[tick] = {}
+            self.loop.call_at(tick * _TICK_S, self._fire, tick)
+        group[waiting] = None
+        return tick
+
+    def remove(self, waiting: _Waiting, tick: int) -> None:
+        group = self.ticks.get(tick)
+        if group is not None:
+            group.pop(waiting, None)
+
+    def _fire(self, tick: int) -> None:
+        for waiting in self.ticks.pop(tick, {}):
+            waiting._time_up()
+
+
+_BY_LOOP: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Deadlines] = weakref.WeakKeyDictionary()
+
+
+def _deadlines(loop: asyncio.AbstractEventLoop) -> _Deadlines:
+    found = _BY_LOOP.get(loop)
+    if found is None:
+        found = _BY_LOOP[loop] = _Deadlines(loop)
+    return found

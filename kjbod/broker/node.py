@@ -18,8 +18,9 @@ At start the node registers its broker with its controller (its online log dir i
 and heartbeats every `broker.heartbeat.interval.ms`, which unfences it once it has applied its registration.
 
 KIP-113: the node owns the replica mover (kjbod.broker.kip113), started after storage is open, stopped before
-it closes, and runs the mover's final catch-up and swap on the event loop (`run_exclusive`): every append
-happens on that loop, so while the swap runs no produce can hold the old log.  Before the swap the mover has
+it closes. The mover's final catch-up and swap run on the source dir's worker, where every append of the
+partition runs (a leader's produce, a follower's fetched batches); only with KJBOD_DIR_WORKERS=0, when every
+append happens on the event loop, does the node run them there (`run_exclusive`).  Before the swap the mover has
 the new dir recorded (KIP-858's order, `assign_moved_replica`) through an AssignmentsManager
 (kjbod.broker.assignments): the broker-only node's speaks to the controller over a socket, the combined node's
 to its in-process controller through an InProcessControllerChannel, with the same AssignReplicasToDirs checks,
@@ -34,7 +35,7 @@ import concurrent.futures
 import contextlib
 import uuid
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,7 +44,15 @@ import structlog
 from kjbod.broker.assignments import AssignmentOutcome, AssignmentsManager
 from kjbod.broker.broker_config import BROKER, LONG_MAX, THROTTLE_KEY, DynamicBrokerConfigs
 from kjbod.broker.router import Router
-from kjbod.metadata import DIR_LOST, EMPTY_IMAGE, MetadataDelta, MetadataImage, TopicImage, is_reserved_dir
+from kjbod.metadata import (
+    DIR_LOST,
+    EMPTY_IMAGE,
+    MetadataDelta,
+    MetadataImage,
+    PartitionImage,
+    TopicImage,
+    is_reserved_dir,
+)
 from kjbod.net.controller_channel import InProcessControllerChannel
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import (
@@ -51,6 +60,7 @@ from kjbod.protocol.generated import (
     BrokerHeartbeatRequest,
     BrokerRegistrationRequest,
     CreateTopicsRequest,
+    DeleteTopicsRequest,
 )
 from kjbod.protocol.generated.broker_registration_request import Listener as RegListener
 from kjbod.protocol.generated.create_topics_request import CreatableTopic
@@ -60,6 +70,7 @@ from kjbod.storage.workers import workers_enabled
 log = structlog.get_logger("kjbod.node")
 
 ALTER_PARTITION_VERSION = 3
+CREATES_WAIT_S = 30.0  # how long a controller request waits for the replicas it created here
 SECURITY_PROTOCOLS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
 
 
@@ -89,9 +100,11 @@ class BrokerNode:
         self.topic_stats: Any = None  # kjbod.metrics' BrokerTopicMetrics counters, set when /metrics is served
         self._tasks: list[asyncio.Task] = []
         self._assignments: set[asyncio.Task] = set()  # directory assignments on their way to the controller
+        self._creating: dict[str, set[asyncio.Task]] = {}  # topic -> its new replicas being made on dir workers
         self._stopping = asyncio.Event()
         self.shutdown_requested = asyncio.Event()
         self._appended = asyncio.Event()
+        self._log_end_moved = asyncio.Event()
         self.exit_code = 0
         self.incarnation_id = uuid.uuid4()
         self.broker_epoch = -1
@@ -102,6 +115,11 @@ class BrokerNode:
     @property
     def config_auto_create_topics(self) -> bool:
         return bool(getattr(self.config, "auto_create_topics_enable", True))
+
+    @property
+    def extensions_enabled(self) -> bool:
+        """kjbod.extensions.enable: false answers as Apache Kafka does (no extension APIs or tagged fields)."""
+        return bool(getattr(self.config, "extensions_enable", True))
 
     @property
     def rack(self) -> str | None:
@@ -175,9 +193,22 @@ class BrokerNode:
         """Wakes every long-polling Fetch: new records may satisfy them."""
         self._appended.set()
         self._appended = asyncio.Event()
+        self._log_end_moved.set()
+        self._log_end_moved = asyncio.Event()
+
+    def notify_high_watermark(self) -> None:
+        """Wakes the consumers' long polls only: a high watermark move gives them records, never a follower,
+        which reads to the log end (Kafka completes a follower's DelayedFetch on appended bytes)."""
+        self._appended.set()
+        self._appended = asyncio.Event()
 
     def append_event(self) -> asyncio.Event:
+        """Set at the next append or high watermark move (what a consumer's long poll waits for)."""
         return self._appended
+
+    def log_end_event(self) -> asyncio.Event:
+        """Set at the next append (what a follower's long poll waits for)."""
+        return self._log_end_moved
 
     def partition_online(self, topic: str, partition: int) -> bool:
         if self.logs is None:
@@ -189,13 +220,24 @@ class BrokerNode:
         """Sends a controller-owned request to the controller (in process) and returns its response."""
         if self.controller is None:
             raise RuntimeError("the controller is not running")
-        return await self.controller.request(body.API_KEY, version, body)
+        response = await self.controller.request(body.API_KEY, version, body)
+        if isinstance(body, CreateTopicsRequest) and self._creating:
+            # The replicas it made here are served before it answers (they are made on their dirs' workers).
+            await self.creates_settled([t.name for t in response.topics if t.error_code == 0], CREATES_WAIT_S)
+        elif isinstance(body, DeleteTopicsRequest) and self.logs is not None and self.logs.deleting:
+            # Its partitions here are renamed to -delete on their dirs' workers before it answers, as before the
+            # workers (bounded: a hung dir's rename does not hold the answer past the wait).
+            names = [t.name for t in response.responses if t.error_code == 0 and t.name]
+            await self.logs.deletes_settled(names, CREATES_WAIT_S)
+        return response
 
     def controller_call(self, body: Any, version: int) -> Any:
         """The controller's response to `body`, or an awaitable of it when it is not ready at once (handlers
         return either; a steady heartbeat is answered without a task)."""
         if self.controller is None:
             raise RuntimeError("the controller is not running")
+        if isinstance(body, DeleteTopicsRequest):
+            return self.controller_request(body, version)  # answered once its renames here are done
         fut = self.controller.request(body.API_KEY, version, body)
         return fut.result() if fut.done() else fut
 
@@ -244,21 +286,17 @@ class BrokerNode:
             log.info("partitions_deleted", topic=name, partitions=len(parts))
         creates: dict[uuid.UUID, list[int]] = defaultdict(list)
         for topic, p in changes.creates:
-            creates[topic.topic_id].append(p.partition)
-        placed: list[tuple[uuid.UUID, int, uuid.UUID]] = []
+            if self.logs.manager.find(topic.name, p.partition) is None:  # not made ahead (see RemoteBrokerNode)
+                creates[topic.topic_id].append(p.partition)
         for topic_id, parts in creates.items():
-            placed += self._create_partitions(image.topics_by_id[topic_id], sorted(parts))
-        if placed:
-            task = asyncio.get_running_loop().create_task(self.assign_directories(placed))
-            self._assignments.add(task)
-            task.add_done_callback(self._assignment_done)
+            self._start_creating(image.topics_by_id[topic_id], sorted(parts))
         for tid in delta.changed_topic_ids():
             now, before = image.topic_by_id(tid), old.topic_by_id(tid)
             if now is not None and before is not None and now.configs != before.configs:
                 self.logs.apply_topic_config(now.name, dict(now.configs))
                 log.info("topic_configs_changed", topic=now.name, configs=dict(now.configs))
         if self.replication is not None:
-            self.replication.sync(image, delta.changed_topic_ids())
+            self.replication.sync(image, delta.changed_partitions(), delta.removed_topics.values())
         if self.mover is not None and (old.resource_configs(BROKER, "") != image.resource_configs(BROKER, "") or
                                        old.resource_configs(BROKER, str(self.node_id))
                                        != image.resource_configs(BROKER, str(self.node_id))):
@@ -277,21 +315,59 @@ class BrokerNode:
             log.error("directory_assignment_failed", error=str(task.exception()),
                       effect="recorded at the next start")
 
-    def _create_partitions(self, topic: TopicImage, parts: list[int]) -> list[tuple[uuid.UUID, int, uuid.UUID]]:
-        """Creates this broker's new replicas of `topic` (placement by storage); returns the dirs to record."""
+    def _start_creating(self, topic: TopicImage, parts: list[int]) -> None:
+        """Creates this broker's new replicas of `topic` on their dirs' workers (placement by storage); the
+        publisher does not wait, so a dir that hangs holds no other delta. Controller requests that create
+        topics wait for it before they answer (`creates_settled`)."""
+        task = asyncio.get_running_loop().create_task(self._create_partitions(topic, parts))
+        tasks = self._creating.setdefault(topic.name, set())
+        tasks.add(task)
+
+        def done(task: asyncio.Task) -> None:
+            tasks.discard(task)
+            if not tasks and self._creating.get(topic.name) is tasks:
+                del self._creating[topic.name]
+
+        task.add_done_callback(done)
+
+    async def creates_settled(self, topics: Iterable[str], timeout_s: float) -> None:
+        """Waits (up to `timeout_s`) until the replicas of `topics` being created here are made (or failed)."""
+        pending = [t for name in topics for t in self._creating.get(name, ())]
+        if pending:
+            await asyncio.wait(pending, timeout=timeout_s)
+
+    async def _create_partitions(self, topic: TopicImage, parts: list[int]) -> None:
+        named = {p: d for p in parts if (d := topic.partitions[p].directory_of(self.node_id)) is not None
+                 and not is_reserved_dir(d)}
         try:
-            named = {p: d for p in parts if (d := topic.partitions[p].directory_of(self.node_id)) is not None
-                     and not is_reserved_dir(d)}
-            dir_ids = self.logs.create_topic_partitions(topic.name, topic.topic_id, parts, dict(topic.configs), named)
-        except Exception as e:  # a failing disk: the partitions stay offline here; the controller keeps them
-            log.error("partition_create_failed", topic=topic.name, partitions=parts, error=str(e))
-            return []
-        log.info("topic_created", topic=topic.name, topic_id=str(topic.topic_id), partitions=len(parts))
-        out = []
-        for p, dir_id in zip(parts, dir_ids, strict=True):
-            if not is_reserved_dir(dir_id) and dir_id != topic.partitions[p].directory_of(self.node_id):
-                out.append((topic.topic_id, p, dir_id))
-        return out
+            results = await self.logs.create_partitions_on_workers(topic.name, topic.topic_id, parts,
+                                                                  dict(topic.configs), named)
+        except Exception as e:
+            results = dict.fromkeys(parts, e)
+        failed = {p: r for p, r in results.items() if isinstance(r, BaseException)}
+        if failed:  # a failing disk: the partitions stay offline here; the controller keeps them
+            log.error("partition_create_failed", topic=topic.name, partitions=sorted(failed),
+                      error=str(next(iter(failed.values()))))
+        made = {p: r for p, r in results.items() if not isinstance(r, BaseException)}
+        if not made:
+            return
+        # The image may have moved on while the dirs worked: a replica it no longer gives this broker goes again.
+        now = self.metadata.topic_by_id(topic.topic_id)
+        gone = [p for p in made if now is None or p not in now.partitions
+                or self.node_id not in now.partitions[p].replicas]
+        if gone:
+            self.logs.delete_topic_partitions(topic.name, gone)
+        log.info("topic_created", topic=topic.name, topic_id=str(topic.topic_id), partitions=len(made) - len(gone))
+        if now is None or len(gone) == len(made):
+            return
+        if self.replication is not None:
+            self.replication.sync(self.metadata, {topic.topic_id: [p for p in made if p not in gone]})
+        placed = [(topic.topic_id, p, dir_id) for p, dir_id in made.items() if p not in gone
+                  and not is_reserved_dir(dir_id) and dir_id != now.partitions[p].directory_of(self.node_id)]
+        if placed:
+            task = asyncio.get_running_loop().create_task(self.assign_directories(placed))
+            self._assignments.add(task)
+            task.add_done_callback(self._assignment_done)
 
     # -------------------------------------------------------------------------------- configs
     def replica_alter_log_dirs_rate(self) -> int:
@@ -303,9 +379,8 @@ class BrokerNode:
 
     # -------------------------------------------------------------------------------- replica moves
     def run_exclusive(self, fn):
-        """Run `fn` on the event loop and return its result (called from a mover thread, from inside the source
-        dir's worker when there are workers): no append on the loop (a follower's, or every one with
-        KJBOD_DIR_WORKERS=0) can interleave with `fn`."""
+        """Run `fn` on the event loop and return its result (called from a mover thread when there are no dir
+        workers, KJBOD_DIR_WORKERS=0): every append then runs on the loop, so none can interleave with `fn`."""
         from kjbod.broker.kip113.mover import MoverStopped
 
         done: concurrent.futures.Future = concurrent.futures.Future()
@@ -335,8 +410,8 @@ class BrokerNode:
         threads = int(getattr(self.config, "num_replica_alter_log_dirs_threads", 0) or len(self.config.log_dirs))
         self.mover = ReplicaMover(self.logs.manager, threads=threads,
                                   throttle=Throttle(self.replica_alter_log_dirs_rate()),
-                                  # a leader's appends run on each dir's worker (with KJBOD_DIR_WORKERS=0 on the
-                                  # event loop), a follower's on the loop: the final step holds both
+                                  # appends run on each dir's worker (with KJBOD_DIR_WORKERS=0 on the event
+                                  # loop): the final step runs there
                                   exclusive=self.run_exclusive, by_dir_worker=workers_enabled(),
                                   assign_dir=self.assign_moved_replica if self.assignments is not None else None)
         self.mover.start()
@@ -433,28 +508,33 @@ class BrokerNode:
             await self.assign_directories(placed)
             log.info("replica_dirs_recorded", partitions=len(placed))
 
-    def local_placements(self, topic_ids: Iterable[uuid.UUID] | None = None) -> dict[tuple[uuid.UUID, int], uuid.UUID]:
+    def local_placements(self, changed: Mapping[uuid.UUID, Iterable[int]] | None = None
+                         ) -> dict[tuple[uuid.UUID, int], uuid.UUID]:
         """(topic id, partition) -> the id of the online dir its replica is in on disk, for this broker's replicas
-        in the image (of `topic_ids` only, when given)."""
-        ids_by_path = {path: dir_id for dir_id, path in self.logs.manager.directory_ids(online_only=True).items()}
-        topics = self.metadata.topics() if topic_ids is None else [
-            t for tid in topic_ids if (t := self.metadata.topic_by_id(tid)) is not None]
+        in the image (of `changed` only, when given: topic id -> partition ids, what a delta wrote)."""
+        ids_by_path = {path: uuid.UUID(bytes=uuid_from_str(dir_id))
+                       for dir_id, path in self.logs.manager.directory_ids(online_only=True).items()}
+        if changed is None:
+            parts: Iterable[tuple[TopicImage, PartitionImage]] = (
+                (t, p) for t in self.metadata.topics() for p in t.partitions.values())
+        else:
+            parts = [(t, p) for tid, pids in changed.items() if (t := self.metadata.topic_by_id(tid)) is not None
+                     for pid in pids if (p := t.partitions.get(pid)) is not None]
         out: dict[tuple[uuid.UUID, int], uuid.UUID] = {}
-        for topic in topics:
-            for p in topic.partitions.values():
-                plog = self.logs.manager.find(topic.name, p.partition) if self.node_id in p.replicas else None
-                text = ids_by_path.get(plog.log_dir) if plog is not None else None
-                if text is not None:
-                    out[(topic.topic_id, p.partition)] = uuid.UUID(bytes=uuid_from_str(text))
+        for topic, p in parts:
+            plog = self.logs.manager.find(topic.name, p.partition) if self.node_id in p.replicas else None
+            dir_id = ids_by_path.get(plog.log_dir) if plog is not None else None
+            if dir_id is not None:
+                out[(topic.topic_id, p.partition)] = dir_id
         # A move whose destination the controller was asked to record is about to swap into it: that dir stands
         # (pointing the metadata back at the source meanwhile would undo KIP-858's order).
         moving = self.mover.assigned_dirs() if self.mover is not None else {}
         for (name, partition), path in moving.items():
             topic_image = self.metadata.topic(name)
-            text = ids_by_path.get(path)
+            moved_to = ids_by_path.get(path)
             key = (topic_image.topic_id, partition) if topic_image is not None else None
-            if key in out and text is not None:
-                out[key] = uuid.UUID(bytes=uuid_from_str(text))
+            if key in out and moved_to is not None:
+                out[key] = moved_to
         return out
 
     async def _heartbeat(self, *, want_shut_down: bool = False) -> Any:
@@ -489,7 +569,7 @@ class BrokerNode:
 
     async def stop(self) -> None:
         self._stopping.set()
-        tasks = [*self._tasks, *self._assignments]
+        tasks = [*self._tasks, *self._assignments, *(t for ts in self._creating.values() for t in ts)]
         for task in tasks:
             task.cancel()
         for task in tasks:

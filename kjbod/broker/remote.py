@@ -19,7 +19,8 @@ Startup, as Kafka's BrokerServer orders it: open and recover the log dirs; regis
 until the controller says this broker has caught up with its own registration; only then make the logs match the
 image (create missing partitions, rename strays: doing it on a partial image would take live partitions for
 strays); then ask to be unfenced, and serve once unfenced.  After that each committed delta goes through the
-node's publisher (create, delete, topic configs).
+node's publisher (create, delete, topic configs); the new partitions of a big delta are made before it, a
+slice at a time with the event loop free in between, so that heartbeats and requests go on meanwhile.
 
 Produce, Fetch and ListOffsets are served only for partitions this broker leads: any other partition of the image
 answers NOT_LEADER_OR_FOLLOWER, so clients refresh their metadata and go to the leader.
@@ -36,7 +37,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import structlog
@@ -186,7 +187,7 @@ class RemoteBrokerNode(BrokerNode):
     # -------------------------------------------------------------------------------- the metadata
     async def _on_batch(self, batch: MetadataBatch) -> None:
         try:
-            self._apply_batch(batch)
+            await self._apply_batch(batch)
         except Exception as e:  # Kafka's broker treats a metadata it cannot apply as fatal: so does this one
             log.exception("metadata_apply_failed", node_id=self.node_id, offset=batch.base_offset)
             self._lifecycle_shutdown(f"the metadata at offset {batch.base_offset} could not be applied: {e}")
@@ -194,7 +195,7 @@ class RemoteBrokerNode(BrokerNode):
         async with self._image_changed:
             self._image_changed.notify_all()
 
-    def _apply_batch(self, batch: MetadataBatch) -> None:
+    async def _apply_batch(self, batch: MetadataBatch) -> None:
         base = EMPTY_IMAGE if batch.snapshot else self.metadata
         delta = MetadataDelta(base)
         delta.replay_all(batch.records, first_offset=batch.last_offset - len(batch.records) + 1)
@@ -203,22 +204,22 @@ class RemoteBrokerNode(BrokerNode):
             self.metadata = image
         elif batch.snapshot:  # far behind: the image is rebuilt whole, and the logs made to match it
             self.metadata = image
-            reconcile(self, self.logs.manager)
+            reconcile(self, self.logs.manager, on_workers=True)
             self._reconcile_dirs(None)
             if self.replication is not None:
                 self.replication.sync(image)
         else:
             self._publish(delta, image)  # which also makes each replica lead or follow as the image says
-            self._reconcile_dirs(delta.changed_topic_ids())
+            self._reconcile_dirs(delta.changed_partitions())
         self._check_registration(image)
 
-    def _reconcile_dirs(self, topic_ids: Iterable[uuid.UUID] | None) -> None:
-        """Tells the assignments manager about the new image, and queues the replicas (of `topic_ids`, or all)
-        whose dir on disk is not the one the image says."""
+    def _reconcile_dirs(self, changed: Mapping[uuid.UUID, Iterable[int]] | None) -> None:
+        """Tells the assignments manager about the new image, and queues the replicas (the partitions a delta
+        wrote, `changed`, or all) whose dir on disk is not the one the image says."""
         if self.assignments is None:
             return
         self.assignments.on_metadata(self.metadata)
-        queued = self.assignments.reconcile(self.metadata, self.local_placements(topic_ids))
+        queued = self.assignments.reconcile(self.metadata, self.local_placements(changed))
         if queued:
             log.info("directory_assignments_queued", node_id=self.node_id, partitions=queued,
                      queue=self.assignments.queued)
@@ -243,7 +244,11 @@ class RemoteBrokerNode(BrokerNode):
             return False
 
     async def assign_directories(self, placed: list[tuple[uuid.UUID, int, uuid.UUID]]) -> None:
-        """Nothing to do here: `_reconcile_dirs`, run after every delta, queues what the publisher placed."""
+        """New replicas made (on their dirs' workers, after their delta): `_reconcile_dirs` queues their dirs."""
+        made: dict[uuid.UUID, list[int]] = {}
+        for topic_id, partition, _ in placed:
+            made.setdefault(topic_id, []).append(partition)
+        self._reconcile_dirs(made)
 
     # -------------------------------------------------------------------------------- the controller
     async def controller_request(self, body: Any, version: int) -> Any:
@@ -265,10 +270,13 @@ class RemoteBrokerNode(BrokerNode):
             made = {t.name for t in response.topics if t.error_code == 0}
             if made:
                 await self.wait_for_image(lambda im: all(im.topic(n) is not None for n in made), 10.0)
+                await self.creates_settled(made, 10.0)  # the replicas made here, on their dirs' workers
         elif isinstance(body, DeleteTopicsRequest):
             gone = {r.name for r in response.responses if r.error_code == 0 and r.name}
             if gone:
                 await self.wait_for_image(lambda im: all(im.topic(n) is None for n in gone), 10.0)
+                if self.logs is not None:
+                    await self.logs.deletes_settled(gone, 10.0)  # its replicas here renamed on their dirs' workers
         return response
 
     def controller_call(self, body: Any, version: int) -> Any:

@@ -13,6 +13,7 @@ failures are the handlers' business: they answer with Kafka error codes inside t
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import struct
 from collections.abc import Awaitable, Callable
@@ -205,6 +206,8 @@ class Router:
         if result.__class__ is not route.response_cls:
             if result is None:  # no response on the wire (Produce with acks=0)
                 return None
+            if isinstance(result, asyncio.Future):  # answered by callbacks (a dir's worker): no task for it
+                return self._reply_later(route, request, result)
             if inspect.isawaitable(result):
                 return self._finish_later(route, request, result)
         out = self._reply(route, request, result)
@@ -234,6 +237,27 @@ class Router:
                          f"{entry.min_version}-{entry.max_version})")
         (route_id,) = struct.unpack(">i", _route_id.pack(key, version))
         return self._routes[route_id]
+
+    def _reply_later(self, route: _Route, request: Request, pending: asyncio.Future) -> asyncio.Future:
+        """The reply to ``pending``'s response, as a future completed by a callback when it is done."""
+        out = pending.get_loop().create_future()
+
+        def settle(done: asyncio.Future) -> None:
+            if done.cancelled():
+                out.cancel()
+                return
+            try:
+                result = done.result()
+                reply = None if result is None else self._reply(route, request, result)
+            except BaseException as e:  # the handler's error or CloseConnection: the connection decides
+                if not out.done():
+                    out.set_exception(e)
+                return
+            if not out.done():  # else cancelled: the connection went away
+                out.set_result(reply)
+
+        pending.add_done_callback(settle)
+        return out
 
     async def _finish_later(self, route: _Route, request: Request, pending: Awaitable):
         result = await pending

@@ -20,6 +20,7 @@ when it arrives.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import os
 import uuid
@@ -28,8 +29,9 @@ from typing import Any
 import structlog
 
 from kjbod.broker import topic_config
+from kjbod.broker.dir_work import DirWork
 from kjbod.storage.config import LogConfig
-from kjbod.storage.errors import KafkaStorageError
+from kjbod.storage.errors import KafkaStorageError, LogDirFullError, StorageError
 from kjbod.storage.fsio import LogDirIO
 from kjbod.storage.ids import uuid_to_str
 from kjbod.storage.manager import LogManager, PartitionSpec
@@ -58,6 +60,8 @@ class StorageAdapter:
         self.node = node
         self.manager = manager
         self.preferred_dirs: dict[tuple[str, int], str] = {}
+        # topic -> the renames to -delete its deletion left on dir workers (awaited by a local DeleteTopics)
+        self.deleting: dict[str, list[asyncio.Future[None]]] = {}
 
     def get_log(self, topic: str, partition: int):
         plog = self.manager.find(topic, partition)
@@ -89,10 +93,10 @@ class StorageAdapter:
         plog = self.manager.find(topic, partition)
         return plog is not None and plog.online
 
-    def create_topic_partitions(self, name: str, topic_id: uuid.UUID, partitions: list[int],
-                                configs: dict[str, str], named: dict[int, uuid.UUID] | None = None) -> list:
-        """Creates the partition logs; returns the directory id each one got.  `named`: the dir the metadata
-        already gives some of them (a reassignment into a named dir), used when it is an online dir here."""
+    def _specs(self, name: str, topic_id: uuid.UUID, partitions: list[int], configs: dict[str, str],
+               named: dict[int, uuid.UUID] | None) -> list[PartitionSpec]:
+        """`named`: the dir the metadata already gives some of them (a reassignment into a named dir), used when
+        it is an online dir here; else a dir AlterReplicaLogDirs asked for before the partition arrived."""
         cfg = topic_log_config(self.node, configs)
         tid = uuid_to_str(topic_id.bytes)
         online = set(self.manager.online_dirs)
@@ -106,31 +110,127 @@ class StorageAdapter:
                             effect="placed by the placement policy instead")
                 preferred = None
             specs.append(PartitionSpec(name, p, tid, cfg, preferred))
-        logs = self.manager.create_partitions(specs)
+        return specs
+
+    def _dir_id(self, plog: Any) -> uuid.UUID:
+        ids = {path: dir_id for dir_id, path in self.manager.directory_ids(online_only=False).items()}
+        return uuid.UUID(bytes=_dir_uuid_bytes(ids.get(plog.log_dir)))
+
+    def create_topic_partitions(self, name: str, topic_id: uuid.UUID, partitions: list[int],
+                                configs: dict[str, str], named: dict[int, uuid.UUID] | None = None) -> list:
+        """Creates the partition logs here and now; returns the directory id each one got."""
+        logs = self.manager.create_partitions(self._specs(name, topic_id, partitions, configs, named))
         for p in partitions:
             self.preferred_dirs.pop((name, p), None)
-        ids = {path: dir_id for dir_id, path in self.manager.directory_ids(online_only=False).items()}
-        return [uuid.UUID(bytes=_dir_uuid_bytes(ids.get(plog.log_dir))) for plog in logs]
+        return [self._dir_id(plog) for plog in logs]
+
+    async def create_partitions_on_workers(self, name: str, topic_id: uuid.UUID, partitions: list[int],
+                                           configs: dict[str, str], named: dict[int, uuid.UUID] | None = None
+                                           ) -> dict[int, uuid.UUID | BaseException]:
+        """Creates the partition logs, each one's file work on its dir's worker (placement, bounded, on the
+        loop); returns each partition's directory id, or why it could not be made. A dir that hangs holds only
+        its own partitions (failed with the dir by the stall detection); the others are served once made."""
+        mgr = self.manager
+        specs = self._specs(name, topic_id, partitions, configs, named)
+        out: dict[int, uuid.UUID | BaseException] = {}
+        try:
+            dirs = mgr.place(specs)
+        except StorageError as e:
+            return {p: e for p in partitions}
+        todo: list[tuple[PartitionSpec, str, list[str]]] = [
+            (spec, path, []) for spec, path in zip(specs, dirs, strict=True)]
+        while todo:
+            made: list[tuple[PartitionSpec, str, list[str], Any]] = []
+
+            def answered(item: tuple[PartitionSpec, str, list[str]], result: Any,
+                         made: list[tuple[PartitionSpec, str, list[str], Any]] = made) -> None:
+                made.append((*item, result if result is not None else TimeoutError("no answer")))
+
+            work = DirWork(self.node, answered, answered)
+            for spec, path, tried in todo:
+                work.add(path, (spec, path, tried))
+            waiting = work.run(lambda items: [_create_placed(mgr, spec, path) for spec, path, _ in items], None)
+            if waiting is not None:
+                await waiting
+            todo = []
+            for spec, path, tried, result in made:
+                if isinstance(result, LogDirFullError):
+                    try:
+                        todo.append((spec, mgr.place_again(spec, path, tried, result), tried))
+                    except StorageError as e:
+                        out[spec.partition] = e
+                elif isinstance(result, BaseException):
+                    out[spec.partition] = result
+                else:
+                    mgr.register_created(result)
+                    self.preferred_dirs.pop((name, spec.partition), None)
+                    out[spec.partition] = self._dir_id(result)
+        return out
 
     def delete_topic_partitions(self, name: str, partitions: list[int]) -> None:
-        """Renames every partition's dir to -delete.  The topic is already gone from the metadata, so one
-        partition whose log dir is offline must not stop the others: it is left where it is (its dir cannot be
-        touched) and reported; the next start finds it as a partition the metadata does not know."""
+        """Takes every partition out of service at once and renames its dir to -delete on that dir's worker.
+        The topic is already gone from the metadata, so one partition whose log dir is offline must not stop
+        the others: it is left where it is (its dir cannot be touched) and reported; the next start finds it as
+        a partition the metadata does not know."""
         mover = getattr(self.node, "mover", None)
+        mgr = self.manager
         for p in partitions:
             self.preferred_dirs.pop((name, p), None)
             if mover is not None:
                 mover.cancel(name, p)  # its thread deletes a future dir the manager does not know yet
-            plog = self.manager.find(name, p)
-            worker = self.manager.worker(plog.log_dir) if plog is not None else None
-            if plog is not None and worker is not None:
-                if not plog.lock.acquire(blocking=False):
-                    # The dir's worker holds the log in a file operation (a slow or hung disk): the event loop
-                    # does not wait for it; the delete runs on that worker, after what it is doing.
-                    worker.post(functools.partial(self._delete_partition, name, p), f"delete {name}-{p}")
-                    continue
-                plog.lock.release()
-            self._delete_partition(name, p)
+            plog = mgr.find(name, p) or mgr.get_future(name, p)
+            worker = mgr.worker(plog.log_dir) if plog is not None and plog.io.online else None
+            if worker is None:
+                self._delete_partition(name, p)  # no workers, an offline dir (nothing to touch), or nothing here
+                continue
+            current = mgr.find(name, p)
+            if current is not None and not current.lock.acquire(blocking=False):
+                # The dir's worker holds the log in a file operation (a slow or hung disk): the event loop
+                # does not wait for it; the delete runs on that worker, after what it is doing.
+                worker.post(functools.partial(self._delete_partition, name, p), f"delete {name}-{p}")
+                continue
+            if current is not None:
+                current.lock.release()
+            detached = mgr.detach_partition(name, p)
+            if detached is None:  # the manager is busy in another dir's file work: this dir's worker waits
+                worker.post(functools.partial(self._delete_partition, name, p), f"delete {name}-{p}")
+                continue
+            self._retire_on_workers(name, detached)
+
+    def _retire_on_workers(self, name: str, logs: list[Any]) -> None:
+        """Each log's rename to -delete on its own dir's worker; the renames are kept in `deleting` until they
+        are done, so a DeleteTopics answered by this node can wait for them (bounded: `deletes_settled`)."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # not on the loop (startup): as before, without anyone waiting
+            _on_their_workers(self.manager, logs, self.manager.retire_detached, "delete")
+            return
+        for plog in logs:
+            worker = self.manager.worker(plog.log_dir)
+            if worker is None:
+                self.manager.retire_detached(plog)
+                continue
+            fut: asyncio.Future[None] = loop.create_future()
+            pending = self.deleting.setdefault(name, [])
+            pending.append(fut)
+
+            def done(ok: bool, value: Any, fut: asyncio.Future[None] = fut, plog: Any = plog,
+                     pending: list[asyncio.Future[None]] = pending) -> None:
+                if not ok:
+                    log.warning("dir_worker_job_failed", log_dir=plog.log_dir, what=f"delete {plog.name}",
+                                error=str(value))
+                pending.remove(fut)
+                if not pending and self.deleting.get(name) is pending:
+                    del self.deleting[name]
+                fut.set_result(None)
+
+            worker.submit(functools.partial(self.manager.retire_detached, plog), done)
+
+    async def deletes_settled(self, topics: Any, timeout_s: float) -> None:
+        """Waits (up to `timeout_s`) until the renames of `topics`' deleted partitions are done (or failed)."""
+        pending = [f for name in topics for f in self.deleting.get(name, ())]
+        if pending:
+            await asyncio.wait(pending, timeout=timeout_s)
 
     def _delete_partition(self, name: str, p: int) -> None:
         try:
@@ -145,6 +245,14 @@ class StorageAdapter:
     def close(self) -> None:
         self.manager.stop_background()
         self.manager.close()
+
+
+def _create_placed(mgr: LogManager, spec: PartitionSpec, path: str) -> Any:
+    """On the dir's worker: the new log, or the exception that stopped it (one partition's failure is its own)."""
+    try:
+        return mgr.create_placed(spec, path)
+    except Exception as e:
+        return e
 
 
 def _dir_uuid_bytes(text: str | None) -> bytes:
@@ -217,7 +325,10 @@ def settle_future_logs(node: Any, manager: LogManager) -> None:
             manager.promote_future_log(future.topic, future.partition)
 
 
-def reconcile(node: Any, manager: LogManager) -> None:
+def reconcile(node: Any, manager: LogManager, *, on_workers: bool = False) -> None:
+    """``on_workers``: a running node's (a broker far behind, given a snapshot): missing replicas are made and
+    strays renamed by their dirs' workers, the event loop does none of the file work. At startup, before
+    anything is served, it is done here."""
     known: dict[tuple[str, int], str] = {}  # the partitions assigned to this node -> their topic's id
     missing = []
     offline = manager.offline_dirs
@@ -242,12 +353,47 @@ def reconcile(node: Any, manager: LogManager) -> None:
                     effect="not recreated: their logs may be in an offline dir")
     if missing:
         log.warning("recreating_missing_partitions", partitions=[f"{s.topic}-{s.partition}" for s in missing])
-        manager.create_partitions(missing)
+        if on_workers:
+            by_topic: dict[str, list[int]] = {}
+            for spec in missing:
+                by_topic.setdefault(spec.topic, []).append(spec.partition)
+            for name, parts in by_topic.items():
+                node._start_creating(node.metadata.topic(name), parts)
+        else:
+            manager.create_partitions(missing)
     strays = [plog for plog in manager.partitions() if known.get((plog.topic, plog.partition)) is None
               or plog.topic_id != known[(plog.topic, plog.partition)]]
     if strays:
         renamed = []
         for plog in strays:
-            renamed += manager.mark_stray(plog.topic, plog.partition)
+            if on_workers:
+                _mark_stray_on_worker(manager, plog)
+            else:
+                renamed += manager.mark_stray(plog.topic, plog.partition)
         log.warning("partitions_not_in_metadata", partitions=[plog.name for plog in strays],
-                    renamed_to=renamed, hint="kept as -stray dirs for inspection; delete them when not needed")
+                    renamed_to=renamed or "-stray, by each dir's worker",
+                    hint="kept as -stray dirs for inspection; delete them when not needed")
+
+
+def _mark_stray_on_worker(manager: LogManager, plog: Any) -> None:
+    """A stray replica out of service now (its name free), its dirs renamed ``-stray`` by their dirs' workers."""
+    worker = manager.worker(plog.log_dir)
+    detached = manager.detach_partition(plog.topic, plog.partition) if worker is not None else None
+    if detached is None:  # no workers, or the manager's lock is busy: all of it on the dir's worker, or here
+        if worker is None:
+            manager.mark_stray(plog.topic, plog.partition)
+        else:
+            worker.post(functools.partial(manager.mark_stray, plog.topic, plog.partition), f"stray {plog.name}")
+        return
+    _on_their_workers(manager, detached, manager.retire_stray, "stray")
+
+
+def _on_their_workers(manager: LogManager, logs: list[Any], fn: Any, what: str) -> None:
+    """``fn(log)`` for each log taken out of service, on its own dir's worker (a future log's dir is not always
+    the current one's), or here for a dir without one."""
+    for plog in logs:
+        worker = manager.worker(plog.log_dir)
+        if worker is None:
+            fn(plog)
+        else:
+            worker.post(functools.partial(fn, plog), f"{what} {plog.name}")

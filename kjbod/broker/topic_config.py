@@ -11,6 +11,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kjbod.broker.replication.throttle import replica_list_problem
+
 LONG_MAX = (1 << 63) - 1
 INT_MAX = (1 << 31) - 1
 
@@ -36,6 +38,15 @@ def _at_least(lo: int) -> Callable[[Any], str | None]:
 
 def _one_of(*allowed: str) -> Callable[[Any], str | None]:
     return lambda v: None if v in allowed else f"must be one of {', '.join(allowed)}"
+
+
+def _throttled_replicas(name: str) -> Callable[[Any], str | None]:
+    def check(value: Any) -> str | None:
+        problem = replica_list_problem(name, value)
+        if problem is not None:
+            raise TopicConfigError(problem)  # Kafka's whole message, not wrapped in ours
+        return None
+    return check
 
 
 DEFS: dict[str, TopicConfigDef] = {d.name: d for d in [
@@ -74,6 +85,13 @@ DEFS: dict[str, TopicConfigDef] = {d.name: d for d in [
                    "unclean_leader_election_enable", False,
                    doc="Whether a replica outside the ISR may be elected when no ISR member can lead (data may be "
                        "lost)."),
+    # Read by the replica manager from the metadata image (kjbod.broker.replication.throttle): which replicas the
+    # broker's leader.replication.throttled.rate / follower.replication.throttled.rate apply to.
+    *[TopicConfigDef(f"{who}.replication.throttled.replicas", "list", None, None, "",
+                     _throttled_replicas(f"{who}.replication.throttled.replicas"),
+                     f"Replicas whose replication is throttled on the {who} side: partitionId:brokerId pairs, or * "
+                     f"for every replica of the topic (the rate is the broker's {who}.replication.throttled.rate).")
+      for who in ("leader", "follower")],
 ]}
 
 

@@ -1,36 +1,36 @@
-"""Progress output for long CLI operations: one redrawn bar on a terminal, plain periodic lines everywhere else.
+"""Progress output for long CLI operations (`kjbod log-dirs move --wait`, `kjbod reassign-partitions
+--progress`): rich's live bars on a terminal, plain periodic lines everywhere else.
 
-Strategy: the caller owns the work and the polling; this module only turns snapshots of "how far" into text.
+Strategy: the caller owns the work and the polling; this module only turns snapshots of "how far" into output.
 
 * `Snapshot` is what the caller knows at one moment (bytes done and total, items done and total, an optional
-  extra such as offset lag); `Progress.update(snapshot)` decides what to write.
+  extra such as offset lag).  `Progress.update(overall, parts)` takes the overall snapshot and, optionally, one
+  snapshot per named part (a partition being reassigned); every one gets its own rate and ETA.
 * The rate comes from `RateMeter`, a sliding window over the recent snapshots (bytes done at time t), so a burst
-  or a stall a minute ago does not distort the ETA now; the ETA is what is left divided by that rate.
-* On a terminal (`tty=True`) every update redraws one line in place (carriage return and erase-to-end-of-line),
-  sized to the terminal's width. Anywhere else (pipes, files, CI logs, tests) a full line is written at most once
-  per `interval` seconds, plus one at the end, so logs stay short and every line can be read on its own.
-* `note(text)` writes a permanent line (a move finished, an error) without tearing the bar: the bar is erased,
-  the note written, and the bar drawn again under it.
+  or a stall a minute ago does not distort the ETA now; the ETA is what is left divided by that rate.  Rich's own
+  speed columns are not used: they sample on rich's clock, and the numbers must be the ones the plain lines show.
+* On a terminal, a `rich.progress.Progress` draws one bar per part and an overall bar under them, refreshed on
+  each update (no refresh thread: the caller's polling drives it).  Anywhere else (pipes, files, CI logs, tests)
+  full lines are written at most once per `interval` seconds, plus one set at the end, so logs stay short and
+  every line can be read on its own.
+* `note(text)` writes a permanent line (a move finished, an error) above the bars.
 * Time comes from an injected clock, so tests drive the whole thing with a fake clock and a StringIO.
 
-The formatting helpers (`human_bytes`, `human_rate`, `human_duration`, `bar`) are shared with the tables of
-`kjbod log-dirs describe`.
+The formatting helpers (`human_bytes`, `human_rate`, `human_duration`) are shared with the tables of
+`kjbod log-dirs describe` and `kjbod reassign-partitions`.
 """
 
 from __future__ import annotations
 
-import shutil
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TextIO
+from typing import Any, TextIO
 
-__all__ = ["Progress", "RateMeter", "Snapshot", "bar", "human_bytes", "human_duration", "human_rate"]
+__all__ = ["Progress", "RateMeter", "Snapshot", "human_bytes", "human_duration", "human_rate"]
 
 _UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
-_ERASE_LINE = "\r\x1b[K"
-BAR_WIDTH = 32
 
 
 def human_bytes(count: float | None) -> str:
@@ -67,14 +67,6 @@ def human_duration(seconds: float | None) -> str:
     return f"{hours // 24}d{hours % 24:02d}h"
 
 
-def bar(fraction: float, width: int) -> str:
-    """An ASCII bar, "[#####-----]", `width` characters wide in all (brackets included)."""
-    inner = max(width - 2, 1)
-    fraction = min(max(fraction, 0.0), 1.0)
-    filled = int(fraction * inner)
-    return "[" + "#" * filled + "-" * (inner - filled) + "]"
-
-
 class RateMeter:
     """Bytes per second over the last `window` seconds of (time, bytes done) samples."""
 
@@ -99,6 +91,14 @@ class RateMeter:
             return None
         return max(d1 - d0, 0.0) / (t1 - t0)
 
+    def eta(self, snapshot: Snapshot) -> float | None:
+        """Seconds left at the current rate: 0 when nothing is left, None while the rate is unknown or zero."""
+        remaining = max(snapshot.total_bytes - snapshot.done_bytes, 0)
+        if remaining == 0:
+            return 0.0
+        rate = self.rate()
+        return remaining / rate if rate else None
+
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
@@ -118,7 +118,7 @@ class Snapshot:
 
 
 class Progress:
-    """Writes progress to `stream`: a bar redrawn in place on a TTY, else a line every `interval` seconds."""
+    """Writes progress to `stream`: rich bars on a TTY, else lines every `interval` seconds."""
 
     def __init__(
         self,
@@ -139,102 +139,109 @@ class Progress:
         self._width = width
         self.clock = clock
         self.meter = RateMeter()
+        self._meters: dict[str, RateMeter] = {}
         self.started = clock()
-        self._last: Snapshot | None = None
+        self._last: tuple[Snapshot, dict[str, Snapshot]] | None = None
         self._last_line_at: float | None = None
-        self._written: Snapshot | None = None  # the snapshot of the last plain line
-        self._bar_shown = False
+        self._written: tuple[Snapshot, dict[str, Snapshot]] | None = None  # the state of the last plain lines
+        self._bars: Any = None  # rich.progress.Progress, started on the first update on a TTY
+        self._tasks: dict[str, Any] = {}
 
     # ------------------------------------------------------------------------------------------ public
 
-    def update(self, snapshot: Snapshot) -> None:
+    def update(self, overall: Snapshot, parts: Mapping[str, Snapshot] | None = None) -> None:
         now = self.clock()
-        self.meter.add(now, snapshot.done_bytes)
-        self._last = snapshot
+        self.meter.add(now, overall.done_bytes)
+        parts = dict(parts or {})
+        for name, snapshot in parts.items():
+            self._meters.setdefault(name, RateMeter()).add(now, snapshot.done_bytes)
+        self._last = (overall, parts)
         if self.tty:
-            self._draw(self.render(snapshot, self._columns()))
+            self._draw(overall, parts)
         elif self._last_line_at is None or now - self._last_line_at >= self.interval:
             self._last_line_at = now
-            self._written = snapshot
-            self._write_line(self.render(snapshot))
+            self._write_lines(self._last)
 
     def note(self, text: str, stream: TextIO | None = None) -> None:
-        """A line that stays (above the bar on a TTY); `stream` sends it elsewhere, e.g. errors to stderr."""
-        if self.tty and self._bar_shown:
-            self.stream.write(_ERASE_LINE)
-            self.stream.flush()
-            self._bar_shown = False
+        """A line that stays (above the bars on a TTY); `stream` sends it elsewhere, e.g. errors to stderr."""
+        if self._bars is not None and stream is None:
+            self._bars.console.print(text, markup=False, highlight=False, soft_wrap=True)
+            return
         out = self.stream if stream is None else stream
         out.write(text + "\n")
         out.flush()
-        if self.tty and self._last is not None:
-            self._draw(self.render(self._last, self._columns()))
 
     def close(self) -> None:
-        """Ends the bar (leaving its last state on screen), or writes the final line when not on a TTY."""
-        if self._last is None:
-            return
-        if self.tty:
-            if self._bar_shown:
-                self.stream.write("\n")
-                self._bar_shown = False
-        elif self._written is not self._last:
-            self._written = self._last
-            self._write_line(self.render(self._last))
+        """Ends the bars (leaving their last state on screen), or writes the final lines when not on a TTY."""
+        if self._bars is not None:
+            self._bars.refresh()
+            self._bars.stop()
+            self._bars = None
+        elif self._last is not None and not self.tty and self._written is not self._last:
+            self._write_lines(self._last)
         self.stream.flush()
 
-    def rate(self) -> float | None:
-        return self.meter.rate()
+    def rate(self, part: str | None = None) -> float | None:
+        return (self.meter if part is None else self._meters[part]).rate()
 
-    def eta(self, snapshot: Snapshot) -> float | None:
-        rate = self.meter.rate()
-        remaining = max(snapshot.total_bytes - snapshot.done_bytes, 0)
-        if remaining == 0:
-            return 0.0
-        if not rate:
-            return None
-        return remaining / rate
+    def eta(self, snapshot: Snapshot, part: str | None = None) -> float | None:
+        return (self.meter if part is None else self._meters[part]).eta(snapshot)
 
-    def render(self, snapshot: Snapshot, columns: int | None = None) -> str:
-        """The text for one snapshot; with `columns`, a bar fitted to that width (TTY form)."""
-        percent = f"{snapshot.fraction * 100:5.1f}%"
-        rate, eta = human_rate(self.rate()), human_duration(self.eta(snapshot))
-        items = f"{snapshot.done_items}/{snapshot.total_items} {self.item_name}"
-        if columns is None:
-            parts = [f"{human_bytes(snapshot.done_bytes)} of {human_bytes(snapshot.total_bytes)}",
-                     f"{rate}, ETA {eta}", f"{items} done"]
-            if snapshot.extra:
-                parts.append(snapshot.extra)
-            prefix = f"{self.label}: " if self.label else ""
-            return f"{prefix}{percent.strip()} {', '.join(parts)} (elapsed {self._elapsed()})"
-        # The terminal form is terser and its bar keeps one width, so the line does not jump as numbers change.
-        parts = [f"{human_bytes(snapshot.done_bytes)} / {human_bytes(snapshot.total_bytes)}", rate, f"ETA {eta}",
-                 items]
+    def render(self, snapshot: Snapshot, part: str | None = None) -> str:
+        """The plain line for one snapshot: the overall one (with items and elapsed time), or a part's."""
+        rate, eta = human_rate(self.rate(part)), human_duration(self.eta(snapshot, part))
+        parts = [f"{human_bytes(snapshot.done_bytes)} of {human_bytes(snapshot.total_bytes)}", f"{rate}, ETA {eta}"]
+        if part is not None:
+            return f"  {part}: {snapshot.fraction * 100:.1f}% {', '.join(parts)}"
+        parts.append(f"{snapshot.done_items}/{snapshot.total_items} {self.item_name} done")
         if snapshot.extra:
             parts.append(snapshot.extra)
-        text = f"{percent}  {'  '.join(parts)}"
-        if columns >= 48:
-            # The bar's width depends on the terminal only, never on the text beside it.
-            text = f"{bar(snapshot.fraction, min(BAR_WIDTH, columns // 4))} {text}"
-        return text[: columns - 1]
+        prefix = f"{self.label}: " if self.label else ""
+        return f"{prefix}{snapshot.fraction * 100:.1f}% {', '.join(parts)} (elapsed {self._elapsed()})"
 
     # ------------------------------------------------------------------------------------------ internals
 
     def _elapsed(self) -> str:
         return human_duration(self.clock() - self.started)
 
-    def _columns(self) -> int:
-        if self._width is not None:
-            return self._width
-        return shutil.get_terminal_size((100, 24)).columns
+    def _detail(self, snapshot: Snapshot, part: str | None) -> str:
+        text = (f"{human_bytes(snapshot.done_bytes)} / {human_bytes(snapshot.total_bytes)}  "
+                f"{human_rate(self.rate(part))}  ETA {human_duration(self.eta(snapshot, part))}")
+        if part is None:
+            text += f"  {snapshot.done_items}/{snapshot.total_items} {self.item_name}"
+            if snapshot.extra:
+                text += f"  {snapshot.extra}"
+        return text
 
-    def _draw(self, text: str) -> None:
-        self.stream.write(_ERASE_LINE + text)
-        self.stream.flush()
-        self._bar_shown = True
+    def _draw(self, overall: Snapshot, parts: dict[str, Snapshot]) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, TaskProgressColumn, TextColumn
+        from rich.progress import Progress as Bars
 
-    def _write_line(self, text: str) -> None:
-        self.stream.write(text + "\n")
+        if self._bars is None:
+            console = Console(file=self.stream, force_terminal=True, width=self._width, highlight=False)
+            self._bars = Bars(TextColumn("{task.description}"), BarColumn(bar_width=None), TaskProgressColumn(),
+                              TextColumn("{task.fields[detail]}"), console=console, auto_refresh=False,
+                              get_time=self.clock, redirect_stdout=False, redirect_stderr=False)
+            self._bars.start()
+        rows = [*((name, name, s) for name, s in parts.items()), (None, self.label or "overall", overall)]
+        for key, title, snapshot in rows:
+            task_key = "" if key is None else key
+            total = max(snapshot.total_bytes, 1) if snapshot.total_bytes > 0 else max(snapshot.total_items, 1)
+            done = snapshot.done_bytes if snapshot.total_bytes > 0 else snapshot.done_items
+            fields = {"completed": min(done, total), "total": total, "detail": self._detail(snapshot, key)}
+            if task_key not in self._tasks:
+                self._tasks[task_key] = self._bars.add_task(title, **fields)
+            else:
+                self._bars.update(self._tasks[task_key], **fields)
+        self._bars.refresh()
+
+    def _write_lines(self, state: tuple[Snapshot, dict[str, Snapshot]]) -> None:
+        self._written = state
+        overall, parts = state
+        lines = [self.render(s, name) for name, s in parts.items()]
+        lines.append(self.render(overall))
+        self.stream.write("\n".join(lines) + "\n")
         self.stream.flush()
 
 

@@ -8,6 +8,8 @@ from typing import Any
 from kjbod.protocol.generated import (
     AllocateProducerIdsResponse,
     AlterConfigsResponse,
+    AlterInterbrokerThrottledRatesResponse,
+    AlterInterbrokerThrottledReplicasResponse,
     AlterPartitionReassignmentsResponse,
     AlterPartitionResponse,
     AssignReplicasToDirsResponse,
@@ -18,8 +20,12 @@ from kjbod.protocol.generated import (
     ElectLeadersResponse,
     IncrementalAlterConfigsResponse,
     ListPartitionReassignmentsResponse,
+    ReassignPartitionsResponse,
     UnregisterBrokerResponse,
 )
+from kjbod.protocol.generated import alter_interbroker_throttled_rates_response as rates_out
+from kjbod.protocol.generated import alter_interbroker_throttled_replicas_response as replicas_out
+from kjbod.protocol.generated import reassign_partitions_response as reassign_out
 from kjbod.protocol.generated.alter_configs_response import AlterConfigsResourceResponse as AlterResp
 from kjbod.protocol.generated.alter_partition_reassignments_response import (
     ReassignablePartitionResponse,
@@ -70,4 +76,17 @@ def error_response(api_key: int, request: Any, code: int, message: str) -> Any:
         return AllocateProducerIdsResponse(error_code=code)
     if api_key == 73:
         return AssignReplicasToDirsResponse(error_code=code)
+    if api_key == 10000:
+        return ReassignPartitionsResponse(reassign_partition_results=[reassign_out.ReassignPartitionResult(
+            topic=t.topic, partition_errors=[reassign_out.PartitionError(
+                partition_id=p.partition_id, error_code=code, error_message=message)
+                for p in t.partition_reassignments]) for t in request.topic_reassignments])
+    if api_key == 10001:
+        return AlterInterbrokerThrottledRatesResponse(broker_errors=[rates_out.BrokerError(
+            broker_id=b.broker_id, error_code=code, error_message=message) for b in request.broker_throttles])
+    if api_key == 10002:
+        return AlterInterbrokerThrottledReplicasResponse(topic_errors=[replicas_out.TopicError(
+            topic=t.topic, partition_errors=[replicas_out.PartitionError(
+                partition_id=p.partition_id, error_code=code, error_message=message)
+                for p in t.partition_throttles]) for t in request.topic_throttles])
     raise ValueError(f"no error response for api key {api_key}")

@@ -32,6 +32,7 @@ from kjbod.controller import (
     producer_ids,
     reassignment,
     replication_control,
+    throttles,
 )
 from kjbod.controller.errors import error_response
 from kjbod.controller.heartbeats import BrokerHeartbeatManager
@@ -43,6 +44,8 @@ from kjbod.protocol.generated import (
     AllocateProducerIdsRequest,
     AlterConfigsRequest,
     AlterConfigsResponse,
+    AlterInterbrokerThrottledRatesRequest,
+    AlterInterbrokerThrottledReplicasRequest,
     AlterPartitionReassignmentsRequest,
     AlterPartitionRequest,
     AssignReplicasToDirsRequest,
@@ -54,6 +57,7 @@ from kjbod.protocol.generated import (
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
     ListPartitionReassignmentsRequest,
+    ReassignPartitionsRequest,
     UnregisterBrokerRequest,
 )
 from kjbod.protocol.generated.alter_configs_response import AlterConfigsResourceResponse as AlterResp
@@ -77,6 +81,18 @@ def _per_resource(response_cls: Any, item_cls: Any, resources: list[Any]
     return lambda answers: response_cls(throttle_time_ms=0, responses=[
         item_cls(error_code=code, error_message=msg, resource_type=r.resource_type, resource_name=r.resource_name)
         for r, (code, msg) in zip(resources, answers, strict=True)])
+
+
+def _finishing(op: Operation) -> Operation:
+    """`op` whose records, when they end reassignments, also remove the KIP-179 throttles the controller set for
+    them, in the same batch (kjbod.controller.throttles.finish)."""
+    def finished(image: MetadataImage, offset: int) -> ControllerResult:
+        result = op(image, offset)
+        if result.records:
+            result.records = throttles.finish(image, result.records)
+        return result
+
+    return finished
 
 
 def _key(message: Any) -> int:
@@ -118,6 +134,9 @@ class QuorumController:
             _key(ElectLeadersRequest): self._elect_leaders,
             _key(AlterPartitionReassignmentsRequest): self._alter_partition_reassignments,
             _key(ListPartitionReassignmentsRequest): self._list_partition_reassignments,
+            _key(ReassignPartitionsRequest): self._reassign_partitions,
+            _key(AlterInterbrokerThrottledRatesRequest): self._alter_throttled_rates,
+            _key(AlterInterbrokerThrottledReplicasRequest): self._alter_throttled_replicas,
         }
 
     # ------------------------------------------------------------------------------------------ lifecycle
@@ -166,6 +185,7 @@ class QuorumController:
         answered without a trip through the queue, and one that writes goes first in the queue with its result
         computed on the image it will be committed on (nothing can commit in between: the queue was empty)."""
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        op = _finishing(op)
         if self._busy or not self._queue.empty() or not self._tasks:
             self._queue.put_nowait((op, fut))
             return fut
@@ -217,13 +237,15 @@ class QuorumController:
         await self._maybe_snapshot()
 
     async def _advance_reassignments(self) -> None:
-        """Starts the next KIP-435 steps that the last commit made room for (each round's records may complete a
-        last step at once, so it goes on until a round writes nothing)."""
+        """Starts the next KIP-435 steps that the last commit made room for (a round's records may complete a
+        step at once, freeing its place, so it goes on while that happens)."""
         while self.reassignment_plans:
-            records = reassignment.advance(self.image, self.reassignment_plans)
+            records = throttles.finish(self.image, reassignment.advance(self.image, self.reassignment_plans))
             if not records:
                 return
             await self._commit(records)
+            if not reassignment.started_steps_ended(self.image, records):
+                return
 
     async def _maybe_snapshot(self) -> None:
         since = getattr(self.log, "bytes_since_snapshot", None)
@@ -367,6 +389,15 @@ class QuorumController:
 
     def _list_partition_reassignments(self, version: int, req: ListPartitionReassignmentsRequest) -> Operation:
         return lambda image, _o: reassignment.list_partition_reassignments(image, req, self.reassignment_plans)
+
+    def _reassign_partitions(self, version: int, req: ReassignPartitionsRequest) -> Operation:
+        return lambda image, _o: throttles.reassign_partitions(image, req, self.settings, self.reassignment_plans)
+
+    def _alter_throttled_rates(self, version: int, req: AlterInterbrokerThrottledRatesRequest) -> Operation:
+        return lambda image, _o: throttles.alter_throttled_rates(image, req)
+
+    def _alter_throttled_replicas(self, version: int, req: AlterInterbrokerThrottledReplicasRequest) -> Operation:
+        return lambda image, _o: throttles.alter_throttled_replicas(image, req)
 
     async def assign_directories(self, broker_id: int, assignments: list[Any]) -> None:
         """Records where `broker_id` placed its replicas: [(topic id, partition, dir id)]."""

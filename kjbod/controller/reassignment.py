@@ -257,28 +257,38 @@ def advance(image: MetadataImage, plans: Plans, *,
     lim = limits(image)
     records: list[Any] = []
     stepping = moving = 0
-    for _topic, busy in partitions(image):
-        if busy.reassigning:
-            stepping += 1
-            moving += moves_leader([r for r in busy.replicas if r not in busy.removing], busy.leader)
+    for t in image.topics_by_id.values():
+        for busy in t.partitions.values():
+            if busy.adding or busy.removing:
+                stepping += 1
+                moving += moves_leader([r for r in busy.replicas if r not in busy.removing], busy.leader)
     free = lim.partitions - stepping
+    movers_cap = min(free, lim.leader_movements - moving)
+    full = movers_cap <= 0 and free <= 0
     movers: list[tuple[tuple[TopicImage, PartitionImage, list[int]], bool]] = []
     others: list[tuple[tuple[TopicImage, PartitionImage, list[int]], bool]] = []
+    # One pass over the plans, each as cheap as it can be: this runs after every commit of a reassignment.  Plans
+    # come topic by topic, so a topic is looked up once per run of its partitions (its id is the same object).
+    last_id: UUID | None = None
+    topic: TopicImage | None = None
     for key, plan in list(plans.items()):
-        topic = image.topic_by_id(key[0])
+        if key[0] is not last_id:
+            last_id, topic = key[0], image.topics_by_id.get(key[0])
         p = topic.partitions.get(key[1]) if topic is not None else None
-        if topic is None or p is None or (not p.reassigning and list(p.replicas) == plan.target):
+        if p is None or (not (p.adding or p.removing) and p.replicas[0] == plan.target[0]
+                         and list(p.replicas) == plan.target):
             del plans[key]
             if p is not None:
                 records.append(intent_record(key, None))
             continue
-        if p.reassigning or key in skip or (len(movers) >= min(free, lim.leader_movements - moving)
-                                            and len(others) >= free):
+        if full or p.adding or p.removing or (skip and key in skip):
             continue
+        assert topic is not None
         step = next_step(p.replicas, plan.target, isr=p.isr, min_isr=min_isr(image, topic),
                          replica_count=lim.replicas)
         moves = moves_leader(step, p.leader)
         (movers if moves else others).append(((topic, p, step), moves))
+        full = len(movers) >= movers_cap and len(others) >= free
     for topic, p, step in pick(movers + others, stepping=stepping, moving_leaders=moving, limits=lim):
         dirs = plans[(topic.topic_id, p.partition)].dirs
         rec = step_change(image, topic, p, step, election=PREFERRED,
@@ -286,6 +296,19 @@ def advance(image: MetadataImage, plans: Plans, *,
         if rec is not None:
             records.append(rec)
     return records
+
+
+def started_steps_ended(image: MetadataImage, records: list[Any]) -> bool:
+    """Whether a step that `records` (an `advance` round, now in `image`) started has ended at once (a pure
+    reordering or removal does), freeing its place: only then can another round start more.  A round that
+    only started steps still running, or dropped finished plans, left nothing for the next one."""
+    for rec in records:
+        if isinstance(rec, PartitionChangeRecord):
+            topic = image.topic_by_id(rec.topic_id)
+            p = topic.partitions.get(rec.partition_id) if topic is not None else None
+            if p is not None and not p.reassigning:
+                return True
+    return False
 
 
 def _ongoing(p: PartitionImage, final: list[int] | None, batches: bool) -> list_out.OngoingPartitionReassignment:

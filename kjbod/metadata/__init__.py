@@ -20,6 +20,7 @@ from kjbod.metadata.image import (
     Endpoint,
     MetadataImage,
     PartitionImage,
+    RateIntent,
     TopicImage,
     is_reserved_dir,
 )
@@ -28,5 +29,5 @@ from kjbod.metadata.snapshot import image_records
 __all__ = [
     "BROKER_RESOURCE", "DIR_LOST", "DIR_MIGRATING", "DIR_UNASSIGNED", "EMPTY_IMAGE", "NO_LEADER", "RECOVERED", "RECOVERING", "REPLAY",
     "TOPIC_RESOURCE", "BrokerRegistration", "Endpoint", "LocalChanges", "MetadataDelta", "MetadataImage",
-    "PartitionImage", "TopicImage", "image_records", "is_reserved_dir", "replay",
+    "PartitionImage", "RateIntent", "TopicImage", "image_records", "is_reserved_dir", "replay",
 ]

@@ -9,7 +9,8 @@ speed of reading; nothing in kjbod writes to them once the image is built (the d
 What it holds: topics by name and by id with their partitions (replicas, ISR, leader, epochs, the log dir of
 each replica), configs per resource (topics, brokers by id, the cluster default broker resource ""), broker
 registrations (epoch, incarnation, listeners, rack, fenced, in controlled shutdown, online log dirs), the next
-free producer id, finalized feature levels, and the offset of the last record replayed.
+free producer id, finalized feature levels, kjbod's KIP-179 throttle intents, and the offset of the last record
+replayed.
 """
 
 from __future__ import annotations
@@ -129,6 +130,17 @@ class BrokerRegistration:
 
 
 @dataclass(frozen=True, slots=True)
+class RateIntent:
+    """kjbod's ThrottledRateIntentRecord: the inter-broker throttled rates the controller set on a broker for a
+    KIP-179 throttle (None: not set by it) and the values to put back when it removes them (None: delete)."""
+
+    leader_rate: str | None = None
+    leader_restore: str | None = None
+    follower_rate: str | None = None
+    follower_restore: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class MetadataImage:
     topics_by_name: Mapping[str, TopicImage] = field(default_factory=dict)
     topics_by_id: Mapping[UUID, TopicImage] = field(default_factory=dict)
@@ -137,6 +149,12 @@ class MetadataImage:
     next_producer_id: int = 0
     features: Mapping[str, int] = field(default_factory=dict)
     offset: int = -1  # offset of the last record replayed into this image; -1 for the empty image
+    # kjbod's KIP-179 throttle intents: per partition (topic id, partition), the (leader, follower) brokers whose
+    # throttled-replica entries the controller added (ThrottledReplicasIntentRecord); per broker, the rates it set
+    # (ThrottledRateIntentRecord).  The controller removes them as reassignments end.
+    throttled_replicas: Mapping[tuple[UUID, int], tuple[tuple[int, ...], tuple[int, ...]]] = field(
+        default_factory=dict)
+    throttled_rates: Mapping[int, RateIntent] = field(default_factory=dict)
 
     # The reading interface handlers used on the old mutable image.
     @property

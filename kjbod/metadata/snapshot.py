@@ -1,7 +1,7 @@
 """The records that rebuild an image: what a metadata snapshot holds.
 
 `image_records(image)` lists, in an order replay accepts (features, brokers, configs, then each topic with its
-partitions, then the producer id watermark), one record per fact of the image, so that
+partitions, kjbod's KIP-179 throttle intents, then the producer id watermark), one record per fact of the image, so that
 `replay(EMPTY_IMAGE, image_records(image))` equals `image`.  A broker with failed dirs is written as Kafka's log
 has it: a RegisterBrokerRecord with every dir, then a BrokerRegistrationChangeRecord with the online ones, so
 the failed dirs are still known after a snapshot (BrokerRegistration.offline_dirs).  The controller hands these to the metadata log's
@@ -21,6 +21,8 @@ from kjbod.protocol.generated import (
     ProducerIdsRecord,
     ReassignmentIntentRecord,
     RegisterBrokerRecord,
+    ThrottledRateIntentRecord,
+    ThrottledReplicasIntentRecord,
     TopicRecord,
 )
 from kjbod.protocol.generated.register_broker_record import BrokerEndpoint, BrokerFeature
@@ -55,6 +57,12 @@ def image_records(image: MetadataImage) -> list[Any]:
                 out.append(ReassignmentIntentRecord(
                     topic_id=topic.topic_id, partition_id=pid, target_replicas=list(p.intent),
                     target_directory_brokers=list(p.intent_dirs), target_directories=list(p.intent_dirs.values())))
+    for (tid, pid), (leaders, followers) in sorted(image.throttled_replicas.items()):
+        out.append(ThrottledReplicasIntentRecord(topic_id=tid, partition_id=pid, leaders=list(leaders),
+                                                 followers=list(followers)))
+    for bid, r in sorted(image.throttled_rates.items()):
+        out.append(ThrottledRateIntentRecord(broker_id=bid, leader_rate=r.leader_rate, leader_restore=r.leader_restore,
+                                             follower_rate=r.follower_rate, follower_restore=r.follower_restore))
     if image.next_producer_id:
         out.append(ProducerIdsRecord(broker_id=-1, broker_epoch=-1, next_producer_id=image.next_producer_id))
     return out

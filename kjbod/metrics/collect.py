@@ -37,6 +37,7 @@ from kjbod.metrics.counters import (
     BOUNDS_MS,
     BUCKETS,
     ERROR_SLOTS,
+    FETCH_FOLLOWER,
     TIMINGS,
     VERSION_BITS,
     RequestStats,
@@ -55,8 +56,11 @@ QUANTILES = (("0.50", 0.50), ("0.75", 0.75), ("0.95", 0.95), ("0.98", 0.98), ("0
 PRODUCE_KEY = 0
 FETCH_KEY = 1
 ALWAYS_TIMED = frozenset({PRODUCE_KEY, FETCH_KEY})
-# Kafka records consumer fetches under RequestMetrics' request="FetchConsumer" (followers' under FetchFollower).
-REQUEST_NAMES = {FETCH_KEY: "FetchConsumer"}
+# Kafka's RequestMetrics names for Fetch: consumers' and followers' fetches apart, and all of them as "Fetch",
+# whose errors are the only ones counted (RequestChannel marks ErrorsPerSec under the API's own name): (request
+# label, the stats slots it sums, whether it has the errors).
+FETCH_ROWS = (("FetchConsumer", (FETCH_KEY,), False), ("FetchFollower", (FETCH_FOLLOWER,), False),
+              ("Fetch", (FETCH_KEY, FETCH_FOLLOWER), True))
 ERROR_NAMES = {int(code): code.name for code in ErrorCode}
 STATES = [s.value for s in DirState]
 DIR_PROBE_WAIT_S = 1.0
@@ -73,6 +77,26 @@ TOPIC_METERS = (
     ("failedproducerequests", "failed_produce"), ("failedfetchrequests", "failed_fetch"),
     ("totalproducerequests", "total_produce"), ("totalfetchrequests", "total_fetch"),
 )
+
+
+def _request_rows(served: list[int]) -> list[tuple[str, int, tuple[int, ...], bool]]:
+    """(request label, api key, the stats slots it sums, whether its errors are exported) per served API."""
+    rows: list[tuple[str, int, tuple[int, ...], bool]] = []
+    for api in served:
+        if api == FETCH_KEY:
+            rows.extend((name, api, slots, with_errors) for name, slots, with_errors in FETCH_ROWS)
+        else:
+            rows.append((APIS[api].name, api, (api,), True))
+    return rows
+
+
+def _summed(buckets: list[int], slots: tuple[int, ...]) -> list[int]:
+    """A histogram's bucket counts summed over `slots`."""
+    out = buckets[slots[0] * BUCKETS:(slots[0] + 1) * BUCKETS]
+    for slot in slots[1:]:
+        for i, n in enumerate(buckets[slot * BUCKETS:(slot + 1) * BUCKETS]):
+            out[i] += n
+    return out
 
 
 def _family(name: str, doc: str, kind: str = "gauge") -> Metric:
@@ -194,20 +218,21 @@ class NodeCollector(Collector):
 
     def _requests(self) -> Iterator[Metric]:
         stats = self.requests
-        served = sorted(self._served_apis())
+        rows = _request_rows(sorted(self._served_apis()))
         totals = self.topics.all_topics() if self.topics is not None else None
         requests = _counter("kafka_network_requestmetrics_requests", "Requests received, per API and version "
                             "(Kafka's RequestMetrics RequestsPerSec)")
         errors = _counter("kafka_network_requestmetrics_errors", "Responses per API and error code "
                           "(RequestMetrics ErrorsPerSec)")
-        for api in served:
-            name = REQUEST_NAMES.get(api, APIS[api].name)
+        for name, api, slots, with_errors in rows:
             info = APIS[api]
             for version in range(info.min_version, min(info.max_version, 31) + 1):
-                n = stats.requests[(api << VERSION_BITS) | version]
+                n = sum(stats.requests[(slot << VERSION_BITS) | version] for slot in slots)
                 if n:  # as in Kafka, a version's meter exists once a request of that version came
                     requests.add_sample("kafka_network_requestmetrics_requests_total",
                                         {"request": name, "version": str(version)}, n)
+            if not with_errors:
+                continue
             row = stats.errors[api * ERROR_SLOTS:(api + 1) * ERROR_SLOTS]
             if totals is not None and api in (PRODUCE_KEY, FETCH_KEY):  # their partitions answered NONE
                 row[1] += (totals.total_produce - totals.failed_produce if api == PRODUCE_KEY
@@ -220,17 +245,17 @@ class NodeCollector(Collector):
         yield requests
         yield errors
         # Timings of the APIs requested at least once, and always of Produce and Fetch (what dashboards show).
-        timed = [api for api in served if api in ALWAYS_TIMED or any(stats.total[api * BUCKETS:(api + 1) * BUCKETS])]
         for timing, buckets in zip(TIMINGS, stats.timings, strict=True):
             base = f"kafka_network_requestmetrics_{timing.lower()}"
             count = _family(f"{base}_count", f"Requests timed, per API (RequestMetrics {timing} Count)", "unknown")
             gauge = _family(base, f"{timing} percentiles per API (RequestMetrics {timing})")
-            for api in timed:
-                name = REQUEST_NAMES.get(api, APIS[api].name)
-                start = api * BUCKETS
-                count.add_sample(f"{base}_count", {"request": name}, sum(buckets[start:start + BUCKETS]))
+            for name, api, slots, _errors in rows:
+                counts = _summed(buckets, slots)
+                if api not in ALWAYS_TIMED and not any(_summed(stats.total, slots)):
+                    continue
+                count.add_sample(f"{base}_count", {"request": name}, sum(counts))
                 for label, q in QUANTILES:
-                    gauge.add_sample(base, {"request": name, "quantile": label}, quantile(buckets[start:start + BUCKETS], BOUNDS_MS, q))
+                    gauge.add_sample(base, {"request": name, "quantile": label}, quantile(counts, BOUNDS_MS, q))
             yield count
             yield gauge
 
@@ -240,7 +265,8 @@ class NodeCollector(Collector):
         stats = self.requests
         keys |= {k for k in range(API_KEYS) if k in APIS and any(
             stats.requests[k << VERSION_BITS:(k + 1) << VERSION_BITS])}
-        return [k for k in keys if k in APIS]
+        # kjbod's own APIs (keys from 10000) have no slots in the per-API arrays: not counted.
+        return [k for k in keys if k in APIS and k < API_KEYS]
 
     def _topic_meters(self) -> Iterator[Metric]:
         topics = self.topics

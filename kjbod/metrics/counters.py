@@ -8,7 +8,10 @@ seam keeps itself (kjbod.storage.fsio), so plain increments are safe.
 
 Layout: per-API arrays are indexed by api key (``api << VERSION_BITS | version`` for the per-version request
 counts), histograms by ``api * BUCKETS + bucket``.  Keys and versions out of range are not counted (the router
-refuses such requests anyway).
+refuses such requests anyway).  A follower's Fetch counts under its own slot, FETCH_FOLLOWER (a key no Kafka API
+has), so consumers' and followers' fetches are apart (Kafka's FetchConsumer and FetchFollower): the Fetch handler
+says so (`follower_fetch`, which sets `count_as`) while the connection is handing it the request, and the connection takes that slot for
+the request's figures instead of the header's api key (one attribute test per request).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ __all__ = [
     "BOUNDS_MS",
     "BUCKETS",
     "ERROR_SLOTS",
+    "FETCH_FOLLOWER",
     "TIMINGS",
     "RequestStats",
     "TopicCounters",
@@ -31,6 +35,7 @@ __all__ = [
 API_KEYS = 128  # api keys counted: 0..127 (Kafka's highest is below 100)
 VERSION_BITS = 5  # versions 0..31
 ROUTE_LIMIT = API_KEYS << 16  # a route id (api key << 16 | version) below this has a slot
+FETCH_FOLLOWER = API_KEYS - 1  # the slot of followers' Fetch requests (Fetch's own slot keeps consumers')
 # Latency bucket upper bounds in milliseconds (the last bucket, above 10 s, is open).
 BOUNDS_MS: tuple[float, ...] = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0,
                                 1000.0, 2500.0, 5000.0, 10000.0)
@@ -45,9 +50,13 @@ TIMINGS = ("TotalTimeMs", "RequestQueueTimeMs", "LocalTimeMs", "RemoteTimeMs", "
 class RequestStats:
     """Per-API request counts, timing histograms and error counts of one node (all its listeners)."""
 
-    __slots__ = ("errors", "remote", "requests", "send", "local", "queue", "timings", "total")
+    __slots__ = ("count_as", "errors", "remote", "requests", "send", "local", "queue", "timings", "total")
 
     def __init__(self) -> None:
+        # The slot the request being handed to its handler counts under instead of its api key, -1 for its own:
+        # set by the handler (a follower's Fetch), read and reset by the connection right after (see the module
+        # docstring).
+        self.count_as = -1
         self.requests = [0] * (API_KEYS << VERSION_BITS)
         self.total = [0] * (API_KEYS * BUCKETS)
         self.queue = [0] * (API_KEYS * BUCKETS)
@@ -56,6 +65,15 @@ class RequestStats:
         self.send = [0] * (API_KEYS * BUCKETS)
         self.timings = (self.total, self.queue, self.local, self.remote, self.send)
         self.errors = [0] * (API_KEYS * ERROR_SLOTS)
+
+    def follower_fetch(self) -> None:
+        """The request being handed to its handler is a follower's Fetch."""
+        self.count_as = FETCH_FOLLOWER
+
+    def counted_route(self, route_id: int) -> int:
+        """`route_id` with the api key the handler asked for (`count_as`), which is then reset."""
+        slot, self.count_as = self.count_as, -1
+        return (slot << 16) | (route_id & 0xFFFF)
 
     def handled(self, route_id: int, queue_s: float, local_s: float) -> None:
         """A request of `route_id` (api key << 16 | version) waited `queue_s` after it was read and took

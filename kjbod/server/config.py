@@ -310,6 +310,9 @@ KEYS: dict[str, KeyDef] = {
         KeyDef("replica.lag.time.max.ms", _long(1), 30_000),
         KeyDef("num.replica.fetchers", _int(1), 1),
         KeyDef("min.insync.replicas", _int(1), 1),
+        KeyDef("replication.quota.window.num", _int(1), 11,
+               "samples the inter-broker replication throttles measure their rate over"),
+        KeyDef("replication.quota.window.size.seconds", _int(1), 1, "the length of one such sample"),
         KeyDef(
             "log.dir.placement.policy",
             _one_of("most-usable", "fewest-partitions"),
@@ -318,6 +321,9 @@ KEYS: dict[str, KeyDef] = {
             "or Kafka's rule, the dir with fewest partitions",
         ),
         KeyDef("kjbod.zero.copy", _bool, True, "kjbod: send Fetch record data with sendfile", into="zero_copy"),
+        KeyDef("kjbod.extensions.enable", _bool, True,
+               "kjbod: serve kjbod's protocol extensions (extension API keys in ApiVersions, extension tagged "
+               "fields); false answers as Apache Kafka does, for testing tools' fallbacks", into="extensions_enable"),
         KeyDef(
             "kjbod.metrics.listener",
             _host_port,
@@ -400,6 +406,7 @@ class ServerConfig:
     replica_fetch_max_bytes: int
     log_dir_placement_policy: str
     zero_copy: bool
+    extensions_enable: bool = True
     listener_security_protocol_map: Mapping[str, str] = field(default_factory=dict)
     inter_broker_listener_name: str | None = None
     replica_fetch_min_bytes: int = 1
@@ -410,6 +417,8 @@ class ServerConfig:
     replica_lag_time_max_ms: int = 30_000
     num_replica_fetchers: int = 1
     min_insync_replicas: int = 1
+    replication_quota_window_num: int = 11
+    replication_quota_window_size_seconds: int = 1
     broker_rack: str | None = None
     controller_quorum_bootstrap_servers: tuple[str, ...] = ()
     controller_quorum_voters: tuple[str, ...] = ()
@@ -536,7 +545,14 @@ def parse_overrides(items: Iterable[str]) -> dict[str, str]:
     return out
 
 
+# Broker configs Kafka takes only at runtime (DynamicConfig.Broker), never from server.properties.
+DYNAMIC_ONLY = ("leader.replication.throttled.rate", "follower.replication.throttled.rate")
+
+
 def _unknown(key: str) -> ConfigError:
+    if key in DYNAMIC_ONLY:
+        return ConfigError(f"{key} can only be set at runtime, as in Kafka: IncrementalAlterConfigs on the broker "
+                           "(or on the cluster default broker resource), e.g. with kafka-configs.sh --alter")
     known = [*KEYS, *ALIASES, *ACCEPTED_NO_EFFECT]
     close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
     hint = f" (did you mean {close[0]}?)" if close else ""
@@ -756,8 +772,11 @@ def build_config(
         replica_lag_time_max_ms=get("replica.lag.time.max.ms"),
         num_replica_fetchers=get("num.replica.fetchers"),
         min_insync_replicas=get("min.insync.replicas"),
+        replication_quota_window_num=get("replication.quota.window.num"),
+        replication_quota_window_size_seconds=get("replication.quota.window.size.seconds"),
         log_dir_placement_policy=get("log.dir.placement.policy"),
         zero_copy=get("kjbod.zero.copy"),
+        extensions_enable=get("kjbod.extensions.enable"),
         kjbod_metrics_listener=get("kjbod.metrics.listener"),
         listener_security_protocol_map=protomap,
         inter_broker_listener_name=inter_broker,

@@ -395,6 +395,8 @@ class Connection(asyncio.BufferedProtocol):
                     except Exception as exc:  # noqa: BLE001  (CloseConnection or a handler bug; both close)
                         self._handler_raised(exc)
                         break
+                    if stats is not None and stats.count_as >= 0:  # a follower's Fetch (kjbod.metrics.counters)
+                        route_id = stats.counted_route(route_id)
                     if reply.__class__ is not bytes:  # bytes, the common case, skips all of this
                         if reply is None:
                             if stats is not None:
@@ -406,7 +408,7 @@ class Connection(asyncio.BufferedProtocol):
                         if body is None:
                             meta = None
                             if stats is not None:
-                                meta = self._timing(data, frame_at, started)
+                                meta = self._timing(data, frame_at, started, route_id)
                                 stats.handled(route_id, started - self._read_at, meta[5] - started)
                             self._enqueue(reply, meta)
                             break
@@ -452,10 +454,11 @@ class Connection(asyncio.BufferedProtocol):
         stats.sent_batch(self._batch_routes, self._read_at, write_started, _now())
         self._batch_routes.clear()
 
-    def _timing(self, frame: Any, at: int, started: float) -> tuple[float, ...]:
-        """A queued reply's request metadata with the times metrics need (see _sent_metrics)."""
-        api_key, api_version, correlation_id = _unpack_request_header(frame, at)
-        return (api_key, api_version, correlation_id, started, self._read_at, _now())
+    def _timing(self, frame: Any, at: int, started: float, route_id: int) -> tuple[float, ...]:
+        """A queued reply's request metadata with the times metrics need (see _sent_metrics); the api key is the
+        one the request counts under (`route_id`'s)."""
+        _api_key, api_version, correlation_id = _unpack_request_header(frame, at)
+        return (route_id >> 16, api_version, correlation_id, started, self._read_at, _now())
 
     def _sent_metrics(self, meta: tuple[float, ...], ready_at: float) -> None:
         """A queued reply is sent: its remote wait (handler returned -> reply ready), send and total times."""
@@ -504,6 +507,9 @@ class Connection(asyncio.BufferedProtocol):
                         break
                     if stats is not None and meta is not None:
                         route_id = (int(meta[0]) << 16) | int(meta[1])
+                        if stats.count_as >= 0:  # a follower's Fetch (kjbod.metrics.counters)
+                            route_id = stats.counted_route(route_id)
+                            meta = (route_id >> 16, *meta[1:])
                         handled_at = _now()
                         stats.handled(route_id, meta[3] - self._read_at, handled_at - meta[3])
                         meta = (*meta, self._read_at, handled_at)

@@ -21,8 +21,13 @@ import os
 import re
 from collections.abc import Iterable
 
+import structlog
+
 from kjbod.storage.checkpoint import CHECKPOINT_VERSION, CheckpointFormatError
+from kjbod.storage.errors import LogDirFullError
 from kjbod.storage.fsio import LogDirIO
+
+log = structlog.get_logger(__name__)
 
 LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
 UNDEFINED_EPOCH = -1
@@ -117,6 +122,14 @@ class LeaderEpochCache:
             self.flush()
 
     def flush(self) -> None:
-        if self.io is not None:
-            self.io.write_atomic(os.path.join(self.partition_dir, LEADER_EPOCH_CHECKPOINT),
-                                 render_epoch_checkpoint(self.entries).encode("utf-8"))
+        if self.io is None:
+            return
+        path = os.path.join(self.partition_dir, LEADER_EPOCH_CHECKPOINT)
+        try:
+            self.io.write_atomic(path, render_epoch_checkpoint(self.entries).encode("utf-8"))
+        except LogDirFullError:
+            # A full dir keeps serving: the epochs stay in memory, and the file, which would now be stale, goes
+            # (an unlink needs no space), so a restart rebuilds the cache exactly from the batches' epochs.
+            self.io.unlink(path, missing_ok=True)
+            log.warning("leader_epoch_checkpoint_not_written", partition_dir=self.partition_dir,
+                        reason="the log dir is full", effect="rebuilt from the log at the next start")

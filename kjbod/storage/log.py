@@ -553,7 +553,12 @@ class PartitionLog:
     def assign_leader_epoch(self, epoch: int, start_offset: int) -> None:
         """A new leader epoch starting at `start_offset` (this broker became leader, Kafka's makeLeader)."""
         with self.lock:
-            self._epoch_cache_locked().assign(epoch, start_offset)
+            cache = self._epoch_cache_locked()
+            # An empty log without epochs (a new replica) keeps its first epoch in memory only: a file would
+            # say nothing the log cannot (with no file the cache is rebuilt from the batches' epochs, and a
+            # restarted broker assigns its leader epoch again when it leads).  This spares each new partition a
+            # checkpoint write and its two fsyncs, which made creating thousands of partitions block the broker.
+            cache.assign(epoch, start_offset, flush=bool(cache.entries) or self._leo > self._log_start)
             self._latest_epoch = self._epochs.latest_epoch if self._epochs is not None else -2
 
     def _note_epoch(self, epoch: int, base_offset: int) -> None:

@@ -640,35 +640,53 @@ class LogManager:
         """Create several partitions, placing those without a dir together (so placement sees them all)."""
         specs = list(specs)
         with self._lock:
-            for spec in specs:
-                validate_topic_name(spec.topic)
-                if spec.partition < 0:
-                    raise UnknownTopicOrPartitionError(f"invalid partition {spec.partition}")
-                if (spec.topic, spec.partition) in self._logs:
-                    raise TopicAlreadyExistsError(f"{spec.topic}-{spec.partition} already has a log on this node")
-            unplaced = [s for s in specs if s.dir is None]
-            placed = iter(self.assign_dirs(len(unplaced), unplaced[0].config if unplaced else None)) if unplaced else iter(())
+            dirs = self.place(specs)
             out = []
-            for spec in specs:
-                d = self._resolve_dir(spec.dir) if spec.dir is not None else self._dirs[next(placed)]
+            for spec, path in zip(specs, dirs, strict=True):
                 tried: list[str] = []
                 while True:
                     try:
-                        plog = self._create_in(d, spec)
+                        plog = self.create_placed(spec, path)
                         break
                     except LogDirFullError as e:
-                        # The dir turned out full at the creation (PartitionLog.create removed what it made):
-                        # a partition the policy placed goes to another dir instead.
-                        if spec.dir is not None:
-                            raise
-                        tried.append(d.io.path)
-                        log.warning("partition_placed_again", partition=f"{spec.topic}-{spec.partition}",
-                                    full_dir=d.io.path, error=str(e))
-                        d = self._dirs[self.assign_dirs(1, spec.config, exclude=tried)[0]]
-                self._logs[(spec.topic, spec.partition)] = plog
-                log.info("partition_created", partition=plog.name, log_dir=d.io.path, topic_id=spec.topic_id)
+                        path = self.place_again(spec, path, tried, e)
+                self.register_created(plog)
                 out.append(plog)
             return out
+
+    def place(self, specs: list[PartitionSpec]) -> list[str]:
+        """Check new partitions (name, number, not here yet) and choose each one's log dir: its own, or the
+        placement policy's for those without one (placed together, so the policy sees them all). No file I/O
+        but the dirs' bounded size probes."""
+        for spec in specs:
+            validate_topic_name(spec.topic)
+            if spec.partition < 0:
+                raise UnknownTopicOrPartitionError(f"invalid partition {spec.partition}")
+            if (spec.topic, spec.partition) in self._logs:
+                raise TopicAlreadyExistsError(f"{spec.topic}-{spec.partition} already has a log on this node")
+        unplaced = [s for s in specs if s.dir is None]
+        placed = iter(self.assign_dirs(len(unplaced), unplaced[0].config)) if unplaced else iter(())
+        return [self._resolve_dir(spec.dir).io.path if spec.dir is not None else next(placed) for spec in specs]
+
+    def place_again(self, spec: PartitionSpec, full_dir: str, tried: list[str], e: LogDirFullError) -> str:
+        """The dir chosen for ``spec`` turned out full at the creation (PartitionLog.create removed what it made):
+        a partition the policy placed goes to another dir instead (``tried`` grows); one given a dir fails."""
+        if spec.dir is not None:
+            raise e
+        tried.append(full_dir)
+        log.warning("partition_placed_again", partition=f"{spec.topic}-{spec.partition}", full_dir=full_dir,
+                    error=str(e))
+        return self.assign_dirs(1, spec.config, exclude=tried)[0]
+
+    def create_placed(self, spec: PartitionSpec, path: str) -> PartitionLog:
+        """The file work of creating a partition in the log dir ``path`` (its dir, partition.metadata, the first
+        segment): run by that dir's worker, or inline. The log is not served until :meth:`register_created`."""
+        return self._create_in(self._dirs[path], spec)
+
+    def register_created(self, plog: PartitionLog) -> None:
+        """Serve a log made by :meth:`create_placed` (no file I/O)."""
+        self._logs[(plog.topic, plog.partition)] = plog
+        log.info("partition_created", partition=plog.name, log_dir=plog.log_dir, topic_id=plog.topic_id)
 
     def _create_in(self, d: _Dir, spec: PartitionSpec) -> PartitionLog:
         path = d.io.join(f"{spec.topic}-{spec.partition}")
@@ -702,6 +720,23 @@ class LogManager:
             del self._logs[tp]
             self._delete_log(plog)
 
+    def detach_partition(self, topic: str, partition: int) -> list[PartitionLog] | None:
+        """Take a partition's logs (its future log first, then its current one) out of service now, without file
+        I/O, so its name is free at once; :meth:`retire_detached` then renames each to ``-delete`` on its dir's
+        worker. None when another thread holds the manager's lock (doing file work there): nothing is taken."""
+        if not self._lock.acquire(blocking=False):
+            return None
+        try:
+            tp = (topic, partition)
+            return [plog for plog in (self._futures.pop(tp, None), self._logs.pop(tp, None)) if plog is not None]
+        finally:
+            self._lock.release()
+
+    def retire_detached(self, plog: PartitionLog) -> None:
+        """The file work of deleting a detached log: closed, renamed to ``-delete`` (left as it is in an offline
+        dir), removed after ``file.delete.delay.ms``."""
+        self._delete_log(plog)
+
     def mark_stray(self, topic: str, partition: int) -> list[str]:
         """Take out of service a replica that the cluster metadata does not give this node (its topic was deleted
         while its dir was offline, or the node crashed between creating the dir and recording the topic): as
@@ -713,15 +748,17 @@ class LogManager:
             logs = [plog for plog in (self._futures.pop(tp, None), self._logs.pop(tp, None)) if plog is not None]
             if not logs:
                 raise UnknownTopicOrPartitionError(f"this node has no log for {topic}-{partition}")
-            renamed = []
-            for plog in logs:
-                new_dir = self._retire_log(plog, STRAY_DIR_SUFFIX)
-                if new_dir is not None:
-                    entry = self._dirs.get(plog.io.path)
-                    if entry is not None:
-                        entry.stray.append(new_dir)
-                    renamed.append(new_dir)
-            return renamed
+            return [new_dir for plog in logs if (new_dir := self.retire_stray(plog)) is not None]
+
+    def retire_stray(self, plog: PartitionLog) -> str | None:
+        """The file work of :meth:`mark_stray` for one log taken out of service (:meth:`detach_partition`): its
+        new path, None in an offline dir (left as it is)."""
+        new_dir = self._retire_log(plog, STRAY_DIR_SUFFIX)
+        if new_dir is not None:
+            entry = self._dirs.get(plog.io.path)
+            if entry is not None:
+                entry.stray.append(new_dir)
+        return new_dir
 
     def _delete_log(self, plog: PartitionLog) -> None:
         new_dir = self._retire_log(plog, DELETE_DIR_SUFFIX)

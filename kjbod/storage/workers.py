@@ -70,13 +70,15 @@ class DirWorker:
     def __repr__(self) -> str:
         return f"DirWorker({self.io.path!r}, abandoned={self.abandoned})"
 
-    def submit(self, fn: Callable[[], Any], done: Done) -> None:
+    def submit(self, fn: Callable[[], Any], done: Done, loop: asyncio.AbstractEventLoop | None = None) -> None:
         """Run ``fn`` on this dir's thread after everything submitted before it; ``done(ok, value)`` gets its
-        result or exception on the calling loop (exactly once: an abandoned dir's closures get its offline error).
+        result or exception on the calling loop (``loop``, the running one when not given; exactly once: an
+        abandoned dir's closures get its offline error).
 
         Closures submitted during one pass of the loop (every request read from every ready connection) reach the
         worker together, at the end of that pass: one wake-up of the thread per pass, not one per request."""
-        loop = asyncio.get_running_loop()
+        if loop is None:
+            loop = asyncio.get_running_loop()
         held = self._held
         held.append((fn, loop, done))
         if len(held) == 1:

@@ -124,7 +124,8 @@ class FrameDecoder:
         self._buffered += len(data)
         # Checking here (not only when frames are taken) refuses an oversized prefix even from a caller that keeps
         # feeding without draining; it costs one comparison per read, not per frame.
-        if self._frame_size < 0 and self._buffered >= SIZE_PREFIX_LENGTH:
+        # (Not while frames given back with `unread` wait: `_buffered` counts their bytes too, not only the chunks'.)
+        if self._frame_size < 0 and not self._ready and self._buffered >= SIZE_PREFIX_LENGTH:
             first = self._chunks[0]
             if len(first) - self._offset >= SIZE_PREFIX_LENGTH:
                 (size,) = _unpack_size_from(first, self._offset)

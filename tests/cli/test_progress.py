@@ -1,12 +1,14 @@
-"""kjbod.cli.progress: the formatting helpers, the rate window, and both output forms (bar on a TTY, lines else)."""
+"""kjbod.cli.progress: the formatting helpers, the rate window, and both output forms (rich bars on a TTY, lines
+else), overall and per part."""
 
 from __future__ import annotations
 
 import io
+import re
 
 import pytest
 
-from kjbod.cli.progress import Progress, RateMeter, Snapshot, bar, human_bytes, human_duration, human_rate
+from kjbod.cli.progress import Progress, RateMeter, Snapshot, human_bytes, human_duration, human_rate
 
 
 class Clock:
@@ -34,14 +36,9 @@ def test_human_duration(seconds, text):
     assert human_duration(seconds) == text
 
 
-def test_human_rate_and_bar():
+def test_human_rate():
     assert human_rate(None) == "-"
     assert human_rate(2 * 2**20) == "2.0 MiB/s"
-    assert bar(0.0, 12) == "[----------]"
-    assert bar(0.5, 12) == "[#####-----]"
-    assert bar(1.0, 12) == "[##########]"
-    assert bar(7.0, 12) == bar(1.0, 12) and bar(-1, 12) == bar(0.0, 12)
-    assert len(bar(0.33, 40)) == 40
 
 
 def test_rate_meter_uses_a_sliding_window():
@@ -97,36 +94,52 @@ def test_close_does_not_repeat_a_line_just_printed():
     assert silent.getvalue() == ""
 
 
-def test_tty_redraws_one_line_and_notes_go_above_it():
+def test_plain_lines_per_part_then_overall():
     clock, out = Clock(), io.StringIO()
-    progress = Progress(out, item_name="moves", tty=True, width=100, clock=clock)
-    progress.update(Snapshot(0, 4 * 2**20, 0, 1))
+    progress = Progress(out, label="reassigning", item_name="partitions", tty=False, interval=5, clock=clock)
+    for step in range(0, 6):  # one update per second: t-0 copies 1 MiB/s, t-1 2 MiB/s
+        progress.update(Snapshot(3 * step * 2**20, 30 * 2**20, 0, 2),
+                        {"t-0": Snapshot(step * 2**20, 10 * 2**20, 0, 1),
+                         "t-1": Snapshot(2 * step * 2**20, 20 * 2**20, 0, 1)})
+        clock.now += 1
+    progress.close()
+    lines = out.getvalue().splitlines()
+    assert lines[:3] == ["  t-0: 0.0% 0 B of 10.0 MiB, -, ETA --",
+                         "  t-1: 0.0% 0 B of 20.0 MiB, -, ETA --",
+                         "reassigning: 0.0% 0 B of 30.0 MiB, -, ETA --, 0/2 partitions done (elapsed 0s)"]
+    assert lines[3:6] == ["  t-0: 50.0% 5.0 MiB of 10.0 MiB, 1.0 MiB/s, ETA 5s",
+                          "  t-1: 50.0% 10.0 MiB of 20.0 MiB, 2.0 MiB/s, ETA 5s",
+                          "reassigning: 50.0% 15.0 MiB of 30.0 MiB, 3.0 MiB/s, ETA 5s, 0/2 partitions done "
+                          "(elapsed 5s)"]
+    assert len(lines) == 6  # the last update had been printed: close() adds nothing
+
+
+def _screen(text: str) -> str:
+    """The terminal output without its escape sequences."""
+    return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", text)
+
+
+def test_tty_draws_rich_bars_per_part_and_overall_with_notes_above():
+    clock, out = Clock(), io.StringIO()
+    progress = Progress(out, label="moving", item_name="moves", tty=True, width=120, clock=clock)
+    progress.update(Snapshot(0, 4 * 2**20, 0, 1), {"t-0": Snapshot(0, 4 * 2**20, 0, 1)})
     clock.now += 2
-    progress.update(Snapshot(2**20, 4 * 2**20, 0, 1))
-    progress.note("  done: t-0")
+    progress.update(Snapshot(2**20, 4 * 2**20, 0, 1), {"t-0": Snapshot(2**20, 4 * 2**20, 0, 1)})
+    progress.note("  done: t-1")
     clock.now += 2
-    progress.update(Snapshot(4 * 2**20, 4 * 2**20, 1, 1))
+    progress.update(Snapshot(4 * 2**20, 4 * 2**20, 1, 1), {"t-0": Snapshot(4 * 2**20, 4 * 2**20, 1, 1)})
     progress.close()
     text = out.getvalue()
-    frames = text.split("\r\x1b[K")[1:]
-    assert frames[0].startswith("[" + "-" * 23 + "]   0.0%  0 B / 4.0 MiB  -  ETA --  0/1 moves")
-    assert frames[1].startswith("[#####" + "-" * 18 + "]  25.0%  1.0 MiB / 4.0 MiB  512.0 KiB/s  ETA 6s  0/1 moves")
-    # The note erased the bar, stayed on its own line, and the bar came back under it.
-    assert frames[2] == "  done: t-0\n"
-    assert frames[3] == frames[1]
-    assert frames[4].startswith("[" + "#" * 23 + "] 100.0%  4.0 MiB / 4.0 MiB")
-    assert text.endswith("\n") and text.count("\n") == 2
-    # Every frame fits the terminal, and the bar is as wide in each.
-    assert all(len(f.rstrip("\n")) < 100 for f in frames)
-    assert len({f.index("]") for f in frames if f.startswith("[")}) == 1
-
-
-def test_tty_narrow_terminal_drops_the_bar_and_truncates():
-    out = io.StringIO()
-    progress = Progress(out, tty=True, width=30, clock=Clock())
-    progress.update(Snapshot(5, 10, 0, 3, extra="offset lag 12345"))
-    frame = out.getvalue().split("\r\x1b[K")[1]
-    assert not frame.startswith("[") and len(frame) == 29
+    assert "\x1b[" in text  # drawn in place with escape sequences
+    screen = _screen(text)
+    assert "1.0 MiB / 4.0 MiB  512.0 KiB/s  ETA 6s  0/1 moves" in screen
+    assert "  done: t-1\n" in screen
+    # The final frame: both bars full, the part above the overall one, each line within the terminal.
+    final = [line for line in screen.splitlines() if line.strip()][-2:]
+    assert final[0].startswith("t-0") and "100%" in final[0] and "4.0 MiB / 4.0 MiB" in final[0]
+    assert final[1].startswith("moving") and "100%" in final[1] and "1/1 moves" in final[1]
+    assert all(len(line) <= 120 for line in screen.splitlines())
+    assert "━" in final[0]  # rich's bar
 
 
 def test_tty_is_detected_from_the_stream():

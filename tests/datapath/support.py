@@ -270,6 +270,17 @@ def scan_partition(path: Path) -> PartitionScan:
     return scan
 
 
+def renamed_to_delete(parent: Path, name: str, timeout: float = 30.0) -> list[Path]:
+    """The ``<name>.<uuid>-delete`` dirs in `parent` once `name` itself is gone: a deleted partition is taken out
+    of service at once and renamed on its dir's worker right after (as Kafka's brokers rename asynchronously)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        renamed = [d for d in parent.iterdir() if d.name.startswith(name + ".") and d.name.endswith("-delete")]
+        if (renamed and not (parent / name).exists()) or time.monotonic() > deadline:
+            return renamed
+        time.sleep(0.02)
+
+
 def partition_dirs(log_dirs: Iterable[Path]) -> dict[str, Path]:
     """{"topic-N": path} for every live partition dir (no -delete/-future/-stray suffix)."""
     out: dict[str, Path] = {}

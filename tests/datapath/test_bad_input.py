@@ -39,6 +39,7 @@ from .support import (
     produce,
     recrc,
     refused,
+    renamed_to_delete,
 )
 
 pytestmark = pytest.mark.slow
@@ -151,6 +152,22 @@ def test_acks_0_failure_closes_the_connection(server):
         assert client.closed_by_server(), "an acks=0 produce that failed must close the connection"
     with RawClient.to(server) as client:  # the server is fine
         assert metadata(client, None).cluster_id == server.cluster_id
+
+
+def test_acks_0_append_failure_on_a_dir_worker_closes_the_connection(server, raw):
+    """The refusal comes back from the partition's dir worker (the answer is a future, not a coroutine): with
+    acks=0 it still closes the connection, and a good acks=0 produce on the same topic does not."""
+    new_topic(raw, "acks0-crc")
+    good = batch([b"x"])
+    damaged = bytearray(good)
+    damaged[-1] ^= 0xFF
+    with RawClient.to(server) as client:
+        assert produce(client, "acks0-crc", 0, bytes(damaged), acks=0) is None
+        assert client.closed_by_server(), "an acks=0 produce refused by the dir worker must close the connection"
+    with RawClient.to(server) as client:
+        assert produce(client, "acks0-crc", 0, good, acks=0) is None
+        assert metadata(client, None).cluster_id == server.cluster_id  # still open, answered in order
+    assert produce(raw, "acks0-crc", 0, good).base_offset == 1
 
 
 def test_idempotent_producer_retries_and_gaps(raw):
@@ -333,10 +350,10 @@ def test_delete_topics_renames_to_delete_and_removes_in_the_background(raw, serv
                                         timeout_ms=5000), 6)
     (result,) = resp.responses
     assert result.error_code == 0 and result.name == "doomed"
-    # Renamed at once, with Kafka's suffix, in the same log dir...
+    # Renamed (on the dir's worker, right after), with Kafka's suffix, in the same log dir...
     for p, parent in parents.items():
+        renamed = renamed_to_delete(parent, f"doomed-{p}")
         assert not (parent / f"doomed-{p}").exists()
-        renamed = [d for d in parent.iterdir() if d.name.startswith(f"doomed-{p}.") and d.name.endswith("-delete")]
         assert len(renamed) == 1, f"no -delete dir for doomed-{p} in {parent}"
     assert metadata(raw, ["doomed"]).topics[0].error_code == E.UNKNOWN_TOPIC_OR_PARTITION
     assert produce(raw, "doomed", 0, batch([b"late"])).error_code == E.UNKNOWN_TOPIC_OR_PARTITION

@@ -197,7 +197,15 @@ def delete_with_an_offline_partition(factory, tmp_path, monkeypatch):
     restarted with the disk back.  Returns (server, dirs of the partitions, the DeleteTopics result)."""
     from kjbod.protocol.generated import DeleteTopicsRequest as D
 
-    from .support import RawClient, batch, create_topic, partition_dirs, produce, write_faults
+    from .support import (
+        RawClient,
+        batch,
+        create_topic,
+        partition_dirs,
+        produce,
+        renamed_to_delete,
+        write_faults,
+    )
 
     control = tmp_path / "faults.json"
     monkeypatch.setenv("KJBOD_FAULTS", str(control))
@@ -214,8 +222,8 @@ def delete_with_an_offline_partition(factory, tmp_path, monkeypatch):
     assert server.running
     for name in ("doomed-0", "doomed-2"):
         parent = dirs[name]
+        assert renamed_to_delete(parent, name)
         assert not (parent / name).exists()
-        assert [d.name for d in parent.iterdir() if d.name.startswith(name + ".") and d.name.endswith("-delete")]
     assert (dirs["doomed-1"] / "doomed-1").exists()  # untouchable while its disk is offline
     assert server.stop() == 0
     control.unlink()

@@ -184,3 +184,70 @@ async def test_a_connection_counts_and_times_replies_answered_at_once_later_and_
     # 4 replies (size prefix and 4 bytes each), the Fetch's third
     assert bytes(transport.written[16:24]) == b"\x00\x00\x00\x04" * 2 and len(transport.written) == 32
     conn.connection_lost(None)
+
+
+@pytest.mark.parametrize("fast_path", [True, False])
+async def test_a_followers_fetch_counts_as_fetch_follower_on_every_path_of_a_connection(fast_path):
+    """The handler says a request is a follower's Fetch (the correlation id stands for its replica id here) while
+    the connection hands it over; answered at once or later, on the fast path (a read's frames served as they
+    are split) or the general one (through the decoder; the only one while debug logging is on), each is counted
+    under FETCH_FOLLOWER, the consumers' fetches under Fetch's own key."""
+    from kjbod.metrics.counters import FETCH_FOLLOWER
+    from kjbod.server.connection import Connection
+
+    stats = RequestStats()
+    later: asyncio.Future[list[bytes]] = asyncio.get_running_loop().create_future()
+
+    class Handler:
+        def handle(self, frame, ctx):
+            correlation_id = int.from_bytes(frame[4:8], "big")
+            if correlation_id >= 10:
+                stats.follower_fetch()
+            return later if correlation_id == 11 else b"\x00\x00\x00\x01"
+
+    conn = Connection(Handler(), stats=stats)
+    conn.connection_made(_Transport())  # type: ignore[arg-type]
+    conn._debug = not fast_path
+    # A follower's answered at once, a consumer's, a follower's long poll, then behind it a follower's and a
+    # consumer's (the general path, queued).
+    conn.data_received(_frame(1, 12, 10) + _frame(1, 12, 1) + _frame(1, 12, 11) + _frame(1, 12, 12)
+                       + _frame(1, 12, 2))
+    later.set_result([b"\x00\x00\x00\x04"])
+    for _ in range(20):
+        await asyncio.sleep(0)
+    follower, consumer = slice(FETCH_FOLLOWER * BUCKETS, (FETCH_FOLLOWER + 1) * BUCKETS), slice(BUCKETS, 2 * BUCKETS)
+    assert (stats.requests[(FETCH_FOLLOWER << 5) | 12], stats.requests[(1 << 5) | 12]) == (3, 2)
+    assert (sum(stats.total[follower]), sum(stats.total[consumer])) == (3, 2)  # every reply sent, timed apart
+    assert sum(stats.local[follower]) == 3 and sum(stats.remote[follower]) == 3
+    assert stats.count_as == -1
+    conn.connection_lost(None)
+
+
+def test_fetch_is_exported_as_fetch_consumer_fetch_follower_and_both_as_kafka_names_them():
+    from kjbod.metrics.collect import NodeCollector
+    from kjbod.metrics.counters import FETCH_FOLLOWER
+
+    stats = RequestStats()
+    for route, n in (((1 << 16) | 12, 2), ((FETCH_FOLLOWER << 16) | 12, 3), ((FETCH_FOLLOWER << 16) | 15, 1)):
+        for _ in range(n):
+            stats.handled(route, 0.0, 0.0)
+            stats.sent(route, 0.0, 0.0, 0.002)
+    stats.error(1, 3)  # UNKNOWN_TOPIC_OR_PARTITION
+    collector = NodeCollector(SimpleNamespace(handler=None), stats, None)
+    samples = {(s.name, frozenset(s.labels.items())): s.value for family in collector._requests()
+               for s in family.samples}
+
+    def get(name: str, **labels: str) -> float | None:
+        return samples.get((f"kafka_network_requestmetrics_{name}", frozenset(labels.items())))
+
+    assert get("requests_total", request="FetchConsumer", version="12") == 2
+    assert get("requests_total", request="FetchFollower", version="12") == 3
+    assert get("requests_total", request="FetchFollower", version="15") == 1
+    assert get("requests_total", request="Fetch", version="12") == 5
+    assert get("requests_total", request="Fetch", version="15") == 1
+    assert get("requests_total", request="FetchConsumer", version="15") is None
+    counts = {r: get("totaltimems_count", request=r) for r in ("FetchConsumer", "FetchFollower", "Fetch")}
+    assert counts == {"FetchConsumer": 2, "FetchFollower": 4, "Fetch": 6}
+    # Errors under the API's own name only, as Kafka's RequestChannel marks them.
+    assert get("errors_total", request="Fetch", error="UNKNOWN_TOPIC_OR_PARTITION") == 1
+    assert not [k for k in samples if k[0].endswith("errors_total") and ("request", "FetchConsumer") in k[1]]

@@ -410,7 +410,9 @@ def test_coverage():
     # libraries lack only versions Kafka 4 removed, e.g. AlterPartition v0-v1, and the metadata records).
     assert len(kio) >= 200 and len(kp) >= 180, summary
     covered = {cls.__name__ for cls, v in pairs if kp_class(cls, v) or kio_class(cls, v)}
-    assert all(cls.__name__ in covered for cls, _ in pairs if cls.KIND in ("request", "response")), summary
+    # kjbod's own APIs (api keys from 10000) exist in neither library.
+    assert all(cls.__name__ in covered for cls, _ in pairs
+               if cls.KIND in ("request", "response") and cls.API_KEY < 10000), summary
     # The field maps build for every covered pair (a structural mismatch fails here, naming the field).
     assert len(plans()) == len(pairs) - len(neither)
 

@@ -51,6 +51,27 @@ def admin_client(cluster: Cluster, *, only: int | None = None) -> Iterator[Any]:
         admin.close()
 
 
+@contextlib.contextmanager
+def stopped(cluster: Cluster, broker_id: int, *, ask: int) -> Iterator[Any]:
+    """SIGSTOPs the broker, waits until broker `ask` no longer lists it (fenced), and yields kafka-python's admin
+    client bootstrapped there; SIGCONT at the end.
+
+    kafka-python sends every request without a fixed node (the Metadata that finds the controller among them) to
+    a random broker of its cached cluster view, preferring one it already holds a connection to: a client that
+    learnt the cluster while the broker ran may pick the stopped broker and time out after request_timeout_ms.
+    A client bootstrapped after the fencing never knows the stopped broker (Metadata lists unfenced brokers)."""
+    pid = cluster.pid(f"broker-{broker_id}")
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        with SyncAdminClient(f"127.0.0.1:{cluster.broker_port(ask)}") as kjbod_admin:
+            wait_for(lambda: broker_id not in {b.node_id for b in kjbod_admin.describe_cluster().brokers},
+                     f"broker {broker_id} is fenced")
+        with admin_client(cluster, only=ask) as admin:
+            yield admin
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
 def described(cluster: Cluster, topic: str) -> dict[int, tuple[list[int], list[int], int]] | None:
     """partition → (replicas, isr, leader), or None while the cluster cannot answer."""
     try:
@@ -166,19 +187,14 @@ def test_moving_every_partition_while_producing_loses_nothing_and_a_cancel_rever
     tp = TopicPartition(TOPIC, 0)
     before = described(cluster, TOPIC)
     assert before is not None
-    pid = cluster.pid("broker-1")
-    os.kill(pid, signal.SIGSTOP)
-    try:
-        with admin_client(cluster, only=3) as admin:
-            assert admin.alter_partition_reassignments({tp: [3, 4, 1]}) == {tp: None}
-            listed = admin.list_partition_reassignments()
-            assert listed == {tp: {"replicas": [3, 4, 1], "adding_replicas": [1], "removing_replicas": []}}
-            assert admin.alter_partition_reassignments({tp: None}) == {tp: None}
-            assert admin.list_partition_reassignments() == {}
-            errors = admin.alter_partition_reassignments({tp: None, TopicPartition("nope", 0): [3]})
-            assert {t.topic: e.errno for t, e in errors.items()} == {TOPIC: 85, "nope": 3}
-    finally:
-        os.kill(pid, signal.SIGCONT)
+    with stopped(cluster, 1, ask=3) as admin:
+        assert admin.alter_partition_reassignments({tp: [3, 4, 1]}) == {tp: None}
+        listed = admin.list_partition_reassignments()
+        assert listed == {tp: {"replicas": [3, 4, 1], "adding_replicas": [1], "removing_replicas": []}}
+        assert admin.alter_partition_reassignments({tp: None}) == {tp: None}
+        assert admin.list_partition_reassignments() == {}
+        errors = admin.alter_partition_reassignments({tp: None, TopicPartition("nope", 0): [3]})
+        assert {t.topic: e.errno for t, e in errors.items()} == {TOPIC: 85, "nope": 3}
     wait_for(lambda: (d := described(cluster, TOPIC)) and d[0][0] == before[0][0] and d[0][1] == before[0][1],
              "partition 0 is back on its replicas")
 

@@ -5,12 +5,14 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from kjbod.storage.config import LogConfig
 from kjbod.storage.epoch_cache import (
     LEADER_EPOCH_CHECKPOINT,
     LeaderEpochCache,
     parse_epoch_checkpoint,
     render_epoch_checkpoint,
 )
+from kjbod.storage.log import PartitionLog
 from tests.replication.conftest import batch
 
 
@@ -62,3 +64,21 @@ def test_a_lone_log_rebuilds_its_cache_from_the_batches(make_log):
     plog.append(_batch(0, 2), leader_epoch=4)
     assert not os.path.exists(os.path.join(plog.dir, LEADER_EPOCH_CHECKPOINT))
     assert plog.leader_epochs.entries == [(0, 0), (4, 2)]
+
+
+def test_a_new_replica_keeps_its_first_epoch_in_memory_until_a_second_one(make_log):
+    plog = make_log("t-0")
+    plog.auto_high_watermark = False
+    path = os.path.join(plog.dir, LEADER_EPOCH_CHECKPOINT)
+    plog.assign_leader_epoch(3, 0)  # a new partition led here: no checkpoint write (nor its fsyncs)
+    assert not os.path.exists(path) and plog.leader_epochs.entries == [(3, 0)]
+    plog.append(_batch(0, 2), leader_epoch=3)
+    assert not os.path.exists(path)
+    plog.close()
+    reopened = PartitionLog.load(plog.io, plog.dir, "t", 0, LogConfig(), had_clean_shutdown=False, recovery_point=0)
+    try:
+        assert reopened.leader_epochs.entries == [(3, 0)]  # rebuilt from the batches: the same
+        reopened.assign_leader_epoch(4, reopened.log_end_offset)  # a second epoch is written, with the first
+        assert Path(path).read_text() == "0\n2\n3 0\n4 2\n"
+    finally:
+        reopened.close_quietly()

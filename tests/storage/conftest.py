@@ -122,6 +122,15 @@ def make_manager(log_dirs, clock):
 
 
 @pytest.fixture
+def spread(make_manager, log_dirs):
+    """A manager with partition t-0 in each of the three dirs' own topics: a-0 (dir 0), b-0 (dir 1), c-0 (dir 2)."""
+    lm = make_manager(stall_timeout_ms=30_000)
+    for name, d in zip("abc", log_dirs, strict=True):
+        lm.create_partition(name, 0, "3uI2M2AbQVO0J2cYw2xvOA", dir=d)
+    return lm
+
+
+@pytest.fixture
 def plog(tmp_path, clock) -> Iterator[PartitionLog]:
     """A standalone partition log (no manager) with small segments and a dense index."""
     io = fsio.LogDirIO(str(tmp_path / "d"))

@@ -17,7 +17,6 @@ import os
 import time
 from types import SimpleNamespace
 
-import pytest
 from structlog.testing import capture_logs
 
 from kjbod.broker.handlers import fetch, produce
@@ -27,7 +26,7 @@ from kjbod.storage import fsio
 from kjbod.storage import manager as manager_module
 from kjbod.storage.workers import DirWorker
 from tests.storage.conftest import kp_batch, kp_records, region_bytes
-from tests.storage.test_dir_health import AN_HOUR, TOPIC_ID, _ahead, _held_in, _wait_for
+from tests.storage.test_dir_health import AN_HOUR, _ahead, _held_in, _wait_for
 
 PV = 9  # Produce version: flexible, error messages
 FV = 12  # Fetch version: topic names, flexible
@@ -95,15 +94,6 @@ def _fetched(resp) -> dict[tuple[str, int], tuple[int, list[bytes | None]]]:
             data = region_bytes(SimpleNamespace(regions=regions)) if regions else bytes(p.records or b"")
             out[(t.topic, p.partition_index)] = (p.error_code, [v for _, v, _ in kp_records(data)])
     return out
-
-
-@pytest.fixture
-def spread(make_manager, log_dirs):
-    """A manager with partition t-0 in each of the three dirs' own topics: a-0 (dir 0), b-0 (dir 1), c-0 (dir 2)."""
-    lm = make_manager(stall_timeout_ms=30_000)
-    for name, d in zip("abc", log_dirs, strict=True):
-        lm.create_partition(name, 0, TOPIC_ID, dir=d)
-    return lm
 
 
 def test_produce_spanning_dirs_answers_the_healthy_dirs_while_one_is_held(spread, log_dirs):
@@ -344,3 +334,51 @@ def test_a_cached_read_is_served_on_the_loop_and_one_that_would_wait_goes_to_the
     # The closed segment gave back its fd after the last read: reopening it might wait, so its worker reads it.
     plog.segments[0].release()
     assert asyncio.run(scenario(0)) == (False, (0, [b"one", b"two"]))
+
+
+def test_dir_work_answers_with_what_then_returns_a_further_wait_or_its_error(spread, log_dirs):
+    """A handler's answer as the future DirWork.run returns (no task per request): then() once every dir is in,
+    a coroutine it returns awaited in turn (acks=all's wait), its exception the future's."""
+    from kjbod.broker.dir_work import DirWork
+
+    node = _Node(spread)
+    filled: list[object] = []
+
+    async def later(value):
+        await asyncio.sleep(0)
+        return value
+
+    def refuse():
+        raise ValueError("refused")
+
+    async def scenario():
+        outcomes = []
+        for then in (lambda: "plain", lambda: later("awaited"), refuse):
+            work = DirWork(node, lambda item, result: filled.append((item, result)), lambda item, e: None)
+            work.add(log_dirs[0], "x")
+            work.add(log_dirs[1], "y")
+            pending = work.run(lambda items: [i.upper() for i in items], 60, then=then)
+            assert pending is not None and not pending.done()
+            try:
+                outcomes.append(await pending)
+            except ValueError as e:
+                outcomes.append(str(e))
+        return outcomes
+
+    assert asyncio.run(scenario()) == ["plain", "awaited", "refused"]
+    assert sorted(filled) == sorted([("x", "X"), ("y", "Y")] * 3)
+
+
+def test_server_process_settles_the_gc_after_start():
+    """`kjbod serve` (app.run) freezes what the started node built and collects young objects every
+    GC_YOUNG_THRESHOLD net allocations: requests in flight to the dir workers then die before a collection sees
+    them. Checked in a child process: the test process's own GC is not the server's to change."""
+    import subprocess
+    import sys
+
+    code = ("import gc\nfrom kjbod.server.app import GC_YOUNG_THRESHOLD, _settle_gc\n"
+            "assert gc.get_freeze_count() == 0\n_settle_gc()\n"
+            "assert gc.get_threshold()[0] == GC_YOUNG_THRESHOLD > 700, gc.get_threshold()\n"
+            "assert gc.get_freeze_count() > 1000, gc.get_freeze_count()\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr

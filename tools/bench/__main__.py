@@ -19,8 +19,8 @@ import traceback
 from typing import Any
 
 # In the order they run: the cheap, self-contained ones first.
-BENCHMARKS = ("codec", "server", "controller", "datapath", "validation", "kip113", "spark", "metadata_log",
-              "propagation", "kip858", "metrics", "full_disk", "dir_workers", "replication")
+BENCHMARKS = ("codec", "server", "controller", "reassign_controller", "datapath", "validation", "kip113", "spark",
+              "metadata_log", "propagation", "kip858", "metrics", "full_disk", "dir_workers", "replication", "reassign")
 
 
 def _load(name: str) -> tuple[Any, str | None]:

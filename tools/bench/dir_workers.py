@@ -8,6 +8,12 @@ Every figure is a ratio against a reference measured in the same run, variants i
   1 KiB records) at the highest rate the load generator reaches (32 connections x 16 in flight; target >= 85 %);
   a consumer fetching three partitions, one per dir, zero-copy (target >= 95 %); Produce p99 latency at a fixed
   moderate rate (500 requests/s of one small batch; target <= 1.2x).
+* **Why, where a target is missed**, in the same run: the server's CPU time per request under the small-batch
+  load (from /proc; the ratio is the throughput each would reach with the CPU to itself, which is what a
+  machine shared with other work leaves of the wall-clock ratio), and the bare cost of a hand-off on this
+  machine: a closure sent to a real `DirWorker` and answered on the loop, one at a time with the loop otherwise
+  idle (median and p99), against the loop path's median Produce latency at the moderate rate. A Produce handed
+  to a worker pays that round trip once (two thread wake-ups) on top of the loop path's time.
 * **Isolation**: one server, three dirs, ``KJBOD_FAULTS`` naming the third dir: a steady 200 msg/s producer
   (acks=1) and a consumer on partitions of the two healthy dirs, another producer writing to the bad dir. Produce
   p99 on the healthy dirs with the bad dir at 200 ms per operation, and with it hung (every operation held for
@@ -34,6 +40,7 @@ from .datapath import (
     create_topic,
     exact_batch,
     one_mib_batch,
+    process_cpu,
     produce_frame,
     produce_pipelined,
 )
@@ -75,8 +82,48 @@ def paced_produce(port: int, topic: str, partition: int, rate: float, seconds: f
 
 
 def p99(xs: list[float]) -> float:
+    return quantile(xs, 0.99)
+
+
+def quantile(xs: list[float], q: float) -> float:
     xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(len(xs) * 0.99))]
+    return xs[min(len(xs) - 1, int(len(xs) * q))]
+
+
+def worker_round_trips(directory: Path, count: int = 2000) -> list[float]:
+    """Seconds from submitting a closure to a real DirWorker to its answer running on the (uvloop) event loop,
+    one at a time: the bare cost of a hand-off on this machine, two thread wake-ups and the GIL passed twice."""
+    import asyncio
+
+    from kjbod.server.app import new_event_loop
+    from kjbod.storage.fsio import LogDirIO
+    from kjbod.storage.workers import DirWorker
+
+    directory.mkdir(parents=True, exist_ok=True)
+    worker = DirWorker(LogDirIO(str(directory)))
+
+    async def measure() -> list[float]:
+        loop = asyncio.get_running_loop()
+        took: list[float] = []
+        for _ in range(count):
+            answered: asyncio.Future[None] = loop.create_future()
+
+            def done(_ok: bool, _value: object, answered: asyncio.Future[None] = answered) -> None:
+                answered.set_result(None)
+
+            t0 = time.perf_counter()
+            worker.submit(int, done, loop)
+            await answered
+            took.append(time.perf_counter() - t0)
+        return took
+
+    loop = new_event_loop()
+    try:
+        return loop.run_until_complete(measure())
+    finally:
+        worker.stop()
+        worker.join(5)
+        loop.close()
 
 
 # ================================================================================================ hand-off cost
@@ -91,7 +138,10 @@ def bench_handoff(work: Path, rounds: int, seconds: float) -> dict:
     loadgen = build_loadgen()
     mib = one_mib_batch()
     small = small_batch()
-    samples: dict[str, dict[str, list[float]]] = {k: {"mib": [], "small": [], "fetch": [], "p99": []} for k in servers}
+    samples: dict[str, dict[str, list[float]]] = {k: {"mib": [], "small": [], "fetch": [], "p99": [], "p50": [],
+                                                      "cpu": []} for k in servers}
+    trips: list[float] = []
+    load_before = os.getloadavg()[0]
     fetch_mib = 16
     try:
         for server in servers.values():
@@ -108,10 +158,17 @@ def bench_handoff(work: Path, rounds: int, seconds: float) -> dict:
                 s = samples[name]
                 count = 32
                 s["mib"].append(count / produce_pipelined(server.port, produce_frame("big", 0, mib), count, 8))
-                s["small"].append(load_frames(loadgen, server.port, CONNECTIONS, 16, seconds, small_frames))
+                assert server.process is not None
+                cpu = process_cpu(server.process.pid)
+                rate = load_frames(loadgen, server.port, CONNECTIONS, 16, seconds, small_frames)
+                s["small"].append(rate)
+                s["cpu"].append((process_cpu(server.process.pid) - cpu) / (rate * seconds))
                 t, _ = consume(server.port, "fetch", 3, fetch_mib * 1024)
                 s["fetch"].append(fetch_mib * 3 / t)
-                s["p99"].append(p99(paced_produce(server.port, "small", 1, MODERATE_RATE, seconds, small)))
+                latencies = paced_produce(server.port, "small", 1, MODERATE_RATE, seconds, small)
+                s["p99"].append(p99(latencies))
+                s["p50"].append(quantile(latencies, 0.5))
+            trips += worker_round_trips(work / "round-trip")
     finally:
         for server in servers.values():
             server.stop()
@@ -133,6 +190,18 @@ def bench_handoff(work: Path, rounds: int, seconds: float) -> dict:
     print(f"   Produce p99 at {MODERATE_RATE} req/s: workers {median(w['p99']) * 1000:.2f} ms, loop "
           f"{median(ref['p99']) * 1000:.2f} ms: {out['handoff_produce_p99_vs_loop']:.2f}x (target <= 1.2x: "
           f"{verdict(out['handoff_produce_p99_vs_loop'] <= 1.2)})")
+    # What the figures above are made of, measured in this run.
+    out["handoff_small_cpu_per_request_loop_vs_workers"] = median(
+        [b / a for a, b in zip(w["cpu"], ref["cpu"], strict=True)])
+    trip_p50, trip_p99 = quantile(trips, 0.5), quantile(trips, 0.99)
+    print(f"   Why: server CPU per small-batch Produce: workers {median(w['cpu']) * 1e6:.0f} us, loop "
+          f"{median(ref['cpu']) * 1e6:.0f} us: with the CPU to itself the workers would reach "
+          f"{out['handoff_small_cpu_per_request_loop_vs_workers']:.1%} of the loop's rate (load average "
+          f"{load_before:.1f} at the start, {os.getloadavg()[0]:.1f} at the end, on {os.cpu_count()} CPUs)")
+    print(f"   Why: one hand-off round trip on this machine (a DirWorker, the loop otherwise idle): median "
+          f"{trip_p50 * 1e6:.0f} us, p99 {trip_p99 * 1e6:.0f} us, against a median Produce at {MODERATE_RATE} "
+          f"req/s of {median(ref['p50']) * 1e6:.0f} us on the loop and {median(w['p50']) * 1e6:.0f} us with the "
+          f"workers (a round trip's tail is what this machine's scheduler adds to a request that crosses threads)")
     return out
 
 

@@ -3,6 +3,8 @@
 from kjbod.broker.handlers import (  # noqa: F401
     allocate_producer_ids,
     alter_configs,
+    alter_interbroker_throttled_rates,
+    alter_interbroker_throttled_replicas,
     alter_partition,
     alter_partition_reassignments,
     alter_replica_log_dirs,
@@ -26,5 +28,6 @@ from kjbod.broker.handlers import (  # noqa: F401
     metadata,
     offset_for_leader_epoch,
     produce,
+    reassign_partitions,
     unregister_broker,
 )

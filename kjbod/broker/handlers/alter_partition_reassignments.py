@@ -5,7 +5,8 @@ progress; v1 adds AllowReplicationFactorChange (KIP-860), echoed in the response
 
 The controller starts, overrides and cancels reassignments (kjbod.controller.reassignment: Kafka's per-partition
 codes and messages); a broker listener passes the request to it, as Kafka's brokers forward it.  The answer comes
-once the records are in the metadata log.
+once the records are in the metadata log.  With `kjbod.extensions.enable` false, kjbod's TargetDirectories tag is
+dropped before forwarding, as an Apache Kafka broker ignores a tag it does not know.
 """
 
 from __future__ import annotations
@@ -16,4 +17,8 @@ from kjbod.protocol.generated import AlterPartitionReassignmentsRequest, AlterPa
 
 @api(AlterPartitionReassignmentsRequest)
 async def handle(node, request, body: AlterPartitionReassignmentsRequest) -> AlterPartitionReassignmentsResponse:
+    if not getattr(node, "extensions_enabled", True):
+        for topic in body.topics:
+            for partition in topic.partitions:
+                partition.target_directories = []
     return await node.controller_request(body, request.api_version)

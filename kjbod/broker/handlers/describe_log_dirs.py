@@ -170,7 +170,7 @@ async def handle(node, request, body: DescribeLogDirsRequest) -> DescribeLogDirs
         extra = ({"directory_id": _directory_id(info.directory_id), "dir_state": info.state.value,
                   "recent_latency_ms": min(info.recent_latency_ms, INT32_MAX), "failed_at_ms": info.failed_at_ms,
                   "reserved_bytes": info.reserved_bytes}
-                 if body.include_directory_ids else {})
+                 if body.include_directory_ids and getattr(node, "extensions_enabled", True) else {})
         if not info.online or info.state is DirState.NOT_ANSWERING:
             if info.online:
                 log.warning("log_dir_not_answering", log_dir=info.path, timeout_s=manager.probe_timeout_s,

@@ -54,15 +54,17 @@ def _resolve(node, body: FetchRequest, version: int):
     return out
 
 
-def _has_data(node, resolved, body: FetchRequest, decided: dict | None) -> bool:
+def _has_data(node, resolved, body: FetchRequest, decided: dict | None, throttled=frozenset()) -> bool:
     """True when some partition has records past its fetch offset (a follower: the LEO; a consumer: the HW),
-    or answers an error."""
+    or answers an error; a partition the leader throttle answers empty does not count."""
     if decided:
         return True
     for name, t in resolved:
         if name is None:
             return True
         for p in t.partitions:
+            if throttled and (name, p.partition) in throttled:
+                continue
             try:
                 plog = node.partition_log(name, p.partition)
             except Exception:
@@ -73,7 +75,8 @@ def _has_data(node, resolved, body: FetchRequest, decided: dict | None) -> bool:
     return False
 
 
-def _build(node, resolved, body: FetchRequest, version: int, deadline: float, decided: dict | None):
+def _build(node, resolved, body: FetchRequest, version: int, deadline: float, decided: dict | None,
+           throttled=frozenset()):
     """The response, or an awaitable of it when some partition's read runs on its dir's worker. Each dir reads
     its partitions in request order with the whole response budget; the loop then keeps, in request order, what
     fits in max_bytes (the first partition with data always: KIP-74), so one dir gives the answer today's single
@@ -106,6 +109,11 @@ def _build(node, resolved, body: FetchRequest, version: int, deadline: float, de
                 plog = node.partition_log(name, p.partition)
             except Exception as e:
                 parts.append(_failed_part(node, name, p, e, version))
+                continue
+            if throttled and (name, p.partition) in throttled:  # the leader throttle: no records, the offsets
+                parts.append(PartResp(partition_index=p.partition, error_code=0, high_watermark=plog.high_watermark,
+                                      last_stable_offset=plog.high_watermark, log_start_offset=plog.log_start_offset,
+                                      records=b""))
                 continue
             slot = (parts, len(parts), p, plog, None if decided is not None else plog.high_watermark)
             parts.append(None)
@@ -228,14 +236,23 @@ def close_regions(resp: FetchResponse) -> None:
 
 
 @api(FetchRequest)
-async def handle(node, request, body: FetchRequest) -> FetchResponse:
+def handle(node, request, body: FetchRequest):
+    """The answer's coroutine.  Before it runs, while the connection is handing over the request, a follower's
+    fetch (a replica id >= 0) on a broker listener asks the metrics to count it as FetchFollower, as Kafka's
+    RequestMetrics do (the metadata log's fetches on a controller listener keep Fetch's own figures)."""
+    follower = replication.follower_id(body, request.api_version)
+    if follower >= 0 and request.ctx.listener_kind != "controller" and node.topic_stats is not None:
+        node.topic_stats.requests.follower_fetch()
+    return _serve(node, request, body, follower)
+
+
+async def _serve(node, request, body: FetchRequest, follower: int) -> FetchResponse:
     v = request.api_version
     if request.ctx.listener_kind == "controller":  # brokers following the metadata log (KRaft observers)
         return await node.metadata_fetch.fetch(body, v)
     if v >= 7 and (body.session_id != 0 or body.session_epoch > 0):
         return FetchResponse(error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND, session_id=0)
     resolved = _resolve(node, body, v)
-    follower = replication.follower_id(body, v)
     decided = replication.prepare_follower_fetch(node, resolved, body, v, follower) if follower >= 0 else None
     # Like Kafka, a fetch that asks for no partitions needs no data and is answered at once, and so is every
     # fetch once the node is shutting down (a long poll must not hold up a SIGTERM).
@@ -245,15 +262,19 @@ async def handle(node, request, body: FetchRequest) -> FetchResponse:
         # Look before reading: reading hands out file regions that must be closed if we then decide to wait.
         if node.stopping:
             deadline = 0.0
-        if _has_data(node, resolved, body, decided) or time.monotonic() >= deadline:
-            built = _build(node, resolved, body, v, deadline, decided)
+        throttled = replication.leader_throttled(node, resolved, follower) if follower >= 0 else frozenset()
+        if _has_data(node, resolved, body, decided, throttled) or time.monotonic() >= deadline:
+            built = _build(node, resolved, body, v, deadline, decided, throttled)
             resp, total = built if built.__class__ is tuple else await built
             if total >= body.min_bytes or time.monotonic() >= deadline or not _only_data(resp):
                 if node.topic_stats is not None:  # the metrics endpoint's counters (kjbod.metrics)
-                    _count(node.topic_stats, resolved, resp)
+                    _count(node.topic_stats, resolved, resp, follower >= 0)
+                if follower >= 0:
+                    replication.leader_sent(node, resolved, resp)
                 return resp
             close_regions(resp)
-        arrived = node.append_event()
+        # A follower waits for appends only; a HW move (every acks=all answer) would wake it for nothing.
+        arrived = node.append_event() if decided is None else node.log_end_event()
         timeout = deadline - time.monotonic()
         if timeout <= 0:
             continue
@@ -263,12 +284,14 @@ async def handle(node, request, body: FetchRequest) -> FetchResponse:
             pass
 
 
-def _count(stats, resolved, resp: FetchResponse) -> None:
-    """BrokerTopicMetrics of a fetch answered: per partition its error and the record bytes it carries."""
+def _count(stats, resolved, resp: FetchResponse, follower: bool) -> None:
+    """BrokerTopicMetrics of a fetch answered: per partition its error and the record bytes it carries, which
+    are BytesOut for a consumer only (Kafka counts a follower's as replication bytes)."""
     for (name, _t), topic in zip(resolved, resp.responses, strict=True):
         for p in topic.partitions:
             records = p.records
-            stats.fetched(name, p.error_code, sum(len(r) for r in records) if records.__class__ is list else 0)
+            stats.fetched(name, p.error_code, sum(len(r) for r in records)
+                          if records.__class__ is list and not follower else 0)
 
 
 def _only_data(resp: FetchResponse) -> bool:

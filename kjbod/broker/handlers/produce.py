@@ -15,7 +15,6 @@ out.  Transactions are not supported: a transactional produce answers INVALID_RE
 
 from __future__ import annotations
 
-import asyncio
 import time
 
 import structlog
@@ -112,10 +111,12 @@ def handle(node, request, body: ProduceRequest):
     # Each dir answers on its own; one that has not by the request's own timeout answers REQUEST_TIMED_OUT for
     # its partitions, the others normally. A timeout of 0 or less sets no bound of its own: a dir that never
     # answers is failed by the stall watchdog, which answers its waiting requests KAFKA_STORAGE_ERROR.
-    pending = work.run(lambda items: _append_all(items, now_ms, v), timeout_ms / 1000 if timeout_ms > 0 else None)
+    # The answer is a future the dirs' callbacks complete (no task or coroutine per request: the hot path).
+    pending = work.run(lambda items: _append_all(items, now_ms, v), timeout_ms / 1000 if timeout_ms > 0 else None,
+                       then=lambda: _respond(node, acks, responses, waits=waits, timeout_ms=timeout_ms))
     if pending is None:
         return _respond(node, acks, responses, waits=waits, timeout_ms=timeout_ms)
-    return _finish(node, acks, responses, pending, waits, timeout_ms)
+    return pending
 
 
 def _append_all(items, now_ms: int, v: int) -> list:
@@ -132,12 +133,6 @@ def _append_all(items, now_ms: int, v: int) -> list:
                                  log_append_time_ms=info.log_append_time, log_start_offset=info.log_start_offset),
                         info.last_offset + 1, info.record_count))
     return out
-
-
-async def _finish(node, acks: int, responses, pending, waits, timeout_ms: int):
-    await pending
-    response = _respond(node, acks, responses, waits=waits, timeout_ms=timeout_ms)
-    return (await response) if asyncio.iscoroutine(response) else response
 
 
 def _respond(node, acks: int, responses, *, waits, timeout_ms: int):

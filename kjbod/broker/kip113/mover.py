@@ -42,11 +42,15 @@ A move then has three phases, with Kafka's on-disk names:
    controller does not know holds the partition). A move that ends without its swap after that (cancelled,
    redirected, restarted, destination failed) points the metadata back at the source; one whose source
    failed reports the replica as lost (LOST_DIR), so the controller moves its leadership.
-3. **Swap.** The last step runs where appends are serialised (``exclusive``: the node's event loop, where a
-   follower's fetcher appends, entered from the source dir's worker, where a leader's produce appends):
-   copy the few batches appended since, fsync the future, then LogManager.replace_current_with_future renames
-   the source to ``-delete`` and the future to ``<topic>-<partition>`` under both logs' locks and repoints the
-   partition. The ``-delete`` dir is removed in the background after ``file.delete.delay.ms``. Produce requests
+3. **Swap.** The last step runs where the partition's appends are serialised: the source dir's worker
+   (kjbod.storage.workers), where a leader's produce and a follower's fetched batches and truncations are
+   appended, between two of its jobs; the event loop only awaits requests as usual meanwhile (``exclusive``,
+   the node's event loop, only when there are no dir workers: every append runs there then). It copies the few
+   batches appended since, fsyncs the future, then LogManager.replace_current_with_future renames the source to
+   ``-delete`` and the future to ``<topic>-<partition>`` under both logs' locks and repoints the partition. The
+   future dir's writes are made by the source dir's worker thread: they are stamped on the future dir's fsio seam
+   all the same, so a future dir that hangs there is failed by the stall detection (and the move with it), but
+   the source dir's worker waits for that call as long as the kernel holds it. The ``-delete`` dir is removed in the background after ``file.delete.delay.ms``. Produce requests
    wait only for this step (a few milliseconds), never for the copy.
 
 Crash safety (KIP-113 "handle failure"): at startup a ``-future`` log next to its current log is resumed (the
@@ -191,8 +195,10 @@ class ReplicaMover:
     """Moves partitions between the log dirs of one LogManager.
 
     ``exclusive(fn)`` runs the final catch-up and swap where no append can interleave and returns fn's result
-    (re-raising its exception); the node passes a function that runs ``fn`` on its event loop. The default runs
-    it in the mover thread, which is right only when nothing else appends (tests, tools).
+    (re-raising its exception) when the source dir has no worker (``by_dir_worker`` off): the node passes a
+    function that runs ``fn`` on its event loop, where every append runs then. With workers the final step runs on
+    the source dir's worker instead. The default runs it in the mover thread, which is right only when nothing
+    else appends (tests, tools).
 
     ``assign_dir`` (see DirAssigner) tells the controller where a replica is about to be; without it (a node whose
     metadata does not track dirs, tests) a move swaps as soon as its future log has caught up.
@@ -213,9 +219,8 @@ class ReplicaMover:
         self.threads = max(1, threads)
         self.throttle = throttle or Throttle()
         self.exclusive = exclusive or _run_here
-        # Appends (produce) run on each dir's worker: the final step runs there too, and, with an ``exclusive`` as
-        # well (the node's event loop, where a follower's fetcher appends), inside it. Default: without an
-        # ``exclusive`` of its own.
+        # Appends (a leader's and a follower's) run on each dir's worker: the final step runs there too, and
+        # ``exclusive`` only where there are no workers. Default: without an ``exclusive`` of its own.
         self._by_dir_worker = exclusive is None if by_dir_worker is None else by_dir_worker
         self._cond = threading.Condition()
         self._queue: deque[_Move] = deque()
@@ -794,15 +799,15 @@ class ReplicaMover:
         mgr.checkpoint()  # recovery points of the moved log, so an unclean restart does not re-read it all
 
     def _call_exclusive(self, fn: Callable[[], Any], log_dir: str | None = None) -> Any:
-        # Appends to a partition run on its dir's worker (kjbod.storage.workers, a leader's produce) and on the
-        # event loop (a follower's fetcher): the final step holds the worker, between two of its jobs, while the
-        # loop runs it, so neither can append meanwhile.
+        # Every append to a partition (a leader's produce, a follower's fetched batches, its truncations) runs on
+        # its dir's worker (kjbod.storage.workers): the final step runs there too, between two of its jobs, so
+        # none can interleave with it. Without workers (KJBOD_DIR_WORKERS=0) appends run on the event loop, and
+        # ``exclusive`` runs it there.
         worker = self.manager.worker(log_dir) if self._by_dir_worker and log_dir is not None else None
         if worker is None:
             return self.exclusive(fn)
-        exclusive = self.exclusive
         try:
-            return worker.call(lambda: exclusive(fn), gave_up=lambda: self.stopping)
+            return worker.call(fn, gave_up=lambda: self.stopping)
         except TimeoutError:
             raise MoverStopped() from None
 

@@ -18,6 +18,8 @@ DEFAULTS: dict[str, int] = {
     "replica.socket.timeout.ms": 30_000,
     "num.replica.fetchers": 1,
     "min.insync.replicas": 1,
+    "replication.quota.window.num": 11,
+    "replication.quota.window.size.seconds": 1,
 }
 
 
@@ -37,6 +39,8 @@ class ReplicationConfig:
     socket_timeout_ms: int = DEFAULTS["replica.socket.timeout.ms"]
     num_fetchers: int = DEFAULTS["num.replica.fetchers"]
     min_insync_replicas: int = DEFAULTS["min.insync.replicas"]
+    quota_window_num: int = DEFAULTS["replication.quota.window.num"]
+    quota_window_size_seconds: int = DEFAULTS["replication.quota.window.size.seconds"]
 
     @classmethod
     def from_config(cls, config: Any) -> ReplicationConfig:
@@ -50,7 +54,10 @@ class ReplicationConfig:
             fetch_backoff_ms=_setting(config, "replica_fetch_backoff_ms", "replica.fetch.backoff.ms"),
             socket_timeout_ms=_setting(config, "replica_socket_timeout_ms", "replica.socket.timeout.ms"),
             num_fetchers=max(1, _setting(config, "num_replica_fetchers", "num.replica.fetchers")),
-            min_insync_replicas=max(1, _setting(config, "min_insync_replicas", "min.insync.replicas")))
+            min_insync_replicas=max(1, _setting(config, "min_insync_replicas", "min.insync.replicas")),
+            quota_window_num=max(1, _setting(config, "replication_quota_window_num", "replication.quota.window.num")),
+            quota_window_size_seconds=max(1, _setting(config, "replication_quota_window_size_seconds",
+                                                      "replication.quota.window.size.seconds")))
 
     def min_isr(self, topic_configs: Any) -> int:
         value = (topic_configs or {}).get("min.insync.replicas")

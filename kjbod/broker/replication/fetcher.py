@@ -8,6 +8,8 @@ replica id field before), CurrentLeaderEpoch, and LastFetchedEpoch = the latest 
 epoch cache, `replica.fetch.wait.max.ms` / `.min.bytes` / `.max.bytes` / `.response.max.bytes`; no fetch
 session.  Per partition of the answer:
 
+* throttled partitions (throttle.py) are left out of the request while the follower quota is exceeded and
+  they are not in sync; their appended bytes count against it;
 * records: appended as they arrived (`append_as_follower`: offsets, epochs and bytes unchanged); the HW
   becomes min(leader HW, local LEO), the log start follows the leader's (up to the HW);
 * DivergingEpoch {epoch, end}: truncate to min(end, the local end of that epoch, LEO) when the local log
@@ -17,6 +19,14 @@ session.  Per partition of the answer:
 * FENCED_LEADER_EPOCH / KAFKA_STORAGE_ERROR: the partition is dropped until new metadata;
 * NOT_LEADER_OR_FOLLOWER, UNKNOWN_LEADER_EPOCH, UNKNOWN_TOPIC_*: the partition waits
   `replica.fetch.backoff.ms`; a failed connection makes the whole fetcher wait as long.
+
+What touches the disk (appends, truncations, the log start, the HW that follows the LEO) runs on the partition's
+log dir worker (kjbod.storage.workers, grouped per dir as a handler's work is: kjbod.broker.dir_work), where a
+leader's appends and the KIP-113 mover's final step run too, so they keep one order per partition. The fetcher
+does not wait for it: a partition whose answer is still on its worker is *in flight* and left out of the next
+fetches until the worker is done (its fetch offset, the LEO, would be stale), while the fetcher's other
+partitions go on. A dir that stalls keeps only its own partitions in flight; when the stall detection fails the
+dir, its worker answers them with the dir's error and they are dropped.
 """
 
 from __future__ import annotations
@@ -29,6 +39,7 @@ from typing import Any
 
 import structlog
 
+from kjbod.broker.dir_work import DirWork
 from kjbod.net.connection import ClientConnection
 from kjbod.net.errors import BrokerConnectionError, ClientError
 from kjbod.net.tasks import cancel_and_wait
@@ -44,6 +55,7 @@ _BACK_OFF = frozenset({ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_LEADE
                        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.UNKNOWN_TOPIC_ID,
                        ErrorCode.REPLICA_NOT_AVAILABLE})
 _DROP = frozenset({ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.KAFKA_STORAGE_ERROR})
+_TRUNCATED, _APPENDED, _NOTHING = "truncated", "appended", "nothing"  # what applying an answer did to the log
 
 
 @dataclass(slots=True)
@@ -54,6 +66,7 @@ class FetchState:
     delayed_until: float = 0.0
     leader_end_offset: int = -1  # the leader's HW as last heard: how far behind this follower is
     dropped: bool = False
+    in_flight: bool = False  # its last answer is being applied on its dir's worker: not fetched meanwhile
 
 
 class Fetcher:
@@ -90,8 +103,14 @@ class Fetcher:
             self._conn = None
 
     def add(self, tp: tuple[str, int], leader_epoch: int) -> None:
-        self.partitions[tp] = FetchState(tp[0], tp[1], leader_epoch)
+        old = self.partitions.get(tp)
+        # An answer of the old state still on the worker: the LEO is not known until it is applied (or skipped).
+        self.partitions[tp] = FetchState(tp[0], tp[1], leader_epoch, in_flight=old is not None and old.in_flight)
         self._wakeup.set()
+
+    def ready(self, now: float) -> list[FetchState]:
+        """The partitions the next fetch asks for: not dropped, not backing off, none still on its worker."""
+        return [s for s in self.partitions.values() if not s.dropped and not s.in_flight and s.delayed_until <= now]
 
     # ------------------------------------------------------------------------------------------ the task
 
@@ -101,10 +120,10 @@ class Fetcher:
         loop = asyncio.get_running_loop()
         while True:
             now = loop.time()
-            ready = [s for s in self.partitions.values() if not s.dropped and s.delayed_until <= now]
+            ready = self.ready(now)
             if not ready:
                 self._wakeup.clear()
-                waits = [s.delayed_until - now for s in self.partitions.values() if not s.dropped]
+                waits = [s.delayed_until - now for s in self.partitions.values() if not s.dropped and not s.in_flight]
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wakeup.wait(), min(waits) if waits else None)
                 continue
@@ -155,6 +174,8 @@ class Fetcher:
             if plog is None or topic is None:
                 s.dropped = True
                 continue
+            if self._throttled(s, plog):
+                continue
             latest = plog.leader_epochs.latest_epoch
             t = topics.setdefault(s.topic, FetchTopic(topic=s.topic if version < 13 else "",
                                                       topic_id=topic.topic_id if version >= 13 else FetchTopic().topic_id))
@@ -171,12 +192,20 @@ class Fetcher:
             max_wait_ms=cfg.fetch_wait_max_ms, min_bytes=cfg.fetch_min_bytes, max_bytes=cfg.fetch_response_max_bytes,
             isolation_level=0, session_id=0, session_epoch=-1, topics=list(topics.values()))
 
+    def _throttled(self, s: FetchState, plog: Any) -> bool:
+        """Left out of this fetch by the follower throttle (throttle.py): not in sync (behind the leader's HW as
+        last heard, or not heard yet), throttled here, and the follower quota exceeded."""
+        in_sync = 0 <= s.leader_end_offset <= plog.log_end_offset
+        return self.manager.follower_throttled(s.topic, s.partition, in_sync)
+
     # ------------------------------------------------------------------------------------------ answers
 
     def _process(self, response: Any, version: int) -> None:
         image = self.node.metadata
         loop_time = asyncio.get_running_loop().time()
         backoff = self.manager.config.fetch_backoff_ms / 1000
+        work = DirWork(self.node, lambda item, result: self._applied(item, result, loop_time, backoff),
+                       lambda item, e: self._applied(item, e if e is not None else TimeoutError(), loop_time, backoff))
         for t in response.responses:
             name = t.topic
             if version >= 13:
@@ -184,23 +213,90 @@ class Fetcher:
                 name = topic.name if topic is not None else ""
             for part in t.partitions:
                 s = self.partitions.get((name, part.partition_index))
-                if s is None or s.dropped:
+                if s is None or s.dropped or s.in_flight:
                     continue
                 plog = self.manager._local_log(name, part.partition_index)
                 if plog is None:
                     s.dropped = True
                     continue
-                try:
-                    self._partition_answer(s, plog, part, loop_time, backoff)
-                except StorageError as e:
-                    log.warning("replica_fetch_append_failed", topic=name, partition=part.partition_index,
-                                error=str(e))
-                    s.dropped = not plog.online
-                    s.delayed_until = loop_time + backoff
+                if self._answer_on_loop(s, part, loop_time, backoff):
+                    continue
+                s.in_flight = True
+                work.add(plog.log_dir, (s, plog, part))
+        if work:
+            work.run(self._apply_on_worker, None)  # not awaited: each dir's answers come back on their own
 
-    def _partition_answer(self, s: FetchState, plog: Any, part: Any, loop_time: float, backoff: float) -> None:
+    def _apply_on_worker(self, items: list[tuple[FetchState, Any, Any]]) -> list[Any]:
+        """On the dir's worker: each partition's answer applied to its log, in the order fetched; a partition's
+        failure (its exception) is its result, so one bad partition does not fail its dir's others."""
+        out: list[Any] = []
+        for s, plog, part in items:
+            if self.partitions.get((s.topic, s.partition)) is not s:
+                out.append(None)  # no longer fetched here (a new leader, a delete) since the answer came
+                continue
+            try:
+                out.append(self._apply_answer(s, plog, part))
+            except Exception as e:
+                out.append(e)
+        return out
+
+    def _applied(self, item: tuple[FetchState, Any, Any], result: Any, loop_time: float, backoff: float) -> None:
+        """On the loop, once the worker has applied (or failed) one partition's answer."""
+        s, plog, part = item
+        s.in_flight = False
+        current = self.partitions.get((s.topic, s.partition))
+        if current is not None and current is not s:
+            current.in_flight = False  # replaced while this answer was on the worker (see add)
+        self._wakeup.set()
+        if isinstance(result, BaseException):
+            self._apply_failed(s, plog, part, result, loop_time, backoff)
+        elif result is not None:
+            self._after_apply(s, part, result)
+
+    def _apply_failed(self, s: FetchState, plog: Any, part: Any, e: BaseException, loop_time: float,
+                      backoff: float) -> None:
+        if isinstance(e, StorageError):
+            log.warning("replica_fetch_append_failed", topic=s.topic, partition=s.partition, error=str(e))
+        else:
+            log.error("replica_fetch_answer_failed", topic=s.topic, partition=s.partition, error=repr(e))
+        s.dropped = not plog.online
+        s.delayed_until = loop_time + backoff
+
+    def _answer_on_loop(self, s: FetchState, part: Any, loop_time: float, backoff: float) -> bool:
+        """An answer that touches no log (an error other than OFFSET_OUT_OF_RANGE), handled here; False when the
+        log must take it (records, a truncation, the HW and log start that follow)."""
         code = part.error_code
         if code == ErrorCode.OFFSET_OUT_OF_RANGE:
+            return False
+        if code in _DROP:
+            log.info("replica_fetch_partition_dropped", topic=s.topic, partition=s.partition, error=_name(code))
+            s.dropped = True
+            return True
+        if code:
+            s.delayed_until = loop_time + backoff
+            return True
+        return False
+
+    def _partition_answer(self, s: FetchState, plog: Any, part: Any, loop_time: float, backoff: float) -> None:
+        """One partition's answer, all of it in the calling thread (KJBOD_DIR_WORKERS=0's path, and tests)."""
+        if self._answer_on_loop(s, part, loop_time, backoff):
+            return
+        self._after_apply(s, part, self._apply_answer(s, plog, part))
+
+    def _after_apply(self, s: FetchState, part: Any, outcome: str) -> None:
+        if outcome == _TRUNCATED:
+            return
+        if outcome == _APPENDED:
+            self.node.notify_append()
+            # the follower quota counts what was appended (on the loop: the quota is the loop's)
+            self.manager.follower_appended(s.topic, s.partition, len(part.records))
+        if part.high_watermark >= 0:
+            s.leader_end_offset = part.high_watermark
+
+    def _apply_answer(self, s: FetchState, plog: Any, part: Any) -> str:
+        """The log's side of one partition's answer (a truncation, or the records, HW and log start): truncated,
+        appended or nothing. Runs where the partition's appends run (its dir's worker)."""
+        if part.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
             leo = plog.log_end_offset
             if 0 <= part.log_start_offset and leo < part.log_start_offset:
                 plog.truncate_fully_and_start_at(part.log_start_offset)
@@ -210,27 +306,19 @@ class Fetcher:
                 self._truncate_future(s, plog.log_end_offset)
             log.info("replica_offset_out_of_range", topic=s.topic, partition=s.partition, log_end_offset=leo,
                      truncated_to=plog.log_end_offset)
-            return
-        if code in _DROP:
-            log.info("replica_fetch_partition_dropped", topic=s.topic, partition=s.partition, error=_name(code))
-            s.dropped = True
-            return
-        if code:
-            s.delayed_until = loop_time + backoff
-            return
+            return _TRUNCATED
         if part.diverging_epoch.epoch >= 0 or part.diverging_epoch.end_offset >= 0:
             self._truncate_on_divergence(s, plog, part.diverging_epoch.epoch, part.diverging_epoch.end_offset)
-            return
+            return _TRUNCATED
         data = part.records
         if data:
             plog.append_as_follower(bytes(data) if not isinstance(data, bytes | bytearray | memoryview) else data)
-            self.node.notify_append()
         leo = plog.log_end_offset
         if part.high_watermark >= 0:
             plog.high_watermark = min(part.high_watermark, leo)
-            s.leader_end_offset = part.high_watermark
         if part.log_start_offset > plog.log_start_offset:
             plog.advance_log_start_offset(min(part.log_start_offset, plog.high_watermark))
+        return _APPENDED if data else _NOTHING
 
     def _truncate_on_divergence(self, s: FetchState, plog: Any, epoch: int, end_offset: int) -> None:
         leo = plog.log_end_offset

@@ -5,13 +5,15 @@ the handlers stay about their APIs.
   before the read and records the follower's position (manager.check_follower_fetch / follower_fetched); the
   partitions it answers (errors, DivergingEpoch) are not read.  Followers read up to the LEO; consumers up to
   the HW.
+* Throttles: `leader_throttled` names the partitions a follower gets no records for now (outside the ISR,
+  throttled, the leader quota exceeded); they do not count as data for the long poll; `leader_sent` records
+  what was sent of throttled partitions.
 * Produce with acks=all: `acks_all_refusal` before the append (NOT_ENOUGH_REPLICAS), `await_replication` after
   it: each appended partition's answer waits for the HW (or its error), up to the request's timeout_ms.
 """
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from kjbod.protocol.errors import ErrorCode
@@ -57,6 +59,32 @@ def prepare_follower_fetch(node: Any, resolved: list[tuple[str | None, Any]], bo
     return out
 
 
+def leader_throttled(node: Any, resolved: list[tuple[str | None, Any]], replica_id: int) -> frozenset[tuple[str, int]]:
+    """The partitions of a follower's fetch this leader answers with no records now (the leader throttle:
+    kjbod.broker.replication.throttle); empty at once when no topic is throttled here."""
+    manager = getattr(node, "replication", None)
+    if manager is None or not manager.throttles.leader.throttled:
+        return frozenset()
+    return frozenset((name, p.partition) for name, t in resolved if name is not None for p in t.partitions
+                     if manager.leader_throttled(name, p.partition, replica_id))
+
+
+def leader_sent(node: Any, resolved: list[tuple[str | None, Any]], response: Any) -> None:
+    """After answering a follower: the record bytes of its throttled partitions count against the leader quota
+    (in sync or not, as Kafka counts them)."""
+    manager = getattr(node, "replication", None)
+    if manager is None or not manager.throttles.leader.throttled:
+        return
+    for (name, _t), topic in zip(resolved, response.responses, strict=True):
+        if name is None:
+            continue
+        for p in topic.partitions:
+            records = p.records
+            size = sum(len(r) for r in records) if records.__class__ is list else len(records or b"")
+            if size:
+                manager.leader_sent(name, p.partition_index, size)
+
+
 def _part(index: int, code: int) -> FetchPart:
     return FetchPart(partition_index=index, error_code=code, high_watermark=-1, last_stable_offset=-1,
                      log_start_offset=-1, records=b"")
@@ -81,9 +109,8 @@ def needs_replication(node: Any, topic: str, partition: int, required_offset: in
 
 
 async def await_replication(node: Any, response: Any, waits: list[tuple[str, Any, int]], timeout_ms: int) -> Any:
-    manager = node.replication
-    codes = await asyncio.gather(*(manager.wait_for_replicas(name, part.index, required, max(timeout_ms, 0) / 1000)
-                                   for name, part, required in waits))
+    codes = await node.replication.delay_produce([(name, part.index, required) for name, part, required in waits],
+                                                 max(timeout_ms, 0) / 1000)
     for (_name, part, _required), code in zip(waits, codes, strict=True):
         if code:
             part.error_code = code

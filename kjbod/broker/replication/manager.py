@@ -3,17 +3,21 @@ time; the acks=all purgatory; the ISR changes sent to the controller.
 
 Strategy (Kafka's ReplicaManager and Partition, kraft-notes C):
 
-* `sync(image)` after every applied delta: each local replica becomes leader or follower when its leader
+* `sync(image, changed, removed)` after every applied delta: each local replica it changed becomes leader or follower when its leader
   epoch, leader or partition epoch changed (partition.py); a new leader starts its epoch at its LEO in the
   leader epoch cache; a follower's fetcher (fetcher.py) is pointed at its leader.  The log's HW is then ours
   (`auto_high_watermark` off), restored from `replication-offset-checkpoint` the first time.
 * Leader side of a follower's Fetch: `check_follower_fetch` (epochs, replica id, broker epoch, LastFetchedEpoch
   → DivergingEpoch or OFFSET_OUT_OF_RANGE) before the read, `follower_fetched` after it (the follower's LEO,
   ISR expansion, the HW).
-* acks=all: NOT_ENOUGH_REPLICAS before the append when the ISR is below min ISR; then a waiter per request,
-  completed when the HW passes its last offset (woken by HW moves, never polled), NOT_ENOUGH_REPLICAS_AFTER_APPEND
+* acks=all: NOT_ENOUGH_REPLICAS before the append when the ISR is below min ISR; then one DelayedProduce per
+  request (a future and a timer, no task), each partition completed when the HW passes its last offset (from
+  the HW move itself, never polled), NOT_ENOUGH_REPLICAS_AFTER_APPEND
   when the maximal ISR is below min ISR by then, NOT_LEADER_OR_FOLLOWER when leadership goes, REQUEST_TIMED_OUT
   at the request's timeout.
+* Throttles (throttle.py): the leader and follower quotas, refreshed from each image in `sync`;
+  `leader_throttled` / `leader_sent` for the leader's answer, `follower_throttled` / `follower_appended` for
+  the fetchers.
 * ISR shrink: a timer every `replica.lag.time.max.ms / 2`.  ISR changes go to the controller as AlterPartition,
   one request in flight for the broker, one pending change per partition (kraft-notes C.3).
 """
@@ -23,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +35,7 @@ import structlog
 
 from kjbod.broker.replication.config import ReplicationConfig
 from kjbod.broker.replication.partition import FOLLOWER, LEADER, PartitionState, PendingIsr
+from kjbod.broker.replication.throttle import ReplicationThrottles
 from kjbod.net.tasks import cancel_and_wait
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated.alter_partition_request import (
@@ -64,6 +69,39 @@ class FetchCheck:
     diverging: tuple[int, int] | None = None  # (epoch, end offset)
 
 
+class DelayedProduce:
+    """One acks=all request in the purgatory: a code per partition (None while it waits), and a future done
+    with the codes once none waits, or at the request's timeout, which answers the rest."""
+
+    __slots__ = ("codes", "left", "future", "timer", "partitions")
+
+    def __init__(self, n: int) -> None:
+        self.codes: list[int | None] = [None] * n
+        self.left = n
+        self.future: asyncio.Future[list[int]] = asyncio.get_running_loop().create_future()
+        self.timer: asyncio.TimerHandle | None = None
+        self.partitions: list[TopicPartition] = []  # those it waits on in the purgatory
+
+    def complete(self, i: int, code: int) -> None:
+        if self.codes[i] is not None:
+            return
+        self.codes[i] = code
+        self.left -= 1
+        if self.left == 0:
+            self._finish()
+
+    def expire(self, code: int) -> None:
+        self.codes = [code if c is None else c for c in self.codes]
+        self.left = 0
+        self._finish()
+
+    def _finish(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+        if not self.future.done():  # a request whose connection went is cancelled: nobody reads its answer
+            self.future.set_result([c if c is not None else 0 for c in self.codes])
+
+
 class ReplicaManager:
     def __init__(self, node: Any, config: ReplicationConfig, alter_partition: AlterPartitionSender | None = None,
                  clock: Callable[[], int] = now_ms) -> None:
@@ -71,7 +109,8 @@ class ReplicaManager:
         self.config = config
         self.clock = clock
         self.states: dict[TopicPartition, PartitionState] = {}
-        self._waiters: dict[TopicPartition, list[tuple[int, asyncio.Future[int]]]] = {}
+        # The acks=all purgatory: per partition, (offset the HW must reach, the request's wait, its index)
+        self._waiters: dict[TopicPartition, list[tuple[int, DelayedProduce, int]]] = {}
         self._alter_partition = alter_partition
         self._alter_wakeup = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -83,6 +122,8 @@ class ReplicaManager:
         # as counters, read by the metrics endpoint (kjbod.metrics), which turns them into rates.
         self.isr_shrinks = 0
         self.isr_expands = 0
+        self.throttles = ReplicationThrottles(
+            node.node_id, config.quota_window_num, config.quota_window_size_seconds)
 
     # ------------------------------------------------------------------------------------------ lifecycle
 
@@ -97,11 +138,8 @@ class ReplicaManager:
             await cancel_and_wait(task)
         self._tasks.clear()
         await self.fetchers.close()
-        for waiters in self._waiters.values():
-            for _, fut in waiters:
-                if not fut.done():
-                    fut.set_result(ErrorCode.NOT_LEADER_OR_FOLLOWER)
-        self._waiters.clear()
+        for tp in list(self._waiters):
+            self._fail_waiters(tp, ErrorCode.NOT_LEADER_OR_FOLLOWER)
 
     # ------------------------------------------------------------------------------------------ the metadata
 
@@ -112,16 +150,45 @@ class ReplicaManager:
         plog = logs.manager.find(topic, partition)
         return plog if plog is not None and plog.online else None
 
-    def sync(self, image: Any, topic_ids: Any = None) -> None:
-        """Makes every local replica (of `topic_ids` only, when given: the topics a delta changed) lead or follow
-        as `image` says (see the module docstring); replicas no longer local are forgotten."""
+    def sync(self, image: Any, changed: Mapping[Any, Iterable[int]] | None = None,
+             removed: Iterable[Any] = ()) -> None:
+        """Makes every local replica lead or follow as `image` says (see the module docstring); replicas no
+        longer local are forgotten.  With `changed` (topic id -> partition ids: what a delta wrote, see
+        MetadataDelta.changed_partitions) and `removed` (the topics it deleted) only those partitions are looked
+        at, so a delta costs what it changed, not the size of the topics it touched."""
+        if changed is None:
+            self._sync_all(image)
+            return
         me = self.node.node_id
         now = self.clock()
-        if topic_ids is None:
-            topics = image.topics()
-        else:
-            topics = [t for tid in topic_ids if (t := image.topic_by_id(tid)) is not None]
-        for topic in topics:
+        # the throttle bounds and lists: every topic's (a config change marks no partition; cheap per topic)
+        self.throttles.update(image)
+        for gone in removed:
+            for pid in gone.partitions:
+                state = self.states.get((gone.name, pid))
+                if state is not None and state.topic_id == gone.topic_id:
+                    self._forget((gone.name, pid))
+        for tid, pids in changed.items():
+            topic = image.topic_by_id(tid)
+            if topic is None:
+                continue
+            for pid in pids:
+                p = topic.partitions.get(pid)
+                if p is None:
+                    continue
+                if me in p.replicas:
+                    self._sync_partition(topic, p, image, now)
+                tp = (topic.name, pid)
+                state = self.states.get(tp)
+                if state is not None and (me not in p.replicas or topic.topic_id != state.topic_id
+                                          or self._local_log(*tp) is None):
+                    self._forget(tp)
+
+    def _sync_all(self, image: Any) -> None:
+        me = self.node.node_id
+        now = self.clock()
+        self.throttles.update(image)
+        for topic in image.topics():
             for p in topic.partitions.values():
                 if me in p.replicas:
                     self._sync_partition(topic, p, image, now)
@@ -130,9 +197,12 @@ class ReplicaManager:
             p = topic.partitions.get(tp[1]) if topic is not None else None
             if (p is None or me not in p.replicas or topic.topic_id != state.topic_id
                     or self._local_log(*tp) is None):
-                del self.states[tp]
-                self.fetchers.remove(tp)
-                self._fail_waiters(tp, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+                self._forget(tp)
+
+    def _forget(self, tp: TopicPartition) -> None:
+        del self.states[tp]
+        self.fetchers.remove(tp)
+        self._fail_waiters(tp, ErrorCode.NOT_LEADER_OR_FOLLOWER)
 
     def _sync_partition(self, topic: Any, p: Any, image: Any, now: int) -> None:
         me = self.node.node_id
@@ -221,6 +291,41 @@ class ReplicaManager:
         if moved or expanded is not None:
             self._maybe_increment_hw(state, plog, image)
 
+    # ------------------------------------------------------------------------------------------ throttles
+
+    def leader_throttled(self, topic: str, partition: int, replica_id: int) -> bool:
+        """Whether this leader answers `replica_id`'s fetch of the partition with no records now (throttle.py)."""
+        if not self.throttles.leader.throttled:
+            return False
+        state = self.states.get((topic, partition))
+        in_sync = state is not None and replica_id in state.isr
+        return self.throttles.leader_throttled(topic, partition, in_sync, self.clock())
+
+    def leader_sent(self, topic: str, partition: int, nbytes: int) -> None:
+        """Record bytes sent to a follower: counted against the leader quota when the partition is throttled."""
+        quota = self.throttles.leader
+        if quota.throttled and quota.is_throttled(topic, partition):
+            quota.record(nbytes, self.clock())
+
+    def follower_throttled(self, topic: str, partition: int, in_sync: bool) -> bool:
+        return bool(self.throttles.follower.throttled) and self.throttles.follower_throttled(
+            topic, partition, in_sync, self.clock())
+
+    def follower_appended(self, topic: str, partition: int, nbytes: int) -> None:
+        quota = self.throttles.follower
+        if quota.throttled and quota.is_throttled(topic, partition):
+            quota.record(nbytes, self.clock())
+
+    @property
+    def leader_throttled_byte_rate(self) -> float:
+        """LeaderReplication byte-rate: throttled bytes this leader sent per second (the metrics endpoint's)."""
+        return self.throttles.leader.byte_rate(self.clock())
+
+    @property
+    def follower_throttled_byte_rate(self) -> float:
+        """FollowerReplication byte-rate: throttled bytes this follower appended per second."""
+        return self.throttles.follower.byte_rate(self.clock())
+
     # ------------------------------------------------------------------------------------------ the HW
 
     def _min_isr(self, topic: str) -> int:
@@ -234,7 +339,7 @@ class ReplicaManager:
             return
         plog.high_watermark = hw
         self._complete_waiters(state, plog.high_watermark)
-        self.node.notify_append()  # consumers long-polling at the old HW may read now
+        self.node.notify_high_watermark()  # consumers long-polling at the old HW may read now
 
     def leader_appended(self, topic: str, partition: int) -> None:
         """After a leader append: with no follower in the ISR the HW may move at once."""
@@ -267,26 +372,37 @@ class ReplicaManager:
         plog = self._local_log(topic, partition)
         return plog is None or plog.high_watermark < required_offset or self._acks_outcome(state) != 0
 
+    def delay_produce(self, waits: list[tuple[str, int, int]], timeout_s: float) -> asyncio.Future[list[int]]:
+        """The acks=all outcome of one Produce request, a code per (topic, partition, offset the HW must reach)
+        in order: see the module docstring.  One future and one timer per request (Kafka's DelayedProduce in
+        its purgatory), completed from HW moves; no task, no polling."""
+        op = DelayedProduce(len(waits))
+        for i, (topic, partition, required) in enumerate(waits):
+            tp = (topic, partition)
+            state = self.states.get(tp)
+            plog = self._local_log(topic, partition)
+            if state is None or state.role != LEADER or plog is None:
+                op.complete(i, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+            elif plog.high_watermark >= required:
+                op.complete(i, self._acks_outcome(state))
+            else:
+                self._waiters.setdefault(tp, []).append((required, op, i))
+                op.partitions.append(tp)
+        if not op.future.done():
+            op.timer = asyncio.get_running_loop().call_later(max(timeout_s, 0.0), self._expire, op)
+        return op.future
+
     async def wait_for_replicas(self, topic: str, partition: int, required_offset: int, timeout_s: float) -> int:
-        """The acks=all outcome for records up to `required_offset` (exclusive): see the module docstring."""
-        tp = (topic, partition)
-        state = self.states.get(tp)
-        plog = self._local_log(topic, partition)
-        if state is None or state.role != LEADER or plog is None:
-            return ErrorCode.NOT_LEADER_OR_FOLLOWER
-        if plog.high_watermark >= required_offset:
-            return self._acks_outcome(state)
-        fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        entry = (required_offset, fut)
-        self._waiters.setdefault(tp, []).append(entry)
-        try:
-            return await asyncio.wait_for(asyncio.shield(fut), timeout_s)
-        except TimeoutError:
-            return ErrorCode.REQUEST_TIMED_OUT
-        finally:
+        """`delay_produce` for one partition."""
+        return (await self.delay_produce([(topic, partition, required_offset)], timeout_s))[0]
+
+    def _expire(self, op: DelayedProduce) -> None:
+        """The request's timeout.ms passed: what is still waiting answers REQUEST_TIMED_OUT."""
+        for tp in op.partitions:
             waiters = self._waiters.get(tp)
-            if waiters is not None and entry in waiters:
-                waiters.remove(entry)
+            if waiters:
+                waiters[:] = [w for w in waiters if w[1] is not op]
+        op.expire(ErrorCode.REQUEST_TIMED_OUT)
 
     def _acks_outcome(self, state: PartitionState) -> int:
         if len(state.maximal_isr) < state.effective_min_isr(self._min_isr(state.topic)):
@@ -297,14 +413,21 @@ class ReplicaManager:
         waiters = self._waiters.get((state.topic, state.partition))
         if not waiters:
             return
-        for required, fut in list(waiters):
-            if hw >= required and not fut.done():
-                fut.set_result(self._acks_outcome(state))
+        outcome = None
+        left = []
+        for entry in waiters:
+            required, op, i = entry
+            if hw >= required:
+                if outcome is None:
+                    outcome = self._acks_outcome(state)
+                op.complete(i, outcome)
+            else:
+                left.append(entry)
+        waiters[:] = left
 
     def _fail_waiters(self, tp: TopicPartition, code: int) -> None:
-        for _, fut in self._waiters.pop(tp, []):
-            if not fut.done():
-                fut.set_result(code)
+        for _required, op, i in self._waiters.pop(tp, []):
+            op.complete(i, code)
 
     # ------------------------------------------------------------------------------------------ ISR changes
 

@@ -6,6 +6,10 @@ from .allocate_producer_ids_request import AllocateProducerIdsRequest
 from .allocate_producer_ids_response import AllocateProducerIdsResponse
 from .alter_configs_request import AlterConfigsRequest
 from .alter_configs_response import AlterConfigsResponse
+from .alter_interbroker_throttled_rates_request import AlterInterbrokerThrottledRatesRequest
+from .alter_interbroker_throttled_rates_response import AlterInterbrokerThrottledRatesResponse
+from .alter_interbroker_throttled_replicas_request import AlterInterbrokerThrottledReplicasRequest
+from .alter_interbroker_throttled_replicas_response import AlterInterbrokerThrottledReplicasResponse
 from .alter_partition_reassignments_request import AlterPartitionReassignmentsRequest
 from .alter_partition_reassignments_response import AlterPartitionReassignmentsResponse
 from .alter_partition_request import AlterPartitionRequest
@@ -60,6 +64,8 @@ from .partition_record import PartitionRecord
 from .produce_request import ProduceRequest
 from .produce_response import ProduceResponse
 from .producer_ids_record import ProducerIdsRecord
+from .reassign_partitions_request import ReassignPartitionsRequest
+from .reassign_partitions_response import ReassignPartitionsResponse
 from .reassignment_intent_record import ReassignmentIntentRecord
 from .register_broker_record import RegisterBrokerRecord
 from .remove_topic_record import RemoveTopicRecord
@@ -71,6 +77,8 @@ from .sasl_handshake_request import SaslHandshakeRequest
 from .sasl_handshake_response import SaslHandshakeResponse
 from .snapshot_footer_record import SnapshotFooterRecord
 from .snapshot_header_record import SnapshotHeaderRecord
+from .throttled_rate_intent_record import ThrottledRateIntentRecord
+from .throttled_replicas_intent_record import ThrottledReplicasIntentRecord
 from .topic_record import TopicRecord
 from .unfence_broker_record import UnfenceBrokerRecord
 from .unregister_broker_record import UnregisterBrokerRecord
@@ -82,6 +90,10 @@ __all__ = [
     'AllocateProducerIdsResponse',
     'AlterConfigsRequest',
     'AlterConfigsResponse',
+    'AlterInterbrokerThrottledRatesRequest',
+    'AlterInterbrokerThrottledRatesResponse',
+    'AlterInterbrokerThrottledReplicasRequest',
+    'AlterInterbrokerThrottledReplicasResponse',
     'AlterPartitionReassignmentsRequest',
     'AlterPartitionReassignmentsResponse',
     'AlterPartitionRequest',
@@ -136,6 +148,8 @@ __all__ = [
     'ProduceRequest',
     'ProduceResponse',
     'ProducerIdsRecord',
+    'ReassignPartitionsRequest',
+    'ReassignPartitionsResponse',
     'ReassignmentIntentRecord',
     'RegisterBrokerRecord',
     'RemoveTopicRecord',
@@ -147,6 +161,8 @@ __all__ = [
     'SaslHandshakeResponse',
     'SnapshotFooterRecord',
     'SnapshotHeaderRecord',
+    'ThrottledRateIntentRecord',
+    'ThrottledReplicasIntentRecord',
     'TopicRecord',
     'UnfenceBrokerRecord',
     'UnregisterBrokerRecord',

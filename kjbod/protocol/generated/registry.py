@@ -10,6 +10,10 @@ from .allocate_producer_ids_request import AllocateProducerIdsRequest
 from .allocate_producer_ids_response import AllocateProducerIdsResponse
 from .alter_configs_request import AlterConfigsRequest
 from .alter_configs_response import AlterConfigsResponse
+from .alter_interbroker_throttled_rates_request import AlterInterbrokerThrottledRatesRequest
+from .alter_interbroker_throttled_rates_response import AlterInterbrokerThrottledRatesResponse
+from .alter_interbroker_throttled_replicas_request import AlterInterbrokerThrottledReplicasRequest
+from .alter_interbroker_throttled_replicas_response import AlterInterbrokerThrottledReplicasResponse
 from .alter_partition_reassignments_request import AlterPartitionReassignmentsRequest
 from .alter_partition_reassignments_response import AlterPartitionReassignmentsResponse
 from .alter_partition_request import AlterPartitionRequest
@@ -64,6 +68,8 @@ from .partition_record import PartitionRecord
 from .produce_request import ProduceRequest
 from .produce_response import ProduceResponse
 from .producer_ids_record import ProducerIdsRecord
+from .reassign_partitions_request import ReassignPartitionsRequest
+from .reassign_partitions_response import ReassignPartitionsResponse
 from .reassignment_intent_record import ReassignmentIntentRecord
 from .register_broker_record import RegisterBrokerRecord
 from .remove_topic_record import RemoveTopicRecord
@@ -75,6 +81,8 @@ from .sasl_handshake_request import SaslHandshakeRequest
 from .sasl_handshake_response import SaslHandshakeResponse
 from .snapshot_footer_record import SnapshotFooterRecord
 from .snapshot_header_record import SnapshotHeaderRecord
+from .throttled_rate_intent_record import ThrottledRateIntentRecord
+from .throttled_replicas_intent_record import ThrottledReplicasIntentRecord
 from .topic_record import TopicRecord
 from .unfence_broker_record import UnfenceBrokerRecord
 from .unregister_broker_record import UnregisterBrokerRecord
@@ -122,6 +130,9 @@ APIS: dict[int, ApiInfo] = {
     64: ApiInfo(64, 'UnregisterBroker', UnregisterBrokerRequest, UnregisterBrokerResponse, 0, 0, 0, frozenset(['broker', 'controller'])),
     67: ApiInfo(67, 'AllocateProducerIds', AllocateProducerIdsRequest, AllocateProducerIdsResponse, 0, 0, 0, frozenset(['controller'])),
     73: ApiInfo(73, 'AssignReplicasToDirs', AssignReplicasToDirsRequest, AssignReplicasToDirsResponse, 0, 0, 0, frozenset(['controller'])),
+    10000: ApiInfo(10000, 'ReassignPartitions', ReassignPartitionsRequest, ReassignPartitionsResponse, 0, 0, 0, frozenset(['broker', 'controller'])),
+    10001: ApiInfo(10001, 'AlterInterbrokerThrottledRates', AlterInterbrokerThrottledRatesRequest, AlterInterbrokerThrottledRatesResponse, 0, 0, 0, frozenset(['broker', 'controller'])),
+    10002: ApiInfo(10002, 'AlterInterbrokerThrottledReplicas', AlterInterbrokerThrottledReplicasRequest, AlterInterbrokerThrottledReplicasResponse, 0, 0, 0, frozenset(['broker', 'controller'])),
 }
 
 METADATA_RECORDS: dict[int, type] = {
@@ -138,4 +149,6 @@ METADATA_RECORDS: dict[int, type] = {
     15: ProducerIdsRecord,
     17: BrokerRegistrationChangeRecord,
     10000: ReassignmentIntentRecord,
+    10001: ThrottledReplicasIntentRecord,
+    10002: ThrottledRateIntentRecord,
 }

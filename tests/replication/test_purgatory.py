@@ -1,0 +1,147 @@
+"""The leader's waiting requests, in process: the acks=all purgatory (one wait per Produce request, completed by
+HW moves, answered at its timeout) and a follower's long-polling Fetch, which a leader append completes and a
+HW move leaves parked.  Everything is asserted by the order of events; the waits' own bounds are far beyond any
+test's run (60 s), so a wake-up that never comes fails the test by its timeout instead of passing slowly."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+
+import pytest
+
+from kjbod.broker.handlers import fetch as fetch_handler
+from kjbod.broker.node import BrokerNode
+from kjbod.protocol.errors import ErrorCode
+from kjbod.protocol.generated import FetchRequest
+from tests.replication.conftest import batch
+from tests.replication.test_replica_manager import FakeNode, fetch, leader  # noqa: F401  (the fixture)
+
+LONG_S = 60.0
+FETCH_VERSION = 12  # topic names, ReplicaId in the body
+
+
+class PollingNode(FakeNode):
+    """The fake node with what the Fetch handler asks for, and BrokerNode's own wake-ups of long polls."""
+
+    notify_append = BrokerNode.notify_append
+    notify_high_watermark = BrokerNode.notify_high_watermark
+    append_event = BrokerNode.append_event
+
+    def __init__(self, node: FakeNode, plog: object) -> None:
+        self.__dict__.update(node.__dict__)
+        self._appended = asyncio.Event()
+        self._log_end_moved = asyncio.Event()
+        self.stopping = False
+        self.topic_stats = None
+        self.logs.manager.worker = lambda log_dir: None  # reads run inline
+        self.logs.manager.dir_degraded = lambda log_dir: False
+        self.partition_log = lambda topic, partition: plog
+        self.parked = 0  # how many times a follower's fetch went (back) to waiting
+
+    def log_end_event(self) -> asyncio.Event:
+        self.parked += 1
+        return self._log_end_moved
+
+
+@pytest.fixture
+def polling(leader):  # noqa: F811
+    node = PollingNode(leader.node, leader.plog)
+    node.replication = leader.manager
+    leader.manager.node = node
+    leader.node = node
+    return leader
+
+
+def follower_fetch(lead, replica: int, offset: int):
+    body = FetchRequest(replica_id=replica, max_wait_ms=int(LONG_S * 1000), min_bytes=1, max_bytes=1 << 20,
+                        topics=[FetchRequest.FetchTopic(topic="t", partitions=[FetchRequest.FetchPartition(
+                            partition=0, current_leader_epoch=0, fetch_offset=offset, last_fetched_epoch=-1,
+                            log_start_offset=0, partition_max_bytes=1 << 20)])])
+    request = SimpleNamespace(api_version=FETCH_VERSION, ctx=SimpleNamespace(listener_kind="broker"))
+    return asyncio.ensure_future(fetch_handler.handle(lead.node, request, body))
+
+
+async def settle() -> None:
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+def answered(resp) -> tuple[int, int, int]:
+    """(error, record bytes, high watermark) of the one partition answered."""
+    (part,) = resp.responses[0].partitions
+    size = sum(len(r) for r in part.records) if isinstance(part.records, list) else len(part.records)
+    fetch_handler.close_regions(resp)
+    return part.error_code, size, part.high_watermark
+
+
+async def test_a_parked_follower_fetch_is_answered_by_the_leaders_append(polling):
+    polling.plog.append(batch(2), leader_epoch=0)
+    fetch(polling, 2, 2)
+    fetch(polling, 3, 2)
+    assert polling.plog.high_watermark == 2
+    waiting = follower_fetch(polling, 2, 2)  # at the log end: parks
+    await settle()
+    assert not waiting.done() and polling.node.parked == 1
+    polling.plog.append(batch(3), leader_epoch=0)
+    polling.node.notify_append()  # what the Produce handler does once its dir appended
+    error, size, _hw = answered(await asyncio.wait_for(waiting, LONG_S))
+    assert error == 0 and size > 0
+    assert polling.node.parked == 1  # answered on its first wake-up
+
+
+async def test_a_high_watermark_move_leaves_a_follower_fetch_parked(polling):
+    polling.plog.append(batch(2), leader_epoch=0)
+    fetch(polling, 3, 2)  # broker 3 has everything; broker 2 has not fetched yet
+    waiting = follower_fetch(polling, 3, 2)
+    await settle()
+    assert polling.node.parked == 1
+    consumers = polling.node.append_event()
+    fetch(polling, 2, 2)  # broker 2 catches up: the HW moves to 2
+    assert polling.plog.high_watermark == 2
+    assert consumers.is_set()  # a consumer long-polling at the old HW is woken ...
+    await settle()
+    assert not waiting.done() and polling.node.parked == 1  # ... broker 3's fetch is not: nothing new to read
+    polling.plog.append(batch(1), leader_epoch=0)
+    polling.node.notify_append()
+    assert answered(await asyncio.wait_for(waiting, LONG_S))[0] == 0
+
+
+async def test_one_produce_request_waits_for_each_of_its_partitions(polling):
+    manager = polling.manager
+    polling.plog.append(batch(4), leader_epoch=0)
+    # Two waits in one request on the same partition, as a request spanning partitions has several.
+    done = manager.delay_produce([("t", 0, 2), ("t", 0, 4)], LONG_S)
+    fetch(polling, 2, 4)
+    fetch(polling, 3, 2)
+    await settle()
+    assert not done.done()  # the HW is at 2: the first is replicated, the second is not yet
+    fetch(polling, 3, 4)
+    assert await done == [0, 0]
+    assert manager._waiters == {("t", 0): []}
+
+
+async def test_a_request_timing_out_answers_what_waits_and_leaves_the_purgatory(polling):
+    manager = polling.manager
+    polling.plog.append(batch(4), leader_epoch=0)
+    fetch(polling, 2, 4)
+    fetch(polling, 3, 2)
+    codes = await manager.delay_produce([("t", 0, 2), ("t", 0, 4), ("nope", 0, 1)], 0)
+    assert codes == [0, ErrorCode.REQUEST_TIMED_OUT, ErrorCode.NOT_LEADER_OR_FOLLOWER]
+    assert manager._waiters == {("t", 0): []}
+
+
+async def test_leadership_loss_and_shutdown_answer_every_waiting_request(polling):
+    from tests.replication.test_replica_manager import image
+
+    manager = polling.manager
+    polling.plog.append(batch(2), leader_epoch=0)
+    first = manager.delay_produce([("t", 0, 2)], LONG_S)
+    manager.sync(image(leader=2, leader_epoch=1, partition_epoch=1))
+    assert await first == [ErrorCode.NOT_LEADER_OR_FOLLOWER]
+    manager.sync(image(leader_epoch=2, partition_epoch=2))
+    polling.plog.append(batch(1), leader_epoch=2)
+    second = manager.delay_produce([("t", 0, 3)], LONG_S)
+    await manager.close()
+    assert await second == [ErrorCode.NOT_LEADER_OR_FOLLOWER]
+
