@@ -192,6 +192,12 @@ class Paced:
         return out
 
 
+def latencies(bootstrap: str, topic: str, acks: str, rate: int, seconds: float) -> list[float]:
+    """Per-record produce latencies (ms) at `rate` records per second, from a fresh producer (tools/bench/
+    reassign.py's before/during comparison)."""
+    return Paced(bootstrap, topic, acks).run(rate, seconds)
+
+
 def p99(xs: list[float]) -> float:
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(len(xs) * 0.99))]

@@ -50,6 +50,7 @@ from kjbod.storage.errors import StorageError
 log = structlog.get_logger("kjbod.replication.fetcher")
 
 FETCH = 1
+IN_FLIGHT_WAIT_S = 0.5  # how long a fetch waits for the last answer's appends on the dirs' workers
 MIN_FETCH_VERSION = 12  # truncation on fetch (DivergingEpoch, LastFetchedEpoch)
 _BACK_OFF = frozenset({ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_LEADER_EPOCH,
                        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.UNKNOWN_TOPIC_ID,
@@ -119,6 +120,7 @@ class Fetcher:
         backoff = cfg.fetch_backoff_ms / 1000
         loop = asyncio.get_running_loop()
         while True:
+            await self._answers_applied(loop)
             now = loop.time()
             ready = self.ready(now)
             if not ready:
@@ -148,6 +150,17 @@ class Fetcher:
                 await asyncio.sleep(backoff)
                 continue
             self._process(response, version)
+
+    async def _answers_applied(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Waits (up to IN_FLIGHT_WAIT_S) until the last answer's partitions are applied on their dirs' workers.
+        A fetch sent meanwhile would leave them out and, with nothing new for the rest, park at the leader for
+        replica.fetch.wait.max.ms while they are ready again: a busy partition would fetch every other wait
+        (half its rate). The bound keeps a stalled dir's partitions from holding the others for longer."""
+        deadline = loop.time() + IN_FLIGHT_WAIT_S
+        while any(s.in_flight for s in self.partitions.values()) and (left := deadline - loop.time()) > 0:
+            self._wakeup.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wakeup.wait(), left)
 
     async def _connection(self) -> ClientConnection:
         if self._conn is not None and not self._conn.closed:
