@@ -22,11 +22,12 @@ session.  Per partition of the answer:
 
 What touches the disk (appends, truncations, the log start, the HW that follows the LEO) runs on the partition's
 log dir worker (kjbod.storage.workers, grouped per dir as a handler's work is: kjbod.broker.dir_work), where a
-leader's appends and the KIP-113 mover's final step run too, so they keep one order per partition. The fetcher
-does not wait for it: a partition whose answer is still on its worker is *in flight* and left out of the next
-fetches until the worker is done (its fetch offset, the LEO, would be stale), while the fetcher's other
-partitions go on. A dir that stalls keeps only its own partitions in flight; when the stall detection fails the
-dir, its worker answers them with the dir's error and they are dropped.
+leader's appends and the KIP-113 mover's final step run too, so they keep one order per partition. A partition
+whose answer is still on its worker is *in flight* and left out of fetches until the worker is done (its fetch
+offset, the LEO, would be stale). The next fetch waits for the last answer's partitions, but at most
+IN_FLIGHT_WAIT_S: a fetch sent without them would park at the leader while they are ready again, and the bound
+keeps a stalled dir from holding the fetcher's other partitions longer. When the stall detection fails the dir,
+its worker answers its partitions with the dir's error and they are dropped.
 """
 
 from __future__ import annotations
