@@ -64,6 +64,7 @@ from kjbod.protocol.generated import (
 )
 from kjbod.protocol.generated.broker_registration_request import Listener as RegListener
 from kjbod.protocol.generated.create_topics_request import CreatableTopic
+from kjbod.storage.errors import StorageError
 from kjbod.storage.ids import uuid_from_str
 from kjbod.storage.workers import workers_enabled
 
@@ -590,7 +591,12 @@ class BrokerNode:
         if self.logs is not None:
             self.logs.close()
         if self.metadata_log is not None:
-            self.metadata_log.close()
+            try:
+                self.metadata_log.close()
+            except StorageError as e:  # its last snapshot could not be written: the log's batches are all synced
+                log.error("metadata_log_close_failed", dir=str(self.config.metadata_log_dir), error=str(e),
+                          effect="its batches were already synced; the next start recovers the log from them")
+                self.exit_code = 1
         log.info("node_stopped", node_id=self.node_id)
 
 
