@@ -161,6 +161,121 @@ def test_a_transfer_paced_by_the_quota_settles_at_the_rate(bound, chunk):
     assert abs(quota.byte_rate(now) / bound - 1) <= 0.05
 
 
+class KafkasRate(SampledRate):
+    """Kafka's SimpleRate as it is: the idle time before a transfer is never forgotten."""
+
+    def forget_idle(self, now_ms: int, bound: float) -> bool:
+        return False
+
+
+def ten_seconds_at_10mbs(rate: SampledRate | None = None) -> ReplicationQuota:
+    """A quota of 10 MB/s (11 windows of 1 s) that recorded 10 MB at 0, 1, ..., 9 s."""
+    quota = ReplicationQuota("FollowerReplication")
+    quota.rate = rate or quota.rate
+    quota.bound = 10 * MB
+    for second in range(10):
+        quota.record(10 * MB, second * 1000)
+    return quota
+
+
+def test_idle_time_is_not_credit_worked_example():
+    """Worked by hand from Kafka's formulas (SampledStat.purgeObsoleteSamples, SimpleRate.windowSize):
+
+    at 15 s the samples begun at 0..4 s have had no record for 11 s (>= 11 windows): purged.  The live ones,
+    begun at 5..9 s, hold 50 MB; the oldest began at 5 s, so Kafka's rate is 50 MB / 10 s = 5 MB/s, and it
+    lets 10 MB/s x 10 s - 50 MB = 50 MB through at once before the rate reaches the bound (5 s of quota in a
+    burst).  Those samples hold less than 10 MB/s x (10 - 1) s = 90 MB: idle for more than a window, so here
+    they are dropped and a new transfer gets one window's worth, 10 MB, then the bound."""
+    kafka = ten_seconds_at_10mbs(KafkasRate())
+    assert kafka.rate.measure(15_000) == 5 * MB
+    kafka.record(50 * MB, 15_000)
+    assert kafka.rate.measure(15_000) == 10 * MB and not kafka.exceeded(15_000)  # 100 MB / 10 s: at the bound
+
+    quota = ten_seconds_at_10mbs()
+    assert not quota.exceeded(15_000)
+    assert quota.rate.measure(15_000) == 0.0  # dropped
+    quota.record(10 * MB, 15_000)
+    assert quota.rate.measure(15_000) == 10 * MB and not quota.exceeded(15_000)  # 10 MB over one window
+    quota.record(1, 15_000)
+    assert quota.exceeded(15_000)
+    assert quota.rate.measure(16_000) == pytest.approx((10 * MB + 1) / 1.0)  # still one window: 1 s elapsed
+    assert quota.rate.measure(17_000) == pytest.approx((10 * MB + 1) / 2.0) and not quota.exceeded(17_000)
+
+
+def test_a_deficit_within_a_window_is_kept_worked_example():
+    """At 10.9 s nothing is purged yet (the oldest sample's record was 10.9 s ago, under 11 windows): 100 MB over
+    10.9 s = 9.17 MB/s.  The deficit, 10 MB/s x 10.9 s - 100 MB = 9 MB, is under a window's worth (10 MB):
+    kept, as Kafka keeps it, so 10 MB more makes 110 MB / 10.9 s = 10.09 MB/s, over the bound."""
+    quota = ten_seconds_at_10mbs()
+    assert not quota.exceeded(10_900)
+    assert quota.rate.measure(10_900) == pytest.approx(100 * MB / 10.9)
+    quota.record(10 * MB, 10_900)
+    assert quota.rate.measure(10_900) == pytest.approx(110 * MB / 10.9) and quota.exceeded(10_900)
+
+
+def test_a_purged_sample_does_not_pin_the_time_base_worked_example():
+    """Kafka's purge resets an expired sample to start where the purge ran, empty, for another 11 windows: 10 MB
+    at 0 s, read at 11 s (purged, reset to begin at 11 s), then at 19 s Kafka's rate is 0 over 8 s and a
+    transfer passes 10 MB/s x 8 s = 80 MB at once before it reaches the bound.  Here: one window's worth."""
+    kafka = ReplicationQuota("LeaderReplication")
+    kafka.rate = KafkasRate()
+    kafka.bound = 10 * MB
+    kafka.record(10 * MB, 0)
+    assert kafka.rate.measure(11_000) == 0.0
+    kafka.record(80 * MB, 19_000)
+    assert kafka.rate.measure(19_000) == 10 * MB and not kafka.exceeded(19_000)
+
+    quota = ReplicationQuota("LeaderReplication")
+    quota.bound = 10 * MB
+    quota.record(10 * MB, 0)
+    assert quota.byte_rate(11_000) == 0.0  # the metrics' reading purges as Kafka's does
+    assert not quota.exceeded(19_000)
+    quota.record(10 * MB, 19_000)
+    quota.record(1, 19_000)
+    assert quota.exceeded(19_000)
+
+
+def paced_copy(quota: ReplicationQuota, nbytes: int, start_ms: int) -> tuple[int, list[tuple[int, int]]]:
+    """A follower fetching 1 MiB every 5 ms while the quota allows it and retrying 200 ms later when it does not
+    (the reassignment bench's replica.fetch.backoff.ms): (end time, (time, bytes so far) after each fetch)."""
+    now, moved, progress = start_ms, 0, []
+    while moved < nbytes:
+        if quota.exceeded(now):
+            now += 200
+            continue
+        chunk = min(1 << 20, nbytes - moved)
+        quota.record(chunk, now)
+        moved += chunk
+        progress.append((now, moved))
+        now += 5
+    return now, progress
+
+
+def steady_rate(progress: list[tuple[int, int]], nbytes: int) -> float:
+    """Bytes per second between 10% and 90% of the copy (the bench's measure)."""
+    first = next(p for p in progress if p[1] >= 0.1 * nbytes)
+    last = next(p for p in progress if p[1] >= 0.9 * nbytes)
+    return (last[1] - first[1]) / ((last[0] - first[0]) / 1000)
+
+
+@pytest.mark.parametrize("gap_ms", [0, 2000, 8000])
+def test_a_copy_soon_after_another_keeps_to_its_rate(gap_ms):
+    """The reassignment bench's sequence: 200 MB at 10 MB/s, then `gap_ms` later 600 MB at 50 MB/s.  The second
+    copy keeps within 5% of its rate between 10% and 90%; with Kafka's rate as it is, the first copy's samples
+    (and the time since) let it run far ahead (1.3x to 4x in this model)."""
+    ratios = {}
+    for name, rate in (("kjbod", SampledRate()), ("kafka", KafkasRate())):
+        quota = ReplicationQuota("FollowerReplication")
+        quota.rate = rate
+        quota.bound = 10 * MB
+        end, _ = paced_copy(quota, 200 * MB, 0)
+        quota.bound = 50 * MB
+        _, progress = paced_copy(quota, 600 * MB, end + gap_ms)
+        ratios[name] = steady_rate(progress, 600 * MB) / (50 * MB)
+    assert abs(ratios["kjbod"] - 1) <= 0.05, ratios
+    assert ratios["kafka"] > 1.2, ratios
+
+
 def test_an_unlimited_bound_is_never_exceeded_and_0_always_is_once_anything_moved():
     quota = ReplicationQuota("LeaderReplication")
     quota.record(10 * MB, 0)
