@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 import tempfile
 import threading
@@ -241,6 +242,7 @@ def run(quick: bool = False, only_throttle: bool = False) -> dict:
     finally:
         cluster.down()
         os.environ.pop("KJBOD_FAULTS", None)
+        shutil.rmtree(work, ignore_errors=True)  # gigabytes: the deleted topics' files go only after a delay
 
 
 def main(argv: list[str] | None = None) -> int:
