@@ -276,6 +276,21 @@ def test_a_copy_soon_after_another_keeps_to_its_rate(gap_ms):
     assert ratios["kafka"] > 1.2, ratios
 
 
+def test_how_long_until_the_quota_allows_more_worked_example():
+    """30 MB recorded at 0 against 10 MB/s: within the bound once they span 3 s.  At 0.5 s that is 2.5 s away
+    (the floor of one window does not matter: 30 MB / 1 s is over too), at 2 s 1 s away, at 3 s now."""
+    quota = ReplicationQuota("FollowerReplication")
+    quota.bound = 10 * MB
+    quota.record(30 * MB, 0)
+    assert quota.ms_until_within(500) == 2500
+    assert quota.ms_until_within(2000) == 1000
+    assert quota.ms_until_within(2999) == 1 and quota.ms_until_within(3000) == 0
+    quota.bound = LONG_MAX
+    assert quota.ms_until_within(500) == 0
+    quota.bound = 0
+    assert quota.ms_until_within(500) == LONG_MAX  # 0 B/s: never (the fetcher's own waits bound it)
+
+
 def test_an_unlimited_bound_is_never_exceeded_and_0_always_is_once_anything_moved():
     quota = ReplicationQuota("LeaderReplication")
     quota.record(10 * MB, 0)
@@ -376,6 +391,7 @@ def test_the_follower_throttles_only_out_of_sync_throttled_replicas_over_quota(m
         return request is not None and [p.partition for t in request.topics for p in t.partitions] == [0]
 
     assert asked()  # under quota
+    assert fetcher._request([state], 12).max_wait_ms == 500  # replica.fetch.wait.max.ms: nothing held back
     manager.follower_appended("t", 0, 5 * MB)
     assert manager.follower_throttled_byte_rate == 5 * MB
     assert not asked()  # never heard from the leader: not in sync, so left out
@@ -384,7 +400,11 @@ def test_the_follower_throttles_only_out_of_sync_throttled_replicas_over_quota(m
     state.leader_end_offset = 0  # caught up with the leader's HW: in sync, never left out
     assert asked()
     state.leader_end_offset = 10
-    clock.ms += 5000  # 5 MB over 6 s: under 1 MB/s
+    # held back until the quota allows it: 5 MB at 1 MB/s span 5 s, none of which has passed
+    assert not asked() and fetcher._held_ms == 5000
+    clock.ms += 4995
+    assert not asked() and fetcher._held_ms == 10  # 5 ms to go: the shortest wait
+    clock.ms += 5  # 5 MB over 5 s: at the bound, not over it
     assert asked()
     manager.throttles.update(with_configs(image(leader=1), {"3": {"follower.replication.throttled.rate": str(MB)}},
                                           follower_replication_throttled_replicas="0:2"))

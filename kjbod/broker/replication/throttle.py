@@ -39,6 +39,7 @@ it from each new metadata image (`update`).
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -183,6 +184,17 @@ class ReplicationQuota:
             return False
         self.rate.forget_idle(now_ms, self.bound)
         return self.rate.measure(now_ms) > self.bound
+
+    def ms_until_within(self, now_ms: int) -> int:
+        """Milliseconds until the rate is within the bound again with nothing more recorded (0: it is now): the
+        time the recorded bytes take at the bound, less the time they already span.  At most that: a sample
+        that expires meanwhile only brings it sooner."""
+        if not self.exceeded(now_ms):
+            return 0
+        if self.bound <= 0:
+            return LONG_MAX
+        total, elapsed_ms = self.rate._live(now_ms)
+        return max(1, math.ceil(total * 1000 / self.bound - elapsed_ms))
 
     def record(self, nbytes: int, now_ms: int) -> None:
         self.rate.record(nbytes, now_ms)
