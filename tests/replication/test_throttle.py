@@ -379,6 +379,25 @@ def test_the_leader_throttles_only_out_of_sync_throttled_replicas_over_quota(man
     assert not manager.leader_throttled("t", 0, 3)
 
 
+def test_a_throttled_long_poll_looks_again_when_the_leader_quota_allows(manager_on):
+    """The leader's long poll for a follower whose partitions it holds back waits only as long as the quota
+    needs (kjbod.broker.replication.hooks.leader_throttle_wait_s): 2 MB sent at 1 MB/s span 2 s."""
+    from kjbod.broker.replication.hooks import THROTTLE_RECHECK_S, leader_throttle_wait_s
+
+    rate = {"": {"leader.replication.throttled.rate": str(MB)}}
+    manager, node, clock = manager_on(1, with_configs(image(isr=(1, 2)), rate,
+                                                      leader_replication_throttled_replicas="*"))
+    node.replication = manager
+    manager.leader_sent("t", 0, 2 * MB)
+    assert manager.leader_throttled("t", 0, 3) and leader_throttle_wait_s(node) == 2.0
+    clock.ms += 1500
+    assert leader_throttle_wait_s(node) == 0.5
+    clock.ms += 499
+    assert leader_throttle_wait_s(node) == THROTTLE_RECHECK_S  # 1 ms to go: the shortest wait
+    clock.ms += 1
+    assert not manager.leader_throttled("t", 0, 3)
+
+
 def test_the_follower_throttles_only_out_of_sync_throttled_replicas_over_quota(manager_on):
     img = with_configs(image(leader=1), {"3": {"follower.replication.throttled.rate": str(MB)}},
                        follower_replication_throttled_replicas="0:3")
