@@ -276,6 +276,8 @@ async def _serve(node, request, body: FetchRequest, follower: int) -> FetchRespo
         # A follower waits for appends only; a HW move (every acks=all answer) would wake it for nothing.
         arrived = node.append_event() if decided is None else node.log_end_event()
         timeout = deadline - time.monotonic()
+        if throttled:  # held back by the leader throttle: looked at again once the quota allows them
+            timeout = min(timeout, replication.leader_throttle_wait_s(node))
         if timeout <= 0:
             continue
         try:

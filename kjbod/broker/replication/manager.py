@@ -311,6 +311,10 @@ class ReplicaManager:
         return bool(self.throttles.follower.throttled) and self.throttles.follower_throttled(
             topic, partition, in_sync, self.clock())
 
+    def follower_throttle_wait_ms(self) -> int:
+        """How long until the follower quota allows a held partition again (0: now)."""
+        return self.throttles.follower.ms_until_within(self.clock())
+
     def follower_appended(self, topic: str, partition: int, nbytes: int) -> None:
         quota = self.throttles.follower
         if quota.throttled and quota.is_throttled(topic, partition):
