@@ -111,9 +111,9 @@ def handle(node, request, body: ProduceRequest):
     # Each dir answers on its own; one that has not by the request's own timeout answers REQUEST_TIMED_OUT for
     # its partitions, the others normally. A timeout of 0 or less sets no bound of its own: a dir that never
     # answers is failed by the stall watchdog, which answers its waiting requests KAFKA_STORAGE_ERROR.
-    # The answer is a future the dirs' callbacks complete (no task or coroutine per request: the hot path).
+    # The answer is a Later the dirs' callbacks complete (no task, future or loop pass per request: the hot path).
     pending = work.run(lambda items: _append_all(items, now_ms, v), timeout_ms / 1000 if timeout_ms > 0 else None,
-                       then=lambda: _respond(node, acks, responses, waits=waits, timeout_ms=timeout_ms))
+                       then=lambda: _respond(node, acks, responses, waits=waits, timeout_ms=timeout_ms), later=True)
     if pending is None:
         return _respond(node, acks, responses, waits=waits, timeout_ms=timeout_ms)
     return pending
