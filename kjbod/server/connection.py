@@ -150,6 +150,8 @@ class Connection(asyncio.BufferedProtocol):
         # Replies not yet written, in request order: (reply or future of one, request metadata for the debug log).
         self._queue: deque[tuple[Any, tuple[float, ...] | None]] = deque()
         self._sender: asyncio.Task[None] | None = None  # or _BY_CALLBACKS
+        # Replies of completed Laters not written yet: written together once this pass of the loop is over.
+        self._later_batch: list[Any] | None = None
         # The reply the sender is writing, so its file regions are closed if the connection drops midway.
         self._sending: list[Any] | None = None
         self._pause = 0
@@ -599,9 +601,18 @@ class Connection(asyncio.BufferedProtocol):
 
     def _pump_later(self) -> None:
         """Write every reply ready at the head of the queue (no sender task runs); hand the rest to a sender
-        task when something other than a `Later` is next."""
+        task when something other than a `Later` is next.
+
+        The replies go into a batch written once this pass of the loop is over: a dir's worker answers many
+        requests of a connection in one callback (and the other dirs' workers in the next ones), and one write
+        for all of them costs one syscall instead of one each. The connection stays in the callbacks' hands
+        (no fast path) until that batch is written, so nothing overtakes it."""
         queue = self._queue
-        batch: list[Any] = []
+        batch = self._later_batch
+        if batch is None:
+            batch = self._later_batch = []
+            assert self._loop is not None
+            self._loop.call_soon(self._write_later_batch)
         stats = self._stats
         debug = self._debug
         failed = False
@@ -639,18 +650,22 @@ class Connection(asyncio.BufferedProtocol):
                     self._sent_metrics(meta, _now())
                 if debug:
                     self._log_request(meta)
-        if batch:
-            self._write(batch)
         if failed:
             while queue:  # nothing after a failed or closing request is answered
                 _discard(queue.popleft()[0])
         if queue and queue[0][0].__class__ is not Later:
+            self._write_later_batch()  # before anything the sender writes
             self._start_sender()
-        elif not queue:
-            self._sender = None
         if self._pause & _PAUSE_PENDING and len(queue) < self._resume_below:
             self._resume_reading(_PAUSE_PENDING)
-        if self._sender is None:
+
+    def _write_later_batch(self) -> None:
+        """Write the replies _pump_later gathered; with nothing left queued, the fast path is back."""
+        batch, self._later_batch = self._later_batch, None
+        if batch:
+            self._write(batch)
+        if self._sender is _BY_CALLBACKS and not self._queue:
+            self._sender = None
             self._maybe_finish_close()
 
     def _pause_reading(self, reason: int) -> None:
