@@ -91,8 +91,9 @@ def quantile(xs: list[float], q: float) -> float:
 
 
 def thread_usage(pid: int) -> dict[str, tuple[float, int]]:
-    """Per kind of thread of a server ("loop": the event loop's, "workers": the dir workers' together): CPU
-    seconds and voluntary context switches (each one a sleep, so a wake-up) so far."""
+    """Per kind of thread of a server ("loop": the event loop's, the process's main thread; "workers": every
+    other thread together, which under a Produce load are the dir workers, the rest sleeping): CPU seconds and
+    voluntary context switches (each one a sleep, so a wake-up) so far. (Python does not name OS threads.)"""
     out: dict[str, tuple[float, int]] = {}
     for tid in os.listdir(f"/proc/{pid}/task"):
         try:
@@ -102,10 +103,7 @@ def thread_usage(pid: int) -> dict[str, tuple[float, int]]:
                 status = f.read()
         except FileNotFoundError:  # a thread that ended meanwhile
             continue
-        name = stat[stat.index("(") + 1 : stat.rindex(")")]
-        kind = "loop" if tid == str(pid) else "workers" if name.startswith("kjbod-dir-work") else None
-        if kind is None:
-            continue
+        kind = "loop" if tid == str(pid) else "workers"
         fields = stat.rsplit(")", 1)[1].split()
         cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
         switches = int(status.split("\nvoluntary_ctxt_switches:")[1].split()[0])
@@ -227,11 +225,12 @@ def bench_handoff(work: Path, rounds: int, seconds: float) -> dict:
           f"{median(ref['cpu']) * 1e6:.0f} us: with the CPU to itself the workers would reach "
           f"{out['handoff_small_cpu_per_request_loop_vs_workers']:.1%} of the loop's rate (load average "
           f"{load_before:.1f} at the start, {os.getloadavg()[0]:.1f} at the end, on {os.cpu_count()} CPUs)")
+    woken = median(w["workers_wakeups"])
     print(f"   Why: per small-batch Produce with the workers: event-loop thread {median(w['loop_cpu']) * 1e6:.0f} us "
-          f"CPU and {median(w['loop_wakeups']):.2f} wake-ups, dir workers {median(w['workers_cpu']) * 1e6:.0f} us "
-          f"and {median(w['workers_wakeups']):.2f} wake-ups (a wake-up serves that many requests' hand-offs: "
-          f"batching); on the loop: {median(ref['loop_cpu']) * 1e6:.0f} us, {median(ref['loop_wakeups']):.2f} "
-          f"wake-ups. Python runs one thread at a time (the GIL), so the two CPU figures add up")
+          f"CPU, dir workers {median(w['workers_cpu']) * 1e6:.0f} us (the append alone, validation stays on the "
+          f"loop), the workers woken once per {1 / max(woken, 1e-9):,.0f} requests (hand-offs batched); on the "
+          f"loop path the event loop's {median(ref['loop_cpu']) * 1e6:.0f} us is all. Python runs one thread at "
+          f"a time (the GIL) and this machine has other work, so the two CPU figures add up")
     print(f"   Why: one hand-off round trip on this machine (a DirWorker, the loop otherwise idle): median "
           f"{trip_p50 * 1e6:.0f} us, p99 {trip_p99 * 1e6:.0f} us, against a median Produce at {MODERATE_RATE} "
           f"req/s of {median(ref['p50']) * 1e6:.0f} us on the loop and {median(w['p50']) * 1e6:.0f} us with the "
