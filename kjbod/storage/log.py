@@ -33,7 +33,7 @@ from bisect import bisect_right
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import structlog
 
@@ -89,6 +89,16 @@ LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
 MAX_TIMESTAMP = -3
 EARLIEST_LOCAL_TIMESTAMP = -4
+
+
+class ValidatedAppend(NamedTuple):
+    """A producer's records that passed PartitionLog.validate: the bytes, (position, header) per batch, the time
+    they were checked at, and the batch headers validate_records rewrote (None: record validation was off)."""
+
+    view: memoryview
+    batches: list[tuple[int, BatchHeader]]
+    now_ms: int
+    new_headers: dict[int, bytes] | None
 
 
 def _wall_ms() -> int:
@@ -574,21 +584,32 @@ class PartitionLog:
     def append(self, records: bytes | bytearray | memoryview, *, leader_epoch: int = 0, now_ms: int | None = None) -> AppendInfo:
         """Append a producer's batches: validate them and their records, assign offsets, stamp the leader epoch
         (and, where records.validate_records says so, a new max timestamp), write. See the module doc."""
+        return self.append_validated(self.validate(records, now_ms=now_ms), leader_epoch=leader_epoch)
+
+    def validate(self, records: bytes | bytearray | memoryview, *, now_ms: int | None = None) -> ValidatedAppend:
+        """The checks of :meth:`append` that touch no file and take no lock (the batches, their records, the
+        timestamps against this log's config): what a caller may do on one thread before handing the write
+        (:meth:`append_validated`) to another. Raises what :meth:`append` raises for bad input."""
         view = memoryview(records)
         cfg = self.config
         batches = validate_batches(view, max_message_bytes=cfg.max_message_bytes)
         now = self.clock() if now_ms is None else now_ms
         if records_module.SKIP_RECORD_VALIDATION:
-            return self._append(view, batches, leader_epoch=leader_epoch, now_ms=now, assign_offsets=True)
+            return ValidatedAppend(view, batches, now, None)
         checked = validate_records(
             view, batches, now_ms=now, log_append_time=cfg.log_append_time,
             timestamp_before_max_ms=cfg.message_timestamp_before_max_ms,
             timestamp_after_max_ms=cfg.message_timestamp_after_max_ms,
         )
         restamped = {c.pos: c.new_header for c in checked if c.new_header is not None}
-        info = self._append(view, [(c.pos, c.header) for c in checked], leader_epoch=leader_epoch, now_ms=now,
-                            assign_offsets=True, new_headers=restamped)
-        if cfg.log_append_time and not info.duplicate:
+        return ValidatedAppend(view, [(c.pos, c.header) for c in checked], now, restamped)
+
+    def append_validated(self, validated: ValidatedAppend, *, leader_epoch: int = 0) -> AppendInfo:
+        """The write of :meth:`append`, for batches :meth:`validate` checked."""
+        view, batches, now, restamped = validated
+        info = self._append(view, batches, leader_epoch=leader_epoch, now_ms=now, assign_offsets=True,
+                            new_headers=restamped)
+        if restamped is not None and self.config.log_append_time and not info.duplicate:
             info = dataclasses.replace(info, log_append_time=now)
         return info
 
