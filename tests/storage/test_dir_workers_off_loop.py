@@ -294,3 +294,29 @@ def test_a_partition_refollowed_while_its_answer_is_on_the_worker_waits_for_it(s
         assert _fetch_offsets(fetcher) == {"a": 0, "c": 2}
 
     asyncio.run(scenario())
+
+
+def test_jobs_handed_to_their_dirs_workers_on_the_loop_come_back_as_futures(spread, log_dirs):
+    """The one hand-off both a delete's renames and a stray's use: a future per job, done once it ran (or failed:
+    logged, the future still done), on the log's own dir's worker."""
+    import threading
+
+    from kjbod.broker.storage_glue import _on_their_workers
+
+    logs = [spread.get(n, 0) for n in "abc"]
+    ran: dict[str, str] = {}
+
+    def job(plog):
+        ran[plog.name] = threading.current_thread().name
+        if plog.name == "c-0":
+            raise OSError("a job that fails")
+
+    async def scenario():
+        with capture_logs() as logs_seen:
+            futures = _on_their_workers(spread, logs, job, "test")
+            assert len(futures) == 3
+            await asyncio.wait_for(asyncio.gather(*futures), PATIENCE_S)
+        assert [e["what"] for e in logs_seen if e["event"] == "dir_worker_job_failed"] == ["test c-0"]
+
+    asyncio.run(scenario())
+    assert ran == {f"{n}-0": f"kjbod-dir-worker {d}" for n, d in zip("abc", log_dirs, strict=True)}
