@@ -153,18 +153,19 @@ class ReplicaManager:
         return plog if plog is not None and plog.online else None
 
     def sync(self, image: Any, changed: Mapping[Any, Iterable[int]] | None = None,
-             removed: Iterable[Any] = ()) -> None:
+             removed: Iterable[Any] = (), configs_changed: Iterable[str] = ()) -> None:
         """Makes every local replica lead or follow as `image` says (see the module docstring); replicas no
         longer local are forgotten.  With `changed` (topic id -> partition ids: what a delta wrote, see
-        MetadataDelta.changed_partitions) and `removed` (the topics it deleted) only those partitions are looked
-        at, so a delta costs what it changed, not the size of the topics it touched."""
+        MetadataDelta.changed_partitions), `removed` (the topics it deleted) and `configs_changed` (the names
+        of the topics whose configs it changed: MetadataDelta.changed_topic_configs) only those partitions,
+        and those topics' throttled replica lists, are looked at, so a delta costs what it changed, not the
+        size of the topics it touched nor the number of topics."""
         if changed is None:
             self._sync_all(image)
             return
         me = self.node.node_id
         now = self.clock()
-        # the throttle bounds and lists: every topic's (a config change marks no partition; cheap per topic)
-        self.throttles.update(image)
+        self.throttles.update(image, configs_changed)  # the bounds (two broker configs), and those topics' lists
         for gone in removed:
             for pid in gone.partitions:
                 state = self.states.get((gone.name, pid))
