@@ -3,7 +3,8 @@
 Strategy: a short sorted list of (epoch, start offset), the first offset each epoch's leader wrote.  Followers
 compare their last fetched epoch with the leader's (DivergingEpoch, OffsetForLeaderEpoch) to find where their
 logs part, so the list must survive restarts: it is written whole, with :meth:`LogDirIO.write_atomic`, after
-every change (epochs change at elections, not per append).  Byte layout, Kafka's ``leader-epoch-checkpoint``
+every change, by the thread that does the log's file work (epochs change at elections, not per append; an empty
+log's first epoch waits for its data: kjbod.storage.log).  Byte layout, Kafka's ``leader-epoch-checkpoint``
 (``LeaderEpochCheckpointFile``, version 0), in the partition's directory, UTF-8, ``\\n`` after every line::
 
     0              version
@@ -11,8 +12,9 @@ every change (epochs change at elections, not per append).  Byte layout, Kafka's
     0 0            epoch, start offset separated by a space
     3 1500
 
-A missing file on a non-empty log is rebuilt from the batch headers (each v2 batch carries the epoch of the
-leader that wrote it).
+A missing file on a non-empty log is rebuilt from the batch headers when the log is loaded (each v2 batch
+carries the epoch of the leader that wrote it); after a crash, the epochs of the batches recovery re-read
+replace the file's from there on.
 
 Threads: the event loop reads the cache (a follower's fetch, a leader's answer to LastFetchedEpoch or
 OffsetForLeaderEpoch) and records a new leader's epoch in it; the dir's worker appends, truncates and writes the
