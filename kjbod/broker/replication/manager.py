@@ -3,7 +3,7 @@ time; the acks=all purgatory; the ISR changes sent to the controller.
 
 Strategy (Kafka's ReplicaManager and Partition, kraft-notes C):
 
-* `sync(image, changed, removed)` after every applied delta: each local replica it changed becomes leader or follower when its leader
+* `sync(image, changed, removed, configs_changed)` after every applied delta: each local replica it changed becomes leader or follower when its leader
   epoch, leader or partition epoch changed (partition.py); a new leader starts its epoch at its LEO in the
   leader epoch cache; a follower's fetcher (fetcher.py) is pointed at its leader.  The log's HW is then ours
   (`auto_high_watermark` off), restored from `replication-offset-checkpoint` the first time.  The new epoch
@@ -16,7 +16,8 @@ Strategy (Kafka's ReplicaManager and Partition, kraft-notes C):
   the HW move itself, never polled), NOT_ENOUGH_REPLICAS_AFTER_APPEND
   when the maximal ISR is below min ISR by then, NOT_LEADER_OR_FOLLOWER when leadership goes, REQUEST_TIMED_OUT
   at the request's timeout.
-* Throttles (throttle.py): the leader and follower quotas, refreshed from each image in `sync`;
+* Throttles (throttle.py): the leader and follower quotas, refreshed in `sync` (the lists of the topics whose
+  configs a delta changed; every topic's in a full sync);
   `leader_throttled` / `leader_sent` for the leader's answer, `follower_throttled` / `follower_appended` for
   the fetchers.
 * ISR shrink: a timer every `replica.lag.time.max.ms / 2`.  ISR changes go to the controller as AlterPartition,
