@@ -297,7 +297,8 @@ class BrokerNode:
                 self.logs.apply_topic_config(now.name, dict(now.configs))
                 log.info("topic_configs_changed", topic=now.name, configs=dict(now.configs))
         if self.replication is not None:
-            self.replication.sync(image, delta.changed_partitions(), delta.removed_topics.values())
+            self.replication.sync(image, delta.changed_partitions(), delta.removed_topics.values(),
+                                  delta.changed_topic_configs())
         if self.mover is not None and (old.resource_configs(BROKER, "") != image.resource_configs(BROKER, "") or
                                        old.resource_configs(BROKER, str(self.node_id))
                                        != image.resource_configs(BROKER, str(self.node_id))):

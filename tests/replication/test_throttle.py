@@ -338,15 +338,15 @@ def test_the_replica_lists_and_rates_follow_the_image(manager_on):
                                  "2": {"follower.replication.throttled.rate": "1"}},
                        leader_replication_throttled_replicas="0:1,0:2",
                        follower_replication_throttled_replicas="*")
-    manager.sync(img, {uuid.UUID(int=77): [0]})  # a delta naming the topic
+    manager.sync(img, {uuid.UUID(int=77): [0]}, (), ["t"])  # a delta naming the topic and its configs
     assert (t.leader.bound, t.follower.bound) == (7_000_000, 6_000_000)  # per broker, else the default
     assert t.leader.throttled == {"t": frozenset({0})} and t.follower.throttled == {"t": ALL}
     assert t.leader.is_throttled("t", 0) and not t.leader.is_throttled("t", 1) and t.follower.is_throttled("t", 5)
-    manager.sync(with_configs(image(), leader_replication_throttled_replicas=""), {uuid.UUID(int=77): [0]})
+    manager.sync(with_configs(image(), leader_replication_throttled_replicas=""), {uuid.UUID(int=77): [0]}, (), ["t"])
     assert (t.leader.bound, t.follower.bound, t.leader.throttled, t.follower.throttled) == (LONG_MAX, LONG_MAX, {}, {})
     manager.sync(with_configs(image(), leader_replication_throttled_replicas="*"))  # a full sync
     assert t.leader.throttled == {"t": ALL}
-    manager.sync(MetadataImage(brokers=image().brokers), {uuid.UUID(int=77): [0]})  # the topic deleted
+    manager.sync(MetadataImage(brokers=image().brokers), {}, (), ["t"])  # the topic deleted
     assert t.leader.throttled == {}
 
 
