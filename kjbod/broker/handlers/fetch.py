@@ -19,12 +19,12 @@ KRaft's checks, epochs, snapshots), which is how brokers follow it.
 
 from __future__ import annotations
 
-import asyncio
 import time
 
 from kjbod.broker.dir_work import DirWork
 from kjbod.broker.replication import hooks as replication
 from kjbod.broker.router import api
+from kjbod.net.tasks import wait_set
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import FetchRequest, FetchResponse
 from kjbod.protocol.generated.fetch_response import FetchableTopicResponse as TopicResp
@@ -278,10 +278,7 @@ async def _serve(node, request, body: FetchRequest, follower: int) -> FetchRespo
         timeout = deadline - time.monotonic()
         if timeout <= 0:
             continue
-        try:
-            await asyncio.wait_for(arrived.wait(), timeout)
-        except TimeoutError:
-            pass
+        await wait_set(arrived, timeout)  # no task per parked fetch (kjbod.net.tasks)
 
 
 def _count(stats, resolved, resp: FetchResponse, follower: bool) -> None:

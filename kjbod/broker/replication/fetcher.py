@@ -33,7 +33,6 @@ its worker answers its partitions with the dir's error and they are dropped.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import zlib
 from dataclasses import dataclass
 from typing import Any
@@ -43,7 +42,7 @@ import structlog
 from kjbod.broker.dir_work import DirWork
 from kjbod.net.connection import ClientConnection
 from kjbod.net.errors import BrokerConnectionError, ClientError
-from kjbod.net.tasks import cancel_and_wait
+from kjbod.net.tasks import cancel_and_wait, wait_set
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated.fetch_request import FetchPartition, FetchRequest, FetchTopic, ReplicaState
 from kjbod.storage.errors import StorageError
@@ -127,8 +126,7 @@ class Fetcher:
             if not ready:
                 self._wakeup.clear()
                 waits = [s.delayed_until - now for s in self.partitions.values() if not s.dropped and not s.in_flight]
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wakeup.wait(), min(waits) if waits else None)
+                await wait_set(self._wakeup, min(waits) if waits else None)
                 continue
             try:
                 conn = await self._connection()
@@ -160,8 +158,7 @@ class Fetcher:
         deadline = loop.time() + IN_FLIGHT_WAIT_S
         while any(s.in_flight for s in self.partitions.values()) and (left := deadline - loop.time()) > 0:
             self._wakeup.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wakeup.wait(), left)
+            await wait_set(self._wakeup, left)
 
     async def _connection(self) -> ClientConnection:
         if self._conn is not None and not self._conn.closed:
