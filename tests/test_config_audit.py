@@ -160,6 +160,9 @@ EFFECTS: dict[str, list[str]] = {
 # Topic configs read outside the storage (the controller's elections, a leader's replication), from the metadata
 # image: the tests that show each one taking effect.
 READ_OUTSIDE_STORAGE: dict[str, list[str]] = {
+    "min.insync.replicas": [
+        "tests/replication/test_replica_manager.py::test_min_isr_refuses_before_the_append_and_freezes_the_hw",
+        "tests/replication/test_replica_manager.py::test_min_isr_above_the_replication_factor_counts_as_the_replication_factor"],
     "unclean.leader.election.enable": ["tests/controller/test_replication.py::test_unclean_election_only_where_enabled"],
     **{f"{who}.replication.throttled.replicas": [
         f"{THROTTLES}::test_the_replica_lists_and_rates_follow_the_image",

@@ -21,7 +21,7 @@ import pytest
 import uvloop
 
 from kjbod.server.connection import Connection, ConnectionRegistry
-from kjbod.server.handler import CloseConnection, RequestContext
+from kjbod.server.handler import CloseConnection, Later, RequestContext
 from kjbod.server.logging import configure_logging, reset_logging
 from kjbod.wire.region import FileRegion
 
@@ -78,11 +78,14 @@ class RecordingCloser:
 
 
 class FakeHandler:
-    """Verbs: echo X | bytes X | sleep MS X | none | close | boom | wait | region NAME | aregion MS NAME | big N."""
+    """Verbs: echo X | bytes X | sleep MS X | none | close | boom | wait | region NAME | aregion MS NAME | big N |
+    later MS X | laterwait | laterfail MS | laterclose MS | laterregion MS NAME (the later* verbs answer with a
+    `Later` a loop callback completes after MS milliseconds, or the test through `laters`)."""
 
     def __init__(self) -> None:
         self.handled = 0
         self.futures: list[asyncio.Future[Any]] = []
+        self.laters: list[Later] = []
         self.regions: dict[bytes, Callable[[], list[Any]]] = {}
         self.contexts: list[RequestContext] = []
         self.frame_types: set[type] = set()
@@ -116,7 +119,26 @@ class FakeHandler:
             return self._sleep_then(int(ms), self.regions[name])
         if verb == b"big":
             return [b"B" * int(rest)]
+        if verb.startswith(b"later"):
+            return self._later(verb, rest)
         raise AssertionError(f"unknown verb {verb!r}")
+
+    def _later(self, verb: bytes, rest: bytes) -> Later:
+        later = Later()
+        self.laters.append(later)
+        if verb == b"laterwait":
+            return later
+        ms, _, arg = rest.partition(b" ")
+        if verb == b"later":
+            answer: Callable[[], None] = lambda: later.resolve([b"later:", arg])  # noqa: E731
+        elif verb == b"laterfail":
+            answer = lambda: later.fail(ValueError("late failure"))  # noqa: E731
+        elif verb == b"laterclose":
+            answer = lambda: later.fail(CloseConnection("asked later"))  # noqa: E731
+        else:
+            answer = lambda: later.resolve(self.regions[arg]())  # noqa: E731
+        asyncio.get_running_loop().call_later(int(ms) / 1000, answer)
+        return later
 
     async def _sleep(self, ms: int, reply: list[Any]) -> list[Any]:
         await asyncio.sleep(ms / 1000)
@@ -471,6 +493,105 @@ def test_async_replies_finishing_out_of_order_are_written_in_request_order(run: 
     run(scenario())
 
 
+def test_later_replies_mixed_with_others_are_written_in_request_order(run: Any) -> None:
+    async def scenario() -> None:
+        async with Server(FakeHandler()) as server:
+            reader, writer = await server.connect()
+            requests = [b"later 80 a", b"later 10 b", b"echo c", b"none", b"sleep 0 d", b"later 0 e", b"echo f",
+                        b"later 40 g", b"sleep 30 h", b"later 5 i"]
+            writer.write(b"".join(frame(r) for r in requests))
+            got = [await read_frame(reader) for _ in range(9)]
+            assert got == [b"later:a", b"later:b", b"echo:c", b"slept:d", b"later:e", b"echo:f", b"later:g",
+                           b"slept:h", b"later:i"]
+            writer.write(frame(b"echo j"))
+            assert await read_frame(reader) == b"echo:j"
+            assert server.connection().pending == 0
+            await close_client(writer)
+
+    run(scenario())
+
+
+def test_laters_alone_need_no_sender_task(run: Any) -> None:
+    async def scenario() -> None:
+        handler = FakeHandler()
+        async with Server(handler) as server:
+            reader, writer = await server.connect()
+            writer.write(frame(b"laterwait") + frame(b"laterwait") + frame(b"echo x"))
+            await writer.drain()
+            while len(handler.laters) < 2 or server.connection().pending < 3:
+                await asyncio.sleep(0.01)
+            conn = server.connection()
+            tasks = len(asyncio.all_tasks())
+            handler.laters[1].resolve([b"second"])  # not at the head: nothing is written yet
+            handler.laters[0].resolve([b"first"])  # writes both; echo x is behind them, written by a sender
+            assert [await read_frame(reader) for _ in range(3)] == [b"first", b"second", b"echo:x"]
+            assert len(asyncio.all_tasks()) <= tasks + 1
+            writer.write(frame(b"later 0 y"))
+            assert await read_frame(reader) == b"later:y"
+            assert conn.pending == 0
+            await close_client(writer)
+
+    run(scenario())
+
+
+@pytest.mark.parametrize("verb", [b"laterfail 10", b"laterclose 10"])
+def test_a_failed_later_closes_after_earlier_replies(run: Any, logs: io.StringIO, verb: bytes) -> None:
+    async def scenario() -> None:
+        handler = FakeHandler()
+        async with Server(handler) as server:
+            reader, writer = await server.connect()
+            writer.write(frame(b"later 20 a") + frame(verb) + frame(b"later 0 never") + frame(b"echo never"))
+            assert await read_frame(reader) == b"later:a"
+            assert await reader.read() == b""
+            await close_client(writer)
+            assert await roundtrip(server, b"later 0 next") == b"later:next"
+        assert handler.laters[2].cancelled() or handler.laters[2].done()
+
+    run(scenario())
+    found = events(logs)
+    if verb.startswith(b"laterfail"):
+        assert any("ValueError: late failure" in e.get("exception", "") for e in found)
+    else:
+        assert any(e.get("reason") == "asked later" for e in found)
+
+
+def test_client_closing_while_laters_are_pending(run: Any) -> None:
+    async def scenario() -> None:
+        handler = FakeHandler()
+        async with Server(handler) as server:
+            reader, writer = await server.connect()
+            writer.write(frame(b"laterwait") + frame(b"laterwait"))
+            await writer.drain()
+            while len(handler.laters) < 2:
+                await asyncio.sleep(0.01)
+            reset_client(writer)
+            await server.wait_for_connections(0)
+            assert all(later.cancelled() for later in handler.laters)
+            handler.laters[0].resolve([b"too late"])  # dropped: nobody waits
+            assert await roundtrip(server, b"later 0 ok") == b"later:ok"
+
+    run(scenario())
+
+
+def test_later_resolved_before_it_is_queued_is_written_after_earlier_replies(run: Any) -> None:
+    class Early(FakeHandler):
+        def handle(self, frame: bytes, ctx: RequestContext) -> Any:
+            if frame == b"early":
+                later = Later()
+                later.resolve([b"early"])
+                return later
+            return super().handle(frame, ctx)
+
+    async def scenario() -> None:
+        async with Server(Early()) as server:
+            reader, writer = await server.connect()
+            writer.write(frame(b"echo a") + frame(b"early") + frame(b"echo b"))
+            assert [await read_frame(reader) for _ in range(3)] == [b"echo:a", b"early", b"echo:b"]
+            await close_client(writer)
+
+    run(scenario())
+
+
 def test_requests_split_across_writes(run: Any) -> None:
     async def scenario() -> None:
         async with Server(FakeHandler()) as server:
@@ -606,12 +727,14 @@ def test_oversized_frame_closes_the_connection_without_hurting_others(run: Any, 
     run(scenario())
 
 
-def test_pause_reading_under_many_pending_requests(run: Any) -> None:
+@pytest.mark.parametrize("verb", [b"wait", b"laterwait"])
+def test_pause_reading_under_many_pending_requests(run: Any, verb: bytes) -> None:
     async def scenario() -> None:
         handler = FakeHandler()
+        pending: list[Any] = handler.futures if verb == b"wait" else handler.laters
         async with Server(handler, max_pending=4) as server:
             reader, writer = await server.connect()
-            writer.write(b"".join(frame(b"wait") for _ in range(100)))
+            writer.write(b"".join(frame(verb) for _ in range(100)))
             await writer.drain()
             await asyncio.sleep(0.1)
             conn = server.connection()
@@ -624,8 +747,9 @@ def test_pause_reading_under_many_pending_requests(run: Any) -> None:
             max_pending = 0
             while len(replies) < 100:
                 max_pending = max(max_pending, conn.pending)
-                while resolved < len(handler.futures):
-                    handler.futures[resolved].set_result([b"done %d" % resolved])
+                while resolved < len(pending):
+                    done = pending[resolved]
+                    (done.set_result if verb == b"wait" else done.resolve)([b"done %d" % resolved])
                     resolved += 1
                 try:
                     replies.append(await asyncio.wait_for(read_frame(reader), 0.05))
@@ -799,9 +923,10 @@ def test_file_regions_byte_exact(
         async with Server(handler, zero_copy=zero_copy) as server:
             reader, writer = await server.connect()
             names = list(REGION_SPECS)
-            verb = b"aregion 5 " if asynchronous else b"region "
             requests = []
-            for name in names:
+            for i, name in enumerate(names):
+                # asynchronous: each region's reply comes from a coroutine or (every other one) from a Later
+                verb = (b"laterregion 5 " if i % 2 else b"aregion 5 ") if asynchronous else b"region "
                 requests += [frame(b"echo before-" + name.encode()), frame(verb + name.encode())]
             requests.append(frame(b"echo end"))
             writer.write(b"".join(requests))
@@ -953,3 +1078,35 @@ def test_client_closing_while_a_reply_is_pending(run: Any) -> None:
             assert await roundtrip(server, b"echo ok") == b"echo:ok"
 
     run(scenario())
+
+
+def test_later_runs_its_steps_then_its_callbacks_in_the_completing_call() -> None:
+    seen: list[Any] = []
+    later = Later().then(lambda v: v + 1).then(lambda v: v * 10)
+    later.on_done(lambda d: seen.append(("a", d.result())))
+    later.on_done(lambda d: seen.append(("b", d.result())))
+    assert not later.done()
+    later.resolve(1)
+    assert seen == [("a", 20), ("b", 20)]
+    later.resolve(5)  # the outcome is known: ignored
+    later.on_done(lambda d: seen.append(("late", d.result())))  # called at once
+    assert seen[-1] == ("late", 20)
+
+    failing = Later().then(lambda v: 1 / v)
+    failing.resolve(0)
+    with pytest.raises(ZeroDivisionError):
+        failing.result()
+
+    failed = Later()
+    failed.fail(CloseConnection("bye"))
+    with pytest.raises(CloseConnection):
+        failed.result()
+
+    cancelled = Later()
+    cancelled.on_done(lambda d: seen.append("never"))
+    assert cancelled.cancel() and cancelled.cancelled() and cancelled.done()
+    cancelled.resolve(1)
+    assert "never" not in seen
+    with pytest.raises(RuntimeError):
+        cancelled.result()
+    assert not cancelled.cancel()

@@ -60,3 +60,20 @@ def test_broker_values_and_topic_overrides_come_first_once_each():
         ("max.message.bytes", "5000", TOPIC_CONFIG),
         ("message.max.bytes", "1048588", DEFAULT_CONFIG),
     ]
+
+
+def test_min_insync_replicas_is_a_topic_config_defaulting_to_the_brokers():
+    """Kafka's topic config: accepted in CreateTopics and IncrementalAlterConfigs, at least 1, and the broker's
+    min.insync.replicas is its default (the leader and the controller read the topic's value from the image)."""
+    assert topic_config.validate({"min.insync.replicas": "2"}) == {"min.insync.replicas": 2}
+    for bad in ("0", "-1", "two"):
+        try:
+            topic_config.validate({"min.insync.replicas": bad})
+        except topic_config.TopicConfigError as e:
+            assert "min.insync.replicas" in str(e)
+        else:
+            raise AssertionError(f"min.insync.replicas={bad} was accepted")
+    entries = synonyms_by_config({"min.insync.replicas": "2"}, {})
+    assert (entries["min.insync.replicas"].value, entries["min.insync.replicas"].source) == ("2", STATIC_BROKER_CONFIG)
+    entries = synonyms_by_config({"min.insync.replicas": "2"}, {"min.insync.replicas": "3"})
+    assert (entries["min.insync.replicas"].value, entries["min.insync.replicas"].source) == ("3", TOPIC_CONFIG)

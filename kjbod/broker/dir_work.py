@@ -9,7 +9,10 @@ Otherwise it returns one future for the whole request, done when every dir has a
 has passed: then each dir still out gives ``fail(item, None)``, and what it answers later goes to ``discard``
 (to close what it holds), so a slow dir costs only its own partitions; ``answered()`` runs as each dir's results
 come in. Given ``then``, the future's result is what ``then()`` returns once every dir is in (a handler's whole
-answer), so a handler can return that future instead of a coroutine: no task per request.
+answer), so a handler can return that future instead of a coroutine: no task per request. With ``later=True``
+it returns a :class:`~kjbod.wire.handler.Later` instead of a future, completed in the callback that brings the
+last dir's results (the router encodes the answer and the connection writes it there, with no loop pass or task
+in between): Produce's hot path.
 
 The hand-off is on the hot path, so a request in flight costs callbacks only: no task, no ``asyncio.wait`` and
 no timer of its own. Timeouts are kept in 10 ms ticks, one loop timer per tick that has any (a request times out
@@ -26,6 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kjbod.storage import fsio
+from kjbod.wire.handler import Later
 
 Items = list[Any]
 
@@ -56,8 +60,8 @@ class DirWork:
     def __bool__(self) -> bool:
         return bool(self.by_dir)
 
-    def run(self, fn: Callable[[Items], list[Any]], timeout_s: float | None, *,
-            cached_first: bool = False, then: Callable[[], Any] | None = None) -> asyncio.Future[Any] | None:
+    def run(self, fn: Callable[[Items], list[Any]], timeout_s: float | None, *, cached_first: bool = False,
+            then: Callable[[], Any] | None = None, later: bool = False) -> Any:
         """``cached_first``: try ``fn`` on the loop first where nothing can make it wait (fsio.no_waiting: page
         cache hits only, no open, no lock held elsewhere; the dir idle, online, not slow, no injected faults);
         a dir where it would wait goes to its worker as usual. For reads, whose order against appends the log's
@@ -90,7 +94,7 @@ class DirWork:
                 handed.append((worker, items))
         if not handed:
             return None
-        return _Waiting(self, fn, handed, timeout_s, then).future
+        return _Waiting(self, fn, handed, timeout_s, then, later).future
 
     def _filled(self, items: Items, results: list[Any]) -> None:
         for item, result in zip(items, results, strict=True):
@@ -109,11 +113,11 @@ class _Waiting:
     __slots__ = ("work", "future", "out", "then", "deadlines", "tick")
 
     def __init__(self, work: DirWork, fn: Callable[[Items], list[Any]], handed: list[tuple[Any, Items]],
-                 timeout_s: float | None, then: Callable[[], Any] | None) -> None:
+                 timeout_s: float | None, then: Callable[[], Any] | None, later: bool) -> None:
         loop = asyncio.get_running_loop()
         self.work = work
         self.then = then
-        self.future: asyncio.Future[Any] = loop.create_future()
+        self.future: Any = Later() if later else loop.create_future()  # asyncio.Future or Later
         self.out: dict[int, Items] = {i: items for i, (_worker, items) in enumerate(handed)}  # not answered yet
         self.deadlines: _Deadlines | None = None
         self.tick = 0
@@ -148,29 +152,41 @@ class _Waiting:
         future = self.future
         if future.done():  # cancelled: the connection went away
             return
+        later = future.__class__ is Later
         then = self.then
-        if then is None:
-            future.set_result(None)
-            return
-        try:
-            result = then()
-        except Exception as e:  # the handler's own error (CloseConnection, ...) is the request's answer
-            future.set_exception(e)
-            return
-        if asyncio.isfuture(result) or asyncio.iscoroutine(result):  # a further wait (acks=all): chained
-            asyncio.ensure_future(result).add_done_callback(lambda f: _copy_outcome(f, future))
+        result = None
+        if then is not None:
+            try:
+                result = then()
+            except Exception as e:  # the handler's own error (CloseConnection, ...) is the request's answer
+                if later:
+                    future.fail(e)
+                else:
+                    future.set_exception(e)
+                return
+            if asyncio.isfuture(result) or asyncio.iscoroutine(result):  # a further wait (acks=all): chained
+                asyncio.ensure_future(result).add_done_callback(lambda f: _copy_outcome(f, future))
+                return
+        if later:
+            future.resolve(result)
         else:
             future.set_result(result)
 
 
-def _copy_outcome(source: asyncio.Future[Any], target: asyncio.Future[Any]) -> None:
+def _copy_outcome(source: asyncio.Future[Any], target: Any) -> None:
+    """``source``'s outcome into ``target``, an asyncio.Future or a Later."""
     if source.cancelled():
         target.cancel()
         return
     e = source.exception()  # retrieved even when nobody waits any more (target cancelled)
     if target.done():
         return
-    if e is not None:
+    if target.__class__ is Later:
+        if e is not None:
+            target.fail(e)
+        else:
+            target.resolve(source.result())
+    elif e is not None:
         target.set_exception(e)
     else:
         target.set_result(source.result())

@@ -64,6 +64,7 @@ from kjbod.protocol.generated import (
 )
 from kjbod.protocol.generated.broker_registration_request import Listener as RegListener
 from kjbod.protocol.generated.create_topics_request import CreatableTopic
+from kjbod.storage.errors import StorageError
 from kjbod.storage.ids import uuid_from_str
 from kjbod.storage.workers import workers_enabled
 
@@ -296,7 +297,8 @@ class BrokerNode:
                 self.logs.apply_topic_config(now.name, dict(now.configs))
                 log.info("topic_configs_changed", topic=now.name, configs=dict(now.configs))
         if self.replication is not None:
-            self.replication.sync(image, delta.changed_partitions(), delta.removed_topics.values())
+            self.replication.sync(image, delta.changed_partitions(), delta.removed_topics.values(),
+                                  delta.changed_topic_configs())
         if self.mover is not None and (old.resource_configs(BROKER, "") != image.resource_configs(BROKER, "") or
                                        old.resource_configs(BROKER, str(self.node_id))
                                        != image.resource_configs(BROKER, str(self.node_id))):
@@ -590,7 +592,12 @@ class BrokerNode:
         if self.logs is not None:
             self.logs.close()
         if self.metadata_log is not None:
-            self.metadata_log.close()
+            try:
+                self.metadata_log.close()
+            except StorageError as e:  # its last snapshot could not be written: the log's batches are all synced
+                log.error("metadata_log_close_failed", dir=str(self.config.metadata_log_dir), error=str(e),
+                          effect="its batches were already synced; the next start recovers the log from them")
+                self.exit_code = 1
         log.info("node_stopped", node_id=self.node_id)
 
 

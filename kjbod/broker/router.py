@@ -35,7 +35,7 @@ from kjbod.protocol.headers import (
     response_header_version,
 )
 from kjbod.protocol.runtime import DecodeError, EncodeError
-from kjbod.wire.handler import CloseConnection, RequestContext
+from kjbod.wire.handler import CloseConnection, Later, RequestContext
 
 log = structlog.get_logger("kjbod.router")
 
@@ -206,6 +206,8 @@ class Router:
         if result.__class__ is not route.response_cls:
             if result is None:  # no response on the wire (Produce with acks=0)
                 return None
+            if result.__class__ is Later:  # answered by a callback (the dirs' workers): encoded in that callback
+                return result.then(lambda response: None if response is None else self._reply(route, request, response))
             if isinstance(result, asyncio.Future):  # answered by callbacks (a dir's worker): no task for it
                 return self._reply_later(route, request, result)
             if inspect.isawaitable(result):

@@ -200,31 +200,19 @@ class StorageAdapter:
     def _retire_on_workers(self, name: str, logs: list[Any]) -> None:
         """Each log's rename to -delete on its own dir's worker; the renames are kept in `deleting` until they
         are done, so a DeleteTopics answered by this node can wait for them (bounded: `deletes_settled`)."""
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:  # not on the loop (startup): as before, without anyone waiting
-            _on_their_workers(self.manager, logs, self.manager.retire_detached, "delete")
+        futures = _on_their_workers(self.manager, logs, self.manager.retire_detached, "delete")
+        if not futures:
             return
-        for plog in logs:
-            worker = self.manager.worker(plog.log_dir)
-            if worker is None:
-                self.manager.retire_detached(plog)
-                continue
-            fut: asyncio.Future[None] = loop.create_future()
-            pending = self.deleting.setdefault(name, [])
-            pending.append(fut)
+        pending = self.deleting.setdefault(name, [])
+        pending.extend(futures)
 
-            def done(ok: bool, value: Any, fut: asyncio.Future[None] = fut, plog: Any = plog,
-                     pending: list[asyncio.Future[None]] = pending) -> None:
-                if not ok:
-                    log.warning("dir_worker_job_failed", log_dir=plog.log_dir, what=f"delete {plog.name}",
-                                error=str(value))
-                pending.remove(fut)
-                if not pending and self.deleting.get(name) is pending:
-                    del self.deleting[name]
-                fut.set_result(None)
+        def settled(fut: asyncio.Future[None]) -> None:
+            pending.remove(fut)
+            if not pending and self.deleting.get(name) is pending:
+                del self.deleting[name]
 
-            worker.submit(functools.partial(self.manager.retire_detached, plog), done)
+        for fut in futures:
+            fut.add_done_callback(settled)
 
     async def deletes_settled(self, topics: Any, timeout_s: float) -> None:
         """Waits (up to `timeout_s`) until the renames of `topics`' deleted partitions are done (or failed)."""
@@ -388,12 +376,31 @@ def _mark_stray_on_worker(manager: LogManager, plog: Any) -> None:
     _on_their_workers(manager, detached, manager.retire_stray, "stray")
 
 
-def _on_their_workers(manager: LogManager, logs: list[Any], fn: Any, what: str) -> None:
+def _on_their_workers(manager: LogManager, logs: list[Any], fn: Any, what: str) -> list[asyncio.Future[None]]:
     """``fn(log)`` for each log taken out of service, on its own dir's worker (a future log's dir is not always
-    the current one's), or here for a dir without one."""
+    the current one's), or here for a dir without one. On the event loop, each job handed to a worker has a
+    future, returned, done once the job has run or failed (a failure is logged, never raised: the log is out of
+    service either way); off it (startup) the jobs are posted and nothing is returned."""
+    try:
+        loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+    except RuntimeError:
+        loop = None
+    futures: list[asyncio.Future[None]] = []
     for plog in logs:
         worker = manager.worker(plog.log_dir)
         if worker is None:
             fn(plog)
-        else:
+        elif loop is None:
             worker.post(functools.partial(fn, plog), f"{what} {plog.name}")
+        else:
+            fut: asyncio.Future[None] = loop.create_future()
+            worker.submit(functools.partial(fn, plog), functools.partial(_job_settled, fut, plog, what), loop)
+            futures.append(fut)
+    return futures
+
+
+def _job_settled(fut: asyncio.Future[None], plog: Any, what: str, ok: bool, value: Any) -> None:
+    if not ok:
+        log.warning("dir_worker_job_failed", log_dir=plog.log_dir, what=f"{what} {plog.name}", error=str(value))
+    if not fut.done():
+        fut.set_result(None)

@@ -85,6 +85,10 @@ DEFS: dict[str, TopicConfigDef] = {d.name: d for d in [
                    "unclean_leader_election_enable", False,
                    doc="Whether a replica outside the ISR may be elected when no ISR member can lead (data may be "
                        "lost)."),
+    # Read by the leaders' replica manager (kjbod.broker.replication.config) and the controller's KIP-435 steps
+    # from the metadata image: how many in-sync replicas an acks=all produce needs.
+    TopicConfigDef("min.insync.replicas", "int", "min.insync.replicas", "min_insync_replicas", 1, _at_least(1),
+                   "In-sync replicas an acks=all produce needs (counted up to the replication factor)."),
     # Read by the replica manager from the metadata image (kjbod.broker.replication.throttle): which replicas the
     # broker's leader.replication.throttled.rate / follower.replication.throttled.rate apply to.
     *[TopicConfigDef(f"{who}.replication.throttled.replicas", "list", None, None, "",

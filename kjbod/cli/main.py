@@ -28,6 +28,7 @@ from kjbod import __version__
 __all__ = ["BUILTIN_MODULES", "EXIT_USAGE", "SUBCOMMANDS", "UserError", "build_parser", "main"]
 
 EXIT_USAGE = 2
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for a tool stopped by a closed pipe
 EXIT_INTERRUPTED = 130
 
 # Modules whose commands come first in `kjbod --help`, in this order.
@@ -96,8 +97,29 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(text.splitlines())
 
 
+def _drop_stdout() -> None:
+    """Points stdout at /dev/null, so that the interpreter's last flush does not fail on the closed pipe again."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # not a real file (tests) or already closed
+        pass
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `kjbod` console script and `python -m kjbod`; returns the exit code."""
+    code = _main(argv)
+    try:
+        sys.stdout.flush()  # here, not at the interpreter's exit, so that a closed pipe is seen below
+    except BrokenPipeError:
+        _drop_stdout()
+        return EXIT_BROKEN_PIPE
+    return code
+
+
+def _main(argv: Sequence[str] | None) -> int:
     user_errors = _user_errors()
     try:
         parser = build_parser()
@@ -111,6 +133,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return e.code if isinstance(e.code, int) else (0 if e.code is None else EXIT_USAGE)
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
+    except BrokenPipeError:  # the reader of our output went away (`kjbod ... | head`): stop quietly, as Unix tools do
+        _drop_stdout()
+        return EXIT_BROKEN_PIPE
     except user_errors as e:
         print(f"kjbod: error: {_one_line(e)}", file=sys.stderr)
         return EXIT_USAGE

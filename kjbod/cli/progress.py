@@ -7,7 +7,9 @@ Strategy: the caller owns the work and the polling; this module only turns snaps
   extra such as offset lag).  `Progress.update(overall, parts)` takes the overall snapshot and, optionally, one
   snapshot per named part (a partition being reassigned); every one gets its own rate and ETA.
 * The rate comes from `RateMeter`, a sliding window over the recent snapshots (bytes done at time t), so a burst
-  or a stall a minute ago does not distort the ETA now; the ETA is what is left divided by that rate.  Rich's own
+  or a stall a minute ago does not distort the ETA now; the ETA is what is left divided by that rate.  A part
+  that has finished (all its items done) keeps the rate it finished at, instead of decaying towards zero while
+  the others go on.  Rich's own
   speed columns are not used: they sample on rich's clock, and the numbers must be the ones the plain lines show.
 * On a terminal, a `rich.progress.Progress` draws one bar per part and an overall bar under them, refreshed on
   each update (no refresh thread: the caller's polling drives it).  Anywhere else (pipes, files, CI logs, tests)
@@ -140,6 +142,7 @@ class Progress:
         self.clock = clock
         self.meter = RateMeter()
         self._meters: dict[str, RateMeter] = {}
+        self._finished: set[str] = set()
         self.started = clock()
         self._last: tuple[Snapshot, dict[str, Snapshot]] | None = None
         self._last_line_at: float | None = None
@@ -154,7 +157,11 @@ class Progress:
         self.meter.add(now, overall.done_bytes)
         parts = dict(parts or {})
         for name, snapshot in parts.items():
-            self._meters.setdefault(name, RateMeter()).add(now, snapshot.done_bytes)
+            meter = self._meters.setdefault(name, RateMeter())
+            if name not in self._finished:  # a finished part keeps the rate it finished at
+                meter.add(now, snapshot.done_bytes)
+            if snapshot.total_items and snapshot.done_items >= snapshot.total_items:
+                self._finished.add(name)
         self._last = (overall, parts)
         if self.tty:
             self._draw(overall, parts)

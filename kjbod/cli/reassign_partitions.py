@@ -82,6 +82,8 @@ _UNIT = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12,
 def parse_rate(text: str) -> int:
     """A throttle in bytes/s: "10000000" (Kafka's form), "10MB" / "10M" (decimal) or "10MiB" (binary)."""
     match = _RATE.fullmatch(text)
+    if match is None and _RATE.fullmatch(text.strip().removeprefix("-")) is not None:
+        raise argparse.ArgumentTypeError(f"the throttle must be a positive number of bytes/s: {text!r}")
     if match is None:
         raise argparse.ArgumentTypeError(f"not a rate in bytes/s: {text!r} (a number, or e.g. 10MB, 10MiB)")
     unit = (match.group(2) or "").lower().rstrip("b")
@@ -91,12 +93,12 @@ def parse_rate(text: str) -> int:
     return value
 
 
-def parse_topics(text: str) -> list[str]:
+def parse_topics(text: str, source: str = "the topics-to-move JSON file") -> list[str]:
     """--topics-to-move-json-file's topic names; raises UserError naming the first bad entry."""
     try:
         data = json.loads(text)
     except ValueError as bad:
-        raise UserError(f"the topics-to-move JSON file is not valid JSON: {bad}") from None
+        raise UserError(f"{source} is not valid JSON: {bad}") from None
     entries = data.get("topics") if isinstance(data, dict) else None
     if not isinstance(entries, list) or not entries:
         raise UserError('the topics-to-move JSON needs a non-empty "topics" list')
@@ -124,12 +126,12 @@ def parse_broker_list(text: str | None) -> list[int]:
     return ids
 
 
-def parse_moves(text: str) -> Moves:
+def parse_moves(text: str, source: str = "the reassignment JSON file") -> Moves:
     """The file's moves; raises UserError naming the first bad entry."""
     try:
         data = json.loads(text)
     except ValueError as bad:
-        raise UserError(f"the reassignment JSON file is not valid JSON: {bad}") from None
+        raise UserError(f"{source} is not valid JSON: {bad}") from None
     entries = data.get("partitions") if isinstance(data, dict) else None
     if not isinstance(entries, list):
         raise UserError('the reassignment JSON needs a "partitions" list')
@@ -174,13 +176,13 @@ def run(args: argparse.Namespace) -> int:
     if args.generate:
         if not args.topics_to_move_json_file:
             raise UserError("--topics-to-move-json-file is required with --generate")
-        topics = parse_topics(_read(args.topics_to_move_json_file))
+        topics = parse_topics(_read(args.topics_to_move_json_file), args.topics_to_move_json_file)
         brokers = parse_broker_list(args.broker_list)
     elif not args.list and not args.reassignment_json_file:
         raise UserError("--reassignment-json-file is required with --execute, --verify and --cancel")
     moves: Moves = {}
     if args.reassignment_json_file and not args.generate:
-        moves = parse_moves(_read(args.reassignment_json_file))
+        moves = parse_moves(_read(args.reassignment_json_file), args.reassignment_json_file)
     try:
         with SyncAdminClient(args.bootstrap_server, client_id=CLIENT_ID,
                              request_timeout=args.timeout / 1000) as admin:
@@ -367,6 +369,8 @@ def _execute(admin: Any, moves: Moves, args: argparse.Namespace) -> int:
         return 1
     if args.progress:
         _follow(admin, moves, current, before)
+        if kip179:
+            _report_throttles(admin, moves, current, wait_s=5.0)
     return 0
 
 
@@ -429,17 +433,9 @@ def _clear_throttles(admin: Any, moves: Moves) -> None:
     there this tool never sets a throttle (the controller removes its own), so what is set belongs to others."""
     if _serves_kip179(admin):
         return
-    brokers = sorted(b.node_id for b in admin.describe_cluster().brokers)  # a stopped broker cannot answer
-    topics = sorted({t for t, _ in moves})
-    found = admin.describe_configs([ConfigResource.broker(b) for b in brokers]
-                                   + [ConfigResource.topic(t) for t in topics])
-    dynamic = (ConfigSource.DYNAMIC_BROKER_CONFIG, ConfigSource.DYNAMIC_TOPIC_CONFIG)
-    changes = {}
-    for resource, entries in found.items():
-        keys = BROKER_THROTTLES if resource.type == ConfigResourceType.BROKER else TOPIC_THROTTLES
-        set_here = [k for k in keys if k in entries and entries[k].source in dynamic]
-        if set_here:
-            changes[resource] = dict.fromkeys(set_here)
+    live = sorted(b.node_id for b in admin.describe_cluster().brokers)  # a stopped broker cannot answer
+    changes = {resource: dict.fromkeys(found)
+               for resource, found in _throttle_configs(admin, live, sorted({t for t, _ in moves})).items()}
     throttled_brokers = sorted(int(r.name) for r in changes if r.type == ConfigResourceType.BROKER)
     throttled_topics = sorted(r.name for r in changes if r.type == ConfigResourceType.TOPIC)
     if throttled_brokers:
@@ -448,6 +444,43 @@ def _clear_throttles(admin: Any, moves: Moves) -> None:
         print(f"Clearing topic-level throttles on topic(s) {','.join(throttled_topics)}")
     if changes:
         admin.incremental_alter_configs(changes)
+
+
+def _throttle_configs(admin: Any, brokers: Sequence[int], topics: Sequence[str]) -> dict[Any, dict[str, str]]:
+    """The replication throttle configs set on these brokers and topics themselves: resource -> {key: value}."""
+    found = admin.describe_configs([ConfigResource.broker(b) for b in brokers]
+                                   + [ConfigResource.topic(t) for t in topics])
+    dynamic = (ConfigSource.DYNAMIC_BROKER_CONFIG, ConfigSource.DYNAMIC_TOPIC_CONFIG)
+    out = {}
+    for resource, entries in found.items():
+        keys = BROKER_THROTTLES if resource.type == ConfigResourceType.BROKER else TOPIC_THROTTLES
+        set_here = {k: entries[k].value for k in keys if k in entries and entries[k].source in dynamic}
+        if set_here:
+            out[resource] = set_here
+    return out
+
+
+def _report_throttles(admin: Any, moves: Moves, current: Mapping[tuple[str, int], Sequence[int]], *,
+                      wait_s: float = 0.0, quiet_if_none: bool = False) -> None:
+    """Where the controller removes the throttles (KIP-179), says whether any is left on the reassignment's live
+    brokers and topics, waiting up to `wait_s` for the brokers to apply the removal (nothing said when none is
+    left and `quiet_if_none`: --verify's output stays Kafka's then)."""
+    live = {b.node_id for b in admin.describe_cluster().brokers}
+    brokers = sorted(live & ({b for r, _ in moves.values() for b in r} | {b for r in current.values() for b in r}))
+    topics = sorted({t for t, _ in moves})
+    deadline = time.monotonic() + wait_s
+    while (left := _throttle_configs(admin, brokers, topics)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    where = f"broker(s) {_ids(brokers)} or topic(s) {','.join(topics)}"
+    if not left:
+        if not quiet_if_none:
+            print(f"No replication throttle is left on {where}.")
+        return
+    kind = {ConfigResourceType.BROKER: "broker", ConfigResourceType.TOPIC: "topic"}
+    print("Replication throttles still set (the controller removes only those it set for a reassignment): "
+          + "; ".join(f"{kind.get(r.type, r.type)} {r.name}: {k}={v}"
+                      for r, found in sorted(left.items(), key=lambda item: (item[0].type, item[0].name))
+                      for k, v in found.items()))
 
 
 # ================================================================================================ progress
@@ -476,8 +509,9 @@ def _follow(admin: Any, moves: Moves, current: Mapping[tuple[str, int], Sequence
     partition and one overall."""
     import sys
 
-    from kjbod.cli.progress import Progress, Snapshot
+    from kjbod.cli.progress import Progress, Snapshot, human_bytes, human_duration, human_rate
 
+    started = time.monotonic()
     adding = {k: [b for b in r if b not in current[k]] for k, (r, _) in moves.items()}
     source = {k: max((before.get((*k, b), 0) for b in current[k]), default=0) for k in moves}
     progress = Progress(sys.stdout, label="reassigning", item_name="partitions", interval=5.0)
@@ -502,6 +536,9 @@ def _follow(admin: Any, moves: Moves, current: Mapping[tuple[str, int], Sequence
             time.sleep(POLL_SECONDS)
     finally:
         progress.close()
+    took = time.monotonic() - started
+    print(f"Reassignment of {len(moves)} partition(s) finished: {human_bytes(overall.done_bytes)} copied in "
+          f"{human_duration(took)}, {human_rate(overall.done_bytes / took if took > 0 else None)}.")
 
 
 # ================================================================================================ generate
@@ -562,8 +599,11 @@ def _verify(admin: Any, moves: Moves, *, preserve_throttles: bool = False) -> in
         else:
             print(f"There is no active reassignment of partition {t}-{p}, but replica set is "
                   f"{_ids(current[(t, p)])} rather than {_ids(target)}.")
-    if not preserve_throttles and not admin.list_partition_reassignments():
-        _clear_throttles(admin, moves)
+    if not admin.list_partition_reassignments():
+        if _serves_kip179(admin):
+            _report_throttles(admin, moves, current, quiet_if_none=True)
+        elif not preserve_throttles:
+            _clear_throttles(admin, moves)
     return 0
 
 
@@ -580,6 +620,7 @@ def _cancel(admin: Any, moves: Moves) -> int:
         print(f"Successfully cancelled partition reassignment(s) for: {_names(active)}")
     else:
         print("None of the specified partition reassignments are active.")
+    # Kafka's tool prints this line without a line end (the shell prompt then follows it); kjbod ends it.
+    print("None of the specified partition moves are active.")
     _clear_throttles(admin, moves)
-    print("None of the specified partition moves are active.", end="")
     return 0

@@ -133,10 +133,15 @@ class MetadataDelta:
 
     def changed_topic_ids(self) -> list[UUID]:
         """Topics of the new image that records of this delta created or changed (configs included)."""
-        names = {name for (rtype, name) in self._configs if rtype == TOPIC_RESOURCE}
+        names = self.changed_topic_configs()
         ids = set(self._topics)
         ids.update(t.topic_id for n in names if (t := self.image.topics_by_name.get(n)) is not None)
         return sorted(ids - set(self.removed_topics) | set(self._topics))
+
+    def changed_topic_configs(self) -> set[str]:
+        """Names of the topics whose configs records of this delta changed, topics it removed included (their
+        configs go with them): what a consumer of topic configs (the replication throttles) must look at again."""
+        return {name for (rtype, name) in self._configs if rtype == TOPIC_RESOURCE}
 
     def changed_partitions(self) -> dict[UUID, set[int]]:
         """Topic id -> the partitions records of this delta wrote (all of a topic it created), for every topic of

@@ -18,6 +18,10 @@ Strategy:
   every reply after it are queued, and a single sender task writes the queue in order, awaiting each pending reply
   at the head and batching whatever is ready behind it. Once the queue drains, the sender exits and the fast path
   resumes. Exactly one writer at a time keeps the byte stream ordered.
+* Replies a callback gives later (`Later`: a Produce answered by the log dirs' workers) are queued the same way,
+  but while the queue holds nothing else no sender task runs: each `Later`'s completion writes every reply ready
+  at the head of the queue, in the callback that completed it. Anything else queued behind or before them (an
+  awaitable, a file region) starts the sender, which then awaits the `Later`s in its turn.
 * File regions: bytes before a region are written, then the sender waits until the transport's own buffer is empty
   and calls `os.sendfile` on the socket until EAGAIN, waiting for writability through a dup of the socket fd
   registered with `add_writer` (the transport's fd is already registered by the loop itself, and asyncio's
@@ -54,7 +58,7 @@ from kjbod.metrics.counters import BOUNDS_S as _BOUNDS_S
 from kjbod.metrics.counters import BUCKETS as _BUCKETS
 from kjbod.metrics.counters import ROUTE_LIMIT as _ROUTE_LIMIT
 from kjbod.metrics.counters import RequestStats
-from kjbod.server.handler import CloseConnection, ListenerKind, Reply, RequestContext, RequestHandler
+from kjbod.server.handler import CloseConnection, Later, ListenerKind, Reply, RequestContext, RequestHandler
 from kjbod.server.logging import get_logger
 from kjbod.wire.framing import DEFAULT_MAX_FRAME_SIZE, SIZE_PREFIX_LENGTH, FrameDecoder, FrameError
 from kjbod.wire.region import FileRegion
@@ -91,6 +95,8 @@ _HEAD_LENGTH = 4 + _REQUEST_HEAD
 _unpack_head_from = struct.Struct(">iii").unpack_from
 _pack_size_corr = struct.Struct(">ii").pack
 _NO_READY: dict[int, dict[bytes, bytes]] = {}
+# The sender while only `Later`s are queued: their callbacks write, no task runs (see _pump_later).
+_BY_CALLBACKS: Any = object()
 _connection_ids = itertools.count(1)
 _now = time.perf_counter
 _bucket = bisect.bisect_right
@@ -143,7 +149,9 @@ class Connection(asyncio.BufferedProtocol):
 
         # Replies not yet written, in request order: (reply or future of one, request metadata for the debug log).
         self._queue: deque[tuple[Any, tuple[float, ...] | None]] = deque()
-        self._sender: asyncio.Task[None] | None = None
+        self._sender: asyncio.Task[None] | None = None  # or _BY_CALLBACKS
+        # Replies of completed Laters not written yet: written together once this pass of the loop is over.
+        self._later_batch: list[Any] | None = None
         # The reply the sender is writing, so its file regions are closed if the connection drops midway.
         self._sending: list[Any] | None = None
         self._pause = 0
@@ -319,7 +327,7 @@ class Connection(asyncio.BufferedProtocol):
         self._closed = True
         self._pause |= _PAUSE_CLOSING
         sender, self._sender = self._sender, None
-        if sender is not None:
+        if sender is not None and sender is not _BY_CALLBACKS:
             sender.cancel()
         sending, self._sending = self._sending, None
         if sending is not None:
@@ -552,6 +560,18 @@ class Connection(asyncio.BufferedProtocol):
             self._maybe_finish_close()
 
     def _enqueue(self, reply: Any, meta: tuple[float, ...] | None) -> None:
+        if reply.__class__ is Later:
+            self._queue.append((reply, meta))
+            if self._sender is None:
+                self._sender = _BY_CALLBACKS
+            if reply.done():  # not from inside the read being served, whose earlier replies are not written yet
+                assert self._loop is not None
+                self._loop.call_soon(self._later_done, reply)
+            else:
+                reply.on_done(self._later_done)
+            if len(self._queue) >= self._max_pending:
+                self._pause_reading(_PAUSE_PENDING)
+            return
         if reply.__class__ is bytes:
             reply = [reply]
         elif reply is not None and reply.__class__ is not list:
@@ -564,11 +584,89 @@ class Connection(asyncio.BufferedProtocol):
                 self._begin_close("request handler failed")
                 return
         self._queue.append((reply, meta))
-        if self._sender is None:
-            assert self._loop is not None
-            self._sender = self._loop.create_task(self._run_sender())
+        if self._sender is None or self._sender is _BY_CALLBACKS:
+            self._start_sender()
         if len(self._queue) >= self._max_pending:
             self._pause_reading(_PAUSE_PENDING)
+
+    def _start_sender(self) -> None:
+        assert self._loop is not None
+        self._sender = self._loop.create_task(self._run_sender())
+
+    def _later_done(self, later: Later) -> None:
+        """A queued `Later` is complete: write it, and what is ready behind it, if it is next."""
+        if self._sender is not _BY_CALLBACKS or self._closed or not self._queue or self._queue[0][0] is not later:
+            return  # the sender task writes it, or an earlier reply is not ready yet (its completion writes both)
+        self._pump_later()
+
+    def _pump_later(self) -> None:
+        """Write every reply ready at the head of the queue (no sender task runs); hand the rest to a sender
+        task when something other than a `Later` is next.
+
+        The replies go into a batch written once this pass of the loop is over: a dir's worker answers many
+        requests of a connection in one callback (and the other dirs' workers in the next ones), and one write
+        for all of them costs one syscall instead of one each. The connection stays in the callbacks' hands
+        (no fast path) until that batch is written, so nothing overtakes it."""
+        queue = self._queue
+        batch = self._later_batch
+        if batch is None:
+            batch = self._later_batch = []
+            assert self._loop is not None
+            self._loop.call_soon(self._write_later_batch)
+        stats = self._stats
+        debug = self._debug
+        failed = False
+        while queue:
+            item, meta = queue[0]
+            if item.__class__ is not Later:
+                break
+            if not item.done():
+                break
+            queue.popleft()
+            try:
+                reply = item.result()
+            except CloseConnection as exc:
+                self._log.warning("closing connection at the handler's request", reason=exc.reason)
+                self._begin_close(exc.reason)
+                failed = True
+                break
+            except Exception:
+                self._log.warning("request handler failed; closing the connection", exc_info=True)
+                self._begin_close("request handler failed")
+                failed = True
+                break
+            if reply is None:
+                if debug and meta is not None:
+                    self._log_request(meta, replied=False)
+                continue
+            body = _joined(reply)
+            if body is None:  # file regions: the sender writes those
+                queue.appendleft((reply, meta))
+                break
+            batch.append(_pack_size(len(body)))
+            batch.append(body)
+            if meta is not None:
+                if stats is not None:
+                    self._sent_metrics(meta, _now())
+                if debug:
+                    self._log_request(meta)
+        if failed:
+            while queue:  # nothing after a failed or closing request is answered
+                _discard(queue.popleft()[0])
+        if queue and queue[0][0].__class__ is not Later:
+            self._write_later_batch()  # before anything the sender writes
+            self._start_sender()
+        if self._pause & _PAUSE_PENDING and len(queue) < self._resume_below:
+            self._resume_reading(_PAUSE_PENDING)
+
+    def _write_later_batch(self) -> None:
+        """Write the replies _pump_later gathered; with nothing left queued, the fast path is back."""
+        batch, self._later_batch = self._later_batch, None
+        if batch:
+            self._write(batch)
+        if self._sender is _BY_CALLBACKS and not self._queue:
+            self._sender = None
+            self._maybe_finish_close()
 
     def _pause_reading(self, reason: int) -> None:
         if not self._pause and self._transport is not None and not self._eof:
@@ -650,7 +748,7 @@ class Connection(asyncio.BufferedProtocol):
                             self._write(batch)
                             batch = []
                     try:
-                        item = await item
+                        item = await (_later_future(item) if item.__class__ is Later else item)
                     except CloseConnection as exc:
                         queue.popleft()
                         self._log.warning("closing connection at the handler's request", reason=exc.reason)
@@ -902,9 +1000,32 @@ def _close_regions(parts: Iterable[Any]) -> None:
             part.close()
 
 
+def _later_future(later: Later) -> asyncio.Future[Reply]:
+    """A `Later` as an awaitable, for the sender task."""
+    future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
+
+    def copy(done: Later) -> None:
+        if future.done():
+            return
+        try:
+            future.set_result(done.result())
+        except BaseException as e:  # handed to the sender, which decides
+            future.set_exception(e)
+
+    later.on_done(copy)
+    return future
+
+
 def _discard(item: Any) -> None:
     """Drop a queued reply that will never be written, releasing its file regions."""
     if item is None:
+        return
+    if item.__class__ is Later:
+        if not item.cancel() and not item.cancelled():
+            try:
+                _discard(item.result())
+            except Exception:  # noqa: BLE001  (a failed reply holds nothing to release)
+                pass
         return
     if item.__class__ is list:
         _close_regions(item)

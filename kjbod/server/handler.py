@@ -5,6 +5,14 @@ implements `RequestHandler` and raises `CloseConnection`) sits below the server 
 server code and its tests have one import path and, above all, the same classes.
 """
 
-from kjbod.wire.handler import CloseConnection, ListenerKind, Reply, ReplyPart, RequestContext, RequestHandler
+from kjbod.wire.handler import (
+    CloseConnection,
+    Later,
+    ListenerKind,
+    Reply,
+    ReplyPart,
+    RequestContext,
+    RequestHandler,
+)
 
-__all__ = ["CloseConnection", "ListenerKind", "Reply", "ReplyPart", "RequestContext", "RequestHandler"]
+__all__ = ["CloseConnection", "Later", "ListenerKind", "Reply", "ReplyPart", "RequestContext", "RequestHandler"]

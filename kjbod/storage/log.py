@@ -33,7 +33,7 @@ from bisect import bisect_right
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import structlog
 
@@ -89,6 +89,16 @@ LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
 MAX_TIMESTAMP = -3
 EARLIEST_LOCAL_TIMESTAMP = -4
+
+
+class ValidatedAppend(NamedTuple):
+    """A producer's records that passed PartitionLog.validate: the bytes, (position, header) per batch, the time
+    they were checked at, and the batch headers validate_records rewrote (None: record validation was off)."""
+
+    view: memoryview
+    batches: list[tuple[int, BatchHeader]]
+    now_ms: int
+    new_headers: dict[int, bytes] | None
 
 
 def _wall_ms() -> int:
@@ -166,8 +176,8 @@ class PartitionLog:
         self._hw = 0
         self.auto_high_watermark = True  # single node: HW follows LEO; replication turns this off
         self.checkpoint_high_watermark: int | None = None  # from replication-offset-checkpoint at load
-        self._epochs: LeaderEpochCache | None = None  # loaded (or rebuilt) on first use: see leader_epochs
-        self._latest_epoch = -2  # -2: not known until the cache is loaded
+        self._epochs = LeaderEpochCache(io, dir_path)  # loaded with the log (_load): see leader_epochs
+        self._latest_epoch = -1
         self.recovery_point = 0
         self.producer_state = ProducerStateManager()
         self._unflushed_messages = 0
@@ -206,9 +216,11 @@ class PartitionLog:
 
     @high_watermark.setter
     def high_watermark(self, value: int) -> None:
-        """Set by replication (which also sets ``auto_high_watermark = False``); clamped to [start, LEO]."""
-        with self.lock:
-            self._hw = max(self._log_start, min(value, self._leo))
+        """Set by replication (which also sets ``auto_high_watermark = False``); clamped to [start, LEO].  No
+        lock: a leader sets it on the event loop, which must not wait for an append holding the lock on a slow
+        disk; an append only moves the LEO up (a clamp to the one before is still right), and a log is truncated
+        only as a follower, whose HW is set where its truncations run (its dir's worker)."""
+        self._hw = max(self._log_start, min(value, self._leo))
 
     @property
     def size_bytes(self) -> int:
@@ -375,8 +387,10 @@ class PartitionLog:
                 self.load_stats.notes.append(str(e))
                 clean = False
                 recovery_point = min(recovery_point, self.active_segment.base_offset)
+        recovered: list[tuple[int, int]] = []  # (epoch, base offset) where epochs begin in what recovery re-read
+        recovered_from: int | None = None
         if not clean:
-            self._recover_segments(recovery_point)
+            recovered_from = self._recover_segments(recovery_point, recovered)
 
         first_base = self.segments[0].base_offset
         lso = max(lso_checkpoint if lso_checkpoint is not None else first_base, first_base)
@@ -390,14 +404,18 @@ class PartitionLog:
             self._hw = self._leo
         else:
             self._hw = max(self._log_start, min(hw_checkpoint, self._leo))
+        self._load_leader_epochs(recovered, recovered_from)
 
-    def _recover_segments(self, recovery_point: int) -> None:
+    def _recover_segments(self, recovery_point: int, epochs: list[tuple[int, int]]) -> int:
+        """Re-reads the segments from the one holding ``recovery_point`` on, and returns that one's base offset;
+        ``epochs`` gets (leader epoch, base offset) where each epoch begins in the valid batches read."""
         stats = self.load_stats
         start = max(bisect_right(self._bases, recovery_point) - 1, 0)
+        recovered_from = self.segments[start].base_offset
         last_next: int | None = None
         for i in range(start, len(self.segments)):
             seg = self.segments[i]
-            result = seg.recover()
+            result = seg.recover(on_batch=lambda header: _epoch_start(epochs, header))
             stats.recovered_segments += 1
             last_next = result.next_offset
             if i < len(self.segments) - 1 and not result.truncated_bytes:
@@ -413,6 +431,7 @@ class PartitionLog:
         # The active segment is always in the recovered range; empty, the log ends at its base offset.
         self._leo = last_next if active.size > 0 and last_next is not None else active.base_offset
         self.recovery_point = min(recovery_point, self._leo)
+        return recovered_from
 
     def _set_aside_tail(
         self,
@@ -528,45 +547,101 @@ class PartitionLog:
 
     @property
     def leader_epochs(self) -> LeaderEpochCache:
-        """The leader epoch cache (kjbod.storage.epoch_cache), loaded from its file on first use or rebuilt
-        from the batch headers when there is none.  Appends keep it only once replication has taken the log
-        over (``auto_high_watermark`` off): a single-node log never needs it, and rebuilding it then is exact."""
-        with self.lock:
-            return self._epoch_cache_locked()
-
-    def _epoch_cache_locked(self) -> LeaderEpochCache:
-        if self._epochs is None:
-            cache = LeaderEpochCache.load(self.io, self.dir)
-            if cache is None:
-                cache = LeaderEpochCache(self.io, self.dir)
-                if self._leo > self._log_start:
-                    for header in self._iter_batch_headers(self._log_start):
-                        cache.assign(header.partition_leader_epoch, header.base_offset, flush=False)
-                    for seg in self.segments[:-1]:
-                        seg.release()
-                    if cache.entries:
-                        cache.flush()
-            self._epochs = cache
-            self._latest_epoch = cache.latest_epoch
+        """The leader epoch cache (kjbod.storage.epoch_cache), in memory since the log was loaded or created:
+        reading it does no I/O and takes no lock another thread holds for I/O (the event loop reads it).
+        Appends keep it for any log; they write its file only once replication has taken the log over
+        (``auto_high_watermark`` off): a single-node log never needs the file, rebuilt exactly at its next load."""
         return self._epochs
 
-    def assign_leader_epoch(self, epoch: int, start_offset: int) -> None:
-        """A new leader epoch starting at `start_offset` (this broker became leader, Kafka's makeLeader)."""
+    def _load_leader_epochs(self, recovered: list[tuple[int, int]], recovered_from: int | None) -> None:
+        """At load (a dir's loader or worker, never the event loop): the cache from its file, its epochs in the
+        range recovery re-read (from `recovered_from`) taken from the batches instead (a crash can keep batches
+        whose epoch the file missed, or lose some it has), and none at or past the LEO, as Kafka's LogLoader
+        does; rebuilt from every batch header when there is no file.  A future log's stays as its file says:
+        its swap gives it the current log's (replace_current_with_future)."""
+        cache = LeaderEpochCache.load(self.io, self.dir)
+        changed = False
+        if cache is None:
+            cache = LeaderEpochCache(self.io, self.dir)
+            if not self.is_future:
+                recovered = self._batch_epochs()
+        elif recovered_from is not None:
+            changed = cache.truncate_from_end(recovered_from, flush=False)
+        for epoch, base in recovered:
+            changed = cache.assign(epoch, base, flush=False) or changed
+        changed = cache.truncate_from_end(self._leo, flush=False) or changed
+        if changed:
+            cache.flush()
+        self._epochs = cache
+        self._latest_epoch = cache.latest_epoch
+
+    def _batch_epochs(self) -> list[tuple[int, int]]:
+        """(epoch, base offset) where each epoch begins, from every batch header of the log."""
+        out: list[tuple[int, int]] = []
+        if self._leo <= self._log_start:
+            return out
+        try:
+            for header in self._iter_batch_headers(self._log_start):
+                _epoch_start(out, header)
+        finally:
+            for seg in self.segments[:-1]:
+                seg.release()
+        return out
+
+    def rebuild_leader_epochs(self) -> None:
+        """The cache rebuilt from the batches and written (a future log promoted at startup: it kept none)."""
         with self.lock:
-            cache = self._epoch_cache_locked()
-            # An empty log without epochs (a new replica) keeps its first epoch in memory only: a file would
-            # say nothing the log cannot (with no file the cache is rebuilt from the batches' epochs, and a
-            # restarted broker assigns its leader epoch again when it leads).  This spares each new partition a
-            # checkpoint write and its two fsyncs, which made creating thousands of partitions block the broker.
-            cache.assign(epoch, start_offset, flush=bool(cache.entries) or self._leo > self._log_start)
-            self._latest_epoch = self._epochs.latest_epoch if self._epochs is not None else -2
+            self._epochs.replace(self._batch_epochs())
+            self._latest_epoch = self._epochs.latest_epoch
+            self._epochs.flush()
+
+    def take_leader_epochs(self, other: PartitionLog) -> None:
+        """A KIP-113 swap (on the dir's worker, both logs locked): this copy holds the other's batches, so its
+        epochs too; written here. A write that fails is logged (the seam fails the dir on an I/O error; a full
+        dir drops the file, rebuilt at the next load)."""
+        self._epochs.replace(other.leader_epochs.entries)
+        self._latest_epoch = self._epochs.latest_epoch
+        if self._epochs.entries:
+            try:
+                self._epochs.flush()
+            except KafkaStorageError as e:
+                log.warning("leader_epoch_checkpoint_not_written", partition=self.name, log_dir=self.log_dir,
+                            error=str(e))
+
+    def assign_leader_epoch(self, epoch: int, start_offset: int) -> bool:
+        """A new leader epoch starting at `start_offset` (this broker became leader, Kafka's makeLeader: its
+        LEO), in memory at once, with no I/O and no lock held for I/O (the event loop calls it, and the new epoch
+        must be seen at once).  Returns whether it changed the cache: then ``settle_leader_epoch(epoch)`` must
+        run where the log's appends run (its dir's worker), queued before any append of the new epoch."""
+        cache = self._epochs
+        if not cache.assign(epoch, start_offset, flush=False):
+            return False
+        self._latest_epoch = cache.latest_epoch
+        return True
+
+    def settle_leader_epoch(self, epoch: int) -> None:
+        """On the log's dir worker, after what was queued before the new epoch (a follower's last appends or
+        truncation): the epoch starts where the log ends now, and the file is written.  A crash before this
+        loses no batch of the new epoch (its appends come after); a stale file is mended at load (see
+        _load_leader_epochs).  An empty log's first epoch stays in memory: a file would say nothing the log
+        cannot (with no file the cache is rebuilt from the batches' epochs, and a restarted broker assigns its
+        epoch again when it leads), which spares each new partition a checkpoint write and its two fsyncs."""
+        with self.lock:
+            if self.closed or not self.io.online:
+                return  # deleted, swapped out or failed: nothing to keep
+            cache = self._epochs
+            cache.start_at(epoch, self._leo)
+            self._latest_epoch = cache.latest_epoch
+            if cache.unwritten and (len(cache.entries) > 1 or self._leo > self._log_start):
+                cache.flush()
 
     def _note_epoch(self, epoch: int, base_offset: int) -> None:
-        """Under the lock, after an append whose batch carries an epoch above the latest known (rare)."""
+        """Under the lock, before an append whose batch carries an epoch above the latest known (rare): the file
+        is written before the batch, so no batch on disk has an epoch the file misses."""
         if epoch < 0:
             return
-        cache = self._epoch_cache_locked()
-        cache.assign(epoch, base_offset)
+        cache = self._epochs
+        cache.assign(epoch, base_offset, flush=not self.auto_high_watermark)
         self._latest_epoch = cache.latest_epoch
 
     # ------------------------------------------------------------------------------------------ append
@@ -574,21 +649,32 @@ class PartitionLog:
     def append(self, records: bytes | bytearray | memoryview, *, leader_epoch: int = 0, now_ms: int | None = None) -> AppendInfo:
         """Append a producer's batches: validate them and their records, assign offsets, stamp the leader epoch
         (and, where records.validate_records says so, a new max timestamp), write. See the module doc."""
+        return self.append_validated(self.validate(records, now_ms=now_ms), leader_epoch=leader_epoch)
+
+    def validate(self, records: bytes | bytearray | memoryview, *, now_ms: int | None = None) -> ValidatedAppend:
+        """The checks of :meth:`append` that touch no file and take no lock (the batches, their records, the
+        timestamps against this log's config): what a caller may do on one thread before handing the write
+        (:meth:`append_validated`) to another. Raises what :meth:`append` raises for bad input."""
         view = memoryview(records)
         cfg = self.config
         batches = validate_batches(view, max_message_bytes=cfg.max_message_bytes)
         now = self.clock() if now_ms is None else now_ms
         if records_module.SKIP_RECORD_VALIDATION:
-            return self._append(view, batches, leader_epoch=leader_epoch, now_ms=now, assign_offsets=True)
+            return ValidatedAppend(view, batches, now, None)
         checked = validate_records(
             view, batches, now_ms=now, log_append_time=cfg.log_append_time,
             timestamp_before_max_ms=cfg.message_timestamp_before_max_ms,
             timestamp_after_max_ms=cfg.message_timestamp_after_max_ms,
         )
         restamped = {c.pos: c.new_header for c in checked if c.new_header is not None}
-        info = self._append(view, [(c.pos, c.header) for c in checked], leader_epoch=leader_epoch, now_ms=now,
-                            assign_offsets=True, new_headers=restamped)
-        if cfg.log_append_time and not info.duplicate:
+        return ValidatedAppend(view, [(c.pos, c.header) for c in checked], now, restamped)
+
+    def append_validated(self, validated: ValidatedAppend, *, leader_epoch: int = 0) -> AppendInfo:
+        """The write of :meth:`append`, for batches :meth:`validate` checked."""
+        view, batches, now, restamped = validated
+        info = self._append(view, batches, leader_epoch=leader_epoch, now_ms=now, assign_offsets=True,
+                            new_headers=restamped)
+        if restamped is not None and self.config.log_append_time and not info.duplicate:
             info = dataclasses.replace(info, log_append_time=now)
         return info
 
@@ -670,11 +756,10 @@ class PartitionLog:
                 buffers.append(view)
                 meta = [(pos, h.last_offset, h.max_timestamp, h.size) for pos, h in batches]
                 epochs = [(h.partition_leader_epoch, h.base_offset) for _pos, h in batches]
+            for batch_epoch, batch_base in epochs:  # see leader_epochs
+                if batch_epoch > self._latest_epoch:
+                    self._note_epoch(batch_epoch, batch_base)
             seg.append(buffers, meta, total)
-            if not self.auto_high_watermark:  # a replica: see leader_epochs (a lone log rebuilds it when asked)
-                for batch_epoch, batch_base in epochs:
-                    if batch_epoch > self._latest_epoch:
-                        self._note_epoch(batch_epoch, batch_base)
             plan.commit(next_offset)
             self._leo = next_offset
             if self.auto_high_watermark:
@@ -1100,9 +1185,8 @@ class PartitionLog:
                 self._schedule_segment_deletion(seg)
             keep[-1].truncate_to_offset(offset)
             self._leo = offset
-            cache = self._epoch_cache_locked()
-            cache.truncate_from_end(offset)
-            self._latest_epoch = cache.latest_epoch
+            self._epochs.truncate_from_end(offset)
+            self._latest_epoch = self._epochs.latest_epoch
             self._after_truncation(offset)
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
@@ -1119,9 +1203,8 @@ class PartitionLog:
             self._schedule_segment_deletion(seg)
         self._leo = offset
         self._log_start = offset
-        if self._epochs is not None or self.io.exists(os.path.join(self.dir, "leader-epoch-checkpoint")):
-            self._epoch_cache_locked().clear()
-            self._latest_epoch = -1
+        self._epochs.clear()
+        self._latest_epoch = -1
         self._after_truncation(offset)
 
     def _after_truncation(self, offset: int) -> None:
@@ -1156,6 +1239,7 @@ class PartitionLog:
         # Segment files live directly in the partition dir; this runs while appends wait (the swap), so it does
         # no more than string work per file.
         self.dir = new_dir
+        self._epochs.partition_dir = new_dir
         prefix = new_dir + os.sep
         for seg in self.segments:
             seg.dir_path = new_dir
@@ -1183,6 +1267,10 @@ class PartitionLog:
                         seg.flush()
                 self.recovery_point = self._leo
                 self._write_producer_snapshot(self._leo, fsync=True)
+                if self._epochs.unwritten and self._leo > self._log_start:
+                    # kept in memory only until now (see assign_leader_epoch, leader_epochs): a clean start
+                    # then reads the file instead of every batch header
+                    self._epochs.flush()
                 for seg in self.segments:
                     seg.close()
                 if self._created_unsynced:
@@ -1209,6 +1297,12 @@ class PartitionLog:
             self.closed = True
             for seg in self.segments:
                 seg.close_quietly()
+
+
+def _epoch_start(out: list[tuple[int, int]], header: BatchHeader) -> None:
+    """Adds (epoch, base offset) to ``out`` when the batch's epoch is above the last one there (it begins here)."""
+    if header.partition_leader_epoch > (out[-1][0] if out else -1):
+        out.append((header.partition_leader_epoch, header.base_offset))
 
 
 def _floor_position(seg: LogSegment, target: int) -> int:

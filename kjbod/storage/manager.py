@@ -922,6 +922,7 @@ class LogManager:
                 future._hw = current._hw
                 future._log_start = max(future._log_start, current._log_start)
                 future.auto_high_watermark = current.auto_high_watermark
+                future.take_leader_epochs(current)
                 self._logs[tp] = future
                 del self._futures[tp]
                 current.closed = True
@@ -964,6 +965,7 @@ class LogManager:
                 future.is_future = False
                 self._logs[tp] = future
                 del self._futures[tp]
+            future.rebuild_leader_epochs()
             self._write_dir_checkpoints(fio.path, hw=True)
             log.info("future_log_promoted", partition=future.name, log_dir=fio.path)
             return future

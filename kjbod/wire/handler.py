@@ -11,8 +11,9 @@ response as a `Reply`:
   ApiVersions answer), which saves the join;
 * or None: no response at all (Produce with acks=0).
 
-`handle` may return the reply directly, which is the common and fast case (no task is created), or an awaitable of
-it for work that waits (a long-poll Fetch); the connection still writes replies in request order.
+`handle` may return the reply directly, which is the common and fast case (no task is created), an awaitable of
+it for work that waits (a long-poll Fetch), or a `Later` that a callback completes (a Produce answered by the log
+dirs' workers): the connection still writes replies in request order.
 
 A handler may also offer ready answers: `ready_replies(listener_kind)` returns a dict keyed by route id (the frame's
 first 4 bytes, API key and version, read as one big-endian int32) of dicts mapping a request's bytes after its
@@ -29,13 +30,13 @@ exception is a bug: the connection logs it with its traceback at warning level a
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Literal, Protocol, TypeAlias
+from typing import Any, Literal, Protocol, TypeAlias
 
 from kjbod.wire.region import FileRegion
 
-__all__ = ["CloseConnection", "ListenerKind", "Reply", "ReplyPart", "RequestContext", "RequestHandler"]
+__all__ = ["CloseConnection", "Later", "ListenerKind", "Reply", "ReplyPart", "RequestContext", "RequestHandler"]
 
 ListenerKind: TypeAlias = Literal["broker", "controller"]
 ReplyPart: TypeAlias = bytes | bytearray | memoryview | FileRegion
@@ -69,8 +70,106 @@ class CloseConnection(Exception):
         self.reason = reason
 
 
+_PENDING, _DONE, _FAILED, _CANCELLED = 0, 1, 2, 3
+
+
+class Later:
+    """A reply that a callback gives later, on the connection's event loop (no task, no loop pass in between).
+
+    What a request handed to a log dir's worker returns: when the worker's answer reaches the loop, the steps
+    added with :meth:`then` (the router's encoding of the response) run and the callbacks added with
+    :meth:`on_done` (the connection writing the reply) follow in the same call. An asyncio future would run each
+    of them one pass of the loop later, and a task per request costs more than the request's own work.
+    Not thread-safe: everything is called on the loop."""
+
+    __slots__ = ("_steps", "_callbacks", "_state", "_value")
+
+    def __init__(self) -> None:
+        self._steps: list[Callable[[Any], Any]] | None = None
+        self._callbacks: list[Callable[[Later], None]] | None = None
+        self._state = _PENDING
+        self._value: Any = None
+
+    def __repr__(self) -> str:
+        return f"Later({('pending', 'done', 'failed', 'cancelled')[self._state]})"
+
+    def then(self, step: Callable[[Any], Any]) -> Later:
+        """Transform the result with ``step`` when it comes (an exception it raises becomes the outcome)."""
+        if self._state == _PENDING:
+            if self._steps is None:
+                self._steps = [step]
+            else:
+                self._steps.append(step)
+        elif self._state == _DONE:
+            try:
+                self._value = step(self._value)
+            except Exception as e:
+                self._state, self._value = _FAILED, e
+        return self
+
+    def on_done(self, callback: Callable[[Later], None]) -> None:
+        """Call ``callback(self)`` once the outcome is known (at once if it is); never if cancelled first."""
+        if self._state == _PENDING:
+            if self._callbacks is None:
+                self._callbacks = [callback]
+            else:
+                self._callbacks.append(callback)
+        elif self._state != _CANCELLED:
+            callback(self)
+
+    def resolve(self, value: Any) -> None:
+        """The result; ignored when the outcome is already known or nobody waits any more (cancelled)."""
+        if self._state != _PENDING:
+            return
+        steps = self._steps
+        try:
+            if steps is not None:
+                for step in steps:
+                    value = step(value)
+        except Exception as e:
+            self._state, self._value = _FAILED, e
+        else:
+            self._state, self._value = _DONE, value
+        self._fire()
+
+    def fail(self, exc: BaseException) -> None:
+        if self._state != _PENDING:
+            return
+        self._state, self._value = _FAILED, exc
+        self._fire()
+
+    def cancel(self) -> bool:
+        """Nobody waits any more (the connection went away): the outcome, when it comes, is dropped."""
+        if self._state != _PENDING:
+            return False
+        self._state = _CANCELLED
+        self._steps = self._callbacks = None
+        return True
+
+    def _fire(self) -> None:
+        callbacks, self._callbacks = self._callbacks, None
+        self._steps = None
+        if callbacks is not None:
+            for callback in callbacks:
+                callback(self)
+
+    def done(self) -> bool:
+        return self._state != _PENDING
+
+    def cancelled(self) -> bool:
+        return self._state == _CANCELLED
+
+    def result(self) -> Any:
+        """The result, or the failure raised; only once done (and not cancelled)."""
+        if self._state == _DONE:
+            return self._value
+        if self._state == _FAILED:
+            raise self._value
+        raise RuntimeError(f"{self!r} has no result")
+
+
 class RequestHandler(Protocol):
-    def handle(self, frame: bytes, ctx: RequestContext) -> Reply | Awaitable[Reply]:
+    def handle(self, frame: bytes, ctx: RequestContext) -> Reply | Awaitable[Reply] | Later:
         """Answer one request frame (size prefix removed): `bytes`, or a `bytearray` for a big request received
         straight into its own buffer. See the module docstring for the reply contract."""
         ...

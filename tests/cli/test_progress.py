@@ -149,3 +149,20 @@ def test_tty_is_detected_from_the_stream():
 
     assert Progress(FakeTTY()).tty is True
     assert Progress(io.StringIO()).tty is False
+
+
+def test_a_finished_part_keeps_the_rate_it_finished_at():
+    """Found trying a reassignment: a partition done early showed its rate falling (6.6, 5.6, ... 1.7 MiB/s) while
+    the others went on, because the window kept taking its unchanged byte count."""
+    clock, out = Clock(), io.StringIO()
+    progress = Progress(out, label="reassigning", item_name="partitions", tty=False, interval=100, clock=clock)
+    for step in range(0, 21):  # t-0 copies 2 MiB/s and is done at 4 s; t-1 copies 1 MiB/s for 20 s
+        fast = min(2 * step, 8) * 2**20
+        progress.update(Snapshot(fast + step * 2**20, 28 * 2**20, int(step >= 4), 2),
+                        {"t-0": Snapshot(fast, 8 * 2**20, int(step >= 4), 1),
+                         "t-1": Snapshot(step * 2**20, 20 * 2**20, 0, 1)})
+        clock.now += 1
+    assert progress.rate("t-0") == 2 * 2**20
+    assert progress.rate("t-1") == 2**20
+    progress.close()
+    assert out.getvalue().splitlines()[-3] == "  t-0: 100.0% 8.0 MiB of 8.0 MiB, 2.0 MiB/s, ETA 0s"

@@ -134,3 +134,56 @@ async def test_the_replica_manager_syncs_the_changed_partitions_only():
         assert len(manager.states) == N and all(tp[0] == "alpha" for tp in manager.states)
     finally:
         await manager.close()
+
+
+class CountingConfigs(Mapping[str, str]):
+    """A topic's configs that count every read, shared by all the topics of one image (one counter)."""
+
+    def __init__(self, configs: Mapping[str, str], counter: list[int]) -> None:
+        self._configs = dict(configs)
+        self.counter = counter
+
+    def __getitem__(self, key: str) -> str:
+        self.counter[0] += 1
+        return self._configs[key]
+
+    def __iter__(self) -> Iterator[str]:
+        self.counter[0] += 1
+        return iter(self._configs)
+
+    def __len__(self) -> int:
+        return len(self._configs)
+
+
+def test_a_config_change_refreshes_the_throttles_of_that_topic_only():
+    """The replica manager's throttle lists: every topic's at the first sync, then per delta only the topics
+    whose configs it changed (or that it removed), however many topics there are."""
+    from kjbod.broker.replication.throttle import LEADER_REPLICAS
+
+    tids = [uuid.UUID(int=100 + i) for i in range(200)]
+    image = replay(EMPTY_IMAGE, [r for i, tid in enumerate(tids) for r in (
+        *topic(tid=tid, name=f"t{i}", partitions=1, replicas=(1, 2), dirs=()),
+        ConfigRecord(resource_type=TOPIC_RESOURCE, resource_name=f"t{i}", name="retention.ms", value="1000"))])
+    reads = [0]
+    by_name = {n: replace(t, configs=CountingConfigs(t.configs, reads)) for n, t in image.topics_by_name.items()}
+    image = replace(image, topics_by_name=by_name, topics_by_id={t.topic_id: t for t in by_name.values()})
+    node = FakeNode(1, image)
+    manager = ReplicaManager(node, ReplicationConfig())
+    manager.sync(image)  # at start: every topic's lists
+    assert reads[0] >= len(tids)
+
+    def publish(records) -> None:
+        delta = MetadataDelta(node.metadata)
+        delta.replay_all(records)
+        node.metadata = delta.apply()
+        reads[0] = 0
+        manager.sync(node.metadata, delta.changed_partitions(), delta.removed_topics.values(),
+                     delta.changed_topic_configs())
+        assert reads[0] == 0  # the untouched topics' configs were not read (the changed one's are a new dict)
+
+    publish([ConfigRecord(resource_type=TOPIC_RESOURCE, resource_name="t7", name=LEADER_REPLICAS, value="*")])
+    assert manager.throttles.leader.throttled == {"t7": "*"}
+    publish([ConfigRecord(resource_type=TOPIC_RESOURCE, resource_name="t9", name=LEADER_REPLICAS, value="0:1")])
+    assert manager.throttles.leader.throttled == {"t7": "*", "t9": frozenset({0})}
+    publish([RemoveTopicRecord(topic_id=tids[7])])
+    assert manager.throttles.leader.throttled == {"t9": frozenset({0})}

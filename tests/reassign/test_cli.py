@@ -117,7 +117,7 @@ def test_the_command_end_to_end(cluster: Cluster, tmp_path: Path) -> None:  # no
         cancelled = subprocess.run([*run, "--cancel", "--reassignment-json-file", str(stuck)], capture_output=True,
                                    text=True, timeout=120)
         assert cancelled.stdout == ("Successfully cancelled partition reassignment(s) for: cli-1\n"
-                                    "None of the specified partition moves are active.")
+                                    "None of the specified partition moves are active.\n")
 
 
 def one_line_error(out: subprocess.CompletedProcess[str], words: str) -> None:
@@ -171,7 +171,8 @@ def test_generate_then_execute_with_progress_and_bad_input(cluster: Cluster, tmp
     bad.write_text('{"partitions": [')
     one_line_error(tool(cluster, "--execute", plan=bad), "not valid JSON")
     one_line_error(tool(cluster, "--execute", "--throttle", "0", plan=plan), "the throttle must be a positive")
-    one_line_error(tool(cluster, "--execute", "--throttle=-1MB", plan=plan), "not a rate in bytes/s: '-1MB'")
+    one_line_error(tool(cluster, "--execute", "--throttle=-1MB", plan=plan),
+                   "the throttle must be a positive number of bytes/s: '-1MB'")
     grow = tmp_path / "grow.json"
     grow.write_text(json.dumps({"partitions": [{"topic": "gen", "partition": 0, "replicas": [3, 4, 1]}]}))
     one_line_error(tool(cluster, "--execute", "--disallow-replication-factor-change", plan=grow),
@@ -198,8 +199,9 @@ def test_generate_then_execute_with_progress_and_bad_input(cluster: Cluster, tmp
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert "Successfully started partition reassignment(s) for gen-0,gen-1,gen-2,gen-3" in lines
-    final = lines[-5:]
+    final = lines[-6:-1]
     assert [line.split(":")[0] for line in final] == ["  gen-0", "  gen-1", "  gen-2", "  gen-3", "reassigning"]
+    assert lines[-1].startswith("Reassignment of 4 partition(s) finished: 1.") and " MiB copied in " in lines[-1]
     assert all("100.0%" in line for line in final), final
     assert "4/4 partitions done" in final[-1]
     # Each partition holds ~200 KB and gains two replicas: about 1.6 MB to copy in all, counted per partition.
@@ -245,7 +247,10 @@ def test_execute_with_a_throttle_leaves_no_throttle_behind(cluster: Cluster, tmp
     assert ("The inter-broker throttle limit was set to 10000000 B/s; the controller removes it when the "
             "reassignment completes or is cancelled") in done.stdout.splitlines()
     assert "Warning" not in done.stdout
-    assert done.stdout.splitlines()[-1].startswith("reassigning: 100.0% ")
+    assert done.stdout.splitlines()[-3].startswith("reassigning: 100.0% ")
+    assert done.stdout.splitlines()[-2].startswith("Reassignment of 2 partition(s) finished: ")
+    # What a user checks after a throttled move, said by the tool once the brokers have dropped the throttle.
+    assert done.stdout.splitlines()[-1] == "No replication throttle is left on broker(s) 1,2,3 or topic(s) thr."
     # The metadata log: the controller set the rates and the replica lists with the moves, and removed each one
     # when the moves ended; --verify has nothing left to clear.
     final: dict[tuple[object, object, object], object] = {}

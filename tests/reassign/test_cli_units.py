@@ -31,6 +31,15 @@ def test_bad_rates(text):
         rp.parse_rate(text)
 
 
+@pytest.mark.parametrize(("text", "words"), [
+    ("0", "must be a positive number"), ("-5", "must be a positive number"), ("-1MB", "must be a positive number"),
+    ("ten", "not a rate in bytes/s"), ("-ten", "not a rate in bytes/s"),
+])
+def test_a_rate_that_is_a_number_but_not_positive_is_named_so(text, words):
+    with pytest.raises(argparse.ArgumentTypeError, match=words):
+        rp.parse_rate(text)
+
+
 @pytest.mark.parametrize(("data", "words"), [
     ("{", "topics-to-move JSON file is not valid JSON"),
     ('{"topics": []}', 'needs a non-empty "topics" list'),
@@ -213,5 +222,27 @@ def test_verify_leaves_throttles_alone_where_kip179_is_served(capsys):
     broker = ConfigResource.broker(1)
     admin = FakeAdmin({broker: {rp.LEADER_RATE: "5"}}, kip179=True)
     rp._verify(admin, {("t", 0): ([1, 2], ["any", "any"])})
-    assert "Clearing" not in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "Clearing" not in out
     assert admin.configs[broker] == {rp.LEADER_RATE: "5"} and admin.altered == []
+    # It says what is left, so that nobody has to look the configs up to know the throttle is gone.
+    assert out.splitlines()[-1] == ("Replication throttles still set (the controller removes only those it set for "
+                                    "a reassignment): broker 1: leader.replication.throttled.rate=5")
+    del admin.configs[broker]
+    rp._verify(admin, {("t", 0): ([1, 2], ["any", "any"])})
+    assert "throttle" not in capsys.readouterr().out  # none left: Kafka's output, nothing added
+    rp._report_throttles(admin, {("t", 0): ([1, 2], ["any", "any"])}, {("t", 0): (1, 3)})
+    assert capsys.readouterr().out == "No replication throttle is left on broker(s) 1,2,3 or topic(s) t.\n"
+
+
+def test_cancel_ends_its_lines_and_json_errors_name_the_file(capsys):
+    """Kafka's tool leaves "None of the specified partition moves are active." without a line end (the shell prompt
+    then follows it); kjbod ends it.  A file that is not JSON is named."""
+    admin = FakeAdmin({}, kip179=True)
+    assert rp._cancel(admin, {("t", 0): ([1, 2], ["any", "any"])}) == 0
+    assert capsys.readouterr().out == ("None of the specified partition reassignments are active.\n"
+                                       "None of the specified partition moves are active.\n")
+    with pytest.raises(UserError, match="^plan.json is not valid JSON: Expecting"):
+        rp.parse_moves('{"partitions": [', "plan.json")
+    with pytest.raises(UserError, match="^topics.json is not valid JSON: Expecting"):
+        rp.parse_topics('{"topics": [', "topics.json")

@@ -6,6 +6,7 @@ test's run (60 s), so a wake-up that never comes fails the test by its timeout i
 from __future__ import annotations
 
 import asyncio
+import os
 from types import SimpleNamespace
 
 import pytest
@@ -145,3 +146,34 @@ async def test_leadership_loss_and_shutdown_answer_every_waiting_request(polling
     await manager.close()
     assert await second == [ErrorCode.NOT_LEADER_OR_FOLLOWER]
 
+
+
+async def test_a_followers_small_read_goes_out_as_bytes_and_a_backlog_as_file_regions(polling):
+    """A caught-up follower's answer (a batch or two) is copied into the answer, one write with its header; a
+    backlog above SMALL_FOLLOWER_READ stays zero-copy. Both carry exactly the log's bytes from the fetch offset."""
+    polling.plog.append(batch(2), leader_epoch=0)
+    answer = await asyncio.wait_for(follower_fetch(polling, 2, 0), LONG_S)
+    (part,) = answer.responses[0].partitions
+    assert part.records.__class__ is bytes
+    assert part.records == polling.plog.read_bytes(0, 1 << 20)
+    assert fetch_handler._end_offset(part.records) == polling.plog.log_end_offset == 2
+
+    big = b"x" * 1024
+    while polling.plog.log_end_offset < 2 + 2 * fetch_handler.SMALL_FOLLOWER_READ // len(big):
+        polling.plog.append(batch(1, tag=big), leader_epoch=0)
+    answer = await asyncio.wait_for(follower_fetch(polling, 3, 0), LONG_S)
+    (part,) = answer.responses[0].partitions
+    assert isinstance(part.records, list) and part.records
+    sent = b"".join(region_bytes(r) for r in part.records)
+    fetch_handler.close_regions(answer)
+    assert sent == polling.plog.read_bytes(0, 1 << 20)
+
+
+def region_bytes(region) -> bytes:
+    return os.pread(region.fd, region.count, region.offset)
+
+
+def test_the_end_offset_of_whole_batches():
+    data = batch(3, base_offset=10) + batch(2, base_offset=13)
+    assert fetch_handler._end_offset(data) == 15
+    assert fetch_handler._end_offset(b"") == -1

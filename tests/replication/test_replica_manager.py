@@ -50,7 +50,8 @@ class FakeNode:
         self.metadata = img
         self.config = SimpleNamespace(listeners=[], controller_listener_names=())
         self.logs = SimpleNamespace(manager=SimpleNamespace(find=lambda t, p: plog if (t, p) == ("t", 0) else None,
-                                                            get_future=lambda t, p: None))
+                                                            get_future=lambda t, p: None,
+                                                            worker=lambda path: None))  # no dir workers
         self.appends = 0
         self.hw_moves = 0
 

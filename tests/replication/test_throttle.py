@@ -161,6 +161,136 @@ def test_a_transfer_paced_by_the_quota_settles_at_the_rate(bound, chunk):
     assert abs(quota.byte_rate(now) / bound - 1) <= 0.05
 
 
+class KafkasRate(SampledRate):
+    """Kafka's SimpleRate as it is: the idle time before a transfer is never forgotten."""
+
+    def forget_idle(self, now_ms: int, bound: float) -> bool:
+        return False
+
+
+def ten_seconds_at_10mbs(rate: SampledRate | None = None) -> ReplicationQuota:
+    """A quota of 10 MB/s (11 windows of 1 s) that recorded 10 MB at 0, 1, ..., 9 s."""
+    quota = ReplicationQuota("FollowerReplication")
+    quota.rate = rate or quota.rate
+    quota.bound = 10 * MB
+    for second in range(10):
+        quota.record(10 * MB, second * 1000)
+    return quota
+
+
+def test_idle_time_is_not_credit_worked_example():
+    """Worked by hand from Kafka's formulas (SampledStat.purgeObsoleteSamples, SimpleRate.windowSize):
+
+    at 15 s the samples begun at 0..4 s have had no record for 11 s (>= 11 windows): purged.  The live ones,
+    begun at 5..9 s, hold 50 MB; the oldest began at 5 s, so Kafka's rate is 50 MB / 10 s = 5 MB/s, and it
+    lets 10 MB/s x 10 s - 50 MB = 50 MB through at once before the rate reaches the bound (5 s of quota in a
+    burst).  Those samples hold less than 10 MB/s x (10 - 1) s = 90 MB: idle for more than a window, so here
+    they are dropped and a new transfer gets one window's worth, 10 MB, then the bound."""
+    kafka = ten_seconds_at_10mbs(KafkasRate())
+    assert kafka.rate.measure(15_000) == 5 * MB
+    kafka.record(50 * MB, 15_000)
+    assert kafka.rate.measure(15_000) == 10 * MB and not kafka.exceeded(15_000)  # 100 MB / 10 s: at the bound
+
+    quota = ten_seconds_at_10mbs()
+    assert not quota.exceeded(15_000)
+    assert quota.rate.measure(15_000) == 0.0  # dropped
+    quota.record(10 * MB, 15_000)
+    assert quota.rate.measure(15_000) == 10 * MB and not quota.exceeded(15_000)  # 10 MB over one window
+    quota.record(1, 15_000)
+    assert quota.exceeded(15_000)
+    assert quota.rate.measure(16_000) == pytest.approx((10 * MB + 1) / 1.0)  # still one window: 1 s elapsed
+    assert quota.rate.measure(17_000) == pytest.approx((10 * MB + 1) / 2.0) and not quota.exceeded(17_000)
+
+
+def test_a_deficit_within_a_window_is_kept_worked_example():
+    """At 10.9 s nothing is purged yet (the oldest sample's record was 10.9 s ago, under 11 windows): 100 MB over
+    10.9 s = 9.17 MB/s.  The deficit, 10 MB/s x 10.9 s - 100 MB = 9 MB, is under a window's worth (10 MB):
+    kept, as Kafka keeps it, so 10 MB more makes 110 MB / 10.9 s = 10.09 MB/s, over the bound."""
+    quota = ten_seconds_at_10mbs()
+    assert not quota.exceeded(10_900)
+    assert quota.rate.measure(10_900) == pytest.approx(100 * MB / 10.9)
+    quota.record(10 * MB, 10_900)
+    assert quota.rate.measure(10_900) == pytest.approx(110 * MB / 10.9) and quota.exceeded(10_900)
+
+
+def test_a_purged_sample_does_not_pin_the_time_base_worked_example():
+    """Kafka's purge resets an expired sample to start where the purge ran, empty, for another 11 windows: 10 MB
+    at 0 s, read at 11 s (purged, reset to begin at 11 s), then at 19 s Kafka's rate is 0 over 8 s and a
+    transfer passes 10 MB/s x 8 s = 80 MB at once before it reaches the bound.  Here: one window's worth."""
+    kafka = ReplicationQuota("LeaderReplication")
+    kafka.rate = KafkasRate()
+    kafka.bound = 10 * MB
+    kafka.record(10 * MB, 0)
+    assert kafka.rate.measure(11_000) == 0.0
+    kafka.record(80 * MB, 19_000)
+    assert kafka.rate.measure(19_000) == 10 * MB and not kafka.exceeded(19_000)
+
+    quota = ReplicationQuota("LeaderReplication")
+    quota.bound = 10 * MB
+    quota.record(10 * MB, 0)
+    assert quota.byte_rate(11_000) == 0.0  # the metrics' reading purges as Kafka's does
+    assert not quota.exceeded(19_000)
+    quota.record(10 * MB, 19_000)
+    quota.record(1, 19_000)
+    assert quota.exceeded(19_000)
+
+
+def paced_copy(quota: ReplicationQuota, nbytes: int, start_ms: int) -> tuple[int, list[tuple[int, int]]]:
+    """A follower fetching 1 MiB every 5 ms while the quota allows it and retrying 200 ms later when it does not
+    (the reassignment bench's replica.fetch.backoff.ms): (end time, (time, bytes so far) after each fetch)."""
+    now, moved, progress = start_ms, 0, []
+    while moved < nbytes:
+        if quota.exceeded(now):
+            now += 200
+            continue
+        chunk = min(1 << 20, nbytes - moved)
+        quota.record(chunk, now)
+        moved += chunk
+        progress.append((now, moved))
+        now += 5
+    return now, progress
+
+
+def steady_rate(progress: list[tuple[int, int]], nbytes: int) -> float:
+    """Bytes per second between 10% and 90% of the copy (the bench's measure)."""
+    first = next(p for p in progress if p[1] >= 0.1 * nbytes)
+    last = next(p for p in progress if p[1] >= 0.9 * nbytes)
+    return (last[1] - first[1]) / ((last[0] - first[0]) / 1000)
+
+
+@pytest.mark.parametrize("gap_ms", [0, 2000, 8000])
+def test_a_copy_soon_after_another_keeps_to_its_rate(gap_ms):
+    """The reassignment bench's sequence: 200 MB at 10 MB/s, then `gap_ms` later 600 MB at 50 MB/s.  The second
+    copy keeps within 5% of its rate between 10% and 90%; with Kafka's rate as it is, the first copy's samples
+    (and the time since) let it run far ahead (1.3x to 4x in this model)."""
+    ratios = {}
+    for name, rate in (("kjbod", SampledRate()), ("kafka", KafkasRate())):
+        quota = ReplicationQuota("FollowerReplication")
+        quota.rate = rate
+        quota.bound = 10 * MB
+        end, _ = paced_copy(quota, 200 * MB, 0)
+        quota.bound = 50 * MB
+        _, progress = paced_copy(quota, 600 * MB, end + gap_ms)
+        ratios[name] = steady_rate(progress, 600 * MB) / (50 * MB)
+    assert abs(ratios["kjbod"] - 1) <= 0.05, ratios
+    assert ratios["kafka"] > 1.2, ratios
+
+
+def test_how_long_until_the_quota_allows_more_worked_example():
+    """30 MB recorded at 0 against 10 MB/s: within the bound once they span 3 s.  At 0.5 s that is 2.5 s away
+    (the floor of one window does not matter: 30 MB / 1 s is over too), at 2 s 1 s away, at 3 s now."""
+    quota = ReplicationQuota("FollowerReplication")
+    quota.bound = 10 * MB
+    quota.record(30 * MB, 0)
+    assert quota.ms_until_within(500) == 2500
+    assert quota.ms_until_within(2000) == 1000
+    assert quota.ms_until_within(2999) == 1 and quota.ms_until_within(3000) == 0
+    quota.bound = LONG_MAX
+    assert quota.ms_until_within(500) == 0
+    quota.bound = 0
+    assert quota.ms_until_within(500) == LONG_MAX  # 0 B/s: never (the fetcher's own waits bound it)
+
+
 def test_an_unlimited_bound_is_never_exceeded_and_0_always_is_once_anything_moved():
     quota = ReplicationQuota("LeaderReplication")
     quota.record(10 * MB, 0)
@@ -208,15 +338,15 @@ def test_the_replica_lists_and_rates_follow_the_image(manager_on):
                                  "2": {"follower.replication.throttled.rate": "1"}},
                        leader_replication_throttled_replicas="0:1,0:2",
                        follower_replication_throttled_replicas="*")
-    manager.sync(img, {uuid.UUID(int=77): [0]})  # a delta naming the topic
+    manager.sync(img, {uuid.UUID(int=77): [0]}, (), ["t"])  # a delta naming the topic and its configs
     assert (t.leader.bound, t.follower.bound) == (7_000_000, 6_000_000)  # per broker, else the default
     assert t.leader.throttled == {"t": frozenset({0})} and t.follower.throttled == {"t": ALL}
     assert t.leader.is_throttled("t", 0) and not t.leader.is_throttled("t", 1) and t.follower.is_throttled("t", 5)
-    manager.sync(with_configs(image(), leader_replication_throttled_replicas=""), {uuid.UUID(int=77): [0]})
+    manager.sync(with_configs(image(), leader_replication_throttled_replicas=""), {uuid.UUID(int=77): [0]}, (), ["t"])
     assert (t.leader.bound, t.follower.bound, t.leader.throttled, t.follower.throttled) == (LONG_MAX, LONG_MAX, {}, {})
     manager.sync(with_configs(image(), leader_replication_throttled_replicas="*"))  # a full sync
     assert t.leader.throttled == {"t": ALL}
-    manager.sync(MetadataImage(brokers=image().brokers), {uuid.UUID(int=77): [0]})  # the topic deleted
+    manager.sync(MetadataImage(brokers=image().brokers), {}, (), ["t"])  # the topic deleted
     assert t.leader.throttled == {}
 
 
@@ -249,6 +379,25 @@ def test_the_leader_throttles_only_out_of_sync_throttled_replicas_over_quota(man
     assert not manager.leader_throttled("t", 0, 3)
 
 
+def test_a_throttled_long_poll_looks_again_when_the_leader_quota_allows(manager_on):
+    """The leader's long poll for a follower whose partitions it holds back waits only as long as the quota
+    needs (kjbod.broker.replication.hooks.leader_throttle_wait_s): 2 MB sent at 1 MB/s span 2 s."""
+    from kjbod.broker.replication.hooks import THROTTLE_RECHECK_S, leader_throttle_wait_s
+
+    rate = {"": {"leader.replication.throttled.rate": str(MB)}}
+    manager, node, clock = manager_on(1, with_configs(image(isr=(1, 2)), rate,
+                                                      leader_replication_throttled_replicas="*"))
+    node.replication = manager
+    manager.leader_sent("t", 0, 2 * MB)
+    assert manager.leader_throttled("t", 0, 3) and leader_throttle_wait_s(node) == 2.0
+    clock.ms += 1500
+    assert leader_throttle_wait_s(node) == 0.5
+    clock.ms += 499
+    assert leader_throttle_wait_s(node) == THROTTLE_RECHECK_S  # 1 ms to go: the shortest wait
+    clock.ms += 1
+    assert not manager.leader_throttled("t", 0, 3)
+
+
 def test_the_follower_throttles_only_out_of_sync_throttled_replicas_over_quota(manager_on):
     img = with_configs(image(leader=1), {"3": {"follower.replication.throttled.rate": str(MB)}},
                        follower_replication_throttled_replicas="0:3")
@@ -261,6 +410,7 @@ def test_the_follower_throttles_only_out_of_sync_throttled_replicas_over_quota(m
         return request is not None and [p.partition for t in request.topics for p in t.partitions] == [0]
 
     assert asked()  # under quota
+    assert fetcher._request([state], 12).max_wait_ms == 500  # replica.fetch.wait.max.ms: nothing held back
     manager.follower_appended("t", 0, 5 * MB)
     assert manager.follower_throttled_byte_rate == 5 * MB
     assert not asked()  # never heard from the leader: not in sync, so left out
@@ -269,7 +419,11 @@ def test_the_follower_throttles_only_out_of_sync_throttled_replicas_over_quota(m
     state.leader_end_offset = 0  # caught up with the leader's HW: in sync, never left out
     assert asked()
     state.leader_end_offset = 10
-    clock.ms += 5000  # 5 MB over 6 s: under 1 MB/s
+    # held back until the quota allows it: 5 MB at 1 MB/s span 5 s, none of which has passed
+    assert not asked() and fetcher._held_ms == 5000
+    clock.ms += 4995
+    assert not asked() and fetcher._held_ms == 10  # 5 ms to go: the shortest wait
+    clock.ms += 5  # 5 MB over 5 s: at the bound, not over it
     assert asked()
     manager.throttles.update(with_configs(image(leader=1), {"3": {"follower.replication.throttled.rate": str(MB)}},
                                           follower_replication_throttled_replicas="0:2"))

@@ -25,6 +25,7 @@ from kjbod.protocol.generated import FetchRequest, ProduceRequest
 from kjbod.storage import fsio
 from kjbod.storage import manager as manager_module
 from kjbod.storage.workers import DirWorker
+from kjbod.wire.handler import Later
 from tests.storage.conftest import kp_batch, kp_records, region_bytes
 from tests.storage.test_dir_health import AN_HOUR, _ahead, _held_in, _wait_for
 
@@ -71,7 +72,24 @@ def _produce(node, parts: dict[str, list[int]], *, timeout_ms: int = 600_000, va
         ProduceRequest.TopicProduceData(name=t, partition_data=[
             ProduceRequest.PartitionProduceData(index=p, records=kp_batch([value])) for p in ps])
         for t, ps in parts.items()])
-    return produce.handle(node, _request(PV), body)
+    return _awaitable(produce.handle(node, _request(PV), body))
+
+
+def _awaitable(reply):
+    """The handler's answer as something to await: a Later (what a request handed to the workers returns) as
+    a future completed with its outcome."""
+    if reply.__class__ is not Later:
+        return reply
+    future = asyncio.get_running_loop().create_future()
+
+    def copy(done: Later) -> None:
+        try:
+            future.set_result(done.result())
+        except Exception as e:
+            future.set_exception(e)
+
+    reply.on_done(copy)
+    return future
 
 
 def _answers(resp) -> dict[tuple[str, int], tuple[int, int]]:

@@ -294,3 +294,128 @@ def test_a_partition_refollowed_while_its_answer_is_on_the_worker_waits_for_it(s
         assert _fetch_offsets(fetcher) == {"a": 0, "c": 2}
 
     asyncio.run(scenario())
+
+
+def test_jobs_handed_to_their_dirs_workers_on_the_loop_come_back_as_futures(spread, log_dirs):
+    """The one hand-off both a delete's renames and a stray's use: a future per job, done once it ran (or failed:
+    logged, the future still done), on the log's own dir's worker."""
+    import threading
+
+    from kjbod.broker.storage_glue import _on_their_workers
+
+    logs = [spread.get(n, 0) for n in "abc"]
+    ran: dict[str, str] = {}
+
+    def job(plog):
+        ran[plog.name] = threading.current_thread().name
+        if plog.name == "c-0":
+            raise OSError("a job that fails")
+
+    async def scenario():
+        with capture_logs() as logs_seen:
+            futures = _on_their_workers(spread, logs, job, "test")
+            assert len(futures) == 3
+            await asyncio.wait_for(asyncio.gather(*futures), PATIENCE_S)
+        assert [e["what"] for e in logs_seen if e["event"] == "dir_worker_job_failed"] == ["test c-0"]
+
+    asyncio.run(scenario())
+    assert ran == {f"{n}-0": f"kjbod-dir-worker {d}" for n, d in zip("abc", log_dirs, strict=True)}
+
+
+class _ReplicaNode:
+    """What the replica manager and the OffsetForLeaderEpoch handler ask of broker 1: its logs are ``lm``'s."""
+
+    def __init__(self, lm, image) -> None:
+        self.node_id, self.broker_epoch = 1, 7
+        self.metadata = image
+        self.config = SimpleNamespace(listeners=[], controller_listener_names=())
+        self.logs = SimpleNamespace(manager=lm)
+        self.replication = None
+
+    def partition_log(self, topic: str, partition: int):
+        return self.logs.manager.get(topic, partition)
+
+    def leader_epoch(self, topic: str, partition: int) -> int:
+        return self.replication.leader_epoch(topic, partition)
+
+    def notify_append(self) -> None:
+        pass
+
+    def notify_high_watermark(self) -> None:
+        pass
+
+
+def test_leader_epochs_are_read_and_a_new_one_recorded_while_the_logs_dir_is_held(spread, log_dirs):
+    """c-0 (on the held dir) is followed here, a fetched append of it holds its log in a write on its dir's
+    worker. On the event loop meanwhile: the next fetch request is built (LastFetchedEpoch), the leadership
+    moves here (an image delta: a new leader epoch in the cache at once), a follower's fetch is checked and
+    OffsetForLeaderEpoch answered from it; none waits for the dir. Once it moves, the epoch starts after the
+    append that was ahead of it and its file is written on the worker."""
+    import threading
+    from pathlib import Path
+
+    from kjbod.broker.handlers import offset_for_leader_epoch
+    from kjbod.broker.replication import ReplicaManager
+    from kjbod.metadata import EMPTY_IMAGE, MetadataDelta, replay
+    from kjbod.protocol.generated import OffsetForLeaderEpochRequest, PartitionChangeRecord
+    from kjbod.protocol.generated.offset_for_leader_epoch_request import (
+        OffsetForLeaderPartition,
+        OffsetForLeaderTopic,
+    )
+    from kjbod.storage.epoch_cache import LEADER_EPOCH_CHECKPOINT
+    from tests.metadata.test_replay import T1, topic
+    from tests.storage.test_dir_health import _Blocked
+
+    bad = log_dirs[2]
+    c = spread.get("c", 0)
+    c.auto_high_watermark = False  # a replica's log (as the replica manager makes it)
+    c.append_as_follower(batch(2, epoch=0))
+    epochs_file = Path(c.dir, LEADER_EPOCH_CHECKPOINT)
+    assert epochs_file.read_text() == "0\n1\n0 0\n"
+    node = _ReplicaNode(spread, replay(EMPTY_IMAGE, topic(tid=T1, name="c", partitions=1, replicas=(2, 1), dirs=())))
+    held_phase_done = threading.Event()
+
+    async def scenario():
+        manager = node.replication = ReplicaManager(node, ReplicationConfig())
+        try:
+            manager.sync(node.metadata)  # broker 1 follows c-0, led by broker 2
+            answered: list[bool] = []
+            spread.worker(bad).submit(lambda: c.append_as_follower(batch(1, epoch=0, base_offset=2)),
+                                      lambda ok, value: answered.append(ok))
+            await _until("c-0's append to hold its log in a write",
+                         lambda: _held_in(spread.dir_io(bad), "write") and c.lock.locked())
+            (fetcher,) = manager.fetchers.fetchers.values()
+            request = fetcher._request(fetcher.ready(0.0), 12)
+            part = request.topics[0].partitions[0]
+            assert (part.fetch_offset, part.last_fetched_epoch) == (2, 0)
+
+            delta = MetadataDelta(node.metadata)
+            delta.replay(PartitionChangeRecord(partition_id=0, topic_id=T1, leader=1))
+            node.metadata = delta.apply()
+            manager.sync(node.metadata, delta.changed_partitions(), delta.removed_topics.values())
+            assert manager.leader_epoch("c", 0) == 1 and c.leader_epochs.entries == [(0, 0), (1, 2)]
+            check = manager.check_follower_fetch("c", 0, 2, -1, 1, 2, 0)
+            assert (check.error_code, check.diverging) == (0, None)
+            answer = offset_for_leader_epoch.handle(node, None, OffsetForLeaderEpochRequest(topics=[
+                OffsetForLeaderTopic(topic="c", partitions=[
+                    OffsetForLeaderPartition(partition=0, current_leader_epoch=1, leader_epoch=0)])]))
+            found = answer.topics[0].partitions[0]
+            assert (found.error_code, found.leader_epoch, found.end_offset) == (0, 0, 2)
+            assert epochs_file.read_text() == "0\n1\n0 0\n" and not answered  # the dir still held
+            held_phase_done.set()
+            await _until("the held append, then the epoch settled on the worker",
+                         lambda: answered == [True] and epochs_file.read_text() == "0\n2\n0 0\n1 3\n")
+            assert c.leader_epochs.entries == [(0, 0), (1, 3)]  # it starts after the append ahead of it
+        finally:
+            await manager.close()
+
+    rule = fsio.slow(bad, hold=True, ops={"write"})
+    try:
+        run = _Blocked(lambda: asyncio.run(scenario()))
+        _wait_for("the event loop's steps while the dir is held (a wait here: one waited for the dir)",
+                  lambda: held_phase_done.is_set() or not run.thread.is_alive())
+    finally:
+        rule.release()
+    run.join()
+    if run.error is not None:
+        raise run.error

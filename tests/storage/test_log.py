@@ -10,6 +10,7 @@ import pytest
 
 from kjbod.storage.config import LogConfig
 from kjbod.storage.errors import (
+    CorruptMessageError,
     InvalidProducerEpochError,
     InvalidRecordError,
     MessageTooLargeError,
@@ -416,3 +417,19 @@ def test_segment_scan_finds_every_batch_whatever_the_mix_of_sizes(tmp_path, cloc
     for offset in range(len(sizes)):
         assert values_from(plog, offset, 1)[0][0] == offset  # min one batch, found through the scan
     plog.close_quietly()
+
+
+def test_validate_then_append_validated_is_append_and_a_refused_batch_touches_nothing(plog, clock):
+    """The produce handler validates small appends on the event loop and hands only the write to the dir's
+    worker: the two steps give what one append gives, and a bad batch is refused before any file is touched."""
+    plog.append(kp_batch([b"a", b"b"]), leader_epoch=3)
+    checked = plog.validate(kp_batch([b"c"]), now_ms=clock())
+    info = plog.append_validated(checked, leader_epoch=3)
+    assert (info.base_offset, info.last_offset, info.record_count) == (2, 2, 1)
+    assert [v for _, v, _ in kp_records(plog.read_bytes(0, 1 << 20))] == [b"a", b"b", b"c"]
+    corrupt = bytearray(kp_batch([b"d"]))
+    corrupt[-1] ^= 0xFF  # the CRC no longer matches
+    size = plog.size_bytes
+    with pytest.raises(CorruptMessageError):
+        plog.validate(bytes(corrupt), now_ms=clock())
+    assert plog.size_bytes == size and plog.log_end_offset == 3

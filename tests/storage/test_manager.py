@@ -399,3 +399,43 @@ def test_copy_to_uses_the_seam(tmp_path):
     src.close()
     dst.close()
     assert Path(b.join("g")).read_bytes() == (b"0123456789" * 1000)[5:]
+
+
+def test_a_future_log_swapped_in_or_promoted_has_the_epochs_of_its_batches(make_manager, log_dirs):
+    """A future log's closed segments are copied as files (no appends to note their epochs): swapped in, it takes
+    the current log's epochs; promoted at startup (the current log gone), it rebuilds them from its batches."""
+    import shutil
+
+    from kjbod.storage.epoch_cache import LEADER_EPOCH_CHECKPOINT
+    from kjbod.storage.manager import FUTURE_DIR_SUFFIX
+
+    lm = make_manager()
+
+    def copied_future(name: str) -> str:
+        """A -future dir in dir 1 holding copies of the current log's files, as the mover leaves it."""
+        cur = lm.create_partition(name, 0, TOPIC_ID, dir=log_dirs[0])
+        cur.auto_high_watermark = False  # a replica's log
+        cur.append(kp_batch([b"a"]), leader_epoch=1)
+        cur.append(kp_batch([b"b", b"c"]), leader_epoch=4)
+        cur.flush()
+        path = os.path.join(log_dirs[1], suffixed_dir_name(name, 0, FUTURE_DIR_SUFFIX))
+        os.mkdir(path)
+        for f in cur.segment_files(include_active=True):
+            shutil.copy(f.path, path)
+        return path
+
+    future = lm.open_future_log("sw", 0, copied_future("sw"))
+    assert future.leader_epochs.entries == []  # its copy has none (nothing was appended to it)
+    swapped = lm.replace_current_with_future("sw", 0)
+    assert swapped.leader_epochs.entries == [(1, 0), (4, 1)]
+    assert Path(swapped.dir, LEADER_EPOCH_CHECKPOINT).read_text() == "0\n2\n1 0\n4 1\n"
+
+    lm.open_future_log("pr", 0, copied_future("pr"))
+    current_dir = lm.get("pr", 0).dir
+    lm.close()
+    shutil.rmtree(current_dir)  # the current log gone (a crash between the swap's two renames)
+    restarted = make_manager()
+    assert restarted.get_future("pr", 0).leader_epochs.entries == []
+    promoted = restarted.promote_future_log("pr", 0)
+    assert promoted.leader_epochs.entries == [(1, 0), (4, 1)]
+    assert Path(promoted.dir, LEADER_EPOCH_CHECKPOINT).read_text() == "0\n2\n1 0\n4 1\n"

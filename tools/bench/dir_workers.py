@@ -90,6 +90,28 @@ def quantile(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, int(len(xs) * q))]
 
 
+def thread_usage(pid: int) -> dict[str, tuple[float, int]]:
+    """Per kind of thread of a server ("loop": the event loop's, the process's main thread; "workers": every
+    other thread together, which under a Produce load are the dir workers, the rest sleeping): CPU seconds and
+    voluntary context switches (each one a sleep, so a wake-up) so far. (Python does not name OS threads.)"""
+    out: dict[str, tuple[float, int]] = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                stat = f.read()
+            with open(f"/proc/{pid}/task/{tid}/status") as f:
+                status = f.read()
+        except FileNotFoundError:  # a thread that ended meanwhile
+            continue
+        kind = "loop" if tid == str(pid) else "workers"
+        fields = stat.rsplit(")", 1)[1].split()
+        cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        switches = int(status.split("\nvoluntary_ctxt_switches:")[1].split()[0])
+        before = out.get(kind, (0.0, 0))
+        out[kind] = (before[0] + cpu, before[1] + switches)
+    return out
+
+
 def worker_round_trips(directory: Path, count: int = 2000) -> list[float]:
     """Seconds from submitting a closure to a real DirWorker to its answer running on the (uvloop) event loop,
     one at a time: the bare cost of a hand-off on this machine, two thread wake-ups and the GIL passed twice."""
@@ -139,7 +161,8 @@ def bench_handoff(work: Path, rounds: int, seconds: float) -> dict:
     mib = one_mib_batch()
     small = small_batch()
     samples: dict[str, dict[str, list[float]]] = {k: {"mib": [], "small": [], "fetch": [], "p99": [], "p50": [],
-                                                      "cpu": []} for k in servers}
+                                                      "cpu": [], "loop_cpu": [], "workers_cpu": [],
+                                                      "loop_wakeups": [], "workers_wakeups": []} for k in servers}
     trips: list[float] = []
     load_before = os.getloadavg()[0]
     fetch_mib = 16
@@ -160,9 +183,13 @@ def bench_handoff(work: Path, rounds: int, seconds: float) -> dict:
                 s["mib"].append(count / produce_pipelined(server.port, produce_frame("big", 0, mib), count, 8))
                 assert server.process is not None
                 cpu = process_cpu(server.process.pid)
+                threads = thread_usage(server.process.pid)
                 rate = load_frames(loadgen, server.port, CONNECTIONS, 16, seconds, small_frames)
                 s["small"].append(rate)
                 s["cpu"].append((process_cpu(server.process.pid) - cpu) / (rate * seconds))
+                for kind, (spent, woken) in thread_usage(server.process.pid).items():
+                    s[f"{kind}_cpu"].append((spent - threads[kind][0]) / (rate * seconds))
+                    s[f"{kind}_wakeups"].append((woken - threads[kind][1]) / (rate * seconds))
                 t, _ = consume(server.port, "fetch", 3, fetch_mib * 1024)
                 s["fetch"].append(fetch_mib * 3 / t)
                 latencies = paced_produce(server.port, "small", 1, MODERATE_RATE, seconds, small)
@@ -198,6 +225,12 @@ def bench_handoff(work: Path, rounds: int, seconds: float) -> dict:
           f"{median(ref['cpu']) * 1e6:.0f} us: with the CPU to itself the workers would reach "
           f"{out['handoff_small_cpu_per_request_loop_vs_workers']:.1%} of the loop's rate (load average "
           f"{load_before:.1f} at the start, {os.getloadavg()[0]:.1f} at the end, on {os.cpu_count()} CPUs)")
+    woken = median(w["workers_wakeups"])
+    print(f"   Why: per small-batch Produce with the workers: event-loop thread {median(w['loop_cpu']) * 1e6:.0f} us "
+          f"CPU, dir workers {median(w['workers_cpu']) * 1e6:.0f} us (the append alone, validation stays on the "
+          f"loop), the workers woken once per {1 / max(woken, 1e-9):,.0f} requests (hand-offs batched); on the "
+          f"loop path the event loop's {median(ref['loop_cpu']) * 1e6:.0f} us is all. Python runs one thread at "
+          f"a time (the GIL) and this machine has other work, so the two CPU figures add up")
     print(f"   Why: one hand-off round trip on this machine (a DirWorker, the loop otherwise idle): median "
           f"{trip_p50 * 1e6:.0f} us, p99 {trip_p99 * 1e6:.0f} us, against a median Produce at {MODERATE_RATE} "
           f"req/s of {median(ref['p50']) * 1e6:.0f} us on the loop and {median(w['p50']) * 1e6:.0f} us with the "

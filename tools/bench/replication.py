@@ -10,7 +10,13 @@ against its reference measured in the same run:
   acks=all RF 3 against acks=1 RF 1 on the RF 3 topic's leader (target <= 3x).  One p99 of a few thousand
   records swings with whatever else the shared cores run (single runs gave 0.36x to 5.10x), so the two cases
   alternate in rounds of 2,000 records each after a warm-up, and the figure is the ratio of the medians of the
-  per-round p99s (the rounds are printed);
+  per-round p99s (the rounds are printed). Each round also prints, from the kernel's per-thread schedstat, the CPU
+  time the three brokers used and the time their threads waited runnable for a core: the acks=all case's
+  tail is set by those waits (its records pass through three processes and five thread hand-offs on cores the
+  load generator and everything else on the machine share), so the figure can be read against them. A summary
+  line gives the brokers' CPU per record in each case: a follower's fetch round trip costs the leader and the
+  follower together about what a produce request costs the leader, so acks=all RF 3 needs about 3.5x the CPU
+  of acks=1 RF 1, and on 2 shared cores its p99 ratio has followed that ratio (2.6x to 5x between runs);
 * failover: kill -9 of a leader's broker while an acks=all producer writes to its partition; the time until
   the first acknowledgement after the kill, as a multiple of broker.session.timeout.ms (target <= 1.3x); and
   the same for the failure of the log dir holding the leader's replica (the fault seam: EIO on every operation),
@@ -203,21 +209,53 @@ def p99(xs: list[float]) -> float:
     return xs[min(len(xs) - 1, int(len(xs) * 0.99))]
 
 
-def latency_rounds(bootstrap: str, rate: int, rounds: int, seconds: float) -> tuple[list[float], list[float], int]:
+def sched_ms(pids: list[int]) -> tuple[float, float]:
+    """(CPU ms, ms waited runnable for a core) of every thread of `pids` so far, from /proc/<pid>/task/*/schedstat
+    (Linux; zeros where it cannot be read)."""
+    cpu = wait = 0
+    for pid in pids:
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                with open(f"/proc/{pid}/task/{task}/schedstat") as f:
+                    fields = f.read().split()
+            except OSError:
+                continue
+            cpu += int(fields[0])
+            wait += int(fields[1])
+    return cpu / 1e6, wait / 1e6
+
+
+def latency_rounds(bootstrap: str, rate: int, rounds: int, seconds: float, pids: list[int] | None = None,
+                   cpu: dict[str, float] | None = None) -> tuple[list[float], list[float], int]:
     """Per-round p99 (ms) of acks=all to RF 3 and of acks=1 to RF 1, the two interleaved (which goes first
-    alternates) after a warm-up that is not counted; and how many records each case sent in all."""
+    alternates) after a warm-up that is not counted; and how many records each case sent in all. With the
+    brokers' `pids`, each case's round also prints their CPU time and run-queue wait (sched_ms), and `cpu`
+    (when given) gets each case's total brokers' CPU ms over the rounds."""
     cases = {"all": Paced(bootstrap, "rf3", "all"), "one": Paced(bootstrap, "rf1", "1")}
     for paced in cases.values():
         paced.run(rate, 2.0)  # warm-up: connections, metadata, the followers' fetch sessions with the leader
     per_round: dict[str, list[float]] = {"all": [], "one": []}
+    sched: dict[str, tuple[float, float]] = {}
     counted = 0
     for i in range(rounds):
         for name in ("all", "one") if i % 2 == 0 else ("one", "all"):
+            cpu0, wait0 = sched_ms(pids or [])
             xs = cases[name].run(rate, seconds)
+            cpu1, wait1 = sched_ms(pids or [])
+            sched[name] = (cpu1 - cpu0, wait1 - wait0)
+            if cpu is not None:
+                cpu[name] = cpu.get(name, 0.0) + cpu1 - cpu0
             per_round[name].append(p99(xs))
             counted += len(xs) if name == "all" else 0
+        cost = (f" (brokers' CPU {sched['all'][0]:.0f} ms and run-queue wait {sched['all'][1]:.0f} ms, against "
+                f"{sched['one'][0]:.0f} ms and {sched['one'][1]:.0f} ms; load {os.getloadavg()[0]:.1f})"
+                if pids else "")
         print(f"     round {i + 1}: p99 acks=all RF 3 {per_round['all'][-1]:.1f} ms, acks=1 RF 1 "
-              f"{per_round['one'][-1]:.1f} ms")
+              f"{per_round['one'][-1]:.1f} ms{cost}")
     return per_round["all"], per_round["one"], counted
 
 
@@ -334,11 +372,17 @@ def run(rounds: int = 3, seconds: float = 10.0, quick: bool = False) -> dict:
         print(f"   latency at {rate} records/s of 1 KiB, {lat_rounds} rounds of {lat_seconds:g} s per case, "
               f"interleaved, after a 2 s warm-up ({os.cpu_count()} cores shared by the brokers, the controller "
               f"and the producer):")
-        all_p99, one_p99, sent = latency_rounds(cluster.bootstrap, rate, lat_rounds, lat_seconds)
+        cpu: dict[str, float] = {}
+        all_p99, one_p99, sent = latency_rounds(cluster.bootstrap, rate, lat_rounds, lat_seconds,
+                                                [cluster.pid(b) for b in cluster.ports], cpu)
         latency = median(all_p99) / median(one_p99)
         print(f"   latency: median of per-round p99 acks=all RF 3 {median(all_p99):.1f} ms, acks=1 RF 1 "
               f"{median(one_p99):.1f} ms ({sent} records per case): {latency:.2f}x (target <= {TARGET_LATENCY}x: "
               f"{verdict(latency <= TARGET_LATENCY)})")
+        if cpu.get("one"):
+            print(f"   the brokers' CPU per record in those rounds: acks=all RF 3 {cpu['all'] / sent:.2f} ms, acks=1 "
+                  f"RF 1 {cpu['one'] / sent:.2f} ms ({cpu['all'] / cpu['one']:.1f}x: the tail follows the queueing "
+                  f"for the cores this adds)")
         follower_s, consumer_s = catch_up(cluster, backlog)
         catch_ratio = consumer_s / follower_s
         print(f"   catch-up of {backlog // MIB} MiB: follower {follower_s:.2f} s (from following to back in the ISR), "

@@ -16,7 +16,7 @@ from kjbod.broker.router import api, api_versions_for
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import ApiVersionsRequest, ApiVersionsResponse
 
-EXTENSION_API_KEYS = 10000  # kjbod's own API keys start here (README: "Protocol extensions")
+EXTENSION_API_KEYS = 10000  # kjbod's own API keys start here (README: "Extensions, invisible to Kafka")
 _SOFTWARE = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
 
 

@@ -11,7 +11,9 @@ reports those partitions (a partition this node lacks is simply absent). One res
 configuration order. An offline dir answers KAFKA_STORAGE_ERROR with no replicas and sizes -1; so does a dir whose
 size probe (run on the dir's own thread) does not answer within the manager's probe timeout: a slow or hung disk
 never holds up the answer for the others. kjbod extensions (v2+, tagged): DirState (10001: online, degraded,
-offline, not-answering) and RecentLatencyMs (10002: the dir's slowest recent file operation). Per replica:
+full, offline, not-answering), RecentLatencyMs (10002: the dir's slowest recent file operation), FailedAtMs
+(10003: when an offline dir failed) and ReservedBytes (10004: the bytes kept free, log.dir.reserved.bytes). Per
+replica:
 size = bytes of its ``.log`` files; offset lag = max(0, HW - LEO) for a current replica (always 0 on a single
 node) and current LEO - future LEO for a future replica (is_future). A move that is queued or still in its
 bulk-copy phase has no open future log yet: it is reported from the mover's progress (bytes copied so far, and the

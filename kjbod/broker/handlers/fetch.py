@@ -19,12 +19,13 @@ KRaft's checks, epochs, snapshots), which is how brokers follow it.
 
 from __future__ import annotations
 
-import asyncio
+import struct
 import time
 
 from kjbod.broker.dir_work import DirWork
 from kjbod.broker.replication import hooks as replication
 from kjbod.broker.router import api
+from kjbod.net.tasks import wait_event
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import FetchRequest, FetchResponse
 from kjbod.protocol.generated.fetch_response import FetchableTopicResponse as TopicResp
@@ -123,7 +124,8 @@ def _build(node, resolved, body: FetchRequest, version: int, deadline: float, de
                                 partitions=parts))
     max_bytes = body.max_bytes if version >= 3 else 0x7FFFFFFF
     manager = getattr(node.logs, "manager", None)
-    pending = (work.run(lambda items: _read_all(items, max_bytes, manager),
+    follower = decided is not None
+    pending = (work.run(lambda items: _read_all(items, max_bytes, manager, follower),
                         max(deadline - time.monotonic(), MIN_DIR_WAIT_S), cached_first=True) if work else None)
 
     def assemble() -> tuple[FetchResponse, int]:
@@ -146,11 +148,13 @@ MIN_DIR_WAIT_S = 0.1
 _NOT_READ = object()
 
 
-def _read_all(items, max_bytes: int, manager) -> list:
+def _read_all(items, max_bytes: int, manager, follower: bool = False) -> list:
     """On the dir's worker: each partition's read (regions or bytes, hw, log start) or the exception it raised.
 
     A degraded (slow) dir's records are read here into memory instead of being sent with sendfile: sendfile
-    runs on the event loop, and a read that misses the page cache of a slow disk would hold the loop."""
+    runs on the event loop, and a read that misses the page cache of a slow disk would hold the loop. So is a
+    follower's small read (_small_read): the acks=all path's common case, a caught-up follower taking the last
+    batch or two."""
     out: list = []
     remaining = max_bytes
     total = 0
@@ -166,6 +170,9 @@ def _read_all(items, max_bytes: int, manager) -> list:
                 data = plog.read_bytes(p.fetch_offset, max(budget, 1), max_offset=limit)
                 size = len(data)
                 got: tuple = (data, hw, lso)
+            elif follower and (small := _small_read(plog, p.fetch_offset, budget)) is not None:
+                got = small
+                size = len(small[0])
             else:
                 result = plog.read(p.fetch_offset, max(budget, 1), max_offset=limit)
                 size = sum(len(r) for r in result.regions)
@@ -180,6 +187,36 @@ def _read_all(items, max_bytes: int, manager) -> list:
         remaining -= size
         out.append(got)
     return out
+
+
+# A follower's read up to this size is sent as bytes: one write with the answer's header, where a file region
+# costs a dup, a sendfile and a close of its own (and a segment of its own on the wire, which can wake the follower
+# twice), more than copying a few KiB.
+SMALL_FOLLOWER_READ = 32 * 1024
+_BATCH_HEAD = struct.Struct(">qi")  # baseOffset, batchLength
+_LAST_OFFSET_DELTA = struct.Struct(">i")  # at byte 23 of a batch
+
+
+def _small_read(plog, fetch_offset: int, budget: int) -> tuple[bytes, int, int] | None:
+    """(records, hw, log start) when everything a follower at `fetch_offset` has to fetch, up to the log end, is
+    at most SMALL_FOLLOWER_READ bytes and fits its budget; else None (the caller reads file regions)."""
+    hw, lso, leo = plog.high_watermark, plog.log_start_offset, plog.log_end_offset
+    if budget < 1:
+        return None
+    data = plog.read_bytes(fetch_offset, min(budget, SMALL_FOLLOWER_READ), max_offset=leo)
+    if len(data) > SMALL_FOLLOWER_READ or (data and _end_offset(data) < leo):
+        return None  # a bigger first batch, or more to send than the small read took
+    return data, hw, lso
+
+
+def _end_offset(data: bytes) -> int:
+    """The offset after the last batch in `data` (whole batches)."""
+    pos, end = 0, -1
+    while pos + 27 <= len(data):
+        base, length = _BATCH_HEAD.unpack_from(data, pos)
+        end = base + _LAST_OFFSET_DELTA.unpack_from(data, pos + 23)[0] + 1
+        pos += 12 + length
+    return end
 
 
 def _close_reads(results: list) -> None:
@@ -276,12 +313,11 @@ async def _serve(node, request, body: FetchRequest, follower: int) -> FetchRespo
         # A follower waits for appends only; a HW move (every acks=all answer) would wake it for nothing.
         arrived = node.append_event() if decided is None else node.log_end_event()
         timeout = deadline - time.monotonic()
+        if throttled:  # held back by the leader throttle: looked at again once the quota allows them
+            timeout = min(timeout, replication.leader_throttle_wait_s(node))
         if timeout <= 0:
             continue
-        try:
-            await asyncio.wait_for(arrived.wait(), timeout)
-        except TimeoutError:
-            pass
+        await wait_event(arrived, timeout)  # no task per parked fetch (kjbod.net.tasks)
 
 
 def _count(stats, resolved, resp: FetchResponse, follower: bool) -> None:

@@ -32,6 +32,11 @@ from kjbod.wire.handler import CloseConnection
 log = structlog.get_logger("kjbod.produce")
 
 ZSTD = 4
+# Records up to this size are validated (CRC, records, timestamps: CPU only, no file) on the event loop before the
+# hand-off, so the dir's worker does little more than the write: it then holds the GIL briefly, and the loop and
+# the worker rarely wait for each other. Bigger ones are validated on the worker, where the CRC and the
+# decompression of a large batch overlap the loop's next request.
+VALIDATE_ON_LOOP_BYTES = 64 * 1024
 
 
 def _error(index: int, code: int, message: str | None, version: int) -> PartResp:
@@ -101,9 +106,16 @@ def handle(node, request, body: ProduceRequest):
                 except Exception as e:
                     parts.append(_failed(td.name, pd, e, v))
                 else:
+                    checked = None
+                    if len(pd.records) <= VALIDATE_ON_LOOP_BYTES:
+                        try:
+                            checked = plog.validate(pd.records, now_ms=now_ms)
+                        except Exception as e:
+                            parts.append(_failed(td.name, pd, e, v))
+                            continue
                     # Answered by the partition's dir (its worker), into the slot kept here.
                     work.add(plog.log_dir, (parts, len(parts), td.name, pd, plog,
-                                            node.leader_epoch(td.name, pd.index)))
+                                            node.leader_epoch(td.name, pd.index), checked))
                     parts.append(None)
         responses.append((td.name, parts))
     if not work:
@@ -111,9 +123,9 @@ def handle(node, request, body: ProduceRequest):
     # Each dir answers on its own; one that has not by the request's own timeout answers REQUEST_TIMED_OUT for
     # its partitions, the others normally. A timeout of 0 or less sets no bound of its own: a dir that never
     # answers is failed by the stall watchdog, which answers its waiting requests KAFKA_STORAGE_ERROR.
-    # The answer is a future the dirs' callbacks complete (no task or coroutine per request: the hot path).
+    # The answer is a Later the dirs' callbacks complete (no task, future or loop pass per request: the hot path).
     pending = work.run(lambda items: _append_all(items, now_ms, v), timeout_ms / 1000 if timeout_ms > 0 else None,
-                       then=lambda: _respond(node, acks, responses, waits=waits, timeout_ms=timeout_ms))
+                       then=lambda: _respond(node, acks, responses, waits=waits, timeout_ms=timeout_ms), later=True)
     if pending is None:
         return _respond(node, acks, responses, waits=waits, timeout_ms=timeout_ms)
     return pending
@@ -123,9 +135,12 @@ def _append_all(items, now_ms: int, v: int) -> list:
     """On the dir's worker: each partition's append, in the request's order: (answer, log end, record count)
     when it succeeded, else the error answer."""
     out: list = []
-    for _parts, _slot, topic, pd, plog, leader_epoch in items:
+    for _parts, _slot, topic, pd, plog, leader_epoch, checked in items:
         try:
-            info = plog.append(pd.records, now_ms=now_ms, leader_epoch=leader_epoch)
+            if checked is not None:
+                info = plog.append_validated(checked, leader_epoch=leader_epoch)
+            else:
+                info = plog.append(pd.records, now_ms=now_ms, leader_epoch=leader_epoch)
         except Exception as e:
             out.append(_failed(topic, pd, e, v))
         else:

@@ -9,7 +9,10 @@ epoch cache, `replica.fetch.wait.max.ms` / `.min.bytes` / `.max.bytes` / `.respo
 session.  Per partition of the answer:
 
 * throttled partitions (throttle.py) are left out of the request while the follower quota is exceeded and
-  they are not in sync; their appended bytes count against it;
+  they are not in sync; their appended bytes count against it.  A request that leaves one out waits at the
+  leader only until the quota allows it again, not `replica.fetch.wait.max.ms`, and so does the fetcher when
+  nothing else is left to ask for, not `replica.fetch.backoff.ms`: waits that long (Kafka's) leave the
+  quota's allowance unused for a while, and on a loaded machine that cost 2-3% of a 50 MB/s rate;
 * records: appended as they arrived (`append_as_follower`: offsets, epochs and bytes unchanged); the HW
   becomes min(leader HW, local LEO), the log start follows the leader's (up to the HW);
 * DivergingEpoch {epoch, end}: truncate to min(end, the local end of that epoch, LEO) when the local log
@@ -33,7 +36,6 @@ its worker answers its partitions with the dir's error and they are dropped.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import zlib
 from dataclasses import dataclass
 from typing import Any
@@ -43,7 +45,7 @@ import structlog
 from kjbod.broker.dir_work import DirWork
 from kjbod.net.connection import ClientConnection
 from kjbod.net.errors import BrokerConnectionError, ClientError
-from kjbod.net.tasks import cancel_and_wait
+from kjbod.net.tasks import cancel_and_wait, wait_event
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated.fetch_request import FetchPartition, FetchRequest, FetchTopic, ReplicaState
 from kjbod.storage.errors import StorageError
@@ -52,6 +54,8 @@ log = structlog.get_logger("kjbod.replication.fetcher")
 
 FETCH = 1
 IN_FLIGHT_WAIT_S = 0.5  # how long a fetch waits for the last answer's appends on the dirs' workers
+HELD_MIN_MS = 10  # the shortest wait for a throttled partition's quota (no spinning on a quota just over)
+LONG_WAIT_MS = 1 << 31  # no throttled partition held: the configured waits apply
 MIN_FETCH_VERSION = 12  # truncation on fetch (DivergingEpoch, LastFetchedEpoch)
 _BACK_OFF = frozenset({ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_LEADER_EPOCH,
                        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.UNKNOWN_TOPIC_ID,
@@ -82,6 +86,7 @@ class Fetcher:
         self._wakeup = asyncio.Event()
         self._conn: ClientConnection | None = None
         self._task: asyncio.Task[None] | None = None
+        self._held_ms = LONG_WAIT_MS  # how long the last request's throttled partitions wait for their quota
 
     @property
     def node(self) -> Any:
@@ -127,15 +132,14 @@ class Fetcher:
             if not ready:
                 self._wakeup.clear()
                 waits = [s.delayed_until - now for s in self.partitions.values() if not s.dropped and not s.in_flight]
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wakeup.wait(), min(waits) if waits else None)
+                await wait_event(self._wakeup, min(waits) if waits else None)
                 continue
             try:
                 conn = await self._connection()
                 version = conn.pick_version(FETCH, MIN_FETCH_VERSION)
                 request = self._request(ready, version)
                 if request is None:
-                    await asyncio.sleep(backoff)
+                    await asyncio.sleep(min(backoff, self._held_ms / 1000))
                     continue
                 response = await conn.request(FETCH, version, request, timeout=(
                     cfg.socket_timeout_ms + cfg.fetch_wait_max_ms) / 1000)
@@ -160,8 +164,7 @@ class Fetcher:
         deadline = loop.time() + IN_FLIGHT_WAIT_S
         while any(s.in_flight for s in self.partitions.values()) and (left := deadline - loop.time()) > 0:
             self._wakeup.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wakeup.wait(), left)
+            await wait_event(self._wakeup, left)
 
     async def _connection(self) -> ClientConnection:
         if self._conn is not None and not self._conn.closed:
@@ -182,6 +185,7 @@ class Fetcher:
         cfg = self.manager.config
         image = self.node.metadata
         topics: dict[str, FetchTopic] = {}
+        held = False
         for s in ready:
             plog = self.manager._local_log(s.topic, s.partition)
             topic = image.topic(s.topic)
@@ -189,6 +193,7 @@ class Fetcher:
                 s.dropped = True
                 continue
             if self._throttled(s, plog):
+                held = True
                 continue
             latest = plog.leader_epochs.latest_epoch
             t = topics.setdefault(s.topic, FetchTopic(topic=s.topic if version < 13 else "",
@@ -197,13 +202,17 @@ class Fetcher:
                 partition=s.partition, current_leader_epoch=s.leader_epoch, fetch_offset=plog.log_end_offset,
                 last_fetched_epoch=latest, log_start_offset=plog.log_start_offset,
                 partition_max_bytes=cfg.fetch_max_bytes))
+        # A partition held back by the throttle is asked for again as soon as the quota allows: the fetch that
+        # leaves it out waits at the leader (or, empty, here) no longer than that, not replica.fetch.wait.max.ms.
+        self._held_ms = max(HELD_MIN_MS, self.manager.follower_throttle_wait_ms()) if held else LONG_WAIT_MS
         if not topics:
             return None
         me, epoch = self.node.node_id, self.node.broker_epoch
         return FetchRequest(
             replica_id=me if version < 15 else -1,
             replica_state=ReplicaState(replica_id=me, replica_epoch=epoch) if version >= 15 else ReplicaState(),
-            max_wait_ms=cfg.fetch_wait_max_ms, min_bytes=cfg.fetch_min_bytes, max_bytes=cfg.fetch_response_max_bytes,
+            max_wait_ms=min(cfg.fetch_wait_max_ms, self._held_ms), min_bytes=cfg.fetch_min_bytes,
+            max_bytes=cfg.fetch_response_max_bytes,
             isolation_level=0, session_id=0, session_epoch=-1, topics=list(topics.values()))
 
     def _throttled(self, s: FetchState, plog: Any) -> bool:

@@ -6,8 +6,9 @@ the handlers stay about their APIs.
   partitions it answers (errors, DivergingEpoch) are not read.  Followers read up to the LEO; consumers up to
   the HW.
 * Throttles: `leader_throttled` names the partitions a follower gets no records for now (outside the ISR,
-  throttled, the leader quota exceeded); they do not count as data for the long poll; `leader_sent` records
-  what was sent of throttled partitions.
+  throttled, the leader quota exceeded); they do not count as data for the long poll, which looks again as
+  soon as the quota allows them (`leader_throttle_wait_s`) rather than at the end of its wait; `leader_sent`
+  records what was sent of throttled partitions.
 * Produce with acks=all: `acks_all_refusal` before the append (NOT_ENOUGH_REPLICAS), `await_replication` after
   it: each appended partition's answer waits for the HW (or its error), up to the request's timeout_ms.
 """
@@ -19,6 +20,8 @@ from typing import Any
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated.fetch_response import EpochEndOffset
 from kjbod.protocol.generated.fetch_response import PartitionData as FetchPart
+
+THROTTLE_RECHECK_S = 0.01  # the shortest wait for a throttled partition's quota (no spinning on one just over)
 
 
 def follower_id(body: Any, version: int) -> int:
@@ -67,6 +70,14 @@ def leader_throttled(node: Any, resolved: list[tuple[str | None, Any]], replica_
         return frozenset()
     return frozenset((name, p.partition) for name, t in resolved if name is not None for p in t.partitions
                      if manager.leader_throttled(name, p.partition, replica_id))
+
+
+def leader_throttle_wait_s(node: Any) -> float:
+    """Seconds until the leader quota allows the partitions it holds back now (at least THROTTLE_RECHECK_S)."""
+    manager = getattr(node, "replication", None)
+    if manager is None:
+        return THROTTLE_RECHECK_S
+    return max(THROTTLE_RECHECK_S, manager.throttles.leader.ms_until_within(manager.clock()) / 1000)
 
 
 def leader_sent(node: Any, resolved: list[tuple[str | None, Any]], response: Any) -> None:

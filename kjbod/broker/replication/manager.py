@@ -3,10 +3,11 @@ time; the acks=all purgatory; the ISR changes sent to the controller.
 
 Strategy (Kafka's ReplicaManager and Partition, kraft-notes C):
 
-* `sync(image, changed, removed)` after every applied delta: each local replica it changed becomes leader or follower when its leader
+* `sync(image, changed, removed, configs_changed)` after every applied delta: each local replica it changed becomes leader or follower when its leader
   epoch, leader or partition epoch changed (partition.py); a new leader starts its epoch at its LEO in the
   leader epoch cache; a follower's fetcher (fetcher.py) is pointed at its leader.  The log's HW is then ours
-  (`auto_high_watermark` off), restored from `replication-offset-checkpoint` the first time.
+  (`auto_high_watermark` off), restored from `replication-offset-checkpoint` the first time.  The new epoch
+  is in the cache at once; its file is written on the log's dir worker (no file I/O here: the event loop).
 * Leader side of a follower's Fetch: `check_follower_fetch` (epochs, replica id, broker epoch, LastFetchedEpoch
   → DivergingEpoch or OFFSET_OUT_OF_RANGE) before the read, `follower_fetched` after it (the follower's LEO,
   ISR expansion, the HW).
@@ -15,7 +16,8 @@ Strategy (Kafka's ReplicaManager and Partition, kraft-notes C):
   the HW move itself, never polled), NOT_ENOUGH_REPLICAS_AFTER_APPEND
   when the maximal ISR is below min ISR by then, NOT_LEADER_OR_FOLLOWER when leadership goes, REQUEST_TIMED_OUT
   at the request's timeout.
-* Throttles (throttle.py): the leader and follower quotas, refreshed from each image in `sync`;
+* Throttles (throttle.py): the leader and follower quotas, refreshed in `sync` (the lists of the topics whose
+  configs a delta changed; every topic's in a full sync);
   `leader_throttled` / `leader_sent` for the leader's answer, `follower_throttled` / `follower_appended` for
   the fetchers.
 * ISR shrink: a timer every `replica.lag.time.max.ms / 2`.  ISR changes go to the controller as AlterPartition,
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -151,18 +154,19 @@ class ReplicaManager:
         return plog if plog is not None and plog.online else None
 
     def sync(self, image: Any, changed: Mapping[Any, Iterable[int]] | None = None,
-             removed: Iterable[Any] = ()) -> None:
+             removed: Iterable[Any] = (), configs_changed: Iterable[str] = ()) -> None:
         """Makes every local replica lead or follow as `image` says (see the module docstring); replicas no
         longer local are forgotten.  With `changed` (topic id -> partition ids: what a delta wrote, see
-        MetadataDelta.changed_partitions) and `removed` (the topics it deleted) only those partitions are looked
-        at, so a delta costs what it changed, not the size of the topics it touched."""
+        MetadataDelta.changed_partitions), `removed` (the topics it deleted) and `configs_changed` (the names
+        of the topics whose configs it changed: MetadataDelta.changed_topic_configs) only those partitions,
+        and those topics' throttled replica lists, are looked at, so a delta costs what it changed, not the
+        size of the topics it touched nor the number of topics."""
         if changed is None:
             self._sync_all(image)
             return
         me = self.node.node_id
         now = self.clock()
-        # the throttle bounds and lists: every topic's (a config change marks no partition; cheap per topic)
-        self.throttles.update(image)
+        self.throttles.update(image, configs_changed)  # the bounds (two broker configs), and those topics' lists
         for gone in removed:
             for pid in gone.partitions:
                 state = self.states.get((gone.name, pid))
@@ -223,7 +227,8 @@ class ReplicaManager:
         state.topic_id = topic.topic_id
         if p.leader == me:
             if state.make_leader(p, plog.log_end_offset, now):
-                plog.assign_leader_epoch(p.leader_epoch, plog.log_end_offset)
+                if plog.assign_leader_epoch(p.leader_epoch, plog.log_end_offset):
+                    self._settle_leader_epoch(plog, p.leader_epoch)
                 log.info("became_leader", topic=topic.name, partition=p.partition,
                          leader_epoch=p.leader_epoch, isr=list(p.isr), log_end_offset=plog.log_end_offset)
             self.fetchers.remove(tp)
@@ -238,6 +243,17 @@ class ReplicaManager:
                          leader_epoch=p.leader_epoch)
             if was_leader:
                 self._fail_waiters(tp, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+
+    def _settle_leader_epoch(self, plog: Any, epoch: int) -> None:
+        """The new epoch, in the log's cache now, placed at the log's end and written to its file on its dir's
+        worker, in order with the work handed to it before (a follower's last appends: the same hand-off,
+        kjbod.storage.log.settle_leader_epoch); here without workers."""
+        worker = self.node.logs.manager.worker(plog.log_dir)
+        if worker is None:
+            plog.settle_leader_epoch(epoch)
+        else:
+            worker.submit(functools.partial(plog.settle_leader_epoch, epoch),
+                          functools.partial(_epoch_settled, plog))
 
     def leader_epoch(self, topic: str, partition: int) -> int:
         state = self.states.get((topic, partition))
@@ -310,6 +326,10 @@ class ReplicaManager:
     def follower_throttled(self, topic: str, partition: int, in_sync: bool) -> bool:
         return bool(self.throttles.follower.throttled) and self.throttles.follower_throttled(
             topic, partition, in_sync, self.clock())
+
+    def follower_throttle_wait_ms(self) -> int:
+        """How long until the follower quota allows a held partition again (0: now)."""
+        return self.throttles.follower.ms_until_within(self.clock())
 
     def follower_appended(self, topic: str, partition: int, nbytes: int) -> None:
         quota = self.throttles.follower
@@ -567,6 +587,11 @@ class ReplicaManager:
         if state is None or state.role != FOLLOWER:
             return None
         return self.fetchers.lag(topic, partition)
+
+
+def _epoch_settled(plog: Any, ok: bool, value: Any) -> None:
+    if not ok:  # a failing disk (the seam fails its dir): the epoch is kept in memory
+        log.warning("leader_epoch_checkpoint_failed", partition=plog.name, log_dir=plog.log_dir, error=str(value))
 
 
 def inter_broker_listener(config: Any) -> str:
