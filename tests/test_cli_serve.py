@@ -295,3 +295,12 @@ def test_console_log_format(tmp_path: Path) -> None:
     # Not formatted, so the node refuses to start; what matters here is that nothing is JSON.
     assert proc.returncode == 2
     assert not any(line.startswith("{") for line in err.splitlines())
+
+
+def test_a_crash_in_native_code_leaves_every_threads_stack_in_the_log(server: ServerProcess) -> None:
+    """A node that dies of a fatal signal (what a crash in a C extension raises) writes where each thread was."""
+    server.signal(signal.SIGSEGV)
+    assert server.wait() == -signal.SIGSEGV
+    text = "".join(server.raw)
+    assert "Fatal Python error: Segmentation fault" in text, text
+    assert "most recent call first" in text, text

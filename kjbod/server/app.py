@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import faulthandler
 import gc
 import signal
 import socket
@@ -71,7 +72,12 @@ def run(
     *,
     shutdown_timeout: float = SHUTDOWN_GRACE_S,
 ) -> int:
-    """Serve until SIGTERM/SIGINT; returns the process exit code."""
+    """Serve until SIGTERM/SIGINT; returns the process exit code.
+
+    A fatal signal (a crash in native code: SIGSEGV, SIGBUS, SIGFPE, SIGABRT, SIGILL) prints every thread's Python
+    stack to stderr, which is the node's log under ``kjbod cluster up``, before the process dies: a node that vanished
+    leaves the place it crashed behind instead of nothing."""
+    faulthandler.enable(all_threads=True)
     keep_freed_buffers()  # produced batches are decompressed to be validated: see kjbod.storage.records
     with asyncio.Runner(loop_factory=new_event_loop) as runner:
         return runner.run(serve(config, node_factory, shutdown_timeout=shutdown_timeout, whole_process=True))

@@ -66,6 +66,7 @@ class Cluster:
         self.dir = work / "cluster"
         # The fault seam (kjbod.storage.fsio): the failed-dir measurement arms it by writing this file.
         self.faults = work / "faults.json"
+        self.children: dict[int, subprocess.Popen[bytes]] = {}  # brokers this bench restarted (see kill)
         os.environ["KJBOD_FAULTS"] = str(self.faults)
         out = _kjbod("cluster", "up", "--detach", "--brokers", "3", "--log-dirs", "2", "--dir", str(self.dir),
                      "--set", f"broker.session.timeout.ms={SESSION_MS}",
@@ -84,8 +85,18 @@ class Cluster:
         return pid
 
     def kill(self, broker: int) -> None:
-        pid = self.pid(broker)
+        """kill -9 of a broker, waiting until it is gone. One this bench restarted is its child: it is reaped here
+        (else it stays a zombie whose /proc entry never goes away), and if it had already died on its own, that is
+        a finding, not something to measure past: the bench stops, naming its exit status."""
+        child = self.children.pop(broker, None)
+        if child is not None and child.poll() is not None:
+            raise RuntimeError(f"broker {broker} had exited on its own with status {child.returncode} (its stderr is "
+                               f"at the end of {self.dir / f'broker-{broker}' / 'server.log'})")
+        pid = child.pid if child is not None else self.pid(broker)
         os.kill(pid, signal.SIGKILL)
+        if child is not None:
+            child.wait()
+            return
         while Path(f"/proc/{pid}").exists():
             time.sleep(0.01)
 
@@ -94,11 +105,14 @@ class Cluster:
         with open(home / "server.log", "ab") as out:
             process = subprocess.Popen([sys.executable, "-m", "kjbod", "serve", "-c", str(home / "server.properties")],
                                        stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
+        self.children[broker] = process
         return process  # `cluster down` finds it by its command line
 
     def down(self) -> None:
         subprocess.run([sys.executable, "-m", "kjbod", "cluster", "down", "--dir", str(self.dir)],
                        capture_output=True, cwd=ROOT, timeout=300)
+        for child in self.children.values():  # stopped by `cluster down`; reaped here
+            child.wait(timeout=60)
 
 
 def _admin(bootstrap: str):
