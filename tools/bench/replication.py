@@ -338,6 +338,9 @@ def failover(cluster: Cluster, *, fail_dir: bool = False) -> float:
     topic = "dir-fails" if fail_dir else "failover"
     if fail_dir:  # led by a broker this bench restarted: one with the fault seam (Cluster.start)
         led_by = next(iter(cluster.children))
+        # back in rf3's ISR: registered, unfenced and caught up, so the controller makes it the leader
+        _wait(lambda: led_by in admin.list_topics("rf3", timeout=10).topics["rf3"].partitions[0].isrs,
+              f"broker {led_by} back in the ISR of rf3")
         create(cluster.bootstrap, topic, 1, 3, replicas=[led_by] + [b for b in cluster.ports if b != led_by])
     else:
         create(cluster.bootstrap, topic, 1, 3)
