@@ -184,8 +184,9 @@ def _settle_gc() -> None:
 
 def _gc_logger() -> Callable[[str, dict[str, int]], None]:
     """A gc.callbacks hook (KJBOD_GC_LOG=1) logging every collection: its generation, how long it took, what it
-    freed and how many objects each generation holds afterwards (gc.get_count), to find which collections pause
-    the loop and what fills them."""
+    freed, the generations' counts afterwards (gc.get_count) and how many objects the collector still tracks
+    outside the frozen ones (what a full collection walks), to find which collections pause the loop and what
+    fills them."""
     import time
 
     started = [0.0]
@@ -196,7 +197,7 @@ def _gc_logger() -> Callable[[str, dict[str, int]], None]:
             return
         log.info("gc", generation=info["generation"], ms=round((time.perf_counter() - started[0]) * 1000, 2),
                  collected=info["collected"], uncollectable=info["uncollectable"], counts=gc.get_count(),
-                 frozen=gc.get_freeze_count(), tracked=len(gc.get_objects(info["generation"])))
+                 frozen=gc.get_freeze_count(), tracked=sum(len(gc.get_objects(g)) for g in range(3)))
 
     return on_gc
 
