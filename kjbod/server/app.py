@@ -24,6 +24,7 @@ import asyncio
 import errno
 import faulthandler
 import gc
+import os
 import signal
 import socket
 from collections.abc import Callable
@@ -177,6 +178,28 @@ def _settle_gc() -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(GC_YOUNG_THRESHOLD, 10, 10)
+    if os.environ.get("KJBOD_GC_LOG"):
+        gc.callbacks.append(_gc_logger())
+
+
+def _gc_logger() -> Callable[[str, dict[str, int]], None]:
+    """A gc.callbacks hook (KJBOD_GC_LOG=1) logging every collection: its generation, how long it took, what it
+    freed, the generations' counts afterwards (gc.get_count) and how many objects the collector still tracks
+    outside the frozen ones (what a full collection walks), to find which collections pause the loop and what
+    fills them."""
+    import time
+
+    started = [0.0]
+
+    def on_gc(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            started[0] = time.perf_counter()
+            return
+        log.info("gc", generation=info["generation"], ms=round((time.perf_counter() - started[0]) * 1000, 2),
+                 collected=info["collected"], uncollectable=info["uncollectable"], counts=gc.get_count(),
+                 frozen=gc.get_freeze_count(), tracked=sum(len(gc.get_objects(g)) for g in range(3)))
+
+    return on_gc
 
 
 async def _start_metrics(node: Any, listener: str) -> tuple[Any, Any]:

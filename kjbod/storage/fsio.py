@@ -309,6 +309,33 @@ def waiting_allowed() -> bool:
     return not getattr(_NOWAIT, "on", False)
 
 
+def pread_cached(fd: int, n: int, offset: int, what: str) -> bytes:
+    """``n`` bytes at ``offset`` of ``fd`` from the page cache only (``preadv`` with ``RWF_NOWAIT``); raises
+    :class:`WouldBlock` if any of them is not cached (``what`` names the file in its message)."""
+    buf = bytearray(n)
+    try:
+        got = os.preadv(fd, [buf], offset, os.RWF_NOWAIT)
+    except OSError as e:  # EAGAIN: not cached; EOPNOTSUPP: this filesystem cannot say
+        raise WouldBlock(f"read {what}: {e}") from None
+    if got < n:  # the file ends here, or only part of it is cached
+        try:
+            more = os.preadv(fd, [bytearray(1)], offset + got, os.RWF_NOWAIT)
+        except OSError:
+            more = 1
+        if more:
+            raise WouldBlock(f"read {what}: {got} of {n} bytes cached")
+        del buf[got:]
+    return bytes(buf)
+
+
+def pread_region(fd: int, n: int, offset: int, what: str) -> bytes:
+    """A read of a file region's bytes by whoever holds it: from the page cache only in :class:`no_waiting`
+    mode (else :class:`WouldBlock`), a plain ``pread`` otherwise."""
+    if _NOWAIT.__dict__.get("on"):
+        return pread_cached(fd, n, offset, what)
+    return os.pread(fd, n, offset)
+
+
 class no_waiting:
     """``with no_waiting():`` on this thread, reads that would wait for a disk raise :class:`WouldBlock` (the
     event loop serves page-cache hits itself and hands the rest to the dir's worker)."""
@@ -921,20 +948,7 @@ class FileHandle:
             io._end(t)
 
     def _pread_cached(self, n: int, offset: int) -> bytes:
-        buf = bytearray(n)
-        try:
-            got = os.preadv(self.fd, [buf], offset, os.RWF_NOWAIT)
-        except OSError as e:  # EAGAIN: not cached; EOPNOTSUPP: this filesystem cannot say
-            raise WouldBlock(f"read {self.path}: {e}") from None
-        if got < n:  # the file ends here, or only part of it is cached
-            try:
-                more = os.preadv(self.fd, [bytearray(1)], offset + got, os.RWF_NOWAIT)
-            except OSError:
-                more = 1
-            if more:
-                raise WouldBlock(f"read {self.path}: {got} of {n} bytes cached")
-            del buf[got:]
-        return bytes(buf)
+        return pread_cached(self.fd, n, offset, self.path)
 
     def read_all(self) -> bytes:
         size = self.size()
