@@ -101,6 +101,14 @@ def test_a_duplicate_batch_is_answered_with_its_stored_max_timestamp(raw):
     assert [r.value for r in fetch_all(raw, "idem-dup", 0)] == [b"a", b"b"]
 
 
+def test_a_batch_with_a_producer_id_but_no_sequence_is_an_invalid_record(raw):
+    new_topic(raw, "idem-noseq")
+    got = init(raw)
+    resp = produce(raw, "idem-noseq", 0, batch([b"a"], producer_id=got.producer_id, producer_epoch=0))
+    assert resp.error_code == E.INVALID_RECORD and "sequence" in resp.error_message
+    assert fetch_all(raw, "idem-noseq", 0) == []
+
+
 def test_kafka_python_recovers_from_a_sequence_gap_with_the_fresh_id_kafka_gives(raw, server):
     """kafka-python answers OUT_OF_ORDER_SEQUENCE_NUMBER by asking InitProducerId with its current id and epoch
     (KIP-360); Kafka answers a fresh id, so the producer's later batches carry a new id at epoch 0."""
