@@ -52,7 +52,11 @@ def partition_state(cluster: Cluster, avoid: int | None = None):
 
 
 def test_kafka_python_idempotent_five_in_flight_through_a_leader_kill_stores_each_record_once(cluster):
-    KafkaAdminClient(bootstrap_servers=cluster.bootstrap).create_topics([NewTopic(TOPIC, 1, 3)])
+    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap)
+    try:
+        admin.create_topics([NewTopic(TOPIC, 1, 3)])
+    finally:
+        admin.close()  # a client left open keeps reconnecting (with random jitter) after the cluster is gone
     wait_for(lambda: (p := partition_state(cluster)) is not None and p.leader_id >= 0 and len(p.isr_nodes) == 3,
              f"{TOPIC}-0 has a leader and 3 in-sync replicas")
     victim = partition_state(cluster).leader_id
