@@ -9,6 +9,8 @@ UnifiedLog.append):
   INVALID_REQUEST; every error answers producer id -1 and epoch -1.
 * A duplicate batch (a retry of one of the producer's last five) is answered with the original offsets and the
   stored batch's max timestamp as its log_append_time_ms.
+* A client's batch with a producer id but no sequence, and a Produce carrying two batches for one partition
+  (v3+), are INVALID_RECORD (LogValidator, ProduceRequest.validateRecords).
 
 A confluent-kafka idempotent producer's first record waits about 500 ms for its producer id whatever the broker:
 librdkafka (2.10 and later) drops its bootstrap connection once Metadata names the brokers, finds no broker up
@@ -107,6 +109,17 @@ def test_a_batch_with_a_producer_id_but_no_sequence_is_an_invalid_record(raw):
     resp = produce(raw, "idem-noseq", 0, batch([b"a"], producer_id=got.producer_id, producer_epoch=0))
     assert resp.error_code == E.INVALID_RECORD and "sequence" in resp.error_message
     assert fetch_all(raw, "idem-noseq", 0) == []
+
+
+def test_two_batches_for_one_partition_in_one_produce_are_an_invalid_record(raw):
+    new_topic(raw, "idem-two")
+    got = init(raw)
+    two = (batch([b"a"], producer_id=got.producer_id, producer_epoch=0, base_sequence=0)
+           + batch([b"b"], producer_id=got.producer_id, producer_epoch=0, base_sequence=1))
+    resp = produce(raw, "idem-two", 0, two)
+    assert resp.error_code == E.INVALID_RECORD and "exactly one record batch" in resp.error_message
+    assert fetch_all(raw, "idem-two", 0) == []
+    assert produce(raw, "idem-two", 0, two[: len(two) // 2]).base_offset == 0  # each alone is fine
 
 
 def test_kafka_python_recovers_from_a_sequence_gap_with_the_fresh_id_kafka_gives(raw, server):
