@@ -719,9 +719,10 @@ class PartitionLog:
                 if assign_offsets:
                     base = next_offset
                     duplicate = plan.check(header, base)
-                    if duplicate is not None:
-                        return AppendInfo(duplicate.first_offset, duplicate.last_offset, -1, self._log_start,
-                                          duplicate.last_offset - duplicate.first_offset + 1, duplicate=True)
+                    if duplicate is not None:  # answered as Kafka does: the batch's stored max timestamp too
+                        return AppendInfo(duplicate.first_offset, duplicate.last_offset, duplicate.timestamp,
+                                          self._log_start, duplicate.last_offset - duplicate.first_offset + 1,
+                                          duplicate=True)
                 else:
                     base = header.base_offset
                     if base < next_offset:

@@ -292,6 +292,9 @@ def test_duplicate_batch_returns_the_original_offsets(plog):
     retry = plog.append(idem([b"a", b"b"], 0))
     assert retry.duplicate and (retry.base_offset, retry.last_offset) == (first.base_offset, first.last_offset)
     assert plog.log_end_offset == 3
+    # Kafka (UnifiedLog.append) answers a duplicate with the stored batch's max timestamp as its log append
+    # time, even on a CreateTime topic where a first append answers -1.
+    assert first.log_append_time == -1 and retry.log_append_time == T0 + 1
 
 
 def test_only_the_last_five_batches_are_remembered(plog):

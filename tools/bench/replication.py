@@ -27,10 +27,13 @@ against its reference measured in the same run:
   the same for the failure of the log dir holding the leader's replica (the fault seam: EIO on every operation),
   as a multiple of broker.heartbeat.interval.ms (target <= 2x).
 
-The same producer settings on both sides, idempotence off: an idempotent confluent-kafka producer shows a p99
-near 500 ms against kjbod at any acks and replication factor (seen on main before replication too), which would
-hide what replication costs.  The three brokers, the controller and the load generator share this machine's
-cores (printed).
+The same producer settings on both sides, idempotence off.  An extra line after the latency figure compares an
+idempotent acks=all RF 3 producer with the non-idempotent one in rounds of their own (interleaved, warmed up
+the same way), and the first record of a fresh producer of each kind: librdkafka (2.10+) makes an idempotent
+producer's first record wait about 500 ms for its producer id whatever the broker (it asks from a 500 ms timer
+after dropping its bootstrap connection; the same against librdkafka's mock cluster), which a measurement
+without a warm-up took for a p99 of ~500 ms on kjbod.  The three brokers, the controller and the load generator
+share this machine's cores (printed).
 
     python -m tools.bench.replication [--rounds N] [--quick] [--latency-only]
 
@@ -191,12 +194,12 @@ class Paced:
     """A producer sending 1 KiB records at a fixed rate, recording each record's latency (ms) from produce() to
     its delivery report; one per case, kept across rounds so its connections are warm."""
 
-    def __init__(self, bootstrap: str, topic: str, acks: str) -> None:
+    def __init__(self, bootstrap: str, topic: str, acks: str, *, idempotent: bool = False) -> None:
         from confluent_kafka import Producer
 
         self.topic = topic
         self.producer = Producer({"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 0,
-                                  "enable.idempotence": False})
+                                  "enable.idempotence": idempotent})
 
     def run(self, rate: int, seconds: float) -> list[float]:
         producer = self.producer
@@ -286,6 +289,41 @@ def latency_rounds(bootstrap: str, rate: int, rounds: int, seconds: float, pids:
         print(f"     round {i + 1}: p99 acks=all RF 3 {per_round['all'][-1]:.1f} ms, acks=1 RF 1 "
               f"{per_round['one'][-1]:.1f} ms{cost}")
     return per_round["all"], per_round["one"], counted
+
+
+def idempotent_latency(bootstrap: str, rate: int, rounds: int, seconds: float) -> None:
+    """Prints the idempotent line of the latency section: acks=all RF 3 from an idempotent producer against the
+    non-idempotent one, interleaved in rounds of their own after the same warm-up (median of per-round p99s);
+    then the first record of a fresh producer of each kind (the median of three), where librdkafka's wait for
+    its producer id shows."""
+    cases = {True: Paced(bootstrap, "rf3", "all", idempotent=True), False: Paced(bootstrap, "rf3", "all")}
+    for paced in cases.values():
+        paced.run(rate, 2.0)
+    per_round: dict[bool, list[float]] = {True: [], False: []}
+    for i in range(rounds):
+        for idempotent in (True, False) if i % 2 == 0 else (False, True):
+            per_round[idempotent].append(p99(cases[idempotent].run(rate, seconds)))
+    first = {idempotent: median([first_record_ms(bootstrap, idempotent) for _ in range(3)])
+             for idempotent in (True, False)}
+    idem, plain = median(per_round[True]), median(per_round[False])
+    print(f"   idempotent producer, acks=all RF 3: median of per-round p99 {idem:.1f} ms against {plain:.1f} ms "
+          f"non-idempotent in the same {rounds} rounds ({idem / plain:.2f}x); a fresh producer's first record "
+          f"{first[True]:.0f} ms against {first[False]:.0f} ms (librdkafka's producer-id timer)")
+
+
+def first_record_ms(bootstrap: str, idempotent: bool) -> float:
+    """Milliseconds from a new acks=all producer's first produce() to its delivery report (RF 3 topic)."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0,
+                         "enable.idempotence": idempotent})
+    done: list[tuple[object, float]] = []
+    started = time.perf_counter()
+    producer.produce("rf3", b"x" * RECORD, on_delivery=lambda err, _m: done.append((err, time.perf_counter())))
+    producer.flush(60)
+    if not done or done[0][0] is not None:
+        raise RuntimeError(f"the first record of a fresh producer failed: {done[0][0] if done else 'no report'}")
+    return (done[0][1] - started) * 1000
 
 
 def consume_seconds(bootstrap: str, topic: str, total: int) -> float:
@@ -408,6 +446,7 @@ def run(rounds: int = 3, seconds: float = 10.0, quick: bool = False, latency_onl
         print(f"   produce: acks=all RF 3 {median(replicated):.1f} MB/s, acks=1 RF 1 {median(single):.1f} MB/s: "
               f"{throughput:.0%} (target >= {TARGET_THROUGHPUT:.0%}: {verdict(throughput >= TARGET_THROUGHPUT)})")
         latency = latency_figure(cluster, 3 if quick else 7, 2.0 if quick else 4.0)
+        idempotent_latency(cluster.bootstrap, 500, 3 if quick else 7, 2.0 if quick else 4.0)
         follower_s, consumer_s = catch_up(cluster, backlog)
         catch_ratio = consumer_s / follower_s
         print(f"   catch-up of {backlog // MIB} MiB: follower {follower_s:.2f} s (from following to back in the ISR), "

@@ -3,7 +3,8 @@
 Every batch is validated down to its records before anything is written (kjbod.storage.records: framing,
 offsets, timestamps; compressed payloads decompressed), so a refused batch changes nothing on disk.
 
-Version notes: v3 is the oldest served (message format v2 only, transactional id); v4 may answer
+Version notes: v3 is the oldest served (message format v2 only, exactly one batch per partition, transactional
+id); v4 may answer
 KAFKA_STORAGE_ERROR (older versions get NOT_LEADER_OR_FOLLOWER instead, as Kafka maps it); v5 answers the log
 start offset; v7 allows zstd (zstd below v7 is UNSUPPORTED_COMPRESSION_TYPE); v8 adds per-batch record errors
 and an error message; v9 flexible; v10 adds current-leader hints (tagged); v11 may answer
@@ -27,6 +28,7 @@ from kjbod.protocol.generated import ProduceRequest, ProduceResponse
 from kjbod.protocol.generated.produce_response import BatchIndexAndErrorMessage as RecordError
 from kjbod.protocol.generated.produce_response import PartitionProduceResponse as PartResp
 from kjbod.protocol.generated.produce_response import TopicProduceResponse as TopicResp
+from kjbod.storage.records import LOG_OVERHEAD, MIN_BATCH_LENGTH
 from kjbod.wire.handler import CloseConnection
 
 log = structlog.get_logger("kjbod.produce")
@@ -97,6 +99,9 @@ def handle(node, request, body: ProduceRequest):
             elif v < 7 and len(pd.records) > 22 and (pd.records[22] & 0x07) == ZSTD:
                 parts.append(_error(pd.index, ErrorCode.UNSUPPORTED_COMPRESSION_TYPE,
                                     "zstd needs Produce v7 or later", v))
+            elif _second_batch(pd.records):
+                parts.append(_error(pd.index, ErrorCode.INVALID_RECORD,
+                                    f"Produce v{v} allows exactly one record batch per partition", v))
             elif acks == -1 and (code := replication.acks_all_refusal(node, td.name, pd.index)):
                 parts.append(_error(pd.index, code, f"{td.name}-{pd.index} has fewer in-sync replicas than "
                                     "min.insync.replicas", v))
@@ -129,6 +134,22 @@ def handle(node, request, body: ProduceRequest):
     if pending is None:
         return _respond(node, acks, responses, waits=waits, timeout_ms=timeout_ms)
     return pending
+
+
+def _second_batch(records) -> bool:
+    """Whether a partition's records hold a complete batch after the first: Kafka's ProduceRequest.validateRecords
+    refuses that from v3 (INVALID_RECORD), so a producer's sequences arrive one batch per partition per request.
+    A length field below a batch's minimum, or an incomplete tail, is left to validate_batches (CORRUPT_MESSAGE,
+    as Kafka's batch iterator answers)."""
+    n = len(records)
+    if n < LOG_OVERHEAD:
+        return False
+    length = int.from_bytes(records[8:12], "big", signed=True)
+    second = LOG_OVERHEAD + length
+    if length < MIN_BATCH_LENGTH or n - second < 17:  # Kafka reads a next batch from 17 bytes (up to its magic)
+        return False
+    following = int.from_bytes(records[second + 8 : second + 12], "big", signed=True)
+    return following >= MIN_BATCH_LENGTH and second + LOG_OVERHEAD + following <= n
 
 
 def _append_all(items, now_ms: int, v: int) -> list:
