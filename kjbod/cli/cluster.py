@@ -13,7 +13,8 @@ it started listens: a broker-only node opens its listener only once it is regist
 (kjbod.broker.remote), so a topic created right after gets leaders on all of them.  It prints `bootstrap.servers=HOST:PORT,...` on a line of its own and where the logs are.
 In the foreground it stops every node (brokers first, with a controlled shutdown, then the controller) on Ctrl-C,
 SIGTERM, or SIGHUP (its terminal went away), and the nodes are also told to stop if `up` itself dies (Linux
-PR_SET_PDEATHSIG).  With `--detach` it returns once the cluster is ready; `kjbod cluster down --dir PATH` stops it.
+PR_SET_PDEATHSIG).  With `--detach` it returns once the cluster is ready; `kjbod cluster down --dir PATH` stops it
+(`--node broker-N` stops that node only, as a rolling restart does; `up` starts it again).
 """
 
 from __future__ import annotations
@@ -59,9 +60,12 @@ def add_subcommand(sub: Any) -> None:
                     help="a config key for every node's server.properties (new clusters only), e.g. "
                          "broker.session.timeout.ms=3000")
     up.set_defaults(func=run_up)
-    down = actions.add_parser("down", help="stop a cluster started with --detach",
-                              description="Stop every node of the cluster in --dir (brokers first).")
+    down = actions.add_parser("down", help="stop a cluster started with --detach (or some of its nodes)",
+                              description="Stop every node of the cluster in --dir (brokers first), or only the "
+                                          "nodes named with --node; 'kjbod cluster up' starts them again.")
     down.add_argument("--dir", default="kjbod-cluster", metavar="PATH", help="the cluster's directory")
+    down.add_argument("--node", action="append", default=[], metavar="NAME",
+                      help="stop only this node: broker-N (or N) or controller; repeatable")
     down.set_defaults(func=run_down)
 
 
@@ -284,10 +288,12 @@ def run_up(args: argparse.Namespace) -> int:
         print(f"already running: {', '.join(f'{home.name} (pid {pid})' for home, pid in running.items())}")
     if not missing:
         print("nothing to start")
-    elif not new:
-        which = "the cluster" if not running else "the nodes that are not running"
-        print(f"starting {which} in {root} again with its data (its own node count and log dirs; --brokers, "
+    elif not new and not running:
+        print(f"starting the cluster in {root} again with its data (its own node count and log dirs; --brokers, "
               "--log-dirs and --set apply to new clusters)")
+    elif not new:
+        print(f"starting {', '.join(home.name for home in missing)} again with "
+              f"{'its' if len(missing) == 1 else 'their'} data")
     deadline = time.monotonic() + READY_TIMEOUT_S
     if not args.detach:  # the signals that stop us are taken synchronously below; block them from now on
         signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
@@ -324,8 +330,18 @@ def run_up(args: argparse.Namespace) -> int:
 
 def run_down(args: argparse.Namespace) -> int:
     root = Path(args.dir).resolve()
-    if not node_dirs(root):
+    homes = {home.name: home for home in node_dirs(root)}
+    if not homes:
         raise UserError(f"{root} holds no cluster made by kjbod cluster up")
-    stopped = stop_nodes(root)
+    only = None
+    if args.node:
+        only = set()
+        for name in args.node:
+            home = homes.get(f"broker-{name}" if name.isdigit() else name)
+            if home is None:
+                raise UserError(f"--node {name!r}: the cluster in {root} has no such node (it has "
+                                f"{', '.join(homes)})")
+            only.add(home)
+    stopped = stop_nodes(root, only)
     print(f"stopped: {', '.join(stopped)}" if stopped else "nothing was running")
     return 0

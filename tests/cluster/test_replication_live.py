@@ -15,6 +15,8 @@ from typing import Any
 import pytest
 from live import COMMAND
 
+from kjbod.cli.cluster import node_pid
+
 from .conftest import Cluster, wait_for
 
 with warnings.catch_warnings():
@@ -134,6 +136,20 @@ def test_cluster_up_starts_only_the_killed_broker_and_it_rejoins_the_isr(cluster
     wait_for(lambda: (parts := partitions(cluster, "rf3-up")) is not None and all(
         sorted(p["isr"]) == sorted(p["replicas"]) and not p["offline"] and p["leader"] >= 0
         for p in parts.values()), f"broker {victim} is back in the ISR of every partition")
+    # A rolling restart of that one broker: `cluster down --node` stops it alone, `cluster up` starts it again.
+    down = subprocess.run([*COMMAND, "cluster", "down", "--dir", str(cluster.root), "--node", str(victim)],
+                          capture_output=True, text=True, timeout=300)
+    assert (down.returncode, down.stdout) == (0, f"stopped: {name}\n"), down.stderr
+    assert node_pid(cluster.homes[name]) is None and not (cluster.homes[name] / "pid").exists()
+    assert {n: cluster.pid(n) for n in others} == others
+    up = subprocess.run([*COMMAND, "cluster", "up", "--detach", "--dir", str(cluster.root)], capture_output=True,
+                        text=True, timeout=300)
+    assert up.returncode == 0 and f"starting {name} again with its data\n" in up.stdout, up.stdout + up.stderr
+    assert f"started: {name} (pid {cluster.pid(name)})\n" in up.stdout
+    wrong = subprocess.run([*COMMAND, "cluster", "down", "--dir", str(cluster.root), "--node", "broker-9"],
+                           capture_output=True, text=True, timeout=300)
+    assert wrong.returncode == 2 and "--node 'broker-9': the cluster in " in wrong.stderr, wrong.stderr
+    assert "Traceback" not in wrong.stderr and {n: cluster.pid(n) for n in others} == others
 
 
 def test_elect_leaders_through_a_broker_with_kafka_python(cluster):
