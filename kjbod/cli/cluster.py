@@ -10,7 +10,8 @@ started again as its files say, with its data.  The nodes are plain `kjbod serve
 only that broker, with its pid file and log as `up` first gave it) and leaves the running ones alone, saying which
 it started and which were running.  It starts the controller first, then the brokers, and waits until each node
 it started listens: a broker-only node opens its listener only once it is registered and unfenced
-(kjbod.broker.remote), so a topic created right after gets leaders on all of them.  It prints `bootstrap.servers=HOST:PORT,...` on a line of its own and where the logs are.
+(kjbod.broker.remote), so a topic created right after gets leaders on all of them.  It prints
+`bootstrap.servers=HOST:PORT,...` on a line of its own and where the logs are.
 In the foreground it stops every node (brokers first, with a controlled shutdown, then the controller) on Ctrl-C,
 SIGTERM, or SIGHUP (its terminal went away), and the nodes are also told to stop if `up` itself dies (Linux
 PR_SET_PDEATHSIG).  With `--detach` it returns once the cluster is ready; `kjbod cluster down --dir PATH` stops it
@@ -293,7 +294,8 @@ def run_up(args: argparse.Namespace) -> int:
               "--log-dirs and --set apply to new clusters)")
     elif not new:
         print(f"starting {', '.join(home.name for home in missing)} again with "
-              f"{'its' if len(missing) == 1 else 'their'} data")
+              f"{'its' if len(missing) == 1 else 'their'} data" + (" (--set applies to new clusters only)"
+                                                                     if args.set else ""))
     deadline = time.monotonic() + READY_TIMEOUT_S
     if not args.detach:  # the signals that stop us are taken synchronously below; block them from now on
         signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
