@@ -534,14 +534,16 @@ class LogDirIO:
             f"log dir {self.path} is offline: {op} {path} failed: {exc}", log_dir=self.path
         ) from exc
 
-    def mark_offline(self, op: str, path: str, exc: BaseException) -> None:
+    def mark_offline(self, op: str, path: str, exc: BaseException, reason: str | None = None) -> None:
         """Take this dir offline (once: logged, the owner's ``on_offline`` called) because ``op`` on ``path``
-        failed with ``exc``; whatever ``exc`` is, even a full dir's error (a dir that could not be loaded)."""
+        failed with ``exc``; whatever ``exc`` is, even a full dir's error (a dir that could not be loaded).
+        ``reason`` (what ``offline_reason`` says, shown by DescribeLogDirs) defaults to the failed call and its
+        error."""
         with self._state_lock:
             first = self.online
             if first:
                 self.online = False
-                self.offline_reason = f"{op} {path} failed: {exc}"
+                self.offline_reason = reason or f"{op} {path} failed: {exc}"
                 self.offline_at_ms = int(time.time() * 1000)
         if first:
             log.error("log_dir_offline", log_dir=self.path, op=op, path=path, error=str(exc))
@@ -593,10 +595,7 @@ class LogDirIO:
             return
         self.stalled = True
         exc = TimeoutError(_errno.ETIMEDOUT, f"no answer for {seconds:.1f}s ({why})")
-        try:
-            self.fail(op, path, exc)
-        except KafkaStorageError:
-            pass
+        self.mark_offline(op, path, exc, f"stalled: {op} {path} did not return for {seconds:.1f} s ({why})")
 
     def _pre(self, op: str, path: str) -> None:
         if not self.online:
