@@ -64,7 +64,16 @@ def new_topic(cluster: Cluster, name: str, partitions: int = PARTITIONS, via: in
         created = create_topic(raw, name, partitions)
     assert created.error_code == 0, created.error_message
     wait_for(lambda: known_everywhere(cluster, name), f"every broker knows {name}")
-    return leaders(cluster, name, via)
+    led = leaders(cluster, name, via)
+    # A broker applies the image before its dir workers have created the logs (Kafka too answers a client in that
+    # moment with a retriable error): wait until each leader hosts its partitions.
+    wait_for(lambda: all(hosted(cluster, name, p, b) for p, b in led.items()), f"the leaders host {name}")
+    return led
+
+
+def hosted(cluster: Cluster, topic: str, partition: int, broker: int) -> bool:
+    with raw_to(cluster, broker) as raw:
+        return list_offset(raw, topic, partition, -1).error_code == 0
 
 
 def key_of(i: int) -> bytes:
