@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 import time
 from types import SimpleNamespace
 
@@ -27,7 +28,7 @@ from kjbod.storage import manager as manager_module
 from kjbod.storage.workers import DirWorker
 from kjbod.wire.handler import Later
 from tests.storage.conftest import kp_batch, kp_records, region_bytes
-from tests.storage.test_dir_health import AN_HOUR, _ahead, _held_in, _wait_for
+from tests.storage.test_dir_health import AN_HOUR, PATIENCE_S, _ahead, _held_in, _wait_for
 
 PV = 9  # Produce version: flexible, error messages
 FV = 12  # Fetch version: topic names, flexible
@@ -400,3 +401,64 @@ def test_server_process_settles_the_gc_after_start():
             "assert gc.get_freeze_count() > 1000, gc.get_freeze_count()\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
+
+
+def test_what_the_loop_submits_while_a_hand_over_runs_waits_on_the_loop_and_goes_over_as_one_batch(spread, log_dirs):
+    """One hand-over in flight per worker: closures submitted meanwhile (here in three passes of the loop) are
+    held on the loop, not queued one wake-up each, and reach the worker together when the answers are in."""
+    worker = spread.worker(log_dirs[0])
+    assert isinstance(worker, DirWorker)
+    started, gate = threading.Event(), threading.Event()
+    batches: list[int] = []
+    answers: list[object] = []
+
+    async def scenario():
+        first = asyncio.get_running_loop().create_future()
+        worker.submit(lambda: started.set() or gate.wait(PATIENCE_S), lambda ok, v: first.set_result(v))
+        await asyncio.sleep(0)  # handed over at the end of that pass
+        _wait_for("the first closure to run", started.is_set)
+        for i in range(3):
+            worker.submit(lambda i=i: (batches.append(id(worker._current)), i)[1], lambda ok, v: answers.append(v))
+            await asyncio.sleep(0)
+            assert worker._queue.empty()  # held on the loop while the first hand-over runs
+        gate.set()
+        assert await first is True
+        deadline = time.monotonic() + PATIENCE_S
+        while len(answers) < 3 and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+
+    asyncio.run(scenario())
+    assert answers == [0, 1, 2]
+    assert len(batches) == 3 and len(set(batches)) == 1  # one batch: the worker woken once for the three
+
+
+def test_closures_held_on_the_loop_get_the_offline_error_when_the_dir_is_failed(spread, log_dirs):
+    """A dir failed while its worker is stuck: what the loop was holding for it (a hand-over was in flight) is
+    answered at once, as the stuck closure and those queued are."""
+    worker = spread.worker(log_dirs[0])
+    assert isinstance(worker, DirWorker)
+    gate = threading.Event()
+    answers: list[tuple[bool, str]] = []
+
+    async def scenario():
+        loop = asyncio.get_running_loop()
+        all_in = asyncio.Event()
+
+        def answered(ok, v):
+            answers.append((ok, type(v).__name__))
+            if len(answers) == 3:
+                all_in.set()
+
+        worker.submit(lambda: gate.wait(PATIENCE_S), answered)
+        await asyncio.sleep(0)
+        worker.submit(lambda: 1, answered)
+        worker.submit(lambda: 2, answered, loop)
+        await asyncio.sleep(0)
+        await asyncio.to_thread(worker.abandon)
+        await asyncio.wait_for(all_in.wait(), PATIENCE_S)
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        gate.set()
+    assert answers == [(False, "KafkaStorageError")] * 3
