@@ -14,6 +14,10 @@ it returns a :class:`~kjbod.wire.handler.Later` instead of a future, completed i
 last dir's results (the router encodes the answer and the connection writes it there, with no loop pass or task
 in between): Produce's hot path.
 
+Given ``fn`` with a ``together`` attribute (``together(calls) -> results``, one per call, each call with ``fn``
+and ``items``), a dir's worker may run the calls of several requests handed over together in one go
+(kjbod.storage.workers): Produce writes the small batches of one partition from several requests at once.
+
 The hand-off is on the hot path, so a request in flight costs callbacks only: no task, no ``asyncio.wait`` and
 no timer of its own. Timeouts are kept in 10 ms ticks, one loop timer per tick that has any (a request times out
 at most one tick after its ``timeout_s``); at thousands of requests a second that is a timer per tick instead of
@@ -107,6 +111,21 @@ class DirWork:
             self.fail(item, e)
 
 
+class _Call:
+    """One request's closure for one dir: ``fn(items)``, and ``fn.together`` for the worker to run several
+    requests' calls at once (kjbod.storage.workers)."""
+
+    __slots__ = ("fn", "items", "together")
+
+    def __init__(self, fn: Callable[[Items], list[Any]], items: Items) -> None:
+        self.fn = fn
+        self.items = items
+        self.together = getattr(fn, "together", None)
+
+    def __call__(self) -> list[Any]:
+        return self.fn(self.items)
+
+
 class _Waiting:
     """One request's dirs in flight: counts them down, answers the late ones at the timeout."""
 
@@ -125,7 +144,7 @@ class _Waiting:
             self.deadlines = _deadlines(loop)
             self.tick = self.deadlines.add(self, timeout_s)
         for i, (worker, items) in enumerate(handed):
-            worker.submit(lambda items=items: fn(items), lambda ok, value, i=i: self._answered(i, ok, value), loop)
+            worker.submit(_Call(fn, items), lambda ok, value, i=i: self._answered(i, ok, value), loop)
 
     def _answered(self, i: int, ok: bool, value: Any) -> None:
         items = self.out.pop(i, None)

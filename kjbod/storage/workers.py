@@ -21,6 +21,11 @@ closures queued behind the stuck one, and the stuck one itself, are answered wit
 once (their requests do not wait for a disk that will not answer), and the thread is left to the kernel. If the
 stuck call ever returns, its result is dropped.
 
+A closure may carry a ``together`` attribute: a function that runs several such closures (consecutive in a batch,
+with the same ``together``) in one call and returns one result per closure, what each alone would have
+returned. Produce uses it to write the batches that several requests bring to one partition at once (one lock
+taken, one ``writev``: group commit); an exception it raises is every one of those closures' answer.
+
 ``KJBOD_DIR_WORKERS=0`` gives no dir a worker: handlers then run their closures inline on the event loop (the
 old single-loop path), so the benchmark of the hand-off's cost measures both in one run. Nothing else sets it.
 """
@@ -195,13 +200,32 @@ class DirWorker:
     def _answer(self, batch: list[_Job]) -> dict[asyncio.AbstractEventLoop, list[tuple[Done, bool, Any]]]:
         self._current = batch
         by_loop: dict[asyncio.AbstractEventLoop, list[tuple[Done, bool, Any]]] = {}
-        for fn, loop, done in batch:
+        i, n = 0, len(batch)
+        while i < n:
+            fn, loop, done = batch[i]
+            together = getattr(fn, "together", None)
+            j = i + 1
+            if together is not None:
+                while j < n and getattr(batch[j][0], "together", None) is together:
+                    j += 1
+            if j - i > 1 and together is not None:
+                jobs = batch[i:j]
+                try:
+                    outcomes = [(True, value) for value in together([job[0] for job in jobs])]
+                except BaseException as e:  # every one of them answers it
+                    outcomes = [(False, e)] * len(jobs)
+                for (_fn, loop, done), (ok, value) in zip(jobs, outcomes, strict=True):
+                    if loop is not None:
+                        by_loop.setdefault(loop, []).append((done, ok, value))  # type: ignore[arg-type]
+                i = j
+                continue
             try:
                 result: tuple[Done, bool, Any] = (done, True, fn())  # type: ignore[assignment]
             except BaseException as e:  # handed to the awaiting request, which decides
                 result = (done, False, e)  # type: ignore[assignment]
             if loop is not None:
                 by_loop.setdefault(loop, []).append(result)
+            i = j
         self._current = []
         return by_loop
 
