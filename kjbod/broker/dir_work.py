@@ -27,6 +27,7 @@ one per request.
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
 import weakref
 from collections.abc import Callable
@@ -129,7 +130,7 @@ class _Call:
 class _Waiting:
     """One request's dirs in flight: counts them down, answers the late ones at the timeout."""
 
-    __slots__ = ("work", "future", "out", "then", "deadlines", "tick")
+    __slots__ = ("work", "future", "out", "left", "then", "deadlines", "tick")
 
     def __init__(self, work: DirWork, fn: Callable[[Items], list[Any]], handed: list[tuple[Any, Items]],
                  timeout_s: float | None, then: Callable[[], Any] | None, later: bool) -> None:
@@ -137,34 +138,42 @@ class _Waiting:
         self.work = work
         self.then = then
         self.future: Any = Later() if later else loop.create_future()  # asyncio.Future or Later
-        self.out: dict[int, Items] = {i: items for i, (_worker, items) in enumerate(handed)}  # not answered yet
+        self.out: list[Items | None] = [items for _worker, items in handed]  # None once answered
+        self.left = len(handed)
         self.deadlines: _Deadlines | None = None
         self.tick = 0
         if timeout_s is not None:
             self.deadlines = _deadlines(loop)
             self.tick = self.deadlines.add(self, timeout_s)
+        answered = self._answered
         for i, (worker, items) in enumerate(handed):
-            worker.submit(_Call(fn, items), lambda ok, value, i=i: self._answered(i, ok, value), loop)
+            worker.submit(_Call(fn, items), functools.partial(answered, i), loop)
 
     def _answered(self, i: int, ok: bool, value: Any) -> None:
-        items = self.out.pop(i, None)
+        out = self.out
+        items = out[i]
         if items is None:  # answered after the request gave up on it (or twice, by an abandoned worker)
             if ok and self.work.discard is not None:
                 self.work.discard(value)
             return
+        out[i] = None
         if ok:
             self.work._filled(items, value)
         else:
             self.work._failed(items, value)
-        if not self.out:
+        self.left -= 1
+        if not self.left:
             if self.deadlines is not None:
                 self.deadlines.remove(self, self.tick)
             self._done()
 
     def _time_up(self) -> None:
-        for items in self.out.values():
-            self.work._failed(items, None)
-        self.out = {}
+        out = self.out
+        for i, items in enumerate(out):
+            if items is not None:
+                out[i] = None
+                self.work._failed(items, None)
+        self.left = 0
         self._done()
 
     def _done(self) -> None:
@@ -241,10 +250,14 @@ class _Deadlines:
 
 
 _BY_LOOP: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Deadlines] = weakref.WeakKeyDictionary()
+_last: list[_Deadlines] = []  # the one used last (a server has one loop): found without a weak-key lookup
 
 
 def _deadlines(loop: asyncio.AbstractEventLoop) -> _Deadlines:
+    if _last and _last[0].loop is loop:
+        return _last[0]
     found = _BY_LOOP.get(loop)
     if found is None:
         found = _BY_LOOP[loop] = _Deadlines(loop)
+    _last[:] = [found]
     return found
