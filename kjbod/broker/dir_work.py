@@ -114,14 +114,16 @@ class DirWork:
 
 class _Call:
     """One request's closure for one dir: ``fn(items)``, and ``fn.together`` for the worker to run several
-    requests' calls at once (kjbod.storage.workers)."""
+    requests' calls at once, ``fn.at_once`` for heavy work not to wait behind a running batch
+    (kjbod.storage.workers)."""
 
-    __slots__ = ("fn", "items", "together")
+    __slots__ = ("fn", "items", "together", "at_once")
 
     def __init__(self, fn: Callable[[Items], list[Any]], items: Items) -> None:
         self.fn = fn
         self.items = items
         self.together = getattr(fn, "together", None)
+        self.at_once = getattr(fn, "at_once", False)  # heavy work: handed over without waiting (workers.submit)
 
     def __call__(self) -> list[Any]:
         return self.fn(self.items)

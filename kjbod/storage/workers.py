@@ -92,12 +92,18 @@ class DirWorker:
 
         Closures submitted during one pass of the loop (every request read from every ready connection) reach the
         worker together, at the end of that pass, or, while the worker still runs the previous hand-over, when
-        its answers are back: one wake-up of the thread per batch, not one per request."""
+        its answers are back: one wake-up of the thread per batch, not one per request. A closure whose
+        ``at_once`` attribute is true (heavy work: a big Produce to validate and write) goes over at the end of
+        the pass even then, with what is held before it: held behind a running batch, a big request would wait
+        for it and its answer for every other one of the next batch, and the worker would sit idle meanwhile."""
         if loop is None:
             loop = asyncio.get_running_loop()
         held = self._held
         held.append((fn, loop, done))
-        if len(held) == 1:
+        if getattr(fn, "at_once", False):
+            self._loop = loop
+            loop.call_soon(self._hand_over, True)
+        elif len(held) == 1:
             self._loop = loop
             if not self._in_flight or self.abandoned:
                 loop.call_soon(self._hand_over)
@@ -144,16 +150,16 @@ class DirWorker:
                 if gave_up() and done.cancel():
                     raise TimeoutError(f"gave up waiting for the worker of {self.io.path}") from None
 
-    def _hand_over(self) -> None:
-        """On the loop: what is held goes to the worker as one batch (unless one is in flight: then it goes when
-        that one's answers arrive, in _answers_in)."""
+    def _hand_over(self, at_once: bool = False) -> None:
+        """On the loop: what is held goes to the worker as one batch (unless one is in flight and not
+        ``at_once``: then it goes when that one's answers arrive, in _answers_in)."""
         held = self._held
         if self.abandoned:
             self._held = []
             err = self.io.offline_error()
             _settle([(done, False, err) for _fn, _loop, done in held if done is not None])
             return
-        if self._in_flight or not held:
+        if (self._in_flight and not at_once) or not held:
             return
         self._held = []
         self._in_flight = True

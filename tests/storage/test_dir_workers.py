@@ -408,29 +408,39 @@ def test_server_process_settles_the_gc_after_start():
     assert done.returncode == 0, done.stderr
 
 
+async def _worker_busy(worker: DirWorker) -> tuple[threading.Event, asyncio.Future]:
+    """Hand ``worker`` a closure that runs until the returned gate is set (its answer: the future)."""
+    started, gate = threading.Event(), threading.Event()
+    first = asyncio.get_running_loop().create_future()
+    worker.submit(lambda: started.set() or gate.wait(PATIENCE_S), lambda ok, v: first.set_result(v))
+    await asyncio.sleep(0)  # handed over at the end of that pass
+    _wait_for("the first closure to run", started.is_set)
+    return gate, first
+
+
+async def _release(gate: threading.Event, first: asyncio.Future, answers: list, count: int) -> None:
+    gate.set()
+    assert await first is True
+    deadline = time.monotonic() + PATIENCE_S
+    while len(answers) < count and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+
+
 def test_what_the_loop_submits_while_a_hand_over_runs_waits_on_the_loop_and_goes_over_as_one_batch(spread, log_dirs):
     """One hand-over in flight per worker: closures submitted meanwhile (here in three passes of the loop) are
     held on the loop, not queued one wake-up each, and reach the worker together when the answers are in."""
     worker = spread.worker(log_dirs[0])
     assert isinstance(worker, DirWorker)
-    started, gate = threading.Event(), threading.Event()
     batches: list[int] = []
     answers: list[object] = []
 
     async def scenario():
-        first = asyncio.get_running_loop().create_future()
-        worker.submit(lambda: started.set() or gate.wait(PATIENCE_S), lambda ok, v: first.set_result(v))
-        await asyncio.sleep(0)  # handed over at the end of that pass
-        _wait_for("the first closure to run", started.is_set)
+        gate, first = await _worker_busy(worker)
         for i in range(3):
             worker.submit(lambda i=i: (batches.append(id(worker._current)), i)[1], lambda ok, v: answers.append(v))
             await asyncio.sleep(0)
             assert worker._queue.empty()  # held on the loop while the first hand-over runs
-        gate.set()
-        assert await first is True
-        deadline = time.monotonic() + PATIENCE_S
-        while len(answers) < 3 and time.monotonic() < deadline:
-            await asyncio.sleep(0.01)
+        await _release(gate, first, answers, 3)
 
     asyncio.run(scenario())
     assert answers == [0, 1, 2]
@@ -467,3 +477,32 @@ def test_closures_held_on_the_loop_get_the_offline_error_when_the_dir_is_failed(
     finally:
         gate.set()
     assert answers == [(False, "KafkaStorageError")] * 3
+
+
+class _Heavy:
+    at_once = True  # a big Produce to validate and write: not held behind a running batch
+
+    def __init__(self, value: int) -> None:
+        self.value = value
+
+    def __call__(self) -> int:
+        return self.value
+
+
+def test_heavy_work_goes_over_at_once_with_what_is_held_before_it(spread, log_dirs):
+    worker = spread.worker(log_dirs[0])
+    assert isinstance(worker, DirWorker)
+    answers: list[object] = []
+
+    async def scenario():
+        gate, first = await _worker_busy(worker)
+        worker.submit(lambda: 1, lambda ok, v: answers.append(v))
+        await asyncio.sleep(0)
+        assert worker._queue.empty()  # a light closure waits on the loop for the running batch
+        worker.submit(_Heavy(2), lambda ok, v: answers.append(v))
+        await asyncio.sleep(0)
+        assert not worker._queue.empty()  # the heavy one went over, the light one before it with it
+        await _release(gate, first, answers, 2)
+
+    asyncio.run(scenario())
+    assert answers == [1, 2]

@@ -81,6 +81,7 @@ def handle(node, request, body: ProduceRequest):
         slot[0][slot[1]] = resp
 
     work = DirWork(node, fill, fail, answered=node.notify_append)  # long polls wake as each dir appends
+    big = False
     for td in body.topic_data:
         parts: list[PartResp | None] = []
         topic = node.metadata.topic(td.name)
@@ -113,6 +114,8 @@ def handle(node, request, body: ProduceRequest):
                         except Exception as e:
                             parts.append(_failed(td.name, pd, e, v))
                             continue
+                    else:
+                        big = True
                     # Answered by the partition's dir (its worker), into the slot kept here.
                     work.add(plog.log_dir, (parts, len(parts), td.name, pd, plog,
                                             node.leader_epoch(td.name, pd.index), checked))
@@ -124,7 +127,7 @@ def handle(node, request, body: ProduceRequest):
     # its partitions, the others normally. A timeout of 0 or less sets no bound of its own: a dir that never
     # answers is failed by the stall watchdog, which answers its waiting requests KAFKA_STORAGE_ERROR.
     # The answer is a Later the dirs' callbacks complete (no task, future or loop pass per request: the hot path).
-    pending = work.run(_Appends(now_ms, v), timeout_ms / 1000 if timeout_ms > 0 else None,
+    pending = work.run(_Appends(now_ms, v, big), timeout_ms / 1000 if timeout_ms > 0 else None,
                        then=lambda: _respond(node, acks, responses, waits=waits, timeout_ms=timeout_ms), later=True)
     if pending is None:
         return _respond(node, acks, responses, waits=waits, timeout_ms=timeout_ms)
@@ -135,11 +138,12 @@ class _Appends:
     """On the dir's worker: one request's appends to the partitions of one dir (``together``: the appends of
     several requests handed over together, grouped per partition into one write each)."""
 
-    __slots__ = ("now_ms", "v")
+    __slots__ = ("now_ms", "v", "at_once")
 
-    def __init__(self, now_ms: int, v: int) -> None:
+    def __init__(self, now_ms: int, v: int, at_once: bool) -> None:
         self.now_ms = now_ms
         self.v = v
+        self.at_once = at_once  # batches to validate on the worker: handed over without waiting for a batch
 
     def __call__(self, items) -> list:
         """Each partition's append, in the request's order: (answer, log end, record count) when it succeeded,
