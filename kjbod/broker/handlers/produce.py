@@ -153,10 +153,9 @@ class _Appends:
     @staticmethod
     def together(calls) -> list:
         """The appends of several requests (``calls``: each with ``fn``, its _Appends, and ``items``, in
-        hand-over order; kjbod.broker.dir_work), as each
-        request's own call would answer them, with the small batches of one partition written at once
-        (PartitionLog.append_validated_together; per partition the order is kept, and partitions are
-        independent). One result list per call."""
+        hand-over order; kjbod.broker.dir_work), as each request's own call would answer them, with the small
+        batches of one partition written at once (PartitionLog.append_validated_together; per partition the
+        order is kept, and partitions are independent). One result list per call."""
         outs: list[list] = [[None] * len(call.items) for call in calls]
         by_log: dict = {}
         for c, call in enumerate(calls):
