@@ -458,6 +458,11 @@ class LogDirIO:
                             effect="appends refused with KAFKA_STORAGE_ERROR; reads, moves off and deletes go on")
             raise error
 
+    def room_for(self, n: int) -> bool:
+        """Whether ``n`` more bytes fit above the reserve by the current estimate (no ``statvfs``): where
+        :meth:`make_room` would pass without asking the filesystem."""
+        return not self.full and (self.total_bytes < 0 or self.usable_bytes - n >= self._reserve)
+
     def refresh_space(self) -> tuple[int, int]:
         """One ``statvfs``: correct the estimate, enter or leave the full state, warn on crossing 80/90/95%."""
         total, usable = self.statvfs()

@@ -9,10 +9,22 @@ file regions) happens on the dir's thread. Results go back to the loop in batche
 closure queued, runs them, then wakes the loop once (``call_soon_threadsafe``) with all their results, so a busy
 dir costs one wake-up per batch of requests, not one per partition.
 
+At most one batch of the loop's closures is in flight per worker: an idle worker gets a closure at the end of
+the loop's pass (no added latency), but while it runs a batch, what the loop submits for that dir is held on the
+loop and handed over as one batch when the running one's answers arrive. Under a heavy load the worker is then
+woken once per batch of many requests, not once per request: under CPython's GIL each wake-up also costs the two
+threads a hand-over of the interpreter, which at small requests cost more than the appends themselves (measured,
+tools/bench/dir_workers.py).
+
 A dir failed because an operation never returned (:mod:`kjbod.storage.health`) has its worker abandoned: the
 closures queued behind the stuck one, and the stuck one itself, are answered with the dir's offline error at
 once (their requests do not wait for a disk that will not answer), and the thread is left to the kernel. If the
 stuck call ever returns, its result is dropped.
+
+A closure may carry a ``together`` attribute: a function that runs several such closures (consecutive in a batch,
+with the same ``together``) in one call and returns one result per closure, what each alone would have
+returned. Produce uses it to write the batches that several requests bring to one partition at once (one lock
+taken, one ``writev``: group commit); an exception it raises is every one of those closures' answer.
 
 ``KJBOD_DIR_WORKERS=0`` gives no dir a worker: handlers then run their closures inline on the event loop (the
 old single-loop path), so the benchmark of the hand-off's cost measures both in one run. Nothing else sets it.
@@ -63,7 +75,9 @@ class DirWorker:
         self.io = io
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._current: list[_Job] = []  # the batch being run (read by abandon() from another thread)
-        self._held: list[_Job] = []  # submitted during this pass of the loop, handed over at its end
+        self._held: list[_Job] = []  # submitted on the loop, not handed over yet (see submit)
+        self._in_flight = False  # a hand-over's answers are not back on the loop yet (loop-side state)
+        self._loop: asyncio.AbstractEventLoop | None = None  # the loop holding _held, told when abandoned
         self.abandoned = False
         self._thread = threading.Thread(target=self._run, name=f"kjbod-dir-worker {io.path}", daemon=True)
         self._thread.start()
@@ -77,13 +91,22 @@ class DirWorker:
         abandoned dir's closures get its offline error).
 
         Closures submitted during one pass of the loop (every request read from every ready connection) reach the
-        worker together, at the end of that pass: one wake-up of the thread per pass, not one per request."""
+        worker together, at the end of that pass, or, while the worker still runs the previous hand-over, when
+        its answers are back: one wake-up of the thread per batch, not one per request. A closure whose
+        ``at_once`` attribute is true (heavy work: a big Produce to validate and write) goes over at the end of
+        the pass even then, with what is held before it: held behind a running batch, a big request would wait
+        for it and its answer for every other one of the next batch, and the worker would sit idle meanwhile."""
         if loop is None:
             loop = asyncio.get_running_loop()
         held = self._held
         held.append((fn, loop, done))
-        if len(held) == 1:
-            loop.call_soon(self._hand_over)
+        if getattr(fn, "at_once", False):
+            self._loop = loop
+            loop.call_soon(self._hand_over, True)
+        elif len(held) == 1:
+            self._loop = loop
+            if not self._in_flight or self.abandoned:
+                loop.call_soon(self._hand_over)
 
     def post(self, fn: Callable[[], Any], what: str) -> None:
         """Run ``fn`` on this dir's thread after everything queued, from any thread, answering nobody (a failure
@@ -127,15 +150,30 @@ class DirWorker:
                 if gave_up() and done.cancel():
                     raise TimeoutError(f"gave up waiting for the worker of {self.io.path}") from None
 
-    def _hand_over(self) -> None:
-        held, self._held = self._held, []
+    def _hand_over(self, at_once: bool = False) -> None:
+        """On the loop: what is held goes to the worker as one batch (unless one is in flight and not
+        ``at_once``: then it goes when that one's answers arrive, in _answers_in)."""
+        held = self._held
         if self.abandoned:
+            self._held = []
             err = self.io.offline_error()
             _settle([(done, False, err) for _fn, _loop, done in held if done is not None])
             return
+        if (self._in_flight and not at_once) or not held:
+            return
+        self._held = []
+        self._in_flight = True
         self._queue.put(held)
         if self.abandoned:  # abandoned meanwhile, from another thread: nothing will run these
             self._fail_queued([])
+
+    def _answers_in(self, results: list[tuple[Done, bool, Any]], _batch: object) -> None:
+        """On the loop: a hand-over's answers. What was held meanwhile goes over first, so the worker runs it
+        while the loop settles these (``_batch``: the closures, freed here when this returns)."""
+        self._in_flight = False
+        if self._held:
+            self._hand_over()
+        _settle(results)
 
     def _run(self) -> None:
         while True:
@@ -168,13 +206,32 @@ class DirWorker:
     def _answer(self, batch: list[_Job]) -> dict[asyncio.AbstractEventLoop, list[tuple[Done, bool, Any]]]:
         self._current = batch
         by_loop: dict[asyncio.AbstractEventLoop, list[tuple[Done, bool, Any]]] = {}
-        for fn, loop, done in batch:
+        i, n = 0, len(batch)
+        while i < n:
+            fn, loop, done = batch[i]
+            together = getattr(fn, "together", None)
+            j = i + 1
+            if together is not None:
+                while j < n and getattr(batch[j][0], "together", None) is together:
+                    j += 1
+            if j - i > 1 and together is not None:
+                jobs = batch[i:j]
+                try:
+                    outcomes = [(True, value) for value in together([job[0] for job in jobs])]
+                except BaseException as e:  # every one of them answers it
+                    outcomes = [(False, e)] * len(jobs)
+                for (_fn, loop, done), (ok, value) in zip(jobs, outcomes, strict=True):
+                    if loop is not None:
+                        by_loop.setdefault(loop, []).append((done, ok, value))  # type: ignore[arg-type]
+                i = j
+                continue
             try:
                 result: tuple[Done, bool, Any] = (done, True, fn())  # type: ignore[assignment]
             except BaseException as e:  # handed to the awaiting request, which decides
                 result = (done, False, e)  # type: ignore[assignment]
             if loop is not None:
                 by_loop.setdefault(loop, []).append(result)
+            i = j
         self._current = []
         return by_loop
 
@@ -185,7 +242,7 @@ class DirWorker:
         the worker more CPU than the appends themselves (measured); the loop frees them hot in its cache."""
         for loop, results in answers.items():
             try:
-                loop.call_soon_threadsafe(_settle, results, batch)
+                loop.call_soon_threadsafe(self._answers_in, results, batch)
             except RuntimeError:  # that loop is closed: nobody waits for these any more
                 pass
             batch = []
@@ -198,6 +255,12 @@ class DirWorker:
         self.abandoned = True
         self._fail_queued(list(self._current))
         self._queue.put(_STOP)  # a worker that is not stuck stops
+        loop = self._loop
+        if loop is not None:  # what the loop holds for this dir (a hand-over was in flight) is answered too
+            try:
+                loop.call_soon_threadsafe(self._hand_over)
+            except RuntimeError:
+                pass
 
     def _fail_queued(self, pending: list[_Job]) -> None:
         while True:
@@ -225,7 +288,7 @@ class DirWorker:
 
     def idle(self) -> bool:
         """Nothing queued or running (a hint, read without a lock)."""
-        return not self._held and not self._current and self._queue.empty()
+        return not self._held and not self._in_flight and not self._current and self._queue.empty()
 
     def is_alive(self) -> bool:
         return self._thread.is_alive()

@@ -83,6 +83,7 @@ def handle(node, request, body: ProduceRequest):
         slot[0][slot[1]] = resp
 
     work = DirWork(node, fill, fail, answered=node.notify_append)  # long polls wake as each dir appends
+    big = False
     for td in body.topic_data:
         parts: list[PartResp | None] = []
         topic = node.metadata.topic(td.name)
@@ -118,6 +119,8 @@ def handle(node, request, body: ProduceRequest):
                         except Exception as e:
                             parts.append(_failed(td.name, pd, e, v))
                             continue
+                    else:
+                        big = True
                     # Answered by the partition's dir (its worker), into the slot kept here.
                     work.add(plog.log_dir, (parts, len(parts), td.name, pd, plog,
                                             node.leader_epoch(td.name, pd.index), checked))
@@ -129,7 +132,7 @@ def handle(node, request, body: ProduceRequest):
     # its partitions, the others normally. A timeout of 0 or less sets no bound of its own: a dir that never
     # answers is failed by the stall watchdog, which answers its waiting requests KAFKA_STORAGE_ERROR.
     # The answer is a Later the dirs' callbacks complete (no task, future or loop pass per request: the hot path).
-    pending = work.run(lambda items: _append_all(items, now_ms, v), timeout_ms / 1000 if timeout_ms > 0 else None,
+    pending = work.run(_Appends(now_ms, v, big), timeout_ms / 1000 if timeout_ms > 0 else None,
                        then=lambda: _respond(node, acks, responses, waits=waits, timeout_ms=timeout_ms), later=True)
     if pending is None:
         return _respond(node, acks, responses, waits=waits, timeout_ms=timeout_ms)
@@ -152,23 +155,72 @@ def _second_batch(records) -> bool:
     return following >= MIN_BATCH_LENGTH and second + LOG_OVERHEAD + following <= n
 
 
-def _append_all(items, now_ms: int, v: int) -> list:
-    """On the dir's worker: each partition's append, in the request's order: (answer, log end, record count)
-    when it succeeded, else the error answer."""
-    out: list = []
-    for _parts, _slot, topic, pd, plog, leader_epoch, checked in items:
-        try:
-            if checked is not None:
-                info = plog.append_validated(checked, leader_epoch=leader_epoch)
-            else:
-                info = plog.append(pd.records, now_ms=now_ms, leader_epoch=leader_epoch)
-        except Exception as e:
-            out.append(_failed(topic, pd, e, v))
+class _Appends:
+    """On the dir's worker: one request's appends to the partitions of one dir (``together``: the appends of
+    several requests handed over together, grouped per partition into one write each)."""
+
+    __slots__ = ("now_ms", "v", "at_once")
+
+    def __init__(self, now_ms: int, v: int, at_once: bool) -> None:
+        self.now_ms = now_ms
+        self.v = v
+        self.at_once = at_once  # batches to validate on the worker: handed over without waiting for a batch
+
+    def __call__(self, items) -> list:
+        """Each partition's append, in the request's order: (answer, log end, record count) when it succeeded,
+        else the error answer."""
+        return [_append_one(item, self.now_ms, self.v) for item in items]
+
+    @staticmethod
+    def together(calls) -> list:
+        """The appends of several requests (``calls``: each with ``fn``, its _Appends, and ``items``, in
+        hand-over order; kjbod.broker.dir_work), as each request's own call would answer them, with the small
+        batches of one partition written at once (PartitionLog.append_validated_together; per partition the
+        order is kept, and partitions are independent). One result list per call."""
+        outs: list[list] = [[None] * len(call.items) for call in calls]
+        by_log: dict = {}
+        for c, call in enumerate(calls):
+            for i, item in enumerate(call.items):
+                entries = by_log.get(item[4])
+                if entries is None:
+                    by_log[item[4]] = [(c, i, item)]
+                else:
+                    entries.append((c, i, item))
+        for plog, entries in by_log.items():
+            first = entries[0][2]
+            if len(entries) > 1 and all(e[2][6] is not None and e[2][5] == first[5] for e in entries):
+                try:
+                    infos = plog.append_validated_together([e[2][6] for e in entries], leader_epoch=first[5])
+                except Exception as e:
+                    for c, i, item in entries:
+                        outs[c][i] = _failed(item[2], item[3], e, calls[c].fn.v)
+                    continue
+                if infos is not None:
+                    for (c, i, item), info in zip(entries, infos, strict=True):
+                        outs[c][i] = _appended(item[3], info)
+                    continue
+            for c, i, item in entries:
+                fn = calls[c].fn
+                outs[c][i] = _append_one(item, fn.now_ms, fn.v)
+        return outs
+
+
+def _append_one(item, now_ms: int, v: int):
+    _parts, _slot, topic, pd, plog, leader_epoch, checked = item
+    try:
+        if checked is not None:
+            info = plog.append_validated(checked, leader_epoch=leader_epoch)
         else:
-            out.append((PartResp(index=pd.index, error_code=0, base_offset=info.base_offset,
-                                 log_append_time_ms=info.log_append_time, log_start_offset=info.log_start_offset),
-                        info.last_offset + 1, info.record_count))
-    return out
+            info = plog.append(pd.records, now_ms=now_ms, leader_epoch=leader_epoch)
+    except Exception as e:
+        return _failed(topic, pd, e, v)
+    return _appended(pd, info)
+
+
+def _appended(pd, info) -> tuple:
+    return (PartResp(index=pd.index, error_code=0, base_offset=info.base_offset,
+                     log_append_time_ms=info.log_append_time, log_start_offset=info.log_start_offset),
+            info.last_offset + 1, info.record_count)
 
 
 def _respond(node, acks: int, responses, *, waits, timeout_ms: int):
