@@ -156,6 +156,7 @@ def bench_handoff(work: Path, rounds: int, seconds: float) -> dict:
     servers = {
         "workers": BenchServer(work / "workers"),
         "loop": BenchServer(work / "loop", env={"KJBOD_DIR_WORKERS": "0"}),
+        "unplaced": BenchServer(work / "unplaced", env={"KJBOD_DIR_WORKERS": "unplaced"}),
     }
     loadgen = build_loadgen()
     mib = one_mib_batch()
@@ -201,7 +202,7 @@ def bench_handoff(work: Path, rounds: int, seconds: float) -> dict:
             server.stop()
     w, ref = samples["workers"], samples["loop"]
 
-    def ratio(key: str) -> float:
+    def ratio(key: str, w: dict[str, list[float]] = w) -> float:
         return median([a / b for a, b in zip(w[key], ref[key], strict=True)])
 
     out = {"handoff_produce_1mib_vs_loop": ratio("mib"), "handoff_produce_small_vs_loop": ratio("small"),
@@ -217,6 +218,11 @@ def bench_handoff(work: Path, rounds: int, seconds: float) -> dict:
     print(f"   Produce p99 at {MODERATE_RATE} req/s: workers {median(w['p99']) * 1000:.2f} ms, loop "
           f"{median(ref['p99']) * 1000:.2f} ms: {out['handoff_produce_p99_vs_loop']:.2f}x (target <= 1.2x: "
           f"{verdict(out['handoff_produce_p99_vs_loop'] <= 1.2)})")
+    u = samples["unplaced"]
+    print(f"   Placement: the workers on the kernel's choice of CPU instead of the event loop's "
+          f"(KJBOD_DIR_WORKERS=unplaced), against the loop: 1 MiB {ratio('mib', u):.1%}, small batches "
+          f"{ratio('small', u):.1%}, fetch {ratio('fetch', u):.1%}, p99 {ratio('p99', u):.2f}x, median "
+          f"{median(u['p50']) * 1e6:.0f} us (placed {median(w['p50']) * 1e6:.0f} us)")
     # What the figures above are made of, measured in this run.
     out["handoff_small_cpu_per_request_loop_vs_workers"] = median(
         [b / a for a, b in zip(w["cpu"], ref["cpu"], strict=True)])
