@@ -68,8 +68,9 @@ class Placement:
     workers ran, and waited to run (/proc's schedstat), with the time passed. Placed, when they wanted more
     than BUSY of their one CPU (ran or waited), they get every allowed CPU back: the copies of big writes and
     reads, which run without the GIL, can then use a second CPU, and a CPU crowded by other processes is left.
-    Spread, when they ran less than QUIET, they are placed again, on the CPU the loop runs on then. A thread the loop starts while placed inherits its CPU; the next
-    review gives it every allowed CPU back (only the loop and the workers are placed)."""
+    Spread, when they ran less than QUIET, they are placed again, on the CPU the loop runs on then. A thread
+    the loop starts while placed inherits its CPU; the next review gives it every allowed CPU back (only the
+    loop and the workers are placed)."""
 
     REVIEW_S = 0.25
     BUSY = 0.75  # placed, the loop and the workers ran or waited to run more than this share of the time: spread
@@ -113,7 +114,7 @@ class Placement:
     def _usage(self) -> tuple[float, float]:
         """Seconds the loop's thread and the workers' have run, and waited to run (/proc's schedstat), so far."""
         ran = waited = 0
-        for tid in [self.loop_tid, *(w._thread.native_id for w in list(_running))]:
+        for tid in [self.loop_tid, *(w._thread.native_id for w in _workers())]:
             try:
                 with open(f"/proc/self/task/{tid}/schedstat") as f:
                     fields = f.read().split()
@@ -132,7 +133,7 @@ class Placement:
             log.info("dir_workers_not_placed", reason=str(e))
             return
         _loop_cpus = cpus
-        for worker in list(_running):
+        for worker in _workers():
             worker._set_cpus(cpus)
 
     def _spread(self) -> None:
@@ -141,12 +142,12 @@ class Placement:
             return
         _loop_cpus = None
         _set_cpus(0, self.allowed)
-        for worker in list(_running):
+        for worker in _workers():
             worker._set_cpus(self.allowed)
 
     def _free_others(self) -> None:
         placed = _loop_cpus
-        ours = {self.loop_tid} | {w._thread.native_id for w in list(_running)}
+        ours = {self.loop_tid} | {w._thread.native_id for w in _workers()}
         try:
             tids = [int(t) for t in os.listdir("/proc/self/task")]
         except OSError:
@@ -170,6 +171,12 @@ def _set_cpus(tid: int, cpus: set[int]) -> None:
 
 
 _running: weakref.WeakSet[DirWorker] = weakref.WeakSet()  # started, for Placement
+_running_lock = threading.Lock()  # workers start on any thread: the set must not change while it is copied
+
+
+def _workers() -> list[DirWorker]:
+    with _running_lock:
+        return list(_running)
 
 
 Done = Callable[[bool, Any], None]  # called on the loop with (True, result) or (False, exception)
@@ -198,7 +205,8 @@ class DirWorker:
         self.abandoned = False
         self._thread = threading.Thread(target=self._run, name=f"kjbod-dir-worker {io.path}", daemon=True)
         self._thread.start()
-        _running.add(self)
+        with _running_lock:
+            _running.add(self)
 
     def __repr__(self) -> str:
         return f"DirWorker({self.io.path!r}, abandoned={self.abandoned})"
