@@ -34,6 +34,7 @@ from kjbod.server.config import ConfigError, Listener, ServerConfig
 from kjbod.server.connection import Connection, ConnectionRegistry
 from kjbod.server.logging import get_logger
 from kjbod.storage.records import keep_freed_buffers
+from kjbod.storage.workers import Placement
 
 __all__ = ["SHUTDOWN_GRACE_S", "ListenError", "install_uvloop", "new_event_loop", "run", "serve"]
 
@@ -135,6 +136,7 @@ async def serve(
         await node.start()
         if whole_process:
             _settle_gc()
+            Placement().start(loop)  # the dir workers take turns with this loop: on its CPU while quiet
     except BaseException:
         for _, _, server in servers:
             server.close()

@@ -26,8 +26,16 @@ with the same ``together``) in one call and returns one result per closure, what
 returned. Produce uses it to write the batches that several requests bring to one partition at once (one lock
 taken, one ``writev``: group commit); an exception it raises is every one of those closures' answer.
 
+CPU placement: the event loop and the workers take turns (the loop waits in epoll while a worker appends, and
+the GIL lets one run Python at a time), so ``kjbod serve`` keeps them on one CPU while the process is quiet
+(:class:`Placement`). Then a hand-off wakes a thread on the CPU that is running, which is a context switch,
+instead of one on an idle CPU, which on a VM is an interrupt to a halted virtual CPU. While the process is busy
+the kernel spreads them again: the copies of 1 MiB writes, done without the GIL, then use the second CPU.
+
 ``KJBOD_DIR_WORKERS=0`` gives no dir a worker: handlers then run their closures inline on the event loop (the
-old single-loop path), so the benchmark of the hand-off's cost measures both in one run. Nothing else sets it.
+old single-loop path), so the benchmark of the hand-off's cost measures both in one run;
+``KJBOD_DIR_WORKERS=unplaced`` keeps the workers but leaves their CPU to the kernel (the benchmark's check of
+the placement). Nothing else sets it.
 """
 
 from __future__ import annotations
@@ -37,6 +45,8 @@ import concurrent.futures
 import os
 import queue
 import threading
+import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -51,6 +61,134 @@ WORKERS_ENV = "KJBOD_DIR_WORKERS"
 
 def workers_enabled() -> bool:
     return os.environ.get(WORKERS_ENV, "1") != "0"
+
+
+_loop_cpus: set[int] | None = None  # the event loop's CPU while the dir workers share it (Placement)
+
+
+def current_cpu() -> int:
+    """The CPU the calling thread runs on now (Linux: /proc/thread-self/stat's 39th field)."""
+    with open("/proc/thread-self/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[36])
+
+
+class Placement:
+    """Keeps the event loop's thread and the dir workers on one CPU while the process is quiet, and lets the
+    kernel spread them while it is busy (see the module's docstring).
+
+    Started on the loop's thread once the node has started; every REVIEW_S it compares the time the loop and the
+    workers ran, and waited to run (/proc's schedstat), with the time passed. Placed, when they wanted more
+    than BUSY of their one CPU (ran or waited), they get every allowed CPU back: the copies of big writes and
+    reads, which run without the GIL, can then use a second CPU, and a CPU crowded by other processes is left.
+    Spread, when they ran less than QUIET, they are placed again, on the CPU the loop runs on then. A thread
+    the loop starts while placed inherits its CPU; the next review gives it every allowed CPU back (only the
+    loop and the workers are placed)."""
+
+    REVIEW_S = 0.25
+    BUSY = 0.75  # placed, the loop and the workers ran or waited to run more than this share of the time: spread
+    QUIET = 0.25  # spread, they ran less than this share: placed again
+
+    def __init__(self) -> None:
+        self.allowed = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
+        self.loop_tid = threading.get_native_id()
+        self._last = (time.monotonic(), *self._usage())
+        self._timer: asyncio.TimerHandle | None = None
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> bool:
+        """Place the threads now and review every REVIEW_S; False where placement is not done (one CPU allowed
+        anyway, or ``KJBOD_DIR_WORKERS=unplaced``)."""
+        if os.environ.get(WORKERS_ENV) == "unplaced" or len(self.allowed) < 2:
+            return False
+        self._place()
+        self._timer = loop.call_later(self.REVIEW_S, self._review, loop)
+        return True
+
+    def stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._spread()
+
+    def _review(self, loop: asyncio.AbstractEventLoop) -> None:
+        now = (time.monotonic(), *self._usage())
+        passed = max(now[0] - self._last[0], 1e-3)
+        ran, waited = (max(now[i] - self._last[i], 0.0) / passed for i in (1, 2))  # 0 if a worker ended
+        self._last = now
+        if _loop_cpus is None:
+            if ran < self.QUIET:
+                self._place()
+        elif ran + waited > self.BUSY:
+            self._spread()
+        else:
+            self._free_others()
+        self._timer = loop.call_later(self.REVIEW_S, self._review, loop)
+
+    def _usage(self) -> tuple[float, float]:
+        """Seconds the loop's thread and the workers' have run, and waited to run (/proc's schedstat), so far."""
+        ran = waited = 0
+        for tid in [self.loop_tid, *(w._thread.native_id for w in _workers())]:
+            try:
+                with open(f"/proc/self/task/{tid}/schedstat") as f:
+                    fields = f.read().split()
+                ran += int(fields[0])
+                waited += int(fields[1])
+            except (OSError, ValueError, IndexError):  # ended meanwhile, or no schedstats in this kernel
+                continue
+        return ran / 1e9, waited / 1e9
+
+    def _place(self) -> None:
+        global _loop_cpus
+        try:
+            cpus = {current_cpu()}
+            os.sched_setaffinity(0, cpus)
+        except (OSError, ValueError, IndexError) as e:  # no /proc, or a cpuset that changed: the kernel chooses
+            log.info("dir_workers_not_placed", reason=str(e))
+            return
+        _loop_cpus = cpus
+        for worker in _workers():
+            worker._set_cpus(cpus)
+
+    def _spread(self) -> None:
+        global _loop_cpus
+        if _loop_cpus is None:
+            return
+        _loop_cpus = None
+        _set_cpus(0, self.allowed)
+        for worker in _workers():
+            worker._set_cpus(self.allowed)
+
+    def _free_others(self) -> None:
+        placed = _loop_cpus
+        ours = {self.loop_tid} | {w._thread.native_id for w in _workers()}
+        try:
+            tids = [int(t) for t in os.listdir("/proc/self/task")]
+        except OSError:
+            return
+        for tid in tids:
+            if tid in ours:
+                continue
+            try:
+                inherited = os.sched_getaffinity(tid) == placed
+            except OSError:  # ended meanwhile
+                continue
+            if inherited:
+                _set_cpus(tid, self.allowed)
+
+
+def _set_cpus(tid: int, cpus: set[int]) -> None:
+    try:
+        os.sched_setaffinity(tid, cpus)
+    except OSError as e:  # the thread ended, or the CPU left this process's cpuset: the kernel chooses
+        log.debug("thread_not_placed", tid=tid, cpus=sorted(cpus), reason=str(e))
+
+
+_running: weakref.WeakSet[DirWorker] = weakref.WeakSet()  # started, for Placement
+_running_lock = threading.Lock()  # workers start on any thread: the set must not change while it is copied
+
+
+def _workers() -> list[DirWorker]:
+    with _running_lock:
+        return list(_running)
 
 
 Done = Callable[[bool, Any], None]  # called on the loop with (True, result) or (False, exception)
@@ -81,6 +219,8 @@ class DirWorker:
         self.abandoned = False
         self._thread = threading.Thread(target=self._run, name=f"kjbod-dir-worker {io.path}", daemon=True)
         self._thread.start()
+        with _running_lock:
+            _running.add(self)
 
     def __repr__(self) -> str:
         return f"DirWorker({self.io.path!r}, abandoned={self.abandoned})"
@@ -175,7 +315,16 @@ class DirWorker:
             self._hand_over()
         _settle(results)
 
+    def _set_cpus(self, cpus: set[int]) -> None:
+        """Where this worker's thread may run (from any thread; see Placement)."""
+        tid = self._thread.native_id
+        if tid is not None:
+            _set_cpus(tid, cpus)
+
     def _run(self) -> None:
+        placed = _loop_cpus
+        if placed is not None:  # started from another thread while the loop's CPU is shared: onto it
+            _set_cpus(0, placed)
         while True:
             batch, stop = self._take()
             answers = self._answer(batch)
