@@ -1016,7 +1016,7 @@ def _log_dirs(broker_id: int, response: Any) -> list[LogDirInfo]:
                 r.total_bytes if r.total_bytes >= 0 else None, r.usable_bytes if r.usable_bytes >= 0 else None,
                 replicas, r.dir_state or None, r.recent_latency_ms if r.recent_latency_ms >= 0 else None,
                 r.failed_at_ms if r.failed_at_ms >= 0 else None,
-                r.reserved_bytes if r.reserved_bytes >= 0 else None))
+                r.reserved_bytes if r.reserved_bytes >= 0 else None, r.state_reason or None))
     finally:
         if resume_gc:
             gc_resume()

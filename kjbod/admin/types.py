@@ -135,6 +135,9 @@ class LogDirInfo:
     recent_latency_ms: int | None = None
     failed_at_ms: int | None = None  # an offline dir: when it failed (ms since the epoch), if the broker knows
     reserved_bytes: int | None = None  # kjbod: what the dir keeps free (log.dir.reserved.bytes); None: unknown
+    # kjbod: why the dir is not online (the I/O error or stalled operation that took it offline, the operation a
+    # dir that does not answer is stuck in, a full dir's free bytes); None when online or not reported
+    state_reason: str | None = None
 
 
 class LogDirsByBroker(dict[int, list[LogDirInfo]]):

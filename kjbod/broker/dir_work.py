@@ -14,6 +14,10 @@ it returns a :class:`~kjbod.wire.handler.Later` instead of a future, completed i
 last dir's results (the router encodes the answer and the connection writes it there, with no loop pass or task
 in between): Produce's hot path.
 
+Given ``fn`` with a ``together`` attribute (``together(calls) -> results``, one per call, each call with ``fn``
+and ``items``), a dir's worker may run the calls of several requests handed over together in one go
+(kjbod.storage.workers): Produce writes the small batches of one partition from several requests at once.
+
 The hand-off is on the hot path, so a request in flight costs callbacks only: no task, no ``asyncio.wait`` and
 no timer of its own. Timeouts are kept in 10 ms ticks, one loop timer per tick that has any (a request times out
 at most one tick after its ``timeout_s``); at thousands of requests a second that is a timer per tick instead of
@@ -23,6 +27,7 @@ one per request.
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
 import weakref
 from collections.abc import Callable
@@ -107,10 +112,27 @@ class DirWork:
             self.fail(item, e)
 
 
+class _Call:
+    """One request's closure for one dir: ``fn(items)``, and ``fn.together`` for the worker to run several
+    requests' calls at once, ``fn.at_once`` for heavy work not to wait behind a running batch
+    (kjbod.storage.workers)."""
+
+    __slots__ = ("fn", "items", "together", "at_once")
+
+    def __init__(self, fn: Callable[[Items], list[Any]], items: Items) -> None:
+        self.fn = fn
+        self.items = items
+        self.together = getattr(fn, "together", None)
+        self.at_once = getattr(fn, "at_once", False)  # heavy work: handed over without waiting (workers.submit)
+
+    def __call__(self) -> list[Any]:
+        return self.fn(self.items)
+
+
 class _Waiting:
     """One request's dirs in flight: counts them down, answers the late ones at the timeout."""
 
-    __slots__ = ("work", "future", "out", "then", "deadlines", "tick")
+    __slots__ = ("work", "future", "out", "left", "then", "deadlines", "tick")
 
     def __init__(self, work: DirWork, fn: Callable[[Items], list[Any]], handed: list[tuple[Any, Items]],
                  timeout_s: float | None, then: Callable[[], Any] | None, later: bool) -> None:
@@ -118,34 +140,42 @@ class _Waiting:
         self.work = work
         self.then = then
         self.future: Any = Later() if later else loop.create_future()  # asyncio.Future or Later
-        self.out: dict[int, Items] = {i: items for i, (_worker, items) in enumerate(handed)}  # not answered yet
+        self.out: list[Items | None] = [items for _worker, items in handed]  # None once answered
+        self.left = len(handed)
         self.deadlines: _Deadlines | None = None
         self.tick = 0
         if timeout_s is not None:
             self.deadlines = _deadlines(loop)
             self.tick = self.deadlines.add(self, timeout_s)
+        answered = self._answered
         for i, (worker, items) in enumerate(handed):
-            worker.submit(lambda items=items: fn(items), lambda ok, value, i=i: self._answered(i, ok, value), loop)
+            worker.submit(_Call(fn, items), functools.partial(answered, i), loop)
 
     def _answered(self, i: int, ok: bool, value: Any) -> None:
-        items = self.out.pop(i, None)
+        out = self.out
+        items = out[i]
         if items is None:  # answered after the request gave up on it (or twice, by an abandoned worker)
             if ok and self.work.discard is not None:
                 self.work.discard(value)
             return
+        out[i] = None
         if ok:
             self.work._filled(items, value)
         else:
             self.work._failed(items, value)
-        if not self.out:
+        self.left -= 1
+        if not self.left:
             if self.deadlines is not None:
                 self.deadlines.remove(self, self.tick)
             self._done()
 
     def _time_up(self) -> None:
-        for items in self.out.values():
-            self.work._failed(items, None)
-        self.out = {}
+        out = self.out
+        for i, items in enumerate(out):
+            if items is not None:
+                out[i] = None
+                self.work._failed(items, None)
+        self.left = 0
         self._done()
 
     def _done(self) -> None:
@@ -222,10 +252,14 @@ class _Deadlines:
 
 
 _BY_LOOP: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Deadlines] = weakref.WeakKeyDictionary()
+_last: list[_Deadlines] = []  # the one used last (a server has one loop): found without a weak-key lookup
 
 
 def _deadlines(loop: asyncio.AbstractEventLoop) -> _Deadlines:
+    if _last and _last[0].loop is loop:
+        return _last[0]
     found = _BY_LOOP.get(loop)
     if found is None:
         found = _BY_LOOP[loop] = _Deadlines(loop)
+    _last[:] = [found]
     return found

@@ -6,12 +6,16 @@ Strategy: everything lives in one directory (`--dir`), one subdirectory per node
 files) and is formatted with one cluster id (`kjbod format`'s code); a directory that holds a cluster already is
 started again as its files say, with its data.  The nodes are plain `kjbod serve -c FILE` processes.
 
-`up` starts the controller, then the brokers, and waits until every broker listens: a broker-only node opens its
-listener only once it is registered and unfenced (kjbod.broker.remote), so a topic created right after gets
-leaders on all of them.  It prints `bootstrap.servers=HOST:PORT,...` on a line of its own and where the logs are.
+`up` starts every node that is not running (all of them for a new or stopped cluster; after a broker was killed,
+only that broker, with its pid file and log as `up` first gave it) and leaves the running ones alone, saying which
+it started and which were running.  It starts the controller first, then the brokers, and waits until each node
+it started listens: a broker-only node opens its listener only once it is registered and unfenced
+(kjbod.broker.remote), so a topic created right after gets leaders on all of them.  It prints
+`bootstrap.servers=HOST:PORT,...` on a line of its own and where the logs are.
 In the foreground it stops every node (brokers first, with a controlled shutdown, then the controller) on Ctrl-C,
 SIGTERM, or SIGHUP (its terminal went away), and the nodes are also told to stop if `up` itself dies (Linux
-PR_SET_PDEATHSIG).  With `--detach` it returns once the cluster is ready; `kjbod cluster down --dir PATH` stops it.
+PR_SET_PDEATHSIG).  With `--detach` it returns once the cluster is ready; `kjbod cluster down --dir PATH` stops it
+(`--node broker-N` stops that node only, as a rolling restart does; `up` starts it again).
 """
 
 from __future__ import annotations
@@ -43,8 +47,10 @@ def add_subcommand(sub: Any) -> None:
         "cluster", help="start or stop a local cluster: a controller and brokers as separate processes",
         description="Run a controller and N brokers as separate kjbod processes on 127.0.0.1.")
     actions = p.add_subparsers(dest="cluster_command", metavar="ACTION", required=True)
-    up = actions.add_parser("up", help="start the cluster (format it first if new)",
-                            description="Start a controller and N brokers; Ctrl-C stops them all.")
+    up = actions.add_parser(
+        "up", help="start the cluster's nodes that are not running (format it first if new)",
+        description="Start a controller and N brokers; on a cluster that runs already, start only the nodes that "
+                    "are not running (a killed broker). Ctrl-C stops every node.")
     up.add_argument("--brokers", type=_positive, default=3, metavar="N", help="number of brokers (default 3)")
     up.add_argument("--log-dirs", type=_positive, default=3, metavar="N", help="log dirs per broker (default 3)")
     up.add_argument("--dir", default="kjbod-cluster", metavar="PATH",
@@ -55,9 +61,12 @@ def add_subcommand(sub: Any) -> None:
                     help="a config key for every node's server.properties (new clusters only), e.g. "
                          "broker.session.timeout.ms=3000")
     up.set_defaults(func=run_up)
-    down = actions.add_parser("down", help="stop a cluster started with --detach",
-                              description="Stop every node of the cluster in --dir (brokers first).")
+    down = actions.add_parser("down", help="stop a cluster started with --detach (or some of its nodes)",
+                              description="Stop every node of the cluster in --dir (brokers first), or only the "
+                                          "nodes named with --node; 'kjbod cluster up' starts them again.")
     down.add_argument("--dir", default="kjbod-cluster", metavar="PATH", help="the cluster's directory")
+    down.add_argument("--node", action="append", default=[], metavar="NAME",
+                      help="stop only this node: broker-N (or N) or controller; repeatable")
     down.set_defaults(func=run_down)
 
 
@@ -205,10 +214,10 @@ def wait_listening(home: Path, process: subprocess.Popen[bytes], deadline: float
         time.sleep(0.05)
 
 
-def stop_nodes(root: Path) -> list[str]:
-    """SIGTERM to every running node, brokers first (each waits for its controlled shutdown), the controller last;
-    SIGKILL to one that does not stop within STOP_TIMEOUT_S.  Returns what was stopped."""
-    homes = node_dirs(root)
+def stop_nodes(root: Path, only: set[Path] | None = None) -> list[str]:
+    """SIGTERM to every running node (or those in `only`), brokers first (each waits for its controlled shutdown),
+    the controller last; SIGKILL to one that does not stop within STOP_TIMEOUT_S.  Returns what was stopped."""
+    homes = [home for home in node_dirs(root) if only is None or home in only]
     stopped = []
     brokers = [h for h in homes if h.name != CONTROLLER]
     for group in (brokers, [h for h in homes if h.name == CONTROLLER]):
@@ -259,7 +268,8 @@ def run_up(args: argparse.Namespace) -> int:
         if not sep or not key.strip():
             raise UserError(f"--set {item!r}: expected KEY=VALUE")
         extra[key.strip()] = value.strip()
-    if _is_empty(root):
+    new = _is_empty(root)
+    if new:
         try:
             create_cluster(root, args.brokers, args.log_dirs, extra)
         except BaseException:  # a bad --set: leave the dir as it was (empty), not a half-made cluster
@@ -270,29 +280,39 @@ def run_up(args: argparse.Namespace) -> int:
               f"{args.log_dirs} log dirs each")
     elif not node_dirs(root):
         raise UserError(f"{root} is neither empty nor a cluster made by kjbod cluster up")
-    else:
-        print(f"starting the cluster in {root} again with its data (its own node count and log dirs; --brokers, "
-              "--log-dirs and --set apply to new clusters)")
     homes = node_dirs(root)
     if not homes or homes[0].name != CONTROLLER:
         raise UserError(f"{root} has no controller/server.properties")
-    running = [f"{home.name} (pid {pid})" for home in homes if (pid := node_pid(home)) is not None]
+    running = {home: pid for home in homes if (pid := node_pid(home)) is not None}
+    missing = [home for home in homes if home not in running]
     if running:
-        raise UserError(f"{', '.join(running)} already running; stop it with kjbod cluster down --dir {root}")
+        print(f"already running: {', '.join(f'{home.name} (pid {pid})' for home, pid in running.items())}")
+    if not missing:
+        print("nothing to start")
+    elif not new and not running:
+        print(f"starting the cluster in {root} again with its data (its own node count and log dirs; --brokers, "
+              "--log-dirs and --set apply to new clusters)")
+    elif not new:
+        print(f"starting {', '.join(home.name for home in missing)} again with "
+              f"{'its' if len(missing) == 1 else 'their'} data" + (" (--set applies to new clusters only)"
+                                                                     if args.set else ""))
     deadline = time.monotonic() + READY_TIMEOUT_S
     if not args.detach:  # the signals that stop us are taken synchronously below; block them from now on
         signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    processes: dict[Path, subprocess.Popen[bytes]] = {}
     try:
-        processes = {}
-        for home in homes:
+        for home in missing:
             processes[home] = start_node(home, detach=args.detach)
             if home.name == CONTROLLER:
                 wait_listening(home, processes[home], deadline)
-        for home in homes[1:]:
+        for home in missing:
             wait_listening(home, processes[home], deadline)
     except BaseException:
-        stop_nodes(root)
+        stop_nodes(root, only=set(processes))  # what this run started; the nodes that were running stay
         raise
+    if processes:
+        print(f"started: {', '.join(f'{home.name} (pid {process.pid})' for home, process in processes.items())}",
+              flush=True)
     print(f"bootstrap.servers={','.join(f'{HOST}:{listen_port(h)}' for h in homes[1:])}", flush=True)
     for home in homes:
         metrics = read_properties(home / "server.properties").get("kjbod.metrics.listener")
@@ -312,8 +332,18 @@ def run_up(args: argparse.Namespace) -> int:
 
 def run_down(args: argparse.Namespace) -> int:
     root = Path(args.dir).resolve()
-    if not node_dirs(root):
+    homes = {home.name: home for home in node_dirs(root)}
+    if not homes:
         raise UserError(f"{root} holds no cluster made by kjbod cluster up")
-    stopped = stop_nodes(root)
+    only = None
+    if args.node:
+        only = set()
+        for name in args.node:
+            home = homes.get(f"broker-{name}" if name.isdigit() else name)
+            if home is None:
+                raise UserError(f"--node {name!r}: the cluster in {root} has no such node (it has "
+                                f"{', '.join(homes)})")
+            only.add(home)
+    stopped = stop_nodes(root, only)
     print(f"stopped: {', '.join(stopped)}" if stopped else "nothing was running")
     return 0

@@ -193,7 +193,7 @@ def describe_document(result: LogDirsByBroker,
 
     {"version": 1, "brokers": [{"broker": 1, "error": null, "log_dirs": [{"path", "is_live", "error",
     "directory_id", "total_bytes", "usable_bytes", "state", "recent_latency_ms", "failed_at", "reserved_bytes",
-    "partitions": [{"topic", "partition", "size", "offset_lag", "behind_leader",
+    "state_reason", "partitions": [{"topic", "partition", "size", "offset_lag", "behind_leader",
     "is_temporary"}]}]}]}
 
     `behind_leader` (kjbod's): for a follower replica, how many offsets its log end is behind its leader's
@@ -219,6 +219,7 @@ def describe_document(result: LogDirsByBroker,
                 "recent_latency_ms": d.recent_latency_ms,
                 "failed_at": None if d.failed_at_ms is None else _utc(d.failed_at_ms),
                 "reserved_bytes": d.reserved_bytes,
+                "state_reason": d.state_reason,
                 "partitions": [
                     {"topic": r.topic, "partition": r.partition, "size": r.size, "offset_lag": r.offset_lag,
                      "behind_leader": None if r.is_future else behind.get((broker_id, r.topic, r.partition)),
@@ -297,6 +298,10 @@ def render_table(document: dict[str, Any]) -> str:
         out += ["  " + line for line in _table(
             ["LOG DIR", "STATE", "REPLICAS", "DATA", "SIZE", "USED", "FREE", "RESERVE", "USE%", "DIRECTORY ID"],
             rows, right={2, 3, 4, 5, 6, 7, 8})]
+        reasons = [f"  {d['path']} ({d.get('state') or ('online' if d['is_live'] else 'offline')}): "
+                   f"{d['state_reason']}" for d in dirs if d.get("state_reason")]
+        if reasons:
+            out += ["", *reasons]
         replica_rows = []
         for d in dirs:
             for p in d["partitions"]:

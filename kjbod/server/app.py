@@ -24,6 +24,7 @@ import asyncio
 import errno
 import faulthandler
 import gc
+import os
 import signal
 import socket
 from collections.abc import Callable
@@ -33,6 +34,7 @@ from kjbod.server.config import ConfigError, Listener, ServerConfig
 from kjbod.server.connection import Connection, ConnectionRegistry
 from kjbod.server.logging import get_logger
 from kjbod.storage.records import keep_freed_buffers
+from kjbod.storage.workers import Placement
 
 __all__ = ["SHUTDOWN_GRACE_S", "ListenError", "install_uvloop", "new_event_loop", "run", "serve"]
 
@@ -134,6 +136,7 @@ async def serve(
         await node.start()
         if whole_process:
             _settle_gc()
+            Placement().start(loop)  # the dir workers take turns with this loop: on its CPU while quiet
     except BaseException:
         for _, _, server in servers:
             server.close()
@@ -177,6 +180,28 @@ def _settle_gc() -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(GC_YOUNG_THRESHOLD, 10, 10)
+    if os.environ.get("KJBOD_GC_LOG"):
+        gc.callbacks.append(_gc_logger())
+
+
+def _gc_logger() -> Callable[[str, dict[str, int]], None]:
+    """A gc.callbacks hook (KJBOD_GC_LOG=1) logging every collection: its generation, how long it took, what it
+    freed, the generations' counts afterwards (gc.get_count) and how many objects the collector still tracks
+    outside the frozen ones (what a full collection walks), to find which collections pause the loop and what
+    fills them."""
+    import time
+
+    started = [0.0]
+
+    def on_gc(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            started[0] = time.perf_counter()
+            return
+        log.info("gc", generation=info["generation"], ms=round((time.perf_counter() - started[0]) * 1000, 2),
+                 collected=info["collected"], uncollectable=info["uncollectable"], counts=gc.get_count(),
+                 frozen=gc.get_freeze_count(), tracked=sum(len(gc.get_objects(g)) for g in range(3)))
+
+    return on_gc
 
 
 async def _start_metrics(node: Any, listener: str) -> tuple[Any, Any]:

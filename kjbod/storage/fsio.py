@@ -309,6 +309,33 @@ def waiting_allowed() -> bool:
     return not getattr(_NOWAIT, "on", False)
 
 
+def pread_cached(fd: int, n: int, offset: int, what: str) -> bytes:
+    """``n`` bytes at ``offset`` of ``fd`` from the page cache only (``preadv`` with ``RWF_NOWAIT``); raises
+    :class:`WouldBlock` if any of them is not cached (``what`` names the file in its message)."""
+    buf = bytearray(n)
+    try:
+        got = os.preadv(fd, [buf], offset, os.RWF_NOWAIT)
+    except OSError as e:  # EAGAIN: not cached; EOPNOTSUPP: this filesystem cannot say
+        raise WouldBlock(f"read {what}: {e}") from None
+    if got < n:  # the file ends here, or only part of it is cached
+        try:
+            more = os.preadv(fd, [bytearray(1)], offset + got, os.RWF_NOWAIT)
+        except OSError:
+            more = 1
+        if more:
+            raise WouldBlock(f"read {what}: {got} of {n} bytes cached")
+        del buf[got:]
+    return bytes(buf)
+
+
+def pread_region(fd: int, n: int, offset: int, what: str) -> bytes:
+    """A read of a file region's bytes by whoever holds it: from the page cache only in :class:`no_waiting`
+    mode (else :class:`WouldBlock`), a plain ``pread`` otherwise."""
+    if _NOWAIT.__dict__.get("on"):
+        return pread_cached(fd, n, offset, what)
+    return os.pread(fd, n, offset)
+
+
 class no_waiting:
     """``with no_waiting():`` on this thread, reads that would wait for a disk raise :class:`WouldBlock` (the
     event loop serves page-cache hits itself and hands the rest to the dir's worker)."""
@@ -431,6 +458,11 @@ class LogDirIO:
                             effect="appends refused with KAFKA_STORAGE_ERROR; reads, moves off and deletes go on")
             raise error
 
+    def room_for(self, n: int) -> bool:
+        """Whether ``n`` more bytes fit above the reserve by the current estimate (no ``statvfs``): where
+        :meth:`make_room` would pass without asking the filesystem."""
+        return not self.full and (self.total_bytes < 0 or self.usable_bytes - n >= self._reserve)
+
     def refresh_space(self) -> tuple[int, int]:
         """One ``statvfs``: correct the estimate, enter or leave the full state, warn on crossing 80/90/95%."""
         total, usable = self.statvfs()
@@ -507,14 +539,16 @@ class LogDirIO:
             f"log dir {self.path} is offline: {op} {path} failed: {exc}", log_dir=self.path
         ) from exc
 
-    def mark_offline(self, op: str, path: str, exc: BaseException) -> None:
+    def mark_offline(self, op: str, path: str, exc: BaseException, reason: str | None = None) -> None:
         """Take this dir offline (once: logged, the owner's ``on_offline`` called) because ``op`` on ``path``
-        failed with ``exc``; whatever ``exc`` is, even a full dir's error (a dir that could not be loaded)."""
+        failed with ``exc``; whatever ``exc`` is, even a full dir's error (a dir that could not be loaded).
+        ``reason`` (what ``offline_reason`` says, shown by DescribeLogDirs) defaults to the failed call and its
+        error."""
         with self._state_lock:
             first = self.online
             if first:
                 self.online = False
-                self.offline_reason = f"{op} {path} failed: {exc}"
+                self.offline_reason = reason or f"{op} {path} failed: {exc}"
                 self.offline_at_ms = int(time.time() * 1000)
         if first:
             log.error("log_dir_offline", log_dir=self.path, op=op, path=path, error=str(exc))
@@ -566,10 +600,7 @@ class LogDirIO:
             return
         self.stalled = True
         exc = TimeoutError(_errno.ETIMEDOUT, f"no answer for {seconds:.1f}s ({why})")
-        try:
-            self.fail(op, path, exc)
-        except KafkaStorageError:
-            pass
+        self.mark_offline(op, path, exc, f"stalled: {op} {path} did not return for {seconds:.1f} s ({why})")
 
     def _pre(self, op: str, path: str) -> None:
         if not self.online:
@@ -921,20 +952,7 @@ class FileHandle:
             io._end(t)
 
     def _pread_cached(self, n: int, offset: int) -> bytes:
-        buf = bytearray(n)
-        try:
-            got = os.preadv(self.fd, [buf], offset, os.RWF_NOWAIT)
-        except OSError as e:  # EAGAIN: not cached; EOPNOTSUPP: this filesystem cannot say
-            raise WouldBlock(f"read {self.path}: {e}") from None
-        if got < n:  # the file ends here, or only part of it is cached
-            try:
-                more = os.preadv(self.fd, [bytearray(1)], offset + got, os.RWF_NOWAIT)
-            except OSError:
-                more = 1
-            if more:
-                raise WouldBlock(f"read {self.path}: {got} of {n} bytes cached")
-            del buf[got:]
-        return bytes(buf)
+        return pread_cached(self.fd, n, offset, self.path)
 
     def read_all(self) -> bytes:
         size = self.size()

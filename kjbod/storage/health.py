@@ -42,7 +42,7 @@ class DirState(StrEnum):
     DEGRADED = "degraded"  # slow but moving
     FULL = "full"  # out of space (or into its reserve): readable, appends refused until space returns
     OFFLINE = "offline"  # failed: an I/O error or a stall; never used again by this process
-    NOT_ANSWERING = "not-answering"  # online, but a request's size probe got no answer in time
+    NOT_ANSWERING = "not-answering"  # online, but an operation (a size probe, ...) has not returned for 5 probe waits
 
 
 @dataclass(frozen=True)

@@ -59,6 +59,7 @@ from kjbod.storage.fsio import LogDirIO, WouldBlock, waiting_allowed
 from kjbod.storage.ids import uuid_text
 from kjbod.storage.producer_state import ProducerStateManager, SnapshotFormatError
 from kjbod.storage.records import (
+    NO_PRODUCER_ID,
     PREFIX,
     RECORD_BATCH_OVERHEAD,
     BatchHeader,
@@ -686,6 +687,120 @@ class PartitionLog:
                                    from_client=False)
         return self._append(view, batches, leader_epoch=None, now_ms=now_ms, assign_offsets=False)
 
+    def append_validated_together(
+        self, validated: list[ValidatedAppend], *, leader_epoch: int = 0
+    ) -> list[AppendInfo] | None:
+        """Several producers' appends to this log at once, in order, as :meth:`append_validated` would make them
+        one after another, but under one lock and with one ``writev`` (a dir's worker appending the requests of
+        one hand-over: group commit). Only for batches without a producer id; returns None, having done nothing,
+        when the group cannot go as one (a producer id, a roll it would need between its parts, or a size or
+        space problem an append of its own would answer): the caller then appends each on its own. Raises what
+        an append raises when the log cannot be appended to at all (offline, closed)."""
+        total = 0
+        for view, batches, _now, _new in validated:
+            total += len(view)
+            for _pos, header in batches:
+                if header.producer_id != NO_PRODUCER_ID:
+                    return None
+        cfg = self.config
+        if total > cfg.segment_bytes:
+            return None
+        io = self.io
+        epoch = leader_epoch
+        append_time = cfg.log_append_time
+        with self.lock:
+            self._check_appendable()
+            if not io.room_for(total):
+                return None  # each append finds out on its own (make_room): some of them may fit
+            io.make_room(total)
+            self._ensure_producer_state()
+            plan = self.producer_state.plan()
+            buffers: list[Any] = []
+            meta: list[tuple[int, int, int, int]] = []
+            placed = []
+            next_offset = self._leo
+            max_ts = -1
+            rel = 0
+            for view, batches, now, new_headers in validated:
+                first, next_offset, count, ts = self._place(view, batches, new_headers, plan, next_offset, epoch,
+                                                            rel, buffers, meta)
+                placed.append((first, next_offset - 1, count, now if new_headers is not None and append_time
+                               else -1))
+                if ts > max_ts:
+                    max_ts = ts
+                rel += len(view)
+            first_base = placed[0][0]
+            # A roll (segment.bytes, segment.ms, a full index) is for the group as a whole: one append earlier
+            # at most than one at a time would have rolled, and never between two of them.
+            seg = self._maybe_roll(total, first_base, next_offset - 1, max_ts, validated[0].now_ms)
+            self._write_placed(seg, buffers, meta, total, plan, next_offset, epoch, first_base,
+                               sum(p[2] for p in placed))
+            log_start = self._log_start
+            flush_now = self._unflushed_messages >= cfg.flush_interval_messages
+        if flush_now:
+            self.flush()
+        return [AppendInfo(first, last, append_ms, log_start, count) for first, last, count, append_ms in placed]
+
+    def _check_appendable(self) -> None:
+        io = self.io
+        if not io.online:
+            raise io.offline_error()
+        if self.closed:
+            raise UnknownTopicOrPartitionError(f"partition {self.name} is closed or deleted")
+
+    def _place(
+        self,
+        view: memoryview,
+        batches: list[tuple[int, BatchHeader]],
+        new_headers: dict[int, bytes] | None,
+        plan: Any,
+        next_offset: int,
+        epoch: int,
+        rel: int,
+        buffers: list[Any],
+        meta: list[tuple[int, int, int, int]],
+    ) -> Any:
+        """Assign a producer's batches offsets from ``next_offset`` and add what to write for them to ``buffers``
+        and ``meta`` (``rel``: where they start within the write). Returns (first offset, next offset, record
+        count, max timestamp), or the earlier append's AppendInfo when a batch is an idempotent duplicate."""
+        first = next_offset
+        count = 0
+        max_ts = -1
+        pack = PREFIX.pack
+        for pos, header in batches:
+            base = next_offset
+            duplicate = plan.check(header, base)
+            if duplicate is not None:  # answered as Kafka does: the batch's stored max timestamp too
+                return AppendInfo(duplicate.first_offset, duplicate.last_offset, duplicate.timestamp,
+                                  self._log_start, duplicate.last_offset - duplicate.first_offset + 1,
+                                  duplicate=True)
+            next_offset = base + header.last_offset_delta + 1
+            count += header.records_count
+            if header.max_timestamp > max_ts:
+                max_ts = header.max_timestamp
+            buffers.append(pack(base, header.length, epoch))
+            stamped = new_headers.get(pos) if new_headers else None
+            if stamped is None:
+                buffers.append(view[pos + PREFIX.size : pos + header.size])
+            else:  # the header validate_records rewrote (max timestamp, timestamp type, CRC)
+                buffers.append(memoryview(stamped)[PREFIX.size :])
+                buffers.append(view[pos + RECORD_BATCH_OVERHEAD : pos + header.size])
+            meta.append((rel + pos, next_offset - 1, header.max_timestamp, header.size))
+        return first, next_offset, count, max_ts
+
+    def _write_placed(self, seg: LogSegment, buffers: list[Any], meta: list[tuple[int, int, int, int]], total: int,
+                      plan: Any, next_offset: int, epoch: int, first_base: int, count: int) -> None:
+        """Under the lock: write what :meth:`_place` prepared, then move the log end (readers never see offsets
+        whose bytes are not written)."""
+        if epoch > self._latest_epoch:  # see leader_epochs
+            self._note_epoch(epoch, first_base)
+        seg.append(buffers, meta, total)
+        plan.commit(next_offset)
+        self._leo = next_offset
+        if self.auto_high_watermark:
+            self._hw = next_offset
+        self._unflushed_messages += count
+
     def _append(
         self,
         view: memoryview,
@@ -702,74 +817,53 @@ class PartitionLog:
                 f"{total} bytes of records exceed segment.bytes {self.config.segment_bytes} for {self.name}"
             )
         now = self.clock() if now_ms is None else now_ms
-        io = self.io
         with self.lock:
-            if not io.online:
-                raise io.offline_error()
-            if self.closed:
-                raise UnknownTopicOrPartitionError(f"partition {self.name} is closed or deleted")
-            io.make_room(total)  # a full dir (or one this append would take into its reserve) refuses appends
+            self._check_appendable()
+            self.io.make_room(total)  # a full dir (or one this append would take into its reserve) refuses appends
             self._ensure_producer_state()
             plan = self.producer_state.plan()
-            next_offset = self._leo
-            bases: list[int] = []
-            count = 0
-            max_ts = -1
-            for _pos, header in batches:
-                if assign_offsets:
-                    base = next_offset
-                    duplicate = plan.check(header, base)
-                    if duplicate is not None:
-                        return AppendInfo(duplicate.first_offset, duplicate.last_offset, -1, self._log_start,
-                                          duplicate.last_offset - duplicate.first_offset + 1, duplicate=True)
-                else:
+            buffers: list[Any] = []
+            meta: list[tuple[int, int, int, int]] = []
+            if assign_offsets:
+                epoch = leader_epoch if leader_epoch is not None else -1
+                placed = self._place(view, batches, new_headers, plan, self._leo, epoch, 0, buffers, meta)
+                if placed.__class__ is AppendInfo:
+                    return placed  # type: ignore[no-any-return]
+                first_base, next_offset, count, max_ts = placed
+                seg = self._maybe_roll(total, first_base, next_offset - 1, max_ts, now)
+                self._write_placed(seg, buffers, meta, total, plan, next_offset, epoch, first_base, count)
+            else:
+                next_offset = self._leo
+                count = 0
+                max_ts = -1
+                for pos, header in batches:
                     base = header.base_offset
                     if base < next_offset:
                         raise InvalidRecordError(
                             f"out of order offsets for {self.name}: batch at {base} but the log ends at {next_offset}"
                         )
                     plan.check(header, base, from_client=False)
-                bases.append(base)
-                next_offset = base + header.last_offset_delta + 1
-                count += header.records_count
-                if header.max_timestamp > max_ts:
-                    max_ts = header.max_timestamp
-            first_base = bases[0]
-            last_offset = next_offset - 1
-            seg = self._maybe_roll(total, first_base, last_offset, max_ts, now)
-
-            buffers: list[Any] = []
-            meta: list[tuple[int, int, int, int]] = []
-            if assign_offsets:
-                epoch = leader_epoch if leader_epoch is not None else -1
-                for (pos, header), base in zip(batches, bases, strict=True):
-                    buffers.append(PREFIX.pack(base, header.length, epoch))
-                    stamped = new_headers.get(pos) if new_headers else None
-                    if stamped is None:
-                        buffers.append(view[pos + PREFIX.size : pos + header.size])
-                    else:  # the header validate_records rewrote (max timestamp, timestamp type, CRC)
-                        buffers.append(memoryview(stamped)[PREFIX.size :])
-                        buffers.append(view[pos + RECORD_BATCH_OVERHEAD : pos + header.size])
-                    meta.append((pos, base + header.last_offset_delta, header.max_timestamp, header.size))
-                epochs = [(epoch, first_base)]
-            else:
-                buffers.append(view)
-                meta = [(pos, h.last_offset, h.max_timestamp, h.size) for pos, h in batches]
-                epochs = [(h.partition_leader_epoch, h.base_offset) for _pos, h in batches]
-            for batch_epoch, batch_base in epochs:  # see leader_epochs
-                if batch_epoch > self._latest_epoch:
-                    self._note_epoch(batch_epoch, batch_base)
-            seg.append(buffers, meta, total)
-            plan.commit(next_offset)
-            self._leo = next_offset
-            if self.auto_high_watermark:
-                self._hw = next_offset
-            self._unflushed_messages += count
+                    next_offset = base + header.last_offset_delta + 1
+                    count += header.records_count
+                    if header.max_timestamp > max_ts:
+                        max_ts = header.max_timestamp
+                    meta.append((pos, header.last_offset, header.max_timestamp, header.size))
+                first_base = batches[0][1].base_offset
+                seg = self._maybe_roll(total, first_base, next_offset - 1, max_ts, now)
+                for _pos, h in batches:  # see leader_epochs
+                    if h.partition_leader_epoch > self._latest_epoch:
+                        self._note_epoch(h.partition_leader_epoch, h.base_offset)
+                seg.append([view], meta, total)
+                plan.commit(next_offset)
+                self._leo = next_offset
+                if self.auto_high_watermark:
+                    self._hw = next_offset
+                self._unflushed_messages += count
             flush_now = self._unflushed_messages >= self.config.flush_interval_messages
             log_start = self._log_start
         if flush_now:
             self.flush()
-        return AppendInfo(first_base, last_offset, -1, log_start, count)
+        return AppendInfo(first_base, next_offset - 1, -1, log_start, count)
 
     def _maybe_roll(self, total: int, first_offset: int, last_offset: int, max_ts: int, now: int) -> LogSegment:
         seg = self.segments[-1]

@@ -297,24 +297,42 @@ class LogManager:
         return self.dir_infos(self.probe_dirs(None))
 
     def dir_infos(self, sizes: dict[str, tuple[int, int, int] | None]) -> list[LogDirInfo]:
-        """Every configured log dir with its state, sizes from ``sizes`` (what :meth:`probe_dirs` answered); an
-        online dir missing from it, or None there, did not answer in time. Touches no disk."""
+        """Every configured log dir with its state, sizes from ``sizes`` (what :meth:`probe_dirs` answered) and,
+        when it is not online, why (``error``). Touches no disk.
+
+        An online dir missing from ``sizes``, or None there, did not answer within the request's short wait. It is
+        *not answering* only when one of its operations (that probe, or any other) has been outstanding for
+        :attr:`not_answering_after_s`; until then it is slow, not silent: *degraded* (or *full*), with the sizes
+        the dir's own counts last held."""
         out = []
+        now = time.monotonic()  # the clock of the seam's operation stamps
         for path, d in self._dirs.items():
+            io = d.io
             total = usable = -1
             health = self.watchdog.health[path].info()
-            state, error = health.state, d.io.offline_reason
+            state, error = health.state, None
             answer = sizes.get(path)
-            if d.io.online and answer is None:
-                state = DirState.NOT_ANSWERING
-                error = f"log dir {path} did not answer in time (a slow or hung disk)"
+            if not io.online:
+                error = io.offline_reason
             elif answer is not None:
                 total, usable = answer[0], answer[1]
-            elif state is DirState.FULL:
-                error = d.io.full_error().message
-            reserve = d.io.reserved_bytes if d.io.total_bytes >= 0 else -1
-            failed_at = d.io.offline_at_ms
-            out.append(LogDirInfo(path, d.directory_id, d.io.online, total, usable, error, state,
+            else:
+                oldest = io.oldest_outstanding()
+                waited = now - oldest[2] if oldest is not None else 0.0
+                if oldest is not None and waited >= self.not_answering_after_s:
+                    state = DirState.NOT_ANSWERING
+                    error = (f"no answer for {waited:.1f} s: {oldest[0]} {oldest[1]} has not returned "
+                             f"(a hung disk, or one slower than {self.not_answering_after_s:g} s per operation)")
+                else:
+                    state = DirState.FULL if io.full else DirState.DEGRADED
+                    total, usable = io.total_bytes, io.usable_bytes
+                    error = (f"slow: its size probe took longer than {self.probe_timeout_s * 1000:.0f} ms; sizes "
+                             "as it last counted them")
+            if state is DirState.FULL:
+                error = io.full_error().message
+            reserve = io.reserved_bytes if io.total_bytes >= 0 else -1
+            failed_at = io.offline_at_ms
+            out.append(LogDirInfo(path, d.directory_id, io.online, total, usable, error, state,
                                   health.recent_latency_ms, -1 if failed_at is None else failed_at, reserve))
         return out
 
@@ -342,6 +360,13 @@ class LogManager:
         """How long a request waits for a dir's size probe: the slow threshold (a dir slower than that is not
         waited for), at least 0.2 s and 1 s when the threshold is off."""
         return max(0.2, self.watchdog.slow_threshold_s or 1.0)
+
+    @property
+    def not_answering_after_s(self) -> float:
+        """How long a dir may leave an operation outstanding before it counts as not answering rather than slow:
+        five probe timeouts (5 s with the default 1 s ``log.dir.slow.threshold.ms``). A size probe slower than
+        the probe timeout that still answers within this shows its dir degraded."""
+        return 5 * self.probe_timeout_s
 
     def dir_health(self, path: str) -> DirHealthInfo:
         """A dir's state (online, degraded, offline) and recent operation latency, without touching its disk."""

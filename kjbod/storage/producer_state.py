@@ -114,7 +114,7 @@ class AppendPlan:
     def check(self, header: BatchHeader, base_offset: int, *, from_client: bool = True) -> BatchMetadata | None:
         """Validate one batch that would get ``base_offset``. Returns the earlier batch if it is a duplicate."""
         pid = header.producer_id
-        if pid == NO_PRODUCER_ID:
+        if pid <= NO_PRODUCER_ID:  # Kafka's hasProducerId: any id above -1
             return None
         current = self._manager.producers.get(pid)
         entry = self.updated.get(pid)
@@ -161,7 +161,7 @@ class ProducerStateManager:
         """Apply already-written batches (recovery): no validation, like Kafka's replication origin."""
         producers = self.producers
         for header in batches:
-            if header.producer_id != NO_PRODUCER_ID:
+            if header.producer_id > NO_PRODUCER_ID:
                 entry = producers.get(header.producer_id)
                 if entry is None:
                     entry = producers[header.producer_id] = ProducerEntry(header.producer_id)

@@ -146,7 +146,8 @@ def validate_batches(
     """Check every batch of a produce's records and return (position, header) for each.
 
     Raises CorruptMessageError (truncated, bad length, bad CRC), InvalidRecordError (not magic 2, empty,
-    inconsistent offsets/count, control batch or non-zero base offset from a client) or MessageTooLargeError.
+    inconsistent offsets/count; from a client: a control batch, a non-zero base offset, or a producer id without
+    a sequence) or MessageTooLargeError.
     """
     view = memoryview(buf)
     n = len(view)
@@ -191,6 +192,9 @@ def validate_batches(
                 raise InvalidRecordError(f"record batch base offset should be 0, but it is {header.base_offset}")
             if header.is_control:
                 raise InvalidRecordError("clients are not allowed to write control batches")
+            if header.producer_id >= 0 and header.base_sequence < 0:  # Kafka's LogValidator: an idempotent batch
+                raise InvalidRecordError(f"invalid sequence number {header.base_sequence} in record batch with "
+                                         f"producer id {header.producer_id}")
         out.append((pos, header))
         pos += size
     return out

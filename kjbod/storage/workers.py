@@ -9,13 +9,33 @@ file regions) happens on the dir's thread. Results go back to the loop in batche
 closure queued, runs them, then wakes the loop once (``call_soon_threadsafe``) with all their results, so a busy
 dir costs one wake-up per batch of requests, not one per partition.
 
+At most one batch of the loop's closures is in flight per worker: an idle worker gets a closure at the end of
+the loop's pass (no added latency), but while it runs a batch, what the loop submits for that dir is held on the
+loop and handed over as one batch when the running one's answers arrive. Under a heavy load the worker is then
+woken once per batch of many requests, not once per request: under CPython's GIL each wake-up also costs the two
+threads a hand-over of the interpreter, which at small requests cost more than the appends themselves (measured,
+tools/bench/dir_workers.py).
+
 A dir failed because an operation never returned (:mod:`kjbod.storage.health`) has its worker abandoned: the
 closures queued behind the stuck one, and the stuck one itself, are answered with the dir's offline error at
 once (their requests do not wait for a disk that will not answer), and the thread is left to the kernel. If the
 stuck call ever returns, its result is dropped.
 
+A closure may carry a ``together`` attribute: a function that runs several such closures (consecutive in a batch,
+with the same ``together``) in one call and returns one result per closure, what each alone would have
+returned. Produce uses it to write the batches that several requests bring to one partition at once (one lock
+taken, one ``writev``: group commit); an exception it raises is every one of those closures' answer.
+
+CPU placement: the event loop and the workers take turns (the loop waits in epoll while a worker appends, and
+the GIL lets one run Python at a time), so ``kjbod serve`` keeps them on one CPU while the process is quiet
+(:class:`Placement`). Then a hand-off wakes a thread on the CPU that is running, which is a context switch,
+instead of one on an idle CPU, which on a VM is an interrupt to a halted virtual CPU. While the process is busy
+the kernel spreads them again: the copies of 1 MiB writes, done without the GIL, then use the second CPU.
+
 ``KJBOD_DIR_WORKERS=0`` gives no dir a worker: handlers then run their closures inline on the event loop (the
-old single-loop path), so the benchmark of the hand-off's cost measures both in one run. Nothing else sets it.
+old single-loop path), so the benchmark of the hand-off's cost measures both in one run;
+``KJBOD_DIR_WORKERS=unplaced`` keeps the workers but leaves their CPU to the kernel (the benchmark's check of
+the placement). Nothing else sets it.
 """
 
 from __future__ import annotations
@@ -25,6 +45,8 @@ import concurrent.futures
 import os
 import queue
 import threading
+import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -39,6 +61,134 @@ WORKERS_ENV = "KJBOD_DIR_WORKERS"
 
 def workers_enabled() -> bool:
     return os.environ.get(WORKERS_ENV, "1") != "0"
+
+
+_loop_cpus: set[int] | None = None  # the event loop's CPU while the dir workers share it (Placement)
+
+
+def current_cpu() -> int:
+    """The CPU the calling thread runs on now (Linux: /proc/thread-self/stat's 39th field)."""
+    with open("/proc/thread-self/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[36])
+
+
+class Placement:
+    """Keeps the event loop's thread and the dir workers on one CPU while the process is quiet, and lets the
+    kernel spread them while it is busy (see the module's docstring).
+
+    Started on the loop's thread once the node has started; every REVIEW_S it compares the time the loop and the
+    workers ran, and waited to run (/proc's schedstat), with the time passed. Placed, when they wanted more
+    than BUSY of their one CPU (ran or waited), they get every allowed CPU back: the copies of big writes and
+    reads, which run without the GIL, can then use a second CPU, and a CPU crowded by other processes is left.
+    Spread, when they ran less than QUIET, they are placed again, on the CPU the loop runs on then. A thread
+    the loop starts while placed inherits its CPU; the next review gives it every allowed CPU back (only the
+    loop and the workers are placed)."""
+
+    REVIEW_S = 0.25
+    BUSY = 0.75  # placed, the loop and the workers ran or waited to run more than this share of the time: spread
+    QUIET = 0.25  # spread, they ran less than this share: placed again
+
+    def __init__(self) -> None:
+        self.allowed = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
+        self.loop_tid = threading.get_native_id()
+        self._last = (time.monotonic(), *self._usage())
+        self._timer: asyncio.TimerHandle | None = None
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> bool:
+        """Place the threads now and review every REVIEW_S; False where placement is not done (one CPU allowed
+        anyway, or ``KJBOD_DIR_WORKERS=unplaced``)."""
+        if os.environ.get(WORKERS_ENV) == "unplaced" or len(self.allowed) < 2:
+            return False
+        self._place()
+        self._timer = loop.call_later(self.REVIEW_S, self._review, loop)
+        return True
+
+    def stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._spread()
+
+    def _review(self, loop: asyncio.AbstractEventLoop) -> None:
+        now = (time.monotonic(), *self._usage())
+        passed = max(now[0] - self._last[0], 1e-3)
+        ran, waited = (max(now[i] - self._last[i], 0.0) / passed for i in (1, 2))  # 0 if a worker ended
+        self._last = now
+        if _loop_cpus is None:
+            if ran < self.QUIET:
+                self._place()
+        elif ran + waited > self.BUSY:
+            self._spread()
+        else:
+            self._free_others()
+        self._timer = loop.call_later(self.REVIEW_S, self._review, loop)
+
+    def _usage(self) -> tuple[float, float]:
+        """Seconds the loop's thread and the workers' have run, and waited to run (/proc's schedstat), so far."""
+        ran = waited = 0
+        for tid in [self.loop_tid, *(w._thread.native_id for w in _workers())]:
+            try:
+                with open(f"/proc/self/task/{tid}/schedstat") as f:
+                    fields = f.read().split()
+                ran += int(fields[0])
+                waited += int(fields[1])
+            except (OSError, ValueError, IndexError):  # ended meanwhile, or no schedstats in this kernel
+                continue
+        return ran / 1e9, waited / 1e9
+
+    def _place(self) -> None:
+        global _loop_cpus
+        try:
+            cpus = {current_cpu()}
+            os.sched_setaffinity(0, cpus)
+        except (OSError, ValueError, IndexError) as e:  # no /proc, or a cpuset that changed: the kernel chooses
+            log.info("dir_workers_not_placed", reason=str(e))
+            return
+        _loop_cpus = cpus
+        for worker in _workers():
+            worker._set_cpus(cpus)
+
+    def _spread(self) -> None:
+        global _loop_cpus
+        if _loop_cpus is None:
+            return
+        _loop_cpus = None
+        _set_cpus(0, self.allowed)
+        for worker in _workers():
+            worker._set_cpus(self.allowed)
+
+    def _free_others(self) -> None:
+        placed = _loop_cpus
+        ours = {self.loop_tid} | {w._thread.native_id for w in _workers()}
+        try:
+            tids = [int(t) for t in os.listdir("/proc/self/task")]
+        except OSError:
+            return
+        for tid in tids:
+            if tid in ours:
+                continue
+            try:
+                inherited = os.sched_getaffinity(tid) == placed
+            except OSError:  # ended meanwhile
+                continue
+            if inherited:
+                _set_cpus(tid, self.allowed)
+
+
+def _set_cpus(tid: int, cpus: set[int]) -> None:
+    try:
+        os.sched_setaffinity(tid, cpus)
+    except OSError as e:  # the thread ended, or the CPU left this process's cpuset: the kernel chooses
+        log.debug("thread_not_placed", tid=tid, cpus=sorted(cpus), reason=str(e))
+
+
+_running: weakref.WeakSet[DirWorker] = weakref.WeakSet()  # started, for Placement
+_running_lock = threading.Lock()  # workers start on any thread: the set must not change while it is copied
+
+
+def _workers() -> list[DirWorker]:
+    with _running_lock:
+        return list(_running)
 
 
 Done = Callable[[bool, Any], None]  # called on the loop with (True, result) or (False, exception)
@@ -63,10 +213,14 @@ class DirWorker:
         self.io = io
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._current: list[_Job] = []  # the batch being run (read by abandon() from another thread)
-        self._held: list[_Job] = []  # submitted during this pass of the loop, handed over at its end
+        self._held: list[_Job] = []  # submitted on the loop, not handed over yet (see submit)
+        self._in_flight = False  # a hand-over's answers are not back on the loop yet (loop-side state)
+        self._loop: asyncio.AbstractEventLoop | None = None  # the loop holding _held, told when abandoned
         self.abandoned = False
         self._thread = threading.Thread(target=self._run, name=f"kjbod-dir-worker {io.path}", daemon=True)
         self._thread.start()
+        with _running_lock:
+            _running.add(self)
 
     def __repr__(self) -> str:
         return f"DirWorker({self.io.path!r}, abandoned={self.abandoned})"
@@ -77,13 +231,22 @@ class DirWorker:
         abandoned dir's closures get its offline error).
 
         Closures submitted during one pass of the loop (every request read from every ready connection) reach the
-        worker together, at the end of that pass: one wake-up of the thread per pass, not one per request."""
+        worker together, at the end of that pass, or, while the worker still runs the previous hand-over, when
+        its answers are back: one wake-up of the thread per batch, not one per request. A closure whose
+        ``at_once`` attribute is true (heavy work: a big Produce to validate and write) goes over at the end of
+        the pass even then, with what is held before it: held behind a running batch, a big request would wait
+        for it and its answer for every other one of the next batch, and the worker would sit idle meanwhile."""
         if loop is None:
             loop = asyncio.get_running_loop()
         held = self._held
         held.append((fn, loop, done))
-        if len(held) == 1:
-            loop.call_soon(self._hand_over)
+        if getattr(fn, "at_once", False):
+            self._loop = loop
+            loop.call_soon(self._hand_over, True)
+        elif len(held) == 1:
+            self._loop = loop
+            if not self._in_flight or self.abandoned:
+                loop.call_soon(self._hand_over)
 
     def post(self, fn: Callable[[], Any], what: str) -> None:
         """Run ``fn`` on this dir's thread after everything queued, from any thread, answering nobody (a failure
@@ -127,17 +290,41 @@ class DirWorker:
                 if gave_up() and done.cancel():
                     raise TimeoutError(f"gave up waiting for the worker of {self.io.path}") from None
 
-    def _hand_over(self) -> None:
-        held, self._held = self._held, []
+    def _hand_over(self, at_once: bool = False) -> None:
+        """On the loop: what is held goes to the worker as one batch (unless one is in flight and not
+        ``at_once``: then it goes when that one's answers arrive, in _answers_in)."""
+        held = self._held
         if self.abandoned:
+            self._held = []
             err = self.io.offline_error()
             _settle([(done, False, err) for _fn, _loop, done in held if done is not None])
             return
+        if (self._in_flight and not at_once) or not held:
+            return
+        self._held = []
+        self._in_flight = True
         self._queue.put(held)
         if self.abandoned:  # abandoned meanwhile, from another thread: nothing will run these
             self._fail_queued([])
 
+    def _answers_in(self, results: list[tuple[Done, bool, Any]], _batch: object) -> None:
+        """On the loop: a hand-over's answers. What was held meanwhile goes over first, so the worker runs it
+        while the loop settles these (``_batch``: the closures, freed here when this returns)."""
+        self._in_flight = False
+        if self._held:
+            self._hand_over()
+        _settle(results)
+
+    def _set_cpus(self, cpus: set[int]) -> None:
+        """Where this worker's thread may run (from any thread; see Placement)."""
+        tid = self._thread.native_id
+        if tid is not None:
+            _set_cpus(tid, cpus)
+
     def _run(self) -> None:
+        placed = _loop_cpus
+        if placed is not None:  # started from another thread while the loop's CPU is shared: onto it
+            _set_cpus(0, placed)
         while True:
             batch, stop = self._take()
             answers = self._answer(batch)
@@ -168,13 +355,32 @@ class DirWorker:
     def _answer(self, batch: list[_Job]) -> dict[asyncio.AbstractEventLoop, list[tuple[Done, bool, Any]]]:
         self._current = batch
         by_loop: dict[asyncio.AbstractEventLoop, list[tuple[Done, bool, Any]]] = {}
-        for fn, loop, done in batch:
+        i, n = 0, len(batch)
+        while i < n:
+            fn, loop, done = batch[i]
+            together = getattr(fn, "together", None)
+            j = i + 1
+            if together is not None:
+                while j < n and getattr(batch[j][0], "together", None) is together:
+                    j += 1
+            if j - i > 1 and together is not None:
+                jobs = batch[i:j]
+                try:
+                    outcomes = [(True, value) for value in together([job[0] for job in jobs])]
+                except BaseException as e:  # every one of them answers it
+                    outcomes = [(False, e)] * len(jobs)
+                for (_fn, loop, done), (ok, value) in zip(jobs, outcomes, strict=True):
+                    if loop is not None:
+                        by_loop.setdefault(loop, []).append((done, ok, value))  # type: ignore[arg-type]
+                i = j
+                continue
             try:
                 result: tuple[Done, bool, Any] = (done, True, fn())  # type: ignore[assignment]
             except BaseException as e:  # handed to the awaiting request, which decides
                 result = (done, False, e)  # type: ignore[assignment]
             if loop is not None:
                 by_loop.setdefault(loop, []).append(result)
+            i = j
         self._current = []
         return by_loop
 
@@ -185,7 +391,7 @@ class DirWorker:
         the worker more CPU than the appends themselves (measured); the loop frees them hot in its cache."""
         for loop, results in answers.items():
             try:
-                loop.call_soon_threadsafe(_settle, results, batch)
+                loop.call_soon_threadsafe(self._answers_in, results, batch)
             except RuntimeError:  # that loop is closed: nobody waits for these any more
                 pass
             batch = []
@@ -198,6 +404,12 @@ class DirWorker:
         self.abandoned = True
         self._fail_queued(list(self._current))
         self._queue.put(_STOP)  # a worker that is not stuck stops
+        loop = self._loop
+        if loop is not None:  # what the loop holds for this dir (a hand-over was in flight) is answered too
+            try:
+                loop.call_soon_threadsafe(self._hand_over)
+            except RuntimeError:
+                pass
 
     def _fail_queued(self, pending: list[_Job]) -> None:
         while True:
@@ -225,7 +437,7 @@ class DirWorker:
 
     def idle(self) -> bool:
         """Nothing queued or running (a hint, read without a lock)."""
-        return not self._held and not self._current and self._queue.empty()
+        return not self._held and not self._in_flight and not self._current and self._queue.empty()
 
     def is_alive(self) -> bool:
         return self._thread.is_alive()

@@ -144,6 +144,7 @@ PARTITION_SCHEMA = {"topic": str, "partition": INT, "size": INT, "offset_lag": N
 LOG_DIR_SCHEMA = {"path": str, "is_live": bool, "error": NULLABLE_STR, "directory_id": NULLABLE_STR,
                   "total_bytes": NULLABLE_INT, "usable_bytes": NULLABLE_INT, "state": NULLABLE_STR,
                   "recent_latency_ms": NULLABLE_INT, "failed_at": NULLABLE_STR, "reserved_bytes": NULLABLE_INT,
+                  "state_reason": NULLABLE_STR,
                   "partitions": [PARTITION_SCHEMA]}
 DOCUMENT_SCHEMA = {"version": INT, "brokers": [{"broker": INT, "error": NULLABLE_STR, "log_dirs": [LOG_DIR_SCHEMA]}]}
 

@@ -217,7 +217,7 @@ def test_describe_document():
         {"broker": 1, "error": None, "log_dirs": [
             {"path": "/data/a", "is_live": True, "error": None, "directory_id": "D289LI8KSlWdSx0uP0BRYg",
              "total_bytes": 1000 * 2**30, "usable_bytes": 250 * 2**30, "state": None, "recent_latency_ms": None,
-             "failed_at": None, "reserved_bytes": 2**30, "partitions": [
+             "failed_at": None, "reserved_bytes": 2**30, "state_reason": None, "partitions": [
                  {"topic": "audit", "partition": 0, "size": 512, "offset_lag": None, "behind_leader": None,
                   "is_temporary": False},
                  {"topic": "events", "partition": 0, "size": 5 * 2**20, "offset_lag": 0, "behind_leader": None,
@@ -227,18 +227,18 @@ def test_describe_document():
              ]},
             {"path": "/data/b", "is_live": True, "error": None, "directory_id": None, "total_bytes": None,
              "usable_bytes": None, "state": None, "recent_latency_ms": None, "failed_at": None, "reserved_bytes": None,
-             "partitions": [
+             "state_reason": None, "partitions": [
                  {"topic": "events", "partition": 0, "size": 2**20, "offset_lag": 1234, "behind_leader": None,
                   "is_temporary": True}]},
             {"path": "/data/c", "is_live": False, "error": "KAFKA_STORAGE_ERROR", "directory_id": None,
              "total_bytes": None, "usable_bytes": None, "state": "offline", "recent_latency_ms": None,
-             "failed_at": "2026-11-25T16:00:00Z", "reserved_bytes": None, "partitions": []},
+             "failed_at": "2026-11-25T16:00:00Z", "reserved_bytes": None, "state_reason": None, "partitions": []},
         ]},
         {"broker": 2, "error": "NETWORK_EXCEPTION: 127.0.0.1:9: connection refused", "log_dirs": []},
         {"broker": 3, "error": None, "log_dirs": [
             {"path": "/d3", "is_live": True, "error": None, "directory_id": None, "total_bytes": 100,
              "usable_bytes": 100, "state": None, "recent_latency_ms": None, "failed_at": None, "reserved_bytes": None,
-             "partitions": []}]},
+             "state_reason": None, "partitions": []}]},
     ]}
     json.dumps(document)  # plain JSON types only
 
@@ -258,6 +258,31 @@ def test_slow_and_silent_dirs_show_their_state():
     assert rows == [["/ok", "online", "0", "0"], ["/slow", "degraded", "(2.3", "s/op)"],
                     ["/hung", "NOT", "ANSWERING", "(KAFKA_STORAGE_ERROR)"],
                     ["/dead", "OFFLINE", "(KAFKA_STORAGE_ERROR)", "-"]]
+
+
+def test_the_table_says_why_a_dir_is_not_online():
+    """kjbod's StateReason, under the dirs' table: the stall or I/O error that took a dir offline, what a dir that
+    does not answer is stuck in; nothing for a dir without one (online, or a broker that does not report it)."""
+    stalled = "stalled: fsync /a/t-0/00000000000000000000.log did not return for 30.0 s (log.dir.stall.timeout.ms)"
+    broken = "write /b/t-1/00000000000000000000.log failed: [Errno 5] Input/output error"
+    hung = "no answer for 7.2 s: statvfs /c has not returned (a hung disk, or one slower than 5 s per operation)"
+    result = LogDirsByBroker()
+    result[1] = [
+        LogDirInfo(1, "/a", None, ErrorCode.KAFKA_STORAGE_ERROR, None, None, [], "offline", 0, 1_795_622_400_000,
+                   state_reason=stalled),
+        LogDirInfo(1, "/b", None, ErrorCode.KAFKA_STORAGE_ERROR, None, None, [], "offline", 0, state_reason=broken),
+        LogDirInfo(1, "/c", None, ErrorCode.KAFKA_STORAGE_ERROR, None, None, [], "not-answering", 7200,
+                   state_reason=hung),
+        LogDirInfo(1, "/d", None, None, 100, 50, [], "online", 3),
+        LogDirInfo(1, "/e", None, ErrorCode.KAFKA_STORAGE_ERROR, None, None, []),  # Apache Kafka: no reason
+    ]
+    document = describe_document(result)
+    assert [d["state_reason"] for d in document["brokers"][0]["log_dirs"]] == [stalled, broken, hung, None, None]
+    lines = render_table(document).splitlines()
+    blank = lines.index("", 2)
+    assert lines[blank + 1:blank + 4] == [f"  /a (offline): {stalled}", f"  /b (offline): {broken}",
+                                          f"  /c (not-answering): {hung}"]
+    assert lines[blank + 4] == ""  # then the replicas
 
 
 def test_render_table():

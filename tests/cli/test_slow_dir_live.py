@@ -3,8 +3,9 @@ fault file makes one dir's operations slower: KJBOD_FAULTS with ``delay_ms``).
 
 * slow: the dir's fsyncs take 1.5 s against the default 1 s ``log.dir.slow.threshold.ms``: it is degraded, shown so
   with its latency, logged once, and still online; the other dirs are online;
-* silent: its size probe does not answer: DescribeLogDirs reports it NOT ANSWERING (KAFKA_STORAGE_ERROR, no
-  sizes) and answers for the others; SIGTERM still stops the server cleanly.
+* silent: its size probe does not answer: DescribeLogDirs answers for the others at once and, once the probe has
+  been outstanding for the not-answering bound (5 s), reports it NOT ANSWERING (KAFKA_STORAGE_ERROR, no sizes) with
+  the operation it is stuck in; SIGTERM still stops the server cleanly.
 """
 
 from __future__ import annotations
@@ -54,25 +55,31 @@ def test_a_slow_dir_is_degraded_and_a_silent_one_not_answering(tmp_path, monkeyp
         assert seen[bad]["is_live"] and seen[bad]["recent_latency_ms"] >= 1000
         assert seen[bad]["total_bytes"] > 0  # slow, but it answers
         table = describe(server.bootstrap).stdout
-        [row] = [line for line in table.splitlines() if line.strip().startswith(bad)]
+        [row] = [line for line in table.splitlines() if line.strip().startswith(bad + "  ")]
         assert " degraded (" in row and " s/op)" in row
         assert "log_dir_degraded" in server.stderr(tail=400)
 
         # Now its size probe does not answer (held far longer than this test runs).
         faults.write_text(json.dumps({"faults": [{"dir": bad, "delay_ms": 600_000, "ops": ["statvfs"]}]}))
-        # The healthy dirs' probes get the same short bound (the slow threshold): on a loaded machine one may miss
-        # it once, so this looks until one answer shows all three as expected.
+        # The healthy dirs' probes get the same short wait (the slow threshold): on a loaded machine one may miss
+        # it once, so this looks until one answer shows all three as expected. Until its probe has been out for
+        # the not-answering bound the bad dir is only slow: degraded (or still online, before the next probe).
         deadline = time.monotonic() + PATIENCE_S
         while True:
             seen = dirs_of(server.bootstrap)
-            if all(seen[p]["state"] == "online" and seen[p]["total_bytes"] for p in paths[:2]):
+            assert seen[bad]["state"] in ("online", "degraded", "not-answering"), seen[bad]
+            if seen[bad]["state"] == "not-answering" and all(
+                    seen[p]["state"] == "online" and seen[p]["total_bytes"] for p in paths[:2]):
                 break
-            assert time.monotonic() < deadline, f"the healthy dirs never answered: {seen}"
+            assert time.monotonic() < deadline, f"the dirs never showed as expected: {seen}"
+            time.sleep(0.2)
         assert (seen[bad]["state"], seen[bad]["is_live"], seen[bad]["error"], seen[bad]["total_bytes"]) == (
             "not-answering", False, "KAFKA_STORAGE_ERROR", None)
+        assert f"statvfs {bad} has not returned" in seen[bad]["state_reason"], seen[bad]
         table = describe(server.bootstrap).stdout
-        [row] = [line for line in table.splitlines() if line.strip().startswith(bad)]
+        [row] = [line for line in table.splitlines() if line.strip().startswith(bad + "  ")]
         assert "NOT ANSWERING (KAFKA_STORAGE_ERROR)" in row
+        assert f"  {bad} (not-answering): no answer for " in table
     finally:
         code = server.stop()
     assert code == 0, server.stderr()

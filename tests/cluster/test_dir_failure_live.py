@@ -9,6 +9,7 @@ Then a broker whose dir fails while the controller cannot be reached shuts down 
 from __future__ import annotations
 
 import datetime
+import errno
 import json
 import os
 import signal
@@ -143,6 +144,8 @@ def test_a_failed_dir_takes_only_its_partitions_offline_and_the_broker_serves_it
     since = datetime.datetime.fromtimestamp(failed_at[failed] / 1000, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     row = next(line for line in out.stdout.splitlines() if line.strip().startswith(failed + " "))
     assert f"OFFLINE (KAFKA_STORAGE_ERROR) since {since}" in row, out.stdout
+    [why] = [line for line in out.stdout.splitlines() if line.startswith(f"  {failed} (offline): ")]
+    assert f"failed: [Errno {errno.EIO}]" in why, out.stdout  # the failed call and its error, under the table
     document = json.loads(subprocess.run(
         [*COMMAND, "log-dirs", "describe", "--bootstrap-server", cluster.bootstrap, "--broker-list", "2", "--json"],
         capture_output=True, text=True, timeout=120).stdout)

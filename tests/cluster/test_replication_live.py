@@ -8,15 +8,20 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
 import warnings
 from typing import Any
 
 import pytest
+from live import COMMAND
+
+from kjbod.cli.cluster import node_pid
 
 from .conftest import Cluster, wait_for
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)  # kafka-python's import uses a deprecated importlib API
+    from kafka import KafkaProducer
     from kafka.admin import KafkaAdminClient, NewTopic
 
 pytestmark = pytest.mark.slow
@@ -102,6 +107,49 @@ def test_a_killed_broker_loses_leadership_to_an_isr_member_and_comes_back_as_a_r
     wait_for(lambda: (parts := partitions(cluster, "rf3-kill")) is not None and all(
         not p["offline"] and victim in p["replicas"] and p["leader"] >= 0 for p in parts.values()),
         f"broker {victim} is back as a replica")
+
+
+def test_cluster_up_starts_only_the_killed_broker_and_it_rejoins_the_isr(cluster):
+    """The README's walkthrough: after a kill -9 of a broker, `kjbod cluster up` on the cluster's dir starts that
+    broker again (its pid file and log as before) and leaves the running nodes alone; the broker catches up on what
+    was written while it was down and is back in the ISR of every partition."""
+    before = create_rf3(cluster, "rf3-up")
+    victim = leader_of_most(before)
+    name = f"broker-{victim}"
+    others = {n: cluster.pid(n) for n in cluster.homes if n != name}
+    cluster.signal(name, signal.SIGKILL)
+    moved_off(cluster, "rf3-up", before, victim)
+    producer = KafkaProducer(bootstrap_servers=cluster.bootstrap, acks="all", request_timeout_ms=30_000)
+    try:
+        for p in range(PARTITIONS):  # written while it is down: it has to catch up to rejoin
+            producer.send("rf3-up", b"while broker %d was down" % victim, partition=p).get(60)
+    finally:
+        producer.close(timeout=10)
+    up = subprocess.run([*COMMAND, "cluster", "up", "--detach", "--dir", str(cluster.root)], capture_output=True,
+                        text=True, timeout=300)
+    assert up.returncode == 0, up.stdout + up.stderr
+    pid = cluster.pid(name)
+    assert f"already running: {', '.join(f'{n} (pid {p})' for n, p in others.items())}\n" in up.stdout
+    assert f"started: {name} (pid {pid})\n" in up.stdout and f"bootstrap.servers={cluster.bootstrap}" in up.stdout
+    assert (cluster.homes[name] / "pid").read_text().strip() == str(pid)
+    assert {n: cluster.pid(n) for n in others} == others  # the running nodes were left alone
+    wait_for(lambda: (parts := partitions(cluster, "rf3-up")) is not None and all(
+        sorted(p["isr"]) == sorted(p["replicas"]) and not p["offline"] and p["leader"] >= 0
+        for p in parts.values()), f"broker {victim} is back in the ISR of every partition")
+    # A rolling restart of that one broker: `cluster down --node` stops it alone, `cluster up` starts it again.
+    down = subprocess.run([*COMMAND, "cluster", "down", "--dir", str(cluster.root), "--node", str(victim)],
+                          capture_output=True, text=True, timeout=300)
+    assert (down.returncode, down.stdout) == (0, f"stopped: {name}\n"), down.stderr
+    assert node_pid(cluster.homes[name]) is None and not (cluster.homes[name] / "pid").exists()
+    assert {n: cluster.pid(n) for n in others} == others
+    up = subprocess.run([*COMMAND, "cluster", "up", "--detach", "--dir", str(cluster.root)], capture_output=True,
+                        text=True, timeout=300)
+    assert up.returncode == 0 and f"starting {name} again with its data\n" in up.stdout, up.stdout + up.stderr
+    assert f"started: {name} (pid {cluster.pid(name)})\n" in up.stdout
+    wrong = subprocess.run([*COMMAND, "cluster", "down", "--dir", str(cluster.root), "--node", "broker-9"],
+                           capture_output=True, text=True, timeout=300)
+    assert wrong.returncode == 2 and "--node 'broker-9': the cluster in " in wrong.stderr, wrong.stderr
+    assert "Traceback" not in wrong.stderr and {n: cluster.pid(n) for n in others} == others
 
 
 def test_elect_leaders_through_a_broker_with_kafka_python(cluster):

@@ -122,6 +122,35 @@ async def test_one_produce_request_waits_for_each_of_its_partitions(polling):
     assert manager._waiters == {("t", 0): []}
 
 
+async def test_an_acks_all_answer_is_complete_when_the_hw_passes_it_with_no_task_in_between(polling):
+    """The Produce answer's future is done by the follower fetch that moves the HW itself (no task to step, no
+    loop pass), with each partition's code written into the answer; a code other than 0 (here the timeout of
+    a second request) lands in its partition."""
+    from kjbod.broker.replication import hooks
+    from kjbod.protocol.generated.produce_response import (
+        PartitionProduceResponse,
+        ProduceResponse,
+        TopicProduceResponse,
+    )
+
+    polling.plog.append(batch(2), leader_epoch=0)
+    part = PartitionProduceResponse(index=0, error_code=0, base_offset=0)
+    response = ProduceResponse(responses=[TopicProduceResponse(name="t", partition_responses=[part])])
+    tasks = len(asyncio.all_tasks())
+    answer = hooks.await_replication(polling.node, response, [("t", part, 2)], int(LONG_S * 1000))
+    assert asyncio.isfuture(answer) and len(asyncio.all_tasks()) == tasks
+    fetch(polling, 2, 2)
+    assert not answer.done()  # broker 3 has not fetched it yet
+    fetch(polling, 3, 2)
+    assert answer.done() and answer.result() is response and part.error_code == 0
+
+    late = PartitionProduceResponse(index=0, error_code=0, base_offset=2)
+    polling.plog.append(batch(1), leader_epoch=0)
+    timed_out = hooks.await_replication(polling.node, ProduceResponse(), [("t", late, 3)], 0)
+    await asyncio.wait_for(timed_out, LONG_S)
+    assert late.error_code == ErrorCode.REQUEST_TIMED_OUT
+
+
 async def test_a_request_timing_out_answers_what_waits_and_leaves_the_purgatory(polling):
     manager = polling.manager
     polling.plog.append(batch(4), leader_epoch=0)
@@ -156,7 +185,7 @@ async def test_a_followers_small_read_goes_out_as_bytes_and_a_backlog_as_file_re
     (part,) = answer.responses[0].partitions
     assert part.records.__class__ is bytes
     assert part.records == polling.plog.read_bytes(0, 1 << 20)
-    assert fetch_handler._end_offset(part.records) == polling.plog.log_end_offset == 2
+    assert polling.plog.log_end_offset == 2
 
     big = b"x" * 1024
     while polling.plog.log_end_offset < 2 + 2 * fetch_handler.SMALL_FOLLOWER_READ // len(big):
@@ -173,7 +202,51 @@ def region_bytes(region) -> bytes:
     return os.pread(region.fd, region.count, region.offset)
 
 
-def test_the_end_offset_of_whole_batches():
-    data = batch(3, base_offset=10) + batch(2, base_offset=13)
-    assert fetch_handler._end_offset(data) == 15
-    assert fetch_handler._end_offset(b"") == -1
+async def test_a_follower_read_is_one_read_of_file_regions_copied_only_when_small(polling, monkeypatch):
+    """Regions first, with the whole budget: a caught-up follower's few bytes are copied out of them, a follower
+    behind gets them as they are; neither pays a read it throws away (the bytes read of the old way, ~3% extra
+    reads while a follower was behind)."""
+    reads: list[str] = []
+    real_read, real_bytes = polling.plog.read, polling.plog.read_bytes
+    monkeypatch.setattr(polling.plog, "read", lambda *a, **k: reads.append("regions") or real_read(*a, **k))
+    monkeypatch.setattr(polling.plog, "read_bytes", lambda *a, **k: reads.append("bytes") or real_bytes(*a, **k))
+    polling.plog.append(batch(2), leader_epoch=0)
+    small, _hw, _lso = fetch_handler._small_read(polling.plog, 0, 1 << 20)
+    assert small.__class__ is bytes and reads == ["regions"]
+    big = b"x" * 1024
+    while polling.plog.log_end_offset < 2 + 2 * fetch_handler.SMALL_FOLLOWER_READ // len(big):
+        polling.plog.append(batch(1, tag=big), leader_epoch=0)
+    behind, _hw, _lso = fetch_handler._small_read(polling.plog, 0, 1 << 20)
+    assert isinstance(behind, list) and reads == ["regions", "regions"]
+    for r in behind:
+        r.close()
+
+
+async def test_a_small_read_the_page_cache_cannot_answer_closes_its_regions_for_the_worker(polling, monkeypatch):
+    """On the loop (fsio.no_waiting) a region's bytes come from the page cache only: when they cannot, the read
+    gives up with WouldBlock (the dir's worker reads it again) and closes the regions it held."""
+    from kjbod.storage import fsio
+
+    polling.plog.append(batch(2), leader_epoch=0)
+    held = []
+    real_read = polling.plog.read
+
+    def read(*a, **k):
+        result = real_read(*a, **k)
+        held.extend(result.regions)
+        return result
+
+    real_pread = fsio.pread_region
+
+    def not_cached(fd, n, offset, what):  # the log's own reads found it cached; the region's bytes are not
+        if not fsio.waiting_allowed():
+            raise fsio.WouldBlock(f"read {what}: not cached")
+        return real_pread(fd, n, offset, what)
+
+    monkeypatch.setattr(polling.plog, "read", read)
+    monkeypatch.setattr(fsio, "pread_region", not_cached)
+    with pytest.raises(fsio.WouldBlock), fsio.no_waiting():
+        fetch_handler._small_read(polling.plog, 0, 1 << 20)
+    assert held and all(r.closed for r in held)
+    data, _hw, _lso = fetch_handler._small_read(polling.plog, 0, 1 << 20)  # waiting allowed: a plain pread
+    assert data == polling.plog.read_bytes(0, 1 << 20)

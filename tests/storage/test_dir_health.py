@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import json
+import os
 import threading
 import time
 from pathlib import Path
@@ -230,19 +231,36 @@ def test_describe_log_dirs_and_placement_do_not_wait_for_a_hung_dir(make_manager
     lm.create_partition("t", 0, TOPIC_ID, dir=good)
     rule = fsio.slow(hung, hold=True, ops={"statvfs"})
     node = SimpleNamespace(logs=SimpleNamespace(manager=lm), mover=None)
-    try:
+    def describe() -> tuple[dict, list]:
         with capture_logs() as logs:
             response = asyncio.run(describe_log_dirs.handle(
                 node, None, DescribeLogDirsRequest(topics=None, include_directory_ids=True)))
-        results = {r.log_dir: r for r in response.results}
         assert [r.log_dir for r in response.results] == log_dirs
+        return {r.log_dir: r for r in response.results}, logs
+
+    try:
+        # Its probe is late, but for less than the not-answering bound: slow, not silent. It is degraded, with
+        # the sizes it last counted (from opening), and says why.
+        results, logs = describe()
         for path in (good, other):
             assert results[path].error_code == 0 and results[path].total_bytes > 0
-            assert results[path].dir_state == "online"
+            assert (results[path].dir_state, results[path].state_reason) == ("online", "")
         assert results[good].topics[0].name == "t"
+        late = results[hung]
+        assert (late.error_code, late.dir_state) == (0, "degraded")
+        assert late.total_bytes > 0 and late.state_reason.startswith("slow: its size probe took longer than 200 ms")
+        assert not [e for e in logs if e["event"] == "log_dir_not_answering"]
+        # Once its statvfs has been outstanding for the bound (five probe timeouts: 1 s here), it is not answering.
+        assert lm.not_answering_after_s == 1.0
+        hung_io = lm.watchdog.health[hung].io
+        while time.monotonic() - hung_io.oldest_outstanding()[2] < lm.not_answering_after_s:
+            time.sleep(0.05)
+        results, logs = describe()
         silent = results[hung]
         assert (silent.error_code, silent.total_bytes, silent.usable_bytes, silent.dir_state) == (
             ErrorCode.KAFKA_STORAGE_ERROR, -1, -1, "not-answering")
+        assert silent.state_reason.startswith("no answer for ") and f"statvfs {hung} has not returned" in (
+            silent.state_reason)
         assert [e["log_dir"] for e in logs if e["event"] == "log_dir_not_answering"] == [hung]
         # New partitions go to the dirs that answer, whatever their sizes.
         placed = {lm.create_partition("new", i, TOPIC_ID).log_dir for i in range(4)}
@@ -252,6 +270,43 @@ def test_describe_log_dirs_and_placement_do_not_wait_for_a_hung_dir(make_manager
         rule.release()
     answers = lm.probe_dirs(None)  # once released, the dir answers again
     assert answers[hung] is not None and answers[hung][0] > 0
+
+
+def test_describe_log_dirs_says_why_a_dir_is_offline(make_manager, log_dirs):
+    """A stalled dir and a dir failed by an I/O error are both offline (KAFKA_STORAGE_ERROR); DescribeLogDirs'
+    StateReason (kjbod's tagged field) tells them apart: the operation and file that stalled, or the failed call
+    with its errno."""
+    stalled, broken, good = log_dirs
+    lm = make_manager(stall_timeout_ms=30_000)
+    logs = {d: lm.create_partition(f"t{i}", 0, TOPIC_ID, dir=d) for i, d in enumerate(log_dirs)}
+    rule = fsio.slow(stalled, hold=True, ops={"write"})
+    try:
+        append = _Blocked(lambda: logs[stalled].append(kp_batch([b"stuck"])))
+        _wait_for("the append to block", lambda: _held_in(lm.dir_io(stalled), "write"))
+        _ahead(lm.watchdog, AN_HOUR)
+        assert lm.watchdog.check() == [stalled]
+    finally:
+        rule.release()
+    append.join()
+    fsio.inject(broken, errno.EIO, ops={"write"})
+    with pytest.raises(KafkaStorageError):
+        logs[broken].append(kp_batch([b"lost"]))
+    node = SimpleNamespace(logs=SimpleNamespace(manager=lm), mover=None)
+    response = asyncio.run(describe_log_dirs.handle(
+        node, None, DescribeLogDirsRequest(topics=None, include_directory_ids=True)))
+    results = {r.log_dir: r for r in response.results}
+    for path in (stalled, broken):
+        assert (results[path].error_code, results[path].dir_state) == (ErrorCode.KAFKA_STORAGE_ERROR, "offline")
+    reason = results[stalled].state_reason
+    assert reason.startswith(f"stalled: write {stalled}/") and ".log did not return for " in reason
+    assert reason.endswith("(log.dir.stall.timeout.ms)")
+    reason = results[broken].state_reason
+    assert reason.startswith(f"write {broken}/") and f".log failed: [Errno {errno.EIO}] {os.strerror(errno.EIO)}" in (
+        reason), reason
+    assert (results[good].dir_state, results[good].state_reason) == ("online", "")
+    # Only a client that asks for kjbod's extensions gets the reason; Kafka's response stays Kafka's.
+    plain = asyncio.run(describe_log_dirs.handle(node, None, DescribeLogDirsRequest(topics=None)))
+    assert {r.state_reason for r in plain.results} == {""}
 
 
 def test_a_faults_file_can_make_a_dir_slow(tmp_path):

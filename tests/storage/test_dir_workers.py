@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 import time
 from types import SimpleNamespace
 
@@ -27,7 +28,7 @@ from kjbod.storage import manager as manager_module
 from kjbod.storage.workers import DirWorker
 from kjbod.wire.handler import Later
 from tests.storage.conftest import kp_batch, kp_records, region_bytes
-from tests.storage.test_dir_health import AN_HOUR, _ahead, _held_in, _wait_for
+from tests.storage.test_dir_health import AN_HOUR, PATIENCE_S, _ahead, _held_in, _wait_for
 
 PV = 9  # Produce version: flexible, error messages
 FV = 12  # Fetch version: topic names, flexible
@@ -204,10 +205,14 @@ def test_appends_keep_their_order_per_partition_through_the_hand_off(spread):
         requests = [_produce(node, {"a": [0], "b": [0]}, value=b"%03d" % i) for i in range(200)]
         return await asyncio.gather(*requests)
 
+    writes = sum(spread.get("b", 0).io.latency_buckets["write"])
     answers = [_answers(r) for r in asyncio.run(scenario())]
     assert [a[("a", 0)] for a in answers] == [(0, i) for i in range(200)]
     data = spread.get("b", 0).read_bytes(0, 1 << 20)
     assert [v for _, v, _ in kp_records(data)] == [b"%03d" % i for i in range(200)]
+    # Submitted in one pass of the loop, the 200 appends reach each worker together and go in one write (group
+    # commit; a few more writes are the dir's own bookkeeping at most).
+    assert sum(spread.get("b", 0).io.latency_buckets["write"]) - writes < 10
 
 
 def test_a_shutdown_does_not_wait_for_a_worker_stuck_in_a_held_dir(spread, log_dirs, monkeypatch):
@@ -311,6 +316,7 @@ def test_deleting_a_topic_whose_dir_is_held_does_not_wait_for_it(spread, log_dir
 
     asyncio.run(scenario())
     _wait_for("the held dir's delete to run on its worker", lambda: spread.find("c", 0) is None)
+    _wait_for("the healthy dir's rename to run on its worker", lambda: "a-0" not in os.listdir(good))
     assert not [n for n in os.listdir(bad) if n == "c-0"] and not [n for n in os.listdir(good) if n == "a-0"]
 
 
@@ -400,3 +406,103 @@ def test_server_process_settles_the_gc_after_start():
             "assert gc.get_freeze_count() > 1000, gc.get_freeze_count()\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
+
+
+async def _worker_busy(worker: DirWorker) -> tuple[threading.Event, asyncio.Future]:
+    """Hand ``worker`` a closure that runs until the returned gate is set (its answer: the future)."""
+    started, gate = threading.Event(), threading.Event()
+    first = asyncio.get_running_loop().create_future()
+    worker.submit(lambda: started.set() or gate.wait(PATIENCE_S), lambda ok, v: first.set_result(v))
+    await asyncio.sleep(0)  # handed over at the end of that pass
+    _wait_for("the first closure to run", started.is_set)
+    return gate, first
+
+
+async def _release(gate: threading.Event, first: asyncio.Future, answers: list, count: int) -> None:
+    gate.set()
+    assert await first is True
+    deadline = time.monotonic() + PATIENCE_S
+    while len(answers) < count and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+
+
+def test_what_the_loop_submits_while_a_hand_over_runs_waits_on_the_loop_and_goes_over_as_one_batch(spread, log_dirs):
+    """One hand-over in flight per worker: closures submitted meanwhile (here in three passes of the loop) are
+    held on the loop, not queued one wake-up each, and reach the worker together when the answers are in."""
+    worker = spread.worker(log_dirs[0])
+    assert isinstance(worker, DirWorker)
+    batches: list[int] = []
+    answers: list[object] = []
+
+    async def scenario():
+        gate, first = await _worker_busy(worker)
+        for i in range(3):
+            worker.submit(lambda i=i: (batches.append(id(worker._current)), i)[1], lambda ok, v: answers.append(v))
+            await asyncio.sleep(0)
+            assert worker._queue.empty()  # held on the loop while the first hand-over runs
+        await _release(gate, first, answers, 3)
+
+    asyncio.run(scenario())
+    assert answers == [0, 1, 2]
+    assert len(batches) == 3 and len(set(batches)) == 1  # one batch: the worker woken once for the three
+
+
+def test_closures_held_on_the_loop_get_the_offline_error_when_the_dir_is_failed(spread, log_dirs):
+    """A dir failed while its worker is stuck: what the loop was holding for it (a hand-over was in flight) is
+    answered at once, as the stuck closure and those queued are."""
+    worker = spread.worker(log_dirs[0])
+    assert isinstance(worker, DirWorker)
+    gate = threading.Event()
+    answers: list[tuple[bool, str]] = []
+
+    async def scenario():
+        loop = asyncio.get_running_loop()
+        all_in = asyncio.Event()
+
+        def answered(ok, v):
+            answers.append((ok, type(v).__name__))
+            if len(answers) == 3:
+                all_in.set()
+
+        worker.submit(lambda: gate.wait(PATIENCE_S), answered)
+        await asyncio.sleep(0)
+        worker.submit(lambda: 1, answered)
+        worker.submit(lambda: 2, answered, loop)
+        await asyncio.sleep(0)
+        await asyncio.to_thread(worker.abandon)
+        await asyncio.wait_for(all_in.wait(), PATIENCE_S)
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        gate.set()
+    assert answers == [(False, "KafkaStorageError")] * 3
+
+
+class _Heavy:
+    at_once = True  # a big Produce to validate and write: not held behind a running batch
+
+    def __init__(self, value: int) -> None:
+        self.value = value
+
+    def __call__(self) -> int:
+        return self.value
+
+
+def test_heavy_work_goes_over_at_once_with_what_is_held_before_it(spread, log_dirs):
+    worker = spread.worker(log_dirs[0])
+    assert isinstance(worker, DirWorker)
+    answers: list[object] = []
+
+    async def scenario():
+        gate, first = await _worker_busy(worker)
+        worker.submit(lambda: 1, lambda ok, v: answers.append(v))
+        await asyncio.sleep(0)
+        assert worker._queue.empty()  # a light closure waits on the loop for the running batch
+        worker.submit(_Heavy(2), lambda ok, v: answers.append(v))
+        await asyncio.sleep(0)
+        assert not worker._queue.empty()  # the heavy one went over, the light one before it with it
+        await _release(gate, first, answers, 2)
+
+    asyncio.run(scenario())
+    assert answers == [1, 2]

@@ -292,6 +292,9 @@ def test_duplicate_batch_returns_the_original_offsets(plog):
     retry = plog.append(idem([b"a", b"b"], 0))
     assert retry.duplicate and (retry.base_offset, retry.last_offset) == (first.base_offset, first.last_offset)
     assert plog.log_end_offset == 3
+    # Kafka (UnifiedLog.append) answers a duplicate with the stored batch's max timestamp as its log append
+    # time, even on a CreateTime topic where a first append answers -1.
+    assert first.log_append_time == -1 and retry.log_append_time == T0 + 1
 
 
 def test_only_the_last_five_batches_are_remembered(plog):
@@ -433,3 +436,54 @@ def test_validate_then_append_validated_is_append_and_a_refused_batch_touches_no
     with pytest.raises(CorruptMessageError):
         plog.validate(bytes(corrupt), now_ms=clock())
     assert plog.size_bytes == size and plog.log_end_offset == 3
+
+
+def _same_log(tmp_path: Path, clock) -> PartitionLog:
+    io = LogDirIO(str(tmp_path / "reference"))
+    io.mkdir(io.path, parents=True)
+    cfg = LogConfig(segment_bytes=1024, index_interval_bytes=100, segment_index_bytes=4096)
+    return PartitionLog.create(io, io.join("topic-0"), "topic", 0, "3uI2M2AbQVO0J2cYw2xvOA", cfg, clock=clock)
+
+
+def _writes(plog: PartitionLog) -> int:
+    return sum(plog.io.latency_buckets["write"])
+
+
+def test_appends_validated_together_give_what_one_after_another_gives_in_one_write(plog, clock, tmp_path):
+    """Group commit (a dir's worker appending the small batches several requests bring to one partition): the
+    same offsets, bytes, indexes and answers as the appends one by one, with one write."""
+    reference = _same_log(tmp_path, clock)
+    try:
+        values = [[b"a", b"b"], [b"c"], [b"d" * 40, b"e", b"f"], [b"g" * 90]]
+        for log in (plog, reference):
+            log.append(kp_batch([b"0"]), leader_epoch=2)
+        one_by_one = [reference.append_validated(reference.validate(kp_batch(v), now_ms=clock()), leader_epoch=2)
+                      for v in values]
+        writes = _writes(plog)
+        together = plog.append_validated_together([plog.validate(kp_batch(v), now_ms=clock()) for v in values],
+                                                  leader_epoch=2)
+        assert _writes(plog) == writes + 1
+        assert together == one_by_one
+        assert [(i.base_offset, i.last_offset) for i in together] == [(1, 2), (3, 3), (4, 6), (7, 7)]
+        assert plog.log_end_offset == plog.high_watermark == reference.log_end_offset == 8
+        for suffix in (".log", ".index", ".timeindex"):
+            name = f"{0:020d}{suffix}"
+            assert Path(plog.dir, name).read_bytes() == Path(reference.dir, name).read_bytes()
+        assert values_from(plog, 0) == values_from(reference, 0)
+    finally:
+        reference.close_quietly()
+
+
+def test_appends_together_roll_before_the_group_and_leave_idempotent_batches_to_one_at_a_time(plog, clock):
+    group = [plog.validate(kp_batch([b"%d" % i * 30]), now_ms=clock()) for i in range(3)]
+    while plog.active_segment.size < 1024 - sum(len(g.view) for g in group[:2]):
+        plog.append(kp_batch([b"f" * 20]))  # room left for the first of the group, not for all three
+    first_segments, end = len(plog.segments), plog.log_end_offset
+    infos = plog.append_validated_together(group, leader_epoch=0)
+    assert infos is not None and [i.base_offset for i in infos] == [end, end + 1, end + 2]
+    assert len(plog.segments) == first_segments + 1 and plog.active_segment.base_offset == end
+    assert [v for _, v in values_from(plog, end)] == [b"%d" % i * 30 for i in range(3)]
+    # A producer id: the sequence checks are made one append at a time; nothing is written here.
+    idempotent = [plog.validate(kp_batch([b"x"], producer_id=7, producer_epoch=0, base_sequence=0), now_ms=clock())]
+    assert plog.append_validated_together(group[:1] + idempotent, leader_epoch=0) is None
+    assert plog.log_end_offset == end + 3

@@ -12,22 +12,34 @@ against its reference measured in the same run:
   alternate in rounds of 2,000 records each after a warm-up, and the figure is the ratio of the medians of the
   per-round p99s (the rounds are printed). Each round also prints, from the kernel's per-thread schedstat, the CPU
   time the three brokers used and the time their threads waited runnable for a core: the acks=all case's
-  tail is set by those waits (its records pass through three processes and five thread hand-offs on cores the
+  tail is set by those waits (its records pass through three processes and eight wake-ups in sequence on cores the
   load generator and everything else on the machine share), so the figure can be read against them. A summary
   line gives the brokers' CPU per record in each case: a follower's fetch round trip costs the leader and the
-  follower together about what a produce request costs the leader, so acks=all RF 3 needs about 3.5x the CPU
-  of acks=1 RF 1, and on 2 shared cores its p99 ratio has followed that ratio (2.6x to 5x between runs);
+  follower together about what a produce request costs the leader, so acks=all RF 3 needs about 3x the CPU of
+  acks=1 RF 1 (measured per broker: the leader ~630 us a record against ~400 us, each follower ~275 us, much of
+  it the wake-up of a thread or process each hop costs: an acks=1 record takes 4 (producer, leader's loop, its
+  dir worker, loop, producer), an acks=all record 12, 8 of them in sequence). On 2 shared cores the p99 ratio
+  swings around that CPU ratio with the machine's other load (1.6x to 3.3x between runs of one session). GC is
+  not a factor: with KJBOD_GC_LOG=1 each broker logged one collection, under 1 ms, in a whole run. No broker of
+  the latency rounds has the fault seam on (see Cluster);
 * failover: kill -9 of a leader's broker while an acks=all producer writes to its partition; the time until
   the first acknowledgement after the kill, as a multiple of broker.session.timeout.ms (target <= 1.3x); and
   the same for the failure of the log dir holding the leader's replica (the fault seam: EIO on every operation),
   as a multiple of broker.heartbeat.interval.ms (target <= 2x).
 
-The same producer settings on both sides, idempotence off: an idempotent confluent-kafka producer shows a p99
-near 500 ms against kjbod at any acks and replication factor (seen on main before replication too), which would
-hide what replication costs.  The three brokers, the controller and the load generator share this machine's
-cores (printed).
+The same producer settings on both sides, idempotence off.  An extra line after the latency figure compares an
+idempotent acks=all RF 3 producer with the non-idempotent one in rounds of their own (interleaved, warmed up
+the same way), and the first record of a fresh producer of each kind: librdkafka (2.10+) makes an idempotent
+producer's first record wait about 500 ms for its producer id whatever the broker (it asks from a 500 ms timer
+after dropping its bootstrap connection; the same against librdkafka's mock cluster), which a measurement
+without a warm-up took for a p99 of ~500 ms on kjbod.  The three brokers, the controller and the load generator
+share this machine's cores (printed).
 
-    python -m tools.bench.replication [--rounds N] [--quick]
+    python -m tools.bench.replication [--rounds N] [--quick] [--latency-only]
+
+--latency-only runs the latency rounds alone (7 of them, also with --quick) and keeps the cluster's directory
+(printed; each broker's server.log is in it): with KJBOD_GC_LOG=1 in the environment every broker logs each of
+its garbage collections there (kjbod.server.app).
 """
 
 from __future__ import annotations
@@ -64,10 +76,12 @@ def _kjbod(*args: str, timeout: float = 300) -> str:
 class Cluster:
     def __init__(self, work: Path) -> None:
         self.dir = work / "cluster"
-        # The fault seam (kjbod.storage.fsio): the failed-dir measurement arms it by writing this file.
+        # The fault seam (kjbod.storage.fsio): the failed-dir measurement arms it by writing this file. Only the
+        # brokers this bench restarts have it (start): a broker with the seam on keeps every read of its
+        # followers' fetches off the event loop (kjbod.broker.dir_work's cached_first), which no production
+        # broker does, and that doubled the leader's thread hand-offs in the latency rounds.
         self.faults = work / "faults.json"
         self.children: dict[int, subprocess.Popen[bytes]] = {}  # brokers this bench restarted (see kill)
-        os.environ["KJBOD_FAULTS"] = str(self.faults)
         out = _kjbod("cluster", "up", "--detach", "--brokers", "3", "--log-dirs", "2", "--dir", str(self.dir),
                      "--set", f"broker.session.timeout.ms={SESSION_MS}",
                      "--set", f"broker.heartbeat.interval.ms={HEARTBEAT_MS}",
@@ -104,7 +118,8 @@ class Cluster:
         home = self.dir / f"broker-{broker}"
         with open(home / "server.log", "ab") as out:
             process = subprocess.Popen([sys.executable, "-m", "kjbod", "serve", "-c", str(home / "server.properties")],
-                                       stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
+                                       stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT,
+                                       env={**os.environ, "KJBOD_FAULTS": str(self.faults)})
         self.children[broker] = process
         return process  # `cluster down` finds it by its command line
 
@@ -122,14 +137,17 @@ def _admin(bootstrap: str):
 
 
 def create(bootstrap: str, topic: str, partitions: int, rf: int, configs: dict[str, str] | None = None, *,
-           on: int | None = None) -> None:
+           on: int | None = None, replicas: list[int] | None = None) -> None:
     """A topic of `partitions` partitions and replication factor `rf`, waited for until fully in sync; `on`:
-    every partition's replicas on that one broker (rf 1)."""
+    every partition's replicas on that one broker (rf 1); `replicas`: every partition's replicas, the first its
+    leader."""
     from confluent_kafka.admin import NewTopic
 
     admin = _admin(bootstrap)
-    new = (NewTopic(topic, partitions, replica_assignment=[[on]] * partitions, config=configs or {}) if on is not None
-           else NewTopic(topic, partitions, rf, config=configs or {}))
+    if on is not None:
+        replicas = [on]
+    new = (NewTopic(topic, partitions, replica_assignment=[replicas] * partitions, config=configs or {})
+           if replicas is not None else NewTopic(topic, partitions, rf, config=configs or {}))
     admin.create_topics([new])[topic].result(60)
     _wait(lambda: _in_sync(admin, topic, rf), f"{topic} fully in sync")
 
@@ -176,12 +194,12 @@ class Paced:
     """A producer sending 1 KiB records at a fixed rate, recording each record's latency (ms) from produce() to
     its delivery report; one per case, kept across rounds so its connections are warm."""
 
-    def __init__(self, bootstrap: str, topic: str, acks: str) -> None:
+    def __init__(self, bootstrap: str, topic: str, acks: str, *, idempotent: bool = False) -> None:
         from confluent_kafka import Producer
 
         self.topic = topic
         self.producer = Producer({"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 0,
-                                  "enable.idempotence": False})
+                                  "enable.idempotence": idempotent})
 
     def run(self, rate: int, seconds: float) -> list[float]:
         producer = self.producer
@@ -273,6 +291,41 @@ def latency_rounds(bootstrap: str, rate: int, rounds: int, seconds: float, pids:
     return per_round["all"], per_round["one"], counted
 
 
+def idempotent_latency(bootstrap: str, rate: int, rounds: int, seconds: float) -> None:
+    """Prints the idempotent line of the latency section: acks=all RF 3 from an idempotent producer against the
+    non-idempotent one, interleaved in rounds of their own after the same warm-up (median of per-round p99s);
+    then the first record of a fresh producer of each kind (the median of three), where librdkafka's wait for
+    its producer id shows."""
+    cases = {True: Paced(bootstrap, "rf3", "all", idempotent=True), False: Paced(bootstrap, "rf3", "all")}
+    for paced in cases.values():
+        paced.run(rate, 2.0)
+    per_round: dict[bool, list[float]] = {True: [], False: []}
+    for i in range(rounds):
+        for idempotent in (True, False) if i % 2 == 0 else (False, True):
+            per_round[idempotent].append(p99(cases[idempotent].run(rate, seconds)))
+    first = {idempotent: median([first_record_ms(bootstrap, idempotent) for _ in range(3)])
+             for idempotent in (True, False)}
+    idem, plain = median(per_round[True]), median(per_round[False])
+    print(f"   idempotent producer, acks=all RF 3: median of per-round p99 {idem:.1f} ms against {plain:.1f} ms "
+          f"non-idempotent in the same {rounds} rounds ({idem / plain:.2f}x); a fresh producer's first record "
+          f"{first[True]:.0f} ms against {first[False]:.0f} ms (librdkafka's producer-id timer)")
+
+
+def first_record_ms(bootstrap: str, idempotent: bool) -> float:
+    """Milliseconds from a new acks=all producer's first produce() to its delivery report (RF 3 topic)."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0,
+                         "enable.idempotence": idempotent})
+    done: list[tuple[object, float]] = []
+    started = time.perf_counter()
+    producer.produce("rf3", b"x" * RECORD, on_delivery=lambda err, _m: done.append((err, time.perf_counter())))
+    producer.flush(60)
+    if not done or done[0][0] is not None:
+        raise RuntimeError(f"the first record of a fresh producer failed: {done[0][0] if done else 'no report'}")
+    return (done[0][1] - started) * 1000
+
+
 def consume_seconds(bootstrap: str, topic: str, total: int) -> float:
     from confluent_kafka import Consumer, TopicPartition
 
@@ -326,8 +379,17 @@ def failover(cluster: Cluster, *, fail_dir: bool = False) -> float:
 
     admin = _admin(cluster.bootstrap)
     topic = "dir-fails" if fail_dir else "failover"
-    create(cluster.bootstrap, topic, 1, 3)
+    if fail_dir:  # led by a broker this bench restarted: one with the fault seam (Cluster.start)
+        led_by = next(iter(cluster.children))
+        # back in rf3's ISR: registered, unfenced and caught up, so the controller makes it the leader
+        _wait(lambda: led_by in admin.list_topics("rf3", timeout=10).topics["rf3"].partitions[0].isrs,
+              f"broker {led_by} back in the ISR of rf3")
+        create(cluster.bootstrap, topic, 1, 3, replicas=[led_by] + [b for b in cluster.ports if b != led_by])
+    else:
+        create(cluster.bootstrap, topic, 1, 3)
     leader = admin.list_topics(topic, timeout=10).topics[topic].partitions[0].leader
+    if fail_dir and leader not in cluster.children:
+        raise RuntimeError(f"{topic} is led by broker {leader}, which has no fault seam (not restarted by this bench)")
     producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "enable.idempotence": True,
                          "linger.ms": 0, "topic.metadata.refresh.interval.ms": 250, "retry.backoff.ms": 50,
                          "retry.backoff.max.ms": 100, "reconnect.backoff.max.ms": 200})
@@ -356,7 +418,7 @@ def failover(cluster: Cluster, *, fail_dir: bool = False) -> float:
     return acked[after] - killed
 
 
-def run(rounds: int = 3, seconds: float = 10.0, quick: bool = False) -> dict:
+def run(rounds: int = 3, seconds: float = 10.0, quick: bool = False, latency_only: bool = False) -> dict:
     produce_bytes = 64 * MIB if quick else 512 * MIB
     backlog = 64 * MIB if quick else 1024 * MIB
     rounds = 1 if quick else rounds
@@ -371,6 +433,9 @@ def run(rounds: int = 3, seconds: float = 10.0, quick: bool = False) -> dict:
         # acks=all case adding only what replication costs.
         leader = _admin(cluster.bootstrap).list_topics("rf3", timeout=10).topics["rf3"].partitions[0].leader
         create(cluster.bootstrap, "rf1", 1, 1, on=leader)
+        if latency_only:
+            print(f"   the cluster: {cluster.dir} (kept; leader of rf3 and rf1: broker {leader})")
+            return {"replication_p99_acks_all_vs_acks1": latency_figure(cluster, 7, 4.0)}
         produce_throughput(cluster.bootstrap, "rf3", "all", 8 * MIB)  # warm up
         produce_throughput(cluster.bootstrap, "rf1", "1", 8 * MIB)
         replicated, single = [], []
@@ -380,23 +445,8 @@ def run(rounds: int = 3, seconds: float = 10.0, quick: bool = False) -> dict:
         throughput = median([r / s for r, s in zip(replicated, single, strict=True)])
         print(f"   produce: acks=all RF 3 {median(replicated):.1f} MB/s, acks=1 RF 1 {median(single):.1f} MB/s: "
               f"{throughput:.0%} (target >= {TARGET_THROUGHPUT:.0%}: {verdict(throughput >= TARGET_THROUGHPUT)})")
-        rate = 500
-        lat_rounds = 3 if quick else 7
-        lat_seconds = 2.0 if quick else 4.0
-        print(f"   latency at {rate} records/s of 1 KiB, {lat_rounds} rounds of {lat_seconds:g} s per case, "
-              f"interleaved, after a 2 s warm-up ({os.cpu_count()} cores shared by the brokers, the controller "
-              f"and the producer):")
-        cpu: dict[str, float] = {}
-        all_p99, one_p99, sent = latency_rounds(cluster.bootstrap, rate, lat_rounds, lat_seconds,
-                                                [cluster.pid(b) for b in cluster.ports], cpu)
-        latency = median(all_p99) / median(one_p99)
-        print(f"   latency: median of per-round p99 acks=all RF 3 {median(all_p99):.1f} ms, acks=1 RF 1 "
-              f"{median(one_p99):.1f} ms ({sent} records per case): {latency:.2f}x (target <= {TARGET_LATENCY}x: "
-              f"{verdict(latency <= TARGET_LATENCY)})")
-        if cpu.get("one"):
-            print(f"   the brokers' CPU per record in those rounds: acks=all RF 3 {cpu['all'] / sent:.2f} ms, acks=1 "
-                  f"RF 1 {cpu['one'] / sent:.2f} ms ({cpu['all'] / cpu['one']:.1f}x: the tail follows the queueing "
-                  f"for the cores this adds)")
+        latency = latency_figure(cluster, 3 if quick else 7, 2.0 if quick else 4.0)
+        idempotent_latency(cluster.bootstrap, 500, 3 if quick else 7, 2.0 if quick else 4.0)
         follower_s, consumer_s = catch_up(cluster, backlog)
         catch_ratio = consumer_s / follower_s
         print(f"   catch-up of {backlog // MIB} MiB: follower {follower_s:.2f} s (from following to back in the ISR), "
@@ -419,10 +469,41 @@ def run(rounds: int = 3, seconds: float = 10.0, quick: bool = False) -> dict:
                 "replication_failover_x_session_timeout": multiple}
     finally:
         cluster.down()
-        os.environ.pop("KJBOD_FAULTS", None)
+
+
+def latency_figure(cluster: Cluster, lat_rounds: int, lat_seconds: float) -> float:
+    """The latency rounds (latency_rounds) at 500 records/s, printed; returns the ratio of the medians of the
+    per-round p99s (acks=all RF 3 over acks=1 RF 1)."""
+    rate = 500
+    # The produce rounds before leave gigabytes of dirty pages that the kernel writes back 30 s later
+    # (vm.dirty_expire_centisecs), in the middle of these rounds, where every append waits behind it; an acks=all
+    # record waits for three appends in sequence. Written back first, so both cases meet a quiet disk.
+    synced = time.perf_counter()
+    os.sync()
+    synced = time.perf_counter() - synced
+    print(f"   latency at {rate} records/s of 1 KiB, {lat_rounds} rounds of {lat_seconds:g} s per case, "
+          f"interleaved, after a 2 s warm-up ({os.cpu_count()} cores shared by the brokers, the controller "
+          f"and the producer; the earlier rounds' dirty pages written back first, {synced:.1f} s):")
+    cpu: dict[str, float] = {}
+    all_p99, one_p99, sent = latency_rounds(cluster.bootstrap, rate, lat_rounds, lat_seconds,
+                                            [cluster.pid(b) for b in cluster.ports], cpu)
+    latency = median(all_p99) / median(one_p99)
+    print(f"   latency: median of per-round p99 acks=all RF 3 {median(all_p99):.1f} ms, acks=1 RF 1 "
+          f"{median(one_p99):.1f} ms ({sent} records per case): {latency:.2f}x (target <= {TARGET_LATENCY}x: "
+          f"{verdict(latency <= TARGET_LATENCY)})")
+    if cpu.get("one"):
+        print(f"   the brokers' CPU per record in those rounds: acks=all RF 3 {cpu['all'] / sent:.2f} ms, acks=1 "
+              f"RF 1 {cpu['one'] / sent:.2f} ms ({cpu['all'] / cpu['one']:.1f}x: the tail follows the queueing "
+              f"for the cores this adds)")
+    return latency
 
 
 def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if "--latency-only" in args:
+        args.remove("--latency-only")
+        return rounds_main("python -m tools.bench.replication", __doc__,
+                           lambda r, s, q: run(r, s, q, latency_only=True), args, rounds=3)
     return rounds_main("python -m tools.bench.replication", __doc__, run, argv, rounds=3)
 
 

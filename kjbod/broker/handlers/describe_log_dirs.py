@@ -8,11 +8,15 @@ client that refuses unknown tags (kio 0.6.5) never meets it. kjbod's admin clien
 
 Semantics (Kafka's ReplicaManager.describeLogDirs): null topics reports every replica on the node, a list
 reports those partitions (a partition this node lacks is simply absent). One result per configured log dir, in
-configuration order. An offline dir answers KAFKA_STORAGE_ERROR with no replicas and sizes -1; so does a dir whose
-size probe (run on the dir's own thread) does not answer within the manager's probe timeout: a slow or hung disk
-never holds up the answer for the others. kjbod extensions (v2+, tagged): DirState (10001: online, degraded,
-full, offline, not-answering), RecentLatencyMs (10002: the dir's slowest recent file operation), FailedAtMs
-(10003: when an offline dir failed) and ReservedBytes (10004: the bytes kept free, log.dir.reserved.bytes). Per
+configuration order. Each dir's size probe runs on the dir's own thread and is waited for at most the manager's
+probe timeout (the slow threshold), so a slow or hung disk never holds up the answer for the others. A dir whose
+probe is late is answered as slow (degraded, sizes as the dir last counted them) until it has left an operation
+unanswered for the manager's ``not_answering_after_s``; from then on it is not answering, answered as an offline dir
+is: KAFKA_STORAGE_ERROR with no replicas and sizes -1. kjbod extensions (v2+, tagged): DirState (10001: online,
+degraded, full, offline, not-answering), RecentLatencyMs (10002: the dir's slowest recent file operation),
+FailedAtMs (10003: when an offline dir failed), ReservedBytes (10004: the bytes kept free,
+log.dir.reserved.bytes) and StateReason (10005: why a dir is not online: the I/O error or the stalled operation
+that took it offline, the operation a dir that does not answer is stuck in, a full dir's free bytes). Per
 replica:
 size = bytes of its ``.log`` files; offset lag = max(0, HW - LEO) for a current replica (always 0 on a single
 node) and current LEO - future LEO for a future replica (is_future). A move that is queued or still in its
@@ -147,8 +151,8 @@ def collect(node, wanted: dict[str, set[int]] | None) -> dict[str, dict[str, lis
 
 async def probe_sizes(manager) -> dict[str, tuple[int, int, int] | None]:
     """Each online dir's sizes, asked on that dir's own probe thread and waited for at most the manager's probe
-    timeout: a dir that does not answer in time is reported as not answering instead of holding up the others
-    (and the event loop)."""
+    timeout: a dir that does not answer in time is reported from what it last counted (slow) or as not answering
+    (see ``LogManager.dir_infos``) instead of holding up the others (and the event loop)."""
     probes = manager.start_probes()
     running = [asyncio.wrap_future(f) for f in probes.values() if not f.done()]
     if running:
@@ -171,11 +175,11 @@ async def handle(node, request, body: DescribeLogDirsRequest) -> DescribeLogDirs
         # kjbod's extensions go only to a request that asks for them (strict decoders refuse unknown tags).
         extra = ({"directory_id": _directory_id(info.directory_id), "dir_state": info.state.value,
                   "recent_latency_ms": min(info.recent_latency_ms, INT32_MAX), "failed_at_ms": info.failed_at_ms,
-                  "reserved_bytes": info.reserved_bytes}
+                  "reserved_bytes": info.reserved_bytes, "state_reason": info.error or ""}
                  if body.include_directory_ids and getattr(node, "extensions_enabled", True) else {})
         if not info.online or info.state is DirState.NOT_ANSWERING:
             if info.online:
-                log.warning("log_dir_not_answering", log_dir=info.path, timeout_s=manager.probe_timeout_s,
+                log.warning("log_dir_not_answering", log_dir=info.path, reason=info.error,
                             effect="reported as KAFKA_STORAGE_ERROR with no sizes")
             results.append(Result(error_code=ErrorCode.KAFKA_STORAGE_ERROR, log_dir=info.path, topics=[],
                                   total_bytes=-1, usable_bytes=-1, **extra))

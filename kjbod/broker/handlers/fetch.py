@@ -19,7 +19,6 @@ KRaft's checks, epochs, snapshots), which is how brokers follow it.
 
 from __future__ import annotations
 
-import struct
 import time
 
 from kjbod.broker.dir_work import DirWork
@@ -31,6 +30,7 @@ from kjbod.protocol.generated import FetchRequest, FetchResponse
 from kjbod.protocol.generated.fetch_response import FetchableTopicResponse as TopicResp
 from kjbod.protocol.generated.fetch_response import PartitionData as PartResp
 from kjbod.protocol.runtime import ZERO_UUID
+from kjbod.storage import fsio
 from kjbod.storage.fsio import WouldBlock
 
 READ_COMMITTED = 1
@@ -170,9 +170,9 @@ def _read_all(items, max_bytes: int, manager, follower: bool = False) -> list:
                 data = plog.read_bytes(p.fetch_offset, max(budget, 1), max_offset=limit)
                 size = len(data)
                 got: tuple = (data, hw, lso)
-            elif follower and (small := _small_read(plog, p.fetch_offset, budget)) is not None:
-                got = small
-                size = len(small[0])
+            elif follower:
+                got = _small_read(plog, p.fetch_offset, budget)
+                size = len(got[0]) if got[0].__class__ is bytes else sum(r.count for r in got[0])
             else:
                 result = plog.read(p.fetch_offset, max(budget, 1), max_offset=limit)
                 size = sum(len(r) for r in result.regions)
@@ -190,33 +190,37 @@ def _read_all(items, max_bytes: int, manager, follower: bool = False) -> list:
 
 
 # A follower's read up to this size is sent as bytes: one write with the answer's header, where a file region
-# costs a dup, a sendfile and a close of its own (and a segment of its own on the wire, which can wake the follower
+# costs a sendfile and a close of its own (and a segment of its own on the wire, which can wake the follower
 # twice), more than copying a few KiB.
 SMALL_FOLLOWER_READ = 32 * 1024
-_BATCH_HEAD = struct.Struct(">qi")  # baseOffset, batchLength
-_LAST_OFFSET_DELTA = struct.Struct(">i")  # at byte 23 of a batch
 
 
-def _small_read(plog, fetch_offset: int, budget: int) -> tuple[bytes, int, int] | None:
-    """(records, hw, log start) when everything a follower at `fetch_offset` has to fetch, up to the log end, is
-    at most SMALL_FOLLOWER_READ bytes and fits its budget; else None (the caller reads file regions)."""
-    hw, lso, leo = plog.high_watermark, plog.log_start_offset, plog.log_end_offset
-    if budget < 1:
-        return None
-    data = plog.read_bytes(fetch_offset, min(budget, SMALL_FOLLOWER_READ), max_offset=leo)
-    if len(data) > SMALL_FOLLOWER_READ or (data and _end_offset(data) < leo):
-        return None  # a bigger first batch, or more to send than the small read took
-    return data, hw, lso
+def _small_read(plog, fetch_offset: int, budget: int):
+    """A follower's read: (records, hw, log start), the records as bytes when they are at most
+    SMALL_FOLLOWER_READ (a caught-up follower taking the last batch or two), else as the file regions read.
+
+    The regions are read first, with the follower's whole budget, and copied only when small: a follower that
+    is behind pays no read it then throws away. A small read is everything the budget allows up to the log end
+    (the read stops only at the end, at the budget or at a batch that does not fit it), so its bytes are what
+    the regions would have sent."""
+    result = plog.read(fetch_offset, max(budget, 1))
+    regions = result.regions
+    if sum(r.count for r in regions) > SMALL_FOLLOWER_READ:
+        return regions, result.high_watermark, result.log_start_offset
+    try:
+        data = b"".join([fsio.pread_region(r.fd, r.count, r.offset, plog.name) for r in regions])
+    except OSError:  # sent as regions after all: the transport meets and reports the failure as for any region
+        return regions, result.high_watermark, result.log_start_offset
+    except BaseException:  # WouldBlock: the dir's worker reads it again
+        _close_regions(regions)
+        raise
+    _close_regions(regions)
+    return data, result.high_watermark, result.log_start_offset
 
 
-def _end_offset(data: bytes) -> int:
-    """The offset after the last batch in `data` (whole batches)."""
-    pos, end = 0, -1
-    while pos + 27 <= len(data):
-        base, length = _BATCH_HEAD.unpack_from(data, pos)
-        end = base + _LAST_OFFSET_DELTA.unpack_from(data, pos + 23)[0] + 1
-        pos += 12 + length
-    return end
+def _close_regions(regions: list) -> None:
+    for r in regions:
+        r.close()
 
 
 def _close_reads(results: list) -> None:

@@ -1,12 +1,15 @@
 """InitProducerId (key 22), versions 0-5.
 
-Version notes: v1 same as v0; v2 flexible; v3 lets a producer pass its current id and epoch to bump the epoch
-(KIP-360); v4 allows producer fencing checks; v5 only changes client behaviour.
+Version notes: v1 same as v0; v2 flexible; v3 lets a producer pass its current id and epoch (KIP-360); v4 allows
+producer fencing checks; v5 only changes client behaviour.
 
-kjbod serves idempotent producers (no transactions): a new producer gets a fresh id; one that passes its
-current id gets the same id with the next epoch.  Ids come from blocks the controller hands this broker
-(AllocateProducerIds, recorded in the metadata log before they are used), so no two brokers, and no restart,
-ever give out the same id.  A transactional id answers INVALID_REQUEST (transactions are not supported).
+kjbod serves idempotent producers (no transactions).  Without a transactional id Kafka's coordinator accepts
+every request blindly and answers a fresh producer id with epoch 0, whatever id and epoch the request carries
+(an idempotent producer bumps its own epoch without asking); kjbod answers the same.  The id and epoch must
+still be both set or both -1 (INVALID_REQUEST otherwise), and an empty transactional id is INVALID_REQUEST, as
+in Kafka.  Ids come from blocks the controller hands this broker (AllocateProducerIds, recorded in the metadata
+log before they are used), so no two brokers, and no restart, ever give out the same id.  A transactional id
+answers INVALID_REQUEST (transactions are not supported).  Every error answers producer id and epoch -1.
 """
 
 from __future__ import annotations
@@ -16,19 +19,22 @@ from kjbod.broker.router import api
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import InitProducerIdRequest, InitProducerIdResponse
 
-MAX_EPOCH = 32767
+NO_PRODUCER_ID = -1
+NO_PRODUCER_EPOCH = -1
+
+
+def _error(code: int) -> InitProducerIdResponse:
+    return InitProducerIdResponse(error_code=code, producer_id=NO_PRODUCER_ID, producer_epoch=NO_PRODUCER_EPOCH)
 
 
 @api(InitProducerIdRequest)
 async def handle(node, request, body: InitProducerIdRequest) -> InitProducerIdResponse:
-    if body.transactional_id:
-        return InitProducerIdResponse(error_code=ErrorCode.INVALID_REQUEST)
-    if body.producer_id >= 0 and body.producer_epoch >= 0:
-        if body.producer_epoch + 1 < MAX_EPOCH:
-            return InitProducerIdResponse(error_code=0, producer_id=body.producer_id,
-                                          producer_epoch=body.producer_epoch + 1)
+    if (body.producer_id == NO_PRODUCER_ID) != (body.producer_epoch == NO_PRODUCER_EPOCH):
+        return _error(ErrorCode.INVALID_REQUEST)
+    if body.transactional_id is not None:  # "" is INVALID_REQUEST in Kafka too; any other id needs transactions
+        return _error(ErrorCode.INVALID_REQUEST)
     try:
         producer_id = await node.next_producer_id()
     except ProducerIdsUnavailable as e:
-        return InitProducerIdResponse(error_code=e.error_code)
+        return _error(e.error_code)
     return InitProducerIdResponse(error_code=0, producer_id=producer_id, producer_epoch=0)

@@ -3,7 +3,8 @@
 Every batch is validated down to its records before anything is written (kjbod.storage.records: framing,
 offsets, timestamps; compressed payloads decompressed), so a refused batch changes nothing on disk.
 
-Version notes: v3 is the oldest served (message format v2 only, transactional id); v4 may answer
+Version notes: v3 is the oldest served (message format v2 only, exactly one batch per partition, transactional
+id); v4 may answer
 KAFKA_STORAGE_ERROR (older versions get NOT_LEADER_OR_FOLLOWER instead, as Kafka maps it); v5 answers the log
 start offset; v7 allows zstd (zstd below v7 is UNSUPPORTED_COMPRESSION_TYPE); v8 adds per-batch record errors
 and an error message; v9 flexible; v10 adds current-leader hints (tagged); v11 may answer
@@ -27,6 +28,7 @@ from kjbod.protocol.generated import ProduceRequest, ProduceResponse
 from kjbod.protocol.generated.produce_response import BatchIndexAndErrorMessage as RecordError
 from kjbod.protocol.generated.produce_response import PartitionProduceResponse as PartResp
 from kjbod.protocol.generated.produce_response import TopicProduceResponse as TopicResp
+from kjbod.storage.records import LOG_OVERHEAD, MIN_BATCH_LENGTH
 from kjbod.wire.handler import CloseConnection
 
 log = structlog.get_logger("kjbod.produce")
@@ -81,6 +83,7 @@ def handle(node, request, body: ProduceRequest):
         slot[0][slot[1]] = resp
 
     work = DirWork(node, fill, fail, answered=node.notify_append)  # long polls wake as each dir appends
+    big = False
     for td in body.topic_data:
         parts: list[PartResp | None] = []
         topic = node.metadata.topic(td.name)
@@ -97,6 +100,9 @@ def handle(node, request, body: ProduceRequest):
             elif v < 7 and len(pd.records) > 22 and (pd.records[22] & 0x07) == ZSTD:
                 parts.append(_error(pd.index, ErrorCode.UNSUPPORTED_COMPRESSION_TYPE,
                                     "zstd needs Produce v7 or later", v))
+            elif _second_batch(pd.records):
+                parts.append(_error(pd.index, ErrorCode.INVALID_RECORD,
+                                    f"Produce v{v} allows exactly one record batch per partition", v))
             elif acks == -1 and (code := replication.acks_all_refusal(node, td.name, pd.index)):
                 parts.append(_error(pd.index, code, f"{td.name}-{pd.index} has fewer in-sync replicas than "
                                     "min.insync.replicas", v))
@@ -113,6 +119,8 @@ def handle(node, request, body: ProduceRequest):
                         except Exception as e:
                             parts.append(_failed(td.name, pd, e, v))
                             continue
+                    else:
+                        big = True
                     # Answered by the partition's dir (its worker), into the slot kept here.
                     work.add(plog.log_dir, (parts, len(parts), td.name, pd, plog,
                                             node.leader_epoch(td.name, pd.index), checked))
@@ -124,30 +132,95 @@ def handle(node, request, body: ProduceRequest):
     # its partitions, the others normally. A timeout of 0 or less sets no bound of its own: a dir that never
     # answers is failed by the stall watchdog, which answers its waiting requests KAFKA_STORAGE_ERROR.
     # The answer is a Later the dirs' callbacks complete (no task, future or loop pass per request: the hot path).
-    pending = work.run(lambda items: _append_all(items, now_ms, v), timeout_ms / 1000 if timeout_ms > 0 else None,
+    pending = work.run(_Appends(now_ms, v, big), timeout_ms / 1000 if timeout_ms > 0 else None,
                        then=lambda: _respond(node, acks, responses, waits=waits, timeout_ms=timeout_ms), later=True)
     if pending is None:
         return _respond(node, acks, responses, waits=waits, timeout_ms=timeout_ms)
     return pending
 
 
-def _append_all(items, now_ms: int, v: int) -> list:
-    """On the dir's worker: each partition's append, in the request's order: (answer, log end, record count)
-    when it succeeded, else the error answer."""
-    out: list = []
-    for _parts, _slot, topic, pd, plog, leader_epoch, checked in items:
-        try:
-            if checked is not None:
-                info = plog.append_validated(checked, leader_epoch=leader_epoch)
-            else:
-                info = plog.append(pd.records, now_ms=now_ms, leader_epoch=leader_epoch)
-        except Exception as e:
-            out.append(_failed(topic, pd, e, v))
+def _second_batch(records) -> bool:
+    """Whether a partition's records hold a complete batch after the first: Kafka's ProduceRequest.validateRecords
+    refuses that from v3 (INVALID_RECORD), so a producer's sequences arrive one batch per partition per request.
+    A length field below a batch's minimum, or an incomplete tail, is left to validate_batches (CORRUPT_MESSAGE,
+    as Kafka's batch iterator answers)."""
+    n = len(records)
+    if n < LOG_OVERHEAD:
+        return False
+    length = int.from_bytes(records[8:12], "big", signed=True)
+    second = LOG_OVERHEAD + length
+    if length < MIN_BATCH_LENGTH or n - second < 17:  # Kafka reads a next batch from 17 bytes (up to its magic)
+        return False
+    following = int.from_bytes(records[second + 8 : second + 12], "big", signed=True)
+    return following >= MIN_BATCH_LENGTH and second + LOG_OVERHEAD + following <= n
+
+
+class _Appends:
+    """On the dir's worker: one request's appends to the partitions of one dir (``together``: the appends of
+    several requests handed over together, grouped per partition into one write each)."""
+
+    __slots__ = ("now_ms", "v", "at_once")
+
+    def __init__(self, now_ms: int, v: int, at_once: bool) -> None:
+        self.now_ms = now_ms
+        self.v = v
+        self.at_once = at_once  # batches to validate on the worker: handed over without waiting for a batch
+
+    def __call__(self, items) -> list:
+        """Each partition's append, in the request's order: (answer, log end, record count) when it succeeded,
+        else the error answer."""
+        return [_append_one(item, self.now_ms, self.v) for item in items]
+
+    @staticmethod
+    def together(calls) -> list:
+        """The appends of several requests (``calls``: each with ``fn``, its _Appends, and ``items``, in
+        hand-over order; kjbod.broker.dir_work), as each request's own call would answer them, with the small
+        batches of one partition written at once (PartitionLog.append_validated_together; per partition the
+        order is kept, and partitions are independent). One result list per call."""
+        outs: list[list] = [[None] * len(call.items) for call in calls]
+        by_log: dict = {}
+        for c, call in enumerate(calls):
+            for i, item in enumerate(call.items):
+                entries = by_log.get(item[4])
+                if entries is None:
+                    by_log[item[4]] = [(c, i, item)]
+                else:
+                    entries.append((c, i, item))
+        for plog, entries in by_log.items():
+            first = entries[0][2]
+            if len(entries) > 1 and all(e[2][6] is not None and e[2][5] == first[5] for e in entries):
+                try:
+                    infos = plog.append_validated_together([e[2][6] for e in entries], leader_epoch=first[5])
+                except Exception as e:
+                    for c, i, item in entries:
+                        outs[c][i] = _failed(item[2], item[3], e, calls[c].fn.v)
+                    continue
+                if infos is not None:
+                    for (c, i, item), info in zip(entries, infos, strict=True):
+                        outs[c][i] = _appended(item[3], info)
+                    continue
+            for c, i, item in entries:
+                fn = calls[c].fn
+                outs[c][i] = _append_one(item, fn.now_ms, fn.v)
+        return outs
+
+
+def _append_one(item, now_ms: int, v: int):
+    _parts, _slot, topic, pd, plog, leader_epoch, checked = item
+    try:
+        if checked is not None:
+            info = plog.append_validated(checked, leader_epoch=leader_epoch)
         else:
-            out.append((PartResp(index=pd.index, error_code=0, base_offset=info.base_offset,
-                                 log_append_time_ms=info.log_append_time, log_start_offset=info.log_start_offset),
-                        info.last_offset + 1, info.record_count))
-    return out
+            info = plog.append(pd.records, now_ms=now_ms, leader_epoch=leader_epoch)
+    except Exception as e:
+        return _failed(topic, pd, e, v)
+    return _appended(pd, info)
+
+
+def _appended(pd, info) -> tuple:
+    return (PartResp(index=pd.index, error_code=0, base_offset=info.base_offset,
+                     log_append_time_ms=info.log_append_time, log_start_offset=info.log_start_offset),
+            info.last_offset + 1, info.record_count)
 
 
 def _respond(node, acks: int, responses, *, waits, timeout_ms: int):

@@ -119,10 +119,16 @@ def needs_replication(node: Any, topic: str, partition: int, required_offset: in
     return manager is not None and manager.must_wait(topic, partition, required_offset)
 
 
-async def await_replication(node: Any, response: Any, waits: list[tuple[str, Any, int]], timeout_ms: int) -> Any:
-    codes = await node.replication.delay_produce([(name, part.index, required) for name, part, required in waits],
-                                                 max(timeout_ms, 0) / 1000)
-    for (_name, part, _required), code in zip(waits, codes, strict=True):
-        if code:
-            part.error_code = code
-    return response
+def await_replication(node: Any, response: Any, waits: list[tuple[str, Any, int]], timeout_ms: int) -> Any:
+    """A future of the Produce `response` once its acks=all partitions are replicated (or answered an error):
+    completed by the HW move itself, with no task of its own (one per acks=all request cost a task's steps and
+    a loop pass between the follower's fetch and the producer's answer)."""
+
+    def answer(codes: list[int]) -> Any:
+        for (_name, part, _required), code in zip(waits, codes, strict=True):
+            if code:
+                part.error_code = code
+        return response
+
+    return node.replication.delay_produce([(name, part.index, required) for name, part, required in waits],
+                                          max(timeout_ms, 0) / 1000, answer)

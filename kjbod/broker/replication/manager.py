@@ -74,16 +74,19 @@ class FetchCheck:
 
 class DelayedProduce:
     """One acks=all request in the purgatory: a code per partition (None while it waits), and a future done
-    with the codes once none waits, or at the request's timeout, which answers the rest."""
+    once none waits, or at the request's timeout, which answers the rest: done with the codes, or with what
+    `then(codes)` makes of them (the request's answer, so no task or further future stands between the HW move
+    and the write)."""
 
-    __slots__ = ("codes", "left", "future", "timer", "partitions")
+    __slots__ = ("codes", "left", "future", "timer", "partitions", "then")
 
-    def __init__(self, n: int) -> None:
+    def __init__(self, n: int, then: Callable[[list[int]], Any] | None = None) -> None:
         self.codes: list[int | None] = [None] * n
         self.left = n
-        self.future: asyncio.Future[list[int]] = asyncio.get_running_loop().create_future()
+        self.future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self.timer: asyncio.TimerHandle | None = None
         self.partitions: list[TopicPartition] = []  # those it waits on in the purgatory
+        self.then = then
 
     def complete(self, i: int, code: int) -> None:
         if self.codes[i] is not None:
@@ -101,8 +104,19 @@ class DelayedProduce:
     def _finish(self) -> None:
         if self.timer is not None:
             self.timer.cancel()
-        if not self.future.done():  # a request whose connection went is cancelled: nobody reads its answer
-            self.future.set_result([c if c is not None else 0 for c in self.codes])
+        if self.future.done():  # a request whose connection went is cancelled: nobody reads its answer
+            return
+        codes = [c if c is not None else 0 for c in self.codes]
+        then = self.then
+        if then is None:
+            self.future.set_result(codes)
+            return
+        try:
+            result = then(codes)
+        except Exception as e:  # the caller's bug: its request's answer, not the HW move's
+            self.future.set_exception(e)
+        else:
+            self.future.set_result(result)
 
 
 class ReplicaManager:
@@ -392,11 +406,12 @@ class ReplicaManager:
         plog = self._local_log(topic, partition)
         return plog is None or plog.high_watermark < required_offset or self._acks_outcome(state) != 0
 
-    def delay_produce(self, waits: list[tuple[str, int, int]], timeout_s: float) -> asyncio.Future[list[int]]:
+    def delay_produce(self, waits: list[tuple[str, int, int]], timeout_s: float,
+                      then: Callable[[list[int]], Any] | None = None) -> asyncio.Future[Any]:
         """The acks=all outcome of one Produce request, a code per (topic, partition, offset the HW must reach)
-        in order: see the module docstring.  One future and one timer per request (Kafka's DelayedProduce in
-        its purgatory), completed from HW moves; no task, no polling."""
-        op = DelayedProduce(len(waits))
+        in order, or `then(codes)`: see the module docstring.  One future and one timer per request (Kafka's
+        DelayedProduce in its purgatory), completed from HW moves; no task, no polling."""
+        op = DelayedProduce(len(waits), then)
         for i, (topic, partition, required) in enumerate(waits):
             tp = (topic, partition)
             state = self.states.get(tp)

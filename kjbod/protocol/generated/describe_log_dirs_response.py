@@ -67,6 +67,7 @@ class DescribeLogDirsResult:
     recent_latency_ms: int = -1  # kjbod extension: the slowest file operation of the last seconds in this l...
     failed_at_ms: int = -1  # kjbod extension: when an offline log dir failed (ms since the epoch); -1 ...
     reserved_bytes: int = -1  # kjbod extension: the bytes this log dir keeps free (log.dir.reserved.byte...
+    state_reason: str = ''  # kjbod extension: why the log dir is in its state when it is not online: t...
     unknown_tagged_fields: tuple[tuple[int, bytes], ...] = ()
 
 
@@ -195,7 +196,7 @@ def _dec_v1(buf, pos):
                     ap2(e2)
             e1 = DescribeLogDirsTopic(v2_name, v2_partitions, ())
             ap1(e1)
-        e0 = DescribeLogDirsResult(v1_error_code, v1_log_dir, v1_topics, -1, -1, _ZERO_UUID, '', -1, -1, -1, ())
+        e0 = DescribeLogDirsResult(v1_error_code, v1_log_dir, v1_topics, -1, -1, _ZERO_UUID, '', -1, -1, -1, '', ())
         ap0(e0)
     msg = DescribeLogDirsResponse(v0_throttle_time_ms, 0, v0_results, ())
     return msg, pos
@@ -256,6 +257,12 @@ def _enc_v2(o, out):
             s1 = []
             s1.append(_S5.pack(e0.reserved_bytes))
             t1.append((10004, b''.join(s1)))
+        if e0.state_reason != '':
+            s1 = []
+            if e0.state_reason is None:
+                raise EncodeError('non-nullable field StateReason is None at version 2')
+            _rt.write_compact_string(s1, e0.state_reason)
+            t1.append((10005, b''.join(s1)))
         _rt.write_tags(out, t1, e0.unknown_tagged_fields)
     if o.unknown_tagged_fields:
         _rt.write_unknown_tags(out, o.unknown_tagged_fields)
@@ -322,6 +329,7 @@ def _dec_v2(buf, pos):
         v1_recent_latency_ms = -1
         v1_failed_at_ms = -1
         v1_reserved_bytes = -1
+        v1_state_reason = ''
         if buf[pos] == 0:
             pos += 1
             u1 = ()
@@ -350,11 +358,14 @@ def _dec_v2(buf, pos):
                     v1_reserved_bytes, = _S5.unpack_from(buf, pos)
                     pos += 8
                     _rt.check_tag_end(pos, end1, tag1)
+                elif tag1 == 10005:
+                    v1_state_reason, pos = _rt.read_compact_string(buf, pos)
+                    _rt.check_tag_end(pos, end1, tag1)
                 else:
                     u1.append((tag1, bytes(buf[pos:end1])))
                     pos = end1
             u1 = tuple(u1)
-        e0 = DescribeLogDirsResult(v1_error_code, v1_log_dir, v1_topics, -1, -1, v1_directory_id, v1_dir_state, v1_recent_latency_ms, v1_failed_at_ms, v1_reserved_bytes, u1)
+        e0 = DescribeLogDirsResult(v1_error_code, v1_log_dir, v1_topics, -1, -1, v1_directory_id, v1_dir_state, v1_recent_latency_ms, v1_failed_at_ms, v1_reserved_bytes, v1_state_reason, u1)
         ap0(e0)
     if buf[pos] == 0:
         pos += 1
@@ -426,6 +437,12 @@ def _enc_v3(o, out):
             s1 = []
             s1.append(_S5.pack(e0.reserved_bytes))
             t1.append((10004, b''.join(s1)))
+        if e0.state_reason != '':
+            s1 = []
+            if e0.state_reason is None:
+                raise EncodeError('non-nullable field StateReason is None at version 3')
+            _rt.write_compact_string(s1, e0.state_reason)
+            t1.append((10005, b''.join(s1)))
         _rt.write_tags(out, t1, e0.unknown_tagged_fields)
     if o.unknown_tagged_fields:
         _rt.write_unknown_tags(out, o.unknown_tagged_fields)
@@ -492,6 +509,7 @@ def _dec_v3(buf, pos):
         v1_recent_latency_ms = -1
         v1_failed_at_ms = -1
         v1_reserved_bytes = -1
+        v1_state_reason = ''
         if buf[pos] == 0:
             pos += 1
             u1 = ()
@@ -520,11 +538,14 @@ def _dec_v3(buf, pos):
                     v1_reserved_bytes, = _S5.unpack_from(buf, pos)
                     pos += 8
                     _rt.check_tag_end(pos, end1, tag1)
+                elif tag1 == 10005:
+                    v1_state_reason, pos = _rt.read_compact_string(buf, pos)
+                    _rt.check_tag_end(pos, end1, tag1)
                 else:
                     u1.append((tag1, bytes(buf[pos:end1])))
                     pos = end1
             u1 = tuple(u1)
-        e0 = DescribeLogDirsResult(v1_error_code, v1_log_dir, v1_topics, -1, -1, v1_directory_id, v1_dir_state, v1_recent_latency_ms, v1_failed_at_ms, v1_reserved_bytes, u1)
+        e0 = DescribeLogDirsResult(v1_error_code, v1_log_dir, v1_topics, -1, -1, v1_directory_id, v1_dir_state, v1_recent_latency_ms, v1_failed_at_ms, v1_reserved_bytes, v1_state_reason, u1)
         ap0(e0)
     if buf[pos] == 0:
         pos += 1
@@ -597,6 +618,12 @@ def _enc_v4(o, out):
             s1 = []
             s1.append(_S5.pack(e0.reserved_bytes))
             t1.append((10004, b''.join(s1)))
+        if e0.state_reason != '':
+            s1 = []
+            if e0.state_reason is None:
+                raise EncodeError('non-nullable field StateReason is None at version 4')
+            _rt.write_compact_string(s1, e0.state_reason)
+            t1.append((10005, b''.join(s1)))
         _rt.write_tags(out, t1, e0.unknown_tagged_fields)
     if o.unknown_tagged_fields:
         _rt.write_unknown_tags(out, o.unknown_tagged_fields)
@@ -665,6 +692,7 @@ def _dec_v4(buf, pos):
         v1_recent_latency_ms = -1
         v1_failed_at_ms = -1
         v1_reserved_bytes = -1
+        v1_state_reason = ''
         if tc1 == 0:
             pos += 1
             u1 = ()
@@ -693,11 +721,14 @@ def _dec_v4(buf, pos):
                     v1_reserved_bytes, = _S5.unpack_from(buf, pos)
                     pos += 8
                     _rt.check_tag_end(pos, end1, tag1)
+                elif tag1 == 10005:
+                    v1_state_reason, pos = _rt.read_compact_string(buf, pos)
+                    _rt.check_tag_end(pos, end1, tag1)
                 else:
                     u1.append((tag1, bytes(buf[pos:end1])))
                     pos = end1
             u1 = tuple(u1)
-        e0 = DescribeLogDirsResult(v1_error_code, v1_log_dir, v1_topics, v1_total_bytes, v1_usable_bytes, v1_directory_id, v1_dir_state, v1_recent_latency_ms, v1_failed_at_ms, v1_reserved_bytes, u1)
+        e0 = DescribeLogDirsResult(v1_error_code, v1_log_dir, v1_topics, v1_total_bytes, v1_usable_bytes, v1_directory_id, v1_dir_state, v1_recent_latency_ms, v1_failed_at_ms, v1_reserved_bytes, v1_state_reason, u1)
         ap0(e0)
     if buf[pos] == 0:
         pos += 1

@@ -1,0 +1,143 @@
+"""Where the dir workers run (kjbod.storage.workers.Placement): on the event loop's CPU while the process is
+quiet, on every allowed CPU while it is busy, a thread the loop starts meanwhile not kept on its CPU.
+
+The reviews are driven by hand with scripted CPU figures (no clock, no load), and each test gives the threads
+every CPU back when it ends (pytest's own thread is the "event loop" here). On a machine that allows this
+process one CPU, placement is not done, and the tests check that instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from pathlib import Path
+
+import live
+import pytest
+
+from kjbod.storage import workers
+from kjbod.storage.fsio import LogDirIO
+from kjbod.storage.workers import DirWorker, Placement
+
+ALLOWED = os.sched_getaffinity(0)
+kjbod_server_factory = live.kjbod_server_factory  # the live-server fixtures
+kjbod_server = live.kjbod_server
+
+
+class _Scripted(Placement):
+    """A Placement whose CPU figures (seconds run and waited per second) are set by the test."""
+
+    def __init__(self) -> None:
+        self.ran = self.waited = 0.0
+        super().__init__()
+
+    def _usage(self) -> tuple[float, float]:
+        return self.ran, self.waited
+
+    def review(self, loop: asyncio.AbstractEventLoop, ran: float, waited: float = 0.0) -> None:
+        self._last = (self._last[0] - 1.0, *self._last[1:])  # one second passed
+        self.ran += ran
+        self.waited += waited
+        assert self._timer is not None
+        self._timer.cancel()
+        self._review(loop)
+
+
+def _cpus(thread: threading.Thread | DirWorker) -> set[int]:
+    native = thread._thread.native_id if isinstance(thread, DirWorker) else thread.native_id
+    assert native is not None
+    return os.sched_getaffinity(native)
+
+
+@pytest.fixture
+def worker(tmp_path: Path):
+    w = DirWorker(LogDirIO(str(tmp_path)))
+    yield w
+    w.stop()
+    w.join(5)
+
+
+@pytest.fixture
+def aloop():
+    loop = asyncio.new_event_loop()
+    yield loop
+    loop.close()
+    os.sched_setaffinity(0, ALLOWED)  # whatever a failed test left behind
+    workers._loop_cpus = None
+
+
+@pytest.mark.skipif(len(ALLOWED) < 2, reason="this process may use one CPU only: see test_one_cpu_is_not_placed")
+def test_quiet_places_busy_spreads_quiet_places_again(aloop, worker):
+    placement = _Scripted()
+    try:
+        assert placement.start(aloop)
+        here = os.sched_getaffinity(0)
+        assert len(here) == 1  # the loop's thread, on the CPU it ran on
+        assert _cpus(worker) == here  # a worker started before, moved there
+
+        placement.review(aloop, ran=0.1)  # a moderate rate: stays
+        assert os.sched_getaffinity(0) == here and _cpus(worker) == here
+
+        placement.review(aloop, ran=0.5, waited=0.4)  # wanted 90 % of the CPU: every CPU back
+        assert os.sched_getaffinity(0) == ALLOWED and _cpus(worker) == ALLOWED
+
+        placement.review(aloop, ran=0.5)  # still working: spread still
+        assert _cpus(worker) == ALLOWED
+
+        placement.review(aloop, ran=0.1)  # quiet again: placed on the loop's CPU of now
+        again = os.sched_getaffinity(0)
+        assert len(again) == 1 and _cpus(worker) == again
+    finally:
+        placement.stop()
+    assert os.sched_getaffinity(0) == ALLOWED and _cpus(worker) == ALLOWED
+
+
+@pytest.mark.skipif(len(ALLOWED) < 2, reason="this process may use one CPU only: see test_one_cpu_is_not_placed")
+def test_a_thread_started_while_placed_gets_every_cpu_back(aloop, tmp_path):
+    placement = _Scripted()
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait)
+    try:
+        assert placement.start(aloop)
+        here = os.sched_getaffinity(0)
+        later = DirWorker(LogDirIO(str(tmp_path)))  # a worker started while placed: on the loop's CPU
+        other.start()  # any other thread: inherits the loop's CPU until the next review
+        assert _cpus(other) == here
+        placement.review(aloop, ran=0.1)
+        assert _cpus(other) == ALLOWED
+        assert _cpus(later) == here
+        later.stop()
+        later.join(5)
+    finally:
+        stop.set()
+        other.join(5)
+        placement.stop()
+
+
+def test_unplaced_leaves_the_cpus_to_the_kernel(aloop, worker, monkeypatch):
+    monkeypatch.setenv(workers.WORKERS_ENV, "unplaced")
+    placement = _Scripted()
+    assert not placement.start(aloop)
+    assert os.sched_getaffinity(0) == ALLOWED and _cpus(worker) == ALLOWED
+    assert workers._loop_cpus is None
+
+
+def test_one_cpu_is_not_placed(aloop, worker):
+    cpu = min(ALLOWED)
+    os.sched_setaffinity(0, {cpu})
+    try:
+        placement = _Scripted()  # this process may use one CPU: nothing to choose
+        assert not placement.start(aloop)
+        assert workers._loop_cpus is None
+    finally:
+        os.sched_setaffinity(0, ALLOWED)
+
+
+@pytest.mark.skipif(len(ALLOWED) < 2, reason="this process may use one CPU only: see test_one_cpu_is_not_placed")
+def test_kjbod_serve_keeps_its_event_loop_on_one_cpu_while_quiet(kjbod_server: live.LiveServer):
+    assert kjbod_server.process is not None
+    pid = kjbod_server.process.pid
+    with open(f"/proc/{pid}/task/{pid}/status") as f:
+        allowed = f.read().split("Cpus_allowed_list:")[1].split()[0]
+    assert allowed.isdigit(), f"the event loop's thread may run on CPUs {allowed}, not one"
