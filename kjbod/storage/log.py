@@ -185,6 +185,7 @@ class PartitionLog:
         self.last_flush_ms = clock()
         self._dir_dirty = False  # a file was created or renamed in the dir since the last flush
         self.closed = False
+        self.replaced_by: PartitionLog | None = None  # the log a KIP-113 move swapped in for this one (closed)
         self.load_stats = LoadStats()
         self._created_unsynced = False
         self._producer_state_ready = True  # a new log has none; a loaded one builds it lazily
@@ -202,6 +203,15 @@ class PartitionLog:
     @property
     def online(self) -> bool:
         return self.io.online and not self.closed
+
+    def current(self) -> PartitionLog:
+        """This log, or the one a KIP-113 move swapped in for it: appends handed to the source dir's worker
+        before the swap (which runs on that worker) land in the moved replica, as Kafka's partition lock
+        would order them, instead of failing on a closed log."""
+        plog = self
+        while plog.closed and plog.replaced_by is not None:
+            plog = plog.replaced_by
+        return plog
 
     @property
     def log_end_offset(self) -> int:

@@ -951,6 +951,7 @@ class LogManager:
                 self._logs[tp] = future
                 del self._futures[tp]
                 current.closed = True
+                current.replaced_by = future  # work queued for the old log before the swap finds the new one
                 for seg in current.segments:
                     seg.close_quietly()
 

@@ -186,7 +186,8 @@ class _Appends:
                     by_log[item[4]] = [(c, i, item)]
                 else:
                     entries.append((c, i, item))
-        for plog, entries in by_log.items():
+        for queued, entries in by_log.items():
+            plog = queued.current()
             first = entries[0][2]
             if len(entries) > 1 and all(e[2][6] is not None and e[2][5] == first[5] for e in entries):
                 try:
@@ -207,6 +208,7 @@ class _Appends:
 
 def _append_one(item, now_ms: int, v: int):
     _parts, _slot, topic, pd, plog, leader_epoch, checked = item
+    plog = plog.current()
     try:
         if checked is not None:
             info = plog.append_validated(checked, leader_epoch=leader_epoch)

@@ -257,6 +257,11 @@ class Fetcher:
             if self.partitions.get((s.topic, s.partition)) is not s:
                 out.append(None)  # no longer fetched here (a new leader, a delete) since the answer came
                 continue
+            if plog.closed and plog.replaced_by is not None:
+                # A KIP-113 move swapped the replica (on this worker) since the answer came: nothing applied,
+                # the next fetch asks from the moved log's end.  Failing here would drop the partition for good.
+                out.append(None)
+                continue
             try:
                 out.append(self._apply_answer(s, plog, part))
             except Exception as e:
@@ -282,7 +287,7 @@ class Fetcher:
             log.warning("replica_fetch_append_failed", topic=s.topic, partition=s.partition, error=str(e))
         else:
             log.error("replica_fetch_answer_failed", topic=s.topic, partition=s.partition, error=repr(e))
-        s.dropped = not plog.online
+        s.dropped = self.manager._local_log(s.topic, s.partition) is None  # the log is gone or its dir failed
         s.delayed_until = loop_time + backoff
 
     def _answer_on_loop(self, s: FetchState, part: Any, loop_time: float, backoff: float) -> bool:

@@ -1,0 +1,69 @@
+"""Work handed to a partition's source dir worker just before a KIP-113 move swaps the replica (the swap runs
+on that worker too) finds the old log closed when it runs.
+
+Found in CI: a follower whose fetch answer was queued behind the swap failed the append on the closed log and
+dropped the partition until new metadata, so it never rejoined the ISR.  Now the answer is skipped (the next
+fetch asks from the moved log's end) and a leader's queued Produce appends to the moved log, as Kafka's
+partition lock orders an append and the swap."""
+
+from __future__ import annotations
+
+import asyncio
+
+from kjbod.broker.handlers.produce import _append_one
+from kjbod.broker.replication import ReplicaManager, ReplicationConfig
+from kjbod.broker.replication.fetcher import Fetcher, FetchState
+from kjbod.protocol.generated.fetch_response import PartitionData
+from kjbod.protocol.generated.produce_request import PartitionProduceData
+from kjbod.storage.config import LogConfig
+from tests.replication.test_replica_manager import Clock, FakeNode, image
+from tests.storage.conftest import kp_batch, kp_records
+
+TOPIC_ID = "3uI2M2AbQVO0J2cYw2xvOA"
+
+
+def moved(make_manager, log_dirs, n: int = 5):
+    """A log of topic t-0 with `n` records moved from the first dir to the third: (manager, old log, new log)."""
+    lm = make_manager(config=LogConfig(file_delete_delay_ms=60_000))
+    old = lm.create_partition("t", 0, TOPIC_ID, dir=log_dirs[0])
+    for i in range(n):
+        old.append(kp_batch([b"r%d" % i]))
+    future = lm.create_future_log("t", 0, log_dirs[2])
+    future.append_as_follower(old.read_bytes(0, 1 << 20))
+    new = lm.replace_current_with_future("t", 0)
+    return lm, old, new
+
+
+def test_a_swapped_out_log_leads_to_the_moved_one(make_manager, log_dirs):
+    lm, old, new = moved(make_manager, log_dirs)
+    assert old.closed and not old.online
+    assert old.current() is new and new.current() is new
+    lm.delete_partition("t", 0)
+    assert new.closed and old.current() is new  # deleted, not moved: nothing further to follow
+
+
+def test_a_produce_queued_before_the_swap_lands_in_the_moved_log(make_manager, log_dirs):
+    _lm, old, new = moved(make_manager, log_dirs)
+    pd = PartitionProduceData(index=0, records=kp_batch([b"late"]))
+    answer, end, count = _append_one(([], 0, "t", pd, old, 0, None), 0, 9)
+    assert answer.error_code == 0 and answer.base_offset == 5 and (end, count) == (6, 1)
+    assert [v for _o, v, _t in kp_records(new.read_bytes(0, 1 << 20))][-1] == b"late"
+
+
+async def test_a_fetch_answer_queued_before_the_swap_keeps_the_partition_fetched(make_manager, log_dirs):
+    _lm, old, new = moved(make_manager, log_dirs)
+    manager = ReplicaManager(FakeNode(2, new, image()), ReplicationConfig(), clock=Clock())
+    fetcher = Fetcher(manager, 1, 0)
+    state = fetcher.partitions[("t", 0)] = FetchState("t", 0, 0, in_flight=True)
+    part = PartitionData(partition_index=0, high_watermark=6, log_start_offset=0,
+                         records=kp_batch([b"from-leader"]))
+    item = (state, old, part)
+    assert fetcher._apply_on_worker([item]) == [None]  # nothing applied to either log
+    assert new.log_end_offset == 5
+    loop_time = asyncio.get_running_loop().time()
+    fetcher._applied(item, None, loop_time, 0.1)
+    assert not state.dropped and not state.in_flight and fetcher.ready(loop_time + 1) == [state]
+    # An append that failed on the old log anyway (the error path) does not drop it either: the moved log serves.
+    state.in_flight = True
+    fetcher._applied(item, RuntimeError("closed"), loop_time, 0.1)
+    assert not state.dropped
