@@ -3,16 +3,19 @@ on that worker too) finds the old log closed when it runs.
 
 Found in CI: a follower whose fetch answer was queued behind the swap failed the append on the closed log and
 dropped the partition until new metadata, so it never rejoined the ISR.  Now the answer is skipped (the next
-fetch asks from the moved log's end) and a leader's queued Produce appends to the moved log, as Kafka's
-partition lock orders an append and the swap."""
+fetch asks from the moved log's end), and a leader's queued Produce or read uses the moved log, as Kafka's
+partition lock orders them and the swap."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 
+from kjbod.broker.handlers.fetch import _close_regions, _read_all
 from kjbod.broker.handlers.produce import _append_one
 from kjbod.broker.replication import ReplicaManager, ReplicationConfig
 from kjbod.broker.replication.fetcher import Fetcher, FetchState
+from kjbod.protocol.generated.fetch_request import FetchPartition
 from kjbod.protocol.generated.fetch_response import PartitionData
 from kjbod.protocol.generated.produce_request import PartitionProduceData
 from kjbod.storage.config import LogConfig
@@ -67,3 +70,13 @@ async def test_a_fetch_answer_queued_before_the_swap_keeps_the_partition_fetched
     state.in_flight = True
     fetcher._applied(item, RuntimeError("closed"), loop_time, 0.1)
     assert not state.dropped
+
+
+def test_a_fetch_read_queued_before_the_swap_reads_the_moved_log(make_manager, log_dirs):
+    _lm, old, new = moved(make_manager, log_dirs)
+    new.append(kp_batch([b"after"]))
+    p = FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1 << 20)
+    ((regions, _hw, _lso),) = _read_all([([], 0, p, old, None)], 1 << 20, None)
+    data = b"".join(os.pread(r.fd, r.count, r.offset) for r in regions)
+    _close_regions(regions)
+    assert [v for _o, v, _t in kp_records(data)] == [b"r0", b"r1", b"r2", b"r3", b"r4", b"after"]

@@ -160,6 +160,8 @@ def _read_all(items, max_bytes: int, manager, follower: bool = False) -> list:
     total = 0
     copy = bool(items) and manager is not None and manager.dir_degraded(items[0][3].log_dir)
     for _parts, _slot, p, plog, limit in items:
+        if plog.closed:  # swapped by a KIP-113 move since the request came: read the moved replica
+            plog = plog.current()
         try:
             budget = min(p.partition_max_bytes, remaining)
             if budget <= 0 and total > 0:
