@@ -287,7 +287,8 @@ class Fetcher:
             log.warning("replica_fetch_append_failed", topic=s.topic, partition=s.partition, error=str(e))
         else:
             log.error("replica_fetch_answer_failed", topic=s.topic, partition=s.partition, error=repr(e))
-        s.dropped = self.manager._local_log(s.topic, s.partition) is None  # the log is gone or its dir failed
+        current = self.manager._local_log(s.topic, s.partition)  # plog, or the log a KIP-113 move swapped in
+        s.dropped = current is None or not current.online  # the log is gone or its dir failed
         s.delayed_until = loop_time + backoff
 
     def _answer_on_loop(self, s: FetchState, part: Any, loop_time: float, backoff: float) -> bool:
