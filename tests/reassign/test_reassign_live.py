@@ -59,7 +59,9 @@ def stopped(cluster: Cluster, broker_id: int, *, ask: int) -> Iterator[Any]:
     kafka-python sends every request without a fixed node (the Metadata that finds the controller among them) to
     a random broker of its cached cluster view, preferring one it already holds a connection to: a client that
     learnt the cluster while the broker ran may pick the stopped broker and time out after request_timeout_ms.
-    A client bootstrapped after the fencing never knows the stopped broker (Metadata lists unfenced brokers)."""
+    A client bootstrapped after the fencing never knows the stopped broker (Metadata lists unfenced brokers).
+    The broker is unfenced again before this returns, so the next test finds every broker usable (under load its
+    first heartbeats after SIGCONT can take a while)."""
     pid = cluster.pid(f"broker-{broker_id}")
     os.kill(pid, signal.SIGSTOP)
     try:
@@ -70,6 +72,9 @@ def stopped(cluster: Cluster, broker_id: int, *, ask: int) -> Iterator[Any]:
             yield admin
     finally:
         os.kill(pid, signal.SIGCONT)
+    with SyncAdminClient(f"127.0.0.1:{cluster.broker_port(ask)}") as kjbod_admin:
+        wait_for(lambda: broker_id in {b.node_id for b in kjbod_admin.describe_cluster().brokers},
+                 f"broker {broker_id} is unfenced again")
 
 
 def described(cluster: Cluster, topic: str) -> dict[int, tuple[list[int], list[int], int]] | None:
