@@ -48,18 +48,20 @@ from kjbod.storage.config import LONG_MAX, LogConfig
 from kjbod.storage.epoch_cache import LeaderEpochCache
 from kjbod.storage.errors import (
     CorruptMessageError,
+    InvalidProducerEpochError,
     InvalidRecordError,
     KafkaStorageError,
     LogDirFullError,
     OffsetOutOfRangeError,
+    OutOfOrderSequenceError,
     RecordListTooLargeError,
+    StorageError,
     UnknownTopicOrPartitionError,
 )
 from kjbod.storage.fsio import LogDirIO, WouldBlock, waiting_allowed
 from kjbod.storage.ids import uuid_text
 from kjbod.storage.producer_state import ProducerStateManager, SnapshotFormatError
 from kjbod.storage.records import (
-    NO_PRODUCER_ID,
     PREFIX,
     RECORD_BATCH_OVERHEAD,
     BatchHeader,
@@ -699,57 +701,102 @@ class PartitionLog:
 
     def append_validated_together(
         self, validated: list[ValidatedAppend], *, leader_epoch: int = 0
-    ) -> list[AppendInfo] | None:
-        """Several producers' appends to this log at once, in order, as :meth:`append_validated` would make them
-        one after another, but under one lock and with one ``writev`` (a dir's worker appending the requests of
-        one hand-over: group commit). Only for batches without a producer id; returns None, having done nothing,
-        when the group cannot go as one (a producer id, a roll it would need between its parts, or a size or
-        space problem an append of its own would answer): the caller then appends each on its own. Raises what
-        an append raises when the log cannot be appended to at all (offline, closed)."""
-        total = 0
-        for view, batches, _now, _new in validated:
-            total += len(view)
-            for _pos, header in batches:
-                if header.producer_id != NO_PRODUCER_ID:
-                    return None
+    ) -> list[AppendInfo | StorageError] | None:
+        """Several producers' appends to this log at once, in order, each answered and written as
+        :meth:`append_validated` would one after another, under one lock and with one ``writev`` (a dir's worker
+        appending the requests of one hand-over: group commit).
+
+        Idempotent batches are checked in one producer-state plan across the group, each append on a plan of
+        its own stacked on the group's (producer_state.AppendPlan), so it sees the state the appends before it
+        in the group left: an append refused there (OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_PRODUCER_EPOCH) gets
+        its error in the list and changes nothing, a duplicate gets the stored offsets and writes nothing, and
+        neither moves another's offsets. A roll falls where one at a time would put it: the bytes placed before
+        it are written first, so segments, indexes, producer snapshots and state come out the same.
+
+        Returns None, having done nothing, when the group cannot go as one (an append above segment.bytes, or a
+        space problem an append of its own would answer): the caller then appends each on its own. Raises what an append raises when
+        the log cannot be appended to at all (offline, closed) or a write fails."""
         cfg = self.config
-        if total > cfg.segment_bytes:
-            return None
+        total = 0
+        for v in validated:
+            size = len(v.view)
+            if size > cfg.segment_bytes:
+                return None  # RecordListTooLargeError, from an append of its own
+            total += size
         io = self.io
         epoch = leader_epoch
         append_time = cfg.log_append_time
+        place = self._place
+        results: list[AppendInfo | StorageError] = []
         with self.lock:
             self._check_appendable()
             if not io.room_for(total):
                 return None  # each append finds out on its own (make_room): some of them may fit
             io.make_room(total)
             self._ensure_producer_state()
-            plan = self.producer_state.plan()
+            log_start = self._log_start
+            plan = self.producer_state.plan()  # the run's: what the appends placed and not yet written change
             buffers: list[Any] = []
             meta: list[tuple[int, int, int, int]] = []
-            placed = []
-            next_offset = self._leo
-            max_ts = -1
-            rel = 0
+            run_bytes = run_count = 0
+            run_first = next_offset = self._leo
+            seg = self.segments[-1]
             for view, batches, now, new_headers in validated:
-                first, next_offset, count, ts = self._place(view, batches, new_headers, plan, next_offset, epoch,
-                                                            rel, buffers, meta)
-                placed.append((first, next_offset - 1, count, now if new_headers is not None and append_time
-                               else -1))
-                if ts > max_ts:
-                    max_ts = ts
-                rel += len(view)
-            first_base = placed[0][0]
-            # A roll (segment.bytes, segment.ms, a full index) is for the group as a whole: one append earlier
-            # at most than one at a time would have rolled, and never between two of them.
-            seg = self._maybe_roll(total, first_base, next_offset - 1, max_ts, validated[0].now_ms)
-            self._write_placed(seg, buffers, meta, total, plan, next_offset, epoch, first_base,
-                               sum(p[2] for p in placed))
-            log_start = self._log_start
+                step = plan.stacked()
+                b0, m0 = len(buffers), len(meta)
+                try:
+                    placed = place(view, batches, new_headers, step, next_offset, epoch, run_bytes, buffers, meta)
+                except (OutOfOrderSequenceError, InvalidProducerEpochError) as e:
+                    placed = e
+                if placed.__class__ is not tuple:  # refused, or a duplicate: nothing of it is written
+                    del buffers[b0:], meta[m0:]
+                    results.append(placed)
+                    continue
+                first, after, count, max_ts = placed
+                size = len(view)
+                if run_bytes and self._may_roll_after(seg, run_bytes, m0, size, after - 1, max_ts, now, meta[0][2]):
+                    # Write what comes before, so the roll (or not) is decided on the segment as it then is.
+                    self._write_placed(seg, buffers[:b0], meta[:m0], run_bytes, plan, first, epoch, run_first,
+                                       run_count)
+                    buffers = buffers[b0:]
+                    meta = [(pos - run_bytes, last, ts, n) for pos, last, ts, n in meta[m0:]]
+                    plan = self.producer_state.plan()
+                    run_bytes = run_count = 0
+                if not run_bytes:
+                    seg = self._maybe_roll(size, first, after - 1, max_ts, now)
+                    run_first = first
+                step.merge_into(plan)
+                run_bytes += size
+                run_count += count
+                next_offset = after
+                results.append(AppendInfo(first, after - 1, now if new_headers is not None and append_time else -1,
+                                          log_start, count))
+            if run_bytes:
+                self._write_placed(seg, buffers, meta, run_bytes, plan, next_offset, epoch, run_first, run_count)
             flush_now = self._unflushed_messages >= cfg.flush_interval_messages
         if flush_now:
             self.flush()
-        return [AppendInfo(first, last, append_ms, log_start, count) for first, last, count, append_ms in placed]
+        return results
+
+    def _may_roll_after(self, seg: LogSegment, run_bytes: int, run_batches: int, total: int, last_offset: int,
+                        max_ts: int, now: int, run_first_ts: int) -> bool:
+        """Whether :meth:`_maybe_roll` could roll for an append of ``total`` bytes once the run placed before it
+        (``run_bytes`` in ``run_batches`` batches, the first with max timestamp ``run_first_ts``) is written to
+        ``seg``: exactly for segment.bytes, the offset overflow and segment.ms; for a full index, whenever the
+        run's batches could fill it (each adds one entry at most) or the indexes are not loaded yet."""
+        cfg = self.config
+        if seg.size + run_bytes > cfg.segment_bytes - total or last_offset - seg.base_offset > INT32_MAX:
+            return True
+        index, time_index = seg.index, seg.time_index
+        if not (index.loaded and time_index.loaded) or (
+            len(index) + run_batches >= index.max_entries or len(time_index) + run_batches >= time_index.max_entries
+        ):
+            return True
+        if seg.size:
+            rolling_ts = seg.rolling_based_timestamp()
+        else:  # the run starts the segment: its first batch sets the rolling timestamp (LogSegment.append)
+            rolling_ts = run_first_ts if run_first_ts >= 0 else None
+        return _waited(rolling_ts, max_ts, now, seg.created_ms) > cfg.segment_ms
 
     def _check_appendable(self) -> None:
         io = self.io
@@ -891,9 +938,7 @@ class PartitionLog:
         elif last_offset - seg.base_offset > INT32_MAX:
             reason = "offset overflow"
         else:
-            rolling_ts = seg.rolling_based_timestamp()
-            waited = (max_ts - rolling_ts) if rolling_ts is not None and max_ts >= 0 else now - seg.created_ms
-            if waited > cfg.segment_ms:
+            if _waited(seg.rolling_based_timestamp(), max_ts, now, seg.created_ms) > cfg.segment_ms:
                 reason = "segment.ms"
         if reason is None:
             return seg
@@ -1407,6 +1452,12 @@ def _epoch_start(out: list[tuple[int, int]], header: BatchHeader) -> None:
     """Adds (epoch, base offset) to ``out`` when the batch's epoch is above the last one there (it begins here)."""
     if header.partition_leader_epoch > (out[-1][0] if out else -1):
         out.append((header.partition_leader_epoch, header.base_offset))
+
+
+def _waited(rolling_ts: int | None, max_ts: int, now: int, created_ms: int) -> int:
+    """How long a segment has been open for segment.ms: from its first batch's max timestamp to the append's,
+    as Kafka measures it, or by the wall clock since it was created when either has no timestamp."""
+    return (max_ts - rolling_ts) if rolling_ts is not None and max_ts >= 0 else now - created_ms
 
 
 def _floor_position(seg: LogSegment, target: int) -> int:
