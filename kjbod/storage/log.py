@@ -741,8 +741,10 @@ class PartitionLog:
             run_bytes = run_count = 0
             run_first = next_offset = self._leo
             seg = self.segments[-1]
+            limits: tuple[int, int, int, int | None, int] = (0, 0, 0, None, 0)  # set as a run starts
             for view, batches, now, new_headers in validated:
-                step = plan.stacked()
+                # an append of one batch without a producer id changes no producer state: no plan of its own
+                step = plan if len(batches) == 1 and batches[0][1].producer_id < 0 else plan.stacked()
                 b0, m0 = len(buffers), len(meta)
                 try:
                     placed = place(view, batches, new_headers, step, next_offset, epoch, run_bytes, buffers, meta)
@@ -754,8 +756,9 @@ class PartitionLog:
                     continue
                 first, after, count, max_ts = placed
                 size = len(view)
-                if run_bytes and self._may_roll_after(seg, run_bytes, m0, size, after - 1, max_ts, now, meta[0][2]):
-                    # Write what comes before, so the roll (or not) is decided on the segment as it then is.
+                if run_bytes and (run_bytes + size > limits[0] or after > limits[1] or m0 >= limits[2] or (
+                        max_ts > limits[3] if max_ts >= 0 and limits[3] is not None else now > limits[4])):
+                    # A roll may fall here: write what comes before, so it is decided on the segment as it then is.
                     self._write_placed(seg, buffers[:b0], meta[:m0], run_bytes, plan, first, epoch, run_first,
                                        run_count)
                     buffers = buffers[b0:]
@@ -765,7 +768,9 @@ class PartitionLog:
                 if not run_bytes:
                     seg = self._maybe_roll(size, first, after - 1, max_ts, now)
                     run_first = first
-                step.merge_into(plan)
+                    limits = self._run_limits(seg, meta[0][2])
+                if step is not plan:
+                    step.merge_into(plan)
                 run_bytes += size
                 run_count += count
                 next_offset = after
@@ -778,25 +783,24 @@ class PartitionLog:
             self.flush()
         return results
 
-    def _may_roll_after(self, seg: LogSegment, run_bytes: int, run_batches: int, total: int, last_offset: int,
-                        max_ts: int, now: int, run_first_ts: int) -> bool:
-        """Whether :meth:`_maybe_roll` could roll for an append of ``total`` bytes once the run placed before it
-        (``run_bytes`` in ``run_batches`` batches, the first with max timestamp ``run_first_ts``) is written to
-        ``seg``: exactly for segment.bytes, the offset overflow and segment.ms; for a full index, whenever the
-        run's batches could fill it (each adds one entry at most) or the indexes are not loaded yet."""
+    def _run_limits(self, seg: LogSegment, first_ts: int) -> tuple[int, int, int, int | None, int]:
+        """For a run of a group's appends to ``seg`` (the first of them placed, its first batch's max timestamp
+        ``first_ts``): where :meth:`_maybe_roll` could roll for an append once the appends before it in the run
+        are written: above (0) bytes in the run, (1) an append's next offset, (2) batches in the run (each adds
+        an index entry at most; 0 while the indexes are not loaded: those are counted once they are), (3) an
+        append's max timestamp (None: none to measure segment.ms from, the clock decides), (4) the clock. Exact
+        but for the index."""
         cfg = self.config
-        if seg.size + run_bytes > cfg.segment_bytes - total or last_offset - seg.base_offset > INT32_MAX:
-            return True
         index, time_index = seg.index, seg.time_index
-        if not (index.loaded and time_index.loaded) or (
-            len(index) + run_batches >= index.max_entries or len(time_index) + run_batches >= time_index.max_entries
-        ):
-            return True
+        index_room = 0
+        if index.loaded and time_index.loaded:
+            index_room = min(index.max_entries - len(index), time_index.max_entries - len(time_index))
         if seg.size:
             rolling_ts = seg.rolling_based_timestamp()
         else:  # the run starts the segment: its first batch sets the rolling timestamp (LogSegment.append)
-            rolling_ts = run_first_ts if run_first_ts >= 0 else None
-        return _waited(rolling_ts, max_ts, now, seg.created_ms) > cfg.segment_ms
+            rolling_ts = first_ts if first_ts >= 0 else None
+        return (cfg.segment_bytes - seg.size, seg.base_offset + INT32_MAX + 1, index_room,
+                None if rolling_ts is None else rolling_ts + cfg.segment_ms, seg.created_ms + cfg.segment_ms)
 
     def _check_appendable(self) -> None:
         io = self.io
@@ -938,7 +942,9 @@ class PartitionLog:
         elif last_offset - seg.base_offset > INT32_MAX:
             reason = "offset overflow"
         else:
-            if _waited(seg.rolling_based_timestamp(), max_ts, now, seg.created_ms) > cfg.segment_ms:
+            rolling_ts = seg.rolling_based_timestamp()
+            waited = (max_ts - rolling_ts) if rolling_ts is not None and max_ts >= 0 else now - seg.created_ms
+            if waited > cfg.segment_ms:
                 reason = "segment.ms"
         if reason is None:
             return seg
@@ -1452,12 +1458,6 @@ def _epoch_start(out: list[tuple[int, int]], header: BatchHeader) -> None:
     """Adds (epoch, base offset) to ``out`` when the batch's epoch is above the last one there (it begins here)."""
     if header.partition_leader_epoch > (out[-1][0] if out else -1):
         out.append((header.partition_leader_epoch, header.base_offset))
-
-
-def _waited(rolling_ts: int | None, max_ts: int, now: int, created_ms: int) -> int:
-    """How long a segment has been open for segment.ms: from its first batch's max timestamp to the append's,
-    as Kafka measures it, or by the wall clock since it was created when either has no timestamp."""
-    return (max_ts - rolling_ts) if rolling_ts is not None and max_ts >= 0 else now - created_ms
 
 
 def _floor_position(seg: LogSegment, target: int) -> int:
