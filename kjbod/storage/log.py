@@ -714,8 +714,9 @@ class PartitionLog:
         it are written first, so segments, indexes, producer snapshots and state come out the same.
 
         Returns None, having done nothing, when the group cannot go as one (an append above segment.bytes, or a
-        space problem an append of its own would answer): the caller then appends each on its own. Raises what an append raises when
-        the log cannot be appended to at all (offline, closed) or a write fails."""
+        space problem an append of its own would answer): the caller then appends each on its own. Raises what
+        an append raises when the log cannot be appended to at all (offline, closed) or a write fails (then the
+        appends of the runs written before it stay, as those before a failing one would one at a time)."""
         cfg = self.config
         total = 0
         for v in validated:
@@ -742,42 +743,55 @@ class PartitionLog:
             run_first = next_offset = self._leo
             seg = self.segments[-1]
             limits: tuple[int, int, int, int | None, int] = (0, 0, 0, None, 0)  # set as a run starts
-            for view, batches, now, new_headers in validated:
-                # an append of one batch without a producer id changes no producer state: no plan of its own
-                step = plan if len(batches) == 1 and batches[0][1].producer_id < 0 else plan.stacked()
-                b0, m0 = len(buffers), len(meta)
-                try:
-                    placed = place(view, batches, new_headers, step, next_offset, epoch, run_bytes, buffers, meta)
-                except (OutOfOrderSequenceError, InvalidProducerEpochError) as e:
-                    placed = e
-                if placed.__class__ is not tuple:  # refused, or a duplicate: nothing of it is written
-                    del buffers[b0:], meta[m0:]
-                    results.append(placed)
-                    continue
-                first, after, count, max_ts = placed
-                size = len(view)
-                if run_bytes and (run_bytes + size > limits[0] or after > limits[1] or m0 >= limits[2] or (
-                        max_ts > limits[3] if max_ts >= 0 and limits[3] is not None else now > limits[4])):
-                    # A roll may fall here: write what comes before, so it is decided on the segment as it then is.
-                    self._write_placed(seg, buffers[:b0], meta[:m0], run_bytes, plan, first, epoch, run_first,
-                                       run_count)
-                    buffers = buffers[b0:]
-                    meta = [(pos - run_bytes, last, ts, n) for pos, last, ts, n in meta[m0:]]
-                    plan = self.producer_state.plan()
-                    run_bytes = run_count = 0
-                if not run_bytes:
-                    seg = self._maybe_roll(size, first, after - 1, max_ts, now)
-                    run_first = first
-                    limits = self._run_limits(seg, meta[0][2])
-                if step is not plan:
-                    step.merge_into(plan)
-                run_bytes += size
-                run_count += count
-                next_offset = after
-                results.append(AppendInfo(first, after - 1, now if new_headers is not None and append_time else -1,
-                                          log_start, count))
-            if run_bytes:
-                self._write_placed(seg, buffers, meta, run_bytes, plan, next_offset, epoch, run_first, run_count)
+            run_start = 0  # where the run's appends begin in results
+            written = False  # a run before this one was written
+            try:
+                for view, batches, now, new_headers in validated:
+                    # an append of one batch without a producer id changes no producer state: no plan of its own
+                    plain = len(batches) == 1 and batches[0][1].producer_id < 0
+                    step = plan if plain else plan.stacked()
+                    b0, m0 = len(buffers), len(meta)
+                    try:
+                        placed = place(view, batches, new_headers, step, next_offset, epoch, run_bytes, buffers, meta)
+                    except (OutOfOrderSequenceError, InvalidProducerEpochError) as e:
+                        placed = e
+                    if placed.__class__ is not tuple:  # refused, or a duplicate: nothing of it is written
+                        del buffers[b0:], meta[m0:]
+                        results.append(placed)
+                        continue
+                    first, after, count, max_ts = placed
+                    size = len(view)
+                    if run_bytes and (run_bytes + size > limits[0] or after > limits[1] or m0 >= limits[2] or (
+                            max_ts > limits[3] if max_ts >= 0 and limits[3] is not None else now > limits[4])):
+                        # A roll may fall here: write what comes before, so it is decided on the segment as it then is.
+                        self._write_placed(seg, buffers[:b0], meta[:m0], run_bytes, plan, first, epoch, run_first,
+                                           run_count)
+                        buffers = buffers[b0:]
+                        meta = [(pos - run_bytes, last, ts, n) for pos, last, ts, n in meta[m0:]]
+                        plan = self.producer_state.plan()
+                        run_bytes = run_count = 0
+                        written = True
+                        run_start = len(results)
+                    if not run_bytes:
+                        seg = self._maybe_roll(size, first, after - 1, max_ts, now)
+                        run_first = first
+                        limits = self._run_limits(seg, meta[0][2])
+                    if not plain:
+                        step.merge_into(plan)
+                    run_bytes += size
+                    run_count += count
+                    next_offset = after
+                    results.append(AppendInfo(first, after - 1, now if new_headers is not None and append_time else -1,
+                                              log_start, count))
+                if run_bytes:
+                    self._write_placed(seg, buffers, meta, run_bytes, plan, next_offset, epoch, run_first, run_count)
+            except StorageError as e:
+                if not written:
+                    raise
+                # What was written before stays and is answered; from the run that failed on, the error (as one
+                # at a time: the appends before a failing one kept, it and those after answered with the failure).
+                results[run_start:] = [e] * (len(results) - run_start)
+                results.extend([e] * (len(validated) - len(results)))
             flush_now = self._unflushed_messages >= cfg.flush_interval_messages
         if flush_now:
             self.flush()

@@ -13,6 +13,7 @@ from kjbod.storage.errors import (
     CorruptMessageError,
     InvalidProducerEpochError,
     InvalidRecordError,
+    LogDirFullError,
     MessageTooLargeError,
     OffsetOutOfRangeError,
     OutOfOrderSequenceError,
@@ -507,3 +508,27 @@ def test_idempotent_appends_together_each_checked_against_the_ones_before_it(plo
     assert [v for _, v in values_from(plog, 0)] == [b"a", b"b", b"c", b"x", b"d", b"y", b"new"]
     state = plog.producer_state.producers
     assert (state[7].epoch, state[7].last_seq, state[8].epoch, state[8].last_seq, state[9].last_seq) == (0, 3, 1, 0, 40)
+
+
+def test_a_write_failing_after_a_roll_inside_a_group_keeps_what_was_written_before_it(plog, clock, monkeypatch):
+    """The appends written before the roll are answered with their offsets; the failing write's appends and
+    those after it get the error, as one at a time would answer them."""
+    group = [plog.validate(kp_batch([b"%d" % i * 30]), now_ms=clock()) for i in range(3)]
+    while plog.active_segment.size < 1024 - sum(len(g.view) for g in group[:2]):
+        plog.append(kp_batch([b"f" * 20]))  # room for the first of the group before a roll
+    end = plog.log_end_offset
+    real = plog._write_placed
+    writes: list[int] = []
+
+    def write_once(*args, **kwargs):
+        writes.append(1)
+        if len(writes) > 1:
+            raise LogDirFullError("no space for the second write")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(plog, "_write_placed", write_once)
+    outcomes = plog.append_validated_together(group, leader_epoch=0)
+    assert outcomes is not None and len(writes) == 2
+    assert outcomes[0].base_offset == end
+    assert [type(o) for o in outcomes[1:]] == [LogDirFullError, LogDirFullError]
+    assert plog.log_end_offset == end + 1
