@@ -113,7 +113,7 @@ def _scenario(seed: int) -> tuple[LogConfig, list[tuple[list[bytes], int, int]]]
     epoch = 0
     for _ in range(40):
         group = mix.group()
-        epoch += rnd.random() < 0.05
+        epoch += int(rnd.random() < 0.05)
         steps.append((group, rnd.choice((0, 1, 250)), epoch))
     return config, steps
 
