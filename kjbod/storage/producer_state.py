@@ -28,6 +28,7 @@ import struct
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import crc32c
 
@@ -46,8 +47,7 @@ class SnapshotFormatError(ValueError):
     pass
 
 
-@dataclass(frozen=True, slots=True)
-class BatchMetadata:
+class BatchMetadata(NamedTuple):  # a tuple: made for every idempotent batch appended, on the dir's worker
     first_seq: int
     last_seq: int
     first_offset: int
