@@ -32,6 +32,8 @@ import shutil
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from .common import heading, median, verdict
@@ -283,6 +285,123 @@ def bench_handoff(work: Path, rounds: int, seconds: float) -> dict:
     return out
 
 
+# ================================================================================================ idempotent
+
+
+def idempotent_batch(batch: bytes, producer_id: int) -> bytes:
+    """``batch`` as an idempotent producer's: ``producer_id``, epoch 0, sequence 0, its CRC-32C recomputed (the
+    load generator gives each connection its own id from this one and the next sequences)."""
+    import crc32c
+
+    out = bytearray(batch)
+    out[43:57] = producer_id.to_bytes(8, "big") + (0).to_bytes(2, "big") + (0).to_bytes(4, "big")
+    out[17:21] = crc32c.crc32c(bytes(out[21:])).to_bytes(4, "big")
+    return bytes(out)
+
+
+def produce_error_at(topic: str) -> int:
+    """Where the error code of a one-partition Produce v9 answer is, counted from after the frame's size: the
+    correlation id and the flexible header's tagged fields (5 bytes), then the body up to it."""
+    from kjbod.protocol.generated import ProduceResponse as R
+
+    sentinel = 0x7A7B
+    body = R(responses=[R.TopicProduceResponse(name=topic, partition_responses=[
+        R.PartitionProduceResponse(index=0, error_code=sentinel)])]).encode(9)
+    return 5 + body.index(sentinel.to_bytes(2, "big"))
+
+
+def bench_idempotent_handoff(work: Path, rounds: int, seconds: float) -> dict:
+    """Small batches of idempotent producers (a producer id per connection, its batches in sequence, as Java
+    clients, librdkafka with enable.idempotence and kafka-python with enable_idempotence send them) against the
+    same batches without a producer id, workers against the loop path, in the same run. With
+    ``KJBOD_BENCH_BEFORE=<a checkout of other kjbod code>``, that code's servers run in the same rounds too (as
+    ``before``), so a change is measured against the code before it on the same machine at the same time."""
+    heading("Hand-off with idempotent producers: small batches in sequence, workers vs the loop path")
+    trees = {"": None}
+    before = os.environ.get("KJBOD_BENCH_BEFORE")
+    if before:
+        trees[" before"] = before
+    servers = {}
+    for suffix, tree in trees.items():
+        code = {} if tree is None else {"PYTHONSAFEPATH": "1", "PYTHONPATH": str(Path(tree).resolve())}
+        servers["workers" + suffix] = BenchServer(work / f"idem-workers{len(servers)}", env=code)
+        servers["loop" + suffix] = BenchServer(work / f"idem-loop{len(servers)}", env={**code, "KJBOD_DIR_WORKERS": "0"})
+    loadgen = build_loadgen()
+    small = small_batch()
+    samples = {k: {"plain": [], "idem": [], "plain_cpu": [], "idem_cpu": []} for k in servers}
+    error_at = produce_error_at("small")
+    try:
+        for server in servers.values():
+            server.start()
+            create_topic(server.port, "small", 3)
+            wrong = Connection(server.port)  # the error code's place, checked on a real answer
+            try:
+                wrong.sock.sendall(produce_frame("small", 9, small))
+                assert int.from_bytes(wrong.read_frame()[error_at: error_at + 2], "big") == 3  # UNKNOWN_TOPIC_OR_PART.
+            finally:
+                wrong.close()
+        plain_frames = [produce_frame("small", p, small) for p in range(3)]
+        for rnd in range(rounds):
+            for name, server in servers.items():
+                # fresh producer ids each round (a new connection starts its sequence at 0)
+                batches = [idempotent_batch(small, (rnd + 1) << 32 | p << 16) for p in range(3)]
+                idem_frames = [produce_frame("small", p, b) for p, b in enumerate(batches)]
+                batch_at = idem_frames[0].index(batches[0])
+                assert server.process is not None
+                for kind, frames, env in (("plain", plain_frames, {"LOADGEN_ERROR_AT": str(error_at)}),
+                                          ("idem", idem_frames, {"LOADGEN_BATCH_AT": str(batch_at),
+                                                                 "LOADGEN_ERROR_AT": str(error_at)})):
+                    cpu = process_cpu(server.process.pid)
+                    with _environ(env):
+                        rate = load_frames(loadgen, server.port, CONNECTIONS, 16, seconds, frames)
+                    samples[name][kind].append(rate)
+                    samples[name][f"{kind}_cpu"].append((process_cpu(server.process.pid) - cpu) / (rate * seconds))
+    finally:
+        for server in servers.values():
+            server.stop()
+    out = {}
+
+    def ratio(a: str, b: str, key: str) -> float:
+        return median([x / y for x, y in zip(samples[a][key], samples[b][key], strict=True)])
+
+    for suffix in trees:
+        w, ref = samples["workers" + suffix], samples["loop" + suffix]
+        idem, plain = ratio("workers" + suffix, "loop" + suffix, "idem"), ratio("workers" + suffix, "loop" + suffix, "plain")
+        key = "handoff_idempotent_small_vs_loop" + suffix.replace(" ", "_")
+        out[key] = idem
+        print(f"   {'this code' if not suffix else 'the code before (' + str(before) + ')'}: idempotent small batches "
+              f"workers {median(w['idem']):,.0f} req/s, loop {median(ref['idem']):,.0f} req/s: {idem:.1%} "
+              f"(target >= 85%: {verdict(idem >= 0.85)}); without a producer id in the same rounds: workers "
+              f"{median(w['plain']):,.0f}, loop {median(ref['plain']):,.0f} req/s: {plain:.1%}. Server CPU per "
+              f"request, idempotent: workers {median(w['idem_cpu']) * 1e6:.0f} us, loop "
+              f"{median(ref['idem_cpu']) * 1e6:.0f} us (without a producer id: {median(w['plain_cpu']) * 1e6:.0f} "
+              f"us, {median(ref['plain_cpu']) * 1e6:.0f} us)")
+    if before:
+        for name in ("workers", "loop"):
+            gain = ratio(name, name + " before", "idem")
+            out[f"idempotent_small_{name}_vs_before"] = gain
+            print(f"   {name}: idempotent small batches at {gain:.1%} of the code before's rate "
+                  f"(CPU per request {median(samples[name]['idem_cpu']) * 1e6:.0f} us vs "
+                  f"{median(samples[name + ' before']['idem_cpu']) * 1e6:.0f} us)")
+    print(f"   (load average {os.getloadavg()[0]:.1f} at the end, on {os.cpu_count()} CPUs)")
+    return out
+
+
+@contextmanager
+def _environ(values: dict[str, str]) -> Iterator[None]:
+    """``values`` in this process's environment meanwhile (what the load generator reads)."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 # ================================================================================================ isolation
 
 
@@ -386,6 +505,7 @@ def run(rounds: int = 5, seconds: float = 3.0, quick: bool = False) -> dict:
     work = Path(tempfile.mkdtemp(prefix="kjbod-bench-dirs-", dir=os.environ.get("KJBOD_BENCH_DIR") or None))
     try:
         out = bench_handoff(work, rounds, seconds)
+        out.update(bench_idempotent_handoff(work, rounds, seconds))
         out.update(bench_isolation(work, rounds, seconds * 2))
     finally:
         shutil.rmtree(work, ignore_errors=True)
