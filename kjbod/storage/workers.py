@@ -52,6 +52,7 @@ from typing import Any
 
 import structlog
 
+from kjbod.storage import timeline
 from kjbod.storage.fsio import LogDirIO
 
 log = structlog.get_logger("kjbod.storage.workers")
@@ -110,18 +111,24 @@ class Placement:
         self._spread()
 
     def _review(self, loop: asyncio.AbstractEventLoop) -> None:
+        started = time.perf_counter() if timeline.ON else 0.0
         now = (time.monotonic(), *self._usage())
         passed = max(now[0] - self._last[0], 1e-3)
         ran, waited = (max(now[i] - self._last[i], 0.0) / passed for i in (1, 2))  # 0 if a worker ended
         self._last = now
         if _loop_cpus is None:
+            action = "place" if ran < self.QUIET else "stay spread"
             if ran < self.QUIET:
                 self._place()
         elif ran + waited > self.BUSY:
+            action = "spread"
             self._spread()
         else:
+            action = "stay placed"
             self._free_others()
         self._timer = loop.call_later(self.REVIEW_S, self._review, loop)
+        if timeline.ON:
+            timeline.span("placement review", started, action)
 
     def _usage(self) -> tuple[float, float]:
         """Seconds the loop's thread and the workers' have run, and waited to run (/proc's schedstat), so far."""
@@ -217,6 +224,7 @@ class DirWorker:
         self._in_flight = False  # a hand-over's answers are not back on the loop yet (loop-side state)
         self._loop: asyncio.AbstractEventLoop | None = None  # the loop holding _held, told when abandoned
         self.abandoned = False
+        self._handed_at = self._delivered_at = 0.0  # KJBOD_TIMELINE only: the last hand-over's legs
         self._thread = threading.Thread(target=self._run, name=f"kjbod-dir-worker {io.path}", daemon=True)
         self._thread.start()
         with _running_lock:
@@ -303,6 +311,8 @@ class DirWorker:
             return
         self._held = []
         self._in_flight = True
+        if timeline.ON:
+            self._handed_at = time.perf_counter()
         self._queue.put(held)
         if self.abandoned:  # abandoned meanwhile, from another thread: nothing will run these
             self._fail_queued([])
@@ -310,6 +320,8 @@ class DirWorker:
     def _answers_in(self, results: list[tuple[Done, bool, Any]], _batch: object) -> None:
         """On the loop: a hand-over's answers. What was held meanwhile goes over first, so the worker runs it
         while the loop settles these (``_batch``: the closures, freed here when this returns)."""
+        if timeline.ON:
+            timeline.span("loop wake-up", self._delivered_at)
         self._in_flight = False
         if self._held:
             self._hand_over()
@@ -327,9 +339,18 @@ class DirWorker:
             _set_cpus(0, placed)
         while True:
             batch, stop = self._take()
+            started = 0.0
+            if timeline.ON:
+                started = time.perf_counter()
+                if self._handed_at:  # not for a job posted from another thread
+                    timeline.span("worker wake-up", self._handed_at)
+                    self._handed_at = 0.0
             answers = self._answer(batch)
             if self.abandoned:
                 return  # a stuck call came back after the dir was failed: already answered with the error
+            if timeline.ON:
+                timeline.span("worker batch", started, str(len(batch)))
+                self._delivered_at = time.perf_counter()
             self._deliver(answers, batch)
             # Dropped before the next wait, so the loop, which gets the last references, frees the requests.
             batch = answers = None  # type: ignore[assignment]

@@ -1,0 +1,62 @@
+"""KJBOD_TIMELINE (kjbod.storage.timeline): a server asked for it writes when its periodic work and each hand-off's
+legs ran, on the machine-wide monotonic clock, when it exits; tools/bench/dir_workers.py lays its requests over
+that to say what sits under the p99. Off by default: nothing is hooked or kept."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import live
+import pytest
+
+from tools.bench.datapath import create_topic
+from tools.bench.dir_workers import explain_tail, paced_produce, read_timeline, small_batch
+
+kjbod_server_factory = live.kjbod_server_factory
+
+
+def test_off_by_default_nothing_is_hooked():
+    env = {k: v for k, v in os.environ.items() if k != "KJBOD_TIMELINE"}
+    code = "import gc; from kjbod.storage import timeline; print(timeline.ON, timeline._on_gc in gc.callbacks)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert done.stdout.split() == ["False", "False"], done.stderr
+
+
+def test_a_server_records_its_hand_offs_and_periodic_work(kjbod_server_factory, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch):
+    path = tmp_path / "timeline"
+    monkeypatch.setenv("KJBOD_TIMELINE", str(path))
+    server = kjbod_server_factory()
+    create_topic(server.port, "t", 3)
+    started = time.perf_counter()
+    sent: list[float] = []
+    latencies = paced_produce(server.port, "t", 0, 200, 0.2, small_batch(), sent=sent)
+    assert server.stop() == 0
+    events = read_timeline(path)
+    kinds = {e[0] for e in events}
+    assert {"server read", "server write", "worker wake-up", "worker batch", "loop wake-up"} <= kinds, kinds
+    assert all(start <= end for _kind, start, end, _detail in events)
+    # The server's clock is the client's: each request's reply was written while the client waited for it.
+    writes = sorted(e[1] for e in events if e[0] == "server write" and e[1] >= started)
+    for at, took in zip(sent, latencies, strict=True):
+        assert any(at <= w <= at + took for w in writes)
+
+
+def test_explain_tail_names_what_sits_under_the_slowest_requests():
+    # 100 requests of 1 ms every 10 ms; the two slowest (8 ms) each sit under a "placement review".
+    requests = [(i * 0.01, 0.001) for i in range(100)]
+    requests[10] = (0.10, 0.008)
+    requests[50] = (0.50, 0.008)
+    events = [("placement review", 0.101, 0.103, "stay placed"), ("placement review", 0.502, 0.503, "spread"),
+              ("gc", 0.3005, 0.3006, "generation 0")]
+    lines = explain_tail([requests], events)
+    text = "\n".join(lines)
+    assert "slowest 2% of each round: 2 requests" in lines[0]
+    assert "placement review 100% (any request 2.0%" in text
+    assert "gc 0% (any request 1.0%" in text
+    assert "under none of those: 0%" in text
+    assert "placement reviews: spread 1, stay placed 1" in text
