@@ -56,7 +56,7 @@ def test_explain_tail_names_what_sits_under_the_slowest_requests():
     lines = explain_tail([requests], events)
     text = "\n".join(lines)
     assert "slowest 2% of each round: 2 requests" in lines[0]
-    assert "placement review 100% (any request 2.0%" in text
-    assert "gc 0% (any request 1.0%" in text
+    assert "placement review 100% (by chance 1.9%, any request 2.0%" in text
+    assert "gc 0% (by chance 0.8%, any request 1.0%" in text
     assert "under none of those: 0%" in text
     assert "placement reviews: spread 1, stay placed 1" in text

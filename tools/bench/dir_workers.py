@@ -259,8 +259,10 @@ class _Spans:
 
 
 def explain_tail(rounds: list[list[tuple[float, float]]], events: list[Event]) -> list[str]:
-    """Which recorded events sit under each round's slowest TAIL_SHARE of requests, against how often they sit
-    under any request (what chance alone gives), and the hand-off's legs of the slow ones against all."""
+    """Which recorded events sit under each round's slowest TAIL_SHARE of requests, against how many would by
+    chance (a slow request is long, so it meets more of anything periodic) and how many sit under any request;
+    where the slow ones' time went (to the server's read of it, in the server, back to the client) and the
+    hand-off's legs under them, against all requests."""
     by_kind: dict[str, list[Event]] = {}
     for e in events:
         by_kind.setdefault(e[0], []).append(e)
@@ -285,13 +287,25 @@ def explain_tail(rounds: list[list[tuple[float, float]]], events: list[Event]) -
             return 0.0
         return sum(1 for a, lat in reqs if s.overlapping(a, a + lat)) / len(reqs)
 
+    windows = [(rnd[0][0], rnd[-1][0] + rnd[-1][1]) for rnd in rounds if rnd]
+    measured = sum(b - a for a, b in windows)
+
+    def chance(reqs: list[tuple[float, float]], kind: str, took: float) -> float:
+        """How many of ``reqs`` one of ``kind`` would sit under if they fell at random (at its rate while
+        measuring): a request of latency L meets one in about rate x (L + its duration)."""
+        s = spans[kind]
+        n = sum(len(s.overlapping(a, b)) for a, b in windows)
+        rate = n / measured if measured > 0 else 0.0
+        return sum(min(1.0, rate * (lat + took)) for _a, lat in reqs) / len(reqs)
+
     under = []
     for kind in PERIODIC:
         if kind in spans:
             n = len(spans[kind].events)
             took = median([e[2] - e[1] for e in spans[kind].events])
-            under.append(f"{kind} {share(slow, kind):.0%} (any request {share(every, kind):.1%}; {n} of them, "
-                         f"median {took * 1e6:.0f} us, longest {spans[kind].longest * 1e6:.0f} us)")
+            under.append(f"{kind} {share(slow, kind):.0%} (by chance {chance(slow, kind, took):.1%}, any request "
+                         f"{share(every, kind):.1%}; {n} of them, median {took * 1e6:.0f} us, longest "
+                         f"{spans[kind].longest * 1e6:.0f} us)")
     explained = sum(1 for a, lat in slow if any(spans[k].overlapping(a, a + lat) for k in PERIODIC if k in spans))
     lines = [f"slowest {TAIL_SHARE:.0%} of each round: {len(slow)} requests, median {median([r[1] for r in slow]) * 1e6:.0f} us "
              f"(all: median {median([r[1] for r in every]) * 1e6:.0f} us), {early / len(slow):.0%} of them in the "
