@@ -722,9 +722,9 @@ class Connection(asyncio.BufferedProtocol):
         transport = self._transport
         if transport is None or transport.is_closing():
             return
-        transport.write(parts[0] if len(parts) == 1 else b"".join(parts))
-        if timeline.ON:
+        if timeline.ON:  # before: the client may have the reply before this thread runs again
             timeline.span("server write", time.perf_counter())
+        transport.write(parts[0] if len(parts) == 1 else b"".join(parts))
 
     def _log_request(self, meta: tuple[float, ...], *, replied: bool = True) -> None:
         api_key, api_version, correlation_id, started = meta[:4]

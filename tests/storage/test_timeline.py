@@ -60,3 +60,17 @@ def test_explain_tail_names_what_sits_under_the_slowest_requests():
     assert "gc 0% (by chance 0.8%, any request 1.0%" in text
     assert "under none of those: 0%" in text
     assert "placement reviews: spread 1, stay placed 1" in text
+
+
+def test_explain_tail_cuts_a_slow_request_at_each_leg_of_its_hand_off():
+    # One request of 1 ms through a worker: read at 0.1 ms, handed over at 0.2, the worker running 0.3-0.5,
+    # the loop answered at 0.6, the reply written at 0.8.
+    events = [("server read", 0.0001, 0.0001, ""), ("worker wake-up", 0.0002, 0.0003, ""),
+              ("worker batch", 0.0003, 0.0005, "1"), ("loop wake-up", 0.0005, 0.0006, ""),
+              ("server write", 0.0008, 0.0008, "")]
+    text = "\n".join(explain_tail([[(0.0, 0.001)]], events))
+    assert ("to the server's read 100 (100), on the loop to the hand-over 100 (100), the worker's wake-up 100 "
+            "(100), on the worker 200 (200), the loop's wake-up 100 (100), on the loop to the reply's write 200 "
+            "(200), back to the client 200 (200)") in text
+    loop_path = "\n".join(explain_tail([[(0.0, 0.001)]], [events[0], events[-1]]))
+    assert "to the server's read 100 (100), in the server 700 (700), back to the client 200 (200)" in loop_path

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import bisect
 import gc
+import itertools
 import json
 import math
 import os
@@ -258,6 +259,40 @@ class _Spans:
         return [e for e in self.events[lo:hi] if e[2] >= a]
 
 
+# A request's way through the server, as KJBOD_TIMELINE records it: (kind, which end of the span) in order, and
+# what the time up to each point is called; the legs through a worker where the server has them.
+_CHAIN = [("server read", 1, "to the server's read"), ("worker wake-up", 1, "on the loop to the hand-over"),
+          ("worker wake-up", 2, "the worker's wake-up"), ("worker batch", 2, "on the worker"),
+          ("loop wake-up", 2, "the loop's wake-up"), ("server write", 1, "on the loop to the reply's write")]
+
+
+def _chain(spans: dict[str, _Spans], reqs: list[tuple[float, float]]) -> tuple[list[str], list[list[float]]]:
+    """Each request's time cut at the points of _CHAIN found within it (a request whose points are not all
+    found, e.g. one that shares a hand-over with another, is left out): the parts' names and durations."""
+    steps = [step for step in _CHAIN if step[0] in spans]
+    names = [name if kind != "server write" or len(steps) > 2 else "in the server" for kind, _end, name in steps]
+    names.append("back to the client")
+    parts: list[list[float]] = [[] for _ in names]
+    for a, lat in reqs:
+        t, points = a, [a]
+        for kind, end, _name in steps:
+            s = spans[kind]
+            i = bisect.bisect_left(s.starts, t)
+            if i == len(s.starts) or s.events[i][end] > a + lat:
+                break
+            t = s.events[i][end]
+            points.append(t)
+        else:
+            points.append(a + lat)
+            for part, (x, y) in zip(parts, itertools.pairwise(points), strict=True):
+                part.append(y - x)
+    return names, parts
+
+
+def _mean_us(xs: list[float]) -> str:
+    return f"{sum(xs) / len(xs) * 1e6:.0f}" if xs else "-"
+
+
 def explain_tail(rounds: list[list[tuple[float, float]]], events: list[Event]) -> list[str]:
     """Which recorded events sit under each round's slowest TAIL_SHARE of requests, against how many would by
     chance (a slow request is long, so it meets more of anything periodic) and how many sit under any request;
@@ -312,26 +347,10 @@ def explain_tail(rounds: list[list[tuple[float, float]]], events: list[Event]) -
              f"first tenth of their round",
              "  under them: " + "; ".join(under) if under else "  no periodic event recorded",
              f"  under none of those: {1 - explained / len(slow):.0%}"]
-    reads, writes = spans.get("server read"), spans.get("server write")
-    if reads is not None and writes is not None:
-        def split(reqs: list[tuple[float, float]]) -> str:
-            parts: list[list[float]] = [[], [], []]
-            for a, lat in reqs:
-                i = bisect.bisect_left(reads.starts, a)
-                if i == len(reads.starts) or reads.starts[i] > a + lat:
-                    continue
-                read = reads.starts[i]
-                j = bisect.bisect_left(writes.starts, read)
-                if j == len(writes.starts) or writes.starts[j] > a + lat:
-                    continue
-                write = writes.starts[j]
-                for part, took in zip(parts, (read - a, write - read, a + lat - write), strict=True):
-                    part.append(took)
-            if not parts[0]:
-                return "not found"
-            return ", ".join(f"{what} {median(took) * 1e6:.0f}" for what, took in
-                             zip(("to the server's read", "in the server", "back to the client"), parts, strict=True))
-        lines.append(f"  where their time went, median us: {split(slow)} (all requests: {split(every)})")
+    if "server read" in spans and "server write" in spans:
+        lines.append("  where their time went, mean us (all requests): " + ", ".join(
+            f"{what} {_mean_us(slow_took)} ({_mean_us(all_took)})"
+            for what, slow_took, all_took in zip(*_chain(spans, slow), _chain(spans, every)[1], strict=True)))
     if "placement review" in spans:
         actions: dict[str, int] = {}
         for e in spans["placement review"].events:
