@@ -274,14 +274,14 @@ def _chain(spans: dict[str, _Spans], reqs: list[tuple[float, float]]) -> tuple[l
     names.append("back to the client")
     parts: list[list[float]] = [[] for _ in names]
     for a, lat in reqs:
-        t, points = a, [a]
+        after, points = a, [a]  # each step's span starts after the one before it started
         for kind, end, _name in steps:
             s = spans[kind]
-            i = bisect.bisect_left(s.starts, t)
+            i = bisect.bisect_left(s.starts, after)
             if i == len(s.starts) or s.events[i][end] > a + lat:
                 break
-            t = s.events[i][end]
-            points.append(t)
+            after = s.starts[i]
+            points.append(max(s.events[i][end], points[-1]))
         else:
             points.append(a + lat)
             for part, (x, y) in zip(parts, itertools.pairwise(points), strict=True):
