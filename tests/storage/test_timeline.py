@@ -14,7 +14,7 @@ import live
 import pytest
 
 from tools.bench.datapath import create_topic
-from tools.bench.dir_workers import explain_tail, paced_produce, read_timeline, small_batch
+from tools.bench.dir_workers import explain_tail, paced_produce, read_timeline, report_p99, small_batch
 
 kjbod_server_factory = live.kjbod_server_factory
 
@@ -74,3 +74,19 @@ def test_explain_tail_cuts_a_slow_request_at_each_leg_of_its_hand_off():
             "(200), back to the client 200 (200)") in text
     loop_path = "\n".join(explain_tail([[(0.0, 0.001)]], [events[0], events[-1]]))
     assert "to the server's read 100 (100), in the server 700 (700), back to the client 200 (200)" in loop_path
+
+
+def test_the_p99_report_says_why_when_the_target_is_missed(capsys: pytest.CaptureFixture[str]):
+    def variant(p99_s: float, preempted: float) -> dict[str, list[float]]:
+        return {"p99": [p99_s, p99_s], "p50": [0.0003] * 2, "waited": [0.0001] * 2, "preempted": [preempted] * 2}
+
+    samples = {"workers": variant(0.0015, 3.5), "loop": variant(0.001, 0.5), "unplaced": variant(0.001, 3.0)}
+    requests = {name: [[(0.0, 0.001), (0.01, 0.002)]] for name in samples}
+    out = report_p99(samples, requests, {name: [] for name in samples}, [])
+    printed = capsys.readouterr().out
+    assert out["handoff_produce_p99_vs_loop"] == pytest.approx(1.5)
+    assert "1.50x (target <= 1.2x: BELOW TARGET); per-round ratios min 1.50, median 1.50, max 1.50" in printed
+    assert "Why above 1.2x" in printed and "preempted 3.5 times per request against 0.5" in printed
+    samples["workers"] = variant(0.0011, 3.5)
+    report_p99(samples, requests, {name: [] for name in samples}, [])
+    assert "Why above" not in capsys.readouterr().out
