@@ -91,11 +91,11 @@ class Placement:
     The review runs on the loop, between requests, four times a second: it is kept to two cheap reads
     (measured with KJBOD_TIMELINE: opening and reading each thread's schedstat, then every thread's affinity,
     took 0.18-0.34 ms of the loop's time at the median, the caches cold after a quarter second asleep: a
-    stall for the request that came in meanwhile; now about 0.05 ms)."""
+    stall for the request that came in meanwhile; now 0.05-0.1 ms)."""
 
     REVIEW_S = 0.25
-    BUSY = 0.75  # placed, the loop and the workers ran or waited to run more than this share of the time: spread
-    QUIET = 0.25  # spread, they ran less than this share: placed again
+    BUSY = 0.75  # placed, the process ran or the loop waited to run more than this share of the time: spread
+    QUIET = 0.25  # spread, the process ran less than this share: placed again
     LOOK_OVER_EVERY = 20  # placed, every other thread's CPUs are looked over at least every 20th review (5 s)
 
     def __init__(self) -> None:
@@ -116,6 +116,7 @@ class Placement:
         """Place the threads now and review every REVIEW_S; False where placement is not done (one CPU allowed
         anyway, or ``KJBOD_DIR_WORKERS=unplaced``)."""
         if os.environ.get(WORKERS_ENV) == "unplaced" or len(self.allowed) < 2:
+            self._close()  # nothing to review
             return False
         self._place()
         self._timer = loop.call_later(self.REVIEW_S, self._review, loop)
@@ -126,6 +127,9 @@ class Placement:
             self._timer.cancel()
             self._timer = None
         self._spread()
+        self._close()
+
+    def _close(self) -> None:
         if self._schedstat is not None:
             os.close(self._schedstat)
             self._schedstat = None
