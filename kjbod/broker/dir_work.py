@@ -29,11 +29,12 @@ from __future__ import annotations
 import asyncio
 import functools
 import math
+import time
 import weakref
 from collections.abc import Callable
 from typing import Any
 
-from kjbod.storage import fsio
+from kjbod.storage import fsio, timeline
 from kjbod.wire.handler import Later
 
 Items = list[Any]
@@ -247,8 +248,12 @@ class _Deadlines:
             group.pop(waiting, None)
 
     def _fire(self, tick: int) -> None:
-        for waiting in self.ticks.pop(tick, {}):
+        started = time.perf_counter() if timeline.ON else 0.0
+        group = self.ticks.pop(tick, {})
+        for waiting in group:
             waiting._time_up()
+        if timeline.ON:
+            timeline.span("deadline tick", started, str(len(group)))
 
 
 _BY_LOOP: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Deadlines] = weakref.WeakKeyDictionary()

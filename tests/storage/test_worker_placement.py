@@ -79,7 +79,10 @@ def test_quiet_places_busy_spreads_quiet_places_again(aloop, worker):
         placement.review(aloop, ran=0.1)  # a moderate rate: stays
         assert os.sched_getaffinity(0) == here and _cpus(worker) == here
 
-        placement.review(aloop, ran=0.5, waited=0.4)  # wanted 90 % of the CPU: every CPU back
+        placement.review(aloop, ran=0.5, waited=0.4)  # wanted 90 % of the CPU once: a burst, stays
+        assert os.sched_getaffinity(0) == here and _cpus(worker) == here
+
+        placement.review(aloop, ran=0.5, waited=0.4)  # and again: every CPU back
         assert os.sched_getaffinity(0) == ALLOWED and _cpus(worker) == ALLOWED
 
         placement.review(aloop, ran=0.5)  # still working: spread still
@@ -113,6 +116,31 @@ def test_a_thread_started_while_placed_gets_every_cpu_back(aloop, tmp_path):
         stop.set()
         other.join(5)
         placement.stop()
+
+
+@pytest.mark.skipif(len(ALLOWED) < 2, reason="this process may use one CPU only: see test_one_cpu_is_not_placed")
+def test_single_busy_reviews_never_spread(aloop, worker):
+    placement = _Scripted()
+    try:
+        assert placement.start(aloop)
+        here = os.sched_getaffinity(0)
+        for _ in range(5):  # busy, quiet, busy, ...: never two busy reviews in a row
+            placement.review(aloop, ran=0.9)
+            placement.review(aloop, ran=0.1)
+            assert os.sched_getaffinity(0) == here and _cpus(worker) == here
+    finally:
+        placement.stop()
+
+
+def test_the_review_reads_the_process_cpu_and_the_loops_wait(aloop):
+    placement = Placement()  # the real figures of this process
+    ran, waited = placement._usage()
+    spin_until = ran + 0.05
+    while placement._usage()[0] < spin_until:  # this thread's CPU time is the process's
+        pass
+    assert placement._usage()[1] >= waited >= 0.0
+    placement.stop()
+    assert placement._usage()[0] > ran  # the run time still, once its /proc file is closed
 
 
 def test_unplaced_leaves_the_cpus_to_the_kernel(aloop, worker, monkeypatch):
