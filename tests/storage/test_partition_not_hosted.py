@@ -121,3 +121,25 @@ def test_with_a_dir_offline_a_partition_without_a_log_is_offline_not_unhosted(no
     assert _fetch_codes(node, 12, parts) == storage
     assert _fetch_codes(node, 4, parts) == old
     assert _list_offsets_codes(node, -1, parts) == storage
+
+
+def _answered_without_waiting(coro):
+    """The handler coroutine's answer when it completes without suspending once; fails if it would wait."""
+    try:
+        coro.send(None)
+    except StopIteration as done:
+        return done.value
+    coro.close()
+    raise AssertionError("the fetch waited (a long poll, or its dir's worker) instead of answering at once")
+
+
+def test_a_fetch_from_an_offline_dir_answers_at_once_not_after_its_worker_or_the_long_poll(node, spread, log_dirs):
+    """Found under load: a fetch at the log end of a partition whose dir had just failed answered 0 with no
+    records, because its read was handed to the dir's worker and the worker did not run within the fetch's wait.
+    Nothing is read in an offline dir: the fetch answers KAFKA_STORAGE_ERROR on the loop, and a long poll does
+    not wait for appends that cannot come."""
+    _fail_dir(spread, log_dirs[2])
+    for max_wait_ms in (0, 60_000):
+        resp = _answered_without_waiting(fetch.handle(node, _request(12), _fetch_body({"c": [0]},
+                                                                                      max_wait_ms=max_wait_ms)))
+        assert [p.error_code for t in resp.responses for p in t.partitions] == [E.KAFKA_STORAGE_ERROR]
