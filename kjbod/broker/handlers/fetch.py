@@ -70,6 +70,8 @@ def _has_data(node, resolved, body: FetchRequest, decided: dict | None, throttle
                 plog = node.partition_log(name, p.partition)
             except Exception:
                 return True
+            if not plog.io.online:  # answers KAFKA_STORAGE_ERROR now, not after the long poll
+                return True
             end = plog.log_end_offset if decided is not None else plog.high_watermark
             if p.fetch_offset != end:  # data to send, or an out-of-range offset to report
                 return True
@@ -110,6 +112,11 @@ def _build(node, resolved, body: FetchRequest, version: int, deadline: float, de
                 plog = node.partition_log(name, p.partition)
             except Exception as e:
                 parts.append(_failed_part(node, name, p, e, version))
+                continue
+            if not plog.io.online:
+                # Its dir is offline: nothing will be read there. Answered here rather than by the dir's worker,
+                # which a loaded machine may not run within the fetch's wait (that answers "nothing new", 0).
+                parts.append(_failed_part(node, name, p, plog.io.offline_error(), version))
                 continue
             if throttled and (name, p.partition) in throttled:  # the leader throttle: no records, the offsets
                 parts.append(PartResp(partition_index=p.partition, error_code=0, high_watermark=plog.high_watermark,
