@@ -35,11 +35,13 @@ after dropping its bootstrap connection; the same against librdkafka's mock clus
 without a warm-up took for a p99 of ~500 ms on kjbod.  The three brokers, the controller and the load generator
 share this machine's cores (printed).
 
-    python -m tools.bench.replication [--rounds N] [--quick] [--latency-only]
+    python -m tools.bench.replication [--rounds N] [--quick] [--latency-only] [--trace]
 
 --latency-only runs the latency rounds alone (7 of them, also with --quick) and keeps the cluster's directory
 (printed; each broker's server.log is in it): with KJBOD_GC_LOG=1 in the environment every broker logs each of
-its garbage collections there (kjbod.server.app).
+its garbage collections there (kjbod.server.app). --trace runs the brokers with KJBOD_TRACE (kjbod.net.trace) and
+prints, after the latency figure, where the slowest records' time went leg by leg and which background events
+ran under them (tools.bench.latency_trace); the tracing's own cost is in the figure then.
 """
 
 from __future__ import annotations
@@ -200,27 +202,34 @@ class Paced:
         self.topic = topic
         self.producer = Producer({"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 0,
                                   "enable.idempotence": idempotent})
+        self.records: list[tuple[float, float, int]] | None = None  # (sent, ms, offset) per record, when kept
 
     def run(self, rate: int, seconds: float) -> list[float]:
+        """Latencies (ms) in delivery order; with `records` a list, each record's (send time on CLOCK_MONOTONIC,
+        the clock of kjbod.net.trace, latency ms, offset) is appended to it."""
         producer = self.producer
         out: list[float] = []
         failures: list[str] = []
         value = b"x" * RECORD
+        records = self.records
 
-        def delivered(err, _m, sent: float) -> None:
+        def delivered(err, m, sent: float) -> None:
             if err is None:
-                out.append((time.perf_counter() - sent) * 1000)
+                ms = (time.monotonic() - sent) * 1000
+                out.append(ms)
+                if records is not None:
+                    records.append((sent, ms, m.offset()))
             else:
                 failures.append(str(err))
 
-        started = time.perf_counter()
+        started = time.monotonic()
         n = 0
-        while (now := time.perf_counter()) - started < seconds:
+        while (now := time.monotonic()) - started < seconds:
             due = started + n / rate
             if now < due:
                 producer.poll(min(due - now, 0.005))
                 continue
-            sent = time.perf_counter()
+            sent = time.monotonic()
             producer.produce(self.topic, value, on_delivery=lambda err, m, s=sent: delivered(err, m, s))
             n += 1
             producer.poll(0)
@@ -262,11 +271,13 @@ def sched_ms(pids: list[int]) -> tuple[float, float]:
 
 
 def latency_rounds(bootstrap: str, rate: int, rounds: int, seconds: float, pids: list[int] | None = None,
-                   cpu: dict[str, float] | None = None) -> tuple[list[float], list[float], int]:
+                   cpu: dict[str, float] | None = None, kept: dict[str, list[list[tuple[float, float, int]]]] | None
+                   = None) -> tuple[list[float], list[float], int]:
     """Per-round p99 (ms) of acks=all to RF 3 and of acks=1 to RF 1, the two interleaved (which goes first
     alternates) after a warm-up that is not counted; and how many records each case sent in all. With the
     brokers' `pids`, each case's round also prints their CPU time and run-queue wait (sched_ms), and `cpu`
-    (when given) gets each case's total brokers' CPU ms over the rounds."""
+    (when given) gets each case's total brokers' CPU ms over the rounds; `kept` (when given) each case's
+    records per round (Paced.records: for tools.bench.latency_trace)."""
     cases = {"all": Paced(bootstrap, "rf3", "all"), "one": Paced(bootstrap, "rf1", "1")}
     for paced in cases.values():
         paced.run(rate, 2.0)  # warm-up: connections, metadata, the followers' fetch sessions with the leader
@@ -276,6 +287,9 @@ def latency_rounds(bootstrap: str, rate: int, rounds: int, seconds: float, pids:
     for i in range(rounds):
         for name in ("all", "one") if i % 2 == 0 else ("one", "all"):
             cpu0, wait0 = sched_ms(pids or [])
+            if kept is not None:
+                cases[name].records = []
+                kept.setdefault(name, []).append(cases[name].records)
             xs = cases[name].run(rate, seconds)
             cpu1, wait1 = sched_ms(pids or [])
             sched[name] = (cpu1 - cpu0, wait1 - wait0)
@@ -418,7 +432,8 @@ def failover(cluster: Cluster, *, fail_dir: bool = False) -> float:
     return acked[after] - killed
 
 
-def run(rounds: int = 3, seconds: float = 10.0, quick: bool = False, latency_only: bool = False) -> dict:
+def run(rounds: int = 3, seconds: float = 10.0, quick: bool = False, latency_only: bool = False,
+        trace: bool = False) -> dict:
     produce_bytes = 64 * MIB if quick else 512 * MIB
     backlog = 64 * MIB if quick else 1024 * MIB
     rounds = 1 if quick else rounds
@@ -426,6 +441,8 @@ def run(rounds: int = 3, seconds: float = 10.0, quick: bool = False, latency_onl
     heading(f"Replication on 3 brokers ({os.cpu_count()} cores shared by the 3 brokers, the controller and the "
             f"load generator)")
     work = Path(tempfile.mkdtemp(prefix="kjbod-bench-replication-", dir=os.environ.get("KJBOD_BENCH_DIR") or None))
+    if trace:
+        os.environ["KJBOD_TRACE"] = str(work / "trace")  # the brokers inherit it (kjbod.net.trace)
     cluster = Cluster(work)
     try:
         create(cluster.bootstrap, "rf3", 1, 3)
@@ -435,7 +452,7 @@ def run(rounds: int = 3, seconds: float = 10.0, quick: bool = False, latency_onl
         create(cluster.bootstrap, "rf1", 1, 1, on=leader)
         if latency_only:
             print(f"   the cluster: {cluster.dir} (kept; leader of rf3 and rf1: broker {leader})")
-            return {"replication_p99_acks_all_vs_acks1": latency_figure(cluster, 7, 4.0)}
+            return {"replication_p99_acks_all_vs_acks1": latency_figure(cluster, 7, 4.0, leader, trace)}
         produce_throughput(cluster.bootstrap, "rf3", "all", 8 * MIB)  # warm up
         produce_throughput(cluster.bootstrap, "rf1", "1", 8 * MIB)
         replicated, single = [], []
@@ -445,7 +462,7 @@ def run(rounds: int = 3, seconds: float = 10.0, quick: bool = False, latency_onl
         throughput = median([r / s for r, s in zip(replicated, single, strict=True)])
         print(f"   produce: acks=all RF 3 {median(replicated):.1f} MB/s, acks=1 RF 1 {median(single):.1f} MB/s: "
               f"{throughput:.0%} (target >= {TARGET_THROUGHPUT:.0%}: {verdict(throughput >= TARGET_THROUGHPUT)})")
-        latency = latency_figure(cluster, 3 if quick else 7, 2.0 if quick else 4.0)
+        latency = latency_figure(cluster, 3 if quick else 7, 2.0 if quick else 4.0, leader, trace)
         idempotent_latency(cluster.bootstrap, 500, 3 if quick else 7, 2.0 if quick else 4.0)
         follower_s, consumer_s = catch_up(cluster, backlog)
         catch_ratio = consumer_s / follower_s
@@ -471,9 +488,10 @@ def run(rounds: int = 3, seconds: float = 10.0, quick: bool = False, latency_onl
         cluster.down()
 
 
-def latency_figure(cluster: Cluster, lat_rounds: int, lat_seconds: float) -> float:
+def latency_figure(cluster: Cluster, lat_rounds: int, lat_seconds: float, leader: int, trace: bool = False) -> float:
     """The latency rounds (latency_rounds) at 500 records/s, printed; returns the ratio of the medians of the
-    per-round p99s (acks=all RF 3 over acks=1 RF 1)."""
+    per-round p99s (acks=all RF 3 over acks=1 RF 1). With `trace` (the brokers run with KJBOD_TRACE), where the
+    slowest records' time went and what ran under them (tools.bench.latency_trace)."""
     rate = 500
     # The produce rounds before leave gigabytes of dirty pages that the kernel writes back 30 s later
     # (vm.dirty_expire_centisecs), in the middle of these rounds, where every append waits behind it; an acks=all
@@ -485,8 +503,9 @@ def latency_figure(cluster: Cluster, lat_rounds: int, lat_seconds: float) -> flo
           f"interleaved, after a 2 s warm-up ({os.cpu_count()} cores shared by the brokers, the controller "
           f"and the producer; the earlier rounds' dirty pages written back first, {synced:.1f} s):")
     cpu: dict[str, float] = {}
+    kept: dict[str, list[list[tuple[float, float, int]]]] | None = {} if trace else None
     all_p99, one_p99, sent = latency_rounds(cluster.bootstrap, rate, lat_rounds, lat_seconds,
-                                            [cluster.pid(b) for b in cluster.ports], cpu)
+                                            [cluster.pid(b) for b in cluster.ports], cpu, kept)
     latency = median(all_p99) / median(one_p99)
     print(f"   latency: median of per-round p99 acks=all RF 3 {median(all_p99):.1f} ms, acks=1 RF 1 "
           f"{median(one_p99):.1f} ms ({sent} records per case): {latency:.2f}x (target <= {TARGET_LATENCY}x: "
@@ -495,16 +514,34 @@ def latency_figure(cluster: Cluster, lat_rounds: int, lat_seconds: float) -> flo
         print(f"   the brokers' CPU per record in those rounds: acks=all RF 3 {cpu['all'] / sent:.2f} ms, acks=1 "
               f"RF 1 {cpu['one'] / sent:.2f} ms ({cpu['all'] / cpu['one']:.1f}x: the tail follows the queueing "
               f"for the cores this adds)")
+    if kept is not None:
+        from kjbod.net.trace import FLUSH_S
+
+        from .latency_trace import load, report
+
+        time.sleep(3 * FLUSH_S)  # the brokers' last events written
+        names = {cluster.pid(b): ("leader" if b == leader else f"follower {b}") + f" (broker {b})"
+                 for b in cluster.ports}
+        traces = load(os.environ["KJBOD_TRACE"], names)
+        for case, rounds_kept in kept.items():  # kept beside the traces, for a closer look
+            with open(Path(os.environ["KJBOD_TRACE"]) / f"records-{case}.txt", "w") as f:
+                f.writelines(f"{i} {t:.6f} {ms:.3f} {o}\n" for i, recs in enumerate(rounds_kept) for t, ms, o in recs)
+        followers = {b: names[cluster.pid(b)] for b in cluster.ports if b != leader}
+        for line in report(traces, names[cluster.pid(leader)], followers, kept, {"all": "rf3", "one": "rf1"}):
+            print(line)
     return latency
 
 
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    if "--latency-only" in args:
+    trace = "--trace" in args
+    if trace:
+        args.remove("--trace")
+    latency_only = "--latency-only" in args
+    if latency_only:
         args.remove("--latency-only")
-        return rounds_main("python -m tools.bench.replication", __doc__,
-                           lambda r, s, q: run(r, s, q, latency_only=True), args, rounds=3)
-    return rounds_main("python -m tools.bench.replication", __doc__, run, argv, rounds=3)
+    return rounds_main("python -m tools.bench.replication", __doc__,
+                       lambda r, s, q: run(r, s, q, latency_only=latency_only, trace=trace), args, rounds=3)
 
 
 if __name__ == "__main__":

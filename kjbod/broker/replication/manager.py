@@ -39,6 +39,7 @@ import structlog
 from kjbod.broker.replication.config import ReplicationConfig
 from kjbod.broker.replication.partition import FOLLOWER, LEADER, PartitionState, PendingIsr
 from kjbod.broker.replication.throttle import ReplicationThrottles
+from kjbod.net import trace
 from kjbod.net.tasks import cancel_and_wait
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated.alter_partition_request import (
@@ -313,6 +314,8 @@ class ReplicaManager:
         plog = self._local_log(topic, partition)
         if state is None or state.role != LEADER or plog is None or replica_id not in state.followers:
             return
+        if trace.ON:
+            trace.event("fetched_by", replica_id, fetch_offset)
         moved = state.update_follower(replica_id, fetch_offset, broker_epoch, plog.log_end_offset, self.clock())
         image = self.node.metadata
         expanded = state.expansion(replica_id, plog.high_watermark, image)
@@ -372,6 +375,8 @@ class ReplicaManager:
         if hw is None:
             return
         plog.high_watermark = hw
+        if trace.ON:
+            trace.event("hw", hw, state.topic)
         self._complete_waiters(state, plog.high_watermark)
         self.node.notify_high_watermark()  # consumers long-polling at the old HW may read now
 
@@ -379,6 +384,8 @@ class ReplicaManager:
         """After a leader append: with no follower in the ISR the HW may move at once."""
         state = self.states.get((topic, partition))
         plog = self._local_log(topic, partition)
+        if trace.ON and plog is not None:
+            trace.event("appended", plog.log_end_offset, topic)
         if state is not None and state.role == LEADER and plog is not None:
             self._maybe_increment_hw(state, plog, self.node.metadata)
 
@@ -470,6 +477,7 @@ class ReplicaManager:
         interval = max(self.config.lag_time_max_ms / 2, 10) / 1000
         while True:
             await asyncio.sleep(interval)
+            trace.event("isr_expiration")
             self.shrink_isrs()
 
     def shrink_isrs(self) -> None:
@@ -506,6 +514,7 @@ class ReplicaManager:
             for s in batch:
                 assert s.pending is not None
                 s.pending.sent = True
+            trace.event("alter_partition", len(batch))
             try:
                 response = await self._alter_partition(lambda v, b=batch: self._alter_request(b, v))  # type: ignore[misc]
             except Exception as e:  # the controller is away: try again shortly, as Kafka's manager does
