@@ -48,6 +48,7 @@ from kjbod.protocol.generated.alter_partition_request import (
     PartitionData,
     TopicData,
 )
+from kjbod.wire.handler import Later
 
 log = structlog.get_logger("kjbod.replication")
 
@@ -77,14 +78,16 @@ class DelayedProduce:
     """One acks=all request in the purgatory: a code per partition (None while it waits), and a future done
     once none waits, or at the request's timeout, which answers the rest: done with the codes, or with what
     `then(codes)` makes of them (the request's answer, so no task or further future stands between the HW move
-    and the write)."""
+    and the write). With `later`, the future is a Later (kjbod.wire.handler) whose callbacks run in the HW
+    move itself: an asyncio future's run one loop pass later, which a busy loop spends on everything else
+    ready in that pass before the answer is written."""
 
     __slots__ = ("codes", "left", "future", "timer", "partitions", "then")
 
-    def __init__(self, n: int, then: Callable[[list[int]], Any] | None = None) -> None:
+    def __init__(self, n: int, then: Callable[[list[int]], Any] | None = None, later: bool = False) -> None:
         self.codes: list[int | None] = [None] * n
         self.left = n
-        self.future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.future: Any = Later() if later else asyncio.get_running_loop().create_future()
         self.timer: asyncio.TimerHandle | None = None
         self.partitions: list[TopicPartition] = []  # those it waits on in the purgatory
         self.then = then
@@ -109,15 +112,14 @@ class DelayedProduce:
             return
         codes = [c if c is not None else 0 for c in self.codes]
         then = self.then
-        if then is None:
-            self.future.set_result(codes)
-            return
+        future = self.future
+        later = future.__class__ is Later
         try:
-            result = then(codes)
+            result = codes if then is None else then(codes)
         except Exception as e:  # the caller's bug: its request's answer, not the HW move's
-            self.future.set_exception(e)
+            future.fail(e) if later else future.set_exception(e)
         else:
-            self.future.set_result(result)
+            future.resolve(result) if later else future.set_result(result)
 
 
 class ReplicaManager:
@@ -414,11 +416,12 @@ class ReplicaManager:
         return plog is None or plog.high_watermark < required_offset or self._acks_outcome(state) != 0
 
     def delay_produce(self, waits: list[tuple[str, int, int]], timeout_s: float,
-                      then: Callable[[list[int]], Any] | None = None) -> asyncio.Future[Any]:
+                      then: Callable[[list[int]], Any] | None = None, *, later: bool = False) -> Any:
         """The acks=all outcome of one Produce request, a code per (topic, partition, offset the HW must reach)
-        in order, or `then(codes)`: see the module docstring.  One future and one timer per request (Kafka's
-        DelayedProduce in its purgatory), completed from HW moves; no task, no polling."""
-        op = DelayedProduce(len(waits), then)
+        in order, or `then(codes)`: see the module docstring.  One future (a Later with `later`: see
+        DelayedProduce) and one timer per request (Kafka's DelayedProduce in its purgatory), completed from HW
+        moves; no task, no polling."""
+        op = DelayedProduce(len(waits), then, later)
         for i, (topic, partition, required) in enumerate(waits):
             tp = (topic, partition)
             state = self.states.get(tp)
