@@ -105,3 +105,28 @@ def test_background_spans_under_slow_records_are_counted():
     lines = latency_trace.background({"leader": tr}, slow, every, "acks=all")
     gc_line = next(x for x in lines if x.strip().startswith("gc"))
     assert "under 100% of the slowest" in gc_line
+
+
+def test_answer_hops_are_split_by_the_followers_placement_state():
+    ms = 0.001
+    leader = _trace((1 * ms, "answered", 2, 5), (10 * ms, "answered", 2, 6), (20 * ms, "answered", 2, 7))
+    follower = _trace((0.5 * ms, "placement_place-", "", ""), (1.5 * ms, "fetch_got", 1, ""),
+                      (5 * ms, "placement_spread-", "", ""), (10.2 * ms, "fetch_got", 1, ""),
+                      (19 * ms, "placement_place-", "", ""), (50 * ms, "fetch_got", 1, ""))
+    lines = latency_trace.placement_hops(leader, {2: follower})
+    placed = next(x for x in lines if "placed" in x)
+    spread = next(x for x in lines if "spread" in x)
+    assert "2 answers" in placed and "max 30.0 ms, 1 over 20 ms" in placed
+    assert "1 answers" in spread and "max 0.2 ms" in spread
+
+
+def test_a_copy_is_split_into_waiting_for_the_leader_the_worker_and_the_way_back():
+    """Two fetches of 1 MB: each waits 10 ms for the leader, 4 ms on the worker; 1 ms back to the next fetch."""
+    ms = 0.001
+    follower = _trace((0, "fetch_sent", 1, 0), (10 * ms, "fetch_got", 1, 1_000_000),
+                      (14 * ms, "f_appended", 100, "backlog"), (15 * ms, "fetch_sent", 1, 100),
+                      (25 * ms, "fetch_got", 1, 1_000_000), (29 * ms, "f_appended", 200, "backlog"),
+                      (29.5 * ms, "f_appended", 7, "other"))
+    line = latency_trace.copy_legs(follower, 1, "backlog", 0.0, 0.030)
+    assert line.startswith("2 fetches, 2 MB (1.00 MB each)")
+    assert "waiting for the leader 0.02 s, on the follower's dir worker 0.01 s, back to the next fetch 0.00 s" in line

@@ -165,6 +165,37 @@ def report(traces: dict[str, Trace], leader_name: str, follower_ids: dict[int, s
         lines.append(f"     {'total':<38} middle {_mean([sum(x) for x in found['middle']]):6.2f}   slowest "
                      f"{_mean([sum(x) for x in found['slow']]):6.2f}")
         lines += background(traces, slow, every, title)
+    lines.append("   the leader's answer -> the follower's loop taking it, by the follower's Placement state then:")
+    lines += placement_hops(leader, followers)
+    return lines
+
+
+def placement_hops(leader: Trace, followers: dict[int, Trace]) -> list[str]:
+    """Per follower, the delay from the leader's answer leaving to the follower's loop taking it (the hop a
+    stalled loop holds up), split by whether the follower's loop was placed on one CPU then (kjbod.storage.
+    workers.Placement; its reviews are traced as placement_place / placement_spread)."""
+    lines = []
+    for fid, fol in sorted(followers.items()):
+        got = fol.times.get("fetch_got", [])
+        changes = sorted([(t, True) for t, _a, _b in fol.by_kind.get("placement_place-", [])]
+                         + [(t, False) for t, _a, _b in fol.by_kind.get("placement_spread-", [])])
+        change_times = [t for t, _p in changes]
+        by_state: dict[str, list[float]] = {}
+        for t, a, _b in leader.by_kind.get("answered", []):
+            if a != str(fid):
+                continue
+            i = bisect_left(got, t)
+            if i == len(got):
+                continue
+            j = bisect_right(change_times, t)
+            state = "never placed" if not changes else ("placed" if j and changes[j - 1][1] else "spread")
+            by_state.setdefault(state, []).append((got[i] - t) * 1000)
+        for state, delays in sorted(by_state.items()):
+            delays.sort()
+            n = len(delays)
+            lines.append(f"     follower {fid}, {state:<12} {n:6d} answers: p50 {delays[n // 2]:.2f} ms, p99 "
+                         f"{delays[min(n - 1, int(n * 0.99))]:.1f} ms, max {delays[-1]:.1f} ms, "
+                         f"{sum(1 for d in delays if d > 20)} over 20 ms")
     return lines
 
 
@@ -205,3 +236,30 @@ def background(traces: dict[str, Trace], slow: list[Record], every: list[Record]
     rows.sort(key=lambda r: -r[0])
     return [f"   {title}: background events under the slowest records (most over-represented first):",
             *[text for _d, text in rows[:8]]]
+
+
+def copy_legs(follower: Trace, leader_id: int, topic: str, start: float, end: float) -> str:
+    """A follower's copy of a backlog between `start` and `end`, fetch by fetch: how many, how many bytes, and
+    where the time went: waiting for the leader's answer (fetch sent -> answer in), the answer on the
+    follower's dir worker (answer in -> appended), and back to the next fetch (appended -> next fetch sent)."""
+    sent = [t for t, a, _b in follower.by_kind.get("fetch_sent", []) if a == str(leader_id) and start <= t <= end]
+    got = [(t, int(b or 0)) for t, a, b in follower.by_kind.get("fetch_got", []) if a == str(leader_id)
+           and start <= t <= end]
+    appended = [t for t, _a, b in follower.by_kind.get("f_appended", []) if b == topic and start <= t <= end]
+    got_times = [t for t, _n in got]
+    waiting = on_worker = back = 0.0
+    for i, t in enumerate(sent):
+        j = bisect_left(got_times, t)
+        if j == len(got):
+            break
+        answered = got_times[j]
+        waiting += answered - t
+        k = bisect_left(appended, answered)
+        if k < len(appended) and (i + 1 == len(sent) or appended[k] < sent[i + 1]):
+            on_worker += appended[k] - answered
+            if i + 1 < len(sent):
+                back += sent[i + 1] - appended[k]
+    total = sum(n for _t, n in got)
+    return (f"{len(sent)} fetches, {total / 1e6:.0f} MB ({total / max(len(got), 1) / 1e6:.2f} MB each) in "
+            f"{end - start:.2f} s: waiting for the leader {waiting:.2f} s, on the follower's dir worker "
+            f"{on_worker:.2f} s, back to the next fetch {back:.2f} s")

@@ -160,7 +160,9 @@ class Fetcher:
                 trace.event("fetch_backoff", self.leader_id, "refused")
                 await asyncio.sleep(backoff)
                 continue
-            trace.event("fetch_got", self.leader_id)
+            if trace.ON:
+                trace.event("fetch_got", self.leader_id, sum(len(p.records or b"") for t in response.responses
+                                                             for p in t.partitions))
             self._process(response, version)
 
     async def _answers_applied(self, loop: asyncio.AbstractEventLoop) -> None:
