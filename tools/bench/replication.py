@@ -26,7 +26,12 @@ against its reference measured in the same run:
   dir worker, loop, producer), an acks=all record 12, 8 of them in sequence). On 2 shared cores the p99 ratio
   swings around that CPU ratio with the machine's other load (1.6x to 3.3x between runs of one session). GC is
   not a factor: with KJBOD_GC_LOG=1 each broker logged one collection, under 1 ms, in a whole run. No broker of
-  the latency rounds has the fault seam on (see Cluster);
+  the latency rounds has the fault seam on (see Cluster). With --trace, the slowest records' legs show no
+  periodic event behind the tail (heartbeats, metadata fetches, ISR ticks, placement reviews, dir ticks, the
+  watchdog, GC: each under the slowest records about as often as chance gives windows that long): every leg
+  grows, whole processes not running for tens of ms while work waits for them; and, in some runs, a follower
+  whose loop the dir workers' Placement had pinned to one CPU not running for up to 540 ms (the per-follower
+  hop line, split by Placement state, shows it);
 * failover: kill -9 of a leader's broker while an acks=all producer writes to its partition; the time until
   the first acknowledgement after the kill, as a multiple of broker.session.timeout.ms (target <= 1.3x); and
   the same for the failure of the log dir holding the leader's replica (the fault seam: EIO on every operation),
