@@ -48,7 +48,9 @@ class _FollowerNode:
 
 def _follower(lm, followed: str) -> Fetcher:
     manager = SimpleNamespace(node=_FollowerNode(lm), config=ReplicationConfig(),
-                              _local_log=lambda t, p: lm.find(t, p),
+                              # as ReplicaManager._local_log: a log of a failed dir is no local log
+                              _local_log=lambda t, p: (plog if (plog := lm.find(t, p)) is not None and plog.online
+                                                       else None),
                               follower_throttled=lambda topic, partition, in_sync: False,  # no throttle here
                               follower_appended=lambda topic, partition, nbytes: None)
     fetcher = Fetcher(manager, 1, 0)
