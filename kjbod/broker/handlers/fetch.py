@@ -24,6 +24,7 @@ import time
 from kjbod.broker.dir_work import DirWork
 from kjbod.broker.replication import hooks as replication
 from kjbod.broker.router import api
+from kjbod.net import trace
 from kjbod.net.tasks import wait_event
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import FetchRequest, FetchResponse
@@ -321,6 +322,8 @@ async def _serve(node, request, body: FetchRequest, follower: int) -> FetchRespo
                     _count(node.topic_stats, resolved, resp, follower >= 0)
                 if follower >= 0:
                     replication.leader_sent(node, resolved, resp)
+                    if trace.ON:
+                        _trace_answer(node, resolved, follower)
                 return resp
             close_regions(resp)
         # A follower waits for appends only; a HW move (every acks=all answer) would wake it for nothing.
@@ -330,7 +333,21 @@ async def _serve(node, request, body: FetchRequest, follower: int) -> FetchRespo
             timeout = min(timeout, replication.leader_throttle_wait_s(node))
         if timeout <= 0:
             continue
+        if follower >= 0 and trace.ON:
+            trace.event("ff_parked", follower)
         await wait_event(arrived, timeout)  # no task per parked fetch (kjbod.net.tasks)
+
+
+def _trace_answer(node, resolved, follower: int) -> None:
+    """KJBOD_TRACE: a follower's answer leaves, with its first partition's log end (what it could carry)."""
+    for name, t in resolved:
+        if name is not None and t.partitions:
+            try:
+                end = node.partition_log(name, t.partitions[0].partition).log_end_offset
+            except Exception:
+                end = -1
+            trace.event("answered", follower, end)
+            return
 
 
 def _count(stats, resolved, resp: FetchResponse, follower: bool) -> None:
