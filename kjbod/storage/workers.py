@@ -68,9 +68,10 @@ def workers_enabled() -> bool:
 _loop_cpus: set[int] | None = None  # the event loop's CPU while the dir workers share it (Placement)
 
 
-def current_cpu() -> int:
-    """The CPU the calling thread runs on now (Linux: /proc/thread-self/stat's 39th field)."""
-    with open("/proc/thread-self/stat") as f:
+def current_cpu(tid: int | None = None) -> int:
+    """The CPU the calling thread (or thread ``tid`` of this process) runs on now (Linux: /proc's stat, its 39th
+    field)."""
+    with open("/proc/thread-self/stat" if tid is None else f"/proc/self/task/{tid}/stat") as f:
         return int(f.read().rsplit(")", 1)[1].split()[36])
 
 
@@ -88,15 +89,19 @@ class Placement:
     loop's CPU; the next review after Python's thread count changed (or the LOOK_OVER_EVERY-th) gives it every
     allowed CPU back (only the loop and the workers are placed).
 
-    The review runs on the loop, between requests, four times a second: it is kept to two cheap reads
-    (measured with KJBOD_TIMELINE: opening and reading each thread's schedstat, then every thread's affinity,
-    took 0.18-0.34 ms of the loop's time at the median, the caches cold after a quarter second asleep: a
-    stall for the request that came in meanwhile; now 0.05-0.1 ms)."""
+    The review runs four times a second on a thread of its own that is never placed: on the loop it would be a
+    stall for the request that came in meanwhile, and a loop placed on a CPU that another process crowds could
+    not run the review that lets it go (seen in the replication bench: a follower's loop did not run for 540 ms,
+    until its next review, on that loop, spread it). A loop that waited to run more than STARVED of the time
+    since the last review is spread at once. The review is kept to two cheap reads (measured with
+    KJBOD_TIMELINE: opening and reading each thread's schedstat, then every thread's affinity, took 0.18-0.34 ms
+    at the median, the caches cold after a quarter second asleep; now 0.05-0.1 ms)."""
 
     REVIEW_S = 0.25
     BUSY = 0.75  # placed, the process ran or the loop waited to run more than this share of the time: spread
     QUIET = 0.25  # spread, the process ran less than this share: placed again
     LOOK_OVER_EVERY = 20  # placed, every other thread's CPUs are looked over at least every 20th review (5 s)
+    STARVED = 0.5  # placed, the loop waited to run more than this share of the time: spread at once
 
     def __init__(self) -> None:
         self.allowed = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
@@ -107,34 +112,46 @@ class Placement:
         except OSError:  # no /proc, or no schedstats in this kernel: what ran decides alone
             self._schedstat = None
         self._last = (time.monotonic(), *self._usage())
-        self._timer: asyncio.TimerHandle | None = None
+        self._stopping = threading.Event()
+        self._reviewer: threading.Thread | None = None
         self._busy_before = False  # the last review found the process busy
         self._threads = 0  # Python's thread count when the threads were last looked over (_free_others)
         self._reviews_placed = 0
 
     def start(self, loop: asyncio.AbstractEventLoop) -> bool:
-        """Place the threads now and review every REVIEW_S; False where placement is not done (one CPU allowed
-        anyway, or ``KJBOD_DIR_WORKERS=unplaced``)."""
+        """Place the threads now (called on ``loop``'s thread, the one placed with the workers) and review every
+        REVIEW_S on a thread of its own; False where placement is not done (one CPU allowed anyway, or
+        ``KJBOD_DIR_WORKERS=unplaced``)."""
         if os.environ.get(WORKERS_ENV) == "unplaced" or len(self.allowed) < 2:
             self._close()  # nothing to review
             return False
+        # Started before the threads are placed, so it keeps every allowed CPU (a thread inherits its starter's).
+        self._reviewer = threading.Thread(target=self._reviews, name="kjbod-placement", daemon=True)
+        self._reviewer.start()
         self._place()
-        self._timer = loop.call_later(self.REVIEW_S, self._review, loop)
         return True
 
     def stop(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._stopping.set()
+        if self._reviewer is not None:
+            self._reviewer.join(5)
+            self._reviewer = None
         self._spread()
         self._close()
+
+    def _reviews(self) -> None:
+        while not self._stopping.wait(self.REVIEW_S):
+            try:
+                self._review()
+            except Exception:  # a bug here must not end the reviews (the threads would stay where they are)
+                log.exception("dir_workers_placement_review_failed")
 
     def _close(self) -> None:
         if self._schedstat is not None:
             os.close(self._schedstat)
             self._schedstat = None
 
-    def _review(self, loop: asyncio.AbstractEventLoop) -> None:
+    def _review(self) -> None:
         started = time.perf_counter() if timeline.ON else 0.0
         now = (time.monotonic(), *self._usage())
         passed = max(now[0] - self._last[0], 1e-3)
@@ -145,8 +162,8 @@ class Placement:
             action = "place" if ran < self.QUIET else "stay spread"
             if ran < self.QUIET:
                 self._place()
-        elif busy and self._busy_before:
-            action = "spread"
+        elif (busy and self._busy_before) or waited > self.STARVED:
+            action = "spread" if busy and self._busy_before else "spread, the loop starved"
             self._spread()
         else:
             action = "stay placed, busy once" if busy else "stay placed"
@@ -155,7 +172,6 @@ class Placement:
                 action += ", threads looked over"
                 self._free_others()
         self._busy_before = busy
-        self._timer = loop.call_later(self.REVIEW_S, self._review, loop)
         if timeline.ON:
             timeline.span("placement review", started, action)
 
@@ -173,8 +189,8 @@ class Placement:
     def _place(self) -> None:
         global _loop_cpus
         try:
-            cpus = {current_cpu()}
-            os.sched_setaffinity(0, cpus)
+            cpus = {current_cpu(self.loop_tid)}
+            os.sched_setaffinity(self.loop_tid, cpus)
         except (OSError, ValueError, IndexError) as e:  # no /proc, or a cpuset that changed: the kernel chooses
             log.info("dir_workers_not_placed", reason=str(e))
             return
@@ -188,7 +204,7 @@ class Placement:
         if _loop_cpus is None:
             return
         _loop_cpus = None
-        _set_cpus(0, self.allowed)
+        _set_cpus(self.loop_tid, self.allowed)
         for worker in _workers():
             worker._set_cpus(self.allowed)
 

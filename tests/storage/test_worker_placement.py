@@ -26,7 +26,10 @@ kjbod_server = live.kjbod_server
 
 
 class _Scripted(Placement):
-    """A Placement whose CPU figures (seconds run and waited per second) are set by the test."""
+    """A Placement whose CPU figures (seconds run and waited per second) are set by the test, and whose reviews
+    run when the test says (its reviewing thread waits an hour)."""
+
+    REVIEW_S = 3600.0
 
     def __init__(self) -> None:
         self.ran = self.waited = 0.0
@@ -39,9 +42,8 @@ class _Scripted(Placement):
         self._last = (self._last[0] - 1.0, *self._last[1:])  # one second passed
         self.ran += ran
         self.waited += waited
-        assert self._timer is not None
-        self._timer.cancel()
-        self._review(loop)
+        assert self._reviewer is not None and self._reviewer.is_alive()
+        self._review()
 
 
 def _cpus(thread: threading.Thread | DirWorker) -> set[int]:
@@ -169,3 +171,47 @@ def test_kjbod_serve_keeps_its_event_loop_on_one_cpu_while_quiet(kjbod_server: l
     with open(f"/proc/{pid}/task/{pid}/status") as f:
         allowed = f.read().split("Cpus_allowed_list:")[1].split()[0]
     assert allowed.isdigit(), f"the event loop's thread may run on CPUs {allowed}, not one"
+
+
+@pytest.mark.skipif(len(ALLOWED) < 2, reason="this process may use one CPU only: see test_one_cpu_is_not_placed")
+def test_a_starved_loop_is_spread_at_once(aloop, worker):
+    placement = _Scripted()
+    try:
+        assert placement.start(aloop)
+        here = os.sched_getaffinity(0)
+        placement.review(aloop, ran=0.1, waited=0.3)  # waited for its CPU now and then: stays
+        assert os.sched_getaffinity(0) == here and _cpus(worker) == here
+        placement.review(aloop, ran=0.1, waited=0.6)  # its CPU crowded by another process: every CPU back now
+        assert os.sched_getaffinity(0) == ALLOWED and _cpus(worker) == ALLOWED
+    finally:
+        placement.stop()
+
+
+class _Counted(Placement):
+    REVIEW_S = 0.01
+
+    def __init__(self) -> None:
+        self.reviewed_on: list[int] = []
+        super().__init__()
+
+    def _review(self) -> None:
+        self.reviewed_on.append(threading.get_native_id())
+        super()._review()
+
+
+@pytest.mark.skipif(len(ALLOWED) < 2, reason="this process may use one CPU only: see test_one_cpu_is_not_placed")
+def test_reviews_run_on_a_thread_of_their_own_that_is_never_placed(aloop, worker):
+    placement = _Counted()
+    try:
+        assert placement.start(aloop)
+        reviewer = placement._reviewer
+        assert reviewer is not None and _cpus(reviewer) == ALLOWED  # the loop's CPU may be the crowded one
+        for _ in range(6000):  # a few reviews (waits for them: no timing is asserted)
+            if len(placement.reviewed_on) >= 3:
+                break
+            threading.Event().wait(0.01)
+        assert len(placement.reviewed_on) >= 3
+        assert set(placement.reviewed_on) == {reviewer.native_id} != {threading.get_native_id()}
+    finally:
+        placement.stop()
+    assert placement._reviewer is None and not reviewer.is_alive()
