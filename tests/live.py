@@ -21,6 +21,9 @@ Plain functions for tests that need special set-ups (`start_server`, `write_conf
 from __future__ import annotations
 
 import base64
+import fcntl
+import os
+import random
 import signal
 import socket
 import subprocess
@@ -51,11 +54,44 @@ STOP_TIMEOUT = 15.0
 COMMAND = (sys.executable, "-m", "kjbod")
 
 
+# Ports handed out for test servers: below the kernel's ephemeral range, so that no outgoing connection of any
+# process can be given one before its server binds it, and a connect to one while nothing listens yet can never
+# connect to itself (a TCP self-connect: the client's own port chosen equal to the one it dials, which a readiness
+# poll would take for the server and which then holds the port against it).
+PORT_RANGE = (12_000, 32_000)
+# One byte per port of this file is locked (POSIX record locks: held by this process until it exits, however it
+# exits) while the port is this process's: test runs of other worktrees never hand out the same port at once.
+PORT_LOCKS = Path("/tmp/kjbod-test-ports.lock")
+_port_locks: list[int] = []  # the fd of PORT_LOCKS, kept open (closing any fd of it drops every lock)
+_ports_taken: set[int] = set()
+_random = random.SystemRandom()  # not the random module's state, which tests may seed alike in every process
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A TCP port on 127.0.0.1 for a test server: free now, never handed out before by this process, locked
+    against every other process that asks here, and outside the ephemeral range (PORT_RANGE)."""
+    if not _port_locks:
+        _port_locks.append(os.open(PORT_LOCKS, os.O_RDWR | os.O_CREAT, 0o666))
+    low, high = PORT_RANGE
+    ephemeral_low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    if ephemeral_low > low + 1000:
+        high = min(high, ephemeral_low)
+    for _ in range(1000):
+        port = _random.randrange(low, high)
+        if port in _ports_taken:
+            continue
+        try:
+            fcntl.lockf(_port_locks[0], fcntl.LOCK_EX | fcntl.LOCK_NB, 1, port)
+        except OSError:
+            continue  # another test process holds it
+        _ports_taken.add(port)  # locked until this process exits: not tried again either way
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue  # something else on the machine listens there
+        return port
+    raise RuntimeError(f"no free port in {low}-{high} after 1000 tries")
 
 
 def new_cluster_id() -> str:

@@ -4,20 +4,18 @@ from __future__ import annotations
 
 import gc
 import logging
-import socket
 import warnings
 
 import pytest
 from kafka import KafkaAdminClient
 from kafka.errors import KafkaError
+from live import free_port
 
 pytestmark = pytest.mark.filterwarnings("ignore:(read|open)_text is deprecated:DeprecationWarning")
 
 
 def test_refused_connects_of_kafka_python_leave_no_socket_open() -> None:
-    with socket.socket() as s:  # a port nothing listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # nothing listens there
     # No log records from kafka-python: pytest keeps them, with their tracebacks, and those would keep the sockets
     # alive past gc.collect() (which is how a leak surfaced in some later test).
     kafka_log = logging.getLogger("kafka")

@@ -289,12 +289,16 @@ class AdminClient:
 
     # ============================================================================================ cluster
 
-    async def describe_cluster(self, *, timeout: float | None = None) -> ClusterDescription:
-        """Cluster id, controller and brokers (DescribeCluster; Metadata for brokers that lack it)."""
+    async def describe_cluster(self, *, include_fenced_brokers: bool = False,
+                               timeout: float | None = None) -> ClusterDescription:
+        """Cluster id, controller and brokers (DescribeCluster; Metadata for brokers that lack it).
+        `include_fenced_brokers`: also the brokers the controller has fenced, marked `is_fenced` (KIP-1073,
+        DescribeCluster v2; an older broker lists the unfenced ones only)."""
         deadline = self._deadline(timeout)
         try:
             response, _, _ = await self._call(
-                None, DESCRIBE_CLUSTER, lambda v: DescribeClusterRequest(), deadline,
+                None, DESCRIBE_CLUSTER,
+                lambda v: DescribeClusterRequest(include_fenced_brokers=include_fenced_brokers and v >= 2), deadline,
                 check=lambda r: r.error_code, message=lambda r: r.error_message)
         except UnsupportedVersionError:
             md = await self._refresh_metadata([], deadline)

@@ -29,11 +29,12 @@ from __future__ import annotations
 import asyncio
 import functools
 import math
+import time
 import weakref
 from collections.abc import Callable
 from typing import Any
 
-from kjbod.storage import fsio
+from kjbod.storage import fsio, timeline
 from kjbod.wire.handler import Later
 
 Items = list[Any]
@@ -194,7 +195,10 @@ class _Waiting:
                 else:
                     future.set_exception(e)
                 return
-            if asyncio.isfuture(result) or asyncio.iscoroutine(result):  # a further wait (acks=all): chained
+            if result.__class__ is Later:  # a further wait answered by a callback (acks=all: the HW move)
+                result.on_done(lambda done: _copy_later(done, future))
+                return
+            if asyncio.isfuture(result) or asyncio.iscoroutine(result):  # a further wait: chained
                 asyncio.ensure_future(result).add_done_callback(lambda f: _copy_outcome(f, future))
                 return
         if later:
@@ -222,6 +226,19 @@ def _copy_outcome(source: asyncio.Future[Any], target: Any) -> None:
         target.set_result(source.result())
 
 
+def _copy_later(source: Later, target: Any) -> None:
+    """A done Later's outcome into ``target``, an asyncio.Future or a Later, in the callback that completed it."""
+    if target.done():  # cancelled: the connection went away
+        return
+    later = target.__class__ is Later
+    try:
+        value = source.result()
+    except Exception as e:
+        target.fail(e) if later else target.set_exception(e)
+    else:
+        target.resolve(value) if later else target.set_result(value)
+
+
 _TICK_S = 0.01
 
 
@@ -247,8 +264,12 @@ class _Deadlines:
             group.pop(waiting, None)
 
     def _fire(self, tick: int) -> None:
-        for waiting in self.ticks.pop(tick, {}):
+        started = time.perf_counter() if timeline.ON else 0.0
+        group = self.ticks.pop(tick, {})
+        for waiting in group:
             waiting._time_up()
+        if timeline.ON:
+            timeline.span("deadline tick", started, str(len(group)))
 
 
 _BY_LOOP: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Deadlines] = weakref.WeakKeyDictionary()

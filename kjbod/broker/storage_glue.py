@@ -30,6 +30,7 @@ import structlog
 
 from kjbod.broker import topic_config
 from kjbod.broker.dir_work import DirWork
+from kjbod.protocol.errors import ErrorCode
 from kjbod.storage.config import LogConfig
 from kjbod.storage.errors import KafkaStorageError, LogDirFullError, StorageError
 from kjbod.storage.fsio import LogDirIO
@@ -53,6 +54,12 @@ def topic_log_config(node: Any, overrides: dict[str, str]) -> LogConfig:
     return node.log_defaults.with_topic_configs(topic_config.validate(overrides))
 
 
+class NotHostedError(StorageError):
+    """A partition of the metadata image that has no log on this node."""
+
+    error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER
+
+
 class StorageAdapter:
     """What the node needs from storage, in the node's terms (topic ids as UUIDs, dir ids as text)."""
 
@@ -64,17 +71,28 @@ class StorageAdapter:
         self.deleting: dict[str, list[asyncio.Future[None]]] = {}
 
     def get_log(self, topic: str, partition: int):
+        """The partition's current log, else the error Kafka's ReplicaManager answers (getPartitionOrError):
+        KAFKA_STORAGE_ERROR when it is offline here, NOT_LEADER_OR_FOLLOWER when the image has it but this node
+        holds no log for it (not made yet after CreateTopics, or moved away: the client refreshes its metadata
+        and retries), UNKNOWN_TOPIC_OR_PARTITION when the image does not have it."""
         plog = self.manager.find(topic, partition)
-        if plog is None and self.partition_offline(topic, partition):
+        if plog is not None:
+            return plog
+        if self.partition_offline(topic, partition):
             raise KafkaStorageError(f"{topic}-{partition} is offline: its log dir is offline or its log is only a "
                                     "-future copy waiting for that dir")
-        return plog if plog is not None else self.manager.get(topic, partition)
+        if self.in_image(topic, partition):
+            raise NotHostedError(f"this broker has no log for {topic}-{partition} (not made yet, or moved away)")
+        return self.manager.get(topic, partition)  # raises UNKNOWN_TOPIC_OR_PARTITION
+
+    def in_image(self, topic: str, partition: int) -> bool:
+        topic_state = self.node.metadata.topic(topic)
+        return topic_state is not None and partition in topic_state.partitions
 
     def partition_offline(self, topic: str, partition: int) -> bool:
         """A partition of the image, replicated here, whose current log is missing while a dir is offline or
         only its future log exists."""
-        topic_state = self.node.metadata.topic(topic)
-        if topic_state is None or partition not in topic_state.partitions:
+        if not self.in_image(topic, partition):
             return False
         if self.manager.find(topic, partition) is not None:
             return False

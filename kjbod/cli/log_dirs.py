@@ -20,8 +20,8 @@ Strategy: each command is a thin pipeline of pure steps around the admin client,
   the current replica's size (both from DescribeLogDirs), its lag the future's offset lag. A move is done when
   the replica's current dir is the target and no future replica is left.
 
-Exit codes: 0 all good; 1 a partition failed or stopped, or a broker could not be described; 2 a usage, file or
-connection error (one line, from kjbod.cli.main); 130 Ctrl-C; 143 SIGTERM.
+Exit codes: 0 all good; 1 a partition failed or stopped, or a broker could not be described (fenced, or not
+answering); 2 a usage, file or connection error (one line, from kjbod.cli.main); 130 Ctrl-C; 143 SIGTERM.
 """
 
 from __future__ import annotations
@@ -187,23 +187,30 @@ def _uuid_text(value: Any) -> str | None:
     return uuid_to_str(value.bytes)
 
 
-def describe_document(result: LogDirsByBroker,
-                      behind: dict[tuple[int, str, int], int] | None = None) -> dict[str, Any]:
+def describe_document(result: LogDirsByBroker, behind: dict[tuple[int, str, int], int] | None = None,
+                      fenced: dict[int, str] | None = None) -> dict[str, Any]:
     """KIP-113's JSON, one entry per broker (as Kafka's kafka-log-dirs.sh groups it), with kjbod's extra fields.
 
-    {"version": 1, "brokers": [{"broker": 1, "error": null, "log_dirs": [{"path", "is_live", "error",
-    "directory_id", "total_bytes", "usable_bytes", "state", "recent_latency_ms", "failed_at", "reserved_bytes",
-    "state_reason", "partitions": [{"topic", "partition", "size", "offset_lag", "behind_leader",
-    "is_temporary"}]}]}]}
+    {"version": 1, "brokers": [{"broker": 1, "error": null, "fenced": false, "log_dirs": [{"path", "is_live",
+    "error", "directory_id", "total_bytes", "usable_bytes", "state", "recent_latency_ms", "failed_at",
+    "reserved_bytes", "state_reason", "partitions": [{"topic", "partition", "size", "offset_lag",
+    "behind_leader", "is_temporary"}]}]}]}
 
     `behind_leader` (kjbod's): for a follower replica, how many offsets its log end is behind its leader's
     (`behind`, keyed by (broker, topic, partition)); null for leaders, futures and unreplicated partitions.
+    `fenced` (kjbod's): the brokers the controller has fenced (broker id -> why), listed with that as their error
+    and no log dirs rather than left out.
     """
     behind = behind or {}
+    fenced = fenced or {}
     brokers = []
-    for broker_id in sorted(set(result) | set(result.errors)):
+    for broker_id in sorted(set(result) | set(result.errors) | set(fenced)):
+        if broker_id in fenced and broker_id not in result:  # (unfenced since, and described: shown as it is)
+            brokers.append({"broker": broker_id, "error": fenced[broker_id], "fenced": True, "log_dirs": []})
+            continue
         if broker_id in result.errors:
-            brokers.append({"broker": broker_id, "error": str(result.errors[broker_id]), "log_dirs": []})
+            brokers.append({"broker": broker_id, "error": str(result.errors[broker_id]), "fenced": False,
+                            "log_dirs": []})
             continue
         dirs = []
         for d in result[broker_id]:
@@ -226,7 +233,7 @@ def describe_document(result: LogDirsByBroker,
                      "is_temporary": r.is_future}
                     for r in replicas],
             })
-        brokers.append({"broker": broker_id, "error": None, "log_dirs": dirs})
+        brokers.append({"broker": broker_id, "error": None, "fenced": False, "log_dirs": dirs})
     return {"version": DOCUMENT_VERSION, "brokers": brokers}
 
 
@@ -275,6 +282,9 @@ def render_table(document: dict[str, Any]) -> str:
     for broker in document["brokers"]:
         if out:
             out.append("")
+        if broker.get("fenced"):
+            out.append(f"Broker {broker['broker']}: FENCED, its log dirs not described: {broker['error']}")
+            continue
         if broker["error"] is not None:
             out.append(f"Broker {broker['broker']}: could not describe its log dirs: {broker['error']}")
             continue
@@ -376,18 +386,40 @@ async def _describe(args: argparse.Namespace, stdout: TextIO) -> int:
     from kjbod.admin import KafkaError
 
     async with _admin(args) as admin:
+        fenced = await fenced_brokers(admin)
+        brokers = args.broker_list
+        if brokers is not None:
+            brokers = [b for b in brokers if b not in fenced]
+            fenced = {b: why for b, why in fenced.items() if b in args.broker_list}
         try:
-            result = await admin.describe_log_dirs(
-                args.broker_list, args.topic_list, raise_on_broker_error=False)
+            result = await admin.describe_log_dirs(brokers, args.topic_list, raise_on_broker_error=False)
         except KafkaError as e:
             raise UserError(str(e)) from None
         behind = await followers_behind(admin, result)
-    document = describe_document(result, behind)
+    fenced = {b: why for b, why in fenced.items() if b not in result}  # unless unfenced since, and described
+    document = describe_document(result, behind, fenced)
     if args.json:
         stdout.write(json.dumps(document, indent=2) + "\n")
     else:
         stdout.write(render_table(document))
-    return EXIT_FAILED if result.errors else 0
+    return EXIT_FAILED if result.errors or fenced else 0
+
+
+async def fenced_brokers(admin: Any) -> dict[int, str]:
+    """Broker id -> why it is not described, for each broker the controller has fenced (DescribeCluster with
+    KIP-1073's include_fenced_brokers). A fenced broker is not in the Metadata clients see, so asking for "every
+    broker" would leave it out without a word, and it cannot be reached through the cluster. Best effort: {} when
+    the cluster cannot tell (a broker without DescribeCluster v2 lists the unfenced ones only)."""
+    from kjbod.admin import KafkaError
+
+    try:
+        described = await admin.describe_cluster(include_fenced_brokers=True)
+    except KafkaError:
+        return {}
+    return {b.node_id: f"fenced by the controller: registered at {b.host}:{b.port} but not serving: stopped or "
+                       "shutting down, starting or catching up with the metadata, or cut off from the controller "
+                       "(its session expired)"
+            for b in described.brokers if b.is_fenced}
 
 
 # ================================================================================================ assignment

@@ -135,6 +135,10 @@ async def serve(
             metrics, endpoint = await _start_metrics(node, config.kjbod_metrics_listener)
         await node.start()
         if whole_process:
+            if os.environ.get("KJBOD_TRACE"):  # a latency tail's background events (kjbod.net.trace)
+                from kjbod.server.tracing import install_tracing
+
+                install_tracing()
             _settle_gc()
             Placement().start(loop)  # the dir workers take turns with this loop: on its CPU while quiet
     except BaseException:

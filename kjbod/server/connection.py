@@ -60,6 +60,7 @@ from kjbod.metrics.counters import ROUTE_LIMIT as _ROUTE_LIMIT
 from kjbod.metrics.counters import RequestStats
 from kjbod.server.handler import CloseConnection, Later, ListenerKind, Reply, RequestContext, RequestHandler
 from kjbod.server.logging import get_logger
+from kjbod.storage import timeline
 from kjbod.wire.framing import DEFAULT_MAX_FRAME_SIZE, SIZE_PREFIX_LENGTH, FrameDecoder, FrameError
 from kjbod.wire.region import FileRegion
 
@@ -236,6 +237,8 @@ class Connection(asyncio.BufferedProtocol):
         return self._recv_view
 
     def buffer_updated(self, nbytes: int) -> None:
+        if timeline.ON:
+            timeline.span("server read", time.perf_counter())
         if self._big_view is not None:
             self._big_filled += nbytes
             if self._big_filled == len(self._big_view):
@@ -719,6 +722,8 @@ class Connection(asyncio.BufferedProtocol):
         transport = self._transport
         if transport is None or transport.is_closing():
             return
+        if timeline.ON:  # before: the client may have the reply before this thread runs again
+            timeline.span("server write", time.perf_counter())
         transport.write(parts[0] if len(parts) == 1 else b"".join(parts))
 
     def _log_request(self, meta: tuple[float, ...], *, replied: bool = True) -> None:

@@ -324,7 +324,7 @@ def pread_cached(fd: int, n: int, offset: int, what: str) -> bytes:
             more = 1
         if more:
             raise WouldBlock(f"read {what}: {got} of {n} bytes cached")
-        del buf[got:]
+        return bytes(memoryview(buf)[:got])  # one copy, of what was read (no resize of buf first)
     return bytes(buf)
 
 

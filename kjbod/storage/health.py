@@ -29,6 +29,7 @@ from enum import StrEnum
 
 import structlog
 
+from kjbod.storage import timeline
 from kjbod.storage.fsio import LogDirIO
 
 log = structlog.get_logger("kjbod.storage.health")
@@ -154,10 +155,13 @@ class DirWatchdog:
 
         def run() -> None:
             while not self._stop.wait(self.interval_s):
+                started = time.perf_counter() if timeline.ON else 0.0
                 try:
                     self.check()
                 except Exception:
                     log.exception("log_dir_watchdog_failed")
+                if timeline.ON:
+                    timeline.span("stall watchdog", started)
 
         self._thread = threading.Thread(target=run, name="kjbod-log-dir-watchdog", daemon=True)
         self._thread.start()

@@ -48,18 +48,20 @@ from kjbod.storage.config import LONG_MAX, LogConfig
 from kjbod.storage.epoch_cache import LeaderEpochCache
 from kjbod.storage.errors import (
     CorruptMessageError,
+    InvalidProducerEpochError,
     InvalidRecordError,
     KafkaStorageError,
     LogDirFullError,
     OffsetOutOfRangeError,
+    OutOfOrderSequenceError,
     RecordListTooLargeError,
+    StorageError,
     UnknownTopicOrPartitionError,
 )
 from kjbod.storage.fsio import LogDirIO, WouldBlock, waiting_allowed
 from kjbod.storage.ids import uuid_text
 from kjbod.storage.producer_state import ProducerStateManager, SnapshotFormatError
 from kjbod.storage.records import (
-    NO_PRODUCER_ID,
     PREFIX,
     RECORD_BATCH_OVERHEAD,
     BatchHeader,
@@ -699,57 +701,120 @@ class PartitionLog:
 
     def append_validated_together(
         self, validated: list[ValidatedAppend], *, leader_epoch: int = 0
-    ) -> list[AppendInfo] | None:
-        """Several producers' appends to this log at once, in order, as :meth:`append_validated` would make them
-        one after another, but under one lock and with one ``writev`` (a dir's worker appending the requests of
-        one hand-over: group commit). Only for batches without a producer id; returns None, having done nothing,
-        when the group cannot go as one (a producer id, a roll it would need between its parts, or a size or
+    ) -> list[AppendInfo | StorageError] | None:
+        """Several producers' appends to this log at once, in order, each answered and written as
+        :meth:`append_validated` would one after another, under one lock and with one ``writev`` (a dir's worker
+        appending the requests of one hand-over: group commit).
+
+        Idempotent batches are checked in one producer-state plan across the group, each append on a plan of
+        its own stacked on the group's (producer_state.AppendPlan), so it sees the state the appends before it
+        in the group left: an append refused there (OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_PRODUCER_EPOCH) gets
+        its error in the list and changes nothing, a duplicate gets the stored offsets and writes nothing, and
+        neither moves another's offsets. A roll falls where one at a time would put it: the bytes placed before
+        it are written first, so segments, indexes, producer snapshots and state come out the same.
+
+        Returns None, having done nothing, when the group cannot go as one (an append above segment.bytes, or a
         space problem an append of its own would answer): the caller then appends each on its own. Raises what
-        an append raises when the log cannot be appended to at all (offline, closed)."""
-        total = 0
-        for view, batches, _now, _new in validated:
-            total += len(view)
-            for _pos, header in batches:
-                if header.producer_id != NO_PRODUCER_ID:
-                    return None
+        an append raises when the log cannot be appended to at all (offline, closed) or a write fails (then the
+        appends of the runs written before it stay, as those before a failing one would one at a time)."""
         cfg = self.config
-        if total > cfg.segment_bytes:
-            return None
+        total = 0
+        for v in validated:
+            size = len(v.view)
+            if size > cfg.segment_bytes:
+                return None  # RecordListTooLargeError, from an append of its own
+            total += size
         io = self.io
         epoch = leader_epoch
         append_time = cfg.log_append_time
+        place = self._place
+        results: list[AppendInfo | StorageError] = []
         with self.lock:
             self._check_appendable()
             if not io.room_for(total):
                 return None  # each append finds out on its own (make_room): some of them may fit
             io.make_room(total)
             self._ensure_producer_state()
-            plan = self.producer_state.plan()
+            log_start = self._log_start
+            plan = self.producer_state.plan()  # the run's: what the appends placed and not yet written change
             buffers: list[Any] = []
             meta: list[tuple[int, int, int, int]] = []
-            placed = []
-            next_offset = self._leo
-            max_ts = -1
-            rel = 0
-            for view, batches, now, new_headers in validated:
-                first, next_offset, count, ts = self._place(view, batches, new_headers, plan, next_offset, epoch,
-                                                            rel, buffers, meta)
-                placed.append((first, next_offset - 1, count, now if new_headers is not None and append_time
-                               else -1))
-                if ts > max_ts:
-                    max_ts = ts
-                rel += len(view)
-            first_base = placed[0][0]
-            # A roll (segment.bytes, segment.ms, a full index) is for the group as a whole: one append earlier
-            # at most than one at a time would have rolled, and never between two of them.
-            seg = self._maybe_roll(total, first_base, next_offset - 1, max_ts, validated[0].now_ms)
-            self._write_placed(seg, buffers, meta, total, plan, next_offset, epoch, first_base,
-                               sum(p[2] for p in placed))
-            log_start = self._log_start
+            run_bytes = run_count = 0
+            run_first = next_offset = self._leo
+            seg = self.segments[-1]
+            limits: tuple[int, int, int, int | None, int] = (0, 0, 0, None, 0)  # set as a run starts
+            run_start = 0  # where the run's appends begin in results
+            written = False  # a run before this one was written
+            try:
+                for view, batches, now, new_headers in validated:
+                    # an append of one batch without a producer id changes no producer state: no plan of its own
+                    plain = len(batches) == 1 and batches[0][1].producer_id < 0
+                    step = plan if plain else plan.stacked()
+                    b0, m0 = len(buffers), len(meta)
+                    try:
+                        placed = place(view, batches, new_headers, step, next_offset, epoch, run_bytes, buffers, meta)
+                    except (OutOfOrderSequenceError, InvalidProducerEpochError) as e:
+                        placed = e
+                    if placed.__class__ is not tuple:  # refused, or a duplicate: nothing of it is written
+                        del buffers[b0:], meta[m0:]
+                        results.append(placed)
+                        continue
+                    first, after, count, max_ts = placed
+                    size = len(view)
+                    if run_bytes and (run_bytes + size > limits[0] or after > limits[1] or m0 >= limits[2] or (
+                            max_ts > limits[3] if max_ts >= 0 and limits[3] is not None else now > limits[4])):
+                        # A roll may fall here: write what comes before, so it is decided on the segment as it then is.
+                        self._write_placed(seg, buffers[:b0], meta[:m0], run_bytes, plan, first, epoch, run_first,
+                                           run_count)
+                        buffers = buffers[b0:]
+                        meta = [(pos - run_bytes, last, ts, n) for pos, last, ts, n in meta[m0:]]
+                        plan = self.producer_state.plan()
+                        run_bytes = run_count = 0
+                        written = True
+                        run_start = len(results)
+                    if not run_bytes:
+                        seg = self._maybe_roll(size, first, after - 1, max_ts, now)
+                        run_first = first
+                        limits = self._run_limits(seg, meta[0][2])
+                    if not plain:
+                        step.merge_into(plan)
+                    run_bytes += size
+                    run_count += count
+                    next_offset = after
+                    results.append(AppendInfo(first, after - 1, now if new_headers is not None and append_time else -1,
+                                              log_start, count))
+                if run_bytes:
+                    self._write_placed(seg, buffers, meta, run_bytes, plan, next_offset, epoch, run_first, run_count)
+            except StorageError as e:
+                if not written:
+                    raise
+                # What was written before stays and is answered; from the run that failed on, the error (as one
+                # at a time: the appends before a failing one kept, it and those after answered with the failure).
+                results[run_start:] = [e] * (len(results) - run_start)
+                results.extend([e] * (len(validated) - len(results)))
             flush_now = self._unflushed_messages >= cfg.flush_interval_messages
         if flush_now:
             self.flush()
-        return [AppendInfo(first, last, append_ms, log_start, count) for first, last, count, append_ms in placed]
+        return results
+
+    def _run_limits(self, seg: LogSegment, first_ts: int) -> tuple[int, int, int, int | None, int]:
+        """For a run of a group's appends to ``seg`` (the first of them placed, its first batch's max timestamp
+        ``first_ts``): where :meth:`_maybe_roll` could roll for an append once the appends before it in the run
+        are written: above (0) bytes in the run, (1) an append's next offset, (2) batches in the run (each adds
+        an index entry at most; 0 while the indexes are not loaded: those are counted once they are), (3) an
+        append's max timestamp (None: none to measure segment.ms from, the clock decides), (4) the clock. Exact
+        but for the index."""
+        cfg = self.config
+        index, time_index = seg.index, seg.time_index
+        index_room = 0
+        if index.loaded and time_index.loaded:
+            index_room = min(index.max_entries - len(index), time_index.max_entries - len(time_index))
+        if seg.size:
+            rolling_ts = seg.rolling_based_timestamp()
+        else:  # the run starts the segment: its first batch sets the rolling timestamp (LogSegment.append)
+            rolling_ts = first_ts if first_ts >= 0 else None
+        return (cfg.segment_bytes - seg.size, seg.base_offset + INT32_MAX + 1, index_room,
+                None if rolling_ts is None else rolling_ts + cfg.segment_ms, seg.created_ms + cfg.segment_ms)
 
     def _check_appendable(self) -> None:
         io = self.io

@@ -44,6 +44,7 @@ from typing import Any
 
 import structlog
 
+from kjbod.storage import timeline
 from kjbod.storage.checkpoint import (
     CLEAN_SHUTDOWN_FILE,
     LOG_START_OFFSET_CHECKPOINT,
@@ -1164,10 +1165,13 @@ class LogManager:
         while not self._bg_stop.wait(pause()):
             if not d.io.online and d.io.stalled:
                 return  # nothing of a stalled dir runs again
+            started = time.perf_counter() if timeline.ON else 0.0
             try:
                 self.tick_dir(path)
             except Exception:
                 log.exception("log_manager_tick_failed", log_dir=path)
+            if timeline.ON:
+                timeline.span("background tick", started, path)
 
     def stop_background(self) -> None:
         """Stop the background threads. One stuck in a file operation for longer than :data:`SHUTDOWN_GRACE_S`

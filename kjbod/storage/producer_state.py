@@ -28,6 +28,7 @@ import struct
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import crc32c
 
@@ -46,8 +47,7 @@ class SnapshotFormatError(ValueError):
     pass
 
 
-@dataclass(frozen=True, slots=True)
-class BatchMetadata:
+class BatchMetadata(NamedTuple):  # a tuple: made for every idempotent batch appended, on the dir's worker
     first_seq: int
     last_seq: int
     first_offset: int
@@ -105,18 +105,44 @@ def _in_sequence(last_seq: int, next_seq: int) -> bool:
 
 
 class AppendPlan:
-    """Producer-state changes of one append, validated batch by batch; committed after the write."""
+    """Producer-state changes of one append, validated batch by batch; committed after the write.
 
-    def __init__(self, manager: ProducerStateManager) -> None:
+    A plan may sit on another (``over``: a group commit's, holding what the appends before this one in the
+    group changed, not yet written): this one then checks against the state as those appends left it, and its
+    changes go into the other with :meth:`merge_into` only when its append is kept, so an append refused
+    inside a group leaves the others' state as if it had never come."""
+
+    __slots__ = ("_manager", "_over", "updated")
+
+    def __init__(self, manager: ProducerStateManager, over: AppendPlan | None = None) -> None:
         self._manager = manager
+        self._over = over
         self.updated: dict[int, ProducerEntry] = {}
+
+    def _latest(self, pid: int) -> ProducerEntry | None:
+        """The producer's entry before this plan: the plan below's if it has one, else the committed one."""
+        over = self._over
+        if over is not None:
+            entry = over.updated.get(pid)
+            if entry is not None:
+                return entry
+        return self._manager.producers.get(pid)
+
+    def stacked(self) -> AppendPlan:
+        """A plan for the next append of a group, on this one."""
+        return AppendPlan(self._manager, self)
+
+    def merge_into(self, other: AppendPlan) -> None:
+        """Keep this append's changes in ``other`` (the group's plan: the entries are this plan's own copies)."""
+        if self.updated:
+            other.updated.update(self.updated)
 
     def check(self, header: BatchHeader, base_offset: int, *, from_client: bool = True) -> BatchMetadata | None:
         """Validate one batch that would get ``base_offset``. Returns the earlier batch if it is a duplicate."""
         pid = header.producer_id
         if pid <= NO_PRODUCER_ID:  # Kafka's hasProducerId: any id above -1
             return None
-        current = self._manager.producers.get(pid)
+        current = self._latest(pid)
         entry = self.updated.get(pid)
         if entry is None:
             if from_client and current is not None:

@@ -44,6 +44,7 @@ import asyncio
 import concurrent.futures
 import os
 import queue
+import resource
 import threading
 import time
 import weakref
@@ -52,6 +53,7 @@ from typing import Any
 
 import structlog
 
+from kjbod.storage import timeline
 from kjbod.storage.fsio import LogDirIO
 
 log = structlog.get_logger("kjbod.storage.workers")
@@ -66,9 +68,10 @@ def workers_enabled() -> bool:
 _loop_cpus: set[int] | None = None  # the event loop's CPU while the dir workers share it (Placement)
 
 
-def current_cpu() -> int:
-    """The CPU the calling thread runs on now (Linux: /proc/thread-self/stat's 39th field)."""
-    with open("/proc/thread-self/stat") as f:
+def current_cpu(tid: int | None = None) -> int:
+    """The CPU the calling thread (or thread ``tid`` of this process) runs on now (Linux: /proc's stat, its 39th
+    field)."""
+    with open("/proc/thread-self/stat" if tid is None else f"/proc/self/task/{tid}/stat") as f:
         return int(f.read().rsplit(")", 1)[1].split()[36])
 
 
@@ -76,75 +79,123 @@ class Placement:
     """Keeps the event loop's thread and the dir workers on one CPU while the process is quiet, and lets the
     kernel spread them while it is busy (see the module's docstring).
 
-    Started on the loop's thread once the node has started; every REVIEW_S it compares the time the loop and the
-    workers ran, and waited to run (/proc's schedstat), with the time passed. Placed, when they wanted more
-    than BUSY of their one CPU (ran or waited), they get every allowed CPU back: the copies of big writes and
-    reads, which run without the GIL, can then use a second CPU, and a CPU crowded by other processes is left.
-    Spread, when they ran less than QUIET, they are placed again, on the CPU the loop runs on then. A thread
-    the loop starts while placed inherits its CPU; the next review gives it every allowed CPU back (only the
-    loop and the workers are placed)."""
+    Started on the loop's thread once the node has started; every REVIEW_S it compares the CPU time the process
+    used (getrusage: every thread, one system call) and the time the loop's thread waited to run (its /proc
+    schedstat, kept open and re-read) with the time passed. Placed, when they wanted more than BUSY of their
+    one CPU (ran or waited) in two reviews in a row, they get every allowed CPU back: the copies of big writes
+    and reads, which run without the GIL, can then use a second CPU, and a CPU crowded by other processes is
+    left; one busy review (a burst, a neighbour's moment) does not move them. Spread, when they ran less than
+    QUIET, they are placed again, on the CPU the loop runs on then. A thread started while placed inherits the
+    loop's CPU; the next review after Python's thread count changed (or the LOOK_OVER_EVERY-th) gives it every
+    allowed CPU back (only the loop and the workers are placed).
+
+    The review runs four times a second on a thread of its own that is never placed: on the loop it would be a
+    stall for the request that came in meanwhile, and a loop placed on a CPU that another process crowds could
+    not run the review that lets it go (seen in the replication bench: a follower's loop did not run for 540 ms,
+    until its next review, on that loop, spread it). A loop that waited to run more than STARVED of the time
+    since the last review is spread at once. The review is kept to two cheap reads (measured with
+    KJBOD_TIMELINE: opening and reading each thread's schedstat, then every thread's affinity, took 0.18-0.34 ms
+    at the median, the caches cold after a quarter second asleep; now 0.05-0.1 ms)."""
 
     REVIEW_S = 0.25
-    BUSY = 0.75  # placed, the loop and the workers ran or waited to run more than this share of the time: spread
-    QUIET = 0.25  # spread, they ran less than this share: placed again
+    BUSY = 0.75  # placed, the process ran or the loop waited to run more than this share of the time: spread
+    QUIET = 0.25  # spread, the process ran less than this share: placed again
+    LOOK_OVER_EVERY = 20  # placed, every other thread's CPUs are looked over at least every 20th review (5 s)
+    STARVED = 0.5  # placed, the loop waited to run more than this share of the time: spread at once
 
     def __init__(self) -> None:
         self.allowed = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
         self.loop_tid = threading.get_native_id()
+        try:  # kept open: re-read in place, it costs a tenth of an open and read of a cold /proc path (measured)
+            self._schedstat: int | None = os.open(f"/proc/self/task/{self.loop_tid}/schedstat",
+                                                  os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:  # no /proc, or no schedstats in this kernel: what ran decides alone
+            self._schedstat = None
         self._last = (time.monotonic(), *self._usage())
-        self._timer: asyncio.TimerHandle | None = None
+        self._stopping = threading.Event()
+        self._reviewer: threading.Thread | None = None
+        self._busy_before = False  # the last review found the process busy
+        self._threads = 0  # Python's thread count when the threads were last looked over (_free_others)
+        self._reviews_placed = 0
 
     def start(self, loop: asyncio.AbstractEventLoop) -> bool:
-        """Place the threads now and review every REVIEW_S; False where placement is not done (one CPU allowed
-        anyway, or ``KJBOD_DIR_WORKERS=unplaced``)."""
+        """Place the threads now (called on ``loop``'s thread, the one placed with the workers) and review every
+        REVIEW_S on a thread of its own; False where placement is not done (one CPU allowed anyway, or
+        ``KJBOD_DIR_WORKERS=unplaced``)."""
         if os.environ.get(WORKERS_ENV) == "unplaced" or len(self.allowed) < 2:
+            self._close()  # nothing to review
             return False
+        # Started before the threads are placed, so it keeps every allowed CPU (a thread inherits its starter's).
+        self._reviewer = threading.Thread(target=self._reviews, name="kjbod-placement", daemon=True)
+        self._reviewer.start()
         self._place()
-        self._timer = loop.call_later(self.REVIEW_S, self._review, loop)
         return True
 
     def stop(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._stopping.set()
+        if self._reviewer is not None:
+            self._reviewer.join(5)
+            self._reviewer = None
         self._spread()
+        self._close()
 
-    def _review(self, loop: asyncio.AbstractEventLoop) -> None:
+    def _reviews(self) -> None:
+        while not self._stopping.wait(self.REVIEW_S):
+            try:
+                self._review()
+            except Exception:  # a bug here must not end the reviews (the threads would stay where they are)
+                log.exception("dir_workers_placement_review_failed")
+
+    def _close(self) -> None:
+        if self._schedstat is not None:
+            os.close(self._schedstat)
+            self._schedstat = None
+
+    def _review(self) -> None:
+        started = time.perf_counter() if timeline.ON else 0.0
         now = (time.monotonic(), *self._usage())
         passed = max(now[0] - self._last[0], 1e-3)
-        ran, waited = (max(now[i] - self._last[i], 0.0) / passed for i in (1, 2))  # 0 if a worker ended
+        ran, waited = (max(now[i] - self._last[i], 0.0) / passed for i in (1, 2))
         self._last = now
+        busy = ran + waited > self.BUSY
         if _loop_cpus is None:
+            action = "place" if ran < self.QUIET else "stay spread"
             if ran < self.QUIET:
                 self._place()
-        elif ran + waited > self.BUSY:
+        elif (busy and self._busy_before) or waited > self.STARVED:
+            action = "spread" if busy and self._busy_before else "spread, the loop starved"
             self._spread()
         else:
-            self._free_others()
-        self._timer = loop.call_later(self.REVIEW_S, self._review, loop)
+            action = "stay placed, busy once" if busy else "stay placed"
+            self._reviews_placed += 1
+            if threading.active_count() != self._threads or self._reviews_placed % self.LOOK_OVER_EVERY == 0:
+                action += ", threads looked over"
+                self._free_others()
+        self._busy_before = busy
+        if timeline.ON:
+            timeline.span("placement review", started, action)
 
     def _usage(self) -> tuple[float, float]:
-        """Seconds the loop's thread and the workers' have run, and waited to run (/proc's schedstat), so far."""
-        ran = waited = 0
-        for tid in [self.loop_tid, *(w._thread.native_id for w in _workers())]:
+        """Seconds the process has run (all its threads), and the loop's thread waited to run, so far."""
+        used = resource.getrusage(resource.RUSAGE_SELF)
+        waited = 0
+        if self._schedstat is not None:
             try:
-                with open(f"/proc/self/task/{tid}/schedstat") as f:
-                    fields = f.read().split()
-                ran += int(fields[0])
-                waited += int(fields[1])
-            except (OSError, ValueError, IndexError):  # ended meanwhile, or no schedstats in this kernel
-                continue
-        return ran / 1e9, waited / 1e9
+                waited = int(os.pread(self._schedstat, 64, 0).split()[1])
+            except (OSError, ValueError, IndexError):
+                pass
+        return used.ru_utime + used.ru_stime, waited / 1e9
 
     def _place(self) -> None:
         global _loop_cpus
         try:
-            cpus = {current_cpu()}
-            os.sched_setaffinity(0, cpus)
+            cpus = {current_cpu(self.loop_tid)}
+            os.sched_setaffinity(self.loop_tid, cpus)
         except (OSError, ValueError, IndexError) as e:  # no /proc, or a cpuset that changed: the kernel chooses
             log.info("dir_workers_not_placed", reason=str(e))
             return
         _loop_cpus = cpus
+        self._threads = threading.active_count()  # threads started from now on inherit the loop's CPU
         for worker in _workers():
             worker._set_cpus(cpus)
 
@@ -153,11 +204,14 @@ class Placement:
         if _loop_cpus is None:
             return
         _loop_cpus = None
-        _set_cpus(0, self.allowed)
+        _set_cpus(self.loop_tid, self.allowed)
         for worker in _workers():
             worker._set_cpus(self.allowed)
 
     def _free_others(self) -> None:
+        """Every allowed CPU back for a thread that inherited the loop's (threads the interpreter does not count,
+        libuv's own, are not looked for: they start for name look-ups, not on the data path)."""
+        self._threads = threading.active_count()
         placed = _loop_cpus
         ours = {self.loop_tid} | {w._thread.native_id for w in _workers()}
         try:
@@ -217,6 +271,7 @@ class DirWorker:
         self._in_flight = False  # a hand-over's answers are not back on the loop yet (loop-side state)
         self._loop: asyncio.AbstractEventLoop | None = None  # the loop holding _held, told when abandoned
         self.abandoned = False
+        self._handed_at = self._delivered_at = 0.0  # KJBOD_TIMELINE only: the last hand-over's legs
         self._thread = threading.Thread(target=self._run, name=f"kjbod-dir-worker {io.path}", daemon=True)
         self._thread.start()
         with _running_lock:
@@ -303,6 +358,8 @@ class DirWorker:
             return
         self._held = []
         self._in_flight = True
+        if timeline.ON:
+            self._handed_at = time.perf_counter()
         self._queue.put(held)
         if self.abandoned:  # abandoned meanwhile, from another thread: nothing will run these
             self._fail_queued([])
@@ -310,6 +367,8 @@ class DirWorker:
     def _answers_in(self, results: list[tuple[Done, bool, Any]], _batch: object) -> None:
         """On the loop: a hand-over's answers. What was held meanwhile goes over first, so the worker runs it
         while the loop settles these (``_batch``: the closures, freed here when this returns)."""
+        if timeline.ON:
+            timeline.span("loop wake-up", self._delivered_at)
         self._in_flight = False
         if self._held:
             self._hand_over()
@@ -327,9 +386,18 @@ class DirWorker:
             _set_cpus(0, placed)
         while True:
             batch, stop = self._take()
+            started = 0.0
+            if timeline.ON:
+                started = time.perf_counter()
+                if self._handed_at:  # not for a job posted from another thread
+                    timeline.span("worker wake-up", self._handed_at)
+                    self._handed_at = 0.0
             answers = self._answer(batch)
             if self.abandoned:
                 return  # a stuck call came back after the dir was failed: already answered with the error
+            if timeline.ON:
+                timeline.span("worker batch", started, str(len(batch)))
+                self._delivered_at = time.perf_counter()
             self._deliver(answers, batch)
             # Dropped before the next wait, so the loop, which gets the last references, frees the requests.
             batch = answers = None  # type: ignore[assignment]

@@ -79,6 +79,9 @@ class FakeCluster:
         self.brokers: dict[int, FakeBroker] = {}
         self.controller_id = -1
         self.topics: dict[str, dict[str, Any]] = {}  # name -> {"id", "partitions": {p: [replicas]}, "configs"}
+        # Brokers the controller has fenced: left out of Metadata, listed by DescribeCluster v2 only when asked
+        # (include_fenced_brokers), as Kafka does
+        self.fenced: set[int] = set()
 
     async def start(self, n: int = 1) -> list[FakeBroker]:
         for node_id in range(1, n + 1):
@@ -212,7 +215,7 @@ class FakeBroker:
                     for p, r in t["partitions"].items()]))
         return MetadataResponse(
             brokers=[MetadataResponse.MetadataResponseBroker(node_id=b.node_id, host="127.0.0.1", port=b.port)
-                     for b in c.brokers.values()],
+                     for b in c.brokers.values() if b.node_id not in c.fenced],
             cluster_id=c.cluster_id, controller_id=c.controller_id, topics=topics)
 
     def _api_60(self, m: Any, v: int, error: int) -> Any:
@@ -221,8 +224,9 @@ class FakeBroker:
             error_code=error, error_message="injected" if error else None, cluster_id=c.cluster_id,
             controller_id=c.controller_id,
             brokers=[DescribeClusterResponse.DescribeClusterBroker(
-                broker_id=b.node_id, host="127.0.0.1", port=b.port, rack=f"rack-{b.node_id}")
-                for b in c.brokers.values()])
+                broker_id=b.node_id, host="127.0.0.1", port=b.port, rack=f"rack-{b.node_id}",
+                is_fenced=b.node_id in c.fenced)
+                for b in c.brokers.values() if b.node_id not in c.fenced or (v >= 2 and m.include_fenced_brokers)])
 
     def _api_35(self, m: Any, v: int, error: int) -> Any:
         R = DescribeLogDirsResponse

@@ -14,6 +14,7 @@ import time
 import uuid
 
 import pytest
+from live import free_port
 
 from kjbod.admin import (
     AdminClient,
@@ -681,11 +682,7 @@ async def test_sync_client(cluster):
 
 
 def test_sync_client_reports_connection_errors():
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # nothing listens there
     # Refused at once normally; on a loaded machine the short deadline may pass first. Either way the error
     # names the address that could not be reached.
     with pytest.raises((BrokerConnectionError, RequestTimeoutError), match=f"127.0.0.1:{port}"):

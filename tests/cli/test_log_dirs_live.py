@@ -146,7 +146,8 @@ LOG_DIR_SCHEMA = {"path": str, "is_live": bool, "error": NULLABLE_STR, "director
                   "recent_latency_ms": NULLABLE_INT, "failed_at": NULLABLE_STR, "reserved_bytes": NULLABLE_INT,
                   "state_reason": NULLABLE_STR,
                   "partitions": [PARTITION_SCHEMA]}
-DOCUMENT_SCHEMA = {"version": INT, "brokers": [{"broker": INT, "error": NULLABLE_STR, "log_dirs": [LOG_DIR_SCHEMA]}]}
+DOCUMENT_SCHEMA = {"version": INT, "brokers": [{"broker": INT, "error": NULLABLE_STR, "fenced": bool,
+                                                "log_dirs": [LOG_DIR_SCHEMA]}]}
 
 
 def check(value: Any, schema: Any, where: str = "$") -> None:
@@ -169,7 +170,7 @@ def check(value: Any, schema: Any, where: str = "$") -> None:
 
 
 def test_the_schema_check_itself_rejects_what_it_should():
-    good = {"version": 1, "brokers": [{"broker": 1, "error": None, "log_dirs": []}]}
+    good = {"version": 1, "brokers": [{"broker": 1, "error": None, "fenced": False, "log_dirs": []}]}
     check(good, DOCUMENT_SCHEMA)
     for bad in ({"version": 1}, {"version": True, "brokers": []}, {"version": 1, "brokers": [{"broker": "1"}]},
                 {"version": 1, "brokers": [], "extra": 0}):

@@ -4,6 +4,7 @@ its table, and how DescribeLogDirs answers move a move through its states."""
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import subprocess
 import sys
@@ -22,6 +23,7 @@ from kjbod.cli.log_dirs import (
     MoveTracker,
     PlannedMove,
     ThrottleGuard,
+    _describe,
     describe_document,
     parse_assignment,
     parse_id_list,
@@ -29,6 +31,7 @@ from kjbod.cli.log_dirs import (
     render_table,
 )
 from kjbod.cli.main import UserError, main
+from tests.admin.conftest import cluster3  # noqa: F401  (a fixture)
 
 # ================================================================================================ assignment files
 
@@ -214,7 +217,7 @@ def sample() -> LogDirsByBroker:
 def test_describe_document():
     document = describe_document(sample(), {(1, "events", 1): 42})
     assert document == {"version": 1, "brokers": [
-        {"broker": 1, "error": None, "log_dirs": [
+        {"broker": 1, "error": None, "fenced": False, "log_dirs": [
             {"path": "/data/a", "is_live": True, "error": None, "directory_id": "D289LI8KSlWdSx0uP0BRYg",
              "total_bytes": 1000 * 2**30, "usable_bytes": 250 * 2**30, "state": None, "recent_latency_ms": None,
              "failed_at": None, "reserved_bytes": 2**30, "state_reason": None, "partitions": [
@@ -234,8 +237,9 @@ def test_describe_document():
              "total_bytes": None, "usable_bytes": None, "state": "offline", "recent_latency_ms": None,
              "failed_at": "2026-11-25T16:00:00Z", "reserved_bytes": None, "state_reason": None, "partitions": []},
         ]},
-        {"broker": 2, "error": "NETWORK_EXCEPTION: 127.0.0.1:9: connection refused", "log_dirs": []},
-        {"broker": 3, "error": None, "log_dirs": [
+        {"broker": 2, "error": "NETWORK_EXCEPTION: 127.0.0.1:9: connection refused", "fenced": False,
+         "log_dirs": []},
+        {"broker": 3, "error": None, "fenced": False, "log_dirs": [
             {"path": "/d3", "is_live": True, "error": None, "directory_id": None, "total_bytes": 100,
              "usable_bytes": 100, "state": None, "recent_latency_ms": None, "failed_at": None, "reserved_bytes": None,
              "state_reason": None, "partitions": []}]},
@@ -473,3 +477,39 @@ async def test_throttle_guard_after_an_unanswered_change_checks_the_broker():
     assert await guard.release() == ""
     assert [c[0] for c in fake.calls] == ["describe", "alter", "describe"]
     assert "--delete-config replica.alter.log.dirs.io.max.bytes.per.second" in guard.manual_fix("h:1")
+
+
+# ================================================================================================ fenced brokers
+
+
+def _describe_args(c, broker_list=None, as_json=True) -> argparse.Namespace:
+    return argparse.Namespace(bootstrap_server=c.bootstrap, timeout=10.0, broker_list=broker_list, topic_list=None,
+                              json=as_json)
+
+
+async def test_a_fenced_broker_is_listed_as_fenced_not_left_out(cluster3):  # noqa: F811
+    """Metadata, where "every broker" comes from, has no fenced broker (Kafka leaves them out): found through
+    DescribeCluster's include_fenced_brokers and listed, with why, and the command exits 1."""
+    cluster3.fenced = {3}
+    out = io.StringIO()
+    assert await _describe(_describe_args(cluster3), out) == 1
+    brokers = {b["broker"]: b for b in json.loads(out.getvalue())["brokers"]}
+    assert sorted(brokers) == [1, 2, 3]
+    assert brokers[3]["fenced"] is True and brokers[3]["log_dirs"] == []
+    assert brokers[3]["error"].startswith("fenced by the controller: registered at 127.0.0.1:")
+    assert [d["path"] for d in brokers[1]["log_dirs"]] == ["/b1/d0"] and brokers[1]["fenced"] is False
+    # Not asked for its log dirs: the cluster has no address for it
+    assert all(r.api_key != 35 for r in cluster3.brokers[3].received)
+
+    table = io.StringIO()
+    assert await _describe(_describe_args(cluster3, [1, 3], as_json=False), table) == 1
+    text = table.getvalue()
+    assert "Broker 3: FENCED, its log dirs not described: fenced by the controller" in text
+    assert "Broker 1: 1 log dir" in text and "Broker 2" not in text
+
+
+async def test_without_fenced_brokers_nothing_changes(cluster3):  # noqa: F811
+    out = io.StringIO()
+    assert await _describe(_describe_args(cluster3), out) == 0
+    assert [(b["broker"], b["fenced"], b["error"]) for b in json.loads(out.getvalue())["brokers"]] == [
+        (1, False, None), (2, False, None), (3, False, None)]

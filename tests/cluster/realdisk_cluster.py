@@ -21,6 +21,7 @@ import time
 import traceback
 from collections import Counter
 from pathlib import Path
+from types import SimpleNamespace
 
 HERE = Path(__file__).resolve()
 sys.path[:0] = [str(HERE.parents[2]), str(HERE.parents[1])]
@@ -49,7 +50,7 @@ def wait_for(condition, what: str):
 
 
 def main(base: Path) -> dict:
-    from datapath.support import RawClient, batch, create_topic, metadata, produce
+    from datapath.support import RawClient, batch, create_topic, list_offset, log_events, metadata, produce
     from kip113.realdisk_move import mount_ext4, shutdown
 
     from kjbod.cli.cluster import listen_port
@@ -79,6 +80,15 @@ def main(base: Path) -> dict:
         assert create_topic(raw, TOPIC, PARTITIONS).error_code == 0
     led = wait_for(lambda: (ls := leaders()) and all(v >= 0 for v in ls.values()) and ls, "every leader")
     doomed = sorted(p for p, b in led.items() if b == 2)[:2]
+
+    def hosted(p: int, b: int) -> bool:
+        with RawClient("127.0.0.1", ports[b]) as raw:
+            return list_offset(raw, TOPIC, p, -1).error_code == 0
+
+    # Broker 1's metadata is not every broker's: a loaded broker may not have applied the topic yet (its
+    # AlterReplicaLogDirs then answers UNKNOWN_TOPIC_OR_PARTITION) or made its logs (a produce is refused, and
+    # counted as an error below). Each leader serving its partitions is where the test starts.
+    wait_for(lambda: all(hosted(p, b) for p, b in led.items()), "every leader hosts its partitions")
 
     def moved() -> bool:
         # REPLICA_NOT_AVAILABLE (9) while broker 2 is still making its replicas (on its dirs' workers, after the
@@ -131,6 +141,8 @@ def main(base: Path) -> dict:
         dirs = raw.call(DescribeLogDirsRequest(topics=None), 4).results
     out = {
         "seconds_to_leaderless": seconds,
+        "broker_2_session_expired": any(e.get("broker_id") == 2 for e in log_events(
+            SimpleNamespace(stderr_path=root / "controller" / "server.log"), "broker_session_expired")),
         "broker_2_ever_fenced": any(fenced),
         "errors_outside_the_failed_dir": sum(n for (p, code), n in answers.items() if code and p in spared),
         "dir_errors": {r.log_dir: r.error_code for r in dirs},

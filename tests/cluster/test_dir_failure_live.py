@@ -36,7 +36,6 @@ FAILURE_TIMEOUT_MS = 8000
 # Kafka's default session: a broker a loaded machine holds up for a moment must not be fenced, since the test
 # checks that the failed dir never fences it.
 SESSION_MS = 9000
-SESSION_S = SESSION_MS / 1000
 LOST_DIR = "AAAAAAAAAAAAAAAAAAAAAg"  # KIP-858's reserved dir id of a replica in a dir that failed
 PARTITIONS = 18
 
@@ -255,4 +254,6 @@ def test_a_dir_failing_for_real_on_a_cluster_broker(tmp_path, tmp_path_factory):
     assert out["errors_outside_the_failed_dir"] == 0
     assert {d: code for d, code in out["dir_errors"].items()} == {
         d: (E.KAFKA_STORAGE_ERROR if d == out["failed_dir"] else 0) for d in out["dir_errors"]}
-    assert out["seconds_to_leaderless"] < SESSION_S, out  # reported at once: never a fencing's worth of time
+    # Reported by the broker, not found by the controller when the session of a broker that could no longer
+    # heartbeat expired (the controller logs every such fencing): how long that took is the machine's load.
+    assert out["broker_2_session_expired"] is False, out

@@ -6,6 +6,7 @@ member, the broker leaves the ISRs, and Metadata lists it as an offline replica 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -169,6 +170,24 @@ def test_a_stalled_broker_is_fenced_after_its_session_and_its_partitions_move(cl
     os.kill(pid, signal.SIGSTOP)
     try:
         moved_off(cluster, "rf3-stop", before, victim)
+        # `kjbod log-dirs describe` lists the fenced broker as such (clients' Metadata leaves it out), exit 1;
+        # asked until the broker it asks has applied the fencing too
+        other = next(b for b in (1, 2, 3) if b != victim)
+
+        def described() -> dict[int, Any] | None:
+            done = subprocess.run([*COMMAND, "log-dirs", "describe", "--json", "--bootstrap-server",
+                                   f"127.0.0.1:{cluster.broker_port(other)}"], capture_output=True, text=True,
+                                  timeout=120)
+            brokers = {b["broker"]: b for b in json.loads(done.stdout)["brokers"]}
+            if not brokers.get(victim, {}).get("fenced"):
+                return None
+            assert done.returncode == 1, done.stdout + done.stderr
+            return brokers
+
+        brokers = wait_for(described, f"log-dirs describe lists broker {victim} as fenced")
+        assert sorted(brokers) == [1, 2, 3]
+        assert brokers[victim]["fenced"] is True and brokers[victim]["error"].startswith("fenced by the controller")
+        assert all(brokers[b]["log_dirs"] and not brokers[b]["fenced"] for b in brokers if b != victim)
     finally:
         os.kill(pid, signal.SIGCONT)
     wait_for(lambda: (parts := partitions(cluster, "rf3-stop")) is not None and all(

@@ -164,6 +164,20 @@ def check_acked(raw: RawClient, topic: str, p: int, acked: list[tuple[int, int]]
     return None
 
 
+def noticed(server, event: str, timeout: float = 60.0) -> float:
+    """The moment the server has logged `event` (time.monotonic, as Load stamps its requests).
+
+    A broken disk is found by the server's next operation on it: until then, a request that does no I/O there
+    (a fetch at the log end waiting for appends) answers as before, as in Kafka. So "after the failure" starts
+    when the server has taken the dir offline, not when the disk broke: on a loaded machine the producers' next
+    append may come much later."""
+    deadline = time.monotonic() + timeout
+    while not log_events(server, event):
+        assert time.monotonic() < deadline, f"the server did not log {event} within {timeout} s"
+        time.sleep(0.01)
+    return time.monotonic()
+
+
 def partition_view(raw: RawClient, topic: str) -> dict[str, list]:
     (t,) = metadata(raw, [topic]).topics
     return {str(p.partition_index): [p.error_code, p.leader_id, list(p.offline_replicas)] for p in t.partitions}
@@ -220,7 +234,7 @@ def eio_under_load(base: str, mode: str) -> dict:
             os.close(fd)
         else:
             write_faults(control, [{"dir": str(server.log_dirs[failed_dir]), "errno": "EIO"}])
-        shut = time.monotonic()
+        shut = noticed(server, "log_dir_offline")
         time.sleep(2.0)
         load.finish()
         out["load_failures"] = load.failures

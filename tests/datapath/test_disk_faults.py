@@ -93,7 +93,8 @@ def check_eio_under_load(out: dict) -> None:
         assert out["acked_check"][p] is None, f"partition {p}: {out['acked_check'][p]}"
     for p in failed:
         seen = out["partitions"][p]
-        # Requests in flight when the dir broke may already fail; every one started after it must.  A fetch whose
+        # Requests in flight when the dir broke may already fail; every one started once the server has taken the
+        # dir offline (on its next operation there: disk_scenarios.noticed) must.  A fetch whose
         # file regions were handed out just before the failure is half sent when sendfile gets EIO, so the server
         # can only close that connection (Kafka does the same); that happens at most once per consumer.
         # One in flight while the node's replica state drops the partition may also get NOT_LEADER_OR_FOLLOWER, as a

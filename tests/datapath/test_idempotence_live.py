@@ -191,3 +191,33 @@ def test_idempotent_real_clients_produce_without_an_error_or_a_retry(raw, server
         expect = [b"c%d" % i for i in range(p, count // 2, partitions)]
         expect += [b"k%d" % i for i in range(p, count // 2, partitions)]
         assert values == expect, f"partition {p}: stored once each, in order"
+
+
+def test_several_idempotent_producers_on_one_partition_store_each_record_once_in_order(raw, server):
+    """Several idempotent producers writing one partition at once: their requests reach the dir's worker
+    together and are written as a group (each batch checked against the sequences the batches before it in the
+    group left); every record is stored once, each producer's in its order, and no producer sees an error."""
+    from confluent_kafka import Producer
+
+    topic, producers, count = "idem-group", 4, 1500
+    new_topic(raw, topic, 1)
+    failed: list[str] = []
+    clients = [Producer({"bootstrap.servers": server.bootstrap, "enable.idempotence": True, "linger.ms": 0,
+                         "max.in.flight.requests.per.connection": 5}) for _ in range(producers)]
+    for i in range(count):
+        for n, client in enumerate(clients):
+            while True:
+                try:
+                    client.produce(topic, b"%d-%d" % (n, i), partition=0,
+                                   on_delivery=lambda err, _m: err is not None and failed.append(str(err)))
+                    break
+                except BufferError:
+                    client.poll(0.01)
+            client.poll(0)
+    assert [client.flush(DELIVERY_TIMEOUT) for client in clients] == [0] * producers
+    assert failed == []
+    values = [r.value for r in fetch_all(raw, topic, 0)]
+    assert len(values) == producers * count
+    for n in range(producers):
+        assert [v for v in values if v.startswith(b"%d-" % n)] == [b"%d-%d" % (n, i) for i in range(count)]
+    assert len({pid for pid, _epoch, _seq in producer_ids(raw, topic)}) == producers

@@ -37,7 +37,10 @@ def test_a_running_move_shows_bytes_rate_and_eta(kjbod_server_factory):  # noqa:
         move = {"topic": TOPIC, "partition": "0", "source_dir": source, "dest_dir": dest}
 
         def running(s) -> bool:
-            return (bool(labelled(s, "kjbod_replica_move_copied_bytes"))
+            # A move is listed from the moment it is accepted, but its source dir is known (and labelled) only
+            # once a mover thread has started copying: until then its samples carry source_dir="", so they are
+            # looked for under this move's labels, not just any move's.
+            return (move in labelled(s, "kjbod_replica_move_copied_bytes")
                     and value(s, "kjbod_replica_move_copied_bytes", **move) > 0
                     and value(s, "kjbod_replica_move_eta_seconds", **move) > 0
                     and value(s, "kafka_server_replicaalterlogdirsmanager_maxlag", clientId="ReplicaAlterLogDirs") > 0)

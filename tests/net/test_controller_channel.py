@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 from collections import deque
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 from handler_server import HandlerServer
+from live import free_port
 
 from kjbod.net.backoff import ExponentialBackoff
 from kjbod.net.controller_channel import (
@@ -144,14 +144,8 @@ async def test_in_process_handler_failure_is_unknown_server_error() -> None:
         await chan.send(BrokerHeartbeatRequest(broker_id=1), 63)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 async def test_socket_channel_waits_for_a_controller_that_comes_up_later() -> None:
-    port = _free_port()
+    port = free_port()
     controller = ScriptedController()
     chan = SocketControllerChannel([("127.0.0.1", port)], request_timeout=30, **FAST)
     sending = asyncio.ensure_future(chan.send(BrokerHeartbeatRequest(broker_id=1, current_metadata_offset=10), 63))
@@ -172,7 +166,7 @@ async def test_socket_channel_waits_for_a_controller_that_comes_up_later() -> No
 
 
 async def test_socket_channel_names_the_controller_it_cannot_reach() -> None:
-    port = _free_port()
+    port = free_port()
     chan = SocketControllerChannel([("127.0.0.1", port)], request_timeout=0.3, **FAST)
     with pytest.raises(RequestTimeoutError, match=f"127.0.0.1:{port}.*(refused|no connection)") as info:
         await chan.send(BrokerHeartbeatRequest(broker_id=1), 63)
@@ -217,7 +211,7 @@ def test_controller_addresses_bad_input(voters: str | None, bootstrap: str | Non
 
 
 async def test_concurrent_sends_share_one_connection_and_keep_their_deadlines() -> None:
-    port = _free_port()
+    port = free_port()
     chan = SocketControllerChannel([("127.0.0.1", port)], request_timeout=30, **FAST)
     # a long send is connecting (the controller is not up); a short one behind it gives up on its own time
     long = asyncio.ensure_future(chan.send(BrokerHeartbeatRequest(broker_id=1), 63))

@@ -15,6 +15,7 @@ from kjbod.broker.handlers import fetch as fetch_handler
 from kjbod.broker.node import BrokerNode
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import FetchRequest
+from kjbod.wire.handler import Later
 from tests.replication.conftest import batch
 from tests.replication.test_replica_manager import FakeNode, fetch, leader  # noqa: F401  (the fixture)
 
@@ -123,9 +124,9 @@ async def test_one_produce_request_waits_for_each_of_its_partitions(polling):
 
 
 async def test_an_acks_all_answer_is_complete_when_the_hw_passes_it_with_no_task_in_between(polling):
-    """The Produce answer's future is done by the follower fetch that moves the HW itself (no task to step, no
-    loop pass), with each partition's code written into the answer; a code other than 0 (here the timeout of
-    a second request) lands in its partition."""
+    """The Produce answer (a Later) is done by the follower fetch that moves the HW itself (no task to step, no
+    loop pass: an asyncio future's callbacks would wait for one), with each partition's code written into the
+    answer; a code other than 0 (here the timeout of a second request) lands in its partition."""
     from kjbod.broker.replication import hooks
     from kjbod.protocol.generated.produce_response import (
         PartitionProduceResponse,
@@ -138,17 +139,51 @@ async def test_an_acks_all_answer_is_complete_when_the_hw_passes_it_with_no_task
     response = ProduceResponse(responses=[TopicProduceResponse(name="t", partition_responses=[part])])
     tasks = len(asyncio.all_tasks())
     answer = hooks.await_replication(polling.node, response, [("t", part, 2)], int(LONG_S * 1000))
-    assert asyncio.isfuture(answer) and len(asyncio.all_tasks()) == tasks
+    assert answer.__class__ is Later and len(asyncio.all_tasks()) == tasks
+    written: list[object] = []
+    answer.on_done(lambda done: written.append(done.result()))  # what the connection does with it
     fetch(polling, 2, 2)
     assert not answer.done()  # broker 3 has not fetched it yet
     fetch(polling, 3, 2)
-    assert answer.done() and answer.result() is response and part.error_code == 0
+    assert written == [response] and part.error_code == 0  # in the fetch's own call: no loop pass
 
     late = PartitionProduceResponse(index=0, error_code=0, base_offset=2)
     polling.plog.append(batch(1), leader_epoch=0)
     timed_out = hooks.await_replication(polling.node, ProduceResponse(), [("t", late, 3)], 0)
-    await asyncio.wait_for(timed_out, LONG_S)
+    await asyncio.wait_for(_awaited(timed_out), LONG_S)
     assert late.error_code == ErrorCode.REQUEST_TIMED_OUT
+
+
+def _awaited(later: Later) -> asyncio.Future:
+    future = asyncio.get_running_loop().create_future()
+    later.on_done(lambda done: future.set_result(done.result()))
+    return future
+
+
+async def test_a_produce_handed_to_the_dirs_is_answered_in_the_callback_that_completes_its_acks_all_wait():
+    """DirWork's answer (a Later) chains the acks=all Later its then() returns: the HW move's callback completes
+    both, so the answer is queued for writing with no loop pass between (dir_work._copy_later)."""
+    from kjbod.broker.dir_work import DirWork, _Waiting
+
+    class Worker:
+        def submit(self, call, done, loop) -> None:
+            self.call, self.done = call, done
+
+    acks_all = Later()
+    work = DirWork(SimpleNamespace(logs=None), lambda item, result: None, lambda item, e: None)
+    worker = Worker()
+    outer = _Waiting(work, lambda items: [x.upper() for x in items], [(worker, ["x"])], None,
+                     lambda: acks_all, True).future
+    worker.done(True, worker.call())  # the dir's append is in: the request now waits for the HW
+    assert outer.__class__ is Later and not outer.done()
+    acks_all.resolve("the answer")
+    assert outer.done() and outer.result() == "the answer"
+    failing = Later()
+    outer = _Waiting(work, lambda items: items, [(worker, ["y"])], None, lambda: failing, True).future
+    worker.done(True, worker.call())
+    failing.fail(ValueError("bug"))
+    with pytest.raises(ValueError, match="bug"):
+        outer.result()
 
 
 async def test_a_request_timing_out_answers_what_waits_and_leaves_the_purgatory(polling):

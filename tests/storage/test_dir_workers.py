@@ -215,6 +215,31 @@ def test_appends_keep_their_order_per_partition_through_the_hand_off(spread):
     assert sum(spread.get("b", 0).io.latency_buckets["write"]) - writes < 10
 
 
+def test_idempotent_producers_appends_handed_over_together_go_in_one_write(spread):
+    """Idempotent producers' batches from many requests of one pass reach the worker together and go in one
+    write, each checked against the batches before it: a gap and a retry among them answer as they would one
+    request at a time (OUT_OF_ORDER_SEQUENCE_NUMBER; the first append's offset), the others are not moved."""
+    node = _Node(spread)
+    sends = [(pid, seq) for seq in range(40) for pid in (11, 12, 13)] + [(12, 45), (11, 38), (13, 40)]
+
+    def request(pid: int, seq: int):
+        records = kp_batch([b"%d-%d" % (pid, seq)], producer_id=pid, producer_epoch=0, base_sequence=seq)
+        body = ProduceRequest(acks=1, timeout_ms=600_000, topic_data=[ProduceRequest.TopicProduceData(
+            name="b", partition_data=[ProduceRequest.PartitionProduceData(index=0, records=records)])])
+        return _awaitable(produce.handle(node, _request(PV), body))
+
+    async def scenario():
+        return await asyncio.gather(*(request(pid, seq) for pid, seq in sends))
+
+    plog = spread.get("b", 0)
+    writes = sum(plog.io.latency_buckets["write"])
+    answers = [_answers(r)[("b", 0)] for r in asyncio.run(scenario())]
+    assert answers == [(0, i) for i in range(120)] + [(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, -1), (0, 114), (0, 120)]
+    assert sum(plog.io.latency_buckets["write"]) - writes < 10  # one for the data, the dir's bookkeeping at most
+    values = [v for _, v, _ in kp_records(plog.read_bytes(0, 1 << 20))]
+    assert values == [b"%d-%d" % s for s in sends[:120]] + [b"13-40"]
+
+
 def test_a_shutdown_does_not_wait_for_a_worker_stuck_in_a_held_dir(spread, log_dirs, monkeypatch):
     good, _, bad = log_dirs
     monkeypatch.setattr(manager_module, "SHUTDOWN_GRACE_S", 0.0)

@@ -46,9 +46,13 @@ class _FollowerNode:
         self.appends += 1
 
 
+def _online(plog):
+    return plog if plog is not None and plog.online else None
+
+
 def _follower(lm, followed: str) -> Fetcher:
     manager = SimpleNamespace(node=_FollowerNode(lm), config=ReplicationConfig(),
-                              _local_log=lambda t, p: lm.find(t, p),
+                              _local_log=lambda t, p: _online(lm.find(t, p)),  # as ReplicaManager._local_log
                               follower_throttled=lambda topic, partition, in_sync: False,  # no throttle here
                               follower_appended=lambda topic, partition, nbytes: None)
     fetcher = Fetcher(manager, 1, 0)

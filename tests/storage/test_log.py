@@ -13,6 +13,7 @@ from kjbod.storage.errors import (
     CorruptMessageError,
     InvalidProducerEpochError,
     InvalidRecordError,
+    LogDirFullError,
     MessageTooLargeError,
     OffsetOutOfRangeError,
     OutOfOrderSequenceError,
@@ -474,16 +475,60 @@ def test_appends_validated_together_give_what_one_after_another_gives_in_one_wri
         reference.close_quietly()
 
 
-def test_appends_together_roll_before_the_group_and_leave_idempotent_batches_to_one_at_a_time(plog, clock):
+def test_appends_together_roll_where_one_at_a_time_would(plog, clock):
     group = [plog.validate(kp_batch([b"%d" % i * 30]), now_ms=clock()) for i in range(3)]
     while plog.active_segment.size < 1024 - sum(len(g.view) for g in group[:2]):
         plog.append(kp_batch([b"f" * 20]))  # room left for the first of the group, not for all three
     first_segments, end = len(plog.segments), plog.log_end_offset
     infos = plog.append_validated_together(group, leader_epoch=0)
     assert infos is not None and [i.base_offset for i in infos] == [end, end + 1, end + 2]
-    assert len(plog.segments) == first_segments + 1 and plog.active_segment.base_offset == end
+    # the first in the old segment, then the roll, the other two in the new one
+    assert len(plog.segments) == first_segments + 1 and plog.active_segment.base_offset == end + 1
+    assert plog.active_segment.size == sum(len(g.view) for g in group[1:])
     assert [v for _, v in values_from(plog, end)] == [b"%d" % i * 30 for i in range(3)]
-    # A producer id: the sequence checks are made one append at a time; nothing is written here.
-    idempotent = [plog.validate(kp_batch([b"x"], producer_id=7, producer_epoch=0, base_sequence=0), now_ms=clock())]
-    assert plog.append_validated_together(group[:1] + idempotent, leader_epoch=0) is None
-    assert plog.log_end_offset == end + 3
+
+
+def test_idempotent_appends_together_each_checked_against_the_ones_before_it(plog, clock):
+    """Group commit of idempotent producers: one write for the batches kept; a batch refused or answered as a
+    duplicate inside the group leaves the others' offsets and answers as one at a time gives them."""
+    def batch(pid: int, seq: int, *values: bytes, epoch: int = 0) -> bytes:
+        return kp_batch(list(values), producer_id=pid, producer_epoch=epoch, base_sequence=seq)
+
+    plog.append(batch(7, 0, b"a"))
+    group = [batch(7, 1, b"b", b"c"), batch(8, 0, b"x"), batch(7, 5, b"gap"), batch(7, 1, b"b", b"c"),
+             batch(7, 3, b"d"), batch(8, 0, b"y", epoch=1), batch(8, 1, b"old"), batch(9, 40, b"new")]
+    writes = _writes(plog)
+    outcomes = plog.append_validated_together([plog.validate(b, now_ms=clock()) for b in group], leader_epoch=0)
+    assert _writes(plog) == writes + 1
+    assert outcomes is not None
+    answers = [type(o).__name__ if isinstance(o, Exception) else (o.base_offset, o.last_offset, o.duplicate)
+               for o in outcomes]
+    assert answers == [(1, 2, False), (3, 3, False), "OutOfOrderSequenceError", (1, 2, True), (4, 4, False),
+                       (5, 5, False), "InvalidProducerEpochError", (6, 6, False)]
+    assert [v for _, v in values_from(plog, 0)] == [b"a", b"b", b"c", b"x", b"d", b"y", b"new"]
+    state = plog.producer_state.producers
+    assert (state[7].epoch, state[7].last_seq, state[8].epoch, state[8].last_seq, state[9].last_seq) == (0, 3, 1, 0, 40)
+
+
+def test_a_write_failing_after_a_roll_inside_a_group_keeps_what_was_written_before_it(plog, clock, monkeypatch):
+    """The appends written before the roll are answered with their offsets; the failing write's appends and
+    those after it get the error, as one at a time would answer them."""
+    group = [plog.validate(kp_batch([b"%d" % i * 30]), now_ms=clock()) for i in range(3)]
+    while plog.active_segment.size < 1024 - sum(len(g.view) for g in group[:2]):
+        plog.append(kp_batch([b"f" * 20]))  # room for the first of the group before a roll
+    end = plog.log_end_offset
+    real = plog._write_placed
+    writes: list[int] = []
+
+    def write_once(*args, **kwargs):
+        writes.append(1)
+        if len(writes) > 1:
+            raise LogDirFullError("no space for the second write")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(plog, "_write_placed", write_once)
+    outcomes = plog.append_validated_together(group, leader_epoch=0)
+    assert outcomes is not None and len(writes) == 2
+    assert outcomes[0].base_offset == end
+    assert [type(o) for o in outcomes[1:]] == [LogDirFullError, LogDirFullError]
+    assert plog.log_end_offset == end + 1

@@ -26,7 +26,10 @@ kjbod_server = live.kjbod_server
 
 
 class _Scripted(Placement):
-    """A Placement whose CPU figures (seconds run and waited per second) are set by the test."""
+    """A Placement whose CPU figures (seconds run and waited per second) are set by the test, and whose reviews
+    run when the test says (its reviewing thread waits an hour)."""
+
+    REVIEW_S = 3600.0
 
     def __init__(self) -> None:
         self.ran = self.waited = 0.0
@@ -39,9 +42,8 @@ class _Scripted(Placement):
         self._last = (self._last[0] - 1.0, *self._last[1:])  # one second passed
         self.ran += ran
         self.waited += waited
-        assert self._timer is not None
-        self._timer.cancel()
-        self._review(loop)
+        assert self._reviewer is not None and self._reviewer.is_alive()
+        self._review()
 
 
 def _cpus(thread: threading.Thread | DirWorker) -> set[int]:
@@ -79,7 +81,10 @@ def test_quiet_places_busy_spreads_quiet_places_again(aloop, worker):
         placement.review(aloop, ran=0.1)  # a moderate rate: stays
         assert os.sched_getaffinity(0) == here and _cpus(worker) == here
 
-        placement.review(aloop, ran=0.5, waited=0.4)  # wanted 90 % of the CPU: every CPU back
+        placement.review(aloop, ran=0.5, waited=0.4)  # wanted 90 % of the CPU once: a burst, stays
+        assert os.sched_getaffinity(0) == here and _cpus(worker) == here
+
+        placement.review(aloop, ran=0.5, waited=0.4)  # and again: every CPU back
         assert os.sched_getaffinity(0) == ALLOWED and _cpus(worker) == ALLOWED
 
         placement.review(aloop, ran=0.5)  # still working: spread still
@@ -115,6 +120,31 @@ def test_a_thread_started_while_placed_gets_every_cpu_back(aloop, tmp_path):
         placement.stop()
 
 
+@pytest.mark.skipif(len(ALLOWED) < 2, reason="this process may use one CPU only: see test_one_cpu_is_not_placed")
+def test_single_busy_reviews_never_spread(aloop, worker):
+    placement = _Scripted()
+    try:
+        assert placement.start(aloop)
+        here = os.sched_getaffinity(0)
+        for _ in range(5):  # busy, quiet, busy, ...: never two busy reviews in a row
+            placement.review(aloop, ran=0.9)
+            placement.review(aloop, ran=0.1)
+            assert os.sched_getaffinity(0) == here and _cpus(worker) == here
+    finally:
+        placement.stop()
+
+
+def test_the_review_reads_the_process_cpu_and_the_loops_wait(aloop):
+    placement = Placement()  # the real figures of this process
+    ran, waited = placement._usage()
+    spin_until = ran + 0.05
+    while placement._usage()[0] < spin_until:  # this thread's CPU time is the process's
+        pass
+    assert placement._usage()[1] >= waited >= 0.0
+    placement.stop()
+    assert placement._usage()[0] > ran  # the run time still, once its /proc file is closed
+
+
 def test_unplaced_leaves_the_cpus_to_the_kernel(aloop, worker, monkeypatch):
     monkeypatch.setenv(workers.WORKERS_ENV, "unplaced")
     placement = _Scripted()
@@ -141,3 +171,47 @@ def test_kjbod_serve_keeps_its_event_loop_on_one_cpu_while_quiet(kjbod_server: l
     with open(f"/proc/{pid}/task/{pid}/status") as f:
         allowed = f.read().split("Cpus_allowed_list:")[1].split()[0]
     assert allowed.isdigit(), f"the event loop's thread may run on CPUs {allowed}, not one"
+
+
+@pytest.mark.skipif(len(ALLOWED) < 2, reason="this process may use one CPU only: see test_one_cpu_is_not_placed")
+def test_a_starved_loop_is_spread_at_once(aloop, worker):
+    placement = _Scripted()
+    try:
+        assert placement.start(aloop)
+        here = os.sched_getaffinity(0)
+        placement.review(aloop, ran=0.1, waited=0.3)  # waited for its CPU now and then: stays
+        assert os.sched_getaffinity(0) == here and _cpus(worker) == here
+        placement.review(aloop, ran=0.1, waited=0.6)  # its CPU crowded by another process: every CPU back now
+        assert os.sched_getaffinity(0) == ALLOWED and _cpus(worker) == ALLOWED
+    finally:
+        placement.stop()
+
+
+class _Counted(Placement):
+    REVIEW_S = 0.01
+
+    def __init__(self) -> None:
+        self.reviewed_on: list[int] = []
+        super().__init__()
+
+    def _review(self) -> None:
+        self.reviewed_on.append(threading.get_native_id())
+        super()._review()
+
+
+@pytest.mark.skipif(len(ALLOWED) < 2, reason="this process may use one CPU only: see test_one_cpu_is_not_placed")
+def test_reviews_run_on_a_thread_of_their_own_that_is_never_placed(aloop, worker):
+    placement = _Counted()
+    try:
+        assert placement.start(aloop)
+        reviewer = placement._reviewer
+        assert reviewer is not None and _cpus(reviewer) == ALLOWED  # the loop's CPU may be the crowded one
+        for _ in range(6000):  # a few reviews (waits for them: no timing is asserted)
+            if len(placement.reviewed_on) >= 3:
+                break
+            threading.Event().wait(0.01)
+        assert len(placement.reviewed_on) >= 3
+        assert set(placement.reviewed_on) == {reviewer.native_id} != {threading.get_native_id()}
+    finally:
+        placement.stop()
+    assert placement._reviewer is None and not reviewer.is_alive()

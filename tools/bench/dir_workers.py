@@ -26,12 +26,18 @@ Every figure is a ratio against a reference measured in the same run, variants i
 
 from __future__ import annotations
 
+import bisect
+import gc
+import itertools
 import json
+import math
 import os
 import shutil
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from .common import heading, median, verdict
@@ -58,8 +64,9 @@ def small_batch() -> bytes:
 
 
 def paced_produce(port: int, topic: str, partition: int, rate: float, seconds: float, batch: bytes,
-                  stop: threading.Event | None = None) -> list[float]:
-    """Latencies (s) of one Produce at a time sent every 1/rate s for `seconds` (acks=1)."""
+                  stop: threading.Event | None = None, sent: list[float] | None = None) -> list[float]:
+    """Latencies (s) of one Produce at a time sent every 1/rate s for `seconds` (acks=1); each one's send time
+    (perf_counter) is appended to `sent` when given."""
     frame = produce_frame(topic, partition, batch)
     conn = Connection(port)
     latencies: list[float] = []
@@ -77,6 +84,8 @@ def paced_produce(port: int, topic: str, partition: int, rate: float, seconds: f
             conn.sock.sendall(frame)
             conn.read_frame()
             latencies.append(time.perf_counter() - t0)
+            if sent is not None:
+                sent.append(t0)
             n += 1
     finally:
         conn.close()
@@ -168,22 +177,292 @@ def worker_round_trips(directory: Path, placed: bool, count: int = 500) -> dict[
     return legs
 
 
+# ================================================================================================ the p99's tail
+
+TAIL_SHARE = 0.02  # the requests "under" the p99 whose causes are looked for: each round's slowest 2 %
+PERIODIC = ("placement review", "deadline tick", "background tick", "stall watchdog", "gc", "client gc")
+LEGS = ("worker wake-up", "worker batch", "loop wake-up")  # a hand-off's legs, per request (KJBOD_TIMELINE)
+
+Event = tuple[str, float, float, str]
+
+
+def sched_totals(pid: int) -> tuple[float, int]:
+    """A process's threads together: seconds waited on a run queue (/proc's schedstat) and involuntary context
+    switches (preempted: another thread, this process's or another's, wanted the CPU) so far."""
+    waited, preempted = 0.0, 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                waited += int(f.read().split()[1]) / 1e9
+            with open(f"/proc/{pid}/task/{tid}/status") as f:
+                preempted += int(f.read().split("\nnonvoluntary_ctxt_switches:")[1].split()[0])
+        except (OSError, IndexError, ValueError):  # a thread that ended meanwhile
+            continue
+    return waited, preempted
+
+
+class ClientGC:
+    """The load generator's own garbage collections while it measures (a client pause is in a latency too)."""
+
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+        self._started = 0.0
+
+    def _on_gc(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.events.append(("client gc", self._started, time.perf_counter(), f"generation {info['generation']}"))
+
+    def __enter__(self) -> ClientGC:
+        gc.callbacks.append(self._on_gc)
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        gc.callbacks.remove(self._on_gc)
+
+
+def p99_round(server: BenchServer, batch: bytes, seconds: float) -> tuple[list[tuple[float, float]], float, float]:
+    """One round of the moderate-rate phase on ``server``: half a second unmeasured (the server settled from the
+    loads before: its threads placed again on one CPU, workers.Placement reviews every 0.25 s), then ``seconds``
+    measured. Returns each request's (send time, latency) and, per request, the seconds the server's threads
+    waited on a run queue and how often they were preempted."""
+    assert server.process is not None
+    pid = server.process.pid
+    paced_produce(server.port, "small", 1, MODERATE_RATE, 0.5, batch)
+    sent: list[float] = []
+    waited, preempted = sched_totals(pid)
+    latencies = paced_produce(server.port, "small", 1, MODERATE_RATE, seconds, batch, sent=sent)
+    waited2, preempted2 = sched_totals(pid)
+    n = max(len(latencies), 1)
+    return list(zip(sent, latencies, strict=True)), (waited2 - waited) / n, (preempted2 - preempted) / n
+
+
+def read_timeline(path: Path) -> list[Event]:
+    """What a server run with KJBOD_TIMELINE=path recorded (kjbod.storage.timeline), written when it exited."""
+    try:
+        return [tuple(json.loads(line)) for line in path.read_text().splitlines()]  # type: ignore[misc]
+    except FileNotFoundError:
+        return []
+
+
+class _Spans:
+    """One kind's events sorted by start, for finding those overlapping an interval."""
+
+    def __init__(self, events: list[Event]) -> None:
+        events = sorted(events, key=lambda e: e[1])
+        self.starts = [e[1] for e in events]
+        self.events = events
+        self.longest = max((e[2] - e[1] for e in events), default=0.0)
+
+    def overlapping(self, a: float, b: float) -> list[Event]:
+        lo = bisect.bisect_left(self.starts, a - self.longest)
+        hi = bisect.bisect_right(self.starts, b)
+        return [e for e in self.events[lo:hi] if e[2] >= a]
+
+
+# A request's way through the server, as KJBOD_TIMELINE records it: (kind, which end of the span) in order, and
+# what the time up to each point is called; the legs through a worker where the server has them.
+_CHAIN = [("server read", 1, "to the server's read"), ("worker wake-up", 1, "on the loop to the hand-over"),
+          ("worker wake-up", 2, "the worker's wake-up"), ("worker batch", 2, "on the worker"),
+          ("loop wake-up", 2, "the loop's wake-up"), ("server write", 1, "on the loop to the reply's write")]
+
+
+def _chain(spans: dict[str, _Spans], reqs: list[tuple[float, float]]) -> tuple[list[str], list[list[float]]]:
+    """Each request's time cut at the points of _CHAIN found within it (a request whose points are not all
+    found, e.g. one that shares a hand-over with another, is left out): the parts' names and durations."""
+    steps = [step for step in _CHAIN if step[0] in spans]
+    names = [name if kind != "server write" or len(steps) > 2 else "in the server" for kind, _end, name in steps]
+    names.append("back to the client")
+    parts: list[list[float]] = [[] for _ in names]
+    for a, lat in reqs:
+        after, points = a, [a]  # each step's span starts after the one before it started
+        for kind, end, _name in steps:
+            s = spans[kind]
+            i = bisect.bisect_left(s.starts, after)
+            if i == len(s.starts) or s.events[i][end] > a + lat:
+                break
+            after = s.starts[i]
+            points.append(max(s.events[i][end], points[-1]))
+        else:
+            points.append(a + lat)
+            for part, (x, y) in zip(parts, itertools.pairwise(points), strict=True):
+                part.append(y - x)
+    return names, parts
+
+
+def _mean_us(xs: list[float]) -> str:
+    return f"{sum(xs) / len(xs) * 1e6:.0f}" if xs else "-"
+
+
+def explain_tail(rounds: list[list[tuple[float, float]]], events: list[Event]) -> list[str]:
+    """Which recorded events sit under each round's slowest TAIL_SHARE of requests, against how many would by
+    chance (a slow request is long, so it meets more of anything periodic) and how many sit under any request;
+    where the slow ones' time went (to the server's read of it, in the server, back to the client) and the
+    hand-off's legs under them, against all requests."""
+    by_kind: dict[str, list[Event]] = {}
+    for e in events:
+        by_kind.setdefault(e[0], []).append(e)
+    spans = {kind: _Spans(es) for kind, es in by_kind.items()}
+    every = [r for rnd in rounds for r in rnd]
+    slow: list[tuple[float, float]] = []
+    early = 0
+    for rnd in rounds:
+        if not rnd:
+            continue
+        k = max(1, math.ceil(len(rnd) * TAIL_SHARE))
+        worst = sorted(rnd, key=lambda r: r[1])[-k:]
+        slow.extend(worst)
+        first = rnd[0][0] + (rnd[-1][0] - rnd[0][0]) / 10
+        early += sum(1 for r in worst if r[0] < first)
+    if not slow:
+        return ["no requests"]
+
+    def share(reqs: list[tuple[float, float]], kind: str) -> float:
+        s = spans.get(kind)
+        if s is None:
+            return 0.0
+        return sum(1 for a, lat in reqs if s.overlapping(a, a + lat)) / len(reqs)
+
+    windows = [(rnd[0][0], rnd[-1][0] + rnd[-1][1]) for rnd in rounds if rnd]
+    measured = sum(b - a for a, b in windows)
+
+    def chance(reqs: list[tuple[float, float]], kind: str, took: float) -> float:
+        """How many of ``reqs`` one of ``kind`` would sit under if they fell at random (at its rate while
+        measuring): a request of latency L meets one in about rate x (L + its duration)."""
+        s = spans[kind]
+        n = sum(len(s.overlapping(a, b)) for a, b in windows)
+        rate = n / measured if measured > 0 else 0.0
+        return sum(min(1.0, rate * (lat + took)) for _a, lat in reqs) / len(reqs)
+
+    under = []
+    for kind in PERIODIC:
+        if kind in spans:
+            n = len(spans[kind].events)
+            took = median([e[2] - e[1] for e in spans[kind].events])
+            under.append(f"{kind} {share(slow, kind):.0%} (by chance {chance(slow, kind, took):.1%}, any request "
+                         f"{share(every, kind):.1%}; {n} of them, median {took * 1e6:.0f} us, longest "
+                         f"{spans[kind].longest * 1e6:.0f} us)")
+    explained = sum(1 for a, lat in slow if any(spans[k].overlapping(a, a + lat) for k in PERIODIC if k in spans))
+    lines = [f"slowest {TAIL_SHARE:.0%} of each round: {len(slow)} requests, median {median([r[1] for r in slow]) * 1e6:.0f} us "
+             f"(all: median {median([r[1] for r in every]) * 1e6:.0f} us), {early / len(slow):.0%} of them in the "
+             f"first tenth of their round",
+             "  under them: " + "; ".join(under) if under else "  no periodic event recorded",
+             f"  under none of those: {1 - explained / len(slow):.0%}"]
+    if "server read" in spans and "server write" in spans:
+        lines.append("  where their time went, mean us (all requests): " + ", ".join(
+            f"{what} {_mean_us(slow_took)} ({_mean_us(all_took)})"
+            for what, slow_took, all_took in zip(*_chain(spans, slow), _chain(spans, every)[1], strict=True)))
+    if "placement review" in spans:
+        actions: dict[str, int] = {}
+        for e in spans["placement review"].events:
+            actions[e[3]] = actions.get(e[3], 0) + 1
+        lines.append("  placement reviews: " + ", ".join(f"{what} {n}" for what, n in sorted(actions.items())))
+    legs = []
+    for kind in LEGS:
+        if kind in spans:
+            def leg(reqs: list[tuple[float, float]], kind: str = kind) -> float:
+                took = [max(e[2] - e[1] for e in found) for a, lat in reqs
+                        if (found := spans[kind].overlapping(a, a + lat))]
+                return median(took) if took else 0.0
+            legs.append(f"{kind} {leg(slow) * 1e6:.0f} us ({leg(every) * 1e6:.0f})")
+    if legs:
+        lines.append("  hand-off legs under them, median (all requests): " + ", ".join(legs))
+    return lines
+
+
+def report_p99(samples: dict[str, dict[str, list[float]]], requests: dict[str, list[list[tuple[float, float]]]],
+               timelines: dict[str, list[Event]], client_gc: list[Event]) -> dict[str, float]:
+    """The p99 figure with its spread over rounds and, per variant, what sits under its tail."""
+    w, ref, u = samples["workers"], samples["loop"], samples["unplaced"]
+    out = {}
+    for name, s in (("workers", w), ("unplaced", u)):
+        ratios = sorted(a / b for a, b in zip(s["p99"], ref["p99"], strict=True))
+        r = median(ratios)
+        key = "handoff_produce_p99_vs_loop" if name == "workers" else "handoff_produce_p99_unplaced_vs_loop"
+        out[key] = r
+        print(f"   Produce p99 at {MODERATE_RATE} req/s, {name}: {median(s['p99']) * 1e6:.0f} us, loop "
+              f"{median(ref['p99']) * 1e6:.0f} us: {r:.2f}x (target <= 1.2x: {verdict(r <= 1.2)}); per-round "
+              f"ratios min {ratios[0]:.2f}, median {r:.2f}, max {ratios[-1]:.2f} over {len(ratios)} rounds; median "
+              f"{median(s['p50']) * 1e6:.0f} us vs {median(ref['p50']) * 1e6:.0f} us")
+    if out["handoff_produce_p99_vs_loop"] > 1.2:
+        print(f"   Why above 1.2x: a Produce through a worker wakes two more threads (the worker, then the loop "
+              f"again), and the server's threads were preempted {median(w['preempted']):.1f} times per request "
+              f"against {median(ref['preempted']):.1f} on the loop path (a woken thread finds the GIL held and "
+              f"sleeps again); the lines below say where the slowest requests' time went. What would reach it: "
+              f"fewer wake-ups per request (the append run on the loop while its dir is healthy, which the per-dir "
+              f"isolation forbids) or a free-threaded Python, where a woken thread does not wait for the GIL")
+    for name, s in samples.items():
+        print(f"   Tail, {name}: the server's threads waited on a run queue {median(s['waited']) * 1e6:.0f} us per "
+              f"request and were preempted {median(s['preempted']):.2f} times per request (median of rounds)")
+        for line in explain_tail(requests[name], timelines[name] + client_gc):
+            print(f"     {line}")
+    return out
+
+
+def p99_servers(work: Path) -> dict[str, BenchServer]:
+    """The three servers the hand-off's cost is measured on, each recording its periodic events
+    (KJBOD_TIMELINE, written to <dir>/timeline when it exits)."""
+    def server(name: str, **env: str) -> BenchServer:
+        return BenchServer(work / name, env={**env, "KJBOD_TIMELINE": str(work / name / "timeline")})
+
+    return {"workers": server("workers"), "loop": server("loop", KJBOD_DIR_WORKERS="0"),
+            "unplaced": server("unplaced", KJBOD_DIR_WORKERS="unplaced")}
+
+
+def bench_p99(work: Path, rounds: int, seconds: float) -> dict:
+    """Only the moderate-rate p99 phase (``--p99``): more rounds in the time, and its explanation."""
+    heading(f"Produce p99 at {MODERATE_RATE} req/s: per-dir workers vs the event loop (KJBOD_DIR_WORKERS=0)")
+    servers = p99_servers(work)
+    small = small_batch()
+    samples: dict[str, dict[str, list[float]]] = {k: {"p99": [], "p50": [], "waited": [], "preempted": []}
+                                                  for k in servers}
+    requests: dict[str, list[list[tuple[float, float]]]] = {k: [] for k in servers}
+    load_before = os.getloadavg()
+    try:
+        for server in servers.values():
+            server.start()
+            create_topic(server.port, "small", 3)
+        with ClientGC() as client:
+            for _ in range(rounds):
+                for name, server in servers.items():
+                    _p99_sample(server, small, seconds, samples[name], requests[name])
+    finally:
+        for server in servers.values():
+            server.stop()
+    print(f"   load average {load_before[0]:.2f} {load_before[1]:.2f} at the start, "
+          f"{os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} at the end, on {os.cpu_count()} CPUs; {rounds} rounds "
+          f"of {seconds:g} s per variant, interleaved")
+    timelines = {name: read_timeline(work / name / "timeline") for name in servers}
+    return report_p99(samples, requests, timelines, client.events)
+
+
+def _p99_sample(server: BenchServer, batch: bytes, seconds: float, into: dict[str, list[float]],
+                requests: list[list[tuple[float, float]]]) -> None:
+    reqs, waited, preempted = p99_round(server, batch, seconds)
+    latencies = [lat for _sent, lat in reqs]
+    into["p99"].append(p99(latencies))
+    into["p50"].append(quantile(latencies, 0.5))
+    into["waited"].append(waited)
+    into["preempted"].append(preempted)
+    requests.append(reqs)
+
+
 # ================================================================================================ hand-off cost
 
 
 def bench_handoff(work: Path, rounds: int, seconds: float) -> dict:
     heading("Hand-off to the per-dir workers vs appends and reads on the event loop (KJBOD_DIR_WORKERS=0)")
-    servers = {
-        "workers": BenchServer(work / "workers"),
-        "loop": BenchServer(work / "loop", env={"KJBOD_DIR_WORKERS": "0"}),
-        "unplaced": BenchServer(work / "unplaced", env={"KJBOD_DIR_WORKERS": "unplaced"}),
-    }
+    servers = p99_servers(work)
     loadgen = build_loadgen()
     mib = one_mib_batch()
     small = small_batch()
     samples: dict[str, dict[str, list[float]]] = {k: {"mib": [], "small": [], "fetch": [], "p99": [], "p50": [],
                                                       "cpu": [], "loop_cpu": [], "workers_cpu": [],
-                                                      "loop_wakeups": [], "workers_wakeups": []} for k in servers}
+                                                      "loop_wakeups": [], "workers_wakeups": [], "waited": [],
+                                                      "preempted": []} for k in servers}
+    requests: dict[str, list[list[tuple[float, float]]]] = {k: [] for k in servers}
+    client = ClientGC()
     trips: dict[str, dict[str, list[float]]] = {"placed": {}, "unplaced": {}}
     load_before = os.getloadavg()[0]
     fetch_mib = 16
@@ -213,12 +492,8 @@ def bench_handoff(work: Path, rounds: int, seconds: float) -> dict:
                     s[f"{kind}_wakeups"].append((woken - threads[kind][1]) / (rate * seconds))
                 t, _ = consume(server.port, "fetch", 3, fetch_mib * 1024)
                 s["fetch"].append(fetch_mib * 3 / t)
-                # Half a second unmeasured first: a steady producer's latency, once the server has settled from the
-                # loads before (its threads placed again on one CPU: workers.Placement reviews every 0.25 s).
-                paced_produce(server.port, "small", 1, MODERATE_RATE, 0.5, small)
-                latencies = paced_produce(server.port, "small", 1, MODERATE_RATE, seconds, small)
-                s["p99"].append(p99(latencies))
-                s["p50"].append(quantile(latencies, 0.5))
+                with client:
+                    _p99_sample(server, small, seconds, s, requests[name])
             for how in trips:
                 for leg, took in worker_round_trips(work / "round-trip", how == "placed").items():
                     trips[how].setdefault(leg, []).extend(took)
@@ -231,7 +506,7 @@ def bench_handoff(work: Path, rounds: int, seconds: float) -> dict:
         return median([a / b for a, b in zip(w[key], ref[key], strict=True)])
 
     out = {"handoff_produce_1mib_vs_loop": ratio("mib"), "handoff_produce_small_vs_loop": ratio("small"),
-           "handoff_fetch_vs_loop": ratio("fetch"), "handoff_produce_p99_vs_loop": ratio("p99")}
+           "handoff_fetch_vs_loop": ratio("fetch")}
     print(f"   Produce 1 MiB batches: workers {median(w['mib']):,.0f} MiB/s, loop {median(ref['mib']):,.0f} MiB/s: "
           f"{out['handoff_produce_1mib_vs_loop']:.1%} (target >= 95%: "
           f"{verdict(out['handoff_produce_1mib_vs_loop'] >= 0.95)})")
@@ -240,14 +515,12 @@ def bench_handoff(work: Path, rounds: int, seconds: float) -> dict:
           f"{verdict(out['handoff_produce_small_vs_loop'] >= 0.85)})")
     print(f"   Fetch zero-copy, 3 dirs: workers {median(w['fetch']):,.0f} MiB/s, loop {median(ref['fetch']):,.0f} "
           f"MiB/s: {out['handoff_fetch_vs_loop']:.1%} (target >= 95%: {verdict(out['handoff_fetch_vs_loop'] >= 0.95)})")
-    print(f"   Produce p99 at {MODERATE_RATE} req/s: workers {median(w['p99']) * 1000:.2f} ms, loop "
-          f"{median(ref['p99']) * 1000:.2f} ms: {out['handoff_produce_p99_vs_loop']:.2f}x (target <= 1.2x: "
-          f"{verdict(out['handoff_produce_p99_vs_loop'] <= 1.2)})")
     u = samples["unplaced"]
     print(f"   Placement: the workers on the kernel's choice of CPU instead of the event loop's "
           f"(KJBOD_DIR_WORKERS=unplaced), against the loop: 1 MiB {ratio('mib', u):.1%}, small batches "
-          f"{ratio('small', u):.1%}, fetch {ratio('fetch', u):.1%}, p99 {ratio('p99', u):.2f}x, median "
-          f"{median(u['p50']) * 1e6:.0f} us (placed {median(w['p50']) * 1e6:.0f} us)")
+          f"{ratio('small', u):.1%}, fetch {ratio('fetch', u):.1%}")
+    out.update(report_p99(samples, requests, {name: read_timeline(work / name / "timeline") for name in servers},
+                          client.events))
     # What the figures above are made of, measured in this run.
     out["handoff_small_cpu_per_request_loop_vs_workers"] = median(
         [b / a for a, b in zip(w["cpu"], ref["cpu"], strict=True)])
@@ -281,6 +554,123 @@ def bench_handoff(work: Path, rounds: int, seconds: float) -> dict:
           f"with the workers: it pays the whole round trip on top of the loop path's time, two more thread "
           f"wake-ups, and at the tail each wake-up can wait behind this machine's other work")
     return out
+
+
+# ================================================================================================ idempotent
+
+
+def idempotent_batch(batch: bytes, producer_id: int) -> bytes:
+    """``batch`` as an idempotent producer's: ``producer_id``, epoch 0, sequence 0, its CRC-32C recomputed (the
+    load generator gives each connection its own id from this one and the next sequences)."""
+    import crc32c
+
+    out = bytearray(batch)
+    out[43:57] = producer_id.to_bytes(8, "big") + (0).to_bytes(2, "big") + (0).to_bytes(4, "big")
+    out[17:21] = crc32c.crc32c(bytes(out[21:])).to_bytes(4, "big")
+    return bytes(out)
+
+
+def produce_error_at(topic: str) -> int:
+    """Where the error code of a one-partition Produce v9 answer is, counted from after the frame's size: the
+    correlation id and the flexible header's tagged fields (5 bytes), then the body up to it."""
+    from kjbod.protocol.generated import ProduceResponse as R
+
+    sentinel = 0x7A7B
+    body = R(responses=[R.TopicProduceResponse(name=topic, partition_responses=[
+        R.PartitionProduceResponse(index=0, error_code=sentinel)])]).encode(9)
+    return 5 + body.index(sentinel.to_bytes(2, "big"))
+
+
+def bench_idempotent_handoff(work: Path, rounds: int, seconds: float) -> dict:
+    """Small batches of idempotent producers (a producer id per connection, its batches in sequence, as Java
+    clients, librdkafka with enable.idempotence and kafka-python with enable_idempotence send them) against the
+    same batches without a producer id, workers against the loop path, in the same run. With
+    ``KJBOD_BENCH_BEFORE=<a checkout of other kjbod code>``, that code's servers run in the same rounds too (as
+    ``before``), so a change is measured against the code before it on the same machine at the same time."""
+    heading("Hand-off with idempotent producers: small batches in sequence, workers vs the loop path")
+    trees = {"": None}
+    before = os.environ.get("KJBOD_BENCH_BEFORE")
+    if before:
+        trees[" before"] = before
+    servers = {}
+    for suffix, tree in trees.items():
+        code = {} if tree is None else {"PYTHONSAFEPATH": "1", "PYTHONPATH": str(Path(tree).resolve())}
+        servers["workers" + suffix] = BenchServer(work / f"idem-workers{len(servers)}", env=code)
+        servers["loop" + suffix] = BenchServer(work / f"idem-loop{len(servers)}", env={**code, "KJBOD_DIR_WORKERS": "0"})
+    loadgen = build_loadgen()
+    small = small_batch()
+    samples = {k: {"plain": [], "idem": [], "plain_cpu": [], "idem_cpu": []} for k in servers}
+    error_at = produce_error_at("small")
+    try:
+        for server in servers.values():
+            server.start()
+            create_topic(server.port, "small", 3)
+            wrong = Connection(server.port)  # the error code's place, checked on a real answer
+            try:
+                wrong.sock.sendall(produce_frame("small", 9, small))
+                assert int.from_bytes(wrong.read_frame()[error_at: error_at + 2], "big") == 3  # UNKNOWN_TOPIC_OR_PART.
+            finally:
+                wrong.close()
+        plain_frames = [produce_frame("small", p, small) for p in range(3)]
+        for rnd in range(rounds):
+            for name, server in servers.items():
+                # fresh producer ids each round (a new connection starts its sequence at 0)
+                batches = [idempotent_batch(small, (rnd + 1) << 32 | p << 16) for p in range(3)]
+                idem_frames = [produce_frame("small", p, b) for p, b in enumerate(batches)]
+                batch_at = idem_frames[0].index(batches[0])
+                assert server.process is not None
+                for kind, frames, env in (("plain", plain_frames, {"LOADGEN_ERROR_AT": str(error_at)}),
+                                          ("idem", idem_frames, {"LOADGEN_BATCH_AT": str(batch_at),
+                                                                 "LOADGEN_ERROR_AT": str(error_at)})):
+                    cpu = process_cpu(server.process.pid)
+                    with _environ(env):
+                        rate = load_frames(loadgen, server.port, CONNECTIONS, 16, seconds, frames)
+                    samples[name][kind].append(rate)
+                    samples[name][f"{kind}_cpu"].append((process_cpu(server.process.pid) - cpu) / (rate * seconds))
+    finally:
+        for server in servers.values():
+            server.stop()
+    out = {}
+
+    def ratio(a: str, b: str, key: str) -> float:
+        return median([x / y for x, y in zip(samples[a][key], samples[b][key], strict=True)])
+
+    for suffix in trees:
+        w, ref = samples["workers" + suffix], samples["loop" + suffix]
+        idem, plain = ratio("workers" + suffix, "loop" + suffix, "idem"), ratio("workers" + suffix, "loop" + suffix, "plain")
+        key = "handoff_idempotent_small_vs_loop" + suffix.replace(" ", "_")
+        out[key] = idem
+        print(f"   {'this code' if not suffix else 'the code before (' + str(before) + ')'}: idempotent small batches "
+              f"workers {median(w['idem']):,.0f} req/s, loop {median(ref['idem']):,.0f} req/s: {idem:.1%} "
+              f"(target >= 85%: {verdict(idem >= 0.85)}); without a producer id in the same rounds: workers "
+              f"{median(w['plain']):,.0f}, loop {median(ref['plain']):,.0f} req/s: {plain:.1%}. Server CPU per "
+              f"request, idempotent: workers {median(w['idem_cpu']) * 1e6:.0f} us, loop "
+              f"{median(ref['idem_cpu']) * 1e6:.0f} us (without a producer id: {median(w['plain_cpu']) * 1e6:.0f} "
+              f"us, {median(ref['plain_cpu']) * 1e6:.0f} us)")
+    if before:
+        for name in ("workers", "loop"):
+            gain = ratio(name, name + " before", "idem")
+            out[f"idempotent_small_{name}_vs_before"] = gain
+            print(f"   {name}: idempotent small batches at {gain:.1%} of the code before's rate "
+                  f"(CPU per request {median(samples[name]['idem_cpu']) * 1e6:.0f} us vs "
+                  f"{median(samples[name + ' before']['idem_cpu']) * 1e6:.0f} us)")
+    print(f"   (load average {os.getloadavg()[0]:.1f} at the end, on {os.cpu_count()} CPUs)")
+    return out
+
+
+@contextmanager
+def _environ(values: dict[str, str]) -> Iterator[None]:
+    """``values`` in this process's environment meanwhile (what the load generator reads)."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 # ================================================================================================ isolation
@@ -380,12 +770,15 @@ def bench_isolation(work: Path, rounds: int, seconds: float) -> dict:
     return out
 
 
-def run(rounds: int = 5, seconds: float = 3.0, quick: bool = False) -> dict:
+def run(rounds: int = 5, seconds: float = 3.0, quick: bool = False, p99_only: bool = False) -> dict:
     if quick:
         rounds, seconds = 2, 1.5
     work = Path(tempfile.mkdtemp(prefix="kjbod-bench-dirs-", dir=os.environ.get("KJBOD_BENCH_DIR") or None))
     try:
+        if p99_only:
+            return bench_p99(work, rounds, seconds)
         out = bench_handoff(work, rounds, seconds)
+        out.update(bench_idempotent_handoff(work, rounds, seconds))
         out.update(bench_isolation(work, rounds, seconds * 2))
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -393,9 +786,18 @@ def run(rounds: int = 5, seconds: float = 3.0, quick: bool = False) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .common import rounds_main
+    import argparse
 
-    return rounds_main("python -m tools.bench.dir_workers", __doc__, run, argv, rounds=5)
+    ap = argparse.ArgumentParser(prog="python -m tools.bench.dir_workers", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=None, help="rounds per variant (5; 15 with --p99)")
+    ap.add_argument("--seconds", type=float, default=3.0, help="measured seconds per round and variant")
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--p99", action="store_true", help="only the Produce p99 at the moderate rate, and its tail")
+    args = ap.parse_args(argv)
+    rounds = args.rounds if args.rounds is not None else (15 if args.p99 else 5)
+    run(rounds, args.seconds, args.quick, p99_only=args.p99)
+    return 0
 
 
 if __name__ == "__main__":

@@ -6,6 +6,11 @@
  *
  * usage: loadgen HOST PORT CONNS DEPTH SECONDS HEXFRAME [HEXFRAME ...]
  * prints: responses=<n> seconds=<s> rps=<r> errors=<e>
+ *
+ * Idempotent producers (LOADGEN_BATCH_AT=<offset of a record batch in every frame>): connection i is producer
+ * id (the frame's + i), epoch as in the frame, and each request it sends carries the next sequence numbers (from
+ * 0, advanced by the batch's record count), the batch's CRC-32C recomputed.  LOADGEN_ERROR_AT=<offset in a
+ * response, after its size, of an int16 error code>: a response with a non-zero code there counts as an error.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -25,6 +30,8 @@
 typedef struct {
     int fd;
     int inflight;
+    unsigned char *burst; /* this connection's own copies of its frame (idempotent mode) */
+    int32_t next_seq;
     size_t have;     /* bytes buffered of the current response */
     uint32_t need;   /* size of the current response body, 0 = reading the size */
     unsigned char buf[1 << 16];
@@ -41,6 +48,58 @@ static int hexval(char c) {
     if (c >= 'a' && c <= 'f') return c - 'a' + 10;
     if (c >= 'A' && c <= 'F') return c - 'A' + 10;
     return -1;
+}
+
+static uint32_t crc_table[256];
+
+static void crc32c_init(void) {
+    for (uint32_t n = 0; n < 256; n++) {
+        uint32_t c = n;
+        for (int k = 0; k < 8; k++) c = c & 1 ? 0x82F63B78u ^ (c >> 1) : c >> 1;
+        crc_table[n] = c;
+    }
+}
+
+__attribute__((target("sse4.2"))) static uint32_t crc32c_hw(const unsigned char *p, size_t n) {
+    uint64_t c = 0xFFFFFFFFu;
+    for (; n >= 8; p += 8, n -= 8) {
+        uint64_t v;
+        memcpy(&v, p, 8);
+        c = __builtin_ia32_crc32di(c, v);
+    }
+    uint32_t c32 = (uint32_t)c;
+    for (; n; p++, n--) c32 = __builtin_ia32_crc32qi(c32, *p);
+    return c32 ^ 0xFFFFFFFFu;
+}
+
+static uint32_t crc32c(const unsigned char *p, size_t n) {
+    if (__builtin_cpu_supports("sse4.2")) return crc32c_hw(p, n);
+    uint32_t c = 0xFFFFFFFFu;
+    for (; n; p++, n--) c = crc_table[(c ^ *p) & 0xFF] ^ (c >> 8);
+    return c ^ 0xFFFFFFFFu;
+}
+
+static uint32_t get32(const unsigned char *p) {
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
+}
+
+static void put32(unsigned char *p, uint32_t v) {
+    p[0] = (unsigned char)(v >> 24);
+    p[1] = (unsigned char)(v >> 16);
+    p[2] = (unsigned char)(v >> 8);
+    p[3] = (unsigned char)v;
+}
+
+/* The next `count` frames of an idempotent connection: its sequence numbers, its CRCs. Batch layout: length at
+ * 8, CRC at 17 (of everything from 21), producer id at 43, base sequence at 53, record count at 57. */
+static void stamp(conn_t *c, size_t flen, long batch_at, int count) {
+    for (int d = 0; d < count; d++) {
+        unsigned char *b = c->burst + flen * (size_t)d + batch_at;
+        size_t end = 12 + get32(b + 8);
+        put32(b + 53, (uint32_t)c->next_seq);
+        c->next_seq = (int32_t)(((uint32_t)c->next_seq + get32(b + 57)) & 0x7FFFFFFFu);
+        put32(b + 17, crc32c(b + 21, end - 21));
+    }
 }
 
 static int send_all(int fd, const unsigned char *p, size_t n) {
@@ -85,6 +144,9 @@ int main(int argc, char **argv) {
         free(frame);
     }
 
+    const char *batch_env = getenv("LOADGEN_BATCH_AT"), *error_env = getenv("LOADGEN_ERROR_AT");
+    long batch_at = batch_env ? atol(batch_env) : -1, error_at = error_env ? atol(error_env) : -1;
+    crc32c_init();
     int ep = epoll_create1(0);
     conn_t *cs = calloc((size_t)conns, sizeof(conn_t));
     struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
@@ -98,13 +160,27 @@ int main(int argc, char **argv) {
             return 1;
         }
         cs[i].fd = fd;
+        cs[i].burst = bursts[i % nframes];
+        if (batch_at >= 0) { /* producer id: the frame's + i, in each copy of the frame */
+            size_t flen = flens[i % nframes];
+            if (batch_at + 61 > (long)flen) return 2;
+            cs[i].burst = malloc(flen * (size_t)depth);
+            memcpy(cs[i].burst, bursts[i % nframes], flen * (size_t)depth);
+            for (int d = 0; d < depth; d++) {
+                unsigned char *b = cs[i].burst + flen * (size_t)d + batch_at;
+                uint64_t pid = ((uint64_t)get32(b + 43) << 32 | get32(b + 47)) + (uint64_t)i;
+                put32(b + 43, (uint32_t)(pid >> 32));
+                put32(b + 47, (uint32_t)pid);
+            }
+        }
         struct epoll_event ev = {.events = EPOLLIN, .data.u32 = (uint32_t)i};
         epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev);
     }
     long responses = 0, errors = 0;
     double start = now(), end = start + seconds;
     for (int i = 0; i < conns; i++) {
-        if (send_all(cs[i].fd, bursts[i % nframes], flens[i % nframes] * (size_t)depth) < 0) errors++;
+        if (batch_at >= 0) stamp(&cs[i], flens[i % nframes], batch_at, depth);
+        if (send_all(cs[i].fd, cs[i].burst, flens[i % nframes] * (size_t)depth) < 0) errors++;
         cs[i].inflight = depth;
     }
     struct epoll_event evs[256];
@@ -138,6 +214,9 @@ int main(int argc, char **argv) {
                                 ((uint32_t)c->buf[off + 2] << 8) | c->buf[off + 3];
                 if (size > sizeof c->buf - 4) { errors++; break; }
                 if (c->have - off < 4 + size) break;
+                if (error_at >= 0 && (size < (uint32_t)error_at + 2 || c->buf[off + 4 + error_at] ||
+                                      c->buf[off + 5 + error_at]))
+                    errors++;
                 off += 4 + size;
                 done++;
             }
@@ -147,8 +226,9 @@ int main(int argc, char **argv) {
             c->inflight -= done;
             if (!stopping && done > 0) {
                 /* refill what came back, keeping DEPTH in flight */
-                if (send_all(c->fd, bursts[ci % (uint32_t)nframes], flens[ci % (uint32_t)nframes] * (size_t)done) < 0)
-                    errors++;
+                size_t flen = flens[ci % (uint32_t)nframes];
+                if (batch_at >= 0) stamp(c, flen, batch_at, done);
+                if (send_all(c->fd, c->burst, flen * (size_t)done) < 0) errors++;
                 c->inflight += done;
             }
         }

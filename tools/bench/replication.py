@@ -5,7 +5,12 @@ against its reference measured in the same run:
   producer (1 MiB batches of 1 KiB records); throughputs and ratio (target >= 40%);
 * follower catch-up: a follower that was down while its leader took a backlog (acks=1, RF 2) restarts; the
   time from when it begins to follow (its log's became_follower) until it is back in the ISR, against a consumer
-  reading the same backlog from the leader (target: the follower's rate >= 70% of the consumer's);
+  reading the same backlog from the leader (target: the follower's rate >= 70% of the consumer's); three
+  samples on topics of their own, the consumer before the follower in one and after it in the others, each
+  sample printed, the figure the median of the per-sample ratios with their spread; memory touched before each
+  follower restart (common.warm_memory: the follower's appends, not the consumer's reads, meet this VM's slow
+  first touch of fresh memory) and, with --trace, the copy's time split between waiting for the leader, the
+  follower's dir worker and the way back to the next fetch;
 * latency: produce p99 at a fixed moderate rate (500 records/s of 1 KiB, one producer per case, linger 0),
   acks=all RF 3 against acks=1 RF 1 on the RF 3 topic's leader (target <= 3x).  One p99 of a few thousand
   records swings with whatever else the shared cores run (single runs gave 0.36x to 5.10x), so the two cases
@@ -21,7 +26,12 @@ against its reference measured in the same run:
   dir worker, loop, producer), an acks=all record 12, 8 of them in sequence). On 2 shared cores the p99 ratio
   swings around that CPU ratio with the machine's other load (1.6x to 3.3x between runs of one session). GC is
   not a factor: with KJBOD_GC_LOG=1 each broker logged one collection, under 1 ms, in a whole run. No broker of
-  the latency rounds has the fault seam on (see Cluster);
+  the latency rounds has the fault seam on (see Cluster). With --trace, the slowest records' legs show no
+  periodic event behind the tail (heartbeats, metadata fetches, ISR ticks, placement reviews, dir ticks, the
+  watchdog, GC: each under the slowest records about as often as chance gives windows that long): every leg
+  grows, whole processes not running for tens of ms while work waits for them; and, in some runs, a follower
+  whose loop the dir workers' Placement had pinned to one CPU not running for up to 540 ms (the per-follower
+  hop line, split by Placement state, shows it);
 * failover: kill -9 of a leader's broker while an acks=all producer writes to its partition; the time until
   the first acknowledgement after the kill, as a multiple of broker.session.timeout.ms (target <= 1.3x); and
   the same for the failure of the log dir holding the leader's replica (the fault seam: EIO on every operation),
@@ -35,11 +45,13 @@ after dropping its bootstrap connection; the same against librdkafka's mock clus
 without a warm-up took for a p99 of ~500 ms on kjbod.  The three brokers, the controller and the load generator
 share this machine's cores (printed).
 
-    python -m tools.bench.replication [--rounds N] [--quick] [--latency-only]
+    python -m tools.bench.replication [--rounds N] [--quick] [--latency-only] [--trace]
 
 --latency-only runs the latency rounds alone (7 of them, also with --quick) and keeps the cluster's directory
 (printed; each broker's server.log is in it): with KJBOD_GC_LOG=1 in the environment every broker logs each of
-its garbage collections there (kjbod.server.app).
+its garbage collections there (kjbod.server.app). --trace runs the brokers with KJBOD_TRACE (kjbod.net.trace) and
+prints, after the latency figure, where the slowest records' time went leg by leg and which background events
+ran under them (tools.bench.latency_trace); the tracing's own cost is in the figure then.
 """
 
 from __future__ import annotations
@@ -54,7 +66,7 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from .common import heading, median, rounds_main, verdict
+from .common import heading, median, rounds_main, verdict, warm_memory
 
 ROOT = Path(__file__).resolve().parents[2]
 SESSION_MS = 3000
@@ -200,27 +212,34 @@ class Paced:
         self.topic = topic
         self.producer = Producer({"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 0,
                                   "enable.idempotence": idempotent})
+        self.records: list[tuple[float, float, int]] | None = None  # (sent, ms, offset) per record, when kept
 
     def run(self, rate: int, seconds: float) -> list[float]:
+        """Latencies (ms) in delivery order; with `records` a list, each record's (send time on CLOCK_MONOTONIC,
+        the clock of kjbod.net.trace, latency ms, offset) is appended to it."""
         producer = self.producer
         out: list[float] = []
         failures: list[str] = []
         value = b"x" * RECORD
+        records = self.records
 
-        def delivered(err, _m, sent: float) -> None:
+        def delivered(err, m, sent: float) -> None:
             if err is None:
-                out.append((time.perf_counter() - sent) * 1000)
+                ms = (time.monotonic() - sent) * 1000
+                out.append(ms)
+                if records is not None:
+                    records.append((sent, ms, m.offset()))
             else:
                 failures.append(str(err))
 
-        started = time.perf_counter()
+        started = time.monotonic()
         n = 0
-        while (now := time.perf_counter()) - started < seconds:
+        while (now := time.monotonic()) - started < seconds:
             due = started + n / rate
             if now < due:
                 producer.poll(min(due - now, 0.005))
                 continue
-            sent = time.perf_counter()
+            sent = time.monotonic()
             producer.produce(self.topic, value, on_delivery=lambda err, m, s=sent: delivered(err, m, s))
             n += 1
             producer.poll(0)
@@ -262,11 +281,13 @@ def sched_ms(pids: list[int]) -> tuple[float, float]:
 
 
 def latency_rounds(bootstrap: str, rate: int, rounds: int, seconds: float, pids: list[int] | None = None,
-                   cpu: dict[str, float] | None = None) -> tuple[list[float], list[float], int]:
+                   cpu: dict[str, float] | None = None, kept: dict[str, list[list[tuple[float, float, int]]]] | None
+                   = None) -> tuple[list[float], list[float], int]:
     """Per-round p99 (ms) of acks=all to RF 3 and of acks=1 to RF 1, the two interleaved (which goes first
     alternates) after a warm-up that is not counted; and how many records each case sent in all. With the
     brokers' `pids`, each case's round also prints their CPU time and run-queue wait (sched_ms), and `cpu`
-    (when given) gets each case's total brokers' CPU ms over the rounds."""
+    (when given) gets each case's total brokers' CPU ms over the rounds; `kept` (when given) each case's
+    records per round (Paced.records: for tools.bench.latency_trace)."""
     cases = {"all": Paced(bootstrap, "rf3", "all"), "one": Paced(bootstrap, "rf1", "1")}
     for paced in cases.values():
         paced.run(rate, 2.0)  # warm-up: connections, metadata, the followers' fetch sessions with the leader
@@ -276,6 +297,9 @@ def latency_rounds(bootstrap: str, rate: int, rounds: int, seconds: float, pids:
     for i in range(rounds):
         for name in ("all", "one") if i % 2 == 0 else ("one", "all"):
             cpu0, wait0 = sched_ms(pids or [])
+            if kept is not None:
+                cases[name].records = []
+                kept.setdefault(name, []).append(cases[name].records)
             xs = cases[name].run(rate, seconds)
             cpu1, wait1 = sched_ms(pids or [])
             sched[name] = (cpu1 - cpu0, wait1 - wait0)
@@ -343,24 +367,63 @@ def consume_seconds(bootstrap: str, topic: str, total: int) -> float:
     return elapsed
 
 
-def catch_up(cluster: Cluster, total: int) -> tuple[float, float]:
-    """(follower seconds, consumer seconds) for a backlog of `total` bytes."""
+def catch_up(cluster: Cluster, total: int, samples: int) -> list[tuple[float, float]]:
+    """(follower seconds, consumer seconds) for a backlog of `total` bytes, `samples` times, each on a topic of
+    its own (deleted after it): the follower of a new RF 2 topic is killed, the backlog produced (acks=1), the
+    follower restarted and timed from when it begins to follow (its log says so, not its process start) until
+    it is back in the ISR; the consumer reads the same backlog from the leader, before the restart in odd
+    samples and after the follower is back in even ones (whether the page cache or the follower's writes favour
+    one side, the order alternates). Dirty pages are written back before each sample, so no sample meets the
+    writeback of an earlier one. Each sample is printed."""
     admin = _admin(cluster.bootstrap)
-    create(cluster.bootstrap, "backlog", 1, 2)
-    part = admin.list_topics("backlog", timeout=10).topics["backlog"].partitions[0]
-    follower = next(r for r in part.replicas if r != part.leader)
-    cluster.kill(follower)
-    _wait(lambda: follower not in admin.list_topics("backlog", timeout=10).topics["backlog"].partitions[0].isrs,
-          "the stopped follower leaves the ISR")
-    produce_throughput(cluster.bootstrap, "backlog", "1", total)
-    log = cluster.dir / f"broker-{follower}" / "server.log"
-    skip = log.stat().st_size
-    cluster.start(follower)
-    _wait(lambda: follower in admin.list_topics("backlog", timeout=10).topics["backlog"].partitions[0].isrs,
-          "the follower is back in the ISR", timeout=1800)
-    done = time.time()
-    # From the moment the restarted broker began to follow (its log says so), not from its process start.
-    return done - began_following(log, skip, "backlog"), consume_seconds(cluster.bootstrap, "backlog", total)
+    out = []
+    for i in range(samples):
+        synced = time.perf_counter()
+        os.sync()
+        synced = time.perf_counter() - synced
+        topic = f"backlog-{i}"
+        create(cluster.bootstrap, topic, 1, 2)
+        part = admin.list_topics(topic, timeout=10).topics[topic].partitions[0]
+        follower = next(r for r in part.replicas if r != part.leader)
+
+        def isr(topic: str = topic) -> list[int]:
+            return list(admin.list_topics(topic, timeout=10).topics[topic].partitions[0].isrs)
+
+        cluster.kill(follower)
+        _wait(lambda f=follower: f not in isr(), "the stopped follower leaves the ISR")
+        produce_throughput(cluster.bootstrap, topic, "1", total)
+        consumer_first = i % 2 == 1
+        consumer_s = consume_seconds(cluster.bootstrap, topic, total) if consumer_first else 0.0
+        log = cluster.dir / f"broker-{follower}" / "server.log"
+        skip = log.stat().st_size
+        # The follower writes the backlog into page cache the consumer only reads: on this VM, memory the guest
+        # has not touched lately takes a first write at 0.2-1 GB/s instead of ~4 (common.warm_memory; measured:
+        # a 1 MB follower append took 6.9 ms cold and 1.9 ms after 256 MiB were touched), which made single
+        # samples read 61% or 107%. A broker up for minutes has its page cache touched long since: so is it here.
+        warmed = warm_memory(total + total // 2)
+        cluster.start(follower)
+        _wait(lambda f=follower: f in isr(), "the follower is back in the ISR", timeout=1800)
+        done = time.time()
+        began = began_following(log, skip, topic)
+        follower_s = done - began
+        if not consumer_first:
+            consumer_s = consume_seconds(cluster.bootstrap, topic, total)
+        print(f"     sample {i + 1}: follower {follower_s:.2f} s (broker {follower} from leader {part.leader}), "
+              f"consumer {consumer_s:.2f} s ({'before' if consumer_first else 'after'} the follower): "
+              f"{consumer_s / follower_s:.0%} (dirty pages written back first, {synced:.1f} s, memory touched "
+              f"{warmed:.1f} s; load {os.getloadavg()[0]:.1f})")
+        if os.environ.get("KJBOD_TRACE"):  # the copy fetch by fetch (tools.bench.latency_trace)
+            from kjbod.net.trace import FLUSH_S
+
+            from .latency_trace import Trace, copy_legs, read
+
+            time.sleep(3 * FLUSH_S)
+            path = Path(os.environ["KJBOD_TRACE"]) / f"trace-{cluster.children[follower].pid}.txt"
+            offset = time.monotonic() - time.time()  # the follower's log is on the wall clock, the trace not
+            print(f"       the copy: {copy_legs(Trace(read(str(path))), part.leader, topic, began + offset, done + offset)}")
+        out.append((follower_s, consumer_s))
+        admin.delete_topics([topic])[topic].result(60)
+    return out
 
 
 def began_following(log: Path, skip: int, topic: str) -> float:
@@ -418,14 +481,18 @@ def failover(cluster: Cluster, *, fail_dir: bool = False) -> float:
     return acked[after] - killed
 
 
-def run(rounds: int = 3, seconds: float = 10.0, quick: bool = False, latency_only: bool = False) -> dict:
+def run(rounds: int = 3, seconds: float = 10.0, quick: bool = False, latency_only: bool = False,
+        trace: bool = False) -> dict:
     produce_bytes = 64 * MIB if quick else 512 * MIB
     backlog = 64 * MIB if quick else 1024 * MIB
     rounds = 1 if quick else rounds
+    catch_samples = 3
     seconds = 5.0 if quick else seconds
     heading(f"Replication on 3 brokers ({os.cpu_count()} cores shared by the 3 brokers, the controller and the "
             f"load generator)")
     work = Path(tempfile.mkdtemp(prefix="kjbod-bench-replication-", dir=os.environ.get("KJBOD_BENCH_DIR") or None))
+    if trace:
+        os.environ["KJBOD_TRACE"] = str(work / "trace")  # the brokers inherit it (kjbod.net.trace)
     cluster = Cluster(work)
     try:
         create(cluster.bootstrap, "rf3", 1, 3)
@@ -435,7 +502,7 @@ def run(rounds: int = 3, seconds: float = 10.0, quick: bool = False, latency_onl
         create(cluster.bootstrap, "rf1", 1, 1, on=leader)
         if latency_only:
             print(f"   the cluster: {cluster.dir} (kept; leader of rf3 and rf1: broker {leader})")
-            return {"replication_p99_acks_all_vs_acks1": latency_figure(cluster, 7, 4.0)}
+            return {"replication_p99_acks_all_vs_acks1": latency_figure(cluster, 7, 4.0, leader, trace)}
         produce_throughput(cluster.bootstrap, "rf3", "all", 8 * MIB)  # warm up
         produce_throughput(cluster.bootstrap, "rf1", "1", 8 * MIB)
         replicated, single = [], []
@@ -445,13 +512,17 @@ def run(rounds: int = 3, seconds: float = 10.0, quick: bool = False, latency_onl
         throughput = median([r / s for r, s in zip(replicated, single, strict=True)])
         print(f"   produce: acks=all RF 3 {median(replicated):.1f} MB/s, acks=1 RF 1 {median(single):.1f} MB/s: "
               f"{throughput:.0%} (target >= {TARGET_THROUGHPUT:.0%}: {verdict(throughput >= TARGET_THROUGHPUT)})")
-        latency = latency_figure(cluster, 3 if quick else 7, 2.0 if quick else 4.0)
+        latency = latency_figure(cluster, 3 if quick else 7, 2.0 if quick else 4.0, leader, trace)
         idempotent_latency(cluster.bootstrap, 500, 3 if quick else 7, 2.0 if quick else 4.0)
-        follower_s, consumer_s = catch_up(cluster, backlog)
-        catch_ratio = consumer_s / follower_s
-        print(f"   catch-up of {backlog // MIB} MiB: follower {follower_s:.2f} s (from following to back in the ISR), "
-              f"consumer {consumer_s:.2f} s: {catch_ratio:.0%} of the consumer's rate "
-              f"(target >= {TARGET_CATCH_UP:.0%}: {verdict(catch_ratio >= TARGET_CATCH_UP)})")
+        print(f"   catch-up of {backlog // MIB} MiB, {catch_samples} samples (a new follower's copy, from following to "
+              f"back in the ISR, against a consumer reading the same backlog from the leader):")
+        pairs = catch_up(cluster, backlog, catch_samples)
+        ratios = [c / f for f, c in pairs]
+        catch_ratio = median(ratios)
+        print(f"   catch-up: median follower {median([f for f, _c in pairs]):.2f} s, consumer "
+              f"{median([c for _f, c in pairs]):.2f} s; median of the per-sample ratios {catch_ratio:.0%} of the "
+              f"consumer's rate (spread {min(ratios):.0%}-{max(ratios):.0%}) (target >= {TARGET_CATCH_UP:.0%}: "
+              f"{verdict(catch_ratio >= TARGET_CATCH_UP)})")
         failover_s = failover(cluster)
         multiple = failover_s / (SESSION_MS / 1000)
         print(f"   failover after kill -9 of the leader's broker: {failover_s:.2f} s = {multiple:.2f}x "
@@ -471,9 +542,10 @@ def run(rounds: int = 3, seconds: float = 10.0, quick: bool = False, latency_onl
         cluster.down()
 
 
-def latency_figure(cluster: Cluster, lat_rounds: int, lat_seconds: float) -> float:
+def latency_figure(cluster: Cluster, lat_rounds: int, lat_seconds: float, leader: int, trace: bool = False) -> float:
     """The latency rounds (latency_rounds) at 500 records/s, printed; returns the ratio of the medians of the
-    per-round p99s (acks=all RF 3 over acks=1 RF 1)."""
+    per-round p99s (acks=all RF 3 over acks=1 RF 1). With `trace` (the brokers run with KJBOD_TRACE), where the
+    slowest records' time went and what ran under them (tools.bench.latency_trace)."""
     rate = 500
     # The produce rounds before leave gigabytes of dirty pages that the kernel writes back 30 s later
     # (vm.dirty_expire_centisecs), in the middle of these rounds, where every append waits behind it; an acks=all
@@ -485,8 +557,9 @@ def latency_figure(cluster: Cluster, lat_rounds: int, lat_seconds: float) -> flo
           f"interleaved, after a 2 s warm-up ({os.cpu_count()} cores shared by the brokers, the controller "
           f"and the producer; the earlier rounds' dirty pages written back first, {synced:.1f} s):")
     cpu: dict[str, float] = {}
+    kept: dict[str, list[list[tuple[float, float, int]]]] | None = {} if trace else None
     all_p99, one_p99, sent = latency_rounds(cluster.bootstrap, rate, lat_rounds, lat_seconds,
-                                            [cluster.pid(b) for b in cluster.ports], cpu)
+                                            [cluster.pid(b) for b in cluster.ports], cpu, kept)
     latency = median(all_p99) / median(one_p99)
     print(f"   latency: median of per-round p99 acks=all RF 3 {median(all_p99):.1f} ms, acks=1 RF 1 "
           f"{median(one_p99):.1f} ms ({sent} records per case): {latency:.2f}x (target <= {TARGET_LATENCY}x: "
@@ -495,16 +568,34 @@ def latency_figure(cluster: Cluster, lat_rounds: int, lat_seconds: float) -> flo
         print(f"   the brokers' CPU per record in those rounds: acks=all RF 3 {cpu['all'] / sent:.2f} ms, acks=1 "
               f"RF 1 {cpu['one'] / sent:.2f} ms ({cpu['all'] / cpu['one']:.1f}x: the tail follows the queueing "
               f"for the cores this adds)")
+    if kept is not None:
+        from kjbod.net.trace import FLUSH_S
+
+        from .latency_trace import load, report
+
+        time.sleep(3 * FLUSH_S)  # the brokers' last events written
+        names = {cluster.pid(b): ("leader" if b == leader else f"follower {b}") + f" (broker {b})"
+                 for b in cluster.ports}
+        traces = load(os.environ["KJBOD_TRACE"], names)
+        for case, rounds_kept in kept.items():  # kept beside the traces, for a closer look
+            with open(Path(os.environ["KJBOD_TRACE"]) / f"records-{case}.txt", "w") as f:
+                f.writelines(f"{i} {t:.6f} {ms:.3f} {o}\n" for i, recs in enumerate(rounds_kept) for t, ms, o in recs)
+        followers = {b: names[cluster.pid(b)] for b in cluster.ports if b != leader}
+        for line in report(traces, names[cluster.pid(leader)], followers, kept, {"all": "rf3", "one": "rf1"}):
+            print(line)
     return latency
 
 
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    if "--latency-only" in args:
+    trace = "--trace" in args
+    if trace:
+        args.remove("--trace")
+    latency_only = "--latency-only" in args
+    if latency_only:
         args.remove("--latency-only")
-        return rounds_main("python -m tools.bench.replication", __doc__,
-                           lambda r, s, q: run(r, s, q, latency_only=True), args, rounds=3)
-    return rounds_main("python -m tools.bench.replication", __doc__, run, argv, rounds=3)
+    return rounds_main("python -m tools.bench.replication", __doc__,
+                       lambda r, s, q: run(r, s, q, latency_only=latency_only, trace=trace), args, rounds=3)
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ import time
 from kjbod.broker.dir_work import DirWork
 from kjbod.broker.replication import hooks as replication
 from kjbod.broker.router import api
+from kjbod.net import trace
 from kjbod.net.tasks import wait_event
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import FetchRequest, FetchResponse
@@ -70,6 +71,8 @@ def _has_data(node, resolved, body: FetchRequest, decided: dict | None, throttle
                 plog = node.partition_log(name, p.partition)
             except Exception:
                 return True
+            if not plog.io.online:  # answers KAFKA_STORAGE_ERROR now, not after the long poll
+                return True
             end = plog.log_end_offset if decided is not None else plog.high_watermark
             if p.fetch_offset != end:  # data to send, or an out-of-range offset to report
                 return True
@@ -110,6 +113,11 @@ def _build(node, resolved, body: FetchRequest, version: int, deadline: float, de
                 plog = node.partition_log(name, p.partition)
             except Exception as e:
                 parts.append(_failed_part(node, name, p, e, version))
+                continue
+            if not plog.io.online:
+                # Its dir is offline: nothing will be read there. Answered here rather than by the dir's worker,
+                # which a loaded machine may not run within the fetch's wait (that answers "nothing new", 0).
+                parts.append(_failed_part(node, name, p, plog.io.offline_error(), version))
                 continue
             if throttled and (name, p.partition) in throttled:  # the leader throttle: no records, the offsets
                 parts.append(PartResp(partition_index=p.partition, error_code=0, high_watermark=plog.high_watermark,
@@ -314,6 +322,8 @@ async def _serve(node, request, body: FetchRequest, follower: int) -> FetchRespo
                     _count(node.topic_stats, resolved, resp, follower >= 0)
                 if follower >= 0:
                     replication.leader_sent(node, resolved, resp)
+                    if trace.ON:
+                        _trace_answer(node, resolved, follower)
                 return resp
             close_regions(resp)
         # A follower waits for appends only; a HW move (every acks=all answer) would wake it for nothing.
@@ -323,7 +333,21 @@ async def _serve(node, request, body: FetchRequest, follower: int) -> FetchRespo
             timeout = min(timeout, replication.leader_throttle_wait_s(node))
         if timeout <= 0:
             continue
+        if follower >= 0 and trace.ON:
+            trace.event("ff_parked", follower)
         await wait_event(arrived, timeout)  # no task per parked fetch (kjbod.net.tasks)
+
+
+def _trace_answer(node, resolved, follower: int) -> None:
+    """KJBOD_TRACE: a follower's answer leaves, with its first partition's log end (what it could carry)."""
+    for name, t in resolved:
+        if name is not None and t.partitions:
+            try:
+                end = node.partition_log(name, t.partitions[0].partition).log_end_offset
+            except Exception:
+                end = -1
+            trace.event("answered", follower, end)
+            return
 
 
 def _count(stats, resolved, resp: FetchResponse, follower: bool) -> None:

@@ -40,9 +40,13 @@ def _lookup(node, topic: str, partition: int, ts: int, version: int, replica_id:
     try:
         plog = node.local_log(topic, partition) if replica_id == DEBUGGING else node.partition_log(topic, partition)
         if not plog.online:
-            # The offsets below are in memory and would still answer; a partition whose log dir failed (or that
-            # is being deleted) must not look healthy, as Fetch and Produce do not either.
-            code = ErrorCode.KAFKA_STORAGE_ERROR if not plog.io.online else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            # The offsets below are in memory and would still answer; a partition whose log dir failed (or whose
+            # log is closed: deleted, or moved away while the image still has it) must not look healthy, as Fetch
+            # and Produce do not either. The codes are Kafka's ReplicaManager.getPartitionOrError's.
+            t = node.metadata.topic(topic)
+            code = (ErrorCode.KAFKA_STORAGE_ERROR if not plog.io.online
+                    else ErrorCode.NOT_LEADER_OR_FOLLOWER if t is not None and partition in t.partitions
+                    else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
             return PartResp(partition_index=partition, error_code=code)
         if ts == LATEST:
             end = plog.high_watermark if replica_id == CONSUMER else plog.log_end_offset

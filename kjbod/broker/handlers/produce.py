@@ -175,8 +175,9 @@ class _Appends:
     def together(calls) -> list:
         """The appends of several requests (``calls``: each with ``fn``, its _Appends, and ``items``, in
         hand-over order; kjbod.broker.dir_work), as each request's own call would answer them, with the small
-        batches of one partition written at once (PartitionLog.append_validated_together; per partition the
-        order is kept, and partitions are independent). One result list per call."""
+        batches of one partition written at once, idempotent producers' too (PartitionLog.append_validated_together:
+        each batch's sequence checked against the state the batches before it in the group left; per partition
+        the order is kept, and partitions are independent). One result list per call."""
         outs: list[list] = [[None] * len(call.items) for call in calls]
         by_log: dict = {}
         for c, call in enumerate(calls):
@@ -198,7 +199,9 @@ class _Appends:
                     continue
                 if infos is not None:
                     for (c, i, item), info in zip(entries, infos, strict=True):
-                        outs[c][i] = _appended(item[3], info)
+                        # an append refused inside the group (a producer's sequence or epoch) has its own error
+                        outs[c][i] = (_failed(item[2], item[3], info, calls[c].fn.v) if isinstance(info, Exception)
+                                      else _appended(item[3], info))
                     continue
             for c, i, item in entries:
                 fn = calls[c].fn

@@ -43,6 +43,7 @@ from typing import Any
 import structlog
 
 from kjbod.broker.dir_work import DirWork
+from kjbod.net import trace
 from kjbod.net.connection import ClientConnection
 from kjbod.net.errors import BrokerConnectionError, ClientError
 from kjbod.net.tasks import cancel_and_wait, wait_event
@@ -139,12 +140,16 @@ class Fetcher:
                 version = conn.pick_version(FETCH, MIN_FETCH_VERSION)
                 request = self._request(ready, version)
                 if request is None:
+                    trace.event("fetch_held", self.leader_id)
                     await asyncio.sleep(min(backoff, self._held_ms / 1000))
                     continue
+                if trace.ON:
+                    trace.event("fetch_sent", self.leader_id, request.topics[0].partitions[0].fetch_offset)
                 response = await conn.request(FETCH, version, request, timeout=(
                     cfg.socket_timeout_ms + cfg.fetch_wait_max_ms) / 1000)
             except (ClientError, OSError) as e:
                 log.info("replica_fetch_failed", leader=self.leader_id, error=str(e))
+                trace.event("fetch_backoff", self.leader_id, "failed")
                 if self._conn is not None:
                     self._conn.close()
                     self._conn = None
@@ -152,8 +157,12 @@ class Fetcher:
                 continue
             if response.error_code:
                 log.info("replica_fetch_refused", leader=self.leader_id, error=_name(response.error_code))
+                trace.event("fetch_backoff", self.leader_id, "refused")
                 await asyncio.sleep(backoff)
                 continue
+            if trace.ON:
+                trace.event("fetch_got", self.leader_id, sum(len(p.records or b"") for t in response.responses
+                                                             for p in t.partitions))
             self._process(response, version)
 
     async def _answers_applied(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -162,9 +171,15 @@ class Fetcher:
         replica.fetch.wait.max.ms while they are ready again: a busy partition would fetch every other wait
         (half its rate). The bound keeps a stalled dir's partitions from holding the others for longer."""
         deadline = loop.time() + IN_FLIGHT_WAIT_S
+        waited = False
         while any(s.in_flight for s in self.partitions.values()) and (left := deadline - loop.time()) > 0:
+            if not waited and trace.ON:
+                waited = True
+                trace.event("in_flight_wait+", self.leader_id)
             self._wakeup.clear()
             await wait_event(self._wakeup, left)
+        if waited:
+            trace.event("in_flight_wait-", self.leader_id)
 
     async def _connection(self) -> ClientConnection:
         if self._conn is not None and not self._conn.closed:
@@ -266,12 +281,16 @@ class Fetcher:
                 out.append(self._apply_answer(s, plog, part))
             except Exception as e:
                 out.append(e)
+            if trace.ON:
+                trace.event("f_appended", plog.log_end_offset, s.topic)
         return out
 
     def _applied(self, item: tuple[FetchState, Any, Any], result: Any, loop_time: float, backoff: float) -> None:
         """On the loop, once the worker has applied (or failed) one partition's answer."""
         s, plog, part = item
         s.in_flight = False
+        if trace.ON:
+            trace.event("f_applied", plog.log_end_offset, s.topic)
         current = self.partitions.get((s.topic, s.partition))
         if current is not None and current is not s:
             current.in_flight = False  # replaced while this answer was on the worker (see add)
@@ -302,6 +321,7 @@ class Fetcher:
             s.dropped = True
             return True
         if code:
+            trace.event("fetch_backoff", self.leader_id, _name(code))
             s.delayed_until = loop_time + backoff
             return True
         return False

@@ -120,9 +120,10 @@ def needs_replication(node: Any, topic: str, partition: int, required_offset: in
 
 
 def await_replication(node: Any, response: Any, waits: list[tuple[str, Any, int]], timeout_ms: int) -> Any:
-    """A future of the Produce `response` once its acks=all partitions are replicated (or answered an error):
-    completed by the HW move itself, with no task of its own (one per acks=all request cost a task's steps and
-    a loop pass between the follower's fetch and the producer's answer)."""
+    """A Later (kjbod.wire.handler) of the Produce `response` once its acks=all partitions are replicated (or
+    answered an error): completed by the HW move itself, with no task of its own (one per acks=all request cost
+    a task's steps and a loop pass between the follower's fetch and the producer's answer), and the answer
+    encoded and queued for writing in that same callback (an asyncio future's callbacks wait a loop pass)."""
 
     def answer(codes: list[int]) -> Any:
         for (_name, part, _required), code in zip(waits, codes, strict=True):
@@ -131,4 +132,4 @@ def await_replication(node: Any, response: Any, waits: list[tuple[str, Any, int]
         return response
 
     return node.replication.delay_produce([(name, part.index, required) for name, part, required in waits],
-                                          max(timeout_ms, 0) / 1000, answer)
+                                          max(timeout_ms, 0) / 1000, answer, later=True)

@@ -39,6 +39,7 @@ import structlog
 from kjbod.broker.replication.config import ReplicationConfig
 from kjbod.broker.replication.partition import FOLLOWER, LEADER, PartitionState, PendingIsr
 from kjbod.broker.replication.throttle import ReplicationThrottles
+from kjbod.net import trace
 from kjbod.net.tasks import cancel_and_wait
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated.alter_partition_request import (
@@ -47,6 +48,7 @@ from kjbod.protocol.generated.alter_partition_request import (
     PartitionData,
     TopicData,
 )
+from kjbod.wire.handler import Later
 
 log = structlog.get_logger("kjbod.replication")
 
@@ -76,14 +78,16 @@ class DelayedProduce:
     """One acks=all request in the purgatory: a code per partition (None while it waits), and a future done
     once none waits, or at the request's timeout, which answers the rest: done with the codes, or with what
     `then(codes)` makes of them (the request's answer, so no task or further future stands between the HW move
-    and the write)."""
+    and the write). With `later`, the future is a Later (kjbod.wire.handler) whose callbacks run in the HW
+    move itself: an asyncio future's run one loop pass later, which a busy loop spends on everything else
+    ready in that pass before the answer is written."""
 
     __slots__ = ("codes", "left", "future", "timer", "partitions", "then")
 
-    def __init__(self, n: int, then: Callable[[list[int]], Any] | None = None) -> None:
+    def __init__(self, n: int, then: Callable[[list[int]], Any] | None = None, later: bool = False) -> None:
         self.codes: list[int | None] = [None] * n
         self.left = n
-        self.future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.future: Any = Later() if later else asyncio.get_running_loop().create_future()
         self.timer: asyncio.TimerHandle | None = None
         self.partitions: list[TopicPartition] = []  # those it waits on in the purgatory
         self.then = then
@@ -108,15 +112,14 @@ class DelayedProduce:
             return
         codes = [c if c is not None else 0 for c in self.codes]
         then = self.then
-        if then is None:
-            self.future.set_result(codes)
-            return
+        future = self.future
+        later = future.__class__ is Later
         try:
-            result = then(codes)
+            result = codes if then is None else then(codes)
         except Exception as e:  # the caller's bug: its request's answer, not the HW move's
-            self.future.set_exception(e)
+            future.fail(e) if later else future.set_exception(e)
         else:
-            self.future.set_result(result)
+            future.resolve(result) if later else future.set_result(result)
 
 
 class ReplicaManager:
@@ -313,6 +316,8 @@ class ReplicaManager:
         plog = self._local_log(topic, partition)
         if state is None or state.role != LEADER or plog is None or replica_id not in state.followers:
             return
+        if trace.ON:
+            trace.event("fetched_by", replica_id, fetch_offset)
         moved = state.update_follower(replica_id, fetch_offset, broker_epoch, plog.log_end_offset, self.clock())
         image = self.node.metadata
         expanded = state.expansion(replica_id, plog.high_watermark, image)
@@ -372,6 +377,8 @@ class ReplicaManager:
         if hw is None:
             return
         plog.high_watermark = hw
+        if trace.ON:
+            trace.event("hw", hw, state.topic)
         self._complete_waiters(state, plog.high_watermark)
         self.node.notify_high_watermark()  # consumers long-polling at the old HW may read now
 
@@ -379,6 +386,8 @@ class ReplicaManager:
         """After a leader append: with no follower in the ISR the HW may move at once."""
         state = self.states.get((topic, partition))
         plog = self._local_log(topic, partition)
+        if trace.ON and plog is not None:
+            trace.event("appended", plog.log_end_offset, topic)
         if state is not None and state.role == LEADER and plog is not None:
             self._maybe_increment_hw(state, plog, self.node.metadata)
 
@@ -407,11 +416,12 @@ class ReplicaManager:
         return plog is None or plog.high_watermark < required_offset or self._acks_outcome(state) != 0
 
     def delay_produce(self, waits: list[tuple[str, int, int]], timeout_s: float,
-                      then: Callable[[list[int]], Any] | None = None) -> asyncio.Future[Any]:
+                      then: Callable[[list[int]], Any] | None = None, *, later: bool = False) -> Any:
         """The acks=all outcome of one Produce request, a code per (topic, partition, offset the HW must reach)
-        in order, or `then(codes)`: see the module docstring.  One future and one timer per request (Kafka's
-        DelayedProduce in its purgatory), completed from HW moves; no task, no polling."""
-        op = DelayedProduce(len(waits), then)
+        in order, or `then(codes)`: see the module docstring.  One future (a Later with `later`: see
+        DelayedProduce) and one timer per request (Kafka's DelayedProduce in its purgatory), completed from HW
+        moves; no task, no polling."""
+        op = DelayedProduce(len(waits), then, later)
         for i, (topic, partition, required) in enumerate(waits):
             tp = (topic, partition)
             state = self.states.get(tp)
@@ -470,6 +480,7 @@ class ReplicaManager:
         interval = max(self.config.lag_time_max_ms / 2, 10) / 1000
         while True:
             await asyncio.sleep(interval)
+            trace.event("isr_expiration")
             self.shrink_isrs()
 
     def shrink_isrs(self) -> None:
@@ -506,6 +517,7 @@ class ReplicaManager:
             for s in batch:
                 assert s.pending is not None
                 s.pending.sent = True
+            trace.event("alter_partition", len(batch))
             try:
                 response = await self._alter_partition(lambda v, b=batch: self._alter_request(b, v))  # type: ignore[misc]
             except Exception as e:  # the controller is away: try again shortly, as Kafka's manager does
