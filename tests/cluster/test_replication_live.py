@@ -31,19 +31,23 @@ PARTITIONS = 6
 
 
 @contextlib.contextmanager
-def admin_client(cluster: Cluster) -> Any:
-    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap, request_timeout_ms=10_000)
+def admin_client(cluster: Cluster, avoid: int | None = None) -> Any:
+    """kafka-python's admin client, bootstrapped from every broker but `avoid` (a SIGSTOPped broker accepts
+    connections and never answers: a client bootstrapping there waits out its request timeout)."""
+    skip = f"127.0.0.1:{cluster.broker_port(avoid)}" if avoid is not None else None
+    bootstrap = ",".join(a for a in cluster.bootstrap.split(",") if a != skip)
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000)
     try:
         yield admin
     finally:
         admin.close()
 
 
-def partitions(cluster: Cluster, topic: str) -> dict[int, dict[str, Any]] | None:
-    """partition → {leader, replicas, isr, offline, error} as kafka-python's describe_topics reports it, or None
-    while the cluster cannot answer (a broker just died)."""
+def partitions(cluster: Cluster, topic: str, avoid: int | None = None) -> dict[int, dict[str, Any]] | None:
+    """partition → {leader, replicas, isr, offline, error} as kafka-python's describe_topics reports it (asking
+    the brokers but `avoid`), or None while the cluster cannot answer (a broker just died)."""
     try:
-        with admin_client(cluster) as admin:
+        with admin_client(cluster, avoid) as admin:
             (t,) = admin.describe_topics([topic])
     except Exception:  # a connection to a dead broker: ask again
         return None
@@ -72,7 +76,7 @@ def moved_off(cluster: Cluster, topic: str, before: dict[int, dict[str, Any]], g
     its former ISR, the others keeping their leaders; and (`offline`) Metadata listing it as offline."""
 
     def settled() -> dict[int, dict[str, Any]] | None:
-        parts = partitions(cluster, topic)
+        parts = partitions(cluster, topic, avoid=gone)
         if parts is None:
             return None
         for i, p in parts.items():
