@@ -211,7 +211,8 @@ class _Appends:
 
 def _append_one(item, now_ms: int, v: int):
     _parts, _slot, topic, pd, plog, leader_epoch, checked = item
-    plog = plog.current()
+    if plog.closed:  # swapped by a KIP-113 move since the request came: append to the moved replica
+        plog = plog.current()
     try:
         if checked is not None:
             info = plog.append_validated(checked, leader_epoch=leader_epoch)
