@@ -1,0 +1,52 @@
+"""The dir_workers bench's Fetch phase (tools/bench/dir_workers.py): its rounds measure what they say on a real
+server, and its report gives the median of the per-round ratios with their spread."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests import live
+from tools.bench import dir_workers
+from tools.bench.dir_workers import fetch_keys, fetch_round, fetch_setup, report_fetch
+from tools.bench.datapath import exact_batch
+
+kjbod_server_factory = live.kjbod_server_factory
+
+
+def test_a_fetch_round_measures_each_server_over_the_same_passes(kjbod_server_factory,
+                                                                 monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(dir_workers, "FETCH_MIB", 2)  # a backlog of two batches per partition
+    workers = kjbod_server_factory()
+    monkeypatch.setenv("KJBOD_DIR_WORKERS", "0")  # the loop path, for the server started now
+    servers = {"workers": workers, "loop": kjbod_server_factory()}
+    monkeypatch.delenv("KJBOD_DIR_WORKERS")
+    batch = exact_batch(256 * 1024, 1024)  # 1024 records, as the bench's 1 MiB batches (its offsets count them)
+    for server in servers.values():
+        fetch_setup(server, batch)  # type: ignore[arg-type]
+    samples = {name: fetch_keys() for name in servers}
+    fetch_round(servers, 3, samples)  # type: ignore[arg-type]
+    for name, s in samples.items():
+        assert all(len(v) == 1 for v in s.values()), (name, s)
+        assert s["fetch"][0] > 0
+        assert s["fetch_loop_cpu"][0] > 0 and s["fetch_client_cpu"][0] > 0
+        # Each fetch reads its request and sends at least its answer's header (and a region per partition).
+        assert s["fetch_syscr"][0] >= 1 and s["fetch_syscw"][0] >= 1
+        assert s["fetch_placed"][0] in (0.0, 1.0)
+
+
+def test_the_fetch_report_gives_the_median_of_the_rounds_and_their_spread(capsys: pytest.CaptureFixture[str]):
+    def variant(rates: list[float], loop_cpu: float) -> dict[str, list[float]]:
+        s = fetch_keys()
+        s["fetch"] = rates
+        for key in s:
+            if key != "fetch":
+                s[key] = [loop_cpu if key == "fetch_loop_cpu" else 0.0] * len(rates)
+        return s
+
+    samples = {"workers": variant([900.0, 1000.0, 1100.0], 0.0011), "loop": variant([1000.0] * 3, 0.001)}
+    assert report_fetch(samples) == pytest.approx(1.0)
+    printed = capsys.readouterr().out
+    assert "workers: 1,000 MiB/s, loop 1,000 MiB/s: 100.0% (target >= 95%: meets target)" in printed
+    assert "per-round ratios min 90.0%, median 100.0%, max 110.0% over 3 rounds" in printed
+    assert "loop path over workers: median 90.9%" in printed
+    assert "event-loop thread 1100 us CPU" in printed
