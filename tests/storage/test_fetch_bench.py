@@ -7,8 +7,8 @@ import pytest
 
 from tests import live
 from tools.bench import dir_workers
-from tools.bench.dir_workers import fetch_keys, fetch_round, fetch_setup, report_fetch
 from tools.bench.datapath import exact_batch
+from tools.bench.dir_workers import fetch_keys, fetch_round, fetch_setup, report_fetch
 
 kjbod_server_factory = live.kjbod_server_factory
 
@@ -37,10 +37,9 @@ def test_a_fetch_round_measures_each_server_over_the_same_passes(kjbod_server_fa
 def test_the_fetch_report_gives_the_median_of_the_rounds_and_their_spread(capsys: pytest.CaptureFixture[str]):
     def variant(rates: list[float], loop_cpu: float) -> dict[str, list[float]]:
         s = fetch_keys()
-        s["fetch"] = rates
         for key in s:
-            if key != "fetch":
-                s[key] = [loop_cpu if key == "fetch_loop_cpu" else 0.0] * len(rates)
+            s[key] = [loop_cpu if key == "fetch_loop_cpu" else 0.0] * len(rates)
+        s["fetch"] = rates
         return s
 
     samples = {"workers": variant([900.0, 1000.0, 1100.0], 0.0011), "loop": variant([1000.0] * 3, 0.001)}
