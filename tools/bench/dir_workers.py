@@ -7,9 +7,10 @@ Every figure is a ratio against a reference measured in the same run, variants i
   third with the workers where the kernel puts them (``KJBOD_DIR_WORKERS=unplaced``: what keeping them on the
   event loop's CPU while quiet buys, workers.Placement). Four loads on each: Produce of 1 MiB batches, 8 in flight (throughput; target >= 95 %); Produce of small batches (four
   1 KiB records) at the highest rate the load generator reaches (32 connections x 16 in flight; target >= 85 %);
-  a consumer fetching three partitions, one per dir, zero-copy (target >= 95 %; each round consumes every
-  server's backlog of 48 MiB FETCH_PASSES times, the servers interleaved pass by pass, since one pass is only
-  20-30 ms); Produce p99 latency at a fixed moderate rate (500 requests/s of one small batch, after half a second
+  a consumer fetching three partitions, one per dir, zero-copy (target >= 95 %; FETCH_ROUNDS_PER_ROUND fetch
+  rounds per round, each consuming every server's backlog of 48 MiB FETCH_PASSES times, the servers interleaved
+  pass by pass, since one pass is only 20-30 ms; how many hand-offs to a worker the fetches made is counted from
+  the servers' KJBOD_TIMELINE); Produce p99 latency at a fixed moderate rate (500 requests/s of one small batch, after half a second
   unmeasured; target <= 1.2x).
 * **Why, where a target is missed**, in the same run: the server's CPU time per request under the small-batch
   load (from /proc; the ratio is the throughput each would reach with the CPU to itself, which is what a
@@ -457,6 +458,9 @@ def _p99_sample(server: BenchServer, batch: bytes, seconds: float, into: dict[st
 
 FETCH_MIB = 16  # backlog per partition, in 1 MiB batches: a consume fetches one batch of each partition at a time
 FETCH_PASSES = 16  # consumes of the whole backlog per round and variant (one is ~20-30 ms: too short to measure)
+# Fetch rounds per round of the whole hand-off bench: a round's ratio still swings +-20 % with this machine's other
+# work, so the median needs about 15 of them (as --fetch takes) to settle within a few per cent.
+FETCH_ROUNDS_PER_ROUND = 3
 
 
 def fetch_keys() -> dict[str, list[float]]:
@@ -507,11 +511,13 @@ def syscalls(pid: int) -> tuple[int, int]:
     return int(fields["syscr"]), int(fields["syscw"])
 
 
-def fetch_round(servers: dict[str, BenchServer], passes: int, samples: dict[str, dict[str, list[float]]]) -> None:
+def fetch_round(servers: dict[str, BenchServer], passes: int, samples: dict[str, dict[str, list[float]]],
+                windows: dict[str, list[tuple[float, float]]] | None = None) -> None:
     """One round: each server's backlog consumed ``passes`` times, one fetch in flight (each fetch one 1 MiB batch
     of each of the three partitions), the servers interleaved pass by pass in an order rotated each pass, so each
     sees the same moments of this machine's other work. Into each server's ``samples`` (fetch_keys): its MiB/s
-    over the round and its costs per fetch."""
+    over the round and its costs per fetch; into ``windows``, when given, when each of its passes ran
+    (perf_counter, the clock KJBOD_TIMELINE records on), for :func:`hand_offs`."""
     names = list(servers)
     pids = {name: server.process.pid for name, server in servers.items() if server.process is not None}
     threads = {name: thread_sched(pid) for name, pid in pids.items()}
@@ -520,9 +526,11 @@ def fetch_round(servers: dict[str, BenchServer], passes: int, samples: dict[str,
     client = dict.fromkeys(names, 0.0)
     for i in range(passes):
         for name in names[i % len(names):] + names[:i % len(names)]:
-            started = time.thread_time()
+            started, at = time.thread_time(), time.perf_counter()
             took, _got = consume(servers[name].port, "fetch", 3, FETCH_MIB * 1024)
             client[name] += time.thread_time() - started
+            if windows is not None:
+                windows.setdefault(name, []).append((at, time.perf_counter()))
             seconds[name] += took
     fetches = passes * FETCH_MIB
     for name, pid in pids.items():
@@ -539,9 +547,17 @@ def fetch_round(servers: dict[str, BenchServer], passes: int, samples: dict[str,
         into["fetch_syscw"].append((after[1] - calls[name][1]) / fetches)
 
 
-def report_fetch(samples: dict[str, dict[str, list[float]]]) -> float:
+def hand_offs(events: list[Event], windows: list[tuple[float, float]]) -> int:
+    """How many batches a server's dir workers ran (KJBOD_TIMELINE's "worker batch" spans) that ended within
+    ``windows``: each one a hand-off of the loop's closures to a worker."""
+    ends = sorted(e[2] for e in events if e[0] == "worker batch")
+    return sum(bisect.bisect_right(ends, b) - bisect.bisect_left(ends, a) for a, b in windows)
+
+
+def report_fetch(samples: dict[str, dict[str, list[float]]], handed: dict[str, float] | None = None) -> float:
     """The Fetch zero-copy figure (workers against the loop path, per round, median and spread) and, per
-    variant, what a fetch cost the server; returns the median ratio."""
+    variant, what a fetch cost the server and (``handed``, where its timeline was recorded) how many hand-offs
+    to a dir's worker it made; returns the median ratio."""
     ref = samples["loop"]
     ratio = 0.0
     for name in ("workers", "unplaced"):
@@ -568,8 +584,16 @@ def report_fetch(samples: dict[str, dict[str, list[float]]]) -> float:
               f"{median(s['fetch_workers_wakeups']):.2f} wake-ups; system calls {median(s['fetch_syscr']):.1f} read, "
               f"{median(s['fetch_syscw']):.1f} write (a sendfile is one of each); the consumer "
               f"{median(s['fetch_client_cpu']) * 1e6:.0f} us CPU; loop placed on one CPU at the end of "
-              f"{sum(s['fetch_placed']):.0f} of {len(s['fetch_placed'])} rounds")
+              f"{sum(s['fetch_placed']):.0f} of {len(s['fetch_placed'])} rounds"
+              + (f"; {handed[name]:.3f} hand-offs to a dir's worker (KJBOD_TIMELINE)" if handed and name in handed
+                 else ""))
     return ratio
+
+
+def fetch_hand_offs(work: Path, windows: dict[str, list[tuple[float, float]]], passes: int) -> dict[str, float]:
+    """Hand-offs per fetch during the passes of each p99_servers server (their timelines, written at exit)."""
+    return {name: hand_offs(read_timeline(work / name / "timeline"), windows[name]) / (passes * FETCH_MIB)
+            for name in ("workers", "loop", "unplaced") if name in windows}
 
 
 def bench_fetch(work: Path, rounds: int, passes: int) -> dict:
@@ -578,13 +602,12 @@ def bench_fetch(work: Path, rounds: int, passes: int) -> dict:
     code>``, that code's workers and loop servers run in the same rounds too."""
     heading("Fetch zero-copy, a partition per dir: per-dir workers vs the event loop (KJBOD_DIR_WORKERS=0)")
     before = os.environ.get("KJBOD_BENCH_BEFORE")
-    servers = {"workers": BenchServer(work / "workers"),
-               "loop": BenchServer(work / "loop", env={"KJBOD_DIR_WORKERS": "0"}),
-               "unplaced": BenchServer(work / "unplaced", env={"KJBOD_DIR_WORKERS": "unplaced"})}
+    servers = p99_servers(work)
     if before:
         servers["workers before"] = BenchServer(work / "workers-before", env=code_env(before))
         servers["loop before"] = BenchServer(work / "loop-before", env={**code_env(before), "KJBOD_DIR_WORKERS": "0"})
     samples = {k: fetch_keys() for k in servers}
+    windows: dict[str, list[tuple[float, float]]] = {}
     load_before = os.getloadavg()
     mib = one_mib_batch()
     try:
@@ -592,14 +615,14 @@ def bench_fetch(work: Path, rounds: int, passes: int) -> dict:
             server.start()
             fetch_setup(server, mib)
         for _ in range(rounds):
-            fetch_round(servers, passes, samples)
+            fetch_round(servers, passes, samples, windows)
     finally:
         for server in servers.values():
             server.stop()
     print(f"   load average {load_before[0]:.2f} {load_before[1]:.2f} at the start, {os.getloadavg()[0]:.2f} "
           f"{os.getloadavg()[1]:.2f} at the end, on {os.cpu_count()} CPUs; {rounds} rounds of {passes} x "
           f"{FETCH_MIB * 3} MiB per variant, interleaved pass by pass")
-    out = {"handoff_fetch_vs_loop": report_fetch(samples)}
+    out = {"handoff_fetch_vs_loop": report_fetch(samples, fetch_hand_offs(work, windows, rounds * passes))}
     if before:
         for name in ("workers", "loop"):
             ratios = sorted(a / b for a, b in zip(samples[name]["fetch"], samples[name + " before"]["fetch"],
@@ -630,6 +653,7 @@ def bench_handoff(work: Path, rounds: int, seconds: float) -> dict:
     requests: dict[str, list[list[tuple[float, float]]]] = {k: [] for k in servers}
     client = ClientGC()
     trips: dict[str, dict[str, list[float]]] = {"placed": {}, "unplaced": {}}
+    windows: dict[str, list[tuple[float, float]]] = {}  # when each server's fetch passes ran
     load_before = os.getloadavg()[0]
     try:
         for server in servers.values():
@@ -654,7 +678,8 @@ def bench_handoff(work: Path, rounds: int, seconds: float) -> dict:
                     s[f"{kind}_wakeups"].append((woken - threads[kind][1]) / (rate * seconds))
                 with client:
                     _p99_sample(server, small, seconds, s, requests[name])
-            fetch_round(servers, FETCH_PASSES, samples)
+            for _ in range(FETCH_ROUNDS_PER_ROUND):
+                fetch_round(servers, FETCH_PASSES, samples, windows)
             for how in trips:
                 for leg, took in worker_round_trips(work / "round-trip", how == "placed").items():
                     trips[how].setdefault(leg, []).extend(took)
@@ -674,7 +699,7 @@ def bench_handoff(work: Path, rounds: int, seconds: float) -> dict:
     print(f"   Produce small batches ({SMALL_RECORDS} x 1 KiB): workers {median(w['small']):,.0f} req/s, loop "
           f"{median(ref['small']):,.0f} req/s: {out['handoff_produce_small_vs_loop']:.1%} (target >= 85%: "
           f"{verdict(out['handoff_produce_small_vs_loop'] >= 0.85)})")
-    report_fetch(samples)
+    report_fetch(samples, fetch_hand_offs(work, windows, rounds * FETCH_ROUNDS_PER_ROUND * FETCH_PASSES))
     u = samples["unplaced"]
     print(f"   Placement: the workers on the kernel's choice of CPU instead of the event loop's "
           f"(KJBOD_DIR_WORKERS=unplaced), against the loop: 1 MiB {ratio('mib', u):.1%}, small batches "
