@@ -60,15 +60,17 @@ def test_hand_offs_counts_the_worker_batches_that_ended_within_the_windows():
     assert hand_offs(events, [(0.6, 0.9)]) == 0
 
 
-def test_the_fetch_report_gives_the_median_of_the_rounds_and_their_spread(capsys: pytest.CaptureFixture[str]):
-    def variant(rates: list[float], loop_cpu: float) -> dict[str, list[float]]:
-        s = fetch_keys()
-        for key in s:
-            s[key] = [loop_cpu if key == "fetch_loop_cpu" else 0.0] * len(rates)
-        s["fetch"] = rates
-        return s
+def _variant(rates: list[float], **per_fetch: float) -> dict[str, list[float]]:
+    s = fetch_keys()
+    for key in s:
+        s[key] = [per_fetch.get(key, 0.0)] * len(rates)
+    s["fetch"] = rates
+    return s
 
-    samples = {"workers": variant([900.0, 1000.0, 1100.0], 0.0011), "loop": variant([1000.0] * 3, 0.001)}
+
+def test_the_fetch_report_gives_the_median_of_the_rounds_and_their_spread(capsys: pytest.CaptureFixture[str]):
+    samples = {"workers": _variant([900.0, 1000.0, 1100.0], fetch_loop_cpu=0.0011),
+               "loop": _variant([1000.0] * 3, fetch_loop_cpu=0.001)}
     assert report_fetch(samples) == pytest.approx(1.0)
     printed = capsys.readouterr().out
     assert "workers: 1,000 MiB/s, loop 1,000 MiB/s: 100.0% (target >= 95%: meets target)" in printed
@@ -76,4 +78,24 @@ def test_the_fetch_report_gives_the_median_of_the_rounds_and_their_spread(capsys
     assert "loop path over workers: median 90.9%" in printed
     assert "event-loop thread 1100 us CPU" in printed
     report_fetch(samples, {"workers": 0.25, "loop": 0.0})
-    assert "0.250 hand-offs to a dir's worker (KJBOD_TIMELINE)" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "0.250 hand-offs to a dir's worker (KJBOD_TIMELINE)" in printed
+    assert "Why" not in printed
+
+
+def test_a_fetch_figure_below_target_says_why_from_what_was_measured(capsys: pytest.CaptureFixture[str]):
+    loop = _variant([1000.0] * 3, fetch_loop_cpu=0.001, fetch_loop_waited=0.0002)
+    # Handed off: the hand-offs are the cause.
+    report_fetch({"workers": _variant([800.0] * 3, fetch_loop_cpu=0.001), "loop": loop}, {"workers": 1.0})
+    assert "Why Fetch is below 95% (80.0%): the workers' fetches were handed to a dir's worker (1.00" in \
+        capsys.readouterr().out
+    # No hand-off but more CPU per fetch.
+    report_fetch({"workers": _variant([800.0] * 3, fetch_loop_cpu=0.0012), "loop": loop}, {"workers": 0.0})
+    assert "a fetch cost the workers' server +200 us of CPU against the loop path's 1000 us" in \
+        capsys.readouterr().out
+    # Neither: the machine's other work, with the run-queue waits and the rounds' spread measured.
+    report_fetch({"workers": _variant([700.0, 900.0, 1000.0], fetch_loop_cpu=0.001, fetch_loop_waited=0.0005),
+                  "loop": loop}, {"workers": 0.0})
+    printed = capsys.readouterr().out
+    assert "not the fetch's cost: 0.00 hand-offs per fetch and +0 us of server CPU" in printed
+    assert "waited on a run queue 500 us per fetch against 200 us, and single rounds ranged from 70% to 100%" in printed

@@ -587,7 +587,40 @@ def report_fetch(samples: dict[str, dict[str, list[float]]], handed: dict[str, f
               f"{sum(s['fetch_placed']):.0f} of {len(s['fetch_placed'])} rounds"
               + (f"; {handed[name]:.3f} hand-offs to a dir's worker (KJBOD_TIMELINE)" if handed and name in handed
                  else ""))
+    if ratio < 0.95:
+        _why_fetch_below(samples, handed, ratio)
     return ratio
+
+
+def _why_fetch_below(samples: dict[str, dict[str, list[float]]], handed: dict[str, float] | None,
+                     ratio: float) -> None:
+    """Why the Fetch figure missed 95 %, from what this run measured: hand-offs (a read the page cache could
+    not answer, or a dir busy or degraded, goes to its worker: a thread round trip per fetch), else the server's
+    extra CPU per fetch, else the machine's other work (run-queue waits, the rounds' spread)."""
+    w, ref = samples["workers"], samples["loop"]
+    ratios = sorted(a / b for a, b in zip(w["fetch"], ref["fetch"], strict=True))
+
+    def cpu(s: dict[str, list[float]]) -> float:
+        return median([a + b for a, b in zip(s["fetch_loop_cpu"], s["fetch_workers_cpu"], strict=True)])
+
+    extra = cpu(w) - cpu(ref)
+    handed_w = handed.get("workers") if handed else None
+    if handed_w is not None and handed_w >= 0.5:
+        cause = (f"the workers' fetches were handed to a dir's worker ({handed_w:.2f} hand-offs per fetch: reads "
+                 f"the page cache could not answer, or a dir busy or degraded), each a thread round trip the loop "
+                 f"path does not make; what would reach it: the backlog in the page cache and the dirs idle")
+    elif extra > 0.05 * cpu(ref):
+        cause = (f"a fetch cost the workers' server {extra * 1e6:+.0f} us of CPU against the loop path's "
+                 f"{cpu(ref) * 1e6:.0f} us with {handed_w if handed_w is not None else float('nan'):.2f} hand-offs: "
+                 f"the read path's own cost on the loop (fsio.no_waiting's reads, DirWork's checks per dir)")
+    else:
+        cause = (f"not the fetch's cost: {handed_w if handed_w is not None else float('nan'):.2f} hand-offs per "
+                 f"fetch and {extra * 1e6:+.0f} us of server CPU against the loop path's {cpu(ref) * 1e6:.0f} us; "
+                 f"the event loop waited on a run queue {median(w['fetch_loop_waited']) * 1e6:.0f} us per fetch "
+                 f"against {median(ref['fetch_loop_waited']) * 1e6:.0f} us, and single rounds ranged from "
+                 f"{ratios[0]:.0%} to {ratios[-1]:.0%}: this machine's other work; what would reach it: more rounds "
+                 f"(python -m tools.bench.dir_workers --fetch --rounds 45) or a quieter machine")
+    print(f"   Why Fetch is below 95% ({ratio:.1%}): {cause}")
 
 
 def fetch_hand_offs(work: Path, windows: dict[str, list[tuple[float, float]]], passes: int) -> dict[str, float]:
