@@ -1380,11 +1380,14 @@ class PartitionLog:
         self.recovery_point = min(self.recovery_point, offset)
         self._hw = min(self._hw, offset) if not self.auto_high_watermark else offset
         self._dir_dirty = True
+        before = dict(self.producer_state.producers) if self._producer_state_ready else {}
         snapshots = {}
         for name in self.io.listdir(self.dir):
             if name.endswith(SNAPSHOT_SUFFIX) and name[:20].isdigit():
                 snapshots[int(name[:20])] = os.path.join(self.dir, name)
         self._load_producer_state(snapshots)
+        if before:  # what the snapshot could not give back (see restore_older_batches)
+            self.producer_state.restore_older_batches(before, offset)
 
     # ------------------------------------------------------------------------------------------ files
 
