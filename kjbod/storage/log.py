@@ -188,6 +188,8 @@ class PartitionLog:
         self._dir_dirty = False  # a file was created or renamed in the dir since the last flush
         self.closed = False
         self.replaced_by: PartitionLog | None = None  # the log a KIP-113 move swapped in for this one (closed)
+        self.moved_from: PartitionLog | None = None  # the log this one replaced, while appends may be out there
+        self.appends_in_flight = 0  # Produce appends handed to this log's dir worker, not answered (the loop's)
         self.load_stats = LoadStats()
         self._created_unsynced = False
         self._producer_state_ready = True  # a new log has none; a loaded one builds it lazily
