@@ -1358,7 +1358,8 @@ class PartitionLog:
             self._leo = offset
             self._epochs.truncate_from_end(offset)
             self._latest_epoch = self._epochs.latest_epoch
-            self._after_truncation(offset)
+            # what the snapshot cannot give back: the batches below `offset` (see restore_older_batches)
+            self._after_truncation(offset, dict(self.producer_state.producers) if self._producer_state_ready else {})
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         with self.lock:
@@ -1378,17 +1379,16 @@ class PartitionLog:
         self._latest_epoch = -1
         self._after_truncation(offset)
 
-    def _after_truncation(self, offset: int) -> None:
+    def _after_truncation(self, offset: int, before: dict | None = None) -> None:
         self.recovery_point = min(self.recovery_point, offset)
         self._hw = min(self._hw, offset) if not self.auto_high_watermark else offset
         self._dir_dirty = True
-        before = dict(self.producer_state.producers) if self._producer_state_ready else {}
         snapshots = {}
         for name in self.io.listdir(self.dir):
             if name.endswith(SNAPSHOT_SUFFIX) and name[:20].isdigit():
                 snapshots[int(name[:20])] = os.path.join(self.dir, name)
         self._load_producer_state(snapshots)
-        if before:  # what the snapshot could not give back (see restore_older_batches)
+        if before:
             self.producer_state.restore_older_batches(before, offset)
 
     # ------------------------------------------------------------------------------------------ files

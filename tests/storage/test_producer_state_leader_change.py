@@ -140,3 +140,12 @@ def test_a_follower_appending_after_a_truncation_keeps_the_producer_state_of_its
     retry = follower.append(idem(23, 1), leader_epoch=2)
     assert retry.duplicate and retry.base_offset == 23
     assert follower.append(idem(24, 1), leader_epoch=2).base_offset == 24
+
+
+def test_a_full_truncation_forgets_the_producer(pair):
+    """Truncated fully (a follower far behind its leader's log start): none of the producer's batches is in the
+    log, so none is remembered and the producer is unknown, as Kafka has it (any sequence is taken)."""
+    _leader, follower = pair
+    follower.truncate_fully_and_start_at(50)
+    info = follower.append(idem(28, 2), leader_epoch=1)
+    assert not info.duplicate and info.base_offset == 50
