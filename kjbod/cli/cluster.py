@@ -262,6 +262,11 @@ def stop_nodes(root: Path, only: set[Path] | None = None) -> list[str]:
             if _alive(pid):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(ChildProcessError):
+                # Our own child (an `up` in the foreground): reaped now. `_alive` may have seen it a zombie
+                # without reaping it, and a SIGKILLed one is reaped once it is gone; either would otherwise stay
+                # in the process table until `up` itself exits.
+                os.waitpid(pid, 0)
             with contextlib.suppress(OSError):
                 (home / "pid").unlink()
             stopped.append(home.name)
