@@ -66,8 +66,12 @@ def handle(node, request, body: ProduceRequest):
             slot[0][slot[1]] = result
             return
         resp, end, records = result
-        slot[0][slot[1]] = resp
         topic, pd = slot[2], slot[3]
+        if replication.lost_leadership(node, topic, pd.index):
+            slot[0][slot[1]] = _error(pd.index, ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                                      f"this broker stopped leading {topic}-{pd.index} while the append ran", v)
+            return
+        slot[0][slot[1]] = resp
         replication.appended(node, topic, pd.index)
         if node.topic_stats is not None:  # the metrics endpoint's counters (kjbod.metrics)
             node.topic_stats.produced(topic, len(pd.records), records)

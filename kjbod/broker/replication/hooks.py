@@ -115,6 +115,12 @@ def appended(node: Any, topic: str, partition: int) -> None:
         manager.leader_appended(topic, partition)
 
 
+def lost_leadership(node: Any, topic: str, partition: int) -> bool:
+    """See ReplicaManager.lost_leadership (False on a node without replication)."""
+    manager = getattr(node, "replication", None)
+    return manager is not None and manager.lost_leadership(topic, partition)
+
+
 def needs_replication(node: Any, topic: str, partition: int, required_offset: int) -> bool:
     """Whether an acks=all answer must wait: a replicated leader whose HW is not yet at `required_offset` (a
     partition without followers has its HW at the LEO already, and answers at once)."""

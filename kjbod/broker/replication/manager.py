@@ -422,6 +422,18 @@ class ReplicaManager:
             return ErrorCode.NOT_ENOUGH_REPLICAS
         return 0
 
+    def lost_leadership(self, topic: str, partition: int) -> bool:
+        """Whether this broker no longer leads a partition it took a Produce for: asked once the append is
+        done, since the metadata may have moved the leadership while the append waited for its dir's worker.
+        The batch then went into a follower's log (the fetcher truncates it away: it diverges from the new
+        leader's epoch). Kafka refuses such an append (it checks the leadership under the partition's lock);
+        the answer is NOT_LEADER_OR_FOLLOWER, never a success the producer would count on (an idempotent
+        producer would take its next batch to the new leader, which lacks this one: a fatal
+        OUT_OF_ORDER_SEQUENCE_NUMBER). Still the leader in a later epoch (a reassignment re-elects it), the
+        append is in the leader's log: a success."""
+        state = self.states.get((topic, partition))
+        return state is not None and state.role != LEADER
+
     def replicated(self, topic: str, partition: int) -> bool:
         state = self.states.get((topic, partition))
         return state is not None and state.role == LEADER
