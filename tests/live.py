@@ -201,7 +201,9 @@ class LiveServer:
         return "\n".join(lines[-tail:])
 
     def start(self, timeout: float = READY_TIMEOUT) -> None:
-        """Starts `kjbod serve` and waits until the broker listener accepts connections."""
+        """Starts `kjbod serve` and waits until both its listeners accept connections. (The node binds them one
+        after the other, the broker's first: a test that asked the controller as soon as the broker listener
+        answered was once refused under load.)"""
         self.command = [*COMMAND, "serve", "-c", str(self.config)]
         with open(self.stderr_path, "ab") as err:
             self.process = subprocess.Popen(self.command, stdout=subprocess.DEVNULL, stderr=err,
@@ -213,8 +215,10 @@ class LiveServer:
                 raise RuntimeError(f"{' '.join(self.command)} exited with {code} before listening on "
                                    f"{self.bootstrap}; stderr:\n{self.stderr()}")
             try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
-                    return
+                for port in (self.port, self.controller_port):
+                    with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                        pass
+                return
             except OSError:
                 pass
             if time.monotonic() > deadline:
