@@ -134,10 +134,18 @@ class ClientConnection(asyncio.Protocol):
         """Sends `message` and returns the decoded response body; raises a ClientError on any failure."""
         future = self.send(api_key, version, message, client_id)
         try:
-            async with asyncio.timeout(timeout):
-                if self._write_paused:
+            if self._write_paused:
+                async with asyncio.timeout(timeout):
                     await self._drain()
-                frame = await future
+                    frame = await future
+            else:
+                # The bound is a timer that fails the future, not a timeout scope: the replica fetchers ask once
+                # per replicated batch, and a scope's enter, reschedule and exit cost more than a timer.
+                timer = self._loop.call_later(timeout, _time_up, future)
+                try:
+                    frame = await future
+                finally:
+                    timer.cancel()
         except TimeoutError:
             error = RequestTimeoutError(
                 f"{api_name(api_key)} v{version} to {self.address}: no response within {timeout:.3g}s")
@@ -304,6 +312,12 @@ class ReconnectingConnection:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+
+
+def _time_up(future: asyncio.Future[bytes]) -> None:
+    """A request's timeout (ClientConnection.request): its wait ends with TimeoutError."""
+    if not future.done():
+        future.set_exception(TimeoutError())
 
 
 def _unreachable(addresses: Sequence[tuple[str, int]], failures: Sequence[BrokerConnectionError],

@@ -85,6 +85,7 @@ class Fetcher:
         self.fetcher_id = fetcher_id
         self.partitions: dict[tuple[str, int], FetchState] = {}
         self._wakeup = asyncio.Event()
+        self._applied_waiter: asyncio.Future[None] | None = None  # _answers_applied's wait, when it waits
         self._conn: ClientConnection | None = None
         self._task: asyncio.Task[None] | None = None
         self._held_ms = LONG_WAIT_MS  # how long the last request's throttled partitions wait for their quota
@@ -114,7 +115,14 @@ class Fetcher:
         old = self.partitions.get(tp)
         # An answer of the old state still on the worker: the LEO is not known until it is applied (or skipped).
         self.partitions[tp] = FetchState(tp[0], tp[1], leader_epoch, in_flight=old is not None and old.in_flight)
+        self._wake()
+
+    def _wake(self) -> None:
+        """Something changed (a partition added, an answer applied): the task looks again."""
         self._wakeup.set()
+        waiter = self._applied_waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
     def ready(self, now: float) -> list[FetchState]:
         """The partitions the next fetch asks for: not dropped, not backing off, none still on its worker."""
@@ -176,8 +184,15 @@ class Fetcher:
             if not waited and trace.ON:
                 waited = True
                 trace.event("in_flight_wait+", self.leader_id)
-            self._wakeup.clear()
-            await wait_event(self._wakeup, left)
+            # A future that _wake resolves, bounded by a timer: this wait comes once per replicated batch, and
+            # an event wait in a timeout scope costs several times as much.
+            waiter = self._applied_waiter = loop.create_future()
+            timer = loop.call_later(left, _resolve, waiter)
+            try:
+                await waiter
+            finally:
+                timer.cancel()
+                self._applied_waiter = None
         if waited:
             trace.event("in_flight_wait-", self.leader_id)
 
@@ -294,7 +309,7 @@ class Fetcher:
         current = self.partitions.get((s.topic, s.partition))
         if current is not None and current is not s:
             current.in_flight = False  # replaced while this answer was on the worker (see add)
-        self._wakeup.set()
+        self._wake()
         if isinstance(result, BaseException):
             self._apply_failed(s, plog, part, result, loop_time, backoff)
         elif result is not None:
@@ -460,6 +475,11 @@ class FetcherManager:
         for task in list(self._closing):
             await task
 
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 def _name(code: int) -> str:
