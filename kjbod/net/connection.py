@@ -119,15 +119,26 @@ class ClientConnection(asyncio.Protocol):
         """The highest version of `api_key` that both the peer and this codec serve (within the bounds given)."""
         return pick_version(self.api_versions, api_key, self.address, min_version, max_version)
 
+    @property
+    def write_paused(self) -> bool:
+        """Whether the transport's buffer is full (`request()` then waits for it to drain before its answer)."""
+        return self._write_paused
+
     def send(self, api_key: int, version: int, message: Any, client_id: str | None = None,
              ) -> asyncio.Future[bytes]:
         """Writes one request; the future receives the whole response frame (header included)."""
+        future: asyncio.Future[bytes] = self._loop.create_future()
+        self.send_to(api_key, version, message, future, client_id)
+        return future
+
+    def send_to(self, api_key: int, version: int, message: Any, token: Any, client_id: str | None = None) -> None:
+        """`send` with a token of the caller's in place of the future: anything with a future's `done()`,
+        `set_result(frame)` and `set_exception(error)`, called in the read callback that completes the response
+        (or when the connection fails): the replica fetchers' answers go on from there with no loop pass."""
         if self._failure is not None:
             raise self._failure
         assert self._transport is not None
-        future: asyncio.Future[bytes] = self._loop.create_future()
-        self._transport.write(self._correlator.encode_request(api_key, version, message, future, client_id))
-        return future
+        self._transport.write(self._correlator.encode_request(api_key, version, message, token, client_id))
 
     async def request(self, api_key: int, version: int, message: Any, timeout: float,
                       client_id: str | None = None) -> Any:
