@@ -144,3 +144,28 @@ async def test_a_failed_fetch_gives_the_task_back_which_drops_the_connection(mak
         assert fetcher._conn is None  # dropped by the task's back-off; the next fetch opens a new one
     finally:
         await fetcher.close()
+
+
+async def test_an_answer_applied_late_sends_the_next_fetch_and_the_stall_bound_goes_with_it(make_log):
+    """The bound on an answer still on its worker (IN_FLIGHT_WAIT_S) is dropped once it is applied: it must never
+    hand the fetching back to the task while the callbacks' next fetch is out (the task would then send a second
+    fetch for the same offsets, whose answer fails to append and backs the partition off)."""
+    plog = make_log("t-0")
+    manager = ReplicaManager(FakeNode(2, plog, image()), ReplicationConfig(), clock=Clock())
+    fetcher = Fetcher(manager, 1, 0)
+    leader = ScriptedLeader()
+    fetcher._conn = leader  # type: ignore[assignment]
+    fetcher.add(("t", 0), 0)
+    state = fetcher.partitions[("t", 0)]
+    fetcher._handoff = asyncio.get_running_loop().create_future()  # what _stream sets while the callbacks fetch
+    state.in_flight = True  # the last answer is on its dir's worker
+    fetcher._try_send()
+    assert leader.sent == [] and fetcher._stall_timer is not None
+    state.in_flight = False  # applied (Fetcher._applied): the next fetch goes out at once
+    fetcher._wake()
+    assert len(leader.sent) == 1 and fetcher._outstanding is not None
+    assert fetcher._stall_timer is None and not fetcher._handoff.done()
+    fetcher._stalled()  # even a bound that fired meanwhile gives nothing back with a fetch out
+    assert not fetcher._handoff.done()
+    fetcher._handoff.cancel()
+    leader.close()

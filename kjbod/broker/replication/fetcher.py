@@ -230,6 +230,13 @@ class Fetcher:
         if handoff is not None and not handoff.done():
             handoff.set_result(outcome)
 
+    def _stalled(self) -> None:
+        """IN_FLIGHT_WAIT_S since an answer came and some of it is still on its worker: the task fetches the
+        rest (the timer is cancelled as soon as everything is applied, and never runs with a fetch out)."""
+        self._stall_timer = None
+        if self._outstanding is None:
+            self._give_back(_STALLED)
+
     def _try_send(self) -> None:
         """The next fetch, sent here when nothing is in flight (else back to the task: see _stream)."""
         handoff = self._handoff
@@ -238,9 +245,11 @@ class Fetcher:
         try:
             if any(s.in_flight for s in self.partitions.values()):
                 if self._stall_timer is None:  # the bound of _answers_applied, from the answer's arrival
-                    self._stall_timer = asyncio.get_running_loop().call_later(
-                        IN_FLIGHT_WAIT_S, self._give_back, _STALLED)
+                    self._stall_timer = asyncio.get_running_loop().call_later(IN_FLIGHT_WAIT_S, self._stalled)
                 return
+            if self._stall_timer is not None:  # every answer applied in time
+                self._stall_timer.cancel()
+                self._stall_timer = None
             conn = self._conn
             if conn is None or conn.closed or conn.write_paused:
                 self._give_back(None)
