@@ -13,6 +13,10 @@ for an append.  Record data leaves as file regions: the connection sends them wi
 them through Python.  Limits: partition_max_bytes per partition and max_bytes for the response, except that
 the first partition with data always gets at least one whole batch (KIP-74).
 
+A follower's fetch (replica id >= 0) is answered by callbacks (`_FollowerFetch`, Kafka's DelayedFetch): at once,
+or parked until the next append or its max_wait_ms and answered in the callback that wakes it; a consumer's, and
+a follower's that meets an active leader throttle, by the `_serve` coroutine.
+
 On a controller listener Fetch reads only the metadata log `__cluster_metadata` (kjbod.controller.metadata_fetch:
 KRaft's checks, epochs, snapshots), which is how brokers follow it.
 """

@@ -31,6 +31,12 @@ offset, the LEO, would be stale). The next fetch waits for the last answer's par
 IN_FLIGHT_WAIT_S: a fetch sent without them would park at the leader while they are ready again, and the bound
 keeps a stalled dir from holding the fetcher's other partitions longer. When the stall detection fails the dir,
 its worker answers its partitions with the dir's error and they are dropped.
+
+The task sends the first fetch (and any after a connection, a back-off or an idle wait); from its answer on,
+callbacks fetch (`_stream`): the one that brings the last partition's answer back from its worker sends the
+next fetch, and the connection's read callback takes its response (ClientConnection.send_to) and hands it to the
+workers, so a replicated batch costs the follower's loop two callbacks and no task step, future or timeout
+scope. They give the fetching back to the task for anything else (see `_stream`).
 """
 
 from __future__ import annotations
