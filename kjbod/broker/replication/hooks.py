@@ -75,6 +75,12 @@ def leader_throttled(node: Any, resolved: list[tuple[str | None, Any]], replica_
                      if manager.leader_throttled(name, p.partition, replica_id))
 
 
+def leader_throttling(node: Any) -> bool:
+    """Whether this leader's throttle holds back some topic now (a follower's fetch then takes the long way)."""
+    manager = getattr(node, "replication", None)
+    return manager is not None and bool(manager.throttles.leader.throttled)
+
+
 def leader_throttle_wait_s(node: Any) -> float:
     """Seconds until the leader quota allows the partitions it holds back now (at least THROTTLE_RECHECK_S)."""
     manager = getattr(node, "replication", None)
