@@ -181,7 +181,7 @@ def worker_round_trips(directory: Path, placed: bool, count: int = 500) -> dict[
 
 TAIL_SHARE = 0.02  # the requests "under" the p99 whose causes are looked for: each round's slowest 2 %
 PERIODIC = ("placement review", "deadline tick", "background tick", "stall watchdog", "gc", "client gc")
-LEGS = ("worker wake-up", "worker batch", "loop wake-up")  # a hand-off's legs, per request (KJBOD_TIMELINE)
+LEGS = ("worker wake-up", "worker batch", "loop wake-up", "inline work")  # a hand-off's legs, the loop path's file work
 
 Event = tuple[str, float, float, str]
 
@@ -263,9 +263,11 @@ class _Spans:
 
 # A request's way through the server, as KJBOD_TIMELINE records it: (kind, which end of the span) in order, and
 # what the time up to each point is called; the legs through a worker where the server has them.
+# The loop path (KJBOD_DIR_WORKERS=0) has the same points around its own file work ("inline work").
 _CHAIN = [("server read", 1, "to the server's read"), ("worker wake-up", 1, "on the loop to the hand-over"),
           ("worker wake-up", 2, "the worker's wake-up"), ("worker batch", 2, "on the worker"),
-          ("loop wake-up", 2, "the loop's wake-up"), ("server write", 1, "on the loop to the reply's write")]
+          ("loop wake-up", 2, "the loop's wake-up"), ("inline work", 1, "on the loop to the append"),
+          ("inline work", 2, "the append on the loop"), ("server write", 1, "on the loop to the reply's write")]
 
 
 def _chain(spans: dict[str, _Spans], reqs: list[tuple[float, float]]) -> tuple[list[str], list[list[float]]]:
