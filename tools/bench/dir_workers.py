@@ -389,11 +389,14 @@ def report_p99(samples: dict[str, dict[str, list[float]]], requests: dict[str, l
               f"{median(s['p50']) * 1e6:.0f} us vs {median(ref['p50']) * 1e6:.0f} us")
     if out["handoff_produce_p99_vs_loop"] > 1.2:
         print(f"   Why above 1.2x: a Produce through a worker wakes two more threads (the worker, then the loop "
-              f"again), and the server's threads were preempted {median(w['preempted']):.1f} times per request "
-              f"against {median(ref['preempted']):.1f} on the loop path (a woken thread finds the GIL held and "
-              f"sleeps again); the lines below say where the slowest requests' time went. What would reach it: "
-              f"fewer wake-ups per request (the append run on the loop while its dir is healthy, which the per-dir "
-              f"isolation forbids) or a free-threaded Python, where a woken thread does not wait for the GIL")
+              f"again), each one more wait for a CPU behind this machine's other work: the server's threads were "
+              f"preempted {median(w['preempted']):.1f} times per request against {median(ref['preempted']):.1f} "
+              f"on the loop path and waited on a run queue {median(w['waited']) * 1e6:.0f} us against "
+              f"{median(ref['waited']) * 1e6:.0f} us; the lines below split the slowest requests' time (all "
+              f"requests' in brackets) on both paths. What would reach it: one wake-up fewer, the worker writing "
+              f"the reply to the socket itself (the connection's writes made safe from a second thread, replies "
+              f"kept in order), or a free-threaded Python, where the loop's part runs beside the worker's; the "
+              f"append run on the loop while its dir is healthy would too, which the per-dir isolation forbids")
     for name, s in samples.items():
         print(f"   Tail, {name}: the server's threads waited on a run queue {median(s['waited']) * 1e6:.0f} us per "
               f"request and were preempted {median(s['preempted']):.2f} times per request (median of rounds)")
