@@ -268,7 +268,9 @@ class _Bell:
             self._r, self._w = os.pipe()
             os.set_blocking(self._r, blocking)
             os.set_blocking(self._w, False)
-        weakref.finalize(self, _close_fds, self._r, self._w)  # closed once no thread can ring it any more
+        # Closed once no thread can ring it any more; not at the interpreter's exit, where a daemon worker stuck
+        # in a hung dir may still come back to it (the process's end closes it).
+        weakref.finalize(self, _close_fds, self._r, self._w).atexit = False
 
     @property
     def fd(self) -> int:
