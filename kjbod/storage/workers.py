@@ -13,7 +13,7 @@ The two threads wake each other through bells (:class:`_Bell`, an eventfd each w
 per loop that every worker answers to) rung and waited on in system calls made with the GIL released, so the
 woken thread finds the interpreter free instead of sleeping again on it until the ringer lets it go. With a
 queue's lock and ``call_soon_threadsafe``, both rung holding the GIL, the server's threads were preempted 3.2-3.5
-times per Produce at 500 requests/s; with the bells, 1.5-1.8 (the event loop alone: 0.6-0.9).
+times per Produce at 500 requests/s; with the bells, 1.5-1.8 (the event loop alone: 0.6-1.0).
 
 At most one batch of the loop's closures is in flight per worker: an idle worker gets a closure at the end of
 the loop's pass (no added latency), but while it runs a batch, what the loop submits for that dir is held on the
