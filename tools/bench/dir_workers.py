@@ -187,7 +187,7 @@ def worker_round_trips(directory: Path, placed: bool, count: int = 500) -> dict[
 
 TAIL_SHARE = 0.02  # the requests "under" the p99 whose causes are looked for: each round's slowest 2 %
 PERIODIC = ("placement review", "deadline tick", "background tick", "stall watchdog", "gc", "client gc")
-LEGS = ("worker wake-up", "worker batch", "loop wake-up")  # a hand-off's legs, per request (KJBOD_TIMELINE)
+LEGS = ("worker wake-up", "worker batch", "loop wake-up", "inline work")  # a hand-off's legs, the loop path's file work
 
 Event = tuple[str, float, float, str]
 
@@ -269,9 +269,11 @@ class _Spans:
 
 # A request's way through the server, as KJBOD_TIMELINE records it: (kind, which end of the span) in order, and
 # what the time up to each point is called; the legs through a worker where the server has them.
+# The loop path (KJBOD_DIR_WORKERS=0) has the same points around its own file work ("inline work").
 _CHAIN = [("server read", 1, "to the server's read"), ("worker wake-up", 1, "on the loop to the hand-over"),
           ("worker wake-up", 2, "the worker's wake-up"), ("worker batch", 2, "on the worker"),
-          ("loop wake-up", 2, "the loop's wake-up"), ("server write", 1, "on the loop to the reply's write")]
+          ("loop wake-up", 2, "the loop's wake-up"), ("inline work", 1, "on the loop to the append"),
+          ("inline work", 2, "the append on the loop"), ("server write", 1, "on the loop to the reply's write")]
 
 
 def _chain(spans: dict[str, _Spans], reqs: list[tuple[float, float]]) -> tuple[list[str], list[list[float]]]:
@@ -393,11 +395,14 @@ def report_p99(samples: dict[str, dict[str, list[float]]], requests: dict[str, l
               f"{median(s['p50']) * 1e6:.0f} us vs {median(ref['p50']) * 1e6:.0f} us")
     if out["handoff_produce_p99_vs_loop"] > 1.2:
         print(f"   Why above 1.2x: a Produce through a worker wakes two more threads (the worker, then the loop "
-              f"again), and the server's threads were preempted {median(w['preempted']):.1f} times per request "
-              f"against {median(ref['preempted']):.1f} on the loop path (a woken thread finds the GIL held and "
-              f"sleeps again); the lines below say where the slowest requests' time went. What would reach it: "
-              f"fewer wake-ups per request (the append run on the loop while its dir is healthy, which the per-dir "
-              f"isolation forbids) or a free-threaded Python, where a woken thread does not wait for the GIL")
+              f"again), each one more wait for a CPU behind this machine's other work: the server's threads were "
+              f"preempted {median(w['preempted']):.1f} times per request against {median(ref['preempted']):.1f} "
+              f"on the loop path and waited on a run queue {median(w['waited']) * 1e6:.0f} us against "
+              f"{median(ref['waited']) * 1e6:.0f} us; the lines below split the slowest requests' time (all "
+              f"requests' in brackets) on both paths. What would reach it: one wake-up fewer, the worker writing "
+              f"the reply to the socket itself (the connection's writes made safe from a second thread, replies "
+              f"kept in order), or a free-threaded Python, where the loop's part runs beside the worker's; the "
+              f"append run on the loop while its dir is healthy would too, which the per-dir isolation forbids")
     for name, s in samples.items():
         print(f"   Tail, {name}: the server's threads waited on a run queue {median(s['waited']) * 1e6:.0f} us per "
               f"request and were preempted {median(s['preempted']):.2f} times per request (median of rounds)")
