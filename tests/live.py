@@ -40,6 +40,8 @@ __all__ = [
     "LiveServer",
     "format_storage",
     "free_port",
+    "free_ports",
+    "cluster_ports",
     "kafka_uuid",
     "kjbod_server",
     "kjbod_server_factory",
@@ -70,6 +72,12 @@ _random = random.SystemRandom()  # not the random module's state, which tests ma
 def free_port() -> int:
     """A TCP port on 127.0.0.1 for a test server: free now, never handed out before by this process, locked
     against every other process that asks here, and outside the ephemeral range (PORT_RANGE)."""
+    return free_ports(1)
+
+
+def free_ports(count: int) -> int:
+    """The first of `count` consecutive ports that are each what free_port hands out (for `kjbod cluster up
+    --base-port`, which numbers a cluster's ports from there)."""
     if not _port_locks:
         _port_locks.append(os.open(PORT_LOCKS, os.O_RDWR | os.O_CREAT, 0o666))
     low, high = PORT_RANGE
@@ -77,21 +85,33 @@ def free_port() -> int:
     if ephemeral_low > low + 1000:
         high = min(high, ephemeral_low)
     for _ in range(1000):
-        port = _random.randrange(low, high)
-        if port in _ports_taken:
+        first = _random.randrange(low, high - count + 1)
+        block = range(first, first + count)
+        if _ports_taken.intersection(block):
             continue
         try:
-            fcntl.lockf(_port_locks[0], fcntl.LOCK_EX | fcntl.LOCK_NB, 1, port)
+            fcntl.lockf(_port_locks[0], fcntl.LOCK_EX | fcntl.LOCK_NB, count, first)
         except OSError:
-            continue  # another test process holds it
-        _ports_taken.add(port)  # locked until this process exits: not tried again either way
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue  # something else on the machine listens there
-        return port
-    raise RuntimeError(f"no free port in {low}-{high} after 1000 tries")
+            continue  # another test process holds one of them
+        _ports_taken.update(block)  # locked until this process exits: not tried again either way
+        if all(_bindable(port) for port in block):
+            return first
+    raise RuntimeError(f"no {count} free consecutive ports in {low}-{high} after 1000 tries")
+
+
+def cluster_ports(brokers: int) -> list[str]:
+    """`kjbod cluster up`'s --base-port for a new test cluster of `brokers` brokers: a block of ports of its own
+    (each broker's listener and metrics port, the controller's two)."""
+    return ["--base-port", str(free_ports(2 * brokers + 2))]
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False  # something else on the machine listens there
+    return True
 
 
 def new_cluster_id() -> str:
@@ -181,7 +201,9 @@ class LiveServer:
         return "\n".join(lines[-tail:])
 
     def start(self, timeout: float = READY_TIMEOUT) -> None:
-        """Starts `kjbod serve` and waits until the broker listener accepts connections."""
+        """Starts `kjbod serve` and waits until both its listeners accept connections. (The node binds them one
+        after the other, the broker's first: a test that asked the controller as soon as the broker listener
+        answered was once refused under load.)"""
         self.command = [*COMMAND, "serve", "-c", str(self.config)]
         with open(self.stderr_path, "ab") as err:
             self.process = subprocess.Popen(self.command, stdout=subprocess.DEVNULL, stderr=err,
@@ -193,8 +215,10 @@ class LiveServer:
                 raise RuntimeError(f"{' '.join(self.command)} exited with {code} before listening on "
                                    f"{self.bootstrap}; stderr:\n{self.stderr()}")
             try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
-                    return
+                for port in (self.port, self.controller_port):
+                    with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                        pass
+                return
             except OSError:
                 pass
             if time.monotonic() > deadline:

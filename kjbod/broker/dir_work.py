@@ -90,12 +90,15 @@ class DirWork:
                     self._filled(items, results)
                     continue
             if worker is None:
+                started = time.perf_counter() if timeline.ON else 0.0
                 try:
                     results = fn(items)
                 except Exception as e:
                     self._failed(items, e)
                 else:
                     self._filled(items, results)
+                if timeline.ON:  # the loop path's own file work, as a worker's "worker batch"
+                    timeline.span("inline work", started, str(len(items)))
             else:
                 handed.append((worker, items))
         if not handed:

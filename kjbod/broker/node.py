@@ -106,6 +106,7 @@ class BrokerNode:
         self.shutdown_requested = asyncio.Event()
         self._appended = asyncio.Event()
         self._log_end_moved = asyncio.Event()
+        self._at_log_end: dict[Any, None] = {}  # one-shot callbacks of the next append (followers' parked fetches)
         self.exit_code = 0
         self.incarnation_id = uuid.uuid4()
         self.broker_epoch = -1
@@ -196,6 +197,10 @@ class BrokerNode:
         self._appended = asyncio.Event()
         self._log_end_moved.set()
         self._log_end_moved = asyncio.Event()
+        if self._at_log_end:
+            callbacks, self._at_log_end = self._at_log_end, {}
+            for callback in callbacks:
+                callback()
 
     def notify_high_watermark(self) -> None:
         """Wakes the consumers' long polls only: a high watermark move gives them records, never a follower,
@@ -210,6 +215,15 @@ class BrokerNode:
     def log_end_event(self) -> asyncio.Event:
         """Set at the next append (what a follower's long poll waits for)."""
         return self._log_end_moved
+
+    def at_log_end(self, callback: Any) -> None:
+        """``callback()`` at the next append (or shutdown), in the call that notifies it: a follower's parked
+        fetch (kjbod.broker.handlers.fetch) answers there, with no task or loop pass of its own."""
+        self._at_log_end[callback] = None
+
+    def cancel_at_log_end(self, callback: Any) -> None:
+        """Forgets a callback given to :meth:`at_log_end` (a parked fetch that timed out)."""
+        self._at_log_end.pop(callback, None)
 
     def partition_online(self, topic: str, partition: int) -> bool:
         if self.logs is None:

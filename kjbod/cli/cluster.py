@@ -2,8 +2,9 @@
 
 Strategy: everything lives in one directory (`--dir`), one subdirectory per node holding the node's Kafka-style
 `server.properties`, its log dirs, its log (`server.log`: what the process writes) and, while it runs, its pid
-(`pid`).  A new or empty directory gets the config files (free ports on 127.0.0.1, chosen once and kept in the
-files) and is formatted with one cluster id (`kjbod format`'s code); a directory that holds a cluster already is
+(`pid`).  A new or empty directory gets the config files (ports on 127.0.0.1 counted up from `--base-port`, 9092
+by default: the brokers' listeners first, then the controller's, then the metrics listeners, each port that
+something listens on skipped; chosen once and kept in the files) and is formatted with one cluster id (`kjbod format`'s code); a directory that holds a cluster already is
 started again as its files say, with its data.  The nodes are plain `kjbod serve -c FILE` processes.
 
 `up` starts every node that is not running (all of them for a new or stopped cluster; after a broker was killed,
@@ -39,6 +40,7 @@ CONTROLLER_NODE_ID = 1000
 READY_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 60.0
 HOST = "127.0.0.1"
+DEFAULT_BASE_PORT = 9092  # Kafka's own: a one-broker cluster listens where clients look first
 STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
 
 
@@ -55,6 +57,9 @@ def add_subcommand(sub: Any) -> None:
     up.add_argument("--log-dirs", type=_positive, default=3, metavar="N", help="log dirs per broker (default 3)")
     up.add_argument("--dir", default="kjbod-cluster", metavar="PATH",
                     help="where the nodes keep their configs, data and logs (default ./kjbod-cluster)")
+    up.add_argument("--base-port", type=_port, default=DEFAULT_BASE_PORT, metavar="PORT",
+                    help="the first port a new cluster's nodes listen on: brokers from PORT up, then the "
+                         f"controller, then the metrics listeners; taken ports skipped (default {DEFAULT_BASE_PORT})")
     up.add_argument("--detach", action="store_true",
                     help="return once every broker is registered and unfenced; stop with 'kjbod cluster down'")
     up.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -80,13 +85,35 @@ def _positive(text: str) -> int:
     return value
 
 
+def _port(text: str) -> int:
+    value = _positive(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"{value} is not a TCP port (1-65535)")
+    return value
+
+
 # ------------------------------------------------------------------------------------------------ layout
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
+class PortCounter:
+    """A new cluster's ports: counted up from a base, as an operator numbers them (9092, 9093, ...), never from
+    the kernel's ephemeral range the way bind(0) picks them (an outgoing connection may take such a port before
+    the node binds it). A port something listens on (or cannot be bound now) is skipped."""
+
+    def __init__(self, base: int) -> None:
+        self.base = self.next = base
+
+    def take(self) -> int:
+        while self.next <= 65535:
+            port = self.next
+            self.next += 1
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                try:
+                    s.bind((HOST, port))
+                except OSError:
+                    continue
+            return port
+        raise UserError(f"no free port on {HOST} from --base-port {self.base} up to 65535")
 
 
 def read_properties(path: Path) -> dict[str, str]:
@@ -112,13 +139,16 @@ def node_dirs(root: Path) -> list[Path]:
     return ([controller] if (controller / "server.properties").is_file() else []) + brokers
 
 
-def create_cluster(root: Path, brokers: int, log_dirs: int, extra: dict[str, str]) -> None:
+def create_cluster(root: Path, brokers: int, log_dirs: int, extra: dict[str, str],
+                   base_port: int = DEFAULT_BASE_PORT) -> None:
     """Writes every node's server.properties and formats its dirs with one new cluster id."""
     from kjbod.server.config import load_config
     from kjbod.storage.ids import random_directory_id
     from kjbod.storage.meta import format_dirs
 
-    cport = _free_port()
+    ports = PortCounter(base_port)
+    broker_ports = [ports.take() for _ in range(brokers)]
+    cport = ports.take()
     common = {"controller.listener.names": "CONTROLLER",
               "controller.quorum.bootstrap.servers": f"{HOST}:{cport}",
               "broker.heartbeat.interval.ms": "2000", "broker.session.timeout.ms": "9000"}
@@ -126,13 +156,13 @@ def create_cluster(root: Path, brokers: int, log_dirs: int, extra: dict[str, str
         "process.roles": "controller", "node.id": str(CONTROLLER_NODE_ID),
         "listeners": f"CONTROLLER://{HOST}:{cport}",
         "controller.quorum.voters": f"{CONTROLLER_NODE_ID}@{HOST}:{cport}",
-        "kjbod.metrics.listener": f"{HOST}:{_free_port()}",
+        "kjbod.metrics.listener": f"{HOST}:{ports.take()}",
         "log.dirs": str(root / CONTROLLER / "metadata"), **common, **extra}}
     for b in range(1, brokers + 1):
         home = root / f"broker-{b}"
         nodes[home / "server.properties"] = {
-            "process.roles": "broker", "node.id": str(b), "listeners": f"PLAINTEXT://{HOST}:{_free_port()}",
-            "kjbod.metrics.listener": f"{HOST}:{_free_port()}",
+            "process.roles": "broker", "node.id": str(b), "listeners": f"PLAINTEXT://{HOST}:{broker_ports[b - 1]}",
+            "kjbod.metrics.listener": f"{HOST}:{ports.take()}",
             "log.dirs": ",".join(str(home / f"logs-{i}") for i in range(log_dirs)), **common, **extra}
     cluster_id = random_directory_id()
     for path, settings in nodes.items():
@@ -232,6 +262,11 @@ def stop_nodes(root: Path, only: set[Path] | None = None) -> list[str]:
             if _alive(pid):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(ChildProcessError):
+                # Our own child (an `up` in the foreground): reaped now. `_alive` may have seen it a zombie
+                # without reaping it, and a SIGKILLed one is reaped once it is gone; either would otherwise stay
+                # in the process table until `up` itself exits.
+                os.waitpid(pid, 0)
             with contextlib.suppress(OSError):
                 (home / "pid").unlink()
             stopped.append(home.name)
@@ -271,7 +306,7 @@ def run_up(args: argparse.Namespace) -> int:
     new = _is_empty(root)
     if new:
         try:
-            create_cluster(root, args.brokers, args.log_dirs, extra)
+            create_cluster(root, args.brokers, args.log_dirs, extra, args.base_port)
         except BaseException:  # a bad --set: leave the dir as it was (empty), not a half-made cluster
             for child in root.iterdir() if root.exists() else ():
                 shutil.rmtree(child, ignore_errors=True)

@@ -119,25 +119,44 @@ class ClientConnection(asyncio.Protocol):
         """The highest version of `api_key` that both the peer and this codec serve (within the bounds given)."""
         return pick_version(self.api_versions, api_key, self.address, min_version, max_version)
 
+    @property
+    def write_paused(self) -> bool:
+        """Whether the transport's buffer is full (`request()` then waits for it to drain before its answer)."""
+        return self._write_paused
+
     def send(self, api_key: int, version: int, message: Any, client_id: str | None = None,
              ) -> asyncio.Future[bytes]:
         """Writes one request; the future receives the whole response frame (header included)."""
+        future: asyncio.Future[bytes] = self._loop.create_future()
+        self.send_to(api_key, version, message, future, client_id)
+        return future
+
+    def send_to(self, api_key: int, version: int, message: Any, token: Any, client_id: str | None = None) -> None:
+        """`send` with a token of the caller's in place of the future: anything with a future's `done()`,
+        `set_result(frame)` and `set_exception(error)`, called in the read callback that completes the response
+        (or when the connection fails): the replica fetchers' answers go on from there with no loop pass."""
         if self._failure is not None:
             raise self._failure
         assert self._transport is not None
-        future: asyncio.Future[bytes] = self._loop.create_future()
-        self._transport.write(self._correlator.encode_request(api_key, version, message, future, client_id))
-        return future
+        self._transport.write(self._correlator.encode_request(api_key, version, message, token, client_id))
 
     async def request(self, api_key: int, version: int, message: Any, timeout: float,
                       client_id: str | None = None) -> Any:
         """Sends `message` and returns the decoded response body; raises a ClientError on any failure."""
         future = self.send(api_key, version, message, client_id)
         try:
-            async with asyncio.timeout(timeout):
-                if self._write_paused:
+            if self._write_paused:
+                async with asyncio.timeout(timeout):
                     await self._drain()
-                frame = await future
+                    frame = await future
+            else:
+                # The bound is a timer that fails the future, not a timeout scope: the replica fetchers ask once
+                # per replicated batch, and a scope's enter, reschedule and exit cost more than a timer.
+                timer = self._loop.call_later(timeout, _time_up, future)
+                try:
+                    frame = await future
+                finally:
+                    timer.cancel()
         except TimeoutError:
             error = RequestTimeoutError(
                 f"{api_name(api_key)} v{version} to {self.address}: no response within {timeout:.3g}s")
@@ -304,6 +323,12 @@ class ReconnectingConnection:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+
+
+def _time_up(future: asyncio.Future[bytes]) -> None:
+    """A request's timeout (ClientConnection.request): its wait ends with TimeoutError."""
+    if not future.done():
+        future.set_exception(TimeoutError())
 
 
 def _unreachable(addresses: Sequence[tuple[str, int]], failures: Sequence[BrokerConnectionError],

@@ -76,7 +76,7 @@ class PerVersion:
 class Correlator(Generic[T]):
     """Requests and responses of one connection to `host:port` (used only to name the peer in errors)."""
 
-    __slots__ = ("client_id", "host", "port", "_decoder", "_next_correlation_id", "_pending")
+    __slots__ = ("client_id", "host", "port", "_decoder", "_next_correlation_id", "_pending", "_headers")
 
     def __init__(self, host: str, port: int, client_id: str | None,
                  max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
@@ -86,6 +86,8 @@ class Correlator(Generic[T]):
         self._decoder = FrameDecoder(max_frame_size)
         self._pending: deque[tuple[int, T]] = deque()
         self._next_correlation_id = 0
+        # (api key, version, client id) -> the request header's bytes before and after the correlation id
+        self._headers: dict[tuple[int, int, str | None], tuple[bytes, bytes]] = {}
 
     @property
     def in_flight(self) -> int:
@@ -98,9 +100,12 @@ class Correlator(Generic[T]):
         A message that cannot be written at `version` raises ValueError and leaves nothing pending.
         """
         correlation_id = self._next_correlation_id
-        parts: list[Any] = [b"", RequestHeader(
-            api_key, version, correlation_id, self.client_id if client_id is None else client_id,
-        ).encode(request_header_version(api_key, version))]
+        if client_id is None:
+            client_id = self.client_id
+        header = self._headers.get((api_key, version, client_id))
+        if header is None:
+            header = self._header(api_key, version, client_id)
+        parts: list[Any] = [b"", header[0], _SIZE.pack(correlation_id), header[1]]
         try:
             message.encode_into(parts, version)
         except EncodeError as e:
@@ -112,6 +117,13 @@ class Correlator(Generic[T]):
         self._next_correlation_id = 0 if correlation_id == _MAX_CORRELATION_ID else correlation_id + 1
         self._pending.append((correlation_id, token))
         return b"".join(parts)
+
+    def _header(self, api_key: int, version: int, client_id: str | None) -> tuple[bytes, bytes]:
+        """The generated header's bytes around its correlation id (api key and version before, the client id and
+        tagged fields after), kept: a replica fetcher sends the same header but for that id once per batch."""
+        whole = RequestHeader(api_key, version, 0, client_id).encode(request_header_version(api_key, version))
+        header = self._headers[(api_key, version, client_id)] = (whole[:4], whole[8:])
+        return header
 
     def receive_data(self, data: bytes) -> list[tuple[T, bytes]]:
         """(token, response frame) for every response completed by `data`; raises ProtocolViolation."""

@@ -188,6 +188,8 @@ class PartitionLog:
         self._dir_dirty = False  # a file was created or renamed in the dir since the last flush
         self.closed = False
         self.replaced_by: PartitionLog | None = None  # the log a KIP-113 move swapped in for this one (closed)
+        self.moved_from: PartitionLog | None = None  # the log this one replaced, while appends may be out there
+        self.appends_in_flight = 0  # Produce appends handed to this log's dir worker, not answered (the loop's)
         self.load_stats = LoadStats()
         self._created_unsynced = False
         self._producer_state_ready = True  # a new log has none; a loaded one builds it lazily
@@ -1356,7 +1358,8 @@ class PartitionLog:
             self._leo = offset
             self._epochs.truncate_from_end(offset)
             self._latest_epoch = self._epochs.latest_epoch
-            self._after_truncation(offset)
+            # what the snapshot cannot give back: the batches below `offset` (see restore_older_batches)
+            self._after_truncation(offset, dict(self.producer_state.producers) if self._producer_state_ready else {})
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         with self.lock:
@@ -1376,7 +1379,7 @@ class PartitionLog:
         self._latest_epoch = -1
         self._after_truncation(offset)
 
-    def _after_truncation(self, offset: int) -> None:
+    def _after_truncation(self, offset: int, before: dict | None = None) -> None:
         self.recovery_point = min(self.recovery_point, offset)
         self._hw = min(self._hw, offset) if not self.auto_high_watermark else offset
         self._dir_dirty = True
@@ -1385,6 +1388,8 @@ class PartitionLog:
             if name.endswith(SNAPSHOT_SUFFIX) and name[:20].isdigit():
                 snapshots[int(name[:20])] = os.path.join(self.dir, name)
         self._load_producer_state(snapshots)
+        if before:
+            self.producer_state.restore_older_batches(before, offset)
 
     # ------------------------------------------------------------------------------------------ files
 

@@ -949,6 +949,7 @@ class LogManager:
                 future._log_start = max(future._log_start, current._log_start)
                 future.auto_high_watermark = current.auto_high_watermark
                 future.take_leader_epochs(current)
+                future.moved_from = current  # before the partition leads here: see produce._serving
                 self._logs[tp] = future
                 del self._futures[tp]
                 current.closed = True

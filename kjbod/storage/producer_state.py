@@ -19,7 +19,8 @@ and on clean shutdown) plus a replay of the batches after the snapshot. Snapshot
                 int32 offset delta, int64 timestamp, int32 coordinator epoch, int64 txn first offset
 
 Only the last batch of each producer is in a snapshot (as in Kafka), so after a restart a retry of an older
-in-flight batch is judged by sequence alone.
+in-flight batch is judged by sequence alone. A truncation rebuilds from a snapshot too, then gives back the
+batches the state held before it that the log still has (:meth:`ProducerStateManager.restore_older_batches`).
 """
 
 from __future__ import annotations
@@ -193,6 +194,23 @@ class ProducerStateManager:
                     entry = producers[header.producer_id] = ProducerEntry(header.producer_id)
                 entry.add(header, header.base_offset)
             self.map_end_offset = header.next_offset
+
+    def restore_older_batches(self, before: dict[int, ProducerEntry], end_offset: int) -> None:
+        """After a truncation to ``end_offset`` rebuilt this state from a snapshot (which holds only each
+        producer's last batch) and the batches after it: give each producer back the batches of ``before``
+        (the state just before the truncation) that the log still holds and that the rebuild could not see,
+        up to the five newest. A follower that truncated and then leads would otherwise judge a retry of one of
+        those in-flight batches by its sequence alone (OUT_OF_ORDER_SEQUENCE_NUMBER, fatal to the producer)
+        instead of answering it as a duplicate. Kafka rebuilds from its snapshot only; what is added here was
+        in the log, so the answers agree with Kafka's wherever Kafka's state still had the batch."""
+        for pid, entry in self.producers.items():
+            old = before.get(pid)
+            if old is None or old.epoch != entry.epoch or len(entry.batches) >= NUM_BATCHES_TO_RETAIN:
+                continue
+            oldest = entry.batches[0].first_offset if entry.batches else end_offset
+            older = [b for b in old.batches if b.last_offset < oldest and b.last_offset < end_offset]
+            if older:
+                entry.batches = deque([*older, *entry.batches], maxlen=NUM_BATCHES_TO_RETAIN)
 
     def clear(self, offset: int = 0) -> None:
         self.producers.clear()

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from live import COMMAND
+from live import COMMAND, cluster_ports
 
 from kjbod.cli.cluster import listen_port, node_dirs, node_pid, read_properties, wait_listening
 
@@ -106,7 +106,7 @@ def running_cluster(root: Path, settings: dict[str, str] | None = None,
     short timers unless `settings` say otherwise, and `settings` as more `--set key=value`), stopped with
     `kjbod cluster down` at the end; `env` is added to the nodes' environment."""
     command = [*COMMAND, "cluster", "up", "--detach", "--brokers", str(brokers), "--log-dirs", str(log_dirs),
-               "--dir", str(root)]
+               "--dir", str(root), *cluster_ports(brokers)]
     chosen = {"broker.heartbeat.interval.ms": str(HEARTBEAT_MS), "broker.session.timeout.ms": str(SESSION_MS),
               **(settings or {})}
     for key, value in chosen.items():

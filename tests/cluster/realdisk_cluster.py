@@ -52,13 +52,14 @@ def wait_for(condition, what: str):
 def main(base: Path) -> dict:
     from datapath.support import RawClient, batch, create_topic, list_offset, log_events, metadata, produce
     from kip113.realdisk_move import mount_ext4, shutdown
+    from live import cluster_ports
 
     from kjbod.cli.cluster import listen_port
     from kjbod.protocol.generated import AlterReplicaLogDirsRequest as A
     from kjbod.protocol.generated import DescribeClusterRequest, DescribeLogDirsRequest
 
     root = base / "cluster"
-    up = ["cluster", "up", "--detach", "--brokers", "3", "--log-dirs", "3", "--dir", str(root),
+    up = ["cluster", "up", "--detach", "--brokers", "3", "--log-dirs", "3", "--dir", str(root), *cluster_ports(3),
           "--set", "broker.heartbeat.interval.ms=300", "--set", "broker.session.timeout.ms=9000"]
     kjbod(*up)
     kjbod("cluster", "down", "--dir", str(root))

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from datapath.support import RawClient, batch, create_topic, fetch, fetch_all, list_offset, metadata, produce
-from live import COMMAND, read_meta_properties
+from live import COMMAND, cluster_ports, read_meta_properties
 
 from kjbod.cli.cluster import node_dirs, node_pid
 from kjbod.protocol.errors import ErrorCode as E
@@ -394,7 +394,8 @@ def test_cluster_down_then_up_again_keeps_the_data(cluster):
 
 
 def test_cluster_up_in_the_foreground_stops_every_node_when_its_terminal_goes_away(tmp_path):
-    up = subprocess.Popen([*COMMAND, "cluster", "up", "--brokers", "1", "--log-dirs", "2", "--dir", str(tmp_path)],
+    up = subprocess.Popen([*COMMAND, "cluster", "up", "--brokers", "1", "--log-dirs", "2", "--dir", str(tmp_path),
+                           *cluster_ports(1)],
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         lines = []

@@ -201,3 +201,20 @@ def test_any_split_of_pipelined_responses_gives_the_same_answers(cuts: list[int]
     for token, frame in got:
         key, version, _, response, _ = CASES[token % len(CASES)]
         assert decode_response(frame, key, version, "h", 1) == response
+
+
+@pytest.mark.parametrize("client_id", ["me", "", None])
+def test_a_kept_header_writes_the_generated_headers_bytes(client_id: str | None) -> None:
+    """The header's bytes around the correlation id are kept per (api, version, client id): every frame, the
+    first and the later ones, is byte for byte the generated RequestHeader's, with its own correlation id."""
+    from kjbod.protocol.generated.request_header import RequestHeader
+    from kjbod.protocol.headers import request_header_version
+
+    c: Correlator[None] = Correlator("h", 1, client_id)
+    for round_ in range(2):
+        for i, (key, version, request, _, _) in enumerate(CASES):
+            frame = c.encode_request(key, version, request, None)
+            cid = round_ * len(CASES) + i
+            header = RequestHeader(key, version, cid, client_id).encode(request_header_version(key, version))
+            body = request.encode(version)
+            assert frame == struct.pack(">i", len(header) + len(body)) + header + body

@@ -14,7 +14,7 @@ import pytest
 from kjbod.broker.handlers import fetch as fetch_handler
 from kjbod.broker.node import BrokerNode
 from kjbod.protocol.errors import ErrorCode
-from kjbod.protocol.generated import FetchRequest
+from kjbod.protocol.generated import FetchRequest, FetchResponse
 from kjbod.wire.handler import Later
 from tests.replication.conftest import batch
 from tests.replication.test_replica_manager import FakeNode, fetch, leader  # noqa: F401  (the fixture)
@@ -29,11 +29,13 @@ class PollingNode(FakeNode):
     notify_append = BrokerNode.notify_append
     notify_high_watermark = BrokerNode.notify_high_watermark
     append_event = BrokerNode.append_event
+    cancel_at_log_end = BrokerNode.cancel_at_log_end
 
     def __init__(self, node: FakeNode, plog: object) -> None:
         self.__dict__.update(node.__dict__)
         self._appended = asyncio.Event()
         self._log_end_moved = asyncio.Event()
+        self._at_log_end: dict = {}
         self.stopping = False
         self.topic_stats = None
         self.logs.manager.worker = lambda log_dir: None  # reads run inline
@@ -41,9 +43,13 @@ class PollingNode(FakeNode):
         self.partition_log = lambda topic, partition: plog
         self.parked = 0  # how many times a follower's fetch went (back) to waiting
 
-    def log_end_event(self) -> asyncio.Event:
+    def log_end_event(self) -> asyncio.Event:  # the long way's wait (a throttled leader)
         self.parked += 1
         return self._log_end_moved
+
+    def at_log_end(self, callback) -> None:  # a follower's fetch parked by callbacks
+        self.parked += 1
+        BrokerNode.at_log_end(self, callback)
 
 
 @pytest.fixture
@@ -61,7 +67,18 @@ def follower_fetch(lead, replica: int, offset: int):
                             partition=0, current_leader_epoch=0, fetch_offset=offset, last_fetched_epoch=-1,
                             log_start_offset=0, partition_max_bytes=1 << 20)])])
     request = SimpleNamespace(api_version=FETCH_VERSION, ctx=SimpleNamespace(listener_kind="broker"))
-    return asyncio.ensure_future(fetch_handler.handle(lead.node, request, body))
+    return as_future(fetch_handler.handle(lead.node, request, body))
+
+
+def as_future(answer) -> asyncio.Future:
+    """The handler's answer (the response, a Later of it, or a coroutine: the long way) as a future."""
+    if answer.__class__ is Later:
+        return _awaited(answer)
+    if asyncio.iscoroutine(answer):
+        return asyncio.ensure_future(answer)
+    future = asyncio.get_running_loop().create_future()
+    future.set_result(answer)
+    return future
 
 
 async def settle() -> None:
@@ -285,3 +302,53 @@ async def test_a_small_read_the_page_cache_cannot_answer_closes_its_regions_for_
     assert held and all(r.closed for r in held)
     data, _hw, _lso = fetch_handler._small_read(polling.plog, 0, 1 << 20)  # waiting allowed: a plain pread
     assert data == polling.plog.read_bytes(0, 1 << 20)
+
+
+def follower_answer(lead, replica: int, offset: int, max_wait_ms: int = int(LONG_S * 1000)):
+    """The Fetch handler's own answer to a follower's fetch (the response, or a Later of it)."""
+    body = FetchRequest(replica_id=replica, max_wait_ms=max_wait_ms, min_bytes=1, max_bytes=1 << 20,
+                        topics=[FetchRequest.FetchTopic(topic="t", partitions=[FetchRequest.FetchPartition(
+                            partition=0, current_leader_epoch=0, fetch_offset=offset, last_fetched_epoch=-1,
+                            log_start_offset=0, partition_max_bytes=1 << 20)])])
+    request = SimpleNamespace(api_version=FETCH_VERSION, ctx=SimpleNamespace(listener_kind="broker"))
+    return fetch_handler.handle(lead.node, request, body)
+
+
+async def test_a_parked_follower_fetch_is_answered_in_the_appends_own_callback_with_no_task(polling):
+    """Kafka's DelayedFetch by callbacks: a follower's fetch with data waiting is answered at once (the response
+    itself), one at the log end is a Later that the append's notification completes in its own call, with the
+    bytes appended; nothing stays registered for later appends."""
+    polling.plog.append(batch(2), leader_epoch=0)
+    tasks = len(asyncio.all_tasks())
+    at_once = follower_answer(polling, 2, 0)
+    assert at_once.__class__ is FetchResponse
+    assert answered(at_once)[:2] == (0, len(polling.plog.read_bytes(0, 1 << 20)))
+    parked = follower_answer(polling, 3, 2)
+    assert parked.__class__ is Later and not parked.done() and len(asyncio.all_tasks()) == tasks
+    polling.plog.append(batch(3), leader_epoch=0)
+    polling.node.notify_append()
+    assert parked.done()  # in notify_append's call: no loop pass
+    (part,) = parked.result().responses[0].partitions
+    assert part.error_code == 0 and part.records == polling.plog.read_bytes(2, 1 << 20)
+    assert polling.node._at_log_end == {}
+
+
+async def test_a_parked_follower_fetch_ends_at_its_wait_and_leaves_nothing_registered(polling):
+    polling.plog.append(batch(2), leader_epoch=0)
+    parked = follower_answer(polling, 2, 2, max_wait_ms=1)
+    assert parked.__class__ is Later
+    error, size, hw = answered(await asyncio.wait_for(_awaited(parked), LONG_S))
+    assert (error, size) == (0, 0)
+    assert polling.node._at_log_end == {}  # an idle partition's fetches, one after another, pile nothing up
+
+
+async def test_a_parked_follower_fetch_whose_connection_went_is_dropped_and_shutdown_answers_the_rest(polling):
+    polling.plog.append(batch(2), leader_epoch=0)
+    gone = follower_answer(polling, 2, 2)
+    waiting = follower_answer(polling, 3, 2)
+    gone.cancel()  # what the connection does with its queued replies when it closes
+    polling.node.stopping = True  # BrokerNode.begin_shutdown: stopping, then notify_append
+    polling.node.notify_append()
+    assert gone.cancelled()
+    assert waiting.done() and answered(waiting.result())[:2] == (0, 0)  # nothing new: answered empty, at once
+    assert polling.node._at_log_end == {}

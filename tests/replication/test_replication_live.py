@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
-from live import COMMAND
+from live import COMMAND, cluster_ports
 
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import FetchRequest, OffsetForLeaderEpochRequest
@@ -34,7 +34,7 @@ PARTITIONS = 6
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     root = tmp_path_factory.mktemp("replication")
     command = [*COMMAND, "cluster", "up", "--detach", "--brokers", "3", "--log-dirs", "2", "--dir", str(root),
-               "--set", "broker.heartbeat.interval.ms=300", "--set", f"broker.session.timeout.ms={SESSION_MS}",
+               *cluster_ports(3), "--set", "broker.heartbeat.interval.ms=300", "--set", f"broker.session.timeout.ms={SESSION_MS}",
                "--set", "min.insync.replicas=2", "--set", f"replica.lag.time.max.ms={LAG_MS}",
                "--set", "replica.fetch.wait.max.ms=200", "--set", "replica.fetch.backoff.ms=200"]
     cluster = Cluster(root, "")

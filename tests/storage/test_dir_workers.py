@@ -464,7 +464,7 @@ def test_what_the_loop_submits_while_a_hand_over_runs_waits_on_the_loop_and_goes
         for i in range(3):
             worker.submit(lambda i=i: (batches.append(id(worker._current)), i)[1], lambda ok, v: answers.append(v))
             await asyncio.sleep(0)
-            assert worker._queue.empty()  # held on the loop while the first hand-over runs
+            assert not worker._jobs  # held on the loop while the first hand-over runs
         await _release(gate, first, answers, 3)
 
     asyncio.run(scenario())
@@ -523,10 +523,10 @@ def test_heavy_work_goes_over_at_once_with_what_is_held_before_it(spread, log_di
         gate, first = await _worker_busy(worker)
         worker.submit(lambda: 1, lambda ok, v: answers.append(v))
         await asyncio.sleep(0)
-        assert worker._queue.empty()  # a light closure waits on the loop for the running batch
+        assert not worker._jobs  # a light closure waits on the loop for the running batch
         worker.submit(_Heavy(2), lambda ok, v: answers.append(v))
         await asyncio.sleep(0)
-        assert not worker._queue.empty()  # the heavy one went over, the light one before it with it
+        assert worker._jobs  # the heavy one went over, the light one before it with it
         await _release(gate, first, answers, 2)
 
     asyncio.run(scenario())

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 
 from kjbod.broker.handlers.fetch import _close_regions, _read_all
 from kjbod.broker.handlers.produce import _append_one
@@ -21,6 +22,7 @@ from kjbod.protocol.generated.produce_request import PartitionProduceData
 from kjbod.storage.config import LogConfig
 from tests.replication.test_replica_manager import Clock, FakeNode, image
 from tests.storage.conftest import kp_batch, kp_records
+from tests.storage.test_dir_workers import _Node, _produce
 
 TOPIC_ID = "3uI2M2AbQVO0J2cYw2xvOA"
 
@@ -80,3 +82,54 @@ def test_a_fetch_read_queued_before_the_swap_reads_the_moved_log(make_manager, l
     data = b"".join(os.pread(r.fd, r.count, r.offset) for r in regions)
     _close_regions(regions)
     assert [v for _o, v, _t in kp_records(data)] == [b"r0", b"r1", b"r2", b"r3", b"r4", b"after"]
+
+
+def _on(worker, fn) -> asyncio.Future:
+    """`fn` run on a dir's worker, as a future of the loop."""
+    future = asyncio.get_running_loop().create_future()
+    worker.submit(fn, lambda ok, value: future.set_result(value) if ok else future.set_exception(value))
+    return future
+
+
+async def test_produce_requests_keep_their_order_across_a_swap(make_manager, log_dirs):
+    """A Produce queued on the source dir's worker behind the swap lands in the moved log there; one that comes
+    after the swap, while that one is still out, must not be appended before it by the destination dir's worker
+    (a producer's pipelined requests on one connection). The destination dir's worker is given all the time it
+    wants before the source dir's worker runs the first append: the second waits for the first all the same."""
+    lm = make_manager(config=LogConfig(file_delete_delay_ms=60_000), stall_timeout_ms=60_000)
+    old = lm.create_partition("t", 0, TOPIC_ID, dir=log_dirs[0])
+    old.append(kp_batch([b"r0"]))
+    node = _Node(lm)
+    source, dest = lm.worker(log_dirs[0]), lm.worker(log_dirs[2])
+    hold_swap, hold_after = threading.Event(), threading.Event()
+    moved: list = []
+
+    def swap() -> None:
+        hold_swap.wait()
+        future = lm.create_future_log("t", 0, log_dirs[2])
+        future.append_as_follower(old.read_bytes(0, 1 << 20))
+        moved.append(lm.replace_current_with_future("t", 0))
+        hold_after.wait()  # the swap's worker is still busy: what was queued behind it waits
+
+    swapped = _on(source, swap)
+    try:
+        first = _produce(node, {"t": [0]}, value=b"first")  # queued on the source dir's worker, behind the swap
+        hold_swap.set()
+        while not moved and not swapped.done():
+            await asyncio.sleep(0.005)
+        assert lm.get("t", 0) is moved[0] and moved[0].log_dir == lm.dir_io(log_dirs[2]).path
+        second = _produce(node, {"t": [0]}, value=b"second")
+        await _on(dest, lambda: None)  # whatever the destination dir's worker was handed has run
+        assert moved[0].log_end_offset == 1  # the second did not go before the first
+        hold_after.set()
+        await swapped
+        (first_resp, second_resp) = (await first, await second)
+        codes = [p.error_code for r in (first_resp, second_resp) for t in r.responses for p in t.partition_responses]
+        assert codes == [0, 0]
+        assert [v for _o, v, _t in kp_records(moved[0].read_bytes(0, 1 << 20))] == [b"r0", b"first", b"second"]
+        assert old.appends_in_flight == 0 and moved[0].appends_in_flight == 0
+    finally:
+        hold_swap.set()
+        hold_after.set()
+    third = await _produce(node, {"t": [0]}, value=b"third")  # nothing out on the source: the moved log's own dir
+    assert moved[0].moved_from is None and third.responses[0].partition_responses[0].base_offset == 3

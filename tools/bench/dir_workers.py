@@ -7,8 +7,11 @@ Every figure is a ratio against a reference measured in the same run, variants i
   third with the workers where the kernel puts them (``KJBOD_DIR_WORKERS=unplaced``: what keeping them on the
   event loop's CPU while quiet buys, workers.Placement). Four loads on each: Produce of 1 MiB batches, 8 in flight (throughput; target >= 95 %); Produce of small batches (four
   1 KiB records) at the highest rate the load generator reaches (32 connections x 16 in flight; target >= 85 %);
-  a consumer fetching three partitions, one per dir, zero-copy (target >= 95 %); Produce p99 latency at a fixed
-  moderate rate (500 requests/s of one small batch, after half a second unmeasured; target <= 1.2x).
+  a consumer fetching three partitions, one per dir, zero-copy (target >= 95 %; FETCH_ROUNDS_PER_ROUND fetch
+  rounds per round, each consuming every server's backlog of 48 MiB FETCH_PASSES times, the servers interleaved
+  pass by pass, since one pass is only 20-30 ms; how many hand-offs to a worker the fetches made is counted from
+  the servers' KJBOD_TIMELINE); Produce p99 latency at a fixed moderate rate (500 requests/s of one small batch, after half a second
+  unmeasured; target <= 1.2x).
 * **Why, where a target is missed**, in the same run: the server's CPU time per request under the small-batch
   load (from /proc; the ratio is the throughput each would reach with the CPU to itself, which is what a
   machine shared with other work leaves of the wall-clock ratio), and the bare cost of a hand-off on this
@@ -21,7 +24,10 @@ Every figure is a ratio against a reference measured in the same run, variants i
   p99 on the healthy dirs with the bad dir at 200 ms per operation, and with it hung (every operation held for
   an hour, the stall timeout off so it stays hung), against the same server with no fault. Target <= 2x both.
 
-`python -m tools.bench.dir_workers [--quick]`; `run()` returns the ratios.
+`python -m tools.bench.dir_workers [--quick] [--p99 | --fetch]`; `run()` returns the ratios. ``--fetch`` runs the
+Fetch phase alone (15 rounds; ``KJBOD_BENCH_BEFORE=<a kjbod checkout>`` adds that code's servers to its rounds),
+with what a fetch cost each server: CPU and run-queue time of the event loop and of the other threads, wake-ups,
+system calls, the consumer's CPU, and whether Placement held the loop to one CPU.
 """
 
 from __future__ import annotations
@@ -181,7 +187,7 @@ def worker_round_trips(directory: Path, placed: bool, count: int = 500) -> dict[
 
 TAIL_SHARE = 0.02  # the requests "under" the p99 whose causes are looked for: each round's slowest 2 %
 PERIODIC = ("placement review", "deadline tick", "background tick", "stall watchdog", "gc", "client gc")
-LEGS = ("worker wake-up", "worker batch", "loop wake-up")  # a hand-off's legs, per request (KJBOD_TIMELINE)
+LEGS = ("worker wake-up", "worker batch", "loop wake-up", "inline work")  # a hand-off's legs, the loop path's file work
 
 Event = tuple[str, float, float, str]
 
@@ -263,9 +269,11 @@ class _Spans:
 
 # A request's way through the server, as KJBOD_TIMELINE records it: (kind, which end of the span) in order, and
 # what the time up to each point is called; the legs through a worker where the server has them.
+# The loop path (KJBOD_DIR_WORKERS=0) has the same points around its own file work ("inline work").
 _CHAIN = [("server read", 1, "to the server's read"), ("worker wake-up", 1, "on the loop to the hand-over"),
           ("worker wake-up", 2, "the worker's wake-up"), ("worker batch", 2, "on the worker"),
-          ("loop wake-up", 2, "the loop's wake-up"), ("server write", 1, "on the loop to the reply's write")]
+          ("loop wake-up", 2, "the loop's wake-up"), ("inline work", 1, "on the loop to the append"),
+          ("inline work", 2, "the append on the loop"), ("server write", 1, "on the loop to the reply's write")]
 
 
 def _chain(spans: dict[str, _Spans], reqs: list[tuple[float, float]]) -> tuple[list[str], list[list[float]]]:
@@ -387,11 +395,14 @@ def report_p99(samples: dict[str, dict[str, list[float]]], requests: dict[str, l
               f"{median(s['p50']) * 1e6:.0f} us vs {median(ref['p50']) * 1e6:.0f} us")
     if out["handoff_produce_p99_vs_loop"] > 1.2:
         print(f"   Why above 1.2x: a Produce through a worker wakes two more threads (the worker, then the loop "
-              f"again), and the server's threads were preempted {median(w['preempted']):.1f} times per request "
-              f"against {median(ref['preempted']):.1f} on the loop path (a woken thread finds the GIL held and "
-              f"sleeps again); the lines below say where the slowest requests' time went. What would reach it: "
-              f"fewer wake-ups per request (the append run on the loop while its dir is healthy, which the per-dir "
-              f"isolation forbids) or a free-threaded Python, where a woken thread does not wait for the GIL")
+              f"again), each one more wait for a CPU behind this machine's other work: the server's threads were "
+              f"preempted {median(w['preempted']):.1f} times per request against {median(ref['preempted']):.1f} "
+              f"on the loop path and waited on a run queue {median(w['waited']) * 1e6:.0f} us against "
+              f"{median(ref['waited']) * 1e6:.0f} us; the lines below split the slowest requests' time (all "
+              f"requests' in brackets) on both paths. What would reach it: one wake-up fewer, the worker writing "
+              f"the reply to the socket itself (the connection's writes made safe from a second thread, replies "
+              f"kept in order), or a free-threaded Python, where the loop's part runs beside the worker's; the "
+              f"append run on the loop while its dir is healthy would too, which the per-dir isolation forbids")
     for name, s in samples.items():
         print(f"   Tail, {name}: the server's threads waited on a run queue {median(s['waited']) * 1e6:.0f} us per "
               f"request and were preempted {median(s['preempted']):.2f} times per request (median of rounds)")
@@ -448,6 +459,222 @@ def _p99_sample(server: BenchServer, batch: bytes, seconds: float, into: dict[st
     requests.append(reqs)
 
 
+# ================================================================================================ fetch
+
+FETCH_MIB = 16  # backlog per partition, in 1 MiB batches: a consume fetches one batch of each partition at a time
+FETCH_PASSES = 16  # consumes of the whole backlog per round and variant (one is ~20-30 ms: too short to measure)
+# Fetch rounds per round of the whole hand-off bench: a round's ratio still swings +-20 % with this machine's other
+# work, so the median needs about 15 of them (as --fetch takes) to settle within a few per cent.
+FETCH_ROUNDS_PER_ROUND = 3
+
+
+def fetch_keys() -> dict[str, list[float]]:
+    """A variant's Fetch samples: MiB/s; per fetch request, for the server's event-loop thread and its other
+    threads together, CPU seconds, seconds waited on a run queue (ready, another thread on the CPU) and voluntary
+    context switches (each a sleep, so a wake-up); the server's read and write system calls; the consumer's own
+    CPU seconds; and whether the server's threads were placed on one CPU (workers.Placement) when it ended."""
+    return {k: [] for k in ("fetch", "fetch_client_cpu", "fetch_syscr", "fetch_syscw", "fetch_placed",
+                            *(f"fetch_{kind}_{what}" for kind in ("loop", "workers")
+                              for what in ("cpu", "waited", "wakeups")))}
+
+
+def thread_sched(pid: int) -> dict[str, tuple[float, float, int]]:
+    """Per kind of thread of a server, as thread_usage: CPU seconds and seconds waited on a run queue (/proc's
+    schedstat, in nanoseconds) and voluntary context switches so far."""
+    out: dict[str, tuple[float, float, int]] = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                ran, waited = (int(x) / 1e9 for x in f.read().split()[:2])
+            with open(f"/proc/{pid}/task/{tid}/status") as f:
+                switches = int(f.read().split("\nvoluntary_ctxt_switches:")[1].split()[0])
+        except (OSError, IndexError, ValueError):  # a thread that ended meanwhile
+            continue
+        kind = "loop" if tid == str(pid) else "workers"
+        before = out.get(kind, (0.0, 0.0, 0))
+        out[kind] = (before[0] + ran, before[1] + waited, before[2] + switches)
+    return out
+
+
+def placed(pid: int) -> bool:
+    """Whether the server's event-loop thread is held to fewer CPUs than this process may use (Placement)."""
+    return len(os.sched_getaffinity(pid)) < len(os.sched_getaffinity(0))
+
+
+def fetch_setup(server: BenchServer, mib: bytes) -> None:
+    """Topic "fetch", one partition per dir, FETCH_MIB 1 MiB batches each, read through once (page cache warm)."""
+    create_topic(server.port, "fetch", 3)
+    for p in range(3):
+        produce_pipelined(server.port, produce_frame("fetch", p, mib), FETCH_MIB, 8)
+    consume(server.port, "fetch", 3, FETCH_MIB * 1024)
+
+
+def syscalls(pid: int) -> tuple[int, int]:
+    """A process's read and write system calls so far (/proc's io: a sendfile counts as one of each)."""
+    with open(f"/proc/{pid}/io") as f:
+        fields = dict(line.split(": ") for line in f.read().splitlines())
+    return int(fields["syscr"]), int(fields["syscw"])
+
+
+def fetch_round(servers: dict[str, BenchServer], passes: int, samples: dict[str, dict[str, list[float]]],
+                windows: dict[str, list[tuple[float, float]]] | None = None) -> None:
+    """One round: each server's backlog consumed ``passes`` times, one fetch in flight (each fetch one 1 MiB batch
+    of each of the three partitions), the servers interleaved pass by pass in an order rotated each pass, so each
+    sees the same moments of this machine's other work. Into each server's ``samples`` (fetch_keys): its MiB/s
+    over the round and its costs per fetch; into ``windows``, when given, when each of its passes ran
+    (perf_counter, the clock KJBOD_TIMELINE records on), for :func:`hand_offs`."""
+    names = list(servers)
+    pids = {name: server.process.pid for name, server in servers.items() if server.process is not None}
+    threads = {name: thread_sched(pid) for name, pid in pids.items()}
+    calls = {name: syscalls(pid) for name, pid in pids.items()}
+    seconds = dict.fromkeys(names, 0.0)
+    client = dict.fromkeys(names, 0.0)
+    for i in range(passes):
+        for name in names[i % len(names):] + names[:i % len(names)]:
+            started, at = time.thread_time(), time.perf_counter()
+            took, _got = consume(servers[name].port, "fetch", 3, FETCH_MIB * 1024)
+            client[name] += time.thread_time() - started
+            if windows is not None:
+                windows.setdefault(name, []).append((at, time.perf_counter()))
+            seconds[name] += took
+    fetches = passes * FETCH_MIB
+    for name, pid in pids.items():
+        into = samples[name]
+        into["fetch"].append(passes * FETCH_MIB * 3 / seconds[name])
+        into["fetch_client_cpu"].append(client[name] / fetches)
+        into["fetch_placed"].append(float(placed(pid)))
+        for kind, now in thread_sched(pid).items():
+            for what, a, b in zip(("cpu", "waited", "wakeups"), now, threads[name].get(kind, (0.0, 0.0, 0)),
+                                  strict=True):
+                into[f"fetch_{kind}_{what}"].append((a - b) / fetches)
+        after = syscalls(pid)
+        into["fetch_syscr"].append((after[0] - calls[name][0]) / fetches)
+        into["fetch_syscw"].append((after[1] - calls[name][1]) / fetches)
+
+
+def hand_offs(events: list[Event], windows: list[tuple[float, float]]) -> int:
+    """How many batches a server's dir workers ran (KJBOD_TIMELINE's "worker batch" spans) that ended within
+    ``windows``: each one a hand-off of the loop's closures to a worker."""
+    ends = sorted(e[2] for e in events if e[0] == "worker batch")
+    return sum(bisect.bisect_right(ends, b) - bisect.bisect_left(ends, a) for a, b in windows)
+
+
+def report_fetch(samples: dict[str, dict[str, list[float]]], handed: dict[str, float] | None = None) -> float:
+    """The Fetch zero-copy figure (workers against the loop path, per round, median and spread) and, per
+    variant, what a fetch cost the server and (``handed``, where its timeline was recorded) how many hand-offs
+    to a dir's worker it made; returns the median ratio."""
+    ref = samples["loop"]
+    ratio = 0.0
+    for name in ("workers", "unplaced"):
+        if name not in samples:
+            continue
+        ratios = sorted(a / b for a, b in zip(samples[name]["fetch"], ref["fetch"], strict=True))
+        r = median(ratios)
+        if name == "workers":
+            ratio = r
+        print(f"   Fetch zero-copy, 3 dirs, {name}: {median(samples[name]['fetch']):,.0f} MiB/s, loop "
+              f"{median(ref['fetch']):,.0f} MiB/s: {r:.1%} (target >= 95%: {verdict(r >= 0.95)}); per-round ratios "
+              f"min {ratios[0]:.1%}, median {r:.1%}, max {ratios[-1]:.1%} over {len(ratios)} rounds")
+    cpu = sorted(sum(samples["loop"][f"fetch_{k}_cpu"][i] for k in ("loop", "workers")) /
+                 sum(samples["workers"][f"fetch_{k}_cpu"][i] for k in ("loop", "workers"))
+                 for i in range(len(ref["fetch"])))
+    print(f"   Server CPU per fetch (every thread), loop path over workers: median {median(cpu):.1%}, per-round min "
+          f"{cpu[0]:.1%}, max {cpu[-1]:.1%}: with the CPU to itself the workers would reach that share of the loop "
+          f"path's rate (the wall-clock ratio also holds this machine's other work, which moves it round by round)")
+    for name, s in samples.items():
+        print(f"     per fetch ({name}), median of rounds: event-loop thread {median(s['fetch_loop_cpu']) * 1e6:.0f} us "
+              f"CPU, {median(s['fetch_loop_waited']) * 1e6:.0f} us on a run queue, "
+              f"{median(s['fetch_loop_wakeups']):.2f} wake-ups; other threads {median(s['fetch_workers_cpu']) * 1e6:.0f}"
+              f" us CPU, {median(s['fetch_workers_waited']) * 1e6:.0f} us on a run queue, "
+              f"{median(s['fetch_workers_wakeups']):.2f} wake-ups; system calls {median(s['fetch_syscr']):.1f} read, "
+              f"{median(s['fetch_syscw']):.1f} write (a sendfile is one of each); the consumer "
+              f"{median(s['fetch_client_cpu']) * 1e6:.0f} us CPU; loop placed on one CPU at the end of "
+              f"{sum(s['fetch_placed']):.0f} of {len(s['fetch_placed'])} rounds"
+              + (f"; {handed[name]:.3f} hand-offs to a dir's worker (KJBOD_TIMELINE)" if handed and name in handed
+                 else ""))
+    if ratio < 0.95:
+        _why_fetch_below(samples, handed, ratio)
+    return ratio
+
+
+def _why_fetch_below(samples: dict[str, dict[str, list[float]]], handed: dict[str, float] | None,
+                     ratio: float) -> None:
+    """Why the Fetch figure missed 95 %, from what this run measured: hand-offs (a read the page cache could
+    not answer, or a dir busy or degraded, goes to its worker: a thread round trip per fetch), else the server's
+    extra CPU per fetch, else the machine's other work (run-queue waits, the rounds' spread)."""
+    w, ref = samples["workers"], samples["loop"]
+    ratios = sorted(a / b for a, b in zip(w["fetch"], ref["fetch"], strict=True))
+
+    def cpu(s: dict[str, list[float]]) -> float:
+        return median([a + b for a, b in zip(s["fetch_loop_cpu"], s["fetch_workers_cpu"], strict=True)])
+
+    extra = cpu(w) - cpu(ref)
+    handed_w = handed.get("workers") if handed else None
+    if handed_w is not None and handed_w >= 0.5:
+        cause = (f"the workers' fetches were handed to a dir's worker ({handed_w:.2f} hand-offs per fetch: reads "
+                 f"the page cache could not answer, or a dir busy or degraded), each a thread round trip the loop "
+                 f"path does not make; what would reach it: the backlog in the page cache and the dirs idle")
+    elif extra > 0.05 * cpu(ref):
+        cause = (f"a fetch cost the workers' server {extra * 1e6:+.0f} us of CPU against the loop path's "
+                 f"{cpu(ref) * 1e6:.0f} us with {handed_w if handed_w is not None else float('nan'):.2f} hand-offs: "
+                 f"the read path's own cost on the loop (fsio.no_waiting's reads, DirWork's checks per dir)")
+    else:
+        cause = (f"not the fetch's cost: {handed_w if handed_w is not None else float('nan'):.2f} hand-offs per "
+                 f"fetch and {extra * 1e6:+.0f} us of server CPU against the loop path's {cpu(ref) * 1e6:.0f} us; "
+                 f"the event loop waited on a run queue {median(w['fetch_loop_waited']) * 1e6:.0f} us per fetch "
+                 f"against {median(ref['fetch_loop_waited']) * 1e6:.0f} us, and single rounds ranged from "
+                 f"{ratios[0]:.0%} to {ratios[-1]:.0%}: this machine's other work; what would reach it: more rounds "
+                 f"(python -m tools.bench.dir_workers --fetch --rounds 45) or a quieter machine")
+    print(f"   Why Fetch is below 95% ({ratio:.1%}): {cause}")
+
+
+def fetch_hand_offs(work: Path, windows: dict[str, list[tuple[float, float]]], passes: int) -> dict[str, float]:
+    """Hand-offs per fetch during the passes of each p99_servers server (their timelines, written at exit)."""
+    return {name: hand_offs(read_timeline(work / name / "timeline"), windows[name]) / (passes * FETCH_MIB)
+            for name in ("workers", "loop", "unplaced") if name in windows}
+
+
+def bench_fetch(work: Path, rounds: int, passes: int) -> dict:
+    """Only the Fetch zero-copy phase (``--fetch``): workers, unplaced workers and the loop path interleaved pass
+    by pass, ``passes`` consumes of the backlog per round. With ``KJBOD_BENCH_BEFORE=<a checkout of other kjbod
+    code>``, that code's workers and loop servers run in the same rounds too."""
+    heading("Fetch zero-copy, a partition per dir: per-dir workers vs the event loop (KJBOD_DIR_WORKERS=0)")
+    before = os.environ.get("KJBOD_BENCH_BEFORE")
+    servers = p99_servers(work)
+    if before:
+        servers["workers before"] = BenchServer(work / "workers-before", env=code_env(before))
+        servers["loop before"] = BenchServer(work / "loop-before", env={**code_env(before), "KJBOD_DIR_WORKERS": "0"})
+    samples = {k: fetch_keys() for k in servers}
+    windows: dict[str, list[tuple[float, float]]] = {}
+    load_before = os.getloadavg()
+    mib = one_mib_batch()
+    try:
+        for server in servers.values():
+            server.start()
+            fetch_setup(server, mib)
+        for _ in range(rounds):
+            fetch_round(servers, passes, samples, windows)
+    finally:
+        for server in servers.values():
+            server.stop()
+    print(f"   load average {load_before[0]:.2f} {load_before[1]:.2f} at the start, {os.getloadavg()[0]:.2f} "
+          f"{os.getloadavg()[1]:.2f} at the end, on {os.cpu_count()} CPUs; {rounds} rounds of {passes} x "
+          f"{FETCH_MIB * 3} MiB per variant, interleaved pass by pass")
+    out = {"handoff_fetch_vs_loop": report_fetch(samples, fetch_hand_offs(work, windows, rounds * passes))}
+    if before:
+        for name in ("workers", "loop"):
+            ratios = sorted(a / b for a, b in zip(samples[name]["fetch"], samples[name + " before"]["fetch"],
+                                                  strict=True))
+            out[f"fetch_{name}_vs_before"] = median(ratios)
+            print(f"   {name}: {median(ratios):.1%} of the code before's rate ({before}; per-round min "
+                  f"{ratios[0]:.1%}, max {ratios[-1]:.1%})")
+        ratios = sorted(a / b for a, b in zip(samples["workers before"]["fetch"], samples["loop before"]["fetch"],
+                                              strict=True))
+        print(f"   the code before: workers {median(ratios):.1%} of its loop path (per-round min {ratios[0]:.1%}, "
+              f"max {ratios[-1]:.1%})")
+    return out
+
+
 # ================================================================================================ hand-off cost
 
 
@@ -457,24 +684,21 @@ def bench_handoff(work: Path, rounds: int, seconds: float) -> dict:
     loadgen = build_loadgen()
     mib = one_mib_batch()
     small = small_batch()
-    samples: dict[str, dict[str, list[float]]] = {k: {"mib": [], "small": [], "fetch": [], "p99": [], "p50": [],
+    samples: dict[str, dict[str, list[float]]] = {k: {"mib": [], "small": [], "p99": [], "p50": [],
                                                       "cpu": [], "loop_cpu": [], "workers_cpu": [],
                                                       "loop_wakeups": [], "workers_wakeups": [], "waited": [],
-                                                      "preempted": []} for k in servers}
+                                                      "preempted": [], **fetch_keys()} for k in servers}
     requests: dict[str, list[list[tuple[float, float]]]] = {k: [] for k in servers}
     client = ClientGC()
     trips: dict[str, dict[str, list[float]]] = {"placed": {}, "unplaced": {}}
+    windows: dict[str, list[tuple[float, float]]] = {}  # when each server's fetch passes ran
     load_before = os.getloadavg()[0]
-    fetch_mib = 16
     try:
         for server in servers.values():
             server.start()
             create_topic(server.port, "big", 3)
             create_topic(server.port, "small", 3)
-            create_topic(server.port, "fetch", 3)
-            for p in range(3):
-                produce_pipelined(server.port, produce_frame("fetch", p, mib), fetch_mib, 8)
-            consume(server.port, "fetch", 3, fetch_mib * 1024)  # warm-up
+            fetch_setup(server, mib)
         small_frames = [produce_frame("small", p, small) for p in range(3)]
         for _ in range(rounds):
             for name, server in servers.items():
@@ -490,10 +714,10 @@ def bench_handoff(work: Path, rounds: int, seconds: float) -> dict:
                 for kind, (spent, woken) in thread_usage(server.process.pid).items():
                     s[f"{kind}_cpu"].append((spent - threads[kind][0]) / (rate * seconds))
                     s[f"{kind}_wakeups"].append((woken - threads[kind][1]) / (rate * seconds))
-                t, _ = consume(server.port, "fetch", 3, fetch_mib * 1024)
-                s["fetch"].append(fetch_mib * 3 / t)
                 with client:
                     _p99_sample(server, small, seconds, s, requests[name])
+            for _ in range(FETCH_ROUNDS_PER_ROUND):
+                fetch_round(servers, FETCH_PASSES, samples, windows)
             for how in trips:
                 for leg, took in worker_round_trips(work / "round-trip", how == "placed").items():
                     trips[how].setdefault(leg, []).extend(took)
@@ -513,8 +737,7 @@ def bench_handoff(work: Path, rounds: int, seconds: float) -> dict:
     print(f"   Produce small batches ({SMALL_RECORDS} x 1 KiB): workers {median(w['small']):,.0f} req/s, loop "
           f"{median(ref['small']):,.0f} req/s: {out['handoff_produce_small_vs_loop']:.1%} (target >= 85%: "
           f"{verdict(out['handoff_produce_small_vs_loop'] >= 0.85)})")
-    print(f"   Fetch zero-copy, 3 dirs: workers {median(w['fetch']):,.0f} MiB/s, loop {median(ref['fetch']):,.0f} "
-          f"MiB/s: {out['handoff_fetch_vs_loop']:.1%} (target >= 95%: {verdict(out['handoff_fetch_vs_loop'] >= 0.95)})")
+    report_fetch(samples, fetch_hand_offs(work, windows, rounds * FETCH_ROUNDS_PER_ROUND * FETCH_PASSES))
     u = samples["unplaced"]
     print(f"   Placement: the workers on the kernel's choice of CPU instead of the event loop's "
           f"(KJBOD_DIR_WORKERS=unplaced), against the loop: 1 MiB {ratio('mib', u):.1%}, small batches "
@@ -594,7 +817,7 @@ def bench_idempotent_handoff(work: Path, rounds: int, seconds: float) -> dict:
         trees[" before"] = before
     servers = {}
     for suffix, tree in trees.items():
-        code = {} if tree is None else {"PYTHONSAFEPATH": "1", "PYTHONPATH": str(Path(tree).resolve())}
+        code = code_env(tree)
         servers["workers" + suffix] = BenchServer(work / f"idem-workers{len(servers)}", env=code)
         servers["loop" + suffix] = BenchServer(work / f"idem-loop{len(servers)}", env={**code, "KJBOD_DIR_WORKERS": "0"})
     loadgen = build_loadgen()
@@ -656,6 +879,12 @@ def bench_idempotent_handoff(work: Path, rounds: int, seconds: float) -> dict:
                   f"{median(samples[name + ' before']['idem_cpu']) * 1e6:.0f} us)")
     print(f"   (load average {os.getloadavg()[0]:.1f} at the end, on {os.cpu_count()} CPUs)")
     return out
+
+
+def code_env(tree: str | None) -> dict[str, str]:
+    """The environment that runs a server from ``tree`` (another kjbod checkout, KJBOD_BENCH_BEFORE) instead of
+    this code; nothing for this code."""
+    return {} if tree is None else {"PYTHONSAFEPATH": "1", "PYTHONPATH": str(Path(tree).resolve())}
 
 
 @contextmanager
@@ -770,13 +999,16 @@ def bench_isolation(work: Path, rounds: int, seconds: float) -> dict:
     return out
 
 
-def run(rounds: int = 5, seconds: float = 3.0, quick: bool = False, p99_only: bool = False) -> dict:
+def run(rounds: int = 5, seconds: float = 3.0, quick: bool = False, p99_only: bool = False,
+        fetch_only: bool = False) -> dict:
     if quick:
         rounds, seconds = 2, 1.5
     work = Path(tempfile.mkdtemp(prefix="kjbod-bench-dirs-", dir=os.environ.get("KJBOD_BENCH_DIR") or None))
     try:
         if p99_only:
             return bench_p99(work, rounds, seconds)
+        if fetch_only:
+            return bench_fetch(work, rounds, FETCH_PASSES)
         out = bench_handoff(work, rounds, seconds)
         out.update(bench_idempotent_handoff(work, rounds, seconds))
         out.update(bench_isolation(work, rounds, seconds * 2))
@@ -790,13 +1022,14 @@ def main(argv: list[str] | None = None) -> int:
 
     ap = argparse.ArgumentParser(prog="python -m tools.bench.dir_workers", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rounds", type=int, default=None, help="rounds per variant (5; 15 with --p99)")
+    ap.add_argument("--rounds", type=int, default=None, help="rounds per variant (5; 15 with --p99 or --fetch)")
     ap.add_argument("--seconds", type=float, default=3.0, help="measured seconds per round and variant")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--p99", action="store_true", help="only the Produce p99 at the moderate rate, and its tail")
+    ap.add_argument("--fetch", action="store_true", help="only the Fetch zero-copy phase, and its per-fetch costs")
     args = ap.parse_args(argv)
-    rounds = args.rounds if args.rounds is not None else (15 if args.p99 else 5)
-    run(rounds, args.seconds, args.quick, p99_only=args.p99)
+    rounds = args.rounds if args.rounds is not None else (15 if args.p99 or args.fetch else 5)
+    run(rounds, args.seconds, args.quick, p99_only=args.p99, fetch_only=args.fetch)
     return 0
 
 

@@ -21,9 +21,15 @@ against its reference measured in the same run:
   load generator and everything else on the machine share), so the figure can be read against them. A summary
   line gives the brokers' CPU per record in each case: a follower's fetch round trip costs the leader and the
   follower together about what a produce request costs the leader, so acks=all RF 3 needs about 3x the CPU of
-  acks=1 RF 1 (measured per broker: the leader ~630 us a record against ~400 us, each follower ~275 us, much of
-  it the wake-up of a thread or process each hop costs: an acks=1 record takes 4 (producer, leader's loop, its
-  dir worker, loop, producer), an acks=all record 12, 8 of them in sequence). On 2 shared cores the p99 ratio
+  acks=1 RF 1 (measured per broker thread from /proc schedstat, 500 records/s, load 2-5 from other work: the
+  leader's loop ~550-600 us a record against ~270-350 us, its dir worker ~85 us in both, each follower's loop
+  ~195-220 us and its dir worker ~80 us; before the follower fetches on both sides were answered by callbacks
+  (a parked fetch completed in the append's own call at the leader, the next fetch sent from the callback that
+  applied the last answer at the follower, no task, future or timeout scope per fetch) the leader's loop took
+  ~630-750 us and each follower's ~255-280 us. Much of what is left is the wake-up of a thread or process each
+  hop costs: an acks=1 record takes 4 (producer, leader's loop, its dir worker, loop, producer), an acks=all
+  record 12, 8 of them in sequence; the follower's append must stay off its loop (its dir worker), and the
+  leader's loop runs the Produce, two fetch answers and two fetches per record). On 2 shared cores the p99 ratio
   swings around that CPU ratio with the machine's other load (1.6x to 3.3x between runs of one session). GC is
   not a factor: with KJBOD_GC_LOG=1 each broker logged one collection, under 1 ms, in a whole run. No broker of
   the latency rounds has the fault seam on (see Cluster). With --trace, the slowest records' legs show no
@@ -286,7 +292,8 @@ def latency_rounds(bootstrap: str, rate: int, rounds: int, seconds: float, pids:
     """Per-round p99 (ms) of acks=all to RF 3 and of acks=1 to RF 1, the two interleaved (which goes first
     alternates) after a warm-up that is not counted; and how many records each case sent in all. With the
     brokers' `pids`, each case's round also prints their CPU time and run-queue wait (sched_ms), and `cpu`
-    (when given) gets each case's total brokers' CPU ms over the rounds; `kept` (when given) each case's
+    (when given) gets each case's total brokers' CPU ms over the rounds (and each broker's, as "<case> <pid>");
+    `kept` (when given) each case's
     records per round (Paced.records: for tools.bench.latency_trace)."""
     cases = {"all": Paced(bootstrap, "rf3", "all"), "one": Paced(bootstrap, "rf1", "1")}
     for paced in cases.values():
@@ -296,6 +303,7 @@ def latency_rounds(bootstrap: str, rate: int, rounds: int, seconds: float, pids:
     counted = 0
     for i in range(rounds):
         for name in ("all", "one") if i % 2 == 0 else ("one", "all"):
+            each0 = [sched_ms([pid])[0] for pid in pids or []]
             cpu0, wait0 = sched_ms(pids or [])
             if kept is not None:
                 cases[name].records = []
@@ -305,6 +313,9 @@ def latency_rounds(bootstrap: str, rate: int, rounds: int, seconds: float, pids:
             sched[name] = (cpu1 - cpu0, wait1 - wait0)
             if cpu is not None:
                 cpu[name] = cpu.get(name, 0.0) + cpu1 - cpu0
+                for pid, used in zip(pids or [], each0, strict=True):  # per broker: "<case> <pid>"
+                    key = f"{name} {pid}"
+                    cpu[key] = cpu.get(key, 0.0) + sched_ms([pid])[0] - used
             per_round[name].append(p99(xs))
             counted += len(xs) if name == "all" else 0
         cost = (f" (brokers' CPU {sched['all'][0]:.0f} ms and run-queue wait {sched['all'][1]:.0f} ms, against "
@@ -568,6 +579,12 @@ def latency_figure(cluster: Cluster, lat_rounds: int, lat_seconds: float, leader
         print(f"   the brokers' CPU per record in those rounds: acks=all RF 3 {cpu['all'] / sent:.2f} ms, acks=1 "
               f"RF 1 {cpu['one'] / sent:.2f} ms ({cpu['all'] / cpu['one']:.1f}x: the tail follows the queueing "
               f"for the cores this adds)")
+        brokers = ", ".join(
+            f"{'leader' if b == leader else f'follower {b}'} {cpu[f'all {cluster.pid(b)}'] / sent * 1000:.0f} us "
+            f"(acks=1 {cpu[f'one {cluster.pid(b)}'] / sent * 1000:.0f} us)" for b in cluster.ports)
+        print(f"   per broker, acks=all RF 3: {brokers} a record (the leader's loop runs a Produce, two fetch "
+              f"answers and two fetches per record; the p99 ratio follows the CPU ratio and each round's run-queue "
+              f"wait: below 3x needs less CPU per replicated record or cores the other work does not queue for)")
     if kept is not None:
         from kjbod.net.trace import FLUSH_S
 

@@ -13,12 +13,17 @@ for an append.  Record data leaves as file regions: the connection sends them wi
 them through Python.  Limits: partition_max_bytes per partition and max_bytes for the response, except that
 the first partition with data always gets at least one whole batch (KIP-74).
 
+A follower's fetch (replica id >= 0) is answered by callbacks (`_FollowerFetch`, Kafka's DelayedFetch): at once,
+or parked until the next append or its max_wait_ms and answered in the callback that wakes it; a consumer's, and
+a follower's that meets an active leader throttle, by the `_serve` coroutine.
+
 On a controller listener Fetch reads only the metadata log `__cluster_metadata` (kjbod.controller.metadata_fetch:
 KRaft's checks, epochs, snapshots), which is how brokers follow it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 from kjbod.broker.dir_work import DirWork
@@ -33,6 +38,7 @@ from kjbod.protocol.generated.fetch_response import PartitionData as PartResp
 from kjbod.protocol.runtime import ZERO_UUID
 from kjbod.storage import fsio
 from kjbod.storage.fsio import WouldBlock
+from kjbod.wire.handler import Later
 
 READ_COMMITTED = 1
 
@@ -80,12 +86,13 @@ def _has_data(node, resolved, body: FetchRequest, decided: dict | None, throttle
 
 
 def _build(node, resolved, body: FetchRequest, version: int, deadline: float, decided: dict | None,
-           throttled=frozenset()):
+           throttled=frozenset(), later: bool = False):
     """The response, or an awaitable of it when some partition's read runs on its dir's worker. Each dir reads
     its partitions in request order with the whole response budget; the loop then keeps, in request order, what
     fits in max_bytes (the first partition with data always: KIP-74), so one dir gives the answer today's single
     loop gave, and several dirs read at once. `decided` is None for a consumer (reads stop at the high watermark),
-    else a follower's answers already decided (the rest read to the log end)."""
+    else a follower's answers already decided (the rest read to the log end). With `later`, a Later of it in
+    place of the awaitable (completed in the callback of the last dir's read: a follower's parked fetch)."""
     committed = body.isolation_level == READ_COMMITTED
     topics = []
     slots = []  # [(parts, index, partition request, plog, read limit)] of the partitions read from disk, in order
@@ -133,15 +140,18 @@ def _build(node, resolved, body: FetchRequest, version: int, deadline: float, de
     max_bytes = body.max_bytes if version >= 3 else 0x7FFFFFFF
     manager = getattr(node.logs, "manager", None)
     follower = decided is not None
-    pending = (work.run(lambda items: _read_all(items, max_bytes, manager, follower),
-                        max(deadline - time.monotonic(), MIN_DIR_WAIT_S), cached_first=True) if work else None)
 
     def assemble() -> tuple[FetchResponse, int]:
         return FetchResponse(error_code=0, session_id=0, responses=topics), _keep(
             node, resolved, slots, max_bytes, committed, version)
 
+    pending = (work.run(lambda items: _read_all(items, max_bytes, manager, follower),
+                        max(deadline - time.monotonic(), MIN_DIR_WAIT_S), cached_first=True,
+                        then=assemble if later else None, later=later) if work else None)
     if pending is None:
         return assemble()
+    if later:
+        return pending
 
     async def finish() -> tuple[FetchResponse, int]:
         await pending
@@ -292,8 +302,12 @@ def handle(node, request, body: FetchRequest):
     fetch (a replica id >= 0) on a broker listener asks the metrics to count it as FetchFollower, as Kafka's
     RequestMetrics do (the metadata log's fetches on a controller listener keep Fetch's own figures)."""
     follower = replication.follower_id(body, request.api_version)
-    if follower >= 0 and request.ctx.listener_kind != "controller" and node.topic_stats is not None:
-        node.topic_stats.requests.follower_fetch()
+    if follower >= 0 and request.ctx.listener_kind != "controller":
+        if node.topic_stats is not None:
+            node.topic_stats.requests.follower_fetch()
+        if (request.api_version < 7 or (body.session_id == 0 and body.session_epoch <= 0)) \
+                and not replication.leader_throttling(node):
+            return _FollowerFetch(node, body, request.api_version, follower).answer()
     return _serve(node, request, body, follower)
 
 
@@ -336,6 +350,101 @@ async def _serve(node, request, body: FetchRequest, follower: int) -> FetchRespo
         if follower >= 0 and trace.ON:
             trace.event("ff_parked", follower)
         await wait_event(arrived, timeout)  # no task per parked fetch (kjbod.net.tasks)
+
+
+class _FollowerFetch:
+    """A follower's fetch on the leader (Kafka's DelayedFetch), answered by callbacks: at once when there is
+    something to send, else parked until the next append (node.at_log_end) or its max_wait_ms, then answered in
+    the callback that woke it, with the reads of dirs whose workers are busy completed by their callbacks too.
+    It returns the response, or a Later (kjbod.wire.handler) of it: no task, timeout scope or event wait per
+    fetch, and no loop pass between the append and the answer's encoding (the connection writes it with the
+    other replies of that pass).  What `_serve` does for any fetch, minus the leader throttle: a fetch that meets
+    an active throttle goes there."""
+
+    __slots__ = ("node", "body", "version", "follower", "resolved", "decided", "deadline", "later", "timer")
+
+    def __init__(self, node, body: FetchRequest, version: int, follower: int) -> None:
+        self.node = node
+        self.body = body
+        self.version = version
+        self.follower = follower
+        self.resolved = _resolve(node, body, version)
+        self.decided = replication.prepare_follower_fetch(node, self.resolved, body, version, follower)
+        # Like Kafka, a fetch that asks for no partitions needs no data and is answered at once.
+        wait_s = max(body.max_wait_ms, 0) / 1000.0 if any(t.partitions for t in body.topics) else 0.0
+        self.deadline = time.monotonic() + wait_s
+        self.later = Later()  # what the connection gets when the answer is not ready at once
+        self.timer: asyncio.TimerHandle | None = None
+
+    def answer(self):
+        """The response when it is ready now, else self.later, which gets it."""
+        node, body = self.node, self.body
+        if node.stopping:  # a long poll must not hold up a SIGTERM
+            self.deadline = 0.0
+        if _has_data(node, self.resolved, body, self.decided) or time.monotonic() >= self.deadline:
+            built = _build(node, self.resolved, body, self.version, self.deadline, self.decided, later=True)
+            if built.__class__ is not tuple:  # read by dirs' workers: answered by their callback
+                built.on_done(self._read)
+                return self.later
+            resp = self._complete(*built)
+            if resp is not None:
+                return resp
+        node.at_log_end(self._woken)
+        self.timer = asyncio.get_running_loop().call_later(max(self.deadline - time.monotonic(), 0.0), self._woken)
+        if trace.ON:
+            trace.event("ff_parked", self.follower)
+        return self.later
+
+    def _complete(self, resp: FetchResponse, total: int) -> FetchResponse | None:
+        """The response once read, counted; None (its regions closed) when it must wait for more."""
+        if total >= self.body.min_bytes or time.monotonic() >= self.deadline or not _only_data(resp):
+            node = self.node
+            if node.topic_stats is not None:  # the metrics endpoint's counters (kjbod.metrics)
+                _count(node.topic_stats, self.resolved, resp, True)
+            replication.leader_sent(node, self.resolved, resp)
+            if trace.ON:
+                _trace_answer(node, self.resolved, self.follower)
+            return resp
+        close_regions(resp)
+        return None
+
+    def _woken(self) -> None:
+        """The next append, or the fetch's max_wait_ms: look again (in that callback)."""
+        self.node.cancel_at_log_end(self._woken)
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        later = self.later
+        if later.done():  # cancelled: the connection went away
+            return
+        try:
+            result = self.answer()
+        except Exception as e:  # the handler's bug: the connection closes, the append that woke it goes on
+            later.fail(e)
+            return
+        if result is not later:
+            later.resolve(result)
+
+    def _read(self, built: Later) -> None:
+        """The dirs' workers read: the response, or back to waiting."""
+        later = self.later
+        try:
+            resp, total = built.result()
+        except Exception as e:
+            later.fail(e)
+            return
+        if later.done():  # cancelled meanwhile: nobody writes what was read
+            close_regions(resp)
+            return
+        try:
+            result = self._complete(resp, total)
+            if result is None:
+                result = self.answer()
+        except Exception as e:
+            later.fail(e)
+            return
+        if result is not later:
+            later.resolve(result)
 
 
 def _trace_answer(node, resolved, follower: int) -> None:

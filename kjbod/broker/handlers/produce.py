@@ -61,12 +61,17 @@ def handle(node, request, body: ProduceRequest):
     def fill(slot, result) -> None:
         """On the loop: a partition's answer from its dir's worker (with its log end and record count when the
         append succeeded)."""
+        slot[4].appends_in_flight -= 1
         if result.__class__ is not tuple:
             slot[0][slot[1]] = result
             return
         resp, end, records = result
-        slot[0][slot[1]] = resp
         topic, pd = slot[2], slot[3]
+        if replication.lost_leadership(node, topic, pd.index):
+            slot[0][slot[1]] = _error(pd.index, ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                                      f"this broker stopped leading {topic}-{pd.index} while the append ran", v)
+            return
+        slot[0][slot[1]] = resp
         replication.appended(node, topic, pd.index)
         if node.topic_stats is not None:  # the metrics endpoint's counters (kjbod.metrics)
             node.topic_stats.produced(topic, len(pd.records), records)
@@ -74,6 +79,7 @@ def handle(node, request, body: ProduceRequest):
             waits.append((topic, resp, end))
 
     def fail(slot, e: BaseException | None) -> None:
+        slot[4].appends_in_flight -= 1  # after a timeout too: its order is no longer promised, as any timeout's
         pd = slot[3]
         if e is None:  # the dir did not answer in time; its appends may still happen, as after any timeout
             resp = _error(pd.index, ErrorCode.REQUEST_TIMED_OUT,
@@ -122,6 +128,9 @@ def handle(node, request, body: ProduceRequest):
                     else:
                         big = True
                     # Answered by the partition's dir (its worker), into the slot kept here.
+                    if plog.moved_from is not None:
+                        plog = _serving(plog)
+                    plog.appends_in_flight += 1
                     work.add(plog.log_dir, (parts, len(parts), td.name, pd, plog,
                                             node.leader_epoch(td.name, pd.index), checked))
                     parts.append(None)
@@ -137,6 +146,20 @@ def handle(node, request, body: ProduceRequest):
     if pending is None:
         return _respond(node, acks, responses, waits=waits, timeout_ms=timeout_ms)
     return pending
+
+
+def _serving(plog):
+    """The log whose dir's worker takes an append to ``plog``, a log a KIP-113 move just swapped in: the log it
+    replaced while appends handed to that one's worker (the source dir's) are still out, else ``plog``. Those
+    appends land in the moved log on the source dir's worker (_append_one); one handed to the destination dir's
+    worker meanwhile could run before them, out of the order the requests came in (a producer's pipelined
+    requests on one connection: Kafka's partition lock keeps them in order). Queued behind them on the same
+    worker, it keeps their order; once none is out, the moved log's own dir takes its appends."""
+    old = plog.moved_from
+    if old.appends_in_flight:
+        return old
+    plog.moved_from = None
+    return plog
 
 
 def _second_batch(records) -> bool:

@@ -31,6 +31,12 @@ offset, the LEO, would be stale). The next fetch waits for the last answer's par
 IN_FLIGHT_WAIT_S: a fetch sent without them would park at the leader while they are ready again, and the bound
 keeps a stalled dir from holding the fetcher's other partitions longer. When the stall detection fails the dir,
 its worker answers its partitions with the dir's error and they are dropped.
+
+The task sends the first fetch (and any after a connection, a back-off or an idle wait); from its answer on,
+callbacks fetch (`_stream`): the one that brings the last partition's answer back from its worker sends the
+next fetch, and the connection's read callback takes its response (ClientConnection.send_to) and hands it to the
+workers, so a replicated batch costs the follower's loop two callbacks and no task step, future or timeout
+scope. They give the fetching back to the task for anything else (see `_stream`).
 """
 
 from __future__ import annotations
@@ -45,7 +51,8 @@ import structlog
 from kjbod.broker.dir_work import DirWork
 from kjbod.net import trace
 from kjbod.net.connection import ClientConnection
-from kjbod.net.errors import BrokerConnectionError, ClientError
+from kjbod.net.correlator import decode_response
+from kjbod.net.errors import BrokerConnectionError, ClientError, ProtocolViolation, RequestTimeoutError
 from kjbod.net.tasks import cancel_and_wait, wait_event
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated.fetch_request import FetchPartition, FetchRequest, FetchTopic, ReplicaState
@@ -85,6 +92,10 @@ class Fetcher:
         self.fetcher_id = fetcher_id
         self.partitions: dict[tuple[str, int], FetchState] = {}
         self._wakeup = asyncio.Event()
+        self._applied_waiter: asyncio.Future[None] | None = None  # _answers_applied's wait, when it waits
+        self._handoff: asyncio.Future[Any] | None = None  # while the callbacks fetch (_stream)
+        self._outstanding: _Answer | None = None  # the fetch they sent, until its response
+        self._stall_timer: asyncio.TimerHandle | None = None
         self._conn: ClientConnection | None = None
         self._task: asyncio.Task[None] | None = None
         self._held_ms = LONG_WAIT_MS  # how long the last request's throttled partitions wait for their quota
@@ -114,7 +125,16 @@ class Fetcher:
         old = self.partitions.get(tp)
         # An answer of the old state still on the worker: the LEO is not known until it is applied (or skipped).
         self.partitions[tp] = FetchState(tp[0], tp[1], leader_epoch, in_flight=old is not None and old.in_flight)
+        self._wake()
+
+    def _wake(self) -> None:
+        """Something changed (a partition added, an answer applied): the task or the callbacks look again."""
         self._wakeup.set()
+        waiter = self._applied_waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+        if self._handoff is not None:
+            self._try_send()
 
     def ready(self, now: float) -> list[FetchState]:
         """The partitions the next fetch asks for: not dropped, not backing off, none still on its worker."""
@@ -126,8 +146,11 @@ class Fetcher:
         cfg = self.manager.config
         backoff = cfg.fetch_backoff_ms / 1000
         loop = asyncio.get_running_loop()
+        stalled = False  # the callbacks gave back with an answer still on a worker after IN_FLIGHT_WAIT_S
         while True:
-            await self._answers_applied(loop)
+            if not stalled:
+                await self._answers_applied(loop)
+            stalled = False
             now = loop.time()
             ready = self.ready(now)
             if not ready:
@@ -135,6 +158,7 @@ class Fetcher:
                 waits = [s.delayed_until - now for s in self.partitions.values() if not s.dropped and not s.in_flight]
                 await wait_event(self._wakeup, min(waits) if waits else None)
                 continue
+            outcome: Any
             try:
                 conn = await self._connection()
                 version = conn.pick_version(FETCH, MIN_FETCH_VERSION)
@@ -145,25 +169,143 @@ class Fetcher:
                     continue
                 if trace.ON:
                     trace.event("fetch_sent", self.leader_id, request.topics[0].partitions[0].fetch_offset)
-                response = await conn.request(FETCH, version, request, timeout=(
-                    cfg.socket_timeout_ms + cfg.fetch_wait_max_ms) / 1000)
+                response = await conn.request(FETCH, version, request, timeout=self._timeout_s())
             except (ClientError, OSError) as e:
-                log.info("replica_fetch_failed", leader=self.leader_id, error=str(e))
-                trace.event("fetch_backoff", self.leader_id, "failed")
-                if self._conn is not None:
-                    self._conn.close()
-                    self._conn = None
-                await asyncio.sleep(backoff)
-                continue
-            if response.error_code:
-                log.info("replica_fetch_refused", leader=self.leader_id, error=_name(response.error_code))
-                trace.event("fetch_backoff", self.leader_id, "refused")
-                await asyncio.sleep(backoff)
-                continue
+                outcome = e
+            else:
+                outcome = self._answer(response, version)
+                if outcome is None:  # answered: the callbacks fetch on until something needs this task
+                    outcome = await self._stream(loop)
+            if outcome.__class__ is _Crash:
+                raise outcome.error  # a bug: the fetcher is dead (DeadThreadCount), as an exception here made it
+            stalled = outcome is _STALLED
+            if outcome is not None and not stalled:
+                await self._back_off(outcome, backoff)
+
+    def _timeout_s(self) -> float:
+        cfg = self.manager.config
+        return (cfg.socket_timeout_ms + cfg.fetch_wait_max_ms) / 1000
+
+    def _answer(self, response: Any, version: int) -> Any:
+        """A fetch's response: handed to the logs (None), or, refused as a whole, the response."""
+        if response.error_code:
+            return response
+        if trace.ON:
+            trace.event("fetch_got", self.leader_id, sum(len(p.records or b"") for t in response.responses
+                                                         for p in t.partitions))
+        self._process(response, version)
+        return None
+
+    async def _back_off(self, outcome: Any, backoff: float) -> None:
+        """A failed fetch (an exception: the connection is dropped) or one refused as a whole (its response)."""
+        if isinstance(outcome, BaseException):
+            log.info("replica_fetch_failed", leader=self.leader_id, error=str(outcome))
+            trace.event("fetch_backoff", self.leader_id, "failed")
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+        else:
+            log.info("replica_fetch_refused", leader=self.leader_id, error=_name(outcome.error_code))
+            trace.event("fetch_backoff", self.leader_id, "refused")
+        await asyncio.sleep(backoff)
+
+    # ------------------------------------------------------------------------------------------ the callbacks
+
+    async def _stream(self, loop: asyncio.AbstractEventLoop) -> Any:
+        """While every fetch can go out as soon as the last answer is applied, callbacks send it (from the
+        workers' answers coming back: `_applied`) and take its response (in the connection's read callback:
+        `_Answer`), with no task step, future or timeout scope per fetch; this task waits until they give
+        back, with what then needs it: None (nothing to fetch now, no connection, the transport full), _STALLED
+        (an answer still on its worker after IN_FLIGHT_WAIT_S), a failure or a refused response (back off), or
+        a _Crash."""
+        handoff = self._handoff = loop.create_future()
+        self._try_send()  # every answer may be applied already (or none went to a worker)
+        try:
+            return await handoff
+        finally:
+            self._handoff = None
+            if self._stall_timer is not None:
+                self._stall_timer.cancel()
+                self._stall_timer = None
+
+    def _give_back(self, outcome: Any) -> None:
+        handoff = self._handoff
+        if self._stall_timer is not None:
+            self._stall_timer.cancel()
+            self._stall_timer = None
+        if handoff is not None and not handoff.done():
+            handoff.set_result(outcome)
+
+    def _stalled(self) -> None:
+        """IN_FLIGHT_WAIT_S since an answer came and some of it is still on its worker: the task fetches the
+        rest (the timer is cancelled as soon as everything is applied, and never runs with a fetch out)."""
+        self._stall_timer = None
+        if self._outstanding is None:
+            self._give_back(_STALLED)
+
+    def _try_send(self) -> None:
+        """The next fetch, sent here when nothing is in flight (else back to the task: see _stream)."""
+        handoff = self._handoff
+        if handoff is None or handoff.done() or self._outstanding is not None:
+            return
+        try:
+            if any(s.in_flight for s in self.partitions.values()):
+                if self._stall_timer is None:  # the bound of _answers_applied, from the answer's arrival
+                    self._stall_timer = asyncio.get_running_loop().call_later(IN_FLIGHT_WAIT_S, self._stalled)
+                return
+            if self._stall_timer is not None:  # every answer applied in time
+                self._stall_timer.cancel()
+                self._stall_timer = None
+            conn = self._conn
+            if conn is None or conn.closed or conn.write_paused:
+                self._give_back(None)
+                return
+            loop = asyncio.get_running_loop()
+            ready = self.ready(loop.time())
+            version = conn.pick_version(FETCH, MIN_FETCH_VERSION)
+            request = self._request(ready, version) if ready else None
+            if request is None:  # nothing to ask for now, or the throttle holds it all: the task waits
+                self._give_back(None)
+                return
             if trace.ON:
-                trace.event("fetch_got", self.leader_id, sum(len(p.records or b"") for t in response.responses
-                                                             for p in t.partitions))
-            self._process(response, version)
+                trace.event("fetch_sent", self.leader_id, request.topics[0].partitions[0].fetch_offset)
+            token = _Answer(self, version)
+            try:
+                conn.send_to(FETCH, version, request, token)
+            except (ClientError, OSError) as e:
+                self._give_back(e)
+                return
+            token.timer = loop.call_later(self._timeout_s(), token.time_up)
+            self._outstanding = token
+        except Exception as e:  # a bug: the task raises it
+            self._give_back(_Crash(e))
+
+    def _answered(self, token: _Answer, result: Any) -> None:
+        """The connection's read callback: the response frame (or the failure) of the fetch `_try_send` sent."""
+        if self._outstanding is not token:
+            return
+        self._outstanding = None
+        if token.timer is not None:
+            token.timer.cancel()
+        conn = self._conn
+        if isinstance(result, BaseException):
+            self._give_back(result)
+            return
+        try:
+            assert conn is not None
+            try:
+                response = decode_response(result, FETCH, token.version, conn.host, conn.port)
+            except ProtocolViolation as e:
+                conn.close(e)
+                self._give_back(e)
+                return
+            refused = self._answer(response, token.version)
+            if refused is not None:
+                self._give_back(refused)
+                return
+            self._try_send()
+        except Exception as e:  # a bug: the task raises it
+            self._give_back(_Crash(e))
 
     async def _answers_applied(self, loop: asyncio.AbstractEventLoop) -> None:
         """Waits (up to IN_FLIGHT_WAIT_S) until the last answer's partitions are applied on their dirs' workers.
@@ -176,8 +318,15 @@ class Fetcher:
             if not waited and trace.ON:
                 waited = True
                 trace.event("in_flight_wait+", self.leader_id)
-            self._wakeup.clear()
-            await wait_event(self._wakeup, left)
+            # A future that _wake resolves, bounded by a timer: this wait comes once per replicated batch, and
+            # an event wait in a timeout scope costs several times as much.
+            waiter = self._applied_waiter = loop.create_future()
+            timer = loop.call_later(left, _resolve, waiter)
+            try:
+                await waiter
+            finally:
+                timer.cancel()
+                self._applied_waiter = None
         if waited:
             trace.event("in_flight_wait-", self.leader_id)
 
@@ -294,11 +443,11 @@ class Fetcher:
         current = self.partitions.get((s.topic, s.partition))
         if current is not None and current is not s:
             current.in_flight = False  # replaced while this answer was on the worker (see add)
-        self._wakeup.set()
         if isinstance(result, BaseException):
             self._apply_failed(s, plog, part, result, loop_time, backoff)
         elif result is not None:
             self._after_apply(s, part, result)
+        self._wake()  # last: the callbacks may send the next fetch from here, with this answer's outcome in it
 
     def _apply_failed(self, s: FetchState, plog: Any, part: Any, e: BaseException, loop_time: float,
                       backoff: float) -> None:
@@ -397,6 +546,54 @@ class Fetcher:
             future.truncate_to(offset)
 
 
+class _Answer:
+    """The token of a fetch the callbacks sent (ClientConnection.send_to): its response frame, or the connection's
+    failure, goes to the fetcher in the read callback itself; `time_up` is its timeout (the connection is
+    closed then, as ClientConnection.request does)."""
+
+    __slots__ = ("fetcher", "version", "timer", "settled")
+
+    def __init__(self, fetcher: Fetcher, version: int) -> None:
+        self.fetcher = fetcher
+        self.version = version
+        self.timer: asyncio.TimerHandle | None = None
+        self.settled = False
+
+    def done(self) -> bool:
+        return self.settled
+
+    def set_result(self, frame: bytes) -> None:
+        self.settled = True
+        self.fetcher._answered(self, frame)
+
+    def set_exception(self, error: BaseException) -> None:
+        self.settled = True
+        self.fetcher._answered(self, error)
+
+    def time_up(self) -> None:
+        if self.settled:
+            return
+        self.settled = True  # before the close below, which fails what is pending (this fetch: dropped there)
+        conn = self.fetcher._conn
+        error = RequestTimeoutError(f"Fetch v{self.version} to leader {self.fetcher.leader_id}: no response within "
+                                    f"{self.fetcher._timeout_s():.3g}s")
+        if conn is not None:
+            conn.close(BrokerConnectionError(conn.host, conn.port, "closed after a request timed out"))
+        self.fetcher._answered(self, error)
+
+
+class _Crash:
+    """A bug met in the callbacks, for the task to raise."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+
+_STALLED = object()  # see Fetcher._stream
+
+
 class FetcherManager:
     """The fetchers of this broker: partitions added and removed as the metadata says (see the docstring)."""
 
@@ -460,6 +657,11 @@ class FetcherManager:
         for task in list(self._closing):
             await task
 
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 def _name(code: int) -> str:

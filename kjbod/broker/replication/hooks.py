@@ -49,7 +49,10 @@ def prepare_follower_fetch(node: Any, resolved: list[tuple[str | None, Any]], bo
             check = manager.check_follower_fetch(name, p.partition, replica_id, epoch, p.current_leader_epoch,
                                                  p.fetch_offset, p.last_fetched_epoch)
             if check.error_code or check.diverging is not None:
-                part = _part(p.partition, check.error_code)
+                code = check.error_code
+                if code == ErrorCode.KAFKA_STORAGE_ERROR and version < 6:  # as Kafka maps it for old versions
+                    code = ErrorCode.NOT_LEADER_OR_FOLLOWER
+                part = _part(p.partition, code)
                 plog = manager._local_log(name, p.partition)
                 if plog is not None and check.error_code in (0, ErrorCode.OFFSET_OUT_OF_RANGE):
                     part.high_watermark = part.last_stable_offset = plog.high_watermark
@@ -70,6 +73,12 @@ def leader_throttled(node: Any, resolved: list[tuple[str | None, Any]], replica_
         return frozenset()
     return frozenset((name, p.partition) for name, t in resolved if name is not None for p in t.partitions
                      if manager.leader_throttled(name, p.partition, replica_id))
+
+
+def leader_throttling(node: Any) -> bool:
+    """Whether this leader's throttle holds back some topic now (a follower's fetch then takes the long way)."""
+    manager = getattr(node, "replication", None)
+    return manager is not None and bool(manager.throttles.leader.throttled)
 
 
 def leader_throttle_wait_s(node: Any) -> float:
@@ -110,6 +119,12 @@ def appended(node: Any, topic: str, partition: int) -> None:
     manager = getattr(node, "replication", None)
     if manager is not None:
         manager.leader_appended(topic, partition)
+
+
+def lost_leadership(node: Any, topic: str, partition: int) -> bool:
+    """See ReplicaManager.lost_leadership (False on a node without replication)."""
+    manager = getattr(node, "replication", None)
+    return manager is not None and manager.lost_leadership(topic, partition)
 
 
 def needs_replication(node: Any, topic: str, partition: int, required_offset: int) -> bool:

@@ -280,7 +280,11 @@ class ReplicaManager:
 
     def check_follower_fetch(self, topic: str, partition: int, replica_id: int, broker_epoch: int,
                              current_leader_epoch: int, fetch_offset: int, last_fetched_epoch: int) -> FetchCheck:
-        """Kafka's checks on a follower's fetch of one partition, in its order (kraft-notes C.1)."""
+        """Kafka's checks on a follower's fetch of one partition, in its order (kraft-notes C.1): where the
+        partition is hosted first (_hosting_error), then the epochs, the leadership and the follower."""
+        code = self._hosting_error(topic, partition)
+        if code:
+            return FetchCheck(code)
         state = self.states.get((topic, partition))
         if state is None or state.role != LEADER:
             return FetchCheck(ErrorCode.NOT_LEADER_OR_FOLLOWER)
@@ -296,8 +300,8 @@ class ReplicaManager:
         if broker_epoch != -1 and (registration is None or registration.epoch > broker_epoch):
             return FetchCheck(ErrorCode.NOT_LEADER_OR_FOLLOWER)  # a stale broker epoch (KRaft fences it)
         plog = self._local_log(topic, partition)
-        if plog is None:
-            return FetchCheck(ErrorCode.KAFKA_STORAGE_ERROR)
+        if plog is None:  # Kafka's Partition without a log
+            return FetchCheck(ErrorCode.NOT_LEADER_OR_FOLLOWER)
         if last_fetched_epoch >= 0:
             epoch, end = plog.leader_epochs.end_offset_for(last_fetched_epoch, plog.log_end_offset)
             if epoch < 0:
@@ -307,6 +311,22 @@ class ReplicaManager:
         if fetch_offset < plog.log_start_offset or fetch_offset > plog.log_end_offset:
             return FetchCheck(ErrorCode.OFFSET_OUT_OF_RANGE)
         return FetchCheck()
+
+    def _hosting_error(self, topic: str, partition: int) -> int:
+        """Kafka's ReplicaManager.getPartitionOrError, asked before a follower's fetch is looked at: 0 when the
+        replica's log is here and online; KAFKA_STORAGE_ERROR when it is in an offline dir; for one this broker
+        has no log for, NOT_LEADER_OR_FOLLOWER when the image has the partition (the follower refreshes its
+        metadata), UNKNOWN_TOPIC_OR_PARTITION when it does not."""
+        logs = getattr(self.node, "logs", None)
+        plog = logs.manager.find(topic, partition) if logs is not None else None
+        if plog is not None:
+            return 0 if plog.online else ErrorCode.KAFKA_STORAGE_ERROR
+        offline = getattr(logs, "partition_offline", None)
+        if offline is not None and offline(topic, partition):
+            return ErrorCode.KAFKA_STORAGE_ERROR
+        t = self.node.metadata.topic(topic)
+        return ErrorCode.NOT_LEADER_OR_FOLLOWER if t is not None and partition in t.partitions else (
+            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
 
     def follower_fetched(self, topic: str, partition: int, replica_id: int, broker_epoch: int,
                          fetch_offset: int) -> None:
@@ -401,6 +421,18 @@ class ReplicaManager:
         if len(state.isr) < state.effective_min_isr(self._min_isr(topic)):
             return ErrorCode.NOT_ENOUGH_REPLICAS
         return 0
+
+    def lost_leadership(self, topic: str, partition: int) -> bool:
+        """Whether this broker no longer leads a partition it took a Produce for: asked once the append is
+        done, since the metadata may have moved the leadership while the append waited for its dir's worker.
+        The batch then went into a follower's log (the fetcher truncates it away: it diverges from the new
+        leader's epoch). Kafka refuses such an append (it checks the leadership under the partition's lock);
+        the answer is NOT_LEADER_OR_FOLLOWER, never a success the producer would count on (an idempotent
+        producer would take its next batch to the new leader, which lacks this one: a fatal
+        OUT_OF_ORDER_SEQUENCE_NUMBER). Still the leader in a later epoch (a reassignment re-elects it), the
+        append is in the leader's log: a success."""
+        state = self.states.get((topic, partition))
+        return state is not None and state.role != LEADER
 
     def replicated(self, topic: str, partition: int) -> bool:
         state = self.states.get((topic, partition))

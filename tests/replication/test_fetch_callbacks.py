@@ -1,0 +1,171 @@
+"""A follower's fetches in steady state, in process (kjbod.broker.replication.fetcher): after the task's first
+fetch, each next one is sent by the callback that applied the last answer and its response is taken in the
+connection's read callback, with the task parked until something needs it (a failure, a refused fetch, nothing
+to ask for).  The leader is a scripted connection: each request is checked field by field and answered with the
+bytes a leader would send; the follower's log must end up holding exactly the leader's batches."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from typing import Any
+
+from kjbod.broker.replication import ReplicaManager, ReplicationConfig
+from kjbod.broker.replication.fetcher import FETCH, Fetcher
+from kjbod.net.errors import BrokerConnectionError
+from kjbod.protocol.generated import FetchRequest, FetchResponse
+from kjbod.protocol.generated.fetch_response import FetchableTopicResponse
+from kjbod.protocol.generated.fetch_response import PartitionData as FetchPart
+from tests.replication.conftest import batch
+from tests.replication.test_replica_manager import TOPIC_ID, Clock, FakeNode, image
+
+VERSION = 17
+LONG_S = 60.0
+
+
+class ScriptedLeader:
+    """What the fetcher's connection does, minus the socket: requests are kept (decoded from the bytes the
+    fetcher's message encodes to), answers are given by the test as frames, as the connection's read callback
+    gives them."""
+
+    host, port = "127.0.0.1", 1
+    write_paused = False
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[FetchRequest, Any]] = []  # (request, its token: a future for the task's fetch)
+        self.closed = False
+        self.asked = asyncio.Event()
+
+    def pick_version(self, api_key: int, *_bounds: int) -> int:
+        assert api_key == FETCH
+        return VERSION
+
+    def _keep(self, message: Any, token: Any) -> None:
+        out: list = []
+        message.encode_into(out, VERSION)
+        self.sent.append((FetchRequest.decode(b"".join(out), VERSION), token))
+        self.asked.set()
+
+    def send_to(self, api_key: int, version: int, message: Any, token: Any, client_id: str | None = None) -> None:
+        assert (api_key, version) == (FETCH, VERSION)
+        self._keep(message, token)
+
+    async def request(self, api_key: int, version: int, message: Any, timeout: float) -> Any:
+        future = asyncio.get_running_loop().create_future()
+        self._keep(message, future)
+        return FetchResponse.decode(await future, VERSION)
+
+    def close(self, reason: Any = None) -> None:
+        self.closed = True
+        for _request, token in self.sent:
+            if not token.done():
+                token.set_exception(reason or BrokerConnectionError(self.host, self.port, "closed"))
+
+    async def next_request(self) -> tuple[FetchRequest, Any]:
+        while True:
+            self.asked.clear()
+            for request, token in self.sent:
+                if not token.done():
+                    return request, token
+            await asyncio.wait_for(self.asked.wait(), LONG_S)
+
+    def answer(self, token: Any, records: bytes, hw: int) -> None:
+        body = FetchResponse(error_code=0, session_id=0, responses=[FetchableTopicResponse(
+            topic_id=TOPIC_ID, partitions=[FetchPart(partition_index=0, error_code=0, high_watermark=hw,
+                                                     last_stable_offset=hw, log_start_offset=0, records=records)])])
+        frame = struct.pack(">i", 0) + b"\x00" + body.encode(VERSION)  # correlation id, no header tags
+        if isinstance(token, asyncio.Future):
+            token.set_result(frame[5:])  # the task's request() decodes the body itself here
+        else:
+            token.set_result(frame)
+
+
+async def test_steady_state_fetches_go_out_from_the_callbacks_with_the_log_end_as_the_offset(make_log):
+    plog = make_log("t-0")
+    node = FakeNode(2, plog, image())
+    manager = ReplicaManager(node, ReplicationConfig(), clock=Clock())
+    fetcher = Fetcher(manager, 1, 0)
+    leader = ScriptedLeader()
+    fetcher._conn = leader  # type: ignore[assignment]
+    fetcher.add(("t", 0), 0)
+    fetcher.start()
+    task = fetcher._task
+    assert task is not None
+    try:
+        leader_log = [batch(1 + i % 3, epoch=0, base_offset=0) for i in range(5)]
+        sent: list[bytes] = []
+        offset = 0
+        for i, records in enumerate(leader_log):
+            request, token = await leader.next_request()
+            (topic,) = request.topics
+            (part,) = topic.partitions
+            assert topic.topic_id == TOPIC_ID and request.replica_state.replica_id == 2
+            assert request.replica_state.replica_epoch == node.broker_epoch
+            assert (part.fetch_offset, part.current_leader_epoch) == (offset, 0) == (plog.log_end_offset, 0)
+            assert isinstance(token, asyncio.Future) == (i == 0)  # only the first goes through the task
+            stamped = bytearray(records)
+            stamped[0:8] = struct.pack(">q", offset)  # the leader's offsets
+            count = struct.unpack_from(">i", stamped, 57)[0]
+            offset += count
+            sent.append(bytes(stamped))
+            leader.answer(token, sent[-1], hw=offset)
+            if i > 0:  # applied, and the next fetch sent, in the read callback itself
+                assert plog.log_end_offset == offset and fetcher._outstanding is not None
+                assert fetcher._handoff is not None and not fetcher._handoff.done()
+        request, _token = await leader.next_request()
+        assert request.topics[0].partitions[0].fetch_offset == offset
+        assert plog.read_bytes(0, 1 << 20) == b"".join(sent)  # the leader's batches, as they arrived
+        assert plog.log_end_offset == offset and plog.high_watermark == offset
+        assert not task.done()
+    finally:
+        await fetcher.close()
+
+
+async def test_a_failed_fetch_gives_the_task_back_which_drops_the_connection(make_log):
+    plog = make_log("t-0")
+    node = FakeNode(2, plog, image())
+    manager = ReplicaManager(node, ReplicationConfig(fetch_backoff_ms=10), clock=Clock())
+    fetcher = Fetcher(manager, 1, 0)
+    leader = ScriptedLeader()
+    fetcher._conn = leader  # type: ignore[assignment]
+    fetcher.add(("t", 0), 0)
+    fetcher.start()
+    try:
+        _request, token = await leader.next_request()
+        leader.answer(token, b"", hw=0)  # the task's fetch: nothing yet
+        _request, token = await leader.next_request()  # sent by the callbacks
+        assert not isinstance(token, asyncio.Future)
+        leader.close()  # the leader went away: its read callback fails the fetch
+        assert fetcher._handoff is None or fetcher._handoff.done()
+        for _ in range(100):
+            if fetcher._conn is None:
+                break
+            await asyncio.sleep(0)
+        assert fetcher._conn is None  # dropped by the task's back-off; the next fetch opens a new one
+    finally:
+        await fetcher.close()
+
+
+async def test_an_answer_applied_late_sends_the_next_fetch_and_the_stall_bound_goes_with_it(make_log):
+    """The bound on an answer still on its worker (IN_FLIGHT_WAIT_S) is dropped once it is applied: it must never
+    hand the fetching back to the task while the callbacks' next fetch is out (the task would then send a second
+    fetch for the same offsets, whose answer fails to append and backs the partition off)."""
+    plog = make_log("t-0")
+    manager = ReplicaManager(FakeNode(2, plog, image()), ReplicationConfig(), clock=Clock())
+    fetcher = Fetcher(manager, 1, 0)
+    leader = ScriptedLeader()
+    fetcher._conn = leader  # type: ignore[assignment]
+    fetcher.add(("t", 0), 0)
+    state = fetcher.partitions[("t", 0)]
+    fetcher._handoff = asyncio.get_running_loop().create_future()  # what _stream sets while the callbacks fetch
+    state.in_flight = True  # the last answer is on its dir's worker
+    fetcher._try_send()
+    assert leader.sent == [] and fetcher._stall_timer is not None
+    state.in_flight = False  # applied (Fetcher._applied): the next fetch goes out at once
+    fetcher._wake()
+    assert len(leader.sent) == 1 and fetcher._outstanding is not None
+    assert fetcher._stall_timer is None and not fetcher._handoff.done()
+    fetcher._stalled()  # even a bound that fired meanwhile gives nothing back with a fetch out
+    assert not fetcher._handoff.done()
+    fetcher._handoff.cancel()
+    leader.close()
