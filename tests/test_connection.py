@@ -534,6 +534,35 @@ def test_laters_alone_need_no_sender_task(run: Any) -> None:
     run(scenario())
 
 
+def test_laters_are_written_in_the_completing_call_once_none_is_left_out(run: Any) -> None:
+    async def scenario() -> None:
+        handler = FakeHandler()
+        async with Server(handler) as server:
+            reader, writer = await server.connect()
+            writer.write(frame(b"laterwait") + frame(b"laterwait") + frame(b"laterwait"))
+            await writer.drain()
+            while len(handler.laters) < 3 or server.connection().pending < 3:
+                await asyncio.sleep(0.01)
+            conn = server.connection()
+            written: list[bytes] = []
+            write = conn._write
+            conn._write = lambda parts: (written.append(b"".join(parts)), write(parts))  # type: ignore[method-assign]
+            handler.laters[0].resolve([b"first"])
+            handler.laters[1].resolve([b"second"])
+            assert written == []  # the third is still out: these wait for the end of the loop's pass, together
+            await asyncio.sleep(0)
+            assert written == [frame(b"first") + frame(b"second")]
+            handler.laters[2].resolve([b"third"])
+            assert written[1:] == [frame(b"third")]  # the last one out: written in the call that completed it
+            assert [await read_frame(reader) for _ in range(3)] == [b"first", b"second", b"third"]
+            assert conn.pending == 0
+            writer.write(frame(b"echo x"))  # the fast path is back
+            assert await read_frame(reader) == b"echo:x"
+            await close_client(writer)
+
+    run(scenario())
+
+
 @pytest.mark.parametrize("verb", [b"laterfail 10", b"laterclose 10"])
 def test_a_failed_later_closes_after_earlier_replies(run: Any, logs: io.StringIO, verb: bytes) -> None:
     async def scenario() -> None:

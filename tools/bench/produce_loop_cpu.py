@@ -5,8 +5,9 @@ machine distorts; this measures what the load does not: the CPU time of the even
 ``pthread_getcpuclockid`` clock) per request. Each variant runs a real node in a process of its own (``serve``, as
 ``kjbod serve`` does, one topic of one partition), driven by a client thread of that process that sends one small
 batch (four 1 KiB records, acks=1) at a time, paced at the p99 bench's moderate rate, so the loop sleeps between
-requests as it does there. ``--profile`` adds cProfile of the loop's thread only (enabled and disabled on it)
-and prints its top costs: what the loop does around a hand-off.
+requests as it does there. ``--profile`` adds cProfile of the loop's thread only (enabled and disabled on it,
+timed in the thread's CPU time), prints its top costs (what the loop does around a hand-off) and the Python calls
+per request, a figure no load changes (the CPU time is noisy on a shared VM: a stolen CPU counts as the thread's).
 
 ``python -m tools.bench.produce_loop_cpu [--requests N] [--rate R] [--profile] [--variant workers|loop]``
 """
@@ -78,8 +79,11 @@ def _drive(port: int, requests: int, rate: float, loop_thread: list[int], loop: 
         loop[0].call_soon_threadsafe(lambda: (profiler.disable(), done.set()))
         done.wait(10)
         text = io.StringIO()
-        pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(45)
+        stats = pstats.Stats(profiler, stream=text)
+        stats.sort_stats("cumulative").print_stats(45)
         out["profile"] = text.getvalue()
+        # what load does not change at all: Python calls (functions and builtins) on the loop per request
+        out["calls"] = stats.total_calls / requests  # type: ignore[attr-defined]
     conn.close()
     # every request appended: the partition's end offset counts them (no reply is decoded on the way)
     from kjbod.protocol.generated import ListOffsetsRequest as L
@@ -136,6 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(out))
         return 0
     figures: dict[str, list[float]] = {name: [] for name in VARIANTS}
+    calls: dict[str, float] = {}
     for _ in range(args.rounds):
         for name, env in VARIANTS.items():
             cmd = [sys.executable, "-m", "tools.bench.produce_loop_cpu", "--variant", name,
@@ -147,12 +152,15 @@ def main(argv: list[str] | None = None) -> int:
             lines = done.stdout.strip().splitlines()
             result = json.loads(lines[-1])
             figures[name].append(result["loop_us"])
+            if "calls" in result:
+                calls[name] = result["calls"]
             if args.profile:
                 print(f"--- {name}: cProfile of the event loop's thread, {args.requests} requests")
                 print("\n".join(lines[:-1]))
     for name, values in figures.items():
         shown = ", ".join(f"{v:.0f}" for v in values)
-        print(f"{name:8s} event loop CPU per Produce: {min(values):.0f} us (rounds: {shown})")
+        print(f"{name:8s} event loop CPU per Produce: {min(values):.0f} us (rounds: {shown})"
+              + (f"; {calls[name]:.0f} Python calls" if name in calls else ""))
     ratio = min(figures["workers"]) / min(figures["loop"])
     print(f"workers / loop: {ratio:.2f}x")
     return 0
