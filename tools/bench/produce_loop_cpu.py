@@ -80,7 +80,7 @@ def _drive(port: int, requests: int, rate: float, loop_thread: list[int], loop: 
         done.wait(10)
         text = io.StringIO()
         stats = pstats.Stats(profiler, stream=text)
-        stats.sort_stats("cumulative").print_stats(45)
+        stats.sort_stats(os.environ.get("KJBOD_PROFILE_SORT", "cumulative")).print_stats(int(os.environ.get("KJBOD_PROFILE_LINES", "45")))
         out["profile"] = text.getvalue()
         # what load does not change at all: Python calls (functions and builtins) on the loop per request
         out["calls"] = stats.total_calls / requests  # type: ignore[attr-defined]
