@@ -80,7 +80,7 @@ def _drive(port: int, requests: int, rate: float, loop_thread: list[int], loop: 
         done.wait(10)
         text = io.StringIO()
         stats = pstats.Stats(profiler, stream=text)
-        stats.sort_stats(os.environ.get("KJBOD_PROFILE_SORT", "cumulative")).print_stats(int(os.environ.get("KJBOD_PROFILE_LINES", "45")))
+        stats.sort_stats("cumulative").print_stats(60)
         out["profile"] = text.getvalue()
         # what load does not change at all: Python calls (functions and builtins) on the loop per request
         out["calls"] = stats.total_calls / requests  # type: ignore[attr-defined]
@@ -130,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args(argv)
     if args.variant is not None:  # a child: one variant, its figures as JSON on the last line
+        os.environ["KJBOD_DIR_WORKERS"] = VARIANTS[args.variant]  # read when the node's storage opens
         from kjbod.server.logging import configure_logging
 
         configure_logging("json", "warning")  # as the bench's `kjbod serve --log-level warning`
@@ -142,13 +143,12 @@ def main(argv: list[str] | None = None) -> int:
     figures: dict[str, list[float]] = {name: [] for name in VARIANTS}
     calls: dict[str, float] = {}
     for _ in range(args.rounds):
-        for name, env in VARIANTS.items():
+        for name in VARIANTS:
             cmd = [sys.executable, "-m", "tools.bench.produce_loop_cpu", "--variant", name,
                    "--requests", str(args.requests), "--rate", str(args.rate)]
             if args.profile:
                 cmd.append("--profile")
-            done = subprocess.run(cmd, env={**os.environ, "KJBOD_DIR_WORKERS": env}, capture_output=True,
-                                  text=True, check=True)
+            done = subprocess.run(cmd, capture_output=True, text=True, check=True)
             lines = done.stdout.strip().splitlines()
             result = json.loads(lines[-1])
             figures[name].append(result["loop_us"])
