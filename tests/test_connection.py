@@ -511,16 +511,21 @@ def test_later_replies_mixed_with_others_are_written_in_request_order(run: Any) 
     run(scenario())
 
 
+async def _queued(server: Server, writer: asyncio.StreamWriter, requests: list[bytes]) -> Any:
+    """Sends `requests` and waits until the connection holds a reply (or a pending one) for each of them."""
+    writer.write(b"".join(frame(r) for r in requests))
+    await writer.drain()
+    while server.connection().pending < len(requests):
+        await asyncio.sleep(0.01)
+    return server.connection()
+
+
 def test_laters_alone_need_no_sender_task(run: Any) -> None:
     async def scenario() -> None:
         handler = FakeHandler()
         async with Server(handler) as server:
             reader, writer = await server.connect()
-            writer.write(frame(b"laterwait") + frame(b"laterwait") + frame(b"echo x"))
-            await writer.drain()
-            while len(handler.laters) < 2 or server.connection().pending < 3:
-                await asyncio.sleep(0.01)
-            conn = server.connection()
+            conn = await _queued(server, writer, [b"laterwait", b"laterwait", b"echo x"])
             tasks = len(asyncio.all_tasks())
             handler.laters[1].resolve([b"second"])  # not at the head: nothing is written yet
             handler.laters[0].resolve([b"first"])  # writes both; echo x is behind them, written by a sender
@@ -529,6 +534,31 @@ def test_laters_alone_need_no_sender_task(run: Any) -> None:
             writer.write(frame(b"later 0 y"))
             assert await read_frame(reader) == b"later:y"
             assert conn.pending == 0
+            await close_client(writer)
+
+    run(scenario())
+
+
+def test_laters_are_written_in_the_completing_call_once_none_is_left_out(run: Any) -> None:
+    async def scenario() -> None:
+        handler = FakeHandler()
+        async with Server(handler) as server:
+            reader, writer = await server.connect()
+            conn = await _queued(server, writer, [b"laterwait"] * 3)
+            written: list[bytes] = []
+            write = conn._write
+            conn._write = lambda parts: (written.append(b"".join(parts)), write(parts))  # type: ignore[method-assign]
+            handler.laters[0].resolve([b"first"])
+            handler.laters[1].resolve([b"second"])
+            assert written == []  # the third is still out: these wait for the end of the loop's pass, together
+            await asyncio.sleep(0)
+            assert written == [frame(b"first") + frame(b"second")]
+            handler.laters[2].resolve([b"third"])
+            assert written[1:] == [frame(b"third")]  # the last one out: written in the call that completed it
+            assert [await read_frame(reader) for _ in range(3)] == [b"first", b"second", b"third"]
+            assert conn.pending == 0
+            writer.write(frame(b"echo x"))  # the fast path is back
+            assert await read_frame(reader) == b"echo:x"
             await close_client(writer)
 
     run(scenario())

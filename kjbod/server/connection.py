@@ -153,6 +153,7 @@ class Connection(asyncio.BufferedProtocol):
         self._sender: asyncio.Task[None] | None = None  # or _BY_CALLBACKS
         # Replies of completed Laters not written yet: written together once this pass of the loop is over.
         self._later_batch: list[Any] | None = None
+        self._later_write_due = False  # a _write_later_batch is scheduled for the end of this pass
         # The reply the sender is writing, so its file regions are closed if the connection drops midway.
         self._sending: list[Any] | None = None
         self._pause = 0
@@ -606,16 +607,16 @@ class Connection(asyncio.BufferedProtocol):
         """Write every reply ready at the head of the queue (no sender task runs); hand the rest to a sender
         task when something other than a `Later` is next.
 
-        The replies go into a batch written once this pass of the loop is over: a dir's worker answers many
-        requests of a connection in one callback (and the other dirs' workers in the next ones), and one write
-        for all of them costs one syscall instead of one each. The connection stays in the callbacks' hands
-        (no fast path) until that batch is written, so nothing overtakes it."""
+        While a reply queued behind them is still out, the replies go into a batch written once this pass of
+        the loop is over: a dir's worker answers many requests of a connection in one callback (and the other
+        dirs' workers in the next ones), and one write for all of them costs one syscall instead of one each.
+        The connection stays in the callbacks' hands (no fast path) until that batch is written, so nothing
+        overtakes it. Once none is out, the batch is written at once: at a moderate rate, one request at a time,
+        that saves the loop a pass between the worker's answer and the reply."""
         queue = self._queue
         batch = self._later_batch
         if batch is None:
             batch = self._later_batch = []
-            assert self._loop is not None
-            self._loop.call_soon(self._write_later_batch)
         stats = self._stats
         debug = self._debug
         failed = False
@@ -656,15 +657,22 @@ class Connection(asyncio.BufferedProtocol):
         if failed:
             while queue:  # nothing after a failed or closing request is answered
                 _discard(queue.popleft()[0])
-        if queue and queue[0][0].__class__ is not Later:
+        if not queue:  # nothing left to wait for: written now, in the callback that completed the last one
+            self._write_later_batch()
+        elif queue[0][0].__class__ is not Later:
             self._write_later_batch()  # before anything the sender writes
             self._start_sender()
+        elif batch and not self._later_write_due:  # the rest of this pass's completions may join it
+            self._later_write_due = True
+            assert self._loop is not None
+            self._loop.call_soon(self._write_later_batch)
         if self._pause & _PAUSE_PENDING and len(queue) < self._resume_below:
             self._resume_reading(_PAUSE_PENDING)
 
     def _write_later_batch(self) -> None:
         """Write the replies _pump_later gathered; with nothing left queued, the fast path is back."""
         batch, self._later_batch = self._later_batch, None
+        self._later_write_due = False
         if batch:
             self._write(batch)
         if self._sender is _BY_CALLBACKS and not self._queue:

@@ -531,3 +531,32 @@ def test_heavy_work_goes_over_at_once_with_what_is_held_before_it(spread, log_di
 
     asyncio.run(scenario())
     assert answers == [1, 2]
+
+
+def test_requests_answered_in_time_leave_no_timer_but_the_newest_ticks(spread, log_dirs):
+    """A request's timeout is kept in a 10 ms tick with one loop timer; once every request of a tick is
+    answered, its timer is cancelled (it would wake the loop for nothing), except the newest tick's, which the
+    next requests may join, until a later tick replaces it; and a timeout still answers."""
+    from kjbod.broker import dir_work
+
+    node = _Node(spread)
+    bad = log_dirs[2]
+
+    async def scenario():
+        loop = asyncio.get_running_loop()
+        deadlines = dir_work._deadlines(loop)
+        for _ in range(3):
+            assert _answers(await _produce(node, {"a": [0]}))[("a", 0)][0] == 0
+            await asyncio.sleep(0.015)  # the next request's deadline falls in a later tick
+            assert list(deadlines.ticks) == list(deadlines.timers) == [deadlines.newest]
+            assert deadlines.ticks[deadlines.newest] == {}
+        rule = fsio.slow(bad, hold=True, ops={"write"})
+        try:
+            answers = _answers(await _produce(node, {"a": [0], "c": [0]}, timeout_ms=50))
+        finally:
+            rule.release()
+        assert answers[("a", 0)][0] == 0
+        assert answers[("c", 0)] == (ErrorCode.REQUEST_TIMED_OUT, -1)
+        assert all(not group for group in deadlines.ticks.values()) and len(deadlines.timers) <= 1
+
+    asyncio.run(scenario())
