@@ -1,4 +1,4 @@
-"""A replica fetcher's Fetch request, encoded once and patched per fetch.
+"""A replica fetcher's Fetch: its request encoded once and patched per fetch, its response read by a short path.
 
 Strategy: a follower sends its leader the same request over and over, one per replicated batch, and from one to
 the next only three fixed-width fields of each partition change: FetchOffset (int64), LastFetchedEpoch (int32)
@@ -10,15 +10,33 @@ CurrentLeaderEpoch, FetchOffset, LastFetchedEpoch, LogStartOffset, PartitionMaxB
 its bytes. The generated codec stays the only definition of the bytes: where a block is not found exactly where
 expected (a schema change, a tagged field), every fetch is written by the codec instead. No dataclass is built
 per fetch: the request is a list of plain tuples until something asks for its fields (`as_request`).
+
+The response (`decode_follower_response`): a caught-up follower's answer is one topic, one partition, no error, no
+tagged field, no aborted transaction list, and a batch or two. Such a frame is read here straight into the
+generated classes, with the partition's absent tagged structs (DivergingEpoch, CurrentLeader, SnapshotId) one
+shared default each instead of three new objects per partition and the topic id's UUID kept from the last
+response: the fetcher only reads them. Anything else (a tagged field anywhere, an aborted transaction list, a
+varint of more than one byte where a count goes, bytes left over) goes to the generated decoder, which stays the
+only judge of a frame that is not plain.
 """
 
 from __future__ import annotations
 
 import struct
 from typing import Any
+from uuid import UUID
 
+from kjbod.net.correlator import decode_response
 from kjbod.protocol.generated.fetch_request import FetchPartition, FetchRequest, FetchTopic, ReplicaState
-from kjbod.protocol.runtime import ZERO_UUID
+from kjbod.protocol.generated.fetch_response import (
+    EpochEndOffset,
+    FetchableTopicResponse,
+    FetchResponse,
+    LeaderIdAndEpoch,
+    PartitionData,
+    SnapshotId,
+)
+from kjbod.protocol.runtime import ZERO_UUID, DecodeError, read_compact_records, uuid_from_bytes
 
 # (name, topic id, partition, current leader epoch, fetch offset, last fetched epoch, log start offset)
 Entry = tuple[str, Any, int, int, int, int, int]
@@ -127,3 +145,82 @@ def _places(body: bytearray, entries: list[Entry], partition_max_bytes: int) -> 
         places.append(at + _FIELDS_AT)
         start = at + len(block)
     return places
+
+
+# ----------------------------------------------------------------------------------------------- the response
+
+FETCH = 1
+_TOP = struct.Struct(">ihi")  # ThrottleTimeMs, ErrorCode, SessionId
+_PART = struct.Struct(">ihqqq")  # PartitionIndex, ErrorCode, HighWatermark, LastStableOffset, LogStartOffset
+_I32 = struct.Struct(">i")
+_NO_DIVERGENCE = EpochEndOffset()
+_NO_LEADER = LeaderIdAndEpoch()
+_NO_SNAPSHOT = SnapshotId()
+_topic_ids: dict[bytes, UUID] = {}  # the UUIDs of the topic ids last read
+
+
+def decode_follower_response(frame: bytes, version: int, host: str, port: int) -> FetchResponse:
+    """A Fetch response frame (header included) at `version` (12+), as correlator.decode_response reads it: by
+    the short path when it is plain (see the module docstring), else by the generated decoder."""
+    try:
+        fast = _plain(frame, version)
+    except (IndexError, ValueError, struct.error, DecodeError):  # the generated decoder says what is wrong
+        fast = None
+    return fast if fast is not None else decode_response(frame, FETCH, version, host, port)
+
+
+def _plain(buf: bytes, version: int) -> FetchResponse | None:
+    if version < MIN_VERSION or buf[4]:  # the response header's tagged fields
+        return None
+    throttle, code, session = _TOP.unpack_from(buf, 5)
+    pos = 15
+    n_topics = buf[pos] - 1
+    if n_topics < 0 or n_topics > 0x7E:
+        return None
+    pos += 1
+    topics = []
+    by_name = version < 13
+    for _ in range(n_topics):
+        if by_name:
+            n = buf[pos] - 1
+            if n < 0 or n > 0x7E:
+                return None
+            name = buf[pos + 1:pos + 1 + n].decode("utf-8")
+            pos += 1 + n
+            topic_id = ZERO_UUID
+        else:
+            raw = buf[pos:pos + 16]
+            if len(raw) != 16:
+                return None
+            known = _topic_ids.get(raw)
+            if known is None:
+                if len(_topic_ids) > 1000:
+                    _topic_ids.clear()
+                known = _topic_ids[raw] = uuid_from_bytes(raw)
+            topic_id = known
+            name = ""
+            pos += 16
+        n_parts = buf[pos] - 1
+        if n_parts < 0 or n_parts > 0x7E:
+            return None
+        pos += 1
+        parts = []
+        for _ in range(n_parts):
+            index, error, hw, lso, log_start = _PART.unpack_from(buf, pos)
+            pos += 30
+            if buf[pos]:  # AbortedTransactions: only null (a read_uncommitted fetch's) is plain
+                return None
+            (preferred,) = _I32.unpack_from(buf, pos + 1)
+            records, pos = read_compact_records(buf, pos + 5)
+            if buf[pos]:  # the partition's tagged fields (DivergingEpoch, CurrentLeader, SnapshotId)
+                return None
+            pos += 1
+            parts.append(PartitionData(index, error, hw, lso, log_start, _NO_DIVERGENCE, _NO_LEADER, _NO_SNAPSHOT,
+                                       None, preferred, records))
+        if buf[pos]:  # the topic's tagged fields
+            return None
+        pos += 1
+        topics.append(FetchableTopicResponse(name, topic_id, parts))
+    if buf[pos] or pos + 1 != len(buf):  # the response's tagged fields (NodeEndpoints), or bytes after it
+        return None
+    return FetchResponse(throttle, code, session, topics, [])

@@ -10,6 +10,7 @@ import uuid
 
 import pytest
 
+from kjbod.net.correlator import decode_response
 from kjbod.net.fetch_fast import FollowerFetchRequest, Template
 from kjbod.protocol.generated import FetchRequest
 
@@ -100,3 +101,108 @@ def test_blocks_not_found_leave_every_fetch_to_the_codec(monkeypatch):
         r = request(template, entries_of(rng, [(0, 0)]))
         assert encoded(r, 17) == encoded(r.as_request(17), 17)
     assert template.patched == 0 and template.encoded == 3 and template.places is None
+
+
+# ----------------------------------------------------------------------------------------------- the response
+
+from kjbod.net import fetch_fast  # noqa: E402
+from kjbod.net.errors import ProtocolViolation  # noqa: E402
+from kjbod.protocol.generated import FetchResponse  # noqa: E402
+from kjbod.protocol.generated.fetch_response import (  # noqa: E402
+    AbortedTransaction,
+    EpochEndOffset,
+    FetchableTopicResponse,
+    LeaderIdAndEpoch,
+    NodeEndpoint,
+    PartitionData,
+)
+
+RECORDS = bytes(range(256)) * 3  # a length whose varint takes two bytes
+
+
+def frame(response: FetchResponse, version: int, correlation_id: int = 9) -> bytes:
+    return struct.pack(">i", correlation_id) + b"\x00" + response.encode(version)
+
+
+def part(index: int = 0, **kw) -> PartitionData:
+    fields = dict(partition_index=index, error_code=0, high_watermark=40, last_stable_offset=40, log_start_offset=3,
+                  aborted_transactions=None, records=RECORDS)
+    fields.update(kw)
+    return PartitionData(**fields)
+
+
+def response(*partitions: PartitionData, topics: int = 1, **kw) -> FetchResponse:
+    return FetchResponse(responses=[
+        FetchableTopicResponse(topic=TOPICS[i][0], topic_id=TOPICS[i][1], partitions=list(partitions))
+        for i in range(topics if partitions else 0)], **kw)
+
+
+def for_version(r: FetchResponse, version: int) -> FetchResponse:
+    for t in r.responses:
+        if version >= 13:
+            t.topic = ""
+        else:
+            t.topic_id = fetch_fast.ZERO_UUID
+    return r
+
+
+@pytest.fixture
+def slow(monkeypatch):
+    """Counts the frames left to the generated decoder."""
+    calls: list[int] = []
+    real = fetch_fast.decode_response
+
+    def counted(*a):
+        calls.append(1)
+        return real(*a)
+
+    monkeypatch.setattr(fetch_fast, "decode_response", counted)
+    return calls
+
+
+PLAIN = {
+    "one partition": lambda: response(part()),
+    "no records": lambda: response(part(records=None)),
+    "empty records": lambda: response(part(records=b"")),
+    "a partition's error": lambda: response(part(error_code=6, high_watermark=-1, records=b"")),
+    "several": lambda: response(part(0), part(1, records=b"x" * 5), topics=2),
+    "throttled": lambda: response(part(), throttle_time_ms=30),
+}
+NOT_PLAIN = {
+    "diverging epoch": lambda v: response(part(diverging_epoch=EpochEndOffset(epoch=3, end_offset=17))),
+    "current leader": lambda v: response(part(current_leader=LeaderIdAndEpoch(leader_id=2, leader_epoch=4))),
+    "aborted transactions": lambda v: response(part(aborted_transactions=[AbortedTransaction(7, 1)])),
+    "an empty aborted list": lambda v: response(part(aborted_transactions=[])),
+    "a partition's unknown tag": lambda v: response(part(unknown_tagged_fields=((9, b"z"),))),
+    "node endpoints": lambda v: response(part(), node_endpoints=[NodeEndpoint(node_id=2, host="h", port=1)])
+    if v >= 16 else response(part(), unknown_tagged_fields=((5, b"q"),)),
+    "a top-level error": lambda v: response(error_code=7),
+}
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("case", sorted(PLAIN))
+def test_a_plain_response_is_read_by_the_short_path_as_the_codec_reads_it(version, case, slow):
+    data = frame(for_version(PLAIN[case](), version), version)
+    fast = fetch_fast.decode_follower_response(data, version, "h", 1)
+    assert not slow
+    assert fast == decode_response(data, 1, version, "h", 1)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("case", sorted(NOT_PLAIN))
+def test_anything_else_is_left_to_the_codec(version, case, slow):
+    data = frame(for_version(NOT_PLAIN[case](version), version), version)
+    got = fetch_fast.decode_follower_response(data, version, "h", 1)
+    assert got == decode_response(data, 1, version, "h", 1)
+    assert slow or case == "a top-level error"  # no topics and no tag: plain, and read as the codec reads it
+
+
+@pytest.mark.parametrize("cut", [1, 5, 30, len(RECORDS) // 2])
+def test_a_short_or_long_frame_is_the_codecs_violation(cut, slow):
+    data = frame(for_version(response(part()), 17), 17)
+    with pytest.raises(ProtocolViolation):
+        fetch_fast.decode_follower_response(data[:-cut], 17, "h", 1)
+    with pytest.raises(ProtocolViolation):
+        fetch_fast.decode_follower_response(data + b"\x00" * cut, 17, "h", 1)
+    assert len(slow) == 2

@@ -51,9 +51,8 @@ import structlog
 from kjbod.broker.dir_work import DirWork
 from kjbod.net import trace
 from kjbod.net.connection import ClientConnection
-from kjbod.net.correlator import decode_response
 from kjbod.net.errors import BrokerConnectionError, ClientError, ProtocolViolation, RequestTimeoutError
-from kjbod.net.fetch_fast import FollowerFetchRequest, Template
+from kjbod.net.fetch_fast import FollowerFetchRequest, Template, decode_follower_response
 from kjbod.net.tasks import cancel_and_wait, wait_event
 from kjbod.protocol.errors import ErrorCode
 from kjbod.storage.errors import StorageError
@@ -295,7 +294,7 @@ class Fetcher:
         try:
             assert conn is not None
             try:
-                response = decode_response(result, FETCH, token.version, conn.host, conn.port)
+                response = decode_follower_response(result, token.version, conn.host, conn.port)
             except ProtocolViolation as e:
                 conn.close(e)
                 self._give_back(e)
