@@ -14,8 +14,7 @@ per fetch: the request is a list of plain tuples until something asks for its fi
 The response (`decode_follower_response`): a caught-up follower's answer is one topic, one partition, no error, no
 tagged field, no aborted transaction list, and a batch or two. Such a frame is read here straight into the
 generated classes, with the partition's absent tagged structs (DivergingEpoch, CurrentLeader, SnapshotId) one
-shared default each instead of three new objects per partition and the topic id's UUID kept from the last
-response: the fetcher only reads them. Anything else (a tagged field anywhere, an aborted transaction list, a
+shared default each instead of three new objects per partition: the fetcher only reads them. Anything else (a tagged field anywhere, an aborted transaction list, a
 varint of more than one byte where a count goes, bytes left over) goes to the generated decoder, which stays the
 only judge of a frame that is not plain.
 """
@@ -24,7 +23,6 @@ from __future__ import annotations
 
 import struct
 from typing import Any
-from uuid import UUID
 
 from kjbod.net.correlator import decode_response
 from kjbod.protocol.generated.fetch_request import FetchPartition, FetchRequest, FetchTopic, ReplicaState
@@ -156,7 +154,7 @@ _I32 = struct.Struct(">i")
 _NO_DIVERGENCE = EpochEndOffset()
 _NO_LEADER = LeaderIdAndEpoch()
 _NO_SNAPSHOT = SnapshotId()
-_topic_ids: dict[bytes, UUID] = {}  # the UUIDs of the topic ids last read
+_ID = struct.Struct(">16s")
 
 
 def decode_follower_response(frame: bytes, version: int, host: str, port: int) -> FetchResponse:
@@ -189,15 +187,7 @@ def _plain(buf: bytes, version: int) -> FetchResponse | None:
             pos += 1 + n
             topic_id = ZERO_UUID
         else:
-            raw = buf[pos:pos + 16]
-            if len(raw) != 16:
-                return None
-            known = _topic_ids.get(raw)
-            if known is None:
-                if len(_topic_ids) > 1000:
-                    _topic_ids.clear()
-                known = _topic_ids[raw] = uuid_from_bytes(raw)
-            topic_id = known
+            topic_id = uuid_from_bytes(_ID.unpack_from(buf, pos)[0])
             name = ""
             pos += 16
         n_parts = buf[pos] - 1
