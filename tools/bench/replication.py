@@ -29,7 +29,18 @@ against its reference measured in the same run:
   ~630-750 us and each follower's ~255-280 us. Much of what is left is the wake-up of a thread or process each
   hop costs: an acks=1 record takes 4 (producer, leader's loop, its dir worker, loop, producer), an acks=all
   record 12, 8 of them in sequence; the follower's append must stay off its loop (its dir worker), and the
-  leader's loop runs the Produce, two fetch answers and two fetches per record). On 2 shared cores the p99 ratio
+  leader's loop runs the Produce, two fetch answers and two fetches per record). Where a replicated record's CPU
+  goes, per role (--profile, cProfile of each loop in CPU time): a follower fetch round trip is ~300 Python calls
+  on the leader's loop and ~180 on the follower's, spread over many small steps (the request's decode and checks,
+  the follower's position, the HW move and the acks=all answer it completes, the parked fetch's wake-up, the read,
+  the answer's encoding, the connection's plumbing), the largest (the answer's build) about a seventh of it; the
+  rest of the loops' CPU is uvloop's C side and the syscalls (a send per answer: ~20-30 us each on this VM, as
+  py-spy sampling the paused brokers showed). Since the leader answers a
+  caught-up follower from the bytes of its last appends (storage.log read_tail: 2.7 us against 15.8 for the file
+  read and its copy) and the follower writes its fetch from a template and reads a plain answer by a short path
+  (kjbod.net.fetch_fast: 1.8 us against 5.2 to build and encode, 2.8 against 5.8 to decode), the brokers' CPU per
+  acks=all record was 1.17-1.33 ms against 1.37-1.38 ms for the code before, in runs interleaved with it at load
+  3-4 (leader 638-697 us against 727-745, each follower 261-333 us against 312-329). On 2 shared cores the p99 ratio
   swings around that CPU ratio with the machine's other load (1.6x to 3.3x between runs of one session). GC is
   not a factor: with KJBOD_GC_LOG=1 each broker logged one collection, under 1 ms, in a whole run. No broker of
   the latency rounds has the fault seam on (see Cluster). With --trace, the slowest records' legs show no
