@@ -12,6 +12,8 @@ Strategy:
 * **Read** finds the batch containing the offset with the sparse index plus a short header walk, then finds the
   end of the read (whole batches only, at least one) with the index again, so a 1 MiB fetch reads a few batch
   headers, never the data: the result is a list of file regions (fd dup, offset, count) sent with sendfile.
+  The bytes of the last small appends are also kept in memory as written (``read_tail``): a caught-up follower's
+  fetch, the batch or two appended since its last one, is answered from them without touching the file.
 * **Threads**: the event loop appends and reads; the manager's background thread flushes, applies retention and
   deletes; a later replica mover copies closed segments. ``lock`` (a ``threading.Lock``) guards appends, reads
   and every structural change (roll, truncate, retention, rename). fsync runs outside it on duplicated fds, so
@@ -877,11 +879,11 @@ class PartitionLog:
             self._note_epoch(epoch, first_base)
         seg.append(buffers, meta, total)
         plan.commit(next_offset)
-        self._keep_tail(first_base, next_offset, buffers, total)
         self._leo = next_offset
         if self.auto_high_watermark:
             self._hw = next_offset
         self._unflushed_messages += count
+        self._keep_tail(first_base, next_offset, buffers, total)
 
     def _append(
         self,
@@ -937,11 +939,11 @@ class PartitionLog:
                         self._note_epoch(h.partition_leader_epoch, h.base_offset)
                 seg.append([view], meta, total)
                 plan.commit(next_offset)
-                self._keep_tail(first_base, next_offset, [view], total)
                 self._leo = next_offset
                 if self.auto_high_watermark:
                     self._hw = next_offset
                 self._unflushed_messages += count
+                self._keep_tail(first_base, next_offset, [view], total)
             flush_now = self._unflushed_messages >= self.config.flush_interval_messages
             log_start = self._log_start
         if flush_now:
