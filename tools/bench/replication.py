@@ -38,9 +38,12 @@ against its reference measured in the same run:
   py-spy sampling the paused brokers showed). Since the leader answers a
   caught-up follower from the bytes of its last appends (storage.log read_tail: 2.7 us against 15.8 for the file
   read and its copy) and the follower writes its fetch from a template and reads a plain answer by a short path
-  (kjbod.net.fetch_fast: 1.8 us against 5.2 to build and encode, 2.8 against 5.8 to decode), the brokers' CPU per
-  acks=all record was 1.17-1.33 ms against 1.37-1.38 ms for the code before, in runs interleaved with it at load
-  3-4 (leader 638-697 us against 727-745, each follower 261-333 us against 312-329). On 2 shared cores the p99 ratio
+  (kjbod.net.fetch_fast: 1.8 us against 5.2 to build and encode, 2.8 against 5.8 to decode), a record costs ~40 us
+  less CPU over the three brokers, 3% of it: in eight runs interleaved with the code before (load 3-4) the brokers'
+  CPU per acks=all record was 1.17-1.33 ms (median 1.19) against 1.12-1.38 (median 1.33), a difference inside this
+  VM's run-to-run spread. What is left per record is spread thin (see above) or is the hops themselves: 3x on a quiet
+  machine needs either fewer thread and process wake-ups per replicated record (the follower's append off its loop
+  is one, by design) or cores the load generator and the other work do not share. On 2 shared cores the p99 ratio
   swings around that CPU ratio with the machine's other load (1.6x to 3.3x between runs of one session). GC is
   not a factor: with KJBOD_GC_LOG=1 each broker logged one collection, under 1 ms, in a whole run. No broker of
   the latency rounds has the fault seam on (see Cluster). With --trace, the slowest records' legs show no
