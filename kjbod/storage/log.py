@@ -12,8 +12,6 @@ Strategy:
 * **Read** finds the batch containing the offset with the sparse index plus a short header walk, then finds the
   end of the read (whole batches only, at least one) with the index again, so a 1 MiB fetch reads a few batch
   headers, never the data: the result is a list of file regions (fd dup, offset, count) sent with sendfile.
-  The bytes of the last small appends are also kept in memory as written (``read_tail``): a caught-up follower's
-  fetch, the batch or two appended since its last one, is answered from them without touching the file.
 * **Threads**: the event loop appends and reads; the manager's background thread flushes, applies retention and
   deletes; a later replica mover copies closed segments. ``lock`` (a ``threading.Lock``) guards appends, reads
   and every structural change (roll, truncate, retention, rename). fsync runs outside it on duplicated fds, so
@@ -196,10 +194,6 @@ class PartitionLog:
         self._created_unsynced = False
         self._producer_state_ready = True  # a new log has none; a loaded one builds it lazily
         self._pending_snapshots: dict[int, str] = {}
-        # The bytes of the last small appends, as written: (base offset, next offset, bytes), contiguous, the
-        # last ending at the log end (see read_tail). Set and cleared under the lock.
-        self._tail: list[tuple[int, int, bytes]] = []
-        self._tail_size = 0
 
     def __repr__(self) -> str:
         return f"PartitionLog({self.topic}-{self.partition}, dir={self.dir!r})"
@@ -883,7 +877,6 @@ class PartitionLog:
         if self.auto_high_watermark:
             self._hw = next_offset
         self._unflushed_messages += count
-        self._keep_tail(first_base, next_offset, buffers, total)
 
     def _append(
         self,
@@ -943,7 +936,6 @@ class PartitionLog:
                 if self.auto_high_watermark:
                     self._hw = next_offset
                 self._unflushed_messages += count
-                self._keep_tail(first_base, next_offset, [view], total)
             flush_now = self._unflushed_messages >= self.config.flush_interval_messages
             log_start = self._log_start
         if flush_now:
@@ -1069,43 +1061,6 @@ class PartitionLog:
                         close()
                 raise
             return result
-
-    def read_tail(self, offset: int, max_bytes: int) -> tuple[bytes, int, int] | None:
-        """A caught-up follower's read from the bytes of the last small appends, kept in memory as written
-        (`_keep_tail`): (records, high watermark, log start) when ``offset`` starts one of them and everything
-        from there to the log end fits in ``max_bytes``, which is then exactly what :meth:`read` would send (whole
-        batches from ``offset`` to the log end); None otherwise (the caller reads the file). The acks=all path's
-        common read: the batch or two the leader appended since the follower's last fetch, without the index
-        lookup, the header walks and the preads of a file read."""
-        with self._reading():
-            self._check_usable()
-            tail = self._tail
-            if not tail or tail[-1][1] != self._leo or offset < self._log_start or offset < tail[0][0]:
-                return None
-            for i in range(len(tail) - 1, -1, -1):
-                if tail[i][0] == offset:
-                    data = tail[i][2] if i == len(tail) - 1 else b"".join([t[2] for t in tail[i:]])
-                    return (data, self._hw, self._log_start) if len(data) <= max_bytes else None
-            return None
-
-    def _keep_tail(self, first_base: int, next_offset: int, buffers: list[Any], total: int) -> None:
-        """Under the lock, once an append's bytes are written: keeps them for read_tail when small (a copy of at
-        most TAIL_APPEND_MAX bytes, on the dir's worker that wrote them), the older ones while they are
-        contiguous with it and together within TAIL_MAX; a larger append empties it (no copy of big batches)."""
-        tail = self._tail
-        if total > TAIL_APPEND_MAX:
-            if tail:
-                self._tail, self._tail_size = [], 0
-            return
-        if not tail or tail[-1][1] != first_base:
-            tail.clear()
-            self._tail_size = 0
-        data = b"".join(buffers)
-        tail.append((first_base, next_offset, data))
-        size = self._tail_size + len(data)
-        while size > TAIL_MAX or len(tail) > TAIL_APPENDS:
-            size -= len(tail.pop(0)[2])
-        self._tail_size = size
 
     def _slice_end(self, seg: LogSegment, start: int, budget: int, limit: int) -> int:
         """The largest batch boundary ``end`` with ``end - start <= budget`` such that every batch in
@@ -1400,7 +1355,6 @@ class PartitionLog:
             for seg in doomed:
                 self._schedule_segment_deletion(seg)
             keep[-1].truncate_to_offset(offset)
-            self._tail, self._tail_size = [], 0
             self._leo = offset
             self._epochs.truncate_from_end(offset)
             self._latest_epoch = self._epochs.latest_epoch
@@ -1419,7 +1373,6 @@ class PartitionLog:
         self._set_segments([new])
         for seg in doomed:
             self._schedule_segment_deletion(seg)
-        self._tail, self._tail_size = [], 0
         self._leo = offset
         self._log_start = offset
         self._epochs.clear()
@@ -1524,12 +1477,6 @@ def _epoch_start(out: list[tuple[int, int]], header: BatchHeader) -> None:
     """Adds (epoch, base offset) to ``out`` when the batch's epoch is above the last one there (it begins here)."""
     if header.partition_leader_epoch > (out[-1][0] if out else -1):
         out.append((header.partition_leader_epoch, header.base_offset))
-
-
-# read_tail's memory: appends of up to TAIL_APPEND_MAX bytes are kept, the last TAIL_APPENDS of them within TAIL_MAX
-TAIL_APPEND_MAX = 16 * 1024
-TAIL_MAX = 64 * 1024
-TAIL_APPENDS = 16
 
 
 def _floor_position(seg: LogSegment, target: int) -> int:

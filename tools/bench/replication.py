@@ -35,13 +35,13 @@ against its reference measured in the same run:
   the follower's position, the HW move and the acks=all answer it completes, the parked fetch's wake-up, the read,
   the answer's encoding, the connection's plumbing), the largest (the answer's build) about a seventh of it; the
   rest of the loops' CPU is uvloop's C side and the syscalls (a send per answer: ~20-30 us each on this VM, as
-  py-spy sampling the paused brokers showed). Since the leader answers a
-  caught-up follower from the bytes of its last appends (storage.log read_tail: 2.7 us against 15.8 for the file
-  read and its copy) and the follower writes its fetch from a template and reads a plain answer by a short path
-  (kjbod.net.fetch_fast: 1.8 us against 5.2 to build and encode, 2.8 against 5.8 to decode), a record costs ~40 us
-  less CPU over the three brokers, 3% of it: in eight runs interleaved with the code before (load 3-4) the brokers'
-  CPU per acks=all record was 1.17-1.33 ms (median 1.19) against 1.12-1.38 (median 1.33), a difference inside this
-  VM's run-to-run spread. What is left per record is spread thin (see above) or is the hops themselves: 3x on a quiet
+  py-spy sampling the paused brokers showed). Since the follower writes its fetch from a template and reads a
+  plain answer by a short path (kjbod.net.fetch_fast: 1.8 us against 5.2 to build and encode, 2.8 against 5.8 to
+  decode), a record costs a few us less CPU. (The leader's read for a caught-up follower from the bytes of its
+  last appends kept in memory, 2.7 us against 15.8, was tried and left out: up to 64 KiB per partition for ~1% of
+  a record's CPU.) Both together measured inside this VM's run-to-run spread: in eight runs interleaved with the
+  code before (load 3-4) the brokers' CPU per acks=all record was 1.17-1.33 ms (median 1.19) against 1.12-1.38
+  (median 1.33). What is left per record is spread thin (see above) or is the hops themselves: 3x on a quiet
   machine needs either fewer thread and process wake-ups per replicated record (the follower's append off its loop
   is one, by design) or cores the load generator and the other work do not share. On 2 shared cores the p99 ratio
   swings around that CPU ratio with the machine's other load (1.6x to 3.3x between runs of one session). GC is

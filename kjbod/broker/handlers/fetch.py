@@ -222,11 +222,7 @@ def _small_read(plog, fetch_offset: int, budget: int):
     The regions are read first, with the follower's whole budget, and copied only when small: a follower that
     is behind pays no read it then throws away. A small read is everything the budget allows up to the log end
     (the read stops only at the end, at the budget or at a batch that does not fit it), so its bytes are what
-    the regions would have sent. Most often it comes from the bytes of the last appends, kept by the log
-    (read_tail): no file read at all."""
-    kept = plog.read_tail(fetch_offset, min(budget, SMALL_FOLLOWER_READ))
-    if kept is not None:
-        return kept
+    the regions would have sent."""
     result = plog.read(fetch_offset, max(budget, 1))
     regions = result.regions
     if sum(r.count for r in regions) > SMALL_FOLLOWER_READ:
