@@ -1,0 +1,52 @@
+"""Placement of new topics around brokers that are down, in process (the controller's managers, as
+tests/controller/test_managers.py drives them): Kafka's StripedReplicaPlacer counts every registered broker but
+those shutting down now, fenced ones too (placed after the unfenced, never as leaders), and its heartbeat manager
+drops a broker's controlled shutdown when it fences it."""
+
+from __future__ import annotations
+
+from kjbod.protocol.errors import ErrorCode as E
+from tests.controller.test_managers import Ctx
+
+
+def three_brokers_one_shut_down() -> Ctx:
+    """Broker 3 led partitions, shut down in a controlled way, then fenced."""
+    ctx = Ctx()
+    for b in (1, 2, 3):
+        ctx.live_broker(b)
+    ctx.create("led", 3, rf=2)
+    assert not ctx.heartbeat(3, want_shut_down=True, offset=0).should_shut_down  # leadership moves first
+    assert ctx.image.broker(3).in_controlled_shutdown
+    for b in (1, 2):
+        ctx.heartbeat(b)
+    assert ctx.heartbeat(3, want_shut_down=True).should_shut_down
+    assert ctx.image.broker(3).fenced
+    return ctx
+
+
+def test_a_broker_fenced_after_a_controlled_shutdown_still_takes_replicas():
+    """`kjbod cluster down --node broker-3`, then a topic with replication factor 3: created, broker 3 a replica
+    outside the ISR that catches up when it is back.  It was once refused as if only two brokers were registered
+    (the registration keeps its controlled-shutdown flag after the fencing)."""
+    ctx = three_brokers_one_shut_down()
+    created = ctx.create("t", 4, rf=3)
+    assert (created.error_code, created.error_message) == (0, None)
+    for p in ctx.image.topic("t").partitions.values():
+        assert sorted(p.replicas) == [1, 2, 3] and p.replicas[0] != 3
+        assert sorted(p.isr) == [1, 2] and p.leader in (1, 2)
+
+
+def test_a_broker_still_shutting_down_takes_no_replicas():
+    """While its controlled shutdown runs (it still leads something), a broker is not usable: RF 3 on the other
+    two is refused with Kafka's message."""
+    ctx = Ctx()
+    for b in (1, 2, 3):
+        ctx.live_broker(b)
+    ctx.create("led", 3, rf=2)
+    assert not ctx.heartbeat(3, want_shut_down=True, offset=0).should_shut_down
+    assert ctx.image.broker(3).in_controlled_shutdown and not ctx.image.broker(3).fenced
+    refused = ctx.create("t", 1, rf=3)
+    assert (refused.error_code, refused.error_message) == (E.INVALID_REPLICATION_FACTOR, (
+        "Unable to replicate the partition 3 time(s): The target replication factor of 3 cannot be reached "
+        "because only 2 broker(s) are registered."))
+    assert ctx.create("t", 1, rf=2).error_code == 0
