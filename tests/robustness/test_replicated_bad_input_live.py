@@ -26,6 +26,7 @@ from kjbod.protocol.generated import (
     IncrementalAlterConfigsRequest,
     ListOffsetsRequest,
 )
+from kjbod.storage.records import build_batch
 from tests.cluster.conftest import WAIT_S, Cluster, running_cluster, wait_for
 from tests.datapath.support import (
     RawClient,
@@ -244,3 +245,19 @@ def test_broker_configs_of_another_broker_and_null_values_are_refused_by_the_bro
     assert answered == [(E.INVALID_REQUEST, "unexpected broker id, expected 1 or empty string, but received 3"),
                         (E.INVALID_REQUEST, "Null value not supported for : retention.ms")]
     assert throttle_rate(cluster, 3) == before
+
+
+def test_a_transactional_batch_without_a_transactional_id_is_refused_and_not_stored(cluster):
+    """Kafka's KafkaApis.handleProduceRequest: transactional records in a request without a transactional id
+    answer TRANSACTIONAL_ID_AUTHORIZATION_FAILED.  kjbod once stored such a batch (acks=all, replicated), a
+    transaction no marker would ever end."""
+    topic = "no-transactions"
+    create_assigned(cluster, topic, [1, 2, 3])
+    transactional = build_batch([(None, b"t", [], int(time.time() * 1000))], producer_id=7, producer_epoch=0,
+                                base_sequence=0, is_transactional=True)
+    with raw(cluster, 1) as client:
+        answer = produce(client, topic, 0, transactional)
+        assert answer.error_code == E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, answer.error_message
+        assert "transactional id" in answer.error_message
+        assert produce(client, topic, 0, batch([b"plain"])).error_code == 0
+        assert list_offset(client, topic, 0, LATEST, replica_id=DEBUGGING).offset == 1
