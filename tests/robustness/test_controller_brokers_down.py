@@ -1,12 +1,14 @@
-"""Placement of new topics around brokers that are down, in process (the controller's managers, as
-tests/controller/test_managers.py drives them): Kafka's StripedReplicaPlacer counts every registered broker but
-those shutting down now, fenced ones too (placed after the unfenced, never as leaders), and its heartbeat manager
-drops a broker's controlled shutdown when it fences it."""
+"""The controller's managers in process (as tests/controller/test_managers.py drives them) with brokers that
+are down or do not exist.  Placement: Kafka's StripedReplicaPlacer counts every registered broker but those
+shutting down now, fenced ones too (placed after the unfenced, never as leaders), and its heartbeat manager drops
+a broker's controlled shutdown when it fences it.  Configs: a broker resource must name a registered broker."""
 
 from __future__ import annotations
 
+from kjbod.controller import configs
+from kjbod.metadata import BROKER_RESOURCE
 from kjbod.protocol.errors import ErrorCode as E
-from tests.controller.test_managers import Ctx
+from tests.controller.test_managers import Ctx, Policy
 
 
 def three_brokers_one_shut_down() -> Ctx:
@@ -50,3 +52,18 @@ def test_a_broker_still_shutting_down_takes_no_replicas():
         "Unable to replicate the partition 3 time(s): The target replication factor of 3 cannot be reached "
         "because only 2 broker(s) are registered."))
     assert ctx.create("t", 1, rf=2).error_code == 0
+
+
+def test_configs_of_a_broker_that_is_not_registered_are_refused():
+    """The controller's existence check (Kafka's ConfigResourceExistenceChecker): a broker resource naming no
+    registered broker is BROKER_ID_NOT_REGISTERED and writes nothing (a client on the controller listener, or a
+    combined node, once recorded configs for broker 99); the cluster default and registered brokers are fine."""
+    ctx = Ctx()
+    for b in (1, 2):
+        ctx.live_broker(b)
+    result = configs.alter_configs(ctx.image, [(BROKER_RESOURCE, "99", [("k", 0, "v")]),
+                                               (BROKER_RESOURCE, "2", [("k", 0, "v")]),
+                                               (BROKER_RESOURCE, "", [("k", 0, "w")])],
+                                   Policy(), replace=False, validate_only=False)
+    assert result.response == [(E.BROKER_ID_NOT_REGISTERED, "No node with id 99 found."), (0, None), (0, None)]
+    assert sorted(r.resource_name for r in result.records) == ["", "2"]
