@@ -3,7 +3,7 @@ ReplicationControlManager), as pure functions of an image and a request that ret
 
 CreateTopics checks, in Kafka's order: a name twice in one request (INVALID_REQUEST), the name
 (INVALID_TOPIC_EXCEPTION), the metadata log's own name (INVALID_REQUEST), existence (TOPIC_ALREADY_EXISTS), a
-'.'/'_' collision (INVALID_TOPIC_EXCEPTION), configs (INVALID_CONFIG, from the config policy); then explicit
+'.'/'_' collision (INVALID_TOPIC_EXCEPTION), configs (INVALID_CONFIG: a null value, then the config policy); then explicit
 assignments (INVALID_REQUEST when num_partitions or replication_factor is not -1; INVALID_REPLICA_ASSIGNMENT for
 a partition twice, an empty list, an unregistered or repeated broker, a replica count unlike the previous
 partitions', only fenced or shutting-down brokers, or partitions not 0..N-1), or else replication factor
@@ -109,7 +109,11 @@ class TopicCreator:
         collision = collision_problem(name, self.collisions)
         if collision:
             return _fail(name, ErrorCode.INVALID_TOPIC_EXCEPTION, collision), [], {}
-        configs = {c.name: c.value for c in t.configs if c.value is not None}
+        nulls = [c.name for c in t.configs if c.value is None]
+        if nulls:
+            return _fail(name, ErrorCode.INVALID_CONFIG,
+                         f"Null value not supported for topic configs: {','.join(nulls)}"), [], {}
+        configs = {c.name: c.value for c in t.configs}
         try:
             self.policy.validate_topic(configs)
         except PolicyError as e:

@@ -1,7 +1,8 @@
 """The controller's managers in process (as tests/controller/test_managers.py drives them) with brokers that
 are down or do not exist.  Placement: Kafka's StripedReplicaPlacer counts every registered broker but those
 shutting down now, fenced ones too (placed after the unfenced, never as leaders), and its heartbeat manager drops
-a broker's controlled shutdown when it fences it.  Configs: a broker resource must name a registered broker."""
+a broker's controlled shutdown when it fences it.  Configs: a broker resource must name a registered broker, a
+new topic's configs need values."""
 
 from __future__ import annotations
 
@@ -67,3 +68,15 @@ def test_configs_of_a_broker_that_is_not_registered_are_refused():
                                    Policy(), replace=False, validate_only=False)
     assert result.response == [(E.BROKER_ID_NOT_REGISTERED, "No node with id 99 found."), (0, None), (0, None)]
     assert sorted(r.resource_name for r in result.records) == ["", "2"]
+
+
+def test_a_topic_config_without_a_value_is_refused_naming_it():
+    """CreateTopics with a config whose value is null (Kafka's ReplicationControlManager.computeConfigChanges):
+    INVALID_CONFIG naming the keys, nothing created; it was once dropped silently and the topic created."""
+    ctx = Ctx()
+    ctx.live_broker(1)
+    refused = ctx.create("t", 1, configs={"retention.ms": None, "unclean.leader.election.enable": None})
+    assert (refused.error_code, refused.error_message) == (
+        E.INVALID_CONFIG, "Null value not supported for topic configs: retention.ms,unclean.leader.election.enable")
+    assert ctx.image.topic("t") is None
+    assert ctx.create("t", 1, configs={"retention.ms": "1000"}).error_code == 0
