@@ -6,7 +6,7 @@ new topic's configs need values."""
 
 from __future__ import annotations
 
-from kjbod.controller import configs
+from kjbod.controller import cluster_control, configs
 from kjbod.metadata import BROKER_RESOURCE
 from kjbod.protocol.errors import ErrorCode as E
 from tests.controller.test_managers import Ctx, Policy
@@ -80,3 +80,14 @@ def test_a_topic_config_without_a_value_is_refused_naming_it():
         E.INVALID_CONFIG, "Null value not supported for topic configs: retention.ms,unclean.leader.election.enable")
     assert ctx.image.topic("t") is None
     assert ctx.create("t", 1, configs={"retention.ms": "1000"}).error_code == 0
+
+
+def test_unregistering_a_broker_that_is_not_registered_names_it():
+    """UnregisterBroker of an id nobody registered: BROKER_ID_NOT_REGISTERED, as Kafka, with a message naming the
+    id (Kafka's has none) and no record."""
+    ctx = Ctx()
+    ctx.live_broker(1)
+    result = cluster_control.unregister_broker(ctx.image, 99)
+    assert (result.response.error_code, result.response.error_message) == (
+        E.BROKER_ID_NOT_REGISTERED, "broker 99 is not registered")
+    assert result.records == []
