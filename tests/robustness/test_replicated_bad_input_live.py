@@ -261,3 +261,47 @@ def test_a_transactional_batch_without_a_transactional_id_is_refused_and_not_sto
         assert "transactional id" in answer.error_message
         assert produce(client, topic, 0, batch([b"plain"])).error_code == 0
         assert list_offset(client, topic, 0, LATEST, replica_id=DEBUGGING).offset == 1
+
+
+def test_real_admin_clients_show_messages_that_name_the_problem(cluster):
+    """What a user of confluent-kafka's and kafka-python's admin clients sees for bad input on a three-broker
+    cluster: Kafka's error code, and a message naming what is wrong (a replication factor above the brokers, a
+    broker that does not exist, a config value out of range, an election nobody needed)."""
+    import warnings
+
+    from confluent_kafka import ElectionType, KafkaException, TopicPartition
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # kafka-python's import uses a deprecated importlib API
+        from kafka.admin import KafkaAdminClient
+        from kafka.admin import NewTopic as KafkaNewTopic
+        from kafka.errors import InvalidConfigurationError, InvalidReplicationAssignmentError
+
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    with pytest.raises(KafkaException) as too_many:
+        admin.create_topics([NewTopic("rf-four", 1, 4)])["rf-four"].result(30)
+    error = too_many.value.args[0]
+    assert error.name() == "INVALID_REPLICATION_FACTOR"
+    assert "replication factor of 4 cannot be reached because only 3 broker(s) are registered" in error.str()
+    create_assigned(cluster, "clients", [1, 2, 3])
+    bad_isr = ConfigResource("TOPIC", "clients", incremental_configs=[ConfigEntry(
+        "min.insync.replicas", "0", incremental_operation=AlterConfigOpType.SET)])
+    with pytest.raises(KafkaException) as refused:
+        admin.incremental_alter_configs([bad_isr])[bad_isr].result(30)
+    assert refused.value.args[0].name() == "INVALID_CONFIG"
+    assert "min.insync.replicas" in refused.value.args[0].str() and "at least 1" in refused.value.args[0].str()
+    elected = admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition("clients", 0)]).result(30)
+    assert [e.name() for e in elected.values()] == ["ELECTION_NOT_NEEDED"]
+
+    legacy = KafkaAdminClient(bootstrap_servers=cluster.bootstrap, request_timeout_ms=30_000)
+    try:
+        with pytest.raises(InvalidReplicationAssignmentError) as unknown:
+            legacy.create_topics([KafkaNewTopic("on-99", -1, -1, replica_assignments={0: [1, 99]})])
+        assert "broker 99, but no such broker is registered" in str(unknown.value)
+        with pytest.raises(InvalidConfigurationError) as garbage:
+            legacy.create_topics([KafkaNewTopic("unclean-maybe", 1, 3,
+                                                topic_configs={"unclean.leader.election.enable": "maybe"})])
+        assert "'maybe' for unclean.leader.election.enable" in str(garbage.value)
+    finally:
+        legacy.close()
