@@ -79,12 +79,34 @@ def create_assigned(cluster: Cluster, topic: str, replicas: list[int], configs: 
                  "every replica in sync")
 
 
+def lead_from(cluster: Cluster, topic: str, replicas: list[int], running: tuple[int, ...] = (1, 2, 3)) -> None:
+    """Leadership of `topic`-0 to replicas[0], nothing stopped: the replicas reordered (a reordering completes at
+    once), then a preferred election; returns once the metadata of the `running` brokers says so."""
+    reassign = AlterPartitionReassignmentsRequest(timeout_ms=30_000, topics=[
+        AlterPartitionReassignmentsRequest.ReassignableTopic(name=topic, partitions=[
+            AlterPartitionReassignmentsRequest.ReassignablePartition(partition_index=0, replicas=replicas)])])
+    elect = ElectLeadersRequest(election_type=0, timeout_ms=30_000, topic_partitions=[
+        ElectLeadersRequest.TopicPartitions(topic=topic, partitions=[0])])
+    via = replicas[1]
+    with raw(cluster, via) as client:
+        assert client.call(reassign, 0).responses[0].partitions[0].error_code == 0
+        wait_for(lambda: list(partition(cluster, topic, via).replica_nodes) == replicas, "the replicas reordered")
+        elected = client.call(elect, 2).replica_election_results[0].partition_result[0]
+        assert elected.error_code == 0, elected.error_message
+    for b in running:
+        wait_for(lambda b=b: partition(cluster, topic, b).leader_id == replicas[0],
+                 f"broker {b} sees broker {replicas[0]} lead {topic}-0")
+
+
 def test_with_a_follower_down_consumers_find_no_offset_past_the_high_watermark(cluster):
     """The high watermark behind the log end on a replicated partition (min.insync.replicas=3, one of its three
     brokers shut down: the ISR is below it and the HW stays while the leader appends with acks=1).  A consumer's
     latest offset is the HW at either isolation level, and a timestamp lookup or MAX_TIMESTAMP (-3) whose record
     is past the HW answers offset -1 (Kafka's Partition.fetchOffsetForTimestamp); that lookup once answered
-    offsets of records not committed yet.  A debugging replica id still sees the log end."""
+    offsets of records not committed yet.  A debugging replica id still sees the log end.  Then leadership moves
+    to the other follower, whose epoch starts at 3 while its HW stays 0: Kafka's window where a consumer's latest
+    offset, or a lookup that finds nothing below the HW, is OFFSET_NOT_AVAILABLE (LEADER_NOT_AVAILABLE before
+    ListOffsets v5), so that the HW never seems to go back; it once answered 0."""
     topic = "hw-behind"
     now = int(time.time() * 1000)
     create_assigned(cluster, topic, [1, 2, 3], {"min.insync.replicas": "3"})
@@ -105,9 +127,19 @@ def test_with_a_follower_down_consumers_find_no_offset_past_the_high_watermark(c
                 assert found.error_code == 0 and 0 <= found.offset < 3, ts
             part = fetch(client, topic, 0, 0)
             assert (part.error_code, part.high_watermark, bytes(part.records or b"")) == (0, 0, b"")
+        with raw(cluster, 2) as client:
+            wait_for(lambda: list_offset(client, topic, 0, LATEST, replica_id=DEBUGGING).offset == 3,
+                     "broker 2 has the three records")
+        lead_from(cluster, topic, [2, 1, 3], running=(1, 2))
+        with raw(cluster, 2) as client:
+            assert list_offset(client, topic, 0, LATEST).error_code == E.OFFSET_NOT_AVAILABLE
+            assert list_offset(client, topic, 0, LATEST, version=4).error_code == E.LEADER_NOT_AVAILABLE
+            assert list_offset(client, topic, 0, 0).error_code == E.OFFSET_NOT_AVAILABLE  # nothing below the HW
+            assert list_offset(client, topic, 0, -2).offset == 0
+            assert list_offset(client, topic, 0, LATEST, replica_id=DEBUGGING).offset == 3
     finally:
         cluster.start("broker-3")
-    with raw(cluster, 1) as client:
+    with raw(cluster, 2) as client:
         wait_for(lambda: list_offset(client, topic, 0, LATEST).offset == 3, "the HW reaches the log end once "
                  "broker 3 is back in sync", WAIT_S)
         assert [list_offset(client, topic, 0, ts).offset for ts in (MAX_TIMESTAMP, now + 1)] == [2, 1]
@@ -123,20 +155,9 @@ def test_a_consumers_leader_epoch_is_checked_before_leadership(cluster):
     create_assigned(cluster, topic, [1, 2, 3])
     with raw(cluster, 1) as client:
         assert produce(client, topic, 0, batch([b"x"])).error_code == 0
-    # Leadership to broker 2 without stopping anything: 2 first in the replica list (a reordering completes at
-    # once), then a preferred election.
-    reassign = AlterPartitionReassignmentsRequest(timeout_ms=30_000, topics=[
-        AlterPartitionReassignmentsRequest.ReassignableTopic(name=topic, partitions=[
-            AlterPartitionReassignmentsRequest.ReassignablePartition(partition_index=0, replicas=[2, 1, 3])])])
-    elect = ElectLeadersRequest(election_type=0, timeout_ms=30_000, topic_partitions=[
-        ElectLeadersRequest.TopicPartitions(topic=topic, partitions=[0])])
-    with raw(cluster, 1) as client:
-        assert client.call(reassign, 0).responses[0].partitions[0].error_code == 0
-        wait_for(lambda: list(partition(cluster, topic, 1).replica_nodes) == [2, 1, 3], "the replicas reordered")
-        elected = client.call(elect, 2).replica_election_results[0].partition_result[0]
-        assert elected.error_code == 0, elected.error_message
-    for b in (1, 2):
-        wait_for(lambda b=b: partition(cluster, topic, b).leader_id == 2, f"broker {b} sees broker 2 lead")
+    lead_from(cluster, topic, [2, 1, 3])
+    with raw(cluster, 2) as client:  # OFFSET_NOT_AVAILABLE until a follower confirms the new epoch's start
+        wait_for(lambda: list_offset(client, topic, 0, LATEST).offset == 1, "broker 2's HW reaches its epoch start")
     epoch = partition(cluster, topic, 2).leader_epoch
     assert epoch >= 1 and partition(cluster, topic, 1).leader_epoch == epoch
 
