@@ -8,7 +8,9 @@ assignments (INVALID_REQUEST when num_partitions or replication_factor is not -1
 a partition twice, an empty list, an unregistered or repeated broker, a replica count unlike the previous
 partitions', only fenced or shutting-down brokers, or partitions not 0..N-1), or else replication factor
 (INVALID_REPLICATION_FACTOR), partitions (INVALID_PARTITIONS) and placement (INVALID_REPLICATION_FACTOR: no
-unfenced broker, more replicas than registered brokers).
+unfenced broker, more replicas than registered brokers).  A request whose topics would take more than Kafka's
+10,000 records (about that many partitions) fails whole, every topic POLICY_VIOLATION, as Kafka's controller
+refuses an excessively large batch.
 
 Placement is Kafka's striped, rack-aware placer (kjbod.controller.placement).  The leader is the first replica,
 the ISR the replicas whose brokers are active.  Each replica's directory is its broker's only log dir, or
@@ -50,6 +52,10 @@ from kjbod.protocol.generated.delete_topics_response import DeletableTopicResult
 from kjbod.protocol.runtime import ZERO_UUID
 
 MAX_PARTITIONS = 100_000
+# Kafka's QuorumController.MAX_RECORDS_PER_USER_OP: a request that would write more records than this (a topic,
+# its configs, a record per partition) fails whole, POLICY_VIOLATION, rather than write one huge batch.
+MAX_RECORDS_PER_USER_OP = 10_000
+TOO_LARGE = "Unable to perform excessively large batch operation."
 
 
 def new_topic_id() -> UUID:
@@ -220,6 +226,9 @@ def create_topics(image: MetadataImage, body: CreateTopicsRequest, settings: Con
         records += creator.records(t.name, topic_id, assignment, configs)
         results.append(CreateResult(name=t.name, topic_id=topic_id, error_code=0, error_message=None,
                                     num_partitions=len(assignment), replication_factor=rf, configs=None))
+    if len(records) > MAX_RECORDS_PER_USER_OP:
+        return ControllerResult([], CreateTopicsResponse(topics=[
+            _fail(t.name, ErrorCode.POLICY_VIOLATION, TOO_LARGE) for t in body.topics]))
     return ControllerResult(records, CreateTopicsResponse(topics=results))
 
 

@@ -6,9 +6,11 @@ new topic's configs need values."""
 
 from __future__ import annotations
 
-from kjbod.controller import cluster_control, configs
+from kjbod.controller import cluster_control, configs, replication_control
 from kjbod.metadata import BROKER_RESOURCE
 from kjbod.protocol.errors import ErrorCode as E
+from kjbod.protocol.generated import CreateTopicsRequest
+from kjbod.protocol.generated.create_topics_request import CreatableTopic
 from tests.controller.test_managers import Ctx, Policy
 
 
@@ -91,3 +93,20 @@ def test_unregistering_a_broker_that_is_not_registered_names_it():
     assert (result.response.error_code, result.response.error_message) == (
         E.BROKER_ID_NOT_REGISTERED, "broker 99 is not registered")
     assert result.records == []
+
+
+def test_a_create_topics_that_would_write_more_than_ten_thousand_records_fails_whole():
+    """Kafka's controller refuses an operation of more than 10,000 records (MAX_RECORDS_PER_USER_OP): every topic
+    of the request POLICY_VIOLATION, nothing created.  kjbod once wrote any number (up to 100,000 partitions a
+    topic) in one batch, every broker then creating the partitions at once."""
+    ctx = Ctx()
+    ctx.live_broker(1)
+    body = CreateTopicsRequest(timeout_ms=1000, topics=[
+        CreatableTopic(name="small", num_partitions=1, replication_factor=1),
+        CreatableTopic(name="huge", num_partitions=10_000, replication_factor=1)])
+    result = replication_control.create_topics(ctx.image, body, ctx.settings, Policy())
+    assert result.records == []
+    assert [(t.name, t.error_code, t.error_message) for t in result.response.topics] == [
+        (name, E.POLICY_VIOLATION, "Unable to perform excessively large batch operation.") for name in ("small", "huge")]
+    assert ctx.create("most", 9_998).error_code == 0  # its topic record and 9,998 partitions: allowed
+    assert len(ctx.image.topic("most").partitions) == 9_998
