@@ -410,3 +410,10 @@ def test_the_repos_default_config(monkeypatch: pytest.MonkeyPatch) -> None:
     assert c.log_dirs == tuple(str(REPO / "data" / f"logs-{i}") for i in (1, 2, 3))
     assert c.metadata_log_dir == str(REPO / "data" / "metadata")
     assert c.num_partitions == 3
+
+
+def test_a_heartbeat_interval_above_the_session_timeout_is_refused_naming_both() -> None:
+    message = config_error(broker__heartbeat__interval__ms="5000", broker__session__timeout__ms="3000")
+    assert "broker.heartbeat.interval.ms (5000)" in message and "broker.session.timeout.ms (3000)" in message
+    ok = build(broker__heartbeat__interval__ms="3000", broker__session__timeout__ms="3000")
+    assert ok.broker_heartbeat_interval_ms == ok.broker_session_timeout_ms == 3000  # type: ignore[attr-defined]

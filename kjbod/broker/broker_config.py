@@ -174,14 +174,11 @@ def parse_dynamic_value(key: str, raw: str | None) -> int:
     ones from 0, as Kafka's) and the KIP-435 limits."""
     if raw is None:
         raise ConfigProblem(ErrorCode.INVALID_CONFIG, f"{key}: a value is required")
-    try:
-        value = int(raw.strip())
-    except ValueError:
-        raise ConfigProblem(ErrorCode.INVALID_CONFIG,
-                            f"invalid value {raw!r} for {key}: expected an integer") from None
+    if not topic_config.JAVA_INTEGER.fullmatch(raw.strip()):
+        raise ConfigProblem(ErrorCode.INVALID_CONFIG, f"invalid value {raw!r} for {key}: expected an integer")
     k = BROKER_KEYS.get(key)
     lo = k.minimum if k is not None else 1
-    if not lo <= value <= LONG_MAX:
+    if len(raw.strip()) > 20 or not lo <= (value := int(raw.strip())) <= LONG_MAX:
         raise ConfigProblem(ErrorCode.INVALID_CONFIG,
                             f"invalid value {raw!r} for {key}: must be between {lo} and {LONG_MAX}")
     return value

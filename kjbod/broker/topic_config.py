@@ -7,6 +7,7 @@ believes a setting took effect when it did not.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -99,18 +100,23 @@ DEFS: dict[str, TopicConfigDef] = {d.name: d for d in [
 ]}
 
 
+# Java's Integer/Long.parseInt as Kafka's ConfigDef uses it: an optional sign and decimal digits, nothing else
+# (Python's int() also takes "1_000").
+JAVA_INTEGER = re.compile(r"[+-]?[0-9]+")
+
+
 def parse_value(d: TopicConfigDef, raw: str | None) -> Any:
     if raw is None:
         raise TopicConfigError(f"{d.name}: a value is required")
     raw = raw.strip()
+    value: Any
     if d.type in ("int", "long"):
-        try:
-            value: Any = int(raw)
-        except ValueError:
-            raise TopicConfigError(f"invalid value {raw!r} for {d.name}: expected an integer") from None
+        if not JAVA_INTEGER.fullmatch(raw):
+            raise TopicConfigError(f"invalid value {raw!r} for {d.name}: expected an integer")
         limit = INT_MAX if d.type == "int" else LONG_MAX
-        if not -limit - 1 <= value <= limit:
-            raise TopicConfigError(f"invalid value {raw!r} for {d.name}: out of range for a {d.type}")
+        if len(raw) > 20 or not -limit - 1 <= (value := int(raw)) <= limit:  # (int() refuses 4300+ digits)
+            raise TopicConfigError(f"invalid value {raw!r} for {d.name}: out of range for "
+                                   f"{'an int' if d.type == 'int' else 'a long'}")
     elif d.type == "boolean":
         if raw.lower() not in ("true", "false"):
             raise TopicConfigError(f"invalid value {raw!r} for {d.name}: expected true or false")

@@ -93,8 +93,8 @@ def register_broker(image: MetadataImage, req: BrokerRegistrationRequest, settin
 def unregister_broker(image: MetadataImage, broker_id: int) -> ControllerResult:
     reg = image.brokers.get(broker_id)
     if reg is None:
-        return ControllerResult([], UnregisterBrokerResponse(
-            error_code=ErrorCode.BROKER_ID_NOT_REGISTERED, error_message=None))
+        return ControllerResult([], UnregisterBrokerResponse(  # Kafka sends no message; naming the id helps
+            error_code=ErrorCode.BROKER_ID_NOT_REGISTERED, error_message=f"broker {broker_id} is not registered"))
     records: list[Any] = [*remove_from_isrs(image, broker_id),
                           UnregisterBrokerRecord(broker_id=broker_id, broker_epoch=reg.epoch)]
     return ControllerResult(records, UnregisterBrokerResponse(error_code=0, error_message=None))

@@ -3,7 +3,8 @@ cluster default broker resource "".
 
 Each resource is checked whole before any record of it is written; resources are independent (Kafka's rule).
 A resource named twice, or a key named twice in one resource, is INVALID_REQUEST; an unknown topic
-UNKNOWN_TOPIC_OR_PARTITION; other resource types INVALID_REQUEST; keys and values as the config policy says.
+UNKNOWN_TOPIC_OR_PARTITION; other resource types INVALID_REQUEST; keys and values as the config policy says;
+then, as Kafka's existence check, a broker id that is not registered BROKER_ID_NOT_REGISTERED.
 `validate_only` checks and writes nothing.
 """
 
@@ -22,6 +23,16 @@ Change = tuple[str, int, str | None]  # (key, operation, value)
 
 def _duplicates(items: list[str]) -> set[str]:
     return {i for i, n in Counter(items).items() if n > 1}
+
+
+def _registered(image: MetadataImage, name: str) -> None:
+    """Kafka's ConfigResourceExistenceChecker for a broker resource."""
+    try:
+        broker_id = int(name)
+    except ValueError:
+        raise PolicyError(ErrorCode.INVALID_REQUEST, f"Invalid broker name {name}") from None
+    if broker_id not in image.brokers:
+        raise PolicyError(ErrorCode.BROKER_ID_NOT_REGISTERED, f"No node with id {broker_id} found.")
 
 
 def alter_configs(image: MetadataImage, resources: list[tuple[int, str, list[Change]]], policy: ConfigPolicy, *,
@@ -43,6 +54,8 @@ def alter_configs(image: MetadataImage, resources: list[tuple[int, str, list[Cha
             if rtype == BROKER_RESOURCE:
                 current = dict(image.resource_configs(BROKER_RESOURCE, name))
                 planned = policy.plan_broker(current, name, changes, replace=replace)
+                if name:
+                    _registered(image, name)
                 new_records = [ConfigRecord(resource_type=BROKER_RESOURCE, resource_name=name, name=k, value=v)
                                for k, v in sorted(planned.items())]
             elif rtype == TOPIC_RESOURCE:

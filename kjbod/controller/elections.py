@@ -2,7 +2,7 @@
 preferred-leader rebalance, and the sweep that elects unclean leaders where a topic allows it.
 
 ElectLeaders (Kafka's ReplicationControlManager.electLeaders): an unknown ElectionType answers INVALID_REQUEST
-for the whole request.  Each named partition: unknown topic or partition, UNKNOWN_TOPIC_OR_PARTITION; a PREFERRED
+for the whole request, and on each partition named with the message "Unknown election type N".  Each named partition: unknown topic or partition, UNKNOWN_TOPIC_OR_PARTITION; a PREFERRED
 election where the first replica already leads, or an UNCLEAN one where there is a leader, ELECTION_NOT_NEEDED;
 otherwise the election runs (PREFERRED: the first replica when it is in the ISR and may lead, else as an online
 election; UNCLEAN: from the ISR, else any replica that may lead, LeaderRecoveryState RECOVERING) and a partition
@@ -59,7 +59,13 @@ def elect_leaders(image: MetadataImage, req: ElectLeadersRequest, version: int) 
     kind = req.election_type if version >= 1 else 0
     election = ELECTION_TYPES.get(kind)
     if election is None:
-        return ControllerResult([], ElectLeadersResponse(error_code=ErrorCode.INVALID_REQUEST))
+        # Kafka's answer to the request's InvalidRequestException: the code at the top and, with its message, on
+        # every partition named (the top level has no message field).
+        unknown = f"Unknown election type {kind}"
+        return ControllerResult([], ElectLeadersResponse(error_code=ErrorCode.INVALID_REQUEST, replica_election_results=[
+            ReplicaElectionResult(topic=tp.topic, partition_result=[
+                PartitionResult(partition_id=pid, error_code=ErrorCode.INVALID_REQUEST, error_message=unknown)
+                for pid in tp.partitions]) for tp in req.topic_partitions or []]))
     records: list[Any] = []
     results = []
     if req.topic_partitions is None:

@@ -1,6 +1,7 @@
 """Replica placement for new partitions, as Kafka's StripedReplicaPlacer.
 
-Strategy: the usable brokers (registered, not in controlled shutdown; fenced ones included) are grouped by rack,
+Strategy: the usable brokers (registered, not in a controlled shutdown that is still going on: a broker fenced
+after one is usable, as any fenced broker) are grouped by rack,
 racks sorted by name (no rack last), brokers sorted by id within each rack, each list starting at a random offset.
 Each partition's first replica (its leader) is the next unfenced broker, starting from a rack that advances by one
 per partition; the other replicas come from the following racks in turn (unfenced brokers first, then fenced
@@ -78,8 +79,9 @@ class StripedPlacer:
         self.racks: dict[str | None, _Rack] = {}
         self.total = self.unfenced = 0
         for b in brokers:
-            if b.in_controlled_shutdown:
-                continue
+            if b.in_controlled_shutdown and not b.fenced:
+                continue  # shutting down now; once fenced it is usable again (Kafka's heartbeat manager drops the
+                # controlled shutdown when it fences a broker, while its registration keeps the flag)
             rack = self.racks.setdefault(b.rack, _Rack())
             (rack.fenced if b.fenced else rack.unfenced).brokers.append(b.broker_id)
             self.total += 1

@@ -3,12 +3,14 @@ ReplicationControlManager), as pure functions of an image and a request that ret
 
 CreateTopics checks, in Kafka's order: a name twice in one request (INVALID_REQUEST), the name
 (INVALID_TOPIC_EXCEPTION), the metadata log's own name (INVALID_REQUEST), existence (TOPIC_ALREADY_EXISTS), a
-'.'/'_' collision (INVALID_TOPIC_EXCEPTION), configs (INVALID_CONFIG, from the config policy); then explicit
+'.'/'_' collision (INVALID_TOPIC_EXCEPTION), configs (INVALID_CONFIG: a null value, then the config policy); then explicit
 assignments (INVALID_REQUEST when num_partitions or replication_factor is not -1; INVALID_REPLICA_ASSIGNMENT for
 a partition twice, an empty list, an unregistered or repeated broker, a replica count unlike the previous
 partitions', only fenced or shutting-down brokers, or partitions not 0..N-1), or else replication factor
 (INVALID_REPLICATION_FACTOR), partitions (INVALID_PARTITIONS) and placement (INVALID_REPLICATION_FACTOR: no
-unfenced broker, more replicas than registered brokers).
+unfenced broker, more replicas than registered brokers).  A request whose topics would take more than Kafka's
+10,000 records (about that many partitions) fails whole, every topic POLICY_VIOLATION, as Kafka's controller
+refuses an excessively large batch.
 
 Placement is Kafka's striped, rack-aware placer (kjbod.controller.placement).  The leader is the first replica,
 the ISR the replicas whose brokers are active.  Each replica's directory is its broker's only log dir, or
@@ -50,6 +52,10 @@ from kjbod.protocol.generated.delete_topics_response import DeletableTopicResult
 from kjbod.protocol.runtime import ZERO_UUID
 
 MAX_PARTITIONS = 100_000
+# Kafka's QuorumController.MAX_RECORDS_PER_USER_OP: a request that would write more records than this (a topic,
+# its configs, a record per partition) fails whole, POLICY_VIOLATION, rather than write one huge batch.
+MAX_RECORDS_PER_USER_OP = 10_000
+TOO_LARGE = "Unable to perform excessively large batch operation."
 
 
 def new_topic_id() -> UUID:
@@ -109,7 +115,11 @@ class TopicCreator:
         collision = collision_problem(name, self.collisions)
         if collision:
             return _fail(name, ErrorCode.INVALID_TOPIC_EXCEPTION, collision), [], {}
-        configs = {c.name: c.value for c in t.configs if c.value is not None}
+        nulls = [c.name for c in t.configs if c.value is None]
+        if nulls:
+            return _fail(name, ErrorCode.INVALID_CONFIG,
+                         f"Null value not supported for topic configs: {','.join(nulls)}"), [], {}
+        configs = {c.name: c.value for c in t.configs}
         try:
             self.policy.validate_topic(configs)
         except PolicyError as e:
@@ -216,6 +226,9 @@ def create_topics(image: MetadataImage, body: CreateTopicsRequest, settings: Con
         records += creator.records(t.name, topic_id, assignment, configs)
         results.append(CreateResult(name=t.name, topic_id=topic_id, error_code=0, error_message=None,
                                     num_partitions=len(assignment), replication_factor=rf, configs=None))
+    if len(records) > MAX_RECORDS_PER_USER_OP:
+        return ControllerResult([], CreateTopicsResponse(topics=[
+            _fail(t.name, ErrorCode.POLICY_VIOLATION, TOO_LARGE) for t in body.topics]))
     return ControllerResult(records, CreateTopicsResponse(topics=results))
 
 

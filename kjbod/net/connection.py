@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 from collections.abc import Sequence
 from typing import Any, cast
 
@@ -84,7 +85,11 @@ class ClientConnection(asyncio.Protocol):
             raise BrokerConnectionError(host, port, f"no connection within {connect_timeout:g}s") from None
         except OSError as e:
             # asyncio words a refused connect "Connect call failed (addr)": the errno says more.
-            reason = os.strerror(e.errno) if e.errno else (e.strerror or str(e))
+            # A name that does not resolve (socket.gaierror) carries a resolver code, not an errno.
+            if isinstance(e, socket.gaierror):
+                reason = f"cannot resolve {host!r}: {e.strerror or e}"
+            else:
+                reason = os.strerror(e.errno) if e.errno else (e.strerror or str(e))
             raise BrokerConnectionError(host, port, reason) from None
         except BaseException:
             if conn is not None:

@@ -260,7 +260,19 @@ def read_uuid(buf, pos: int) -> tuple[UUID, int]:
 
 
 def uuid_from_bytes(b: bytes) -> UUID:
-    return UUID(bytes=b)
+    """The UUID of 16 bytes, the same object for the same bytes while it is kept: a topic id comes in every
+    Fetch and Produce of a topic, and building a UUID (a check and an int conversion in Python) cost a few us of
+    each (UUIDs are immutable, so sharing one is safe)."""
+    u = _UUIDS.get(b)
+    if u is None:
+        if len(_UUIDS) >= _UUIDS_KEPT:
+            _UUIDS.clear()
+        u = _UUIDS[bytes(b)] = UUID(bytes=bytes(b))
+    return u
+
+
+_UUIDS: dict[bytes, UUID] = {}
+_UUIDS_KEPT = 4096
 
 
 def read_array_len(buf, pos: int, nullable: bool) -> tuple[int, int]:

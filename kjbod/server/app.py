@@ -139,6 +139,10 @@ async def serve(
                 from kjbod.server.tracing import install_tracing
 
                 install_tracing()
+            if os.environ.get("KJBOD_LOOP_PROFILE"):  # the loop's CPU profile on SIGUSR1/2 (a debug hook)
+                from kjbod.server.loop_profile import install_loop_profile
+
+                install_loop_profile(loop)
             _settle_gc()
             Placement().start(loop)  # the dir workers take turns with this loop: on its CPU while quiet
     except BaseException:

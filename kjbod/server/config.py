@@ -617,6 +617,13 @@ def build_config(
     if roles is None:
         raise ConfigError("process.roles is required (broker, controller, or broker,controller)")
 
+    heartbeat, session = get("broker.heartbeat.interval.ms"), get("broker.session.timeout.ms")
+    if heartbeat > session:  # Kafka's KafkaConfig requires the same: a broker would be fenced between beats
+        raise fail("broker.heartbeat.interval.ms",
+                   f"broker.heartbeat.interval.ms ({heartbeat}) must be less than or equal to "
+                   f"broker.session.timeout.ms ({session}): the controller would fence every broker between two "
+                   "of its heartbeats")
+
     # Listeners and their security protocols.
     explicit_map = get("listener.security.protocol.map")
     protomap = dict(explicit_map) if explicit_map is not None else dict(DEFAULT_PROTOCOL_MAP)

@@ -98,7 +98,8 @@ def test_unclean_election_codes_and_recovery_state():
         ctx.heartbeat(b, want_fence=True)
     assert codes(elect(ctx, 1, {"t": [0]})) == {("t", 0): E.ELIGIBLE_LEADERS_NOT_AVAILABLE}
     resp = elect(ctx, 7, {"t": [0]})
-    assert resp.error_code == E.INVALID_REQUEST and not resp.replica_election_results
+    assert resp.error_code == E.INVALID_REQUEST and codes(resp) == {("t", 0): E.INVALID_REQUEST}
+    assert resp.replica_election_results[0].partition_result[0].error_message == "Unknown election type 7"
 
 
 @pytest.mark.parametrize(("percentage", "rebalanced"), [(10, True), (49, True), (50, False)])

@@ -27,6 +27,7 @@ from kjbod.protocol.generated import (
     FetchRequest,
     ListOffsetsRequest,
     MetadataRequest,
+    OffsetForLeaderEpochRequest,
     ProduceRequest,
 )
 from kjbod.protocol.generated.registry import APIS
@@ -126,11 +127,13 @@ def produce(client: RawClient, topic: str, partition: int, records: bytes, *, ac
 
 
 def fetch(client: RawClient, topic: str, partition: int, offset: int, *, max_bytes: int = 1 << 20,
-          max_wait_ms: int = 0, version: int = FETCH_V) -> Any:
-    """One partition's Fetch (by name, v12); returns its PartitionData."""
+          max_wait_ms: int = 0, version: int = FETCH_V, current_leader_epoch: int = -1,
+          isolation_level: int = 0) -> Any:
+    """One partition's Fetch by a consumer (by name, v12); returns its PartitionData."""
     req = FetchRequest(replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=1, max_bytes=max_bytes,
-                       isolation_level=0, topics=[FetchRequest.FetchTopic(topic=topic, partitions=[
+                       isolation_level=isolation_level, topics=[FetchRequest.FetchTopic(topic=topic, partitions=[
                            FetchRequest.FetchPartition(partition=partition, fetch_offset=offset,
+                                                       current_leader_epoch=current_leader_epoch,
                                                        partition_max_bytes=max_bytes)])])
     resp = client.call(req, version)
     assert resp.error_code == 0, f"fetch: top-level error {resp.error_code}"
@@ -157,10 +160,22 @@ def fetch_all(client: RawClient, topic: str, partition: int, start: int = 0) -> 
 
 
 def list_offset(client: RawClient, topic: str, partition: int, timestamp: int,
-                version: int = LIST_OFFSETS_V) -> Any:
-    req = ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=[ListOffsetsRequest.ListOffsetsTopic(
-        name=topic, partitions=[ListOffsetsRequest.ListOffsetsPartition(partition_index=partition,
-                                                                        timestamp=timestamp)])])
+                version: int = LIST_OFFSETS_V, *, replica_id: int = -1, isolation_level: int = 0,
+                current_leader_epoch: int = -1) -> Any:
+    req = ListOffsetsRequest(replica_id=replica_id, isolation_level=isolation_level, topics=[
+        ListOffsetsRequest.ListOffsetsTopic(name=topic, partitions=[ListOffsetsRequest.ListOffsetsPartition(
+            partition_index=partition, timestamp=timestamp, current_leader_epoch=current_leader_epoch)])])
+    (t,) = client.call(req, version).topics
+    (p,) = t.partitions
+    return p
+
+
+def offset_for_leader_epoch(client: RawClient, topic: str, partition: int, leader_epoch: int, *,
+                            current_leader_epoch: int = -1, version: int = 4) -> Any:
+    """One partition's OffsetForLeaderEpoch as a consumer asks it; returns its EpochEndOffset."""
+    req = OffsetForLeaderEpochRequest(replica_id=-1, topics=[OffsetForLeaderEpochRequest.OffsetForLeaderTopic(
+        topic=topic, partitions=[OffsetForLeaderEpochRequest.OffsetForLeaderPartition(
+            partition=partition, current_leader_epoch=current_leader_epoch, leader_epoch=leader_epoch)])])
     (t,) = client.call(req, version).topics
     (p,) = t.partitions
     return p

@@ -1,5 +1,6 @@
-"""A request that times out on a ClientConnection: the caller gets RequestTimeoutError, the connection closes, and the
-answer that arrives after that changes nothing (no exception in the loop, no other request completed with it)."""
+"""A ClientConnection's failures, named: a request that times out gets RequestTimeoutError and closes the
+connection, and the answer that arrives after that changes nothing (no exception in the loop); a host that does not
+resolve says so."""
 
 from __future__ import annotations
 
@@ -71,3 +72,9 @@ async def test_an_answer_in_time_cancels_the_timer() -> None:
         conn.close()
     finally:
         await server.stop()
+
+
+async def test_a_host_that_does_not_resolve_is_named_with_the_resolvers_reason() -> None:
+    with pytest.raises(BrokerConnectionError, match=r"cannot resolve 'no-such-host\.invalid'") as info:
+        await ClientConnection.open("no-such-host.invalid", 9092, client_id="t", connect_timeout=60)
+    assert "Unknown error" not in str(info.value)

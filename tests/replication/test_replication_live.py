@@ -78,8 +78,14 @@ def create(cluster: Cluster, topic: str, count: int = PARTITIONS) -> None:
 
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
     admin.create_topics([NewTopic(topic, count, 3)])[topic].result(30)
-    wait_for(lambda: all(len(p.isr_nodes) == 3 and p.leader_id >= 0 for p in partitions(cluster, topic).values())
-             and len(partitions(cluster, topic)) == count, f"{topic} has {count} partitions with 3 in-sync replicas")
+    # Every broker's view, not the first one that answers: a test's first request goes straight to the leader,
+    # which must already lead (a broker that has not applied the new topic answers NOT_LEADER_OR_FOLLOWER).
+    def ready(via: int) -> bool:
+        parts = partitions(cluster, topic, via)
+        return len(parts) == count and all(len(p.isr_nodes) == 3 and p.leader_id >= 0 for p in parts.values())
+
+    wait_for(lambda: all(ready(b) for b in cluster.broker_ids),
+             f"{topic} has {count} partitions with 3 in-sync replicas on every broker")
 
 
 def broker_name(broker_id: int) -> str:

@@ -29,7 +29,21 @@ against its reference measured in the same run:
   ~630-750 us and each follower's ~255-280 us. Much of what is left is the wake-up of a thread or process each
   hop costs: an acks=1 record takes 4 (producer, leader's loop, its dir worker, loop, producer), an acks=all
   record 12, 8 of them in sequence; the follower's append must stay off its loop (its dir worker), and the
-  leader's loop runs the Produce, two fetch answers and two fetches per record). On 2 shared cores the p99 ratio
+  leader's loop runs the Produce, two fetch answers and two fetches per record). Where a replicated record's CPU
+  goes, per role (--profile, cProfile of each loop in CPU time): a follower fetch round trip is ~300 Python calls
+  on the leader's loop and ~180 on the follower's, spread over many small steps (the request's decode and checks,
+  the follower's position, the HW move and the acks=all answer it completes, the parked fetch's wake-up, the read,
+  the answer's encoding, the connection's plumbing), the largest (the answer's build) about a seventh of it; the
+  rest of the loops' CPU is uvloop's C side and the syscalls (a send per answer: ~20-30 us each on this VM, as
+  py-spy sampling the paused brokers showed). Since the follower writes its fetch from a template and reads a
+  plain answer by a short path (kjbod.net.fetch_fast: 1.8 us against 5.2 to build and encode, 2.8 against 5.8 to
+  decode), a record costs a few us less CPU. (The leader's read for a caught-up follower from the bytes of its
+  last appends kept in memory, 2.7 us against 15.8, was tried and left out: up to 64 KiB per partition for ~1% of
+  a record's CPU.) Both together measured inside this VM's run-to-run spread: in eight runs interleaved with the
+  code before (load 3-4) the brokers' CPU per acks=all record was 1.17-1.33 ms (median 1.19) against 1.12-1.38
+  (median 1.33). What is left per record is spread thin (see above) or is the hops themselves: 3x on a quiet
+  machine needs either fewer thread and process wake-ups per replicated record (the follower's append off its loop
+  is one, by design) or cores the load generator and the other work do not share. On 2 shared cores the p99 ratio
   swings around that CPU ratio with the machine's other load (1.6x to 3.3x between runs of one session). GC is
   not a factor: with KJBOD_GC_LOG=1 each broker logged one collection, under 1 ms, in a whole run. No broker of
   the latency rounds has the fault seam on (see Cluster). With --trace, the slowest records' legs show no
@@ -51,13 +65,15 @@ after dropping its bootstrap connection; the same against librdkafka's mock clus
 without a warm-up took for a p99 of ~500 ms on kjbod.  The three brokers, the controller and the load generator
 share this machine's cores (printed).
 
-    python -m tools.bench.replication [--rounds N] [--quick] [--latency-only] [--trace]
+    python -m tools.bench.replication [--rounds N] [--quick] [--latency-only] [--trace] [--profile]
 
 --latency-only runs the latency rounds alone (7 of them, also with --quick) and keeps the cluster's directory
 (printed; each broker's server.log is in it): with KJBOD_GC_LOG=1 in the environment every broker logs each of
 its garbage collections there (kjbod.server.app). --trace runs the brokers with KJBOD_TRACE (kjbod.net.trace) and
 prints, after the latency figure, where the slowest records' time went leg by leg and which background events
-ran under them (tools.bench.latency_trace); the tracing's own cost is in the figure then.
+ran under them (tools.bench.latency_trace); the tracing's own cost is in the figure then. --profile measures no
+figure: it profiles each broker's event loop in CPU time (KJBOD_LOOP_PROFILE, kjbod.server.loop_profile) while
+each case runs alone at the latency rate, and prints each role's loop CPU, Python calls and top costs per record.
 """
 
 from __future__ import annotations
@@ -84,6 +100,8 @@ TARGET_FAILOVER = 1.3
 TARGET_DIR_FAILOVER = 2.0
 RECORD = 1024
 MIB = 1 << 20
+LOOP_PROFILE_ENV = "KJBOD_LOOP_PROFILE"  # kjbod.server.loop_profile
+PROFILE_RATE = 100  # records/s of --profile (profile_roles)
 
 
 def _kjbod(*args: str, timeout: float = 300) -> str:
@@ -603,8 +621,67 @@ def latency_figure(cluster: Cluster, lat_rounds: int, lat_seconds: float, leader
     return latency
 
 
+def profile_roles(cluster: Cluster, leader: int, rate: int = PROFILE_RATE, seconds: float = 20.0,
+                  top: int = 30) -> None:
+    """--profile: each broker's event loop profiled in CPU time (kjbod.server.loop_profile, KJBOD_LOOP_PROFILE)
+    while one case runs alone after the same warm-up as the latency rounds: acks=all RF 3, then acks=1 RF 1.
+    Prints, per broker and case, the loop's CPU per record (the profiled window's thread CPU, cProfile's own cost
+    in it), the Python calls per record (which no load changes) and the functions with the most own time per
+    record (cProfile's tottime); the profiles stay beside the cluster (<case>-loop-<pid>.prof). The rate is below
+    the latency rounds' 500/s: cProfile doubles the loops' cost, and at 500/s the profiled leader fell behind
+    enough that the producer batched records and the followers took several per fetch, which the unprofiled
+    rounds do not do: at PROFILE_RATE every record is a Produce of its own and a fetch of its own per follower,
+    as in the rounds, so the calls per record are theirs."""
+    import pstats
+
+    directory = Path(os.environ[LOOP_PROFILE_ENV])
+    pids = {b: cluster.pid(b) for b in cluster.ports}
+    cases = {"all": Paced(cluster.bootstrap, "rf3", "all"), "one": Paced(cluster.bootstrap, "rf1", "1")}
+    for paced in cases.values():
+        paced.run(rate, 2.0)  # warm-up, as latency_rounds
+    for name, paced in cases.items():
+        for pid in pids.values():
+            os.kill(pid, signal.SIGUSR1)
+        time.sleep(0.2)  # every loop has taken its signal before the first record
+        sent = len(paced.run(rate, seconds))
+        for pid in pids.values():
+            os.kill(pid, signal.SIGUSR2)
+        for b, pid in pids.items():
+            _wait(lambda pid=pid: (directory / f"loop-{pid}.json").exists(), f"broker {b}'s loop profile")
+        for f in directory.glob("loop-*"):
+            f.rename(f.with_name(f"{name}-{f.name}"))
+        label = "acks=all RF 3" if name == "all" else "acks=1 RF 1"
+        print(f"   profile of each broker's event loop, {label} alone, {sent} records at {rate}/s (CPU time; "
+              f"cProfile's own cost included):")
+        for b, pid in pids.items():
+            cpu = json.loads((directory / f"{name}-loop-{pid}.json").read_text())["loop_cpu_s"]
+            stats = pstats.Stats(str(directory / f"{name}-loop-{pid}.prof"))
+            role = "leader" if b == leader else f"follower {b}"
+            calls = stats.total_calls  # type: ignore[attr-defined]
+            print(f"     {role} (broker {b}): loop {cpu / sent * 1e6:.0f} us a record, {calls / sent:.0f} Python calls "
+                  f"a record; most own time (us a record, calls a record, function):")
+            rows = sorted(stats.stats.items(), key=lambda kv: kv[1][2], reverse=True)  # type: ignore[attr-defined]
+            for (file, line, func), (_cc, nc, tt, _ct, _callers) in rows[:top]:
+                where = f"{Path(file).name}:{line}" if line else file
+                print(f"       {tt / sent * 1e6:7.1f} {nc / sent:6.2f}  {func} ({where})")
+
+
+
+
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
+    if "--profile" in args:  # each role's loop profiled under the latency load (profile_roles)
+        work = Path(tempfile.mkdtemp(prefix="kjbod-bench-replication-"))
+        os.environ[LOOP_PROFILE_ENV] = str(work / "profiles")  # the brokers inherit it
+        cluster = Cluster(work)
+        try:
+            create(cluster.bootstrap, "rf3", 1, 3)
+            leader = _admin(cluster.bootstrap).list_topics("rf3", timeout=10).topics["rf3"].partitions[0].leader
+            create(cluster.bootstrap, "rf1", 1, 1, on=leader)
+            profile_roles(cluster, leader)
+        finally:
+            cluster.down()
+        return 0
     trace = "--trace" in args
     if trace:
         args.remove("--trace")

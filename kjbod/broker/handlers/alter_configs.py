@@ -10,14 +10,80 @@ running moves. Errors per resource: unknown key or bad value INVALID_CONFIG nami
 key INVALID_REQUEST; another broker's id INVALID_REQUEST; unknown topic UNKNOWN_TOPIC_OR_PARTITION.
 validate_only checks and changes nothing. The controller checks and records the change (kjbod.controller.configs, with the key tables of
 kjbod.broker.broker_config); this broker applies it once durable.
+
+Before that, this broker answers what Kafka's brokers answer themselves (ConfigAdminManager.preprocess, shared
+with IncrementalAlterConfigs: `answer_preprocessed`), each INVALID_REQUEST with a message naming the problem: a
+resource named twice (both answered), a null value (a legacy AlterConfigs has no DELETE; an incremental one
+only for DELETE), and a broker resource naming another broker (only this broker's id or "" is this broker's to
+change: the controller alone cannot tell which broker forwarded the request). Only the other resources go to the
+controller; the answers keep the request's order. On a controller listener the request goes to the controller
+as it came (a broker forwarded it, as Kafka's ControllerApis takes it).
 """
 
 from __future__ import annotations
 
+import inspect
+from collections import Counter
+from typing import Any
+
+from kjbod.broker import broker_config as bc
 from kjbod.broker.router import api
+from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import AlterConfigsRequest, AlterConfigsResponse
+from kjbod.protocol.generated.alter_configs_response import AlterConfigsResourceResponse
+
+DELETE = 1  # IncrementalAlterConfigs' DELETE operation, the one that takes no value
+
+
+def _refusal(node, resource, duplicated: bool, incremental: bool) -> str | None:
+    """Why this broker refuses the resource without asking the controller, or None."""
+    if duplicated:
+        return "Each resource must appear at most once."
+    nulls = [c.name for c in resource.configs
+             if c.value is None and not (incremental and c.config_operation == DELETE)]
+    if nulls:
+        return f"Null value not supported for : {', '.join(nulls)}"
+    if resource.resource_type == bc.BROKER:
+        try:
+            bc.check_broker_name(resource.resource_name, node.node_id)
+        except bc.ConfigProblem as e:
+            return e.message
+    return None
+
+
+def answer_preprocessed(node, request, body: Any, response_cls: Any, item_cls: Any, *, incremental: bool) -> Any:
+    """The response (or an awaitable of it): the refusals of this broker (see the module docstring), the
+    controller's answer for the rest, in request order."""
+    if request.ctx.listener_kind == "controller":  # forwarded by a broker, which checked it (or a client's own)
+        return node.controller_call(body, request.api_version)
+    counts = Counter((r.resource_type, r.resource_name) for r in body.resources)
+    refused = {i: message for i, r in enumerate(body.resources)
+               if (message := _refusal(node, r, counts[(r.resource_type, r.resource_name)] > 1, incremental))}
+    if not refused:
+        return node.controller_call(body, request.api_version)
+    rest = [r for i, r in enumerate(body.resources) if i not in refused]
+    forwarded = type(body)(resources=rest, validate_only=body.validate_only) if rest else None
+
+    def merge(answered: Any) -> Any:
+        answers = iter(answered.responses if answered is not None else [])
+        return response_cls(throttle_time_ms=0, responses=[
+            item_cls(error_code=ErrorCode.INVALID_REQUEST, error_message=refused[i], resource_type=r.resource_type,
+                     resource_name=r.resource_name) if i in refused else next(answers)
+            for i, r in enumerate(body.resources)])
+
+    if forwarded is None:
+        return merge(None)
+    result = node.controller_call(forwarded, request.api_version)
+    if not inspect.isawaitable(result):
+        return merge(result)
+
+    async def later() -> Any:
+        return merge(await result)
+
+    return later()
 
 
 @api(AlterConfigsRequest)
 def handle(node, request, body: AlterConfigsRequest) -> AlterConfigsResponse:
-    return node.controller_call(body, request.api_version)
+    return answer_preprocessed(node, request, body, AlterConfigsResponse, AlterConfigsResourceResponse,
+                               incremental=False)

@@ -2,8 +2,9 @@
 
 Version notes: v4 is the oldest served (isolation level, last stable offset, aborted transactions); v5 log
 start offsets; v6 may answer KAFKA_STORAGE_ERROR (older versions get NOT_LEADER_OR_FOLLOWER); v7 fetch
-sessions (KIP-227); v9 current leader epoch; v10 zstd; v11 rack id and preferred read replica; v12 flexible;
-v13 topic ids instead of names (an unknown id answers UNKNOWN_TOPIC_ID); v15 replica state moves to a tagged
+sessions (KIP-227); v9 current leader epoch (a consumer's: older than this broker's FENCED_LEADER_EPOCH, newer
+UNKNOWN_LEADER_EPOCH, as Kafka: kjbod.broker.handlers.leader_epoch_check); v10 zstd; v11 rack id and preferred
+read replica; v12 flexible; v13 topic ids instead of names (an unknown id answers UNKNOWN_TOPIC_ID); v15 replica state moves to a tagged
 field; v16 node endpoints; v17 replica directory id.
 
 Sessions: kjbod answers every fetch in full and never creates a session (session id 0), which clients treat as
@@ -27,6 +28,7 @@ import asyncio
 import time
 
 from kjbod.broker.dir_work import DirWork
+from kjbod.broker.handlers.leader_epoch_check import checked_log
 from kjbod.broker.replication import hooks as replication
 from kjbod.broker.router import api
 from kjbod.net import trace
@@ -74,7 +76,8 @@ def _has_data(node, resolved, body: FetchRequest, decided: dict | None, throttle
             if throttled and (name, p.partition) in throttled:
                 continue
             try:
-                plog = node.partition_log(name, p.partition)
+                plog = (node.partition_log(name, p.partition) if decided is not None
+                        else checked_log(node, name, p.partition, p.current_leader_epoch))
             except Exception:
                 return True
             if not plog.io.online:  # answers KAFKA_STORAGE_ERROR now, not after the long poll
@@ -117,7 +120,9 @@ def _build(node, resolved, body: FetchRequest, version: int, deadline: float, de
                 parts.append(ready)
                 continue
             try:
-                plog = node.partition_log(name, p.partition)
+                # A follower's epochs were checked by prepare_follower_fetch; a consumer's are checked here.
+                plog = (node.partition_log(name, p.partition) if decided is not None
+                        else checked_log(node, name, p.partition, p.current_leader_epoch))
             except Exception as e:
                 parts.append(_failed_part(node, name, p, e, version))
                 continue

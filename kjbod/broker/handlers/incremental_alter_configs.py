@@ -7,16 +7,20 @@ Operations per key: SET (0), DELETE (1), APPEND (2) and SUBTRACT (3); the last t
 metadata log and applied to the partition logs at once. Brokers (type 4, this node's id or "" for the cluster
 default): replica.alter.log.dirs.io.max.bytes.per.second (alias intra.broker.throttled.rate), which changes
 the speed of running moves immediately. Errors as AlterConfigs; a key named twice in one resource, or a resource
-named twice, is INVALID_REQUEST. validate_only checks and changes nothing. The controller checks and records the change (kjbod.controller.configs, with the key tables of
+named twice, is INVALID_REQUEST, and so are a null value for any operation but DELETE and another broker's id,
+answered by this broker itself (kjbod.broker.handlers.alter_configs). validate_only checks and changes nothing. The controller checks and records the change (kjbod.controller.configs, with the key tables of
 kjbod.broker.broker_config); this broker applies it once durable.
 """
 
 from __future__ import annotations
 
+from kjbod.broker.handlers.alter_configs import answer_preprocessed
 from kjbod.broker.router import api
 from kjbod.protocol.generated import IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse
+from kjbod.protocol.generated.incremental_alter_configs_response import AlterConfigsResourceResponse
 
 
 @api(IncrementalAlterConfigsRequest)
 def handle(node, request, body: IncrementalAlterConfigsRequest) -> IncrementalAlterConfigsResponse:
-    return node.controller_call(body, request.api_version)
+    return answer_preprocessed(node, request, body, IncrementalAlterConfigsResponse, AlterConfigsResourceResponse,
+                               incremental=True)

@@ -12,12 +12,22 @@ log end offset for latest.
 Special timestamps: -1 latest (the high watermark, which equals the log end on a single node), -2 earliest
 (log start offset), -3 the record with the largest timestamp, -4 earliest local (= earliest: no tiered
 storage), -5 latest tiered (offset -1: nothing is tiered).  Any other timestamp finds the first offset whose
-timestamp is at least that, through the .timeindex; none → offset -1.
+timestamp is at least that, through the .timeindex; none → offset -1.  As Kafka, -3 and timestamp lookups answer
+only below the last fetchable offset (a consumer's high watermark, the log end for others): a record found past
+it answers offset -1, so a consumer is never pointed at a record that is not committed.  While a new leader's high
+watermark is below the offset its epoch started at, a consumer's latest offset, and a lookup that finds nothing
+below the high watermark, answer OFFSET_NOT_AVAILABLE (LEADER_NOT_AVAILABLE before v5), as Kafka: the client
+retries rather than see the high watermark go back.
+
+Bad input, as Kafka's ReplicaManager.fetchOffset: a partition named twice is answered once, INVALID_REQUEST; a
+CurrentLeaderEpoch (v4+) older than this broker's is FENCED_LEADER_EPOCH, newer UNKNOWN_LEADER_EPOCH (checked
+before leadership: kjbod.broker.handlers.leader_epoch_check).
 """
 
 from __future__ import annotations
 
 from kjbod.broker.dir_work import DirWork
+from kjbod.broker.handlers.leader_epoch_check import checked_log
 from kjbod.broker.router import api
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import ListOffsetsRequest, ListOffsetsResponse
@@ -33,12 +43,13 @@ CONSUMER, DEBUGGING = -1, -2
 DEFAULT_DISK_WAIT_S = 30.0
 
 
-def _lookup(node, topic: str, partition: int, ts: int, version: int, replica_id: int = CONSUMER):
+def _lookup(node, topic: str, partition: int, ts: int, version: int, replica_id: int = CONSUMER,
+            current_leader_epoch: int = -1):
     """The answer when memory has it; otherwise the partition's log, whose dir's worker searches it."""
     # Leader epochs exist on the wire from v4; below that the field must stay at its default.
     epoch = 0 if version >= 4 else -1
     try:
-        plog = node.local_log(topic, partition) if replica_id == DEBUGGING else node.partition_log(topic, partition)
+        plog = checked_log(node, topic, partition, current_leader_epoch, leader_only=replica_id != DEBUGGING)
         if not plog.online:
             # The offsets below are in memory and would still answer; a partition whose log dir failed (or whose
             # log is closed: deleted, or moved away while the image still has it) must not look healthy, as Fetch
@@ -49,6 +60,8 @@ def _lookup(node, topic: str, partition: int, ts: int, version: int, replica_id:
                     else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
             return PartResp(partition_index=partition, error_code=code)
         if ts == LATEST:
+            if replica_id == CONSUMER and (lagging := offsets_not_available(node, topic, partition, plog, version)):
+                return PartResp(partition_index=partition, error_code=lagging)
             end = plog.high_watermark if replica_id == CONSUMER else plog.log_end_offset
             return PartResp(partition_index=partition, timestamp=-1, offset=end, leader_epoch=epoch)
         if ts in (EARLIEST, EARLIEST_LOCAL):
@@ -62,18 +75,40 @@ def _lookup(node, topic: str, partition: int, ts: int, version: int, replica_id:
     return plog
 
 
+def last_fetchable_offset(plog, replica_id: int) -> int:
+    """Where a lookup's answer must stop, as Kafka's Partition.fetchOffsetForTimestamp: a consumer's (either
+    isolation level: kjbod has no transactions, so the last stable offset is the high watermark) at the high
+    watermark, anyone else's at the log end."""
+    return plog.high_watermark if replica_id == CONSUMER else plog.log_end_offset
+
+
+def offsets_not_available(node, topic: str, partition: int, plog, version: int) -> int:
+    """Kafka's answer to a consumer while a new leader's high watermark is still below the offset its leader
+    epoch started at (the followers have not confirmed what the last leader had, so the HW could look as if it
+    went back): OFFSET_NOT_AVAILABLE (LEADER_NOT_AVAILABLE before v5), else 0."""
+    manager = getattr(node, "replication", None)
+    state = manager.states.get((topic, partition)) if manager is not None else None
+    if state is None or state.role != "leader" or state.leader_epoch_start_offset <= plog.high_watermark:
+        return 0
+    return ErrorCode.OFFSET_NOT_AVAILABLE if version >= 5 else ErrorCode.LEADER_NOT_AVAILABLE
+
+
 def _search(items, version: int) -> list[PartResp]:
-    """On the dir's worker: the timestamp lookups of its partitions."""
+    """On the dir's worker: the timestamp lookups of its partitions. A record found at or past the last
+    fetchable offset (taken when the request came) answers offset -1, as Kafka: a consumer is never sent to a
+    record that is not committed yet, and may still be truncated away."""
     epoch = 0 if version >= 4 else -1
     out = []
-    for _parts, _slot, partition, ts, plog in items:
+    for _parts, _slot, partition, ts, plog, limit, not_available in items:
         try:
             found = plog.max_timestamp_offset() if ts == MAX_TIMESTAMP else plog.offset_for_timestamp(ts)
         except Exception as e:
             code = getattr(e, "error_code", ErrorCode.UNKNOWN_SERVER_ERROR)
             out.append(PartResp(partition_index=partition, error_code=code))
             continue
-        if found is None:
+        if not_available and (found is None or found[0] >= limit):
+            out.append(PartResp(partition_index=partition, error_code=not_available))
+        elif found is None or found[0] >= limit:
             out.append(PartResp(partition_index=partition, timestamp=-1, offset=-1, leader_epoch=-1))
         else:
             offset, timestamp = found
@@ -94,19 +129,29 @@ def handle(node, request, body: ListOffsetsRequest):
 
     work = DirWork(node, fill, fail)
     topics = []
+    repeated = _repeated(body)
     for t in body.topics:
         topic = node.metadata.topic(t.name)
         parts: list = []
         for p in t.partitions:
-            if topic is None or p.partition_index not in topic.partitions:
+            if repeated and (t.name, p.partition_index) in repeated:
+                # Kafka answers a partition named twice once, INVALID_REQUEST.
+                if repeated[(t.name, p.partition_index)]:
+                    repeated[(t.name, p.partition_index)] = False
+                    parts.append(PartResp(partition_index=p.partition_index, error_code=ErrorCode.INVALID_REQUEST))
+            elif topic is None or p.partition_index not in topic.partitions:
                 parts.append(PartResp(partition_index=p.partition_index,
                                       error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
             elif ts_ok(p.timestamp, version):
-                answer = _lookup(node, t.name, p.partition_index, p.timestamp, version, body.replica_id)
+                answer = _lookup(node, t.name, p.partition_index, p.timestamp, version, body.replica_id,
+                                 p.current_leader_epoch if version >= 4 else -1)
                 if answer.__class__ is PartResp:
                     parts.append(answer)
                 else:
-                    work.add(answer.log_dir, (parts, len(parts), p.partition_index, p.timestamp, answer))
+                    not_available = (offsets_not_available(node, t.name, p.partition_index, answer, version)
+                                     if body.replica_id == CONSUMER else 0)
+                    work.add(answer.log_dir, (parts, len(parts), p.partition_index, p.timestamp, answer,
+                                              last_fetchable_offset(answer, body.replica_id), not_available))
                     parts.append(None)
             else:
                 parts.append(PartResp(partition_index=p.partition_index, error_code=ErrorCode.UNSUPPORTED_VERSION))
@@ -124,6 +169,19 @@ def handle(node, request, body: ListOffsetsRequest):
 async def _finish(pending, response: ListOffsetsResponse) -> ListOffsetsResponse:
     await pending
     return response
+
+
+def _repeated(body: ListOffsetsRequest) -> dict[tuple[str, int], bool]:
+    """The partitions named more than once in the request, each True until its one answer is given."""
+    seen: set[tuple[str, int]] = set()
+    out: dict[tuple[str, int], bool] = {}
+    for t in body.topics:
+        for p in t.partitions:
+            key = (t.name, p.partition_index)
+            if key in seen:
+                out[key] = True
+            seen.add(key)
+    return out
 
 
 def ts_ok(ts: int, version: int) -> bool:

@@ -6,12 +6,15 @@ follower's replica id; v4 flexible.
 Answered by a partition's leader only (NOT_LEADER_OR_FOLLOWER elsewhere, as Kafka's fetchOnlyFromLeader), from
 the leader epoch cache (kjbod.storage.epoch_cache): the largest epoch not above the one asked for and the offset
 where it ended (the LEO for the latest epoch); an epoch above every known one answers -1/-1 with no error.
-CurrentLeaderEpoch older than the leader's is FENCED_LEADER_EPOCH, newer is UNKNOWN_LEADER_EPOCH.  Followers
-and consumers use it to find where their log parted from the leader's.
+CurrentLeaderEpoch older than this broker's is FENCED_LEADER_EPOCH, newer is UNKNOWN_LEADER_EPOCH, checked before
+leadership (a follower asked with a stale epoch answers FENCED_LEADER_EPOCH) and only -1 skips it, as Kafka
+(kjbod.broker.handlers.leader_epoch_check).  Followers and consumers use it to find where their log parted
+from the leader's.
 """
 
 from __future__ import annotations
 
+from kjbod.broker.handlers.leader_epoch_check import checked_log
 from kjbod.broker.router import api
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse
@@ -26,14 +29,9 @@ def _lookup(node, topic: str, partition: int, current_epoch: int, epoch: int) ->
     if t is None or partition not in t.partitions:
         return EpochEndOffset(partition=partition, error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
     try:
-        plog = node.partition_log(topic, partition)
-        leader_epoch = node.leader_epoch(topic, partition)
-        if current_epoch >= 0 and current_epoch < leader_epoch:
-            return EpochEndOffset(partition=partition, error_code=ErrorCode.FENCED_LEADER_EPOCH)
-        if current_epoch > leader_epoch:
-            return EpochEndOffset(partition=partition, error_code=ErrorCode.UNKNOWN_LEADER_EPOCH)
+        plog = checked_log(node, topic, partition, current_epoch)
         found, end = plog.leader_epochs.end_offset_for(epoch, plog.log_end_offset)
-    except Exception as e:  # not the leader, an offline dir: the error the storage or node names
+    except Exception as e:  # not the leader, a wrong epoch, an offline dir: the error the check or storage names
         return EpochEndOffset(partition=partition,
                               error_code=getattr(e, "error_code", ErrorCode.UNKNOWN_SERVER_ERROR))
     return EpochEndOffset(partition=partition, leader_epoch=found, end_offset=end)

@@ -11,7 +11,9 @@ and an error message; v9 flexible; v10 adds current-leader hints (tagged); v11 m
 TRANSACTION_ABORTABLE; v12 only changes client behaviour.
 
 acks=0 produces no response frame; an error then closes the connection, as Kafka does, so the producer finds
-out.  Transactions are not supported: a transactional produce answers INVALID_REQUEST with a message saying so.
+out.  Transactions are not supported: a transactional produce answers INVALID_REQUEST with a message saying so,
+and a transactional batch in a request without a transactional id TRANSACTIONAL_ID_AUTHORIZATION_FAILED (Kafka's
+answer to it), so nothing is stored that no commit or abort marker would ever end.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from kjbod.wire.handler import CloseConnection
 log = structlog.get_logger("kjbod.produce")
 
 ZSTD = 4
+TRANSACTIONAL = 0x10  # the transactional bit of a batch's attributes, in their low byte
 # Records up to this size are validated (CRC, records, timestamps: CPU only, no file) on the event loop before the
 # hand-off, so the dir's worker does little more than the write: it then holds the GIL briefly, and the loop and
 # the worker rarely wait for each other. Bigger ones are validated on the worker, where the CRC and the
@@ -98,6 +101,9 @@ def handle(node, request, body: ProduceRequest):
                 parts.append(_error(pd.index, ErrorCode.INVALID_REQUIRED_ACKS, f"acks must be -1, 0 or 1, not {acks}", v))
             elif body.transactional_id is not None:
                 parts.append(_error(pd.index, ErrorCode.INVALID_REQUEST, "kjbod does not support transactions", v))
+            elif pd.records and len(pd.records) > 22 and pd.records[22] & TRANSACTIONAL:
+                parts.append(_error(pd.index, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "a transactional "
+                                    "record batch needs the request's transactional id (kjbod has no transactions)", v))
             elif topic is None or pd.index not in topic.partitions:
                 parts.append(_error(pd.index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                                     f"{td.name}-{pd.index} does not exist on this broker", v))

@@ -51,11 +51,10 @@ import structlog
 from kjbod.broker.dir_work import DirWork
 from kjbod.net import trace
 from kjbod.net.connection import ClientConnection
-from kjbod.net.correlator import decode_response
 from kjbod.net.errors import BrokerConnectionError, ClientError, ProtocolViolation, RequestTimeoutError
+from kjbod.net.fetch_fast import FollowerFetchRequest, Template, decode_follower_response
 from kjbod.net.tasks import cancel_and_wait, wait_event
 from kjbod.protocol.errors import ErrorCode
-from kjbod.protocol.generated.fetch_request import FetchPartition, FetchRequest, FetchTopic, ReplicaState
 from kjbod.storage.errors import StorageError
 
 log = structlog.get_logger("kjbod.replication.fetcher")
@@ -99,6 +98,7 @@ class Fetcher:
         self._conn: ClientConnection | None = None
         self._task: asyncio.Task[None] | None = None
         self._held_ms = LONG_WAIT_MS  # how long the last request's throttled partitions wait for their quota
+        self._template = Template()  # the last fetch's bytes, patched for the next (kjbod.net.fetch_fast)
 
     @property
     def node(self) -> Any:
@@ -168,7 +168,7 @@ class Fetcher:
                     await asyncio.sleep(min(backoff, self._held_ms / 1000))
                     continue
                 if trace.ON:
-                    trace.event("fetch_sent", self.leader_id, request.topics[0].partitions[0].fetch_offset)
+                    trace.event("fetch_sent", self.leader_id, request.first_offset)
                 response = await conn.request(FETCH, version, request, timeout=self._timeout_s())
             except (ClientError, OSError) as e:
                 outcome = e
@@ -268,7 +268,7 @@ class Fetcher:
                 self._give_back(None)
                 return
             if trace.ON:
-                trace.event("fetch_sent", self.leader_id, request.topics[0].partitions[0].fetch_offset)
+                trace.event("fetch_sent", self.leader_id, request.first_offset)
             token = _Answer(self, version)
             try:
                 conn.send_to(FETCH, version, request, token)
@@ -294,7 +294,7 @@ class Fetcher:
         try:
             assert conn is not None
             try:
-                response = decode_response(result, FETCH, token.version, conn.host, conn.port)
+                response = decode_follower_response(result, token.version, conn.host, conn.port)
             except ProtocolViolation as e:
                 conn.close(e)
                 self._give_back(e)
@@ -345,13 +345,16 @@ class Fetcher:
             connect_timeout=self.manager.config.socket_timeout_ms / 1000)
         return self._conn
 
-    def _request(self, ready: list[FetchState], version: int) -> FetchRequest | None:
+    def _request(self, ready: list[FetchState], version: int) -> FollowerFetchRequest | None:
+        """The next fetch of `ready`'s partitions (kjbod.net.fetch_fast: written by the codec once per shape,
+        then patched), or None when the throttle holds back every one of them."""
         cfg = self.manager.config
         image = self.node.metadata
-        topics: dict[str, FetchTopic] = {}
+        entries = []
         held = False
+        local_log = self.manager._local_log
         for s in ready:
-            plog = self.manager._local_log(s.topic, s.partition)
+            plog = local_log(s.topic, s.partition)
             topic = image.topic(s.topic)
             if plog is None or topic is None:
                 s.dropped = True
@@ -359,25 +362,19 @@ class Fetcher:
             if self._throttled(s, plog):
                 held = True
                 continue
-            latest = plog.leader_epochs.latest_epoch
-            t = topics.setdefault(s.topic, FetchTopic(topic=s.topic if version < 13 else "",
-                                                      topic_id=topic.topic_id if version >= 13 else FetchTopic().topic_id))
-            t.partitions.append(FetchPartition(
-                partition=s.partition, current_leader_epoch=s.leader_epoch, fetch_offset=plog.log_end_offset,
-                last_fetched_epoch=latest, log_start_offset=plog.log_start_offset,
-                partition_max_bytes=cfg.fetch_max_bytes))
+            entries.append((s.topic, topic.topic_id, s.partition, s.leader_epoch, plog.log_end_offset,
+                            plog.leader_epochs.latest_epoch, plog.log_start_offset))
         # A partition held back by the throttle is asked for again as soon as the quota allows: the fetch that
         # leaves it out waits at the leader (or, empty, here) no longer than that, not replica.fetch.wait.max.ms.
         self._held_ms = max(HELD_MIN_MS, self.manager.follower_throttle_wait_ms()) if held else LONG_WAIT_MS
-        if not topics:
+        if not entries:
             return None
-        me, epoch = self.node.node_id, self.node.broker_epoch
-        return FetchRequest(
-            replica_id=me if version < 15 else -1,
-            replica_state=ReplicaState(replica_id=me, replica_epoch=epoch) if version >= 15 else ReplicaState(),
-            max_wait_ms=min(cfg.fetch_wait_max_ms, self._held_ms), min_bytes=cfg.fetch_min_bytes,
-            max_bytes=cfg.fetch_response_max_bytes,
-            isolation_level=0, session_id=0, session_epoch=-1, topics=list(topics.values()))
+        if len(entries) > 1:  # one topic's partitions together, in the order first met (as the codec groups them)
+            order = {name: i for i, name in enumerate(dict.fromkeys(e[0] for e in entries))}
+            entries.sort(key=lambda e: order[e[0]])
+        return FollowerFetchRequest(self.node.node_id, self.node.broker_epoch,
+                                    min(cfg.fetch_wait_max_ms, self._held_ms), cfg.fetch_min_bytes,
+                                    cfg.fetch_response_max_bytes, cfg.fetch_max_bytes, entries, self._template)
 
     def _throttled(self, s: FetchState, plog: Any) -> bool:
         """Left out of this fetch by the follower throttle (throttle.py): not in sync (behind the leader's HW as
