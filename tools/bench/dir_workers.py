@@ -417,8 +417,8 @@ def p99_servers(work: Path, timeline: bool = True) -> dict[str, BenchServer]:
     """The three servers the hand-off's cost is measured on: with ``timeline``, each recording its periodic
     events and each request's legs (KJBOD_TIMELINE, written to <dir>/timeline when it exits), which the p99's
     and the Fetch's explanations need; else as an operator runs them, for the throughput figures (the record is
-    not free: it cost the workers path 5-9 us of server CPU per small-batch Produce and the loop path under 1 us
-    in three interleaved comparisons, though it keeps only a fifth of an event per request there)."""
+    not free: it cost the workers path 2-12 us of server CPU per small-batch Produce and the loop path none in four
+    interleaved comparisons, though it keeps only a fifth of an event per request there)."""
     def server(name: str, **env: str) -> BenchServer:
         if not timeline:
             return BenchServer(work / f"plain-{name}", env=env)
