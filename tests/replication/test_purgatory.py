@@ -33,8 +33,7 @@ class PollingNode(FakeNode):
 
     def __init__(self, node: FakeNode, plog: object) -> None:
         self.__dict__.update(node.__dict__)
-        self._appended = asyncio.Event()
-        self._log_end_moved = asyncio.Event()
+        self._appended = self._log_end_moved = None  # made when a long poll asks (BrokerNode.append_event)
         self._at_log_end: dict = {}
         self.stopping = False
         self.topic_stats = None
@@ -45,7 +44,7 @@ class PollingNode(FakeNode):
 
     def log_end_event(self) -> asyncio.Event:  # the long way's wait (a throttled leader)
         self.parked += 1
-        return self._log_end_moved
+        return BrokerNode.log_end_event(self)
 
     def at_log_end(self, callback) -> None:  # a follower's fetch parked by callbacks
         self.parked += 1
