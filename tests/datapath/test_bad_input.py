@@ -120,6 +120,10 @@ def test_records_a_client_may_not_send_are_invalid_record(raw):
     old_magic = bytearray(good)
     old_magic[16] = 1  # magic is not covered by the CRC
     refused(raw, "invalid", bytes(old_magic), E.INVALID_RECORD)
+    # Byte 22 holds a v2 batch's transactional bit; in an older format it is something else: still INVALID_RECORD
+    flagged = bytearray(good)
+    flagged[16], flagged[22] = 1, flagged[22] | 0x10
+    refused(raw, "invalid", bytes(flagged), E.INVALID_RECORD)
     control = build_batch([(None, b"\x00\x00\x00\x00", [], int(time.time() * 1000))], is_control=True)
     refused(raw, "invalid", control, E.INVALID_RECORD)
     miscounted = bytearray(good)

@@ -36,7 +36,7 @@ from kjbod.wire.handler import CloseConnection
 log = structlog.get_logger("kjbod.produce")
 
 ZSTD = 4
-TRANSACTIONAL = 0x10  # the transactional bit of a batch's attributes, in their low byte
+TRANSACTIONAL = 0x10  # the transactional bit of a v2 batch's attributes, in their low byte (byte 22; magic at 16)
 # Records up to this size are validated (CRC, records, timestamps: CPU only, no file) on the event loop before the
 # hand-off, so the dir's worker does little more than the write: it then holds the GIL briefly, and the loop and
 # the worker rarely wait for each other. Bigger ones are validated on the worker, where the CRC and the
@@ -101,7 +101,7 @@ def handle(node, request, body: ProduceRequest):
                 parts.append(_error(pd.index, ErrorCode.INVALID_REQUIRED_ACKS, f"acks must be -1, 0 or 1, not {acks}", v))
             elif body.transactional_id is not None:
                 parts.append(_error(pd.index, ErrorCode.INVALID_REQUEST, "kjbod does not support transactions", v))
-            elif pd.records and len(pd.records) > 22 and pd.records[22] & TRANSACTIONAL:
+            elif pd.records and len(pd.records) > 22 and pd.records[16] == 2 and pd.records[22] & TRANSACTIONAL:
                 parts.append(_error(pd.index, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "a transactional "
                                     "record batch needs the request's transactional id (kjbod has no transactions)", v))
             elif topic is None or pd.index not in topic.partitions:
