@@ -55,10 +55,10 @@ class FakeNode:
         self.appends = 0
         self.hw_moves = 0
 
-    def notify_append(self) -> None:
+    def notify_append(self, topic: str, partition: int) -> None:
         self.appends += 1
 
-    def notify_high_watermark(self) -> None:
+    def notify_high_watermark(self, topic: str, partition: int) -> None:
         self.hw_moves += 1
 
 

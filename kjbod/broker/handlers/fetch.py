@@ -10,13 +10,15 @@ field; v16 node endpoints; v17 replica directory id.
 Sessions: kjbod answers every fetch in full and never creates a session (session id 0), which clients treat as
 "sessionless"; an incremental fetch naming a session answers FETCH_SESSION_ID_NOT_FOUND so the client falls
 back to full fetches.  Long poll: when less than min_bytes is available the request waits, up to max_wait_ms,
-for an append.  Record data leaves as file regions: the connection sends them with sendfile, without copying
-them through Python.  Limits: partition_max_bytes per partition and max_bytes for the response, except that
-the first partition with data always gets at least one whole batch (KIP-74).
+for an append to one of its partitions (a consumer's also for a high watermark move of one: Kafka's
+DelayedFetch purgatory, watched per partition: kjbod.broker.parked_fetches).  Record data leaves as file
+regions: the connection sends them with sendfile, without copying them through Python.  Limits:
+partition_max_bytes per partition and max_bytes for the response, except that the first partition with data
+always gets at least one whole batch (KIP-74).
 
 A follower's fetch (replica id >= 0) is answered by callbacks (`_FollowerFetch`, Kafka's DelayedFetch): at once,
-or parked until the next append or its max_wait_ms and answered in the callback that wakes it; a consumer's, and
-a follower's that meets an active leader throttle, by the `_serve` coroutine.
+or parked until the next append to one of its partitions or its max_wait_ms and answered in the callback that
+wakes it; a consumer's, and a follower's that meets an active leader throttle, by the `_serve` coroutine.
 
 On a controller listener Fetch reads only the metadata log `__cluster_metadata` (kjbod.controller.metadata_fetch:
 KRaft's checks, epochs, snapshots), which is how brokers follow it.
@@ -345,8 +347,6 @@ async def _serve(node, request, body: FetchRequest, follower: int) -> FetchRespo
                         _trace_answer(node, resolved, follower)
                 return resp
             close_regions(resp)
-        # A follower waits for appends only; a HW move (every acks=all answer) would wake it for nothing.
-        arrived = node.append_event() if decided is None else node.log_end_event()
         timeout = deadline - time.monotonic()
         if throttled:  # held back by the leader throttle: looked at again once the quota allows them
             timeout = min(timeout, replication.leader_throttle_wait_s(node))
@@ -354,19 +354,33 @@ async def _serve(node, request, body: FetchRequest, follower: int) -> FetchRespo
             continue
         if follower >= 0 and trace.ON:
             trace.event("ff_parked", follower)
-        await wait_event(arrived, timeout)  # no task per parked fetch (kjbod.net.tasks)
+        # Parked on its own partitions: woken by their appends (a consumer also by their HW moves; a follower
+        # not: a HW move, every acks=all answer, would wake it for nothing).
+        arrived = asyncio.Event()
+        wake, keys, parked = arrived.set, _keys(resolved), node.parked_fetches
+        parked.park(keys, wake, follower=decided is not None)
+        try:
+            await wait_event(arrived, timeout)  # no task per parked fetch (kjbod.net.tasks)
+        finally:
+            parked.unpark(keys, wake, follower=decided is not None)
+
+
+def _keys(resolved) -> list[tuple[str, int]]:
+    """The partitions a fetch parks on (those of topics this broker knows)."""
+    return [(name, p.partition) for name, t in resolved if name is not None for p in t.partitions]
 
 
 class _FollowerFetch:
     """A follower's fetch on the leader (Kafka's DelayedFetch), answered by callbacks: at once when there is
-    something to send, else parked until the next append (node.at_log_end) or its max_wait_ms, then answered in
-    the callback that woke it, with the reads of dirs whose workers are busy completed by their callbacks too.
+    something to send, else parked until the next append to one of its partitions (node.parked_fetches) or its
+    max_wait_ms, then answered in the callback that woke it, with the reads of dirs whose workers are busy
+    completed by their callbacks too.
     It returns the response, or a Later (kjbod.wire.handler) of it: no task, timeout scope or event wait per
     fetch, and no loop pass between the append and the answer's encoding (the connection writes it with the
     other replies of that pass).  What `_serve` does for any fetch, minus the leader throttle: a fetch that meets
     an active throttle goes there."""
 
-    __slots__ = ("node", "body", "version", "follower", "resolved", "decided", "deadline", "later", "timer")
+    __slots__ = ("node", "body", "version", "follower", "resolved", "decided", "deadline", "later", "timer", "keys")
 
     def __init__(self, node, body: FetchRequest, version: int, follower: int) -> None:
         self.node = node
@@ -380,6 +394,7 @@ class _FollowerFetch:
         self.deadline = time.monotonic() + wait_s
         self.later = Later()  # what the connection gets when the answer is not ready at once
         self.timer: asyncio.TimerHandle | None = None
+        self.keys: list[tuple[str, int]] | None = None  # the partitions it parks on, once it parks
 
     def answer(self):
         """The response when it is ready now, else self.later, which gets it."""
@@ -394,11 +409,17 @@ class _FollowerFetch:
             resp = self._complete(*built)
             if resp is not None:
                 return resp
-        node.at_log_end(self._woken)
+        node.parked_fetches.park(self._parked_on(), self._woken, follower=True)
         self.timer = asyncio.get_running_loop().call_later(max(self.deadline - time.monotonic(), 0.0), self._woken)
         if trace.ON:
             trace.event("ff_parked", self.follower)
         return self.later
+
+    def _parked_on(self) -> list[tuple[str, int]]:
+        keys = self.keys
+        if keys is None:
+            keys = self.keys = _keys(self.resolved)
+        return keys
 
     def _complete(self, resp: FetchResponse, total: int) -> FetchResponse | None:
         """The response once read, counted; None (its regions closed) when it must wait for more."""
@@ -415,7 +436,7 @@ class _FollowerFetch:
 
     def _woken(self) -> None:
         """The next append, or the fetch's max_wait_ms: look again (in that callback)."""
-        self.node.cancel_at_log_end(self._woken)
+        self.node.parked_fetches.unpark(self._parked_on(), self._woken, follower=True)
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None

@@ -482,7 +482,7 @@ class Fetcher:
         if outcome == _TRUNCATED:
             return
         if outcome == _APPENDED:
-            self.node.notify_append()
+            self.node.notify_append(s.topic, s.partition)
             # the follower quota counts what was appended (on the loop: the quota is the loop's)
             self.manager.follower_appended(s.topic, s.partition, len(part.records))
         if part.high_watermark >= 0:

@@ -400,7 +400,7 @@ class ReplicaManager:
         if trace.ON:
             trace.event("hw", hw, state.topic)
         self._complete_waiters(state, plog.high_watermark)
-        self.node.notify_high_watermark()  # consumers long-polling at the old HW may read now
+        self.node.notify_high_watermark(state.topic, state.partition)  # its consumers' long polls may read now
 
     def leader_appended(self, topic: str, partition: int) -> None:
         """After a leader append: with no follower in the ISR the HW may move at once."""
