@@ -56,10 +56,34 @@ class PollingNode(FakeNode):
         return self.parked_fetches.parks
 
 
-@pytest.fixture
-def polling(leader):  # noqa: F811
+class IdleWorker:
+    """A dir's worker with nothing queued, which runs what it is handed at once (kjbod.storage.workers)."""
+
+    io = SimpleNamespace(online=True)
+
+    def idle(self) -> bool:
+        return True
+
+    def submit(self, job, done, loop=None) -> None:
+        try:
+            value = job()
+        except Exception as e:
+            done(False, e)
+        else:
+            done(True, value)
+
+
+IDLE_WORKER = IdleWorker()
+
+
+@pytest.fixture(params=["inline", "idle worker"])
+def polling(leader, request):  # noqa: F811
+    """The leader on a node whose dir reads run inline (no workers: the general way), or on one whose dir has an
+    idle worker (a follower's fetch of one partition is then read on the loop by its own short way)."""
     node = PollingNode(leader.node, leader.plog)
     node.replication = leader.manager
+    if request.param == "idle worker":
+        node.logs.manager.worker = lambda log_dir: IDLE_WORKER
     leader.manager.node = node
     leader.node = node
     return leader
@@ -329,21 +353,27 @@ def region_bytes(region) -> bytes:
 
 
 async def test_a_follower_read_is_one_read_of_file_regions_copied_only_when_small(polling, monkeypatch):
-    """Regions first, with the whole budget: a caught-up follower's few bytes are copied out of them, a follower
-    behind gets them as they are; neither pays a read it throws away (the bytes read of the old way, ~3% extra
-    reads while a follower was behind)."""
+    """A caught-up follower's few bytes are read from the last appends' positions in one pread
+    (PartitionLog.read_to_end); otherwise regions first, with the whole budget: a few bytes are copied out of
+    them, a follower behind gets them as they are; neither pays a read it throws away (the bytes read of the old
+    way, ~3% extra reads while a follower was behind)."""
     reads: list[str] = []
-    real_read, real_bytes = polling.plog.read, polling.plog.read_bytes
+    real_read, real_bytes, real_to_end = polling.plog.read, polling.plog.read_bytes, polling.plog.read_to_end
     monkeypatch.setattr(polling.plog, "read", lambda *a, **k: reads.append("regions") or real_read(*a, **k))
     monkeypatch.setattr(polling.plog, "read_bytes", lambda *a, **k: reads.append("bytes") or real_bytes(*a, **k))
+    monkeypatch.setattr(polling.plog, "read_to_end", lambda *a: reads.append("to_end") or real_to_end(*a))
     polling.plog.append(batch(2), leader_epoch=0)
-    small, _hw, _lso = fetch_handler._small_read(polling.plog, 0, 1 << 20)
-    assert small.__class__ is bytes and reads == ["regions"]
+    polling.plog.append(batch(1), leader_epoch=0)
+    small, _hw, _lso = fetch_handler._small_read(polling.plog, 2, 1 << 20)
+    assert small == real_bytes(2, 1 << 20) and reads == ["to_end"]
+    small, _hw, _lso = fetch_handler._small_read(polling.plog, 1, 1 << 20)  # not where an append began
+    assert small.__class__ is bytes and small == real_bytes(1, 1 << 20) and reads == ["to_end", "to_end", "regions"]
     big = b"x" * 1024
-    while polling.plog.log_end_offset < 2 + 2 * fetch_handler.SMALL_FOLLOWER_READ // len(big):
+    while polling.plog.log_end_offset < 3 + 2 * fetch_handler.SMALL_FOLLOWER_READ // len(big):
         polling.plog.append(batch(1, tag=big), leader_epoch=0)
+    reads.clear()
     behind, _hw, _lso = fetch_handler._small_read(polling.plog, 0, 1 << 20)
-    assert isinstance(behind, list) and reads == ["regions", "regions"]
+    assert isinstance(behind, list) and reads == ["to_end", "regions"]
     for r in behind:
         r.close()
 
@@ -370,6 +400,7 @@ async def test_a_small_read_the_page_cache_cannot_answer_closes_its_regions_for_
         return real_pread(fd, n, offset, what)
 
     monkeypatch.setattr(polling.plog, "read", read)
+    monkeypatch.setattr(polling.plog, "read_to_end", lambda *a: None)  # a read the last appends' ends do not answer
     monkeypatch.setattr(fsio, "pread_region", not_cached)
     with pytest.raises(fsio.WouldBlock), fsio.no_waiting():
         fetch_handler._small_read(polling.plog, 0, 1 << 20)
@@ -426,3 +457,35 @@ async def test_a_parked_follower_fetch_whose_connection_went_is_dropped_and_shut
     assert gone.cancelled()
     assert waiting.done() and answered(waiting.result())[:2] == (0, 0)  # nothing new: answered empty, at once
     assert polling.node.parked_fetches.count() == 0
+
+
+async def test_a_one_partition_follower_fetch_gets_from_the_short_way_what_the_general_way_answers(polling,
+                                                                                                   monkeypatch):
+    """The short way (_FollowerFetch._answer_single: an idle dir, one partition, read on the loop) answers the
+    bytes the general way (the dirs' hand-off, the response assembled per partition) does, at once and parked."""
+    polling.plog.append(batch(2), leader_epoch=0)
+    fetch(polling, 3, 2)
+    fetch(polling, 2, 2)  # the HW at 2, where the fetches below leave it
+    taken: list[bool] = []
+    real = fetch_handler._FollowerFetch._answer_single
+
+    def spy(self, single):
+        out = real(self, single)
+        taken.append(out is not None)
+        return out
+
+    monkeypatch.setattr(fetch_handler._FollowerFetch, "_answer_single", spy)
+    parked = follower_answer(polling, 2, 2)
+    polling.plog.append(batch(1), leader_epoch=0)
+    polling.node.notify_append("t", 0)
+    assert parked.done()
+    answers = [follower_answer(polling, 2, 0), parked.result()]
+    monkeypatch.setattr(fetch_handler, "_single", lambda *a: None)  # the general way from here on
+    general = [follower_answer(polling, 2, 0), follower_answer(polling, 2, 2)]
+    short_way = polling.node.logs.manager.worker("d") is IDLE_WORKER
+    assert taken == ([True, True, True] if short_way else [])  # parked, then woken; at once
+    for got, want in zip(answers, general, strict=True):
+        assert got.__class__ is want.__class__ is FetchResponse
+        assert got.encode(FETCH_VERSION) == want.encode(FETCH_VERSION)
+        assert answered(got)[1] > 0
+        fetch_handler.close_regions(want)
