@@ -284,13 +284,14 @@ def p99(xs: list[float]) -> float:
     return xs[min(len(xs) - 1, int(len(xs) * 0.99))]
 
 
-def sched_ms(pids: list[int]) -> tuple[float, float]:
-    """(CPU ms, ms waited runnable for a core) of every thread of `pids` so far, from /proc/<pid>/task/*/schedstat
-    (Linux; zeros where it cannot be read)."""
+def sched_ms(pids: list[int], *, loop_only: bool = False) -> tuple[float, float]:
+    """(CPU ms, ms waited runnable for a core) of every thread of `pids` so far (with `loop_only`, of each one's
+    main thread only: the event loop's), from /proc/<pid>/task/*/schedstat (Linux; zeros where it cannot be
+    read)."""
     cpu = wait = 0
     for pid in pids:
         try:
-            tasks = os.listdir(f"/proc/{pid}/task")
+            tasks = [str(pid)] if loop_only else os.listdir(f"/proc/{pid}/task")
         except OSError:
             continue
         for task in tasks:
@@ -322,6 +323,7 @@ def latency_rounds(bootstrap: str, rate: int, rounds: int, seconds: float, pids:
     for i in range(rounds):
         for name in ("all", "one") if i % 2 == 0 else ("one", "all"):
             each0 = [sched_ms([pid])[0] for pid in pids or []]
+            loops0 = [sched_ms([pid], loop_only=True)[0] for pid in pids or []]
             cpu0, wait0 = sched_ms(pids or [])
             if kept is not None:
                 cases[name].records = []
@@ -331,9 +333,11 @@ def latency_rounds(bootstrap: str, rate: int, rounds: int, seconds: float, pids:
             sched[name] = (cpu1 - cpu0, wait1 - wait0)
             if cpu is not None:
                 cpu[name] = cpu.get(name, 0.0) + cpu1 - cpu0
-                for pid, used in zip(pids or [], each0, strict=True):  # per broker: "<case> <pid>"
+                for pid, used, looped in zip(pids or [], each0, loops0, strict=True):  # per broker: "<case> <pid>"
                     key = f"{name} {pid}"
                     cpu[key] = cpu.get(key, 0.0) + sched_ms([pid])[0] - used
+                    key = f"{name} {pid} loop"  # its event loop's thread
+                    cpu[key] = cpu.get(key, 0.0) + sched_ms([pid], loop_only=True)[0] - looped
             per_round[name].append(p99(xs))
             counted += len(xs) if name == "all" else 0
         cost = (f" (brokers' CPU {sched['all'][0]:.0f} ms and run-queue wait {sched['all'][1]:.0f} ms, against "
@@ -597,10 +601,15 @@ def latency_figure(cluster: Cluster, lat_rounds: int, lat_seconds: float, leader
         print(f"   the brokers' CPU per record in those rounds: acks=all RF 3 {cpu['all'] / sent:.2f} ms, acks=1 "
               f"RF 1 {cpu['one'] / sent:.2f} ms ({cpu['all'] / cpu['one']:.1f}x: the tail follows the queueing "
               f"for the cores this adds)")
+        def us(key: str) -> str:
+            return f"{cpu[key] / sent * 1000:.0f}"
+
         brokers = ", ".join(
-            f"{'leader' if b == leader else f'follower {b}'} {cpu[f'all {cluster.pid(b)}'] / sent * 1000:.0f} us "
-            f"(acks=1 {cpu[f'one {cluster.pid(b)}'] / sent * 1000:.0f} us)" for b in cluster.ports)
-        print(f"   per broker, acks=all RF 3: {brokers} a record (the leader's loop runs a Produce, two fetch "
+            f"{'leader' if b == leader else f'follower {b}'} {us(f'all {cluster.pid(b)}')} us (its event loop "
+            f"{us(f'all {cluster.pid(b)} loop')}; acks=1 {us(f'one {cluster.pid(b)}')} us, loop "
+            f"{us(f'one {cluster.pid(b)} loop')})" for b in cluster.ports)
+        print(f"   per broker, acks=all RF 3: {brokers} a record; the rest of a broker's CPU is its other threads, "
+              f"the dir workers' appends and hand-offs above all (the leader's loop runs a Produce, two fetch "
               f"answers and two fetches per record; the p99 ratio follows the CPU ratio and each round's run-queue "
               f"wait: below 3x needs less CPU per replicated record or cores the other work does not queue for)")
     if kept is not None:
