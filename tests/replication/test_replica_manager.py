@@ -55,10 +55,10 @@ class FakeNode:
         self.appends = 0
         self.hw_moves = 0
 
-    def notify_append(self) -> None:
+    def notify_append(self, topic: str, partition: int) -> None:
         self.appends += 1
 
-    def notify_high_watermark(self) -> None:
+    def notify_high_watermark(self, topic: str, partition: int) -> None:
         self.hw_moves += 1
 
 
@@ -86,11 +86,13 @@ def leader(make_log):
 
 
 def fetch(lead, replica: int, offset: int, *, epoch: int = 0, last_epoch: int = -1, broker_epoch: int | None = None):
+    """A follower's fetch as the Fetch handler passes it to the leader (ReplicaManager.follower_fetch: the checks,
+    then the follower's position when they pass); the verdict, which check_follower_fetch gives too."""
     be = EPOCHS.get(replica, -1) if broker_epoch is None else broker_epoch
     check = lead.manager.check_follower_fetch("t", 0, replica, be, epoch, offset, last_epoch)
-    if not check.error_code and check.diverging is None:
-        lead.manager.follower_fetched("t", 0, replica, be, offset)
-    return check
+    passed = lead.manager.follower_fetch("t", 0, replica, be, epoch, offset, last_epoch)
+    assert (passed.error_code, passed.diverging) == (check.error_code, check.diverging)
+    return passed
 
 
 async def test_a_new_leader_starts_its_epoch_and_owns_the_hw(leader):

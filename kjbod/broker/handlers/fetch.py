@@ -10,13 +10,15 @@ field; v16 node endpoints; v17 replica directory id.
 Sessions: kjbod answers every fetch in full and never creates a session (session id 0), which clients treat as
 "sessionless"; an incremental fetch naming a session answers FETCH_SESSION_ID_NOT_FOUND so the client falls
 back to full fetches.  Long poll: when less than min_bytes is available the request waits, up to max_wait_ms,
-for an append.  Record data leaves as file regions: the connection sends them with sendfile, without copying
-them through Python.  Limits: partition_max_bytes per partition and max_bytes for the response, except that
-the first partition with data always gets at least one whole batch (KIP-74).
+for an append to one of its partitions (a consumer's also for a high watermark move of one: Kafka's
+DelayedFetch purgatory, watched per partition: kjbod.broker.parked_fetches).  Record data leaves as file
+regions: the connection sends them with sendfile, without copying them through Python.  Limits:
+partition_max_bytes per partition and max_bytes for the response, except that the first partition with data
+always gets at least one whole batch (KIP-74).
 
 A follower's fetch (replica id >= 0) is answered by callbacks (`_FollowerFetch`, Kafka's DelayedFetch): at once,
-or parked until the next append or its max_wait_ms and answered in the callback that wakes it; a consumer's, and
-a follower's that meets an active leader throttle, by the `_serve` coroutine.
+or parked until the next append to one of its partitions or its max_wait_ms and answered in the callback that
+wakes it; a consumer's, and a follower's that meets an active leader throttle, by the `_serve` coroutine.
 
 On a controller listener Fetch reads only the metadata log `__cluster_metadata` (kjbod.controller.metadata_fetch:
 KRaft's checks, epochs, snapshots), which is how brokers follow it.
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 from kjbod.broker.dir_work import DirWork
 from kjbod.broker.handlers.leader_epoch_check import checked_log
@@ -227,7 +230,12 @@ def _small_read(plog, fetch_offset: int, budget: int):
     The regions are read first, with the follower's whole budget, and copied only when small: a follower that
     is behind pays no read it then throws away. A small read is everything the budget allows up to the log end
     (the read stops only at the end, at the budget or at a batch that does not fit it), so its bytes are what
-    the regions would have sent."""
+    the regions would have sent. A caught-up follower's read starts where one of the last appends began or
+    ended and goes to the log end: read in one pread, with no index lookup or header scan
+    (PartitionLog.read_to_end)."""
+    recent = plog.read_to_end(fetch_offset, min(budget, SMALL_FOLLOWER_READ))
+    if recent is not None:
+        return recent
     result = plog.read(fetch_offset, max(budget, 1))
     regions = result.regions
     if sum(r.count for r in regions) > SMALL_FOLLOWER_READ:
@@ -345,8 +353,6 @@ async def _serve(node, request, body: FetchRequest, follower: int) -> FetchRespo
                         _trace_answer(node, resolved, follower)
                 return resp
             close_regions(resp)
-        # A follower waits for appends only; a HW move (every acks=all answer) would wake it for nothing.
-        arrived = node.append_event() if decided is None else node.log_end_event()
         timeout = deadline - time.monotonic()
         if throttled:  # held back by the leader throttle: looked at again once the quota allows them
             timeout = min(timeout, replication.leader_throttle_wait_s(node))
@@ -354,19 +360,34 @@ async def _serve(node, request, body: FetchRequest, follower: int) -> FetchRespo
             continue
         if follower >= 0 and trace.ON:
             trace.event("ff_parked", follower)
-        await wait_event(arrived, timeout)  # no task per parked fetch (kjbod.net.tasks)
+        # Parked on its own partitions: woken by their appends (a consumer also by their HW moves; a follower
+        # not: a HW move, every acks=all answer, would wake it for nothing).
+        arrived = asyncio.Event()
+        wake, keys, parked = arrived.set, _keys(resolved), node.parked_fetches
+        parked.park(keys, wake, follower=decided is not None)
+        try:
+            await wait_event(arrived, timeout)  # no task per parked fetch (kjbod.net.tasks)
+        finally:
+            parked.unpark(keys, wake, follower=decided is not None)
+
+
+def _keys(resolved) -> list[tuple[str, int]]:
+    """The partitions a fetch parks on (those of topics this broker knows)."""
+    return [(name, p.partition) for name, t in resolved if name is not None for p in t.partitions]
 
 
 class _FollowerFetch:
     """A follower's fetch on the leader (Kafka's DelayedFetch), answered by callbacks: at once when there is
-    something to send, else parked until the next append (node.at_log_end) or its max_wait_ms, then answered in
-    the callback that woke it, with the reads of dirs whose workers are busy completed by their callbacks too.
+    something to send, else parked until the next append to one of its partitions (node.parked_fetches) or its
+    max_wait_ms, then answered in the callback that woke it, with the reads of dirs whose workers are busy
+    completed by their callbacks too.
     It returns the response, or a Later (kjbod.wire.handler) of it: no task, timeout scope or event wait per
     fetch, and no loop pass between the append and the answer's encoding (the connection writes it with the
     other replies of that pass).  What `_serve` does for any fetch, minus the leader throttle: a fetch that meets
     an active throttle goes there."""
 
-    __slots__ = ("node", "body", "version", "follower", "resolved", "decided", "deadline", "later", "timer")
+    __slots__ = ("node", "body", "version", "follower", "resolved", "decided", "deadline", "later", "timer", "keys",
+                 "single")
 
     def __init__(self, node, body: FetchRequest, version: int, follower: int) -> None:
         self.node = node
@@ -380,12 +401,20 @@ class _FollowerFetch:
         self.deadline = time.monotonic() + wait_s
         self.later = Later()  # what the connection gets when the answer is not ready at once
         self.timer: asyncio.TimerHandle | None = None
+        self.keys: list[tuple[str, int]] | None = None  # the partitions it parks on, once it parks
+        self.single = _single(node, self.resolved, self.decided)
 
     def answer(self):
         """The response when it is ready now, else self.later, which gets it."""
         node, body = self.node, self.body
         if node.stopping:  # a long poll must not hold up a SIGTERM
             self.deadline = 0.0
+        if self.single is not None:
+            resp = self._answer_single(self.single)
+            if resp is _PARK:
+                return self._park()
+            if resp is not None:
+                return resp
         if _has_data(node, self.resolved, body, self.decided) or time.monotonic() >= self.deadline:
             built = _build(node, self.resolved, body, self.version, self.deadline, self.decided, later=True)
             if built.__class__ is not tuple:  # read by dirs' workers: answered by their callback
@@ -394,11 +423,64 @@ class _FollowerFetch:
             resp = self._complete(*built)
             if resp is not None:
                 return resp
-        node.at_log_end(self._woken)
+        return self._park()
+
+    def _park(self):
+        node = self.node
+        node.parked_fetches.park(self._parked_on(), self._woken, follower=True)
         self.timer = asyncio.get_running_loop().call_later(max(self.deadline - time.monotonic(), 0.0), self._woken)
         if trace.ON:
             trace.event("ff_parked", self.follower)
         return self.later
+
+    def _answer_single(self, single: tuple) -> Any:
+        """The answer to a fetch of one partition whose checks passed (the replica fetcher's usual fetch: one
+        leader's partition), read straight from the page cache on the loop: the response, _PARK to wait, or
+        None for the general way (anything else: a closed or offline log, a busy, slow or faulty dir, a read
+        that would wait for the disk or fails). What the general way answers for the same fetch, without its
+        per-dir hand-off machinery."""
+        plog, p, name = single
+        if plog.closed or not plog.io.online:
+            return None
+        if p.fetch_offset == plog.log_end_offset and time.monotonic() < self.deadline:
+            return _PARK
+        manager = self.node.logs.manager
+        log_dir = plog.log_dir
+        worker = manager.worker(log_dir)
+        if (worker is None or not worker.idle() or fsio.FAULTS.active or not worker.io.online
+                or manager.dir_degraded(log_dir)):
+            return None
+        body = self.body
+        try:
+            with fsio.no_waiting():
+                records, hw, lso = _small_read(plog, p.fetch_offset, min(p.partition_max_bytes, body.max_bytes))
+        except Exception:  # WouldBlock, or a failure the general way reports
+            return None
+        size = len(records) if records.__class__ is bytes else sum(r.count for r in records)
+        if size < body.min_bytes and time.monotonic() < self.deadline:
+            if records.__class__ is not bytes:
+                _close_regions(records)
+            return _PARK
+        t = self.resolved[0][1]
+        v13 = self.version >= 13
+        resp = FetchResponse(error_code=0, session_id=0, responses=[TopicResp(
+            topic="" if v13 else t.topic, topic_id=t.topic_id if v13 else ZERO_UUID, partitions=[PartResp(
+                partition_index=p.partition, error_code=0, high_watermark=hw, last_stable_offset=hw,
+                log_start_offset=lso, aborted_transactions=[] if body.isolation_level == READ_COMMITTED else None,
+                records=records if size else b"")])])
+        node = self.node
+        if node.topic_stats is not None:  # the metrics endpoint's counters (kjbod.metrics): as _count
+            node.topic_stats.fetched(name, 0, 0)
+        replication.leader_sent(node, self.resolved, resp)
+        if trace.ON:
+            _trace_answer(node, self.resolved, self.follower)
+        return resp
+
+    def _parked_on(self) -> list[tuple[str, int]]:
+        keys = self.keys
+        if keys is None:
+            keys = self.keys = _keys(self.resolved)
+        return keys
 
     def _complete(self, resp: FetchResponse, total: int) -> FetchResponse | None:
         """The response once read, counted; None (its regions closed) when it must wait for more."""
@@ -415,7 +497,7 @@ class _FollowerFetch:
 
     def _woken(self) -> None:
         """The next append, or the fetch's max_wait_ms: look again (in that callback)."""
-        self.node.cancel_at_log_end(self._woken)
+        self.node.parked_fetches.unpark(self._parked_on(), self._woken, follower=True)
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
@@ -450,6 +532,28 @@ class _FollowerFetch:
             return
         if result is not later:
             later.resolve(result)
+
+
+_PARK = object()  # _FollowerFetch._answer_single: wait for an append
+
+
+def _single(node, resolved, decided: dict) -> tuple | None:
+    """(log, partition request, topic name) of a follower's fetch of exactly one partition that passed its checks
+    (see _FollowerFetch._answer_single), else None."""
+    if decided or len(resolved) != 1:
+        return None
+    name, t = resolved[0]
+    if name is None or len(t.partitions) != 1:
+        return None
+    p = t.partitions[0]
+    try:
+        plog = node.partition_log(name, p.partition)
+    except Exception:
+        return None
+    manager = getattr(node.logs, "manager", None)
+    if manager is None or manager.worker(plog.log_dir) is None:  # no workers: the general way reads inline
+        return None
+    return plog, p, name
 
 
 def _trace_answer(node, resolved, follower: int) -> None:
