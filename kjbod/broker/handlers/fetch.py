@@ -4,8 +4,10 @@ Version notes: v4 is the oldest served (isolation level, last stable offset, abo
 start offsets; v6 may answer KAFKA_STORAGE_ERROR (older versions get NOT_LEADER_OR_FOLLOWER); v7 fetch
 sessions (KIP-227); v9 current leader epoch (a consumer's: older than this broker's FENCED_LEADER_EPOCH, newer
 UNKNOWN_LEADER_EPOCH, as Kafka: kjbod.broker.handlers.leader_epoch_check); v10 zstd; v11 rack id and preferred
-read replica; v12 flexible; v13 topic ids instead of names (an unknown id answers UNKNOWN_TOPIC_ID); v15 replica state moves to a tagged
-field; v16 node endpoints; v17 replica directory id.
+read replica (from v11 a consumer may read a follower, up to the follower's high watermark, as Kafka's
+FetchParams.fetchOnlyLeader; the preferred read replica stays -1: no replica selector); v12 flexible; v13 topic
+ids instead of names (an unknown id answers UNKNOWN_TOPIC_ID); v15 replica state moves to a tagged field; v16
+node endpoints; v17 replica directory id.
 
 Sessions: kjbod answers every fetch in full and never creates a session (session id 0), which clients treat as
 "sessionless"; an incremental fetch naming a session answers FETCH_SESSION_ID_NOT_FOUND so the client falls
@@ -64,9 +66,11 @@ def _resolve(node, body: FetchRequest, version: int):
     return out
 
 
-def _has_data(node, resolved, body: FetchRequest, decided: dict | None, throttled=frozenset()) -> bool:
+def _has_data(node, resolved, body: FetchRequest, decided: dict | None, throttled=frozenset(), *,
+              leader_only: bool = True) -> bool:
     """True when some partition has records past its fetch offset (a follower: the LEO; a consumer: the HW),
-    or answers an error; a partition the leader throttle answers empty does not count."""
+    or answers an error; a partition the leader throttle answers empty does not count. `leader_only` as for
+    `_consumer_log`."""
     if decided:
         return True
     for name, t in resolved:
@@ -77,7 +81,7 @@ def _has_data(node, resolved, body: FetchRequest, decided: dict | None, throttle
                 continue
             try:
                 plog = (node.partition_log(name, p.partition) if decided is not None
-                        else checked_log(node, name, p.partition, p.current_leader_epoch))
+                        else _consumer_log(node, name, p, leader_only))
             except Exception:
                 return True
             if not plog.io.online:  # answers KAFKA_STORAGE_ERROR now, not after the long poll
@@ -86,6 +90,16 @@ def _has_data(node, resolved, body: FetchRequest, decided: dict | None, throttle
             if p.fetch_offset != end:  # data to send, or an out-of-range offset to report
                 return True
     return False
+
+
+def _consumer_log(node, name: str, p, leader_only: bool):
+    """The log a consumer's fetch reads, as Kafka's Partition.localLogWithEpochOrThrow with
+    FetchParams.fetchOnlyLeader: from v11 a consumer's fetch carries client metadata (its rack), and any local
+    replica may serve it, a follower's up to its own high watermark; before v11 only the leader
+    (NOT_LEADER_OR_FOLLOWER elsewhere).  Fetch takes every negative CurrentLeaderEpoch for "none" (Kafka's
+    FetchRequest.optionalEpoch), unlike ListOffsets and OffsetForLeaderEpoch, where only -1 is."""
+    epoch = p.current_leader_epoch
+    return checked_log(node, name, p.partition, epoch if epoch >= 0 else -1, leader_only=leader_only)
 
 
 def _build(node, resolved, body: FetchRequest, version: int, deadline: float, decided: dict | None,
@@ -122,7 +136,7 @@ def _build(node, resolved, body: FetchRequest, version: int, deadline: float, de
             try:
                 # A follower's epochs were checked by prepare_follower_fetch; a consumer's are checked here.
                 plog = (node.partition_log(name, p.partition) if decided is not None
-                        else checked_log(node, name, p.partition, p.current_leader_epoch))
+                        else _consumer_log(node, name, p, version < 11))
             except Exception as e:
                 parts.append(_failed_part(node, name, p, e, version))
                 continue
@@ -333,7 +347,7 @@ async def _serve(node, request, body: FetchRequest, follower: int) -> FetchRespo
         if node.stopping:
             deadline = 0.0
         throttled = replication.leader_throttled(node, resolved, follower) if follower >= 0 else frozenset()
-        if _has_data(node, resolved, body, decided, throttled) or time.monotonic() >= deadline:
+        if _has_data(node, resolved, body, decided, throttled, leader_only=v < 11) or time.monotonic() >= deadline:
             built = _build(node, resolved, body, v, deadline, decided, throttled)
             resp, total = built if built.__class__ is tuple else await built
             if total >= body.min_bytes or time.monotonic() >= deadline or not _only_data(resp):

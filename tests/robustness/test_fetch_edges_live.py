@@ -1,0 +1,113 @@
+"""Fetch, ListOffsets and Metadata edge cases on a replicated cluster (`kjbod cluster up`: a controller and three
+brokers, two log dirs each, short heartbeat and session timeouts), answered as Apache Kafka's KafkaApis and
+ReplicaManager answer them, checked with raw requests encoded by kjbod's own codecs (tests/datapath/support.py).
+
+Each test names the Java path it follows and what kjbod answered before.  Every test uses topics of its own; the
+one that stops a broker starts it again before it ends.  At the end no node's log may hold a traceback.
+"""
+
+from __future__ import annotations
+
+import signal
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from kjbod.protocol.errors import ErrorCode as E
+from kjbod.protocol.generated import FetchRequest
+from kjbod.storage.records import iter_all_records
+from tests.cluster.conftest import WAIT_S, Cluster, wait_for
+from tests.datapath.support import RawClient, batch, fetch, list_offset, metadata, produce
+from tests.robustness.cluster_helpers import create_assigned, partition, raw, three_brokers
+
+pytestmark = pytest.mark.slow
+
+LATEST = -1
+DEBUGGING = -2  # a replica id that reads any local replica up to its log end
+READ_COMMITTED = 1
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    with three_brokers(tmp_path_factory.mktemp("fetch-edges")) as running:
+        yield running
+
+
+def offsets(part) -> list[int]:
+    return [r.offset for r in iter_all_records(bytes(part.records or b""))]
+
+
+def topic_id(client: RawClient, topic: str) -> uuid.UUID:
+    (t,) = metadata(client, [topic]).topics
+    return t.topic_id
+
+
+def at(partition: int, offset: int = 0, max_bytes: int = 1 << 20, **fields: Any) -> FetchRequest.FetchPartition:
+    return FetchRequest.FetchPartition(partition=partition, fetch_offset=offset, partition_max_bytes=max_bytes,
+                                       **fields)
+
+
+def fetch_raw(client: RawClient, topics: list[tuple[str | uuid.UUID, list[FetchRequest.FetchPartition]]],
+              version: int = 12, **fields: Any) -> Any:
+    """A consumer's Fetch of `topics` (names up to v12, ids from v13), max_wait 0 unless `fields` say otherwise;
+    returns the whole response."""
+    body = {"replica_id": -1, "max_wait_ms": 0, "min_bytes": 1, "max_bytes": 1 << 20, **fields}
+    entries = [FetchRequest.FetchTopic(topic=t, partitions=parts) if isinstance(t, str)
+               else FetchRequest.FetchTopic(topic_id=t, partitions=parts) for t, parts in topics]
+    return client.call(FetchRequest(topics=entries, **body), version)
+
+
+def answered(resp: Any) -> list[tuple[str | uuid.UUID, int, int]]:
+    """(topic name, or id from v13, partition, error) of each partition answered, in order."""
+    return [(t.topic or t.topic_id, p.partition_index, p.error_code) for t in resp.responses for p in t.partitions]
+
+
+def test_a_follower_serves_consumers_from_fetch_v11_up_to_its_own_high_watermark(cluster):
+    """Kafka's FetchParams.fetchOnlyLeader: a consumer's Fetch v11+ carries client metadata (its rack), so any
+    replica may serve it (Partition.localLogWithEpochOrThrow with requireLeader false), up to that replica's
+    own high watermark, at either isolation level, with no preferred read replica (no replica.selector.class);
+    an older Fetch is NOT_LEADER_OR_FOLLOWER there.  The follower here holds records its leader has not
+    committed (min.insync.replicas=3, one broker down): a consumer never sees them, at the follower's HW or
+    between it and its log end (empty, no error); past the follower's log end is OFFSET_OUT_OF_RANGE.  kjbod once
+    answered every consumer fetch on a follower NOT_LEADER_OR_FOLLOWER."""
+    topic = "follower-reads"
+    create_assigned(cluster, topic, [1, 2, 3], {"min.insync.replicas": "3"})
+    with raw(cluster, 1) as client:
+        for value in (b"a", b"b"):
+            assert produce(client, topic, 0, batch([value])).error_code == 0  # acks=all: every replica has them
+    with raw(cluster, 2) as client:
+        wait_for(lambda: fetch(client, topic, 0, 0).high_watermark == 2, "follower 2 learns the HW 2")
+        assert fetch(client, topic, 0, 0, version=10).error_code == E.NOT_LEADER_OR_FOLLOWER
+        ident = topic_id(client, topic)
+        for version in (11, 12, 13, 17):
+            (t,) = fetch_raw(client, [(topic if version < 13 else ident, [at(0)])], version).responses
+            (part,) = t.partitions
+            assert (part.error_code, offsets(part), part.preferred_read_replica) == (0, [0, 1], -1), version
+    assert cluster.signal("broker-3", signal.SIGTERM) in (0, None)
+    try:
+        wait_for(lambda: sorted(partition(cluster, topic, 1).isr_nodes) == [1, 2], "the ISR shrinks to 1 and 2")
+        with raw(cluster, 1) as client:
+            for value in (b"c", b"d", b"e"):
+                assert produce(client, topic, 0, batch([value]), acks=1).error_code == 0
+            assert list_offset(client, topic, 0, LATEST).offset == 2, "precondition: the HW stays below min ISR"
+        with raw(cluster, 2) as client:
+            wait_for(lambda: list_offset(client, topic, 0, LATEST, replica_id=DEBUGGING).offset == 5,
+                     "follower 2 has the three records the leader has not committed")
+            for isolation in (0, READ_COMMITTED):
+                part = fetch(client, topic, 0, 0, isolation_level=isolation)
+                assert (part.error_code, part.high_watermark, offsets(part)) == (0, 2, [0, 1]), isolation
+                for beyond in (2, 3, 5):  # at the HW, past it, at the log end: nothing, no error
+                    part = fetch(client, topic, 0, beyond, isolation_level=isolation)
+                    assert (part.error_code, offsets(part)) == (0, []), (beyond, isolation)
+            assert fetch(client, topic, 0, 6).error_code == E.OFFSET_OUT_OF_RANGE
+            assert fetch(client, topic, 0, 2, version=10).error_code == E.NOT_LEADER_OR_FOLLOWER
+            # ListOffsets stays the leader's (a consumer's replica id); only the debugging id reads a follower.
+            assert list_offset(client, topic, 0, LATEST).error_code == E.NOT_LEADER_OR_FOLLOWER
+    finally:
+        cluster.start("broker-3")
+    with raw(cluster, 2) as client:
+        wait_for(lambda: fetch(client, topic, 0, 2).high_watermark == 5, "the follower's HW reaches 5 once broker 3 "
+                 "is back in sync", WAIT_S)
+        assert offsets(fetch(client, topic, 0, 2)) == [2, 3, 4]
