@@ -111,3 +111,41 @@ def test_a_follower_serves_consumers_from_fetch_v11_up_to_its_own_high_watermark
         wait_for(lambda: fetch(client, topic, 0, 2).high_watermark == 5, "the follower's HW reaches 5 once broker 3 "
                  "is back in sync", WAIT_S)
         assert offsets(fetch(client, topic, 0, 2)) == [2, 3, 4]
+
+
+def test_an_unknown_isolation_level_is_an_unknown_server_error_and_sessions_are_kafkas(cluster):
+    """IsolationLevel.forId throws for anything but 0 and 1: Kafka's Fetch handler meets it once some partition
+    asked for is known (FetchIsolation.of), its ListOffsets handler once some topic is named, and the client
+    gets the request's error response: UNKNOWN_SERVER_ERROR at Fetch's top and, before v13, on every partition
+    named; on every ListOffsets partition.  kjbod once served 7 as read_uncommitted.  Fetch sessions as
+    FetchManager.newContext: epoch 0 or -1 is a full fetch whatever session id it names (once refused), any
+    other epoch continues a session, FETCH_SESSION_ID_NOT_FOUND here (once served for -2), before the level is
+    looked at."""
+    topic = "isolation"
+    create_assigned(cluster, topic, [1, 2])
+    with raw(cluster, 1) as client:
+        assert produce(client, topic, 0, batch([b"x"])).error_code == 0
+        ident = topic_id(client, topic)
+        for level in (7, -1, 2):
+            resp = fetch_raw(client, [(topic, [at(0), at(0)]), ("no-such-topic", [at(1)])], isolation_level=level)
+            assert resp.error_code == E.UNKNOWN_SERVER_ERROR
+            assert answered(resp) == [(topic, 0, E.UNKNOWN_SERVER_ERROR)] * 2 + [("no-such-topic", 1,
+                                                                                   E.UNKNOWN_SERVER_ERROR)]
+            assert {(p.high_watermark, p.log_start_offset, bytes(p.records or b"")) for t in resp.responses
+                    for p in t.partitions} == {(-1, -1, b"")}
+            resp = fetch_raw(client, [(ident, [at(0)])], 13, isolation_level=level)
+            assert (resp.error_code, resp.responses) == (E.UNKNOWN_SERVER_ERROR, [])
+            # Nothing known asked for: nothing read, the level never looked at.
+            resp = fetch_raw(client, [("no-such-topic", [at(0)]), (topic, [at(9)])], isolation_level=level)
+            assert resp.error_code == 0 and answered(resp) == [("no-such-topic", 0, E.UNKNOWN_TOPIC_OR_PARTITION),
+                                                               (topic, 9, E.UNKNOWN_TOPIC_OR_PARTITION)]
+            for version in (2, 7, 11):
+                refused = list_offset(client, topic, 0, LATEST, version, isolation_level=level)
+                assert (refused.error_code, refused.offset, refused.timestamp) == (E.UNKNOWN_SERVER_ERROR, -1, -1)
+        assert list_offset(client, topic, 0, LATEST, 1).offset == 1  # v1 has no isolation level
+        for session_id, epoch in ((5, 0), (5, -1), (0, 0)):
+            resp = fetch_raw(client, [(topic, [at(0)])], session_id=session_id, session_epoch=epoch)
+            assert (resp.error_code, resp.session_id, answered(resp)) == (0, 0, [(topic, 0, 0)]), (session_id, epoch)
+        for session_id, epoch in ((0, 1), (5, 1), (0, -2)):
+            resp = fetch_raw(client, [(topic, [at(0)])], session_id=session_id, session_epoch=epoch, isolation_level=7)
+            assert (resp.error_code, resp.responses) == (E.FETCH_SESSION_ID_NOT_FOUND, []), (session_id, epoch)

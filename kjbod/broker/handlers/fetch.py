@@ -10,8 +10,11 @@ ids instead of names (an unknown id answers UNKNOWN_TOPIC_ID); v15 replica state
 node endpoints; v17 replica directory id.
 
 Sessions: kjbod answers every fetch in full and never creates a session (session id 0), which clients treat as
-"sessionless"; an incremental fetch naming a session answers FETCH_SESSION_ID_NOT_FOUND so the client falls
-back to full fetches.  Long poll: when less than min_bytes is available the request waits, up to max_wait_ms,
+"sessionless"; as Kafka's FetchManager.newContext, a fetch whose session epoch is 0 (open a session) or -1 (no
+session) is a full fetch whatever session id it names, and any other epoch continues a session, which answers
+FETCH_SESSION_ID_NOT_FOUND (no partitions) so the client falls back to full fetches.  An isolation level other
+than 0 and 1 makes Kafka's FetchRequest.isolationLevel throw once some partition asked for is known: the
+request's error response, UNKNOWN_SERVER_ERROR at the top and (before v13) on every partition named.  Long poll: when less than min_bytes is available the request waits, up to max_wait_ms,
 for an append.  Record data leaves as file regions: the connection sends them with sendfile, without copying
 them through Python.  Limits: partition_max_bytes per partition and max_bytes for the response, except that
 the first partition with data always gets at least one whole batch (KIP-74).
@@ -29,6 +32,8 @@ from __future__ import annotations
 import asyncio
 import time
 
+import structlog
+
 from kjbod.broker.dir_work import DirWork
 from kjbod.broker.handlers.leader_epoch_check import checked_log
 from kjbod.broker.replication import hooks as replication
@@ -45,6 +50,9 @@ from kjbod.storage.fsio import WouldBlock
 from kjbod.wire.handler import Later
 
 READ_COMMITTED = 1
+ISOLATION_LEVELS = (0, READ_COMMITTED)
+
+log = structlog.get_logger("kjbod.fetch")
 
 
 def _error_part(index: int, code: int, version: int) -> PartResp:
@@ -64,6 +72,29 @@ def _resolve(node, body: FetchRequest, version: int):
         else:
             out.append((t.topic if node.metadata.topic(t.topic) else None, t))
     return out
+
+
+def continues_session(body: FetchRequest, version: int) -> bool:
+    """Whether the fetch continues a fetch session (Kafka's FetchMetadata.isFull is false): an epoch other than
+    0 and -1.  kjbod has none to continue."""
+    return version >= 7 and body.session_epoch != 0 and body.session_epoch != -1
+
+
+def _isolation_refused(node, resolved, body: FetchRequest, version: int) -> FetchResponse | None:
+    """The answer to an isolation level Kafka does not know (IsolationLevel.forId throws; KafkaApis answers with
+    FetchRequest.getErrorResponse), when some partition asked for is known, else None: Kafka reads the level
+    only for the partitions it would read."""
+    image = node.metadata
+    if not any(name is not None and (topic := image.topic(name)) is not None and p.partition in topic.partitions
+               for name, t in resolved for p in t.partitions):
+        return None
+    log.warning("fetch_refused", reason=f"Unknown isolation level {body.isolation_level}",
+                answer="UNKNOWN_SERVER_ERROR")
+    code = ErrorCode.UNKNOWN_SERVER_ERROR
+    topics = [] if version >= 13 else [
+        TopicResp(topic=t.topic, partitions=[_error_part(p.partition, code, version) for p in t.partitions])
+        for t in body.topics]
+    return FetchResponse(error_code=code, session_id=body.session_id, responses=topics)
 
 
 def _has_data(node, resolved, body: FetchRequest, decided: dict | None, throttled=frozenset(), *,
@@ -324,7 +355,7 @@ def handle(node, request, body: FetchRequest):
     if follower >= 0 and request.ctx.listener_kind != "controller":
         if node.topic_stats is not None:
             node.topic_stats.requests.follower_fetch()
-        if (request.api_version < 7 or (body.session_id == 0 and body.session_epoch <= 0)) \
+        if not continues_session(body, request.api_version) and body.isolation_level in ISOLATION_LEVELS \
                 and not replication.leader_throttling(node):
             return _FollowerFetch(node, body, request.api_version, follower).answer()
     return _serve(node, request, body, follower)
@@ -334,9 +365,11 @@ async def _serve(node, request, body: FetchRequest, follower: int) -> FetchRespo
     v = request.api_version
     if request.ctx.listener_kind == "controller":  # brokers following the metadata log (KRaft observers)
         return await node.metadata_fetch.fetch(body, v)
-    if v >= 7 and (body.session_id != 0 or body.session_epoch > 0):
+    if continues_session(body, v):
         return FetchResponse(error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND, session_id=0)
     resolved = _resolve(node, body, v)
+    if body.isolation_level not in ISOLATION_LEVELS and (refused := _isolation_refused(node, resolved, body, v)):
+        return refused
     decided = replication.prepare_follower_fetch(node, resolved, body, v, follower) if follower >= 0 else None
     # Like Kafka, a fetch that asks for no partitions needs no data and is answered at once, and so is every
     # fetch once the node is shutting down (a long poll must not hold up a SIGTERM).
