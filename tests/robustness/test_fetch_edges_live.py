@@ -149,3 +149,32 @@ def test_an_unknown_isolation_level_is_an_unknown_server_error_and_sessions_are_
         for session_id, epoch in ((0, 1), (5, 1), (0, -2)):
             resp = fetch_raw(client, [(topic, [at(0)])], session_id=session_id, session_epoch=epoch, isolation_level=7)
             assert (resp.error_code, resp.responses) == (E.FETCH_SESSION_ID_NOT_FOUND, []), (session_id, epoch)
+
+
+def test_a_partition_named_twice_in_a_fetch_is_answered_once_where_kafka_answers_it(cluster):
+    """Kafka's FetchRequest.fetchData is a map by topic (id from v13, else name) and partition: a partition named
+    twice, in one topic entry or two, is read once, in the place it was first named, with what it was last asked
+    (its offset here); KafkaApis answers unknown topics and partitions after the partitions it read, and
+    FetchResponse.of puts consecutive partitions of one topic in one entry; a topic entry with no partitions
+    gets none.  kjbod once read and answered each name, in the request's shape."""
+    topic, other = "fetch-twice", "fetch-twice-other"
+    create_assigned(cluster, topic, [1, 2])
+    create_assigned(cluster, other, [1, 3])
+    with raw(cluster, 1) as client:
+        for value in (b"a", b"b", b"c"):
+            assert produce(client, topic, 0, batch([value])).error_code == 0
+        resp = fetch_raw(client, [(topic, [at(0, 0), at(7)]), ("nope", [at(0)]), (topic, [at(0, 2)]),
+                                  (other, [at(0)]), (topic, []), (other, [at(0, 5)])])
+        assert answered(resp) == [(topic, 0, 0), (other, 0, E.OFFSET_OUT_OF_RANGE), (topic, 7,
+                                  E.UNKNOWN_TOPIC_OR_PARTITION), ("nope", 0, E.UNKNOWN_TOPIC_OR_PARTITION)]
+        assert offsets(resp.responses[0].partitions[0]) == [2]  # the last ask: offset 2
+        resp = fetch_raw(client, [(topic, [at(0, 1)]), (topic, [at(0, 1)])])
+        assert [(t.topic, [p.partition_index for p in t.partitions]) for t in resp.responses] == [(topic, [0])]
+        assert offsets(resp.responses[0].partitions[0]) == [1, 2]
+        ident, unknown = topic_id(client, topic), uuid.uuid4()
+        resp = fetch_raw(client, [(unknown, [at(0)]), (ident, [at(0, 0), at(0, 1)]), (unknown, [at(0)]),
+                                  (uuid.UUID(int=0), [at(0)])], 13)
+        assert answered(resp) == [(ident, 0, 0), (unknown, 0, E.UNKNOWN_TOPIC_ID),
+                                  (uuid.UUID(int=0), 0, E.UNKNOWN_TOPIC_ID)]
+        assert offsets(resp.responses[0].partitions[0]) == [1, 2]
+        assert fetch_raw(client, [(topic, [])]).responses == []

@@ -42,6 +42,7 @@ from kjbod.net import trace
 from kjbod.net.tasks import wait_event
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import FetchRequest, FetchResponse
+from kjbod.protocol.generated.fetch_request import FetchTopic
 from kjbod.protocol.generated.fetch_response import FetchableTopicResponse as TopicResp
 from kjbod.protocol.generated.fetch_response import PartitionData as PartResp
 from kjbod.protocol.runtime import ZERO_UUID
@@ -63,14 +64,54 @@ def _error_part(index: int, code: int, version: int) -> PartResp:
 
 
 def _resolve(node, body: FetchRequest, version: int):
-    """[(topic name or None, FetchTopic)], topics looked up by id from v13."""
+    """[(topic name or None, FetchTopic)], topics looked up by id from v13 (the name a v13+ request may carry is
+    not on the wire), in the order Kafka answers them (`_regrouped`) when it is not the request's own."""
+    image = node.metadata
+    by_id = version >= 13
     out = []
+    keys = set()
+    regular = True  # no partition named twice, no topic in two entries or none, no unknown topic or partition
     for t in body.topics:
-        if version >= 13:
-            topic = node.metadata.topic_by_id(t.topic_id) if t.topic_id != ZERO_UUID else None
-            out.append((topic.name if topic else None, t))
-        else:
-            out.append((t.topic if node.metadata.topic(t.topic) else None, t))
+        topic = (image.topic_by_id(t.topic_id) if t.topic_id != ZERO_UUID else None) if by_id else image.topic(t.topic)
+        out.append((topic.name if topic is not None else None, t))
+        if regular:
+            key = t.topic_id if by_id else t.topic
+            parts = t.partitions
+            asked = {p.partition for p in parts}
+            regular = bool(parts and key not in keys and len(asked) == len(parts) and topic is not None
+                           and asked <= topic.partitions.keys())
+            keys.add(key)
+    return out if regular else _regrouped(image, out, by_id)
+
+
+def _regrouped(image, resolved, by_id: bool):
+    """The partitions of a fetch as Kafka's KafkaApis.handleFetchRequest answers them: FetchRequest.fetchData
+    keeps one entry per topic (id from v13, else name) and partition, where it was first named, with what it was
+    last asked; the partitions of unknown topics and unknown partitions (its `erroneous` list) follow the others;
+    consecutive partitions of one topic share a topic entry (FetchResponse.of)."""
+    chosen: dict[tuple, list] = {}  # (topic key, partition) -> [erroneous, name, FetchTopic, FetchPartition]
+    for name, t in resolved:
+        key = t.topic_id if by_id else t.topic
+        topic = image.topic(name) if name is not None else None
+        for p in t.partitions:
+            slot = chosen.get((key, p.partition))
+            if slot is None:
+                erroneous = topic is None or p.partition not in topic.partitions
+                chosen[(key, p.partition)] = [erroneous, name, t, p]
+            else:
+                slot[3] = p
+    out: list = []
+    last_key: object = None
+    for wanted in (False, True):
+        for erroneous, name, t, p in chosen.values():
+            if erroneous is not wanted:
+                continue
+            key = t.topic_id if by_id else t.topic
+            if out and key == last_key:
+                out[-1][1].partitions.append(p)
+            else:
+                out.append((name, FetchTopic(topic=t.topic, topic_id=t.topic_id, partitions=[p])))
+                last_key = key
     return out
 
 
