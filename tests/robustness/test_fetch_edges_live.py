@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from kjbod.protocol.errors import ErrorCode as E
-from kjbod.protocol.generated import FetchRequest
+from kjbod.protocol.generated import FetchRequest, MetadataRequest
 from kjbod.storage.records import iter_all_records
 from tests.cluster.conftest import WAIT_S, Cluster, wait_for
 from tests.datapath.support import RawClient, batch, fetch, list_offset, metadata, produce
@@ -178,3 +178,35 @@ def test_a_partition_named_twice_in_a_fetch_is_answered_once_where_kafka_answers
                                   (uuid.UUID(int=0), 0, E.UNKNOWN_TOPIC_ID)]
         assert offsets(resp.responses[0].partitions[0]) == [1, 2]
         assert fetch_raw(client, [(topic, [])]).responses == []
+
+
+def test_metadata_answers_a_topic_named_twice_once_and_ids_as_kafka(cluster):
+    """Kafka's handleTopicMetadataRequest reads the topics asked for as a set: a name (or id) named twice is
+    answered once (kjbod once answered each); from v12 a request naming some topic id is answered for its ids
+    only, unknown ids UNKNOWN_TOPIC_ID, its entries by name unanswered (kjbod once answered both); a v10-11
+    request naming an id or a null name is refused whole, each topic INVALID_REQUEST and no brokers (kjbod once
+    looked the id up)."""
+    topic = "metadata-twice"
+    create_assigned(cluster, topic, [2, 3])
+    MRT = MetadataRequest.MetadataRequestTopic
+
+    def ask(entries: list[Any], version: int = 12) -> Any:
+        return client.call(MetadataRequest(topics=entries, allow_auto_topic_creation=False), version)
+
+    with raw(cluster, 1) as client:
+        ident, unknown = topic_id(client, topic), uuid.uuid4()
+        for version in (4, 9, 12, 13):
+            resp = ask([MRT(name=topic), MRT(name="nope"), MRT(name=topic), MRT(name="nope")], version)
+            assert [(t.name, t.error_code) for t in resp.topics] == [(topic, 0), ("nope",
+                                                                                E.UNKNOWN_TOPIC_OR_PARTITION)]
+        resp = ask([MRT(topic_id=unknown, name=None), MRT(topic_id=ident, name=None), MRT(name="other"),
+                    MRT(topic_id=ident, name=None), MRT(topic_id=unknown, name=None)])
+        assert [(t.topic_id, t.name, t.error_code) for t in resp.topics] == [
+            (unknown, None, E.UNKNOWN_TOPIC_ID), (ident, topic, 0)]
+        assert [p.leader_id for p in resp.topics[1].partitions] == [2]
+        for version in (10, 11):
+            resp = ask([MRT(topic_id=ident, name=topic), MRT(name=None), MRT(name=topic)], version)
+            assert [(t.name, t.topic_id, t.error_code, t.partitions) for t in resp.topics] == [
+                (topic, ident, E.INVALID_REQUEST, []), ("", uuid.UUID(int=0), E.INVALID_REQUEST, []),
+                (topic, uuid.UUID(int=0), E.INVALID_REQUEST, [])]
+            assert resp.brokers == []
