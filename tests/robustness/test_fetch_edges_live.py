@@ -16,7 +16,13 @@ from typing import Any
 import pytest
 
 from kjbod.protocol.errors import ErrorCode as E
-from kjbod.protocol.generated import FetchRequest, MetadataRequest
+from kjbod.protocol.generated import (
+    AlterReplicaLogDirsRequest,
+    DescribeLogDirsRequest,
+    FetchRequest,
+    MetadataRequest,
+    OffsetForLeaderEpochRequest,
+)
 from kjbod.storage.records import iter_all_records
 from tests.cluster.conftest import WAIT_S, Cluster, wait_for
 from tests.datapath.support import RawClient, batch, fetch, list_offset, metadata, produce
@@ -210,3 +216,39 @@ def test_metadata_answers_a_topic_named_twice_once_and_ids_as_kafka(cluster):
                 (topic, ident, E.INVALID_REQUEST, []), ("", uuid.UUID(int=0), E.INVALID_REQUEST, []),
                 (topic, uuid.UUID(int=0), E.INVALID_REQUEST, [])]
             assert resp.brokers == []
+
+
+def test_partitions_named_twice_in_the_log_dir_and_epoch_apis_are_answered_as_kafka(cluster):
+    """What Kafka answers for a partition named twice where the request's shape decides it (pinned, kjbod
+    answered these as Kafka already): OffsetForLeaderEpoch answers each entry (its topics are a multi-collection,
+    ReplicaManager.lastOffsetForLeaderEpoch maps them one by one); DescribeLogDirs reads the partitions as a set
+    (each replica once); AlterReplicaLogDirs keeps the last dir named for a partition (partitionDirs, a map),
+    answered once: here the replica's own dir, so nothing moves."""
+    topic = "dirs-twice"
+    create_assigned(cluster, topic, [1, 2])
+    OFE = OffsetForLeaderEpochRequest
+    with raw(cluster, 1) as client:
+        assert produce(client, topic, 0, batch([b"x"])).error_code == 0
+        ask = OFE(replica_id=-2, topics=[OFE.OffsetForLeaderTopic(topic=topic, partitions=[
+            OFE.OffsetForLeaderPartition(partition=0, leader_epoch=0)] * 2)] * 2)
+        resp = client.call(ask, 4)
+        assert [(t.topic, [(p.partition, p.error_code, p.end_offset) for p in t.partitions]) for t in resp.topics] \
+            == [(topic, [(0, 0, 1), (0, 0, 1)])] * 2
+
+        def where() -> list[tuple[str, list[tuple[int, bool]]]]:
+            described = client.call(DescribeLogDirsRequest(topics=[
+                DescribeLogDirsRequest.DescribableLogDirTopic(topic=topic, partitions=[0, 0])] * 2), 4)
+            return [(r.log_dir, [(p.partition_index, p.is_future_key) for t in r.topics for p in t.partitions])
+                    for r in described.results]
+
+        dirs = where()
+        (home,) = [d for d, parts in dirs if parts]
+        (other,) = [d for d, parts in dirs if not parts]
+        assert dict(dirs)[home] == [(0, False)]
+        ARLD = AlterReplicaLogDirsRequest
+        move = ARLD(dirs=[ARLD.AlterReplicaLogDir(path=path, topics=[ARLD.AlterReplicaLogDirTopic(
+            name=topic, partitions=[0])]) for path in (other, home)])
+        results = client.call(move, 2).results
+        assert [(r.topic_name, [(p.partition_index, p.error_code) for p in r.partitions]) for r in results] == [
+            (topic, [(0, 0)])]
+        assert where() == dirs  # the last dir named, its own: no move
