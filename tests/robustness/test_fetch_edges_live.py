@@ -252,3 +252,52 @@ def test_partitions_named_twice_in_the_log_dir_and_epoch_apis_are_answered_as_ka
         assert [(r.topic_name, [(p.partition_index, p.error_code) for p in r.partitions]) for r in results] == [
             (topic, [(0, 0)])]
         assert where() == dirs  # the last dir named, its own: no move
+
+
+def test_fetch_sizes_and_waits_are_read_as_kafka_reads_them(cluster):
+    """KafkaApis and ReplicaManager.readFromLog on a consumer's sizes and waits: min_bytes is capped at max_bytes
+    and 0 or less answers at once (kjbod once waited max_wait_ms for them); max_wait_ms negative answers at once;
+    max_bytes 0 still gives the first partition with data one batch (KIP-74) and the next nothing; a negative
+    max_bytes is the first partition's budget only: UNKNOWN_SERVER_ERROR there when it has records to read, and
+    one batch for the next (kjbod once served both); a negative partition_max_bytes is UNKNOWN_SERVER_ERROR where
+    there are records and an empty answer at the high watermark; after the first partition with records, a batch
+    over a partition's partition_max_bytes is not sent (kjbod once sent it whole); a consumer's
+    OFFSET_OUT_OF_RANGE (an offset of -1, or past the end) carries -1 offsets (kjbod once sent the HW); a log
+    start offset from a consumer changes nothing.  The two partitions may live in one log dir or two (read
+    apart, kept as one read would keep them)."""
+    topic = "sizes"
+    create_assigned(cluster, topic, [1, 2])
+    create_assigned(cluster, "sizes-2", [1, 3])
+    big = b"x" * 3000
+    with raw(cluster, 1) as client:
+        for value in (big, b"b", b"c"):
+            assert produce(client, topic, 0, batch([value])).error_code == 0
+            assert produce(client, "sizes-2", 0, batch([value])).error_code == 0
+        both = [(topic, [at(0)]), ("sizes-2", [at(0)])]
+        # A long wait that a fetch answered at once never meets (the client's timeout is 30 s).
+        for fields in ({"min_bytes": 0}, {"min_bytes": -5}, {"min_bytes": 10 << 20, "max_bytes": 1000}):
+            resp = fetch_raw(client, [(topic, [at(0, 3)])] if fields["min_bytes"] <= 0 else both,
+                             max_wait_ms=120_000, **fields)
+            assert resp.error_code == 0 and all(code == 0 for *_, code in answered(resp)), fields
+        assert answered(fetch_raw(client, [(topic, [at(0, 3)])], max_wait_ms=-1)) == [(topic, 0, 0)]
+
+        def got(resp: Any) -> list[tuple[int, list[int]]]:
+            return [(p.error_code, offsets(p)) for t in resp.responses for p in t.partitions]
+
+        assert got(fetch_raw(client, both, max_bytes=0)) == [(0, [0]), (0, [])]
+        resp = fetch_raw(client, both, max_bytes=-1)
+        assert got(resp) == [(E.UNKNOWN_SERVER_ERROR, []), (0, [0])]
+        assert resp.responses[0].partitions[0].high_watermark == -1
+        assert got(fetch_raw(client, [(topic, [at(0, 3, -1)]), ("sizes-2", [at(0, 0, -1)])])) == [
+            (0, []), (E.UNKNOWN_SERVER_ERROR, [])]
+        assert got(fetch_raw(client, [(topic, [at(0, 0, 0)]), ("sizes-2", [at(0, 0, 0)])])) == [(0, [0]), (0, [])]
+        assert got(fetch_raw(client, [(topic, [at(0, 1)]), ("sizes-2", [at(0, 0, 1000)])])) == [
+            (0, [1, 2]), (0, [])]
+        assert got(fetch_raw(client, [(topic, [at(0, 0, 1000)]), ("sizes-2", [at(0, 0, 1000)])])) == [
+            (0, [0]), (0, [])]
+        for offset in (-1, 4):
+            part = fetch(client, topic, 0, offset)
+            assert (part.error_code, part.high_watermark, part.last_stable_offset, part.log_start_offset) == (
+                E.OFFSET_OUT_OF_RANGE, -1, -1, -1), offset
+        part = fetch_raw(client, [(topic, [at(0, 1, log_start_offset=2)])]).responses[0].partitions[0]
+        assert (part.error_code, part.log_start_offset, offsets(part)) == (0, 0, [1, 2])

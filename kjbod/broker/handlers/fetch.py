@@ -14,10 +14,17 @@ Sessions: kjbod answers every fetch in full and never creates a session (session
 session) is a full fetch whatever session id it names, and any other epoch continues a session, which answers
 FETCH_SESSION_ID_NOT_FOUND (no partitions) so the client falls back to full fetches.  An isolation level other
 than 0 and 1 makes Kafka's FetchRequest.isolationLevel throw once some partition asked for is known: the
-request's error response, UNKNOWN_SERVER_ERROR at the top and (before v13) on every partition named.  Long poll: when less than min_bytes is available the request waits, up to max_wait_ms,
-for an append.  Record data leaves as file regions: the connection sends them with sendfile, without copying
-them through Python.  Limits: partition_max_bytes per partition and max_bytes for the response, except that
-the first partition with data always gets at least one whole batch (KIP-74).
+request's error response, UNKNOWN_SERVER_ERROR at the top and (before v13) on every partition named.
+
+Long poll: when less than min_bytes is available the request waits, up to max_wait_ms, for an append (min_bytes
+capped at max_bytes, as Kafka's fetchMinBytes: 0 or less answers at once).  Record data leaves as file regions:
+the connection sends them with sendfile, without copying them through Python.  Limits: partition_max_bytes per
+partition and max_bytes for the response, except that the first partition with data always gets at least one
+whole batch (KIP-74), and for a consumer only it (a batch over a later partition's partition_max_bytes waits for
+another fetch; a follower gets the first batch of each dir's first partition with data, read in parallel).  As Kafka's ReplicaManager.readFromLog, a negative max_bytes is the first partition's budget only
+(the next ones get 0: one batch until some partition gave records), and a negative budget where there are
+records to read answers UNKNOWN_SERVER_ERROR.  A consumer's OFFSET_OUT_OF_RANGE carries -1 for the offsets, as
+Kafka's.
 
 A follower's fetch (replica id >= 0) is answered by callbacks (`_FollowerFetch`, Kafka's DelayedFetch): at once,
 or parked until the next append or its max_wait_ms and answered in the callback that wakes it; a consumer's, and
@@ -195,6 +202,8 @@ def _build(node, resolved, body: FetchRequest, version: int, deadline: float, de
         slot[0][slot[1]] = _NOT_READ if e is None else e
 
     work = DirWork(node, fill, fail, _close_reads)
+    negative = body.max_bytes < 0
+    first = None  # with a negative max_bytes: the first partition Kafka reads, which alone gets it as its budget
     for name, t in resolved:
         parts: list = []
         for p in t.partitions:
@@ -202,6 +211,8 @@ def _build(node, resolved, body: FetchRequest, version: int, deadline: float, de
                 code = ErrorCode.UNKNOWN_TOPIC_ID if version >= 13 else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 parts.append(_error_part(p.partition, code, version))
                 continue
+            if negative and first is None:
+                first = p
             if decided is not None and (ready := decided.get((name, p.partition))) is not None:
                 parts.append(ready)
                 continue
@@ -210,12 +221,12 @@ def _build(node, resolved, body: FetchRequest, version: int, deadline: float, de
                 plog = (node.partition_log(name, p.partition) if decided is not None
                         else _consumer_log(node, name, p, version < 11))
             except Exception as e:
-                parts.append(_failed_part(node, name, p, e, version))
+                parts.append(_failed_part(node, name, p, e, version, decided is not None))
                 continue
             if not plog.io.online:
                 # Its dir is offline: nothing will be read there. Answered here rather than by the dir's worker,
                 # which a loaded machine may not run within the fetch's wait (that answers "nothing new", 0).
-                parts.append(_failed_part(node, name, p, plog.io.offline_error(), version))
+                parts.append(_failed_part(node, name, p, plog.io.offline_error(), version, decided is not None))
                 continue
             if throttled and (name, p.partition) in throttled:  # the leader throttle: no records, the offsets
                 parts.append(PartResp(partition_index=p.partition, error_code=0, high_watermark=plog.high_watermark,
@@ -234,9 +245,11 @@ def _build(node, resolved, body: FetchRequest, version: int, deadline: float, de
 
     def assemble() -> tuple[FetchResponse, int]:
         return FetchResponse(error_code=0, session_id=0, responses=topics), _keep(
-            node, resolved, slots, max_bytes, committed, version)
+            node, resolved, slots, max_bytes, committed, version, follower)
 
-    pending = (work.run(lambda items: _read_all(items, max_bytes, manager, follower),
+    first_slot = slots[0] if first is not None and slots and slots[0][2] is first else None
+    pending = (work.run(lambda items: _read_all(items, max_bytes if items[0] is first_slot else max(max_bytes, 0),
+                                                manager, follower),
                         max(deadline - time.monotonic(), MIN_DIR_WAIT_S), cached_first=True,
                         then=assemble if later else None, later=later) if work else None)
     if pending is None:
@@ -273,6 +286,12 @@ def _read_all(items, max_bytes: int, manager, follower: bool = False) -> list:
             plog = plog.current()
         try:
             budget = min(p.partition_max_bytes, remaining)
+            remaining = max(remaining, 0)  # a negative max_bytes is the first partition's only (Kafka's limitBytes)
+            if budget < 0 and plog.log_start_offset <= p.fetch_offset < min(
+                    plog.log_end_offset, plog.log_end_offset if limit is None else limit):
+                # Kafka's LogSegment.read refuses a negative size once there are records to read: the partition
+                # answers UNKNOWN_SERVER_ERROR (ReplicaManager.readFromLog's catch-all).
+                raise ValueError(f"Invalid max size {budget} for the read of {plog.name} at {p.fetch_offset}")
             if budget <= 0 and total > 0:
                 out.append(([], plog.high_watermark, plog.log_start_offset))
                 continue
@@ -285,7 +304,9 @@ def _read_all(items, max_bytes: int, manager, follower: bool = False) -> list:
                 got = _small_read(plog, p.fetch_offset, budget)
                 size = len(got[0]) if got[0].__class__ is bytes else sum(r.count for r in got[0])
             else:
-                result = plog.read(p.fetch_offset, max(budget, 1), max_offset=limit)
+                # At least one batch only until a partition has given records (Kafka's minOneMessage), so a
+                # batch over partition_max_bytes waits for a fetch where its partition is the first with data.
+                result = plog.read(p.fetch_offset, max(budget, 1), max_offset=limit, min_one_batch=not total)
                 size = sum(len(r) for r in result.regions)
                 got = (result.regions, result.high_watermark, result.log_start_offset)
         except WouldBlock:
@@ -295,7 +316,7 @@ def _read_all(items, max_bytes: int, manager, follower: bool = False) -> list:
             out.append(e)
             continue
         total += size
-        remaining -= size
+        remaining = max(remaining - size, 0)
         out.append(got)
     return out
 
@@ -341,7 +362,7 @@ def _close_reads(results: list) -> None:
                 r.close()
 
 
-def _keep(node, resolved, slots, max_bytes: int, committed: bool, version: int) -> int:
+def _keep(node, resolved, slots, max_bytes: int, committed: bool, version: int, follower: bool) -> int:
     """Turn each read into its partition's answer, in request order, keeping what fits in the response."""
     remaining = max_bytes
     total = 0
@@ -350,12 +371,14 @@ def _keep(node, resolved, slots, max_bytes: int, committed: bool, version: int) 
         if got is _NOT_READ:
             got = ([], plog.high_watermark, plog.log_start_offset)
         elif isinstance(got, BaseException):
-            parts[i] = _failed_part(node, plog.topic, p, got, version)
+            parts[i] = _failed_part(node, plog.topic, p, got, version, follower)
             continue
         regions, hw, lso = got  # file regions, or bytes read by a degraded dir
         size = len(regions) if regions.__class__ is bytes else sum(len(r) for r in regions)
-        if regions and total > 0 and size > remaining:
-            _close_reads([got])  # read by another dir at the same time, past the response's budget: next fetch
+        if regions and total > 0 and (size > remaining or (not follower and size > p.partition_max_bytes)):
+            # Read by another dir at the same time, past the response's budget, or (a consumer's, as Kafka's
+            # minOneMessage) a first batch over its partition's budget while an earlier partition gave records.
+            _close_reads([got])
             regions, size = [], 0
         total += size
         remaining -= size
@@ -365,10 +388,12 @@ def _keep(node, resolved, slots, max_bytes: int, committed: bool, version: int) 
     return total
 
 
-def _failed_part(node, name: str, p, e: BaseException, version: int) -> PartResp:
+def _failed_part(node, name: str, p, e: BaseException, version: int, follower: bool) -> PartResp:
+    """A partition's error answer.  OFFSET_OUT_OF_RANGE carries the offsets to a follower (kjbod's fetcher
+    truncates or restarts from them); a consumer gets -1 for them, as from Kafka (createLogReadResult)."""
     code = getattr(e, "error_code", ErrorCode.UNKNOWN_SERVER_ERROR)
     part = _error_part(p.partition, code, version)
-    if code == ErrorCode.OFFSET_OUT_OF_RANGE:
+    if code == ErrorCode.OFFSET_OUT_OF_RANGE and follower:
         try:
             plog = node.partition_log(name, p.partition)
             part.high_watermark = plog.high_watermark
@@ -416,15 +441,17 @@ async def _serve(node, request, body: FetchRequest, follower: int) -> FetchRespo
     # fetch once the node is shutting down (a long poll must not hold up a SIGTERM).
     wants_nothing = not any(t.partitions for t in body.topics)
     deadline = time.monotonic() + (0 if wants_nothing else max(body.max_wait_ms, 0) / 1000.0)
+    min_bytes = min(body.min_bytes, body.max_bytes)  # Kafka's fetchMinBytes; 0 or less answers at once
     while True:
         # Look before reading: reading hands out file regions that must be closed if we then decide to wait.
         if node.stopping:
             deadline = 0.0
         throttled = replication.leader_throttled(node, resolved, follower) if follower >= 0 else frozenset()
-        if _has_data(node, resolved, body, decided, throttled, leader_only=v < 11) or time.monotonic() >= deadline:
+        if min_bytes <= 0 or _has_data(node, resolved, body, decided, throttled, leader_only=v < 11) \
+                or time.monotonic() >= deadline:
             built = _build(node, resolved, body, v, deadline, decided, throttled)
             resp, total = built if built.__class__ is tuple else await built
-            if total >= body.min_bytes or time.monotonic() >= deadline or not _only_data(resp):
+            if total >= min_bytes or time.monotonic() >= deadline or not _only_data(resp):
                 if node.topic_stats is not None:  # the metrics endpoint's counters (kjbod.metrics)
                     _count(node.topic_stats, resolved, resp, follower >= 0)
                 if follower >= 0:
