@@ -26,7 +26,7 @@ from kjbod.protocol.generated import (
 from kjbod.storage.records import iter_all_records
 from tests.cluster.conftest import WAIT_S, Cluster, wait_for
 from tests.datapath.support import RawClient, batch, fetch, list_offset, metadata, produce
-from tests.robustness.cluster_helpers import create_assigned, partition, raw, three_brokers
+from tests.robustness.cluster_helpers import create_assigned, lead_from, partition, raw, three_brokers
 
 pytestmark = pytest.mark.slow
 
@@ -301,3 +301,34 @@ def test_fetch_sizes_and_waits_are_read_as_kafka_reads_them(cluster):
                 E.OFFSET_OUT_OF_RANGE, -1, -1, -1), offset
         part = fetch_raw(client, [(topic, [at(0, 1, log_start_offset=2)])]).responses[0].partitions[0]
         assert (part.error_code, part.log_start_offset, offsets(part)) == (0, 0, [1, 2])
+
+
+def test_fetch_v16_names_the_leader_with_not_leader_and_fenced_epoch(cluster):
+    """KIP-951, as Kafka's KafkaApis.handleFetchRequest: from v16 a partition answered NOT_LEADER_OR_FOLLOWER or
+    FENCED_LEADER_EPOCH carries the leader and its epoch (CurrentLeader), and the response the leader's endpoint
+    on the listener asked (NodeEndpoints), so a client moves without a metadata round trip; kjbod once sent
+    -1/-1 and no endpoint."""
+    topic = "new-leader"
+    create_assigned(cluster, topic, [1, 2])
+    lead_from(cluster, topic, [2, 1])
+    epoch = partition(cluster, topic, 3).leader_epoch
+    assert epoch >= 1
+    with raw(cluster, 3) as client:  # not a replica: NOT_LEADER_OR_FOLLOWER
+        ident = topic_id(client, topic)
+        for version in (16, 17):
+            resp = fetch_raw(client, [(ident, [at(0)])], version)
+            ((_, _, code),) = answered(resp)
+            leader = resp.responses[0].partitions[0].current_leader
+            assert (code, leader.leader_id, leader.leader_epoch) == (E.NOT_LEADER_OR_FOLLOWER, 2, epoch)
+            assert [(n.node_id, n.host, n.port) for n in resp.node_endpoints] == [
+                (2, "127.0.0.1", cluster.broker_port(2))]
+        resp = fetch_raw(client, [(ident, [at(0)])], 15)
+        assert resp.responses[0].partitions[0].current_leader.leader_id == -1 and resp.node_endpoints == []
+    with raw(cluster, 2) as client:  # the leader, asked with an older epoch: FENCED_LEADER_EPOCH
+        resp = fetch_raw(client, [(ident, [at(0, current_leader_epoch=epoch - 1)]), ("no-such", [at(0)])], 16)
+        assert [code for *_, code in answered(resp)] == [E.FENCED_LEADER_EPOCH, E.UNKNOWN_TOPIC_ID]
+        leader = resp.responses[0].partitions[0].current_leader
+        assert (leader.leader_id, leader.leader_epoch) == (2, epoch)
+        assert [n.node_id for n in resp.node_endpoints] == [2]
+        ok = fetch_raw(client, [(ident, [at(0)])], 16)
+        assert answered(ok) == [(ident, 0, 0)] and ok.node_endpoints == []

@@ -7,7 +7,8 @@ UNKNOWN_LEADER_EPOCH, as Kafka: kjbod.broker.handlers.leader_epoch_check); v10 z
 read replica (from v11 a consumer may read a follower, up to the follower's high watermark, as Kafka's
 FetchParams.fetchOnlyLeader; the preferred read replica stays -1: no replica selector); v12 flexible; v13 topic
 ids instead of names (an unknown id answers UNKNOWN_TOPIC_ID); v15 replica state moves to a tagged field; v16
-node endpoints; v17 replica directory id.
+the leader named with NOT_LEADER_OR_FOLLOWER and FENCED_LEADER_EPOCH (CurrentLeader, NodeEndpoints: KIP-951;
+a consumer's fetch, and a follower's answered by `_serve`); v17 replica directory id.
 
 Sessions: kjbod answers every fetch in full and never creates a session (session id 0), which clients treat as
 "sessionless"; as Kafka's FetchManager.newContext, a fetch whose session epoch is 0 (open a session) or -1 (no
@@ -51,6 +52,7 @@ from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import FetchRequest, FetchResponse
 from kjbod.protocol.generated.fetch_request import FetchTopic
 from kjbod.protocol.generated.fetch_response import FetchableTopicResponse as TopicResp
+from kjbod.protocol.generated.fetch_response import LeaderIdAndEpoch, NodeEndpoint
 from kjbod.protocol.generated.fetch_response import PartitionData as PartResp
 from kjbod.protocol.runtime import ZERO_UUID
 from kjbod.storage import fsio
@@ -458,6 +460,8 @@ async def _serve(node, request, body: FetchRequest, follower: int) -> FetchRespo
                     replication.leader_sent(node, resolved, resp)
                     if trace.ON:
                         _trace_answer(node, resolved, follower)
+                if v >= 16 and not _only_data(resp):
+                    point_at_leaders(node, resolved, resp, request.ctx.listener_name)
                 return resp
             close_regions(resp)
         # A follower waits for appends only; a HW move (every acks=all answer) would wake it for nothing.
@@ -587,6 +591,33 @@ def _count(stats, resolved, resp: FetchResponse, follower: bool) -> None:
             records = p.records
             stats.fetched(name, p.error_code, sum(len(r) for r in records)
                           if records.__class__ is list and not follower else 0)
+
+
+_MOVED = (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH)
+
+
+def point_at_leaders(node, resolved, resp: FetchResponse, listener: str) -> None:
+    """Fetch v16+ (KIP-951), as Kafka's KafkaApis.handleFetchRequest: a partition answered NOT_LEADER_OR_FOLLOWER
+    or FENCED_LEADER_EPOCH names the leader and leader epoch this broker knows (CurrentLeader), and the response
+    carries that leader's endpoint on the request's listener when it is alive (NodeEndpoints): the client moves
+    to it without a metadata round trip."""
+    image = node.metadata
+    endpoints: dict[int, NodeEndpoint] = {}
+    for (name, _t), topic in zip(resolved, resp.responses, strict=True):
+        if name is None:
+            continue
+        known = image.topic(name)
+        for p in topic.partitions:
+            if p.error_code not in _MOVED:
+                continue
+            info = known.partitions.get(p.partition_index) if known is not None else None
+            if info is None:
+                continue  # -1, -1: no leader known
+            p.current_leader = LeaderIdAndEpoch(leader_id=info.leader, leader_epoch=info.leader_epoch)
+            broker = image.brokers.get(info.leader)
+            if broker is not None and not broker.fenced and (e := broker.endpoint(listener)) is not None:
+                endpoints[info.leader] = NodeEndpoint(node_id=info.leader, host=e.host, port=e.port, rack=broker.rack)
+    resp.node_endpoints = list(endpoints.values())
 
 
 def _only_data(resp: FetchResponse) -> bool:
