@@ -332,3 +332,33 @@ def test_fetch_v16_names_the_leader_with_not_leader_and_fenced_epoch(cluster):
         assert [n.node_id for n in resp.node_endpoints] == [2]
         ok = fetch_raw(client, [(ident, [at(0)])], 16)
         assert answered(ok) == [(ident, 0, 0)] and ok.node_endpoints == []
+
+
+def test_a_consumers_last_fetched_epoch_is_checked_for_divergence(cluster):
+    """Kafka's Partition.readRecords checks a LastFetchedEpoch (Fetch v12+) from anyone, a consumer too: an
+    epoch that ended before the fetch offset here answers DivergingEpoch (the largest epoch not above it and
+    where it ended), no records, at once; an epoch whose end is not known here is OFFSET_OUT_OF_RANGE; one that
+    covers the offset reads as usual.  kjbod once ignored a consumer's LastFetchedEpoch."""
+    topic = "diverging"
+    create_assigned(cluster, topic, [1, 2])
+    with raw(cluster, 1) as client:
+        for value in (b"a", b"b"):
+            assert produce(client, topic, 0, batch([value])).error_code == 0
+    lead_from(cluster, topic, [2, 1])
+    epoch = partition(cluster, topic, 2).leader_epoch
+    with raw(cluster, 2) as client:
+        wait_for(lambda: produce(client, topic, 0, batch([b"c"])).error_code == 0, "broker 2 takes a produce")
+
+        def ask(offset: int, last_fetched: int, version: int = 12) -> Any:
+            (t,) = fetch_raw(client, [(topic, [at(0, offset, last_fetched_epoch=last_fetched)])], version,
+                             max_wait_ms=120_000).responses
+            return t.partitions[0]
+
+        for last in (0, epoch - 1):  # epoch 0 ended at 2, before the fetch offset 3
+            part = ask(3, last)
+            assert (part.error_code, part.diverging_epoch.epoch, part.diverging_epoch.end_offset, offsets(part)) == (
+                0, 0, 2, []), last
+        assert ask(3, epoch + 5).error_code == E.OFFSET_OUT_OF_RANGE
+        part = ask(2, epoch)
+        assert (part.error_code, part.diverging_epoch.epoch, offsets(part)) == (0, -1, [2])
+        assert offsets(ask(1, 0)) == [1, 2]  # epoch 0 reaches offset 1: read as usual, on past its end

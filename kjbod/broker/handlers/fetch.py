@@ -51,11 +51,12 @@ from kjbod.net.tasks import wait_event
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import FetchRequest, FetchResponse
 from kjbod.protocol.generated.fetch_request import FetchTopic
+from kjbod.protocol.generated.fetch_response import EpochEndOffset, LeaderIdAndEpoch, NodeEndpoint
 from kjbod.protocol.generated.fetch_response import FetchableTopicResponse as TopicResp
-from kjbod.protocol.generated.fetch_response import LeaderIdAndEpoch, NodeEndpoint
 from kjbod.protocol.generated.fetch_response import PartitionData as PartResp
 from kjbod.protocol.runtime import ZERO_UUID
 from kjbod.storage import fsio
+from kjbod.storage.errors import OffsetOutOfRangeError
 from kjbod.storage.fsio import WouldBlock
 from kjbod.wire.handler import Later
 
@@ -163,6 +164,8 @@ def _has_data(node, resolved, body: FetchRequest, decided: dict | None, throttle
             try:
                 plog = (node.partition_log(name, p.partition) if decided is not None
                         else _consumer_log(node, name, p, leader_only))
+                if decided is None and p.last_fetched_epoch >= 0 and _diverging(plog, p) is not None:
+                    return True  # answered at once, as Kafka's hasDivergingEpoch
             except Exception:
                 return True
             if not plog.io.online:  # answers KAFKA_STORAGE_ERROR now, not after the long poll
@@ -181,6 +184,24 @@ def _consumer_log(node, name: str, p, leader_only: bool):
     FetchRequest.optionalEpoch), unlike ListOffsets and OffsetForLeaderEpoch, where only -1 is."""
     epoch = p.current_leader_epoch
     return checked_log(node, name, p.partition, epoch if epoch >= 0 else -1, leader_only=leader_only)
+
+
+def _diverging(plog, p) -> PartResp | None:
+    """A consumer's LastFetchedEpoch (v12+) checked as Kafka's Partition.readRecords checks anyone's: the answer
+    that names where the logs parted (DivergingEpoch, no records), or None to read; OFFSET_OUT_OF_RANGE when the
+    epoch's end is unknown here or the offset is below the log start."""
+    epoch, end = plog.leader_epochs.end_offset_for(p.last_fetched_epoch, plog.log_end_offset)
+    if epoch < 0 or end < 0:
+        raise OffsetOutOfRangeError(f"{plog.name}: the end of leader epoch {p.last_fetched_epoch} is not known here")
+    if p.fetch_offset < plog.log_start_offset:
+        raise OffsetOutOfRangeError(f"{plog.name}: offset {p.fetch_offset} is below the log start "
+                                    f"{plog.log_start_offset}")
+    if epoch >= p.last_fetched_epoch and end >= p.fetch_offset:
+        return None
+    hw = plog.high_watermark
+    return PartResp(partition_index=p.partition, error_code=0, high_watermark=hw, last_stable_offset=hw,
+                    log_start_offset=plog.log_start_offset, diverging_epoch=EpochEndOffset(epoch=epoch, end_offset=end),
+                    records=b"")
 
 
 def _build(node, resolved, body: FetchRequest, version: int, deadline: float, decided: dict | None,
@@ -220,8 +241,13 @@ def _build(node, resolved, body: FetchRequest, version: int, deadline: float, de
                 continue
             try:
                 # A follower's epochs were checked by prepare_follower_fetch; a consumer's are checked here.
-                plog = (node.partition_log(name, p.partition) if decided is not None
-                        else _consumer_log(node, name, p, version < 11))
+                if decided is not None:
+                    plog = node.partition_log(name, p.partition)
+                else:
+                    plog = _consumer_log(node, name, p, version < 11)
+                    if p.last_fetched_epoch >= 0 and (diverged := _diverging(plog, p)) is not None:
+                        parts.append(diverged)
+                        continue
             except Exception as e:
                 parts.append(_failed_part(node, name, p, e, version, decided is not None))
                 continue
@@ -621,4 +647,5 @@ def point_at_leaders(node, resolved, resp: FetchResponse, listener: str) -> None
 
 
 def _only_data(resp: FetchResponse) -> bool:
-    return all(p.error_code == 0 for t in resp.responses for p in t.partitions)
+    """No partition answers an error or a DivergingEpoch (Kafka answers those at once, whatever min_bytes)."""
+    return all(p.error_code == 0 and p.diverging_epoch.end_offset < 0 for t in resp.responses for p in t.partitions)
