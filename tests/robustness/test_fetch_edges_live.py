@@ -263,8 +263,9 @@ def test_fetch_sizes_and_waits_are_read_as_kafka_reads_them(cluster):
     there are records and an empty answer at the high watermark; after the first partition with records, a batch
     over a partition's partition_max_bytes is not sent (kjbod once sent it whole); a consumer's
     OFFSET_OUT_OF_RANGE (an offset of -1, or past the end) carries -1 offsets (kjbod once sent the HW); a log
-    start offset from a consumer changes nothing.  The two partitions may live in one log dir or two (read
-    apart, kept as one read would keep them)."""
+    start offset from a consumer changes nothing; the longest max_wait_ms (past any request timeout) is a long
+    poll like any, ended by an append.  The two partitions may live in one log dir or two (read apart, kept as
+    one read would keep them)."""
     topic = "sizes"
     create_assigned(cluster, topic, [1, 2])
     create_assigned(cluster, "sizes-2", [1, 3])
@@ -301,6 +302,13 @@ def test_fetch_sizes_and_waits_are_read_as_kafka_reads_them(cluster):
                 E.OFFSET_OUT_OF_RANGE, -1, -1, -1), offset
         part = fetch_raw(client, [(topic, [at(0, 1, log_start_offset=2)])]).responses[0].partitions[0]
         assert (part.error_code, part.log_start_offset, offsets(part)) == (0, 0, [1, 2])
+        # The longest wait there is (past any request timeout) is a long poll like any: an append ends it.
+        parked = FetchRequest(replica_id=-1, max_wait_ms=2**31 - 1, min_bytes=1, max_bytes=1 << 20, topics=[
+            FetchRequest.FetchTopic(topic=topic, partitions=[at(0, 3)])])
+        with raw(cluster, 1) as waiting:
+            corr = waiting.send(parked, 12)
+            assert produce(client, topic, 0, batch([b"wake"])).error_code == 0
+            assert offsets(waiting.receive(parked, 12, corr).responses[0].partitions[0]) == [3]
 
 
 def test_fetch_v16_names_the_leader_with_not_leader_and_fenced_epoch(cluster):
