@@ -82,8 +82,12 @@ def _resolve(node, body: FetchRequest, version: int):
     keys = set()
     regular = True  # no partition named twice, no topic in two entries or none, no unknown topic or partition
     for t in body.topics:
-        topic = (image.topic_by_id(t.topic_id) if t.topic_id != ZERO_UUID else None) if by_id else image.topic(t.topic)
-        out.append((topic.name if topic is not None else None, t))
+        if by_id:
+            topic = image.topic_by_id(t.topic_id) if t.topic_id != ZERO_UUID else None
+            out.append((topic.name if topic is not None else None, t))
+        else:
+            topic = image.topic(t.topic)
+            out.append((t.topic if topic is not None else None, t))
         if regular:
             key = t.topic_id if by_id else t.topic
             parts = t.partitions
