@@ -22,10 +22,11 @@ capped at max_bytes, as Kafka's fetchMinBytes: 0 or less answers at once).  Reco
 the connection sends them with sendfile, without copying them through Python.  Limits: partition_max_bytes per
 partition and max_bytes for the response, except that the first partition with data always gets at least one
 whole batch (KIP-74), and for a consumer only it (a batch over a later partition's partition_max_bytes waits for
-another fetch; a follower gets the first batch of each dir's first partition with data, read in parallel).  As Kafka's ReplicaManager.readFromLog, a negative max_bytes is the first partition's budget only
-(the next ones get 0: one batch until some partition gave records), and a negative budget where there are
-records to read answers UNKNOWN_SERVER_ERROR.  A consumer's OFFSET_OUT_OF_RANGE carries -1 for the offsets, as
-Kafka's.
+another fetch; a follower gets the first batch of each dir's first partition with data, read in parallel).  As
+Kafka's ReplicaManager.readFromLog, a negative max_bytes is the first partition's budget only (the next ones get
+0: one batch until some partition gave records), and a negative budget where there are records to read answers
+UNKNOWN_SERVER_ERROR.  A consumer's OFFSET_OUT_OF_RANGE carries -1 for the offsets, as Kafka's.  Kafka caps
+max_bytes at its fetch.max.bytes (55 MiB by default), which kjbod does not have.
 
 A follower's fetch (replica id >= 0) is answered by callbacks (`_FollowerFetch`, Kafka's DelayedFetch): at once,
 or parked until the next append or its max_wait_ms and answered in the callback that wakes it; a consumer's, and
@@ -129,7 +130,7 @@ def _regrouped(image, resolved, by_id: bool):
     return out
 
 
-def continues_session(body: FetchRequest, version: int) -> bool:
+def _continues_session(body: FetchRequest, version: int) -> bool:
     """Whether the fetch continues a fetch session (Kafka's FetchMetadata.isFull is false): an epoch other than
     0 and -1.  kjbod has none to continue."""
     return version >= 7 and body.session_epoch != 0 and body.session_epoch != -1
@@ -453,7 +454,7 @@ def handle(node, request, body: FetchRequest):
     if follower >= 0 and request.ctx.listener_kind != "controller":
         if node.topic_stats is not None:
             node.topic_stats.requests.follower_fetch()
-        if not continues_session(body, request.api_version) and body.isolation_level in ISOLATION_LEVELS \
+        if not _continues_session(body, request.api_version) and body.isolation_level in ISOLATION_LEVELS \
                 and not replication.leader_throttling(node):
             return _FollowerFetch(node, body, request.api_version, follower).answer()
     return _serve(node, request, body, follower)
@@ -463,7 +464,7 @@ async def _serve(node, request, body: FetchRequest, follower: int) -> FetchRespo
     v = request.api_version
     if request.ctx.listener_kind == "controller":  # brokers following the metadata log (KRaft observers)
         return await node.metadata_fetch.fetch(body, v)
-    if continues_session(body, v):
+    if _continues_session(body, v):
         return FetchResponse(error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND, session_id=0)
     resolved = _resolve(node, body, v)
     if body.isolation_level not in ISOLATION_LEVELS and (refused := _isolation_refused(node, resolved, body, v)):
@@ -491,7 +492,7 @@ async def _serve(node, request, body: FetchRequest, follower: int) -> FetchRespo
                     if trace.ON:
                         _trace_answer(node, resolved, follower)
                 if v >= 16 and not _only_data(resp):
-                    point_at_leaders(node, resolved, resp, request.ctx.listener_name)
+                    _point_at_leaders(node, resolved, resp, request.ctx.listener_name)
                 return resp
             close_regions(resp)
         # A follower waits for appends only; a HW move (every acks=all answer) would wake it for nothing.
@@ -626,7 +627,7 @@ def _count(stats, resolved, resp: FetchResponse, follower: bool) -> None:
 _MOVED = (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH)
 
 
-def point_at_leaders(node, resolved, resp: FetchResponse, listener: str) -> None:
+def _point_at_leaders(node, resolved, resp: FetchResponse, listener: str) -> None:
     """Fetch v16+ (KIP-951), as Kafka's KafkaApis.handleFetchRequest: a partition answered NOT_LEADER_OR_FOLLOWER
     or FENCED_LEADER_EPOCH names the leader and leader epoch this broker knows (CurrentLeader), and the response
     carries that leader's endpoint on the request's listener when it is alive (NodeEndpoints): the client moves
