@@ -54,6 +54,8 @@ class _Node:
     def partition_log(self, topic, partition):
         return self.manager.get(topic, partition)
 
+    local_log = partition_log  # every replica here leads (a consumer's Fetch v11+ may read any local replica)
+
     def leader_epoch(self, topic, partition) -> int:
         return 0
 
