@@ -50,6 +50,7 @@ class PollingNode(FakeNode):
         self.logs.manager.worker = lambda log_dir: None  # reads run inline
         self.logs.manager.dir_degraded = lambda log_dir: False
         self.partition_log = lambda topic, partition: plog
+        self.local_log = self.partition_log  # the leader's own replica (a consumer's Fetch v11+ reads any local one)
 
     @property
     def parked(self) -> int:
