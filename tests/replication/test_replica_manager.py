@@ -230,7 +230,7 @@ async def follower(make_log):
     assert set(manager.fetchers.fetchers) == {(1, 0)}  # a fetcher for leader 1 (it cannot connect: no endpoint)
     fetcher = Fetcher(manager, 1, 0)
     state = FetchState("t", 0, 0)
-    yield SimpleNamespace(manager=manager, plog=plog, fetcher=fetcher, state=state)
+    yield SimpleNamespace(manager=manager, plog=plog, fetcher=fetcher, state=state, node=node)
     await manager.close()
 
 
@@ -250,6 +250,19 @@ async def test_a_follower_appends_as_it_arrived_and_takes_the_leaders_hw(followe
         batch(2, epoch=1, base_offset=3), hw=9), 0.0, 1.0)
     assert (follower.plog.log_end_offset, follower.plog.high_watermark) == (5, 5)  # capped at the LEO
     assert follower.plog.leader_epochs.entries == [(0, 0), (1, 3)]
+
+
+async def test_a_followers_high_watermark_move_wakes_consumers_long_polling_it(follower):
+    """A consumer's Fetch v11+ may read a follower up to its HW: an answer that only moves the HW wakes the long
+    polls parked on the partition (Kafka's fetcher completes their delayed fetches); one that moves nothing does
+    not, and one with records wakes them as an append."""
+    follower.fetcher._partition_answer(follower.state, follower.plog, leader_answer(batch(3, epoch=0), hw=1),
+                                       0.0, 1.0)
+    assert (follower.node.appends, follower.node.hw_moves) == (1, 0)
+    follower.fetcher._partition_answer(follower.state, follower.plog, leader_answer(hw=1), 0.0, 1.0)
+    assert (follower.node.appends, follower.node.hw_moves) == (1, 0)  # nothing moved
+    follower.fetcher._partition_answer(follower.state, follower.plog, leader_answer(hw=3), 0.0, 1.0)
+    assert follower.plog.high_watermark == 3 and (follower.node.appends, follower.node.hw_moves) == (1, 1)
 
 
 async def test_a_former_leader_truncates_what_the_new_leader_never_had(follower):

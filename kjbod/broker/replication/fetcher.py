@@ -68,7 +68,8 @@ _BACK_OFF = frozenset({ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_LEADE
                        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.UNKNOWN_TOPIC_ID,
                        ErrorCode.REPLICA_NOT_AVAILABLE})
 _DROP = frozenset({ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.KAFKA_STORAGE_ERROR})
-_TRUNCATED, _APPENDED, _NOTHING = "truncated", "appended", "nothing"  # what applying an answer did to the log
+# what applying an answer did to the log: truncated it, appended records, only moved its high watermark, nothing
+_TRUNCATED, _APPENDED, _HW_MOVED, _NOTHING = "truncated", "appended", "hw moved", "nothing"
 
 
 @dataclass(slots=True)
@@ -501,6 +502,10 @@ class Fetcher:
             self.node.notify_append(s.topic, s.partition)
             # the follower quota counts what was appended (on the loop: the quota is the loop's)
             self.manager.follower_appended(s.topic, s.partition, len(part.records))
+        elif outcome == _HW_MOVED:
+            # a consumer may read this follower up to its high watermark (Fetch v11+): its long poll looks again,
+            # as Kafka's fetcher completes the delayed fetches of partitions whose high watermark moved
+            self.node.notify_high_watermark(s.topic, s.partition)
         if part.high_watermark >= 0:
             s.leader_end_offset = part.high_watermark
 
@@ -524,12 +529,14 @@ class Fetcher:
         data = part.records
         if data:
             plog.append_as_follower(bytes(data) if not isinstance(data, bytes | bytearray | memoryview) else data)
-        leo = plog.log_end_offset
+        leo, hw = plog.log_end_offset, plog.high_watermark
         if part.high_watermark >= 0:
             plog.high_watermark = min(part.high_watermark, leo)
         if part.log_start_offset > plog.log_start_offset:
             plog.advance_log_start_offset(min(part.log_start_offset, plog.high_watermark))
-        return _APPENDED if data else _NOTHING
+        if data:
+            return _APPENDED
+        return _HW_MOVED if plog.high_watermark != hw else _NOTHING
 
     def _truncate_on_divergence(self, s: FetchState, plog: Any, epoch: int, end_offset: int) -> None:
         leo = plog.log_end_offset
