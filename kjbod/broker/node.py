@@ -43,6 +43,7 @@ import structlog
 
 from kjbod.broker.assignments import AssignmentOutcome, AssignmentsManager
 from kjbod.broker.broker_config import BROKER, LONG_MAX, THROTTLE_KEY, DynamicBrokerConfigs
+from kjbod.broker.parked_fetches import ParkedFetches
 from kjbod.broker.router import Router
 from kjbod.metadata import (
     DIR_LOST,
@@ -104,12 +105,9 @@ class BrokerNode:
         self._creating: dict[str, set[asyncio.Task]] = {}  # topic -> its new replicas being made on dir workers
         self._stopping = asyncio.Event()
         self.shutdown_requested = asyncio.Event()
-        # The next append's (or HW move's) events, made only when a long poll asks for one (append_event,
-        # log_end_event): every append notifies, and making two events per append for nobody cost the loop
-        # about 1 us of each Produce.
-        self._appended: asyncio.Event | None = None
-        self._log_end_moved: asyncio.Event | None = None
-        self._at_log_end: dict[Any, None] = {}  # one-shot callbacks of the next append (followers' parked fetches)
+        # Long-polling fetches waiting for an append or a high watermark move, by partition (Kafka's DelayedFetch
+        # purgatory): an append wakes the fetches of its partition only.
+        self.parked_fetches = ParkedFetches()
         self.exit_code = 0
         self.incarnation_id = uuid.uuid4()
         self.broker_epoch = -1
@@ -194,52 +192,15 @@ class BrokerNode:
         """The local replica's log, leader or follower (`partition_log` is what clients may read)."""
         return self.logs.get_log(topic, partition)
 
-    def notify_append(self) -> None:
-        """Wakes every long-polling Fetch: new records may satisfy them. A parked follower fetch's callback that
-        raises is logged, and the ones after it still run."""
-        appended, moved = self._appended, self._log_end_moved
-        if appended is not None:
-            self._appended = None
-            appended.set()
-        if moved is not None:
-            self._log_end_moved = None
-            moved.set()
-        if self._at_log_end:
-            callbacks, self._at_log_end = self._at_log_end, {}
-            for callback in callbacks:
-                try:
-                    callback()
-                except Exception:
-                    log.exception("parked_fetch_callback_failed", callback=repr(callback))
+    def notify_append(self, topic: str, partition: int) -> None:
+        """Records were appended to a partition: the long-polling fetches parked on it (followers' and
+        consumers') look again, in this call (kjbod.broker.parked_fetches)."""
+        self.parked_fetches.appended((topic, partition))
 
-    def notify_high_watermark(self) -> None:
-        """Wakes the consumers' long polls only: a high watermark move gives them records, never a follower,
-        which reads to the log end (Kafka completes a follower's DelayedFetch on appended bytes)."""
-        appended = self._appended
-        if appended is not None:
-            self._appended = None
-            appended.set()
-
-    def append_event(self) -> asyncio.Event:
-        """Set at the next append or high watermark move (what a consumer's long poll waits for)."""
-        if self._appended is None:
-            self._appended = asyncio.Event()
-        return self._appended
-
-    def log_end_event(self) -> asyncio.Event:
-        """Set at the next append (what a follower's long poll waits for)."""
-        if self._log_end_moved is None:
-            self._log_end_moved = asyncio.Event()
-        return self._log_end_moved
-
-    def at_log_end(self, callback: Any) -> None:
-        """``callback()`` at the next append (or shutdown), in the call that notifies it: a follower's parked
-        fetch (kjbod.broker.handlers.fetch) answers there, with no task or loop pass of its own."""
-        self._at_log_end[callback] = None
-
-    def cancel_at_log_end(self, callback: Any) -> None:
-        """Forgets a callback given to :meth:`at_log_end` (a parked fetch that timed out)."""
-        self._at_log_end.pop(callback, None)
+    def notify_high_watermark(self, topic: str, partition: int) -> None:
+        """A partition's high watermark moved: the consumers' long polls parked on it look again, never a
+        follower's, which reads to the log end (Kafka completes a follower's DelayedFetch on appended bytes)."""
+        self.parked_fetches.high_watermark_moved((topic, partition))
 
     def partition_online(self, topic: str, partition: int) -> bool:
         if self.logs is None:
@@ -597,7 +558,7 @@ class BrokerNode:
     def begin_shutdown(self) -> None:
         """First step of a shutdown: pending long polls answer now instead of waiting out max_wait_ms."""
         self._stopping.set()
-        self.notify_append()
+        self.parked_fetches.wake_all()
 
     async def stop(self) -> None:
         self._stopping.set()

@@ -88,6 +88,7 @@ from kjbod.storage.tasks import DeletionQueue
 log = structlog.get_logger("kjbod.storage.log")
 
 # ListOffsets special timestamps (Kafka's ListOffsetsRequest)
+RECENT_ENDS = 16  # how many append boundaries a log keeps for read_to_end
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
 MAX_TIMESTAMP = -3
@@ -194,6 +195,11 @@ class PartitionLog:
         self._created_unsynced = False
         self._producer_state_ready = True  # a new log has none; a loaded one builds it lazily
         self._pending_snapshots: dict[int, str] = {}
+        # Where the last appends begin and end in their segment, by offset (the first offset of an append, and
+        # the offset after it), at most RECENT_ENDS of them: a read from one of these offsets to the log end
+        # (a caught-up follower's fetch: read_to_end) needs no index lookup or header scan. Positions only, no
+        # bytes. Set and cleared under the lock.
+        self._ends: dict[int, tuple[LogSegment, int]] = {}
 
     def __repr__(self) -> str:
         return f"PartitionLog({self.topic}-{self.partition}, dir={self.dir!r})"
@@ -872,11 +878,20 @@ class PartitionLog:
         if epoch > self._latest_epoch:  # see leader_epochs
             self._note_epoch(epoch, first_base)
         seg.append(buffers, meta, total)
+        self._note_ends(seg, first_base, next_offset, total)
         plan.commit(next_offset)
         self._leo = next_offset
         if self.auto_high_watermark:
             self._hw = next_offset
         self._unflushed_messages += count
+
+    def _note_ends(self, seg: LogSegment, first: int, next_offset: int, total: int) -> None:
+        """Under the lock, once an append's bytes are in ``seg``: where it begins and ends (see ``_ends``)."""
+        ends = self._ends
+        ends[first] = (seg, seg.size - total)  # after a roll: in the new segment, not at the end of the old one
+        ends[next_offset] = (seg, seg.size)
+        while len(ends) > RECENT_ENDS:
+            del ends[next(iter(ends))]
 
     def _append(
         self,
@@ -931,6 +946,7 @@ class PartitionLog:
                     if h.partition_leader_epoch > self._latest_epoch:
                         self._note_epoch(h.partition_leader_epoch, h.base_offset)
                 seg.append([view], meta, total)
+                self._note_ends(seg, first_base, next_offset, total)
                 plan.commit(next_offset)
                 self._leo = next_offset
                 if self.auto_high_watermark:
@@ -1061,6 +1077,22 @@ class PartitionLog:
                         close()
                 raise
             return result
+
+    def read_to_end(self, offset: int, max_bytes: int) -> tuple[bytes, int, int] | None:
+        """(bytes, high watermark, log start) of everything from ``offset`` to the log end when both are where
+        one of the last appends began or ended, in the same segment, and it is 1 to ``max_bytes`` bytes: what
+        :meth:`read` up to the log end would send, read with one pread (a caught-up follower's fetch); None
+        otherwise (then :meth:`read`)."""
+        with self._reading():
+            self._check_usable()
+            ends = self._ends
+            start = ends.get(offset)
+            end = ends.get(self._leo)
+            if (start is None or end is None or start[0] is not end[0] or not 0 < end[1] - start[1] <= max_bytes
+                    or offset < self._log_start):
+                return None
+            seg = end[0]
+            return seg.fh.pread(end[1] - start[1], start[1]), self._hw, self._log_start
 
     def _slice_end(self, seg: LogSegment, start: int, budget: int, limit: int) -> int:
         """The largest batch boundary ``end`` with ``end - start <= budget`` such that every batch in
@@ -1355,6 +1387,7 @@ class PartitionLog:
             for seg in doomed:
                 self._schedule_segment_deletion(seg)
             keep[-1].truncate_to_offset(offset)
+            self._ends.clear()
             self._leo = offset
             self._epochs.truncate_from_end(offset)
             self._latest_epoch = self._epochs.latest_epoch
@@ -1373,6 +1406,7 @@ class PartitionLog:
         self._set_segments([new])
         for seg in doomed:
             self._schedule_segment_deletion(seg)
+        self._ends.clear()
         self._leo = offset
         self._log_start = offset
         self._epochs.clear()

@@ -145,7 +145,7 @@ def _expect_records_below(server, topic: str, end: int) -> None:
         assert list_offset(raw, topic, 0, -1).offset == end
         # The old end is now past the end.
         gone = fetch(raw, topic, 0, end + 1)
-        assert gone.error_code == ErrorCode.OFFSET_OUT_OF_RANGE and gone.high_watermark == end
+        assert gone.error_code == ErrorCode.OFFSET_OUT_OF_RANGE
 
 
 def test_flipped_byte_in_the_active_tail_is_set_aside_and_truncated(kjbod_server):

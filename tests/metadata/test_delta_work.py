@@ -106,7 +106,7 @@ class FakeNode:
 
         self.logs = SimpleNamespace(manager=SimpleNamespace(find=find))
 
-    def notify_append(self) -> None:
+    def notify_append(self, topic: str, partition: int) -> None:
         pass
 
 

@@ -35,9 +35,11 @@ class ScriptedLeader:
         self.sent: list[tuple[FetchRequest, Any]] = []  # (request, its token: a future for the task's fetch)
         self.closed = False
         self.asked = asyncio.Event()
+        self.picked = 0
 
     def pick_version(self, api_key: int, *_bounds: int) -> int:
         assert api_key == FETCH
+        self.picked += 1
         return VERSION
 
     def _keep(self, message: Any, token: Any) -> None:
@@ -117,8 +119,26 @@ async def test_steady_state_fetches_go_out_from_the_callbacks_with_the_log_end_a
         assert plog.read_bytes(0, 1 << 20) == b"".join(sent)  # the leader's batches, as they arrived
         assert plog.log_end_offset == offset and plog.high_watermark == offset
         assert not task.done()
+        assert leader.picked == 1  # the version is the connection's, picked once
     finally:
         await fetcher.close()
+
+
+async def test_a_fetch_asks_from_the_log_that_replaced_a_closed_one(make_log):
+    """The fetcher keeps each partition's log between fetches; one closed under it (a delete, a KIP-113 swap: the
+    moved replica is another log) is looked up again, and the next fetch asks from that log's end."""
+    plog, moved = make_log("t-0"), make_log("t-0")
+    node = FakeNode(2, plog, image())
+    manager = ReplicaManager(node, ReplicationConfig(), clock=Clock())
+    fetcher = Fetcher(manager, 1, 0)
+    fetcher.add(("t", 0), 0)
+    (state,) = fetcher.partitions.values()
+    assert fetcher._request([state], VERSION).entries[0][4] == 0 and state.log is plog
+    moved.append(batch(3, epoch=0), leader_epoch=0)
+    node.logs.manager.find = lambda t, p: moved if (t, p) == ("t", 0) else None
+    assert fetcher._request([state], VERSION).entries[0][4] == 0  # the kept log is still open: asked as before
+    plog.close_quietly()
+    assert fetcher._request([state], VERSION).entries[0][4] == 3 and state.log is moved
 
 
 async def test_a_failed_fetch_gives_the_task_back_which_drops_the_connection(make_log):

@@ -13,6 +13,7 @@ import pytest
 
 from kjbod.broker.handlers import fetch as fetch_handler
 from kjbod.broker.node import BrokerNode
+from kjbod.broker.parked_fetches import ParkedFetches
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import FetchRequest, FetchResponse
 from kjbod.wire.handler import Later
@@ -23,38 +24,67 @@ LONG_S = 60.0
 FETCH_VERSION = 12  # topic names, ReplicaId in the body
 
 
+class CountingParked(ParkedFetches):
+    """BrokerNode's registry of parked fetches, counting how many times a fetch went (back) to waiting."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.parks = 0
+
+    def park(self, keys, callback, *, follower: bool) -> None:
+        self.parks += 1
+        super().park(keys, callback, follower=follower)
+
+
 class PollingNode(FakeNode):
     """The fake node with what the Fetch handler asks for, and BrokerNode's own wake-ups of long polls."""
 
     notify_append = BrokerNode.notify_append
     notify_high_watermark = BrokerNode.notify_high_watermark
-    append_event = BrokerNode.append_event
-    cancel_at_log_end = BrokerNode.cancel_at_log_end
 
     def __init__(self, node: FakeNode, plog: object) -> None:
         self.__dict__.update(node.__dict__)
-        self._appended = self._log_end_moved = None  # made when a long poll asks (BrokerNode.append_event)
-        self._at_log_end: dict = {}
+        self.parked_fetches = CountingParked()
         self.stopping = False
         self.topic_stats = None
         self.logs.manager.worker = lambda log_dir: None  # reads run inline
         self.logs.manager.dir_degraded = lambda log_dir: False
         self.partition_log = lambda topic, partition: plog
-        self.parked = 0  # how many times a follower's fetch went (back) to waiting
+        self.local_log = self.partition_log  # the leader's own replica (a consumer's Fetch v11+ reads any local one)
 
-    def log_end_event(self) -> asyncio.Event:  # the long way's wait (a throttled leader)
-        self.parked += 1
-        return BrokerNode.log_end_event(self)
-
-    def at_log_end(self, callback) -> None:  # a follower's fetch parked by callbacks
-        self.parked += 1
-        BrokerNode.at_log_end(self, callback)
+    @property
+    def parked(self) -> int:
+        return self.parked_fetches.parks
 
 
-@pytest.fixture
-def polling(leader):  # noqa: F811
+class IdleWorker:
+    """A dir's worker with nothing queued, which runs what it is handed at once (kjbod.storage.workers)."""
+
+    io = SimpleNamespace(online=True)
+
+    def idle(self) -> bool:
+        return True
+
+    def submit(self, job, done, loop=None) -> None:
+        try:
+            value = job()
+        except Exception as e:
+            done(False, e)
+        else:
+            done(True, value)
+
+
+IDLE_WORKER = IdleWorker()
+
+
+@pytest.fixture(params=["inline", "idle worker"])
+def polling(leader, request):  # noqa: F811
+    """The leader on a node whose dir reads run inline (no workers: the general way), or on one whose dir has an
+    idle worker (a follower's fetch of one partition is then read on the loop by its own short way)."""
     node = PollingNode(leader.node, leader.plog)
     node.replication = leader.manager
+    if request.param == "idle worker":
+        node.logs.manager.worker = lambda log_dir: IDLE_WORKER
     leader.manager.node = node
     leader.node = node
     return leader
@@ -102,7 +132,7 @@ async def test_a_parked_follower_fetch_is_answered_by_the_leaders_append(polling
     await settle()
     assert not waiting.done() and polling.node.parked == 1
     polling.plog.append(batch(3), leader_epoch=0)
-    polling.node.notify_append()  # what the Produce handler does once its dir appended
+    polling.node.notify_append("t", 0)  # what the Produce handler does once its dir appended
     error, size, _hw = answered(await asyncio.wait_for(waiting, LONG_S))
     assert error == 0 and size > 0
     assert polling.node.parked == 1  # answered on its first wake-up
@@ -114,15 +144,85 @@ async def test_a_high_watermark_move_leaves_a_follower_fetch_parked(polling):
     waiting = follower_fetch(polling, 3, 2)
     await settle()
     assert polling.node.parked == 1
-    consumers = polling.node.append_event()
+    consumer = consumer_fetch(polling, 0, ("t", 0))  # at the HW, 0: parks
+    await settle()
+    assert not consumer.done() and polling.node.parked == 2
     fetch(polling, 2, 2)  # broker 2 catches up: the HW moves to 2
     assert polling.plog.high_watermark == 2
-    assert consumers.is_set()  # a consumer long-polling at the old HW is woken ...
-    await settle()
-    assert not waiting.done() and polling.node.parked == 1  # ... broker 3's fetch is not: nothing new to read
+    assert answered(await asyncio.wait_for(consumer, LONG_S))[:2] == (0, len(polling.plog.read_bytes(0, 1 << 20)))
+    await settle()  # the consumer long-polling at the old HW was woken and read; broker 3's fetch was not woken:
+    assert not waiting.done() and polling.node.parked == 2  # nothing new to read
     polling.plog.append(batch(1), leader_epoch=0)
-    polling.node.notify_append()
+    polling.node.notify_append("t", 0)
     assert answered(await asyncio.wait_for(waiting, LONG_S))[0] == 0
+
+
+def consumer_fetch(lead, offset: int, *partitions: tuple[str, int]) -> asyncio.Future:
+    """A consumer's long poll (replica id -1) of `partitions` at `offset` (the fake node has one log for all)."""
+    topics: dict[str, list] = {}
+    for name, index in partitions:
+        topics.setdefault(name, []).append(FetchRequest.FetchPartition(
+            partition=index, current_leader_epoch=-1, fetch_offset=offset, log_start_offset=-1,
+            partition_max_bytes=1 << 20))
+    body = FetchRequest(replica_id=-1, max_wait_ms=int(LONG_S * 1000), min_bytes=1, max_bytes=1 << 20,
+                        topics=[FetchRequest.FetchTopic(topic=name, partitions=parts) for name, parts in topics.items()])
+    request = SimpleNamespace(api_version=FETCH_VERSION, ctx=SimpleNamespace(listener_kind="broker"))
+    return as_future(fetch_handler.handle(lead.node, request, body))
+
+
+async def test_a_parked_follower_fetch_is_woken_by_appends_to_its_own_partition_only(polling):
+    """Kafka's DelayedFetch is watched per partition: an append to another partition leaves it parked, with no
+    look at its partitions (it does not even go back to waiting), an append to its own answers it."""
+    polling.plog.append(batch(2), leader_epoch=0)
+    parked = follower_answer(polling, 2, 2)
+    assert parked.__class__ is Later and polling.node.parked == 1
+    assert polling.node.parked_fetches.count(("t", 0)) == 1 and polling.node.parked_fetches.count(("t", 1)) == 0
+    polling.node.notify_append("t", 1)
+    polling.node.notify_append("other", 0)
+    polling.node.notify_high_watermark("t", 0)  # a follower reads to the log end: a HW move is nothing to it
+    assert not parked.done() and polling.node.parked == 1
+    polling.plog.append(batch(1), leader_epoch=0)
+    polling.node.notify_append("t", 0)
+    assert parked.done()
+    assert answered(parked.result())[:2] == (0, len(polling.plog.read_bytes(2, 1 << 20)))
+    assert polling.node.parked_fetches.count() == 0
+
+
+async def test_a_long_poll_of_several_partitions_is_woken_by_any_of_them_and_leaves_the_others(polling):
+    """A consumer's fetch of t-0 and t-1 parks under both (the fake node's one log stands for both): an append or
+    HW move elsewhere leaves it parked; an append to t-1 wakes it (nothing to read below the HW: it parks again,
+    once); the HW move of t-0 that follows answers it, and it is parked under neither any more."""
+    registry = polling.node.parked_fetches
+    polling.plog.append(batch(2), leader_epoch=0)
+    fetch(polling, 2, 2)
+    fetch(polling, 3, 2)
+    assert polling.plog.high_watermark == 2
+    consumer = consumer_fetch(polling, 2, ("t", 0), ("t", 1))
+    await settle()
+    assert not consumer.done() and polling.node.parked == 1
+    assert registry.count(("t", 0)) == registry.count(("t", 1)) == 1
+    polling.node.notify_append("other", 0)
+    polling.node.notify_high_watermark("other", 0)
+    await settle()
+    assert not consumer.done() and polling.node.parked == 1  # never woken
+    polling.plog.append(batch(1), leader_epoch=0)  # the leader's LEO 3; its HW stays 2 until the followers fetch
+    polling.node.notify_append("t", 1)
+    await settle()
+    assert not consumer.done() and polling.node.parked == 2  # woken once, nothing to read: parked again
+    assert registry.count(("t", 0)) == registry.count(("t", 1)) == 1
+    fetch(polling, 2, 3)
+    fetch(polling, 3, 3)  # the HW moves to 3: the manager wakes t-0's consumers
+    error, size, hw = answered_all(await asyncio.wait_for(consumer, LONG_S))
+    assert error == 0 and hw == 3 and size == 2 * len(polling.plog.read_bytes(2, 1 << 20))
+    assert registry.count() == 0 and polling.node.parked == 2
+
+
+def answered_all(resp) -> tuple[int, int, int]:
+    """(the first error, record bytes, the smallest high watermark) over every partition answered."""
+    parts = [p for t in resp.responses for p in t.partitions]
+    size = sum(sum(len(r) for r in p.records) if isinstance(p.records, list) else len(p.records) for p in parts)
+    fetch_handler.close_regions(resp)
+    return next((p.error_code for p in parts if p.error_code), 0), size, min(p.high_watermark for p in parts)
 
 
 async def test_one_produce_request_waits_for_each_of_its_partitions(polling):
@@ -254,21 +354,27 @@ def region_bytes(region) -> bytes:
 
 
 async def test_a_follower_read_is_one_read_of_file_regions_copied_only_when_small(polling, monkeypatch):
-    """Regions first, with the whole budget: a caught-up follower's few bytes are copied out of them, a follower
-    behind gets them as they are; neither pays a read it throws away (the bytes read of the old way, ~3% extra
-    reads while a follower was behind)."""
+    """A caught-up follower's few bytes are read from the last appends' positions in one pread
+    (PartitionLog.read_to_end); otherwise regions first, with the whole budget: a few bytes are copied out of
+    them, a follower behind gets them as they are; neither pays a read it throws away (the bytes read of the old
+    way, ~3% extra reads while a follower was behind)."""
     reads: list[str] = []
-    real_read, real_bytes = polling.plog.read, polling.plog.read_bytes
+    real_read, real_bytes, real_to_end = polling.plog.read, polling.plog.read_bytes, polling.plog.read_to_end
     monkeypatch.setattr(polling.plog, "read", lambda *a, **k: reads.append("regions") or real_read(*a, **k))
     monkeypatch.setattr(polling.plog, "read_bytes", lambda *a, **k: reads.append("bytes") or real_bytes(*a, **k))
+    monkeypatch.setattr(polling.plog, "read_to_end", lambda *a: reads.append("to_end") or real_to_end(*a))
     polling.plog.append(batch(2), leader_epoch=0)
-    small, _hw, _lso = fetch_handler._small_read(polling.plog, 0, 1 << 20)
-    assert small.__class__ is bytes and reads == ["regions"]
+    polling.plog.append(batch(1), leader_epoch=0)
+    small, _hw, _lso = fetch_handler._small_read(polling.plog, 2, 1 << 20)
+    assert small == real_bytes(2, 1 << 20) and reads == ["to_end"]
+    small, _hw, _lso = fetch_handler._small_read(polling.plog, 1, 1 << 20)  # not where an append began
+    assert small.__class__ is bytes and small == real_bytes(1, 1 << 20) and reads == ["to_end", "to_end", "regions"]
     big = b"x" * 1024
-    while polling.plog.log_end_offset < 2 + 2 * fetch_handler.SMALL_FOLLOWER_READ // len(big):
+    while polling.plog.log_end_offset < 3 + 2 * fetch_handler.SMALL_FOLLOWER_READ // len(big):
         polling.plog.append(batch(1, tag=big), leader_epoch=0)
+    reads.clear()
     behind, _hw, _lso = fetch_handler._small_read(polling.plog, 0, 1 << 20)
-    assert isinstance(behind, list) and reads == ["regions", "regions"]
+    assert isinstance(behind, list) and reads == ["to_end", "regions"]
     for r in behind:
         r.close()
 
@@ -295,6 +401,7 @@ async def test_a_small_read_the_page_cache_cannot_answer_closes_its_regions_for_
         return real_pread(fd, n, offset, what)
 
     monkeypatch.setattr(polling.plog, "read", read)
+    monkeypatch.setattr(polling.plog, "read_to_end", lambda *a: None)  # a read the last appends' ends do not answer
     monkeypatch.setattr(fsio, "pread_region", not_cached)
     with pytest.raises(fsio.WouldBlock), fsio.no_waiting():
         fetch_handler._small_read(polling.plog, 0, 1 << 20)
@@ -325,11 +432,11 @@ async def test_a_parked_follower_fetch_is_answered_in_the_appends_own_callback_w
     parked = follower_answer(polling, 3, 2)
     assert parked.__class__ is Later and not parked.done() and len(asyncio.all_tasks()) == tasks
     polling.plog.append(batch(3), leader_epoch=0)
-    polling.node.notify_append()
+    polling.node.notify_append("t", 0)
     assert parked.done()  # in notify_append's call: no loop pass
     (part,) = parked.result().responses[0].partitions
     assert part.error_code == 0 and part.records == polling.plog.read_bytes(2, 1 << 20)
-    assert polling.node._at_log_end == {}
+    assert polling.node.parked_fetches.count() == 0
 
 
 async def test_a_parked_follower_fetch_ends_at_its_wait_and_leaves_nothing_registered(polling):
@@ -338,7 +445,7 @@ async def test_a_parked_follower_fetch_ends_at_its_wait_and_leaves_nothing_regis
     assert parked.__class__ is Later
     error, size, hw = answered(await asyncio.wait_for(_awaited(parked), LONG_S))
     assert (error, size) == (0, 0)
-    assert polling.node._at_log_end == {}  # an idle partition's fetches, one after another, pile nothing up
+    assert polling.node.parked_fetches.count() == 0  # an idle partition's fetches, one after another, pile nothing up
 
 
 async def test_a_parked_follower_fetch_whose_connection_went_is_dropped_and_shutdown_answers_the_rest(polling):
@@ -346,8 +453,40 @@ async def test_a_parked_follower_fetch_whose_connection_went_is_dropped_and_shut
     gone = follower_answer(polling, 2, 2)
     waiting = follower_answer(polling, 3, 2)
     gone.cancel()  # what the connection does with its queued replies when it closes
-    polling.node.stopping = True  # BrokerNode.begin_shutdown: stopping, then notify_append
-    polling.node.notify_append()
+    polling.node.stopping = True  # BrokerNode.begin_shutdown: stopping, then every parked fetch woken
+    polling.node.parked_fetches.wake_all()
     assert gone.cancelled()
     assert waiting.done() and answered(waiting.result())[:2] == (0, 0)  # nothing new: answered empty, at once
-    assert polling.node._at_log_end == {}
+    assert polling.node.parked_fetches.count() == 0
+
+
+async def test_a_one_partition_follower_fetch_gets_from_the_short_way_what_the_general_way_answers(polling,
+                                                                                                   monkeypatch):
+    """The short way (_FollowerFetch._answer_single: an idle dir, one partition, read on the loop) answers the
+    bytes the general way (the dirs' hand-off, the response assembled per partition) does, at once and parked."""
+    polling.plog.append(batch(2), leader_epoch=0)
+    fetch(polling, 3, 2)
+    fetch(polling, 2, 2)  # the HW at 2, where the fetches below leave it
+    taken: list[bool] = []
+    real = fetch_handler._FollowerFetch._answer_single
+
+    def spy(self, single):
+        out = real(self, single)
+        taken.append(out is not None)
+        return out
+
+    monkeypatch.setattr(fetch_handler._FollowerFetch, "_answer_single", spy)
+    parked = follower_answer(polling, 2, 2)
+    polling.plog.append(batch(1), leader_epoch=0)
+    polling.node.notify_append("t", 0)
+    assert parked.done()
+    answers = [follower_answer(polling, 2, 0), parked.result()]
+    monkeypatch.setattr(fetch_handler, "_single", lambda *a: None)  # the general way from here on
+    general = [follower_answer(polling, 2, 0), follower_answer(polling, 2, 2)]
+    short_way = polling.node.logs.manager.worker("d") is IDLE_WORKER
+    assert taken == ([True, True, True] if short_way else [])  # parked, then woken; at once
+    for got, want in zip(answers, general, strict=True):
+        assert got.__class__ is want.__class__ is FetchResponse
+        assert got.encode(FETCH_VERSION) == want.encode(FETCH_VERSION)
+        assert answered(got)[1] > 0
+        fetch_handler.close_regions(want)

@@ -55,10 +55,10 @@ class FakeNode:
         self.appends = 0
         self.hw_moves = 0
 
-    def notify_append(self) -> None:
+    def notify_append(self, topic: str, partition: int) -> None:
         self.appends += 1
 
-    def notify_high_watermark(self) -> None:
+    def notify_high_watermark(self, topic: str, partition: int) -> None:
         self.hw_moves += 1
 
 
@@ -86,11 +86,13 @@ def leader(make_log):
 
 
 def fetch(lead, replica: int, offset: int, *, epoch: int = 0, last_epoch: int = -1, broker_epoch: int | None = None):
+    """A follower's fetch as the Fetch handler passes it to the leader (ReplicaManager.follower_fetch: the checks,
+    then the follower's position when they pass); the verdict, which check_follower_fetch gives too."""
     be = EPOCHS.get(replica, -1) if broker_epoch is None else broker_epoch
     check = lead.manager.check_follower_fetch("t", 0, replica, be, epoch, offset, last_epoch)
-    if not check.error_code and check.diverging is None:
-        lead.manager.follower_fetched("t", 0, replica, be, offset)
-    return check
+    passed = lead.manager.follower_fetch("t", 0, replica, be, epoch, offset, last_epoch)
+    assert (passed.error_code, passed.diverging) == (check.error_code, check.diverging)
+    return passed
 
 
 async def test_a_new_leader_starts_its_epoch_and_owns_the_hw(leader):
@@ -228,7 +230,7 @@ async def follower(make_log):
     assert set(manager.fetchers.fetchers) == {(1, 0)}  # a fetcher for leader 1 (it cannot connect: no endpoint)
     fetcher = Fetcher(manager, 1, 0)
     state = FetchState("t", 0, 0)
-    yield SimpleNamespace(manager=manager, plog=plog, fetcher=fetcher, state=state)
+    yield SimpleNamespace(manager=manager, plog=plog, fetcher=fetcher, state=state, node=node)
     await manager.close()
 
 
@@ -248,6 +250,19 @@ async def test_a_follower_appends_as_it_arrived_and_takes_the_leaders_hw(followe
         batch(2, epoch=1, base_offset=3), hw=9), 0.0, 1.0)
     assert (follower.plog.log_end_offset, follower.plog.high_watermark) == (5, 5)  # capped at the LEO
     assert follower.plog.leader_epochs.entries == [(0, 0), (1, 3)]
+
+
+async def test_a_followers_high_watermark_move_wakes_consumers_long_polling_it(follower):
+    """A consumer's Fetch v11+ may read a follower up to its HW: an answer that only moves the HW wakes the long
+    polls parked on the partition (Kafka's fetcher completes their delayed fetches); one that moves nothing does
+    not, and one with records wakes them as an append."""
+    follower.fetcher._partition_answer(follower.state, follower.plog, leader_answer(batch(3, epoch=0), hw=1),
+                                       0.0, 1.0)
+    assert (follower.node.appends, follower.node.hw_moves) == (1, 0)
+    follower.fetcher._partition_answer(follower.state, follower.plog, leader_answer(hw=1), 0.0, 1.0)
+    assert (follower.node.appends, follower.node.hw_moves) == (1, 0)  # nothing moved
+    follower.fetcher._partition_answer(follower.state, follower.plog, leader_answer(hw=3), 0.0, 1.0)
+    assert follower.plog.high_watermark == 3 and (follower.node.appends, follower.node.hw_moves) == (1, 1)
 
 
 async def test_a_former_leader_truncates_what_the_new_leader_never_had(follower):

@@ -12,31 +12,21 @@ from __future__ import annotations
 import signal
 import time
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
 from kjbod.protocol.errors import ErrorCode as E
 from kjbod.protocol.generated import (
     AlterConfigsRequest,
-    AlterPartitionReassignmentsRequest,
-    CreateTopicsRequest,
     DescribeConfigsRequest,
     ElectLeadersRequest,
     IncrementalAlterConfigsRequest,
     ListOffsetsRequest,
 )
 from kjbod.storage.records import build_batch
-from tests.cluster.conftest import WAIT_S, Cluster, running_cluster, wait_for
-from tests.datapath.support import (
-    RawClient,
-    batch,
-    fetch,
-    list_offset,
-    metadata,
-    offset_for_leader_epoch,
-    produce,
-)
+from tests.cluster.conftest import WAIT_S, Cluster, wait_for
+from tests.datapath.support import batch, fetch, list_offset, offset_for_leader_epoch, produce
+from tests.robustness.cluster_helpers import create_assigned, lead_from, partition, raw, three_brokers
 
 pytestmark = pytest.mark.slow
 
@@ -48,54 +38,8 @@ READ_COMMITTED = 1
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    with running_cluster(tmp_path_factory.mktemp("robustness"), brokers=3, log_dirs=2) as running:
+    with three_brokers(tmp_path_factory.mktemp("robustness")) as running:
         yield running
-        for home in running.homes:
-            assert "Traceback" not in running.log(home), f"{home} logged a traceback:\n{running.log(home)[-3000:]}"
-
-
-def raw(cluster: Cluster, broker_id: int) -> RawClient:
-    return RawClient("127.0.0.1", cluster.broker_port(broker_id), timeout=30)
-
-
-def partition(cluster: Cluster, topic: str, via: int, index: int = 0) -> Any | None:
-    with raw(cluster, via) as client:
-        (t,) = metadata(client, [topic]).topics
-    return next((p for p in t.partitions if p.partition_index == index), None)
-
-
-def create_assigned(cluster: Cluster, topic: str, replicas: list[int], configs: dict[str, str] | None = None) -> None:
-    """One partition on `replicas` (the first leads), created and in sync on every broker's metadata."""
-    req = CreateTopicsRequest(timeout_ms=30_000, topics=[CreateTopicsRequest.CreatableTopic(
-        name=topic, num_partitions=-1, replication_factor=-1,
-        assignments=[CreateTopicsRequest.CreatableReplicaAssignment(partition_index=0, broker_ids=replicas)],
-        configs=[CreateTopicsRequest.CreatableTopicConfig(name=k, value=v) for k, v in (configs or {}).items()])])
-    with raw(cluster, replicas[0]) as client:
-        (result,) = client.call(req, 7).topics
-    assert result.error_code == 0, result.error_message
-    for b in cluster.broker_ids:
-        wait_for(lambda b=b: (p := partition(cluster, topic, b)) is not None and p.leader_id == replicas[0]
-                 and sorted(p.isr_nodes) == sorted(replicas), f"broker {b} sees {topic}-0 led by {replicas[0]}, "
-                 "every replica in sync")
-
-
-def lead_from(cluster: Cluster, topic: str, replicas: list[int], running: tuple[int, ...] = (1, 2, 3)) -> None:
-    """Leadership of `topic`-0 to replicas[0], nothing stopped: the replicas reordered (a reordering completes at
-    once), then a preferred election; returns once the metadata of the `running` brokers says so."""
-    reassign = AlterPartitionReassignmentsRequest(timeout_ms=30_000, topics=[
-        AlterPartitionReassignmentsRequest.ReassignableTopic(name=topic, partitions=[
-            AlterPartitionReassignmentsRequest.ReassignablePartition(partition_index=0, replicas=replicas)])])
-    elect = ElectLeadersRequest(election_type=0, timeout_ms=30_000, topic_partitions=[
-        ElectLeadersRequest.TopicPartitions(topic=topic, partitions=[0])])
-    via = replicas[1]
-    with raw(cluster, via) as client:
-        assert client.call(reassign, 0).responses[0].partitions[0].error_code == 0
-        wait_for(lambda: list(partition(cluster, topic, via).replica_nodes) == replicas, "the replicas reordered")
-        elected = client.call(elect, 2).replica_election_results[0].partition_result[0]
-        assert elected.error_code == 0, elected.error_message
-    for b in running:
-        wait_for(lambda b=b: partition(cluster, topic, b).leader_id == replicas[0],
-                 f"broker {b} sees broker {replicas[0]} lead {topic}-0")
 
 
 def test_with_a_follower_down_consumers_find_no_offset_past_the_high_watermark(cluster):
@@ -148,9 +92,11 @@ def test_with_a_follower_down_consumers_find_no_offset_past_the_high_watermark(c
 def test_a_consumers_leader_epoch_is_checked_before_leadership(cluster):
     """CurrentLeaderEpoch in a consumer's Fetch, ListOffsets and OffsetForLeaderEpoch (Kafka's
     Partition.localLogWithEpochOrThrow): older than the broker's FENCED_LEADER_EPOCH, newer UNKNOWN_LEADER_EPOCH,
-    checked before leadership (a follower asked with a wrong epoch names the epoch), and only -1 means "none"
-    (-7 is an epoch like any, older).  Fetch and ListOffsets once ignored the epoch and served any, and
-    OffsetForLeaderEpoch answered a follower NOT_LEADER_OR_FOLLOWER and took every negative epoch for none."""
+    checked before leadership (a follower asked with a wrong epoch names the epoch).  ListOffsets and
+    OffsetForLeaderEpoch take only -1 for "none" (-7 is an epoch like any, older); Fetch takes every negative
+    epoch for none (FetchRequest.optionalEpoch), and once answered -7 FENCED_LEADER_EPOCH.  Fetch and ListOffsets
+    once ignored the epoch and served any, and OffsetForLeaderEpoch answered a follower NOT_LEADER_OR_FOLLOWER and
+    took every negative epoch for none."""
     topic = "epochs"
     create_assigned(cluster, topic, [1, 2, 3])
     with raw(cluster, 1) as client:
@@ -162,7 +108,7 @@ def test_a_consumers_leader_epoch_is_checked_before_leadership(cluster):
     assert epoch >= 1 and partition(cluster, topic, 1).leader_epoch == epoch
 
     def answers(broker: int, current: int) -> tuple[int, int, int]:
-        # Fetch v10: from v11 Kafka lets consumers read a follower (KIP-392), which kjbod does not (yet).
+        # Fetch v10: from v11 a follower serves consumers (test_fetch_edges_live).
         with raw(cluster, broker) as client:
             return (fetch(client, topic, 0, 0, current_leader_epoch=current, version=10).error_code,
                     list_offset(client, topic, 0, LATEST, current_leader_epoch=current).error_code,
@@ -172,7 +118,8 @@ def test_a_consumers_leader_epoch_is_checked_before_leadership(cluster):
     for broker in (leader, follower):
         assert answers(broker, epoch - 1) == (E.FENCED_LEADER_EPOCH,) * 3, broker
         assert answers(broker, epoch + 1) == (E.UNKNOWN_LEADER_EPOCH,) * 3, broker
-        assert answers(broker, -7) == (E.FENCED_LEADER_EPOCH,) * 3, broker
+    assert answers(leader, -7) == (0, E.FENCED_LEADER_EPOCH, E.FENCED_LEADER_EPOCH)
+    assert answers(follower, -7) == (E.NOT_LEADER_OR_FOLLOWER, E.FENCED_LEADER_EPOCH, E.FENCED_LEADER_EPOCH)
     assert answers(leader, epoch) == answers(leader, -1) == (0, 0, 0)
     assert answers(follower, epoch) == answers(follower, -1) == (E.NOT_LEADER_OR_FOLLOWER,) * 3
     with raw(cluster, leader) as client:

@@ -21,6 +21,7 @@ from types import SimpleNamespace
 from structlog.testing import capture_logs
 
 from kjbod.broker.handlers import fetch, produce
+from kjbod.broker.parked_fetches import ParkedFetches
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import FetchRequest, ProduceRequest
 from kjbod.storage import fsio
@@ -43,7 +44,7 @@ class _Node:
         self.stopping = False
         self.topic_stats = None  # no metrics endpoint
         self.replication = None  # no followers: acks=all answers once appended
-        self._appended = asyncio.Event()
+        self.parked_fetches = ParkedFetches()  # BrokerNode's long polls
         topics = {}
         for plog in lm.partitions():
             topics.setdefault(plog.topic, SimpleNamespace(partitions={}))
@@ -53,15 +54,13 @@ class _Node:
     def partition_log(self, topic, partition):
         return self.manager.get(topic, partition)
 
+    local_log = partition_log  # every replica here leads (a consumer's Fetch v11+ may read any local replica)
+
     def leader_epoch(self, topic, partition) -> int:
         return 0
 
-    def notify_append(self) -> None:
-        self._appended.set()
-        self._appended = asyncio.Event()
-
-    def append_event(self) -> asyncio.Event:
-        return self._appended
+    def notify_append(self, topic: str, partition: int) -> None:
+        self.parked_fetches.appended((topic, partition))
 
 
 def _request(version: int):

@@ -42,7 +42,7 @@ class _FollowerNode:
         self.metadata = SimpleNamespace(topic=topics.get, topic_by_id=lambda tid: None)
         self.appends = 0
 
-    def notify_append(self) -> None:
+    def notify_append(self, topic: str, partition: int) -> None:
         self.appends += 1
 
 
@@ -342,10 +342,10 @@ class _ReplicaNode:
     def leader_epoch(self, topic: str, partition: int) -> int:
         return self.replication.leader_epoch(topic, partition)
 
-    def notify_append(self) -> None:
+    def notify_append(self, topic: str, partition: int) -> None:
         pass
 
-    def notify_high_watermark(self) -> None:
+    def notify_high_watermark(self, topic: str, partition: int) -> None:
         pass
 
 

@@ -39,7 +39,22 @@ against its reference measured in the same run:
   plain answer by a short path (kjbod.net.fetch_fast: 1.8 us against 5.2 to build and encode, 2.8 against 5.8 to
   decode), a record costs a few us less CPU. (The leader's read for a caught-up follower from the bytes of its
   last appends kept in memory, 2.7 us against 15.8, was tried and left out: up to 64 KiB per partition for ~1% of
-  a record's CPU.) Both together measured inside this VM's run-to-run spread: in eight runs interleaved with the
+  a record's CPU.) Since then a caught-up follower's bytes are one pread from the positions where the last appends
+  began and ended (PartitionLog.read_to_end: positions, not bytes; 6 us against 21 with the header scans and
+  the region's dup and close), a one-partition follower fetch is answered on the leader's loop without the
+  dirs' hand-off machinery, and an append wakes only the fetches parked on its partition (before, every
+  append woke every parked fetch: on the acks=1 RF 1 rounds the RF 3 topic's two idle follower fetches, each
+  record); the leader's checks and the follower's position take one lookup, the fetcher keeps each partition's
+  log between fetches. In process the leader's answer to the two parked fetches of a record went from 85 to
+  38 us; --profile counts 903 Python calls per acks=all record on the leader's loop (1183 before) and 291 per
+  acks=1 record (331), 171 on each follower's (182); in the latency rounds (load 0.5-1.6) the brokers' CPU per
+  acks=all record went from 1.23-1.32 ms to 1.09 ms, the leader's from 707-759 us to 600 (2.79x that run; under
+  other work, load 2-4, 1.24-1.29 ms and 1.36x to 4.13x). The per-broker line splits each broker's event loop
+  from its other threads (the dir workers): a follower's dir worker takes ~85-100 us a record for an append of
+  ~11 us in process, the rest its hand-offs to and from the loop; what the leader's loop spends beyond its
+  handlers (~80 us a record in process for the two fetch round trips) is the connection's reads, writes and
+  reply queue and the wake-ups themselves. The request decode (4.7 us) and answer encode (2.8 us) per fetch are
+  the generated codec's straight-line code: a hand-written short way would save ~1% of a record's CPU. Both together measured inside this VM's run-to-run spread: in eight runs interleaved with the
   code before (load 3-4) the brokers' CPU per acks=all record was 1.17-1.33 ms (median 1.19) against 1.12-1.38
   (median 1.33). What is left per record is spread thin (see above) or is the hops themselves: 3x on a quiet
   machine needs either fewer thread and process wake-ups per replicated record (the follower's append off its loop
@@ -284,13 +299,14 @@ def p99(xs: list[float]) -> float:
     return xs[min(len(xs) - 1, int(len(xs) * 0.99))]
 
 
-def sched_ms(pids: list[int]) -> tuple[float, float]:
-    """(CPU ms, ms waited runnable for a core) of every thread of `pids` so far, from /proc/<pid>/task/*/schedstat
-    (Linux; zeros where it cannot be read)."""
+def sched_ms(pids: list[int], *, loop_only: bool = False) -> tuple[float, float]:
+    """(CPU ms, ms waited runnable for a core) of every thread of `pids` so far (with `loop_only`, of each one's
+    main thread only: the event loop's), from /proc/<pid>/task/*/schedstat (Linux; zeros where it cannot be
+    read)."""
     cpu = wait = 0
     for pid in pids:
         try:
-            tasks = os.listdir(f"/proc/{pid}/task")
+            tasks = [str(pid)] if loop_only else os.listdir(f"/proc/{pid}/task")
         except OSError:
             continue
         for task in tasks:
@@ -322,6 +338,7 @@ def latency_rounds(bootstrap: str, rate: int, rounds: int, seconds: float, pids:
     for i in range(rounds):
         for name in ("all", "one") if i % 2 == 0 else ("one", "all"):
             each0 = [sched_ms([pid])[0] for pid in pids or []]
+            loops0 = [sched_ms([pid], loop_only=True)[0] for pid in pids or []]
             cpu0, wait0 = sched_ms(pids or [])
             if kept is not None:
                 cases[name].records = []
@@ -331,9 +348,11 @@ def latency_rounds(bootstrap: str, rate: int, rounds: int, seconds: float, pids:
             sched[name] = (cpu1 - cpu0, wait1 - wait0)
             if cpu is not None:
                 cpu[name] = cpu.get(name, 0.0) + cpu1 - cpu0
-                for pid, used in zip(pids or [], each0, strict=True):  # per broker: "<case> <pid>"
+                for pid, used, looped in zip(pids or [], each0, loops0, strict=True):  # per broker: "<case> <pid>"
                     key = f"{name} {pid}"
                     cpu[key] = cpu.get(key, 0.0) + sched_ms([pid])[0] - used
+                    key = f"{name} {pid} loop"  # its event loop's thread
+                    cpu[key] = cpu.get(key, 0.0) + sched_ms([pid], loop_only=True)[0] - looped
             per_round[name].append(p99(xs))
             counted += len(xs) if name == "all" else 0
         cost = (f" (brokers' CPU {sched['all'][0]:.0f} ms and run-queue wait {sched['all'][1]:.0f} ms, against "
@@ -597,10 +616,15 @@ def latency_figure(cluster: Cluster, lat_rounds: int, lat_seconds: float, leader
         print(f"   the brokers' CPU per record in those rounds: acks=all RF 3 {cpu['all'] / sent:.2f} ms, acks=1 "
               f"RF 1 {cpu['one'] / sent:.2f} ms ({cpu['all'] / cpu['one']:.1f}x: the tail follows the queueing "
               f"for the cores this adds)")
+        def us(key: str) -> str:
+            return f"{cpu[key] / sent * 1000:.0f}"
+
         brokers = ", ".join(
-            f"{'leader' if b == leader else f'follower {b}'} {cpu[f'all {cluster.pid(b)}'] / sent * 1000:.0f} us "
-            f"(acks=1 {cpu[f'one {cluster.pid(b)}'] / sent * 1000:.0f} us)" for b in cluster.ports)
-        print(f"   per broker, acks=all RF 3: {brokers} a record (the leader's loop runs a Produce, two fetch "
+            f"{'leader' if b == leader else f'follower {b}'} {us(f'all {cluster.pid(b)}')} us (its event loop "
+            f"{us(f'all {cluster.pid(b)} loop')}; acks=1 {us(f'one {cluster.pid(b)}')} us, loop "
+            f"{us(f'one {cluster.pid(b)} loop')})" for b in cluster.ports)
+        print(f"   per broker, acks=all RF 3: {brokers} a record; the rest of a broker's CPU is its other threads, "
+              f"the dir workers' appends and hand-offs above all (the leader's loop runs a Produce, two fetch "
               f"answers and two fetches per record; the p99 ratio follows the CPU ratio and each round's run-queue "
               f"wait: below 3x needs less CPU per replicated record or cores the other work does not queue for)")
     if kept is not None:

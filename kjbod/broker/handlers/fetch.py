@@ -4,19 +4,35 @@ Version notes: v4 is the oldest served (isolation level, last stable offset, abo
 start offsets; v6 may answer KAFKA_STORAGE_ERROR (older versions get NOT_LEADER_OR_FOLLOWER); v7 fetch
 sessions (KIP-227); v9 current leader epoch (a consumer's: older than this broker's FENCED_LEADER_EPOCH, newer
 UNKNOWN_LEADER_EPOCH, as Kafka: kjbod.broker.handlers.leader_epoch_check); v10 zstd; v11 rack id and preferred
-read replica; v12 flexible; v13 topic ids instead of names (an unknown id answers UNKNOWN_TOPIC_ID); v15 replica state moves to a tagged
-field; v16 node endpoints; v17 replica directory id.
+read replica (from v11 a consumer may read a follower, up to the follower's high watermark, as Kafka's
+FetchParams.fetchOnlyLeader; the preferred read replica stays -1: no replica selector); v12 flexible; v13 topic
+ids instead of names (an unknown id answers UNKNOWN_TOPIC_ID); v15 replica state moves to a tagged field; v16
+the leader named with NOT_LEADER_OR_FOLLOWER and FENCED_LEADER_EPOCH (CurrentLeader, NodeEndpoints: KIP-951;
+a consumer's fetch, and a follower's answered by `_serve`); v17 replica directory id.
 
 Sessions: kjbod answers every fetch in full and never creates a session (session id 0), which clients treat as
-"sessionless"; an incremental fetch naming a session answers FETCH_SESSION_ID_NOT_FOUND so the client falls
-back to full fetches.  Long poll: when less than min_bytes is available the request waits, up to max_wait_ms,
-for an append.  Record data leaves as file regions: the connection sends them with sendfile, without copying
-them through Python.  Limits: partition_max_bytes per partition and max_bytes for the response, except that
-the first partition with data always gets at least one whole batch (KIP-74).
+"sessionless"; as Kafka's FetchManager.newContext, a fetch whose session epoch is 0 (open a session) or -1 (no
+session) is a full fetch whatever session id it names, and any other epoch continues a session, which answers
+FETCH_SESSION_ID_NOT_FOUND (no partitions) so the client falls back to full fetches.  An isolation level other
+than 0 and 1 makes Kafka's FetchRequest.isolationLevel throw once some partition asked for is known: the
+request's error response, UNKNOWN_SERVER_ERROR at the top and (before v13) on every partition named.
+
+Long poll: when less than min_bytes is available the request waits, up to max_wait_ms, for an append to one of
+its partitions (a consumer's also for a high watermark move of one: Kafka's DelayedFetch purgatory, watched per
+partition: kjbod.broker.parked_fetches; min_bytes capped at max_bytes, as Kafka's fetchMinBytes: 0 or less
+answers at once). Record data leaves as file regions: the connection sends them with sendfile, without copying
+them through Python. Limits: partition_max_bytes per partition and max_bytes for the response, except that the
+first partition with data always gets at least one whole batch (KIP-74), and for a consumer only it (a batch over
+a later partition's partition_max_bytes waits for another fetch; a follower gets the first batch of each dir's
+first partition with data, read in parallel). As Kafka's ReplicaManager.readFromLog, a negative max_bytes is the
+first partition's budget only (the next ones get 0: one batch until some partition gave records), and a negative
+budget where there are records to read answers UNKNOWN_SERVER_ERROR. A consumer's OFFSET_OUT_OF_RANGE carries -1
+for the offsets, as Kafka's. Kafka caps max_bytes at its fetch.max.bytes (55 MiB by default), which kjbod does
+not have.
 
 A follower's fetch (replica id >= 0) is answered by callbacks (`_FollowerFetch`, Kafka's DelayedFetch): at once,
-or parked until the next append or its max_wait_ms and answered in the callback that wakes it; a consumer's, and
-a follower's that meets an active leader throttle, by the `_serve` coroutine.
+or parked until the next append to one of its partitions or its max_wait_ms and answered in the callback that
+wakes it; a consumer's, and a follower's that meets an active leader throttle, by the `_serve` coroutine.
 
 On a controller listener Fetch reads only the metadata log `__cluster_metadata` (kjbod.controller.metadata_fetch:
 KRaft's checks, epochs, snapshots), which is how brokers follow it.
@@ -26,6 +42,9 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
+
+import structlog
 
 from kjbod.broker.dir_work import DirWork
 from kjbod.broker.handlers.leader_epoch_check import checked_log
@@ -35,14 +54,20 @@ from kjbod.net import trace
 from kjbod.net.tasks import wait_event
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import FetchRequest, FetchResponse
+from kjbod.protocol.generated.fetch_request import FetchTopic
+from kjbod.protocol.generated.fetch_response import EpochEndOffset, LeaderIdAndEpoch, NodeEndpoint
 from kjbod.protocol.generated.fetch_response import FetchableTopicResponse as TopicResp
 from kjbod.protocol.generated.fetch_response import PartitionData as PartResp
 from kjbod.protocol.runtime import ZERO_UUID
 from kjbod.storage import fsio
+from kjbod.storage.errors import OffsetOutOfRangeError
 from kjbod.storage.fsio import WouldBlock
 from kjbod.wire.handler import Later
 
 READ_COMMITTED = 1
+ISOLATION_LEVELS = (0, READ_COMMITTED)
+
+log = structlog.get_logger("kjbod.fetch")
 
 
 def _error_part(index: int, code: int, version: int) -> PartResp:
@@ -53,20 +78,89 @@ def _error_part(index: int, code: int, version: int) -> PartResp:
 
 
 def _resolve(node, body: FetchRequest, version: int):
-    """[(topic name or None, FetchTopic)], topics looked up by id from v13."""
+    """[(topic name or None, FetchTopic)], topics looked up by id from v13 (the name a v13+ request may carry is
+    not on the wire), in the order Kafka answers them (`_regrouped`) when it is not the request's own."""
+    image = node.metadata
+    by_id = version >= 13
     out = []
+    keys = set()
+    regular = True  # no partition named twice, no topic in two entries or none, no unknown topic or partition
     for t in body.topics:
-        if version >= 13:
-            topic = node.metadata.topic_by_id(t.topic_id) if t.topic_id != ZERO_UUID else None
-            out.append((topic.name if topic else None, t))
+        if by_id:
+            topic = image.topic_by_id(t.topic_id) if t.topic_id != ZERO_UUID else None
+            out.append((topic.name if topic is not None else None, t))
         else:
-            out.append((t.topic if node.metadata.topic(t.topic) else None, t))
+            topic = image.topic(t.topic)
+            out.append((t.topic if topic is not None else None, t))
+        if regular:
+            key = t.topic_id if by_id else t.topic
+            parts = t.partitions
+            asked = {p.partition for p in parts}
+            regular = bool(parts and key not in keys and len(asked) == len(parts) and topic is not None
+                           and asked <= topic.partitions.keys())
+            keys.add(key)
+    return out if regular else _regrouped(image, out, by_id)
+
+
+def _regrouped(image, resolved, by_id: bool):
+    """The partitions of a fetch as Kafka's KafkaApis.handleFetchRequest answers them: FetchRequest.fetchData
+    keeps one entry per topic (id from v13, else name) and partition, where it was first named, with what it was
+    last asked; the partitions of unknown topics and unknown partitions (its `erroneous` list) follow the others;
+    consecutive partitions of one topic share a topic entry (FetchResponse.of)."""
+    chosen: dict[tuple, list] = {}  # (topic key, partition) -> [erroneous, name, FetchTopic, FetchPartition]
+    for name, t in resolved:
+        key = t.topic_id if by_id else t.topic
+        topic = image.topic(name) if name is not None else None
+        for p in t.partitions:
+            slot = chosen.get((key, p.partition))
+            if slot is None:
+                erroneous = topic is None or p.partition not in topic.partitions
+                chosen[(key, p.partition)] = [erroneous, name, t, p]
+            else:
+                slot[3] = p
+    out: list = []
+    last_key: object = None
+    for wanted in (False, True):
+        for erroneous, name, t, p in chosen.values():
+            if erroneous is not wanted:
+                continue
+            key = t.topic_id if by_id else t.topic
+            if out and key == last_key:
+                out[-1][1].partitions.append(p)
+            else:
+                out.append((name, FetchTopic(topic=t.topic, topic_id=t.topic_id, partitions=[p])))
+                last_key = key
     return out
 
 
-def _has_data(node, resolved, body: FetchRequest, decided: dict | None, throttled=frozenset()) -> bool:
+def _continues_session(body: FetchRequest, version: int) -> bool:
+    """Whether the fetch continues a fetch session (Kafka's FetchMetadata.isFull is false): an epoch other than
+    0 and -1.  kjbod has none to continue."""
+    return version >= 7 and body.session_epoch != 0 and body.session_epoch != -1
+
+
+def _isolation_refused(node, resolved, body: FetchRequest, version: int) -> FetchResponse | None:
+    """The answer to an isolation level Kafka does not know (IsolationLevel.forId throws; KafkaApis answers with
+    FetchRequest.getErrorResponse), when some partition asked for is known, else None: Kafka reads the level
+    only for the partitions it would read."""
+    image = node.metadata
+    if not any(name is not None and (topic := image.topic(name)) is not None and p.partition in topic.partitions
+               for name, t in resolved for p in t.partitions):
+        return None
+    log.warning("fetch_refused", reason=f"Unknown isolation level {body.isolation_level}",
+                answer="UNKNOWN_SERVER_ERROR")
+    code = ErrorCode.UNKNOWN_SERVER_ERROR
+    topics = [] if version >= 13 else [
+        TopicResp(topic=t.topic, partitions=[_error_part(p.partition, code, version) for p in t.partitions])
+        for t in body.topics]
+    return FetchResponse(error_code=code, session_id=body.session_id, responses=topics)
+
+
+def _has_data(node, resolved, body: FetchRequest, decided: dict | None, throttled=frozenset(), *,
+              leader_only: bool = True) -> bool:
     """True when some partition has records past its fetch offset (a follower: the LEO; a consumer: the HW),
-    or answers an error; a partition the leader throttle answers empty does not count."""
+    or answers an error; a partition the leader throttle answers empty does not count. `leader_only` as for
+    `_consumer_log`."""
     if decided:
         return True
     for name, t in resolved:
@@ -77,7 +171,9 @@ def _has_data(node, resolved, body: FetchRequest, decided: dict | None, throttle
                 continue
             try:
                 plog = (node.partition_log(name, p.partition) if decided is not None
-                        else checked_log(node, name, p.partition, p.current_leader_epoch))
+                        else _consumer_log(node, name, p, leader_only))
+                if decided is None and p.last_fetched_epoch >= 0 and _diverging(plog, p) is not None:
+                    return True  # answered at once, as Kafka's hasDivergingEpoch
             except Exception:
                 return True
             if not plog.io.online:  # answers KAFKA_STORAGE_ERROR now, not after the long poll
@@ -86,6 +182,34 @@ def _has_data(node, resolved, body: FetchRequest, decided: dict | None, throttle
             if p.fetch_offset != end:  # data to send, or an out-of-range offset to report
                 return True
     return False
+
+
+def _consumer_log(node, name: str, p, leader_only: bool):
+    """The log a consumer's fetch reads, as Kafka's Partition.localLogWithEpochOrThrow with
+    FetchParams.fetchOnlyLeader: from v11 a consumer's fetch carries client metadata (its rack), and any local
+    replica may serve it, a follower's up to its own high watermark; before v11 only the leader
+    (NOT_LEADER_OR_FOLLOWER elsewhere).  Fetch takes every negative CurrentLeaderEpoch for "none" (Kafka's
+    FetchRequest.optionalEpoch), unlike ListOffsets and OffsetForLeaderEpoch, where only -1 is."""
+    epoch = p.current_leader_epoch
+    return checked_log(node, name, p.partition, epoch if epoch >= 0 else -1, leader_only=leader_only)
+
+
+def _diverging(plog, p) -> PartResp | None:
+    """A consumer's LastFetchedEpoch (v12+) checked as Kafka's Partition.readRecords checks anyone's: the answer
+    that names where the logs parted (DivergingEpoch, no records), or None to read; OFFSET_OUT_OF_RANGE when the
+    epoch's end is unknown here or the offset is below the log start."""
+    epoch, end = plog.leader_epochs.end_offset_for(p.last_fetched_epoch, plog.log_end_offset)
+    if epoch < 0 or end < 0:
+        raise OffsetOutOfRangeError(f"{plog.name}: the end of leader epoch {p.last_fetched_epoch} is not known here")
+    if p.fetch_offset < plog.log_start_offset:
+        raise OffsetOutOfRangeError(f"{plog.name}: offset {p.fetch_offset} is below the log start "
+                                    f"{plog.log_start_offset}")
+    if epoch >= p.last_fetched_epoch and end >= p.fetch_offset:
+        return None
+    hw = plog.high_watermark
+    return PartResp(partition_index=p.partition, error_code=0, high_watermark=hw, last_stable_offset=hw,
+                    log_start_offset=plog.log_start_offset, diverging_epoch=EpochEndOffset(epoch=epoch, end_offset=end),
+                    records=b"")
 
 
 def _build(node, resolved, body: FetchRequest, version: int, deadline: float, decided: dict | None,
@@ -109,6 +233,8 @@ def _build(node, resolved, body: FetchRequest, version: int, deadline: float, de
         slot[0][slot[1]] = _NOT_READ if e is None else e
 
     work = DirWork(node, fill, fail, _close_reads)
+    negative = body.max_bytes < 0
+    first = None  # with a negative max_bytes: the first partition Kafka reads, which alone gets it as its budget
     for name, t in resolved:
         parts: list = []
         for p in t.partitions:
@@ -116,20 +242,27 @@ def _build(node, resolved, body: FetchRequest, version: int, deadline: float, de
                 code = ErrorCode.UNKNOWN_TOPIC_ID if version >= 13 else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 parts.append(_error_part(p.partition, code, version))
                 continue
+            if negative and first is None:
+                first = p
             if decided is not None and (ready := decided.get((name, p.partition))) is not None:
                 parts.append(ready)
                 continue
             try:
                 # A follower's epochs were checked by prepare_follower_fetch; a consumer's are checked here.
-                plog = (node.partition_log(name, p.partition) if decided is not None
-                        else checked_log(node, name, p.partition, p.current_leader_epoch))
+                if decided is not None:
+                    plog = node.partition_log(name, p.partition)
+                else:
+                    plog = _consumer_log(node, name, p, version < 11)
+                    if p.last_fetched_epoch >= 0 and (diverged := _diverging(plog, p)) is not None:
+                        parts.append(diverged)
+                        continue
             except Exception as e:
-                parts.append(_failed_part(node, name, p, e, version))
+                parts.append(_failed_part(node, name, p, e, version, decided is not None))
                 continue
             if not plog.io.online:
                 # Its dir is offline: nothing will be read there. Answered here rather than by the dir's worker,
                 # which a loaded machine may not run within the fetch's wait (that answers "nothing new", 0).
-                parts.append(_failed_part(node, name, p, plog.io.offline_error(), version))
+                parts.append(_failed_part(node, name, p, plog.io.offline_error(), version, decided is not None))
                 continue
             if throttled and (name, p.partition) in throttled:  # the leader throttle: no records, the offsets
                 parts.append(PartResp(partition_index=p.partition, error_code=0, high_watermark=plog.high_watermark,
@@ -148,9 +281,11 @@ def _build(node, resolved, body: FetchRequest, version: int, deadline: float, de
 
     def assemble() -> tuple[FetchResponse, int]:
         return FetchResponse(error_code=0, session_id=0, responses=topics), _keep(
-            node, resolved, slots, max_bytes, committed, version)
+            node, resolved, slots, max_bytes, committed, version, follower)
 
-    pending = (work.run(lambda items: _read_all(items, max_bytes, manager, follower),
+    first_slot = slots[0] if first is not None and slots and slots[0][2] is first else None
+    pending = (work.run(lambda items: _read_all(items, max_bytes if items[0] is first_slot else max(max_bytes, 0),
+                                                manager, follower),
                         max(deadline - time.monotonic(), MIN_DIR_WAIT_S), cached_first=True,
                         then=assemble if later else None, later=later) if work else None)
     if pending is None:
@@ -187,6 +322,12 @@ def _read_all(items, max_bytes: int, manager, follower: bool = False) -> list:
             plog = plog.current()
         try:
             budget = min(p.partition_max_bytes, remaining)
+            remaining = max(remaining, 0)  # a negative max_bytes is the first partition's only (Kafka's limitBytes)
+            if budget < 0 and plog.log_start_offset <= p.fetch_offset < min(
+                    plog.log_end_offset, plog.log_end_offset if limit is None else limit):
+                # Kafka's LogSegment.read refuses a negative size once there are records to read: the partition
+                # answers UNKNOWN_SERVER_ERROR (ReplicaManager.readFromLog's catch-all).
+                raise ValueError(f"Invalid max size {budget} for the read of {plog.name} at {p.fetch_offset}")
             if budget <= 0 and total > 0:
                 out.append(([], plog.high_watermark, plog.log_start_offset))
                 continue
@@ -199,7 +340,9 @@ def _read_all(items, max_bytes: int, manager, follower: bool = False) -> list:
                 got = _small_read(plog, p.fetch_offset, budget)
                 size = len(got[0]) if got[0].__class__ is bytes else sum(r.count for r in got[0])
             else:
-                result = plog.read(p.fetch_offset, max(budget, 1), max_offset=limit)
+                # At least one batch only until a partition has given records (Kafka's minOneMessage), so a
+                # batch over partition_max_bytes waits for a fetch where its partition is the first with data.
+                result = plog.read(p.fetch_offset, max(budget, 1), max_offset=limit, min_one_batch=not total)
                 size = sum(len(r) for r in result.regions)
                 got = (result.regions, result.high_watermark, result.log_start_offset)
         except WouldBlock:
@@ -209,7 +352,7 @@ def _read_all(items, max_bytes: int, manager, follower: bool = False) -> list:
             out.append(e)
             continue
         total += size
-        remaining -= size
+        remaining = max(remaining - size, 0)
         out.append(got)
     return out
 
@@ -227,7 +370,12 @@ def _small_read(plog, fetch_offset: int, budget: int):
     The regions are read first, with the follower's whole budget, and copied only when small: a follower that
     is behind pays no read it then throws away. A small read is everything the budget allows up to the log end
     (the read stops only at the end, at the budget or at a batch that does not fit it), so its bytes are what
-    the regions would have sent."""
+    the regions would have sent. A caught-up follower's read starts where one of the last appends began or
+    ended and goes to the log end: read in one pread, with no index lookup or header scan
+    (PartitionLog.read_to_end)."""
+    recent = plog.read_to_end(fetch_offset, min(budget, SMALL_FOLLOWER_READ))
+    if recent is not None:
+        return recent
     result = plog.read(fetch_offset, max(budget, 1))
     regions = result.regions
     if sum(r.count for r in regions) > SMALL_FOLLOWER_READ:
@@ -255,7 +403,7 @@ def _close_reads(results: list) -> None:
                 r.close()
 
 
-def _keep(node, resolved, slots, max_bytes: int, committed: bool, version: int) -> int:
+def _keep(node, resolved, slots, max_bytes: int, committed: bool, version: int, follower: bool) -> int:
     """Turn each read into its partition's answer, in request order, keeping what fits in the response."""
     remaining = max_bytes
     total = 0
@@ -264,12 +412,14 @@ def _keep(node, resolved, slots, max_bytes: int, committed: bool, version: int) 
         if got is _NOT_READ:
             got = ([], plog.high_watermark, plog.log_start_offset)
         elif isinstance(got, BaseException):
-            parts[i] = _failed_part(node, plog.topic, p, got, version)
+            parts[i] = _failed_part(node, plog.topic, p, got, version, follower)
             continue
         regions, hw, lso = got  # file regions, or bytes read by a degraded dir
         size = len(regions) if regions.__class__ is bytes else sum(len(r) for r in regions)
-        if regions and total > 0 and size > remaining:
-            _close_reads([got])  # read by another dir at the same time, past the response's budget: next fetch
+        if regions and total > 0 and (size > remaining or (not follower and size > p.partition_max_bytes)):
+            # Read by another dir at the same time, past the response's budget, or (a consumer's, as Kafka's
+            # minOneMessage) a first batch over its partition's budget while an earlier partition gave records.
+            _close_reads([got])
             regions, size = [], 0
         total += size
         remaining -= size
@@ -279,10 +429,12 @@ def _keep(node, resolved, slots, max_bytes: int, committed: bool, version: int) 
     return total
 
 
-def _failed_part(node, name: str, p, e: BaseException, version: int) -> PartResp:
+def _failed_part(node, name: str, p, e: BaseException, version: int, follower: bool) -> PartResp:
+    """A partition's error answer.  OFFSET_OUT_OF_RANGE carries the offsets to a follower (kjbod's fetcher
+    truncates or restarts from them); a consumer gets -1 for them, as from Kafka (createLogReadResult)."""
     code = getattr(e, "error_code", ErrorCode.UNKNOWN_SERVER_ERROR)
     part = _error_part(p.partition, code, version)
-    if code == ErrorCode.OFFSET_OUT_OF_RANGE:
+    if code == ErrorCode.OFFSET_OUT_OF_RANGE and follower:
         try:
             plog = node.partition_log(name, p.partition)
             part.high_watermark = plog.high_watermark
@@ -310,7 +462,7 @@ def handle(node, request, body: FetchRequest):
     if follower >= 0 and request.ctx.listener_kind != "controller":
         if node.topic_stats is not None:
             node.topic_stats.requests.follower_fetch()
-        if (request.api_version < 7 or (body.session_id == 0 and body.session_epoch <= 0)) \
+        if not _continues_session(body, request.api_version) and body.isolation_level in ISOLATION_LEVELS \
                 and not replication.leader_throttling(node):
             return _FollowerFetch(node, body, request.api_version, follower).answer()
     return _serve(node, request, body, follower)
@@ -320,33 +472,37 @@ async def _serve(node, request, body: FetchRequest, follower: int) -> FetchRespo
     v = request.api_version
     if request.ctx.listener_kind == "controller":  # brokers following the metadata log (KRaft observers)
         return await node.metadata_fetch.fetch(body, v)
-    if v >= 7 and (body.session_id != 0 or body.session_epoch > 0):
+    if _continues_session(body, v):
         return FetchResponse(error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND, session_id=0)
     resolved = _resolve(node, body, v)
+    if body.isolation_level not in ISOLATION_LEVELS and (refused := _isolation_refused(node, resolved, body, v)):
+        return refused
     decided = replication.prepare_follower_fetch(node, resolved, body, v, follower) if follower >= 0 else None
     # Like Kafka, a fetch that asks for no partitions needs no data and is answered at once, and so is every
     # fetch once the node is shutting down (a long poll must not hold up a SIGTERM).
     wants_nothing = not any(t.partitions for t in body.topics)
     deadline = time.monotonic() + (0 if wants_nothing else max(body.max_wait_ms, 0) / 1000.0)
+    min_bytes = min(body.min_bytes, body.max_bytes)  # Kafka's fetchMinBytes; 0 or less answers at once
     while True:
         # Look before reading: reading hands out file regions that must be closed if we then decide to wait.
         if node.stopping:
             deadline = 0.0
         throttled = replication.leader_throttled(node, resolved, follower) if follower >= 0 else frozenset()
-        if _has_data(node, resolved, body, decided, throttled) or time.monotonic() >= deadline:
+        if min_bytes <= 0 or _has_data(node, resolved, body, decided, throttled, leader_only=v < 11) \
+                or time.monotonic() >= deadline:
             built = _build(node, resolved, body, v, deadline, decided, throttled)
             resp, total = built if built.__class__ is tuple else await built
-            if total >= body.min_bytes or time.monotonic() >= deadline or not _only_data(resp):
+            if total >= min_bytes or time.monotonic() >= deadline or not _only_data(resp):
                 if node.topic_stats is not None:  # the metrics endpoint's counters (kjbod.metrics)
                     _count(node.topic_stats, resolved, resp, follower >= 0)
                 if follower >= 0:
                     replication.leader_sent(node, resolved, resp)
                     if trace.ON:
                         _trace_answer(node, resolved, follower)
+                if v >= 16 and not _only_data(resp):
+                    _point_at_leaders(node, resolved, resp, request.ctx.listener_name)
                 return resp
             close_regions(resp)
-        # A follower waits for appends only; a HW move (every acks=all answer) would wake it for nothing.
-        arrived = node.append_event() if decided is None else node.log_end_event()
         timeout = deadline - time.monotonic()
         if throttled:  # held back by the leader throttle: looked at again once the quota allows them
             timeout = min(timeout, replication.leader_throttle_wait_s(node))
@@ -354,19 +510,34 @@ async def _serve(node, request, body: FetchRequest, follower: int) -> FetchRespo
             continue
         if follower >= 0 and trace.ON:
             trace.event("ff_parked", follower)
-        await wait_event(arrived, timeout)  # no task per parked fetch (kjbod.net.tasks)
+        # Parked on its own partitions: woken by their appends (a consumer also by their HW moves; a follower
+        # not: a HW move, every acks=all answer, would wake it for nothing).
+        arrived = asyncio.Event()
+        wake, keys, parked = arrived.set, _keys(resolved), node.parked_fetches
+        parked.park(keys, wake, follower=decided is not None)
+        try:
+            await wait_event(arrived, timeout)  # no task per parked fetch (kjbod.net.tasks)
+        finally:
+            parked.unpark(keys, wake, follower=decided is not None)
+
+
+def _keys(resolved) -> list[tuple[str, int]]:
+    """The partitions a fetch parks on (those of topics this broker knows)."""
+    return [(name, p.partition) for name, t in resolved if name is not None for p in t.partitions]
 
 
 class _FollowerFetch:
     """A follower's fetch on the leader (Kafka's DelayedFetch), answered by callbacks: at once when there is
-    something to send, else parked until the next append (node.at_log_end) or its max_wait_ms, then answered in
-    the callback that woke it, with the reads of dirs whose workers are busy completed by their callbacks too.
+    something to send, else parked until the next append to one of its partitions (node.parked_fetches) or its
+    max_wait_ms, then answered in the callback that woke it, with the reads of dirs whose workers are busy
+    completed by their callbacks too.
     It returns the response, or a Later (kjbod.wire.handler) of it: no task, timeout scope or event wait per
     fetch, and no loop pass between the append and the answer's encoding (the connection writes it with the
     other replies of that pass).  What `_serve` does for any fetch, minus the leader throttle: a fetch that meets
     an active throttle goes there."""
 
-    __slots__ = ("node", "body", "version", "follower", "resolved", "decided", "deadline", "later", "timer")
+    __slots__ = ("node", "body", "version", "follower", "resolved", "decided", "deadline", "later", "timer", "keys",
+                 "single")
 
     def __init__(self, node, body: FetchRequest, version: int, follower: int) -> None:
         self.node = node
@@ -380,12 +551,20 @@ class _FollowerFetch:
         self.deadline = time.monotonic() + wait_s
         self.later = Later()  # what the connection gets when the answer is not ready at once
         self.timer: asyncio.TimerHandle | None = None
+        self.keys: list[tuple[str, int]] | None = None  # the partitions it parks on, once it parks
+        self.single = _single(node, self.resolved, self.decided)
 
     def answer(self):
         """The response when it is ready now, else self.later, which gets it."""
         node, body = self.node, self.body
         if node.stopping:  # a long poll must not hold up a SIGTERM
             self.deadline = 0.0
+        if self.single is not None:
+            resp = self._answer_single(self.single)
+            if resp is _PARK:
+                return self._park()
+            if resp is not None:
+                return resp
         if _has_data(node, self.resolved, body, self.decided) or time.monotonic() >= self.deadline:
             built = _build(node, self.resolved, body, self.version, self.deadline, self.decided, later=True)
             if built.__class__ is not tuple:  # read by dirs' workers: answered by their callback
@@ -394,11 +573,64 @@ class _FollowerFetch:
             resp = self._complete(*built)
             if resp is not None:
                 return resp
-        node.at_log_end(self._woken)
+        return self._park()
+
+    def _park(self):
+        node = self.node
+        node.parked_fetches.park(self._parked_on(), self._woken, follower=True)
         self.timer = asyncio.get_running_loop().call_later(max(self.deadline - time.monotonic(), 0.0), self._woken)
         if trace.ON:
             trace.event("ff_parked", self.follower)
         return self.later
+
+    def _answer_single(self, single: tuple) -> Any:
+        """The answer to a fetch of one partition whose checks passed (the replica fetcher's usual fetch: one
+        leader's partition), read straight from the page cache on the loop: the response, _PARK to wait, or
+        None for the general way (anything else: a closed or offline log, a busy, slow or faulty dir, a read
+        that would wait for the disk or fails). What the general way answers for the same fetch, without its
+        per-dir hand-off machinery."""
+        plog, p, name = single
+        if plog.closed or not plog.io.online:
+            return None
+        if p.fetch_offset == plog.log_end_offset and time.monotonic() < self.deadline:
+            return _PARK
+        manager = self.node.logs.manager
+        log_dir = plog.log_dir
+        worker = manager.worker(log_dir)
+        if (worker is None or not worker.idle() or fsio.FAULTS.active or not worker.io.online
+                or manager.dir_degraded(log_dir)):
+            return None
+        body = self.body
+        try:
+            with fsio.no_waiting():
+                records, hw, lso = _small_read(plog, p.fetch_offset, min(p.partition_max_bytes, body.max_bytes))
+        except Exception:  # WouldBlock, or a failure the general way reports
+            return None
+        size = len(records) if records.__class__ is bytes else sum(r.count for r in records)
+        if size < body.min_bytes and time.monotonic() < self.deadline:
+            if records.__class__ is not bytes:
+                _close_regions(records)
+            return _PARK
+        t = self.resolved[0][1]
+        v13 = self.version >= 13
+        resp = FetchResponse(error_code=0, session_id=0, responses=[TopicResp(
+            topic="" if v13 else t.topic, topic_id=t.topic_id if v13 else ZERO_UUID, partitions=[PartResp(
+                partition_index=p.partition, error_code=0, high_watermark=hw, last_stable_offset=hw,
+                log_start_offset=lso, aborted_transactions=[] if body.isolation_level == READ_COMMITTED else None,
+                records=records if size else b"")])])
+        node = self.node
+        if node.topic_stats is not None:  # the metrics endpoint's counters (kjbod.metrics): as _count
+            node.topic_stats.fetched(name, 0, 0)
+        replication.leader_sent(node, self.resolved, resp)
+        if trace.ON:
+            _trace_answer(node, self.resolved, self.follower)
+        return resp
+
+    def _parked_on(self) -> list[tuple[str, int]]:
+        keys = self.keys
+        if keys is None:
+            keys = self.keys = _keys(self.resolved)
+        return keys
 
     def _complete(self, resp: FetchResponse, total: int) -> FetchResponse | None:
         """The response once read, counted; None (its regions closed) when it must wait for more."""
@@ -415,7 +647,7 @@ class _FollowerFetch:
 
     def _woken(self) -> None:
         """The next append, or the fetch's max_wait_ms: look again (in that callback)."""
-        self.node.cancel_at_log_end(self._woken)
+        self.node.parked_fetches.unpark(self._parked_on(), self._woken, follower=True)
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
@@ -452,6 +684,28 @@ class _FollowerFetch:
             later.resolve(result)
 
 
+_PARK = object()  # _FollowerFetch._answer_single: wait for an append
+
+
+def _single(node, resolved, decided: dict) -> tuple | None:
+    """(log, partition request, topic name) of a follower's fetch of exactly one partition that passed its checks
+    (see _FollowerFetch._answer_single), else None."""
+    if decided or len(resolved) != 1:
+        return None
+    name, t = resolved[0]
+    if name is None or len(t.partitions) != 1:
+        return None
+    p = t.partitions[0]
+    try:
+        plog = node.partition_log(name, p.partition)
+    except Exception:
+        return None
+    manager = getattr(node.logs, "manager", None)
+    if manager is None or manager.worker(plog.log_dir) is None:  # no workers: the general way reads inline
+        return None
+    return plog, p, name
+
+
 def _trace_answer(node, resolved, follower: int) -> None:
     """KJBOD_TRACE: a follower's answer leaves, with its first partition's log end (what it could carry)."""
     for name, t in resolved:
@@ -474,5 +728,33 @@ def _count(stats, resolved, resp: FetchResponse, follower: bool) -> None:
                           if records.__class__ is list and not follower else 0)
 
 
+_MOVED = (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH)
+
+
+def _point_at_leaders(node, resolved, resp: FetchResponse, listener: str) -> None:
+    """Fetch v16+ (KIP-951), as Kafka's KafkaApis.handleFetchRequest: a partition answered NOT_LEADER_OR_FOLLOWER
+    or FENCED_LEADER_EPOCH names the leader and leader epoch this broker knows (CurrentLeader), and the response
+    carries that leader's endpoint on the request's listener when it is alive (NodeEndpoints): the client moves
+    to it without a metadata round trip."""
+    image = node.metadata
+    endpoints: dict[int, NodeEndpoint] = {}
+    for (name, _t), topic in zip(resolved, resp.responses, strict=True):
+        if name is None:
+            continue
+        known = image.topic(name)
+        for p in topic.partitions:
+            if p.error_code not in _MOVED:
+                continue
+            info = known.partitions.get(p.partition_index) if known is not None else None
+            if info is None:
+                continue  # -1, -1: no leader known
+            p.current_leader = LeaderIdAndEpoch(leader_id=info.leader, leader_epoch=info.leader_epoch)
+            broker = image.brokers.get(info.leader)
+            if broker is not None and not broker.fenced and (e := broker.endpoint(listener)) is not None:
+                endpoints[info.leader] = NodeEndpoint(node_id=info.leader, host=e.host, port=e.port, rack=broker.rack)
+    resp.node_endpoints = list(endpoints.values())
+
+
 def _only_data(resp: FetchResponse) -> bool:
-    return all(p.error_code == 0 for t in resp.responses for p in t.partitions)
+    """No partition answers an error or a DivergingEpoch (Kafka answers those at once, whatever min_bytes)."""
+    return all(p.error_code == 0 and p.diverging_epoch.end_offset < 0 for t in resp.responses for p in t.partitions)

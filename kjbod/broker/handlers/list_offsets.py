@@ -19,12 +19,17 @@ watermark is below the offset its epoch started at, a consumer's latest offset, 
 below the high watermark, answer OFFSET_NOT_AVAILABLE (LEADER_NOT_AVAILABLE before v5), as Kafka: the client
 retries rather than see the high watermark go back.
 
+An isolation level other than 0 and 1 (v2+) in a request naming some topic makes Kafka's
+ListOffsetsRequest.isolationLevel throw: its error response, every partition named UNKNOWN_SERVER_ERROR.
+
 Bad input, as Kafka's ReplicaManager.fetchOffset: a partition named twice is answered once, INVALID_REQUEST; a
 CurrentLeaderEpoch (v4+) older than this broker's is FENCED_LEADER_EPOCH, newer UNKNOWN_LEADER_EPOCH (checked
 before leadership: kjbod.broker.handlers.leader_epoch_check).
 """
 
 from __future__ import annotations
+
+import structlog
 
 from kjbod.broker.dir_work import DirWork
 from kjbod.broker.handlers.leader_epoch_check import checked_log
@@ -36,6 +41,9 @@ from kjbod.protocol.generated.list_offsets_response import ListOffsetsTopicRespo
 
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
 CONSUMER, DEBUGGING = -1, -2
+ISOLATION_LEVELS = (0, 1)
+
+log = structlog.get_logger("kjbod.list_offsets")
 
 
 # A timestamp lookup reads the partition's time index and batch headers on its dir's worker: a request without
@@ -119,6 +127,12 @@ def _search(items, version: int) -> list[PartResp]:
 @api(ListOffsetsRequest)
 def handle(node, request, body: ListOffsetsRequest):
     version = request.api_version
+    if body.isolation_level not in ISOLATION_LEVELS and body.topics:
+        log.warning("list_offsets_refused", reason=f"Unknown isolation level {body.isolation_level}",
+                    answer="UNKNOWN_SERVER_ERROR")
+        return ListOffsetsResponse(topics=[TopicResp(name=t.name, partitions=[
+            PartResp(partition_index=p.partition_index, error_code=ErrorCode.UNKNOWN_SERVER_ERROR)
+            for p in t.partitions]) for t in body.topics])
 
     def fill(slot, resp: PartResp) -> None:
         slot[0][slot[1]] = resp

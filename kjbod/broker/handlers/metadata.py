@@ -13,6 +13,12 @@ ISR and offline replicas (Kafka's: on unregistered or fenced brokers, brokers wi
 the metadata says is offline; and this broker's own replica when its dir failed here, KIP-858).  A partition
 without a leader, whose leader has no endpoint for this listener, or led by this broker from a dir that failed
 here, answers LEADER_NOT_AVAILABLE with leader -1.
+
+The topics asked for, as Kafka's KafkaApis.handleTopicMetadataRequest reads them: a set, so a topic named twice
+is answered once (in the order first named here; Kafka's set has no order); from v12, a request naming some topic
+id is answered for its ids only (unknown ones first, UNKNOWN_TOPIC_ID; its entries by name are not answered); a
+v10-11 request naming a topic id or a null name is refused as a whole (MetadataRequest.getErrorResponse: each
+topic named INVALID_REQUEST, no brokers).
 """
 
 from __future__ import annotations
@@ -76,17 +82,25 @@ async def handle(node, request, body: MetadataRequest) -> MetadataResponse:
     wanted = body.topics
     if wanted is None or (v == 0 and not wanted):
         topics = [describe_topic(node, t, listener) for t in sorted(image.topics(), key=lambda t: t.name)]
+    elif v < 12 and any(req.name is None or req.topic_id != ZERO_UUID for req in wanted):
+        return MetadataResponse(topics=[Topic(error_code=ErrorCode.INVALID_REQUEST, name=req.name or "",
+                                              topic_id=req.topic_id) for req in wanted])
+    elif any(req.topic_id != ZERO_UUID for req in wanted):
+        found = {i: image.topic_by_id(i) for i in dict.fromkeys(r.topic_id for r in wanted if r.topic_id != ZERO_UUID)}
+        topics = [Topic(error_code=ErrorCode.UNKNOWN_TOPIC_ID, name=None, topic_id=i)
+                  for i, t in found.items() if t is None]
+        topics += [describe_topic(node, t, listener) for t in found.values() if t is not None]
     else:
         topics = []
         collisions: dict[str, str] | None = None  # built on first use: most requests never auto-create
         auto_create = node.config_auto_create_topics and (body.allow_auto_topic_creation or v < 4)
+        named: set[str | None] = set()
         for req in wanted:
-            if req.name is None or (v >= 10 and req.name == "" and req.topic_id != ZERO_UUID):
-                topic = image.topic_by_id(req.topic_id) if req.topic_id != ZERO_UUID else None
-                if topic is None:
-                    topics.append(Topic(error_code=ErrorCode.UNKNOWN_TOPIC_ID, name=None, topic_id=req.topic_id))
-                else:
-                    topics.append(describe_topic(node, topic, listener))
+            if req.name in named:
+                continue
+            named.add(req.name)
+            if req.name is None:
+                topics.append(Topic(error_code=ErrorCode.UNKNOWN_TOPIC_ID, name=None, topic_id=req.topic_id))
                 continue
             problem = topic_name_problem(req.name)
             if problem:

@@ -76,6 +76,7 @@ def handle(node, request, body: ProduceRequest):
             return
         slot[0][slot[1]] = resp
         replication.appended(node, topic, pd.index)
+        node.notify_append(topic, pd.index)  # the fetches parked on this partition look again
         if node.topic_stats is not None:  # the metrics endpoint's counters (kjbod.metrics)
             node.topic_stats.produced(topic, len(pd.records), records)
         if acks == -1 and replication.needs_replication(node, topic, pd.index, end):
@@ -91,7 +92,7 @@ def handle(node, request, body: ProduceRequest):
             resp = _failed(slot[2], pd, e, v)
         slot[0][slot[1]] = resp
 
-    work = DirWork(node, fill, fail, answered=node.notify_append)  # long polls wake as each dir appends
+    work = DirWork(node, fill, fail)
     big = False
     for td in body.topic_data:
         parts: list[PartResp | None] = []

@@ -68,7 +68,8 @@ _BACK_OFF = frozenset({ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_LEADE
                        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.UNKNOWN_TOPIC_ID,
                        ErrorCode.REPLICA_NOT_AVAILABLE})
 _DROP = frozenset({ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.KAFKA_STORAGE_ERROR})
-_TRUNCATED, _APPENDED, _NOTHING = "truncated", "appended", "nothing"  # what applying an answer did to the log
+# what applying an answer did to the log: truncated it, appended records, only moved its high watermark, nothing
+_TRUNCATED, _APPENDED, _HW_MOVED, _NOTHING = "truncated", "appended", "hw moved", "nothing"
 
 
 @dataclass(slots=True)
@@ -80,6 +81,7 @@ class FetchState:
     leader_end_offset: int = -1  # the leader's HW as last heard: how far behind this follower is
     dropped: bool = False
     in_flight: bool = False  # its last answer is being applied on its dir's worker: not fetched meanwhile
+    log: Any = None  # its local log as last looked up (looked up again once closed or offline: _log)
 
 
 class Fetcher:
@@ -99,6 +101,7 @@ class Fetcher:
         self._task: asyncio.Task[None] | None = None
         self._held_ms = LONG_WAIT_MS  # how long the last request's throttled partitions wait for their quota
         self._template = Template()  # the last fetch's bytes, patched for the next (kjbod.net.fetch_fast)
+        self._picked: tuple[ClientConnection, int] | None = None  # the connection and its Fetch version
 
     @property
     def node(self) -> Any:
@@ -136,6 +139,21 @@ class Fetcher:
         if self._handoff is not None:
             self._try_send()
 
+    def _log(self, s: FetchState) -> Any:
+        """The partition's local log when online (ReplicaManager._local_log), kept in its state between fetches:
+        a log that a delete, a failed dir or a KIP-113 swap takes away is closed or offline, and looked up again."""
+        plog = s.log
+        if plog is None or plog.closed or not plog.io.online:
+            plog = s.log = self.manager._local_log(s.topic, s.partition)
+        return plog
+
+    def _version(self, conn: ClientConnection) -> int:
+        """The Fetch version for `conn`, picked once per connection (its peer's ranges do not change)."""
+        picked = self._picked
+        if picked is None or picked[0] is not conn:
+            picked = self._picked = (conn, conn.pick_version(FETCH, MIN_FETCH_VERSION))
+        return picked[1]
+
     def ready(self, now: float) -> list[FetchState]:
         """The partitions the next fetch asks for: not dropped, not backing off, none still on its worker."""
         return [s for s in self.partitions.values() if not s.dropped and not s.in_flight and s.delayed_until <= now]
@@ -161,7 +179,7 @@ class Fetcher:
             outcome: Any
             try:
                 conn = await self._connection()
-                version = conn.pick_version(FETCH, MIN_FETCH_VERSION)
+                version = self._version(conn)
                 request = self._request(ready, version)
                 if request is None:
                     trace.event("fetch_held", self.leader_id)
@@ -262,7 +280,7 @@ class Fetcher:
                 return
             loop = asyncio.get_running_loop()
             ready = self.ready(loop.time())
-            version = conn.pick_version(FETCH, MIN_FETCH_VERSION)
+            version = self._version(conn)
             request = self._request(ready, version) if ready else None
             if request is None:  # nothing to ask for now, or the throttle holds it all: the task waits
                 self._give_back(None)
@@ -352,9 +370,8 @@ class Fetcher:
         image = self.node.metadata
         entries = []
         held = False
-        local_log = self.manager._local_log
         for s in ready:
-            plog = local_log(s.topic, s.partition)
+            plog = self._log(s)
             topic = image.topic(s.topic)
             if plog is None or topic is None:
                 s.dropped = True
@@ -399,7 +416,7 @@ class Fetcher:
                 s = self.partitions.get((name, part.partition_index))
                 if s is None or s.dropped or s.in_flight:
                     continue
-                plog = self.manager._local_log(name, part.partition_index)
+                plog = self._log(s)
                 if plog is None:
                     s.dropped = True
                     continue
@@ -482,9 +499,13 @@ class Fetcher:
         if outcome == _TRUNCATED:
             return
         if outcome == _APPENDED:
-            self.node.notify_append()
+            self.node.notify_append(s.topic, s.partition)
             # the follower quota counts what was appended (on the loop: the quota is the loop's)
             self.manager.follower_appended(s.topic, s.partition, len(part.records))
+        elif outcome == _HW_MOVED:
+            # a consumer may read this follower up to its high watermark (Fetch v11+): its long poll looks again,
+            # as Kafka's fetcher completes the delayed fetches of partitions whose high watermark moved
+            self.node.notify_high_watermark(s.topic, s.partition)
         if part.high_watermark >= 0:
             s.leader_end_offset = part.high_watermark
 
@@ -508,12 +529,14 @@ class Fetcher:
         data = part.records
         if data:
             plog.append_as_follower(bytes(data) if not isinstance(data, bytes | bytearray | memoryview) else data)
-        leo = plog.log_end_offset
+        leo, hw = plog.log_end_offset, plog.high_watermark
         if part.high_watermark >= 0:
             plog.high_watermark = min(part.high_watermark, leo)
         if part.log_start_offset > plog.log_start_offset:
             plog.advance_log_start_offset(min(part.log_start_offset, plog.high_watermark))
-        return _APPENDED if data else _NOTHING
+        if data:
+            return _APPENDED
+        return _HW_MOVED if plog.high_watermark != hw else _NOTHING
 
     def _truncate_on_divergence(self, s: FetchState, plog: Any, epoch: int, end_offset: int) -> None:
         leo = plog.log_end_offset

@@ -2,9 +2,9 @@
 the handlers stay about their APIs.
 
 * Fetch from a follower (replica id ≥ 0): `prepare_follower_fetch` runs the leader's checks for each partition
-  before the read and records the follower's position (manager.check_follower_fetch / follower_fetched); the
-  partitions it answers (errors, DivergingEpoch) are not read.  Followers read up to the LEO; consumers up to
-  the HW.
+  before the read and records the follower's position (manager.follower_fetch: check_follower_fetch, then
+  follower_fetched when it passes); the partitions it answers (errors, DivergingEpoch) are not read.  Followers
+  read up to the LEO; consumers up to the HW.
 * Throttles: `leader_throttled` names the partitions a follower gets no records for now (outside the ISR,
   throttled, the leader quota exceeded); they do not count as data for the long poll, which looks again as
   soon as the quota allows them (`leader_throttle_wait_s`) rather than at the end of its wait; `leader_sent`
@@ -46,8 +46,8 @@ def prepare_follower_fetch(node: Any, resolved: list[tuple[str | None, Any]], bo
             if manager is None:
                 out[(name, p.partition)] = _part(p.partition, ErrorCode.NOT_LEADER_OR_FOLLOWER)
                 continue
-            check = manager.check_follower_fetch(name, p.partition, replica_id, epoch, p.current_leader_epoch,
-                                                 p.fetch_offset, p.last_fetched_epoch)
+            check = manager.follower_fetch(name, p.partition, replica_id, epoch, p.current_leader_epoch,
+                                           p.fetch_offset, p.last_fetched_epoch)
             if check.error_code or check.diverging is not None:
                 code = check.error_code
                 if code == ErrorCode.KAFKA_STORAGE_ERROR and version < 6:  # as Kafka maps it for old versions
@@ -60,8 +60,6 @@ def prepare_follower_fetch(node: Any, resolved: list[tuple[str | None, Any]], bo
                 if check.diverging is not None:
                     part.diverging_epoch = EpochEndOffset(epoch=check.diverging[0], end_offset=check.diverging[1])
                 out[(name, p.partition)] = part
-                continue
-            manager.follower_fetched(name, p.partition, replica_id, epoch, p.fetch_offset)
     return out
 
 

@@ -74,6 +74,9 @@ class FetchCheck:
     diverging: tuple[int, int] | None = None  # (epoch, end offset)
 
 
+_PASSED = FetchCheck()  # a follower's fetch that may be read (shared: nobody changes a verdict)
+
+
 class DelayedProduce:
     """One acks=all request in the purgatory: a code per partition (None while it waits), and a future done
     once none waits, or at the request's timeout, which answers the rest: done with the codes, or with what
@@ -282,35 +285,54 @@ class ReplicaManager:
                              current_leader_epoch: int, fetch_offset: int, last_fetched_epoch: int) -> FetchCheck:
         """Kafka's checks on a follower's fetch of one partition, in its order (kraft-notes C.1): where the
         partition is hosted first (_hosting_error), then the epochs, the leadership and the follower."""
-        code = self._hosting_error(topic, partition)
-        if code:
-            return FetchCheck(code)
+        return self._check(topic, partition, replica_id, broker_epoch, current_leader_epoch, fetch_offset,
+                           last_fetched_epoch)[0]
+
+    def follower_fetch(self, topic: str, partition: int, replica_id: int, broker_epoch: int,
+                       current_leader_epoch: int, fetch_offset: int, last_fetched_epoch: int) -> FetchCheck:
+        """check_follower_fetch, then follower_fetched when the fetch passed: the Fetch handler's one call per
+        partition of a follower's fetch, with the partition's log and state looked up once."""
+        check, state, plog = self._check(topic, partition, replica_id, broker_epoch, current_leader_epoch,
+                                         fetch_offset, last_fetched_epoch)
+        if check is _PASSED:
+            self._fetched(state, plog, replica_id, broker_epoch, fetch_offset)
+        return check
+
+    def _check(self, topic: str, partition: int, replica_id: int, broker_epoch: int, current_leader_epoch: int,
+               fetch_offset: int, last_fetched_epoch: int) -> tuple[FetchCheck, Any, Any]:
+        """(verdict, the leader's state, the log): see check_follower_fetch; the verdict is _PASSED when the
+        fetch may be read."""
+        logs = getattr(self.node, "logs", None)
+        plog = logs.manager.find(topic, partition) if logs is not None else None
+        if plog is None or not plog.online:
+            code = self._hosting_error(topic, partition)
+            if code:
+                return FetchCheck(code), None, None
         state = self.states.get((topic, partition))
         if state is None or state.role != LEADER:
-            return FetchCheck(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+            return FetchCheck(ErrorCode.NOT_LEADER_OR_FOLLOWER), None, None
         if current_leader_epoch >= 0:
             if current_leader_epoch < state.leader_epoch:
-                return FetchCheck(ErrorCode.FENCED_LEADER_EPOCH)
+                return FetchCheck(ErrorCode.FENCED_LEADER_EPOCH), None, None
             if current_leader_epoch > state.leader_epoch:
-                return FetchCheck(ErrorCode.UNKNOWN_LEADER_EPOCH)
+                return FetchCheck(ErrorCode.UNKNOWN_LEADER_EPOCH), None, None
         if replica_id not in state.followers:
             return FetchCheck(ErrorCode.UNKNOWN_LEADER_EPOCH if current_leader_epoch >= 0
-                              else ErrorCode.NOT_LEADER_OR_FOLLOWER)
+                              else ErrorCode.NOT_LEADER_OR_FOLLOWER), None, None
         registration = self.node.metadata.brokers.get(replica_id)
         if broker_epoch != -1 and (registration is None or registration.epoch > broker_epoch):
-            return FetchCheck(ErrorCode.NOT_LEADER_OR_FOLLOWER)  # a stale broker epoch (KRaft fences it)
-        plog = self._local_log(topic, partition)
-        if plog is None:  # Kafka's Partition without a log
-            return FetchCheck(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+            return FetchCheck(ErrorCode.NOT_LEADER_OR_FOLLOWER), None, None  # a stale broker epoch (KRaft fences it)
+        if plog is None or not plog.online:  # Kafka's Partition without a log
+            return FetchCheck(ErrorCode.NOT_LEADER_OR_FOLLOWER), None, None
         if last_fetched_epoch >= 0:
             epoch, end = plog.leader_epochs.end_offset_for(last_fetched_epoch, plog.log_end_offset)
             if epoch < 0:
-                return FetchCheck(ErrorCode.OFFSET_OUT_OF_RANGE)
+                return FetchCheck(ErrorCode.OFFSET_OUT_OF_RANGE), None, None
             if epoch < last_fetched_epoch or end < fetch_offset:
-                return FetchCheck(diverging=(epoch, end))
+                return FetchCheck(diverging=(epoch, end)), None, None
         if fetch_offset < plog.log_start_offset or fetch_offset > plog.log_end_offset:
-            return FetchCheck(ErrorCode.OFFSET_OUT_OF_RANGE)
-        return FetchCheck()
+            return FetchCheck(ErrorCode.OFFSET_OUT_OF_RANGE), None, None
+        return _PASSED, state, plog
 
     def _hosting_error(self, topic: str, partition: int) -> int:
         """Kafka's ReplicaManager.getPartitionOrError, asked before a follower's fetch is looked at: 0 when the
@@ -331,11 +353,14 @@ class ReplicaManager:
     def follower_fetched(self, topic: str, partition: int, replica_id: int, broker_epoch: int,
                          fetch_offset: int) -> None:
         """After a good read for a follower: its fetch state, ISR expansion, the HW (kraft-notes C.1)."""
-        tp = (topic, partition)
-        state = self.states.get(tp)
+        state = self.states.get((topic, partition))
         plog = self._local_log(topic, partition)
         if state is None or state.role != LEADER or plog is None or replica_id not in state.followers:
             return
+        self._fetched(state, plog, replica_id, broker_epoch, fetch_offset)
+
+    def _fetched(self, state: PartitionState, plog: Any, replica_id: int, broker_epoch: int,
+                 fetch_offset: int) -> None:
         if trace.ON:
             trace.event("fetched_by", replica_id, fetch_offset)
         moved = state.update_follower(replica_id, fetch_offset, broker_epoch, plog.log_end_offset, self.clock())
@@ -400,7 +425,7 @@ class ReplicaManager:
         if trace.ON:
             trace.event("hw", hw, state.topic)
         self._complete_waiters(state, plog.high_watermark)
-        self.node.notify_high_watermark()  # consumers long-polling at the old HW may read now
+        self.node.notify_high_watermark(state.topic, state.partition)  # its consumers' long polls may read now
 
     def leader_appended(self, topic: str, partition: int) -> None:
         """After a leader append: with no follower in the ISR the HW may move at once."""

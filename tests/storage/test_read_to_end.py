@@ -1,0 +1,76 @@
+"""PartitionLog.read_to_end: a caught-up follower's read, from where one of the last appends began or ended to the
+log end, in one pread from the positions the appends left (no bytes kept). It answers exactly what read() up to
+the log end answers, or None where it cannot (then read() does): an offset no recent append began or ended at, a
+read across a roll, more than max_bytes, after a truncation, below the log start."""
+
+from __future__ import annotations
+
+from kjbod.storage import fsio
+from kjbod.storage.log import RECENT_ENDS
+from tests.storage.conftest import kp_batch
+
+
+def _to_end(plog, offset: int) -> bytes:
+    return plog.read_bytes(offset, 1 << 20)
+
+
+def test_from_each_recent_append_boundary_to_the_end_it_answers_what_read_answers(plog):
+    plog.append(kp_batch([b"a"]))
+    plog.roll()  # the appends below all go to one segment
+    starts = []
+    for i in range(5):
+        starts.append(plog.log_end_offset)
+        plog.append(kp_batch([b"v%d" % i, b"w%d" % i]))
+    for offset in starts:
+        got = plog.read_to_end(offset, 1 << 20)
+        assert got is not None
+        data, hw, log_start = got
+        assert data == _to_end(plog, offset) and data
+        assert (hw, log_start) == (plog.high_watermark, plog.log_start_offset)
+    assert plog.read_to_end(plog.log_end_offset, 1 << 20) is None  # nothing to read: read() answers that
+    assert plog.read_to_end(starts[1] + 1, 1 << 20) is None  # inside an append's batch: not a known position
+    assert plog.read_to_end(starts[0], len(_to_end(plog, starts[0])) - 1) is None  # more than max_bytes
+    with fsio.no_waiting():  # from the page cache on the loop, as the follower's fetch reads
+        assert plog.read_to_end(starts[-1], 1 << 20)[0] == _to_end(plog, starts[-1])
+
+
+def test_it_keeps_the_last_appends_only_and_never_reads_across_a_roll(plog):
+    first = plog.log_end_offset
+    for i in range(RECENT_ENDS + 4):
+        plog.append(kp_batch([b"%d" % i]))
+    assert plog.read_to_end(first, 1 << 20) is None  # forgotten: positions of the last RECENT_ENDS boundaries
+    assert len(plog._ends) <= RECENT_ENDS
+    before_roll = plog.log_end_offset
+    plog.roll()
+    plog.append(kp_batch([b"after"]))
+    assert plog.read_to_end(before_roll, 1 << 20)[0] == _to_end(plog, before_roll)  # began in the new segment
+    last = plog.log_end_offset
+    plog.append(kp_batch([b"x" * 100]))
+    plog.roll()
+    plog.append(kp_batch([b"y"]))
+    assert plog.read_to_end(last, 1 << 20) is None  # from the old segment to the new one: read() does it
+
+
+def test_a_followers_appends_are_known_and_a_truncation_forgets_them(plog):
+    plog.auto_high_watermark = False
+    for i in range(3):
+        batch = bytearray(kp_batch([b"f%d" % i]))
+        batch[0:8] = plog.log_end_offset.to_bytes(8, "big")  # the offsets the leader gave it
+        plog.append_as_follower(bytes(batch))
+    assert plog.read_to_end(1, 1 << 20)[0] == _to_end(plog, 1)
+    plog.truncate_to(2)
+    assert plog.read_to_end(1, 1 << 20) is None  # positions from before the truncation are gone
+    batch = bytearray(kp_batch([b"again"]))
+    batch[0:8] = (2).to_bytes(8, "big")
+    plog.append_as_follower(bytes(batch))
+    assert plog.read_to_end(2, 1 << 20)[0] == _to_end(plog, 2)
+
+
+def test_below_the_log_start_it_leaves_the_error_to_read(plog):
+    plog.roll()
+    start = plog.log_end_offset
+    plog.append(kp_batch([b"a"]))
+    plog.append(kp_batch([b"b"]))
+    plog.advance_log_start_offset(start + 1)
+    assert plog.read_to_end(start, 1 << 20) is None
+    assert plog.read_to_end(start + 1, 1 << 20)[0] == _to_end(plog, start + 1)
