@@ -40,6 +40,13 @@ from kjbod.wire.handler import Later
 Items = list[Any]
 
 
+def loop_may_read(manager: Any, log_dir: str, worker: Any) -> bool:
+    """Whether the event loop may try a read of ``log_dir`` itself (under fsio.no_waiting: page cache hits
+    only): its worker idle and online, the dir not slow, no injected faults. Otherwise the read is the worker's."""
+    return (worker.idle() and not fsio.FAULTS.active and worker.io.online
+            and not manager.dir_degraded(log_dir))
+
+
 class DirWork:
     def __init__(
         self,
@@ -76,8 +83,7 @@ class DirWork:
         handed: list[tuple[Any, Items]] = []
         for log_dir, items in self.by_dir.items():
             worker = manager.worker(log_dir) if manager is not None else None
-            if worker is not None and manager is not None and cached_first and worker.idle() \
-                    and not fsio.FAULTS.active and worker.io.online and not manager.dir_degraded(log_dir):
+            if cached_first and worker is not None and loop_may_read(manager, log_dir, worker):
                 try:
                     with fsio.no_waiting():
                         results = fn(items)

@@ -46,7 +46,7 @@ from typing import Any
 
 import structlog
 
-from kjbod.broker.dir_work import DirWork
+from kjbod.broker.dir_work import DirWork, loop_may_read
 from kjbod.broker.handlers.leader_epoch_check import checked_log
 from kjbod.broker.replication import hooks as replication
 from kjbod.broker.router import api
@@ -597,8 +597,7 @@ class _FollowerFetch:
         manager = self.node.logs.manager
         log_dir = plog.log_dir
         worker = manager.worker(log_dir)
-        if (worker is None or not worker.idle() or fsio.FAULTS.active or not worker.io.online
-                or manager.dir_degraded(log_dir)):
+        if worker is None or not loop_may_read(manager, log_dir, worker):
             return None
         body = self.body
         try:
