@@ -70,6 +70,12 @@ def test_bad_value_is_one_line_exit_2(tmp_path: Path) -> None:
     assert_one_line_error(kjbod("serve", "-c", str(config)), "num.partitions", "'three'", "integer")
 
 
+def test_fetch_max_bytes_below_1024_is_refused_at_start(tmp_path: Path) -> None:
+    """Kafka's fetch.max.bytes is atLeast(1024): the node does not start, and says which key and value."""
+    config = write_config(tmp_path / "server.properties", **{"fetch.max.bytes": "1023"})
+    assert_one_line_error(kjbod("serve", "-c", str(config)), "fetch.max.bytes", "'1023'", ">= 1024")
+
+
 def test_bad_override_is_one_line_exit_2(tmp_path: Path) -> None:
     config = write_config(tmp_path / "server.properties")
     assert_one_line_error(

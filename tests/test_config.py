@@ -126,6 +126,7 @@ def test_kafka_defaults() -> None:
     assert c.broker_heartbeat_interval_ms == 2000
     assert c.broker_session_timeout_ms == 9000
     assert c.replica_fetch_max_bytes == 1048576
+    assert c.fetch_max_bytes == 57671680  # 55 MiB
     assert c.log_dir_placement_policy == "most-usable"
     assert c.zero_copy is True
     assert c.listener_security_protocol_map["SSL"] == "SSL"
@@ -140,6 +141,7 @@ def test_values_are_converted() -> None:
         kjbod__zero__copy="false",
         log__flush__interval__ms="1000",
         num__replica__alter__log__dirs__threads="7",
+        fetch__max__bytes="1024",
     )
     assert c.num_partitions == 12
     assert c.auto_create_topics_enable is False
@@ -148,6 +150,7 @@ def test_values_are_converted() -> None:
     assert c.zero_copy is False
     assert c.log_flush_interval_ms == 1000
     assert c.num_replica_alter_log_dirs_threads == 7
+    assert c.fetch_max_bytes == 1024
 
 
 @pytest.mark.parametrize(
@@ -160,6 +163,8 @@ def test_values_are_converted() -> None:
         ("log.segment.bytes", "13", "an integer >= 14"),
         ("log.segment.bytes", "4294967296", "an integer >= 14"),  # does not fit Kafka's int
         ("socket.request.max.bytes", "0", "an integer >= 1"),
+        ("fetch.max.bytes", "1023", "an integer >= 1024"),  # Kafka's atLeast(1024)
+        ("fetch.max.bytes", "2147483648", "an integer >= 1024"),  # does not fit Kafka's int
         ("auto.create.topics.enable", "yes", "true or false"),
         ("kjbod.zero.copy", "1", "true or false"),
         ("log.dir.placement.policy", "random", "most-usable or fewest-partitions"),

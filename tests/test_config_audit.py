@@ -136,6 +136,10 @@ EFFECTS: dict[str, list[str]] = {
         "replica.fetch.max.bytes", "replica.fetch.min.bytes", "replica.fetch.wait.max.ms",
         "replica.fetch.response.max.bytes", "replica.fetch.backoff.ms", "replica.socket.timeout.ms",
         "num.replica.fetchers", "inter.broker.listener.name")},
+    "fetch.max.bytes": [
+        "tests/storage/test_fetch_max_bytes.py::test_a_consumers_fetch_carries_no_more_than_fetch_max_bytes",
+        "tests/replication/test_fetch_caps.py::test_a_followers_fetch_carries_no_more_than_fetch_max_bytes",
+        f"{LIVE}::test_fetch_max_bytes_caps_what_one_fetch_gives_a_consumer"],
     "replica.lag.time.max.ms": [f"{REPLICATION}::test_lag_time_and_min_isr_change_what_a_leader_does"],
     "min.insync.replicas": [f"{REPLICATION}::test_lag_time_and_min_isr_change_what_a_leader_does"],
     "unclean.leader.election.enable": [

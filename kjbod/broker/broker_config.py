@@ -151,6 +151,9 @@ BROKER_KEYS: dict[str, BrokerKey] = {k.name: k for k in [
               doc="Interval between broker heartbeats."),
     BrokerKey("broker.session.timeout.ms", INT, "broker_session_timeout_ms",
               doc="Time without heartbeat after which a broker is fenced."),
+    BrokerKey("fetch.max.bytes", INT, "fetch_max_bytes",
+              doc="The most record bytes a Fetch answer carries: a request's max_bytes above it is cut to it "
+                  "(a first batch over it is still sent whole)."),
     BrokerKey("replica.fetch.max.bytes", INT, "replica_fetch_max_bytes", doc="Bytes per partition per fetch."),
     BrokerKey("log.dir.placement.policy", STRING, "log_dir_placement_policy",
               doc="kjbod: where new partitions go (most-usable or fewest-partitions)."),

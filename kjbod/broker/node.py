@@ -89,6 +89,8 @@ class BrokerNode:
         self.config = config
         self._controller_factory = controller_factory
         self.node_id: int = config.node_id
+        # fetch.max.bytes, read once here: every Fetch on a broker listener caps its max_bytes at it.
+        self.fetch_max_bytes: int = config.fetch_max_bytes
         self.cluster_id: str = ""
         self.metadata: MetadataImage = EMPTY_IMAGE  # the current image; replaced whole by the publisher
         self.controller: Any = None  # kjbod.controller.QuorumController, built by the server layer

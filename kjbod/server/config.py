@@ -301,6 +301,8 @@ KEYS: dict[str, KeyDef] = {
         KeyDef("socket.request.max.bytes", _int(1), 104_857_600),
         KeyDef("broker.heartbeat.interval.ms", _int(1), 2000),
         KeyDef("broker.session.timeout.ms", _int(1), 9000),
+        KeyDef("fetch.max.bytes", _int(1024), 55 * 1024 * 1024,
+               "the most record bytes a Fetch answer carries, whatever the request's max_bytes asks (at least 1024)"),
         KeyDef("replica.fetch.max.bytes", _int(0), 1_048_576),
         KeyDef("replica.fetch.min.bytes", _int(1), 1),
         KeyDef("replica.fetch.wait.max.ms", _int(0), 500),
@@ -410,6 +412,7 @@ class ServerConfig:
     listener_security_protocol_map: Mapping[str, str] = field(default_factory=dict)
     inter_broker_listener_name: str | None = None
     replica_fetch_min_bytes: int = 1
+    fetch_max_bytes: int = 55 * 1024 * 1024
     replica_fetch_wait_max_ms: int = 500
     replica_fetch_response_max_bytes: int = 10 * 1024 * 1024
     replica_fetch_backoff_ms: int = 1000
@@ -772,6 +775,7 @@ def build_config(
         broker_session_timeout_ms=get("broker.session.timeout.ms"),
         replica_fetch_max_bytes=get("replica.fetch.max.bytes"),
         replica_fetch_min_bytes=get("replica.fetch.min.bytes"),
+        fetch_max_bytes=get("fetch.max.bytes"),
         replica_fetch_wait_max_ms=get("replica.fetch.wait.max.ms"),
         replica_fetch_response_max_bytes=get("replica.fetch.response.max.bytes"),
         replica_fetch_backoff_ms=get("replica.fetch.backoff.ms"),

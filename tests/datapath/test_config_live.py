@@ -146,3 +146,58 @@ def test_topic_deletion_disabled_default_replication_factor_and_compatibility_ke
     admin.close()
     logged = [line for line in server.stderr(200).splitlines() if "accepted with no effect" in line]
     assert len(logged) == 1 and "num.network.threads" in logged[0] and "offsets.topic.replication.factor" in logged[0]
+
+
+def test_fetch_max_bytes_caps_what_one_fetch_gives_a_consumer(kjbod_server_factory):
+    """fetch.max.bytes=1024 (the least Kafka allows): a kafka-python consumer asking for 50 MiB per fetch gets
+    no more than 1024 record bytes in any one answer (its own fetch-size-max metric: the record bytes of its
+    largest fetch response), so three partitions of about 1.1 kB each, which one uncapped fetch would carry
+    whole, take several fetches, and every record arrives in order; a single batch over the cap still comes back
+    whole (KIP-74). DescribeConfigs (confluent-kafka's admin) shows the key as Kafka does: static, read-only."""
+    from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, ResourceType
+
+    server = kjbod_server_factory(overrides={"fetch.max.bytes": "1024"})
+    admin = admin_for(server)
+    admin.create_topics([NewTopic("capped", 3, 1)])
+    admin.close()
+    value = b"c" * 300  # a batch of one such record is about 370 bytes
+    producer = KafkaProducer(bootstrap_servers=server.bootstrap, linger_ms=0)
+    for i in range(9):
+        producer.send("capped", value, partition=i % 3).get(30)  # one batch each
+    producer.close()
+
+    consumer = KafkaConsumer(bootstrap_servers=server.bootstrap, fetch_max_bytes=50 * 1024 * 1024,
+                             enable_auto_commit=False, group_id=None)
+    parts = [TopicPartition("capped", p) for p in range(3)]
+    consumer.assign(parts)
+    consumer.seek_to_beginning(*parts)
+
+    def consume(count: int) -> dict[int, list[tuple[int, int]]]:
+        got: dict[int, list[tuple[int, int]]] = {}
+        deadline = time.monotonic() + 60
+        while sum(map(len, got.values())) < count:
+            assert time.monotonic() < deadline, f"consumed {got} of {count} records"
+            for tp, records in consumer.poll(timeout_ms=500).items():
+                got.setdefault(tp.partition, []).extend((r.offset, len(r.value)) for r in records)
+        return got
+
+    def largest_fetch() -> float:
+        return consumer.metrics()["consumer-fetch-manager-metrics"]["fetch-size-max"]
+
+    try:
+        assert consume(9) == {p: [(0, 300), (1, 300), (2, 300)] for p in range(3)}
+        assert 300 < largest_fetch() <= 1024
+        big = b"B" * 3000
+        producer = KafkaProducer(bootstrap_servers=server.bootstrap, linger_ms=0)
+        producer.send("capped", big, partition=1).get(30)
+        producer.send("capped", value, partition=2).get(30)
+        producer.close()
+        assert consume(2) == {1: [(3, 3000)], 2: [(3, 300)]}
+        assert largest_fetch() >= 3000
+    finally:
+        consumer.close()
+
+    client = AdminClient({"bootstrap.servers": server.bootstrap})  # kept: its futures fail once it is collected
+    (future,) = client.describe_configs([ConfigResource(ResourceType.BROKER, "1")]).values()
+    entry = future.result(30)["fetch.max.bytes"]
+    assert (entry.value, entry.is_read_only, entry.source) == ("1024", True, ConfigSource.STATIC_BROKER_CONFIG.value)

@@ -47,6 +47,7 @@ class PollingNode(FakeNode):
         self.parked_fetches = CountingParked()
         self.stopping = False
         self.topic_stats = None
+        self.fetch_max_bytes = 55 * 1024 * 1024  # Kafka's default fetch.max.bytes
         self.logs.manager.worker = lambda log_dir: None  # reads run inline
         self.logs.manager.dir_degraded = lambda log_dir: False
         self.partition_log = lambda topic, partition: plog
@@ -467,15 +468,7 @@ async def test_a_one_partition_follower_fetch_gets_from_the_short_way_what_the_g
     polling.plog.append(batch(2), leader_epoch=0)
     fetch(polling, 3, 2)
     fetch(polling, 2, 2)  # the HW at 2, where the fetches below leave it
-    taken: list[bool] = []
-    real = fetch_handler._FollowerFetch._answer_single
-
-    def spy(self, single):
-        out = real(self, single)
-        taken.append(out is not None)
-        return out
-
-    monkeypatch.setattr(fetch_handler._FollowerFetch, "_answer_single", spy)
+    taken = short_way_answers(monkeypatch)
     parked = follower_answer(polling, 2, 2)
     polling.plog.append(batch(1), leader_epoch=0)
     polling.node.notify_append("t", 0)
@@ -490,3 +483,18 @@ async def test_a_one_partition_follower_fetch_gets_from_the_short_way_what_the_g
         assert got.encode(FETCH_VERSION) == want.encode(FETCH_VERSION)
         assert answered(got)[1] > 0
         fetch_handler.close_regions(want)
+
+
+def short_way_answers(monkeypatch) -> list[bool]:
+    """From now on, one entry per look the short way (_FollowerFetch._answer_single) takes at a fetch: True
+    when it answered (or parked) the fetch itself, False when it handed it to the general way."""
+    taken: list[bool] = []
+    real = fetch_handler._FollowerFetch._answer_single
+
+    def spy(self, single):
+        out = real(self, single)
+        taken.append(out is not None)
+        return out
+
+    monkeypatch.setattr(fetch_handler._FollowerFetch, "_answer_single", spy)
+    return taken

@@ -43,6 +43,7 @@ class _Node:
         self.manager = lm
         self.stopping = False
         self.topic_stats = None  # no metrics endpoint
+        self.fetch_max_bytes = 55 * 1024 * 1024  # Kafka's default fetch.max.bytes
         self.replication = None  # no followers: acks=all answers once appended
         self.parked_fetches = ParkedFetches()  # BrokerNode's long polls
         topics = {}
@@ -373,7 +374,7 @@ def test_a_cached_read_is_served_on_the_loop_and_one_that_would_wait_goes_to_the
 
     async def scenario(offset: int):
         body.topics[0].partitions[0].fetch_offset = offset
-        built = fetch._build(node, resolved, body, FV, time.monotonic(), None)
+        built = fetch._build(node, resolved, body, FV, body.max_bytes, time.monotonic(), None)
         on_loop = built.__class__ is tuple
         resp, _ = built if on_loop else await built
         return on_loop, _fetched(resp)[("a", 0)]

@@ -17,18 +17,19 @@ FETCH_SESSION_ID_NOT_FOUND (no partitions) so the client falls back to full fetc
 than 0 and 1 makes Kafka's FetchRequest.isolationLevel throw once some partition asked for is known: the
 request's error response, UNKNOWN_SERVER_ERROR at the top and (before v13) on every partition named.
 
-Long poll: when less than min_bytes is available the request waits, up to max_wait_ms, for an append to one of
-its partitions (a consumer's also for a high watermark move of one: Kafka's DelayedFetch purgatory, watched per
-partition: kjbod.broker.parked_fetches; min_bytes capped at max_bytes, as Kafka's fetchMinBytes: 0 or less
-answers at once). Record data leaves as file regions: the connection sends them with sendfile, without copying
-them through Python. Limits: partition_max_bytes per partition and max_bytes for the response, except that the
-first partition with data always gets at least one whole batch (KIP-74), and for a consumer only it (a batch over
-a later partition's partition_max_bytes waits for another fetch; a follower gets the first batch of each dir's
+Long poll: when less than min_bytes is available the request waits, up to max_wait_ms, for an append to one of its
+partitions (a consumer's also for a high watermark move of one: Kafka's DelayedFetch purgatory, watched per
+partition: kjbod.broker.parked_fetches; min_bytes capped at max_bytes, as Kafka's fetchMinBytes: 0 or less answers
+at once, a follower's too). Record data leaves as file regions: the connection sends them with sendfile, without
+copying them through Python. Limits: partition_max_bytes per partition and max_bytes for the response, except that
+the first partition with data always gets at least one whole batch (KIP-74), and for a consumer only it (a batch
+over a later partition's partition_max_bytes waits for another fetch; a follower gets the first batch of each dir's
 first partition with data, read in parallel). As Kafka's ReplicaManager.readFromLog, a negative max_bytes is the
 first partition's budget only (the next ones get 0: one batch until some partition gave records), and a negative
-budget where there are records to read answers UNKNOWN_SERVER_ERROR. A consumer's OFFSET_OUT_OF_RANGE carries -1
-for the offsets, as Kafka's. Kafka caps max_bytes at its fetch.max.bytes (55 MiB by default), which kjbod does
-not have.
+budget where there are records to read answers UNKNOWN_SERVER_ERROR. A consumer's OFFSET_OUT_OF_RANGE carries -1 for
+the offsets, as Kafka's. As Kafka's KafkaApis.handleFetchRequest, every fetch on a broker listener (a consumer's or
+a follower's) has its max_bytes capped at the broker's fetch.max.bytes (55 MiB by default; static, as in Kafka)
+before any of this, and min_bytes is capped after it (`_capped`): one int min per request.
 
 A follower's fetch (replica id >= 0) is answered by callbacks (`_FollowerFetch`, Kafka's DelayedFetch): at once,
 or parked until the next append to one of its partitions or its max_wait_ms and answered in the callback that
@@ -212,14 +213,15 @@ def _diverging(plog, p) -> PartResp | None:
                     records=b"")
 
 
-def _build(node, resolved, body: FetchRequest, version: int, deadline: float, decided: dict | None,
+def _build(node, resolved, body: FetchRequest, version: int, max_bytes: int, deadline: float, decided: dict | None,
            throttled=frozenset(), later: bool = False):
     """The response, or an awaitable of it when some partition's read runs on its dir's worker. Each dir reads
     its partitions in request order with the whole response budget; the loop then keeps, in request order, what
-    fits in max_bytes (the first partition with data always: KIP-74), so one dir gives the answer today's single
-    loop gave, and several dirs read at once. `decided` is None for a consumer (reads stop at the high watermark),
-    else a follower's answers already decided (the rest read to the log end). With `later`, a Later of it in
-    place of the awaitable (completed in the callback of the last dir's read: a follower's parked fetch)."""
+    fits in `max_bytes` (the request's, capped at fetch.max.bytes: `_capped`; the first partition with data
+    always: KIP-74), so one dir gives the answer today's single loop gave, and several dirs read at once.
+    `decided` is None for a consumer (reads stop at the high watermark), else a follower's answers already
+    decided (the rest read to the log end). With `later`, a Later of it in place of the awaitable (completed in
+    the callback of the last dir's read: a follower's parked fetch)."""
     committed = body.isolation_level == READ_COMMITTED
     topics = []
     slots = []  # [(parts, index, partition request, plog, read limit)] of the partitions read from disk, in order
@@ -233,7 +235,7 @@ def _build(node, resolved, body: FetchRequest, version: int, deadline: float, de
         slot[0][slot[1]] = _NOT_READ if e is None else e
 
     work = DirWork(node, fill, fail, _close_reads)
-    negative = body.max_bytes < 0
+    negative = max_bytes < 0
     first = None  # with a negative max_bytes: the first partition Kafka reads, which alone gets it as its budget
     for name, t in resolved:
         parts: list = []
@@ -275,7 +277,6 @@ def _build(node, resolved, body: FetchRequest, version: int, deadline: float, de
             work.add(plog.log_dir, slot)
         topics.append(TopicResp(topic=t.topic if version < 13 else "", topic_id=t.topic_id if version >= 13 else ZERO_UUID,
                                 partitions=parts))
-    max_bytes = body.max_bytes if version >= 3 else 0x7FFFFFFF
     manager = getattr(node.logs, "manager", None)
     follower = decided is not None
 
@@ -464,7 +465,7 @@ def handle(node, request, body: FetchRequest):
             node.topic_stats.requests.follower_fetch()
         if not _continues_session(body, request.api_version) and body.isolation_level in ISOLATION_LEVELS \
                 and not replication.leader_throttling(node):
-            return _FollowerFetch(node, body, request.api_version, follower).answer()
+            return _FollowerFetch(node, request, body, follower).answer()
     return _serve(node, request, body, follower)
 
 
@@ -482,7 +483,7 @@ async def _serve(node, request, body: FetchRequest, follower: int) -> FetchRespo
     # fetch once the node is shutting down (a long poll must not hold up a SIGTERM).
     wants_nothing = not any(t.partitions for t in body.topics)
     deadline = time.monotonic() + (0 if wants_nothing else max(body.max_wait_ms, 0) / 1000.0)
-    min_bytes = min(body.min_bytes, body.max_bytes)  # Kafka's fetchMinBytes; 0 or less answers at once
+    max_bytes, min_bytes = _capped(node, body)
     while True:
         # Look before reading: reading hands out file regions that must be closed if we then decide to wait.
         if node.stopping:
@@ -490,7 +491,7 @@ async def _serve(node, request, body: FetchRequest, follower: int) -> FetchRespo
         throttled = replication.leader_throttled(node, resolved, follower) if follower >= 0 else frozenset()
         if min_bytes <= 0 or _has_data(node, resolved, body, decided, throttled, leader_only=v < 11) \
                 or time.monotonic() >= deadline:
-            built = _build(node, resolved, body, v, deadline, decided, throttled)
+            built = _build(node, resolved, body, v, max_bytes, deadline, decided, throttled)
             resp, total = built if built.__class__ is tuple else await built
             if total >= min_bytes or time.monotonic() >= deadline or not _only_data(resp):
                 if node.topic_stats is not None:  # the metrics endpoint's counters (kjbod.metrics)
@@ -521,6 +522,14 @@ async def _serve(node, request, body: FetchRequest, follower: int) -> FetchRespo
             parked.unpark(keys, wake, follower=decided is not None)
 
 
+def _capped(node, body: FetchRequest) -> tuple[int, int]:
+    """(max_bytes, min_bytes) a fetch is answered with, as Kafka's KafkaApis.handleFetchRequest sets them for a
+    consumer's fetch and a follower's alike: max_bytes capped at the broker's fetch.max.bytes, then min_bytes
+    capped at that (0 or less answers at once).  A negative max_bytes stays as it is (see `_read_all`)."""
+    max_bytes = min(body.max_bytes, node.fetch_max_bytes)
+    return max_bytes, min(body.min_bytes, max_bytes)
+
+
 def _keys(resolved) -> list[tuple[str, int]]:
     """The partitions a fetch parks on (those of topics this broker knows)."""
     return [(name, p.partition) for name, t in resolved if name is not None for p in t.partitions]
@@ -536,14 +545,15 @@ class _FollowerFetch:
     other replies of that pass).  What `_serve` does for any fetch, minus the leader throttle: a fetch that meets
     an active throttle goes there."""
 
-    __slots__ = ("node", "body", "version", "follower", "resolved", "decided", "deadline", "later", "timer", "keys",
-                 "single")
+    __slots__ = ("node", "body", "version", "follower", "max_bytes", "min_bytes", "resolved", "decided",
+                 "deadline", "later", "timer", "keys", "single")
 
-    def __init__(self, node, body: FetchRequest, version: int, follower: int) -> None:
+    def __init__(self, node, request, body: FetchRequest, follower: int) -> None:
         self.node = node
         self.body = body
-        self.version = version
+        self.version = version = request.api_version
         self.follower = follower
+        self.max_bytes, self.min_bytes = _capped(node, body)
         self.resolved = _resolve(node, body, version)
         self.decided = replication.prepare_follower_fetch(node, self.resolved, body, version, follower)
         # Like Kafka, a fetch that asks for no partitions needs no data and is answered at once.
@@ -565,8 +575,10 @@ class _FollowerFetch:
                 return self._park()
             if resp is not None:
                 return resp
-        if _has_data(node, self.resolved, body, self.decided) or time.monotonic() >= self.deadline:
-            built = _build(node, self.resolved, body, self.version, self.deadline, self.decided, later=True)
+        if self.min_bytes <= 0 or _has_data(node, self.resolved, body, self.decided) \
+                or time.monotonic() >= self.deadline:
+            built = _build(node, self.resolved, body, self.version, self.max_bytes, self.deadline, self.decided,
+                           later=True)
             if built.__class__ is not tuple:  # read by dirs' workers: answered by their callback
                 built.on_done(self._read)
                 return self.later
@@ -592,7 +604,7 @@ class _FollowerFetch:
         plog, p, name = single
         if plog.closed or not plog.io.online:
             return None
-        if p.fetch_offset == plog.log_end_offset and time.monotonic() < self.deadline:
+        if p.fetch_offset == plog.log_end_offset and self.min_bytes > 0 and time.monotonic() < self.deadline:
             return _PARK
         manager = self.node.logs.manager
         log_dir = plog.log_dir
@@ -602,11 +614,11 @@ class _FollowerFetch:
         body = self.body
         try:
             with fsio.no_waiting():
-                records, hw, lso = _small_read(plog, p.fetch_offset, min(p.partition_max_bytes, body.max_bytes))
+                records, hw, lso = _small_read(plog, p.fetch_offset, min(p.partition_max_bytes, self.max_bytes))
         except Exception:  # WouldBlock, or a failure the general way reports
             return None
         size = len(records) if records.__class__ is bytes else sum(r.count for r in records)
-        if size < body.min_bytes and time.monotonic() < self.deadline:
+        if size < self.min_bytes and time.monotonic() < self.deadline:
             if records.__class__ is not bytes:
                 _close_regions(records)
             return _PARK
@@ -633,7 +645,7 @@ class _FollowerFetch:
 
     def _complete(self, resp: FetchResponse, total: int) -> FetchResponse | None:
         """The response once read, counted; None (its regions closed) when it must wait for more."""
-        if total >= self.body.min_bytes or time.monotonic() >= self.deadline or not _only_data(resp):
+        if total >= self.min_bytes or time.monotonic() >= self.deadline or not _only_data(resp):
             node = self.node
             if node.topic_stats is not None:  # the metrics endpoint's counters (kjbod.metrics)
                 _count(node.topic_stats, self.resolved, resp, True)
