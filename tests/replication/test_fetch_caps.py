@@ -1,27 +1,34 @@
 """A follower's Fetch on the leader, in process, on both of the ways `_FollowerFetch` answers it (the polling
 fixture: the general way, where dirs have no workers, and the short way, `_answer_single`, where the partition's
 dir has an idle worker): the answer limits Kafka's KafkaApis.handleFetchRequest sets for a follower as for a
-consumer.
+consumer, and KIP-951's leader hints.
 
 * fetch.max.bytes caps the request's max_bytes (the first batch still comes back whole, KIP-74), and min_bytes is
   cut to the capped max_bytes: min_bytes of 0 or less answers at once, a log end or not.
+* From Fetch v16 a partition answered NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH names the leader and its
+  epoch (CurrentLeader), and the response carries the leader's endpoint on the listener asked (NodeEndpoints):
+  kjbod once sent these to consumers only, and to followers answered by the `_serve` coroutine.
 
 A fetch that should be answered at once is checked to be a FetchResponse (not a Later): nothing here waits.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from types import SimpleNamespace
 
 import pytest
 
 from kjbod.broker.handlers import fetch as fetch_handler
+from kjbod.metadata import MetadataImage
+from kjbod.metadata.image import Endpoint
+from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import FetchRequest, FetchResponse
 from kjbod.wire.handler import Later
 from tests.replication.conftest import batch
 from tests.replication.test_purgatory import IDLE_WORKER, polling, short_way_answers  # noqa: F401  (the fixture)
-from tests.replication.test_replica_manager import TOPIC_ID, leader  # noqa: F401  (the fixture)
+from tests.replication.test_replica_manager import TOPIC_ID, image, leader  # noqa: F401  (the fixture)
 
 CAP = 1024  # the smallest fetch.max.bytes Kafka allows
 VALUE = b"x" * 300  # a batch of one such record is about 370 bytes: two fit under CAP, three do not
@@ -120,3 +127,57 @@ async def test_a_followers_min_bytes_of_0_is_answered_at_once_at_the_log_end(pol
     waiting = ask(polling, offset=plog.log_end_offset)  # min_bytes 1: parks as before
     assert waiting.__class__ is Later
     waiting.cancel()
+
+
+def with_listeners(img: MetadataImage) -> MetadataImage:
+    """The image with every broker registered on LISTENER at 127.0.0.1:9000 + its id, broker 3 fenced."""
+    brokers = {b: dataclasses.replace(r, listeners=(Endpoint(LISTENER, "127.0.0.1", 9000 + b),), fenced=b == 3)
+               for b, r in img.brokers.items()}
+    return dataclasses.replace(img, brokers=brokers)
+
+
+@pytest.mark.parametrize("version", [16, 17])
+async def test_a_followers_fetch_v16_names_the_leader_when_it_is_fenced_or_not_the_leader(polling, taken,  # noqa: F811
+                                                                                       version):
+    """The leader moved on (epoch 1 here while the follower asks with 0): FENCED_LEADER_EPOCH, with this
+    broker named as leader at epoch 1 and its endpoint; then broker 2 leads: NOT_LEADER_OR_FOLLOWER naming
+    broker 2. Before v16 neither is named."""
+    plog = polling.plog
+    plog.append(batch(2), leader_epoch=0)
+    moved = with_listeners(image(leader_epoch=1, partition_epoch=1))
+    polling.node.metadata = moved
+    polling.manager.sync(moved)
+    resp = ask(polling, version=version, current_leader_epoch=0)
+    assert resp.__class__ is FetchResponse
+    (part,) = resp.responses[0].partitions
+    assert part.error_code == ErrorCode.FENCED_LEADER_EPOCH
+    assert (part.current_leader.leader_id, part.current_leader.leader_epoch) == (1, 1)
+    assert [(n.node_id, n.host, n.port) for n in resp.node_endpoints] == [(1, "127.0.0.1", 9001)]
+
+    elsewhere = with_listeners(image(leader=2, leader_epoch=2, partition_epoch=2))
+    polling.node.metadata = elsewhere
+    polling.manager.sync(elsewhere)
+    resp = ask(polling, version=version, current_leader_epoch=2)
+    (part,) = resp.responses[0].partitions
+    assert part.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    assert (part.current_leader.leader_id, part.current_leader.leader_epoch) == (2, 2)
+    assert [(n.node_id, n.port) for n in resp.node_endpoints] == [(2, 9002)]
+
+    older = ask(polling, version=15, current_leader_epoch=2)
+    (part,) = older.responses[0].partitions
+    assert part.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER and part.current_leader.leader_id == -1
+    assert older.node_endpoints == []
+    assert taken == []  # answers decided before any read never take the short way
+
+
+async def test_a_fenced_leader_is_named_without_an_endpoint(polling):  # noqa: F811
+    """As Kafka's getCurrentLeader: a leader the image has fenced is still named, but it has no endpoint to
+    send (NodeEndpoints stays empty)."""
+    elsewhere = with_listeners(image(leader=3, leader_epoch=1, partition_epoch=1))
+    polling.node.metadata = elsewhere
+    polling.manager.sync(elsewhere)
+    resp = ask(polling, version=17, current_leader_epoch=1)
+    (part,) = resp.responses[0].partitions
+    assert part.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    assert (part.current_leader.leader_id, part.current_leader.leader_epoch) == (3, 1)
+    assert resp.node_endpoints == []

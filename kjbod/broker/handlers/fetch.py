@@ -8,7 +8,7 @@ read replica (from v11 a consumer may read a follower, up to the follower's high
 FetchParams.fetchOnlyLeader; the preferred read replica stays -1: no replica selector); v12 flexible; v13 topic
 ids instead of names (an unknown id answers UNKNOWN_TOPIC_ID); v15 replica state moves to a tagged field; v16
 the leader named with NOT_LEADER_OR_FOLLOWER and FENCED_LEADER_EPOCH (CurrentLeader, NodeEndpoints: KIP-951;
-a consumer's fetch, and a follower's answered by `_serve`); v17 replica directory id.
+on every way a fetch is answered, a consumer's or a follower's); v17 replica directory id.
 
 Sessions: kjbod answers every fetch in full and never creates a session (session id 0), which clients treat as
 "sessionless"; as Kafka's FetchManager.newContext, a fetch whose session epoch is 0 (open a session) or -1 (no
@@ -545,11 +545,12 @@ class _FollowerFetch:
     other replies of that pass).  What `_serve` does for any fetch, minus the leader throttle: a fetch that meets
     an active throttle goes there."""
 
-    __slots__ = ("node", "body", "version", "follower", "max_bytes", "min_bytes", "resolved", "decided",
+    __slots__ = ("node", "ctx", "body", "version", "follower", "max_bytes", "min_bytes", "resolved", "decided",
                  "deadline", "later", "timer", "keys", "single")
 
     def __init__(self, node, request, body: FetchRequest, follower: int) -> None:
         self.node = node
+        self.ctx = request.ctx  # its listener names the leaders' endpoints of a v16+ answer (`_point_at_leaders`)
         self.body = body
         self.version = version = request.api_version
         self.follower = follower
@@ -600,7 +601,7 @@ class _FollowerFetch:
         leader's partition), read straight from the page cache on the loop: the response, _PARK to wait, or
         None for the general way (anything else: a closed or offline log, a busy, slow or faulty dir, a read
         that would wait for the disk or fails). What the general way answers for the same fetch, without its
-        per-dir hand-off machinery."""
+        per-dir hand-off machinery; it answers no error, so it has no leader to name (KIP-951)."""
         plog, p, name = single
         if plog.closed or not plog.io.online:
             return None
@@ -644,7 +645,8 @@ class _FollowerFetch:
         return keys
 
     def _complete(self, resp: FetchResponse, total: int) -> FetchResponse | None:
-        """The response once read, counted; None (its regions closed) when it must wait for more."""
+        """The response once read, counted, with the leaders named where v16+ wants them (as `_serve` does); None
+        (its regions closed) when it must wait for more."""
         if total >= self.min_bytes or time.monotonic() >= self.deadline or not _only_data(resp):
             node = self.node
             if node.topic_stats is not None:  # the metrics endpoint's counters (kjbod.metrics)
@@ -652,6 +654,8 @@ class _FollowerFetch:
             replication.leader_sent(node, self.resolved, resp)
             if trace.ON:
                 _trace_answer(node, self.resolved, self.follower)
+            if self.version >= 16 and not _only_data(resp):
+                _point_at_leaders(node, self.resolved, resp, self.ctx.listener_name)
             return resp
         close_regions(resp)
         return None
