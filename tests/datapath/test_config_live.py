@@ -5,7 +5,8 @@ is killed and restarted every few seconds (it used to wait 300 s from every star
 retention and its disks filled); the checkpoints follow `log.flush.offset.checkpoint.interval.ms`. The cluster
 keys show in what clients see: node id, advertised address, default partition count, which APIs the controller
 listener serves; `delete.topic.enable=false` and `default.replication.factor` answer as Kafka does; keys accepted
-only for compatibility are logged at start; a process.roles kjbod cannot run is refused.
+only for compatibility are logged at start; a process.roles kjbod cannot run is refused; `fetch.max.bytes` caps
+what one Fetch answer gives a consumer.
 """
 
 from __future__ import annotations
