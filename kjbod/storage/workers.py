@@ -22,6 +22,14 @@ woken once per batch of many requests, not once per request: under CPython's GIL
 threads a hand-over of the interpreter, which at small requests cost more than the appends themselves (measured,
 tools/bench/dir_workers.py).
 
+While the process is quiet (Placement has the loop and the workers on one CPU: less than a quarter of a CPU
+used), the loop, which has nothing else to do then, waits for the answers of a hand-over of light work up to
+SYNC_WAIT_MS in a system call with the GIL released (_wait_answers), and settles them in the same pass: the
+worker finds the interpreter free and the answers skip a pass through epoll, the inbox's wake-up and its
+callbacks. A dir that misses that wait (slow, hung, or just a long batch) is not waited for again for
+SYNC_BACKOFF_S, and its answers come through the inbox as always: a disk that turns bad costs the loop one such
+wait at most per SYNC_BACKOFF_S. Busy, heavy work (``at_once``), injected faults or an offline dir: no wait.
+
 A dir failed because an operation never returned (:mod:`kjbod.storage.health`) has its worker abandoned: the
 closures queued behind the stuck one, and the stuck one itself, are answered with the dir's offline error at
 once (their requests do not wait for a disk that will not answer), and the thread is left to the kernel. If the
@@ -50,6 +58,7 @@ import asyncio
 import concurrent.futures
 import os
 import resource
+import select
 import threading
 import time
 import weakref
@@ -59,7 +68,7 @@ from typing import Any
 
 import structlog
 
-from kjbod.storage import timeline
+from kjbod.storage import fsio, timeline
 from kjbod.storage.fsio import LogDirIO
 
 log = structlog.get_logger("kjbod.storage.workers")
@@ -354,6 +363,18 @@ def _settle(results: list[tuple[Done, bool, Any]], _batch: object = None) -> Non
             log.exception("dir_worker_callback_failed")
 
 
+# The short wait (see DirWorker._hand_over): how long the loop waits for a quiet, healthy dir's answer, and how
+# long after a wait that ran out it does not wait on that dir again.
+SYNC_WAIT_MS = 1
+SYNC_BACKOFF_S = 1.0
+
+
+def _may_wait() -> bool:
+    """Whether the process is quiet enough for the loop to wait for a dir's answer (Placement keeps the loop and
+    the workers on one CPU only while the process ran less than a quarter of its time)."""
+    return _loop_cpus is not None
+
+
 class DirWorker:
     """The one thread that does a log dir's request-path file work, in submission order."""
 
@@ -368,6 +389,14 @@ class DirWorker:
         self._inbox: _Inbox | None = None  # that loop's, where the answers go
         self.abandoned = False
         self._handed_at = self._delivered_at = 0.0  # KJBOD_TIMELINE only: the last hand-over's legs
+        # The short wait (see _hand_over): the loop waiting, the answers the worker left for it, the bell it rings.
+        self._sync_lock = threading.Lock()  # never held across file work: only to hand the answers over
+        self._sync_waiting: _Inbox | None = None  # the inbox whose answers the waiting loop takes itself
+        self._sync_got: tuple[list[tuple[Done, bool, Any]], list[_Job]] | None = None
+        self._sync_bell = _Bell(blocking=False)
+        self._sync_poll = select.poll()
+        self._sync_poll.register(self._sync_bell.fd, select.POLLIN)
+        self._sync_after = 0.0  # monotonic time before which the loop does not wait on this dir (it ran out)
         self._thread = threading.Thread(target=self._run, name=f"kjbod-dir-worker {io.path}", daemon=True)
         self._thread.start()
         with _running_lock:
@@ -457,9 +486,43 @@ class DirWorker:
         self._in_flight = True
         if timeline.ON:
             self._handed_at = time.perf_counter()
+        waits = (not at_once and _may_wait() and self.io.online and not fsio.FAULTS.active
+                 and time.monotonic() >= self._sync_after
+                 and not any(getattr(job[0], "at_once", False) for job in held))  # heavy work: no wait
+        if waits:
+            self._sync_waiting = held[0][1]
         self._put(held)
         if self.abandoned:  # abandoned meanwhile, from another thread: nothing will run these
+            self._sync_waiting = None
             self._fail_queued([])
+        elif waits:
+            self._wait_answers()
+
+    def _wait_answers(self) -> None:
+        """On the loop, right after a hand-over while the process is quiet and the dir healthy: wait up to
+        SYNC_WAIT_MS for the answers, in a system call with the GIL released, and settle them here. The worker
+        then finds the interpreter free, and the loop, which had nothing else to do, takes the answers without
+        another pass through epoll, its inbox's wake-up and callbacks (about half a bare hand-off's round trip,
+        measured: tools/bench/dir_workers.py). A dir that does not answer in time is not waited for again for
+        SYNC_BACKOFF_S: its answers come through the inbox as usual, so a disk that turns slow or hangs costs the
+        loop one such wait, not one per request. Nothing here waits for a lock held across file work."""
+        deadline = time.perf_counter() + SYNC_WAIT_MS / 1000
+        poll = self._sync_poll.poll
+        bell = self._sync_bell
+        while True:
+            left_ms = (deadline - time.perf_counter()) * 1000
+            if left_ms > 0 and poll(left_ms):
+                bell.wait()  # cleared; a ring left by a wait that ran out is read here and looked past
+            with self._sync_lock:
+                got = self._sync_got
+                if got is not None or left_ms <= 0:
+                    self._sync_got = None
+                    self._sync_waiting = None
+                    break
+        if got is None:  # ran out: the answers come through the inbox
+            self._sync_after = time.monotonic() + SYNC_BACKOFF_S
+            return
+        self._answers_in(*got)
 
     def _put(self, jobs: Any) -> None:
         """From any thread: ``jobs`` (a list, or _STOP) queued, the thread woken."""
@@ -500,6 +563,8 @@ class DirWorker:
             if timeline.ON:
                 timeline.span("worker batch", started, str(len(batch)))
                 self._delivered_at = time.perf_counter()
+            if self._sync_waiting is not None:  # the loop is waiting for its answers (see _wait_answers)
+                batch = self._hand_to_waiting(answers, batch)
             self._deliver(answers, batch)
             # Dropped before the next wait, so the loop, which gets the last references, frees the requests.
             batch = answers = None  # type: ignore[assignment]
@@ -556,6 +621,19 @@ class DirWorker:
             i = j
         self._current = []
         return by_inbox
+
+    def _hand_to_waiting(self, answers: dict[_Inbox, list[tuple[Done, bool, Any]]],
+                         batch: list[_Job]) -> list[_Job]:
+        """The waiting loop's answers (and the batch, to free on the loop) left for it and its bell rung; what
+        remains for ``_deliver`` (other loops' answers, and the batch if the loop stopped waiting)."""
+        with self._sync_lock:
+            inbox = self._sync_waiting
+            mine = answers.pop(inbox, None) if inbox is not None else None
+            if mine is None:
+                return batch
+            self._sync_got = (mine, batch)
+        self._sync_bell.ring()
+        return []
 
     def _deliver(self, answers: dict[_Inbox, list[tuple[Done, bool, Any]]],
                  batch: list[_Job]) -> None:
