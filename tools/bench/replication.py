@@ -103,7 +103,7 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from .common import heading, median, rounds_main, verdict, warm_memory
+from .common import heading, median, p99, rounds_main, sched_ms, verdict, warm_memory
 
 ROOT = Path(__file__).resolve().parents[2]
 SESSION_MS = 3000
@@ -292,32 +292,6 @@ def latencies(bootstrap: str, topic: str, acks: str, rate: int, seconds: float) 
     """Per-record produce latencies (ms) at `rate` records per second, from a fresh producer (tools/bench/
     reassign.py's before/during comparison)."""
     return Paced(bootstrap, topic, acks).run(rate, seconds)
-
-
-def p99(xs: list[float]) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(len(xs) * 0.99))]
-
-
-def sched_ms(pids: list[int], *, loop_only: bool = False) -> tuple[float, float]:
-    """(CPU ms, ms waited runnable for a core) of every thread of `pids` so far (with `loop_only`, of each one's
-    main thread only: the event loop's), from /proc/<pid>/task/*/schedstat (Linux; zeros where it cannot be
-    read)."""
-    cpu = wait = 0
-    for pid in pids:
-        try:
-            tasks = [str(pid)] if loop_only else os.listdir(f"/proc/{pid}/task")
-        except OSError:
-            continue
-        for task in tasks:
-            try:
-                with open(f"/proc/{pid}/task/{task}/schedstat") as f:
-                    fields = f.read().split()
-            except OSError:
-                continue
-            cpu += int(fields[0])
-            wait += int(fields[1])
-    return cpu / 1e6, wait / 1e6
 
 
 def latency_rounds(bootstrap: str, rate: int, rounds: int, seconds: float, pids: list[int] | None = None,
