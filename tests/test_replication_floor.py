@@ -4,6 +4,7 @@ from records both cases really sent, and its processes stop however the measurem
 
 from __future__ import annotations
 
+import os
 import socket
 from pathlib import Path
 
@@ -21,6 +22,12 @@ def test_floor_returns_each_cases_p99_from_the_records_it_sent() -> None:
     # 0.3 s at 500/s is 150 records a round whatever the machine's speed: the client sends on a schedule
     assert result["records"] == {"acks_all": 300, "acks1": 300}
     assert result["cpu_us_per_record"]["acks_all"] > 0 and result["cpu_us_per_record"]["acks1"] > 0
+    by_process = result["cpu_us_per_record_by_process"]
+    assert set(by_process["acks_all"]) == {"leader", "follower 0", "follower 1"}
+    assert all(0 < us["loop"] <= us["all"] for us in by_process["acks_all"].values())
+    # an acks=1 record never reaches the followers: their parked fetches wait out those rounds
+    for follower in ("follower 0", "follower 1"):
+        assert by_process["acks1"][follower]["all"] < by_process["acks_all"][follower]["all"]
 
 
 def test_an_acks_all_reply_comes_once_both_followers_wrote_the_record() -> None:
@@ -74,5 +81,18 @@ def test_a_follower_gone_is_an_error_naming_it_not_a_hang(monkeypatch: pytest.Mo
         try:
             with pytest.raises(RuntimeError, match="no reply from the replication floor's leader to record 1"):
                 client.run(500, 0.02)
+        finally:
+            client.close()
+
+
+def test_placed_keeps_each_processs_threads_on_one_cpu() -> None:
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("one CPU: every thread is on it anyway")
+    with Topology(placed=True) as topology:
+        for pid in topology.pids():
+            assert {len(os.sched_getaffinity(int(tid))) for tid in os.listdir(f"/proc/{pid}/task")} == {1}
+        client = Client(topology.port, ACKS_ALL)
+        try:
+            assert len(client.run(500, 0.02)) == 10
         finally:
             client.close()

@@ -18,9 +18,11 @@ and the only work a hop does is one ``os.pwrite`` of the record's bytes on the w
 Each process's loop and worker wake each other as kjbod.storage.workers does, with its own few lines instead of
 kjbod's machinery: the loop queues a job and writes to an eventfd the worker sleeps on in a read; the worker
 queues its answers and writes to an eventfd the loop watches with add_reader. Both reads and writes run with the
-GIL released. Unlike kjbod, the threads' CPUs are left to the kernel (no kjbod.storage.workers.Placement), and
-every job rings the worker (kjbod holds a loop's jobs while a batch is in flight; at one record at a time the
-two are the same).
+GIL released. Every job rings the worker (kjbod holds a loop's jobs while a batch is in flight; at one record at a
+time the two are the same). The threads' CPUs are left to the kernel; with ``placed`` (``--placed``) each
+process keeps its loop and worker on the CPU its loop started on, as kjbod.storage.workers.Placement does for a
+quiet broker (at 500 records/s kjbod's followers are quiet, its leader is not always): in the runs of this
+session, under other engineers' load, the two gave the same figures within their spread.
 
 The client, in the benchmark's process, has one TCP connection per case and sends one record at a time on a
 schedule of `rate` a second; a record's latency runs from its scheduled send time to its reply, so a slow
@@ -35,7 +37,7 @@ Frames (not Kafka's: a floor needs none of it), each a 4-byte big-endian size an
 * fetch (follower -> leader): kind 3, the follower's id (1 byte), its end offset (8 bytes);
 * records (leader -> follower): kind 4, the first record's offset (8 bytes), the count (4 bytes), the records.
 
-    python -m tools.bench.replication_floor [--rounds N] [--seconds S] [--rate R]
+    python -m tools.bench.replication_floor [--rounds N] [--seconds S] [--rate R] [--placed]
 
 (``--role leader|follower`` runs one of the three processes: the benchmark starts them.) Each process exits when
 its standard input closes, which the benchmark does when it is done, or dies: no process outlives it.
@@ -341,11 +343,15 @@ async def _serve(role: str, directory: Path, follower: int, leader_port: int) ->
     await asyncio.wait([closed, lost], return_when=asyncio.FIRST_COMPLETED)
 
 
-def serve(role: str, directory: Path, follower: int = 0, leader_port: int = 0) -> None:
-    """One of the three processes (`role` leader or follower), until its standard input closes."""
+def serve(role: str, directory: Path, follower: int = 0, leader_port: int = 0, placed: bool = False) -> None:
+    """One of the three processes (`role` leader or follower), until its standard input closes; `placed`: its
+    loop and worker on the one CPU the loop starts on (as kjbod.storage.workers.Placement keeps a quiet broker's)."""
     import uvloop
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C reaches the benchmark, which stops this process
+    if placed:  # the worker thread, started later from this one, inherits the CPU
+        with open("/proc/thread-self/stat") as f:
+            os.sched_setaffinity(0, {int(f.read().rsplit(")", 1)[1].split()[36])})
     uvloop.run(_serve(role, directory, follower, leader_port))
 
 
@@ -353,7 +359,8 @@ class Topology:
     """The leader and its two followers, started in a temp dir and stopped (and the dir removed) on exit, whatever
     ends the `with`."""
 
-    def __init__(self) -> None:
+    def __init__(self, placed: bool = False) -> None:
+        self.placed = placed
         self.processes: list[subprocess.Popen[str]] = []
         self.port = 0
         self._dir: tempfile.TemporaryDirectory[str] | None = None
@@ -384,7 +391,8 @@ class Topology:
         """Starts one process and returns its "ready" line (the leader's names its port)."""
         assert self._dir is not None
         process = subprocess.Popen([sys.executable, "-m", "tools.bench.replication_floor", "--role", role,
-                                    "--dir", self._dir.name, *args], stdin=subprocess.PIPE,
+                                    "--dir", self._dir.name, *args, *(["--placed"] if self.placed else [])],
+                                   stdin=subprocess.PIPE,
                                    stdout=subprocess.PIPE, text=True, cwd=ROOT)
         self.processes.append(process)
         assert process.stdout is not None
@@ -463,16 +471,19 @@ class Client:
 
 
 def floor(rounds: int, seconds: float, rate: float = 500, warm_up: float = WARM_UP_S,
-          show: Callable[[str], None] | None = None) -> dict:
+          show: Callable[[str], None] | None = None, placed: bool = False) -> dict:
     """The floor's p99s: `rounds` rounds of `seconds` per case at `rate` records a second, the cases interleaved
     (which goes first alternates) after `warm_up` seconds of each. Returns the medians of the per-round p99s
     (ms, "acks_all_p99_ms" and "acks1_p99_ms"), their "ratio", the per-round p99s ("rounds": (acks=all, acks=1)
-    per round), the records each case sent ("records") and the three processes' CPU per record in each case
-    ("cpu_us_per_record", from their threads' schedstat). `show` gets a line per round."""
+    per round), the records each case sent ("records"), the three processes' CPU per record in each case
+    ("cpu_us_per_record", from their threads' schedstat) and each one's, with its event loop's share
+    ("cpu_us_per_record_by_process": case -> "leader", "follower 0" or "follower 1" -> "all" and "loop"). `show`
+    gets a line per round."""
     per_round: dict[int, list[float]] = {ACKS_ALL: [], ACKS_1: []}
     records = {ACKS_ALL: 0, ACKS_1: 0}
-    cpu = {ACKS_ALL: 0.0, ACKS_1: 0.0}
-    with Topology() as topology:
+    names = ["leader", *(f"follower {f}" for f in range(FOLLOWERS))]  # in Topology.processes' order
+    cpu = {kind: [[0.0, 0.0] for _ in names] for kind in (ACKS_ALL, ACKS_1)}  # ms: every thread, the loop's
+    with Topology(placed) as topology:
         clients = {kind: Client(topology.port, kind) for kind in (ACKS_ALL, ACKS_1)}
         try:
             for client in clients.values():
@@ -480,9 +491,11 @@ def floor(rounds: int, seconds: float, rate: float = 500, warm_up: float = WARM_
             pids = topology.pids()
             for i in range(rounds):
                 for kind in (ACKS_ALL, ACKS_1) if i % 2 == 0 else (ACKS_1, ACKS_ALL):
-                    used = sched_ms(pids)[0]
+                    used = _cpu_ms(pids)
                     xs = clients[kind].run(rate, seconds)
-                    cpu[kind] += sched_ms(pids)[0] - used
+                    for total, before, after in zip(cpu[kind], used, _cpu_ms(pids), strict=True):
+                        total[0] += after[0] - before[0]
+                        total[1] += after[1] - before[1]
                     per_round[kind].append(p99(xs))
                     records[kind] += len(xs)
                 if show is not None:
@@ -492,11 +505,24 @@ def floor(rounds: int, seconds: float, rate: float = 500, warm_up: float = WARM_
             for client in clients.values():
                 client.close()
     acks_all, acks1 = median(per_round[ACKS_ALL]), median(per_round[ACKS_1])
+    cases = {"acks_all": ACKS_ALL, "acks1": ACKS_1}
+
+    def us(ms: float, kind: int) -> float:
+        return ms / max(records[kind], 1) * 1000
+
     return {"acks_all_p99_ms": acks_all, "acks1_p99_ms": acks1, "ratio": acks_all / acks1,
             "rounds": list(zip(per_round[ACKS_ALL], per_round[ACKS_1], strict=True)),
-            "records": {"acks_all": records[ACKS_ALL], "acks1": records[ACKS_1]},
-            "cpu_us_per_record": {"acks_all": cpu[ACKS_ALL] / max(records[ACKS_ALL], 1) * 1000,
-                                  "acks1": cpu[ACKS_1] / max(records[ACKS_1], 1) * 1000}}
+            "records": {case: records[kind] for case, kind in cases.items()},
+            "cpu_us_per_record": {case: us(sum(t[0] for t in cpu[kind]), kind) for case, kind in cases.items()},
+            "cpu_us_per_record_by_process": {
+                case: {name: {"all": us(t[0], kind), "loop": us(t[1], kind)}
+                       for name, t in zip(names, cpu[kind], strict=True)}
+                for case, kind in cases.items()}}
+
+
+def _cpu_ms(pids: list[int]) -> list[tuple[float, float]]:
+    """Each process's CPU ms so far: every thread's, and its event loop's (its main thread's)."""
+    return [(sched_ms([pid])[0], sched_ms([pid], loop_only=True)[0]) for pid in pids]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -505,6 +531,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--seconds", type=float, default=4.0, help="per case and round")
     ap.add_argument("--rate", type=float, default=500, help="records a second")
+    ap.add_argument("--placed", action="store_true",
+                    help="each process's loop and worker on one CPU (as kjbod's Placement keeps a quiet broker's)")
     ap.add_argument("--role", choices=("leader", "follower"), help=argparse.SUPPRESS)
     ap.add_argument("--dir", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--id", type=int, default=0, help=argparse.SUPPRESS)
@@ -513,18 +541,22 @@ def main(argv: list[str] | None = None) -> int:
     if args.role is not None:
         if args.dir is None or (args.role == "follower" and not args.leader_port):
             ap.error("--role needs --dir, and a follower --leader-port")
-        serve(args.role, args.dir, args.id, args.leader_port)
+        serve(args.role, args.dir, args.id, args.leader_port, args.placed)
         return 0
     if args.rounds < 1 or args.seconds <= 0 or args.rate <= 0:
         ap.error("--rounds must be at least 1, --seconds and --rate above 0")
     print(f"replication floor: {args.rounds} rounds of {args.seconds:g} s per case at {args.rate:g} records/s of "
           f"{RECORD} bytes, interleaved, after a {WARM_UP_S:g} s warm-up ({os.cpu_count()} cores)")
-    result = floor(args.rounds, args.seconds, args.rate, show=print)
+    result = floor(args.rounds, args.seconds, args.rate, show=print, placed=args.placed)
     cpu = result["cpu_us_per_record"]
     print(f"   median of per-round p99 acks=all {result['acks_all_p99_ms']:.2f} ms, acks=1 "
           f"{result['acks1_p99_ms']:.2f} ms: {result['ratio']:.2f}x ({result['records']['acks_all']} and "
           f"{result['records']['acks1']} records); CPU per record of the three processes {cpu['acks_all']:.0f} us "
           f"against {cpu['acks1']:.0f} us ({cpu['acks_all'] / cpu['acks1']:.1f}x)")
+    for case, label in (("acks_all", "acks=all"), ("acks1", "acks=1")):
+        each = result["cpu_us_per_record_by_process"][case]
+        print(f"   per process, {label}: " + ", ".join(f"{name} {us['all']:.0f} us (its loop {us['loop']:.0f})"
+                                                      for name, us in each.items()) + " a record")
     return 0
 
 
