@@ -21,6 +21,10 @@ def test_floor_returns_each_cases_p99_from_the_records_it_sent() -> None:
     assert len(result["rounds"]) == 2 and all(a > 0 and b > 0 for a, b in result["rounds"])
     # 0.3 s at 500/s is 150 records a round whatever the machine's speed: the client sends on a schedule
     assert result["records"] == {"acks_all": 300, "acks1": 300}
+    sent = result["from_send"]  # the same records, from their sends: never longer than from their schedules
+    assert len(sent["rounds"]) == 2
+    for (all_sent, one_sent), (all_due, one_due) in zip(sent["rounds"], result["rounds"], strict=True):
+        assert 0 < all_sent <= all_due and 0 < one_sent <= one_due
     assert result["cpu_us_per_record"]["acks_all"] > 0 and result["cpu_us_per_record"]["acks1"] > 0
     by_process = result["cpu_us_per_record_by_process"]
     assert set(by_process["acks_all"]) == {"leader", "follower 0", "follower 1"}
