@@ -21,19 +21,22 @@ queues its answers and writes to an eventfd the loop watches with add_reader. Bo
 GIL released. Every job rings the worker (kjbod holds a loop's jobs while a batch is in flight; at one record at a
 time the two are the same). The threads' CPUs are left to the kernel; with ``placed`` (``--placed``) each
 process keeps its loop and worker on the CPU its loop started on, as kjbod.storage.workers.Placement does for a
-quiet broker (at 500 records/s kjbod's followers are quiet, its leader is not always): in the runs of this
-session, under other engineers' load, the two gave the same figures within their spread.
+quiet broker (at 500 records/s kjbod's followers are quiet, its leader is not always): measured on this VM
+under other work (load 1-3), the two gave the same figures within their spread.
 
 The client, in the benchmark's process, has one TCP connection per case and sends one record at a time on a
 schedule of `rate` a second; a record's latency runs from its scheduled send time to its reply, so a slow
 reply that delays the next send counts in that one too. That also counts the client's own wake-up from its
-sleep until the send, which on this loaded VM is a good part of an acks=1 p99 (in this session's runs, load
-1.5, ~1 ms: acks=1 p99 1.2-1.6 ms from the schedule, 0.44-0.71 ms from the send), so each figure is given a
+sleep until the send, which on this VM under other work is a good part of an acks=1 p99 (measured at load 1.5:
+~1 ms, the acks=1 p99 1.2-1.6 ms from the schedule, 0.44-0.71 ms from the send), so each figure is given a
 second time from each record's actual send to its reply ("from_send"), which is when kjbod's Paced producer
 (tools/bench/replication.py) starts its clock; librdkafka's hand-off of the record to its broker thread, a
 wake-up the floor's client does not have, is inside that clock. The two cases alternate in rounds (which goes
 first alternates too) after a warm-up, and the figure is the median of the per-round p99s, as the replication
-bench's latency rounds (`latency_rounds`).
+bench's latency rounds (`latency_rounds`). Each case's CPU per record in the three processes (their threads'
+schedstat, each event loop's share apart) comes with it: measured on this VM, 450-560 us an acks=all record
+against 140-165 us an acks=1 record (3.2-3.7x, about the ratio of kjbod's brokers), four fifths of it in the
+loops (the leader's ~210-245 us against ~115-130), which do little but their system calls and wake-ups.
 
 Frames (not Kafka's: a floor needs none of it), each a 4-byte big-endian size and then:
 
@@ -397,8 +400,7 @@ class Topology:
         assert self._dir is not None
         process = subprocess.Popen([sys.executable, "-m", "tools.bench.replication_floor", "--role", role,
                                     "--dir", self._dir.name, *args, *(["--placed"] if self.placed else [])],
-                                   stdin=subprocess.PIPE,
-                                   stdout=subprocess.PIPE, text=True, cwd=ROOT)
+                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT)
         self.processes.append(process)
         assert process.stdout is not None
         ready, _, _ = select.select([process.stdout], [], [], START_TIMEOUT_S)
