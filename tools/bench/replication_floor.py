@@ -488,14 +488,17 @@ def floor(rounds: int, seconds: float, rate: float = 500, warm_up: float = WARM_
     (ms, "acks_all_p99_ms" and "acks1_p99_ms"), their "ratio", the per-round p99s ("rounds": (acks=all, acks=1)
     per round), the records each case sent ("records"), the three processes' CPU per record in each case
     ("cpu_us_per_record", from their threads' schedstat) and each one's, with its event loop's share
-    ("cpu_us_per_record_by_process": case -> "leader", "follower 0" or "follower 1" -> "all" and "loop"); and
-    "from_send": the p99s, their ratio and the rounds again, each record timed from its actual send (see the
-    module's docstring). `show` gets a line per round."""
+    ("cpu_us_per_record_by_process": case -> "leader", "follower 0" or "follower 1" -> "all" and "loop"), the
+    time their threads waited runnable for a core per record ("run_queue_wait_us_per_record"); and "from_send":
+    the p99s, their ratio and the rounds again, each record timed from its actual send (see the module's
+    docstring). `show` gets a line per round."""
     per_round: dict[int, list[float]] = {ACKS_ALL: [], ACKS_1: []}
     per_round_sent: dict[int, list[float]] = {ACKS_ALL: [], ACKS_1: []}
     records = {ACKS_ALL: 0, ACKS_1: 0}
     names = ["leader", *(f"follower {f}" for f in range(FOLLOWERS))]  # in Topology.processes' order
-    cpu = {kind: [[0.0, 0.0] for _ in names] for kind in (ACKS_ALL, ACKS_1)}  # ms: every thread, the loop's
+    # ms per process: every thread's CPU, the loop's, every thread's wait for a core
+    cpu = {kind: [[0.0, 0.0, 0.0] for _ in names] for kind in (ACKS_ALL, ACKS_1)}
+    waited = {ACKS_ALL: 0.0, ACKS_1: 0.0}  # the last round's, all three processes
     with Topology(placed) as topology:
         clients = {kind: Client(topology.port, kind) for kind in (ACKS_ALL, ACKS_1)}
         try:
@@ -504,19 +507,22 @@ def floor(rounds: int, seconds: float, rate: float = 500, warm_up: float = WARM_
             pids = topology.pids()
             for i in range(rounds):
                 for kind in (ACKS_ALL, ACKS_1) if i % 2 == 0 else (ACKS_1, ACKS_ALL):
-                    used = _cpu_ms(pids)
+                    used = _sched(pids)
                     from_send: list[float] = []
                     xs = clients[kind].run(rate, seconds, from_send)
-                    for total, before, after in zip(cpu[kind], used, _cpu_ms(pids), strict=True):
-                        total[0] += after[0] - before[0]
-                        total[1] += after[1] - before[1]
+                    waited[kind] = 0.0
+                    for total, before, after in zip(cpu[kind], used, _sched(pids), strict=True):
+                        for j in range(3):
+                            total[j] += after[j] - before[j]
+                        waited[kind] += after[2] - before[2]
                     per_round[kind].append(p99(xs))
                     per_round_sent[kind].append(p99(from_send))
                     records[kind] += len(xs)
                 if show is not None:
                     show(f"     floor round {i + 1}: p99 acks=all {per_round[ACKS_ALL][-1]:.2f} ms, acks=1 "
                          f"{per_round[ACKS_1][-1]:.2f} ms; from the send {per_round_sent[ACKS_ALL][-1]:.2f} and "
-                         f"{per_round_sent[ACKS_1][-1]:.2f} ms (load {os.getloadavg()[0]:.1f})")
+                         f"{per_round_sent[ACKS_1][-1]:.2f} ms (the processes' run-queue wait {waited[ACKS_ALL]:.0f} "
+                         f"ms against {waited[ACKS_1]:.0f} ms; load {os.getloadavg()[0]:.1f})")
         finally:
             for client in clients.values():
                 client.close()
@@ -535,13 +541,20 @@ def floor(rounds: int, seconds: float, rate: float = 500, warm_up: float = WARM_
                 case: {name: {"all": us(t[0], kind), "loop": us(t[1], kind)}
                        for name, t in zip(names, cpu[kind], strict=True)}
                 for case, kind in cases.items()},
+            "run_queue_wait_us_per_record": {case: us(sum(t[2] for t in cpu[kind]), kind)
+                                             for case, kind in cases.items()},
             "from_send": {"acks_all_p99_ms": sent_all, "acks1_p99_ms": sent1, "ratio": sent_all / sent1,
                           "rounds": list(zip(per_round_sent[ACKS_ALL], per_round_sent[ACKS_1], strict=True))}}
 
 
-def _cpu_ms(pids: list[int]) -> list[tuple[float, float]]:
-    """Each process's CPU ms so far: every thread's, and its event loop's (its main thread's)."""
-    return [(sched_ms([pid])[0], sched_ms([pid], loop_only=True)[0]) for pid in pids]
+def _sched(pids: list[int]) -> list[tuple[float, float, float]]:
+    """Each process's ms so far: every thread's CPU, its event loop's (its main thread's), and every thread's
+    wait runnable for a core."""
+    out = []
+    for pid in pids:
+        cpu, wait = sched_ms([pid])
+        out.append((cpu, sched_ms([pid], loop_only=True)[0], wait))
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -572,8 +585,10 @@ def main(argv: list[str] | None = None) -> int:
           f"{result['acks1_p99_ms']:.2f} ms: {result['ratio']:.2f}x ({result['records']['acks_all']} and "
           f"{result['records']['acks1']} records); from each record's send {sent['acks_all_p99_ms']:.2f} ms and "
           f"{sent['acks1_p99_ms']:.2f} ms: {sent['ratio']:.2f}x")
+    wait = result["run_queue_wait_us_per_record"]
     print(f"   CPU per record of the three processes {cpu['acks_all']:.0f} us against {cpu['acks1']:.0f} us "
-          f"({cpu['acks_all'] / cpu['acks1']:.1f}x)")
+          f"({cpu['acks_all'] / cpu['acks1']:.1f}x); their threads' wait for a core {wait['acks_all']:.0f} us against "
+          f"{wait['acks1']:.0f} us a record")
     for case, label in (("acks_all", "acks=all"), ("acks1", "acks=1")):
         each = result["cpu_us_per_record_by_process"][case]
         print(f"   per process, {label}: " + ", ".join(f"{name} {us['all']:.0f} us (its loop {us['loop']:.0f})"
