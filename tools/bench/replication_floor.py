@@ -579,7 +579,11 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--rounds must be at least 1, --seconds and --rate above 0")
     print(f"replication floor: {args.rounds} rounds of {args.seconds:g} s per case at {args.rate:g} records/s of "
           f"{RECORD} bytes, interleaved, after a {WARM_UP_S:g} s warm-up ({os.cpu_count()} cores)")
-    result = floor(args.rounds, args.seconds, args.rate, show=print, placed=args.placed)
+    try:
+        result = floor(args.rounds, args.seconds, args.rate, show=print, placed=args.placed)
+    except KeyboardInterrupt:  # the three processes are stopped by then (Topology)
+        print("replication floor: interrupted", file=sys.stderr)
+        return 130
     cpu, sent = result["cpu_us_per_record"], result["from_send"]
     print(f"   median of per-round p99 acks=all {result['acks_all_p99_ms']:.2f} ms, acks=1 "
           f"{result['acks1_p99_ms']:.2f} ms: {result['ratio']:.2f}x ({result['records']['acks_all']} and "
