@@ -20,12 +20,16 @@ against its reference measured in the same run:
   thread, pass records along the same chain with one 1 KiB pwrite per hop and nothing else. Its p99 ratio is what the
   hops and wake-ups alone cost on this machine at that moment, which only fewer processes, threads or wake-ups per
   record (or cores of their own) could lower, however little kjbod did per hop; kjbod's p99s are printed as multiples
-  of the floor's. Each of kjbod's rounds also prints, from the kernel's per-thread schedstat, the CPU time the three
-  brokers used and the time their threads waited runnable for a core: the acks=all case's tail is set by those waits
-  (its records pass through three processes and eight wake-ups in sequence on cores the load generator and everything
-  else on the machine share), so the figure can be read against them. A summary line gives the brokers' CPU per
-  record in each case: a follower's fetch round trip costs the leader and the follower together about what a
-  produce request costs the leader, so acks=all RF 3 needs about 3x the CPU of
+  of the floor's. Three runs on this VM under other work (load 1.5-4.5) measured the floor's p99 ratio at 1.4-2.0x
+  (1.7-2.1x timed from each record's send) with a CPU per record ratio of 3.3-3.5x, and kjbod's p99s at 6.0-7.3x the
+  floor's acks=all and 1.8-3.8x its acks=1 (kjbod 3.4-5.1x): under such load most of kjbod's acks=all tail is its own
+  per-hop work queueing for the cores, not the hops alone (the floor's ratio moves with the load too: one short floor
+  run at load 0.8 gave 3.2x, others at load 1-1.5 gave 1.5-2.7x). Each of kjbod's rounds also prints, from the
+  kernel's per-thread schedstat, the CPU time the three brokers used and the time their threads waited runnable for a
+  core: the acks=all case's tail is set by those waits (its records pass through three processes and eight wake-ups in
+  sequence on cores the load generator and everything else on the machine share), so the figure can be read against
+  them. A summary line gives the brokers' CPU per record in each case: a follower's fetch round trip costs the leader
+  and the follower together about what a produce request costs the leader, so acks=all RF 3 needs about 3x the CPU of
   acks=1 RF 1 (measured per broker thread from /proc schedstat, 500 records/s, load 2-5 from other work: the
   leader's loop ~550-600 us a record against ~270-350 us, its dir worker ~85 us in both, each follower's loop
   ~195-220 us and its dir worker ~80 us; before the follower fetches on both sides were answered by callbacks
