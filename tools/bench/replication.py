@@ -24,7 +24,7 @@ against its reference measured in the same run:
   (1.7-2.1x timed from each record's send) with a CPU per record ratio of 3.3-3.5x, and kjbod's p99s at 6.0-7.3x the
   floor's acks=all and 1.8-3.8x its acks=1 (kjbod 3.4-5.1x): under such load most of kjbod's acks=all tail is its own
   per-hop work queueing for the cores, not the hops alone (the floor's ratio moves with the load too: one short floor
-  run at load 0.8 gave 3.2x, others at load 1-1.5 gave 1.5-2.7x). Each of kjbod's rounds also prints, from the
+  run at load 0.8 gave 3.2x, others at load 1-2 gave 1.1-2.7x). Each of kjbod's rounds also prints, from the
   kernel's per-thread schedstat, the CPU time the three brokers used and the time their threads waited runnable for a
   core: the acks=all case's tail is set by those waits (its records pass through three processes and eight wake-ups in
   sequence on cores the load generator and everything else on the machine share), so the figure can be read against
