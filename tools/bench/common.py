@@ -6,6 +6,7 @@ the same rounds and reports the median of per-round ratios as well as median abs
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -40,6 +41,33 @@ def median(xs: list[float]) -> float:
 def paired_ratio(slow: list[float], fast: list[float]) -> float:
     """Median over rounds of slow/fast: how many times faster `fast` is."""
     return statistics.median(s / f for s, f in zip(slow, fast, strict=True))
+
+
+def p99(xs: list[float]) -> float:
+    """The 99th percentile of `xs` (the value 99 % of them are at or below, nearest rank)."""
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(len(xs) * 0.99))]
+
+
+def sched_ms(pids: list[int], *, loop_only: bool = False) -> tuple[float, float]:
+    """(CPU ms, ms waited runnable for a core) of every thread of `pids` so far (with `loop_only`, of each one's
+    main thread only: the event loop's), from /proc/<pid>/task/*/schedstat (Linux; zeros where it cannot be
+    read)."""
+    cpu = wait = 0
+    for pid in pids:
+        try:
+            tasks = [str(pid)] if loop_only else os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                with open(f"/proc/{pid}/task/{task}/schedstat") as f:
+                    fields = f.read().split()
+            except OSError:
+                continue
+            cpu += int(fields[0])
+            wait += int(fields[1])
+    return cpu / 1e6, wait / 1e6
 
 
 def warm_memory(nbytes: int) -> float:

@@ -15,12 +15,21 @@ against its reference measured in the same run:
   acks=all RF 3 against acks=1 RF 1 on the RF 3 topic's leader (target <= 3x).  One p99 of a few thousand
   records swings with whatever else the shared cores run (single runs gave 0.36x to 5.10x), so the two cases
   alternate in rounds of 2,000 records each after a warm-up, and the figure is the ratio of the medians of the
-  per-round p99s (the rounds are printed). Each round also prints, from the kernel's per-thread schedstat, the CPU
-  time the three brokers used and the time their threads waited runnable for a core: the acks=all case's
-  tail is set by those waits (its records pass through three processes and eight wake-ups in sequence on cores the
-  load generator and everything else on the machine share), so the figure can be read against them. A summary
-  line gives the brokers' CPU per record in each case: a follower's fetch round trip costs the leader and the
-  follower together about what a produce request costs the leader, so acks=all RF 3 needs about 3x the CPU of
+  per-round p99s (the rounds are printed). Right after them, the cluster still up and idle, the topology's floor
+  (tools.bench.replication_floor) runs as many rounds: three processes of its own, each a uvloop loop and one worker
+  thread, pass records along the same chain with one 1 KiB pwrite per hop and nothing else. Its p99 ratio is what the
+  hops and wake-ups alone cost on this machine at that moment, which only fewer processes, threads or wake-ups per
+  record (or cores of their own) could lower, however little kjbod did per hop; kjbod's p99s are printed as multiples
+  of the floor's. Three runs on this VM under other work (load 1.5-4.5) measured the floor's p99 ratio at 1.4-2.0x
+  (1.7-2.1x timed from each record's send) with a CPU per record ratio of 3.3-3.5x, and kjbod's p99s at 6.0-7.3x the
+  floor's acks=all and 1.8-3.8x its acks=1 (kjbod 3.4-5.1x): under such load most of kjbod's acks=all tail is its own
+  per-hop work queueing for the cores, not the hops alone (the floor's ratio moves with the load too: one short floor
+  run at load 0.8 gave 3.2x, others at load 1-2 gave 1.1-2.7x). Each of kjbod's rounds also prints, from the
+  kernel's per-thread schedstat, the CPU time the three brokers used and the time their threads waited runnable for a
+  core: the acks=all case's tail is set by those waits (its records pass through three processes and eight wake-ups in
+  sequence on cores the load generator and everything else on the machine share), so the figure can be read against
+  them. A summary line gives the brokers' CPU per record in each case: a follower's fetch round trip costs the leader
+  and the follower together about what a produce request costs the leader, so acks=all RF 3 needs about 3x the CPU of
   acks=1 RF 1 (measured per broker thread from /proc schedstat, 500 records/s, load 2-5 from other work: the
   leader's loop ~550-600 us a record against ~270-350 us, its dir worker ~85 us in both, each follower's loop
   ~195-220 us and its dir worker ~80 us; before the follower fetches on both sides were answered by callbacks
@@ -82,13 +91,13 @@ share this machine's cores (printed).
 
     python -m tools.bench.replication [--rounds N] [--quick] [--latency-only] [--trace] [--profile]
 
---latency-only runs the latency rounds alone (7 of them, also with --quick) and keeps the cluster's directory
-(printed; each broker's server.log is in it): with KJBOD_GC_LOG=1 in the environment every broker logs each of
-its garbage collections there (kjbod.server.app). --trace runs the brokers with KJBOD_TRACE (kjbod.net.trace) and
-prints, after the latency figure, where the slowest records' time went leg by leg and which background events
-ran under them (tools.bench.latency_trace); the tracing's own cost is in the figure then. --profile measures no
-figure: it profiles each broker's event loop in CPU time (KJBOD_LOOP_PROFILE, kjbod.server.loop_profile) while
-each case runs alone at the latency rate, and prints each role's loop CPU, Python calls and top costs per record.
+--latency-only runs the latency rounds and the floor's alone (7 of each, also with --quick) and keeps the cluster's
+directory (printed; each broker's server.log is in it): with KJBOD_GC_LOG=1 in the environment every broker logs each
+of its garbage collections there (kjbod.server.app). --trace runs the brokers with KJBOD_TRACE (kjbod.net.trace) and
+prints, after the latency figure, where the slowest records' time went leg by leg and which background events ran
+under them (tools.bench.latency_trace); the tracing's own cost is in the figure then. --profile measures no figure: it
+profiles each broker's event loop in CPU time (KJBOD_LOOP_PROFILE, kjbod.server.loop_profile) while each case runs
+alone at the latency rate, and prints each role's loop CPU, Python calls and top costs per record.
 """
 
 from __future__ import annotations
@@ -103,7 +112,8 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from .common import heading, median, rounds_main, verdict, warm_memory
+from .common import heading, median, p99, rounds_main, sched_ms, verdict, warm_memory
+from .replication_floor import floor
 
 ROOT = Path(__file__).resolve().parents[2]
 SESSION_MS = 3000
@@ -292,32 +302,6 @@ def latencies(bootstrap: str, topic: str, acks: str, rate: int, seconds: float) 
     """Per-record produce latencies (ms) at `rate` records per second, from a fresh producer (tools/bench/
     reassign.py's before/during comparison)."""
     return Paced(bootstrap, topic, acks).run(rate, seconds)
-
-
-def p99(xs: list[float]) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(len(xs) * 0.99))]
-
-
-def sched_ms(pids: list[int], *, loop_only: bool = False) -> tuple[float, float]:
-    """(CPU ms, ms waited runnable for a core) of every thread of `pids` so far (with `loop_only`, of each one's
-    main thread only: the event loop's), from /proc/<pid>/task/*/schedstat (Linux; zeros where it cannot be
-    read)."""
-    cpu = wait = 0
-    for pid in pids:
-        try:
-            tasks = [str(pid)] if loop_only else os.listdir(f"/proc/{pid}/task")
-        except OSError:
-            continue
-        for task in tasks:
-            try:
-                with open(f"/proc/{pid}/task/{task}/schedstat") as f:
-                    fields = f.read().split()
-            except OSError:
-                continue
-            cpu += int(fields[0])
-            wait += int(fields[1])
-    return cpu / 1e6, wait / 1e6
 
 
 def latency_rounds(bootstrap: str, rate: int, rounds: int, seconds: float, pids: list[int] | None = None,
@@ -550,7 +534,7 @@ def run(rounds: int = 3, seconds: float = 10.0, quick: bool = False, latency_onl
         create(cluster.bootstrap, "rf1", 1, 1, on=leader)
         if latency_only:
             print(f"   the cluster: {cluster.dir} (kept; leader of rf3 and rf1: broker {leader})")
-            return {"replication_p99_acks_all_vs_acks1": latency_figure(cluster, 7, 4.0, leader, trace)}
+            return latency_figure(cluster, 7, 4.0, leader, trace)
         produce_throughput(cluster.bootstrap, "rf3", "all", 8 * MIB)  # warm up
         produce_throughput(cluster.bootstrap, "rf1", "1", 8 * MIB)
         replicated, single = [], []
@@ -583,17 +567,19 @@ def run(rounds: int = 3, seconds: float = 10.0, quick: bool = False, latency_onl
               f"{verdict(dir_multiple <= TARGET_DIR_FAILOVER)})")
         return {"replication_produce_acks_all_rf3_vs_acks1_rf1": throughput,
                 "replication_dir_failover_x_heartbeat_interval": dir_multiple,
-                "replication_p99_acks_all_vs_acks1": latency,
+                **latency,
                 "replication_catch_up_vs_consumer": catch_ratio,
                 "replication_failover_x_session_timeout": multiple}
     finally:
         cluster.down()
 
 
-def latency_figure(cluster: Cluster, lat_rounds: int, lat_seconds: float, leader: int, trace: bool = False) -> float:
-    """The latency rounds (latency_rounds) at 500 records/s, printed; returns the ratio of the medians of the
-    per-round p99s (acks=all RF 3 over acks=1 RF 1). With `trace` (the brokers run with KJBOD_TRACE), where the
-    slowest records' time went and what ran under them (tools.bench.latency_trace)."""
+def latency_figure(cluster: Cluster, lat_rounds: int, lat_seconds: float, leader: int, trace: bool = False
+                   ) -> dict[str, float]:
+    """The latency rounds (latency_rounds) at 500 records/s, then the topology's floor in as many rounds
+    (tools.bench.replication_floor), printed; returns the ratio of the medians of the per-round p99s (acks=all RF
+    3 over acks=1 RF 1) and the floor's ratio. With `trace` (the brokers run with KJBOD_TRACE), where the slowest
+    records' time went and what ran under them (tools.bench.latency_trace)."""
     rate = 500
     # The produce rounds before leave gigabytes of dirty pages that the kernel writes back 30 s later
     # (vm.dirty_expire_centisecs), in the middle of these rounds, where every append waits behind it; an acks=all
@@ -627,6 +613,17 @@ def latency_figure(cluster: Cluster, lat_rounds: int, lat_seconds: float, leader
               f"the dir workers' appends and hand-offs above all (the leader's loop runs a Produce, two fetch "
               f"answers and two fetches per record; the p99 ratio follows the CPU ratio and each round's run-queue "
               f"wait: below 3x needs less CPU per replicated record or cores the other work does not queue for)")
+    # Measured while the cluster is up and idle: the machine as the rounds above had it, less their load.
+    bottom = floor(lat_rounds, lat_seconds, rate)
+    floor_cpu, sent = bottom["cpu_us_per_record"], bottom["from_send"]
+    print(f"   the topology's floor on this machine: the same chain of processes, threads and wake-ups with only a "
+          f"1 KiB pwrite per hop: p99 {bottom['acks_all_p99_ms']:.2f} ms against {bottom['acks1_p99_ms']:.2f} ms, "
+          f"{bottom['ratio']:.2f}x (kjbod's acks=all p99 is {median(all_p99) / bottom['acks_all_p99_ms']:.2f}x this "
+          f"floor's acks=all, its acks=1 {median(one_p99) / bottom['acks1_p99_ms']:.2f}x its acks=1; the floor's "
+          f"three processes' CPU per record {floor_cpu['acks_all']:.0f} us against {floor_cpu['acks1']:.0f} us, "
+          f"{floor_cpu['acks_all'] / floor_cpu['acks1']:.1f}x; timed from each record's send, as the producer "
+          f"above is, not from its schedule: {sent['acks_all_p99_ms']:.2f} ms against {sent['acks1_p99_ms']:.2f} "
+          f"ms, {sent['ratio']:.2f}x)")
     if kept is not None:
         from kjbod.net.trace import FLUSH_S
 
@@ -642,7 +639,7 @@ def latency_figure(cluster: Cluster, lat_rounds: int, lat_seconds: float, leader
         followers = {b: names[cluster.pid(b)] for b in cluster.ports if b != leader}
         for line in report(traces, names[cluster.pid(leader)], followers, kept, {"all": "rf3", "one": "rf1"}):
             print(line)
-    return latency
+    return {"replication_p99_acks_all_vs_acks1": latency, "replication_p99_floor_ratio": bottom["ratio"]}
 
 
 def profile_roles(cluster: Cluster, leader: int, rate: int = PROFILE_RATE, seconds: float = 20.0,
