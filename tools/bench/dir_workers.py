@@ -231,12 +231,16 @@ class ClientGC:
 
 
 def p99_round(server: BenchServer, batch: bytes, seconds: float) -> tuple[list[tuple[float, float]], float, float]:
-    """One round of the moderate-rate phase on ``server``: half a second unmeasured (the server settled from the
-    loads before: its threads placed again on one CPU, workers.Placement reviews every 0.25 s), then ``seconds``
-    measured. Returns each request's (send time, latency) and, per request, the seconds the server's threads
-    waited on a run queue and how often they were preempted."""
+    """One round of the moderate-rate phase on ``server``: the dirty pages of the loads before written back first
+    (the kernel otherwise writes them back in the middle of some rounds, vm.dirty_expire_centisecs, where every
+    append of the round waits behind it: one variant's round, by chance, not the other's), half a second
+    unmeasured (the server settled from the loads before: its threads placed again on one CPU,
+    workers.Placement reviews every 0.25 s), then ``seconds`` measured. Returns each request's (send time,
+    latency) and, per request, the seconds the server's threads waited on a run queue and how often they were
+    preempted."""
     assert server.process is not None
     pid = server.process.pid
+    os.sync()
     paced_produce(server.port, "small", 1, MODERATE_RATE, 0.5, batch)
     sent: list[float] = []
     waited, preempted = sched_totals(pid)
