@@ -129,11 +129,6 @@ LOOP_PROFILE_ENV = "KJBOD_LOOP_PROFILE"  # kjbod.server.loop_profile
 PROFILE_RATE = 100  # records/s of --profile (profile_roles)
 
 
-def _kjbod(*args: str, timeout: float = 300) -> str:
-    return subprocess.run([sys.executable, "-m", "kjbod", *args], capture_output=True, text=True, cwd=ROOT,
-                          check=True, timeout=timeout).stdout
-
-
 class Cluster:
     def __init__(self, work: Path) -> None:
         self.dir = work / "cluster"
@@ -143,11 +138,19 @@ class Cluster:
         # broker does, and that doubled the leader's thread hand-offs in the latency rounds.
         self.faults = work / "faults.json"
         self.children: dict[int, subprocess.Popen[bytes]] = {}  # brokers this bench restarted (see kill)
-        out = _kjbod("cluster", "up", "--detach", "--brokers", "3", "--log-dirs", "2", "--dir", str(self.dir),
-                     "--set", f"broker.session.timeout.ms={SESSION_MS}",
-                     "--set", f"broker.heartbeat.interval.ms={HEARTBEAT_MS}",
-                     "--set", "replica.lag.time.max.ms=5000", "--set", "replica.fetch.backoff.ms=200")
-        line = next(x for x in out.splitlines() if x.startswith("bootstrap.servers="))
+        up = subprocess.run([sys.executable, "-m", "kjbod", "cluster", "up", "--detach", "--brokers", "3",
+                             "--log-dirs", "2", "--dir", str(self.dir),
+                             "--set", f"broker.session.timeout.ms={SESSION_MS}",
+                             "--set", f"broker.heartbeat.interval.ms={HEARTBEAT_MS}",
+                             "--set", "replica.lag.time.max.ms=5000", "--set", "replica.fetch.backoff.ms=200"],
+                            capture_output=True, text=True, cwd=ROOT, timeout=300)
+        line = next((x for x in up.stdout.splitlines() if x.startswith("bootstrap.servers=")), None)
+        if up.returncode != 0 or line is None:
+            # What did start (a controller, some brokers) is stopped, and the reason is shown, not swallowed.
+            self.down()
+            said = (up.stderr.strip() or up.stdout.strip() or "no output").splitlines()[-10:]
+            raise RuntimeError(f"`kjbod cluster up` failed (exit status {up.returncode}); its last words:\n  "
+                               + "\n  ".join(said) + f"\nthe nodes' logs are under {self.dir}")
         self.bootstrap = line.partition("=")[2]
         self.ports = {i + 1: int(hp.rpartition(":")[2]) for i, hp in enumerate(self.bootstrap.split(","))}
 
