@@ -643,7 +643,7 @@ class Connection(asyncio.BufferedProtocol):
                 if debug and meta is not None:
                     self._log_request(meta, replied=False)
                 continue
-            body = _joined(reply)
+            body = reply if reply.__class__ is bytes else _joined(reply)  # bytes: a reply written in one piece
             if body is None:  # file regions: the sender writes those
                 queue.appendleft((reply, meta))
                 break
