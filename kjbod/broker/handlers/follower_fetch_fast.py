@@ -39,7 +39,7 @@ from kjbod.broker.replication import hooks as replication
 from kjbod.broker.replication.partition import LEADER
 from kjbod.net import trace
 from kjbod.protocol.headers import read_request_header
-from kjbod.protocol.runtime import write_uvarint
+from kjbod.protocol.runtime import UV1, write_uvarint
 from kjbod.storage import fsio
 from kjbod.wire.handler import Later
 
@@ -245,8 +245,9 @@ def _packed(answer: struct.Struct, head: bytes, tail: bytes, corr: int, hw: int,
             records: bytes) -> bytes:
     """The plain answer's bytes; the records end with the partition's, the topic's and the response's empty
     tagged fields."""
-    return answer.pack(corr, 0, head, hw, hw, log_start) + tail + write_uvarint(len(records) + 1) + records + \
-        b"\x00\x00\x00"
+    n = len(records) + 1  # the compact records' length, a varint: two bytes for a batch or two of 1 KiB records
+    size = UV1[n] if n < 0x80 else bytes(((n & 0x7F) | 0x80, n >> 7)) if n < 0x4000 else write_uvarint(n)
+    return answer.pack(corr, 0, head, hw, hw, log_start) + tail + size + records + b"\x00\x00\x00"
 
 
 def plain_answer(version: int, name: str, topic_id: Any, partition: int, read_committed: bool, corr: int, hw: int,
