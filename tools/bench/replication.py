@@ -70,7 +70,10 @@ against its reference measured in the same run:
   and the answer's kept per connection, checked again whenever the image, leader epoch or ISR moves), with fewer
   calls for the follower's position, the HW and the log's read lock: --profile counts 589 Python calls per acks=all
   record on the leader's loop (941 before) and 291 per acks=1 record (300), ~149 per follower fetch round trip
-  against ~320 (in process, the router, the handler and the append's wake-up: 96 against 254). What is left per
+  against ~320 (in process, the router, the handler and the append's wake-up, tools.bench.follower_fetch_leader: 96
+  calls and 36 us per round trip against 236 and 90 for the general way on the same leader). One latency run after
+  it (load 2.3-3.2) gave the brokers' CPU per acks=all record as 1.60 ms against 0.51 (the leader's loop 672 us
+  against 368; 1.90 ms, 0.58, 873 and 418 as last measured before it) and still 3.86x for the p99s. What is left per
   record is spread thin (see above) or is the hops themselves: 3x on a quiet
   machine needs either fewer thread and process wake-ups per replicated record (the follower's append off its loop
   is one, by design) or cores the load generator and the other work do not share. On 2 shared cores the p99 ratio
