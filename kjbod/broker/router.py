@@ -159,8 +159,8 @@ class Router:
     in place, the body decoded by the generated codec, the handler, the response encoded behind a precomputed
     header. A replica fetcher's Fetch that repeats its connection's last one but for its offsets is answered
     before that, from the bytes (kjbod.broker.handlers.follower_fetch_fast, which learns the connection's fetch
-    from each one decoded here).  Anything unusual (unknown key, wrong listener, version out of range, short frame) leaves the
-    common case for `_route_slowly`, which applies the checks in the order Kafka does.
+    from each one decoded here).  Anything unusual (unknown key, wrong listener, version out of range, short
+    frame) leaves the common case for `_route_slowly`, which applies the checks in the order Kafka does.
     """
 
     def __init__(self, node: Any):
