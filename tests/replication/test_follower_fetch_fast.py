@@ -8,10 +8,12 @@ runs cannot pass for one that answers right."""
 from __future__ import annotations
 
 import asyncio
+import os
 import struct
 
 import pytest
 
+from kjbod.broker.handlers import fetch as fetch_handler
 from kjbod.broker.handlers import follower_fetch_fast as fast
 from kjbod.broker.replication import ReplicaManager, ReplicationConfig
 from kjbod.broker.router import Router
@@ -20,6 +22,7 @@ from kjbod.protocol.generated import FetchRequest, FetchResponse
 from kjbod.protocol.generated.fetch_response import FetchableTopicResponse, PartitionData
 from kjbod.storage.records import build_batch
 from kjbod.wire.handler import Later, RequestContext
+from kjbod.wire.region import FileRegion
 from tests.replication.test_purgatory import IDLE_WORKER, PollingNode
 from tests.replication.test_replica_manager import EPOCHS, TOPIC_ID, Clock, FakeNode, image
 
@@ -314,4 +317,40 @@ async def test_a_fetch_at_another_version_on_the_same_connection_goes_the_genera
     assert reply_bytes(a) == reply_bytes(b)
     both(pair, 2, 0, version=16)
     assert taken == [False, False, True]
+    same_state(pair)
+
+
+def materialized(reply) -> bytes:
+    """A reply's bytes with its file regions read (and closed), as the connection would send them."""
+    if reply.__class__ is Later:
+        assert reply.done()
+        reply = reply.result()
+    out = []
+    for part in [reply] if reply.__class__ is bytes else reply:
+        if isinstance(part, FileRegion):
+            out.append(os.pread(part.fd, part.count, part.offset))
+            part.close()
+        else:
+            out.append(bytes(part))
+    return b"".join(out)
+
+
+async def test_a_read_over_the_small_read_size_is_the_general_ways_at_once_and_parked(pair, taken):
+    """Past SMALL_FOLLOWER_READ the answer is file regions: the short way hands the read to the general way,
+    whose answer it gives."""
+    big = fetch_handler.SMALL_FOLLOWER_READ + 1000
+    for lead in pair:
+        lead.append(1)
+    offset = pair[0].plog.log_end_offset
+    both(pair, 2, offset)
+    parked = both(pair, 2, offset)
+    for lead in pair:
+        lead.append(1, big)
+    assert materialized(parked[0]) == materialized(parked[1])
+    for lead in pair:
+        lead.append(1, big)
+    a, b = both(pair, 2, offset)
+    sent = materialized(a)
+    assert sent == materialized(b) and len(sent) > 2 * big
+    assert taken == [False, True, True]
     same_state(pair)

@@ -12,15 +12,15 @@ the fixed bytes of the shape.
 
 What a shape's checks decided holds only while nothing they read has changed: the metadata image (a new one after
 every delta: brokers' epochs, leadership, topics), the partition's leader epoch, partition epoch, ISR and replica
-set, its log (closed by a KIP-113 swap or offline), the node's shutdown and the leader throttle; when any of these
-moved, the request goes the general way, which checks it again and keeps a new shape. The per-fetch checks
-(LastFetchedEpoch against the leader epoch cache, the offset in the log's range) are made here on every fetch as
-ReplicaManager._check makes them, and a fetch that fails one goes the general way too, which answers its error or
-DivergingEpoch. Then the follower's position moves (ReplicaManager._fetched: the HW, the acks=all answers it
-completes), and the answer is read as `_FollowerFetch._answer_single` reads it: from the page cache on the loop
-when the dir's worker is idle (PartitionLog.read_to_end, the caught-up follower's common case), else, and for
-anything else (a read that is not one pread, a wait that expires, the node stopping), by `_FollowerFetch` with
-the checks already made, which stays the only judge of what is not plain.
+set, its log (closed by a KIP-113 swap or offline) and the leader throttle; when any of these moved, the request
+goes the general way, which checks it again and keeps a new shape (and so does a fetch that would wait while the
+node shuts down). The per-fetch checks (LastFetchedEpoch against the leader epoch cache, the offset in the log's
+range) are made here on every fetch as ReplicaManager._check makes them, and a fetch that fails one goes the general
+way too, which answers its error or DivergingEpoch. Then the follower's position moves (ReplicaManager._fetched: the
+HW, the acks=all answers it completes), and the answer is read as `_FollowerFetch._answer_single` reads it: from the
+page cache on the loop when the dir's worker is idle (PartitionLog.read_to_end, the caught-up follower's common
+case), else, and for anything else (a read that is not one pread, a wait that expires, the node stopping), by
+`_FollowerFetch` with the checks already made, which stays the only judge of what is not plain.
 
 A fetch at the log end parks (node.parked_fetches, its max_wait_ms on a timer) and is answered in the callback of
 the append that wakes it, as `_FollowerFetch` is.
@@ -42,6 +42,7 @@ from kjbod.protocol.headers import read_request_header
 from kjbod.protocol.runtime import UV1, write_uvarint
 from kjbod.storage import fsio
 from kjbod.wire.handler import Later
+from kjbod.wire.region import FileRegion
 
 MIN_VERSION = 12  # LastFetchedEpoch, and the flexible versions, from v12 (as the follower's template)
 _BLOCK = struct.Struct(">iiqiqi")  # a FetchPartition's fixed fields as the codec packs them from v12 on
@@ -332,9 +333,15 @@ class _Parked:
             later.resolve(reply)
 
     def _copy(self, done: Later) -> None:
+        """The general way's reply, read by the dirs' workers, is this fetch's."""
         try:
             value = done.result()
         except Exception as e:
             self.later.fail(e)
+            return
+        if self.later.done():  # cancelled meanwhile (the connection went): nobody sends the file regions read
+            for part in value if value.__class__ is list else ():
+                if part.__class__ is FileRegion:
+                    part.close()
             return
         self.later.resolve(value)
