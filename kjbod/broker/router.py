@@ -24,6 +24,7 @@ import structlog
 
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated.api_versions_response import ApiVersion, ApiVersionsResponse
+from kjbod.protocol.generated.fetch_request import FetchRequest
 from kjbod.protocol.generated.registry import APIS
 from kjbod.protocol.headers import (
     API_VERSIONS_KEY,
@@ -118,7 +119,7 @@ class _Route:
     """One served (API, version): what the per-request path needs, computed once."""
 
     __slots__ = ("decode_from", "entry", "fn", "has_error_code", "header_version", "listeners", "memoised",
-                 "response_cls", "response_header_v1", "version")
+                 "response_cls", "response_header_v1", "version", "follower_fetch")
 
     def __init__(self, entry: ApiEntry, version: int):
         self.entry = entry
@@ -135,6 +136,12 @@ class _Route:
         # by memoising the encoded body per listener kind and request bytes after the correlation id (the
         # router's ready answers).  Its response header is always v0, which the memo's replies rely on.
         self.memoised = entry.api_key == API_VERSIONS_KEY and not self.response_header_v1
+        # A replica fetcher's Fetch may be answered from its connection's last one: the module that does it (its
+        # import here, once the handlers are imported, since they import this module), or None.
+        from kjbod.broker.handlers import follower_fetch_fast
+
+        self.follower_fetch: Any = follower_fetch_fast if (
+            entry.api_key == FetchRequest.API_KEY and version >= follower_fetch_fast.MIN_VERSION) else None
 
 
 _pack_corr = struct.Struct(">i").pack
@@ -150,8 +157,10 @@ class Router:
     Per request, the common case is: one unpack of the first 8 bytes (api key and version read together as one
     int32, which indexes a table of served (API, version) routes, plus the correlation id), the header read
     in place, the body decoded by the generated codec, the handler, the response encoded behind a precomputed
-    header.  Anything unusual (unknown key, wrong listener, version out of range, short frame) leaves the
-    common case for `_route_slowly`, which applies the checks in the order Kafka does.
+    header. A replica fetcher's Fetch that repeats its connection's last one but for its offsets is answered
+    before that, from the bytes (kjbod.broker.handlers.follower_fetch_fast, which learns the connection's fetch
+    from each one decoded here).  Anything unusual (unknown key, wrong listener, version out of range, short
+    frame) leaves the common case for `_route_slowly`, which applies the checks in the order Kafka does.
     """
 
     def __init__(self, node: Any):
@@ -167,6 +176,8 @@ class Router:
         # handle() (ready_replies), and handle() itself before anything else.
         self._ready: dict[str, dict[int, dict[bytes, bytes]]] = {
             kind: {rid: {} for rid, route in self._routes.items() if route.memoised} for kind in ("broker", "controller")}
+        # Per connection id, the shape of its last plain follower fetch (kjbod.broker.handlers.follower_fetch_fast).
+        self.follower_fetch_shapes: dict[int, Any] = {}
 
     def ready_replies(self, listener_kind: str) -> dict[int, dict[bytes, bytes]]:
         """The memoised answers for one listener kind (see kjbod.wire.handler): route id -> {request bytes after
@@ -194,6 +205,11 @@ class Router:
             if route.__class__ is list:  # the KIP-511 answer
                 return route
         version = route.version
+        fast = route.follower_fetch
+        if fast is not None:
+            reply = fast.answer(self, route, frame, ctx, corr)
+            if reply is not None:
+                return reply
         try:
             client_id, pos = read_request_header(frame, route.header_version)
             # Bytes after the body are ignored, as Apache Kafka does (librdkafka's Metadata v13 requests end with
@@ -201,6 +217,8 @@ class Router:
             body_msg, _end = route.decode_from(frame, pos, version)
         except DecodeError as e:
             self._refuse(ctx, frame, route.entry.api_key, version, f"undecodable request: {e}")
+        if fast is not None:
+            fast.learn(self, route, frame, pos, body_msg, ctx)
         request = Request(ctx, route.entry.api_key, version, corr, client_id)
         result = route.fn(self.node, request, body_msg)
         if result.__class__ is not route.response_cls:

@@ -643,7 +643,7 @@ class Connection(asyncio.BufferedProtocol):
                 if debug and meta is not None:
                     self._log_request(meta, replied=False)
                 continue
-            body = _joined(reply)
+            body = reply if reply.__class__ is bytes else _joined(reply)  # bytes: a reply written in one piece
             if body is None:  # file regions: the sender writes those
                 queue.appendleft((reply, meta))
                 break
@@ -677,7 +677,8 @@ class Connection(asyncio.BufferedProtocol):
             self._write(batch)
         if self._sender is _BY_CALLBACKS and not self._queue:
             self._sender = None
-            self._maybe_finish_close()
+            if self._close_reason is not None or self._eof:  # else _maybe_finish_close has nothing to do
+                self._maybe_finish_close()
 
     def _pause_reading(self, reason: int) -> None:
         if not self._pause and self._transport is not None and not self._eof:

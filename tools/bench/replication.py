@@ -65,7 +65,16 @@ against its reference measured in the same run:
   reply queue and the wake-ups themselves. The request decode (4.7 us) and answer encode (2.8 us) per fetch are
   the generated codec's straight-line code: a hand-written short way would save ~1% of a record's CPU. Both together measured inside this VM's run-to-run spread: in eight runs interleaved with the
   code before (load 3-4) the brokers' CPU per acks=all record was 1.17-1.33 ms (median 1.19) against 1.12-1.38
-  (median 1.33). What is left per record is spread thin (see above) or is the hops themselves: 3x on a quiet
+  (median 1.33). Since then the leader answers a replica fetcher's repeated fetch from its bytes
+  (kjbod.broker.handlers.follower_fetch_fast: no decode, resolution or generated encode; the request's fixed bytes
+  and the answer's kept per connection, checked again whenever the image, leader epoch or ISR moves), with fewer
+  calls for the follower's position, the HW and the log's read lock: --profile counts 589 Python calls per acks=all
+  record on the leader's loop (941 before) and 291 per acks=1 record (300), ~149 per follower fetch round trip
+  against ~320 (in process, the router, the handler and the append's wake-up, tools.bench.follower_fetch_leader: 96
+  calls and 36 us per round trip against 236 and 90 for the general way on the same leader). One latency run after
+  it (load 2.3-3.2) gave the brokers' CPU per acks=all record as 1.60 ms against 0.51 (the leader's loop 672 us
+  against 368; 1.90 ms, 0.58, 873 and 418 as last measured before it) and still 3.86x for the p99s. What is left per
+  record is spread thin (see above) or is the hops themselves: 3x on a quiet
   machine needs either fewer thread and process wake-ups per replicated record (the follower's append off its loop
   is one, by design) or cores the load generator and the other work do not share. On 2 shared cores the p99 ratio
   swings around that CPU ratio with the machine's other load (1.6x to 3.3x between runs of one session). GC is

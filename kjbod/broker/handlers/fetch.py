@@ -33,7 +33,10 @@ before any of this, and min_bytes is capped after it (`_capped`): one int min pe
 
 A follower's fetch (replica id >= 0) is answered by callbacks (`_FollowerFetch`, Kafka's DelayedFetch): at once,
 or parked until the next append to one of its partitions or its max_wait_ms and answered in the callback that
-wakes it; a consumer's, and a follower's that meets an active leader throttle, by the `_serve` coroutine.
+wakes it; a consumer's, and a follower's that meets an active leader throttle, by the `_serve` coroutine. A
+follower's plain fetch of one partition that repeats its connection's last one but for its offsets is answered
+before it is decoded (kjbod.broker.handlers.follower_fetch_fast, called by the router), with this module's
+`_FollowerFetch` behind it for anything not plain.
 
 On a controller listener Fetch reads only the metadata log `__cluster_metadata` (kjbod.controller.metadata_fetch:
 KRaft's checks, epochs, snapshots), which is how brokers follow it.
@@ -548,7 +551,10 @@ class _FollowerFetch:
     __slots__ = ("node", "ctx", "body", "version", "follower", "max_bytes", "min_bytes", "resolved", "decided",
                  "deadline", "later", "timer", "keys", "single")
 
-    def __init__(self, node, request, body: FetchRequest, follower: int) -> None:
+    def __init__(self, node, request, body: FetchRequest, follower: int, decided: dict | None = None,
+                 deadline: float | None = None) -> None:
+        """`decided` and `deadline` are given by the short way (follower_fetch_fast), which made the checks and
+        moved the follower's position when the request came."""
         self.node = node
         self.ctx = request.ctx  # its listener names the leaders' endpoints of a v16+ answer (`_point_at_leaders`)
         self.body = body
@@ -556,10 +562,13 @@ class _FollowerFetch:
         self.follower = follower
         self.max_bytes, self.min_bytes = _capped(node, body)
         self.resolved = _resolve(node, body, version)
-        self.decided = replication.prepare_follower_fetch(node, self.resolved, body, version, follower)
-        # Like Kafka, a fetch that asks for no partitions needs no data and is answered at once.
-        wait_s = max(body.max_wait_ms, 0) / 1000.0 if any(t.partitions for t in body.topics) else 0.0
-        self.deadline = time.monotonic() + wait_s
+        self.decided = replication.prepare_follower_fetch(node, self.resolved, body, version, follower) \
+            if decided is None else decided
+        if deadline is None:
+            # Like Kafka, a fetch that asks for no partitions needs no data and is answered at once.
+            wait_s = max(body.max_wait_ms, 0) / 1000.0 if any(t.partitions for t in body.topics) else 0.0
+            deadline = time.monotonic() + wait_s
+        self.deadline = deadline
         self.later = Later()  # what the connection gets when the answer is not ready at once
         self.timer: asyncio.TimerHandle | None = None
         self.keys: list[tuple[str, int]] | None = None  # the partitions it parks on, once it parks

@@ -147,6 +147,10 @@ class ReplicaManager:
         self.isr_expands = 0
         self.throttles = ReplicationThrottles(
             node.node_id, config.quota_window_num, config.quota_window_size_seconds)
+        # Each topic's min.insync.replicas as the image gives it: looked up again once there is a new image (each
+        # HW move and acks=all answer asks for it; the image's topic configs change only with a new image).
+        self._min_isr_image: Any = None
+        self._min_isrs: dict[str, int] = {}
 
     # ------------------------------------------------------------------------------------------ lifecycle
 
@@ -360,16 +364,21 @@ class ReplicaManager:
         self._fetched(state, plog, replica_id, broker_epoch, fetch_offset)
 
     def _fetched(self, state: PartitionState, plog: Any, replica_id: int, broker_epoch: int,
-                 fetch_offset: int) -> None:
+                 fetch_offset: int, leo: int | None = None) -> None:
+        """`leo`: the log's end offset when the caller just read it (the short way: follower_fetch_fast)."""
         if trace.ON:
             trace.event("fetched_by", replica_id, fetch_offset)
-        moved = state.update_follower(replica_id, fetch_offset, broker_epoch, plog.log_end_offset, self.clock())
+        now = self.clock()
+        if leo is None:
+            leo = plog.log_end_offset
+        moved = state.update_follower(replica_id, fetch_offset, broker_epoch, leo, now)
         image = self.node.metadata
-        expanded = state.expansion(replica_id, plog.high_watermark, image)
+        # A follower in the ISR has nothing to join (PartitionState.expansion's first test, without the call).
+        expanded = None if replica_id in state.isr else state.expansion(replica_id, plog.high_watermark, image)
         if expanded is not None:
             self._propose(state, expanded, expanding=True)
         if moved or expanded is not None:
-            self._maybe_increment_hw(state, plog, image)
+            self._maybe_increment_hw(state, plog, image, now, leo)
 
     # ------------------------------------------------------------------------------------------ throttles
 
@@ -413,12 +422,22 @@ class ReplicaManager:
     # ------------------------------------------------------------------------------------------ the HW
 
     def _min_isr(self, topic: str) -> int:
-        t = self.node.metadata.topic(topic)
-        return self.config.min_isr(t.configs if t is not None else None)
+        image = self.node.metadata
+        if image is not self._min_isr_image:
+            self._min_isr_image = image
+            self._min_isrs = {}
+        min_isr = self._min_isrs.get(topic)
+        if min_isr is None:
+            t = image.topic(topic)
+            min_isr = self._min_isrs[topic] = self.config.min_isr(t.configs if t is not None else None)
+        return min_isr
 
-    def _maybe_increment_hw(self, state: PartitionState, plog: Any, image: Any) -> None:
-        hw = state.new_high_watermark(plog.high_watermark, plog.log_end_offset, self.clock(),
-                                      self.config.lag_time_max_ms, self._min_isr(state.topic), image)
+    def _maybe_increment_hw(self, state: PartitionState, plog: Any, image: Any, now: int | None = None,
+                            leo: int | None = None) -> None:
+        """`now` and `leo` when the caller has them (a follower's fetch: `_fetched`)."""
+        hw = state.new_high_watermark(plog.high_watermark, plog.log_end_offset if leo is None else leo,
+                                      self.clock() if now is None else now, self.config.lag_time_max_ms,
+                                      self._min_isr(state.topic), image)
         if hw is None:
             return
         plog.high_watermark = hw

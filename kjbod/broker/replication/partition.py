@@ -126,10 +126,13 @@ class PartitionState:
     def new_high_watermark(self, old_hw: int, leader_leo: int, now_ms: int, lag_ms: int, min_isr: int,
                            image: Any) -> int | None:
         """The HW the rule gives, or None when it must not move (below min ISR, or not higher)."""
-        if self.role != LEADER or self.under_min_isr(min_isr):
+        replicas = self.replicas
+        # under_min_isr and maximal_isr, inline: this runs at every follower fetch that moves a follower
+        if self.role != LEADER or len(self.isr) < (min(min_isr, len(replicas)) if replicas else min_isr):
             return None
         hw = leader_leo
-        maximal = self.maximal_isr
+        pending = self.pending
+        maximal = pending.isr if pending is not None and pending.expanding else self.isr
         for r, f in self.followers.items():
             if f.log_end_offset < hw and (r in maximal or (self.caught_up(f, leader_leo, now_ms, lag_ms)
                                                            and self.eligible(r, image))):

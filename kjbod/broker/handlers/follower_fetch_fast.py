@@ -1,0 +1,347 @@
+"""A replica fetcher's Fetch on the leader by a short way: the request read from the bytes, the plain answer
+written by hand (the leader's side of kjbod.net.fetch_fast).
+
+Strategy: a follower sends its leader the same request over and over, and from one to the next only the
+correlation id and three fixed-width fields of its partition change (FetchOffset, LastFetchedEpoch,
+LogStartOffset). So once the general way (kjbod.broker.handlers.fetch) has decoded a follower's fetch of one
+partition and its checks passed, the router keeps, per connection, the request's bytes around those three fields
+and what was resolved from them (a `Shape`: the topic, the partition's state and log, the capped sizes, the bytes
+of the plain answer around its changing fields). The next request whose bytes equal the last one's outside those
+fields is answered here: no decode, no resolution, the fields read with one unpack, and the answer packed behind
+the fixed bytes of the shape.
+
+What a shape's checks decided holds only while nothing they read has changed: the metadata image (a new one after
+every delta: brokers' epochs, leadership, topics), the partition's leader epoch, partition epoch, ISR and replica
+set, its log (closed by a KIP-113 swap or offline) and the leader throttle; when any of these moved, the request
+goes the general way, which checks it again and keeps a new shape (and so does a fetch that would wait while the
+node shuts down). The per-fetch checks (LastFetchedEpoch against the leader epoch cache, the offset in the log's
+range) are made here on every fetch as ReplicaManager._check makes them, and a fetch that fails one goes the general
+way too, which answers its error or DivergingEpoch. Then the follower's position moves (ReplicaManager._fetched: the
+HW, the acks=all answers it completes), and the answer is read as `_FollowerFetch._answer_single` reads it: from the
+page cache on the loop when the dir's worker is idle (PartitionLog.read_to_end, the caught-up follower's common
+case), else, and for anything else (a read that is not one pread, a wait that expires, the node stopping), by
+`_FollowerFetch` with the checks already made, which stays the only judge of what is not plain.
+
+A fetch at the log end parks (node.parked_fetches, its max_wait_ms on a timer) and is answered in the callback of
+the append that wakes it, as `_FollowerFetch` is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+import time
+from typing import Any
+
+from kjbod.broker.dir_work import loop_may_read
+from kjbod.broker.handlers import fetch as general
+from kjbod.broker.replication import hooks as replication
+from kjbod.broker.replication.partition import LEADER
+from kjbod.net import trace
+from kjbod.protocol.headers import read_request_header
+from kjbod.protocol.runtime import UV1, write_uvarint
+from kjbod.storage import fsio
+from kjbod.wire.handler import Later
+from kjbod.wire.region import FileRegion
+
+MIN_VERSION = 12  # LastFetchedEpoch, and the flexible versions, from v12 (as the follower's template)
+_BLOCK = struct.Struct(">iiqiqi")  # a FetchPartition's fixed fields as the codec packs them from v12 on
+_FIELDS = struct.Struct(">qiq")  # FetchOffset, LastFetchedEpoch, LogStartOffset: bytes 8 to 28 of the block
+_FIELDS_AT = 8
+_TOP = struct.Struct(">ihi")  # ThrottleTimeMs, ErrorCode, SessionId
+_INDEX = struct.Struct(">ih")  # PartitionIndex, ErrorCode
+_PREFERRED = struct.Struct(">i")  # PreferredReadReplica
+SHAPES_LIMIT = 256  # shapes a router keeps (one per follower connection): past it they are all forgotten
+
+
+class Shape:
+    """One follower connection's last plain fetch: the bytes around its changing fields, what was resolved and
+    checked from them, and the fixed parts of its answer (see the module docstring)."""
+
+    __slots__ = ("route", "head", "at", "tail", "name", "partition", "follower", "broker_epoch", "min_bytes",
+                 "wait_s", "read_limit", "keys", "image", "state", "leader_epoch", "partition_epoch", "isr",
+                 "followers", "plog", "log_dir", "loop", "answer", "answer_head", "answer_tail")
+
+    route: Any  # the router's route (Fetch at one version) its requests come by
+    head: bytes  # the request's bytes after the correlation id, up to its FetchOffset (at `at`)
+    at: int
+    tail: bytes  # its bytes after LogStartOffset
+    name: str
+    partition: int
+    follower: int
+    broker_epoch: int
+    min_bytes: int  # capped as fetch._capped caps it
+    wait_s: float
+    read_limit: int  # what one read may carry: the partition's and the response's budget, at most a small read
+    keys: list[tuple[str, int]]  # what it parks on
+    image: Any  # what its checks read, as they read it
+    state: Any
+    leader_epoch: int
+    partition_epoch: int
+    isr: tuple[int, ...]
+    followers: dict[int, Any]
+    plog: Any
+    log_dir: str
+    loop: asyncio.AbstractEventLoop
+    answer: struct.Struct  # the plain answer's fixed parts (`_answer_parts`)
+    answer_head: bytes
+    answer_tail: bytes
+
+
+def learn(router: Any, route: Any, frame: Any, pos: int, body: Any, ctx: Any) -> None:
+    """After the general way decoded `body` from `frame` (its header ends at `pos`): keep the shape of a
+    follower's plain fetch of one partition whose checks pass now, else forget the connection's."""
+    shapes = router.follower_fetch_shapes
+    shapes.pop(ctx.connection_id, None)
+    version = route.version
+    if version < MIN_VERSION or ctx.listener_kind != "broker":
+        return
+    follower = replication.follower_id(body, version)
+    if follower < 0 or general._continues_session(body, version) or body.isolation_level not in \
+            general.ISOLATION_LEVELS or len(body.topics) != 1 or len(body.topics[0].partitions) != 1:
+        return
+    node = router.node
+    manager = getattr(node, "replication", None)
+    if manager is None or manager.throttles.leader.throttled or node.stopping:
+        return
+    resolved = general._resolve(node, body, version)
+    name, t = resolved[0]
+    if name is None:
+        return
+    p = t.partitions[0]
+    broker_epoch = replication.follower_epoch(body, version)
+    check, state, plog = manager._check(name, p.partition, follower, broker_epoch, p.current_leader_epoch,
+                                        p.fetch_offset, p.last_fetched_epoch)
+    if check.error_code or check.diverging is not None or plog is None:
+        return
+    logs = getattr(node.logs, "manager", None)
+    if logs is None or logs.worker(plog.log_dir) is None:  # no workers: the general way reads inline
+        return
+    max_bytes, min_bytes = general._capped(node, body)
+    read_limit = min(p.partition_max_bytes, max_bytes, general.SMALL_FOLLOWER_READ)
+    if read_limit <= 0:
+        return
+    block = _BLOCK.pack(p.partition, p.current_leader_epoch, p.fetch_offset, p.last_fetched_epoch,
+                        p.log_start_offset, p.partition_max_bytes)
+    found = frame.find(block, pos)
+    if found < 0 or frame.find(block, found + 1) >= 0:
+        return
+    shape = Shape()
+    shape.route = route
+    shape.at = at = found + _FIELDS_AT
+    shape.head = bytes(frame[8:at])
+    shape.tail = bytes(frame[at + _FIELDS.size:])
+    shape.name, shape.partition, shape.follower, shape.broker_epoch = name, p.partition, follower, broker_epoch
+    shape.min_bytes = min_bytes
+    shape.wait_s = max(body.max_wait_ms, 0) / 1000.0
+    shape.read_limit = read_limit
+    shape.keys = [(name, p.partition)]
+    shape.image = node.metadata
+    shape.state, shape.plog, shape.log_dir = state, plog, plog.log_dir
+    try:
+        shape.loop = asyncio.get_running_loop()  # its waits' timers
+    except RuntimeError:  # a handler called off a loop (tests): nothing to wait with
+        return
+    shape.leader_epoch, shape.partition_epoch = state.leader_epoch, state.partition_epoch
+    shape.isr, shape.followers = state.isr, state.followers
+    shape.answer, shape.answer_head, shape.answer_tail = _answer_parts(
+        version, t.topic, t.topic_id, p.partition, body.isolation_level == general.READ_COMMITTED)
+    if len(shapes) >= SHAPES_LIMIT:
+        shapes.clear()
+    shapes[ctx.connection_id] = shape
+
+
+def answer(router: Any, route: Any, frame: Any, ctx: Any, corr: int) -> Any:
+    """The reply to a follower's fetch of its connection's shape (bytes, or a Later of them), else None: the
+    general way answers it."""
+    shape = router.follower_fetch_shapes.get(ctx.connection_id)
+    if shape is None or shape.route is not route:
+        return None
+    at = shape.at
+    if frame[8:at] != shape.head or frame[at + _FIELDS.size:] != shape.tail:
+        return None
+    node = router.node
+    state = shape.state
+    plog = shape.plog
+    # What the shape's checks read, unchanged (else the general way checks the fetch again); the node's shutdown
+    # is looked at where it matters, before the fetch waits.
+    if not (node.metadata is shape.image and state.role is LEADER and state.leader_epoch == shape.leader_epoch
+            and state.partition_epoch == shape.partition_epoch and state.isr is shape.isr
+            and state.followers is shape.followers and not plog.closed and plog.io.online
+            and not node.replication.throttles.leader.throttled):
+        return None
+    offset, last_epoch, _log_start = _FIELDS.unpack_from(frame, at)
+    leo = plog.log_end_offset
+    if last_epoch >= 0:  # as ReplicaManager._check: a follower whose log parted from ours is told where
+        epoch, end = plog.leader_epochs.end_offset_for(last_epoch, leo)
+        if epoch < last_epoch or end < offset:
+            return None
+    if offset < plog.log_start_offset or offset > leo:
+        return None
+    stats = node.topic_stats
+    if stats is not None:  # counted as FetchFollower, as the handler does
+        stats.requests.follower_fetch()
+    node.replication._fetched(state, plog, shape.follower, shape.broker_epoch, offset, leo)
+    wait_s = shape.wait_s
+    if offset == leo and shape.min_bytes > 0 and wait_s > 0 and not node.stopping:
+        return _Parked(router, route, shape, frame, ctx, corr, offset, wait_s).park(wait_s)
+    started = time.monotonic()
+    reply = _read(router, route, shape, offset, corr)
+    return reply if reply is not None else _general(router, route, frame, ctx, corr, started + wait_s)
+
+
+def _read(router: Any, route: Any, shape: Shape, offset: int, corr: int) -> bytes | None:
+    """The answer read from the page cache on the loop in one pread, as `_FollowerFetch._answer_single` reads
+    it; None when it cannot be (the general way reads it)."""
+    node = router.node
+    plog = shape.plog
+    if plog.closed or not plog.io.online:
+        return None
+    logs = node.logs.manager
+    log_dir = shape.log_dir
+    worker = logs.worker(log_dir)
+    if worker is None or not loop_may_read(logs, log_dir, worker):
+        return None
+    try:
+        with fsio.no_waiting():
+            got = plog.read_to_end(offset, shape.read_limit)
+    except Exception:  # WouldBlock, or a failure the general way reports
+        return None
+    if got is None:
+        return None
+    records, hw, lso = got
+    size = len(records)
+    if size < shape.min_bytes:
+        return None
+    stats = node.topic_stats
+    if stats is not None:  # the metrics endpoint's counters (kjbod.metrics): as fetch._count
+        stats.fetched(shape.name, 0, 0)
+    manager = node.replication
+    if manager.throttles.leader.throttled:  # as hooks.leader_sent
+        manager.leader_sent(shape.name, shape.partition, size)
+    if trace.ON:
+        trace.event("answered", shape.follower, plog.log_end_offset)
+    if router.stats is not None and route.has_error_code:
+        router.stats.error(route.entry.api_key, 0)
+    return _packed(shape.answer, shape.answer_head, shape.answer_tail, corr, hw, lso, records)
+
+
+def _answer_parts(version: int, name: str, topic_id: Any, partition: int,
+                  read_committed: bool) -> tuple[struct.Struct, bytes, bytes]:
+    """The fixed parts of the plain answer (one topic, one partition, no error, no aborted transaction, no tagged
+    field) at `version` (12+): the struct of the response header (correlation id, no tagged fields), the bytes
+    up to the partition's HW and its HW, LSO and log start; those bytes; and the bytes between the log start and
+    the records (the aborted transactions, null or empty, and PreferredReadReplica -1)."""
+    if version >= 13:
+        topic = topic_id.bytes
+    else:
+        encoded = name.encode()
+        topic = write_uvarint(len(encoded) + 1) + encoded
+    head = _TOP.pack(0, 0, 0) + b"\x02" + topic + b"\x02" + _INDEX.pack(partition, 0)
+    tail = (b"\x01" if read_committed else b"\x00") + _PREFERRED.pack(-1)
+    return struct.Struct(f">iB{len(head)}sqqq"), head, tail
+
+
+def _packed(answer: struct.Struct, head: bytes, tail: bytes, corr: int, hw: int, log_start: int,
+            records: bytes) -> bytes:
+    """The plain answer's bytes; the records end with the partition's, the topic's and the response's empty
+    tagged fields."""
+    n = len(records) + 1  # the compact records' length, a varint: two bytes for a batch or two of 1 KiB records
+    size = UV1[n] if n < 0x80 else bytes(((n & 0x7F) | 0x80, n >> 7)) if n < 0x4000 else write_uvarint(n)
+    return answer.pack(corr, 0, head, hw, hw, log_start) + tail + size + records + b"\x00\x00\x00"
+
+
+def plain_answer(version: int, name: str, topic_id: Any, partition: int, read_committed: bool, corr: int, hw: int,
+                 log_start: int, records: bytes) -> bytes:
+    """The reply the short way writes for these fields (its header included): what tests hold against the
+    generated encoder."""
+    return _packed(*_answer_parts(version, name, topic_id, partition, read_committed), corr, hw, log_start, records)
+
+
+def _general(router: Any, route: Any, frame: Any, ctx: Any, corr: int, deadline: float) -> Any:
+    """What the general way answers for this fetch, its checks and the follower's position already done here:
+    `_FollowerFetch` with nothing decided and the fetch's own deadline, its answer encoded by the router."""
+    from kjbod.broker.router import Request
+
+    client_id, pos = read_request_header(frame, route.header_version)
+    body, _end = route.decode_from(frame, pos, route.version)
+    request = Request(ctx, route.entry.api_key, route.version, corr, client_id)
+    ff = general._FollowerFetch(node=router.node, request=request, body=body,
+                                follower=replication.follower_id(body, route.version), decided={},
+                                deadline=deadline)
+    result = ff.answer()
+    if result.__class__ is Later:
+        return result.then(lambda response: router._reply(route, request, response))
+    return router._reply(route, request, result)
+
+
+class _Parked:
+    """A shape's fetch at the log end, waiting for the next append to its partition or its max_wait_ms (Kafka's
+    DelayedFetch), answered in the callback that wakes it."""
+
+    __slots__ = ("router", "route", "shape", "frame", "ctx", "corr", "offset", "deadline", "later", "timer")
+
+    def __init__(self, router: Any, route: Any, shape: Shape, frame: Any, ctx: Any, corr: int, offset: int,
+                 wait_s: float) -> None:
+        self.router, self.route, self.shape, self.frame, self.ctx = router, route, shape, frame, ctx
+        self.corr, self.offset = corr, offset
+        self.deadline = time.monotonic() + wait_s
+        self.later = Later()
+        self.timer: asyncio.TimerHandle  # its max_wait_ms, set by `park`
+
+    def park(self, wait_s: float) -> Later:
+        """Wait for an append to the partition, or `wait_s` (what is left of the fetch's max_wait_ms)."""
+        self.router.node.parked_fetches.park(self.shape.keys, self.woken, follower=True)
+        self.timer = self.shape.loop.call_later(wait_s, self._expired)
+        if trace.ON:
+            trace.event("ff_parked", self.shape.follower)
+        return self.later
+
+    def _expired(self) -> None:
+        """Its max_wait_ms: no longer parked (node.parked_fetches drops a callback it runs, not this one)."""
+        self.router.node.parked_fetches.unpark(self.shape.keys, self.woken, follower=True)
+        self.woken()
+
+    def woken(self) -> None:
+        """The next append (or every parked fetch woken at shutdown: node.parked_fetches has dropped it), or the
+        fetch's max_wait_ms (`_expired`): look again, in that callback."""
+        self.timer.cancel()  # armed by every park (a timer that ran takes a cancel as nothing)
+        later = self.later
+        if later.done():  # cancelled: the connection went away
+            return
+        shape = self.shape
+        node = self.router.node
+        try:
+            reply = None
+            if self.offset != shape.plog.log_end_offset:  # records to send
+                reply = _read(self.router, self.route, shape, self.offset, self.corr)
+            elif not node.stopping and not shape.plog.closed:  # a long poll must not hold up a SIGTERM
+                left = self.deadline - time.monotonic()
+                if left > 0:
+                    self.park(left)  # nothing new yet (a wake-up of all, or a truncation's)
+                    return
+            if reply is None:
+                if node.stopping:
+                    self.deadline = 0.0  # a long poll must not hold up a SIGTERM
+                reply = _general(self.router, self.route, self.frame, self.ctx, self.corr, self.deadline)
+        except Exception as e:  # the handler's bug: the connection closes, the append that woke it goes on
+            later.fail(e)
+            return
+        if reply.__class__ is Later:
+            reply.on_done(self._copy)
+        else:
+            later.resolve(reply)
+
+    def _copy(self, done: Later) -> None:
+        """The general way's reply, read by the dirs' workers, is this fetch's."""
+        try:
+            value = done.result()
+        except Exception as e:
+            self.later.fail(e)
+            return
+        if self.later.done():  # cancelled meanwhile (the connection went): nobody sends the file regions read
+            for part in value if value.__class__ is list else ():
+                if part.__class__ is FileRegion:
+                    part.close()
+            return
+        self.later.resolve(value)

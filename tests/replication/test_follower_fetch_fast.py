@@ -1,0 +1,356 @@
+"""The leader's short way for a replica fetcher's Fetch (kjbod.broker.handlers.follower_fetch_fast), in process,
+through the router as the connection calls it (frames in, reply bytes out), on a leader whose dir has an idle
+worker: every answer it gives must be the bytes, and leave the HW and the follower's position, that the general
+way gives for the same fetch. Each test runs the same fetches on two leaders holding the same log, one with the
+short way and one without it, and compares them; and it checks which way answered, so a short way that never
+runs cannot pass for one that answers right."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import struct
+
+import pytest
+
+from kjbod.broker.handlers import fetch as fetch_handler
+from kjbod.broker.handlers import follower_fetch_fast as fast
+from kjbod.broker.replication import ReplicaManager, ReplicationConfig
+from kjbod.broker.router import Router
+from kjbod.protocol.errors import ErrorCode
+from kjbod.protocol.generated import FetchRequest, FetchResponse
+from kjbod.protocol.generated.fetch_response import FetchableTopicResponse, PartitionData
+from kjbod.storage.records import build_batch
+from kjbod.wire.handler import Later, RequestContext
+from kjbod.wire.region import FileRegion
+from tests.replication.test_purgatory import IDLE_WORKER, PollingNode
+from tests.replication.test_replica_manager import EPOCHS, TOPIC_ID, Clock, FakeNode, image
+
+WAIT_MS = 60_000  # beyond any test's run: a fetch that should be woken and is not fails by its timeout
+
+
+class Leader:
+    """Broker 1 leading t-0 (RF 3, brokers 2 and 3 following), with a router; `short` says whether its router
+    may answer by the short way."""
+
+    def __init__(self, make_log, short: bool) -> None:
+        plog = make_log("t-0")
+        node = FakeNode(1, plog, image())
+        self.clock = Clock()
+        self.manager = ReplicaManager(node, ReplicationConfig(lag_time_max_ms=30_000), clock=self.clock)
+        self.manager.sync(node.metadata)
+        self.node = PollingNode(node, plog)
+        self.node.replication = self.manager
+        self.node.logs.manager.worker = lambda log_dir: IDLE_WORKER
+        self.manager.node = self.node
+        self.plog = plog
+        self.router = Router(self.node)
+        if not short:
+            for route in self.router._routes.values():
+                route.follower_fetch = None
+        self.ctx = {r: RequestContext(100 + r, "127.0.0.1", 40000 + r, "PLAINTEXT", "broker") for r in (2, 3)}
+        self.corr = 0
+        self.counted: list[tuple] = []  # what the metrics were told, in order
+        self.node.topic_stats = Counted(self.counted)
+        self.router.stats = self.node.topic_stats
+
+    def append(self, n: int = 1, size: int = 10) -> None:
+        """`n` records of `size` bytes, the same bytes on both leaders (a fixed timestamp)."""
+        records = [(None, b"v" * size, (), 1_700_000_000_000) for _ in range(n)]
+        self.plog.append(build_batch(records, partition_leader_epoch=0), leader_epoch=0)
+        self.manager.leader_appended("t", 0)
+        self.node.notify_append("t", 0)
+
+    def fetch(self, replica: int, offset: int, **kw):
+        """The router's reply to the follower's fetch frame: bytes, or a Later of them."""
+        self.corr += 1
+        return self.router.handle(frame(self.corr, replica, offset, **kw), self.ctx[replica])
+
+    def follower(self, replica: int) -> tuple[int, int]:
+        f = self.manager.states[("t", 0)].followers[replica]
+        return f.log_end_offset, f.broker_epoch
+
+
+class Counted:
+    """The metrics' counters (kjbod.metrics) a follower's fetch reaches, as a list of what they were told: the
+    request counted as FetchFollower, the partition's answer, the response's error code."""
+
+    def __init__(self, counted: list[tuple]) -> None:
+        self.counted = counted
+        self.requests = self
+
+    def follower_fetch(self) -> None:
+        self.counted.append(("FetchFollower",))
+
+    def fetched(self, topic: str, code: int, nbytes: int) -> None:
+        self.counted.append(("fetched", topic, code, nbytes))
+
+    def error(self, api_key: int, code: int) -> None:
+        self.counted.append(("error", api_key, code))
+
+
+def frame(corr: int, replica: int, offset: int, *, version: int = 17, last_epoch: int = 0, max_bytes: int = 1 << 20,
+          isolation: int = 0, leader_epoch: int = 0, wait_ms: int = WAIT_MS, min_bytes: int = 1) -> bytes:
+    """A follower's Fetch frame as a replica fetcher sends it (header v2, then the body)."""
+    part = FetchRequest.FetchPartition(partition=0, current_leader_epoch=leader_epoch, fetch_offset=offset,
+                                       last_fetched_epoch=last_epoch, log_start_offset=0,
+                                       partition_max_bytes=1 << 20)
+    topic = (FetchRequest.FetchTopic(topic_id=TOPIC_ID, partitions=[part]) if version >= 13
+             else FetchRequest.FetchTopic(topic="t", partitions=[part]))
+    body = FetchRequest(max_wait_ms=wait_ms, min_bytes=min_bytes, max_bytes=max_bytes, isolation_level=isolation,
+                        topics=[topic])
+    if version >= 15:
+        body.replica_state = FetchRequest.ReplicaState(replica_id=replica, replica_epoch=EPOCHS[replica])
+    else:
+        body.replica_id = replica
+    return struct.pack(">hhih", 1, version, corr, 4) + b"kjbd" + b"\x00" + body.encode(version)
+
+
+def reply_bytes(reply) -> bytes:
+    if reply.__class__ is Later:
+        assert reply.done()
+        reply = reply.result()
+    return reply if reply.__class__ is bytes else b"".join(reply)
+
+
+def decoded(reply, version: int = 17) -> FetchResponse:
+    return FetchResponse.decode(reply_bytes(reply)[5:], version)
+
+
+@pytest.fixture
+def pair(make_log):
+    return Leader(make_log, short=True), Leader(make_log, short=False)
+
+
+@pytest.fixture
+def taken(monkeypatch) -> list[bool]:
+    """One entry per fetch the short way looked at: True when it answered it."""
+    seen: list[bool] = []
+    real = fast.answer
+
+    def spy(*args):
+        out = real(*args)
+        seen.append(out is not None)
+        return out
+
+    monkeypatch.setattr(fast, "answer", spy)
+    return seen
+
+
+def both(pair, replica: int, offset: int, **kw) -> tuple[bytes, bytes]:
+    """The same fetch on both leaders; their replies, which must be the same bytes."""
+    got = [lead.fetch(replica, offset, **kw) for lead in pair]
+    return got[0], got[1]
+
+
+def same_state(pair) -> None:
+    short, general = pair
+    assert short.plog.high_watermark == general.plog.high_watermark
+    assert short.counted == general.counted
+    for r in (2, 3):
+        assert short.follower(r) == general.follower(r)
+
+
+@pytest.mark.parametrize("version", range(12, 18))
+@pytest.mark.parametrize("isolation", [0, 1])
+async def test_the_short_ways_answers_are_the_general_ways_bytes(pair, taken, version, isolation):
+    """At every version a follower may use, both isolation levels, record sizes whose length takes one, two and
+    three varint bytes: the answer at once and the answer of a parked fetch woken by an append."""
+    for lead in pair:
+        lead.append(2)
+    for r in (2, 3):  # the first look learns the shape (the general way answers it)
+        a, b = both(pair, r, 0, version=version, isolation=isolation)
+        assert reply_bytes(a) == reply_bytes(b)
+    offset = 2
+    for size in (10, 200, 20_000):
+        parked = both(pair, 3, offset, version=version, isolation=isolation)
+        assert all(p.__class__ is Later and not p.done() for p in parked)
+        for lead in pair:
+            lead.append(1, size)
+        assert reply_bytes(parked[0]) == reply_bytes(parked[1])
+        a, b = both(pair, 2, offset, version=version, isolation=isolation)  # at once: the records are there
+        assert reply_bytes(a) == reply_bytes(b) and a.__class__ is bytes
+        assert len(decoded(a, version).responses[0].partitions[0].records) > size
+        offset = pair[0].plog.log_end_offset
+        same_state(pair)
+    assert taken == [False, False] + [True, True] * 3
+    assert pair[0].counted.count(("FetchFollower",)) == 8  # once per fetch, however it was answered
+
+
+async def test_a_caught_up_followers_fetches_move_the_hw_and_complete_acks_all_as_the_general_way(pair, taken):
+    answers = []
+    for lead in pair:
+        lead.append(3)
+        answers.append(lead.manager.delay_produce([("t", 0, 3)], 60.0))
+    for r in (2, 3):
+        both(pair, r, 0)  # learned
+        both(pair, r, 3)  # the short way: the followers reach the LEO, the HW follows
+    same_state(pair)
+    assert pair[0].plog.high_watermark == 3
+    for a in answers:
+        assert a.done() and a.result() == [0]
+    assert taken == [False, True, False, True]
+
+
+async def test_a_changed_shape_goes_the_general_way_and_is_learned_again(pair, taken):
+    for lead in pair:
+        lead.append(2)
+    both(pair, 2, 0)
+    a, b = both(pair, 2, 0, max_bytes=1 << 19)  # another shape: the general way, which keeps it
+    assert reply_bytes(a) == reply_bytes(b)
+    a, b = both(pair, 2, 0, max_bytes=1 << 19)
+    assert reply_bytes(a) == reply_bytes(b)
+    assert taken == [False, False, True]
+
+
+async def test_a_new_image_or_leader_epoch_makes_the_general_way_check_again(pair, taken):
+    for lead in pair:
+        lead.append(2)
+    both(pair, 2, 0)
+    for lead in pair:  # the same partition, a new image (a delta elsewhere): checked again, then short again
+        lead.node.metadata = image()
+        lead.manager.sync(lead.node.metadata)
+    both(pair, 2, 0)
+    both(pair, 2, 0)
+    assert taken == [False, False, True]
+    for lead in pair:  # a new leader epoch: the follower's fetch in the old one is fenced
+        lead.node.metadata = image(leader_epoch=1, partition_epoch=1)
+        lead.manager.sync(lead.node.metadata)
+    a, b = both(pair, 2, 2)
+    assert reply_bytes(a) == reply_bytes(b)
+    assert decoded(a).responses[0].partitions[0].error_code == ErrorCode.FENCED_LEADER_EPOCH
+    assert taken[-1] is False
+
+
+async def test_an_isr_change_makes_the_general_way_check_again(pair, taken):
+    for lead in pair:
+        lead.append(2)
+    both(pair, 2, 0)
+    for lead in pair:
+        lead.manager.states[("t", 0)].isr = (1, 2)
+    both(pair, 2, 0)
+    assert taken == [False, False]
+
+
+async def test_fetches_the_checks_refuse_go_the_general_way_which_answers_their_errors(pair, taken):
+    for lead in pair:
+        lead.append(2)
+    both(pair, 2, 0)
+    a, b = both(pair, 2, 5, last_epoch=-1)  # past the log end
+    assert reply_bytes(a) == reply_bytes(b)
+    assert decoded(a).responses[0].partitions[0].error_code == ErrorCode.OFFSET_OUT_OF_RANGE
+    for lead in pair:
+        lead.node.metadata = image(leader_epoch=1, partition_epoch=1)
+        lead.manager.sync(lead.node.metadata)
+        lead.append(1)
+    both(pair, 2, 2, leader_epoch=1, last_epoch=0)  # learned in epoch 1
+    a, b = both(pair, 2, 2, leader_epoch=1, last_epoch=3)  # an epoch this leader never had
+    assert reply_bytes(a) == reply_bytes(b)
+    assert decoded(a).responses[0].partitions[0].error_code == ErrorCode.OFFSET_OUT_OF_RANGE
+    a, b = both(pair, 2, 3, leader_epoch=1, last_epoch=0)  # past epoch 0's end (2): where to truncate
+    assert reply_bytes(a) == reply_bytes(b)
+    part = decoded(a).responses[0].partitions[0]
+    assert (part.error_code, part.diverging_epoch.epoch, part.diverging_epoch.end_offset) == (0, 0, 2)
+    assert taken == [False, False, False, False, False]
+    same_state(pair)
+
+
+async def test_a_parked_fetch_at_shutdown_or_at_its_wait_is_answered_empty_as_the_general_way(pair, taken):
+    for lead in pair:
+        lead.append(2)
+    both(pair, 2, 2)
+    parked = both(pair, 2, 2)
+    assert taken[-1] is True and all(p.__class__ is Later and not p.done() for p in parked)
+    for lead in pair:
+        lead.node.stopping = True
+        lead.node.parked_fetches.wake_all()
+    assert reply_bytes(parked[0]) == reply_bytes(parked[1])
+    assert not decoded(parked[0]).responses[0].partitions[0].records
+    for lead in pair:
+        lead.node.stopping = False
+        assert lead.node.parked_fetches.count() == 0
+    quick = both(pair, 3, 2, wait_ms=1)
+    both(pair, 3, 2, wait_ms=1)  # learned, then short
+    answered = [await asyncio.wait_for(_done(p), 60) for p in quick]
+    assert answered[0] == answered[1]
+
+
+async def test_a_parked_fetch_whose_connection_went_is_dropped(pair, taken):
+    lead = pair[0]
+    lead.append(2)
+    lead.fetch(2, 2)
+    parked = lead.fetch(2, 2)
+    assert taken == [False, True]
+    parked.cancel()
+    lead.append(1)
+    assert parked.cancelled() and lead.node.parked_fetches.count() == 0
+
+
+async def _done(reply) -> bytes:
+    if reply.__class__ is Later:
+        while not reply.done():
+            await asyncio.sleep(0.01)
+    return reply_bytes(reply)
+
+
+def test_the_answer_packed_by_hand_is_the_generated_encoders_for_the_plain_answer():
+    """The fixed bytes a shape keeps, with the changing fields packed, against the generated encoder."""
+    for version in range(12, 18):
+        for committed in (False, True):
+            for records in (b"x" * 5, b"y" * 300, b"z" * 20_000):
+                topic = (FetchableTopicResponse(topic_id=TOPIC_ID) if version >= 13
+                         else FetchableTopicResponse(topic="t"))
+                topic.partitions = [PartitionData(
+                    partition_index=0, error_code=0, high_watermark=7, last_stable_offset=7, log_start_offset=1,
+                    aborted_transactions=[] if committed else None, records=records)]
+                resp = FetchResponse(error_code=0, session_id=0, responses=[topic])
+                want = struct.pack(">iB", 9, 0) + resp.encode(version)
+                assert fast.plain_answer(version, "t", TOPIC_ID, 0, committed, 9, 7, 1, records) == want
+
+
+async def test_a_fetch_at_another_version_on_the_same_connection_goes_the_general_way(pair, taken):
+    """v15 and v16 fetches have the same bytes; their answers are told apart by the version alone."""
+    for lead in pair:
+        lead.append(2)
+    both(pair, 2, 0, version=15)
+    a, b = both(pair, 2, 0, version=16)
+    assert reply_bytes(a) == reply_bytes(b)
+    both(pair, 2, 0, version=16)
+    assert taken == [False, False, True]
+    same_state(pair)
+
+
+def materialized(reply) -> bytes:
+    """A reply's bytes with its file regions read (and closed), as the connection would send them."""
+    if reply.__class__ is Later:
+        assert reply.done()
+        reply = reply.result()
+    out = []
+    for part in [reply] if reply.__class__ is bytes else reply:
+        if isinstance(part, FileRegion):
+            out.append(os.pread(part.fd, part.count, part.offset))
+            part.close()
+        else:
+            out.append(bytes(part))
+    return b"".join(out)
+
+
+async def test_a_read_over_the_small_read_size_is_the_general_ways_at_once_and_parked(pair, taken):
+    """Past SMALL_FOLLOWER_READ the answer is file regions: the short way hands the read to the general way,
+    whose answer it gives."""
+    big = fetch_handler.SMALL_FOLLOWER_READ + 1000
+    for lead in pair:
+        lead.append(1)
+    offset = pair[0].plog.log_end_offset
+    both(pair, 2, offset)
+    parked = both(pair, 2, offset)
+    for lead in pair:
+        lead.append(1, big)
+    assert materialized(parked[0]) == materialized(parked[1])
+    for lead in pair:
+        lead.append(1, big)
+    a, b = both(pair, 2, offset)
+    sent = materialized(a)
+    assert sent == materialized(b) and len(sent) > 2 * big
+    assert taken == [False, True, True]
+    same_state(pair)
