@@ -394,7 +394,8 @@ class Fetcher:
             return False
         node = lane.node
         topic = node.metadata.topic(s.topic)
-        if topic is None or topic.topic_id != lane.topic_id or node.broker_epoch != lane.replica_epoch:
+        if (topic is None or (topic.topic_id is not lane.topic_id and topic.topic_id != lane.topic_id)
+                or node.broker_epoch != lane.replica_epoch):
             return False
         leo = plog.log_end_offset
         if self.manager.follower_throttled(s.topic, s.partition, 0 <= s.leader_end_offset <= leo):
