@@ -680,12 +680,15 @@ class Fetcher:
 def _apply_records(plog: Any, data: Any, high_watermark: int, log_start_offset: int) -> str:
     """An answer's records (if any), high watermark and log start applied to `plog` (on its dir's worker):
     appended, the HW moved, or nothing."""
+    hw = -1
     if data:
-        plog.append_as_follower(bytes(data) if not isinstance(data, bytes | bytearray | memoryview) else data)
-    leo, hw = plog.log_end_offset, plog.high_watermark
+        info = plog.append_as_follower(bytes(data) if not isinstance(data, bytes | bytearray | memoryview) else data)
+        log_start = info.log_start_offset
+    else:
+        log_start, hw = plog.log_start_offset, plog.high_watermark
     if high_watermark >= 0:
-        plog.high_watermark = min(high_watermark, leo)
-    if log_start_offset > plog.log_start_offset:
+        plog.high_watermark = high_watermark  # the log clamps it to its end: min(the leader's HW, the LEO)
+    if log_start_offset > log_start:
         plog.advance_log_start_offset(min(log_start_offset, plog.high_watermark))
     if data:
         return _APPENDED
