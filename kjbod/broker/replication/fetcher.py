@@ -358,6 +358,8 @@ class Fetcher:
         if current is not None and current is not s:
             current.in_flight = False  # replaced while this answer was on the worker (see add)
         if not ok or isinstance(result, BaseException):
+            # The back-off runs from now, when the failure is known (the general way's from the answer's
+            # arrival, an append earlier): the short way keeps no clock reading per answer for its rare failures.
             cfg = self.manager.config
             self._apply_failed(s, job.plog, None, result, asyncio.get_running_loop().time(),
                                cfg.fetch_backoff_ms / 1000)
