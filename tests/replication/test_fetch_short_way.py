@@ -199,3 +199,23 @@ async def test_a_new_broker_epoch_or_a_throttle_sends_the_next_fetch_the_general
     # Answers 0 and 7 (the throttled one) are the task's; fetches 0 and 7, 1, 5 (the new epoch) and 8 (after
     # the task) are written the general way.
     assert (fast["short"], fast["bodies"]) == (7, 5)
+
+
+async def test_a_second_partition_sends_the_fetches_the_general_way_until_it_goes(make_log, monkeypatch):
+    """While the fetcher has two partitions (here one its broker holds no log for: dropped by the general way's
+    next request), no answer or fetch takes the short way; once it is removed, a new lane is made."""
+    from kjbod.broker.replication.fetcher import FetchState
+
+    def before(i: int, fetcher: Any) -> None:
+        if i == 2:
+            fetcher.partitions[("t", 1)] = FetchState("t", 1, 0)
+        if i == 5:
+            del fetcher.partitions[("t", 1)]  # as FetcherManager.remove does
+
+    steps = [records(1)] * 8
+    _general, fast = await both(make_log, monkeypatch, steps, before=before)
+    assert fast["leo"] == 8
+    # Answer 1 goes the short way, answer 2 (its fetch out before the partition came) the general way; fetches
+    # 3-6 are written the general way, 6 making the lane again once the partition is gone: answers 6 and 7 and
+    # fetches 7 and 8 go the short way again (with fetch 2: three written from the template).
+    assert (fast["short"], fast["bodies"]) == (3, 3)
