@@ -145,6 +145,13 @@ class ClientConnection(asyncio.Protocol):
         assert self._transport is not None
         self._transport.write(self._correlator.encode_request(api_key, version, message, token, client_id))
 
+    def send_body(self, api_key: int, version: int, body: bytes, token: Any) -> None:
+        """`send_to` with the request already written at `version` (Correlator.encode_body)."""
+        if self._failure is not None:
+            raise self._failure
+        assert self._transport is not None
+        self._transport.write(self._correlator.encode_body(api_key, version, body, token))
+
     async def request(self, api_key: int, version: int, message: Any, timeout: float,
                       client_id: str | None = None) -> Any:
         """Sends `message` and returns the decoded response body; raises a ClientError on any failure."""

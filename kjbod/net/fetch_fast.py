@@ -17,6 +17,10 @@ generated classes, with the partition's absent tagged structs (DivergingEpoch, C
 shared default each instead of three new objects per partition: the fetcher only reads them. Anything else (a tagged field anywhere, an aborted transaction list, a
 varint of more than one byte where a count goes, bytes left over) goes to the generated decoder, which stays the
 only judge of a frame that is not plain.
+
+A fetcher with one partition in steady state needs less still (its short way, kjbod.broker.replication.fetcher):
+`one_partition` reads that partition's HighWatermark, LogStartOffset and records from such a frame with one
+unpack and no message, and `Template.again` gives the next fetch's bytes of the shape last written.
 """
 
 from __future__ import annotations
@@ -129,6 +133,18 @@ class Template:
         self.shape, self.body, self.places = shape, body, _places(body, entries, request.partition_max_bytes)
         out.append(bytes(body))
 
+    def again(self, shape: tuple[Any, ...], offset: int, last_epoch: int, log_start: int) -> bytes | None:
+        """The body of the next fetch of a one-partition `shape` (the very object the template holds: nothing
+        re-encoded since the caller took it) with that partition's three fields patched, as `encode_into` would
+        write it; None when the template has no such fetch (another shape, or the codec writes this one)."""
+        places = self.places
+        if shape is not self.shape or places is None or len(places) != 1:
+            return None
+        body = self.body
+        _FIELDS.pack_into(body, places[0], offset, last_epoch, log_start)
+        self.patched += 1
+        return bytes(body)
+
 
 def _places(body: bytearray, entries: list[Entry], partition_max_bytes: int) -> list[int] | None:
     """Where each entry's FetchOffset is in `body`, its blocks in order and none of them found twice; None when
@@ -155,6 +171,40 @@ _NO_DIVERGENCE = EpochEndOffset()
 _NO_LEADER = LeaderIdAndEpoch()
 _NO_SNAPSHOT = SnapshotId()
 _ID = struct.Struct(">16s")
+
+
+# A one-partition answer from v13 on (topics by id), from the correlation id to the records' length: header tags,
+# ThrottleTimeMs, ErrorCode, SessionId, the topic count, TopicId, the partition count, PartitionIndex, ErrorCode,
+# HighWatermark, LastStableOffset, LogStartOffset, AbortedTransactions (null: 0), PreferredReadReplica.
+_ONE = struct.Struct(">iBihiB16sBihqqqBi")
+ONE_VERSIONS = range(13, 18)  # where that layout holds (the generated codec's versions from 13 on)
+
+
+def one_partition(buf: bytes, version: int, topic_id: bytes, partition: int) -> tuple[int, int, Any] | None:
+    """A follower's commonest answer read for what the fetcher applies, with no message built: (HighWatermark,
+    LogStartOffset, the records: a view into `buf`, or None) when `buf` (a response frame, header included) is
+    one topic, `topic_id` (its 16 bytes), one partition, `partition`, with no error anywhere, no tagged field
+    and no aborted transaction list, and nothing after it; None for anything else, which the general way
+    (decode_follower_response) then reads. Records longer than a two-byte varint says (16 KiB) go that way too."""
+    if version not in ONE_VERSIONS or len(buf) < 72:
+        return None
+    (_corr, tags, _throttle, code, _session, topics, tid, parts, index, error, hw, _lso, log_start, aborted,
+     _preferred) = _ONE.unpack_from(buf, 0)
+    if (tags or code or topics != 2 or tid != topic_id or parts != 2 or index != partition or error
+            or aborted):
+        return None
+    n = buf[68]
+    pos = 69
+    if n >= 0x80:
+        high = buf[69]
+        if high >= 0x80:
+            return None
+        n = (n & 0x7F) | high << 7
+        pos = 70
+    end = pos + n - 1 if n else pos
+    if end + 3 != len(buf) or buf[end] or buf[end + 1] or buf[end + 2]:  # the three levels' tagged fields
+        return None
+    return hw, log_start, memoryview(buf)[pos:end] if n else None
 
 
 def decode_follower_response(frame: bytes, version: int, host: str, port: int) -> FetchResponse:

@@ -901,7 +901,7 @@ class FileHandle:
         io = self.io
         t = io._begin("write", self.path)
         try:
-            total = sum(len(b) for b in buffers)
+            total = sum(map(len, buffers))
             done = os.writev(self.fd, buffers)
             io.usable_bytes -= done
             if done < total:

@@ -61,6 +61,7 @@ from kjbod.storage.fsio import LogDirIO, WouldBlock, waiting_allowed
 from kjbod.storage.ids import uuid_text
 from kjbod.storage.producer_state import ProducerStateManager, SnapshotFormatError
 from kjbod.storage.records import (
+    NO_PRODUCER_ID,
     PREFIX,
     RECORD_BATCH_OVERHEAD,
     BatchHeader,
@@ -922,10 +923,10 @@ class PartitionLog:
             self._check_appendable()
             self.io.make_room(total)  # a full dir (or one this append would take into its reserve) refuses appends
             self._ensure_producer_state()
-            plan = self.producer_state.plan()
             buffers: list[Any] = []
             meta: list[tuple[int, int, int, int]] = []
             if assign_offsets:
+                plan = self.producer_state.plan()
                 epoch = leader_epoch if leader_epoch is not None else -1
                 placed = self._place(view, batches, new_headers, plan, self._leo, epoch, 0, buffers, meta)
                 if placed.__class__ is AppendInfo:
@@ -937,13 +938,17 @@ class PartitionLog:
                 next_offset = self._leo
                 count = 0
                 max_ts = -1
+                follower_plan = None  # made for the first batch with a producer id: the others change no state
                 for pos, header in batches:
                     base = header.base_offset
                     if base < next_offset:
                         raise InvalidRecordError(
                             f"out of order offsets for {self.name}: batch at {base} but the log ends at {next_offset}"
                         )
-                    plan.check(header, base, from_client=False)
+                    if header.producer_id > NO_PRODUCER_ID:
+                        if follower_plan is None:
+                            follower_plan = self.producer_state.plan()
+                        follower_plan.check(header, base, from_client=False)
                     next_offset = base + header.last_offset_delta + 1
                     count += header.records_count
                     if header.max_timestamp > max_ts:
@@ -956,7 +961,10 @@ class PartitionLog:
                         self._note_epoch(h.partition_leader_epoch, h.base_offset)
                 seg.append([view], meta, total)
                 self._note_ends(seg, first_base, next_offset, total)
-                plan.commit(next_offset)
+                if follower_plan is not None:
+                    follower_plan.commit(next_offset)
+                else:
+                    self.producer_state.map_end_offset = next_offset  # what a commit of no producer's batch does
                 self._leo = next_offset
                 if self.auto_high_watermark:
                     self._hw = next_offset

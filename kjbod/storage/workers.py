@@ -384,6 +384,7 @@ class DirWorker:
         self._bell = _Bell(blocking=True)  # the thread waits on it for jobs
         self._current: list[_Job] = []  # the batch being run (read by abandon() from another thread)
         self._held: list[_Job] = []  # submitted on the loop, not handed over yet (see submit)
+        self._held_heavy = False  # one of them is heavy work (``at_once``)
         self._in_flight = False  # a hand-over's answers are not back on the loop yet (loop-side state)
         self._loop: asyncio.AbstractEventLoop | None = None  # the loop holding _held, told when abandoned
         self._inbox: _Inbox | None = None  # that loop's, where the answers go
@@ -425,6 +426,7 @@ class DirWorker:
         held = self._held
         held.append((fn, inbox, done))
         if getattr(fn, "at_once", False):
+            self._held_heavy = True
             loop.call_soon(self._hand_over, True)
         elif len(held) == 1 and (not self._in_flight or self.abandoned):
             loop.call_soon(self._hand_over)
@@ -477,18 +479,20 @@ class DirWorker:
         held = self._held
         if self.abandoned:
             self._held = []
+            self._held_heavy = False
             err = self.io.offline_error()
             _settle([(done, False, err) for _fn, _loop, done in held if done is not None])
             return
         if (self._in_flight and not at_once) or not held:
             return
+        heavy = self._held_heavy  # heavy work among them: no wait
         self._held = []
+        self._held_heavy = False
         self._in_flight = True
         if timeline.ON:
             self._handed_at = time.perf_counter()
-        waits = (not at_once and _may_wait() and self.io.online and not fsio.FAULTS.active
-                 and time.monotonic() >= self._sync_after
-                 and not any(getattr(job[0], "at_once", False) for job in held))  # heavy work: no wait
+        waits = (not at_once and not heavy and _may_wait() and self.io.online and not fsio.FAULTS.active
+                 and time.monotonic() >= self._sync_after)
         if waits:
             self._sync_waiting = held[0][1]
         self._put(held)

@@ -218,3 +218,48 @@ def test_a_kept_header_writes_the_generated_headers_bytes(client_id: str | None)
             header = RequestHeader(key, version, cid, client_id).encode(request_header_version(key, version))
             body = request.encode(version)
             assert frame == struct.pack(">i", len(header) + len(body)) + header + body
+
+
+def test_a_written_body_gets_the_same_frame_as_the_message() -> None:
+    a: Correlator[str] = Correlator("h", 1, "me")
+    b: Correlator[str] = Correlator("h", 1, "me")
+    for key, version, request, _, _ in CASES:
+        body = request.encode(version)
+        assert b.encode_body(key, version, body, "x") == a.encode_request(key, version, request, "x")
+    assert b.in_flight == a.in_flight == len(CASES)
+
+
+@pytest.mark.parametrize("how", ["one frame a read", "two frames in one read", "split"])
+def test_a_whole_frame_read_at_once_is_taken_as_the_decoder_takes_it(how: str) -> None:
+    answers = []
+    for short in (True, False):
+        c: Correlator[str] = Correlator("h", 1, "me")
+        if not short:  # every read through the frame decoder
+            c._decoder = _NeverIdle()
+        frames = _answers([c.encode_request(key, version, request, f"t{i}")
+                           for i, (key, version, request, _, _) in enumerate(CASES)])
+        data = b"".join(frames)
+        reads = {"one frame a read": frames, "two frames in one read": [frames[0] + frames[1], frames[2]],
+                 "split": [data[:7], data[7:]]}[how]
+        got = [answer for read in reads for answer in c.receive_data(read)]
+        assert c.in_flight == 0
+        answers.append(got)
+    assert answers[0] == answers[1] and [t for t, _ in answers[0]] == ["t0", "t1", "t2"]
+
+
+class _NeverIdle(FrameDecoder):
+    __slots__ = ()
+
+    @property
+    def idle(self) -> bool:
+        return False
+
+
+def test_a_whole_frame_with_the_wrong_correlation_id_is_the_same_violation() -> None:
+    c: Correlator[str] = Correlator("h", 1, "me")
+    c.encode_request(*CASES[0][:3], "t")
+    key, version, _, response, _ = CASES[0]
+    reply = b"".join(encode_response(key, version, 1, response))  # answers correlation id 1, expected 0
+    frame = encode_frame_size(len(reply)) + reply
+    with pytest.raises(ProtocolViolation, match="correlation id 1, expected 0"):
+        c.receive_data(frame)

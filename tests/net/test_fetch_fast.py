@@ -206,3 +206,71 @@ def test_a_short_or_long_frame_is_the_codecs_violation(cut, slow):
     with pytest.raises(ProtocolViolation):
         fetch_fast.decode_follower_response(data + b"\x00" * cut, 17, "h", 1)
     assert len(slow) == 2
+
+
+# ----------------------------------------------------------------------------------------------- the short way
+
+def one(frame_bytes: bytes, version: int, topic: int = 0, partition: int = 0):
+    return fetch_fast.one_partition(frame_bytes, version, TOPICS[topic][1].bytes, partition)
+
+
+ONE = {
+    "one partition": lambda: response(part()),
+    "small records": lambda: response(part(records=b"x" * 5)),
+    "no records": lambda: response(part(records=None)),
+    "empty records": lambda: response(part(records=b"")),
+    "throttled": lambda: response(part(), throttle_time_ms=30),
+    "a read replica named": lambda: response(part(preferred_read_replica=2)),
+}
+NOT_ONE = {
+    **{name: (lambda v, make=make: make()) for name, make in PLAIN.items() if name not in ONE},
+    **NOT_PLAIN,
+    "another topic": lambda v: FetchResponse(responses=[FetchableTopicResponse(
+        topic_id=TOPICS[1][1], partitions=[part()])]),
+    "another partition": lambda v: response(part(1)),
+    "records past a two-byte length": lambda v: response(part(records=b"r" * (1 << 14))),
+    "no topic": lambda v: response(),
+}
+
+
+@pytest.mark.parametrize("version", fetch_fast.ONE_VERSIONS)
+@pytest.mark.parametrize("case", sorted(ONE))
+def test_one_partitions_answer_is_read_as_the_codec_reads_it(version, case):
+    data = frame(for_version(ONE[case](), version), version)
+    (topic,) = decode_response(data, 1, version, "h", 1).responses
+    (p,) = topic.partitions
+    hw, log_start, records = one(data, version)
+    assert (hw, log_start) == (p.high_watermark, p.log_start_offset)
+    assert (records is None, bytes(records or b"")) == (p.records is None, bytes(p.records or b""))
+
+
+@pytest.mark.parametrize("version", fetch_fast.ONE_VERSIONS)
+@pytest.mark.parametrize("case", sorted(NOT_ONE))
+def test_anything_else_is_not_one_partitions_answer(version, case):
+    assert one(frame(for_version(NOT_ONE[case](version), version), version), version) is None
+
+
+def test_one_partitions_answer_cut_or_grown_or_at_v12_is_not_read():
+    data = frame(for_version(response(part()), 17), 17)
+    for cut in (1, 3, 30, len(RECORDS) // 2, len(data) - 10):
+        assert one(data[:-cut], 17) is None
+    assert one(data + b"\x00", 17) is None
+    assert one(frame(for_version(response(part()), 12), 12), 12) is None  # topics by name: the general way
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_again_writes_what_the_codec_writes_and_nothing_for_another_shape(version):
+    rng = random.Random(version)
+    template = Template()
+    first = entries_of(rng, [(0, 0)])
+    encoded(request(template, first), version)
+    shape = template.shape
+    for _ in range(5):
+        (name, topic_id, p, epoch, _o, _l, _s), = first
+        offset, last, start = rng.randrange(1 << 40), rng.randrange(-1, 1 << 20), rng.randrange(-1, 1 << 30)
+        expected = encoded(request(Template(), [(name, topic_id, p, epoch, offset, last, start)]).as_request(
+            version), version)
+        assert template.again(shape, offset, last, start) == expected
+    encoded(request(template, entries_of(rng, [(0, 0), (1, 1)])), version)  # a new shape: the old one is gone
+    assert template.again(shape, 1, 1, 1) is None
+    assert template.again(template.shape, 1, 1, 1) is None  # two partitions: not the short way's

@@ -77,7 +77,14 @@ against its reference measured in the same run:
   record is spread thin (see above) or is the hops themselves: 3x on a quiet
   machine needs either fewer thread and process wake-ups per replicated record (the follower's append off its loop
   is one, by design) or cores the load generator and the other work do not share. On 2 shared cores the p99 ratio
-  swings around that CPU ratio with the machine's other load (1.6x to 3.3x between runs of one session). GC is
+  swings around that CPU ratio with the machine's other load (1.6x to 3.3x between runs of one session). Since a
+  follower with one partition takes its leader's plain answers by a short way (kjbod.broker.replication.fetcher's
+  _Lane: the answer read with one unpack and handed to the dir's worker as one job, the next fetch written from
+  the last one's bytes) and its dir worker runs less Python around each append, --profile counts 89-91 Python
+  calls per acks=all record on each follower's loop (175 before; the dir worker 83 against 96 in process,
+  tools.bench.follower_answer), and in the latency rounds each follower's CPU per acks=all record went from
+  450-454 us (its loop 297-300) to 289-292 (loop 168-169), the brokers' from 1.96 ms to 1.53 (the p99 ratio
+  4.41x before, 2.18x after, each in one run at load 1.3-2.1: inside the spread above). GC is
   not a factor: with KJBOD_GC_LOG=1 each broker logged one collection, under 1 ms, in a whole run. No broker of
   the latency rounds has the fault seam on (see Cluster). With --trace, the slowest records' legs show no
   periodic event behind the tail (heartbeats, metadata fetches, ISR ticks, placement reviews, dir ticks, the

@@ -37,6 +37,13 @@ callbacks fetch (`_stream`): the one that brings the last partition's answer bac
 next fetch, and the connection's read callback takes its response (ClientConnection.send_to) and hands it to the
 workers, so a replicated batch costs the follower's loop two callbacks and no task step, future or timeout
 scope. They give the fetching back to the task for anything else (see `_stream`).
+
+A fetcher with one partition in steady state goes a shorter way still (`_Lane`): an answer that is that
+partition's records with no error or tagged field is read for the three things applied (fetch_fast.one_partition)
+and handed to the dir's worker as one job, and the job's answer writes the next fetch from the template's bytes
+(Template.again) when nothing the general way looks at has changed; everything else goes the general way, with
+the same outcome (tests/replication/test_fetch_short_way.py). In --profile of tools/bench/replication.py it
+took a follower's loop from 175 Python calls a replicated record to 89-92.
 """
 
 from __future__ import annotations
@@ -52,7 +59,13 @@ from kjbod.broker.dir_work import DirWork
 from kjbod.net import trace
 from kjbod.net.connection import ClientConnection
 from kjbod.net.errors import BrokerConnectionError, ClientError, ProtocolViolation, RequestTimeoutError
-from kjbod.net.fetch_fast import FollowerFetchRequest, Template, decode_follower_response
+from kjbod.net.fetch_fast import (
+    ONE_VERSIONS,
+    FollowerFetchRequest,
+    Template,
+    decode_follower_response,
+    one_partition,
+)
 from kjbod.net.tasks import cancel_and_wait, wait_event
 from kjbod.protocol.errors import ErrorCode
 from kjbod.storage.errors import StorageError
@@ -102,6 +115,7 @@ class Fetcher:
         self._held_ms = LONG_WAIT_MS  # how long the last request's throttled partitions wait for their quota
         self._template = Template()  # the last fetch's bytes, patched for the next (kjbod.net.fetch_fast)
         self._picked: tuple[ClientConnection, int] | None = None  # the connection and its Fetch version
+        self._lane: _Lane | None = None  # the one partition's short way, while it holds (see _Lane)
 
     @property
     def node(self) -> Any:
@@ -295,8 +309,113 @@ class Fetcher:
                 return
             token.timer = loop.call_later(self._timeout_s(), token.time_up)
             self._outstanding = token
+            token.lane = self._lane = self._new_lane(conn, version, ready)
         except Exception as e:  # a bug: the task raises it
             self._give_back(_Crash(e))
+
+    # ------------------------------------------------------------------------------------------ the short way
+
+    def _new_lane(self, conn: ClientConnection, version: int, ready: list[FetchState]) -> _Lane | None:
+        """After a fetch the callbacks sent: the short way for its answer and the fetches after it, when it asked
+        for the fetcher's one partition, whole (nothing held by the throttle), and its dir has a worker."""
+        template = self._template
+        if (len(ready) != 1 or len(self.partitions) != 1 or self._held_ms != LONG_WAIT_MS or trace.ON
+                or template.places is None or len(template.places) != 1 or not hasattr(conn, "send_body")):
+            return None
+        s = ready[0]
+        plog = s.log
+        node = self.node
+        manager = getattr(node.logs, "manager", None)
+        worker = manager.worker(plog.log_dir) if plog is not None and manager is not None else None
+        topic = node.metadata.topic(s.topic)
+        if worker is None or topic is None or version not in ONE_VERSIONS:
+            return None
+        return _Lane(node, s, plog, worker, conn, version, topic.topic_id, template.shape, self._timeout_s())
+
+    def _quick_answer(self, lane: _Lane, version: int, frame: bytes) -> bool:
+        """A fetch's answer taken the short way (see _Lane): the one partition's records handed to its dir's
+        worker as one job, with no response message, DirWork or future; False (nothing done) when the answer or
+        the fetcher's state is anything else, for the general way."""
+        s = lane.s
+        plog = s.log
+        if (plog is not lane.plog or s.dropped or s.in_flight or plog.closed or not plog.io.online
+                or len(self.partitions) != 1 or self.partitions.get(lane.tp) is not s or trace.ON):
+            return False
+        got = one_partition(frame, version, lane.topic_id_bytes, s.partition)
+        if got is None:
+            return False
+        s.in_flight = True
+        job = _Apply(self, s, plog, *got)
+        lane.worker.submit(job, job.settle, lane.loop)
+        return True
+
+    def _quick_applied(self, job: _Apply, ok: bool, result: Any) -> None:
+        """On the loop, the short way's job answered: what `_applied` does with a partition's outcome, then the
+        next fetch (`_quick_send`)."""
+        s = job.s
+        s.in_flight = False
+        current = self.partitions.get((s.topic, s.partition))
+        if current is not None and current is not s:
+            current.in_flight = False  # replaced while this answer was on the worker (see add)
+        if not ok or isinstance(result, BaseException):
+            # The back-off runs from now, when the failure is known (the general way's from the answer's
+            # arrival, an append earlier): the short way keeps no clock reading per answer for its rare failures.
+            cfg = self.manager.config
+            self._apply_failed(s, job.plog, None, result, asyncio.get_running_loop().time(),
+                               cfg.fetch_backoff_ms / 1000)
+        elif result is not None:
+            self._after_apply(s, result, job.hw, job.records)
+        # While the callbacks fetch, the task waits for them alone (its event and waiter matter only once it has
+        # the fetching back): the next fetch goes out here, else everything that waits is told (_wake).
+        if self._handoff is not None:
+            try:
+                if self._quick_send():
+                    return
+            except Exception as e:  # a bug: the task raises it
+                self._give_back(_Crash(e))
+                return
+        self._wake()
+
+    def _quick_send(self) -> bool:
+        """The next fetch written the short way: the template's bytes with the one partition's fields patched
+        (Template.again), when everything the general way (`_try_send`, `_request`) would look at is as it was
+        when the lane was made; False (nothing sent) otherwise."""
+        lane = self._lane
+        handoff = self._handoff
+        if lane is None or handoff is None or handoff.done() or self._outstanding is not None:
+            return False
+        s = lane.s
+        plog = s.log
+        conn = self._conn
+        if (self._stall_timer is not None or conn is not lane.conn or conn.closed or conn.write_paused
+                or len(self.partitions) != 1 or self.partitions.get(lane.tp) is not s or s.dropped or s.in_flight
+                or plog is not lane.plog or plog.closed or not plog.io.online or trace.ON):
+            return False
+        loop = lane.loop
+        if s.delayed_until and s.delayed_until > loop.time():
+            return False
+        node = lane.node
+        topic = node.metadata.topic(s.topic)
+        if (topic is None or (topic.topic_id is not lane.topic_id and topic.topic_id != lane.topic_id)
+                or node.broker_epoch != lane.replica_epoch):
+            return False
+        leo = plog.log_end_offset
+        if self.manager.follower_throttled(s.topic, s.partition, 0 <= s.leader_end_offset <= leo):
+            return False
+        self._held_ms = LONG_WAIT_MS  # as _request leaves it when nothing is held
+        body = self._template.again(lane.shape, leo, plog.leader_epochs.latest_epoch, plog.log_start_offset)
+        if body is None:
+            return False
+        token = _Answer(self, lane.version)
+        token.lane = lane
+        try:
+            conn.send_body(FETCH, lane.version, body, token)
+        except (ClientError, OSError) as e:
+            self._give_back(e)
+            return True
+        token.timer = loop.call_later(lane.timeout_s, token.time_up)
+        self._outstanding = token
+        return True
 
     def _answered(self, token: _Answer, result: Any) -> None:
         """The connection's read callback: the response frame (or the failure) of the fetch `_try_send` sent."""
@@ -310,6 +429,8 @@ class Fetcher:
             self._give_back(result)
             return
         try:
+            if token.lane is not None and self._quick_answer(token.lane, token.version, result):
+                return
             assert conn is not None
             try:
                 response = decode_follower_response(result, token.version, conn.host, conn.port)
@@ -460,7 +581,7 @@ class Fetcher:
         if isinstance(result, BaseException):
             self._apply_failed(s, plog, part, result, loop_time, backoff)
         elif result is not None:
-            self._after_apply(s, part, result)
+            self._after_apply(s, result, part.high_watermark, part.records)
         self._wake()  # last: the callbacks may send the next fetch from here, with this answer's outcome in it
 
     def _apply_failed(self, s: FetchState, plog: Any, part: Any, e: BaseException, loop_time: float,
@@ -493,21 +614,23 @@ class Fetcher:
         """One partition's answer, all of it in the calling thread (KJBOD_DIR_WORKERS=0's path, and tests)."""
         if self._answer_on_loop(s, part, loop_time, backoff):
             return
-        self._after_apply(s, part, self._apply_answer(s, plog, part))
+        self._after_apply(s, self._apply_answer(s, plog, part), part.high_watermark, part.records)
 
-    def _after_apply(self, s: FetchState, part: Any, outcome: str) -> None:
-        if outcome == _TRUNCATED:
+    def _after_apply(self, s: FetchState, outcome: str, high_watermark: int, records: Any) -> None:
+        """On the loop, what follows a partition's answer applied to its log (`high_watermark` and `records`:
+        the answer's)."""
+        if outcome is _TRUNCATED:
             return
-        if outcome == _APPENDED:
+        if outcome is _APPENDED:
             self.node.notify_append(s.topic, s.partition)
             # the follower quota counts what was appended (on the loop: the quota is the loop's)
-            self.manager.follower_appended(s.topic, s.partition, len(part.records))
-        elif outcome == _HW_MOVED:
+            self.manager.follower_appended(s.topic, s.partition, len(records))
+        elif outcome is _HW_MOVED:
             # a consumer may read this follower up to its high watermark (Fetch v11+): its long poll looks again,
             # as Kafka's fetcher completes the delayed fetches of partitions whose high watermark moved
             self.node.notify_high_watermark(s.topic, s.partition)
-        if part.high_watermark >= 0:
-            s.leader_end_offset = part.high_watermark
+        if high_watermark >= 0:
+            s.leader_end_offset = high_watermark
 
     def _apply_answer(self, s: FetchState, plog: Any, part: Any) -> str:
         """The log's side of one partition's answer (a truncation, or the records, HW and log start): truncated,
@@ -526,17 +649,7 @@ class Fetcher:
         if part.diverging_epoch.epoch >= 0 or part.diverging_epoch.end_offset >= 0:
             self._truncate_on_divergence(s, plog, part.diverging_epoch.epoch, part.diverging_epoch.end_offset)
             return _TRUNCATED
-        data = part.records
-        if data:
-            plog.append_as_follower(bytes(data) if not isinstance(data, bytes | bytearray | memoryview) else data)
-        leo, hw = plog.log_end_offset, plog.high_watermark
-        if part.high_watermark >= 0:
-            plog.high_watermark = min(part.high_watermark, leo)
-        if part.log_start_offset > plog.log_start_offset:
-            plog.advance_log_start_offset(min(part.log_start_offset, plog.high_watermark))
-        if data:
-            return _APPENDED
-        return _HW_MOVED if plog.high_watermark != hw else _NOTHING
+        return _apply_records(plog, part.records, part.high_watermark, part.log_start_offset)
 
     def _truncate_on_divergence(self, s: FetchState, plog: Any, epoch: int, end_offset: int) -> None:
         leo = plog.log_end_offset
@@ -566,18 +679,95 @@ class Fetcher:
             future.truncate_to(offset)
 
 
+def _apply_records(plog: Any, data: Any, high_watermark: int, log_start_offset: int) -> str:
+    """An answer's records (if any), high watermark and log start applied to `plog` (on its dir's worker):
+    appended, the HW moved, or nothing."""
+    hw = -1
+    if data:
+        info = plog.append_as_follower(bytes(data) if not isinstance(data, bytes | bytearray | memoryview) else data)
+        log_start = info.log_start_offset
+    else:
+        log_start, hw = plog.log_start_offset, plog.high_watermark
+    if high_watermark >= 0:
+        plog.high_watermark = high_watermark  # the log clamps it to its end: min(the leader's HW, the LEO)
+    if log_start_offset > log_start:
+        plog.advance_log_start_offset(min(log_start_offset, plog.high_watermark))
+    if data:
+        return _APPENDED
+    return _HW_MOVED if plog.high_watermark != hw else _NOTHING
+
+
+class _Lane:
+    """The short way of a fetcher with one partition in steady state (Fetcher._quick_answer, _quick_send): what
+    the general way looked up for the fetch it sent, kept while it holds. An answer that is one partition's
+    records with no error or tagged field (fetch_fast.one_partition) goes to the partition's dir worker as one
+    job (_Apply) in the connection's read callback, and the job's answer writes the next fetch from the
+    template's bytes: no response message, DirWork, closure or future per fetch, and the next fetch's request
+    object is not built. Anything else (an error, a divergence, a throttle, another partition, a new leader
+    epoch, connection, broker epoch or topic id, a log swapped or offline, tracing on) goes the general way,
+    which makes a new lane after its next fetch."""
+
+    __slots__ = ("node", "s", "tp", "plog", "worker", "conn", "version", "topic_id", "topic_id_bytes",
+                 "replica_epoch", "shape", "loop", "timeout_s")
+
+    def __init__(self, node: Any, s: FetchState, plog: Any, worker: Any, conn: Any, version: int, topic_id: Any,
+                 shape: Any, timeout_s: float) -> None:
+        self.node = node
+        self.s = s
+        self.tp = (s.topic, s.partition)
+        self.plog = plog
+        self.worker = worker
+        self.conn = conn
+        self.version = version
+        self.topic_id = topic_id
+        self.topic_id_bytes = topic_id.bytes
+        self.replica_epoch = node.broker_epoch
+        self.shape = shape  # the template's when the lane was made (Template.again)
+        self.loop = asyncio.get_running_loop()
+        self.timeout_s = timeout_s
+
+
+class _Apply:
+    """One answer of the short way on its dir's worker (kjbod.storage.workers: called there, `settle` called
+    with its outcome on the loop): what `_apply_on_worker` does for one partition."""
+
+    __slots__ = ("fetcher", "s", "plog", "hw", "log_start", "records")
+    together = None  # never run with other jobs (kjbod.storage.workers)
+    at_once = False
+
+    def __init__(self, fetcher: Fetcher, s: FetchState, plog: Any, hw: int, log_start: int, records: Any) -> None:
+        self.fetcher = fetcher
+        self.s = s
+        self.plog = plog
+        self.hw = hw
+        self.log_start = log_start
+        self.records = records
+
+    def __call__(self) -> str | None:
+        s, plog = self.s, self.plog
+        if self.fetcher.partitions.get((s.topic, s.partition)) is not s:
+            return None  # no longer fetched here (a new leader, a delete) since the answer came
+        if plog.closed and plog.replaced_by is not None:
+            return None  # a KIP-113 swap since the answer came: see _apply_on_worker
+        return _apply_records(plog, self.records, self.hw, self.log_start)
+
+    def settle(self, ok: bool, result: Any) -> None:
+        self.fetcher._quick_applied(self, ok, result)
+
+
 class _Answer:
     """The token of a fetch the callbacks sent (ClientConnection.send_to): its response frame, or the connection's
     failure, goes to the fetcher in the read callback itself; `time_up` is its timeout (the connection is
-    closed then, as ClientConnection.request does)."""
+    closed then, as ClientConnection.request does). `lane`: the short way's, when its answer may take it."""
 
-    __slots__ = ("fetcher", "version", "timer", "settled")
+    __slots__ = ("fetcher", "version", "timer", "settled", "lane")
 
     def __init__(self, fetcher: Fetcher, version: int) -> None:
         self.fetcher = fetcher
         self.version = version
         self.timer: asyncio.TimerHandle | None = None
         self.settled = False
+        self.lane: _Lane | None = None
 
     def done(self) -> bool:
         return self.settled
