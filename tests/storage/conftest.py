@@ -24,6 +24,7 @@ from kjbod.storage.config import LogConfig
 from kjbod.storage.log import PartitionLog, ReadResult
 from kjbod.storage.manager import LogManager
 from kjbod.storage.meta import format_dirs
+from kjbod.storage.workers import DirWorker
 
 T0 = 1_700_000_000_000
 
@@ -101,6 +102,15 @@ def log_dirs(tmp_path) -> list[str]:
     dirs = [str(tmp_path / f"logs-{i}") for i in range(3)]
     format_dirs({"log.dirs": ",".join(dirs), "node.id": 1})
     return dirs
+
+
+@pytest.fixture
+def worker(tmp_path) -> Iterator[DirWorker]:
+    """A bare dir worker on a fresh dir (the worker tests), stopped and joined at teardown."""
+    w = DirWorker(fsio.LogDirIO(str(tmp_path)))
+    yield w
+    w.stop()
+    w.join(60)
 
 
 @pytest.fixture

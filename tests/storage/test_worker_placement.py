@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-from pathlib import Path
 
 import live
 import pytest
@@ -50,14 +49,6 @@ def _cpus(thread: threading.Thread | DirWorker) -> set[int]:
     native = thread._thread.native_id if isinstance(thread, DirWorker) else thread.native_id
     assert native is not None
     return os.sched_getaffinity(native)
-
-
-@pytest.fixture
-def worker(tmp_path: Path):
-    w = DirWorker(LogDirIO(str(tmp_path)))
-    yield w
-    w.stop()
-    w.join(5)
 
 
 @pytest.fixture

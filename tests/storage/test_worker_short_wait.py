@@ -11,22 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from kjbod.storage import workers
-from kjbod.storage.fsio import LogDirIO
 from kjbod.storage.workers import DirWorker
-
-
-@pytest.fixture
-def worker(tmp_path: Path):
-    w = DirWorker(LogDirIO(str(tmp_path)))
-    yield w
-    w.stop()
-    w.join(60)
 
 
 @pytest.fixture
