@@ -6,6 +6,9 @@ PIP    := $(VENV)/bin/pip
 STAMP  := $(VENV)/.install-stamp
 CONFIG ?= config/server.properties
 PYTEST_ARGS ?=
+# Test files run on this many pytest-xdist workers, a whole file each (module-scoped clusters start once; the files
+# that start processes go first: tests/conftest.py). 0 runs them in this process, one after another.
+PYTEST_WORKERS ?= 2
 
 .PHONY: install run test unit bench codegen check-codegen lint clean distclean
 
@@ -23,7 +26,7 @@ run: install
 	$(VENV)/bin/kjbod serve -c $(CONFIG) --log-format console
 
 test: install check-codegen lint
-	$(PY) -m pytest -q -rs -p no:cacheprovider $(PYTEST_ARGS)
+	$(PY) -m pytest -q -rfEs -p no:cacheprovider -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 bench: install
 	$(PY) -m tools.bench $(BENCH_ARGS)

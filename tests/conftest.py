@@ -9,9 +9,15 @@ kafka-python 3.0.12 leaves the socket of a refused connect open: ``KafkaNetSocke
 clients reconnect to a closed port, and the leaked socket's ResourceWarning (an error here, filterwarnings =
 error) then surfaces in whichever later test the garbage collector happens to run in.  The suite closes such a
 socket where the connect fails, and nothing else changes in kafka-python.
+
+Order: `make test` runs the files on two pytest-xdist workers, a file at a time each (``--dist loadfile``: a
+file's module-scoped cluster is started once). A worker takes the next file in collection order, so the files that
+start real processes (marked slow, named ``*_live.py``, or Spark's) are collected first and the many quick files
+fill in behind them: collected last, one long file would run alone at the end on one core.
 """
 
 import warnings
+from pathlib import PurePath
 
 import pytest
 
@@ -39,3 +45,20 @@ inet.KafkaNetSocket.sock_connect = _sock_connect_closing_on_failure
 def _reset_logging_after_test():
     yield
     reset_logging()
+
+
+def _weight(item: pytest.Item) -> int:
+    """0 for Spark's files (a JVM each worker starts once, and the suite's longest test), 1 for the other files
+    that start real processes, 2 for the rest."""
+    path = PurePath(item.path)
+    if "spark" in path.parts:
+        return 0
+    return 1 if item.get_closest_marker("slow") is not None or path.name.endswith("_live.py") else 2
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The files that start real processes first, each file's tests kept together and in their order."""
+    rank: dict[object, int] = {}
+    for item in items:
+        rank[item.path] = min(rank.get(item.path, 2), _weight(item))
+    items.sort(key=lambda item: rank[item.path])  # stable: the order within each rank stays
