@@ -260,6 +260,11 @@ def _workers() -> list[DirWorker]:
         return list(_running)
 
 
+def running_workers() -> list[DirWorker]:
+    """This process's started dir workers (for debug hooks: kjbod.server.loop_profile profiles their threads)."""
+    return _workers()
+
+
 class _Bell:
     """A wake-up another thread waits on: an eventfd (a pipe where there is none), rung and waited on in system
     calls that run with the GIL released. A thread woken by it therefore finds the GIL free while the ringer is

@@ -112,8 +112,9 @@ directory (printed; each broker's server.log is in it): with KJBOD_GC_LOG=1 in t
 of its garbage collections there (kjbod.server.app). --trace runs the brokers with KJBOD_TRACE (kjbod.net.trace) and
 prints, after the latency figure, where the slowest records' time went leg by leg and which background events ran
 under them (tools.bench.latency_trace); the tracing's own cost is in the figure then. --profile measures no figure: it
-profiles each broker's event loop in CPU time (KJBOD_LOOP_PROFILE, kjbod.server.loop_profile) while each case runs
-alone at the latency rate, and prints each role's loop CPU, Python calls and top costs per record.
+profiles each broker's event loop and dir workers in CPU time (KJBOD_LOOP_PROFILE, kjbod.server.loop_profile) while
+each case runs alone at the latency rate, and prints each role's loop and workers' CPU, Python calls and top costs per
+record.
 """
 
 from __future__ import annotations
@@ -671,9 +672,8 @@ def profile_roles(cluster: Cluster, leader: int, rate: int = PROFILE_RATE, secon
     the latency rounds' 500/s: cProfile doubles the loops' cost, and at 500/s the profiled leader fell behind
     enough that the producer batched records and the followers took several per fetch, which the unprofiled
     rounds do not do: at PROFILE_RATE every record is a Produce of its own and a fetch of its own per follower,
-    as in the rounds, so the calls per record are theirs."""
-    import pstats
-
+    as in the rounds, so the calls per record are theirs. Each broker's dir workers are profiled over the same
+    window (their threads merged: a follower's appends and the hand-offs around them) and printed the same way."""
     directory = Path(os.environ[LOOP_PROFILE_ENV])
     pids = {b: cluster.pid(b) for b in cluster.ports}
     cases = {"all": Paced(cluster.bootstrap, "rf3", "all"), "one": Paced(cluster.bootstrap, "rf1", "1")}
@@ -688,22 +688,34 @@ def profile_roles(cluster: Cluster, leader: int, rate: int = PROFILE_RATE, secon
             os.kill(pid, signal.SIGUSR2)
         for b, pid in pids.items():
             _wait(lambda pid=pid: (directory / f"loop-{pid}.json").exists(), f"broker {b}'s loop profile")
-        for f in directory.glob("loop-*"):
+        for f in [*directory.glob("loop-*"), *directory.glob("workers-*")]:
             f.rename(f.with_name(f"{name}-{f.name}"))
         label = "acks=all RF 3" if name == "all" else "acks=1 RF 1"
         print(f"   profile of each broker's event loop, {label} alone, {sent} records at {rate}/s (CPU time; "
               f"cProfile's own cost included):")
         for b, pid in pids.items():
-            cpu = json.loads((directory / f"{name}-loop-{pid}.json").read_text())["loop_cpu_s"]
-            stats = pstats.Stats(str(directory / f"{name}-loop-{pid}.prof"))
+            got = json.loads((directory / f"{name}-loop-{pid}.json").read_text())
             role = "leader" if b == leader else f"follower {b}"
-            calls = stats.total_calls  # type: ignore[attr-defined]
-            print(f"     {role} (broker {b}): loop {cpu / sent * 1e6:.0f} us a record, {calls / sent:.0f} Python calls "
-                  f"a record; most own time (us a record, calls a record, function):")
-            rows = sorted(stats.stats.items(), key=lambda kv: kv[1][2], reverse=True)  # type: ignore[attr-defined]
-            for (file, line, func), (_cc, nc, tt, _ct, _callers) in rows[:top]:
-                where = f"{Path(file).name}:{line}" if line else file
-                print(f"       {tt / sent * 1e6:7.1f} {nc / sent:6.2f}  {func} ({where})")
+            _print_profile(f"{role} (broker {b}): loop", got["loop_cpu_s"],
+                           directory / f"{name}-loop-{pid}.prof", sent, top)
+            workers = directory / f"{name}-workers-{pid}.prof"
+            if workers.exists():  # the dir workers' threads, merged (kjbod.server.loop_profile)
+                _print_profile(f"{role} (broker {b}): its {got['workers']} dir workers", got["workers_cpu_s"],
+                               workers, sent, top // 2)
+
+
+def _print_profile(what: str, cpu: float, path: Path, sent: int, top: int) -> None:
+    """One profile's CPU and Python calls per record, and its functions with the most own time."""
+    import pstats
+
+    stats = pstats.Stats(str(path))
+    calls = stats.total_calls  # type: ignore[attr-defined]
+    print(f"     {what} {cpu / sent * 1e6:.0f} us a record, {calls / sent:.0f} Python calls a record; most own "
+          f"time (us a record, calls a record, function):")
+    rows = sorted(stats.stats.items(), key=lambda kv: kv[1][2], reverse=True)  # type: ignore[attr-defined]
+    for (file, line, func), (_cc, nc, tt, _ct, _callers) in rows[:top]:
+        where = f"{Path(file).name}:{line}" if line else file
+        print(f"       {tt / sent * 1e6:7.1f} {nc / sent:6.2f}  {func} ({where})")
 
 
 
