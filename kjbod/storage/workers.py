@@ -595,16 +595,27 @@ class DirWorker:
                     break
                 if got is _STOP:
                     stop = True
-                else:
+                elif batch:
                     batch.extend(got)
+                else:  # the list handed over is the worker's from now on (the loop holds a new one)
+                    batch = got
             if batch or stop:
                 return batch, stop
             self._bell.wait()  # queued before the wait: the ring is still counted, so it returns at once
 
     def _answer(self, batch: list[_Job]) -> dict[_Inbox, list[tuple[Done, bool, Any]]]:
         self._current = batch
+        n = len(batch)
+        if n == 1:  # one closure (a follower's answer, a quiet dir's request): no group to look for
+            fn, inbox, done = batch[0]
+            try:
+                result: tuple[Done, bool, Any] = (done, True, fn())  # type: ignore[assignment]
+            except BaseException as e:  # handed to the awaiting request, which decides
+                result = (done, False, e)  # type: ignore[assignment]
+            self._current = []
+            return {inbox: [result]} if inbox is not None else {}
         by_inbox: dict[_Inbox, list[tuple[Done, bool, Any]]] = {}
-        i, n = 0, len(batch)
+        i = 0
         while i < n:
             fn, inbox, done = batch[i]
             together = getattr(fn, "together", None)
@@ -624,7 +635,7 @@ class DirWorker:
                 i = j
                 continue
             try:
-                result: tuple[Done, bool, Any] = (done, True, fn())  # type: ignore[assignment]
+                result = (done, True, fn())  # type: ignore[assignment]
             except BaseException as e:  # handed to the awaiting request, which decides
                 result = (done, False, e)  # type: ignore[assignment]
             if inbox is not None:
