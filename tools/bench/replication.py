@@ -84,7 +84,15 @@ against its reference measured in the same run:
   calls per acks=all record on each follower's loop (175 before; the dir worker 83 against 96 in process,
   tools.bench.follower_answer), and in the latency rounds each follower's CPU per acks=all record went from
   450-454 us (its loop 297-300) to 289-292 (loop 168-169), the brokers' from 1.96 ms to 1.53 (the p99 ratio
-  4.41x before, 2.18x after, each in one run at load 1.3-2.1: inside the spread above). GC is
+  4.41x before, 2.18x after, each in one run at load 1.3-2.1: inside the spread above). --profile now profiles
+  each broker's dir workers too: a follower's ran 80 Python calls per fetch answer, most of them the append's own
+  steps (the batch check, the segment's write and indexes, the file seam's bookkeeping), the rest the hand-off;
+  with the follower's append on a path of its own (PartitionLog._append_follower), a batch of one closure taken
+  without looking for a group, and one timeout timer per fetcher instead of a timer made and cancelled per fetch,
+  75 (tools.bench.follower_answer: 83 to 72 an answer; its CPU per answer in process 63-79 us to 56-65 on the
+  worker, 86-109 to 79-92 on the loop, under load 2-2.5: inside that bench's spread). What is left on the worker
+  is mostly its three system calls and two wake-ups per answer (the eventfd read that wakes it, the writev, the
+  eventfd write that wakes the loop), which the append's place on the dir's worker requires. GC is
   not a factor: with KJBOD_GC_LOG=1 each broker logged one collection, under 1 ms, in a whole run. No broker of
   the latency rounds has the fault seam on (see Cluster). With --trace, the slowest records' legs show no
   periodic event behind the tail (heartbeats, metadata fetches, ISR ticks, placement reviews, dir ticks, the
