@@ -92,7 +92,10 @@ against its reference measured in the same run:
   75 (tools.bench.follower_answer: 83 to 72 an answer; its CPU per answer in process 63-79 us to 56-65 on the
   worker, 86-109 to 79-92 on the loop, under load 2-2.5: inside that bench's spread). What is left on the worker
   is mostly its three system calls and two wake-ups per answer (the eventfd read that wakes it, the writev, the
-  eventfd write that wakes the loop), which the append's place on the dir's worker requires. GC is
+  eventfd write that wakes the loop), which the append's place on the dir's worker requires. One latency run
+  after it (load 1.9-2.6) gave each follower 306-319 us a record (its loop 183-192, its other threads 123-127;
+  last measured before: ~338, ~198 and ~140), the brokers' CPU per acks=all record 1.50 ms against 0.61, and
+  3.57x for the p99s. GC is
   not a factor: with KJBOD_GC_LOG=1 each broker logged one collection, under 1 ms, in a whole run. No broker of
   the latency rounds has the fault seam on (see Cluster). With --trace, the slowest records' legs show no
   periodic event behind the tail (heartbeats, metadata fetches, ISR ticks, placement reviews, dir ticks, the
