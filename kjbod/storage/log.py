@@ -7,8 +7,10 @@ Strategy:
   the producer state, rolls the segment if needed, and writes all batches with one ``writev``: per batch a
   freshly packed 16-byte prefix (BaseOffset, Length, PartitionLeaderEpoch) followed by a zero-copy view of the
   rest of the producer's bytes (after the 45 header bytes validate_records rewrote, when the max timestamp or
-  the timestamp type had to change). Nothing is fsynced unless ``flush.messages`` says so; Kafka relies
-  on the page cache and on replication, and so does kjbod (``flush.ms`` is honoured by the manager's tick).
+  the timestamp type had to change). A follower's batches, which carry their offsets, are written unchanged by a
+  path of their own (``_append_follower``, once per fetch answer on the dir's worker). Nothing is fsynced unless
+  ``flush.messages`` says so; Kafka relies on the page cache and on replication, and so does kjbod (``flush.ms``
+  is honoured by the manager's tick).
 * **Read** finds the batch containing the offset with the sparse index plus a short header walk, then finds the
   end of the read (whole batches only, at least one) with the index again, so a 1 MiB fetch reads a few batch
   headers, never the data: the result is a list of file regions (fd dup, offset, count) sent with sendfile.

@@ -36,7 +36,8 @@ The task sends the first fetch (and any after a connection, a back-off or an idl
 callbacks fetch (`_stream`): the one that brings the last partition's answer back from its worker sends the
 next fetch, and the connection's read callback takes its response (ClientConnection.send_to) and hands it to the
 workers, so a replicated batch costs the follower's loop two callbacks and no task step, future or timeout
-scope. They give the fetching back to the task for anything else (see `_stream`).
+scope (one timer per fetcher times their fetches out, each at its own deadline: `_arm_timeout`). They give the
+fetching back to the task for anything else (see `_stream`).
 
 A fetcher with one partition in steady state goes a shorter way still (`_Lane`): an answer that is that
 partition's records with no error or tagged field is read for the three things applied (fetch_fast.one_partition)
