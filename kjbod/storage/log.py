@@ -7,8 +7,10 @@ Strategy:
   the producer state, rolls the segment if needed, and writes all batches with one ``writev``: per batch a
   freshly packed 16-byte prefix (BaseOffset, Length, PartitionLeaderEpoch) followed by a zero-copy view of the
   rest of the producer's bytes (after the 45 header bytes validate_records rewrote, when the max timestamp or
-  the timestamp type had to change). Nothing is fsynced unless ``flush.messages`` says so; Kafka relies
-  on the page cache and on replication, and so does kjbod (``flush.ms`` is honoured by the manager's tick).
+  the timestamp type had to change). A follower's batches, which carry their offsets, are written unchanged by a
+  path of their own (``_append_follower``, once per fetch answer on the dir's worker). Nothing is fsynced unless
+  ``flush.messages`` says so; Kafka relies on the page cache and on replication, and so does kjbod (``flush.ms``
+  is honoured by the manager's tick).
 * **Read** finds the batch containing the offset with the sparse index plus a short header walk, then finds the
   end of the read (whole batches only, at least one) with the index again, so a 1 MiB fetch reads a few batch
   headers, never the data: the result is a list of file regions (fd dup, offset, count) sent with sendfile.
@@ -61,6 +63,7 @@ from kjbod.storage.fsio import LogDirIO, WouldBlock, waiting_allowed
 from kjbod.storage.ids import uuid_text
 from kjbod.storage.producer_state import ProducerStateManager, SnapshotFormatError
 from kjbod.storage.records import (
+    LOG_OVERHEAD,
     NO_PRODUCER_ID,
     PREFIX,
     RECORD_BATCH_OVERHEAD,
@@ -703,8 +706,7 @@ class PartitionLog:
     def append_validated(self, validated: ValidatedAppend, *, leader_epoch: int = 0) -> AppendInfo:
         """The write of :meth:`append`, for batches :meth:`validate` checked."""
         view, batches, now, restamped = validated
-        info = self._append(view, batches, leader_epoch=leader_epoch, now_ms=now, assign_offsets=True,
-                            new_headers=restamped)
+        info = self._append(view, batches, leader_epoch=leader_epoch, now_ms=now, new_headers=restamped)
         if restamped is not None and self.config.log_append_time and not info.duplicate:
             info = dataclasses.replace(info, log_append_time=now)
         return info
@@ -715,7 +717,7 @@ class PartitionLog:
         view = memoryview(records)
         batches = validate_batches(view, max_message_bytes=max(self.config.max_message_bytes, len(view)),
                                    from_client=False)
-        return self._append(view, batches, leader_epoch=None, now_ms=now_ms, assign_offsets=False)
+        return self._append_follower(view, batches, now_ms)
 
     def append_validated_together(
         self, validated: list[ValidatedAppend], *, leader_epoch: int = 0
@@ -910,9 +912,9 @@ class PartitionLog:
         *,
         leader_epoch: int | None,
         now_ms: int | None,
-        assign_offsets: bool,
         new_headers: dict[int, bytes] | None = None,
     ) -> AppendInfo:
+        """A producer's validated batches, offsets assigned here (a follower's: _append_follower)."""
         total = len(view)
         if total > self.config.segment_bytes:
             raise RecordListTooLargeError(
@@ -925,57 +927,87 @@ class PartitionLog:
             self._ensure_producer_state()
             buffers: list[Any] = []
             meta: list[tuple[int, int, int, int]] = []
-            if assign_offsets:
-                plan = self.producer_state.plan()
-                epoch = leader_epoch if leader_epoch is not None else -1
-                placed = self._place(view, batches, new_headers, plan, self._leo, epoch, 0, buffers, meta)
-                if placed.__class__ is AppendInfo:
-                    return placed  # type: ignore[no-any-return]
-                first_base, next_offset, count, max_ts = placed
-                seg = self._maybe_roll(total, first_base, next_offset - 1, max_ts, now)
-                self._write_placed(seg, buffers, meta, total, plan, next_offset, epoch, first_base, count)
-            else:
-                next_offset = self._leo
-                count = 0
-                max_ts = -1
-                follower_plan = None  # made for the first batch with a producer id: the others change no state
-                for pos, header in batches:
-                    base = header.base_offset
-                    if base < next_offset:
-                        raise InvalidRecordError(
-                            f"out of order offsets for {self.name}: batch at {base} but the log ends at {next_offset}"
-                        )
-                    if header.producer_id > NO_PRODUCER_ID:
-                        if follower_plan is None:
-                            follower_plan = self.producer_state.plan()
-                        follower_plan.check(header, base, from_client=False)
-                    next_offset = base + header.last_offset_delta + 1
-                    count += header.records_count
-                    if header.max_timestamp > max_ts:
-                        max_ts = header.max_timestamp
-                    meta.append((pos, header.last_offset, header.max_timestamp, header.size))
-                first_base = batches[0][1].base_offset
-                seg = self._maybe_roll(total, first_base, next_offset - 1, max_ts, now)
-                for _pos, h in batches:  # see leader_epochs
-                    if h.partition_leader_epoch > self._latest_epoch:
-                        self._note_epoch(h.partition_leader_epoch, h.base_offset)
-                seg.append([view], meta, total)
-                self._note_ends(seg, first_base, next_offset, total)
-                if follower_plan is not None:
-                    follower_plan.commit(next_offset)
-                else:
-                    self.producer_state.map_end_offset = next_offset  # what a commit of no producer's batch does
-                self._leo = next_offset
-                if self.auto_high_watermark:
-                    self._hw = next_offset
-                self._unflushed_messages += count
+            plan = self.producer_state.plan()
+            epoch = leader_epoch if leader_epoch is not None else -1
+            placed = self._place(view, batches, new_headers, plan, self._leo, epoch, 0, buffers, meta)
+            if placed.__class__ is AppendInfo:
+                return placed  # type: ignore[no-any-return]
+            first_base, next_offset, count, max_ts = placed
+            seg = self._maybe_roll(total, first_base, next_offset - 1, max_ts, now)
+            self._write_placed(seg, buffers, meta, total, plan, next_offset, epoch, first_base, count)
             flush_now = self._unflushed_messages >= self.config.flush_interval_messages
             log_start = self._log_start
         if flush_now:
             self.flush()
         return AppendInfo(first_base, next_offset - 1, -1, log_start, count)
 
-    def _maybe_roll(self, total: int, first_offset: int, last_offset: int, max_ts: int, now: int) -> LogSegment:
+    def _append_follower(self, view: memoryview, batches: list[tuple[int, BatchHeader]],
+                         now_ms: int | None) -> AppendInfo:
+        """Under the lock, batches that carry their offsets (:meth:`append_as_follower`): written unchanged. A
+        follower appends once per fetch answer on its dir's worker, so this path reads each header field once
+        and does in line what the leader's path calls helpers for (the clock only when a roll by segment.ms
+        needs it, the epoch cache only when a batch carries a newer epoch): same checks, same outcome."""
+        total = len(view)
+        if total > self.config.segment_bytes:
+            raise RecordListTooLargeError(
+                f"{total} bytes of records exceed segment.bytes {self.config.segment_bytes} for {self.name}"
+            )
+        with self.lock:
+            io = self.io
+            if not io.online or self.closed:
+                self._check_appendable()
+            io.make_room(total)  # a full dir (or one this append would take into its reserve) refuses appends
+            if not self._producer_state_ready:
+                self._ensure_producer_state()
+            next_offset = self._leo
+            count = 0
+            max_ts = -1
+            latest_epoch = self._latest_epoch
+            newer_epoch = False
+            follower_plan = None  # made for the first batch with a producer id: the others change no state
+            meta: list[tuple[int, int, int, int]] = []
+            for pos, header in batches:
+                base = header.base_offset
+                if base < next_offset:
+                    raise InvalidRecordError(
+                        f"out of order offsets for {self.name}: batch at {base} but the log ends at {next_offset}"
+                    )
+                if header.producer_id > NO_PRODUCER_ID:
+                    if follower_plan is None:
+                        follower_plan = self.producer_state.plan()
+                    follower_plan.check(header, base, from_client=False)
+                last = base + header.last_offset_delta
+                next_offset = last + 1
+                count += header.records_count
+                ts = header.max_timestamp
+                if ts > max_ts:
+                    max_ts = ts
+                meta.append((pos, last, ts, header.length + LOG_OVERHEAD))
+                if header.partition_leader_epoch > latest_epoch:
+                    newer_epoch = True
+            first_base = batches[0][1].base_offset
+            seg = self._maybe_roll(total, first_base, next_offset - 1, max_ts, now_ms)
+            if newer_epoch:  # see leader_epochs; the latest epoch only grows here, so no batch was missed above
+                for _pos, h in batches:
+                    if h.partition_leader_epoch > self._latest_epoch:
+                        self._note_epoch(h.partition_leader_epoch, h.base_offset)
+            seg.append([view], meta, total)
+            self._note_ends(seg, first_base, next_offset, total)
+            if follower_plan is not None:
+                follower_plan.commit(next_offset)
+            else:
+                self.producer_state.map_end_offset = next_offset  # what a commit of no producer's batch does
+            self._leo = next_offset
+            if self.auto_high_watermark:
+                self._hw = next_offset
+            self._unflushed_messages += count
+            flush_now = self._unflushed_messages >= self.config.flush_interval_messages
+            log_start = self._log_start
+        if flush_now:
+            self.flush()
+        return AppendInfo(first_base, next_offset - 1, -1, log_start, count)
+
+    def _maybe_roll(self, total: int, first_offset: int, last_offset: int, max_ts: int, now: int | None) -> LogSegment:
         seg = self.segments[-1]
         cfg = self.config
         if seg.size == 0:
@@ -992,7 +1024,10 @@ class PartitionLog:
             reason = "offset overflow"
         else:
             rolling_ts = seg.rolling_based_timestamp()
-            waited = (max_ts - rolling_ts) if rolling_ts is not None and max_ts >= 0 else now - seg.created_ms
+            if rolling_ts is not None and max_ts >= 0:
+                waited = max_ts - rolling_ts
+            else:  # the clock read only here: a follower's append passes no time (_append_follower)
+                waited = (self.clock() if now is None else now) - seg.created_ms
             if waited > cfg.segment_ms:
                 reason = "segment.ms"
         if reason is None:

@@ -260,6 +260,11 @@ def _workers() -> list[DirWorker]:
         return list(_running)
 
 
+def running_workers() -> list[DirWorker]:
+    """This process's started dir workers (for debug hooks: kjbod.server.loop_profile profiles their threads)."""
+    return _workers()
+
+
 class _Bell:
     """A wake-up another thread waits on: an eventfd (a pipe where there is none), rung and waited on in system
     calls that run with the GIL released. A thread woken by it therefore finds the GIL free while the ringer is
@@ -590,16 +595,27 @@ class DirWorker:
                     break
                 if got is _STOP:
                     stop = True
-                else:
+                elif batch:
                     batch.extend(got)
+                else:  # the list handed over is the worker's from now on (the loop holds a new one)
+                    batch = got
             if batch or stop:
                 return batch, stop
             self._bell.wait()  # queued before the wait: the ring is still counted, so it returns at once
 
     def _answer(self, batch: list[_Job]) -> dict[_Inbox, list[tuple[Done, bool, Any]]]:
         self._current = batch
+        n = len(batch)
+        if n == 1:  # one closure (a follower's answer, a quiet dir's request): no group to look for
+            fn, inbox, done = batch[0]
+            try:
+                result: tuple[Done, bool, Any] = (done, True, fn())  # type: ignore[assignment]
+            except BaseException as e:  # handed to the awaiting request, which decides
+                result = (done, False, e)  # type: ignore[assignment]
+            self._current = []
+            return {inbox: [result]} if inbox is not None else {}
         by_inbox: dict[_Inbox, list[tuple[Done, bool, Any]]] = {}
-        i, n = 0, len(batch)
+        i = 0
         while i < n:
             fn, inbox, done = batch[i]
             together = getattr(fn, "together", None)
@@ -619,7 +635,7 @@ class DirWorker:
                 i = j
                 continue
             try:
-                result: tuple[Done, bool, Any] = (done, True, fn())  # type: ignore[assignment]
+                result = (done, True, fn())  # type: ignore[assignment]
             except BaseException as e:  # handed to the awaiting request, which decides
                 result = (done, False, e)  # type: ignore[assignment]
             if inbox is not None:

@@ -189,3 +189,54 @@ async def test_an_answer_applied_late_sends_the_next_fetch_and_the_stall_bound_g
     assert not fetcher._handoff.done()
     fetcher._handoff.cancel()
     leader.close()
+
+
+async def test_a_callbacks_fetch_times_out_at_its_own_deadline_not_at_an_answered_ones(make_log):
+    """The fetcher's one timeout timer (Fetcher._arm_timeout): set for the deadline of a fetch that was then
+    answered in time, it must find the next fetch out and wait for that one's deadline; a fetch never answered
+    is timed out (the connection closed, the task backing off) no earlier than its own deadline."""
+    plog = make_log("t-0")
+    manager = ReplicaManager(FakeNode(2, plog, image()),
+                             ReplicationConfig(socket_timeout_ms=250, fetch_wait_max_ms=50, fetch_backoff_ms=10),
+                             clock=Clock())
+    fetcher = Fetcher(manager, 1, 0)
+    leader = ScriptedLeader()
+    closed_at: list[float] = []
+    close = leader.close
+    loop = asyncio.get_running_loop()
+
+    def closing(reason: Any = None) -> None:
+        closed_at.append(loop.time())
+        close(reason)
+
+    leader.close = closing  # type: ignore[method-assign]
+    fetcher._conn = leader  # type: ignore[assignment]
+    fetcher.add(("t", 0), 0)
+    fetcher.start()
+    try:
+        _request, token = await leader.next_request()
+        leader.answer(token, b"", hw=0)  # the task's fetch: nothing yet; the callbacks fetch from here
+        _request, second = await leader.next_request()
+        assert not isinstance(second, asyncio.Future)
+        assert fetcher._timeout_at == second.deadline
+        leader.answer(second, b"", hw=0)  # in time: the third fetch goes out from the read callback
+        _request, third = await leader.next_request()
+        assert not isinstance(third, asyncio.Future) and third.deadline >= second.deadline
+        timer = fetcher._timeout_timer
+        assert timer is not None and fetcher._timeout_at == second.deadline  # still the answered one's
+        timer.cancel()
+        fetcher._timeout_check()  # as it runs at that deadline (here at once: before the third's for sure)
+        if not closed_at:  # (a machine that stalled 0.3 s right here has timed the third out: also right)
+            assert fetcher._timeout_timer is not None and fetcher._timeout_at == third.deadline
+        while not closed_at:  # the third is never answered
+            await asyncio.sleep(0.01)
+        assert closed_at[0] >= third.deadline - 0.002  # its own deadline (the loop's clock counts in ms)
+        assert third.done()
+        for _ in range(100):
+            if fetcher._conn is None:
+                break
+            await asyncio.sleep(0.01)
+        assert fetcher._conn is None  # the task backed off and dropped the connection
+    finally:
+        await fetcher.close()
+    assert fetcher._timeout_timer is None

@@ -84,7 +84,18 @@ against its reference measured in the same run:
   calls per acks=all record on each follower's loop (175 before; the dir worker 83 against 96 in process,
   tools.bench.follower_answer), and in the latency rounds each follower's CPU per acks=all record went from
   450-454 us (its loop 297-300) to 289-292 (loop 168-169), the brokers' from 1.96 ms to 1.53 (the p99 ratio
-  4.41x before, 2.18x after, each in one run at load 1.3-2.1: inside the spread above). GC is
+  4.41x before, 2.18x after, each in one run at load 1.3-2.1: inside the spread above). --profile now profiles
+  each broker's dir workers too: a follower's ran 80 Python calls per fetch answer, most of them the append's own
+  steps (the batch check, the segment's write and indexes, the file seam's bookkeeping), the rest the hand-off;
+  with the follower's append on a path of its own (PartitionLog._append_follower), a batch of one closure taken
+  without looking for a group, and one timeout timer per fetcher instead of a timer made and cancelled per fetch,
+  75 (tools.bench.follower_answer: 83 to 72 an answer; its CPU per answer in process 63-79 us to 56-65 on the
+  worker, 86-109 to 79-92 on the loop, under load 2-2.5: inside that bench's spread). What is left on the worker
+  is mostly its three system calls and two wake-ups per answer (the eventfd read that wakes it, the writev, the
+  eventfd write that wakes the loop), which the append's place on the dir's worker requires. One latency run
+  after it (load 1.9-2.6) gave each follower 306-319 us a record (its loop 183-192, its other threads 123-127;
+  last measured before: ~338, ~198 and ~140), the brokers' CPU per acks=all record 1.50 ms against 0.61, and
+  3.57x for the p99s. GC is
   not a factor: with KJBOD_GC_LOG=1 each broker logged one collection, under 1 ms, in a whole run. No broker of
   the latency rounds has the fault seam on (see Cluster). With --trace, the slowest records' legs show no
   periodic event behind the tail (heartbeats, metadata fetches, ISR ticks, placement reviews, dir ticks, the
@@ -112,8 +123,9 @@ directory (printed; each broker's server.log is in it): with KJBOD_GC_LOG=1 in t
 of its garbage collections there (kjbod.server.app). --trace runs the brokers with KJBOD_TRACE (kjbod.net.trace) and
 prints, after the latency figure, where the slowest records' time went leg by leg and which background events ran
 under them (tools.bench.latency_trace); the tracing's own cost is in the figure then. --profile measures no figure: it
-profiles each broker's event loop in CPU time (KJBOD_LOOP_PROFILE, kjbod.server.loop_profile) while each case runs
-alone at the latency rate, and prints each role's loop CPU, Python calls and top costs per record.
+profiles each broker's event loop and dir workers in CPU time (KJBOD_LOOP_PROFILE, kjbod.server.loop_profile) while
+each case runs alone at the latency rate, and prints each role's loop and workers' CPU, Python calls and top costs per
+record.
 """
 
 from __future__ import annotations
@@ -671,9 +683,8 @@ def profile_roles(cluster: Cluster, leader: int, rate: int = PROFILE_RATE, secon
     the latency rounds' 500/s: cProfile doubles the loops' cost, and at 500/s the profiled leader fell behind
     enough that the producer batched records and the followers took several per fetch, which the unprofiled
     rounds do not do: at PROFILE_RATE every record is a Produce of its own and a fetch of its own per follower,
-    as in the rounds, so the calls per record are theirs."""
-    import pstats
-
+    as in the rounds, so the calls per record are theirs. Each broker's dir workers are profiled over the same
+    window (their threads merged: a follower's appends and the hand-offs around them) and printed the same way."""
     directory = Path(os.environ[LOOP_PROFILE_ENV])
     pids = {b: cluster.pid(b) for b in cluster.ports}
     cases = {"all": Paced(cluster.bootstrap, "rf3", "all"), "one": Paced(cluster.bootstrap, "rf1", "1")}
@@ -688,22 +699,34 @@ def profile_roles(cluster: Cluster, leader: int, rate: int = PROFILE_RATE, secon
             os.kill(pid, signal.SIGUSR2)
         for b, pid in pids.items():
             _wait(lambda pid=pid: (directory / f"loop-{pid}.json").exists(), f"broker {b}'s loop profile")
-        for f in directory.glob("loop-*"):
+        for f in [*directory.glob("loop-*"), *directory.glob("workers-*")]:
             f.rename(f.with_name(f"{name}-{f.name}"))
         label = "acks=all RF 3" if name == "all" else "acks=1 RF 1"
         print(f"   profile of each broker's event loop, {label} alone, {sent} records at {rate}/s (CPU time; "
               f"cProfile's own cost included):")
         for b, pid in pids.items():
-            cpu = json.loads((directory / f"{name}-loop-{pid}.json").read_text())["loop_cpu_s"]
-            stats = pstats.Stats(str(directory / f"{name}-loop-{pid}.prof"))
+            got = json.loads((directory / f"{name}-loop-{pid}.json").read_text())
             role = "leader" if b == leader else f"follower {b}"
-            calls = stats.total_calls  # type: ignore[attr-defined]
-            print(f"     {role} (broker {b}): loop {cpu / sent * 1e6:.0f} us a record, {calls / sent:.0f} Python calls "
-                  f"a record; most own time (us a record, calls a record, function):")
-            rows = sorted(stats.stats.items(), key=lambda kv: kv[1][2], reverse=True)  # type: ignore[attr-defined]
-            for (file, line, func), (_cc, nc, tt, _ct, _callers) in rows[:top]:
-                where = f"{Path(file).name}:{line}" if line else file
-                print(f"       {tt / sent * 1e6:7.1f} {nc / sent:6.2f}  {func} ({where})")
+            _print_profile(f"{role} (broker {b}): loop", got["loop_cpu_s"],
+                           directory / f"{name}-loop-{pid}.prof", sent, top)
+            workers = directory / f"{name}-workers-{pid}.prof"
+            if workers.exists():  # the dir workers' threads, merged (kjbod.server.loop_profile)
+                _print_profile(f"{role} (broker {b}): its {got['workers']} dir workers", got["workers_cpu_s"],
+                               workers, sent, top // 2)
+
+
+def _print_profile(what: str, cpu: float, path: Path, sent: int, top: int) -> None:
+    """One profile's CPU and Python calls per record, and its functions with the most own time."""
+    import pstats
+
+    stats = pstats.Stats(str(path))
+    calls = stats.total_calls  # type: ignore[attr-defined]
+    print(f"     {what} {cpu / sent * 1e6:.0f} us a record, {calls / sent:.0f} Python calls a record; most own "
+          f"time (us a record, calls a record, function):")
+    rows = sorted(stats.stats.items(), key=lambda kv: kv[1][2], reverse=True)  # type: ignore[attr-defined]
+    for (file, line, func), (_cc, nc, tt, _ct, _callers) in rows[:top]:
+        where = f"{Path(file).name}:{line}" if line else file
+        print(f"       {tt / sent * 1e6:7.1f} {nc / sent:6.2f}  {func} ({where})")
 
 
 

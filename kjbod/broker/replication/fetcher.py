@@ -36,7 +36,8 @@ The task sends the first fetch (and any after a connection, a back-off or an idl
 callbacks fetch (`_stream`): the one that brings the last partition's answer back from its worker sends the
 next fetch, and the connection's read callback takes its response (ClientConnection.send_to) and hands it to the
 workers, so a replicated batch costs the follower's loop two callbacks and no task step, future or timeout
-scope. They give the fetching back to the task for anything else (see `_stream`).
+scope (one timer per fetcher times their fetches out, each at its own deadline: `_arm_timeout`). They give the
+fetching back to the task for anything else (see `_stream`).
 
 A fetcher with one partition in steady state goes a shorter way still (`_Lane`): an answer that is that
 partition's records with no error or tagged field is read for the three things applied (fetch_fast.one_partition)
@@ -110,6 +111,8 @@ class Fetcher:
         self._handoff: asyncio.Future[Any] | None = None  # while the callbacks fetch (_stream)
         self._outstanding: _Answer | None = None  # the fetch they sent, until its response
         self._stall_timer: asyncio.TimerHandle | None = None
+        self._timeout_timer: asyncio.TimerHandle | None = None  # at the callbacks' fetch's deadline (_arm_timeout)
+        self._timeout_at = 0.0  # when it runs
         self._conn: ClientConnection | None = None
         self._task: asyncio.Task[None] | None = None
         self._held_ms = LONG_WAIT_MS  # how long the last request's throttled partitions wait for their quota
@@ -134,6 +137,9 @@ class Fetcher:
     async def close(self) -> None:
         await cancel_and_wait(self._task)
         self._task = None
+        if self._timeout_timer is not None:
+            self._timeout_timer.cancel()
+            self._timeout_timer = None
         if self._conn is not None:
             self._conn.close()
             self._conn = None
@@ -307,7 +313,7 @@ class Fetcher:
             except (ClientError, OSError) as e:
                 self._give_back(e)
                 return
-            token.timer = loop.call_later(self._timeout_s(), token.time_up)
+            self._arm_timeout(token, loop, self._timeout_s())
             self._outstanding = token
             token.lane = self._lane = self._new_lane(conn, version, ready)
         except Exception as e:  # a bug: the task raises it
@@ -413,17 +419,41 @@ class Fetcher:
         except (ClientError, OSError) as e:
             self._give_back(e)
             return True
-        token.timer = loop.call_later(lane.timeout_s, token.time_up)
+        self._arm_timeout(token, loop, lane.timeout_s)
         self._outstanding = token
         return True
+
+    def _arm_timeout(self, token: _Answer, loop: asyncio.AbstractEventLoop, timeout_s: float) -> None:
+        """A fetch the callbacks sent times out `timeout_s` from now, as ClientConnection.request's would. One
+        timer per fetcher serves every fetch: it runs at the deadline of the fetch that was out when it was set,
+        and finding that one answered and a later fetch out, waits again until the later one's deadline. A fetch
+        answered in time (every one in steady state) thus costs a clock reading, not a timer made and cancelled."""
+        deadline = token.deadline = loop.time() + timeout_s
+        timer = self._timeout_timer
+        if timer is None or deadline < self._timeout_at:  # (earlier only if the timeout was made shorter)
+            if timer is not None:
+                timer.cancel()
+            self._timeout_at = deadline
+            self._timeout_timer = loop.call_at(deadline, self._timeout_check)
+
+    def _timeout_check(self) -> None:
+        """The timer of _arm_timeout: the fetch out now timed out, or it is set again for that fetch's deadline."""
+        self._timeout_timer = None
+        token = self._outstanding
+        if token is None or token.settled:
+            return  # none out: the next fetch sets the timer again
+        loop = asyncio.get_running_loop()
+        if loop.time() >= token.deadline:
+            token.time_up()
+        else:
+            self._timeout_at = token.deadline
+            self._timeout_timer = loop.call_at(token.deadline, self._timeout_check)
 
     def _answered(self, token: _Answer, result: Any) -> None:
         """The connection's read callback: the response frame (or the failure) of the fetch `_try_send` sent."""
         if self._outstanding is not token:
             return
-        self._outstanding = None
-        if token.timer is not None:
-            token.timer.cancel()
+        self._outstanding = None  # its deadline no longer counts (_timeout_check)
         conn = self._conn
         if isinstance(result, BaseException):
             self._give_back(result)
@@ -684,7 +714,9 @@ def _apply_records(plog: Any, data: Any, high_watermark: int, log_start_offset: 
     appended, the HW moved, or nothing."""
     hw = -1
     if data:
-        info = plog.append_as_follower(bytes(data) if not isinstance(data, bytes | bytearray | memoryview) else data)
+        if data.__class__ is not memoryview and not isinstance(data, bytes | bytearray | memoryview):
+            data = bytes(data)
+        info = plog.append_as_follower(data)
         log_start = info.log_start_offset
     else:
         log_start, hw = plog.log_start_offset, plog.high_watermark
@@ -758,14 +790,15 @@ class _Apply:
 class _Answer:
     """The token of a fetch the callbacks sent (ClientConnection.send_to): its response frame, or the connection's
     failure, goes to the fetcher in the read callback itself; `time_up` is its timeout (the connection is
-    closed then, as ClientConnection.request does). `lane`: the short way's, when its answer may take it."""
+    closed then, as ClientConnection.request does), run by the fetcher's timer at `deadline` (Fetcher._arm_timeout).
+    `lane`: the short way's, when its answer may take it."""
 
-    __slots__ = ("fetcher", "version", "timer", "settled", "lane")
+    __slots__ = ("fetcher", "version", "deadline", "settled", "lane")
 
     def __init__(self, fetcher: Fetcher, version: int) -> None:
         self.fetcher = fetcher
         self.version = version
-        self.timer: asyncio.TimerHandle | None = None
+        self.deadline = 0.0  # the loop's time at which it times out
         self.settled = False
         self.lane: _Lane | None = None
 
