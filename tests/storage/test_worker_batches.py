@@ -1,16 +1,14 @@
 """A dir worker's batch of one closure (the usual hand-over at a light load: a follower's answer, a quiet dir's
 request) takes a short way through DirWorker._answer; its callers must get what a batch of several gives: each
 closure's result, or its exception, once, on the loop; a closure posted from another thread (no answer) runs too.
-No test waits for a clock: each awaits its answers."""
+No test waits for a clock: each awaits its answers. The bare worker is conftest's ``worker``."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
-from pathlib import Path
 from typing import Any
 
-from kjbod.storage.fsio import LogDirIO
 from kjbod.storage.workers import DirWorker
 
 
@@ -41,33 +39,23 @@ async def _outcomes(w: DirWorker, fns: list[Any], together: bool) -> list[tuple[
     return got
 
 
-async def test_a_batch_of_one_answers_as_a_batch_of_several(tmp_path: Path):
-    w = DirWorker(LogDirIO(str(tmp_path)))
+async def test_a_batch_of_one_answers_as_a_batch_of_several(worker: DirWorker):
     sizes: list[int] = []
-    try:
-        fns = [_ok, _fails, _ok, _fails]
-        spy = [lambda fn=fn: (sizes.append(len(w._current)), fn())[1] for fn in fns]
-        alone = await _outcomes(w, spy, together=False)
-        assert sizes == [1, 1, 1, 1]
-        sizes.clear()
-        batched = await _outcomes(w, spy, together=True)
-        assert sizes == [4, 4, 4, 4]
-    finally:
-        w.stop()
-        w.join(60)
+    fns = [_ok, _fails, _ok, _fails]
+    spy = [lambda fn=fn: (sizes.append(len(worker._current)), fn())[1] for fn in fns]
+    alone = await _outcomes(worker, spy, together=False)
+    assert sizes == [1, 1, 1, 1]
+    sizes.clear()
+    batched = await _outcomes(worker, spy, together=True)
+    assert sizes == [4, 4, 4, 4]
     for got in (alone, batched):
         assert [(ok, value if ok else type(value)) for ok, value in got] == [
             (True, "written"), (False, Boom), (True, "written"), (False, Boom)]
 
 
-def test_a_closure_posted_alone_from_another_thread_runs_and_answers_nobody(tmp_path: Path):
-    w = DirWorker(LogDirIO(str(tmp_path)))
+def test_a_closure_posted_alone_from_another_thread_runs_and_answers_nobody(worker: DirWorker):
     ran = threading.Event()
-    try:
-        w.post(ran.set, "alone")
-        assert ran.wait(60)
-        w.post(_fails, "alone, failing")  # logged, not raised: the worker goes on
-        assert w.call(_ok) == "written"
-    finally:
-        w.stop()
-        w.join(60)
+    worker.post(ran.set, "alone")
+    assert ran.wait(60)
+    worker.post(_fails, "alone, failing")  # logged, not raised: the worker goes on
+    assert worker.call(_ok) == "written"
