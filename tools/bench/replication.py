@@ -116,7 +116,7 @@ after dropping its bootstrap connection; the same against librdkafka's mock clus
 without a warm-up took for a p99 of ~500 ms on kjbod.  The three brokers, the controller and the load generator
 share this machine's cores (printed).
 
-    python -m tools.bench.replication [--rounds N] [--quick] [--latency-only] [--trace] [--profile]
+    python -m tools.bench.replication [--rounds N] [--quick] [--latency-only] [--trace] [--profile] [--syscalls]
 
 --latency-only runs the latency rounds and the floor's alone (7 of each, also with --quick) and keeps the cluster's
 directory (printed; each broker's server.log is in it): with KJBOD_GC_LOG=1 in the environment every broker logs each
@@ -125,7 +125,8 @@ prints, after the latency figure, where the slowest records' time went leg by le
 under them (tools.bench.latency_trace); the tracing's own cost is in the figure then. --profile measures no figure: it
 profiles each broker's event loop and dir workers in CPU time (KJBOD_LOOP_PROFILE, kjbod.server.loop_profile) while
 each case runs alone at the latency rate, and prints each role's loop and workers' CPU, Python calls and top costs per
-record.
+record. --syscalls measures no figure either: it counts each broker's system calls (strace -f -c on every thread) while
+each case runs alone as under --profile, and prints them per record, the most frequent by name.
 """
 
 from __future__ import annotations
@@ -137,6 +138,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from datetime import datetime
 from pathlib import Path
 
@@ -715,6 +717,53 @@ def profile_roles(cluster: Cluster, leader: int, rate: int = PROFILE_RATE, secon
                                workers, sent, top // 2)
 
 
+def syscall_roles(cluster: Cluster, leader: int, rate: int = PROFILE_RATE, seconds: float = 10.0,
+                  top: int = 8) -> None:
+    """--syscalls: each broker's system calls per record (`strace -f -c`, every thread of it) while one case runs
+    alone at PROFILE_RATE after the same warm-up as the latency rounds: acks=all RF 3, then acks=1 RF 1. The
+    counts do not move with the machine's load (their times under strace do, and are left out): a system call
+    costs several us on this VM, as much as a few dozen Python calls."""
+    import shutil
+
+    strace = shutil.which("strace")
+    if strace is None:
+        raise RuntimeError("--syscalls needs strace on the PATH")
+    pids = {b: cluster.pid(b) for b in cluster.ports}
+    cases = {"all": Paced(cluster.bootstrap, "rf3", "all"), "one": Paced(cluster.bootstrap, "rf1", "1")}
+    for paced in cases.values():
+        paced.run(rate, 2.0)  # warm-up, as latency_rounds
+    out = Path(tempfile.mkdtemp(prefix="kjbod-bench-syscalls-"))
+    for name, paced in cases.items():
+        tracers = {b: subprocess.Popen([strace, "-f", "-c", "-o", str(out / f"{name}-{b}.txt"), "-p", str(pid)],
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                   for b, pid in pids.items()}
+        time.sleep(1.0)  # strace has attached to every thread before the first record
+        sent = len(paced.run(rate, seconds))
+        for tracer in tracers.values():
+            tracer.send_signal(signal.SIGINT)  # strace writes its summary as it detaches
+        for tracer in tracers.values():
+            tracer.wait(timeout=30)
+        label = "acks=all RF 3" if name == "all" else "acks=1 RF 1"
+        print(f"   system calls of each broker (all its threads), {label} alone, {sent} records at {rate}/s:")
+        for b in pids:
+            counts = _strace_counts((out / f"{name}-{b}.txt").read_text())
+            role = "leader" if b == leader else f"follower {b}"
+            total = sum(counts.values())
+            most = ", ".join(f"{call} {n / sent:.2f}" for call, n in counts.most_common(top))
+            print(f"     {role} (broker {b}): {total / sent:.2f} a record ({most})")
+
+
+def _strace_counts(summary: str) -> Counter[str]:
+    """Calls per system call from `strace -c`'s table (its rows: % time, seconds, usecs/call, calls, [errors,]
+    syscall)."""
+    counts: Counter[str] = Counter()
+    for line in summary.splitlines():
+        fields = line.split()
+        if len(fields) >= 5 and fields[0][0].isdigit() and fields[-1] != "total" and fields[3].isdigit():
+            counts[fields[-1]] += int(fields[3])
+    return counts
+
+
 def _print_profile(what: str, cpu: float, path: Path, sent: int, top: int) -> None:
     """One profile's CPU and Python calls per record, and its functions with the most own time."""
     import pstats
@@ -733,15 +782,20 @@ def _print_profile(what: str, cpu: float, path: Path, sent: int, top: int) -> No
 
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    if "--profile" in args:  # each role's loop profiled under the latency load (profile_roles)
+    if "--profile" in args or "--syscalls" in args:  # per-role costs under the latency load, no figure
         work = Path(tempfile.mkdtemp(prefix="kjbod-bench-replication-"))
-        os.environ[LOOP_PROFILE_ENV] = str(work / "profiles")  # the brokers inherit it
+        profiling = "--profile" in args
+        if profiling:
+            os.environ[LOOP_PROFILE_ENV] = str(work / "profiles")  # the brokers inherit it
         cluster = Cluster(work)
         try:
             create(cluster.bootstrap, "rf3", 1, 3)
             leader = _admin(cluster.bootstrap).list_topics("rf3", timeout=10).topics["rf3"].partitions[0].leader
             create(cluster.bootstrap, "rf1", 1, 1, on=leader)
-            profile_roles(cluster, leader)
+            if profiling:
+                profile_roles(cluster, leader)
+            else:
+                syscall_roles(cluster, leader)
         finally:
             cluster.down()
         return 0
