@@ -137,6 +137,9 @@ class ReplicaManager:
         self._alter_partition = alter_partition
         self._alter_wakeup = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
+        # The loop `start` runs on, for the acks=all timers: asyncio.get_running_loop() is a getpid system call
+        # each time (CPython checks for a fork), once per acks=all Produce otherwise.
+        self._loop: asyncio.AbstractEventLoop | None = None
         from kjbod.broker.replication.fetcher import FetcherManager
 
         self.fetchers = FetcherManager(self)
@@ -155,7 +158,7 @@ class ReplicaManager:
     # ------------------------------------------------------------------------------------------ lifecycle
 
     def start(self) -> None:
-        loop = asyncio.get_running_loop()
+        loop = self._loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._isr_expiration(), name="isr-expiration"))
         if self._alter_partition is not None:
             self._tasks.append(loop.create_task(self._alter_partition_loop(), name="alter-partition"))
@@ -164,6 +167,7 @@ class ReplicaManager:
         for task in self._tasks:
             await cancel_and_wait(task)
         self._tasks.clear()
+        self._loop = None
         await self.fetchers.close()
         for tp in list(self._waiters):
             self._fail_waiters(tp, ErrorCode.NOT_LEADER_OR_FOLLOWER)
@@ -510,7 +514,7 @@ class ReplicaManager:
                 self._waiters.setdefault(tp, []).append((required, op, i))
                 op.partitions.append(tp)
         if not op.future.done():
-            op.timer = asyncio.get_running_loop().call_later(max(timeout_s, 0.0), self._expire, op)
+            op.timer = (self._loop or asyncio.get_running_loop()).call_later(max(timeout_s, 0.0), self._expire, op)
         return op.future
 
     async def wait_for_replicas(self, topic: str, partition: int, required_offset: int, timeout_s: float) -> int:
