@@ -14,6 +14,11 @@ partition without followers and a follower's fetch moves on a leader, so both wa
 DelayedFetch on the same two events (ReplicaManager.tryCompleteDelayedFetch after an append and after a high
 watermark increase).
 
+The followers woken by one append usually all read the same bytes (each was parked at the log end that the
+append moved): while they run, ``shared`` is a dict they may keep what they read in, so that the first one's read
+serves the others (kjbod.broker.handlers.follower_fetch_fast); it is dropped once they have all run, so nothing
+kept in it outlives the wake-up.
+
 Everything runs on the event loop; a callback that raises is logged and the others still run.
 """
 
@@ -34,11 +39,12 @@ class ParkedFetches:
     """Callbacks of parked fetches by partition: the followers' (woken by appends) and the consumers' (woken by
     appends and high watermark moves)."""
 
-    __slots__ = ("_followers", "_consumers")
+    __slots__ = ("_followers", "_consumers", "shared")
 
     def __init__(self) -> None:
         self._followers: dict[TopicPartition, dict[Callback, None]] = {}
         self._consumers: dict[TopicPartition, dict[Callback, None]] = {}
+        self.shared: dict[Any, Any] | None = None  # while an append's followers run: see the module docstring
 
     def park(self, keys: Iterable[TopicPartition], callback: Callback, *, follower: bool) -> None:
         """``callback()`` at the next append to any of ``keys`` (for a consumer also at the next high watermark
@@ -65,7 +71,14 @@ class ParkedFetches:
         """Records were appended to the partition: its parked followers' and consumers' fetches look again."""
         followers = self._followers.pop(key, None)
         if followers is not None:
-            _run(followers)
+            if len(followers) == 1:
+                _run(followers)
+            else:
+                outer, self.shared = self.shared, {}
+                try:
+                    _run(followers)
+                finally:
+                    self.shared = outer
         consumers = self._consumers.pop(key, None)
         if consumers is not None:
             _run(consumers)

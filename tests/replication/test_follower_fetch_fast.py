@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import struct
+from types import SimpleNamespace
 
 import pytest
 
@@ -354,3 +355,124 @@ async def test_a_read_over_the_small_read_size_is_the_general_ways_at_once_and_p
     assert sent == materialized(b) and len(sent) > 2 * big
     assert taken == [False, True, True]
     same_state(pair)
+
+
+async def test_the_followers_one_append_wakes_share_one_read_and_answer_as_the_general_way(pair, taken, monkeypatch):
+    """Both followers parked at the log end, one append: the second answer is the first one's read (one pread for
+    both), and both are the general way's bytes; outside an append's wake-up nothing is shared."""
+    reads: list[int] = []
+    real = type(pair[0].plog).read_to_end
+
+    def counted(plog, offset, max_bytes):
+        if plog is pair[0].plog:
+            reads.append(offset)
+        return real(plog, offset, max_bytes)
+
+    monkeypatch.setattr(type(pair[0].plog), "read_to_end", counted)
+    for lead in pair:
+        lead.append(2)
+    for r in (2, 3):
+        both(pair, r, 2)  # learned (at the log end: parked, then woken by the append below)
+    for lead in pair:
+        lead.append(1)
+    for offset in (3, 4):
+        parked = [both(pair, r, offset) for r in (2, 3)]
+        assert all(p.__class__ is Later and not p.done() for two in parked for p in two)
+        reads.clear()
+        for lead in pair:
+            lead.append(1, 300)
+        assert reads == [offset]  # the short leader read once for its two followers
+        for short_reply, general_reply in parked:
+            assert reply_bytes(short_reply) == reply_bytes(general_reply)
+        same_state(pair)
+        assert pair[0].node.parked_fetches.shared is None
+    assert taken.count(True) == 4
+
+
+def test_a_shared_read_is_not_given_once_the_log_end_hw_or_log_start_moved(make_log):
+    """`_read_again` gives what another follower read only while everything that read depends on is unchanged."""
+    lead = Leader(make_log, short=True)
+    lead.append(3)
+    plog = lead.plog
+    got = (b"records", plog.high_watermark, plog.log_start_offset)
+    shared = {(plog, 1, 100): (got, plog.log_end_offset)}
+    assert fast._read_again(shared, plog, 1, 100) is got
+    assert fast._read_again(shared, plog, 2, 100) is None  # another offset
+    assert fast._read_again(shared, plog, 1, 99) is None  # another limit
+    shared[(plog, 1, 100)] = (got, plog.log_end_offset - 1)  # read before the last append
+    assert fast._read_again(shared, plog, 1, 100) is None
+    shared[(plog, 1, 100)] = ((b"records", got[1] + 1, got[2]), plog.log_end_offset)  # another HW
+    assert fast._read_again(shared, plog, 1, 100) is None
+    shared[(plog, 1, 100)] = ((b"records", got[1], got[2] + 1), plog.log_end_offset)  # another log start
+    assert fast._read_again(shared, plog, 1, 100) is None
+
+
+class ManualTimers:
+    """A shape's loop whose timers the test runs by hand (`fire`), on a clock it moves (`now`)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.armed: list[tuple[float, object, tuple]] = []  # (when, callback, args), in the order armed
+        self.cancelled: list[object] = []
+
+    def call_later(self, delay: float, callback, *args):
+        entry = (self.now + delay, callback, args)
+        self.armed.append(entry)
+        timers = self
+
+        class Handle:
+            def cancel(self) -> None:
+                timers.cancelled.append(entry)
+
+        return Handle()
+
+    def fire(self, entry) -> None:
+        self.now = entry[0]
+        self.armed.remove(entry)
+        if entry not in self.cancelled:
+            entry[1](*entry[2])
+
+
+async def test_a_connections_parked_fetches_share_one_timer_and_each_still_expires_at_its_own_wait(
+        pair, taken, monkeypatch):
+    """One timer per follower connection: fetches woken by appends leave it running and make none; when it fires
+    before the fetch parked now is due it waits for what is left of it; then that fetch is answered as the general
+    way answers an expired one. A second fetch parked on the connection while one is gets a timer of its own."""
+    short, general = pair
+    timers = ManualTimers()
+    monkeypatch.setattr(fast, "time", SimpleNamespace(monotonic=lambda: timers.now))  # the module's clock only
+    wait_s = 0.5
+    for lead in pair:
+        lead.append(2)
+    both(pair, 2, 2, wait_ms=500)  # learned by the general way (parked there; woken below)
+    short.router.follower_fetch_shapes[short.ctx[2].connection_id].loop = timers
+    first = short.fetch(2, 2, wait_ms=500)
+    assert first.__class__ is Later and len(timers.armed) == 1 and timers.armed[0][0] == 1000.0 + wait_s
+    for lead in pair:
+        lead.append(1)
+    assert first.done() and len(timers.armed) == 1 and not timers.cancelled  # left running
+    timers.now += 0.2
+    second = short.fetch(2, 3, wait_ms=500)
+    assert not second.done() and len(timers.armed) == 1  # the running timer watches it
+    timers.fire(timers.armed[0])  # the first fetch's wait is over, not the second's: it waits for the rest
+    assert not second.done() and len(timers.armed) == 1 and timers.armed[0][0] == pytest.approx(1000.2 + wait_s)
+    timers.fire(timers.armed[0])
+    assert second.done() and not timers.armed
+    assert short.node.parked_fetches.count() == 0
+    expired = general.fetch(2, 3, wait_ms=1)  # the general way's answer to the same fetch, expired
+    general_bytes = reply_bytes(await asyncio.wait_for(_later_of(expired), 60))
+    assert reply_bytes(second)[4:] == general_bytes[4:]  # after the correlation id (each leader counts its own)
+    assert not decoded(second).responses[0].partitions[0].records
+    # A fetch parked while another one is, on the same connection: a timer of its own, cancelled when woken.
+    third = short.fetch(2, 3, wait_ms=500)
+    fourth = short.fetch(2, 3, wait_ms=500)
+    assert len(timers.armed) == 2 and timers.armed[0][1] is fast._shape_timer
+    for lead in pair:
+        lead.append(1)
+    assert third.done() and fourth.done() and timers.cancelled == [timers.armed[1]]
+    assert taken.count(True) == 4
+
+
+async def _later_of(reply):
+    await _done(reply)
+    return reply

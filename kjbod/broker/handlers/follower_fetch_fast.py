@@ -22,8 +22,10 @@ page cache on the loop when the dir's worker is idle (PartitionLog.read_to_end, 
 case), else, and for anything else (a read that is not one pread, a wait that expires, the node stopping), by
 `_FollowerFetch` with the checks already made, which stays the only judge of what is not plain.
 
-A fetch at the log end parks (node.parked_fetches, its max_wait_ms on a timer) and is answered in the callback of
-the append that wakes it, as `_FollowerFetch` is.
+A fetch at the log end parks (node.parked_fetches, its max_wait_ms watched by one timer per follower connection,
+see `_Parked`) and is answered in the callback of the append that wakes it, as `_FollowerFetch` is. The followers
+one append wakes were parked at the same log end, so the first one's read answers the others (one pread a record
+for an RF 3 partition, not two) while the log end, HW and log start are still those it read.
 """
 
 from __future__ import annotations
@@ -60,7 +62,7 @@ class Shape:
 
     __slots__ = ("route", "head", "at", "tail", "name", "partition", "follower", "broker_epoch", "min_bytes",
                  "wait_s", "read_limit", "keys", "image", "state", "leader_epoch", "partition_epoch", "isr",
-                 "followers", "plog", "log_dir", "loop", "answer", "answer_head", "answer_tail")
+                 "followers", "plog", "log_dir", "loop", "answer", "answer_head", "answer_tail", "parked", "timer")
 
     route: Any  # the router's route (Fetch at one version) its requests come by
     head: bytes  # the request's bytes after the correlation id, up to its FetchOffset (at `at`)
@@ -86,6 +88,8 @@ class Shape:
     answer: struct.Struct  # the plain answer's fixed parts (`_answer_parts`)
     answer_head: bytes
     answer_tail: bytes
+    parked: Any  # its fetch waiting at the log end (a `_Parked`), whose max_wait_ms `timer` watches
+    timer: asyncio.TimerHandle | None  # see `_Parked.park`
 
 
 def learn(router: Any, route: Any, frame: Any, pos: int, body: Any, ctx: Any) -> None:
@@ -144,6 +148,7 @@ def learn(router: Any, route: Any, frame: Any, pos: int, body: Any, ctx: Any) ->
         return
     shape.leader_epoch, shape.partition_epoch = state.leader_epoch, state.partition_epoch
     shape.isr, shape.followers = state.isr, state.followers
+    shape.parked = shape.timer = None
     shape.answer, shape.answer_head, shape.answer_tail = _answer_parts(
         version, t.topic, t.topic_id, p.partition, body.isolation_level == general.READ_COMMITTED)
     if len(shapes) >= SHAPES_LIMIT:
@@ -190,25 +195,20 @@ def answer(router: Any, route: Any, frame: Any, ctx: Any, corr: int) -> Any:
     return reply if reply is not None else _general(router, route, frame, ctx, corr, started + wait_s)
 
 
-def _read(router: Any, route: Any, shape: Shape, offset: int, corr: int) -> bytes | None:
+def _read(router: Any, route: Any, shape: Shape, offset: int, corr: int,
+          shared: dict[Any, Any] | None = None) -> bytes | None:
     """The answer read from the page cache on the loop in one pread, as `_FollowerFetch._answer_single` reads
-    it; None when it cannot be (the general way reads it)."""
+    it; None when it cannot be (the general way reads it). `shared`: node.parked_fetches.shared while the
+    followers an append woke run; the first one's read answers the others at the same offset (see `_read_once`)."""
     node = router.node
     plog = shape.plog
     if plog.closed or not plog.io.online:
         return None
-    logs = node.logs.manager
-    log_dir = shape.log_dir
-    worker = logs.worker(log_dir)
-    if worker is None or not loop_may_read(logs, log_dir, worker):
-        return None
-    try:
-        with fsio.no_waiting():
-            got = plog.read_to_end(offset, shape.read_limit)
-    except Exception:  # WouldBlock, or a failure the general way reports
-        return None
+    got = None if shared is None else _read_again(shared, plog, offset, shape.read_limit)
     if got is None:
-        return None
+        got = _read_once(node, shape, plog, offset, shared)
+        if got is None:
+            return None
     records, hw, lso = got
     size = len(records)
     if size < shape.min_bytes:
@@ -224,6 +224,39 @@ def _read(router: Any, route: Any, shape: Shape, offset: int, corr: int) -> byte
     if router.stats is not None and route.has_error_code:
         router.stats.error(route.entry.api_key, 0)
     return _packed(shape.answer, shape.answer_head, shape.answer_tail, corr, hw, lso, records)
+
+
+def _read_once(node: Any, shape: Shape, plog: Any, offset: int,
+               shared: dict[Any, Any] | None) -> tuple[bytes, int, int] | None:
+    """(records, HW, log start) from `offset` to the log end in one pread on the loop, when the dir's worker lets
+    the loop read; kept in `shared` (if given) with the log end it was read at."""
+    logs = node.logs.manager
+    log_dir = shape.log_dir
+    worker = logs.worker(log_dir)
+    if worker is None or not loop_may_read(logs, log_dir, worker):
+        return None
+    leo = plog.log_end_offset  # before the read: a leader's log end only grows, so an equal one later is the read's
+    try:
+        with fsio.no_waiting():
+            got = plog.read_to_end(offset, shape.read_limit)
+    except Exception:  # WouldBlock, or a failure the general way reports
+        return None
+    if got is not None and shared is not None:
+        shared[(plog, offset, shape.read_limit)] = (got, leo)
+    return got
+
+
+def _read_again(shared: dict[Any, Any], plog: Any, offset: int, limit: int) -> tuple[bytes, int, int] | None:
+    """What another follower woken by the same append read from `offset` with the same limit, while the log end,
+    HW and log start are still those it read: then the bytes from `offset` to the log end are the same (a
+    leader's log is only appended to; a truncation would have moved its end first), and so is the answer."""
+    kept = shared.get((plog, offset, limit))
+    if kept is None:
+        return None
+    got, leo = kept
+    if leo != plog.log_end_offset or got[1] != plog.high_watermark or got[2] != plog.log_start_offset:
+        return None
+    return got  # type: ignore[no-any-return]
 
 
 def _answer_parts(version: int, name: str, topic_id: Any, partition: int,
@@ -277,7 +310,15 @@ def _general(router: Any, route: Any, frame: Any, ctx: Any, corr: int, deadline:
 
 class _Parked:
     """A shape's fetch at the log end, waiting for the next append to its partition or its max_wait_ms (Kafka's
-    DelayedFetch), answered in the callback that wakes it."""
+    DelayedFetch), answered in the callback that wakes it.
+
+    Its max_wait_ms is watched by its shape's timer, one per follower connection, not one made and cancelled per
+    fetch: a follower parks a fetch per record (500 a second in the latency rounds), and the append almost always
+    wakes it long before max_wait_ms. The timer, armed for the first fetch's wait, is left running when an append
+    wakes that fetch; when it fires, it expires the fetch then parked if that one's wait is over, else waits again
+    for what is left of it. So each fetch still expires at its own max_wait_ms, and the timer runs about once per
+    max_wait_ms. A second fetch parked on the same connection while one is (a client that does not wait for its
+    answers) gets a timer of its own."""
 
     __slots__ = ("router", "route", "shape", "frame", "ctx", "corr", "offset", "deadline", "later", "timer")
 
@@ -287,14 +328,21 @@ class _Parked:
         self.corr, self.offset = corr, offset
         self.deadline = time.monotonic() + wait_s
         self.later = Later()
-        self.timer: asyncio.TimerHandle  # its max_wait_ms, set by `park`
+        self.timer: asyncio.TimerHandle | None = None  # its own max_wait_ms timer, when not its shape's
 
     def park(self, wait_s: float) -> Later:
         """Wait for an append to the partition, or `wait_s` (what is left of the fetch's max_wait_ms)."""
-        self.router.node.parked_fetches.park(self.shape.keys, self.woken, follower=True)
-        self.timer = self.shape.loop.call_later(wait_s, self._expired)
+        shape = self.shape
+        self.router.node.parked_fetches.park(shape.keys, self.woken, follower=True)
+        if shape.parked is None or shape.parked is self:
+            shape.parked = self
+            if shape.timer is None:
+                shape.timer = shape.loop.call_later(wait_s, _shape_timer, shape)
+            # else the running timer fires at or before this fetch's deadline, and waits again for what is left
+        else:
+            self.timer = shape.loop.call_later(wait_s, self._expired)
         if trace.ON:
-            trace.event("ff_parked", self.shape.follower)
+            trace.event("ff_parked", shape.follower)
         return self.later
 
     def _expired(self) -> None:
@@ -305,16 +353,20 @@ class _Parked:
     def woken(self) -> None:
         """The next append (or every parked fetch woken at shutdown: node.parked_fetches has dropped it), or the
         fetch's max_wait_ms (`_expired`): look again, in that callback."""
-        self.timer.cancel()  # armed by every park (a timer that ran takes a cancel as nothing)
+        shape = self.shape
+        if shape.parked is self:
+            shape.parked = None  # its shape's timer, left running, now watches nothing (or the next fetch)
+        elif self.timer is not None:
+            self.timer.cancel()  # a timer that ran takes a cancel as nothing
+            self.timer = None
         later = self.later
         if later.done():  # cancelled: the connection went away
             return
-        shape = self.shape
         node = self.router.node
         try:
             reply = None
             if self.offset != shape.plog.log_end_offset:  # records to send
-                reply = _read(self.router, self.route, shape, self.offset, self.corr)
+                reply = _read(self.router, self.route, shape, self.offset, self.corr, node.parked_fetches.shared)
             elif not node.stopping and not shape.plog.closed:  # a long poll must not hold up a SIGTERM
                 left = self.deadline - time.monotonic()
                 if left > 0:
@@ -345,3 +397,17 @@ class _Parked:
                     part.close()
             return
         self.later.resolve(value)
+
+
+def _shape_timer(shape: Shape) -> None:
+    """A shape's timer: the fetch parked on it now expires if its max_wait_ms is over, else the timer waits for
+    what is left of it (see `_Parked`)."""
+    shape.timer = None
+    parked = shape.parked
+    if parked is None:
+        return
+    left = parked.deadline - time.monotonic()
+    if left > 0:
+        shape.timer = shape.loop.call_later(left, _shape_timer, shape)
+        return
+    parked._expired()
