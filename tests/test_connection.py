@@ -564,6 +564,68 @@ def test_laters_are_written_in_the_completing_call_once_none_is_left_out(run: An
     run(scenario())
 
 
+def _count_pumps(conn: Connection) -> list[int]:
+    """A list that gets an entry each time the connection's `_pump_later` runs."""
+    pumped: list[int] = []
+    pump = conn._pump_later
+    conn._pump_later = lambda: (pumped.append(1), pump())[1]  # type: ignore[method-assign]
+    return pumped
+
+
+@pytest.mark.parametrize("reply", [b"one piece", [b"two ", b"parts"]])
+def test_the_only_later_out_is_written_in_its_completing_call_without_the_pump(run: Any, reply: Any) -> None:
+    """A client that waits for each answer has one Later out at a time: its reply is written in the call that
+    completes it, one write of the framed reply, by _later_done itself; the fast path is back right after."""
+    async def scenario() -> None:
+        handler = FakeHandler()
+        conn, transport = on_transport(handler)
+        pumped = _count_pumps(conn)
+        writes: list[bytes] = []
+        transport.write = lambda data: (writes.append(bytes(data)), transport.written.extend(data))[1]  # type: ignore[method-assign]
+        conn.data_received(frame(b"laterwait"))
+        assert writes == [] and conn.pending == 1
+        handler.laters[0].resolve(reply)
+        body = reply if reply.__class__ is bytes else b"".join(reply)
+        assert writes == [frame(body)] and conn.pending == 0 and pumped == []
+        conn.data_received(frame(b"bytes x"))  # the fast path: answered within the read
+        assert writes[1:] == [frame(b"bytes:x")]
+
+    run(scenario())
+
+
+def test_the_only_later_out_goes_through_the_pump_when_it_answers_nothing_or_fails(run: Any, logs: io.StringIO) -> None:
+    """No reply (acks=0) and a failure are the pump's to handle: nothing written for the first, the connection
+    closed for the second, as when more replies are queued."""
+    async def scenario() -> None:
+        handler = FakeHandler()
+        conn, transport = on_transport(handler)
+        pumped = _count_pumps(conn)
+        conn.data_received(frame(b"laterwait"))
+        handler.laters[0].resolve(None)
+        assert transport.written == b"" and conn.pending == 0 and pumped == [1]
+        conn.data_received(frame(b"bytes x"))
+        assert bytes(transport.written) == frame(b"bytes:x")
+        conn.data_received(frame(b"laterwait"))
+        handler.laters[1].fail(ValueError("late failure"))
+        assert pumped == [1, 1] and transport.closed
+        assert bytes(transport.written) == frame(b"bytes:x")
+
+    run(scenario())
+
+
+def test_with_one_pending_reply_allowed_reading_resumes_once_the_only_later_is_written(run: Any) -> None:
+    async def scenario() -> None:
+        handler = FakeHandler()
+        conn, transport = on_transport(handler, max_pending=1)
+        conn.data_received(frame(b"laterwait"))
+        assert conn.reading_paused and not transport.reading
+        handler.laters[0].resolve(b"done")
+        assert bytes(transport.written) == frame(b"done")
+        assert not conn.reading_paused and transport.reading
+
+    run(scenario())
+
+
 @pytest.mark.parametrize("verb", [b"laterfail 10", b"laterclose 10"])
 def test_a_failed_later_closes_after_earlier_replies(run: Any, logs: io.StringIO, verb: bytes) -> None:
     async def scenario() -> None:

@@ -598,9 +598,32 @@ class Connection(asyncio.BufferedProtocol):
         self._sender = self._loop.create_task(self._run_sender())
 
     def _later_done(self, later: Later) -> None:
-        """A queued `Later` is complete: write it, and what is ready behind it, if it is next."""
-        if self._sender is not _BY_CALLBACKS or self._closed or not self._queue or self._queue[0][0] is not later:
+        """A queued `Later` is complete: write it, and what is ready behind it, if it is next.
+
+        The common case, the only reply out with nothing gathered for the end of the pass (a Produce answered by
+        its dir's worker, a parked follower fetch woken by an append: each request of a client that waits for its
+        answer), is written here as `_pump_later` would write it, without its batch and loop; anything else (more
+        queued, a failure, no reply, file regions, the debug log) goes through `_pump_later`."""
+        queue = self._queue
+        if self._sender is not _BY_CALLBACKS or self._closed or not queue or queue[0][0] is not later:
             return  # the sender task writes it, or an earlier reply is not ready yet (its completion writes both)
+        if len(queue) == 1 and self._later_batch is None and not self._debug:
+            try:
+                reply = later.result()
+            except Exception:  # noqa: BLE001  (_pump_later reports it)
+                reply = None
+            body = reply if reply.__class__ is bytes else _joined(reply) if reply is not None else None
+            if body is not None:
+                meta = queue.popleft()[1]
+                if meta is not None and self._stats is not None:
+                    self._sent_metrics(meta, _now())
+                self._sender = None  # the fast path is back once this is written (as _write_later_batch)
+                self._write([_pack_size(len(body)), body])
+                if self._close_reason is not None or self._eof:
+                    self._maybe_finish_close()
+                if self._pause & _PAUSE_PENDING:  # (max_pending 1)
+                    self._resume_reading(_PAUSE_PENDING)
+                return
         self._pump_later()
 
     def _pump_later(self) -> None:
