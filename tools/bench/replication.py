@@ -95,7 +95,16 @@ against its reference measured in the same run:
   eventfd write that wakes the loop), which the append's place on the dir's worker requires. One latency run
   after it (load 1.9-2.6) gave each follower 306-319 us a record (its loop 183-192, its other threads 123-127;
   last measured before: ~338, ~198 and ~140), the brokers' CPU per acks=all record 1.50 ms against 0.61, and
-  3.57x for the p99s. GC is
+  3.57x for the p99s. Since the followers one append wakes share the leader's one read of it, each follower
+  connection's parked fetches share one max_wait_ms timer and the acks=all timer takes the loop kept at start
+  (asyncio.get_running_loop() is a getpid system call each time), --syscalls counts 18.5 system calls per acks=all
+  record on the leader against 23.6 (preadv2 1.0 against 1.7, getpid 1.3 against 2.4; the rest is the three
+  sockets' reads and writes, the dir worker's eventfd hand-offs, epoll and the GIL's futexes) and --profile 571
+  Python calls on its loop against 587 (tools.bench.follower_fetch_leader: 71 against 96 per round trip); one
+  latency run after it, under other work (load 2.9-4.1, p99s of 20-138 ms), gave the brokers' CPU per acks=all
+  record as 1.46 ms against 0.62 (the leader's loop 708 us against 439) and 4.14x for the p99s: inside the
+  spread above. (Since then the connection writes the only Later reply out from its completion without the
+  pump's batch, 4 Python calls fewer per such reply, three an acks=all record on the leader.) GC is
   not a factor: with KJBOD_GC_LOG=1 each broker logged one collection, under 1 ms, in a whole run. No broker of
   the latency rounds has the fault seam on (see Cluster). With --trace, the slowest records' legs show no
   periodic event behind the tail (heartbeats, metadata fetches, ISR ticks, placement reviews, dir ticks, the
