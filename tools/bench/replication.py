@@ -104,7 +104,9 @@ against its reference measured in the same run:
   latency run after it, under other work (load 2.9-4.1, p99s of 20-138 ms), gave the brokers' CPU per acks=all
   record as 1.46 ms against 0.62 (the leader's loop 708 us against 439) and 4.14x for the p99s: inside the
   spread above. (Since then the connection writes the only Later reply out from its completion without the
-  pump's batch, 4 Python calls fewer per such reply, three an acks=all record on the leader.) GC is
+  pump's batch: tools.bench.produce_loop_cpu counts 230 Python calls per Produce against 234, and the leader
+  writes three such replies an acks=all record; one --profile run after it gave 574 calls per acks=all record on
+  the leader's loop and 279 per acks=1 record, which says the figure moves by about ten between runs.) GC is
   not a factor: with KJBOD_GC_LOG=1 each broker logged one collection, under 1 ms, in a whole run. No broker of
   the latency rounds has the fault seam on (see Cluster). With --trace, the slowest records' legs show no
   periodic event behind the tail (heartbeats, metadata fetches, ISR ticks, placement reviews, dir ticks, the
