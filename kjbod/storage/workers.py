@@ -505,9 +505,11 @@ class DirWorker:
                 if gave_up() and done.cancel():
                     raise TimeoutError(f"gave up waiting for the worker of {self.io.path}") from None
 
-    def _hand_over(self, at_once: bool = False) -> None:
+    def _hand_over(self, at_once: bool = False, may_wait: bool = True) -> None:
         """On the loop: what is held goes to the worker as one batch (unless one is in flight and not
-        ``at_once``: then it goes when that one's answers arrive, in _answers_in)."""
+        ``at_once``: then it goes when that one's answers arrive, in _answers_in, which passes ``may_wait``
+        False: the answers it holds are settled before this batch's, so requests are answered in the order the
+        worker ran them)."""
         held = self._held
         if self.abandoned:
             self._held = []
@@ -527,7 +529,7 @@ class DirWorker:
         self._in_flight = True
         if timeline.ON:
             self._handed_at = time.perf_counter()
-        waits = (not at_once and not heavy and _may_wait() and self.io.online and not fsio.FAULTS.active
+        waits = (may_wait and not at_once and not heavy and _may_wait() and self.io.online and not fsio.FAULTS.active
                  and time.monotonic() >= self._sync_after)
         if waits:
             self._sync_waiting = held[0][1]
@@ -578,7 +580,7 @@ class DirWorker:
             timeline.span("loop wake-up", self._delivered_at)
         self._in_flight = False
         if self._held:
-            self._hand_over()
+            self._hand_over(may_wait=False)
         _settle(results)
 
     def _set_cpus(self, cpus: set[int]) -> None:

@@ -8,7 +8,9 @@ Every figure is a ratio against a reference measured in the same run, variants i
   event loop's CPU while quiet buys, workers.Placement). Four loads on each: Produce of 1 MiB batches, 8 in
   flight (throughput; target >= 95 %; MIB_SAMPLES_PER_ROUND samples of MIB_COUNT MiB per round and server, the
   servers taking turns sample by sample in rotating order, each sample after an untimed ``os.sync()`` so none pays
-  for the writeback of another's dirty pages; every sample's MiB/s is printed); Produce of small batches (four
+  for the writeback of another's dirty pages; every sample's MiB/s is printed. Where its CPU went was measured on
+  tmpfs, outside this bench: perf per request, and each thread's CPU and run-queue time from /proc's schedstat,
+  with the servers interleaved as here); Produce of small batches (four
   1 KiB records) at the highest rate the load generator reaches (32 connections x 16 in flight; target >= 85 %);
   a consumer fetching three partitions, one per dir, zero-copy (target >= 95 %; FETCH_ROUNDS_PER_ROUND fetch
   rounds per round, each consuming every server's backlog of 48 MiB FETCH_PASSES times, the servers interleaved
