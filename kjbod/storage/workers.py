@@ -28,7 +28,8 @@ SYNC_WAIT_MS in a system call with the GIL released (_wait_answers), and settles
 worker finds the interpreter free and the answers skip a pass through epoll, the inbox's wake-up and its
 callbacks. A dir that misses that wait (slow, hung, or just a long batch) is not waited for again for
 SYNC_BACKOFF_S, and its answers come through the inbox as always: a disk that turns bad costs the loop one such
-wait at most per SYNC_BACKOFF_S. Busy, heavy work (``at_once``), injected faults or an offline dir: no wait.
+wait at most per SYNC_BACKOFF_S. Busy, heavy work (``at_once``), injected faults or an offline dir: no wait; nor for
+work held behind a running batch, which goes over as that batch's answers arrive and is answered after them.
 
 A dir failed because an operation never returned (:mod:`kjbod.storage.health`) has its worker abandoned: the
 closures queued behind the stuck one, and the stuck one itself, are answered with the dir's offline error at
