@@ -333,11 +333,20 @@ def _feed_like_a_transport(connection: Connection, stream: bytes, rng: Any) -> N
         pos += n
 
 
+@pytest.mark.parametrize("allocator", ["unzeroed", "zeroing fall-back"])
 @pytest.mark.parametrize("seed", range(4))
-def test_big_requests_received_into_their_own_buffer(run: Any, seed: int) -> None:
+def test_big_requests_received_into_their_own_buffer(run: Any, seed: int, allocator: str, monkeypatch) -> None:
     # Requests of 64 KiB and more are read straight into a buffer of their size; mixed with small ones, cut
-    # anywhere, they must still come out whole, in order, each handled once.
+    # anywhere, they must still come out whole, in order, each handled once. The buffer is allocated without
+    # zeroing it (CPython's constructor from C) or, where that cannot be had, by bytearray(size): the same bytes.
     import random
+
+    from kjbod.server import connection as module
+
+    if allocator == "unzeroed":
+        assert module._new_bytearray is not None  # CPython: the unzeroed allocation is what runs
+    else:
+        monkeypatch.setattr(module, "_new_bytearray", None)
 
     rng = random.Random(seed)
     requests: list[bytes] = []
@@ -361,6 +370,19 @@ def test_big_requests_received_into_their_own_buffer(run: Any, seed: int) -> Non
     assert frame_types == {bytes, bytearray}  # both receive paths were taken
     assert handled == len(requests)
     assert written == expected
+
+
+def test_the_receive_buffer_is_a_bytearray_of_the_size_either_way(monkeypatch) -> None:
+    from kjbod.server import connection as module
+
+    for _ in range(2):  # the second time: what the first left in the allocator's memory may be in it
+        buf = module._receive_buffer(1 << 20)
+        assert type(buf) is bytearray and len(buf) == 1 << 20
+        buf[:] = b"\xab" * (1 << 20)  # writable all through, as the transport writes it
+        assert buf.count(b"\xab") == 1 << 20
+        del buf
+    monkeypatch.setattr(module, "_new_bytearray", None)
+    assert module._receive_buffer(100_000) == bytearray(100_000)
 
 
 def test_big_request_cut_short_by_the_peer_is_dropped_cleanly(run: Any) -> None:

@@ -28,7 +28,8 @@ SYNC_WAIT_MS in a system call with the GIL released (_wait_answers), and settles
 worker finds the interpreter free and the answers skip a pass through epoll, the inbox's wake-up and its
 callbacks. A dir that misses that wait (slow, hung, or just a long batch) is not waited for again for
 SYNC_BACKOFF_S, and its answers come through the inbox as always: a disk that turns bad costs the loop one such
-wait at most per SYNC_BACKOFF_S. Busy, heavy work (``at_once``), injected faults or an offline dir: no wait.
+wait at most per SYNC_BACKOFF_S. Busy, heavy work (``at_once``), injected faults or an offline dir: no wait; nor for
+work held behind a running batch, which goes over as that batch's answers arrive and is answered after them.
 
 A dir failed because an operation never returned (:mod:`kjbod.storage.health`) has its worker abandoned: the
 closures queued behind the stuck one, and the stuck one itself, are answered with the dir's offline error at
@@ -44,7 +45,10 @@ CPU placement: the event loop and the workers take turns (the loop waits in epol
 the GIL lets one run Python at a time), so ``kjbod serve`` keeps them on one CPU while the process is quiet
 (:class:`Placement`). Then a hand-off wakes a thread on the CPU that is running, which is a context switch,
 instead of one on an idle CPU, which on a VM is an interrupt to a halted virtual CPU. While the process is busy
-the kernel spreads them again: the copies of 1 MiB writes, done without the GIL, then use the second CPU.
+the kernel spreads them again: the copies of 1 MiB writes, done without the GIL, then use the second CPU. Heavy
+work handed to a worker that still runs earlier heavy work (big Produce requests back to back) spreads them at
+once, without waiting for the reviews: the loop's reads of the next big request and the worker's write of the
+last one then run side by side.
 
 ``KJBOD_DIR_WORKERS=0`` gives no dir a worker: handlers then run their closures inline on the event loop (the
 old single-loop path), so the benchmark of the hand-off's cost measures both in one run;
@@ -100,7 +104,8 @@ class Placement:
     one CPU (ran or waited) in two reviews in a row, they get every allowed CPU back: the copies of big writes
     and reads, which run without the GIL, can then use a second CPU, and a CPU crowded by other processes is
     left; one busy review (a burst, a neighbour's moment) does not move them. Spread, when they ran less than
-    QUIET, they are placed again, on the CPU the loop runs on then. A thread started while placed inherits the
+    QUIET, they are placed again, on the CPU the loop runs on then (also after :meth:`spread_now`, which a
+    hand-over of heavy work behind heavy work calls on the loop). A thread started while placed inherits the
     loop's CPU; the next review after Python's thread count changed (or the LOOK_OVER_EVERY-th) gives it every
     allowed CPU back (only the loop and the workers are placed).
 
@@ -119,6 +124,7 @@ class Placement:
     STARVED = 0.5  # placed, the loop waited to run more than this share of the time: spread at once
 
     def __init__(self) -> None:
+        self._moving = threading.Lock()  # the reviewer and the loop (heavy work, spread_now) both move threads
         self.allowed = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
         self.loop_tid = threading.get_native_id()
         try:  # kept open: re-read in place, it costs a tenth of an open and read of a cold /proc path (measured)
@@ -144,15 +150,32 @@ class Placement:
         self._reviewer = threading.Thread(target=self._reviews, name="kjbod-placement", daemon=True)
         self._reviewer.start()
         self._place()
+        global _placement
+        _placement = self
         return True
 
     def stop(self) -> None:
+        global _placement
+        if _placement is self:
+            _placement = None
         self._stopping.set()
         if self._reviewer is not None:
             self._reviewer.join(5)
             self._reviewer = None
         self._spread()
         self._close()
+
+    def spread_now(self) -> None:
+        """Every allowed CPU back at once, from the loop: heavy work was handed to a worker still busy with
+        earlier heavy work (DirWorker._hand_over), so the worker's big writes and checks and the loop's reads of the
+        next big requests can run side by side. The reviews would see it too late: two busy reviews take half a
+        second, and a burst of big requests (the benchmark's 32 of 1 MiB) is over before that, all of it spent on
+        one CPU. The next review places them again once the process is quiet (QUIET)."""
+        started = time.perf_counter() if timeline.ON else 0.0
+        self._spread()
+        self._busy_before = True  # the first review after this sees a busy process, not a burst's start
+        if timeline.ON:
+            timeline.span("placement review", started, "spread, heavy work overlapping")
 
     def _reviews(self) -> None:
         while not self._stopping.wait(self.REVIEW_S):
@@ -203,25 +226,27 @@ class Placement:
 
     def _place(self) -> None:
         global _loop_cpus
-        try:
-            cpus = {current_cpu(self.loop_tid)}
-            os.sched_setaffinity(self.loop_tid, cpus)
-        except (OSError, ValueError, IndexError) as e:  # no /proc, or a cpuset that changed: the kernel chooses
-            log.info("dir_workers_not_placed", reason=str(e))
-            return
-        _loop_cpus = cpus
-        self._threads = threading.active_count()  # threads started from now on inherit the loop's CPU
-        for worker in _workers():
-            worker._set_cpus(cpus)
+        with self._moving:
+            try:
+                cpus = {current_cpu(self.loop_tid)}
+                os.sched_setaffinity(self.loop_tid, cpus)
+            except (OSError, ValueError, IndexError) as e:  # no /proc, or a cpuset that changed: the kernel chooses
+                log.info("dir_workers_not_placed", reason=str(e))
+                return
+            _loop_cpus = cpus
+            self._threads = threading.active_count()  # threads started from now on inherit the loop's CPU
+            for worker in _workers():
+                worker._set_cpus(cpus)
 
     def _spread(self) -> None:
         global _loop_cpus
-        if _loop_cpus is None:
-            return
-        _loop_cpus = None
-        _set_cpus(self.loop_tid, self.allowed)
-        for worker in _workers():
-            worker._set_cpus(self.allowed)
+        with self._moving:
+            if _loop_cpus is None:
+                return
+            _loop_cpus = None
+            _set_cpus(self.loop_tid, self.allowed)
+            for worker in _workers():
+                worker._set_cpus(self.allowed)
 
     def _free_others(self) -> None:
         """Every allowed CPU back for a thread that inherited the loop's (threads the interpreter does not count,
@@ -242,6 +267,9 @@ class Placement:
                 continue
             if inherited:
                 _set_cpus(tid, self.allowed)
+
+
+_placement: Placement | None = None  # the started one (a server has one), for DirWorker._hand_over
 
 
 def _set_cpus(tid: int, cpus: set[int]) -> None:
@@ -478,9 +506,11 @@ class DirWorker:
                 if gave_up() and done.cancel():
                     raise TimeoutError(f"gave up waiting for the worker of {self.io.path}") from None
 
-    def _hand_over(self, at_once: bool = False) -> None:
+    def _hand_over(self, at_once: bool = False, may_wait: bool = True) -> None:
         """On the loop: what is held goes to the worker as one batch (unless one is in flight and not
-        ``at_once``: then it goes when that one's answers arrive, in _answers_in)."""
+        ``at_once``: then it goes when that one's answers arrive, in _answers_in, which passes ``may_wait``
+        False: the answers it holds are settled before this batch's, so requests are answered in the order the
+        worker ran them)."""
         held = self._held
         if self.abandoned:
             self._held = []
@@ -491,12 +521,16 @@ class DirWorker:
         if (self._in_flight and not at_once) or not held:
             return
         heavy = self._held_heavy  # heavy work among them: no wait
+        if heavy and self._in_flight and _loop_cpus is not None and _placement is not None:
+            # Heavy work while the worker still runs the last hand-over (at_once: a big request behind another):
+            # the two threads have work at the same time, and on one CPU they would take turns.
+            _placement.spread_now()
         self._held = []
         self._held_heavy = False
         self._in_flight = True
         if timeline.ON:
             self._handed_at = time.perf_counter()
-        waits = (not at_once and not heavy and _may_wait() and self.io.online and not fsio.FAULTS.active
+        waits = (may_wait and not at_once and not heavy and _may_wait() and self.io.online and not fsio.FAULTS.active
                  and time.monotonic() >= self._sync_after)
         if waits:
             self._sync_waiting = held[0][1]
@@ -547,7 +581,7 @@ class DirWorker:
             timeline.span("loop wake-up", self._delivered_at)
         self._in_flight = False
         if self._held:
-            self._hand_over()
+            self._hand_over(may_wait=False)
         _settle(results)
 
     def _set_cpus(self, cpus: set[int]) -> None:

@@ -206,3 +206,79 @@ def test_reviews_run_on_a_thread_of_their_own_that_is_never_placed(aloop, worker
     finally:
         placement.stop()
     assert placement._reviewer is None and not reviewer.is_alive()
+
+
+def _heavy(release: threading.Event, ran: list[str], name: str):
+    def fn() -> str:
+        release.wait(30)
+        ran.append(name)
+        return name
+
+    fn.at_once = True  # type: ignore[attr-defined]  # a big Produce's closure: validated and written on the worker
+    return fn
+
+
+def _submit_and_pass(aloop: asyncio.AbstractEventLoop, worker: DirWorker, fns: list, answers: list) -> None:
+    """``fns`` submitted on ``aloop``, then one pass of it (the hand-overs scheduled at the pass's end run)."""
+    async def go() -> None:
+        for fn in fns:
+            worker.submit(fn, lambda ok, value: answers.append((ok, value)))
+        await asyncio.sleep(0)
+
+    aloop.run_until_complete(go())
+
+
+def _answered(aloop: asyncio.AbstractEventLoop, answers: list, count: int) -> None:
+    async def wait() -> None:
+        while len(answers) < count:  # the inbox's callbacks (no timing is asserted)
+            await asyncio.sleep(0.01)
+
+    aloop.run_until_complete(asyncio.wait_for(wait(), 30))
+
+
+@pytest.fixture
+def placed(aloop):
+    """A started _Scripted placement (the loop and the workers on one CPU), and the Event that lets the heavy
+    closures of the test finish; both undone at teardown."""
+    if len(ALLOWED) < 2:
+        pytest.skip("this process may use one CPU only: see test_one_cpu_is_not_placed")
+    placement = _Scripted()
+    release = threading.Event()
+    assert placement.start(aloop)
+    yield placement, release
+    release.set()
+    placement.stop()
+
+
+def test_heavy_work_behind_heavy_work_spreads_at_once(aloop, worker, placed):
+    placement, release = placed
+    ran: list[str] = []
+    answers: list[tuple[bool, str]] = []
+    here = os.sched_getaffinity(0)
+    _submit_and_pass(aloop, worker, [_heavy(release, ran, "first")], answers)
+    assert os.sched_getaffinity(0) == here and _cpus(worker) == here  # one big request alone: stays
+    _submit_and_pass(aloop, worker, [_heavy(release, ran, "second")], answers)  # the first still running
+    assert os.sched_getaffinity(0) == ALLOWED and _cpus(worker) == ALLOWED  # no review needed
+    assert workers._loop_cpus is None
+    release.set()
+    _answered(aloop, answers, 2)
+    assert answers == [(True, "first"), (True, "second")] and ran == ["first", "second"]  # order kept
+    placement.review(aloop, ran=0.9)  # still busy: the review does not place them back
+    assert _cpus(worker) == ALLOWED
+    placement.review(aloop, ran=0.1)  # quiet again: placed
+    assert len(os.sched_getaffinity(0)) == 1 and _cpus(worker) == os.sched_getaffinity(0)
+
+
+def test_light_work_behind_heavy_work_does_not_spread(aloop, worker, placed):
+    placement, release = placed
+    ran: list[str] = []
+    answers: list[tuple[bool, str]] = []
+    here = os.sched_getaffinity(0)
+    _submit_and_pass(aloop, worker, [_heavy(release, ran, "big"), lambda: ran.append("small")], answers)
+    _submit_and_pass(aloop, worker, [lambda: ran.append("small again")], answers)  # held behind the big one
+    assert os.sched_getaffinity(0) == here and _cpus(worker) == here
+    release.set()
+    _answered(aloop, answers, 3)
+    assert ran == ["big", "small", "small again"]
+    placement.stop()
+    assert workers._placement is None  # stopped: nothing left for a hand-over to spread

@@ -113,3 +113,31 @@ def test_no_wait_where_the_loop_has_better_to_do_or_the_dir_may_not_answer(
     asyncio.run(scenario())
     assert answers == (["light", "done"] if why == "heavy work behind light" else ["done"])
     assert counted == {"posts": 1, "waits": 0}
+
+
+def test_work_held_behind_a_running_batch_is_answered_after_it(
+        worker: DirWorker, counted: dict[str, int], monkeypatch: pytest.MonkeyPatch):
+    # The held work goes over when the running batch's answers arrive, before they are settled: the loop must
+    # not wait for the held work's answers there and settle them first (the requests would be answered out of
+    # the order the worker ran them).
+    _quiet(monkeypatch, 60_000)
+    gate = threading.Event()
+    answers: list[str] = []
+
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        last = loop.create_future()
+        monkeypatch.setattr(workers, "SYNC_WAIT_MS", 1)  # the first hand-over's wait runs out at the gate
+        worker.submit(lambda: gate.wait(60) and "first", lambda ok, v: answers.append(v))
+        await asyncio.sleep(0)
+        monkeypatch.setattr(workers, "SYNC_WAIT_MS", 60_000)
+        worker._sync_after = 0.0  # no back-off: the later hand-over may wait, where waiting is allowed
+        worker.submit(lambda: "second", lambda ok, v: (answers.append(v), last.set_result(None)))
+        await asyncio.sleep(0)  # held: the first is still out
+        assert answers == []
+        gate.set()
+        await last
+
+    asyncio.run(scenario())
+    assert answers == ["first", "second"]
+    assert counted["waits"] == 1  # only the first hand-over waited; the held one went over without a wait
