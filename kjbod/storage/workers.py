@@ -51,7 +51,7 @@ once, without waiting for the reviews: the loop's reads of the next big request 
 last one then run side by side.
 
 ``KJBOD_DIR_WORKERS=0`` gives no dir a worker: handlers then run their closures inline on the event loop (the
-old single-loop path), so the benchmark of the hand-off's cost measures both in one run;
+old single-loop path, without Placement either), so the benchmark of the hand-off's cost measures both in one run;
 ``KJBOD_DIR_WORKERS=unplaced`` keeps the workers but leaves their CPU to the kernel (the benchmark's check of
 the placement). Nothing else sets it.
 """
@@ -141,9 +141,10 @@ class Placement:
 
     def start(self, loop: asyncio.AbstractEventLoop) -> bool:
         """Place the threads now (called on ``loop``'s thread, the one placed with the workers) and review every
-        REVIEW_S on a thread of its own; False where placement is not done (one CPU allowed anyway, or
-        ``KJBOD_DIR_WORKERS=unplaced``)."""
-        if os.environ.get(WORKERS_ENV) == "unplaced" or len(self.allowed) < 2:
+        REVIEW_S on a thread of its own; False where placement is not done (one CPU allowed anyway,
+        ``KJBOD_DIR_WORKERS=unplaced``, or no workers at all: ``KJBOD_DIR_WORKERS=0``, the old single-loop path the
+        benchmark measures against, which had no placement and must keep none to be that reference)."""
+        if not workers_enabled() or os.environ.get(WORKERS_ENV) == "unplaced" or len(self.allowed) < 2:
             self._close()  # nothing to review
             return False
         # Started before the threads are placed, so it keeps every allowed CPU (a thread inherits its starter's).

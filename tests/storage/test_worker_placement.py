@@ -144,6 +144,16 @@ def test_unplaced_leaves_the_cpus_to_the_kernel(aloop, worker, monkeypatch):
     assert workers._loop_cpus is None
 
 
+def test_no_workers_no_placement(aloop, monkeypatch):
+    """KJBOD_DIR_WORKERS=0 is the single-loop path the hand-off benchmark measures against: it had no placement,
+    so its loop keeps every CPU."""
+    monkeypatch.setenv(workers.WORKERS_ENV, "0")
+    placement = _Scripted()
+    assert not placement.start(aloop)
+    assert os.sched_getaffinity(0) == ALLOWED
+    assert workers._loop_cpus is None
+
+
 def test_one_cpu_is_not_placed(aloop, worker):
     cpu = min(ALLOWED)
     os.sched_setaffinity(0, {cpu})
