@@ -46,7 +46,9 @@ A move then has three phases, with Kafka's on-disk names:
    (kjbod.storage.workers), where a leader's produce and a follower's fetched batches and truncations are
    appended, between two of its jobs; the event loop only awaits requests as usual meanwhile (``exclusive``,
    the node's event loop, only when there are no dir workers: every append runs there then). It copies the few
-   batches appended since, fsyncs the future, then LogManager.replace_current_with_future renames the source to
+   batches appended since, fsyncs the future, gives it the source's producer state (the copied snapshots keep
+   one batch per producer; an idempotent producer's retry of an older in-flight batch must still be answered as
+   a duplicate), then LogManager.replace_current_with_future renames the source to
    ``-delete`` and the future to ``<topic>-<partition>`` under both logs' locks and repoints the partition. The
    future dir's writes are made by the source dir's worker thread: they are stamped on the future dir's fsio seam
    all the same, so a future dir that hangs there is failed by the stall detection (and the move with it), but
@@ -822,6 +824,7 @@ class ReplicaMover:
                 f"{source.log_end_offset}"
             )
         future.flush()
+        future.take_producer_state(source)  # the snapshots it was built from keep one batch per producer
         self.manager.replace_current_with_future(
             m.topic, m.partition, on_step=lambda step: failpoints.hit(_SWAP_FAILPOINTS[step]),
             write_checkpoints=False,
