@@ -18,7 +18,9 @@ Strategy: each command is a thin pipeline of pure steps around the admin client,
   able to remove it.
 * Progress is measured by the broker, not guessed: a move's bytes done are the future replica's size against
   the current replica's size (both from DescribeLogDirs), its lag the future's offset lag. A move is done when
-  the replica's current dir is the target and no future replica is left.
+  the replica's current dir is the target and no future replica is left. A move whose current replica has
+  outgrown its future one for two minutes is named in the progress line with both rates (the broker's own
+  judgement, kjbod.broker.kip113.convergence, from the sizes of successive polls).
 
 Exit codes: 0 all good; 1 a partition failed or stopped, or a broker could not be described (fenced, or not
 answering); 2 a usage, file or connection error (one line, from kjbod.cli.main); 130 Ctrl-C; 143 SIGTERM.
