@@ -18,7 +18,9 @@ Strategy: each command is a thin pipeline of pure steps around the admin client,
   able to remove it.
 * Progress is measured by the broker, not guessed: a move's bytes done are the future replica's size against
   the current replica's size (both from DescribeLogDirs), its lag the future's offset lag. A move is done when
-  the replica's current dir is the target and no future replica is left.
+  the replica's current dir is the target and no future replica is left. A move whose current replica has
+  outgrown its future one for two minutes is named in the progress line with both rates (the broker's own
+  judgement, kjbod.broker.kip113.convergence, from the sizes of successive polls).
 
 Exit codes: 0 all good; 1 a partition failed or stopped, or a broker could not be described (fenced, or not
 answering); 2 a usage, file or connection error (one line, from kjbod.cli.main); 130 Ctrl-C; 143 SIGTERM.
@@ -43,6 +45,7 @@ from kjbod.cli.progress import Progress, Snapshot, human_bytes, human_duration, 
 
 if TYPE_CHECKING:
     from kjbod.admin import AdminClient, KafkaError, LogDirsByBroker, ReplicaLogDirInfo
+    from kjbod.broker.kip113.convergence import ConvergenceWatch
 
 __all__ = [
     "DOCUMENT_VERSION",
@@ -627,6 +630,7 @@ class MoveState:
     missing_polls: int = 0
     started_at: float = 0.0
     finished_at: float | None = None
+    watch: ConvergenceWatch | None = None  # is the copy gaining on the source? (made at the first copying poll)
 
     @property
     def active(self) -> bool:
@@ -665,6 +669,12 @@ class MoveTracker:
             entry.state, entry.seen_future, entry.missing_polls = COPYING, True, 0
             entry.copied = min(info.future_size or 0, entry.size)
             entry.offset_lag = info.future_offset_lag
+            if info.future_size is not None:
+                if entry.watch is None:  # the broker's judgement, from the same figures
+                    from kjbod.broker.kip113.convergence import ConvergenceWatch
+
+                    entry.watch = ConvergenceWatch()
+                entry.watch.observe(now, info.future_size, entry.size, info.future_size)
             return None
         elif info.future_dir is not None:
             entry.state = STOPPED
@@ -692,6 +702,10 @@ class MoveTracker:
         waiting = sum(1 for s in live if s.state == WAITING)
         if waiting:
             extra = ", ".join(p for p in (extra, f"{waiting} not started") if p)
+        stuck = [f"{s.move.name} {s.watch.state.describe(human_rate)}"
+                 for s in live if s.state == COPYING and s.watch is not None and s.watch.state is not None]
+        if stuck:
+            extra = ", ".join(p for p in (extra, *stuck) if p)
         return Snapshot(
             done_bytes=sum(s.copied for s in live), total_bytes=sum(s.size for s in live),
             done_items=sum(1 for s in live if s.state == DONE), total_items=len(live), extra=extra)

@@ -642,6 +642,23 @@ class PartitionLog:
                 log.warning("leader_epoch_checkpoint_not_written", partition=self.name, log_dir=self.log_dir,
                             error=str(e))
 
+    def take_producer_state(self, other: PartitionLog) -> None:
+        """A KIP-113 swap, appends held off and both logs at the same log end: this copy holds the other's
+        batches, so it takes the other's producer state, every producer's last five batches. Its own was rebuilt
+        from the copied snapshots, which keep one batch per producer, and a retry of an older in-flight batch
+        would then be refused (OUT_OF_ORDER_SEQUENCE_NUMBER) instead of answered as a duplicate: Kafka's future
+        replica replays every batch from the current one, so its state is the current one's."""
+        with other.lock:
+            other._ensure_producer_state()
+            producers = {pid: entry.copy() for pid, entry in other.producer_state.producers.items()}
+        with self.lock:
+            if self._leo != other._leo:
+                raise ValueError(f"{self.name}: producer state taken at {other._leo}, this log ends at {self._leo}")
+            self._producer_state_ready = True
+            self._pending_snapshots = {}
+            self.producer_state.producers = producers
+            self.producer_state.map_end_offset = self._leo
+
     def assign_leader_epoch(self, epoch: int, start_offset: int) -> bool:
         """A new leader epoch starting at `start_offset` (this broker became leader, Kafka's makeLeader: its
         LEO), in memory at once, with no I/O and no lock held for I/O (the event loop calls it, and the new epoch

@@ -21,6 +21,9 @@ and on clean shutdown) plus a replay of the batches after the snapshot. Snapshot
 Only the last batch of each producer is in a snapshot (as in Kafka), so after a restart a retry of an older
 in-flight batch is judged by sequence alone. A truncation rebuilds from a snapshot too, then gives back the
 batches the state held before it that the log still has (:meth:`ProducerStateManager.restore_older_batches`).
+A KIP-113 move's future replica is built from copied segments and snapshots: at the swap it takes the current
+replica's state whole (PartitionLog.take_producer_state), as Kafka's future replica, which replays every batch,
+ends up with it.
 """
 
 from __future__ import annotations

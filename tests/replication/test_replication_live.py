@@ -171,7 +171,15 @@ class Checker:
         consumer.close()
         for p in range(PARTITIONS):
             values = [int(final[(q, o)]) for (q, o) in sorted(final) if q == p]
-            assert len(values) == len(set(values)), f"partition {p}: a record was written twice"
+            if len(values) != len(set(values)):
+                # Where each copy sits, so the brokers' logs (replica_truncated, leader changes) can be read at it.
+                at: dict[int, list[int]] = {}
+                for (q, o) in sorted(final):
+                    if q == p:
+                        at.setdefault(int(final[(q, o)]), []).append(o)
+                twice = {v: offsets for v, offsets in at.items() if len(offsets) > 1}
+                raise AssertionError(f"partition {p}: a record was written twice: value -> offsets "
+                                     f"{dict(list(twice.items())[:5])} ({len(twice)} values)")
             assert values == sorted(values), f"partition {p}: records out of order"
             missing = set(self.acked[p]) - set(values)
             assert not missing, f"partition {p}: {len(missing)} acknowledged records lost, e.g. {sorted(missing)[:5]}"

@@ -46,7 +46,9 @@ A move then has three phases, with Kafka's on-disk names:
    (kjbod.storage.workers), where a leader's produce and a follower's fetched batches and truncations are
    appended, between two of its jobs; the event loop only awaits requests as usual meanwhile (``exclusive``,
    the node's event loop, only when there are no dir workers: every append runs there then). It copies the few
-   batches appended since, fsyncs the future, then LogManager.replace_current_with_future renames the source to
+   batches appended since, fsyncs the future, gives it the source's producer state (the copied snapshots keep
+   one batch per producer; an idempotent producer's retry of an older in-flight batch must still be answered as
+   a duplicate), then LogManager.replace_current_with_future renames the source to
    ``-delete`` and the future to ``<topic>-<partition>`` under both logs' locks and repoints the partition. The
    future dir's writes are made by the source dir's worker thread: they are stamped on the future dir's fsio seam
    all the same, so a future dir that hangs there is failed by the stall detection (and the move with it), but
@@ -65,7 +67,10 @@ its dir, and so the partition, offline; the move stops and the future log is clo
 
 Changing the destination while a move runs discards the future log and starts over toward the new dir;
 sending the current dir (or "any") cancels the move. Progress (bytes copied of total, rate, ETA) is available
-per move for DescribeLogDirs and is logged: one line per move at info, one per segment at debug.
+per move for DescribeLogDirs and is logged: one line per move at info, one per segment at debug. After every
+pass of the copy (a chunk of a segment, a catch-up read) the move is watched (:mod:`.convergence`): one whose
+source has outgrown the copy for two minutes says so in its progress (``not_converging``) and in a
+``replica_move_not_converging`` warning, at most once a minute, since its catch-up could never end.
 """
 
 from __future__ import annotations
@@ -85,6 +90,7 @@ from typing import Any
 import structlog
 
 from kjbod.broker.kip113 import failpoints
+from kjbod.broker.kip113.convergence import ConvergenceWatch, NotConverging
 from kjbod.broker.kip113.throttle import Throttle
 from kjbod.storage.checkpoint import (
     PARTITION_METADATA_FILE,
@@ -156,6 +162,7 @@ class MoveProgress:
     future_log_end_offset: int | None  # while the future log is not open yet: the offset it has reached
     registered: bool  # the future log is open in the log manager (DescribeLogDirs reads it there)
     error: str | None = None
+    not_converging: NotConverging | None = None  # the source outgrows the copy (see .convergence)
 
 
 class _Move:
@@ -181,6 +188,7 @@ class _Move:
         # The dir the controller was asked to record for this replica before its swap (KIP-858), until the swap
         # makes it true or the move points the metadata back at the source.
         self.assigned_dir: str | None = None
+        self.watch = ConvergenceWatch()  # a new one each time the move starts copying (_move_once)
 
     @property
     def name(self) -> str:
@@ -213,8 +221,10 @@ class ReplicaMover:
         exclusive: Callable[[Callable[[], Any]], Any] | None = None,
         assign_dir: DirAssigner | None = None,
         by_dir_worker: bool | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.manager = manager
+        self.clock = clock  # what judges whether a move converges (tests drive it)
         self.assign_dir = assign_dir
         self.threads = max(1, threads)
         self.throttle = throttle or Throttle()
@@ -447,7 +457,26 @@ class ReplicaMover:
         return MoveProgress(
             m.topic, m.partition, m.source_dir, m.dest, m.state, m.bytes_copied, total, rate, eta,
             m.future_size, m.future_leo, m.registered, m.error,
+            m.watch.state if m.state in ("copying", "catching-up") else None,
         )
+
+    def _watch(self, m: _Move, source: PartitionLog, future: PartitionLog | None) -> None:
+        """After a pass of the copy (a segment copied, a catch-up read): is the move still gaining on its
+        source? If not, warn, at most once a minute per move: the catch-up would never end and nothing else says
+        so. The way out is Kafka's: raise or remove the throttle, or cancel the move (see the README)."""
+        now = self.clock()
+        if not m.watch.due(now):
+            return
+        held = future.size_bytes if future is not None else m.future_size
+        state = m.watch.observe(now, m.bytes_copied, source.size_bytes, held)
+        if state is not None and m.watch.should_warn(now):
+            log.warning("replica_move_not_converging", partition=m.name, source_dir=m.source_dir, dest_dir=m.dest,
+                        bytes_behind=state.bytes_behind, copy_bytes_per_second=round(state.copy_rate),
+                        source_growth_bytes_per_second=round(state.growth_rate),
+                        window_seconds=round(state.seconds, 1),
+                        throttle_bytes_per_second=None if self.throttle.unlimited else self.throttle.rate,
+                        effect="the catch-up cannot end while the source grows faster than the copy; raise or "
+                               "remove the throttle, or cancel the move")
 
     # ------------------------------------------------------------------------------------------ threads
 
@@ -765,6 +794,7 @@ class ReplicaMover:
         source.io.ensure_online()
         m.source_dir = source.log_dir
         m.started = time.monotonic()
+        m.watch = ConvergenceWatch()
         m.bytes_total = source.size_bytes
         m.future_leo = source.log_start_offset
         # The dir made when the move was accepted (or found at startup: a resume keeps the segments it holds).
@@ -822,6 +852,7 @@ class ReplicaMover:
                 f"{source.log_end_offset}"
             )
         future.flush()
+        future.take_producer_state(source)  # the snapshots it was built from keep one batch per producer
         self.manager.replace_current_with_future(
             m.topic, m.partition, on_step=lambda step: failpoints.hit(_SWAP_FAILPOINTS[step]),
             write_checkpoints=False,
@@ -870,7 +901,8 @@ class ReplicaMover:
                     started = time.monotonic()
                     copied: int | None = log_file[1]
                     for src_path, data in copies:
-                        n = self._copy_file(m, generation, source.io, src_path, pending, data=data, creator=creator)
+                        n = self._copy_file(m, generation, source.io, src_path, pending, data=data, creator=creator,
+                                            source=source)
                         if data:
                             copied = n
                             if n is None:
@@ -888,6 +920,7 @@ class ReplicaMover:
                                   bytes_per_second=round(progress.rate),
                                   eta_seconds=None if progress.eta_seconds is None else round(progress.eta_seconds, 1))
                     done.append(base)
+                    self._watch(m, source, None)
                     i = bisect_right(bases, base)
                     m.future_leo = bases[i] if i < len(bases) else source.log_end_offset
                     if pending.due():
@@ -926,13 +959,16 @@ class ReplicaMover:
     def _copy_file(
         self, m: _Move, generation: int, src_io: LogDirIO, src_path: str, pending: _PendingFiles, *,
         data: bool, dest_dir: str | None = None, creator: _Precreator | None = None,
+        source: PartitionLog | None = None,
     ) -> int | None:
         """Copy one file with sendfile into ``<name>.tmp`` in the future dir; ``pending`` fsyncs and renames it
         into place later, with others (one fsync after another lets the disk write them together). Returns the
         bytes copied, or None when the source file is gone (retention deleted the segment).
 
         Unthrottled, each chunk's writeback is started as soon as it is copied (a hint, not a sync), so the
-        group's fsyncs find the data already on its way to the disk instead of all of it still dirty."""
+        group's fsyncs find the data already on its way to the disk instead of all of it still dirty.
+
+        ``source``: the log a segment is copied from, watched after each chunk (see :meth:`_watch`)."""
         src = src_io.open_or_none(src_path, os.O_RDONLY)
         if src is None:
             return None
@@ -954,6 +990,8 @@ class ReplicaMover:
                 if data:
                     m.future_size += n
                 throttle.pace(n, interrupted)
+                if source is not None:
+                    self._watch(m, source, None)
                 if throttle.unlimited:
                     dst.start_writeback(offset, n)
                 else:
@@ -1000,6 +1038,7 @@ class ReplicaMover:
                 self.throttle.account(n)
             else:
                 self.throttle.pace(n, interrupted)
+                self._watch(m, source, future)
 
     def _read_source(self, source: PartitionLog, offset: int, max_bytes: int) -> tuple[bytes, int]:
         """Whole batches from ``offset`` within one source segment, and that segment's base offset. The data is
