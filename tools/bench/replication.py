@@ -135,7 +135,7 @@ of its garbage collections there (kjbod.server.app). --trace runs the brokers wi
 prints, after the latency figure, where the slowest records' time went leg by leg and which background events ran
 under them (tools.bench.latency_trace); the tracing's own cost is in the figure then. --profile measures no figure: it
 profiles each broker's event loop and dir workers in CPU time (KJBOD_LOOP_PROFILE, kjbod.server.loop_profile) while
-each case runs alone at the latency rate, and prints each role's loop and workers' CPU, Python calls and top costs per
+each case runs alone at PROFILE_RATE (100 records/s), and prints each role's loop and workers' CPU, Python calls and top costs per
 record. --syscalls measures no figure either: it counts each broker's system calls (strace -f -c on every thread) while
 each case runs alone as under --profile, and prints them per record, the most frequent by name.
 """
@@ -744,6 +744,14 @@ def syscall_roles(cluster: Cluster, leader: int, rate: int = PROFILE_RATE, secon
     for paced in cases.values():
         paced.run(rate, 2.0)  # warm-up, as latency_rounds
     out = Path(tempfile.mkdtemp(prefix="kjbod-bench-syscalls-"))
+    try:
+        _count_syscalls(out, strace, pids, cases, leader, rate, seconds, top)
+    finally:
+        shutil.rmtree(out, ignore_errors=True)  # strace's tables, read above
+
+
+def _count_syscalls(out: Path, strace: str, pids: dict[int, int], cases: dict[str, Paced], leader: int, rate: int,
+                    seconds: float, top: int) -> None:
     for name, paced in cases.items():
         tracers = {b: subprocess.Popen([strace, "-f", "-c", "-o", str(out / f"{name}-{b}.txt"), "-p", str(pid)],
                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
