@@ -10,7 +10,11 @@ per partition; a partition named twice keeps the last path, and answers once):
    INVALID_TOPIC_EXCEPTION;
 2. a path that is not, character for character, one of the configured log dirs (absolute and normalised, as
    DescribeLogDirs prints them): LOG_DIR_NOT_FOUND; a configured dir that is offline: KAFKA_STORAGE_ERROR;
-   a hosted partition whose own dir is offline: KAFKA_STORAGE_ERROR;
+   a hosted partition whose own dir is offline: KAFKA_STORAGE_ERROR; (kjbod) a move into a dir that is not
+   answering (an operation outstanding past the size probes' bound, as DescribeLogDirs reports it):
+   KAFKA_STORAGE_ERROR, logged with what the dir is stuck in. Making the future dir there would hold the request
+   until the stall timeout and past it (a call stuck in the kernel cannot be stopped), where Kafka's handler
+   thread would hang; a client retries the error, and the move goes once the dir answers again;
 3. the dir is remembered for a partition this node does not host yet (created there when it arrives:
    CreateTopics or auto-creation honour it); such a partition answers REPLICA_NOT_AVAILABLE when its topic
    exists and UNKNOWN_TOPIC_OR_PARTITION otherwise (Kafka remembers the dir in both cases);
@@ -43,6 +47,7 @@ from kjbod.protocol.generated.alter_replica_log_dirs_response import (
 from kjbod.protocol.generated.alter_replica_log_dirs_response import (
     AlterReplicaLogDirTopicResult as TopicResult,
 )
+from kjbod.storage.health import DirState
 
 log = structlog.get_logger("kjbod.alter_replica_log_dirs")
 
@@ -74,7 +79,8 @@ def _cancel(node, topic: str, partition: int, changes: list[Change]) -> None:
         changes.append((topic, partition, None))
 
 
-def alter_one(node, topic: str, partition: int, path: str, online: dict[str, bool], changes: list[Change]) -> int:
+def alter_one(node, topic: str, partition: int, path: str, online: dict[str, bool], changes: list[Change],
+              silent: dict[str, str | None]) -> int:
     """The answer for one partition, from what the event loop can check; a move to start, redirect or cancel is
     added to ``changes`` (the mover's file work may still turn a move's answer into an error)."""
     storage = node.logs
@@ -100,6 +106,10 @@ def alter_one(node, topic: str, partition: int, path: str, online: dict[str, boo
         _cancel(node, topic, partition, changes)
         return ErrorCode.NONE
     if node.mover is None:
+        return ErrorCode.KAFKA_STORAGE_ERROR
+    if path in silent:
+        log.warning("replica_move_refused", partition=f"{topic}-{partition}", dest_dir=path, reason=silent[path],
+                    error="KAFKA_STORAGE_ERROR", effect="the destination dir is not answering; retry once it does")
         return ErrorCode.KAFKA_STORAGE_ERROR
     changes.append((topic, partition, path))  # even one already going there: NONE only once its dir is durable
     return ErrorCode.NONE
@@ -131,9 +141,11 @@ def handle(node, request, body: AlterReplicaLogDirsRequest):
             for p in t.partitions:
                 wanted.pop((t.name, p), None)  # the last path named wins, answered in that position
                 wanted[(t.name, p)] = d.path
-    online = {info_path: info_online for info_path, info_online in node.logs.dir_states()}
+    infos = node.logs.manager.dir_infos({})  # touches no disk: each dir's state from its outstanding operations
+    online = {i.path: i.online for i in infos}
+    silent = {i.path: i.error for i in infos if i.online and i.state is DirState.NOT_ANSWERING}
     changes: list[Change] = []
-    codes = {key: alter_one(node, key[0], key[1], path, online, changes) for key, path in wanted.items()}
+    codes = {key: alter_one(node, key[0], key[1], path, online, changes, silent) for key, path in wanted.items()}
     if not changes:
         return _response(codes)
     return _answer_when_durable(node, codes, changes)
