@@ -7,6 +7,10 @@ never: the request once went unanswered for as long as the dir hung, past the st
 offline. The move is refused with KAFKA_STORAGE_ERROR (what DescribeLogDirs reports for the dir, and what an
 offline destination gets), logged naming the dir; the partition stays where it is and a move to its own dir is
 still answered.
+
+A dir that hangs only once the move is accepted (its future dir being made there) holds that request until the
+stall timeout takes the dir offline, then the request is answered KAFKA_STORAGE_ERROR without waiting any longer
+for the stuck call (it once waited for the call to return).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from tests.datapath.support import RawClient, log_events, new_topic
 pytestmark = pytest.mark.slow
 
 PATIENCE_S = 120.0
+HELD_MS = 25_000  # how long the hanging dir holds each operation: longer than the client waits for an answer
 
 
 def dir_errors(client: RawClient) -> dict[str, tuple[int, list[str]]]:
@@ -66,3 +71,28 @@ def test_a_move_into_a_dir_that_does_not_answer_is_refused_at_once(tmp_path, mon
     [refused] = log_events(server, "replica_move_refused")
     assert refused["dest_dir"] == silent and refused["partition"] == "m-0"
     assert f"statvfs {silent} has not returned" in refused["reason"]
+
+
+def test_a_move_whose_destination_hangs_meanwhile_is_answered_when_the_dir_is_failed(tmp_path, monkeypatch):
+    faults = tmp_path / "faults.json"
+    monkeypatch.setenv("KJBOD_FAULTS", str(faults))
+    server = start_server(tmp_path / "node", log_dir_count=2, overrides={"log.dir.stall.timeout.ms": "2000"})
+    try:
+        # The client gives up before the held call returns: only an answer that does not wait for it passes.
+        with RawClient.to(server, timeout=HELD_MS / 1000 - 5) as client:
+            new_topic(client, "h")
+            [home] = [path for path, (_code, parts) in dir_errors(client).items() if "h-0" in parts]
+            [hanging] = [str(p) for p in server.log_dirs if str(p) != home]
+            faults.write_text(json.dumps({"faults": [{"dir": hanging, "delay_ms": HELD_MS}]}))
+            held_until = time.monotonic() + HELD_MS / 1000
+            assert move(client, "h", hanging) == E.KAFKA_STORAGE_ERROR
+            assert dir_errors(client)[home] == (E.NONE, ["h-0"])
+            assert dir_errors(client)[hanging][0] == E.KAFKA_STORAGE_ERROR
+        # A call held by a hung disk keeps the process from ending until it returns (README, "What a hung disk
+        # still costs"); this one returns after HELD_MS, and the stop is awaited after that.
+        time.sleep(max(0.0, held_until - time.monotonic()) + 1)
+    finally:
+        faults.write_text(json.dumps({"faults": []}))
+        code = server.stop()
+    assert code == 0, server.stderr()
+    assert log_events(server, "log_dir_stalled")

@@ -24,10 +24,12 @@ per partition; a partition named twice keeps the last path, and answers once):
 NONE means "accepted, or nothing to do", not "moved": DescribeLogDirs shows the progress. It does mean that the
 answer survives a crash: a move started or redirected has its ``-future`` dir in the destination, durably, and a
 cancelled move has lost its own, before the answer is sent (Kafka creates the future log while it handles the
-request, too). That file work is the replica mover's (:meth:`ReplicaMover.request_moves`, one batch for the whole
-request: one fsync per log dir, not per partition) and runs in a worker thread while the event loop serves other
+request, too). That file work is the replica mover's (:meth:`ReplicaMover.request_moves`, one batch per destination
+dir: one fsync per log dir, not per partition) and runs in a worker thread while the event loop serves other
 requests; a move whose destination fails meanwhile answers KAFKA_STORAGE_ERROR (the dir is offline now), the others
-are unaffected. A request that changes no move (only errors, remembered dirs, moves already going there) is
+are unaffected. The batches go one per destination dir, each answered on its own: a destination taken offline by a
+stall while its batch is stuck in it answers KAFKA_STORAGE_ERROR at once, not when (if ever) the stuck call
+returns. A request that changes no move (only errors, remembered dirs, moves already going there) is
 answered at once. kjbod extension (KIP-113's original text): the path "any" cancels a move in progress and forgets
 a remembered dir.
 """
@@ -52,6 +54,7 @@ from kjbod.storage.health import DirState
 log = structlog.get_logger("kjbod.alter_replica_log_dirs")
 
 ANY = "any"
+DEST_CHECK_S = 0.25  # how often a request waiting for its future dirs looks for a destination that failed
 MAX_DIR_NAME = 255
 # "-<partition>.<32 hex>-future" around the topic name
 _FUTURE_NAME_EXTRA = 1 + 1 + 32 + len("-future")
@@ -123,13 +126,44 @@ def _response(codes: dict[TopicPartition, int]) -> AlterReplicaLogDirsResponse:
         throttle_time_ms=0, results=[TopicResult(topic_name=t, partitions=ps) for t, ps in by_topic.items()])
 
 
+def _retrieved(future: asyncio.Future) -> None:
+    if not future.cancelled():
+        future.exception()  # a batch answered without it may fail later: its error is the mover's to log
+
+
 async def _answer_when_durable(node, codes: dict[TopicPartition, int], changes: list[Change]):
-    failures = await asyncio.get_running_loop().run_in_executor(None, node.mover.request_moves, changes)
-    for key, error in failures.items():
-        code = getattr(error, "error_code", ErrorCode.UNKNOWN_SERVER_ERROR)
-        if code == ErrorCode.UNKNOWN_SERVER_ERROR:
-            log.error("replica_move_not_accepted", partition=f"{key[0]}-{key[1]}", error=repr(error))
-        codes[key] = code
+    """Hands the mover one batch per destination dir (cancels in one of their own) and answers each batch when it
+    is durable, or, if its destination dir is failed first (a stall: the call stuck in it may never return),
+    KAFKA_STORAGE_ERROR for its partitions without waiting for the call any longer."""
+    loop = asyncio.get_running_loop()
+    batches: dict[str | None, list[Change]] = {}
+    for change in changes:
+        batches.setdefault(change[2], []).append(change)
+    pending: dict[asyncio.Future, str | None] = {}
+    for dest, batch in batches.items():
+        future = loop.run_in_executor(None, node.mover.request_moves, batch)
+        future.add_done_callback(_retrieved)
+        pending[future] = dest
+    while pending:
+        done, _ = await asyncio.wait(pending, timeout=DEST_CHECK_S)
+        for future in done:
+            pending.pop(future)
+            for key, error in future.result().items():
+                code = getattr(error, "error_code", ErrorCode.UNKNOWN_SERVER_ERROR)
+                if code == ErrorCode.UNKNOWN_SERVER_ERROR:
+                    log.error("replica_move_not_accepted", partition=f"{key[0]}-{key[1]}", error=repr(error))
+                codes[key] = code
+        if not pending:
+            break
+        offline = {path for path, online in node.logs.dir_states() if not online}
+        for future, dest in list(pending.items()):
+            if dest in offline:
+                del pending[future]
+                for topic, partition, _dest in batches[dest]:
+                    codes[(topic, partition)] = ErrorCode.KAFKA_STORAGE_ERROR
+                log.warning("replica_moves_answered_without_their_dir", dest_dir=dest, partitions=len(batches[dest]),
+                            error="KAFKA_STORAGE_ERROR",
+                            effect="the destination dir failed while its future dirs were being made")
     return _response(codes)
 
 
