@@ -722,7 +722,8 @@ def _explain(error: KafkaError, move: PlannedMove, broker_id: int, dirs: list[st
         known = ", ".join(dirs) if dirs else "none reported"
         return f"{name}: {move.log_dir} is not a log dir of broker {broker_id} (its log dirs: {known})"
     if code == ErrorCode.KAFKA_STORAGE_ERROR:
-        return f"{name}: the target log dir or the replica's current log dir is offline"
+        return (f"{name}: the target log dir or the replica's current log dir is offline, or the target does not "
+                "answer (see kjbod log-dirs describe)")
     if code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
         return f"{name}: broker {broker_id} knows no partition {move.name}"
     if code == ErrorCode.REPLICA_NOT_AVAILABLE:

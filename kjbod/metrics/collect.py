@@ -351,7 +351,8 @@ class NodeCollector(Collector):
         yield ops
 
     def _moves(self) -> Iterator[Metric]:
-        """KIP-113's ReplicaAlterLogDirsManager figures, and each move's and each dir's bytes, rate and ETA."""
+        """KIP-113's ReplicaAlterLogDirsManager figures, each move's and each dir's bytes, rate and ETA, and how many
+        moves are not converging (kjbod.broker.kip113.convergence)."""
         mover = getattr(self.node, "mover", None)
         manager = self._manager()
         moves = mover.all_progress() if mover is not None else []
@@ -394,6 +395,12 @@ class NodeCollector(Collector):
                 acc[1] += m.rate
                 acc[2] = max(acc[2], -1 if m.eta_seconds is None else m.eta_seconds)
         yield from (copied, size, rate, eta)
+        # Always present (0 when none), so an alert can fire on "> 0" without a rule for the absent series.
+        name = "kjbod_replica_moves_not_converging"
+        stuck = _family(name, "Moves between this broker's log dirs whose source has outgrown the copy over the "
+                              "last two minutes (replica_move_not_converging in the log): their catch-up cannot end")
+        stuck.add_sample(name, {}, sum(1 for m in running if m.not_converging is not None))
+        yield stuck
         paths = sorted(manager.online_dirs + manager.offline_dirs)
         for direction, side in (("in", dir_in), ("out", dir_out)):
             rem = _family(f"kjbod_log_dir_move_{direction}_remaining_bytes",

@@ -24,6 +24,7 @@ from kjbod.cli.log_dirs import (
     PlannedMove,
     ThrottleGuard,
     _describe,
+    _explain,
     describe_document,
     parse_assignment,
     parse_id_list,
@@ -513,3 +514,12 @@ async def test_without_fenced_brokers_nothing_changes(cluster3):  # noqa: F811
     assert await _describe(_describe_args(cluster3), out) == 0
     assert [(b["broker"], b["fenced"], b["error"]) for b in json.loads(out.getvalue())["brokers"]] == [
         (1, False, None), (2, False, None), (3, False, None)]
+
+
+def test_a_storage_error_on_a_move_names_both_ways_a_dir_can_refuse_it():
+    # The broker answers KAFKA_STORAGE_ERROR for an offline dir and for a target dir that does not answer (a hung
+    # disk): the message must not send the operator looking for an offline dir only.
+    error = KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, "")
+    text = _explain(error, PlannedMove("events", 1, "/data/hung"), 1, ["/data/ok", "/data/hung"])
+    assert text.startswith("KAFKA_STORAGE_ERROR: ")
+    assert "is offline" in text and "does not answer" in text and "kjbod log-dirs describe" in text

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import itertools
 import threading
+from types import SimpleNamespace
 
 from kjbod.admin.types import ReplicaLogDirInfo
 from kjbod.broker.kip113.convergence import ConvergenceWatch
 from kjbod.cli.log_dirs import COPYING, MoveTracker, PlannedMove
 from kjbod.cli.progress import human_rate
+from kjbod.metrics.collect import NodeCollector
+from kjbod.metrics.counters import RequestStats
 from kjbod.storage.config import LogConfig
 
 from .conftest import TOPIC_ID, captured_logs, wait_for
@@ -80,7 +83,16 @@ def test_passes_closer_than_the_spacing_are_not_samples():
     assert len(watch._samples) <= 32
 
 
-def test_a_mover_whose_source_outgrows_the_throttle_warns_and_says_so_in_its_progress(make_rig, log_dirs):
+def not_converging_gauge(rig) -> float:
+    """The scrape's ``kjbod_replica_moves_not_converging`` for the rig's mover, as the endpoint builds it."""
+    node = SimpleNamespace(logs=SimpleNamespace(manager=rig.manager), mover=rig.mover)
+    family = next(f for f in NodeCollector(node, RequestStats(), None)._moves()
+                  if f.name == "kjbod_replica_moves_not_converging")
+    [sample] = family.samples
+    return sample.value
+
+
+def test_a_mover_whose_source_outgrows_the_throttle_warns_and_says_so_in_its_progress_and_gauge(make_rig, log_dirs):
     rig = make_rig(rate=50_000, start=False)
     ticks = itertools.count()
     rig.mover.clock = lambda: next(ticks) * 5.0  # each pass of the copy: 5 s later
@@ -100,13 +112,18 @@ def test_a_mover_whose_source_outgrows_the_throttle_warns_and_says_so_in_its_pro
         with captured_logs() as logs:
             rig.mover.start()
             rig.mover.request_move("nc", 0, log_dirs[1])
+            assert not_converging_gauge(rig) == 0  # not judged before a whole window has been watched
             wait_for(lambda: any(e["event"] == "replica_move_not_converging" for e in logs), 120,
                      what="the not-converging warning")
             progress = rig.mover.progress("nc", 0)
+            gauge = not_converging_gauge(rig)
     finally:
         stop.set()
         appender.join(30)
         rig.mover.cancel("nc", 0)
+    assert gauge == 1
+    # A cancelled move is not counted once the mover has stopped it (cancel only asks).
+    wait_for(lambda: not_converging_gauge(rig) == 0, 60, what="the cancelled move out of the gauge")
     warning = next(e for e in logs if e["event"] == "replica_move_not_converging")
     assert warning["log_level"] == "warning" and warning["partition"] == "nc-0"
     assert warning["source_dir"] == log_dirs[0] and warning["dest_dir"] == log_dirs[1]
@@ -125,9 +142,11 @@ def test_a_mover_copying_a_large_idle_source_is_never_flagged(make_rig, log_dirs
     for i in range(1500):
         rig.append("cv", 0, [b"%08d:" % i + b"z" * 2000])
     assert rig.manager.get("cv", 0).size_bytes > 2 * MIB
+    gauges = []
     with captured_logs() as logs:
         rig.mover.request_move("cv", 0, log_dirs[1])
-        wait_for(lambda: rig.moved("cv", 0, log_dirs[1]), what="the move")
+        wait_for(lambda: gauges.append(not_converging_gauge(rig)) or rig.moved("cv", 0, log_dirs[1]), what="the move")
+    assert gauges and not any(gauges)
     assert next(ticks) > 2 * 24  # it was watched over more than two windows
     assert not [e for e in logs if e["event"] == "replica_move_not_converging"]
 

@@ -73,6 +73,7 @@ BROKER: list[tuple[str, frozenset[str], str]] = [
     ("kjbod_log_dir_operation_seconds_bucket", frozenset({"log_dir", "op", "le"}), "kjbod"),
     ("kjbod_log_dir_operation_seconds_count", frozenset({"log_dir", "op"}), "kjbod"),
     ("kjbod_log_dir_operation_seconds_sum", frozenset({"log_dir", "op"}), "kjbod"),
+    ("kjbod_replica_moves_not_converging", frozenset(), "kjbod (moves whose catch-up cannot end)"),
 ]
 
 CONTROLLER: list[tuple[str, frozenset[str], str]] = [

@@ -10,7 +10,11 @@ per partition; a partition named twice keeps the last path, and answers once):
    INVALID_TOPIC_EXCEPTION;
 2. a path that is not, character for character, one of the configured log dirs (absolute and normalised, as
    DescribeLogDirs prints them): LOG_DIR_NOT_FOUND; a configured dir that is offline: KAFKA_STORAGE_ERROR;
-   a hosted partition whose own dir is offline: KAFKA_STORAGE_ERROR;
+   a hosted partition whose own dir is offline: KAFKA_STORAGE_ERROR; (kjbod) a move into a dir that is not
+   answering (an operation outstanding past the size probes' bound, as DescribeLogDirs reports it):
+   KAFKA_STORAGE_ERROR, logged with what the dir is stuck in. Making the future dir there would hold the request
+   until the stall timeout and past it (a call stuck in the kernel cannot be stopped), where Kafka's handler
+   thread would hang; a client retries the error, and the move goes once the dir answers again;
 3. the dir is remembered for a partition this node does not host yet (created there when it arrives:
    CreateTopics or auto-creation honour it); such a partition answers REPLICA_NOT_AVAILABLE when its topic
    exists and UNKNOWN_TOPIC_OR_PARTITION otherwise (Kafka remembers the dir in both cases);
@@ -20,10 +24,12 @@ per partition; a partition named twice keeps the last path, and answers once):
 NONE means "accepted, or nothing to do", not "moved": DescribeLogDirs shows the progress. It does mean that the
 answer survives a crash: a move started or redirected has its ``-future`` dir in the destination, durably, and a
 cancelled move has lost its own, before the answer is sent (Kafka creates the future log while it handles the
-request, too). That file work is the replica mover's (:meth:`ReplicaMover.request_moves`, one batch for the whole
-request: one fsync per log dir, not per partition) and runs in a worker thread while the event loop serves other
+request, too). That file work is the replica mover's (:meth:`ReplicaMover.request_moves`, one batch per destination
+dir: one fsync per log dir, not per partition) and runs in a worker thread while the event loop serves other
 requests; a move whose destination fails meanwhile answers KAFKA_STORAGE_ERROR (the dir is offline now), the others
-are unaffected. A request that changes no move (only errors, remembered dirs, moves already going there) is
+are unaffected. The batches go one per destination dir, each answered on its own: a destination taken offline by a
+stall while its batch is stuck in it answers KAFKA_STORAGE_ERROR at once, not when (if ever) the stuck call
+returns. A request that changes no move (only errors, remembered dirs, moves already going there) is
 answered at once. kjbod extension (KIP-113's original text): the path "any" cancels a move in progress and forgets
 a remembered dir.
 """
@@ -43,10 +49,12 @@ from kjbod.protocol.generated.alter_replica_log_dirs_response import (
 from kjbod.protocol.generated.alter_replica_log_dirs_response import (
     AlterReplicaLogDirTopicResult as TopicResult,
 )
+from kjbod.storage.health import DirState
 
 log = structlog.get_logger("kjbod.alter_replica_log_dirs")
 
 ANY = "any"
+DEST_CHECK_S = 0.25  # how often a request waiting for its future dirs looks for a destination that failed
 MAX_DIR_NAME = 255
 # "-<partition>.<32 hex>-future" around the topic name
 _FUTURE_NAME_EXTRA = 1 + 1 + 32 + len("-future")
@@ -74,7 +82,8 @@ def _cancel(node, topic: str, partition: int, changes: list[Change]) -> None:
         changes.append((topic, partition, None))
 
 
-def alter_one(node, topic: str, partition: int, path: str, online: dict[str, bool], changes: list[Change]) -> int:
+def alter_one(node, topic: str, partition: int, path: str, online: dict[str, bool], changes: list[Change],
+              silent: dict[str, str | None]) -> int:
     """The answer for one partition, from what the event loop can check; a move to start, redirect or cancel is
     added to ``changes`` (the mover's file work may still turn a move's answer into an error)."""
     storage = node.logs
@@ -101,6 +110,10 @@ def alter_one(node, topic: str, partition: int, path: str, online: dict[str, boo
         return ErrorCode.NONE
     if node.mover is None:
         return ErrorCode.KAFKA_STORAGE_ERROR
+    if path in silent:
+        log.warning("replica_move_refused", partition=f"{topic}-{partition}", dest_dir=path, reason=silent[path],
+                    error="KAFKA_STORAGE_ERROR", effect="the destination dir is not answering; retry once it does")
+        return ErrorCode.KAFKA_STORAGE_ERROR
     changes.append((topic, partition, path))  # even one already going there: NONE only once its dir is durable
     return ErrorCode.NONE
 
@@ -113,13 +126,44 @@ def _response(codes: dict[TopicPartition, int]) -> AlterReplicaLogDirsResponse:
         throttle_time_ms=0, results=[TopicResult(topic_name=t, partitions=ps) for t, ps in by_topic.items()])
 
 
+def _retrieved(future: asyncio.Future) -> None:
+    if not future.cancelled():
+        future.exception()  # a batch answered without it may fail later: its error is the mover's to log
+
+
 async def _answer_when_durable(node, codes: dict[TopicPartition, int], changes: list[Change]):
-    failures = await asyncio.get_running_loop().run_in_executor(None, node.mover.request_moves, changes)
-    for key, error in failures.items():
-        code = getattr(error, "error_code", ErrorCode.UNKNOWN_SERVER_ERROR)
-        if code == ErrorCode.UNKNOWN_SERVER_ERROR:
-            log.error("replica_move_not_accepted", partition=f"{key[0]}-{key[1]}", error=repr(error))
-        codes[key] = code
+    """Hands the mover one batch per destination dir (cancels in one of their own) and answers each batch when it
+    is durable, or, if its destination dir is failed first (a stall: the call stuck in it may never return),
+    KAFKA_STORAGE_ERROR for its partitions without waiting for the call any longer."""
+    loop = asyncio.get_running_loop()
+    batches: dict[str | None, list[Change]] = {}
+    for change in changes:
+        batches.setdefault(change[2], []).append(change)
+    pending: dict[asyncio.Future, str | None] = {}
+    for dest, batch in batches.items():
+        future = loop.run_in_executor(None, node.mover.request_moves, batch)
+        future.add_done_callback(_retrieved)
+        pending[future] = dest
+    while pending:
+        done, _ = await asyncio.wait(pending, timeout=DEST_CHECK_S)
+        for future in done:
+            pending.pop(future)
+            for key, error in future.result().items():
+                code = getattr(error, "error_code", ErrorCode.UNKNOWN_SERVER_ERROR)
+                if code == ErrorCode.UNKNOWN_SERVER_ERROR:
+                    log.error("replica_move_not_accepted", partition=f"{key[0]}-{key[1]}", error=repr(error))
+                codes[key] = code
+        if not pending:
+            break
+        offline = {path for path, online in node.logs.dir_states() if not online}
+        for future, dest in list(pending.items()):
+            if dest in offline:
+                del pending[future]
+                for topic, partition, _dest in batches[dest]:
+                    codes[(topic, partition)] = ErrorCode.KAFKA_STORAGE_ERROR
+                log.warning("replica_moves_answered_without_their_dir", dest_dir=dest, partitions=len(batches[dest]),
+                            error="KAFKA_STORAGE_ERROR",
+                            effect="the destination dir failed while its future dirs were being made")
     return _response(codes)
 
 
@@ -131,9 +175,11 @@ def handle(node, request, body: AlterReplicaLogDirsRequest):
             for p in t.partitions:
                 wanted.pop((t.name, p), None)  # the last path named wins, answered in that position
                 wanted[(t.name, p)] = d.path
-    online = {info_path: info_online for info_path, info_online in node.logs.dir_states()}
+    infos = node.logs.manager.dir_infos({})  # touches no disk: each dir's state from its outstanding operations
+    online = {i.path: i.online for i in infos}
+    silent = {i.path: i.error for i in infos if i.online and i.state is DirState.NOT_ANSWERING}
     changes: list[Change] = []
-    codes = {key: alter_one(node, key[0], key[1], path, online, changes) for key, path in wanted.items()}
+    codes = {key: alter_one(node, key[0], key[1], path, online, changes, silent) for key, path in wanted.items()}
     if not changes:
         return _response(codes)
     return _answer_when_durable(node, codes, changes)

@@ -13,8 +13,9 @@ The thresholds: a 120 s window, at least 3 samples in it (one every 4 s at most 
 behind; the warning is logged at most once a minute per move. A slow move that converges is nearer after two
 minutes, however slowly it gains, so it is never flagged, and neither is one that a burst of appends set back
 for less than it makes up within the window. One flagged has lost ground over two whole minutes. Pure logic: the caller passes the clock, so tests drive it with numbers, and
-the same watch judges a move on the broker (from the mover's counters) and in ``kjbod log-dirs move`` (from
-DescribeLogDirs' sizes)."""
+the same watch judges a move on the broker (from the mover's counters; its judgement is the warning, the move's
+progress and the ``kjbod_replica_moves_not_converging`` gauge of kjbod.metrics) and in ``kjbod log-dirs move``
+(from DescribeLogDirs' sizes)."""
 
 from __future__ import annotations
 
