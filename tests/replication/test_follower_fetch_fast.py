@@ -567,9 +567,9 @@ async def test_a_fetch_a_busy_workers_append_holds_back_waits_for_its_wake_up(pa
 
 async def test_a_fetch_a_busy_worker_holds_back_otherwise_goes_the_general_way(pair, taken, general_calls):
     """Every other fetch the busy worker keeps the loop from reading is the general way's: one while two appends
-    are in flight (more behind the first), one parked for an append whose answer does not come (at its
-    max_wait_ms), one woken while the worker is still busy after it waited once; a worker idle again lets the
-    loop read at once."""
+    are in flight (more behind the first), one with more than a small read to send, one parked for an append
+    whose answer does not come (at its max_wait_ms), one woken while the worker is still busy after it waited
+    once; a worker idle again lets the loop read at once."""
     short, general = pair
     for lead in pair:
         lead.append(2)
@@ -580,35 +580,42 @@ async def test_a_fetch_a_busy_worker_holds_back_otherwise_goes_the_general_way(p
     a, b = both(pair, 2, 1)
     assert reply_bytes(a) == reply_bytes(b) and at_once(a) and general_calls == [1]
     for lead in pair:
+        announced(lead, still_busy=True)  # one in flight, a big one: more than one small read to send
         announced(lead, still_busy=True)
+        unannounced_append(lead, fetch_handler.SMALL_FOLLOWER_READ + 1000)
+    a, b = both(pair, 2, 3)
+    assert materialized(a) == materialized(b) and at_once(a) and general_calls == [1, 3]
+    for lead in pair:
+        announced(lead, still_busy=True)
+        unannounced_append(lead)
         lead.node.logs.manager.worker = lambda log_dir: IDLE_WORKER  # one in flight, the worker idle again
-    a, b = both(pair, 2, 2)
-    assert reply_bytes(a) == reply_bytes(b) and a.__class__ is bytes and general_calls == [1]
+    a, b = both(pair, 2, 5)
+    assert reply_bytes(a) == reply_bytes(b) and a.__class__ is bytes and general_calls == [1, 3]
     # Parked for an append whose answer never comes (it failed): answered at its max_wait_ms, by the general way.
     for lead in pair:
         settled(lead)
-    a, b = both(pair, 2, 3, wait_ms=1)  # a new shape (its max_wait_ms), learned by the general way
+    a, b = both(pair, 2, 5, wait_ms=1)  # a new shape (its max_wait_ms), learned by the general way
     assert reply_bytes(a) == reply_bytes(b) and at_once(a)
     for lead in pair:
         unannounced_append(lead)
-    expired = short.fetch(2, 4, wait_ms=1)
+    expired = short.fetch(2, 6, wait_ms=1)
     assert expired.__class__ is Later and not expired.done()
     got = reply_bytes(await asyncio.wait_for(_later_of(expired), 60))
-    assert general_calls == [1, 4]
-    want = reply_bytes(await asyncio.wait_for(_later_of(general.fetch(2, 4, wait_ms=1)), 60))
+    assert general_calls == [1, 3, 6]
+    want = reply_bytes(await asyncio.wait_for(_later_of(general.fetch(2, 6, wait_ms=1)), 60))
     assert got[4:] == want[4:]  # after the correlation id (each leader counts its own)
     assert len(decoded(expired).responses[0].partitions[0].records) > 0
     # Woken by an answer while the worker is still busy (another append in flight behind it): the general way then.
     for lead in pair:
         settled(lead)
         unannounced_append(lead)
-    woken = short.fetch(2, 5, wait_ms=1)
+    woken = short.fetch(2, 7, wait_ms=1)
     assert woken.__class__ is Later and not woken.done()
     for lead in pair:
         unannounced_append(lead)
         announced(lead, still_busy=True)
-    assert woken.done() and general_calls == [1, 4, 5]
-    want = reply_bytes(await asyncio.wait_for(_later_of(general.fetch(2, 5, wait_ms=1)), 60))
+    assert woken.done() and general_calls == [1, 3, 6, 7]
+    want = reply_bytes(await asyncio.wait_for(_later_of(general.fetch(2, 7, wait_ms=1)), 60))
     assert reply_bytes(woken)[4:] == want[4:]
     same_state(pair)
 

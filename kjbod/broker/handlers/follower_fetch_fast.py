@@ -24,7 +24,7 @@ case), else, and for anything else (a read that is not one pread, a wait that ex
 
 A fetch at the log end parks (node.parked_fetches, its max_wait_ms watched by one timer per follower connection,
 see `_Parked`) and is answered in the callback of the append that wakes it, as `_FollowerFetch` is. So, once,
-does a fetch with records to send that the loop may not read because the dir's worker is busy with the
+does a fetch with a small read to send that the loop may not read because the dir's worker is busy with the
 partition's next append (`_append_coming`): the general way would hand its read to that busy worker, behind the
 append, and answer it later, with a decode, a hand-off each way and an encode more. The followers
 one append wakes were parked at the same log end, so the first one's read answers the others (one pread a record
@@ -198,21 +198,26 @@ def answer(router: Any, route: Any, frame: Any, ctx: Any, corr: int) -> Any:
     reply = _read(router, route, shape, offset, corr)
     if reply is not None:
         return reply
-    if may_wait and _append_coming(node, shape, plog):
+    if may_wait and _append_coming(node, shape, plog, offset):
         parked = _Parked(router, route, shape, frame, ctx, corr, offset, wait_s)
         parked.waited = True
         return parked.park(wait_s)
     return _general(router, route, frame, ctx, corr, started + wait_s)
 
 
-def _append_coming(node: Any, shape: Shape, plog: Any) -> bool:
+def _append_coming(node: Any, shape: Shape, plog: Any, offset: int) -> bool:
     """After a read the loop could not make: whether that is because the dir's worker is busy with the one Produce
-    append to the partition whose answer has not reached the loop yet. The general way's read would be held
-    behind that append's hand-over (kjbod.storage.workers: a busy worker is handed nothing more until its answers
-    are in) and answered a worker's round trip after it; the fetch waits for that append's wake-up instead, which
-    reads it on the loop, with the append's records and once for the followers it wakes (see `_Parked`). With
-    more appends of the partition in flight the general way reads what is there."""
+    append to the partition whose answer has not reached the loop yet, and what there is to send is a small read.
+    The general way's read would be held behind that append's hand-over (kjbod.storage.workers: a busy worker is
+    handed small work only once its answers are in) and answered a worker's round trip after it; the fetch waits
+    for that append's wake-up instead, which reads it on the loop, with the append's records and once for the
+    followers it wakes (see `_Parked`). With more appends of the partition in flight, or more bytes than one small
+    read (big Produce requests go to the worker at once, and the general way's read with them), the general way
+    reads what is there."""
     if plog.appends_in_flight != 1 or plog.closed:  # none (nothing would wake it), or more behind it
+        return False
+    size = plog.bytes_to_end(offset)
+    if size is None or not 0 < size <= shape.read_limit:
         return False
     worker = node.logs.manager.worker(shape.log_dir)
     return worker is not None and not worker.idle() and worker.io.online and not fsio.FAULTS.active
@@ -398,7 +403,8 @@ class _Parked:
             plog = shape.plog
             if self.offset != plog.log_end_offset:  # records to send
                 reply = _read(self.router, self.route, shape, self.offset, self.corr, node.parked_fetches.shared)
-                if reply is None and not self.waited and not node.stopping and _append_coming(node, shape, plog):
+                if (reply is None and not self.waited and not node.stopping
+                        and _append_coming(node, shape, plog, self.offset)):
                     left = self.deadline - time.monotonic()
                     if left > 0:  # the worker is busy with the next append: its wake-up reads both, on the loop
                         self.waited = True
