@@ -348,8 +348,8 @@ class _Parked:
     max_wait_ms. A second fetch parked on the same connection while one is (a client that does not wait for its
     answers) gets a timer of its own.
 
-    A fetch that has records to send when it arrives or is woken, but that the loop may not read because the dir's
-    worker is busy with the partition's next append (`_append_coming`), waits for that append's wake-up. It waits
+    A fetch that has a small read to send when it arrives or is woken, but that the loop may not make because the
+    dir's worker is busy with the partition's next append (`_append_coming`), waits for that append's wake-up. It waits
     so once: woken with the worker busy again (a producer keeping it so), it takes the general way, so a steady
     stream of appends cannot hold it to its max_wait_ms."""
 
