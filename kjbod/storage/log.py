@@ -1163,6 +1163,17 @@ class PartitionLog:
             seg = end[0]
             return seg.fh.pread(end[1] - start[1], start[1]), self._hw, self._log_start
 
+    def bytes_to_end(self, offset: int) -> int | None:
+        """The bytes from ``offset`` to the log end when both are where one of the last appends began or ended, in
+        the same segment (what :meth:`read_to_end` would read), else None. A hint, read without the log lock while
+        the dir's worker may be appending: the read itself looks again."""
+        ends = self._ends
+        start = ends.get(offset)
+        end = ends.get(self._leo)
+        if start is None or end is None or start[0] is not end[0]:
+            return None
+        return end[1] - start[1]
+
     def _slice_end(self, seg: LogSegment, start: int, budget: int, limit: int) -> int:
         """The largest batch boundary ``end`` with ``end - start <= budget`` such that every batch in
         [start, end) begins below offset ``limit``; ``start`` if the first batch does not fit."""

@@ -138,6 +138,21 @@ def taken(monkeypatch) -> list[bool]:
     return seen
 
 
+@pytest.fixture
+def reads(pair, monkeypatch) -> list[int]:
+    """The offsets the short way's leader reads its log from (PartitionLog.read_to_end: one pread each)."""
+    seen: list[int] = []
+    real = type(pair[0].plog).read_to_end
+
+    def counted(plog, offset, max_bytes):
+        if plog is pair[0].plog:
+            seen.append(offset)
+        return real(plog, offset, max_bytes)
+
+    monkeypatch.setattr(type(pair[0].plog), "read_to_end", counted)
+    return seen
+
+
 def both(pair, replica: int, offset: int, **kw) -> tuple[bytes, bytes]:
     """The same fetch on both leaders; their replies, which must be the same bytes."""
     got = [lead.fetch(replica, offset, **kw) for lead in pair]
@@ -357,18 +372,9 @@ async def test_a_read_over_the_small_read_size_is_the_general_ways_at_once_and_p
     same_state(pair)
 
 
-async def test_the_followers_one_append_wakes_share_one_read_and_answer_as_the_general_way(pair, taken, monkeypatch):
+async def test_the_followers_one_append_wakes_share_one_read_and_answer_as_the_general_way(pair, taken, reads):
     """Both followers parked at the log end, one append: the second answer is the first one's read (one pread for
     both), and both are the general way's bytes; outside an append's wake-up nothing is shared."""
-    reads: list[int] = []
-    real = type(pair[0].plog).read_to_end
-
-    def counted(plog, offset, max_bytes):
-        if plog is pair[0].plog:
-            reads.append(offset)
-        return real(plog, offset, max_bytes)
-
-    monkeypatch.setattr(type(pair[0].plog), "read_to_end", counted)
     for lead in pair:
         lead.append(2)
     for r in (2, 3):
@@ -476,3 +482,187 @@ async def test_a_connections_parked_fetches_share_one_timer_and_each_still_expir
 async def _later_of(reply):
     await _done(reply)
     return reply
+
+
+class BusyWorker:
+    """A dir's worker running something (the loop may not read the dir): what it is handed runs at once."""
+
+    io = SimpleNamespace(online=True)
+    submit = IDLE_WORKER.submit
+
+    def idle(self) -> bool:
+        return False
+
+
+BUSY_WORKER = BusyWorker()
+
+
+def unannounced_append(lead: Leader, size: int = 10) -> None:
+    """An append the dir's worker made (the log end moved) whose answer has not reached the loop yet: one more
+    Produce append in flight, the worker busy."""
+    lead.plog.append(build_batch([(None, b"w" * size, (), 1_700_000_000_000)], partition_leader_epoch=0),
+                     leader_epoch=0)
+    lead.plog.appends_in_flight += 1
+    lead.node.logs.manager.worker = lambda log_dir: BUSY_WORKER
+
+
+def announced(lead: Leader, *, still_busy: bool = False) -> None:
+    """One in-flight append's answer on the loop, as Produce's fill gives it: the parked fetches wake."""
+    lead.plog.appends_in_flight -= 1
+    if not still_busy:
+        lead.node.logs.manager.worker = lambda log_dir: IDLE_WORKER
+    lead.manager.leader_appended("t", 0)
+    lead.node.notify_append("t", 0)
+
+
+def at_once(reply) -> bool:
+    """Answered in the call (bytes, or a Later done already: the general way's read by a worker that ran it)."""
+    return reply.__class__ is not Later or reply.done()
+
+
+@pytest.fixture
+def general_calls(monkeypatch) -> list[int]:
+    """The offsets of the fetches the short way handed to the general way (`_general`)."""
+    seen: list[int] = []
+    real = fast._general
+
+    def spy(router, route, frame_, ctx, corr, deadline):
+        seen.append(struct.unpack_from(">q", frame_, router.follower_fetch_shapes[ctx.connection_id].at)[0])
+        return real(router, route, frame_, ctx, corr, deadline)
+
+    monkeypatch.setattr(fast, "_general", spy)
+    return seen
+
+
+async def test_a_fetch_a_busy_workers_append_holds_back_waits_for_its_wake_up(pair, taken, general_calls, reads):
+    """The worker moved the log end by an append whose answer is on its way to the loop, and may not be read by the
+    loop meanwhile: the followers' fetches park, and that answer's wake-up reads once for both, on the loop, with
+    the general way's records (which it gets by handing its reads to the busy worker) and the HW their fetches moved."""
+    short, general = pair
+    for lead in pair:
+        lead.append(2)
+    for r in (2, 3):
+        both(pair, r, 2)  # learned (parked at the log end, woken below)
+    for lead in pair:
+        lead.append(1)
+        unannounced_append(lead, 300)
+    parked = [short.fetch(r, 3) for r in (2, 3)]
+    assert all(p.__class__ is Later and not p.done() for p in parked)
+    assert short.node.parked_fetches.count(("t", 0)) == 2
+    wanted = [reply_bytes(general.fetch(r, 3)) for r in (2, 3)]
+    reads.clear()
+    for lead in pair:
+        announced(lead)
+    assert reads == [3]
+    for got, want in zip(parked, wanted, strict=True):  # the records the general way answered, and the HW now
+        part, general_part = decoded(got).responses[0].partitions[0], decoded(want).responses[0].partitions[0]
+        assert part.records == general_part.records and len(part.records) > 300
+        assert part.high_watermark == short.plog.high_watermark == 3  # the general way's first one ran before it
+        assert reply_bytes(got)[4:] == fast.plain_answer(17, "t", TOPIC_ID, 0, False, 0, 3, 0, part.records)[4:]
+    assert short.plog.high_watermark == general.plog.high_watermark
+    assert sorted(short.counted) == sorted(general.counted)  # the same counts; both answers after both fetches
+    assert [short.follower(r) for r in (2, 3)] == [general.follower(r) for r in (2, 3)]
+    assert general_calls == [] and taken.count(True) == 2
+
+
+async def test_a_fetch_a_busy_worker_holds_back_otherwise_goes_the_general_way(pair, taken, general_calls):
+    """Every other fetch the busy worker keeps the loop from reading is the general way's: one while two appends
+    are in flight (more behind the first), one with more than a small read to send, one parked for an append
+    whose answer does not come (at its max_wait_ms), one woken while the worker is still busy after it waited
+    once; a worker idle again lets the loop read at once."""
+    short, general = pair
+    for lead in pair:
+        lead.append(2)
+    both(pair, 2, 0)  # learned
+    for lead in pair:
+        unannounced_append(lead)
+        unannounced_append(lead)  # two in flight
+    a, b = both(pair, 2, 1)
+    assert reply_bytes(a) == reply_bytes(b) and at_once(a) and general_calls == [1]
+    for lead in pair:
+        announced(lead, still_busy=True)  # one in flight, a big one: more than one small read to send
+        announced(lead, still_busy=True)
+        unannounced_append(lead, fetch_handler.SMALL_FOLLOWER_READ + 1000)
+    a, b = both(pair, 2, 3)
+    assert materialized(a) == materialized(b) and at_once(a) and general_calls == [1, 3]
+    for lead in pair:
+        announced(lead, still_busy=True)
+        unannounced_append(lead)
+        lead.node.logs.manager.worker = lambda log_dir: IDLE_WORKER  # one in flight, the worker idle again
+    a, b = both(pair, 2, 5)
+    assert reply_bytes(a) == reply_bytes(b) and a.__class__ is bytes and general_calls == [1, 3]
+    # Parked for an append whose answer never comes (it failed): answered at its max_wait_ms, by the general way.
+    for lead in pair:
+        settled(lead)
+    a, b = both(pair, 2, 5, wait_ms=1)  # a new shape (its max_wait_ms), learned by the general way
+    assert reply_bytes(a) == reply_bytes(b) and at_once(a)
+    for lead in pair:
+        unannounced_append(lead)
+    expired = short.fetch(2, 6, wait_ms=1)
+    assert expired.__class__ is Later and not expired.done()
+    got = reply_bytes(await asyncio.wait_for(_later_of(expired), 60))
+    assert general_calls == [1, 3, 6]
+    want = reply_bytes(await asyncio.wait_for(_later_of(general.fetch(2, 6, wait_ms=1)), 60))
+    assert got[4:] == want[4:]  # after the correlation id (each leader counts its own)
+    assert len(decoded(expired).responses[0].partitions[0].records) > 0
+    # Woken by an answer while the worker is still busy (another append in flight behind it): the general way then.
+    for lead in pair:
+        settled(lead)
+        unannounced_append(lead)
+    woken = short.fetch(2, 7, wait_ms=1)
+    assert woken.__class__ is Later and not woken.done()
+    for lead in pair:
+        unannounced_append(lead)
+        announced(lead, still_busy=True)
+    assert woken.done() and general_calls == [1, 3, 6, 7]
+    want = reply_bytes(await asyncio.wait_for(_later_of(general.fetch(2, 7, wait_ms=1)), 60))
+    assert reply_bytes(woken)[4:] == want[4:]
+    same_state(pair)
+
+
+def settled(lead: Leader) -> None:
+    """Every append in flight answered (or failed) and the worker idle."""
+    lead.plog.appends_in_flight = 0
+    lead.node.logs.manager.worker = lambda log_dir: IDLE_WORKER
+    lead.manager.leader_appended("t", 0)
+
+
+async def test_a_woken_fetch_the_next_append_holds_back_waits_for_it_once(pair, taken, general_calls, reads):
+    """A fetch parked at the log end, woken by an append's answer while the worker already runs the next one: it
+    waits for that one's wake-up and is then read on the loop, both appends at once, with the general way's
+    records. Woken so a second time, it takes the general way (a steady stream of appends cannot hold it)."""
+    short, general = pair
+    for lead in pair:
+        lead.append(2)
+    both(pair, 2, 0)  # learned
+    parked = short.fetch(2, 2)
+    assert parked.__class__ is Later and not parked.done()
+    for lead in pair:
+        unannounced_append(lead, 100)
+        unannounced_append(lead, 200)
+        announced(lead, still_busy=True)  # the first one's answer, the worker running the second
+    assert not parked.done() and short.node.parked_fetches.count(("t", 0)) == 1
+    reads.clear()
+    for lead in pair:
+        announced(lead)
+    assert parked.done() and reads == [2] and general_calls == []
+    want = reply_bytes(general.fetch(2, 2))
+    got = decoded(parked).responses[0].partitions[0]
+    assert got.records == FetchResponse.decode(want[5:], 17).responses[0].partitions[0].records
+    assert len(got.records) > 300  # both appends
+    # Woken twice with the worker busy: the second time, the general way.
+    again = short.fetch(2, 4)
+    assert again.__class__ is Later and not again.done()
+    for lead in pair:
+        unannounced_append(lead)
+        unannounced_append(lead)
+        announced(lead, still_busy=True)
+    assert not again.done()
+    for lead in pair:
+        unannounced_append(lead)
+        announced(lead, still_busy=True)
+    assert general_calls == [4]
+    answered = reply_bytes(await asyncio.wait_for(_later_of(again), 60))
+    want = reply_bytes(await asyncio.wait_for(_later_of(general.fetch(2, 4)), 60))
+    assert answered[4:] == want[4:]
+    assert taken.count(True) == 2

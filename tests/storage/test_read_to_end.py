@@ -1,7 +1,8 @@
 """PartitionLog.read_to_end: a caught-up follower's read, from where one of the last appends began or ended to the
 log end, in one pread from the positions the appends left (no bytes kept). It answers exactly what read() up to
 the log end answers, or None where it cannot (then read() does): an offset no recent append began or ended at, a
-read across a roll, more than max_bytes, after a truncation, below the log start."""
+read across a roll, more than max_bytes, after a truncation, below the log start. bytes_to_end gives the size such a
+read would carry, from the same positions."""
 
 from __future__ import annotations
 
@@ -74,3 +75,22 @@ def test_below_the_log_start_it_leaves_the_error_to_read(plog):
     plog.advance_log_start_offset(start + 1)
     assert plog.read_to_end(start, 1 << 20) is None
     assert plog.read_to_end(start + 1, 1 << 20)[0] == _to_end(plog, start + 1)
+
+
+def test_bytes_to_end_is_the_size_read_to_end_reads_or_none_where_it_cannot_read(plog):
+    """The loop's hint (no lock) of how much a read to the end would carry: the same positions read_to_end uses."""
+    plog.append(kp_batch([b"a"]))
+    plog.roll()
+    starts = []
+    for i in range(3):
+        starts.append(plog.log_end_offset)
+        plog.append(kp_batch([b"v%d" % i, b"w" * (i + 1)]))
+    for offset in starts:
+        assert plog.bytes_to_end(offset) == len(plog.read_to_end(offset, 1 << 20)[0])
+    assert plog.bytes_to_end(plog.log_end_offset) == 0  # nothing to read
+    assert plog.bytes_to_end(starts[1] + 1) is None  # inside an append's batch
+    last = plog.log_end_offset
+    plog.roll()
+    plog.append(kp_batch([b"y"]))
+    assert plog.bytes_to_end(last) == len(plog.read_to_end(last, 1 << 20)[0])  # began in the new segment
+    assert plog.bytes_to_end(starts[0]) is None  # from the old segment to the new one

@@ -106,7 +106,21 @@ against its reference measured in the same run:
   spread above. (Since then the connection writes the only Later reply out from its completion without the
   pump's batch: tools.bench.produce_loop_cpu counts 230 Python calls per Produce against 234, and the leader
   writes three such replies an acks=all record; one --profile run after it gave 574 calls per acks=all record on
-  the leader's loop and 279 per acks=1 record, which says the figure moves by about ten between runs.) GC is
+  the leader's loop and 279 per acks=1 record, which says the figure moves by about ten between runs.) Since a
+  follower's fetch with a small read to send that the leader's loop may not make because its dir's worker is busy
+  with the partition's one next append (the worker moves the log end before the loop hears of that append) waits
+  for the append's wake-up, once, instead of taking the general way (a decode, a read handed to that busy worker
+  behind the append, an encode), --profile counts 0.013 and 0.158 general-way fetches per acks=all record in two
+  runs against 0.306 (0.7% and 12% of the follower fetches against 23%; the second run's followers, a record behind
+  as before, often had two appends in flight, which the wait leaves to the general way), and the leader's dir
+  workers 74-75 Python calls a record against 82 (acks=1's 66-74: almost no reads left on them). Per record the
+  counts follow how many records a fetch carries (the first run's followers fetched once a record, 0.97 each
+  against 0.66: 545 calls on the leader's loop against 525, 88 on each follower's against 63; the second's 0.65:
+  503 and 63). Two latency runs after it gave the brokers' CPU per acks=all record as 1.40 ms against 0.54 at load
+  1.9-2.5 (the leader 792 us, its loop 661; each follower ~300 us, its loop ~180; 3.63x for the p99s) and 1.20 ms
+  against 0.53 at load 5.7-6.6 (the leader 726 us, loop 590; each follower ~237, loop ~140; 3.36x, 1.16x for the
+  floor); --syscalls counts 18.4 system calls per acks=all record on the leader, getpid 1.27 of them: one a
+  Produce, DirWork's asyncio.get_running_loop() (kjbod.broker.dir_work). GC is
   not a factor: with KJBOD_GC_LOG=1 each broker logged one collection, under 1 ms, in a whole run. No broker of
   the latency rounds has the fault seam on (see Cluster). With --trace, the slowest records' legs show no
   periodic event behind the tail (heartbeats, metadata fetches, ISR ticks, placement reviews, dir ticks, the

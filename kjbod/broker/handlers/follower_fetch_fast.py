@@ -23,7 +23,10 @@ case), else, and for anything else (a read that is not one pread, a wait that ex
 `_FollowerFetch` with the checks already made, which stays the only judge of what is not plain.
 
 A fetch at the log end parks (node.parked_fetches, its max_wait_ms watched by one timer per follower connection,
-see `_Parked`) and is answered in the callback of the append that wakes it, as `_FollowerFetch` is. The followers
+see `_Parked`) and is answered in the callback of the append that wakes it, as `_FollowerFetch` is. So, once,
+does a fetch with a small read to send that the loop may not read because the dir's worker is busy with the
+partition's next append (`_append_coming`): the general way would hand its read to that busy worker, behind the
+append, and answer it later, with a decode, a hand-off each way and an encode more. The followers
 one append wakes were parked at the same log end, so the first one's read answers the others (one pread a record
 for an RF 3 partition, not two) while the log end, HW and log start are still those it read.
 """
@@ -188,11 +191,36 @@ def answer(router: Any, route: Any, frame: Any, ctx: Any, corr: int) -> Any:
         stats.requests.follower_fetch()
     node.replication._fetched(state, plog, shape.follower, shape.broker_epoch, offset, leo)
     wait_s = shape.wait_s
-    if offset == leo and shape.min_bytes > 0 and wait_s > 0 and not node.stopping:
+    may_wait = shape.min_bytes > 0 and wait_s > 0 and not node.stopping
+    if offset == leo and may_wait:
         return _Parked(router, route, shape, frame, ctx, corr, offset, wait_s).park(wait_s)
     started = time.monotonic()
     reply = _read(router, route, shape, offset, corr)
-    return reply if reply is not None else _general(router, route, frame, ctx, corr, started + wait_s)
+    if reply is not None:
+        return reply
+    if may_wait and _append_coming(node, shape, plog, offset):
+        parked = _Parked(router, route, shape, frame, ctx, corr, offset, wait_s)
+        parked.waited = True
+        return parked.park(wait_s)
+    return _general(router, route, frame, ctx, corr, started + wait_s)
+
+
+def _append_coming(node: Any, shape: Shape, plog: Any, offset: int) -> bool:
+    """After a read the loop could not make: whether that is because the dir's worker is busy with the one Produce
+    append to the partition whose answer has not reached the loop yet, and what there is to send is a small read.
+    The general way's read would be held behind that append's hand-over (kjbod.storage.workers: a busy worker is
+    handed small work only once its answers are in) and answered a worker's round trip after it; the fetch waits
+    for that append's wake-up instead, which reads it on the loop, with the append's records and once for the
+    followers it wakes (see `_Parked`). With more appends of the partition in flight, or more bytes than one small
+    read (big Produce requests go to the worker at once, and the general way's read with them), the general way
+    reads what is there."""
+    if plog.appends_in_flight != 1 or plog.closed:  # none (nothing would wake it), or more behind it
+        return False
+    size = plog.bytes_to_end(offset)
+    if size is None or not 0 < size <= shape.read_limit:
+        return False
+    worker = node.logs.manager.worker(shape.log_dir)
+    return worker is not None and not worker.idle() and worker.io.online and not fsio.FAULTS.active
 
 
 def _read(router: Any, route: Any, shape: Shape, offset: int, corr: int,
@@ -318,9 +346,15 @@ class _Parked:
     wakes that fetch; when it fires, it expires the fetch then parked if that one's wait is over, else waits again
     for what is left of it. So each fetch still expires at its own max_wait_ms, and the timer runs about once per
     max_wait_ms. A second fetch parked on the same connection while one is (a client that does not wait for its
-    answers) gets a timer of its own."""
+    answers) gets a timer of its own.
 
-    __slots__ = ("router", "route", "shape", "frame", "ctx", "corr", "offset", "deadline", "later", "timer")
+    A fetch that has a small read to send when it arrives or is woken, but that the loop may not make because the
+    dir's worker is busy with the partition's next append (`_append_coming`), waits for that append's wake-up. It waits
+    so once: woken with the worker busy again (a producer keeping it so), it takes the general way, so a steady
+    stream of appends cannot hold it to its max_wait_ms."""
+
+    __slots__ = ("router", "route", "shape", "frame", "ctx", "corr", "offset", "deadline", "later", "timer",
+                 "waited")
 
     def __init__(self, router: Any, route: Any, shape: Shape, frame: Any, ctx: Any, corr: int, offset: int,
                  wait_s: float) -> None:
@@ -329,6 +363,7 @@ class _Parked:
         self.deadline = time.monotonic() + wait_s
         self.later = Later()
         self.timer: asyncio.TimerHandle | None = None  # its own max_wait_ms timer, when not its shape's
+        self.waited = False  # whether it has waited once for an append it could not be given (`_append_coming`)
 
     def park(self, wait_s: float) -> Later:
         """Wait for an append to the partition, or `wait_s` (what is left of the fetch's max_wait_ms)."""
@@ -365,8 +400,16 @@ class _Parked:
         node = self.router.node
         try:
             reply = None
-            if self.offset != shape.plog.log_end_offset:  # records to send
+            plog = shape.plog
+            if self.offset != plog.log_end_offset:  # records to send
                 reply = _read(self.router, self.route, shape, self.offset, self.corr, node.parked_fetches.shared)
+                if (reply is None and not self.waited and not node.stopping
+                        and _append_coming(node, shape, plog, self.offset)):
+                    left = self.deadline - time.monotonic()
+                    if left > 0:  # the worker is busy with the next append: its wake-up reads both, on the loop
+                        self.waited = True
+                        self.park(left)
+                        return
             elif not node.stopping and not shape.plog.closed:  # a long poll must not hold up a SIGTERM
                 left = self.deadline - time.monotonic()
                 if left > 0:
