@@ -1,5 +1,5 @@
-"""The server process's GIL switch interval (kjbod.server.app._settle_threads): 500 us unless KJBOD_GIL_SWITCH_US
-says otherwise, a bad value ignored with a warning. Checked in child processes: the interval is the whole
+"""The server process's GIL switch interval (kjbod.server.app._settle_threads): CPython's own unless
+KJBOD_GIL_SWITCH_US sets another, a bad value ignored with a warning. Checked in child processes: the interval is the whole
 interpreter's, not the test process's to change."""
 
 from __future__ import annotations
@@ -31,21 +31,20 @@ def _run(env_value: str | None) -> tuple[list[int], list[dict]]:
     return [int(x) for x in lines[-1].split()], events
 
 
-def test_the_interval_is_500_us_by_default():
+def test_the_interval_is_cpythons_by_default():
     (before, after), events = _run(None)
-    assert before == 5000  # CPython's own, which the server does not keep
-    assert after == 500
+    assert before == after == 5000
     assert not [e for e in events if e.get("level") == "warning"]
 
 
 def test_the_environment_sets_another():
-    (_, after), _ = _run("5000")
-    assert after == 5000
+    (_, after), _ = _run("500")
+    assert after == 500
 
 
 def test_a_bad_value_is_ignored_with_a_warning_naming_it():
     for bad in ("fast", "0", "-3"):
         (_, after), events = _run(bad)
-        assert after == 500
+        assert after == 5000
         warned = [e for e in events if e.get("variable") == "KJBOD_GIL_SWITCH_US"]
         assert warned and warned[0]["value"] == bad, events

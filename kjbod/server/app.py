@@ -43,9 +43,8 @@ log = get_logger("kjbod.server")
 
 SHUTDOWN_GRACE_S = 30.0
 GC_YOUNG_THRESHOLD = 50_000
-# How long a thread that wants the GIL waits before the holder is made to let it go (sys.setswitchinterval): see
-# _settle_threads. CPython's default is 5000 us; KJBOD_GIL_SWITCH_US sets another (a benchmark's comparison).
-GIL_SWITCH_US = 500
+# KJBOD_GIL_SWITCH_US: how long a thread that wants the GIL waits before the holder is made to let it go
+# (sys.setswitchinterval), when set; unset, CPython's 5000 us stays. See _settle_threads.
 GIL_SWITCH_ENV = "KJBOD_GIL_SWITCH_US"
 _LISTEN_BACKLOG = 1024
 
@@ -199,26 +198,32 @@ def _settle_gc() -> None:
 
 
 def _settle_threads() -> None:
-    """Once the node has started: a thread waiting for the GIL gets it after GIL_SWITCH_US at most, not
-    CPython's 5 ms.
+    """Once the node has started: with KJBOD_GIL_SWITCH_US set, a thread waiting for the GIL gets it after that
+    many microseconds at most instead of CPython's 5000. Unset, the interpreter's interval stays.
 
     uvloop lets the GIL go while it waits in epoll and takes it again for each callback it runs. A dir worker
     whose write returns while the loop is busy asks for the GIL, and each time the loop lets it go between two
     callbacks the loop (running) takes it back before the worker (just woken) can: the worker's answer waits
-    until the switch interval runs out and the loop is made to hand over. At 5 ms that wait sat in the latency
-    tail of every request a worker answers under load. Measured (tools/bench/replication.py --latency-only, four
-    runs on a quiet machine, 500 records/s): the acks=all RF 3 p99 was 11.1 and 10.8 ms at 5 ms, 6.9 and 4.4 ms
-    at 500 us; the acks=1 RF 1 p99 3.1 and 3.2 ms against 2.0 and 2.1 ms. A shorter interval costs a thread
-    switch more often only while two threads both run Python, which a worker does briefly around each write."""
+    until the switch interval runs out. Measured both ways, so it is a choice, not a default:
+    - latency (tools/bench/replication.py --latency-only, quiet machine, 500 records/s): the acks=all RF 3 p99
+      was 11.1 and 10.8 ms at 5000 us, 6.9 and 4.4 ms at 500 us; acks=1 RF 1 3.1 and 3.2 ms against 2.0 and
+      2.1 ms;
+    - throughput (tools/bench/dir_workers.py's idempotent small batches at the highest rate, against the code
+      before in the same rounds): at 500 us the single-loop path (KJBOD_DIR_WORKERS=0) served 83 % of its rate
+      at 5000 us, CPU per request 183 against 164 us: every other thread's brief need for the GIL became a
+      forced switch of the busy loop.
+    """
     value = os.environ.get(GIL_SWITCH_ENV)
+    if not value:
+        return
     try:
-        us = int(value) if value else GIL_SWITCH_US
+        us = int(value)
     except ValueError:
-        us = GIL_SWITCH_US
         log.warning("ignored: not a whole number of microseconds", variable=GIL_SWITCH_ENV, value=value)
+        return
     if us <= 0:
-        us = GIL_SWITCH_US
         log.warning("ignored: not above 0", variable=GIL_SWITCH_ENV, value=value)
+        return
     sys.setswitchinterval(us / 1e6)
 
 
