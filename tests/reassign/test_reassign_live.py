@@ -140,19 +140,31 @@ class Producer(threading.Thread):
         return self.acked
 
 
-def consume_all(cluster: Cluster, expected: int) -> list[bytes]:
+def consume_all(cluster: Cluster, acked: list[bytes]) -> list[bytes]:
+    """Every value in the topic, once at least as many as were acknowledged are read; a shortfall names the
+    acknowledged values missing, their partitions (the producer sends value n to partition (n + 1) % PARTITIONS)
+    and each partition's offsets read, so a lost acknowledged record can be traced in the brokers' logs."""
     consumer = KafkaConsumer(bootstrap_servers=cluster.bootstrap, auto_offset_reset="earliest",
                              enable_auto_commit=False, consumer_timeout_ms=5000)
     try:
         consumer.assign([TopicPartition(TOPIC, p) for p in range(PARTITIONS)])
         consumer.seek_to_beginning()
         seen: list[bytes] = []
+        ends: dict[int, int] = {}
 
         def more() -> bool:
-            seen.extend(m.value for m in consumer)
-            return len(seen) >= expected
+            for m in consumer:
+                seen.append(m.value)
+                ends[m.partition] = m.offset
+            return len(seen) >= len(acked)
 
-        wait_for(more, f"{expected} values read back")
+        try:
+            wait_for(more, f"{len(acked)} values read back")
+        except AssertionError as e:
+            missing = sorted(set(acked) - set(seen), key=int)
+            raise AssertionError(f"{e}: read {len(seen)}; acknowledged and missing: "
+                                 f"{[(v.decode(), (int(v) + 1) % PARTITIONS) for v in missing]}; last offset read "
+                                 f"per partition: {dict(sorted(ends.items()))}; cluster at {cluster.root}") from None
         return seen
     finally:
         consumer.close()
@@ -180,7 +192,7 @@ def test_moving_every_partition_while_producing_loses_nothing_and_a_cancel_rever
         wait_for(lambda: producer.count() >= mark + 200, "the producer goes on after the move")
     finally:
         acked = producer.finish()
-    values = consume_all(cluster, len(acked))
+    values = consume_all(cluster, acked)
     assert len(values) == len(set(values)), "a value was written twice"
     missing = set(acked) - set(values)
     assert not missing, f"{len(missing)} acknowledged values lost"
