@@ -208,10 +208,10 @@ def _settle_threads() -> None:
     - latency (tools/bench/replication.py --latency-only, quiet machine, 500 records/s): the acks=all RF 3 p99
       was 11.1 and 10.8 ms at 5000 us, 6.9 and 4.4 ms at 500 us; acks=1 RF 1 3.1 and 3.2 ms against 2.0 and
       2.1 ms;
-    - throughput (tools/bench/dir_workers.py's idempotent small batches at the highest rate, against the code
-      before in the same rounds): at 500 us the single-loop path (KJBOD_DIR_WORKERS=0) served 83 % of its rate
-      at 5000 us, CPU per request 183 against 164 us: every other thread's brief need for the GIL became a
-      forced switch of the busy loop.
+    - throughput (tools/bench/dir_workers.py's idempotent small batches at the highest rate, each run against
+      the code before the change in the same rounds): with 500 us the single-loop path (KJBOD_DIR_WORKERS=0)
+      ran at 83 % of the code before's rate (CPU per request 183 against 164 us); with 5000 us, in the next run,
+      at 108 %. One pair of runs; why a path with one busy thread pays it is not pinned down.
     """
     value = os.environ.get(GIL_SWITCH_ENV)
     if not value:
