@@ -534,10 +534,13 @@ def general_calls(monkeypatch) -> list[int]:
     return seen
 
 
-async def test_a_fetch_a_busy_workers_append_holds_back_waits_for_its_wake_up(pair, taken, general_calls, reads):
-    """The worker moved the log end by an append whose answer is on its way to the loop, and may not be read by the
-    loop meanwhile: the followers' fetches park, and that answer's wake-up reads once for both, on the loop, with
-    the general way's records (which it gets by handing its reads to the busy worker) and the HW their fetches moved."""
+@pytest.mark.parametrize("in_flight", [1, 2, fast.APPENDS_WAITED])
+async def test_a_fetch_a_busy_workers_appends_hold_back_waits_for_their_wake_ups(pair, taken, general_calls, reads,
+                                                                                in_flight):
+    """The worker moved the log end by appends whose answers are on their way to the loop (the first one's run, the
+    others' hand-over held behind it), and may not be read by the loop meanwhile: the followers' fetches park
+    through every wake-up but the last, whose wake-up reads once for both, on the loop, with the general way's
+    records (which it gets by handing its reads to the busy worker) and the HW their fetches moved."""
     short, general = pair
     for lead in pair:
         lead.append(2)
@@ -545,18 +548,23 @@ async def test_a_fetch_a_busy_workers_append_holds_back_waits_for_its_wake_up(pa
         both(pair, r, 2)  # learned (parked at the log end, woken below)
     for lead in pair:
         lead.append(1)
-        unannounced_append(lead, 300)
+        for _ in range(in_flight):
+            unannounced_append(lead, 300)
     parked = [short.fetch(r, 3) for r in (2, 3)]
     assert all(p.__class__ is Later and not p.done() for p in parked)
     assert short.node.parked_fetches.count(("t", 0)) == 2
     wanted = [reply_bytes(general.fetch(r, 3)) for r in (2, 3)]
     reads.clear()
+    for _ in range(in_flight - 1):
+        for lead in pair:
+            announced(lead, still_busy=True)
+        assert not any(p.done() for p in parked) and reads == []
     for lead in pair:
         announced(lead)
     assert reads == [3]
     for got, want in zip(parked, wanted, strict=True):  # the records the general way answered, and the HW now
         part, general_part = decoded(got).responses[0].partitions[0], decoded(want).responses[0].partitions[0]
-        assert part.records == general_part.records and len(part.records) > 300
+        assert part.records == general_part.records and len(part.records) > 300 * in_flight
         assert part.high_watermark == short.plog.high_watermark == 3  # the general way's first one ran before it
         assert reply_bytes(got)[4:] == fast.plain_answer(17, "t", TOPIC_ID, 0, False, 0, 3, 0, part.records)[4:]
     assert short.plog.high_watermark == general.plog.high_watermark
@@ -566,56 +574,58 @@ async def test_a_fetch_a_busy_workers_append_holds_back_waits_for_its_wake_up(pa
 
 
 async def test_a_fetch_a_busy_worker_holds_back_otherwise_goes_the_general_way(pair, taken, general_calls):
-    """Every other fetch the busy worker keeps the loop from reading is the general way's: one while two appends
-    are in flight (more behind the first), one with more than a small read to send, one parked for an append
-    whose answer does not come (at its max_wait_ms), one woken while the worker is still busy after it waited
-    once; a worker idle again lets the loop read at once."""
+    """Every other fetch the busy worker keeps the loop from reading is the general way's: one while more appends
+    than APPENDS_WAITED are in flight, one with more than a small read to send, one parked for an append whose
+    answer does not come (at its max_wait_ms), one woken while the worker is still busy after it waited once; a
+    worker idle again lets the loop read at once."""
     short, general = pair
     for lead in pair:
-        lead.append(2)
+        lead.append(1)
     both(pair, 2, 0)  # learned
     for lead in pair:
-        unannounced_append(lead)
-        unannounced_append(lead)  # two in flight
+        lead.append(1)  # the fetch below starts where an append began: a small read, not the general way's for that
+        for _ in range(fast.APPENDS_WAITED + 1):
+            unannounced_append(lead)  # one more in flight than a fetch waits for
     a, b = both(pair, 2, 1)
-    assert reply_bytes(a) == reply_bytes(b) and at_once(a) and general_calls == [1]
+    assert materialized(a) == materialized(b) and at_once(a) and general_calls == [1]
+    big = short.plog.log_end_offset
     for lead in pair:
-        announced(lead, still_busy=True)  # one in flight, a big one: more than one small read to send
-        announced(lead, still_busy=True)
+        for _ in range(fast.APPENDS_WAITED + 1):
+            announced(lead, still_busy=True)  # one in flight, a big one: more than one small read to send
         unannounced_append(lead, fetch_handler.SMALL_FOLLOWER_READ + 1000)
-    a, b = both(pair, 2, 3)
-    assert materialized(a) == materialized(b) and at_once(a) and general_calls == [1, 3]
+    a, b = both(pair, 2, big)
+    assert materialized(a) == materialized(b) and at_once(a) and general_calls == [1, big]
     for lead in pair:
         announced(lead, still_busy=True)
         unannounced_append(lead)
         lead.node.logs.manager.worker = lambda log_dir: IDLE_WORKER  # one in flight, the worker idle again
-    a, b = both(pair, 2, 5)
-    assert reply_bytes(a) == reply_bytes(b) and a.__class__ is bytes and general_calls == [1, 3]
+    a, b = both(pair, 2, big + 1)
+    assert reply_bytes(a) == reply_bytes(b) and a.__class__ is bytes and general_calls == [1, big]
     # Parked for an append whose answer never comes (it failed): answered at its max_wait_ms, by the general way.
     for lead in pair:
         settled(lead)
-    a, b = both(pair, 2, 5, wait_ms=1)  # a new shape (its max_wait_ms), learned by the general way
+    a, b = both(pair, 2, big + 1, wait_ms=1)  # a new shape (its max_wait_ms), learned by the general way
     assert reply_bytes(a) == reply_bytes(b) and at_once(a)
     for lead in pair:
         unannounced_append(lead)
-    expired = short.fetch(2, 6, wait_ms=1)
+    expired = short.fetch(2, big + 2, wait_ms=1)
     assert expired.__class__ is Later and not expired.done()
     got = reply_bytes(await asyncio.wait_for(_later_of(expired), 60))
-    assert general_calls == [1, 3, 6]
-    want = reply_bytes(await asyncio.wait_for(_later_of(general.fetch(2, 6, wait_ms=1)), 60))
+    assert general_calls == [1, big, big + 2]
+    want = reply_bytes(await asyncio.wait_for(_later_of(general.fetch(2, big + 2, wait_ms=1)), 60))
     assert got[4:] == want[4:]  # after the correlation id (each leader counts its own)
     assert len(decoded(expired).responses[0].partitions[0].records) > 0
     # Woken by an answer while the worker is still busy (another append in flight behind it): the general way then.
     for lead in pair:
         settled(lead)
         unannounced_append(lead)
-    woken = short.fetch(2, 7, wait_ms=1)
+    woken = short.fetch(2, big + 3, wait_ms=1)
     assert woken.__class__ is Later and not woken.done()
     for lead in pair:
         unannounced_append(lead)
         announced(lead, still_busy=True)
-    assert woken.done() and general_calls == [1, 3, 6, 7]
-    want = reply_bytes(await asyncio.wait_for(_later_of(general.fetch(2, 7, wait_ms=1)), 60))
+    assert woken.done() and general_calls == [1, big, big + 2, big + 3]
+    want = reply_bytes(await asyncio.wait_for(_later_of(general.fetch(2, big + 3, wait_ms=1)), 60))
     assert reply_bytes(woken)[4:] == want[4:]
     same_state(pair)
 
@@ -666,3 +676,52 @@ async def test_a_woken_fetch_the_next_append_holds_back_waits_for_it_once(pair, 
     want = reply_bytes(await asyncio.wait_for(_later_of(general.fetch(2, 4)), 60))
     assert answered[4:] == want[4:]
     assert taken.count(True) == 2
+
+
+async def test_a_fetch_waits_only_for_the_appends_in_flight_when_it_began_to_wait(pair, taken, general_calls):
+    """A fetch waits for the appends in flight when it began to wait, not for any that a producer adds meanwhile:
+    woken by the first of two with more in flight than the one left (a new one behind it), or by the second with
+    the worker busy again, it takes the general way with what is there; so does a fetch parked at the log end
+    that waits for the two appends in flight behind the one that woke it and then finds a third."""
+    short, general = pair
+    for lead in pair:
+        lead.append(1)
+    both(pair, 2, 0)  # learned
+    for start, behind in ((1, 1), (3, 0)):
+        for lead in pair:
+            lead.append(1)
+            unannounced_append(lead)
+            unannounced_append(lead)
+        held = short.fetch(2, start)
+        assert held.__class__ is Later and not held.done()
+        for lead in pair:
+            for _ in range(behind):
+                unannounced_append(lead)  # a new one, behind the two
+            announced(lead, still_busy=True)  # the first one's answer
+        if not behind:
+            assert not held.done() and general_calls == [1]  # the one left to wait for, alone in flight
+            for lead in pair:
+                unannounced_append(lead)
+                announced(lead, still_busy=True)
+        assert general_calls == [1, 3][:2 - behind]
+        answered = reply_bytes(await asyncio.wait_for(_later_of(held), 60))
+        want = reply_bytes(await asyncio.wait_for(_later_of(general.fetch(2, start)), 60))
+        assert answered[4:] == want[4:]
+        for lead in pair:
+            settled(lead)
+    # Parked at the log end: woken by an append with two behind it, it waits for those two only.
+    end = short.plog.log_end_offset
+    parked = short.fetch(2, end)
+    assert parked.__class__ is Later and not parked.done()
+    for lead in pair:
+        for _ in range(3):
+            unannounced_append(lead)
+        announced(lead, still_busy=True)  # woken, two behind: it waits
+    assert not parked.done()
+    for lead in pair:
+        unannounced_append(lead)
+        announced(lead, still_busy=True)  # one left to wait for, two in flight
+    assert general_calls == [1, 3, end]
+    answered = reply_bytes(await asyncio.wait_for(_later_of(parked), 60))
+    want = reply_bytes(await asyncio.wait_for(_later_of(general.fetch(2, end)), 60))
+    assert answered[4:] == want[4:]
