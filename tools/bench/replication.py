@@ -120,8 +120,17 @@ against its reference measured in the same run:
   1.9-2.5 (the leader 792 us, its loop 661; each follower ~300 us, its loop ~180; 3.63x for the p99s) and 1.20 ms
   against 0.53 at load 5.7-6.6 (the leader 726 us, loop 590; each follower ~237, loop ~140; 3.36x, 1.16x for the
   floor); --syscalls counts 18.4 system calls per acks=all record on the leader, getpid 1.27 of them: one a
-  Produce, DirWork's asyncio.get_running_loop() (kjbod.broker.dir_work). GC is
-  not a factor: with KJBOD_GC_LOG=1 each broker logged one collection, under 1 ms, in a whole run. No broker of
+  Produce, DirWork's asyncio.get_running_loop() (kjbod.broker.dir_work). Since such a fetch waits for every
+  append in flight when it begins to wait (up to 8; each wake-up one of them answered), not only when exactly one
+  is, the general way's share of the leader's follower fetches at 500 records/s went from 3.5% and 16.8% to 0.7%
+  and 5.3% (four clusters alternating the two rules under other work, load 4.3-6.1, counted by a patch not kept:
+  most general-way fetches had had 2 to 18 appends in flight); the brokers' CPU per acks=all record stayed inside
+  the spread (1.47 and 1.51 ms against 0.63 and 0.62 in two latency runs after it, load 1.8-3.1; 4.47x and 2.26x).
+  perf (cpu-clock samples at 500 records/s) puts 75% of the leader's CPU and 65% of each follower's in the
+  interpreter (libpython; its eval loop about a third of all samples), 16-23% in the kernel and 3-5% in uvloop:
+  what is left is Python run per record, and of the 265 calls an acks=all record adds on the leader's loop
+  (--profile) the connection's plumbing makes 55, the Later callbacks (kjbod.wire.handler) 22 and the file seam's
+  one pread (kjbod.storage.fsio) 17. GC is not a factor: with KJBOD_GC_LOG=1 each broker logged one collection, under 1 ms, in a whole run. No broker of
   the latency rounds has the fault seam on (see Cluster). With --trace, the slowest records' legs show no
   periodic event behind the tail (heartbeats, metadata fetches, ISR ticks, placement reviews, dir ticks, the
   watchdog, GC: each under the slowest records about as often as chance gives windows that long): every leg
