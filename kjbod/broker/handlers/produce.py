@@ -70,7 +70,7 @@ def handle(node, request, body: ProduceRequest):
             return
         resp, end, records = result
         topic, pd = slot[2], slot[3]
-        if replication.lost_leadership(node, topic, pd.index):
+        if replication.lost_leadership(slot[7]):
             slot[0][slot[1]] = _error(pd.index, ErrorCode.NOT_LEADER_OR_FOLLOWER,
                                       f"this broker stopped leading {topic}-{pd.index} while the append ran", v)
             return
@@ -139,7 +139,8 @@ def handle(node, request, body: ProduceRequest):
                         plog = _serving(plog)
                     plog.appends_in_flight += 1
                     work.add(plog.log_dir, (parts, len(parts), td.name, pd, plog,
-                                            node.leader_epoch(td.name, pd.index), checked))
+                                            node.leader_epoch(td.name, pd.index), checked,
+                                            replication.leader_state(node, td.name, pd.index)))
                     parts.append(None)
         responses.append((td.name, parts))
     if not work:
@@ -240,7 +241,7 @@ class _Appends:
 
 
 def _append_one(item, now_ms: int, v: int):
-    _parts, _slot, topic, pd, plog, leader_epoch, checked = item
+    _parts, _slot, topic, pd, plog, leader_epoch, checked, _lead = item
     if plog.closed:  # swapped by a KIP-113 move since the request came: append to the moved replica
         plog = plog.current()
     try:

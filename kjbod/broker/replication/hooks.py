@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kjbod.broker.replication.partition import LEADER
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated.fetch_response import EpochEndOffset
 from kjbod.protocol.generated.fetch_response import PartitionData as FetchPart
@@ -119,10 +120,24 @@ def appended(node: Any, topic: str, partition: int) -> None:
         manager.leader_appended(topic, partition)
 
 
-def lost_leadership(node: Any, topic: str, partition: int) -> bool:
-    """See ReplicaManager.lost_leadership (False on a node without replication)."""
+def leader_state(node: Any, topic: str, partition: int) -> Any:
+    """See ReplicaManager.leader_state (None on a node without replication)."""
     manager = getattr(node, "replication", None)
-    return manager is not None and manager.lost_leadership(topic, partition)
+    return manager.leader_state(topic, partition) if manager is not None else None
+
+
+def lost_leadership(state: Any) -> bool:
+    """Whether this broker no longer leads a partition whose append it took with `state` (leader_state, at the
+    hand-off): asked once the append is done, since the metadata may have moved the leadership, or the replica
+    itself, while the append waited for its dir's worker. The batch then went into a follower's log (the
+    fetcher truncates it away: it diverges from the new leader's epoch), or into a replica about to be deleted
+    (a completed reassignment moved the partition off this broker). Kafka refuses such an append (it checks the
+    leadership under the partition's lock, and a removed partition is not found); the answer is
+    NOT_LEADER_OR_FOLLOWER, never a success the producer would count on: an acks=all record no replica the
+    partition keeps has, or an idempotent producer's batch the new leader lacks (a fatal
+    OUT_OF_ORDER_SEQUENCE_NUMBER for its next one). Still the leader in a later epoch (a reassignment re-elects
+    it: the same state), the append is in the leader's log: a success."""
+    return state is not None and state.role != LEADER
 
 
 def needs_replication(node: Any, topic: str, partition: int, required_offset: int) -> bool:

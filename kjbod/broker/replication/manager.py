@@ -232,7 +232,8 @@ class ReplicaManager:
                 self._forget(tp)
 
     def _forget(self, tp: TopicPartition) -> None:
-        del self.states[tp]
+        # no role: an append handed over while it led is refused when it comes back (lost_leadership)
+        self.states.pop(tp).role = None
         self.fetchers.remove(tp)
         self._fail_waiters(tp, ErrorCode.NOT_LEADER_OR_FOLLOWER)
 
@@ -470,17 +471,11 @@ class ReplicaManager:
             return ErrorCode.NOT_ENOUGH_REPLICAS
         return 0
 
-    def lost_leadership(self, topic: str, partition: int) -> bool:
-        """Whether this broker no longer leads a partition it took a Produce for: asked once the append is
-        done, since the metadata may have moved the leadership while the append waited for its dir's worker.
-        The batch then went into a follower's log (the fetcher truncates it away: it diverges from the new
-        leader's epoch). Kafka refuses such an append (it checks the leadership under the partition's lock);
-        the answer is NOT_LEADER_OR_FOLLOWER, never a success the producer would count on (an idempotent
-        producer would take its next batch to the new leader, which lacks this one: a fatal
-        OUT_OF_ORDER_SEQUENCE_NUMBER). Still the leader in a later epoch (a reassignment re-elects it), the
-        append is in the leader's log: a success."""
-        state = self.states.get((topic, partition))
-        return state is not None and state.role != LEADER
+    def leader_state(self, topic: str, partition: int) -> PartitionState | None:
+        """The partition's replication state as a Produce hands its append to the dir's worker, for
+        hooks.lost_leadership to look at once the append is done (None: not replicated here, a lone node's).
+        The same object while this broker keeps the replica, whatever the epochs; `_forget` takes its role."""
+        return self.states.get((topic, partition))
 
     def replicated(self, topic: str, partition: int) -> bool:
         state = self.states.get((topic, partition))
