@@ -125,7 +125,8 @@ against its reference measured in the same run:
   is, the general way's share of the leader's follower fetches at 500 records/s went from 3.5% and 16.8% to 0.7%
   and 5.3% (four clusters alternating the two rules under other work, load 4.3-6.1, counted by a patch not kept:
   most general-way fetches had had 2 to 18 appends in flight); the brokers' CPU per acks=all record stayed inside
-  the spread (1.47 and 1.51 ms against 0.63 and 0.62 in two latency runs after it, load 1.8-3.1; 4.47x and 2.26x).
+  the spread (1.47, 1.51 and 1.54 ms against 0.63, 0.62 and 0.73 in three latency runs after it, load 1.8-3.6;
+  4.47x, 2.26x and 2.29x).
   perf (cpu-clock samples at 500 records/s) puts 75% of the leader's CPU and 65% of each follower's in the
   interpreter (libpython; its eval loop about a third of all samples), 16-23% in the kernel and 3-5% in uvloop:
   what is left is Python run per record, and of the 265 calls an acks=all record adds on the leader's loop
