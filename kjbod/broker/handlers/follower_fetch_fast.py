@@ -216,9 +216,10 @@ def _append_coming(node: Any, shape: Shape, plog: Any, offset: int, most: int) -
     to send is a small read. The general way's read would be held behind those appends (kjbod.storage.workers: a
     busy worker is handed small work only once its answers are in, and then with what was held before it) and
     answered with the last one's answers; the fetch waits for their wake-ups instead, the first that finds the
-    worker idle reading on the loop, with the appends' records and once for the followers it wakes (see `_Parked`). With more appends of the
-    partition in flight, or more bytes than one small read (big Produce requests go to the worker at once, and
-    the general way's read with them), the general way reads what is there."""
+    worker idle reading on the loop, with the appends' records and once for the followers it wakes (see
+    `_Parked`). With more appends of the partition in flight, or more bytes than one small read (big Produce
+    requests go to the worker at once, and the general way's read with them), the general way reads what is
+    there."""
     if not 0 < plog.appends_in_flight <= most or plog.closed:  # none (nothing would wake it), or too many
         return False
     size = plog.bytes_to_end(offset)
