@@ -131,10 +131,11 @@ against its reference measured in the same run:
   interpreter (libpython; its eval loop about a third of all samples), 16-23% in the kernel and 3-5% in uvloop:
   what is left is Python run per record, and of the 265 calls an acks=all record adds on the leader's loop
   (--profile) the connection's plumbing makes 55, the Later callbacks (kjbod.wire.handler) 22 and the file seam's
-  one pread (kjbod.storage.fsio) 17. GC is not a factor: with KJBOD_GC_LOG=1 each broker logged one collection, under 1 ms, in a whole run. No broker of
-  the latency rounds has the fault seam on (see Cluster). With --trace, the slowest records' legs show no
-  periodic event behind the tail (heartbeats, metadata fetches, ISR ticks, placement reviews, dir ticks, the
-  watchdog, GC: each under the slowest records about as often as chance gives windows that long): every leg
+  one pread (kjbod.storage.fsio) 17. GC is not a factor: with KJBOD_GC_LOG=1 each broker logged one collection,
+  under 1 ms, in a whole run. No broker of the latency rounds has the fault seam on (see Cluster). With --trace,
+  the slowest records' legs show no periodic event behind the tail (heartbeats, metadata fetches, ISR ticks,
+  placement reviews, dir ticks, the watchdog, GC: each under the slowest records about as often as chance gives
+  windows that long): every leg
   grows, whole processes not running for tens of ms while work waits for them; and, in some runs, a follower
   whose loop the dir workers' Placement had pinned to one CPU not running for up to 540 ms (the per-follower
   hop line, split by Placement state, shows it);
