@@ -725,3 +725,26 @@ async def test_a_fetch_waits_only_for_the_appends_in_flight_when_it_began_to_wai
     answered = reply_bytes(await asyncio.wait_for(_later_of(parked), 60))
     want = reply_bytes(await asyncio.wait_for(_later_of(general.fetch(2, end)), 60))
     assert answered[4:] == want[4:]
+
+
+@pytest.mark.parametrize("change", ["new leader epoch", "follower"])
+async def test_a_parked_fetch_woken_after_the_leadership_changed_is_answered_as_the_general_way(pair, taken, change):
+    """Kafka's DelayedFetch looks at the partition again when it completes: a leader epoch that moved on answers
+    FENCED_LEADER_EPOCH, a leadership gone NOT_LEADER_OR_FOLLOWER. The short way's fetch, parked at the log end
+    while its checks held, is woken by an append after the metadata changed them: it is answered as the general
+    way's parked fetch is, not with records read as if nothing had changed."""
+    for lead in pair:
+        lead.append(2)
+    both(pair, 2, 2)
+    parked = both(pair, 2, 2)
+    assert taken[-1] is True and all(p.__class__ is Later and not p.done() for p in parked)
+    for lead in pair:
+        lead.node.metadata = (image(leader_epoch=1, partition_epoch=1) if change == "new leader epoch"
+                              else image(leader=3, leader_epoch=1, partition_epoch=1))
+        lead.manager.sync(lead.node.metadata)
+        lead.append(1)  # wakes the parked fetches
+    got = [await asyncio.wait_for(_done(p), 60) for p in parked]
+    assert got[0][4:] == got[1][4:]
+    part = decoded(parked[0]).responses[0].partitions[0]
+    assert part.error_code == (ErrorCode.FENCED_LEADER_EPOCH if change == "new leader epoch"
+                               else ErrorCode.NOT_LEADER_OR_FOLLOWER)

@@ -523,6 +523,8 @@ async def _serve(node, request, body: FetchRequest, follower: int) -> FetchRespo
             await wait_event(arrived, timeout)  # no task per parked fetch (kjbod.net.tasks)
         finally:
             parked.unpark(keys, wake, follower=decided is not None)
+        if decided is not None:  # a follower's fetch: checked again, as Kafka's DelayedFetch (see the hook)
+            replication.recheck_follower_fetch(node, resolved, body, v, follower, decided)
 
 
 def _capped(node, body: FetchRequest) -> tuple[int, int]:
@@ -679,6 +681,9 @@ class _FollowerFetch:
         if later.done():  # cancelled: the connection went away
             return
         try:
+            if replication.recheck_follower_fetch(self.node, self.resolved, self.body, self.version, self.follower,
+                                                  self.decided):
+                self.single = None  # answered with what the checks now refuse
             result = self.answer()
         except Exception as e:  # the handler's bug: the connection closes, the append that woke it goes on
             later.fail(e)

@@ -325,9 +325,11 @@ def plain_answer(version: int, name: str, topic_id: Any, partition: int, read_co
     return _packed(*_answer_parts(version, name, topic_id, partition, read_committed), corr, hw, log_start, records)
 
 
-def _general(router: Any, route: Any, frame: Any, ctx: Any, corr: int, deadline: float) -> Any:
+def _general(router: Any, route: Any, frame: Any, ctx: Any, corr: int, deadline: float, *,
+             recheck: bool = False) -> Any:
     """What the general way answers for this fetch, its checks and the follower's position already done here:
-    `_FollowerFetch` with nothing decided and the fetch's own deadline, its answer encoded by the router."""
+    `_FollowerFetch` with nothing decided and the fetch's own deadline, its answer encoded by the router.
+    `recheck`: the checks made again first (a parked fetch whose leadership changed: `_Parked.woken`)."""
     from kjbod.broker.router import Request
 
     client_id, pos = read_request_header(frame, route.header_version)
@@ -336,6 +338,9 @@ def _general(router: Any, route: Any, frame: Any, ctx: Any, corr: int, deadline:
     ff = general._FollowerFetch(node=router.node, request=request, body=body,
                                 follower=replication.follower_id(body, route.version), decided={},
                                 deadline=deadline)
+    if recheck and replication.recheck_follower_fetch(router.node, ff.resolved, body, route.version, ff.follower,
+                                                      ff.decided):
+        ff.single = None
     result = ff.answer()
     if result.__class__ is Later:
         return result.then(lambda response: router._reply(route, request, response))
@@ -411,7 +416,12 @@ class _Parked:
         try:
             reply = None
             plog = shape.plog
-            if self.offset != plog.log_end_offset:  # records to send
+            state = shape.state
+            if state.role is not LEADER or state.leader_epoch != shape.leader_epoch:
+                # The leadership or its epoch changed while it waited: the general way checks it again and answers
+                # the error (Kafka's DelayedFetch looks at the partition again when it completes).
+                reply = _general(self.router, self.route, self.frame, self.ctx, self.corr, 0.0, recheck=True)
+            elif self.offset != plog.log_end_offset:  # records to send
                 reply = _read(self.router, self.route, shape, self.offset, self.corr, node.parked_fetches.shared)
                 most = APPENDS_WAITED if self.waits_for < 0 else self.waits_for
                 if (reply is None and not node.stopping

@@ -4,7 +4,9 @@ the handlers stay about their APIs.
 * Fetch from a follower (replica id ≥ 0): `prepare_follower_fetch` runs the leader's checks for each partition
   before the read and records the follower's position (manager.follower_fetch: check_follower_fetch, then
   follower_fetched when it passes); the partitions it answers (errors, DivergingEpoch) are not read.  Followers
-  read up to the LEO; consumers up to the HW.
+  read up to the LEO; consumers up to the HW.  A parked follower's fetch, woken, is checked again
+  (`recheck_follower_fetch`, as Kafka's DelayedFetch): a leadership or leader epoch that changed meanwhile
+  answers its error.
 * Throttles: `leader_throttled` names the partitions a follower gets no records for now (outside the ISR,
   throttled, the leader quota exceeded); they do not count as data for the long poll, which looks again as
   soon as the quota allows them (`leader_throttle_wait_s`) rather than at the end of its wait; `leader_sent`
@@ -50,18 +52,52 @@ def prepare_follower_fetch(node: Any, resolved: list[tuple[str | None, Any]], bo
             check = manager.follower_fetch(name, p.partition, replica_id, epoch, p.current_leader_epoch,
                                            p.fetch_offset, p.last_fetched_epoch)
             if check.error_code or check.diverging is not None:
-                code = check.error_code
-                if code == ErrorCode.KAFKA_STORAGE_ERROR and version < 6:  # as Kafka maps it for old versions
-                    code = ErrorCode.NOT_LEADER_OR_FOLLOWER
-                part = _part(p.partition, code)
-                plog = manager._local_log(name, p.partition)
-                if plog is not None and check.error_code in (0, ErrorCode.OFFSET_OUT_OF_RANGE):
-                    part.high_watermark = part.last_stable_offset = plog.high_watermark
-                    part.log_start_offset = plog.log_start_offset
-                if check.diverging is not None:
-                    part.diverging_epoch = EpochEndOffset(epoch=check.diverging[0], end_offset=check.diverging[1])
-                out[(name, p.partition)] = part
+                out[(name, p.partition)] = _decided(manager, name, p, check, version)
     return out
+
+
+def recheck_follower_fetch(node: Any, resolved: list[tuple[str | None, Any]], body: Any, version: int,
+                           replica_id: int, decided: dict[tuple[str, int], FetchPart]) -> bool:
+    """A parked follower's fetch, woken, looked at again as Kafka's DelayedFetch is (tryComplete: a broker no
+    longer the leader, a leader epoch that moved on, a partition gone or offline complete it at once, with the
+    errors its read then answers): the leader's checks again (check_follower_fetch, the follower's position
+    not moved again), what they now refuse added to `decided`. Returns whether they added anything. Without
+    it, a fetch parked before this broker lost the leadership (or started a new leader epoch) was answered
+    with records read from a log that may since have been truncated and refilled from the new leader, with no
+    error to send the follower looking for its new leader."""
+    manager = getattr(node, "replication", None)
+    if manager is None:
+        return False
+    epoch = follower_epoch(body, version)
+    added = False
+    for name, t in resolved:
+        if name is None:
+            continue
+        for p in t.partitions:
+            key = (name, p.partition)
+            if key in decided:
+                continue
+            check = manager.check_follower_fetch(name, p.partition, replica_id, epoch, p.current_leader_epoch,
+                                                 p.fetch_offset, p.last_fetched_epoch)
+            if check.error_code or check.diverging is not None:
+                decided[key] = _decided(manager, name, p, check, version)
+                added = True
+    return added
+
+
+def _decided(manager: Any, name: str, p: Any, check: Any, version: int) -> FetchPart:
+    """The answer of a partition its checks refused (an error, or where the follower's log diverges)."""
+    code = check.error_code
+    if code == ErrorCode.KAFKA_STORAGE_ERROR and version < 6:  # as Kafka maps it for old versions
+        code = ErrorCode.NOT_LEADER_OR_FOLLOWER
+    part = _part(p.partition, code)
+    plog = manager._local_log(name, p.partition)
+    if plog is not None and check.error_code in (0, ErrorCode.OFFSET_OUT_OF_RANGE):
+        part.high_watermark = part.last_stable_offset = plog.high_watermark
+        part.log_start_offset = plog.log_start_offset
+    if check.diverging is not None:
+        part.diverging_epoch = EpochEndOffset(epoch=check.diverging[0], end_offset=check.diverging[1])
+    return part
 
 
 def leader_throttled(node: Any, resolved: list[tuple[str | None, Any]], replica_id: int) -> frozenset[tuple[str, int]]:
