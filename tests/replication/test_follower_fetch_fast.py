@@ -271,12 +271,18 @@ async def test_fetches_the_checks_refuse_go_the_general_way_which_answers_their_
     same_state(pair)
 
 
-async def test_a_parked_fetch_at_shutdown_or_at_its_wait_is_answered_empty_as_the_general_way(pair, taken):
+def parked_at_the_log_end(pair, taken) -> tuple[Later, Later]:
+    """Follower 2's fetch at the log end (2) on both leaders, the short way's parked by the short way."""
     for lead in pair:
         lead.append(2)
-    both(pair, 2, 2)
+    both(pair, 2, 2)  # learned
     parked = both(pair, 2, 2)
     assert taken[-1] is True and all(p.__class__ is Later and not p.done() for p in parked)
+    return parked
+
+
+async def test_a_parked_fetch_at_shutdown_or_at_its_wait_is_answered_empty_as_the_general_way(pair, taken):
+    parked = parked_at_the_log_end(pair, taken)
     for lead in pair:
         lead.node.stopping = True
         lead.node.parked_fetches.wake_all()
@@ -733,11 +739,7 @@ async def test_a_parked_fetch_woken_after_the_leadership_changed_is_answered_as_
     FENCED_LEADER_EPOCH, a leadership gone NOT_LEADER_OR_FOLLOWER. The short way's fetch, parked at the log end
     while its checks held, is woken by an append after the metadata changed them: it is answered as the general
     way's parked fetch is, not with records read as if nothing had changed."""
-    for lead in pair:
-        lead.append(2)
-    both(pair, 2, 2)
-    parked = both(pair, 2, 2)
-    assert taken[-1] is True and all(p.__class__ is Later and not p.done() for p in parked)
+    parked = parked_at_the_log_end(pair, taken)
     for lead in pair:
         lead.node.metadata = (image(leader_epoch=1, partition_epoch=1) if change == "new leader epoch"
                               else image(leader=3, leader_epoch=1, partition_epoch=1))
