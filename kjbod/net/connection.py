@@ -337,6 +337,9 @@ class ReconnectingConnection:
             self._conn = None
 
 
+NO_TIME_LEFT = "no time left to connect"  # an attempt that tried no address: the caller's time ran out first
+
+
 def _time_up(future: asyncio.Future[bytes]) -> None:
     """A request's timeout (ClientConnection.request): its wait ends with TimeoutError."""
     if not future.done():
@@ -349,6 +352,6 @@ def _unreachable(addresses: Sequence[tuple[str, int]], failures: Sequence[Broker
         return failures[0]
     host, port = addresses[0]
     if not failures:
-        return BrokerConnectionError(host, port, "no time left to connect")
+        return BrokerConnectionError(host, port, NO_TIME_LEFT)
     return BrokerConnectionError(host, port, "no peer reachable; tried " + "; ".join(
         f"{e.host}:{e.port} ({e.reason})" for e in failures))

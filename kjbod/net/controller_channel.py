@@ -34,7 +34,7 @@ from typing import Any
 import structlog
 
 from kjbod.net.backoff import ExponentialBackoff
-from kjbod.net.connection import ReconnectingConnection
+from kjbod.net.connection import NO_TIME_LEFT, ReconnectingConnection
 from kjbod.net.correlator import api_name
 from kjbod.net.errors import (
     BrokerConnectionError,
@@ -66,6 +66,7 @@ DEFAULT_CONNECT_TIMEOUT = 10.0
 # Kafka's reconnect.backoff.ms / reconnect.backoff.max.ms for the controller channel.
 RETRY_BACKOFF = 0.05
 RETRY_BACKOFF_MAX = 1.0
+NO_ATTEMPT = "no attempt made"
 
 
 def controller_addresses(voters: str | None, bootstrap_servers: str | None) -> list[tuple[str, int]]:
@@ -157,7 +158,7 @@ class ControllerChannel:
         backoff = ExponentialBackoff(self._backoff_template.initial, self._backoff_template.maximum,
                                      multiplier=self._backoff_template.multiplier,
                                      jitter=self._backoff_template.jitter)
-        last: str = "no attempt made"
+        last: str = NO_ATTEMPT
         while True:
             if self._closed:
                 raise BrokerConnectionError(*self._first_address(), "the controller channel is closed")
@@ -166,7 +167,10 @@ class ControllerChannel:
                 try:
                     response = await self._attempt(request, api_key, version, client_id, remaining)
                 except (BrokerConnectionError, RequestTimeoutError) as e:
-                    last = str(e)
+                    # An attempt the deadline left no time to connect tried nothing: the attempt before it says
+                    # why the controller is not reachable (refused, say), and the error names that.
+                    if getattr(e, "reason", None) != NO_TIME_LEFT or last == NO_ATTEMPT:
+                        last = str(e)
                 else:
                     if not has_error(response, ErrorCode.NOT_CONTROLLER):
                         return response

@@ -18,7 +18,12 @@ from kjbod.net.controller_channel import (
     SocketControllerChannel,
     controller_addresses,
 )
-from kjbod.net.errors import BrokerResponseError, RequestTimeoutError, UnsupportedVersionError
+from kjbod.net.errors import (
+    BrokerConnectionError,
+    BrokerResponseError,
+    RequestTimeoutError,
+    UnsupportedVersionError,
+)
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import (
     BrokerHeartbeatRequest,
@@ -171,6 +176,31 @@ async def test_socket_channel_names_the_controller_it_cannot_reach() -> None:
     with pytest.raises(RequestTimeoutError, match=f"127.0.0.1:{port}.*(refused|no connection)") as info:
         await chan.send(BrokerHeartbeatRequest(broker_id=1), 63)
     assert "BrokerHeartbeat" in str(info.value)
+    chan.close()
+
+
+class _RefusedThenOutOfTime(InProcessControllerChannel):
+    """A controller that refuses connections, and whose last attempt the deadline leaves no time to connect."""
+
+    def __init__(self) -> None:
+        super().__init__(lambda *a: None, request_timeout=0.2, **FAST)
+        self.attempts = 0
+
+    async def _attempt(self, request: Any, api_key: int, version: int | None, client_id: str | None,
+                       remaining: float) -> Any:
+        self.attempts += 1
+        if remaining > 0.1:
+            raise BrokerConnectionError("127.0.0.1", 9, "connection refused")
+        raise BrokerConnectionError("127.0.0.1", 9, "no time left to connect")
+
+
+async def test_the_timeout_names_the_last_attempt_that_tried_to_connect() -> None:
+    """Under load the last attempt of a call may start with too little time to try any address: the error then
+    still says why the controller was not reached (a CI run's message said only "no time left to connect")."""
+    chan = _RefusedThenOutOfTime()
+    with pytest.raises(RequestTimeoutError, match="127.0.0.1:9: connection refused"):
+        await chan.send(BrokerHeartbeatRequest(broker_id=1), 63)
+    assert chan.attempts >= 2
     chan.close()
 
 
