@@ -68,8 +68,8 @@ def _request(version: int):
     return SimpleNamespace(api_version=version, ctx=SimpleNamespace(listener_kind="broker"))
 
 
-def _produce(node, parts: dict[str, list[int]], *, timeout_ms: int = 600_000, value: bytes = b"v"):
-    body = ProduceRequest(acks=1, timeout_ms=timeout_ms, topic_data=[
+def _produce(node, parts: dict[str, list[int]], *, timeout_ms: int = 600_000, value: bytes = b"v", acks: int = 1):
+    body = ProduceRequest(acks=acks, timeout_ms=timeout_ms, topic_data=[
         ProduceRequest.TopicProduceData(name=t, partition_data=[
             ProduceRequest.PartitionProduceData(index=p, records=kp_batch([value])) for p in ps])
         for t, ps in parts.items()])

@@ -19,17 +19,14 @@ from types import SimpleNamespace
 
 import pytest
 
-from kjbod.broker.handlers import produce
 from kjbod.broker.replication import ReplicaManager, ReplicationConfig
 from kjbod.broker.replication.hooks import lost_leadership
 from kjbod.broker.replication.partition import FOLLOWER, LEADER
 from kjbod.metadata import MetadataImage
 from kjbod.metadata.image import PartitionImage, TopicImage
 from kjbod.protocol.errors import ErrorCode
-from kjbod.protocol.generated import ProduceRequest
 from tests.replication.test_replica_manager import EPOCHS, TOPIC_ID, AlterPartitions, Clock, FakeNode, image
-from tests.storage.conftest import kp_batch
-from tests.storage.test_dir_workers import PV, _answers, _awaitable, _Node, _produce, _request
+from tests.storage.test_dir_workers import _answers, _Node, _produce
 
 
 class _Replication:
@@ -104,12 +101,6 @@ def _moved_away(leader: int = 2) -> MetadataImage:
     return MetadataImage(topics_by_name={"t": topic}, topics_by_id={TOPIC_ID: topic}, brokers=image().brokers)
 
 
-def _produce_acks(node, acks: int):
-    body = ProduceRequest(acks=acks, timeout_ms=600_000, topic_data=[ProduceRequest.TopicProduceData(
-        name="t", partition_data=[ProduceRequest.PartitionProduceData(index=0, records=kp_batch([b"v"]))])])
-    return _awaitable(produce.handle(node, _request(PV), body))
-
-
 @pytest.mark.parametrize("acks", [-1, 1])
 async def test_an_append_that_ran_after_the_replica_was_reassigned_away_is_not_acknowledged(make_manager, acks):
     """Found by the live reassignment test (one acks=all value of 489 never read back): the metadata that
@@ -123,7 +114,7 @@ async def test_an_append_that_ran_after_the_replica_was_reassigned_away_is_not_a
     node.metadata = image(isr=(1, 2, 3))
     node.replication = ReplicaManager(node, ReplicationConfig(), alter_partition=AlterPartitions(), clock=Clock())
     node.replication.sync(node.metadata)
-    pending = _produce_acks(node, acks)  # checked as the leader's; appended on the dir's worker later
+    pending = _produce(node, {"t": [0]}, acks=acks)  # checked as the leader's; appended on the dir's worker later
     node.metadata = _moved_away()
     node.replication.sync(node.metadata)  # the replica is no longer this broker's: forgotten
     code, _offset = _answers(await pending)[("t", 0)]

@@ -649,6 +649,13 @@ class _FollowerFetch:
             _trace_answer(node, self.resolved, self.follower)
         return resp
 
+    def recheck(self) -> None:
+        """Woken while parked: the checks again (replication.recheck_follower_fetch, as Kafka's DelayedFetch);
+        what they now refuse is answered, not read."""
+        if replication.recheck_follower_fetch(self.node, self.resolved, self.body, self.version, self.follower,
+                                              self.decided):
+            self.single = None
+
     def _parked_on(self) -> list[tuple[str, int]]:
         keys = self.keys
         if keys is None:
@@ -681,9 +688,7 @@ class _FollowerFetch:
         if later.done():  # cancelled: the connection went away
             return
         try:
-            if replication.recheck_follower_fetch(self.node, self.resolved, self.body, self.version, self.follower,
-                                                  self.decided):
-                self.single = None  # answered with what the checks now refuse
+            self.recheck()
             result = self.answer()
         except Exception as e:  # the handler's bug: the connection closes, the append that woke it goes on
             later.fail(e)

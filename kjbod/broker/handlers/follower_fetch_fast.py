@@ -338,9 +338,8 @@ def _general(router: Any, route: Any, frame: Any, ctx: Any, corr: int, deadline:
     ff = general._FollowerFetch(node=router.node, request=request, body=body,
                                 follower=replication.follower_id(body, route.version), decided={},
                                 deadline=deadline)
-    if recheck and replication.recheck_follower_fetch(router.node, ff.resolved, body, route.version, ff.follower,
-                                                      ff.decided):
-        ff.single = None
+    if recheck:
+        ff.recheck()
     result = ff.answer()
     if result.__class__ is Later:
         return result.then(lambda response: router._reply(route, request, response))

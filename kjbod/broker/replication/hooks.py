@@ -41,18 +41,13 @@ def prepare_follower_fetch(node: Any, resolved: list[tuple[str | None, Any]], bo
     """The answers decided before any read, keyed by (topic, partition); see the module docstring."""
     manager = getattr(node, "replication", None)
     out: dict[tuple[str, int], FetchPart] = {}
-    epoch = follower_epoch(body, version)
-    for name, t in resolved:
-        if name is None:
-            continue
-        for p in t.partitions:
-            if manager is None:
-                out[(name, p.partition)] = _part(p.partition, ErrorCode.NOT_LEADER_OR_FOLLOWER)
-                continue
-            check = manager.follower_fetch(name, p.partition, replica_id, epoch, p.current_leader_epoch,
-                                           p.fetch_offset, p.last_fetched_epoch)
-            if check.error_code or check.diverging is not None:
-                out[(name, p.partition)] = _decided(manager, name, p, check, version)
+    if manager is None:
+        for name, t in resolved:
+            if name is not None:
+                for p in t.partitions:
+                    out[(name, p.partition)] = _part(p.partition, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        return out
+    _decide(manager, manager.follower_fetch, resolved, body, version, replica_id, out)
     return out
 
 
@@ -68,6 +63,13 @@ def recheck_follower_fetch(node: Any, resolved: list[tuple[str | None, Any]], bo
     manager = getattr(node, "replication", None)
     if manager is None:
         return False
+    return _decide(manager, manager.check_follower_fetch, resolved, body, version, replica_id, decided)
+
+
+def _decide(manager: Any, check: Any, resolved: list[tuple[str | None, Any]], body: Any, version: int,
+            replica_id: int, decided: dict[tuple[str, int], FetchPart]) -> bool:
+    """`check` (the manager's follower_fetch or check_follower_fetch) on each partition not decided yet; the
+    answers of those it refuses added to `decided`. Returns whether it added any."""
     epoch = follower_epoch(body, version)
     added = False
     for name, t in resolved:
@@ -77,10 +79,10 @@ def recheck_follower_fetch(node: Any, resolved: list[tuple[str | None, Any]], bo
             key = (name, p.partition)
             if key in decided:
                 continue
-            check = manager.check_follower_fetch(name, p.partition, replica_id, epoch, p.current_leader_epoch,
-                                                 p.fetch_offset, p.last_fetched_epoch)
-            if check.error_code or check.diverging is not None:
-                decided[key] = _decided(manager, name, p, check, version)
+            verdict = check(name, p.partition, replica_id, epoch, p.current_leader_epoch, p.fetch_offset,
+                            p.last_fetched_epoch)
+            if verdict.error_code or verdict.diverging is not None:
+                decided[key] = _decided(manager, name, p, verdict, version)
                 added = True
     return added
 
