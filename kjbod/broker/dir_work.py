@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import math
+import threading
 import time
 import weakref
 from collections.abc import Callable
@@ -146,7 +147,16 @@ class _Waiting:
 
     def __init__(self, work: DirWork, fn: Callable[[Items], list[Any]], handed: list[tuple[Any, Items]],
                  timeout_s: float | None, then: Callable[[], Any] | None, later: bool) -> None:
-        loop = asyncio.get_running_loop()
+        # The running loop as this thread's last one found running, not asyncio.get_running_loop(): on Python
+        # 3.11 that is a getpid system call (a check for a fork), one per Produce (see `_here`).
+        try:
+            deadlines = _HERE.deadlines
+        except AttributeError:
+            deadlines = _here()
+        else:
+            if not deadlines.loop.is_running():
+                deadlines = _here()
+        loop = deadlines.loop
         self.work = work
         self.then = then
         self.future: Any = Later() if later else loop.create_future()  # asyncio.Future or Later
@@ -155,8 +165,8 @@ class _Waiting:
         self.deadlines: _Deadlines | None = None
         self.tick = 0
         if timeout_s is not None:
-            self.deadlines = _deadlines(loop)
-            self.tick = self.deadlines.add(self, timeout_s)
+            self.deadlines = deadlines
+            self.tick = deadlines.add(self, timeout_s)
         answered = self._answered
         for i, (worker, items) in enumerate(handed):
             worker.submit(_Call(fn, items), functools.partial(answered, i), loop)
@@ -301,14 +311,21 @@ class _Deadlines:
 
 
 _BY_LOOP: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Deadlines] = weakref.WeakKeyDictionary()
-_last: list[_Deadlines] = []  # the one used last (a server has one loop): found without a weak-key lookup
+# Per thread, `deadlines`: the _Deadlines of the loop last found running on it (`_here`).
+_HERE = threading.local()
 
 
 def _deadlines(loop: asyncio.AbstractEventLoop) -> _Deadlines:
-    if _last and _last[0].loop is loop:
-        return _last[0]
     found = _BY_LOOP.get(loop)
     if found is None:
         found = _BY_LOOP[loop] = _Deadlines(loop)
-    _last[:] = [found]
+    return found
+
+
+def _here() -> _Deadlines:
+    """The running loop's _Deadlines, kept as this thread's: while that loop still runs, it is the one running
+    here (a thread runs one loop at a time, and a loop that stopped here is not run on another thread meanwhile by
+    anything in kjbod), which ``loop.is_running()`` tells without a system call; a thread that has gone on to
+    another loop (tests run one per test) finds its own again here."""
+    found = _HERE.deadlines = _deadlines(asyncio.get_running_loop())
     return found

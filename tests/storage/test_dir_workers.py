@@ -561,3 +561,51 @@ def test_requests_answered_in_time_leave_no_timer_but_the_newest_ticks(spread, l
         assert all(not group for group in deadlines.ticks.values()) and len(deadlines.timers) <= 1
 
     asyncio.run(scenario())
+
+
+def test_a_request_in_flight_takes_the_loop_running_on_its_thread_without_asking_asyncio(spread, monkeypatch):
+    """DirWork takes the running loop as its thread's last one found running (asyncio.get_running_loop() is a
+    getpid system call on Python 3.11): asked once per loop and thread, and still right when a thread goes on to
+    another loop (asyncio.run once per scenario here) and when two threads run loops at once (each its own)."""
+    from kjbod.broker import dir_work
+
+    node = _Node(spread)
+    asked: list[tuple[int, asyncio.AbstractEventLoop]] = []
+    here = dir_work._here
+
+    def counted():
+        found = here()
+        asked.append((threading.get_ident(), found.loop))
+        return found
+
+    monkeypatch.setattr(dir_work, "_here", counted)
+
+    async def scenario(n: int) -> list[int]:
+        offsets = []
+        for _ in range(n):
+            offsets.append(_answers(await _produce(node, {"a": [0], "b": [0]}, timeout_ms=60_000))[("a", 0)][1])
+        return offsets
+
+    first = asyncio.run(scenario(3))
+    second = asyncio.run(scenario(2))  # a new loop on the same thread: found again, not the closed one
+    assert first == [0, 1, 2] and second == [3, 4]
+    assert len(asked) == 2 and asked[0][1] is not asked[1][1]
+
+    # Two threads with loops running at once: each request's timer and answer on its own thread's loop.
+    go = threading.Barrier(2)
+    got: dict[str, object] = {}
+
+    async def paired(name: str) -> None:
+        go.wait()
+        await _produce(node, {name: [0]}, timeout_ms=60_000)
+        got[name] = asyncio.get_running_loop()
+        go.wait()  # both loops still running while the other's request was in flight
+
+    threads = [threading.Thread(target=lambda n=n: asyncio.run(paired(n))) for n in "bc"]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert set(got) == {"b", "c"} and got["b"] is not got["c"]
+    by_thread = {ident: loop for ident, loop in asked[2:]}
+    assert len(by_thread) == 2 and set(by_thread.values()) == {got["b"], got["c"]}
