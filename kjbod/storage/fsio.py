@@ -954,6 +954,18 @@ class FileHandle:
     def _pread_cached(self, n: int, offset: int) -> bytes:
         return pread_cached(self.fd, n, offset, self.path)
 
+    def pread_cached(self, n: int, offset: int) -> bytes:
+        """:meth:`pread` from the page cache only whatever this thread's :class:`no_waiting` (the caller says
+        so: PartitionLog.read_to_end_cached); :class:`WouldBlock` if any of the bytes is not cached."""
+        io = self.io
+        t = io._begin("read", self.path)
+        try:
+            return pread_cached(self.fd, n, offset, self.path)
+        except OSError as e:
+            io.fail("read", self.path, e)
+        finally:
+            io._end(t)
+
     def read_all(self) -> bytes:
         size = self.size()
         chunks = []

@@ -140,16 +140,18 @@ def taken(monkeypatch) -> list[bool]:
 
 @pytest.fixture
 def reads(pair, monkeypatch) -> list[int]:
-    """The offsets the short way's leader reads its log from (PartitionLog.read_to_end: one pread each)."""
+    """The offsets the short way's leader reads its log from (PartitionLog.read_to_end_cached, or read_to_end:
+    one pread each)."""
     seen: list[int] = []
-    real = type(pair[0].plog).read_to_end
+    for name in ("read_to_end", "read_to_end_cached"):
+        real = getattr(type(pair[0].plog), name)
 
-    def counted(plog, offset, max_bytes):
-        if plog is pair[0].plog:
-            seen.append(offset)
-        return real(plog, offset, max_bytes)
+        def counted(plog, offset, max_bytes, real=real):
+            if plog is pair[0].plog:
+                seen.append(offset)
+            return real(plog, offset, max_bytes)
 
-    monkeypatch.setattr(type(pair[0].plog), "read_to_end", counted)
+        monkeypatch.setattr(type(pair[0].plog), name, counted)
     return seen
 
 

@@ -18,7 +18,7 @@ node shuts down). The per-fetch checks (LastFetchedEpoch against the leader epoc
 range) are made here on every fetch as ReplicaManager._check makes them, and a fetch that fails one goes the general
 way too, which answers its error or DivergingEpoch. Then the follower's position moves (ReplicaManager._fetched: the
 HW, the acks=all answers it completes), and the answer is read as `_FollowerFetch._answer_single` reads it: from the
-page cache on the loop when the dir's worker is idle (PartitionLog.read_to_end, the caught-up follower's common
+page cache on the loop when the dir's worker is idle (PartitionLog.read_to_end_cached, the caught-up follower's common
 case), else, and for anything else (a read that is not one pread, a wait that expires, the node stopping), by
 `_FollowerFetch` with the checks already made, which stays the only judge of what is not plain.
 
@@ -271,8 +271,7 @@ def _read_once(node: Any, shape: Shape, plog: Any, offset: int,
         return None
     leo = plog.log_end_offset  # before the read: a leader's log end only grows, so an equal one later is the read's
     try:
-        with fsio.no_waiting():
-            got = plog.read_to_end(offset, shape.read_limit)
+        got = plog.read_to_end_cached(offset, shape.read_limit)
     except Exception:  # WouldBlock, or a failure the general way reports
         return None
     if got is not None and shared is not None:
