@@ -18,9 +18,9 @@ node shuts down). The per-fetch checks (LastFetchedEpoch against the leader epoc
 range) are made here on every fetch as ReplicaManager._check makes them, and a fetch that fails one goes the general
 way too, which answers its error or DivergingEpoch. Then the follower's position moves (ReplicaManager._fetched: the
 HW, the acks=all answers it completes), and the answer is read as `_FollowerFetch._answer_single` reads it: from the
-page cache on the loop when the dir's worker is idle (PartitionLog.read_to_end_cached, the caught-up follower's common
-case), else, and for anything else (a read that is not one pread, a wait that expires, the node stopping), by
-`_FollowerFetch` with the checks already made, which stays the only judge of what is not plain.
+page cache on the loop when the dir's worker is idle (PartitionLog.read_to_end_cached, the caught-up follower's
+common case), else, and for anything else (a read that is not one pread, a wait that expires, the node stopping),
+by `_FollowerFetch` with the checks already made, which stays the only judge of what is not plain.
 
 A fetch at the log end parks (node.parked_fetches, its max_wait_ms watched by one timer per follower connection,
 see `_Parked`) and is answered in the callback of the append that wakes it, as `_FollowerFetch` is. So does a
