@@ -568,8 +568,7 @@ def test_laters_are_written_in_the_completing_call_once_none_is_left_out(run: An
             reader, writer = await server.connect()
             conn = await _queued(server, writer, [b"laterwait"] * 3)
             written: list[bytes] = []
-            write = conn._write
-            conn._write = lambda parts: (written.append(b"".join(parts)), write(parts))  # type: ignore[method-assign]
+            conn._transport = _WriteSpy(conn._transport, written)  # type: ignore[assignment]
             handler.laters[0].resolve([b"first"])
             handler.laters[1].resolve([b"second"])
             assert written == []  # the third is still out: these wait for the end of the loop's pass, together
@@ -584,6 +583,20 @@ def test_laters_are_written_in_the_completing_call_once_none_is_left_out(run: An
             await close_client(writer)
 
     run(scenario())
+
+
+class _WriteSpy:
+    """A transport whose writes are also kept in `written` (each write's bytes)."""
+
+    def __init__(self, transport: Any, written: list[bytes]) -> None:
+        self._transport, self._written = transport, written
+
+    def write(self, data: Any) -> None:
+        self._written.append(bytes(data))
+        self._transport.write(data)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
 
 
 def _count_pumps(conn: Connection) -> list[int]:
@@ -1178,6 +1191,24 @@ def test_region_shorter_than_promised_closes_the_connection(
     run(scenario())
     assert len(closer.closed) == 1
     assert any(e["event"] == "sending a reply failed; closing the connection" for e in events(logs))
+
+
+def test_later_when_pending_adds_its_callback_only_while_the_outcome_is_unknown() -> None:
+    """What the connection's queue asks a Later it is handed (one call for done() and on_done): pending, the
+    callback runs when it completes; done, failed or cancelled, False and the callback is never run."""
+    seen: list[Any] = []
+    pending = Later()
+    assert pending.when_pending(lambda d: seen.append(d.result()))
+    assert pending.when_pending(lambda d: seen.append(d.result() * 2))
+    pending.resolve(3)
+    assert seen == [3, 6]
+    done, failed, cancelled = Later(), Later(), Later()
+    done.resolve(1)
+    failed.fail(ValueError("no"))
+    cancelled.cancel()
+    for later in (done, failed, cancelled):
+        assert not later.when_pending(lambda d: seen.append("never"))
+    assert seen == [3, 6]
 
 
 def test_client_closing_while_a_reply_is_pending(run: Any) -> None:

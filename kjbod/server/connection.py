@@ -450,12 +450,17 @@ class Connection(asyncio.BufferedProtocol):
                                 stats.handled(route_id, started - self._read_at, now - started)
                                 started = now
                             continue
-                        body = _joined(reply)
+                        body = None if reply.__class__ is Later else _joined(reply)
                         if body is None:
                             meta = None
                             if stats is not None:
-                                meta = self._timing(data, frame_at, started, route_id)
-                                stats.handled(route_id, started - self._read_at, meta[5] - started)
+                                # What _sent_metrics needs, from what the head's unpack gave: the api key the
+                                # request counts under (`route_id`'s), its version (a signed int16) and correlation
+                                # id.
+                                now = _now()
+                                meta = (route_id >> 16, ((route_id & 0xFFFF) ^ 0x8000) - 0x8000, correlation_id,
+                                        started, self._read_at, now)
+                                stats.handled(route_id, started - self._read_at, now - started)
                             self._enqueue(reply, meta)
                             break
                         reply = body
@@ -499,12 +504,6 @@ class Connection(asyncio.BufferedProtocol):
         self._write(batch)
         stats.sent_batch(self._batch_routes, self._read_at, write_started, _now())
         self._batch_routes.clear()
-
-    def _timing(self, frame: Any, at: int, started: float, route_id: int) -> tuple[float, ...]:
-        """A queued reply's request metadata with the times metrics need (see _sent_metrics); the api key is the
-        one the request counts under (`route_id`'s)."""
-        _api_key, api_version, correlation_id = _unpack_request_header(frame, at)
-        return (route_id >> 16, api_version, correlation_id, started, self._read_at, _now())
 
     def _sent_metrics(self, meta: tuple[float, ...], ready_at: float) -> None:
         """A queued reply is sent: its remote wait (handler returned -> reply ready), send and total times."""
@@ -602,11 +601,10 @@ class Connection(asyncio.BufferedProtocol):
             self._queue.append((reply, meta))
             if self._sender is None:
                 self._sender = _BY_CALLBACKS
-            if reply.done():  # not from inside the read being served, whose earlier replies are not written yet
+            if not reply.when_pending(self._later_done):
+                # Done already: not from inside the read being served, whose earlier replies are not written yet.
                 assert self._loop is not None
                 self._loop.call_soon(self._later_done, reply)
-            else:
-                reply.on_done(self._later_done)
             if len(self._queue) >= self._max_pending:
                 self._pause_reading(_PAUSE_PENDING)
             return
@@ -649,10 +647,18 @@ class Connection(asyncio.BufferedProtocol):
             body = reply if reply.__class__ is bytes else _joined(reply) if reply is not None else None
             if body is not None:
                 meta = queue.popleft()[1]
-                if meta is not None and self._stats is not None:
-                    self._sent_metrics(meta, _now())
+                stats = self._stats
+                if meta is not None and stats is not None:  # as _sent_metrics, in line (once per such reply)
+                    ready_at = _now()
+                    now = _now()
+                    stats.sent((int(meta[0]) << 16) | int(meta[1]), ready_at - meta[5], now - ready_at,
+                               now - meta[4])
                 self._sender = None  # the fast path is back once this is written (as _write_later_batch)
-                self._write([_pack_size(len(body)), body])
+                transport = self._transport  # as _write, in line
+                if transport is not None and not transport.is_closing():
+                    if timeline.ON:
+                        timeline.span("server write", time.perf_counter())
+                    transport.write(_pack_size(len(body)) + body)
                 if self._close_reason is not None or self._eof:
                     self._maybe_finish_close()
                 if self._pause & _PAUSE_PENDING:  # (max_pending 1)

@@ -117,6 +117,18 @@ class Later:
         elif self._state != _CANCELLED:
             callback(self)
 
+    def when_pending(self, callback: Callable[[Later], None]) -> bool:
+        """:meth:`on_done` while the outcome is not known yet (True); False, and ``callback`` not added, once it
+        is (or cancelled): the caller, which must not run it at once, decides. One call where ``done()`` and
+        ``on_done`` were two, once per reply a callback gives (the connection's queue)."""
+        if self._state != _PENDING:
+            return False
+        if self._callbacks is None:
+            self._callbacks = [callback]
+        else:
+            self._callbacks.append(callback)
+        return True
+
     def resolve(self, value: Any) -> None:
         """The result; ignored when the outcome is already known or nobody waits any more (cancelled)."""
         if self._state != _PENDING:

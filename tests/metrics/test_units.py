@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import socket
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -221,6 +222,43 @@ async def test_a_followers_fetch_counts_as_fetch_follower_on_every_path_of_a_con
     assert sum(stats.local[follower]) == 3 and sum(stats.remote[follower]) == 3
     assert stats.count_as == -1
     conn.connection_lost(None)
+
+
+async def test_a_followers_fetch_answered_by_a_later_is_counted_and_timed_as_one_answered_by_a_future():
+    """A reply a callback gives (a Later: a parked follower fetch woken by an append) is written by the Later's
+    own completion, with the request's metadata taken from the read's first unpack instead of a second one; it
+    counts and times what a future's reply (the sender task's way) does: the request under FETCH_FOLLOWER at its
+    version, its local, remote and total times, the same bytes written."""
+    from kjbod.metrics.counters import FETCH_FOLLOWER
+    from kjbod.server.connection import Connection
+    from kjbod.wire.handler import Later
+
+    seen = {}
+    for kind in ("future", "later"):
+        stats = RequestStats()
+        pending: Any = Later() if kind == "later" else asyncio.get_running_loop().create_future()
+
+        class Handler:
+            def handle(self, frame, ctx, stats=stats, pending=pending):
+                stats.follower_fetch()
+                return pending
+
+        conn = Connection(Handler(), stats=stats)
+        transport = _Transport()
+        conn.connection_made(transport)  # type: ignore[arg-type]
+        conn._debug = False  # the fast path, whatever the tests' log level (the debug log takes the general one)
+        conn.data_received(_frame(1, 12, 10))
+        await asyncio.sleep(0.01)
+        (pending.resolve if kind == "later" else pending.set_result)([b"\x00\x00\x00\x04"])
+        for _ in range(20):
+            await asyncio.sleep(0)
+        follower = slice(FETCH_FOLLOWER * BUCKETS, (FETCH_FOLLOWER + 1) * BUCKETS)
+        seen[kind] = (stats.requests[(FETCH_FOLLOWER << 5) | 12], sum(stats.local[follower]),
+                      sum(stats.remote[follower]), sum(stats.total[follower]), stats.remote[FETCH_FOLLOWER * BUCKETS],
+                      bytes(transport.written), conn.pending)
+        conn.connection_lost(None)
+    # the remote wait (10 ms) is not in the first bucket
+    assert seen["later"] == seen["future"] == (1, 1, 1, 1, 0, b"\x00\x00\x00\x04" * 2, 0)
 
 
 def test_fetch_is_exported_as_fetch_consumer_fetch_follower_and_both_as_kafka_names_them():
