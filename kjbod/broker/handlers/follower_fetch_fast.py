@@ -70,7 +70,8 @@ class Shape:
 
     __slots__ = ("route", "head", "at", "tail", "name", "partition", "follower", "broker_epoch", "min_bytes",
                  "wait_s", "read_limit", "keys", "image", "state", "leader_epoch", "partition_epoch", "isr",
-                 "followers", "plog", "log_dir", "loop", "answer", "answer_head", "answer_tail", "parked", "timer")
+                 "followers", "plog", "epochs", "log_dir", "loop", "answer", "answer_head", "answer_tail", "parked",
+                 "timer")
 
     route: Any  # the router's route (Fetch at one version) its requests come by
     head: bytes  # the request's bytes after the correlation id, up to its FetchOffset (at `at`)
@@ -91,6 +92,7 @@ class Shape:
     isr: tuple[int, ...]
     followers: dict[int, Any]
     plog: Any
+    epochs: Any  # its leader epoch cache (one object for the log's life: PartitionLog.leader_epochs)
     log_dir: str
     loop: asyncio.AbstractEventLoop
     answer: struct.Struct  # the plain answer's fixed parts (`_answer_parts`)
@@ -149,7 +151,7 @@ def learn(router: Any, route: Any, frame: Any, pos: int, body: Any, ctx: Any) ->
     shape.read_limit = read_limit
     shape.keys = [(name, p.partition)]
     shape.image = node.metadata
-    shape.state, shape.plog, shape.log_dir = state, plog, plog.log_dir
+    shape.state, shape.plog, shape.epochs, shape.log_dir = state, plog, plog.leader_epochs, plog.log_dir
     try:
         shape.loop = asyncio.get_running_loop()  # its waits' timers
     except RuntimeError:  # a handler called off a loop (tests): nothing to wait with
@@ -186,9 +188,13 @@ def answer(router: Any, route: Any, frame: Any, ctx: Any, corr: int) -> Any:
     offset, last_epoch, _log_start = _FIELDS.unpack_from(frame, at)
     leo = plog.log_end_offset
     if last_epoch >= 0:  # as ReplicaManager._check: a follower whose log parted from ours is told where
-        epoch, end = plog.leader_epochs.end_offset_for(last_epoch, leo)
-        if epoch < last_epoch or end < offset:
-            return None
+        entries = shape.epochs.entries
+        # At the latest epoch (the common case) end_offset_for answers (last_epoch, leo), whose check is the
+        # range check's below: only an older or unknown epoch needs the lookup.
+        if not entries or entries[-1][0] != last_epoch:
+            epoch, end = shape.epochs.end_offset_for(last_epoch, leo)
+            if epoch < last_epoch or end < offset:
+                return None
     if offset < plog.log_start_offset or offset > leo:
         return None
     stats = node.topic_stats
