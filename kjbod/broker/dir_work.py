@@ -215,7 +215,7 @@ class _Waiting:
                     future.set_exception(e)
                 return
             if result.__class__ is Later:  # a further wait answered by a callback (acks=all: the HW move)
-                result.on_done(lambda done: _copy_later(done, future))
+                result.on_done(future.take if later else lambda done: _copy_later(done, future))
                 return
             # A further wait (a future or a coroutine: both awaitable) is chained; an answer (the common case)
             # is told from one by its class alone, cheaper than asyncio's isfuture and iscoroutine checks.

@@ -144,6 +144,18 @@ class Later:
             self._state, self._value = _DONE, value
         self._fire()
 
+    def take(self, source: Later) -> None:
+        """``source``'s outcome as this one's (its result through this one's steps, or its failure): a callback
+        for ``source.on_done``, which calls it once ``source`` is done, never cancelled. A further wait chained
+        (acks=all: the Produce's answer waits for the HW move) in one call, where a closure copying the outcome
+        took four."""
+        if self._state != _PENDING:
+            return
+        if source._state == _DONE:
+            self.resolve(source._value)
+        else:
+            self.fail(source._value)
+
     def fail(self, exc: BaseException) -> None:
         if self._state != _PENDING:
             return

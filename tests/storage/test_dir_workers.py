@@ -18,6 +18,7 @@ import threading
 import time
 from types import SimpleNamespace
 
+import pytest
 from structlog.testing import capture_logs
 
 from kjbod.broker.handlers import fetch, produce
@@ -417,6 +418,50 @@ def test_dir_work_answers_with_what_then_returns_a_further_wait_or_its_error(spr
 
     assert asyncio.run(scenario()) == ["plain", "awaited", "refused"]
     assert sorted(filled) == sorted([("x", "X"), ("y", "Y")] * 3)
+
+
+def test_dir_work_hands_a_further_laters_outcome_to_its_own_through_its_steps(spread, log_dirs):
+    """With later=True, a then() that returns a Later (acks=all: the wait for the HW move) gives that Later's
+    outcome to the request's own, in the callback that completes it: its result through the request's steps
+    (the router's encoding), its failure as the request's; a request cancelled meanwhile takes neither."""
+    from kjbod.broker.dir_work import DirWork
+
+    node = _Node(spread)
+
+    async def scenario():
+        outcomes = []
+        for how in ("resolve", "fail", "cancel"):
+            further = Later()
+            work = DirWork(node, lambda item, result: None, lambda item, e: None)
+            work.add(log_dirs[0], "x")
+            asked: list[int] = []
+            own = work.run(lambda items: [i.upper() for i in items], 60,
+                           then=lambda f=further, a=asked: (a.append(1), f)[1], later=True)
+            assert own.__class__ is Later
+            own.then(lambda v: ("encoded", v))
+            seen: list[Later] = []
+            own.on_done(seen.append)
+            for _ in range(6000):  # the dir's worker answers, then() gives `further`, which `own` waits on
+                if asked:
+                    break
+                await asyncio.sleep(0.01)
+            assert asked and not own.done()
+            if how == "resolve":
+                further.resolve("answer")
+                outcomes.append(own.result())
+            elif how == "fail":
+                further.fail(ValueError("refused"))
+                with pytest.raises(ValueError, match="refused"):
+                    own.result()
+                outcomes.append("failed")
+            else:
+                own.cancel()
+                further.resolve("late")
+                outcomes.append(own.cancelled() and not seen)
+            assert seen in ([own], [])
+        return outcomes
+
+    assert asyncio.run(scenario()) == [("encoded", "answer"), "failed", True]
 
 
 def test_server_process_settles_the_gc_after_start():
