@@ -168,6 +168,27 @@ async def test_min_isr_refuses_before_the_append_and_freezes_the_hw(leader):
     assert leader.manager.check_acks_all("t", 0) == 0
 
 
+async def test_a_new_images_min_isr_rules_the_hw_at_the_next_fetch(leader):
+    """The HW rule's min.insync.replicas, kept per image, is looked up again once the node has a new image: a
+    raise to 3 with two replicas in the ISR stops the HW at the next follower fetch, a return to 2 lets it on."""
+    leader.node.metadata = image(isr=(1, 2), partition_epoch=1)
+    leader.manager.sync(leader.node.metadata)
+    leader.plog.append(batch(2), leader_epoch=0)
+    fetch(leader, 3, 2)  # caught up, outside the ISR: it still holds the HW until it fetches
+    fetch(leader, 2, 2)
+    assert leader.plog.high_watermark == 2
+    leader.plog.append(batch(2), leader_epoch=0)
+    fetch(leader, 3, 4)
+    leader.node.metadata = image(isr=(1, 2), partition_epoch=1, configs={"min.insync.replicas": "3"})
+    leader.manager.sync(leader.node.metadata, configs_changed=["t"])
+    fetch(leader, 2, 3)
+    assert leader.plog.high_watermark == 2  # below min ISR the HW does not move
+    leader.node.metadata = image(isr=(1, 2), partition_epoch=1)
+    leader.manager.sync(leader.node.metadata, configs_changed=["t"])
+    fetch(leader, 2, 4)
+    assert leader.plog.high_watermark == 4
+
+
 async def test_a_lagging_follower_is_shrunk_out_and_a_caught_up_one_expanded_in(leader):
     leader.manager.start()
     leader.plog.append(batch(3), leader_epoch=0)

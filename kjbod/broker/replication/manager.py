@@ -440,9 +440,13 @@ class ReplicaManager:
     def _maybe_increment_hw(self, state: PartitionState, plog: Any, image: Any, now: int | None = None,
                             leo: int | None = None) -> None:
         """`now` and `leo` when the caller has them (a follower's fetch: `_fetched`)."""
+        # `_min_isr`'s kept value looked up here (this runs at every follower fetch that moves its follower).
+        min_isr = self._min_isrs.get(state.topic) if self.node.metadata is self._min_isr_image else None
+        if min_isr is None:
+            min_isr = self._min_isr(state.topic)
         hw = state.new_high_watermark(plog.high_watermark, plog.log_end_offset if leo is None else leo,
                                       self.clock() if now is None else now, self.config.lag_time_max_ms,
-                                      self._min_isr(state.topic), image)
+                                      min_isr, image)
         if hw is None:
             return
         plog.high_watermark = hw
