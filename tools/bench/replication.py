@@ -142,8 +142,8 @@ against its reference measured in the same run:
   adds 234 against 268; the followers' loops unchanged at 90-92; tools.bench.follower_fetch_leader 65 per round
   trip against 71), and --syscalls 17.1-17.3 system calls per acks=all record on the leader against 18.2
   (getpid 0.27 against 1.26: what is left is the background's) and 10.7-13.4 per acks=1 record against 11.3,
-  the GIL's futexes moving with contention (0.8-3.5; without them 9.9 against 11.0). GC is not a factor: with KJBOD_GC_LOG=1 each broker logged one collection,
-  under 1 ms, in a whole run. No broker of the latency rounds has the fault seam on (see Cluster). With --trace,
+  the GIL's futexes moving with contention (0.8-3.5; without them 9.9 against 11.0). GC is not a factor: with
+  KJBOD_GC_LOG=1 each broker logged one collection, under 1 ms, in a whole run. No broker of the latency rounds has the fault seam on (see Cluster). With --trace,
   the slowest records' legs show no periodic event behind the tail (heartbeats, metadata fetches, ISR ticks,
   placement reviews, dir ticks, the watchdog, GC: each under the slowest records about as often as chance gives
   windows that long): every leg
