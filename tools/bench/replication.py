@@ -143,13 +143,12 @@ against its reference measured in the same run:
   trip against 71), and --syscalls 17.1-17.3 system calls per acks=all record on the leader against 18.2
   (getpid 0.27 against 1.26: what is left is the background's) and 10.7-13.4 per acks=1 record against 11.3,
   the GIL's futexes moving with contention (0.8-3.5; without them 9.9 against 11.0). GC is not a factor: with
-  KJBOD_GC_LOG=1 each broker logged one collection, under 1 ms, in a whole run. No broker of the latency rounds has the fault seam on (see Cluster). With --trace,
-  the slowest records' legs show no periodic event behind the tail (heartbeats, metadata fetches, ISR ticks,
-  placement reviews, dir ticks, the watchdog, GC: each under the slowest records about as often as chance gives
-  windows that long): every leg
-  grows, whole processes not running for tens of ms while work waits for them; and, in some runs, a follower
-  whose loop the dir workers' Placement had pinned to one CPU not running for up to 540 ms (the per-follower
-  hop line, split by Placement state, shows it);
+  KJBOD_GC_LOG=1 each broker logged one collection, under 1 ms, in a whole run. No broker of the latency rounds has
+  the fault seam on (see Cluster). With --trace, the slowest records' legs show no periodic event behind the tail
+  (heartbeats, metadata fetches, ISR ticks, placement reviews, dir ticks, the watchdog, GC: each under the slowest
+  records about as often as chance gives windows that long): every leg grows, whole processes not running for tens of
+  ms while work waits for them; and, in some runs, a follower whose loop the dir workers' Placement had pinned to one
+  CPU not running for up to 540 ms (the per-follower hop line, split by Placement state, shows it);
 * failover: kill -9 of a leader's broker while an acks=all producer writes to its partition; the time until
   the first acknowledgement after the kill, as a multiple of broker.session.timeout.ms (target <= 1.3x); and
   the same for the failure of the log dir holding the leader's replica (the fault seam: EIO on every operation),
