@@ -244,7 +244,7 @@ def _read(router: Any, route: Any, shape: Shape, offset: int, corr: int,
     plog = shape.plog
     if plog.closed or not plog.io.online:
         return None
-    got = None if shared is None else _read_again(shared, plog, offset, shape.read_limit)
+    got = _read_again(shared, plog, offset, shape.read_limit) if shared else None  # the first one woken: none yet
     if got is None:
         got = _read_once(node, shape, plog, offset, shared)
         if got is None:
