@@ -131,24 +131,28 @@ against its reference measured in the same run:
   interpreter (libpython; its eval loop about a third of all samples), 16-23% in the kernel and 3-5% in uvloop:
   what is left is Python run per record, and of the 265 calls an acks=all record adds on the leader's loop
   (--profile) the connection's plumbing makes 55, the Later callbacks (kjbod.wire.handler) 22 and the file seam's
-  one pread (kjbod.storage.fsio) 17. Since a reply a callback gives (the acks=all Produce's, each parked
-  follower fetch's) is written by its completion with its request's metadata from the read's first unpack (8
-  calls fewer each), the short way's read for a caught-up follower takes the log lock and the page cache
-  without switching the thread's no-waiting mode (PartitionLog.read_to_end_cached), a fetch at the latest epoch
-  skips the epoch cache's lookup, an acks=all Produce's wait for the HW hands its outcome on in one call
-  (Later.take), the HW check looks up min.insync.replicas itself and DirWork takes the loop running on its
-  thread without asyncio.get_running_loop() (the getpid a Produce), --profile counts 504 Python calls per
-  acks=all record on the leader's loop against 551 and 270 per acks=1 record against 283 (the calls acks=all
-  adds 234 against 268; the followers' loops unchanged at 90-92; tools.bench.follower_fetch_leader 65 per round
-  trip against 71), and --syscalls 17.1-17.3 system calls per acks=all record on the leader against 18.2
-  (getpid 0.27 against 1.26: what is left is the background's) and 10.7-13.4 per acks=1 record against 11.3,
-  the GIL's futexes moving with contention (0.8-3.5; without them 9.9 against 11.0). GC is not a factor: with
-  KJBOD_GC_LOG=1 each broker logged one collection, under 1 ms, in a whole run. No broker of the latency rounds has
-  the fault seam on (see Cluster). With --trace, the slowest records' legs show no periodic event behind the tail
-  (heartbeats, metadata fetches, ISR ticks, placement reviews, dir ticks, the watchdog, GC: each under the slowest
-  records about as often as chance gives windows that long): every leg grows, whole processes not running for tens of
-  ms while work waits for them; and, in some runs, a follower whose loop the dir workers' Placement had pinned to one
-  CPU not running for up to 540 ms (the per-follower hop line, split by Placement state, shows it);
+  one pread (kjbod.storage.fsio) 17. Since a reply a callback gives (the acks=all Produce's, each parked follower
+  fetch's) is written by its completion with its request's metadata from the read's first unpack (8 calls fewer
+  each), the short way's read for a caught-up follower takes the log lock and the page cache without switching the
+  thread's no-waiting mode (PartitionLog.read_to_end_cached), a fetch at the latest epoch skips the epoch cache's
+  lookup, an acks=all Produce's wait for the HW hands its outcome on in one call (Later.take), the HW check looks up
+  min.insync.replicas itself and DirWork takes the loop running on its thread without asyncio.get_running_loop() (the
+  getpid a Produce), --profile counts 504 Python calls per acks=all record on the leader's loop against 551 and 270
+  per acks=1 record against 283 (the calls acks=all adds 234 against 268; the followers' loops unchanged at 90-92;
+  tools.bench.follower_fetch_leader 63 per round trip against 71; since that --profile run the first follower an
+  append wakes no longer looks for another's read, 2 calls a record), and --syscalls 17.1-17.3 system calls per
+  acks=all record on the leader against 18.2 (getpid 0.27 against 1.26: what is left is the background's) and
+  10.7-13.4 per acks=1 record against 11.3, the GIL's futexes moving with contention (0.8-3.5; without them 9.9
+  against 11.0). Two latency runs after it gave the brokers' CPU per acks=all record as 1.38 and 1.40 ms against 0.56
+  and 0.54 (the leader 737 and 782 us, its loop 621 and 645; each follower 303-324 us) and 2.34x (load 1.6-2.4) and
+  5.62x (load 1.5-4.0, rising with other work during the run: per-round p99s of 6.5-32.2 ms) for the p99s: inside the
+  spread above. GC is not a factor: with KJBOD_GC_LOG=1 each broker logged one collection, under 1 ms, in a whole
+  run. No broker of the latency rounds has the fault seam on (see Cluster). With --trace, the slowest records' legs
+  show no periodic event behind the tail (heartbeats, metadata fetches, ISR ticks, placement reviews, dir ticks, the
+  watchdog, GC: each under the slowest records about as often as chance gives windows that long): every leg grows,
+  whole processes not running for tens of ms while work waits for them; and, in some runs, a follower whose loop the
+  dir workers' Placement had pinned to one CPU not running for up to 540 ms (the per-follower hop line, split by
+  Placement state, shows it);
 * failover: kill -9 of a leader's broker while an acks=all producer writes to its partition; the time until
   the first acknowledgement after the kill, as a multiple of broker.session.timeout.ms (target <= 1.3x); and
   the same for the failure of the log dir holding the leader's replica (the fault seam: EIO on every operation),
