@@ -641,12 +641,14 @@ def test_a_request_in_flight_takes_the_loop_running_on_its_thread_without_asking
     got: dict[str, object] = {}
 
     async def paired(name: str) -> None:
-        go.wait()
-        await _produce(node, {name: [0]}, timeout_ms=60_000)
+        # Waited for off the loop (each loop stays free to run what it is handed), and bounded: a request
+        # answered on the wrong loop fails the test instead of hanging it.
+        await asyncio.to_thread(go.wait, 30)
+        await asyncio.wait_for(_produce(node, {name: [0]}, timeout_ms=60_000), 30)
         got[name] = asyncio.get_running_loop()
-        go.wait()  # both loops still running while the other's request was in flight
+        await asyncio.to_thread(go.wait, 30)  # both loops still running while the other's request was in flight
 
-    threads = [threading.Thread(target=lambda n=n: asyncio.run(paired(n))) for n in "bc"]
+    threads = [threading.Thread(target=lambda n=n: asyncio.run(paired(n)), daemon=True) for n in "bc"]
     for t in threads:
         t.start()
     for t in threads:
