@@ -22,8 +22,9 @@ from live import COMMAND, cluster_ports
 
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import FetchRequest, OffsetForLeaderEpochRequest
+from kjbod.storage.records import RECORD_BATCH_OVERHEAD, parse_header
 from tests.cluster.conftest import WAIT_S, Cluster, wait_for
-from tests.datapath.support import RawClient, batch, metadata, produce, write_faults
+from tests.datapath.support import RawClient, batch, fetch, metadata, produce, write_faults
 
 SESSION_MS = 3000
 LAG_MS = 4000
@@ -170,22 +171,78 @@ class Checker:
                     final[(m.partition(), m.offset())] = m.value()
         consumer.close()
         for p in range(PARTITIONS):
-            values = [int(final[(q, o)]) for (q, o) in sorted(final) if q == p]
-            if len(values) != len(set(values)):
+            at: dict[int, list[int]] = {}  # value -> the offsets holding it
+            for (q, o) in sorted(final):
+                if q == p:
+                    at.setdefault(int(final[(q, o)]), []).append(o)
+            twice = {v: offsets for v, offsets in at.items() if len(offsets) > 1}
+            resent = self.resent_by_the_client(p, twice)
+            if len(resent) < len(twice):
                 # Where each copy sits, so the brokers' logs (replica_truncated, leader changes) can be read at it.
-                at: dict[int, list[int]] = {}
-                for (q, o) in sorted(final):
-                    if q == p:
-                        at.setdefault(int(final[(q, o)]), []).append(o)
-                twice = {v: offsets for v, offsets in at.items() if len(offsets) > 1}
+                kept = {v: offsets for v, offsets in twice.items() if v not in resent}
                 raise AssertionError(f"partition {p}: a record was written twice: value -> offsets "
-                                     f"{dict(list(twice.items())[:5])} ({len(twice)} values)")
+                                     f"{dict(list(kept.items())[:5])} ({len(kept)} values)")
+            later = {o for offsets in resent.values() for o in offsets[1:]}
+            values = [int(final[(q, o)]) for (q, o) in sorted(final) if q == p and o not in later]
             assert values == sorted(values), f"partition {p}: records out of order"
             missing = set(self.acked[p]) - set(values)
             assert not missing, f"partition {p}: {len(missing)} acknowledged records lost, e.g. {sorted(missing)[:5]}"
         changed = [k for k, v in self.read.items() if final.get(k) != v]
         assert not changed, f"records a consumer read then disappeared or changed: {changed[:5]}"
         assert self.acked_count() > 0
+
+
+    def resent_by_the_client(self, partition: int, twice: dict[int, list[int]]) -> dict[int, list[int]]:
+        """Of the values written more than once, those whose every later copy is in a batch of a later producer
+        epoch than the first copy's: the client itself sent them again as new records. librdkafka does that
+        (confluentinc/librdkafka#4953, open): a retriable error on one partition that it counts as "not
+        persisted" although the append happened (NOT_ENOUGH_REPLICAS to a retry while the ISR is below
+        min.insync.replicas: Kafka checks the ISR before the producer's sequence), then an epoch bump that
+        another partition's OUT_OF_ORDER_SEQUENCE_NUMBER started, and it renumbers those records under the new
+        epoch. No broker can tell them from new records (Kafka neither): the producer id's epoch moved on. A
+        copy under the same epoch as the first is the broker's failure to deduplicate, and fails the check."""
+        if not twice:
+            return {}
+        epochs: dict[int, tuple[int, int]] = {}  # offset -> (producer id, producer epoch) of its batch
+        leader = leader_of(self.cluster, self.topic, partition)
+        with raw(self.cluster, leader) as client:
+            for offset in sorted({o for offsets in twice.values() for o in offsets}):
+                if offset not in epochs:
+                    records = fetch(client, self.topic, partition, offset).records or b""
+                    pos = 0
+                    while pos + RECORD_BATCH_OVERHEAD <= len(records):
+                        h = parse_header(records, pos)
+                        for o in range(h.base_offset, h.last_offset + 1):
+                            epochs[o] = (h.producer_id, h.producer_epoch)
+                        pos += h.size
+        resent = client_resent(twice, epochs)
+        if resent:
+            print(f"partition {partition}: {len(resent)} values the client sent again under a new producer epoch "
+                  f"(librdkafka#4953): value -> offsets {dict(list(resent.items())[:5])}")
+        return resent
+
+
+def client_resent(twice: dict[int, list[int]], epochs: dict[int, tuple[int, int]]) -> dict[int, list[int]]:
+    """The values (of `twice`: value -> its offsets, in order) whose every later copy is in a batch of the
+    same producer id as the first copy's and a later epoch (`epochs`: offset -> (producer id, epoch))."""
+    out = {}
+    for value, offsets in twice.items():
+        first = epochs.get(offsets[0])
+        if first is not None and all((e := epochs.get(o)) is not None and e[0] == first[0] and e[1] > first[1]
+                                     for o in offsets[1:]):
+            out[value] = offsets
+    return out
+
+
+def test_the_checker_excuses_only_copies_the_client_sent_under_a_later_epoch():
+    """In process: what Checker.verify lets pass as the client's re-send (librdkafka#4953), and what not."""
+    twice = {7: [10, 15], 8: [11, 16], 9: [12, 17], 10: [13, 18]}
+    epochs = {10: (5, 0), 15: (5, 1),  # a later epoch of the same producer: the client's
+              11: (5, 1), 16: (5, 1),  # the same epoch written twice: the broker's
+              12: (5, 0), 17: (6, 1),  # another producer id
+              13: (5, 1), 18: (5, 0)}  # the later copy under an older epoch
+    assert client_resent(twice, epochs) == {7: [10, 15]}
+    assert client_resent({7: [10, 15, 20]}, {10: (5, 0), 15: (5, 1)}) == {}  # a copy whose batch was not read
 
 
 def leader_of(cluster: Cluster, topic: str, partition: int, avoid: frozenset[int] = frozenset()) -> int:

@@ -17,9 +17,10 @@ Every figure is a ratio against a reference measured in the same run, variants i
   pass by pass, since one pass is only 20-30 ms; how many hand-offs to a worker the fetches made is counted from
   the servers' KJBOD_TIMELINE); Produce p99 latency at a fixed moderate rate (500 requests/s of one small batch, after half a second
   unmeasured; target <= 1.2x), in a phase of its own after the loads, P99_ROUNDS_PER_ROUND rounds for each of
-  theirs. The throughput figures are taken on servers as an operator runs them; the p99 and
-  the Fetch on a second set recording KJBOD_TIMELINE, which their explanations need (the record costs the
-  workers path more CPU per request than the loop path: the output gives the small-batch rate on both sets).
+  theirs. The throughput figures and the p99 are taken on servers as an operator runs them; the Fetch on a
+  second set recording KJBOD_TIMELINE, which its explanation needs, and the p99's tail is explained from rounds
+  of that second set taking turns with the first's (the record costs the workers path more CPU per request than
+  the loop path: the output gives the small-batch rate and the p99 on both sets).
 * **Why, where a target is missed**, in the same run: the server's CPU time per request under the small-batch
   load (from /proc; the ratio is the throughput each would reach with the CPU to itself, which is what a
   machine shared with other work leaves of the wall-clock ratio), and the bare cost of a hand-off on this
@@ -410,10 +411,13 @@ def report_p99(samples: dict[str, dict[str, list[float]]], requests: dict[str, l
         r = median(ratios)
         key = "handoff_produce_p99_vs_loop" if name == "workers" else "handoff_produce_p99_unplaced_vs_loop"
         out[key] = r
+        timed = median([a / b for a, b in zip(s["p99_timed"], ref["p99_timed"], strict=True)])
         print(f"   Produce p99 at {MODERATE_RATE} req/s, {name}: {median(s['p99']) * 1e6:.0f} us, loop "
               f"{median(ref['p99']) * 1e6:.0f} us: {r:.2f}x (target <= 1.2x: {verdict(r <= 1.2)}); per-round "
               f"ratios min {ratios[0]:.2f}, median {r:.2f}, max {ratios[-1]:.2f} over {len(ratios)} rounds; median "
-              f"{median(s['p50']) * 1e6:.0f} us vs {median(ref['p50']) * 1e6:.0f} us")
+              f"{median(s['p50']) * 1e6:.0f} us vs {median(ref['p50']) * 1e6:.0f} us. On the servers recording "
+              f"the timeline, in the same rounds: {median(s['p99_timed']) * 1e6:.0f} us vs "
+              f"{median(ref['p99_timed']) * 1e6:.0f} us, {timed:.2f}x")
     if out["handoff_produce_p99_vs_loop"] > 1.2:
         print(f"   Why above 1.2x: a Produce through a worker wakes two more threads (the worker, then the loop "
               f"again), each one more wait for a CPU behind this machine's other work: the server's threads were "
@@ -425,8 +429,9 @@ def report_p99(samples: dict[str, dict[str, list[float]]], requests: dict[str, l
               f"kept in order), or a free-threaded Python, where the loop's part runs beside the worker's; the "
               f"append run on the loop while its dir is healthy would too, which the per-dir isolation forbids")
     for name, s in samples.items():
-        print(f"   Tail, {name}: the server's threads waited on a run queue {median(s['waited']) * 1e6:.0f} us per "
-              f"request and were preempted {median(s['preempted']):.2f} times per request (median of rounds)")
+        print(f"   Tail, {name} (the servers recording the timeline): the server's threads waited on a run queue "
+              f"{median(s['waited_timed']) * 1e6:.0f} us per request and were preempted "
+              f"{median(s['preempted_timed']):.2f} times per request (median of rounds)")
         for line in explain_tail(requests[name], timelines[name] + client_gc):
             print(f"     {line}")
     return out
@@ -450,39 +455,61 @@ def p99_servers(work: Path, timeline: bool = True) -> dict[str, BenchServer]:
 def bench_p99(work: Path, rounds: int, seconds: float) -> dict:
     """Only the moderate-rate p99 phase (``--p99``): more rounds in the time, and its explanation."""
     heading(f"Produce p99 at {MODERATE_RATE} req/s: per-dir workers vs the event loop (KJBOD_DIR_WORKERS=0)")
-    servers = p99_servers(work)
+    plain = p99_servers(work, timeline=False)
+    timed = p99_servers(work)
     small = small_batch()
-    samples: dict[str, dict[str, list[float]]] = {k: {"p99": [], "p50": [], "waited": [], "preempted": []}
-                                                  for k in servers}
-    requests: dict[str, list[list[tuple[float, float]]]] = {k: [] for k in servers}
+    samples = {k: p99_keys() for k in plain}
+    requests: dict[str, list[list[tuple[float, float]]]] = {k: [] for k in plain}
     load_before = os.getloadavg()
     try:
-        for server in servers.values():
+        for server in [*plain.values(), *timed.values()]:
             server.start()
             create_topic(server.port, "small", 3)
         with ClientGC() as client:
-            for _ in range(rounds):
-                for name, server in servers.items():
-                    _p99_sample(server, small, seconds, samples[name], requests[name])
+            p99_phase(plain, timed, small, seconds, rounds, samples, requests)
     finally:
-        for server in servers.values():
+        for server in [*plain.values(), *timed.values()]:
             server.stop()
     print(f"   load average {load_before[0]:.2f} {load_before[1]:.2f} at the start, "
           f"{os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} at the end, on {os.cpu_count()} CPUs; {rounds} rounds "
-          f"of {seconds:g} s per variant, interleaved")
-    timelines = {name: read_timeline(work / name / "timeline") for name in servers}
+          f"of {seconds:g} s per variant, interleaved, on servers as an operator runs them and on servers "
+          f"recording KJBOD_TIMELINE")
+    timelines = {name: read_timeline(work / name / "timeline") for name in timed}
     return report_p99(samples, requests, timelines, client.events)
 
 
+P99_KEYS = ("p99", "p50", "waited", "preempted")
+
+
+def p99_keys() -> dict[str, list[float]]:
+    """A variant's p99-phase samples: on the servers as an operator runs them (the figure) and, suffixed
+    "_timed", on the servers recording KJBOD_TIMELINE (the tail's explanation)."""
+    return {f"{key}{suffix}": [] for key in P99_KEYS for suffix in ("", "_timed")}
+
+
+def p99_phase(plain: dict[str, BenchServer], timed: dict[str, BenchServer], batch: bytes, seconds: float,
+              rounds: int, samples: dict[str, dict[str, list[float]]],
+              requests: dict[str, list[list[tuple[float, float]]]]) -> None:
+    """``rounds`` rounds of the moderate rate on every server, the variants interleaved, each round's plain
+    servers then its recording ones. The figure is the plain servers' (the record costs the workers path more
+    per request than the loop path: measured on the recording servers alone the figure was biased against
+    the workers); the recording servers' requests, with their timelines, explain the tail."""
+    for _ in range(rounds):
+        for name, server in plain.items():
+            _p99_sample(server, batch, seconds, samples[name])
+        for name, server in timed.items():
+            requests[name].append(_p99_sample(server, batch, seconds, samples[name], "_timed"))
+
+
 def _p99_sample(server: BenchServer, batch: bytes, seconds: float, into: dict[str, list[float]],
-                requests: list[list[tuple[float, float]]]) -> None:
+                suffix: str = "") -> list[tuple[float, float]]:
     reqs, waited, preempted = p99_round(server, batch, seconds)
     latencies = [lat for _sent, lat in reqs]
-    into["p99"].append(p99(latencies))
-    into["p50"].append(quantile(latencies, 0.5))
-    into["waited"].append(waited)
-    into["preempted"].append(preempted)
-    requests.append(reqs)
+    into[f"p99{suffix}"].append(p99(latencies))
+    into[f"p50{suffix}"].append(quantile(latencies, 0.5))
+    into[f"waited{suffix}"].append(waited)
+    into[f"preempted{suffix}"].append(preempted)
+    return reqs
 
 
 # ================================================================================================ fetch
@@ -730,10 +757,10 @@ def bench_handoff(work: Path, rounds: int, seconds: float) -> dict:
     loadgen = build_loadgen()
     mib = one_mib_batch()
     small = small_batch()
-    samples: dict[str, dict[str, list[float]]] = {k: {"mib": [], "small": [], "small_timed": [], "p99": [],
-                                                      "p50": [], "cpu": [], "cpu_timed": [], "loop_cpu": [],
-                                                      "workers_cpu": [], "loop_wakeups": [], "workers_wakeups": [],
-                                                      "waited": [], "preempted": [], **fetch_keys()}
+    samples: dict[str, dict[str, list[float]]] = {k: {"mib": [], "small": [], "small_timed": [], "cpu": [],
+                                                      "cpu_timed": [], "loop_cpu": [], "workers_cpu": [],
+                                                      "loop_wakeups": [], "workers_wakeups": [], **p99_keys(),
+                                                      **fetch_keys()}
                                                   for k in servers}
     requests: dict[str, list[list[tuple[float, float]]]] = {k: [] for k in servers}
     client = ClientGC()
@@ -779,9 +806,7 @@ def bench_handoff(work: Path, rounds: int, seconds: float) -> dict:
         # round above, the servers interleaved, each round right after the others' moderate rounds rather than
         # right after a load at the highest rate.
         with client:
-            for _ in range(rounds * P99_ROUNDS_PER_ROUND):
-                for name, recording in timed.items():
-                    _p99_sample(recording, small, seconds, samples[name], requests[name])
+            p99_phase(servers, timed, small, seconds, rounds * P99_ROUNDS_PER_ROUND, samples, requests)
     finally:
         for server in [*servers.values(), *timed.values()]:
             server.stop()
@@ -802,8 +827,9 @@ def bench_handoff(work: Path, rounds: int, seconds: float) -> dict:
           f"{median(ref['small']):,.0f} req/s: {out['handoff_produce_small_vs_loop']:.1%} (target >= 85%: "
           f"{verdict(out['handoff_produce_small_vs_loop'] >= 0.85)})")
     timed_small = ratio("small_timed")
-    print(f"   (Both throughput figures on servers as an operator runs them. The p99 and Fetch phases below run on "
-          f"servers recording KJBOD_TIMELINE, which their explanations need; the same small-batch load on those: "
+    print(f"   (Both throughput figures, and the p99's, on servers as an operator runs them. The Fetch phase "
+          f"below runs on servers recording KJBOD_TIMELINE, which its explanation needs, as does the p99's tail "
+          f"(those servers take turns with the others in the p99's rounds); the same small-batch load on those: "
           f"workers {median(w['small_timed']):,.0f} req/s, loop {median(ref['small_timed']):,.0f} req/s: "
           f"{timed_small:.1%}, server CPU per request workers {median(w['cpu_timed']) * 1e6:.0f} us, loop "
           f"{median(ref['cpu_timed']) * 1e6:.0f} us, against {median(w['cpu']) * 1e6:.0f} us and "
