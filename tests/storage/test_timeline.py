@@ -78,7 +78,12 @@ def test_explain_tail_cuts_a_slow_request_at_each_leg_of_its_hand_off():
 
 def test_the_p99_report_says_why_when_the_target_is_missed(capsys: pytest.CaptureFixture[str]):
     def variant(p99_s: float, preempted: float) -> dict[str, list[float]]:
-        return {"p99": [p99_s, p99_s], "p50": [0.0003] * 2, "waited": [0.0001] * 2, "preempted": [preempted] * 2}
+        """The figure's samples (servers as an operator runs them) and, "_timed", the recording servers' ones,
+        here 10 % slower and preempted once more per request."""
+        plain = {"p99": [p99_s] * 2, "p50": [0.0003] * 2, "waited": [0.0001] * 2, "preempted": [preempted] * 2}
+        timed = {"p99_timed": [p99_s * 1.1] * 2, "p50_timed": [0.0003] * 2, "waited_timed": [0.0002] * 2,
+                 "preempted_timed": [preempted + 1] * 2}
+        return plain | timed
 
     samples = {"workers": variant(0.0015, 3.5), "loop": variant(0.001, 0.5), "unplaced": variant(0.001, 3.0)}
     requests = {name: [[(0.0, 0.001), (0.01, 0.002)]] for name in samples}
@@ -87,6 +92,10 @@ def test_the_p99_report_says_why_when_the_target_is_missed(capsys: pytest.Captur
     assert out["handoff_produce_p99_vs_loop"] == pytest.approx(1.5)
     assert "1.50x (target <= 1.2x: BELOW TARGET); per-round ratios min 1.50, median 1.50, max 1.50" in printed
     assert "Why above 1.2x" in printed and "preempted 3.5 times per request against 0.5" in printed
+    # the recording servers' figure beside it, and their tail: the explanation's
+    assert "On the servers recording the timeline, in the same rounds: 1650 us vs 1100 us, 1.50x" in printed
+    assert "Tail, workers (the servers recording the timeline): the server's threads waited on a run queue 200 us " \
+           "per request and were preempted 4.50 times per request" in printed
     samples["workers"] = variant(0.0011, 3.5)
     report_p99(samples, requests, {name: [] for name in samples}, [])
     assert "Why above" not in capsys.readouterr().out
