@@ -490,15 +490,19 @@ def p99_keys() -> dict[str, list[float]]:
 def p99_phase(plain: dict[str, BenchServer], timed: dict[str, BenchServer], batch: bytes, seconds: float,
               rounds: int, samples: dict[str, dict[str, list[float]]],
               requests: dict[str, list[list[tuple[float, float]]]]) -> None:
-    """``rounds`` rounds of the moderate rate on every server, the variants interleaved, each round's plain
-    servers then its recording ones. The figure is the plain servers' (the record costs the workers path more
-    per request than the loop path: measured on the recording servers alone the figure was biased against
-    the workers); the recording servers' requests, with their timelines, explain the tail."""
-    for _ in range(rounds):
-        for name, server in plain.items():
-            _p99_sample(server, batch, seconds, samples[name])
-        for name, server in timed.items():
-            requests[name].append(_p99_sample(server, batch, seconds, samples[name], "_timed"))
+    """``rounds`` rounds of the moderate rate on every server, the variants interleaved, the order of the six
+    servers rotated by one each round (so none is always first after the others' rounds, or always after the
+    same one). The figure is the plain servers' (the record costs the workers path more per request than the
+    loop path: measured on the recording servers alone the figure was biased against the workers); the
+    recording servers' requests, with their timelines, explain the tail."""
+    order = [(name, server, "") for name, server in plain.items()]
+    order += [(name, server, "_timed") for name, server in timed.items()]
+    for rnd in range(rounds):
+        turn = rnd % len(order)
+        for name, server, suffix in order[turn:] + order[:turn]:
+            reqs = _p99_sample(server, batch, seconds, samples[name], suffix)
+            if suffix:
+                requests[name].append(reqs)
 
 
 def _p99_sample(server: BenchServer, batch: bytes, seconds: float, into: dict[str, list[float]],
