@@ -191,16 +191,15 @@ class Checker:
         assert not changed, f"records a consumer read then disappeared or changed: {changed[:5]}"
         assert self.acked_count() > 0
 
-
     def resent_by_the_client(self, partition: int, twice: dict[int, list[int]]) -> dict[int, list[int]]:
         """Of the values written more than once, those whose every later copy is in a batch of a later producer
-        epoch than the first copy's: the client itself sent them again as new records. librdkafka does that
-        (confluentinc/librdkafka#4953, open): a retriable error on one partition that it counts as "not
-        persisted" although the append happened (NOT_ENOUGH_REPLICAS to a retry while the ISR is below
-        min.insync.replicas: Kafka checks the ISR before the producer's sequence), then an epoch bump that
-        another partition's OUT_OF_ORDER_SEQUENCE_NUMBER started, and it renumbers those records under the new
-        epoch. No broker can tell them from new records (Kafka neither): the producer id's epoch moved on. A
-        copy under the same epoch as the first is the broker's failure to deduplicate, and fails the check."""
+        epoch than the first copy's: the client itself sent them again as new records. librdkafka can do that
+        (confluentinc/librdkafka#4953, open): after an error it counts as "not persisted" although the append
+        happened (as NOT_ENOUGH_REPLICAS to a retry while the ISR is below min.insync.replicas: Kafka checks the
+        ISR before the producer's sequence), an epoch bump that another partition's OUT_OF_ORDER_SEQUENCE_NUMBER
+        started renumbers those records under the new epoch. No broker can tell them from new records (Kafka
+        neither): the producer id's epoch moved on. A copy under the same epoch as the first is the broker's
+        failure to deduplicate, and fails the check."""
         if not twice:
             return {}
         epochs: dict[int, tuple[int, int]] = {}  # offset -> (producer id, producer epoch) of its batch

@@ -492,9 +492,10 @@ def p99_phase(plain: dict[str, BenchServer], timed: dict[str, BenchServer], batc
               requests: dict[str, list[list[tuple[float, float]]]]) -> None:
     """``rounds`` rounds of the moderate rate on every server, the variants interleaved, the order of the six
     servers rotated by one each round (so none is always first after the others' rounds, or always after the
-    same one). The figure is the plain servers' (the record costs the workers path more per request than the
-    loop path: measured on the recording servers alone the figure was biased against the workers); the
-    recording servers' requests, with their timelines, explain the tail."""
+    same one: with the plain servers always first, the two sets' ratios differed either way by more than the
+    record's cost). The figure is the plain servers', what an operator gets (the record costs the workers path
+    more per request than the loop path); the recording servers' requests, with their timelines, explain the
+    tail."""
     order = [(name, server, "") for name, server in plain.items()]
     order += [(name, server, "_timed") for name, server in timed.items()]
     for rnd in range(rounds):
