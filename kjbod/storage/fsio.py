@@ -939,28 +939,16 @@ class FileHandle:
         finally:
             io._end(t)
 
-    def pread(self, n: int, offset: int) -> bytes:
+    def pread(self, n: int, offset: int, *, cached: bool = False) -> bytes:
+        """``n`` bytes at ``offset``; from the page cache only (:class:`WouldBlock` if any of them is not cached)
+        under this thread's :class:`no_waiting`, or with ``cached`` whatever the thread's mode (the caller says
+        so: PartitionLog.read_to_end_cached, on the event loop)."""
         io = self.io
         t = io._begin("read", self.path)
         try:
-            if _NOWAIT.__dict__.get("on"):
-                return self._pread_cached(n, offset)
+            if cached or _NOWAIT.__dict__.get("on"):
+                return pread_cached(self.fd, n, offset, self.path)
             return os.pread(self.fd, n, offset)
-        except OSError as e:
-            io.fail("read", self.path, e)
-        finally:
-            io._end(t)
-
-    def _pread_cached(self, n: int, offset: int) -> bytes:
-        return pread_cached(self.fd, n, offset, self.path)
-
-    def pread_cached(self, n: int, offset: int) -> bytes:
-        """:meth:`pread` from the page cache only whatever this thread's :class:`no_waiting` (the caller says
-        so: PartitionLog.read_to_end_cached); :class:`WouldBlock` if any of the bytes is not cached."""
-        io = self.io
-        t = io._begin("read", self.path)
-        try:
-            return pread_cached(self.fd, n, offset, self.path)
         except OSError as e:
             io.fail("read", self.path, e)
         finally:

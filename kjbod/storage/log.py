@@ -1183,7 +1183,7 @@ class PartitionLog:
         fh = seg._fh  # open already, or the read would open a file: not on the loop
         if fh is None:
             raise WouldBlock(f"{seg.log_path} is not open")
-        return fh.pread_cached(end[1] - start[1], start[1]), self._hw, self._log_start
+        return fh.pread(end[1] - start[1], start[1], cached=True), self._hw, self._log_start
 
     def bytes_to_end(self, offset: int) -> int | None:
         """The bytes from ``offset`` to the log end when both are where one of the last appends began or ended, in
