@@ -225,10 +225,12 @@ class PartitionLog:
         self._producer_state_ready = True  # a new log has none; a loaded one builds it lazily
         self._pending_snapshots: dict[int, str] = {}
         # Where the last appends begin and end in their segment, by offset (the first offset of an append, and
-        # the offset after it), at most RECENT_ENDS of them: a read from one of these offsets to the log end
-        # (a caught-up follower's fetch: read_to_end) needs no index lookup or header scan. Positions only, no
-        # bytes. Set and cleared under the lock.
-        self._ends: dict[int, tuple[LogSegment, int]] = {}
+        # the offset after it), at most RECENT_ENDS of them, in offset order: a read from one of these offsets
+        # (a caught-up follower's fetch: read_to_end; a consumer near the end: _recent_slice) needs no index
+        # lookup or header scan. Each is (segment, position, whether the append starting there is one batch:
+        # False for the log end, until the next append starts there). Positions only, no bytes. Set and cleared
+        # under the lock.
+        self._ends: dict[int, tuple[LogSegment, int, bool]] = {}
 
     def __repr__(self) -> str:
         return f"PartitionLog({self.topic}-{self.partition}, dir={self.dir!r})"
@@ -907,18 +909,19 @@ class PartitionLog:
         if epoch > self._latest_epoch:  # see leader_epochs
             self._note_epoch(epoch, first_base)
         seg.append(buffers, meta, total)
-        self._note_ends(seg, first_base, next_offset, total)
+        self._note_ends(seg, first_base, next_offset, total, len(meta) == 1)
         plan.commit(next_offset)
         self._leo = next_offset
         if self.auto_high_watermark:
             self._hw = next_offset
         self._unflushed_messages += count
 
-    def _note_ends(self, seg: LogSegment, first: int, next_offset: int, total: int) -> None:
-        """Under the lock, once an append's bytes are in ``seg``: where it begins and ends (see ``_ends``)."""
+    def _note_ends(self, seg: LogSegment, first: int, next_offset: int, total: int, single: bool) -> None:
+        """Under the lock, once an append's bytes are in ``seg``: where it begins and ends, and whether it is one
+        batch (see ``_ends``)."""
         ends = self._ends
-        ends[first] = (seg, seg.size - total)  # after a roll: in the new segment, not at the end of the old one
-        ends[next_offset] = (seg, seg.size)
+        ends[first] = (seg, seg.size - total, single)  # after a roll: in the new segment, not the old one's end
+        ends[next_offset] = (seg, seg.size, False)
         while len(ends) > RECENT_ENDS:
             del ends[next(iter(ends))]
 
@@ -1009,7 +1012,7 @@ class PartitionLog:
                     if h.partition_leader_epoch > self._latest_epoch:
                         self._note_epoch(h.partition_leader_epoch, h.base_offset)
             seg.append([view], meta, total)
-            self._note_ends(seg, first_base, next_offset, total)
+            self._note_ends(seg, first_base, next_offset, total, len(meta) == 1)
             if follower_plan is not None:
                 follower_plan.commit(next_offset)
             else:
@@ -1114,6 +1117,12 @@ class PartitionLog:
             if offset >= limit:
                 return result
             budget = max_bytes
+            recent = self._recent_slice(offset, budget, limit, min_one_batch)
+            if recent is not None:
+                seg, start, end = recent
+                if end > start:
+                    regions.append(seg.region(start, end - start))
+                return result
             i = max(bisect_right(self._bases, offset) - 1, 0)
             try:
                 while i < len(self.segments):
@@ -1184,6 +1193,55 @@ class PartitionLog:
         if fh is None:
             raise WouldBlock(f"{seg.log_path} is not open")
         return fh.pread(end[1] - start[1], start[1], cached=True), self._hw, self._log_start
+
+    def _recent_slice(self, offset: int, budget: int, limit: int, min_one_batch: bool,
+                      ) -> tuple[LogSegment, int, int] | None:
+        """Under the lock, with ``log start <= offset < limit <= log end``: what :meth:`read` would send, as
+        (segment, start, end) byte positions, found from the last appends' boundaries (``_ends``) alone, no index
+        lookup and no header read: for a read from one of those boundaries (a consumer near the log end) whose
+        slice ends at one of them. None where the boundaries cannot say and the batches' headers must be read:
+        the offset not among them, the read reaching past the log end's segment, or the budget or ``limit``
+        ending inside an append of several batches (where some of them may still fit or begin below it).
+        Batch by batch the same rules as the scan (:meth:`_slice_end`): whole batches up to ``budget`` bytes,
+        each beginning below ``limit`` (a batch that straddles it included), at least the first one with
+        ``min_one_batch``."""
+        ends = self._ends
+        at = ends.get(offset)
+        if at is None:
+            return None
+        seg, start, single = at
+        target = start + budget
+        end = start
+        prev, prev_pos, prev_single = offset, start, single
+        last = offset
+        for off, (s, pos, one) in ends.items():
+            if off <= offset:
+                continue
+            if s is not seg:
+                return None  # a roll: the read may go on into the next segment, the scan's case
+            last = off
+            # The append [prev, off) at bytes [prev_pos, pos): its batches begin at prev and end below off.
+            if pos <= target and off <= limit:
+                end = pos
+            elif not prev_single:
+                if pos == prev_pos:  # an empty append (a follower's batches after a gap in the offsets)
+                    prev, prev_single = off, one
+                    continue
+                return None  # several batches: the budget or the limit may end among them
+            else:
+                if prev < limit <= off - 1 and pos <= target:
+                    end = pos  # one batch straddling the limit: it begins below it, and fits
+                break
+            prev, prev_pos, prev_single = off, pos, one
+        else:
+            if last != self._leo:
+                return None  # the log end is not among the boundaries: there are batches after the last one
+        if end == start and min_one_batch:
+            nxt = _next_boundary(ends, offset)
+            if not single or nxt is None or nxt[0] is not seg:
+                return None
+            end = nxt[1]  # the first batch, whole, though it is over the budget (Kafka's minOneMessage)
+        return seg, start, end
 
     def bytes_to_end(self, offset: int) -> int | None:
         """The bytes from ``offset`` to the log end when both are where one of the last appends began or ended, in
@@ -1613,6 +1671,14 @@ def _epoch_start(out: list[tuple[int, int]], header: BatchHeader) -> None:
     """Adds (epoch, base offset) to ``out`` when the batch's epoch is above the last one there (it begins here)."""
     if header.partition_leader_epoch > (out[-1][0] if out else -1):
         out.append((header.partition_leader_epoch, header.base_offset))
+
+
+def _next_boundary(ends: dict[int, tuple[LogSegment, int, bool]], offset: int) -> tuple[LogSegment, int] | None:
+    """The first of a log's recent append boundaries after ``offset``: (segment, position)."""
+    for off, (seg, pos, _single) in ends.items():
+        if off > offset:
+            return seg, pos
+    return None
 
 
 def _floor_position(seg: LogSegment, target: int) -> int:

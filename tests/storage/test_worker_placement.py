@@ -292,3 +292,53 @@ def test_light_work_behind_heavy_work_does_not_spread(aloop, worker, placed):
     assert ran == ["big", "small", "small again"]
     placement.stop()
     assert workers._placement is None  # stopped: nothing left for a hand-over to spread
+
+
+def test_a_big_send_on_the_loop_spreads_at_once_a_small_one_does_not(aloop, worker, placed):
+    placement, _release = placed
+    here = os.sched_getaffinity(0)
+    workers.loop_sends(workers.LOOP_SENDS_HEAVY - 1)  # a follower's last batches, a consumer's small fetch
+    assert os.sched_getaffinity(0) == here and _cpus(worker) == here
+    workers.loop_sends(workers.LOOP_SENDS_HEAVY)  # a consumer's big fetch, copied by the loop's sendfile
+    assert os.sched_getaffinity(0) == ALLOWED and _cpus(worker) == ALLOWED and workers._loop_cpus is None
+    workers.loop_sends(workers.LOOP_SENDS_HEAVY)  # spread already: nothing to do
+    placement.review(aloop, ran=0.1)  # quiet again: placed
+    assert len(os.sched_getaffinity(0)) == 1 and _cpus(worker) == os.sched_getaffinity(0)
+
+
+@pytest.mark.skipif(len(ALLOWED) < 2, reason="this process may use one CPU only: see test_one_cpu_is_not_placed")
+def test_kjbod_serve_answering_a_big_fetch_spreads_its_threads(kjbod_server_factory, tmp_path, monkeypatch):
+    """The Fetch path tells loop_sends what it sends: a consumer's fetch of 1.5 MiB spreads the serving node,
+    seen in its KJBOD_TIMELINE (a review may place it again before a look from outside could see it)."""
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+    from tools.bench.dir_workers import read_timeline
+
+    monkeypatch.setenv("KJBOD_TIMELINE", str(tmp_path / "timeline"))
+    server = kjbod_server_factory()
+    producer = KafkaProducer(bootstrap_servers=server.bootstrap, linger_ms=50, batch_size=1 << 20,
+                             max_request_size=2 << 20, acks=1)
+    for _ in range(24):
+        producer.send("big-fetch", b"x" * (64 << 10), partition=0)
+    producer.flush()
+    producer.close()
+    assert server.process is not None
+    status = f"/proc/{server.process.pid}/task/{server.process.pid}/status"
+    for _ in range(400):  # the reviews place the quiet node again after the produce (no timing is asserted)
+        with open(status) as f:
+            if f.read().split("Cpus_allowed_list:")[1].split()[0].isdigit():
+                break
+        threading.Event().wait(0.05)
+    else:
+        pytest.fail("the quiet node's event loop was never placed on one CPU")
+    consumer = KafkaConsumer(bootstrap_servers=server.bootstrap, fetch_max_bytes=4 << 20,
+                             max_partition_fetch_bytes=4 << 20, consumer_timeout_ms=10_000, enable_auto_commit=False)
+    consumer.assign([TopicPartition("big-fetch", 0)])
+    consumer.seek_to_beginning()
+    got = sum(1 for _, _m in zip(range(24), consumer, strict=False))
+    consumer.close()
+    assert got == 24
+    assert server.stop() == 0
+    spreads = [e for e in read_timeline(tmp_path / "timeline") if e[0] == "placement review"
+               and e[3] == "spread, a big send on the loop"]
+    assert spreads, "no fetch spread the node's threads"

@@ -66,6 +66,7 @@ from kjbod.protocol.runtime import ZERO_UUID
 from kjbod.storage import fsio
 from kjbod.storage.errors import OffsetOutOfRangeError
 from kjbod.storage.fsio import WouldBlock
+from kjbod.storage.workers import loop_sends
 from kjbod.wire.handler import Later
 
 READ_COMMITTED = 1
@@ -497,6 +498,7 @@ async def _serve(node, request, body: FetchRequest, follower: int) -> FetchRespo
             built = _build(node, resolved, body, v, max_bytes, deadline, decided, throttled)
             resp, total = built if built.__class__ is tuple else await built
             if total >= min_bytes or time.monotonic() >= deadline or not _only_data(resp):
+                loop_sends(total)
                 if node.topic_stats is not None:  # the metrics endpoint's counters (kjbod.metrics)
                     _count(node.topic_stats, resolved, resp, follower >= 0)
                 if follower >= 0:
@@ -666,6 +668,7 @@ class _FollowerFetch:
         """The response once read, counted, with the leaders named where v16+ wants them (as `_serve` does); None
         (its regions closed) when it must wait for more."""
         if total >= self.min_bytes or time.monotonic() >= self.deadline or not _only_data(resp):
+            loop_sends(total)
             node = self.node
             if node.topic_stats is not None:  # the metrics endpoint's counters (kjbod.metrics)
                 _count(node.topic_stats, self.resolved, resp, True)
