@@ -284,7 +284,7 @@ def loop_sends(nbytes: int) -> None:
     own gains nothing from it and loses the kernel's choice of CPU: held to one, it waits there behind whatever
     else runs (the consumer it sends to, another process) instead of moving to the free one. Measured on the Fetch
     benchmark, servers interleaved over 30 rounds: placed, 8 us more CPU and 8 us more waiting on a run queue per
-    3 MiB fetch than unplaced, and 1-6 % less throughput in four runs. A dict look-up and a compare otherwise."""
+    3 MiB fetch than unplaced, and 1-6 % less throughput in four runs. Otherwise a compare or two."""
     if nbytes >= LOOP_SENDS_HEAVY and _loop_cpus is not None and _placement is not None:
         _placement.spread_now("spread, a big send on the loop")
 
