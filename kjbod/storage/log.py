@@ -228,8 +228,9 @@ class PartitionLog:
         # the offset after it), at most RECENT_ENDS of them, in offset order: a read from one of these offsets
         # (a caught-up follower's fetch: read_to_end; a consumer near the end: _recent_slice) needs no index
         # lookup or header scan. Each is (segment, position, whether the append starting there is one batch:
-        # False for the log end, until the next append starts there). Positions only, no bytes. Set and cleared
-        # under the lock.
+        # False for the log end, until the next append starts there); the last is always the log end (every
+        # move of it notes its appends here or clears them). Positions only, no bytes. Set and cleared under the
+        # lock.
         self._ends: dict[int, tuple[LogSegment, int, bool]] = {}
 
     def __repr__(self) -> str:
@@ -1212,14 +1213,15 @@ class PartitionLog:
         seg, start, single = at
         target = start + budget
         end = start
+        first_end = -1  # where the append beginning at ``offset`` ends
         prev, prev_pos, prev_single = offset, start, single
-        last = offset
-        for off, (s, pos, one) in ends.items():
+        for off, (s, pos, one) in ends.items():  # up to the log end: always the last of them
             if off <= offset:
                 continue
             if s is not seg:
                 return None  # a roll: the read may go on into the next segment, the scan's case
-            last = off
+            if first_end < 0:
+                first_end = pos
             # The append [prev, off) at bytes [prev_pos, pos): its batches begin at prev and end below off.
             if pos <= target and off <= limit:
                 end = pos
@@ -1233,14 +1235,10 @@ class PartitionLog:
                     end = pos  # one batch straddling the limit: it begins below it, and fits
                 break
             prev, prev_pos, prev_single = off, pos, one
-        else:
-            if last != self._leo:
-                return None  # the log end is not among the boundaries: there are batches after the last one
         if end == start and min_one_batch:
-            nxt = _next_boundary(ends, offset)
-            if not single or nxt is None or nxt[0] is not seg:
+            if not single or first_end < 0:
                 return None
-            end = nxt[1]  # the first batch, whole, though it is over the budget (Kafka's minOneMessage)
+            end = first_end  # the first batch, whole, though it is over the budget (Kafka's minOneMessage)
         return seg, start, end
 
     def bytes_to_end(self, offset: int) -> int | None:
@@ -1671,14 +1669,6 @@ def _epoch_start(out: list[tuple[int, int]], header: BatchHeader) -> None:
     """Adds (epoch, base offset) to ``out`` when the batch's epoch is above the last one there (it begins here)."""
     if header.partition_leader_epoch > (out[-1][0] if out else -1):
         out.append((header.partition_leader_epoch, header.base_offset))
-
-
-def _next_boundary(ends: dict[int, tuple[LogSegment, int, bool]], offset: int) -> tuple[LogSegment, int] | None:
-    """The first of a log's recent append boundaries after ``offset``: (segment, position)."""
-    for off, (seg, pos, _single) in ends.items():
-        if off > offset:
-            return seg, pos
-    return None
 
 
 def _floor_position(seg: LogSegment, target: int) -> int:
