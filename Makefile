@@ -12,11 +12,15 @@ PYTEST_WORKERS ?= 2
 
 .PHONY: install run test unit bench codegen check-codegen lint clean distclean
 
-$(STAMP): pyproject.toml setup.py kjbod/storage/_recordscan.c tools/install_system_deps.sh
+$(STAMP): pyproject.toml setup.py kjbod/storage/_recordscan.c tools/install_system_deps.sh \
+		tests/compat/kafkajs/package-lock.json
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q -e '.[dev,spark]' --config-settings editable_mode=compat
 	KJBOD_NEED_JAVA=1 bash tools/install_system_deps.sh
+	@# KafkaJS, exactly as locked, for tests/compat/test_kafkajs.py (which skips, saying why, where node is missing).
+	@if command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then \
+		npm ci --prefix tests/compat/kafkajs --no-audit --no-fund --loglevel=error >/dev/null; fi
 	@touch $(STAMP)
 
 install: $(STAMP)

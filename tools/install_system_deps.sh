@@ -37,10 +37,19 @@ if ! command -v fusermount3 >/dev/null 2>&1 || ! ldconfig -p 2>/dev/null | grep 
     need+=(fuse3 libfuse3-3)
 fi
 
+# Node.js and npm for the KafkaJS compatibility tests (tests/compat/kafkajs; `make install` runs npm ci there).
+# Where node cannot be installed, those tests skip and say so.
+if ! command -v node >/dev/null 2>&1; then
+    need+=(nodejs npm)
+elif ! command -v npm >/dev/null 2>&1; then
+    need+=(npm)
+fi
+
 if [ ${#need[@]} -gt 0 ]; then
     if [ "$(id -u)" != "0" ]; then
         echo "kjbod: please install ${need[*]/JRE/a Java 17+ runtime (Debian: openjdk-17-jre-headless)}" \
-            "(the spark extra needs Java; the hung-disk tests need fuse3 and libfuse3-3)" >&2
+            "(the spark extra needs Java; the hung-disk tests need fuse3 and libfuse3-3; the KafkaJS tests need" \
+            "nodejs and npm)" >&2
         exit 0
     fi
     apt-get update -qq
