@@ -1,0 +1,80 @@
+"""FindCoordinator's answer and log line (kjbod/broker/handlers/find_coordinator.py), in process: kjbod has no
+coordinator, answers COORDINATOR_NOT_AVAILABLE as Kafka does while it cannot host one, with a message, and warns
+once per connection and key type, naming the client, the keys and what is not served."""
+
+from __future__ import annotations
+
+import pytest
+
+from kjbod.broker.handlers import find_coordinator
+from kjbod.broker.router import Request
+from kjbod.protocol.errors import ErrorCode
+from kjbod.protocol.generated import FindCoordinatorRequest
+from kjbod.wire.handler import RequestContext
+from tests.kip113.conftest import captured_logs
+
+
+def request(version: int, connection_id: int = 1, client_id: str = "kafkajs") -> Request:
+    ctx = RequestContext(connection_id=connection_id, peer_host="127.0.0.1", peer_port=40000 + connection_id,
+                         listener_name="PLAINTEXT", listener_kind="broker")
+    return Request(ctx, 10, version, 7, client_id)
+
+
+@pytest.fixture
+def logs():
+    find_coordinator._warned.clear()
+    try:
+        with captured_logs() as captured:
+            yield captured
+    finally:
+        find_coordinator._warned.clear()
+
+
+def warnings_of(logs: list[dict]) -> list[tuple]:
+    return [(e["key_type"], e["keys"], e["client_id"], e["peer"], e["answer"]) for e in logs
+            if e["event"] == "coordinator_not_served"]
+
+
+@pytest.mark.parametrize("version", [1, 2, 3])
+def test_a_group_key_before_v4_gets_coordinator_not_available_with_a_message(logs, version):
+    answer = find_coordinator.handle(None, request(version), FindCoordinatorRequest(key="readers", key_type=0))
+    assert (answer.error_code, answer.node_id, answer.host, answer.port) == (
+        ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1)
+    assert "consumer groups are not served by kjbod yet" in answer.error_message
+    assert warnings_of(logs) == [("group", ["readers"], "kafkajs", "127.0.0.1:40001", "COORDINATOR_NOT_AVAILABLE")]
+
+
+def test_v0_has_no_message_field_and_still_warns(logs):
+    answer = find_coordinator.handle(None, request(0), FindCoordinatorRequest(key="readers"))
+    assert (answer.error_code, answer.error_message) == (ErrorCode.COORDINATOR_NOT_AVAILABLE, None)
+    assert warnings_of(logs) == [("group", ["readers"], "kafkajs", "127.0.0.1:40001", "COORDINATOR_NOT_AVAILABLE")]
+
+
+def test_batched_transaction_keys_each_get_the_error_and_one_warning(logs):
+    answer = find_coordinator.handle(None, request(4), FindCoordinatorRequest(key_type=1,
+                                                                              coordinator_keys=["tx-1", "tx-2"]))
+    assert [(c.key, c.error_code, c.node_id) for c in answer.coordinators] == [
+        ("tx-1", ErrorCode.COORDINATOR_NOT_AVAILABLE, -1), ("tx-2", ErrorCode.COORDINATOR_NOT_AVAILABLE, -1)]
+    assert all("transactions are not served by kjbod yet" in c.error_message for c in answer.coordinators)
+    (line,) = [e for e in logs if e["event"] == "coordinator_not_served"]
+    assert (line["key_type"], line["keys"], line["log_level"]) == ("transaction", ["tx-1", "tx-2"], "warning")
+    assert "transactions are not served by kjbod yet" in line["reason"]
+
+
+def test_one_warning_per_connection_and_key_type(logs):
+    for _ in range(5):  # a client retrying on its connection
+        find_coordinator.handle(None, request(3, connection_id=1), FindCoordinatorRequest(key="g", key_type=0))
+    find_coordinator.handle(None, request(3, connection_id=1), FindCoordinatorRequest(key="t", key_type=1))
+    find_coordinator.handle(None, request(3, connection_id=2), FindCoordinatorRequest(key="g", key_type=0))
+    assert [(kind, keys, peer) for kind, keys, _c, peer, _a in warnings_of(logs)] == [
+        ("group", ["g"], "127.0.0.1:40001"), ("transaction", ["t"], "127.0.0.1:40001"),
+        ("group", ["g"], "127.0.0.1:40002")]
+
+
+def test_the_memory_of_warned_connections_is_bounded(logs, monkeypatch):
+    monkeypatch.setattr(find_coordinator, "WARNED_LIMIT", 3)
+    for connection_id in range(1, 6):
+        find_coordinator.handle(None, request(3, connection_id), FindCoordinatorRequest(key="g"))
+    assert list(find_coordinator._warned) == [(3, 0), (4, 0), (5, 0)]
+    find_coordinator.handle(None, request(3, 1), FindCoordinatorRequest(key="g"))  # forgotten: warned again
+    assert len(warnings_of(logs)) == 6
