@@ -78,3 +78,16 @@ def test_the_memory_of_warned_connections_is_bounded(logs, monkeypatch):
     assert list(find_coordinator._warned) == [(3, 0), (4, 0), (5, 0)]
     find_coordinator.handle(None, request(3, 1), FindCoordinatorRequest(key="g"))  # forgotten: warned again
     assert len(warnings_of(logs)) == 6
+
+
+@pytest.mark.parametrize(("version", "key_type"), [(1, 2), (3, 2), (4, 2), (6, 2), (1, 3), (6, 99)])
+def test_share_and_unknown_key_types_are_invalid_request_without_a_warning(logs, version, key_type):
+    # Kafka: share keys need v6 and a share coordinator, and CoordinatorType.forId refuses unknown ids.
+    body = FindCoordinatorRequest(key="k", key_type=key_type, coordinator_keys=["k", "l"])
+    answer = find_coordinator.handle(None, request(version), body)
+    if version >= 4:
+        assert [(c.key, c.error_code, c.node_id) for c in answer.coordinators] == [
+            ("k", ErrorCode.INVALID_REQUEST, -1), ("l", ErrorCode.INVALID_REQUEST, -1)]
+    else:
+        assert (answer.error_code, answer.node_id, answer.host, answer.port) == (ErrorCode.INVALID_REQUEST, -1, "", -1)
+    assert warnings_of(logs) == []

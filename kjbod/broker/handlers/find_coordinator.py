@@ -2,8 +2,10 @@
 
 Version notes: v1 adds the key type and error messages; v3 is flexible; v4 batches keys (one result each); v6
 adds share groups.  kjbod has no group or transaction coordinator yet (consumer groups are out of scope), so
-every key answers COORDINATOR_NOT_AVAILABLE: what Kafka answers while it cannot host the coordinator (its
-internal topic missing or without a leader), which clients treat as retriable.  The API is served anyway because
+group and transaction keys answer COORDINATOR_NOT_AVAILABLE: what Kafka answers while it cannot host the
+coordinator (its internal topic missing or without a leader), which clients treat as retriable.  Share keys
+answer INVALID_REQUEST, as from a Kafka broker without a share coordinator (and from any Kafka broker below v6),
+and so does an unknown key type (Kafka's CoordinatorType.forId refuses it).  The API is served anyway because
 librdkafka takes its presence as the sign that a broker understands lz4-compressed batches.
 
 Clients retry that answer and then give up with an error of their own that does not say why (KafkaJS's consumer
@@ -23,13 +25,13 @@ from kjbod.protocol.generated.find_coordinator_response import Coordinator
 
 log = structlog.get_logger("kjbod.find_coordinator")
 
-# Kafka's CoordinatorType ids, and what kjbod lacks for each.
-KEY_TYPES = {0: "group", 1: "transaction", 2: "share"}
+# Kafka's CoordinatorType ids of the coordinators clients may wait for, and what kjbod lacks for each.
+KEY_TYPES = {0: "group", 1: "transaction"}
 REASONS = {
     "group": "consumer groups are not served by kjbod yet: consume with explicit partition assignment",
     "transaction": "transactions are not served by kjbod yet: produce without a transactional id",
-    "share": "share groups are not served by kjbod",
 }
+SHARE = 2
 
 # (connection id, key type) pairs already warned about.  Clients ask again every few hundred milliseconds on the
 # same connection; one line per connection says it without flooding the log.  Bounded, oldest first out: a
@@ -51,12 +53,16 @@ def _warn_once(request, key_type: int, kind: str, reason: str, keys: list[str]) 
 
 @api(FindCoordinatorRequest)
 def handle(node, request, body: FindCoordinatorRequest) -> FindCoordinatorResponse:
-    code = ErrorCode.COORDINATOR_NOT_AVAILABLE
-    kind = KEY_TYPES.get(body.key_type, f"key type {body.key_type}")
-    reason = REASONS.get(kind, "kjbod has no coordinator of any kind for it")
-    message = f"kjbod has no {kind} coordinator ({reason})"
-    _warn_once(request, body.key_type, kind, reason,
-               list(body.coordinator_keys) if request.api_version >= 4 else [body.key])
+    kind = KEY_TYPES.get(body.key_type)
+    if kind is not None:
+        code, reason = ErrorCode.COORDINATOR_NOT_AVAILABLE, REASONS[kind]
+        message = f"kjbod has no {kind} coordinator ({reason})"
+        _warn_once(request, body.key_type, kind, reason,
+                   list(body.coordinator_keys) if request.api_version >= 4 else [body.key])
+    elif body.key_type == SHARE:
+        code, message = ErrorCode.INVALID_REQUEST, "kjbod has no share coordinator (share groups are not served)"
+    else:
+        code, message = ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {body.key_type}"
     if request.api_version >= 4:
         return FindCoordinatorResponse(coordinators=[
             Coordinator(key=key, node_id=-1, host="", port=-1, error_code=code, error_message=message)
