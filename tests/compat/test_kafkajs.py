@@ -200,6 +200,17 @@ def test_gzip_batches_are_stored_compressed_and_read_back(server):
     assert scan_log_dirs(server.log_dirs)["gzipped-0"].codecs == {GZIP}
 
 
+def test_offsets_by_timestamp_find_records_inside_a_gzip_batch(server):
+    # One compressed batch of three records: the lookup answers the record's own offset, not the batch's base.
+    stamped = [{"value": v, "partition": 0, "timestamp": str(t)} for v, t in (("a", 1000), ("b", 2000), ("c", 3000))]
+    created, sent, *found = kafkajs(
+        server.bootstrap, create("gzip-times"), send("gzip-times", stamped, compression="gzip"),
+        *[admin("fetchTopicOffsetsByTimestamp", "gzip-times", t) for t in (0, 2000, 2500, 3000)])
+    value(created), value(sent)
+    assert [value(f) for f in found] == [[{"partition": 0, "offset": o}] for o in ("0", "1", "2", "2")]
+    assert scan_log_dirs(server.log_dirs)["gzip-times-0"].codecs == {GZIP}
+
+
 def test_keys_headers_and_explicit_timestamps_round_trip(server):
     messages = [
         {"key": "user-1", "value": "first", "partition": 0, "timestamp": "1700000000000",
@@ -478,6 +489,7 @@ def test_consumer_gets_a_coordinator_error_and_the_server_says_groups_are_not_se
     seen = value(consumed)
     assert seen["messages"] == []
     assert seen["crash"]["error"]["name"] == "KafkaJSGroupCoordinatorNotFound"
+    assert seen["crash"]["restart"] is False  # the consumer stops: no endless retry loop
     assert [entry["error"] for entry in seen["logs"] if entry["message"].startswith("Response GroupCoordinator")]
     assert set(entry["error"] for entry in seen["logs"] if entry["message"].startswith(
         "Response GroupCoordinator")) == {"The group coordinator is not available"}
