@@ -72,3 +72,21 @@ def test_a_warning_names_the_key_and_what_to_do_once_per_connection(version, key
     assert reason_says in line["reason"]
     assert line["answer"] == "COORDINATOR_NOT_AVAILABLE"
 
+
+@pytest.mark.parametrize("version", [1, 3, 4, 6])
+@pytest.mark.parametrize("key_type", [2, 3, -1], ids=["share", "unknown", "negative"])
+def test_share_and_unknown_key_types_are_invalid_request(version, key_type):
+    # Kafka: a share key before v6, or with share groups not enabled, is INVALID_REQUEST, and so is a key type
+    # CoordinatorType.forId does not know.  No warning: this is not a client waiting for a coordinator.
+    if version >= 4:
+        body = FindCoordinatorRequest(key_type=key_type, coordinator_keys=["s1", "s2"])
+    else:
+        body = FindCoordinatorRequest(key="s1", key_type=key_type)
+    with capture_logs() as logs:
+        answer = ask(version, body)
+    if version >= 4:
+        assert [(c.key, c.error_code, c.node_id) for c in answer.coordinators] == [
+            ("s1", ErrorCode.INVALID_REQUEST, -1), ("s2", ErrorCode.INVALID_REQUEST, -1)]
+    else:
+        assert (answer.error_code, answer.node_id, answer.host, answer.port) == (ErrorCode.INVALID_REQUEST, -1, "", -1)
+    assert warnings_in(logs) == []

@@ -6,7 +6,8 @@ group and transactional keys answer COORDINATOR_NOT_AVAILABLE with no node, as K
 partition of __consumer_offsets or __transaction_state that owns the key has no leader.  Clients treat that as
 retriable, and some (aiokafka) retry without a limit: a user sees a client that waits and never says why.  So
 kjbod logs a warning naming the key and what to do instead, once per connection and key (clients ask again
-every 100 ms or so).
+every 100 ms or so).  Share keys answer INVALID_REQUEST, Kafka's answer when share groups are not enabled (and
+before v6 always), and so does a key type Kafka does not know.
 
 The API is served anyway because librdkafka takes its presence as the sign that a broker understands
 lz4-compressed batches.
@@ -25,15 +26,15 @@ from kjbod.protocol.generated.find_coordinator_response import Coordinator
 
 log = structlog.get_logger("kjbod.find_coordinator")
 
-GROUP, TRANSACTION = 0, 1
-KEY_TYPE_NAMES = {GROUP: "GROUP", TRANSACTION: "TRANSACTION"}
+GROUP, TRANSACTION, SHARE = 0, 1, 2
+KEY_TYPE_NAMES = {GROUP: "GROUP", TRANSACTION: "TRANSACTION", SHARE: "SHARE"}
 REASONS = {
     GROUP: "kjbod does not implement consumer groups yet: consume without a group id, with explicit "
            "partition assignment",
     TRANSACTION: "kjbod does not implement transactions yet: produce without a transactional id "
                  "(idempotent producers work)",
+    SHARE: "kjbod does not implement share groups",
 }
-OTHER_KEYS = "kjbod has no group or transaction coordinator"
 
 # (connection id, key type, key) already warned about; the oldest are forgotten past WARNED_MAX.
 WARNED_MAX = 4096
@@ -42,8 +43,10 @@ _warned: OrderedDict[tuple[int, int, str], None] = OrderedDict()
 
 def _answer(request, key_type: int, key: str) -> tuple[int, str]:
     """(error code, error message) for one key."""
+    if key_type == SHARE:
+        return ErrorCode.INVALID_REQUEST, REASONS[SHARE]
     if key_type not in REASONS:
-        return ErrorCode.COORDINATOR_NOT_AVAILABLE, OTHER_KEYS
+        return ErrorCode.INVALID_REQUEST, f"Unknown coordinator type received: {key_type}"
     _warn_once(request, key_type, key)
     return ErrorCode.COORDINATOR_NOT_AVAILABLE, REASONS[key_type]
 
