@@ -35,6 +35,7 @@ from live import LiveServer, start_server
 
 from kjbod.protocol.errors import ErrorCode
 from kjbod.storage.records import iter_batches
+from tests.cluster.conftest import Cluster, running_cluster
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -55,7 +56,7 @@ def server(tmp_path_factory) -> LiveServer:
 
 
 @asynccontextmanager
-async def admin_client(server: LiveServer) -> AsyncIterator[AIOKafkaAdminClient]:
+async def admin_client(server: LiveServer | Cluster) -> AsyncIterator[AIOKafkaAdminClient]:
     admin = AIOKafkaAdminClient(bootstrap_servers=server.bootstrap)
     await admin.start()
     try:
@@ -65,7 +66,7 @@ async def admin_client(server: LiveServer) -> AsyncIterator[AIOKafkaAdminClient]
 
 
 @asynccontextmanager
-async def producer_for(server: LiveServer, **options) -> AsyncIterator[AIOKafkaProducer]:
+async def producer_for(server: LiveServer | Cluster, **options) -> AsyncIterator[AIOKafkaProducer]:
     producer = AIOKafkaProducer(bootstrap_servers=server.bootstrap, **options)
     await producer.start()
     try:
@@ -75,7 +76,8 @@ async def producer_for(server: LiveServer, **options) -> AsyncIterator[AIOKafkaP
 
 
 @asynccontextmanager
-async def consumer_for(server: LiveServer, *partitions: TopicPartition, **options) -> AsyncIterator[AIOKafkaConsumer]:
+async def consumer_for(server: LiveServer | Cluster, *partitions: TopicPartition,
+                       **options) -> AsyncIterator[AIOKafkaConsumer]:
     """A consumer without a group, assigned `partitions` and positioned at their beginning."""
     consumer = AIOKafkaConsumer(bootstrap_servers=server.bootstrap, enable_auto_commit=False, **options)
     await consumer.start()
@@ -199,6 +201,20 @@ async def test_keys_headers_and_timestamps_come_back_intact(server):
         (0, 2, b"k3", None, [("empty", b"")], 1_600_000_000_000, 0),
         (1, 0, b"k1", b"v1", [], 1_700_000_000_005, 0),
     ]
+
+
+async def test_empty_keys_values_and_headers_are_kept_apart_from_null(server):
+    topic = "empties"
+    await create_topic(server, topic)
+    async with producer_for(server) as producer:
+        await producer.send_and_wait(topic, b"", key=b"", partition=0, headers=[("null", None), ("empty", b"")])
+        await producer.send_and_wait(topic, None, key=b"k", partition=0, timestamp_ms=0)  # not both None: aiokafka
+    tp = TopicPartition(topic, 0)
+    async with consumer_for(server, tp) as consumer:
+        records = await consume(consumer, 2)
+    assert [(r.key, r.value, r.headers) for r in records] == [(b"", b"", (("null", None), ("empty", b""))),
+                                                             (b"k", None, ())]
+    assert records[1].timestamp == 0
 
 
 async def test_a_burst_of_send_futures_lands_in_order(server):
@@ -362,6 +378,28 @@ async def test_fetch_limits_smaller_than_a_batch_still_return_it(server):
     assert [r.value for r in records] == values
 
 
+@pytest.mark.parametrize(("auto_offset_reset", "expected"), [("earliest", 0), ("latest", 4), ("none", None)])
+async def test_an_offset_past_the_end_resets_as_the_consumer_says(server, auto_offset_reset, expected):
+    # Kafka answers a fetch past the log end OFFSET_OUT_OF_RANGE; the consumer then applies auto_offset_reset,
+    # or raises with "none".
+    topic = f"out-of-range-{auto_offset_reset}"
+    await produce_numbered(server, topic, 4)
+    tp = TopicPartition(topic, 0)
+    async with consumer_for(server, tp, auto_offset_reset=auto_offset_reset) as consumer:
+        consumer.seek(tp, 100)
+        if expected is None:
+            with pytest.raises(aiokafka_errors.OffsetOutOfRangeError) as raised:
+                await consumer.getone()
+            assert raised.value.args[0] == {tp: 100}
+        elif expected == 0:
+            record = await consumer.getone()
+            assert (record.offset, record.value) == (0, b"0")
+        else:
+            with pytest.raises(asyncio.TimeoutError):  # nothing new past the end to hand out
+                await asyncio.wait_for(consumer.getone(), 1)
+            assert await consumer.position(tp) == expected
+
+
 # --------------------------------------------------------------------------------------------- groups, transactions
 
 
@@ -400,6 +438,39 @@ async def test_transactional_producer_waits_for_a_coordinator_and_kjbod_says_why
     not return.  kjbod logs why, naming the transactional id."""
     producer = AIOKafkaProducer(bootstrap_servers=server.bootstrap, transactional_id="aiokafka-tx")
     await waits_for_a_coordinator(server, producer, "aiokafka-tx", "TRANSACTION", "transactions")
+
+
+@pytest.mark.slow
+async def test_three_brokers_replicated_topic_with_acks_all(tmp_path):
+    """The one case that needs a cluster (`kjbod cluster up`: a controller and three brokers): a topic replicated
+    three ways, its leaders spread over the brokers, written with acks=all by an idempotent producer that must
+    route each partition to its own leader, and read back."""
+    with running_cluster(tmp_path / "cluster", log_dirs=1) as cluster:
+        brokers = sorted(cluster.broker_ids)
+        async with admin_client(cluster) as admin:
+            answer = await admin.create_topics([NewTopic("replicated", 3, 3)])
+            assert [(t[0], t[1]) for t in answer.topic_errors] == [("replicated", 0)]
+            described = await admin.describe_cluster()
+            assert sorted(b["node_id"] for b in described["brokers"]) == brokers
+            deadline = time.monotonic() + WAIT_S
+            while True:
+                [topic] = await admin.describe_topics(["replicated"])
+                partitions = topic["partitions"]
+                if all(sorted(p["isr"]) == brokers for p in partitions) or time.monotonic() > deadline:
+                    break
+                await asyncio.sleep(0.1)
+        assert [(p["partition"], sorted(p["replicas"]), sorted(p["isr"])) for p in partitions] == [
+            (i, brokers, brokers) for i in range(3)]
+        assert sorted(p["leader"] for p in partitions) == brokers
+        async with producer_for(cluster, acks="all", enable_idempotence=True) as producer:
+            sent = [await producer.send_and_wait("replicated", b"%d-%d" % (p, i), partition=p)
+                    for p in range(3) for i in range(5)]
+        assert [(m.partition, m.offset) for m in sent] == [(p, i) for p in range(3) for i in range(5)]
+        tps = [TopicPartition("replicated", p) for p in range(3)]
+        async with consumer_for(cluster, *tps) as consumer:
+            records = await consume(consumer, 15)
+    assert sorted((r.partition, r.offset, r.value) for r in records) == [
+        (p, i, b"%d-%d" % (p, i)) for p in range(3) for i in range(5)]
 
 
 # --------------------------------------------------------------------------------------------- admin
@@ -443,6 +514,16 @@ async def test_admin_invalid_topic_configs_are_invalid_config(server, configs, n
     [(name, code, message)] = answer.topic_errors
     assert (name, code) == ("bad-config", ErrorCode.INVALID_CONFIG)
     assert named in message
+
+
+async def test_admin_describes_a_missing_topic_as_unknown(server):
+    async with admin_client(server) as admin:
+        [described] = await admin.describe_topics(["never-made"])
+        [configs] = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, "never-made")])
+    assert (described["topic"], described["error_code"], described["partitions"]) == (
+        "never-made", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, [])
+    [resource] = configs.resources
+    assert (resource[0], resource[3], resource[4]) == (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "never-made", [])
 
 
 async def test_admin_deletes_a_topic(server):
