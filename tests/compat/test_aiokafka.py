@@ -400,6 +400,23 @@ async def test_an_offset_past_the_end_resets_as_the_consumer_says(server, auto_o
             assert await consumer.position(tp) == expected
 
 
+async def test_a_consumer_at_the_end_gets_a_record_produced_while_it_waits(server):
+    # The fetch waits at the broker (fetch_max_wait_ms) and is answered when the record arrives.
+    topic = "tail"
+    await produce_numbered(server, topic, 2)
+    tp = TopicPartition(topic, 0)
+    async with consumer_for(server, tp, fetch_max_wait_ms=5000) as consumer:
+        await consumer.seek_to_end(tp)
+        assert await consumer.position(tp) == 2
+        waiting = asyncio.ensure_future(consumer.getone())
+        await asyncio.sleep(0.2)
+        assert not waiting.done()
+        async with producer_for(server) as producer:
+            await producer.send_and_wait(topic, b"late", partition=0)
+        record = await asyncio.wait_for(waiting, WAIT_S)
+    assert (record.offset, record.value) == (2, b"late")
+
+
 # --------------------------------------------------------------------------------------------- groups, transactions
 
 
@@ -483,6 +500,8 @@ async def test_admin_creates_a_topic_with_partitions_and_configs(server):
         assert [(t[0], t[1]) for t in answer.topic_errors] == [("made-by-admin", 0)]
         [described] = await admin.describe_topics(["made-by-admin"])
         [configs] = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, "made-by-admin")])
+        [some] = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, "made-by-admin",
+                                                              {"retention.ms": None, "cleanup.policy": None})])
     assert described["error_code"] == 0 and described["is_internal"] is False
     assert [(p["partition"], p["leader"], p["replicas"], p["isr"]) for p in described["partitions"]] == [
         (i, 1, [1], [1]) for i in range(4)]
@@ -492,6 +511,8 @@ async def test_admin_creates_a_topic_with_partitions_and_configs(server):
     # config_source 1 is DYNAMIC_TOPIC_CONFIG: set on the topic.
     assert entries["retention.ms"] == ("3600000", 1)
     assert entries["max.message.bytes"] == ("65536", 1)
+    assert sorted((e[0], e[1], e[3]) for e in some.resources[0][4]) == [
+        ("cleanup.policy", "delete", 5), ("retention.ms", "3600000", 1)]  # 5 is DEFAULT_CONFIG
 
 
 async def test_admin_replication_factor_above_the_brokers_is_invalid_replication_factor(server):
@@ -524,6 +545,21 @@ async def test_admin_describes_a_missing_topic_as_unknown(server):
         "never-made", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, [])
     [resource] = configs.resources
     assert (resource[0], resource[3], resource[4]) == (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "never-made", [])
+
+
+async def test_admin_create_topics_answers_each_problem_with_its_kafka_code(server):
+    await create_topic(server, "exists-already")
+    async with admin_client(server) as admin:
+        again = await admin.create_topics([NewTopic("exists-already", 1, 1)])
+        bad_name = await admin.create_topics([NewTopic("bad name!", 1, 1)])
+        no_partitions = await admin.create_topics([NewTopic("no-partitions", 0, 1)])
+        validated = await admin.create_topics([NewTopic("only-validated", 2, 1)], validate_only=True)
+        topics = await admin.list_topics()
+    assert [(t[0], t[1]) for t in again.topic_errors] == [("exists-already", ErrorCode.TOPIC_ALREADY_EXISTS)]
+    assert [(t[0], t[1]) for t in bad_name.topic_errors] == [("bad name!", ErrorCode.INVALID_TOPIC_EXCEPTION)]
+    assert [(t[0], t[1]) for t in no_partitions.topic_errors] == [("no-partitions", ErrorCode.INVALID_PARTITIONS)]
+    assert [(t[0], t[1]) for t in validated.topic_errors] == [("only-validated", 0)]
+    assert "only-validated" not in topics and "no-partitions" not in topics
 
 
 async def test_admin_deletes_a_topic(server):
@@ -571,13 +607,18 @@ async def test_admin_alters_topic_configs(server):
 
 
 async def test_admin_apis_kjbod_does_not_serve_fail_in_the_client(server):
-    """CreatePartitions and DeleteRecords are not in kjbod's ApiVersions answer: aiokafka refuses to send them,
-    as it would to a Kafka broker without them."""
+    """CreatePartitions, DeleteRecords and ListGroups are not in kjbod's ApiVersions answer: aiokafka refuses to
+    send them, as it would to a Kafka broker without them."""
     await create_topic(server, "fixed-partitions")
     async with admin_client(server) as admin:
         with pytest.raises(aiokafka_errors.IncompatibleBrokerVersion, match="CreatePartitionsRequest"):
             await admin.create_partitions({"fixed-partitions": NewPartitions(3)})
         with pytest.raises(aiokafka_errors.IncompatibleBrokerVersion, match="DeleteRecordsRequest"):
             await admin.delete_records({TopicPartition("fixed-partitions", 0): RecordsToDelete(0)})
+        with pytest.raises(aiokafka_errors.IncompatibleBrokerVersion, match="ListGroupsRequest"):
+            await admin.list_consumer_groups()
+        # Describing a group asks for its coordinator first: COORDINATOR_NOT_AVAILABLE, raised once here.
+        with pytest.raises(aiokafka_errors.CoordinatorNotAvailableError):
+            await admin.describe_consumer_groups(["some-group"])
         [described] = await admin.describe_topics(["fixed-partitions"])
     assert len(described["partitions"]) == 1
