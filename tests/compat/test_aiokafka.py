@@ -30,6 +30,8 @@ from aiokafka import errors as aiokafka_errors
 from aiokafka.admin import AIOKafkaAdminClient, NewPartitions, NewTopic, RecordsToDelete
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.protocol.metadata import MetadataRequest
+from aiokafka.protocol.produce import ProduceRequest
+from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from datapath.support import log_events, partition_dirs
 from live import LiveServer, start_server
 
@@ -271,7 +273,16 @@ async def test_produce_to_a_missing_topic_is_unknown_topic_or_partition(server):
         # What it was told each time: the topic named with error 3, and not created (auto-creation is off).
         node = producer.client.get_random_node()
         answer = await producer.client.send(node, MetadataRequest(["no-such-topic"]))
+        # A Produce sent anyway, through aiokafka's own request and batch code, gets Kafka's per-partition error.
+        batch = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=0, producer_id=-1,
+                                          producer_epoch=-1, base_sequence=-1, batch_size=16384)
+        batch.append(0, timestamp=None, key=None, value=b"x", headers=[])
+        produced = await producer.client.send(node, ProduceRequest(None, -1, 5000, [
+            ("no-such-topic", [(0, bytes(batch.build()))])]))
     assert [(t[0], t[1]) for t in answer.topics] == [(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "no-such-topic")]
+    [(topic, [partition])] = produced.topics
+    # (partition, error, base offset, log append time, log start offset, ...): no offsets for an error, as in Kafka
+    assert (topic, tuple(partition)[:5]) == ("no-such-topic", (0, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, -1, -1))
     async with admin_client(server) as admin:
         assert "no-such-topic" not in await admin.list_topics()
 
