@@ -8,12 +8,14 @@ the batch really gzip? did the idempotent producer really send a producer id?), 
 headers kjbod wrote to its log dirs.
 
 What kjbod does not serve shows as aiokafka shows it against a Kafka that cannot serve it either: APIs missing
-from ApiVersions (CreatePartitions, DeleteRecords) fail in the client before anything is sent; a group consumer or
-a transactional producer is told COORDINATOR_NOT_AVAILABLE, as Kafka's FindCoordinator answers when its coordinator
-topic has no leader, and aiokafka keeps asking without a limit.  kjbod logs a warning naming the group or
-transactional id, which the tests find in its stderr.
+from ApiVersions (CreatePartitions, DeleteRecords, ListGroups) fail in the client before anything is sent; a
+group consumer or a transactional producer is told COORDINATOR_NOT_AVAILABLE, as Kafka's FindCoordinator answers
+when its coordinator topic has no leader, and aiokafka keeps asking without a limit.  kjbod logs a warning
+naming the group or transactional id, which the tests find in its stderr.
 
 Compression: aiokafka needs the `cramjam` package for lz4, zstd and snappy; without it only gzip is tested.
+One case needs more than one broker (a topic replicated three ways, written with acks=all): it starts its own
+`kjbod cluster up` (tests/cluster's running_cluster).
 """
 
 from __future__ import annotations
@@ -38,8 +40,6 @@ from live import LiveServer, start_server
 from kjbod.protocol.errors import ErrorCode
 from kjbod.storage.records import iter_batches
 from tests.cluster.conftest import Cluster, running_cluster
-
-pytestmark = pytest.mark.timeout(120)
 
 # The compression attribute bits of a record batch (Kafka's CompressionType ids).
 CODEC_IDS = {"gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
