@@ -1,5 +1,7 @@
 """DescribeConfigs of a topic: every config's synonyms list each (name, source) once, in Kafka's order (the topic
-override, then the broker's static value, then the default), with and without broker-level values set."""
+override, then the broker's static values, then the defaults), with and without broker-level values set, and with
+Kafka's synonyms of the broker keys that have several (log.retention.ms/minutes/hours, log.roll.ms/hours,
+log.flush.interval.ms/log.flush.scheduler.interval.ms)."""
 
 from __future__ import annotations
 
@@ -29,17 +31,55 @@ def assert_each_once_in_order(entries: dict) -> None:
         assert len(pairs) == len(set(pairs)), f"{name} lists a synonym twice: {entry.synonyms}"
         ranks = [SOURCE_ORDER.index(source) for _, source in pairs]
         assert ranks == sorted(ranks), f"{name}: synonyms out of Kafka's order: {entry.synonyms}"
-        assert entry.source == entry.synonyms[0][2]
+        assert entry.source == (entry.synonyms[0][2] if entry.synonyms else DEFAULT_CONFIG)
 
 
-def test_without_broker_values_each_config_has_one_default_synonym():
+# Topic configs whose broker key has synonyms with no default of its own in Kafka (log.retention.ms,
+# log.roll.ms, log.flush.interval.ms: the default is log.retention.hours' 168 and so on), and those no broker key
+# stands for: Kafka lists no synonym for them when nothing is set (ConfigHelper drops the synonyms before the
+# first named for the broker key, and log.retention.hours=168 comes before none).
+NO_DEFAULT_SYNONYM = {"retention.ms", "segment.ms", "flush.ms", "leader.replication.throttled.replicas",
+                      "follower.replication.throttled.replicas"}
+WEEK_MS = str(7 * 24 * 3600 * 1000)
+
+
+def test_without_broker_values_each_config_has_kafkas_default_synonyms():
     entries = synonyms_by_config({}, {})
     assert set(entries) == set(topic_config.DEFS)
     assert_each_once_in_order(entries)
     for name, entry in entries.items():
         d = topic_config.DEFS[name]
-        assert entry.synonyms == [(d.broker_key or name, entry.value, DEFAULT_CONFIG)], name
-    assert entries["segment.ms"].synonyms == [("log.roll.ms", str(7 * 24 * 3600 * 1000), DEFAULT_CONFIG)]
+        expected = [] if name in NO_DEFAULT_SYNONYM else [(d.broker_key, entry.value, DEFAULT_CONFIG)]
+        assert entry.synonyms == expected, name
+        assert entry.source == DEFAULT_CONFIG, name
+    assert (entries["retention.ms"].value, entries["segment.ms"].value) == (WEEK_MS, WEEK_MS)
+
+
+def test_retention_set_in_hours_or_minutes_has_no_synonym_as_in_kafka():
+    """Kafka lists a topic config's broker synonyms from the first one named for its broker key on: a retention
+    set as log.retention.hours (or minutes) alone gives retention.ms no synonym and the default as its source,
+    though its value is the one in force."""
+    for props, value in (({"log.retention.hours": "24"}, str(24 * 3600 * 1000)),
+                         ({"log.retention.minutes": "5", "log.retention.hours": "24"}, str(5 * 60 * 1000))):
+        entry = synonyms_by_config(props, {})["retention.ms"]
+        assert (entry.value, entry.source, entry.synonyms) == (value, DEFAULT_CONFIG, []), props
+    entry = synonyms_by_config({"log.roll.hours": "2"}, {})["segment.ms"]
+    assert (entry.value, entry.source, entry.synonyms) == (str(2 * 3600 * 1000), DEFAULT_CONFIG, [])
+
+
+def test_retention_set_in_ms_lists_every_synonym_set_then_the_hours_default():
+    entry = synonyms_by_config({"log.retention.ms": "60000", "log.retention.minutes": "5"}, {})["retention.ms"]
+    assert (entry.value, entry.source) == ("60000", STATIC_BROKER_CONFIG)
+    assert entry.synonyms == [("log.retention.ms", "60000", STATIC_BROKER_CONFIG),
+                              ("log.retention.minutes", "5", STATIC_BROKER_CONFIG),
+                              ("log.retention.hours", "168", DEFAULT_CONFIG)]
+    entry = synonyms_by_config({"log.roll.ms": "1000", "log.roll.hours": "3"}, {"segment.ms": "500"})["segment.ms"]
+    assert (entry.value, entry.source) == ("500", TOPIC_CONFIG)
+    assert entry.synonyms == [("segment.ms", "500", TOPIC_CONFIG), ("log.roll.ms", "1000", STATIC_BROKER_CONFIG),
+                              ("log.roll.hours", "3", STATIC_BROKER_CONFIG), ("log.roll.hours", "168", DEFAULT_CONFIG)]
+    entry = synonyms_by_config({"log.flush.interval.ms": "100"}, {})["flush.ms"]
+    assert entry.synonyms == [("log.flush.interval.ms", "100", STATIC_BROKER_CONFIG),
+                              ("log.flush.scheduler.interval.ms", str((1 << 63) - 1), DEFAULT_CONFIG)]
 
 
 def test_broker_values_and_topic_overrides_come_first_once_each():
@@ -53,7 +93,7 @@ def test_broker_values_and_topic_overrides_come_first_once_each():
     ]
     assert entries["retention.ms"].synonyms == [
         ("log.retention.ms", "60000", STATIC_BROKER_CONFIG),
-        ("log.retention.ms", str(7 * 24 * 3600 * 1000), DEFAULT_CONFIG),
+        ("log.retention.hours", "168", DEFAULT_CONFIG),
     ]
     assert entries["retention.ms"].source == STATIC_BROKER_CONFIG
     assert entries["max.message.bytes"].synonyms == [

@@ -296,6 +296,42 @@ def describe_broker(config: Any, dynamic: DynamicBrokerConfigs, resource_name: s
     return [broker_entry(config, dynamic, k) for name, k in BROKER_KEYS.items() if wanted is None or name in wanted]
 
 
+# The broker keys that stand for one of kjbod's topic-config broker keys (Kafka's
+# DynamicBrokerConfig.brokerConfigSynonyms), in Kafka's order, each with the default Kafka's broker config gives
+# it (None: it has none, the next one decides). Every other broker key stands alone and has a default.
+_BROKER_KEY_SYNONYMS: dict[str, tuple[tuple[str, str | None], ...]] = {
+    "log.roll.ms": (("log.roll.ms", None), ("log.roll.hours", "168")),
+    "log.retention.ms": (("log.retention.ms", None), ("log.retention.minutes", None), ("log.retention.hours", "168")),
+    "log.flush.interval.ms": (("log.flush.interval.ms", None), ("log.flush.scheduler.interval.ms", str(LONG_MAX))),
+}
+
+
+def _topic_broker_synonyms(config: Any, d: topic_config.TopicConfigDef) -> list[tuple[str, str | None, int]]:
+    """A topic config's broker synonyms as Kafka's ConfigHelper lists them: each of the broker key's synonyms set
+    in server.properties (as written there), then each that has a default; a topic config no broker key stands for
+    (the throttled-replicas lists) has none. Kafka then drops what comes before the first entry named for the
+    broker key itself, so a retention set only as log.retention.hours, or left at its default
+    (log.retention.hours=168), leaves retention.ms with no synonym at all, its source the default: Kafka's answer,
+    kept as Kafka gives it (its value is still the retention in force)."""
+    key = d.broker_key
+    if key is None:
+        return []
+    names = _BROKER_KEY_SYNONYMS.get(key)
+    if names is None:
+        found: list[tuple[str, str | None, int]] = []
+        static_name, static_source = _static_source(config, key)
+        if static_source == STATIC_BROKER_CONFIG:
+            found.append((static_name, _render(topic_config.broker_default(d, config)), static_source))
+        found.append((key, _render(d.fallback), DEFAULT_CONFIG))
+        return found
+    props = getattr(config, "properties", None) or {}
+    found = [(n, str(props[n]).strip(), STATIC_BROKER_CONFIG) for n, _ in names if n in props]
+    found += [(n, default, DEFAULT_CONFIG) for n, default in names if default is not None]
+    while found and found[0][0] != key:
+        del found[0]
+    return found
+
+
 def describe_topic(config: Any, overrides: dict[str, str], keys: Iterable[str] | None) -> list[Entry]:
     wanted = None if keys is None else set(keys)
     out = []
@@ -308,12 +344,8 @@ def describe_topic(config: Any, overrides: dict[str, str], keys: Iterable[str] |
         synonyms: list[tuple[str, str | None, int]] = []
         if is_override:
             synonyms.append((name, _render(value), TOPIC_CONFIG))
-        if d.broker_key is not None:
-            static_name, static_source = _static_source(config, d.broker_key)
-            if static_source == STATIC_BROKER_CONFIG:
-                synonyms.append((static_name, _render(topic_config.broker_default(d, config)), static_source))
-        synonyms.append((d.broker_key or name, _render(d.fallback), DEFAULT_CONFIG))
-        source = TOPIC_CONFIG if is_override else synonyms[0][2]
+        synonyms += _topic_broker_synonyms(config, d)
+        source = synonyms[0][2] if synonyms else DEFAULT_CONFIG
         out.append(Entry(name, _render(value), source, _TOPIC_TYPES.get(d.type, STRING), read_only=False,
                          doc=d.doc, synonyms=synonyms))
     return out
