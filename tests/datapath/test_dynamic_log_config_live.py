@@ -156,6 +156,9 @@ def test_broker_defaults_change_at_runtime_per_level_and_survive_a_restart(kjbod
     assert described(legacy, "plain", "retention.bytes")[:2] == ("3000", DYNAMIC_DEFAULT)
     assert not accepts(producer, "plain", BIG)
     assert accepts(producer, "own", BIG)
+    # kafka-python's alter_configs finds the key among the broker's dynamic ones and changes it.
+    legacy.alter_configs([KafkaResource(KafkaResourceType.BROKER, "1", configs={"log.retention.ms": "86400000"})])
+    assert described(legacy, "plain", "retention.ms")[:2] == ("86400000", DYNAMIC_BROKER)
 
     # Deleting the cluster defaults leaves Kafka's defaults again (a 5000-byte batch is over segment.bytes 1000).
     alter_default(kjbod, message_max_bytes=None, log_segment_bytes=None)
