@@ -223,3 +223,21 @@ def test_broker_resource_shows_the_dynamic_log_key_as_changeable():
                                                   bc.STATIC_BROKER_CONFIG, bc.DEFAULT_CONFIG]
     (entry,) = bc.describe_broker(config, dyn, "", ["message.max.bytes"])
     assert (entry.value, entry.source) == ("4000", bc.DYNAMIC_DEFAULT_BROKER_CONFIG)
+
+
+def test_broker_resource_lists_the_same_synonyms_as_the_topic_config():
+    """Kafka's ConfigHelper gives log.retention.ms on the broker resource the synonyms retention.ms lists below
+    a topic's override: the dynamic values, then log.retention.minutes/hours as server.properties and the
+    defaults set them."""
+    config = build_config({**BASE, "log.retention.hours": "2"})
+    dyn = dynamic({"log.retention.ms": "30000"}, {"log.retention.ms": "60000"})
+    (entry,) = bc.describe_broker(config, dyn, "1", ["log.retention.ms"])
+    assert (entry.value, entry.source, entry.read_only) == ("30000", bc.DYNAMIC_BROKER_CONFIG, False)
+    assert entry.synonyms == described({"log.retention.hours": "2"}, {}, dyn)["retention.ms"].synonyms == [
+        ("log.retention.ms", "30000", bc.DYNAMIC_BROKER_CONFIG),
+        ("log.retention.ms", "60000", bc.DYNAMIC_DEFAULT_BROKER_CONFIG),
+        ("log.retention.hours", "2", bc.STATIC_BROKER_CONFIG),
+        ("log.retention.hours", "168", bc.DEFAULT_CONFIG)]
+    (entry,) = bc.describe_broker(config, dynamic(), "1", ["log.retention.ms"])
+    # Set only in hours: Kafka lists no synonym named for log.retention.ms, and the source is the default.
+    assert (entry.value, entry.source, entry.synonyms) == (str(2 * 3_600_000), bc.DEFAULT_CONFIG, [])

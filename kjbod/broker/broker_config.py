@@ -303,30 +303,24 @@ def _static_source(config: Any, key: str) -> tuple[str, int]:
     return key, DEFAULT_CONFIG
 
 
-def _kafka_default(k: BrokerKey) -> str | None:
-    """Kafka's default of a broker key (None: it has none): the broker default of a topic config is its topic
-    config's default, except for the keys whose default lives in another synonym (log.retention.ms has none,
-    log.retention.hours has 168)."""
-    if k.default is not None:
-        return _render(k.default)
-    if k.name in _BROKER_KEY_SYNONYMS:
-        return dict(_BROKER_KEY_SYNONYMS[k.name])[k.name]
-    d = LOG_CONFIG_KEYS.get(k.name)
-    return _render(d.fallback) if d is not None else None
-
-
 def broker_entry(config: Any, dynamic: DynamicBrokerConfigs, k: BrokerKey) -> Entry:
     static_value = _render(getattr(config, k.attr, k.default)) if k.attr else _render(k.default)
+    d = LOG_CONFIG_KEYS.get(k.name)
+    if d is not None:
+        # The broker default of a topic config lists the synonyms the topic config lists below its own override
+        # (Kafka's ConfigHelper asks the same brokerConfigSynonyms for both).
+        synonyms = _topic_broker_synonyms(config, dynamic, d)
+        value, source = (synonyms[0][1], synonyms[0][2]) if synonyms else (static_value, DEFAULT_CONFIG)
+        return Entry(k.name, value, source, k.type, read_only=False, doc=k.doc, synonyms=synonyms)
     static_name, static_source = _static_source(config, k.name)
-    synonyms: list[tuple[str, str | None, int]] = []
+    synonyms = []
     if k.name in dynamic.per_broker:
         synonyms.append((k.name, dynamic.per_broker[k.name], DYNAMIC_BROKER_CONFIG))
     if k.name in dynamic.cluster_default:
         synonyms.append((k.name, dynamic.cluster_default[k.name], DYNAMIC_DEFAULT_BROKER_CONFIG))
     synonyms.append((static_name, static_value, static_source))
-    default = _kafka_default(k)
-    if static_source == STATIC_BROKER_CONFIG and default is not None:
-        synonyms.append((k.name, default, DEFAULT_CONFIG))
+    if static_source == STATIC_BROKER_CONFIG and k.default is not None:
+        synonyms.append((k.name, _render(k.default), DEFAULT_CONFIG))
     value, source = synonyms[0][1], synonyms[0][2]
     return Entry(k.name, value, source, k.type, read_only=not k.dynamic, doc=k.doc, synonyms=synonyms)
 
