@@ -355,11 +355,12 @@ def _topic_broker_synonyms(config: Any, dynamic: DynamicBrokerConfigs | None,
                            d: topic_config.TopicConfigDef) -> list[tuple[str, str | None, int]]:
     """A topic config's broker synonyms as Kafka's ConfigHelper lists them, source by source: each of the broker
     key's synonyms set dynamically for this broker, then in the cluster default (only the first synonym, the
-    broker key itself, can be), then set in server.properties (as written there), then each that has a default;
-    a topic config no broker key stands for (the throttled-replicas lists) has none. Kafka then drops what comes before the first entry named for the
-    broker key itself, so a retention set only as log.retention.hours, or left at its default
-    (log.retention.hours=168), leaves retention.ms with no synonym at all, its source the default: Kafka's answer,
-    kept as Kafka gives it (its value is still the retention in force)."""
+    broker key itself, can be), then set in server.properties (as written there), then each that has a
+    default; a topic config no broker key stands for (the throttled-replicas lists) has none. Kafka then drops
+    what comes before the first entry named for the broker key itself, so a retention set only as
+    log.retention.hours, or left at its default (log.retention.hours=168), leaves retention.ms with no synonym
+    at all, its source the default: Kafka's answer, kept as Kafka gives it (its value is still the retention
+    in force)."""
     key = d.broker_key
     if key is None:
         return []

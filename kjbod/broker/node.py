@@ -9,10 +9,10 @@ Metadata goes one way (kjbod.controller, kjbod.metadata): the handlers of the co
 send them to the controller (`controller_request`, in process: the same entry the controller listener uses);
 the controller makes the records durable in the metadata log and replays them into a new image; the node's
 publisher (`_publish`) then applies the delta to the local logs (create, delete, topic configs, the dynamic
-broker defaults of topic configs, the intra-broker throttle) before the request is answered.  Handlers read
-`node.metadata`, the image current when they ask; nothing changes an image in place.  On a node with several log dirs a new partition's dir is UNASSIGNED in
-the metadata until the broker has placed it; the publisher then records the dir it chose through the
-controller, so the metadata always says where each replica is.
+broker defaults of topic configs, the intra-broker throttle) before the request is answered. Handlers read
+`node.metadata`, the image current when they ask; nothing changes an image in place. On a node with several
+log dirs a new partition's dir is UNASSIGNED in the metadata until the broker has placed it; the publisher
+then records the dir it chose through the controller, so the metadata always says where each replica is.
 
 At start the node registers its broker with its controller (its online log dir ids and a fresh incarnation id)
 and heartbeats every `broker.heartbeat.interval.ms`, which unfences it once it has applied its registration.

@@ -2,8 +2,9 @@
 
 One table drives CreateTopics validation, DescribeConfigs answers for topics, and the LogConfig handed to
 storage. A topic without an override takes its broker key's value: dynamic per-broker, dynamic cluster default
-(both from the metadata log, kjbod.broker.broker_config), server.properties, Kafka's default, in that order.  Only configs kjbod honours are accepted; anything else is INVALID_CONFIG naming the key, so nobody
-believes a setting took effect when it did not.
+(both from the metadata log, kjbod.broker.broker_config), server.properties, Kafka's default, in that order.
+Only configs kjbod honours are accepted; anything else is INVALID_CONFIG naming the key, so nobody believes a
+setting took effect when it did not.
 """
 
 from __future__ import annotations
