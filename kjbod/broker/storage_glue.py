@@ -124,8 +124,8 @@ class StorageAdapter:
         False when the defaults in force did not change."""
         if not refresh_log_defaults(self.node, self.manager):
             return False
-        for topic in self.node.metadata.topics():
-            self.apply_topic_config(topic.name, dict(topic.configs))
+        self.manager.set_configs({topic.name: topic_log_config(self.node, dict(topic.configs))
+                                  for topic in self.node.metadata.topics()})
         return True
 
     def is_partition_online(self, topic: str, partition: int) -> bool:
