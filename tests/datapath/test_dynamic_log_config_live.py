@@ -1,14 +1,14 @@
 """Dynamic broker defaults of topic configs in a real `kjbod serve` (Kafka's DynamicLogConfig), driven as an
 operator would: IncrementalAlterConfigs on the broker ("1") from confluent-kafka and on the cluster default
-(BROKER "") from kjbod's admin client (neither Python Kafka client can name it), kafka-python's DescribeConfigs
-(with synonyms, in the order Kafka gives them) and its producer.
+(BROKER "") from kjbod's admin client (neither Python Kafka client can name it), kafka-python's alter_configs,
+its DescribeConfigs (with synonyms, in the order Kafka gives them) and its producer.
 
 What is checked is the effect on running partitions: a topic without overrides refuses a batch it accepted
 before once message.max.bytes is lowered, a topic overriding max.message.bytes does not; the per-broker value
 wins over the cluster default and a DELETE brings the level below back; a small log.segment.bytes with a
 log.retention.bytes set dynamically makes retention delete the oldest segments of the topic without overrides
-only; a restart keeps every dynamic value (replayed from the metadata log). In-process checks of the same rules:
-tests/test_dynamic_log_config.py.
+only; a log.roll.ms set dynamically rolls segments by age; a restart keeps every dynamic value (replayed from
+the metadata log). In-process checks of the same rules: tests/test_dynamic_log_config.py.
 """
 
 from __future__ import annotations
@@ -91,6 +91,11 @@ def described(legacy: KafkaAdminClient, topic: str, key: str) -> tuple[str, str,
             [(s["name"], s["value"], s["source"]) for s in entry["synonyms"]])
 
 
+def segment_files(server, topic: str) -> int:
+    """How many segments partition 0 of `topic` has on disk (the server has one log dir)."""
+    return len(list((server.log_dirs[0] / f"{topic}-0").glob("*.log")))
+
+
 def log_start(server, topic: str) -> int:
     """The partition's log start offset (ListOffsets EARLIEST), which retention moves."""
     with RawClient.to(server) as raw:
@@ -142,6 +147,14 @@ def test_broker_defaults_change_at_runtime_per_level_and_survive_a_restart(kjbod
     wait_until(lambda: log_start(server, "plain") > 10, "retention deletes the oldest segments of plain")
     assert log_start(server, "own") == 0
     assert described(legacy, "plain", "segment.bytes")[:2] == ("1000", DYNAMIC_DEFAULT)
+
+    # Segments roll by age too: log.roll.ms set on this broker reaches "own" (no segment.ms of its own; its
+    # segment.bytes override keeps size from rolling it), whose one segment then rolls at the next append.
+    assert segment_files(server, "own") == 1
+    alter(admin, AlterConfigOpType.SET, log_roll_ms="100")
+    assert described(legacy, "own", "segment.ms")[:2] == ("100", DYNAMIC_BROKER)
+    wait_until(lambda: accepts(producer, "own", SMALL) and segment_files(server, "own") > 2,
+               "appends to own roll its segments by age")
 
     # A restart keeps every dynamic value: they are replayed from the metadata log.
     producer.close()
