@@ -4,10 +4,13 @@ Strategy: one table (:data:`BROKER_KEYS`) names the broker configs this node rep
 ServerConfig attribute holding the static value, and whether the key may change at runtime. The dynamic ones:
 ``replica.alter.log.dirs.io.max.bytes.per.second`` (KIP-113's throttle; ``intra.broker.throttled.rate`` is its
 alias), the inter-broker ``leader.replication.throttled.rate`` / ``follower.replication.throttled.rate`` (dynamic
-only, as in Kafka) and the KIP-435 ``reassignment.parallel.*`` limits. Dynamic values live in :class:`DynamicBrokerConfigs`, rebuilt at startup from the
-metadata log's ConfigRecords (resource type 4: name = node id for this broker, "" for the cluster default),
-so a restart keeps them. Precedence is Kafka's: per-broker dynamic > cluster-default dynamic > static
-(server.properties) > default.
+only, as in Kafka), the KIP-435 ``reassignment.parallel.*`` limits, and the broker defaults of topic configs
+(Kafka's DynamicLogConfig: ``log.retention.ms``, ``log.segment.bytes``, ``message.max.bytes``, ...,
+:data:`LOG_CONFIG_KEYS`; their other synonyms such as ``log.retention.hours`` stay static, as in Kafka).
+Dynamic values live in :class:`DynamicBrokerConfigs`, rebuilt at startup from the metadata log's ConfigRecords
+(resource type 4: name = node id for this broker, "" for the cluster default), so a restart keeps them.
+Precedence is Kafka's: per-broker dynamic > cluster-default dynamic > static (server.properties) > default; a
+topic's own override comes before all of them.
 
 Topic configs come from kjbod.broker.topic_config (the table CreateTopics uses); their overrides live in the
 metadata image and are changed through ConfigRecords of resource type 2.
@@ -22,7 +25,8 @@ UNKNOWN_TOPIC_OR_PARTITION.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import dataclasses
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -80,34 +84,44 @@ BROKER_KEYS: dict[str, BrokerKey] = {k.name: k for k in [
               doc="Default replication factor of new topics."),
     BrokerKey("auto.create.topics.enable", BOOLEAN, "auto_create_topics_enable",
               doc="Create a topic when a client first uses it."),
-    BrokerKey("log.segment.bytes", INT, "log_segment_bytes", doc="Default segment size."),
-    BrokerKey("log.roll.ms", LONG, "log_roll_ms", doc="Default age at which a segment rolls."),
-    BrokerKey("log.retention.ms", LONG, "log_retention_ms", doc="Default retention time."),
-    BrokerKey("log.retention.bytes", LONG, "log_retention_bytes", doc="Default retention size per partition."),
+    # The broker defaults of topic configs (Kafka's DynamicLogConfig.ReconfigurableConfigs: each topic config's
+    # first broker synonym) change at runtime; their other synonyms (log.roll.hours, log.retention.minutes and
+    # .hours, log.flush.scheduler.interval.ms) stay static, as in Kafka.
+    BrokerKey("log.segment.bytes", INT, "log_segment_bytes", dynamic=True, doc="Default segment size."),
+    BrokerKey("log.roll.ms", LONG, "log_roll_ms", dynamic=True, doc="Default age at which a segment rolls."),
+    BrokerKey("log.retention.ms", LONG, "log_retention_ms", dynamic=True, doc="Default retention time."),
+    BrokerKey("log.retention.bytes", LONG, "log_retention_bytes", dynamic=True,
+              doc="Default retention size per partition."),
     BrokerKey("log.retention.check.interval.ms", LONG, "log_retention_check_interval_ms",
               doc="How often retention runs."),
-    BrokerKey("message.max.bytes", INT, "message_max_bytes", doc="Largest record batch accepted."),
-    BrokerKey("log.index.interval.bytes", INT, "log_index_interval_bytes", doc="Bytes between index entries."),
-    BrokerKey("log.index.size.max.bytes", INT, "log_index_size_max_bytes", doc="Maximum index file size."),
-    BrokerKey("log.flush.interval.messages", LONG, "log_flush_interval_messages",
+    BrokerKey("message.max.bytes", INT, "message_max_bytes", dynamic=True, doc="Largest record batch accepted."),
+    BrokerKey("log.index.interval.bytes", INT, "log_index_interval_bytes", dynamic=True,
+              doc="Bytes between index entries."),
+    BrokerKey("log.index.size.max.bytes", INT, "log_index_size_max_bytes", dynamic=True,
+              doc="Maximum index file size."),
+    BrokerKey("log.flush.interval.messages", LONG, "log_flush_interval_messages", dynamic=True,
               doc="Messages between forced fsyncs."),
-    BrokerKey("log.flush.interval.ms", LONG, "log_flush_interval_ms", doc="Milliseconds between forced fsyncs."),
-    BrokerKey("log.segment.delete.delay.ms", LONG, "log_segment_delete_delay_ms",
+    BrokerKey("log.flush.interval.ms", LONG, "log_flush_interval_ms", dynamic=True,
+              doc="Milliseconds between forced fsyncs."),
+    BrokerKey("log.segment.delete.delay.ms", LONG, "log_segment_delete_delay_ms", dynamic=True,
               doc="Delay before deleted files and -delete dirs are removed."),
     BrokerKey("log.flush.offset.checkpoint.interval.ms", INT, "log_flush_offset_checkpoint_interval_ms",
               doc="How often the recovery points and log start offsets are checkpointed."),
     BrokerKey("log.initial.task.delay.ms", LONG, "log_initial_task_delay_ms",
               doc="Delay after start before the first retention pass and checkpoint (at most one interval)."),
-    BrokerKey("log.cleanup.policy", LIST, "log_cleanup_policy", doc="Default cleanup policy: only delete."),
-    BrokerKey("log.message.timestamp.type", STRING, "log_message_timestamp_type",
+    BrokerKey("log.cleanup.policy", LIST, "log_cleanup_policy", dynamic=True,
+              doc="Default cleanup policy: only delete."),
+    BrokerKey("log.message.timestamp.type", STRING, "log_message_timestamp_type", dynamic=True,
               doc="Default timestamp type of topics: CreateTime or LogAppendTime."),
-    BrokerKey("log.message.timestamp.before.max.ms", LONG, "log_message_timestamp_before_max_ms",
+    BrokerKey("log.message.timestamp.before.max.ms", LONG, "log_message_timestamp_before_max_ms", dynamic=True,
               doc="Default for how far in the past a record's CreateTime timestamp may be."),
-    BrokerKey("log.message.timestamp.after.max.ms", LONG, "log_message_timestamp_after_max_ms",
+    BrokerKey("log.message.timestamp.after.max.ms", LONG, "log_message_timestamp_after_max_ms", dynamic=True,
               doc="Default for how far in the future a record's CreateTime timestamp may be."),
     BrokerKey("delete.topic.enable", BOOLEAN, "delete_topic_enable", doc="Whether DeleteTopics may delete topics."),
-    BrokerKey("unclean.leader.election.enable", BOOLEAN, "unclean_leader_election_enable",
+    BrokerKey("unclean.leader.election.enable", BOOLEAN, "unclean_leader_election_enable", dynamic=True,
               doc="Whether a replica outside the ISR may be elected when no ISR member can lead."),
+    BrokerKey("min.insync.replicas", INT, "min_insync_replicas", dynamic=True,
+              doc="Default of the in-sync replicas an acks=all produce needs."),
     BrokerKey("auto.leader.rebalance.enable", BOOLEAN, "auto_leader_rebalance_enable",
               doc="Whether the controller moves leadership back to preferred replicas when brokers are imbalanced."),
     BrokerKey("leader.imbalance.per.broker.percentage", INT, "leader_imbalance_per_broker_percentage",
@@ -165,11 +179,31 @@ BROKER_KEYS: dict[str, BrokerKey] = {k.name: k for k in [
 ]}
 
 
+# The dynamic broker defaults of topic configs: broker key -> the topic config it stands for.
+LOG_CONFIG_KEYS: dict[str, topic_config.TopicConfigDef] = {
+    d.broker_key: d for d in topic_config.DEFS.values() if d.broker_key is not None}
+
+
+# Kafka's other broker synonyms of those topic configs: known keys that stay static (INVALID_REQUEST when asked
+# to change, not INVALID_CONFIG as an unknown key).
+STATIC_SYNONYMS = frozenset({"log.roll.hours", "log.retention.minutes", "log.retention.hours",
+                             "log.flush.scheduler.interval.ms"})
+
+
 class ConfigProblem(Exception):
     def __init__(self, code: int, message: str) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
+
+
+def check_log_default(key: str, raw: str) -> None:
+    """A dynamic broker default of a topic config checked as its topic config's value, the message naming the
+    broker key (kjbod.server.roles checks it as server.properties would instead, where the server config is)."""
+    try:
+        topic_config.parse_value(dataclasses.replace(LOG_CONFIG_KEYS[key], name=key), raw)
+    except topic_config.TopicConfigError as e:
+        raise ConfigProblem(ErrorCode.INVALID_CONFIG, str(e)) from None
 
 
 def parse_dynamic_value(key: str, raw: str | None) -> int:
@@ -220,6 +254,10 @@ class DynamicBrokerConfigs:
         else:
             target[key] = value
 
+    def merged(self) -> dict[str, str]:
+        """Every dynamic value in force on this broker: its own over the cluster default."""
+        return {**self.cluster_default, **self.per_broker}
+
     def effective(self, key: str) -> tuple[str, int] | None:
         """(value, source) of a dynamic value for ``key``, or None when neither level sets it."""
         if key in self.per_broker:
@@ -267,8 +305,15 @@ def _static_source(config: Any, key: str) -> tuple[str, int]:
 
 def broker_entry(config: Any, dynamic: DynamicBrokerConfigs, k: BrokerKey) -> Entry:
     static_value = _render(getattr(config, k.attr, k.default)) if k.attr else _render(k.default)
+    d = LOG_CONFIG_KEYS.get(k.name)
+    if d is not None:
+        # The broker default of a topic config lists the synonyms the topic config lists below its own override
+        # (Kafka's ConfigHelper asks the same brokerConfigSynonyms for both).
+        synonyms = _topic_broker_synonyms(config, dynamic, d)
+        value, source = (synonyms[0][1], synonyms[0][2]) if synonyms else (static_value, DEFAULT_CONFIG)
+        return Entry(k.name, value, source, k.type, read_only=False, doc=k.doc, synonyms=synonyms)
     static_name, static_source = _static_source(config, k.name)
-    synonyms: list[tuple[str, str | None, int]] = []
+    synonyms = []
     if k.name in dynamic.per_broker:
         synonyms.append((k.name, dynamic.per_broker[k.name], DYNAMIC_BROKER_CONFIG))
     if k.name in dynamic.cluster_default:
@@ -306,45 +351,56 @@ _BROKER_KEY_SYNONYMS: dict[str, tuple[tuple[str, str | None], ...]] = {
 }
 
 
-def _topic_broker_synonyms(config: Any, d: topic_config.TopicConfigDef) -> list[tuple[str, str | None, int]]:
-    """A topic config's broker synonyms as Kafka's ConfigHelper lists them: each of the broker key's synonyms set
-    in server.properties (as written there), then each that has a default; a topic config no broker key stands for
-    (the throttled-replicas lists) has none. Kafka then drops what comes before the first entry named for the
-    broker key itself, so a retention set only as log.retention.hours, or left at its default
-    (log.retention.hours=168), leaves retention.ms with no synonym at all, its source the default: Kafka's answer,
-    kept as Kafka gives it (its value is still the retention in force)."""
+def _topic_broker_synonyms(config: Any, dynamic: DynamicBrokerConfigs | None,
+                           d: topic_config.TopicConfigDef) -> list[tuple[str, str | None, int]]:
+    """A topic config's broker synonyms as Kafka's ConfigHelper lists them, source by source: each of the broker
+    key's synonyms set dynamically for this broker, then in the cluster default (only the first synonym, the
+    broker key itself, can be), then set in server.properties (as written there), then each that has a
+    default; a topic config no broker key stands for (the throttled-replicas lists) has none. Kafka then drops
+    what comes before the first entry named for the broker key itself, so a retention set only as
+    log.retention.hours, or left at its default (log.retention.hours=168), leaves retention.ms with no synonym
+    at all, its source the default: Kafka's answer, kept as Kafka gives it (its value is still the retention
+    in force)."""
     key = d.broker_key
     if key is None:
         return []
+    found: list[tuple[str, str | None, int]] = []
+    if dynamic is not None:
+        found += [(key, level[key], source) for level, source in ((dynamic.per_broker, DYNAMIC_BROKER_CONFIG),
+                                                                   (dynamic.cluster_default,
+                                                                    DYNAMIC_DEFAULT_BROKER_CONFIG))
+                  if key in level]
     names = _BROKER_KEY_SYNONYMS.get(key)
     if names is None:
-        found: list[tuple[str, str | None, int]] = []
         static_name, static_source = _static_source(config, key)
         if static_source == STATIC_BROKER_CONFIG:
             found.append((static_name, _render(topic_config.broker_default(d, config)), static_source))
         found.append((key, _render(d.fallback), DEFAULT_CONFIG))
         return found
     props = getattr(config, "properties", None) or {}
-    found = [(n, str(props[n]).strip(), STATIC_BROKER_CONFIG) for n, _ in names if n in props]
+    found += [(n, str(props[n]).strip(), STATIC_BROKER_CONFIG) for n, _ in names if n in props]
     found += [(n, default, DEFAULT_CONFIG) for n, default in names if default is not None]
     while found and found[0][0] != key:
         del found[0]
     return found
 
 
-def describe_topic(config: Any, overrides: dict[str, str], keys: Iterable[str] | None) -> list[Entry]:
+def describe_topic(config: Any, overrides: dict[str, str], keys: Iterable[str] | None,
+                   dynamic: DynamicBrokerConfigs | None = None) -> list[Entry]:
+    """A topic's configs: its overrides, else this broker's dynamic values (``dynamic``), else static ones."""
     wanted = None if keys is None else set(keys)
     out = []
-    for name, (value, is_override) in topic_config.effective(overrides, config).items():
+    merged = dynamic.merged() if dynamic is not None else None
+    for name, (value, is_override) in topic_config.effective(overrides, config, merged).items():
         if wanted is not None and name not in wanted:
             continue
         d = topic_config.DEFS[name]
         # Kafka's order (ConfigHelper.configSynonyms): the topic override, then the broker's synonyms by
-        # source (static before default), each (name, source) once.
+        # source (dynamic per-broker, dynamic cluster default, static, default), each (name, source) once.
         synonyms: list[tuple[str, str | None, int]] = []
         if is_override:
             synonyms.append((name, _render(value), TOPIC_CONFIG))
-        synonyms += _topic_broker_synonyms(config, d)
+        synonyms += _topic_broker_synonyms(config, dynamic, d)
         source = synonyms[0][2] if synonyms else DEFAULT_CONFIG
         out.append(Entry(name, _render(value), source, _TOPIC_TYPES.get(d.type, STRING), read_only=False,
                          doc=d.doc, synonyms=synonyms))
@@ -387,20 +443,22 @@ def _apply_op(key: str, current: str | None, op: int, operand: str | None, is_li
 
 def plan_broker_changes(
     dynamic: DynamicBrokerConfigs, resource_name: str, changes: list[tuple[str, int, str | None]], *,
-    replace: bool,
+    replace: bool, check_static: Callable[[str, str], None] | None = None,
 ) -> dict[str, str | None]:
     """New dynamic values for this broker (or the cluster default): {key: value, None = remove}.
 
-    ``changes``: (key, operation, value); ``replace`` (AlterConfigs) drops every dynamic key not named."""
+    ``changes``: (key, operation, value); ``replace`` (AlterConfigs) drops every dynamic key not named.
+    ``check_static(key, value)`` checks a topic config's broker default as server.properties would (raising
+    ConfigProblem); without it, as the topic config's own value."""
     check_broker_name(resource_name, dynamic.node_id)
     target = dynamic.target(resource_name)
     assert target is not None
-    unknown = [k for k, _, _ in changes if ALIASES.get(k, k) not in BROKER_KEYS]
+    unknown = [k for k, _, _ in changes if ALIASES.get(k, k) not in BROKER_KEYS and k not in STATIC_SYNONYMS]
     if unknown:
         raise ConfigProblem(ErrorCode.INVALID_CONFIG,
                             f"unknown or unsupported broker config {unknown[0]!r} (kjbod changes only {THROTTLE_KEY}, "
-                            "the *.replication.throttled.rate throttles and the reassignment.parallel.* limits at "
-                            "runtime)")
+                            "the *.replication.throttled.rate throttles, the reassignment.parallel.* limits and "
+                            "the broker defaults of topic configs (log.retention.ms, ...) at runtime)")
     static = sorted({ALIASES.get(k, k) for k, _, _ in changes} - {k for k, v in BROKER_KEYS.items() if v.dynamic})
     if static:
         raise ConfigProblem(ErrorCode.INVALID_REQUEST,
@@ -410,7 +468,10 @@ def plan_broker_changes(
         key = ALIASES.get(key, key)
         current = out[key] if key in out else target.get(key)
         new = _apply_op(key, current, op, raw, BROKER_KEYS[key].type == LIST)
-        if new is not None:
+        if new is not None and key in LOG_CONFIG_KEYS:
+            new = new.strip()  # kept as given, as Kafka keeps it; read as the topic config's type
+            (check_static or check_log_default)(key, new)
+        elif new is not None:
             new = str(parse_dynamic_value(key, new))
         out[key] = new
     return {k: v for k, v in out.items() if target.get(k) != v}

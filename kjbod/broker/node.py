@@ -8,11 +8,11 @@ Metadata goes one way (kjbod.controller, kjbod.metadata): the handlers of the co
 (CreateTopics, DeleteTopics, AlterConfigs, IncrementalAlterConfigs, and producer id blocks for InitProducerId)
 send them to the controller (`controller_request`, in process: the same entry the controller listener uses);
 the controller makes the records durable in the metadata log and replays them into a new image; the node's
-publisher (`_publish`) then applies the delta to the local logs (create, delete, topic configs, the intra-broker
-throttle) before the request is answered.  Handlers read `node.metadata`, the image current when they ask;
-nothing changes an image in place.  On a node with several log dirs a new partition's dir is UNASSIGNED in
-the metadata until the broker has placed it; the publisher then records the dir it chose through the
-controller, so the metadata always says where each replica is.
+publisher (`_publish`) then applies the delta to the local logs (create, delete, topic configs, the dynamic
+broker defaults of topic configs, the intra-broker throttle) before the request is answered. Handlers read
+`node.metadata`, the image current when they ask; nothing changes an image in place. On a node with several
+log dirs a new partition's dir is UNASSIGNED in the metadata until the broker has placed it; the publisher
+then records the dir it chose through the controller, so the metadata always says where each replica is.
 
 At start the node registers its broker with its controller (its online log dir ids and a fresh incarnation id)
 and heartbeats every `broker.heartbeat.interval.ms`, which unfences it once it has applied its registration.
@@ -289,12 +289,15 @@ class BrokerNode:
             if now is not None and before is not None and now.configs != before.configs:
                 self.logs.apply_topic_config(now.name, dict(now.configs))
                 log.info("topic_configs_changed", topic=now.name, configs=dict(now.configs))
+        broker_configs_changed = (
+            old.resource_configs(BROKER, "") != image.resource_configs(BROKER, "")
+            or old.resource_configs(BROKER, str(self.node_id)) != image.resource_configs(BROKER, str(self.node_id)))
+        if broker_configs_changed and self.logs.apply_broker_defaults():
+            log.info("broker_log_defaults_changed", configs=self.dynamic_configs.merged())
         if self.replication is not None:
             self.replication.sync(image, delta.changed_partitions(), delta.removed_topics.values(),
                                   delta.changed_topic_configs())
-        if self.mover is not None and (old.resource_configs(BROKER, "") != image.resource_configs(BROKER, "") or
-                                       old.resource_configs(BROKER, str(self.node_id))
-                                       != image.resource_configs(BROKER, str(self.node_id))):
+        if self.mover is not None and broker_configs_changed:
             rate = self.replica_alter_log_dirs_rate()
             if rate != self.mover.throttle.rate:
                 self.mover.throttle.set_rate(rate)

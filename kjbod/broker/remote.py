@@ -46,7 +46,7 @@ from kjbod.broker.assignments import AssignmentsManager
 from kjbod.broker.lifecycle import BrokerLifecycleManager, BrokerState, LifecycleConfig
 from kjbod.broker.metadata_follower import MetadataBatch, MetadataFollower
 from kjbod.broker.node import BrokerNode
-from kjbod.broker.storage_glue import apply_image_at_start, open_logs, reconcile
+from kjbod.broker.storage_glue import apply_image_at_start, open_logs, reconcile, refresh_log_defaults
 from kjbod.metadata import EMPTY_IMAGE, MetadataDelta, MetadataImage, is_reserved_dir
 from kjbod.net.controller_channel import SocketControllerChannel, controller_addresses
 from kjbod.net.correlator import PerVersion
@@ -204,6 +204,7 @@ class RemoteBrokerNode(BrokerNode):
             self.metadata = image
         elif batch.snapshot:  # far behind: the image is rebuilt whole, and the logs made to match it
             self.metadata = image
+            refresh_log_defaults(self, self.logs.manager)  # the snapshot's dynamic broker defaults
             reconcile(self, self.logs.manager, on_workers=True)
             self._reconcile_dirs(None)
             if self.replication is not None:

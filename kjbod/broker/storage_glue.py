@@ -24,6 +24,7 @@ import asyncio
 import functools
 import os
 import uuid
+from collections.abc import Mapping
 from typing import Any
 
 import structlog
@@ -42,12 +43,22 @@ from kjbod.storage.metadata_log import MetadataLog
 log = structlog.get_logger("kjbod.storage_glue")
 
 
-def broker_log_config(config: Any) -> LogConfig:
-    """Topic defaults from the broker config (log.segment.bytes, log.retention.ms, ...)."""
+def broker_log_config(config: Any, dynamic: Mapping[str, str] | None = None) -> LogConfig:
+    """Topic defaults from the broker config (log.segment.bytes, log.retention.ms, ...), each one's dynamic value
+    (``dynamic``: broker key -> value, this broker's over the cluster default) first."""
     values = {}
     for d in topic_config.DEFS.values():
-        values[d.name] = topic_config.broker_default(d, config)
+        values[d.name] = topic_config.broker_default(d, config, dynamic)
     return LogConfig().with_topic_configs(values)
+
+
+def refresh_log_defaults(node: Any, manager: LogManager) -> bool:
+    """`node.log_defaults` made to match the dynamic broker configs of `node.metadata`; True when they changed."""
+    new = broker_log_config(node.config, node.dynamic_configs.merged())
+    if new == node.log_defaults:
+        return False
+    node.log_defaults = manager.defaults = new
+    return True
 
 
 def topic_log_config(node: Any, overrides: dict[str, str]) -> LogConfig:
@@ -106,6 +117,16 @@ class StorageAdapter:
 
     def apply_topic_config(self, topic: str, overrides: dict[str, str]) -> None:
         self.manager.set_config(topic, topic_log_config(self.node, overrides))
+
+    def apply_broker_defaults(self) -> bool:
+        """A dynamic broker default changed (Kafka's DynamicLogConfig.reconfigure): every topic's logs get their
+        config again from the new defaults and their own overrides, so a key a topic overrides keeps its value.
+        False when the defaults in force did not change."""
+        if not refresh_log_defaults(self.node, self.manager):
+            return False
+        self.manager.set_configs({topic.name: topic_log_config(self.node, dict(topic.configs))
+                                  for topic in self.node.metadata.topics()})
+        return True
 
     def is_partition_online(self, topic: str, partition: int) -> bool:
         plog = self.manager.find(topic, partition)
@@ -307,6 +328,7 @@ def open_logs(node: Any) -> LogManager:
 
 def apply_image_at_start(node: Any, manager: LogManager) -> None:
     """Makes the logs match `node.metadata` (see the module docstring), then starts the background upkeep."""
+    refresh_log_defaults(node, manager)  # the dynamic broker defaults the metadata log holds
     settle_future_logs(node, manager)
     reconcile(node, manager)
     manager.start_background()

@@ -1,8 +1,10 @@
 """Topic-level configs: names, types, validation, and the broker defaults they fall back to.
 
 One table drives CreateTopics validation, DescribeConfigs answers for topics, and the LogConfig handed to
-storage.  Only configs kjbod honours are accepted; anything else is INVALID_CONFIG naming the key, so nobody
-believes a setting took effect when it did not.
+storage. A topic without an override takes its broker key's value: dynamic per-broker, dynamic cluster default
+(both from the metadata log, kjbod.broker.broker_config), server.properties, Kafka's default, in that order.
+Only configs kjbod honours are accepted; anything else is INVALID_CONFIG naming the key, so nobody believes a
+setting took effect when it did not.
 """
 
 from __future__ import annotations
@@ -105,7 +107,9 @@ DEFS: dict[str, TopicConfigDef] = {d.name: d for d in [
 JAVA_INTEGER = re.compile(r"[+-]?[0-9]+")
 
 
-def parse_value(d: TopicConfigDef, raw: str | None) -> Any:
+def parse_value(d: TopicConfigDef, raw: str | None, *, check: bool = True) -> Any:
+    """The value of ``raw`` for ``d``; ``check=False`` converts the type only (a dynamic broker default, checked
+    as its broker key when it was set)."""
     if raw is None:
         raise TopicConfigError(f"{d.name}: a value is required")
     raw = raw.strip()
@@ -125,7 +129,7 @@ def parse_value(d: TopicConfigDef, raw: str | None) -> Any:
         value = ",".join(p.strip() for p in raw.split(",") if p.strip())
     else:
         value = raw
-    problem = d.check(value)
+    problem = d.check(value) if check else None
     if problem:
         raise TopicConfigError(f"invalid value {raw!r} for {d.name}: {problem}")
     return value
@@ -143,7 +147,15 @@ def validate(configs: Mapping[str, str | None]) -> dict[str, Any]:
     return out
 
 
-def broker_default(d: TopicConfigDef, broker_config: Any) -> Any:
+def broker_default(d: TopicConfigDef, broker_config: Any, dynamic: Mapping[str, str] | None = None) -> Any:
+    """What a topic without an override of ``d`` gets: the dynamic broker value of its broker key (``dynamic``:
+    broker key -> value, this broker's own over the cluster default), else server.properties, else Kafka's
+    default. A dynamic value that does not parse is passed over, as Kafka ignores an invalid dynamic config."""
+    if dynamic and d.broker_key is not None and d.broker_key in dynamic:
+        try:
+            return parse_value(d, dynamic[d.broker_key], check=False)
+        except TopicConfigError:
+            pass
     if d.broker_attr is not None:
         value = getattr(broker_config, d.broker_attr, None)
         if value is not None:
@@ -151,13 +163,14 @@ def broker_default(d: TopicConfigDef, broker_config: Any) -> Any:
     return d.fallback
 
 
-def effective(overrides: dict[str, str], broker_config: Any) -> dict[str, tuple[Any, bool]]:
-    """name → (value, is_override) for every supported topic config."""
+def effective(overrides: dict[str, str], broker_config: Any,
+              dynamic: Mapping[str, str] | None = None) -> dict[str, tuple[Any, bool]]:
+    """name → (value, is_override) for every supported topic config (``dynamic``: see broker_default)."""
     parsed = validate(overrides)
     out = {}
     for name, d in DEFS.items():
         if name in parsed:
             out[name] = (parsed[name], True)
         else:
-            out[name] = (broker_default(d, broker_config), False)
+            out[name] = (broker_default(d, broker_config, dynamic), False)
     return out

@@ -102,7 +102,8 @@ def alter_partition(image: MetadataImage, req: AlterPartitionRequest, version: i
                 res_topic.partitions.append(out.PartitionData(partition_index=part.partition_index, error_code=code))
                 continue
             rec = change(image, topic.topic_id, p, target_isr=[b for b, _ in _isr_with_epochs(part, version)],
-                         unclean=unclean_enabled(image, topic, settings.unclean_leader_election_enable),
+                         unclean=unclean_enabled(image, topic, settings.unclean_leader_election_enable,
+                                                         settings.node_id),
                          recovery_state=part.leader_recovery_state if version >= 1 else RECOVERED)
             if rec is not None:
                 records.append(rec)

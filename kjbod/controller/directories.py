@@ -77,7 +77,7 @@ class BrokerDirs:
 
 
 def offline_dirs(image: MetadataImage, broker_id: int, epoch: int, reported: list[UUID], *,
-                 unclean_default: bool = False) -> list[Any]:
+                 unclean_default: bool = False, node_id: int | None = None) -> list[Any]:
     """Records for the dirs in `reported` that are still in the broker's registration (the newly failed)."""
     reg = image.brokers[broker_id]
     failed = set(reported)
@@ -88,7 +88,8 @@ def offline_dirs(image: MetadataImage, broker_id: int, epoch: int, reported: lis
     for topic in image.topics_by_id.values():
         for p in topic.partitions.values():
             if p.directory_of(broker_id) in newly:
-                rec = elect(image, topic.topic_id, p, remove=broker_id, unclean_default=unclean_default)
+                rec = elect(image, topic.topic_id, p, remove=broker_id, unclean_default=unclean_default,
+                            node_id=node_id)
                 if rec is not None:
                     records.append(rec)
     records.append(BrokerRegistrationChangeRecord(broker_id=broker_id, broker_epoch=epoch,

@@ -119,7 +119,8 @@ def elect_unclean_leaders(image: MetadataImage, settings: ControllerSettings) ->
     picks up a config turned on after the partition went offline)."""
     records: list[Any] = []
     for topic, p in partitions(image):
-        if p.leader == NO_LEADER and unclean_enabled(image, topic, settings.unclean_leader_election_enable):
+        if p.leader == NO_LEADER and unclean_enabled(image, topic, settings.unclean_leader_election_enable,
+                                                             settings.node_id):
             rec = change(image, topic.topic_id, p, election=UNCLEAN)
             if rec is not None:
                 records.append(rec)

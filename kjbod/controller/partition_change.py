@@ -47,9 +47,14 @@ def has_online_dir(image: MetadataImage, broker_id: int, dir_id: UUID | None) ->
     return reg is not None and reg.has_online_dir(dir_id)
 
 
-def unclean_enabled(image: MetadataImage, topic: TopicImage | None, default: bool = False) -> bool:
-    """`unclean.leader.election.enable` for `topic`: its override, the cluster-wide dynamic default, `default`."""
+def unclean_enabled(image: MetadataImage, topic: TopicImage | None, default: bool = False,
+                    node_id: int | None = None) -> bool:
+    """`unclean.leader.election.enable` for `topic` as Kafka's controller resolves it (KafkaConfigSchema.
+    resolveEffectiveTopicConfig): its override, the dynamic value of this controller's own node (`node_id`), the
+    cluster-wide dynamic default, then `default` (the controller's server.properties)."""
     value = topic.configs.get(UNCLEAN_KEY) if topic is not None else None
+    if value is None and node_id is not None:
+        value = image.resource_configs(BROKER_RESOURCE, str(node_id)).get(UNCLEAN_KEY)
     if value is None:
         value = image.resource_configs(BROKER_RESOURCE, "").get(UNCLEAN_KEY)
     return default if value is None else value.strip().lower() == "true"
@@ -169,10 +174,11 @@ def _assignment_changes(image: MetadataImage, p: PartitionImage, rec: PartitionC
 
 
 def elect(image: MetadataImage, topic_id: UUID, p: PartitionImage, *, remove: int | None = None,
-          add: int | None = None, unclean_default: bool = False) -> PartitionChangeRecord | None:
+          add: int | None = None, unclean_default: bool = False,
+          node_id: int | None = None) -> PartitionChangeRecord | None:
     """An ONLINE election after `remove` left (or `add` came back), unclean where the topic allows it."""
     return change(image, topic_id, p, remove=remove, add=add,
-                  unclean=unclean_enabled(image, image.topic_by_id(topic_id), unclean_default))
+                  unclean=unclean_enabled(image, image.topic_by_id(topic_id), unclean_default, node_id))
 
 
 def with_directory(topic_id: UUID, p: PartitionImage, broker_id: int, dir_id: UUID) -> PartitionChangeRecord | None:
@@ -192,25 +198,28 @@ def partitions(image: MetadataImage) -> Iterator[tuple[TopicImage, PartitionImag
 
 
 def remove_from_isrs(image: MetadataImage, broker_id: int, *,
-                     unclean_default: bool = False) -> list[PartitionChangeRecord]:
+                     unclean_default: bool = False, node_id: int | None = None) -> list[PartitionChangeRecord]:
     """Every partition whose ISR holds `broker_id` loses it (and its leadership)."""
     out = []
     for topic, p in partitions(image):
         if broker_id in p.isr:
-            rec = elect(image, topic.topic_id, p, remove=broker_id, unclean_default=unclean_default)
+            rec = elect(image, topic.topic_id, p, remove=broker_id, unclean_default=unclean_default,
+                        node_id=node_id)
             if rec is not None:
                 out.append(rec)
     return out
 
 
 def elect_where_leaderless(image: MetadataImage, broker_id: int, *,
-                           unclean_default: bool = False) -> list[PartitionChangeRecord]:
+                           unclean_default: bool = False,
+                           node_id: int | None = None) -> list[PartitionChangeRecord]:
     """Partitions without a leader that `broker_id`, now unfenced, may lead: from their ISR, or (where the topic
     allows unclean elections) as any replica."""
     out = []
     for topic, p in partitions(image):
         if p.leader == NO_LEADER and broker_id in p.replicas:
-            rec = elect(image, topic.topic_id, p, add=broker_id, unclean_default=unclean_default)
+            rec = elect(image, topic.topic_id, p, add=broker_id, unclean_default=unclean_default,
+                        node_id=node_id)
             if rec is not None:
                 out.append(rec)
     return out

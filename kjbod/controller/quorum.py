@@ -240,7 +240,8 @@ class QuorumController:
         """Starts the next KIP-435 steps that the last commit made room for (a round's records may complete a
         step at once, freeing its place, so it goes on while that happens)."""
         while self.reassignment_plans:
-            records = throttles.finish(self.image, reassignment.advance(self.image, self.reassignment_plans))
+            steps = reassignment.advance(self.image, self.reassignment_plans, node_id=self.settings.node_id)
+            records = throttles.finish(self.image, steps)
             if not records:
                 return
             await self._commit(records)

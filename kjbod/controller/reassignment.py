@@ -121,7 +121,7 @@ def cancel(image: MetadataImage, topic: TopicImage, p: PartitionImage,
         raise ReassignmentError(ErrorCode.NO_REASSIGNMENT_IN_PROGRESS, NO_REASSIGNMENT_MESSAGE)
     original = [r for r in p.replicas if r not in p.adding]
     isr = [r for r in p.isr if r not in p.adding]
-    unclean = unclean_enabled(image, topic, settings.unclean_leader_election_enable)
+    unclean = unclean_enabled(image, topic, settings.unclean_leader_election_enable, settings.node_id)
     if not isr:
         if not unclean:
             raise ReassignmentError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
@@ -136,10 +136,13 @@ def limits(image: MetadataImage) -> Limits:
     return Limits.from_configs(image.resource_configs(BROKER_RESOURCE, ""))
 
 
-def min_isr(image: MetadataImage, topic: TopicImage) -> int:
-    """The topic's min.insync.replicas as the controller knows it: its override, else the cluster-wide dynamic
-    default, else 1 (a broker's static value is not in the metadata)."""
-    raw = topic.configs.get(MIN_ISR_KEY) or image.resource_configs(BROKER_RESOURCE, "").get(MIN_ISR_KEY) or "1"
+def min_isr(image: MetadataImage, topic: TopicImage, node_id: int | None = None) -> int:
+    """The topic's min.insync.replicas as the controller knows it (Kafka's order): its override, else the dynamic
+    value of this controller's node (`node_id`), else the cluster-wide dynamic default, else 1 (the brokers'
+    static values are not in the metadata)."""
+    own = image.resource_configs(BROKER_RESOURCE, str(node_id)) if node_id is not None else {}
+    raw = (topic.configs.get(MIN_ISR_KEY) or own.get(MIN_ISR_KEY)
+           or image.resource_configs(BROKER_RESOURCE, "").get(MIN_ISR_KEY) or "1")
     try:
         return max(1, int(raw))
     except ValueError:
@@ -244,12 +247,14 @@ def alter_partition_reassignments(image: MetadataImage, req: AlterPartitionReass
             result.partitions.append(alter_out.ReassignablePartitionResponse(
                 partition_index=wanted.partition_index, error_code=code, error_message=message))
     if batching and plans is not None:
-        records += advance(image, plans, skip={(image.topics_by_name[n].topic_id, i) for n, i in changed})
+        records += advance(image, plans, skip={(image.topics_by_name[n].topic_id, i) for n, i in changed},
+                           node_id=settings.node_id)
     return ControllerResult(records, response)
 
 
 def advance(image: MetadataImage, plans: Plans, *,
-            skip: frozenset[tuple[UUID, int]] | set[tuple[UUID, int]] = frozenset()) -> list[Any]:
+            skip: frozenset[tuple[UUID, int]] | set[tuple[UUID, int]] = frozenset(),
+            node_id: int | None = None) -> list[Any]:
     """Drops the plans that are done (or whose partition is gone) and starts the next steps the limits allow:
     one PartitionChangeRecord per partition starting a step.  `skip`: partitions changed by records not yet
     in `image` (they wait for the next round).  Steps are computed only for as many waiting partitions as the
@@ -284,7 +289,7 @@ def advance(image: MetadataImage, plans: Plans, *,
         if full or p.adding or p.removing or (skip and key in skip):
             continue
         assert topic is not None
-        step = next_step(p.replicas, plan.target, isr=p.isr, min_isr=min_isr(image, topic),
+        step = next_step(p.replicas, plan.target, isr=p.isr, min_isr=min_isr(image, topic, node_id),
                          replica_count=lim.replicas)
         moves = moves_leader(step, p.leader)
         (movers if moves else others).append(((topic, p, step), moves))

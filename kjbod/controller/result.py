@@ -29,6 +29,9 @@ class ControllerSettings:
     auto_leader_rebalance_enable: bool = True
     leader_imbalance_per_broker_percentage: int = 10
     leader_imbalance_check_interval_seconds: int = 300
+    # This controller's node id: its own dynamic broker configs (resource "<node id>") come before the cluster
+    # default where it resolves a topic config, as Kafka's ConfigurationControlManager does.
+    node_id: int | None = None
     # The broker that shares this process (combined mode): its session never expires, since both live and
     # die together and a blocked event loop must not fence it.
     local_broker_id: int | None = None

@@ -31,6 +31,7 @@ from kjbod.controller import ControllerSettings, PolicyError, QuorumController
 from kjbod.controller.metadata_fetch import MetadataFetchService
 from kjbod.metadata import EMPTY_IMAGE, MetadataDelta, MetadataImage
 from kjbod.protocol.errors import ErrorCode
+from kjbod.server import config as server_config
 from kjbod.server.config import ConfigError
 from kjbod.storage.fsio import LogDirIO
 from kjbod.storage.meta import read_meta_properties
@@ -71,9 +72,18 @@ class BrokerConfigPolicy:
         if target is not None:
             target.update(current)
         try:
-            return bc.plan_broker_changes(dynamic, resource_name, changes, replace=replace)
+            return bc.plan_broker_changes(dynamic, resource_name, changes, replace=replace,
+                                          check_static=check_as_static)
         except bc.ConfigProblem as e:
             raise PolicyError(e.code, e.message) from None
+
+
+def check_as_static(key: str, raw: str) -> None:
+    """A dynamic broker default of a topic config is checked exactly as the same key in server.properties."""
+    try:
+        server_config.KEYS[key].conv(key, raw)
+    except ConfigError as e:
+        raise bc.ConfigProblem(ErrorCode.INVALID_CONFIG, str(e)) from None
 
 
 def controller_settings(config: Any, cluster_id: str, local_broker_id: int | None) -> ControllerSettings:
@@ -89,7 +99,7 @@ def controller_settings(config: Any, cluster_id: str, local_broker_id: int | Non
         auto_leader_rebalance_enable=bool(getattr(config, "auto_leader_rebalance_enable", True)),
         leader_imbalance_per_broker_percentage=int(getattr(config, "leader_imbalance_per_broker_percentage", 10)),
         leader_imbalance_check_interval_seconds=int(getattr(config, "leader_imbalance_check_interval_seconds", 300)),
-        local_broker_id=local_broker_id)
+        node_id=getattr(config, "node_id", None), local_broker_id=local_broker_id)
 
 
 def controller_endpoint(config: Any) -> tuple[str, int] | None:

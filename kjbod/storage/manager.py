@@ -36,7 +36,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass
@@ -725,8 +725,14 @@ class LogManager:
 
     def set_config(self, topic: str, config: LogConfig) -> None:
         """Apply a changed topic config to the topic's logs (segment size, retention... take effect at once)."""
+        self.set_configs({topic: config})
+
+    def set_configs(self, by_topic: Mapping[str, LogConfig]) -> None:
+        """:meth:`set_config` for many topics in one pass over the logs (a changed broker default reaches every
+        topic at once)."""
         for (t, _p), plog in [*self._logs.items(), *self._futures.items()]:
-            if t == topic:
+            config = by_topic.get(t)
+            if config is not None:
                 plog.config = config
 
     # ------------------------------------------------------------------------------------------ delete

@@ -620,6 +620,27 @@ async def test_admin_alters_topic_configs(server):
     assert entries["segment.ms"][1] != 1
 
 
+async def test_admin_changes_a_broker_default_of_a_topic_config(server):
+    """aiokafka's alter_configs on this broker: log.retention.ms is one of Kafka's dynamic broker configs (kjbod
+    used to refuse it, INVALID_REQUEST "Cannot update these configs dynamically"); a topic without a retention.ms
+    of its own takes it at once, shown with Kafka's source; AlterConfigs naming nothing removes it again."""
+    await create_topic(server, "broker-default")
+    topic = ConfigResource(ConfigResourceType.TOPIC, "broker-default")
+    async with admin_client(server) as admin:
+        # aiokafka sends the topics' request (none here) and one per broker: two answers.
+        [_, answer] = await admin.alter_configs([ConfigResource(ConfigResourceType.BROKER, "1",
+                                                                {"log.retention.ms": "86400000"})])
+        [described] = await admin.describe_configs([topic])
+        [_, cleared] = await admin.alter_configs([ConfigResource(ConfigResourceType.BROKER, "1", {})])
+        [after] = await admin.describe_configs([topic])
+    assert [(r[0], r[2], r[3]) for r in answer.resources] == [(0, ConfigResourceType.BROKER, "1")]
+    assert [r[0] for r in cleared.resources] == [0]
+    entries = {e[0]: (e[1], e[3]) for e in described.resources[0][4]}
+    assert entries["retention.ms"] == ("86400000", 2)  # DYNAMIC_BROKER_CONFIG
+    entries = {e[0]: (e[1], e[3]) for e in after.resources[0][4]}
+    assert entries["retention.ms"][0] != "86400000" and entries["retention.ms"][1] in (4, 5)  # static or default
+
+
 async def test_admin_apis_kjbod_does_not_serve_fail_in_the_client(server):
     """CreatePartitions, DeleteRecords and ListGroups are not in kjbod's ApiVersions answer: aiokafka refuses to
     send them, as it would to a Kafka broker without them."""

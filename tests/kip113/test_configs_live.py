@@ -15,6 +15,7 @@ with warnings.catch_warnings():
     from kafka import KafkaProducer
     from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
 
+from kjbod.broker.broker_config import LOG_CONFIG_KEYS
 from kjbod.protocol.generated import (
     AlterConfigsRequest,
     DescribeConfigsRequest,
@@ -91,7 +92,8 @@ def test_broker_configs_sources_and_every_version(kjbod_server):
                                                      "follower.replication.throttled.rate",
                                                      "reassignment.parallel.replica.count",
                                                      "reassignment.parallel.partition.count",
-                                                     "reassignment.parallel.leader.movements"])
+                                                     "reassignment.parallel.leader.movements",
+                                                     *LOG_CONFIG_KEYS])  # log.retention.ms, ... (DynamicLogConfig)
 
 
 def test_dynamic_throttle_precedence_errors_and_restart(kjbod_server):
@@ -138,7 +140,8 @@ def test_dynamic_throttle_precedence_errors_and_restart(kjbod_server):
         assert values(describe(raw, BROKER, "1", [THROTTLE]))[THROTTLE][1] == DEFAULT
         assert legacy(raw, BROKER, "1", {THROTTLE: "123456"}, version=0) == (0, None)
         assert values(describe(raw, BROKER, "1", [THROTTLE]))[THROTTLE] == ("123456", DYNAMIC_BROKER, False)
-        assert legacy(raw, BROKER, "1", {"log.segment.bytes": "1000"})[0] == INVALID_REQUEST
+        # log.segment.bytes changes at runtime (DynamicLogConfig); its kind log.retention.hours stays static.
+        assert legacy(raw, BROKER, "1", {"log.retention.hours": "1"})[0] == INVALID_REQUEST
 
 
 def test_topic_configs_describe_alter_and_apply(kjbod_server):

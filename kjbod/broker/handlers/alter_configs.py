@@ -3,13 +3,14 @@
 Version notes: v0 is the oldest served; v1 only marks throttling after the response; v2 is flexible.
 
 Each resource's configs become its complete set of overrides (what is not named is removed), unlike
-IncrementalAlterConfigs. Topics (type 2): any topic config kjbod honours. Brokers (type 4, this node's id or ""
-for the cluster default): only replica.alter.log.dirs.io.max.bytes.per.second (alias
-intra.broker.throttled.rate) changes at runtime; it is written to the metadata log and takes effect at once on
-running moves. Errors per resource: unknown key or bad value INVALID_CONFIG naming the key; a static broker
-key INVALID_REQUEST; another broker's id INVALID_REQUEST; unknown topic UNKNOWN_TOPIC_OR_PARTITION.
-validate_only checks and changes nothing. The controller checks and records the change (kjbod.controller.configs, with the key tables of
-kjbod.broker.broker_config); this broker applies it once durable.
+IncrementalAlterConfigs. Topics (type 2): any topic config kjbod honours. Brokers (type 4, this node's id or
+"" for the cluster default): the dynamic keys of kjbod.broker.broker_config (the throttles, the KIP-435 limits
+and the broker defaults of topic configs such as log.retention.ms and message.max.bytes); they are written to
+the metadata log and take effect at once (running moves, and every log whose topic does not override the key).
+Errors per resource: unknown key or bad value INVALID_CONFIG naming the key; a static broker key
+INVALID_REQUEST; another broker's id INVALID_REQUEST; unknown topic UNKNOWN_TOPIC_OR_PARTITION. validate_only
+checks and changes nothing. The controller checks and records the change (kjbod.controller.configs, with the
+key tables of kjbod.broker.broker_config); this broker applies it once durable.
 
 Before that, this broker answers what Kafka's brokers answer themselves (ConfigAdminManager.preprocess, shared
 with IncrementalAlterConfigs: `answer_preprocessed`), each INVALID_REQUEST with a message naming the problem: a

@@ -3,9 +3,10 @@
 Version notes: v1 is the oldest served (config source and synonyms); v2 only marks throttling after the
 response; v3 adds each config's type and, when asked, its documentation; v4 is flexible.
 
-Resources: topics (type 2: every topic config kjbod honours, with TOPIC_CONFIG for overrides and the broker
-value otherwise) and brokers (type 4: this node's id lists every broker config with its source, dynamic ones
-first; the empty name lists the cluster-wide dynamic defaults only, as Kafka does). A null key list asks for
+Resources: topics (type 2: every topic config kjbod honours, with TOPIC_CONFIG for overrides and otherwise
+the broker's value: dynamic per-broker, dynamic cluster default, static or default, synonyms in Kafka's order)
+and brokers (type 4: this node's id lists every broker config with its source, dynamic ones first; the empty
+name lists the cluster-wide dynamic defaults only, as Kafka does). A null key list asks for
 every config, a list for those keys (unknown keys are simply absent). Errors per resource: an unknown topic is
 UNKNOWN_TOPIC_OR_PARTITION, another broker's id or an unsupported resource type INVALID_REQUEST. Synonyms are
 returned only when asked for (include_synonyms). See kjbod.broker.broker_config.
@@ -41,7 +42,8 @@ def handle(node, request, body: DescribeConfigsRequest) -> DescribeConfigsRespon
                 if topic is None:
                     raise bc.ConfigProblem(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                                            f"topic {r.resource_name!r} does not exist")
-                entries = bc.describe_topic(node.config, topic.configs, r.configuration_keys)
+                entries = bc.describe_topic(node.config, topic.configs, r.configuration_keys,
+                                            node.dynamic_configs)
             else:
                 raise bc.ConfigProblem(ErrorCode.INVALID_REQUEST, f"resource type {r.resource_type} is not "
                                        "supported (kjbod serves topics (2) and brokers (4))")

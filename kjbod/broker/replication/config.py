@@ -1,6 +1,8 @@
 """Replication settings with Kafka's names and defaults, read from the broker's config.
 
-The server config's attributes (kjbod.server.config parses and checks the keys), else Kafka's defaults.  `min.insync.replicas` is also a topic config: the topic's override wins over the broker's.
+The server config's attributes (kjbod.server.config parses and checks the keys), else Kafka's defaults.
+`min.insync.replicas` is also a topic config: the topic's override wins over the broker's dynamic value
+(per-broker, then cluster default), which wins over server.properties.
 """
 
 from __future__ import annotations
@@ -59,9 +61,14 @@ class ReplicationConfig:
             quota_window_size_seconds=max(1, _setting(config, "replication_quota_window_size_seconds",
                                                       "replication.quota.window.size.seconds")))
 
-    def min_isr(self, topic_configs: Any) -> int:
-        value = (topic_configs or {}).get("min.insync.replicas")
-        try:
-            return max(1, int(value)) if value is not None else self.min_insync_replicas
-        except ValueError:
-            return self.min_insync_replicas
+    def min_isr(self, topic_configs: Any, dynamic: Any = None) -> int:
+        """The topic's min.insync.replicas: its override, else the broker's dynamic value (``dynamic``: broker
+        key -> value, this broker's over the cluster default), else server.properties."""
+        for level in (topic_configs, dynamic):
+            value = (level or {}).get("min.insync.replicas")
+            if value is not None:
+                try:
+                    return max(1, int(value))
+                except ValueError:
+                    continue  # never written (checked when set): the next level decides
+        return self.min_insync_replicas

@@ -39,6 +39,7 @@ import structlog
 from kjbod.broker.replication.config import ReplicationConfig
 from kjbod.broker.replication.partition import FOLLOWER, LEADER, PartitionState, PendingIsr
 from kjbod.broker.replication.throttle import ReplicationThrottles
+from kjbod.metadata import BROKER_RESOURCE
 from kjbod.net import trace
 from kjbod.net.tasks import cancel_and_wait
 from kjbod.protocol.errors import ErrorCode
@@ -154,6 +155,7 @@ class ReplicaManager:
         # HW move and acks=all answer asks for it; the image's topic configs change only with a new image).
         self._min_isr_image: Any = None
         self._min_isrs: dict[str, int] = {}
+        self._min_isr_dynamic: Mapping[str, str] = {}
 
     # ------------------------------------------------------------------------------------------ lifecycle
 
@@ -431,10 +433,14 @@ class ReplicaManager:
         if image is not self._min_isr_image:
             self._min_isr_image = image
             self._min_isrs = {}
+            # this broker's dynamic values over the cluster default's (kjbod.broker.broker_config)
+            self._min_isr_dynamic = {**image.resource_configs(BROKER_RESOURCE, ""),
+                                     **image.resource_configs(BROKER_RESOURCE, str(self.node.node_id))}
         min_isr = self._min_isrs.get(topic)
         if min_isr is None:
             t = image.topic(topic)
-            min_isr = self._min_isrs[topic] = self.config.min_isr(t.configs if t is not None else None)
+            min_isr = self._min_isrs[topic] = self.config.min_isr(t.configs if t is not None else None,
+                                                                  self._min_isr_dynamic)
         return min_isr
 
     def _maybe_increment_hw(self, state: PartitionState, plog: Any, image: Any, now: int | None = None,
