@@ -105,17 +105,18 @@ def test_the_other_synonyms_and_static_keys_stay_static(key):
     ("log.cleanup.policy", "compact"), ("unclean.leader.election.enable", "yes"), ("min.insync.replicas", "0"),
     ("log.message.timestamp.type", "NoTime"), ("log.roll.ms", "0"), ("log.segment.bytes", "99999999999"),
 ])
-def test_a_bad_value_is_invalid_config_naming_key_and_value(key, value):
+def test_a_bad_value_is_invalid_request_naming_key_and_value(key, value):
+    """Kafka's broker answers a bad broker config value INVALID_REQUEST (ConfigAdminManager, KAFKA-13609)."""
     with pytest.raises(PolicyError) as e:
         plan({}, "1", [(key, SET, value)])
-    assert e.value.code == ErrorCode.INVALID_CONFIG
+    assert e.value.code == ErrorCode.INVALID_REQUEST
     assert key in e.value.message and repr(value) in e.value.message
 
 
 def test_without_the_server_check_the_topic_configs_own_check_applies():
     with pytest.raises(bc.ConfigProblem) as e:
         bc.plan_broker_changes(dynamic(), "", [("log.segment.bytes", SET, "13")], replace=False)
-    assert e.value.code == ErrorCode.INVALID_CONFIG and "'13' for log.segment.bytes" in e.value.message
+    assert e.value.code == ErrorCode.INVALID_REQUEST and "'13' for log.segment.bytes" in e.value.message
 
 
 def test_delete_removes_and_alter_configs_replaces_the_whole_set():

@@ -17,10 +17,12 @@ metadata image and are changed through ConfigRecords of resource type 2.
 
 Changes are planned here without side effects (``plan_topic_changes``, ``plan_broker_changes``): the controller
 (kjbod.controller.configs) calls them through the node's config policy, writes the records, and the node applies
-them once they are durable. Errors follow Kafka: an unknown or unsupported key, or a bad
-value, is INVALID_CONFIG naming the key; a key that exists but cannot change at runtime is INVALID_REQUEST
-("Cannot update these configs dynamically"); another broker's id is INVALID_REQUEST; an unknown topic is
-UNKNOWN_TOPIC_OR_PARTITION.
+them once they are durable. Errors follow Kafka: an unknown or unsupported key is INVALID_CONFIG naming the key
+(Kafka keeps an unknown broker key as a custom config; kjbod refuses it, so nobody believes it took effect); a
+bad value is INVALID_CONFIG for a topic and INVALID_REQUEST for a broker, as Kafka answers them (its broker turns
+a broker config's error into INVALID_REQUEST, KAFKA-13609), each naming key and value; a key that exists but
+cannot change at runtime is INVALID_REQUEST ("Cannot update these configs dynamically"); another broker's id is
+INVALID_REQUEST; an unknown topic is UNKNOWN_TOPIC_OR_PARTITION.
 """
 
 from __future__ import annotations
@@ -190,6 +192,12 @@ STATIC_SYNONYMS = frozenset({"log.roll.hours", "log.retention.minutes", "log.ret
                              "log.flush.scheduler.interval.ms"})
 
 
+# A bad value for a broker config (per broker or the cluster default) is INVALID_REQUEST, as Kafka's broker answers
+# it (ConfigAdminManager turns the config's own error into InvalidRequestException, KAFKA-13609, kept for
+# compatibility); a bad value for a topic config is INVALID_CONFIG.
+BAD_BROKER_VALUE = ErrorCode.INVALID_REQUEST
+
+
 class ConfigProblem(Exception):
     def __init__(self, code: int, message: str) -> None:
         super().__init__(message)
@@ -203,20 +211,20 @@ def check_log_default(key: str, raw: str) -> None:
     try:
         topic_config.parse_value(dataclasses.replace(LOG_CONFIG_KEYS[key], name=key), raw)
     except topic_config.TopicConfigError as e:
-        raise ConfigProblem(ErrorCode.INVALID_CONFIG, str(e)) from None
+        raise ConfigProblem(BAD_BROKER_VALUE, str(e)) from None
 
 
 def parse_dynamic_value(key: str, raw: str | None) -> int:
     """Every dynamic key is a number from its minimum: the throttles (longs, bytes per second; the inter-broker
     ones from 0, as Kafka's) and the KIP-435 limits."""
     if raw is None:
-        raise ConfigProblem(ErrorCode.INVALID_CONFIG, f"{key}: a value is required")
+        raise ConfigProblem(BAD_BROKER_VALUE, f"{key}: a value is required")
     if not topic_config.JAVA_INTEGER.fullmatch(raw.strip()):
-        raise ConfigProblem(ErrorCode.INVALID_CONFIG, f"invalid value {raw!r} for {key}: expected an integer")
+        raise ConfigProblem(BAD_BROKER_VALUE, f"invalid value {raw!r} for {key}: expected an integer")
     k = BROKER_KEYS.get(key)
     lo = k.minimum if k is not None else 1
     if len(raw.strip()) > 20 or not lo <= (value := int(raw.strip())) <= LONG_MAX:
-        raise ConfigProblem(ErrorCode.INVALID_CONFIG,
+        raise ConfigProblem(BAD_BROKER_VALUE,
                             f"invalid value {raw!r} for {key}: must be between {lo} and {LONG_MAX}")
     return value
 

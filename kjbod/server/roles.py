@@ -83,7 +83,7 @@ def check_as_static(key: str, raw: str) -> None:
     try:
         server_config.KEYS[key].conv(key, raw)
     except ConfigError as e:
-        raise bc.ConfigProblem(ErrorCode.INVALID_CONFIG, str(e)) from None
+        raise bc.ConfigProblem(bc.BAD_BROKER_VALUE, str(e)) from None
 
 
 def controller_settings(config: Any, cluster_id: str, local_broker_id: int | None) -> ControllerSettings:

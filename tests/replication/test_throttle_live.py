@@ -138,7 +138,7 @@ def test_the_throttle_configs_through_kafka_clients(cluster: Cluster):
         ConfigEntry("follower.replication.throttled.rate", "-1", incremental_operation=AlterConfigOpType.SET)])
     with pytest.raises(KafkaException) as refused:
         admin.incremental_alter_configs([broker])[broker].result(30)
-    assert refused.value.args[0].name() == "INVALID_CONFIG" and "follower.replication.throttled.rate" in (
+    assert refused.value.args[0].name() == "INVALID_REQUEST" and "follower.replication.throttled.rate" in (
         refused.value.args[0].str())
     broker = Resource("BROKER", "2", incremental_configs=[
         ConfigEntry("follower.replication.throttled.rate", "2000000", incremental_operation=AlterConfigOpType.SET)])

@@ -20,8 +20,8 @@ def test_integers_python_would_read_and_java_would_not_are_refused(value):
     assert f"invalid value {value.strip()!r} for retention.ms: expected an integer" in topic.value.message
     with pytest.raises(bc.ConfigProblem) as broker:
         bc.parse_dynamic_value("leader.replication.throttled.rate", value)
-    assert (broker.value.code, broker.value.message) == (
-        E.INVALID_CONFIG, f"invalid value {value!r} for leader.replication.throttled.rate: expected an integer")
+    assert (broker.value.code, broker.value.message) == (  # a broker value: Kafka's INVALID_REQUEST
+        E.INVALID_REQUEST, f"invalid value {value!r} for leader.replication.throttled.rate: expected an integer")
 
 
 def test_signs_spaces_and_out_of_range_values():

@@ -7,8 +7,9 @@ IncrementalAlterConfigs. Topics (type 2): any topic config kjbod honours. Broker
 "" for the cluster default): the dynamic keys of kjbod.broker.broker_config (the throttles, the KIP-435 limits
 and the broker defaults of topic configs such as log.retention.ms and message.max.bytes); they are written to
 the metadata log and take effect at once (running moves, and every log whose topic does not override the key).
-Errors per resource: unknown key or bad value INVALID_CONFIG naming the key; a static broker key
-INVALID_REQUEST; another broker's id INVALID_REQUEST; unknown topic UNKNOWN_TOPIC_OR_PARTITION. validate_only
+Errors per resource: an unknown key, or a bad topic value, INVALID_CONFIG naming the key; a bad broker value (as
+Kafka's broker answers it) or a static broker key INVALID_REQUEST; another broker's id INVALID_REQUEST; unknown
+topic UNKNOWN_TOPIC_OR_PARTITION. validate_only
 checks and changes nothing. The controller checks and records the change (kjbod.controller.configs, with the
 key tables of kjbod.broker.broker_config); this broker applies it once durable.
 
