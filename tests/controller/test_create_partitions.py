@@ -202,3 +202,18 @@ def test_a_request_past_kafkas_batch_bound_fails_the_topic_that_crosses_it():
     assert len(records) == 6001 and [len(ctx.image.topic(n).partitions) for n in "abc"] == [6001, 1, 2]
     result, records = one(ctx, topic("c", 2**31 - 1))
     assert (result.error_code, records) == (E.UNKNOWN_SERVER_ERROR, [])
+
+
+def test_a_request_the_controller_could_not_complete_answers_every_topic_with_the_code():
+    # The controller's failed write (kjbod.controller.errors) and a forwarded request it never answered
+    # (kjbod.broker.remote): each topic of the request gets the code and the message.
+    from kjbod.broker.remote import unanswered
+    from kjbod.controller.errors import error_response
+
+    body = CreatePartitionsRequest(topics=[topic("a", 2), topic("b", 3)], timeout_ms=1000)
+    failed = error_response(37, body, E.KAFKA_STORAGE_ERROR, "the disk")
+    assert [(r.name, r.error_code, r.error_message) for r in failed.results] == [
+        ("a", E.KAFKA_STORAGE_ERROR, "the disk"), ("b", E.KAFKA_STORAGE_ERROR, "the disk")]
+    late = unanswered(body, "gone")
+    assert [(r.name, r.error_code, r.error_message) for r in late.results] == [
+        ("a", E.REQUEST_TIMED_OUT, "gone"), ("b", E.REQUEST_TIMED_OUT, "gone")]

@@ -182,3 +182,29 @@ def test_confluent_kafka_grows_a_topic_and_reads_kafkas_errors(server):
                                         request_timeout=15)
     assert assigned["confluent"].result(timeout=30) is None
     assert len(partitions_of(server, "confluent")) == 4
+
+
+def test_new_replicas_on_a_broker_with_several_dirs_get_the_dir_they_are_in_recorded(kjbod_server):
+    """KIP-858, as for a new topic's partitions: with three log dirs the controller writes each new partition's
+    dir as UNASSIGNED, the broker places it and records the dir it chose, so the metadata log read back after a
+    stop says where every replica is."""
+    from kjbod.metadata import DIR_UNASSIGNED, EMPTY_IMAGE, replay
+    from kjbod.protocol.generated import PartitionRecord
+
+    from .test_combined_live import partition_homes, read_log
+
+    server = kjbod_server
+    make_topic(server, "homed", 1)
+    with RawClient.to(server) as raw:
+        body = CreatePartitionsRequest(topics=[CreatePartitionsTopic(name="homed", count=4, assignments=None)],
+                                       timeout_ms=15000)
+        assert results(raw.call(body, 3)) == [("homed", 0, None)]
+    assert server.stop() == 0
+    records = read_log(server)
+    topic = replay(EMPTY_IMAGE, records).topic("homed")
+    added = [r for r in records if isinstance(r, PartitionRecord) and r.topic_id == topic.topic_id
+             and r.partition_id > 0]
+    assert sorted(r.partition_id for r in added) == [1, 2, 3]
+    assert all(r.directories == [DIR_UNASSIGNED] for r in added)
+    homes = {name: dir_id for name, dir_id in partition_homes(server).items() if name.startswith("homed-")}
+    assert {f"homed-{p}": part.directories[0] for p, part in topic.partitions.items()} == homes
