@@ -112,3 +112,21 @@ def test_a_manual_assignment_is_checked_against_the_topic_and_taken_in_its_order
     parts = in_sync(cluster, "manual2", 3, 2)
     assert [(parts[p]["replicas"], parts[p]["leader"]) for p in (1, 2)] == [
         ([third, first], third), ([second, third], second)]
+
+
+def test_the_controller_listener_serves_it_too(cluster):
+    # Kafka's controllers serve CreatePartitions on their own listener (as kafka-topics.sh --bootstrap-controller
+    # sends it); the brokers then make the new replicas from the metadata they follow.
+    from datapath.support import RawClient
+
+    from kjbod.protocol.generated import CreatePartitionsRequest
+    from kjbod.protocol.generated.create_partitions_request import CreatePartitionsTopic
+
+    with admin_client(cluster) as admin:
+        admin.create_topics([NewTopic("direct", 1, 3)])
+    in_sync(cluster, "direct", 1, 3)
+    body = CreatePartitionsRequest(topics=[CreatePartitionsTopic(name="direct", count=3, assignments=None)],
+                                   timeout_ms=15000)
+    with RawClient("127.0.0.1", cluster.port("controller")) as raw:
+        assert results(raw.call(body, 3)) == [("direct", 0, None)]
+    in_sync(cluster, "direct", 3, 3)

@@ -217,3 +217,22 @@ def test_a_request_the_controller_could_not_complete_answers_every_topic_with_th
     late = unanswered(body, "gone")
     assert [(r.name, r.error_code, r.error_message) for r in late.results] == [
         ("a", E.REQUEST_TIMED_OUT, "gone"), ("b", E.REQUEST_TIMED_OUT, "gone")]
+
+
+def test_a_topic_under_reassignment_still_grows_as_kafkas_controller_lets_it():
+    # Kafka's KRaft controller has no reassignment check in createPartitions (its ZooKeeper controller had one).
+    from kjbod.controller import reassignment
+    from kjbod.protocol.generated import AlterPartitionReassignmentsRequest
+    from kjbod.protocol.generated.alter_partition_reassignments_request import (
+        ReassignablePartition,
+        ReassignableTopic,
+    )
+
+    ctx = cluster(4)
+    with_topic(ctx, partitions=2, rf=2, assignments=[[1, 2], [2, 1]])
+    req = AlterPartitionReassignmentsRequest(topics=[ReassignableTopic(
+        name="t", partitions=[ReassignablePartition(partition_index=1, replicas=[3, 4])])])
+    ctx.commit(reassignment.alter_partition_reassignments(ctx.image, req, 0, ctx.settings, None))
+    assert ctx.image.topic("t").partitions[1].reassigning
+    result, (record,) = one(ctx, topic("t", 3))
+    assert result.error_code == 0 and record.partition_id == 2 and len(record.replicas) == 2
