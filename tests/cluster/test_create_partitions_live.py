@@ -115,8 +115,8 @@ def test_a_manual_assignment_is_checked_against_the_topic_and_taken_in_its_order
 
 
 def test_the_controller_listener_serves_it_too(cluster):
-    # Kafka's controllers serve CreatePartitions on their own listener (as kafka-topics.sh --bootstrap-controller
-    # sends it); the brokers then make the new replicas from the metadata they follow.
+    # Kafka's controllers serve CreatePartitions on their own listener too (its message definition lists the
+    # controller); the brokers then make the new replicas from the metadata they follow.
     from datapath.support import RawClient
 
     from kjbod.protocol.generated import CreatePartitionsRequest
