@@ -39,6 +39,7 @@ SERVED_APIS: dict[str, tuple[int, int]] = {
     "Fetch": (4, 17),
     "ListOffsets": (1, 11),
     "CreateTopics": (2, 7),
+    "CreatePartitions": (0, 3),
     "DeleteTopics": (1, 6),
     "InitProducerId": (0, 5),
     "OffsetForLeaderEpoch": (2, 4),

@@ -5,7 +5,8 @@ shell.  The node is the one place handlers reach shared state through: cluster i
 current metadata image, the storage layer, and background upkeep (checkpoints, retention, deletes).
 
 Metadata goes one way (kjbod.controller, kjbod.metadata): the handlers of the controller-owned requests
-(CreateTopics, DeleteTopics, AlterConfigs, IncrementalAlterConfigs, and producer id blocks for InitProducerId)
+(CreateTopics, CreatePartitions, DeleteTopics, AlterConfigs, IncrementalAlterConfigs, and producer id blocks for
+InitProducerId)
 send them to the controller (`controller_request`, in process: the same entry the controller listener uses);
 the controller makes the records durable in the metadata log and replays them into a new image; the node's
 publisher (`_publish`) then applies the delta to the local logs (create, delete, topic configs, the dynamic
@@ -60,6 +61,7 @@ from kjbod.protocol.generated import (
     AllocateProducerIdsRequest,
     BrokerHeartbeatRequest,
     BrokerRegistrationRequest,
+    CreatePartitionsRequest,
     CreateTopicsRequest,
     DeleteTopicsRequest,
 )
@@ -218,6 +220,8 @@ class BrokerNode:
         if isinstance(body, CreateTopicsRequest) and self._creating:
             # The replicas it made here are served before it answers (they are made on their dirs' workers).
             await self.creates_settled([t.name for t in response.topics if t.error_code == 0], CREATES_WAIT_S)
+        elif isinstance(body, CreatePartitionsRequest) and self._creating:
+            await self.creates_settled([t.name for t in response.results if t.error_code == 0], CREATES_WAIT_S)
         elif isinstance(body, DeleteTopicsRequest) and self.logs is not None and self.logs.deleting:
             # Its partitions here are renamed to -delete on their dirs' workers before it answers, as before the
             # workers (bounded: a hung dir's rename does not hold the answer past the wait).

@@ -12,8 +12,9 @@ behind a long-polling metadata fetch:
 * metadata (kjbod.broker.metadata_follower): the broker follows `__cluster_metadata` as a KRaft observer and
   replays each committed batch into a new image.  The broker keeps no copy of the metadata log: it fetches it
   (or the controller's latest snapshot and what follows) at every start;
-* forwarding: the controller-owned requests clients send to any broker (CreateTopics, DeleteTopics, configs) and
-  the producer id blocks InitProducerId needs (AllocateProducerIds) go to the controller at the client's version.
+* forwarding: the controller-owned requests clients send to any broker (CreateTopics, CreatePartitions,
+  DeleteTopics, configs) and the producer id blocks InitProducerId needs (AllocateProducerIds) go to the
+  controller at the client's version.
 
 Startup, as Kafka's BrokerServer orders it: open and recover the log dirs; register and follow the metadata
 until the controller says this broker has caught up with its own registration; only then make the logs match the
@@ -57,6 +58,8 @@ from kjbod.protocol.generated import (
     AllocateProducerIdsResponse,
     AlterConfigsRequest,
     AlterConfigsResponse,
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
     CreateTopicsRequest,
     CreateTopicsResponse,
     DeleteTopicsRequest,
@@ -66,6 +69,7 @@ from kjbod.protocol.generated import (
 )
 from kjbod.protocol.generated import alter_configs_response as acr
 from kjbod.protocol.generated import incremental_alter_configs_response as iacr
+from kjbod.protocol.generated.create_partitions_response import CreatePartitionsTopicResult
 from kjbod.protocol.generated.create_topics_response import CreatableTopicResult
 from kjbod.protocol.generated.delete_topics_response import DeletableTopicResult
 from kjbod.storage.ids import uuid_from_str
@@ -253,8 +257,8 @@ class RemoteBrokerNode(BrokerNode):
 
     # -------------------------------------------------------------------------------- the controller
     async def controller_request(self, body: Any, version: int) -> Any:
-        """Forwards a controller-owned request at the client's version.  Topics created or deleted are waited
-        for in this broker's image (briefly), so a client that asks this broker next sees them."""
+        """Forwards a controller-owned request at the client's version.  Topics created, grown or deleted are
+        waited for in this broker's image (briefly), so a client that asks this broker next sees them."""
         channel = self._channels.get("forward") or self._channel("forward")
         # CreateTopics and DeleteTopics say how long the client waits: no point waiting for the controller longer
         wait = getattr(body, "timeout_ms", 0) / 1000
@@ -272,6 +276,13 @@ class RemoteBrokerNode(BrokerNode):
             if made:
                 await self.wait_for_image(lambda im: all(im.topic(n) is not None for n in made), 10.0)
                 await self.creates_settled(made, 10.0)  # the replicas made here, on their dirs' workers
+        elif isinstance(body, CreatePartitionsRequest) and not body.validate_only:
+            counts = {t.name: t.count for t in body.topics}
+            grown = {r.name: counts[r.name] for r in response.results if r.error_code == 0 and r.name in counts}
+            if grown:
+                await self.wait_for_image(lambda im: all(
+                    (t := im.topic(n)) is not None and len(t.partitions) >= c for n, c in grown.items()), 10.0)
+                await self.creates_settled(grown, 10.0)
         elif isinstance(body, DeleteTopicsRequest):
             gone = {r.name for r in response.responses if r.error_code == 0 and r.name}
             if gone:
@@ -362,6 +373,9 @@ def unanswered(body: Any, message: str) -> Any | None:
     code = ErrorCode.REQUEST_TIMED_OUT
     if isinstance(body, CreateTopicsRequest):
         return CreateTopicsResponse(topics=[CreatableTopicResult(
+            name=t.name, error_code=code, error_message=message) for t in body.topics])
+    if isinstance(body, CreatePartitionsRequest):
+        return CreatePartitionsResponse(results=[CreatePartitionsTopicResult(
             name=t.name, error_code=code, error_message=message) for t in body.topics])
     if isinstance(body, DeleteTopicsRequest):
         named = [(t.name, t.topic_id) for t in body.topics] or [(n, uuid.UUID(int=0)) for n in body.topic_names]

@@ -15,6 +15,7 @@ from kjbod.protocol.generated import (
     AssignReplicasToDirsResponse,
     BrokerHeartbeatResponse,
     BrokerRegistrationResponse,
+    CreatePartitionsResponse,
     CreateTopicsResponse,
     DeleteTopicsResponse,
     ElectLeadersResponse,
@@ -31,6 +32,7 @@ from kjbod.protocol.generated.alter_partition_reassignments_response import (
     ReassignablePartitionResponse,
     ReassignableTopicResponse,
 )
+from kjbod.protocol.generated.create_partitions_response import CreatePartitionsTopicResult
 from kjbod.protocol.generated.create_topics_response import CreatableTopicResult
 from kjbod.protocol.generated.delete_topics_response import DeletableTopicResult
 from kjbod.protocol.generated.incremental_alter_configs_response import (
@@ -51,6 +53,10 @@ def error_response(api_key: int, request: Any, code: int, message: str) -> Any:
         return AlterConfigsResponse(responses=[AlterResp(error_code=code, error_message=message,
                                                          resource_type=r.resource_type, resource_name=r.resource_name)
                                                for r in request.resources])
+    if api_key == 37:
+        return CreatePartitionsResponse(results=[CreatePartitionsTopicResult(name=t.name, error_code=code,
+                                                                             error_message=message)
+                                                 for t in request.topics])
     if api_key == 43:
         return ElectLeadersResponse(error_code=code)
     if api_key == 44:

@@ -51,6 +51,7 @@ from kjbod.protocol.generated import (
     AssignReplicasToDirsRequest,
     BrokerHeartbeatRequest,
     BrokerRegistrationRequest,
+    CreatePartitionsRequest,
     CreateTopicsRequest,
     DeleteTopicsRequest,
     ElectLeadersRequest,
@@ -125,6 +126,7 @@ class QuorumController:
             _key(BrokerHeartbeatRequest): self._heartbeat,
             _key(UnregisterBrokerRequest): self._unregister,
             _key(CreateTopicsRequest): self._create_topics,
+            _key(CreatePartitionsRequest): self._create_partitions,
             _key(DeleteTopicsRequest): self._delete_topics,
             _key(AlterConfigsRequest): self._alter_configs,
             _key(IncrementalAlterConfigsRequest): self._incremental_alter_configs,
@@ -341,6 +343,9 @@ class QuorumController:
 
     def _create_topics(self, version: int, req: CreateTopicsRequest) -> Operation:
         return lambda image, _o: replication_control.create_topics(image, req, self.settings, self.policy)
+
+    def _create_partitions(self, version: int, req: CreatePartitionsRequest) -> Operation:
+        return lambda image, _o: replication_control.create_partitions(image, req)
 
     def _delete_topics(self, version: int, req: DeleteTopicsRequest) -> Operation:
         return lambda image, _o: replication_control.delete_topics(image, req, version,

@@ -1,4 +1,4 @@
-"""Topics and partitions: CreateTopics, DeleteTopics and directory assignments (Kafka's
+"""Topics and partitions: CreateTopics, CreatePartitions, DeleteTopics and directory assignments (Kafka's
 ReplicationControlManager), as pure functions of an image and a request that return records and a response.
 
 CreateTopics checks, in Kafka's order: a name twice in one request (INVALID_REQUEST), the name
@@ -15,6 +15,14 @@ refuses an excessively large batch.
 Placement is Kafka's striped, rack-aware placer (kjbod.controller.placement).  The leader is the first replica,
 the ISR the replicas whose brokers are active.  Each replica's directory is its broker's only log dir, or
 UNASSIGNED when the broker has several (the broker picks one and reports it back, KIP-858).
+
+CreatePartitions, per topic in Kafka's order: a name twice in the request (INVALID_REQUEST), an unknown topic
+(UNKNOWN_TOPIC_OR_PARTITION), a count not above the current one (INVALID_PARTITIONS), assignments other in number
+than the partitions added, then per assignment an empty list, an unregistered or repeated broker, a replica count
+unlike the topic's, or only fenced or shutting-down brokers (INVALID_REPLICA_ASSIGNMENT); without assignments the
+same placer as CreateTopics at the topic's replication factor (INVALID_REPLICATION_FACTOR).  The new partitions'
+records are built as a new topic's are.  Kafka's KRaft controller has no pending-deletion state (a deleted topic
+is gone at once) and does not refuse a topic under reassignment, so neither does this.
 """
 
 from __future__ import annotations
@@ -39,6 +47,8 @@ from kjbod.metadata.names import (
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import (
     ConfigRecord,
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
     CreateTopicsRequest,
     CreateTopicsResponse,
     DeleteTopicsRequest,
@@ -46,6 +56,9 @@ from kjbod.protocol.generated import (
     PartitionRecord,
     RemoveTopicRecord,
     TopicRecord,
+)
+from kjbod.protocol.generated.create_partitions_response import (
+    CreatePartitionsTopicResult as PartitionsResult,
 )
 from kjbod.protocol.generated.create_topics_response import CreatableTopicResult as CreateResult
 from kjbod.protocol.generated.delete_topics_response import DeletableTopicResult as DeleteResult
@@ -69,9 +82,9 @@ def default_dir(b: BrokerRegistration) -> UUID:
     return b.log_dirs[0] if len(b.log_dirs) == 1 else DIR_UNASSIGNED
 
 
-def assignment_problem(image: MetadataImage, broker_ids: list[int]) -> str | None:
-    """Kafka's validateManualPartitionAssignment without the replication factor: what is wrong with a manual
-    replica list (empty, an unregistered broker, a broker twice), or None."""
+def assignment_problem(image: MetadataImage, broker_ids: list[int], rf: int | None = None) -> str | None:
+    """Kafka's validateManualPartitionAssignment: what is wrong with a manual replica list (empty, an
+    unregistered broker, a broker twice, a replica count other than `rf` when one is given), or None."""
     if not broker_ids:
         return "The manual partition assignment includes an empty replica list."
     previous = None
@@ -81,7 +94,19 @@ def assignment_problem(image: MetadataImage, broker_ids: list[int]) -> str | Non
         if b == previous:
             return f"The manual partition assignment includes the broker {b} more than once."
         previous = b
+    if rf is not None and len(broker_ids) != rf:
+        return (f"The manual partition assignment includes a partition with {len(broker_ids)} replica(s), but "
+                f"this is not consistent with previous partitions, which have {rf} replica(s).")
     return None
+
+
+def new_partition_record(image: MetadataImage, topic_id: UUID, partition: int, replicas: list[int]) -> Any:
+    """A new partition's record: the ISR its active replicas (the callers made sure there is one), the first of
+    them the leader, each replica's directory as KIP-858 places it (`default_dir`)."""
+    isr = [r for r in replicas if image.brokers[r].active]
+    return PartitionRecord(partition_id=partition, topic_id=topic_id, replicas=replicas, isr=isr, leader=isr[0],
+                           leader_epoch=0, partition_epoch=0,
+                           directories=[default_dir(image.brokers[r]) for r in replicas])
 
 
 def _fail(name: str, code: int, message: str) -> CreateResult:
@@ -146,7 +171,7 @@ class TopicCreator:
             if a.partition_index in parts:
                 return _fail(t.name, ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                              f"Found multiple manual partition assignments for partition {a.partition_index}"), []
-            problem = self._assignment_problem(list(a.broker_ids), rf)
+            problem = assignment_problem(self.image, list(a.broker_ids), rf)
             if problem is not None:
                 return _fail(t.name, ErrorCode.INVALID_REPLICA_ASSIGNMENT, problem), []
             rf = len(a.broker_ids)
@@ -159,15 +184,6 @@ class TopicCreator:
             return _fail(t.name, ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                          "partitions should be a consecutive 0-based integer sequence"), []
         return None, [parts[i] for i in range(len(parts))]
-
-    def _assignment_problem(self, broker_ids: list[int], rf: int | None) -> str | None:
-        problem = assignment_problem(self.image, broker_ids)
-        if problem is not None:
-            return problem
-        if rf is not None and len(broker_ids) != rf:
-            return (f"The manual partition assignment includes a partition with {len(broker_ids)} replica(s), but "
-                    f"this is not consistent with previous partitions, which have {rf} replica(s).")
-        return None
 
     def _placed(self, t: Any) -> tuple[CreateResult | None, list[list[int]]]:
         if t.replication_factor < -1 or t.replication_factor == 0:
@@ -195,11 +211,7 @@ class TopicCreator:
         out: list[Any] = [TopicRecord(name=name, topic_id=topic_id)]
         out += [ConfigRecord(resource_type=TOPIC_RESOURCE, resource_name=name, name=k, value=v)
                 for k, v in sorted(configs.items())]
-        for p, replicas in enumerate(assignment):
-            isr = [r for r in replicas if self.image.brokers[r].active]
-            out.append(PartitionRecord(
-                partition_id=p, topic_id=topic_id, replicas=replicas, isr=isr, leader=isr[0], leader_epoch=0,
-                partition_epoch=0, directories=[default_dir(self.image.brokers[r]) for r in replicas]))
+        out += [new_partition_record(self.image, topic_id, p, replicas) for p, replicas in enumerate(assignment)]
         if "." in name or "_" in name:
             self.collisions[name.replace(".", "_")] = name  # later topics of this request collide with it too
         return out
@@ -230,6 +242,88 @@ def create_topics(image: MetadataImage, body: CreateTopicsRequest, settings: Con
         return ControllerResult([], CreateTopicsResponse(topics=[
             _fail(t.name, ErrorCode.POLICY_VIOLATION, TOO_LARGE) for t in body.topics]))
     return ControllerResult(records, CreateTopicsResponse(topics=results))
+
+
+class _Refused(Exception):
+    """One topic of a CreatePartitions request refused: its error code and message (None where Kafka sends none)."""
+
+    def __init__(self, code: int, message: str | None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def _added_partitions(image: MetadataImage, t: Any, room: int, rng: random.Random | None) -> list[Any]:
+    """The PartitionRecords that grow topic `t` to `t.count` partitions, or _Refused (Kafka's
+    ReplicationControlManager.createPartitions, its checks in its order)."""
+    topic = image.topic(t.name)
+    if topic is None:
+        raise _Refused(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None)
+    current = len(topic.partitions)
+    if t.count == current:
+        raise _Refused(ErrorCode.INVALID_PARTITIONS, f"Topic already has {current} partition(s).")
+    if t.count < current:
+        raise _Refused(ErrorCode.INVALID_PARTITIONS, f"The topic {t.name} currently has {current} partition(s); "
+                       f"{t.count} would not be an increase.")
+    additional = t.count - current
+    if t.assignments is not None and len(t.assignments) != additional:
+        raise _Refused(ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"Attempted to add {additional} additional "
+                       f"partition(s), but only {len(t.assignments)} assignment(s) were specified.")
+    if additional > room or not topic.partitions:
+        # Kafka's batch bound (its record list refuses the record past MAX_RECORDS_PER_USER_OP), answered as
+        # Kafka answers it: UNKNOWN_SERVER_ERROR without a message.  Kafka still writes the records of that topic
+        # made before the bound (part of the partitions asked for, under an error); here the topic gets none.
+        # Checked before placing, so a count of two billion costs nothing.
+        raise _Refused(ErrorCode.UNKNOWN_SERVER_ERROR, None)
+    # The replication factor of the partitions there are (Kafka takes the first it finds; the replicas of a
+    # partition being reassigned count its adding and removing ones, as Kafka's do).
+    rf = len(topic.partitions[min(topic.partitions)].replicas)
+    if t.assignments is not None:
+        assignment = []
+        for i, a in enumerate(t.assignments):
+            replicas = list(a.broker_ids)
+            problem = assignment_problem(image, replicas, rf)
+            if problem is not None:
+                raise _Refused(ErrorCode.INVALID_REPLICA_ASSIGNMENT, problem)
+            if not any(image.brokers[b].active for b in replicas):
+                raise _Refused(ErrorCode.INVALID_REPLICA_ASSIGNMENT, "All brokers specified in the manual "
+                               f"partition assignment for partition {current + i} are fenced or in controlled "
+                               "shutdown.")
+            assignment.append(replicas)
+    else:
+        # A placer of its own per topic, as Kafka's placer builds its rack lists per call.
+        placer = StripedPlacer(sorted(image.brokers.values(), key=lambda b: b.broker_id), rng)
+        try:
+            assignment = placer.place(additional, rf)
+        except PlacementError as e:
+            raise _Refused(ErrorCode.INVALID_REPLICATION_FACTOR, str(e)) from None
+        if any(not any(image.brokers[r].active for r in replicas) for replicas in assignment):
+            raise _Refused(ErrorCode.INVALID_REPLICATION_FACTOR, f"Unable to replicate the partition {rf} time(s): "
+                           "All brokers are currently fenced or in controlled shutdown.")
+    return [new_partition_record(image, topic.topic_id, current + i, replicas)
+            for i, replicas in enumerate(assignment)]
+
+
+def create_partitions(image: MetadataImage, body: CreatePartitionsRequest,
+                      rng: random.Random | None = None) -> ControllerResult:
+    """CreatePartitions: a topic named more than once is refused first (INVALID_REQUEST, Kafka's
+    ControllerApis), every other one on its own; the records of those that succeed are written together (none
+    when validate_only: the same checks, the same answers)."""
+    counts = Counter(t.name for t in body.topics)
+    results = [PartitionsResult(name=name, error_code=ErrorCode.INVALID_REQUEST, error_message="Duplicate topic name.")
+               for name, n in counts.items() if n > 1]
+    records: list[Any] = []
+    for t in body.topics:
+        if counts[t.name] > 1:
+            continue
+        try:
+            records += _added_partitions(image, t, MAX_RECORDS_PER_USER_OP - len(records), rng)
+        except _Refused as e:
+            results.append(PartitionsResult(name=t.name, error_code=e.code, error_message=e.message))
+            continue
+        results.append(PartitionsResult(name=t.name, error_code=0, error_message=None))
+    return ControllerResult([] if body.validate_only else records,
+                            CreatePartitionsResponse(throttle_time_ms=0, results=results))
 
 
 def delete_topics(image: MetadataImage, body: DeleteTopicsRequest, version: int, *,

@@ -8,7 +8,7 @@ the batch really gzip? did the idempotent producer really send a producer id?), 
 headers kjbod wrote to its log dirs.
 
 What kjbod does not serve shows as aiokafka shows it against a Kafka that cannot serve it either: APIs missing
-from ApiVersions (CreatePartitions, DeleteRecords, ListGroups) fail in the client before anything is sent; a
+from ApiVersions (DeleteRecords, ListGroups) fail in the client before anything is sent; a
 group consumer or a transactional producer is told COORDINATOR_NOT_AVAILABLE, as Kafka's FindCoordinator answers
 when its coordinator topic has no leader, and aiokafka keeps asking without a limit.  kjbod logs a warning
 naming the group or transactional id, which the tests find in its stderr.
@@ -641,13 +641,38 @@ async def test_admin_changes_a_broker_default_of_a_topic_config(server):
     assert entries["retention.ms"][0] != "86400000" and entries["retention.ms"][1] in (4, 5)  # static or default
 
 
+async def test_admin_grows_a_topic_whose_new_partitions_take_records(server):
+    """CreatePartitions: validate_only adds nothing; a real request adds the partitions, which Metadata lists with
+    this broker as leader and ISR and which take and serve records; asking again for the same count is
+    InvalidPartitionsError with Kafka's message, and an unknown topic UnknownTopicOrPartitionError."""
+    await create_topic(server, "growing")
+    async with admin_client(server) as admin:
+        await admin.create_partitions({"growing": NewPartitions(5)}, validate_only=True)
+        [checked] = await admin.describe_topics(["growing"])
+        await admin.create_partitions({"growing": NewPartitions(3)})
+        [grown] = await admin.describe_topics(["growing"])
+        with pytest.raises(aiokafka_errors.InvalidPartitionsError, match=r"Topic already has 3 partition\(s\)\."):
+            await admin.create_partitions({"growing": NewPartitions(3)})
+        with pytest.raises(aiokafka_errors.UnknownTopicOrPartitionError):
+            await admin.create_partitions({"never-made": NewPartitions(3)})
+    assert len(checked["partitions"]) == 1
+    node = server.node_id
+    assert sorted((p["partition"], p["leader"], p["replicas"], p["isr"]) for p in grown["partitions"]) == [
+        (i, node, [node], [node]) for i in range(3)]
+    async with producer_for(server) as producer:
+        sent = [await producer.send_and_wait("growing", b"in-%d" % i, partition=i) for i in range(3)]
+    assert [(m.partition, m.offset) for m in sent] == [(0, 0), (1, 0), (2, 0)]
+    tps = [TopicPartition("growing", i) for i in range(3)]
+    async with consumer_for(server, *tps) as consumer:
+        records = await consume(consumer, 3)
+    assert sorted((r.partition, r.value) for r in records) == [(i, b"in-%d" % i) for i in range(3)]
+
+
 async def test_admin_apis_kjbod_does_not_serve_fail_in_the_client(server):
-    """CreatePartitions, DeleteRecords and ListGroups are not in kjbod's ApiVersions answer: aiokafka refuses to
-    send them, as it would to a Kafka broker without them."""
+    """DeleteRecords and ListGroups are not in kjbod's ApiVersions answer: aiokafka refuses to send them, as it
+    would to a Kafka broker without them."""
     await create_topic(server, "fixed-partitions")
     async with admin_client(server) as admin:
-        with pytest.raises(aiokafka_errors.IncompatibleBrokerVersion, match="CreatePartitionsRequest"):
-            await admin.create_partitions({"fixed-partitions": NewPartitions(3)})
         with pytest.raises(aiokafka_errors.IncompatibleBrokerVersion, match="DeleteRecordsRequest"):
             await admin.delete_records({TopicPartition("fixed-partitions", 0): RecordsToDelete(0)})
         with pytest.raises(aiokafka_errors.IncompatibleBrokerVersion, match="ListGroupsRequest"):

@@ -426,17 +426,30 @@ def test_fetch_topic_offsets(server):
     assert offsets(ends) == {0: ("0", "2", "2"), 1: ("0", "0", "0"), 2: ("0", "1", "1")}
 
 
-def test_create_partitions_is_not_offered(server):
-    """kjbod does not serve CreatePartitions, so its ApiVersions answer leaves key 37 out, as a Kafka broker does
-    for an API it lacks; KafkaJS reads that and refuses locally without sending anything."""
-    created, grown, metadata = kafkajs(server.bootstrap, create("fixed", 2),
-                                       admin("createPartitions", {"topicPartitions": [{"topic": "fixed",
-                                                                                       "count": 4}]}),
-                                       admin("fetchTopicMetadata", {"topics": ["fixed"]}))
-    value(created)
-    e = error(grown)
-    assert (e["name"], e["retriable"]) == ("KafkaJSServerDoesNotSupportApiKey", False)
-    assert len(value(metadata)["topics"][0]["partitions"]) == 2
+def test_create_partitions_grows_a_topic_whose_new_partitions_take_records(server):
+    """KafkaJS's createPartitions (it sends v1, with no assignments as a null array): validateOnly adds nothing
+    (the real request after it, to fewer partitions, is still an increase), the real one adds two partitions
+    that Metadata lists with a leader and ISR and that take records; asking for the same count again is
+    INVALID_PARTITIONS, and explicit assignments naming this broker are taken."""
+    node = server.node_id
+    created, checked, grown, again, assigned, metadata, sent, ends = kafkajs(
+        server.bootstrap, create("fixed", 2),
+        admin("createPartitions", {"topicPartitions": [{"topic": "fixed", "count": 6}], "validateOnly": True}),
+        admin("createPartitions", {"topicPartitions": [{"topic": "fixed", "count": 4}]}),
+        admin("createPartitions", {"topicPartitions": [{"topic": "fixed", "count": 4}]}),
+        admin("createPartitions", {"topicPartitions": [{"topic": "fixed", "count": 5, "assignments": [[node]]}]}),
+        admin("fetchTopicMetadata", {"topics": ["fixed"]}),
+        send("fixed", [{"value": f"v{i}", "partition": i} for i in (2, 3, 4)]),
+        admin("fetchTopicOffsets", "fixed"))
+    value(created), value(checked), value(grown), value(assigned), value(sent)
+    e = error(again)
+    assert (e["name"], e["type"], e["retriable"]) == ("KafkaJSProtocolError", "INVALID_PARTITIONS", False)
+    partitions = sorted(value(metadata)["topics"][0]["partitions"], key=lambda p: p["partitionId"])
+    assert [(p["partitionId"], p["partitionErrorCode"], p["leader"], p["replicas"], p["isr"]) for p in partitions] \
+        == [(i, 0, node, [node], [node]) for i in range(5)]
+    assert offsets(ends) == {0: ("0", "0", "0"), 1: ("0", "0", "0"), 2: ("0", "1", "1"), 3: ("0", "1", "1"),
+                             4: ("0", "1", "1")}
+    assert [v for _, _, v, _, _ in read_back(server, "fixed", 3, at_least=1)] == [b"v3"]
 
 
 @pytest.mark.slow

@@ -12,6 +12,7 @@ from kjbod.broker.handlers import (  # noqa: F401
     assign_replicas_to_dirs,
     broker_heartbeat,
     broker_registration,
+    create_partitions,
     create_topics,
     delete_topics,
     describe_cluster,

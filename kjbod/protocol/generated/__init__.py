@@ -26,6 +26,8 @@ from .broker_registration_change_record import BrokerRegistrationChangeRecord
 from .broker_registration_request import BrokerRegistrationRequest
 from .broker_registration_response import BrokerRegistrationResponse
 from .config_record import ConfigRecord
+from .create_partitions_request import CreatePartitionsRequest
+from .create_partitions_response import CreatePartitionsResponse
 from .create_topics_request import CreateTopicsRequest
 from .create_topics_response import CreateTopicsResponse
 from .delete_topics_request import DeleteTopicsRequest
@@ -110,6 +112,8 @@ __all__ = [
     'BrokerRegistrationRequest',
     'BrokerRegistrationResponse',
     'ConfigRecord',
+    'CreatePartitionsRequest',
+    'CreatePartitionsResponse',
     'CreateTopicsRequest',
     'CreateTopicsResponse',
     'DeleteTopicsRequest',
