@@ -156,7 +156,7 @@ def _wait_for_replicas(node: Any, requested: list, response: DeleteRecordsRespon
     if not waiting:
         return response
     manager = getattr(node, "replication", None)
-    if manager is None:  # a lone node's low watermark is its log start, reached above unless a dir moves a copy
+    if manager is None:  # a lone node's low watermark is its own log start, which the move above took there
         for _topic, _partition, _target, answer in waiting:
             answer.error_code = ErrorCode.REQUEST_TIMED_OUT
         return response

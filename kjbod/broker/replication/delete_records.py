@@ -2,8 +2,11 @@
 watermark it waits on.
 
 The low watermark (Kafka's Partition.lowWatermarkIfLeader) is the smallest log start offset among the leader's
-own log, each follower of the replica set whose broker is alive (registered and not fenced: a follower in or out
-of the ISR counts alike), and the partition's future log while a KIP-113 move copies it. The leader learns a
+own log and each follower of the replica set whose broker is alive (registered and not fenced: a follower in or
+out of the ISR counts alike). Kafka counts a KIP-113 future log too, which its alter-log-dirs thread moves along
+as a follower; kjbod's mover does not move a future log's start while it copies, but takes the current log's at
+the swap (LogManager's swap: the larger of the two), so deleted records cannot come back through it, and
+counting it would hold every DeleteRecords of a partition being moved to REQUEST_TIMED_OUT. The leader learns a
 follower's log start offset from the LogStartOffset of its fetches (ReplicaManager.follower_log_start); a
 follower that has not fetched in this leader epoch is at -1, which holds the low watermark down, as Kafka's.
 
@@ -45,9 +48,6 @@ def low_watermark(node: Any, topic: str, partition: int) -> int | None:
             reg = brokers.get(broker_id)
             if reg is not None and not reg.fenced and follower.log_start_offset < lw:
                 lw = follower.log_start_offset
-    future = logs.get_future(topic, partition)
-    if future is not None and future.log_start_offset < lw:
-        lw = future.log_start_offset
     return lw
 
 
