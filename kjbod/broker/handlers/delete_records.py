@@ -46,7 +46,8 @@ DEFAULT_DISK_WAIT_S = 30.0
 log = structlog.get_logger("kjbod.delete_records")
 
 
-def _failed(partition: int, code: int) -> PartResult:
+def _answer(partition: int, code: int) -> PartResult:
+    """A partition's answer before its low watermark is known (-1, Kafka's value with an error)."""
     return PartResult(partition_index=partition, low_watermark=INVALID_LOW_WATERMARK, error_code=code)
 
 
@@ -55,10 +56,10 @@ def _leader_log(node: Any, topic: str, partition: int) -> Any:
     try:
         plog = checked_log(node, topic, partition, -1)
     except Exception as e:
-        return _failed(partition, getattr(e, "error_code", ErrorCode.UNKNOWN_SERVER_ERROR))
+        return _answer(partition, getattr(e, "error_code", ErrorCode.UNKNOWN_SERVER_ERROR))
     if not plog.online:
         # A log closed under us (deleted, or swapped by a KIP-113 move) or in a dir that just failed.
-        return _failed(partition, ErrorCode.KAFKA_STORAGE_ERROR if not plog.io.online
+        return _answer(partition, ErrorCode.KAFKA_STORAGE_ERROR if not plog.io.online
                        else ErrorCode.NOT_LEADER_OR_FOLLOWER)
     return plog
 
@@ -69,7 +70,7 @@ def _delete(node: Any, items: list[Any]) -> list[tuple[int, int]]:
     order as the move, as Kafka resolves it on the leader's log."""
     out: list[tuple[int, int]] = []
     moved = None
-    for _answer, plog, offset in items:
+    for _slot, plog, offset in items:
         target = plog.high_watermark if offset == HIGH_WATERMARK else offset
         if target < 0:
             out.append((ErrorCode.OFFSET_OUT_OF_RANGE, target))
@@ -111,13 +112,13 @@ def handle(node: Any, request: Any, body: DeleteRecordsRequest) -> Any:
         parts: list[PartResult] = []
         for p in t.partitions:
             if known is None or p.partition_index not in known.partitions:
-                parts.append(_failed(p.partition_index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+                parts.append(_answer(p.partition_index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
                 continue
             plog = _leader_log(node, t.name, p.partition_index)
             if plog.__class__ is PartResult:
                 parts.append(plog)
                 continue
-            answer = _failed(p.partition_index, 0)
+            answer = _answer(p.partition_index, 0)
             parts.append(answer)
             work.add(plog.log_dir, (answer, plog, p.offset))
         topics.append(TopicResult(name=t.name, partitions=parts))
