@@ -136,6 +136,18 @@ def test_unknown_topics_and_partitions_are_unknown_topic_or_partition(server):
             (5, -1, E.UNKNOWN_TOPIC_OR_PARTITION), (1, 0, 0), (0, 1, 0)]
 
 
+def test_a_partition_named_twice_is_answered_once_for_the_offset_named_last(server):
+    filled(server, "twice", 6)
+    req = DeleteRecordsRequest(timeout_ms=10_000, topics=[
+        DeleteRecordsTopic(name="twice", partitions=[DeleteRecordsPartition(partition_index=0, offset=2)]),
+        DeleteRecordsTopic(name="twice", partitions=[DeleteRecordsPartition(partition_index=0, offset=4)])])
+    with RawClient.to(server) as raw:
+        answer = raw.call(req, 2)
+        assert [(t.name, [(p.partition_index, p.low_watermark, p.error_code) for p in t.partitions])
+                for t in answer.topics] == [("twice", [(0, 4, 0)])]
+        assert list_offset(raw, "twice", 0, EARLIEST).offset == 4
+
+
 @pytest.mark.parametrize("version", [0, 1, 2])
 def test_every_version_is_served(server, version):
     filled(server, f"version-{version}", 3)

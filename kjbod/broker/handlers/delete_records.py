@@ -7,7 +7,8 @@ UNKNOWN_TOPIC_OR_PARTITION; then where it is hosted (KAFKA_STORAGE_ERROR for an 
 NOT_LEADER_OR_FOLLOWER when this broker holds no log for it or does not lead it); offset -1 means the high
 watermark; an offset below -1, or above the high watermark, is OFFSET_OUT_OF_RANGE. kjbod's topics only know
 cleanup.policy=delete, so Kafka's POLICY_VIOLATION for a compacted topic does not arise, nor do internal topics
-(INVALID_TOPIC_EXCEPTION in Kafka: kjbod has none).
+(INVALID_TOPIC_EXCEPTION in Kafka: kjbod has none). A partition named twice is answered once, for the offset
+named last, as Kafka's map of them does.
 
 The log start offset moves and the segments wholly below it are deleted on the partition's log dir worker
 (PartitionLog.advance_log_start_offset), which then writes the dir's log-start-offset checkpoint, so the new
@@ -106,23 +107,22 @@ def handle(node: Any, request: Any, body: DeleteRecordsRequest) -> Any:
         item[0].error_code = code
 
     work = DirWork(node, fill, fail)
-    topics = []
-    for t in body.topics:
-        known = node.metadata.topic(t.name)
-        parts: list[PartResult] = []
-        for p in t.partitions:
-            if known is None or p.partition_index not in known.partitions:
-                parts.append(_answer(p.partition_index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
-                continue
-            plog = _leader_log(node, t.name, p.partition_index)
-            if plog.__class__ is PartResult:
-                parts.append(plog)
-                continue
-            answer = _answer(p.partition_index, 0)
-            parts.append(answer)
-            work.add(plog.log_dir, (answer, plog, p.offset))
-        topics.append(TopicResult(name=t.name, partitions=parts))
-    response = DeleteRecordsResponse(topics=topics)
+    topics: dict[str, list[PartResult]] = {}
+    for (name, partition), offset in _offsets(body).items():
+        parts = topics.setdefault(name, [])
+        known = node.metadata.topic(name)
+        if known is None or partition not in known.partitions:
+            parts.append(_answer(partition, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+            continue
+        plog = _leader_log(node, name, partition)
+        if plog.__class__ is PartResult:
+            parts.append(plog)
+            continue
+        answer = _answer(partition, 0)
+        parts.append(answer)
+        work.add(plog.log_dir, (answer, plog, offset))
+    response = DeleteRecordsResponse(topics=[TopicResult(name=name, partitions=parts)
+                                             for name, parts in topics.items()])
     if not work:
         return response
     timeout_s = max(body.timeout_ms, 0) / 1000
@@ -130,6 +130,16 @@ def handle(node: Any, request: Any, body: DeleteRecordsRequest) -> Any:
     if pending is None:
         return _wait_for_replicas(node, requested, response, timeout_s, started)
     return _after_disk(pending, node, requested, response, timeout_s, started)
+
+
+def _offsets(body: DeleteRecordsRequest) -> dict[tuple[str, int], int]:
+    """Each partition's offset, in the order partitions are first named: Kafka keeps them in a map, so a
+    partition named twice is answered once, with the offset named last, and a topic named twice answers once."""
+    out: dict[tuple[str, int], int] = {}
+    for t in body.topics:
+        for p in t.partitions:
+            out[(t.name, p.partition_index)] = p.offset
+    return out
 
 
 async def _after_disk(pending: Any, node: Any, requested: list, response: DeleteRecordsResponse,
