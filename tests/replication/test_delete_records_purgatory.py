@@ -73,18 +73,6 @@ async def test_a_wait_completes_once_every_follower_has_moved_its_log_start(lead
     assert not leader.manager.delete_records.watched
 
 
-async def test_while_it_waits_the_followers_fetches_go_the_general_way(leader):  # noqa: F811
-    """The short way for a follower's fetch (follower_fetch_fast) does not read LogStartOffset; it steps aside
-    when the partition's followers dict is another object, which each fetch makes it while a wait is on."""
-    committed(leader, 10)
-    leader.plog.advance_log_start_offset(5)
-    state = leader.manager.states[("t", 0)]
-    leader.manager.delete_records.delay([("t", 0, 5, answer())], LONG_S)
-    before = state.followers
-    fetch(leader, 2, 10)
-    assert state.followers is not before and state.followers == before
-
-
 async def test_the_request_timeout_answers_request_timed_out_with_the_low_watermark_it_had(leader):  # noqa: F811
     committed(leader, 10)
     leader.plog.advance_log_start_offset(5)

@@ -125,9 +125,6 @@ class DeleteRecordsPurgatory:
         op.timer = asyncio.get_running_loop().call_later(max(timeout_s, 0.0), self._expire, op, keys)
         return op.future
 
-    def waits_on(self, tp: TopicPartition) -> bool:
-        return tp in self.watched
-
     def check(self, tp: TopicPartition) -> None:
         """Something `tp`'s low watermark or leadership depends on moved."""
         ops = self.watched.get(tp)

@@ -392,15 +392,11 @@ class ReplicaManager:
             self._propose(state, expanded, expanding=True)
         if moved or expanded is not None:
             self._maybe_increment_hw(state, plog, image, now, leo)
-        if self.delete_records.watched and self.delete_records.waits_on((state.topic, state.partition)):
-            # The short way (follower_fetch_fast) does not pass on the fetch's LogStartOffset, and it steps
-            # aside when the partition's followers dict is another object: while a DeleteRecords waits here,
-            # every other fetch then goes the general way, which does (follower_log_start).
-            state.followers = dict(state.followers)
 
     def follower_log_start(self, topic: str, partition: int, replica_id: int, log_start_offset: int) -> None:
         """A follower's fetch that passed the checks said where its log starts (Kafka's
-        Replica.updateFetchStateOrThrow): kept for the low watermark, and a waiting DeleteRecords looks again."""
+        Replica.updateFetchStateOrThrow), by the general way (hooks) or the short way (follower_fetch_fast): kept
+        for the low watermark, and a waiting DeleteRecords looks again."""
         state = self.states.get((topic, partition))
         follower = state.followers.get(replica_id) if state is not None and state.role == LEADER else None
         if follower is None or follower.log_start_offset == log_start_offset:
