@@ -41,6 +41,7 @@ SERVED_APIS: dict[str, tuple[int, int]] = {
     "CreateTopics": (2, 7),
     "CreatePartitions": (0, 3),
     "DeleteTopics": (1, 6),
+    "DeleteRecords": (0, 2),
     "InitProducerId": (0, 5),
     "OffsetForLeaderEpoch": (2, 4),
     "FindCoordinator": (0, 6),

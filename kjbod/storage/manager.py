@@ -1032,6 +1032,11 @@ class LogManager:
         except KafkaStorageError as e:
             log.warning("checkpoint_failed", log_dir=path, error=str(e))
 
+    def checkpoint_dir(self, path: str) -> None:
+        """Write one dir's recovery points and log start offsets now, on its worker: DeleteRecords' new log
+        start must survive a crash once answered."""
+        self._write_dir_checkpoints(path, hw=False)
+
     def checkpoint(self) -> None:
         """Write recovery points, log start offsets and high watermarks of every online dir."""
         for path in self._dirs:

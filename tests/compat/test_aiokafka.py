@@ -8,7 +8,7 @@ the batch really gzip? did the idempotent producer really send a producer id?), 
 headers kjbod wrote to its log dirs.
 
 What kjbod does not serve shows as aiokafka shows it against a Kafka that cannot serve it either: APIs missing
-from ApiVersions (DeleteRecords, ListGroups) fail in the client before anything is sent; a
+from ApiVersions (ListGroups) fail in the client before anything is sent; a
 group consumer or a transactional producer is told COORDINATOR_NOT_AVAILABLE, as Kafka's FindCoordinator answers
 when its coordinator topic has no leader, and aiokafka keeps asking without a limit.  kjbod logs a warning
 naming the group or transactional id, which the tests find in its stderr.
@@ -668,13 +668,29 @@ async def test_admin_grows_a_topic_whose_new_partitions_take_records(server):
     assert sorted((r.partition, r.value) for r in records) == [(i, b"in-%d" % i) for i in range(3)]
 
 
+async def test_admin_deletes_the_records_below_an_offset(server):
+    """DeleteRecords: aiokafka's delete_records answers each partition's low watermark; consumers then start
+    there (seek_to_beginning), and an offset past the end is OffsetOutOfRangeError."""
+    await create_topic(server, "cut-short")
+    async with producer_for(server) as producer:
+        for i in range(6):
+            await producer.send_and_wait("cut-short", b"v%d" % i, partition=0)
+    tp = TopicPartition("cut-short", 0)
+    async with admin_client(server) as admin:
+        assert await admin.delete_records({tp: RecordsToDelete(4)}) == {tp: 4}
+        with pytest.raises(aiokafka_errors.OffsetOutOfRangeError):
+            await admin.delete_records({tp: RecordsToDelete(7)})
+    async with consumer_for(server, tp) as consumer:
+        records = await consume(consumer, 2)
+        assert await consumer.beginning_offsets([tp]) == {tp: 4}
+    assert [(r.offset, r.value) for r in records] == [(4, b"v4"), (5, b"v5")]
+
+
 async def test_admin_apis_kjbod_does_not_serve_fail_in_the_client(server):
-    """DeleteRecords and ListGroups are not in kjbod's ApiVersions answer: aiokafka refuses to send them, as it
-    would to a Kafka broker without them."""
+    """ListGroups is not in kjbod's ApiVersions answer: aiokafka refuses to send it, as it would to a Kafka
+    broker without it."""
     await create_topic(server, "fixed-partitions")
     async with admin_client(server) as admin:
-        with pytest.raises(aiokafka_errors.IncompatibleBrokerVersion, match="DeleteRecordsRequest"):
-            await admin.delete_records({TopicPartition("fixed-partitions", 0): RecordsToDelete(0)})
         with pytest.raises(aiokafka_errors.IncompatibleBrokerVersion, match="ListGroupsRequest"):
             await admin.list_consumer_groups()
         # Describing a group asks for its coordinator first: COORDINATOR_NOT_AVAILABLE, raised once here.

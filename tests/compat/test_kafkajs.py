@@ -452,6 +452,28 @@ def test_create_partitions_grows_a_topic_whose_new_partitions_take_records(serve
     assert [v for _, _, v, _, _ in read_back(server, "fixed", 3, at_least=1)] == [b"v3"]
 
 
+def test_delete_topic_records_moves_the_low_offset(server):
+    """KafkaJS's deleteTopicRecords (DeleteRecords v0 to each partition's leader): fetchTopicOffsets then
+    answers the new low offset, offset -1 cuts to the high watermark, and an offset past it is refused (the
+    broker's OFFSET_OUT_OF_RANGE)."""
+    created, sent, known, cut, to_end, past, ends = kafkajs(
+        server.bootstrap, create("trimmed", 2),
+        send("trimmed", [{"value": f"v{i}", "partition": i % 2} for i in range(8)]),
+        admin("fetchTopicMetadata", {"topics": ["trimmed"]}),  # the leaders it sends to, from its metadata
+        admin("deleteTopicRecords", {"topic": "trimmed", "partitions": [{"partition": 0, "offset": "3"}]}),
+        admin("deleteTopicRecords", {"topic": "trimmed", "partitions": [{"partition": 1, "offset": "-1"}]}),
+        admin("deleteTopicRecords", {"topic": "trimmed", "partitions": [{"partition": 0, "offset": "9"}]}),
+        admin("fetchTopicOffsets", "trimmed"))
+    value(created), value(sent), value(known), value(cut), value(to_end)
+    # The partition's OFFSET_OUT_OF_RANGE is not retriable: KafkaJS stops at once (run.js shows the error's
+    # chain, not the partitions it names); the low offset below shows it cut nothing.
+    e = error(past)
+    assert (e["name"], e["cause"]["name"], e["retriable"]) == (
+        "KafkaJSNonRetriableError", "KafkaJSDeleteTopicRecordsError", False)
+    assert offsets(ends) == {0: ("3", "4", "4"), 1: ("4", "4", "4")}
+    assert [o for o, _, _, _, _ in read_back(server, "trimmed", 0, at_least=4)] == [3]
+
+
 @pytest.mark.slow
 def test_replicated_topic_on_a_three_broker_cluster(tmp_path):
     """Replication factor 3 on `kjbod cluster up` (a KRaft controller and three brokers): Metadata names a broker

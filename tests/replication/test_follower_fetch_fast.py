@@ -91,10 +91,11 @@ class Counted:
 
 
 def frame(corr: int, replica: int, offset: int, *, version: int = 17, last_epoch: int = 0, max_bytes: int = 1 << 20,
-          isolation: int = 0, leader_epoch: int = 0, wait_ms: int = WAIT_MS, min_bytes: int = 1) -> bytes:
+          isolation: int = 0, leader_epoch: int = 0, wait_ms: int = WAIT_MS, min_bytes: int = 1,
+          log_start: int = 0) -> bytes:
     """A follower's Fetch frame as a replica fetcher sends it (header v2, then the body)."""
     part = FetchRequest.FetchPartition(partition=0, current_leader_epoch=leader_epoch, fetch_offset=offset,
-                                       last_fetched_epoch=last_epoch, log_start_offset=0,
+                                       last_fetched_epoch=last_epoch, log_start_offset=log_start,
                                        partition_max_bytes=1 << 20)
     topic = (FetchRequest.FetchTopic(topic_id=TOPIC_ID, partitions=[part]) if version >= 13
              else FetchRequest.FetchTopic(topic="t", partitions=[part]))
@@ -208,6 +209,18 @@ async def test_a_caught_up_followers_fetches_move_the_hw_and_complete_acks_all_a
     for a in answers:
         assert a.done() and a.result() == [0]
     assert taken == [False, True, False, True]
+
+
+async def test_a_followers_log_start_reaches_the_leader_by_the_short_way_too(pair, taken):
+    """DeleteRecords' low watermark is the smallest log start of the replicas: a fetch the short way answers must
+    pass the follower's LogStartOffset on as the general way does."""
+    for lead in pair:
+        lead.append(6)
+    both(pair, 2, 0)  # learned, log start 0
+    both(pair, 2, 3, log_start=2)
+    same_state(pair)
+    assert [lead.manager.states[("t", 0)].followers[2].log_start_offset for lead in pair] == [2, 2]
+    assert taken == [False, True]
 
 
 async def test_a_changed_shape_goes_the_general_way_and_is_learned_again(pair, taken):

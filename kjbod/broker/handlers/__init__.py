@@ -14,6 +14,7 @@ from kjbod.broker.handlers import (  # noqa: F401
     broker_registration,
     create_partitions,
     create_topics,
+    delete_records,
     delete_topics,
     describe_cluster,
     describe_configs,

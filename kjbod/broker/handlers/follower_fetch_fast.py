@@ -185,7 +185,7 @@ def answer(router: Any, route: Any, frame: Any, ctx: Any, corr: int) -> Any:
             and state.followers is shape.followers and not plog.closed and plog.io.online
             and not node.replication.throttles.leader.throttled):
         return None
-    offset, last_epoch, _log_start = _FIELDS.unpack_from(frame, at)
+    offset, last_epoch, log_start = _FIELDS.unpack_from(frame, at)
     leo = plog.log_end_offset
     if last_epoch >= 0:  # as ReplicaManager._check: a follower whose log parted from ours is told where
         entries = shape.epochs.entries
@@ -201,6 +201,9 @@ def answer(router: Any, route: Any, frame: Any, ctx: Any, corr: int) -> Any:
     if stats is not None:  # counted as FetchFollower, as the handler does
         stats.requests.follower_fetch()
     node.replication._fetched(state, plog, shape.follower, shape.broker_epoch, offset, leo)
+    follower = state.followers.get(shape.follower)
+    if follower is not None and follower.log_start_offset != log_start:  # DeleteRecords' low watermark
+        node.replication.follower_log_start(state.topic, state.partition, shape.follower, log_start)
     wait_s = shape.wait_s
     may_wait = shape.min_bytes > 0 and wait_s > 0 and not node.stopping
     if offset == leo and may_wait:

@@ -3,7 +3,8 @@ the handlers stay about their APIs.
 
 * Fetch from a follower (replica id ≥ 0): `prepare_follower_fetch` runs the leader's checks for each partition
   before the read and records the follower's position (manager.follower_fetch: check_follower_fetch, then
-  follower_fetched when it passes); the partitions it answers (errors, DivergingEpoch) are not read.  Followers
+  follower_fetched when it passes) and its log start offset (manager.follower_log_start: DeleteRecords' low
+  watermark); the partitions it answers (errors, DivergingEpoch) are not read.  Followers
   read up to the LEO; consumers up to the HW.  A parked follower's fetch, woken, is checked again
   (`recheck_follower_fetch`, as Kafka's DelayedFetch): a leadership or leader epoch that changed meanwhile
   answers its error.
@@ -84,6 +85,8 @@ def _decide(manager: Any, check: Any, resolved: list[tuple[str | None, Any]], bo
             if verdict.error_code or verdict.diverging is not None:
                 decided[key] = _decided(manager, name, p, verdict, version)
                 added = True
+            elif check == manager.follower_fetch:
+                manager.follower_log_start(name, p.partition, replica_id, p.log_start_offset)
     return added
 
 

@@ -16,6 +16,8 @@ Strategy (Kafka's ReplicaManager and Partition, kraft-notes C):
   the HW move itself, never polled), NOT_ENOUGH_REPLICAS_AFTER_APPEND
   when the maximal ISR is below min ISR by then, NOT_LEADER_OR_FOLLOWER when leadership goes, REQUEST_TIMED_OUT
   at the request's timeout.
+* DeleteRecords (delete_records.py): each follower's log start offset from its fetches (`follower_log_start`),
+  for the low watermark; a DeleteRecords waiting on it is looked at again when one moves or the leadership goes.
 * Throttles (throttle.py): the leader and follower quotas, refreshed in `sync` (the lists of the topics whose
   configs a delta changed; every topic's in a full sync);
   `leader_throttled` / `leader_sent` for the leader's answer, `follower_throttled` / `follower_appended` for
@@ -37,6 +39,7 @@ from typing import Any
 import structlog
 
 from kjbod.broker.replication.config import ReplicationConfig
+from kjbod.broker.replication.delete_records import DeleteRecordsPurgatory
 from kjbod.broker.replication.partition import FOLLOWER, LEADER, PartitionState, PendingIsr
 from kjbod.broker.replication.throttle import ReplicationThrottles
 from kjbod.metadata import BROKER_RESOURCE
@@ -135,6 +138,7 @@ class ReplicaManager:
         self.states: dict[TopicPartition, PartitionState] = {}
         # The acks=all purgatory: per partition, (offset the HW must reach, the request's wait, its index)
         self._waiters: dict[TopicPartition, list[tuple[int, DelayedProduce, int]]] = {}
+        self.delete_records = DeleteRecordsPurgatory(self)  # DeleteRecords waiting for followers' log starts
         self._alter_partition = alter_partition
         self._alter_wakeup = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -238,6 +242,7 @@ class ReplicaManager:
         self.states.pop(tp).role = None
         self.fetchers.remove(tp)
         self._fail_waiters(tp, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        self.delete_records.check(tp)
 
     def _sync_partition(self, topic: Any, p: Any, image: Any, now: int) -> None:
         me = self.node.node_id
@@ -274,6 +279,7 @@ class ReplicaManager:
                          leader_epoch=p.leader_epoch)
             if was_leader:
                 self._fail_waiters(tp, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+                self.delete_records.check(tp)
 
     def _settle_leader_epoch(self, plog: Any, epoch: int) -> None:
         """The new epoch, in the log's cache now, placed at the log's end and written to its file on its dir's
@@ -386,6 +392,17 @@ class ReplicaManager:
             self._propose(state, expanded, expanding=True)
         if moved or expanded is not None:
             self._maybe_increment_hw(state, plog, image, now, leo)
+
+    def follower_log_start(self, topic: str, partition: int, replica_id: int, log_start_offset: int) -> None:
+        """A follower's fetch that passed the checks said where its log starts (Kafka's
+        Replica.updateFetchStateOrThrow), by the general way (hooks) or the short way (follower_fetch_fast): kept
+        for the low watermark, and a waiting DeleteRecords looks again."""
+        state = self.states.get((topic, partition))
+        follower = state.followers.get(replica_id) if state is not None and state.role == LEADER else None
+        if follower is None or follower.log_start_offset == log_start_offset:
+            return
+        follower.log_start_offset = log_start_offset
+        self.delete_records.check((topic, partition))
 
     # ------------------------------------------------------------------------------------------ throttles
 

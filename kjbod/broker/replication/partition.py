@@ -33,6 +33,7 @@ class FollowerState:
     last_fetch_leader_leo: int = -1
     last_fetch_ms: int = 0
     broker_epoch: int = -1
+    log_start_offset: int = -1  # -1: unknown; from its fetches' LogStartOffset (DeleteRecords' low watermark)
 
 
 @dataclass(slots=True)

@@ -30,6 +30,8 @@ from .create_partitions_request import CreatePartitionsRequest
 from .create_partitions_response import CreatePartitionsResponse
 from .create_topics_request import CreateTopicsRequest
 from .create_topics_response import CreateTopicsResponse
+from .delete_records_request import DeleteRecordsRequest
+from .delete_records_response import DeleteRecordsResponse
 from .delete_topics_request import DeleteTopicsRequest
 from .delete_topics_response import DeleteTopicsResponse
 from .describe_cluster_request import DescribeClusterRequest
@@ -116,6 +118,8 @@ __all__ = [
     'CreatePartitionsResponse',
     'CreateTopicsRequest',
     'CreateTopicsResponse',
+    'DeleteRecordsRequest',
+    'DeleteRecordsResponse',
     'DeleteTopicsRequest',
     'DeleteTopicsResponse',
     'DescribeClusterRequest',

@@ -34,6 +34,8 @@ from .create_partitions_request import CreatePartitionsRequest
 from .create_partitions_response import CreatePartitionsResponse
 from .create_topics_request import CreateTopicsRequest
 from .create_topics_response import CreateTopicsResponse
+from .delete_records_request import DeleteRecordsRequest
+from .delete_records_response import DeleteRecordsResponse
 from .delete_topics_request import DeleteTopicsRequest
 from .delete_topics_response import DeleteTopicsResponse
 from .describe_cluster_request import DescribeClusterRequest
@@ -113,6 +115,7 @@ APIS: dict[int, ApiInfo] = {
     18: ApiInfo(18, 'ApiVersions', ApiVersionsRequest, ApiVersionsResponse, 0, 4, 3, frozenset(['broker', 'controller'])),
     19: ApiInfo(19, 'CreateTopics', CreateTopicsRequest, CreateTopicsResponse, 2, 7, 5, frozenset(['broker', 'controller'])),
     20: ApiInfo(20, 'DeleteTopics', DeleteTopicsRequest, DeleteTopicsResponse, 1, 6, 4, frozenset(['broker', 'controller'])),
+    21: ApiInfo(21, 'DeleteRecords', DeleteRecordsRequest, DeleteRecordsResponse, 0, 2, 2, frozenset(['broker'])),
     22: ApiInfo(22, 'InitProducerId', InitProducerIdRequest, InitProducerIdResponse, 0, 5, 2, frozenset(['broker'])),
     23: ApiInfo(23, 'OffsetForLeaderEpoch', OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, 2, 4, 4, frozenset(['broker'])),
     32: ApiInfo(32, 'DescribeConfigs', DescribeConfigsRequest, DescribeConfigsResponse, 1, 4, 4, frozenset(['broker', 'controller'])),
