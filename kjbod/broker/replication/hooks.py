@@ -73,6 +73,7 @@ def _decide(manager: Any, check: Any, resolved: list[tuple[str | None, Any]], bo
     answers of those it refuses added to `decided`. Returns whether it added any."""
     epoch = follower_epoch(body, version)
     added = False
+    records_log_start = check == manager.follower_fetch  # the fetch itself, not a parked one's recheck
     for name, t in resolved:
         if name is None:
             continue
@@ -85,7 +86,7 @@ def _decide(manager: Any, check: Any, resolved: list[tuple[str | None, Any]], bo
             if verdict.error_code or verdict.diverging is not None:
                 decided[key] = _decided(manager, name, p, verdict, version)
                 added = True
-            elif check == manager.follower_fetch:
+            elif records_log_start:
                 manager.follower_log_start(name, p.partition, replica_id, p.log_start_offset)
     return added
 
