@@ -201,6 +201,107 @@ def worker_round_trips(directory: Path, placed: bool, count: int = 500) -> dict[
     return legs
 
 
+WRITE_BYTES = 4_400  # about one small batch's append (four 1 KiB records and their framing)
+
+
+def write_round_trips(directory: Path, blocks: int = 6, per_block: int = 100) -> tuple[dict[str, list[float]], str]:
+    """The same write of WRITE_BYTES to an ext4 file, from a (uvloop) event loop at MODERATE_RATE, three ways
+    taking turns block by block: on the loop itself ("inline", the loop path's append), handed to a DirWorker on
+    the loop's CPU as ``kjbod serve`` places it while quiet ("worker"), and handed to the kernel through io_uring
+    ("kernel": ext4 takes no buffered write that must not wait, so the kernel passes it to a thread of its own
+    and rings an eventfd the loop watches). Seconds from the call to its answer on the loop; and why "kernel" is
+    missing where it is."""
+    import asyncio
+
+    from kjbod.server.app import new_event_loop
+    from kjbod.storage.fsio import LogDirIO
+    from kjbod.storage.workers import DirWorker, Placement
+
+    from .uring import open_ring
+
+    directory.mkdir(parents=True, exist_ok=True)
+    ring, why = open_ring()
+    took: dict[str, list[float]] = {"inline": [], "worker": [], **({"kernel": []} if ring else {})}
+    data = os.urandom(WRITE_BYTES)
+
+    async def measure() -> None:
+        loop = asyncio.get_running_loop()
+        placement = Placement()
+        placement.start(loop)
+        worker = DirWorker(LogDirIO(str(directory)))
+        fd = os.open(directory / "writes", os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        waiting: dict[int, asyncio.Future[int]] = {}
+
+        def completions() -> None:
+            assert ring is not None
+            try:
+                os.eventfd_read(ring.eventfd)
+            except BlockingIOError:
+                return
+            for user_data, res in ring.reap():
+                waiting.pop(user_data).set_result(res)
+
+        if ring:
+            loop.add_reader(ring.eventfd, completions)
+        at = 0
+        try:
+            for n in range(blocks * per_block * len(took)):
+                kind = list(took)[n // per_block % len(took)]
+                t0 = time.perf_counter()
+                if kind == "inline":
+                    written = os.pwrite(fd, data, at)
+                elif kind == "worker":
+                    answer: asyncio.Future[int] = loop.create_future()
+                    worker.submit(lambda at=at: os.pwrite(fd, data, at),
+                                  lambda _ok, value, answer=answer: answer.set_result(value), loop)
+                    written = await answer
+                else:
+                    assert ring is not None
+                    waiting[n] = answer = loop.create_future()
+                    ring.write(fd, data, at, n)
+                    written = await answer
+                took[kind].append(time.perf_counter() - t0)
+                assert written == WRITE_BYTES, (kind, written)
+                at = (at + WRITE_BYTES) % (64 << 20)
+                await asyncio.sleep(1 / MODERATE_RATE)
+        finally:
+            if ring:
+                loop.remove_reader(ring.eventfd)
+                ring.close()
+            os.close(fd)
+            worker.stop()
+            worker.join(5)
+            placement.stop()
+
+    loop = new_event_loop()
+    try:
+        loop.run_until_complete(measure())
+    finally:
+        loop.close()
+    return took, why
+
+
+def report_write_floor(directory: Path) -> dict:
+    """Print what a write costs on the loop, through a DirWorker and through a kernel thread (io_uring): whether
+    the hand-off's price is the workers' Python or the wake-ups any second thread costs."""
+    took, why = write_round_trips(directory)
+
+    def fig(kind: str) -> str:
+        return f"{quantile(took[kind], 0.5) * 1e6:.0f}/{quantile(took[kind], 0.99) * 1e6:.0f}"
+
+    line = (f"   Why: a {WRITE_BYTES:,}-byte append's write at {MODERATE_RATE}/s from the event loop, median/p99 us: "
+            f"on the loop {fig('inline')}, through a DirWorker {fig('worker')}")
+    out: dict = {}
+    if "kernel" in took:
+        out["write_kernel_thread_vs_worker"] = median(took["kernel"]) / median(took["worker"])
+        print(f"{line}, through a kernel thread (io_uring, no thread of kjbod's) {fig('kernel')}: the kernel's "
+              f"hand-off costs {out['write_kernel_thread_vs_worker']:.2f}x the worker's, so what the workers "
+              f"add is the wake-ups of a second thread on this machine, not their Python")
+    else:
+        print(f"{line}; the kernel-thread comparison did not run: {why}")
+    return out
+
+
 # ================================================================================================ the p99's tail
 
 TAIL_SHARE = 0.02  # the requests "under" the p99 whose causes are looked for: each round's slowest 2 %
@@ -475,7 +576,9 @@ def bench_p99(work: Path, rounds: int, seconds: float) -> dict:
           f"of {seconds:g} s per variant, interleaved, on servers as an operator runs them and on servers "
           f"recording KJBOD_TIMELINE")
     timelines = {name: read_timeline(work / name / "timeline") for name in timed}
-    return report_p99(samples, requests, timelines, client.events)
+    out = report_p99(samples, requests, timelines, client.events)
+    out.update(report_write_floor(work / "writes"))
+    return out
 
 
 P99_KEYS = ("p99", "p50", "waited", "preempted")
@@ -878,6 +981,7 @@ def bench_handoff(work: Path, rounds: int, seconds: float) -> dict:
           f"took {median(ref['p50']) * 1e6:.0f} us at the median on the loop and {median(w['p50']) * 1e6:.0f} us "
           f"with the workers: it pays the whole round trip on top of the loop path's time, two more thread "
           f"wake-ups, and at the tail each wake-up can wait behind this machine's other work")
+    out.update(report_write_floor(work / "writes"))
     return out
 
 
