@@ -157,6 +157,7 @@ class Connection(asyncio.BufferedProtocol):
         zero_copy: bool = True,
         registry: ConnectionRegistry | None = None,
         stats: RequestStats | None = None,
+        tls: bool = False,
     ) -> None:
         if max_pending < 1:
             raise ValueError("max_pending must be >= 1")
@@ -169,7 +170,8 @@ class Connection(asyncio.BufferedProtocol):
         self._decoder = FrameDecoder(max_frame_size)
         self._max_pending = max_pending
         self._resume_below = max_pending // 2 + 1
-        self._zero_copy = zero_copy
+        # sendfile would put a file's bytes on a TLS socket unencrypted: never on one
+        self._zero_copy = zero_copy and not tls
         self._registry = registry
         self.connection_id = next(_connection_ids)
         self._stats = stats
