@@ -137,7 +137,8 @@ EFFECTS: dict[str, list[str]] = {
         "replica.fetch.response.max.bytes", "replica.fetch.backoff.ms", "replica.socket.timeout.ms",
         "num.replica.fetchers", "inter.broker.listener.name")},
     "security.inter.broker.protocol": [
-        "tests/security/test_tls_config.py::test_security_inter_broker_protocol_names_the_listener"],
+        "tests/security/test_tls_config.py::test_security_inter_broker_protocol_names_the_listener",
+        "tests/security/test_tls_cluster_live.py::test_replication_over_tls_with_every_listener_ssl"],
     "fetch.max.bytes": [
         "tests/storage/test_fetch_max_bytes.py::test_a_consumers_fetch_carries_no_more_than_fetch_max_bytes",
         "tests/replication/test_fetch_caps.py::test_a_followers_fetch_carries_no_more_than_fetch_max_bytes",

@@ -28,6 +28,7 @@ import ssl
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 __all__ = [
     "SSL_KEYS",
@@ -36,6 +37,7 @@ __all__ = [
     "TlsConfigError",
     "TlsSettings",
     "client_context",
+    "client_context_of",
     "is_tls",
     "server_context",
 ]
@@ -373,3 +375,13 @@ def _set_ciphers(ctx: ssl.SSLContext, settings: TlsSettings) -> None:
         names.append(name)
     if names:
         ctx.set_ciphers(":".join(names))
+
+
+def client_context_of(config: Any, listener: str | None) -> ssl.SSLContext | None:
+    """The client side a node uses toward `listener` of its peers (the controller listener for its controller
+    channel, the inter-broker listener for its replica fetchers), from its own config's keys for that listener, as
+    Kafka does; None for a plaintext listener."""
+    protocols = getattr(config, "listener_security_protocol_map", None) or {}
+    if not listener or not is_tls(protocols.get(listener, "PLAINTEXT")):
+        return None
+    return client_context(TlsSettings.for_listener(getattr(config, "properties", None) or {}, listener))
