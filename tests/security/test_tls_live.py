@@ -272,3 +272,50 @@ def test_a_plaintext_client_on_the_tls_port_is_dropped_and_tls_clients_go_on(nod
     assert len(failed) == 1, failed
     assert failed[0]["listener"] == "SSL" and "not TLS" in failed[0]["error"]
     assert node.server.running
+
+
+def test_kjbod_tools_connect_with_command_config(node: Node, certs: Certs, tmp_path: Path) -> None:
+    """`--command-config FILE` (Kafka's client properties) takes kjbod's admin commands over mutual TLS."""
+    import subprocess
+
+    from live import COMMAND
+
+    client = tmp_path / "client.properties"
+    client.write_text(f"security.protocol=SSL\nssl.truststore.type=PEM\nssl.truststore.location={certs.ca}\n"
+                      f"ssl.keystore.type=PEM\nssl.keystore.location={tmp_path / 'client-keystore.pem'}\n")
+    (tmp_path / "client-keystore.pem").write_text(certs.client_key.read_text() + certs.client_cert.read_text())
+
+    def describe(*extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*COMMAND, "log-dirs", "describe", "--bootstrap-server", node.mtls, "--json",
+                               "--timeout", "5", *extra], capture_output=True, text=True, timeout=60)
+
+    done = describe("--command-config", str(client))
+    assert done.returncode == 0, done.stderr
+    brokers = json.loads(done.stdout)["brokers"]
+    assert [b["broker"] for b in brokers] == [1] and len(brokers[0]["log_dirs"]) == 2
+    # without it the TLS listener gives a plaintext client nothing: one line, not a traceback
+    done = describe()
+    assert done.returncode != 0 and "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    # a protocol kjbod does not serve, and a missing trust store, are named
+    bad = tmp_path / "sasl.properties"
+    bad.write_text("security.protocol=SASL_SSL\n")
+    done = describe("--command-config", str(bad))
+    assert done.returncode == 2 and "security.protocol=SASL_SSL is not supported" in done.stderr
+    bad.write_text(f"security.protocol=SSL\nssl.truststore.type=PEM\nssl.truststore.location={tmp_path}/none.pem\n")
+    done = describe("--command-config", str(bad))
+    assert done.returncode == 2 and "ssl.truststore.location" in done.stderr and "none.pem" in done.stderr
+
+
+def test_the_admin_client_over_tls(node: Node, certs: Certs) -> None:
+    from kjbod.admin import AdminClient
+    from kjbod.admin.security import ssl_context_from
+
+    context = ssl_context_from({"security.protocol": "SSL", "ssl.truststore.type": "PEM",
+                                "ssl.truststore.location": str(certs.ca)})
+
+    async def run():
+        async with AdminClient(node.tls, ssl_context=context, request_timeout=10) as admin:
+            return await admin.describe_cluster()
+
+    cluster = asyncio.run(run())
+    assert [(b.node_id, b.port) for b in cluster.brokers] == [(1, node.tls_port)]
