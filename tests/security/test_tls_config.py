@@ -176,3 +176,19 @@ def test_security_inter_broker_protocol_names_the_listener(certs: Certs) -> None
     assert "only one of inter.broker.listener.name and security.inter.broker.protocol" in message
     message = error({**BASE, **tls_settings(certs), "security.inter.broker.protocol": "PLAINTEXT"})
     assert "names listener PLAINTEXT" in message
+
+
+def test_the_readme_tls_example_is_a_config_kjbod_accepts(certs: Certs, tmp_path: Path) -> None:
+    import re
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    start = readme.index("\n## TLS\n")
+    block = re.compile(r"```properties\n(.*?)```", re.S).search(readme, start)
+    assert block, "README.md lost the server.properties example of its TLS section"
+    text = (block.group(1).replace("/etc/kjbod/tls/broker-keystore.pem", str(certs.server_keystore))
+            .replace("/etc/kjbod/tls/ca.pem", str(certs.ca)))
+    path = tmp_path / "server.properties"
+    path.write_text(text + "node.id=1\nprocess.roles=broker,controller\nlog.dirs=/data/a\n")
+    config = load_config(str(path))
+    assert [ln.security_protocol for ln in config.listeners] == ["PLAINTEXT", "SSL", "PLAINTEXT"]
+    assert server_context(config.tls_settings("SSL")).verify_mode == ssl.CERT_REQUIRED
