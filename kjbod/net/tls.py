@@ -225,6 +225,11 @@ def _load_keystore(ctx: ssl.SSLContext, settings: TlsSettings) -> None:
         if not _readable(location):
             raise TlsConfigError(f"{settings.key('ssl.keystore.location')}: cannot read {location}: "
                                  f"{_why_unreadable(location)}")
+        missing = _missing_pem(location)
+        if missing:
+            raise TlsConfigError(
+                f"{settings.key('ssl.keystore.location')}: {location} holds no {missing} (a PEM key store is the "
+                "private key and the certificate chain in one file)")
         try:
             ctx.load_cert_chain(location, password=password)
         except (ssl.SSLError, OSError, ValueError) as e:
@@ -295,6 +300,23 @@ def _pem_text(text: str) -> str:
         lines = [body[i : i + 64] for i in range(0, len(body), 64)]
         out.append("\n".join([m.group(1), *lines, m.group(3)]))
     return "\n".join(out) if out else text
+
+
+def _missing_pem(path: str) -> str | None:
+    """What a PEM key store file lacks ("private key", "certificate"), or None; unreadable text is left to the
+    loader's own error."""
+    try:
+        with open(path, "rb") as f:
+            text = f.read(1 << 20)
+    except OSError:
+        return None
+    if b"-----BEGIN" not in text:
+        return "PEM text"
+    if b"PRIVATE KEY-----" not in text:
+        return "private key"
+    if b"-----BEGIN CERTIFICATE-----" not in text:
+        return "certificate"
+    return None
 
 
 def _readable(path: str) -> bool:

@@ -192,3 +192,30 @@ def test_the_readme_tls_example_is_a_config_kjbod_accepts(certs: Certs, tmp_path
     config = load_config(str(path))
     assert [ln.security_protocol for ln in config.listeners] == ["PLAINTEXT", "SSL", "PLAINTEXT"]
     assert server_context(config.tls_settings("SSL")).verify_mode == ssl.CERT_REQUIRED
+
+
+def test_a_key_store_without_its_key_or_certificate_says_which(certs: Certs, tmp_path: Path) -> None:
+    only_cert = tmp_path / "only-cert.pem"
+    only_cert.write_text(certs.server_cert.read_text())
+    message = error({**BASE, **tls_settings(certs), "ssl.keystore.location": str(only_cert)})
+    assert f"{only_cert} holds no private key" in message
+    only_key = tmp_path / "only-key.pem"
+    only_key.write_text(certs.server_key.read_text())
+    message = error({**BASE, **tls_settings(certs), "ssl.keystore.location": str(only_key)})
+    assert f"{only_key} holds no certificate" in message
+
+
+def test_kjbod_serve_stops_with_one_line_on_a_bad_tls_setting(tmp_path: Path) -> None:
+    import subprocess
+
+    from live import COMMAND
+
+    path = tmp_path / "server.properties"
+    keystore = tmp_path / "missing.pem"
+    path.write_text("".join(f"{k}={v}\n" for k, v in {**BASE, "log.dirs": str(tmp_path / "logs"),
+                                                       "ssl.keystore.type": "PEM",
+                                                       "ssl.keystore.location": str(keystore)}.items()))
+    done = subprocess.run([*COMMAND, "serve", "-c", str(path)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    (line,) = done.stderr.strip().splitlines()
+    assert "ssl.keystore.location" in line and str(keystore) in line and f"{path}:" in line
