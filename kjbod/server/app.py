@@ -40,7 +40,7 @@ from kjbod.net.tls import TlsConfigError, TlsSettings, is_tls, server_context
 from kjbod.server.config import ConfigError, Listener, ServerConfig
 from kjbod.server.connection import Connection, ConnectionRegistry
 from kjbod.server.logging import get_logger
-from kjbod.server.tls_listener import TlsServer, bind_socket
+from kjbod.server.tls_listener import TlsServer, bind_sockets
 from kjbod.storage.records import keep_freed_buffers
 from kjbod.storage.workers import Placement
 
@@ -283,13 +283,13 @@ def _bind_tls(loop: asyncio.AbstractEventLoop, listener: Listener, factory: Call
     except TlsConfigError as e:  # checked when the config was read; a file may have changed since
         raise ConfigError(f"listener {listener.name}: {e}") from None
     try:
-        sock = bind_socket(listener.host, listener.port, _LISTEN_BACKLOG)
+        sockets = bind_sockets(listener.host, listener.port, _LISTEN_BACKLOG)
     except socket.gaierror as e:
         raise ListenError(f"cannot listen on {_where(listener)}: unknown host ({e.strerror})") from None
     except OSError as e:
         reason = "address already in use" if e.errno == errno.EADDRINUSE else (e.strerror or str(e)).lower()
         raise ListenError(f"cannot listen on {_where(listener)}: {reason}") from None
-    return TlsServer(loop, sock, context, factory, listener.name)
+    return TlsServer(loop, sockets, context, factory, listener.name)
 
 
 def _where(listener: Listener) -> str:

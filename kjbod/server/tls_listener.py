@@ -26,7 +26,7 @@ from typing import Any
 from kjbod.server.connection import Connection
 from kjbod.server.logging import get_logger
 
-__all__ = ["HANDSHAKE_TIMEOUT_S", "TlsServer", "bind_socket", "describe_tls_failure"]
+__all__ = ["HANDSHAKE_TIMEOUT_S", "TlsServer", "bind_sockets", "describe_tls_failure"]
 
 log = get_logger("kjbod.server")
 
@@ -38,23 +38,26 @@ _NOT_TLS = frozenset({"WRONG_VERSION_NUMBER", "HTTP_REQUEST", "HTTPS_PROXY_REQUE
                       "RECORD_LAYER_FAILURE", "PACKET_LENGTH_TOO_LONG", "UNEXPECTED_RECORD"})
 
 
-def bind_socket(host: str, port: int, backlog: int) -> socket.socket:
-    """A listening, non-blocking TCP socket on host:port (SO_REUSEADDR, IPv6 only for an IPv6 address, as asyncio's
-    create_server sets them)."""
-    family, kind, proto, _, address = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM,
-                                                         flags=socket.AI_PASSIVE)[0]
-    sock = socket.socket(family, kind, proto)
+def bind_sockets(host: str, port: int, backlog: int) -> list[socket.socket]:
+    """Listening, non-blocking TCP sockets on every address `host` resolves to, as asyncio's create_server binds
+    them (SO_REUSEADDR; IPv6 only on an IPv6 address, so a name with both kinds of address binds both)."""
+    infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    sockets: list[socket.socket] = []
     try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        if family == socket.AF_INET6:
-            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-        sock.bind(address)
-        sock.listen(backlog)
-        sock.setblocking(False)
+        for family, kind, proto, _, address in dict.fromkeys(infos):
+            sock = socket.socket(family, kind, proto)
+            sockets.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind(address)
+            sock.listen(backlog)
+            sock.setblocking(False)
     except BaseException:
-        sock.close()
+        for sock in sockets:
+            sock.close()
         raise
-    return sock
+    return sockets
 
 
 def describe_tls_failure(e: BaseException) -> str:
@@ -72,45 +75,44 @@ def describe_tls_failure(e: BaseException) -> str:
 
 
 class TlsServer:
-    def __init__(self, loop: asyncio.AbstractEventLoop, sock: socket.socket, context: ssl.SSLContext,
+    def __init__(self, loop: asyncio.AbstractEventLoop, sockets: list[socket.socket], context: ssl.SSLContext,
                  factory: Callable[[], Connection], listener: str) -> None:
         self._loop = loop
-        self._sock = sock
+        self._sockets = sockets
         self._context = context
         self._factory = factory
         self._listener = listener
-        self._accepting: asyncio.Task[None] | None = None
+        self._accepting: list[asyncio.Task[None]] = []
         self._handshakes: set[asyncio.Task[None]] = set()
         self._closed = False
 
     @property
     def sockets(self) -> list[socket.socket]:
-        return [self._sock]
+        return list(self._sockets)
 
     async def start_serving(self) -> None:
-        if self._accepting is None and not self._closed:
-            self._accepting = self._loop.create_task(self._accept())
+        if not self._accepting and not self._closed:
+            self._accepting = [self._loop.create_task(self._accept(sock)) for sock in self._sockets]
 
     def close(self) -> None:
         if self._closed:
             return
         self._closed = True
-        if self._accepting is not None:
-            self._accepting.cancel()
-        for task in list(self._handshakes):
+        for task in [*self._accepting, *self._handshakes]:
             task.cancel()
-        self._sock.close()
+        for sock in self._sockets:
+            sock.close()
 
     async def wait_closed(self) -> None:
-        tasks = [t for t in (self._accepting, *self._handshakes) if t is not None]
+        tasks = [*self._accepting, *self._handshakes]
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def _accept(self) -> None:
+    async def _accept(self, listening: socket.socket) -> None:
         loop = self._loop
         while not self._closed:
             try:
-                sock, peer = await loop.sock_accept(self._sock)
+                sock, peer = await loop.sock_accept(listening)
             except asyncio.CancelledError:
                 raise
             except OSError as e:
