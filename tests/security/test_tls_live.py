@@ -240,6 +240,9 @@ def log_lines(server: LiveServer) -> list[dict]:
 def test_a_plaintext_client_on_the_tls_port_is_dropped_and_tls_clients_go_on(node: Node, certs: Certs) -> None:
     from kafka import KafkaProducer
 
+    # a client that connects and never finishes its handshake holds nothing but its own socket meanwhile
+    silent = socket.create_connection(("127.0.0.1", node.tls_port), timeout=10)
+    silent.sendall(b"\x16\x03\x01")  # the first bytes of a TLS record, and then nothing
     producer = KafkaProducer(bootstrap_servers=node.tls, acks="all", **kafka_python_ssl(certs))
     try:
         producer.send("tls-mixed", b"before").get(WAIT_S)
@@ -262,6 +265,7 @@ def test_a_plaintext_client_on_the_tls_port_is_dropped_and_tls_clients_go_on(nod
     finally:
         producer.close()
     assert consume_kafka_python(node.tls, "tls-mixed", 2, **kafka_python_ssl(certs)) == [b"before", b"after"]
+    silent.close()
     deadline = time.monotonic() + WAIT_S
     while True:
         failed = [e for e in log_lines(node.server) if e.get("event", "").startswith("TLS handshake failed")
