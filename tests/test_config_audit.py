@@ -61,7 +61,7 @@ EFFECTS: dict[str, list[str]] = {
                   "tests/test_cli_serve.py::test_port_in_use_is_one_line_exit_2"],
     "advertised.listeners": [f"{LIVE}::test_cluster_keys_show_in_what_clients_see"],
     "controller.listener.names": [f"{LIVE}::test_cluster_keys_show_in_what_clients_see"],
-    "listener.security.protocol.map": ["tests/test_config.py::test_tls_and_sasl_are_not_supported_yet",
+    "listener.security.protocol.map": ["tests/test_config.py::test_sasl_is_not_supported_yet_and_tls_needs_a_keystore",
                                        "tests/test_config.py::test_custom_listener_names_need_a_protocol"],
     "log.dirs": ["tests/kip113/test_log_dirs_live.py::test_describe_log_dirs_reports_sizes_lags_and_volumes"],
     "log.dir": ["tests/test_config.py::test_log_dirs_wins_over_log_dir"],
@@ -136,6 +136,9 @@ EFFECTS: dict[str, list[str]] = {
         "replica.fetch.max.bytes", "replica.fetch.min.bytes", "replica.fetch.wait.max.ms",
         "replica.fetch.response.max.bytes", "replica.fetch.backoff.ms", "replica.socket.timeout.ms",
         "num.replica.fetchers", "inter.broker.listener.name")},
+    "security.inter.broker.protocol": [
+        "tests/security/test_tls_config.py::test_security_inter_broker_protocol_names_the_listener",
+        "tests/security/test_tls_cluster_live.py::test_replication_over_tls_with_every_listener_ssl"],
     "fetch.max.bytes": [
         "tests/storage/test_fetch_max_bytes.py::test_a_consumers_fetch_carries_no_more_than_fetch_max_bytes",
         "tests/replication/test_fetch_caps.py::test_a_followers_fetch_carries_no_more_than_fetch_max_bytes",

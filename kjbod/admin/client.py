@@ -23,6 +23,7 @@ Strategy:
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 from uuid import UUID
@@ -230,7 +231,10 @@ class AdminClient:
         retry_backoff: float = DEFAULT_RETRY_BACKOFF,
         retry_backoff_max: float = DEFAULT_RETRY_BACKOFF_MAX,
         max_response_bytes: int = DEFAULT_MAX_FRAME_SIZE,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
+        """`ssl_context`: connect with TLS (a broker listener whose security protocol is SSL); see
+        kjbod.admin.security.ssl_context_from for one made from Kafka's client properties."""
         if connect_timeout <= 0 or request_timeout <= 0:
             raise ValueError("timeouts must be positive")
         self.bootstrap_servers = parse_bootstrap_servers(bootstrap_servers)
@@ -240,6 +244,7 @@ class AdminClient:
         self.retry_backoff = retry_backoff
         self.retry_backoff_max = retry_backoff_max
         self.max_response_bytes = max_response_bytes
+        self.ssl_context = ssl_context
         self._connections: dict[tuple[str, int], asyncio.Task[ClientConnection]] = {}
         self._brokers: dict[int, BrokerNode] = {}
         self._controller_id: int | None = None
@@ -896,7 +901,8 @@ class AdminClient:
                                              or task.result().closed)):
             task = asyncio.get_running_loop().create_task(ClientConnection.open(
                 address[0], address[1], client_id=self.client_id, connect_timeout=self.connect_timeout,
-                max_frame_size=self.max_response_bytes, software_name=CLIENT_SOFTWARE_NAME))
+                max_frame_size=self.max_response_bytes, software_name=CLIENT_SOFTWARE_NAME,
+                ssl_context=self.ssl_context))
             # Retrieve a failure even when every waiter gave up, so asyncio does not log it as never retrieved.
             task.add_done_callback(lambda t: t.cancelled() or t.exception())
             self._connections[address] = task

@@ -52,6 +52,7 @@ from kjbod.metadata import EMPTY_IMAGE, MetadataDelta, MetadataImage, is_reserve
 from kjbod.net.controller_channel import SocketControllerChannel, controller_addresses
 from kjbod.net.correlator import PerVersion
 from kjbod.net.errors import ClientError
+from kjbod.net.tls import client_context_of
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import (
     AllocateProducerIdsRequest,
@@ -103,6 +104,9 @@ class RemoteBrokerNode(BrokerNode):
         self.follower: MetadataFollower | None = None
         self.assignments: AssignmentsManager | None = None
         self._channels: dict[str, SocketControllerChannel] = {}
+        # A TLS controller listener: this broker's client side of it (its ssl.* keys for that listener)
+        names = getattr(config, "controller_listener_names", ()) or ()
+        self._controller_ssl = client_context_of(config, names[0] if names else None)
         self._logs_ready = False
         self._image_changed = asyncio.Condition()
         self._controlled_shutdown: asyncio.Future[None] | None = None
@@ -119,7 +123,8 @@ class RemoteBrokerNode(BrokerNode):
     def _channel(self, purpose: str) -> SocketControllerChannel:
         """A connection of its own per user (see the module docstring); 30 s requests, as Kafka's channels."""
         channel = SocketControllerChannel(self.controller_addresses, request_timeout=30.0,
-                                          client_id=f"kjbod-broker-{self.node_id}-{purpose}")
+                                          client_id=f"kjbod-broker-{self.node_id}-{purpose}",
+                                          ssl_context=self._controller_ssl)
         self._channels[purpose] = channel
         return channel
 

@@ -30,6 +30,7 @@ from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any, TextIO
 
+from kjbod.cli.command_config import add_command_config, admin_options
 from kjbod.cli.main import UserError
 
 SEGMENT_SUFFIXES = (".log", ".checkpoint", ".index", ".timeindex", ".snapshot")
@@ -61,6 +62,7 @@ def add_subcommand(subparsers: Any) -> None:
                         "LogDirs) to broker and path, asking the cluster's brokers (DescribeLogDirs)")
     p.add_argument("--timeout", type=float, default=30.0,
                    help="seconds the brokers may take to answer, with --bootstrap-server")
+    add_command_config(p)
     p.set_defaults(func=run)
 
 
@@ -78,7 +80,8 @@ def run(args: Any) -> int:
     deep = args.deep_iteration or print_data
     decoder: Callable[[Any], tuple[str | None, str | None]] = _text_payload
     if args.cluster_metadata_decoder:
-        dirs = directory_map(bootstrap, getattr(args, "timeout", 30.0)) if bootstrap is not None else None
+        dirs = (directory_map(bootstrap, getattr(args, "timeout", 30.0), admin_options(args))
+                if bootstrap is not None else None)
         decoder = partial(_metadata_payload, dirs=dirs)
     invalid = False
     gaps: dict[str, list[tuple[int, int]]] = {}
@@ -237,7 +240,8 @@ def _text_payload(rec: Any) -> tuple[str | None, str | None]:
     return _text(rec.key), _text(rec.value)
 
 
-def directory_map(bootstrap: str, timeout: float) -> dict[uuid.UUID, tuple[int, str]]:
+def directory_map(bootstrap: str, timeout: float,
+                  options: dict[str, Any] | None = None) -> dict[uuid.UUID, tuple[int, str]]:
     """{dir id: (broker id, path)} of every log dir the cluster's brokers report (offline ones too).  A broker
     that does not answer is named on stderr; its dirs stay unresolved."""
     import asyncio
@@ -251,7 +255,7 @@ def directory_map(bootstrap: str, timeout: float) -> dict[uuid.UUID, tuple[int, 
     if timeout <= 0:
         raise UserError("--timeout must be positive")
     async def ask() -> Any:
-        async with AdminClient(bootstrap, request_timeout=timeout) as admin:
+        async with AdminClient(bootstrap, request_timeout=timeout, **(options or {})) as admin:
             return await admin.describe_log_dirs(None, [], raise_on_broker_error=False)
 
     try:

@@ -40,6 +40,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TextIO
 
+from kjbod.cli.command_config import add_command_config, admin_options
 from kjbod.cli.main import UserError
 from kjbod.cli.progress import Progress, Snapshot, human_bytes, human_duration, human_rate
 
@@ -121,6 +122,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
                         help="a broker to connect to (comma-separated for several)")
     parser.add_argument("--timeout", metavar="SECONDS", type=_positive_float, default=30.0,
                         help="how long each request may take, retries included (default: 30)")
+    add_command_config(parser)
 
 
 def parse_id_list(text: str) -> list[int]:
@@ -912,7 +914,8 @@ class _AdminContext:
 
         try:
             self.client = AdminClient(args.bootstrap_server, request_timeout=args.timeout,
-                                      connect_timeout=min(args.timeout, 10.0), client_id="kjbod-log-dirs")
+                                      connect_timeout=min(args.timeout, 10.0), client_id="kjbod-log-dirs",
+                                      **admin_options(args))
         except ValueError as e:
             raise UserError(f"--bootstrap-server: {e}") from None
 

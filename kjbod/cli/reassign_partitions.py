@@ -35,6 +35,7 @@ from typing import Any
 from uuid import UUID
 
 from kjbod.admin.types import ConfigResource, ConfigResourceType, ConfigSource
+from kjbod.cli.command_config import add_command_config, admin_options
 from kjbod.cli.main import UserError
 from kjbod.protocol.errors import KafkaError
 
@@ -50,6 +51,7 @@ def add_subcommand(sub: Any) -> None:
     p = sub.add_parser("reassign-partitions", help="move partitions between brokers (kafka-reassign-partitions.sh)",
                        description=__doc__.split("\n\n")[0])
     p.add_argument("--bootstrap-server", required=True, help="host:port of a broker")
+    add_command_config(p)
     action = p.add_mutually_exclusive_group(required=True)
     action.add_argument("--execute", action="store_true", help="start the reassignment in the JSON file")
     action.add_argument("--verify", action="store_true", help="report the state of the file's reassignments")
@@ -185,7 +187,7 @@ def run(args: argparse.Namespace) -> int:
         moves = parse_moves(_read(args.reassignment_json_file), args.reassignment_json_file)
     try:
         with SyncAdminClient(args.bootstrap_server, client_id=CLIENT_ID,
-                             request_timeout=args.timeout / 1000) as admin:
+                             request_timeout=args.timeout / 1000, **admin_options(args)) as admin:
             if args.list:
                 return _list(admin)
             if args.generate:

@@ -11,7 +11,9 @@ Strategy:
 * Any failure of the connection (peer closed, reset, bad frame, undecodable response) fails every pending request
   at once with an error naming host:port, and every later `send()` the same way; callers open a new connection.
 * `open()` connects and runs the ApiVersions exchange within `connect_timeout`; `pick_version()` then answers, per
-  API, the highest version both sides serve.
+  API, the highest version both sides serve.  Given an `ssl_context` (kjbod.net.tls.client_context: a TLS
+  listener of the peer), the connection is TLS, its handshake part of the same timeout; a refused handshake is a
+  connection error that says why (a certificate not trusted, a host name that does not match, ...).
 * `ReconnectingConnection` keeps one live connection to the first reachable of a list of addresses, opening a new
   one after a failure with exponential backoff and jitter.
 """
@@ -21,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import ssl
 from collections.abc import Sequence
 from typing import Any, cast
 
@@ -70,19 +73,32 @@ class ClientConnection(asyncio.Protocol):
     @classmethod
     async def open(cls, host: str, port: int, *, client_id: str, connect_timeout: float,
                    software_name: str = "kjbod", max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
-                   peer_kind: str = "broker") -> ClientConnection:
+                   peer_kind: str = "broker", ssl_context: ssl.SSLContext | None = None) -> ClientConnection:
         """Connects and negotiates API versions, all within `connect_timeout` seconds."""
         loop = asyncio.get_running_loop()
         conn: ClientConnection | None = None
         try:
             async with asyncio.timeout(connect_timeout):
-                _, conn = await loop.create_connection(
-                    lambda: cls(host, port, client_id, max_frame_size, peer_kind), host, port)
+                if ssl_context is None:
+                    _, conn = await loop.create_connection(
+                        lambda: cls(host, port, client_id, max_frame_size, peer_kind), host, port)
+                else:
+                    _, conn = await loop.create_connection(
+                        lambda: cls(host, port, client_id, max_frame_size, peer_kind), host, port, ssl=ssl_context,
+                        server_hostname=host, ssl_handshake_timeout=connect_timeout)
                 await conn._negotiate_versions(software_name)
         except TimeoutError:
             if conn is not None:
                 conn.close()
             raise BrokerConnectionError(host, port, f"no connection within {connect_timeout:g}s") from None
+        except ssl.SSLError as e:
+            if conn is not None:
+                conn.close()
+            raise BrokerConnectionError(host, port, f"TLS handshake failed: {_tls_reason(e)}") from None
+        except ssl.CertificateError as e:  # a host name check that failed outside the handshake
+            if conn is not None:
+                conn.close()
+            raise BrokerConnectionError(host, port, f"TLS handshake failed: {e}") from None
         except OSError as e:
             # asyncio words a refused connect "Connect call failed (addr)": the errno says more.
             # A name that does not resolve (socket.gaierror) carries a resolver code, not an errno.
@@ -256,7 +272,8 @@ class ReconnectingConnection:
 
     def __init__(self, addresses: Sequence[tuple[str, int]], *, client_id: str, connect_timeout: float,
                  backoff: ExponentialBackoff, software_name: str = "kjbod",
-                 max_frame_size: int = DEFAULT_MAX_FRAME_SIZE, peer_kind: str = "broker") -> None:
+                 max_frame_size: int = DEFAULT_MAX_FRAME_SIZE, peer_kind: str = "broker",
+                 ssl_context: ssl.SSLContext | None = None) -> None:
         if not addresses:
             raise ValueError("no addresses to connect to")
         self.addresses = list(addresses)
@@ -266,6 +283,7 @@ class ReconnectingConnection:
         self.software_name = software_name
         self.max_frame_size = max_frame_size
         self.peer_kind = peer_kind
+        self.ssl_context = ssl_context
         self._conn: ClientConnection | None = None
         self._next = 0  # index of the address to try first
         self._lock = asyncio.Lock()
@@ -315,7 +333,7 @@ class ReconnectingConnection:
                             host, port, client_id=self.client_id,
                             connect_timeout=min(self.connect_timeout, remaining),
                             software_name=self.software_name, max_frame_size=self.max_frame_size,
-                            peer_kind=self.peer_kind)
+                            peer_kind=self.peer_kind, ssl_context=self.ssl_context)
                     except BrokerConnectionError as e:
                         failures.append(e)
                         continue
@@ -355,3 +373,9 @@ def _unreachable(addresses: Sequence[tuple[str, int]], failures: Sequence[Broker
         return BrokerConnectionError(host, port, NO_TIME_LEFT)
     return BrokerConnectionError(host, port, "no peer reachable; tried " + "; ".join(
         f"{e.host}:{e.port} ({e.reason})" for e in failures))
+
+
+def _tls_reason(e: ssl.SSLError) -> str:
+    if isinstance(e, ssl.SSLCertVerificationError):
+        return f"the peer's certificate was refused: {e.verify_message}"
+    return str(e.reason or e)

@@ -6,6 +6,11 @@ Strategy:
   one clear line before anything else happens; then it builds and starts the node (storage recovery, metadata),
   and only then starts serving, so no request reaches a node that is not ready.
 * One `Connection` per accepted socket, all registered in one `ConnectionRegistry`.
+* A TLS listener (security protocol SSL) is a `kjbod.server.tls_listener.TlsServer`: each accepted socket's
+  handshake runs as its own small task, without blocking the loop, and only a connection whose handshake succeeded
+  gets its `Connection`; a client speaking plaintext, or one whose certificate is refused, is logged once and
+  dropped. TLS connections never use sendfile (the kernel would write the file's bytes unencrypted): their Fetch
+  answers carry record bytes read by the dirs' workers instead (kjbod.broker.handlers.fetch).
 * Shutdown, on SIGTERM/SIGINT or when the node asks for it (`node.shutdown_requested`, e.g. every log dir
   failed): stop accepting; let every connection write the replies it owes and close (bounded by
   `shutdown_timeout`; a second signal cuts that short); abort the stragglers; stop the node (checkpoints,
@@ -31,9 +36,11 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from kjbod.net.tls import TlsConfigError, TlsSettings, is_tls, server_context
 from kjbod.server.config import ConfigError, Listener, ServerConfig
 from kjbod.server.connection import Connection, ConnectionRegistry
 from kjbod.server.logging import get_logger
+from kjbod.server.tls_listener import TlsServer, bind_sockets
 from kjbod.storage.records import keep_freed_buffers
 from kjbod.storage.workers import Placement
 
@@ -105,6 +112,8 @@ async def serve(
     endpoint: Any = None
 
     def connection_factory(listener: Listener, kind: Any) -> Callable[[], Connection]:
+        tls = is_tls(listener.security_protocol)
+
         def make() -> Connection:
             return Connection(
                 node.handler,
@@ -112,9 +121,10 @@ async def serve(
                 listener_kind=kind,
                 security_protocol=listener.security_protocol,
                 max_frame_size=config.socket_request_max_bytes,
-                zero_copy=config.zero_copy,
+                zero_copy=config.zero_copy and not tls,
                 registry=registry,
                 stats=metrics.requests if metrics is not None else None,
+                tls=tls,
             )
 
         return make
@@ -124,7 +134,11 @@ async def serve(
     try:
         for listener in config.listeners:
             kind = config.listener_kind(listener.name)
-            server = await _bind(loop, listener, connection_factory(listener, kind))
+            if is_tls(listener.security_protocol):
+                server = _bind_tls(loop, listener, connection_factory(listener, kind),
+                                   config.tls_settings(listener.name))
+            else:
+                server = await _bind(loop, listener, connection_factory(listener, kind))
             servers.append((listener, kind, server))
             # the bound address, read now: a server closed while the node starts (a stop asked meanwhile) has no
             # sockets to read later
@@ -260,6 +274,26 @@ async def _start_metrics(node: Any, listener: str) -> tuple[Any, Any]:
         reason = "address already in use" if e.errno == errno.EADDRINUSE else (e.strerror or str(e)).lower()
         raise ListenError(f"cannot listen on {host}:{port} (kjbod.metrics.listener): {reason}") from None
     return metrics, endpoint
+
+
+def _bind_tls(loop: asyncio.AbstractEventLoop, listener: Listener, factory: Callable[[], Connection],
+              settings: TlsSettings) -> TlsServer:
+    try:
+        context = server_context(settings)
+    except TlsConfigError as e:  # checked when the config was read; a file may have changed since
+        raise ConfigError(f"listener {listener.name}: {e}") from None
+    try:
+        sockets = bind_sockets(listener.host, listener.port, _LISTEN_BACKLOG)
+    except socket.gaierror as e:
+        raise ListenError(f"cannot listen on {_where(listener)}: unknown host ({e.strerror})") from None
+    except OSError as e:
+        reason = "address already in use" if e.errno == errno.EADDRINUSE else (e.strerror or str(e)).lower()
+        raise ListenError(f"cannot listen on {_where(listener)}: {reason}") from None
+    return TlsServer(loop, sockets, context, factory, listener.name)
+
+
+def _where(listener: Listener) -> str:
+    return f"{listener.host}:{listener.port}" if ":" not in listener.host else f"[{listener.host}]:{listener.port}"
 
 
 async def _bind(

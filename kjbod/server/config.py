@@ -27,6 +27,17 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from kjbod.net.tls import (
+    SSL_KEYS,
+    SSL_NO_EFFECT,
+    TlsConfigError,
+    TlsSettings,
+    client_context,
+    is_tls,
+    listener_key,
+)
+from kjbod.net.tls import server_context as tls_server_context
+
 __all__ = [
     "ACCEPTED_NO_EFFECT",
     "ALIASES",
@@ -49,7 +60,7 @@ INT_MIN = -(1 << 31)
 LONG_MIN = -(1 << 63)
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-SUPPORTED_SECURITY_PROTOCOLS = ("PLAINTEXT",)
+SUPPORTED_SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL")
 
 
 class ConfigError(ValueError):
@@ -143,6 +154,13 @@ def _one_of(*choices: str) -> Callable[[str, str], str]:
     return conv
 
 
+def _security_protocol(key: str, raw: str) -> str:
+    value = raw.strip().upper()
+    if value not in SECURITY_PROTOCOLS:
+        raise _bad(key, raw, " or ".join(SECURITY_PROTOCOLS))
+    return value
+
+
 _LISTENER = re.compile(r"^([A-Za-z0-9_.-]+)://(\[[0-9A-Fa-f:.%a-zA-Z]*\]|[^:/\[\]]*):([0-9]+)$")
 
 
@@ -233,6 +251,9 @@ KEYS: dict[str, KeyDef] = {
         KeyDef("controller.listener.names", _upper_list, ()),
         KeyDef("listener.security.protocol.map", _protocol_map, None),
         KeyDef("inter.broker.listener.name", _nonempty_str, None),
+        KeyDef("security.inter.broker.protocol", _security_protocol, None,
+               "the inter-broker listener, named after its protocol (or inter.broker.listener.name)",
+               into="inter_broker_listener_name"),
         KeyDef("broker.rack", _nonempty_str, None),
         KeyDef("controller.quorum.bootstrap.servers", _host_ports, ()),
         KeyDef("controller.quorum.voters", _voters, ()),
@@ -455,6 +476,13 @@ class ServerConfig:
     def is_controller(self) -> bool:
         return "controller" in self.process_roles
 
+    def tls_settings(self, listener: str) -> TlsSettings:
+        """The ssl.* settings of `listener` (listener.name.<name>.ssl.* over ssl.*, Kafka's defaults)."""
+        return TlsSettings.for_listener(self.properties, listener)
+
+    def security_protocol(self, listener: str) -> str:
+        return self.listener_security_protocol_map.get(listener, "PLAINTEXT")
+
     def listener_kind(self, name: str) -> str:
         return "controller" if name in self.controller_listener_names else "broker"
 
@@ -586,6 +614,13 @@ def build_config(
         if key in ACCEPTED_NO_EFFECT:
             ignored[key] = raw
             continue
+        prefixed = listener_key(key)
+        ssl_key = prefixed[1] if prefixed is not None else key
+        if ssl_key in SSL_KEYS or ssl_key in SSL_NO_EFFECT:
+            # Kafka's ssl.* keys, plain or for one listener: read by the TLS listeners (kjbod.net.tls)
+            if ssl_key in SSL_NO_EFFECT:
+                ignored[key] = raw
+            continue
         canonical = ALIASES.get(key, key)
         keydef = KEYS.get(canonical)
         if keydef is None:
@@ -643,7 +678,7 @@ def build_config(
         if proto not in SUPPORTED_SECURITY_PROTOCOLS:
             raise fail(
                 "listeners",
-                f"listener {name}: security protocol {proto} is not supported yet (only PLAINTEXT)",
+                f"listener {name}: security protocol {proto} is not supported yet (only PLAINTEXT and SSL)",
             )
         host = host or "0.0.0.0"
         if port != 0:
@@ -700,7 +735,20 @@ def build_config(
                 "to find its controller"
             )
     inter_broker = get("inter.broker.listener.name")
-    if inter_broker is not None:
+    inter_protocol = get("security.inter.broker.protocol")
+    if inter_protocol is not None:
+        if inter_broker is not None:
+            raise fail("security.inter.broker.protocol",
+                       "only one of inter.broker.listener.name and security.inter.broker.protocol may be set, "
+                       "as in Kafka")
+        # As Kafka: the listener named after the protocol
+        inter_broker = inter_protocol
+        if is_broker and inter_broker not in broker_listener_names:
+            raise fail("security.inter.broker.protocol",
+                       f"security.inter.broker.protocol {inter_protocol} names listener {inter_protocol}, which is "
+                       f"not one of the broker listeners ({','.join(broker_listener_names)}); set "
+                       "inter.broker.listener.name instead")
+    elif inter_broker is not None:
         inter_broker = inter_broker.upper()
         if is_broker and inter_broker not in broker_listener_names:
             raise fail(
@@ -708,6 +756,19 @@ def build_config(
                 f"inter.broker.listener.name {inter_broker} is not one of the broker listeners "
                 f"({','.join(broker_listener_names)})",
             )
+
+    # TLS: every SSL listener's server side, and the client side this node opens on the inter-broker and the
+    # controller listener, built now so a bad value or an unreadable file stops the start with one line.
+    client_listeners = set()
+    if is_broker:
+        client_listeners.add(inter_broker or broker_listener_names[0])
+        client_listeners.add(controller_names[0])
+    for ln in listeners:
+        if is_tls(ln.security_protocol):
+            _check_tls(props, ln.name, server=True, located=located)
+    for name in sorted(client_listeners):
+        if is_tls(protomap.get(name, "PLAINTEXT")):
+            _check_tls(props, name, server=False, located=located)
 
     # Log dirs: log.dirs wins over log.dir; absolute, normalised, distinct, not inside each other.
     base = base_dir or os.getcwd()
@@ -813,6 +874,20 @@ def build_config(
         ignored=ignored,
         properties=dict(props),
     )
+
+
+def _check_tls(props: Mapping[str, str], listener: str, *, server: bool,
+               located: Callable[[str, ConfigError], ConfigError]) -> None:
+    settings = TlsSettings.for_listener(props, listener)
+    try:
+        if server:
+            tls_server_context(settings)
+        else:
+            client_context(settings)
+    except TlsConfigError as e:
+        key = next((settings.key(k) for k in SSL_KEYS if settings.key(k) in str(e)), "")
+        side = "" if server else " (the client side this node uses to reach it)"
+        raise located(key, ConfigError(f"listener {listener}{side}: {e}")) from None
 
 
 def _inside(path: str, parent: str) -> bool:

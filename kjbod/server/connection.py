@@ -28,6 +28,9 @@ Strategy:
   `loop.sendfile` is not implemented by uvloop). Nothing else writes meanwhile because every reply is queued
   behind the sender. When sendfile is off (`zero_copy=False`) or unsupported (EINVAL/ENOSYS/...), the region is
   sent with `os.pread` + `transport.write` in 1 MiB chunks, honouring pause_writing.
+* TLS connections (`tls=True`) never use sendfile: the kernel would put the file's bytes on the socket past the
+  TLS layer, unencrypted. The handlers answer them with record bytes instead of regions (the Fetch handler reads
+  them on the dirs' workers); a region that still reaches one goes out through the pread copy above.
 * Backpressure: reading pauses while `max_pending` replies are queued (frames already received stay in the decoder
   and are processed when the queue falls to half), and while the transport asks us to pause writing.
 * Errors: a bad size prefix, a `CloseConnection` from the handler, or an unexpected handler exception stops
@@ -157,6 +160,7 @@ class Connection(asyncio.BufferedProtocol):
         zero_copy: bool = True,
         registry: ConnectionRegistry | None = None,
         stats: RequestStats | None = None,
+        tls: bool = False,
     ) -> None:
         if max_pending < 1:
             raise ValueError("max_pending must be >= 1")
@@ -169,7 +173,8 @@ class Connection(asyncio.BufferedProtocol):
         self._decoder = FrameDecoder(max_frame_size)
         self._max_pending = max_pending
         self._resume_below = max_pending // 2 + 1
-        self._zero_copy = zero_copy
+        # sendfile would put a file's bytes on a TLS socket unencrypted: never on one
+        self._zero_copy = zero_copy and not tls
         self._registry = registry
         self.connection_id = next(_connection_ids)
         self._stats = stats

@@ -56,6 +56,7 @@ from kjbod.broker.replication import hooks as replication
 from kjbod.broker.router import api
 from kjbod.net import trace
 from kjbod.net.tasks import wait_event
+from kjbod.net.tls import is_tls
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import FetchRequest, FetchResponse
 from kjbod.protocol.generated.fetch_request import FetchTopic
@@ -218,14 +219,16 @@ def _diverging(plog, p) -> PartResp | None:
 
 
 def _build(node, resolved, body: FetchRequest, version: int, max_bytes: int, deadline: float, decided: dict | None,
-           throttled=frozenset(), later: bool = False):
+           throttled=frozenset(), later: bool = False, tls: bool = False):
     """The response, or an awaitable of it when some partition's read runs on its dir's worker. Each dir reads
     its partitions in request order with the whole response budget; the loop then keeps, in request order, what
     fits in `max_bytes` (the request's, capped at fetch.max.bytes: `_capped`; the first partition with data
     always: KIP-74), so one dir gives the answer today's single loop gave, and several dirs read at once.
     `decided` is None for a consumer (reads stop at the high watermark), else a follower's answers already
     decided (the rest read to the log end). With `later`, a Later of it in place of the awaitable (completed in
-    the callback of the last dir's read: a follower's parked fetch)."""
+    the callback of the last dir's read: a follower's parked fetch). With `tls` (the connection is TLS, where sendfile
+    cannot send) records are read into bytes where they are read (a dir's worker, or the page cache on the loop),
+    never handed out as file regions."""
     committed = body.isolation_level == READ_COMMITTED
     topics = []
     slots = []  # [(parts, index, partition request, plog, read limit)] of the partitions read from disk, in order
@@ -290,7 +293,7 @@ def _build(node, resolved, body: FetchRequest, version: int, max_bytes: int, dea
 
     first_slot = slots[0] if first is not None and slots and slots[0][2] is first else None
     pending = (work.run(lambda items: _read_all(items, max_bytes if items[0] is first_slot else max(max_bytes, 0),
-                                                manager, follower),
+                                                manager, follower, tls),
                         max(deadline - time.monotonic(), MIN_DIR_WAIT_S), cached_first=True,
                         then=assemble if later else None, later=later) if work else None)
     if pending is None:
@@ -311,13 +314,14 @@ MIN_DIR_WAIT_S = 0.1
 _NOT_READ = object()
 
 
-def _read_all(items, max_bytes: int, manager, follower: bool = False) -> list:
+def _read_all(items, max_bytes: int, manager, follower: bool = False, tls: bool = False) -> list:
     """On the dir's worker: each partition's read (regions or bytes, hw, log start) or the exception it raised.
 
     A degraded (slow) dir's records are read here into memory instead of being sent with sendfile: sendfile
     runs on the event loop, and a read that misses the page cache of a slow disk would hold the loop. So is a
     follower's small read (_small_read): the acks=all path's common case, a caught-up follower taking the last
-    batch or two."""
+    batch or two. So is every read for a TLS connection (`tls`): the TLS transport must encrypt the bytes, and
+    reading them here keeps the file reads on the dir's worker (or cache hits on the loop, under no_waiting)."""
     out: list = []
     remaining = max_bytes
     total = 0
@@ -342,14 +346,19 @@ def _read_all(items, max_bytes: int, manager, follower: bool = False) -> list:
                 size = len(data)
                 got: tuple = (data, hw, lso)
             elif follower:
-                got = _small_read(plog, p.fetch_offset, budget)
+                got = _small_read(plog, p.fetch_offset, budget, tls)
                 size = len(got[0]) if got[0].__class__ is bytes else sum(r.count for r in got[0])
             else:
                 # At least one batch only until a partition has given records (Kafka's minOneMessage), so a
                 # batch over partition_max_bytes waits for a fetch where its partition is the first with data.
                 result = plog.read(p.fetch_offset, max(budget, 1), max_offset=limit, min_one_batch=not total)
-                size = sum(len(r) for r in result.regions)
-                got = (result.regions, result.high_watermark, result.log_start_offset)
+                if tls:
+                    data = _region_bytes(result.regions, plog.name)
+                    size = len(data)
+                    got = (data, result.high_watermark, result.log_start_offset)
+                else:
+                    size = sum(len(r) for r in result.regions)
+                    got = (result.regions, result.high_watermark, result.log_start_offset)
         except WouldBlock:
             _close_reads(out)  # read from the page cache on the loop so far; the dir's worker reads it all
             raise
@@ -368,7 +377,7 @@ def _read_all(items, max_bytes: int, manager, follower: bool = False) -> list:
 SMALL_FOLLOWER_READ = 32 * 1024
 
 
-def _small_read(plog, fetch_offset: int, budget: int):
+def _small_read(plog, fetch_offset: int, budget: int, tls: bool = False):
     """A follower's read: (records, hw, log start), the records as bytes when they are at most
     SMALL_FOLLOWER_READ (a caught-up follower taking the last batch or two), else as the file regions read.
 
@@ -377,12 +386,14 @@ def _small_read(plog, fetch_offset: int, budget: int):
     (the read stops only at the end, at the budget or at a batch that does not fit it), so its bytes are what
     the regions would have sent. A caught-up follower's read starts where one of the last appends began or
     ended and goes to the log end: read in one pread, with no index lookup or header scan
-    (PartitionLog.read_to_end)."""
+    (PartitionLog.read_to_end). With `tls`, a big read is copied too (regions cannot go over TLS)."""
     recent = plog.read_to_end(fetch_offset, min(budget, SMALL_FOLLOWER_READ))
     if recent is not None:
         return recent
     result = plog.read(fetch_offset, max(budget, 1))
     regions = result.regions
+    if tls:
+        return _region_bytes(regions, plog.name), result.high_watermark, result.log_start_offset
     if sum(r.count for r in regions) > SMALL_FOLLOWER_READ:
         return regions, result.high_watermark, result.log_start_offset
     try:
@@ -394,6 +405,23 @@ def _small_read(plog, fetch_offset: int, budget: int):
         raise
     _close_regions(regions)
     return data, result.high_watermark, result.log_start_offset
+
+
+def _over_tls(ctx) -> bool:
+    """Whether the fetch came over TLS, where file regions cannot be sent (sendfile bypasses the encryption)."""
+    return is_tls(getattr(ctx, "security_protocol", "PLAINTEXT"))
+
+
+def _region_bytes(regions: list, name: str) -> bytes:
+    """The bytes of `regions`, read through the file seam (page-cache hits only under fsio.no_waiting, else
+    WouldBlock for the dir's worker to read them); the regions are closed either way."""
+    try:
+        if len(regions) == 1:
+            r = regions[0]
+            return fsio.pread_region(r.fd, r.count, r.offset, name)
+        return b"".join([fsio.pread_region(r.fd, r.count, r.offset, name) for r in regions])
+    finally:
+        _close_regions(regions)
 
 
 def _close_regions(regions: list) -> None:
@@ -488,6 +516,7 @@ async def _serve(node, request, body: FetchRequest, follower: int) -> FetchRespo
     wants_nothing = not any(t.partitions for t in body.topics)
     deadline = time.monotonic() + (0 if wants_nothing else max(body.max_wait_ms, 0) / 1000.0)
     max_bytes, min_bytes = _capped(node, body)
+    tls = _over_tls(request.ctx)
     while True:
         # Look before reading: reading hands out file regions that must be closed if we then decide to wait.
         if node.stopping:
@@ -495,7 +524,7 @@ async def _serve(node, request, body: FetchRequest, follower: int) -> FetchRespo
         throttled = replication.leader_throttled(node, resolved, follower) if follower >= 0 else frozenset()
         if min_bytes <= 0 or _has_data(node, resolved, body, decided, throttled, leader_only=v < 11) \
                 or time.monotonic() >= deadline:
-            built = _build(node, resolved, body, v, max_bytes, deadline, decided, throttled)
+            built = _build(node, resolved, body, v, max_bytes, deadline, decided, throttled, tls=tls)
             resp, total = built if built.__class__ is tuple else await built
             if total >= min_bytes or time.monotonic() >= deadline or not _only_data(resp):
                 loop_sends(total)
@@ -592,7 +621,7 @@ class _FollowerFetch:
         if self.min_bytes <= 0 or _has_data(node, self.resolved, body, self.decided) \
                 or time.monotonic() >= self.deadline:
             built = _build(node, self.resolved, body, self.version, self.max_bytes, self.deadline, self.decided,
-                           later=True)
+                           later=True, tls=_over_tls(self.ctx))
             if built.__class__ is not tuple:  # read by dirs' workers: answered by their callback
                 built.on_done(self._read)
                 return self.later
@@ -628,7 +657,8 @@ class _FollowerFetch:
         body = self.body
         try:
             with fsio.no_waiting():
-                records, hw, lso = _small_read(plog, p.fetch_offset, min(p.partition_max_bytes, self.max_bytes))
+                records, hw, lso = _small_read(plog, p.fetch_offset, min(p.partition_max_bytes, self.max_bytes),
+                                               _over_tls(self.ctx))
         except Exception:  # WouldBlock, or a failure the general way reports
             return None
         size = len(records) if records.__class__ is bytes else sum(r.count for r in records)
