@@ -16,6 +16,10 @@ Strategy:
   last error is raised when time runs out.  Per-item codes (one topic, one replica, one log dir) are results, not
   retried, except those Kafka's own admin client retries for topic creation and deletion (NOT_CONTROLLER,
   THROTTLING_QUOTA_EXCEEDED), which are resent for the affected items only.
+* DeleteRecords goes to each partition's leader, as in Kafka's admin client: Metadata names the leaders, the
+  partitions are sent grouped per leader, and a partition whose leader moved or is not known yet (the invalid
+  metadata codes, or a leader that cannot be reached) is looked up and sent again until the deadline; a partition
+  still unanswered then keeps the last error it got.
 * The hot path (`describe_log_dirs` over many thousand partitions) decodes each response once into the generated
   dataclasses and builds the result objects from them in one comprehension per log dir, with nothing in between.
 """
@@ -51,10 +55,13 @@ from kjbod.admin.types import (
     ConfigResourceType,
     ConfigSource,
     ConfigSynonym,
+    CreatePartitionsResult,
     CreateTopicResult,
+    DeleteRecordsResult,
     DeleteTopicResult,
     LogDirInfo,
     LogDirsByBroker,
+    NewPartitions,
     NewTopic,
     PartitionDescription,
     ReplicaInfo,
@@ -88,11 +95,21 @@ from kjbod.protocol.generated.alter_replica_log_dirs_request import (
     AlterReplicaLogDirsRequest,
     AlterReplicaLogDirTopic,
 )
+from kjbod.protocol.generated.create_partitions_request import (
+    CreatePartitionsAssignment,
+    CreatePartitionsRequest,
+    CreatePartitionsTopic,
+)
 from kjbod.protocol.generated.create_topics_request import (
     CreatableReplicaAssignment,
     CreatableTopic,
     CreatableTopicConfig,
     CreateTopicsRequest,
+)
+from kjbod.protocol.generated.delete_records_request import (
+    DeleteRecordsPartition,
+    DeleteRecordsRequest,
+    DeleteRecordsTopic,
 )
 from kjbod.protocol.generated.delete_topics_request import DeleteTopicsRequest, DeleteTopicState
 from kjbod.protocol.generated.describe_cluster_request import DescribeClusterRequest
@@ -131,8 +148,10 @@ DEFAULT_RETRY_BACKOFF = 0.1
 DEFAULT_RETRY_BACKOFF_MAX = 1.0
 
 METADATA = 3
+DELETE_RECORDS = 21
 CREATE_TOPICS = 19
 DELETE_TOPICS = 20
+CREATE_PARTITIONS = 37
 DESCRIBE_CONFIGS = 32
 ALTER_REPLICA_LOG_DIRS = 34
 DESCRIBE_LOG_DIRS = 35
@@ -149,6 +168,13 @@ ALTER_INTERBROKER_THROTTLED_REPLICAS = 10002
 
 # Per-topic codes worth resending the failed topics for (what Kafka's admin client retries for these APIs).
 _TOPIC_RETRY_CODES = frozenset({ErrorCode.NOT_CONTROLLER, ErrorCode.THROTTLING_QUOTA_EXCEEDED})
+
+# Codes that say the partition's leader is not where Metadata said (Kafka's InvalidMetadataException family):
+# DeleteRecords looks the leader up again and resends.  Metadata answering them for a partition means "not yet".
+_STALE_LEADER_CODES = frozenset({
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.LEADER_NOT_AVAILABLE, ErrorCode.NOT_LEADER_OR_FOLLOWER,
+    ErrorCode.BROKER_NOT_AVAILABLE, ErrorCode.REPLICA_NOT_AVAILABLE, ErrorCode.KAFKA_STORAGE_ERROR,
+    ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.UNKNOWN_LEADER_EPOCH})
 
 _CONTROLLER = "controller"
 CLIENT_SOFTWARE_NAME = "kjbod-admin"
@@ -547,6 +573,126 @@ class AdminClient:
             results.raise_first()
         return results
 
+    async def create_partitions(
+        self, new_partitions: Mapping[str, NewPartitions | int], *, validate_only: bool = False,
+        raise_on_error: bool = True, timeout: float | None = None,
+    ) -> Results[str, CreatePartitionsResult]:
+        """Grows topics to a new partition count: {topic: NewPartitions(total) or the total} (CreatePartitions, sent
+        to the controller).  Per-topic errors raise unless told not to."""
+        deadline = self._deadline(timeout)
+        wanted = {name: p if isinstance(p, NewPartitions) else NewPartitions(p) for name, p in new_partitions.items()}
+
+        def build(names: list[str]) -> Callable[[int], Any]:
+            body = [
+                CreatePartitionsTopic(
+                    name=name, count=wanted[name].total_count,
+                    assignments=None if wanted[name].assignments is None else [
+                        CreatePartitionsAssignment(broker_ids=list(ids)) for ids in wanted[name].assignments or ()])
+                for name in names]
+            return lambda v: CreatePartitionsRequest(
+                topics=body, timeout_ms=self._timeout_ms(deadline), validate_only=validate_only)
+
+        def result(r: Any, address: str) -> CreatePartitionsResult:
+            return CreatePartitionsResult(r.name, error_for_code(
+                r.error_code, r.error_message or f"topic {r.name!r}", api="CreatePartitions", broker=address))
+
+        results = await self._topic_batches(
+            list(wanted), CREATE_PARTITIONS, build, lambda resp: resp.results, result,
+            lambda name, error: CreatePartitionsResult(name, error), deadline)
+        if raise_on_error:
+            results.raise_first()
+        return results
+
+    async def delete_records(
+        self, before_offsets: Mapping[tuple[str, int], int], *, raise_on_error: bool = True,
+        timeout: float | None = None,
+    ) -> Results[tuple[str, int], DeleteRecordsResult]:
+        """Deletes the records of each (topic, partition) below its offset (-1: the high watermark) by moving the
+        log start offset (DeleteRecords, sent to each partition's leader).  Returns each partition's new low
+        watermark; per-partition errors raise unless told not to."""
+        deadline = self._deadline(timeout)
+        pending = dict(before_offsets)
+        done: dict[tuple[str, int], DeleteRecordsResult] = {}
+        last_error: dict[tuple[str, int], KafkaError] = {}
+        backoff = self._backoff()
+
+        def finish(tp: tuple[str, int], low_watermark: int | None, error: KafkaError | None) -> None:
+            done[tp] = DeleteRecordsResult(tp[0], tp[1], low_watermark, error)
+            pending.pop(tp, None)
+
+        async def send(leader: int, parts: dict[tuple[str, int], int]) -> None:
+            by_topic: dict[str, list[DeleteRecordsPartition]] = {}
+            for (topic, index), offset in parts.items():
+                by_topic.setdefault(topic, []).append(DeleteRecordsPartition(partition_index=index, offset=offset))
+            body = [DeleteRecordsTopic(name=name, partitions=ps) for name, ps in by_topic.items()]
+            try:
+                response, _, conn = await self._call(leader, DELETE_RECORDS, lambda v: DeleteRecordsRequest(
+                    topics=body, timeout_ms=self._timeout_ms(deadline)), deadline, retry=False)
+            except AdminError as failure:
+                if not failure.retriable:
+                    raise
+                for tp in parts:  # the leader is gone or moved: look it up again
+                    last_error[tp] = failure
+                self._metadata_stale = True
+                return
+            for t in response.topics:
+                for p in t.partitions:
+                    tp = (t.name, p.partition_index)
+                    if tp not in parts:
+                        continue
+                    error = error_for_code(p.error_code, f"partition {t.name}-{p.partition_index}",
+                                           api="DeleteRecords", broker=conn.address)
+                    if error is None:
+                        finish(tp, p.low_watermark, None)
+                    elif p.error_code in _STALE_LEADER_CODES or error.retriable:
+                        last_error[tp] = error
+                    else:
+                        finish(tp, None, error)
+            for tp in parts:
+                if tp in pending and tp not in last_error:
+                    finish(tp, None, BrokerResponseError(
+                        ErrorCode.UNKNOWN_SERVER_ERROR, f"no result for partition {tp[0]}-{tp[1]} in the response",
+                        api="DeleteRecords", broker=conn.address))
+
+        while pending:
+            last_error = {tp: e for tp, e in last_error.items() if tp in pending}
+            md = await self._refresh_metadata(sorted({topic for topic, _ in pending}), deadline)
+            leaders: dict[int, dict[tuple[str, int], int]] = {}
+            for t in md.topics:
+                partitions = {p.partition_index: p for p in t.partitions}
+                for tp in [tp for tp in pending if tp[0] == t.name]:
+                    p = partitions.get(tp[1])
+                    code = t.error_code or (p.error_code if p is not None else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                    if code and code not in _STALE_LEADER_CODES:
+                        finish(tp, None, error_for_code(code, f"partition {tp[0]}-{tp[1]}", api="Metadata"))
+                    elif code or p is None or p.leader_id < 0:
+                        last_error[tp] = BrokerResponseError(
+                            code or ErrorCode.LEADER_NOT_AVAILABLE, f"partition {tp[0]}-{tp[1]}", api="Metadata")
+                    else:
+                        leaders.setdefault(p.leader_id, {})[tp] = pending[tp]
+            for tp in pending:
+                if tp not in last_error and not any(tp in parts for parts in leaders.values()):
+                    last_error[tp] = BrokerResponseError(
+                        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"partition {tp[0]}-{tp[1]}", api="Metadata")
+            for tp in [tp for parts in leaders.values() for tp in parts]:
+                last_error.pop(tp, None)
+            await asyncio.gather(*(send(leader, parts) for leader, parts in leaders.items()))
+            if not pending:
+                break
+            delay = backoff.next()
+            if deadline.remaining() <= delay:
+                for tp in list(pending):
+                    finish(tp, None, last_error.get(tp) or RequestTimeoutError(
+                        f"DeleteRecords: partition {tp[0]}-{tp[1]} not answered within {deadline.timeout:g}s"))
+                break
+            await asyncio.sleep(delay)
+        out: Results[tuple[str, int], DeleteRecordsResult] = Results()
+        for tp in before_offsets:
+            out[tp] = done[tp]
+        if raise_on_error:
+            out.raise_first()
+        return out
+
     async def _topic_batches(self, names: list[str], api_key: int, build: Callable[[list[str]], Any],
                              entries: Callable[[Any], Any], result: Callable[[Any, str], T],
                              missing: Callable[[str, KafkaError], T], deadline: _Deadline) -> Results[str, T]:
@@ -818,11 +964,13 @@ class AdminClient:
         check: Callable[[Any], int] | None = None,
         message: Callable[[Any], str | None] | None = None,
         min_version: int | None = None,
+        retry: bool = True,
     ) -> tuple[Any, int, ClientConnection]:
         """Sends one request to `target` and returns (response, version, connection), retrying what is retriable.
 
         `build(version)` makes the request for the negotiated version; `check(response)` returns the response's
-        top-level error code, which raises (after retries, if retriable).
+        top-level error code, which raises (after retries, if retriable).  `retry=False`: one attempt, for callers
+        that route around a failure themselves (DeleteRecords looks the leader up again).
         """
         backoff = self._backoff()
         last_error: AdminError | None = None
@@ -849,7 +997,7 @@ class AdminClient:
                     raise last_error from None
                 last_error = error
                 delay = backoff.next()
-                if not error.retriable or deadline.remaining() <= delay:
+                if not retry or not error.retriable or deadline.remaining() <= delay:
                     raise
                 log.debug("retrying", api=api_name(api_key), target=target, error=str(error),
                           delay=round(delay, 3))

@@ -32,6 +32,8 @@ _METHODS = (
     "alter_interbroker_throttled_replicas",
     "create_topics",
     "delete_topics",
+    "create_partitions",
+    "delete_records",
     "describe_configs",
     "incremental_alter_configs",
 )

@@ -31,10 +31,13 @@ __all__ = [
     "ConfigResourceType",
     "ConfigSource",
     "ConfigSynonym",
+    "CreatePartitionsResult",
     "CreateTopicResult",
+    "DeleteRecordsResult",
     "DeleteTopicResult",
     "LogDirInfo",
     "LogDirsByBroker",
+    "NewPartitions",
     "NewTopic",
     "PartitionDescription",
     "ReplicaInfo",
@@ -189,6 +192,31 @@ class CreateTopicResult:
 class DeleteTopicResult:
     name: str
     topic_id: UUID | None
+    error: KafkaError | None
+
+
+@dataclass(frozen=True, slots=True)
+class NewPartitions:
+    """Grow a topic to `total_count` partitions (Kafka's NewPartitions.increaseTo).  `assignments`: the broker ids
+    of each new partition in order, preferred leader first; None lets the controller place them."""
+
+    total_count: int
+    assignments: Sequence[Sequence[int]] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CreatePartitionsResult:
+    name: str
+    error: KafkaError | None
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteRecordsResult:
+    """One partition's DeleteRecords answer: its new low watermark (log start offset), or why not."""
+
+    topic: str
+    partition: int
+    low_watermark: int | None
     error: KafkaError | None
 
 

@@ -5,7 +5,11 @@ request head (bounded in size and time), answers ``GET /metrics`` (or ``/``) wit
 Prometheus' text format, or OpenMetrics when the Accept header asks for it (prometheus_client's encoders), any
 other path with 404 and any other method with 405, then closes.  Building the answer runs on the loop between
 requests; sending it waits on the socket, never the loop, so a scraper that reads slowly or goes away holds only
-its own task, which is dropped after `SEND_TIMEOUT_S`.  Dir sizes are awaited (bounded) before the families are
+its own task, which is dropped after `SEND_TIMEOUT_S`.  The close is staged as RFC 9112 section 9.6 advises: the
+answer is flushed whole, the sending side shut (the scraper sees the end of the answer), and what the scraper still
+sends (a request body, pipelined requests) is read and dropped until it hangs up or `LINGER_S` passes; closing at
+once with bytes unread would make the kernel reset the connection, which can fail the scraper's own sends or cut
+off the answer it has not read yet.  Dir sizes are awaited (bounded) before the families are
 built, so a hung disk never holds up a scrape (kjbod.metrics.collect).
 """
 
@@ -30,6 +34,7 @@ log = structlog.get_logger("kjbod.metrics")
 HEAD_LIMIT = 8192
 READ_TIMEOUT_S = 10.0
 SEND_TIMEOUT_S = 30.0
+LINGER_S = 10.0
 METRICS_PATHS = frozenset({"/metrics", "/"})
 OPENMETRICS_END = b"# EOF\n"
 
@@ -100,8 +105,12 @@ class MetricsEndpoint:
         task = asyncio.current_task()
         if task is not None:
             self._tasks.add(task)
+        # No high-water mark: drain() returns only once the whole answer is in the kernel, so nothing is left in
+        # the transport's buffer for the close to drop.
+        writer.transport.set_write_buffer_limits(high=0)
         try:
             await self._answer(reader, writer)
+            await self._linger(reader, writer)
         except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError):
             pass  # the scraper went away, was too slow, or sent nonsense: only this connection ends
         except Exception:
@@ -110,6 +119,15 @@ class MetricsEndpoint:
             if task is not None:
                 self._tasks.discard(task)
             writer.transport.abort()
+
+    async def _linger(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """After the answer: shut the sending side, then drop what the scraper still sends until it hangs up."""
+        if writer.can_write_eof():
+            writer.write_eof()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(LINGER_S):
+                while await reader.read(65536):
+                    pass
 
     async def _answer(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), READ_TIMEOUT_S)

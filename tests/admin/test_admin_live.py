@@ -22,9 +22,12 @@ from kjbod.admin import (
     BrokerResponseError,
     ConfigResource,
     ErrorCode,
+    NewPartitions,
     NewTopic,
+    RequestTimeoutError,
     SyncAdminClient,
 )
+from tests.datapath.support import RawClient, batch, list_offset, produce
 
 pytestmark = pytest.mark.slow
 
@@ -124,6 +127,76 @@ async def test_delete_topics(kjbod_server):
         assert "doomed" not in await admin.describe_topics()
     assert deleted["doomed"].error is None
     assert missing.value.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+async def test_create_partitions(kjbod_server):
+    async with admin_for(kjbod_server) as admin:
+        await admin.create_topics([NewTopic("growing", 2, 1)])
+        grown = await admin.create_partitions({"growing": 4})
+        placed = await admin.create_partitions({"growing": NewPartitions(5, [[1]])})
+        checked = await admin.create_partitions({"growing": 9}, validate_only=True)
+        topics = await admin.describe_topics(["growing"])
+        bad = await admin.create_partitions({"growing": 3, "no-such-topic": 2, "too-many": NewPartitions(2, [[1, 7]])},
+                                            raise_on_error=False)
+        with pytest.raises(BrokerResponseError) as same:
+            await admin.create_partitions({"growing": 5})
+    assert grown["growing"].error is None and placed["growing"].error is None and checked["growing"].error is None
+    assert [(p.partition, p.replicas) for p in topics["growing"].partitions] == [(i, (1,)) for i in range(5)]
+    assert list(bad) == ["growing", "no-such-topic", "too-many"]
+    assert bad["growing"].error.code == ErrorCode.INVALID_PARTITIONS  # fewer than it has
+    assert bad["no-such-topic"].error.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    assert bad["too-many"].error is not None
+    assert same.value.code == ErrorCode.INVALID_PARTITIONS and same.value.api == "CreatePartitions"
+
+
+def test_create_partitions_and_delete_records_sync(kjbod_server):
+    with SyncAdminClient(kjbod_server.bootstrap, request_timeout=15) as admin:
+        admin.create_topics([NewTopic("sync-grown", 1, 1)])
+        assert admin.create_partitions({"sync-grown": 2})["sync-grown"].error is None
+        assert len(admin.describe_topics(["sync-grown"])["sync-grown"].partitions) == 2
+        result = admin.delete_records({("sync-grown", 1): -1})
+    assert result[("sync-grown", 1)].low_watermark == 0 and result[("sync-grown", 1)].error is None
+
+
+async def test_delete_records(kjbod_server):
+    async with admin_for(kjbod_server) as admin:
+        await admin.create_topics([NewTopic("trimmed", 2, 1)])
+        with RawClient.to(kjbod_server) as raw:
+            for partition, count in ((0, 10), (1, 3)):
+                records = batch([b"v%d" % i for i in range(count)])
+                assert produce(raw, "trimmed", partition, records).error_code == 0
+            deleted = await admin.delete_records({("trimmed", 0): 4, ("trimmed", 1): -1})
+            earliest = [list_offset(raw, "trimmed", p, -2).offset for p in (0, 1)]
+            mixed = await admin.delete_records({("trimmed", 0): 6, ("trimmed", 1): 50},
+                                               raise_on_error=False)
+            with pytest.raises(BrokerResponseError) as beyond:
+                await admin.delete_records({("trimmed", 1): 4})
+            earliest_after = [list_offset(raw, "trimmed", p, -2).offset for p in (0, 1)]
+    assert [(r.topic, r.partition, r.low_watermark, r.error) for r in deleted.values()] == [
+        ("trimmed", 0, 4, None), ("trimmed", 1, 3, None)]
+    assert earliest == [4, 3]
+    assert mixed[("trimmed", 0)].low_watermark == 6 and mixed[("trimmed", 0)].error is None
+    assert mixed[("trimmed", 1)].low_watermark is None
+    assert mixed[("trimmed", 1)].error.code == ErrorCode.OFFSET_OUT_OF_RANGE
+    assert beyond.value.code == ErrorCode.OFFSET_OUT_OF_RANGE and beyond.value.api == "DeleteRecords"
+    assert earliest_after == [6, 3]
+
+
+async def test_delete_records_of_a_partition_that_does_not_exist_ends_at_the_deadline(kjbod_server):
+    """As Kafka's admin client, a partition Metadata does not know is looked up again (it may be new) until the
+    call's deadline; then it gets the code Metadata gave, while the partitions that exist are answered."""
+    async with admin_for(kjbod_server) as admin:
+        await admin.create_topics([NewTopic("present", 1, 1)])
+        result = await admin.delete_records({("present", 0): 0, ("present", 3): 0, ("absent", 0): 0},
+                                            raise_on_error=False, timeout=2)
+        closed = AdminClient(kjbod_server.bootstrap, request_timeout=15)
+        await closed.close()
+        with pytest.raises(RuntimeError):
+            await closed.delete_records({("present", 0): 0})
+    assert result[("present", 0)].error is None and result[("present", 0)].low_watermark == 0
+    for tp in (("present", 3), ("absent", 0)):
+        assert result[tp].error.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION and result[tp].low_watermark is None
+    assert not isinstance(result[("absent", 0)].error, RequestTimeoutError)
 
 
 # ================================================================================================ log dirs

@@ -108,8 +108,19 @@ def test_openmetrics_404_and_a_slow_scraper_does_not_stall_the_broker(tmp_path, 
         assert status == 200 and ctype.startswith("text/plain") and "# EOF" not in body
         status, _ctype, body = get(port, "/nothing-here")
         assert status == 404 and "/metrics" in body
+        # A request with a body the endpoint never reads: the answer arrives whole and the connection ends cleanly
+        # (the unread body is drained, so the kernel does not reset the connection under the reader).
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as poster:
+            payload = b"x" * 300_000
+            poster.sendall(b"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(payload)
+                           + payload)
+            answer = b""
+            while chunk := poster.recv(65536):
+                answer += chunk
+        assert answer.startswith(b"HTTP/1.1 405 ") and answer.endswith(b"only GET and HEAD\n"), answer
 
-        # One scraper sends half a request and waits; another asks and never reads; a third hangs up mid-request.
+        # One scraper sends half a request and waits; another pipelines requests and never reads (the endpoint
+        # answers the first, then drains the rest until the scraper hangs up); a third hangs up mid-request.
         idle = socket.create_connection(("127.0.0.1", port))
         idle.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
         deaf = socket.create_connection(("127.0.0.1", port))
