@@ -1,0 +1,281 @@
+"""Consumer groups against a real `kjbod serve`: kafka-python, confluent-kafka and aiokafka group consumers.
+
+Strategy: one single-node server per module with `offsets.topic.replication.factor=1` (one broker), a short
+`group.initial.rebalance.delay.ms` and a low `group.min.session.timeout.ms`, so rebalances take under seconds.
+Every test makes its own topic and group.  What is checked: two consumers of one group split the partitions
+between them; committed offsets are what OffsetFetch answers and survive a restart of the broker (they are
+records of `__consumer_offsets`, loaded back when the broker leads the partition again); a consumer restarting
+resumes after its last commit and sees no record twice; bad requests get Kafka's codes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+
+import pytest
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.admin import KafkaAdminClient, NewTopic
+from live import LiveServer, start_server
+
+from kjbod.net.connection import ClientConnection
+from kjbod.protocol.errors import ErrorCode
+from kjbod.protocol.generated import (
+    FindCoordinatorRequest,
+    HeartbeatRequest,
+    JoinGroupRequest,
+    MetadataRequest,
+    OffsetCommitRequest,
+    SyncGroupRequest,
+)
+from kjbod.protocol.generated.join_group_request import JoinGroupRequestProtocol
+from kjbod.protocol.generated.offset_commit_request import (
+    OffsetCommitRequestPartition,
+    OffsetCommitRequestTopic,
+)
+
+pytestmark = pytest.mark.slow
+
+OVERRIDES = {
+    "offsets.topic.replication.factor": "1",
+    "offsets.topic.num.partitions": "5",
+    "group.initial.rebalance.delay.ms": "100",
+    "group.min.session.timeout.ms": "1000",
+    "auto.create.topics.enable": "false",
+    "offset.metadata.max.bytes": "100",
+}
+WAIT_S = 60.0
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory):
+    s = start_server(tmp_path_factory.mktemp("groups"), log_dir_count=2, overrides=OVERRIDES)
+    yield s
+    s.stop()
+
+
+class Conn:
+    """A plain Kafka connection for hand-made requests."""
+
+    def __init__(self, conn: ClientConnection) -> None:
+        self.conn = conn
+
+    def request(self, message, version: int):
+        return self.conn.request(message.API_KEY, version, message, 30.0)
+
+    async def close(self) -> None:
+        self.conn.close()
+
+
+async def open_connection(host: str, port: int) -> Conn:
+    return Conn(await ClientConnection.open(host, port, client_id="groups-test", connect_timeout=10.0))
+
+
+def make_topic(server: LiveServer, partitions: int, records: int) -> str:
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    admin = KafkaAdminClient(bootstrap_servers=server.bootstrap)
+    try:
+        admin.create_topics([NewTopic(name, partitions, 1)])
+    finally:
+        admin.close()
+    producer = KafkaProducer(bootstrap_servers=server.bootstrap)
+    try:
+        for i in range(records):
+            producer.send(name, value=f"v{i}".encode(), partition=i % partitions)
+        producer.flush()
+    finally:
+        producer.close()
+    return name
+
+
+def consumer(server: LiveServer, topic: str, group: str, **extra) -> KafkaConsumer:
+    options = dict(bootstrap_servers=server.bootstrap, group_id=group, auto_offset_reset="earliest",
+                   enable_auto_commit=False, session_timeout_ms=6000, heartbeat_interval_ms=300,
+                   consumer_timeout_ms=200)
+    options.update(extra)
+    c = KafkaConsumer(**options)
+    c.subscribe([topic])
+    return c
+
+
+def drain(c: KafkaConsumer, want: int, seen: list) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while len(seen) < want and time.monotonic() < deadline:
+        for batch in c.poll(timeout_ms=200).values():
+            seen.extend(r.value for r in batch)
+
+
+def test_two_kafka_python_consumers_split_the_partitions_and_a_restart_resumes_after_the_commit(server):
+    topic = make_topic(server, 4, 40)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    a, b = consumer(server, topic, group), consumer(server, topic, group)
+    try:
+        seen_a: list = []
+        seen_b: list = []
+        deadline = time.monotonic() + WAIT_S
+        while time.monotonic() < deadline and not (
+                len(a.assignment()) == 2 and len(b.assignment()) == 2 and len(seen_a) + len(seen_b) >= 40):
+            for c, seen in ((a, seen_a), (b, seen_b)):
+                for batch in c.poll(timeout_ms=100).values():
+                    seen.extend(r.value for r in batch)
+        assert {tp.partition for tp in a.assignment()} | {tp.partition for tp in b.assignment()} == {0, 1, 2, 3}
+        assert not {tp.partition for tp in a.assignment()} & {tp.partition for tp in b.assignment()}
+        assert sorted(seen_a + seen_b) == sorted(f"v{i}".encode() for i in range(40))
+        a.commit()
+        b.commit()
+        committed = {p: a.committed(TopicPartition(topic, p)) for p in range(4)}
+        assert committed == dict.fromkeys(range(4), 10)
+    finally:
+        a.close()
+        b.close()
+    # Ten more records; a new consumer of the group reads those only.
+    producer = KafkaProducer(bootstrap_servers=server.bootstrap)
+    for i in range(40, 50):
+        producer.send(topic, value=f"v{i}".encode(), partition=i % 4)
+    producer.flush()
+    producer.close()
+    c = consumer(server, topic, group)
+    try:
+        seen: list = []
+        drain(c, 10, seen)
+        assert sorted(seen) == sorted(f"v{i}".encode() for i in range(40, 50))
+    finally:
+        c.close()
+
+
+def test_committed_offsets_survive_a_broker_restart(server):
+    topic = make_topic(server, 2, 6)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    c = consumer(server, topic, group)
+    try:
+        seen: list = []
+        drain(c, 6, seen)
+        c.commit()
+    finally:
+        c.close()
+    server.stop()
+    server.start()
+    c = KafkaConsumer(bootstrap_servers=server.bootstrap, group_id=group, enable_auto_commit=False)
+    try:
+        deadline = time.monotonic() + WAIT_S
+        got = None
+        while time.monotonic() < deadline:
+            try:
+                got = {p: c.committed(TopicPartition(topic, p)) for p in range(2)}
+            except Exception:  # the coordinator may still be loading
+                time.sleep(0.2)
+                continue
+            if None not in got.values():
+                break
+            time.sleep(0.2)
+        assert got == {0: 3, 1: 3}
+    finally:
+        c.close()
+
+
+def test_the_offsets_topic_is_internal_in_metadata(server):
+    make_topic(server, 1, 0)
+    c = KafkaConsumer(bootstrap_servers=server.bootstrap, group_id=f"g-{uuid.uuid4().hex[:8]}")
+    try:
+        c.committed(TopicPartition("x", 0))  # finds the coordinator: the topic is made
+    except Exception:
+        pass
+    finally:
+        c.close()
+
+    async def ask():
+        conn = await open_connection("127.0.0.1", server.port)
+        try:
+            return await conn.request(MetadataRequest(topics=None), 12)
+        finally:
+            await conn.close()
+
+    resp = asyncio.run(ask())
+    offsets = [t for t in resp.topics if t.name == "__consumer_offsets"]
+    assert len(offsets) == 1 and offsets[0].is_internal and len(offsets[0].partitions) == 5
+    assert all(not t.is_internal for t in resp.topics if t.name != "__consumer_offsets")
+
+
+def test_bad_group_requests_get_kafkas_codes(server):
+    topic = make_topic(server, 1, 0)
+
+    async def run():
+        conn = await open_connection("127.0.0.1", server.port)
+        try:
+            group = f"g-{uuid.uuid4().hex[:8]}"
+            found = await conn.request(FindCoordinatorRequest(key_type=0, coordinator_keys=[group]), 4)
+            assert found.coordinators[0].error_code == 0
+            assert found.coordinators[0].node_id == server.node_id
+            for _ in range(300):  # the coordinator loads its partition of __consumer_offsets first
+                hb = await conn.request(HeartbeatRequest(group_id=group, generation_id=0, member_id="m"), 4)
+                if hb.error_code != ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
+                    break
+                await asyncio.sleep(0.1)
+            assert hb.error_code == ErrorCode.UNKNOWN_MEMBER_ID
+
+            def join(**kw):
+                args = dict(group_id=group, session_timeout_ms=6000, rebalance_timeout_ms=6000, member_id="",
+                            protocol_type="consumer",
+                            protocols=[JoinGroupRequestProtocol(name="range", metadata=b"x")])
+                args.update(kw)
+                return conn.request(JoinGroupRequest(**args), 9)
+
+            assert (await join(group_id="")).error_code == ErrorCode.INVALID_GROUP_ID
+            assert (await join(session_timeout_ms=10)).error_code == ErrorCode.INVALID_SESSION_TIMEOUT
+            assert (await join(protocols=[])).error_code == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+            assert (await join(member_id="nobody")).error_code == ErrorCode.UNKNOWN_MEMBER_ID
+            first = await join()
+            assert first.error_code == ErrorCode.MEMBER_ID_REQUIRED and first.member_id
+            joined = await join(member_id=first.member_id)
+            assert joined.error_code == 0 and joined.leader == first.member_id and joined.generation_id == 1
+            assert (await join(protocol_type="connect")).error_code == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+            member, gen = first.member_id, joined.generation_id
+            sync = await conn.request(SyncGroupRequest(group_id=group, generation_id=gen + 1, member_id=member), 5)
+            assert sync.error_code == ErrorCode.ILLEGAL_GENERATION
+            sync = await conn.request(SyncGroupRequest(group_id=group, generation_id=gen, member_id="x"), 5)
+            assert sync.error_code == ErrorCode.UNKNOWN_MEMBER_ID
+            hb = await conn.request(HeartbeatRequest(group_id=group, generation_id=gen, member_id=member), 4)
+            assert hb.error_code == 0
+            hb = await conn.request(HeartbeatRequest(group_id=group, generation_id=gen + 5, member_id=member), 4)
+            assert hb.error_code == ErrorCode.ILLEGAL_GENERATION
+
+            def commit(topic_name, **kw):
+                args = dict(group_id=group, generation_id_or_member_epoch=gen, member_id=member, topics=[
+                    OffsetCommitRequestTopic(name=topic_name, partitions=[
+                        OffsetCommitRequestPartition(partition_index=0, committed_offset=0)])])
+                args.update(kw)
+                return conn.request(OffsetCommitRequest(**args), 9)
+
+            code = lambda r: r.topics[0].partitions[0].error_code  # noqa: E731
+            assert code(await commit("no-such-topic")) == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            assert code(await commit(topic, group_id="")) == ErrorCode.INVALID_GROUP_ID
+            assert code(await commit(topic, member_id="other")) == ErrorCode.UNKNOWN_MEMBER_ID
+            assert code(await commit(topic, generation_id_or_member_epoch=gen + 1)) == ErrorCode.ILLEGAL_GENERATION
+            assert code(await commit(topic)) == ErrorCode.REBALANCE_IN_PROGRESS  # no SyncGroup yet
+            await conn.request(SyncGroupRequest(group_id=group, generation_id=gen, member_id=member), 5)
+            assert code(await commit(topic)) == 0
+            too_long = OffsetCommitRequestTopic(name=topic, partitions=[OffsetCommitRequestPartition(
+                partition_index=0, committed_offset=0, committed_metadata="x" * 101)])
+            assert code(await commit(topic, topics=[too_long])) == ErrorCode.OFFSET_METADATA_TOO_LARGE
+        finally:
+            await conn.close()
+
+    asyncio.run(run())
+
+
+def test_the_offsets_topic_waits_for_as_many_brokers_as_its_replication_factor(kjbod_server_factory):
+    """Kafka's default offsets.topic.replication.factor is 3: one broker cannot make the topic, and a group's
+    FindCoordinator answers COORDINATOR_NOT_AVAILABLE naming why (clients retry it)."""
+    lone = kjbod_server_factory(log_dir_count=1)
+
+    async def run():
+        conn = await open_connection("127.0.0.1", lone.port)
+        try:
+            return await conn.request(FindCoordinatorRequest(key_type=0, coordinator_keys=["g"]), 4)
+        finally:
+            await conn.close()
+
+    found = asyncio.run(run()).coordinators[0]
+    assert found.error_code == ErrorCode.COORDINATOR_NOT_AVAILABLE and found.node_id == -1
+    assert "__consumer_offsets" in found.error_message
