@@ -21,6 +21,7 @@ none of this.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable
 from typing import Any
@@ -124,6 +125,7 @@ class GroupCoordinator:
         self.owned: set[int] = set()
         self.loading: set[int] = set()
         self._creating: asyncio.Task | None = None
+        self._loaded: dict[int, asyncio.Event] = {}
 
     # ------------------------------------------------------------------------------------------- hosting
     def start(self) -> None:
@@ -170,8 +172,27 @@ class GroupCoordinator:
             self.book.unload(gone)
             log.info("groups_unloaded", partition=p, groups=len(gone))
         for p in led - self.owned - self.loading:
+            if self._empty(p):  # nothing to read (a new topic): served at once
+                self.owned.add(p)
+                continue
             self.loading.add(p)
+            self._loaded.setdefault(p, asyncio.Event()).clear()
             self.node.spawn(self._load(p))
+
+    def _empty(self, p: int) -> bool:
+        try:
+            plog = self.node.partition_log(OFFSETS_TOPIC, p)
+        except Exception:  # not here yet (being created): loaded the usual way once it is
+            return False
+        return plog.log_end_offset == plog.log_start_offset
+
+    async def wait_loaded(self, group_id: str, timeout_s: float) -> None:
+        """Waits (bounded) while the group's partition is loading here, so FindCoordinator's answer is followed
+        by requests the coordinator can serve (clients differ in how they take COORDINATOR_LOAD_IN_PROGRESS)."""
+        p = self.partition_of(group_id)
+        if p in self.loading:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._loaded.setdefault(p, asyncio.Event()).wait(), timeout_s)
 
     async def ensure_topic(self) -> tuple[int, str | None]:
         """Creates `__consumer_offsets` when missing (once at a time); (code, message) for FindCoordinator."""
@@ -219,6 +240,8 @@ class GroupCoordinator:
             log.exception("offsets_partition_load_failed", partition=p)
             self.loading.discard(p)  # tried again on the next tick while it is still led here
             return
+        finally:
+            self._loaded.setdefault(p, asyncio.Event()).set()
         if p in self.loading:
             self.loading.discard(p)
             self.owned.add(p)

@@ -32,6 +32,7 @@ from kjbod.protocol.generated.find_coordinator_response import Coordinator
 log = structlog.get_logger("kjbod.find_coordinator")
 
 GROUP, TRANSACTION, SHARE = 0, 1, 2
+LOAD_WAIT_S = 5.0  # how long a FindCoordinator naming this broker waits for the group's partition to load
 TRANSACTION_REASON = "transactions are not served by kjbod yet: produce without a transactional id"
 
 # (connection id, key type) pairs already warned about.  Clients ask again every few hundred milliseconds on the
@@ -76,6 +77,9 @@ async def handle(node, request, body: FindCoordinatorRequest) -> FindCoordinator
             problem = problem or f"{OFFSETS_TOPIC} does not exist yet"
             _warn_once(request, body.key_type, "group", problem, keys)
         answers = [_group_coordinator(node, request, key, problem if code else None) for key in keys]
+        for a in answers:
+            if a.node_id == node.node_id:
+                await coordinator_of(node).wait_loaded(a.key, LOAD_WAIT_S)
     else:
         if body.key_type == TRANSACTION:
             code, message = ErrorCode.COORDINATOR_NOT_AVAILABLE, f"kjbod has no transaction coordinator " \
