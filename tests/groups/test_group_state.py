@@ -343,3 +343,19 @@ def test_the_broker_keys_reach_the_coordinator():
     assert cfg == GroupConfig(initial_rebalance_delay_ms=7, min_session_timeout_ms=11, max_session_timeout_ms=13,
                               max_size=17, offset_metadata_max_bytes=19)
     assert (partitions, rf) == (23, 1)
+
+
+def test_members_that_never_sync_are_dropped_after_the_rebalance_timeout():
+    book = GroupBook(CFG)
+    a = join(book, 0, v4=False)
+    b = join(book, 0, v4=False)
+    book.tick(100)
+    book.tick(200)
+    leader = a.last.leader
+    follower = b.last.member_id if a.last.member_id == leader else a.last.member_id
+    waiting = sync(book, 300, follower, 1)  # the leader never sends the assignment
+    book.heartbeat(3000, G, 1, leader, None)
+    book.tick(200 + 5_000)  # the rebalance timeout since the join completed
+    group = book.groups[G]
+    assert leader not in group.members and group.state is GroupState.PREPARING_REBALANCE
+    assert waiting.last.error_code == ErrorCode.REBALANCE_IN_PROGRESS

@@ -15,25 +15,36 @@ import time
 import uuid
 
 import pytest
-from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka import KafkaConsumer, KafkaProducer, OffsetAndMetadata, TopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
 from live import LiveServer, start_server
 
 from kjbod.net.connection import ClientConnection
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import (
+    DeleteGroupsRequest,
+    DescribeGroupsRequest,
     FindCoordinatorRequest,
     HeartbeatRequest,
     JoinGroupRequest,
+    LeaveGroupRequest,
     MetadataRequest,
     OffsetCommitRequest,
+    OffsetDeleteRequest,
+    OffsetFetchRequest,
     SyncGroupRequest,
 )
 from kjbod.protocol.generated.join_group_request import JoinGroupRequestProtocol
+from kjbod.protocol.generated.leave_group_request import MemberIdentity
 from kjbod.protocol.generated.offset_commit_request import (
     OffsetCommitRequestPartition,
     OffsetCommitRequestTopic,
 )
+from kjbod.protocol.generated.offset_delete_request import (
+    OffsetDeleteRequestPartition,
+    OffsetDeleteRequestTopic,
+)
+from kjbod.protocol.generated.offset_fetch_request import OffsetFetchRequestGroup
 
 pytestmark = pytest.mark.slow
 
@@ -279,3 +290,65 @@ def test_the_offsets_topic_waits_for_as_many_brokers_as_its_replication_factor(k
     found = asyncio.run(run()).coordinators[0]
     assert found.error_code == ErrorCode.COORDINATOR_NOT_AVAILABLE and found.node_id == -1
     assert "__consumer_offsets" in found.error_message
+
+
+def test_delete_groups_and_offset_delete(server):
+    """DeleteGroups refuses a group with members (NON_EMPTY_GROUP) and an unknown one (GROUP_ID_NOT_FOUND);
+    OffsetDelete keeps the offsets of topics a member subscribes to (GROUP_SUBSCRIBED_TO_TOPIC) and removes the
+    others; once the group is empty both go, and OffsetFetch then answers no offsets."""
+    subscribed, other = make_topic(server, 1, 0), make_topic(server, 1, 0)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    # A kafka-python consumer subscribed to one topic, whose group also committed an offset for another.
+    c = consumer(server, subscribed, group)
+    try:
+        drain(c, 0, [])
+        deadline = time.monotonic() + WAIT_S
+        while not c.assignment() and time.monotonic() < deadline:
+            c.poll(timeout_ms=100)
+        c.commit({TopicPartition(subscribed, 0): OffsetAndMetadata(1, "", -1),
+                  TopicPartition(other, 0): OffsetAndMetadata(2, "", -1)})
+
+        async def while_member():
+            conn = await open_connection("127.0.0.1", server.port)
+            try:
+                deleted = await conn.request(DeleteGroupsRequest(groups_names=[group, "no-such-group"]), 2)
+                assert [(r.group_id, r.error_code) for r in deleted.results] == [
+                    (group, ErrorCode.NON_EMPTY_GROUP), ("no-such-group", ErrorCode.GROUP_ID_NOT_FOUND)]
+                described = await conn.request(DescribeGroupsRequest(groups=[group]), 5)
+                g = described.groups[0]
+                assert (g.error_code, g.group_state, g.protocol_type, len(g.members)) == (0, "Stable", "consumer", 1)
+                gone = await conn.request(OffsetDeleteRequest(group_id=group, topics=[
+                    OffsetDeleteRequestTopic(name=subscribed, partitions=[OffsetDeleteRequestPartition(0)]),
+                    OffsetDeleteRequestTopic(name=other, partitions=[OffsetDeleteRequestPartition(0)]),
+                    OffsetDeleteRequestTopic(name="no-such-topic", partitions=[OffsetDeleteRequestPartition(0)])]), 0)
+                assert gone.error_code == 0
+                assert [(t.name, t.partitions[0].error_code) for t in gone.topics] == [
+                    (subscribed, ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC), (other, 0),
+                    ("no-such-topic", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)]
+                missing = await conn.request(OffsetDeleteRequest(group_id="no-such-group"), 0)
+                assert missing.error_code == ErrorCode.GROUP_ID_NOT_FOUND
+            finally:
+                await conn.close()
+
+        asyncio.run(while_member())
+        assert c.committed(TopicPartition(subscribed, 0)) == 1
+        assert c.committed(TopicPartition(other, 0)) is None
+    finally:
+        c.close()  # leaves the group: it is empty now
+
+    async def once_empty():
+        conn = await open_connection("127.0.0.1", server.port)
+        try:
+            deleted = await conn.request(DeleteGroupsRequest(groups_names=[group]), 2)
+            assert [(r.group_id, r.error_code) for r in deleted.results] == [(group, 0)]
+            fetched = await conn.request(OffsetFetchRequest(groups=[OffsetFetchRequestGroup(group_id=group,
+                                                                                            topics=None)]), 8)
+            assert fetched.groups[0].error_code == 0 and fetched.groups[0].topics == []
+            again = await conn.request(DeleteGroupsRequest(groups_names=[group]), 2)
+            assert again.results[0].error_code == ErrorCode.GROUP_ID_NOT_FOUND
+            left = await conn.request(LeaveGroupRequest(group_id=group, members=[MemberIdentity(member_id="x")]), 5)
+            assert (left.error_code, [m.error_code for m in left.members]) == (0, [ErrorCode.UNKNOWN_MEMBER_ID])
+        finally:
+            await conn.close()
+
+    asyncio.run(once_empty())

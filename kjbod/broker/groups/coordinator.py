@@ -334,6 +334,15 @@ class GroupCoordinator:
         """A generation settled (or the group emptied): its metadata is written, as Kafka does after a sync."""
         self.node.spawn(self.append(group.group_id, [(rec.group_key(group.group_id), rec.group_value(snapshot(group)))]))
 
+    async def delete_offsets(self, group_id: str, partitions: list[tuple[str, int]]) -> int:
+        """Tombstones for some of a group's offsets; the partition's error code (0: deleted)."""
+        code = await self.append(group_id, [(rec.offset_key(group_id, t, p), None) for t, p in partitions])
+        group = self.book.groups.get(group_id)
+        if code == 0 and group is not None:
+            for tp in partitions:
+                group.offsets.pop(tp, None)
+        return code
+
     async def delete_group(self, group_id: str) -> int:
         group = self.book.groups.get(group_id)
         pairs: list[tuple[bytes, bytes | None]] = [(rec.group_key(group_id), None)]

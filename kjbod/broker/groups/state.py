@@ -125,6 +125,8 @@ class Group:
     static: dict[str, str] = field(default_factory=dict)  # group instance id -> member id
     offsets: dict[tuple[str, int], CommittedOffset] = field(default_factory=dict)
     join_deadline_ms: int = 0
+    sync_deadline_ms: int = 0  # CompletingRebalance: members that have not sent SyncGroup by then are dropped
+    pending_sync: set[str] = field(default_factory=set)
     initial_delay: bool = False  # the rebalance started from Empty and waits for more members to arrive
     initial_delay_left_ms: int = 0
     joined_during_delay: bool = False
@@ -334,6 +336,8 @@ class GroupBook:
             group.leader_id = next(iter(group.members))
         group.protocol_name = group.select_protocol()
         self._move(now, group, GroupState.COMPLETING_REBALANCE)
+        group.pending_sync = set(group.members)
+        group.sync_deadline_ms = now + max(m.rebalance_timeout_ms for m in group.members.values())
         for m in group.members.values():
             waiter, m.join_waiter = m.join_waiter, None
             m.deadline_ms = now + m.session_timeout_ms
@@ -376,6 +380,7 @@ class GroupBook:
         if group.is_(GroupState.STABLE):
             return reply(SyncResult(ErrorCode.NONE, member.assignment, group.protocol_type, group.protocol_name))
         # CompletingRebalance
+        group.pending_sync.discard(member_id)
         member.sync_waiter = reply
         if member_id == group.leader_id:
             for m in group.members.values():
@@ -485,6 +490,13 @@ class GroupBook:
                 if member.deadline_ms <= now and member.join_waiter is None and member.sync_waiter is None \
                         and member.member_id in group.members:
                     self._drop(now, group, member, ErrorCode.UNKNOWN_MEMBER_ID)
+            if group.is_(GroupState.COMPLETING_REBALANCE) and group.sync_deadline_ms <= now and group.pending_sync:
+                # Kafka's pending-sync timeout: who did not ask for its assignment in time is dropped, and the
+                # group rebalances without it (a leader that never syncs would otherwise hold everyone).
+                for member_id in list(group.pending_sync):
+                    if member_id in group.members:
+                        self._drop(now, group, group.members[member_id], ErrorCode.UNKNOWN_MEMBER_ID)
+                group.pending_sync.clear()
             if group.is_(GroupState.PREPARING_REBALANCE) and group.join_deadline_ms <= now:
                 if group.initial_delay and group.joined_during_delay and group.initial_delay_left_ms > 0:
                     step = min(self.config.initial_rebalance_delay_ms, group.initial_delay_left_ms)
@@ -538,6 +550,18 @@ class GroupBook:
             return dict(offsets)
         return {tp: offsets.get(tp) for tp in partitions}
 
+    def subscribed_topics(self, group: Group) -> set[str] | None:
+        """The topics a consumer group's members subscribe to (from their subscriptions, Kafka's
+        ConsumerProtocolSubscription), or None when the group is not a consumer group."""
+        if group.protocol_type != "consumer":
+            return None
+        topics: set[str] = set()
+        for m in group.members.values():
+            data = m.metadata_for(group.protocol_name) if group.protocol_name else \
+                (m.protocols[0][1] if m.protocols else b"")
+            topics |= subscription_topics(data)
+        return topics
+
     # ------------------------------------------------------------------------------------------- unloading
     def unload(self, group_ids: list[str], code: int = ErrorCode.NOT_COORDINATOR) -> None:
         """The groups moved away (their offsets partition is led elsewhere now): answer whatever waits."""
@@ -552,3 +576,20 @@ class GroupBook:
                 if m.sync_waiter is not None:
                     m.sync_waiter(SyncResult(code))
                 m.join_waiter = m.sync_waiter = None
+
+
+def subscription_topics(data: bytes) -> set[str]:
+    """The topics of a consumer's subscription (ConsumerProtocolSubscription, any version: an int16 version, then
+    an int32 count of int16-length strings); empty when the bytes do not hold one."""
+    import struct
+
+    try:
+        (count,) = struct.unpack_from(">i", data, 2)
+        pos, out = 6, set()
+        for _ in range(max(count, 0)):
+            (n,) = struct.unpack_from(">h", data, pos)
+            out.add(data[pos + 2:pos + 2 + n].decode("utf-8"))
+            pos += 2 + n
+        return out
+    except (struct.error, UnicodeDecodeError):
+        return set()

@@ -35,6 +35,7 @@ from kjbod.broker.handlers import (  # noqa: F401
     list_partition_reassignments,
     metadata,
     offset_commit,
+    offset_delete,
     offset_fetch,
     offset_for_leader_epoch,
     produce,
