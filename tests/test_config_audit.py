@@ -152,6 +152,9 @@ EFFECTS: dict[str, list[str]] = {
     "group.max.size": [f"{GROUPS}::test_the_broker_keys_reach_the_coordinator", f"{GROUPS}::test_group_max_size"],
     "offset.metadata.max.bytes": [f"{GROUPS_LIVE}::test_bad_group_requests_get_kafkas_codes"],
     "offsets.topic.num.partitions": [f"{GROUPS_LIVE}::test_the_offsets_topic_is_internal_in_metadata"],
+    "offsets.retention.minutes": [f"{GROUPS}::test_the_broker_keys_reach_the_coordinator",
+                                  f"{GROUPS}::test_offset_expiry_follows_kafkas_conditions"],
+    "offsets.retention.check.interval.ms": [f"{GROUPS_LIVE}::test_expired_offsets_are_removed"],
     "offsets.topic.replication.factor": [
         f"{GROUPS_LIVE}::test_the_offsets_topic_waits_for_as_many_brokers_as_its_replication_factor"],
     "min.insync.replicas": [f"{REPLICATION}::test_lag_time_and_min_isr_change_what_a_leader_does"],

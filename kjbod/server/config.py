@@ -320,6 +320,10 @@ KEYS: dict[str, KeyDef] = {
         KeyDef("group.max.session.timeout.ms", _int(), 1_800_000),
         KeyDef("group.max.size", _int(1), 2**31 - 1),
         KeyDef("offset.metadata.max.bytes", _int(), 4096),
+        KeyDef("offsets.retention.minutes", _int(1), 10080,
+               "how long a group's committed offsets are kept once the group is empty (Kafka has no ms key)",
+               into="offsets_retention_ms"),
+        KeyDef("offsets.retention.check.interval.ms", _long(1), 600_000),
         KeyDef("num.replica.fetchers", _int(1), 1),
         KeyDef("min.insync.replicas", _int(1), 1),
         KeyDef("replication.quota.window.num", _int(1), 11,
@@ -432,6 +436,8 @@ class ServerConfig:
     group_max_session_timeout_ms: int = 1_800_000
     group_max_size: int = 2**31 - 1
     offset_metadata_max_bytes: int = 4096
+    offsets_retention_ms: int = 7 * 24 * 3600 * 1000
+    offsets_retention_check_interval_ms: int = 600_000
     num_replica_fetchers: int = 1
     min_insync_replicas: int = 1
     replication_quota_window_num: int = 11
@@ -802,6 +808,8 @@ def build_config(
         group_max_session_timeout_ms=get("group.max.session.timeout.ms"),
         group_max_size=get("group.max.size"),
         offset_metadata_max_bytes=get("offset.metadata.max.bytes"),
+        offsets_retention_ms=get("offsets.retention.minutes") * 60_000,
+        offsets_retention_check_interval_ms=get("offsets.retention.check.interval.ms"),
         num_replica_fetchers=get("num.replica.fetchers"),
         min_insync_replicas=get("min.insync.replicas"),
         replication_quota_window_num=get("replication.quota.window.num"),

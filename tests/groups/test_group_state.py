@@ -339,9 +339,10 @@ def test_the_broker_keys_reach_the_coordinator():
     cfg, partitions, rf = config_from(SimpleNamespace(config=build_config({
         **base, "group.initial.rebalance.delay.ms": "7", "group.min.session.timeout.ms": "11",
         "group.max.session.timeout.ms": "13", "group.max.size": "17", "offset.metadata.max.bytes": "19",
-        "offsets.topic.num.partitions": "23", "offsets.topic.replication.factor": "1"})))
+        "offsets.topic.num.partitions": "23", "offsets.topic.replication.factor": "1",
+        "offsets.retention.minutes": "29"})))
     assert cfg == GroupConfig(initial_rebalance_delay_ms=7, min_session_timeout_ms=11, max_session_timeout_ms=13,
-                              max_size=17, offset_metadata_max_bytes=19)
+                              max_size=17, offset_metadata_max_bytes=19, offsets_retention_ms=29 * 60_000)
     assert (partitions, rf) == (23, 1)
 
 
@@ -359,3 +360,26 @@ def test_members_that_never_sync_are_dropped_after_the_rebalance_timeout():
     group = book.groups[G]
     assert leader not in group.members and group.state is GroupState.PREPARING_REBALANCE
     assert waiting.last.error_code == ErrorCode.REBALANCE_IN_PROGRESS
+
+
+def test_offset_expiry_follows_kafkas_conditions():
+    day = 24 * 3600 * 1000
+    book = GroupBook(GroupConfig(initial_rebalance_delay_ms=100, min_session_timeout_ms=1000,
+                                 offsets_retention_ms=day))
+    # An empty group (simple commits): its offsets go a retention after the later of emptiness and the commit.
+    book.check_commit(0, "simple", -1, "", None)
+    book.commit("simple", {("t", 0): CommittedOffset(1, -1, "", 10), ("t", 1): CommittedOffset(1, -1, "", 500)})
+    assert book.expired_offsets(day + 9) == {}
+    assert book.expired_offsets(day + 10) == {"simple": [("t", 0)]}
+    assert book.expired_offsets(day + 500) == {"simple": [("t", 0), ("t", 1)]}
+    # An offset committed with its own retention (v2-v4) goes at its expire timestamp.
+    book.commit("simple", {("t", 2): CommittedOffset(1, -1, "", 0, expire_timestamp_ms=50)})
+    assert book.expired_offsets(50) == {"simple": [("t", 2)]} and book.expired_offsets(49) == {}
+    # A consumer group with members keeps the offsets of topics it subscribes to, however old.
+    subscription = b"\x00\x00" + b"\x00\x00\x00\x01" + b"\x00\x03sub" + b"\xff\xff\xff\xff"
+    a = join(book, 0, protocols=[("range", subscription)], v4=False, group="live")
+    book.tick(100)
+    sync(book, 150, a.last.member_id, 1, {a.last.member_id: b""}, group="live")
+    book.commit("live", {("sub", 0): CommittedOffset(1, -1, "", 0), ("old", 0): CommittedOffset(1, -1, "", 0)})
+    assert book.expired_offsets(day)["live"] == [("old", 0)]
+    assert book.expired_offsets(day - 1).get("live") is None

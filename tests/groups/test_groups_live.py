@@ -352,3 +352,48 @@ def test_delete_groups_and_offset_delete(server):
             await conn.close()
 
     asyncio.run(once_empty())
+
+
+def test_expired_offsets_are_removed(kjbod_server_factory):
+    """An offset committed with its own retention (OffsetCommit v2-v4) expires at the next check
+    (offsets.retention.check.interval.ms); the empty group left without offsets goes too, and the tombstones
+    keep both gone after a restart."""
+    s = kjbod_server_factory(log_dir_count=1, overrides={
+        **OVERRIDES, "offsets.retention.check.interval.ms": "200"})
+    topic = make_topic(s, 1, 0)
+
+    async def run(after_restart: bool):
+        conn = await open_connection("127.0.0.1", s.port)
+        try:
+            group = "expiring"
+            found = await conn.request(FindCoordinatorRequest(key_type=0, coordinator_keys=[group]), 4)
+            assert found.coordinators[0].error_code == 0  # the first one makes __consumer_offsets
+            for _ in range(300):  # a restarted coordinator loads its partitions first
+                fetched = await conn.request(OffsetFetchRequest(
+                    groups=[OffsetFetchRequestGroup(group_id=group, topics=None)]), 8)
+                if fetched.groups[0].error_code not in (ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+                                                        ErrorCode.NOT_COORDINATOR):
+                    break
+                await asyncio.sleep(0.1)
+            if not after_restart:
+                committed = await conn.request(OffsetCommitRequest(
+                    group_id=group, generation_id_or_member_epoch=-1, retention_time_ms=1, topics=[
+                        OffsetCommitRequestTopic(name=topic, partitions=[
+                            OffsetCommitRequestPartition(partition_index=0, committed_offset=7)])]), 2)
+                assert committed.topics[0].partitions[0].error_code == 0
+            for _ in range(300):
+                fetched = await conn.request(OffsetFetchRequest(
+                    groups=[OffsetFetchRequestGroup(group_id=group, topics=None)]), 8)
+                if fetched.groups[0].topics == []:
+                    break
+                await asyncio.sleep(0.1)
+            assert fetched.groups[0].error_code == 0 and fetched.groups[0].topics == []
+            described = await conn.request(DescribeGroupsRequest(groups=[group]), 5)
+            assert described.groups[0].group_state == "Dead"
+        finally:
+            await conn.close()
+
+    asyncio.run(run(False))
+    s.stop()
+    s.start()
+    asyncio.run(run(True))

@@ -101,6 +101,7 @@ def config_from(node: Any) -> tuple[GroupConfig, int, int]:
         max_session_timeout_ms=c.group_max_session_timeout_ms,
         max_size=c.group_max_size,
         offset_metadata_max_bytes=c.offset_metadata_max_bytes,
+        offsets_retention_ms=c.offsets_retention_ms,
     )
     return cfg, c.offsets_topic_num_partitions, c.offsets_topic_replication_factor
 
@@ -110,14 +111,17 @@ def coordinator_of(node: Any) -> GroupCoordinator:
     coordinator = getattr(node, "group_coordinator", None)
     if coordinator is None:
         cfg, partitions, rf = config_from(node)
-        coordinator = node.group_coordinator = GroupCoordinator(node, cfg, partitions, rf)
+        coordinator = node.group_coordinator = GroupCoordinator(
+            node, cfg, partitions, rf, node.config.offsets_retention_check_interval_ms)
         coordinator.start()
     return coordinator
 
 
 class GroupCoordinator:
-    def __init__(self, node: Any, config: GroupConfig, num_partitions: int, replication_factor: int) -> None:
+    def __init__(self, node: Any, config: GroupConfig, num_partitions: int, replication_factor: int,
+                 expiry_interval_ms: int = 600_000) -> None:
         self.node = node
+        self.expiry_interval_ms = expiry_interval_ms  # offsets.retention.check.interval.ms
         self.config = config
         self.num_partitions = num_partitions
         self.replication_factor = replication_factor
@@ -132,13 +136,41 @@ class GroupCoordinator:
         self.node.spawn(self._run())
 
     async def _run(self) -> None:
+        next_expiry = now_ms() + self.expiry_interval_ms
         while not self.node.stopping:
             try:
                 self._refresh_ownership()
-                self.book.tick(now_ms())
+                now = now_ms()
+                self.book.tick(now)
+                if now >= next_expiry:
+                    next_expiry = now + self.expiry_interval_ms
+                    await self._expire(now)
             except Exception:  # one bad tick must not stop the timers of every group
                 log.exception("group_tick_failed")
             await asyncio.sleep(TICK_S)
+
+    async def _expire(self, now: int) -> None:
+        """Writes tombstones for the offsets past offsets.retention.ms; an empty group left without offsets goes
+        too (its metadata tombstoned), as Kafka's cleanup does."""
+        for gid, partitions in self.book.expired_offsets(now).items():
+            if self.partition_of(gid) not in self.owned:
+                continue
+            group = self.book.groups.get(gid)
+            pairs: list[tuple[bytes, bytes | None]] = [(rec.offset_key(gid, t, p), None) for t, p in partitions]
+            drop_group = group is not None and group.is_(GroupState.EMPTY) and \
+                len(group.offsets) == len(partitions) and not group.pending
+            if drop_group:
+                pairs.append((rec.group_key(gid), None))
+            if await self.append(gid, pairs):
+                continue  # tried again at the next check
+            group = self.book.groups.get(gid)
+            if group is None:
+                continue
+            for tp in partitions:
+                group.offsets.pop(tp, None)
+            if drop_group and group.is_(GroupState.EMPTY) and not group.offsets:
+                del self.book.groups[gid]
+            log.info("offsets_expired", group=gid, partitions=len(partitions), group_removed=drop_group)
 
     def topic_partitions(self) -> int:
         topic = self.node.metadata.topic(OFFSETS_TOPIC)
@@ -289,6 +321,8 @@ class GroupCoordinator:
                 continue
             group = Group(gid, state_since_ms=now, offsets=kept)
             if meta is not None:
+                if meta.current_state_timestamp >= 0:
+                    group.state_since_ms = meta.current_state_timestamp
                 group.generation_id = meta.generation
                 group.protocol_type = meta.protocol_type or None
                 group.protocol_name = meta.protocol

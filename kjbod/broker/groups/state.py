@@ -55,6 +55,7 @@ class GroupConfig:
     max_session_timeout_ms: int = 1_800_000  # group.max.session.timeout.ms
     max_size: int = 2**31 - 1  # group.max.size
     offset_metadata_max_bytes: int = 4096  # offset.metadata.max.bytes
+    offsets_retention_ms: int = 7 * 24 * 3600 * 1000  # offsets.retention.ms
 
 
 @dataclass(frozen=True, slots=True)
@@ -549,6 +550,36 @@ class GroupBook:
         if partitions is None:
             return dict(offsets)
         return {tp: offsets.get(tp) for tp in partitions}
+
+    def expired_offsets(self, now: int) -> dict[str, list[tuple[str, int]]]:
+        """Kafka's offset expiry (offsets.retention.ms), per group: an empty group's offsets expire that long after
+        it became empty (or after the commit, if later); a consumer group with members loses only the offsets of
+        topics no member subscribes to, that long after their commit; a group of another protocol with members
+        keeps them all.  An offset committed with its own retention (OffsetCommit v2-v4) expires at its expire
+        timestamp."""
+        retention = self.config.offsets_retention_ms
+        out: dict[str, list[tuple[str, int]]] = {}
+        for gid, group in self.groups.items():
+            if group.is_(GroupState.DEAD) or not group.offsets:
+                continue
+            empty = group.is_(GroupState.EMPTY)
+            subscribed = set() if empty else self.subscribed_topics(group)
+            if subscribed is None:
+                continue
+            gone = []
+            for (topic, partition), c in group.offsets.items():
+                if topic in subscribed:
+                    continue
+                if c.expire_timestamp_ms >= 0:
+                    expired = now >= c.expire_timestamp_ms
+                else:
+                    base = max(group.state_since_ms, c.commit_timestamp_ms) if empty else c.commit_timestamp_ms
+                    expired = now - base >= retention
+                if expired:
+                    gone.append((topic, partition))
+            if gone:
+                out[gid] = gone
+        return out
 
     def subscribed_topics(self, group: Group) -> set[str] | None:
         """The topics a consumer group's members subscribe to (from their subscriptions, Kafka's
