@@ -11,6 +11,9 @@ resumes after its last commit and sees no record twice; bad requests get Kafka's
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
 import time
 import uuid
 
@@ -19,6 +22,7 @@ from kafka import KafkaConsumer, KafkaProducer, OffsetAndMetadata, TopicPartitio
 from kafka.admin import KafkaAdminClient, NewTopic
 from live import LiveServer, start_server
 
+from kjbod.broker.groups.coordinator import partition_for
 from kjbod.net.connection import ClientConnection
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import (
@@ -397,3 +401,28 @@ def test_expired_offsets_are_removed(kjbod_server_factory):
     s.stop()
     s.start()
     asyncio.run(run(True))
+
+
+def test_dump_log_decodes_the_offsets_topic(server):
+    """The commits are records of the group's `__consumer_offsets` partition in Kafka's format: `kjbod dump-log
+    --offsets-decoder` (Kafka's kafka-dump-log.sh flag) reads them back."""
+    topic = make_topic(server, 1, 3)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    c = KafkaConsumer(bootstrap_servers=server.bootstrap, group_id=group, enable_auto_commit=False)
+    try:
+        c.assign([TopicPartition(topic, 0)])
+        c.commit({TopicPartition(topic, 0): OffsetAndMetadata(3, "note", -1)})
+    finally:
+        c.close()
+    p = partition_for(group, 5)
+    [segment] = [d / f"__consumer_offsets-{p}" / "00000000000000000000.log" for d in server.log_dirs
+                 if (d / f"__consumer_offsets-{p}").is_dir()]
+    out = subprocess.run([sys.executable, "-m", "kjbod", "dump-log", "--offsets-decoder", "--files", str(segment)],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    lines = [line for line in out.stdout.splitlines() if group in line]
+    assert lines, out.stdout
+    key = json.loads(lines[-1].split("key: ", 1)[1].split(" payload: ")[0])
+    payload = json.loads(lines[-1].split(" payload: ", 1)[1])
+    assert key == {"type": "1", "data": {"group": group, "topic": topic, "partition": 0}}
+    assert payload["version"] == "3" and payload["data"]["offset"] == 3 and payload["data"]["metadata"] == "note"

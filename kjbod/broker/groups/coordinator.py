@@ -255,7 +255,9 @@ class GroupCoordinator:
     async def _load(self, p: int) -> None:
         try:
             plog = self.node.partition_log(OFFSETS_TOPIC, p)
-            end = plog.high_watermark
+            # To the log end, not the high watermark: a new leader's HW can lag what it holds, and every record it
+            # holds stays (a leader never truncates its own log), commits acknowledged by the old leader included.
+            end = plog.log_end_offset
             pairs: list[tuple[bytes | None, bytes | None]] = []
             offset = plog.log_start_offset
             while offset < end:
