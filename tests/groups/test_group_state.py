@@ -261,11 +261,14 @@ def test_pending_member_ids_expire_after_the_session_timeout():
 
 def test_static_member_rejoining_with_a_new_id_keeps_its_assignment_without_a_rebalance():
     book = GroupBook(CFG)
-    a = join(book, 0, instance="i-1", v4=True)  # a static member gets its id at once
+    lead = join(book, 0, instance="i-0", v4=True)  # static members get their ids at once
+    a = join(book, 0, instance="i-1", v4=True)
     book.tick(100)
+    book.tick(200)
     old = a.last.member_id
-    assert a.last.error_code == 0 and old.startswith("i-1-")
-    sync(book, 200, old, 1, {old: b"work"})
+    assert a.last.error_code == 0 and old.startswith("i-1-") and lead.last.leader == lead.last.member_id
+    sync(book, 200, old, 1)
+    sync(book, 200, lead.last.member_id, 1, {old: b"work"})
     back = join(book, 300, instance="i-1")
     r = back.last
     assert r.error_code == 0 and r.member_id != old and r.generation_id == 1
@@ -383,3 +386,14 @@ def test_offset_expiry_follows_kafkas_conditions():
     book.commit("live", {("sub", 0): CommittedOffset(1, -1, "", 0), ("old", 0): CommittedOffset(1, -1, "", 0)})
     assert book.expired_offsets(day)["live"] == [("old", 0)]
     assert book.expired_offsets(day - 1).get("live") is None
+
+
+def test_a_static_leader_rejoining_with_a_new_id_rebalances_the_group():
+    book = GroupBook(CFG)
+    lead = join(book, 0, instance="i-0", v4=True)
+    book.tick(100)
+    sync(book, 150, lead.last.member_id, 1, {lead.last.member_id: b"all"})
+    back = join(book, 300, instance="i-0")  # the only member: the rebalance ends at once, a new generation
+    assert back.last.error_code == 0 and back.last.generation_id == 2 and back.last.leader == back.last.member_id
+    assert back.last.members == ((back.last.member_id, "i-0", b"sub-range"),)
+    assert book.groups[G].state is GroupState.COMPLETING_REBALANCE

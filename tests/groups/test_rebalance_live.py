@@ -146,3 +146,48 @@ def test_a_killed_consumers_partitions_move_after_its_session_timeout(server):
             child.kill()
             child.wait()
         child.stdout.close()
+
+
+def test_a_static_member_restarting_gets_its_partitions_back_without_moving_the_others(server):
+    """confluent-kafka consumers with group.instance.id (static membership): one closes (a static member does not
+    leave the group) and a new consumer with the same instance id takes its place within the session timeout; it
+    gets the same partitions, and the other member's assignment never changed (no rebalance revoked it)."""
+    topic = make_topic(server, 4)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    revoked: list[str] = []
+
+    def static(instance: str):
+        assigned: set[int] = set()
+        c = Consumer({"bootstrap.servers": server.bootstrap, "group.id": group, "group.instance.id": instance,
+                      "session.timeout.ms": 30000, "heartbeat.interval.ms": 300,
+                      "partition.assignment.strategy": "range"})
+
+        def on_assign(_c, partitions):
+            assigned.clear()
+            assigned.update(p.partition for p in partitions)
+
+        def on_revoke(_c, partitions):
+            if partitions:
+                revoked.append(instance)
+
+        c.subscribe([topic], on_assign=on_assign, on_revoke=on_revoke)
+        return c, assigned
+
+    a, a_parts = static("a")
+    b, b_parts = static("b")
+    try:
+        until(lambda: len(a_parts) == 2 and len(b_parts) == 2, "two static members with two partitions each",
+              lambda: (a.poll(0.05), b.poll(0.05)))
+        before_b = set(b_parts)
+        b.close()  # revokes its partitions locally; sends no LeaveGroup
+        revoked.clear()
+        b, b_parts = static("b")
+        until(lambda: b_parts == before_b, "the restarted static member to get its partitions back",
+              lambda: (a.poll(0.05), b.poll(0.05)))
+        for _ in range(20):  # a little longer: nothing else happens to the group
+            a.poll(0.05)
+            b.poll(0.05)
+        assert revoked == [] and len(a_parts) == 2 and b_parts == before_b
+    finally:
+        a.close()
+        b.close()

@@ -281,8 +281,9 @@ class GroupBook:
         group.static[old.group_instance_id] = new_id
         if group.leader_id == old_id:
             group.leader_id = new_id
-        if group.is_(GroupState.STABLE) and old.protocols == member.protocols:
-            # Kafka's static rejoin without a rebalance: same generation, the assignment it had.
+        if group.is_(GroupState.STABLE) and old.protocols == member.protocols and group.leader_id != new_id:
+            # Kafka's static rejoin without a rebalance: same generation, the assignment it had.  A leader's
+            # rejoin rebalances instead, so that it learns the members again and assigns.
             reply(self._join_result(group, member))
             return
         member.join_waiter = reply
