@@ -36,6 +36,7 @@ from kjbod.protocol.generated import (
     OffsetCommitRequest,
     OffsetDeleteRequest,
     OffsetFetchRequest,
+    ProduceRequest,
     SyncGroupRequest,
 )
 from kjbod.protocol.generated.join_group_request import JoinGroupRequestProtocol
@@ -49,6 +50,8 @@ from kjbod.protocol.generated.offset_delete_request import (
     OffsetDeleteRequestTopic,
 )
 from kjbod.protocol.generated.offset_fetch_request import OffsetFetchRequestGroup
+from kjbod.protocol.generated.produce_request import PartitionProduceData, TopicProduceData
+from kjbod.storage.records import build_batch
 
 pytestmark = pytest.mark.slow
 
@@ -210,6 +213,19 @@ def test_the_offsets_topic_is_internal_in_metadata(server):
     offsets = [t for t in resp.topics if t.name == "__consumer_offsets"]
     assert len(offsets) == 1 and offsets[0].is_internal and len(offsets[0].partitions) == 5
     assert all(not t.is_internal for t in resp.topics if t.name != "__consumer_offsets")
+
+    async def produce():  # only the coordinator writes it, as in Kafka
+        conn = await open_connection("127.0.0.1", server.port)
+        try:
+            return await conn.request(ProduceRequest(acks=-1, timeout_ms=5000, topic_data=[TopicProduceData(
+                name="__consumer_offsets", partition_data=[PartitionProduceData(
+                    index=0, records=build_batch([(b"k", b"v", [], 0)]))])]), 9)
+        finally:
+            await conn.close()
+
+    part = asyncio.run(produce()).responses[0].partition_responses[0]
+    assert part.error_code == ErrorCode.INVALID_TOPIC_EXCEPTION
+    assert part.error_message == "Cannot append to internal topic __consumer_offsets"
 
 
 def test_bad_group_requests_get_kafkas_codes(server):

@@ -91,6 +91,7 @@ class _InternalRequest:
     client_id = "kjbod-group-coordinator"
     ctx = None
     correlation_id = 0
+    internal_topics_allowed = True
 
 
 def config_from(node: Any) -> tuple[GroupConfig, int, int]:
