@@ -397,3 +397,28 @@ def test_a_static_leader_rejoining_with_a_new_id_rebalances_the_group():
     assert back.last.error_code == 0 and back.last.generation_id == 2 and back.last.leader == back.last.member_id
     assert back.last.members == ((back.last.member_id, "i-0", b"sub-range"),)
     assert book.groups[G].state is GroupState.COMPLETING_REBALANCE
+
+
+def test_syncs_are_answered_once_the_assignment_is_stored_and_a_failed_write_rebalances():
+    writes: list = []
+    book = GroupBook(CFG, persist=lambda group, done: writes.append(done))
+    a = join(book, 0, v4=False)
+    b = join(book, 0, v4=False)
+    book.tick(100)
+    book.tick(200)
+    leader = a.last.leader
+    follower = b.last.member_id if a.last.member_id == leader else a.last.member_id
+    waiting = sync(book, 300, follower, 1)
+    led = sync(book, 310, leader, 1, {leader: b"L", follower: b"F"})
+    assert waiting.last is None and led.last is None and len(writes) == 1  # the write is under way
+    writes.pop()(320, 0)
+    assert (waiting.last.assignment, led.last.assignment) == (b"F", b"L")
+    assert book.groups[G].state is GroupState.STABLE
+    # The next generation's write fails: both syncs hear the code, and the group rebalances.
+    again = [join(book, 400, m, v4=False) for m in (leader, follower)]
+    gen = again[0].last.generation_id
+    waiting = sync(book, 500, follower, gen)
+    led = sync(book, 510, leader, gen, {leader: b"L2", follower: b"F2"})
+    writes.pop()(520, ErrorCode.NOT_COORDINATOR)
+    assert waiting.last.error_code == led.last.error_code == ErrorCode.NOT_COORDINATOR
+    assert book.groups[G].state is GroupState.PREPARING_REBALANCE

@@ -125,20 +125,31 @@ def drain(c: KafkaConsumer, want: int, seen: list) -> None:
 
 
 def test_two_kafka_python_consumers_split_the_partitions_and_a_restart_resumes_after_the_commit(server):
-    topic = make_topic(server, 4, 40)
+    topic = make_topic(server, 4, 0)
     group = f"g-{uuid.uuid4().hex[:8]}"
     a, b = consumer(server, topic, group), consumer(server, topic, group)
     try:
+        # The split first (nothing to read yet, so no record is read before the group settles) ...
+        deadline = time.monotonic() + WAIT_S
+        while time.monotonic() < deadline and not (len(a.assignment()) == 2 and len(b.assignment()) == 2):
+            a.poll(timeout_ms=100)
+            b.poll(timeout_ms=100)
+        mine, theirs = {tp.partition for tp in a.assignment()}, {tp.partition for tp in b.assignment()}
+        assert (mine | theirs, mine & theirs) == ({0, 1, 2, 3}, set()), (mine, theirs)
+        # ... then forty records, each read once by the consumer owning its partition.
+        producer = KafkaProducer(bootstrap_servers=server.bootstrap)
+        for i in range(40):
+            producer.send(topic, value=f"v{i}".encode(), partition=i % 4)
+        producer.flush()
+        producer.close()
         seen_a: list = []
         seen_b: list = []
         deadline = time.monotonic() + WAIT_S
-        while time.monotonic() < deadline and not (
-                len(a.assignment()) == 2 and len(b.assignment()) == 2 and len(seen_a) + len(seen_b) >= 40):
+        while time.monotonic() < deadline and len(seen_a) + len(seen_b) < 40:
             for c, seen in ((a, seen_a), (b, seen_b)):
-                for batch in c.poll(timeout_ms=100).values():
+                for tp, batch in c.poll(timeout_ms=100).items():
+                    assert tp.partition in (mine if c is a else theirs)
                     seen.extend(r.value for r in batch)
-        assert {tp.partition for tp in a.assignment()} | {tp.partition for tp in b.assignment()} == {0, 1, 2, 3}
-        assert not {tp.partition for tp in a.assignment()} & {tp.partition for tp in b.assignment()}
         assert sorted(seen_a + seen_b) == sorted(f"v{i}".encode() for i in range(40))
         a.commit()
         b.commit()

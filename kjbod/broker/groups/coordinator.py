@@ -126,7 +126,7 @@ class GroupCoordinator:
         self.config = config
         self.num_partitions = num_partitions
         self.replication_factor = replication_factor
-        self.book = GroupBook(config, on_stable=self._group_changed)
+        self.book = GroupBook(config, persist=self._store_group)
         self.owned: set[int] = set()
         self.loading: set[int] = set()
         self._creating: asyncio.Task | None = None
@@ -367,9 +367,20 @@ class GroupCoordinator:
             return ErrorCode.UNKNOWN_SERVER_ERROR
         return code
 
-    def _group_changed(self, group: Group) -> None:
-        """A generation settled (or the group emptied): its metadata is written, as Kafka does after a sync."""
-        self.node.spawn(self.append(group.group_id, [(rec.group_key(group.group_id), rec.group_value(snapshot(group)))]))
+    def _store_group(self, group: Group, done: Callable[[int, int], None]) -> None:
+        """A generation's assignment (or the group's emptiness) is written; `done(now, code)` once committed, as
+        Kafka answers the SyncGroups only then."""
+        record: list[tuple[bytes, bytes | None]] = [(rec.group_key(group.group_id), rec.group_value(snapshot(group)))]
+
+        async def write() -> None:
+            try:
+                code = await self.append(group.group_id, record)
+            except Exception:
+                log.exception("group_metadata_write_failed", group=group.group_id)
+                code = ErrorCode.UNKNOWN_SERVER_ERROR
+            done(now_ms(), code)
+
+        self.node.spawn(write())
 
     async def delete_offsets(self, group_id: str, partitions: list[tuple[str, int]]) -> int:
         """Tombstones for some of a group's offsets; the partition's error code (0: deleted)."""

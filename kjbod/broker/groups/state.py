@@ -79,6 +79,7 @@ class SyncResult:
 
 
 JoinCallback = Callable[[JoinResult], None]
+Persist = Callable[["Group", Callable[[int, int], None]], None]
 SyncCallback = Callable[[SyncResult], None]
 
 
@@ -128,6 +129,7 @@ class Group:
     join_deadline_ms: int = 0
     sync_deadline_ms: int = 0  # CompletingRebalance: members that have not sent SyncGroup by then are dropped
     pending_sync: set[str] = field(default_factory=set)
+    storing: bool = False  # the leader's assignment is being written
     initial_delay: bool = False  # the rebalance started from Empty and waits for more members to arrive
     initial_delay_left_ms: int = 0
     joined_during_delay: bool = False
@@ -168,12 +170,12 @@ class Group:
 class GroupBook:
     """The groups of one coordinator, and every move between their states."""
 
-    def __init__(self, config: GroupConfig, on_stable: Callable[[Group], None] | None = None) -> None:
+    def __init__(self, config: GroupConfig, persist: Persist | None = None) -> None:
         self.config = config
         self.groups: dict[str, Group] = {}
-        # Called when a generation's assignment is complete (and when a group empties), so the shell can
-        # persist the group's metadata.
-        self.on_stable = on_stable or (lambda group: None)
+        # Stores a group's metadata (the shell: a record of __consumer_offsets) and then calls back with the time
+        # and 0 or the error code; without one, the write counts as done at once (in-process tests).
+        self.persist: Persist = persist or (lambda group, done: done(group.state_since_ms, ErrorCode.NONE))
 
     # ------------------------------------------------------------------------------------------- JoinGroup
     def join(self, now: int, group_id: str, member_id: str, group_instance_id: str | None, client_id: str,
@@ -332,7 +334,7 @@ class GroupBook:
             group.protocol_name = None
             group.leader_id = None
             self._move(now, group, GroupState.EMPTY)
-            self.on_stable(group)
+            self.persist(group, lambda _now, _code: None)
             return
         if group.leader_id not in group.members:
             group.leader_id = next(iter(group.members))
@@ -384,16 +386,34 @@ class GroupBook:
         # CompletingRebalance
         group.pending_sync.discard(member_id)
         member.sync_waiter = reply
-        if member_id == group.leader_id:
+        if member_id == group.leader_id and not group.storing:
             for m in group.members.values():
                 m.assignment = assignments.get(m.member_id, b"")
-            self._move(now, group, GroupState.STABLE)
-            self.on_stable(group)
+            group.storing = True
+            generation = group.generation_id
+            self.persist(group, lambda when, code: self._stored(when, group, generation, code))
+        return None
+
+    def _stored(self, now: int, group: Group, generation: int, code: int) -> None:
+        """The leader's assignment is stored (code 0) or could not be (as Kafka: the waiting SyncGroups get the
+        code, and the group rebalances).  Nothing to do if the group moved on meanwhile."""
+        group.storing = False
+        if self.groups.get(group.group_id) is not group or group.generation_id != generation \
+                or not group.is_(GroupState.COMPLETING_REBALANCE):
+            return
+        if code:
             for m in group.members.values():
+                m.assignment = b""
                 if m.sync_waiter is not None:
                     waiter, m.sync_waiter = m.sync_waiter, None
-                    waiter(SyncResult(ErrorCode.NONE, m.assignment, group.protocol_type, group.protocol_name))
-        return None
+                    waiter(SyncResult(code))
+            self._prepare_rebalance(now, group)
+            return
+        self._move(now, group, GroupState.STABLE)
+        for m in group.members.values():
+            if m.sync_waiter is not None:
+                waiter, m.sync_waiter = m.sync_waiter, None
+                waiter(SyncResult(ErrorCode.NONE, m.assignment, group.protocol_type, group.protocol_name))
 
     @staticmethod
     def _fenced(group: Group, member_id: str, group_instance_id: str | None) -> int:
