@@ -388,15 +388,34 @@ def test_offset_expiry_follows_kafkas_conditions():
     assert book.expired_offsets(day - 1).get("live") is None
 
 
-def test_a_static_leader_rejoining_with_a_new_id_rebalances_the_group():
+def test_a_static_leader_rejoining_keeps_the_generation_and_is_told_not_to_assign():
     book = GroupBook(CFG)
     lead = join(book, 0, instance="i-0", v4=True)
     book.tick(100)
     sync(book, 150, lead.last.member_id, 1, {lead.last.member_id: b"all"})
-    back = join(book, 300, instance="i-0")  # the only member: the rebalance ends at once, a new generation
-    assert back.last.error_code == 0 and back.last.generation_id == 2 and back.last.leader == back.last.member_id
-    assert back.last.members == ((back.last.member_id, "i-0", b"sub-range"),)
-    assert book.groups[G].state is GroupState.COMPLETING_REBALANCE
+    # v9+: the leader gets the members and skip_assignment, and keeps its assignment.
+    a = Answers()
+    book.join(300, G, "", "i-0", "client", "/127.0.0.1", 10_000, 5_000, "consumer", PROTOCOLS, True, a,
+              skip_assignment_ok=True)
+    r = a.last
+    assert (r.error_code, r.generation_id, r.leader, r.skip_assignment) == (0, 1, r.member_id, True)
+    assert r.members == ((r.member_id, "i-0", b"sub-range"),)
+    assert book.groups[G].state is GroupState.STABLE
+    assert sync(book, 310, r.member_id, 1).last.assignment == b"all"
+    # Before v9: the answer names the old leader id, so the client does not assign again.
+    again = join(book, 400, instance="i-0")
+    assert (again.last.generation_id, again.last.leader, again.last.members) == (1, r.member_id, ())
+    assert again.last.member_id != r.member_id and book.groups[G].state is GroupState.STABLE
+
+
+def test_a_static_rejoin_changing_the_groups_protocol_rebalances():
+    book = GroupBook(CFG)
+    lead = join(book, 0, instance="i-0", v4=True)
+    book.tick(100)
+    sync(book, 150, lead.last.member_id, 1, {lead.last.member_id: b"all"})
+    back = join(book, 300, instance="i-0", protocols=[("roundrobin", b"rr")])
+    assert back.last.error_code == 0 and back.last.generation_id == 2 and back.last.protocol_name == "roundrobin"
+
 
 
 def test_syncs_are_answered_once_the_assignment_is_stored_and_a_failed_write_rebalances():

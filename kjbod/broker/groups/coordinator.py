@@ -131,12 +131,26 @@ class GroupCoordinator:
         self.loading: set[int] = set()
         self._creating: asyncio.Task | None = None
         self._loaded: dict[int, asyncio.Event] = {}
+        self._work: set[asyncio.Task] = set()  # loads and group metadata writes under way
 
     # ------------------------------------------------------------------------------------------- hosting
     def start(self) -> None:
         self.node.spawn(self._run())
 
+    def _spawn(self, coro: Any) -> None:
+        """A task of this coordinator's, dropped when done and cancelled when the coordinator stops."""
+        task = asyncio.ensure_future(coro)
+        self._work.add(task)
+        task.add_done_callback(self._work.discard)
+
     async def _run(self) -> None:
+        try:
+            await self._timers()
+        finally:  # the node stops: what is under way stops with it
+            for task in list(self._work):
+                task.cancel()
+
+    async def _timers(self) -> None:
         next_expiry = now_ms() + self.expiry_interval_ms
         while not self.node.stopping:
             try:
@@ -210,7 +224,7 @@ class GroupCoordinator:
                 continue
             self.loading.add(p)
             self._loaded.setdefault(p, asyncio.Event()).clear()
-            self.node.spawn(self._load(p))
+            self._spawn(self._load(p))
 
     def _empty(self, p: int) -> bool:
         try:
@@ -233,6 +247,8 @@ class GroupCoordinator:
             return ErrorCode.NONE, None
         if self._creating is None or self._creating.done():
             self._creating = asyncio.ensure_future(self._create_topic())
+            self._work.add(self._creating)
+            self._creating.add_done_callback(self._work.discard)
         resp = await asyncio.shield(self._creating)
         if self.node.metadata.topic(OFFSETS_TOPIC) is not None:
             return ErrorCode.NONE, None
@@ -380,7 +396,7 @@ class GroupCoordinator:
                 code = ErrorCode.UNKNOWN_SERVER_ERROR
             done(now_ms(), code)
 
-        self.node.spawn(write())
+        self._spawn(write())
 
     async def delete_offsets(self, group_id: str, partitions: list[tuple[str, int]]) -> int:
         """Tombstones for some of a group's offsets; the partition's error code (0: deleted)."""

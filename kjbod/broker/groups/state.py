@@ -68,6 +68,7 @@ class JoinResult:
     leader: str = ""
     # (member id, group instance id, metadata of the chosen protocol); the leader's answer only.
     members: tuple[tuple[str, str | None, bytes], ...] = ()
+    skip_assignment: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,8 +181,10 @@ class GroupBook:
     # ------------------------------------------------------------------------------------------- JoinGroup
     def join(self, now: int, group_id: str, member_id: str, group_instance_id: str | None, client_id: str,
              client_host: str, session_timeout_ms: int, rebalance_timeout_ms: int, protocol_type: str,
-             protocols: list[tuple[str, bytes]], require_known_member_id: bool, reply: JoinCallback) -> None:
-        """Answers through `reply`, at once or when the rebalance completes."""
+             protocols: list[tuple[str, bytes]], require_known_member_id: bool, reply: JoinCallback, *,
+             skip_assignment_ok: bool = False) -> None:
+        """Answers through `reply`, at once or when the rebalance completes.  `skip_assignment_ok`: the request
+        is v9 or later, where a static leader rejoining a stable group is told to skip the assignment."""
         if not group_id:
             return reply(JoinResult(ErrorCode.INVALID_GROUP_ID, member_id))
         if not self.config.min_session_timeout_ms <= session_timeout_ms <= self.config.max_session_timeout_ms:
@@ -204,7 +207,8 @@ class GroupBook:
                 return reply(JoinResult(ErrorCode.FENCED_INSTANCE_ID, member_id))
             if member_id == UNKNOWN_MEMBER:  # a restarted static member takes its place back under a new id
                 return self._replace_static(now, group, known, client_id, client_host, session_timeout_ms,
-                                            rebalance_timeout_ms, protocol_type, protocols, reply)
+                                            rebalance_timeout_ms, protocol_type, protocols, reply,
+                                            skip_assignment_ok)
             new = False
         if new:
             if member_id == UNKNOWN_MEMBER and group.size >= self.config.max_size:
@@ -268,8 +272,9 @@ class GroupBook:
 
     def _replace_static(self, now: int, group: Group, old_id: str, client_id: str, client_host: str,
                         session_timeout_ms: int, rebalance_timeout_ms: int, protocol_type: str, protocols,
-                        reply: JoinCallback) -> None:
+                        reply: JoinCallback, skip_assignment_ok: bool) -> None:
         old = group.members.pop(old_id)
+        old_leader = group.leader_id
         if old.join_waiter is not None:
             old.join_waiter(JoinResult(ErrorCode.FENCED_INSTANCE_ID, old_id))
         if old.sync_waiter is not None:
@@ -283,10 +288,27 @@ class GroupBook:
         group.static[old.group_instance_id] = new_id
         if group.leader_id == old_id:
             group.leader_id = new_id
-        if group.is_(GroupState.STABLE) and old.protocols == member.protocols and group.leader_id != new_id:
-            # Kafka's static rejoin without a rebalance: same generation, the assignment it had.  A leader's
-            # rejoin rebalances instead, so that it learns the members again and assigns.
-            reply(self._join_result(group, member))
+        if group.is_(GroupState.STABLE) and group.select_protocol() == group.protocol_name:
+            # Kafka's static rejoin without a rebalance (the group's protocol stays): same generation, the
+            # assignment it had, once the new member id is stored.  A leader is told to skip the assignment
+            # (v9+), or before v9 shown the old leader's id, so that it does not assign again.
+            result = self._join_result(group, member)
+            if not skip_assignment_ok:
+                result = JoinResult(ErrorCode.NONE, new_id, group.generation_id, group.protocol_type,
+                                    group.protocol_name, old_leader or "")
+            elif group.leader_id == new_id:
+                result = JoinResult(ErrorCode.NONE, new_id, group.generation_id, group.protocol_type,
+                                    group.protocol_name, new_id, result.members, skip_assignment=True)
+            generation = group.generation_id
+
+            def stored(_now: int, code: int) -> None:
+                if code and self.groups.get(group.group_id) is group and group.generation_id == generation:
+                    reply(JoinResult(code, UNKNOWN_MEMBER, group.generation_id, group.protocol_type,
+                                     group.protocol_name, old_leader or ""))
+                else:
+                    reply(result)
+
+            self.persist(group, stored)
             return
         member.join_waiter = reply
         self._prepare_rebalance(now, group)

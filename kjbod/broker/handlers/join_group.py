@@ -3,7 +3,7 @@
 Version notes: v1 adds the rebalance timeout (v0 uses the session timeout for both); v4 answers a member joining
 without an id MEMBER_ID_REQUIRED with an id to join again with; v5 adds static membership (group instance id);
 v6 flexible; v7 answers the protocol type and makes the protocol name nullable; v8 adds a reason; v9 adds
-skip_assignment (always false: kjbod never computes assignments itself).
+skip_assignment: set only for a static leader rejoining a stable group, which keeps the assignment it has.
 
 The group logic is kjbod.broker.groups.state's; this module waits for its answer (the end of the rebalance).
 """
@@ -23,7 +23,7 @@ def _response(r: JoinResult, version: int) -> JoinGroupResponse:
     name = r.protocol_name if r.protocol_name is not None or version >= 7 else ""
     return JoinGroupResponse(
         error_code=r.error_code, generation_id=r.generation_id, protocol_type=r.protocol_type,
-        protocol_name=name, leader=r.leader, member_id=r.member_id,
+        protocol_name=name, leader=r.leader, member_id=r.member_id, skip_assignment=r.skip_assignment,
         members=[JoinGroupResponseMember(member_id=m, group_instance_id=i, metadata=meta)
                  for m, i, meta in r.members])
 
@@ -39,5 +39,5 @@ async def handle(node, request, body: JoinGroupRequest) -> JoinGroupResponse:
         now_ms(), body.group_id, body.member_id, body.group_instance_id, request.client_id,
         "/" + request.ctx.peer_host, body.session_timeout_ms, body.rebalance_timeout_ms if v >= 1 else -1,
         body.protocol_type, [(p.name, p.metadata) for p in body.protocols], v >= 4,
-        resolver(fut))
+        resolver(fut), skip_assignment_ok=v >= 9)
     return _response(await fut, v)
