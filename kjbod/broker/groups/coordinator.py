@@ -358,7 +358,8 @@ class GroupCoordinator:
             self.book.groups[gid] = group
 
     # ------------------------------------------------------------------------------------------- writing
-    async def append(self, group_id: str, pairs: list[tuple[bytes, bytes | None]]) -> int:
+    async def append(self, group_id: str, pairs: list[tuple[bytes, bytes | None]],
+                     too_large: int = ErrorCode.UNKNOWN_SERVER_ERROR) -> int:
         """Appends records to the group's partition, acks=all; the partition's error code (0: committed)."""
         p = self.partition_of(group_id)
         now = now_ms()
@@ -373,14 +374,13 @@ class GroupCoordinator:
         if code:
             log.warning("offsets_append_failed", group=group_id, partition=p, error_code=code)
         # Kafka maps a failed write to what a client retries against the right broker.
-        if code in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                    ErrorCode.KAFKA_STORAGE_ERROR):
+        if code in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.KAFKA_STORAGE_ERROR):
             return ErrorCode.NOT_COORDINATOR
-        if code in (ErrorCode.NOT_ENOUGH_REPLICAS, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
-                    ErrorCode.REQUEST_TIMED_OUT):
+        if code in (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.NOT_ENOUGH_REPLICAS,
+                    ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND, ErrorCode.REQUEST_TIMED_OUT):
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         if code in (ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE, ErrorCode.INVALID_FETCH_SIZE):
-            return ErrorCode.UNKNOWN_SERVER_ERROR
+            return too_large  # OffsetCommit: INVALID_COMMIT_OFFSET_SIZE; group metadata: UNKNOWN_SERVER_ERROR
         return code
 
     def _store_group(self, group: Group, done: Callable[[int, int], None]) -> None:

@@ -59,7 +59,8 @@ async def handle(node, request, body: OffsetCommitRequest) -> OffsetCommitRespon
             offsets = {}
     if offsets:
         code = await coordinator.append(body.group_id, [
-            (rec.offset_key(body.group_id, t, p), rec.offset_value(c)) for (t, p), c in offsets.items()])
+            (rec.offset_key(body.group_id, t, p), rec.offset_value(c)) for (t, p), c in offsets.items()],
+            too_large=ErrorCode.INVALID_COMMIT_OFFSET_SIZE)
         if code == 0:
             coordinator.book.commit(body.group_id, offsets)
         answers.update(dict.fromkeys(offsets, code))
