@@ -311,6 +311,13 @@ def test_commit_checks(group, generation, member, code):
     assert book.check_commit(500, gid, generation, member, None) == code
 
 
+def test_a_commit_with_a_generation_to_a_missing_group_is_group_id_not_found_from_v9():
+    book = GroupBook(CFG)
+    assert book.check_commit(0, G, 3, "m", None, v9=True) == ErrorCode.GROUP_ID_NOT_FOUND
+    assert book.check_commit(0, G, 3, "m", None) == ErrorCode.ILLEGAL_GENERATION
+    assert G not in book.groups
+
+
 def test_committed_offsets_are_read_back_and_unknown_ones_are_none():
     book = GroupBook(CFG)
     book.check_commit(0, G, -1, "", None)

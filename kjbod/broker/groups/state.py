@@ -553,15 +553,16 @@ class GroupBook:
 
     # ------------------------------------------------------------------------------------------- offsets
     def check_commit(self, now: int, group_id: str, generation_id: int, member_id: str,
-                     group_instance_id: str | None) -> int:
+                     group_instance_id: str | None, *, v9: bool = False) -> int:
         """Whether a commit may go ahead (0) or Kafka's code refusing it.  A commit with generation -1 from
-        outside the group (a consumer with assigned partitions) goes to an empty or new group."""
+        outside the group (a consumer with assigned partitions) goes to an empty or new group; a commit with a
+        generation to a group that does not exist is ILLEGAL_GENERATION, GROUP_ID_NOT_FOUND from v9."""
         if not group_id:
             return ErrorCode.INVALID_GROUP_ID
         group = self.groups.get(group_id)
         if group is None:
             if generation_id >= 0:
-                return ErrorCode.ILLEGAL_GENERATION
+                return ErrorCode.GROUP_ID_NOT_FOUND if v9 else ErrorCode.ILLEGAL_GENERATION
             self.groups[group_id] = Group(group_id, state_since_ms=now)
             return ErrorCode.NONE
         if group.is_(GroupState.DEAD):

@@ -53,7 +53,7 @@ async def handle(node, request, body: OffsetCommitRequest) -> OffsetCommitRespon
                                               metadata, now, now + retention if retention >= 0 else -1)
     if offsets:
         code = coordinator.book.check_commit(now, body.group_id, body.generation_id_or_member_epoch,
-                                             body.member_id, body.group_instance_id)
+                                             body.member_id, body.group_instance_id, v9=v >= 9)
         if code:
             answers.update(dict.fromkeys(offsets, code))
             offsets = {}
