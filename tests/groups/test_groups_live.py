@@ -27,6 +27,7 @@ from kjbod.net.connection import ClientConnection
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import (
     DeleteGroupsRequest,
+    DescribeConfigsRequest,
     DescribeGroupsRequest,
     FindCoordinatorRequest,
     HeartbeatRequest,
@@ -39,6 +40,7 @@ from kjbod.protocol.generated import (
     ProduceRequest,
     SyncGroupRequest,
 )
+from kjbod.protocol.generated.describe_configs_request import DescribeConfigsResource
 from kjbod.protocol.generated.join_group_request import JoinGroupRequestProtocol
 from kjbod.protocol.generated.leave_group_request import MemberIdentity
 from kjbod.protocol.generated.offset_commit_request import (
@@ -237,6 +239,21 @@ def test_the_offsets_topic_is_internal_in_metadata(server):
     part = asyncio.run(produce()).responses[0].partition_responses[0]
     assert part.error_code == ErrorCode.INVALID_TOPIC_EXCEPTION
     assert part.error_message == "Cannot append to internal topic __consumer_offsets"
+
+
+def test_describe_configs_shows_the_group_keys(server):
+    async def describe():
+        conn = await open_connection("127.0.0.1", server.port)
+        try:
+            return await conn.request(DescribeConfigsRequest(resources=[DescribeConfigsResource(
+                resource_type=4, resource_name=str(server.node_id), configuration_keys=None)]), 4)
+        finally:
+            await conn.close()
+
+    configs = {c.name: c.value for c in asyncio.run(describe()).results[0].configs}
+    assert configs["offsets.topic.replication.factor"] == "1" and configs["offsets.topic.num.partitions"] == "5"
+    assert configs["group.initial.rebalance.delay.ms"] == "100" and configs["group.min.session.timeout.ms"] == "1000"
+    assert configs["group.max.session.timeout.ms"] == "1800000" and configs["offset.metadata.max.bytes"] == "100"
 
 
 def test_bad_group_requests_get_kafkas_codes(server):
