@@ -43,6 +43,8 @@ REMOTE = "tests/broker/test_remote.py"
 REPLICATION = "tests/replication/test_config.py"
 ELECTIONS = "tests/controller/test_elections.py"
 THROTTLES = "tests/replication/test_throttle.py"
+GROUPS = "tests/groups/test_group_state.py"
+GROUPS_LIVE = "tests/groups/test_groups_live.py"
 
 # key -> the tests that show it taking effect
 EFFECTS: dict[str, list[str]] = {
@@ -144,6 +146,20 @@ EFFECTS: dict[str, list[str]] = {
         "tests/replication/test_fetch_caps.py::test_a_followers_fetch_carries_no_more_than_fetch_max_bytes",
         f"{LIVE}::test_fetch_max_bytes_caps_what_one_fetch_gives_a_consumer"],
     "replica.lag.time.max.ms": [f"{REPLICATION}::test_lag_time_and_min_isr_change_what_a_leader_does"],
+    "group.initial.rebalance.delay.ms": [f"{GROUPS}::test_the_broker_keys_reach_the_coordinator",
+                                         f"{GROUPS}::test_the_initial_delay_waits_while_members_keep_arriving"],
+    "group.min.session.timeout.ms": [f"{GROUPS}::test_the_broker_keys_reach_the_coordinator",
+                                     f"{GROUPS}::test_join_refusals"],
+    "group.max.session.timeout.ms": [f"{GROUPS}::test_the_broker_keys_reach_the_coordinator",
+                                     f"{GROUPS}::test_join_refusals"],
+    "group.max.size": [f"{GROUPS}::test_the_broker_keys_reach_the_coordinator", f"{GROUPS}::test_group_max_size"],
+    "offset.metadata.max.bytes": [f"{GROUPS_LIVE}::test_bad_group_requests_get_kafkas_codes"],
+    "offsets.topic.num.partitions": [f"{GROUPS_LIVE}::test_the_offsets_topic_is_internal_in_metadata"],
+    "offsets.retention.minutes": [f"{GROUPS}::test_the_broker_keys_reach_the_coordinator",
+                                  f"{GROUPS}::test_offset_expiry_follows_kafkas_conditions"],
+    "offsets.retention.check.interval.ms": [f"{GROUPS_LIVE}::test_expired_offsets_are_removed"],
+    "offsets.topic.replication.factor": [
+        f"{GROUPS_LIVE}::test_the_offsets_topic_waits_for_as_many_brokers_as_its_replication_factor"],
     "min.insync.replicas": [f"{REPLICATION}::test_lag_time_and_min_isr_change_what_a_leader_does"],
     "unclean.leader.election.enable": [
         f"{ELECTIONS}::test_the_election_keys_reach_the_controllers_settings",

@@ -63,6 +63,16 @@ SERVED_APIS: dict[str, tuple[int, int]] = {
     "ElectLeaders": (0, 2),
     "FetchSnapshot": (0, 1),
     "AllocateProducerIds": (0, 0),
+    "JoinGroup": (0, 9),
+    "SyncGroup": (0, 5),
+    "Heartbeat": (0, 4),
+    "LeaveGroup": (0, 5),
+    "OffsetCommit": (2, 9),
+    "OffsetFetch": (1, 9),
+    "ListGroups": (0, 5),
+    "DescribeGroups": (0, 5),
+    "DeleteGroups": (0, 2),
+    "OffsetDelete": (0, 0),
 }
 SERVED_HEADERS: dict[str, tuple[int, int]] = {"RequestHeader": (0, 2), "ResponseHeader": (0, 1)}
 SERVED_RECORDS: dict[str, tuple[int, int]] = {

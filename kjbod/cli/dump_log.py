@@ -52,6 +52,9 @@ def add_subcommand(subparsers: Any) -> None:
                    help="comma-separated files to dump")
     p.add_argument("--cluster-metadata-decoder", action="store_true",
                    help="decode record values as metadata records (Kafka's JSON); implies --print-data-log")
+    p.add_argument("--offsets-decoder", action="store_true",
+                   help="decode records as __consumer_offsets records (committed offsets and group metadata, "
+                        "Kafka's JSON); implies --print-data-log")
     p.add_argument("--print-data-log", action="store_true",
                    help="print each record's key and value (as UTF-8 text); implies --deep-iteration")
     p.add_argument("--deep-iteration", action="store_true", help="print a line per record, not only per batch")
@@ -76,13 +79,18 @@ def run(args: Any) -> int:
     if bootstrap is not None and not args.cluster_metadata_decoder:
         raise UserError("--bootstrap-server resolves the log dir ids of metadata records: it needs "
                         "--cluster-metadata-decoder")
-    print_data = args.print_data_log or args.cluster_metadata_decoder
+    offsets = getattr(args, "offsets_decoder", False)
+    if offsets and args.cluster_metadata_decoder:
+        raise UserError("--offsets-decoder and --cluster-metadata-decoder read different topics: give one")
+    print_data = args.print_data_log or args.cluster_metadata_decoder or offsets
     deep = args.deep_iteration or print_data
     decoder: Callable[[Any], tuple[str | None, str | None]] = _text_payload
     if args.cluster_metadata_decoder:
         dirs = (directory_map(bootstrap, getattr(args, "timeout", 30.0), admin_options(args))
                 if bootstrap is not None else None)
         decoder = partial(_metadata_payload, dirs=dirs)
+    elif offsets:
+        decoder = _offsets_payload
     invalid = False
     gaps: dict[str, list[tuple[int, int]]] = {}
     for f in files:
@@ -238,6 +246,59 @@ def _text(b: bytes | None) -> str | None:
 def _text_payload(rec: Any) -> tuple[str | None, str | None]:
     """Kafka's default StringDecoder for keys and values."""
     return _text(rec.key), _text(rec.value)
+
+
+def _offsets_payload(rec: Any) -> tuple[str | None, str | None]:
+    """Kafka's OffsetsMessageParser: the key as `{"type":"<key version>","data":{...}}`, the value as
+    `{"version":"<value version>","data":{...}}` (bytes in base64), a tombstone as `<DELETE>`; a record that
+    does not decode is shown as text with the reason."""
+    import base64
+    import json
+
+    from kjbod.broker.groups import records as rec_format
+
+    if rec.key is None:
+        return None, _text(rec.value)
+    key = bytes(rec.key)
+    try:
+        parsed = rec_format.read_key(key)
+    except (rec_format.RecordFormatError, UnicodeDecodeError) as e:
+        return f"<unknown key: {e}>", _text(rec.value)
+    version = int.from_bytes(key[:2], "big", signed=True)
+    if isinstance(parsed, rec_format.OffsetKey):
+        key_json = {"group": parsed.group, "topic": parsed.topic, "partition": parsed.partition}
+    else:
+        key_json = {"group": parsed.group}
+    key_text = json.dumps({"type": str(version), "data": key_json}, separators=(",", ":"))
+    if rec.value is None:
+        return key_text, "<DELETE>"
+    value = bytes(rec.value)
+    value_version = int.from_bytes(value[:2], "big", signed=True)
+    try:
+        if isinstance(parsed, rec_format.OffsetKey):
+            c = rec_format.read_offset_value(value)
+            data: dict[str, Any] = {"offset": c.offset}
+            if value_version >= 3:
+                data["leaderEpoch"] = c.leader_epoch
+            data.update(metadata=c.metadata, commitTimestamp=c.commit_timestamp_ms)
+            if value_version == 1:
+                data["expireTimestamp"] = c.expire_timestamp_ms
+        else:
+            g = rec_format.read_group_value(value)
+            data = {"protocolType": g.protocol_type, "generation": g.generation, "protocol": g.protocol,
+                    "leader": g.leader}
+            if value_version >= 2:
+                data["currentStateTimestamp"] = g.current_state_timestamp
+            data["members"] = [
+                {"memberId": m.member_id, **({"groupInstanceId": m.group_instance_id} if value_version >= 3 else {}),
+                 "clientId": m.client_id, "clientHost": m.client_host,
+                 **({"rebalanceTimeout": m.rebalance_timeout_ms} if value_version >= 1 else {}),
+                 "sessionTimeout": m.session_timeout_ms,
+                 "subscription": base64.b64encode(m.subscription).decode(),
+                 "assignment": base64.b64encode(m.assignment).decode()} for m in g.members]
+    except (rec_format.RecordFormatError, UnicodeDecodeError) as e:
+        return key_text, f"<unknown value: {e}>"
+    return key_text, json.dumps({"version": str(value_version), "data": data}, separators=(",", ":"))
 
 
 def directory_map(bootstrap: str, timeout: float,

@@ -331,6 +331,20 @@ KEYS: dict[str, KeyDef] = {
         KeyDef("replica.fetch.backoff.ms", _int(0), 1000),
         KeyDef("replica.socket.timeout.ms", _int(1), 30_000),
         KeyDef("replica.lag.time.max.ms", _long(1), 30_000),
+        KeyDef("offsets.topic.num.partitions", _int(1), 50,
+               "partitions of __consumer_offsets, made on the first FindCoordinator for a group"),
+        KeyDef("offsets.topic.replication.factor", _int(1, 32767), 3,
+               "replicas of __consumer_offsets; it is not made while fewer brokers are alive"),
+        KeyDef("group.initial.rebalance.delay.ms", _int(0), 3000,
+               "how long the first rebalance of an empty group waits for more members"),
+        KeyDef("group.min.session.timeout.ms", _int(), 6000),
+        KeyDef("group.max.session.timeout.ms", _int(), 1_800_000),
+        KeyDef("group.max.size", _int(1), 2**31 - 1),
+        KeyDef("offset.metadata.max.bytes", _int(), 4096),
+        KeyDef("offsets.retention.minutes", _int(1), 10080,
+               "how long a group's committed offsets are kept once the group is empty (Kafka has no ms key)",
+               into="offsets_retention_ms"),
+        KeyDef("offsets.retention.check.interval.ms", _long(1), 600_000),
         KeyDef("num.replica.fetchers", _int(1), 1),
         KeyDef("min.insync.replicas", _int(1), 1),
         KeyDef("replication.quota.window.num", _int(1), 11,
@@ -369,9 +383,6 @@ ALIASES: dict[str, str] = {
 COMPATIBILITY_ONLY: dict[str, str] = {
     # Checked, reported by DescribeConfigs, no effect yet.
     # Taken as they are.
-    "group.initial.rebalance.delay.ms": "no consumer groups yet",
-    "offsets.topic.replication.factor": "no consumer groups yet (no __consumer_offsets)",
-    "offsets.topic.num.partitions": "no consumer groups yet (no __consumer_offsets)",
     "transaction.state.log.replication.factor": "no transactions",
     "transaction.state.log.min.isr": "no transactions",
     "transaction.state.log.num.partitions": "no transactions",
@@ -439,6 +450,15 @@ class ServerConfig:
     replica_fetch_backoff_ms: int = 1000
     replica_socket_timeout_ms: int = 30_000
     replica_lag_time_max_ms: int = 30_000
+    offsets_topic_num_partitions: int = 50
+    offsets_topic_replication_factor: int = 3
+    group_initial_rebalance_delay_ms: int = 3000
+    group_min_session_timeout_ms: int = 6000
+    group_max_session_timeout_ms: int = 1_800_000
+    group_max_size: int = 2**31 - 1
+    offset_metadata_max_bytes: int = 4096
+    offsets_retention_ms: int = 7 * 24 * 3600 * 1000
+    offsets_retention_check_interval_ms: int = 600_000
     num_replica_fetchers: int = 1
     min_insync_replicas: int = 1
     replication_quota_window_num: int = 11
@@ -842,6 +862,15 @@ def build_config(
         replica_fetch_backoff_ms=get("replica.fetch.backoff.ms"),
         replica_socket_timeout_ms=get("replica.socket.timeout.ms"),
         replica_lag_time_max_ms=get("replica.lag.time.max.ms"),
+        offsets_topic_num_partitions=get("offsets.topic.num.partitions"),
+        offsets_topic_replication_factor=get("offsets.topic.replication.factor"),
+        group_initial_rebalance_delay_ms=get("group.initial.rebalance.delay.ms"),
+        group_min_session_timeout_ms=get("group.min.session.timeout.ms"),
+        group_max_session_timeout_ms=get("group.max.session.timeout.ms"),
+        group_max_size=get("group.max.size"),
+        offset_metadata_max_bytes=get("offset.metadata.max.bytes"),
+        offsets_retention_ms=get("offsets.retention.minutes") * 60_000,
+        offsets_retention_check_interval_ms=get("offsets.retention.check.interval.ms"),
         num_replica_fetchers=get("num.replica.fetchers"),
         min_insync_replicas=get("min.insync.replicas"),
         replication_quota_window_num=get("replication.quota.window.num"),

@@ -1,8 +1,12 @@
-"""FindCoordinator's answer and log line (kjbod/broker/handlers/find_coordinator.py), in process: kjbod has no
-coordinator, answers COORDINATOR_NOT_AVAILABLE as Kafka does while it cannot host one, with a message, and warns
-once per connection and key type, naming the client, the keys and what is not served."""
+"""FindCoordinator's answer and log line (kjbod/broker/handlers/find_coordinator.py), in process, for the keys
+kjbod has no coordinator for: transaction keys answer COORDINATOR_NOT_AVAILABLE as Kafka does while it cannot
+host one, with a message, and warn once per connection and key type, naming the client, the keys and what is not
+served; share and unknown key types are INVALID_REQUEST.  Group keys are answered by the group coordinator
+(tests/groups)."""
 
 from __future__ import annotations
+
+import asyncio
 
 import pytest
 
@@ -35,24 +39,22 @@ def warnings_of(logs: list[dict]) -> list[tuple]:
             if e["event"] == "coordinator_not_served"]
 
 
+def answer_to(version: int, body: FindCoordinatorRequest, connection_id: int = 1):
+    # Transaction, share and unknown keys never touch the node (group keys are tested live: tests/groups).
+    return asyncio.run(find_coordinator.handle(None, request(version, connection_id), body))
+
+
 @pytest.mark.parametrize("version", [1, 2, 3])
-def test_a_group_key_before_v4_gets_coordinator_not_available_with_a_message(logs, version):
-    answer = find_coordinator.handle(None, request(version), FindCoordinatorRequest(key="readers", key_type=0))
+def test_a_transaction_key_before_v4_gets_coordinator_not_available_with_a_message(logs, version):
+    answer = answer_to(version, FindCoordinatorRequest(key="tx", key_type=1))
     assert (answer.error_code, answer.node_id, answer.host, answer.port) == (
         ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1)
-    assert "consumer groups are not served by kjbod yet" in answer.error_message
-    assert warnings_of(logs) == [("group", ["readers"], "kafkajs", "127.0.0.1:40001", "COORDINATOR_NOT_AVAILABLE")]
-
-
-def test_v0_has_no_message_field_and_still_warns(logs):
-    answer = find_coordinator.handle(None, request(0), FindCoordinatorRequest(key="readers"))
-    assert (answer.error_code, answer.error_message) == (ErrorCode.COORDINATOR_NOT_AVAILABLE, None)
-    assert warnings_of(logs) == [("group", ["readers"], "kafkajs", "127.0.0.1:40001", "COORDINATOR_NOT_AVAILABLE")]
+    assert "transactions are not served by kjbod yet" in answer.error_message
+    assert warnings_of(logs) == [("transaction", ["tx"], "kafkajs", "127.0.0.1:40001", "COORDINATOR_NOT_AVAILABLE")]
 
 
 def test_batched_transaction_keys_each_get_the_error_and_one_warning(logs):
-    answer = find_coordinator.handle(None, request(4), FindCoordinatorRequest(key_type=1,
-                                                                              coordinator_keys=["tx-1", "tx-2"]))
+    answer = answer_to(4, FindCoordinatorRequest(key_type=1, coordinator_keys=["tx-1", "tx-2"]))
     assert [(c.key, c.error_code, c.node_id) for c in answer.coordinators] == [
         ("tx-1", ErrorCode.COORDINATOR_NOT_AVAILABLE, -1), ("tx-2", ErrorCode.COORDINATOR_NOT_AVAILABLE, -1)]
     assert all("transactions are not served by kjbod yet" in c.error_message for c in answer.coordinators)
@@ -63,20 +65,18 @@ def test_batched_transaction_keys_each_get_the_error_and_one_warning(logs):
 
 def test_one_warning_per_connection_and_key_type(logs):
     for _ in range(5):  # a client retrying on its connection
-        find_coordinator.handle(None, request(3, connection_id=1), FindCoordinatorRequest(key="g", key_type=0))
-    find_coordinator.handle(None, request(3, connection_id=1), FindCoordinatorRequest(key="t", key_type=1))
-    find_coordinator.handle(None, request(3, connection_id=2), FindCoordinatorRequest(key="g", key_type=0))
+        answer_to(3, FindCoordinatorRequest(key="t", key_type=1), connection_id=1)
+    answer_to(3, FindCoordinatorRequest(key="t", key_type=1), connection_id=2)
     assert [(kind, keys, peer) for kind, keys, _c, peer, _a in warnings_of(logs)] == [
-        ("group", ["g"], "127.0.0.1:40001"), ("transaction", ["t"], "127.0.0.1:40001"),
-        ("group", ["g"], "127.0.0.1:40002")]
+        ("transaction", ["t"], "127.0.0.1:40001"), ("transaction", ["t"], "127.0.0.1:40002")]
 
 
 def test_the_memory_of_warned_connections_is_bounded(logs, monkeypatch):
     monkeypatch.setattr(find_coordinator, "WARNED_LIMIT", 3)
     for connection_id in range(1, 6):
-        find_coordinator.handle(None, request(3, connection_id), FindCoordinatorRequest(key="g"))
-    assert list(find_coordinator._warned) == [(3, 0), (4, 0), (5, 0)]
-    find_coordinator.handle(None, request(3, 1), FindCoordinatorRequest(key="g"))  # forgotten: warned again
+        answer_to(3, FindCoordinatorRequest(key="t", key_type=1), connection_id)
+    assert list(find_coordinator._warned) == [(3, 1), (4, 1), (5, 1)]
+    answer_to(3, FindCoordinatorRequest(key="t", key_type=1), 1)  # forgotten: warned again
     assert len(warnings_of(logs)) == 6
 
 
@@ -84,7 +84,7 @@ def test_the_memory_of_warned_connections_is_bounded(logs, monkeypatch):
 def test_share_and_unknown_key_types_are_invalid_request_without_a_warning(logs, version, key_type):
     # Kafka: share keys need v6 and a share coordinator, and CoordinatorType.forId refuses unknown ids.
     body = FindCoordinatorRequest(key="k", key_type=key_type, coordinator_keys=["k", "l"])
-    answer = find_coordinator.handle(None, request(version), body)
+    answer = answer_to(version, body)
     if version >= 4:
         assert [(c.key, c.error_code, c.node_id) for c in answer.coordinators] == [
             ("k", ErrorCode.INVALID_REQUEST, -1), ("l", ErrorCode.INVALID_REQUEST, -1)]

@@ -7,11 +7,11 @@ exactly: offsets, values, keys, headers, timestamps, error classes.  Where the c
 the batch really gzip? did the idempotent producer really send a producer id?), the test reads the batch
 headers kjbod wrote to its log dirs.
 
-What kjbod does not serve shows as aiokafka shows it against a Kafka that cannot serve it either: APIs missing
-from ApiVersions (ListGroups) fail in the client before anything is sent; a
-group consumer or a transactional producer is told COORDINATOR_NOT_AVAILABLE, as Kafka's FindCoordinator answers
-when its coordinator topic has no leader, and aiokafka keeps asking without a limit.  kjbod logs a warning
-naming the group or transactional id, which the tests find in its stderr.
+Group consumers work (the server makes `__consumer_offsets` with one replica).  What kjbod does not serve shows
+as aiokafka shows it against a Kafka that cannot serve it either: a transactional producer is told
+COORDINATOR_NOT_AVAILABLE, as Kafka's FindCoordinator answers when its coordinator topic has no leader, and
+aiokafka keeps asking without a limit.  kjbod logs a warning naming the transactional id, which the tests find in
+its stderr.
 
 Compression: aiokafka needs the `cramjam` package for lz4, zstd and snappy; without it only gzip is tested.
 One case needs more than one broker (a topic replicated three ways, written with acks=all): it starts its own
@@ -50,7 +50,9 @@ WAIT_S = 30.0
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory) -> LiveServer:
-    s = start_server(tmp_path_factory.mktemp("aiokafka"), overrides={"auto.create.topics.enable": "false"})
+    s = start_server(tmp_path_factory.mktemp("aiokafka"), overrides={
+        "auto.create.topics.enable": "false", "offsets.topic.replication.factor": "1",
+        "offsets.topic.num.partitions": "3", "group.initial.rebalance.delay.ms": "100"})
     yield s
     s.stop()
 
@@ -432,8 +434,8 @@ async def test_a_consumer_at_the_end_gets_a_record_produced_while_it_waits(serve
 
 
 async def waits_for_a_coordinator(server: LiveServer, client, key: str, key_type: str, says: str) -> None:
-    """Starts `client` (aiokafka's producer or consumer), waits for kjbod's warning about `key`, and checks that
-    start() is still waiting then: aiokafka retries COORDINATOR_NOT_AVAILABLE without a limit."""
+    """Starts `client` (aiokafka's producer), waits for kjbod's warning about `key`, and checks that start() is
+    still waiting then: aiokafka retries COORDINATOR_NOT_AVAILABLE without a limit."""
     starting = asyncio.ensure_future(client.start())
     try:
         line = await wait_for_event(server, "coordinator_not_served", keys=[key])
@@ -446,17 +448,40 @@ async def waits_for_a_coordinator(server: LiveServer, client, key: str, key_type
         await client.stop()
 
 
-async def test_group_consumer_waits_for_a_coordinator_and_kjbod_says_why(server):
-    """A consumer with a group_id: kjbod has no group coordinator.  FindCoordinator answers COORDINATOR_NOT_AVAILABLE
-    (as Kafka does while its __consumer_offsets partition has no leader), which aiokafka retries without a limit,
-    logging only "Group Coordinator Request failed" each time: its start() does not return.  kjbod logs why,
-    naming the group."""
-    await create_topic(server, "grouped")
-    async with admin_client(server) as admin:
-        with pytest.raises(aiokafka_errors.CoordinatorNotAvailableError):
-            await admin.find_coordinator("no-groups-here")
-    consumer = AIOKafkaConsumer("grouped", bootstrap_servers=server.bootstrap, group_id="aiokafka-group")
-    await waits_for_a_coordinator(server, consumer, "aiokafka-group", "group", "consumer groups")
+async def test_group_consumer_subscribes_consumes_and_commits(server):
+    """A consumer with a group_id: it finds kjbod as its coordinator, joins, is given both partitions, reads
+    every record and commits; the committed offsets read back, a second consumer of the group starts after them,
+    and aiokafka's admin client lists and describes the group."""
+    await create_topic(server, "grouped", partitions=2)
+    async with producer_for(server) as producer:
+        for i in range(6):
+            await producer.send_and_wait("grouped", f"v{i}".encode(), partition=i % 2)
+    consumer = AIOKafkaConsumer("grouped", bootstrap_servers=server.bootstrap, group_id="aiokafka-group",
+                                auto_offset_reset="earliest", enable_auto_commit=False)
+    await consumer.start()
+    try:
+        records = await consume(consumer, 6)
+        assert sorted(r.value for r in records) == [f"v{i}".encode() for i in range(6)]
+        assert consumer.assignment() == {TopicPartition("grouped", 0), TopicPartition("grouped", 1)}
+        await consumer.commit()
+        assert await consumer.committed(TopicPartition("grouped", 0)) == 3
+        async with admin_client(server) as admin:
+            listed = await admin.list_consumer_groups()
+            assert ("aiokafka-group", "consumer") in listed
+            [described] = await admin.describe_consumer_groups(["aiokafka-group"])
+            assert described.groups[0][2] == "Stable" and len(described.groups[0][5]) == 1
+    finally:
+        await consumer.stop()
+    async with producer_for(server) as producer:
+        await producer.send_and_wait("grouped", b"after", partition=1)
+    again = AIOKafkaConsumer("grouped", bootstrap_servers=server.bootstrap, group_id="aiokafka-group",
+                             auto_offset_reset="earliest", enable_auto_commit=False)
+    await again.start()
+    try:
+        [record] = await consume(again, 1)
+        assert (record.partition, record.offset, record.value) == (1, 3, b"after")
+    finally:
+        await again.stop()
 
 
 async def test_transactional_producer_waits_for_a_coordinator_and_kjbod_says_why(server):
@@ -686,15 +711,13 @@ async def test_admin_deletes_the_records_below_an_offset(server):
     assert [(r.offset, r.value) for r in records] == [(4, b"v4"), (5, b"v5")]
 
 
-async def test_admin_apis_kjbod_does_not_serve_fail_in_the_client(server):
-    """ListGroups is not in kjbod's ApiVersions answer: aiokafka refuses to send it, as it would to a Kafka
-    broker without it."""
+async def test_admin_group_apis_answer_for_unknown_groups(server):
+    """Describing a group nobody joined answers it Dead with no members, as Kafka does; deleting it is
+    GROUP_ID_NOT_FOUND."""
     await create_topic(server, "fixed-partitions")
     async with admin_client(server) as admin:
-        with pytest.raises(aiokafka_errors.IncompatibleBrokerVersion, match="ListGroupsRequest"):
-            await admin.list_consumer_groups()
-        # Describing a group asks for its coordinator first: COORDINATOR_NOT_AVAILABLE, raised once here.
-        with pytest.raises(aiokafka_errors.CoordinatorNotAvailableError):
-            await admin.describe_consumer_groups(["some-group"])
+        [described] = await admin.describe_consumer_groups(["some-group"])
+        assert (described.groups[0][0], described.groups[0][1], described.groups[0][2]) == (0, "some-group", "Dead")
+        assert described.groups[0][5] == []
         [described] = await admin.describe_topics(["fixed-partitions"])
     assert len(described["partitions"]) == 1

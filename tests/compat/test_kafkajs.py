@@ -5,8 +5,8 @@ a test uses is one it created, and a missing topic stays missing; one test start
 own (`kjbod cluster up`) for replicated topics.  Each test hands tests/compat/kafkajs/run.js a JSON plan
 (bootstrap address, steps: producer sends, admin calls, a consumer) on stdin and gets one JSON result per step on
 stdout: the values KafkaJS returned, or its error (KafkaJS's error name, Kafka's error type and code, the causes).
-Every assertion is here.  What KafkaJS wrote is read back with kafka-python, which assigns partitions
-itself (KafkaJS consumers always join a group, and kjbod has no group coordinator yet).
+Every assertion is here.  What KafkaJS wrote is mostly read back with kafka-python, which assigns partitions
+itself; KafkaJS's own consumer (always a group member) is tested too.
 
 KafkaJS is pinned in tests/compat/kafkajs/package.json and package-lock.json; `make install` runs `npm ci` there
 when npm exists.  Without node, or without the installed package, every test here skips and says why.
@@ -65,7 +65,9 @@ pytestmark = [pytestmark, pytest.mark.skipif(_why_not_runnable() is not None, re
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory) -> LiveServer:
-    s = start_server(tmp_path_factory.mktemp("kafkajs"), overrides={"auto.create.topics.enable": "false"})
+    s = start_server(tmp_path_factory.mktemp("kafkajs"), overrides={
+        "auto.create.topics.enable": "false", "offsets.topic.replication.factor": "1",
+        "offsets.topic.num.partitions": "3", "group.initial.rebalance.delay.ms": "100"})
     yield s
     s.stop()
 
@@ -511,26 +513,22 @@ def test_replicated_topic_on_a_three_broker_cluster(tmp_path):
 # ------------------------------------------------------------------------------------------------- groups, transactions
 
 
-def test_consumer_gets_a_coordinator_error_and_the_server_says_groups_are_not_served(server):
-    """KafkaJS consumers always join a group.  kjbod answers FindCoordinator as Kafka does when it cannot host a
-    coordinator (COORDINATOR_NOT_AVAILABLE, retriable); KafkaJS retries, then its consumer crashes with
-    KafkaJSGroupCoordinatorNotFound.  KafkaJS drops the error message of the answer, so the server's log carries
-    the explanation, once per connection."""
-    created, sent, consumed = kafkajs(server.bootstrap, create("grouped"),
-                                      send("grouped", [{"value": "v", "partition": 0}]),
-                                      {"do": "consume", "consumer": {"groupId": "readers"}, "topic": "grouped",
-                                       "timeoutMs": 60000})
+def test_group_consumer_joins_and_reads(server):
+    """KafkaJS consumers always join a group: FindCoordinator names kjbod, JoinGroup, SyncGroup (KafkaJS's leader
+    assigns the partitions), OffsetFetch (nothing committed: from the beginning) and Fetch follow; the first
+    record arrives, and after the consumer left the group is described as Empty."""
+    created, sent, consumed, described = kafkajs(
+        server.bootstrap, create("grouped", 2),
+        send("grouped", [{"value": "v", "partition": 0}]),
+        {"do": "consume", "consumer": {"groupId": "readers", "sessionTimeout": 10000}, "topic": "grouped",
+         "timeoutMs": 60000},
+        admin("describeGroups", ["readers"]))
     value(created), value(sent)
     seen = value(consumed)
-    assert seen["messages"] == []
-    assert seen["crash"]["error"]["name"] == "KafkaJSGroupCoordinatorNotFound"
-    assert seen["crash"]["restart"] is False  # the consumer stops: no endless retry loop
-    assert [entry["error"] for entry in seen["logs"] if entry["message"].startswith("Response GroupCoordinator")]
-    assert set(entry["error"] for entry in seen["logs"] if entry["message"].startswith(
-        "Response GroupCoordinator")) == {"The group coordinator is not available"}
-    lines = coordinator_warnings(server, "group", "readers")
-    assert lines, "no warning in the server's log about the group"
-    assert "consumer groups are not served by kjbod yet" in lines[0]["reason"]
+    assert seen["crash"] is None
+    assert [(m["partition"], m["offset"], m["value"]) for m in seen["messages"]] == [(0, "0", "v")]
+    [group] = value(described)["groups"]
+    assert (group["groupId"], group["state"], group["protocolType"]) == ("readers", "Empty", "consumer")
 
 
 def test_transactional_producer_gets_a_coordinator_error(server):

@@ -135,7 +135,7 @@ def test_topic_deletion_disabled_default_replication_factor_and_compatibility_ke
         "delete.topic.enable": "false",
         "default.replication.factor": "2",
         "num.network.threads": "3",
-        "offsets.topic.replication.factor": "1",
+        "transaction.state.log.replication.factor": "1",
     })
     admin = admin_for(server)
     with pytest.raises(InvalidReplicationFactorError):
@@ -146,7 +146,8 @@ def test_topic_deletion_disabled_default_replication_factor_and_compatibility_ke
     assert "kept" in admin.list_topics()
     admin.close()
     logged = [line for line in server.stderr(200).splitlines() if "accepted with no effect" in line]
-    assert len(logged) == 1 and "num.network.threads" in logged[0] and "offsets.topic.replication.factor" in logged[0]
+    assert len(logged) == 1 and "num.network.threads" in logged[0]
+    assert "transaction.state.log.replication.factor" in logged[0]
 
 
 def test_fetch_max_bytes_caps_what_one_fetch_gives_a_consumer(kjbod_server_factory):

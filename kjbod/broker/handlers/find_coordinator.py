@@ -1,23 +1,29 @@
 """FindCoordinator (key 10), versions 0-6.
 
 Version notes: v1 adds the key type and error messages; v3 is flexible; v4 batches keys (one result each); v6
-adds share groups.  kjbod has no group or transaction coordinator yet (consumer groups are out of scope), so
-group and transaction keys answer COORDINATOR_NOT_AVAILABLE: what Kafka answers while it cannot host the
-coordinator (its internal topic missing or without a leader), which clients treat as retriable.  Share keys
-answer INVALID_REQUEST, as from a Kafka broker without a share coordinator (and from any Kafka broker below v6),
-and so does an unknown key type (Kafka's CoordinatorType.forId refuses it).  The API is served anyway because
-librdkafka takes its presence as the sign that a broker understands lz4-compressed batches.
+adds share groups.
 
-Clients retry that answer and then give up with an error of their own that does not say why (KafkaJS's consumer
-crashes with "Failed to find group coordinator", and KafkaJS drops the message in the answer; the Java client
-times out).  So the answer carries a message naming what is missing (v1 and later), and the server logs one
-warning per connection and key type that names the client, the keys and the reason: the place a user looks next.
+Group keys (type 0) are answered by the group coordinator (kjbod.broker.groups): the first request creates
+`__consumer_offsets` as Kafka does, and the answer names the broker leading the group's partition of it, or
+COORDINATOR_NOT_AVAILABLE while the topic cannot be created (fewer live brokers than
+offsets.topic.replication.factor) or the partition has no leader reachable on this listener.
+
+kjbod has no transaction coordinator, so transaction keys answer COORDINATOR_NOT_AVAILABLE: what Kafka answers
+while it cannot host the coordinator (its internal topic missing or without a leader), which clients treat as
+retriable.  Share keys answer INVALID_REQUEST, as from a Kafka broker without a share coordinator (and from any
+Kafka broker below v6), and so does an unknown key type (Kafka's CoordinatorType.forId refuses it).
+
+Clients retry COORDINATOR_NOT_AVAILABLE and then give up with an error of their own that does not say why
+(KafkaJS drops the message in the answer; the Java client times out).  So the answer carries a message naming
+what is missing (v1 and later), and the server logs one warning per connection and key type that names the
+client, the keys and the reason: the place a user looks next.
 """
 
 from __future__ import annotations
 
 import structlog
 
+from kjbod.broker.groups.coordinator import OFFSETS_TOPIC, coordinator_of, partition_for
 from kjbod.broker.router import api
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import FindCoordinatorRequest, FindCoordinatorResponse
@@ -25,13 +31,9 @@ from kjbod.protocol.generated.find_coordinator_response import Coordinator
 
 log = structlog.get_logger("kjbod.find_coordinator")
 
-# Kafka's CoordinatorType ids of the coordinators clients may wait for, and what kjbod lacks for each.
-KEY_TYPES = {0: "group", 1: "transaction"}
-REASONS = {
-    "group": "consumer groups are not served by kjbod yet: consume with explicit partition assignment",
-    "transaction": "transactions are not served by kjbod yet: produce without a transactional id",
-}
-SHARE = 2
+GROUP, TRANSACTION, SHARE = 0, 1, 2
+LOAD_WAIT_S = 5.0  # how long a FindCoordinator naming this broker waits for the group's partition to load
+TRANSACTION_REASON = "transactions are not served by kjbod yet: produce without a transactional id"
 
 # (connection id, key type) pairs already warned about.  Clients ask again every few hundred milliseconds on the
 # same connection; one line per connection says it without flooding the log.  Bounded, oldest first out: a
@@ -51,21 +53,47 @@ def _warn_once(request, key_type: int, kind: str, reason: str, keys: list[str]) 
                 answer="COORDINATOR_NOT_AVAILABLE", client_id=request.client_id, peer=request.ctx.peer)
 
 
+def _group_coordinator(node, request, key: str, topic_problem: str | None) -> Coordinator:
+    if topic_problem is not None:
+        return Coordinator(key=key, node_id=-1, host="", port=-1, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                           error_message=topic_problem)
+    topic = node.metadata.topic(OFFSETS_TOPIC)
+    p = partition_for(key, len(topic.partitions))
+    leader = topic.partitions[p].leader
+    for n in node.cluster_nodes(request.ctx.listener_name, controllers=False):
+        if n.node_id == leader:
+            return Coordinator(key=key, node_id=n.node_id, host=n.host, port=n.port, error_code=0,
+                               error_message=None)
+    return Coordinator(key=key, node_id=-1, host="", port=-1, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                       error_message=f"{OFFSETS_TOPIC}-{p} has no leader reachable on this listener yet")
+
+
 @api(FindCoordinatorRequest)
-def handle(node, request, body: FindCoordinatorRequest) -> FindCoordinatorResponse:
-    kind = KEY_TYPES.get(body.key_type)
-    if kind is not None:
-        code, reason = ErrorCode.COORDINATOR_NOT_AVAILABLE, REASONS[kind]
-        message = f"kjbod has no {kind} coordinator ({reason})"
-        _warn_once(request, body.key_type, kind, reason,
-                   list(body.coordinator_keys) if request.api_version >= 4 else [body.key])
-    elif body.key_type == SHARE:
-        code, message = ErrorCode.INVALID_REQUEST, "kjbod has no share coordinator (share groups are not served)"
+async def handle(node, request, body: FindCoordinatorRequest) -> FindCoordinatorResponse:
+    keys = list(body.coordinator_keys) if request.api_version >= 4 else [body.key]
+    if body.key_type == GROUP:
+        code, problem = await coordinator_of(node).ensure_topic()
+        if code:
+            problem = problem or f"{OFFSETS_TOPIC} does not exist yet"
+            _warn_once(request, body.key_type, "group", problem, keys)
+        answers = [_group_coordinator(node, request, key, problem if code else None) for key in keys]
+        for a in answers:
+            if a.node_id == node.node_id:
+                await coordinator_of(node).wait_loaded(a.key, LOAD_WAIT_S)
     else:
-        code, message = ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {body.key_type}"
+        if body.key_type == TRANSACTION:
+            code, message = ErrorCode.COORDINATOR_NOT_AVAILABLE, f"kjbod has no transaction coordinator " \
+                                                                  f"({TRANSACTION_REASON})"
+            _warn_once(request, body.key_type, "transaction", TRANSACTION_REASON, keys)
+        elif body.key_type == SHARE:
+            code, message = ErrorCode.INVALID_REQUEST, "kjbod has no share coordinator (share groups are not served)"
+        else:
+            code, message = ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {body.key_type}"
+        answers = [Coordinator(key=key, node_id=-1, host="", port=-1, error_code=code, error_message=message)
+                   for key in keys]
     if request.api_version >= 4:
-        return FindCoordinatorResponse(coordinators=[
-            Coordinator(key=key, node_id=-1, host="", port=-1, error_code=code, error_message=message)
-            for key in body.coordinator_keys])
-    return FindCoordinatorResponse(error_code=code, error_message=message if request.api_version >= 1 else None,
-                                   node_id=-1, host="", port=-1)
+        return FindCoordinatorResponse(coordinators=answers)
+    a = answers[0]
+    return FindCoordinatorResponse(error_code=a.error_code,
+                                   error_message=a.error_message if request.api_version >= 1 else None,
+                                   node_id=a.node_id, host=a.host, port=a.port)

@@ -71,7 +71,8 @@ def describe_topic(node, topic, listener: str) -> Topic:
             parts.append(Partition(error_code=0, partition_index=p.partition, leader_id=p.leader,
                                    leader_epoch=p.leader_epoch, replica_nodes=list(p.replicas),
                                    isr_nodes=list(p.isr), offline_replicas=offline))
-    return Topic(error_code=0, name=topic.name, topic_id=topic.topic_id, is_internal=False, partitions=parts)
+    return Topic(error_code=0, name=topic.name, topic_id=topic.topic_id, is_internal=topic.name == "__consumer_offsets",
+                 partitions=parts)
 
 
 @api(MetadataRequest)

@@ -13,7 +13,9 @@ TRANSACTION_ABORTABLE; v12 only changes client behaviour.
 acks=0 produces no response frame; an error then closes the connection, as Kafka does, so the producer finds
 out.  Transactions are not supported: a transactional produce answers INVALID_REQUEST with a message saying so,
 and a transactional batch in a request without a transactional id TRANSACTIONAL_ID_AUTHORIZATION_FAILED (Kafka's
-answer to it), so nothing is stored that no commit or abort marker would ever end.
+answer to it), so nothing is stored that no commit or abort marker would ever end.  A client's produce to the
+internal `__consumer_offsets` is INVALID_TOPIC_EXCEPTION, as in Kafka; the group coordinator's own appends come
+through here with `internal_topics_allowed`.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from kjbod.wire.handler import CloseConnection
 log = structlog.get_logger("kjbod.produce")
 
 ZSTD = 4
+OFFSETS_TOPIC = "__consumer_offsets"  # internal: Produce from clients is refused, as in Kafka
 TRANSACTIONAL = 0x10  # the transactional bit of a v2 batch's attributes, in their low byte (byte 22; magic at 16)
 # Records up to this size are validated (CRC, records, timestamps: CPU only, no file) on the event loop before the
 # hand-off, so the dir's worker does little more than the write: it then holds the GIL briefly, and the loop and
@@ -105,6 +108,10 @@ def handle(node, request, body: ProduceRequest):
             elif pd.records and len(pd.records) > 22 and pd.records[16] == 2 and pd.records[22] & TRANSACTIONAL:
                 parts.append(_error(pd.index, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "a transactional "
                                     "record batch needs the request's transactional id (kjbod has no transactions)", v))
+            elif td.name == OFFSETS_TOPIC and not getattr(request, "internal_topics_allowed", False):
+                # As Kafka: only the group coordinator writes its topic.
+                parts.append(_error(pd.index, ErrorCode.INVALID_TOPIC_EXCEPTION,
+                                    f"Cannot append to internal topic {td.name}", v))
             elif topic is None or pd.index not in topic.partitions:
                 parts.append(_error(pd.index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                                     f"{td.name}-{pd.index} does not exist on this broker", v))

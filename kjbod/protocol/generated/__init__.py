@@ -30,6 +30,8 @@ from .create_partitions_request import CreatePartitionsRequest
 from .create_partitions_response import CreatePartitionsResponse
 from .create_topics_request import CreateTopicsRequest
 from .create_topics_response import CreateTopicsResponse
+from .delete_groups_request import DeleteGroupsRequest
+from .delete_groups_response import DeleteGroupsResponse
 from .delete_records_request import DeleteRecordsRequest
 from .delete_records_response import DeleteRecordsResponse
 from .delete_topics_request import DeleteTopicsRequest
@@ -38,6 +40,8 @@ from .describe_cluster_request import DescribeClusterRequest
 from .describe_cluster_response import DescribeClusterResponse
 from .describe_configs_request import DescribeConfigsRequest
 from .describe_configs_response import DescribeConfigsResponse
+from .describe_groups_request import DescribeGroupsRequest
+from .describe_groups_response import DescribeGroupsResponse
 from .describe_log_dirs_request import DescribeLogDirsRequest
 from .describe_log_dirs_response import DescribeLogDirsResponse
 from .elect_leaders_request import ElectLeadersRequest
@@ -50,17 +54,31 @@ from .fetch_snapshot_request import FetchSnapshotRequest
 from .fetch_snapshot_response import FetchSnapshotResponse
 from .find_coordinator_request import FindCoordinatorRequest
 from .find_coordinator_response import FindCoordinatorResponse
+from .heartbeat_request import HeartbeatRequest
+from .heartbeat_response import HeartbeatResponse
 from .incremental_alter_configs_request import IncrementalAlterConfigsRequest
 from .incremental_alter_configs_response import IncrementalAlterConfigsResponse
 from .init_producer_id_request import InitProducerIdRequest
 from .init_producer_id_response import InitProducerIdResponse
+from .join_group_request import JoinGroupRequest
+from .join_group_response import JoinGroupResponse
 from .leader_change_message import LeaderChangeMessage
+from .leave_group_request import LeaveGroupRequest
+from .leave_group_response import LeaveGroupResponse
+from .list_groups_request import ListGroupsRequest
+from .list_groups_response import ListGroupsResponse
 from .list_offsets_request import ListOffsetsRequest
 from .list_offsets_response import ListOffsetsResponse
 from .list_partition_reassignments_request import ListPartitionReassignmentsRequest
 from .list_partition_reassignments_response import ListPartitionReassignmentsResponse
 from .metadata_request import MetadataRequest
 from .metadata_response import MetadataResponse
+from .offset_commit_request import OffsetCommitRequest
+from .offset_commit_response import OffsetCommitResponse
+from .offset_delete_request import OffsetDeleteRequest
+from .offset_delete_response import OffsetDeleteResponse
+from .offset_fetch_request import OffsetFetchRequest
+from .offset_fetch_response import OffsetFetchResponse
 from .offset_for_leader_epoch_request import OffsetForLeaderEpochRequest
 from .offset_for_leader_epoch_response import OffsetForLeaderEpochResponse
 from .partition_change_record import PartitionChangeRecord
@@ -81,6 +99,8 @@ from .sasl_handshake_request import SaslHandshakeRequest
 from .sasl_handshake_response import SaslHandshakeResponse
 from .snapshot_footer_record import SnapshotFooterRecord
 from .snapshot_header_record import SnapshotHeaderRecord
+from .sync_group_request import SyncGroupRequest
+from .sync_group_response import SyncGroupResponse
 from .throttled_rate_intent_record import ThrottledRateIntentRecord
 from .throttled_replicas_intent_record import ThrottledReplicasIntentRecord
 from .topic_record import TopicRecord
@@ -118,6 +138,8 @@ __all__ = [
     'CreatePartitionsResponse',
     'CreateTopicsRequest',
     'CreateTopicsResponse',
+    'DeleteGroupsRequest',
+    'DeleteGroupsResponse',
     'DeleteRecordsRequest',
     'DeleteRecordsResponse',
     'DeleteTopicsRequest',
@@ -126,6 +148,8 @@ __all__ = [
     'DescribeClusterResponse',
     'DescribeConfigsRequest',
     'DescribeConfigsResponse',
+    'DescribeGroupsRequest',
+    'DescribeGroupsResponse',
     'DescribeLogDirsRequest',
     'DescribeLogDirsResponse',
     'ElectLeadersRequest',
@@ -138,17 +162,31 @@ __all__ = [
     'FetchSnapshotResponse',
     'FindCoordinatorRequest',
     'FindCoordinatorResponse',
+    'HeartbeatRequest',
+    'HeartbeatResponse',
     'IncrementalAlterConfigsRequest',
     'IncrementalAlterConfigsResponse',
     'InitProducerIdRequest',
     'InitProducerIdResponse',
+    'JoinGroupRequest',
+    'JoinGroupResponse',
     'LeaderChangeMessage',
+    'LeaveGroupRequest',
+    'LeaveGroupResponse',
+    'ListGroupsRequest',
+    'ListGroupsResponse',
     'ListOffsetsRequest',
     'ListOffsetsResponse',
     'ListPartitionReassignmentsRequest',
     'ListPartitionReassignmentsResponse',
     'MetadataRequest',
     'MetadataResponse',
+    'OffsetCommitRequest',
+    'OffsetCommitResponse',
+    'OffsetDeleteRequest',
+    'OffsetDeleteResponse',
+    'OffsetFetchRequest',
+    'OffsetFetchResponse',
     'OffsetForLeaderEpochRequest',
     'OffsetForLeaderEpochResponse',
     'PartitionChangeRecord',
@@ -169,6 +207,8 @@ __all__ = [
     'SaslHandshakeResponse',
     'SnapshotFooterRecord',
     'SnapshotHeaderRecord',
+    'SyncGroupRequest',
+    'SyncGroupResponse',
     'ThrottledRateIntentRecord',
     'ThrottledReplicasIntentRecord',
     'TopicRecord',

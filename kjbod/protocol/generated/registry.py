@@ -34,6 +34,8 @@ from .create_partitions_request import CreatePartitionsRequest
 from .create_partitions_response import CreatePartitionsResponse
 from .create_topics_request import CreateTopicsRequest
 from .create_topics_response import CreateTopicsResponse
+from .delete_groups_request import DeleteGroupsRequest
+from .delete_groups_response import DeleteGroupsResponse
 from .delete_records_request import DeleteRecordsRequest
 from .delete_records_response import DeleteRecordsResponse
 from .delete_topics_request import DeleteTopicsRequest
@@ -42,6 +44,8 @@ from .describe_cluster_request import DescribeClusterRequest
 from .describe_cluster_response import DescribeClusterResponse
 from .describe_configs_request import DescribeConfigsRequest
 from .describe_configs_response import DescribeConfigsResponse
+from .describe_groups_request import DescribeGroupsRequest
+from .describe_groups_response import DescribeGroupsResponse
 from .describe_log_dirs_request import DescribeLogDirsRequest
 from .describe_log_dirs_response import DescribeLogDirsResponse
 from .elect_leaders_request import ElectLeadersRequest
@@ -54,17 +58,31 @@ from .fetch_snapshot_request import FetchSnapshotRequest
 from .fetch_snapshot_response import FetchSnapshotResponse
 from .find_coordinator_request import FindCoordinatorRequest
 from .find_coordinator_response import FindCoordinatorResponse
+from .heartbeat_request import HeartbeatRequest
+from .heartbeat_response import HeartbeatResponse
 from .incremental_alter_configs_request import IncrementalAlterConfigsRequest
 from .incremental_alter_configs_response import IncrementalAlterConfigsResponse
 from .init_producer_id_request import InitProducerIdRequest
 from .init_producer_id_response import InitProducerIdResponse
+from .join_group_request import JoinGroupRequest
+from .join_group_response import JoinGroupResponse
 from .leader_change_message import LeaderChangeMessage
+from .leave_group_request import LeaveGroupRequest
+from .leave_group_response import LeaveGroupResponse
+from .list_groups_request import ListGroupsRequest
+from .list_groups_response import ListGroupsResponse
 from .list_offsets_request import ListOffsetsRequest
 from .list_offsets_response import ListOffsetsResponse
 from .list_partition_reassignments_request import ListPartitionReassignmentsRequest
 from .list_partition_reassignments_response import ListPartitionReassignmentsResponse
 from .metadata_request import MetadataRequest
 from .metadata_response import MetadataResponse
+from .offset_commit_request import OffsetCommitRequest
+from .offset_commit_response import OffsetCommitResponse
+from .offset_delete_request import OffsetDeleteRequest
+from .offset_delete_response import OffsetDeleteResponse
+from .offset_fetch_request import OffsetFetchRequest
+from .offset_fetch_response import OffsetFetchResponse
 from .offset_for_leader_epoch_request import OffsetForLeaderEpochRequest
 from .offset_for_leader_epoch_response import OffsetForLeaderEpochResponse
 from .partition_change_record import PartitionChangeRecord
@@ -85,6 +103,8 @@ from .sasl_handshake_request import SaslHandshakeRequest
 from .sasl_handshake_response import SaslHandshakeResponse
 from .snapshot_footer_record import SnapshotFooterRecord
 from .snapshot_header_record import SnapshotHeaderRecord
+from .sync_group_request import SyncGroupRequest
+from .sync_group_response import SyncGroupResponse
 from .throttled_rate_intent_record import ThrottledRateIntentRecord
 from .throttled_replicas_intent_record import ThrottledReplicasIntentRecord
 from .topic_record import TopicRecord
@@ -110,7 +130,15 @@ APIS: dict[int, ApiInfo] = {
     1: ApiInfo(1, 'Fetch', FetchRequest, FetchResponse, 4, 17, 12, frozenset(['broker', 'controller'])),
     2: ApiInfo(2, 'ListOffsets', ListOffsetsRequest, ListOffsetsResponse, 1, 11, 6, frozenset(['broker'])),
     3: ApiInfo(3, 'Metadata', MetadataRequest, MetadataResponse, 0, 13, 9, frozenset(['broker'])),
+    8: ApiInfo(8, 'OffsetCommit', OffsetCommitRequest, OffsetCommitResponse, 2, 9, 8, frozenset(['broker'])),
+    9: ApiInfo(9, 'OffsetFetch', OffsetFetchRequest, OffsetFetchResponse, 1, 9, 6, frozenset(['broker'])),
     10: ApiInfo(10, 'FindCoordinator', FindCoordinatorRequest, FindCoordinatorResponse, 0, 6, 3, frozenset(['broker'])),
+    11: ApiInfo(11, 'JoinGroup', JoinGroupRequest, JoinGroupResponse, 0, 9, 6, frozenset(['broker'])),
+    12: ApiInfo(12, 'Heartbeat', HeartbeatRequest, HeartbeatResponse, 0, 4, 4, frozenset(['broker'])),
+    13: ApiInfo(13, 'LeaveGroup', LeaveGroupRequest, LeaveGroupResponse, 0, 5, 4, frozenset(['broker'])),
+    14: ApiInfo(14, 'SyncGroup', SyncGroupRequest, SyncGroupResponse, 0, 5, 4, frozenset(['broker'])),
+    15: ApiInfo(15, 'DescribeGroups', DescribeGroupsRequest, DescribeGroupsResponse, 0, 5, 5, frozenset(['broker'])),
+    16: ApiInfo(16, 'ListGroups', ListGroupsRequest, ListGroupsResponse, 0, 5, 3, frozenset(['broker'])),
     17: ApiInfo(17, 'SaslHandshake', SaslHandshakeRequest, SaslHandshakeResponse, 0, 1, None, frozenset(['broker', 'controller'])),
     18: ApiInfo(18, 'ApiVersions', ApiVersionsRequest, ApiVersionsResponse, 0, 4, 3, frozenset(['broker', 'controller'])),
     19: ApiInfo(19, 'CreateTopics', CreateTopicsRequest, CreateTopicsResponse, 2, 7, 5, frozenset(['broker', 'controller'])),
@@ -124,10 +152,12 @@ APIS: dict[int, ApiInfo] = {
     35: ApiInfo(35, 'DescribeLogDirs', DescribeLogDirsRequest, DescribeLogDirsResponse, 1, 4, 2, frozenset(['broker'])),
     36: ApiInfo(36, 'SaslAuthenticate', SaslAuthenticateRequest, SaslAuthenticateResponse, 0, 2, 2, frozenset(['broker', 'controller'])),
     37: ApiInfo(37, 'CreatePartitions', CreatePartitionsRequest, CreatePartitionsResponse, 0, 3, 2, frozenset(['broker', 'controller'])),
+    42: ApiInfo(42, 'DeleteGroups', DeleteGroupsRequest, DeleteGroupsResponse, 0, 2, 2, frozenset(['broker'])),
     43: ApiInfo(43, 'ElectLeaders', ElectLeadersRequest, ElectLeadersResponse, 0, 2, 2, frozenset(['broker', 'controller'])),
     44: ApiInfo(44, 'IncrementalAlterConfigs', IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse, 0, 1, 1, frozenset(['broker', 'controller'])),
     45: ApiInfo(45, 'AlterPartitionReassignments', AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse, 0, 1, 0, frozenset(['broker', 'controller'])),
     46: ApiInfo(46, 'ListPartitionReassignments', ListPartitionReassignmentsRequest, ListPartitionReassignmentsResponse, 0, 0, 0, frozenset(['broker', 'controller'])),
+    47: ApiInfo(47, 'OffsetDelete', OffsetDeleteRequest, OffsetDeleteResponse, 0, 0, None, frozenset(['broker'])),
     56: ApiInfo(56, 'AlterPartition', AlterPartitionRequest, AlterPartitionResponse, 0, 3, 0, frozenset(['controller'])),
     59: ApiInfo(59, 'FetchSnapshot', FetchSnapshotRequest, FetchSnapshotResponse, 0, 1, 0, frozenset(['controller'])),
     60: ApiInfo(60, 'DescribeCluster', DescribeClusterRequest, DescribeClusterResponse, 0, 2, 0, frozenset(['broker', 'controller'])),

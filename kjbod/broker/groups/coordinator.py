@@ -1,0 +1,432 @@
+"""The group coordinator's asyncio shell: which groups this broker hosts, timers, and `__consumer_offsets`.
+
+Strategy: a group belongs to one partition of `__consumer_offsets` (Kafka's choice: the group id's Java
+String.hashCode, made non-negative, modulo offsets.topic.num.partitions), and the broker leading that partition
+is its coordinator.  This shell owns the sans-IO `GroupBook` (kjbod.broker.groups.state) and
+
+* creates the topic on the first FindCoordinator for a group, as Kafka does (offsets.topic.num.partitions,
+  offsets.topic.replication.factor, retention.ms=-1: kjbod has no log compaction yet, so the topic is kept
+  whole rather than compacted); with fewer live brokers than the replication factor
+  the controller refuses and clients hear COORDINATOR_NOT_AVAILABLE until enough have registered;
+* every 50 ms runs the book's timers and compares the partitions it leads with the metadata image: a partition
+  newly led here is loaded (its log read from the start on its dir's worker; COORDINATOR_LOAD_IN_PROGRESS
+  meanwhile), a partition led elsewhere now has its groups dropped (NOT_COORDINATOR from then on);
+* writes offset commits and group metadata as records of that partition through the Produce path with acks=all
+  (the dir's worker appends, the followers replicate), answering a commit once its records are committed.
+
+The coordinator is made on the first group request a broker gets, so a broker never asked about groups runs
+none of this.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+
+from kjbod.broker.dir_work import DirWork
+from kjbod.broker.groups import records as rec
+from kjbod.broker.groups.state import CommittedOffset, Group, GroupBook, GroupConfig, GroupState, Member
+from kjbod.protocol.errors import ErrorCode
+from kjbod.protocol.generated import CreateTopicsRequest, ProduceRequest
+from kjbod.protocol.generated.create_topics_request import CreatableTopic, CreatableTopicConfig
+from kjbod.protocol.generated.produce_request import PartitionProduceData, TopicProduceData
+from kjbod.storage.records import build_batch, iter_all_records
+from kjbod.wire.handler import Later
+
+log = structlog.get_logger("kjbod.groups")
+
+OFFSETS_TOPIC = "__consumer_offsets"
+TICK_S = 0.05
+WRITE_TIMEOUT_MS = 5000
+LOAD_CHUNK = 1 << 20
+
+
+def java_string_hash(s: str) -> int:
+    """Java's String.hashCode: over UTF-16 code units, 32-bit wrap-around, signed."""
+    h = 0
+    raw = s.encode("utf-16-be")
+    for i in range(0, len(raw), 2):
+        h = (31 * h + ((raw[i] << 8) | raw[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def partition_for(group_id: str, num_partitions: int) -> int:
+    h = java_string_hash(group_id)
+    return (0 if h == -(1 << 31) else abs(h)) % num_partitions
+
+
+async def settle(value: Any) -> Any:
+    """The final value of what a handler returned: a plain value, an awaitable, or a Later (maybe chained)."""
+    while True:
+        if isinstance(value, Later):
+            fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+            value.on_done(resolver(fut))
+            done = await fut
+            value = done.result()
+        elif asyncio.isfuture(value) or asyncio.iscoroutine(value):
+            value = await value
+        else:
+            return value
+
+
+def resolver(fut: asyncio.Future[Any]) -> Callable[[Any], None]:
+    """A callback setting `fut`'s result once (later calls are ignored)."""
+
+    def answer(result: Any) -> None:
+        if not fut.done():
+            fut.set_result(result)
+
+    return answer
+
+
+class _InternalRequest:
+    """What the Produce handler reads of a request, for the coordinator's own appends."""
+
+    api_version = 9
+    client_id = "kjbod-group-coordinator"
+    ctx = None
+    correlation_id = 0
+    internal_topics_allowed = True
+
+
+def config_from(node: Any) -> tuple[GroupConfig, int, int]:
+    c = node.config
+    cfg = GroupConfig(
+        initial_rebalance_delay_ms=c.group_initial_rebalance_delay_ms,
+        min_session_timeout_ms=c.group_min_session_timeout_ms,
+        max_session_timeout_ms=c.group_max_session_timeout_ms,
+        max_size=c.group_max_size,
+        offset_metadata_max_bytes=c.offset_metadata_max_bytes,
+        offsets_retention_ms=c.offsets_retention_ms,
+    )
+    return cfg, c.offsets_topic_num_partitions, c.offsets_topic_replication_factor
+
+
+def coordinator_of(node: Any) -> GroupCoordinator:
+    """The node's group coordinator, made and started on first use."""
+    coordinator = getattr(node, "group_coordinator", None)
+    if coordinator is None:
+        cfg, partitions, rf = config_from(node)
+        coordinator = node.group_coordinator = GroupCoordinator(
+            node, cfg, partitions, rf, node.config.offsets_retention_check_interval_ms)
+        coordinator.start()
+    return coordinator
+
+
+class GroupCoordinator:
+    def __init__(self, node: Any, config: GroupConfig, num_partitions: int, replication_factor: int,
+                 expiry_interval_ms: int = 600_000) -> None:
+        self.node = node
+        self.expiry_interval_ms = expiry_interval_ms  # offsets.retention.check.interval.ms
+        self.config = config
+        self.num_partitions = num_partitions
+        self.replication_factor = replication_factor
+        self.book = GroupBook(config, persist=self._store_group)
+        self.owned: set[int] = set()
+        self.loading: set[int] = set()
+        self._creating: asyncio.Task | None = None
+        self._loaded: dict[int, asyncio.Event] = {}
+        self._work: set[asyncio.Task] = set()  # loads and group metadata writes under way
+
+    # ------------------------------------------------------------------------------------------- hosting
+    def start(self) -> None:
+        self.node.spawn(self._run())
+
+    def _spawn(self, coro: Any) -> None:
+        """A task of this coordinator's, dropped when done and cancelled when the coordinator stops."""
+        task = asyncio.ensure_future(coro)
+        self._work.add(task)
+        task.add_done_callback(self._work.discard)
+
+    async def _run(self) -> None:
+        try:
+            await self._timers()
+        finally:  # the node stops: what is under way stops with it
+            for task in list(self._work):
+                task.cancel()
+
+    async def _timers(self) -> None:
+        next_expiry = now_ms() + self.expiry_interval_ms
+        while not self.node.stopping:
+            try:
+                self._refresh_ownership()
+                now = now_ms()
+                self.book.tick(now)
+                if now >= next_expiry:
+                    next_expiry = now + self.expiry_interval_ms
+                    await self._expire(now)
+            except Exception:  # one bad tick must not stop the timers of every group
+                log.exception("group_tick_failed")
+            await asyncio.sleep(TICK_S)
+
+    async def _expire(self, now: int) -> None:
+        """Writes tombstones for the offsets past offsets.retention.ms; an empty group left without offsets goes
+        too (its metadata tombstoned), as Kafka's cleanup does."""
+        for gid, partitions in self.book.expired_offsets(now).items():
+            if self.partition_of(gid) not in self.owned:
+                continue
+            group = self.book.groups.get(gid)
+            pairs: list[tuple[bytes, bytes | None]] = [(rec.offset_key(gid, t, p), None) for t, p in partitions]
+            drop_group = group is not None and group.is_(GroupState.EMPTY) and \
+                len(group.offsets) == len(partitions) and not group.pending
+            if drop_group:
+                pairs.append((rec.group_key(gid), None))
+            if await self.append(gid, pairs):
+                continue  # tried again at the next check
+            group = self.book.groups.get(gid)
+            if group is None:
+                continue
+            for tp in partitions:
+                group.offsets.pop(tp, None)
+            if drop_group and group.is_(GroupState.EMPTY) and not group.offsets:
+                del self.book.groups[gid]
+            log.info("offsets_expired", group=gid, partitions=len(partitions), group_removed=drop_group)
+
+    def topic_partitions(self) -> int:
+        topic = self.node.metadata.topic(OFFSETS_TOPIC)
+        return len(topic.partitions) if topic is not None else self.num_partitions
+
+    def partition_of(self, group_id: str) -> int:
+        return partition_for(group_id, self.topic_partitions())
+
+    def status(self, group_id: str) -> int:
+        """0 when this broker coordinates the group now, else the code a group request answers."""
+        self._refresh_ownership()
+        p = self.partition_of(group_id)
+        if p in self.owned:
+            return ErrorCode.NONE
+        if p in self.loading:
+            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        return ErrorCode.NOT_COORDINATOR
+
+    def _led_here(self) -> set[int]:
+        topic = self.node.metadata.topic(OFFSETS_TOPIC)
+        if topic is None:
+            return set()
+        return {p for p, part in topic.partitions.items() if part.leader == self.node.node_id}
+
+    def _refresh_ownership(self) -> None:
+        led = self._led_here()
+        for p in (self.owned | self.loading) - led:
+            self.owned.discard(p)
+            self.loading.discard(p)
+            gone = [g for g in self.book.groups if self.partition_of(g) == p]
+            self.book.unload(gone)
+            log.info("groups_unloaded", partition=p, groups=len(gone))
+        for p in led - self.owned - self.loading:
+            if self._empty(p):  # nothing to read (a new topic): served at once
+                self.owned.add(p)
+                continue
+            self.loading.add(p)
+            self._loaded.setdefault(p, asyncio.Event()).clear()
+            self._spawn(self._load(p))
+
+    def _empty(self, p: int) -> bool:
+        try:
+            plog = self.node.partition_log(OFFSETS_TOPIC, p)
+        except Exception:  # not here yet (being created): loaded the usual way once it is
+            return False
+        return plog.log_end_offset == plog.log_start_offset
+
+    async def wait_loaded(self, group_id: str, timeout_s: float) -> None:
+        """Waits (bounded) while the group's partition is loading here, so FindCoordinator's answer is followed
+        by requests the coordinator can serve (clients differ in how they take COORDINATOR_LOAD_IN_PROGRESS)."""
+        p = self.partition_of(group_id)
+        if p in self.loading:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._loaded.setdefault(p, asyncio.Event()).wait(), timeout_s)
+
+    async def ensure_topic(self) -> tuple[int, str | None]:
+        """Creates `__consumer_offsets` when missing (once at a time); (code, message) for FindCoordinator."""
+        if self.node.metadata.topic(OFFSETS_TOPIC) is not None:
+            return ErrorCode.NONE, None
+        if self._creating is None or self._creating.done():
+            self._creating = asyncio.ensure_future(self._create_topic())
+            self._work.add(self._creating)
+            self._creating.add_done_callback(self._work.discard)
+        resp = await asyncio.shield(self._creating)
+        if self.node.metadata.topic(OFFSETS_TOPIC) is not None:
+            return ErrorCode.NONE, None
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE, resp
+
+    async def _create_topic(self) -> str | None:
+        body = CreateTopicsRequest(topics=[CreatableTopic(
+            name=OFFSETS_TOPIC, num_partitions=self.num_partitions, replication_factor=self.replication_factor,
+            configs=[CreatableTopicConfig(name="retention.ms", value="-1")])], timeout_ms=30_000)
+        try:
+            resp = await self.node.controller_request(body, 7)
+        except Exception as e:
+            return f"{OFFSETS_TOPIC} could not be created: {e}"
+        t = resp.topics[0]
+        if t.error_code not in (0, ErrorCode.TOPIC_ALREADY_EXISTS):
+            log.warning("offsets_topic_not_created", error_code=t.error_code, message=t.error_message)
+            return f"{OFFSETS_TOPIC} could not be created: {t.error_message or t.error_code}"
+        return None
+
+    # ------------------------------------------------------------------------------------------- loading
+    async def _load(self, p: int) -> None:
+        try:
+            plog = self.node.partition_log(OFFSETS_TOPIC, p)
+            # To the log end, not the high watermark: a new leader's HW can lag what it holds, and every record it
+            # holds stays (a leader never truncates its own log), commits acknowledged by the old leader included.
+            end = plog.log_end_offset
+            pairs: list[tuple[bytes | None, bytes | None]] = []
+            offset = plog.log_start_offset
+            while offset < end:
+                chunk = await self._read(plog, offset, end)
+                if not chunk:
+                    break
+                for r in iter_all_records(chunk):
+                    if r.offset >= end:
+                        break
+                    pairs.append((r.key, r.value))
+                    offset = r.offset + 1
+            self._replay(pairs)
+        except Exception:
+            log.exception("offsets_partition_load_failed", partition=p)
+            self.loading.discard(p)  # tried again on the next tick while it is still led here
+            return
+        finally:
+            self._loaded.setdefault(p, asyncio.Event()).set()
+        if p in self.loading:
+            self.loading.discard(p)
+            self.owned.add(p)
+            log.info("offsets_partition_loaded", partition=p, records=len(pairs))
+
+    async def _read(self, plog: Any, offset: int, end: int) -> bytes:
+        """A chunk of the log read on its dir's worker."""
+        out: list[Any] = [b""]
+
+        def fill(slot: Any, result: Any) -> None:
+            out[0] = result
+
+        def fail(slot: Any, e: BaseException | None) -> None:
+            out[0] = e or TimeoutError("the log dir did not answer")
+
+        work = DirWork(self.node, fill, fail)
+        work.add(plog.log_dir, (plog, offset, end))
+        pending = work.run(lambda items: [pl.read_bytes(o, LOAD_CHUNK, max_offset=e) for pl, o, e in items], 30.0)
+        if pending is not None:
+            await settle(pending)
+        if isinstance(out[0], BaseException):
+            raise out[0]
+        return out[0]
+
+    def _replay(self, pairs: list[tuple[bytes | None, bytes | None]]) -> None:
+        offsets: dict[str, dict[tuple[str, int], CommittedOffset | None]] = {}
+        groups: dict[str, rec.GroupRecord | None] = {}
+        for key, value in pairs:
+            if key is None:
+                continue
+            try:
+                k = rec.read_key(bytes(key))
+                if isinstance(k, rec.OffsetKey):
+                    offsets.setdefault(k.group, {})[(k.topic, k.partition)] = (
+                        None if value is None else rec.read_offset_value(bytes(value)))
+                else:
+                    groups[k.group] = None if value is None else rec.read_group_value(bytes(value))
+            except (rec.RecordFormatError, UnicodeDecodeError) as e:
+                log.warning("offsets_record_skipped", reason=str(e))
+        now = now_ms()
+        for gid in set(offsets) | set(groups):
+            kept = {tp: c for tp, c in offsets.get(gid, {}).items() if c is not None}
+            meta = groups.get(gid)
+            if meta is None and not kept:
+                continue
+            group = Group(gid, state_since_ms=now, offsets=kept)
+            if meta is not None:
+                if meta.current_state_timestamp >= 0:
+                    group.state_since_ms = meta.current_state_timestamp
+                group.generation_id = meta.generation
+                group.protocol_type = meta.protocol_type or None
+                group.protocol_name = meta.protocol
+                group.leader_id = meta.leader
+                for m in meta.members:
+                    group.members[m.member_id] = Member(
+                        m.member_id, m.group_instance_id, m.client_id, m.client_host, m.session_timeout_ms,
+                        m.rebalance_timeout_ms if m.rebalance_timeout_ms >= 0 else m.session_timeout_ms,
+                        meta.protocol_type, [(meta.protocol or "", m.subscription)],
+                        now + m.session_timeout_ms, assignment=m.assignment)
+                    if m.group_instance_id is not None:
+                        group.static[m.group_instance_id] = m.member_id
+                group.state = GroupState.STABLE if group.members else GroupState.EMPTY
+            self.book.groups[gid] = group
+
+    # ------------------------------------------------------------------------------------------- writing
+    async def append(self, group_id: str, pairs: list[tuple[bytes, bytes | None]],
+                     too_large: int = ErrorCode.UNKNOWN_SERVER_ERROR) -> int:
+        """Appends records to the group's partition, acks=all; the partition's error code (0: committed)."""
+        p = self.partition_of(group_id)
+        now = now_ms()
+        batch = build_batch([(k, v, [], now) for k, v in pairs])
+        body = ProduceRequest(acks=-1, timeout_ms=WRITE_TIMEOUT_MS, topic_data=[
+            TopicProduceData(name=OFFSETS_TOPIC, partition_data=[PartitionProduceData(index=p, records=batch)])])
+        from kjbod.broker.handlers import produce  # the handler package imports this module
+
+        request: Any = _InternalRequest()
+        resp = await settle(produce.handle(self.node, request, body))
+        code = resp.responses[0].partition_responses[0].error_code
+        if code:
+            log.warning("offsets_append_failed", group=group_id, partition=p, error_code=code)
+        # Kafka maps a failed write to what a client retries against the right broker.
+        if code in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.KAFKA_STORAGE_ERROR):
+            return ErrorCode.NOT_COORDINATOR
+        if code in (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.NOT_ENOUGH_REPLICAS,
+                    ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND, ErrorCode.REQUEST_TIMED_OUT):
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if code in (ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE, ErrorCode.INVALID_FETCH_SIZE):
+            return too_large  # OffsetCommit: INVALID_COMMIT_OFFSET_SIZE; group metadata: UNKNOWN_SERVER_ERROR
+        return code
+
+    def _store_group(self, group: Group, done: Callable[[int, int], None]) -> None:
+        """A generation's assignment (or the group's emptiness) is written; `done(now, code)` once committed, as
+        Kafka answers the SyncGroups only then."""
+        record: list[tuple[bytes, bytes | None]] = [(rec.group_key(group.group_id), rec.group_value(snapshot(group)))]
+
+        async def write() -> None:
+            try:
+                code = await self.append(group.group_id, record)
+            except Exception:
+                log.exception("group_metadata_write_failed", group=group.group_id)
+                code = ErrorCode.UNKNOWN_SERVER_ERROR
+            done(now_ms(), code)
+
+        self._spawn(write())
+
+    async def delete_offsets(self, group_id: str, partitions: list[tuple[str, int]]) -> int:
+        """Tombstones for some of a group's offsets; the partition's error code (0: deleted)."""
+        code = await self.append(group_id, [(rec.offset_key(group_id, t, p), None) for t, p in partitions])
+        group = self.book.groups.get(group_id)
+        if code == 0 and group is not None:
+            for tp in partitions:
+                group.offsets.pop(tp, None)
+        return code
+
+    async def delete_group(self, group_id: str) -> int:
+        group = self.book.groups.get(group_id)
+        pairs: list[tuple[bytes, bytes | None]] = [(rec.group_key(group_id), None)]
+        if group is not None:
+            pairs += [(rec.offset_key(group_id, t, p), None) for t, p in group.offsets]
+        code = await self.append(group_id, pairs)
+        if code == 0:
+            self.book.groups.pop(group_id, None)
+        return code
+
+
+def snapshot(group: Group) -> rec.GroupRecord:
+    protocol = group.protocol_name
+    return rec.GroupRecord(
+        group.protocol_type or "", group.generation_id, protocol, group.leader_id, group.state_since_ms,
+        tuple(rec.MemberRecord(m.member_id, m.group_instance_id, m.client_id, m.client_host,
+                               m.rebalance_timeout_ms, m.session_timeout_ms,
+                               m.metadata_for(protocol) if protocol else b"", m.assignment)
+              for m in group.members.values()))
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)

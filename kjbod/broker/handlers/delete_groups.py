@@ -1,0 +1,33 @@
+"""DeleteGroups (key 42), versions 0-2.
+
+Version notes: v1 same as v0; v2 flexible.  Only a group without members may go (NON_EMPTY_GROUP otherwise);
+an unknown one answers GROUP_ID_NOT_FOUND.  Deleting writes tombstones for the group's metadata and every
+offset it committed to its `__consumer_offsets` partition.
+"""
+
+from __future__ import annotations
+
+from kjbod.broker.groups.coordinator import coordinator_of
+from kjbod.broker.groups.state import GroupState
+from kjbod.broker.router import api
+from kjbod.protocol.errors import ErrorCode
+from kjbod.protocol.generated import DeleteGroupsRequest, DeleteGroupsResponse
+from kjbod.protocol.generated.delete_groups_response import DeletableGroupResult
+
+
+@api(DeleteGroupsRequest)
+async def handle(node, request, body: DeleteGroupsRequest) -> DeleteGroupsResponse:
+    coordinator = coordinator_of(node)
+    results = []
+    for gid in body.groups_names:
+        code = coordinator.status(gid) if gid else ErrorCode.INVALID_GROUP_ID
+        if not code:
+            g = coordinator.book.groups.get(gid)
+            if g is None or g.is_(GroupState.DEAD):
+                code = ErrorCode.GROUP_ID_NOT_FOUND
+            elif not g.is_(GroupState.EMPTY):
+                code = ErrorCode.NON_EMPTY_GROUP
+            else:
+                code = await coordinator.delete_group(gid)
+        results.append(DeletableGroupResult(group_id=gid, error_code=code))
+    return DeleteGroupsResponse(results=results)

@@ -1,0 +1,45 @@
+"""DescribeGroups (key 15), versions 0-5.
+
+Version notes: v1 throttle time; v3 authorized operations (kjbod has no ACLs: every operation a group has, as
+Kafka answers with no authorizer); v4 the group instance id; v5 flexible.  A group this coordinator does not
+know is described as Dead with no members and no error, as Kafka does below v6.  Member metadata and
+assignments are answered while the group is Stable, its protocol name then too.
+"""
+
+from __future__ import annotations
+
+from kjbod.broker.groups.coordinator import coordinator_of
+from kjbod.broker.groups.state import GroupState
+from kjbod.broker.router import api
+from kjbod.protocol.errors import ErrorCode
+from kjbod.protocol.generated import DescribeGroupsRequest, DescribeGroupsResponse
+from kjbod.protocol.generated.describe_groups_response import DescribedGroup, DescribedGroupMember
+
+# Kafka's AclOperation bits a group has: READ (3), DESCRIBE (8), DELETE (6).
+GROUP_OPERATIONS = (1 << 3) | (1 << 8) | (1 << 6)
+NOT_ASKED = -(2**31)
+
+
+@api(DescribeGroupsRequest)
+def handle(node, request, body: DescribeGroupsRequest) -> DescribeGroupsResponse:
+    coordinator = coordinator_of(node)
+    ops = GROUP_OPERATIONS if body.include_authorized_operations else NOT_ASKED
+    out = []
+    for gid in body.groups:
+        code = coordinator.status(gid) if gid else ErrorCode.INVALID_GROUP_ID
+        g = coordinator.book.groups.get(gid) if not code else None
+        if code or g is None:
+            out.append(DescribedGroup(error_code=code, group_id=gid, group_state=GroupState.DEAD.value,
+                                      authorized_operations=ops))
+            continue
+        stable = g.is_(GroupState.STABLE)
+        members = [DescribedGroupMember(
+            member_id=m.member_id, group_instance_id=m.group_instance_id, client_id=m.client_id,
+            client_host=m.client_host,
+            member_metadata=m.metadata_for(g.protocol_name) if stable and g.protocol_name else b"",
+            member_assignment=m.assignment if stable else b"") for m in g.members.values()]
+        out.append(DescribedGroup(error_code=0, group_id=gid, group_state=g.state.value,
+                                  protocol_type=g.protocol_type or "",
+                                  protocol_data=(g.protocol_name or "") if stable else "", members=members,
+                                  authorized_operations=ops))
+    return DescribeGroupsResponse(groups=out)

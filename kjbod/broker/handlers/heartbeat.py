@@ -1,0 +1,20 @@
+"""Heartbeat (key 12), versions 0-4.
+
+Version notes: v1 and v2 same as v0; v3 adds the group instance id; v4 flexible.  A heartbeat keeps the member's
+session alive; REBALANCE_IN_PROGRESS tells it to join again.
+"""
+
+from __future__ import annotations
+
+from kjbod.broker.groups.coordinator import coordinator_of, now_ms
+from kjbod.broker.router import api
+from kjbod.protocol.generated import HeartbeatRequest, HeartbeatResponse
+
+
+@api(HeartbeatRequest)
+def handle(node, request, body: HeartbeatRequest) -> HeartbeatResponse:
+    coordinator = coordinator_of(node)
+    if body.group_id and (code := coordinator.status(body.group_id)):
+        return HeartbeatResponse(error_code=code)
+    return HeartbeatResponse(error_code=coordinator.book.heartbeat(
+        now_ms(), body.group_id, body.generation_id, body.member_id, body.group_instance_id))

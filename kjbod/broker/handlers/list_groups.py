@@ -1,0 +1,32 @@
+"""ListGroups (key 16), versions 0-5.
+
+Version notes: v1 throttle time; v3 flexible; v4 states filter and the group state; v5 types filter and the
+group type (every kjbod group is "classic").  Lists the groups whose `__consumer_offsets` partition this broker
+leads; COORDINATOR_LOAD_IN_PROGRESS (with the groups known so far) while one of those partitions is loading.
+"""
+
+from __future__ import annotations
+
+from kjbod.broker.groups.coordinator import coordinator_of
+from kjbod.broker.router import api
+from kjbod.protocol.errors import ErrorCode
+from kjbod.protocol.generated import ListGroupsRequest, ListGroupsResponse
+from kjbod.protocol.generated.list_groups_response import ListedGroup
+
+
+@api(ListGroupsRequest)
+def handle(node, request, body: ListGroupsRequest) -> ListGroupsResponse:
+    coordinator = coordinator_of(node)
+    coordinator.status("")  # refreshes what is led here
+    states = {s.lower() for s in body.states_filter}
+    types = {t.lower() for t in body.types_filter}
+    groups = []
+    for gid, g in coordinator.book.groups.items():
+        if coordinator.partition_of(gid) not in coordinator.owned:
+            continue
+        if (states and g.state.value.lower() not in states) or (types and "classic" not in types):
+            continue
+        groups.append(ListedGroup(group_id=gid, protocol_type=g.protocol_type or "", group_state=g.state.value,
+                                  group_type="classic"))
+    code = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS if coordinator.loading else 0
+    return ListGroupsResponse(error_code=code, groups=groups)

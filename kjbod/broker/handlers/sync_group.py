@@ -1,0 +1,31 @@
+"""SyncGroup (key 14), versions 0-5.
+
+Version notes: v3 adds the group instance id; v4 flexible; v5 adds the protocol type and name, checked against
+the group's (INCONSISTENT_GROUP_PROTOCOL) and answered back.
+
+The leader's request carries every member's assignment; each member's request waits until the leader's came.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from kjbod.broker.groups.coordinator import coordinator_of, now_ms, resolver
+from kjbod.broker.groups.state import SyncResult
+from kjbod.broker.router import api
+from kjbod.protocol.generated import SyncGroupRequest, SyncGroupResponse
+
+
+@api(SyncGroupRequest)
+async def handle(node, request, body: SyncGroupRequest) -> SyncGroupResponse:
+    coordinator = coordinator_of(node)
+    if body.group_id and (code := coordinator.status(body.group_id)):
+        return SyncGroupResponse(error_code=code)
+    fut: asyncio.Future[SyncResult] = asyncio.get_running_loop().create_future()
+    coordinator.book.sync(now_ms(), body.group_id, body.generation_id, body.member_id, body.group_instance_id,
+                          body.protocol_type, body.protocol_name,
+                          {a.member_id: a.assignment for a in body.assignments},
+                          resolver(fut))
+    r = await fut
+    return SyncGroupResponse(error_code=r.error_code, assignment=r.assignment, protocol_type=r.protocol_type,
+                             protocol_name=r.protocol_name)
