@@ -46,8 +46,8 @@ STATIC_BROKER_CONFIG = 4
 DEFAULT_CONFIG = 5
 
 # DescribeConfigs ConfigType
-BOOLEAN, STRING, INT, SHORT, LONG, LIST = 1, 2, 3, 4, 5, 7
-_TOPIC_TYPES = {"int": INT, "long": LONG, "string": STRING, "list": LIST, "boolean": BOOLEAN}
+BOOLEAN, STRING, INT, SHORT, LONG, DOUBLE, LIST = 1, 2, 3, 4, 5, 6, 7
+_TOPIC_TYPES = {"int": INT, "long": LONG, "double": DOUBLE, "string": STRING, "list": LIST, "boolean": BOOLEAN}
 
 # IncrementalAlterConfigs operations
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
@@ -112,7 +112,27 @@ BROKER_KEYS: dict[str, BrokerKey] = {k.name: k for k in [
     BrokerKey("log.initial.task.delay.ms", LONG, "log_initial_task_delay_ms",
               doc="Delay after start before the first retention pass and checkpoint (at most one interval)."),
     BrokerKey("log.cleanup.policy", LIST, "log_cleanup_policy", dynamic=True,
-              doc="Default cleanup policy: only delete."),
+              doc="Default cleanup policy: delete, compact, or both."),
+    BrokerKey("log.cleaner.enable", BOOLEAN, "log_cleaner_enable",
+              doc="Whether the cleaner compacts the logs of compacted topics."),
+    BrokerKey("log.cleaner.threads", INT, "log_cleaner_threads",
+              doc="Cleaner threads (kjbod: each log dir has one; the dedupe buffer is shared out by this count)."),
+    BrokerKey("log.cleaner.io.max.bytes.per.second", DOUBLE, "log_cleaner_io_max_bytes_per_second",
+              doc="Most bytes a second a cleaner reads and writes."),
+    BrokerKey("log.cleaner.dedupe.buffer.size", LONG, "log_cleaner_dedupe_buffer_size",
+              doc="Memory for the cleaners' key maps (24 bytes a key)."),
+    BrokerKey("log.cleaner.io.buffer.load.factor", DOUBLE, "log_cleaner_io_buffer_load_factor",
+              doc="How full a key map may get."),
+    BrokerKey("log.cleaner.backoff.ms", LONG, "log_cleaner_backoff_ms",
+              doc="Pause of a cleaner that found nothing to clean."),
+    BrokerKey("log.cleaner.min.cleanable.ratio", DOUBLE, "log_cleaner_min_cleanable_ratio", dynamic=True,
+              doc="Default min.cleanable.dirty.ratio of topics."),
+    BrokerKey("log.cleaner.delete.retention.ms", LONG, "log_cleaner_delete_retention_ms", dynamic=True,
+              doc="Default delete.retention.ms of topics."),
+    BrokerKey("log.cleaner.min.compaction.lag.ms", LONG, "log_cleaner_min_compaction_lag_ms", dynamic=True,
+              doc="Default min.compaction.lag.ms of topics."),
+    BrokerKey("log.cleaner.max.compaction.lag.ms", LONG, "log_cleaner_max_compaction_lag_ms", dynamic=True,
+              doc="Default max.compaction.lag.ms of topics."),
     BrokerKey("log.message.timestamp.type", STRING, "log_message_timestamp_type", dynamic=True,
               doc="Default timestamp type of topics: CreateTime or LogAppendTime."),
     BrokerKey("log.message.timestamp.before.max.ms", LONG, "log_message_timestamp_before_max_ms", dynamic=True,
