@@ -55,7 +55,7 @@ import structlog
 
 from kjbod.storage.config import LONG_MAX
 from kjbod.storage.errors import CorruptMessageError
-from kjbod.storage.fsio import LogDirIO
+from kjbod.storage.fsio import FileHandle, LogDirIO
 from kjbod.storage.records import (
     CODEC_NONE,
     CONTROL_MASK,
@@ -238,23 +238,25 @@ def first_batch_timestamp(io: LogDirIO, seg: LogSegment) -> int:
 def log_to_clean(plog: PartitionLog, checkpoint: int | None, now_ms: int) -> tuple[LogToClean, bool]:
     """The cleanable range of ``plog`` (Kafka's LogCleanerManager.cleanableOffsets and maxCompactionDelay), and
     whether the checkpoint had to be reset (below the log start, or past the log end)."""
+    cfg = plog.config
     with plog.lock:
         segments = list(plog.segments)
         log_start, leo, hw = plog.log_start_offset, plog.log_end_offset, plog.high_watermark
-    reset = False
-    first_dirty = log_start if checkpoint is None else checkpoint
-    if first_dirty < log_start or first_dirty > leo:
-        first_dirty, reset = log_start, checkpoint is not None
-    cfg = plog.config
-    closed = segments[:-1]
-    uncleanable = min(hw, segments[-1].base_offset)
-    dirty_closed = [s for i, s in enumerate(closed)
-                    if (closed[i + 1].base_offset if i + 1 < len(closed) else segments[-1].base_offset) > first_dirty]
-    if cfg.min_compaction_lag_ms > 0:
-        for seg in dirty_closed:
-            if seg.largest_timestamp() > now_ms - cfg.min_compaction_lag_ms:
-                uncleanable = min(uncleanable, seg.base_offset)
-                break
+        reset = False
+        first_dirty = log_start if checkpoint is None else checkpoint
+        if first_dirty < log_start or first_dirty > leo:
+            first_dirty, reset = log_start, checkpoint is not None
+        closed = segments[:-1]
+        uncleanable = min(hw, segments[-1].base_offset)
+        dirty_closed = [s for i, s in enumerate(closed) if _seg_end(segments, i) > first_dirty]
+        if cfg.min_compaction_lag_ms > 0:
+            # Under the lock, as retention reads them: a closed segment's max timestamp may load its time index.
+            for seg in dirty_closed:
+                if seg.largest_timestamp() > now_ms - cfg.min_compaction_lag_ms:
+                    uncleanable = min(uncleanable, seg.base_offset)
+                    break
+            for seg in closed:
+                seg.release()
     uncleanable = max(first_dirty, uncleanable)
     # Whole segments only: the dirty bytes end at the segment holding the first uncleanable offset.
     bases = [s.base_offset for s in segments]
@@ -356,9 +358,8 @@ def empty_batch(header: BatchHeader) -> bytes:
     return _batch_bytes(header, attributes, -1, header.max_timestamp, 0, b"")
 
 
-def iter_segment_batches(io: LogDirIO, path: str, size: int) -> Iterator[tuple[BatchHeader, memoryview]]:
-    """Every batch of a closed segment's first ``size`` bytes, read through an fd of its own."""
-    fh = io.open(path, os.O_RDONLY)
+def iter_segment_batches(fh: FileHandle, size: int) -> Iterator[tuple[BatchHeader, memoryview]]:
+    """Every batch of a closed segment's first ``size`` bytes, read through ``fh`` (closed at the end)."""
     try:
         pos = 0
         while pos + RECORD_BATCH_OVERHEAD <= size:
@@ -367,7 +368,7 @@ def iter_segment_batches(io: LogDirIO, path: str, size: int) -> Iterator[tuple[B
             while off + RECORD_BATCH_OVERHEAD <= len(view):
                 header = parse_header(view, off)
                 if header.length < MIN_BATCH_LENGTH or pos + off + header.size > size:
-                    raise CorruptMessageError(f"{path}: invalid batch length {header.length} at byte {pos + off}")
+                    raise CorruptMessageError(f"{fh.path}: invalid batch length {header.length} at byte {pos + off}")
                 if off + header.size > len(view):
                     if off == 0:  # a batch bigger than the chunk
                         view = memoryview(fh.pread(header.size, pos))
@@ -381,6 +382,17 @@ def iter_segment_batches(io: LogDirIO, path: str, size: int) -> Iterator[tuple[B
             pos += off
     finally:
         fh.close()
+
+
+def open_segment(plog: PartitionLog, seg: LogSegment) -> FileHandle:
+    """An fd of the cleaner's own on a closed segment of ``plog``, opened under the log's lock while the segment is
+    still the log's (retention, DeleteRecords or a truncation may have renamed it away: CleanAborted then, never
+    an open of a missing file, which the fsio seam would take for a failing disk). The fd reads the data even if
+    the file is renamed afterwards."""
+    with plog.lock:
+        if plog.closed or plog.clean_abort or not any(s is seg for s in plog.segments):
+            raise CleanAborted(f"segment {seg.base_offset} of {plog.name} went while it was cleaned")
+        return plog.io.open(seg.log_path, os.O_RDONLY)
 
 
 # --------------------------------------------------------------------------------------------- cleaning
@@ -455,7 +467,7 @@ class Cleaner:
                         f"{plog.name}: segment {seg.base_offset} spans {span} offsets but the offset map holds "
                         f"{omap.capacity} keys; raise log.cleaner.dedupe.buffer.size or lower log.cleaner.threads")
                 break
-            for header, batch in iter_segment_batches(plog.io, seg.log_path, seg.size):
+            for header, batch in iter_segment_batches(open_segment(plog, seg), seg.size):
                 check_abort()
                 if header.base_offset >= end:
                     break
@@ -488,7 +500,7 @@ class Cleaner:
                 pending: list[bytes | memoryview] = []
                 pending_bytes = 0
                 for seg in group:
-                    for header, batch in iter_segment_batches(io, seg.log_path, seg.size):
+                    for header, batch in iter_segment_batches(open_segment(plog, seg), seg.size):
                         check_abort()
                         stats.bytes_read += header.size
                         kept = self._filter_batch(header, batch, now, retention, last_of_producer, stats)
@@ -625,7 +637,7 @@ def complete_swaps(io: LogDirIO, dir_path: str, names: list[str]) -> list[str]:
         size = st.st_size if st is not None else 0
         next_offset = base
         try:
-            for header, _batch in iter_segment_batches(io, swap_path, size):
+            for header, _batch in iter_segment_batches(io.open(swap_path, os.O_RDONLY), size):
                 next_offset = header.next_offset
         except CorruptMessageError as e:
             log.warning("cleaner_swap_unreadable", path=swap_path, error=str(e))

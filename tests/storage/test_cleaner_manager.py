@@ -148,3 +148,39 @@ def test_compact_and_delete_also_applies_retention(make_manager, log_dirs, clock
     clock.advance(10_000)
     deleted = lm.run_retention()
     assert (deleted > 0) == (policy == "compact,delete")
+
+
+def test_delete_records_during_a_clean_stops_it_and_the_dir_stays_online(make_manager, log_dirs, monkeypatch):
+    # The clean reads segments that DeleteRecords renames away meanwhile: the cleaner opens each one under the log's
+    # lock while it is still the log's, so it stops instead of opening a missing file (which the fsio seam would
+    # take for a failing disk).
+    lm = make_manager(config=COMPACT.with_overrides(cleanup_policy="compact,delete", segment_bytes=100_000))
+    plog = lm.create_partition("t", 0, TOPIC_ID, dir=log_dirs[0])
+    for _ in range(3):
+        updates(plog, keys=40, rounds=1)  # three closed segments of distinct keys: three groups of one
+    monkeypatch.setattr(cleaner_module, "group_segments", lambda segs, *a: [[s] for s in segs])
+    cut = plog.segments[2].base_offset
+
+    def delete_records(name: str) -> None:
+        if name == "swap_renamed" and plog.log_start_offset < cut:
+            plog.advance_log_start_offset(cut)  # the second segment goes while the first is swapped in
+
+    monkeypatch.setattr(cleaner_module, "failpoint", delete_records)
+    assert not lm.clean_dir(log_dirs[0])
+    assert lm.dir_io(log_dirs[0]).online and plog.online
+    assert plog.log_start_offset == cut
+    assert [r[0] for r in all_records(plog)] == list(range(cut, plog.log_end_offset))
+    assert not leftovers(plog.dir)
+    assert lm.clean_dir(log_dirs[0])  # the next round cleans what is left
+
+
+def test_a_segment_gone_before_the_cleaner_opens_it_stops_the_clean_not_the_dir(make_manager, log_dirs):
+    lm = make_manager(config=COMPACT.with_overrides(cleanup_policy="compact,delete"))
+    plog = lm.create_partition("t", 0, TOPIC_ID, dir=log_dirs[0])
+    updates(plog)
+    first = plog.segments[0]
+    plog.advance_log_start_offset(plog.segments[2].base_offset)  # renamed .deleted, out of the log
+    with pytest.raises(cleaner_module.CleanAborted):
+        cleaner_module.open_segment(plog, first)
+    assert lm.dir_io(log_dirs[0]).online
+    cleaner_module.open_segment(plog, plog.segments[0]).close()
