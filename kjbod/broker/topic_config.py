@@ -175,6 +175,11 @@ def validate(configs: Mapping[str, str | None]) -> dict[str, Any]:
             raise TopicConfigError(f"unknown or unsupported topic config {key!r} "
                                    f"(supported: {', '.join(sorted(DEFS))})")
         out[key] = parse_value(d, raw)
+    # Kafka's LogConfig.validateValues, over the overrides and Kafka's defaults.
+    low, high = out.get("min.compaction.lag.ms", 0), out.get("max.compaction.lag.ms", LONG_MAX)
+    if low > high:
+        raise TopicConfigError(f"conflict topic config setting min.compaction.lag.ms ({low}) > "
+                               f"max.compaction.lag.ms ({high})")
     return out
 
 
