@@ -1182,6 +1182,10 @@ class LogManager:
                 ltc, reset = log_to_clean(plog, plog.cleaner_offset, now)
             except KafkaStorageError:
                 continue
+            except Exception:  # one log's problem must not stop its dir's cleaning, flushes or checkpoints
+                d.uncleanable.add(tp)
+                log.exception("log_cleaning_failed", partition=plog.name, log_dir=path)
+                continue
             if reset:
                 log.warning("cleaner_checkpoint_reset", partition=plog.name, checkpoint=plog.cleaner_offset,
                             first_dirty=ltc.first_dirty)
