@@ -88,6 +88,9 @@ class LogConfig:
     min_compaction_lag_ms: int = 0
     max_compaction_lag_ms: int = LONG_MAX
     min_cleanable_dirty_ratio: float = 0.5
+    # Kafka's LogConfig.compact and .delete, from cleanup.policy (set once here: Produce reads compact per request).
+    compact: bool = dataclasses.field(init=False, repr=False, compare=False, default=False)
+    delete: bool = dataclasses.field(init=False, repr=False, compare=False, default=True)
 
     def __post_init__(self) -> None:
         policies = [p.strip() for p in self.cleanup_policy.split(",") if p.strip()]
@@ -95,6 +98,8 @@ class LogConfig:
         if unknown or not policies:
             raise ValueError(f"cleanup.policy={self.cleanup_policy!r} is not a list of delete and compact")
         object.__setattr__(self, "cleanup_policy", ",".join(dict.fromkeys(policies)))
+        object.__setattr__(self, "compact", "compact" in policies)  # the cleaner keeps each key's last record
+        object.__setattr__(self, "delete", "delete" in policies)  # retention applies, DeleteRecords is allowed
         if self.delete_retention_ms < 0 or self.min_compaction_lag_ms < 0 or self.max_compaction_lag_ms < 1:
             raise ValueError("delete.retention.ms and min.compaction.lag.ms must be >= 0, max.compaction.lag.ms >= 1")
         if not 0 <= self.min_cleanable_dirty_ratio <= 1:
@@ -118,16 +123,6 @@ class LogConfig:
                              f"{', '.join(TIMESTAMP_TYPES)}")
         if self.message_timestamp_before_max_ms < 0 or self.message_timestamp_after_max_ms < 0:
             raise ValueError("message.timestamp.before.max.ms and message.timestamp.after.max.ms must be >= 0")
-
-    @property
-    def compact(self) -> bool:
-        """Kafka's LogConfig.compact: the cleaner keeps the last record of each key."""
-        return "compact" in self.cleanup_policy.split(",")
-
-    @property
-    def delete(self) -> bool:
-        """Kafka's LogConfig.delete: retention.ms and retention.bytes apply (and DeleteRecords is allowed)."""
-        return "delete" in self.cleanup_policy.split(",")
 
     @property
     def log_append_time(self) -> bool:

@@ -401,3 +401,23 @@ def test_the_header_of_the_empty_batch_parses():
     e = parse_header(raw)
     assert (e.records_count, e.last_offset_delta, e.base_timestamp, e.max_timestamp, e.length) == (
         0, 1, -1, h.max_timestamp, len(raw) - 12)
+
+
+def test_log_append_time_batches_keep_their_time_and_the_time_index_finds_cleaned_records(make_log, clock):
+    plog = make_log(COMPACT.with_overrides(message_timestamp_type="LogAppendTime"))
+    plog.append(keyed([(b"a", b"1"), (b"b", b"1")], ts=T0 - 50_000))
+    clock.advance(1000)
+    plog.append(keyed([(b"a", b"2")]))
+    plog.roll()
+    clock.advance(1000)
+    plog.append(keyed([(b"z", b"z")]))
+    clean_once(plog, clock)
+    got = all_records(plog)
+    assert [(o, k, v, ts) for o, k, v, ts in got] == [(1, b"b", b"1", T0), (2, b"a", b"2", T0 + 1000),
+                                                      (3, b"z", b"z", T0 + 2000)]
+    data = region_bytes(plog.read(0, 1 << 20))
+    assert next(iter_batches(data))[1].is_log_append_time
+    # ListOffsets by time over the cleaned segment: the first record at or after each time.
+    assert plog.offset_for_timestamp(T0)[0] == 1
+    assert plog.offset_for_timestamp(T0 + 1)[0] == 2
+    assert plog.offset_for_timestamp(T0 + 1500)[0] == 3
