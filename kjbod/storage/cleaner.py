@@ -416,16 +416,16 @@ class Cleaner:
         self.clock = clock
         self.map = OffsetMap(config.map_capacity)
 
-    def clean(self, ltc: LogToClean) -> tuple[int, CleanStats]:
+    def clean(self, ltc: LogToClean, stopping: Callable[[], bool] = lambda: False) -> tuple[int, CleanStats]:
         """Clean ``ltc.log`` (the caller holds its ``clean_lock``); returns the new checkpoint. Raises
-        CleanAborted when the log is moved, deleted or truncated meanwhile, CleanerError when even its first dirty
-        segment does not fit the offset map."""
+        CleanAborted when the log is moved, deleted or truncated meanwhile, or ``stopping()`` says the node shuts
+        down; CleanerError when even its first dirty segment does not fit the offset map."""
         plog = ltc.log
         now = self.clock()
         stats = CleanStats()
 
         def check_abort() -> None:
-            if plog.clean_abort or plog.closed:
+            if plog.clean_abort or plog.closed or stopping():
                 raise CleanAborted(f"cleaning {plog.name} was aborted")
 
         throttler = Throttler(self.config.io_max_bytes_per_second, check_abort)

@@ -1201,7 +1201,7 @@ class LogManager:
             if plog.clean_paused or plog.closed or tp in self._futures:
                 return False
             try:
-                offset, _stats = cleaner.clean(best)
+                offset, _stats = cleaner.clean(best, self._bg_stop.is_set)  # a shutdown stops it too
             except CleanAborted as e:
                 log.info("log_cleaning_aborted", partition=plog.name, log_dir=path, reason=str(e))
                 return False

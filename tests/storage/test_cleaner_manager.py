@@ -184,3 +184,26 @@ def test_a_segment_gone_before_the_cleaner_opens_it_stops_the_clean_not_the_dir(
         cleaner_module.open_segment(plog, first)
     assert lm.dir_io(log_dirs[0]).online
     cleaner_module.open_segment(plog, plog.segments[0]).close()
+
+
+def test_a_shutdown_stops_a_clean_in_progress(make_manager, log_dirs, monkeypatch):
+    lm = make_manager(config=COMPACT)
+    plog = lm.create_partition("t", 0, TOPIC_ID, dir=log_dirs[0])
+    written = updates(plog)
+    in_clean = threading.Event()
+
+    def hold(name: str) -> None:
+        if name == "cleaned_written":
+            in_clean.set()
+            while not lm._bg_stop.is_set():
+                time.sleep(0.01)
+
+    monkeypatch.setattr(cleaner_module, "failpoint", hold)
+    lm.start_background(interval_s=0.05)
+    assert in_clean.wait(30)
+    lm.close()  # the background thread's clean sees the stop and gives up; close does not wait for a whole clean
+    assert plog.cleaner_offset is None
+    assert not leftovers(plog.dir)
+    again = make_manager(config=COMPACT)
+    got = all_records(again.get("t", 0))
+    assert [r[:3] for r in got] == [r[:3] for r in written]  # untouched
