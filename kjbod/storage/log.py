@@ -14,8 +14,8 @@ Strategy:
 * **Read** finds the batch containing the offset with the sparse index plus a short header walk, then finds the
   end of the read (whole batches only, at least one) with the index again, so a 1 MiB fetch reads a few batch
   headers, never the data: the result is a list of file regions (fd dup, offset, count) sent with sendfile.
-* **Threads**: the event loop appends and reads; the manager's background thread flushes, applies retention and
-  deletes; a later replica mover copies closed segments. ``lock`` (a ``threading.Lock``) guards appends, reads
+* **Threads**: the event loop appends and reads; the manager's background thread flushes, applies retention,
+  compacts (kjbod.storage.cleaner: only its final swap takes the lock) and deletes; a later replica mover copies closed segments. ``lock`` (a ``threading.Lock``) guards appends, reads
   and every structural change (roll, truncate, retention, rename). fsync runs outside it on duplicated fds, so
   a flush never stalls appends.
 * **Opening** after a clean shutdown reads the tail of the active segment only; after a crash every segment

@@ -12,7 +12,7 @@ Strategy:
   ``on_all_dirs_offline()`` once when none is left (the node should then stop, as Kafka halts). Both callbacks
   may run on the background thread: an asyncio node should hop back with ``loop.call_soon_threadsafe``.
 * **Background work** (delayed deletions, flushing rolled segments, ``flush.ms``, checkpoints, retention,
-  producer-id expiry) is :meth:`tick`, run by the node on a timer or by :meth:`start_background`'s thread.
+  producer-id expiry, compaction: kjbod.storage.cleaner, one cleaner per dir) is :meth:`tick`, run by the node on a timer or by :meth:`start_background`'s thread.
   Retention and checkpoints follow Kafka's schedule (kjbod.storage.tasks.Periodic): a first run soon after
   :meth:`open`, then one per interval (``log.retention.check.interval.ms``,
   ``log.flush.offset.checkpoint.interval.ms``; high watermarks every 5 s, Kafka's default).
