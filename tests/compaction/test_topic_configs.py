@@ -46,3 +46,35 @@ def test_the_broker_defaults_reach_every_topics_log_config():
     assert cfg.compact and not cfg.delete
     topic = cfg.with_topic_configs(topic_config.validate({"cleanup.policy": "delete"}))
     assert topic.delete and not topic.compact
+
+
+def test_doubles_are_shown_as_java_writes_them():
+    from kjbod.broker.broker_config import java_double
+
+    assert [java_double(v) for v in (0.5, 0.01, 1.0, 0.0, 1.7976931348623157e308, 1e-4, 1e7, 12345678.0)] == [
+        "0.5", "0.01", "1.0", "0.0", "1.7976931348623157E308", "1.0E-4", "1.0E7", "1.2345678E7"]
+
+
+def test_describe_configs_shows_the_cleaner_keys_with_kafkas_defaults():
+    from kjbod.broker import broker_config as bc
+
+    config = build_config(BASE)
+    topic = {e.name: (e.value, e.type) for e in bc.describe_topic(config, {}, None)}
+    assert topic["min.cleanable.dirty.ratio"] == ("0.5", bc.DOUBLE)
+    assert topic["cleanup.policy"] == ("delete", bc.LIST)
+    assert topic["delete.retention.ms"] == ("86400000", bc.LONG)
+    assert topic["max.compaction.lag.ms"] == ("9223372036854775807", bc.LONG)
+
+
+def test_describe_configs_shows_the_brokers_cleaner_keys_with_kafkas_defaults():
+    from kjbod.broker import broker_config as bc
+
+    keys = ["log.cleaner.enable", "log.cleaner.threads", "log.cleaner.io.max.bytes.per.second",
+            "log.cleaner.io.buffer.load.factor", "log.cleaner.dedupe.buffer.size", "log.cleaner.backoff.ms"]
+    got = {e.name: (e.value, e.type) for e in bc.describe_broker(build_config(BASE), bc.DynamicBrokerConfigs(1),
+                                                                  "1", keys)}
+    assert got == {"log.cleaner.enable": ("true", bc.BOOLEAN), "log.cleaner.threads": ("1", bc.INT),
+                   "log.cleaner.io.max.bytes.per.second": ("1.7976931348623157E308", bc.DOUBLE),
+                   "log.cleaner.io.buffer.load.factor": ("0.9", bc.DOUBLE),
+                   "log.cleaner.dedupe.buffer.size": ("134217728", bc.LONG),
+                   "log.cleaner.backoff.ms": ("15000", bc.LONG)}
