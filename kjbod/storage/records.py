@@ -145,9 +145,10 @@ def validate_batches(
 ) -> list[tuple[int, BatchHeader]]:
     """Check every batch of a produce's records and return (position, header) for each.
 
-    Raises CorruptMessageError (truncated, bad length, bad CRC), InvalidRecordError (not magic 2, empty,
-    inconsistent offsets/count; from a client: a control batch, a non-zero base offset, or a producer id without
-    a sequence) or MessageTooLargeError.
+    Raises CorruptMessageError (truncated, bad length, bad CRC), InvalidRecordError (not magic 2, empty, an
+    offset range below 0 or smaller than the count; from a client: a count other than the offset range (a
+    compacted log's batches, appended by followers, have holes), a control batch, a non-zero base offset, or a
+    producer id without a sequence) or MessageTooLargeError.
     """
     view = memoryview(buf)
     n = len(view)
@@ -180,11 +181,20 @@ def validate_batches(
             )
         if header.last_offset_delta < 0:
             raise InvalidRecordError(f"record batch has an invalid offset range (last delta {header.last_offset_delta})")
-        if header.records_count <= 0:
-            raise InvalidRecordError(f"record batch has an invalid record count {header.records_count}")
-        if header.records_count != header.last_offset_delta + 1:
+        if from_client:
+            if header.records_count <= 0:
+                raise InvalidRecordError(f"record batch has an invalid record count {header.records_count}")
+            if header.records_count != header.last_offset_delta + 1:
+                raise InvalidRecordError(
+                    f"record batch has {header.records_count} records but an offset range of "
+                    f"{header.last_offset_delta + 1}"
+                )
+        elif not 0 <= header.records_count <= header.last_offset_delta + 1:
+            # A compacted log's batches (a follower's or a moved copy's) may have fewer records than their offset
+            # range, or none: the cleaner keeps a producer's last batch empty (Kafka checks the count on a
+            # client's batches only).
             raise InvalidRecordError(
-                f"record batch has {header.records_count} records but an offset range of "
+                f"record batch has {header.records_count} records in an offset range of "
                 f"{header.last_offset_delta + 1}"
             )
         if from_client:

@@ -421,3 +421,38 @@ def test_log_append_time_batches_keep_their_time_and_the_time_index_finds_cleane
     assert plog.offset_for_timestamp(T0)[0] == 1
     assert plog.offset_for_timestamp(T0 + 1)[0] == 2
     assert plog.offset_for_timestamp(T0 + 1500)[0] == 3
+
+
+def test_a_follower_appends_a_compacted_leaders_batches_with_their_holes_and_empty_batches(make_log, clock, io):
+    leader = make_log()
+    leader.append(keyed([(b"key-0", b"1")], producer_id=5, producer_epoch=0, base_sequence=0))
+    leader.append(keyed([(b"key-0", b"2"), (b"key-1", b"2")], producer_id=5, producer_epoch=0, base_sequence=1))
+    leader.append(keyed([(b"key-0", b"3"), (b"key-9", b"3"), (b"key-1", b"3")]))  # a batch that keeps a hole
+    write_updates(leader, keys=2, rounds=10)
+    leader.roll()
+    leader.append(keyed([(b"z", b"z")]))
+    clean_once(leader, clock)
+    data = leader.read_bytes(0, 1 << 24)
+    headers = [h for _, h in iter_batches(data)]
+    assert any(h.records_count == 0 for h in headers)  # producer 5's last batch, emptied
+    assert any(0 < h.records_count < h.last_offset_delta + 1 for h in headers)  # key-9 kept, its neighbours not
+    follower = PartitionLog.create(io, io.join("t-1"), "t", 1, TOPIC_ID, COMPACT, clock=clock)
+    try:
+        follower.append_as_follower(data)
+        assert follower.log_end_offset == leader.log_end_offset
+        assert all_records(follower) == all_records(leader)
+        assert follower.producer_state.producers[5].last_seq == 2  # the empty batch carries the sequence
+    finally:
+        follower.close_quietly()
+
+
+def test_a_client_batch_still_needs_a_record_per_offset():
+    from kjbod.storage.records import validate_batches
+
+    h = parse_header(keyed([(b"a", b"1"), (b"b", b"2")]))
+    from kjbod.storage.cleaner import empty_batch
+
+    raw = empty_batch(h)
+    with pytest.raises(InvalidRecordError, match="record count 0"):
+        validate_batches(raw, max_message_bytes=1 << 20)
+    assert validate_batches(raw, max_message_bytes=1 << 20, from_client=False)[0][1].records_count == 0
