@@ -39,10 +39,12 @@ def admin_for(server) -> KafkaAdminClient:
     return KafkaAdminClient(bootstrap_servers=server.bootstrap, request_timeout_ms=30_000)
 
 
-def produce_updates(server, topic: str, rounds: int = UPDATES) -> dict[bytes, bytes]:
+def produce_updates(server, topic: str, rounds: int = UPDATES, linger_ms: int = 0) -> dict[bytes, bytes]:
+    """Updates of KEYS keys by an idempotent confluent-kafka producer; ``linger_ms`` above 0 puts several keys in
+    a batch (so the cleaner keeps some of a batch's records and drops others)."""
     from confluent_kafka import Producer
 
-    producer = Producer({"bootstrap.servers": server.bootstrap, "acks": "all", "linger.ms": 0,
+    producer = Producer({"bootstrap.servers": server.bootstrap, "acks": "all", "linger.ms": linger_ms,
                          "enable.idempotence": True, "batch.size": 2000})
     latest: dict[bytes, bytes] = {}
     failed: list = []
