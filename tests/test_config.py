@@ -171,7 +171,7 @@ def test_values_are_converted() -> None:
         ("process.roles", "worker", "broker, controller, or broker,controller"),
         ("process.roles", "broker,broker", "broker, controller, or broker,controller"),
         ("default.replication.factor", "40000", "between 1 and 32767"),
-        ("log.cleanup.policy", "compact", "delete"),
+        ("log.cleanup.policy", "shred", "a list of delete and compact"),
     ],
 )
 def test_bad_value_names_key_value_and_expectation(key: str, value: str, expected: str) -> None:

@@ -94,7 +94,14 @@ EFFECTS: dict[str, list[str]] = {
                                                 "tests/storage/test_manager.py::test_checkpoints_follow_their_interval"],
     "log.initial.task.delay.ms": [
         NODE, "tests/storage/test_manager.py::test_first_retention_pass_comes_after_the_initial_delay_counted_from_start"],
-    "log.cleanup.policy": ["tests/test_config_effects.py::test_log_cleanup_policy_is_delete_and_nothing_else"],
+    "log.cleanup.policy": [f"{EFFECT}[log.cleanup.policy]",
+                           "tests/test_config_effects.py::test_log_cleanup_policy_takes_delete_and_compact_and_nothing_else"],
+    **{key: [f"{EFFECT}[{key}]"] for key in (
+        "log.cleaner.enable", "log.cleaner.min.cleanable.ratio", "log.cleaner.min.compaction.lag.ms",
+        "log.cleaner.max.compaction.lag.ms", "log.cleaner.delete.retention.ms", "log.cleaner.backoff.ms",
+        "log.cleaner.dedupe.buffer.size", "log.cleaner.threads", "log.cleaner.io.buffer.load.factor")},
+    "log.cleaner.io.max.bytes.per.second": [
+        "tests/test_config_effects.py::test_the_cleaner_throttle_reaches_the_cleaner_and_holds_it_to_the_rate"],
     "replica.alter.log.dirs.io.max.bytes.per.second": [
         NODE, "tests/kip113/test_configs_live.py::test_dynamic_throttle_precedence_errors_and_restart",
         "tests/kip113/test_throttle_live.py::test_move_takes_size_over_rate"],
@@ -314,5 +321,6 @@ def test_every_topic_config_reaches_the_log_and_storage_reads_it():
     read = names_read_by_the_node({REPO / "kjbod/storage/config.py"})
     # Fields the storage reads through a LogConfig property.
     read |= {field for field, prop in {"message_timestamp_type": "log_append_time"}.items() if prop in read}
-    unread = {f.name for f in dataclasses.fields(LogConfig)} - read - {"cleanup_policy"}  # only delete exists
+    read |= {"cleanup_policy"} if {"compact", "delete"} <= read else set()  # read through LogConfig.compact/.delete
+    unread = {f.name for f in dataclasses.fields(LogConfig)} - read
     assert not unread, f"LogConfig fields nothing outside kjbod/storage/config.py reads: {sorted(unread)}"

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from kjbod.broker.storage_glue import broker_log_config, open_storage
+from kjbod.broker.storage_glue import broker_log_config, cleaner_config, open_storage
 from kjbod.server.config import ConfigError, build_config
 from kjbod.server.roles import build_combined_node
 from kjbod.storage.errors import StorageError
@@ -41,7 +41,8 @@ def run(tmp_path: Path, props: dict[str, str], scenario: Callable[[LogManager, A
     config = build_config({**BASE, "log.dirs": dirs[0], **props})
     clock = FakeClock()
     manager = LogManager(dirs, node_id=1, defaults=broker_log_config(config), clock=clock,
-                         retention_check_interval_ms=config.log_retention_check_interval_ms)
+                         retention_check_interval_ms=config.log_retention_check_interval_ms,
+                         cleaner=cleaner_config(config))
     manager.open()
     try:
         return scenario(manager, manager.create_partition("t", 0, TOPIC_ID), clock)
@@ -129,6 +130,57 @@ def stored_timestamp_type(_m: LogManager, plog: Any, clock: FakeClock) -> str:
     return "LogAppendTime" if attributes & 0x08 else "CreateTime"
 
 
+def keyed_update(plog: Any, key: bytes, value: bytes | None, ts: int = T0) -> None:
+    from kjbod.storage.records import build_batch
+
+    plog.append(build_batch([(key, value, [], ts)]))
+
+
+def records_after_cleaning(keys: int = 2, rounds: int = 6, *, wait_ms: int = 0,
+                           tombstone: bool = False) -> Callable[[LogManager, Any, FakeClock], int]:
+    """Updates to a few keys (each append its own batch) in closed segments, a cleaner round, then two more after
+    ``wait_ms`` (with ``tombstone``, a tombstone for key 0 first); the records the log then holds."""
+    def scenario(manager: LogManager, plog: Any, clock: FakeClock) -> int:
+        for r in range(rounds):
+            for k in range(keys):
+                keyed_update(plog, b"k%d" % k, b"v%d" % r, clock())
+        if tombstone:
+            keyed_update(plog, b"k0", None, clock())
+        plog.roll()
+        manager.clean_dir(plog.log_dir)
+        clock.advance(wait_ms)
+        for k in range(1 if tombstone else 0, keys):  # new dirty data, so the log is due again (not for k0)
+            keyed_update(plog, b"k%d" % k, b"again", clock())
+        plog.roll()
+        manager.clean_dir(plog.log_dir)
+        manager.clean_dir(plog.log_dir)
+        return sum(h.records_count for s in plog.segments for _, h in s.iter_headers(0))
+    return scenario
+
+
+def cleaned_after_backoff(manager: LogManager, plog: Any, clock: FakeClock) -> bool:
+    manager.tick()  # nothing to clean yet: the cleaner backs off
+    for r in range(6):
+        keyed_update(plog, b"k", b"v%d" % r)
+    plog.roll()
+    clock.advance(1000)
+    manager.tick()
+    return plog.cleaner_offset is not None
+
+
+def distinct_keys_cleaned(manager: LogManager, plog: Any, clock: FakeClock) -> bool:
+    for i in range(20):
+        keyed_update(plog, b"k%d" % i, b"v")
+    plog.roll()
+    manager.clean_dir(plog.log_dir)
+    return plog.cleaner_offset is not None
+
+
+COMPACT = {**SMALL_SEGMENTS, "log.cleanup.policy": "compact"}
+RATIO_1 = {**COMPACT, "log.cleaner.min.cleanable.ratio": "1"}
+
+BIG = {**COMPACT, "log.segment.bytes": "100000"}  # the 20 keys in one segment
+
 # key, value, other settings both runs share, scenario, outcome at Kafka's default, outcome with the key set.
 # The batches are about 75 bytes: four fill a 300-byte segment. Time retention takes every segment (the log rolls
 # so an empty one remains); 300 bytes of retention keep the last two segments; an index entry is added for every
@@ -151,6 +203,22 @@ CASES: list[tuple[str, str, dict[str, str], Callable[[LogManager, Any, FakeClock
     ("log.message.timestamp.before.max.ms", "1000", {}, accepts_a_batch_stamped(-HOUR), True, False),
     ("log.message.timestamp.after.max.ms", "1000", {}, accepts_a_batch_stamped(HOUR), True, False),
     ("log.message.timestamp.type", "LogAppendTime", {}, stored_timestamp_type, "CreateTime", "LogAppendTime"),
+    # Compaction: 12 updates of 2 keys, then 2 more; compacted, only the 2 newest remain.
+    ("log.cleanup.policy", "compact", SMALL_SEGMENTS, records_after_cleaning(), 14, 2),
+    ("log.cleaner.enable", "false", COMPACT, records_after_cleaning(), 2, 14),
+    ("log.cleaner.min.cleanable.ratio", "1", COMPACT, records_after_cleaning(), 2, 14),
+    ("log.cleaner.min.compaction.lag.ms", "3600000", COMPACT, records_after_cleaning(), 2, 14),
+    ("log.cleaner.max.compaction.lag.ms", "1000", RATIO_1, records_after_cleaning(wait_ms=2000), 14, 2),
+    # k0's tombstone stays through the second clean within delete.retention.ms, and goes after it.
+    ("log.cleaner.delete.retention.ms", "1000", {**COMPACT, "log.cleaner.min.cleanable.ratio": "0.01"},
+     records_after_cleaning(wait_ms=2000, tombstone=True), 2, 1),
+    ("log.cleaner.backoff.ms", "500", COMPACT, cleaned_after_backoff, False, True),
+    # The key map holds 24 bytes a key at 90%, shared out between the threads: too small for 20 keys, no clean.
+    ("log.cleaner.dedupe.buffer.size", "240", BIG, distinct_keys_cleaned, True, False),
+    ("log.cleaner.threads", "10", {**BIG, "log.cleaner.dedupe.buffer.size": "2400"}, distinct_keys_cleaned,
+     True, False),
+    ("log.cleaner.io.buffer.load.factor", "0.05", {**BIG, "log.cleaner.dedupe.buffer.size": "2400"},
+     distinct_keys_cleaned, True, False),
 ]
 
 
@@ -161,11 +229,28 @@ def test_the_key_changes_what_storage_does(tmp_path, key, value, shared, scenari
     assert run(tmp_path / "set", {**shared, key: value}, scenario) == when_set
 
 
-def test_log_cleanup_policy_is_delete_and_nothing_else():
-    # Kafka's default, the only policy kjbod has: compaction is refused at startup rather than ignored.
+def test_log_cleanup_policy_takes_delete_and_compact_and_nothing_else():
     assert build_config({**BASE, "log.dirs": "/d", "log.cleanup.policy": "delete"}).log_cleanup_policy == "delete"
+    assert build_config({**BASE, "log.dirs": "/d",
+                         "log.cleanup.policy": "compact, delete"}).log_cleanup_policy == "compact,delete"
     with pytest.raises(ConfigError, match="log.cleanup.policy"):
-        build_config({**BASE, "log.dirs": "/d", "log.cleanup.policy": "compact"})
+        build_config({**BASE, "log.dirs": "/d", "log.cleanup.policy": "shred"})
+
+
+def test_the_cleaner_throttle_reaches_the_cleaner_and_holds_it_to_the_rate(tmp_path, monkeypatch):
+    from kjbod.storage import cleaner
+
+    config = build_config({**BASE, "log.dirs": "/d", "log.cleaner.io.max.bytes.per.second": "1000"})
+    assert cleaner_config(config).io_max_bytes_per_second == 1000
+    assert cleaner_config(build_config({**BASE, "log.dirs": "/d"})).io_max_bytes_per_second > 1e300
+    asked: list[float] = []
+    monkeypatch.setattr(cleaner.time, "sleep", asked.append)
+    monkeypatch.setattr(cleaner.time, "monotonic", lambda: 100.0)  # no time passes: every byte is ahead
+    cleaner.Throttler(float("inf"), lambda: None).add(10_000)
+    assert asked == []
+    with pytest.raises(RuntimeError):  # stops once asked to, while it waits
+        cleaner.Throttler(1000, lambda: (_ for _ in ()).throw(RuntimeError()) if asked else None).add(2000)
+    assert asked and asked[0] > 0
 
 
 def test_the_nodes_storage_and_mover_run_as_the_keys_say(tmp_path):

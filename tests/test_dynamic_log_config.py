@@ -40,6 +40,8 @@ KAFKA_RECONFIGURABLE = {
     "log.index.interval.bytes", "log.segment.delete.delay.ms", "log.cleanup.policy",
     "unclean.leader.election.enable", "min.insync.replicas", "log.message.timestamp.type",
     "log.message.timestamp.before.max.ms", "log.message.timestamp.after.max.ms",
+    "log.cleaner.delete.retention.ms", "log.cleaner.min.compaction.lag.ms", "log.cleaner.max.compaction.lag.ms",
+    "log.cleaner.min.cleanable.ratio",
 }
 # A valid value of each, different from its default.
 GOOD = {
@@ -50,6 +52,8 @@ GOOD = {
     "unclean.leader.election.enable": "true", "min.insync.replicas": "2",
     "log.message.timestamp.type": "LogAppendTime", "log.message.timestamp.before.max.ms": "3600000",
     "log.message.timestamp.after.max.ms": "3600000",
+    "log.cleaner.delete.retention.ms": "1000", "log.cleaner.min.compaction.lag.ms": "1000",
+    "log.cleaner.max.compaction.lag.ms": "1000", "log.cleaner.min.cleanable.ratio": "0.25",
 }
 SET, DELETE = bc.SET, bc.DELETE
 
@@ -102,7 +106,7 @@ def test_the_other_synonyms_and_static_keys_stay_static(key):
 
 @pytest.mark.parametrize("key,value", [
     ("log.retention.ms", "a day"), ("log.segment.bytes", "13"), ("message.max.bytes", "-1"),
-    ("log.cleanup.policy", "compact"), ("unclean.leader.election.enable", "yes"), ("min.insync.replicas", "0"),
+    ("log.cleanup.policy", "shred"), ("unclean.leader.election.enable", "yes"), ("min.insync.replicas", "0"),
     ("log.message.timestamp.type", "NoTime"), ("log.roll.ms", "0"), ("log.segment.bytes", "99999999999"),
 ])
 def test_a_bad_value_is_invalid_request_naming_key_and_value(key, value):

@@ -30,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
 from kjbod.broker import topic_config
@@ -46,8 +47,8 @@ STATIC_BROKER_CONFIG = 4
 DEFAULT_CONFIG = 5
 
 # DescribeConfigs ConfigType
-BOOLEAN, STRING, INT, SHORT, LONG, LIST = 1, 2, 3, 4, 5, 7
-_TOPIC_TYPES = {"int": INT, "long": LONG, "string": STRING, "list": LIST, "boolean": BOOLEAN}
+BOOLEAN, STRING, INT, SHORT, LONG, DOUBLE, LIST = 1, 2, 3, 4, 5, 6, 7
+_TOPIC_TYPES = {"int": INT, "long": LONG, "double": DOUBLE, "string": STRING, "list": LIST, "boolean": BOOLEAN}
 
 # IncrementalAlterConfigs operations
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
@@ -112,7 +113,27 @@ BROKER_KEYS: dict[str, BrokerKey] = {k.name: k for k in [
     BrokerKey("log.initial.task.delay.ms", LONG, "log_initial_task_delay_ms",
               doc="Delay after start before the first retention pass and checkpoint (at most one interval)."),
     BrokerKey("log.cleanup.policy", LIST, "log_cleanup_policy", dynamic=True,
-              doc="Default cleanup policy: only delete."),
+              doc="Default cleanup policy: delete, compact, or both."),
+    BrokerKey("log.cleaner.enable", BOOLEAN, "log_cleaner_enable",
+              doc="Whether the cleaner compacts the logs of compacted topics."),
+    BrokerKey("log.cleaner.threads", INT, "log_cleaner_threads",
+              doc="Cleaner threads (kjbod: each log dir has one; the dedupe buffer is shared out by this count)."),
+    BrokerKey("log.cleaner.io.max.bytes.per.second", DOUBLE, "log_cleaner_io_max_bytes_per_second",
+              doc="Most bytes a second a cleaner reads and writes."),
+    BrokerKey("log.cleaner.dedupe.buffer.size", LONG, "log_cleaner_dedupe_buffer_size",
+              doc="Memory for the cleaners' key maps (24 bytes a key)."),
+    BrokerKey("log.cleaner.io.buffer.load.factor", DOUBLE, "log_cleaner_io_buffer_load_factor",
+              doc="How full a key map may get."),
+    BrokerKey("log.cleaner.backoff.ms", LONG, "log_cleaner_backoff_ms",
+              doc="Pause of a cleaner that found nothing to clean."),
+    BrokerKey("log.cleaner.min.cleanable.ratio", DOUBLE, "log_cleaner_min_cleanable_ratio", dynamic=True,
+              doc="Default min.cleanable.dirty.ratio of topics."),
+    BrokerKey("log.cleaner.delete.retention.ms", LONG, "log_cleaner_delete_retention_ms", dynamic=True,
+              doc="Default delete.retention.ms of topics."),
+    BrokerKey("log.cleaner.min.compaction.lag.ms", LONG, "log_cleaner_min_compaction_lag_ms", dynamic=True,
+              doc="Default min.compaction.lag.ms of topics."),
+    BrokerKey("log.cleaner.max.compaction.lag.ms", LONG, "log_cleaner_max_compaction_lag_ms", dynamic=True,
+              doc="Default max.compaction.lag.ms of topics."),
     BrokerKey("log.message.timestamp.type", STRING, "log_message_timestamp_type", dynamic=True,
               doc="Default timestamp type of topics: CreateTime or LogAppendTime."),
     BrokerKey("log.message.timestamp.before.max.ms", LONG, "log_message_timestamp_before_max_ms", dynamic=True,
@@ -309,9 +330,27 @@ def _render(value: Any) -> str | None:
         return None
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, float):
+        return java_double(value)
     if isinstance(value, (tuple, list)):
         return ",".join(str(v) for v in value)
     return str(value)
+
+
+def java_double(value: float) -> str:
+    """A double as Java's Double.toString writes it (what Kafka's DescribeConfigs shows): plain from 10^-3 up to
+    10^7, else the shortest digits as d.dddEn ("1.7976931348623157E308", "1.0E-4")."""
+    if value != value:
+        return "NaN"
+    if value in (float("inf"), float("-inf")):
+        return "Infinity" if value > 0 else "-Infinity"
+    if value == 0 or 1e-3 <= abs(value) < 1e7:
+        return repr(float(value))  # Python writes this range plainly too, with the same shortest digits
+    sign, digits, exponent = Decimal(repr(float(value))).as_tuple()
+    assert isinstance(exponent, int)
+    mantissa = "".join(map(str, digits)).rstrip("0") or "0"
+    power = len(digits) - 1 + exponent
+    return f"{'-' if sign else ''}{mantissa[0]}.{mantissa[1:] or '0'}E{power}"
 
 
 def _static_source(config: Any, key: str) -> tuple[str, int]:

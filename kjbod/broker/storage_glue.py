@@ -32,6 +32,7 @@ import structlog
 from kjbod.broker import topic_config
 from kjbod.broker.dir_work import DirWork
 from kjbod.protocol.errors import ErrorCode
+from kjbod.storage.cleaner import CleanerConfig
 from kjbod.storage.config import LogConfig
 from kjbod.storage.errors import KafkaStorageError, LogDirFullError, StorageError
 from kjbod.storage.fsio import LogDirIO
@@ -50,6 +51,18 @@ def broker_log_config(config: Any, dynamic: Mapping[str, str] | None = None) -> 
     for d in topic_config.DEFS.values():
         values[d.name] = topic_config.broker_default(d, config, dynamic)
     return LogConfig().with_topic_configs(values)
+
+
+def cleaner_config(config: Any) -> CleanerConfig:
+    """The log.cleaner.* settings the storage's cleaners follow."""
+    return CleanerConfig(
+        enable=config.log_cleaner_enable,
+        threads=max(1, config.log_cleaner_threads),
+        dedupe_buffer_size=config.log_cleaner_dedupe_buffer_size,
+        io_buffer_load_factor=config.log_cleaner_io_buffer_load_factor,
+        io_max_bytes_per_second=config.log_cleaner_io_max_bytes_per_second,
+        backoff_ms=config.log_cleaner_backoff_ms,
+    )
 
 
 def refresh_log_defaults(node: Any, manager: LogManager) -> bool:
@@ -318,6 +331,7 @@ def open_logs(node: Any) -> LogManager:
         slow_threshold_ms=config.log_dir_slow_threshold_ms,
         reserved_bytes=config.log_dir_reserved_bytes,
         space_check_interval_ms=config.log_dir_space_check_interval_ms,
+        cleaner=cleaner_config(config),
     )
     manager.open()
     meta = read_meta_properties(LogDirIO(meta_dir))

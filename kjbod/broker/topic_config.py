@@ -27,7 +27,7 @@ class TopicConfigError(ValueError):
 @dataclass(frozen=True)
 class TopicConfigDef:
     name: str
-    type: str  # "int", "long", "string", "list", "boolean"
+    type: str  # "int", "long", "double", "string", "list", "boolean"
     broker_key: str | None  # the broker config it defaults to
     broker_attr: str | None
     fallback: Any
@@ -41,6 +41,17 @@ def _at_least(lo: int) -> Callable[[Any], str | None]:
 
 def _one_of(*allowed: str) -> Callable[[Any], str | None]:
     return lambda v: None if v in allowed else f"must be one of {', '.join(allowed)}"
+
+
+def _policies(value: Any) -> str | None:
+    policies = [p for p in value.split(",") if p]
+    if not policies or any(p not in ("delete", "compact") for p in policies):
+        return "must be a list of delete and compact"
+    return None
+
+
+def _ratio(value: Any) -> str | None:
+    return None if 0 <= value <= 1 else "must be between 0 and 1"
 
 
 def _throttled_replicas(name: str) -> Callable[[Any], str | None]:
@@ -63,8 +74,21 @@ DEFS: dict[str, TopicConfigDef] = {d.name: d for d in [
                    "Size per partition beyond which old segments are deleted; -1 for no limit."),
     TopicConfigDef("max.message.bytes", "int", "message.max.bytes", "message_max_bytes", 1048588,
                    _at_least(0), "Largest record batch the topic accepts."),
-    TopicConfigDef("cleanup.policy", "list", "log.cleanup.policy", "log_cleanup_policy", "delete", _one_of("delete"),
-                   "Only delete is supported (no compaction)."),
+    TopicConfigDef("cleanup.policy", "list", "log.cleanup.policy", "log_cleanup_policy", "delete", _policies,
+                   "delete (retention), compact (keep the last record of each key), or both."),
+    # Compaction (kjbod.storage.cleaner).
+    TopicConfigDef("delete.retention.ms", "long", "log.cleaner.delete.retention.ms",
+                   "log_cleaner_delete_retention_ms", 86_400_000, _at_least(0),
+                   "How long a compacted topic keeps a tombstone after its first clean."),
+    TopicConfigDef("min.compaction.lag.ms", "long", "log.cleaner.min.compaction.lag.ms",
+                   "log_cleaner_min_compaction_lag_ms", 0, _at_least(0),
+                   "How old a record must be before it may be compacted away."),
+    TopicConfigDef("max.compaction.lag.ms", "long", "log.cleaner.max.compaction.lag.ms",
+                   "log_cleaner_max_compaction_lag_ms", LONG_MAX, _at_least(1),
+                   "Age after which a record's log is compacted whatever its dirty ratio."),
+    TopicConfigDef("min.cleanable.dirty.ratio", "double", "log.cleaner.min.cleanable.ratio",
+                   "log_cleaner_min_cleanable_ratio", 0.5, _ratio,
+                   "Share of a log not yet compacted above which the cleaner compacts it."),
     TopicConfigDef("index.interval.bytes", "int", "log.index.interval.bytes", "log_index_interval_bytes", 4096,
                    _at_least(0), "Bytes between offset index entries."),
     TopicConfigDef("segment.index.bytes", "int", "log.index.size.max.bytes", "log_index_size_max_bytes",
@@ -121,6 +145,13 @@ def parse_value(d: TopicConfigDef, raw: str | None, *, check: bool = True) -> An
         if len(raw) > 20 or not -limit - 1 <= (value := int(raw)) <= limit:  # (int() refuses 4300+ digits)
             raise TopicConfigError(f"invalid value {raw!r} for {d.name}: out of range for "
                                    f"{'an int' if d.type == 'int' else 'a long'}")
+    elif d.type == "double":
+        try:
+            value = float(raw)
+        except ValueError:
+            raise TopicConfigError(f"invalid value {raw!r} for {d.name}: expected a number") from None
+        if value != value or value in (float("inf"), float("-inf")):
+            raise TopicConfigError(f"invalid value {raw!r} for {d.name}: expected a finite number")
     elif d.type == "boolean":
         if raw.lower() not in ("true", "false"):
             raise TopicConfigError(f"invalid value {raw!r} for {d.name}: expected true or false")
@@ -144,6 +175,11 @@ def validate(configs: Mapping[str, str | None]) -> dict[str, Any]:
             raise TopicConfigError(f"unknown or unsupported topic config {key!r} "
                                    f"(supported: {', '.join(sorted(DEFS))})")
         out[key] = parse_value(d, raw)
+    # Kafka's LogConfig.validateValues, over the overrides and Kafka's defaults.
+    low, high = out.get("min.compaction.lag.ms", 0), out.get("max.compaction.lag.ms", LONG_MAX)
+    if low > high:
+        raise TopicConfigError(f"conflict topic config setting min.compaction.lag.ms ({low}) > "
+                               f"max.compaction.lag.ms ({high})")
     return out
 
 

@@ -144,6 +144,28 @@ def _roles(key: str, raw: str) -> tuple[str, ...]:
     return roles
 
 
+def _double(lo: float, hi: float = float("inf")) -> Callable[[str, str], float]:
+    what = f"a number between {lo} and {hi}" if hi != float("inf") else f"a number >= {lo}"
+
+    def conv(key: str, raw: str) -> float:
+        try:
+            value = float(raw.strip())
+        except ValueError:
+            raise _bad(key, raw, what) from None
+        if not lo <= value <= hi:
+            raise _bad(key, raw, what)
+        return value
+
+    return conv
+
+
+def _policies(key: str, raw: str) -> str:
+    policies = _list(key, raw)
+    if not policies or any(p not in ("delete", "compact") for p in policies):
+        raise _bad(key, raw, "a list of delete and compact")
+    return ",".join(dict.fromkeys(policies))
+
+
 def _one_of(*choices: str) -> Callable[[str, str], str]:
     def conv(key: str, raw: str) -> str:
         value = raw.strip()
@@ -286,7 +308,17 @@ KEYS: dict[str, KeyDef] = {
         KeyDef("log.segment.delete.delay.ms", _long(0), 60_000),
         KeyDef("log.flush.offset.checkpoint.interval.ms", _int(0), 60_000),
         KeyDef("log.initial.task.delay.ms", _long(0), 30_000),
-        KeyDef("log.cleanup.policy", _one_of("delete"), "delete", "only delete (no compaction yet)"),
+        KeyDef("log.cleanup.policy", _policies, "delete", "delete, compact, or compact,delete"),
+        KeyDef("log.cleaner.enable", _bool, True),
+        KeyDef("log.cleaner.threads", _int(0), 1, "kjbod: each log dir has one cleaner; this shares out the buffer"),
+        KeyDef("log.cleaner.io.max.bytes.per.second", _double(0.0), 1.7976931348623157e308),
+        KeyDef("log.cleaner.dedupe.buffer.size", _long(0), 128 << 20),
+        KeyDef("log.cleaner.io.buffer.load.factor", _double(0.0), 0.9),
+        KeyDef("log.cleaner.backoff.ms", _long(0), 15_000),
+        KeyDef("log.cleaner.min.cleanable.ratio", _double(0.0, 1.0), 0.5),
+        KeyDef("log.cleaner.delete.retention.ms", _long(0), 86_400_000),
+        KeyDef("log.cleaner.min.compaction.lag.ms", _long(0), 0),
+        KeyDef("log.cleaner.max.compaction.lag.ms", _long(1), LONG_MAX),
         KeyDef("log.message.timestamp.type", _one_of("CreateTime", "LogAppendTime"), "CreateTime"),
         KeyDef("log.message.timestamp.before.max.ms", _long(0), LONG_MAX),
         KeyDef("log.message.timestamp.after.max.ms", _long(0), LONG_MAX),
@@ -393,6 +425,7 @@ COMPATIBILITY_ONLY: dict[str, str] = {
     "socket.send.buffer.bytes": "the operating system's socket buffer sizes are used",
     "socket.receive.buffer.bytes": "the operating system's socket buffer sizes are used",
     "num.recovery.threads.per.data.dir": "each log dir is loaded by one thread",
+    "log.cleaner.io.buffer.size": "the cleaner reads segments 1 MiB at a time",
 }
 ACCEPTED_NO_EFFECT = frozenset(k for k in COMPATIBILITY_ONLY if k not in KEYS)
 
@@ -478,6 +511,16 @@ class ServerConfig:
     leader_imbalance_per_broker_percentage: int = 10
     leader_imbalance_check_interval_seconds: int = 300
     log_cleanup_policy: str = "delete"
+    log_cleaner_enable: bool = True
+    log_cleaner_threads: int = 1
+    log_cleaner_io_max_bytes_per_second: float = 1.7976931348623157e308
+    log_cleaner_dedupe_buffer_size: int = 128 << 20
+    log_cleaner_io_buffer_load_factor: float = 0.9
+    log_cleaner_backoff_ms: int = 15_000
+    log_cleaner_min_cleanable_ratio: float = 0.5
+    log_cleaner_delete_retention_ms: int = 86_400_000
+    log_cleaner_min_compaction_lag_ms: int = 0
+    log_cleaner_max_compaction_lag_ms: int = LONG_MAX
     log_message_timestamp_type: str = "CreateTime"
     metadata_log_max_record_bytes_between_snapshots: int = 20 * 1024 * 1024
     log_message_timestamp_before_max_ms: int = LONG_MAX
@@ -895,6 +938,16 @@ def build_config(
         leader_imbalance_per_broker_percentage=get("leader.imbalance.per.broker.percentage"),
         leader_imbalance_check_interval_seconds=get("leader.imbalance.check.interval.seconds"),
         log_cleanup_policy=get("log.cleanup.policy"),
+        log_cleaner_enable=get("log.cleaner.enable"),
+        log_cleaner_threads=get("log.cleaner.threads"),
+        log_cleaner_io_max_bytes_per_second=get("log.cleaner.io.max.bytes.per.second"),
+        log_cleaner_dedupe_buffer_size=get("log.cleaner.dedupe.buffer.size"),
+        log_cleaner_io_buffer_load_factor=get("log.cleaner.io.buffer.load.factor"),
+        log_cleaner_backoff_ms=get("log.cleaner.backoff.ms"),
+        log_cleaner_min_cleanable_ratio=get("log.cleaner.min.cleanable.ratio"),
+        log_cleaner_delete_retention_ms=get("log.cleaner.delete.retention.ms"),
+        log_cleaner_min_compaction_lag_ms=get("log.cleaner.min.compaction.lag.ms"),
+        log_cleaner_max_compaction_lag_ms=get("log.cleaner.max.compaction.lag.ms"),
         log_message_timestamp_type=get("log.message.timestamp.type"),
         broker_rack=get("broker.rack"),
         metadata_log_max_record_bytes_between_snapshots=get("metadata.log.max.record.bytes.between.snapshots"),

@@ -2,7 +2,8 @@
 
 Strategy: one frozen dataclass holds what the storage engine obeys. It can be built from broker properties
 (``log.segment.bytes`` ...: the defaults for every topic) and then overridden by topic configs
-(``segment.bytes`` ...), the way Kafka layers them. Only ``cleanup.policy=delete`` is supported.
+(``segment.bytes`` ...), the way Kafka layers them. ``cleanup.policy`` is ``delete``, ``compact`` or both
+(kjbod.storage.cleaner compacts; retention applies only where ``delete`` is named, as in Kafka).
 """
 
 from __future__ import annotations
@@ -30,6 +31,10 @@ TOPIC_CONFIG_KEYS = {
     "message.timestamp.type": "message_timestamp_type",
     "message.timestamp.before.max.ms": "message_timestamp_before_max_ms",
     "message.timestamp.after.max.ms": "message_timestamp_after_max_ms",
+    "delete.retention.ms": "delete_retention_ms",
+    "min.compaction.lag.ms": "min_compaction_lag_ms",
+    "max.compaction.lag.ms": "max_compaction_lag_ms",
+    "min.cleanable.dirty.ratio": "min_cleanable_dirty_ratio",
 }
 
 # broker property -> (LogConfig field, multiplier to ms or 1); the first key present wins, as in Kafka
@@ -52,7 +57,12 @@ BROKER_CONFIG_KEYS: list[tuple[str, str, int]] = [
     ("log.message.timestamp.type", "message_timestamp_type", 1),
     ("log.message.timestamp.before.max.ms", "message_timestamp_before_max_ms", 1),
     ("log.message.timestamp.after.max.ms", "message_timestamp_after_max_ms", 1),
+    ("log.cleaner.delete.retention.ms", "delete_retention_ms", 1),
+    ("log.cleaner.min.compaction.lag.ms", "min_compaction_lag_ms", 1),
+    ("log.cleaner.max.compaction.lag.ms", "max_compaction_lag_ms", 1),
+    ("log.cleaner.min.cleanable.ratio", "min_cleanable_dirty_ratio", 1),
 ]
+CLEANUP_POLICIES = ("delete", "compact")
 TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 
 
@@ -73,10 +83,27 @@ class LogConfig:
     message_timestamp_type: str = "CreateTime"
     message_timestamp_before_max_ms: int = LONG_MAX
     message_timestamp_after_max_ms: int = LONG_MAX
+    # Compaction (kjbod.storage.cleaner), Kafka's defaults.
+    delete_retention_ms: int = 86_400_000
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = LONG_MAX
+    min_cleanable_dirty_ratio: float = 0.5
+    # Kafka's LogConfig.compact and .delete, from cleanup.policy (set once here: Produce reads compact per request).
+    compact: bool = dataclasses.field(init=False, repr=False, compare=False, default=False)
+    delete: bool = dataclasses.field(init=False, repr=False, compare=False, default=True)
 
     def __post_init__(self) -> None:
-        if self.cleanup_policy != "delete":
-            raise ValueError(f"cleanup.policy={self.cleanup_policy!r} is not supported (only 'delete')")
+        policies = [p.strip() for p in self.cleanup_policy.split(",") if p.strip()]
+        unknown = [p for p in policies if p not in CLEANUP_POLICIES]
+        if unknown or not policies:
+            raise ValueError(f"cleanup.policy={self.cleanup_policy!r} is not a list of delete and compact")
+        object.__setattr__(self, "cleanup_policy", ",".join(dict.fromkeys(policies)))
+        object.__setattr__(self, "compact", "compact" in policies)  # the cleaner keeps each key's last record
+        object.__setattr__(self, "delete", "delete" in policies)  # retention applies, DeleteRecords is allowed
+        if self.delete_retention_ms < 0 or self.min_compaction_lag_ms < 0 or self.max_compaction_lag_ms < 1:
+            raise ValueError("delete.retention.ms and min.compaction.lag.ms must be >= 0, max.compaction.lag.ms >= 1")
+        if not 0 <= self.min_cleanable_dirty_ratio <= 1:
+            raise ValueError(f"min.cleanable.dirty.ratio={self.min_cleanable_dirty_ratio} is not within [0, 1]")
         if self.segment_bytes < 14:
             raise ValueError(f"segment.bytes={self.segment_bytes} is below Kafka's minimum 14")
         if self.segment_index_bytes < 12:
@@ -135,6 +162,11 @@ class LogConfig:
 def _coerce(field: str, value: Any, key: str) -> Any:
     if field in ("cleanup_policy", "message_timestamp_type"):
         return str(value).strip()
+    if field == "min_cleanable_dirty_ratio":
+        try:
+            return float(str(value).strip())
+        except ValueError as e:
+            raise ValueError(f"{key}={value!r} is not a number") from e
     try:
         return int(str(value).strip())
     except ValueError as e:

@@ -14,8 +14,8 @@ Strategy:
 * **Read** finds the batch containing the offset with the sparse index plus a short header walk, then finds the
   end of the read (whole batches only, at least one) with the index again, so a 1 MiB fetch reads a few batch
   headers, never the data: the result is a list of file regions (fd dup, offset, count) sent with sendfile.
-* **Threads**: the event loop appends and reads; the manager's background thread flushes, applies retention and
-  deletes; a later replica mover copies closed segments. ``lock`` (a ``threading.Lock``) guards appends, reads
+* **Threads**: the event loop appends and reads; the manager's background thread flushes, applies retention,
+  compacts (kjbod.storage.cleaner: only its final swap takes the lock) and deletes; a later replica mover copies closed segments. ``lock`` (a ``threading.Lock``) guards appends, reads
   and every structural change (roll, truncate, retention, rename). fsync runs outside it on duplicated fds, so
   a flush never stalls appends.
 * **Opening** after a clean shutdown reads the tail of the active segment only; after a crash every segment
@@ -38,6 +38,7 @@ from typing import Any, NamedTuple
 
 import structlog
 
+from kjbod.storage import cleaner
 from kjbod.storage import records as records_module
 from kjbod.storage.checkpoint import (
     PARTITION_METADATA_FILE,
@@ -232,6 +233,14 @@ class PartitionLog:
         # move of it notes its appends here or clears them). Positions only, no bytes. Set and cleared under the
         # lock.
         self._ends: dict[int, tuple[LogSegment, int, bool]] = {}
+        # Compaction (kjbod.storage.cleaner): where the cleaner stopped (cleaner-offset-checkpoint), the lock its
+        # dir's cleaner holds while cleaning this log, the request to stop (a move, a deletion), how many holders
+        # keep it paused, and a count of truncations (a swap into a truncated log is refused).
+        self.cleaner_offset: int | None = None
+        self.clean_lock = threading.Lock()
+        self.clean_abort = False
+        self.clean_paused = 0
+        self.truncations = 0
 
     def __repr__(self) -> str:
         return f"PartitionLog({self.topic}-{self.partition}, dir={self.dir!r})"
@@ -373,7 +382,11 @@ class PartitionLog:
         logs: dict[int, str] = {}
         indexes: set[str] = set()
         snapshots: dict[int, str] = {}
-        for name, is_dir in io.list_entries(self.dir):
+        entries = io.list_entries(self.dir)
+        if any(name.endswith((cleaner.SWAP_SUFFIX, cleaner.CLEANED_SUFFIX)) for name, _ in entries):
+            cleaner.complete_swaps(io, self.dir, [name for name, is_dir in entries if not is_dir])
+            entries = io.list_entries(self.dir)
+        for name, is_dir in entries:
             if is_dir:
                 continue
             path = os.path.join(self.dir, name)
@@ -719,6 +732,7 @@ class PartitionLog:
             view, batches, now_ms=now, log_append_time=cfg.log_append_time,
             timestamp_before_max_ms=cfg.message_timestamp_before_max_ms,
             timestamp_after_max_ms=cfg.message_timestamp_after_max_ms,
+            compacted_partition=self.name if cfg.compact else None,
         )
         restamped = {c.pos: c.new_header for c in checked if c.new_header is not None}
         return ValidatedAppend(view, [(c.pos, c.header) for c in checked], now, restamped)
@@ -1429,17 +1443,18 @@ class PartitionLog:
     def delete_old_segments(self, now_ms: int | None = None) -> int:
         """Apply retention.ms, then retention.bytes, then the log start offset (Kafka's order and rules);
         returns the number of segments deleted. Never deletes data at or above the high watermark; if every
-        segment is due, the log rolls first so an empty active segment remains."""
+        segment is due, the log rolls first so an empty active segment remains. A compacted log without
+        ``delete`` in its cleanup.policy only drops segments below its log start offset (Kafka's rule)."""
         now = self.clock() if now_ms is None else now_ms
         cfg = self.config
         with self.lock:
             self._check_usable()
             deleted = 0
-            if cfg.retention_ms >= 0:
+            if cfg.delete and cfg.retention_ms >= 0:
                 deleted += self._delete_segments(
                     lambda seg, nxt: now - seg.largest_timestamp() > cfg.retention_ms, "retention.ms"
                 )
-            if cfg.retention_bytes >= 0:
+            if cfg.delete and cfg.retention_bytes >= 0:
                 diff = self.size_bytes - cfg.retention_bytes
                 if diff > 0:
                     state = {"diff": diff}
@@ -1525,6 +1540,48 @@ class PartitionLog:
                 return 0
             return self.producer_state.remove_expired(now_ms, expiration_ms)
 
+    # ------------------------------------------------------------------------------------------ compaction
+
+    def swap_in_cleaned(self, old: list[LogSegment], cleaned: LogSegment, truncations: int) -> None:
+        """The cleaner's last step (kjbod.storage.cleaner): ``cleaned``, whose files end in ``.swap``, replaces the
+        segments ``old``, under the lock. Refused (the swap files deleted, CleanAborted raised) when the clean was
+        aborted, the log was truncated since the clean began, or any of ``old`` is no longer the log's."""
+        io = self.io
+        with self.lock:
+            current = {id(s) for s in self.segments[:-1]}
+            if (self.clean_abort or self.closed or truncations != self.truncations
+                    or any(id(s) not in current for s in old)):
+                for path in (cleaned.log_path, cleaned.index.path, cleaned.time_index.path):
+                    io.unlink(path, missing_ok=True)
+                raise cleaner.CleanAborted(f"the segments of {self.name} changed while it was cleaned")
+            for seg in old:
+                self._schedule_segment_deletion(seg)
+            cleaner.failpoint("old_segments_deleted")
+            base_path = os.path.join(self.dir, segment_name(cleaned.base_offset))
+            for idx, suffix in ((cleaned.index, INDEX_SUFFIX), (cleaned.time_index, TIME_INDEX_SUFFIX)):
+                idx.rename(base_path + suffix)
+            io.rename(cleaned.log_path, base_path + LOG_SUFFIX)
+            cleaned.log_path = base_path + LOG_SUFFIX
+            cleaned.created_ms = self.clock()
+            first = self.segments.index(old[0])
+            last = self.segments.index(old[-1])
+            self._set_segments([*self.segments[:first], cleaned, *self.segments[last + 1 :]])
+            self._ends = {k: v for k, v in self._ends.items() if v[0] is self.segments[-1]}
+            self._dir_dirty = True
+        io.fsync_dir(self.dir)
+
+    def abort_cleaning(self) -> None:
+        """Kafka's abortAndPauseCleaning: stop a clean of this log in progress (waiting for the cleaner to let it
+        go) and keep the cleaner off it until :meth:`resume_cleaning`. For a move or a deletion."""
+        self.clean_abort = True
+        with self.clean_lock:
+            self.clean_paused += 1
+        self.clean_abort = False
+
+    def resume_cleaning(self) -> None:
+        with self.clean_lock:
+            self.clean_paused = max(0, self.clean_paused - 1)
+
     # ------------------------------------------------------------------------------------------ truncation
 
     def truncate_to(self, offset: int) -> None:
@@ -1572,6 +1629,9 @@ class PartitionLog:
         self._after_truncation(offset)
 
     def _after_truncation(self, offset: int, before: dict | None = None) -> None:
+        self.truncations += 1
+        if self.cleaner_offset is not None and self.cleaner_offset > offset:
+            self.cleaner_offset = offset  # Kafka's maybeTruncateCheckpoint
         self.recovery_point = min(self.recovery_point, offset)
         self._hw = min(self._hw, offset) if not self.auto_high_watermark else offset
         self._dir_dirty = True

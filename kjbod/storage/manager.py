@@ -12,7 +12,7 @@ Strategy:
   ``on_all_dirs_offline()`` once when none is left (the node should then stop, as Kafka halts). Both callbacks
   may run on the background thread: an asyncio node should hop back with ``loop.call_soon_threadsafe``.
 * **Background work** (delayed deletions, flushing rolled segments, ``flush.ms``, checkpoints, retention,
-  producer-id expiry) is :meth:`tick`, run by the node on a timer or by :meth:`start_background`'s thread.
+  producer-id expiry, compaction: kjbod.storage.cleaner, one cleaner per dir) is :meth:`tick`, run by the node on a timer or by :meth:`start_background`'s thread.
   Retention and checkpoints follow Kafka's schedule (kjbod.storage.tasks.Periodic): a first run soon after
   :meth:`open`, then one per interval (``log.retention.check.interval.ms``,
   ``log.flush.offset.checkpoint.interval.ms``; high watermarks every 5 s, Kafka's default).
@@ -56,8 +56,18 @@ from kjbod.storage.checkpoint import (
     render_clean_shutdown,
     write_offset_checkpoint,
 )
+from kjbod.storage.cleaner import (
+    CLEANER_OFFSET_CHECKPOINT,
+    CleanAborted,
+    Cleaner,
+    CleanerConfig,
+    CleanerError,
+    log_to_clean,
+    should_clean,
+)
 from kjbod.storage.config import LogConfig
 from kjbod.storage.errors import (
+    CorruptMessageError,
     DuplicateLogError,
     InvalidTopicError,
     KafkaStorageError,
@@ -170,6 +180,11 @@ class _Dir:
         # The request path's file work (appends, reads, rolls): one FIFO thread, started on first use
         # (kjbod.storage.workers); None when KJBOD_DIR_WORKERS=0 runs it on the event loop.
         self.worker: DirWorker | None = None
+        # Compaction (kjbod.storage.cleaner), run by this dir's background thread: its cleaner, when it may look
+        # for work again (log.cleaner.backoff.ms after a pass that found none), the partitions it gave up on.
+        self.cleaner: Cleaner | None = None
+        self.cleaner_next_ms = 0
+        self.uncleanable: set[TopicPartition] = set()
 
 
 def _describe_log(plog: PartitionLog) -> str:
@@ -225,6 +240,7 @@ class LogManager:
         slow_threshold_ms: int = 1_000,
         reserved_bytes: int = -1,
         space_check_interval_ms: int = 1_000,
+        cleaner: CleanerConfig | None = None,
     ) -> None:
         if not log_dirs:
             raise ValueError("at least one log dir is needed")
@@ -256,8 +272,11 @@ class LogManager:
         self._dirs: dict[str, _Dir] = {
             p: _Dir(LogDirIO(p, on_offline=self._dir_failed, reserved_bytes=reserved_bytes), timers()) for p in paths
         }
+        self.cleaner_config = cleaner or CleanerConfig()
         for d in self._dirs.values():
             d.space_timer = Periodic("space-check", space_check_interval_ms, 0)
+            if self.cleaner_config.enable:
+                d.cleaner = Cleaner(self.cleaner_config, clock)
         self.watchdog = DirWatchdog(
             [d.io for d in self._dirs.values()],
             stall_timeout_ms=stall_timeout_ms, slow_threshold_ms=slow_threshold_ms,
@@ -504,6 +523,7 @@ class LogManager:
             recovery = self._read_checkpoint(io, RECOVERY_POINT_CHECKPOINT)
             starts = self._read_checkpoint(io, LOG_START_OFFSET_CHECKPOINT)
             hws = self._read_checkpoint(io, REPLICATION_OFFSET_CHECKPOINT)
+            cleaned = self._read_checkpoint(io, CLEANER_OFFSET_CHECKPOINT)
             recovered = 0
             for name, is_dir in sorted(io.list_entries()):
                 if not is_dir or name == METADATA_TOPIC_DIR:
@@ -539,6 +559,8 @@ class LogManager:
                     on_roll=self._note_roll,
                 )
                 recovered += plog.load_stats.recovered_segments
+                if not plog.is_future:
+                    plog.cleaner_offset = cleaned.get(tp)
                 (future if plog.is_future else current)[tp] = plog
             if clean:
                 io.unlink(io.join(CLEAN_SHUTDOWN_FILE), missing_ok=True)
@@ -806,6 +828,7 @@ class LogManager:
         """Close a log and rename its dir to ``<topic>-<partition>.<32 hex><suffix>``; None when its dir is offline
         (nothing can be renamed there: the dir keeps its name)."""
         io = plog.io
+        plog.abort_cleaning()  # a clean in progress stops (and leaves no file) before the dir is renamed
         with plog.lock:
             plog.closed = True
             for seg in plog.segments:
@@ -955,6 +978,7 @@ class LogManager:
                 future._log_start = max(future._log_start, current._log_start)
                 future.auto_high_watermark = current.auto_high_watermark
                 future.take_leader_epochs(current)
+                future.cleaner_offset = current.cleaner_offset  # the copy holds what was cleaned before the move
                 future.moved_from = current  # before the partition leads here: see produce._serving
                 self._logs[tp] = future
                 del self._futures[tp]
@@ -1025,12 +1049,22 @@ class LogManager:
         try:
             write_offset_checkpoint(io, RECOVERY_POINT_CHECKPOINT, recovery)
             write_offset_checkpoint(io, LOG_START_OFFSET_CHECKPOINT, starts)
+            self._write_cleaner_checkpoint(io, logs)
             if hw:
                 write_offset_checkpoint(
                     io, REPLICATION_OFFSET_CHECKPOINT, {(p.topic, p.partition): p.high_watermark for p in logs}
                 )
         except KafkaStorageError as e:
             log.warning("checkpoint_failed", log_dir=path, error=str(e))
+
+    @staticmethod
+    def _write_cleaner_checkpoint(io: LogDirIO, logs: list[PartitionLog]) -> None:
+        """``cleaner-offset-checkpoint``: where the cleaner stopped, for the compacted logs of this dir (written
+        only once a dir has one, as Kafka's is)."""
+        offsets = {(p.topic, p.partition): p.cleaner_offset for p in logs
+                   if p.cleaner_offset is not None and not p.is_future}
+        if offsets or io.exists(io.join(CLEANER_OFFSET_CHECKPOINT)):
+            write_offset_checkpoint(io, CLEANER_OFFSET_CHECKPOINT, offsets)
 
     def checkpoint_dir(self, path: str) -> None:
         """Write one dir's recovery points and log start offsets now, on its worker: DeleteRecords' new log
@@ -1123,8 +1157,68 @@ class LogManager:
                 timer.arm(now_ms)
 
     def _next_due_in(self, d: _Dir) -> int:
-        return min(d.retention_timer.next_ms, d.checkpoint_timer.next_ms, d.hw_checkpoint_timer.next_ms,
-                   d.space_timer.next_ms)
+        due = min(d.retention_timer.next_ms, d.checkpoint_timer.next_ms, d.hw_checkpoint_timer.next_ms,
+                  d.space_timer.next_ms)
+        return min(due, d.cleaner_next_ms) if d.cleaner is not None else due
+
+    # ------------------------------------------------------------------------------------------ compaction
+
+    def clean_dir(self, path: str, now_ms: int | None = None) -> bool:
+        """One round of this dir's cleaner (on its background thread): the filthiest compacted log that is due is
+        cleaned and its checkpoint written; True when a log was cleaned (the next round follows at once),
+        otherwise the cleaner waits log.cleaner.backoff.ms."""
+        now = self.clock() if now_ms is None else now_ms
+        d = self._dirs[path]
+        cleaner = d.cleaner
+        if cleaner is None:
+            return False
+        best = None
+        for plog in self.logs_in_dir(path):
+            tp = (plog.topic, plog.partition)
+            if (plog.is_future or not plog.config.compact or plog.closed or not plog.online
+                    or plog.clean_paused or tp in self._futures or tp in d.uncleanable):
+                continue
+            try:
+                ltc, reset = log_to_clean(plog, plog.cleaner_offset, now)
+            except KafkaStorageError:
+                continue
+            except Exception:  # one log's problem must not stop its dir's cleaning, flushes or checkpoints
+                d.uncleanable.add(tp)
+                log.exception("log_cleaning_failed", partition=plog.name, log_dir=path)
+                continue
+            if reset:
+                log.warning("cleaner_checkpoint_reset", partition=plog.name, checkpoint=plog.cleaner_offset,
+                            first_dirty=ltc.first_dirty)
+                plog.cleaner_offset = ltc.first_dirty
+            if should_clean(ltc) and (best is None or ltc.ratio > best.ratio):
+                best = ltc
+        if best is None:
+            d.cleaner_next_ms = now + self.cleaner_config.backoff_ms
+            return False
+        plog = best.log
+        tp = (plog.topic, plog.partition)
+        with plog.clean_lock:
+            if plog.clean_paused or plog.closed or tp in self._futures:
+                return False
+            try:
+                offset, _stats = cleaner.clean(best, self._bg_stop.is_set)  # a shutdown stops it too
+            except CleanAborted as e:
+                log.info("log_cleaning_aborted", partition=plog.name, log_dir=path, reason=str(e))
+                return False
+            except KafkaStorageError:
+                return False  # the dir went offline through the fsio seam
+            except (CleanerError, CorruptMessageError) as e:
+                d.uncleanable.add(tp)
+                log.error("log_uncleanable", partition=plog.name, log_dir=path, error=str(e))
+                return False
+            except Exception:
+                d.uncleanable.add(tp)
+                log.exception("log_cleaning_failed", partition=plog.name, log_dir=path)
+                return False
+            plog.cleaner_offset = offset
+        self._write_dir_checkpoints(path, hw=False)
+        d.cleaner_next_ms = now  # more may be due: the next tick looks again
+        return True
 
     def next_due_ms(self) -> int:
         """When the next periodic task (retention, checkpoints) of any dir is due, on this manager's clock."""
@@ -1148,6 +1242,8 @@ class LogManager:
         self._each_log(lambda p: p.flush_if_due(now), path)
         if d.retention_timer.due(now):
             self.run_retention(now, path)
+        if d.cleaner is not None and now >= d.cleaner_next_ms and d.io.online:
+            self.clean_dir(path, now)
         if d.checkpoint_timer.due(now):
             d.hw_checkpoint_timer.arm_after_run(now)  # a full checkpoint writes the high watermarks too
             self._write_dir_checkpoints(path, hw=True)

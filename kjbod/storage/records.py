@@ -145,9 +145,10 @@ def validate_batches(
 ) -> list[tuple[int, BatchHeader]]:
     """Check every batch of a produce's records and return (position, header) for each.
 
-    Raises CorruptMessageError (truncated, bad length, bad CRC), InvalidRecordError (not magic 2, empty,
-    inconsistent offsets/count; from a client: a control batch, a non-zero base offset, or a producer id without
-    a sequence) or MessageTooLargeError.
+    Raises CorruptMessageError (truncated, bad length, bad CRC), InvalidRecordError (not magic 2, empty, an
+    offset range below 0 or smaller than the count; from a client: a count other than the offset range (a
+    compacted log's batches, appended by followers, have holes), a control batch, a non-zero base offset, or a
+    producer id without a sequence) or MessageTooLargeError.
     """
     view = memoryview(buf)
     n = len(view)
@@ -180,11 +181,20 @@ def validate_batches(
             )
         if header.last_offset_delta < 0:
             raise InvalidRecordError(f"record batch has an invalid offset range (last delta {header.last_offset_delta})")
-        if header.records_count <= 0:
-            raise InvalidRecordError(f"record batch has an invalid record count {header.records_count}")
-        if header.records_count != header.last_offset_delta + 1:
+        if from_client:
+            if header.records_count <= 0:
+                raise InvalidRecordError(f"record batch has an invalid record count {header.records_count}")
+            if header.records_count != header.last_offset_delta + 1:
+                raise InvalidRecordError(
+                    f"record batch has {header.records_count} records but an offset range of "
+                    f"{header.last_offset_delta + 1}"
+                )
+        elif not 0 <= header.records_count <= header.last_offset_delta + 1:
+            # A compacted log's batches (a follower's or a moved copy's) may have fewer records than their offset
+            # range, or none: the cleaner keeps a producer's last batch empty (Kafka checks the count on a
+            # client's batches only).
             raise InvalidRecordError(
-                f"record batch has {header.records_count} records but an offset range of "
+                f"record batch has {header.records_count} records in an offset range of "
                 f"{header.last_offset_delta + 1}"
             )
         if from_client:
@@ -729,6 +739,7 @@ def validate_records(
     timestamp_before_max_ms: int = LONG_MAX,
     timestamp_after_max_ms: int = LONG_MAX,
     native: bool = True,
+    compacted_partition: str | None = None,
 ) -> list[CheckedBatch]:
     """Check the records of every batch (found by :func:`validate_batches`) as Kafka's LogValidator does for a
     client's append, and compute each batch's max timestamp.
@@ -737,10 +748,12 @@ def validate_records(
     record) or InvalidTimestampError (a timestamp outside [now - before.max, now + after.max] for CreateTime, or
     a producer that set LogAppendTime itself); both of the latter carry ``record_errors``: (index of the record
     in the append, reason). ``log_append_time``: the topic's message.timestamp.type is LogAppendTime, so every
-    batch gets ``now_ms`` as its max timestamp.
+    batch gets ``now_ms`` as its max timestamp. ``compacted_partition``: the partition's name when its topic is
+    compacted, where every record needs a key (InvalidRecordError listing the records without one, Kafka's rule).
     """
     view = memoryview(buf)
     out: list[CheckedBatch] = []
+    keyless: list[tuple[int, str]] = []
     first_index = 0  # index of the batch's first record among all records of the append
     for n, (pos, header) in enumerate(batches):
         payload: bytes | memoryview = view[pos + RECORD_BATCH_OVERHEAD : pos + header.size]
@@ -755,6 +768,9 @@ def validate_records(
             where = f"record {index}" if len(batches) == 1 else f"record {index} (batch {n}, record {e.index})"
             raise InvalidRecordError(f"{where} is malformed: {e.reason}",
                                      record_errors=[(index, e.reason)]) from None
+        if compacted_partition is not None:
+            keyless += [(first_index + i, "Compacted topic cannot accept message without key in topic partition "
+                                          f"{compacted_partition}.") for i in _keyless(payload, count)]
         if header.is_log_append_time:
             # A record of a LogAppendTime batch reads as the batch's max timestamp (Kafka's DefaultRecordBatch).
             lo_ts = hi_ts = header.max_timestamp
@@ -771,6 +787,27 @@ def validate_records(
         else:
             out.append(_restamp(view, pos, header, attributes, max_ts))
         first_index += count
+    if keyless:
+        raise InvalidRecordError(
+            f"{len(keyless)} record(s) rejected: {compacted_partition} is compacted and record(s) "
+            f"{', '.join(str(i) for i, _ in keyless[:3])}{' ...' if len(keyless) > 3 else ''} have no key",
+            record_errors=keyless)
+    return out
+
+
+def _keyless(payload: bytes | memoryview, count: int) -> list[int]:
+    """Indexes of the records (already found well formed) whose key is null."""
+    out = []
+    pos = 0
+    for i in range(count):
+        length, pos = read_varint(payload, pos)
+        end = pos + length
+        _, p = read_varint(payload, pos + 1)  # timestamp delta
+        _, p = read_varint(payload, p)  # offset delta
+        key_len, _ = read_varint(payload, p)
+        if key_len < 0:
+            out.append(i)
+        pos = end
     return out
 
 

@@ -332,14 +332,14 @@ def test_create_topics_refusals(raw):
     assert create_topic(raw, "zero-parts", 0).error_code == E.INVALID_PARTITIONS
     assert create_topic(raw, "bad-config", 1, {"no.such.config": "1"}).error_code == E.INVALID_CONFIG
     assert create_topic(raw, "bad-value", 1, {"retention.ms": "soon"}).error_code == E.INVALID_CONFIG
-    assert create_topic(raw, "compact", 1, {"cleanup.policy": "compact"}).error_code == E.INVALID_CONFIG
+    assert create_topic(raw, "bad-policy", 1, {"cleanup.policy": "shred"}).error_code == E.INVALID_CONFIG
     from kjbod.protocol.generated import CreateTopicsRequest as C
 
     rf = C(timeout_ms=1000, topics=[C.CreatableTopic(name="rf3", num_partitions=1, replication_factor=3)])
     assert raw.call(rf, 7).topics[0].error_code == E.INVALID_REPLICATION_FACTOR
     twice = C(timeout_ms=1000, topics=[C.CreatableTopic(name="twice", num_partitions=1, replication_factor=1)] * 2)
     assert {r.error_code for r in raw.call(twice, 7).topics} == {E.INVALID_REQUEST}
-    for name in ("zero-parts", "bad-config", "bad-value", "compact", "rf3", "twice"):
+    for name in ("zero-parts", "bad-config", "bad-value", "bad-policy", "rf3", "twice"):
         assert produce(raw, name, 0, batch([b"x"])).error_code == E.UNKNOWN_TOPIC_OR_PARTITION
 
 

@@ -168,7 +168,7 @@ def test_topic_configs_describe_alter_and_apply(kjbod_server):
         assert bad[0][0] == INVALID_CONFIG and "retention.ms" in bad[0][1]
         assert bad[1][0] == UNKNOWN_TOPIC
         assert incremental(raw, (TOPIC, "tc", [("made.up", SET, "1")]))[0][0] == INVALID_CONFIG
-        assert incremental(raw, (TOPIC, "tc", [("cleanup.policy", APPEND, "compact")]))[0][0] == INVALID_CONFIG
+        assert incremental(raw, (TOPIC, "tc", [("cleanup.policy", APPEND, "shred")]))[0][0] == INVALID_CONFIG
         assert incremental(raw, (TOPIC, "tc", [("retention.ms", APPEND, "1")]))[0][0] == INVALID_REQUEST
     # Applied to the partition's log at once: 20 kB segments now.
     producer = KafkaProducer(bootstrap_servers=kjbod_server.bootstrap, acks=-1)

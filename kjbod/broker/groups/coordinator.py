@@ -5,8 +5,8 @@ String.hashCode, made non-negative, modulo offsets.topic.num.partitions), and th
 is its coordinator.  This shell owns the sans-IO `GroupBook` (kjbod.broker.groups.state) and
 
 * creates the topic on the first FindCoordinator for a group, as Kafka does (offsets.topic.num.partitions,
-  offsets.topic.replication.factor, retention.ms=-1: kjbod has no log compaction yet, so the topic is kept
-  whole rather than compacted); with fewer live brokers than the replication factor
+  offsets.topic.replication.factor, compacted as Kafka's: OFFSETS_TOPIC_CONFIGS); with fewer live brokers than
+  the replication factor
   the controller refuses and clients hear COORDINATOR_NOT_AVAILABLE until enough have registered;
 * every 50 ms runs the book's timers and compares the partitions it leads with the metadata image: a partition
   newly led here is loaded (its log read from the start on its dir's worker; COORDINATOR_LOAD_IN_PROGRESS
@@ -41,6 +41,10 @@ from kjbod.wire.handler import Later
 log = structlog.get_logger("kjbod.groups")
 
 OFFSETS_TOPIC = "__consumer_offsets"
+# The topic's configs as Kafka sets them: compacted (each group's latest offsets and metadata kept, the rest
+# cleaned away) in 100 MiB segments (offsets.topic.segment.bytes' default, a key kjbod does not take).
+# (Kafka also sets compression.type=producer, which is kjbod's only behaviour: no topic config for it.)
+OFFSETS_TOPIC_CONFIGS = (("cleanup.policy", "compact"), ("segment.bytes", str(100 << 20)))
 TICK_S = 0.05
 WRITE_TIMEOUT_MS = 5000
 LOAD_CHUNK = 1 << 20
@@ -257,7 +261,7 @@ class GroupCoordinator:
     async def _create_topic(self) -> str | None:
         body = CreateTopicsRequest(topics=[CreatableTopic(
             name=OFFSETS_TOPIC, num_partitions=self.num_partitions, replication_factor=self.replication_factor,
-            configs=[CreatableTopicConfig(name="retention.ms", value="-1")])], timeout_ms=30_000)
+            configs=[CreatableTopicConfig(name=k, value=v) for k, v in OFFSETS_TOPIC_CONFIGS])], timeout_ms=30_000)
         try:
             resp = await self.node.controller_request(body, 7)
         except Exception as e:

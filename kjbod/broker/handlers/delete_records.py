@@ -5,9 +5,9 @@ Version notes: v0 and v1 share a body (v1 is answered before a quota throttles);
 Each partition, as Kafka's ReplicaManager.deleteRecords: a partition the metadata lacks is
 UNKNOWN_TOPIC_OR_PARTITION; then where it is hosted (KAFKA_STORAGE_ERROR for an offline log dir,
 NOT_LEADER_OR_FOLLOWER when this broker holds no log for it or does not lead it); offset -1 means the high
-watermark; an offset below -1, or above the high watermark, is OFFSET_OUT_OF_RANGE. kjbod's topics only know
-cleanup.policy=delete, so Kafka's POLICY_VIOLATION for a compacted topic does not arise, nor do internal topics
-(INVALID_TOPIC_EXCEPTION in Kafka: kjbod has none). A partition named twice is answered once, for the offset
+watermark; an offset below -1, or above the high watermark, is OFFSET_OUT_OF_RANGE. A topic whose
+cleanup.policy does not name delete (compact only) is POLICY_VIOLATION, checked on the leader's log as Kafka's
+Partition.deleteRecordsOnLeader does; internal topics (INVALID_TOPIC_EXCEPTION in Kafka) do not arise. A partition named twice is answered once, for the offset
 named last, as Kafka's map of them does.
 
 The log start offset moves and the segments wholly below it are deleted on the partition's log dir worker
@@ -62,6 +62,8 @@ def _leader_log(node: Any, topic: str, partition: int) -> Any:
         # A log closed under us (deleted, or swapped by a KIP-113 move) or in a dir that just failed.
         return _answer(partition, ErrorCode.KAFKA_STORAGE_ERROR if not plog.io.online
                        else ErrorCode.NOT_LEADER_OR_FOLLOWER)
+    if not plog.config.delete:
+        return _answer(partition, ErrorCode.POLICY_VIOLATION)  # compacted only: records are not deleted
     return plog
 
 

@@ -789,6 +789,16 @@ class ReplicaMover:
             self._discard_future(m)
             m.state = "done"
             return
+        # Kafka's abortAndPauseCleaning: the copy reads closed segments a clean would replace, so the source is
+        # not compacted while it moves (the moved copy is then cleaned where it lands).
+        source.abort_cleaning()
+        try:
+            self._move_paused(m, generation, dest, source)
+        finally:
+            source.resume_cleaning()
+
+    def _move_paused(self, m: _Move, generation: int, dest: str, source: PartitionLog) -> None:
+        mgr = self.manager
         dio = mgr.dir_io(dest)
         dio.ensure_online()
         source.io.ensure_online()
