@@ -406,7 +406,7 @@ def test_alter_and_describe_broker_configs(server):
         admin("describeConfigs", {"includeSynonyms": False, "resources": [
             {"type": 4, "name": "1", "configNames": [rate, "node.id"]}]}),
         admin("alterConfigs", {"resources": [{"type": 4, "name": "1", "configEntries": [
-            {"name": "log.cleaner.threads", "value": "2"}]}]}))
+            {"name": "no.such.broker.key", "value": "2"}]}]}))
     assert [(r["errorCode"], r["resourceType"], r["resourceName"]) for r in value(altered)["resources"]] == [
         (0, 4, "1")]
     (resource,) = value(described)["resources"]
