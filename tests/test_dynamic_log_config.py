@@ -246,3 +246,43 @@ def test_broker_resource_lists_the_same_synonyms_as_the_topic_config():
     (entry,) = bc.describe_broker(config, dynamic(), "1", ["log.retention.ms"])
     # Set only in hours: Kafka lists no synonym named for log.retention.ms, and the source is the default.
     assert (entry.value, entry.source, entry.synonyms) == (str(2 * 3_600_000), bc.DEFAULT_CONFIG, [])
+
+
+# ------------------------------------------------------------------------------------------------ the cleaner's keys
+
+
+def test_the_cleaners_own_keys_are_dynamic_as_in_kafka_and_checked_as_their_types():
+    changes = [("log.cleaner.threads", SET, "2"), ("log.cleaner.io.max.bytes.per.second", SET, " 1048576.5 "),
+               ("log.cleaner.dedupe.buffer.size", SET, "1048576"), ("log.cleaner.io.buffer.load.factor", SET, "0.5"),
+               ("log.cleaner.backoff.ms", SET, "250")]
+    assert plan({}, "1", changes) == {"log.cleaner.threads": "2", "log.cleaner.io.max.bytes.per.second": "1048576.5",
+                                      "log.cleaner.dedupe.buffer.size": "1048576",
+                                      "log.cleaner.io.buffer.load.factor": "0.5", "log.cleaner.backoff.ms": "250"}
+    assert plan({}, "", [("log.cleaner.backoff.ms", SET, "0")]) == {"log.cleaner.backoff.ms": "0"}
+
+
+@pytest.mark.parametrize(("key", "value"), [
+    ("log.cleaner.threads", "0"), ("log.cleaner.threads", "2147483648"), ("log.cleaner.threads", "1.5"),
+    ("log.cleaner.io.max.bytes.per.second", "fast"), ("log.cleaner.io.max.bytes.per.second", "-1"),
+    ("log.cleaner.io.max.bytes.per.second", "nan"), ("log.cleaner.dedupe.buffer.size", "-1"),
+    ("log.cleaner.backoff.ms", "soon"),
+])
+def test_a_bad_cleaner_value_is_invalid_request_naming_key_and_value(key, value):
+    with pytest.raises(PolicyError) as e:
+        plan({}, "1", [(key, SET, value)])
+    assert e.value.code == ErrorCode.INVALID_REQUEST
+    assert key in e.value.message and repr(value) in e.value.message
+
+
+def test_the_cleaner_follows_the_dynamic_values_over_the_files():
+    from kjbod.broker.storage_glue import cleaner_config
+
+    config = build_config({**BASE, "log.cleaner.backoff.ms": "100", "log.cleaner.threads": "4",
+                           "log.cleaner.io.max.bytes.per.second": "1000"})
+    static = cleaner_config(config)
+    assert (static.backoff_ms, static.threads, static.io_max_bytes_per_second) == (100, 4, 1000.0)
+    merged = dynamic({"log.cleaner.backoff.ms": "7"}, {"log.cleaner.backoff.ms": "9", "log.cleaner.threads": "2"})
+    live = cleaner_config(config, merged.merged())
+    assert (live.backoff_ms, live.threads, live.io_max_bytes_per_second) == (7, 2, 1000.0)
+    # A value that is not one (written by another tool) leaves the file's in force rather than stopping the cleaner.
+    assert cleaner_config(config, {"log.cleaner.threads": "many"}).threads == 4

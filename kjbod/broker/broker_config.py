@@ -28,6 +28,7 @@ INVALID_REQUEST; an unknown topic is UNKNOWN_TOPIC_OR_PARTITION.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -54,6 +55,7 @@ _TOPIC_TYPES = {"int": INT, "long": LONG, "double": DOUBLE, "string": STRING, "l
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
 LONG_MAX = (1 << 63) - 1
+INT_MAX = (1 << 31) - 1
 THROTTLE_KEY = "replica.alter.log.dirs.io.max.bytes.per.second"
 ALIASES = {"intra.broker.throttled.rate": THROTTLE_KEY}
 
@@ -116,15 +118,15 @@ BROKER_KEYS: dict[str, BrokerKey] = {k.name: k for k in [
               doc="Default cleanup policy: delete, compact, or both."),
     BrokerKey("log.cleaner.enable", BOOLEAN, "log_cleaner_enable",
               doc="Whether the cleaner compacts the logs of compacted topics."),
-    BrokerKey("log.cleaner.threads", INT, "log_cleaner_threads",
+    BrokerKey("log.cleaner.threads", INT, "log_cleaner_threads", dynamic=True,
               doc="Cleaner threads (kjbod: each log dir has one; the dedupe buffer is shared out by this count)."),
-    BrokerKey("log.cleaner.io.max.bytes.per.second", DOUBLE, "log_cleaner_io_max_bytes_per_second",
+    BrokerKey("log.cleaner.io.max.bytes.per.second", DOUBLE, "log_cleaner_io_max_bytes_per_second", dynamic=True,
               doc="Most bytes a second a cleaner reads and writes."),
-    BrokerKey("log.cleaner.dedupe.buffer.size", LONG, "log_cleaner_dedupe_buffer_size",
+    BrokerKey("log.cleaner.dedupe.buffer.size", LONG, "log_cleaner_dedupe_buffer_size", dynamic=True,
               doc="Memory for the cleaners' key maps (24 bytes a key)."),
-    BrokerKey("log.cleaner.io.buffer.load.factor", DOUBLE, "log_cleaner_io_buffer_load_factor",
+    BrokerKey("log.cleaner.io.buffer.load.factor", DOUBLE, "log_cleaner_io_buffer_load_factor", dynamic=True,
               doc="How full a key map may get."),
-    BrokerKey("log.cleaner.backoff.ms", LONG, "log_cleaner_backoff_ms",
+    BrokerKey("log.cleaner.backoff.ms", LONG, "log_cleaner_backoff_ms", dynamic=True,
               doc="Pause of a cleaner that found nothing to clean."),
     BrokerKey("log.cleaner.min.cleanable.ratio", DOUBLE, "log_cleaner_min_cleanable_ratio", dynamic=True,
               doc="Default min.cleanable.dirty.ratio of topics."),
@@ -248,6 +250,40 @@ def check_log_default(key: str, raw: str) -> None:
         topic_config.parse_value(dataclasses.replace(LOG_CONFIG_KEYS[key], name=key), raw)
     except topic_config.TopicConfigError as e:
         raise ConfigProblem(BAD_BROKER_VALUE, str(e)) from None
+
+
+# The log cleaner's own keys, dynamic as in Kafka (its LogCleaner is reconfigurable): each dir's cleaner takes
+# the values in force at its next clean (kjbod.broker.storage_glue.cleaner_config).
+CLEANER_KEYS = ("log.cleaner.threads", "log.cleaner.dedupe.buffer.size", "log.cleaner.io.buffer.load.factor",
+                "log.cleaner.io.max.bytes.per.second", "log.cleaner.backoff.ms")
+
+
+# Their smallest values, as server.properties takes them, except that a running cleaner keeps at least one thread
+# (Kafka refuses fewer than one at runtime).
+_CLEANER_MINIMUM: dict[str, int | float] = {
+    "log.cleaner.threads": 1, "log.cleaner.dedupe.buffer.size": 0, "log.cleaner.io.buffer.load.factor": 0.0,
+    "log.cleaner.io.max.bytes.per.second": 0.0, "log.cleaner.backoff.ms": 0}
+
+
+def check_cleaner_value(key: str, raw: str) -> int | float:
+    """A dynamic value of one of CLEANER_KEYS, read as its type (an int, a long or a double) from its minimum;
+    a bad one is BAD_BROKER_VALUE naming key and value."""
+    lo = _CLEANER_MINIMUM[key]
+    text = raw.strip()
+    value: int | float
+    if BROKER_KEYS[key].type == DOUBLE:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not value >= lo:  # nan fails too
+            raise ConfigProblem(BAD_BROKER_VALUE, f"invalid value {raw!r} for {key}: expected a number >= {lo}")
+        return value
+    top = INT_MAX if BROKER_KEYS[key].type == INT else LONG_MAX
+    if not topic_config.JAVA_INTEGER.fullmatch(text) or len(text) > 20 or not lo <= (value := int(text)) <= top:
+        raise ConfigProblem(BAD_BROKER_VALUE, f"invalid value {raw!r} for {key}: expected an integer between {lo} "
+                                              f"and {top}")
+    return value
 
 
 def parse_dynamic_value(key: str, raw: str | None) -> int:
@@ -519,8 +555,9 @@ def plan_broker_changes(
     if unknown:
         raise ConfigProblem(ErrorCode.INVALID_CONFIG,
                             f"unknown or unsupported broker config {unknown[0]!r} (kjbod changes only {THROTTLE_KEY}, "
-                            "the *.replication.throttled.rate throttles, the reassignment.parallel.* limits and "
-                            "the broker defaults of topic configs (log.retention.ms, ...) at runtime)")
+                            "the *.replication.throttled.rate throttles, the reassignment.parallel.* limits, the "
+                            "log cleaner's keys and the broker defaults of topic configs (log.retention.ms, ...) "
+                            "at runtime)")
     static = sorted({ALIASES.get(k, k) for k, _, _ in changes} - {k for k, v in BROKER_KEYS.items() if v.dynamic})
     if static:
         raise ConfigProblem(ErrorCode.INVALID_REQUEST,
@@ -530,7 +567,10 @@ def plan_broker_changes(
         key = ALIASES.get(key, key)
         current = out[key] if key in out else target.get(key)
         new = _apply_op(key, current, op, raw, BROKER_KEYS[key].type == LIST)
-        if new is not None and key in LOG_CONFIG_KEYS:
+        if new is not None and key in CLEANER_KEYS:
+            new = new.strip()
+            check_cleaner_value(key, new)
+        elif new is not None and key in LOG_CONFIG_KEYS:
             new = new.strip()  # kept as given, as Kafka keeps it; read as the topic config's type
             (check_static or check_log_default)(key, new)
         elif new is not None:

@@ -298,6 +298,8 @@ class BrokerNode:
             or old.resource_configs(BROKER, str(self.node_id)) != image.resource_configs(BROKER, str(self.node_id)))
         if broker_configs_changed and self.logs.apply_broker_defaults():
             log.info("broker_log_defaults_changed", configs=self.dynamic_configs.merged())
+        if broker_configs_changed and self.logs.apply_cleaner_config():
+            log.info("log_cleaner_config_changed", config=self.logs.manager.cleaner_config)
         if self.replication is not None:
             self.replication.sync(image, delta.changed_partitions(), delta.removed_topics.values(),
                                   delta.changed_topic_configs())

@@ -30,6 +30,7 @@ from typing import Any
 import structlog
 
 from kjbod.broker import topic_config
+from kjbod.broker.broker_config import ConfigProblem, check_cleaner_value
 from kjbod.broker.dir_work import DirWork
 from kjbod.protocol.errors import ErrorCode
 from kjbod.storage.cleaner import CleanerConfig
@@ -53,15 +54,26 @@ def broker_log_config(config: Any, dynamic: Mapping[str, str] | None = None) -> 
     return LogConfig().with_topic_configs(values)
 
 
-def cleaner_config(config: Any) -> CleanerConfig:
-    """The log.cleaner.* settings the storage's cleaners follow."""
+def cleaner_config(config: Any, dynamic: dict[str, str] | None = None) -> CleanerConfig:
+    """The log.cleaner.* settings the storage's cleaners follow: server.properties', each overridden by its
+    dynamic value in force (`dynamic`: this broker's over the cluster default), as Kafka reconfigures its cleaner."""
+    def get(key: str, static: Any) -> Any:
+        raw = (dynamic or {}).get(key)
+        if raw is not None:
+            try:
+                return check_cleaner_value(key, raw)
+            except ConfigProblem:
+                pass  # refused when it was set; a value written by another tool falls back to the file's
+        return static
+
     return CleanerConfig(
         enable=config.log_cleaner_enable,
-        threads=max(1, config.log_cleaner_threads),
-        dedupe_buffer_size=config.log_cleaner_dedupe_buffer_size,
-        io_buffer_load_factor=config.log_cleaner_io_buffer_load_factor,
-        io_max_bytes_per_second=config.log_cleaner_io_max_bytes_per_second,
-        backoff_ms=config.log_cleaner_backoff_ms,
+        threads=max(1, get("log.cleaner.threads", config.log_cleaner_threads)),
+        dedupe_buffer_size=get("log.cleaner.dedupe.buffer.size", config.log_cleaner_dedupe_buffer_size),
+        io_buffer_load_factor=get("log.cleaner.io.buffer.load.factor", config.log_cleaner_io_buffer_load_factor),
+        io_max_bytes_per_second=get("log.cleaner.io.max.bytes.per.second",
+                                    config.log_cleaner_io_max_bytes_per_second),
+        backoff_ms=get("log.cleaner.backoff.ms", config.log_cleaner_backoff_ms),
     )
 
 
@@ -140,6 +152,11 @@ class StorageAdapter:
         self.manager.set_configs({topic.name: topic_log_config(self.node, dict(topic.configs))
                                   for topic in self.node.metadata.topics()})
         return True
+
+    def apply_cleaner_config(self) -> bool:
+        """A dynamic log.cleaner.* key changed (Kafka's LogCleaner.reconfigure): the dirs' cleaners take the new
+        values at their next clean. False when the values in force did not change."""
+        return self.manager.set_cleaner_config(cleaner_config(self.node.config, self.node.dynamic_configs.merged()))
 
     def is_partition_online(self, topic: str, partition: int) -> bool:
         plog = self.manager.find(topic, partition)
@@ -343,6 +360,7 @@ def open_logs(node: Any) -> LogManager:
 def apply_image_at_start(node: Any, manager: LogManager) -> None:
     """Makes the logs match `node.metadata` (see the module docstring), then starts the background upkeep."""
     refresh_log_defaults(node, manager)  # the dynamic broker defaults the metadata log holds
+    manager.set_cleaner_config(cleaner_config(node.config, node.dynamic_configs.merged()))
     settle_future_logs(node, manager)
     reconcile(node, manager)
     manager.start_background()

@@ -409,12 +409,14 @@ class CleanStats:
 
 
 class Cleaner:
-    """One dir's cleaner: its offset map is reused from clean to clean."""
+    """One dir's cleaner: its offset map is reused from clean to clean (made again at the start of a clean when a
+    changed ``config`` sizes it differently)."""
 
     def __init__(self, config: CleanerConfig, clock: Callable[[], int]) -> None:
         self.config = config
         self.clock = clock
         self.map = OffsetMap(config.map_capacity)
+        self._map_for = config  # the config the map was sized by
 
     def clean(self, ltc: LogToClean, stopping: Callable[[], bool] = lambda: False) -> tuple[int, CleanStats]:
         """Clean ``ltc.log`` (the caller holds its ``clean_lock``); returns the new checkpoint. Raises
@@ -423,12 +425,17 @@ class Cleaner:
         plog = ltc.log
         now = self.clock()
         stats = CleanStats()
+        config = self.config  # replaced whole when a dynamic log.cleaner.* key changes; this clean keeps one
+        if config is not self._map_for:
+            self._map_for = config
+            if self.map.capacity != config.map_capacity:
+                self.map = OffsetMap(config.map_capacity)
 
         def check_abort() -> None:
             if plog.clean_abort or plog.closed or stopping():
                 raise CleanAborted(f"cleaning {plog.name} was aborted")
 
-        throttler = Throttler(self.config.io_max_bytes_per_second, check_abort)
+        throttler = Throttler(config.io_max_bytes_per_second, check_abort)
         with plog.lock:
             segments = list(plog.segments[:-1])
             version = plog.truncations

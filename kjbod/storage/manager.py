@@ -745,6 +745,18 @@ class LogManager:
             clock=self.clock, deletions=self.deletions, on_roll=self._note_roll,
         )
 
+    def set_cleaner_config(self, config: CleanerConfig) -> bool:
+        """New log.cleaner.* settings (a dynamic broker config changed): each dir's cleaner takes them at its next
+        clean (a clean under way finishes with the old ones); False when nothing changed. Whether cleaners run at
+        all (log.cleaner.enable) is fixed at start, as in Kafka."""
+        if config == self.cleaner_config:
+            return False
+        self.cleaner_config = config
+        for d in self._dirs.values():
+            if d.cleaner is not None:
+                d.cleaner.config = config
+        return True
+
     def set_config(self, topic: str, config: LogConfig) -> None:
         """Apply a changed topic config to the topic's logs (segment size, retention... take effect at once)."""
         self.set_configs({topic: config})

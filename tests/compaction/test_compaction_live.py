@@ -217,3 +217,27 @@ def fetch_all_keys(server, topic: str) -> list[bytes]:
         records = fetch_all(raw, topic, 0)
     active = active_base(server, topic)
     return [r.key for r in records if r.offset < active]
+
+
+def test_the_cleaners_keys_change_at_runtime_as_in_kafka(kjbod_server_factory):
+    """log.cleaner.io.max.bytes.per.second (and the other cleaner keys) set through a real client's AlterConfigs
+    reach the running cleaners, are shown as dynamic, and a bad value is refused naming it."""
+    from kafka.admin import ConfigResource, ConfigResourceType
+
+    server = kjbod_server_factory(overrides=SERVER)
+    admin = admin_for(server)
+    try:
+        rate = "log.cleaner.io.max.bytes.per.second"
+        result = admin.alter_configs([ConfigResource(ConfigResourceType.BROKER, "1", configs={rate: "2048"})])
+        assert result == {"broker": {"1": "OK"}}, result
+        wait_for(lambda: "log_cleaner_config_changed" in server.stderr(400)
+                 and "io_max_bytes_per_second=2048.0" in server.stderr(400), what="the node to apply the rate")
+        shown = next(iter(next(iter(admin.describe_configs(
+            [ConfigResource(ConfigResourceType.BROKER, "1", configs=[rate])]).values())).values()))
+        assert shown[rate]["value"] == "2048" and not shown[rate].get("read_only", False), shown[rate]
+        refused = admin.alter_configs([ConfigResource(ConfigResourceType.BROKER, "1",
+                                                      configs={"log.cleaner.threads": "0"})])
+        assert refused == {"broker": {"1": "[Error 42] InvalidRequestError: invalid value '0' for "
+                                           "log.cleaner.threads: expected an integer between 1 and 2147483647"}}
+    finally:
+        admin.close()

@@ -4,6 +4,7 @@ stopping without leaving a file or touching the log (Kafka's abortAndPauseCleani
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 import time
@@ -12,7 +13,7 @@ import pytest
 
 from kjbod.storage import cleaner as cleaner_module
 from kjbod.storage.checkpoint import parse_offset_checkpoint
-from kjbod.storage.cleaner import CLEANER_OFFSET_CHECKPOINT
+from kjbod.storage.cleaner import CLEANER_OFFSET_CHECKPOINT, MAP_ENTRY_BYTES
 from kjbod.storage.config import LogConfig
 from tests.storage.test_cleaner import all_records, keyed, latest_per_key
 
@@ -207,3 +208,23 @@ def test_a_shutdown_stops_a_clean_in_progress(make_manager, log_dirs, monkeypatc
     again = make_manager(config=COMPACT)
     got = all_records(again.get("t", 0))
     assert [r[:3] for r in got] == [r[:3] for r in written]  # untouched
+
+
+def test_a_changed_cleaner_config_reaches_each_dirs_cleaner_at_its_next_clean(make_manager, log_dirs):
+    """Dynamic log.cleaner.* keys (kjbod.broker.storage_glue.cleaner_config): a smaller dedupe buffer set while
+    the broker runs makes the next clean map fewer segments, so it stops short of the active segment; set back,
+    the next clean goes the rest of the way."""
+    lm = make_manager(config=COMPACT)
+    plog = lm.create_partition("t", 0, TOPIC_ID, dir=log_dirs[0])
+    updates(plog, keys=160, rounds=1)  # every key once: the map fills by a segment's offsets a segment
+    assert len(plog.segments) > 6
+    big = lm.cleaner_config
+    span = plog.segments[1].base_offset - plog.segments[0].base_offset
+    small = dataclasses.replace(big, dedupe_buffer_size=MAP_ENTRY_BYTES * span * 3, io_buffer_load_factor=1.0)
+    assert lm.set_cleaner_config(small) and not lm.set_cleaner_config(small)
+    assert lm.clean_dir(log_dirs[0])
+    partial = plog.cleaner_offset
+    assert 0 < partial < plog.active_segment.base_offset
+    assert lm.set_cleaner_config(big)
+    assert lm.clean_dir(log_dirs[0])
+    assert plog.cleaner_offset == plog.active_segment.base_offset
