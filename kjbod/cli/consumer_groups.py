@@ -409,10 +409,10 @@ def _command(args: argparse.Namespace) -> int:
         elif args.by_duration is not None:
             args.reset_time_ms = int((datetime.now(UTC) - parse_duration(args.by_duration)).timestamp()
                                      * 1000)
-        if not args.dry_run and not args.execute:
-            print(DRY_RUN_WARNING, file=sys.stderr)
     for topic_arg in args.topic or ():
         parse_topic_partitions(topic_arg)  # refuse a bad --topic before connecting
+    if args.reset_offsets and not args.dry_run and not args.execute:
+        print(DRY_RUN_WARNING, file=sys.stderr)
     return asyncio.run(_run(args, states, types))
 
 
