@@ -896,7 +896,7 @@ class AdminClient:
 
         async def send(node_id: int, batch: list[str]) -> dict[str, Any]:
             response, _, conn = await self._call(
-                node_id, DESCRIBE_GROUPS, lambda v: DescribeGroupsRequest(groups=batch), deadline)
+                node_id, DESCRIBE_GROUPS, lambda v: DescribeGroupsRequest(groups=batch), deadline, retry=False)
             coordinator = self._brokers.get(node_id)
             out: dict[str, Any] = {}
             for g in response.groups:
@@ -949,7 +949,8 @@ class AdminClient:
                 return {gid: value for gid, value in zip(batch, singles, strict=True)}
             request = OffsetFetchRequest(groups=[OffsetFetchRequestGroup(group_id=gid, topics=topics)
                                                  for gid in batch])
-            response, _, conn = await self._call(node_id, OFFSET_FETCH, lambda v: request, deadline, min_version=8)
+            response, _, conn = await self._call(node_id, OFFSET_FETCH, lambda v: request, deadline, min_version=8,
+                                                 retry=False)
             out: dict[str, Any] = {}
             for g in response.groups:
                 error = error_for_code(g.error_code, f"group {g.group_id!r}", api="OffsetFetch", broker=conn.address)
@@ -960,7 +961,7 @@ class AdminClient:
             response, _, conn = await self._call(node_id, OFFSET_FETCH, lambda v: OffsetFetchRequest(
                 group_id=gid, topics=None if topics is None else [
                     OffsetFetchRequestTopic(name=t.name, partition_indexes=t.partition_indexes) for t in topics]),
-                deadline, min_version=2)
+                deadline, min_version=2, retry=False)
             error = error_for_code(response.error_code, f"group {gid!r}", api="OffsetFetch", broker=conn.address)
             return error if error is not None else offsets_of(gid, response.topics, conn.address)
 
@@ -980,7 +981,7 @@ class AdminClient:
 
         async def send(node_id: int, batch: list[str]) -> dict[str, Any]:
             response, _, conn = await self._call(
-                node_id, DELETE_GROUPS, lambda v: DeleteGroupsRequest(groups_names=batch), deadline)
+                node_id, DELETE_GROUPS, lambda v: DeleteGroupsRequest(groups_names=batch), deadline, retry=False)
             return {r.group_id: error_for_code(r.error_code, f"group {r.group_id!r}", api="DeleteGroups",
                                                broker=conn.address) for r in response.results}
 
@@ -1010,7 +1011,8 @@ class AdminClient:
                                               for t, ps in by_topic.items()])
 
         async def send(node_id: int, batch: list[str]) -> dict[str, Any]:
-            response, _, conn = await self._call(node_id, OFFSET_COMMIT, lambda v: request, deadline, min_version=2)
+            response, _, conn = await self._call(node_id, OFFSET_COMMIT, lambda v: request, deadline, min_version=2,
+                                                 retry=False)
             codes = {(t.name, p.partition_index): p.error_code for t in response.topics for p in t.partitions}
             coordinator_code = next((c for c in codes.values() if c in _COORDINATOR_CODES), 0)
             if coordinator_code:  # the group is not (or not yet) here: find its coordinator again
@@ -1039,7 +1041,7 @@ class AdminClient:
             OffsetDeleteRequestTopic(name=t, partitions=ps) for t, ps in by_topic.items()])
 
         async def send(node_id: int, batch: list[str]) -> dict[str, Any]:
-            response, _, conn = await self._call(node_id, OFFSET_DELETE, lambda v: request, deadline)
+            response, _, conn = await self._call(node_id, OFFSET_DELETE, lambda v: request, deadline, retry=False)
             if response.error_code in _COORDINATOR_CODES:
                 return {group_id: BrokerResponseError(response.error_code, f"group {group_id!r}",
                                                       api="OffsetDelete", broker=conn.address)}
@@ -1104,7 +1106,8 @@ class AdminClient:
         self, groups: list[str], api: str, send: Callable[[int, list[str]], Any], deadline: _Deadline,
     ) -> dict[str, Any]:
         """Runs a per-group request against each group's coordinator, as Kafka's admin client does: find the
-        coordinators, send each its groups (`send(node id, groups)` -> {group: value or KafkaError}), and for a
+        coordinators, send each its groups (`send(node id, groups)` -> {group: value or KafkaError}, one attempt:
+        the retries are made here, where a group can be sent elsewhere), and for a
         group answered with NOT_COORDINATOR / COORDINATOR_NOT_AVAILABLE (or whose coordinator cannot be reached)
         find its coordinator again, for COORDINATOR_LOAD_IN_PROGRESS ask again, with backoff until the deadline;
         then the group keeps its last error.  Returns {group: value or KafkaError}."""
@@ -1141,8 +1144,12 @@ class AdminClient:
                 if isinstance(answer, BaseException):
                     if not isinstance(answer, KafkaError):
                         raise answer
+                    # The coordinator is gone, slow, or no longer in the broker list: look it up again.
+                    again = answer.retriable or answer.code == ErrorCode.BROKER_NOT_AVAILABLE
+                    if again:
+                        self._metadata_stale = True
                     for g in batch:
-                        if answer.retriable:
+                        if again:
                             last[g] = answer
                             coordinators.pop(g, None)
                         else:

@@ -1,9 +1,12 @@
 """`kjbod consumer-groups` and the admin client's group calls on a three-broker cluster (`kjbod cluster up`),
 where groups have different coordinators: each group is asked of its own coordinator (FindCoordinator, batched),
-and --describe, --state, --list and --reset-offsets --execute see every group whichever broker coordinates it."""
+and --describe, --state, --list and --reset-offsets --execute see every group whichever broker coordinates it.
+When a coordinator is killed (SIGKILL), an admin client that was talking to it finds the new one and gets the
+group's offsets from it."""
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 
@@ -75,3 +78,20 @@ def test_groups_with_different_coordinators(tmp_path):
             fetched = admin.list_group_offsets(groups)
             assert {g: {tp: o.offset for tp, o in r.offsets.items()} for g, r in fetched.items()} == {
                 g: {(topic, 0): 5, (topic, 1): 5} for g in groups}
+
+        # Kill one group's coordinator: the same admin client (its connection to that broker now broken) looks the
+        # coordinator up again, waits while the new leader loads the partition, and answers from there.
+        victim = groups[0]
+        with SyncAdminClient(cluster.bootstrap, request_timeout=90.0) as admin:
+            old = admin.find_group_coordinators([victim])[victim].node_id
+            assert admin.describe_groups([victim])[victim].coordinator.node_id == old
+            cluster.signal(f"broker-{old}", signal.SIGKILL)
+            fetched = admin.list_group_offsets(victim)[victim]
+            assert fetched.error is None
+            assert {tp: o.offset for tp, o in fetched.offsets.items()} == {(topic, 0): 5, (topic, 1): 5}
+            moved = admin.describe_groups([victim])[victim]
+            assert moved.error is None and moved.state == "Empty" and moved.coordinator.node_id != old
+        state = tool("--describe", "--group", victim, "--state")
+        (row,) = [line.split() for line in state.stdout.splitlines() if line.startswith(victim + " ")]
+        assert row[2] == f"({moved.coordinator.node_id})"
+        cluster.start(f"broker-{old}")
