@@ -134,3 +134,13 @@ def test_state_list_and_reset_tables():
         "\ng                              t                              0          3              "
         "\ng                              t                              1          5              \n")
     assert reset_table({}) == "\n"
+
+
+def test_command_config_is_read_as_the_other_commands_read_it(tmp_path, capsys):
+    missing = tmp_path / "missing.properties"
+    assert main([*NOWHERE, "--list", "--command-config", str(missing)]) == 2
+    assert f"--command-config: cannot read {missing}" in capsys.readouterr().err
+    sasl = tmp_path / "sasl.properties"
+    sasl.write_text("security.protocol=SASL_SSL\n")
+    assert main([*NOWHERE, "--list", "--command-config", str(sasl)]) == 2
+    assert "security.protocol=SASL_SSL is not supported yet" in capsys.readouterr().err
