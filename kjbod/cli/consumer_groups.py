@@ -42,6 +42,7 @@ __all__ = [
     "offsets_table",
     "parse_datetime",
     "parse_duration",
+    "parse_reset_plan",
     "parse_topic_partitions",
     "reset_table",
     "state_table",
@@ -53,7 +54,8 @@ DEFAULT_TIMEOUT_MS = 5000
 STATES = ("PreparingRebalance", "CompletingRebalance", "Stable", "Dead", "Empty", "Assigning", "Reconciling")
 TYPES = ("Consumer", "Classic", "Share")
 ACTIONS = ("list", "describe", "delete", "reset_offsets", "delete_offsets")
-SCENARIOS = ("to_offset", "shift_by", "to_datetime", "by_duration", "to_earliest", "to_latest", "to_current")
+SCENARIOS = ("to_offset", "shift_by", "to_datetime", "by_duration", "to_earliest", "to_latest", "to_current",
+             "from_file")
 DRY_RUN_WARNING = (
     "WARN: No action will be performed as the --execute option is missing. In a future major release, the default "
     "behavior of this command will be to prompt the user before executing the reset rather than doing a dry run. "
@@ -116,6 +118,9 @@ def add_subcommand(subparsers: Any) -> None:
     reset.add_argument("--to-latest", action="store_true", help="to the log end offset")
     reset.add_argument("--to-current", action="store_true",
                        help="to the committed offset (the log end offset where there is none)")
+    reset.add_argument("--from-file", metavar="CSV",
+                       help="to the offsets in a CSV file (what --export prints: topic,partition,offset, or "
+                            "group,topic,partition,offset)")
     p.set_defaults(func=_command)
 
 
@@ -142,7 +147,7 @@ def check_args(args: argparse.Namespace) -> None:
         "list", "describe", "delete", "reset-offsets", "delete-offsets", "group", "all-groups", "topic",
         "all-topics", "members", "verbose", "offsets", "state", "type", "dry-run", "execute", "export",
         "to-earliest", "to-latest", "to-current")}
-    for name in ("to-offset", "shift-by", "to-datetime", "by-duration"):
+    for name in ("to-offset", "shift-by", "to-datetime", "by-duration", "from-file"):
         has[name] = getattr(args, name.replace("-", "_")) is not None
     # Options that only make sense with one action (Kafka's parser refuses them otherwise).
     for name, allowed in (("members", ("describe",)), ("verbose", ("describe",)), ("offsets", ("describe",)),
@@ -387,6 +392,28 @@ def reset_table(plan: dict[str, dict[tuple[str, int], int]]) -> str:
         for (topic, partition), offset in sorted(plan[group].items()):
             out += "\n" + _line(widths, (group, topic, partition, offset))
     return out + "\n"
+
+
+def parse_reset_plan(text: str, single_group: str | None) -> dict[str, dict[tuple[str, int], int]]:
+    """A --from-file plan: `topic,partition,offset` lines for the one --group given, else
+    `group,topic,partition,offset` lines (what --export prints); UserError naming the bad line."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    no_group = single_group is not None and bool(lines) and len(lines[0].split(",")) == 3
+    plan: dict[str, dict[tuple[str, int], int]] = {}
+    for number, line in enumerate(lines, 1):
+        fields = line.split(",")
+        try:
+            if no_group:
+                topic, partition, offset = fields
+                group = single_group
+            else:
+                group, topic, partition, offset = fields
+            assert group is not None
+            plan.setdefault(group, {})[(topic, int(partition))] = int(offset)
+        except ValueError:
+            expected = "topic,partition,offset" if no_group else "group,topic,partition,offset"
+            raise UserError(f"--from-file line {number}: expected {expected}, got {line!r}") from None
+    return plan
 
 
 def _csv(plan: dict[str, dict[tuple[str, int], int]], with_group: bool) -> str:
@@ -709,7 +736,7 @@ class _Tool:
                 self.failed = True
                 plan[gid] = {}
                 continue
-            partitions = await self._partitions_to_reset(gid)
+            partitions = [] if args.from_file is not None else await self._partitions_to_reset(gid)
             plan[gid] = await self._prepare(gid, partitions)
             if args.execute:
                 result = await self.client.alter_group_offsets(gid, plan[gid], timeout=self.timeout)
@@ -778,6 +805,13 @@ class _Tool:
                     raise UserError(f"Error getting offset by timestamp of topic partition: {tp[0]}-{tp[1]}")
                 found[tp] = ends[tp]
             return {tp: found[tp] for tp in partitions}
+        if args.from_file is not None:
+            from_file = self._plan_from_file()
+            if gid not in from_file:
+                _error(f"No reset plan for group {gid} found")
+                self.failed = True
+                return {}
+            return await self._clamp(from_file[gid])
         if args.to_current:
             committed = await self._committed(gid)
             ends = await self._log_offsets([tp for tp in partitions if tp not in committed], -1)
@@ -792,6 +826,15 @@ class _Tool:
             return out
         raise UserError("Option '[reset-offsets]' requires one of the following scenarios: "
                         + _names(*(s.replace("_", "-") for s in SCENARIOS)))
+
+    def _plan_from_file(self) -> dict[str, dict[tuple[str, int], int]]:
+        path = self.args.from_file
+        try:
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+        except OSError as e:
+            raise UserError(f"--from-file: cannot read {path}: {e.strerror or e}") from None
+        return parse_reset_plan(text, self.args.group[0] if len(self.args.group or ()) == 1 else None)
 
     async def _clamp(self, wanted: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
         """Kafka's range check: above the log end offset -> the end, below the log start offset -> the start."""

@@ -129,7 +129,7 @@ def test_an_unknown_group_is_reported_and_exits_1(server):
     assert f"* Group '{missing}' could not be deleted due to: GROUP_ID_NOT_FOUND" in deleted.stdout
 
 
-def test_reset_offsets_dry_run_execute_clamping_and_a_consumer_that_resumes_there(server):
+def test_reset_offsets_dry_run_execute_clamping_and_a_consumer_that_resumes_there(server, tmp_path):
     topic = make_topic(server.bootstrap, 3, 30)
     group = stopped_group(server.bootstrap, topic, {0: 4, 1: 10, 2: 0})
 
@@ -160,6 +160,16 @@ def test_reset_offsets_dry_run_execute_clamping_and_a_consumer_that_resumes_ther
                   "2999-01-01T00:00:00.000", "--dry-run")
     assert f"Warn: Partition 2 from topic {topic} is empty. Falling back to latest known offset." in future.stdout
     assert rows(future.stdout, "GROUP")[-1] == [group, topic, "2", "10"]
+
+    # --export prints the plan as CSV; --from-file applies such a file.
+    exported = tool(server, "--reset-offsets", "--group", group, "--topic", f"{topic}:0,2", "--shift-by", "3",
+                    "--export", "--dry-run")
+    assert exported.stdout.splitlines() == [f"{topic},0,5", f"{topic},2,3"]
+    plan_file = tmp_path / "plan.csv"
+    plan_file.write_text(exported.stdout)
+    applied = tool(server, "--reset-offsets", "--group", group, "--from-file", str(plan_file), "--execute")
+    assert rows(applied.stdout, "GROUP") == [[group, topic, "0", "5"], [group, topic, "2", "3"]]
+    assert committed(server, group) == {(topic, 0): 5, (topic, 1): 10, (topic, 2): 3}
 
     exact = tool(server, "--reset-offsets", "--group", group, "--topic", f"{topic}:0", "--to-offset", "7",
                  "--execute")

@@ -15,6 +15,7 @@ from kjbod.cli.consumer_groups import (
     offsets_table,
     parse_datetime,
     parse_duration,
+    parse_reset_plan,
     parse_topic_partitions,
     reset_table,
     state_table,
@@ -60,6 +61,8 @@ NOWHERE = ["consumer-groups", "--bootstrap-server", "127.0.0.1:9"]
      "Invalid state list 'Stable,Sleepy'. Valid states are: PreparingRebalance, CompletingRebalance, Stable, Dead, "
      "Empty, Assigning, Reconciling"),
     (["--list", "--type", "modern"], "Invalid types list 'modern'. Valid types are: Consumer, Classic, Share"),
+    (["--reset-offsets", "--group", "g", "--to-current", "--from-file", "x.csv"],
+     'Option "[to-current]" can\'t be used with option "[from-file]"'),
     (["--delete", "--group", "g", "--json"], "Option [json] can only be used with [list] or [describe]"),
 ])
 def test_option_mistakes_get_the_kafka_tools_message_before_any_connection(args, message, capsys):
@@ -144,3 +147,13 @@ def test_command_config_is_read_as_the_other_commands_read_it(tmp_path, capsys):
     sasl.write_text("security.protocol=SASL_SSL\n")
     assert main([*NOWHERE, "--list", "--command-config", str(sasl)]) == 2
     assert "security.protocol=SASL_SSL is not supported yet" in capsys.readouterr().err
+
+
+def test_reset_plans_read_from_a_file():
+    assert parse_reset_plan("t,0,5\nt,1,7\n", "g") == {"g": {("t", 0): 5, ("t", 1): 7}}
+    assert parse_reset_plan("g,t,0,5\nh,t,0,1\n", None) == {"g": {("t", 0): 5}, "h": {("t", 0): 1}}
+    assert parse_reset_plan("g,t,0,5\n", "g") == {"g": {("t", 0): 5}}  # the group column with one --group
+    with pytest.raises(Exception, match="line 2: expected topic,partition,offset"):
+        parse_reset_plan("t,0,5\nt,x,7\n", "g")
+    with pytest.raises(Exception, match="line 1: expected group,topic,partition,offset"):
+        parse_reset_plan("t,0,5\n", None)
