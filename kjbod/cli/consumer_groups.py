@@ -6,7 +6,8 @@ action; --describe takes --group or --all-groups and at most one of --members/--
 scenario; ...).  Then one admin call per kind of question, for all the groups at once: ListGroups (every broker),
 DescribeGroups and OffsetFetch (each group's coordinator), ListOffsets (each partition's leader).  The tables are
 built by pure functions (`offsets_table`, `members_table`, `state_table`, `reset_table`, `list_table`) from plain
-rows, with the tool's columns, widths and "-" for a missing value, so they are tested without a cluster.
+rows, with the tool's columns, widths and "-" for a missing value, so they are tested without a cluster.  A reset's plan can be printed as CSV (--export) and applied from such a
+file (--from-file), clamped to the logs like every other reset.
 
 Streams and exit codes: tables and the tool's "Error: ..." lines go to standard output as the Kafka tool prints
 them, its notices (a group with no active members, one that is rebalancing, the reset --dry-run warning) to
@@ -559,8 +560,8 @@ class _Tool:
                 for name in names:
                     print(name)
             return
-        listed = await self.client.list_groups(states=states, types=[t.lower() for t in types],
-                                               timeout=self.timeout)
+        # Kafka's names ("Stable", "Classic"), as Kafka's admin client sends them.
+        listed = await self.client.list_groups(states=states, types=types, timeout=self.timeout)
         listed = [g for g in listed if g.protocol_type in ("consumer", "")]
         if self.args.json:
             print(json.dumps({"groups": [{"group": g.group_id, "type": (g.type or "unknown").capitalize(),
