@@ -20,6 +20,11 @@ Strategy:
   partitions are sent grouped per leader, and a partition whose leader moved or is not known yet (the invalid
   metadata codes, or a leader that cannot be reached) is looked up and sent again until the deadline; a partition
   still unanswered then keeps the last error it got.
+* Groups, as in Kafka's admin client: ListGroups goes to every broker (each lists the groups it coordinates);
+  the other group calls find each group's coordinator (FindCoordinator, one request for all groups from v4) and
+  send each coordinator its groups.  A group answered NOT_COORDINATOR or COORDINATOR_NOT_AVAILABLE, or whose
+  coordinator cannot be reached, has its coordinator looked up again; COORDINATOR_LOAD_IN_PROGRESS is asked
+  again; both until the deadline, when the group keeps its last error.  Results are per group.
 * The hot path (`describe_log_dirs` over many thousand partitions) decodes each response once into the generated
   dataclasses and builds the result objects from them in one comprehension per log dir, with nothing in between.
 """
@@ -34,6 +39,7 @@ from uuid import UUID
 
 import structlog
 
+from kjbod.admin.consumer_protocol import decode_assignment
 from kjbod.admin.errors import (
     AdminError,
     BrokerConnectionError,
@@ -57,12 +63,20 @@ from kjbod.admin.types import (
     ConfigSynonym,
     CreatePartitionsResult,
     CreateTopicResult,
+    DeleteGroupResult,
     DeleteRecordsResult,
     DeleteTopicResult,
+    GroupDescription,
+    GroupListing,
+    GroupOffsets,
+    GroupOffsetsChangeResult,
+    ListOffsetsResult,
     LogDirInfo,
     LogDirsByBroker,
+    MemberDescription,
     NewPartitions,
     NewTopic,
+    OffsetAndMetadata,
     PartitionDescription,
     ReplicaInfo,
     ReplicaLogDirInfo,
@@ -106,6 +120,7 @@ from kjbod.protocol.generated.create_topics_request import (
     CreatableTopicConfig,
     CreateTopicsRequest,
 )
+from kjbod.protocol.generated.delete_groups_request import DeleteGroupsRequest
 from kjbod.protocol.generated.delete_records_request import (
     DeleteRecordsPartition,
     DeleteRecordsRequest,
@@ -114,12 +129,15 @@ from kjbod.protocol.generated.delete_records_request import (
 from kjbod.protocol.generated.delete_topics_request import DeleteTopicsRequest, DeleteTopicState
 from kjbod.protocol.generated.describe_cluster_request import DescribeClusterRequest
 from kjbod.protocol.generated.describe_configs_request import DescribeConfigsRequest, DescribeConfigsResource
+from kjbod.protocol.generated.describe_groups_request import DescribeGroupsRequest
 from kjbod.protocol.generated.describe_log_dirs_request import DescribableLogDirTopic, DescribeLogDirsRequest
+from kjbod.protocol.generated.find_coordinator_request import FindCoordinatorRequest
 from kjbod.protocol.generated.incremental_alter_configs_request import (
     AlterableConfig,
     AlterConfigsResource,
     IncrementalAlterConfigsRequest,
 )
+from kjbod.protocol.generated.list_groups_request import ListGroupsRequest
 from kjbod.protocol.generated.list_offsets_request import (
     ListOffsetsPartition,
     ListOffsetsRequest,
@@ -130,6 +148,22 @@ from kjbod.protocol.generated.list_partition_reassignments_request import (
     ListPartitionReassignmentsTopics,
 )
 from kjbod.protocol.generated.metadata_request import MetadataRequest, MetadataRequestTopic
+from kjbod.protocol.generated.offset_commit_request import (
+    OffsetCommitRequest,
+    OffsetCommitRequestPartition,
+    OffsetCommitRequestTopic,
+)
+from kjbod.protocol.generated.offset_delete_request import (
+    OffsetDeleteRequest,
+    OffsetDeleteRequestPartition,
+    OffsetDeleteRequestTopic,
+)
+from kjbod.protocol.generated.offset_fetch_request import (
+    OffsetFetchRequest,
+    OffsetFetchRequestGroup,
+    OffsetFetchRequestTopic,
+    OffsetFetchRequestTopics,
+)
 from kjbod.protocol.generated.reassign_partitions_request import (
     PartitionReassignment,
     ReassignPartitionsRequest,
@@ -138,7 +172,7 @@ from kjbod.protocol.generated.reassign_partitions_request import (
 from kjbod.protocol.runtime import ZERO_UUID, gc_pause, gc_resume
 from kjbod.wire.framing import DEFAULT_MAX_FRAME_SIZE
 
-__all__ = ["AdminClient", "DEFAULT_CONNECT_TIMEOUT", "DEFAULT_REQUEST_TIMEOUT", "parse_bootstrap_servers"]
+__all__ = ["DEFAULT_CONNECT_TIMEOUT", "DEFAULT_REQUEST_TIMEOUT", "AdminClient", "parse_bootstrap_servers"]
 
 log = structlog.get_logger("kjbod.admin")
 
@@ -161,6 +195,13 @@ INCREMENTAL_ALTER_CONFIGS = 44
 ALTER_PARTITION_REASSIGNMENTS = 45
 LIST_PARTITION_REASSIGNMENTS = 46
 DESCRIBE_CLUSTER = 60
+OFFSET_COMMIT = 8
+OFFSET_FETCH = 9
+FIND_COORDINATOR = 10
+DESCRIBE_GROUPS = 15
+LIST_GROUPS = 16
+DELETE_GROUPS = 42
+OFFSET_DELETE = 47
 # kjbod's own APIs (KIP-179; an Apache Kafka broker does not have them: UnsupportedVersionError).
 REASSIGN_PARTITIONS = 10000
 ALTER_INTERBROKER_THROTTLED_RATES = 10001
@@ -656,26 +697,8 @@ class AdminClient:
 
         while pending:
             last_error = {tp: e for tp, e in last_error.items() if tp in pending}
-            md = await self._refresh_metadata(sorted({topic for topic, _ in pending}), deadline)
-            leaders: dict[int, dict[tuple[str, int], int]] = {}
-            for t in md.topics:
-                partitions = {p.partition_index: p for p in t.partitions}
-                for tp in [tp for tp in pending if tp[0] == t.name]:
-                    p = partitions.get(tp[1])
-                    code = t.error_code or (p.error_code if p is not None else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-                    if code and code not in _STALE_LEADER_CODES:
-                        finish(tp, None, error_for_code(code, f"partition {tp[0]}-{tp[1]}", api="Metadata"))
-                    elif code or p is None or p.leader_id < 0:
-                        last_error[tp] = BrokerResponseError(
-                            code or ErrorCode.LEADER_NOT_AVAILABLE, f"partition {tp[0]}-{tp[1]}", api="Metadata")
-                    else:
-                        leaders.setdefault(p.leader_id, {})[tp] = pending[tp]
-            for tp in pending:
-                if tp not in last_error and not any(tp in parts for parts in leaders.values()):
-                    last_error[tp] = BrokerResponseError(
-                        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"partition {tp[0]}-{tp[1]}", api="Metadata")
-            for tp in [tp for parts in leaders.values() for tp in parts]:
-                last_error.pop(tp, None)
+            leaders = await self._leaders(pending, last_error, lambda tp, _, error: finish(tp, None, error),
+                                          deadline)
             await asyncio.gather(*(send(leader, parts) for leader, parts in leaders.items()))
             if not pending:
                 break
@@ -724,6 +747,437 @@ class AdminClient:
         for name in names:
             out[name] = done[name]
         return out
+
+    # ============================================================================================ offsets
+
+    async def list_offsets(
+        self, specs: Mapping[tuple[str, int], int], *, raise_on_error: bool = True, timeout: float | None = None,
+    ) -> Results[tuple[str, int], ListOffsetsResult]:
+        """The offset of each (topic, partition) for its spec: OffsetSpec.EARLIEST, OffsetSpec.LATEST, or a time
+        in ms (the first offset whose record is at or after it; None when there is none).  Sent to each partition's
+        leader (ListOffsets), looked up again when the leader moved, until the deadline."""
+        deadline = self._deadline(timeout)
+        pending = dict(specs)
+        done: dict[tuple[str, int], ListOffsetsResult] = {}
+        last_error: dict[tuple[str, int], KafkaError] = {}
+        backoff = self._backoff()
+
+        def finish(tp: tuple[str, int], p: Any, error: KafkaError | None) -> None:
+            if p is None:
+                done[tp] = ListOffsetsResult(tp[0], tp[1], None, None, None, error)
+            else:
+                done[tp] = ListOffsetsResult(tp[0], tp[1], p.offset if p.offset >= 0 else None,
+                                             p.timestamp if p.timestamp >= 0 else None,
+                                             p.leader_epoch if p.leader_epoch >= 0 else None, None)
+            pending.pop(tp, None)
+
+        async def send(leader: int, parts: dict[tuple[str, int], int]) -> None:
+            by_topic: dict[str, list[ListOffsetsPartition]] = {}
+            for (topic, index), spec in parts.items():
+                by_topic.setdefault(topic, []).append(ListOffsetsPartition(partition_index=index, timestamp=spec))
+            body = [ListOffsetsTopic(name=name, partitions=ps) for name, ps in by_topic.items()]
+            try:
+                response, _, conn = await self._call(leader, LIST_OFFSETS, lambda v: ListOffsetsRequest(
+                    replica_id=-1, topics=body), deadline, retry=False, min_version=1)
+            except AdminError as failure:
+                if not failure.retriable:
+                    raise
+                for tp in parts:
+                    last_error[tp] = failure
+                self._metadata_stale = True
+                return
+            for t in response.topics:
+                for p in t.partitions:
+                    tp = (t.name, p.partition_index)
+                    if tp not in parts:
+                        continue
+                    error = error_for_code(p.error_code, f"partition {t.name}-{p.partition_index}",
+                                           api="ListOffsets", broker=conn.address)
+                    if error is None:
+                        finish(tp, p, None)
+                    elif p.error_code in _STALE_LEADER_CODES or error.retriable:
+                        last_error[tp] = error
+                    else:
+                        finish(tp, None, error)
+            for tp in parts:
+                if tp in pending and tp not in last_error:
+                    finish(tp, None, BrokerResponseError(
+                        ErrorCode.UNKNOWN_SERVER_ERROR, f"no result for partition {tp[0]}-{tp[1]} in the response",
+                        api="ListOffsets", broker=conn.address))
+
+        while pending:
+            leaders = await self._leaders(pending, last_error, finish, deadline)
+            await asyncio.gather(*(send(leader, parts) for leader, parts in leaders.items()))
+            if not pending:
+                break
+            delay = backoff.next()
+            if deadline.remaining() <= delay:
+                for tp in list(pending):
+                    finish(tp, None, last_error.get(tp) or RequestTimeoutError(
+                        f"ListOffsets: partition {tp[0]}-{tp[1]} not answered within {deadline.timeout:g}s"))
+                break
+            await asyncio.sleep(delay)
+        out: Results[tuple[str, int], ListOffsetsResult] = Results()
+        for tp in specs:
+            out[tp] = done[tp]
+        if raise_on_error:
+            out.raise_first()
+        return out
+
+    async def _leaders(self, pending: Mapping[tuple[str, int], int], last_error: dict[tuple[str, int], KafkaError],
+                       finish: Callable[[tuple[str, int], Any, KafkaError | None], None],
+                       deadline: _Deadline) -> dict[int, dict[tuple[str, int], int]]:
+        """Groups `pending` by current leader (Metadata); partitions that cannot exist are finished with their
+        error, those without a leader yet get one in `last_error`."""
+        md = await self._refresh_metadata(sorted({topic for topic, _ in pending}), deadline)
+        leaders: dict[int, dict[tuple[str, int], int]] = {}
+        for t in md.topics:
+            partitions = {p.partition_index: p for p in t.partitions}
+            for tp in [tp for tp in pending if tp[0] == t.name]:
+                p = partitions.get(tp[1])
+                code = t.error_code or (p.error_code if p is not None else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                if code and code not in _STALE_LEADER_CODES:
+                    finish(tp, None, error_for_code(code, f"partition {tp[0]}-{tp[1]}", api="Metadata"))
+                elif code or p is None or p.leader_id < 0:
+                    last_error[tp] = BrokerResponseError(
+                        code or ErrorCode.LEADER_NOT_AVAILABLE, f"partition {tp[0]}-{tp[1]}", api="Metadata")
+                else:
+                    leaders.setdefault(p.leader_id, {})[tp] = pending[tp]
+                    last_error.pop(tp, None)
+        for tp in pending:
+            if tp not in last_error and not any(tp in parts for parts in leaders.values()):
+                last_error[tp] = BrokerResponseError(
+                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"partition {tp[0]}-{tp[1]}", api="Metadata")
+        return leaders
+
+    # ============================================================================================ groups
+
+    async def list_groups(self, *, states: Iterable[str] | None = None, types: Iterable[str] | None = None,
+                          timeout: float | None = None) -> list[GroupListing]:
+        """Every group of the cluster (ListGroups, asked of every broker: each lists the groups it coordinates),
+        sorted by id.  `states` / `types` keep only groups in those states (Kafka's names, any case) / of those
+        types; the filters go to the brokers (ListGroups v4 / v5) and are applied here too for older ones."""
+        deadline = self._deadline(timeout)
+        state_filter = sorted({s.strip() for s in states or () if s.strip()})
+        type_filter = sorted({t.strip() for t in types or () if t.strip()})
+        broker_ids = await self._broker_ids(None, deadline)
+
+        def build(version: int) -> ListGroupsRequest:
+            return ListGroupsRequest(states_filter=state_filter if version >= 4 else [],
+                                     types_filter=type_filter if version >= 5 else [])
+
+        async def one(broker_id: int) -> tuple[Any, int]:
+            response, version, _ = await self._call(broker_id, LIST_GROUPS, build, deadline,
+                                                    check=lambda r: r.error_code)
+            return response, version
+
+        answers = await asyncio.gather(*(one(b) for b in broker_ids))
+        wanted_states = {s.lower() for s in state_filter}
+        wanted_types = {t.lower() for t in type_filter}
+        found: dict[str, GroupListing] = {}
+        for response, version in answers:
+            for g in response.groups:
+                listing = GroupListing(g.group_id, g.protocol_type, g.group_state if version >= 4 else None,
+                                       g.group_type if version >= 5 else None)
+                if wanted_states and (listing.state or "").lower() not in wanted_states:
+                    continue
+                if wanted_types and (listing.type or "classic").lower() not in wanted_types:
+                    continue
+                found[g.group_id] = listing
+        return [found[k] for k in sorted(found)]
+
+    async def describe_groups(self, group_ids: Iterable[str], *,
+                              timeout: float | None = None) -> Results[str, GroupDescription]:
+        """Each group's state, protocol and members as its coordinator knows them (FindCoordinator, then
+        DescribeGroups to each coordinator for its groups).  A consumer group's member assignments are decoded
+        from the consumer protocol's bytes.  Errors are per group, in each result's `error`."""
+        deadline = self._deadline(timeout)
+        groups = list(dict.fromkeys(group_ids))
+
+        async def send(node_id: int, batch: list[str]) -> dict[str, Any]:
+            response, _, conn = await self._call(
+                node_id, DESCRIBE_GROUPS, lambda v: DescribeGroupsRequest(groups=batch), deadline, retry=False)
+            coordinator = self._brokers.get(node_id)
+            out: dict[str, Any] = {}
+            for g in response.groups:
+                error = error_for_code(g.error_code, f"group {g.group_id!r}", api="DescribeGroups",
+                                       broker=conn.address)
+                out[g.group_id] = error if error is not None else _group_description(g, coordinator)
+            return out
+
+        answers = await self._for_coordinators(groups, "DescribeGroups", send, deadline)
+        results: Results[str, GroupDescription] = Results()
+        for gid in groups:
+            answer = answers[gid]
+            results[gid] = answer if isinstance(answer, GroupDescription) else GroupDescription(
+                gid, "Unknown", "", "", (), None, answer)
+        return results
+
+    async def list_group_offsets(
+        self, group_ids: str | Iterable[str], *, partitions: Iterable[tuple[str, int]] | None = None,
+        timeout: float | None = None,
+    ) -> Results[str, GroupOffsets]:
+        """The committed offsets of each group (OffsetFetch to its coordinator; several groups in one request
+        from v8): all of them, or only `partitions`.  Errors are per group, in each result's `error`."""
+        deadline = self._deadline(timeout)
+        groups = [group_ids] if isinstance(group_ids, str) else list(dict.fromkeys(group_ids))
+        topics: list[OffsetFetchRequestTopics] | None = None
+        if partitions is not None:
+            by_topic: dict[str, list[int]] = {}
+            for topic, index in partitions:
+                by_topic.setdefault(topic, []).append(index)
+            topics = [OffsetFetchRequestTopics(name=t, partition_indexes=ps) for t, ps in by_topic.items()]
+
+        def offsets_of(gid: str, entries: Any, address: str) -> GroupOffsets:
+            offsets: dict[tuple[str, int], OffsetAndMetadata] = {}
+            first: KafkaError | None = None
+            for t in entries:
+                for p in t.partitions:
+                    if p.error_code:
+                        first = first or error_for_code(p.error_code, f"group {gid!r} partition {t.name}-"
+                                                        f"{p.partition_index}", api="OffsetFetch", broker=address)
+                    elif p.committed_offset >= 0:
+                        offsets[(t.name, p.partition_index)] = OffsetAndMetadata(
+                            p.committed_offset,
+                            p.committed_leader_epoch if p.committed_leader_epoch >= 0 else None, p.metadata or "")
+            return GroupOffsets(gid, offsets, first)
+
+        async def send(node_id: int, batch: list[str]) -> dict[str, Any]:
+            version = await self._version_for(node_id, OFFSET_FETCH, deadline)
+            if version < 8:
+                singles = await asyncio.gather(*(send_one(node_id, gid) for gid in batch))
+                return {gid: value for gid, value in zip(batch, singles, strict=True)}
+            request = OffsetFetchRequest(groups=[OffsetFetchRequestGroup(group_id=gid, topics=topics)
+                                                 for gid in batch])
+            response, _, conn = await self._call(node_id, OFFSET_FETCH, lambda v: request, deadline, min_version=8,
+                                                 retry=False)
+            out: dict[str, Any] = {}
+            for g in response.groups:
+                error = error_for_code(g.error_code, f"group {g.group_id!r}", api="OffsetFetch", broker=conn.address)
+                out[g.group_id] = error if error is not None else offsets_of(g.group_id, g.topics, conn.address)
+            return out
+
+        async def send_one(node_id: int, gid: str) -> Any:
+            response, _, conn = await self._call(node_id, OFFSET_FETCH, lambda v: OffsetFetchRequest(
+                group_id=gid, topics=None if topics is None else [
+                    OffsetFetchRequestTopic(name=t.name, partition_indexes=t.partition_indexes) for t in topics]),
+                deadline, min_version=2, retry=False)
+            error = error_for_code(response.error_code, f"group {gid!r}", api="OffsetFetch", broker=conn.address)
+            return error if error is not None else offsets_of(gid, response.topics, conn.address)
+
+        answers = await self._for_coordinators(groups, "OffsetFetch", send, deadline)
+        results: Results[str, GroupOffsets] = Results()
+        for gid in groups:
+            answer = answers[gid]
+            results[gid] = answer if isinstance(answer, GroupOffsets) else GroupOffsets(gid, {}, answer)
+        return results
+
+    async def delete_groups(self, group_ids: Iterable[str], *,
+                            timeout: float | None = None) -> Results[str, DeleteGroupResult]:
+        """Deletes groups and their committed offsets (DeleteGroups to each coordinator).  Per-group errors:
+        NON_EMPTY_GROUP while it has members, GROUP_ID_NOT_FOUND for a group that does not exist."""
+        deadline = self._deadline(timeout)
+        groups = list(dict.fromkeys(group_ids))
+
+        async def send(node_id: int, batch: list[str]) -> dict[str, Any]:
+            response, _, conn = await self._call(
+                node_id, DELETE_GROUPS, lambda v: DeleteGroupsRequest(groups_names=batch), deadline, retry=False)
+            return {r.group_id: error_for_code(r.error_code, f"group {r.group_id!r}", api="DeleteGroups",
+                                               broker=conn.address) for r in response.results}
+
+        answers = await self._for_coordinators(groups, "DeleteGroups", send, deadline)
+        results: Results[str, DeleteGroupResult] = Results()
+        for gid in groups:
+            results[gid] = DeleteGroupResult(gid, answers[gid])
+        return results
+
+    async def alter_group_offsets(
+        self, group_id: str, offsets: Mapping[tuple[str, int], int | OffsetAndMetadata], *,
+        timeout: float | None = None,
+    ) -> GroupOffsetsChangeResult:
+        """Commits `offsets` for a group from outside it (OffsetCommit with generation -1 and no member id, as
+        Kafka's admin client sends it).  The coordinator accepts it only while the group has no members: an
+        active group answers UNKNOWN_MEMBER_ID for each partition."""
+        deadline = self._deadline(timeout)
+        wanted = {tp: o if isinstance(o, OffsetAndMetadata) else OffsetAndMetadata(o) for tp, o in offsets.items()}
+        by_topic: dict[str, list[OffsetCommitRequestPartition]] = {}
+        for (topic, index), o in wanted.items():
+            by_topic.setdefault(topic, []).append(OffsetCommitRequestPartition(
+                partition_index=index, committed_offset=o.offset,
+                committed_leader_epoch=-1 if o.leader_epoch is None else o.leader_epoch,
+                committed_metadata=o.metadata))
+        request = OffsetCommitRequest(group_id=group_id, generation_id_or_member_epoch=-1, member_id="",
+                                      topics=[OffsetCommitRequestTopic(name=t, partitions=ps)
+                                              for t, ps in by_topic.items()])
+
+        async def send(node_id: int, batch: list[str]) -> dict[str, Any]:
+            response, _, conn = await self._call(node_id, OFFSET_COMMIT, lambda v: request, deadline, min_version=2,
+                                                 retry=False)
+            codes = {(t.name, p.partition_index): p.error_code for t in response.topics for p in t.partitions}
+            coordinator_code = next((c for c in codes.values() if c in _COORDINATOR_CODES), 0)
+            if coordinator_code:  # the group is not (or not yet) here: find its coordinator again
+                return {group_id: BrokerResponseError(coordinator_code, f"group {group_id!r}", api="OffsetCommit",
+                                                      broker=conn.address)}
+            return {group_id: _change_result(group_id, wanted, codes, None, "OffsetCommit", conn.address)}
+
+        answer = (await self._for_coordinators([group_id], "OffsetCommit", send, deadline))[group_id]
+        if isinstance(answer, GroupOffsetsChangeResult):
+            return answer
+        return GroupOffsetsChangeResult(group_id, dict.fromkeys(wanted, answer), answer)
+
+    async def delete_group_offsets(
+        self, group_id: str, partitions: Iterable[tuple[str, int]], *, timeout: float | None = None,
+    ) -> GroupOffsetsChangeResult:
+        """Deletes a group's committed offsets of `partitions` (OffsetDelete).  The group's error is
+        GROUP_ID_NOT_FOUND, or NON_EMPTY_GROUP for an active group that is not a consumer group; an active
+        consumer group refuses only the partitions of topics its members subscribe to (GROUP_SUBSCRIBED_TO_TOPIC
+        per partition)."""
+        deadline = self._deadline(timeout)
+        wanted = list(dict.fromkeys(partitions))
+        by_topic: dict[str, list[OffsetDeleteRequestPartition]] = {}
+        for topic, index in wanted:
+            by_topic.setdefault(topic, []).append(OffsetDeleteRequestPartition(partition_index=index))
+        request = OffsetDeleteRequest(group_id=group_id, topics=[
+            OffsetDeleteRequestTopic(name=t, partitions=ps) for t, ps in by_topic.items()])
+
+        async def send(node_id: int, batch: list[str]) -> dict[str, Any]:
+            response, _, conn = await self._call(node_id, OFFSET_DELETE, lambda v: request, deadline, retry=False)
+            if response.error_code in _COORDINATOR_CODES:
+                return {group_id: BrokerResponseError(response.error_code, f"group {group_id!r}",
+                                                      api="OffsetDelete", broker=conn.address)}
+            codes = {(t.name, p.partition_index): p.error_code for t in response.topics for p in t.partitions}
+            group_error = error_for_code(response.error_code, f"group {group_id!r}", api="OffsetDelete",
+                                         broker=conn.address)
+            return {group_id: _change_result(group_id, dict.fromkeys(wanted), codes, group_error, "OffsetDelete",
+                                             conn.address)}
+
+        answer = (await self._for_coordinators([group_id], "OffsetDelete", send, deadline))[group_id]
+        if isinstance(answer, GroupOffsetsChangeResult):
+            return answer
+        return GroupOffsetsChangeResult(group_id, dict.fromkeys(wanted, answer), answer)
+
+    async def find_group_coordinators(self, group_ids: Iterable[str], *,
+                                      timeout: float | None = None) -> dict[str, BrokerNode | KafkaError]:
+        """The coordinator of each group (FindCoordinator, one request for all from v4), or why not."""
+        deadline = self._deadline(timeout)
+        groups = list(dict.fromkeys(group_ids))
+        found = await self._find_coordinators(groups, deadline)
+        return {g: v if isinstance(v, KafkaError) else self._brokers[v] for g, v in found.items()}
+
+    async def _version_for(self, target: Target, api_key: int, deadline: _Deadline) -> int:
+        conn = await self._connection_for(target, deadline)
+        return conn.pick_version(api_key, None)
+
+    async def _find_coordinators(self, groups: list[str], deadline: _Deadline) -> dict[str, int | KafkaError]:
+        """{group: coordinator node id, or the error FindCoordinator answered for it}."""
+        if not groups:
+            return {}
+        out: dict[str, int | KafkaError] = {}
+
+        def record(key: str, code: int, message: str | None, node_id: int, host: str, port: int,
+                   address: str) -> None:
+            if code:
+                out[key] = BrokerResponseError(code, message or f"group {key!r}", api="FindCoordinator",
+                                               broker=address)
+                return
+            if node_id not in self._brokers:
+                self._brokers[node_id] = BrokerNode(node_id, host, port)
+            out[key] = node_id
+
+        version = await self._version_for(None, FIND_COORDINATOR, deadline)
+        if version >= 4:
+            response, _, conn = await self._call(None, FIND_COORDINATOR, lambda v: FindCoordinatorRequest(
+                key_type=0, coordinator_keys=groups), deadline, min_version=4)
+            for c in response.coordinators:
+                record(c.key, c.error_code, c.error_message, c.node_id, c.host, c.port, conn.address)
+        else:
+            async def one(key: str) -> None:
+                response, _, conn = await self._call(
+                    None, FIND_COORDINATOR, lambda v: FindCoordinatorRequest(key=key, key_type=0), deadline)
+                record(key, response.error_code, response.error_message, response.node_id, response.host,
+                       response.port, conn.address)
+            await asyncio.gather(*(one(g) for g in groups))
+        for g in groups:
+            out.setdefault(g, BrokerResponseError(ErrorCode.UNKNOWN_SERVER_ERROR, f"no coordinator for group {g!r}"
+                                                  " in the response", api="FindCoordinator"))
+        return out
+
+    async def _for_coordinators(
+        self, groups: list[str], api: str, send: Callable[[int, list[str]], Any], deadline: _Deadline,
+    ) -> dict[str, Any]:
+        """Runs a per-group request against each group's coordinator, as Kafka's admin client does: find the
+        coordinators, send each its groups (`send(node id, groups)` -> {group: value or KafkaError}, one attempt:
+        the retries are made here, where a group can be sent elsewhere), and for a
+        group answered with NOT_COORDINATOR / COORDINATOR_NOT_AVAILABLE (or whose coordinator cannot be reached)
+        find its coordinator again, for COORDINATOR_LOAD_IN_PROGRESS ask again, with backoff until the deadline;
+        then the group keeps its last error.  Returns {group: value or KafkaError}."""
+        done: dict[str, Any] = {}
+        last: dict[str, KafkaError] = {}
+        coordinators: dict[str, int] = {}
+        pending = list(groups)
+        backoff = self._backoff()
+        while pending:
+            need = [g for g in pending if g not in coordinators]
+            if need:
+                try:
+                    found = await self._find_coordinators(need, deadline)
+                except AdminError as error:
+                    if not error.retriable:
+                        raise
+                    found = dict.fromkeys(need, error)
+                for g, value in found.items():
+                    if isinstance(value, KafkaError):
+                        if value.retriable:
+                            last[g] = value
+                        else:
+                            done[g] = value
+                    else:
+                        coordinators[g] = value
+            by_node: dict[int, list[str]] = {}
+            for g in pending:
+                if g in coordinators and g not in done:
+                    by_node.setdefault(coordinators[g], []).append(g)
+            nodes = list(by_node)
+            answers = await asyncio.gather(*(send(n, by_node[n]) for n in nodes), return_exceptions=True)
+            for node_id, answer in zip(nodes, answers, strict=True):
+                batch = by_node[node_id]
+                if isinstance(answer, BaseException):
+                    if not isinstance(answer, KafkaError):
+                        raise answer
+                    # The coordinator is gone, slow, or no longer in the broker list: look it up again.
+                    again = answer.retriable or answer.code == ErrorCode.BROKER_NOT_AVAILABLE
+                    if again:
+                        self._metadata_stale = True
+                    for g in batch:
+                        if again:
+                            last[g] = answer
+                            coordinators.pop(g, None)
+                        else:
+                            done[g] = answer
+                    continue
+                for g in batch:
+                    value = answer.get(g, _MISSING)
+                    if value is _MISSING:
+                        done[g] = BrokerResponseError(ErrorCode.UNKNOWN_SERVER_ERROR,
+                                                      f"no result for group {g!r} in the response", api=api)
+                    elif isinstance(value, KafkaError) and value.code in _COORDINATOR_CODES:
+                        last[g] = value
+                        if value.code != ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
+                            coordinators.pop(g, None)
+                    else:
+                        done[g] = value
+            pending = [g for g in pending if g not in done]
+            if not pending:
+                break
+            delay = backoff.next()
+            if deadline.remaining() <= delay:
+                for g in pending:
+                    done[g] = last.get(g) or RequestTimeoutError(
+                        f"{api}: group {g!r} not answered within {deadline.timeout:g}s")
+                break
+            log.debug("retrying", api=api, groups=pending, delay=round(delay, 3))
+            await asyncio.sleep(delay)
+        return done
 
     # ============================================================================================ reassignments
 
@@ -1179,3 +1633,44 @@ def _log_dirs(broker_id: int, response: Any) -> list[LogDirInfo]:
         if resume_gc:
             gc_resume()
     return out
+
+
+_MISSING = object()
+# Codes that say "ask the group's coordinator (again)": Kafka's admin client finds the coordinator again for the
+# first two and retries the same one for the last.
+_COORDINATOR_CODES = frozenset({
+    ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS})
+CONSUMER_PROTOCOL_TYPE = "consumer"
+
+
+def _group_description(g: Any, coordinator: BrokerNode | None) -> GroupDescription:
+    """A DescribeGroups entry; a consumer group's (or an offsets-only group's) assignments decoded."""
+    consumer = g.protocol_type in (CONSUMER_PROTOCOL_TYPE, "")
+    members = []
+    for m in g.members:
+        assignment: tuple[tuple[str, int], ...] | None = None
+        if consumer:
+            try:
+                assignment = decode_assignment(m.member_assignment) if m.member_assignment else ()
+            except ValueError:
+                assignment = None
+        members.append(MemberDescription(m.member_id, m.group_instance_id, m.client_id, m.client_host, assignment))
+    return GroupDescription(g.group_id, g.group_state, g.protocol_type, g.protocol_data, tuple(members), coordinator)
+
+
+def _change_result(group_id: str, wanted: Mapping[tuple[str, int], Any], codes: Mapping[tuple[str, int], int],
+                   group_error: KafkaError | None, api: str, address: str) -> GroupOffsetsChangeResult:
+    partitions: dict[tuple[str, int], KafkaError | None] = {}
+    for tp in wanted:
+        code = codes.get(tp)
+        if group_error is not None:
+            partitions[tp] = group_error
+        elif code is None:
+            partitions[tp] = BrokerResponseError(ErrorCode.UNKNOWN_SERVER_ERROR,
+                                                 f"no result for partition {tp[0]}-{tp[1]} in the response",
+                                                 api=api, broker=address)
+        else:
+            partitions[tp] = error_for_code(code, f"group {group_id!r} partition {tp[0]}-{tp[1]}", api=api,
+                                            broker=address)
+    first = group_error or next((e for e in partitions.values() if e is not None), None)
+    return GroupOffsetsChangeResult(group_id, partitions, first)

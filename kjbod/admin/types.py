@@ -33,12 +33,21 @@ __all__ = [
     "ConfigSynonym",
     "CreatePartitionsResult",
     "CreateTopicResult",
+    "DeleteGroupResult",
     "DeleteRecordsResult",
     "DeleteTopicResult",
+    "GroupDescription",
+    "GroupListing",
+    "GroupOffsets",
+    "GroupOffsetsChangeResult",
+    "ListOffsetsResult",
     "LogDirInfo",
     "LogDirsByBroker",
+    "MemberDescription",
     "NewPartitions",
     "NewTopic",
+    "OffsetAndMetadata",
+    "OffsetSpec",
     "PartitionDescription",
     "ReplicaInfo",
     "ReplicaLogDirInfo",
@@ -217,6 +226,100 @@ class DeleteRecordsResult:
     topic: str
     partition: int
     low_watermark: int | None
+    error: KafkaError | None
+
+
+# ------------------------------------------------------------------------------------------------- offsets
+
+class OffsetSpec:
+    """ListOffsets' special timestamps (Kafka's OffsetSpec); any value >= 0 is a time in ms since the epoch."""
+
+    LATEST = -1  # the log end offset (high watermark for an ordinary client)
+    EARLIEST = -2  # the log start offset
+    MAX_TIMESTAMP = -3  # the record with the largest timestamp
+
+
+@dataclass(frozen=True, slots=True)
+class ListOffsetsResult:
+    """One partition's ListOffsets answer; `offset` None when no record matches (a time after the last record)."""
+
+    topic: str
+    partition: int
+    offset: int | None
+    timestamp: int | None
+    leader_epoch: int | None
+    error: KafkaError | None
+
+
+# ------------------------------------------------------------------------------------------------- groups
+
+@dataclass(frozen=True, slots=True)
+class GroupListing:
+    """One group as ListGroups names it.  `state` and `type` are None from brokers too old to say (v4, v5)."""
+
+    group_id: str
+    protocol_type: str  # "consumer" for consumer groups, "" for a group that only commits offsets
+    state: str | None = None  # Kafka's names: Stable, PreparingRebalance, CompletingRebalance, Empty, Dead
+    type: str | None = None  # "classic" or "consumer"
+
+
+@dataclass(frozen=True, slots=True)
+class MemberDescription:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    host: str
+    # The partitions the member was given, decoded from its ConsumerProtocolAssignment; () while the group
+    # rebalances, None when the group is not a consumer group or the bytes are not an assignment.
+    assignment: tuple[tuple[str, int], ...] | None
+
+
+@dataclass(frozen=True, slots=True)
+class GroupDescription:
+    """One group as its coordinator describes it (DescribeGroups).  A group the coordinator does not know is
+    described as Dead with no members, as Kafka's classic coordinator answers; `error` is None unless the
+    group could not be described at all (then only `group_id` and `error` are meaningful)."""
+
+    group_id: str
+    state: str
+    protocol_type: str
+    protocol: str  # the assignor of a consumer group ("range", "roundrobin", ...), "" while rebalancing
+    members: tuple[MemberDescription, ...]
+    coordinator: BrokerNode | None
+    error: KafkaError | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetAndMetadata:
+    """A committed offset: the next offset to consume, the leader epoch of the record before it, free text."""
+
+    offset: int
+    leader_epoch: int | None = None
+    metadata: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class GroupOffsets:
+    """The committed offsets of one group (OffsetFetch): partitions without a commit are left out."""
+
+    group_id: str
+    offsets: dict[tuple[str, int], OffsetAndMetadata]
+    error: KafkaError | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GroupOffsetsChangeResult:
+    """What altering (OffsetCommit) or deleting (OffsetDelete) a group's offsets did: `error` is the group's
+    error (GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP, ...) or the first partition's; `partitions` each partition's."""
+
+    group_id: str
+    partitions: dict[tuple[str, int], KafkaError | None]
+    error: KafkaError | None
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteGroupResult:
+    group_id: str
     error: KafkaError | None
 
 

@@ -297,6 +297,9 @@ def test_kjbod_tools_connect_with_command_config(node: Node, certs: Certs, tmp_p
     assert done.returncode == 0, done.stderr
     brokers = json.loads(done.stdout)["brokers"]
     assert [b["broker"] for b in brokers] == [1] and len(brokers[0]["log_dirs"]) == 2
+    groups = subprocess.run([*COMMAND, "consumer-groups", "--bootstrap-server", node.mtls, "--command-config",
+                             str(client), "--list", "--state"], capture_output=True, text=True, timeout=60)
+    assert groups.returncode == 0 and groups.stdout.split()[:2] == ["GROUP", "STATE"], groups.stderr
     # without it the TLS listener gives a plaintext client nothing: one line, not a traceback
     done = describe()
     assert done.returncode != 0 and "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
