@@ -35,7 +35,7 @@ from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import CreateTopicsRequest, ProduceRequest
 from kjbod.protocol.generated.create_topics_request import CreatableTopic, CreatableTopicConfig
 from kjbod.protocol.generated.produce_request import PartitionProduceData, TopicProduceData
-from kjbod.storage.records import build_batch, iter_all_records
+from kjbod.storage.records import build_batch, iter_batches, iter_records
 from kjbod.wire.handler import Later
 
 log = structlog.get_logger("kjbod.groups")
@@ -285,11 +285,18 @@ class GroupCoordinator:
                 chunk = await self._read(plog, offset, end)
                 if not chunk:
                     break
-                for r in iter_all_records(chunk):
-                    if r.offset >= end:
-                        break
-                    pairs.append((r.key, r.value))
-                    offset = r.offset + 1
+                before = offset
+                view = memoryview(chunk)
+                for pos, header in iter_batches(view):
+                    # By batch, not by record: a compacted log has holes and may keep empty batches, and the
+                    # next read must start past every batch this one held.
+                    for r in iter_records(view[pos:pos + header.size]):
+                        if r.offset < end:
+                            pairs.append((r.key, r.value))
+                    offset = max(offset, header.last_offset + 1)
+                if offset == before:  # no whole batch in what was read: nothing more can be read from here
+                    log.warning("offsets_partition_load_stopped", partition=p, offset=offset, log_end=end)
+                    break
             self._replay(pairs)
         except Exception:
             log.exception("offsets_partition_load_failed", partition=p)
