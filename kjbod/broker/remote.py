@@ -52,6 +52,7 @@ from kjbod.metadata import EMPTY_IMAGE, MetadataDelta, MetadataImage, is_reserve
 from kjbod.net.controller_channel import SocketControllerChannel, controller_addresses
 from kjbod.net.correlator import PerVersion
 from kjbod.net.errors import ClientError
+from kjbod.net.sasl import client_credentials_of
 from kjbod.net.tls import client_context_of
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import (
@@ -107,6 +108,9 @@ class RemoteBrokerNode(BrokerNode):
         # A TLS controller listener: this broker's client side of it (its ssl.* keys for that listener)
         names = getattr(config, "controller_listener_names", ()) or ()
         self._controller_ssl = client_context_of(config, names[0] if names else None)
+        # A SASL controller listener: the credentials of this broker's JAAS config for it
+        self._controller_sasl = client_credentials_of(config, names[0] if names else None,
+                                                      "sasl.mechanism.controller.protocol")
         self._logs_ready = False
         self._image_changed = asyncio.Condition()
         self._controlled_shutdown: asyncio.Future[None] | None = None
@@ -124,7 +128,7 @@ class RemoteBrokerNode(BrokerNode):
         """A connection of its own per user (see the module docstring); 30 s requests, as Kafka's channels."""
         channel = SocketControllerChannel(self.controller_addresses, request_timeout=30.0,
                                           client_id=f"kjbod-broker-{self.node_id}-{purpose}",
-                                          ssl_context=self._controller_ssl)
+                                          ssl_context=self._controller_ssl, sasl=self._controller_sasl)
         self._channels[purpose] = channel
         return channel
 

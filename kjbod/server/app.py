@@ -36,6 +36,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from kjbod.net.sasl import is_sasl
 from kjbod.net.tls import TlsConfigError, TlsSettings, is_tls, server_context
 from kjbod.server.config import ConfigError, Listener, ServerConfig
 from kjbod.server.connection import Connection, ConnectionRegistry
@@ -113,6 +114,7 @@ async def serve(
 
     def connection_factory(listener: Listener, kind: Any) -> Callable[[], Connection]:
         tls = is_tls(listener.security_protocol)
+        sasl = config.sasl_settings(listener.name) if is_sasl(listener.security_protocol) else None
 
         def make() -> Connection:
             return Connection(
@@ -125,6 +127,7 @@ async def serve(
                 registry=registry,
                 stats=metrics.requests if metrics is not None else None,
                 tls=tls,
+                sasl=sasl,
             )
 
         return make

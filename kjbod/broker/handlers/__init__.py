@@ -40,6 +40,8 @@ from kjbod.broker.handlers import (  # noqa: F401
     offset_for_leader_epoch,
     produce,
     reassign_partitions,
+    sasl_authenticate,
+    sasl_handshake,
     sync_group,
     unregister_broker,
 )
