@@ -61,7 +61,12 @@ class SaslConfigError(ValueError):
 
 
 class SaslAuthenticationFailed(Exception):
-    """A client's credentials or token were refused; the message is what the client is told (Kafka's words)."""
+    """A client's credentials or token were refused; the message is what the client is told (Kafka's words),
+    `reason` what the server's log says (it may name what the client must not learn, such as an unknown user)."""
+
+    def __init__(self, message: str, reason: str | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason or message
 
 
 def is_sasl(security_protocol: str) -> bool:

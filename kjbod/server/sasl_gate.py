@@ -160,7 +160,7 @@ class SaslGate:
             token = self._evaluate(bytes(body.auth_bytes))
         except SaslAuthenticationFailed as e:
             log.warning("SASL authentication failed; closing the connection", peer=ctx.peer,
-                        listener=ctx.listener_name, mechanism=self.mechanism, error=str(e))
+                        listener=ctx.listener_name, mechanism=self.mechanism, error=e.reason)
             self._fail("SASL authentication failed")
             return _reply(SASL_AUTHENTICATE_KEY, version, corr, SaslAuthenticateResponse(
                 error_code=ErrorCode.SASL_AUTHENTICATION_FAILED, error_message=str(e)))
@@ -176,7 +176,7 @@ class SaslGate:
             response = self._evaluate(token)
         except SaslAuthenticationFailed as e:
             log.warning("SASL authentication failed; closing the connection", peer=ctx.peer,
-                        listener=ctx.listener_name, mechanism=self.mechanism, error=str(e))
+                        listener=ctx.listener_name, mechanism=self.mechanism, error=e.reason)
             self.state = FAILED
             raise CloseConnection("SASL authentication failed") from None
         assert self._server is not None

@@ -17,6 +17,7 @@ from kjbod.net.sasl import (
     parse_jaas,
     plain_client_token,
 )
+from kjbod.net.scram import MECHANISMS, ScramClient, ScramCredential, ScramServer, credential_from_password
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import (
     ApiVersionsRequest,
@@ -283,3 +284,78 @@ def test_gate_reauthentication_as_another_user_fails() -> None:
     answer = g.authenticate(plain_client_token("admin", "admin-secret"))
     assert answer.error_code == ErrorCode.SASL_AUTHENTICATION_FAILED
     assert "Cannot change principals during re-authentication" in (answer.error_message or "")
+
+
+# -- SCRAM ------------------------------------------------------------------------------------------------------------
+
+# RFC 7677's example exchange for SCRAM-SHA-256: user "user", password "pencil".
+RFC_CLIENT_NONCE = "rOprNGfwEbeRWgbNEkqO"
+RFC_SERVER_NONCE = "%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0"
+RFC_SERVER_FIRST = b"r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096"
+RFC_CLIENT_FINAL = (b"c=biws,r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,"
+                    b"p=dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ=")
+RFC_SERVER_FINAL = b"v=6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4="
+
+
+def rfc_credential() -> ScramCredential:
+    import base64
+
+    return credential_from_password(MECHANISMS["SCRAM-SHA-256"], "pencil",
+                                    base64.b64decode("W22ZaJ0SNY7soEsUEjb6gQ=="), 4096)
+
+
+def test_scram_client_matches_rfc_7677() -> None:
+    client = ScramClient(MECHANISMS["SCRAM-SHA-256"], "user", "pencil", nonce=RFC_CLIENT_NONCE)
+    assert client.first() == b"n,,n=user,r=rOprNGfwEbeRWgbNEkqO"
+    assert client.final(RFC_SERVER_FIRST) == RFC_CLIENT_FINAL
+    client.verify(RFC_SERVER_FINAL)
+    with pytest.raises(SaslAuthenticationFailed):
+        client.verify(b"v=" + b"A" * 44)
+
+
+def test_scram_server_matches_rfc_7677() -> None:
+    server = ScramServer(MECHANISMS["SCRAM-SHA-256"], {"user": rfc_credential()}.get, nonce=lambda: RFC_SERVER_NONCE)
+    assert server.evaluate(b"n,,n=user,r=rOprNGfwEbeRWgbNEkqO") == RFC_SERVER_FIRST
+    assert not server.complete
+    assert server.evaluate(RFC_CLIENT_FINAL) == RFC_SERVER_FINAL
+    assert server.complete and server.principal == "user"
+
+
+GENERIC = "Authentication failed during authentication due to invalid credentials with SASL mechanism SCRAM-SHA-256"
+
+
+@pytest.mark.parametrize("first, final", [
+    (b"n,,n=nobody,r=abc", None),  # unknown user
+    (b"y,,n=user,r=abc", None),  # channel binding asked
+    (b"n,,n=us=er,r=abc", None),  # a bad escape
+    (b"n,,n=user,r=abc,tokenauth=true", None),  # delegation tokens are not served
+    (b"n,,n=user,r=" + RFC_CLIENT_NONCE.encode(), RFC_CLIENT_FINAL.replace(b"p=dHzb", b"p=eHzb")),  # wrong proof
+    (b"n,,n=user,r=" + RFC_CLIENT_NONCE.encode(), RFC_CLIENT_FINAL.replace(b"k0,", b"k1,")),  # wrong nonce
+])
+def test_scram_server_refusals_say_nothing_about_the_user(first: bytes, final: bytes | None) -> None:
+    server = ScramServer(MECHANISMS["SCRAM-SHA-256"], {"user": rfc_credential()}.get, nonce=lambda: RFC_SERVER_NONCE)
+    with pytest.raises(SaslAuthenticationFailed) as e:
+        server.evaluate(first)
+        server.evaluate(final or b"")
+    assert str(e.value) == GENERIC and not server.complete
+
+
+def test_scram_server_names_a_different_authzid_and_ignores_other_extensions() -> None:
+    server = ScramServer(MECHANISMS["SCRAM-SHA-256"], {"user": rfc_credential()}.get)
+    with pytest.raises(SaslAuthenticationFailed, match="authorization id that is different from username"):
+        server.evaluate(b"n,a=admin,n=user,r=abc")
+    server = ScramServer(MECHANISMS["SCRAM-SHA-256"], {"user": rfc_credential()}.get)
+    assert server.evaluate(b"n,a=user,n=user,r=abc,color=blue").startswith(b"r=abc")
+
+
+@pytest.mark.parametrize("name", ["SCRAM-SHA-256", "SCRAM-SHA-512"])
+def test_scram_client_and_server_agree(name: str) -> None:
+    mechanism = MECHANISMS[name]
+    stored = credential_from_password(mechanism, "s3cret", b"salty", 4096)
+    server = ScramServer(mechanism, {"a,b=c": stored}.get)
+    client = ScramClient(mechanism, "a,b=c", "s3cret")
+    client.verify(server.evaluate(client.final(server.evaluate(client.first()))))
+    assert server.complete and server.principal == "a,b=c"
+    weak = credential_from_password(mechanism, "s3cret", b"salty", 1024)  # below Kafka's minimum of 4096
+    with pytest.raises(SaslAuthenticationFailed):
+        ScramServer(mechanism, {"u": weak}.get).evaluate(b"n,,n=u,r=x")
