@@ -40,7 +40,8 @@ from kjbod.net.errors import (
     RequestTimeoutError,
     SaslAuthenticationError,
 )
-from kjbod.net.sasl import SaslCredentials, plain_client_token
+from kjbod.net.sasl import SaslAuthenticationFailed, SaslCredentials, plain_client_token
+from kjbod.net.scram import MECHANISMS, ScramClient
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import SaslAuthenticateRequest, SaslHandshakeRequest
 from kjbod.protocol.headers import API_VERSIONS_KEY
@@ -156,13 +157,28 @@ class ClientConnection(asyncio.Protocol):
             self.close(error)
             raise error
         version = self.pick_version(_SASL_AUTHENTICATE)
-        result = await self.request(_SASL_AUTHENTICATE, version, SaslAuthenticateRequest(
-            auth_bytes=plain_client_token(credentials.username, credentials.password)), timeout)
-        if result.error_code != 0:
-            error = SaslAuthenticationError(self.host, self.port, ErrorCode(result.error_code),
-                                            result.error_message or ErrorCode(result.error_code).name)
-            self.close(error)
-            raise error
+        scram = MECHANISMS.get(credentials.mechanism)
+        client = ScramClient(scram, credentials.username, credentials.password) if scram is not None else None
+        token = client.first() if client is not None else plain_client_token(credentials.username, credentials.password)
+        for step in range(2 if client is not None else 1):
+            result = await self.request(_SASL_AUTHENTICATE, version, SaslAuthenticateRequest(auth_bytes=token),
+                                        timeout)
+            if result.error_code != 0:
+                error = SaslAuthenticationError(self.host, self.port, ErrorCode(result.error_code),
+                                                result.error_message or ErrorCode(result.error_code).name)
+                self.close(error)
+                raise error
+            if client is not None:
+                try:
+                    if step == 0:
+                        token = client.final(result.auth_bytes)
+                    else:
+                        client.verify(result.auth_bytes)
+                except (SaslAuthenticationFailed, ValueError, KeyError) as e:
+                    error = SaslAuthenticationError(self.host, self.port, ErrorCode.SASL_AUTHENTICATION_FAILED,
+                                                    f"SCRAM exchange failed: {e}")
+                    self.close(error)
+                    raise error from None
 
     # ------------------------------------------------------------------------------------------ requests
 

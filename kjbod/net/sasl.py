@@ -15,7 +15,9 @@ Strategy:
 * PLAIN (RFC 4616): the client's one token is ``authzid NUL username NUL password``. The server checks the password
   against the JAAS config's ``user_<username>`` option, and answers with Kafka's messages
   (`SaslAuthenticationFailed`). The authorization id, when given, must equal the username, as in Kafka.
-* Only PLAIN is served for now; GSSAPI, OAUTHBEARER and SCRAM-SHA-256/512 are refused at start, naming the key.
+* SCRAM-SHA-256/512 are kjbod.net.scram; their credentials live in the metadata log (AlterUserScramCredentials), so
+  a listener needs no JAAS configuration for them except the username and password this node logs in with when it
+  is the inter-broker or controller mechanism. GSSAPI and OAUTHBEARER are refused at start, naming the key.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ __all__ = [
 
 SASL_PROTOCOLS = frozenset({"SASL_PLAINTEXT", "SASL_SSL"})
 PLAIN = "PLAIN"
-SERVED_MECHANISMS = (PLAIN,)
+SERVED_MECHANISMS = (PLAIN, "SCRAM-SHA-256", "SCRAM-SHA-512")
 # Kafka's mechanisms that kjbod does not serve (yet), for a message that says so.
 KNOWN_MECHANISMS = frozenset({"GSSAPI", "OAUTHBEARER", "SCRAM-SHA-256", "SCRAM-SHA-512", PLAIN})
 PLAIN_LOGIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"

@@ -166,6 +166,7 @@ class Connection(asyncio.BufferedProtocol):
         stats: RequestStats | None = None,
         tls: bool = False,
         sasl: SaslSettings | None = None,
+        scram_credential: Any = None,
     ) -> None:
         if max_pending < 1:
             raise ValueError("max_pending must be >= 1")
@@ -220,7 +221,7 @@ class Connection(asyncio.BufferedProtocol):
         if sasl is not None:
             self._router_ready, self._ready = self._ready, None
             self.sasl = SaslGate(self._handle, sasl, close_later=self._close_soon,
-                                 on_authenticated=self._sasl_authenticated)
+                                 on_authenticated=self._sasl_authenticated, scram_credential=scram_credential)
             self._handle = self.sasl.handle
 
     def _close_soon(self, reason: str) -> None:

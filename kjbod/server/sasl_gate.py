@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kjbod.net.sasl import PLAIN, PlainServer, SaslAuthenticationFailed, SaslSettings
+from kjbod.net.scram import MECHANISMS, ScramCredential, ScramServer
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import (
     SaslAuthenticateRequest,
@@ -63,16 +64,18 @@ class SaslGate:
 
     def __init__(self, handle: Callable[[Any, RequestContext], Any], settings: SaslSettings, *,
                  close_later: Callable[[str], None], on_authenticated: Callable[[], None] | None = None,
+                 scram_credential: Callable[[str, int], ScramCredential | None] | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self._handle = handle
         self.settings = settings
         self._close_later = close_later
         self._on_authenticated = on_authenticated
         self._clock = clock
+        self._scram_credential = scram_credential
         self.state = HANDSHAKE_OR_VERSIONS
         self.mechanism: str | None = None
         self.principal: str | None = None
-        self._server: PlainServer | None = None
+        self._server: PlainServer | ScramServer | None = None
         self._expires_at: float | None = None  # monotonic seconds; None: never
 
     @property
@@ -139,9 +142,13 @@ class SaslGate:
         self.state = AUTHENTICATE if version >= 1 else RAW_TOKENS
         return _reply(SASL_HANDSHAKE_KEY, version, corr, SaslHandshakeResponse(error_code=0, mechanisms=enabled))
 
-    def _new_server(self, mechanism: str) -> PlainServer:
+    def _new_server(self, mechanism: str) -> PlainServer | ScramServer:
         if mechanism == PLAIN:
             return PlainServer(self.settings.users(PLAIN))
+        scram = MECHANISMS.get(mechanism)
+        if scram is not None:
+            lookup = self._scram_credential
+            return ScramServer(scram, lambda user: lookup(user, scram.kafka_type) if lookup is not None else None)
         raise AssertionError(f"mechanism {mechanism} is enabled but not served")  # refused when the config is read
 
     def _evaluate(self, token: bytes) -> bytes:

@@ -359,3 +359,67 @@ def test_scram_client_and_server_agree(name: str) -> None:
     weak = credential_from_password(mechanism, "s3cret", b"salty", 1024)  # below Kafka's minimum of 4096
     with pytest.raises(SaslAuthenticationFailed):
         ScramServer(mechanism, {"u": weak}.get).evaluate(b"n,,n=u,r=x")
+
+
+# -- SCRAM credentials in the metadata log ----------------------------------------------------------------------------
+
+
+def test_alter_user_scram_credentials_records_replay_and_describe() -> None:
+    from kjbod.controller.scram import alter_user_scram_credentials
+    from kjbod.metadata import EMPTY_IMAGE, image_records, replay
+    from kjbod.metadata.scram import describe_user_scram_credentials
+    from kjbod.net.scram import salted_password
+    from kjbod.protocol.generated import (
+        AlterUserScramCredentialsRequest,
+        DescribeUserScramCredentialsRequest,
+        RemoveUserScramCredentialRecord,
+        UserScramCredentialRecord,
+    )
+    from kjbod.protocol.generated.alter_user_scram_credentials_request import (
+        ScramCredentialDeletion,
+        ScramCredentialUpsertion,
+    )
+    from kjbod.protocol.generated.describe_user_scram_credentials_request import UserName
+
+    sha256 = MECHANISMS["SCRAM-SHA-256"]
+    salted = salted_password(sha256, "pencil", b"salt", 4096)
+
+    def upsert(name: str, mechanism: int = 1, iterations: int = 4096) -> ScramCredentialUpsertion:
+        return ScramCredentialUpsertion(name=name, mechanism=mechanism, iterations=iterations, salt=b"salt",
+                                        salted_password=salted)
+
+    result = alter_user_scram_credentials(EMPTY_IMAGE, AlterUserScramCredentialsRequest(
+        deletions=[ScramCredentialDeletion(name="ghost", mechanism=1), ScramCredentialDeletion(name="", mechanism=1)],
+        upsertions=[upsert("user"), upsert("twice"), upsert("twice", 2), upsert("few", iterations=4095),
+                    upsert("many", iterations=16385), upsert("odd", mechanism=3)]))
+    answers = {r.user: (r.error_code, r.error_message) for r in result.response.results}
+    assert answers == {
+        "user": (0, None),
+        "twice": (ErrorCode.DUPLICATE_RESOURCE, "A user credential cannot be altered twice in the same request"),
+        "ghost": (ErrorCode.RESOURCE_NOT_FOUND, "Attempt to delete a user credential that does not exist"),
+        "": (ErrorCode.UNACCEPTABLE_CREDENTIAL, "Username must not be empty"),
+        "few": (ErrorCode.UNACCEPTABLE_CREDENTIAL, "Too few iterations"),
+        "many": (ErrorCode.UNACCEPTABLE_CREDENTIAL, "Too many iterations"),
+        "odd": (ErrorCode.UNSUPPORTED_SASL_MECHANISM, "Unknown SCRAM mechanism"),
+    }
+    (record,) = result.records
+    assert isinstance(record, UserScramCredentialRecord)
+    expected = credential_from_password(sha256, "pencil", b"salt", 4096)
+    assert (record.name, record.mechanism, record.stored_key, record.server_key, record.iterations) == (
+        "user", 1, expected.stored_key, expected.server_key, 4096)  # never the salted password itself
+
+    image = replay(EMPTY_IMAGE, result.records)
+    assert image.scram[("user", 1)].stored_key == expected.stored_key
+    assert replay(EMPTY_IMAGE, image_records(image)).scram == image.scram  # snapshots keep them
+    described = describe_user_scram_credentials(image, DescribeUserScramCredentialsRequest(users=None))
+    assert [(r.user, [(i.mechanism, i.iterations) for i in r.credential_infos]) for r in described.results] == [
+        ("user", [(1, 4096)])]
+    described = describe_user_scram_credentials(image, DescribeUserScramCredentialsRequest(
+        users=[UserName(name="nobody"), UserName(name="user"), UserName(name="user")]))
+    assert [(r.user, r.error_code) for r in described.results] == [
+        ("nobody", ErrorCode.RESOURCE_NOT_FOUND), ("user", ErrorCode.DUPLICATE_RESOURCE)]
+
+    deleted = alter_user_scram_credentials(image, AlterUserScramCredentialsRequest(
+        deletions=[ScramCredentialDeletion(name="user", mechanism=1)], upsertions=[]))
+    assert [type(r) for r in deleted.records] == [RemoveUserScramCredentialRecord]
+    assert replay(image, deleted.records).scram == {}

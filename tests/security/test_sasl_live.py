@@ -61,6 +61,7 @@ def node(tmp_path_factory: pytest.TempPathFactory, certs: Certs):
                                           "CONTROLLER:PLAINTEXT",
         "inter.broker.listener.name": "PLAINTEXT",
         "sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.sasl_plaintext.sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
         "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
         "listener.name.sasl_ssl.plain.sasl.jaas.config": JAAS,
         **tls_settings(certs),
@@ -231,7 +232,7 @@ def read_frame(sock: socket.socket) -> bytes:
 def authenticate(sock: socket.socket, user: str, password: str) -> SaslAuthenticateResponse:
     sock.sendall(request(17, 1, 1, SaslHandshakeRequest(mechanism="PLAIN")))
     handshake = SaslHandshakeResponse.decode(read_frame(sock)[4:], 1)
-    assert (handshake.error_code, handshake.mechanisms) == (0, ["PLAIN"])
+    assert handshake.error_code == 0 and "PLAIN" in handshake.mechanisms
     token = b"\x00" + user.encode() + b"\x00" + password.encode()
     sock.sendall(request(36, 1, 2, SaslAuthenticateRequest(auth_bytes=token)))
     return SaslAuthenticateResponse.decode(read_frame(sock)[4:], 1)
@@ -253,9 +254,9 @@ def test_wrong_password_answers_sasl_authentication_failed_and_closes_that_conne
 
 def test_unsupported_mechanism_lists_the_enabled_ones(node: Node) -> None:
     with socket.create_connection(("127.0.0.1", node.sasl_port), timeout=10) as sock:
-        sock.sendall(request(17, 1, 1, SaslHandshakeRequest(mechanism="SCRAM-SHA-512")))
+        sock.sendall(request(17, 1, 1, SaslHandshakeRequest(mechanism="GSSAPI")))
         answer = SaslHandshakeResponse.decode(read_frame(sock)[4:], 1)
-        assert (answer.error_code, answer.mechanisms) == (33, ["PLAIN"])  # UNSUPPORTED_SASL_MECHANISM
+        assert (answer.error_code, answer.mechanisms) == (33, ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
         assert read_frame(sock) == b""
 
 
@@ -332,3 +333,124 @@ def test_ssl_context_is_not_needed_for_sasl_plaintext() -> None:
     assert isinstance(connection_options_from({"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN",
                                                "sasl.jaas.config": 'x.Y required username="u" password="p";'})
                       ["ssl_context"], ssl.SSLContext)
+
+
+# -- SCRAM ------------------------------------------------------------------------------------------------------------
+
+
+def test_scram_users_created_used_described_and_deleted(node: Node) -> None:
+    from confluent_kafka.admin import (
+        AdminClient,
+        ScramCredentialInfo,
+        ScramMechanism,
+        UserScramCredentialDeletion,
+        UserScramCredentialUpsertion,
+    )
+
+    admin = AdminClient({"bootstrap.servers": node.sasl, "security.protocol": "SASL_PLAINTEXT",
+                         "sasl.mechanism": "PLAIN", "sasl.username": "admin", "sasl.password": "admin-secret",
+                         "log_level": 0})
+    upserts = [UserScramCredentialUpsertion("carol", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 8192),
+                                            b"carol-256"),
+               UserScramCredentialUpsertion("dave", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096),
+                                            b"dave-512")]
+    for future in admin.alter_user_scram_credentials(upserts).values():
+        future.result(WAIT_S)
+    # too few iterations: Kafka's error and message
+    weak = admin.alter_user_scram_credentials([UserScramCredentialUpsertion(
+        "erin", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 1000), b"pw")])["erin"]
+    with pytest.raises(Exception, match="Too few iterations"):
+        weak.result(WAIT_S)
+
+    described = {user: f.result(WAIT_S) for user, f in admin.describe_user_scram_credentials(["carol", "dave"]).items()}
+    assert [(i.mechanism, i.iterations) for i in described["carol"].scram_credential_infos] == [
+        (ScramMechanism.SCRAM_SHA_256, 8192)]
+    assert [(i.mechanism, i.iterations) for i in described["dave"].scram_credential_infos] == [
+        (ScramMechanism.SCRAM_SHA_512, 4096)]
+
+    def scram(user: str, password: str, mechanism: str) -> dict:
+        return {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": mechanism, "sasl_plain_username": user,
+                "sasl_plain_password": password}
+
+    values = [b"scram-1", b"scram-2"]
+    deadline = time.monotonic() + WAIT_S
+    while scram_login(node.sasl_port, "SCRAM-SHA-256", "carol", "carol-256")[0] != 0:  # the broker's image has it
+        assert time.monotonic() < deadline, "carol could not log in with SCRAM-SHA-256"
+        time.sleep(0.2)
+    produce_kafka_python(node.sasl, "sasl-scram", values, **scram("carol", "carol-256", "SCRAM-SHA-256"))
+    assert consume_kafka_python(node.sasl, "sasl-scram", 2, **scram("dave", "dave-512", "SCRAM-SHA-512")) == values
+
+    # a wrong SCRAM password: Kafka's generic message, then the connection closes
+    assert scram_login(node.sasl_port, "SCRAM-SHA-256", "carol", "not-carols") == (
+        58, "Authentication failed during authentication due to invalid credentials with SASL mechanism SCRAM-SHA-256")
+
+    # kjbod's admin client logs in with SCRAM too
+    from kjbod.admin import AdminClient as KjbodAdmin
+    from kjbod.net.sasl import SaslCredentials
+
+    async def run():
+        async with KjbodAdmin(node.sasl, sasl=SaslCredentials("SCRAM-SHA-512", "dave", "dave-512"),
+                              request_timeout=10) as kjbod_admin:
+            return await kjbod_admin.describe_cluster()
+
+    assert [b.node_id for b in asyncio.run(run()).brokers] == [1]
+
+    # deleted: described as not found, and the user can no longer log in
+    deletion = admin.alter_user_scram_credentials([UserScramCredentialDeletion("carol",
+                                                                               ScramMechanism.SCRAM_SHA_256)])
+    deletion["carol"].result(WAIT_S)
+    with pytest.raises(Exception, match="does not exist"):
+        admin.describe_user_scram_credentials(["carol"])["carol"].result(WAIT_S)
+    assert scram_login(node.sasl_port, "SCRAM-SHA-256", "carol", "carol-256")[0] == 58
+    assert scram_login(node.sasl_port, "SCRAM-SHA-512", "dave", "dave-512") == (0, None)
+
+
+def test_kafka_python_admin_manages_scram_users(node: Node) -> None:
+    from kafka.admin import (
+        KafkaAdminClient,
+        ScramMechanism,
+        UserScramCredentialDeletion,
+        UserScramCredentialUpsertion,
+    )
+
+    admin = KafkaAdminClient(bootstrap_servers=node.sasl, **kafka_python_sasl("admin", "admin-secret"))
+    try:
+        done = admin.alter_user_scram_credentials([UserScramCredentialUpsertion(
+            "frank", ScramMechanism.SCRAM_SHA_512, "frank-pw", iterations=5000)])
+        assert done == {"frank": None}
+        described = admin.describe_user_scram_credentials(["frank"])
+        assert described["frank"]["error"] is None
+        assert [(i["mechanism"], i["iterations"]) for i in described["frank"]["credential_infos"]] == [
+            (ScramMechanism.SCRAM_SHA_512, 5000)]
+        deadline = time.monotonic() + WAIT_S
+        while scram_login(node.sasl_port, "SCRAM-SHA-512", "frank", "frank-pw") != (0, None):
+            assert time.monotonic() < deadline, "frank could not log in"
+            time.sleep(0.2)
+        assert admin.alter_user_scram_credentials([UserScramCredentialDeletion(
+            "frank", ScramMechanism.SCRAM_SHA_512)]) == {"frank": None}
+        described = admin.describe_user_scram_credentials(["frank"])
+        assert "does not exist" in (described["frank"]["error"] or "")
+    finally:
+        admin.close()
+
+
+def scram_login(port: int, mechanism: str, user: str, password: str) -> tuple[int, str | None]:
+    """A SCRAM exchange on a raw socket: (0, None) when it succeeded, else the error code and message of the
+    SaslAuthenticate answer that refused it (the server then closes the connection)."""
+    from kjbod.net.scram import MECHANISMS, ScramClient
+
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(request(17, 1, 1, SaslHandshakeRequest(mechanism=mechanism)))
+        assert SaslHandshakeResponse.decode(read_frame(sock)[4:], 1).error_code == 0
+        client = ScramClient(MECHANISMS[mechanism], user, password)
+        token = client.first()
+        for step in range(2):
+            sock.sendall(request(36, 1, 2 + step, SaslAuthenticateRequest(auth_bytes=token)))
+            answer = SaslAuthenticateResponse.decode(read_frame(sock)[4:], 1)
+            if answer.error_code != 0:
+                assert read_frame(sock) == b""
+                return answer.error_code, answer.error_message
+            if step == 0:
+                token = client.final(answer.auth_bytes)
+        client.verify(answer.auth_bytes)
+        return 0, None
