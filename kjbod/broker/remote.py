@@ -60,6 +60,8 @@ from kjbod.protocol.generated import (
     AllocateProducerIdsResponse,
     AlterConfigsRequest,
     AlterConfigsResponse,
+    AlterUserScramCredentialsRequest,
+    AlterUserScramCredentialsResponse,
     CreatePartitionsRequest,
     CreatePartitionsResponse,
     CreateTopicsRequest,
@@ -71,6 +73,7 @@ from kjbod.protocol.generated import (
 )
 from kjbod.protocol.generated import alter_configs_response as acr
 from kjbod.protocol.generated import incremental_alter_configs_response as iacr
+from kjbod.protocol.generated.alter_user_scram_credentials_response import AlterUserScramCredentialsResult
 from kjbod.protocol.generated.create_partitions_response import CreatePartitionsTopicResult
 from kjbod.protocol.generated.create_topics_response import CreatableTopicResult
 from kjbod.protocol.generated.delete_topics_response import DeletableTopicResult
@@ -400,4 +403,8 @@ def unanswered(body: Any, message: str) -> Any | None:
             for r in body.resources])
     if isinstance(body, AllocateProducerIdsRequest):
         return AllocateProducerIdsResponse(error_code=code)
+    if isinstance(body, AlterUserScramCredentialsRequest):
+        users = dict.fromkeys([d.name for d in body.deletions] + [u.name for u in body.upsertions])
+        return AlterUserScramCredentialsResponse(results=[AlterUserScramCredentialsResult(
+            user=name, error_code=code, error_message=message) for name in users])
     return None

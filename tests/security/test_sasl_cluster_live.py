@@ -42,7 +42,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[LiveServe
         "controller.quorum.bootstrap.servers": f"127.0.0.1:{cport}",
         "broker.heartbeat.interval.ms": "300",
         "broker.session.timeout.ms": "3000",
-        "sasl.enabled.mechanisms": "PLAIN",
+        "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-512",
         "sasl.mechanism.controller.protocol": "PLAIN",
         "sasl.mechanism.inter.broker.protocol": "PLAIN",
         "listener.name.controller.plain.sasl.jaas.config": JAAS,
@@ -106,3 +106,39 @@ def test_replication_with_every_listener_sasl(cluster: list[LiveServer]) -> None
     # the controller saw each broker log in as "broker"
     log = (cluster[0].directory / "stderr.log").read_text()
     assert "SASL authentication succeeded" in log and '"principal": "broker"' in log
+
+
+def test_a_scram_user_made_through_one_broker_logs_in_on_the_others(cluster: list[LiveServer]) -> None:
+    """AlterUserScramCredentials sent to broker 1 is forwarded to the controller; the record reaches every broker's
+    image through the metadata log, and each then takes the user's SCRAM-SHA-512 login."""
+    from confluent_kafka import KafkaException, Producer
+    from confluent_kafka.admin import (
+        AdminClient,
+        ScramCredentialInfo,
+        ScramMechanism,
+        UserScramCredentialUpsertion,
+    )
+
+    brokers = cluster[1:]
+    admin = AdminClient({"bootstrap.servers": brokers[0].bootstrap, "security.protocol": "SASL_PLAINTEXT",
+                         "sasl.mechanism": "PLAIN", "sasl.username": "alice", "sasl.password": "alice-secret",
+                         "log_level": 0})
+    futures = admin.alter_user_scram_credentials([UserScramCredentialUpsertion(
+        "grace", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096), b"grace-pw")])
+    futures["grace"].result(WAIT_S)
+    for broker in brokers[1:]:
+        deadline = time.monotonic() + WAIT_S
+        while True:
+            producer = Producer({"bootstrap.servers": broker.bootstrap, "security.protocol": "SASL_PLAINTEXT",
+                                 "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "grace",
+                                 "sasl.password": "grace-pw", "log_level": 0})
+            try:
+                metadata = producer.list_topics(timeout=5)
+                if metadata.brokers:
+                    break
+            except KafkaException:
+                pass
+            finally:
+                del producer
+            assert time.monotonic() < deadline, f"grace could not log in on broker {broker.node_id}"
+            time.sleep(0.3)

@@ -454,3 +454,51 @@ def scram_login(port: int, mechanism: str, user: str, password: str) -> tuple[in
                 token = client.final(answer.auth_bytes)
         client.verify(answer.auth_bytes)
         return 0, None
+
+
+def test_aiokafka_scram_sha_256(node: Node) -> None:
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+    from confluent_kafka.admin import (
+        AdminClient,
+        ScramCredentialInfo,
+        ScramMechanism,
+        UserScramCredentialUpsertion,
+    )
+
+    admin = AdminClient({"bootstrap.servers": node.sasl, "security.protocol": "SASL_PLAINTEXT",
+                         "sasl.mechanism": "PLAIN", "sasl.username": "admin", "sasl.password": "admin-secret",
+                         "log_level": 0})
+    admin.alter_user_scram_credentials([UserScramCredentialUpsertion(
+        "heidi", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096), b"heidi-pw")])["heidi"].result(WAIT_S)
+    deadline = time.monotonic() + WAIT_S
+    while scram_login(node.sasl_port, "SCRAM-SHA-256", "heidi", "heidi-pw") != (0, None):
+        assert time.monotonic() < deadline, "heidi could not log in"
+        time.sleep(0.2)
+
+    async def run() -> list[bytes]:
+        options = {"bootstrap_servers": node.sasl, "security_protocol": "SASL_PLAINTEXT",
+                   "sasl_mechanism": "SCRAM-SHA-256", "sasl_plain_username": "heidi", "sasl_plain_password": "heidi-pw"}
+        producer = AIOKafkaProducer(**options)
+        await producer.start()
+        try:
+            for i in range(50):
+                await producer.send("sasl-aio-scram", f"h-{i}".encode())
+            await producer.flush()
+        finally:
+            await producer.stop()
+        consumer = AIOKafkaConsumer(enable_auto_commit=False, **options)
+        await consumer.start()
+        try:
+            tp = TopicPartition("sasl-aio-scram", 0)
+            consumer.assign([tp])
+            await consumer.seek_to_beginning(tp)
+            out: list[bytes] = []
+            while len(out) < 50:
+                assert time.monotonic() < deadline, f"aiokafka got {len(out)} of 50 over SCRAM"
+                for batch in (await consumer.getmany(timeout_ms=500)).values():
+                    out.extend(r.value for r in batch)
+            return out
+        finally:
+            await consumer.stop()
+
+    assert asyncio.run(run()) == [f"h-{i}".encode() for i in range(50)]
