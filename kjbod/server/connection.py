@@ -66,6 +66,7 @@ from kjbod.metrics.counters import RequestStats
 from kjbod.net.sasl import SaslSettings
 from kjbod.server.handler import CloseConnection, Later, ListenerKind, Reply, RequestContext, RequestHandler
 from kjbod.server.logging import get_logger
+from kjbod.server.sasl_gate import MAX_RECEIVE_SIZE as SASL_MAX_RECEIVE_SIZE
 from kjbod.server.sasl_gate import SaslGate
 from kjbod.storage import timeline
 from kjbod.wire.framing import DEFAULT_MAX_FRAME_SIZE, SIZE_PREFIX_LENGTH, FrameDecoder, FrameError
@@ -218,7 +219,11 @@ class Connection(asyncio.BufferedProtocol):
         # A SASL listener: the gate answers the authentication exchange and passes frames on once it succeeded; the
         # router's ready answers wait until then (a raw v0 token must never be taken for a request).
         self.sasl: SaslGate | None = None
+        self._max_frame_size = max_frame_size
         if sasl is not None:
+            # Kafka's sasl.server.max.receive.size: a bigger size prefix before authentication closes the connection
+            # before its body is buffered
+            self._decoder.max_size = min(max_frame_size, SASL_MAX_RECEIVE_SIZE)
             self._router_ready, self._ready = self._ready, None
             self.sasl = SaslGate(self._handle, sasl, close_later=self._close_soon,
                                  on_authenticated=self._sasl_authenticated, scram_credential=scram_credential)
@@ -231,6 +236,7 @@ class Connection(asyncio.BufferedProtocol):
 
     def _sasl_authenticated(self) -> None:
         self._ready = self._router_ready
+        self._decoder.max_size = self._max_frame_size
 
     # -- public surface ---------------------------------------------------------------------------------------------
 

@@ -502,3 +502,14 @@ def test_aiokafka_scram_sha_256(node: Node) -> None:
             await consumer.stop()
 
     assert asyncio.run(run()) == [f"h-{i}".encode() for i in range(50)]
+
+
+def test_big_requests_wait_for_authentication(node: Node) -> None:
+    """Before authenticating, a size prefix over Kafka's sasl.server.max.receive.size (512 KiB) closes the connection
+    before any body is read; once authenticated, requests up to socket.request.max.bytes are served."""
+    with socket.create_connection(("127.0.0.1", node.sasl_port), timeout=10) as sock:
+        sock.sendall(struct.pack(">i", 600 * 1024))
+        assert read_frame(sock) == b""
+    big = [bytes(range(256)) * 3000]  # 768000 bytes: a Produce request bigger than the pre-authentication limit
+    produce_kafka_python(node.sasl, "sasl-big", big, max_request_size=2 * 1024 * 1024, **kafka_python_sasl())
+    assert consume_kafka_python(node.sasl, "sasl-big", 1, **kafka_python_sasl()) == big
