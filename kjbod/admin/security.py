@@ -4,8 +4,9 @@
 PLAINTEXT (the default) needs nothing; SSL and SASL_SSL build the TLS client side with kjbod.net.tls from the same
 ssl.* keys a Kafka client takes (ssl.truststore.* to trust the brokers, ssl.keystore.* for mutual TLS,
 ssl.endpoint.identification.algorithm for the host name check). SASL_PLAINTEXT and SASL_SSL take `sasl.mechanism`
-(Kafka's default GSSAPI is refused: kjbod serves PLAIN) and the username and password of `sasl.jaas.config`
-(`org.apache.kafka.common.security.plain.PlainLoginModule required username="..." password="...";`). Other client
+(Kafka's default GSSAPI is refused: kjbod serves PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512) and the username and
+password of `sasl.jaas.config` (`org.apache.kafka.common.security.plain.PlainLoginModule required username="..."
+password="...";`, or Kafka's ScramLoginModule with the same options). Other client
 keys (timeouts, client.id, ...) are left to the command's own options and not read here.
 """
 

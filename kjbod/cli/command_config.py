@@ -16,7 +16,7 @@ def add_command_config(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--command-config", metavar="FILE",
                         help="Kafka client properties for the connection (security.protocol=SSL, "
                              "ssl.truststore.location, ssl.keystore.* for mutual TLS; SASL_PLAINTEXT or SASL_SSL "
-                             "with sasl.mechanism=PLAIN and sasl.jaas.config)")
+                             "with sasl.mechanism (PLAIN, SCRAM-SHA-256/512) and sasl.jaas.config)")
 
 
 def admin_options(args: argparse.Namespace) -> dict[str, Any]:
