@@ -317,9 +317,24 @@ def test_custom_listener_names_need_a_protocol() -> None:
     )
 
 
-def test_sasl_is_not_supported_yet_and_tls_needs_a_keystore() -> None:
-    message = config_error(listeners="SASL_SSL://127.0.0.1:9094,CONTROLLER://127.0.0.1:9093")
-    assert "SASL_SSL" in message and "not supported" in message
+def test_sasl_needs_a_served_mechanism_and_tls_needs_a_keystore() -> None:
+    # Kafka's default mechanism is GSSAPI, which kjbod does not serve: the message says what to set
+    message = config_error(listeners="SASL_PLAINTEXT://127.0.0.1:9094,CONTROLLER://127.0.0.1:9093")
+    assert "sasl.enabled.mechanisms" in message and "GSSAPI" in message and "PLAIN" in message
+    message = config_error(listeners="SASL_PLAINTEXT://127.0.0.1:9094,CONTROLLER://127.0.0.1:9093",
+                           sasl__enabled__mechanisms="PLAIN")
+    assert "listener.name.sasl_plaintext.plain.sasl.jaas.config" in message
+    jaas = 'org.apache.kafka.common.security.plain.PlainLoginModule required user_alice="pw";'
+    c = build(listeners="PLAINTEXT://127.0.0.1:9092,SASL_PLAINTEXT://127.0.0.1:9094,CONTROLLER://127.0.0.1:9093",
+              sasl__enabled__mechanisms="PLAIN", **{"listener.name.sasl_plaintext.plain.sasl.jaas.config": jaas})
+    assert c.security_protocol("SASL_PLAINTEXT") == "SASL_PLAINTEXT"
+    assert c.sasl_settings("SASL_PLAINTEXT").users("PLAIN") == {"alice": "pw"}
+    # SASL on the inter-broker listener: this node's own username and password must be there
+    message = config_error(listeners="SASL_PLAINTEXT://127.0.0.1:9094,CONTROLLER://127.0.0.1:9093",
+                           inter__broker__listener__name="SASL_PLAINTEXT", sasl__enabled__mechanisms="PLAIN",
+                           sasl__mechanism__inter__broker__protocol="PLAIN",
+                           **{"listener.name.sasl_plaintext.plain.sasl.jaas.config": jaas})
+    assert "username" in message and "listener.name.sasl_plaintext.plain.sasl.jaas.config" in message
     # TLS listeners are served (tests/security); without a certificate and key one cannot start
     message = config_error(listeners="SSL://127.0.0.1:9094,CONTROLLER://127.0.0.1:9093")
     assert "listener SSL" in message and "ssl.keystore.location" in message

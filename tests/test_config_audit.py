@@ -63,7 +63,7 @@ EFFECTS: dict[str, list[str]] = {
                   "tests/test_cli_serve.py::test_port_in_use_is_one_line_exit_2"],
     "advertised.listeners": [f"{LIVE}::test_cluster_keys_show_in_what_clients_see"],
     "controller.listener.names": [f"{LIVE}::test_cluster_keys_show_in_what_clients_see"],
-    "listener.security.protocol.map": ["tests/test_config.py::test_sasl_is_not_supported_yet_and_tls_needs_a_keystore",
+    "listener.security.protocol.map": ["tests/test_config.py::test_sasl_needs_a_served_mechanism_and_tls_needs_a_keystore",
                                        "tests/test_config.py::test_custom_listener_names_need_a_protocol"],
     "log.dirs": ["tests/kip113/test_log_dirs_live.py::test_describe_log_dirs_reports_sizes_lags_and_volumes"],
     "log.dir": ["tests/test_config.py::test_log_dirs_wins_over_log_dir"],

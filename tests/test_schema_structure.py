@@ -73,6 +73,8 @@ SERVED_APIS: dict[str, tuple[int, int]] = {
     "DescribeGroups": (0, 5),
     "DeleteGroups": (0, 2),
     "OffsetDelete": (0, 0),
+    "DescribeUserScramCredentials": (0, 0),
+    "AlterUserScramCredentials": (0, 0),
 }
 SERVED_HEADERS: dict[str, tuple[int, int]] = {"RequestHeader": (0, 2), "ResponseHeader": (0, 1)}
 SERVED_RECORDS: dict[str, tuple[int, int]] = {
@@ -88,6 +90,8 @@ SERVED_RECORDS: dict[str, tuple[int, int]] = {
     "UnregisterBrokerRecord": (0, 0),
     "FeatureLevelRecord": (0, 0),
     "ProducerIdsRecord": (0, 0),
+    "UserScramCredentialRecord": (0, 0),
+    "RemoveUserScramCredentialRecord": (0, 0),
 }
 # Control records of the metadata log (schemas/raft/, Kafka type "data").
 # kjbod's own metadata records, which Kafka lacks: shipped beside Kafka's, never compared with them.
@@ -261,6 +265,13 @@ KAFKA_INLINE: dict[str, dict[str, Any]] = {
     "ProducerIdsRecord": {"apiKey": 15, "type": "metadata", "validVersions": "0", "flexibleVersions": "0+",
                           "fields": [_f("BrokerId", "int32", entityType="brokerId"),
                                      _f("BrokerEpoch", "int64", default="-1"), _f("NextProducerId", "int64")]},
+    "UserScramCredentialRecord": {"apiKey": 11, "type": "metadata", "validVersions": "0", "flexibleVersions": "0+",
+                                  "fields": [_f("Name", "string"), _f("Mechanism", "int8"), _f("Salt", "bytes"),
+                                             _f("StoredKey", "bytes"), _f("ServerKey", "bytes"),
+                                             _f("Iterations", "int32")]},
+    "RemoveUserScramCredentialRecord": {"apiKey": 22, "type": "metadata", "validVersions": "0",
+                                        "flexibleVersions": "0+",
+                                        "fields": [_f("Name", "string"), _f("Mechanism", "int8")]},
     "AllocateProducerIdsRequest": {"apiKey": 67, "type": "request", "listeners": ["zkBroker", "controller"],
                                    "validVersions": "0", "flexibleVersions": "0+",
                                    "fields": [_f("BrokerId", "int32", entityType="brokerId"),

@@ -89,6 +89,7 @@ from kjbod.admin.types import (
 from kjbod.net.backoff import ExponentialBackoff
 from kjbod.net.connection import ClientConnection
 from kjbod.net.correlator import api_name
+from kjbod.net.sasl import SaslCredentials
 from kjbod.protocol.errors import ErrorCode, KafkaError
 from kjbod.protocol.generated.alter_interbroker_throttled_rates_request import (
     AlterInterbrokerThrottledRatesRequest,
@@ -299,9 +300,12 @@ class AdminClient:
         retry_backoff_max: float = DEFAULT_RETRY_BACKOFF_MAX,
         max_response_bytes: int = DEFAULT_MAX_FRAME_SIZE,
         ssl_context: ssl.SSLContext | None = None,
+        sasl: SaslCredentials | None = None,
     ) -> None:
         """`ssl_context`: connect with TLS (a broker listener whose security protocol is SSL); see
-        kjbod.admin.security.ssl_context_from for one made from Kafka's client properties."""
+        kjbod.admin.security.ssl_context_from for one made from Kafka's client properties. `sasl`: authenticate
+        (SASL_PLAINTEXT and SASL_SSL listeners) with these credentials, e.g.
+        `SaslCredentials("PLAIN", "alice", "alice-secret")` or kjbod.admin.security.sasl_credentials_from."""
         if connect_timeout <= 0 or request_timeout <= 0:
             raise ValueError("timeouts must be positive")
         self.bootstrap_servers = parse_bootstrap_servers(bootstrap_servers)
@@ -312,6 +316,7 @@ class AdminClient:
         self.retry_backoff_max = retry_backoff_max
         self.max_response_bytes = max_response_bytes
         self.ssl_context = ssl_context
+        self.sasl = sasl
         self._connections: dict[tuple[str, int], asyncio.Task[ClientConnection]] = {}
         self._brokers: dict[int, BrokerNode] = {}
         self._controller_id: int | None = None
@@ -1504,7 +1509,7 @@ class AdminClient:
             task = asyncio.get_running_loop().create_task(ClientConnection.open(
                 address[0], address[1], client_id=self.client_id, connect_timeout=self.connect_timeout,
                 max_frame_size=self.max_response_bytes, software_name=CLIENT_SOFTWARE_NAME,
-                ssl_context=self.ssl_context))
+                ssl_context=self.ssl_context, sasl=self.sasl))
             # Retrieve a failure even when every waiter gave up, so asyncio does not log it as never retrieved.
             task.add_done_callback(lambda t: t.cancelled() or t.exception())
             self._connections[address] = task

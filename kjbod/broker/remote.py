@@ -52,6 +52,7 @@ from kjbod.metadata import EMPTY_IMAGE, MetadataDelta, MetadataImage, is_reserve
 from kjbod.net.controller_channel import SocketControllerChannel, controller_addresses
 from kjbod.net.correlator import PerVersion
 from kjbod.net.errors import ClientError
+from kjbod.net.sasl import client_credentials_of
 from kjbod.net.tls import client_context_of
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import (
@@ -59,6 +60,8 @@ from kjbod.protocol.generated import (
     AllocateProducerIdsResponse,
     AlterConfigsRequest,
     AlterConfigsResponse,
+    AlterUserScramCredentialsRequest,
+    AlterUserScramCredentialsResponse,
     CreatePartitionsRequest,
     CreatePartitionsResponse,
     CreateTopicsRequest,
@@ -70,6 +73,7 @@ from kjbod.protocol.generated import (
 )
 from kjbod.protocol.generated import alter_configs_response as acr
 from kjbod.protocol.generated import incremental_alter_configs_response as iacr
+from kjbod.protocol.generated.alter_user_scram_credentials_response import AlterUserScramCredentialsResult
 from kjbod.protocol.generated.create_partitions_response import CreatePartitionsTopicResult
 from kjbod.protocol.generated.create_topics_response import CreatableTopicResult
 from kjbod.protocol.generated.delete_topics_response import DeletableTopicResult
@@ -107,6 +111,9 @@ class RemoteBrokerNode(BrokerNode):
         # A TLS controller listener: this broker's client side of it (its ssl.* keys for that listener)
         names = getattr(config, "controller_listener_names", ()) or ()
         self._controller_ssl = client_context_of(config, names[0] if names else None)
+        # A SASL controller listener: the credentials of this broker's JAAS config for it
+        self._controller_sasl = client_credentials_of(config, names[0] if names else None,
+                                                      "sasl.mechanism.controller.protocol")
         self._logs_ready = False
         self._image_changed = asyncio.Condition()
         self._controlled_shutdown: asyncio.Future[None] | None = None
@@ -124,7 +131,7 @@ class RemoteBrokerNode(BrokerNode):
         """A connection of its own per user (see the module docstring); 30 s requests, as Kafka's channels."""
         channel = SocketControllerChannel(self.controller_addresses, request_timeout=30.0,
                                           client_id=f"kjbod-broker-{self.node_id}-{purpose}",
-                                          ssl_context=self._controller_ssl)
+                                          ssl_context=self._controller_ssl, sasl=self._controller_sasl)
         self._channels[purpose] = channel
         return channel
 
@@ -396,4 +403,8 @@ def unanswered(body: Any, message: str) -> Any | None:
             for r in body.resources])
     if isinstance(body, AllocateProducerIdsRequest):
         return AllocateProducerIdsResponse(error_code=code)
+    if isinstance(body, AlterUserScramCredentialsRequest):
+        users = dict.fromkeys([d.name for d in body.deletions] + [u.name for u in body.upsertions])
+        return AlterUserScramCredentialsResponse(results=[AlterUserScramCredentialsResult(
+            user=name, error_code=code, error_message=message) for name in users])
     return None

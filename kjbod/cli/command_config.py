@@ -1,6 +1,6 @@
 """`--command-config FILE`, as Kafka's tools take it: Kafka client properties for the connection to the cluster
 (security.protocol=SSL and the ssl.* keys: ssl.truststore.location to trust the brokers, ssl.keystore.* for mutual
-TLS). Read once, turned into the admin client's options; a problem is one line naming the file and the key."""
+TLS; SASL_PLAINTEXT or SASL_SSL with sasl.mechanism and sasl.jaas.config). Read once, turned into the admin client's options; a problem is one line naming the file and the key."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ __all__ = ["add_command_config", "admin_options"]
 def add_command_config(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--command-config", metavar="FILE",
                         help="Kafka client properties for the connection (security.protocol=SSL, "
-                             "ssl.truststore.location, ssl.keystore.* for mutual TLS)")
+                             "ssl.truststore.location, ssl.keystore.* for mutual TLS; SASL_PLAINTEXT or SASL_SSL "
+                             "with sasl.mechanism (PLAIN, SCRAM-SHA-256/512) and sasl.jaas.config)")
 
 
 def admin_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -23,7 +24,7 @@ def admin_options(args: argparse.Namespace) -> dict[str, Any]:
     path = getattr(args, "command_config", None)
     if not path:
         return {}
-    from kjbod.admin.security import ssl_context_from
+    from kjbod.admin.security import connection_options_from
     from kjbod.server.config import ConfigError, parse_properties
 
     try:
@@ -35,6 +36,6 @@ def admin_options(args: argparse.Namespace) -> dict[str, Any]:
         raise UserError(f"--command-config {path}: {e}") from None
     props = {key: value for _, key, value in entries}
     try:
-        return {"ssl_context": ssl_context_from(props)}
+        return connection_options_from(props)
     except ValueError as e:
         raise UserError(f"--command-config {path}: {e}") from None

@@ -32,6 +32,7 @@ from kjbod.controller import (
     producer_ids,
     reassignment,
     replication_control,
+    scram,
     throttles,
 )
 from kjbod.controller.errors import error_response
@@ -48,6 +49,7 @@ from kjbod.protocol.generated import (
     AlterInterbrokerThrottledReplicasRequest,
     AlterPartitionReassignmentsRequest,
     AlterPartitionRequest,
+    AlterUserScramCredentialsRequest,
     AssignReplicasToDirsRequest,
     BrokerHeartbeatRequest,
     BrokerRegistrationRequest,
@@ -139,6 +141,7 @@ class QuorumController:
             _key(ReassignPartitionsRequest): self._reassign_partitions,
             _key(AlterInterbrokerThrottledRatesRequest): self._alter_throttled_rates,
             _key(AlterInterbrokerThrottledReplicasRequest): self._alter_throttled_replicas,
+            _key(AlterUserScramCredentialsRequest): self._alter_user_scram_credentials,
         }
 
     # ------------------------------------------------------------------------------------------ lifecycle
@@ -340,6 +343,9 @@ class QuorumController:
 
     def _unregister(self, version: int, req: UnregisterBrokerRequest) -> Operation:
         return lambda image, _o: cluster_control.unregister_broker(image, req.broker_id)
+
+    def _alter_user_scram_credentials(self, version: int, req: AlterUserScramCredentialsRequest) -> Operation:
+        return lambda image, _o: scram.alter_user_scram_credentials(image, req)
 
     def _create_topics(self, version: int, req: CreateTopicsRequest) -> Operation:
         return lambda image, _o: replication_control.create_topics(image, req, self.settings, self.policy)

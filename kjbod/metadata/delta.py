@@ -27,6 +27,7 @@ from kjbod.metadata.image import (
     MetadataImage,
     PartitionImage,
     RateIntent,
+    ScramEntry,
     TopicImage,
 )
 from kjbod.protocol.generated import (
@@ -40,11 +41,13 @@ from kjbod.protocol.generated import (
     ReassignmentIntentRecord,
     RegisterBrokerRecord,
     RemoveTopicRecord,
+    RemoveUserScramCredentialRecord,
     ThrottledRateIntentRecord,
     ThrottledReplicasIntentRecord,
     TopicRecord,
     UnfenceBrokerRecord,
     UnregisterBrokerRecord,
+    UserScramCredentialRecord,
 )
 
 NO_CHANGE_LEADER = -2
@@ -97,6 +100,7 @@ class MetadataDelta:
         # KIP-179 throttle intents changed by this delta (None: ended)
         self._throttled_replicas: dict[tuple[UUID, int], tuple[tuple[int, ...], tuple[int, ...]] | None] = {}
         self._throttled_rates: dict[int, RateIntent | None] = {}
+        self._scram: dict[tuple[str, int], ScramEntry | None] = {}  # None: deleted
         self.dropped = 0  # records naming something the image does not have
 
     # ------------------------------------------------------------------------------------------ reading
@@ -271,6 +275,13 @@ class MetadataDelta:
     def _producer_ids_record(self, rec: ProducerIdsRecord) -> None:
         self._next_producer_id = rec.next_producer_id
 
+    def _user_scram_credential_record(self, rec: UserScramCredentialRecord) -> None:
+        self._scram[(rec.name, rec.mechanism)] = ScramEntry(bytes(rec.salt), bytes(rec.stored_key),
+                                                            bytes(rec.server_key), rec.iterations)
+
+    def _remove_user_scram_credential_record(self, rec: RemoveUserScramCredentialRecord) -> None:
+        self._scram[(rec.name, rec.mechanism)] = None
+
     def _feature_level_record(self, rec: FeatureLevelRecord) -> None:
         if self._features is None:
             self._features = dict(self.image.features)
@@ -320,7 +331,8 @@ class MetadataDelta:
             next_producer_id=image.next_producer_id if self._next_producer_id is None else self._next_producer_id,
             features=image.features if self._features is None else self._features, offset=self.offset,
             throttled_replicas=_merged(image.throttled_replicas, self._throttled_replicas),
-            throttled_rates=_merged(image.throttled_rates, self._throttled_rates))
+            throttled_rates=_merged(image.throttled_rates, self._throttled_rates),
+            scram=_merged(image.scram, self._scram))
 
     # ------------------------------------------------------------------------------------------ local changes
     def local_changes(self, node_id: int, new_image: MetadataImage) -> LocalChanges:
@@ -385,6 +397,8 @@ REPLAY: dict[type, Callable[[MetadataDelta, Any], None]] = {
     FeatureLevelRecord: MetadataDelta._feature_level_record,
     ThrottledReplicasIntentRecord: MetadataDelta._throttled_replicas_intent_record,
     ThrottledRateIntentRecord: MetadataDelta._throttled_rate_intent_record,
+    UserScramCredentialRecord: MetadataDelta._user_scram_credential_record,
+    RemoveUserScramCredentialRecord: MetadataDelta._remove_user_scram_credential_record,
 }
 
 

@@ -141,6 +141,16 @@ class RateIntent:
 
 
 @dataclass(frozen=True, slots=True)
+class ScramEntry:
+    """One user's SCRAM credential for one mechanism (UserScramCredentialRecord), keyed by (user, mechanism type)."""
+
+    salt: bytes
+    stored_key: bytes
+    server_key: bytes
+    iterations: int
+
+
+@dataclass(frozen=True, slots=True)
 class MetadataImage:
     topics_by_name: Mapping[str, TopicImage] = field(default_factory=dict)
     topics_by_id: Mapping[UUID, TopicImage] = field(default_factory=dict)
@@ -155,6 +165,7 @@ class MetadataImage:
     throttled_replicas: Mapping[tuple[UUID, int], tuple[tuple[int, ...], tuple[int, ...]]] = field(
         default_factory=dict)
     throttled_rates: Mapping[int, RateIntent] = field(default_factory=dict)
+    scram: Mapping[tuple[str, int], ScramEntry] = field(default_factory=dict)  # (user, mechanism type) -> credential
 
     # The reading interface handlers used on the old mutable image.
     @property

@@ -24,6 +24,7 @@ from kjbod.protocol.generated import (
     ThrottledRateIntentRecord,
     ThrottledReplicasIntentRecord,
     TopicRecord,
+    UserScramCredentialRecord,
 )
 from kjbod.protocol.generated.register_broker_record import BrokerEndpoint, BrokerFeature
 
@@ -63,6 +64,9 @@ def image_records(image: MetadataImage) -> list[Any]:
     for bid, r in sorted(image.throttled_rates.items()):
         out.append(ThrottledRateIntentRecord(broker_id=bid, leader_rate=r.leader_rate, leader_restore=r.leader_restore,
                                              follower_rate=r.follower_rate, follower_restore=r.follower_restore))
+    for (name, mechanism), c in sorted(image.scram.items()):
+        out.append(UserScramCredentialRecord(name=name, mechanism=mechanism, salt=c.salt, stored_key=c.stored_key,
+                                             server_key=c.server_key, iterations=c.iterations))
     if image.next_producer_id:
         out.append(ProducerIdsRecord(broker_id=-1, broker_epoch=-1, next_producer_id=image.next_producer_id))
     return out

@@ -13,7 +13,9 @@ Strategy:
 * `open()` connects and runs the ApiVersions exchange within `connect_timeout`; `pick_version()` then answers, per
   API, the highest version both sides serve.  Given an `ssl_context` (kjbod.net.tls.client_context: a TLS
   listener of the peer), the connection is TLS, its handshake part of the same timeout; a refused handshake is a
-  connection error that says why (a certificate not trusted, a host name that does not match, ...).
+  connection error that says why (a certificate not trusted, a host name that does not match, ...).  Given `sasl`
+  credentials (a SASL listener), SaslHandshake v1 and SaslAuthenticate follow the ApiVersions exchange, within the
+  same timeout; refused credentials raise `SaslAuthenticationError` (Kafka's code, the peer's message).
 * `ReconnectingConnection` keeps one live connection to the first reachable of a list of addresses, opening a new
   one after a failure with exponential backoff and jitter.
 """
@@ -31,9 +33,22 @@ import structlog
 
 from kjbod.net.backoff import ExponentialBackoff
 from kjbod.net.correlator import Correlator, VersionNegotiation, api_name, decode_response, pick_version
-from kjbod.net.errors import BrokerConnectionError, ClientError, ProtocolViolation, RequestTimeoutError
+from kjbod.net.errors import (
+    BrokerConnectionError,
+    ClientError,
+    ProtocolViolation,
+    RequestTimeoutError,
+    SaslAuthenticationError,
+)
+from kjbod.net.sasl import SaslAuthenticationFailed, SaslCredentials, plain_client_token
+from kjbod.net.scram import MECHANISMS, ScramClient
+from kjbod.protocol.errors import ErrorCode
+from kjbod.protocol.generated import SaslAuthenticateRequest, SaslHandshakeRequest
 from kjbod.protocol.headers import API_VERSIONS_KEY
 from kjbod.wire.framing import DEFAULT_MAX_FRAME_SIZE
+
+_SASL_HANDSHAKE = 17
+_SASL_AUTHENTICATE = 36
 
 __all__ = ["ClientConnection", "ReconnectingConnection", "software_version"]
 
@@ -73,7 +88,8 @@ class ClientConnection(asyncio.Protocol):
     @classmethod
     async def open(cls, host: str, port: int, *, client_id: str, connect_timeout: float,
                    software_name: str = "kjbod", max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
-                   peer_kind: str = "broker", ssl_context: ssl.SSLContext | None = None) -> ClientConnection:
+                   peer_kind: str = "broker", ssl_context: ssl.SSLContext | None = None,
+                   sasl: SaslCredentials | None = None) -> ClientConnection:
         """Connects and negotiates API versions, all within `connect_timeout` seconds."""
         loop = asyncio.get_running_loop()
         conn: ClientConnection | None = None
@@ -87,6 +103,8 @@ class ClientConnection(asyncio.Protocol):
                         lambda: cls(host, port, client_id, max_frame_size, peer_kind), host, port, ssl=ssl_context,
                         server_hostname=host, ssl_handshake_timeout=connect_timeout)
                 await conn._negotiate_versions(software_name)
+                if sasl is not None:
+                    await conn._authenticate(sasl, connect_timeout)
         except TimeoutError:
             if conn is not None:
                 conn.close()
@@ -125,6 +143,42 @@ class ClientConnection(asyncio.Protocol):
             raise
         assert negotiation.api_versions is not None
         self.api_versions = negotiation.api_versions
+
+    async def _authenticate(self, credentials: SaslCredentials, timeout: float) -> None:
+        """SaslHandshake v1 then SaslAuthenticate with the mechanism's tokens (a SASL listener of the peer)."""
+        version = self.pick_version(_SASL_HANDSHAKE, min_version=1)
+        answer = await self.request(_SASL_HANDSHAKE, version,
+                                    SaslHandshakeRequest(mechanism=credentials.mechanism), timeout)
+        if answer.error_code != 0:
+            error = SaslAuthenticationError(
+                self.host, self.port, ErrorCode(answer.error_code),
+                f"SASL mechanism {credentials.mechanism} refused (the {self.peer_kind} enables "
+                f"{', '.join(answer.mechanisms) or 'none'})")
+            self.close(error)
+            raise error
+        version = self.pick_version(_SASL_AUTHENTICATE)
+        scram = MECHANISMS.get(credentials.mechanism)
+        client = ScramClient(scram, credentials.username, credentials.password) if scram is not None else None
+        token = client.first() if client is not None else plain_client_token(credentials.username, credentials.password)
+        for step in range(2 if client is not None else 1):
+            result = await self.request(_SASL_AUTHENTICATE, version, SaslAuthenticateRequest(auth_bytes=token),
+                                        timeout)
+            if result.error_code != 0:
+                error = SaslAuthenticationError(self.host, self.port, ErrorCode(result.error_code),
+                                                result.error_message or ErrorCode(result.error_code).name)
+                self.close(error)
+                raise error
+            if client is not None:
+                try:
+                    if step == 0:
+                        token = client.final(result.auth_bytes)
+                    else:
+                        client.verify(result.auth_bytes)
+                except (SaslAuthenticationFailed, ValueError, KeyError) as e:
+                    error = SaslAuthenticationError(self.host, self.port, ErrorCode.SASL_AUTHENTICATION_FAILED,
+                                                    f"SCRAM exchange failed: {e}")
+                    self.close(error)
+                    raise error from None
 
     # ------------------------------------------------------------------------------------------ requests
 
@@ -273,7 +327,7 @@ class ReconnectingConnection:
     def __init__(self, addresses: Sequence[tuple[str, int]], *, client_id: str, connect_timeout: float,
                  backoff: ExponentialBackoff, software_name: str = "kjbod",
                  max_frame_size: int = DEFAULT_MAX_FRAME_SIZE, peer_kind: str = "broker",
-                 ssl_context: ssl.SSLContext | None = None) -> None:
+                 ssl_context: ssl.SSLContext | None = None, sasl: SaslCredentials | None = None) -> None:
         if not addresses:
             raise ValueError("no addresses to connect to")
         self.addresses = list(addresses)
@@ -284,6 +338,7 @@ class ReconnectingConnection:
         self.max_frame_size = max_frame_size
         self.peer_kind = peer_kind
         self.ssl_context = ssl_context
+        self.sasl = sasl
         self._conn: ClientConnection | None = None
         self._next = 0  # index of the address to try first
         self._lock = asyncio.Lock()
@@ -333,7 +388,7 @@ class ReconnectingConnection:
                             host, port, client_id=self.client_id,
                             connect_timeout=min(self.connect_timeout, remaining),
                             software_name=self.software_name, max_frame_size=self.max_frame_size,
-                            peer_kind=self.peer_kind, ssl_context=self.ssl_context)
+                            peer_kind=self.peer_kind, ssl_context=self.ssl_context, sasl=self.sasl)
                     except BrokerConnectionError as e:
                         failures.append(e)
                         continue

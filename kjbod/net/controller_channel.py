@@ -274,14 +274,16 @@ class SocketControllerChannel(ControllerChannel):
     """A channel to the controller listener of `addresses` (see `controller_addresses`)."""
 
     def __init__(self, addresses: Sequence[tuple[str, int]], *, connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
-                 ssl_context: Any = None, **options: Any) -> None:
-        """`ssl_context`: the client side of a TLS controller listener (kjbod.net.tls.client_context), or None."""
+                 ssl_context: Any = None, sasl: Any = None, **options: Any) -> None:
+        """`ssl_context`: the client side of a TLS controller listener (kjbod.net.tls.client_context), or None;
+        `sasl`: the credentials for a SASL controller listener (kjbod.net.sasl.client_credentials_of), or None."""
         super().__init__(**options)
         self.addresses = list(addresses)
         self._conn = ReconnectingConnection(
             self.addresses, client_id=self.client_id, connect_timeout=connect_timeout,
             backoff=ExponentialBackoff(self._backoff_template.initial, self._backoff_template.maximum),
-            software_name="kjbod-broker", peer_kind="controller", ssl_context=ssl_context)
+            software_name="kjbod-broker", peer_kind="controller", ssl_context=ssl_context,
+            sasl=sasl)
 
     @classmethod
     def from_quorum_config(cls, voters: str | None, bootstrap_servers: str | None,

@@ -19,6 +19,7 @@ __all__ = [
     "KafkaError",
     "ProtocolViolation",
     "RequestTimeoutError",
+    "SaslAuthenticationError",
     "UnsupportedVersionError",
     "error_for_code",
     "is_retriable",
@@ -37,6 +38,19 @@ class BrokerConnectionError(ClientError):
         self.port = port
         self.reason = reason
         super().__init__(ErrorCode.NETWORK_EXCEPTION, f"{host}:{port}: {reason}")
+
+
+class SaslAuthenticationError(ClientError):
+    """The peer refused our SASL credentials or mechanism (not retriable: the same credentials fail again)."""
+
+    def __init__(self, host: str, port: int, code: ErrorCode, message: str) -> None:
+        self.host = host
+        self.port = port
+        super().__init__(code, f"{host}:{port}: {message}")
+
+    @property
+    def retriable(self) -> bool:
+        return False
 
 
 class RequestTimeoutError(ClientError):

@@ -36,6 +36,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from kjbod.net.sasl import is_sasl
+from kjbod.net.scram import ScramCredential
 from kjbod.net.tls import TlsConfigError, TlsSettings, is_tls, server_context
 from kjbod.server.config import ConfigError, Listener, ServerConfig
 from kjbod.server.connection import Connection, ConnectionRegistry
@@ -111,8 +113,17 @@ async def serve(
     metrics: Any = None
     endpoint: Any = None
 
+    def scram_credential(user: str, mechanism_type: int) -> ScramCredential | None:
+        """A SCRAM credential from the node's current metadata image (AlterUserScramCredentials wrote it)."""
+        image = getattr(node, "metadata", None)
+        entry = image.scram.get((user, mechanism_type)) if image is not None else None
+        if entry is None:
+            return None
+        return ScramCredential(entry.salt, entry.stored_key, entry.server_key, entry.iterations)
+
     def connection_factory(listener: Listener, kind: Any) -> Callable[[], Connection]:
         tls = is_tls(listener.security_protocol)
+        sasl = config.sasl_settings(listener.name) if is_sasl(listener.security_protocol) else None
 
         def make() -> Connection:
             return Connection(
@@ -125,6 +136,8 @@ async def serve(
                 registry=registry,
                 stats=metrics.requests if metrics is not None else None,
                 tls=tls,
+                sasl=sasl,
+                scram_credential=scram_credential,
             )
 
         return make

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from kjbod.net.sasl import SaslConfigError, SaslSettings, is_sasl, is_sasl_key
 from kjbod.net.tls import (
     SSL_KEYS,
     SSL_NO_EFFECT,
@@ -60,7 +61,7 @@ INT_MIN = -(1 << 31)
 LONG_MIN = -(1 << 63)
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-SUPPORTED_SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL")
+SUPPORTED_SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 
 
 class ConfigError(ValueError):
@@ -543,6 +544,10 @@ class ServerConfig:
         """The ssl.* settings of `listener` (listener.name.<name>.ssl.* over ssl.*, Kafka's defaults)."""
         return TlsSettings.for_listener(self.properties, listener)
 
+    def sasl_settings(self, listener: str) -> SaslSettings:
+        """The SASL settings of `listener` (checked when the config was read)."""
+        return SaslSettings.for_listener(self.properties, listener)
+
     def security_protocol(self, listener: str) -> str:
         return self.listener_security_protocol_map.get(listener, "PLAINTEXT")
 
@@ -684,6 +689,8 @@ def build_config(
             if ssl_key in SSL_NO_EFFECT:
                 ignored[key] = raw
             continue
+        if is_sasl_key(key):
+            continue  # Kafka's SASL keys, plain or for one listener: read by the SASL listeners (kjbod.net.sasl)
         canonical = ALIASES.get(key, key)
         keydef = KEYS.get(canonical)
         if keydef is None:
@@ -832,6 +839,16 @@ def build_config(
     for name in sorted(client_listeners):
         if is_tls(protomap.get(name, "PLAINTEXT")):
             _check_tls(props, name, server=False, located=located)
+    # SASL: every SASL listener's mechanisms and JAAS configs, and the credentials this node authenticates with on
+    # the inter-broker and controller listeners when they are SASL.
+    for ln in listeners:
+        if is_sasl(ln.security_protocol):
+            _check_sasl(props, ln.name, located=located)
+    for name in sorted(client_listeners):
+        if is_sasl(protomap.get(name, "PLAINTEXT")):
+            _check_sasl(props, name, client_key=(
+                "sasl.mechanism.controller.protocol" if name in controller_names
+                else "sasl.mechanism.inter.broker.protocol"), located=located)
 
     # Log dirs: log.dirs wins over log.dir; absolute, normalised, distinct, not inside each other.
     base = base_dir or os.getcwd()
@@ -956,6 +973,27 @@ def build_config(
         ignored=ignored,
         properties=dict(props),
     )
+
+
+def _check_sasl(props: Mapping[str, str], listener: str, *, client_key: str | None = None,
+                located: Any) -> None:
+    """A SASL listener's server side (`client_key` None) or the client side this node opens to it, with the
+    mechanism `client_key` names (Kafka's default GSSAPI when unset)."""
+    try:
+        if client_key is None:
+            SaslSettings.for_listener(props, listener)
+            return
+        settings = SaslSettings.for_listener(props, listener, server=False)
+        mechanism = props.get(client_key, "GSSAPI").strip()
+        try:
+            settings.client_credentials(mechanism)
+        except SaslConfigError as e:
+            if "the client mechanism" in str(e):
+                raise SaslConfigError(str(e).replace("the client mechanism", client_key)) from None
+            raise
+    except SaslConfigError as e:
+        key = next((k for k in props if k in str(e)), "")
+        raise located(key, ConfigError(str(e))) from None
 
 
 def _check_tls(props: Mapping[str, str], listener: str, *, server: bool,

@@ -31,6 +31,8 @@ Strategy:
 * TLS connections (`tls=True`) never use sendfile: the kernel would put the file's bytes on the socket past the
   TLS layer, unencrypted. The handlers answer them with record bytes instead of regions (the Fetch handler reads
   them on the dirs' workers); a region that still reaches one goes out through the pread copy above.
+* SASL listeners (`sasl=`): a `kjbod.server.sasl_gate.SaslGate` stands before the handler until the client has
+  authenticated; the router's ready answers are off until then.
 * Backpressure: reading pauses while `max_pending` replies are queued (frames already received stay in the decoder
   and are processed when the queue falls to half), and while the transport asks us to pause writing.
 * Errors: a bad size prefix, a `CloseConnection` from the handler, or an unexpected handler exception stops
@@ -61,8 +63,11 @@ from kjbod.metrics.counters import BOUNDS_S as _BOUNDS_S
 from kjbod.metrics.counters import BUCKETS as _BUCKETS
 from kjbod.metrics.counters import ROUTE_LIMIT as _ROUTE_LIMIT
 from kjbod.metrics.counters import RequestStats
+from kjbod.net.sasl import SaslSettings
 from kjbod.server.handler import CloseConnection, Later, ListenerKind, Reply, RequestContext, RequestHandler
 from kjbod.server.logging import get_logger
+from kjbod.server.sasl_gate import MAX_RECEIVE_SIZE as SASL_MAX_RECEIVE_SIZE
+from kjbod.server.sasl_gate import SaslGate
 from kjbod.storage import timeline
 from kjbod.wire.framing import DEFAULT_MAX_FRAME_SIZE, SIZE_PREFIX_LENGTH, FrameDecoder, FrameError
 from kjbod.wire.region import FileRegion
@@ -161,6 +166,8 @@ class Connection(asyncio.BufferedProtocol):
         registry: ConnectionRegistry | None = None,
         stats: RequestStats | None = None,
         tls: bool = False,
+        sasl: SaslSettings | None = None,
+        scram_credential: Any = None,
     ) -> None:
         if max_pending < 1:
             raise ValueError("max_pending must be >= 1")
@@ -209,6 +216,27 @@ class Connection(asyncio.BufferedProtocol):
         self._big: bytearray | None = None
         self._big_view: memoryview | None = None
         self._big_filled = 0
+        # A SASL listener: the gate answers the authentication exchange and passes frames on once it succeeded; the
+        # router's ready answers wait until then (a raw v0 token must never be taken for a request).
+        self.sasl: SaslGate | None = None
+        self._max_frame_size = max_frame_size
+        if sasl is not None:
+            # Kafka's sasl.server.max.receive.size: a bigger size prefix before authentication closes the connection
+            # before its body is buffered
+            self._decoder.max_size = min(max_frame_size, SASL_MAX_RECEIVE_SIZE)
+            self._router_ready, self._ready = self._ready, None
+            self.sasl = SaslGate(self._handle, sasl, close_later=self._close_soon,
+                                 on_authenticated=self._sasl_authenticated, scram_credential=scram_credential)
+            self._handle = self.sasl.handle
+
+    def _close_soon(self, reason: str) -> None:
+        """Close once the reply being built now is written (it goes out in this pass of the loop)."""
+        assert self._loop is not None
+        self._loop.call_soon(self.close_after_pending, reason)
+
+    def _sasl_authenticated(self) -> None:
+        self._ready = self._router_ready
+        self._decoder.max_size = self._max_frame_size
 
     # -- public surface ---------------------------------------------------------------------------------------------
 

@@ -103,6 +103,14 @@ class FrameDecoder:
     def max_size(self) -> int:
         return self._max_size
 
+    @max_size.setter
+    def max_size(self, value: int) -> None:
+        """A new limit for the frames whose size prefix is not read yet (a SASL connection's limit rises once the
+        client has authenticated)."""
+        if value < 0:
+            raise ValueError("max_size must be >= 0")
+        self._max_size = value
+
     @property
     def buffered(self) -> int:
         """Bytes held for frames not yet returned (a size prefix already read and checked is not counted)."""

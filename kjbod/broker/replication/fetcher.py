@@ -511,7 +511,8 @@ class Fetcher:
                                         f"{self.manager.listener_name}")
         self._conn = await ClientConnection.open(
             endpoint.host, endpoint.port, client_id=f"kjbod-replica-fetcher-{self.node.node_id}-{self.fetcher_id}",
-            connect_timeout=self.manager.config.socket_timeout_ms / 1000, ssl_context=self.manager.ssl_context)
+            connect_timeout=self.manager.config.socket_timeout_ms / 1000, ssl_context=self.manager.ssl_context,
+            sasl=self.manager.sasl)
         return self._conn
 
     def _request(self, ready: list[FetchState], version: int) -> FollowerFetchRequest | None:

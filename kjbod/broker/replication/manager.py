@@ -44,6 +44,7 @@ from kjbod.broker.replication.partition import FOLLOWER, LEADER, PartitionState,
 from kjbod.broker.replication.throttle import ReplicationThrottles
 from kjbod.metadata import BROKER_RESOURCE
 from kjbod.net import trace
+from kjbod.net.sasl import client_credentials_of
 from kjbod.net.tasks import cancel_and_wait
 from kjbod.net.tls import client_context_of
 from kjbod.protocol.errors import ErrorCode
@@ -152,6 +153,8 @@ class ReplicaManager:
         self.listener_name = inter_broker_listener(node.config)
         # The fetchers' client side of a TLS inter-broker listener (this broker's ssl.* keys for it), else None
         self.ssl_context = client_context_of(node.config, self.listener_name)
+        # ... and the credentials for a SASL inter-broker listener (this broker's JAAS config for it), else None
+        self.sasl = client_credentials_of(node.config, self.listener_name, "sasl.mechanism.inter.broker.protocol")
         # ISR changes this leader made (the controller took them): Kafka's IsrShrinksPerSec / IsrExpandsPerSec
         # as counters, read by the metrics endpoint (kjbod.metrics), which turns them into rates.
         self.isr_shrinks = 0

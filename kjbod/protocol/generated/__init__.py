@@ -16,6 +16,8 @@ from .alter_partition_request import AlterPartitionRequest
 from .alter_partition_response import AlterPartitionResponse
 from .alter_replica_log_dirs_request import AlterReplicaLogDirsRequest
 from .alter_replica_log_dirs_response import AlterReplicaLogDirsResponse
+from .alter_user_scram_credentials_request import AlterUserScramCredentialsRequest
+from .alter_user_scram_credentials_response import AlterUserScramCredentialsResponse
 from .api_versions_request import ApiVersionsRequest
 from .api_versions_response import ApiVersionsResponse
 from .assign_replicas_to_dirs_request import AssignReplicasToDirsRequest
@@ -44,6 +46,8 @@ from .describe_groups_request import DescribeGroupsRequest
 from .describe_groups_response import DescribeGroupsResponse
 from .describe_log_dirs_request import DescribeLogDirsRequest
 from .describe_log_dirs_response import DescribeLogDirsResponse
+from .describe_user_scram_credentials_request import DescribeUserScramCredentialsRequest
+from .describe_user_scram_credentials_response import DescribeUserScramCredentialsResponse
 from .elect_leaders_request import ElectLeadersRequest
 from .elect_leaders_response import ElectLeadersResponse
 from .feature_level_record import FeatureLevelRecord
@@ -91,6 +95,7 @@ from .reassign_partitions_response import ReassignPartitionsResponse
 from .reassignment_intent_record import ReassignmentIntentRecord
 from .register_broker_record import RegisterBrokerRecord
 from .remove_topic_record import RemoveTopicRecord
+from .remove_user_scram_credential_record import RemoveUserScramCredentialRecord
 from .request_header import RequestHeader
 from .response_header import ResponseHeader
 from .sasl_authenticate_request import SaslAuthenticateRequest
@@ -108,6 +113,7 @@ from .unfence_broker_record import UnfenceBrokerRecord
 from .unregister_broker_record import UnregisterBrokerRecord
 from .unregister_broker_request import UnregisterBrokerRequest
 from .unregister_broker_response import UnregisterBrokerResponse
+from .user_scram_credential_record import UserScramCredentialRecord
 
 __all__ = [
     'AllocateProducerIdsRequest',
@@ -124,6 +130,8 @@ __all__ = [
     'AlterPartitionResponse',
     'AlterReplicaLogDirsRequest',
     'AlterReplicaLogDirsResponse',
+    'AlterUserScramCredentialsRequest',
+    'AlterUserScramCredentialsResponse',
     'ApiVersionsRequest',
     'ApiVersionsResponse',
     'AssignReplicasToDirsRequest',
@@ -152,6 +160,8 @@ __all__ = [
     'DescribeGroupsResponse',
     'DescribeLogDirsRequest',
     'DescribeLogDirsResponse',
+    'DescribeUserScramCredentialsRequest',
+    'DescribeUserScramCredentialsResponse',
     'ElectLeadersRequest',
     'ElectLeadersResponse',
     'FeatureLevelRecord',
@@ -199,6 +209,7 @@ __all__ = [
     'ReassignmentIntentRecord',
     'RegisterBrokerRecord',
     'RemoveTopicRecord',
+    'RemoveUserScramCredentialRecord',
     'RequestHeader',
     'ResponseHeader',
     'SaslAuthenticateRequest',
@@ -216,4 +227,5 @@ __all__ = [
     'UnregisterBrokerRecord',
     'UnregisterBrokerRequest',
     'UnregisterBrokerResponse',
+    'UserScramCredentialRecord',
 ]

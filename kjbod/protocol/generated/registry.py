@@ -20,6 +20,8 @@ from .alter_partition_request import AlterPartitionRequest
 from .alter_partition_response import AlterPartitionResponse
 from .alter_replica_log_dirs_request import AlterReplicaLogDirsRequest
 from .alter_replica_log_dirs_response import AlterReplicaLogDirsResponse
+from .alter_user_scram_credentials_request import AlterUserScramCredentialsRequest
+from .alter_user_scram_credentials_response import AlterUserScramCredentialsResponse
 from .api_versions_request import ApiVersionsRequest
 from .api_versions_response import ApiVersionsResponse
 from .assign_replicas_to_dirs_request import AssignReplicasToDirsRequest
@@ -48,6 +50,8 @@ from .describe_groups_request import DescribeGroupsRequest
 from .describe_groups_response import DescribeGroupsResponse
 from .describe_log_dirs_request import DescribeLogDirsRequest
 from .describe_log_dirs_response import DescribeLogDirsResponse
+from .describe_user_scram_credentials_request import DescribeUserScramCredentialsRequest
+from .describe_user_scram_credentials_response import DescribeUserScramCredentialsResponse
 from .elect_leaders_request import ElectLeadersRequest
 from .elect_leaders_response import ElectLeadersResponse
 from .feature_level_record import FeatureLevelRecord
@@ -95,6 +99,7 @@ from .reassign_partitions_response import ReassignPartitionsResponse
 from .reassignment_intent_record import ReassignmentIntentRecord
 from .register_broker_record import RegisterBrokerRecord
 from .remove_topic_record import RemoveTopicRecord
+from .remove_user_scram_credential_record import RemoveUserScramCredentialRecord
 from .request_header import RequestHeader
 from .response_header import ResponseHeader
 from .sasl_authenticate_request import SaslAuthenticateRequest
@@ -112,6 +117,7 @@ from .unfence_broker_record import UnfenceBrokerRecord
 from .unregister_broker_record import UnregisterBrokerRecord
 from .unregister_broker_request import UnregisterBrokerRequest
 from .unregister_broker_response import UnregisterBrokerResponse
+from .user_scram_credential_record import UserScramCredentialRecord
 
 
 class ApiInfo(NamedTuple):
@@ -158,6 +164,8 @@ APIS: dict[int, ApiInfo] = {
     45: ApiInfo(45, 'AlterPartitionReassignments', AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse, 0, 1, 0, frozenset(['broker', 'controller'])),
     46: ApiInfo(46, 'ListPartitionReassignments', ListPartitionReassignmentsRequest, ListPartitionReassignmentsResponse, 0, 0, 0, frozenset(['broker', 'controller'])),
     47: ApiInfo(47, 'OffsetDelete', OffsetDeleteRequest, OffsetDeleteResponse, 0, 0, None, frozenset(['broker'])),
+    50: ApiInfo(50, 'DescribeUserScramCredentials', DescribeUserScramCredentialsRequest, DescribeUserScramCredentialsResponse, 0, 0, 0, frozenset(['broker', 'controller'])),
+    51: ApiInfo(51, 'AlterUserScramCredentials', AlterUserScramCredentialsRequest, AlterUserScramCredentialsResponse, 0, 0, 0, frozenset(['broker', 'controller'])),
     56: ApiInfo(56, 'AlterPartition', AlterPartitionRequest, AlterPartitionResponse, 0, 3, 0, frozenset(['controller'])),
     59: ApiInfo(59, 'FetchSnapshot', FetchSnapshotRequest, FetchSnapshotResponse, 0, 1, 0, frozenset(['controller'])),
     60: ApiInfo(60, 'DescribeCluster', DescribeClusterRequest, DescribeClusterResponse, 0, 2, 0, frozenset(['broker', 'controller'])),
@@ -181,9 +189,11 @@ METADATA_RECORDS: dict[int, type] = {
     7: FenceBrokerRecord,
     8: UnfenceBrokerRecord,
     9: RemoveTopicRecord,
+    11: UserScramCredentialRecord,
     12: FeatureLevelRecord,
     15: ProducerIdsRecord,
     17: BrokerRegistrationChangeRecord,
+    22: RemoveUserScramCredentialRecord,
     10000: ReassignmentIntentRecord,
     10001: ThrottledReplicasIntentRecord,
     10002: ThrottledRateIntentRecord,
