@@ -55,6 +55,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from . import nowait_probe
 from .common import heading, median, verdict
 from .datapath import (
     BenchServer,
@@ -302,6 +303,10 @@ def report_write_floor(directory: Path) -> dict:
               f"worker's own Python and the GIL")
     else:
         print(f"{line}; the kernel-thread comparison did not run: {why}")
+    nowait = nowait_probe.probe(directory, count=100)
+    out["nowait_appends_written"] = nowait["written"] / nowait["count"]
+    print(f"   A write the loop could make without ever waiting (pwritev2 with RWF_NOWAIT, no hand-off) on this "
+          f"benchmark's filesystem: {nowait_probe.describe(nowait)} (python -m tools.bench.nowait_probe for others)")
     return out
 
 
