@@ -135,6 +135,12 @@ EFFECTS: dict[str, list[str]] = {
         "test_snapshot_interval_key_makes_the_controller_snapshot_and_a_restart_loads_it",
         "tests/controller/test_quorum.py::test_a_snapshot_is_written_off_the_loop_once_enough_bytes_were_written"],
     "log.message.timestamp.type": [f"{EFFECT}[log.message.timestamp.type]"],
+    "compression.type": [f"{EFFECT}[compression.type]",
+                         "tests/storage/test_compression_type.py::"
+                         "test_every_batch_is_stored_in_the_topics_codec_with_its_records_unchanged"],
+    "compression.gzip.level": [f"{EFFECT}[compression.gzip.level]"],
+    "compression.lz4.level": [f"{EFFECT}[compression.lz4.level]"],
+    "compression.zstd.level": [f"{EFFECT}[compression.zstd.level]"],
     "log.message.timestamp.before.max.ms": [f"{EFFECT}[log.message.timestamp.before.max.ms]"],
     "log.message.timestamp.after.max.ms": [f"{EFFECT}[log.message.timestamp.after.max.ms]"],
     "kjbod.zero.copy": ["tests/test_connection.py::test_client_disconnecting_mid_response"],
@@ -320,7 +326,9 @@ def test_every_topic_config_reaches_the_log_and_storage_reads_it():
     assert {d.broker_key for d in topic_config.DEFS.values()} - {None} <= set(EFFECTS)
     read = names_read_by_the_node({REPO / "kjbod/storage/config.py"})
     # Fields the storage reads through a LogConfig property.
-    read |= {field for field, prop in {"message_timestamp_type": "log_append_time"}.items() if prop in read}
+    read |= {field for field, prop in {"message_timestamp_type": "log_append_time", "compression_type": "target_codec",
+                                       **{f"compression_{c}_level": "target_level" for c in ("gzip", "lz4", "zstd")},
+                                       }.items() if prop in read}
     read |= {"cleanup_policy"} if {"compact", "delete"} <= read else set()  # read through LogConfig.compact/.delete
     unread = {f.name for f in dataclasses.fields(LogConfig)} - read
     assert not unread, f"LogConfig fields nothing outside kjbod/storage/config.py reads: {sorted(unread)}"

@@ -9,6 +9,7 @@ tests as the proof that the keys take effect.
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -130,6 +131,34 @@ def stored_timestamp_type(_m: LogManager, plog: Any, clock: FakeClock) -> str:
     return "LogAppendTime" if attributes & 0x08 else "CreateTime"
 
 
+def stored_codec(_m: LogManager, plog: Any, clock: FakeClock) -> str:
+    """The codec of a gzip batch once stored."""
+    from kjbod.storage.records import CODEC_NAMES
+
+    plog.append(kp_batch([b"x" * 100], timestamp=clock(), compression=1))
+    plog.flush()
+    attributes = int.from_bytes(Path(plog.active_segment.log_path).read_bytes()[21:23], "big")
+    return CODEC_NAMES[attributes & 0x07]
+
+
+def stored_level(codec: int, levels: tuple[int, ...]) -> Callable[[LogManager, Any, FakeClock], int | None]:
+    """Which of ``levels`` compressed an uncompressed batch stored in ``codec`` (each level's output differs)."""
+    from kjbod.storage.records import RECORD_BATCH_OVERHEAD, build_batch, compress
+
+    def scenario(_m: LogManager, plog: Any, clock: FakeClock) -> int | None:
+        rnd = random.Random(7)  # text of a few hundred words: each level compresses it differently
+        words = [bytes(rnd.choice(b"abcdefghij") for _ in range(rnd.randint(2, 8))) for _ in range(300)]
+        sent = build_batch([(None, b" ".join(rnd.choice(words) for _ in range(6000)), [], clock())])
+        plog.append(sent)
+        plog.flush()
+        stored = Path(plog.active_segment.log_path).read_bytes()
+        matches = [lv for lv in levels if stored[RECORD_BATCH_OVERHEAD:] ==
+                   compress(codec, sent[RECORD_BATCH_OVERHEAD:], lv)]
+        return matches[0] if len(matches) == 1 else None
+
+    return scenario
+
+
 def keyed_update(plog: Any, key: bytes, value: bytes | None, ts: int = T0) -> None:
     from kjbod.storage.records import build_batch
 
@@ -203,6 +232,10 @@ CASES: list[tuple[str, str, dict[str, str], Callable[[LogManager, Any, FakeClock
     ("log.message.timestamp.before.max.ms", "1000", {}, accepts_a_batch_stamped(-HOUR), True, False),
     ("log.message.timestamp.after.max.ms", "1000", {}, accepts_a_batch_stamped(HOUR), True, False),
     ("log.message.timestamp.type", "LogAppendTime", {}, stored_timestamp_type, "CreateTime", "LogAppendTime"),
+    ("compression.type", "zstd", {}, stored_codec, "gzip", "zstd"),
+    ("compression.gzip.level", "1", {"compression.type": "gzip"}, stored_level(1, (-1, 1)), -1, 1),
+    ("compression.lz4.level", "1", {"compression.type": "lz4"}, stored_level(3, (9, 1)), 9, 1),
+    ("compression.zstd.level", "1", {"compression.type": "zstd"}, stored_level(4, (3, 1)), 3, 1),
     # Compaction: 12 updates of 2 keys, then 2 more; compacted, only the 2 newest remain.
     ("log.cleanup.policy", "compact", SMALL_SEGMENTS, records_after_cleaning(), 14, 2),
     ("log.cleaner.enable", "false", COMPACT, records_after_cleaning(), 2, 14),

@@ -41,7 +41,8 @@ KAFKA_RECONFIGURABLE = {
     "unclean.leader.election.enable", "min.insync.replicas", "log.message.timestamp.type",
     "log.message.timestamp.before.max.ms", "log.message.timestamp.after.max.ms",
     "log.cleaner.delete.retention.ms", "log.cleaner.min.compaction.lag.ms", "log.cleaner.max.compaction.lag.ms",
-    "log.cleaner.min.cleanable.ratio",
+    "log.cleaner.min.cleanable.ratio", "compression.type", "compression.gzip.level", "compression.lz4.level",
+    "compression.zstd.level",
 }
 # A valid value of each, different from its default.
 GOOD = {
@@ -54,6 +55,8 @@ GOOD = {
     "log.message.timestamp.after.max.ms": "3600000",
     "log.cleaner.delete.retention.ms": "1000", "log.cleaner.min.compaction.lag.ms": "1000",
     "log.cleaner.max.compaction.lag.ms": "1000", "log.cleaner.min.cleanable.ratio": "0.25",
+    "compression.type": "zstd", "compression.gzip.level": "9", "compression.lz4.level": "12",
+    "compression.zstd.level": "-3",
 }
 SET, DELETE = bc.SET, bc.DELETE
 

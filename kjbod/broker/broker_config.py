@@ -138,6 +138,12 @@ BROKER_KEYS: dict[str, BrokerKey] = {k.name: k for k in [
               doc="Default max.compaction.lag.ms of topics."),
     BrokerKey("log.message.timestamp.type", STRING, "log_message_timestamp_type", dynamic=True,
               doc="Default timestamp type of topics: CreateTime or LogAppendTime."),
+    BrokerKey("compression.type", STRING, "compression_type", dynamic=True,
+              doc="Default codec topics store batches in: producer (each producer's own), uncompressed, gzip, "
+                  "snappy, lz4 or zstd."),
+    *[BrokerKey(f"compression.{codec}.level", INT, f"compression_{codec}_level", dynamic=True,
+                doc=f"Default level of {codec} where topics store batches in it.")
+      for codec in ("gzip", "lz4", "zstd")],
     BrokerKey("log.message.timestamp.before.max.ms", LONG, "log_message_timestamp_before_max_ms", dynamic=True,
               doc="Default for how far in the past a record's CreateTime timestamp may be."),
     BrokerKey("log.message.timestamp.after.max.ms", LONG, "log_message_timestamp_after_max_ms", dynamic=True,

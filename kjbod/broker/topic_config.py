@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kjbod.broker.replication.throttle import replica_list_problem
+from kjbod.storage.config import COMPRESSION_TYPES, LEVEL_DEFAULTS, compression_level_problem
 
 LONG_MAX = (1 << 63) - 1
 INT_MAX = (1 << 31) - 1
@@ -48,6 +49,10 @@ def _policies(value: Any) -> str | None:
     if not policies or any(p not in ("delete", "compact") for p in policies):
         return "must be a list of delete and compact"
     return None
+
+
+def _level(codec: str) -> Callable[[Any], str | None]:
+    return lambda v: compression_level_problem(codec, v)
 
 
 def _ratio(value: Any) -> str | None:
@@ -107,6 +112,14 @@ DEFS: dict[str, TopicConfigDef] = {d.name: d for d in [
                    LONG_MAX, _at_least(0), "How far in the past a record's CreateTime timestamp may be."),
     TopicConfigDef("message.timestamp.after.max.ms", "long", "log.message.timestamp.after.max.ms", "log_message_timestamp_after_max_ms",
                    LONG_MAX, _at_least(0), "How far in the future a record's CreateTime timestamp may be."),
+    # Applied on produce (kjbod.storage.records.validate_records rebuilds a batch sent in another codec).
+    TopicConfigDef("compression.type", "string", "compression.type", "compression_type", "producer",
+                   _one_of(*COMPRESSION_TYPES),
+                   "The codec batches are stored in; producer keeps each producer's own."),
+    *[TopicConfigDef(f"compression.{codec}.level", "int", f"compression.{codec}.level",
+                     f"compression_{codec}_level", LEVEL_DEFAULTS[codec], _level(codec),
+                     f"The compression level where compression.type is {codec}.")
+      for codec in ("gzip", "lz4", "zstd")],
     # Read by the controller from the metadata image when it elects leaders (kjbod.controller.partition_change).
     TopicConfigDef("unclean.leader.election.enable", "boolean", "unclean.leader.election.enable",
                    "unclean_leader_election_enable", False,

@@ -167,6 +167,14 @@ def _policies(key: str, raw: str) -> str:
     return ",".join(dict.fromkeys(policies))
 
 
+def _gzip_level(key: str, raw: str) -> int:
+    """compression.gzip.level: Kafka takes 1 to 9, or -1 for gzip's own default."""
+    level = _int()(key, raw)
+    if level != -1 and not 1 <= level <= 9:
+        raise _bad(key, raw, "an integer between 1 and 9, or -1")
+    return level
+
+
 def _one_of(*choices: str) -> Callable[[str, str], str]:
     def conv(key: str, raw: str) -> str:
         value = raw.strip()
@@ -321,6 +329,11 @@ KEYS: dict[str, KeyDef] = {
         KeyDef("log.cleaner.min.compaction.lag.ms", _long(0), 0),
         KeyDef("log.cleaner.max.compaction.lag.ms", _long(1), LONG_MAX),
         KeyDef("log.message.timestamp.type", _one_of("CreateTime", "LogAppendTime"), "CreateTime"),
+        KeyDef("compression.type", _one_of("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"), "producer",
+               "the codec topics store batches in (producer: each producer's own)"),
+        KeyDef("compression.gzip.level", _gzip_level, -1, "1 to 9, or -1 for gzip's default"),
+        KeyDef("compression.lz4.level", _int(1, 17), 9),
+        KeyDef("compression.zstd.level", _int(-131072, 22), 3),
         KeyDef("log.message.timestamp.before.max.ms", _long(0), LONG_MAX),
         KeyDef("log.message.timestamp.after.max.ms", _long(0), LONG_MAX),
         KeyDef("replica.alter.log.dirs.io.max.bytes.per.second", _long(1), LONG_MAX),
@@ -523,6 +536,10 @@ class ServerConfig:
     log_cleaner_min_compaction_lag_ms: int = 0
     log_cleaner_max_compaction_lag_ms: int = LONG_MAX
     log_message_timestamp_type: str = "CreateTime"
+    compression_type: str = "producer"
+    compression_gzip_level: int = -1
+    compression_lz4_level: int = 9
+    compression_zstd_level: int = 3
     metadata_log_max_record_bytes_between_snapshots: int = 20 * 1024 * 1024
     log_message_timestamp_before_max_ms: int = LONG_MAX
     log_message_timestamp_after_max_ms: int = LONG_MAX
@@ -966,6 +983,10 @@ def build_config(
         log_cleaner_min_compaction_lag_ms=get("log.cleaner.min.compaction.lag.ms"),
         log_cleaner_max_compaction_lag_ms=get("log.cleaner.max.compaction.lag.ms"),
         log_message_timestamp_type=get("log.message.timestamp.type"),
+        compression_type=get("compression.type"),
+        compression_gzip_level=get("compression.gzip.level"),
+        compression_lz4_level=get("compression.lz4.level"),
+        compression_zstd_level=get("compression.zstd.level"),
         broker_rack=get("broker.rack"),
         metadata_log_max_record_bytes_between_snapshots=get("metadata.log.max.record.bytes.between.snapshots"),
         log_message_timestamp_before_max_ms=get("log.message.timestamp.before.max.ms"),

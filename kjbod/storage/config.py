@@ -35,6 +35,10 @@ TOPIC_CONFIG_KEYS = {
     "min.compaction.lag.ms": "min_compaction_lag_ms",
     "max.compaction.lag.ms": "max_compaction_lag_ms",
     "min.cleanable.dirty.ratio": "min_cleanable_dirty_ratio",
+    "compression.type": "compression_type",
+    "compression.gzip.level": "compression_gzip_level",
+    "compression.lz4.level": "compression_lz4_level",
+    "compression.zstd.level": "compression_zstd_level",
 }
 
 # broker property -> (LogConfig field, multiplier to ms or 1); the first key present wins, as in Kafka
@@ -61,9 +65,25 @@ BROKER_CONFIG_KEYS: list[tuple[str, str, int]] = [
     ("log.cleaner.min.compaction.lag.ms", "min_compaction_lag_ms", 1),
     ("log.cleaner.max.compaction.lag.ms", "max_compaction_lag_ms", 1),
     ("log.cleaner.min.cleanable.ratio", "min_cleanable_dirty_ratio", 1),
+    ("compression.type", "compression_type", 1),
+    ("compression.gzip.level", "compression_gzip_level", 1),
+    ("compression.lz4.level", "compression_lz4_level", 1),
+    ("compression.zstd.level", "compression_zstd_level", 1),
 ]
 CLEANUP_POLICIES = ("delete", "compact")
 TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
+# compression.type: the codec a topic's batches are stored in; "producer" keeps each producer's own.
+COMPRESSION_TYPES = {"producer": None, "uncompressed": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+LEVEL_DEFAULTS = {"gzip": -1, "lz4": 9, "zstd": 3}
+LEVEL_RANGES = {"gzip": (1, 9), "lz4": (1, 17), "zstd": (-131072, 22)}  # gzip also takes -1, its default
+
+
+def compression_level_problem(codec: str, level: int) -> str | None:
+    """Why ``level`` is not a compression.<codec>.level Kafka accepts, or None."""
+    low, high = LEVEL_RANGES[codec]
+    if low <= level <= high or (codec == "gzip" and level == -1):
+        return None
+    return f"must be between {low} and {high}" + (" or -1" if codec == "gzip" else "")
 
 
 @dataclass(frozen=True)
@@ -88,6 +108,11 @@ class LogConfig:
     min_compaction_lag_ms: int = 0
     max_compaction_lag_ms: int = LONG_MAX
     min_cleanable_dirty_ratio: float = 0.5
+    # The codec batches are stored in (records.validate_records rebuilds a batch in another), Kafka's defaults.
+    compression_type: str = "producer"
+    compression_gzip_level: int = -1
+    compression_lz4_level: int = 9
+    compression_zstd_level: int = 3
     # Kafka's LogConfig.compact and .delete, from cleanup.policy (set once here: Produce reads compact per request).
     compact: bool = dataclasses.field(init=False, repr=False, compare=False, default=False)
     delete: bool = dataclasses.field(init=False, repr=False, compare=False, default=True)
@@ -123,10 +148,28 @@ class LogConfig:
                              f"{', '.join(TIMESTAMP_TYPES)}")
         if self.message_timestamp_before_max_ms < 0 or self.message_timestamp_after_max_ms < 0:
             raise ValueError("message.timestamp.before.max.ms and message.timestamp.after.max.ms must be >= 0")
+        if self.compression_type not in COMPRESSION_TYPES:
+            raise ValueError(f"compression.type={self.compression_type!r} is not one of "
+                             f"{', '.join(COMPRESSION_TYPES)}")
+        for codec in LEVEL_RANGES:
+            level = getattr(self, f"compression_{codec}_level")
+            if (problem := compression_level_problem(codec, level)) is not None:
+                raise ValueError(f"compression.{codec}.level={level} {problem}")
 
     @property
     def log_append_time(self) -> bool:
         return self.message_timestamp_type == "LogAppendTime"
+
+    @property
+    def target_codec(self) -> int | None:
+        """The codec compression.type stores batches in (records.CODEC_*), or None for ``producer``."""
+        return COMPRESSION_TYPES[self.compression_type]
+
+    @property
+    def target_level(self) -> int | None:
+        """The configured level of the target codec (None for codecs without levels and for ``producer``)."""
+        name = self.compression_type
+        return getattr(self, f"compression_{name}_level") if name in LEVEL_RANGES else None
 
     def expected_partition_bytes(self) -> int:
         """What placement assumes one new partition will take: retention.bytes plus an active segment when
@@ -160,7 +203,7 @@ class LogConfig:
 
 
 def _coerce(field: str, value: Any, key: str) -> Any:
-    if field in ("cleanup_policy", "message_timestamp_type"):
+    if field in ("cleanup_policy", "message_timestamp_type", "compression_type"):
         return str(value).strip()
     if field == "min_cleanable_dirty_ratio":
         try:

@@ -54,6 +54,7 @@ from kjbod.storage.errors import (
     InvalidRecordError,
     KafkaStorageError,
     LogDirFullError,
+    MessageTooLargeError,
     OffsetOutOfRangeError,
     OutOfOrderSequenceError,
     RecordListTooLargeError,
@@ -733,9 +734,36 @@ class PartitionLog:
             timestamp_before_max_ms=cfg.message_timestamp_before_max_ms,
             timestamp_after_max_ms=cfg.message_timestamp_after_max_ms,
             compacted_partition=self.name if cfg.compact else None,
+            target_codec=cfg.target_codec, target_level=cfg.target_level,
         )
+        if any(c.rebuilt is not None for c in checked):
+            return self._rebuilt_append(view, checked, now)
         restamped = {c.pos: c.new_header for c in checked if c.new_header is not None}
         return ValidatedAppend(view, [(c.pos, c.header) for c in checked], now, restamped)
+
+    def _rebuilt_append(self, view: memoryview, checked: list[Any], now: int) -> ValidatedAppend:
+        """The append as it will be stored once compression.type rebuilt some of its batches: one new buffer of
+        every batch (rebuilt, restamped or as sent), each checked against max.message.bytes again, since a batch
+        stored in another codec may be larger than the one sent (Kafka's RecordBatchTooLargeException)."""
+        parts: list[bytes | memoryview] = []
+        batches: list[tuple[int, BatchHeader]] = []
+        pos = 0
+        limit = self.config.max_message_bytes
+        for c in checked:
+            if c.rebuilt is not None:
+                part: bytes | memoryview = c.rebuilt
+            elif c.new_header is not None:
+                part = c.new_header + bytes(view[c.pos + RECORD_BATCH_OVERHEAD : c.pos + c.header.size])
+            else:
+                part = view[c.pos : c.pos + c.header.size]
+            if len(part) > limit:
+                raise MessageTooLargeError(
+                    f"record batch of {len(part)} bytes once stored as compression.type="
+                    f"{self.config.compression_type} is larger than max.message.bytes {limit} of {self.name}")
+            parts.append(part)
+            batches.append((pos, c.header))
+            pos += len(part)
+        return ValidatedAppend(memoryview(b"".join(parts)), batches, now, {})
 
     def append_validated(self, validated: ValidatedAppend, *, leader_epoch: int = 0) -> AppendInfo:
         """The write of :meth:`append`, for batches :meth:`validate` checked."""

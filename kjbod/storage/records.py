@@ -31,8 +31,9 @@ uses LogAppendTime), gives a rewritten header with a fresh CRC for the append to
 The record walk is the Produce hot path, so it has two implementations with the same verdicts: a small C
 extension (``_recordscan``, built by ``make install``) that only says valid or not, and the pure-Python
 :func:`scan_records_python` used when the extension is absent and, on any refusal, to say which record is wrong
-and why. Snappy, which has no library among kjbod's dependencies, is read the same way (C block reader, Python
-fallback and explanation); gzip, lz4 and zstd use their libraries. :func:`iter_records` decodes records for the few places that need them (timestamp lookups, tests).
+and why. Snappy is read the same way (C block reader, Python fallback and explanation: a refusal says why);
+gzip, lz4 and zstd use their libraries, and :func:`compress` writes every codec (snappy's blocks with cramjam)
+framed as Kafka's producers frame it. :func:`iter_records` decodes records for the few places that need them (timestamp lookups, tests).
 """
 
 from __future__ import annotations
@@ -277,7 +278,7 @@ def build_batch(
     compression: int = CODEC_NONE,
 ) -> bytes:
     """A magic-2 batch from (key, value, headers, timestamp) tuples, as a producer builds it (the records
-    compressed with ``compression``; snappy is written as literals only, which any snappy reader accepts)."""
+    compressed with ``compression`` by :func:`compress`)."""
     specs = list(records)
     if not specs:
         raise ValueError("a record batch needs at least one record")
@@ -325,28 +326,53 @@ def build_batch(
     )
 
 
-def compress(codec: int, data: bytes) -> bytes:
-    """The records section of a batch compressed as Kafka's producers do it (builder, tests, benchmarks)."""
+# Kafka's default compression levels (KIP-390; kjbod.storage.config checks the levels a config may set).
+GZIP_DEFAULT_LEVEL, LZ4_DEFAULT_LEVEL, ZSTD_DEFAULT_LEVEL = -1, 9, 3
+_XERIAL_BLOCK = 32 << 10  # input bytes per block of the snappy stream, as snappy-java writes it
+_LZ4_BLOCK = 64 << 10  # Kafka's lz4 frames: 64 KiB blocks
+
+
+def compress(codec: int, data: bytes | memoryview, level: int | None = None) -> bytes:
+    """The records section of a batch compressed so that every Kafka reader takes it: what the broker writes
+    when a topic's compression.type recompresses a batch, what the cleaner writes for a compacted batch, and
+    what the builder gives tests. ``level``: Kafka's level for the codec (None: Kafka's default).
+
+    The framing is the one Kafka's own producers write, not each library's default: lz4 as a frame of
+    independent 64 KiB blocks with no content size (Kafka's reader refuses a frame whose blocks depend on each
+    other, which is the lz4 library's default), snappy as snappy-java's stream (a header, then blocks of 32 KiB
+    of input each)."""
     if codec == CODEC_GZIP:
-        return gzip.compress(data)
+        return gzip.compress(data, 6 if level is None or level == GZIP_DEFAULT_LEVEL else level, mtime=0)
     if codec == CODEC_LZ4:
         import lz4.frame
 
-        return lz4.frame.compress(data)
+        # Kafka compresses with lz4's fast compressor at its default level and with the high-compression one
+        # at any other; the library's level 0 is the fast one, 3 and up the high-compression one.
+        hc = 0 if level is None or level == LZ4_DEFAULT_LEVEL else max(3, level)
+        return lz4.frame.compress(data, compression_level=hc, block_size=lz4.frame.BLOCKSIZE_MAX64KB,
+                                  block_linked=False, content_checksum=False, block_checksum=False,
+                                  store_size=False)
     if codec == CODEC_ZSTD:
         import zstandard
 
-        return zstandard.ZstdCompressor().compress(data)
+        return zstandard.ZstdCompressor(level=ZSTD_DEFAULT_LEVEL if level is None else level).compress(data)
     if codec == CODEC_SNAPPY:
-        out = bytearray()
-        write_uvarint(out, len(data))
-        for start in range(0, len(data), 1 << 16):
-            chunk = data[start : start + (1 << 16)]
-            out.append(61 << 2)  # a literal whose length - 1 follows in two bytes
-            out += (len(chunk) - 1).to_bytes(2, "little")
-            out += chunk
+        out = bytearray(_XERIAL_MAGIC)
+        out += struct.pack(">ii", 1, 1)  # stream version, oldest compatible version
+        view = memoryview(data)
+        for start in range(0, len(view), _XERIAL_BLOCK):
+            block = _snappy_compress_block(view[start : start + _XERIAL_BLOCK])
+            out += _INT32.pack(len(block))
+            out += block
         return bytes(out)
     raise UnsupportedCompressionError(f"unknown compression codec {codec}")
+
+
+def _snappy_compress_block(chunk: memoryview) -> bytes:
+    """One raw snappy block (cramjam's compressor)."""
+    import cramjam
+
+    return bytes(cramjam.snappy.compress_raw(bytes(chunk)))
 
 
 def write_uvarint(out: bytearray, n: int) -> None:
@@ -723,11 +749,14 @@ def scan_records(payload: bytes | memoryview, count: int, *, native: bool = True
 
 class CheckedBatch(NamedTuple):
     """A batch that passed :func:`validate_records`: its header as it will be stored, and the 61 header bytes to
-    write instead of the producer's when they changed (max timestamp, timestamp type; CRC recomputed)."""
+    write instead of the producer's when they changed (max timestamp, timestamp type; CRC recomputed). When the
+    topic's compression.type rebuilt the batch in another codec, ``rebuilt`` is the whole new batch (its header
+    is ``header``) and ``new_header`` is None."""
 
     pos: int
     header: BatchHeader
     new_header: bytes | None
+    rebuilt: bytes | None = None
 
 
 def validate_records(
@@ -740,6 +769,8 @@ def validate_records(
     timestamp_after_max_ms: int = LONG_MAX,
     native: bool = True,
     compacted_partition: str | None = None,
+    target_codec: int | None = None,
+    target_level: int | None = None,
 ) -> list[CheckedBatch]:
     """Check the records of every batch (found by :func:`validate_batches`) as Kafka's LogValidator does for a
     client's append, and compute each batch's max timestamp.
@@ -750,6 +781,10 @@ def validate_records(
     in the append, reason). ``log_append_time``: the topic's message.timestamp.type is LogAppendTime, so every
     batch gets ``now_ms`` as its max timestamp. ``compacted_partition``: the partition's name when its topic is
     compacted, where every record needs a key (InvalidRecordError listing the records without one, Kafka's rule).
+    ``target_codec``: the codec the topic's compression.type asks for (None: ``producer``, keep the producer's);
+    a batch in another codec is rebuilt in it at ``target_level`` (Kafka's LogValidator: same records, offset
+    deltas and timestamps, producer id, epoch, sequence and transactional flag, the new codec's bits), except
+    that an uncompressed control batch stays as it is, as in Kafka.
     """
     view = memoryview(buf)
     out: list[CheckedBatch] = []
@@ -782,7 +817,10 @@ def validate_records(
         max_ts = now_ms if log_append_time else hi_ts
         attributes = (header.attributes | TIMESTAMP_TYPE_MASK) if log_append_time else (
             header.attributes & ~TIMESTAMP_TYPE_MASK)
-        if max_ts == header.max_timestamp and attributes == header.attributes:
+        if target_codec is not None and target_codec != codec and not (codec == CODEC_NONE and header.is_control):
+            out.append(_rebuild(pos, header, payload, (attributes & ~CODEC_MASK) | target_codec, max_ts,
+                                target_level))
+        elif max_ts == header.max_timestamp and attributes == header.attributes:
             out.append(CheckedBatch(pos, header, None))
         else:
             out.append(_restamp(view, pos, header, attributes, max_ts))
@@ -867,6 +905,21 @@ def _restamp(view: memoryview, pos: int, header: BatchHeader, attributes: int, m
     crc = crc32c.crc32c(view[pos + RECORD_BATCH_OVERHEAD : pos + header.size], crc32c.crc32c(raw[CRC_START:]))
     struct.pack_into(">I", raw, CRC_OFFSET, crc)
     return CheckedBatch(pos, stamped._replace(crc=crc), bytes(raw))
+
+
+def _rebuild(pos: int, header: BatchHeader, records: bytes | memoryview, attributes: int, max_ts: int,
+             level: int | None) -> CheckedBatch:
+    """The batch at ``pos`` in the codec of ``attributes``: its records (``records``, uncompressed, already
+    checked) unchanged, compressed anew; the header's other fields kept, its length and CRC recomputed."""
+    codec = attributes & CODEC_MASK
+    body = compress(codec, records, level) if codec != CODEC_NONE else bytes(records)
+    stamped = header._replace(length=MIN_BATCH_LENGTH + len(body), attributes=attributes, max_timestamp=max_ts,
+                              crc=0)
+    raw = bytearray(HEADER.pack(*stamped))
+    raw += body
+    crc = crc32c.crc32c(memoryview(raw)[CRC_START:])
+    struct.pack_into(">I", raw, CRC_OFFSET, crc)
+    return CheckedBatch(pos, stamped._replace(crc=crc), None, bytes(raw))
 
 
 def stored_records_problem(buf: bytes | bytearray | memoryview, pos: int, header: BatchHeader) -> str | None:

@@ -42,9 +42,10 @@ log = structlog.get_logger("kjbod.groups")
 
 OFFSETS_TOPIC = "__consumer_offsets"
 # The topic's configs as Kafka sets them: compacted (each group's latest offsets and metadata kept, the rest
-# cleaned away) in 100 MiB segments (offsets.topic.segment.bytes' default, a key kjbod does not take).
-# (Kafka also sets compression.type=producer, which is kjbod's only behaviour: no topic config for it.)
-OFFSETS_TOPIC_CONFIGS = (("cleanup.policy", "compact"), ("segment.bytes", str(100 << 20)))
+# cleaned away) in 100 MiB segments (offsets.topic.segment.bytes' default, a key kjbod does not take), and
+# compression.type=producer, so a broker-wide compression.type never recompresses the coordinator's writes.
+OFFSETS_TOPIC_CONFIGS = (("cleanup.policy", "compact"), ("segment.bytes", str(100 << 20)),
+                         ("compression.type", "producer"))
 TICK_S = 0.05
 WRITE_TIMEOUT_MS = 5000
 LOAD_CHUNK = 1 << 20
