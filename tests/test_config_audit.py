@@ -135,6 +135,16 @@ EFFECTS: dict[str, list[str]] = {
         "test_snapshot_interval_key_makes_the_controller_snapshot_and_a_restart_loads_it",
         "tests/controller/test_quorum.py::test_a_snapshot_is_written_off_the_loop_once_enough_bytes_were_written"],
     "log.message.timestamp.type": [f"{EFFECT}[log.message.timestamp.type]"],
+    "producer.id.expiration.ms": [f"{EFFECT}[producer.id.expiration.ms]"],
+    "producer.id.expiration.check.interval.ms": [f"{EFFECT}[producer.id.expiration.check.interval.ms]"],
+    "replica.high.watermark.checkpoint.interval.ms": [f"{EFFECT}[replica.high.watermark.checkpoint.interval.ms]"],
+    "initial.broker.registration.timeout.ms": [f"{REMOTE}::test_the_lifecycle_timers_come_from_the_brokers_keys"],
+    "request.timeout.ms": [f"{REMOTE}::test_the_lifecycle_timers_come_from_the_brokers_keys"],
+    "socket.listen.backlog.size": [f"{LIVE}::test_the_listen_backlog_is_the_configured_one"],
+    "offsets.topic.segment.bytes": [f"{GROUPS_LIVE}::test_the_offsets_topic_follows_its_broker_keys"],
+    "offsets.topic.compression.codec": [f"{GROUPS_LIVE}::test_the_offsets_topic_follows_its_broker_keys"],
+    "offsets.load.buffer.size": [f"{GROUPS_LIVE}::test_the_offsets_topic_follows_its_broker_keys"],
+    "offsets.commit.timeout.ms": ["tests/groups/test_group_state.py::test_the_offsets_topic_settings_come_from_the_keys"],
     "compression.type": [f"{EFFECT}[compression.type]",
                          "tests/storage/test_compression_type.py::"
                          "test_every_batch_is_stored_in_the_topics_codec_with_its_records_unchanged"],
@@ -300,6 +310,8 @@ SAMPLE = {
     "controller.quorum.voters": "1@127.0.0.1:9093",
     "controller.quorum.bootstrap.servers": "127.0.0.1:9093",
     "broker.rack": "r1",
+    "group.coordinator.rebalance.protocols": "classic",
+    "remote.log.storage.system.enable": "false",
 }
 
 

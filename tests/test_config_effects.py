@@ -43,6 +43,9 @@ def run(tmp_path: Path, props: dict[str, str], scenario: Callable[[LogManager, A
     clock = FakeClock()
     manager = LogManager(dirs, node_id=1, defaults=broker_log_config(config), clock=clock,
                          retention_check_interval_ms=config.log_retention_check_interval_ms,
+                         hw_checkpoint_interval_ms=config.replica_high_watermark_checkpoint_interval_ms,
+                         producer_id_expiration_ms=config.producer_id_expiration_ms,
+                         producer_id_expiration_check_interval_ms=config.producer_id_expiration_check_interval_ms,
                          cleaner=cleaner_config(config))
     manager.open()
     try:
@@ -129,6 +132,36 @@ def stored_timestamp_type(_m: LogManager, plog: Any, clock: FakeClock) -> str:
     plog.flush()
     attributes = int.from_bytes(Path(plog.active_segment.log_path).read_bytes()[21:23], "big")
     return "LogAppendTime" if attributes & 0x08 else "CreateTime"
+
+
+PRODUCER_ID = 4242
+
+
+def producer_known_after(idle_ms: int) -> Callable[[LogManager, Any, FakeClock], bool]:
+    """An idempotent producer's batch once the first background round has run, then ``idle_ms`` of silence and a
+    round: whether the partition still knows the producer."""
+
+    def scenario(m: LogManager, plog: Any, clock: FakeClock) -> bool:
+        clock.advance(31_000)
+        m.tick()  # the first round of every timer (log.initial.task.delay.ms is 30 s)
+        plog.append(kp_batch([b"x"], timestamp=clock(), producer_id=PRODUCER_ID, producer_epoch=0,
+                             base_sequence=0))
+        clock.advance(idle_ms)
+        m.tick()
+        return PRODUCER_ID in plog.producer_state.producers
+
+    return scenario
+
+
+def checkpointed_high_watermark(m: LogManager, plog: Any, clock: FakeClock) -> int:
+    """The partition's entry in replication-offset-checkpoint after the first round and then 2 s and 3 appends."""
+    clock.advance(31_000)
+    m.tick()
+    append_small(plog, 3, timestamp=clock())
+    clock.advance(2_000)
+    m.tick()
+    lines = (Path(plog.log_dir) / "replication-offset-checkpoint").read_text().split("\n")
+    return next(int(line.split()[2]) for line in lines[2:] if line.startswith("t 0 "))
 
 
 def stored_codec(_m: LogManager, plog: Any, clock: FakeClock) -> str:
@@ -232,6 +265,11 @@ CASES: list[tuple[str, str, dict[str, str], Callable[[LogManager, Any, FakeClock
     ("log.message.timestamp.before.max.ms", "1000", {}, accepts_a_batch_stamped(-HOUR), True, False),
     ("log.message.timestamp.after.max.ms", "1000", {}, accepts_a_batch_stamped(HOUR), True, False),
     ("log.message.timestamp.type", "LogAppendTime", {}, stored_timestamp_type, "CreateTime", "LogAppendTime"),
+    ("producer.id.expiration.ms", "1000", {"producer.id.expiration.check.interval.ms": "1000"},
+     producer_known_after(5_000), True, False),
+    ("producer.id.expiration.check.interval.ms", "1000", {"producer.id.expiration.ms": "1000"},
+     producer_known_after(5_000), True, False),
+    ("replica.high.watermark.checkpoint.interval.ms", "1000", {}, checkpointed_high_watermark, 0, 3),
     ("compression.type", "zstd", {}, stored_codec, "gzip", "zstd"),
     ("compression.gzip.level", "1", {"compression.type": "gzip"}, stored_level(1, (-1, 1)), -1, 1),
     ("compression.lz4.level", "1", {"compression.type": "lz4"}, stored_level(3, (9, 1)), 9, 1),
@@ -298,7 +336,9 @@ def test_the_nodes_storage_and_mover_run_as_the_keys_say(tmp_path):
                            "replica.alter.log.dirs.io.max.bytes.per.second": "5000000",
                            "num.replica.alter.log.dirs.threads": "3", "log.dir.stall.timeout.ms": "4567",
                            "log.dir.slow.threshold.ms": "678", "log.dir.reserved.bytes": "123456",
-                           "log.dir.space.check.interval.ms": "789"})
+                           "log.dir.space.check.interval.ms": "789",
+                           "replica.high.watermark.checkpoint.interval.ms": "456",
+                           "producer.id.expiration.ms": "5678", "producer.id.expiration.check.interval.ms": "6789"})
 
     async def opened() -> tuple[int, ...]:
         node = build_combined_node(config)
@@ -308,11 +348,13 @@ def test_the_nodes_storage_and_mover_run_as_the_keys_say(tmp_path):
             m = node.logs.manager
             return (m.retention_check_interval_ms, m.checkpoint_interval_ms, m.initial_task_delay_ms,
                     node.mover.throttle.rate, node.mover.threads, m.watchdog.stall_timeout_s,
-                    m.watchdog.slow_threshold_s, m.dir_io(dirs[0]).reserved_bytes, m.space_check_interval_ms)
+                    m.watchdog.slow_threshold_s, m.dir_io(dirs[0]).reserved_bytes, m.space_check_interval_ms,
+                    m.hw_checkpoint_interval_ms, m.producer_id_expiration_ms,
+                    m.producer_id_expiration_check_interval_ms)
         finally:
             if node.mover is not None:
                 node.mover.stop()
             node.logs.close()
             node.metadata_log.close()
 
-    assert asyncio.run(opened()) == (1234, 2345, 345, 5_000_000, 3, 4.567, 0.678, 123456, 789)
+    assert asyncio.run(opened()) == (1234, 2345, 345, 5_000_000, 3, 4.567, 0.678, 123456, 789, 456, 5678, 6789)

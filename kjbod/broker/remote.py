@@ -128,8 +128,10 @@ class RemoteBrokerNode(BrokerNode):
         pass  # the lifecycle manager owns it
 
     def _channel(self, purpose: str) -> SocketControllerChannel:
-        """A connection of its own per user (see the module docstring); 30 s requests, as Kafka's channels."""
-        channel = SocketControllerChannel(self.controller_addresses, request_timeout=30.0,
+        """A connection of its own per user (see the module docstring); requests wait request.timeout.ms (Kafka's
+        broker-to-controller channels' timeout)."""
+        channel = SocketControllerChannel(self.controller_addresses,
+                                          request_timeout=int(self.config.request_timeout_ms) / 1000,
                                           client_id=f"kjbod-broker-{self.node_id}-{purpose}",
                                           ssl_context=self._controller_ssl, sasl=self._controller_sasl)
         self._channels[purpose] = channel
@@ -183,6 +185,7 @@ class RemoteBrokerNode(BrokerNode):
             log_dirs=registration.log_dirs, rack=registration.rack,
             heartbeat_interval=int(c.broker_heartbeat_interval_ms) / 1000,
             session_timeout=int(c.broker_session_timeout_ms) / 1000,
+            initial_registration_timeout=int(c.initial_broker_registration_timeout_ms) / 1000,
             log_dir_failure_timeout=int(c.log_dir_failure_timeout_ms) / 1000)
 
     async def _until(self, step: asyncio.Future[None]) -> bool:

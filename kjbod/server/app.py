@@ -55,7 +55,6 @@ GC_YOUNG_THRESHOLD = 50_000
 # KJBOD_GIL_SWITCH_US: how long a thread that wants the GIL waits before the holder is made to let it go
 # (sys.setswitchinterval), when set; unset, CPython's 5000 us stays. See _settle_threads.
 GIL_SWITCH_ENV = "KJBOD_GIL_SWITCH_US"
-_LISTEN_BACKLOG = 1024
 
 
 class ListenError(ConfigError):
@@ -149,9 +148,10 @@ async def serve(
             kind = config.listener_kind(listener.name)
             if is_tls(listener.security_protocol):
                 server = _bind_tls(loop, listener, connection_factory(listener, kind),
-                                   config.tls_settings(listener.name))
+                                   config.tls_settings(listener.name), config.socket_listen_backlog_size)
             else:
-                server = await _bind(loop, listener, connection_factory(listener, kind))
+                server = await _bind(loop, listener, connection_factory(listener, kind),
+                                     config.socket_listen_backlog_size)
             servers.append((listener, kind, server))
             # the bound address, read now: a server closed while the node starts (a stop asked meanwhile) has no
             # sockets to read later
@@ -290,13 +290,13 @@ async def _start_metrics(node: Any, listener: str) -> tuple[Any, Any]:
 
 
 def _bind_tls(loop: asyncio.AbstractEventLoop, listener: Listener, factory: Callable[[], Connection],
-              settings: TlsSettings) -> TlsServer:
+              settings: TlsSettings, backlog: int) -> TlsServer:
     try:
         context = server_context(settings)
     except TlsConfigError as e:  # checked when the config was read; a file may have changed since
         raise ConfigError(f"listener {listener.name}: {e}") from None
     try:
-        sockets = bind_sockets(listener.host, listener.port, _LISTEN_BACKLOG)
+        sockets = bind_sockets(listener.host, listener.port, backlog)
     except socket.gaierror as e:
         raise ListenError(f"cannot listen on {_where(listener)}: unknown host ({e.strerror})") from None
     except OSError as e:
@@ -310,7 +310,7 @@ def _where(listener: Listener) -> str:
 
 
 async def _bind(
-    loop: asyncio.AbstractEventLoop, listener: Listener, factory: Callable[[], Connection]
+    loop: asyncio.AbstractEventLoop, listener: Listener, factory: Callable[[], Connection], backlog: int
 ) -> Any:
     where = (
         f"{listener.host}:{listener.port}"
@@ -322,7 +322,7 @@ async def _bind(
             factory,
             listener.host,
             listener.port,
-            backlog=_LISTEN_BACKLOG,
+            backlog=backlog,  # socket.listen.backlog.size
             reuse_address=True,
             start_serving=False,
         )

@@ -175,6 +175,24 @@ def _gzip_level(key: str, raw: str) -> int:
     return level
 
 
+def _rebalance_protocols(key: str, raw: str) -> tuple[str, ...]:
+    """group.coordinator.rebalance.protocols: Kafka's names; kjbod serves the classic protocol, so it must be there."""
+    protocols = _list(key, raw)
+    if not protocols or any(p not in ("classic", "consumer", "share", "streams") for p in protocols):
+        raise _bad(key, raw, "a list of classic, consumer, share and streams")
+    if "classic" not in protocols:
+        raise ConfigError(f"invalid value {raw!r} for {key}: kjbod serves only the classic group protocol, so the "
+                          "list must name classic")
+    return protocols
+
+
+def _no_tiered_storage(key: str, raw: str) -> bool:
+    if raw.strip().lower() != "false":
+        raise ConfigError(f"invalid value {raw!r} for {key}: tiered storage (KIP-405) is not served by kjbod, only "
+                          "false is accepted")
+    return False
+
+
 def _one_of(*choices: str) -> Callable[[str, str], str]:
     def conv(key: str, raw: str) -> str:
         value = raw.strip()
@@ -391,6 +409,23 @@ KEYS: dict[str, KeyDef] = {
                "how long a group's committed offsets are kept once the group is empty (Kafka has no ms key)",
                into="offsets_retention_ms"),
         KeyDef("offsets.retention.check.interval.ms", _long(1), 600_000),
+        KeyDef("offsets.commit.timeout.ms", _int(1), 5000,
+               "how long an offset commit waits for the replicas of its __consumer_offsets partition"),
+        KeyDef("offsets.topic.segment.bytes", _int(1), 104_857_600, "segment.bytes of __consumer_offsets"),
+        KeyDef("offsets.load.buffer.size", _int(1), 5 * 1024 * 1024,
+               "bytes read at a time when a coordinator loads a __consumer_offsets partition"),
+        KeyDef("offsets.topic.compression.codec", _int(0, 4), 0,
+               "codec of the coordinator's own writes (0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd)"),
+        KeyDef("group.coordinator.rebalance.protocols", _rebalance_protocols, ("classic", "consumer")),
+        KeyDef("producer.id.expiration.ms", _int(1), 86_400_000,
+               "how long a producer's state is kept after its last batch"),
+        KeyDef("producer.id.expiration.check.interval.ms", _int(1), 600_000),
+        KeyDef("replica.high.watermark.checkpoint.interval.ms", _long(1), 5000),
+        KeyDef("initial.broker.registration.timeout.ms", _int(1), 60_000),
+        KeyDef("request.timeout.ms", _int(1), 30_000, "how long a broker waits for its controller's answers"),
+        KeyDef("socket.listen.backlog.size", _int(1), 1024,
+               "connections the kernel queues for a listener before they are accepted (Kafka's default is 50)"),
+        KeyDef("remote.log.storage.system.enable", _no_tiered_storage, False),
         KeyDef("num.replica.fetchers", _int(1), 1),
         KeyDef("min.insync.replicas", _int(1), 1),
         KeyDef("replication.quota.window.num", _int(1), 11,
@@ -440,6 +475,28 @@ COMPATIBILITY_ONLY: dict[str, str] = {
     "socket.receive.buffer.bytes": "the operating system's socket buffer sizes are used",
     "num.recovery.threads.per.data.dir": "each log dir is loaded by one thread",
     "log.cleaner.io.buffer.size": "the cleaner reads segments 1 MiB at a time",
+    "group.coordinator.rebalance.protocols": "only the classic group protocol is served (no KIP-848 consumer groups, "
+                                             "no share or streams groups)",
+    "remote.log.storage.system.enable": "no tiered storage (only false is accepted)",
+    "background.threads": "each log dir's background work (flushes, retention, deletions, checkpoints) has a thread "
+                          "of its own",
+    "fetch.purgatory.purge.interval.requests": "a parked Fetch leaves its queue when it is answered: nothing to purge",
+    "producer.purgatory.purge.interval.requests": "a waiting Produce leaves its queue when it is answered: nothing "
+                                                  "to purge",
+    "delete.records.purgatory.purge.interval.requests": "a waiting DeleteRecords leaves its queue when it is "
+                                                        "answered: nothing to purge",
+    "max.incremental.fetch.session.cache.slots": "no incremental fetch sessions (KIP-227) are opened: every Fetch "
+                                                 "is a full one",
+    "metric.reporters": "Java metric reporter classes are not loaded; kjbod's metrics are on its Prometheus endpoint "
+                        "(kjbod.metrics.listener)",
+    "kafka.metrics.reporters": "Java metric reporter classes are not loaded; kjbod's metrics are on its Prometheus "
+                               "endpoint (kjbod.metrics.listener)",
+    "replica.socket.receive.buffer.bytes": "the operating system's socket buffer sizes are used",
+    "log.message.downconversion.enable": "only message format v2 is served (Fetch v4 and later), so nothing is "
+                                         "down-converted",
+    "log.preallocate": "segment files grow as they are written",
+    "metadata.max.idle.interval.ms": "the controller writes no NoOpRecords; brokers see the metadata log's leader "
+                                     "through their fetches",
 }
 ACCEPTED_NO_EFFECT = frozenset(k for k in COMPATIBILITY_ONLY if k not in KEYS)
 
@@ -506,6 +563,18 @@ class ServerConfig:
     offset_metadata_max_bytes: int = 4096
     offsets_retention_ms: int = 7 * 24 * 3600 * 1000
     offsets_retention_check_interval_ms: int = 600_000
+    offsets_commit_timeout_ms: int = 5000
+    offsets_topic_segment_bytes: int = 104_857_600
+    offsets_load_buffer_size: int = 5 * 1024 * 1024
+    offsets_topic_compression_codec: int = 0
+    producer_id_expiration_ms: int = 86_400_000
+    producer_id_expiration_check_interval_ms: int = 600_000
+    replica_high_watermark_checkpoint_interval_ms: int = 5000
+    initial_broker_registration_timeout_ms: int = 60_000
+    request_timeout_ms: int = 30_000
+    socket_listen_backlog_size: int = 1024
+    group_coordinator_rebalance_protocols: tuple[str, ...] = ("classic", "consumer")  # compatibility only
+    remote_log_storage_system_enable: bool = False  # compatibility only: true is refused
     num_replica_fetchers: int = 1
     min_insync_replicas: int = 1
     replication_quota_window_num: int = 11
@@ -948,6 +1017,18 @@ def build_config(
         offset_metadata_max_bytes=get("offset.metadata.max.bytes"),
         offsets_retention_ms=get("offsets.retention.minutes") * 60_000,
         offsets_retention_check_interval_ms=get("offsets.retention.check.interval.ms"),
+        offsets_commit_timeout_ms=get("offsets.commit.timeout.ms"),
+        offsets_topic_segment_bytes=get("offsets.topic.segment.bytes"),
+        offsets_load_buffer_size=get("offsets.load.buffer.size"),
+        offsets_topic_compression_codec=get("offsets.topic.compression.codec"),
+        producer_id_expiration_ms=get("producer.id.expiration.ms"),
+        producer_id_expiration_check_interval_ms=get("producer.id.expiration.check.interval.ms"),
+        replica_high_watermark_checkpoint_interval_ms=get("replica.high.watermark.checkpoint.interval.ms"),
+        initial_broker_registration_timeout_ms=get("initial.broker.registration.timeout.ms"),
+        request_timeout_ms=get("request.timeout.ms"),
+        socket_listen_backlog_size=get("socket.listen.backlog.size"),
+        group_coordinator_rebalance_protocols=get("group.coordinator.rebalance.protocols"),
+        remote_log_storage_system_enable=get("remote.log.storage.system.enable"),
         num_replica_fetchers=get("num.replica.fetchers"),
         min_insync_replicas=get("min.insync.replicas"),
         replication_quota_window_num=get("replication.quota.window.num"),

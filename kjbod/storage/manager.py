@@ -177,6 +177,8 @@ class _Dir:
         # not asked again.
         self.probe: Future[tuple[int, int, int]] | None = None
         self.space_timer = Periodic("space-check", 1_000, 0)
+        # producer.id.expiration.check.interval.ms: idle producers' state dropped (Kafka's removeExpiredProducers).
+        self.producer_expiration_timer = Periodic("producer-expiration", 600_000, INITIAL_TASK_DELAY_MS)
         # The request path's file work (appends, reads, rolls): one FIFO thread, started on first use
         # (kjbod.storage.workers); None when KJBOD_DIR_WORKERS=0 runs it on the event loop.
         self.worker: DirWorker | None = None
@@ -235,6 +237,7 @@ class LogManager:
         retention_check_interval_ms: int = 300_000,
         initial_task_delay_ms: int = INITIAL_TASK_DELAY_MS,
         producer_id_expiration_ms: int = 86_400_000,
+        producer_id_expiration_check_interval_ms: int = 600_000,
         recovery_threads: int | None = None,
         stall_timeout_ms: int = 30_000,
         slow_threshold_ms: int = 1_000,
@@ -275,6 +278,8 @@ class LogManager:
         self.cleaner_config = cleaner or CleanerConfig()
         for d in self._dirs.values():
             d.space_timer = Periodic("space-check", space_check_interval_ms, 0)
+            d.producer_expiration_timer = Periodic("producer-expiration", producer_id_expiration_check_interval_ms,
+                                                   initial_task_delay_ms)
             if self.cleaner_config.enable:
                 d.cleaner = Cleaner(self.cleaner_config, clock)
         self.watchdog = DirWatchdog(
@@ -1128,10 +1133,15 @@ class LogManager:
         def one(plog: PartitionLog) -> None:
             nonlocal total
             total += plog.delete_old_segments(now)
-            plog.expire_producers(now, self.producer_id_expiration_ms)
 
         self._each_log(one, dir)
         return total
+
+    def expire_producers(self, now_ms: int | None = None, dir: str | None = None) -> None:
+        """Drop the state of every producer whose last batch is older than producer.id.expiration.ms (of ``dir``,
+        or of every dir): Kafka's periodic removeExpiredProducers."""
+        now = self.clock() if now_ms is None else now_ms
+        self._each_log(lambda plog: plog.expire_producers(now, self.producer_id_expiration_ms), dir)
 
     def flush_rolled(self, dir: str | None = None) -> None:
         """fsync segments that stopped being active (Kafka flushes them asynchronously on roll), advancing
@@ -1163,14 +1173,19 @@ class LogManager:
     def hw_checkpoint_interval_ms(self) -> int:
         return self._intervals[2]
 
+    @property
+    def producer_id_expiration_check_interval_ms(self) -> int:
+        return next(iter(self._dirs.values())).producer_expiration_timer.interval_ms
+
     def _arm_timers(self, now_ms: int) -> None:
         for d in self._dirs.values():
-            for timer in (d.retention_timer, d.checkpoint_timer, d.hw_checkpoint_timer, d.space_timer):
+            for timer in (d.retention_timer, d.checkpoint_timer, d.hw_checkpoint_timer, d.space_timer,
+                          d.producer_expiration_timer):
                 timer.arm(now_ms)
 
     def _next_due_in(self, d: _Dir) -> int:
         due = min(d.retention_timer.next_ms, d.checkpoint_timer.next_ms, d.hw_checkpoint_timer.next_ms,
-                  d.space_timer.next_ms)
+                  d.space_timer.next_ms, d.producer_expiration_timer.next_ms)
         return min(due, d.cleaner_next_ms) if d.cleaner is not None else due
 
     # ------------------------------------------------------------------------------------------ compaction
@@ -1254,6 +1269,8 @@ class LogManager:
         self._each_log(lambda p: p.flush_if_due(now), path)
         if d.retention_timer.due(now):
             self.run_retention(now, path)
+        if d.producer_expiration_timer.due(now):
+            self.expire_producers(now, path)
         if d.cleaner is not None and now >= d.cleaner_next_ms and d.io.online:
             self.clean_dir(path, now)
         if d.checkpoint_timer.due(now):

@@ -35,10 +35,13 @@ def test_a_broker_without_a_controller_address_is_refused_with_the_keys_named():
 def test_the_lifecycle_timers_come_from_the_brokers_keys():
     node = RemoteBrokerNode(build_config({
         **BROKER, "controller.quorum.bootstrap.servers": "10.0.0.3:9095", "broker.heartbeat.interval.ms": "250",
-        "broker.session.timeout.ms": "4000", "log.dir.failure.timeout.ms": "1500"}))
+        "broker.session.timeout.ms": "4000", "log.dir.failure.timeout.ms": "1500",
+        "initial.broker.registration.timeout.ms": "7000", "request.timeout.ms": "2500"}))
     dirs = [uuid.uuid4()]
     registration = BrokerRegistrationRequest(broker_id=4, log_dirs=dirs, rack="r1", listeners=[
         Listener(name="PLAINTEXT", host="127.0.0.1", port=9092)])
     lc = node.lifecycle_config(registration)
     assert (lc.heartbeat_interval, lc.session_timeout, lc.log_dir_failure_timeout) == (0.25, 4.0, 1.5)
+    assert lc.initial_registration_timeout == 7.0
+    assert node._channel("test").request_timeout == 2.5  # what every request to the controller waits at most
     assert (lc.node_id, list(lc.log_dirs), lc.rack) == (4, dirs, "r1")

@@ -203,3 +203,25 @@ def test_fetch_max_bytes_caps_what_one_fetch_gives_a_consumer(kjbod_server_facto
     (future,) = client.describe_configs([ConfigResource(ResourceType.BROKER, "1")]).values()
     entry = future.result(30)["fetch.max.bytes"]
     assert (entry.value, entry.is_read_only, entry.source) == ("1024", True, ConfigSource.STATIC_BROKER_CONFIG.value)
+
+
+def listen_backlog(port: int) -> int | None:
+    """The accept queue size of the socket listening on ``port`` (ss prints it as Send-Q of a listener)."""
+    import shutil
+    import subprocess
+
+    ss = shutil.which("ss")
+    if ss is None:
+        pytest.skip("ss (iproute2) is not installed: the listen backlog cannot be read")
+    out = subprocess.run([ss, "-Hltn", f"sport = :{port}"], capture_output=True, text=True, check=True).stdout
+    sizes = {int(line.split()[2]) for line in out.splitlines() if line.split()}
+    assert len(sizes) <= 1, out
+    return sizes.pop() if sizes else None
+
+
+def test_the_listen_backlog_is_the_configured_one(kjbod_server_factory):
+    server = kjbod_server_factory(log_dir_count=1, overrides={"socket.listen.backlog.size": "37"})
+    assert listen_backlog(server.port) == 37 and listen_backlog(server.controller_port) == 37
+    server.stop()
+    default = kjbod_server_factory(log_dir_count=1)
+    assert listen_backlog(default.port) == 1024  # kjbod's default (Kafka's is 50; see the README)

@@ -448,3 +448,19 @@ def test_syncs_are_answered_once_the_assignment_is_stored_and_a_failed_write_reb
     writes.pop()(520, ErrorCode.NOT_COORDINATOR)
     assert waiting.last.error_code == led.last.error_code == ErrorCode.NOT_COORDINATOR
     assert book.groups[G].state is GroupState.PREPARING_REBALANCE
+
+
+def test_the_offsets_topic_settings_come_from_the_keys():
+    # What the coordinator uses for __consumer_offsets: the segment size it creates the topic with, how long its
+    # writes wait for the partition's replicas (the Produce timeout of every commit and group write), the bytes it
+    # reads at a time while loading, the codec of its writes; Kafka's defaults when unset.
+    from kjbod.broker.groups.coordinator import OffsetsTopicSettings
+    from kjbod.server.config import build_config
+
+    base = {"node.id": "1", "process.roles": "broker,controller", "controller.listener.names": "CONTROLLER",
+            "listeners": "PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093", "log.dirs": "/d"}
+    assert OffsetsTopicSettings.of(build_config(base)) == OffsetsTopicSettings(104_857_600, 5000, 5 << 20, 0)
+    assert OffsetsTopicSettings.of(build_config({
+        **base, "offsets.topic.segment.bytes": "1000000", "offsets.commit.timeout.ms": "1234",
+        "offsets.load.buffer.size": "4096", "offsets.topic.compression.codec": "4"})) == OffsetsTopicSettings(
+            1_000_000, 1234, 4096, 4)

@@ -29,6 +29,7 @@ from kjbod.protocol.generated import (
     DeleteGroupsRequest,
     DescribeConfigsRequest,
     DescribeGroupsRequest,
+    FetchRequest,
     FindCoordinatorRequest,
     HeartbeatRequest,
     JoinGroupRequest,
@@ -53,7 +54,7 @@ from kjbod.protocol.generated.offset_delete_request import (
 )
 from kjbod.protocol.generated.offset_fetch_request import OffsetFetchRequestGroup
 from kjbod.protocol.generated.produce_request import PartitionProduceData, TopicProduceData
-from kjbod.storage.records import build_batch
+from kjbod.storage.records import build_batch, iter_batches
 
 pytestmark = pytest.mark.slow
 
@@ -470,3 +471,54 @@ def test_dump_log_decodes_the_offsets_topic(server):
     payload = json.loads(lines[-1].split(" payload: ", 1)[1])
     assert key == {"type": "1", "data": {"group": group, "topic": topic, "partition": 0}}
     assert payload["version"] == "3" and payload["data"]["offset"] == 3 and payload["data"]["metadata"] == "note"
+
+
+def test_the_offsets_topic_follows_its_broker_keys(kjbod_server_factory):
+    # offsets.topic.segment.bytes sizes the topic's segments, offsets.topic.compression.codec compresses the
+    # coordinator's writes (gzip here), and a load buffer far smaller than one batch still loads every batch
+    # after a restart (offsets.load.buffer.size: a read gives at least one whole batch, as Kafka grows its buffer).
+    s = kjbod_server_factory(log_dir_count=1, overrides={
+        **OVERRIDES, "offsets.topic.num.partitions": "1", "offsets.topic.segment.bytes": "1048576",
+        "offsets.topic.compression.codec": "1", "offsets.load.buffer.size": "64"})
+    topic = make_topic(s, 1, 5)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    c = KafkaConsumer(bootstrap_servers=s.bootstrap, group_id=group, enable_auto_commit=False)
+    try:
+        for offset in (1, 3, 5):  # three commits, three batches in the offsets topic
+            c.commit({TopicPartition(topic, 0): OffsetAndMetadata(offset, "m" * 20, -1)})
+    finally:
+        c.close()
+
+    async def ask(request, version: int):
+        conn = await open_connection("127.0.0.1", s.port)
+        try:
+            return await conn.request(request, version)
+        finally:
+            await conn.close()
+
+    described = asyncio.run(ask(DescribeConfigsRequest(resources=[DescribeConfigsResource(
+        resource_type=2, resource_name="__consumer_offsets", configuration_keys=None)]), 4))
+    configs = {c.name: c.value for c in described.results[0].configs}
+    assert configs["segment.bytes"] == "1048576" and configs["compression.type"] == "producer"
+    assert configs["cleanup.policy"] == "compact"
+    fetched = asyncio.run(ask(FetchRequest(replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20, topics=[
+        FetchRequest.FetchTopic(topic="__consumer_offsets", partitions=[FetchRequest.FetchPartition(
+            partition=0, fetch_offset=0, partition_max_bytes=1 << 20)])]), 12))
+    data = fetched.responses[0].partitions[0].records
+    codecs = [h.compression for _, h in iter_batches(data)]
+    assert len(codecs) >= 3 and set(codecs) == {1}, codecs
+
+    s.stop()
+    s.start()
+    c = KafkaConsumer(bootstrap_servers=s.bootstrap, group_id=group, enable_auto_commit=False)
+    try:
+        deadline = time.monotonic() + WAIT_S
+        got = None
+        while got != 5 and time.monotonic() < deadline:
+            try:
+                got = c.committed(TopicPartition(topic, 0))
+            except Exception:  # the coordinator may still be loading
+                time.sleep(0.2)
+        assert got == 5
+    finally:
+        c.close()

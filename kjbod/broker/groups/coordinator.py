@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
@@ -42,13 +43,25 @@ log = structlog.get_logger("kjbod.groups")
 
 OFFSETS_TOPIC = "__consumer_offsets"
 # The topic's configs as Kafka sets them: compacted (each group's latest offsets and metadata kept, the rest
-# cleaned away) in 100 MiB segments (offsets.topic.segment.bytes' default, a key kjbod does not take), and
-# compression.type=producer, so a broker-wide compression.type never recompresses the coordinator's writes.
-OFFSETS_TOPIC_CONFIGS = (("cleanup.policy", "compact"), ("segment.bytes", str(100 << 20)),
-                         ("compression.type", "producer"))
+# cleaned away) in segments of offsets.topic.segment.bytes, and compression.type=producer, so a broker-wide
+# compression.type never recompresses the coordinator's writes (which offsets.topic.compression.codec compresses).
+OFFSETS_TOPIC_CONFIGS = (("cleanup.policy", "compact"), ("compression.type", "producer"))
 TICK_S = 0.05
-WRITE_TIMEOUT_MS = 5000
-LOAD_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class OffsetsTopicSettings:
+    """The broker keys of __consumer_offsets itself (Kafka's names and defaults)."""
+
+    segment_bytes: int = 104_857_600  # offsets.topic.segment.bytes
+    commit_timeout_ms: int = 5000  # offsets.commit.timeout.ms: how long a write waits for the partition's replicas
+    load_buffer_size: int = 5 * 1024 * 1024  # offsets.load.buffer.size: bytes read at a time while loading
+    compression_codec: int = 0  # offsets.topic.compression.codec
+
+    @classmethod
+    def of(cls, config: Any) -> OffsetsTopicSettings:
+        return cls(config.offsets_topic_segment_bytes, config.offsets_commit_timeout_ms,
+                   config.offsets_load_buffer_size, config.offsets_topic_compression_codec)
 
 
 def java_string_hash(s: str) -> int:
@@ -132,6 +145,7 @@ class GroupCoordinator:
         self.num_partitions = num_partitions
         self.replication_factor = replication_factor
         self.book = GroupBook(config, persist=self._store_group)
+        self.topic = OffsetsTopicSettings.of(node.config)
         self.owned: set[int] = set()
         self.loading: set[int] = set()
         self._creating: asyncio.Task | None = None
@@ -262,7 +276,8 @@ class GroupCoordinator:
     async def _create_topic(self) -> str | None:
         body = CreateTopicsRequest(topics=[CreatableTopic(
             name=OFFSETS_TOPIC, num_partitions=self.num_partitions, replication_factor=self.replication_factor,
-            configs=[CreatableTopicConfig(name=k, value=v) for k, v in OFFSETS_TOPIC_CONFIGS])], timeout_ms=30_000)
+            configs=[CreatableTopicConfig(name=k, value=v) for k, v in (
+                *OFFSETS_TOPIC_CONFIGS, ("segment.bytes", str(self.topic.segment_bytes)))])], timeout_ms=30_000)
         try:
             resp = await self.node.controller_request(body, 7)
         except Exception as e:
@@ -322,7 +337,8 @@ class GroupCoordinator:
 
         work = DirWork(self.node, fill, fail)
         work.add(plog.log_dir, (plog, offset, end))
-        pending = work.run(lambda items: [pl.read_bytes(o, LOAD_CHUNK, max_offset=e) for pl, o, e in items], 30.0)
+        chunk = self.topic.load_buffer_size
+        pending = work.run(lambda items: [pl.read_bytes(o, chunk, max_offset=e) for pl, o, e in items], 30.0)
         if pending is not None:
             await settle(pending)
         if isinstance(out[0], BaseException):
@@ -375,8 +391,8 @@ class GroupCoordinator:
         """Appends records to the group's partition, acks=all; the partition's error code (0: committed)."""
         p = self.partition_of(group_id)
         now = now_ms()
-        batch = build_batch([(k, v, [], now) for k, v in pairs])
-        body = ProduceRequest(acks=-1, timeout_ms=WRITE_TIMEOUT_MS, topic_data=[
+        batch = build_batch([(k, v, [], now) for k, v in pairs], compression=self.topic.compression_codec)
+        body = ProduceRequest(acks=-1, timeout_ms=self.topic.commit_timeout_ms, topic_data=[
             TopicProduceData(name=OFFSETS_TOPIC, partition_data=[PartitionProduceData(index=p, records=batch)])])
         from kjbod.broker.handlers import produce  # the handler package imports this module
 
