@@ -180,7 +180,8 @@ def render_plan(plan: BrokerPlan) -> str:
         move_rows = [[m.name, m.source, m.target, human_bytes(m.size)] for m in plan.moves]
         out += ["  " + line for line in _table(["MOVE", "FROM", "TO", "SIZE"], move_rows, right={3})]
     out.append("")
-    least = f" (the least any plan could move: {human_bytes(plan.least_bytes)})" if plan.moves else ""
+    least = (f" (the least any plan could move: {human_bytes(plan.least_bytes)})"
+             if plan.moves and plan.reaches_goal else "")
     out.append(f"  {len(plan.moves)} move{'s' if len(plan.moves) != 1 else ''}, "
                f"{human_bytes(plan.bytes_to_move)}{least}; spread {plan.spread_before * 100:.1f} -> "
                f"{plan.spread_after * 100:.1f} points (threshold {plan.threshold * 100:g}).")

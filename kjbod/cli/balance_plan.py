@@ -25,7 +25,8 @@ and those bytes are `BrokerPlan.least_bytes`. Then a greedy pass with whole repl
 
 1. each cordoned dir's replicas, largest first, go to the dir with the most room below the band's top that has
    space for them;
-2. while the spread is over the threshold: from the fullest dir to the emptiest one (else the next pair,
+2. while the spread is over the threshold: the smallest single move that brings every dir within it, if there
+   is one; else from the fullest dir to the emptiest one (else the next pair,
    fullest sources and emptiest targets first), the largest replica no bigger than what has to move (what the
    source is over the band's top, or what the target is under its bottom, whichever is more) goes; when every
    replica is bigger than that, the smallest one does. When no single replica can go, two are swapped (one each
@@ -330,7 +331,29 @@ def plan_broker(broker: int, dirs: Sequence[DirState], threshold: float = 0.10,
     def free(path: str) -> list[Replica]:
         return [r for r in contents[path] if (r.topic, r.partition) not in moved and r.size > 0]
 
+    def spread_after(r: Replica, source: str, target: str) -> float:
+        load = dict(state.load)
+        load[source] -= r.size
+        load[target] += r.size
+        return spread(load[p] / state.capacity[p] if state.capacity[p] > 0 else 0.0 for p in eligible)
+
+    def finishing_move() -> tuple[Replica, str, str] | None:
+        """The smallest single move that brings every dir within the threshold, if one does."""
+        best: tuple[Replica, str, str] | None = None
+        for source in eligible:
+            for target in eligible:
+                if bound(source, target) <= 0:
+                    continue
+                for r in free(source):
+                    if (best is None or r.size < best[0].size) and state.fits(target, r.size) \
+                            and spread_after(r, source, target) <= threshold + EPSILON:
+                        best = (r, source, target)
+        return best
+
     def one_move() -> tuple[Replica, str, str] | None:
+        finishing = finishing_move()
+        if finishing is not None:
+            return finishing
         order = sorted(eligible, key=lambda p: (state.fraction(p), eligible.index(p)))
         for source in reversed(order):
             for target in order:

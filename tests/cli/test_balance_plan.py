@@ -127,8 +127,9 @@ def _optimum(sizes: list[int], homes: list[int], dirs: int, threshold: float) ->
 def test_against_an_exhaustive_search_on_small_brokers():
     """The greedy plan, on 300 random small brokers (2-4 dirs, 2-7 replicas), against the best any assignment can
     do. Measured when written: it reaches the goal in all 70 cases that have a solution (and in none that has
-    not), moves the least possible in 47 of them, and 1,280 bytes in all against the optimum's 1,117 (+15%); no
-    plan moves more than the largest replica above the optimum, nor less than the bound it reports."""
+    not), moves the least possible in 64 of them, and 1,159 bytes in all against the optimum's 1,117 (+4%); no
+    plan moves more than the largest replica above the optimum, nor less than the bound it reports. (Without
+    its finishing move, the smallest single move that ends the job, it moved 15% more.)"""
     rng = random.Random(7)
     solvable = reached = worse = moved = least = 0
     for _ in range(300):
@@ -152,7 +153,7 @@ def test_against_an_exhaustive_search_on_small_brokers():
         moved += plan.bytes_to_move
         least += best
     assert solvable >= 60 and reached == solvable
-    assert worse <= solvable // 3 and moved <= 1.2 * least
+    assert worse <= solvable // 10 and moved <= 1.05 * least
 
 
 def test_each_replica_moves_at_most_once_and_never_to_where_it_is():
