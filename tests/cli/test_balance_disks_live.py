@@ -10,8 +10,9 @@
 * bad inputs answer with a sentence: an unknown broker, an entry that is not a log dir (at runtime and in
   server.properties), and a broker that is down.
 
-All dirs here share one filesystem, so the plan balances replica bytes (and says so): the filesystem-use case is
-covered in process by tests/cli/test_balance_plan.py.
+All dirs here share one filesystem, so the plan balances replica bytes (and says so), except in the test that
+makes them pass for three disks of their own (the fsio seam's fault file: each dir's size, free bytes and device
+id), where it balances the filesystems' used fraction; tests/cli/test_balance_plan.py covers both in process.
 """
 
 from __future__ import annotations
@@ -180,6 +181,43 @@ def test_balance_disks_spreads_replicas_and_every_record_stays_readable(kjbod_se
 
     again = balance(server, "--execute")
     assert again.returncode == 0 and "0 moves" in again.stdout  # balanced: nothing more to do
+
+
+def test_dirs_on_filesystems_of_their_own_balance_the_used_fraction(kjbod_server_factory, tmp_path, monkeypatch):
+    faults = tmp_path / "faults.json"
+    monkeypatch.setenv("KJBOD_FAULTS", str(faults))
+    server = kjbod_server_factory()
+    paths = [str(p) for p in server.log_dirs]
+    admin = kafka_admin(server)
+    admin.create_topics([NewTopic("disks", 4, 1)])
+    admin.close()
+    produce(server, "disks", 4, 250)  # about 0.5 MB a partition
+    put_all_in(server, "disks", 4, paths[0])
+    mib = 1 << 20
+    # Three 8 MiB disks (devices 101-103): 4.5, 2 and 2.5 MiB used, whatever the replicas take.
+    faults.write_text(json.dumps({"faults": [
+        {"dir": paths[0], "total_bytes": 8 * mib, "usable_bytes": 8 * mib - 4608 * 1024, "device": 101},
+        {"dir": paths[1], "total_bytes": 8 * mib, "usable_bytes": 6 * mib, "device": 102},
+        {"dir": paths[2], "total_bytes": 8 * mib, "usable_bytes": int(5.5 * mib), "device": 103}]}))
+    deadline = time.monotonic() + 60
+    while True:
+        done = balance(server, "--json")
+        [plan] = json.loads(done.stdout)["brokers"]
+        if [d["fraction_before"] for d in plan["dirs"]] == [0.5625, 0.25, 0.3125]:
+            break
+        assert time.monotonic() < deadline, plan["dirs"]
+        time.sleep(0.2)
+    assert done.returncode == 0, done.stderr
+    assert plan["mode"] == "filesystem" and "each log dir has a filesystem of its own" in plan["mode_reason"]
+    assert plan["moves"] and {m["from"] for m in plan["moves"]} == {paths[0]}
+    after = [d["fraction_after"] for d in plan["dirs"]]
+    assert max(after) - min(after) <= 0.10 and plan["spread_after"] <= 0.10
+    # The fractions are the disks' (used over size), and the emptiest disk takes the first move.
+    moved = {p: sum(m["size"] for m in plan["moves"] if m["to"] == p) - sum(
+        m["size"] for m in plan["moves"] if m["from"] == p) for p in paths}
+    used = [4608 * 1024, 2 * mib, int(2.5 * mib)]
+    assert after == [(used[i] + moved[p]) / (8 * mib) for i, p in enumerate(paths)]
+    assert plan["moves"][0]["to"] == paths[1]
 
 
 # ================================================================================================ cordoning
