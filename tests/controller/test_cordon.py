@@ -108,3 +108,29 @@ def test_bad_cordon_values_are_refused(name, value, code, fragment):
     with pytest.raises(bc.ConfigProblem) as e:
         plan(name, value)
     assert e.value.code == code and fragment in e.value.message
+
+
+def test_new_partitions_avoid_a_fully_cordoned_broker_and_may_not_name_it(ctx):
+    from kjbod.protocol.generated import CreatePartitionsRequest
+    from kjbod.protocol.generated.create_partitions_request import (
+        CreatePartitionsAssignment,
+        CreatePartitionsTopic,
+    )
+
+    assert create(ctx, "grow", partitions=2, rf=1).error_code == 0
+    beat(ctx, 1, dirs(1))
+
+    def grow(count: int, assignments=None):
+        body = CreatePartitionsRequest(topics=[CreatePartitionsTopic(
+            name="grow", count=count,
+            assignments=None if assignments is None else [CreatePartitionsAssignment(broker_ids=b)
+                                                          for b in assignments])], timeout_ms=1000)
+        result = replication_control.create_partitions(ctx.image, body, cordoned=ctx.hb.fully_cordoned(ctx.image))
+        return ctx.commit(result).results[0]
+
+    named = grow(3, [[1]])
+    assert (named.error_code, named.error_message) == (
+        E.INELIGIBLE_REPLICA, "Broker 1: every log dir is cordoned (cordoned.log.dirs), so it takes no new replicas.")
+    assert grow(12).error_code == 0
+    added = [p.replicas for i, p in ctx.image.topic("grow").partitions.items() if i >= 2]
+    assert len(added) == 10 and all(1 not in r for r in added)
