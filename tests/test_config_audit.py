@@ -110,6 +110,7 @@ EFFECTS: dict[str, list[str]] = {
     "socket.request.max.bytes": [
         "tests/test_connection.py::test_oversized_frame_closes_the_connection_without_hurting_others"],
     "log.dir.placement.policy": ["tests/storage/test_placement.py::test_manager_spreads_one_create_call_2_2_2"],
+    "cordoned.log.dirs": ["tests/storage/test_cordon.py::test_new_partitions_skip_cordoned_dirs"],
     "log.dir.reserved.bytes": [
         "tests/storage/test_full_dir.py::test_the_reserve_refuses_appends_before_the_filesystem_is_full",
         "tests/storage/test_full_dir.py::test_the_default_reserve_is_1_percent_capped_at_1_gib", NODE],

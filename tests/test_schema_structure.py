@@ -49,7 +49,7 @@ SERVED_APIS: dict[str, tuple[int, int]] = {
     "AlterConfigs": (0, 2),
     "IncrementalAlterConfigs": (0, 1),
     "AlterReplicaLogDirs": (1, 2),
-    "DescribeLogDirs": (1, 4),
+    "DescribeLogDirs": (1, 5),
     "SaslHandshake": (0, 1),
     "SaslAuthenticate": (0, 2),
     "AlterPartitionReassignments": (0, 1),

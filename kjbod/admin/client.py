@@ -427,9 +427,9 @@ class AdminClient:
         broker_ids = await self._broker_ids(brokers, deadline)
 
         async def one(broker_id: int) -> list[LogDirInfo]:
-            response, _, _ = await self._call(
+            response, version, _ = await self._call(
                 broker_id, DESCRIBE_LOG_DIRS, lambda v: request, deadline, check=lambda r: r.error_code)
-            return _log_dirs(broker_id, response)
+            return _log_dirs(broker_id, response, version)
 
         answers = await asyncio.gather(*(one(b) for b in broker_ids), return_exceptions=True)
         out = LogDirsByBroker()
@@ -1606,7 +1606,7 @@ _SET_TOPIC, _SET_PARTITION, _SET_SIZE, _SET_LAG, _SET_FUTURE = (
     ReplicaInfo.__dict__[name].__set__ for name in ("topic", "partition", "size", "offset_lag", "is_future"))
 
 
-def _log_dirs(broker_id: int, response: Any) -> list[LogDirInfo]:
+def _log_dirs(broker_id: int, response: Any, version: int = 5) -> list[LogDirInfo]:
     """LogDirInfo per dir of one DescribeLogDirs response: the hot path, one pass over the decoded partitions."""
     out = []
     # The objects built here all survive and cannot form cycles; scanning them again and again while they are
@@ -1633,7 +1633,8 @@ def _log_dirs(broker_id: int, response: Any) -> list[LogDirInfo]:
                 r.total_bytes if r.total_bytes >= 0 else None, r.usable_bytes if r.usable_bytes >= 0 else None,
                 replicas, r.dir_state or None, r.recent_latency_ms if r.recent_latency_ms >= 0 else None,
                 r.failed_at_ms if r.failed_at_ms >= 0 else None,
-                r.reserved_bytes if r.reserved_bytes >= 0 else None, r.state_reason or None))
+                r.reserved_bytes if r.reserved_bytes >= 0 else None, r.state_reason or None,
+                r.is_cordoned if version >= 5 else None, r.filesystem_id if r.filesystem_id >= 0 else None))
     finally:
         if resume_gc:
             gc_resume()

@@ -150,6 +150,11 @@ class LogDirInfo:
     # kjbod: why the dir is not online (the I/O error or stalled operation that took it offline, the operation a
     # dir that does not answer is stuck in, a full dir's free bytes); None when online or not reported
     state_reason: str | None = None
+    # KIP-1066 (DescribeLogDirs v5): whether the dir is cordoned (takes no new replicas); None before v5
+    is_cordoned: bool | None = None
+    # kjbod: the broker's device id of the dir's filesystem (dirs of one broker with the same id share it); None:
+    # not reported (Apache Kafka)
+    filesystem_id: int | None = None
 
 
 class LogDirsByBroker(dict[int, list[LogDirInfo]]):

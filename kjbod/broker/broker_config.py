@@ -57,6 +57,7 @@ SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 LONG_MAX = (1 << 63) - 1
 INT_MAX = (1 << 31) - 1
 THROTTLE_KEY = "replica.alter.log.dirs.io.max.bytes.per.second"
+CORDON_KEY = "cordoned.log.dirs"
 ALIASES = {"intra.broker.throttled.rate": THROTTLE_KEY}
 
 
@@ -80,6 +81,8 @@ BROKER_KEYS: dict[str, BrokerKey] = {k.name: k for k in [
               doc="Listener names used by the controller role."),
     BrokerKey("log.dirs", LIST, "log_dirs", doc="The log dirs (one per disk with JBOD)."),
     BrokerKey("metadata.log.dir", STRING, "metadata_log_dir", doc="Dir of the metadata log."),
+    BrokerKey(CORDON_KEY, LIST, "cordoned_log_dirs", dynamic=True,
+              doc="Log dirs of this broker that take no new replicas (KIP-1066), or * for all of them."),
     BrokerKey("broker.rack", STRING, "broker_rack", doc="Rack of this broker, for rack-aware replica placement."),
     BrokerKey("metadata.log.max.record.bytes.between.snapshots", LONG,
               "metadata_log_max_record_bytes_between_snapshots",
@@ -290,6 +293,26 @@ def check_cleaner_value(key: str, raw: str) -> int | float:
         raise ConfigProblem(BAD_BROKER_VALUE, f"invalid value {raw!r} for {key}: expected an integer between {lo} "
                                               f"and {top}")
     return value
+
+
+def check_cordon_value(resource_name: str, raw: str | None) -> str | None:
+    """A dynamic cordoned.log.dirs: set per broker only (its entries are that broker's paths; the broker checks
+    them against its log.dirs before the request comes here), absolute paths or `*` alone; returned as a clean
+    comma-separated list (None or empty: no dir cordoned, the dynamic value removed)."""
+    if resource_name == "":
+        raise ConfigProblem(ErrorCode.INVALID_REQUEST, f"{CORDON_KEY} names one broker's log dirs: set it for a "
+                            "broker id, not as the cluster-wide default")
+    if raw is None:
+        return None
+    entries = [e.strip() for e in raw.split(",") if e.strip()]
+    if "*" in entries and len(entries) > 1:
+        raise ConfigProblem(ErrorCode.INVALID_CONFIG, f"{CORDON_KEY}: '*' cordons every log dir and cannot be listed "
+                            "with others")
+    relative = [e for e in entries if e != "*" and not e.startswith("/")]
+    if relative:
+        raise ConfigProblem(ErrorCode.INVALID_CONFIG, f"{CORDON_KEY}: {relative[0]!r} is not an absolute path "
+                            "(name the log dir as log.dirs and DescribeLogDirs do)")
+    return ",".join(dict.fromkeys(entries)) or None
 
 
 def parse_dynamic_value(key: str, raw: str | None) -> int:
@@ -561,6 +584,7 @@ def plan_broker_changes(
     if unknown:
         raise ConfigProblem(ErrorCode.INVALID_CONFIG,
                             f"unknown or unsupported broker config {unknown[0]!r} (kjbod changes only {THROTTLE_KEY}, "
+                            f"{CORDON_KEY}, "
                             "the *.replication.throttled.rate throttles, the reassignment.parallel.* limits, the "
                             "log cleaner's keys and the broker defaults of topic configs (log.retention.ms, ...) "
                             "at runtime)")
@@ -573,7 +597,9 @@ def plan_broker_changes(
         key = ALIASES.get(key, key)
         current = out[key] if key in out else target.get(key)
         new = _apply_op(key, current, op, raw, BROKER_KEYS[key].type == LIST)
-        if new is not None and key in CLEANER_KEYS:
+        if key == CORDON_KEY:
+            new = check_cordon_value(resource_name, new)
+        elif new is not None and key in CLEANER_KEYS:
             new = new.strip()
             check_cleaner_value(key, new)
         elif new is not None and key in LOG_CONFIG_KEYS:

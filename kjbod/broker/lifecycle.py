@@ -23,6 +23,8 @@ States and transitions (Kafka's BrokerState values, driven by the heartbeat answ
   `broker.session.timeout.ms`, jitter 2%); DUPLICATE_BROKER_REGISTRATION (the controller still holds a live
   session of an earlier incarnation) resolves itself that way once the session expires.  No success within
   `initial.broker.registration.timeout.ms` shuts the broker down.
+* Both carry the ids of the cordoned log dirs (KIP-1066) in kjbod's extension field (`cordoned_dirs`, set by
+  the broker; `cordon_changed` sends a heartbeat at once).
 * Heartbeats carry the broker epoch, `CurrentMetadataOffset` (the last metadata offset this broker applied, from
   the follower), WantFence, WantShutDown and every log dir that failed since start (OfflineLogDirs, cumulative).
   An answer of STALE_BROKER_EPOCH means the controller no longer knows this registration (it was unregistered,
@@ -107,6 +109,9 @@ class BrokerLifecycleManager:
         self.config = config
         self.channel = channel
         self.metadata_offset = metadata_offset
+        # The ids of the cordoned log dirs now (KIP-1066), carried by registration and every heartbeat in kjbod's
+        # extension field; the broker sets it (its dynamic cordoned.log.dirs can change at any time).
+        self.cordoned_dirs: Callable[[], list[uuid.UUID]] = list
         # Called once with the reason when the broker must stop (registration timeout, unreported dir failure).
         self.shutdown_hook = shutdown_hook
         self.incarnation_id = incarnation_id or uuid.uuid4()
@@ -146,6 +151,11 @@ class BrokerLifecycleManager:
         self._ready_to_unfence = True
         self._wake.set()
         return self.initial_unfence
+
+    def cordon_changed(self) -> None:
+        """The cordoned dirs changed: the next heartbeat goes now, carrying them."""
+        if self.registered:
+            self._wake.set()
 
     def propagate_directory_failure(self, directory_id: uuid.UUID,
                                     leads_in: Callable[[], bool] = lambda: True) -> None:
@@ -227,7 +237,7 @@ class BrokerLifecycleManager:
             features=[Feature(name=n, min_supported_version=lo, max_supported_version=hi)
                       for n, (lo, hi) in sorted(c.features.items())],
             rack=c.rack, log_dirs=sorted(d for d in c.log_dirs if d not in self._offline_dirs),
-            previous_broker_epoch=c.previous_broker_epoch)
+            previous_broker_epoch=c.previous_broker_epoch, cordoned_log_dirs=self.cordoned_dirs())
         try:
             response = await self.channel.send(PerVersion(partial(registration_at, request)), BROKER_REGISTRATION,
                                                timeout=c.session_timeout / 2)
@@ -250,7 +260,8 @@ class BrokerLifecycleManager:
         request = BrokerHeartbeatRequest(
             broker_id=c.node_id, broker_epoch=self.broker_epoch, current_metadata_offset=self.metadata_offset(),
             want_fence=not self._ready_to_unfence,
-            want_shut_down=self.state == BrokerState.PENDING_CONTROLLED_SHUTDOWN, offline_log_dirs=sent_dirs)
+            want_shut_down=self.state == BrokerState.PENDING_CONTROLLED_SHUTDOWN, offline_log_dirs=sent_dirs,
+            cordoned_log_dirs=self.cordoned_dirs())
         try:
             sent = PerVersion(partial(heartbeat_at, request))
             response = await self.channel.send(sent, BROKER_HEARTBEAT, timeout=c.session_timeout / 2)

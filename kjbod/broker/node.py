@@ -43,7 +43,7 @@ from typing import Any
 import structlog
 
 from kjbod.broker.assignments import AssignmentOutcome, AssignmentsManager
-from kjbod.broker.broker_config import BROKER, LONG_MAX, THROTTLE_KEY, DynamicBrokerConfigs
+from kjbod.broker.broker_config import BROKER, CORDON_KEY, LONG_MAX, THROTTLE_KEY, DynamicBrokerConfigs
 from kjbod.broker.parked_fetches import ParkedFetches
 from kjbod.broker.router import Router
 from kjbod.metadata import (
@@ -69,6 +69,7 @@ from kjbod.protocol.generated.broker_registration_request import Listener as Reg
 from kjbod.protocol.generated.create_topics_request import CreatableTopic
 from kjbod.storage.errors import StorageError
 from kjbod.storage.ids import uuid_from_str
+from kjbod.storage.placement import cordoned_dirs
 from kjbod.storage.workers import workers_enabled
 
 log = structlog.get_logger("kjbod.node")
@@ -298,6 +299,8 @@ class BrokerNode:
             or old.resource_configs(BROKER, str(self.node_id)) != image.resource_configs(BROKER, str(self.node_id)))
         if broker_configs_changed and self.logs.apply_broker_defaults():
             log.info("broker_log_defaults_changed", configs=self.dynamic_configs.merged())
+        if broker_configs_changed:
+            self.apply_cordon()
         if broker_configs_changed and self.logs.apply_cleaner_config():
             log.info("log_cleaner_config_changed", config=self.logs.manager.cleaner_config)
         if self.replication is not None:
@@ -374,6 +377,43 @@ class BrokerNode:
             task.add_done_callback(self._assignment_done)
 
     # -------------------------------------------------------------------------------- configs
+    def cordoned_log_dirs(self) -> list[str]:
+        """The log dirs cordoned now (KIP-1066): this broker's dynamic cordoned.log.dirs when set, else
+        server.properties'. A stored entry that is no longer a log dir here (log.dirs changed since) is skipped."""
+        dynamic = self.dynamic_configs.per_broker.get(CORDON_KEY)
+        if dynamic is None:
+            return list(getattr(self.config, "cordoned_log_dirs", ()) or ())
+        log_dirs = list(self.config.log_dirs)
+        try:
+            return cordoned_dirs(dynamic, log_dirs)
+        except ValueError as e:
+            log.warning("cordoned_log_dirs_ignored", error=str(e), effect="only the entries that are log dirs count")
+            return cordoned_dirs([d for d in dynamic.split(",") if d.strip() in log_dirs or d.strip() == "*"],
+                                 log_dirs)
+
+    def cordoned_dir_ids(self) -> list[uuid.UUID]:
+        """The KIP-858 ids of the cordoned dirs that are online (what registration and heartbeats carry)."""
+        if self.logs is None:
+            return []
+        cordoned = set(self.logs.manager.cordoned)
+        return sorted(uuid.UUID(bytes=uuid_from_str(d))
+                      for d, path in self.logs.manager.directory_ids(online_only=True).items() if path in cordoned)
+
+    def apply_cordon(self) -> None:
+        """Gives the log manager the cordoned dirs in force, and tells the controller when they changed."""
+        if self.logs is None:
+            return
+        before = self.logs.manager.cordoned
+        self.logs.manager.set_cordoned(self.cordoned_log_dirs())
+        if self.logs.manager.cordoned != before:
+            self.cordon_changed()
+
+    def cordon_changed(self) -> None:
+        """The controller hears of a new cordon with the next heartbeat; sent now (in this process) rather than
+        after an interval."""
+        if self.broker_epoch >= 0 and not self.stopping:
+            self.spawn(self._heartbeat())
+
     def replica_alter_log_dirs_rate(self) -> int:
         """The effective intra-broker throttle: dynamic per-broker, dynamic default, then server.properties."""
         dynamic = self.dynamic_configs.effective(THROTTLE_KEY)
@@ -492,7 +532,8 @@ class BrokerNode:
             listeners=[RegListener(name=ln.name, host=ln.host, port=ln.port,
                                    security_protocol=SECURITY_PROTOCOLS.get(ln.security_protocol, 0))
                        for ln in listeners],
-            rack=self.rack, log_dirs=[uuid.UUID(bytes=uuid_from_str(d)) for d in dirs])
+            rack=self.rack, log_dirs=[uuid.UUID(bytes=uuid_from_str(d)) for d in dirs],
+            cordoned_log_dirs=self.cordoned_dir_ids())
 
     async def _register(self) -> None:
         """Registers this broker with the controller in this process, then heartbeats until it is unfenced."""
@@ -544,7 +585,7 @@ class BrokerNode:
     async def _heartbeat(self, *, want_shut_down: bool = False) -> Any:
         return await self.controller_request(BrokerHeartbeatRequest(
             broker_id=self.node_id, broker_epoch=self.broker_epoch, current_metadata_offset=self.metadata.offset,
-            want_fence=False, want_shut_down=want_shut_down), 1)
+            want_fence=False, want_shut_down=want_shut_down, cordoned_log_dirs=self.cordoned_dir_ids()), 1)
 
     async def _heartbeats(self) -> None:
         interval = int(getattr(self.config, "broker_heartbeat_interval_ms", 2000)) / 1000

@@ -147,6 +147,7 @@ class RemoteBrokerNode(BrokerNode):
         self.lifecycle = BrokerLifecycleManager(
             self.lifecycle_config(self._registration()), self._channel("lifecycle"),
             lambda: follower.last_applied_offset, self._lifecycle_shutdown, incarnation_id=self.incarnation_id)
+        self.lifecycle.cordoned_dirs = self.cordoned_dir_ids
         self.follower.start()
         self.lifecycle.start()
         log.info("broker_starting", node_id=self.node_id, controllers=self._channels["lifecycle"].peer,
@@ -176,6 +177,10 @@ class RemoteBrokerNode(BrokerNode):
         log.info("node_started", node_id=self.node_id, cluster_id=self.cluster_id, role="broker",
                  topics=len(self.metadata.by_name), broker_epoch=self.broker_epoch,
                  metadata_offset=self.metadata.offset)
+
+    def cordon_changed(self) -> None:
+        if self.lifecycle is not None:
+            self.lifecycle.cordon_changed()
 
     def lifecycle_config(self, registration: Any) -> LifecycleConfig:
         """What registration and heartbeats carry, and their timers, from this broker's config."""

@@ -354,6 +354,7 @@ def open_logs(node: Any) -> LogManager:
         cleaner=cleaner_config(config),
     )
     manager.open()
+    manager.set_cordoned(getattr(config, "cordoned_log_dirs", ()) or ())
     meta = read_meta_properties(LogDirIO(meta_dir))
     node.cluster_id = meta.cluster_id if meta is not None else ""
     node.logs = StorageAdapter(node, manager)
@@ -363,6 +364,7 @@ def open_logs(node: Any) -> LogManager:
 def apply_image_at_start(node: Any, manager: LogManager) -> None:
     """Makes the logs match `node.metadata` (see the module docstring), then starts the background upkeep."""
     refresh_log_defaults(node, manager)  # the dynamic broker defaults the metadata log holds
+    manager.set_cordoned(node.cordoned_log_dirs())  # server.properties', or the metadata log's dynamic value
     manager.set_cleaner_config(cleaner_config(node.config, node.dynamic_configs.merged()))
     settle_future_logs(node, manager)
     reconcile(node, manager)

@@ -198,11 +198,13 @@ def describe_document(result: LogDirsByBroker, behind: dict[tuple[int, str, int]
 
     {"version": 1, "brokers": [{"broker": 1, "error": null, "fenced": false, "log_dirs": [{"path", "is_live",
     "error", "directory_id", "total_bytes", "usable_bytes", "state", "recent_latency_ms", "failed_at",
-    "reserved_bytes", "state_reason", "partitions": [{"topic", "partition", "size", "offset_lag",
+    "reserved_bytes", "state_reason", "is_cordoned", "filesystem_id", "partitions": [{"topic", "partition", "size", "offset_lag",
     "behind_leader", "is_temporary"}]}]}]}
 
     `behind_leader` (kjbod's): for a follower replica, how many offsets its log end is behind its leader's
     (`behind`, keyed by (broker, topic, partition)); null for leaders, futures and unreplicated partitions.
+    `is_cordoned`: KIP-1066's flag (DescribeLogDirs v5; null from an older broker). `filesystem_id` (kjbod's): the
+    broker's device id of the dir's filesystem; dirs of one broker with the same id share it (null: not reported).
     `fenced` (kjbod's): the brokers the controller has fenced (broker id -> why), listed with that as their error
     and no log dirs rather than left out.
     """
@@ -232,6 +234,8 @@ def describe_document(result: LogDirsByBroker, behind: dict[tuple[int, str, int]
                 "failed_at": None if d.failed_at_ms is None else _utc(d.failed_at_ms),
                 "reserved_bytes": d.reserved_bytes,
                 "state_reason": d.state_reason,
+                "is_cordoned": d.is_cordoned,
+                "filesystem_id": d.filesystem_id,
                 "partitions": [
                     {"topic": r.topic, "partition": r.partition, "size": r.size, "offset_lag": r.offset_lag,
                      "behind_leader": None if r.is_future else behind.get((broker_id, r.topic, r.partition)),
@@ -300,7 +304,7 @@ def render_table(document: dict[str, Any]) -> str:
             replicas = d["partitions"]
             current = [p for p in replicas if not p["is_temporary"]]
             moving_in = len(replicas) - len(current)
-            state = _state_text(d)
+            state = _state_text(d) + (", cordoned" if d.get("is_cordoned") else "")
             total, usable = d["total_bytes"], d["usable_bytes"]
             rows.append([
                 d["path"], state,
@@ -731,6 +735,9 @@ def _explain(error: KafkaError, move: PlannedMove, broker_id: int, dirs: list[st
     if code == ErrorCode.REPLICA_NOT_AVAILABLE:
         return (f"{name}: broker {broker_id} does not host a replica of {move.name} (it will create it in "
                 f"{move.log_dir} if the replica is assigned to it later)")
+    if code == ErrorCode.INELIGIBLE_REPLICA:
+        return (f"{name}: {move.log_dir} is cordoned on broker {broker_id} (cordoned.log.dirs): it takes no new "
+                "replicas; moves out of it are allowed")
     if code == ErrorCode.INVALID_TOPIC_EXCEPTION:
         return f"{name}: the topic name is too long for the future replica's directory name"
     return str(error)

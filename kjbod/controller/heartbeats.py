@@ -15,6 +15,13 @@ SHUTDOWN_NOW from unfenced: out of every ISR, then Fenced=1; → CONTROLLED_SHUT
 then out of every ISR.  Offline log dirs (cumulative in every heartbeat) move leadership off the partitions in
 the newly failed dirs and shrink the broker's LogDirs (kjbod.controller.directories); a dir id the broker never
 registered answers LOG_DIR_NOT_FOUND and changes nothing.
+
+Cordoned log dirs (KIP-1066): each registration and heartbeat carries the ids of the broker's cordoned dirs (a
+kjbod extension field, see schemas/BrokerHeartbeatRequest.json); the latest list per broker is kept here, in
+memory like the sessions (a restarted controller learns it again from the next heartbeat, within one heartbeat
+interval; Kafka 4.3 persists it in BrokerRegistrationChangeRecord, whose layout kjbod does not assume).
+`fully_cordoned` names the brokers whose every online dir is cordoned: placement leaves them out and an
+explicit assignment naming them is INELIGIBLE_REPLICA (kjbod.controller.replication_control).
 """
 
 from __future__ import annotations
@@ -62,6 +69,19 @@ class BrokerHeartbeatManager:
         self.sessions: dict[int, Session] = {}
         self.dirs = BrokerDirs()  # every dir id each broker registered: OfflineLogDirs may name no other
         self.local_registered = False  # the broker in this process has registered since this controller started
+        self.cordoned: dict[int, frozenset[Any]] = {}  # broker id -> ids of its cordoned log dirs, as last sent
+
+    def note_cordoned(self, broker_id: int, dir_ids: Any) -> None:
+        self.cordoned[broker_id] = frozenset(dir_ids or ())
+
+    def fully_cordoned(self, image: MetadataImage) -> frozenset[int]:
+        """The registered brokers whose every online log dir is cordoned (none online counts as not)."""
+        out = set()
+        for broker_id, dirs in self.cordoned.items():
+            reg = image.brokers.get(broker_id)
+            if reg is not None and dirs and reg.log_dirs and set(reg.log_dirs) <= dirs:
+                out.add(broker_id)
+        return frozenset(out)
 
     @property
     def timeout_s(self) -> float:
@@ -109,6 +129,7 @@ class BrokerHeartbeatManager:
             return ControllerResult([], BrokerHeartbeatResponse(error_code=ErrorCode.STALE_BROKER_EPOCH))
         if req.offline_log_dirs and self.dirs.unknown(image, reg.broker_id, req.offline_log_dirs):
             return ControllerResult([], BrokerHeartbeatResponse(error_code=ErrorCode.LOG_DIR_NOT_FOUND))
+        self.note_cordoned(req.broker_id, req.cordoned_log_dirs)
         s = self.session(req.broker_id, now)
         s.last_contact = now
         s.metadata_offset = req.current_metadata_offset

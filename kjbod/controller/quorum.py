@@ -348,10 +348,12 @@ class QuorumController:
         return lambda image, _o: scram.alter_user_scram_credentials(image, req)
 
     def _create_topics(self, version: int, req: CreateTopicsRequest) -> Operation:
-        return lambda image, _o: replication_control.create_topics(image, req, self.settings, self.policy)
+        return lambda image, _o: replication_control.create_topics(
+            image, req, self.settings, self.policy, cordoned=self.heartbeats.fully_cordoned(image))
 
     def _create_partitions(self, version: int, req: CreatePartitionsRequest) -> Operation:
-        return lambda image, _o: replication_control.create_partitions(image, req)
+        return lambda image, _o: replication_control.create_partitions(
+            image, req, cordoned=self.heartbeats.fully_cordoned(image))
 
     def _delete_topics(self, version: int, req: DeleteTopicsRequest) -> Operation:
         return lambda image, _o: replication_control.delete_topics(image, req, version,
@@ -396,8 +398,9 @@ class QuorumController:
         return lambda image, _o: elections.elect_leaders(image, req, version)
 
     def _alter_partition_reassignments(self, version: int, req: AlterPartitionReassignmentsRequest) -> Operation:
-        return lambda image, _o: reassignment.alter_partition_reassignments(image, req, version, self.settings,
-                                                                            self.reassignment_plans)
+        return lambda image, _o: reassignment.alter_partition_reassignments(
+            image, req, version, self.settings, self.reassignment_plans,
+            cordoned=self.heartbeats.fully_cordoned(image))
 
     def _list_partition_reassignments(self, version: int, req: ListPartitionReassignmentsRequest) -> Operation:
         return lambda image, _o: reassignment.list_partition_reassignments(image, req, self.reassignment_plans)

@@ -41,7 +41,7 @@ from uuid import UUID
 
 from kjbod.controller.partition_change import ONLINE, PREFERRED, UNCLEAN, change, partitions, unclean_enabled
 from kjbod.controller.reassignment_steps import Limits, moves_leader, next_step, pick
-from kjbod.controller.replication_control import assignment_problem
+from kjbod.controller.replication_control import assignment_problem, cordoned_problem
 from kjbod.controller.result import ControllerResult, ControllerSettings
 from kjbod.metadata import BROKER_RESOURCE, MetadataImage, PartitionImage, TopicImage
 from kjbod.metadata.delta import replay_partition
@@ -96,7 +96,7 @@ def heading_for(p: PartitionImage) -> int:
 
 
 def check_target(image: MetadataImage, p: PartitionImage, target: list[int], *, allow_rf_change: bool = True,
-                 heading: int | None = None) -> None:
+                 heading: int | None = None, cordoned: frozenset[int] = frozenset()) -> None:
     heading = heading_for(p) if heading is None else heading
     if not allow_rf_change and heading != len(target):
         raise ReassignmentError(ErrorCode.INVALID_REPLICATION_FACTOR,
@@ -104,6 +104,10 @@ def check_target(image: MetadataImage, p: PartitionImage, target: list[int], *, 
     problem = assignment_problem(image, target)
     if problem is not None:
         raise ReassignmentError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, problem)
+    # KIP-1066: a broker whose every log dir is cordoned takes no new replica; the replicas it has may stay.
+    problem = cordoned_problem([b for b in target if b not in p.replicas], cordoned)
+    if problem is not None:
+        raise ReassignmentError(ErrorCode.INELIGIBLE_REPLICA, problem)
 
 
 def step_change(image: MetadataImage, topic: TopicImage, p: PartitionImage, target: list[int], *,
@@ -174,7 +178,7 @@ def target_dirs(image: MetadataImage, p: PartitionImage, target: list[int], dirs
 
 def _one(image: MetadataImage, topic: TopicImage | None, name: str, wanted: Any, changed: dict[tuple[str, int],
          PartitionImage], settings: ControllerSettings, allow: bool, plans: Plans | None,
-         batching: bool) -> list[Any]:
+         batching: bool, cordoned: frozenset[int] = frozenset()) -> list[Any]:
     if topic is None:
         raise ReassignmentError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Unable to find a topic named {name}.")
     p = changed.get((name, wanted.partition_index)) or topic.partitions.get(wanted.partition_index)
@@ -193,10 +197,11 @@ def _one(image: MetadataImage, topic: TopicImage | None, name: str, wanted: Any,
         return [*ended, *_some(cancel(image, topic, p, settings))]
     target = list(wanted.replicas)
     if batching and plans is not None:
-        check_target(image, p, target, allow_rf_change=allow, heading=len(plans[key].target) if planned else None)
+        check_target(image, p, target, allow_rf_change=allow, heading=len(plans[key].target) if planned else None,
+                     cordoned=cordoned)
         plans[key] = Plan(target, target_dirs(image, p, target, wanted.target_directories))
         return [intent_record(key, plans[key])]
-    check_target(image, p, target, allow_rf_change=allow)
+    check_target(image, p, target, allow_rf_change=allow, cordoned=cordoned)
     return _some(step_change(image, topic, p, target,
                              target_dirs=target_dirs(image, p, target, wanted.target_directories)))
 
@@ -222,8 +227,10 @@ def plans_from(image: MetadataImage) -> Plans:
 
 
 def alter_partition_reassignments(image: MetadataImage, req: AlterPartitionReassignmentsRequest, version: int,
-                                  settings: ControllerSettings, plans: Plans | None = None) -> ControllerResult:
-    """`plans`: the controller's batched reassignments, changed in place (batching when the limits say so)."""
+                                  settings: ControllerSettings, plans: Plans | None = None,
+                                  cordoned: frozenset[int] = frozenset()) -> ControllerResult:
+    """`plans`: the controller's batched reassignments, changed in place (batching when the limits say so);
+    `cordoned`: the brokers whose every log dir is cordoned (INELIGIBLE_REPLICA for a new replica there)."""
     allow = req.allow_replication_factor_change if version >= 1 else True
     batching = plans is not None and limits(image).batching
     records: list[Any] = []
@@ -237,7 +244,7 @@ def alter_partition_reassignments(image: MetadataImage, req: AlterPartitionReass
             code: int = ErrorCode.NONE
             message: str | None = None
             try:
-                for rec in _one(image, topic, t.name, wanted, changed, settings, allow, plans, batching):
+                for rec in _one(image, topic, t.name, wanted, changed, settings, allow, plans, batching, cordoned):
                     records.append(rec)
                     if isinstance(rec, PartitionChangeRecord) and topic is not None:
                         p = changed.get((t.name, wanted.partition_index)) or topic.partitions[wanted.partition_index]

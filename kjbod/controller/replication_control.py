@@ -100,6 +100,29 @@ def assignment_problem(image: MetadataImage, broker_ids: list[int], rf: int | No
     return None
 
 
+def usable_brokers(image: MetadataImage, cordoned: frozenset[int]) -> list[BrokerRegistration]:
+    """The brokers automatic placement may choose, by id: every registered one except those whose every log dir
+    is cordoned (KIP-1066: such a broker takes no new replicas)."""
+    return sorted((b for b in image.brokers.values() if b.broker_id not in cordoned), key=lambda b: b.broker_id)
+
+
+def cordoned_problem(broker_ids: list[int], cordoned: frozenset[int]) -> str | None:
+    """INELIGIBLE_REPLICA's message when an explicit assignment names a broker whose log dirs are all cordoned."""
+    named = sorted(set(broker_ids) & cordoned)
+    if not named:
+        return None
+    which = ", ".join(map(str, named))
+    return (f"Broker{'s' if len(named) > 1 else ''} {which}: every log dir is cordoned (cordoned.log.dirs), so "
+            "it takes no new replicas.")
+
+
+def _cordoned_hint(cordoned: frozenset[int]) -> str:
+    if not cordoned:
+        return ""
+    return (f" (not counting broker{'s' if len(cordoned) > 1 else ''} {', '.join(map(str, sorted(cordoned)))}: "
+            "every log dir cordoned)")
+
+
 def new_partition_record(image: MetadataImage, topic_id: UUID, partition: int, replicas: list[int]) -> Any:
     """A new partition's record: the ISR its active replicas (the callers made sure there is one), the first of
     them the leader, each replica's directory as KIP-858 places it (`default_dir`)."""
@@ -117,12 +140,13 @@ class TopicCreator:
     """One CreateTopics request against one image."""
 
     def __init__(self, image: MetadataImage, settings: ControllerSettings, policy: ConfigPolicy,
-                 rng: random.Random | None = None) -> None:
+                 rng: random.Random | None = None, cordoned: frozenset[int] = frozenset()) -> None:
         self.image = image
         self.settings = settings
         self.policy = policy
+        self.cordoned = cordoned
         self.collisions = collision_index(image.topics_by_name)
-        self.placer = StripedPlacer(sorted(image.brokers.values(), key=lambda b: b.broker_id), rng)
+        self.placer = StripedPlacer(usable_brokers(image, cordoned), rng)
 
     def check(self, t: Any, duplicates: set[str]) -> tuple[CreateResult | None, list[list[int]], dict[str, str]]:
         """(failure, replicas per partition, config overrides)."""
@@ -174,6 +198,9 @@ class TopicCreator:
             problem = assignment_problem(self.image, list(a.broker_ids), rf)
             if problem is not None:
                 return _fail(t.name, ErrorCode.INVALID_REPLICA_ASSIGNMENT, problem), []
+            problem = cordoned_problem(list(a.broker_ids), self.cordoned)
+            if problem is not None:
+                return _fail(t.name, ErrorCode.INELIGIBLE_REPLICA, problem), []
             rf = len(a.broker_ids)
             if not any(self.image.brokers[b].active for b in a.broker_ids):
                 return _fail(t.name, ErrorCode.INVALID_REPLICA_ASSIGNMENT,
@@ -201,7 +228,7 @@ class TopicCreator:
             assignment = self.placer.place(partitions, rf)
         except PlacementError as e:
             return _fail(t.name, ErrorCode.INVALID_REPLICATION_FACTOR,
-                         f"Unable to replicate the partition {rf} time(s): {e}"), []
+                         f"Unable to replicate the partition {rf} time(s): {e}{_cordoned_hint(self.cordoned)}"), []
         if any(not any(self.image.brokers[r].active for r in replicas) for replicas in assignment):
             return _fail(t.name, ErrorCode.INVALID_REPLICATION_FACTOR, f"Unable to replicate the partition {rf} "
                          "time(s): All brokers are currently fenced or in controlled shutdown."), []
@@ -218,10 +245,12 @@ class TopicCreator:
 
 
 def create_topics(image: MetadataImage, body: CreateTopicsRequest, settings: ControllerSettings,
-                  policy: ConfigPolicy, rng: random.Random | None = None) -> ControllerResult:
+                  policy: ConfigPolicy, rng: random.Random | None = None,
+                  cordoned: frozenset[int] = frozenset()) -> ControllerResult:
+    """`cordoned`: the brokers whose every log dir is cordoned (BrokerHeartbeatManager.fully_cordoned)."""
     counts = Counter(t.name for t in body.topics)
     duplicates = {n for n, c in counts.items() if c > 1}
-    creator = TopicCreator(image, settings, policy, rng)
+    creator = TopicCreator(image, settings, policy, rng, cordoned)
     records: list[Any] = []
     results = []
     for t in body.topics:
@@ -253,7 +282,8 @@ class _Refused(Exception):
         self.message = message
 
 
-def _added_partitions(image: MetadataImage, t: Any, room: int, rng: random.Random | None) -> list[Any]:
+def _added_partitions(image: MetadataImage, t: Any, room: int, rng: random.Random | None,
+                      cordoned: frozenset[int] = frozenset()) -> list[Any]:
     """The PartitionRecords that grow topic `t` to `t.count` partitions, or _Refused (Kafka's
     ReplicationControlManager.createPartitions, its checks in its order)."""
     topic = image.topic(t.name)
@@ -285,6 +315,9 @@ def _added_partitions(image: MetadataImage, t: Any, room: int, rng: random.Rando
             problem = assignment_problem(image, replicas, rf)
             if problem is not None:
                 raise _Refused(ErrorCode.INVALID_REPLICA_ASSIGNMENT, problem)
+            problem = cordoned_problem(replicas, cordoned)
+            if problem is not None:
+                raise _Refused(ErrorCode.INELIGIBLE_REPLICA, problem)
             if not any(image.brokers[b].active for b in replicas):
                 raise _Refused(ErrorCode.INVALID_REPLICA_ASSIGNMENT, "All brokers specified in the manual "
                                f"partition assignment for partition {current + i} are fenced or in controlled "
@@ -292,11 +325,11 @@ def _added_partitions(image: MetadataImage, t: Any, room: int, rng: random.Rando
             assignment.append(replicas)
     else:
         # A placer of its own per topic, as Kafka's placer builds its rack lists per call.
-        placer = StripedPlacer(sorted(image.brokers.values(), key=lambda b: b.broker_id), rng)
+        placer = StripedPlacer(usable_brokers(image, cordoned), rng)
         try:
             assignment = placer.place(additional, rf)
         except PlacementError as e:
-            raise _Refused(ErrorCode.INVALID_REPLICATION_FACTOR, str(e)) from None
+            raise _Refused(ErrorCode.INVALID_REPLICATION_FACTOR, f"{e}{_cordoned_hint(cordoned)}") from None
         if any(not any(image.brokers[r].active for r in replicas) for replicas in assignment):
             raise _Refused(ErrorCode.INVALID_REPLICATION_FACTOR, f"Unable to replicate the partition {rf} time(s): "
                            "All brokers are currently fenced or in controlled shutdown.")
@@ -305,7 +338,7 @@ def _added_partitions(image: MetadataImage, t: Any, room: int, rng: random.Rando
 
 
 def create_partitions(image: MetadataImage, body: CreatePartitionsRequest,
-                      rng: random.Random | None = None) -> ControllerResult:
+                      rng: random.Random | None = None, cordoned: frozenset[int] = frozenset()) -> ControllerResult:
     """CreatePartitions: a topic named more than once is refused first (INVALID_REQUEST, Kafka's
     ControllerApis), every other one on its own; the records of those that succeed are written together (none
     when validate_only: the same checks, the same answers)."""
@@ -317,7 +350,7 @@ def create_partitions(image: MetadataImage, body: CreatePartitionsRequest,
         if counts[t.name] > 1:
             continue
         try:
-            records += _added_partitions(image, t, MAX_RECORDS_PER_USER_OP - len(records), rng)
+            records += _added_partitions(image, t, MAX_RECORDS_PER_USER_OP - len(records), rng, cordoned)
         except _Refused as e:
             results.append(PartitionsResult(name=t.name, error_code=e.code, error_message=e.message))
             continue

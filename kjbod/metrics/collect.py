@@ -322,6 +322,8 @@ class NodeCollector(Collector):
                           "Bytes kept free on the log dir (log.dir.reserved.bytes as applied; -1: unknown)")
         parts = _family("kjbod_log_dir_partitions", "Partition logs in the log dir (current, not -future)")
         recent = _family("kjbod_log_dir_recent_latency_seconds", "Slowest file operation of the last 10 s")
+        cordoned = _family("kjbod_log_dir_cordoned", "1 when the log dir is cordoned (cordoned.log.dirs: no new "
+                           "replicas), else 0")
         per_dir = self._per_dir
         for info in infos:
             path = info.path
@@ -333,7 +335,8 @@ class NodeCollector(Collector):
             reserve.add_sample("kjbod_log_dir_reserve_bytes", {"log_dir": path}, info.reserved_bytes)
             parts.add_sample("kjbod_log_dir_partitions", {"log_dir": path}, per_dir.get(path, 0))
             recent.add_sample("kjbod_log_dir_recent_latency_seconds", {"log_dir": path}, info.recent_latency_ms / 1000)
-        yield from (states, total, usable, reserve, parts, recent)
+            cordoned.add_sample("kjbod_log_dir_cordoned", {"log_dir": path}, int(info.cordoned))
+        yield from (states, total, usable, reserve, parts, recent, cordoned)
         ops = _family("kjbod_log_dir_operation_seconds", "File operation latency per log dir and operation",
                       "histogram")
         for io in self._dir_ios():

@@ -38,6 +38,7 @@ from kjbod.net.tls import (
     listener_key,
 )
 from kjbod.net.tls import server_context as tls_server_context
+from kjbod.storage.placement import CORDON_ALL, cordoned_dirs
 
 __all__ = [
     "ACCEPTED_NO_EFFECT",
@@ -309,6 +310,8 @@ KEYS: dict[str, KeyDef] = {
         KeyDef("log.dirs", _list, None),
         KeyDef("log.dir", _nonempty_str, "/tmp/kraft-combined-logs", into="log_dirs"),
         KeyDef("metadata.log.dir", _nonempty_str, None),
+        KeyDef("cordoned.log.dirs", _list, (),
+               "log dirs that take no new replicas (KIP-1066), or * for all; dynamic per broker"),
         KeyDef("metadata.log.max.record.bytes.between.snapshots", _long(1), 20 * 1024 * 1024),
         KeyDef("num.partitions", _int(1), 1),
         KeyDef("default.replication.factor", _int(1, 32767), 1),
@@ -521,6 +524,7 @@ class ServerConfig:
     controller_listener_names: tuple[str, ...]
     log_dirs: tuple[str, ...]
     metadata_log_dir: str
+    cordoned_log_dirs: tuple[str, ...]  # absolute, in log.dirs order ("*" expanded)
     num_partitions: int
     default_replication_factor: int
     auto_create_topics_enable: bool
@@ -952,6 +956,11 @@ def build_config(
                 raise fail(
                     dirs_key, f"invalid value for {dirs_key}: log dir {inner} is inside log dir {outer}"
                 )
+    try:
+        cordoned = cordoned_dirs([e if e == CORDON_ALL else os.path.normpath(os.path.join(base, os.path.expanduser(e)))
+                                  for e in get("cordoned.log.dirs")], dirs)
+    except ValueError as e:
+        raise fail("cordoned.log.dirs", str(e)) from None
     meta = get("metadata.log.dir")
     meta_dir = os.path.normpath(os.path.join(base, os.path.expanduser(meta))) if meta else dirs[0]
     for d in dirs:
@@ -979,6 +988,7 @@ def build_config(
         advertised_listeners=tuple(advertised),
         controller_listener_names=controller_names,
         log_dirs=tuple(dirs),
+        cordoned_log_dirs=tuple(cordoned),
         metadata_log_dir=meta_dir,
         num_partitions=get("num.partitions"),
         default_replication_factor=get("default.replication.factor"),

@@ -36,7 +36,8 @@ and by size probes) and lowered by every byte written through the seam, so an ap
 ``statvfs``. A real ``statvfs`` is taken only when the estimate nears the reserve. When a check finds usable bytes
 above the reserve again the dir is back (logged); crossing 80%, 90% and 95% used logs a warning once per crossing.
 In process, ``fake_space(dir, total, usable)`` makes ``statvfs`` of a dir answer those numbers (a fault file
-entry ``{"dir": ..., "total_bytes": N, "usable_bytes": M}`` does the same out of process).
+entry ``{"dir": ..., "total_bytes": N, "usable_bytes": M}`` does the same out of process; with ``"device": D`` it
+also makes the dir's ``st_dev`` read D, so dirs on one test filesystem can pass for separate disks).
 
 Every operation is stamped with its start while it runs (one dict entry per thread), so a watchdog can tell a dir
 whose operation never returns (:mod:`kjbod.storage.health`). A dir failed that way is ``stalled``: the stuck call,
@@ -159,6 +160,7 @@ class FaultInjector:
         self._env_rules: list[FaultRule] = []
         self._space: dict[str, tuple[int, int]] = {}  # dir -> (total, usable) that statvfs answers
         self._env_space: dict[str, tuple[int, int]] = {}
+        self._env_device: dict[str, int] = {}  # dir -> the st_dev a fault file's space entry gives it
         self.active = env_path is not None
 
     def inject(
@@ -190,6 +192,12 @@ class FaultInjector:
                 self._reload_env()
             return self._space.get(dir) or self._env_space.get(dir)
 
+    def device_for(self, dir: str) -> int | None:
+        with self._lock:
+            if self._env_path is not None:
+                self._reload_env()
+            return self._env_device.get(dir)
+
     def clear(self) -> None:
         with self._lock:
             held = [r for r in self._rules if r.gate is not None]
@@ -210,6 +218,7 @@ class FaultInjector:
             self._env_sig = None
             self._env_rules = []
             self._env_space = {}
+            self._env_device = {}
             return
         sig = (st.st_mtime_ns, st.st_size, st.st_ino)
         if sig == self._env_sig:
@@ -228,6 +237,8 @@ class FaultInjector:
             for e in entries
             if "usable_bytes" in e
         }
+        self._env_device = {os.path.abspath(e["dir"]): int(e["device"]) for e in entries
+                            if "usable_bytes" in e and "device" in e}
         self._env_rules = [
             _rule(e["dir"], 0, e.get("ops"), None, float(e["delay_ms"]))
             if "delay_ms" in e
@@ -759,11 +770,16 @@ class LogDirIO:
         """st_dev of the dir: dirs on one filesystem share free space (placement accounts for that)."""
         t = self._begin("stat", self.path)
         try:
-            return os.stat(self.path).st_dev
+            device = os.stat(self.path).st_dev
         except OSError as e:
             self.fail("stat", self.path, e)
         finally:
             self._end(t)
+        if FAULTS.active:
+            fake = FAULTS.device_for(self.path)
+            if fake is not None:
+                return fake
+        return device
 
     def fsync_dir(self, path: str | None = None) -> None:
         """fsync a directory so a rename or create in it is durable."""

@@ -146,6 +146,8 @@ class LogDirInfo:
     recent_latency_ms: int = 0  # the slowest operation of the last few seconds (kjbod.storage.health)
     failed_at_ms: int = -1  # when an offline dir went offline (wall clock, ms); -1 if online or not known
     reserved_bytes: int = -1  # log.dir.reserved.bytes as applied to this dir's filesystem (-1: not known)
+    cordoned: bool = False  # named by cordoned.log.dirs (KIP-1066): keeps its replicas, gets no new ones
+    device: int = -1  # st_dev of the dir's filesystem, from the probe just answered (-1: not known)
 
 
 @dataclass(frozen=True)
@@ -254,6 +256,7 @@ class LogManager:
         self.metadata_log_dir = os.path.abspath(metadata_log_dir) if metadata_log_dir else paths[0]
         self.defaults = defaults or LogConfig()
         self.placement_policy = placement_policy
+        self.cordoned: frozenset[str] = frozenset()  # cordoned.log.dirs, as absolute paths (see set_cordoned)
         self.on_all_dirs_offline = on_all_dirs_offline
         self.on_dir_offline = on_dir_offline
         self.clock = clock
@@ -357,8 +360,10 @@ class LogManager:
                 error = io.full_error().message
             reserve = io.reserved_bytes if io.total_bytes >= 0 else -1
             failed_at = io.offline_at_ms
+            device = answer[2] if io.online and answer is not None else -1
             out.append(LogDirInfo(path, d.directory_id, io.online, total, usable, error, state,
-                                  health.recent_latency_ms, -1 if failed_at is None else failed_at, reserve))
+                                  health.recent_latency_ms, -1 if failed_at is None else failed_at, reserve,
+                                  path in self.cordoned, device))
         return out
 
     def start_probes(self) -> dict[str, Future[tuple[int, int, int]]]:
@@ -650,10 +655,19 @@ class LogManager:
 
     # ------------------------------------------------------------------------------------------ create
 
+    def set_cordoned(self, paths: Iterable[str]) -> None:
+        """The log dirs cordoned.log.dirs names now (checked by :func:`kjbod.storage.placement.cordoned_dirs`):
+        placement skips them from the next new partition on; their replicas stay and serve."""
+        cordoned = frozenset(os.path.abspath(p) for p in paths)
+        if cordoned != self.cordoned:
+            log.info("cordoned_log_dirs", cordoned=sorted(cordoned))
+        self.cordoned = cordoned
+
     def assign_dirs(self, count: int, config: LogConfig | None = None, exclude: Iterable[str] = ()) -> list[str]:
         """Log dirs for ``count`` new partitions under the placement policy (see kjbod.storage.placement), none
         of them in ``exclude``."""
         excluded = set(exclude)
+        cordoned = self.cordoned
         cfg = config or self.defaults
         counts: dict[str, int] = {p: 0 for p in self._dirs}
         for plog in [*self._logs.values(), *self._futures.values()]:
@@ -671,6 +685,15 @@ class LogManager:
                 continue
             usable, device = (answer[1], answer[2]) if self.placement_policy == MOST_USABLE else (0, None)
             candidates.append(DirCandidate(path, usable, counts[path], device))
+        open_dirs = [c for c in candidates if c.path not in cordoned]
+        if open_dirs:
+            candidates = open_dirs
+        elif candidates:
+            # Every dir that could take it is cordoned: the controller places no new replica on such a broker,
+            # so this is a replica it was given before it learnt of the cordon (or a reassignment named it).
+            # Refusing would leave the partition without this replica; it goes to a cordoned dir, said loudly.
+            log.warning("partition_placed_in_cordoned_dir", cordoned=sorted(cordoned), count=count,
+                        effect="every online log dir with room is cordoned; placed there anyway")
         if not candidates:
             silent = [p for p, a in answers.items() if a is None]
             why = ([f"{', '.join(silent)} did not answer in time"] if silent else []) + (

@@ -12,11 +12,15 @@ Two policies:
 * ``fewest-partitions``: Kafka's rule (``LogManager.nextLogDirs``): the dir holding the fewest logs (current and
   future), ties broken by configuration order; partitions placed in the same call count.
 
+Cordoned dirs (KIP-1066, ``cordoned.log.dirs``) are left out of the candidates by the caller
+(``LogManager.assign_dirs``); :func:`cordoned_dirs` reads and checks the setting.
+
 The function is pure (statvfs is done by the caller), so the rule is tested without real disks.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -57,3 +61,33 @@ def choose_dirs(candidates: Sequence[DirCandidate], count: int, *, policy: str, 
             if same_fs:
                 usable[c.path] -= estimate
     return chosen
+
+
+CORDON_ALL = "*"
+
+
+def cordoned_dirs(value: str | Sequence[str] | None, log_dirs: Sequence[str]) -> list[str]:
+    """The log dirs a ``cordoned.log.dirs`` value names, as absolute paths in ``log.dirs`` order.
+
+    The value is a comma-separated list of this broker's log dirs (a list is taken as already split), or ``*``
+    for all of them; empty or None cordons none. Each entry is compared with the log dirs after making both
+    absolute and normal (Kafka 4.3's first release missed a cordon written as a relative path, KAFKA-20901).
+    An entry that is not one of them raises ValueError naming it and the log dirs."""
+    if value is None:
+        return []
+    entries = [e.strip() for e in (value.split(",") if isinstance(value, str) else value)]
+    entries = [e for e in entries if e]
+    configured = [os.path.abspath(d) for d in log_dirs]
+    if CORDON_ALL in entries:
+        if len(entries) > 1:
+            raise ValueError(f"cordoned.log.dirs: '*' cordons every log dir and cannot be listed with others "
+                             f"({', '.join(e for e in entries if e != CORDON_ALL)})")
+        return list(dict.fromkeys(configured))
+    wanted = []
+    for entry in entries:
+        path = os.path.abspath(entry)
+        if path not in configured:
+            raise ValueError(f"cordoned.log.dirs: {entry!r} is not one of this broker's log dirs "
+                             f"(log.dirs: {', '.join(configured)})")
+        wanted.append(path)
+    return [d for d in dict.fromkeys(configured) if d in wanted]

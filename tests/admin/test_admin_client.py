@@ -210,12 +210,12 @@ async def test_describe_log_dirs_all(cluster):
     a, b, c = result[1]
     assert a == LogDirInfo(1, "/data/a", broker.log_dirs[0].directory_id, None, 1 << 40, 1 << 39, [
         ReplicaInfo("events", 0, 100, 0, False), ReplicaInfo("events", 1, 200, 0, False),
-        ReplicaInfo("other", 0, 5, None, False)])  # offset lag -1 (unknown) -> None
+        ReplicaInfo("other", 0, 5, None, False)], is_cordoned=False)  # offset lag -1 (unknown) -> None; v5: not cordoned
     assert b.replicas == [ReplicaInfo("events", 2, 300, 0, False), ReplicaInfo("events", 0, 40, 7, True)]
     assert (c.path, c.error, c.total_bytes, c.usable_bytes, c.replicas) == (
         "/data/c", ErrorCode.KAFKA_STORAGE_ERROR, None, None, [])
     request = cluster.requests(35)[0]
-    assert (request.version, request.message.topics) == (4, None)
+    assert (request.version, request.message.topics) == (5, None)
     with pytest.raises(AttributeError):
         a.replicas[0].size = 1  # results are frozen
 

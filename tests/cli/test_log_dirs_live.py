@@ -144,7 +144,7 @@ PARTITION_SCHEMA = {"topic": str, "partition": INT, "size": INT, "offset_lag": N
 LOG_DIR_SCHEMA = {"path": str, "is_live": bool, "error": NULLABLE_STR, "directory_id": NULLABLE_STR,
                   "total_bytes": NULLABLE_INT, "usable_bytes": NULLABLE_INT, "state": NULLABLE_STR,
                   "recent_latency_ms": NULLABLE_INT, "failed_at": NULLABLE_STR, "reserved_bytes": NULLABLE_INT,
-                  "state_reason": NULLABLE_STR,
+                  "state_reason": NULLABLE_STR, "is_cordoned": (bool, None), "filesystem_id": NULLABLE_INT,
                   "partitions": [PARTITION_SCHEMA]}
 DOCUMENT_SCHEMA = {"version": INT, "brokers": [{"broker": INT, "error": NULLABLE_STR, "fenced": bool,
                                                 "log_dirs": [LOG_DIR_SCHEMA]}]}

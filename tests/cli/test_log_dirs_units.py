@@ -205,7 +205,7 @@ def sample() -> LogDirsByBroker:
             ReplicaInfo("events", 1, 3 * 2**20, 0, False),
             ReplicaInfo("events", 0, 5 * 2**20, 0, False),
             ReplicaInfo("audit", 0, 512, None, False),
-        ], reserved_bytes=2**30),
+        ], reserved_bytes=2**30, is_cordoned=True, filesystem_id=2049),
         LogDirInfo(1, "/data/b", None, None, None, None, [ReplicaInfo("events", 0, 2**20, 1234, True)]),
         LogDirInfo(1, "/data/c", None, ErrorCode.KAFKA_STORAGE_ERROR, None, None, [], "offline", None,
                    1_795_622_400_000),
@@ -221,7 +221,8 @@ def test_describe_document():
         {"broker": 1, "error": None, "fenced": False, "log_dirs": [
             {"path": "/data/a", "is_live": True, "error": None, "directory_id": "D289LI8KSlWdSx0uP0BRYg",
              "total_bytes": 1000 * 2**30, "usable_bytes": 250 * 2**30, "state": None, "recent_latency_ms": None,
-             "failed_at": None, "reserved_bytes": 2**30, "state_reason": None, "partitions": [
+             "failed_at": None, "reserved_bytes": 2**30, "state_reason": None,
+             "is_cordoned": True, "filesystem_id": 2049, "partitions": [
                  {"topic": "audit", "partition": 0, "size": 512, "offset_lag": None, "behind_leader": None,
                   "is_temporary": False},
                  {"topic": "events", "partition": 0, "size": 5 * 2**20, "offset_lag": 0, "behind_leader": None,
@@ -231,19 +232,20 @@ def test_describe_document():
              ]},
             {"path": "/data/b", "is_live": True, "error": None, "directory_id": None, "total_bytes": None,
              "usable_bytes": None, "state": None, "recent_latency_ms": None, "failed_at": None, "reserved_bytes": None,
-             "state_reason": None, "partitions": [
+             "state_reason": None, "is_cordoned": None, "filesystem_id": None, "partitions": [
                  {"topic": "events", "partition": 0, "size": 2**20, "offset_lag": 1234, "behind_leader": None,
                   "is_temporary": True}]},
             {"path": "/data/c", "is_live": False, "error": "KAFKA_STORAGE_ERROR", "directory_id": None,
              "total_bytes": None, "usable_bytes": None, "state": "offline", "recent_latency_ms": None,
-             "failed_at": "2026-11-25T16:00:00Z", "reserved_bytes": None, "state_reason": None, "partitions": []},
+             "failed_at": "2026-11-25T16:00:00Z", "reserved_bytes": None, "state_reason": None,
+             "is_cordoned": None, "filesystem_id": None, "partitions": []},
         ]},
         {"broker": 2, "error": "NETWORK_EXCEPTION: 127.0.0.1:9: connection refused", "fenced": False,
          "log_dirs": []},
         {"broker": 3, "error": None, "fenced": False, "log_dirs": [
             {"path": "/d3", "is_live": True, "error": None, "directory_id": None, "total_bytes": 100,
              "usable_bytes": 100, "state": None, "recent_latency_ms": None, "failed_at": None, "reserved_bytes": None,
-             "state_reason": None, "partitions": []}]},
+             "state_reason": None, "is_cordoned": None, "filesystem_id": None, "partitions": []}]},
     ]}
     json.dumps(document)  # plain JSON types only
 
@@ -297,7 +299,7 @@ def test_render_table():
     header = lines[1].split()
     assert header == ["LOG", "DIR", "STATE", "REPLICAS", "DATA", "SIZE", "USED", "FREE", "RESERVE", "USE%",
                       "DIRECTORY", "ID"]
-    assert lines[2].split() == ["/data/a", "online", "3", "8.0", "MiB", "1000.0", "GiB", "750.0", "GiB", "250.0",
+    assert lines[2].split() == ["/data/a", "online,", "cordoned", "3", "8.0", "MiB", "1000.0", "GiB", "750.0", "GiB", "250.0",
                                 "GiB", "1.0", "GiB", "75.0%", "D289LI8KSlWdSx0uP0BRYg"]
     # A dir receiving a move counts the future replica apart; unknown sizes show "-".
     assert lines[3].split() == ["/data/b", "online", "0", "+1", "1.0", "MiB", "-", "-", "-", "-", "-", "-"]

@@ -88,7 +88,7 @@ def test_broker_configs_sources_and_every_version(kjbod_server):
     dynamic = admin.describe_configs([ConfigResource(ConfigResourceType.BROKER, "1")], config_filter="dynamic")
     admin.close()
     assert got["broker"]["1"]["log.dirs"]["value"] == ",".join(str(p) for p in kjbod_server.log_dirs)
-    assert sorted(dynamic["broker"]["1"]) == sorted([THROTTLE, "leader.replication.throttled.rate",
+    assert sorted(dynamic["broker"]["1"]) == sorted([THROTTLE, "cordoned.log.dirs", "leader.replication.throttled.rate",
                                                      "follower.replication.throttled.rate",
                                                      "reassignment.parallel.replica.count",
                                                      "reassignment.parallel.partition.count",

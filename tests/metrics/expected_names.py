@@ -66,7 +66,7 @@ BROKER: list[tuple[str, frozenset[str], str]] = [
      "kafka.server:type=FollowerReplication byte-rate (JMX exporter default naming; no Strimzi rule)"),
     # kjbod's own
     *[(f"kjbod_log_dir_{m}", frozenset({"log_dir"}), "kjbod") for m in (
-        "total_bytes", "usable_bytes", "reserve_bytes", "partitions", "recent_latency_seconds",
+        "total_bytes", "usable_bytes", "reserve_bytes", "partitions", "recent_latency_seconds", "cordoned",
         "move_in_remaining_bytes", "move_out_remaining_bytes", "move_in_rate_bytes_per_second",
         "move_out_rate_bytes_per_second", "move_in_eta_seconds", "move_out_eta_seconds")],
     ("kjbod_log_dir_state", frozenset({"log_dir", "state"}), "kjbod"),

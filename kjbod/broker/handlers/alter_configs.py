@@ -17,7 +17,9 @@ Before that, this broker answers what Kafka's brokers answer themselves (ConfigA
 with IncrementalAlterConfigs: `answer_preprocessed`), each INVALID_REQUEST with a message naming the problem: a
 resource named twice (both answered), a null value (a legacy AlterConfigs has no DELETE; an incremental one
 only for DELETE), and a broker resource naming another broker (only this broker's id or "" is this broker's to
-change: the controller alone cannot tell which broker forwarded the request). Only the other resources go to the
+change: the controller alone cannot tell which broker forwarded the request), and, INVALID_CONFIG, a
+cordoned.log.dirs entry that is not one of this broker's log dirs (only this broker knows its log.dirs; KIP-1066).
+Only the other resources go to the
 controller; the answers keep the request's order. On a controller listener the request goes to the controller
 as it came (a broker forwarded it, as Kafka's ControllerApis takes it).
 """
@@ -33,23 +35,31 @@ from kjbod.broker.router import api
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import AlterConfigsRequest, AlterConfigsResponse
 from kjbod.protocol.generated.alter_configs_response import AlterConfigsResourceResponse
+from kjbod.storage.placement import cordoned_dirs
 
-DELETE = 1  # IncrementalAlterConfigs' DELETE operation, the one that takes no value
+SET, DELETE, APPEND = 0, 1, 2  # IncrementalAlterConfigs' operations (DELETE takes no value)
 
 
-def _refusal(node, resource, duplicated: bool, incremental: bool) -> str | None:
-    """Why this broker refuses the resource without asking the controller, or None."""
+def _refusal(node, resource, duplicated: bool, incremental: bool) -> tuple[int, str] | None:
+    """Why this broker refuses the resource without asking the controller (error code, message), or None."""
     if duplicated:
-        return "Each resource must appear at most once."
+        return ErrorCode.INVALID_REQUEST, "Each resource must appear at most once."
     nulls = [c.name for c in resource.configs
              if c.value is None and not (incremental and c.config_operation == DELETE)]
     if nulls:
-        return f"Null value not supported for : {', '.join(nulls)}"
+        return ErrorCode.INVALID_REQUEST, f"Null value not supported for : {', '.join(nulls)}"
     if resource.resource_type == bc.BROKER:
         try:
             bc.check_broker_name(resource.resource_name, node.node_id)
         except bc.ConfigProblem as e:
-            return e.message
+            return ErrorCode.INVALID_REQUEST, e.message
+        for c in resource.configs:
+            if c.name == bc.CORDON_KEY and c.value and resource.resource_name and \
+                    (not incremental or c.config_operation in (SET, APPEND)):
+                try:
+                    cordoned_dirs(c.value, node.config.log_dirs)
+                except ValueError as e:
+                    return ErrorCode.INVALID_CONFIG, str(e)
     return None
 
 
@@ -69,7 +79,7 @@ def answer_preprocessed(node, request, body: Any, response_cls: Any, item_cls: A
     def merge(answered: Any) -> Any:
         answers = iter(answered.responses if answered is not None else [])
         return response_cls(throttle_time_ms=0, responses=[
-            item_cls(error_code=ErrorCode.INVALID_REQUEST, error_message=refused[i], resource_type=r.resource_type,
+            item_cls(error_code=refused[i][0], error_message=refused[i][1], resource_type=r.resource_type,
                      resource_name=r.resource_name) if i in refused else next(answers)
             for i, r in enumerate(body.resources)])
 

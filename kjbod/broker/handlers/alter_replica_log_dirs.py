@@ -15,6 +15,10 @@ per partition; a partition named twice keeps the last path, and answers once):
    KAFKA_STORAGE_ERROR, logged with what the dir is stuck in. Making the future dir there would hold the request
    until the stall timeout and past it (a call stuck in the kernel cannot be stopped), where Kafka's handler
    thread would hang; a client retries the error, and the move goes once the dir answers again;
+   (KIP-1066) a dir named by cordoned.log.dirs takes no new replica: a move into it, or a dir remembered for a
+   replica not here yet, is INELIGIBLE_REPLICA (logged, naming the dir; Kafka 4.3's code for a replica that may
+   not go where it is asked to), while moves out of it, and cancelling a move by naming the replica's current
+   dir, go on as usual;
 3. the dir is remembered for a partition this node does not host yet (created there when it arrives:
    CreateTopics or auto-creation honour it); such a partition answers REPLICA_NOT_AVAILABLE when its topic
    exists and UNKNOWN_TOPIC_OR_PARTITION otherwise (Kafka remembers the dir in both cases);
@@ -82,6 +86,12 @@ def _cancel(node, topic: str, partition: int, changes: list[Change]) -> None:
         changes.append((topic, partition, None))
 
 
+def _refuse_cordoned(topic: str, partition: int, path: str) -> int:
+    log.warning("replica_move_refused", partition=f"{topic}-{partition}", dest_dir=path, error="INELIGIBLE_REPLICA",
+                reason="the destination log dir is cordoned (cordoned.log.dirs): it takes no new replicas")
+    return ErrorCode.INELIGIBLE_REPLICA
+
+
 def alter_one(node, topic: str, partition: int, path: str, online: dict[str, bool], changes: list[Change],
               silent: dict[str, str | None]) -> int:
     """The answer for one partition, from what the event loop can check; a move to start, redirect or cancel is
@@ -100,7 +110,10 @@ def alter_one(node, topic: str, partition: int, path: str, online: dict[str, boo
         return ErrorCode.LOG_DIR_NOT_FOUND
     if not online[path]:
         return ErrorCode.KAFKA_STORAGE_ERROR
+    cordoned = path in storage.manager.cordoned
     if current is None:
+        if cordoned:
+            return _refuse_cordoned(topic, partition, path)
         storage.preferred_dirs[(topic, partition)] = path
         return _hosted_elsewhere_code(node, topic, partition)
     if not current.online:
@@ -108,6 +121,8 @@ def alter_one(node, topic: str, partition: int, path: str, online: dict[str, boo
     if current.log_dir == path:
         _cancel(node, topic, partition, changes)
         return ErrorCode.NONE
+    if cordoned:
+        return _refuse_cordoned(topic, partition, path)
     if node.mover is None:
         return ErrorCode.KAFKA_STORAGE_ERROR
     if path in silent:

@@ -1,7 +1,8 @@
-"""DescribeLogDirs (key 35), versions 1-4 (KIP-113).
+"""DescribeLogDirs (key 35), versions 1-5 (KIP-113).
 
 Version notes: v1 is the oldest served (per log dir: error, path, replicas with size, offset lag and future
-flag); v2 flexible; v3 top-level error code; v4 total and usable bytes of each dir's volume (KIP-827). kjbod
+flag); v2 flexible; v3 top-level error code; v4 total and usable bytes of each dir's volume (KIP-827); v5
+IsCordoned per dir (KIP-1066: named by cordoned.log.dirs, so it takes no new replicas). kjbod
 extension from v2: a request that sets the tagged IncludeDirectoryIds (tag 10000) gets each log dir's KIP-858
 directory id as a tagged field (tag 10000, a uuid); any other request gets Kafka's response byte for byte, so a
 client that refuses unknown tags (kio 0.6.5) never meets it. kjbod's admin client asks; v1 has no tagged fields.
@@ -15,8 +16,10 @@ unanswered for the manager's ``not_answering_after_s``; from then on it is not a
 is: KAFKA_STORAGE_ERROR with no replicas and sizes -1. kjbod extensions (v2+, tagged): DirState (10001: online,
 degraded, full, offline, not-answering), RecentLatencyMs (10002: the dir's slowest recent file operation),
 FailedAtMs (10003: when an offline dir failed), ReservedBytes (10004: the bytes kept free,
-log.dir.reserved.bytes) and StateReason (10005: why a dir is not online: the I/O error or the stalled operation
-that took it offline, the operation a dir that does not answer is stuck in, a full dir's free bytes). Per
+log.dir.reserved.bytes), StateReason (10005: why a dir is not online: the I/O error or the stalled operation
+that took it offline, the operation a dir that does not answer is stuck in, a full dir's free bytes) and
+FilesystemId (10006: the device id of the dir's filesystem, from the same probe as the sizes; two dirs with one
+id share a filesystem and its free space, which `kjbod balance-disks` needs to know). Per
 replica:
 size = bytes of its ``.log`` files; offset lag = max(0, HW - LEO) for a current replica (always 0 on a single
 node) and current LEO - future LEO for a future replica (is_future). A move that is queued or still in its
@@ -175,16 +178,17 @@ async def handle(node, request, body: DescribeLogDirsRequest) -> DescribeLogDirs
         # kjbod's extensions go only to a request that asks for them (strict decoders refuse unknown tags).
         extra = ({"directory_id": _directory_id(info.directory_id), "dir_state": info.state.value,
                   "recent_latency_ms": min(info.recent_latency_ms, INT32_MAX), "failed_at_ms": info.failed_at_ms,
-                  "reserved_bytes": info.reserved_bytes, "state_reason": info.error or ""}
+                  "reserved_bytes": info.reserved_bytes, "state_reason": info.error or "",
+                  "filesystem_id": info.device}
                  if body.include_directory_ids and getattr(node, "extensions_enabled", True) else {})
         if not info.online or info.state is DirState.NOT_ANSWERING:
             if info.online:
                 log.warning("log_dir_not_answering", log_dir=info.path, reason=info.error,
                             effect="reported as KAFKA_STORAGE_ERROR with no sizes")
             results.append(Result(error_code=ErrorCode.KAFKA_STORAGE_ERROR, log_dir=info.path, topics=[],
-                                  total_bytes=-1, usable_bytes=-1, **extra))
+                                  total_bytes=-1, usable_bytes=-1, is_cordoned=info.cordoned, **extra))
             continue
         topics = [Topic(name=name, partitions=parts) for name, parts in by_dir.get(info.path, {}).items()]
         results.append(Result(error_code=0, log_dir=info.path, topics=topics, total_bytes=info.total_bytes,
-                              usable_bytes=info.usable_bytes, **extra))
+                              usable_bytes=info.usable_bytes, is_cordoned=info.cordoned, **extra))
     return DescribeLogDirsResponse(throttle_time_ms=0, error_code=0, results=results)

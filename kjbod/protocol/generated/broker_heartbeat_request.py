@@ -41,6 +41,7 @@ class BrokerHeartbeatRequest:
     want_fence: bool = False  # Whether the broker asks to stay or become fenced.
     want_shut_down: bool = False  # Whether the broker asks for a controlled shutdown.
     offline_log_dirs: list[UUID] = field(default_factory=list)  # Ids of log dirs the broker has found failed.
+    cordoned_log_dirs: list[UUID] = field(default_factory=list)  # kjbod extension: ids of the broker's log dirs that are cordoned (take no ...
     unknown_tagged_fields: tuple[tuple[int, bytes], ...] = ()
 
     def encode(self, version: int) -> bytes:
@@ -94,15 +95,22 @@ MIN_V = 0
 def _enc_v0(o, out):
     if o.offline_log_dirs:
         raise EncodeError('cannot write a non-default OfflineLogDirs at version 0 of BrokerHeartbeatRequest')
-    if o.unknown_tagged_fields:
-        out.append(_S0.pack(o.broker_id, o.broker_epoch, o.current_metadata_offset, o.want_fence, o.want_shut_down))
-        _rt.write_unknown_tags(out, o.unknown_tagged_fields)
-    else:
-        out.append(_S1.pack(o.broker_id, o.broker_epoch, o.current_metadata_offset, o.want_fence, o.want_shut_down, 0))
+    out.append(_S0.pack(o.broker_id, o.broker_epoch, o.current_metadata_offset, o.want_fence, o.want_shut_down))
+    t0 = []
+    if o.cordoned_log_dirs:
+        s0 = []
+        x1 = o.cordoned_log_dirs
+        if x1 is None:
+            raise EncodeError('non-nullable field CordonedLogDirs is None at version 0')
+        _rt.write_compact_array_len(s0, len(x1))
+        _rt.write_uuid_array(s0, x1)
+        t0.append((10000, b''.join(s0)))
+    _rt.write_tags(out, t0, o.unknown_tagged_fields)
 
 def _dec_v0(buf, pos):
     v0_broker_id, v0_broker_epoch, v0_current_metadata_offset, v0_want_fence, v0_want_shut_down, tc0 = _S1.unpack_from(buf, pos)
     pos += 22
+    v0_cordoned_log_dirs = []
     if tc0 == 0:
         pos += 1
         u0 = ()
@@ -111,10 +119,15 @@ def _dec_v0(buf, pos):
         u0 = []
         for _ in range(nt0):
             tag0, pos, end0 = _rt.read_unknown_tag(buf, pos)
-            u0.append((tag0, bytes(buf[pos:end0])))
-            pos = end0
+            if tag0 == 10000:
+                n1, pos = _rt.read_compact_array_len(buf, pos, False)
+                v0_cordoned_log_dirs, pos = _rt.read_uuid_array(buf, pos, n1)
+                _rt.check_tag_end(pos, end0, tag0)
+            else:
+                u0.append((tag0, bytes(buf[pos:end0])))
+                pos = end0
         u0 = tuple(u0)
-    msg = BrokerHeartbeatRequest(v0_broker_id, v0_broker_epoch, v0_current_metadata_offset, v0_want_fence, v0_want_shut_down, [], u0)
+    msg = BrokerHeartbeatRequest(v0_broker_id, v0_broker_epoch, v0_current_metadata_offset, v0_want_fence, v0_want_shut_down, [], v0_cordoned_log_dirs, u0)
     return msg, pos
 
 def _enc_v1(o, out):
@@ -128,12 +141,21 @@ def _enc_v1(o, out):
         _rt.write_compact_array_len(s0, len(x1))
         _rt.write_uuid_array(s0, x1)
         t0.append((0, b''.join(s0)))
+    if o.cordoned_log_dirs:
+        s0 = []
+        x1 = o.cordoned_log_dirs
+        if x1 is None:
+            raise EncodeError('non-nullable field CordonedLogDirs is None at version 1')
+        _rt.write_compact_array_len(s0, len(x1))
+        _rt.write_uuid_array(s0, x1)
+        t0.append((10000, b''.join(s0)))
     _rt.write_tags(out, t0, o.unknown_tagged_fields)
 
 def _dec_v1(buf, pos):
     v0_broker_id, v0_broker_epoch, v0_current_metadata_offset, v0_want_fence, v0_want_shut_down, tc0 = _S1.unpack_from(buf, pos)
     pos += 22
     v0_offline_log_dirs = []
+    v0_cordoned_log_dirs = []
     if tc0 == 0:
         pos += 1
         u0 = ()
@@ -146,11 +168,15 @@ def _dec_v1(buf, pos):
                 n1, pos = _rt.read_compact_array_len(buf, pos, False)
                 v0_offline_log_dirs, pos = _rt.read_uuid_array(buf, pos, n1)
                 _rt.check_tag_end(pos, end0, tag0)
+            elif tag0 == 10000:
+                n1, pos = _rt.read_compact_array_len(buf, pos, False)
+                v0_cordoned_log_dirs, pos = _rt.read_uuid_array(buf, pos, n1)
+                _rt.check_tag_end(pos, end0, tag0)
             else:
                 u0.append((tag0, bytes(buf[pos:end0])))
                 pos = end0
         u0 = tuple(u0)
-    msg = BrokerHeartbeatRequest(v0_broker_id, v0_broker_epoch, v0_current_metadata_offset, v0_want_fence, v0_want_shut_down, v0_offline_log_dirs, u0)
+    msg = BrokerHeartbeatRequest(v0_broker_id, v0_broker_epoch, v0_current_metadata_offset, v0_want_fence, v0_want_shut_down, v0_offline_log_dirs, v0_cordoned_log_dirs, u0)
     return msg, pos
 
 _ENCODERS = (_enc_v0, _enc_v1,)

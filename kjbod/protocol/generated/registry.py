@@ -155,7 +155,7 @@ APIS: dict[int, ApiInfo] = {
     32: ApiInfo(32, 'DescribeConfigs', DescribeConfigsRequest, DescribeConfigsResponse, 1, 4, 4, frozenset(['broker', 'controller'])),
     33: ApiInfo(33, 'AlterConfigs', AlterConfigsRequest, AlterConfigsResponse, 0, 2, 2, frozenset(['broker', 'controller'])),
     34: ApiInfo(34, 'AlterReplicaLogDirs', AlterReplicaLogDirsRequest, AlterReplicaLogDirsResponse, 1, 2, 2, frozenset(['broker'])),
-    35: ApiInfo(35, 'DescribeLogDirs', DescribeLogDirsRequest, DescribeLogDirsResponse, 1, 4, 2, frozenset(['broker'])),
+    35: ApiInfo(35, 'DescribeLogDirs', DescribeLogDirsRequest, DescribeLogDirsResponse, 1, 5, 2, frozenset(['broker'])),
     36: ApiInfo(36, 'SaslAuthenticate', SaslAuthenticateRequest, SaslAuthenticateResponse, 0, 2, 2, frozenset(['broker', 'controller'])),
     37: ApiInfo(37, 'CreatePartitions', CreatePartitionsRequest, CreatePartitionsResponse, 0, 3, 2, frozenset(['broker', 'controller'])),
     42: ApiInfo(42, 'DeleteGroups', DeleteGroupsRequest, DeleteGroupsResponse, 0, 2, 2, frozenset(['broker'])),
