@@ -329,7 +329,6 @@ def build_batch(
 # Kafka's default compression levels (KIP-390; kjbod.storage.config checks the levels a config may set).
 GZIP_DEFAULT_LEVEL, LZ4_DEFAULT_LEVEL, ZSTD_DEFAULT_LEVEL = -1, 9, 3
 _XERIAL_BLOCK = 32 << 10  # input bytes per block of the snappy stream, as snappy-java writes it
-_LZ4_BLOCK = 64 << 10  # Kafka's lz4 frames: 64 KiB blocks
 
 
 def compress(codec: int, data: bytes | memoryview, level: int | None = None) -> bytes:
