@@ -8,9 +8,11 @@ assignments are answered while the group is Stable, its protocol name then too.
 
 from __future__ import annotations
 
+from kjbod.broker.authz import allowed
 from kjbod.broker.groups.coordinator import coordinator_of
 from kjbod.broker.groups.state import GroupState
 from kjbod.broker.router import api
+from kjbod.metadata.acls import DESCRIBE, GROUP
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import DescribeGroupsRequest, DescribeGroupsResponse
 from kjbod.protocol.generated.describe_groups_response import DescribedGroup, DescribedGroupMember
@@ -26,7 +28,11 @@ def handle(node, request, body: DescribeGroupsRequest) -> DescribeGroupsResponse
     ops = GROUP_OPERATIONS if body.include_authorized_operations else NOT_ASKED
     out = []
     for gid in body.groups:
-        code = coordinator.status(gid) if gid else ErrorCode.INVALID_GROUP_ID
+        code: int
+        if not allowed(node, request, DESCRIBE, GROUP, gid):
+            code = ErrorCode.GROUP_AUTHORIZATION_FAILED
+        else:
+            code = coordinator.status(gid) if gid else ErrorCode.INVALID_GROUP_ID
         g = coordinator.book.groups.get(gid) if not code else None
         if code or g is None:
             out.append(DescribedGroup(error_code=code, group_id=gid, group_state=GroupState.DEAD.value,

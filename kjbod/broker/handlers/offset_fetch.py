@@ -10,8 +10,10 @@ A partition without a committed offset answers offset -1 and empty metadata, no 
 
 from __future__ import annotations
 
+from kjbod.broker.authz import allowed
 from kjbod.broker.groups.coordinator import coordinator_of
 from kjbod.broker.router import api
+from kjbod.metadata.acls import DESCRIBE, GROUP
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import OffsetFetchRequest, OffsetFetchResponse
 from kjbod.protocol.generated import offset_fetch_response as r
@@ -39,6 +41,10 @@ def handle(node, request, body: OffsetFetchRequest) -> OffsetFetchResponse:
     if v >= 8:
         groups = []
         for g in body.groups:
+            if not allowed(node, request, DESCRIBE, GROUP, g.group_id):
+                groups.append(r.OffsetFetchResponseGroup(group_id=g.group_id,
+                                                         error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED))
+                continue
             code, topics = _fetch(node, g.group_id, g.topics, v)
             groups.append(r.OffsetFetchResponseGroup(group_id=g.group_id, error_code=code, topics=[] if code else [
                 r.OffsetFetchResponseTopics(name=t, partitions=[
@@ -46,6 +52,8 @@ def handle(node, request, body: OffsetFetchRequest) -> OffsetFetchResponse:
                                                     metadata=m, error_code=c) for p, o, e, m, c in parts])
                 for t, parts in topics]))
         return OffsetFetchResponse(groups=groups)
+    if not allowed(node, request, DESCRIBE, GROUP, body.group_id):
+        return OffsetFetchResponse(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
     code, topics = _fetch(node, body.group_id, body.topics if v >= 2 else (body.topics or []), v)
     if code and v >= 2:
         return OffsetFetchResponse(error_code=code)

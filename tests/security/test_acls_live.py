@@ -1,0 +1,423 @@
+"""The ACL authorizer on a real `kjbod serve`, driven by kafka-python and confluent-kafka over SASL PLAIN.
+
+One node for the module with Kafka's StandardAuthorizer, `super.users=User:admin` and three PLAIN users (admin,
+alice, bob) on a SASL_PLAINTEXT listener. alice may do nothing until ACLs are added (kafka-python and
+confluent-kafka see Kafka's TOPIC_AUTHORIZATION_FAILED and GROUP_AUTHORIZATION_FAILED); DENY beats ALLOW; a
+prefixed ACL covers every topic it starts; a group consumer needs READ on its group; the admin calls of both
+clients create, describe and delete ACLs; ACLs survive a restart; requests Kafka cannot parse close their
+connection. A second node without an authorizer answers the ACL APIs SECURITY_DISABLED.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from live import start_server
+
+from kjbod.protocol.generated import (
+    CreateAclsRequest,
+    CreateAclsResponse,
+    SaslAuthenticateRequest,
+    SaslAuthenticateResponse,
+    SaslHandshakeRequest,
+)
+from kjbod.protocol.generated.create_acls_request import AclCreation
+from kjbod.protocol.headers import request_header_version, response_header_version
+
+from .conftest import free_port, start_tls_node
+
+WAIT_S = 30.0
+USERS = {"admin": "admin-secret", "alice": "alice-secret", "bob": "bob-secret"}
+JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" password="admin-secret" '
+        + " ".join(f'user_{u}="{p}"' for u, p in USERS.items()) + ";")
+STANDARD = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+
+
+class Node:
+    def __init__(self, server: Any, sasl: int) -> None:
+        self.server = server
+        self.sasl_port = sasl
+        self.bootstrap = f"127.0.0.1:{sasl}"
+
+    def log(self) -> str:
+        return (self.server.directory / "stderr.log").read_text()
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory):
+    plain, sasl, controller = free_port(), free_port(), free_port()
+    listeners = f"PLAINTEXT://127.0.0.1:{plain},SASL_PLAINTEXT://127.0.0.1:{sasl},CONTROLLER://127.0.0.1:{controller}"
+    overrides = {
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
+        "authorizer.class.name": STANDARD,
+        "super.users": "User:admin",
+        "num.partitions": "1",
+        "offsets.topic.replication.factor": "1",
+        "offsets.topic.num.partitions": "1",
+        "group.initial.rebalance.delay.ms": "0",
+    }
+    server = start_tls_node(tmp_path_factory.mktemp("acl-node"), listeners=listeners, overrides=overrides,
+                            broker_port=plain, controller_port=controller)
+    yield Node(server, sasl)
+    server.stop()
+
+
+def sasl(user: str) -> dict[str, Any]:
+    return {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "PLAIN", "sasl_plain_username": user,
+            "sasl_plain_password": USERS[user]}
+
+
+def confluent_sasl(user: str) -> dict[str, Any]:
+    return {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN", "sasl.username": user,
+            "sasl.password": USERS[user]}
+
+
+def admin(node: Node, user: str = "admin") -> Any:
+    from kafka import KafkaAdminClient
+
+    return KafkaAdminClient(bootstrap_servers=node.bootstrap, **sasl(user))
+
+
+def acl(principal: str, op: str, name: str, *, kind: str = "TOPIC", permission: str = "ALLOW",
+        pattern: str = "LITERAL") -> Any:
+    from kafka.admin import (
+        ACL,
+        ACLOperation,
+        ACLPermissionType,
+        ACLResourcePatternType,
+        ResourcePattern,
+        ResourceType,
+    )
+
+    return ACL(principal=principal, host="*", operation=ACLOperation[op],
+               permission_type=ACLPermissionType[permission],
+               resource_pattern=ResourcePattern(ResourceType[kind], name, ACLResourcePatternType[pattern]))
+
+
+def add_acls(node: Node, *acls: Any) -> None:
+    client = admin(node)
+    try:
+        result = client.create_acls(list(acls))
+    finally:
+        client.close()
+    assert not result["failed"], result
+
+
+def create_topic(node: Node, name: str) -> None:
+    from kafka.admin import NewTopic
+    from kafka.errors import TopicAlreadyExistsError
+
+    client = admin(node)
+    try:
+        client.create_topics([NewTopic(name, 1, 1)])
+    except TopicAlreadyExistsError:
+        pass
+    finally:
+        client.close()
+
+
+def eventually(check: Callable[[], Any], what: str) -> Any:
+    """ACLs reach the node's image a moment after the controller answered: ask again until `check` passes."""
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        try:
+            return check()
+        except Exception as e:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{what}: still failing after {WAIT_S}s: {e!r}") from e
+            time.sleep(0.3)
+
+
+def produce(node: Node, user: str, topic: str, value: bytes = b"v") -> None:
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(bootstrap_servers=node.bootstrap, acks="all", max_block_ms=5000, **sasl(user))
+    try:
+        producer.send(topic, value).get(timeout=10)
+    finally:
+        producer.close()
+
+
+def consume_one(node: Node, user: str, topic: str, wait_s: float = 10) -> bytes | None:
+    """The first record `user` reads from partition 0 of `topic` with kafka-python, or None if nothing came
+    within `wait_s` (kafka-python's consumer logs a topic it may not describe and goes on waiting)."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=node.bootstrap, enable_auto_commit=False,
+                             auto_offset_reset="earliest", **sasl(user))
+    try:
+        consumer.assign([TopicPartition(topic, 0)])
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            for records in consumer.poll(timeout_ms=500).values():
+                return bytes(records[0].value)
+        return None
+    finally:
+        consumer.close()
+
+
+def read_some(node: Node, user: str, topic: str) -> bytes:
+    value = consume_one(node, user, topic)
+    assert value is not None, f"{user} read nothing from {topic}"
+    return value
+
+
+def test_alice_needs_acls_to_produce_and_consume(node: Node) -> None:
+    from kafka.errors import KafkaTimeoutError, TopicAuthorizationFailedError
+
+    create_topic(node, "orders")
+    with pytest.raises((TopicAuthorizationFailedError, KafkaTimeoutError)) as refused:
+        produce(node, "alice", "orders")
+    assert "orders" in str(refused.value) or isinstance(refused.value, KafkaTimeoutError)
+    produce(node, "admin", "orders", b"from-admin")  # a super user needs no ACL
+    assert consume_one(node, "alice", "orders", wait_s=3) is None
+
+    add_acls(node, acl("User:alice", "WRITE", "orders"), acl("User:alice", "READ", "orders"))
+    eventually(lambda: produce(node, "alice", "orders", b"from-alice"), "alice producing after WRITE was allowed")
+    assert eventually(lambda: read_some(node, "alice", "orders"), "alice reading") == b"from-admin"
+    # bob still may not
+    with pytest.raises((TopicAuthorizationFailedError, KafkaTimeoutError)):
+        produce(node, "bob", "orders")
+
+
+def test_confluent_kafka_sees_kafkas_authorization_errors(node: Node) -> None:
+    from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+
+    create_topic(node, "payments")
+    errors: list[Any] = []
+    producer = Producer({"bootstrap.servers": node.bootstrap, **confluent_sasl("alice"), "message.timeout.ms": 5000})
+    producer.produce("payments", b"x", on_delivery=lambda err, msg: errors.append(err))
+    producer.flush(15)
+    del producer
+    assert errors and errors[0] is not None
+    assert errors[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+
+    produce(node, "admin", "payments", b"p1")
+    consumer = Consumer({"bootstrap.servers": node.bootstrap, **confluent_sasl("alice"), "group.id": "pay",
+                         "auto.offset.reset": "earliest"})
+    try:
+        consumer.assign([TopicPartition("payments", 0, 0)])
+        seen = None
+        deadline = time.monotonic() + 15
+        while seen is None and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None:
+                seen = msg.error().code() if msg.error() else "a record"
+        assert seen == KafkaError.GROUP_AUTHORIZATION_FAILED  # librdkafka asks for its group before reading
+    finally:
+        consumer.close()
+
+    add_acls(node, acl("User:alice", "WRITE", "payments"))
+
+    def delivered() -> None:
+        outcome: list[Any] = []
+        p = Producer({"bootstrap.servers": node.bootstrap, **confluent_sasl("alice"), "message.timeout.ms": 5000})
+        p.produce("payments", b"y", on_delivery=lambda err, msg: outcome.append(err))
+        p.flush(15)
+        assert outcome == [None], outcome
+
+    eventually(delivered, "confluent-kafka producing after WRITE was allowed")
+
+
+def test_deny_beats_allow_and_prefixed_acls(node: Node) -> None:
+    from kafka.errors import KafkaTimeoutError, TopicAuthorizationFailedError
+
+    for t in ("open", "secret", "logs-app", "other"):
+        create_topic(node, t)
+    add_acls(node, acl("User:bob", "ALL", "*"), acl("User:bob", "WRITE", "secret", permission="DENY"),
+             acl("User:alice", "WRITE", "logs-", pattern="PREFIXED"))
+    eventually(lambda: produce(node, "bob", "open"), "bob writing under ALL on *")
+    with pytest.raises((TopicAuthorizationFailedError, KafkaTimeoutError)):
+        produce(node, "bob", "secret")
+    eventually(lambda: produce(node, "alice", "logs-app"), "alice writing under the prefixed ACL")
+    with pytest.raises((TopicAuthorizationFailedError, KafkaTimeoutError)):
+        produce(node, "alice", "other")
+
+
+def test_a_group_consumer_needs_read_on_its_group(node: Node) -> None:
+    from kafka import KafkaConsumer
+    from kafka.errors import GroupAuthorizationFailedError
+
+    create_topic(node, "grouped")
+    produce(node, "admin", "grouped", b"g1")
+    add_acls(node, acl("User:alice", "READ", "grouped"))
+
+    def read_in_group() -> bytes:
+        consumer = KafkaConsumer("grouped", bootstrap_servers=node.bootstrap, group_id="alice-group",
+                                 auto_offset_reset="earliest", enable_auto_commit=False, **sasl("alice"))
+        try:
+            deadline = time.monotonic() + 15
+            while time.monotonic() < deadline:
+                for records in consumer.poll(timeout_ms=500).values():
+                    return bytes(records[0].value)
+            raise AssertionError("nothing read in the group")
+        finally:
+            consumer.close()
+
+    with pytest.raises(GroupAuthorizationFailedError):
+        read_in_group()
+    add_acls(node, acl("User:alice", "READ", "alice-group", kind="GROUP"))
+    assert eventually(read_in_group, "alice consuming in her group") == b"g1"
+
+
+def test_admin_calls_describe_and_delete_and_acls_survive_a_restart(node: Node) -> None:
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclBindingFilter,
+        AclOperation,
+        AclPermissionType,
+        AdminClient,
+        ResourcePatternType,
+        ResourceType,
+    )
+    from kafka.admin import (
+        ACLFilter,
+        ACLOperation,
+        ACLPermissionType,
+        ACLResourcePatternType,
+        ResourcePatternFilter,
+    )
+    from kafka.admin import ResourceType as KResourceType
+
+    confluent = AdminClient({"bootstrap.servers": node.bootstrap, **confluent_sasl("admin")})
+    binding = AclBinding(ResourceType.TOPIC, "audit", ResourcePatternType.LITERAL, "User:carol", "*",
+                         AclOperation.DESCRIBE, AclPermissionType.ALLOW)
+    for f in confluent.create_acls([binding]).values():
+        assert f.result(timeout=15) is None
+    everything = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None, AclOperation.ANY,
+                                  AclPermissionType.ANY)
+    listed = confluent.describe_acls(everything).result(timeout=15)
+    assert binding in listed
+    assert any(b.name == "logs-" and b.resource_pattern_type == ResourcePatternType.PREFIXED for b in listed)
+
+    node.server.stop()
+    node.server.start()
+
+    client = admin(node)
+    try:
+        carol = ACLFilter(principal="User:carol", host=None, operation=ACLOperation.ANY,
+                          permission_type=ACLPermissionType.ANY,
+                          resource_pattern=ResourcePatternFilter(KResourceType.ANY, None,
+                                                                 ACLResourcePatternType.ANY))
+        found, error = eventually(lambda: client.describe_acls(carol), "describing after the restart")
+        assert [(a.resource_pattern.resource_name, a.operation) for a in found] == [("audit", ACLOperation.DESCRIBE)]
+        ((_, removed, error),) = client.delete_acls([carol])
+        assert error.errno == 0 and [a.resource_pattern.resource_name for a in removed] == ["audit"]
+        found, _ = client.describe_acls(carol)
+        assert found == []
+    finally:
+        client.close()
+    # alice's ACLs from the other tests came back with the node
+    eventually(lambda: produce(node, "alice", "orders", b"after-restart"), "alice producing after the restart")
+
+
+def test_only_the_cluster_alter_right_may_change_acls(node: Node) -> None:
+    from kafka.errors import ClusterAuthorizationFailedError
+
+    client = admin(node, "bob")
+    try:
+        result = client.create_acls([acl("User:bob", "ALL", "kafka-cluster", kind="CLUSTER")])
+        assert result["failed"] == [ClusterAuthorizationFailedError]
+    finally:
+        client.close()
+
+
+# -- requests Kafka refuses ------------------------------------------------------------------------------------------
+
+
+def frame(key: int, version: int, corr: int, body: Any) -> bytes:
+    client = b"acl-test"
+    header = struct.pack(">hhih", key, version, corr, len(client)) + client
+    if request_header_version(key, version) >= 2:
+        header += b"\x00"
+    payload = header + body.encode(version)
+    return struct.pack(">i", len(payload)) + payload
+
+
+def read(sock: socket.socket, key: int, version: int) -> bytes:
+    def exactly(n: int) -> bytes:
+        out = b""
+        while len(out) < n:
+            chunk = sock.recv(n - len(out))
+            if not chunk:
+                raise ConnectionError("closed")
+            out += chunk
+        return out
+
+    (size,) = struct.unpack(">i", exactly(4))
+    data = exactly(size)
+    return data[5:] if response_header_version(key, version) >= 1 else data[4:]
+
+
+def logged_in(node: Node, user: str) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", node.sasl_port), timeout=10)
+    sock.sendall(frame(17, 1, 1, SaslHandshakeRequest(mechanism="PLAIN")))
+    read(sock, 17, 1)
+    token = f"\0{user}\0{USERS[user]}".encode()
+    sock.sendall(frame(36, 2, 2, SaslAuthenticateRequest(auth_bytes=token)))
+    assert SaslAuthenticateResponse.decode(read(sock, 36, 2), 2).error_code == 0
+    return sock
+
+
+def creation(**kw: Any) -> AclCreation:
+    fields = {"resource_type": 2, "resource_name": "t", "resource_pattern_type": 3, "principal": "User:x",
+              "host": "*", "operation": 3, "permission_type": 3, **kw}
+    return AclCreation(**fields)
+
+
+def test_any_and_malformed_principals_answer_invalid_request(node: Node) -> None:
+    with logged_in(node, "admin") as sock:
+        sock.sendall(frame(30, 3, 3, CreateAclsRequest(creations=[
+            creation(resource_type=1), creation(operation=1), creation(principal="nobody"), creation()])))
+        results = CreateAclsResponse.decode(read(sock, 30, 3), 3).results
+    assert [(r.error_code, r.error_message) for r in results] == [
+        (42, "Invalid resourceType ANY"), (42, "Invalid operation ANY"),
+        (42, "expected a string in format principalType:principalName but got nobody"), (0, None)]
+
+
+def test_an_unknown_operation_closes_that_connection_only(node: Node) -> None:
+    with logged_in(node, "admin") as sock:
+        sock.sendall(frame(30, 3, 4, CreateAclsRequest(creations=[creation(operation=0)])))
+        with pytest.raises(ConnectionError):
+            read(sock, 30, 3)
+    assert "CreateAcls entry has an unknown operation" in node.log()
+    produce(node, "admin", "orders")  # the node serves the others
+
+
+def test_acl_apis_without_an_authorizer(tmp_path: Path) -> None:
+    from kafka import KafkaAdminClient
+    from kafka.errors import SecurityDisabledError
+
+    server = start_server(tmp_path / "plain", log_dir_count=1)
+    try:
+        client = KafkaAdminClient(bootstrap_servers=server.bootstrap)
+        try:
+            with pytest.raises(SecurityDisabledError):
+                from kafka.admin import (
+                    ACLFilter,
+                    ACLOperation,
+                    ACLPermissionType,
+                    ACLResourcePatternType,
+                    ResourcePatternFilter,
+                    ResourceType,
+                )
+
+                client.describe_acls(ACLFilter(principal=None, host=None, operation=ACLOperation.ANY,
+                                               permission_type=ACLPermissionType.ANY,
+                                               resource_pattern=ResourcePatternFilter(
+                                                   ResourceType.ANY, None, ACLResourcePatternType.ANY)))
+            result = client.create_acls([acl("User:x", "READ", "t")])
+            assert result["failed"] == [SecurityDisabledError]
+        finally:
+            client.close()
+    finally:
+        server.stop()
