@@ -22,6 +22,8 @@ from kjbod.metadata.acls import (
     CREATE,
     DESCRIBE,
     STANDARD_AUTHORIZER,
+    TOPIC,
+    WRITE,
     Authorizer,
 )
 
@@ -41,11 +43,13 @@ CLUSTER_ALTER_APIS = frozenset({
     43,  # ElectLeaders
     45,  # AlterPartitionReassignments
     64,  # UnregisterBroker
+    51,  # AlterUserScramCredentials
     10000, 10001, 10002,  # kjbod's KIP-179 reassignment and throttle extensions
 })
 # APIs that only read the cluster's state: DESCRIBE on the cluster.
 CLUSTER_DESCRIBE_APIS = frozenset({
     46,  # ListPartitionReassignments
+    50,  # DescribeUserScramCredentials
     35,  # DescribeLogDirs (Kafka answers it empty, not with an error, when denied: see its handler)
 })
 
@@ -63,7 +67,7 @@ def build_authorizer(config: Any, node: Any) -> Authorizer | None:
 
 def allowed(node: Any, request: Any, operation: int, resource_type: int, name: str) -> bool:
     """May the client of `request` do `operation` on this resource? Always, without an authorizer."""
-    authz = node.authorizer
+    authz = getattr(node, "authorizer", None)
     if authz is None:
         return True
     ctx = request.ctx
@@ -77,9 +81,54 @@ def allowed_cluster(node: Any, request: Any, operation: int) -> bool:
 def may_create_topic(node: Any, request: Any, name: str) -> bool:
     """Kafka's rule for creating a topic (CreateTopics, Metadata's auto-creation): CREATE on the cluster, or on the
     topic."""
-    from kjbod.metadata.acls import TOPIC
-
     return allowed_cluster(node, request, CREATE) or allowed(node, request, CREATE, TOPIC, name)
+
+
+def checks_resources(node: Any, request: Any) -> bool:
+    """Whether the per-resource checks apply to this request: an authorizer is on, and the request is not one a
+    broker forwarded to the controller listener (a principal with CLUSTER_ACTION; the broker checked the client)."""
+    if getattr(node, "authorizer", None) is None:
+        return False
+    return not (request.ctx.listener_kind == "controller" and allowed_cluster(node, request, CLUSTER_ACTION))
+
+
+def denied_message(request: Any, operation: int, what: str) -> str:
+    from kjbod.metadata.acls import OPERATIONS
+
+    return f"{request.ctx.principal} may not {OPERATIONS[operation]} {what}"
+
+
+def config_access_refusal(node: Any, request: Any, resource_type: int, name: str,
+                          operation: int) -> tuple[int, str] | None:
+    """Kafka's rule for DescribeConfigs (DESCRIBE_CONFIGS) and AlterConfigs (ALTER_CONFIGS): a topic's configs need
+    the operation on the topic (TOPIC_AUTHORIZATION_FAILED), a broker's on the cluster
+    (CLUSTER_AUTHORIZATION_FAILED). None when allowed."""
+    if getattr(node, "authorizer", None) is None:
+        return None
+    from kjbod.metadata.acls import OPERATIONS
+    from kjbod.protocol.errors import ErrorCode
+
+    if resource_type == TOPIC:
+        if not allowed(node, request, operation, TOPIC, name):
+            return (ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                    f"{request.ctx.principal} may not {OPERATIONS[operation]} of topic {name}")
+    elif not allowed_cluster(node, request, operation):
+        return (ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                f"{request.ctx.principal} may not {OPERATIONS[operation]} of the cluster")
+    return None
+
+
+def idempotent_write_allowed(node: Any, request: Any) -> bool:
+    """An idempotent producer's InitProducerId: Kafka allows IDEMPOTENT_WRITE on the cluster, or WRITE on some topic
+    (its authorizeByResourceType: an ALLOW for WRITE or ALL on a topic pattern that applies to the client, and no
+    DENY of it on the wildcard topic)."""
+    from kjbod.metadata.acls import IDEMPOTENT_WRITE
+
+    if allowed_cluster(node, request, IDEMPOTENT_WRITE):
+        return True
+    ctx = request.ctx
+    authz = getattr(node, "authorizer", None)
+    return authz is None or bool(authz.may_on_some(ctx.principal, ctx.peer_host, WRITE, TOPIC))
 
 
 def cluster_operation_for(api_key: int) -> int | None:

@@ -224,12 +224,13 @@ class Router:
         except DecodeError as e:
             self._refuse(ctx, frame, route.entry.api_key, version, f"undecodable request: {e}")
         request = Request(ctx, route.entry.api_key, version, corr, client_id)
-        if route.cluster_op is not None and self.node.authorizer is not None and not allowed_cluster(
-                self.node, request, route.cluster_op):
+        if route.cluster_op is not None and getattr(self.node, "authorizer", None) is not None \
+                and not allowed_cluster(self.node, request, route.cluster_op):
             return self._reply(route, request, error_response(
                 route.entry.api_key, body_msg, ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
                 f"{ctx.principal} may not {OPERATIONS[route.cluster_op]} the cluster"))
-        if fast is not None and (self.node.authorizer is None or allowed_cluster(self.node, request, CLUSTER_ACTION)):
+        if fast is not None and (getattr(self.node, "authorizer", None) is None
+                                 or allowed_cluster(self.node, request, CLUSTER_ACTION)):
             fast.learn(self, route, frame, pos, body_msg, ctx)  # only a replica's connection is answered from bytes
         result = route.fn(self.node, request, body_msg)
         if result.__class__ is not route.response_cls:

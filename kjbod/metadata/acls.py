@@ -212,6 +212,28 @@ class Authorizer:
             self._cache[key] = answer
         return answer
 
+    def may_on_some(self, principal: str, host: str, operation: int, resource_type: int) -> bool:
+        """Kafka's authorizeByResourceType, simplified: a super user; or an ALLOW for `operation` (or ALL) on some
+        resource of the type for this principal (or User:*) and host, unless a DENY of it on the type's wildcard
+        `*` applies; with no entry of the type at all, allow.everyone.if.no.acl.found."""
+        if principal in self.super_users:
+            return True
+        acls = self._acls()
+        if acls is not self._source:
+            self._reindex(acls)
+        part = self._index.get(resource_type)
+        if part is None:
+            return self.allow_if_no_acl
+
+        def applies(acl: AclEntry) -> bool:
+            return (acl.principal in (principal, WILDCARD_PRINCIPAL) and acl.host in (WILDCARD, host)
+                    and acl.operation in (ALL, operation))
+
+        if any(applies(a) and a.permission_type == DENY for a in part.literal.get(WILDCARD, ())):
+            return False
+        return any(applies(a) and a.permission_type == ALLOW
+                   for entries in (*part.literal.values(), *part.prefixed.values()) for a in entries)
+
     def _reindex(self, acls: Mapping[UUID, AclEntry]) -> None:
         index: dict[int, _Index] = {}
         for acl in acls.values():

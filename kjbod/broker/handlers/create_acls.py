@@ -21,7 +21,7 @@ from kjbod.protocol.generated.create_acls_response import AclCreationResult
 @api(CreateAclsRequest)
 def handle(node, request, body: CreateAclsRequest):
     refuse_creations(request, body)
-    if node.authorizer is None:
+    if getattr(node, "authorizer", None) is None:
         return _all(body, ErrorCode.SECURITY_DISABLED, "No Authorizer is configured.")
     if not allowed_cluster(node, request, ALTER):
         return _all(body, ErrorCode.CLUSTER_AUTHORIZATION_FAILED, f"{request.ctx.principal} may not ALTER the cluster")

@@ -25,7 +25,7 @@ def handle(node, request, body: DeleteAclsRequest):
         refuse_filter(request, AclFilter.of(f), "DeleteAcls")
         if request.api_version == 0 and f.pattern_type_filter == ANY:
             f.pattern_type_filter = LITERAL  # v0 knows literal names only
-    if node.authorizer is None:
+    if getattr(node, "authorizer", None) is None:
         return _all(body, ErrorCode.SECURITY_DISABLED, "No Authorizer is configured.")
     if not allowed_cluster(node, request, ALTER):
         return _all(body, ErrorCode.CLUSTER_AUTHORIZATION_FAILED, f"{request.ctx.principal} may not ALTER the cluster")

@@ -19,7 +19,7 @@ from kjbod.protocol.generated import DescribeAclsRequest, DescribeAclsResponse
 @api(DescribeAclsRequest)
 def handle(node, request, body: DescribeAclsRequest) -> DescribeAclsResponse:
     refuse_filter(request, AclFilter.of(body), "DescribeAcls")
-    if node.authorizer is None:
+    if getattr(node, "authorizer", None) is None:
         return DescribeAclsResponse(error_code=ErrorCode.SECURITY_DISABLED,
                                     error_message="No Authorizer is configured on the broker")
     if not allowed_cluster(node, request, DESCRIBE):

@@ -34,7 +34,9 @@ from uuid import UUID
 
 import structlog
 
+from kjbod.broker.authz import allowed_cluster
 from kjbod.broker.router import api
+from kjbod.metadata.acls import DESCRIBE
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import DescribeLogDirsRequest, DescribeLogDirsResponse
 from kjbod.protocol.generated.describe_log_dirs_response import (
@@ -162,6 +164,8 @@ async def probe_sizes(manager) -> dict[str, tuple[int, int, int] | None]:
 
 @api(DescribeLogDirsRequest)
 async def handle(node, request, body: DescribeLogDirsRequest) -> DescribeLogDirsResponse:
+    if not allowed_cluster(node, request, DESCRIBE):  # Kafka: DESCRIBE on the cluster, else nothing listed
+        return DescribeLogDirsResponse(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, results=[])
     wanted: dict[str, set[int]] | None = None
     if body.topics is not None:
         wanted = {}

@@ -537,7 +537,7 @@ def handle(node, request, body: FetchRequest):
     fetch (a replica id >= 0) on a broker listener asks the metrics to count it as FetchFollower, as Kafka's
     RequestMetrics do (the metadata log's fetches on a controller listener keep Fetch's own figures)."""
     follower = replication.follower_id(body, request.api_version)
-    if node.authorizer is not None:
+    if getattr(node, "authorizer", None) is not None:
         refused = _authorize(node, request, body, follower)
         if refused is not None:
             return refused

@@ -98,7 +98,7 @@ def handle(node, request, body: ProduceRequest):
 
     work = DirWork(node, fill, fail)
     big = False
-    authz = node.authorizer
+    authz = getattr(node, "authorizer", None)
     ctx = request.ctx
     for td in body.topic_data:
         parts: list[PartResp | None] = []
