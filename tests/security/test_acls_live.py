@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import socket
 import struct
+import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from live import start_server
+from live import COMMAND, start_server
 
 from kjbod.protocol.generated import (
     CreateAclsRequest,
@@ -421,3 +422,81 @@ def test_acl_apis_without_an_authorizer(tmp_path: Path) -> None:
             client.close()
     finally:
         server.stop()
+
+
+# -- kjbod acls -----------------------------------------------------------------------------------------------------
+
+
+def kjbod_acls(node: Node, config: Path, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*COMMAND, "acls", "--bootstrap-server", node.bootstrap, "--command-config", str(config),
+                           *args], capture_output=True, text=True, timeout=60, input=stdin)
+
+
+def test_kjbod_acls_adds_lists_and_removes_as_kafka_acls(node: Node, tmp_path: Path) -> None:
+    config = tmp_path / "admin.properties"
+    config.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\nsasl.jaas.config="
+                      "org.apache.kafka.common.security.plain.PlainLoginModule required username=\"admin\" "
+                      "password=\"admin-secret\";\n")
+    resource = "`ResourcePattern(resourceType=TOPIC, name=cli-topic, patternType=LITERAL)`"
+    added = kjbod_acls(node, config, "--add", "--allow-principal", "User:dave", "--operation", "Read",
+                       "--operation", "Write", "--topic", "cli-topic")
+    assert added.returncode == 0, added.stderr
+    assert added.stdout == (f"Adding ACLs for resource {resource}: \n"
+                            " \t(principal=User:dave, host=*, operation=READ, permissionType=ALLOW)\n"
+                            "\t(principal=User:dave, host=*, operation=WRITE, permissionType=ALLOW) \n\n")
+
+    def listed() -> str:
+        out = kjbod_acls(node, config, "--list", "--topic", "cli-topic")
+        assert out.returncode == 0, out.stderr
+        assert "User:dave" in out.stdout
+        return out.stdout
+
+    assert eventually(listed, "listing the new ACLs") == (
+        f"Current ACLs for resource {resource}: \n"
+        " \t(principal=User:dave, host=*, operation=READ, permissionType=ALLOW)\n"
+        "\t(principal=User:dave, host=*, operation=WRITE, permissionType=ALLOW) \n\n")
+    by_principal = kjbod_acls(node, config, "--list", "--principal", "User:dave")
+    assert by_principal.stdout.startswith("ACLs for principal `User:dave`\nCurrent ACLs for resource")
+
+    declined = kjbod_acls(node, config, "--remove", "--topic", "cli-topic", stdin="n\n")
+    assert declined.returncode == 0 and "Are you sure you want to delete all ACLs for resource filter" in declined.stdout
+    assert "User:dave" in kjbod_acls(node, config, "--list", "--topic", "cli-topic").stdout
+    removed = kjbod_acls(node, config, "--remove", "--force", "--allow-principal", "User:dave", "--operation",
+                         "Read", "--topic", "cli-topic")
+    assert removed.returncode == 0, removed.stderr
+
+    def only_write_left() -> None:
+        out = kjbod_acls(node, config, "--list", "--topic", "cli-topic").stdout
+        assert "operation=READ" not in out and "operation=WRITE" in out, out
+
+    eventually(only_write_left, "listing after the removal")
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--list", "--add", "--topic", "t"], "exactly one action"),
+    (["--add", "--topic", "t", "--resource-pattern-type", "any", "--allow-principal", "User:x"],
+     "'--resource-pattern-type' value of 'ANY' is not valid when adding acls"),
+    (["--add", "--topic", "t"], "You must specify one of: --allow-principal, --deny-principal"),
+    (["--add", "--group", "g", "--operation", "Write", "--allow-principal", "User:x"],
+     "ResourceType GROUP only supports operations"),
+    (["--add", "--topic", "t", "--allow-principal", "alice"], "principalType:principalName"),
+    (["--add", "--topic", "t", "--operation", "Fly", "--allow-principal", "User:x"], "unknown operation 'Fly'"),
+])
+def test_kjbod_acls_option_mistakes_are_one_line_and_exit_2(node: Node, tmp_path: Path, args: list[str],
+                                                           says: str) -> None:
+    config = tmp_path / "none.properties"
+    config.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\nsasl.jaas.config="
+                      "org.apache.kafka.common.security.plain.PlainLoginModule required username=\"bob\" "
+                      "password=\"bob-secret\";\n")
+    out = kjbod_acls(node, config, *args)
+    assert out.returncode == 2 and says in out.stderr, (out.returncode, out.stderr)
+
+
+def test_kjbod_acls_reports_a_refusal(node: Node, tmp_path: Path) -> None:
+    config = tmp_path / "bob.properties"
+    config.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\nsasl.jaas.config="
+                      "org.apache.kafka.common.security.plain.PlainLoginModule required username=\"bob\" "
+                      "password=\"bob-secret\";\n")
+    out = kjbod_acls(node, config, "--add", "--allow-principal", "User:bob", "--cluster")
+    assert out.returncode == 1
+    assert "Error while executing ACL command: CLUSTER_AUTHORIZATION_FAILED" in out.stdout
