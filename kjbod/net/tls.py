@@ -63,8 +63,9 @@ SSL_KEYS: dict[str, str | None] = {
     "ssl.endpoint.identification.algorithm": "https",
 }
 
-# Kafka ssl.* keys that choose JVM machinery (providers, algorithms of the key and trust managers) or principals
-# for authorization (none yet): accepted so Kafka's files load, and without effect here.
+# Kafka ssl.* keys that choose JVM machinery (providers, algorithms of the key and trust managers) or how a client
+# certificate becomes a principal (kjbod applies Kafka's DEFAULT rule, `certificate_principal`): accepted so Kafka's
+# files load, and without effect here.
 SSL_NO_EFFECT = frozenset({
     "ssl.keymanager.algorithm",
     "ssl.trustmanager.algorithm",

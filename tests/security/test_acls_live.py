@@ -31,7 +31,7 @@ from kjbod.protocol.generated import (
 from kjbod.protocol.generated.create_acls_request import AclCreation
 from kjbod.protocol.headers import request_header_version, response_header_version
 
-from .conftest import free_port, start_tls_node
+from .conftest import Certs, free_port, start_tls_node, tls_settings
 
 WAIT_S = 30.0
 USERS = {"admin": "admin-secret", "alice": "alice-secret", "bob": "bob-secret"}
@@ -500,3 +500,49 @@ def test_kjbod_acls_reports_a_refusal(node: Node, tmp_path: Path) -> None:
     out = kjbod_acls(node, config, "--add", "--allow-principal", "User:bob", "--cluster")
     assert out.returncode == 1
     assert "Error while executing ACL command: CLUSTER_AUTHORIZATION_FAILED" in out.stdout
+
+
+# -- a TLS client certificate names its principal --------------------------------------------------------------------
+
+
+def test_a_tls_client_certificate_is_its_principal(tmp_path: Path, certs: Certs) -> None:
+    """Kafka's default ssl.principal.mapping.rules: User:<the certificate's subject, RFC 2253>. The test client
+    certificate's subject is CN=kjbod-test-client, made a super user here; a PLAINTEXT client is User:ANONYMOUS."""
+    from kafka import KafkaAdminClient
+    from kafka.errors import KafkaTimeoutError, TopicAuthorizationFailedError
+
+    plain, ssl_port, controller = free_port(), free_port(), free_port()
+    server = start_tls_node(tmp_path / "tls-acl", listeners=(
+        f"PLAINTEXT://127.0.0.1:{plain},SSL://127.0.0.1:{ssl_port},CONTROLLER://127.0.0.1:{controller}"),
+        overrides={"listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SSL:SSL,CONTROLLER:PLAINTEXT",
+                   "inter.broker.listener.name": "PLAINTEXT", **tls_settings(certs, client_auth="required"),
+                   "authorizer.class.name": STANDARD, "super.users": "User:CN=kjbod-test-client",
+                   "num.partitions": "1"},
+        broker_port=plain, controller_port=controller)
+    tls = {"security_protocol": "SSL", "ssl_cafile": str(certs.ca), "ssl_check_hostname": True,
+           "ssl_certfile": str(certs.client_cert), "ssl_keyfile": str(certs.client_key)}
+    try:
+        from kafka import KafkaProducer
+
+        def send(bootstrap: str, **options: Any) -> None:
+            producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", max_block_ms=5000, **options)
+            try:
+                producer.send("certified", b"v").get(timeout=10)
+            finally:
+                producer.close()
+
+        tls_bootstrap = f"localhost:{ssl_port}"
+        client = KafkaAdminClient(bootstrap_servers=tls_bootstrap, **tls)
+        try:
+            from kafka.admin import NewTopic
+
+            client.create_topics([NewTopic("certified", 1, 1)])
+            send(tls_bootstrap, **tls)  # the certificate's principal is a super user
+            with pytest.raises((TopicAuthorizationFailedError, KafkaTimeoutError)):
+                send(f"127.0.0.1:{plain}")
+            assert client.create_acls([acl("User:ANONYMOUS", "WRITE", "certified")])["failed"] == []
+        finally:
+            client.close()
+        eventually(lambda: send(f"127.0.0.1:{plain}"), "the anonymous client writing after its ACL")
+    finally:
+        server.stop()
