@@ -221,3 +221,34 @@ def test_certificate_principal_is_rfc2253() -> None:
     assert certificate_principal(cert) == "User:CN=alice,O=Acme\\, Inc,C=US"
     assert certificate_principal({}) is None
     assert certificate_principal(None) is None
+
+
+# -- the router's check of inter-broker APIs -------------------------------------------------------------------------
+
+
+def test_inter_broker_apis_need_cluster_action_before_their_handler_runs() -> None:
+    import struct
+    from types import SimpleNamespace
+
+    from kjbod.broker.router import Router
+    from kjbod.protocol.generated import BrokerHeartbeatRequest, BrokerHeartbeatResponse
+    from kjbod.wire.handler import RequestContext
+
+    reached: list[object] = []
+
+    def controller_call(body: object, version: int) -> BrokerHeartbeatResponse:
+        reached.append(body)
+        return BrokerHeartbeatResponse(error_code=0)
+
+    node = SimpleNamespace(authorizer=authorizer(super_users=["User:broker"]), controller_call=controller_call)
+    router = Router(node)
+    body = BrokerHeartbeatRequest(broker_id=1, broker_epoch=5, current_metadata_offset=0)
+    frame = struct.pack(">hhih", 63, 1, 7, 1) + b"x" + b"\x00" + body.encode(1)
+
+    def answer(principal: str) -> int:
+        ctx = RequestContext(1, "127.0.0.1", 5000, "CONTROLLER", "controller", principal=principal)
+        reply = b"".join(router.handle(frame, ctx))
+        return BrokerHeartbeatResponse.decode(reply[5:], 1).error_code
+
+    assert answer("User:alice") == ErrorCode.CLUSTER_AUTHORIZATION_FAILED and reached == []
+    assert answer("User:broker") == 0 and len(reached) == 1

@@ -546,3 +546,24 @@ def test_a_tls_client_certificate_is_its_principal(tmp_path: Path, certs: Certs)
         eventually(lambda: send(f"127.0.0.1:{plain}"), "the anonymous client writing after its ACL")
     finally:
         server.stop()
+
+
+def test_topic_admin_needs_create_delete_and_auto_creation_create(node: Node) -> None:
+    from kafka.admin import NewTopic
+    from kafka.errors import KafkaTimeoutError, TopicAuthorizationFailedError
+
+    client = admin(node, "alice")
+    try:
+        with pytest.raises(TopicAuthorizationFailedError):
+            client.create_topics([NewTopic("alice-made", 1, 1)])
+        add_acls(node, acl("User:alice", "CREATE", "alice-", pattern="PREFIXED"),
+                 acl("User:alice", "WRITE", "alice-auto"), acl("User:alice", "WRITE", "unmade"))
+        eventually(lambda: client.create_topics([NewTopic("alice-made", 1, 1)]), "alice creating under CREATE")
+        with pytest.raises(TopicAuthorizationFailedError):
+            client.delete_topics(["alice-made"])
+    finally:
+        client.close()
+    # Metadata's auto-creation: WRITE is not enough, CREATE (here by the prefix) is needed too
+    eventually(lambda: produce(node, "alice", "alice-auto"), "alice auto-creating a topic she may create")
+    with pytest.raises((TopicAuthorizationFailedError, KafkaTimeoutError)):
+        produce(node, "alice", "unmade")
