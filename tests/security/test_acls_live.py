@@ -567,3 +567,28 @@ def test_topic_admin_needs_create_delete_and_auto_creation_create(node: Node) ->
     eventually(lambda: produce(node, "alice", "alice-auto"), "alice auto-creating a topic she may create")
     with pytest.raises((TopicAuthorizationFailedError, KafkaTimeoutError)):
         produce(node, "alice", "unmade")
+
+
+def test_committed_offsets_of_topics_one_may_not_describe_are_hidden(node: Node) -> None:
+    from kafka import KafkaConsumer, TopicPartition
+    from kafka.errors import GroupAuthorizationFailedError
+    from kafka.structs import OffsetAndMetadata
+
+    for t in ("audit-open", "audit-hidden"):
+        create_topic(node, t)
+    committer = KafkaConsumer(bootstrap_servers=node.bootstrap, group_id="audit-g", enable_auto_commit=False,
+                              **sasl("admin"))
+    try:
+        committer.commit({TopicPartition(t, 0): OffsetAndMetadata(0, "", -1) for t in ("audit-open", "audit-hidden")})
+    finally:
+        committer.close()
+    client = admin(node, "alice")
+    try:
+        with pytest.raises(GroupAuthorizationFailedError):
+            client.list_group_offsets("audit-g")
+        add_acls(node, acl("User:alice", "DESCRIBE", "audit-g", kind="GROUP"),
+                 acl("User:alice", "DESCRIBE", "audit-open"))
+        offsets = eventually(lambda: client.list_group_offsets("audit-g")["audit-g"], "alice listing the offsets")
+        assert {tp.topic for tp in offsets} == {"audit-open"}
+    finally:
+        client.close()
