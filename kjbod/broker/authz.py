@@ -131,6 +131,18 @@ def idempotent_write_allowed(node: Any, request: Any) -> bool:
     return authz is None or bool(authz.may_on_some(ctx.principal, ctx.peer_host, WRITE, TOPIC))
 
 
+def authorized_operations(node: Any, request: Any, resource_type: int, name: str) -> int:
+    """The bit set (1 << operation code) of the operations the client may do on a resource, of those its type has:
+    what Metadata, DescribeCluster and DescribeGroups answer when asked. Without an authorizer, every one."""
+    from kjbod.metadata.acls import SUPPORTED_OPERATIONS
+
+    bits = 0
+    for op in SUPPORTED_OPERATIONS[resource_type]:
+        if allowed(node, request, op, resource_type, name):
+            bits |= 1 << op
+    return bits
+
+
 def cluster_operation_for(api_key: int) -> int | None:
     """The cluster operation an API needs before its handler runs, or None (checked per resource inside)."""
     if api_key in CLUSTER_ACTION_APIS:

@@ -104,12 +104,9 @@ def _camel(name: str) -> str:
 
 # Kafka's operations per resource type (AclEntry.supportedOperations), ALL always allowed.
 def _supported() -> dict[int, set[int]]:
-    from kjbod.metadata import acls as a
+    from kjbod.metadata.acls import SUPPORTED_OPERATIONS
 
-    return {a.TOPIC: {a.READ, a.WRITE, a.CREATE, a.DESCRIBE, a.DELETE, a.ALTER, a.DESCRIBE_CONFIGS, a.ALTER_CONFIGS},
-            a.GROUP: {a.READ, a.DESCRIBE, a.DELETE},
-            a.CLUSTER: {a.CREATE, a.CLUSTER_ACTION, a.DESCRIBE_CONFIGS, a.ALTER_CONFIGS, a.IDEMPOTENT_WRITE, a.ALTER,
-                        a.DESCRIBE}}
+    return {rtype: set(ops) for rtype, ops in SUPPORTED_OPERATIONS.items()}
 
 
 def pattern_text(rtype: int, name: str | None, pattern: int) -> str:

@@ -592,3 +592,29 @@ def test_committed_offsets_of_topics_one_may_not_describe_are_hidden(node: Node)
         assert {tp.topic for tp in offsets} == {"audit-open"}
     finally:
         client.close()
+
+
+def test_authorized_operations_follow_the_acls(node: Node) -> None:
+    from confluent_kafka.admin import AclOperation, AdminClient
+
+    add_acls(node, acl("User:alice", "READ", "ops-group", kind="GROUP"))
+
+    def group_ops(user: str) -> set[AclOperation]:
+        client = AdminClient({"bootstrap.servers": node.bootstrap, **confluent_sasl(user)})
+        (future,) = client.describe_consumer_groups(["ops-group"], include_authorized_operations=True).values()
+        return set(future.result(timeout=15).authorized_operations or ())
+
+    # READ allows DESCRIBE too; DELETE stays refused
+    assert eventually(lambda: _equal(group_ops("alice"), {AclOperation.READ, AclOperation.DESCRIBE}),
+                      "alice's group operations") == {AclOperation.READ, AclOperation.DESCRIBE}
+    assert group_ops("admin") == {AclOperation.READ, AclOperation.DESCRIBE, AclOperation.DELETE}
+    admin_client = AdminClient({"bootstrap.servers": node.bootstrap, **confluent_sasl("admin")})
+    cluster = admin_client.describe_cluster(include_authorized_operations=True).result(timeout=15)
+    assert AclOperation.ALTER in set(cluster.authorized_operations or ())
+    bob = AdminClient({"bootstrap.servers": node.bootstrap, **confluent_sasl("bob")})
+    assert not bob.describe_cluster(include_authorized_operations=True).result(timeout=15).authorized_operations
+
+
+def _equal(got: set, want: set) -> set:
+    assert got == want, got
+    return got

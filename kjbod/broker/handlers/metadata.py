@@ -23,14 +23,14 @@ topic named INVALID_REQUEST, no brokers).
 
 from __future__ import annotations
 
-from kjbod.broker.authz import allowed, may_create_topic
+from kjbod.broker.authz import allowed, authorized_operations, may_create_topic
 from kjbod.broker.handlers.create_topics import (
     CLUSTER_METADATA_TOPIC,
     collision_index,
     collision_problem,
 )
 from kjbod.broker.router import api
-from kjbod.metadata.acls import DESCRIBE, TOPIC
+from kjbod.metadata.acls import CLUSTER, CLUSTER_NAME, DESCRIBE, TOPIC
 from kjbod.metadata.names import topic_name_problem
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import MetadataRequest, MetadataResponse
@@ -143,5 +143,12 @@ async def handle(node, request, body: MetadataRequest) -> MetadataResponse:
                 topics.append(describe_topic(node, topic, listener))
     brokers = [Broker(node_id=n.node_id, host=n.host, port=n.port, rack=n.rack)
                for n in node.cluster_nodes(request.ctx.listener_name, controllers=False)]
-    return MetadataResponse(brokers=brokers, cluster_id=node.cluster_id, controller_id=node.node_id,
-                            topics=topics)
+    response = MetadataResponse(brokers=brokers, cluster_id=node.cluster_id, controller_id=node.node_id,
+                                topics=topics)
+    if v >= 8 and body.include_topic_authorized_operations:
+        for t in topics:
+            if t.name is not None and t.error_code != ErrorCode.TOPIC_AUTHORIZATION_FAILED:
+                t.topic_authorized_operations = authorized_operations(node, request, TOPIC, t.name)
+    if 8 <= v <= 10 and body.include_cluster_authorized_operations:
+        response.cluster_authorized_operations = authorized_operations(node, request, CLUSTER, CLUSTER_NAME)
+    return response
