@@ -263,10 +263,17 @@ class Authorizer:
                 applying.extend(found)
             if name == WILDCARD:
                 break
-        if part.prefixed:
-            for prefix, found in part.prefixed.items():
-                if name.startswith(prefix):
-                    applying.extend(found)
+        prefixed = part.prefixed
+        if prefixed:
+            if len(prefixed) <= len(name):
+                for prefix, found in prefixed.items():
+                    if name.startswith(prefix):
+                        applying.extend(found)
+            else:  # many prefixes: look up each start of the name instead
+                for end in range(1, len(name) + 1):
+                    found = prefixed.get(name[:end])
+                    if found:
+                        applying.extend(found)
         if not applying:
             return self.allow_if_no_acl
         allow = False

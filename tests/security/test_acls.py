@@ -252,3 +252,16 @@ def test_inter_broker_apis_need_cluster_action_before_their_handler_runs() -> No
 
     assert answer("User:alice") == ErrorCode.CLUSTER_AUTHORIZATION_FAILED and reached == []
     assert answer("User:broker") == 0 and len(reached) == 1
+
+
+def test_prefixes_match_the_same_whether_few_or_many() -> None:
+    """Few prefixes are tried one by one, many by looking up each start of the name: the same answers."""
+    many = [acl(TOPIC, f"team{i}-", pattern=PREFIXED) for i in range(40)] + [
+        acl(TOPIC, "team7-secret", pattern=PREFIXED, perm=DENY)]
+    few = [acl(TOPIC, "team7-", pattern=PREFIXED), acl(TOPIC, "team7-secret", pattern=PREFIXED, perm=DENY)]
+    for entries in (many, few):
+        a = authorizer(*entries)
+        assert a.allowed(ALICE, HOST, READ, TOPIC, "team7-app")
+        assert not a.allowed(ALICE, HOST, READ, TOPIC, "team7-secret-2")
+        assert not a.allowed(ALICE, HOST, READ, TOPIC, "team7")
+        assert not a.allowed(ALICE, HOST, READ, TOPIC, "x")
