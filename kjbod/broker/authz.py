@@ -27,7 +27,9 @@ from kjbod.metadata.acls import (
     Authorizer,
 )
 
-__all__ = ["CLUSTER_ACTION_APIS", "allowed", "allowed_cluster", "build_authorizer", "may_create_topic"]
+__all__ = ["CLUSTER_ACTION_APIS", "CLUSTER_ALTER_APIS", "CLUSTER_DESCRIBE_APIS", "allowed", "allowed_cluster",
+           "authorized_operations", "build_authorizer", "checks_resources", "cluster_operation_for",
+           "config_access_refusal", "denied_message", "idempotent_write_allowed", "may_create_topic"]
 
 # Inter-broker and controller APIs: Kafka asks for CLUSTER_ACTION on the cluster.
 CLUSTER_ACTION_APIS = frozenset({
@@ -50,7 +52,6 @@ CLUSTER_ALTER_APIS = frozenset({
 CLUSTER_DESCRIBE_APIS = frozenset({
     46,  # ListPartitionReassignments
     50,  # DescribeUserScramCredentials
-    35,  # DescribeLogDirs (Kafka answers it empty, not with an error, when denied: see its handler)
 })
 
 
@@ -149,6 +150,6 @@ def cluster_operation_for(api_key: int) -> int | None:
         return CLUSTER_ACTION
     if api_key in CLUSTER_ALTER_APIS:
         return ALTER
-    if api_key in CLUSTER_DESCRIBE_APIS and api_key != 35:
+    if api_key in CLUSTER_DESCRIBE_APIS:
         return DESCRIBE
     return None

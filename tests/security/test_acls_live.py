@@ -618,3 +618,18 @@ def test_authorized_operations_follow_the_acls(node: Node) -> None:
 def _equal(got: set, want: set) -> set:
     assert got == want, got
     return got
+
+
+def test_offset_fetch_v1_carries_the_group_refusal_in_each_partition(node: Node) -> None:
+    from kjbod.protocol.generated import OffsetFetchRequest, OffsetFetchResponse
+    from kjbod.protocol.generated.offset_fetch_request import OffsetFetchRequestTopic
+
+    body = OffsetFetchRequest(group_id="nobody-s-group", topics=[
+        OffsetFetchRequestTopic(name="orders", partition_indexes=[0, 1])])
+    with logged_in(node, "bob") as sock:
+        sock.sendall(frame(9, 1, 9, body))
+        v1 = OffsetFetchResponse.decode(read(sock, 9, 1), 1)
+        sock.sendall(frame(9, 5, 10, body))
+        v5 = OffsetFetchResponse.decode(read(sock, 9, 5), 5)
+    assert [(p.partition_index, p.error_code) for t in v1.topics for p in t.partitions] == [(0, 30), (1, 30)]
+    assert (v5.error_code, v5.topics) == (30, [])

@@ -165,7 +165,8 @@ async def probe_sizes(manager) -> dict[str, tuple[int, int, int] | None]:
 @api(DescribeLogDirsRequest)
 async def handle(node, request, body: DescribeLogDirsRequest) -> DescribeLogDirsResponse:
     if not allowed_cluster(node, request, DESCRIBE):  # Kafka: DESCRIBE on the cluster, else nothing listed
-        return DescribeLogDirsResponse(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, results=[])
+        code = ErrorCode.CLUSTER_AUTHORIZATION_FAILED if request.api_version >= 3 else 0  # v1-2: no error field
+        return DescribeLogDirsResponse(error_code=code, results=[])
     wanted: dict[str, set[int]] | None = None
     if body.topics is not None:
         wanted = {}

@@ -69,7 +69,11 @@ def handle(node, request, body: OffsetFetchRequest) -> OffsetFetchResponse:
                 for t, parts in topics]))
         return OffsetFetchResponse(groups=groups)
     if not allowed(node, request, DESCRIBE, GROUP, body.group_id):
-        return OffsetFetchResponse(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
+        denied = ErrorCode.GROUP_AUTHORIZATION_FAILED  # v1 has no group error: each partition carries it
+        return OffsetFetchResponse(error_code=denied, topics=[] if v >= 2 else [r.OffsetFetchResponseTopic(
+            name=t.name, partitions=[r.OffsetFetchResponsePartition(
+                partition_index=p, committed_offset=-1, metadata="", error_code=denied) for p in t.partition_indexes])
+            for t in body.topics or ()])
     code, topics = _fetch(node, body.group_id, body.topics if v >= 2 else (body.topics or []), v, request)
     if code and v >= 2:
         return OffsetFetchResponse(error_code=code)
