@@ -45,6 +45,7 @@ from kjbod.protocol.generated.create_partitions_response import CreatePartitions
 from kjbod.protocol.generated.create_topics_response import CreatableTopicResult
 from kjbod.protocol.generated.delete_acls_response import DeleteAclsFilterResult
 from kjbod.protocol.generated.delete_topics_response import DeletableTopicResult
+from kjbod.protocol.generated.elect_leaders_response import PartitionResult, ReplicaElectionResult
 from kjbod.protocol.generated.incremental_alter_configs_response import (
     AlterConfigsResourceResponse as IncrementalResp,
 )
@@ -75,8 +76,10 @@ def error_response(api_key: int, request: Any, code: int, message: str) -> Any:
         return CreatePartitionsResponse(results=[CreatePartitionsTopicResult(name=t.name, error_code=code,
                                                                              error_message=message)
                                                  for t in request.topics])
-    if api_key == 43:
-        return ElectLeadersResponse(error_code=code)
+    if api_key == 43:  # v0 has no top-level error: each partition named carries it too
+        return ElectLeadersResponse(error_code=code, replica_election_results=[ReplicaElectionResult(
+            topic=t.topic, partition_result=[PartitionResult(partition_id=p, error_code=code, error_message=message)
+                                             for p in t.partitions]) for t in request.topic_partitions or ()])
     if api_key == 44:
         return IncrementalAlterConfigsResponse(responses=[
             IncrementalResp(error_code=code, error_message=message, resource_type=r.resource_type,
