@@ -48,6 +48,11 @@ GROUPS_LIVE = "tests/groups/test_groups_live.py"
 
 # key -> the tests that show it taking effect
 EFFECTS: dict[str, list[str]] = {
+    "authorizer.class.name": ["tests/security/test_acls_live.py::test_alice_needs_acls_to_produce_and_consume",
+                              "tests/security/test_acls_live.py::test_acl_apis_without_an_authorizer"],
+    "super.users": ["tests/security/test_acls_live.py::test_alice_needs_acls_to_produce_and_consume"],
+    "allow.everyone.if.no.acl.found": [
+        "tests/security/test_acls.py::test_no_acl_denies_unless_allow_everyone_if_no_acl_found"],
     "node.id": [f"{LIVE}::test_cluster_keys_show_in_what_clients_see"],
     "process.roles": [f"{CLUSTER}::test_cluster_up_writes_kafka_configs_and_every_broker_is_unfenced",
                       "tests/test_config.py::test_role_rules"],

@@ -75,6 +75,9 @@ SERVED_APIS: dict[str, tuple[int, int]] = {
     "OffsetDelete": (0, 0),
     "DescribeUserScramCredentials": (0, 0),
     "AlterUserScramCredentials": (0, 0),
+    "DescribeAcls": (0, 3),
+    "CreateAcls": (0, 3),
+    "DeleteAcls": (0, 3),
 }
 SERVED_HEADERS: dict[str, tuple[int, int]] = {"RequestHeader": (0, 2), "ResponseHeader": (0, 1)}
 SERVED_RECORDS: dict[str, tuple[int, int]] = {
@@ -92,6 +95,8 @@ SERVED_RECORDS: dict[str, tuple[int, int]] = {
     "ProducerIdsRecord": (0, 0),
     "UserScramCredentialRecord": (0, 0),
     "RemoveUserScramCredentialRecord": (0, 0),
+    "AccessControlEntryRecord": (0, 0),
+    "RemoveAccessControlEntryRecord": (0, 0),
 }
 # Control records of the metadata log (schemas/raft/, Kafka type "data").
 # kjbod's own metadata records, which Kafka lacks: shipped beside Kafka's, never compared with them.
@@ -272,6 +277,13 @@ KAFKA_INLINE: dict[str, dict[str, Any]] = {
     "RemoveUserScramCredentialRecord": {"apiKey": 22, "type": "metadata", "validVersions": "0",
                                         "flexibleVersions": "0+",
                                         "fields": [_f("Name", "string"), _f("Mechanism", "int8")]},
+    "AccessControlEntryRecord": {"apiKey": 18, "type": "metadata", "validVersions": "0", "flexibleVersions": "0+",
+                                 "fields": [_f("Id", "uuid"), _f("ResourceType", "int8"), _f("ResourceName", "string"),
+                                            _f("PatternType", "int8"), _f("Principal", "string"),
+                                            _f("Host", "string"), _f("Operation", "int8"),
+                                            _f("PermissionType", "int8")]},
+    "RemoveAccessControlEntryRecord": {"apiKey": 19, "type": "metadata", "validVersions": "0",
+                                       "flexibleVersions": "0+", "fields": [_f("Id", "uuid")]},
     "AllocateProducerIdsRequest": {"apiKey": 67, "type": "request", "listeners": ["zkBroker", "controller"],
                                    "validVersions": "0", "flexibleVersions": "0+",
                                    "fields": [_f("BrokerId", "int32", entityType="brokerId"),

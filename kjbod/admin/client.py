@@ -86,6 +86,7 @@ from kjbod.admin.types import (
     TopicDescription,
     TopicPartitionReplica,
 )
+from kjbod.metadata.acls import AclEntry, AclFilter
 from kjbod.net.backoff import ExponentialBackoff
 from kjbod.net.connection import ClientConnection
 from kjbod.net.correlator import api_name
@@ -110,6 +111,7 @@ from kjbod.protocol.generated.alter_replica_log_dirs_request import (
     AlterReplicaLogDirsRequest,
     AlterReplicaLogDirTopic,
 )
+from kjbod.protocol.generated.create_acls_request import AclCreation, CreateAclsRequest
 from kjbod.protocol.generated.create_partitions_request import (
     CreatePartitionsAssignment,
     CreatePartitionsRequest,
@@ -121,6 +123,7 @@ from kjbod.protocol.generated.create_topics_request import (
     CreatableTopicConfig,
     CreateTopicsRequest,
 )
+from kjbod.protocol.generated.delete_acls_request import DeleteAclsFilter, DeleteAclsRequest
 from kjbod.protocol.generated.delete_groups_request import DeleteGroupsRequest
 from kjbod.protocol.generated.delete_records_request import (
     DeleteRecordsPartition,
@@ -128,6 +131,7 @@ from kjbod.protocol.generated.delete_records_request import (
     DeleteRecordsTopic,
 )
 from kjbod.protocol.generated.delete_topics_request import DeleteTopicsRequest, DeleteTopicState
+from kjbod.protocol.generated.describe_acls_request import DescribeAclsRequest
 from kjbod.protocol.generated.describe_cluster_request import DescribeClusterRequest
 from kjbod.protocol.generated.describe_configs_request import DescribeConfigsRequest, DescribeConfigsResource
 from kjbod.protocol.generated.describe_groups_request import DescribeGroupsRequest
@@ -203,6 +207,9 @@ DESCRIBE_GROUPS = 15
 LIST_GROUPS = 16
 DELETE_GROUPS = 42
 OFFSET_DELETE = 47
+DESCRIBE_ACLS = 29
+CREATE_ACLS = 30
+DELETE_ACLS = 31
 # kjbod's own APIs (KIP-179; an Apache Kafka broker does not have them: UnsupportedVersionError).
 REASSIGN_PARTITIONS = 10000
 ALTER_INTERBROKER_THROTTLED_RATES = 10001
@@ -1412,6 +1419,46 @@ class AdminClient:
 
     def _backoff(self) -> ExponentialBackoff:
         return ExponentialBackoff(self.retry_backoff, self.retry_backoff_max)
+
+    # ============================================================================================ ACLs
+
+    async def describe_acls(self, acl_filter: AclFilter, *, timeout: float | None = None) -> list[AclEntry]:
+        """The ACL entries `acl_filter` matches (DescribeAcls to any broker); an error answer raises."""
+        deadline = self._deadline(timeout)
+        f = acl_filter
+        response, _, _ = await self._call(None, DESCRIBE_ACLS, lambda v: DescribeAclsRequest(
+            resource_type_filter=f.resource_type, resource_name_filter=f.resource_name,
+            pattern_type_filter=f.pattern_type, principal_filter=f.principal, host_filter=f.host,
+            operation=f.operation, permission_type=f.permission_type), deadline,
+            check=lambda r: r.error_code, message=lambda r: r.error_message, min_version=1)
+        return [AclEntry(r.resource_type, r.resource_name, r.pattern_type, a.principal, a.host, a.operation,
+                         a.permission_type) for r in response.resources for a in r.acls]
+
+    async def create_acls(self, entries: Sequence[AclEntry], *,
+                          timeout: float | None = None) -> list[tuple[int, str | None]]:
+        """Adds ACL entries (CreateAcls): per entry, in order, (error code, message)."""
+        deadline = self._deadline(timeout)
+        creations = [AclCreation(resource_type=e.resource_type, resource_name=e.resource_name,
+                                 resource_pattern_type=e.pattern_type, principal=e.principal, host=e.host,
+                                 operation=e.operation, permission_type=e.permission_type) for e in entries]
+        response, _, _ = await self._call(None, CREATE_ACLS, lambda v: CreateAclsRequest(creations=creations),
+                                          deadline, min_version=1)
+        return [(r.error_code, r.error_message) for r in response.results]
+
+    async def delete_acls(self, filters: Sequence[AclFilter], *,
+                          timeout: float | None = None) -> list[tuple[int, str | None, list[AclEntry]]]:
+        """Removes the ACL entries each filter matches (DeleteAcls): per filter, in order, (error code, message,
+        the entries it removed)."""
+        deadline = self._deadline(timeout)
+        body = [DeleteAclsFilter(resource_type_filter=f.resource_type, resource_name_filter=f.resource_name,
+                                 pattern_type_filter=f.pattern_type, principal_filter=f.principal,
+                                 host_filter=f.host, operation=f.operation, permission_type=f.permission_type)
+                for f in filters]
+        response, _, _ = await self._call(None, DELETE_ACLS, lambda v: DeleteAclsRequest(filters=body), deadline,
+                                          min_version=1)
+        return [(r.error_code, r.error_message, [
+            AclEntry(m.resource_type, m.resource_name, m.pattern_type, m.principal, m.host, m.operation,
+                     m.permission_type) for m in r.matching_acls]) for r in response.filter_results]
 
     async def _call(
         self,

@@ -88,6 +88,8 @@ class NodeEndpoint:
 
 
 class BrokerNode:
+    authorizer: Any = None  # kjbod.metadata.acls.Authorizer when authorizer.class.name is set (kjbod.server.app)
+
     def __init__(self, config: Any, controller_factory: Callable[[BrokerNode, Any], Any]):
         self.config = config
         self._controller_factory = controller_factory

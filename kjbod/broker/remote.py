@@ -54,6 +54,7 @@ from kjbod.net.correlator import PerVersion
 from kjbod.net.errors import ClientError
 from kjbod.net.sasl import client_credentials_of
 from kjbod.net.tls import client_context_of
+from kjbod.protocol.error_responses import error_response
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import (
     AllocateProducerIdsRequest,
@@ -62,10 +63,12 @@ from kjbod.protocol.generated import (
     AlterConfigsResponse,
     AlterUserScramCredentialsRequest,
     AlterUserScramCredentialsResponse,
+    CreateAclsRequest,
     CreatePartitionsRequest,
     CreatePartitionsResponse,
     CreateTopicsRequest,
     CreateTopicsResponse,
+    DeleteAclsRequest,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
     IncrementalAlterConfigsRequest,
@@ -411,6 +414,8 @@ def unanswered(body: Any, message: str) -> Any | None:
             for r in body.resources])
     if isinstance(body, AllocateProducerIdsRequest):
         return AllocateProducerIdsResponse(error_code=code)
+    if isinstance(body, (CreateAclsRequest, DeleteAclsRequest)):
+        return error_response(30 if isinstance(body, CreateAclsRequest) else 31, body, code, message)
     if isinstance(body, AlterUserScramCredentialsRequest):
         users = dict.fromkeys([d.name for d in body.deletions] + [u.name for u in body.upsertions])
         return AlterUserScramCredentialsResponse(results=[AlterUserScramCredentialsResult(

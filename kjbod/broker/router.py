@@ -22,6 +22,9 @@ from typing import Any, NoReturn
 
 import structlog
 
+from kjbod.broker.authz import allowed_cluster, cluster_operation_for
+from kjbod.metadata.acls import CLUSTER_ACTION, OPERATIONS
+from kjbod.protocol.error_responses import error_response
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated.api_versions_response import ApiVersion, ApiVersionsResponse
 from kjbod.protocol.generated.fetch_request import FetchRequest
@@ -118,8 +121,8 @@ def api_versions_for(listener_kind: str) -> list[ApiVersion]:
 class _Route:
     """One served (API, version): what the per-request path needs, computed once."""
 
-    __slots__ = ("decode_from", "entry", "fn", "has_error_code", "header_version", "listeners", "memoised",
-                 "response_cls", "response_header_v1", "version", "follower_fetch")
+    __slots__ = ("cluster_op", "decode_from", "entry", "fn", "has_error_code", "header_version", "listeners",
+                 "memoised", "response_cls", "response_header_v1", "version", "follower_fetch")
 
     def __init__(self, entry: ApiEntry, version: int):
         self.entry = entry
@@ -128,6 +131,9 @@ class _Route:
         self.listeners = entry.listeners
         self.response_cls = entry.response_cls
         self.has_error_code = "error_code" in getattr(entry.response_cls, "__slots__", ())  # for the metrics
+        # the cluster operation an authorizer must allow before the handler runs (inter-broker and cluster-wide
+        # APIs), or None
+        self.cluster_op = cluster_operation_for(entry.api_key)
         self.decode_from = entry.request_cls.decode_from
         self.header_version = request_header_version(entry.api_key, version)
         self.response_header_v1 = response_header_version(entry.api_key, version) == 1
@@ -217,9 +223,15 @@ class Router:
             body_msg, _end = route.decode_from(frame, pos, version)
         except DecodeError as e:
             self._refuse(ctx, frame, route.entry.api_key, version, f"undecodable request: {e}")
-        if fast is not None:
-            fast.learn(self, route, frame, pos, body_msg, ctx)
         request = Request(ctx, route.entry.api_key, version, corr, client_id)
+        if route.cluster_op is not None and getattr(self.node, "authorizer", None) is not None \
+                and not allowed_cluster(self.node, request, route.cluster_op):
+            return self._reply(route, request, error_response(
+                route.entry.api_key, body_msg, ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                f"{ctx.principal} may not {OPERATIONS[route.cluster_op]} the cluster"))
+        if fast is not None and (getattr(self.node, "authorizer", None) is None
+                                 or allowed_cluster(self.node, request, CLUSTER_ACTION)):
+            fast.learn(self, route, frame, pos, body_msg, ctx)  # only a replica's connection is answered from bytes
         result = route.fn(self.node, request, body_msg)
         if result.__class__ is not route.response_cls:
             if result is None:  # no response on the wire (Produce with acks=0)

@@ -24,6 +24,7 @@ from typing import Any
 import structlog
 
 from kjbod.controller import (
+    acls,
     alter_partition,
     cluster_control,
     configs,
@@ -53,8 +54,10 @@ from kjbod.protocol.generated import (
     AssignReplicasToDirsRequest,
     BrokerHeartbeatRequest,
     BrokerRegistrationRequest,
+    CreateAclsRequest,
     CreatePartitionsRequest,
     CreateTopicsRequest,
+    DeleteAclsRequest,
     DeleteTopicsRequest,
     ElectLeadersRequest,
     IncrementalAlterConfigsRequest,
@@ -142,6 +145,8 @@ class QuorumController:
             _key(AlterInterbrokerThrottledRatesRequest): self._alter_throttled_rates,
             _key(AlterInterbrokerThrottledReplicasRequest): self._alter_throttled_replicas,
             _key(AlterUserScramCredentialsRequest): self._alter_user_scram_credentials,
+            _key(CreateAclsRequest): self._create_acls,
+            _key(DeleteAclsRequest): self._delete_acls,
         }
 
     # ------------------------------------------------------------------------------------------ lifecycle
@@ -346,6 +351,12 @@ class QuorumController:
 
     def _alter_user_scram_credentials(self, version: int, req: AlterUserScramCredentialsRequest) -> Operation:
         return lambda image, _o: scram.alter_user_scram_credentials(image, req)
+
+    def _create_acls(self, version: int, req: CreateAclsRequest) -> Operation:
+        return lambda image, _o: acls.create_acls(image, req)
+
+    def _delete_acls(self, version: int, req: DeleteAclsRequest) -> Operation:
+        return lambda image, _o: acls.delete_acls(image, req)
 
     def _create_topics(self, version: int, req: CreateTopicsRequest) -> Operation:
         return lambda image, _o: replication_control.create_topics(

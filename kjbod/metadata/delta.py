@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 from uuid import UUID
 
+from kjbod.metadata.acls import AclEntry
 from kjbod.metadata.image import (
     DIR_MIGRATING,
     TOPIC_RESOURCE,
@@ -31,6 +32,7 @@ from kjbod.metadata.image import (
     TopicImage,
 )
 from kjbod.protocol.generated import (
+    AccessControlEntryRecord,
     BrokerRegistrationChangeRecord,
     ConfigRecord,
     FeatureLevelRecord,
@@ -40,6 +42,7 @@ from kjbod.protocol.generated import (
     ProducerIdsRecord,
     ReassignmentIntentRecord,
     RegisterBrokerRecord,
+    RemoveAccessControlEntryRecord,
     RemoveTopicRecord,
     RemoveUserScramCredentialRecord,
     ThrottledRateIntentRecord,
@@ -101,6 +104,7 @@ class MetadataDelta:
         self._throttled_replicas: dict[tuple[UUID, int], tuple[tuple[int, ...], tuple[int, ...]] | None] = {}
         self._throttled_rates: dict[int, RateIntent | None] = {}
         self._scram: dict[tuple[str, int], ScramEntry | None] = {}  # None: deleted
+        self._acls: dict[UUID, AclEntry | None] = {}  # None: removed
         self.dropped = 0  # records naming something the image does not have
 
     # ------------------------------------------------------------------------------------------ reading
@@ -282,6 +286,16 @@ class MetadataDelta:
     def _remove_user_scram_credential_record(self, rec: RemoveUserScramCredentialRecord) -> None:
         self._scram[(rec.name, rec.mechanism)] = None
 
+    def _access_control_entry_record(self, rec: AccessControlEntryRecord) -> None:
+        self._acls[rec.id] = AclEntry(rec.resource_type, rec.resource_name, rec.pattern_type, rec.principal,
+                                      rec.host, rec.operation, rec.permission_type)
+
+    def _remove_access_control_entry_record(self, rec: RemoveAccessControlEntryRecord) -> None:
+        if rec.id in self._acls or rec.id in self.image.acls:
+            self._acls[rec.id] = None
+        else:
+            self.dropped += 1
+
     def _feature_level_record(self, rec: FeatureLevelRecord) -> None:
         if self._features is None:
             self._features = dict(self.image.features)
@@ -332,7 +346,7 @@ class MetadataDelta:
             features=image.features if self._features is None else self._features, offset=self.offset,
             throttled_replicas=_merged(image.throttled_replicas, self._throttled_replicas),
             throttled_rates=_merged(image.throttled_rates, self._throttled_rates),
-            scram=_merged(image.scram, self._scram))
+            scram=_merged(image.scram, self._scram), acls=_merged(image.acls, self._acls))
 
     # ------------------------------------------------------------------------------------------ local changes
     def local_changes(self, node_id: int, new_image: MetadataImage) -> LocalChanges:
@@ -399,6 +413,8 @@ REPLAY: dict[type, Callable[[MetadataDelta, Any], None]] = {
     ThrottledRateIntentRecord: MetadataDelta._throttled_rate_intent_record,
     UserScramCredentialRecord: MetadataDelta._user_scram_credential_record,
     RemoveUserScramCredentialRecord: MetadataDelta._remove_user_scram_credential_record,
+    AccessControlEntryRecord: MetadataDelta._access_control_entry_record,
+    RemoveAccessControlEntryRecord: MetadataDelta._remove_access_control_entry_record,
 }
 
 

@@ -9,7 +9,7 @@ speed of reading; nothing in kjbod writes to them once the image is built (the d
 What it holds: topics by name and by id with their partitions (replicas, ISR, leader, epochs, the log dir of
 each replica), configs per resource (topics, brokers by id, the cluster default broker resource ""), broker
 registrations (epoch, incarnation, listeners, rack, fenced, in controlled shutdown, online log dirs), the next
-free producer id, finalized feature levels, kjbod's KIP-179 throttle intents, and the offset of the last record
+free producer id, finalized feature levels, SCRAM credentials, ACLs, kjbod's KIP-179 throttle intents, and the offset of the last record
 replayed.
 """
 
@@ -19,6 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from uuid import UUID
+
+from kjbod.metadata.acls import AclEntry
 
 TOPIC_RESOURCE = 2
 BROKER_RESOURCE = 4
@@ -166,6 +168,7 @@ class MetadataImage:
         default_factory=dict)
     throttled_rates: Mapping[int, RateIntent] = field(default_factory=dict)
     scram: Mapping[tuple[str, int], ScramEntry] = field(default_factory=dict)  # (user, mechanism type) -> credential
+    acls: Mapping[UUID, AclEntry] = field(default_factory=dict)  # ACL id -> entry (AccessControlEntryRecord)
 
     # The reading interface handlers used on the old mutable image.
     @property

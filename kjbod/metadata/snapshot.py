@@ -14,6 +14,7 @@ from typing import Any
 
 from kjbod.metadata.image import MetadataImage
 from kjbod.protocol.generated import (
+    AccessControlEntryRecord,
     BrokerRegistrationChangeRecord,
     ConfigRecord,
     FeatureLevelRecord,
@@ -67,6 +68,10 @@ def image_records(image: MetadataImage) -> list[Any]:
     for (name, mechanism), c in sorted(image.scram.items()):
         out.append(UserScramCredentialRecord(name=name, mechanism=mechanism, salt=c.salt, stored_key=c.stored_key,
                                              server_key=c.server_key, iterations=c.iterations))
+    for acl_id, a in sorted(image.acls.items()):
+        out.append(AccessControlEntryRecord(id=acl_id, resource_type=a.resource_type, resource_name=a.resource_name,
+                                            pattern_type=a.pattern_type, principal=a.principal, host=a.host,
+                                            operation=a.operation, permission_type=a.permission_type))
     if image.next_producer_id:
         out.append(ProducerIdsRecord(broker_id=-1, broker_epoch=-1, next_producer_id=image.next_producer_id))
     return out

@@ -63,8 +63,9 @@ SSL_KEYS: dict[str, str | None] = {
     "ssl.endpoint.identification.algorithm": "https",
 }
 
-# Kafka ssl.* keys that choose JVM machinery (providers, algorithms of the key and trust managers) or principals
-# for authorization (none yet): accepted so Kafka's files load, and without effect here.
+# Kafka ssl.* keys that choose JVM machinery (providers, algorithms of the key and trust managers) or how a client
+# certificate becomes a principal (kjbod applies Kafka's DEFAULT rule, `certificate_principal`): accepted so Kafka's
+# files load, and without effect here.
 SSL_NO_EFFECT = frozenset({
     "ssl.keymanager.algorithm",
     "ssl.trustmanager.algorithm",
@@ -407,3 +408,32 @@ def client_context_of(config: Any, listener: str | None) -> ssl.SSLContext | Non
     if not listener or not is_tls(protocols.get(listener, "PLAINTEXT")):
         return None
     return client_context(TlsSettings.for_listener(getattr(config, "properties", None) or {}, listener))
+
+
+# RFC 2253's keywords (what Java's X500Principal.getName() prints); Python's certificate dict names them so.
+_DN_KEYWORDS = {"commonName": "CN", "countryName": "C", "localityName": "L", "stateOrProvinceName": "ST",
+                "organizationName": "O", "organizationalUnitName": "OU", "streetAddress": "STREET",
+                "domainComponent": "DC", "userId": "UID"}
+_DN_SPECIAL = frozenset(',+"\\<>;')
+
+
+def _dn_value(value: str) -> str:
+    out = "".join("\\" + c if c in _DN_SPECIAL else c for c in value)
+    if out.startswith((" ", "#")):
+        out = "\\" + out
+    if out.endswith(" ") and not out.endswith("\\ "):
+        out = out[:-1] + "\\ "
+    return out
+
+
+def certificate_principal(cert: Any) -> str | None:
+    """Kafka's principal for a TLS client certificate under the default ssl.principal.mapping.rules:
+    ``User:`` and the subject's distinguished name as RFC 2253 prints it (last RDN first, ``CN=alice,OU=eng,O=acme``).
+    None without a verified certificate (the client is then User:ANONYMOUS)."""
+    subject = cert.get("subject") if isinstance(cert, dict) else None
+    if not subject:
+        return None
+    rdns = []
+    for rdn in reversed(subject):
+        rdns.append("+".join(f"{_DN_KEYWORDS.get(k, k)}={_dn_value(str(v))}" for k, v in rdn))
+    return "User:" + ",".join(rdns)

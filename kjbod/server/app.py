@@ -36,6 +36,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from kjbod.broker.authz import build_authorizer
 from kjbod.net.sasl import is_sasl
 from kjbod.net.scram import ScramCredential
 from kjbod.net.tls import TlsConfigError, TlsSettings, is_tls, server_context
@@ -162,6 +163,7 @@ async def serve(
 
             node_factory = build_node
         node = node_factory(config)
+        node.authorizer = build_authorizer(config, node)
         if config.kjbod_metrics_listener is not None:
             metrics, endpoint = await _start_metrics(node, config.kjbod_metrics_listener)
         await node.start()

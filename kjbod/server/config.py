@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from kjbod.metadata.acls import STANDARD_AUTHORIZER
 from kjbod.net.sasl import SaslConfigError, SaslSettings, is_sasl, is_sasl_key
 from kjbod.net.tls import (
     SSL_KEYS,
@@ -212,6 +213,19 @@ def _security_protocol(key: str, raw: str) -> str:
 
 
 _LISTENER = re.compile(r"^([A-Za-z0-9_.-]+)://(\[[0-9A-Fa-f:.%a-zA-Z]*\]|[^:/\[\]]*):([0-9]+)$")
+
+
+def _super_users(key: str, raw: str) -> tuple[str, ...]:
+    """Kafka's super.users: principals separated by semicolons, each Type:name."""
+    out: list[str] = []
+    for part in raw.split(";"):
+        principal = part.strip()
+        if not principal:
+            continue
+        if ":" not in principal:
+            raise _bad(key, raw, "principals as Type:name separated by ';' (User:admin;User:broker)")
+        out.append(principal)
+    return tuple(out)
 
 
 def _listeners(key: str, raw: str) -> tuple[tuple[str, str, int], ...]:
@@ -441,6 +455,11 @@ KEYS: dict[str, KeyDef] = {
             "kjbod: where a new partition goes: the online dir with most usable bytes (ties: fewest partitions), "
             "or Kafka's rule, the dir with fewest partitions",
         ),
+        KeyDef("authorizer.class.name", _str, "",
+               "the ACL authorizer: org.apache.kafka.metadata.authorizer.StandardAuthorizer, or empty for none"),
+        KeyDef("super.users", _super_users, (), "principals allowed everything, as User:a;User:b"),
+        KeyDef("allow.everyone.if.no.acl.found", _bool, False,
+               "allow an action on a resource that has no ACL entry at all (else deny it)"),
         KeyDef("kjbod.zero.copy", _bool, True, "kjbod: send Fetch record data with sendfile", into="zero_copy"),
         KeyDef("kjbod.extensions.enable", _bool, True,
                "kjbod: serve kjbod's protocol extensions (extension API keys in ApiVersions, extension tagged "
@@ -617,6 +636,9 @@ class ServerConfig:
     log_message_timestamp_before_max_ms: int = LONG_MAX
     log_message_timestamp_after_max_ms: int = LONG_MAX
     kjbod_metrics_listener: str | None = None  # HOST:PORT
+    authorizer_class_name: str = ""  # "" or Kafka's StandardAuthorizer
+    super_users: tuple[str, ...] = ()
+    allow_everyone_if_no_acl_found: bool = False
     # The COMPATIBILITY_ONLY keys the config sets, as given, so the node can log once that they have no effect.
     ignored: Mapping[str, str] = field(default_factory=dict)
     # The effective raw key=value pairs (file, then overrides).
@@ -981,6 +1003,11 @@ def build_config(
     roll = get("log.roll.ms") if get("log.roll.ms") is not None else get("log.roll.hours") * 3_600_000
     flush_ms = get("log.flush.interval.ms")
 
+    authorizer = get("authorizer.class.name").strip()
+    if authorizer and authorizer != STANDARD_AUTHORIZER:
+        raise fail("authorizer.class.name", f"authorizer.class.name={authorizer} is not served: kjbod's authorizer is "
+                   f"{STANDARD_AUTHORIZER} (or leave it empty for none)")
+
     return ServerConfig(
         node_id=get("node.id"),
         process_roles=roles,
@@ -1047,6 +1074,9 @@ def build_config(
         zero_copy=get("kjbod.zero.copy"),
         extensions_enable=get("kjbod.extensions.enable"),
         kjbod_metrics_listener=get("kjbod.metrics.listener"),
+        authorizer_class_name=authorizer,
+        super_users=get("super.users"),
+        allow_everyone_if_no_acl_found=get("allow.everyone.if.no.acl.found"),
         listener_security_protocol_map=protomap,
         inter_broker_listener_name=inter_broker,
         controller_quorum_bootstrap_servers=get("controller.quorum.bootstrap.servers"),

@@ -59,11 +59,13 @@ from collections import deque
 from collections.abc import Iterable, Iterator
 from typing import Any, cast
 
+from kjbod.metadata.acls import ANONYMOUS
 from kjbod.metrics.counters import BOUNDS_S as _BOUNDS_S
 from kjbod.metrics.counters import BUCKETS as _BUCKETS
 from kjbod.metrics.counters import ROUTE_LIMIT as _ROUTE_LIMIT
 from kjbod.metrics.counters import RequestStats
 from kjbod.net.sasl import SaslSettings
+from kjbod.net.tls import certificate_principal
 from kjbod.server.handler import CloseConnection, Later, ListenerKind, Reply, RequestContext, RequestHandler
 from kjbod.server.logging import get_logger
 from kjbod.server.sasl_gate import MAX_RECEIVE_SIZE as SASL_MAX_RECEIVE_SIZE
@@ -182,6 +184,7 @@ class Connection(asyncio.BufferedProtocol):
         self._resume_below = max_pending // 2 + 1
         # sendfile would put a file's bytes on a TLS socket unencrypted: never on one
         self._zero_copy = zero_copy and not tls
+        self._tls = tls
         self._registry = registry
         self.connection_id = next(_connection_ids)
         self._stats = stats
@@ -285,6 +288,8 @@ class Connection(asyncio.BufferedProtocol):
         self._transport = cast(asyncio.Transport, transport)
         self._loop = asyncio.get_running_loop()
         host, port = _split_peer(transport.get_extra_info("peername"))
+        # A TLS client's certificate names it (Kafka's default principal mapping); SASL names it later (the gate).
+        principal = certificate_principal(transport.get_extra_info("peercert")) if self._tls else None
         self._ctx = RequestContext(
             connection_id=self.connection_id,
             peer_host=host,
@@ -292,6 +297,7 @@ class Connection(asyncio.BufferedProtocol):
             listener_name=self._listener_name,
             listener_kind=self._listener_kind,
             security_protocol=self._security_protocol,
+            principal=principal or ANONYMOUS,
         )
         self._log = _log.bind(conn=self.connection_id, peer=self._ctx.peer, listener=self._listener_name)
         self._debug = self._log.is_enabled_for(logging.DEBUG)

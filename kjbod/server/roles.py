@@ -132,6 +132,8 @@ def build_combined_node(config: Any) -> BrokerNode:
 class ControllerNode:
     """process.roles=controller: the controller on its metadata log, behind the controller listeners."""
 
+    authorizer: Any = None  # set by kjbod.server.app when authorizer.class.name is set
+
     def __init__(self, config: Any) -> None:
         self.config = config
         self.node_id: int = config.node_id

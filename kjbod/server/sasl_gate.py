@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from kjbod.net.sasl import PLAIN, PlainServer, SaslAuthenticationFailed, SaslSettings
@@ -75,6 +76,7 @@ class SaslGate:
         self.state = HANDSHAKE_OR_VERSIONS
         self.mechanism: str | None = None
         self.principal: str | None = None
+        self._ctx: RequestContext | None = None  # the connection's context with the authenticated principal
         self._server: PlainServer | ScramServer | None = None
         self._expires_at: float | None = None  # monotonic seconds; None: never
 
@@ -86,8 +88,8 @@ class SaslGate:
         state = self.state
         if state == AUTHENTICATED:
             if self._expires_at is not None:
-                return self._authenticated_with_expiry(frame, ctx)
-            return self._handle(frame, ctx)
+                return self._authenticated_with_expiry(frame, self._ctx or ctx)
+            return self._handle(frame, self._ctx or ctx)
         if len(frame) > MAX_RECEIVE_SIZE:
             self._refuse(ctx, f"a {len(frame)}-byte request during SASL authentication (at most "
                               f"{MAX_RECEIVE_SIZE} bytes until the client has authenticated)")
@@ -196,6 +198,7 @@ class SaslGate:
         assert server is not None
         first = self.principal is None
         self.principal = server.principal
+        self._ctx = replace(ctx, principal=f"User:{server.principal}")
         self._server = None
         self.state = AUTHENTICATED
         lifetime_ms = self.settings.max_reauth_ms

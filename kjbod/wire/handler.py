@@ -53,6 +53,9 @@ class RequestContext:
     listener_name: str
     listener_kind: ListenerKind
     security_protocol: str = "PLAINTEXT"
+    # Who the client is, as Kafka names it for authorization: User:<SASL name>, User:<the TLS client certificate's
+    # distinguished name>, or User:ANONYMOUS.
+    principal: str = "User:ANONYMOUS"
 
     @property
     def peer(self) -> str:

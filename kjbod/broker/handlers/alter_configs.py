@@ -31,7 +31,9 @@ from collections import Counter
 from typing import Any
 
 from kjbod.broker import broker_config as bc
+from kjbod.broker.authz import config_access_refusal
 from kjbod.broker.router import api
+from kjbod.metadata.acls import ALTER_CONFIGS
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import AlterConfigsRequest, AlterConfigsResponse
 from kjbod.protocol.generated.alter_configs_response import AlterConfigsResourceResponse
@@ -69,8 +71,12 @@ def answer_preprocessed(node, request, body: Any, response_cls: Any, item_cls: A
     if request.ctx.listener_kind == "controller":  # forwarded by a broker, which checked it (or a client's own)
         return node.controller_call(body, request.api_version)
     counts = Counter((r.resource_type, r.resource_name) for r in body.resources)
-    refused = {i: message for i, r in enumerate(body.resources)
-               if (message := _refusal(node, r, counts[(r.resource_type, r.resource_name)] > 1, incremental))}
+    refused: dict[int, tuple[int, str]] = {}
+    for i, r in enumerate(body.resources):
+        if (denied := config_access_refusal(node, request, r.resource_type, r.resource_name, ALTER_CONFIGS)):
+            refused[i] = denied
+        elif (message := _refusal(node, r, counts[(r.resource_type, r.resource_name)] > 1, incremental)):
+            refused[i] = (ErrorCode.INVALID_REQUEST, message)
     if not refused:
         return node.controller_call(body, request.api_version)
     rest = [r for i, r in enumerate(body.resources) if i not in refused]

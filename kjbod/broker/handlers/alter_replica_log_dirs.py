@@ -44,7 +44,9 @@ import asyncio
 
 import structlog
 
+from kjbod.broker.authz import allowed_cluster
 from kjbod.broker.router import api
+from kjbod.metadata.acls import ALTER
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import AlterReplicaLogDirsRequest, AlterReplicaLogDirsResponse
 from kjbod.protocol.generated.alter_replica_log_dirs_response import (
@@ -190,6 +192,8 @@ def handle(node, request, body: AlterReplicaLogDirsRequest):
             for p in t.partitions:
                 wanted.pop((t.name, p), None)  # the last path named wins, answered in that position
                 wanted[(t.name, p)] = d.path
+    if not allowed_cluster(node, request, ALTER):  # Kafka: ALTER on the cluster, else every partition refused
+        return _response(dict.fromkeys(wanted, ErrorCode.CLUSTER_AUTHORIZATION_FAILED))
     infos = node.logs.manager.dir_infos({})  # touches no disk: each dir's state from its outstanding operations
     online = {i.path: i.online for i in infos}
     silent = {i.path: i.error for i in infos if i.online and i.state is DirState.NOT_ANSWERING}

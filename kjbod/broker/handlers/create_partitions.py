@@ -10,10 +10,25 @@ partitions' records are durable and this broker has created the replicas it hold
 
 from __future__ import annotations
 
+from kjbod.broker.authz import allowed, checks_resources, denied_message
 from kjbod.broker.router import api
+from kjbod.metadata.acls import ALTER, TOPIC
+from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import CreatePartitionsRequest, CreatePartitionsResponse
+from kjbod.protocol.generated.create_partitions_response import CreatePartitionsTopicResult
 
 
 @api(CreatePartitionsRequest)
 async def handle(node, request, body: CreatePartitionsRequest) -> CreatePartitionsResponse:
-    return await node.controller_request(body, request.api_version)
+    denied: list[CreatePartitionsTopicResult] = []
+    if checks_resources(node, request):  # Kafka: ALTER on each topic
+        kept = [t for t in body.topics if allowed(node, request, ALTER, TOPIC, t.name)]
+        denied = [CreatePartitionsTopicResult(name=t.name, error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                                              error_message=denied_message(request, ALTER, f"topic {t.name}"))
+                  for t in body.topics if t not in kept]
+        if denied and not kept:
+            return CreatePartitionsResponse(results=denied)
+        body.topics = kept
+    response = await node.controller_request(body, request.api_version)
+    response.results.extend(denied)
+    return response

@@ -13,11 +13,15 @@ the partitions it hosts.
 
 from __future__ import annotations
 
+from kjbod.broker.authz import checks_resources, denied_message, may_create_topic
 from kjbod.broker.router import api
 from kjbod.broker.topic_config import effective
+from kjbod.metadata.acls import CREATE
 from kjbod.metadata.names import CLUSTER_METADATA_TOPIC, collision_index, collision_problem
+from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import CreateTopicsRequest, CreateTopicsResponse
 from kjbod.protocol.generated.create_topics_response import CreatableTopicConfigs as ConfigEntry
+from kjbod.protocol.generated.create_topics_response import CreatableTopicResult
 
 __all__ = ["CLUSTER_METADATA_TOPIC", "collision_index", "collision_problem", "config_entries", "handle"]
 
@@ -37,7 +41,17 @@ def config_entries(node, overrides: dict[str, str]) -> list:
 
 @api(CreateTopicsRequest)
 async def handle(node, request, body: CreateTopicsRequest) -> CreateTopicsResponse:
+    denied: list[CreatableTopicResult] = []
+    if checks_resources(node, request):  # Kafka: CREATE on the cluster, or on each topic
+        kept = [t for t in body.topics if may_create_topic(node, request, t.name)]
+        denied = [CreatableTopicResult(name=t.name, error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                                       error_message=denied_message(request, CREATE, f"topic {t.name}"), configs=None)
+                  for t in body.topics if t not in kept]
+        if denied and not kept:
+            return CreateTopicsResponse(topics=denied)
+        body.topics = kept
     response = await node.controller_request(body, request.api_version)
+    response.topics.extend(denied)
     wanted = {t.name: {c.name: c.value for c in t.configs if c.value is not None} for t in body.topics}
     for result in response.topics:
         if result.error_code == 0 and result.name in wanted:

@@ -7,9 +7,11 @@ offset it committed to its `__consumer_offsets` partition.
 
 from __future__ import annotations
 
+from kjbod.broker.authz import allowed
 from kjbod.broker.groups.coordinator import coordinator_of
 from kjbod.broker.groups.state import GroupState
 from kjbod.broker.router import api
+from kjbod.metadata.acls import DELETE, GROUP
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import DeleteGroupsRequest, DeleteGroupsResponse
 from kjbod.protocol.generated.delete_groups_response import DeletableGroupResult
@@ -20,7 +22,11 @@ async def handle(node, request, body: DeleteGroupsRequest) -> DeleteGroupsRespon
     coordinator = coordinator_of(node)
     results = []
     for gid in body.groups_names:
-        code = coordinator.status(gid) if gid else ErrorCode.INVALID_GROUP_ID
+        code: int
+        if not allowed(node, request, DELETE, GROUP, gid):
+            code = ErrorCode.GROUP_AUTHORIZATION_FAILED
+        else:
+            code = coordinator.status(gid) if gid else ErrorCode.INVALID_GROUP_ID
         if not code:
             g = coordinator.book.groups.get(gid)
             if g is None or g.is_(GroupState.DEAD):

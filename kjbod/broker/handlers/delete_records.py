@@ -29,10 +29,12 @@ from typing import Any
 
 import structlog
 
+from kjbod.broker.authz import allowed
 from kjbod.broker.dir_work import DirWork
 from kjbod.broker.handlers.leader_epoch_check import checked_log
 from kjbod.broker.replication.delete_records import INVALID_LOW_WATERMARK, low_watermark
 from kjbod.broker.router import api
+from kjbod.metadata.acls import DELETE, TOPIC
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import DeleteRecordsRequest, DeleteRecordsResponse
 from kjbod.protocol.generated.delete_records_response import DeleteRecordsPartitionResult as PartResult
@@ -113,6 +115,9 @@ def handle(node: Any, request: Any, body: DeleteRecordsRequest) -> Any:
     for (name, partition), offset in _offsets(body).items():
         parts = topics.setdefault(name, [])
         known = node.metadata.topic(name)
+        if not allowed(node, request, DELETE, TOPIC, name):
+            parts.append(_answer(partition, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+            continue
         if known is None or partition not in known.partitions:
             parts.append(_answer(partition, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
             continue

@@ -10,7 +10,9 @@ fenced ones too, marked is_fenced.  The controller id is a live broker (this one
 
 from __future__ import annotations
 
+from kjbod.broker.authz import authorized_operations
 from kjbod.broker.router import api
+from kjbod.metadata.acls import CLUSTER, CLUSTER_NAME
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import DescribeClusterRequest, DescribeClusterResponse
 from kjbod.protocol.generated.describe_cluster_response import DescribeClusterBroker
@@ -41,7 +43,10 @@ def handle(node, request, body: DescribeClusterRequest) -> DescribeClusterRespon
                 brokers.append(DescribeClusterBroker(broker_id=b.broker_id, host=e.host, port=e.port, rack=b.rack,
                                                      is_fenced=True))
         brokers.sort(key=lambda b: b.broker_id)
-    return DescribeClusterResponse(
+    response = DescribeClusterResponse(
         error_code=0, endpoint_type=etype, cluster_id=node.cluster_id,
         controller_id=node.node_id, brokers=brokers,
     )
+    if body.include_cluster_authorized_operations:
+        response.cluster_authorized_operations = authorized_operations(node, request, CLUSTER, CLUSTER_NAME)
+    return response

@@ -15,7 +15,9 @@ returned only when asked for (include_synonyms). See kjbod.broker.broker_config.
 from __future__ import annotations
 
 from kjbod.broker import broker_config as bc
+from kjbod.broker.authz import config_access_refusal
 from kjbod.broker.router import api
+from kjbod.metadata.acls import DESCRIBE_CONFIGS
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import DescribeConfigsRequest, DescribeConfigsResponse
 from kjbod.protocol.generated.describe_configs_response import DescribeConfigsResourceResult as Config
@@ -34,6 +36,9 @@ def handle(node, request, body: DescribeConfigsRequest) -> DescribeConfigsRespon
     results = []
     for r in body.resources:
         try:
+            denied = config_access_refusal(node, request, r.resource_type, r.resource_name, DESCRIBE_CONFIGS)
+            if denied:
+                raise bc.ConfigProblem(*denied)
             if r.resource_type == bc.BROKER:
                 entries = bc.describe_broker(node.config, node.dynamic_configs, r.resource_name,
                                              r.configuration_keys)

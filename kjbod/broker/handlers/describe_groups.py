@@ -1,32 +1,37 @@
 """DescribeGroups (key 15), versions 0-5.
 
-Version notes: v1 throttle time; v3 authorized operations (kjbod has no ACLs: every operation a group has, as
-Kafka answers with no authorizer); v4 the group instance id; v5 flexible.  A group this coordinator does not
+Version notes: v1 throttle time; v3 authorized operations (the group's operations the client may do: every one
+without an authorizer, as Kafka); v4 the group instance id; v5 flexible.  A group this coordinator does not
 know is described as Dead with no members and no error, as Kafka does below v6.  Member metadata and
 assignments are answered while the group is Stable, its protocol name then too.
 """
 
 from __future__ import annotations
 
+from kjbod.broker.authz import allowed, authorized_operations
 from kjbod.broker.groups.coordinator import coordinator_of
 from kjbod.broker.groups.state import GroupState
 from kjbod.broker.router import api
+from kjbod.metadata.acls import DESCRIBE, GROUP
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import DescribeGroupsRequest, DescribeGroupsResponse
 from kjbod.protocol.generated.describe_groups_response import DescribedGroup, DescribedGroupMember
 
-# Kafka's AclOperation bits a group has: READ (3), DESCRIBE (8), DELETE (6).
-GROUP_OPERATIONS = (1 << 3) | (1 << 8) | (1 << 6)
 NOT_ASKED = -(2**31)
 
 
 @api(DescribeGroupsRequest)
 def handle(node, request, body: DescribeGroupsRequest) -> DescribeGroupsResponse:
     coordinator = coordinator_of(node)
-    ops = GROUP_OPERATIONS if body.include_authorized_operations else NOT_ASKED
+    asked = body.include_authorized_operations
     out = []
     for gid in body.groups:
-        code = coordinator.status(gid) if gid else ErrorCode.INVALID_GROUP_ID
+        ops = authorized_operations(node, request, GROUP, gid) if asked else NOT_ASKED
+        code: int
+        if not allowed(node, request, DESCRIBE, GROUP, gid):
+            code = ErrorCode.GROUP_AUTHORIZATION_FAILED
+        else:
+            code = coordinator.status(gid) if gid else ErrorCode.INVALID_GROUP_ID
         g = coordinator.book.groups.get(gid) if not code else None
         if code or g is None:
             out.append(DescribedGroup(error_code=code, group_id=gid, group_state=GroupState.DEAD.value,

@@ -37,7 +37,9 @@ from uuid import UUID
 
 import structlog
 
+from kjbod.broker.authz import allowed_cluster
 from kjbod.broker.router import api
+from kjbod.metadata.acls import DESCRIBE
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import DescribeLogDirsRequest, DescribeLogDirsResponse
 from kjbod.protocol.generated.describe_log_dirs_response import (
@@ -165,6 +167,9 @@ async def probe_sizes(manager) -> dict[str, tuple[int, int, int] | None]:
 
 @api(DescribeLogDirsRequest)
 async def handle(node, request, body: DescribeLogDirsRequest) -> DescribeLogDirsResponse:
+    if not allowed_cluster(node, request, DESCRIBE):  # Kafka: DESCRIBE on the cluster, else nothing listed
+        code = ErrorCode.CLUSTER_AUTHORIZATION_FAILED if request.api_version >= 3 else 0  # v1-2: no error field
+        return DescribeLogDirsResponse(error_code=code, results=[])
     wanted: dict[str, set[int]] | None = None
     if body.topics is not None:
         wanted = {}

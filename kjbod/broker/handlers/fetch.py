@@ -50,10 +50,12 @@ from typing import Any
 
 import structlog
 
+from kjbod.broker.authz import allowed, allowed_cluster
 from kjbod.broker.dir_work import DirWork, loop_may_read
 from kjbod.broker.handlers.leader_epoch_check import checked_log
 from kjbod.broker.replication import hooks as replication
 from kjbod.broker.router import api
+from kjbod.metadata.acls import CLUSTER_ACTION, READ, TOPIC
 from kjbod.net import trace
 from kjbod.net.tasks import wait_event
 from kjbod.net.tls import is_tls
@@ -486,12 +488,59 @@ def close_regions(resp: FetchResponse) -> None:
                     r.close()
 
 
+def _authorize(node, request, body: FetchRequest, follower: int):
+    """Kafka's checks: the metadata log's fetches (a controller listener) and a replica's need CLUSTER_ACTION on
+    the cluster (refused as a whole, or each partition TOPIC_AUTHORIZATION_FAILED for a replica); a consumer's
+    need READ on each topic, and the topics it may not read are answered TOPIC_AUTHORIZATION_FAILED while the
+    others are served. Returns the answer when nothing is left to serve, else None (`body` keeps what may be read,
+    and the refused topics are added to the answer)."""
+    v = request.api_version
+    if request.ctx.listener_kind == "controller" or follower >= 0:
+        if allowed_cluster(node, request, CLUSTER_ACTION):
+            return None
+        if request.ctx.listener_kind == "controller":
+            return FetchResponse(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+        denied, body.topics = list(body.topics), []
+    else:
+        image = node.metadata
+        denied, kept = [], []
+        for t in body.topics:
+            if v >= 13:
+                topic = image.topic_by_id(t.topic_id) if t.topic_id != ZERO_UUID else None
+                name = topic.name if topic is not None else None
+            else:
+                name = t.topic
+            if name is None or allowed(node, request, READ, TOPIC, name):
+                kept.append(t)  # an unknown topic id is answered UNKNOWN_TOPIC_ID as without an authorizer
+            else:
+                denied.append(t)
+        if not denied:
+            return None
+        body.topics = kept
+    refused = [TopicResp(topic=t.topic, topic_id=t.topic_id, partitions=[
+        _error_part(p.partition, ErrorCode.TOPIC_AUTHORIZATION_FAILED, v) for p in t.partitions]) for t in denied]
+    if not body.topics:
+        return FetchResponse(error_code=0, session_id=0, responses=refused)
+    answer = _serve(node, request, body, follower)
+
+    async def with_refused() -> FetchResponse:
+        resp = await answer
+        resp.responses.extend(refused)
+        return resp
+
+    return with_refused()
+
+
 @api(FetchRequest)
 def handle(node, request, body: FetchRequest):
     """The answer's coroutine.  Before it runs, while the connection is handing over the request, a follower's
     fetch (a replica id >= 0) on a broker listener asks the metrics to count it as FetchFollower, as Kafka's
     RequestMetrics do (the metadata log's fetches on a controller listener keep Fetch's own figures)."""
     follower = replication.follower_id(body, request.api_version)
+    if getattr(node, "authorizer", None) is not None:
+        refused = _authorize(node, request, body, follower)
+        if refused is not None:
+            return refused
     if follower >= 0 and request.ctx.listener_kind != "controller":
         if node.topic_stats is not None:
             node.topic_stats.requests.follower_fetch()

@@ -23,8 +23,11 @@ from __future__ import annotations
 
 import structlog
 
+from kjbod.broker.authz import allowed
 from kjbod.broker.groups.coordinator import OFFSETS_TOPIC, coordinator_of, partition_for
 from kjbod.broker.router import api
+from kjbod.metadata.acls import DESCRIBE
+from kjbod.metadata.acls import GROUP as GROUP_RESOURCE
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import FindCoordinatorRequest, FindCoordinatorResponse
 from kjbod.protocol.generated.find_coordinator_response import Coordinator
@@ -71,6 +74,14 @@ def _group_coordinator(node, request, key: str, topic_problem: str | None) -> Co
 @api(FindCoordinatorRequest)
 async def handle(node, request, body: FindCoordinatorRequest) -> FindCoordinatorResponse:
     keys = list(body.coordinator_keys) if request.api_version >= 4 else [body.key]
+    denied = [k for k in keys if not allowed(node, request, DESCRIBE, GROUP_RESOURCE, k)] if (
+        body.key_type == GROUP and getattr(node, "authorizer", None) is not None) else []
+    if denied:  # as Kafka: refused keys answered GROUP_AUTHORIZATION_FAILED, the others served
+        keys = [k for k in keys if k not in denied]
+        refused = [Coordinator(key=k, node_id=-1, host="", port=-1, error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED,
+                               error_message=f"{request.ctx.principal} may not DESCRIBE group {k}") for k in denied]
+        if not keys:
+            return _answer(request, refused)
     if body.key_type == GROUP:
         code, problem = await coordinator_of(node).ensure_topic()
         if code:
@@ -91,6 +102,12 @@ async def handle(node, request, body: FindCoordinatorRequest) -> FindCoordinator
             code, message = ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {body.key_type}"
         answers = [Coordinator(key=key, node_id=-1, host="", port=-1, error_code=code, error_message=message)
                    for key in keys]
+    if denied:
+        answers += refused
+    return _answer(request, answers)
+
+
+def _answer(request, answers: list[Coordinator]) -> FindCoordinatorResponse:
     if request.api_version >= 4:
         return FindCoordinatorResponse(coordinators=answers)
     a = answers[0]

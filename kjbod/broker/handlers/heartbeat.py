@@ -6,14 +6,19 @@ session alive; REBALANCE_IN_PROGRESS tells it to join again.
 
 from __future__ import annotations
 
+from kjbod.broker.authz import allowed
 from kjbod.broker.groups.coordinator import coordinator_of, now_ms
 from kjbod.broker.router import api
+from kjbod.metadata.acls import GROUP, READ
+from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import HeartbeatRequest, HeartbeatResponse
 
 
 @api(HeartbeatRequest)
 def handle(node, request, body: HeartbeatRequest) -> HeartbeatResponse:
     coordinator = coordinator_of(node)
+    if not allowed(node, request, READ, GROUP, body.group_id):
+        return HeartbeatResponse(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
     if body.group_id and (code := coordinator.status(body.group_id)):
         return HeartbeatResponse(error_code=code)
     return HeartbeatResponse(error_code=coordinator.book.heartbeat(

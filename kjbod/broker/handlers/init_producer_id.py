@@ -14,6 +14,7 @@ answers INVALID_REQUEST (transactions are not supported).  Every error answers p
 
 from __future__ import annotations
 
+from kjbod.broker.authz import idempotent_write_allowed
 from kjbod.broker.node import ProducerIdsUnavailable
 from kjbod.broker.router import api
 from kjbod.protocol.errors import ErrorCode
@@ -33,6 +34,8 @@ async def handle(node, request, body: InitProducerIdRequest) -> InitProducerIdRe
         return _error(ErrorCode.INVALID_REQUEST)
     if body.transactional_id is not None:  # "" is INVALID_REQUEST in Kafka too; any other id needs transactions
         return _error(ErrorCode.INVALID_REQUEST)
+    if getattr(node, "authorizer", None) is not None and not idempotent_write_allowed(node, request):
+        return _error(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
     try:
         producer_id = await node.next_producer_id()
     except ProducerIdsUnavailable as e:

@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import asyncio
 
+from kjbod.broker.authz import allowed
 from kjbod.broker.groups.coordinator import coordinator_of, now_ms, resolver
 from kjbod.broker.groups.state import JoinResult
 from kjbod.broker.router import api
+from kjbod.metadata.acls import GROUP, READ
+from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import JoinGroupRequest, JoinGroupResponse
 from kjbod.protocol.generated.join_group_response import JoinGroupResponseMember
 
@@ -32,6 +35,8 @@ def _response(r: JoinResult, version: int) -> JoinGroupResponse:
 async def handle(node, request, body: JoinGroupRequest) -> JoinGroupResponse:
     v = request.api_version
     coordinator = coordinator_of(node)
+    if not allowed(node, request, READ, GROUP, body.group_id):
+        return _response(JoinResult(ErrorCode.GROUP_AUTHORIZATION_FAILED, body.member_id), v)
     if body.group_id and (code := coordinator.status(body.group_id)):
         return _response(JoinResult(code, body.member_id), v)
     fut: asyncio.Future[JoinResult] = asyncio.get_running_loop().create_future()

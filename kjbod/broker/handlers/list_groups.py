@@ -7,8 +7,10 @@ leads; COORDINATOR_LOAD_IN_PROGRESS (with the groups known so far) while one of 
 
 from __future__ import annotations
 
+from kjbod.broker.authz import allowed, allowed_cluster
 from kjbod.broker.groups.coordinator import coordinator_of
 from kjbod.broker.router import api
+from kjbod.metadata.acls import DESCRIBE, GROUP
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import ListGroupsRequest, ListGroupsResponse
 from kjbod.protocol.generated.list_groups_response import ListedGroup
@@ -21,8 +23,11 @@ def handle(node, request, body: ListGroupsRequest) -> ListGroupsResponse:
     states = {s.lower() for s in body.states_filter}
     types = {t.lower() for t in body.types_filter}
     groups = []
+    everything = allowed_cluster(node, request, DESCRIBE)  # else the groups it may DESCRIBE, as Kafka's
     for gid, g in coordinator.book.groups.items():
         if coordinator.partition_of(gid) not in coordinator.owned:
+            continue
+        if not everything and not allowed(node, request, DESCRIBE, GROUP, gid):
             continue
         if (states and g.state.value.lower() not in states) or (types and "classic" not in types):
             continue

@@ -31,9 +31,11 @@ from __future__ import annotations
 
 import structlog
 
+from kjbod.broker.authz import allowed
 from kjbod.broker.dir_work import DirWork
 from kjbod.broker.handlers.leader_epoch_check import checked_log
 from kjbod.broker.router import api
+from kjbod.metadata.acls import DESCRIBE, TOPIC
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import ListOffsetsRequest, ListOffsetsResponse
 from kjbod.protocol.generated.list_offsets_response import ListOffsetsPartitionResponse as PartResp
@@ -147,6 +149,11 @@ def handle(node, request, body: ListOffsetsRequest):
     for t in body.topics:
         topic = node.metadata.topic(t.name)
         parts: list = []
+        if not allowed(node, request, DESCRIBE, TOPIC, t.name):
+            topics.append(TopicResp(name=t.name, partitions=[PartResp(
+                partition_index=p.partition_index, error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+                for p in t.partitions]))
+            continue
         for p in t.partitions:
             if repeated and (t.name, p.partition_index) in repeated:
                 # Kafka answers a partition named twice once, INVALID_REQUEST.

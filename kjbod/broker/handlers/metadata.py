@@ -23,12 +23,14 @@ topic named INVALID_REQUEST, no brokers).
 
 from __future__ import annotations
 
+from kjbod.broker.authz import allowed, authorized_operations, may_create_topic
 from kjbod.broker.handlers.create_topics import (
     CLUSTER_METADATA_TOPIC,
     collision_index,
     collision_problem,
 )
 from kjbod.broker.router import api
+from kjbod.metadata.acls import CLUSTER, CLUSTER_NAME, DESCRIBE, TOPIC
 from kjbod.metadata.names import topic_name_problem
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import MetadataRequest, MetadataResponse
@@ -81,8 +83,10 @@ async def handle(node, request, body: MetadataRequest) -> MetadataResponse:
     image = node.metadata
     listener = request.ctx.listener_name
     wanted = body.topics
+    authz = getattr(node, "authorizer", None)
     if wanted is None or (v == 0 and not wanted):
-        topics = [describe_topic(node, t, listener) for t in sorted(image.topics(), key=lambda t: t.name)]
+        topics = [describe_topic(node, t, listener) for t in sorted(image.topics(), key=lambda t: t.name)
+                  if authz is None or allowed(node, request, DESCRIBE, TOPIC, t.name)]
     elif v < 12 and any(req.name is None or req.topic_id != ZERO_UUID for req in wanted):
         return MetadataResponse(topics=[Topic(error_code=ErrorCode.INVALID_REQUEST, name=req.name or "",
                                               topic_id=req.topic_id) for req in wanted])
@@ -90,7 +94,9 @@ async def handle(node, request, body: MetadataRequest) -> MetadataResponse:
         found = {i: image.topic_by_id(i) for i in dict.fromkeys(r.topic_id for r in wanted if r.topic_id != ZERO_UUID)}
         topics = [Topic(error_code=ErrorCode.UNKNOWN_TOPIC_ID, name=None, topic_id=i)
                   for i, t in found.items() if t is None]
-        topics += [describe_topic(node, t, listener) for t in found.values() if t is not None]
+        topics += [describe_topic(node, t, listener) if authz is None or allowed(node, request, DESCRIBE, TOPIC, t.name)
+                   else Topic(error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, name=None, topic_id=t.topic_id)
+                   for t in found.values() if t is not None]
     else:
         topics = []
         collisions: dict[str, str] | None = None  # built on first use: most requests never auto-create
@@ -107,7 +113,14 @@ async def handle(node, request, body: MetadataRequest) -> MetadataResponse:
             if problem:
                 topics.append(Topic(error_code=ErrorCode.INVALID_TOPIC_EXCEPTION, name=req.name))
                 continue
+            if authz is not None and not allowed(node, request, DESCRIBE, TOPIC, req.name):
+                topics.append(Topic(error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, name=req.name))
+                continue
             topic = image.topic(req.name)
+            if topic is None and auto_create and authz is not None and req.name != CLUSTER_METADATA_TOPIC \
+                    and not may_create_topic(node, request, req.name):
+                topics.append(Topic(error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, name=req.name))
+                continue
             if topic is None and auto_create and req.name != CLUSTER_METADATA_TOPIC:
                 # The same name rules as CreateTopics: auto-creation must not make what CreateTopics refuses.
                 if collisions is None:
@@ -130,5 +143,12 @@ async def handle(node, request, body: MetadataRequest) -> MetadataResponse:
                 topics.append(describe_topic(node, topic, listener))
     brokers = [Broker(node_id=n.node_id, host=n.host, port=n.port, rack=n.rack)
                for n in node.cluster_nodes(request.ctx.listener_name, controllers=False)]
-    return MetadataResponse(brokers=brokers, cluster_id=node.cluster_id, controller_id=node.node_id,
-                            topics=topics)
+    response = MetadataResponse(brokers=brokers, cluster_id=node.cluster_id, controller_id=node.node_id,
+                                topics=topics)
+    if v >= 8 and body.include_topic_authorized_operations:
+        for t in topics:
+            if t.name is not None and t.error_code != ErrorCode.TOPIC_AUTHORIZATION_FAILED:
+                t.topic_authorized_operations = authorized_operations(node, request, TOPIC, t.name)
+    if 8 <= v <= 10 and body.include_cluster_authorized_operations:
+        response.cluster_authorized_operations = authorized_operations(node, request, CLUSTER, CLUSTER_NAME)
+    return response

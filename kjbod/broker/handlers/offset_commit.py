@@ -12,10 +12,12 @@ UNKNOWN_TOPIC_OR_PARTITION; metadata longer than offset.metadata.max.bytes OFFSE
 
 from __future__ import annotations
 
+from kjbod.broker.authz import allowed
 from kjbod.broker.groups import records as rec
 from kjbod.broker.groups.coordinator import coordinator_of, now_ms
 from kjbod.broker.groups.state import CommittedOffset
 from kjbod.broker.router import api
+from kjbod.metadata.acls import GROUP, READ, TOPIC
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import OffsetCommitRequest, OffsetCommitResponse
 from kjbod.protocol.generated.offset_commit_response import OffsetCommitResponsePartition as PartResp
@@ -32,6 +34,8 @@ async def handle(node, request, body: OffsetCommitRequest) -> OffsetCommitRespon
     v = request.api_version
     if not body.group_id:
         return _all(body, ErrorCode.INVALID_GROUP_ID)
+    if not allowed(node, request, READ, GROUP, body.group_id):
+        return _all(body, ErrorCode.GROUP_AUTHORIZATION_FAILED)
     coordinator = coordinator_of(node)
     if (code := coordinator.status(body.group_id)):
         return _all(body, code)
@@ -44,7 +48,9 @@ async def handle(node, request, body: OffsetCommitRequest) -> OffsetCommitRespon
         for p in t.partitions:
             tp = (t.name, p.partition_index)
             metadata = p.committed_metadata or ""
-            if topic is None or p.partition_index not in topic.partitions:
+            if not allowed(node, request, READ, TOPIC, t.name):
+                answers[tp] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            elif topic is None or p.partition_index not in topic.partitions:
                 answers[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             elif len(metadata.encode("utf-8")) > coordinator.config.offset_metadata_max_bytes:
                 answers[tp] = ErrorCode.OFFSET_METADATA_TOO_LARGE

@@ -9,9 +9,11 @@ UNKNOWN_TOPIC_OR_PARTITION.
 
 from __future__ import annotations
 
+from kjbod.broker.authz import allowed
 from kjbod.broker.groups.coordinator import coordinator_of
 from kjbod.broker.groups.state import GroupState
 from kjbod.broker.router import api
+from kjbod.metadata.acls import DELETE, GROUP
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import OffsetDeleteRequest, OffsetDeleteResponse
 from kjbod.protocol.generated.offset_delete_response import OffsetDeleteResponsePartition as PartResp
@@ -21,6 +23,8 @@ from kjbod.protocol.generated.offset_delete_response import OffsetDeleteResponse
 @api(OffsetDeleteRequest)
 async def handle(node, request, body: OffsetDeleteRequest) -> OffsetDeleteResponse:
     coordinator = coordinator_of(node)
+    if not allowed(node, request, DELETE, GROUP, body.group_id):
+        return OffsetDeleteResponse(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
     code = coordinator.status(body.group_id) if body.group_id else ErrorCode.INVALID_GROUP_ID
     group = coordinator.book.groups.get(body.group_id) if not code else None
     if not code and (group is None or group.is_(GroupState.DEAD)):

@@ -5,20 +5,38 @@ code; v3 throttle time; v5 the committed leader epoch; v6 flexible; v7 require_s
 transactions, so nothing is ever pending); v8 several groups per request; v9 member id and epoch (the consumer
 protocol's; ignored for classic groups).  v0 (offsets in ZooKeeper) is not served, as in Kafka 4.
 
-A partition without a committed offset answers offset -1 and empty metadata, no error, as Kafka.
+A partition without a committed offset answers offset -1 and empty metadata, no error, as Kafka. With an
+authorizer: DESCRIBE on the group (GROUP_AUTHORIZATION_FAILED) and on each topic (see `_fetch`).
 """
 
 from __future__ import annotations
 
+from kjbod.broker.authz import allowed
 from kjbod.broker.groups.coordinator import coordinator_of
 from kjbod.broker.router import api
+from kjbod.metadata.acls import DESCRIBE, GROUP, TOPIC
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import OffsetFetchRequest, OffsetFetchResponse
 from kjbod.protocol.generated import offset_fetch_response as r
 
 
-def _fetch(node, group_id: str, topics, version: int):
-    """(group error, [(topic, [(partition, offset, epoch, metadata, error)])])."""
+def _fetch(node, group_id: str, topics, version: int, request=None):
+    """(group error, [(topic, [(partition, offset, epoch, metadata, error)])]). With an authorizer, as Kafka: a
+    topic named that the client may not DESCRIBE answers TOPIC_AUTHORIZATION_FAILED per partition, and one it may
+    not describe is left out of an answer for every topic."""
+    code, found = _committed(node, group_id, topics, version)
+    if code or request is None or getattr(node, "authorizer", None) is None:
+        return code, found
+    out = []
+    for t, parts in found:
+        if allowed(node, request, DESCRIBE, TOPIC, t):
+            out.append((t, parts))
+        elif topics is not None:
+            out.append((t, [(p, -1, -1, "", ErrorCode.TOPIC_AUTHORIZATION_FAILED) for p, *_ in parts]))
+    return code, out
+
+
+def _committed(node, group_id: str, topics, version: int):
     coordinator = coordinator_of(node)
     code = coordinator.status(group_id) if group_id else ErrorCode.INVALID_GROUP_ID
     if code:
@@ -39,14 +57,24 @@ def handle(node, request, body: OffsetFetchRequest) -> OffsetFetchResponse:
     if v >= 8:
         groups = []
         for g in body.groups:
-            code, topics = _fetch(node, g.group_id, g.topics, v)
+            if not allowed(node, request, DESCRIBE, GROUP, g.group_id):
+                groups.append(r.OffsetFetchResponseGroup(group_id=g.group_id,
+                                                         error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED))
+                continue
+            code, topics = _fetch(node, g.group_id, g.topics, v, request)
             groups.append(r.OffsetFetchResponseGroup(group_id=g.group_id, error_code=code, topics=[] if code else [
                 r.OffsetFetchResponseTopics(name=t, partitions=[
                     r.OffsetFetchResponsePartitions(partition_index=p, committed_offset=o, committed_leader_epoch=e,
                                                     metadata=m, error_code=c) for p, o, e, m, c in parts])
                 for t, parts in topics]))
         return OffsetFetchResponse(groups=groups)
-    code, topics = _fetch(node, body.group_id, body.topics if v >= 2 else (body.topics or []), v)
+    if not allowed(node, request, DESCRIBE, GROUP, body.group_id):
+        denied = ErrorCode.GROUP_AUTHORIZATION_FAILED  # v1 has no group error: each partition carries it
+        return OffsetFetchResponse(error_code=denied, topics=[] if v >= 2 else [r.OffsetFetchResponseTopic(
+            name=t.name, partitions=[r.OffsetFetchResponsePartition(
+                partition_index=p, committed_offset=-1, metadata="", error_code=denied) for p in t.partition_indexes])
+            for t in body.topics or ()])
+    code, topics = _fetch(node, body.group_id, body.topics if v >= 2 else (body.topics or []), v, request)
     if code and v >= 2:
         return OffsetFetchResponse(error_code=code)
     return OffsetFetchResponse(error_code=code, topics=[r.OffsetFetchResponseTopic(name=t, partitions=[

@@ -14,8 +14,10 @@ from the leader's.
 
 from __future__ import annotations
 
+from kjbod.broker.authz import allowed, allowed_cluster
 from kjbod.broker.handlers.leader_epoch_check import checked_log
 from kjbod.broker.router import api
+from kjbod.metadata.acls import CLUSTER_ACTION, DESCRIBE, TOPIC
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse
 from kjbod.protocol.generated.offset_for_leader_epoch_response import (
@@ -39,6 +41,14 @@ def _lookup(node, topic: str, partition: int, current_epoch: int, epoch: int) ->
 
 @api(OffsetForLeaderEpochRequest)
 def handle(node, request, body: OffsetForLeaderEpochRequest) -> OffsetForLeaderEpochResponse:
+    if getattr(node, "authorizer", None) is not None:  # a replica's needs CLUSTER_ACTION, a consumer's DESCRIBE on each topic
+        replica = body.replica_id >= 0 if request.api_version >= 3 else False
+        everything = replica and allowed_cluster(node, request, CLUSTER_ACTION)
+        return OffsetForLeaderEpochResponse(topics=[OffsetForLeaderTopicResult(topic=t.topic, partitions=[
+            _lookup(node, t.topic, p.partition, p.current_leader_epoch, p.leader_epoch)
+            if everything or (not replica and allowed(node, request, DESCRIBE, TOPIC, t.topic))
+            else EpochEndOffset(error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, partition=p.partition)
+            for p in t.partitions]) for t in body.topics])
     return OffsetForLeaderEpochResponse(topics=[OffsetForLeaderTopicResult(topic=t.topic, partitions=[
         _lookup(node, t.topic, p.partition, p.current_leader_epoch, p.leader_epoch) for p in t.partitions])
         for t in body.topics])

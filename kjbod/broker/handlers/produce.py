@@ -27,6 +27,7 @@ import structlog
 from kjbod.broker.dir_work import DirWork
 from kjbod.broker.replication import hooks as replication
 from kjbod.broker.router import api
+from kjbod.metadata.acls import TOPIC, WRITE
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import ProduceRequest, ProduceResponse
 from kjbod.protocol.generated.produce_response import BatchIndexAndErrorMessage as RecordError
@@ -97,9 +98,13 @@ def handle(node, request, body: ProduceRequest):
 
     work = DirWork(node, fill, fail)
     big = False
+    authz = getattr(node, "authorizer", None)
+    ctx = request.ctx
     for td in body.topic_data:
         parts: list[PartResp | None] = []
         topic = node.metadata.topic(td.name)
+        denied = authz is not None and ctx is not None and not authz.allowed(ctx.principal, ctx.peer_host, WRITE,
+                                                                              TOPIC, td.name)
         for pd in td.partition_data:
             if acks not in (-1, 0, 1):
                 parts.append(_error(pd.index, ErrorCode.INVALID_REQUIRED_ACKS, f"acks must be -1, 0 or 1, not {acks}", v))
@@ -108,6 +113,9 @@ def handle(node, request, body: ProduceRequest):
             elif pd.records and len(pd.records) > 22 and pd.records[16] == 2 and pd.records[22] & TRANSACTIONAL:
                 parts.append(_error(pd.index, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "a transactional "
                                     "record batch needs the request's transactional id (kjbod has no transactions)", v))
+            elif denied:
+                parts.append(_error(pd.index, ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                                    f"{ctx.principal} may not WRITE to topic {td.name}", v))
             elif td.name == OFFSETS_TOPIC and not getattr(request, "internal_topics_allowed", False):
                 # As Kafka: only the group coordinator writes its topic.
                 parts.append(_error(pd.index, ErrorCode.INVALID_TOPIC_EXCEPTION,

@@ -10,15 +10,20 @@ from __future__ import annotations
 
 import asyncio
 
+from kjbod.broker.authz import allowed
 from kjbod.broker.groups.coordinator import coordinator_of, now_ms, resolver
 from kjbod.broker.groups.state import SyncResult
 from kjbod.broker.router import api
+from kjbod.metadata.acls import GROUP, READ
+from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import SyncGroupRequest, SyncGroupResponse
 
 
 @api(SyncGroupRequest)
 async def handle(node, request, body: SyncGroupRequest) -> SyncGroupResponse:
     coordinator = coordinator_of(node)
+    if not allowed(node, request, READ, GROUP, body.group_id):
+        return SyncGroupResponse(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
     if body.group_id and (code := coordinator.status(body.group_id)):
         return SyncGroupResponse(error_code=code)
     fut: asyncio.Future[SyncResult] = asyncio.get_running_loop().create_future()

@@ -2,6 +2,7 @@
 
 """Generated message classes: one dataclass per message, every version."""
 
+from .access_control_entry_record import AccessControlEntryRecord
 from .allocate_producer_ids_request import AllocateProducerIdsRequest
 from .allocate_producer_ids_response import AllocateProducerIdsResponse
 from .alter_configs_request import AlterConfigsRequest
@@ -28,16 +29,22 @@ from .broker_registration_change_record import BrokerRegistrationChangeRecord
 from .broker_registration_request import BrokerRegistrationRequest
 from .broker_registration_response import BrokerRegistrationResponse
 from .config_record import ConfigRecord
+from .create_acls_request import CreateAclsRequest
+from .create_acls_response import CreateAclsResponse
 from .create_partitions_request import CreatePartitionsRequest
 from .create_partitions_response import CreatePartitionsResponse
 from .create_topics_request import CreateTopicsRequest
 from .create_topics_response import CreateTopicsResponse
+from .delete_acls_request import DeleteAclsRequest
+from .delete_acls_response import DeleteAclsResponse
 from .delete_groups_request import DeleteGroupsRequest
 from .delete_groups_response import DeleteGroupsResponse
 from .delete_records_request import DeleteRecordsRequest
 from .delete_records_response import DeleteRecordsResponse
 from .delete_topics_request import DeleteTopicsRequest
 from .delete_topics_response import DeleteTopicsResponse
+from .describe_acls_request import DescribeAclsRequest
+from .describe_acls_response import DescribeAclsResponse
 from .describe_cluster_request import DescribeClusterRequest
 from .describe_cluster_response import DescribeClusterResponse
 from .describe_configs_request import DescribeConfigsRequest
@@ -94,6 +101,7 @@ from .reassign_partitions_request import ReassignPartitionsRequest
 from .reassign_partitions_response import ReassignPartitionsResponse
 from .reassignment_intent_record import ReassignmentIntentRecord
 from .register_broker_record import RegisterBrokerRecord
+from .remove_access_control_entry_record import RemoveAccessControlEntryRecord
 from .remove_topic_record import RemoveTopicRecord
 from .remove_user_scram_credential_record import RemoveUserScramCredentialRecord
 from .request_header import RequestHeader
@@ -116,6 +124,7 @@ from .unregister_broker_response import UnregisterBrokerResponse
 from .user_scram_credential_record import UserScramCredentialRecord
 
 __all__ = [
+    'AccessControlEntryRecord',
     'AllocateProducerIdsRequest',
     'AllocateProducerIdsResponse',
     'AlterConfigsRequest',
@@ -142,16 +151,22 @@ __all__ = [
     'BrokerRegistrationRequest',
     'BrokerRegistrationResponse',
     'ConfigRecord',
+    'CreateAclsRequest',
+    'CreateAclsResponse',
     'CreatePartitionsRequest',
     'CreatePartitionsResponse',
     'CreateTopicsRequest',
     'CreateTopicsResponse',
+    'DeleteAclsRequest',
+    'DeleteAclsResponse',
     'DeleteGroupsRequest',
     'DeleteGroupsResponse',
     'DeleteRecordsRequest',
     'DeleteRecordsResponse',
     'DeleteTopicsRequest',
     'DeleteTopicsResponse',
+    'DescribeAclsRequest',
+    'DescribeAclsResponse',
     'DescribeClusterRequest',
     'DescribeClusterResponse',
     'DescribeConfigsRequest',
@@ -208,6 +223,7 @@ __all__ = [
     'ReassignPartitionsResponse',
     'ReassignmentIntentRecord',
     'RegisterBrokerRecord',
+    'RemoveAccessControlEntryRecord',
     'RemoveTopicRecord',
     'RemoveUserScramCredentialRecord',
     'RequestHeader',

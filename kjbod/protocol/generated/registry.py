@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from .access_control_entry_record import AccessControlEntryRecord
 from .allocate_producer_ids_request import AllocateProducerIdsRequest
 from .allocate_producer_ids_response import AllocateProducerIdsResponse
 from .alter_configs_request import AlterConfigsRequest
@@ -32,16 +33,22 @@ from .broker_registration_change_record import BrokerRegistrationChangeRecord
 from .broker_registration_request import BrokerRegistrationRequest
 from .broker_registration_response import BrokerRegistrationResponse
 from .config_record import ConfigRecord
+from .create_acls_request import CreateAclsRequest
+from .create_acls_response import CreateAclsResponse
 from .create_partitions_request import CreatePartitionsRequest
 from .create_partitions_response import CreatePartitionsResponse
 from .create_topics_request import CreateTopicsRequest
 from .create_topics_response import CreateTopicsResponse
+from .delete_acls_request import DeleteAclsRequest
+from .delete_acls_response import DeleteAclsResponse
 from .delete_groups_request import DeleteGroupsRequest
 from .delete_groups_response import DeleteGroupsResponse
 from .delete_records_request import DeleteRecordsRequest
 from .delete_records_response import DeleteRecordsResponse
 from .delete_topics_request import DeleteTopicsRequest
 from .delete_topics_response import DeleteTopicsResponse
+from .describe_acls_request import DescribeAclsRequest
+from .describe_acls_response import DescribeAclsResponse
 from .describe_cluster_request import DescribeClusterRequest
 from .describe_cluster_response import DescribeClusterResponse
 from .describe_configs_request import DescribeConfigsRequest
@@ -98,6 +105,7 @@ from .reassign_partitions_request import ReassignPartitionsRequest
 from .reassign_partitions_response import ReassignPartitionsResponse
 from .reassignment_intent_record import ReassignmentIntentRecord
 from .register_broker_record import RegisterBrokerRecord
+from .remove_access_control_entry_record import RemoveAccessControlEntryRecord
 from .remove_topic_record import RemoveTopicRecord
 from .remove_user_scram_credential_record import RemoveUserScramCredentialRecord
 from .request_header import RequestHeader
@@ -152,6 +160,9 @@ APIS: dict[int, ApiInfo] = {
     21: ApiInfo(21, 'DeleteRecords', DeleteRecordsRequest, DeleteRecordsResponse, 0, 2, 2, frozenset(['broker'])),
     22: ApiInfo(22, 'InitProducerId', InitProducerIdRequest, InitProducerIdResponse, 0, 5, 2, frozenset(['broker'])),
     23: ApiInfo(23, 'OffsetForLeaderEpoch', OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, 2, 4, 4, frozenset(['broker'])),
+    29: ApiInfo(29, 'DescribeAcls', DescribeAclsRequest, DescribeAclsResponse, 0, 3, 2, frozenset(['broker', 'controller'])),
+    30: ApiInfo(30, 'CreateAcls', CreateAclsRequest, CreateAclsResponse, 0, 3, 2, frozenset(['broker', 'controller'])),
+    31: ApiInfo(31, 'DeleteAcls', DeleteAclsRequest, DeleteAclsResponse, 0, 3, 2, frozenset(['broker', 'controller'])),
     32: ApiInfo(32, 'DescribeConfigs', DescribeConfigsRequest, DescribeConfigsResponse, 1, 4, 4, frozenset(['broker', 'controller'])),
     33: ApiInfo(33, 'AlterConfigs', AlterConfigsRequest, AlterConfigsResponse, 0, 2, 2, frozenset(['broker', 'controller'])),
     34: ApiInfo(34, 'AlterReplicaLogDirs', AlterReplicaLogDirsRequest, AlterReplicaLogDirsResponse, 1, 2, 2, frozenset(['broker'])),
@@ -193,6 +204,8 @@ METADATA_RECORDS: dict[int, type] = {
     12: FeatureLevelRecord,
     15: ProducerIdsRecord,
     17: BrokerRegistrationChangeRecord,
+    18: AccessControlEntryRecord,
+    19: RemoveAccessControlEntryRecord,
     22: RemoveUserScramCredentialRecord,
     10000: ReassignmentIntentRecord,
     10001: ThrottledReplicasIntentRecord,
