@@ -75,8 +75,8 @@ def answer_preprocessed(node, request, body: Any, response_cls: Any, item_cls: A
     for i, r in enumerate(body.resources):
         if (denied := config_access_refusal(node, request, r.resource_type, r.resource_name, ALTER_CONFIGS)):
             refused[i] = denied
-        elif (message := _refusal(node, r, counts[(r.resource_type, r.resource_name)] > 1, incremental)):
-            refused[i] = (ErrorCode.INVALID_REQUEST, message)
+        elif (problem := _refusal(node, r, counts[(r.resource_type, r.resource_name)] > 1, incremental)):
+            refused[i] = problem
     if not refused:
         return node.controller_call(body, request.api_version)
     rest = [r for i, r in enumerate(body.resources) if i not in refused]
