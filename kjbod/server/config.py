@@ -792,6 +792,14 @@ def build_config(
         )
     if is_broker and not broker_listener_names:
         raise fail("listeners", "a broker needs at least one listener that is not a controller listener")
+    voters = get("controller.quorum.voters") or ()
+    if is_controller and len(voters) > 1:
+        # Until kjbod's controllers run the KRaft quorum (kjbod.raft) end to end, a second voter would not be
+        # asked anything: each controller would lead alone and the metadata logs would part.
+        raise fail("controller.quorum.voters",
+                   f"controller.quorum.voters lists {len(voters)} voters ({','.join(voters)}), but a "
+                   "multi-controller quorum is not served yet: list this controller only "
+                   f"({get('node.id')}@host:port)")
     if is_broker and not is_controller:
         if controller_in_listeners:
             raise fail(
