@@ -9,7 +9,7 @@ log's epochs.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 
 class LogView(Protocol):
@@ -87,3 +87,40 @@ class EpochHistory:
                 return s, (floor if floor is not None else epoch)
             floor = e
         return self.end, self.last_epoch()  # not reached: the last entry is above `epoch`
+
+
+class MetadataLogView:
+    """`LogView` over kjbod.storage.metadata_log.MetadataLog (its in-memory state only: no file is read)."""
+
+    def __init__(self, mlog: Any) -> None:
+        self.mlog = mlog
+
+    def _history(self) -> EpochHistory:
+        return EpochHistory(self.mlog.epochs, end=self.mlog.next_offset, start=self.mlog.log_start_offset)
+
+    def end_offset(self) -> int:
+        return int(self.mlog.next_offset)
+
+    def last_epoch(self) -> int:
+        epochs = self.mlog.epochs
+        if epochs:
+            return int(epochs[-1][0])
+        snapshot = self.mlog.latest_snapshot()
+        return int(snapshot.epoch) if snapshot is not None else 0
+
+    def start_offset(self) -> int:
+        return int(self.mlog.log_start_offset)
+
+    def snapshot_id(self) -> tuple[int, int] | None:
+        # Only a log that no longer starts at 0 sends followers to its snapshot (voters cannot fetch snapshots
+        # yet, so a whole log is always served from its records).
+        snapshot = self.mlog.latest_snapshot()
+        if snapshot is None or self.mlog.log_start_offset == 0:
+            return None
+        return int(snapshot.end_offset), int(snapshot.epoch)
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        history = self._history()
+        if not history.entries:
+            return history.end, self.last_epoch()
+        return history.end_offset_for_epoch(epoch)
