@@ -101,6 +101,7 @@ class RaftDriver:
         self._task: asyncio.Task[None] | None = None
         self._sends: set[asyncio.Task[None]] = set()
         self._stopped = False
+        self.leader_epoch_start: int | None = None  # where this node's epoch began, while it leads
 
     # ------------------------------------------------------------------------------------------ reading
 
@@ -176,6 +177,10 @@ class RaftDriver:
     async def _on_worker(self, fn: Callable[..., Any], *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self._io, fn, *args)
 
+    async def run_on_worker(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run a file operation on the metadata dir's worker (the thread every quorum file operation uses)."""
+        return await self._on_worker(fn, *args)
+
     async def _perform(self) -> None:
         """Carry out the machine's effects in order (the caller holds the lock)."""
         while effects := self.quorum.take_effects():
@@ -189,6 +194,7 @@ class RaftDriver:
                 elif isinstance(e, rq.Truncate):
                     await self._on_worker(self.mlog.truncate_to, e.offset)
                 elif isinstance(e, rq.BecomeLeader):
+                    self.leader_epoch_start = e.epoch_start_offset
                     end = await self._on_worker(self.mlog.append_leader_change, e.message, e.epoch)
                     self.quorum.leader_flushed(end, self.clock())
                     self._notify_progress()
@@ -196,6 +202,7 @@ class RaftDriver:
                     self.mlog.advance_high_watermark(e.offset)
                     self._notify_progress()
                 elif isinstance(e, rq.LeaderChanged):
+                    self.leader_epoch_start = None
                     log.info("raft_leader_changed", node=self.node_id, epoch=e.epoch, leader=e.leader_id,
                              local=e.local)
                     for fn in list(self._leader_listeners):
