@@ -48,10 +48,10 @@ async def send(voter: Voter, body, api_key: int, timeout: float = 10):
         channel.close()
 
 
-async def refused(voter: Voter, body, api_key: int) -> None:
+async def refused(voter: Voter, body, api_key: int, timeout: float = 3) -> None:
     """The controller answers NOT_CONTROLLER (the channel keeps asking until its deadline, then says so)."""
     with pytest.raises(RequestTimeoutError, match="answered NOT_CONTROLLER"):
-        await send(voter, body, api_key, timeout=3)
+        await send(voter, body, api_key, timeout=timeout)
 
 
 def registration(broker_id: int) -> BrokerRegistrationRequest:
@@ -102,3 +102,16 @@ async def test_only_the_leader_is_active_and_every_image_follows_the_committed_l
                 what="the restarted controller caught up")
     assert leader.controller is not None and not leader.controller.active
     await refused(leader, create("x"), 19)
+
+
+async def test_a_write_in_flight_when_leadership_is_lost_gets_not_controller(controllers: list[Voter]) -> None:
+    leader = await settled_leader(controllers)
+    await until(lambda: leader.controller is not None and leader.controller.active, what="activation")
+    for v in controllers:
+        if v is not leader:
+            await v.stop()
+    # the leader appends the registration but no majority can commit it; it resigns (check-quorum after
+    # 1.5 fetch timeouts) and the waiting write is answered NOT_CONTROLLER, never applied
+    await refused(leader, registration(9), 62, timeout=8)
+    assert leader.controller is not None and not leader.controller.active
+    assert 9 not in leader.controller.image.brokers
