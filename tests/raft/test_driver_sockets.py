@@ -13,15 +13,18 @@ import os
 import pytest
 from live import free_port
 
+from kjbod.controller.metadata_fetch import METADATA_TOPIC_ID, MetadataFetchService
 from kjbod.controller.raft_driver import NotLeaderError
 from kjbod.net.controller_channel import SocketControllerChannel
-from kjbod.protocol.generated import DescribeQuorumRequest
+from kjbod.protocol.errors import ErrorCode
+from kjbod.protocol.generated import DescribeQuorumRequest, FetchRequest
 from kjbod.protocol.generated import describe_quorum_request as dq
+from kjbod.protocol.generated import fetch_request as fq
 from kjbod.protocol.generated.topic_record import TopicRecord
 from kjbod.raft.quorum import State
 from kjbod.storage.quorum_state import QUORUM_STATE_FILE
 
-from .quorum_helpers import FAST, Voter, settled_leader, until, write
+from .quorum_helpers import CLUSTER, FAST, Voter, settled_leader, until, write
 
 
 @pytest.fixture
@@ -97,3 +100,33 @@ async def test_describe_quorum_over_the_wire(quorum: list[Voter]) -> None:
     assert (part.error_code, part.leader_id, part.high_watermark) == (0, leader.node_id, end)
     assert sorted(r.replica_id for r in part.current_voters) == [1, 2, 3]
     assert all(r.log_end_offset >= end - 1 for r in part.current_voters)
+
+
+async def test_observers_are_served_committed_batches_by_the_leader_and_pointed_to_it_elsewhere(
+        quorum: list[Voter]) -> None:
+    leader = await settled_leader(quorum)
+    end = await write(leader, "a")
+    await until(lambda: all(v.driver is not None and v.driver.high_watermark >= end for v in quorum))
+    endpoints = {v.node_id: ("127.0.0.1", v.ports[v.node_id]) for v in quorum}
+    services = {v.node_id: MetadataFetchService(v.mlog, cluster_id=CLUSTER, node_id=v.node_id,  # type: ignore[arg-type]
+                                                endpoint=endpoints[v.node_id], leadership=v.driver,
+                                                endpoints=endpoints) for v in quorum}
+    try:
+        epoch = leader.driver.epoch  # type: ignore[union-attr]
+        request = FetchRequest(cluster_id=CLUSTER, replica_state=fq.ReplicaState(replica_id=7), max_wait_ms=0,
+                               max_bytes=1 << 20, topics=[fq.FetchTopic(topic_id=METADATA_TOPIC_ID, partitions=[
+                                   fq.FetchPartition(partition=0, current_leader_epoch=epoch, fetch_offset=0,
+                                                     last_fetched_epoch=0, partition_max_bytes=1 << 20)])])
+        answer = await services[leader.node_id].fetch(request, 17)
+        pd = answer.responses[0].partitions[0]
+        assert (pd.error_code, pd.high_watermark, pd.current_leader.leader_id) == (0, end, leader.node_id)
+        assert len(pd.records) > 0
+        follower = next(v for v in quorum if v is not leader)
+        answer = await services[follower.node_id].fetch(request, 17)
+        pd = answer.responses[0].partitions[0]
+        assert (pd.error_code, pd.current_leader.leader_id, pd.current_leader.leader_epoch) == (
+            ErrorCode.NOT_LEADER_OR_FOLLOWER, leader.node_id, epoch)
+        assert [(n.node_id, n.port) for n in answer.node_endpoints] == [(leader.node_id, leader.ports[leader.node_id])]
+    finally:
+        for s in services.values():
+            s.close()
