@@ -192,3 +192,17 @@ def describe_quorum_response(body: WireDescribe, quorum: RaftQuorum, now_ms: int
         part.observers = [state(r, *p) for r, p in sorted(others.items())]
     return WireDescribeResponse(error_code=0, error_message=None,
                                 topics=[dqr.TopicData(topic_name=METADATA_TOPIC, partitions=[part])])
+
+
+def single_voter_describe_quorum(body: WireDescribe, node_id: int, epoch: int, high_watermark: int,
+                                 end_offset: int, wall_ms: int) -> WireDescribeResponse:
+    """DescribeQuorum from a controller that is its quorum's only voter (and so its leader)."""
+    if _one_partition(body) is None:
+        return WireDescribeResponse(error_code=ErrorCode.INVALID_REQUEST,
+                                    error_message="DescribeQuorum is only about __cluster_metadata partition 0")
+    me = dqr.ReplicaState(replica_id=node_id, log_end_offset=end_offset, last_fetch_timestamp=wall_ms,
+                          last_caught_up_timestamp=wall_ms)
+    part = dqr.PartitionData(partition_index=METADATA_PARTITION, error_message=None, leader_id=node_id,
+                             leader_epoch=epoch, high_watermark=high_watermark, current_voters=[me])
+    return WireDescribeResponse(error_code=0, error_message=None,
+                                topics=[dqr.TopicData(topic_name=METADATA_TOPIC, partitions=[part])])

@@ -3,18 +3,21 @@ quorum's leader is the active controller (the others answer NOT_CONTROLLER), eve
 committed log, a write is answered once committed, and when the leader stops another becomes active with the
 whole image and takes writes; the stopped one comes back and catches up.
 
-(The controller processes do not run the quorum yet: a controller configured with several voters is refused.)"""
+In this process, so the images can be looked at; tests/raft/test_controller_quorum_live.py does the same with
+`kjbod serve` controller processes."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 import pytest
+from datapath.support import RawClient
 from live import free_port
 
 from kjbod.controller import ControllerSettings
-from kjbod.net.controller_channel import SocketControllerChannel
-from kjbod.net.errors import RequestTimeoutError
+from kjbod.net.controller_channel import SocketControllerChannel, has_error
+from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import BrokerHeartbeatRequest, BrokerRegistrationRequest, CreateTopicsRequest
 from kjbod.protocol.generated.create_topics_request import CreatableTopic
 from kjbod.server.roles import BrokerConfigPolicy
@@ -48,10 +51,14 @@ async def send(voter: Voter, body, api_key: int, timeout: float = 10):
         channel.close()
 
 
-async def refused(voter: Voter, body, api_key: int, timeout: float = 3) -> None:
-    """The controller answers NOT_CONTROLLER (the channel keeps asking until its deadline, then says so)."""
-    with pytest.raises(RequestTimeoutError, match="answered NOT_CONTROLLER"):
-        await send(voter, body, api_key, timeout=timeout)
+async def refused(voter: Voter, body, api_key: int, version: int, timeout: float = 15) -> None:
+    """The controller answers NOT_CONTROLLER (asked once, over a plain connection run off the event loop)."""
+    def call():
+        with RawClient("127.0.0.1", voter.ports[voter.node_id], timeout=timeout) as c:
+            return c.call(body, version)
+
+    response = await asyncio.to_thread(call)
+    assert has_error(response, ErrorCode.NOT_CONTROLLER), response
 
 
 def registration(broker_id: int) -> BrokerRegistrationRequest:
@@ -74,7 +81,7 @@ async def test_only_the_leader_is_active_and_every_image_follows_the_committed_l
     assert [v.controller.active for v in controllers if v is not leader] == [False, False]  # type: ignore[union-attr]
 
     follower = next(v for v in controllers if v is not leader)
-    await refused(follower, registration(7), 62)
+    await refused(follower, registration(7), 62, 4)
 
     reg = await send(leader, registration(7), 62)
     assert reg.error_code == 0 and reg.broker_epoch > 0
@@ -101,7 +108,7 @@ async def test_only_the_leader_is_active_and_every_image_follows_the_committed_l
     await until(lambda: leader.controller is not None and leader.controller.image.topic("after") is not None,
                 what="the restarted controller caught up")
     assert leader.controller is not None and not leader.controller.active
-    await refused(leader, create("x"), 19)
+    await refused(leader, create("x"), 19, 7)
 
 
 async def test_a_write_in_flight_when_leadership_is_lost_gets_not_controller(controllers: list[Voter]) -> None:
@@ -112,6 +119,6 @@ async def test_a_write_in_flight_when_leadership_is_lost_gets_not_controller(con
             await v.stop()
     # the leader appends the registration but no majority can commit it; it resigns (check-quorum after
     # 1.5 fetch timeouts) and the waiting write is answered NOT_CONTROLLER, never applied
-    await refused(leader, registration(9), 62, timeout=8)
+    await refused(leader, registration(9), 62, 4)
     assert leader.controller is not None and not leader.controller.active
     assert 9 not in leader.controller.image.brokers

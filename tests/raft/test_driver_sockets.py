@@ -2,8 +2,8 @@
 Kafka's Vote, BeginQuorumEpoch, EndQuorumEpoch and Fetch over real sockets (the codec on both ends): they elect one
 leader, replicate and commit what it writes, elect another when it stops, and a restarted voter catches up.
 
-The drivers run in this process (the controller processes do not run the quorum yet: a controller configured with
-several voters is refused at startup)."""
+The drivers run in this process; tests/raft/test_controller_quorum_live.py runs the quorum in `kjbod serve`
+controller processes."""
 
 from __future__ import annotations
 
