@@ -13,12 +13,14 @@ import uuid
 from pathlib import Path
 
 import pytest
-from datapath.support import RawClient
+from datapath.support import RawClient, create_topic
+from kafka import KafkaProducer
 from live import LiveServer, format_storage, free_port, new_cluster_id
 
 from kjbod.protocol.errors import ErrorCode as E
 from kjbod.protocol.generated import (
     BrokerRegistrationRequest,
+    DescribeClusterRequest,
     DescribeQuorumRequest,
     RegisterBrokerRecord,
 )
@@ -137,3 +139,85 @@ def test_three_controllers_elect_fail_over_and_catch_up(tmp_path: Path, monkeypa
     assert all(code == 0 for code in codes.values()), {i: servers[i].stderr() for i in IDS}
     for s in servers.values():
         assert {7, 8} <= registered_in_log(s)
+
+
+def brokers_for(tmp_path: Path, servers: dict[int, LiveServer]) -> dict[int, LiveServer]:
+    voters = ",".join(f"{i}@127.0.0.1:{s.port}" for i, s in servers.items())
+    cluster_id = next(iter(servers.values())).cluster_id
+    out = {}
+    for b in (11, 12):
+        d = tmp_path / f"broker-{b}"
+        d.mkdir()
+        port = free_port()
+        server = LiveServer(node_id=b, cluster_id=cluster_id, port=port, controller_port=port, directory=d,
+                            config=d / "broker.properties", log_dirs=[d / "logs"], metadata_dir=d / "logs",
+                            stderr_path=d / "stderr.log")
+        server.config.write_text("".join(f"{k}={v}\n" for k, v in {
+            "process.roles": "broker", "node.id": str(b), "listeners": f"PLAINTEXT://127.0.0.1:{port}",
+            "controller.listener.names": "CONTROLLER", "controller.quorum.voters": voters,
+            "log.dirs": str(d / "logs"), "broker.heartbeat.interval.ms": "500",
+            "broker.session.timeout.ms": "4000"}.items()))
+        format_storage(server.config, cluster_id)
+        out[b] = server
+    return out
+
+
+def unfenced(broker: LiveServer) -> list[tuple[int, bool]]:
+    with RawClient(broker.host, broker.port, timeout=10) as c:
+        dc = c.call(DescribeClusterRequest(include_fenced_brokers=True), 2)
+    return sorted((n.broker_id, n.is_fenced) for n in dc.brokers)
+
+
+def wait_until(check, what: str, timeout: float = 60):
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            got = check()
+            if got:
+                return got
+        except (OSError, AssertionError):
+            pass
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout}s: {what}")
+        time.sleep(0.2)
+
+
+def test_brokers_follow_a_controller_failover(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """3 controllers and 2 brokers: kafka-python produces; the active controller is SIGKILLed; topics can still be
+    created through the brokers (forwarded to the new active controller) and the brokers stay unfenced."""
+    monkeypatch.setenv(UNFINISHED_QUORUM_ENV, "1")
+    servers = controllers(tmp_path)
+    brokers = brokers_for(tmp_path, servers)
+    producer = None
+    try:
+        for s in servers.values():
+            s.start()
+        first = wait_for_leader(servers)
+        for b in brokers.values():
+            b.start()
+        wait_until(lambda: unfenced(brokers[11]) == [(11, False), (12, False)], "both brokers unfenced")
+        with RawClient(brokers[11].host, brokers[11].port, timeout=30) as c:
+            made = create_topic(c, "before", partitions=2)
+            assert made.error_code == 0, made.error_message
+        producer = KafkaProducer(bootstrap_servers=brokers[12].bootstrap, acks="all")
+        for i in range(20):
+            producer.send("before", value=b"m%d" % i).get(timeout=30)
+
+        servers[first].process.kill()  # type: ignore[union-attr]
+        servers[first].process.wait()  # type: ignore[union-attr]
+        wait_for_leader(servers, not_=first)
+        def created() -> bool:
+            with RawClient(brokers[12].host, brokers[12].port, timeout=30) as c:
+                return create_topic(c, "after", partitions=2).error_code in (0, E.TOPIC_ALREADY_EXISTS)
+        wait_until(created, "a topic created through a broker after the failover")
+        time.sleep(5)  # longer than broker.session.timeout.ms: sessions on the new controller would have expired
+        assert unfenced(brokers[11]) == [(11, False), (12, False)]
+        for i in range(20):
+            producer.send("after", value=b"n%d" % i).get(timeout=30)
+    finally:
+        if producer is not None:
+            producer.close(timeout=10)
+        for b in brokers.values():
+            b.stop()
+        for s in servers.values():
+            s.stop()
