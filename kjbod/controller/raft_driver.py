@@ -77,7 +77,8 @@ def _wall_ms() -> int:
 class RaftDriver:
     def __init__(self, node_id: int, voters: dict[int, tuple[str, int]], mlog: MetadataLog, cluster_id: str, *,
                  config: rq.RaftConfig | None = None, channel_options: dict[str, Any] | None = None,
-                 clock: Callable[[], int] = _monotonic_ms, rng: Any = None) -> None:
+                 clock: Callable[[], int] = _monotonic_ms, rng: Any = None,
+                 on_fatal: Callable[[BaseException], None] | None = None) -> None:
         if not mlog.is_open or mlog.io is None:
             raise RuntimeError("the metadata log must be loaded before the quorum starts")
         self.node_id = node_id
@@ -102,6 +103,10 @@ class RaftDriver:
         self._sends: set[asyncio.Task[None]] = set()
         self._stopped = False
         self.leader_epoch_start: int | None = None  # where this node's epoch began, while it leads
+        # A failure the quorum cannot go on after (the quorum-state file or the log could not be written): the
+        # driver stops acting and tells the node, which shuts down (Kafka's raft client fails the process too).
+        self.on_fatal = on_fatal
+        self.failed: BaseException | None = None
 
     # ------------------------------------------------------------------------------------------ reading
 
@@ -161,16 +166,30 @@ class RaftDriver:
             await asyncio.sleep(0.02)
 
     async def _run(self) -> None:
-        while not self._stopped:
-            self._wake.clear()
-            async with self._lock:
-                wait_ms = self.quorum.poll(self.clock())
-                await self._perform()
-            if wait_ms <= 0:
-                await asyncio.sleep(0)
-                continue
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), min(wait_ms, 1000) / 1000)
+        try:
+            while not self._stopped:
+                self._wake.clear()
+                async with self._lock:
+                    wait_ms = self.quorum.poll(self.clock())
+                    await self._perform()
+                if wait_ms <= 0:
+                    await asyncio.sleep(0)
+                    continue
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), min(wait_ms, 1000) / 1000)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            self._fail(e)
+
+    def _fail(self, e: BaseException) -> None:
+        if self.failed is not None:
+            return
+        self.failed = e
+        self._stopped = True
+        log.error("raft_failed", node=self.node_id, error=str(e), exc_info=e)
+        if self.on_fatal is not None:
+            self.on_fatal(e)
 
     # ----------------------------------------------------------------------------------------- effects
 
@@ -254,6 +273,8 @@ class RaftDriver:
                 await self._perform()
         except rq.RaftError as e:
             log.error("raft_inconsistent_response", node=self.node_id, source=dest, error=str(e))
+        except Exception as e:
+            self._fail(e)
         self._wake.set()
 
     async def _handle_response(self, send: rq.Send, response: Any) -> None:
@@ -326,7 +347,11 @@ class RaftDriver:
                                                  EndQuorumEpochResponse)
             else:
                 raise ValueError(f"api key {api_key} is not a quorum request")
-            await self._perform()  # durable before the answer goes out
+            try:
+                await self._perform()  # durable before the answer goes out
+            except Exception as e:
+                self._fail(e)
+                raise
         self._wake.set()
         return answer
 

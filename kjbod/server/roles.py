@@ -202,7 +202,7 @@ class ControllerNode:
         active only while this node leads, and its image follows the committed log."""
         self.metadata_log = MetadataLog(meta_dir, node_id=self.node_id, writer=False, replicated=True)
         records = self.metadata_log.load()
-        self.raft = RaftDriver(self.node_id, voters, self.metadata_log, self.cluster_id)
+        self.raft = RaftDriver(self.node_id, voters, self.metadata_log, self.cluster_id, on_fatal=self._quorum_failed)
         self.metadata_fetch = MetadataFetchService(self.metadata_log, cluster_id=self.cluster_id,
                                                    node_id=self.node_id, endpoint=controller_endpoint(self.config),
                                                    leadership=self.raft, endpoints=voters)
@@ -215,6 +215,12 @@ class ControllerNode:
         await self.raft.start()
         log.info("controller_started", node_id=self.node_id, cluster_id=self.cluster_id, voters=sorted(voters),
                  epoch=self.raft.epoch, log_end_offset=self.metadata_log.next_offset)
+
+    def _quorum_failed(self, error: BaseException) -> None:
+        """The quorum could not write its state or log: stop this controller (exit code 1) rather than vote or
+        lead on state it could not keep."""
+        self.exit_code = 1
+        self.shutdown_requested.set()
 
     def _publish(self, delta: MetadataDelta, image: MetadataImage) -> None:
         self.metadata = image

@@ -7,6 +7,7 @@ controller processes."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 
@@ -22,6 +23,7 @@ from kjbod.protocol.generated import describe_quorum_request as dq
 from kjbod.protocol.generated import fetch_request as fq
 from kjbod.protocol.generated.topic_record import TopicRecord
 from kjbod.raft.quorum import State
+from kjbod.storage import fsio
 from kjbod.storage.quorum_state import QUORUM_STATE_FILE
 
 from .quorum_helpers import CLUSTER, FAST, Voter, settled_leader, until, write
@@ -130,3 +132,25 @@ async def test_observers_are_served_committed_batches_by_the_leader_and_pointed_
     finally:
         for s in services.values():
             s.close()
+
+
+async def test_a_quorum_state_file_that_cannot_be_written_stops_the_voter(tmp_path) -> None:
+    """The vote for itself cannot be made durable: the driver stops acting and tells its node, instead of
+    standing for election on a vote it could not keep."""
+    ports = {v: free_port() for v in (1, 2, 3)}
+    voter = Voter(1, str(tmp_path / "c1"), ports)  # alone: it will stand for election
+    await voter.start()
+    failures: list[BaseException] = []
+    assert voter.driver is not None
+    voter.driver.on_fatal = failures.append
+    rule = fsio.inject(voter.root, ops=["rename"])
+    try:
+        await until(lambda: bool(failures), what="the failed write reported")
+        assert voter.driver.failed is failures[0]
+        epoch = voter.driver.epoch
+        await asyncio.sleep(1.5)  # longer than the election timeout: no further election
+        assert voter.driver.epoch == epoch
+    finally:
+        rule.release()
+        fsio.clear()
+        await voter.stop()
