@@ -377,6 +377,20 @@ def test_role_rules() -> None:
     assert "host:port" in config_error(controller__quorum__bootstrap__servers="localhost")
 
 
+def test_a_controller_with_several_voters_is_refused_until_the_quorum_is_served() -> None:
+    three = "1@127.0.0.1:9093,2@127.0.0.1:9094,3@127.0.0.1:9095"
+    message = config_error(controller__quorum__voters=three)
+    assert "controller.quorum.voters lists 3 voters" in message
+    assert "multi-controller quorum is not served yet" in message
+    assert "multi-controller" in config_error(process__roles="controller",
+                                              listeners="CONTROLLER://127.0.0.1:9093",
+                                              controller__quorum__voters=three)
+    # one voter (this controller) as today; a broker may list every controller's address
+    assert build(controller__quorum__voters="1@127.0.0.1:9093").controller_quorum_voters == ("1@127.0.0.1:9093",)
+    broker = build(process__roles="broker", listeners="PLAINTEXT://127.0.0.1:9092", controller__quorum__voters=three)
+    assert len(broker.controller_quorum_voters) == 3
+
+
 def test_advertised_listeners() -> None:
     c = build(advertised__listeners="PLAINTEXT://kafka-1.example:9092")
     assert c.advertised_listeners == (Listener("PLAINTEXT", "kafka-1.example", 9092, "PLAINTEXT"),)

@@ -195,6 +195,10 @@ class MetadataFollower:
             self._backoff.reset()
             return 0.0
         code = partition.error_code
+        if code == ErrorCode.NOT_LEADER_OR_FOLLOWER:
+            # a controller of a multi-voter quorum that does not lead: try the next controller address
+            self.channel.look_elsewhere()
+            return self._backoff.next() if partition.current_leader.leader_id < 0 else 0.0
         if code in _EPOCH_ERRORS:
             if partition.current_leader.leader_epoch >= 0:
                 return 0.0  # the epoch was learned: ask again at once

@@ -23,6 +23,10 @@ What a fetch gets (KafkaRaftClient.handleFetchRequest, in Kafka's order of check
   least one batch). With nothing new the request waits up to MaxWaitMs for a commit (the long poll) and then
   answers with whatever is committed, possibly nothing. Every answer carries HighWatermark and LogStartOffset.
 
+On a voter of a KRaft quorum (`leadership` given: kjbod.controller.raft_driver.RaftDriver), the leader and epoch
+are the quorum's: a controller that does not lead answers NOT_LEADER_OR_FOLLOWER with CurrentLeader (and, v17+,
+the leader's endpoint from `endpoints`), so an observer finds the leader; only committed batches are served.
+
 Functions here are transport-free: the controller's handlers call `MetadataFetchService.fetch` (a coroutine) and
 `MetadataFetchService.fetch_snapshot` with the decoded request and its version.
 """
@@ -50,11 +54,14 @@ class MetadataFetchService:
     """Answers observers' Fetch and FetchSnapshot from one MetadataLog; wakes long polls on each commit."""
 
     def __init__(self, mlog: MetadataLog, *, cluster_id: str, node_id: int,
-                 endpoint: tuple[str, int] | None = None) -> None:
+                 endpoint: tuple[str, int] | None = None, leadership: Any = None,
+                 endpoints: dict[int, tuple[str, int]] | None = None) -> None:
         self.mlog = mlog
         self.cluster_id = cluster_id
         self.node_id = node_id
         self.endpoint = endpoint
+        self.leadership = leadership  # the quorum (leader_id, epoch, is_leader), or None: this node leads alone
+        self.endpoints = endpoints or {}  # the voters' controller endpoints, for the leader's NodeEndpoint
         self._loop: asyncio.AbstractEventLoop | None = None
         self._waiters: set[asyncio.Future[None]] = set()
         self._closed = False
@@ -126,12 +133,21 @@ class MetadataFetchService:
             return FetchResponse(error_code=ErrorCode.INVALID_REQUEST)
         return None
 
+    def _leader(self) -> tuple[int, int, bool]:
+        """(leader id, epoch, whether this node leads)."""
+        q = self.leadership
+        if q is None:
+            return self.node_id, self.mlog.epoch, True
+        return q.leader_id, q.epoch, q.is_leader
+
     def _leader_error(self, current_leader_epoch: int) -> int:
-        epoch = self.mlog.epoch
+        _leader, epoch, leads = self._leader()
         if current_leader_epoch < epoch:
             return ErrorCode.FENCED_LEADER_EPOCH
         if current_leader_epoch > epoch:
             return ErrorCode.UNKNOWN_LEADER_EPOCH
+        if not leads:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
         if self._closed or not self.mlog.is_open:
             return ErrorCode.BROKER_NOT_AVAILABLE
         return ErrorCode.NONE
@@ -177,8 +193,9 @@ class MetadataFetchService:
         mlog = self.mlog
         pd = fr.PartitionData(partition_index=0, error_code=error, high_watermark=mlog.high_watermark,
                               log_start_offset=mlog.log_start_offset, records=records)
+        leader, epoch, _leads = self._leader()
         if version >= FIRST_KRAFT_FETCH_VERSION:
-            pd.current_leader = fr.LeaderIdAndEpoch(leader_id=self.node_id, leader_epoch=mlog.epoch)
+            pd.current_leader = fr.LeaderIdAndEpoch(leader_id=leader, leader_epoch=epoch)
             if snapshot is not None:
                 pd.snapshot_id = fr.SnapshotId(end_offset=snapshot.end_offset, epoch=snapshot.epoch)
             if diverging is not None:
@@ -188,9 +205,10 @@ class MetadataFetchService:
         topic = (fr.FetchableTopicResponse(topic_id=METADATA_TOPIC_ID, partitions=[pd]) if version >= 13
                  else fr.FetchableTopicResponse(topic=TOPIC, partitions=[pd]))
         response = FetchResponse(responses=[topic])
-        if version >= 17 and self.endpoint is not None:
-            host, port = self.endpoint
-            response.node_endpoints = [fr.NodeEndpoint(node_id=self.node_id, host=host, port=port)]
+        where = self.endpoint if leader == self.node_id else self.endpoints.get(leader)
+        if version >= 17 and where is not None and leader >= 0:
+            host, port = where
+            response.node_endpoints = [fr.NodeEndpoint(node_id=leader, host=host, port=port)]
         return response
 
     # -------------------------------------------------------------------------------- FetchSnapshot

@@ -10,6 +10,15 @@ reader sees whole changes.
 `handle_request(api_key, version, request, header)` is the one entry for requests (the in-process controller
 channel and the controller listener both call it).  A session timer fences one expired broker at a time.  When
 the log has grown by `max_bytes_between_snapshots` since the last snapshot, the writer writes one (off the loop).
+
+As one voter of a KRaft quorum (`attach_quorum`, kjbod.controller.raft_driver): the image holds only committed
+records. Every voter replays the committed log as its high watermark moves (the leader its own writes too, read
+back once committed), so nothing a failover undoes is ever applied. The controller is active only on the
+quorum's leader, and only once its own LeaderChangeMessage is committed and replayed (so it has every record an
+earlier leader committed); a write appends through the quorum and is answered once it is committed and replayed.
+Elsewhere, and when leadership is lost with writes in flight or queued, requests get NOT_CONTROLLER. Broker
+sessions start afresh on activation, as Kafka's do. No snapshots are written in this mode yet (voters cannot
+fetch them).
 """
 
 from __future__ import annotations
@@ -70,8 +79,14 @@ from kjbod.protocol.generated.alter_configs_response import AlterConfigsResource
 from kjbod.protocol.generated.incremental_alter_configs_response import (
     AlterConfigsResourceResponse as IncrementalResp,
 )
+from kjbod.storage.metadata_log import unframe_record
+from kjbod.storage.records import iter_batches, iter_records
 
 log = structlog.get_logger("kjbod.controller")
+
+
+class NotControllerError(Exception):
+    """This controller is not the quorum's active controller (or stopped being it before a write committed)."""
 
 Operation = Callable[[MetadataImage, int], ControllerResult]
 Listener = Callable[[MetadataDelta, MetadataImage], None]
@@ -125,6 +140,13 @@ class QuorumController:
         self.election_passes = 0  # passes of the election timers (tests wait on it)
         self.reassignment_plans: reassignment.Plans = {}  # KIP-435 batched reassignments (final targets)
         self._io = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="kjbod-metadata-log")
+        # KRaft quorum mode (attach_quorum): the driver, the end of what is replayed, and whether this controller
+        # is the active one
+        self.raft: Any = None
+        self.applied_end = 0
+        self.active = True
+        self._applied_waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self._catching_up: asyncio.Task[None] | None = None
         # api key -> (version, request) -> the operation that answers it
         self._handlers: dict[int, Callable[[int, Any], Operation]] = {
             _key(BrokerRegistrationRequest): self._register,
@@ -165,6 +187,114 @@ class QuorumController:
                         reason="they name topics, partitions or broker epochs the log does not have")
         return self.image
 
+    def attach_quorum(self, driver: Any, records: list[Any]) -> MetadataImage:
+        """Run as one voter of a KRaft quorum (see the module docstring), on `driver`'s metadata log (opened
+        `replicated=True`; `records` is what its load() returned, instead of calling `load` here). Replays what
+        is known committed (a snapshot) and returns that image; the rest follows as the quorum commits it."""
+        self.raft = driver
+        self.active = False
+        mlog = driver.mlog
+        self.applied_end = mlog.high_watermark
+        delta = MetadataDelta(EMPTY_IMAGE)
+        kept = [(rec, off) for rec, off in zip(records, mlog.loaded_offsets, strict=True) if off < self.applied_end]
+        for rec, offset in kept:
+            delta.replay(rec, offset)
+        self.image = delta.apply()
+        self.heartbeats.dirs.note_records([r for r, _ in kept])
+        mlog.add_commit_listener(self._on_commit)
+        driver.add_leader_listener(self._on_leader_change)
+        return self.image
+
+    def _on_commit(self, _hw: int) -> None:
+        if self._catching_up is None or self._catching_up.done():
+            self._catching_up = asyncio.get_running_loop().create_task(self._catch_up(), name="kjbod-controller-replay")
+
+    async def _catch_up(self) -> None:
+        """Replay the committed log from `applied_end` to the high watermark, batch by batch."""
+        mlog = self.raft.mlog
+        while self.applied_end < mlog.high_watermark:
+            start = self.applied_end
+            data = await self.raft.run_on_worker(mlog.read, start, 8 << 20)
+            if not data or self.applied_end != start:
+                return
+            view = memoryview(data)
+            records: list[tuple[Any, int]] = []
+            end = start
+            for pos, header in iter_batches(view):
+                if header.next_offset <= start:
+                    continue
+                if not header.is_control:
+                    for rec in iter_records(view[pos:pos + header.size]):
+                        if rec.offset >= start and rec.value is not None:
+                            records.append((unframe_record(rec.value), rec.offset))
+                end = header.next_offset
+            if end == start:
+                return
+            if records:
+                delta = MetadataDelta(self.image)
+                for rec, offset in records:
+                    delta.replay(rec, offset)
+                self.image = image = delta.apply()
+                self.heartbeats.dirs.note_records([r for r, _ in records])
+                for listener in self._listeners:
+                    try:
+                        listener(delta, image)
+                    except Exception:
+                        log.exception("metadata_listener_failed")
+            self.applied_end = end
+            self._wake_applied()
+            self._maybe_activate()
+
+    def _wake_applied(self) -> None:
+        still = []
+        for offset, fut in self._applied_waiters:
+            if fut.done():
+                continue
+            if self.applied_end >= offset:
+                fut.set_result(None)
+            else:
+                still.append((offset, fut))
+        self._applied_waiters = still
+
+    def _maybe_activate(self) -> None:
+        raft = self.raft
+        start = getattr(raft, "leader_epoch_start", None)
+        if self.active or not raft.is_leader or start is None or self.applied_end <= start:
+            return
+        self.active = True
+        self.heartbeats.sessions.clear()  # every broker's session starts now (Kafka's activation)
+        self.reassignment_plans = reassignment.plans_from(self.image)
+        log.info("controller_activated", node_id=self.settings.node_id, epoch=raft.epoch,
+                 offset=self.applied_end)
+
+    def _on_leader_change(self, epoch: int, leader_id: int, local: bool) -> None:
+        if self.active:
+            log.info("controller_deactivated", node_id=self.settings.node_id, epoch=epoch, leader=leader_id)
+        self.active = False
+        for _offset, fut in self._applied_waiters:  # writes in flight: their leadership is gone
+            if not fut.done():
+                fut.set_exception(NotControllerError(f"leadership moved to {leader_id} in epoch {epoch}"))
+        self._applied_waiters = []
+        while not self._queue.empty():
+            _, fut = self._queue.get_nowait()
+            if not fut.done():
+                fut.set_exception(NotControllerError(f"leadership moved to {leader_id} in epoch {epoch}"))
+
+    async def _commit_replicated(self, records: list[Any]) -> None:
+        try:
+            _base, end = await self.raft.append(records)
+        except Exception as e:
+            if type(e).__name__ == "NotLeaderError":
+                raise NotControllerError(str(e)) from None
+            raise
+        if self.applied_end >= end:
+            return
+        if not self.active:  # leadership went while the batch was being written
+            raise NotControllerError("this controller stopped being the active controller")
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._applied_waiters.append((end, fut))
+        await fut
+
     def add_listener(self, listener: Listener) -> None:
         self._listeners.append(listener)
 
@@ -195,6 +325,9 @@ class QuorumController:
         answered without a trip through the queue, and one that writes goes first in the queue with its result
         computed on the image it will be committed on (nothing can commit in between: the queue was empty)."""
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        if not self.active:
+            fut.set_exception(NotControllerError("this controller is not the active controller"))
+            return fut
         op = _finishing(op)
         if self._busy or not self._queue.empty() or not self._tasks:
             self._queue.put_nowait((op, fut))
@@ -218,12 +351,15 @@ class QuorumController:
                 continue
             self._busy = True
             try:
+                if not self.active:
+                    raise NotControllerError("this controller is not the active controller")
                 result = op(self.image, self.log.next_offset)
                 if result.records:
                     await self._commit(result.records)
                     await self._advance_reassignments()
             except Exception as e:  # the caller answers with an error; the controller keeps running
-                log.exception("controller_operation_failed")
+                if not isinstance(e, NotControllerError):
+                    log.exception("controller_operation_failed")
                 if not fut.done():
                     fut.set_exception(e)
                 continue
@@ -233,6 +369,9 @@ class QuorumController:
                 fut.set_result(result.response)
 
     async def _commit(self, records: list[Any]) -> None:
+        if self.raft is not None:
+            await self._commit_replicated(records)
+            return
         loop = asyncio.get_running_loop()
         first = self.log.next_offset
         await loop.run_in_executor(self._io, self.log.append, records)
@@ -272,7 +411,7 @@ class QuorumController:
                                self.settings.broker_session_timeout_ms / 4) / 1000)
         while True:
             await asyncio.sleep(period)
-            if self.heartbeats.stale_broker(self.image, self.clock()) is None:
+            if not self.active or self.heartbeats.stale_broker(self.image, self.clock()) is None:
                 continue
             fenced = await self.submit(lambda image, _o: self.heartbeats.fence_stale(image, self.clock()))
             if fenced is not None:
@@ -289,6 +428,8 @@ class QuorumController:
             # Short naps: the clock may be a test's, and a due timer is noticed within a second.
             await asyncio.sleep(min(1.0, max(0.05, min(next_rebalance, next_sweep) - self.clock())))
             now = self.clock()
+            if not self.active:
+                continue
             if now >= next_rebalance:
                 next_rebalance = now + rebalance_s
                 if self.settings.auto_leader_rebalance_enable:
@@ -327,6 +468,8 @@ class QuorumController:
                 out.set_result(f.result())
             elif isinstance(e, ConnectionError):  # the controller stopped
                 out.set_exception(e)
+            elif isinstance(e, NotControllerError):
+                out.set_result(error_response(api_key, request, ErrorCode.NOT_CONTROLLER, str(e)))
             else:
                 code = ErrorCode.KAFKA_STORAGE_ERROR if isinstance(e, OSError) else ErrorCode.UNKNOWN_SERVER_ERROR
                 out.set_result(error_response(api_key, request, code,

@@ -148,6 +148,11 @@ class ControllerChannel:
     def _not_controller(self) -> None:
         """The peer answered NOT_CONTROLLER: look elsewhere next time."""
 
+    def look_elsewhere(self) -> None:
+        """The peer is not the controller the caller wants (a KRaft observer told NOT_LEADER_OR_FOLLOWER): the
+        next request goes to the next controller address."""
+        self._not_controller()
+
     async def _call(self, request: Any, api_key: int, version: int | None, client_id: str | None,
                     timeout: float | None) -> Any:
         if api_key not in APIS:

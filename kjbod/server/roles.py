@@ -29,6 +29,7 @@ from kjbod.broker.remote import RemoteBrokerNode
 from kjbod.broker.router import Router
 from kjbod.controller import ControllerSettings, PolicyError, QuorumController
 from kjbod.controller.metadata_fetch import MetadataFetchService
+from kjbod.controller.raft_driver import RaftDriver
 from kjbod.metadata import EMPTY_IMAGE, MetadataDelta, MetadataImage
 from kjbod.protocol.errors import ErrorCode
 from kjbod.server import config as server_config
@@ -112,6 +113,16 @@ def controller_endpoint(config: Any) -> tuple[str, int] | None:
     return None
 
 
+def quorum_voters(config: Any) -> dict[int, tuple[str, int]]:
+    """`controller.quorum.voters` as {node id: (host, port)} (the config parser has checked each entry)."""
+    out: dict[int, tuple[str, int]] = {}
+    for item in getattr(config, "controller_quorum_voters", ()) or ():
+        node, _, address = item.strip().partition("@")
+        host, _, port = address.rpartition(":")
+        out[int(node)] = (host.strip("[]"), int(port))
+    return out
+
+
 def metadata_fetch_service(config: Any, metadata_log: MetadataLog, cluster_id: str) -> MetadataFetchService:
     """What the controller listener answers Fetch and FetchSnapshot of the metadata log with."""
     return MetadataFetchService(metadata_log, cluster_id=cluster_id, node_id=config.node_id,
@@ -142,6 +153,7 @@ class ControllerNode:
         self.controller: QuorumController | None = None
         self.metadata_log: MetadataLog | None = None
         self.metadata_fetch: MetadataFetchService | None = None
+        self.raft: RaftDriver | None = None  # with several controller.quorum.voters: this voter of the quorum
         self.handler = Router(self)
         self.shutdown_requested = asyncio.Event()
         self.exit_code = 0
@@ -172,6 +184,10 @@ class ControllerNode:
         if meta is None:
             raise ConfigError(f"{meta_dir} is not formatted: run kjbod format -c <config> --cluster-id <id> first")
         self.cluster_id = meta.cluster_id or ""
+        voters = quorum_voters(self.config)
+        if len(voters) > 1:
+            await self._start_voter(meta_dir, voters)
+            return
         self.metadata_log = MetadataLog(meta_dir)
         self.metadata_fetch = metadata_fetch_service(self.config, self.metadata_log, self.cluster_id)
         settings = controller_settings(self.config, self.cluster_id, None)
@@ -183,14 +199,44 @@ class ControllerNode:
         log.info("controller_started", node_id=self.node_id, cluster_id=self.cluster_id,
                  topics=len(self.metadata.topics_by_id), brokers=len(self.metadata.brokers))
 
+    async def _start_voter(self, meta_dir: str, voters: dict[int, tuple[str, int]]) -> None:
+        """One voter of a multi-controller KRaft quorum (kjbod.controller.raft_driver): the controller is
+        active only while this node leads, and its image follows the committed log."""
+        self.metadata_log = MetadataLog(meta_dir, node_id=self.node_id, writer=False, replicated=True)
+        records = self.metadata_log.load()
+        self.raft = RaftDriver(self.node_id, voters, self.metadata_log, self.cluster_id, on_fatal=self._quorum_failed)
+        self.metadata_fetch = MetadataFetchService(self.metadata_log, cluster_id=self.cluster_id,
+                                                   node_id=self.node_id, endpoint=controller_endpoint(self.config),
+                                                   leadership=self.raft, endpoints=voters)
+        settings = controller_settings(self.config, self.cluster_id, None)
+        self.controller = QuorumController(settings, self.metadata_log, BrokerConfigPolicy(None),
+                                           config_aliases=dict(bc.ALIASES))
+        self.metadata = self.controller.attach_quorum(self.raft, records)
+        self.controller.add_listener(self._publish)
+        self.controller.start()
+        await self.raft.start()
+        log.info("controller_started", node_id=self.node_id, cluster_id=self.cluster_id, voters=sorted(voters),
+                 epoch=self.raft.epoch, log_end_offset=self.metadata_log.next_offset)
+
+    def _quorum_failed(self, error: BaseException) -> None:
+        """The quorum could not write its state or log: stop this controller (exit code 1) rather than vote or
+        lead on state it could not keep."""
+        self.exit_code = 1
+        self.shutdown_requested.set()
+
     def _publish(self, delta: MetadataDelta, image: MetadataImage) -> None:
         self.metadata = image
 
     async def stop(self) -> None:
+        if self.raft is not None:
+            with contextlib.suppress(Exception):
+                await self.raft.resign(timeout=5.0)  # a leader hands over (EndQuorumEpoch) before it goes
         if self.metadata_fetch is not None:
             self.metadata_fetch.close()
         if self.controller is not None:
             await self.controller.stop()
+        if self.raft is not None:
+            await self.raft.stop()
         if self.metadata_log is not None:
             with contextlib.suppress(OSError):
                 self.metadata_log.close()

@@ -120,7 +120,8 @@ class MetadataLog:
     """`<metadata_dir>/__cluster_metadata-0`: load, append (fsynced), read committed batches, snapshots."""
 
     def __init__(self, metadata_dir: str, *, node_id: int = 1, writer: bool = True,
-                 segment_bytes: int = DEFAULT_SEGMENT_BYTES, clock: Callable[[], int] = _wall_ms) -> None:
+                 segment_bytes: int = DEFAULT_SEGMENT_BYTES, clock: Callable[[], int] = _wall_ms,
+                 replicated: bool = False) -> None:
         self.root = os.path.abspath(metadata_dir)
         self.dir = os.path.join(self.root, TOPIC_DIR)
         self.path = os.path.join(self.dir, f"{0:020d}.log")  # the first segment (kjbod 0.1 had only this one)
@@ -128,6 +129,9 @@ class MetadataLog:
         self.writer = writer
         self.segment_bytes = segment_bytes
         self.clock = clock
+        # A voter of a KRaft quorum (kjbod.raft): the quorum, not the fsync, decides what is committed, so a
+        # loaded log's tail is not taken as committed and epochs are started by the quorum, not by load().
+        self.replicated = replicated
         self.epoch = 0
         self.bytes_since_snapshot = 0
         self.io: LogDirIO | None = None
@@ -214,9 +218,9 @@ class MetadataLog:
             self._snapshot = dataclasses.replace(snapshot, records=[]) if snapshot is not None else None
             self.bytes_since_snapshot = nbytes
             plog.flush()
-            self._hw = plog.log_end_offset
+            self._hw = plog.log_end_offset if not self.replicated else start
             self.epoch = last_epoch
-            if self.writer:
+            if self.writer and not self.replicated:
                 self._start_epoch(last_epoch + 1)
             self._clean_before_snapshot()
         except BaseException:
@@ -364,6 +368,85 @@ class MetadataLog:
                 fn(hw)
             except Exception:  # a listener's bug must not fail a durable append
                 log.exception("metadata_commit_listener_failed")
+
+    # ------------------------------------------------------------------------------- a quorum voter's log
+
+    @property
+    def epochs(self) -> list[tuple[int, int]]:
+        """(epoch, first offset) of every epoch the log holds, ascending (the leader epoch cache)."""
+        return list(self._epochs)
+
+    def append_leader_change(self, message: LeaderChangeMessage, epoch: int) -> int:
+        """A quorum leader's first write in `epoch`: the LeaderChangeMessage control batch, fsynced, not yet
+        committed. Returns the new log end offset."""
+        with self._write_lock:
+            self.epoch = epoch
+            batch = control_batch(LEADER_CHANGE, message, base_offset=self.next_offset, epoch=epoch,
+                                  timestamp_ms=self.clock())
+            self._write(batch)
+            return self.next_offset
+
+    def append_as_leader(self, records: Iterable[Any], epoch: int) -> int:
+        """A quorum leader's write: `records` as one batch of `epoch`, fsynced, committed only when the quorum
+        says so (`advance_high_watermark`). Returns the offset of its first record."""
+        values = [frame_record(r) for r in records]
+        with self._write_lock:
+            base = self.next_offset
+            if values:
+                self.epoch = epoch
+                self._write(records_batch(values, base_offset=base, epoch=epoch, timestamp_ms=self.clock()))
+            return base
+
+    def append_replicated(self, data: bytes) -> int:
+        """A quorum follower's append: whole batches fetched from the leader, offsets and epochs kept, fsynced,
+        not committed by this. Returns the new log end offset."""
+        with self._write_lock:
+            plog = self.log
+            if data:
+                plog.append_as_follower(data)
+                plog.flush()
+                self.bytes_since_snapshot += len(data)
+                for _pos, header in iter_batches(data):
+                    self._note_epoch(header.partition_leader_epoch, header.base_offset)
+                    self.epoch = max(self.epoch, header.partition_leader_epoch)
+            return plog.log_end_offset
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop the records at `offset` and after (a follower whose log parted from its leader's). Committed
+        records are never dropped: `offset` below the high watermark is refused."""
+        with self._write_lock:
+            if offset < self._hw:
+                raise StorageError(f"metadata log {self.dir}: truncation to offset {offset} would drop committed "
+                                   f"records (high watermark {self._hw})")
+            plog = self.log
+            if offset >= plog.log_end_offset:
+                return
+            plog.truncate_to(offset)
+            self._epochs = [(e, start) for e, start in self._epochs if start < offset]
+            self.epoch = self._epochs[-1][0] if self._epochs else (
+                self._snapshot.id.epoch if self._snapshot is not None else 0)
+            log.info("metadata_log_truncated", dir=self.dir, offset=offset)
+
+    def advance_high_watermark(self, hw: int) -> None:
+        """The quorum committed the log up to `hw` (capped at the local end): tell the commit listeners."""
+        with self._write_lock:
+            hw = min(hw, self.next_offset)
+            if hw <= self._hw:
+                return
+            self._hw = hw
+        self._notify(hw)
+
+    def read_uncommitted(self, from_offset: int, max_bytes: int) -> bytes:
+        """Whole batches from the one holding `from_offset` to the log end, committed or not (what a quorum
+        leader sends its voters)."""
+        return self.log.read_bytes(from_offset, max_bytes)
+
+    def _write(self, batch: bytes) -> None:
+        plog = self.log
+        self._note_epoch(self.epoch, plog.log_end_offset)
+        plog.append_as_follower(batch)
+        plog.flush()
+        self.bytes_since_snapshot += len(batch)
 
     # ------------------------------------------------------------------------------------------ read
 

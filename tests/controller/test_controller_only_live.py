@@ -153,3 +153,37 @@ def test_snapshot_interval_key_makes_the_controller_snapshot_and_a_restart_loads
     assert some and code == E.TOPIC_ALREADY_EXISTS
     loaded = [line for line in logged.splitlines() if "metadata_log_loaded" in line]
     assert loaded and "snapshot=None" not in loaded[-1] and '"snapshot": null' not in loaded[-1], loaded[-1]
+
+
+def test_a_lone_controller_answers_the_quorum_apis_as_its_quorums_only_voter(tmp_path):
+    """Vote, BeginQuorumEpoch, EndQuorumEpoch and DescribeQuorum on the controller listener of a controller that is
+    its quorum's only voter: it describes itself, grants no vote and lets no other node lead."""
+    from kjbod.protocol.generated import BeginQuorumEpochRequest, DescribeQuorumRequest
+    from kjbod.protocol.generated import describe_quorum_request as dq
+    from kjbod.raft import messages
+    from kjbod.raft.quorum import BeginQuorumEpochRequest as Begin
+    from kjbod.raft.quorum import VoteRequest as Vote
+
+    server = controller_only(tmp_path)
+    try:
+        with RawClient(server.host, server.port) as ctl:
+            body = DescribeQuorumRequest(topics=[dq.TopicData(topic_name="__cluster_metadata",
+                                                              partitions=[dq.PartitionData(partition_index=0)])])
+            described = ctl.call(body, 2)
+            part = described.topics[0].partitions[0]
+            assert (described.error_code, part.error_code, part.leader_id) == (0, 0, 100)
+            assert part.leader_epoch >= 1 and part.high_watermark >= 1
+            assert [(r.replica_id, r.log_end_offset) for r in part.current_voters] == [(100, part.high_watermark)]
+            other = ctl.call(DescribeQuorumRequest(topics=[]), 0)
+            assert other.error_code == E.INVALID_REQUEST
+            epoch = part.leader_epoch
+            vote = messages.parse_vote_response(ctl.call(messages.vote_request(
+                server.cluster_id, 100, Vote(epoch + 1, 5, epoch, 1 << 30)), 1))
+            assert vote is not None and (vote.vote_granted, vote.leader_id, vote.leader_epoch) == (False, 100, epoch)
+            begin = ctl.call(messages.begin_quorum_epoch_request(server.cluster_id, 100, Begin(epoch + 1, 5)), 1)
+            answered = messages.parse_epoch_response(begin)
+            assert answered is not None and answered.error_code == E.INVALID_REQUEST
+            wrong = ctl.call(BeginQuorumEpochRequest(cluster_id="another", topics=[]), 0)
+            assert wrong.error_code == E.INCONSISTENT_CLUSTER_ID
+    finally:
+        server.stop()

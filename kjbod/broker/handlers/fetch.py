@@ -552,8 +552,12 @@ def handle(node, request, body: FetchRequest):
 
 async def _serve(node, request, body: FetchRequest, follower: int) -> FetchResponse:
     v = request.api_version
-    if request.ctx.listener_kind == "controller":  # brokers following the metadata log (KRaft observers)
-        return await node.metadata_fetch.fetch(body, v)
+    if request.ctx.listener_kind == "controller":
+        raft = getattr(node, "raft", None)
+        replica = body.replica_state.replica_id if v >= 15 else body.replica_id
+        if raft is not None and replica in raft.voters and replica != raft.node_id:  # another voter of the quorum
+            return await raft.fetch(body, v)
+        return await node.metadata_fetch.fetch(body, v)  # brokers following the metadata log (KRaft observers)
     if _continues_session(body, v):
         return FetchResponse(error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND, session_id=0)
     resolved = _resolve(node, body, v)

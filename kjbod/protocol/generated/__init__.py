@@ -23,6 +23,8 @@ from .api_versions_request import ApiVersionsRequest
 from .api_versions_response import ApiVersionsResponse
 from .assign_replicas_to_dirs_request import AssignReplicasToDirsRequest
 from .assign_replicas_to_dirs_response import AssignReplicasToDirsResponse
+from .begin_quorum_epoch_request import BeginQuorumEpochRequest
+from .begin_quorum_epoch_response import BeginQuorumEpochResponse
 from .broker_heartbeat_request import BrokerHeartbeatRequest
 from .broker_heartbeat_response import BrokerHeartbeatResponse
 from .broker_registration_change_record import BrokerRegistrationChangeRecord
@@ -53,10 +55,14 @@ from .describe_groups_request import DescribeGroupsRequest
 from .describe_groups_response import DescribeGroupsResponse
 from .describe_log_dirs_request import DescribeLogDirsRequest
 from .describe_log_dirs_response import DescribeLogDirsResponse
+from .describe_quorum_request import DescribeQuorumRequest
+from .describe_quorum_response import DescribeQuorumResponse
 from .describe_user_scram_credentials_request import DescribeUserScramCredentialsRequest
 from .describe_user_scram_credentials_response import DescribeUserScramCredentialsResponse
 from .elect_leaders_request import ElectLeadersRequest
 from .elect_leaders_response import ElectLeadersResponse
+from .end_quorum_epoch_request import EndQuorumEpochRequest
+from .end_quorum_epoch_response import EndQuorumEpochResponse
 from .feature_level_record import FeatureLevelRecord
 from .fence_broker_record import FenceBrokerRecord
 from .fetch_request import FetchRequest
@@ -122,6 +128,8 @@ from .unregister_broker_record import UnregisterBrokerRecord
 from .unregister_broker_request import UnregisterBrokerRequest
 from .unregister_broker_response import UnregisterBrokerResponse
 from .user_scram_credential_record import UserScramCredentialRecord
+from .vote_request import VoteRequest
+from .vote_response import VoteResponse
 
 __all__ = [
     'AccessControlEntryRecord',
@@ -145,6 +153,8 @@ __all__ = [
     'ApiVersionsResponse',
     'AssignReplicasToDirsRequest',
     'AssignReplicasToDirsResponse',
+    'BeginQuorumEpochRequest',
+    'BeginQuorumEpochResponse',
     'BrokerHeartbeatRequest',
     'BrokerHeartbeatResponse',
     'BrokerRegistrationChangeRecord',
@@ -175,10 +185,14 @@ __all__ = [
     'DescribeGroupsResponse',
     'DescribeLogDirsRequest',
     'DescribeLogDirsResponse',
+    'DescribeQuorumRequest',
+    'DescribeQuorumResponse',
     'DescribeUserScramCredentialsRequest',
     'DescribeUserScramCredentialsResponse',
     'ElectLeadersRequest',
     'ElectLeadersResponse',
+    'EndQuorumEpochRequest',
+    'EndQuorumEpochResponse',
     'FeatureLevelRecord',
     'FenceBrokerRecord',
     'FetchRequest',
@@ -244,4 +258,6 @@ __all__ = [
     'UnregisterBrokerRequest',
     'UnregisterBrokerResponse',
     'UserScramCredentialRecord',
+    'VoteRequest',
+    'VoteResponse',
 ]

@@ -27,6 +27,8 @@ from .api_versions_request import ApiVersionsRequest
 from .api_versions_response import ApiVersionsResponse
 from .assign_replicas_to_dirs_request import AssignReplicasToDirsRequest
 from .assign_replicas_to_dirs_response import AssignReplicasToDirsResponse
+from .begin_quorum_epoch_request import BeginQuorumEpochRequest
+from .begin_quorum_epoch_response import BeginQuorumEpochResponse
 from .broker_heartbeat_request import BrokerHeartbeatRequest
 from .broker_heartbeat_response import BrokerHeartbeatResponse
 from .broker_registration_change_record import BrokerRegistrationChangeRecord
@@ -57,10 +59,14 @@ from .describe_groups_request import DescribeGroupsRequest
 from .describe_groups_response import DescribeGroupsResponse
 from .describe_log_dirs_request import DescribeLogDirsRequest
 from .describe_log_dirs_response import DescribeLogDirsResponse
+from .describe_quorum_request import DescribeQuorumRequest
+from .describe_quorum_response import DescribeQuorumResponse
 from .describe_user_scram_credentials_request import DescribeUserScramCredentialsRequest
 from .describe_user_scram_credentials_response import DescribeUserScramCredentialsResponse
 from .elect_leaders_request import ElectLeadersRequest
 from .elect_leaders_response import ElectLeadersResponse
+from .end_quorum_epoch_request import EndQuorumEpochRequest
+from .end_quorum_epoch_response import EndQuorumEpochResponse
 from .feature_level_record import FeatureLevelRecord
 from .fence_broker_record import FenceBrokerRecord
 from .fetch_request import FetchRequest
@@ -126,6 +132,8 @@ from .unregister_broker_record import UnregisterBrokerRecord
 from .unregister_broker_request import UnregisterBrokerRequest
 from .unregister_broker_response import UnregisterBrokerResponse
 from .user_scram_credential_record import UserScramCredentialRecord
+from .vote_request import VoteRequest
+from .vote_response import VoteResponse
 
 
 class ApiInfo(NamedTuple):
@@ -177,6 +185,10 @@ APIS: dict[int, ApiInfo] = {
     47: ApiInfo(47, 'OffsetDelete', OffsetDeleteRequest, OffsetDeleteResponse, 0, 0, None, frozenset(['broker'])),
     50: ApiInfo(50, 'DescribeUserScramCredentials', DescribeUserScramCredentialsRequest, DescribeUserScramCredentialsResponse, 0, 0, 0, frozenset(['broker', 'controller'])),
     51: ApiInfo(51, 'AlterUserScramCredentials', AlterUserScramCredentialsRequest, AlterUserScramCredentialsResponse, 0, 0, 0, frozenset(['broker', 'controller'])),
+    52: ApiInfo(52, 'Vote', VoteRequest, VoteResponse, 0, 1, 0, frozenset(['controller'])),
+    53: ApiInfo(53, 'BeginQuorumEpoch', BeginQuorumEpochRequest, BeginQuorumEpochResponse, 0, 1, 1, frozenset(['controller'])),
+    54: ApiInfo(54, 'EndQuorumEpoch', EndQuorumEpochRequest, EndQuorumEpochResponse, 0, 1, 1, frozenset(['controller'])),
+    55: ApiInfo(55, 'DescribeQuorum', DescribeQuorumRequest, DescribeQuorumResponse, 0, 2, 0, frozenset(['broker', 'controller'])),
     56: ApiInfo(56, 'AlterPartition', AlterPartitionRequest, AlterPartitionResponse, 0, 3, 0, frozenset(['controller'])),
     59: ApiInfo(59, 'FetchSnapshot', FetchSnapshotRequest, FetchSnapshotResponse, 0, 1, 0, frozenset(['controller'])),
     60: ApiInfo(60, 'DescribeCluster', DescribeClusterRequest, DescribeClusterResponse, 0, 2, 0, frozenset(['broker', 'controller'])),

@@ -1,0 +1,454 @@
+"""The asyncio shell around the KRaft state machine (kjbod.raft.quorum): one voter of the metadata log's quorum.
+
+Strategy: `RaftDriver` owns a `RaftQuorum`, the voter's MetadataLog (opened `replicated=True`) and its quorum-state
+file, and does what the machine asks, in order, under one lock: `Persist` writes the quorum-state file, `Truncate`
+cuts the log, `BecomeLeader` appends the LeaderChangeMessage, `HighWatermark` commits the log up to there (the
+MetadataLog's commit listeners hear of it), `Send` hands a request to a task that talks to that voter. Every file
+operation runs on one worker thread of the metadata dir, never on the event loop. A request from another voter
+(`handle_request`: Vote, BeginQuorumEpoch, EndQuorumEpoch, Fetch with a replica id, DescribeQuorum) is answered
+only after the effects its handling produced are done, so a vote is durable before the candidate hears of it.
+
+One task drives the clock: it polls the machine, performs the effects and sleeps until the machine's next
+deadline or until something wakes it (a response, a request, an append). Voters are reached over their
+controller listeners (`controller.quorum.voters`), one SocketControllerChannel each; a request that fails or times
+out is reported to the machine, which backs off.
+
+A leader's Fetch answer holds the records from the fetch offset to the log end, committed or not, as Kafka's
+KafkaRaftClient sends to voters; with nothing new it waits up to MaxWaitMs for an append or a new high watermark.
+
+The controller above uses `append` (leader only: the records of one write, fsynced; returns its offsets),
+`wait_committed`, `add_leader_listener` (the known leader changed) and `resign` (graceful shutdown).
+
+Not here yet: FetchSnapshot between voters (a voter whose log starts after a snapshot cannot be caught up),
+observers (brokers follow the metadata log through kjbod.controller.metadata_fetch).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import time
+from collections.abc import Callable
+from typing import Any
+from uuid import UUID
+
+import structlog
+
+from kjbod.net.controller_channel import SocketControllerChannel
+from kjbod.net.correlator import PerVersion
+from kjbod.net.errors import ClientError
+from kjbod.protocol.errors import ErrorCode
+from kjbod.protocol.generated import (
+    BeginQuorumEpochRequest,
+    BeginQuorumEpochResponse,
+    DescribeQuorumRequest,
+    EndQuorumEpochRequest,
+    EndQuorumEpochResponse,
+    FetchRequest,
+    FetchResponse,
+    VoteRequest,
+)
+from kjbod.protocol.generated import fetch_response as fr
+from kjbod.protocol.generated.fetch_request import FetchPartition, FetchTopic, ReplicaState
+from kjbod.raft import messages
+from kjbod.raft import quorum as rq
+from kjbod.raft.log_view import MetadataLogView
+from kjbod.storage.metadata_log import TOPIC, MetadataLog
+from kjbod.storage.quorum_state import QuorumStateStore
+
+log = structlog.get_logger("kjbod.raft")
+
+VOTE, BEGIN_QUORUM_EPOCH, END_QUORUM_EPOCH, DESCRIBE_QUORUM, FETCH = 52, 53, 54, 55, 1
+METADATA_TOPIC_ID_INT = 1  # Kafka's Uuid.METADATA_TOPIC_ID
+MAX_FETCH_WAIT_MS = 500  # Kafka's KafkaRaftClient.MAX_FETCH_WAIT_MS
+MAX_FETCH_BYTES = 8 << 20
+LeaderListener = Callable[[int, int, bool], None]  # (epoch, leader id or -1, this node leads)
+
+
+def _monotonic_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
+def _wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class RaftDriver:
+    def __init__(self, node_id: int, voters: dict[int, tuple[str, int]], mlog: MetadataLog, cluster_id: str, *,
+                 config: rq.RaftConfig | None = None, channel_options: dict[str, Any] | None = None,
+                 clock: Callable[[], int] = _monotonic_ms, rng: Any = None,
+                 on_fatal: Callable[[BaseException], None] | None = None) -> None:
+        if not mlog.is_open or mlog.io is None:
+            raise RuntimeError("the metadata log must be loaded before the quorum starts")
+        self.node_id = node_id
+        self.voters = dict(voters)
+        self.mlog = mlog
+        self.cluster_id = cluster_id
+        self.config = config or rq.RaftConfig()
+        self.clock = clock
+        self.store = QuorumStateStore(mlog.io, mlog.dir)
+        self._io = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="kjbod-raft-io")
+        self.quorum = rq.RaftQuorum(node_id, tuple(voters), MetadataLogView(mlog), stored=self.store.read(),
+                                    now_ms=clock(), config=self.config, rng=rng)
+        options: dict[str, Any] = {"request_timeout": self.config.request_timeout_ms / 1000,
+                                   "client_id": f"raft-{node_id}"}
+        options.update(channel_options or {})
+        self.channels = {v: SocketControllerChannel([addr], **options) for v, addr in voters.items() if v != node_id}
+        self._lock = asyncio.Lock()
+        self._wake = asyncio.Event()
+        self._progress_waiters: set[asyncio.Future[None]] = set()  # woken on every append or commit
+        self._leader_listeners: list[LeaderListener] = []
+        self._task: asyncio.Task[None] | None = None
+        self._sends: set[asyncio.Task[None]] = set()
+        self._stopped = False
+        self.leader_epoch_start: int | None = None  # where this node's epoch began, while it leads
+        # A failure the quorum cannot go on after (the quorum-state file or the log could not be written): the
+        # driver stops acting and tells the node, which shuts down (Kafka's raft client fails the process too).
+        self.on_fatal = on_fatal
+        self.failed: BaseException | None = None
+
+    # ------------------------------------------------------------------------------------------ reading
+
+    @property
+    def epoch(self) -> int:
+        return self.quorum.epoch
+
+    @property
+    def leader_id(self) -> int:
+        return self.quorum.leader_id
+
+    @property
+    def is_leader(self) -> bool:
+        return self.quorum.is_leader
+
+    @property
+    def high_watermark(self) -> int:
+        return self.mlog.high_watermark
+
+    def add_leader_listener(self, fn: LeaderListener) -> None:
+        self._leader_listeners.append(fn)
+
+    # ---------------------------------------------------------------------------------------- lifecycle
+
+    async def start(self) -> None:
+        async with self._lock:
+            await self._perform()
+        self._task = asyncio.get_running_loop().create_task(self._run(), name=f"kjbod-raft-{self.node_id}")
+
+    async def stop(self) -> None:
+        self._stopped = True
+        self._wake.set()
+        self._notify_progress()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        for t in list(self._sends):
+            t.cancel()
+        for t in list(self._sends):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        for ch in self.channels.values():
+            ch.close()
+        self._io.shutdown(wait=True)
+
+    async def resign(self, timeout: float = 5.0) -> None:
+        """Graceful shutdown: a leader hands over with EndQuorumEpoch and waits (up to `timeout`) until every
+        other voter heard it; no election is started by this node afterwards."""
+        async with self._lock:
+            self.quorum.resign(self.clock())
+            await self._perform()
+        self._wake.set()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while not self.quorum.shutdown_complete and loop.time() < deadline:
+            await asyncio.sleep(0.02)
+
+    async def _run(self) -> None:
+        try:
+            while not self._stopped:
+                self._wake.clear()
+                async with self._lock:
+                    wait_ms = self.quorum.poll(self.clock())
+                    await self._perform()
+                if wait_ms <= 0:
+                    await asyncio.sleep(0)
+                    continue
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), min(wait_ms, 1000) / 1000)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            self._fail(e)
+
+    def _fail(self, e: BaseException) -> None:
+        if self.failed is not None:
+            return
+        self.failed = e
+        self._stopped = True
+        log.error("raft_failed", node=self.node_id, error=str(e), exc_info=e)
+        if self.on_fatal is not None:
+            self.on_fatal(e)
+
+    # ----------------------------------------------------------------------------------------- effects
+
+    async def _on_worker(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self._io, fn, *args)
+
+    async def run_on_worker(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run a file operation on the metadata dir's worker (the thread every quorum file operation uses)."""
+        return await self._on_worker(fn, *args)
+
+    async def _perform(self) -> None:
+        """Carry out the machine's effects in order (the caller holds the lock)."""
+        while effects := self.quorum.take_effects():
+            for e in effects:
+                if isinstance(e, rq.Persist):
+                    await self._on_worker(self.store.write, e.election)
+                elif isinstance(e, rq.Send):
+                    task = asyncio.get_running_loop().create_task(self._send(e))
+                    self._sends.add(task)
+                    task.add_done_callback(self._sends.discard)
+                elif isinstance(e, rq.Truncate):
+                    await self._on_worker(self.mlog.truncate_to, e.offset)
+                elif isinstance(e, rq.BecomeLeader):
+                    self.leader_epoch_start = e.epoch_start_offset
+                    end = await self._on_worker(self.mlog.append_leader_change, e.message, e.epoch)
+                    self.quorum.leader_flushed(end, self.clock())
+                    self._notify_progress()
+                elif isinstance(e, rq.HighWatermark):
+                    self.mlog.advance_high_watermark(e.offset)
+                    self._notify_progress()
+                elif isinstance(e, rq.LeaderChanged):
+                    self.leader_epoch_start = None
+                    log.info("raft_leader_changed", node=self.node_id, epoch=e.epoch, leader=e.leader_id,
+                             local=e.local)
+                    for fn in list(self._leader_listeners):
+                        try:
+                            fn(e.epoch, e.leader_id, e.local)
+                        except Exception:
+                            log.exception("raft_leader_listener_failed")
+
+    # --------------------------------------------------------------------------------- outgoing requests
+
+    def _wire(self, send: rq.Send) -> tuple[Any, int]:
+        req = send.request
+        if isinstance(req, rq.VoteRequest):
+            return messages.vote_request(self.cluster_id, send.destination, req), VOTE
+        if isinstance(req, rq.BeginQuorumEpochRequest):
+            return messages.begin_quorum_epoch_request(self.cluster_id, send.destination, req), BEGIN_QUORUM_EPOCH
+        if isinstance(req, rq.EndQuorumEpochRequest):
+            return PerVersion(lambda v: messages.end_quorum_epoch_request(self.cluster_id, req, v)), END_QUORUM_EPOCH
+        return PerVersion(lambda v: self._fetch_request(req, v)), FETCH
+
+    def _fetch_request(self, req: rq.FetchRequest, version: int) -> FetchRequest:
+        part = FetchPartition(partition=0, current_leader_epoch=req.current_leader_epoch,
+                              fetch_offset=req.fetch_offset, last_fetched_epoch=req.last_fetched_epoch,
+                              log_start_offset=-1, partition_max_bytes=MAX_FETCH_BYTES)
+        return FetchRequest(
+            cluster_id=self.cluster_id, replica_id=req.replica_id if version < 15 else -1,
+            replica_state=ReplicaState(replica_id=req.replica_id if version >= 15 else -1),
+            max_wait_ms=MAX_FETCH_WAIT_MS, min_bytes=0, max_bytes=MAX_FETCH_BYTES,
+            topics=[FetchTopic(topic=TOPIC, topic_id=UUID(int=METADATA_TOPIC_ID_INT), partitions=[part])])
+
+    async def _send(self, send: rq.Send) -> None:
+        dest, cid = send.destination, send.correlation_id
+        wire, api_key = self._wire(send)
+        timeout = self.config.request_timeout_ms / 1000
+        if api_key == FETCH:
+            timeout += MAX_FETCH_WAIT_MS / 1000
+        try:
+            response = await self.channels[dest].send(wire, api_key, timeout=timeout)
+        except (ClientError, OSError) as e:
+            log.debug("raft_request_failed", node=self.node_id, to=dest, api_key=api_key, error=str(e))
+            async with self._lock:
+                self.quorum.request_failed(dest, cid, self.clock())
+                await self._perform()
+            self._wake.set()
+            return
+        try:
+            async with self._lock:
+                await self._handle_response(send, response)
+                await self._perform()
+        except rq.RaftError as e:
+            log.error("raft_inconsistent_response", node=self.node_id, source=dest, error=str(e))
+        except Exception as e:
+            self._fail(e)
+        self._wake.set()
+
+    async def _handle_response(self, send: rq.Send, response: Any) -> None:
+        q, now, dest, cid = self.quorum, self.clock(), send.destination, send.correlation_id
+        if isinstance(send.request, rq.VoteRequest):
+            vote = messages.parse_vote_response(response)
+            if vote is None:
+                q.request_failed(dest, cid, now)
+            else:
+                q.handle_vote_response(dest, cid, vote, now)
+        elif isinstance(send.request, (rq.BeginQuorumEpochRequest, rq.EndQuorumEpochRequest)):
+            epoch_resp = messages.parse_epoch_response(response)
+            if epoch_resp is None:
+                q.request_failed(dest, cid, now)
+            elif isinstance(send.request, rq.BeginQuorumEpochRequest):
+                q.handle_begin_quorum_epoch_response(dest, cid, epoch_resp, now)
+            else:
+                q.handle_end_quorum_epoch_response(dest, cid, epoch_resp, now)
+        else:
+            await self._handle_fetch_response(dest, cid, response)
+
+    async def _handle_fetch_response(self, dest: int, cid: int, response: FetchResponse) -> None:
+        q, now = self.quorum, self.clock()
+        if response.error_code or len(response.responses) != 1 or len(response.responses[0].partitions) != 1:
+            q.request_failed(dest, cid, now)
+            return
+        pd = response.responses[0].partitions[0]
+        diverging = None
+        if pd.diverging_epoch.epoch >= 0:
+            diverging = (pd.diverging_epoch.end_offset, pd.diverging_epoch.epoch)
+        result = rq.FetchResult(pd.error_code, pd.current_leader.leader_id, pd.current_leader.leader_epoch,
+                                pd.high_watermark, diverging)
+        outcome = q.handle_fetch_response(dest, cid, result, now)
+        if outcome.action is rq.FetchAction.APPEND:
+            records = bytes(pd.records or b"")
+            if records:
+                await self._on_worker(self.mlog.append_replicated, records)
+            q.follower_appended(outcome.high_watermark, self.clock())
+
+    # --------------------------------------------------------------------------------- incoming requests
+
+    async def handle_request(self, api_key: int, version: int, request: Any, header: Any = None) -> Any:
+        """The answer to a quorum request from another voter (or to DescribeQuorum)."""
+        if api_key == FETCH:
+            return await self.fetch(request, version)
+        if api_key == DESCRIBE_QUORUM:
+            assert isinstance(request, DescribeQuorumRequest)
+            return messages.describe_quorum_response(request, self.quorum, self.clock(), _wall_ms())
+        async with self._lock:
+            now = self.clock()
+            if api_key == VOTE:
+                assert isinstance(request, VoteRequest)
+                parsed = messages.parse_vote_request(request, self.cluster_id)
+                if not isinstance(parsed, rq.VoteRequest):
+                    return parsed
+                answer: Any = messages.vote_response(self.quorum.handle_vote(parsed, now))
+            elif api_key == BEGIN_QUORUM_EPOCH:
+                assert isinstance(request, BeginQuorumEpochRequest)
+                begin = messages.parse_begin_quorum_epoch_request(request, self.cluster_id)
+                if not isinstance(begin, rq.BeginQuorumEpochRequest):
+                    return begin
+                answer = messages.epoch_response(self.quorum.handle_begin_quorum_epoch(begin, now),
+                                                 BeginQuorumEpochResponse)
+            elif api_key == END_QUORUM_EPOCH:
+                assert isinstance(request, EndQuorumEpochRequest)
+                end = messages.parse_end_quorum_epoch_request(request, self.cluster_id)
+                if not isinstance(end, rq.EndQuorumEpochRequest):
+                    return end
+                answer = messages.epoch_response(self.quorum.handle_end_quorum_epoch(end, now),
+                                                 EndQuorumEpochResponse)
+            else:
+                raise ValueError(f"api key {api_key} is not a quorum request")
+            try:
+                await self._perform()  # durable before the answer goes out
+            except Exception as e:
+                self._fail(e)
+                raise
+        self._wake.set()
+        return answer
+
+    async def fetch(self, body: FetchRequest, version: int) -> FetchResponse:
+        """A voter's Fetch of the metadata log (Kafka's checks; a long poll of up to MaxWaitMs when there is
+        nothing new)."""
+        if body.cluster_id is not None and body.cluster_id != self.cluster_id:
+            return FetchResponse(error_code=ErrorCode.INCONSISTENT_CLUSTER_ID)
+        if len(body.topics) != 1 or len(body.topics[0].partitions) != 1 or body.topics[0].partitions[0].partition:
+            return FetchResponse(error_code=ErrorCode.INVALID_REQUEST)
+        part = body.topics[0].partitions[0]
+        replica = body.replica_state.replica_id if version >= 15 else body.replica_id
+        req = rq.FetchRequest(replica, part.current_leader_epoch, part.fetch_offset, part.last_fetched_epoch)
+        if body.max_wait_ms < 0:
+            return self._fetch_response(version, rq.FetchAnswer(ErrorCode.INVALID_REQUEST, self.leader_id,
+                                                                 self.epoch))
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + min(body.max_wait_ms, MAX_FETCH_WAIT_MS * 10) / 1000
+        first_hw: int | None = None
+        while True:
+            progress = self._progress_future()
+            async with self._lock:
+                answer = self.quorum.handle_fetch(req, self.clock())
+                await self._perform()
+            records = b""
+            if answer.read_from is not None:
+                records = await self._on_worker(self.mlog.read_uncommitted, answer.read_from,
+                                                max(1, min(part.partition_max_bytes, MAX_FETCH_BYTES)))
+            if first_hw is None:
+                first_hw = answer.high_watermark
+            if (answer.error_code or records or answer.diverging is not None or answer.snapshot is not None
+                    or answer.high_watermark != first_hw or self._stopped or loop.time() >= deadline):
+                self._progress_waiters.discard(progress)
+                return self._fetch_response(version, answer, records)
+            # nothing new: wait for an append or a commit (a new high watermark goes out at once)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(progress, max(0.0, deadline - loop.time()))
+            self._progress_waiters.discard(progress)
+
+    def _progress_future(self) -> asyncio.Future[None]:
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._progress_waiters.add(fut)
+        return fut
+
+    def _notify_progress(self) -> None:
+        waiters, self._progress_waiters = self._progress_waiters, set()
+        for fut in waiters:
+            if not fut.done():
+                fut.set_result(None)
+
+    def _fetch_response(self, version: int, answer: rq.FetchAnswer, records: bytes = b"") -> FetchResponse:
+        pd = fr.PartitionData(partition_index=0, error_code=answer.error_code, high_watermark=answer.high_watermark,
+                              log_start_offset=self.mlog.log_start_offset, records=records)
+        pd.current_leader = fr.LeaderIdAndEpoch(leader_id=answer.leader_id, leader_epoch=answer.leader_epoch)
+        if answer.diverging is not None:
+            pd.diverging_epoch = fr.EpochEndOffset(epoch=answer.diverging[1], end_offset=answer.diverging[0])
+        if answer.snapshot is not None:
+            pd.snapshot_id = fr.SnapshotId(end_offset=answer.snapshot[0], epoch=answer.snapshot[1])
+        topic = (fr.FetchableTopicResponse(topic_id=UUID(int=METADATA_TOPIC_ID_INT), partitions=[pd])
+                 if version >= 13 else fr.FetchableTopicResponse(topic=TOPIC, partitions=[pd]))
+        return FetchResponse(responses=[topic])
+
+    # ------------------------------------------------------------------------------------------ writes
+
+    async def append(self, records: list[Any]) -> tuple[int, int]:
+        """Leader only: append `records` as one batch of the current epoch (fsynced). Returns (first offset,
+        end offset); the write is committed once `wait_committed(end offset)` returns. Raises NotLeaderError
+        when this node does not lead."""
+        async with self._lock:
+            if not self.quorum.is_leader:
+                raise NotLeaderError(self.quorum.leader_id, self.quorum.epoch)
+            epoch = self.quorum.epoch
+            base = await self._on_worker(self.mlog.append_as_leader, records, epoch)
+            end = self.mlog.next_offset
+            self.quorum.leader_flushed(end, self.clock())
+            await self._perform()
+        self._notify_progress()
+        self._wake.set()
+        return base, end
+
+    async def wait_committed(self, end_offset: int, timeout: float) -> bool:
+        """True once the high watermark reached `end_offset`; False on timeout or when leadership was lost."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        epoch = self.quorum.epoch
+        while self.mlog.high_watermark < end_offset:
+            if self.quorum.epoch != epoch or loop.time() >= deadline:
+                return False
+            progress = self._progress_future()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(progress, min(0.1, max(0.0, deadline - loop.time())))
+            self._progress_waiters.discard(progress)
+        return True
+
+
+class NotLeaderError(Exception):
+    def __init__(self, leader_id: int, epoch: int) -> None:
+        super().__init__(f"this controller does not lead the quorum (leader {leader_id}, epoch {epoch})")
+        self.leader_id = leader_id
+        self.epoch = epoch

@@ -1,0 +1,917 @@
+"""The KRaft quorum state machine (KIP-595), sans-IO: elections, leadership and the committed end of the log.
+
+Strategy: one object, `RaftQuorum`, holds a voter's state for the metadata log and changes it only when it is told
+something: `poll(now_ms)` for the passing of time, `handle_*` for a request or response that arrived, and a few
+notes from the log (`leader_flushed`, `follower_appended`). It never touches a socket, a clock or a file. What it
+wants done comes out as ordered *effects* (`take_effects()`): `Persist` (write the quorum-state file), `Send` (a
+request to another voter), `Truncate` (cut the local log after a DivergingEpoch), `BecomeLeader` (append the
+LeaderChangeMessage control record that opens the epoch), `LeaderChanged` and `HighWatermark` (tell the
+controller). The shell performs them in order, and answers a request only after performing the effects that
+handling it produced: so a granted vote is on disk before the candidate hears of it.
+
+The rules are Kafka's (KafkaRaftClient, QuorumState and the per-state classes), for a static voter set
+(`controller.quorum.voters`):
+
+* States: unattached (no leader known, no vote in this epoch), voted (unattached with a vote cast: Kafka 3.x's
+  VotedState), candidate, leader, follower, resigned. Every change of epoch, vote or leader is persisted first
+  (Kafka's durable transitions; becoming resigned is not).
+* Elections: an unattached or voted voter that hears nothing for its election timeout, or a follower that has
+  not fetched successfully for `controller.quorum.fetch.timeout.ms`, becomes a candidate: epoch + 1, a vote for
+  itself, Vote requests to the others. Election timeouts are drawn at random from [t, 2t) with
+  t = `controller.quorum.election.timeout.ms`. A candidate with a majority becomes leader; one whose election
+  times out, or that a majority rejects, backs off for a random time below 100 ms × 2^retries, at most
+  `controller.quorum.election.backoff.max.ms`, then tries again in a new epoch.
+* Votes: one per epoch, to the first candidate whose log is at least as up to date as ours (last epoch, then end
+  offset); a repeated request from the candidate we voted for is granted again. A request with a higher epoch
+  moves us to that epoch first (a leader steps down).
+* The leader's first write in its epoch is a LeaderChangeMessage control record. It sends BeginQuorumEpoch to the
+  other voters every fetch timeout / 2, serves their Fetch, and its high watermark is the largest offset that a
+  majority of voters (itself included) has reached, once that offset is above the start of its epoch: a leader
+  commits nothing from an earlier epoch until a record of its own is committed. A leader that has not been
+  fetched from by a majority within 1.5 × the fetch timeout resigns (Kafka's check-quorum).
+* Fetch: the leader checks the follower's (fetch offset, last fetched epoch) against its own epochs and answers
+  DivergingEpoch where they part; the follower truncates there (never below its high watermark) and fetches
+  again. The follower's high watermark is min(the leader's, its own end offset).
+* Resignation (graceful shutdown, or check-quorum): the leader stops serving, sends EndQuorumEpoch with the other
+  voters ordered by how far they have fetched; a follower named n-th in that list waits a strictly growing
+  backoff (0 for the first) instead of its full fetch timeout before standing.
+
+Not here, as kjbod serves a static voter set: dynamic voters (KIP-853: AddRaftVoter, directory ids in the vote),
+pre-vote (KIP-996), and snapshots sent over FetchSnapshot (a follower below the leader's log start is told to
+fetch the snapshot: `FetchAnswer.snapshot`).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from enum import Enum
+
+from kjbod.protocol.errors import ErrorCode
+from kjbod.protocol.generated.leader_change_message import LeaderChangeMessage, Voter
+from kjbod.raft.log_view import LogView
+from kjbod.storage.quorum_state import NO_ID, ElectionState
+
+RETRY_BACKOFF_BASE_MS = 100  # Kafka's KafkaRaftClient.RETRY_BACKOFF_BASE_MS
+CHECK_QUORUM_TIMEOUT_FACTOR = 1.5
+FOREVER = 1 << 62
+
+
+class RaftError(Exception):
+    """A message or note that contradicts the protocol's guarantees (two leaders in one epoch, truncation below
+    the high watermark); the message says what was seen."""
+
+
+class State(Enum):
+    UNATTACHED = "Unattached"
+    VOTED = "Voted"
+    CANDIDATE = "Candidate"
+    LEADER = "Leader"
+    FOLLOWER = "Follower"
+    RESIGNED = "Resigned"
+
+
+@dataclass(frozen=True)
+class RaftConfig:
+    """Kafka's controller.quorum.* timing keys, with Kafka's defaults."""
+
+    election_timeout_ms: int = 1000
+    election_backoff_max_ms: int = 1000
+    fetch_timeout_ms: int = 2000
+    request_timeout_ms: int = 2000
+    retry_backoff_ms: int = 20
+
+
+# ---------------------------------------------------------------------------------------------- messages
+# The fields of Kafka's single-partition Vote/BeginQuorumEpoch/EndQuorumEpoch/Fetch messages that the state
+# machine reads or writes; the shell maps them to and from the wire messages.
+
+@dataclass(frozen=True)
+class VoteRequest:
+    candidate_epoch: int
+    candidate_id: int
+    last_offset_epoch: int
+    last_offset: int
+
+
+@dataclass(frozen=True)
+class VoteResponse:
+    error_code: int
+    leader_id: int
+    leader_epoch: int
+    vote_granted: bool
+
+
+@dataclass(frozen=True)
+class BeginQuorumEpochRequest:
+    leader_epoch: int
+    leader_id: int
+
+
+@dataclass(frozen=True)
+class EndQuorumEpochRequest:
+    leader_epoch: int
+    leader_id: int
+    preferred_successors: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class EpochResponse:
+    """BeginQuorumEpoch and EndQuorumEpoch answer alike."""
+
+    error_code: int
+    leader_id: int
+    leader_epoch: int
+
+
+@dataclass(frozen=True)
+class FetchRequest:
+    replica_id: int
+    current_leader_epoch: int
+    fetch_offset: int
+    last_fetched_epoch: int
+
+
+@dataclass(frozen=True)
+class FetchAnswer:
+    """The leader's answer to a Fetch. `read_from` is where the records to send start (None: send none);
+    `diverging` is (end offset, epoch) when the follower's log parts from ours; `snapshot` is the snapshot to fetch
+    when the follower is below our log start."""
+
+    error_code: int
+    leader_id: int
+    leader_epoch: int
+    high_watermark: int = -1
+    diverging: tuple[int, int] | None = None
+    snapshot: tuple[int, int] | None = None
+    read_from: int | None = None
+
+
+@dataclass(frozen=True)
+class FetchResult:
+    """What a follower heard back from its Fetch (the records, if any, stay with the shell)."""
+
+    error_code: int
+    leader_id: int
+    leader_epoch: int
+    high_watermark: int = -1
+    diverging: tuple[int, int] | None = None  # (end offset, epoch)
+
+
+Request = VoteRequest | BeginQuorumEpochRequest | EndQuorumEpochRequest | FetchRequest
+
+
+class FetchAction(Enum):
+    IGNORE = "ignore"  # stale or failed: drop any records
+    APPEND = "append"  # append the records, then call follower_appended(high_watermark)
+    TRUNCATED = "truncated"  # a Truncate effect was emitted; fetch again
+
+
+@dataclass(frozen=True)
+class FetchOutcome:
+    action: FetchAction
+    high_watermark: int = -1
+
+
+# ----------------------------------------------------------------------------------------------- effects
+
+@dataclass(frozen=True)
+class Persist:
+    election: ElectionState
+
+
+@dataclass(frozen=True)
+class Send:
+    destination: int
+    correlation_id: int
+    request: Request
+
+
+@dataclass(frozen=True)
+class Truncate:
+    offset: int
+
+
+@dataclass(frozen=True)
+class BecomeLeader:
+    """Append `message` as a control batch stamped with `epoch` at `epoch_start_offset`, then call
+    `leader_flushed` with the new end offset once it is fsynced."""
+
+    epoch: int
+    epoch_start_offset: int
+    message: LeaderChangeMessage
+
+
+@dataclass(frozen=True)
+class LeaderChanged:
+    """The known leader or epoch changed (leader_id -1: none known). `local` is true when this node leads."""
+
+    epoch: int
+    leader_id: int
+    local: bool
+
+
+@dataclass(frozen=True)
+class HighWatermark:
+    offset: int
+
+
+Effect = Persist | Send | Truncate | BecomeLeader | LeaderChanged | HighWatermark
+
+
+# ---------------------------------------------------------------------------------------- request pacing
+
+@dataclass
+class _Connection:
+    inflight: int | None = None  # correlation id of the request awaiting an answer
+    sent_ms: int = 0
+    backoff_until_ms: int = 0
+
+
+class _Requests:
+    """One outstanding request per destination, a request timeout, and a retry backoff after a failure (Kafka's
+    RequestManager)."""
+
+    def __init__(self, config: RaftConfig) -> None:
+        self.config = config
+        self.conns: dict[int, _Connection] = {}
+        self.next_correlation = 1
+
+    def ready(self, dest: int, now: int) -> bool:
+        c = self.conns.get(dest)
+        if c is None:
+            return True
+        if c.inflight is not None:
+            if now - c.sent_ms < self.config.request_timeout_ms:
+                return False
+            c.inflight = None  # timed out: counts as a failure
+            c.backoff_until_ms = now + self.config.retry_backoff_ms
+        return now >= c.backoff_until_ms
+
+    def wait_ms(self, dest: int, now: int) -> int:
+        c = self.conns.get(dest)
+        if c is None:
+            return 0
+        if c.inflight is not None:
+            return max(0, c.sent_ms + self.config.request_timeout_ms - now)
+        return max(0, c.backoff_until_ms - now)
+
+    def sent(self, dest: int, now: int) -> int:
+        cid = self.next_correlation
+        self.next_correlation += 1
+        self.conns[dest] = _Connection(inflight=cid, sent_ms=now)
+        return cid
+
+    def expected(self, dest: int, correlation_id: int) -> bool:
+        c = self.conns.get(dest)
+        return c is not None and c.inflight == correlation_id
+
+    def answered(self, dest: int, now: int, ok: bool) -> None:
+        c = self.conns.setdefault(dest, _Connection())
+        c.inflight = None
+        c.backoff_until_ms = now if ok else now + self.config.retry_backoff_ms
+
+    def reset(self) -> None:
+        self.conns.clear()
+
+
+# ----------------------------------------------------------------------------------------- per-state data
+
+@dataclass
+class _ReplicaProgress:
+    end_offset: int | None = None
+    last_fetch_ms: int = -1
+
+
+@dataclass
+class _LeaderData:
+    epoch_start_offset: int
+    granting: frozenset[int]
+    progress: dict[int, _ReplicaProgress]
+    check_quorum_deadline: int
+    fetched_voters: set[int] = field(default_factory=set)
+    begin_epoch_due: int = 0
+    acknowledged: set[int] = field(default_factory=set)
+
+
+class RaftQuorum:
+    """One voter's view of the quorum for the metadata log (see the module docstring)."""
+
+    def __init__(
+        self,
+        local_id: int,
+        voters: tuple[int, ...] | list[int] | set[int],
+        log: LogView,
+        *,
+        stored: ElectionState | None,
+        now_ms: int,
+        config: RaftConfig | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.local_id = local_id
+        self.voters = tuple(sorted(set(voters)))
+        if local_id not in self.voters:
+            raise ValueError(f"node {local_id} is not one of the voters {list(self.voters)}")
+        self.log = log
+        self.config = config or RaftConfig()
+        self.rng = rng or random.Random()
+        self.requests = _Requests(self.config)
+        self._effects: list[Effect] = []
+        self.shutting_down = False
+        # the current state
+        self.state = State.UNATTACHED
+        self.epoch = 0
+        self.leader_id = NO_ID
+        self.voted_id = NO_ID
+        self.high_watermark: int | None = None
+        self._election_deadline = FOREVER
+        self._fetch_deadline = FOREVER
+        self._retries = 0
+        self._backoff_until: int | None = None  # a candidate backing off before its next election
+        self._votes: dict[int, bool | None] = {}
+        self._leader: _LeaderData | None = None
+        self._unacked: set[int] = set()  # resigned: voters that have not acknowledged EndQuorumEpoch
+        self._successors: tuple[int, ...] = ()
+        self._announce_pending = False
+        self._initialize(stored, now_ms)
+
+    # ------------------------------------------------------------------------------------------ reading
+
+    @property
+    def majority(self) -> int:
+        return len(self.voters) // 2 + 1
+
+    @property
+    def is_leader(self) -> bool:
+        return self.state is State.LEADER
+
+    @property
+    def remote_voters(self) -> tuple[int, ...]:
+        return tuple(v for v in self.voters if v != self.local_id)
+
+    def election(self) -> ElectionState:
+        if self.state is State.CANDIDATE:
+            return ElectionState(self.epoch, voted_id=self.local_id, voters=self.voters)
+        if self.state in (State.LEADER, State.RESIGNED):
+            return ElectionState(self.epoch, leader_id=self.local_id, voters=self.voters)
+        if self.state is State.FOLLOWER:
+            return ElectionState(self.epoch, leader_id=self.leader_id, voters=self.voters)
+        return ElectionState(self.epoch, voted_id=self.voted_id, voters=self.voters)
+
+    def take_effects(self) -> list[Effect]:
+        out, self._effects = self._effects, []
+        return out
+
+    def replica_progress(self) -> dict[int, tuple[int, int]]:
+        """Leader only: {voter: (end offset or -1, last fetch ms or -1)}, the leader's own end included."""
+        if self._leader is None:
+            return {}
+        return {r: (-1 if p.end_offset is None else p.end_offset, p.last_fetch_ms)
+                for r, p in self._leader.progress.items()}
+
+    def __repr__(self) -> str:
+        return (f"RaftQuorum(node={self.local_id}, {self.state.value}, epoch={self.epoch}, leader={self.leader_id}, "
+                f"voted={self.voted_id}, hw={self.high_watermark})")
+
+    # ------------------------------------------------------------------------------------- start-up
+
+    def _initialize(self, stored: ElectionState | None, now: int) -> None:
+        election = stored or ElectionState(0, voters=self.voters)
+        log_epoch = self.log.last_epoch()
+        if election.epoch < log_epoch:
+            # the file is older than the log (lost, or written by an older version): start over at the log's epoch
+            self._become(State.UNATTACHED, log_epoch, now)
+        elif election.leader_id == self.local_id:
+            # we led this epoch and stopped: never lead it again (its log may have been lost with us)
+            self.epoch, self.leader_id = election.epoch, self.local_id
+            self._set_resigned(now, ())
+            self._election_deadline = now + self._random_election_timeout()
+        elif election.voted_id == self.local_id:
+            self.epoch = election.epoch
+            self._set_candidate(now, retries=1)
+        elif election.has_voted:
+            self._become(State.VOTED, election.epoch, now, voted=election.voted_id)
+        elif election.has_leader and election.leader_id in self.voters:
+            self._become(State.FOLLOWER, election.epoch, now, leader=election.leader_id)
+        else:
+            self._become(State.UNATTACHED, election.epoch, now)
+        self._changed()
+        self._persist()
+        if len(self.voters) == 1 and self.state is not State.CANDIDATE:
+            self._start_election(now)  # the only voter: elect itself at once (Kafka does the same)
+        elif self.state is State.CANDIDATE:
+            self._maybe_win(now)
+
+    # ---------------------------------------------------------------------------------- transitions
+
+    def _random_election_timeout(self) -> int:
+        t = self.config.election_timeout_ms
+        return 0 if t == 0 else t + self.rng.randrange(t)
+
+    def _persist(self) -> None:
+        self._effects.append(Persist(self.election()))
+        if self._announce_pending:
+            self._announce()
+
+    def _changed(self) -> None:
+        """The epoch or leader changed: say so after the next Persist (or at once, for a change never persisted)."""
+        self._announce_pending = True
+
+    def _announce(self) -> None:
+        self._announce_pending = False
+        local = self.state is State.LEADER
+        self._effects.append(LeaderChanged(self.epoch, self.leader_id, local))
+
+    def _become(self, state: State, epoch: int, now: int, *, leader: int = NO_ID, voted: int = NO_ID,
+                election_deadline: int | None = None) -> None:
+        """Unattached, voted or follower (the states a voter takes when told of an epoch)."""
+        old = (self.epoch, self.leader_id, self.state)
+        self.state, self.epoch, self.leader_id, self.voted_id = state, epoch, leader, voted
+        self._leader = None
+        self._votes = {}
+        self._backoff_until = None
+        self._unacked = set()
+        self._fetch_deadline = FOREVER
+        if state is State.FOLLOWER:
+            self._fetch_deadline = now + self.config.fetch_timeout_ms
+            self._election_deadline = FOREVER
+        else:
+            self._election_deadline = (election_deadline if election_deadline is not None
+                                       else now + self._random_election_timeout())
+        self.requests.reset()
+        if (old[0], old[1]) != (epoch, leader) or old[2] in (State.LEADER, State.RESIGNED):
+            self._changed()
+
+    def _to_unattached(self, epoch: int, now: int) -> None:
+        if epoch <= self.epoch:
+            raise RaftError(f"unattached at epoch {epoch} from epoch {self.epoch}")
+        # a candidate or unattached voter keeps the time left on its election timer (Kafka)
+        keep = self._election_deadline if self.state in (State.CANDIDATE, State.UNATTACHED, State.VOTED) else None
+        self._become(State.UNATTACHED, epoch, now, election_deadline=keep)
+        self._persist()
+
+    def _to_voted(self, epoch: int, candidate: int, now: int) -> None:
+        self._become(State.VOTED, epoch, now, voted=candidate)
+        self._persist()
+
+    def _to_follower(self, epoch: int, leader: int, now: int) -> None:
+        if leader == self.local_id:
+            raise RaftError(f"told that this node ({leader}) leads epoch {epoch}, which it does not")
+        if epoch < self.epoch or (epoch == self.epoch and self.state in (State.LEADER, State.FOLLOWER)):
+            raise RaftError(f"follower of {leader} in epoch {epoch} from {self.state.value} in epoch {self.epoch}")
+        self._become(State.FOLLOWER, epoch, now, leader=leader)
+        self._persist()
+
+    def _set_candidate(self, now: int, retries: int) -> None:
+        self.state, self.leader_id, self.voted_id = State.CANDIDATE, NO_ID, self.local_id
+        self._leader = None
+        self._retries = retries
+        self._backoff_until = None
+        self._fetch_deadline = FOREVER
+        self._election_deadline = now + self._random_election_timeout()
+        self._votes = {v: None for v in self.voters}
+        self._votes[self.local_id] = True
+        self.requests.reset()
+        self._changed()
+
+    def _start_election(self, now: int) -> None:
+        if self.state is State.LEADER:
+            raise RaftError("a leader cannot stand for election")
+        retries = self._retries + 1 if self.state is State.CANDIDATE else 1
+        self.epoch += 1
+        self._set_candidate(now, retries)
+        self._persist()
+        self._maybe_win(now)
+
+    def _maybe_win(self, now: int) -> None:
+        if sum(1 for g in self._votes.values() if g) >= self.majority:
+            self._to_leader(now)
+
+    def _to_leader(self, now: int) -> None:
+        granting = frozenset(v for v, g in self._votes.items() if g)
+        start = self.log.end_offset()
+        self.state, self.leader_id, self.voted_id = State.LEADER, self.local_id, NO_ID
+        self.high_watermark = None  # a new leader learns the committed end again (Kafka keeps it monotonic so)
+        self._votes = {}
+        self._backoff_until = None
+        self._election_deadline = self._fetch_deadline = FOREVER
+        self._leader = _LeaderData(
+            epoch_start_offset=start, granting=granting,
+            progress={v: _ReplicaProgress() for v in self.voters},
+            check_quorum_deadline=now + int(self.config.fetch_timeout_ms * CHECK_QUORUM_TIMEOUT_FACTOR),
+            begin_epoch_due=now)
+        self.requests.reset()
+        self._changed()
+        self._persist()
+        message = LeaderChangeMessage(
+            version=0, leader_id=self.local_id,
+            voters=[Voter(voter_id=v) for v in self.voters],
+            granting_voters=[Voter(voter_id=v) for v in sorted(granting)])
+        self._effects.append(BecomeLeader(self.epoch, start, message))
+
+    def _set_resigned(self, now: int, successors: tuple[int, ...]) -> None:
+        self.state, self.leader_id, self.voted_id = State.RESIGNED, self.local_id, NO_ID
+        self._leader = None
+        self._unacked = set(self.remote_voters)
+        self._successors = successors
+        self._election_deadline = now + self._random_election_timeout()
+        self._fetch_deadline = FOREVER
+        self.requests.reset()
+
+    def _to_resigned(self, now: int) -> None:
+        assert self._leader is not None
+        progress = self._leader.progress
+        # the other voters, furthest fetched first (ties by id): the first is the likeliest to win quickly
+        def reached(v: int) -> int:
+            end = progress[v].end_offset
+            return -1 if end is None else end
+
+        successors = tuple(sorted(self.remote_voters, key=lambda v: (-reached(v), v)))
+        self._set_resigned(now, successors)
+        self._announce()
+
+    # -------------------------------------------------------------------------------------- timers
+
+    def poll(self, now: int) -> int:
+        """Act on the time: start elections, back off, send what is due. Returns ms until the next poll."""
+        for _ in range(3):  # a transition (a new election, say) is acted on at once: its requests go out now
+            before = (self.state, self.epoch)
+            wait = self._poll_state(now)
+            if wait > 0 or (self.state, self.epoch) == before:
+                return wait
+        return 0
+
+    def _poll_state(self, now: int) -> int:
+        if self.state is State.LEADER:
+            return self._poll_leader(now)
+        if self.state is State.CANDIDATE:
+            return self._poll_candidate(now)
+        if self.state is State.FOLLOWER:
+            return self._poll_follower(now)
+        if self.state is State.RESIGNED:
+            return self._poll_resigned(now)
+        if self.shutting_down:
+            return FOREVER
+        if now >= self._election_deadline:
+            self._start_election(now)
+            return 0
+        return self._election_deadline - now
+
+    def _send(self, dest: int, now: int, request: Request) -> None:
+        cid = self.requests.sent(dest, now)
+        self._effects.append(Send(dest, cid, request))
+
+    def _send_to(self, dests: tuple[int, ...] | set[int], now: int, build: Request) -> int:
+        wait = FOREVER
+        for d in sorted(dests):
+            if self.requests.ready(d, now):
+                self._send(d, now, build)
+            wait = min(wait, self.requests.wait_ms(d, now))
+        return wait
+
+    def _poll_leader(self, now: int) -> int:
+        lead = self._leader
+        assert lead is not None
+        if len(self.voters) == 1:
+            quorum_left = FOREVER
+        else:
+            quorum_left = lead.check_quorum_deadline - now
+        if self.shutting_down or quorum_left <= 0:
+            self._to_resigned(now)
+            return 0
+        wait = quorum_left
+        if now >= lead.begin_epoch_due:
+            sent_wait = self._send_to(set(self.remote_voters), now,
+                                      BeginQuorumEpochRequest(self.epoch, self.local_id))
+            lead.begin_epoch_due = now + self.config.fetch_timeout_ms // 2
+            wait = min(wait, sent_wait)
+        return max(0, min(wait, lead.begin_epoch_due - now))
+
+    def _election_backoff_ms(self) -> int:
+        retries = max(1, self._retries)
+        return min(RETRY_BACKOFF_BASE_MS * self.rng.randrange(2 << min(20, retries - 1)),
+                   self.config.election_backoff_max_ms)
+
+    def _poll_candidate(self, now: int) -> int:
+        if self.shutting_down:
+            return self._send_votes(now)
+        if self._backoff_until is not None:
+            if now >= self._backoff_until:
+                self._start_election(now)
+                return 0
+            return self._backoff_until - now
+        if now >= self._election_deadline:
+            backoff = self._election_backoff_ms()
+            self._backoff_until = now + backoff
+            return backoff
+        return min(self._send_votes(now), self._election_deadline - now)
+
+    def _vote_rejected(self) -> bool:
+        granted = sum(1 for g in self._votes.values() if g is True)
+        open_ = sum(1 for g in self._votes.values() if g is None)
+        return granted + open_ < self.majority
+
+    def _send_votes(self, now: int) -> int:
+        if self._vote_rejected():
+            return FOREVER
+        unrecorded = {v for v, g in self._votes.items() if g is None}
+        return self._send_to(unrecorded, now, VoteRequest(
+            self.epoch, self.local_id, self.log.last_epoch(), self.log.end_offset()))
+
+    def _poll_follower(self, now: int) -> int:
+        if self.shutting_down:
+            return FOREVER
+        if now >= self._fetch_deadline:
+            self._start_election(now)
+            return 0
+        wait = self._fetch_deadline - now
+        if self.requests.ready(self.leader_id, now):
+            self._send(self.leader_id, now, FetchRequest(
+                self.local_id, self.epoch, self.log.end_offset(), self.log.last_epoch()))
+        return min(wait, self.requests.wait_ms(self.leader_id, now))
+
+    def _poll_resigned(self, now: int) -> int:
+        wait = self._send_to(self._unacked, now, EndQuorumEpochRequest(self.epoch, self.local_id, self._successors))
+        if self.shutting_down:
+            return wait
+        if now >= self._election_deadline:
+            self._start_election(now)
+            return 0
+        return min(wait, self._election_deadline - now)
+
+    # ------------------------------------------------------------------------------------- requests
+
+    def _consistent_leader(self, epoch: int, leader: int) -> bool:
+        if leader != NO_ID and leader == self.local_id:
+            return self.state is State.LEADER and epoch == self.epoch
+        return epoch != self.epoch or leader == NO_ID or self.leader_id == NO_ID or leader == self.leader_id
+
+    def _maybe_transition(self, leader: int, epoch: int, now: int) -> None:
+        """A message from `leader` (or NO_ID) in `epoch`: follow it if it is news (Kafka's maybeTransition)."""
+        if not self._consistent_leader(epoch, leader):
+            raise RaftError(f"told that {leader} leads epoch {epoch}, but this node knows leader "
+                            f"{self.leader_id} in epoch {self.epoch}")
+        if epoch > self.epoch:
+            if leader != NO_ID:
+                self._to_follower(epoch, leader, now)
+            else:
+                self._to_unattached(epoch, now)
+        elif leader != NO_ID and self.leader_id == NO_ID:
+            self._to_follower(epoch, leader, now)
+
+    def _leader_fields(self) -> tuple[int, int]:
+        return self.leader_id, self.epoch
+
+    def handle_vote(self, req: VoteRequest, now: int) -> VoteResponse:
+        if (req.last_offset < 0 or req.last_offset_epoch < 0 or req.last_offset_epoch >= req.candidate_epoch):
+            return self._vote_response(ErrorCode.INVALID_REQUEST, False)
+        if req.candidate_epoch < self.epoch:
+            return self._vote_response(ErrorCode.FENCED_LEADER_EPOCH, False)
+        if req.candidate_id < 0:
+            return self._vote_response(ErrorCode.INVALID_REQUEST, False)
+        if req.candidate_epoch > self.epoch:
+            self._to_unattached(req.candidate_epoch, now)
+        ours = (self.log.last_epoch(), self.log.end_offset())
+        up_to_date = (req.last_offset_epoch, req.last_offset) >= ours
+        if self.state is State.UNATTACHED:
+            granted = up_to_date and req.candidate_id != self.local_id
+            if granted:
+                self._to_voted(req.candidate_epoch, req.candidate_id, now)
+        elif self.state is State.VOTED:
+            granted = self.voted_id == req.candidate_id
+        else:
+            granted = False  # a candidate, leader, follower or resigned voter has chosen in this epoch
+        return self._vote_response(ErrorCode.NONE, granted)
+
+    def _vote_response(self, error: int, granted: bool) -> VoteResponse:
+        return VoteResponse(int(error), self.leader_id, self.epoch, granted)
+
+    def _epoch_response(self, error: int) -> EpochResponse:
+        return EpochResponse(int(error), self.leader_id, self.epoch)
+
+    def handle_begin_quorum_epoch(self, req: BeginQuorumEpochRequest, now: int) -> EpochResponse:
+        if req.leader_epoch < self.epoch:
+            return self._epoch_response(ErrorCode.FENCED_LEADER_EPOCH)
+        if req.leader_id < 0 or req.leader_id not in self.voters:
+            return self._epoch_response(ErrorCode.INVALID_REQUEST)
+        try:
+            self._maybe_transition(req.leader_id, req.leader_epoch, now)
+        except RaftError:
+            return self._epoch_response(ErrorCode.INVALID_REQUEST)
+        return self._epoch_response(ErrorCode.NONE)
+
+    def handle_end_quorum_epoch(self, req: EndQuorumEpochRequest, now: int) -> EpochResponse:
+        if req.leader_epoch < self.epoch:
+            return self._epoch_response(ErrorCode.FENCED_LEADER_EPOCH)
+        if req.leader_id < 0 or req.leader_id not in self.voters:
+            return self._epoch_response(ErrorCode.INVALID_REQUEST)
+        try:
+            self._maybe_transition(req.leader_id, req.leader_epoch, now)
+        except RaftError:
+            return self._epoch_response(ErrorCode.INVALID_REQUEST)
+        if self.state is State.FOLLOWER and self.leader_id == req.leader_id:
+            self._fetch_deadline = now + self._end_epoch_backoff(req.preferred_successors)
+        return self._epoch_response(ErrorCode.NONE)
+
+    def _end_epoch_backoff(self, successors: tuple[int, ...]) -> int:
+        """0 for the first named successor, a strictly growing wait for the next ones, the maximum for others."""
+        top = self.config.election_backoff_max_ms
+        n = len(successors)
+        position = successors.index(self.local_id) if self.local_id in successors else n
+        if position == 0:
+            return 0
+        if position >= n:
+            return top
+        base = top >> (n - 1)
+        return min(top, base << (position - 1))
+
+    def handle_fetch(self, req: FetchRequest, now: int) -> FetchAnswer:
+        """A Fetch of the metadata log from a voter (or an observer, replica id < 0 or not a voter)."""
+        if req.fetch_offset < 0 or req.last_fetched_epoch < 0 or req.last_fetched_epoch > req.current_leader_epoch:
+            return self._fetch_error(ErrorCode.INVALID_REQUEST)
+        if req.current_leader_epoch < self.epoch:
+            return self._fetch_error(ErrorCode.FENCED_LEADER_EPOCH)
+        if req.current_leader_epoch > self.epoch:
+            return self._fetch_error(ErrorCode.UNKNOWN_LEADER_EPOCH)
+        if self.state is not State.LEADER:
+            return self._fetch_error(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        if self.shutting_down:
+            return self._fetch_error(ErrorCode.BROKER_NOT_AVAILABLE)
+        lead = self._leader
+        assert lead is not None
+        hw = -1 if self.high_watermark is None else self.high_watermark
+        if req.replica_id == self.local_id:
+            return self._fetch_error(ErrorCode.INVALID_REQUEST)
+        start = self.log.start_offset()
+        snapshot = self.log.snapshot_id()
+        if snapshot is not None and (
+                req.fetch_offset == 0 or req.fetch_offset < start
+                or (req.fetch_offset == start and req.last_fetched_epoch != snapshot[1])
+                or req.last_fetched_epoch < snapshot[1]):
+            # an empty follower, or one below our log start: the snapshot brings it up (Kafka's rules)
+            return FetchAnswer(ErrorCode.NONE, self.local_id, self.epoch, hw, snapshot=snapshot)
+        if not (start == 0 and req.fetch_offset == 0):
+            end, epoch = self.log.end_offset_for_epoch(req.last_fetched_epoch)
+            if epoch != req.last_fetched_epoch or end < req.fetch_offset:
+                return FetchAnswer(ErrorCode.NONE, self.local_id, self.epoch, hw, diverging=(end, epoch))
+        self._record_fetch(req.replica_id, req.fetch_offset, now)
+        hw = -1 if self.high_watermark is None else self.high_watermark
+        return FetchAnswer(ErrorCode.NONE, self.local_id, self.epoch, hw, read_from=req.fetch_offset)
+
+    def _fetch_error(self, error: int) -> FetchAnswer:
+        return FetchAnswer(int(error), self.leader_id, self.epoch)
+
+    def _record_fetch(self, replica: int, offset: int, now: int) -> None:
+        lead = self._leader
+        assert lead is not None
+        if replica < 0:
+            return
+        p = lead.progress.setdefault(replica, _ReplicaProgress())
+        p.end_offset, p.last_fetch_ms = offset, now
+        if replica not in self.voters:
+            return  # an observer's progress is kept for DescribeQuorum but counts for nothing
+        lead.fetched_voters.add(replica)
+        if len(lead.fetched_voters) >= self.majority - 1:
+            lead.fetched_voters.clear()
+            lead.check_quorum_deadline = now + int(self.config.fetch_timeout_ms * CHECK_QUORUM_TIMEOUT_FACTOR)
+        self._update_leader_high_watermark()
+
+    def leader_flushed(self, end_offset: int, now: int) -> None:
+        """The leader's log is durable up to `end_offset` (after the LeaderChangeMessage, after each append)."""
+        if self._leader is None:
+            return
+        p = self._leader.progress[self.local_id]
+        if p.end_offset is not None and end_offset < p.end_offset:
+            raise RaftError(f"the leader's end offset went back from {p.end_offset} to {end_offset}")
+        p.end_offset, p.last_fetch_ms = end_offset, now
+        self._update_leader_high_watermark()
+
+    def _update_leader_high_watermark(self) -> None:
+        lead = self._leader
+        assert lead is not None
+        ends = sorted((lead.progress[v].end_offset for v in self.voters), key=lambda e: -1 if e is None else e,
+                      reverse=True)
+        candidate = ends[len(self.voters) // 2]
+        if candidate is None or candidate <= lead.epoch_start_offset:
+            return  # nothing of this epoch is on a majority yet
+        if self.high_watermark is None or candidate > self.high_watermark:
+            self.high_watermark = candidate
+            self._effects.append(HighWatermark(candidate))
+
+    def resign(self, now: int) -> None:
+        """Graceful shutdown: a leader hands over (EndQuorumEpoch); no node starts a new election after this."""
+        self.shutting_down = True
+        if self.state is State.LEADER:
+            self._to_resigned(now)
+
+    @property
+    def shutdown_complete(self) -> bool:
+        """True once stopping loses nothing: not leading (or resigned and every other voter acknowledged, or a
+        successor is known)."""
+        if self.state is State.LEADER:
+            return False
+        if self.state is State.RESIGNED:
+            return not self._unacked or len(self.voters) == 1
+        return True
+
+    # ------------------------------------------------------------------------------------ responses
+
+    def request_failed(self, dest: int, correlation_id: int, now: int) -> None:
+        """The request could not be sent or got no answer in time: back off before the next to `dest`."""
+        if self.requests.expected(dest, correlation_id):
+            self.requests.answered(dest, now, ok=False)
+
+    def _common_response(self, error: int, leader: int, epoch: int, now: int) -> bool | None:
+        """Kafka's maybeHandleCommonResponse: True/False when the response is dealt with (success or not),
+        None when the caller goes on with it."""
+        if epoch < self.epoch or error == ErrorCode.UNKNOWN_LEADER_EPOCH:
+            return True
+        if (epoch > self.epoch or error in (ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.NOT_LEADER_OR_FOLLOWER)):
+            self._maybe_transition(leader, epoch, now)
+            return True
+        if epoch == self.epoch and leader != NO_ID and self.leader_id == NO_ID:
+            self._to_follower(epoch, leader, now)
+            return None if error == ErrorCode.NONE else True
+        if error == ErrorCode.BROKER_NOT_AVAILABLE:
+            return False
+        return None
+
+    def _response(self, src: int, cid: int, now: int, error: int, leader: int, epoch: int) -> bool:
+        """Shared opening of every response: is it expected, and does it change the epoch or leader. Returns
+        True when the caller should go on with the response's body."""
+        if not self.requests.expected(src, cid):
+            return False  # an answer to a request of an earlier state
+        try:
+            handled = self._common_response(error, leader, epoch, now)
+        except RaftError:
+            self.requests.answered(src, now, ok=False)
+            raise
+        if handled is not None:
+            # a transition may have reset the connections; mark this one answered either way
+            if self.requests.expected(src, cid):
+                self.requests.answered(src, now, ok=handled)
+            return False
+        if error != ErrorCode.NONE:
+            self.requests.answered(src, now, ok=False)
+            return False
+        self.requests.answered(src, now, ok=True)
+        return True
+
+    def handle_vote_response(self, src: int, cid: int, resp: VoteResponse, now: int) -> None:
+        if not self._response(src, cid, now, resp.error_code, resp.leader_id, resp.leader_epoch):
+            return
+        if self.state is not State.CANDIDATE or src not in self._votes:
+            return
+        if resp.vote_granted:
+            if self._votes[src] is not False:
+                self._votes[src] = True
+            self._maybe_win(now)
+        else:
+            if self._votes[src] is not True:
+                self._votes[src] = False
+            if self._vote_rejected() and self._backoff_until is None:
+                self._backoff_until = now + self._election_backoff_ms()
+
+    def handle_begin_quorum_epoch_response(self, src: int, cid: int, resp: EpochResponse, now: int) -> None:
+        if not self._response(src, cid, now, resp.error_code, resp.leader_id, resp.leader_epoch):
+            return
+        if self.state is State.LEADER and self._leader is not None:
+            self._leader.acknowledged.add(src)
+
+    def handle_end_quorum_epoch_response(self, src: int, cid: int, resp: EpochResponse, now: int) -> None:
+        if not self._response(src, cid, now, resp.error_code, resp.leader_id, resp.leader_epoch):
+            return
+        if self.state is State.RESIGNED:
+            self._unacked.discard(src)
+
+    def handle_fetch_response(self, src: int, cid: int, resp: FetchResult, now: int) -> FetchOutcome:
+        """A follower's Fetch came back. APPEND: append the response's records, then `follower_appended`."""
+        if not self._response(src, cid, now, resp.error_code, resp.leader_id, resp.leader_epoch):
+            return FetchOutcome(FetchAction.IGNORE)
+        if self.state is not State.FOLLOWER or src != self.leader_id:
+            return FetchOutcome(FetchAction.IGNORE)
+        self._fetch_deadline = now + self.config.fetch_timeout_ms
+        if resp.diverging is not None and resp.diverging[1] >= 0:
+            offset = self._truncation_offset(*resp.diverging)
+            if self.high_watermark is not None and offset < self.high_watermark:
+                raise RaftError(f"the leader asked for truncation to offset {offset}, below the high watermark "
+                                f"{self.high_watermark}")
+            self._effects.append(Truncate(offset))
+            return FetchOutcome(FetchAction.TRUNCATED)
+        return FetchOutcome(FetchAction.APPEND, resp.high_watermark)
+
+    def _truncation_offset(self, end_offset: int, epoch: int) -> int:
+        if epoch == 0:
+            return min(end_offset, self.log.end_offset())
+        local_end, local_epoch = self.log.end_offset_for_epoch(epoch)
+        return min(local_end, end_offset) if local_epoch == epoch else local_end
+
+    def follower_appended(self, high_watermark: int, now: int) -> None:
+        """The records of the last APPEND outcome are in the log: take the leader's high watermark, capped at our
+        own end offset."""
+        if self.state is not State.FOLLOWER or high_watermark < 0:
+            return
+        new = min(self.log.end_offset(), high_watermark)
+        if self.high_watermark is None or new > self.high_watermark:
+            self.high_watermark = new
+            self._effects.append(HighWatermark(new))
