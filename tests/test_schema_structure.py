@@ -78,6 +78,10 @@ SERVED_APIS: dict[str, tuple[int, int]] = {
     "DescribeAcls": (0, 3),
     "CreateAcls": (0, 3),
     "DeleteAcls": (0, 3),
+    "Vote": (0, 1),
+    "BeginQuorumEpoch": (0, 1),
+    "EndQuorumEpoch": (0, 1),
+    "DescribeQuorum": (0, 2),
 }
 SERVED_HEADERS: dict[str, tuple[int, int]] = {"RequestHeader": (0, 2), "ResponseHeader": (0, 1)}
 SERVED_RECORDS: dict[str, tuple[int, int]] = {

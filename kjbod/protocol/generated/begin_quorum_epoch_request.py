@@ -45,7 +45,7 @@ class TopicData:
     """Element of BeginQuorumEpochRequest: TopicData."""
 
     topic_name: str = ''  # The metadata log's topic.
-    partitions: list[PartitionData] = field(default_factory=list)
+    partitions: list[PartitionData] = field(default_factory=list)  # The quorum's partition (only 0).
     unknown_tagged_fields: tuple[tuple[int, bytes], ...] = ()
 
 
@@ -71,7 +71,7 @@ class BeginQuorumEpochRequest:
 
     cluster_id: str | None = None  # The leader's cluster id; null when the sender does not say.
     voter_id: int = -1  # The voter the request is for.
-    topics: list[TopicData] = field(default_factory=list)
+    topics: list[TopicData] = field(default_factory=list)  # The quorum's topic (only __cluster_metadata), with its partition.
     leader_endpoints: list[LeaderEndpoint] = field(default_factory=list)  # The leader's listeners.
     unknown_tagged_fields: tuple[tuple[int, bytes], ...] = ()
 

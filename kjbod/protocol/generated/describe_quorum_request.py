@@ -39,7 +39,7 @@ class TopicData:
     """Element of DescribeQuorumRequest: TopicData."""
 
     topic_name: str = ''  # The metadata log's topic, __cluster_metadata.
-    partitions: list[PartitionData] = field(default_factory=list)
+    partitions: list[PartitionData] = field(default_factory=list)  # The quorum's partition (only 0).
     unknown_tagged_fields: tuple[tuple[int, bytes], ...] = ()
 
 
@@ -53,7 +53,7 @@ class DescribeQuorumRequest:
     MAX_VERSION: ClassVar[int] = 2
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 0
 
-    topics: list[TopicData] = field(default_factory=list)
+    topics: list[TopicData] = field(default_factory=list)  # The quorum's topic (only __cluster_metadata), with its partition.
     unknown_tagged_fields: tuple[tuple[int, bytes], ...] = ()
 
     def encode(self, version: int) -> bytes:

@@ -68,7 +68,7 @@ class TopicData:
     """Element of DescribeQuorumResponse: TopicData."""
 
     topic_name: str = ''  # The metadata log's topic.
-    partitions: list[PartitionData] = field(default_factory=list)
+    partitions: list[PartitionData] = field(default_factory=list)  # The quorum's partition (only 0).
     unknown_tagged_fields: tuple[tuple[int, bytes], ...] = ()
 
 
@@ -103,7 +103,7 @@ class DescribeQuorumResponse:
 
     error_code: int = 0  # An error for the whole request (not the leader's controller, say); 0 othe...
     error_message: str | None = ''  # What went wrong, or null.
-    topics: list[TopicData] = field(default_factory=list)
+    topics: list[TopicData] = field(default_factory=list)  # The quorum's topic (only __cluster_metadata), with its partition.
     nodes: list[Node] = field(default_factory=list)  # Where the voters can be reached.
     unknown_tagged_fields: tuple[tuple[int, bytes], ...] = ()
 

@@ -54,7 +54,7 @@ class TopicData:
     """Element of EndQuorumEpochRequest: TopicData."""
 
     topic_name: str = ''  # The metadata log's topic.
-    partitions: list[PartitionData] = field(default_factory=list)
+    partitions: list[PartitionData] = field(default_factory=list)  # The quorum's partition (only 0).
     unknown_tagged_fields: tuple[tuple[int, bytes], ...] = ()
 
 
@@ -79,7 +79,7 @@ class EndQuorumEpochRequest:
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 1
 
     cluster_id: str | None = None  # The leader's cluster id; null when the sender does not say.
-    topics: list[TopicData] = field(default_factory=list)
+    topics: list[TopicData] = field(default_factory=list)  # The quorum's topic (only __cluster_metadata), with its partition.
     leader_endpoints: list[LeaderEndpoint] = field(default_factory=list)  # The leader's listeners.
     unknown_tagged_fields: tuple[tuple[int, bytes], ...] = ()
 

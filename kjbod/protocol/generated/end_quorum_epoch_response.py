@@ -46,7 +46,7 @@ class TopicData:
     """Element of EndQuorumEpochResponse: TopicData."""
 
     topic_name: str = ''  # The metadata log's topic.
-    partitions: list[PartitionData] = field(default_factory=list)
+    partitions: list[PartitionData] = field(default_factory=list)  # The quorum's partition (only 0).
     unknown_tagged_fields: tuple[tuple[int, bytes], ...] = ()
 
 
@@ -71,7 +71,7 @@ class EndQuorumEpochResponse:
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 1
 
     error_code: int = 0  # An error for the whole request; 0 otherwise.
-    topics: list[TopicData] = field(default_factory=list)
+    topics: list[TopicData] = field(default_factory=list)  # The quorum's topic (only __cluster_metadata), with its partition.
     node_endpoints: list[NodeEndpoint] = field(default_factory=list)  # Where the leader named above can be reached.
     unknown_tagged_fields: tuple[tuple[int, bytes], ...] = ()
 

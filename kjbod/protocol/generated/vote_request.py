@@ -47,7 +47,7 @@ class TopicData:
     """Element of VoteRequest: TopicData."""
 
     topic_name: str = ''  # The metadata log's topic, __cluster_metadata.
-    partitions: list[PartitionData] = field(default_factory=list)
+    partitions: list[PartitionData] = field(default_factory=list)  # The quorum's partition (only 0).
     unknown_tagged_fields: tuple[tuple[int, bytes], ...] = ()
 
 
@@ -63,7 +63,7 @@ class VoteRequest:
 
     cluster_id: str | None = None  # The cluster id the candidate belongs to; null when the sender does not say.
     voter_id: int = -1  # The voter the request is for, so a misdirected request can be told apart.
-    topics: list[TopicData] = field(default_factory=list)
+    topics: list[TopicData] = field(default_factory=list)  # The quorum's topic (only __cluster_metadata), with its partition.
     unknown_tagged_fields: tuple[tuple[int, bytes], ...] = ()
 
     def encode(self, version: int) -> bytes:

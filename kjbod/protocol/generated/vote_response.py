@@ -47,7 +47,7 @@ class TopicData:
     """Element of VoteResponse: TopicData."""
 
     topic_name: str = ''  # The metadata log's topic.
-    partitions: list[PartitionData] = field(default_factory=list)
+    partitions: list[PartitionData] = field(default_factory=list)  # The quorum's partition (only 0).
     unknown_tagged_fields: tuple[tuple[int, bytes], ...] = ()
 
 
@@ -72,7 +72,7 @@ class VoteResponse:
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 0
 
     error_code: int = 0  # An error for the whole request (a wrong cluster id, say); 0 otherwise.
-    topics: list[TopicData] = field(default_factory=list)
+    topics: list[TopicData] = field(default_factory=list)  # The quorum's topic (only __cluster_metadata), with its partition.
     node_endpoints: list[NodeEndpoint] = field(default_factory=list)  # Where the leader named above can be reached.
     unknown_tagged_fields: tuple[tuple[int, bytes], ...] = ()
 
