@@ -16,13 +16,15 @@ Strategy:
   - the inter-broker listener is protected when there are several listeners: the broker-wide limit does not
     hold it back; when its connection takes the broker over the limit, the least recently active connection of
     another listener is closed to make room (`excess`; also after ``max.connections`` is lowered at runtime);
-  - a connection from an IP that already has its limit open is counted and closed at once (`open` says so),
+  - a connection from an IP that already has its limit open is closed at once, uncounted (`open` says so),
     logged at info at most once a second per IP with how many were refused in between;
   - the creation rate delays the next accept until the connections accepted in the last second are below the
     rate (broker-wide rate, not for the protected listener, and the listener's own rate, whichever is longer).
     Kafka measures the rate over its quota window (``quota.window.num`` samples); kjbod over one second.
-* Everything here runs on the event loop; `admit` is the only coroutine. The counting and the rate are plain
-  methods taking the time, tested in process with a clock of their own.
+* `close_idle_connections` closes a connection that has received nothing for ``connections.max.idle.ms`` and is
+  owed no answer. The counts (open, accepted, the creation rate over 30 s) are what /metrics shows per listener.
+* Everything here runs on the event loop; `admit` and `close_idle_connections` are the only coroutines. The
+  counting and the rates are plain methods, tested in process with a clock of their own.
 """
 
 from __future__ import annotations
