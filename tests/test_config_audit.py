@@ -45,6 +45,8 @@ ELECTIONS = "tests/controller/test_elections.py"
 THROTTLES = "tests/replication/test_throttle.py"
 GROUPS = "tests/groups/test_group_state.py"
 GROUPS_LIVE = "tests/groups/test_groups_live.py"
+LIMITS = "tests/test_connection_limits_live.py"
+QUOTAS = "tests/test_connection_quotas.py"
 
 # key -> the tests that show it taking effect
 EFFECTS: dict[str, list[str]] = {
@@ -205,6 +207,21 @@ EFFECTS: dict[str, list[str]] = {
         f"{ELECTIONS}::test_rebalance_follows_the_imbalance_percentage"],
     **{key: [f"{THROTTLES}::test_the_quota_window_keys_reach_the_quotas"] for key in (
         "replication.quota.window.num", "replication.quota.window.size.seconds")},
+    **{key: [f"{LIMITS}::test_a_connection_over_its_ips_limit_is_closed_at_once_and_an_override_raises_it_for_127_0_0_1",
+             f"{LIMITS}::test_a_dynamic_change_through_alter_configs_takes_effect_and_bad_values_are_refused",
+             f"{QUOTAS}::test_limits_are_built_from_the_config_with_dynamic_values_over_static_ones"]
+       for key in ("max.connections.per.ip", "max.connections.per.ip.overrides")},
+    "max.connections": [
+        f"{LIMITS}::test_a_listener_at_its_limit_makes_a_new_connection_wait_until_one_closes[max.connections]",
+        f"{LIMITS}::test_the_inter_broker_listener_is_served_at_max_connections_and_the_oldest_client_connection_makes_room",
+        f"{QUOTAS}::test_limits_are_built_from_the_config_with_dynamic_values_over_static_ones"],
+    "max.connection.creation.rate": [
+        f"{QUOTAS}::test_limits_are_built_from_the_config_with_dynamic_values_over_static_ones",
+        f"{QUOTAS}::test_creation_rates_broker_wide_and_per_listener_the_inter_broker_listener_only_its_own"],
+    "connection.failed.authentication.delay.ms": [
+        f"{LIMITS}::test_the_answer_to_a_failed_authentication_and_the_close_wait_the_delay_while_others_are_served",
+        f"{QUOTAS}::test_the_answer_to_a_failed_authentication_waits_the_delay_and_the_close_follows_it"],
+    "connections.max.idle.ms": [f"{LIMITS}::test_a_connection_that_sends_nothing_for_connections_max_idle_ms_is_closed"],
     "kjbod.metrics.listener": [
         "tests/metrics/test_endpoint_live.py::test_counters_follow_a_known_workload_and_a_failed_dir_shows"],
 }

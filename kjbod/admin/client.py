@@ -663,24 +663,47 @@ class AdminClient:
         """Deletes the records of each (topic, partition) below its offset (-1: the high watermark) by moving the
         log start offset (DeleteRecords, sent to each partition's leader).  Returns each partition's new low
         watermark; per-partition errors raise unless told not to."""
-        deadline = self._deadline(timeout)
-        pending = dict(before_offsets)
-        done: dict[tuple[str, int], DeleteRecordsResult] = {}
-        last_error: dict[tuple[str, int], KafkaError] = {}
-        backoff = self._backoff()
 
-        def finish(tp: tuple[str, int], low_watermark: int | None, error: KafkaError | None) -> None:
-            done[tp] = DeleteRecordsResult(tp[0], tp[1], low_watermark, error)
-            pending.pop(tp, None)
-
-        async def send(leader: int, parts: dict[tuple[str, int], int]) -> None:
+        def request(parts: dict[tuple[str, int], int], deadline: _Deadline) -> Callable[[int], Any]:
             by_topic: dict[str, list[DeleteRecordsPartition]] = {}
             for (topic, index), offset in parts.items():
                 by_topic.setdefault(topic, []).append(DeleteRecordsPartition(partition_index=index, offset=offset))
             body = [DeleteRecordsTopic(name=name, partitions=ps) for name, ps in by_topic.items()]
+            return lambda v: DeleteRecordsRequest(topics=body, timeout_ms=self._timeout_ms(deadline))
+
+        out = await self._by_leader(
+            before_offsets, DELETE_RECORDS, request,
+            lambda tp, p: DeleteRecordsResult(tp[0], tp[1], p.low_watermark, None),
+            lambda tp, error: DeleteRecordsResult(tp[0], tp[1], None, error), self._deadline(timeout))
+        if raise_on_error:
+            out.raise_first()
+        return out
+
+    async def _by_leader(
+        self, wanted: Mapping[tuple[str, int], int], api_key: int,
+        request: Callable[[dict[tuple[str, int], int], _Deadline], Callable[[int], Any]],
+        answered: Callable[[tuple[str, int], Any], T], failed: Callable[[tuple[str, int], KafkaError], T],
+        deadline: _Deadline, *, min_version: int | None = None,
+    ) -> Results[tuple[str, int], T]:
+        """Sends a per-partition request (its response lists topics, each with partitions carrying error_code) to
+        each partition's leader, all leaders at once; a partition whose leader is gone, moved or not elected yet
+        is looked up again and resent after a backoff, until the deadline, which fails it with its last error (or
+        a timeout).  `request(parts, deadline)` builds one leader's request, `answered(tp, partition)` and
+        `failed(tp, error)` make the results, returned in the order of `wanted`."""
+        api = api_name(api_key)
+        pending = dict(wanted)
+        done: dict[tuple[str, int], T] = {}
+        last_error: dict[tuple[str, int], KafkaError] = {}
+        backoff = self._backoff()
+
+        def finish(tp: tuple[str, int], p: Any, error: KafkaError | None) -> None:
+            done[tp] = answered(tp, p) if error is None else failed(tp, error)
+            pending.pop(tp, None)
+
+        async def send(leader: int, parts: dict[tuple[str, int], int]) -> None:
             try:
-                response, _, conn = await self._call(leader, DELETE_RECORDS, lambda v: DeleteRecordsRequest(
-                    topics=body, timeout_ms=self._timeout_ms(deadline)), deadline, retry=False)
+                response, _, conn = await self._call(leader, api_key, request(parts, deadline), deadline,
+                                                     retry=False, min_version=min_version)
             except AdminError as failure:
                 if not failure.retriable:
                     raise
@@ -694,9 +717,9 @@ class AdminClient:
                     if tp not in parts:
                         continue
                     error = error_for_code(p.error_code, f"partition {t.name}-{p.partition_index}",
-                                           api="DeleteRecords", broker=conn.address)
+                                           api=api, broker=conn.address)
                     if error is None:
-                        finish(tp, p.low_watermark, None)
+                        finish(tp, p, None)
                     elif p.error_code in _STALE_LEADER_CODES or error.retriable:
                         last_error[tp] = error
                     else:
@@ -705,12 +728,11 @@ class AdminClient:
                 if tp in pending and tp not in last_error:
                     finish(tp, None, BrokerResponseError(
                         ErrorCode.UNKNOWN_SERVER_ERROR, f"no result for partition {tp[0]}-{tp[1]} in the response",
-                        api="DeleteRecords", broker=conn.address))
+                        api=api, broker=conn.address))
 
         while pending:
             last_error = {tp: e for tp, e in last_error.items() if tp in pending}
-            leaders = await self._leaders(pending, last_error, lambda tp, _, error: finish(tp, None, error),
-                                          deadline)
+            leaders = await self._leaders(pending, last_error, finish, deadline)
             await asyncio.gather(*(send(leader, parts) for leader, parts in leaders.items()))
             if not pending:
                 break
@@ -718,14 +740,12 @@ class AdminClient:
             if deadline.remaining() <= delay:
                 for tp in list(pending):
                     finish(tp, None, last_error.get(tp) or RequestTimeoutError(
-                        f"DeleteRecords: partition {tp[0]}-{tp[1]} not answered within {deadline.timeout:g}s"))
+                        f"{api}: partition {tp[0]}-{tp[1]} not answered within {deadline.timeout:g}s"))
                 break
             await asyncio.sleep(delay)
-        out: Results[tuple[str, int], DeleteRecordsResult] = Results()
-        for tp in before_offsets:
+        out: Results[tuple[str, int], T] = Results()
+        for tp in wanted:
             out[tp] = done[tp]
-        if raise_on_error:
-            out.raise_first()
         return out
 
     async def _topic_batches(self, names: list[str], api_key: int, build: Callable[[list[str]], Any],
@@ -768,70 +788,23 @@ class AdminClient:
         """The offset of each (topic, partition) for its spec: OffsetSpec.EARLIEST, OffsetSpec.LATEST, or a time
         in ms (the first offset whose record is at or after it; None when there is none).  Sent to each partition's
         leader (ListOffsets), looked up again when the leader moved, until the deadline."""
-        deadline = self._deadline(timeout)
-        pending = dict(specs)
-        done: dict[tuple[str, int], ListOffsetsResult] = {}
-        last_error: dict[tuple[str, int], KafkaError] = {}
-        backoff = self._backoff()
 
-        def finish(tp: tuple[str, int], p: Any, error: KafkaError | None) -> None:
-            if p is None:
-                done[tp] = ListOffsetsResult(tp[0], tp[1], None, None, None, error)
-            else:
-                done[tp] = ListOffsetsResult(tp[0], tp[1], p.offset if p.offset >= 0 else None,
-                                             p.timestamp if p.timestamp >= 0 else None,
-                                             p.leader_epoch if p.leader_epoch >= 0 else None, None)
-            pending.pop(tp, None)
-
-        async def send(leader: int, parts: dict[tuple[str, int], int]) -> None:
+        def request(parts: dict[tuple[str, int], int], _deadline: _Deadline) -> Callable[[int], Any]:
             by_topic: dict[str, list[ListOffsetsPartition]] = {}
             for (topic, index), spec in parts.items():
                 by_topic.setdefault(topic, []).append(ListOffsetsPartition(partition_index=index, timestamp=spec))
             body = [ListOffsetsTopic(name=name, partitions=ps) for name, ps in by_topic.items()]
-            try:
-                response, _, conn = await self._call(leader, LIST_OFFSETS, lambda v: ListOffsetsRequest(
-                    replica_id=-1, topics=body), deadline, retry=False, min_version=1)
-            except AdminError as failure:
-                if not failure.retriable:
-                    raise
-                for tp in parts:
-                    last_error[tp] = failure
-                self._metadata_stale = True
-                return
-            for t in response.topics:
-                for p in t.partitions:
-                    tp = (t.name, p.partition_index)
-                    if tp not in parts:
-                        continue
-                    error = error_for_code(p.error_code, f"partition {t.name}-{p.partition_index}",
-                                           api="ListOffsets", broker=conn.address)
-                    if error is None:
-                        finish(tp, p, None)
-                    elif p.error_code in _STALE_LEADER_CODES or error.retriable:
-                        last_error[tp] = error
-                    else:
-                        finish(tp, None, error)
-            for tp in parts:
-                if tp in pending and tp not in last_error:
-                    finish(tp, None, BrokerResponseError(
-                        ErrorCode.UNKNOWN_SERVER_ERROR, f"no result for partition {tp[0]}-{tp[1]} in the response",
-                        api="ListOffsets", broker=conn.address))
+            return lambda v: ListOffsetsRequest(replica_id=-1, topics=body)
 
-        while pending:
-            leaders = await self._leaders(pending, last_error, finish, deadline)
-            await asyncio.gather(*(send(leader, parts) for leader, parts in leaders.items()))
-            if not pending:
-                break
-            delay = backoff.next()
-            if deadline.remaining() <= delay:
-                for tp in list(pending):
-                    finish(tp, None, last_error.get(tp) or RequestTimeoutError(
-                        f"ListOffsets: partition {tp[0]}-{tp[1]} not answered within {deadline.timeout:g}s"))
-                break
-            await asyncio.sleep(delay)
-        out: Results[tuple[str, int], ListOffsetsResult] = Results()
-        for tp in specs:
-            out[tp] = done[tp]
+        def answered(tp: tuple[str, int], p: Any) -> ListOffsetsResult:
+            return ListOffsetsResult(tp[0], tp[1], p.offset if p.offset >= 0 else None,
+                                     p.timestamp if p.timestamp >= 0 else None,
+                                     p.leader_epoch if p.leader_epoch >= 0 else None, None)
+
+        out = await self._by_leader(
+            specs, LIST_OFFSETS, request, answered,
+            lambda tp, error: ListOffsetsResult(tp[0], tp[1], None, None, None, error), self._deadline(timeout),
+            min_version=1)
         if raise_on_error:
             out.raise_first()
         return out

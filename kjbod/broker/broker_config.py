@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -220,12 +221,79 @@ BROKER_KEYS: dict[str, BrokerKey] = {k.name: k for k in [
               doc="The longest metadata an offset commit may carry."),
     BrokerKey("offsets.retention.check.interval.ms", LONG, "offsets_retention_check_interval_ms",
               doc="How often expired offsets are looked for."),
+    BrokerKey("max.connections", INT, "max_connections", dynamic=True, default=INT_MAX, minimum=0,
+              doc="The most connections the broker keeps open; an acceptor waits while it is reached (the "
+                  "inter-broker listener excepted). Per listener: listener.name.<listener>.max.connections."),
+    BrokerKey("max.connections.per.ip", INT, "max_connections_per_ip", dynamic=True, default=INT_MAX, minimum=0,
+              doc="The most connections from one IP address; one more is closed at once."),
+    BrokerKey("max.connections.per.ip.overrides", STRING, "max_connections_per_ip_overrides", dynamic=True,
+              default="", doc="Per-IP limits for some hosts or addresses, as host:count,..."),
+    BrokerKey("max.connection.creation.rate", INT, "max_connection_creation_rate", dynamic=True, default=INT_MAX,
+              minimum=0, doc="The most new connections a second the broker accepts (KIP-612); per listener: "
+                             "listener.name.<listener>.max.connection.creation.rate."),
+    BrokerKey("connection.failed.authentication.delay.ms", INT, "connection_failed_authentication_delay_ms",
+              doc="How long the answer to a failed SASL authentication, and the close after it, are delayed."),
+    BrokerKey("connections.max.idle.ms", LONG, "connections_max_idle_ms",
+              doc="A connection with no request for this long is closed (-1: never)."),
     BrokerKey("kjbod.zero.copy", BOOLEAN, "zero_copy", doc="kjbod: send Fetch record data with sendfile."),
     BrokerKey("kjbod.extensions.enable", BOOLEAN, "extensions_enable",
               doc="kjbod: serve kjbod's protocol extensions (false: answer as Apache Kafka does)."),
     BrokerKey("kjbod.metrics.listener", STRING, "kjbod_metrics_listener",
               doc="kjbod: HOST:PORT of the Prometheus /metrics endpoint (unset: none)."),
 ]}
+
+
+# Connection limits (Kafka's socket server), dynamic per broker or as the cluster default; the two of
+# LISTENER_CONNECTION_KEYS also per listener, as listener.name.<listener>.<key> (dynamic and in server.properties).
+CONNECTION_KEYS = ("max.connections", "max.connections.per.ip", "max.connections.per.ip.overrides",
+                   "max.connection.creation.rate")
+LISTENER_CONNECTION_KEYS = ("max.connections", "max.connection.creation.rate")
+_LISTENER_CONNECTION_KEY = re.compile(
+    r"^listener\.name\.([A-Za-z0-9_.-]+?)\.(max\.connections|max\.connection\.creation\.rate)$")
+
+
+def listener_connection_key(key: str) -> tuple[str, str] | None:
+    """(LISTENER, key) for listener.name.<listener>.max.connections or ...max.connection.creation.rate (the
+    listener name upper-cased, as listener names are), else None."""
+    m = _LISTENER_CONNECTION_KEY.match(key)
+    return (m.group(1).upper(), m.group(2)) if m else None
+
+
+def parse_per_ip_overrides(key: str, raw: str) -> dict[str, int]:
+    """host:count,... as {host: count}; ValueError naming key and value for an entry that is not host:count
+    with a count from 0 to INT_MAX (hosts are resolved where the limits are applied)."""
+    out: dict[str, int] = {}
+    for item in (p.strip() for p in raw.split(",")):
+        if not item:
+            continue
+        host, sep, count = item.rpartition(":")
+        host = host.strip()
+        if host.startswith("[") and host.endswith("]"):
+            host = host[1:-1]
+        count = count.strip()
+        if not sep or not host or not re.fullmatch(r"\+?[0-9]{1,10}", count) or int(count) > INT_MAX:
+            raise ValueError(f"invalid value {raw!r} for {key}: {item!r} is not host:count (a count from 0 to "
+                             f"{INT_MAX})")
+        out[host] = int(count)
+    return out
+
+
+def check_connection_value(key: str, raw: str) -> str:
+    """A dynamic connection limit as it is kept (stripped); a bad one is BAD_BROKER_VALUE naming key and value.
+    The broker-wide numbers are from 0 (Kafka's atLeast(0)); a listener's from 1 (Kafka refuses 0 or less for
+    a listener's limits at runtime)."""
+    text = raw.strip()
+    if key == "max.connections.per.ip.overrides":
+        try:
+            parse_per_ip_overrides(key, text)
+        except ValueError as e:
+            raise ConfigProblem(BAD_BROKER_VALUE, str(e)) from None
+        return text
+    lo = 1 if listener_connection_key(key) is not None else 0
+    if not topic_config.JAVA_INTEGER.fullmatch(text) or len(text) > 11 or not lo <= int(text) <= INT_MAX:
+        raise ConfigProblem(BAD_BROKER_VALUE, f"invalid value {raw!r} for {key}: expected an integer between {lo} "
+                                              f"and {INT_MAX}")
+    return str(int(text))
 
 
 # The dynamic broker defaults of topic configs: broker key -> the topic config it stands for.
@@ -465,7 +533,26 @@ def describe_broker(config: Any, dynamic: DynamicBrokerConfigs, resource_name: s
                 out.append(Entry(key, value, DYNAMIC_DEFAULT_BROKER_CONFIG, k.type, read_only=False, doc=k.doc,
                                  synonyms=[(key, value, DYNAMIC_DEFAULT_BROKER_CONFIG)]))
         return out
-    return [broker_entry(config, dynamic, k) for name, k in BROKER_KEYS.items() if wanted is None or name in wanted]
+    out = [broker_entry(config, dynamic, k) for name, k in BROKER_KEYS.items() if wanted is None or name in wanted]
+    return out + _listener_connection_entries(config, dynamic, wanted)
+
+
+def _listener_connection_entries(config: Any, dynamic: DynamicBrokerConfigs, wanted: set[str] | None) -> list[Entry]:
+    """The listener-prefixed connection limits that are set (dynamically or in server.properties), as Kafka lists
+    a listener's configs: each with its synonyms by source."""
+    props = getattr(config, "properties", None) or {}
+    names = [k for k in (*dynamic.per_broker, *dynamic.cluster_default, *props) if listener_connection_key(k)]
+    out = []
+    for key in dict.fromkeys(names):
+        if wanted is not None and key not in wanted:
+            continue
+        synonyms = [(key, level[key], source) for level, source in ((dynamic.per_broker, DYNAMIC_BROKER_CONFIG),
+                                                                    (dynamic.cluster_default,
+                                                                     DYNAMIC_DEFAULT_BROKER_CONFIG),
+                                                                    (props, STATIC_BROKER_CONFIG)) if key in level]
+        out.append(Entry(key, synonyms[0][1], synonyms[0][2], INT, read_only=False,
+                         doc="A listener's own connection limit.", synonyms=synonyms))
+    return out
 
 
 # The broker keys that stand for one of kjbod's topic-config broker keys (Kafka's
@@ -580,15 +667,17 @@ def plan_broker_changes(
     check_broker_name(resource_name, dynamic.node_id)
     target = dynamic.target(resource_name)
     assert target is not None
-    unknown = [k for k, _, _ in changes if ALIASES.get(k, k) not in BROKER_KEYS and k not in STATIC_SYNONYMS]
+    unknown = [k for k, _, _ in changes if ALIASES.get(k, k) not in BROKER_KEYS and k not in STATIC_SYNONYMS
+               and listener_connection_key(k) is None]
     if unknown:
         raise ConfigProblem(ErrorCode.INVALID_CONFIG,
                             f"unknown or unsupported broker config {unknown[0]!r} (kjbod changes only {THROTTLE_KEY}, "
                             f"{CORDON_KEY}, "
                             "the *.replication.throttled.rate throttles, the reassignment.parallel.* limits, the "
-                            "log cleaner's keys and the broker defaults of topic configs (log.retention.ms, ...) "
-                            "at runtime)")
-    static = sorted({ALIASES.get(k, k) for k, _, _ in changes} - {k for k, v in BROKER_KEYS.items() if v.dynamic})
+                            "log cleaner's keys, the connection limits (max.connections, ...) and the broker "
+                            "defaults of topic configs (log.retention.ms, ...) at runtime)")
+    static = sorted({ALIASES.get(k, k) for k, _, _ in changes if listener_connection_key(k) is None}
+                    - {k for k, v in BROKER_KEYS.items() if v.dynamic})
     if static:
         raise ConfigProblem(ErrorCode.INVALID_REQUEST,
                             f"Cannot update these configs dynamically: {', '.join(static)}")
@@ -596,9 +685,12 @@ def plan_broker_changes(
     for key, op, raw in changes:
         key = ALIASES.get(key, key)
         current = out[key] if key in out else target.get(key)
-        new = _apply_op(key, current, op, raw, BROKER_KEYS[key].type == LIST)
+        is_list = key in BROKER_KEYS and BROKER_KEYS[key].type == LIST
+        new = _apply_op(key, current, op, raw, is_list)
         if key == CORDON_KEY:
             new = check_cordon_value(resource_name, new)
+        elif new is not None and (key in CONNECTION_KEYS or listener_connection_key(key) is not None):
+            new = check_connection_value(key, new)
         elif new is not None and key in CLEANER_KEYS:
             new = new.strip()
             check_cleaner_value(key, new)

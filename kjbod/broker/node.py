@@ -98,6 +98,9 @@ class BrokerNode:
         self.fetch_max_bytes: int = config.fetch_max_bytes
         self.cluster_id: str = ""
         self.metadata: MetadataImage = EMPTY_IMAGE  # the current image; replaced whole by the publisher
+        # Called (no arguments) after an image changed this broker's dynamic broker configs, per broker or the
+        # cluster default: the server shell rebuilds its connection limits (kjbod.server.quotas).
+        self.broker_config_listeners: list[Callable[[], None]] = []
         self.controller: Any = None  # kjbod.controller.QuorumController, built by the server layer
         self.metadata_log: Any = None
         self.metadata_fetch: Any = None  # serves Fetch/FetchSnapshot of the metadata log on controller listeners
@@ -276,6 +279,14 @@ class BrokerNode:
         old, self.metadata = self.metadata, image
         if self.assignments is not None:
             self.assignments.on_metadata(image)
+        if self.broker_config_listeners and (
+                old.resource_configs(BROKER, "") != image.resource_configs(BROKER, "")
+                or old.resource_configs(BROKER, str(self.node_id)) != image.resource_configs(BROKER, str(self.node_id))):
+            for listener in list(self.broker_config_listeners):
+                try:
+                    listener()
+                except Exception as e:  # noqa: BLE001  (one listener's bug must not stop the publisher)
+                    log.error("broker_config_listener_failed", error=f"{type(e).__name__}: {e}")
         if self.logs is None:
             return
         changes = delta.local_changes(self.node_id, image)

@@ -124,6 +124,9 @@ class NodeCollector(Collector):
         self._image_figures: tuple[Any, set[tuple[str, int]], int, int, int] | None = None
         self._controller_figures: tuple[Any, int, int] | None = None  # (image, partitions, offline partitions)
         self._online: set[tuple[str, int]] = set()  # (topic, partition) of the logs online at this scrape
+        # The server shell's connection counts (kjbod.server.quotas.ConnectionQuotas, one per role's listeners):
+        # `per_listener`, `created` and `creation_rate(listener)` are read.
+        self.connection_quotas: list[Any] = []
 
     # ---------------------------------------------------------------------------------------------- before a scrape
     async def refresh_dirs(self, wait_s: float = DIR_PROBE_WAIT_S) -> None:
@@ -205,6 +208,7 @@ class NodeCollector(Collector):
     # ---------------------------------------------------------------------------------------------- the families
     def collect(self) -> Iterator[Metric]:
         yield from self._requests()
+        yield from self._connections()
         if self._manager() is not None:
             yield from self._log_dirs()
             yield from self._kjbod_dirs()
@@ -215,6 +219,20 @@ class NodeCollector(Collector):
             yield from self._topic_meters()
         if getattr(self.node, "controller", None) is not None and getattr(self.node.controller, "image", None):
             yield from self._controller()
+
+    def _connections(self) -> Iterator[Metric]:
+        """Kafka's socket-server-metrics per listener (one network loop: networkProcessor "0")."""
+        prefix = "kafka_server_socket_server_metrics_connection_"
+        count = _family(f"{prefix}count", "Open connections of the listener.")
+        rate = _family(f"{prefix}creation_rate", "Connections accepted a second on the listener, over 30 s.")
+        created = _counter(f"{prefix}creation", "Connections accepted on the listener.")
+        for quotas in self.connection_quotas:
+            for listener, open_now in quotas.per_listener.items():
+                labels = {"listener": listener, "networkProcessor": "0"}
+                count.add_sample(f"{prefix}count", labels, open_now)
+                rate.add_sample(f"{prefix}creation_rate", labels, quotas.creation_rate(listener))
+                created.add_sample(f"{prefix}creation_total", labels, quotas.created.get(listener, 0))
+        yield from (count, rate, created)
 
     def _requests(self) -> Iterator[Metric]:
         stats = self.requests

@@ -6,11 +6,15 @@ Strategy:
   one clear line before anything else happens; then it builds and starts the node (storage recovery, metadata),
   and only then starts serving, so no request reaches a node that is not ready.
 * One `Connection` per accepted socket, all registered in one `ConnectionRegistry`.
-* A TLS listener (security protocol SSL) is a `kjbod.server.tls_listener.TlsServer`: each accepted socket's
-  handshake runs as its own small task, without blocking the loop, and only a connection whose handshake succeeded
-  gets its `Connection`; a client speaking plaintext, or one whose certificate is refused, is logged once and
-  dropped. TLS connections never use sendfile (the kernel would write the file's bytes unencrypted): their Fetch
-  answers carry record bytes read by the dirs' workers instead (kjbod.broker.handlers.fetch).
+* Every listener is a `kjbod.server.listener.ListenerServer`, which accepts the sockets itself so that Kafka's
+  connection limits hold (kjbod.server.quotas: max.connections, per listener and per IP, the creation rate); the
+  limits are built again whenever the node's dynamic broker configs change. Idle connections are closed after
+  ``connections.max.idle.ms``.
+* On a TLS listener (security protocol SSL) each accepted socket's handshake runs as its own small task, without
+  blocking the loop, and only a connection whose handshake succeeded gets its `Connection`; a client speaking
+  plaintext, or one whose certificate is refused, is logged once and dropped. TLS connections never use sendfile
+  (the kernel would write the file's bytes unencrypted): their Fetch answers carry record bytes read by the dirs'
+  workers instead (kjbod.broker.handlers.fetch).
 * Shutdown, on SIGTERM/SIGINT or when the node asks for it (`node.shutdown_requested`, e.g. every log dir
   failed): stop accepting; let every connection write the replies it owes and close (bounded by
   `shutdown_timeout`; a second signal cuts that short); abort the stragglers; stop the node (checkpoints,
@@ -42,8 +46,9 @@ from kjbod.net.scram import ScramCredential
 from kjbod.net.tls import TlsConfigError, TlsSettings, is_tls, server_context
 from kjbod.server.config import ConfigError, Listener, ServerConfig
 from kjbod.server.connection import Connection, ConnectionRegistry
+from kjbod.server.listener import ConnectionFactory, ListenerServer, bind_sockets
 from kjbod.server.logging import get_logger
-from kjbod.server.tls_listener import TlsServer, bind_sockets
+from kjbod.server.quotas import ConnectionLimits, ConnectionQuotas, close_idle_connections
 from kjbod.storage.records import keep_freed_buffers
 from kjbod.storage.workers import Placement
 
@@ -109,6 +114,14 @@ async def serve(
     ``whole_process``: the process is this server's alone (`run`), so it may tune the process's GC."""
     loop = asyncio.get_running_loop()
     registry = ConnectionRegistry()
+    # As in Kafka, the broker's listeners and the controller's have connection quotas of their own (each role's
+    # socket server counts its own connections); only the broker's protect the inter-broker listener.
+    static_limits = ConnectionLimits.build(config, {})
+    quotas = {
+        "broker": ConnectionQuotas(static_limits, [ln.name for ln in config.broker_listeners],
+                                   config.inter_broker_listener_name or _first_broker_listener(config)),
+        "controller": ConnectionQuotas(static_limits, [ln.name for ln in config.controller_listeners], None),
+    }
     node: Any = None
     metrics: Any = None
     endpoint: Any = None
@@ -121,11 +134,11 @@ async def serve(
             return None
         return ScramCredential(entry.salt, entry.stored_key, entry.server_key, entry.iterations)
 
-    def connection_factory(listener: Listener, kind: Any) -> Callable[[], Connection]:
+    def connection_factory(listener: Listener, kind: Any) -> ConnectionFactory:
         tls = is_tls(listener.security_protocol)
         sasl = config.sasl_settings(listener.name) if is_sasl(listener.security_protocol) else None
 
-        def make() -> Connection:
+        def make(on_close: Callable[[], None] | None) -> Connection:
             return Connection(
                 node.handler,
                 listener_name=listener.name,
@@ -138,21 +151,39 @@ async def serve(
                 tls=tls,
                 sasl=sasl,
                 scram_credential=scram_credential,
+                auth_failure_delay_ms=config.connection_failed_authentication_delay_ms,
+                on_close=on_close,
             )
 
         return make
+
+    def limits_changed() -> None:
+        """The node's dynamic broker configs changed: the connection limits in force may have."""
+        dynamic = getattr(node, "dynamic_configs", None)
+        if dynamic is None:
+            return
+        limits = ConnectionLimits.build(config, dynamic.merged())
+        changed = [q.reconfigure(limits) for q in quotas.values()]
+        if any(changed):
+            log.info("connection limits changed", max_connections=limits.max_connections,
+                     max_connections_per_ip=limits.max_connections_per_ip,
+                     max_connections_per_ip_overrides=dict(limits.per_ip_overrides),
+                     max_connection_creation_rate=limits.max_connection_creation_rate,
+                     listener_max_connections=dict(limits.listener_max_connections),
+                     listener_max_connection_creation_rate=dict(limits.listener_max_connection_creation_rate))
+            for q in quotas.values():
+                q.close_excess(registry)
 
     servers: list[tuple[Listener, str, Any]] = []
     bound: list[tuple[str, int]] = []
     try:
         for listener in config.listeners:
             kind = config.listener_kind(listener.name)
-            if is_tls(listener.security_protocol):
-                server = _bind_tls(loop, listener, connection_factory(listener, kind),
-                                   config.tls_settings(listener.name), config.socket_listen_backlog_size)
-            else:
-                server = await _bind(loop, listener, connection_factory(listener, kind),
-                                     config.socket_listen_backlog_size)
+            context = _tls_context(listener, config.tls_settings(listener.name)) \
+                if is_tls(listener.security_protocol) else None
+            server = ListenerServer(loop, _listen(listener), connection_factory(listener, kind), listener.name,
+                                    context=context, quotas=quotas[kind], registry=registry,
+                                    backlog=config.socket_listen_backlog_size)
             servers.append((listener, kind, server))
             # the bound address, read now: a server closed while the node starts (a stop asked meanwhile) has no
             # sockets to read later
@@ -166,7 +197,12 @@ async def serve(
         node.authorizer = build_authorizer(config, node)
         if config.kjbod_metrics_listener is not None:
             metrics, endpoint = await _start_metrics(node, config.kjbod_metrics_listener)
+            metrics.collector.connection_quotas = list(quotas.values())
         await node.start()
+        config_listeners = getattr(node, "broker_config_listeners", None)
+        if config_listeners is not None:
+            config_listeners.append(limits_changed)
+        limits_changed()  # the dynamic values the metadata log holds
         if whole_process:
             if os.environ.get("KJBOD_TRACE"):  # a latency tail's background events (kjbod.net.trace)
                 from kjbod.server.tracing import install_tracing
@@ -186,6 +222,7 @@ async def serve(
             await endpoint.close()
         raise
 
+    idle_closer = loop.create_task(close_idle_connections(registry, config.connections_max_idle_ms))
     try:
         for (listener, kind, server), (host, port) in zip(servers, bound, strict=True):
             await server.start_serving()
@@ -195,6 +232,7 @@ async def serve(
         await _wait_for_stop(loop, node)
     finally:
         # Also on cancellation (embedded use): the node must not be left running.
+        idle_closer.cancel()
         for _, _, server in servers:
             server.close()
         begin = getattr(node, "begin_shutdown", None)
@@ -291,51 +329,31 @@ async def _start_metrics(node: Any, listener: str) -> tuple[Any, Any]:
     return metrics, endpoint
 
 
-def _bind_tls(loop: asyncio.AbstractEventLoop, listener: Listener, factory: Callable[[], Connection],
-              settings: TlsSettings, backlog: int) -> TlsServer:
+def _first_broker_listener(config: ServerConfig) -> str | None:
+    names = [ln.name for ln in config.listeners if ln.name not in config.controller_listener_names]
+    return names[0] if names else None
+
+
+def _tls_context(listener: Listener, settings: TlsSettings) -> Any:
     try:
-        context = server_context(settings)
+        return server_context(settings)
     except TlsConfigError as e:  # checked when the config was read; a file may have changed since
         raise ConfigError(f"listener {listener.name}: {e}") from None
-    try:
-        sockets = bind_sockets(listener.host, listener.port, backlog)
-    except socket.gaierror as e:
-        raise ListenError(f"cannot listen on {_where(listener)}: unknown host ({e.strerror})") from None
-    except OSError as e:
-        reason = "address already in use" if e.errno == errno.EADDRINUSE else (e.strerror or str(e)).lower()
-        raise ListenError(f"cannot listen on {_where(listener)}: {reason}") from None
-    return TlsServer(loop, sockets, context, factory, listener.name)
 
 
 def _where(listener: Listener) -> str:
     return f"{listener.host}:{listener.port}" if ":" not in listener.host else f"[{listener.host}]:{listener.port}"
 
 
-async def _bind(
-    loop: asyncio.AbstractEventLoop, listener: Listener, factory: Callable[[], Connection], backlog: int
-) -> Any:
-    where = (
-        f"{listener.host}:{listener.port}"
-        if ":" not in listener.host
-        else f"[{listener.host}]:{listener.port}"
-    )
+def _listen(listener: Listener) -> list[socket.socket]:
+    """The listener's bound, listening sockets; a ListenError of one line when it cannot be bound."""
     try:
-        return await loop.create_server(
-            factory,
-            listener.host,
-            listener.port,
-            backlog=backlog,  # socket.listen.backlog.size
-            reuse_address=True,
-            start_serving=False,
-        )
+        return bind_sockets(listener.host, listener.port)
     except socket.gaierror as e:
-        raise ListenError(f"cannot listen on {where}: unknown host ({e.strerror})") from None
+        raise ListenError(f"cannot listen on {_where(listener)}: unknown host ({e.strerror})") from None
     except OSError as e:
-        if e.errno == errno.EADDRINUSE:
-            reason = "address already in use"
-        else:
-            reason = (e.strerror or str(e)).lower()
-        raise ListenError(f"cannot listen on {where}: {reason}") from None
+        reason = "address already in use" if e.errno == errno.EADDRINUSE else (e.strerror or str(e)).lower()
+        raise ListenError(f"cannot listen on {_where(listener)}: {reason}") from None
 
 
 _SIGNALS = (signal.SIGTERM, signal.SIGINT)

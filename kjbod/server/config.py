@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from kjbod.broker.broker_config import listener_connection_key, parse_per_ip_overrides
 from kjbod.metadata.acls import STANDARD_AUTHORIZER
 from kjbod.net.sasl import SaslConfigError, SaslSettings, is_sasl, is_sasl_key
 from kjbod.net.tls import (
@@ -292,6 +293,19 @@ def _voters(key: str, raw: str) -> tuple[str, ...]:
     return items
 
 
+def _per_ip_overrides(key: str, raw: str) -> str:
+    try:
+        hosts = parse_per_ip_overrides(key, raw)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    return ",".join(f"[{h}]:{n}" if ":" in h else f"{h}:{n}" for h, n in hosts.items())
+
+
+def _listener_connection_limit(key: str, raw: str) -> int:
+    """listener.name.<listener>.max.connections / .max.connection.creation.rate: from 1, as Kafka takes them."""
+    return _int(1)(key, raw)
+
+
 @dataclass(frozen=True)
 class KeyDef:
     key: str
@@ -405,6 +419,17 @@ KEYS: dict[str, KeyDef] = {
             "kjbod: how often each log dir's free space is checked (what brings a full dir back)",
         ),
         KeyDef("socket.request.max.bytes", _int(1), 104_857_600),
+        KeyDef("max.connections", _int(0), INT_MAX,
+               "the most connections the broker keeps open (the inter-broker listener excepted); per listener: "
+               "listener.name.<listener>.max.connections"),
+        KeyDef("max.connections.per.ip", _int(0), INT_MAX, "the most connections from one IP address"),
+        KeyDef("max.connections.per.ip.overrides", _per_ip_overrides, "", "per-IP limits as host:count,..."),
+        KeyDef("max.connection.creation.rate", _int(0), INT_MAX,
+               "the most new connections a second (KIP-612); per listener: "
+               "listener.name.<listener>.max.connection.creation.rate"),
+        KeyDef("connection.failed.authentication.delay.ms", _int(0), 100,
+               "how long the answer to a failed SASL authentication and the close after it are delayed"),
+        KeyDef("connections.max.idle.ms", _long(), 600_000, "a connection idle this long is closed (-1: never)"),
         KeyDef("broker.heartbeat.interval.ms", _int(1), 2000),
         KeyDef("broker.session.timeout.ms", _int(1), 9000),
         KeyDef("fetch.max.bytes", _int(1024), 55 * 1024 * 1024,
@@ -643,6 +668,12 @@ class ServerConfig:
     authorizer_class_name: str = ""  # "" or Kafka's StandardAuthorizer
     super_users: tuple[str, ...] = ()
     allow_everyone_if_no_acl_found: bool = False
+    max_connections: int = INT_MAX
+    max_connections_per_ip: int = INT_MAX
+    max_connections_per_ip_overrides: str = ""  # host:count,... (checked)
+    max_connection_creation_rate: int = INT_MAX
+    connection_failed_authentication_delay_ms: int = 100
+    connections_max_idle_ms: int = 600_000  # negative: never
     # The COMPATIBILITY_ONLY keys the config sets, as given, so the node can log once that they have no effect.
     ignored: Mapping[str, str] = field(default_factory=dict)
     # The effective raw key=value pairs (file, then overrides).
@@ -807,6 +838,12 @@ def build_config(
             continue
         if is_sasl_key(key):
             continue  # Kafka's SASL keys, plain or for one listener: read by the SASL listeners (kjbod.net.sasl)
+        if listener_connection_key(key) is not None:
+            try:  # a listener's connection limits: read from `properties` by kjbod.server.quotas
+                _listener_connection_limit(key, raw)
+            except ConfigError as e:
+                raise located(key, e) from None
+            continue
         canonical = ALIASES.get(key, key)
         keydef = KEYS.get(canonical)
         if keydef is None:
@@ -952,6 +989,10 @@ def build_config(
                 f"({','.join(broker_listener_names)})",
             )
 
+    if get("max.connections.per.ip") == 0 and not get("max.connections.per.ip.overrides"):
+        raise fail("max.connections.per.ip", "max.connections.per.ip is 0, which refuses every connection: set "
+                   "max.connections.per.ip.overrides for the hosts that may connect, or a limit above 0")
+
     # TLS: every SSL listener's server side, and the client side this node opens on the inter-broker and the
     # controller listener, built now so a bad value or an unreadable file stops the start with one line.
     client_listeners = set()
@@ -1048,6 +1089,12 @@ def build_config(
         num_replica_alter_log_dirs_threads=get("num.replica.alter.log.dirs.threads") or len(dirs),
         log_dir_failure_timeout_ms=get("log.dir.failure.timeout.ms"),
         socket_request_max_bytes=get("socket.request.max.bytes"),
+        max_connections=get("max.connections"),
+        max_connections_per_ip=get("max.connections.per.ip"),
+        max_connections_per_ip_overrides=get("max.connections.per.ip.overrides"),
+        max_connection_creation_rate=get("max.connection.creation.rate"),
+        connection_failed_authentication_delay_ms=get("connection.failed.authentication.delay.ms"),
+        connections_max_idle_ms=get("connections.max.idle.ms"),
         broker_heartbeat_interval_ms=get("broker.heartbeat.interval.ms"),
         broker_session_timeout_ms=get("broker.session.timeout.ms"),
         replica_fetch_max_bytes=get("replica.fetch.max.bytes"),

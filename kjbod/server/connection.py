@@ -56,7 +56,7 @@ import os
 import struct
 import time
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, cast
 
 from kjbod.metadata.acls import ANONYMOUS
@@ -144,6 +144,7 @@ _NO_READY: dict[int, dict[bytes, bytes]] = {}
 _BY_CALLBACKS: Any = object()
 _connection_ids = itertools.count(1)
 _now = time.perf_counter
+_monotonic = time.monotonic
 _bucket = bisect.bisect_right
 _FIRST_BOUND_S = _BOUNDS_S[0]
 
@@ -170,6 +171,8 @@ class Connection(asyncio.BufferedProtocol):
         tls: bool = False,
         sasl: SaslSettings | None = None,
         scram_credential: Any = None,
+        auth_failure_delay_ms: int = 0,
+        on_close: Callable[[], None] | None = None,
     ) -> None:
         if max_pending < 1:
             raise ValueError("max_pending must be >= 1")
@@ -188,6 +191,10 @@ class Connection(asyncio.BufferedProtocol):
         self._registry = registry
         self.connection_id = next(_connection_ids)
         self._stats = stats
+        self._on_close = on_close
+        # When the peer last sent bytes (time.monotonic): what connections.max.idle.ms and the choice of the least
+        # recently used connection to close (kjbod.server.quotas) go by.
+        self.last_active = _monotonic()
         self._read_at = 0.0  # when the read being served arrived (metrics)
         self._batch_routes: list[int] = []  # route ids of the replies in the batch not yet written (metrics)
 
@@ -229,7 +236,8 @@ class Connection(asyncio.BufferedProtocol):
             self._decoder.max_size = min(max_frame_size, SASL_MAX_RECEIVE_SIZE)
             self._router_ready, self._ready = self._ready, None
             self.sasl = SaslGate(self._handle, sasl, close_later=self._close_soon,
-                                 on_authenticated=self._sasl_authenticated, scram_credential=scram_credential)
+                                 on_authenticated=self._sasl_authenticated, scram_credential=scram_credential,
+                                 failure_delay_ms=auth_failure_delay_ms)
             self._handle = self.sasl.handle
 
     def _close_soon(self, reason: str) -> None:
@@ -259,6 +267,20 @@ class Connection(asyncio.BufferedProtocol):
     @property
     def closed(self) -> bool:
         return self._closed
+
+    @property
+    def closing(self) -> bool:
+        """Closed, or asked to close (it goes once its owed replies are written, or at once when aborted)."""
+        return self._closed or self._close_reason is not None
+
+    @property
+    def listener_name(self) -> str:
+        return self._listener_name
+
+    @property
+    def idle(self) -> bool:
+        """Nothing being answered: no reply queued or being written."""
+        return not self._queue and self._sender is None and self._sending is None
 
     def close_after_pending(self, reason: str) -> None:
         """Stop reading requests; close once the replies to requests already read are written."""
@@ -311,6 +333,7 @@ class Connection(asyncio.BufferedProtocol):
         return self._recv_view
 
     def buffer_updated(self, nbytes: int) -> None:
+        self.last_active = _monotonic()
         if timeline.ON:
             timeline.span("server read", time.perf_counter())
         if self._big_view is not None:
@@ -355,6 +378,7 @@ class Connection(asyncio.BufferedProtocol):
 
     def data_received(self, data: bytes) -> None:
         """Received bytes (the buffered-protocol path goes through here for ordinary reads; tests call it)."""
+        self.last_active = _monotonic()
         self._received(data)
 
     def _received(self, data: bytes) -> bool:
@@ -424,6 +448,9 @@ class Connection(asyncio.BufferedProtocol):
         self._big = self._big_view = None
         if self._registry is not None:
             self._registry.discard(self)
+        on_close, self._on_close = self._on_close, None
+        if on_close is not None:
+            on_close()
         if self._lost_waiter is not None and not self._lost_waiter.done():
             self._lost_waiter.set_result(None)
         if exc is not None:

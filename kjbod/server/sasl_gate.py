@@ -10,6 +10,8 @@ Strategy (the states of Kafka's server authenticator, without its GSSAPI fallbac
   v0 moves to RAW_TOKENS, where each frame is a bare token and the answer a bare token (old clients).
 * A token that fails answers SASL_AUTHENTICATION_FAILED with the mechanism's message (v0: no answer), then the
   connection closes: the answer goes out first, the close is asked on the next pass of the loop (`close_later`).
+  As in Kafka, the answer (and so the close behind it) waits ``connection.failed.authentication.delay.ms``
+  (100 ms by default) first, which slows down a client guessing passwords; other connections go on meanwhile.
 * AUTHENTICATED: every frame goes to the router. With ``connections.max.reauth.ms`` set, the session lifetime is
   reported in SaslAuthenticate v1+; a client re-authenticates by sending SaslHandshake again (as the same user), and
   a request that arrives after the session expired closes the connection, as Kafka does. Without it, a SaslHandshake
@@ -19,6 +21,7 @@ Strategy (the states of Kafka's server authenticator, without its GSSAPI fallbac
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -66,8 +69,9 @@ class SaslGate:
     def __init__(self, handle: Callable[[Any, RequestContext], Any], settings: SaslSettings, *,
                  close_later: Callable[[str], None], on_authenticated: Callable[[], None] | None = None,
                  scram_credential: Callable[[str, int], ScramCredential | None] | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, failure_delay_ms: int = 0) -> None:
         self._handle = handle
+        self.failure_delay_ms = failure_delay_ms
         self.settings = settings
         self._close_later = close_later
         self._on_authenticated = on_authenticated
@@ -163,16 +167,17 @@ class SaslGate:
                 f"User:{server.principal}")
         return response
 
-    def _authenticate(self, frame: Any, version: int, corr: int, ctx: RequestContext) -> list[bytes]:
+    def _authenticate(self, frame: Any, version: int, corr: int, ctx: RequestContext) -> Any:
         body = self._body(frame, SASL_AUTHENTICATE_KEY, version, SaslAuthenticateRequest, ctx)
         try:
             token = self._evaluate(bytes(body.auth_bytes))
         except SaslAuthenticationFailed as e:
             log.warning("SASL authentication failed; closing the connection", peer=ctx.peer,
-                        listener=ctx.listener_name, mechanism=self.mechanism, error=e.reason)
+                        listener=ctx.listener_name, mechanism=self.mechanism, error=e.reason,
+                        answer_delay_ms=self.failure_delay_ms)
             self._fail("SASL authentication failed")
-            return _reply(SASL_AUTHENTICATE_KEY, version, corr, SaslAuthenticateResponse(
-                error_code=ErrorCode.SASL_AUTHENTICATION_FAILED, error_message=str(e)))
+            return self._delayed(_reply(SASL_AUTHENTICATE_KEY, version, corr, SaslAuthenticateResponse(
+                error_code=ErrorCode.SASL_AUTHENTICATION_FAILED, error_message=str(e))))
         lifetime_ms = 0
         assert self._server is not None
         if self._server.complete:
@@ -224,6 +229,21 @@ class SaslGate:
         return self._handle(frame, ctx)
 
     # -- failing -----------------------------------------------------------------------------------------------------
+
+    def _delayed(self, reply: list[bytes]) -> list[bytes] | asyncio.Future[list[bytes]]:
+        """`reply`, given failure_delay_ms later (the connection writes replies in order and closes after)."""
+        if self.failure_delay_ms <= 0:
+            return reply
+        loop = asyncio.get_running_loop()
+        answer: asyncio.Future[list[bytes]] = loop.create_future()
+
+        def give() -> None:
+            if not answer.done():
+                answer.set_result(reply)
+
+        timer = loop.call_later(self.failure_delay_ms / 1000, give)
+        answer.add_done_callback(lambda _: timer.cancel())  # also when the connection drops it first
+        return answer
 
     def _fail(self, reason: str) -> None:
         self.state = FAILED

@@ -15,7 +15,7 @@ with warnings.catch_warnings():
     from kafka import KafkaProducer
     from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
 
-from kjbod.broker.broker_config import CLEANER_KEYS, LOG_CONFIG_KEYS
+from kjbod.broker.broker_config import CLEANER_KEYS, CONNECTION_KEYS, LOG_CONFIG_KEYS
 from kjbod.protocol.generated import (
     AlterConfigsRequest,
     DescribeConfigsRequest,
@@ -94,6 +94,7 @@ def test_broker_configs_sources_and_every_version(kjbod_server):
                                                      "reassignment.parallel.partition.count",
                                                      "reassignment.parallel.leader.movements",
                                                      *CLEANER_KEYS,  # the log cleaner's own keys
+                                                     *CONNECTION_KEYS,  # max.connections, ...
                                                      *LOG_CONFIG_KEYS])  # log.retention.ms, ... (DynamicLogConfig)
 
 

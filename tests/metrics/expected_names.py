@@ -64,6 +64,9 @@ BROKER: list[tuple[str, frozenset[str], str]] = [
      "kafka.server:type=LeaderReplication byte-rate (JMX exporter default naming; no Strimzi rule)"),
     ("kafka_server_followerreplication_byte_rate", frozenset(),
      "kafka.server:type=FollowerReplication byte-rate (JMX exporter default naming; no Strimzi rule)"),
+    *[(f"kafka_server_socket_server_metrics_connection_{m}", frozenset({"listener", "networkProcessor"}),
+       f"kafka.server:type=socket-server-metrics,listener=...,networkProcessor=... {m.replace('_', '-')} "
+       f"({OPS}; {STRIMZI})") for m in ("count", "creation_rate", "creation_total")],
     # kjbod's own
     *[(f"kjbod_log_dir_{m}", frozenset({"log_dir"}), "kjbod") for m in (
         "total_bytes", "usable_bytes", "reserve_bytes", "partitions", "recent_latency_seconds", "cordoned",
