@@ -75,6 +75,11 @@ SERVED_APIS: dict[str, tuple[int, int]] = {
     "OffsetDelete": (0, 0),
     "DescribeUserScramCredentials": (0, 0),
     "AlterUserScramCredentials": (0, 0),
+    "AddPartitionsToTxn": (0, 3),
+    "AddOffsetsToTxn": (0, 4),
+    "EndTxn": (0, 4),
+    "WriteTxnMarkers": (1, 1),
+    "TxnOffsetCommit": (0, 5),
 }
 SERVED_HEADERS: dict[str, tuple[int, int]] = {"RequestHeader": (0, 2), "ResponseHeader": (0, 1)}
 SERVED_RECORDS: dict[str, tuple[int, int]] = {

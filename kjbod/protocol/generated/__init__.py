@@ -2,6 +2,10 @@
 
 """Generated message classes: one dataclass per message, every version."""
 
+from .add_offsets_to_txn_request import AddOffsetsToTxnRequest
+from .add_offsets_to_txn_response import AddOffsetsToTxnResponse
+from .add_partitions_to_txn_request import AddPartitionsToTxnRequest
+from .add_partitions_to_txn_response import AddPartitionsToTxnResponse
 from .allocate_producer_ids_request import AllocateProducerIdsRequest
 from .allocate_producer_ids_response import AllocateProducerIdsResponse
 from .alter_configs_request import AlterConfigsRequest
@@ -50,6 +54,8 @@ from .describe_user_scram_credentials_request import DescribeUserScramCredential
 from .describe_user_scram_credentials_response import DescribeUserScramCredentialsResponse
 from .elect_leaders_request import ElectLeadersRequest
 from .elect_leaders_response import ElectLeadersResponse
+from .end_txn_request import EndTxnRequest
+from .end_txn_response import EndTxnResponse
 from .feature_level_record import FeatureLevelRecord
 from .fence_broker_record import FenceBrokerRecord
 from .fetch_request import FetchRequest
@@ -109,13 +115,21 @@ from .sync_group_response import SyncGroupResponse
 from .throttled_rate_intent_record import ThrottledRateIntentRecord
 from .throttled_replicas_intent_record import ThrottledReplicasIntentRecord
 from .topic_record import TopicRecord
+from .txn_offset_commit_request import TxnOffsetCommitRequest
+from .txn_offset_commit_response import TxnOffsetCommitResponse
 from .unfence_broker_record import UnfenceBrokerRecord
 from .unregister_broker_record import UnregisterBrokerRecord
 from .unregister_broker_request import UnregisterBrokerRequest
 from .unregister_broker_response import UnregisterBrokerResponse
 from .user_scram_credential_record import UserScramCredentialRecord
+from .write_txn_markers_request import WriteTxnMarkersRequest
+from .write_txn_markers_response import WriteTxnMarkersResponse
 
 __all__ = [
+    'AddOffsetsToTxnRequest',
+    'AddOffsetsToTxnResponse',
+    'AddPartitionsToTxnRequest',
+    'AddPartitionsToTxnResponse',
     'AllocateProducerIdsRequest',
     'AllocateProducerIdsResponse',
     'AlterConfigsRequest',
@@ -164,6 +178,8 @@ __all__ = [
     'DescribeUserScramCredentialsResponse',
     'ElectLeadersRequest',
     'ElectLeadersResponse',
+    'EndTxnRequest',
+    'EndTxnResponse',
     'FeatureLevelRecord',
     'FenceBrokerRecord',
     'FetchRequest',
@@ -223,9 +239,13 @@ __all__ = [
     'ThrottledRateIntentRecord',
     'ThrottledReplicasIntentRecord',
     'TopicRecord',
+    'TxnOffsetCommitRequest',
+    'TxnOffsetCommitResponse',
     'UnfenceBrokerRecord',
     'UnregisterBrokerRecord',
     'UnregisterBrokerRequest',
     'UnregisterBrokerResponse',
     'UserScramCredentialRecord',
+    'WriteTxnMarkersRequest',
+    'WriteTxnMarkersResponse',
 ]

@@ -6,6 +6,10 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from .add_offsets_to_txn_request import AddOffsetsToTxnRequest
+from .add_offsets_to_txn_response import AddOffsetsToTxnResponse
+from .add_partitions_to_txn_request import AddPartitionsToTxnRequest
+from .add_partitions_to_txn_response import AddPartitionsToTxnResponse
 from .allocate_producer_ids_request import AllocateProducerIdsRequest
 from .allocate_producer_ids_response import AllocateProducerIdsResponse
 from .alter_configs_request import AlterConfigsRequest
@@ -54,6 +58,8 @@ from .describe_user_scram_credentials_request import DescribeUserScramCredential
 from .describe_user_scram_credentials_response import DescribeUserScramCredentialsResponse
 from .elect_leaders_request import ElectLeadersRequest
 from .elect_leaders_response import ElectLeadersResponse
+from .end_txn_request import EndTxnRequest
+from .end_txn_response import EndTxnResponse
 from .feature_level_record import FeatureLevelRecord
 from .fence_broker_record import FenceBrokerRecord
 from .fetch_request import FetchRequest
@@ -113,11 +119,15 @@ from .sync_group_response import SyncGroupResponse
 from .throttled_rate_intent_record import ThrottledRateIntentRecord
 from .throttled_replicas_intent_record import ThrottledReplicasIntentRecord
 from .topic_record import TopicRecord
+from .txn_offset_commit_request import TxnOffsetCommitRequest
+from .txn_offset_commit_response import TxnOffsetCommitResponse
 from .unfence_broker_record import UnfenceBrokerRecord
 from .unregister_broker_record import UnregisterBrokerRecord
 from .unregister_broker_request import UnregisterBrokerRequest
 from .unregister_broker_response import UnregisterBrokerResponse
 from .user_scram_credential_record import UserScramCredentialRecord
+from .write_txn_markers_request import WriteTxnMarkersRequest
+from .write_txn_markers_response import WriteTxnMarkersResponse
 
 
 class ApiInfo(NamedTuple):
@@ -152,6 +162,11 @@ APIS: dict[int, ApiInfo] = {
     21: ApiInfo(21, 'DeleteRecords', DeleteRecordsRequest, DeleteRecordsResponse, 0, 2, 2, frozenset(['broker'])),
     22: ApiInfo(22, 'InitProducerId', InitProducerIdRequest, InitProducerIdResponse, 0, 5, 2, frozenset(['broker'])),
     23: ApiInfo(23, 'OffsetForLeaderEpoch', OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, 2, 4, 4, frozenset(['broker'])),
+    24: ApiInfo(24, 'AddPartitionsToTxn', AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, 0, 3, 3, frozenset(['broker'])),
+    25: ApiInfo(25, 'AddOffsetsToTxn', AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, 0, 4, 3, frozenset(['broker'])),
+    26: ApiInfo(26, 'EndTxn', EndTxnRequest, EndTxnResponse, 0, 4, 3, frozenset(['broker'])),
+    27: ApiInfo(27, 'WriteTxnMarkers', WriteTxnMarkersRequest, WriteTxnMarkersResponse, 1, 1, 1, frozenset(['broker'])),
+    28: ApiInfo(28, 'TxnOffsetCommit', TxnOffsetCommitRequest, TxnOffsetCommitResponse, 0, 5, 3, frozenset(['broker'])),
     32: ApiInfo(32, 'DescribeConfigs', DescribeConfigsRequest, DescribeConfigsResponse, 1, 4, 4, frozenset(['broker', 'controller'])),
     33: ApiInfo(33, 'AlterConfigs', AlterConfigsRequest, AlterConfigsResponse, 0, 2, 2, frozenset(['broker', 'controller'])),
     34: ApiInfo(34, 'AlterReplicaLogDirs', AlterReplicaLogDirsRequest, AlterReplicaLogDirsResponse, 1, 2, 2, frozenset(['broker'])),
