@@ -718,13 +718,14 @@ class PartitionLog:
         (and, where records.validate_records says so, a new max timestamp), write. See the module doc."""
         return self.append_validated(self.validate(records, now_ms=now_ms), leader_epoch=leader_epoch)
 
-    def validate(self, records: bytes | bytearray | memoryview, *, now_ms: int | None = None) -> ValidatedAppend:
+    def validate(self, records: bytes | bytearray | memoryview, *, now_ms: int | None = None,
+                 from_coordinator: bool = False) -> ValidatedAppend:
         """The checks of :meth:`append` that touch no file and take no lock (the batches, their records, the
         timestamps against this log's config): what a caller may do on one thread before handing the write
         (:meth:`append_validated`) to another. Raises what :meth:`append` raises for bad input."""
         view = memoryview(records)
         cfg = self.config
-        batches = validate_batches(view, max_message_bytes=cfg.max_message_bytes)
+        batches = validate_batches(view, max_message_bytes=cfg.max_message_bytes, from_coordinator=from_coordinator)
         now = self.clock() if now_ms is None else now_ms
         if records_module.SKIP_RECORD_VALIDATION:
             return ValidatedAppend(view, batches, now, None)

@@ -161,6 +161,10 @@ class AppendPlan:
                     f"producer {pid} epoch {epoch} is older than the current epoch {entry.epoch}"
                 )
             first_seq = header.base_sequence
+            if first_seq == NO_SEQUENCE:  # a coordinator's append (a marker, a transactional offset commit):
+                entry.add(header, base_offset)  # its epoch is checked, it has no sequence to check
+                self.updated[pid] = entry
+                return None
             if epoch != entry.epoch:
                 if first_seq != 0 and entry.epoch != NO_EPOCH:
                     raise OutOfOrderSequenceError(

@@ -1,6 +1,8 @@
 """One module per Kafka API key; importing this package registers every handler with the router."""
 
 from kjbod.broker.handlers import (  # noqa: F401
+    add_offsets_to_txn,
+    add_partitions_to_txn,
     allocate_producer_ids,
     alter_configs,
     alter_interbroker_throttled_rates,
@@ -24,6 +26,7 @@ from kjbod.broker.handlers import (  # noqa: F401
     describe_log_dirs,
     describe_user_scram_credentials,
     elect_leaders,
+    end_txn,
     fetch,
     fetch_snapshot,
     find_coordinator,
@@ -45,5 +48,7 @@ from kjbod.broker.handlers import (  # noqa: F401
     sasl_authenticate,
     sasl_handshake,
     sync_group,
+    txn_offset_commit,
     unregister_broker,
+    write_txn_markers,
 )

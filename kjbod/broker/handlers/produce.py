@@ -11,11 +11,13 @@ and an error message; v9 flexible; v10 adds current-leader hints (tagged); v11 m
 TRANSACTION_ABORTABLE; v12 only changes client behaviour.
 
 acks=0 produces no response frame; an error then closes the connection, as Kafka does, so the producer finds
-out.  Transactions are not supported: a transactional produce answers INVALID_REQUEST with a message saying so,
-and a transactional batch in a request without a transactional id TRANSACTIONAL_ID_AUTHORIZATION_FAILED (Kafka's
-answer to it), so nothing is stored that no commit or abort marker would ever end.  A client's produce to the
-internal `__consumer_offsets` is INVALID_TOPIC_EXCEPTION, as in Kafka; the group coordinator's own appends come
-through here with `internal_topics_allowed`.
+out.  Transactional produce is not served yet: a transactional produce answers INVALID_REQUEST with a message
+saying so, and a transactional batch in a request without a transactional id TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+(Kafka's answer to it), so nothing is stored that no commit or abort marker would ever end.  A client's produce to
+the internal `__consumer_offsets` or `__transaction_state` is INVALID_TOPIC_EXCEPTION, as in Kafka; the
+coordinators' own appends come through here with `internal_topics_allowed`, and with `coordinator_origin` those
+that may be control batches (transaction markers) or transactional batches without a sequence (TxnOffsetCommit),
+as Kafka accepts from its coordinators.
 """
 
 from __future__ import annotations
@@ -38,7 +40,8 @@ from kjbod.wire.handler import CloseConnection
 log = structlog.get_logger("kjbod.produce")
 
 ZSTD = 4
-OFFSETS_TOPIC = "__consumer_offsets"  # internal: Produce from clients is refused, as in Kafka
+# Internal: Produce from clients is refused, as in Kafka (only their coordinators write them).
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 TRANSACTIONAL = 0x10  # the transactional bit of a v2 batch's attributes, in their low byte (byte 22; magic at 16)
 # Records up to this size are validated (CRC, records, timestamps: CPU only, no file) on the event loop before the
 # hand-off, so the dir's worker does little more than the write: it then holds the GIL briefly, and the loop and
@@ -97,6 +100,8 @@ def handle(node, request, body: ProduceRequest):
 
     work = DirWork(node, fill, fail)
     big = False
+    # A coordinator's own append (kjbod.broker.txn, kjbod.broker.groups): markers and transactional offsets.
+    coordinator = getattr(request, "coordinator_origin", False)
     for td in body.topic_data:
         parts: list[PartResp | None] = []
         topic = node.metadata.topic(td.name)
@@ -105,11 +110,12 @@ def handle(node, request, body: ProduceRequest):
                 parts.append(_error(pd.index, ErrorCode.INVALID_REQUIRED_ACKS, f"acks must be -1, 0 or 1, not {acks}", v))
             elif body.transactional_id is not None:
                 parts.append(_error(pd.index, ErrorCode.INVALID_REQUEST, "kjbod does not support transactions", v))
-            elif pd.records and len(pd.records) > 22 and pd.records[16] == 2 and pd.records[22] & TRANSACTIONAL:
+            elif pd.records and len(pd.records) > 22 and pd.records[16] == 2 and pd.records[22] & TRANSACTIONAL \
+                    and not coordinator:
                 parts.append(_error(pd.index, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "a transactional "
                                     "record batch needs the request's transactional id (kjbod has no transactions)", v))
-            elif td.name == OFFSETS_TOPIC and not getattr(request, "internal_topics_allowed", False):
-                # As Kafka: only the group coordinator writes its topic.
+            elif td.name in INTERNAL_TOPICS and not getattr(request, "internal_topics_allowed", False):
+                # As Kafka: only the group and transaction coordinators write their topics.
                 parts.append(_error(pd.index, ErrorCode.INVALID_TOPIC_EXCEPTION,
                                     f"Cannot append to internal topic {td.name}", v))
             elif topic is None or pd.index not in topic.partitions:
@@ -133,9 +139,9 @@ def handle(node, request, body: ProduceRequest):
                     parts.append(_failed(td.name, pd, e, v))
                 else:
                     checked = None
-                    if len(pd.records) <= VALIDATE_ON_LOOP_BYTES:
+                    if len(pd.records) <= VALIDATE_ON_LOOP_BYTES or coordinator:
                         try:
-                            checked = plog.validate(pd.records, now_ms=now_ms)
+                            checked = plog.validate(pd.records, now_ms=now_ms, from_coordinator=coordinator)
                         except Exception as e:
                             parts.append(_failed(td.name, pd, e, v))
                             continue
