@@ -34,14 +34,14 @@ from kjbod.protocol.generated import (
     ProduceRequest,
     TxnOffsetCommitRequest,
 )
-from kjbod.protocol.generated.describe_configs_request import DescribeConfigsResource
 from kjbod.protocol.generated.add_partitions_to_txn_request import AddPartitionsToTxnTopic
+from kjbod.protocol.generated.describe_configs_request import DescribeConfigsResource
 from kjbod.protocol.generated.offset_fetch_request import OffsetFetchRequestGroup, OffsetFetchRequestTopics
+from kjbod.protocol.generated.produce_request import PartitionProduceData, TopicProduceData
 from kjbod.protocol.generated.txn_offset_commit_request import (
     TxnOffsetCommitRequestPartition,
     TxnOffsetCommitRequestTopic,
 )
-from kjbod.protocol.generated.produce_request import PartitionProduceData, TopicProduceData
 from kjbod.storage.records import build_batch, iter_batches, iter_records
 
 pytestmark = pytest.mark.slow
