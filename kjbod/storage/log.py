@@ -64,6 +64,7 @@ from kjbod.storage.fsio import LogDirIO, WouldBlock, waiting_allowed
 from kjbod.storage.ids import uuid_text
 from kjbod.storage.producer_state import ProducerStateManager, SnapshotFormatError
 from kjbod.storage.records import (
+    CONTROL_MASK,
     LOG_OVERHEAD,
     NO_PRODUCER_ID,
     PREFIX,
@@ -71,6 +72,7 @@ from kjbod.storage.records import (
     BatchHeader,
     Record,
     UnsupportedCompressionError,
+    control_marker_type,
     iter_records,
     validate_batches,
     validate_records,
@@ -283,6 +285,17 @@ class PartitionLog:
         disk; an append only moves the LEO up (a clamp to the one before is still right), and a log is truncated
         only as a follower, whose HW is set where its truncations run (its dir's worker)."""
         self._hw = max(self._log_start, min(value, self._leo))
+
+    @property
+    def last_stable_offset(self) -> int:
+        """Kafka's LSO: the high watermark, or the first offset of the oldest transaction still open if that is
+        lower (what a read_committed consumer may read up to).  Before this log's producer state is loaded (it is
+        loaded on the first append, on the dir's worker) no transaction is known: the high watermark."""
+        hw = self._hw
+        if not self._producer_state_ready:
+            return hw
+        first = self.producer_state.first_unstable_offset()
+        return hw if first is None or first >= hw else first
 
     @property
     def size_bytes(self) -> int:
@@ -899,7 +912,8 @@ class PartitionLog:
         pack = PREFIX.pack
         for pos, header in batches:
             base = next_offset
-            duplicate = plan.check(header, base)
+            duplicate = plan.check(header, base, marker=control_marker_type(view, pos, header)) \
+                if header.attributes & CONTROL_MASK else plan.check(header, base)
             if duplicate is not None:  # answered as Kafka does: the batch's stored max timestamp too
                 return AppendInfo(duplicate.first_offset, duplicate.last_offset, duplicate.timestamp,
                                   self._log_start, duplicate.last_offset - duplicate.first_offset + 1,
@@ -1011,7 +1025,9 @@ class PartitionLog:
                 if header.producer_id > NO_PRODUCER_ID:
                     if follower_plan is None:
                         follower_plan = self.producer_state.plan()
-                    follower_plan.check(header, base, from_client=False)
+                    follower_plan.check(header, base, from_client=False,
+                                        marker=control_marker_type(view, pos, header)
+                                        if header.attributes & CONTROL_MASK else -1)
                 last = base + header.last_offset_delta
                 next_offset = last + 1
                 count += header.records_count

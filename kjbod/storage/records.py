@@ -213,6 +213,26 @@ def validate_batches(
     return out
 
 
+def control_marker_type(view: bytes | memoryview, pos: int, header: BatchHeader) -> int:
+    """The type of the control record a control batch at ``pos`` opens with (Kafka's ControlRecordType: 0 abort,
+    1 commit; a transaction marker), or -1 when it is not readable as one.  Control batches are never
+    compressed, so the first record starts right after the batch header."""
+    try:
+        at = pos + RECORD_BATCH_OVERHEAD
+        _length, at = read_varint(view, at)
+        at += 1  # attributes
+        _ts, at = read_varint(view, at)
+        _delta, at = read_varint(view, at)
+        key_length, at = read_varint(view, at)
+        if key_length < 4 or at + 4 > pos + header.size:
+            return -1
+        version = int.from_bytes(view[at:at + 2], "big", signed=True)
+        kind = int.from_bytes(view[at + 2:at + 4], "big", signed=True)
+    except CorruptMessageError:
+        return -1
+    return kind if version == 0 and kind in (0, 1) else -1
+
+
 def iter_batches(buf: bytes | bytearray | memoryview) -> Iterator[tuple[int, BatchHeader]]:
     """(position, header) of each complete batch in ``buf``; an incomplete trailing batch is ignored (as a
     consumer ignores the partial batch a Fetch may end with)."""
