@@ -297,6 +297,15 @@ class PartitionLog:
         first = self.producer_state.first_unstable_offset()
         return hw if first is None or first >= hw else first
 
+    def aborted_transactions(self, fetch_offset: int, upper: int) -> list[tuple[int, int]]:
+        """(producer id, first offset) of the aborted transactions a read_committed read of [fetch_offset,
+        upper) must tell the consumer about: those ending at or after `fetch_offset` that began before `upper`
+        (Kafka's collectAbortedTransactions over the transaction index)."""
+        if not self._producer_state_ready:
+            return []
+        return [(t.producer_id, t.first_offset) for t in self.producer_state.aborted
+                if t.last_offset >= fetch_offset and t.first_offset < upper]
+
     @property
     def size_bytes(self) -> int:
         return sum(s.size for s in self.segments)

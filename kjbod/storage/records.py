@@ -205,6 +205,8 @@ def validate_batches(
                 raise InvalidRecordError(f"record batch base offset should be 0, but it is {header.base_offset}")
             if header.is_control and not from_coordinator:
                 raise InvalidRecordError("clients are not allowed to write control batches")
+            if header.is_transactional and header.producer_id < 0:
+                raise InvalidRecordError("a transactional record batch must carry a producer id")
             if header.producer_id >= 0 and header.base_sequence < 0 and not from_coordinator:  # Kafka's LogValidator: an idempotent batch
                 raise InvalidRecordError(f"invalid sequence number {header.base_sequence} in record batch with "
                                          f"producer id {header.producer_id}")

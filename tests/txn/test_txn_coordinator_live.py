@@ -376,3 +376,114 @@ def test_the_transaction_topic_follows_its_keys_and_is_internal(server):
     assert values["segment.bytes"] == "52428800"
     part = produced.responses[0].partition_responses[0]
     assert part.error_code == ErrorCode.INVALID_TOPIC_EXCEPTION  # only the coordinator writes it
+
+
+# ------------------------------------------------------------------------------------------------ the log side
+async def produce_txn(conn: ClientConnection, t: Txn, topic: str, partition: int, values: list[bytes],
+                      seq: int) -> int:
+    batch = build_batch([(None, v, [], int(time.time() * 1000)) for v in values], producer_id=t.pid,
+                        producer_epoch=t.epoch, base_sequence=seq, is_transactional=True)
+    r = await conn.request(0, 9, ProduceRequest(transactional_id=t.tid, acks=-1, timeout_ms=5000, topic_data=[
+        TopicProduceData(name=topic, partition_data=[PartitionProduceData(index=partition, records=batch)])]), 30.0)
+    return r.responses[0].partition_responses[0].error_code
+
+
+def read_all(server: LiveServer, topic: str, isolation: str) -> list[bytes]:
+    from kafka import KafkaConsumer, TopicPartition
+
+    c = KafkaConsumer(bootstrap_servers=server.bootstrap, isolation_level=isolation, enable_auto_commit=False,
+                      auto_offset_reset="earliest", consumer_timeout_ms=1500)
+    try:
+        tp = TopicPartition(topic, 0)
+        c.assign([tp])
+        c.seek_to_beginning(tp)
+        return [r.value for r in c]
+    finally:
+        c.close()
+
+
+def end_offset(server: LiveServer, topic: str, isolation: str) -> int:
+    """ListOffsets latest, as a consumer of that isolation level asks it."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    c = KafkaConsumer(bootstrap_servers=server.bootstrap, isolation_level=isolation)
+    try:
+        tp = TopicPartition(topic, 0)
+        return c.end_offsets([tp])[tp]
+    finally:
+        c.close()
+
+
+def confluent_read_all(server: LiveServer, topic: str, isolation: str, want: int) -> list[bytes]:
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": server.bootstrap, "group.id": f"g-{uuid.uuid4().hex[:6]}",
+                  "isolation.level": isolation, "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    try:
+        c.assign([TopicPartition(topic, 0, 0)])
+        out: list[bytes] = []
+        deadline = time.monotonic() + WAIT_S
+        idle = 0
+        while time.monotonic() < deadline and (len(out) < want or idle < 3):
+            m = c.poll(0.5)
+            if m is None:
+                idle += 1
+                continue
+            idle = 0
+            if m.error() is None:
+                out.append(m.value())
+        return out
+    finally:
+        c.close()
+
+
+def test_read_committed_consumers_skip_aborted_and_wait_for_open_transactions(server):
+    topic = make_topic(server, partitions=1)
+
+    async def run():
+        conn = await connect(server)
+        try:
+            t = Txn(conn, f"tx-{uuid.uuid4().hex[:6]}")
+            assert await t.init() == 0
+            assert await t.add(topic, 0) == [0]
+            assert await produce_txn(conn, t, topic, 0, [b"c1", b"c2"], 0) == 0
+            assert await t.end(True) == 0
+            assert await t.add(topic, 0) == [0]
+            assert await produce_txn(conn, t, topic, 0, [b"a1", b"a2"], 2) == 0
+            assert await t.end(False) == 0
+            assert await t.add(topic, 0) == [0]
+            assert await produce_txn(conn, t, topic, 0, [b"c3"], 4) == 0
+            assert await t.end(True) == 0
+            assert await t.add(topic, 0) == [0]
+            assert await produce_txn(conn, t, topic, 0, [b"open"], 5) == 0  # left open
+            return t
+        finally:
+            conn.close()
+
+    asyncio.run(run())
+    wait_for(lambda: len(control_batches(server, topic, 0)) == 3, "three markers")
+    committed = [b"c1", b"c2", b"c3"]
+    assert read_all(server, topic, "read_committed") == committed
+    assert read_all(server, topic, "read_uncommitted") == [b"c1", b"c2", b"a1", b"a2", b"c3", b"open"]
+    assert end_offset(server, topic, "read_committed") == 8  # the open transaction's first offset (the LSO)
+    assert end_offset(server, topic, "read_uncommitted") == 9  # the high watermark
+    assert confluent_read_all(server, topic, "read_committed", 3) == committed
+    assert confluent_read_all(server, topic, "read_uncommitted", 6) == [
+        b"c1", b"c2", b"a1", b"a2", b"c3", b"open"]
+
+
+def test_a_transactional_batch_needs_the_transactional_id(server):
+    topic = make_topic(server, partitions=1)
+
+    async def run():
+        conn = await connect(server)
+        try:
+            batch = build_batch([(None, b"x", [], 0)], producer_id=5, producer_epoch=0, base_sequence=0,
+                                is_transactional=True)
+            r = await conn.request(0, 9, ProduceRequest(acks=-1, timeout_ms=5000, topic_data=[TopicProduceData(
+                name=topic, partition_data=[PartitionProduceData(index=0, records=batch)])]), 30.0)
+            return r.responses[0].partition_responses[0].error_code
+        finally:
+            conn.close()
+
+    assert asyncio.run(run()) == ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED

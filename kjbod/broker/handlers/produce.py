@@ -11,9 +11,9 @@ and an error message; v9 flexible; v10 adds current-leader hints (tagged); v11 m
 TRANSACTION_ABORTABLE; v12 only changes client behaviour.
 
 acks=0 produces no response frame; an error then closes the connection, as Kafka does, so the producer finds
-out.  Transactional produce is not served yet: a transactional produce answers INVALID_REQUEST with a message
-saying so, and a transactional batch in a request without a transactional id TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-(Kafka's answer to it), so nothing is stored that no commit or abort marker would ever end.  A client's produce to
+out.  A transactional batch (kjbod.broker.txn: the producer's transaction then stays open on the partition,
+bounding its last stable offset, until the coordinator's marker) needs the request's transactional id:
+without one it answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED, Kafka's answer.  A client's produce to
 the internal `__consumer_offsets` or `__transaction_state` is INVALID_TOPIC_EXCEPTION, as in Kafka; the
 coordinators' own appends come through here with `internal_topics_allowed`, and with `coordinator_origin` those
 that may be control batches (transaction markers) or transactional batches without a sequence (TxnOffsetCommit),
@@ -108,12 +108,10 @@ def handle(node, request, body: ProduceRequest):
         for pd in td.partition_data:
             if acks not in (-1, 0, 1):
                 parts.append(_error(pd.index, ErrorCode.INVALID_REQUIRED_ACKS, f"acks must be -1, 0 or 1, not {acks}", v))
-            elif body.transactional_id is not None:
-                parts.append(_error(pd.index, ErrorCode.INVALID_REQUEST, "kjbod does not support transactions", v))
-            elif pd.records and len(pd.records) > 22 and pd.records[16] == 2 and pd.records[22] & TRANSACTIONAL \
-                    and not coordinator:
-                parts.append(_error(pd.index, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "a transactional "
-                                    "record batch needs the request's transactional id (kjbod has no transactions)", v))
+            elif body.transactional_id is None and pd.records and len(pd.records) > 22 and pd.records[16] == 2 \
+                    and pd.records[22] & TRANSACTIONAL and not coordinator:
+                parts.append(_error(pd.index, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                                    "a transactional record batch needs the request's transactional id", v))
             elif td.name in INTERNAL_TOPICS and not getattr(request, "internal_topics_allowed", False):
                 # As Kafka: only the group and transaction coordinators write their topics.
                 parts.append(_error(pd.index, ErrorCode.INVALID_TOPIC_EXCEPTION,
