@@ -143,3 +143,78 @@ def test_a_truncation_below_a_transaction_forgets_it(tmp_path) -> None:
     plog.append(data(A, 0, 2))  # 2-3
     plog.truncate_to(2)
     assert plog.producer_state.first_unstable_offset() is None
+
+
+# ------------------------------------------------------------------------------------------------ .txnindex
+def txn_index_files(plog: PartitionLog) -> dict[str, bytes]:
+    from pathlib import Path
+
+    return {n: Path(plog.dir, n).read_bytes() for n in sorted(os.listdir(plog.dir)) if n.endswith(".txnindex")}
+
+
+def test_an_abort_is_written_to_the_segments_txnindex_in_kafkas_layout(tmp_path) -> None:
+    import struct
+
+    plog = new_log(tmp_path)
+    plog.append(data(A, 0, 2))  # 0-1
+    plog.append(data(B, 0, 1))  # 2: B's stays open
+    end(plog, A, commit=False)  # 3
+    files = txn_index_files(plog)
+    assert list(files) == ["00000000000000000000.txnindex"]
+    # version, producer id, first offset, last offset, last stable offset (B's open transaction at 2)
+    assert files["00000000000000000000.txnindex"] == struct.pack(">hqqqq", 0, A, 0, 3, 2)
+    end(plog, B, commit=True)
+    assert len(txn_index_files(plog)["00000000000000000000.txnindex"]) == 34  # commits are not indexed
+
+
+@pytest.mark.parametrize("clean", [True, False])
+def test_aborted_transactions_are_read_back_after_a_restart(tmp_path, clean: bool) -> None:
+    plog = new_log(tmp_path)
+    plog.append(data(A, 0, 2))  # 0-1
+    end(plog, A, commit=False)  # 2
+    for i in range(12):  # rolls: the entry stays with its segment
+        plog.append(data(B, i, 1, txn=False))
+    plog.append(data(A, 2, 1))  # A's next transaction
+    last = end(plog, A, commit=False)
+    assert len(txn_index_files(plog)) == 2
+    plog = reopen(plog, clean=clean)
+    try:
+        assert plog.aborted_transactions(0, 1000) == []  # not loaded yet: a read_committed read loads it first
+        plog.ensure_producer_state()
+        assert plog.producer_state.aborted == [CompletedTxn(A, 0, 2, True), CompletedTxn(A, last - 1, last, True)]
+        assert plog.aborted_transactions(3, last) == [(A, last - 1)]
+        assert plog.aborted_transactions(0, 1) == [(A, 0)]
+    finally:
+        plog.close_quietly()
+
+
+def test_a_truncation_drops_the_entries_of_markers_it_cut(tmp_path) -> None:
+    plog = new_log(tmp_path)
+    plog.append(data(A, 0, 1))  # 0
+    end(plog, A, commit=False)  # 1
+    plog.append(data(B, 0, 1))  # 2
+    end(plog, B, commit=False)  # 3
+    plog.truncate_to(3)
+    assert plog.producer_state.aborted == [CompletedTxn(A, 0, 1, True)]
+    assert len(txn_index_files(plog)["00000000000000000000.txnindex"]) == 34
+    assert plog.producer_state.first_unstable_offset() == 2  # B's transaction is open again
+
+
+def test_a_follower_writes_the_same_txnindex(tmp_path) -> None:
+    leader, follower = new_log(tmp_path, "leader"), new_log(tmp_path, "follower")
+    leader.append(data(A, 0, 2))
+    end(leader, A, commit=False)
+    follower.append_as_follower(leader.read_bytes(0, 10_000))
+    assert txn_index_files(follower) == txn_index_files(leader)
+
+
+def test_deleting_a_segment_deletes_its_txnindex(tmp_path) -> None:
+    plog = new_log(tmp_path)
+    plog.append(data(A, 0, 1))
+    end(plog, A, commit=False)
+    for i in range(12):
+        plog.append(data(B, i, 1, txn=False))
+    plog.advance_log_start_offset(plog.segments[1].base_offset)
+    plog.delete_old_segments()
+    assert not any(n.startswith("00000000000000000000.txnindex") and not n.endswith(".deleted")
+                   for n in os.listdir(plog.dir))

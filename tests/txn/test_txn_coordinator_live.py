@@ -487,3 +487,29 @@ def test_a_transactional_batch_needs_the_transactional_id(server):
             conn.close()
 
     assert asyncio.run(run()) == ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+
+
+def test_aborted_records_stay_hidden_after_a_restart(server):
+    topic = make_topic(server, partitions=1)
+
+    async def run():
+        conn = await connect(server)
+        try:
+            t = Txn(conn, f"tx-{uuid.uuid4().hex[:6]}")
+            assert await t.init() == 0
+            for seq, (value, commit) in enumerate([(b"kept", True), (b"gone", False), (b"kept2", True)]):
+                assert await t.add(topic, 0) == [0]
+                assert await produce_txn(conn, t, topic, 0, [value], seq) == 0
+                assert await t.end(commit) == 0
+        finally:
+            conn.close()
+
+    asyncio.run(run())
+    wait_for(lambda: len(control_batches(server, topic, 0)) == 3, "three markers")
+    server.stop()
+    server.start()
+    deadline = time.monotonic() + WAIT_S
+    seen: list[bytes] = []
+    while len(seen) < 2 and time.monotonic() < deadline:
+        seen = read_all(server, topic, "read_committed")
+    assert seen == [b"kept", b"kept2"]

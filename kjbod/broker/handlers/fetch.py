@@ -76,6 +76,7 @@ from kjbod.storage.workers import loop_sends
 from kjbod.wire.handler import Later
 
 READ_COMMITTED = 1
+LSO_AFTER_LOAD = -7  # a read limit: the last stable offset, once the log's producer state is loaded
 ISOLATION_LEVELS = (0, READ_COMMITTED)
 
 log = structlog.get_logger("kjbod.fetch")
@@ -284,9 +285,10 @@ def _build(node, resolved, body: FetchRequest, version: int, max_bytes: int, dea
                                       last_stable_offset=plog.high_watermark, log_start_offset=plog.log_start_offset,
                                       records=b""))
                 continue
-            # A read_committed consumer reads up to the last stable offset (no open transaction's records).
-            slot = (parts, len(parts), p, plog, None if decided is not None else
-                    plog.last_stable_offset if committed else plog.high_watermark)
+            # A read_committed consumer reads up to the last stable offset (no open transaction's records); a log
+            # whose producer state is not loaded yet (a restart) has it loaded first, on its dir's worker.
+            slot = (parts, len(parts), p, plog, None if decided is not None else plog.high_watermark if not committed
+                    else plog.last_stable_offset if plog.producer_state_ready else LSO_AFTER_LOAD)
             parts.append(None)
             slots.append(slot)
             work.add(plog.log_dir, slot)
@@ -338,6 +340,11 @@ def _read_all(items, max_bytes: int, manager, follower: bool = False, tls: bool 
         if plog.closed:  # swapped by a KIP-113 move since the request came: read the moved replica
             plog = plog.current()
         try:
+            if limit == LSO_AFTER_LOAD:
+                if not fsio.waiting_allowed():
+                    raise WouldBlock(f"the producer state of {plog.name} is not loaded")
+                plog.ensure_producer_state()
+                limit = plog.last_stable_offset
             budget = min(p.partition_max_bytes, remaining)
             remaining = max(remaining, 0)  # a negative max_bytes is the first partition's only (Kafka's limitBytes)
             if budget < 0 and plog.log_start_offset <= p.fetch_offset < min(
@@ -466,8 +473,9 @@ def _keep(node, resolved, slots, max_bytes: int, committed: bool, version: int, 
         remaining -= size
         aborted = None
         if committed and not follower:
+            upper = plog.last_stable_offset if limit == LSO_AFTER_LOAD else limit
             aborted = [AbortedTransaction(producer_id=pid, first_offset=first)
-                       for pid, first in plog.aborted_transactions(p.fetch_offset, limit)] if regions else []
+                       for pid, first in plog.aborted_transactions(p.fetch_offset, upper)] if regions else []
         parts[i] = PartResp(partition_index=p.partition, error_code=0, high_watermark=hw,
                             last_stable_offset=hw if follower else min(plog.last_stable_offset, hw),
                             log_start_offset=lso, aborted_transactions=aborted,
