@@ -80,6 +80,8 @@ SERVED_APIS: dict[str, tuple[int, int]] = {
     "EndTxn": (0, 4),
     "WriteTxnMarkers": (1, 1),
     "TxnOffsetCommit": (0, 5),
+    "DescribeTransactions": (0, 0),
+    "ListTransactions": (0, 1),
 }
 SERVED_HEADERS: dict[str, tuple[int, int]] = {"RequestHeader": (0, 2), "ResponseHeader": (0, 1)}
 SERVED_RECORDS: dict[str, tuple[int, int]] = {

@@ -26,9 +26,11 @@ from kjbod.protocol.generated import (
     AddOffsetsToTxnRequest,
     AddPartitionsToTxnRequest,
     DescribeConfigsRequest,
+    DescribeTransactionsRequest,
     EndTxnRequest,
     FindCoordinatorRequest,
     InitProducerIdRequest,
+    ListTransactionsRequest,
     MetadataRequest,
     OffsetFetchRequest,
     ProduceRequest,
@@ -516,3 +518,36 @@ def test_aborted_records_stay_hidden_after_a_restart(server):
     while len(seen) < 2 and time.monotonic() < deadline:
         seen = read_all(server, topic, "read_committed")
     assert seen == [b"kept", b"kept2"]
+
+
+def test_describe_and_list_transactions(server):
+    topic = make_topic(server, partitions=2)
+
+    async def run():
+        conn = await connect(server)
+        try:
+            t = Txn(conn, f"tx-{uuid.uuid4().hex[:6]}")
+            assert await t.init(timeout_ms=45_000) == 0
+            assert await t.add(topic, 1, 0) == [0, 0]
+            described = await conn.request(65, 0, DescribeTransactionsRequest(
+                transactional_ids=[t.tid, "tx-never-seen"]), 30.0)
+            listed = await conn.request(66, 1, ListTransactionsRequest(
+                state_filters=["Ongoing", "Sleeping"], producer_id_filters=[t.pid], duration_filter=-1), 30.0)
+            none_old = await conn.request(66, 1, ListTransactionsRequest(
+                state_filters=[], producer_id_filters=[t.pid], duration_filter=3_600_000), 30.0)
+            assert await t.end(False) == 0
+            return t, described, listed, none_old
+        finally:
+            conn.close()
+
+    t, described, listed, none_old = asyncio.run(run())
+    known, unknown = described.transaction_states
+    assert (known.error_code, known.transactional_id, known.transaction_state, known.transaction_timeout_ms,
+            known.producer_id, known.producer_epoch) == (0, t.tid, "Ongoing", 45_000, t.pid, t.epoch)
+    assert known.transaction_start_time_ms > 0
+    assert [(d.topic, d.partitions) for d in known.topics] == [(topic, [0, 1])]
+    assert (unknown.transactional_id, unknown.error_code) == ("tx-never-seen", ErrorCode.TRANSACTIONAL_ID_NOT_FOUND)
+    assert listed.error_code == 0 and listed.unknown_state_filters == ["Sleeping"]
+    assert [(s.transactional_id, s.producer_id, s.transaction_state) for s in listed.transaction_states] == [
+        (t.tid, t.pid, "Ongoing")]
+    assert none_old.transaction_states == []  # not running for an hour

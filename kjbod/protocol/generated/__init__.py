@@ -50,6 +50,8 @@ from .describe_groups_request import DescribeGroupsRequest
 from .describe_groups_response import DescribeGroupsResponse
 from .describe_log_dirs_request import DescribeLogDirsRequest
 from .describe_log_dirs_response import DescribeLogDirsResponse
+from .describe_transactions_request import DescribeTransactionsRequest
+from .describe_transactions_response import DescribeTransactionsResponse
 from .describe_user_scram_credentials_request import DescribeUserScramCredentialsRequest
 from .describe_user_scram_credentials_response import DescribeUserScramCredentialsResponse
 from .elect_leaders_request import ElectLeadersRequest
@@ -81,6 +83,8 @@ from .list_offsets_request import ListOffsetsRequest
 from .list_offsets_response import ListOffsetsResponse
 from .list_partition_reassignments_request import ListPartitionReassignmentsRequest
 from .list_partition_reassignments_response import ListPartitionReassignmentsResponse
+from .list_transactions_request import ListTransactionsRequest
+from .list_transactions_response import ListTransactionsResponse
 from .metadata_request import MetadataRequest
 from .metadata_response import MetadataResponse
 from .offset_commit_request import OffsetCommitRequest
@@ -174,6 +178,8 @@ __all__ = [
     'DescribeGroupsResponse',
     'DescribeLogDirsRequest',
     'DescribeLogDirsResponse',
+    'DescribeTransactionsRequest',
+    'DescribeTransactionsResponse',
     'DescribeUserScramCredentialsRequest',
     'DescribeUserScramCredentialsResponse',
     'ElectLeadersRequest',
@@ -205,6 +211,8 @@ __all__ = [
     'ListOffsetsResponse',
     'ListPartitionReassignmentsRequest',
     'ListPartitionReassignmentsResponse',
+    'ListTransactionsRequest',
+    'ListTransactionsResponse',
     'MetadataRequest',
     'MetadataResponse',
     'OffsetCommitRequest',

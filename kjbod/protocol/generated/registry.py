@@ -54,6 +54,8 @@ from .describe_groups_request import DescribeGroupsRequest
 from .describe_groups_response import DescribeGroupsResponse
 from .describe_log_dirs_request import DescribeLogDirsRequest
 from .describe_log_dirs_response import DescribeLogDirsResponse
+from .describe_transactions_request import DescribeTransactionsRequest
+from .describe_transactions_response import DescribeTransactionsResponse
 from .describe_user_scram_credentials_request import DescribeUserScramCredentialsRequest
 from .describe_user_scram_credentials_response import DescribeUserScramCredentialsResponse
 from .elect_leaders_request import ElectLeadersRequest
@@ -85,6 +87,8 @@ from .list_offsets_request import ListOffsetsRequest
 from .list_offsets_response import ListOffsetsResponse
 from .list_partition_reassignments_request import ListPartitionReassignmentsRequest
 from .list_partition_reassignments_response import ListPartitionReassignmentsResponse
+from .list_transactions_request import ListTransactionsRequest
+from .list_transactions_response import ListTransactionsResponse
 from .metadata_request import MetadataRequest
 from .metadata_response import MetadataResponse
 from .offset_commit_request import OffsetCommitRequest
@@ -187,6 +191,8 @@ APIS: dict[int, ApiInfo] = {
     62: ApiInfo(62, 'BrokerRegistration', BrokerRegistrationRequest, BrokerRegistrationResponse, 0, 4, 0, frozenset(['controller'])),
     63: ApiInfo(63, 'BrokerHeartbeat', BrokerHeartbeatRequest, BrokerHeartbeatResponse, 0, 1, 0, frozenset(['controller'])),
     64: ApiInfo(64, 'UnregisterBroker', UnregisterBrokerRequest, UnregisterBrokerResponse, 0, 0, 0, frozenset(['broker', 'controller'])),
+    65: ApiInfo(65, 'DescribeTransactions', DescribeTransactionsRequest, DescribeTransactionsResponse, 0, 0, 0, frozenset(['broker'])),
+    66: ApiInfo(66, 'ListTransactions', ListTransactionsRequest, ListTransactionsResponse, 0, 1, 0, frozenset(['broker'])),
     67: ApiInfo(67, 'AllocateProducerIds', AllocateProducerIdsRequest, AllocateProducerIdsResponse, 0, 0, 0, frozenset(['controller'])),
     73: ApiInfo(73, 'AssignReplicasToDirs', AssignReplicasToDirsRequest, AssignReplicasToDirsResponse, 0, 0, 0, frozenset(['controller'])),
     10000: ApiInfo(10000, 'ReassignPartitions', ReassignPartitionsRequest, ReassignPartitionsResponse, 0, 0, 0, frozenset(['broker', 'controller'])),
