@@ -281,13 +281,16 @@ def test_transactional_offsets_show_only_after_the_commit(server):
                         partition_index=0, committed_offset=offset, committed_metadata="m")])]), 3)
                 return r.topics[0].partitions[0].error_code
 
-            async def fetched() -> int:
-                r = await conn.request(9, 8, OffsetFetchRequest(groups=[OffsetFetchRequestGroup(
-                    group_id=group, topics=[OffsetFetchRequestTopics(name=topic, partition_indexes=[0])])]), 30.0)
-                return r.groups[0].topics[0].partitions[0].committed_offset
+            async def fetched(require_stable: bool = False):
+                r = await conn.request(9, 8, OffsetFetchRequest(require_stable=require_stable, groups=[
+                    OffsetFetchRequestGroup(group_id=group, topics=[
+                        OffsetFetchRequestTopics(name=topic, partition_indexes=[0])])]), 30.0)
+                part = r.groups[0].topics[0].partitions[0]
+                return (part.committed_offset, part.error_code) if require_stable else part.committed_offset
 
             assert await commit_offset(5) == 0
             assert await fetched() == -1  # pending in the transaction
+            assert await fetched(require_stable=True) == (-1, ErrorCode.UNSTABLE_OFFSET_COMMIT)
             assert await t.end(True) == 0
             deadline = time.monotonic() + WAIT_S
             while await fetched() != 5 and time.monotonic() < deadline:

@@ -609,8 +609,9 @@ class GroupBook:
         if not groups:
             del self.pending_txn[producer_id]
 
-    def has_pending_txn(self, group_id: str) -> bool:
-        return any(group_id in groups for groups in self.pending_txn.values())
+    def pending_txn_partitions(self, group_id: str) -> set[tuple[str, int]]:
+        """The partitions with a transactional offset commit of the group still pending."""
+        return {tp for groups in self.pending_txn.values() for tp in groups.get(group_id, {})}
 
     def committed(self, group_id: str, partitions: list[tuple[str, int]] | None
                   ) -> dict[tuple[str, int], CommittedOffset | None]:

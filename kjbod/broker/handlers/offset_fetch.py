@@ -1,8 +1,8 @@
 """OffsetFetch (key 9), versions 1-9.
 
 Version notes: v1 reads `__consumer_offsets`; v2 takes null topics (every committed offset) and adds a group error
-code; v3 throttle time; v5 the committed leader epoch; v6 flexible; v7 require_stable (kjbod has no
-transactions, so nothing is ever pending); v8 several groups per request; v9 member id and epoch (the consumer
+code; v3 throttle time; v5 the committed leader epoch; v6 flexible; v7 require_stable (a partition with a
+transactional offset commit still pending then answers UNSTABLE_OFFSET_COMMIT, which clients retry, as Kafka); v8 several groups per request; v9 member id and epoch (the consumer
 protocol's; ignored for classic groups).  v0 (offsets in ZooKeeper) is not served, as in Kafka 4.
 
 A partition without a committed offset answers offset -1 and empty metadata, no error, as Kafka.
@@ -17,7 +17,7 @@ from kjbod.protocol.generated import OffsetFetchRequest, OffsetFetchResponse
 from kjbod.protocol.generated import offset_fetch_response as r
 
 
-def _fetch(node, group_id: str, topics, version: int):
+def _fetch(node, group_id: str, topics, version: int, require_stable: bool = False):
     """(group error, [(topic, [(partition, offset, epoch, metadata, error)])])."""
     coordinator = coordinator_of(node)
     code = coordinator.status(group_id) if group_id else ErrorCode.INVALID_GROUP_ID
@@ -25,10 +25,15 @@ def _fetch(node, group_id: str, topics, version: int):
         return code, [(t.name, [(p, -1, -1, "", code) for p in t.partition_indexes]) for t in topics or ()]
     wanted = None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
     found = coordinator.book.committed(group_id, wanted)
+    pending = coordinator.book.pending_txn_partitions(group_id) if require_stable else set()
     by_topic: dict[str, list] = {}
     for (t, p), c in found.items():
-        entry = (p, -1, -1, "", 0) if c is None else (p, c.offset, c.leader_epoch if version >= 5 else -1,
-                                                      c.metadata, 0)
+        entry: tuple[int, int, int, str, int]
+        if (t, p) in pending:
+            entry = (p, -1, -1, "", ErrorCode.UNSTABLE_OFFSET_COMMIT)
+        else:
+            entry = (p, -1, -1, "", 0) if c is None else (p, c.offset, c.leader_epoch if version >= 5 else -1,
+                                                          c.metadata, 0)
         by_topic.setdefault(t, []).append(entry)
     return 0, list(by_topic.items())
 
@@ -39,14 +44,15 @@ def handle(node, request, body: OffsetFetchRequest) -> OffsetFetchResponse:
     if v >= 8:
         groups = []
         for g in body.groups:
-            code, topics = _fetch(node, g.group_id, g.topics, v)
+            code, topics = _fetch(node, g.group_id, g.topics, v, body.require_stable)
             groups.append(r.OffsetFetchResponseGroup(group_id=g.group_id, error_code=code, topics=[] if code else [
                 r.OffsetFetchResponseTopics(name=t, partitions=[
                     r.OffsetFetchResponsePartitions(partition_index=p, committed_offset=o, committed_leader_epoch=e,
                                                     metadata=m, error_code=c) for p, o, e, m, c in parts])
                 for t, parts in topics]))
         return OffsetFetchResponse(groups=groups)
-    code, topics = _fetch(node, body.group_id, body.topics if v >= 2 else (body.topics or []), v)
+    code, topics = _fetch(node, body.group_id, body.topics if v >= 2 else (body.topics or []), v,
+                          v >= 7 and body.require_stable)
     if code and v >= 2:
         return OffsetFetchResponse(error_code=code)
     return OffsetFetchResponse(error_code=code, topics=[r.OffsetFetchResponseTopic(name=t, partitions=[
