@@ -261,7 +261,9 @@ class ProducerStateManager:
         self.map_end_offset = offset
 
     def remove_expired(self, now_ms: int, expiration_ms: int) -> int:
-        expired = [pid for pid, e in self.producers.items() if now_ms - e.last_timestamp > expiration_ms]
+        # A producer with a transaction open here stays (as Kafka's): its marker must find where the transaction began.
+        expired = [pid for pid, e in self.producers.items()
+                   if now_ms - e.last_timestamp > expiration_ms and e.txn_first_offset < 0]
         for pid in expired:
             del self.producers[pid]
         return len(expired)

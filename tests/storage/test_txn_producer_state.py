@@ -218,3 +218,14 @@ def test_deleting_a_segment_deletes_its_txnindex(tmp_path) -> None:
     plog.delete_old_segments()
     assert not any(n.startswith("00000000000000000000.txnindex") and not n.endswith(".deleted")
                    for n in os.listdir(plog.dir))
+
+
+def test_a_producer_with_an_open_transaction_does_not_expire() -> None:
+    state = ProducerStateManager()
+    plan = state.plan()
+    for pid, txn in ((A, True), (B, False)):
+        [(_, header)] = list(iter_batches(data(pid, 0, 1, txn=txn)))
+        plan.check(header, 0)
+    plan.commit(2)
+    assert state.remove_expired(now_ms=10**9, expiration_ms=1000) == 1
+    assert list(state.producers) == [A]
