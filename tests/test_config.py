@@ -209,8 +209,8 @@ def test_required_keys() -> None:
 
 
 def test_accepted_kafka_keys_have_no_effect() -> None:
-    c = build(transaction__state__log__replication__factor="3", num__network__threads="8")
-    assert dict(c.ignored) == {"transaction.state.log.replication.factor": "3", "num.network.threads": "8"}
+    c = build(share__coordinator__state__topic__min__isr="2", num__network__threads="8")
+    assert dict(c.ignored) == {"share.coordinator.state.topic.min.isr": "2", "num.network.threads": "8"}
 
 
 # -- aliases and precedence ---------------------------------------------------------------------------------------

@@ -47,6 +47,7 @@ GROUPS = "tests/groups/test_group_state.py"
 GROUPS_LIVE = "tests/groups/test_groups_live.py"
 LIMITS = "tests/test_connection_limits_live.py"
 QUOTAS = "tests/test_connection_quotas.py"
+TXN_LIVE = "tests/txn/test_txn_coordinator_live.py"
 
 # key -> the tests that show it taking effect
 EFFECTS: dict[str, list[str]] = {
@@ -189,6 +190,15 @@ EFFECTS: dict[str, list[str]] = {
     "offsets.retention.minutes": [f"{GROUPS}::test_the_broker_keys_reach_the_coordinator",
                                   f"{GROUPS}::test_offset_expiry_follows_kafkas_conditions"],
     "offsets.retention.check.interval.ms": [f"{GROUPS_LIVE}::test_expired_offsets_are_removed"],
+    "transaction.state.log.num.partitions": [f"{TXN_LIVE}::test_the_transaction_topic_follows_its_keys_and_is_internal"],
+    "transaction.state.log.replication.factor": [
+        f"{TXN_LIVE}::test_the_transaction_topic_follows_its_keys_and_is_internal"],
+    "transaction.state.log.min.isr": [f"{TXN_LIVE}::test_the_transaction_topic_follows_its_keys_and_is_internal"],
+    "transaction.state.log.segment.bytes": [
+        f"{TXN_LIVE}::test_the_transaction_topic_follows_its_keys_and_is_internal"],
+    "transaction.max.timeout.ms": [f"{TXN_LIVE}::test_states_and_error_codes"],
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": [
+        f"{TXN_LIVE}::test_a_transaction_past_its_timeout_is_aborted"],
     "offsets.topic.replication.factor": [
         f"{GROUPS_LIVE}::test_the_offsets_topic_waits_for_as_many_brokers_as_its_replication_factor"],
     "min.insync.replicas": [f"{REPLICATION}::test_lag_time_and_min_isr_change_what_a_leader_does"],

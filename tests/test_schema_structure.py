@@ -82,6 +82,13 @@ SERVED_APIS: dict[str, tuple[int, int]] = {
     "BeginQuorumEpoch": (0, 1),
     "EndQuorumEpoch": (0, 1),
     "DescribeQuorum": (0, 2),
+    "AddPartitionsToTxn": (0, 3),
+    "AddOffsetsToTxn": (0, 4),
+    "EndTxn": (0, 4),
+    "WriteTxnMarkers": (1, 1),
+    "TxnOffsetCommit": (0, 5),
+    "DescribeTransactions": (0, 0),
+    "ListTransactions": (0, 1),
 }
 SERVED_HEADERS: dict[str, tuple[int, int]] = {"RequestHeader": (0, 2), "ResponseHeader": (0, 1)}
 SERVED_RECORDS: dict[str, tuple[int, int]] = {

@@ -39,6 +39,7 @@ CLUSTER_ACTION_APIS = frozenset({
     67,  # AllocateProducerIds
     73,  # AssignReplicasToDirs
     59,  # FetchSnapshot
+    27,  # WriteTxnMarkers
 })
 # APIs that change the cluster as a whole: ALTER on the cluster.
 CLUSTER_ALTER_APIS = frozenset({

@@ -445,6 +445,17 @@ KEYS: dict[str, KeyDef] = {
                "partitions of __consumer_offsets, made on the first FindCoordinator for a group"),
         KeyDef("offsets.topic.replication.factor", _int(1, 32767), 3,
                "replicas of __consumer_offsets; it is not made while fewer brokers are alive"),
+        KeyDef("transaction.state.log.num.partitions", _int(1), 50,
+               "partitions of __transaction_state, made on the first transactional InitProducerId"),
+        KeyDef("transaction.state.log.replication.factor", _int(1, 32767), 3,
+               "replicas of __transaction_state; it is not made while fewer brokers are alive"),
+        KeyDef("transaction.state.log.min.isr", _int(1), 2, "min.insync.replicas of __transaction_state"),
+        KeyDef("transaction.state.log.segment.bytes", _int(1), 100 * 1024 * 1024,
+               "segment.bytes of __transaction_state"),
+        KeyDef("transaction.max.timeout.ms", _int(1), 900_000,
+               "the longest transaction.timeout.ms a transactional producer may ask for"),
+        KeyDef("transaction.abort.timed.out.transaction.cleanup.interval.ms", _int(1), 10_000,
+               "how often transactions past their timeout are looked for and aborted"),
         KeyDef("group.initial.rebalance.delay.ms", _int(0), 3000,
                "how long the first rebalance of an empty group waits for more members"),
         KeyDef("group.min.session.timeout.ms", _int(), 6000),
@@ -515,9 +526,6 @@ ALIASES: dict[str, str] = {
 COMPATIBILITY_ONLY: dict[str, str] = {
     # Checked, reported by DescribeConfigs, no effect yet.
     # Taken as they are.
-    "transaction.state.log.replication.factor": "no transactions",
-    "transaction.state.log.min.isr": "no transactions",
-    "transaction.state.log.num.partitions": "no transactions",
     "share.coordinator.state.topic.replication.factor": "no share groups",
     "share.coordinator.state.topic.min.isr": "no share groups",
     "num.network.threads": "one asyncio event loop serves every connection",
@@ -607,6 +615,12 @@ class ServerConfig:
     replica_socket_timeout_ms: int = 30_000
     replica_lag_time_max_ms: int = 30_000
     offsets_topic_num_partitions: int = 50
+    transaction_state_log_num_partitions: int = 50
+    transaction_state_log_replication_factor: int = 3
+    transaction_state_log_min_isr: int = 2
+    transaction_state_log_segment_bytes: int = 100 * 1024 * 1024
+    transaction_max_timeout_ms: int = 900_000
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10_000
     offsets_topic_replication_factor: int = 3
     group_initial_rebalance_delay_ms: int = 3000
     group_min_session_timeout_ms: int = 6000
@@ -1106,6 +1120,13 @@ def build_config(
         replica_socket_timeout_ms=get("replica.socket.timeout.ms"),
         replica_lag_time_max_ms=get("replica.lag.time.max.ms"),
         offsets_topic_num_partitions=get("offsets.topic.num.partitions"),
+        transaction_state_log_num_partitions=get("transaction.state.log.num.partitions"),
+        transaction_state_log_replication_factor=get("transaction.state.log.replication.factor"),
+        transaction_state_log_min_isr=get("transaction.state.log.min.isr"),
+        transaction_state_log_segment_bytes=get("transaction.state.log.segment.bytes"),
+        transaction_max_timeout_ms=get("transaction.max.timeout.ms"),
+        transaction_abort_timed_out_transaction_cleanup_interval_ms=get(
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms"),
         offsets_topic_replication_factor=get("offsets.topic.replication.factor"),
         group_initial_rebalance_delay_ms=get("group.initial.rebalance.delay.ms"),
         group_min_session_timeout_ms=get("group.min.session.timeout.ms"),

@@ -63,8 +63,9 @@ from kjbod.storage.errors import (
 )
 from kjbod.storage.fsio import LogDirIO, WouldBlock, waiting_allowed
 from kjbod.storage.ids import uuid_text
-from kjbod.storage.producer_state import ProducerStateManager, SnapshotFormatError
+from kjbod.storage.producer_state import CompletedTxn, ProducerStateManager, SnapshotFormatError
 from kjbod.storage.records import (
+    CONTROL_MASK,
     LOG_OVERHEAD,
     NO_PRODUCER_ID,
     PREFIX,
@@ -72,6 +73,7 @@ from kjbod.storage.records import (
     BatchHeader,
     Record,
     UnsupportedCompressionError,
+    control_marker_type,
     iter_records,
     validate_batches,
     validate_records,
@@ -84,6 +86,7 @@ from kjbod.storage.segment import (
     LOG_SUFFIX,
     SNAPSHOT_SUFFIX,
     TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
     LogSegment,
     parse_segment_file,
     segment_name,
@@ -286,6 +289,26 @@ class PartitionLog:
         self._hw = max(self._log_start, min(value, self._leo))
 
     @property
+    def last_stable_offset(self) -> int:
+        """Kafka's LSO: the high watermark, or the first offset of the oldest transaction still open if that is
+        lower (what a read_committed consumer may read up to).  Before this log's producer state is loaded (it is
+        loaded on the first append, on the dir's worker) no transaction is known: the high watermark."""
+        hw = self._hw
+        if not self._producer_state_ready:
+            return hw
+        first = self.producer_state.first_unstable_offset()
+        return hw if first is None or first >= hw else first
+
+    def aborted_transactions(self, fetch_offset: int, upper: int) -> list[tuple[int, int]]:
+        """(producer id, first offset) of the aborted transactions a read_committed read of [fetch_offset,
+        upper) must tell the consumer about: those ending at or after `fetch_offset` that began before `upper`
+        (Kafka's collectAbortedTransactions over the transaction index)."""
+        if not self._producer_state_ready:
+            return []
+        return [(t.producer_id, t.first_offset) for t in self.producer_state.aborted
+                if t.last_offset >= fetch_offset and t.first_offset < upper]
+
+    @property
     def size_bytes(self) -> int:
         return sum(s.size for s in self.segments)
 
@@ -409,7 +432,7 @@ class PartitionLog:
             base, suffix = parsed
             if suffix == LOG_SUFFIX:
                 logs[base] = path
-            elif suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+            elif suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
                 indexes.add(path)
             elif suffix == SNAPSHOT_SUFFIX:
                 snapshots[base] = path
@@ -574,6 +597,37 @@ class PartitionLog:
             self.producer_state.replay(headers)
             self.load_stats.replayed_batches += len(headers)
         self.producer_state.map_end_offset = self._leo
+        self.producer_state.aborted = self._read_aborted()
+
+    def _read_aborted(self) -> list[CompletedTxn]:
+        """The aborted transactions of the log's segments, from their ``.txnindex`` files (the truth on disk: the
+        in-memory list is rebuilt from them whenever the producer state is)."""
+        out = []
+        for seg in self.segments:
+            for pid, first, last, _lso in seg.read_aborted():
+                if self._log_start <= last < self._leo:
+                    out.append(CompletedTxn(pid, first, last, True))
+        return out
+
+    def _index_aborted(self, seg: LogSegment, completed: list[CompletedTxn]) -> None:
+        """Under the lock, once an append with markers is committed: the aborted transactions it ended go to the
+        ``.txnindex`` of the segment holding their markers, with the last stable offset after them."""
+        aborted = [t for t in completed if t.aborted]
+        if not aborted:
+            return
+        first = self.producer_state.first_unstable_offset()
+        seg.append_aborted([(t.producer_id, t.first_offset, t.last_offset,
+                             first if first is not None else t.last_offset + 1) for t in aborted])
+
+    @property
+    def producer_state_ready(self) -> bool:
+        return self._producer_state_ready
+
+    def ensure_producer_state(self) -> None:
+        """Loads the producer state now (on the dir's worker): what a read_committed read needs first."""
+        if not self._producer_state_ready:
+            with self.lock:
+                self._ensure_producer_state()
 
     def _iter_batch_headers(self, from_offset: int):
         i = max(bisect_right(self._bases, from_offset) - 1, 0)
@@ -719,13 +773,14 @@ class PartitionLog:
         (and, where records.validate_records says so, a new max timestamp), write. See the module doc."""
         return self.append_validated(self.validate(records, now_ms=now_ms), leader_epoch=leader_epoch)
 
-    def validate(self, records: bytes | bytearray | memoryview, *, now_ms: int | None = None) -> ValidatedAppend:
+    def validate(self, records: bytes | bytearray | memoryview, *, now_ms: int | None = None,
+                 from_coordinator: bool = False) -> ValidatedAppend:
         """The checks of :meth:`append` that touch no file and take no lock (the batches, their records, the
         timestamps against this log's config): what a caller may do on one thread before handing the write
         (:meth:`append_validated`) to another. Raises what :meth:`append` raises for bad input."""
         view = memoryview(records)
         cfg = self.config
-        batches = validate_batches(view, max_message_bytes=cfg.max_message_bytes)
+        batches = validate_batches(view, max_message_bytes=cfg.max_message_bytes, from_coordinator=from_coordinator)
         now = self.clock() if now_ms is None else now_ms
         if records_module.SKIP_RECORD_VALIDATION:
             return ValidatedAppend(view, batches, now, None)
@@ -926,7 +981,8 @@ class PartitionLog:
         pack = PREFIX.pack
         for pos, header in batches:
             base = next_offset
-            duplicate = plan.check(header, base)
+            duplicate = plan.check(header, base, marker=control_marker_type(view, pos, header)) \
+                if header.attributes & CONTROL_MASK else plan.check(header, base)
             if duplicate is not None:  # answered as Kafka does: the batch's stored max timestamp too
                 return AppendInfo(duplicate.first_offset, duplicate.last_offset, duplicate.timestamp,
                                   self._log_start, duplicate.last_offset - duplicate.first_offset + 1,
@@ -954,6 +1010,8 @@ class PartitionLog:
         seg.append(buffers, meta, total)
         self._note_ends(seg, first_base, next_offset, total, len(meta) == 1)
         plan.commit(next_offset)
+        if plan.completed:
+            self._index_aborted(seg, plan.completed)
         self._leo = next_offset
         if self.auto_high_watermark:
             self._hw = next_offset
@@ -1038,7 +1096,9 @@ class PartitionLog:
                 if header.producer_id > NO_PRODUCER_ID:
                     if follower_plan is None:
                         follower_plan = self.producer_state.plan()
-                    follower_plan.check(header, base, from_client=False)
+                    follower_plan.check(header, base, from_client=False,
+                                        marker=control_marker_type(view, pos, header)
+                                        if header.attributes & CONTROL_MASK else -1)
                 last = base + header.last_offset_delta
                 next_offset = last + 1
                 count += header.records_count
@@ -1058,6 +1118,8 @@ class PartitionLog:
             self._note_ends(seg, first_base, next_offset, total, len(meta) == 1)
             if follower_plan is not None:
                 follower_plan.commit(next_offset)
+                if follower_plan.completed:
+                    self._index_aborted(seg, follower_plan.completed)
             else:
                 self.producer_state.map_end_offset = next_offset  # what a commit of no producer's batch does
             self._leo = next_offset
@@ -1582,6 +1644,9 @@ class PartitionLog:
                 for path in (cleaned.log_path, cleaned.index.path, cleaned.time_index.path):
                     io.unlink(path, missing_ok=True)
                 raise cleaner.CleanAborted(f"the segments of {self.name} changed while it was cleaned")
+            # The cleaned segment keeps the aborted transactions of those it replaces (the cleaner keeps markers
+            # and transactional records alike, so read_committed readers still need them).
+            aborted = [e for seg in old for e in seg.read_aborted()]
             for seg in old:
                 self._schedule_segment_deletion(seg)
             cleaner.failpoint("old_segments_deleted")
@@ -1590,6 +1655,9 @@ class PartitionLog:
                 idx.rename(base_path + suffix)
             io.rename(cleaned.log_path, base_path + LOG_SUFFIX)
             cleaned.log_path = base_path + LOG_SUFFIX
+            cleaned.txn_index_path = base_path + TXN_INDEX_SUFFIX
+            if aborted:
+                cleaned.append_aborted(aborted)
             cleaned.created_ms = self.clock()
             first = self.segments.index(old[0])
             last = self.segments.index(old[-1])
@@ -1630,6 +1698,7 @@ class PartitionLog:
             for seg in doomed:
                 self._schedule_segment_deletion(seg)
             keep[-1].truncate_to_offset(offset)
+            keep[-1].truncate_aborted(offset)
             self._ends.clear()
             self._leo = offset
             self._epochs.truncate_from_end(offset)
@@ -1682,7 +1751,7 @@ class PartitionLog:
             out = []
             for seg in segs:
                 out.append(SegmentFile(seg.log_path, seg.size))
-                for path in (seg.index.path, seg.time_index.path):
+                for path in (seg.index.path, seg.time_index.path, seg.txn_index_path):
                     st = self.io.stat_or_none(path)
                     if st is not None:
                         out.append(SegmentFile(path, st.st_size))
@@ -1700,6 +1769,7 @@ class PartitionLog:
             seg.log_path = prefix + os.path.basename(seg.log_path)
             seg.index.path = prefix + os.path.basename(seg.index.path)
             seg.time_index.path = prefix + os.path.basename(seg.time_index.path)
+            seg.txn_index_path = prefix + os.path.basename(seg.txn_index_path)
 
     # ------------------------------------------------------------------------------------------ close
 

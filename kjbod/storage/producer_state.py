@@ -51,6 +51,16 @@ class SnapshotFormatError(ValueError):
     pass
 
 
+class CompletedTxn(NamedTuple):
+    """A transaction a marker ended on this partition: Kafka's aborted-transaction index holds the aborted ones
+    (producer id, first offset, last offset: the marker's, and the last stable offset once it ended)."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    aborted: bool
+
+
 class BatchMetadata(NamedTuple):  # a tuple: made for every idempotent batch appended, on the dir's worker
     first_seq: int
     last_seq: int
@@ -66,6 +76,7 @@ class ProducerEntry:
     batches: deque[BatchMetadata] = field(default_factory=lambda: deque(maxlen=NUM_BATCHES_TO_RETAIN))
     last_timestamp: int = -1
     coordinator_epoch: int = -1
+    txn_first_offset: int = -1  # the first offset of the producer's ongoing transaction here, -1 when none
 
     @property
     def last_seq(self) -> int:
@@ -78,7 +89,7 @@ class ProducerEntry:
     def copy(self) -> ProducerEntry:
         return ProducerEntry(
             self.producer_id, self.epoch, deque(self.batches, maxlen=NUM_BATCHES_TO_RETAIN), self.last_timestamp,
-            self.coordinator_epoch,
+            self.coordinator_epoch, self.txn_first_offset,
         )
 
     def find_duplicate(self, header: BatchHeader) -> BatchMetadata | None:
@@ -102,6 +113,11 @@ class ProducerEntry:
                 )
             )
         self.last_timestamp = max(self.last_timestamp, header.max_timestamp)
+        if header.is_transactional:  # a marker ends the producer's transaction, its first data batch starts one
+            if header.is_control:
+                self.txn_first_offset = -1
+            elif self.txn_first_offset < 0:
+                self.txn_first_offset = base_offset
 
 
 def _in_sequence(last_seq: int, next_seq: int) -> bool:
@@ -116,12 +132,13 @@ class AppendPlan:
     changes go into the other with :meth:`merge_into` only when its append is kept, so an append refused
     inside a group leaves the others' state as if it had never come."""
 
-    __slots__ = ("_manager", "_over", "updated")
+    __slots__ = ("_manager", "_over", "completed", "updated")
 
     def __init__(self, manager: ProducerStateManager, over: AppendPlan | None = None) -> None:
         self._manager = manager
         self._over = over
         self.updated: dict[int, ProducerEntry] = {}
+        self.completed: list[CompletedTxn] = []
 
     def _latest(self, pid: int) -> ProducerEntry | None:
         """The producer's entry before this plan: the plan below's if it has one, else the committed one."""
@@ -140,9 +157,13 @@ class AppendPlan:
         """Keep this append's changes in ``other`` (the group's plan: the entries are this plan's own copies)."""
         if self.updated:
             other.updated.update(self.updated)
+        if self.completed:
+            other.completed.extend(self.completed)
 
-    def check(self, header: BatchHeader, base_offset: int, *, from_client: bool = True) -> BatchMetadata | None:
-        """Validate one batch that would get ``base_offset``. Returns the earlier batch if it is a duplicate."""
+    def check(self, header: BatchHeader, base_offset: int, *, from_client: bool = True,
+              marker: int = -1) -> BatchMetadata | None:
+        """Validate one batch that would get ``base_offset``. Returns the earlier batch if it is a duplicate.
+        ``marker``: a control batch's marker type (0 abort, 1 commit; records.control_marker_type)."""
         pid = header.producer_id
         if pid <= NO_PRODUCER_ID:  # Kafka's hasProducerId: any id above -1
             return None
@@ -161,6 +182,12 @@ class AppendPlan:
                     f"producer {pid} epoch {epoch} is older than the current epoch {entry.epoch}"
                 )
             first_seq = header.base_sequence
+            if first_seq == NO_SEQUENCE:  # a coordinator's append (a marker, a transactional offset commit):
+                if header.is_control and entry.txn_first_offset >= 0:  # its epoch is checked, not its sequence
+                    self.completed.append(CompletedTxn(pid, entry.txn_first_offset, base_offset, marker == 0))
+                entry.add(header, base_offset)
+                self.updated[pid] = entry
+                return None
             if epoch != entry.epoch:
                 if first_seq != 0 and entry.epoch != NO_EPOCH:
                     raise OutOfOrderSequenceError(
@@ -170,19 +197,33 @@ class AppendPlan:
                 raise OutOfOrderSequenceError(
                     f"producer {pid} epoch {epoch}: sequence {first_seq} does not follow {entry.last_seq}"
                 )
+        if header.is_control and entry.txn_first_offset >= 0:
+            self.completed.append(CompletedTxn(pid, entry.txn_first_offset, base_offset, marker == 0))
         entry.add(header, base_offset)
         self.updated[pid] = entry
         return None
 
     def commit(self, end_offset: int) -> None:
-        self._manager.producers.update(self.updated)
-        self._manager.map_end_offset = end_offset
+        manager = self._manager
+        manager.producers.update(self.updated)
+        manager.map_end_offset = end_offset
+        if self.completed:
+            manager.aborted.extend(t for t in self.completed if t.aborted)
 
 
 class ProducerStateManager:
     def __init__(self) -> None:
         self.producers: dict[int, ProducerEntry] = {}
         self.map_end_offset = 0
+        # The aborted transactions appended since this state was made (in memory only: Kafka's .txnindex files,
+        # which keep them across restarts, are not written yet).
+        self.aborted: list[CompletedTxn] = []
+
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of the oldest transaction still open here (what bounds the last stable offset), or
+        None when no producer has one open."""
+        firsts = [e.txn_first_offset for e in self.producers.values() if e.txn_first_offset >= 0]
+        return min(firsts) if firsts else None
 
     def plan(self) -> AppendPlan:
         return AppendPlan(self)
@@ -220,7 +261,9 @@ class ProducerStateManager:
         self.map_end_offset = offset
 
     def remove_expired(self, now_ms: int, expiration_ms: int) -> int:
-        expired = [pid for pid, e in self.producers.items() if now_ms - e.last_timestamp > expiration_ms]
+        # A producer with a transaction open here stays (as Kafka's): its marker must find where the transaction began.
+        expired = [pid for pid, e in self.producers.items()
+                   if now_ms - e.last_timestamp > expiration_ms and e.txn_first_offset < 0]
         for pid in expired:
             del self.producers[pid]
         return len(expired)
@@ -239,7 +282,7 @@ class ProducerStateManager:
                 (last.last_offset - last.first_offset) if last else 0,
                 e.last_timestamp,
                 e.coordinator_epoch,
-                -1,
+                e.txn_first_offset,
             )
         return _SNAP_HEAD.pack(SNAPSHOT_VERSION, crc32c.crc32c(body)) + bytes(body)
 
@@ -257,10 +300,11 @@ class ProducerStateManager:
         if count < 0 or len(body) != _SNAP_COUNT.size + count * _SNAP_ENTRY.size:
             raise SnapshotFormatError("producer snapshot size does not match its entry count")
         producers: dict[int, ProducerEntry] = {}
-        for pid, epoch, last_seq, last_offset, delta, ts, coord_epoch, _txn in _SNAP_ENTRY.iter_unpack(
+        for pid, epoch, last_seq, last_offset, delta, ts, coord_epoch, txn_first in _SNAP_ENTRY.iter_unpack(
             body[_SNAP_COUNT.size :]
         ):
-            entry = ProducerEntry(pid, epoch, last_timestamp=ts, coordinator_epoch=coord_epoch)
+            entry = ProducerEntry(pid, epoch, last_timestamp=ts, coordinator_epoch=coord_epoch,
+                                  txn_first_offset=txn_first if txn_first >= 0 else -1)
             if last_seq != NO_SEQUENCE and last_offset >= 0:
                 first_seq = (last_seq - delta) % 0x80000000
                 entry.batches.append(BatchMetadata(first_seq, last_seq, last_offset - delta, last_offset, ts))

@@ -142,14 +142,17 @@ def crc_matches(buf: bytes | bytearray | memoryview, pos: int, header: BatchHead
 
 
 def validate_batches(
-    buf: bytes | bytearray | memoryview, *, max_message_bytes: int, from_client: bool = True
+    buf: bytes | bytearray | memoryview, *, max_message_bytes: int, from_client: bool = True,
+    from_coordinator: bool = False,
 ) -> list[tuple[int, BatchHeader]]:
     """Check every batch of a produce's records and return (position, header) for each.
 
     Raises CorruptMessageError (truncated, bad length, bad CRC), InvalidRecordError (not magic 2, empty, an
     offset range below 0 or smaller than the count; from a client: a count other than the offset range (a
     compacted log's batches, appended by followers, have holes), a control batch, a non-zero base offset, or a
-    producer id without a sequence) or MessageTooLargeError.
+    producer id without a sequence) or MessageTooLargeError.  A coordinator's own appends (`from_coordinator`:
+    transaction markers, transactional offset commits) may be control batches and carry a producer id without
+    a sequence, as Kafka allows appends of the coordinator origin.
     """
     view = memoryview(buf)
     n = len(view)
@@ -201,14 +204,36 @@ def validate_batches(
         if from_client:
             if header.base_offset != 0:
                 raise InvalidRecordError(f"record batch base offset should be 0, but it is {header.base_offset}")
-            if header.is_control:
+            if header.is_control and not from_coordinator:
                 raise InvalidRecordError("clients are not allowed to write control batches")
-            if header.producer_id >= 0 and header.base_sequence < 0:  # Kafka's LogValidator: an idempotent batch
+            if header.is_transactional and header.producer_id < 0:
+                raise InvalidRecordError("a transactional record batch must carry a producer id")
+            if header.producer_id >= 0 and header.base_sequence < 0 and not from_coordinator:  # Kafka's LogValidator: an idempotent batch
                 raise InvalidRecordError(f"invalid sequence number {header.base_sequence} in record batch with "
                                          f"producer id {header.producer_id}")
         out.append((pos, header))
         pos += size
     return out
+
+
+def control_marker_type(view: bytes | memoryview, pos: int, header: BatchHeader) -> int:
+    """The type of the control record a control batch at ``pos`` opens with (Kafka's ControlRecordType: 0 abort,
+    1 commit; a transaction marker), or -1 when it is not readable as one.  Control batches are never
+    compressed, so the first record starts right after the batch header."""
+    try:
+        at = pos + RECORD_BATCH_OVERHEAD
+        _length, at = read_varint(view, at)
+        at += 1  # attributes
+        _ts, at = read_varint(view, at)
+        _delta, at = read_varint(view, at)
+        key_length, at = read_varint(view, at)
+        if key_length < 4 or at + 4 > pos + header.size:
+            return -1
+        version = int.from_bytes(view[at:at + 2], "big", signed=True)
+        kind = int.from_bytes(view[at + 2:at + 4], "big", signed=True)
+    except CorruptMessageError:
+        return -1
+    return kind if version == 0 and kind in (0, 1) else -1
 
 
 def iter_batches(buf: bytes | bytearray | memoryview) -> Iterator[tuple[int, BatchHeader]]:

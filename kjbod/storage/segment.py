@@ -1,4 +1,11 @@
-"""One log segment: ``<20-digit base offset>.log`` with its ``.index`` and ``.timeindex``.
+"""One log segment: ``<20-digit base offset>.log`` with its ``.index``, ``.timeindex`` and, once a transaction
+aborted in it, ``.txnindex``.
+
+The transaction index is Kafka's: one 34-byte entry per transaction whose abort marker lies in the segment,
+appended when the marker is, big-endian::
+
+    int16 version (0) | int64 producer id | int64 first offset | int64 last offset (the marker's) |
+    int64 last stable offset (once the transaction ended)
 
 Strategy: the ``.log`` holds record batches back to back exactly as they travel on the wire; the segment keeps
 its byte size, its largest timestamp and the offset of that timestamp in memory, and writes an index entry
@@ -24,6 +31,7 @@ directory listing and a stat per segment. Every file operation goes through the 
 from __future__ import annotations
 
 import os
+import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -51,6 +59,9 @@ INT32_MAX = 0x7FFFFFFF
 _SCAN_FIRST = 4 << 10
 _SCAN_CHUNK = 64 << 10
 _RECOVER_CHUNK = 4 << 20
+
+
+TXN_ENTRY = struct.Struct(">hqqqq")
 
 
 def segment_name(base_offset: int) -> str:
@@ -85,6 +96,7 @@ class LogSegment:
         self.log_path = prefix + LOG_SUFFIX
         self.index = OffsetIndex(io, prefix + INDEX_SUFFIX, base_offset, max_index_size)
         self.time_index = TimeIndex(io, prefix + TIME_INDEX_SUFFIX, base_offset, max_index_size)
+        self.txn_index_path = prefix + TXN_INDEX_SUFFIX
         self.index_interval_bytes = index_interval_bytes
         self.size = size
         self.created_ms = created_ms
@@ -448,7 +460,7 @@ class LogSegment:
         self.release()
 
     def paths(self) -> list[str]:
-        return [self.log_path, self.index.path, self.time_index.path]
+        return [self.log_path, self.index.path, self.time_index.path, self.txn_index_path]
 
     def rename_for_deletion(self) -> None:
         """Kafka's first step of deleting a segment: add ``.deleted`` to each file name."""
@@ -457,7 +469,40 @@ class LogSegment:
         self.log_path = new_log
         self.index.rename(self.index.path + DELETED_SUFFIX)
         self.time_index.rename(self.time_index.path + DELETED_SUFFIX)
+        if self.io.stat_or_none(self.txn_index_path) is not None:
+            self.io.rename(self.txn_index_path, self.txn_index_path + DELETED_SUFFIX)
+        self.txn_index_path += DELETED_SUFFIX
         self.deleted = True
+
+    # -- the transaction index
+
+    def append_aborted(self, entries: list[tuple[int, int, int, int]]) -> None:
+        """Adds (producer id, first offset, last offset, last stable offset) entries to the ``.txnindex``."""
+        fh = self.io.open(self.txn_index_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        try:
+            fh.write(b"".join(TXN_ENTRY.pack(0, *e) for e in entries))
+        finally:
+            fh.close()
+
+    def read_aborted(self) -> list[tuple[int, int, int, int]]:
+        """The ``.txnindex`` entries (none when there is no file; a torn last entry is left out)."""
+        data = self.io.read_bytes_or_none(self.txn_index_path)
+        if not data:
+            return []
+        usable = len(data) - len(data) % TXN_ENTRY.size
+        return [(pid, first, last, lso) for version, pid, first, last, lso in TXN_ENTRY.iter_unpack(data[:usable])
+                if version == 0]
+
+    def truncate_aborted(self, offset: int) -> None:
+        """Drops the entries of transactions whose marker is at or above ``offset`` (a truncated log)."""
+        entries = self.read_aborted()
+        kept = [e for e in entries if e[2] < offset]
+        if len(kept) == len(entries):
+            return
+        if kept:
+            self.io.write_atomic(self.txn_index_path, b"".join(TXN_ENTRY.pack(0, *e) for e in kept))
+        else:
+            self.io.unlink(self.txn_index_path, missing_ok=True)
 
     def delete_files(self) -> None:
         self.release()

@@ -1,8 +1,7 @@
-"""FindCoordinator's answer and log line (kjbod/broker/handlers/find_coordinator.py), in process, for the keys
-kjbod has no coordinator for: transaction keys answer COORDINATOR_NOT_AVAILABLE as Kafka does while it cannot
-host one, with a message, and warn once per connection and key type, naming the client, the keys and what is not
-served; share and unknown key types are INVALID_REQUEST.  Group keys are answered by the group coordinator
-(tests/groups)."""
+"""FindCoordinator in process (kjbod/broker/handlers/find_coordinator.py): the warning a coordinator that cannot
+be hosted yet logs (once per connection and key type, naming the client, the keys and why), and share and unknown
+key types answered INVALID_REQUEST.  Group and transaction keys are answered by their coordinators (tests/groups,
+tests/txn)."""
 
 from __future__ import annotations
 
@@ -40,33 +39,27 @@ def warnings_of(logs: list[dict]) -> list[tuple]:
 
 
 def answer_to(version: int, body: FindCoordinatorRequest, connection_id: int = 1):
-    # Transaction, share and unknown keys never touch the node (group keys are tested live: tests/groups).
+    # Share and unknown keys never touch the node (group and transaction keys are tested live).
     return asyncio.run(find_coordinator.handle(None, request(version, connection_id), body))
 
 
-@pytest.mark.parametrize("version", [1, 2, 3])
-def test_a_transaction_key_before_v4_gets_coordinator_not_available_with_a_message(logs, version):
-    answer = answer_to(version, FindCoordinatorRequest(key="tx", key_type=1))
-    assert (answer.error_code, answer.node_id, answer.host, answer.port) == (
-        ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1)
-    assert "transactions are not served by kjbod yet" in answer.error_message
-    assert warnings_of(logs) == [("transaction", ["tx"], "kafkajs", "127.0.0.1:40001", "COORDINATOR_NOT_AVAILABLE")]
+def warn(connection_id: int, keys: list[str], key_type: int = 1) -> None:
+    find_coordinator._warn_once(request(3, connection_id), key_type, "transaction", "why not", keys)
 
 
-def test_batched_transaction_keys_each_get_the_error_and_one_warning(logs):
-    answer = answer_to(4, FindCoordinatorRequest(key_type=1, coordinator_keys=["tx-1", "tx-2"]))
-    assert [(c.key, c.error_code, c.node_id) for c in answer.coordinators] == [
-        ("tx-1", ErrorCode.COORDINATOR_NOT_AVAILABLE, -1), ("tx-2", ErrorCode.COORDINATOR_NOT_AVAILABLE, -1)]
-    assert all("transactions are not served by kjbod yet" in c.error_message for c in answer.coordinators)
+def test_the_warning_names_the_client_the_keys_and_the_reason(logs):
+    warn(1, ["tx-1", "tx-2"])
     (line,) = [e for e in logs if e["event"] == "coordinator_not_served"]
-    assert (line["key_type"], line["keys"], line["log_level"]) == ("transaction", ["tx-1", "tx-2"], "warning")
-    assert "transactions are not served by kjbod yet" in line["reason"]
+    assert (line["key_type"], line["keys"], line["log_level"], line["reason"]) == (
+        "transaction", ["tx-1", "tx-2"], "warning", "why not")
+    assert warnings_of(logs) == [("transaction", ["tx-1", "tx-2"], "kafkajs", "127.0.0.1:40001",
+                                  "COORDINATOR_NOT_AVAILABLE")]
 
 
 def test_one_warning_per_connection_and_key_type(logs):
     for _ in range(5):  # a client retrying on its connection
-        answer_to(3, FindCoordinatorRequest(key="t", key_type=1), connection_id=1)
-    answer_to(3, FindCoordinatorRequest(key="t", key_type=1), connection_id=2)
+        warn(1, ["t"])
+    warn(2, ["t"])
     assert [(kind, keys, peer) for kind, keys, _c, peer, _a in warnings_of(logs)] == [
         ("transaction", ["t"], "127.0.0.1:40001"), ("transaction", ["t"], "127.0.0.1:40002")]
 
@@ -74,9 +67,9 @@ def test_one_warning_per_connection_and_key_type(logs):
 def test_the_memory_of_warned_connections_is_bounded(logs, monkeypatch):
     monkeypatch.setattr(find_coordinator, "WARNED_LIMIT", 3)
     for connection_id in range(1, 6):
-        answer_to(3, FindCoordinatorRequest(key="t", key_type=1), connection_id)
+        warn(connection_id, ["t"])
     assert list(find_coordinator._warned) == [(3, 1), (4, 1), (5, 1)]
-    answer_to(3, FindCoordinatorRequest(key="t", key_type=1), 1)  # forgotten: warned again
+    warn(1, ["t"])  # forgotten: warned again
     assert len(warnings_of(logs)) == 6
 
 

@@ -485,12 +485,12 @@ async def test_group_consumer_subscribes_consumes_and_commits(server):
 
 
 async def test_transactional_producer_waits_for_a_coordinator_and_kjbod_says_why(server):
-    """A producer with a transactional_id: aiokafka does not check ApiVersions for the transaction APIs; it asks
-    FindCoordinator for a transaction coordinator first, gets COORDINATOR_NOT_AVAILABLE (as from a Kafka whose
-    __transaction_state partition has no leader) and asks again without a limit or a log line, so start() does
-    not return.  kjbod logs why, naming the transactional id."""
+    """A producer with a transactional_id on a single broker left at transaction.state.log.replication.factor 3:
+    aiokafka asks FindCoordinator for a transaction coordinator first, gets COORDINATOR_NOT_AVAILABLE (as from a
+    Kafka that cannot make __transaction_state with that many replicas) and asks again without a limit or a log
+    line, so start() does not return.  kjbod logs why, naming the transactional id."""
     producer = AIOKafkaProducer(bootstrap_servers=server.bootstrap, transactional_id="aiokafka-tx")
-    await waits_for_a_coordinator(server, producer, "aiokafka-tx", "transaction", "transactions")
+    await waits_for_a_coordinator(server, producer, "aiokafka-tx", "transaction", "__transaction_state")
 
 
 @pytest.mark.slow

@@ -532,8 +532,9 @@ def test_group_consumer_joins_and_reads(server):
 
 
 def test_transactional_producer_gets_a_coordinator_error(server):
-    """A transactional KafkaJS producer asks FindCoordinator for its transactional id when it connects; kjbod
-    answers COORDINATOR_NOT_AVAILABLE (Kafka's answer while no coordinator can be hosted), so KafkaJS fails with
+    """A transactional KafkaJS producer asks FindCoordinator for its transactional id when it connects; a single
+    broker left at transaction.state.log.replication.factor 3 cannot make __transaction_state, so kjbod answers
+    COORDINATOR_NOT_AVAILABLE (Kafka's answer while no coordinator can be hosted), KafkaJS fails with
     KafkaJSGroupCoordinatorNotFound after its retries and writes nothing; the server's log says why."""
     created, sent, ends = kafkajs(
         server.bootstrap, create("txn"),
@@ -545,7 +546,7 @@ def test_transactional_producer_gets_a_coordinator_error(server):
     assert offsets(ends) == {0: ("0", "0", "0")}
     lines = coordinator_warnings(server, "transaction", "tx-1")
     assert lines, "no warning in the server's log about the transactional id"
-    assert "transactions are not served by kjbod yet" in lines[0]["reason"]
+    assert "__transaction_state could not be created" in lines[0]["reason"]
 
 
 def coordinator_warnings(server: LiveServer, key_type: str, key: str, timeout: float = 10.0) -> list[dict]:

@@ -135,7 +135,7 @@ def test_topic_deletion_disabled_default_replication_factor_and_compatibility_ke
         "delete.topic.enable": "false",
         "default.replication.factor": "2",
         "num.network.threads": "3",
-        "transaction.state.log.replication.factor": "1",
+        "num.io.threads": "4",
     })
     admin = admin_for(server)
     with pytest.raises(InvalidReplicationFactorError):
@@ -147,7 +147,7 @@ def test_topic_deletion_disabled_default_replication_factor_and_compatibility_ke
     admin.close()
     logged = [line for line in server.stderr(200).splitlines() if "accepted with no effect" in line]
     assert len(logged) == 1 and "num.network.threads" in logged[0]
-    assert "transaction.state.log.replication.factor" in logged[0]
+    assert "num.io.threads" in logged[0]
 
 
 def test_fetch_max_bytes_caps_what_one_fetch_gives_a_consumer(kjbod_server_factory):

@@ -84,7 +84,6 @@ def test_init_producer_id_without_a_transactional_id_always_answers_a_fresh_id(r
     {"producer_id": 5, "producer_epoch": -1},
     {"producer_id": -1, "producer_epoch": 3},
     {"transactional_id": ""},
-    {"transactional_id": "txn-1"},  # transactions are not supported
 ])
 def test_init_producer_id_refusals_answer_no_id_and_no_epoch(raw, fields):
     resp = init(raw, **fields)

@@ -65,6 +65,9 @@ def node(tmp_path_factory: pytest.TempPathFactory):
         "offsets.topic.replication.factor": "1",
         "offsets.topic.num.partitions": "1",
         "group.initial.rebalance.delay.ms": "0",
+        "transaction.state.log.replication.factor": "1",
+        "transaction.state.log.min.isr": "1",
+        "transaction.state.log.num.partitions": "1",
     }
     server = start_tls_node(tmp_path_factory.mktemp("acl-node"), listeners=listeners, overrides=overrides,
                             broker_port=plain, controller_port=controller)
@@ -633,3 +636,33 @@ def test_offset_fetch_v1_carries_the_group_refusal_in_each_partition(node: Node)
         v5 = OffsetFetchResponse.decode(read(sock, 9, 5), 5)
     assert [(p.partition_index, p.error_code) for t in v1.topics for p in t.partitions] == [(0, 30), (1, 30)]
     assert (v5.error_code, v5.topics) == (30, [])
+
+
+def test_a_transactional_producer_needs_write_on_its_transactional_id(node: Node) -> None:
+    # As Kafka: InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn and TxnOffsetCommit with a
+    # transactional id need WRITE on it (TRANSACTIONAL_ID_AUTHORIZATION_FAILED, fatal for the producer).
+    from confluent_kafka import KafkaError, KafkaException, Producer
+
+    topic = "txn-acl"
+    create_topic(node, topic)
+    add_acls(node, acl("User:alice", "WRITE", topic))
+
+    def producer(transactional_id: str) -> Any:
+        return Producer({"bootstrap.servers": node.bootstrap, "transactional.id": transactional_id,
+                         **confluent_sasl("alice")})
+
+    refused = producer("alice-txn-1")
+    with pytest.raises(KafkaException) as e:
+        refused.init_transactions(30)
+    assert e.value.args[0].code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    add_acls(node, acl("User:alice", "WRITE", "alice-txn-", kind="TRANSACTIONAL_ID", pattern="PREFIXED"))
+
+    def committed() -> None:
+        p = producer(f"alice-txn-{time.monotonic_ns()}")
+        p.init_transactions(30)
+        p.begin_transaction()
+        p.produce(topic, b"in a transaction", partition=0)
+        p.commit_transaction(30)
+
+    eventually(committed, "alice commits a transaction once her transactional ids may be written")
+    assert read_some(node, "admin", topic) == b"in a transaction"

@@ -47,6 +47,7 @@ OFFSETS_TOPIC = "__consumer_offsets"
 # compression.type never recompresses the coordinator's writes (which offsets.topic.compression.codec compresses).
 OFFSETS_TOPIC_CONFIGS = (("cleanup.policy", "compact"), ("compression.type", "producer"))
 TICK_S = 0.05
+LOAD_CHUNK = 1 << 20  # bytes a load reads at a time where no key says otherwise (the transaction coordinator's)
 
 
 @dataclass(frozen=True)
@@ -110,6 +111,20 @@ class _InternalRequest:
     ctx = None
     correlation_id = 0
     internal_topics_allowed = True
+
+
+class _TransactionalRequest(_InternalRequest):
+    """A TxnOffsetCommit's append: a transactional batch without a sequence, as Kafka's coordinator writes."""
+
+    coordinator_origin = True
+
+
+def _marker_kind(key: bytes | None, value: bytes | None) -> int:
+    """1 for a commit marker, 0 for an abort marker, -1 for another control record."""
+    if key is None or len(key) < 4 or key[0:2] != b"\x00\x00":
+        return -1
+    kind = int.from_bytes(key[2:4], "big", signed=True)
+    return kind if kind in (0, 1) else -1
 
 
 def config_from(node: Any) -> tuple[GroupConfig, int, int]:
@@ -295,7 +310,7 @@ class GroupCoordinator:
             # To the log end, not the high watermark: a new leader's HW can lag what it holds, and every record it
             # holds stays (a leader never truncates its own log), commits acknowledged by the old leader included.
             end = plog.log_end_offset
-            pairs: list[tuple[bytes | None, bytes | None]] = []
+            pairs: list[tuple[bytes | None, bytes | None, int, int]] = []  # key, value, producer id, marker
             offset = plog.log_start_offset
             while offset < end:
                 chunk = await self._read(plog, offset, end)
@@ -306,9 +321,15 @@ class GroupCoordinator:
                 for pos, header in iter_batches(view):
                     # By batch, not by record: a compacted log has holes and may keep empty batches, and the
                     # next read must start past every batch this one held.
+                    # A transactional batch's records wait for their producer's marker (a control batch).
+                    pid = header.producer_id if header.is_transactional else -1
                     for r in iter_records(view[pos:pos + header.size]):
-                        if r.offset < end:
-                            pairs.append((r.key, r.value))
+                        if r.offset >= end:
+                            continue
+                        if header.is_control:
+                            pairs.append((None, None, pid, _marker_kind(r.key, r.value)))
+                        else:
+                            pairs.append((r.key, r.value, pid, -1))
                     offset = max(offset, header.last_offset + 1)
                 if offset == before:  # no whole batch in what was read: nothing more can be read from here
                     log.warning("offsets_partition_load_stopped", partition=p, offset=offset, log_end=end)
@@ -326,28 +347,32 @@ class GroupCoordinator:
             log.info("offsets_partition_loaded", partition=p, records=len(pairs))
 
     async def _read(self, plog: Any, offset: int, end: int) -> bytes:
-        """A chunk of the log read on its dir's worker."""
-        out: list[Any] = [b""]
+        return await read_chunk(self.node, plog, offset, end, self.topic.load_buffer_size)
 
-        def fill(slot: Any, result: Any) -> None:
-            out[0] = result
-
-        def fail(slot: Any, e: BaseException | None) -> None:
-            out[0] = e or TimeoutError("the log dir did not answer")
-
-        work = DirWork(self.node, fill, fail)
-        work.add(plog.log_dir, (plog, offset, end))
-        chunk = self.topic.load_buffer_size
-        pending = work.run(lambda items: [pl.read_bytes(o, chunk, max_offset=e) for pl, o, e in items], 30.0)
-        if pending is not None:
-            await settle(pending)
-        if isinstance(out[0], BaseException):
-            raise out[0]
-        return out[0]
-
-    def _replay(self, pairs: list[tuple[bytes | None, bytes | None]]) -> None:
+    def _replay(self, records: list[tuple[bytes | None, bytes | None, int, int]]) -> None:
+        """Rebuilds the groups of a partition from its records in log order.  A transactional offset commit
+        counts once its producer's commit marker follows, is dropped by an abort marker, and stays pending when
+        no marker has come yet."""
         offsets: dict[str, dict[tuple[str, int], CommittedOffset | None]] = {}
         groups: dict[str, rec.GroupRecord | None] = {}
+        pending: dict[int, list[tuple[bytes, bytes | None]]] = {}
+        pairs: list[tuple[bytes | None, bytes | None]] = []
+        for key, value, pid, marker in records:
+            if marker >= 0:
+                held = pending.pop(pid, [])
+                if marker == 1:
+                    pairs += held
+            elif pid >= 0 and key is not None:
+                pending.setdefault(pid, []).append((key, value))
+            else:
+                pairs.append((key, value))
+        for pid, held in pending.items():
+            for key, value in held:
+                with contextlib.suppress(rec.RecordFormatError, UnicodeDecodeError):
+                    k = rec.read_key(bytes(key))
+                    if isinstance(k, rec.OffsetKey) and value is not None:
+                        self.book.add_txn_offsets(pid, k.group, {
+                            (k.topic, k.partition): rec.read_offset_value(bytes(value))})
         for key, value in pairs:
             if key is None:
                 continue
@@ -387,16 +412,20 @@ class GroupCoordinator:
 
     # ------------------------------------------------------------------------------------------- writing
     async def append(self, group_id: str, pairs: list[tuple[bytes, bytes | None]],
-                     too_large: int = ErrorCode.UNKNOWN_SERVER_ERROR) -> int:
-        """Appends records to the group's partition, acks=all; the partition's error code (0: committed)."""
+                     too_large: int = ErrorCode.UNKNOWN_SERVER_ERROR, producer_id: int = -1,
+                     producer_epoch: int = -1) -> int:
+        """Appends records to the group's partition, acks=all; the partition's error code (0: committed).  With
+        a producer id the batch is transactional (TxnOffsetCommit), its epoch checked against the partition's."""
         p = self.partition_of(group_id)
         now = now_ms()
-        batch = build_batch([(k, v, [], now) for k, v in pairs], compression=self.topic.compression_codec)
+        batch = build_batch([(k, v, [], now) for k, v in pairs], producer_id=producer_id,
+                            producer_epoch=producer_epoch, is_transactional=producer_id >= 0,
+                            compression=self.topic.compression_codec)
         body = ProduceRequest(acks=-1, timeout_ms=self.topic.commit_timeout_ms, topic_data=[
             TopicProduceData(name=OFFSETS_TOPIC, partition_data=[PartitionProduceData(index=p, records=batch)])])
         from kjbod.broker.handlers import produce  # the handler package imports this module
 
-        request: Any = _InternalRequest()
+        request: Any = _TransactionalRequest() if producer_id >= 0 else _InternalRequest()
         resp = await settle(produce.handle(self.node, request, body))
         code = resp.responses[0].partition_responses[0].error_code
         if code:
@@ -444,6 +473,27 @@ class GroupCoordinator:
         if code == 0:
             self.book.groups.pop(group_id, None)
         return code
+
+
+async def read_chunk(node: Any, plog: Any, offset: int, end: int, chunk: int = LOAD_CHUNK) -> bytes:
+    """A chunk of a coordinator's log read on its dir's worker (about ``chunk`` bytes, at least one whole batch,
+    below `end`)."""
+    out: list[Any] = [b""]
+
+    def fill(slot: Any, result: Any) -> None:
+        out[0] = result
+
+    def fail(slot: Any, e: BaseException | None) -> None:
+        out[0] = e or TimeoutError("the log dir did not answer")
+
+    work = DirWork(node, fill, fail)
+    work.add(plog.log_dir, (plog, offset, end))
+    pending = work.run(lambda items: [pl.read_bytes(o, chunk, max_offset=e) for pl, o, e in items], 30.0)
+    if pending is not None:
+        await settle(pending)
+    if isinstance(out[0], BaseException):
+        raise out[0]
+    return out[0]
 
 
 def snapshot(group: Group) -> rec.GroupRecord:

@@ -177,6 +177,9 @@ class GroupBook:
         # Stores a group's metadata (the shell: a record of __consumer_offsets) and then calls back with the time
         # and 0 or the error code; without one, the write counts as done at once (in-process tests).
         self.persist: Persist = persist or (lambda group, done: done(group.state_since_ms, ErrorCode.NONE))
+        # Transactional offset commits (TxnOffsetCommit) not yet ended by a marker: producer id -> group ->
+        # offsets.  They are invisible until the commit marker reaches the group's partition, and dropped on abort.
+        self.pending_txn: dict[int, dict[str, dict[tuple[str, int], CommittedOffset]]] = {}
 
     # ------------------------------------------------------------------------------------------- JoinGroup
     def join(self, now: int, group_id: str, member_id: str, group_instance_id: str | None, client_id: str,
@@ -587,6 +590,29 @@ class GroupBook:
             group = self.groups[group_id] = Group(group_id)
         group.offsets.update(offsets)
 
+    def add_txn_offsets(self, producer_id: int, group_id: str,
+                        offsets: dict[tuple[str, int], CommittedOffset]) -> None:
+        """A transactional offset commit is written: pending until the transaction ends."""
+        self.pending_txn.setdefault(producer_id, {}).setdefault(group_id, {}).update(offsets)
+
+    def end_txn_offsets(self, producer_id: int, partition: int, commit: bool,
+                        partition_of: Callable[[str], int]) -> None:
+        """A marker of `producer_id` reached offsets partition `partition`: its pending offsets of the groups
+        there become committed (commit) or are dropped (abort)."""
+        groups = self.pending_txn.get(producer_id)
+        if not groups:
+            return
+        for gid in [g for g in groups if partition_of(g) == partition]:
+            offsets = groups.pop(gid)
+            if commit:
+                self.commit(gid, offsets)
+        if not groups:
+            del self.pending_txn[producer_id]
+
+    def pending_txn_partitions(self, group_id: str) -> set[tuple[str, int]]:
+        """The partitions with a transactional offset commit of the group still pending."""
+        return {tp for groups in self.pending_txn.values() for tp in groups.get(group_id, {})}
+
     def committed(self, group_id: str, partitions: list[tuple[str, int]] | None
                   ) -> dict[tuple[str, int], CommittedOffset | None]:
         group = self.groups.get(group_id)
@@ -640,6 +666,13 @@ class GroupBook:
     # ------------------------------------------------------------------------------------------- unloading
     def unload(self, group_ids: list[str], code: int = ErrorCode.NOT_COORDINATOR) -> None:
         """The groups moved away (their offsets partition is led elsewhere now): answer whatever waits."""
+        gone = set(group_ids)
+        for pid in list(self.pending_txn):
+            groups = self.pending_txn[pid]
+            for gid in gone & set(groups):
+                del groups[gid]
+            if not groups:
+                del self.pending_txn[pid]
         for gid in group_ids:
             group = self.groups.pop(gid, None)
             if group is None:

@@ -1,6 +1,8 @@
 """One module per Kafka API key; importing this package registers every handler with the router."""
 
 from kjbod.broker.handlers import (  # noqa: F401
+    add_offsets_to_txn,
+    add_partitions_to_txn,
     allocate_producer_ids,
     alter_configs,
     alter_interbroker_throttled_rates,
@@ -27,9 +29,11 @@ from kjbod.broker.handlers import (  # noqa: F401
     describe_groups,
     describe_log_dirs,
     describe_quorum,
+    describe_transactions,
     describe_user_scram_credentials,
     elect_leaders,
     end_quorum_epoch,
+    end_txn,
     fetch,
     fetch_snapshot,
     find_coordinator,
@@ -41,6 +45,7 @@ from kjbod.broker.handlers import (  # noqa: F401
     list_groups,
     list_offsets,
     list_partition_reassignments,
+    list_transactions,
     metadata,
     offset_commit,
     offset_delete,
@@ -51,6 +56,8 @@ from kjbod.broker.handlers import (  # noqa: F401
     sasl_authenticate,
     sasl_handshake,
     sync_group,
+    txn_offset_commit,
     unregister_broker,
     vote,
+    write_txn_markers,
 )

@@ -62,7 +62,12 @@ from kjbod.net.tls import is_tls
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import FetchRequest, FetchResponse
 from kjbod.protocol.generated.fetch_request import FetchTopic
-from kjbod.protocol.generated.fetch_response import EpochEndOffset, LeaderIdAndEpoch, NodeEndpoint
+from kjbod.protocol.generated.fetch_response import (
+    AbortedTransaction,
+    EpochEndOffset,
+    LeaderIdAndEpoch,
+    NodeEndpoint,
+)
 from kjbod.protocol.generated.fetch_response import FetchableTopicResponse as TopicResp
 from kjbod.protocol.generated.fetch_response import PartitionData as PartResp
 from kjbod.protocol.runtime import ZERO_UUID
@@ -73,6 +78,7 @@ from kjbod.storage.workers import loop_sends
 from kjbod.wire.handler import Later
 
 READ_COMMITTED = 1
+LSO_AFTER_LOAD = -7  # a read limit: the last stable offset, once the log's producer state is loaded
 ISOLATION_LEVELS = (0, READ_COMMITTED)
 
 log = structlog.get_logger("kjbod.fetch")
@@ -186,7 +192,8 @@ def _has_data(node, resolved, body: FetchRequest, decided: dict | None, throttle
                 return True
             if not plog.io.online:  # answers KAFKA_STORAGE_ERROR now, not after the long poll
                 return True
-            end = plog.log_end_offset if decided is not None else plog.high_watermark
+            end = plog.log_end_offset if decided is not None else \
+                plog.last_stable_offset if body.isolation_level == READ_COMMITTED else plog.high_watermark
             if p.fetch_offset != end:  # data to send, or an out-of-range offset to report
                 return True
     return False
@@ -280,7 +287,10 @@ def _build(node, resolved, body: FetchRequest, version: int, max_bytes: int, dea
                                       last_stable_offset=plog.high_watermark, log_start_offset=plog.log_start_offset,
                                       records=b""))
                 continue
-            slot = (parts, len(parts), p, plog, None if decided is not None else plog.high_watermark)
+            # A read_committed consumer reads up to the last stable offset (no open transaction's records); a log
+            # whose producer state is not loaded yet (a restart) has it loaded first, on its dir's worker.
+            slot = (parts, len(parts), p, plog, None if decided is not None else plog.high_watermark if not committed
+                    else plog.last_stable_offset if plog.producer_state_ready else LSO_AFTER_LOAD)
             parts.append(None)
             slots.append(slot)
             work.add(plog.log_dir, slot)
@@ -332,6 +342,11 @@ def _read_all(items, max_bytes: int, manager, follower: bool = False, tls: bool 
         if plog.closed:  # swapped by a KIP-113 move since the request came: read the moved replica
             plog = plog.current()
         try:
+            if limit == LSO_AFTER_LOAD:
+                if not fsio.waiting_allowed():
+                    raise WouldBlock(f"the producer state of {plog.name} is not loaded")
+                plog.ensure_producer_state()
+                limit = plog.last_stable_offset
             budget = min(p.partition_max_bytes, remaining)
             remaining = max(remaining, 0)  # a negative max_bytes is the first partition's only (Kafka's limitBytes)
             if budget < 0 and plog.log_start_offset <= p.fetch_offset < min(
@@ -442,7 +457,7 @@ def _keep(node, resolved, slots, max_bytes: int, committed: bool, version: int, 
     """Turn each read into its partition's answer, in request order, keeping what fits in the response."""
     remaining = max_bytes
     total = 0
-    for parts, i, p, plog, _limit in slots:
+    for parts, i, p, plog, limit in slots:
         got = parts[i]
         if got is _NOT_READ:
             got = ([], plog.high_watermark, plog.log_start_offset)
@@ -458,8 +473,14 @@ def _keep(node, resolved, slots, max_bytes: int, committed: bool, version: int, 
             regions, size = [], 0
         total += size
         remaining -= size
-        parts[i] = PartResp(partition_index=p.partition, error_code=0, high_watermark=hw, last_stable_offset=hw,
-                            log_start_offset=lso, aborted_transactions=[] if committed else None,
+        aborted = None
+        if committed and not follower:
+            upper = plog.last_stable_offset if limit == LSO_AFTER_LOAD else limit
+            aborted = [AbortedTransaction(producer_id=pid, first_offset=first)
+                       for pid, first in plog.aborted_transactions(p.fetch_offset, upper)] if regions else []
+        parts[i] = PartResp(partition_index=p.partition, error_code=0, high_watermark=hw,
+                            last_stable_offset=hw if follower else min(plog.last_stable_offset, hw),
+                            log_start_offset=lso, aborted_transactions=aborted,
                             records=regions if regions else b"")
     return total
 

@@ -8,10 +8,10 @@ Group keys (type 0) are answered by the group coordinator (kjbod.broker.groups):
 COORDINATOR_NOT_AVAILABLE while the topic cannot be created (fewer live brokers than
 offsets.topic.replication.factor) or the partition has no leader reachable on this listener.
 
-kjbod has no transaction coordinator, so transaction keys answer COORDINATOR_NOT_AVAILABLE: what Kafka answers
-while it cannot host the coordinator (its internal topic missing or without a leader), which clients treat as
-retriable.  Share keys answer INVALID_REQUEST, as from a Kafka broker without a share coordinator (and from any
-Kafka broker below v6), and so does an unknown key type (Kafka's CoordinatorType.forId refuses it).
+Transaction keys (type 1) are answered by the transaction coordinator (kjbod.broker.txn) the same way: the first
+request creates `__transaction_state` (transaction.state.log.* keys), and the answer names the broker leading the
+id's partition of it.  Share keys answer INVALID_REQUEST, as from a Kafka broker without a share coordinator (and
+from any Kafka broker below v6), and so does an unknown key type (Kafka's CoordinatorType.forId refuses it).
 
 Clients retry COORDINATOR_NOT_AVAILABLE and then give up with an error of their own that does not say why
 (KafkaJS drops the message in the answer; the Java client times out).  So the answer carries a message naming
@@ -26,6 +26,8 @@ import structlog
 from kjbod.broker.authz import allowed
 from kjbod.broker.groups.coordinator import OFFSETS_TOPIC, coordinator_of, partition_for
 from kjbod.broker.router import api
+from kjbod.broker.txn.coordinator import TXN_TOPIC
+from kjbod.broker.txn.coordinator import coordinator_of as txn_coordinator_of
 from kjbod.metadata.acls import DESCRIBE
 from kjbod.metadata.acls import GROUP as GROUP_RESOURCE
 from kjbod.protocol.errors import ErrorCode
@@ -36,7 +38,6 @@ log = structlog.get_logger("kjbod.find_coordinator")
 
 GROUP, TRANSACTION, SHARE = 0, 1, 2
 LOAD_WAIT_S = 5.0  # how long a FindCoordinator naming this broker waits for the group's partition to load
-TRANSACTION_REASON = "transactions are not served by kjbod yet: produce without a transactional id"
 
 # (connection id, key type) pairs already warned about.  Clients ask again every few hundred milliseconds on the
 # same connection; one line per connection says it without flooding the log.  Bounded, oldest first out: a
@@ -56,11 +57,13 @@ def _warn_once(request, key_type: int, kind: str, reason: str, keys: list[str]) 
                 answer="COORDINATOR_NOT_AVAILABLE", client_id=request.client_id, peer=request.ctx.peer)
 
 
-def _group_coordinator(node, request, key: str, topic_problem: str | None) -> Coordinator:
+def _group_coordinator(node, request, key: str, topic_problem: str | None, internal: str = OFFSETS_TOPIC
+                       ) -> Coordinator:
+    """The broker leading `key`'s partition of `internal` (the offsets or the transaction topic)."""
     if topic_problem is not None:
         return Coordinator(key=key, node_id=-1, host="", port=-1, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
                            error_message=topic_problem)
-    topic = node.metadata.topic(OFFSETS_TOPIC)
+    topic = node.metadata.topic(internal)
     p = partition_for(key, len(topic.partitions))
     leader = topic.partitions[p].leader
     for n in node.cluster_nodes(request.ctx.listener_name, controllers=False):
@@ -68,7 +71,7 @@ def _group_coordinator(node, request, key: str, topic_problem: str | None) -> Co
             return Coordinator(key=key, node_id=n.node_id, host=n.host, port=n.port, error_code=0,
                                error_message=None)
     return Coordinator(key=key, node_id=-1, host="", port=-1, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                       error_message=f"{OFFSETS_TOPIC}-{p} has no leader reachable on this listener yet")
+                       error_message=f"{internal}-{p} has no leader reachable on this listener yet")
 
 
 @api(FindCoordinatorRequest)
@@ -91,12 +94,18 @@ async def handle(node, request, body: FindCoordinatorRequest) -> FindCoordinator
         for a in answers:
             if a.node_id == node.node_id:
                 await coordinator_of(node).wait_loaded(a.key, LOAD_WAIT_S)
+    elif body.key_type == TRANSACTION:
+        txns = txn_coordinator_of(node)
+        code, problem = await txns.ensure_topic()
+        if code:
+            problem = problem or f"{TXN_TOPIC} does not exist yet"
+            _warn_once(request, body.key_type, "transaction", problem, keys)
+        answers = [_group_coordinator(node, request, key, problem if code else None, TXN_TOPIC) for key in keys]
+        for a in answers:
+            if a.node_id == node.node_id:
+                await txns.wait_loaded(a.key, LOAD_WAIT_S)
     else:
-        if body.key_type == TRANSACTION:
-            code, message = ErrorCode.COORDINATOR_NOT_AVAILABLE, f"kjbod has no transaction coordinator " \
-                                                                  f"({TRANSACTION_REASON})"
-            _warn_once(request, body.key_type, "transaction", TRANSACTION_REASON, keys)
-        elif body.key_type == SHARE:
+        if body.key_type == SHARE:
             code, message = ErrorCode.INVALID_REQUEST, "kjbod has no share coordinator (share groups are not served)"
         else:
             code, message = ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {body.key_type}"

@@ -54,7 +54,7 @@ DEFAULT_DISK_WAIT_S = 30.0
 
 
 def _lookup(node, topic: str, partition: int, ts: int, version: int, replica_id: int = CONSUMER,
-            current_leader_epoch: int = -1):
+            current_leader_epoch: int = -1, committed: bool = False):
     """The answer when memory has it; otherwise the partition's log, whose dir's worker searches it."""
     # Leader epochs exist on the wire from v4; below that the field must stay at its default.
     epoch = 0 if version >= 4 else -1
@@ -72,7 +72,7 @@ def _lookup(node, topic: str, partition: int, ts: int, version: int, replica_id:
         if ts == LATEST:
             if replica_id == CONSUMER and (lagging := offsets_not_available(node, topic, partition, plog, version)):
                 return PartResp(partition_index=partition, error_code=lagging)
-            end = plog.high_watermark if replica_id == CONSUMER else plog.log_end_offset
+            end = last_fetchable_offset(plog, replica_id, committed)
             return PartResp(partition_index=partition, timestamp=-1, offset=end, leader_epoch=epoch)
         if ts in (EARLIEST, EARLIEST_LOCAL):
             return PartResp(partition_index=partition, timestamp=-1, offset=plog.log_start_offset, leader_epoch=epoch)
@@ -85,11 +85,13 @@ def _lookup(node, topic: str, partition: int, ts: int, version: int, replica_id:
     return plog
 
 
-def last_fetchable_offset(plog, replica_id: int) -> int:
-    """Where a lookup's answer must stop, as Kafka's Partition.fetchOffsetForTimestamp: a consumer's (either
-    isolation level: kjbod has no transactions, so the last stable offset is the high watermark) at the high
-    watermark, anyone else's at the log end."""
-    return plog.high_watermark if replica_id == CONSUMER else plog.log_end_offset
+def last_fetchable_offset(plog, replica_id: int, committed: bool = False) -> int:
+    """Where a lookup's answer must stop, as Kafka's Partition.fetchOffsetForTimestamp: a read_committed
+    consumer's at the last stable offset, a read_uncommitted consumer's at the high watermark, anyone else's at
+    the log end."""
+    if replica_id != CONSUMER:
+        return plog.log_end_offset
+    return plog.last_stable_offset if committed else plog.high_watermark
 
 
 def offsets_not_available(node, topic: str, partition: int, plog, version: int) -> int:
@@ -146,6 +148,7 @@ def handle(node, request, body: ListOffsetsRequest):
     work = DirWork(node, fill, fail)
     topics = []
     repeated = _repeated(body)
+    committed = version >= 2 and body.isolation_level == 1
     for t in body.topics:
         topic = node.metadata.topic(t.name)
         parts: list = []
@@ -165,14 +168,15 @@ def handle(node, request, body: ListOffsetsRequest):
                                       error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
             elif ts_ok(p.timestamp, version):
                 answer = _lookup(node, t.name, p.partition_index, p.timestamp, version, body.replica_id,
-                                 p.current_leader_epoch if version >= 4 else -1)
+                                 p.current_leader_epoch if version >= 4 else -1, committed)
                 if answer.__class__ is PartResp:
                     parts.append(answer)
                 else:
                     not_available = (offsets_not_available(node, t.name, p.partition_index, answer, version)
                                      if body.replica_id == CONSUMER else 0)
                     work.add(answer.log_dir, (parts, len(parts), p.partition_index, p.timestamp, answer,
-                                              last_fetchable_offset(answer, body.replica_id), not_available))
+                                              last_fetchable_offset(answer, body.replica_id, committed),
+                                              not_available))
                     parts.append(None)
             else:
                 parts.append(PartResp(partition_index=p.partition_index, error_code=ErrorCode.UNSUPPORTED_VERSION))

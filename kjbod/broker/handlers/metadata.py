@@ -39,6 +39,9 @@ from kjbod.protocol.generated.metadata_response import MetadataResponsePartition
 from kjbod.protocol.generated.metadata_response import MetadataResponseTopic as Topic
 from kjbod.protocol.runtime import ZERO_UUID
 
+# The topics Kafka itself owns (Kafka's Topic.INTERNAL_TOPICS): their coordinators' logs.
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+
 
 def offline_replicas(node, p, listener: str, here_online: bool) -> list[int]:
     """Kafka's KRaftMetadataCache.getOfflineReplicas: replicas on brokers that are unregistered, fenced, without
@@ -73,7 +76,7 @@ def describe_topic(node, topic, listener: str) -> Topic:
             parts.append(Partition(error_code=0, partition_index=p.partition, leader_id=p.leader,
                                    leader_epoch=p.leader_epoch, replica_nodes=list(p.replicas),
                                    isr_nodes=list(p.isr), offline_replicas=offline))
-    return Topic(error_code=0, name=topic.name, topic_id=topic.topic_id, is_internal=topic.name == "__consumer_offsets",
+    return Topic(error_code=0, name=topic.name, topic_id=topic.topic_id, is_internal=topic.name in INTERNAL_TOPICS,
                  partitions=parts)
 
 

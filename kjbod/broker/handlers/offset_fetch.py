@@ -1,8 +1,8 @@
 """OffsetFetch (key 9), versions 1-9.
 
 Version notes: v1 reads `__consumer_offsets`; v2 takes null topics (every committed offset) and adds a group error
-code; v3 throttle time; v5 the committed leader epoch; v6 flexible; v7 require_stable (kjbod has no
-transactions, so nothing is ever pending); v8 several groups per request; v9 member id and epoch (the consumer
+code; v3 throttle time; v5 the committed leader epoch; v6 flexible; v7 require_stable (a partition with a
+transactional offset commit still pending then answers UNSTABLE_OFFSET_COMMIT, which clients retry, as Kafka); v8 several groups per request; v9 member id and epoch (the consumer
 protocol's; ignored for classic groups).  v0 (offsets in ZooKeeper) is not served, as in Kafka 4.
 
 A partition without a committed offset answers offset -1 and empty metadata, no error, as Kafka. With an
@@ -20,11 +20,11 @@ from kjbod.protocol.generated import OffsetFetchRequest, OffsetFetchResponse
 from kjbod.protocol.generated import offset_fetch_response as r
 
 
-def _fetch(node, group_id: str, topics, version: int, request=None):
+def _fetch(node, group_id: str, topics, version: int, request=None, require_stable: bool = False):
     """(group error, [(topic, [(partition, offset, epoch, metadata, error)])]). With an authorizer, as Kafka: a
     topic named that the client may not DESCRIBE answers TOPIC_AUTHORIZATION_FAILED per partition, and one it may
     not describe is left out of an answer for every topic."""
-    code, found = _committed(node, group_id, topics, version)
+    code, found = _committed(node, group_id, topics, version, require_stable)
     if code or request is None or getattr(node, "authorizer", None) is None:
         return code, found
     out = []
@@ -36,17 +36,22 @@ def _fetch(node, group_id: str, topics, version: int, request=None):
     return code, out
 
 
-def _committed(node, group_id: str, topics, version: int):
+def _committed(node, group_id: str, topics, version: int, require_stable: bool = False):
     coordinator = coordinator_of(node)
     code = coordinator.status(group_id) if group_id else ErrorCode.INVALID_GROUP_ID
     if code:
         return code, [(t.name, [(p, -1, -1, "", code) for p in t.partition_indexes]) for t in topics or ()]
     wanted = None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
     found = coordinator.book.committed(group_id, wanted)
+    pending = coordinator.book.pending_txn_partitions(group_id) if require_stable else set()
     by_topic: dict[str, list] = {}
     for (t, p), c in found.items():
-        entry = (p, -1, -1, "", 0) if c is None else (p, c.offset, c.leader_epoch if version >= 5 else -1,
-                                                      c.metadata, 0)
+        entry: tuple[int, int, int, str, int]
+        if (t, p) in pending:
+            entry = (p, -1, -1, "", ErrorCode.UNSTABLE_OFFSET_COMMIT)
+        else:
+            entry = (p, -1, -1, "", 0) if c is None else (p, c.offset, c.leader_epoch if version >= 5 else -1,
+                                                          c.metadata, 0)
         by_topic.setdefault(t, []).append(entry)
     return 0, list(by_topic.items())
 
@@ -61,7 +66,7 @@ def handle(node, request, body: OffsetFetchRequest) -> OffsetFetchResponse:
                 groups.append(r.OffsetFetchResponseGroup(group_id=g.group_id,
                                                          error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED))
                 continue
-            code, topics = _fetch(node, g.group_id, g.topics, v, request)
+            code, topics = _fetch(node, g.group_id, g.topics, v, request, body.require_stable)
             groups.append(r.OffsetFetchResponseGroup(group_id=g.group_id, error_code=code, topics=[] if code else [
                 r.OffsetFetchResponseTopics(name=t, partitions=[
                     r.OffsetFetchResponsePartitions(partition_index=p, committed_offset=o, committed_leader_epoch=e,
@@ -74,7 +79,8 @@ def handle(node, request, body: OffsetFetchRequest) -> OffsetFetchResponse:
             name=t.name, partitions=[r.OffsetFetchResponsePartition(
                 partition_index=p, committed_offset=-1, metadata="", error_code=denied) for p in t.partition_indexes])
             for t in body.topics or ()])
-    code, topics = _fetch(node, body.group_id, body.topics if v >= 2 else (body.topics or []), v, request)
+    code, topics = _fetch(node, body.group_id, body.topics if v >= 2 else (body.topics or []), v, request,
+                          v >= 7 and body.require_stable)
     if code and v >= 2:
         return OffsetFetchResponse(error_code=code)
     return OffsetFetchResponse(error_code=code, topics=[r.OffsetFetchResponseTopic(name=t, partitions=[

@@ -11,11 +11,13 @@ and an error message; v9 flexible; v10 adds current-leader hints (tagged); v11 m
 TRANSACTION_ABORTABLE; v12 only changes client behaviour.
 
 acks=0 produces no response frame; an error then closes the connection, as Kafka does, so the producer finds
-out.  Transactions are not supported: a transactional produce answers INVALID_REQUEST with a message saying so,
-and a transactional batch in a request without a transactional id TRANSACTIONAL_ID_AUTHORIZATION_FAILED (Kafka's
-answer to it), so nothing is stored that no commit or abort marker would ever end.  A client's produce to the
-internal `__consumer_offsets` is INVALID_TOPIC_EXCEPTION, as in Kafka; the group coordinator's own appends come
-through here with `internal_topics_allowed`.
+out.  A transactional batch (kjbod.broker.txn: the producer's transaction then stays open on the partition,
+bounding its last stable offset, until the coordinator's marker) needs the request's transactional id:
+without one it answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED, Kafka's answer.  A client's produce to
+the internal `__consumer_offsets` or `__transaction_state` is INVALID_TOPIC_EXCEPTION, as in Kafka; the
+coordinators' own appends come through here with `internal_topics_allowed`, and with `coordinator_origin` those
+that may be control batches (transaction markers) or transactional batches without a sequence (TxnOffsetCommit),
+as Kafka accepts from its coordinators.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import structlog
 from kjbod.broker.dir_work import DirWork
 from kjbod.broker.replication import hooks as replication
 from kjbod.broker.router import api
-from kjbod.metadata.acls import TOPIC, WRITE
+from kjbod.metadata.acls import TOPIC, TRANSACTIONAL_ID, WRITE
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import ProduceRequest, ProduceResponse
 from kjbod.protocol.generated.produce_response import BatchIndexAndErrorMessage as RecordError
@@ -39,7 +41,8 @@ from kjbod.wire.handler import CloseConnection
 log = structlog.get_logger("kjbod.produce")
 
 ZSTD = 4
-OFFSETS_TOPIC = "__consumer_offsets"  # internal: Produce from clients is refused, as in Kafka
+# Internal: Produce from clients is refused, as in Kafka (only their coordinators write them).
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 TRANSACTIONAL = 0x10  # the transactional bit of a v2 batch's attributes, in their low byte (byte 22; magic at 16)
 # Records up to this size are validated (CRC, records, timestamps: CPU only, no file) on the event loop before the
 # hand-off, so the dir's worker does little more than the write: it then holds the GIL briefly, and the loop and
@@ -100,6 +103,11 @@ def handle(node, request, body: ProduceRequest):
     big = False
     authz = getattr(node, "authorizer", None)
     ctx = request.ctx
+    # A coordinator's own append (kjbod.broker.txn, kjbod.broker.groups): markers and transactional offsets.
+    coordinator = getattr(request, "coordinator_origin", False)
+    # As Kafka: a transactional producer needs WRITE on its transactional id.
+    txn_denied = authz is not None and ctx is not None and body.transactional_id is not None and not authz.allowed(
+        ctx.principal, ctx.peer_host, WRITE, TRANSACTIONAL_ID, body.transactional_id)
     for td in body.topic_data:
         parts: list[PartResp | None] = []
         topic = node.metadata.topic(td.name)
@@ -108,16 +116,18 @@ def handle(node, request, body: ProduceRequest):
         for pd in td.partition_data:
             if acks not in (-1, 0, 1):
                 parts.append(_error(pd.index, ErrorCode.INVALID_REQUIRED_ACKS, f"acks must be -1, 0 or 1, not {acks}", v))
-            elif body.transactional_id is not None:
-                parts.append(_error(pd.index, ErrorCode.INVALID_REQUEST, "kjbod does not support transactions", v))
-            elif pd.records and len(pd.records) > 22 and pd.records[16] == 2 and pd.records[22] & TRANSACTIONAL:
-                parts.append(_error(pd.index, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "a transactional "
-                                    "record batch needs the request's transactional id (kjbod has no transactions)", v))
+            elif txn_denied:
+                parts.append(_error(pd.index, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                                    f"{ctx.principal} may not WRITE transactional id {body.transactional_id}", v))
+            elif body.transactional_id is None and pd.records and len(pd.records) > 22 and pd.records[16] == 2 \
+                    and pd.records[22] & TRANSACTIONAL and not coordinator:
+                parts.append(_error(pd.index, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                                    "a transactional record batch needs the request's transactional id", v))
             elif denied:
                 parts.append(_error(pd.index, ErrorCode.TOPIC_AUTHORIZATION_FAILED,
                                     f"{ctx.principal} may not WRITE to topic {td.name}", v))
-            elif td.name == OFFSETS_TOPIC and not getattr(request, "internal_topics_allowed", False):
-                # As Kafka: only the group coordinator writes its topic.
+            elif td.name in INTERNAL_TOPICS and not getattr(request, "internal_topics_allowed", False):
+                # As Kafka: only the group and transaction coordinators write their topics.
                 parts.append(_error(pd.index, ErrorCode.INVALID_TOPIC_EXCEPTION,
                                     f"Cannot append to internal topic {td.name}", v))
             elif topic is None or pd.index not in topic.partitions:
@@ -141,9 +151,9 @@ def handle(node, request, body: ProduceRequest):
                     parts.append(_failed(td.name, pd, e, v))
                 else:
                     checked = None
-                    if len(pd.records) <= VALIDATE_ON_LOOP_BYTES:
+                    if len(pd.records) <= VALIDATE_ON_LOOP_BYTES or coordinator:
                         try:
-                            checked = plog.validate(pd.records, now_ms=now_ms)
+                            checked = plog.validate(pd.records, now_ms=now_ms, from_coordinator=coordinator)
                         except Exception as e:
                             parts.append(_failed(td.name, pd, e, v))
                             continue

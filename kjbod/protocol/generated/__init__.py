@@ -3,6 +3,10 @@
 """Generated message classes: one dataclass per message, every version."""
 
 from .access_control_entry_record import AccessControlEntryRecord
+from .add_offsets_to_txn_request import AddOffsetsToTxnRequest
+from .add_offsets_to_txn_response import AddOffsetsToTxnResponse
+from .add_partitions_to_txn_request import AddPartitionsToTxnRequest
+from .add_partitions_to_txn_response import AddPartitionsToTxnResponse
 from .allocate_producer_ids_request import AllocateProducerIdsRequest
 from .allocate_producer_ids_response import AllocateProducerIdsResponse
 from .alter_configs_request import AlterConfigsRequest
@@ -57,12 +61,16 @@ from .describe_log_dirs_request import DescribeLogDirsRequest
 from .describe_log_dirs_response import DescribeLogDirsResponse
 from .describe_quorum_request import DescribeQuorumRequest
 from .describe_quorum_response import DescribeQuorumResponse
+from .describe_transactions_request import DescribeTransactionsRequest
+from .describe_transactions_response import DescribeTransactionsResponse
 from .describe_user_scram_credentials_request import DescribeUserScramCredentialsRequest
 from .describe_user_scram_credentials_response import DescribeUserScramCredentialsResponse
 from .elect_leaders_request import ElectLeadersRequest
 from .elect_leaders_response import ElectLeadersResponse
 from .end_quorum_epoch_request import EndQuorumEpochRequest
 from .end_quorum_epoch_response import EndQuorumEpochResponse
+from .end_txn_request import EndTxnRequest
+from .end_txn_response import EndTxnResponse
 from .feature_level_record import FeatureLevelRecord
 from .fence_broker_record import FenceBrokerRecord
 from .fetch_request import FetchRequest
@@ -88,6 +96,8 @@ from .list_offsets_request import ListOffsetsRequest
 from .list_offsets_response import ListOffsetsResponse
 from .list_partition_reassignments_request import ListPartitionReassignmentsRequest
 from .list_partition_reassignments_response import ListPartitionReassignmentsResponse
+from .list_transactions_request import ListTransactionsRequest
+from .list_transactions_response import ListTransactionsResponse
 from .metadata_request import MetadataRequest
 from .metadata_response import MetadataResponse
 from .offset_commit_request import OffsetCommitRequest
@@ -123,6 +133,8 @@ from .sync_group_response import SyncGroupResponse
 from .throttled_rate_intent_record import ThrottledRateIntentRecord
 from .throttled_replicas_intent_record import ThrottledReplicasIntentRecord
 from .topic_record import TopicRecord
+from .txn_offset_commit_request import TxnOffsetCommitRequest
+from .txn_offset_commit_response import TxnOffsetCommitResponse
 from .unfence_broker_record import UnfenceBrokerRecord
 from .unregister_broker_record import UnregisterBrokerRecord
 from .unregister_broker_request import UnregisterBrokerRequest
@@ -130,9 +142,15 @@ from .unregister_broker_response import UnregisterBrokerResponse
 from .user_scram_credential_record import UserScramCredentialRecord
 from .vote_request import VoteRequest
 from .vote_response import VoteResponse
+from .write_txn_markers_request import WriteTxnMarkersRequest
+from .write_txn_markers_response import WriteTxnMarkersResponse
 
 __all__ = [
     'AccessControlEntryRecord',
+    'AddOffsetsToTxnRequest',
+    'AddOffsetsToTxnResponse',
+    'AddPartitionsToTxnRequest',
+    'AddPartitionsToTxnResponse',
     'AllocateProducerIdsRequest',
     'AllocateProducerIdsResponse',
     'AlterConfigsRequest',
@@ -187,12 +205,16 @@ __all__ = [
     'DescribeLogDirsResponse',
     'DescribeQuorumRequest',
     'DescribeQuorumResponse',
+    'DescribeTransactionsRequest',
+    'DescribeTransactionsResponse',
     'DescribeUserScramCredentialsRequest',
     'DescribeUserScramCredentialsResponse',
     'ElectLeadersRequest',
     'ElectLeadersResponse',
     'EndQuorumEpochRequest',
     'EndQuorumEpochResponse',
+    'EndTxnRequest',
+    'EndTxnResponse',
     'FeatureLevelRecord',
     'FenceBrokerRecord',
     'FetchRequest',
@@ -218,6 +240,8 @@ __all__ = [
     'ListOffsetsResponse',
     'ListPartitionReassignmentsRequest',
     'ListPartitionReassignmentsResponse',
+    'ListTransactionsRequest',
+    'ListTransactionsResponse',
     'MetadataRequest',
     'MetadataResponse',
     'OffsetCommitRequest',
@@ -253,6 +277,8 @@ __all__ = [
     'ThrottledRateIntentRecord',
     'ThrottledReplicasIntentRecord',
     'TopicRecord',
+    'TxnOffsetCommitRequest',
+    'TxnOffsetCommitResponse',
     'UnfenceBrokerRecord',
     'UnregisterBrokerRecord',
     'UnregisterBrokerRequest',
@@ -260,4 +286,6 @@ __all__ = [
     'UserScramCredentialRecord',
     'VoteRequest',
     'VoteResponse',
+    'WriteTxnMarkersRequest',
+    'WriteTxnMarkersResponse',
 ]

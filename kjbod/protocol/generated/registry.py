@@ -7,6 +7,10 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from .access_control_entry_record import AccessControlEntryRecord
+from .add_offsets_to_txn_request import AddOffsetsToTxnRequest
+from .add_offsets_to_txn_response import AddOffsetsToTxnResponse
+from .add_partitions_to_txn_request import AddPartitionsToTxnRequest
+from .add_partitions_to_txn_response import AddPartitionsToTxnResponse
 from .allocate_producer_ids_request import AllocateProducerIdsRequest
 from .allocate_producer_ids_response import AllocateProducerIdsResponse
 from .alter_configs_request import AlterConfigsRequest
@@ -61,12 +65,16 @@ from .describe_log_dirs_request import DescribeLogDirsRequest
 from .describe_log_dirs_response import DescribeLogDirsResponse
 from .describe_quorum_request import DescribeQuorumRequest
 from .describe_quorum_response import DescribeQuorumResponse
+from .describe_transactions_request import DescribeTransactionsRequest
+from .describe_transactions_response import DescribeTransactionsResponse
 from .describe_user_scram_credentials_request import DescribeUserScramCredentialsRequest
 from .describe_user_scram_credentials_response import DescribeUserScramCredentialsResponse
 from .elect_leaders_request import ElectLeadersRequest
 from .elect_leaders_response import ElectLeadersResponse
 from .end_quorum_epoch_request import EndQuorumEpochRequest
 from .end_quorum_epoch_response import EndQuorumEpochResponse
+from .end_txn_request import EndTxnRequest
+from .end_txn_response import EndTxnResponse
 from .feature_level_record import FeatureLevelRecord
 from .fence_broker_record import FenceBrokerRecord
 from .fetch_request import FetchRequest
@@ -92,6 +100,8 @@ from .list_offsets_request import ListOffsetsRequest
 from .list_offsets_response import ListOffsetsResponse
 from .list_partition_reassignments_request import ListPartitionReassignmentsRequest
 from .list_partition_reassignments_response import ListPartitionReassignmentsResponse
+from .list_transactions_request import ListTransactionsRequest
+from .list_transactions_response import ListTransactionsResponse
 from .metadata_request import MetadataRequest
 from .metadata_response import MetadataResponse
 from .offset_commit_request import OffsetCommitRequest
@@ -127,6 +137,8 @@ from .sync_group_response import SyncGroupResponse
 from .throttled_rate_intent_record import ThrottledRateIntentRecord
 from .throttled_replicas_intent_record import ThrottledReplicasIntentRecord
 from .topic_record import TopicRecord
+from .txn_offset_commit_request import TxnOffsetCommitRequest
+from .txn_offset_commit_response import TxnOffsetCommitResponse
 from .unfence_broker_record import UnfenceBrokerRecord
 from .unregister_broker_record import UnregisterBrokerRecord
 from .unregister_broker_request import UnregisterBrokerRequest
@@ -134,6 +146,8 @@ from .unregister_broker_response import UnregisterBrokerResponse
 from .user_scram_credential_record import UserScramCredentialRecord
 from .vote_request import VoteRequest
 from .vote_response import VoteResponse
+from .write_txn_markers_request import WriteTxnMarkersRequest
+from .write_txn_markers_response import WriteTxnMarkersResponse
 
 
 class ApiInfo(NamedTuple):
@@ -168,6 +182,11 @@ APIS: dict[int, ApiInfo] = {
     21: ApiInfo(21, 'DeleteRecords', DeleteRecordsRequest, DeleteRecordsResponse, 0, 2, 2, frozenset(['broker'])),
     22: ApiInfo(22, 'InitProducerId', InitProducerIdRequest, InitProducerIdResponse, 0, 5, 2, frozenset(['broker'])),
     23: ApiInfo(23, 'OffsetForLeaderEpoch', OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, 2, 4, 4, frozenset(['broker'])),
+    24: ApiInfo(24, 'AddPartitionsToTxn', AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, 0, 3, 3, frozenset(['broker'])),
+    25: ApiInfo(25, 'AddOffsetsToTxn', AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, 0, 4, 3, frozenset(['broker'])),
+    26: ApiInfo(26, 'EndTxn', EndTxnRequest, EndTxnResponse, 0, 4, 3, frozenset(['broker'])),
+    27: ApiInfo(27, 'WriteTxnMarkers', WriteTxnMarkersRequest, WriteTxnMarkersResponse, 1, 1, 1, frozenset(['broker'])),
+    28: ApiInfo(28, 'TxnOffsetCommit', TxnOffsetCommitRequest, TxnOffsetCommitResponse, 0, 5, 3, frozenset(['broker'])),
     29: ApiInfo(29, 'DescribeAcls', DescribeAclsRequest, DescribeAclsResponse, 0, 3, 2, frozenset(['broker', 'controller'])),
     30: ApiInfo(30, 'CreateAcls', CreateAclsRequest, CreateAclsResponse, 0, 3, 2, frozenset(['broker', 'controller'])),
     31: ApiInfo(31, 'DeleteAcls', DeleteAclsRequest, DeleteAclsResponse, 0, 3, 2, frozenset(['broker', 'controller'])),
@@ -195,6 +214,8 @@ APIS: dict[int, ApiInfo] = {
     62: ApiInfo(62, 'BrokerRegistration', BrokerRegistrationRequest, BrokerRegistrationResponse, 0, 4, 0, frozenset(['controller'])),
     63: ApiInfo(63, 'BrokerHeartbeat', BrokerHeartbeatRequest, BrokerHeartbeatResponse, 0, 1, 0, frozenset(['controller'])),
     64: ApiInfo(64, 'UnregisterBroker', UnregisterBrokerRequest, UnregisterBrokerResponse, 0, 0, 0, frozenset(['broker', 'controller'])),
+    65: ApiInfo(65, 'DescribeTransactions', DescribeTransactionsRequest, DescribeTransactionsResponse, 0, 0, 0, frozenset(['broker'])),
+    66: ApiInfo(66, 'ListTransactions', ListTransactionsRequest, ListTransactionsResponse, 0, 1, 0, frozenset(['broker'])),
     67: ApiInfo(67, 'AllocateProducerIds', AllocateProducerIdsRequest, AllocateProducerIdsResponse, 0, 0, 0, frozenset(['controller'])),
     73: ApiInfo(73, 'AssignReplicasToDirs', AssignReplicasToDirsRequest, AssignReplicasToDirsResponse, 0, 0, 0, frozenset(['controller'])),
     10000: ApiInfo(10000, 'ReassignPartitions', ReassignPartitionsRequest, ReassignPartitionsResponse, 0, 0, 0, frozenset(['broker', 'controller'])),

@@ -1,0 +1,29 @@
+"""EndTxn (key 26), versions 0-4.
+
+Version notes: v1 same as v0; v2 answers PRODUCER_FENCED (below v2 it becomes INVALID_PRODUCER_EPOCH, as Kafka
+maps it); v3 flexible; v4 same as v3.  v5 (transaction.version 2, KIP-890) is not served.
+
+The transaction coordinator (kjbod.broker.txn) writes PrepareCommit or PrepareAbort and answers once that is
+committed: from then on the outcome is decided, and the markers and the Complete* record follow on their own.
+A retry of the outcome already reached answers success; the other outcome INVALID_TXN_STATE.
+"""
+
+from __future__ import annotations
+
+from kjbod.broker.authz import allowed
+from kjbod.broker.router import api
+from kjbod.broker.txn.coordinator import coordinator_of
+from kjbod.metadata.acls import TRANSACTIONAL_ID, WRITE
+from kjbod.protocol.errors import ErrorCode
+from kjbod.protocol.generated import EndTxnRequest, EndTxnResponse
+
+
+@api(EndTxnRequest)
+async def handle(node, request, body: EndTxnRequest) -> EndTxnResponse:
+    if not allowed(node, request, WRITE, TRANSACTIONAL_ID, body.transactional_id):
+        return EndTxnResponse(error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    code = await coordinator_of(node).end_txn(body.transactional_id, body.producer_id, body.producer_epoch,
+                                              body.committed)
+    if code == ErrorCode.PRODUCER_FENCED and request.api_version < 2:
+        code = ErrorCode.INVALID_PRODUCER_EPOCH
+    return EndTxnResponse(error_code=code)

@@ -1,0 +1,435 @@
+"""The transaction coordinator's asyncio shell: which transactional ids this broker hosts, its log, the markers.
+
+Strategy, the group coordinator's (kjbod.broker.groups.coordinator) applied to `__transaction_state`:
+
+* a transactional id belongs to one partition of `__transaction_state` (the id's Java String.hashCode, made
+  non-negative, modulo the topic's partition count), and the broker leading that partition is its coordinator;
+  the topic is made on first use with Kafka's keys (transaction.state.log.num.partitions, .replication.factor,
+  .min.isr as its min.insync.replicas, .segment.bytes; compacted);
+* a partition newly led here is loaded from its log on its dir's worker (COORDINATOR_LOAD_IN_PROGRESS meanwhile);
+  transactions found in PrepareCommit or PrepareAbort get their markers sent again, as Kafka's coordinator does
+  after a failover; a partition led elsewhere now has its transactions dropped (NOT_COORDINATOR from then on);
+* every change the sans-IO `TxnBook` (kjbod.broker.txn.state) decides is written as one record through the
+  Produce path with acks=all before it counts;
+* EndTxn: once the Prepare* record is committed the producer is answered, then the markers go to the leaders of
+  the transaction's partitions (WriteTxnMarkers; this broker's own partitions are appended in-process), each
+  partition retried until its leader takes it (a deleted topic's partitions are dropped), and at last the
+  Complete* record is written;
+* every transaction.abort.timed.out.transaction.cleanup.interval.ms the Ongoing transactions past their timeout
+  are aborted (the epoch bumped: the producer is fenced).
+
+The coordinator is made on the first transactional request a broker gets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+import structlog
+
+from kjbod.broker.groups.coordinator import (
+    OFFSETS_TOPIC,
+    _InternalRequest,
+    now_ms,
+    partition_for,
+    read_chunk,
+    settle,
+)
+from kjbod.broker.txn import records as rec
+from kjbod.broker.txn.state import Transit, TxnBook, TxnConfig
+from kjbod.protocol.errors import ErrorCode
+from kjbod.protocol.generated import CreateTopicsRequest, ProduceRequest, WriteTxnMarkersRequest
+from kjbod.protocol.generated.create_topics_request import CreatableTopic, CreatableTopicConfig
+from kjbod.protocol.generated.produce_request import PartitionProduceData, TopicProduceData
+from kjbod.protocol.generated.write_txn_markers_request import WritableTxnMarker, WritableTxnMarkerTopic
+from kjbod.storage.records import build_batch, iter_batches, iter_records
+
+log = structlog.get_logger("kjbod.txn")
+
+TXN_TOPIC = "__transaction_state"
+TICK_S = 0.05
+WRITE_TIMEOUT_MS = 5000
+MARKER_RETRY_S = 0.1
+MARKER_TIMEOUT_S = 10.0
+WRITE_TXN_MARKERS = 27
+
+
+class _TxnLogRequest(_InternalRequest):
+    client_id = "kjbod-transaction-coordinator"
+
+
+def coordinator_of(node: Any) -> TxnCoordinator:
+    """The node's transaction coordinator, made and started on first use."""
+    coordinator = getattr(node, "txn_coordinator", None)
+    if coordinator is None:
+        coordinator = node.txn_coordinator = TxnCoordinator(node)
+        coordinator.start()
+    return coordinator
+
+
+class TxnCoordinator:
+    def __init__(self, node: Any) -> None:
+        c = node.config
+        self.node = node
+        self.num_partitions = c.transaction_state_log_num_partitions
+        self.replication_factor = c.transaction_state_log_replication_factor
+        self.min_isr = c.transaction_state_log_min_isr
+        self.segment_bytes = c.transaction_state_log_segment_bytes
+        self.abort_interval_ms = c.transaction_abort_timed_out_transaction_cleanup_interval_ms
+        self.book = TxnBook(TxnConfig(max_timeout_ms=c.transaction_max_timeout_ms))
+        self.owned: set[int] = set()
+        self.loading: set[int] = set()
+        self._loaded: dict[int, asyncio.Event] = {}
+        self._creating: asyncio.Task | None = None
+        self._work: set[asyncio.Task] = set()
+        self._marking: set[str] = set()  # transactional ids whose markers are being sent
+        self._conns: dict[int, Any] = {}
+
+    # ------------------------------------------------------------------------------------------- hosting
+    def start(self) -> None:
+        self.node.spawn(self._run())
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.ensure_future(coro)
+        self._work.add(task)
+        task.add_done_callback(self._work.discard)
+
+    async def _run(self) -> None:
+        try:
+            next_abort = now_ms() + self.abort_interval_ms
+            while not self.node.stopping:
+                try:
+                    self._refresh_ownership()
+                    now = now_ms()
+                    if now >= next_abort:
+                        next_abort = now + self.abort_interval_ms
+                        self._abort_timed_out(now)
+                    for m in self.book.preparing():
+                        if self.partition_of(m.transactional_id) in self.owned:
+                            self._send_markers_soon(m.transactional_id)
+                except Exception:
+                    log.exception("txn_tick_failed")
+                await asyncio.sleep(TICK_S)
+        finally:
+            for task in list(self._work):
+                task.cancel()
+            for conn in self._conns.values():
+                conn.close()
+
+    def topic_partitions(self) -> int:
+        topic = self.node.metadata.topic(TXN_TOPIC)
+        return len(topic.partitions) if topic is not None else self.num_partitions
+
+    def partition_of(self, transactional_id: str) -> int:
+        return partition_for(transactional_id, self.topic_partitions())
+
+    def status(self, transactional_id: str) -> int:
+        """0 when this broker coordinates the id now, else the code a transactional request answers."""
+        if self.node.metadata.topic(TXN_TOPIC) is None:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        self._refresh_ownership()
+        p = self.partition_of(transactional_id)
+        if p in self.owned:
+            return ErrorCode.NONE
+        if p in self.loading:
+            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        return ErrorCode.NOT_COORDINATOR
+
+    def _led_here(self) -> set[int]:
+        topic = self.node.metadata.topic(TXN_TOPIC)
+        if topic is None:
+            return set()
+        return {p for p, part in topic.partitions.items() if part.leader == self.node.node_id}
+
+    def _refresh_ownership(self) -> None:
+        led = self._led_here()
+        for p in (self.owned | self.loading) - led:
+            self.owned.discard(p)
+            self.loading.discard(p)
+            gone = [t for t in self.book.txns if self.partition_of(t) == p]
+            self.book.unload(gone)
+            log.info("transactions_unloaded", partition=p, transactions=len(gone))
+        for p in led - self.owned - self.loading:
+            try:
+                plog = self.node.partition_log(TXN_TOPIC, p)
+            except Exception:
+                continue  # not made here yet: loaded once it is
+            if plog.log_end_offset == plog.log_start_offset:
+                self.owned.add(p)
+                continue
+            self.loading.add(p)
+            self._loaded.setdefault(p, asyncio.Event()).clear()
+            self._spawn(self._load(p))
+
+    async def wait_loaded(self, transactional_id: str, timeout_s: float) -> None:
+        p = self.partition_of(transactional_id)
+        if p in self.loading:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._loaded.setdefault(p, asyncio.Event()).wait(), timeout_s)
+
+    async def ensure_topic(self) -> tuple[int, str | None]:
+        """Creates `__transaction_state` when missing (once at a time); (code, message)."""
+        if self.node.metadata.topic(TXN_TOPIC) is not None:
+            return ErrorCode.NONE, None
+        if self._creating is None or self._creating.done():
+            self._creating = asyncio.ensure_future(self._create_topic())
+            self._work.add(self._creating)
+            self._creating.add_done_callback(self._work.discard)
+        problem = await asyncio.shield(self._creating)
+        if self.node.metadata.topic(TXN_TOPIC) is not None:
+            return ErrorCode.NONE, None
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE, problem
+
+    async def _create_topic(self) -> str | None:
+        configs = (("cleanup.policy", "compact"), ("segment.bytes", str(self.segment_bytes)),
+                   ("min.insync.replicas", str(self.min_isr)))
+        body = CreateTopicsRequest(topics=[CreatableTopic(
+            name=TXN_TOPIC, num_partitions=self.num_partitions, replication_factor=self.replication_factor,
+            configs=[CreatableTopicConfig(name=k, value=v) for k, v in configs])], timeout_ms=30_000)
+        try:
+            resp = await self.node.controller_request(body, 7)
+        except Exception as e:
+            return f"{TXN_TOPIC} could not be created: {e}"
+        t = resp.topics[0]
+        if t.error_code not in (0, ErrorCode.TOPIC_ALREADY_EXISTS):
+            log.warning("transaction_topic_not_created", error_code=t.error_code, message=t.error_message)
+            return f"{TXN_TOPIC} could not be created: {t.error_message or t.error_code}"
+        return None
+
+    async def _load(self, p: int) -> None:
+        count = 0
+        try:
+            plog = self.node.partition_log(TXN_TOPIC, p)
+            end = plog.log_end_offset
+            offset = plog.log_start_offset
+            latest: dict[str, rec.TxnValue | None] = {}
+            while offset < end:
+                chunk = await read_chunk(self.node, plog, offset, end)
+                if not chunk:
+                    break
+                before = offset
+                view = memoryview(chunk)
+                for pos, header in iter_batches(view):
+                    for r in iter_records(view[pos:pos + header.size]):
+                        if r.offset >= end or r.key is None:
+                            continue
+                        try:
+                            tid = rec.read_key(bytes(r.key))
+                            latest[tid] = None if r.value is None else rec.read_value(bytes(r.value))
+                        except (rec.TxnRecordError, UnicodeDecodeError) as e:
+                            log.warning("transaction_record_skipped", partition=p, reason=str(e))
+                    offset = max(offset, header.last_offset + 1)
+                if offset == before:
+                    log.warning("transaction_partition_load_stopped", partition=p, offset=offset, log_end=end)
+                    break
+            for tid, value in latest.items():
+                self.book.load(tid, value)
+            count = len(latest)
+        except Exception:
+            log.exception("transaction_partition_load_failed", partition=p)
+            self.loading.discard(p)
+            return
+        finally:
+            self._loaded.setdefault(p, asyncio.Event()).set()
+        if p in self.loading:
+            self.loading.discard(p)
+            self.owned.add(p)
+            log.info("transaction_partition_loaded", partition=p, transactional_ids=count)
+
+    # ------------------------------------------------------------------------------------------- writing
+    async def write(self, t: Transit) -> int:
+        """Writes a change to the id's partition (acks=all) and applies it once committed; the error code."""
+        try:
+            code = await self._append(t.transactional_id, rec.txn_value(t.value))
+        except Exception:
+            log.exception("transaction_write_failed", transactional_id=t.transactional_id)
+            code = ErrorCode.UNKNOWN_SERVER_ERROR
+        if code == 0 and self.partition_of(t.transactional_id) in self.owned:
+            self.book.complete(t)
+        else:
+            self.book.fail(t)
+            code = code or ErrorCode.NOT_COORDINATOR
+        return code
+
+    async def _append(self, tid: str, value: bytes) -> int:
+        p = self.partition_of(tid)
+        batch = build_batch([(rec.txn_key(tid), value, [], now_ms())])
+        body = ProduceRequest(acks=-1, timeout_ms=WRITE_TIMEOUT_MS, topic_data=[
+            TopicProduceData(name=TXN_TOPIC, partition_data=[PartitionProduceData(index=p, records=batch)])])
+        from kjbod.broker.handlers import produce
+
+        request: Any = _TxnLogRequest()
+        resp = await settle(produce.handle(self.node, request, body))
+        code = resp.responses[0].partition_responses[0].error_code
+        if code:
+            log.warning("transaction_log_append_failed", transactional_id=tid, partition=p, error_code=code)
+        if code in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.KAFKA_STORAGE_ERROR):
+            return ErrorCode.NOT_COORDINATOR
+        if code in (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.NOT_ENOUGH_REPLICAS,
+                    ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND, ErrorCode.REQUEST_TIMED_OUT):
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        return int(code)
+
+    # ------------------------------------------------------------------------------------------- requests
+    async def init_producer_id(self, tid: str, timeout_ms: int, pid: int, epoch: int) -> tuple[int, int, int]:
+        """(error code, producer id, epoch) for InitProducerId with a transactional id."""
+        fresh = -1
+        if self.book.needs_producer_id(tid):
+            fresh = await self.node.next_producer_id()
+        if (code := self.status(tid)):
+            return code, -1, -1
+        t = self.book.init_producer_id(tid, timeout_ms, pid, epoch, now_ms(), fresh_pid=fresh)
+        if isinstance(t, int):
+            return t, -1, -1
+        if self.book.txns[tid].pending is not t:  # a retry answered from what is written already
+            return ErrorCode.NONE, t.value.producer_id, t.value.producer_epoch
+        code = await self.write(t)
+        if code:
+            return code, -1, -1
+        if t.fenced_abort:  # the Ongoing transaction is being aborted: the producer asks again
+            self._send_markers_soon(tid)
+            return ErrorCode.CONCURRENT_TRANSACTIONS, -1, -1
+        return ErrorCode.NONE, t.value.producer_id, t.value.producer_epoch
+
+    async def add_partitions(self, tid: str, pid: int, epoch: int, partitions: list[tuple[str, int]]) -> int:
+        if (code := self.status(tid)):
+            return code
+        t = self.book.add_partitions(tid, pid, epoch, partitions, now_ms())
+        if t is None:
+            return ErrorCode.NONE
+        if isinstance(t, int):
+            return t
+        return await self.write(t)
+
+    async def end_txn(self, tid: str, pid: int, epoch: int, commit: bool) -> int:
+        if (code := self.status(tid)):
+            return code
+        t = self.book.end_txn(tid, pid, epoch, commit, now_ms())
+        if isinstance(t, int):
+            return t
+        code = await self.write(t)
+        if code == 0:
+            self._send_markers_soon(tid)
+        return code
+
+    def _abort_timed_out(self, now: int) -> None:
+        for t in self.book.timed_out(now):
+            tid = t.transactional_id
+            if self.partition_of(tid) not in self.owned:
+                self.book.fail(t)
+                continue
+            log.info("transaction_timed_out", transactional_id=tid, producer_id=t.value.producer_id,
+                     epoch=t.value.producer_epoch)
+            self._spawn(self._abort(t))
+
+    async def _abort(self, t: Transit) -> None:
+        if await self.write(t) == 0:
+            self._send_markers_soon(t.transactional_id)
+
+    # ------------------------------------------------------------------------------------------- markers
+    def _send_markers_soon(self, tid: str) -> None:
+        if tid not in self._marking:
+            self._marking.add(tid)
+            self._spawn(self._markers(tid))
+
+    async def _markers(self, tid: str) -> None:
+        try:
+            await self._send_markers(tid)
+        except Exception:
+            log.exception("transaction_markers_failed", transactional_id=tid)
+        finally:
+            self._marking.discard(tid)
+
+    async def _send_markers(self, tid: str) -> None:
+        m = self.book.txns.get(tid)
+        if m is None:
+            return
+        commit = m.state == rec.TxnState.PREPARE_COMMIT
+        pid, epoch = m.producer_id, m.producer_epoch
+        left = set(m.partitions)
+        p = self.partition_of(tid)
+        while left and not self.node.stopping:
+            if p not in self.owned or self.book.txns.get(tid) is not m:
+                return  # another broker coordinates it now; it sends them after loading
+            coordinator_epoch = self.node.leader_epoch(TXN_TOPIC, p)
+            by_leader: dict[int, list[tuple[str, int]]] = {}
+            for t, part in sorted(left):
+                topic = self.node.metadata.topic(t)
+                if topic is None or part not in topic.partitions:
+                    left.discard((t, part))  # the topic was deleted: nothing to mark
+                    continue
+                by_leader.setdefault(topic.partitions[part].leader, []).append((t, part))
+            results = await asyncio.gather(*(self._send_to(leader, pid, epoch, commit, coordinator_epoch, parts)
+                                              for leader, parts in by_leader.items()))
+            for answers in results:
+                for tp, code in answers.items():
+                    if code in (ErrorCode.NONE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION):
+                        left.discard(tp)
+                    elif code in (ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.PRODUCER_FENCED):
+                        # Kafka drops such a marker: a newer epoch's marker was written already.
+                        log.warning("transaction_marker_refused", transactional_id=tid, partition=tp,
+                                    error_code=code)
+                        left.discard(tp)
+            if left:
+                await asyncio.sleep(MARKER_RETRY_S)
+        if left:
+            return
+        done = self.book.complete_markers(tid, now_ms())
+        if done is not None:
+            await self.write(done)
+
+    async def _send_to(self, leader: int, pid: int, epoch: int, commit: bool, coordinator_epoch: int,
+                       parts: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        by_topic: dict[str, list[int]] = {}
+        for t, part in parts:
+            by_topic.setdefault(t, []).append(part)
+        body = WriteTxnMarkersRequest(markers=[WritableTxnMarker(
+            producer_id=pid, producer_epoch=epoch, transaction_result=commit, coordinator_epoch=coordinator_epoch,
+            topics=[WritableTxnMarkerTopic(name=t, partition_indexes=ps) for t, ps in by_topic.items()])])
+        try:
+            if leader == self.node.node_id:
+                from kjbod.broker.handlers import write_txn_markers
+
+                resp = await write_txn_markers.write_markers(self.node, body)
+            else:
+                conn = await self._connection(leader)
+                resp = await conn.request(WRITE_TXN_MARKERS, 1, body, MARKER_TIMEOUT_S)
+        except Exception as e:
+            log.info("transaction_markers_not_sent", leader=leader, reason=str(e))
+            self._conns.pop(leader, None)
+            return {tp: ErrorCode.NOT_LEADER_OR_FOLLOWER for tp in parts}
+        out: dict[tuple[str, int], int] = {}
+        for marker in resp.markers:
+            for tr in marker.topics:
+                for r in tr.partitions:
+                    out[(tr.name, r.partition_index)] = r.error_code
+        return out
+
+    async def _connection(self, broker: int) -> Any:
+        conn = self._conns.get(broker)
+        if conn is not None and not conn.closed:
+            return conn
+        from kjbod.broker.replication.manager import inter_broker_listener
+        from kjbod.net.connection import ClientConnection
+
+        manager = getattr(self.node, "replication", None)
+        listener = manager.listener_name if manager is not None else inter_broker_listener(self.node.config)
+        reg = self.node.metadata.brokers.get(broker)
+        endpoint = reg.endpoint(listener) if reg is not None else None
+        if endpoint is None:
+            raise ConnectionError(f"broker {broker} has no endpoint on listener {listener}")
+        conn = await ClientConnection.open(
+            endpoint.host, endpoint.port, client_id=f"kjbod-txn-markers-{self.node.node_id}",
+            connect_timeout=MARKER_TIMEOUT_S, ssl_context=getattr(manager, "ssl_context", None),
+            sasl=getattr(manager, "sasl", None))
+        self._conns[broker] = conn
+        return conn
+
+
+def offsets_partition(node: Any, group_id: str) -> tuple[str, int]:
+    """The `__consumer_offsets` partition AddOffsetsToTxn adds for a group."""
+    from kjbod.broker.groups.coordinator import coordinator_of as groups_of
+
+    return OFFSETS_TOPIC, groups_of(node).partition_of(group_id)

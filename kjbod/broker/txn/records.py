@@ -1,0 +1,197 @@
+"""The records of `__transaction_state` and the transaction markers, in Kafka's byte layouts.
+
+Strategy: the coordinator keeps one record per transactional id, the latest state winning (the topic is
+compacted).  Key and value each start with an int16 version:
+
+  key version 0    TransactionLogKey:   transactional id (string)
+  value version 0  TransactionLogValue: producer id (int64), producer epoch (int16), transaction timeout ms
+                   (int32), status (int8), partitions (nullable int32-count array of: topic (string),
+                   partition ids (int32-count array of int32)), last update timestamp (int64), start
+                   timestamp (int64)
+
+Version 1 of the value is the flexible form (compact strings and arrays, tagged previous/next producer id and
+client transaction version); Kafka writes it only once transaction.version 2 is finalized, which kjbod never
+advertises, so kjbod writes version 0 and reads both.  Status numbers are Kafka's TransactionState ids.  An
+Empty (or Complete) transaction is written with a null partition array.
+
+A transaction marker is a control batch (attributes transactional and control) holding one record:
+
+  key    version (int16, 0), type (int16: 0 abort, 1 commit)
+  value  version (int16, 0), coordinator epoch (int32)
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from enum import IntEnum
+
+_H = struct.Struct(">h")
+_I = struct.Struct(">i")
+_Q = struct.Struct(">q")
+_B = struct.Struct(">b")
+
+KEY_VERSION = 0
+VALUE_VERSION = 0
+ABORT_MARKER, COMMIT_MARKER = 0, 1
+
+
+class TxnState(IntEnum):
+    """Kafka's TransactionState ids (the status byte of a value)."""
+
+    EMPTY = 0
+    ONGOING = 1
+    PREPARE_COMMIT = 2
+    PREPARE_ABORT = 3
+    COMPLETE_COMMIT = 4
+    COMPLETE_ABORT = 5
+    DEAD = 6
+    PREPARE_EPOCH_FENCE = 7
+
+
+# The names DescribeTransactions and ListTransactions use (Kafka's state names).
+STATE_NAMES = {
+    TxnState.EMPTY: "Empty", TxnState.ONGOING: "Ongoing", TxnState.PREPARE_COMMIT: "PrepareCommit",
+    TxnState.PREPARE_ABORT: "PrepareAbort", TxnState.COMPLETE_COMMIT: "CompleteCommit",
+    TxnState.COMPLETE_ABORT: "CompleteAbort", TxnState.DEAD: "Dead",
+    TxnState.PREPARE_EPOCH_FENCE: "PrepareEpochFence",
+}
+
+
+class TxnRecordError(ValueError):
+    """A key or value of `__transaction_state` (or a marker) that does not decode."""
+
+
+@dataclass(frozen=True, slots=True)
+class TxnValue:
+    producer_id: int
+    producer_epoch: int
+    timeout_ms: int
+    state: TxnState
+    partitions: tuple[tuple[str, int], ...]  # sorted
+    last_update_ms: int
+    start_ms: int
+
+
+def _str(s: str) -> bytes:
+    raw = s.encode("utf-8")
+    return _H.pack(len(raw)) + raw
+
+
+def txn_key(transactional_id: str) -> bytes:
+    return _H.pack(KEY_VERSION) + _str(transactional_id)
+
+
+def txn_value(v: TxnValue) -> bytes:
+    out = [_H.pack(VALUE_VERSION), _Q.pack(v.producer_id), _H.pack(v.producer_epoch), _I.pack(v.timeout_ms),
+           _B.pack(int(v.state))]
+    if v.state in (TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT) and not v.partitions:
+        out.append(_I.pack(-1))
+    else:
+        by_topic: dict[str, list[int]] = {}
+        for t, p in v.partitions:
+            by_topic.setdefault(t, []).append(p)
+        out.append(_I.pack(len(by_topic)))
+        for t, ps in by_topic.items():
+            out += [_str(t), _I.pack(len(ps)), *(_I.pack(p) for p in ps)]
+    out += [_Q.pack(v.last_update_ms), _Q.pack(v.start_ms)]
+    return b"".join(out)
+
+
+class _Reader:
+    def __init__(self, buf: bytes) -> None:
+        self.buf, self.pos = buf, 0
+
+    def take(self, s: struct.Struct) -> int:
+        if self.pos + s.size > len(self.buf):
+            raise TxnRecordError("truncated record")
+        (v,) = s.unpack_from(self.buf, self.pos)
+        self.pos += s.size
+        return int(v)
+
+    def raw(self, n: int) -> bytes:
+        if n < 0 or self.pos + n > len(self.buf):
+            raise TxnRecordError("bad length")
+        b = self.buf[self.pos:self.pos + n]
+        self.pos += n
+        return bytes(b)
+
+    def varint(self) -> int:
+        shift = value = 0
+        while True:
+            if self.pos >= len(self.buf) or shift > 28:
+                raise TxnRecordError("bad varint")
+            b = self.buf[self.pos]
+            self.pos += 1
+            value |= (b & 0x7F) << shift
+            if not b & 0x80:
+                return value
+            shift += 7
+
+    def string(self, compact: bool) -> str:
+        n = self.varint() - 1 if compact else self.take(_H)
+        if n < 0:
+            raise TxnRecordError("null string where one is required")
+        return self.raw(n).decode("utf-8")
+
+    def count(self, compact: bool) -> int:
+        return self.varint() - 1 if compact else self.take(_I)
+
+    def skip_tags(self) -> None:
+        for _ in range(self.varint()):
+            self.varint()
+            self.raw(self.varint())
+
+
+def read_key(buf: bytes) -> str:
+    """The transactional id of a key (TxnRecordError for another key version)."""
+    r = _Reader(buf)
+    version = r.take(_H)
+    if version != KEY_VERSION:
+        raise TxnRecordError(f"unknown __transaction_state key version {version}")
+    return r.string(False)
+
+
+def read_value(buf: bytes) -> TxnValue:
+    r = _Reader(buf)
+    version = r.take(_H)
+    if version not in (0, 1):
+        raise TxnRecordError(f"unknown __transaction_state value version {version}")
+    compact = version == 1
+    pid, epoch, timeout = r.take(_Q), r.take(_H), r.take(_I)
+    status = r.take(_B)
+    try:
+        state = TxnState(status)
+    except ValueError:
+        raise TxnRecordError(f"unknown transaction status {status}") from None
+    partitions: list[tuple[str, int]] = []
+    n = r.count(compact)
+    for _ in range(max(n, 0)):
+        topic = r.string(compact)
+        for _ in range(max(r.count(compact), 0)):
+            partitions.append((topic, r.take(_I)))
+        if compact:
+            r.skip_tags()
+    update_ms, start_ms = r.take(_Q), r.take(_Q)
+    if compact:
+        r.skip_tags()
+    return TxnValue(pid, epoch, timeout, state, tuple(sorted(partitions)), update_ms, start_ms)
+
+
+def marker_key(commit: bool) -> bytes:
+    return _H.pack(0) + _H.pack(COMMIT_MARKER if commit else ABORT_MARKER)
+
+
+def marker_value(coordinator_epoch: int) -> bytes:
+    return _H.pack(0) + _I.pack(coordinator_epoch)
+
+
+def read_marker(key: bytes, value: bytes | None) -> tuple[bool, int]:
+    """(commit, coordinator epoch) of a control record that is a transaction marker."""
+    if len(key) < 4:
+        raise TxnRecordError("control record key too short")
+    version, kind = struct.unpack_from(">hh", key)
+    if version != 0 or kind not in (ABORT_MARKER, COMMIT_MARKER):
+        raise TxnRecordError(f"not a transaction marker (key version {version}, type {kind})")
+    epoch = struct.unpack_from(">i", value, 2)[0] if value is not None and len(value) >= 6 else -1
+    return kind == COMMIT_MARKER, epoch

@@ -1,0 +1,209 @@
+"""The transaction coordinator's rules in-process (kjbod.broker.txn.state) and the records of
+`__transaction_state` (kjbod.broker.txn.records): requests in, changes and error codes out, as Kafka's
+TransactionCoordinator answers them; each written change applied only once `complete` says it is committed."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+
+from kjbod.broker.txn import records as rec
+from kjbod.broker.txn.records import TxnState, TxnValue
+from kjbod.broker.txn.state import MAX_EPOCH, Transit, TxnBook, TxnConfig
+from kjbod.protocol.errors import ErrorCode
+
+T = "app-1"
+
+
+def done(book: TxnBook, t: int | Transit | None) -> Transit:
+    assert isinstance(t, Transit), t
+    book.complete(t)
+    return t
+
+
+def started(book: TxnBook, now: int = 1000) -> TxnBook:
+    done(book, book.init_producer_id(T, 60_000, -1, -1, now, fresh_pid=7))
+    done(book, book.add_partitions(T, 7, 0, [("orders", 0)], now))
+    return book
+
+
+# ------------------------------------------------------------------------------------------------ records
+def test_key_and_value_are_kafkas_version_0_layout() -> None:
+    assert rec.txn_key("ab") == b"\x00\x00\x00\x02ab"
+    v = TxnValue(5, 3, 60_000, TxnState.ONGOING, (("t", 0), ("t", 2), ("u", 1)), 111, 100)
+    raw = rec.txn_value(v)
+    expected = (struct.pack(">hqhib", 0, 5, 3, 60_000, 1) + struct.pack(">i", 2)
+                + struct.pack(">h", 1) + b"t" + struct.pack(">iii", 2, 0, 2)
+                + struct.pack(">h", 1) + b"u" + struct.pack(">ii", 1, 1) + struct.pack(">qq", 111, 100))
+    assert raw == expected
+    assert rec.read_value(raw) == v
+    assert rec.read_key(rec.txn_key("ab")) == "ab"
+
+
+def test_a_complete_transaction_is_written_with_null_partitions() -> None:
+    v = TxnValue(5, 3, 60_000, TxnState.COMPLETE_COMMIT, (), 111, 100)
+    raw = rec.txn_value(v)
+    assert raw[2 + 8 + 2 + 4 + 1:2 + 8 + 2 + 4 + 1 + 4] == b"\xff\xff\xff\xff"
+    assert rec.read_value(raw) == v
+
+
+def test_value_version_1_flexible_is_read() -> None:
+    # compact topic "t" with partitions [4], then tagged fields (one unknown tag skipped), timestamps, tags.
+    body = (struct.pack(">hqhib", 1, 9, 2, 1000, 2) + bytes([2]) + bytes([2]) + b"t" + bytes([2])
+            + struct.pack(">i", 4) + bytes([0]) + struct.pack(">qq", 5, 4) + bytes([1, 0, 8]) + b"\x00" * 8)
+    assert rec.read_value(body) == TxnValue(9, 2, 1000, TxnState.PREPARE_COMMIT, (("t", 4),), 5, 4)
+
+
+def test_bad_records_are_named_errors() -> None:
+    with pytest.raises(rec.TxnRecordError):
+        rec.read_value(b"\x00\x07")
+    with pytest.raises(rec.TxnRecordError):
+        rec.read_key(b"\x00\x01\x00\x00")
+    with pytest.raises(rec.TxnRecordError):
+        rec.read_value(struct.pack(">hqhib", 0, 1, 1, 1, 42) + b"\xff\xff\xff\xff" + b"\x00" * 16)
+
+
+def test_markers_are_kafkas_end_transaction_marker() -> None:
+    assert rec.marker_key(True) == b"\x00\x00\x00\x01"
+    assert rec.marker_key(False) == b"\x00\x00\x00\x00"
+    assert rec.marker_value(4) == b"\x00\x00\x00\x00\x00\x04"
+    assert rec.read_marker(rec.marker_key(True), rec.marker_value(4)) == (True, 4)
+
+
+# ------------------------------------------------------------------------------------------------ InitProducerId
+def test_a_new_transactional_id_gets_the_fresh_id_at_epoch_0() -> None:
+    book = TxnBook()
+    assert book.needs_producer_id(T)
+    t = book.init_producer_id(T, 60_000, -1, -1, 1000, fresh_pid=7)
+    assert isinstance(t, Transit) and (t.value.producer_id, t.value.producer_epoch) == (7, 0)
+    assert t.state == TxnState.EMPTY
+    # Pending until written: a second request waits.
+    assert book.init_producer_id(T, 60_000, -1, -1, 1000) == ErrorCode.CONCURRENT_TRANSACTIONS
+    book.complete(t)
+    assert book.txns[T].producer_epoch == 0 and not book.needs_producer_id(T)
+
+
+def test_a_failed_write_forgets_a_new_id() -> None:
+    book = TxnBook()
+    t = book.init_producer_id(T, 60_000, -1, -1, 1000, fresh_pid=7)
+    assert isinstance(t, Transit)
+    book.fail(t)
+    assert T not in book.txns
+
+
+def test_the_timeout_is_checked_against_the_maximum() -> None:
+    book = TxnBook(TxnConfig(max_timeout_ms=10_000))
+    assert book.init_producer_id(T, 10_001, -1, -1, 0, fresh_pid=1) == ErrorCode.INVALID_TRANSACTION_TIMEOUT
+    assert book.init_producer_id(T, 0, -1, -1, 0, fresh_pid=1) == ErrorCode.INVALID_TRANSACTION_TIMEOUT
+    assert isinstance(book.init_producer_id(T, 10_000, -1, -1, 0, fresh_pid=1), Transit)
+
+
+def test_a_second_instance_bumps_the_epoch_and_fences_the_first() -> None:
+    book = TxnBook()
+    done(book, book.init_producer_id(T, 60_000, -1, -1, 1000, fresh_pid=7))
+    t = done(book, book.init_producer_id(T, 60_000, -1, -1, 2000))
+    assert (t.value.producer_id, t.value.producer_epoch) == (7, 1)
+    assert book.add_partitions(T, 7, 0, [("orders", 0)], 2001) == ErrorCode.PRODUCER_FENCED
+    assert book.end_txn(T, 7, 0, True, 2001) == ErrorCode.PRODUCER_FENCED
+    assert isinstance(book.add_partitions(T, 7, 1, [("orders", 0)], 2001), Transit)
+
+
+def test_an_exhausted_epoch_takes_a_new_producer_id() -> None:
+    book = TxnBook()
+    done(book, book.init_producer_id(T, 60_000, -1, -1, 0, fresh_pid=7))
+    book.txns[T].producer_epoch = MAX_EPOCH - 1
+    assert book.needs_producer_id(T)
+    t = done(book, book.init_producer_id(T, 60_000, -1, -1, 0, fresh_pid=8))
+    assert (t.value.producer_id, t.value.producer_epoch) == (8, 0)
+
+
+def test_an_unknown_or_stale_producer_resuming_is_refused() -> None:
+    book = TxnBook()
+    assert book.init_producer_id(T, 60_000, 3, 0, 0, fresh_pid=7) == ErrorCode.INVALID_PRODUCER_ID_MAPPING
+    done(book, book.init_producer_id(T, 60_000, -1, -1, 0, fresh_pid=7))
+    done(book, book.init_producer_id(T, 60_000, -1, -1, 0))  # epoch 1 now
+    assert book.init_producer_id(T, 60_000, 99, 1, 0) == ErrorCode.PRODUCER_FENCED
+    assert book.init_producer_id(T, 60_000, 7, 5, 0) == ErrorCode.PRODUCER_FENCED
+    t = done(book, book.init_producer_id(T, 60_000, 7, 1, 0))  # KIP-360: the current epoch bumps
+    assert t.value.producer_epoch == 2
+
+
+def test_init_on_an_ongoing_transaction_aborts_it_with_the_epoch_bumped() -> None:
+    book = started(TxnBook())
+    t = book.init_producer_id(T, 60_000, -1, -1, 3000)
+    assert isinstance(t, Transit) and t.fenced_abort
+    assert t.state == TxnState.PREPARE_ABORT and t.value.producer_epoch == 1
+    assert t.value.partitions == (("orders", 0),)
+    book.complete(t)
+    assert book.init_producer_id(T, 60_000, -1, -1, 3001) == ErrorCode.CONCURRENT_TRANSACTIONS
+    assert book.add_partitions(T, 7, 0, [("orders", 1)], 3001) == ErrorCode.PRODUCER_FENCED
+    done(book, book.complete_markers(T, 3002))
+    assert book.txns[T].state == TxnState.COMPLETE_ABORT and not book.txns[T].partitions
+    t2 = done(book, book.init_producer_id(T, 60_000, -1, -1, 3003))
+    assert t2.value.producer_epoch == 2 and t2.state == TxnState.EMPTY
+
+
+# ------------------------------------------------------------------------------------------------ partitions
+def test_adding_partitions_starts_and_grows_the_transaction() -> None:
+    book = started(TxnBook(), now=1000)
+    m = book.txns[T]
+    assert m.state == TxnState.ONGOING and m.start_ms == 1000
+    assert book.add_partitions(T, 7, 0, [("orders", 0)], 1500) is None  # nothing new: nothing written
+    t = done(book, book.add_partitions(T, 7, 0, [("orders", 1)], 1500))
+    assert t.value.partitions == (("orders", 0), ("orders", 1)) and t.value.start_ms == 1000
+
+
+def test_requests_for_another_producer_id_are_invalid_mappings() -> None:
+    book = started(TxnBook())
+    assert book.add_partitions(T, 8, 0, [("x", 0)], 0) == ErrorCode.INVALID_PRODUCER_ID_MAPPING
+    assert book.add_partitions("other", 7, 0, [("x", 0)], 0) == ErrorCode.INVALID_PRODUCER_ID_MAPPING
+    assert book.end_txn(T, 8, 0, True, 0) == ErrorCode.INVALID_PRODUCER_ID_MAPPING
+
+
+# ------------------------------------------------------------------------------------------------ EndTxn
+@pytest.mark.parametrize("commit", [True, False])
+def test_end_prepares_then_completes(commit: bool) -> None:
+    book = started(TxnBook())
+    t = done(book, book.end_txn(T, 7, 0, commit, 2000))
+    assert t.state == (TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT)
+    assert [m.transactional_id for m in book.preparing()] == [T]
+    # While the markers are out: the same outcome waits, the other is invalid, new partitions wait.
+    assert book.end_txn(T, 7, 0, commit, 2001) == ErrorCode.CONCURRENT_TRANSACTIONS
+    assert book.end_txn(T, 7, 0, not commit, 2001) == ErrorCode.INVALID_TXN_STATE
+    assert book.add_partitions(T, 7, 0, [("orders", 2)], 2001) == ErrorCode.CONCURRENT_TRANSACTIONS
+    c = done(book, book.complete_markers(T, 2002))
+    assert c.state == (TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT) and c.value.partitions == ()
+    assert book.end_txn(T, 7, 0, commit, 2003) == ErrorCode.NONE  # a retry of what is done
+    assert book.end_txn(T, 7, 0, not commit, 2003) == ErrorCode.INVALID_TXN_STATE
+    # The next transaction starts from Complete*.
+    n = done(book, book.add_partitions(T, 7, 0, [("orders", 3)], 3000))
+    assert n.state == TxnState.ONGOING and n.value.start_ms == 3000 and n.value.partitions == (("orders", 3),)
+
+
+def test_ending_an_empty_transaction_is_invalid() -> None:
+    book = TxnBook()
+    done(book, book.init_producer_id(T, 60_000, -1, -1, 0, fresh_pid=7))
+    assert book.end_txn(T, 7, 0, True, 0) == ErrorCode.INVALID_TXN_STATE
+    assert book.end_txn(T, 7, 0, False, 0) == ErrorCode.INVALID_TXN_STATE
+
+
+def test_a_transaction_past_its_timeout_is_aborted_and_its_producer_fenced() -> None:
+    book = TxnBook()
+    done(book, book.init_producer_id(T, 5_000, -1, -1, 0, fresh_pid=7))
+    done(book, book.add_partitions(T, 7, 0, [("orders", 0)], 1000))
+    assert book.timed_out(6000) == []
+    [t] = book.timed_out(6001)
+    assert t.state == TxnState.PREPARE_ABORT and t.value.producer_epoch == 1
+    assert book.timed_out(7000) == []  # pending: not aborted twice
+    book.complete(t)
+    assert book.end_txn(T, 7, 0, True, 7000) == ErrorCode.PRODUCER_FENCED
+
+
+def test_load_replays_the_latest_record_and_a_tombstone_forgets() -> None:
+    book = TxnBook()
+    book.load(T, TxnValue(7, 3, 60_000, TxnState.PREPARE_COMMIT, (("orders", 0),), 10, 5))
+    assert [m.transactional_id for m in book.preparing()] == [T]
+    assert book.txns[T].producer_epoch == 3
+    book.load(T, None)
+    assert T not in book.txns
