@@ -434,9 +434,9 @@ def dump_producer_snapshot(path: str, out: TextIO, err: TextIO) -> None:
         print(f"{path}: {e}", file=err)
         return
     for pid, entry in producers.items():
+        txn = f"OptionalLong[{entry.txn_first_offset}]" if entry.txn_first_offset >= 0 else "OptionalLong.empty"
         line = (f"producerId: {pid} producerEpoch: {entry.epoch} coordinatorEpoch: {entry.coordinator_epoch} "
-                "currentTxnFirstOffset: OptionalLong.empty "  # kjbod has no transactions
-                f"lastTimestamp: {entry.last_timestamp} ")
+                f"currentTxnFirstOffset: {txn} lastTimestamp: {entry.last_timestamp} ")
         if entry.batches:
             b = entry.batches[0]
             line += (f"firstSequence: {b.first_seq} lastSequence: {b.last_seq} lastOffset: {b.last_offset} "

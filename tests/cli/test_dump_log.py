@@ -261,6 +261,16 @@ def test_a_producer_state_snapshot(tmp_path: Path, capsys) -> None:
                      f"producerId: 42 producerEpoch: 3 coordinatorEpoch: -1 currentTxnFirstOffset: OptionalLong.empty "
                      f"lastTimestamp: {T + 7} firstSequence: 2 lastSequence: 2 lastOffset: 2 offsetDelta: 0 "
                      f"timestamp: {T + 7}"]
+    # A producer with a transaction open at offset 3: the snapshot keeps where it began.
+    from kjbod.storage.producer_state import ProducerEntry, ProducerStateManager
+
+    state = ProducerStateManager()
+    state.producers[7] = ProducerEntry(7, 1, last_timestamp=T, txn_first_offset=3)
+    open_txn = pdir / "00000000000000000009.snapshot"
+    open_txn.write_bytes(state.snapshot_bytes())
+    rc, lines, _ = dump(capsys, "--files", str(open_txn))
+    assert lines[1] == (f"producerId: 7 producerEpoch: 1 coordinatorEpoch: -1 currentTxnFirstOffset: OptionalLong[3] "
+                        f"lastTimestamp: {T} ")
     snap.write_bytes(b"\x00\x01garbage")
     rc, lines, err = dump(capsys, "--files", str(snap))
     assert lines == [f"Dumping {snap}"] and "producer snapshot" in err
