@@ -121,7 +121,8 @@ def _field_types(cls) -> dict[str, typing.Any]:
 
 INT_VALUES = {"num_partitions": 1, "replication_factor": 1, "acks": 1, "timeout_ms": 1000, "max_wait_ms": 0,
               "min_bytes": 0, "max_bytes": 65536, "partition_max_bytes": 65536, "transaction_timeout_ms": 60000,
-              "resource_type": 2}
+              "resource_type": 2, "resource_type_filter": 2, "operation": 3, "permission_type": 3,
+              "resource_pattern_type": 3, "pattern_type_filter": 3}
 
 
 def populate(cls, topic_id: uuid.UUID, records: bytes):
