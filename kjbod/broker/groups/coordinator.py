@@ -20,24 +20,25 @@ none of this.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import structlog
 
-from kjbod.broker.dir_work import DirWork
+from kjbod.broker.coordinator_host import CoordinatorHost
+from kjbod.broker.coordinator_host import InternalRequest as _InternalRequest
+from kjbod.broker.coordinator_host import java_string_hash as java_string_hash
+from kjbod.broker.coordinator_host import now_ms as now_ms
+from kjbod.broker.coordinator_host import partition_for as partition_for
+from kjbod.broker.coordinator_host import read_chunk as read_chunk
+from kjbod.broker.coordinator_host import resolver as resolver
+from kjbod.broker.coordinator_host import settle as settle
 from kjbod.broker.groups import records as rec
 from kjbod.broker.groups.state import CommittedOffset, Group, GroupBook, GroupConfig, GroupState, Member
 from kjbod.protocol.errors import ErrorCode
-from kjbod.protocol.generated import CreateTopicsRequest, ProduceRequest
-from kjbod.protocol.generated.create_topics_request import CreatableTopic, CreatableTopicConfig
-from kjbod.protocol.generated.produce_request import PartitionProduceData, TopicProduceData
-from kjbod.storage.records import build_batch, iter_batches, iter_records
-from kjbod.wire.handler import Later
+from kjbod.storage.records import build_batch
 
 log = structlog.get_logger("kjbod.groups")
 
@@ -46,8 +47,6 @@ OFFSETS_TOPIC = "__consumer_offsets"
 # cleaned away) in segments of offsets.topic.segment.bytes, and compression.type=producer, so a broker-wide
 # compression.type never recompresses the coordinator's writes (which offsets.topic.compression.codec compresses).
 OFFSETS_TOPIC_CONFIGS = (("cleanup.policy", "compact"), ("compression.type", "producer"))
-TICK_S = 0.05
-LOAD_CHUNK = 1 << 20  # bytes a load reads at a time where no key says otherwise (the transaction coordinator's)
 
 
 @dataclass(frozen=True)
@@ -65,55 +64,11 @@ class OffsetsTopicSettings:
                    config.offsets_load_buffer_size, config.offsets_topic_compression_codec)
 
 
-def java_string_hash(s: str) -> int:
-    """Java's String.hashCode: over UTF-16 code units, 32-bit wrap-around, signed."""
-    h = 0
-    raw = s.encode("utf-16-be")
-    for i in range(0, len(raw), 2):
-        h = (31 * h + ((raw[i] << 8) | raw[i + 1])) & 0xFFFFFFFF
-    return h - (1 << 32) if h >= 1 << 31 else h
-
-
-def partition_for(group_id: str, num_partitions: int) -> int:
-    h = java_string_hash(group_id)
-    return (0 if h == -(1 << 31) else abs(h)) % num_partitions
-
-
-async def settle(value: Any) -> Any:
-    """The final value of what a handler returned: a plain value, an awaitable, or a Later (maybe chained)."""
-    while True:
-        if isinstance(value, Later):
-            fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-            value.on_done(resolver(fut))
-            done = await fut
-            value = done.result()
-        elif asyncio.isfuture(value) or asyncio.iscoroutine(value):
-            value = await value
-        else:
-            return value
-
-
-def resolver(fut: asyncio.Future[Any]) -> Callable[[Any], None]:
-    """A callback setting `fut`'s result once (later calls are ignored)."""
-
-    def answer(result: Any) -> None:
-        if not fut.done():
-            fut.set_result(result)
-
-    return answer
-
-
-class _InternalRequest:
-    """What the Produce handler reads of a request, for the coordinator's own appends."""
-
-    api_version = 9
+class _GroupRequest(_InternalRequest):
     client_id = "kjbod-group-coordinator"
-    ctx = None
-    correlation_id = 0
-    internal_topics_allowed = True
 
 
-class _TransactionalRequest(_InternalRequest):
+class _TransactionalRequest(_GroupRequest):
     """A TxnOffsetCommit's append: a transactional batch without a sequence, as Kafka's coordinator writes."""
 
     coordinator_origin = True
@@ -151,52 +106,34 @@ def coordinator_of(node: Any) -> GroupCoordinator:
     return coordinator
 
 
-class GroupCoordinator:
+class GroupCoordinator(CoordinatorHost):
+    topic = OFFSETS_TOPIC
+    kind = "group"
+
     def __init__(self, node: Any, config: GroupConfig, num_partitions: int, replication_factor: int,
                  expiry_interval_ms: int = 600_000) -> None:
-        self.node = node
+        super().__init__(node, num_partitions, replication_factor)
         self.expiry_interval_ms = expiry_interval_ms  # offsets.retention.check.interval.ms
         self.config = config
-        self.num_partitions = num_partitions
-        self.replication_factor = replication_factor
         self.book = GroupBook(config, persist=self._store_group)
-        self.topic = OffsetsTopicSettings.of(node.config)
-        self.owned: set[int] = set()
-        self.loading: set[int] = set()
-        self._creating: asyncio.Task | None = None
-        self._loaded: dict[int, asyncio.Event] = {}
-        self._work: set[asyncio.Task] = set()  # loads and group metadata writes under way
+        self.settings = OffsetsTopicSettings.of(node.config)
+        self.load_chunk = self.settings.load_buffer_size
+        self._next_expiry = now_ms() + expiry_interval_ms
 
     # ------------------------------------------------------------------------------------------- hosting
-    def start(self) -> None:
-        self.node.spawn(self._run())
+    def _topic_configs(self) -> list[tuple[str, str]]:
+        return [*OFFSETS_TOPIC_CONFIGS, ("segment.bytes", str(self.settings.segment_bytes))]
 
-    def _spawn(self, coro: Any) -> None:
-        """A task of this coordinator's, dropped when done and cancelled when the coordinator stops."""
-        task = asyncio.ensure_future(coro)
-        self._work.add(task)
-        task.add_done_callback(self._work.discard)
+    def _unload(self, p: int) -> int:
+        gone = [g for g in self.book.groups if self.partition_of(g) == p]
+        self.book.unload(gone)
+        return len(gone)
 
-    async def _run(self) -> None:
-        try:
-            await self._timers()
-        finally:  # the node stops: what is under way stops with it
-            for task in list(self._work):
-                task.cancel()
-
-    async def _timers(self) -> None:
-        next_expiry = now_ms() + self.expiry_interval_ms
-        while not self.node.stopping:
-            try:
-                self._refresh_ownership()
-                now = now_ms()
-                self.book.tick(now)
-                if now >= next_expiry:
-                    next_expiry = now + self.expiry_interval_ms
-                    await self._expire(now)
-            except Exception:  # one bad tick must not stop the timers of every group
-                log.exception("group_tick_failed")
-            await asyncio.sleep(TICK_S)
+    async def _tick(self, now: int) -> None:
+        self.book.tick(now)
+        if now >= self._next_expiry:
+            self._next_expiry = now + self.expiry_interval_ms
+            await self._expire(now)
 
     async def _expire(self, now: int) -> None:
         """Writes tombstones for the offsets past offsets.retention.ms; an empty group left without offsets goes
@@ -221,133 +158,22 @@ class GroupCoordinator:
                 del self.book.groups[gid]
             log.info("offsets_expired", group=gid, partitions=len(partitions), group_removed=drop_group)
 
-    def topic_partitions(self) -> int:
-        topic = self.node.metadata.topic(OFFSETS_TOPIC)
-        return len(topic.partitions) if topic is not None else self.num_partitions
-
-    def partition_of(self, group_id: str) -> int:
-        return partition_for(group_id, self.topic_partitions())
-
-    def status(self, group_id: str) -> int:
-        """0 when this broker coordinates the group now, else the code a group request answers."""
-        self._refresh_ownership()
-        p = self.partition_of(group_id)
-        if p in self.owned:
-            return ErrorCode.NONE
-        if p in self.loading:
-            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
-        return ErrorCode.NOT_COORDINATOR
-
-    def _led_here(self) -> set[int]:
-        topic = self.node.metadata.topic(OFFSETS_TOPIC)
-        if topic is None:
-            return set()
-        return {p for p, part in topic.partitions.items() if part.leader == self.node.node_id}
-
-    def _refresh_ownership(self) -> None:
-        led = self._led_here()
-        for p in (self.owned | self.loading) - led:
-            self.owned.discard(p)
-            self.loading.discard(p)
-            gone = [g for g in self.book.groups if self.partition_of(g) == p]
-            self.book.unload(gone)
-            log.info("groups_unloaded", partition=p, groups=len(gone))
-        for p in led - self.owned - self.loading:
-            if self._empty(p):  # nothing to read (a new topic): served at once
-                self.owned.add(p)
-                continue
-            self.loading.add(p)
-            self._loaded.setdefault(p, asyncio.Event()).clear()
-            self._spawn(self._load(p))
-
-    def _empty(self, p: int) -> bool:
-        try:
-            plog = self.node.partition_log(OFFSETS_TOPIC, p)
-        except Exception:  # not here yet (being created): loaded the usual way once it is
-            return False
-        return plog.log_end_offset == plog.log_start_offset
-
-    async def wait_loaded(self, group_id: str, timeout_s: float) -> None:
-        """Waits (bounded) while the group's partition is loading here, so FindCoordinator's answer is followed
-        by requests the coordinator can serve (clients differ in how they take COORDINATOR_LOAD_IN_PROGRESS)."""
-        p = self.partition_of(group_id)
-        if p in self.loading:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._loaded.setdefault(p, asyncio.Event()).wait(), timeout_s)
-
-    async def ensure_topic(self) -> tuple[int, str | None]:
-        """Creates `__consumer_offsets` when missing (once at a time); (code, message) for FindCoordinator."""
-        if self.node.metadata.topic(OFFSETS_TOPIC) is not None:
-            return ErrorCode.NONE, None
-        if self._creating is None or self._creating.done():
-            self._creating = asyncio.ensure_future(self._create_topic())
-            self._work.add(self._creating)
-            self._creating.add_done_callback(self._work.discard)
-        resp = await asyncio.shield(self._creating)
-        if self.node.metadata.topic(OFFSETS_TOPIC) is not None:
-            return ErrorCode.NONE, None
-        return ErrorCode.COORDINATOR_NOT_AVAILABLE, resp
-
-    async def _create_topic(self) -> str | None:
-        body = CreateTopicsRequest(topics=[CreatableTopic(
-            name=OFFSETS_TOPIC, num_partitions=self.num_partitions, replication_factor=self.replication_factor,
-            configs=[CreatableTopicConfig(name=k, value=v) for k, v in (
-                *OFFSETS_TOPIC_CONFIGS, ("segment.bytes", str(self.topic.segment_bytes)))])], timeout_ms=30_000)
-        try:
-            resp = await self.node.controller_request(body, 7)
-        except Exception as e:
-            return f"{OFFSETS_TOPIC} could not be created: {e}"
-        t = resp.topics[0]
-        if t.error_code not in (0, ErrorCode.TOPIC_ALREADY_EXISTS):
-            log.warning("offsets_topic_not_created", error_code=t.error_code, message=t.error_message)
-            return f"{OFFSETS_TOPIC} could not be created: {t.error_message or t.error_code}"
-        return None
-
     # ------------------------------------------------------------------------------------------- loading
-    async def _load(self, p: int) -> None:
-        try:
-            plog = self.node.partition_log(OFFSETS_TOPIC, p)
-            # To the log end, not the high watermark: a new leader's HW can lag what it holds, and every record it
-            # holds stays (a leader never truncates its own log), commits acknowledged by the old leader included.
-            end = plog.log_end_offset
-            pairs: list[tuple[bytes | None, bytes | None, int, int]] = []  # key, value, producer id, marker
-            offset = plog.log_start_offset
-            while offset < end:
-                chunk = await self._read(plog, offset, end)
-                if not chunk:
-                    break
-                before = offset
-                view = memoryview(chunk)
-                for pos, header in iter_batches(view):
-                    # By batch, not by record: a compacted log has holes and may keep empty batches, and the
-                    # next read must start past every batch this one held.
-                    # A transactional batch's records wait for their producer's marker (a control batch).
-                    pid = header.producer_id if header.is_transactional else -1
-                    for r in iter_records(view[pos:pos + header.size]):
-                        if r.offset >= end:
-                            continue
-                        if header.is_control:
-                            pairs.append((None, None, pid, _marker_kind(r.key, r.value)))
-                        else:
-                            pairs.append((r.key, r.value, pid, -1))
-                    offset = max(offset, header.last_offset + 1)
-                if offset == before:  # no whole batch in what was read: nothing more can be read from here
-                    log.warning("offsets_partition_load_stopped", partition=p, offset=offset, log_end=end)
-                    break
-            self._replay(pairs)
-        except Exception:
-            log.exception("offsets_partition_load_failed", partition=p)
-            self.loading.discard(p)  # tried again on the next tick while it is still led here
-            return
-        finally:
-            self._loaded.setdefault(p, asyncio.Event()).set()
-        if p in self.loading:
-            self.loading.discard(p)
-            self.owned.add(p)
-            log.info("offsets_partition_loaded", partition=p, records=len(pairs))
+    # A load keeps (key, value, producer id, marker) per record: a transactional batch's records wait for their
+    # producer's marker (a control batch).
+    def _new_load(self) -> list[tuple[bytes | None, bytes | None, int, int]]:
+        return []
 
-    async def _read(self, plog: Any, offset: int, end: int) -> bytes:
-        return await read_chunk(self.node, plog, offset, end, self.topic.load_buffer_size)
+    def _take(self, acc: Any, p: int, header: Any, record: Any) -> None:
+        pid = header.producer_id if header.is_transactional else -1
+        if header.is_control:
+            acc.append((None, None, pid, _marker_kind(record.key, record.value)))
+        else:
+            acc.append((record.key, record.value, pid, -1))
+
+    def _loaded_records(self, p: int, acc: Any) -> int:
+        self._replay(acc)
+        return len(acc)
 
     def _replay(self, records: list[tuple[bytes | None, bytes | None, int, int]]) -> None:
         """Rebuilds the groups of a partition from its records in log order.  A transactional offset commit
@@ -420,22 +246,9 @@ class GroupCoordinator:
         now = now_ms()
         batch = build_batch([(k, v, [], now) for k, v in pairs], producer_id=producer_id,
                             producer_epoch=producer_epoch, is_transactional=producer_id >= 0,
-                            compression=self.topic.compression_codec)
-        body = ProduceRequest(acks=-1, timeout_ms=self.topic.commit_timeout_ms, topic_data=[
-            TopicProduceData(name=OFFSETS_TOPIC, partition_data=[PartitionProduceData(index=p, records=batch)])])
-        from kjbod.broker.handlers import produce  # the handler package imports this module
-
-        request: Any = _TransactionalRequest() if producer_id >= 0 else _InternalRequest()
-        resp = await settle(produce.handle(self.node, request, body))
-        code = resp.responses[0].partition_responses[0].error_code
-        if code:
-            log.warning("offsets_append_failed", group=group_id, partition=p, error_code=code)
-        # Kafka maps a failed write to what a client retries against the right broker.
-        if code in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.KAFKA_STORAGE_ERROR):
-            return ErrorCode.NOT_COORDINATOR
-        if code in (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.NOT_ENOUGH_REPLICAS,
-                    ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND, ErrorCode.REQUEST_TIMED_OUT):
-            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+                            compression=self.settings.compression_codec)
+        request: Any = _TransactionalRequest() if producer_id >= 0 else _GroupRequest()
+        code = await self._produce(p, batch, request, self.settings.commit_timeout_ms, group_id)
         if code in (ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE, ErrorCode.INVALID_FETCH_SIZE):
             return too_large  # OffsetCommit: INVALID_COMMIT_OFFSET_SIZE; group metadata: UNKNOWN_SERVER_ERROR
         return code
@@ -475,27 +288,6 @@ class GroupCoordinator:
         return code
 
 
-async def read_chunk(node: Any, plog: Any, offset: int, end: int, chunk: int = LOAD_CHUNK) -> bytes:
-    """A chunk of a coordinator's log read on its dir's worker (about ``chunk`` bytes, at least one whole batch,
-    below `end`)."""
-    out: list[Any] = [b""]
-
-    def fill(slot: Any, result: Any) -> None:
-        out[0] = result
-
-    def fail(slot: Any, e: BaseException | None) -> None:
-        out[0] = e or TimeoutError("the log dir did not answer")
-
-    work = DirWork(node, fill, fail)
-    work.add(plog.log_dir, (plog, offset, end))
-    pending = work.run(lambda items: [pl.read_bytes(o, chunk, max_offset=e) for pl, o, e in items], 30.0)
-    if pending is not None:
-        await settle(pending)
-    if isinstance(out[0], BaseException):
-        raise out[0]
-    return out[0]
-
-
 def snapshot(group: Group) -> rec.GroupRecord:
     protocol = group.protocol_name
     return rec.GroupRecord(
@@ -505,6 +297,3 @@ def snapshot(group: Group) -> rec.GroupRecord:
                                m.metadata_for(protocol) if protocol else b"", m.assignment)
               for m in group.members.values()))
 
-
-def now_ms() -> int:
-    return int(time.time() * 1000)

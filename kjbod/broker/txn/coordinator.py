@@ -24,39 +24,29 @@ The coordinator is made on the first transactional request a broker gets.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from typing import Any
 
 import structlog
 
-from kjbod.broker.groups.coordinator import (
-    OFFSETS_TOPIC,
-    _InternalRequest,
-    now_ms,
-    partition_for,
-    read_chunk,
-    settle,
-)
+from kjbod.broker.coordinator_host import CoordinatorHost, InternalRequest, now_ms
+from kjbod.broker.groups.coordinator import OFFSETS_TOPIC
 from kjbod.broker.txn import records as rec
 from kjbod.broker.txn.state import Transit, TxnBook, TxnConfig
 from kjbod.protocol.errors import ErrorCode
-from kjbod.protocol.generated import CreateTopicsRequest, ProduceRequest, WriteTxnMarkersRequest
-from kjbod.protocol.generated.create_topics_request import CreatableTopic, CreatableTopicConfig
-from kjbod.protocol.generated.produce_request import PartitionProduceData, TopicProduceData
+from kjbod.protocol.generated import WriteTxnMarkersRequest
 from kjbod.protocol.generated.write_txn_markers_request import WritableTxnMarker, WritableTxnMarkerTopic
-from kjbod.storage.records import build_batch, iter_batches, iter_records
+from kjbod.storage.records import build_batch
 
 log = structlog.get_logger("kjbod.txn")
 
 TXN_TOPIC = "__transaction_state"
-TICK_S = 0.05
 WRITE_TIMEOUT_MS = 5000
 MARKER_RETRY_S = 0.1
 MARKER_TIMEOUT_S = 10.0
 WRITE_TXN_MARKERS = 27
 
 
-class _TxnLogRequest(_InternalRequest):
+class _TxnLogRequest(InternalRequest):
     client_id = "kjbod-transaction-coordinator"
 
 
@@ -69,174 +59,68 @@ def coordinator_of(node: Any) -> TxnCoordinator:
     return coordinator
 
 
-class TxnCoordinator:
+class TxnCoordinator(CoordinatorHost):
+    topic = TXN_TOPIC
+    kind = "transaction"
+
     def __init__(self, node: Any) -> None:
         c = node.config
-        self.node = node
-        self.num_partitions = c.transaction_state_log_num_partitions
-        self.replication_factor = c.transaction_state_log_replication_factor
+        super().__init__(node, c.transaction_state_log_num_partitions, c.transaction_state_log_replication_factor)
         self.min_isr = c.transaction_state_log_min_isr
         self.segment_bytes = c.transaction_state_log_segment_bytes
         self.abort_interval_ms = c.transaction_abort_timed_out_transaction_cleanup_interval_ms
         self.book = TxnBook(TxnConfig(max_timeout_ms=c.transaction_max_timeout_ms))
-        self.owned: set[int] = set()
-        self.loading: set[int] = set()
-        self._loaded: dict[int, asyncio.Event] = {}
-        self._creating: asyncio.Task | None = None
-        self._work: set[asyncio.Task] = set()
+        self._next_abort = now_ms() + self.abort_interval_ms
         self._marking: set[str] = set()  # transactional ids whose markers are being sent
         self._conns: dict[int, Any] = {}
 
     # ------------------------------------------------------------------------------------------- hosting
-    def start(self) -> None:
-        self.node.spawn(self._run())
+    def _topic_configs(self) -> list[tuple[str, str]]:
+        return [("cleanup.policy", "compact"), ("segment.bytes", str(self.segment_bytes)),
+                ("min.insync.replicas", str(self.min_isr))]
 
-    def _spawn(self, coro: Any) -> None:
-        task = asyncio.ensure_future(coro)
-        self._work.add(task)
-        task.add_done_callback(self._work.discard)
+    def _unload(self, p: int) -> int:
+        gone = [t for t in self.book.txns if self.partition_of(t) == p]
+        self.book.unload(gone)
+        return len(gone)
 
-    async def _run(self) -> None:
-        try:
-            next_abort = now_ms() + self.abort_interval_ms
-            while not self.node.stopping:
-                try:
-                    self._refresh_ownership()
-                    now = now_ms()
-                    if now >= next_abort:
-                        next_abort = now + self.abort_interval_ms
-                        self._abort_timed_out(now)
-                    for m in self.book.preparing():
-                        if self.partition_of(m.transactional_id) in self.owned:
-                            self._send_markers_soon(m.transactional_id)
-                except Exception:
-                    log.exception("txn_tick_failed")
-                await asyncio.sleep(TICK_S)
-        finally:
-            for task in list(self._work):
-                task.cancel()
-            for conn in self._conns.values():
-                conn.close()
+    async def _tick(self, now: int) -> None:
+        if now >= self._next_abort:
+            self._next_abort = now + self.abort_interval_ms
+            self._abort_timed_out(now)
+        for m in self.book.preparing():
+            if self.partition_of(m.transactional_id) in self.owned:
+                self._send_markers_soon(m.transactional_id)
 
-    def topic_partitions(self) -> int:
-        topic = self.node.metadata.topic(TXN_TOPIC)
-        return len(topic.partitions) if topic is not None else self.num_partitions
-
-    def partition_of(self, transactional_id: str) -> int:
-        return partition_for(transactional_id, self.topic_partitions())
+    def _stopped(self) -> None:
+        for conn in self._conns.values():
+            conn.close()
 
     def status(self, transactional_id: str) -> int:
-        """0 when this broker coordinates the id now, else the code a transactional request answers."""
+        """As the group coordinator's, but COORDINATOR_NOT_AVAILABLE before the topic exists (Kafka's answer
+        while __transaction_state is being made)."""
         if self.node.metadata.topic(TXN_TOPIC) is None:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
-        self._refresh_ownership()
-        p = self.partition_of(transactional_id)
-        if p in self.owned:
-            return ErrorCode.NONE
-        if p in self.loading:
-            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
-        return ErrorCode.NOT_COORDINATOR
+        return super().status(transactional_id)
 
-    def _led_here(self) -> set[int]:
-        topic = self.node.metadata.topic(TXN_TOPIC)
-        if topic is None:
-            return set()
-        return {p for p, part in topic.partitions.items() if part.leader == self.node.node_id}
+    # ------------------------------------------------------------------------------------------- loading
+    # A load keeps the latest value of each transactional id (None: removed).
+    def _new_load(self) -> dict[str, rec.TxnValue | None]:
+        return {}
 
-    def _refresh_ownership(self) -> None:
-        led = self._led_here()
-        for p in (self.owned | self.loading) - led:
-            self.owned.discard(p)
-            self.loading.discard(p)
-            gone = [t for t in self.book.txns if self.partition_of(t) == p]
-            self.book.unload(gone)
-            log.info("transactions_unloaded", partition=p, transactions=len(gone))
-        for p in led - self.owned - self.loading:
-            try:
-                plog = self.node.partition_log(TXN_TOPIC, p)
-            except Exception:
-                continue  # not made here yet: loaded once it is
-            if plog.log_end_offset == plog.log_start_offset:
-                self.owned.add(p)
-                continue
-            self.loading.add(p)
-            self._loaded.setdefault(p, asyncio.Event()).clear()
-            self._spawn(self._load(p))
-
-    async def wait_loaded(self, transactional_id: str, timeout_s: float) -> None:
-        p = self.partition_of(transactional_id)
-        if p in self.loading:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._loaded.setdefault(p, asyncio.Event()).wait(), timeout_s)
-
-    async def ensure_topic(self) -> tuple[int, str | None]:
-        """Creates `__transaction_state` when missing (once at a time); (code, message)."""
-        if self.node.metadata.topic(TXN_TOPIC) is not None:
-            return ErrorCode.NONE, None
-        if self._creating is None or self._creating.done():
-            self._creating = asyncio.ensure_future(self._create_topic())
-            self._work.add(self._creating)
-            self._creating.add_done_callback(self._work.discard)
-        problem = await asyncio.shield(self._creating)
-        if self.node.metadata.topic(TXN_TOPIC) is not None:
-            return ErrorCode.NONE, None
-        return ErrorCode.COORDINATOR_NOT_AVAILABLE, problem
-
-    async def _create_topic(self) -> str | None:
-        configs = (("cleanup.policy", "compact"), ("segment.bytes", str(self.segment_bytes)),
-                   ("min.insync.replicas", str(self.min_isr)))
-        body = CreateTopicsRequest(topics=[CreatableTopic(
-            name=TXN_TOPIC, num_partitions=self.num_partitions, replication_factor=self.replication_factor,
-            configs=[CreatableTopicConfig(name=k, value=v) for k, v in configs])], timeout_ms=30_000)
-        try:
-            resp = await self.node.controller_request(body, 7)
-        except Exception as e:
-            return f"{TXN_TOPIC} could not be created: {e}"
-        t = resp.topics[0]
-        if t.error_code not in (0, ErrorCode.TOPIC_ALREADY_EXISTS):
-            log.warning("transaction_topic_not_created", error_code=t.error_code, message=t.error_message)
-            return f"{TXN_TOPIC} could not be created: {t.error_message or t.error_code}"
-        return None
-
-    async def _load(self, p: int) -> None:
-        count = 0
-        try:
-            plog = self.node.partition_log(TXN_TOPIC, p)
-            end = plog.log_end_offset
-            offset = plog.log_start_offset
-            latest: dict[str, rec.TxnValue | None] = {}
-            while offset < end:
-                chunk = await read_chunk(self.node, plog, offset, end)
-                if not chunk:
-                    break
-                before = offset
-                view = memoryview(chunk)
-                for pos, header in iter_batches(view):
-                    for r in iter_records(view[pos:pos + header.size]):
-                        if r.offset >= end or r.key is None:
-                            continue
-                        try:
-                            tid = rec.read_key(bytes(r.key))
-                            latest[tid] = None if r.value is None else rec.read_value(bytes(r.value))
-                        except (rec.TxnRecordError, UnicodeDecodeError) as e:
-                            log.warning("transaction_record_skipped", partition=p, reason=str(e))
-                    offset = max(offset, header.last_offset + 1)
-                if offset == before:
-                    log.warning("transaction_partition_load_stopped", partition=p, offset=offset, log_end=end)
-                    break
-            for tid, value in latest.items():
-                self.book.load(tid, value)
-            count = len(latest)
-        except Exception:
-            log.exception("transaction_partition_load_failed", partition=p)
-            self.loading.discard(p)
+    def _take(self, acc: Any, p: int, header: Any, record: Any) -> None:
+        if record.key is None:
             return
-        finally:
-            self._loaded.setdefault(p, asyncio.Event()).set()
-        if p in self.loading:
-            self.loading.discard(p)
-            self.owned.add(p)
-            log.info("transaction_partition_loaded", partition=p, transactional_ids=count)
+        try:
+            tid = rec.read_key(bytes(record.key))
+            acc[tid] = None if record.value is None else rec.read_value(bytes(record.value))
+        except (rec.TxnRecordError, UnicodeDecodeError) as e:
+            log.warning("transaction_record_skipped", partition=p, reason=str(e))
+
+    def _loaded_records(self, p: int, acc: Any) -> int:
+        for tid, value in acc.items():
+            self.book.load(tid, value)
+        return len(acc)
 
     # ------------------------------------------------------------------------------------------- writing
     async def write(self, t: Transit) -> int:
@@ -254,23 +138,8 @@ class TxnCoordinator:
         return code
 
     async def _append(self, tid: str, value: bytes) -> int:
-        p = self.partition_of(tid)
         batch = build_batch([(rec.txn_key(tid), value, [], now_ms())])
-        body = ProduceRequest(acks=-1, timeout_ms=WRITE_TIMEOUT_MS, topic_data=[
-            TopicProduceData(name=TXN_TOPIC, partition_data=[PartitionProduceData(index=p, records=batch)])])
-        from kjbod.broker.handlers import produce
-
-        request: Any = _TxnLogRequest()
-        resp = await settle(produce.handle(self.node, request, body))
-        code = resp.responses[0].partition_responses[0].error_code
-        if code:
-            log.warning("transaction_log_append_failed", transactional_id=tid, partition=p, error_code=code)
-        if code in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.KAFKA_STORAGE_ERROR):
-            return ErrorCode.NOT_COORDINATOR
-        if code in (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.NOT_ENOUGH_REPLICAS,
-                    ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND, ErrorCode.REQUEST_TIMED_OUT):
-            return ErrorCode.COORDINATOR_NOT_AVAILABLE
-        return int(code)
+        return await self._produce(self.partition_of(tid), batch, _TxnLogRequest(), WRITE_TIMEOUT_MS, tid)
 
     # ------------------------------------------------------------------------------------------- requests
     async def init_producer_id(self, tid: str, timeout_ms: int, pid: int, epoch: int) -> tuple[int, int, int]:
