@@ -50,6 +50,7 @@ from kjbod.cli.log_dirs import (
     fenced_brokers,
     parse_id_list,
     parse_rate,
+    parse_size,
 )
 from kjbod.cli.main import UserError
 from kjbod.cli.progress import Progress, human_bytes, human_duration
@@ -60,6 +61,7 @@ if TYPE_CHECKING:
 __all__ = ["add_subcommand", "broker_dirs", "plan_document", "render_plan"]
 
 DOCUMENT_VERSION = 1
+DEFAULT_MIN_MOVE = 1 << 20  # evening out less than this is not worth a move (a new cluster's dirs hold a few KB)
 EXIT_FAILED = 1
 
 
@@ -96,6 +98,9 @@ def add_subcommand(subparsers: Any) -> None:
     parser.add_argument("--threshold", metavar="POINTS", type=_threshold, default=0.10,
                         help="the largest allowed difference between the used fractions of a broker's dirs, in "
                              "percentage points (default: 10)")
+    parser.add_argument("--min-move-bytes", metavar="SIZE", type=parse_size, default=DEFAULT_MIN_MOVE,
+                        help="leave a broker's dirs as they are when evening them out would move less than SIZE "
+                             "(e.g. 0, 100MB, 64MiB; default: 1MiB); cordoned dirs are emptied whatever their size")
     parser.add_argument("--max-moves-per-broker", metavar="N", type=_positive_int, default=2,
                         help="moves submitted to one broker at a time (default: 2)")
     parser.add_argument("--throttle", metavar="RATE", type=parse_rate,
@@ -215,7 +220,7 @@ async def _brokers(admin: AdminClient, wanted: list[int] | None) -> tuple[list[i
     return [b for b in chosen if b not in fenced], errors
 
 
-async def _plans(admin: AdminClient, brokers: list[int], threshold: float
+async def _plans(admin: AdminClient, brokers: list[int], threshold: float, min_move_bytes: int = 0
                  ) -> tuple[list[BrokerPlan], dict[int, str]]:
     from kjbod.admin import KafkaError
 
@@ -231,7 +236,7 @@ async def _plans(admin: AdminClient, brokers: list[int], threshold: float
     plans = []
     for b in sorted(result):
         dirs, moving = broker_dirs(result[b])
-        plans.append(plan_broker(b, dirs, threshold, moving))
+        plans.append(plan_broker(b, dirs, threshold, moving, min_move_bytes))
     return plans, errors
 
 
@@ -248,7 +253,7 @@ async def _run(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
     failed = False
     async with _admin(args) as admin:
         brokers, errors = await _brokers(admin, args.broker_list)
-        plans, describe_errors = await _plans(admin, brokers, args.threshold)
+        plans, describe_errors = await _plans(admin, brokers, args.threshold, args.min_move_bytes)
         errors.update(describe_errors)
         if args.json and not args.execute:
             say(json.dumps(plan_document(plans, errors, threshold=args.threshold, execute=False), indent=2))
@@ -277,7 +282,7 @@ async def _run(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
                                      complain)
             results[plan.broker] = outcome
             failed = failed or any(state != DONE for state, _ in outcome.values())
-            again, again_errors = await _plans(admin, [plan.broker], args.threshold)
+            again, again_errors = await _plans(admin, [plan.broker], args.threshold, args.min_move_bytes)
             if again:
                 after[plan.broker] = again[0]
                 if not args.json:

@@ -239,8 +239,10 @@ def _band(state: _State, eligible: Sequence[str], drained: int, threshold: float
 
 
 def plan_broker(broker: int, dirs: Sequence[DirState], threshold: float = 0.10,
-                pinned: Iterable[tuple[str, int]] = ()) -> BrokerPlan:
-    """The moves that balance one broker's log dirs (see the module docstring)."""
+                pinned: Iterable[tuple[str, int]] = (), min_move_bytes: int = 0) -> BrokerPlan:
+    """The moves that balance one broker's log dirs (see the module docstring).  When evening out the dirs
+    that are not cordoned would move fewer than `min_move_bytes` at least, they are left as they are (a note
+    says so); cordoned dirs are emptied whatever their size."""
     plan = BrokerPlan(broker, threshold)
     online = [d for d in dirs if d.online]
     eligible = [d.path for d in online if not d.cordoned]
@@ -292,6 +294,15 @@ def plan_broker(broker: int, dirs: Sequence[DirState], threshold: float = 0.10,
 
     plan.spread_before = spread(state.fraction(p) for p in eligible)
     drained = sum(r.size for r in movable_in_cordoned)
+    small = False
+    if min_move_bytes > 0 and plan.spread_before > threshold + EPSILON:
+        evening = _band(state, eligible, 0, threshold)[1]
+        if evening < min_move_bytes:
+            small = True
+            plan.notes.append(
+                f"broker {broker}: its dirs are {plan.spread_before * 100:.1f} points apart, but evening them out "
+                f"would move about {_bytes(evening)}, under the minimum worth moving ({_bytes(min_move_bytes)}, "
+                "--min-move-bytes): left as they are")
     a, plan.least_bytes = _band(state, eligible, drained, threshold)
     top = a + threshold
     moved: set[tuple[str, int]] = set()
@@ -388,7 +399,7 @@ def plan_broker(broker: int, dirs: Sequence[DirState], threshold: float = 0.10,
                     return r, q, source, target
         return None
 
-    for _ in range(sum(len(c) for c in contents.values()) + 1):
+    for _ in range(0 if small else sum(len(c) for c in contents.values()) + 1):
         if spread(state.fraction(p) for p in eligible) <= threshold + EPSILON:
             break
         found = one_move()
@@ -403,7 +414,7 @@ def plan_broker(broker: int, dirs: Sequence[DirState], threshold: float = 0.10,
         take(q, target, source)
 
     plan.spread_after = spread(state.fraction(p) for p in eligible)
-    if plan.spread_after > threshold + EPSILON:
+    if plan.spread_after > threshold + EPSILON and not small:
         unit = "used fraction" if mode == FILESYSTEM else "share of replica bytes"
         plan.problems.append(
             f"broker {broker}: the {unit} of its dirs cannot be brought within {threshold * 100:g} points by moving "

@@ -155,21 +155,34 @@ _RATE = re.compile(r"(\d+(?:\.\d+)?)\s*([kmgt]?)(i?)(b?)(?:/s)?", re.IGNORECASE)
 _SCALE = {"": 0, "k": 1, "m": 2, "g": 3, "t": 4}
 
 
-def parse_rate(text: str) -> int:
-    """Bytes per second: "1048576", "50MB" or "50M" (10**6), "64MiB" (2**20), "/s" optional."""
+def _scaled(text: str, example: str) -> int:
+    """A byte count written as "1048576", "50MB" or "50M" (10**6) or "64MiB" (2**20), "/s" allowed."""
     match = _RATE.fullmatch(text.strip())
     if not match:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a rate (e.g. 10485760, 10MB, 10MiB)")
+        raise argparse.ArgumentTypeError(f"{text!r} is not {example}")
     number, prefix, binary, _ = match.groups()
     if binary and not prefix:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a rate (e.g. 10485760, 10MB, 10MiB)")
+        raise argparse.ArgumentTypeError(f"{text!r} is not {example}")
     base = 1024 if binary else 1000
     value = int(float(number) * base ** _SCALE[prefix.lower()])
+    if value >= 1 << 63:
+        raise argparse.ArgumentTypeError(f"{text!r} is too large")
+    return value
+
+
+def parse_rate(text: str) -> int:
+    """Bytes per second: "1048576", "50MB" or "50M" (10**6), "64MiB" (2**20), "/s" optional."""
+    value = _scaled(text, "a rate (e.g. 10485760, 10MB, 10MiB)")
     if value < 1:
         raise argparse.ArgumentTypeError(f"the throttle must be at least 1 byte/s, not {text!r}")
-    if value >= 1 << 63:
-        raise argparse.ArgumentTypeError(f"{text!r} is too large a rate")
     return value
+
+
+def parse_size(text: str) -> int:
+    """A number of bytes, 0 or more: "0", "1048576", "50MB" (10**6 each), "64MiB" (2**20 each)."""
+    if text.strip().lower().endswith("/s"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size (e.g. 0, 104857600, 100MB, 100MiB)")
+    return _scaled(text, "a size (e.g. 0, 104857600, 100MB, 100MiB)")
 
 
 def _positive_float(text: str) -> float:

@@ -46,8 +46,9 @@ def kjbod(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*KJBOD, *args], capture_output=True, text=True, timeout=timeout)
 
 
-def balance(server, *args: str) -> subprocess.CompletedProcess[str]:
-    return kjbod("balance-disks", "--bootstrap-server", server.bootstrap, *args)
+def balance(server, *args: str, min_move: str = "0") -> subprocess.CompletedProcess[str]:
+    """balance-disks against `server`; by default every imbalance is worth a move (these dirs hold only KBs)."""
+    return kjbod("balance-disks", "--bootstrap-server", server.bootstrap, "--min-move-bytes", min_move, *args)
 
 
 def produce(server, topic: str, partitions: int, per_partition: int, size: int = 2000) -> dict[int, list[bytes]]:
@@ -149,6 +150,14 @@ def test_balance_disks_spreads_replicas_and_every_record_stays_readable(kjbod_se
     put_all_in(server, "small", 2, paths[0])
     before = dir_bytes(server)
     assert before[paths[1]] == before[paths[2]] == 0 and before[paths[0]] > 6 * 150 * 2000
+
+    # With the default minimum (64 MiB), a few hundred KB out of balance is not worth moving.
+    small = balance(server, "--json", min_move="64MiB")
+    assert small.returncode == 0, small.stderr
+    [plan] = json.loads(small.stdout)["brokers"]
+    assert plan["moves"] == [] and plan["problems"] == []
+    assert any("under the minimum worth moving (64.0 MiB, --min-move-bytes): left as they are" in n
+               for n in plan["notes"]), plan["notes"]
 
     dry = balance(server, "--json")
     assert dry.returncode == 0, dry.stderr

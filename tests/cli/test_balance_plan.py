@@ -52,6 +52,18 @@ def test_dirs_on_one_filesystem_balance_replica_bytes():
     assert plan.reaches_goal and all(m.source == "/a" for m in plan.moves)
 
 
+def test_an_imbalance_smaller_than_the_minimum_is_left_alone_but_cordoned_dirs_still_empty():
+    dirs = [shared("/a", 10, 10, 10, 10, 10, 10), shared("/b"), shared("/c")]
+    assert plan_broker(1, dirs, min_move_bytes=36).moves  # 36 bytes at least must move: worth it at 36
+    plan = plan_broker(1, dirs, min_move_bytes=37)
+    assert plan.moves == [] and plan.reaches_goal
+    assert any("would move about 36 B, under the minimum worth moving (37 B" in n for n in plan.notes)
+    # Emptying a cordoned dir is asked for by the operator: it happens whatever its size.
+    plan = plan_broker(1, [shared("/a", 5, cordoned=True), shared("/b", 40, first=1), shared("/c", first=2)],
+                       min_move_bytes=1 << 30)
+    assert [(m.source, m.size) for m in plan.moves] == [("/a", 5)] and plan.reaches_goal
+
+
 def test_dirs_on_their_own_filesystems_balance_the_used_fraction():
     # /a is 90% used by other data and one replica; /b is 10% used: the filesystems are balanced, not the replicas
     plan = plan_broker(1, [own("/a", 1, 1000, 900, 50, 100, 250, first=0), own("/b", 2, 1000, 100, 300, first=3)])
