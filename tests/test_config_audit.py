@@ -84,6 +84,8 @@ EFFECTS: dict[str, list[str]] = {
     "log.segment.bytes": [f"{EFFECT}[log.segment.bytes]"],
     "log.roll.ms": [f"{EFFECT}[log.roll.ms]"],
     "log.roll.hours": [f"{EFFECT}[log.roll.hours]"],
+    "log.roll.jitter.ms": [f"{EFFECT}[log.roll.jitter.ms]"],
+    "log.roll.jitter.hours": [f"{EFFECT}[log.roll.jitter.hours]"],
     "log.retention.ms": [f"{EFFECT}[log.retention.ms]"],
     "log.retention.minutes": [f"{EFFECT}[log.retention.minutes]"],
     "log.retention.hours": [f"{EFFECT}[log.retention.hours]"],
@@ -372,6 +374,7 @@ def test_every_topic_config_reaches_the_log_and_storage_reads_it():
     read = names_read_by_the_node({REPO / "kjbod/storage/config.py"})
     # Fields the storage reads through a LogConfig property.
     read |= {field for field, prop in {"message_timestamp_type": "log_append_time", "compression_type": "target_codec",
+                                       "segment_jitter_ms": "random_segment_jitter",
                                        **{f"compression_{c}_level": "target_level" for c in ("gzip", "lz4", "zstd")},
                                        }.items() if prop in read}
     read |= {"cleanup_policy"} if {"compact", "delete"} <= read else set()  # read through LogConfig.compact/.delete

@@ -251,6 +251,10 @@ CASES: list[tuple[str, str, dict[str, str], Callable[[LogManager, Any, FakeClock
     ("log.segment.bytes", "300", {}, segments_after(10), 1, 3),
     ("log.roll.ms", "1000", {}, segments_after_a_gap(2000), 1, 2),
     ("log.roll.hours", "1", {}, segments_after_a_gap(2 * HOUR), 1, 2),
+    # A gap of exactly segment.ms rolls nothing; with jitter the segment rolls up to that much sooner (drawn from
+    # [0, 10**9): it stays put only on a draw of 0).
+    ("log.roll.jitter.ms", "1000000000", {"log.roll.ms": "1000000000"}, segments_after_a_gap(10**9), 1, 2),
+    ("log.roll.jitter.hours", "1", {"log.roll.ms": str(HOUR)}, segments_after_a_gap(HOUR), 1, 2),
     ("log.retention.ms", "1000", SMALL_SEGMENTS, log_start_after_retention(10_000), 0, 12),
     ("log.retention.minutes", "1", SMALL_SEGMENTS, log_start_after_retention(2 * 60_000), 0, 12),
     ("log.retention.hours", "1", SMALL_SEGMENTS, log_start_after_retention(2 * HOUR), 0, 12),
@@ -358,3 +362,15 @@ def test_the_nodes_storage_and_mover_run_as_the_keys_say(tmp_path):
             node.metadata_log.close()
 
     assert asyncio.run(opened()) == (1234, 2345, 345, 5_000_000, 3, 4.567, 0.678, 123456, 789, 456, 5678, 6789)
+
+
+def test_segment_jitter_is_drawn_per_segment_below_both_limits():
+    from kjbod.storage.config import LogConfig
+
+    assert LogConfig().random_segment_jitter() == 0  # Kafka's default: no jitter
+    draws = {LogConfig(segment_ms=100, segment_jitter_ms=1000).random_segment_jitter() for _ in range(500)}
+    assert draws <= set(range(100)) and len(draws) > 50  # below segment.ms when the jitter is larger
+    draws = {LogConfig(segment_ms=10**6, segment_jitter_ms=10).random_segment_jitter() for _ in range(500)}
+    assert draws == set(range(10))
+    with pytest.raises(ValueError, match="segment.jitter.ms"):
+        LogConfig(segment_jitter_ms=-1)

@@ -35,7 +35,7 @@ BASE = {
 # Kafka's DynamicLogConfig.ReconfigurableConfigs (the first broker synonym of each topic config,
 # ServerTopicConfigSynonyms) restricted to the topic configs kjbod honours.
 KAFKA_RECONFIGURABLE = {
-    "log.segment.bytes", "log.roll.ms", "log.index.size.max.bytes", "log.flush.interval.messages",
+    "log.segment.bytes", "log.roll.ms", "log.roll.jitter.ms", "log.index.size.max.bytes", "log.flush.interval.messages",
     "log.flush.interval.ms", "log.retention.bytes", "log.retention.ms", "message.max.bytes",
     "log.index.interval.bytes", "log.segment.delete.delay.ms", "log.cleanup.policy",
     "unclean.leader.election.enable", "min.insync.replicas", "log.message.timestamp.type",
@@ -46,7 +46,8 @@ KAFKA_RECONFIGURABLE = {
 }
 # A valid value of each, different from its default.
 GOOD = {
-    "log.segment.bytes": "1048576", "log.roll.ms": "60000", "log.index.size.max.bytes": "4096",
+    "log.segment.bytes": "1048576", "log.roll.ms": "60000", "log.roll.jitter.ms": "30000",
+    "log.index.size.max.bytes": "4096",
     "log.flush.interval.messages": "1000", "log.flush.interval.ms": "5000", "log.retention.bytes": "123456",
     "log.retention.ms": "86400000", "message.max.bytes": "2000", "log.index.interval.bytes": "1024",
     "log.segment.delete.delay.ms": "1000", "log.cleanup.policy": "delete",

@@ -38,7 +38,7 @@ def assert_each_once_in_order(entries: dict) -> None:
 # log.roll.ms, log.flush.interval.ms: the default is log.retention.hours' 168 and so on), and those no broker key
 # stands for: Kafka lists no synonym for them when nothing is set (ConfigHelper drops the synonyms before the
 # first named for the broker key, and log.retention.hours=168 comes before none).
-NO_DEFAULT_SYNONYM = {"retention.ms", "segment.ms", "flush.ms", "leader.replication.throttled.replicas",
+NO_DEFAULT_SYNONYM = {"retention.ms", "segment.ms", "segment.jitter.ms", "flush.ms", "leader.replication.throttled.replicas",
                       "follower.replication.throttled.replicas"}
 WEEK_MS = str(7 * 24 * 3600 * 1000)
 

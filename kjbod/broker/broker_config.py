@@ -98,6 +98,8 @@ BROKER_KEYS: dict[str, BrokerKey] = {k.name: k for k in [
     # .hours, log.flush.scheduler.interval.ms) stay static, as in Kafka.
     BrokerKey("log.segment.bytes", INT, "log_segment_bytes", dynamic=True, doc="Default segment size."),
     BrokerKey("log.roll.ms", LONG, "log_roll_ms", dynamic=True, doc="Default age at which a segment rolls."),
+    BrokerKey("log.roll.jitter.ms", LONG, "log_roll_jitter_ms", dynamic=True,
+              doc="Default most by which a segment rolls before its age limit (drawn per segment)."),
     BrokerKey("log.retention.ms", LONG, "log_retention_ms", dynamic=True, doc="Default retention time."),
     BrokerKey("log.retention.bytes", LONG, "log_retention_bytes", dynamic=True,
               doc="Default retention size per partition."),
@@ -316,8 +318,8 @@ LOG_CONFIG_KEYS: dict[str, topic_config.TopicConfigDef] = {
 
 # Kafka's other broker synonyms of those topic configs: known keys that stay static (INVALID_REQUEST when asked
 # to change, not INVALID_CONFIG as an unknown key).
-STATIC_SYNONYMS = frozenset({"log.roll.hours", "log.retention.minutes", "log.retention.hours",
-                             "log.flush.scheduler.interval.ms"})
+STATIC_SYNONYMS = frozenset({"log.roll.hours", "log.roll.jitter.hours", "log.retention.minutes",
+                             "log.retention.hours", "log.flush.scheduler.interval.ms"})
 
 
 # A bad value for a broker config (per broker or the cluster default) is INVALID_REQUEST, as Kafka's broker answers
@@ -573,6 +575,7 @@ def _listener_connection_entries(config: Any, dynamic: DynamicBrokerConfigs, wan
 # it (None: it has none, the next one decides). Every other broker key stands alone and has a default.
 _BROKER_KEY_SYNONYMS: dict[str, tuple[tuple[str, str | None], ...]] = {
     "log.roll.ms": (("log.roll.ms", None), ("log.roll.hours", "168")),
+    "log.roll.jitter.ms": (("log.roll.jitter.ms", None), ("log.roll.jitter.hours", "0")),
     "log.retention.ms": (("log.retention.ms", None), ("log.retention.minutes", None), ("log.retention.hours", "168")),
     "log.flush.interval.ms": (("log.flush.interval.ms", None), ("log.flush.scheduler.interval.ms", str(LONG_MAX))),
 }

@@ -73,6 +73,9 @@ DEFS: dict[str, TopicConfigDef] = {d.name: d for d in [
                    "Size at which a segment file is rolled."),
     TopicConfigDef("segment.ms", "long", "log.roll.ms", "log_roll_ms", 7 * 24 * 3600 * 1000, _at_least(1),
                    "Age at which a segment file is rolled even if not full."),
+    TopicConfigDef("segment.jitter.ms", "long", "log.roll.jitter.ms", "log_roll_jitter_ms", 0, _at_least(0),
+                   "Up to this much before segment.ms, drawn for each segment, it is rolled by time, so partitions "
+                   "made together do not roll together."),
     TopicConfigDef("retention.ms", "long", "log.retention.ms", "log_retention_ms", 7 * 24 * 3600 * 1000,
                    _at_least(-1), "How long to keep data; -1 keeps it forever."),
     TopicConfigDef("retention.bytes", "long", "log.retention.bytes", "log_retention_bytes", -1, _at_least(-1),

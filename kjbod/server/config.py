@@ -357,6 +357,8 @@ KEYS: dict[str, KeyDef] = {
         KeyDef("log.segment.bytes", _int(14), 1 << 30),
         KeyDef("log.roll.ms", _long(1), None),
         KeyDef("log.roll.hours", _int(1), 168, into="log_roll_ms"),
+        KeyDef("log.roll.jitter.ms", _long(0), None),
+        KeyDef("log.roll.jitter.hours", _int(0), 0, into="log_roll_jitter_ms"),
         KeyDef("log.retention.ms", _long(), None, "-1 (or any negative value): no time limit"),
         KeyDef("log.retention.minutes", _int(), None, into="log_retention_ms"),
         KeyDef("log.retention.hours", _int(), 168, into="log_retention_ms"),
@@ -649,6 +651,7 @@ class ServerConfig:
     controller_quorum_bootstrap_servers: tuple[str, ...] = ()
     controller_quorum_voters: tuple[str, ...] = ()
     log_flush_offset_checkpoint_interval_ms: int = 60_000
+    log_roll_jitter_ms: int = 0
     log_initial_task_delay_ms: int = 30_000
     log_dir_stall_timeout_ms: int = 30_000
     log_dir_slow_threshold_ms: int = 1_000
@@ -1069,6 +1072,9 @@ def build_config(
     if retention < 0:
         retention = -1
     roll = get("log.roll.ms") if get("log.roll.ms") is not None else get("log.roll.hours") * 3_600_000
+    jitter = get("log.roll.jitter.ms")
+    if jitter is None:
+        jitter = get("log.roll.jitter.hours") * 3_600_000
     flush_ms = get("log.flush.interval.ms")
 
     authorizer = get("authorizer.class.name").strip()
@@ -1163,6 +1169,7 @@ def build_config(
         controller_quorum_bootstrap_servers=get("controller.quorum.bootstrap.servers"),
         controller_quorum_voters=get("controller.quorum.voters"),
         log_flush_offset_checkpoint_interval_ms=get("log.flush.offset.checkpoint.interval.ms"),
+        log_roll_jitter_ms=jitter,
         log_dir_stall_timeout_ms=get("log.dir.stall.timeout.ms"),
         log_dir_slow_threshold_ms=get("log.dir.slow.threshold.ms"),
         log_dir_reserved_bytes=get("log.dir.reserved.bytes"),

@@ -9,6 +9,7 @@ Strategy: one frozen dataclass holds what the storage engine obeys. It can be bu
 from __future__ import annotations
 
 import dataclasses
+import random
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +20,7 @@ LONG_MAX = (1 << 63) - 1
 TOPIC_CONFIG_KEYS = {
     "segment.bytes": "segment_bytes",
     "segment.ms": "segment_ms",
+    "segment.jitter.ms": "segment_jitter_ms",
     "retention.ms": "retention_ms",
     "retention.bytes": "retention_bytes",
     "max.message.bytes": "max_message_bytes",
@@ -47,6 +49,8 @@ BROKER_CONFIG_KEYS: list[tuple[str, str, int]] = [
     ("log.segment.bytes", "segment_bytes", 1),
     ("log.roll.ms", "segment_ms", 1),
     ("log.roll.hours", "segment_ms", 3_600_000),
+    ("log.roll.jitter.ms", "segment_jitter_ms", 1),
+    ("log.roll.jitter.hours", "segment_jitter_ms", 3_600_000),
     ("log.retention.ms", "retention_ms", 1),
     ("log.retention.minutes", "retention_ms", 60_000),
     ("log.retention.hours", "retention_ms", 3_600_000),
@@ -90,6 +94,7 @@ def compression_level_problem(codec: str, level: int) -> str | None:
 class LogConfig:
     segment_bytes: int = 1 << 30
     segment_ms: int = 7 * 24 * 3_600_000
+    segment_jitter_ms: int = 0  # each segment rolls by time up to this much earlier (drawn per segment)
     retention_ms: int = 7 * 24 * 3_600_000  # -1: keep forever
     retention_bytes: int = -1  # -1: no size limit
     max_message_bytes: int = 1_048_588
@@ -137,6 +142,8 @@ class LogConfig:
             raise ValueError(f"index.interval.bytes={self.index_interval_bytes} is negative")
         if self.segment_ms < 1:
             raise ValueError(f"segment.ms={self.segment_ms} must be at least 1")
+        if self.segment_jitter_ms < 0:
+            raise ValueError(f"segment.jitter.ms={self.segment_jitter_ms} is negative")
         if self.max_message_bytes < 0:
             raise ValueError(f"max.message.bytes={self.max_message_bytes} is negative")
         if self.flush_interval_messages < 1 or self.flush_interval_ms < 0:
@@ -170,6 +177,14 @@ class LogConfig:
         """The configured level of the target codec (None for codecs without levels and for ``producer``)."""
         name = self.compression_type
         return getattr(self, f"compression_{name}_level") if name in LEVEL_RANGES else None
+
+    def random_segment_jitter(self) -> int:
+        """How much earlier than segment.ms a new segment rolls by time: drawn in [0, min(segment.jitter.ms,
+        segment.ms)), Kafka's LogConfig.randomSegmentJitter, so many partitions made at once do not all roll in
+        the same instant."""
+        if self.segment_jitter_ms == 0:
+            return 0
+        return random.randrange(min(self.segment_jitter_ms, self.segment_ms))
 
     def expected_partition_bytes(self) -> int:
         """What placement assumes one new partition will take: retention.bytes plus an active segment when

@@ -374,6 +374,7 @@ class PartitionLog:
             max_index_size=self.config.segment_index_bytes,
             size=size,
             created_ms=self.clock(),
+            roll_jitter_ms=self.config.random_segment_jitter(),
         )
 
     def _set_segments(self, segments: list[LogSegment]) -> None:
@@ -950,8 +951,9 @@ class PartitionLog:
             rolling_ts = seg.rolling_based_timestamp()
         else:  # the run starts the segment: its first batch sets the rolling timestamp (LogSegment.append)
             rolling_ts = first_ts if first_ts >= 0 else None
+        roll_ms = cfg.segment_ms - seg.roll_jitter_ms
         return (cfg.segment_bytes - seg.size, seg.base_offset + INT32_MAX + 1, index_room,
-                None if rolling_ts is None else rolling_ts + cfg.segment_ms, seg.created_ms + cfg.segment_ms)
+                None if rolling_ts is None else rolling_ts + roll_ms, seg.created_ms + roll_ms)
 
     def _check_appendable(self) -> None:
         io = self.io
@@ -1153,7 +1155,7 @@ class PartitionLog:
                 waited = max_ts - rolling_ts
             else:  # the clock read only here: a follower's append passes no time (_append_follower)
                 waited = (self.clock() if now is None else now) - seg.created_ms
-            if waited > cfg.segment_ms:
+            if waited > cfg.segment_ms - seg.roll_jitter_ms:
                 reason = "segment.ms"
         if reason is None:
             return seg

@@ -88,6 +88,7 @@ class LogSegment:
         max_index_size: int,
         size: int = 0,
         created_ms: int = 0,
+        roll_jitter_ms: int = 0,
     ) -> None:
         self.io = io
         self.dir_path = dir_path
@@ -100,6 +101,7 @@ class LogSegment:
         self.index_interval_bytes = index_interval_bytes
         self.size = size
         self.created_ms = created_ms
+        self.roll_jitter_ms = roll_jitter_ms  # rolls by time this much before segment.ms (segment.jitter.ms)
         self.bytes_since_last_index_entry = 0
         self._fh: FileHandle | None = None
         self._max_ts: tuple[int, int] | None = None  # (max timestamp, offset of it); None until known
