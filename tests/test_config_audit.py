@@ -149,6 +149,15 @@ EFFECTS: dict[str, list[str]] = {
     "producer.id.expiration.ms": [f"{EFFECT}[producer.id.expiration.ms]"],
     "producer.id.expiration.check.interval.ms": [f"{EFFECT}[producer.id.expiration.check.interval.ms]"],
     "replica.high.watermark.checkpoint.interval.ms": [f"{EFFECT}[replica.high.watermark.checkpoint.interval.ms]"],
+    "log.flush.start.offset.checkpoint.interval.ms": [
+        f"{EFFECT}[log.flush.start.offset.checkpoint.interval.ms]"],
+    "log.flush.scheduler.interval.ms": [f"{EFFECT}[log.flush.scheduler.interval.ms]"],
+    "controlled.shutdown.enable": [
+        f"{REMOTE}::test_controlled_shutdown_enable_decides_whether_sigterm_asks_the_controller_first",
+        "tests/cluster/test_replication_live.py::test_controlled_shutdown_moves_leadership_before_the_broker_goes"],
+    "sasl.server.max.receive.size": [
+        "tests/security/test_sasl.py::test_sasl_server_max_receive_size_sets_the_limit_before_authentication",
+        "tests/security/test_sasl_live.py::test_big_requests_wait_for_authentication"],
     "initial.broker.registration.timeout.ms": [f"{REMOTE}::test_the_lifecycle_timers_come_from_the_brokers_keys"],
     "request.timeout.ms": [f"{REMOTE}::test_the_lifecycle_timers_come_from_the_brokers_keys"],
     "socket.listen.backlog.size": [f"{LIVE}::test_the_listen_backlog_is_the_configured_one"],

@@ -44,6 +44,7 @@ def run(tmp_path: Path, props: dict[str, str], scenario: Callable[[LogManager, A
     manager = LogManager(dirs, node_id=1, defaults=broker_log_config(config), clock=clock,
                          retention_check_interval_ms=config.log_retention_check_interval_ms,
                          hw_checkpoint_interval_ms=config.replica_high_watermark_checkpoint_interval_ms,
+                         start_checkpoint_interval_ms=config.log_flush_start_offset_checkpoint_interval_ms,
                          producer_id_expiration_ms=config.producer_id_expiration_ms,
                          producer_id_expiration_check_interval_ms=config.producer_id_expiration_check_interval_ms,
                          cleaner=cleaner_config(config))
@@ -164,6 +165,20 @@ def checkpointed_high_watermark(m: LogManager, plog: Any, clock: FakeClock) -> i
     return next(int(line.split()[2]) for line in lines[2:] if line.startswith("t 0 "))
 
 
+def checkpointed_log_start(m: LogManager, plog: Any, clock: FakeClock) -> int:
+    """The partition's entry in log-start-offset-checkpoint (0: none) after its start moved to 2 and 2 s passed
+    beyond the first round."""
+    append_small(plog, 3, timestamp=clock())
+    clock.advance(31_000)
+    m.tick()
+    plog.advance_log_start_offset(2)  # as DeleteRecords does, without asking for a checkpoint
+    clock.advance(2_000)
+    m.tick()
+    path = Path(plog.log_dir) / "log-start-offset-checkpoint"
+    lines = path.read_text().split("\n") if path.exists() else []
+    return next((int(line.split()[2]) for line in lines[2:] if line.startswith("t 0 ")), 0)
+
+
 def stored_codec(_m: LogManager, plog: Any, clock: FakeClock) -> str:
     """The codec of a gzip batch once stored."""
     from kjbod.storage.records import CODEC_NAMES
@@ -274,6 +289,9 @@ CASES: list[tuple[str, str, dict[str, str], Callable[[LogManager, Any, FakeClock
     ("producer.id.expiration.check.interval.ms", "1000", {"producer.id.expiration.ms": "1000"},
      producer_known_after(5_000), True, False),
     ("replica.high.watermark.checkpoint.interval.ms", "1000", {}, checkpointed_high_watermark, 0, 3),
+    ("log.flush.start.offset.checkpoint.interval.ms", "1000", {}, checkpointed_log_start, 0, 2),
+    # Kafka's synonym: log.flush.interval.ms defaults to log.flush.scheduler.interval.ms.
+    ("log.flush.scheduler.interval.ms", "1000", {}, recovery_point_after_a_tick, 0, 1),
     ("compression.type", "zstd", {}, stored_codec, "gzip", "zstd"),
     ("compression.gzip.level", "1", {"compression.type": "gzip"}, stored_level(1, (-1, 1)), -1, 1),
     ("compression.lz4.level", "1", {"compression.type": "lz4"}, stored_level(3, (9, 1)), 9, 1),

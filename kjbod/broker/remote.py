@@ -363,12 +363,13 @@ class RemoteBrokerNode(BrokerNode):
     def begin_shutdown(self) -> None:
         """SIGTERM: ask the controller to move this broker's leadership away while connections drain."""
         super().begin_shutdown()
-        if self.lifecycle is not None and self._controlled_shutdown is None and self.exit_code == 0:
+        if self.lifecycle is not None and self._controlled_shutdown is None and self.exit_code == 0 \
+                and self.config.controlled_shutdown_enable:
             self._controlled_shutdown = self.lifecycle.begin_controlled_shutdown()
 
     async def stop(self) -> None:
         if self.lifecycle is not None:
-            if self._controlled_shutdown is None and self.exit_code == 0:
+            if self._controlled_shutdown is None and self.exit_code == 0 and self.config.controlled_shutdown_enable:
                 self._controlled_shutdown = self.lifecycle.begin_controlled_shutdown()
             if self._controlled_shutdown is not None:
                 timeout = int(self.config.broker_session_timeout_ms) / 1000

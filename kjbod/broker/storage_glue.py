@@ -344,6 +344,7 @@ def open_logs(node: Any) -> LogManager:
         retention_check_interval_ms=config.log_retention_check_interval_ms,
         checkpoint_interval_ms=config.log_flush_offset_checkpoint_interval_ms,
         hw_checkpoint_interval_ms=config.replica_high_watermark_checkpoint_interval_ms,
+        start_checkpoint_interval_ms=config.log_flush_start_offset_checkpoint_interval_ms,
         producer_id_expiration_ms=config.producer_id_expiration_ms,
         producer_id_expiration_check_interval_ms=config.producer_id_expiration_check_interval_ms,
         initial_task_delay_ms=config.log_initial_task_delay_ms,

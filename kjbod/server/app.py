@@ -152,6 +152,7 @@ async def serve(
                 sasl=sasl,
                 scram_credential=scram_credential,
                 auth_failure_delay_ms=config.connection_failed_authentication_delay_ms,
+                sasl_max_receive_size=config.sasl_server_max_receive_size,
                 on_close=on_close,
             )
 

@@ -429,6 +429,14 @@ KEYS: dict[str, KeyDef] = {
         KeyDef("max.connection.creation.rate", _int(0), INT_MAX,
                "the most new connections a second (KIP-612); per listener: "
                "listener.name.<listener>.max.connection.creation.rate"),
+        KeyDef("sasl.server.max.receive.size", _int(1), 524288,
+               "largest request a SASL listener takes before the client has authenticated"),
+        KeyDef("controlled.shutdown.enable", _bool, True,
+               "on SIGTERM a broker asks the controller to move its leaders away before it stops"),
+        KeyDef("log.flush.scheduler.interval.ms", _long(0), LONG_MAX,
+               "the default of log.flush.interval.ms where that is not set (Kafka's synonym)",
+               into="log_flush_interval_ms"),
+        KeyDef("log.flush.start.offset.checkpoint.interval.ms", _int(0), 60_000),
         KeyDef("connection.failed.authentication.delay.ms", _int(0), 100,
                "how long the answer to a failed SASL authentication and the close after it are delayed"),
         KeyDef("connections.max.idle.ms", _long(), 600_000, "a connection idle this long is closed (-1: never)"),
@@ -558,6 +566,23 @@ COMPATIBILITY_ONLY: dict[str, str] = {
     "log.preallocate": "segment files grow as they are written",
     "metadata.max.idle.interval.ms": "the controller writes no NoOpRecords; brokers see the metadata log's leader "
                                      "through their fetches",
+    "queued.max.requests": "requests are handled as they are read, with no queue between sockets and handlers; each "
+                           "connection stops reading while its replies wait to be sent",
+    "queued.max.request.bytes": "requests are handled as they are read, with no queue between sockets and handlers",
+    "inter.broker.protocol.version": "in KRaft mode the metadata version decides what brokers speak (Kafka ignores "
+                                     "this key there too)",
+    "controlled.shutdown.max.retries": "a controlled shutdown goes through broker heartbeats (KRaft): nothing is "
+                                       "retried",
+    "controlled.shutdown.retry.backoff.ms": "a controlled shutdown goes through broker heartbeats (KRaft): nothing "
+                                            "is retried",
+    "unstable.api.versions.enable": "no unstable API versions are served",
+    "unstable.feature.versions.enable": "no unstable feature versions are served",
+    "kafka.metrics.polling.interval.secs": "no JMX or Yammer metrics; kjbod's metrics are read when the Prometheus "
+                                           "endpoint is scraped",
+    "telemetry.max.bytes": "no client telemetry (KIP-714: GetTelemetrySubscriptions and PushTelemetry are not "
+                           "served)",
+    "broker.id.generation.enable": "ZooKeeper mode only: a KRaft node's id is node.id",
+    "reserved.broker.max.id": "ZooKeeper mode only: a KRaft node's id is node.id",
 }
 ACCEPTED_NO_EFFECT = frozenset(k for k in COMPATIBILITY_ONLY if k not in KEYS)
 
@@ -690,6 +715,9 @@ class ServerConfig:
     max_connections_per_ip_overrides: str = ""  # host:count,... (checked)
     max_connection_creation_rate: int = INT_MAX
     connection_failed_authentication_delay_ms: int = 100
+    sasl_server_max_receive_size: int = 524288
+    controlled_shutdown_enable: bool = True
+    log_flush_start_offset_checkpoint_interval_ms: int = 60_000
     connections_max_idle_ms: int = 600_000  # negative: never
     # The COMPATIBILITY_ONLY keys the config sets, as given, so the node can log once that they have no effect.
     ignored: Mapping[str, str] = field(default_factory=dict)
@@ -1076,6 +1104,8 @@ def build_config(
     if jitter is None:
         jitter = get("log.roll.jitter.hours") * 3_600_000
     flush_ms = get("log.flush.interval.ms")
+    if flush_ms is None:  # Kafka: log.flush.interval.ms defaults to log.flush.scheduler.interval.ms
+        flush_ms = get("log.flush.scheduler.interval.ms")
 
     authorizer = get("authorizer.class.name").strip()
     if authorizer and authorizer != STANDARD_AUTHORIZER:
@@ -1114,6 +1144,9 @@ def build_config(
         max_connections_per_ip_overrides=get("max.connections.per.ip.overrides"),
         max_connection_creation_rate=get("max.connection.creation.rate"),
         connection_failed_authentication_delay_ms=get("connection.failed.authentication.delay.ms"),
+        sasl_server_max_receive_size=get("sasl.server.max.receive.size"),
+        controlled_shutdown_enable=get("controlled.shutdown.enable"),
+        log_flush_start_offset_checkpoint_interval_ms=get("log.flush.start.offset.checkpoint.interval.ms"),
         connections_max_idle_ms=get("connections.max.idle.ms"),
         broker_heartbeat_interval_ms=get("broker.heartbeat.interval.ms"),
         broker_session_timeout_ms=get("broker.session.timeout.ms"),

@@ -172,6 +172,7 @@ class Connection(asyncio.BufferedProtocol):
         sasl: SaslSettings | None = None,
         scram_credential: Any = None,
         auth_failure_delay_ms: int = 0,
+        sasl_max_receive_size: int = SASL_MAX_RECEIVE_SIZE,
         on_close: Callable[[], None] | None = None,
     ) -> None:
         if max_pending < 1:
@@ -233,11 +234,11 @@ class Connection(asyncio.BufferedProtocol):
         if sasl is not None:
             # Kafka's sasl.server.max.receive.size: a bigger size prefix before authentication closes the connection
             # before its body is buffered
-            self._decoder.max_size = min(max_frame_size, SASL_MAX_RECEIVE_SIZE)
+            self._decoder.max_size = min(max_frame_size, sasl_max_receive_size)
             self._router_ready, self._ready = self._ready, None
             self.sasl = SaslGate(self._handle, sasl, close_later=self._close_soon,
                                  on_authenticated=self._sasl_authenticated, scram_credential=scram_credential,
-                                 failure_delay_ms=auth_failure_delay_ms)
+                                 failure_delay_ms=auth_failure_delay_ms, max_receive_size=sasl_max_receive_size)
             self._handle = self.sasl.handle
 
     def _close_soon(self, reason: str) -> None:

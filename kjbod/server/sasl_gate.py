@@ -55,7 +55,7 @@ log = get_logger("kjbod.server.sasl")
 
 SASL_HANDSHAKE_KEY = 17
 SASL_AUTHENTICATE_KEY = 36
-MAX_RECEIVE_SIZE = 524288  # Kafka's sasl.server.max.receive.size default
+MAX_RECEIVE_SIZE = 524288  # Kafka's sasl.server.max.receive.size default (the key sets a node's own)
 
 HANDSHAKE_OR_VERSIONS, HANDSHAKE, AUTHENTICATE, RAW_TOKENS, AUTHENTICATED, FAILED = (
     "HANDSHAKE_OR_VERSIONS", "HANDSHAKE", "AUTHENTICATE", "RAW_TOKENS", "AUTHENTICATED", "FAILED")
@@ -69,8 +69,10 @@ class SaslGate:
     def __init__(self, handle: Callable[[Any, RequestContext], Any], settings: SaslSettings, *,
                  close_later: Callable[[str], None], on_authenticated: Callable[[], None] | None = None,
                  scram_credential: Callable[[str, int], ScramCredential | None] | None = None,
-                 clock: Callable[[], float] = time.monotonic, failure_delay_ms: int = 0) -> None:
+                 clock: Callable[[], float] = time.monotonic, failure_delay_ms: int = 0,
+                 max_receive_size: int = MAX_RECEIVE_SIZE) -> None:
         self._handle = handle
+        self.max_receive_size = max_receive_size  # sasl.server.max.receive.size
         self.failure_delay_ms = failure_delay_ms
         self.settings = settings
         self._close_later = close_later
@@ -94,9 +96,10 @@ class SaslGate:
             if self._expires_at is not None:
                 return self._authenticated_with_expiry(frame, self._ctx or ctx)
             return self._handle(frame, self._ctx or ctx)
-        if len(frame) > MAX_RECEIVE_SIZE:
+        if len(frame) > self.max_receive_size:
             self._refuse(ctx, f"a {len(frame)}-byte request during SASL authentication (at most "
-                              f"{MAX_RECEIVE_SIZE} bytes until the client has authenticated)")
+                              f"{self.max_receive_size} bytes until the client has authenticated: "
+                              "sasl.server.max.receive.size)")
         if state == RAW_TOKENS:
             return self._raw_token(bytes(frame), ctx)
         if state == FAILED:

@@ -160,7 +160,7 @@ class PartitionSpec:
 
 
 class _Dir:
-    def __init__(self, io: LogDirIO, timers: tuple[Periodic, Periodic, Periodic]) -> None:
+    def __init__(self, io: LogDirIO, timers: tuple[Periodic, Periodic, Periodic, Periodic]) -> None:
         self.io = io
         self.directory_id: str | None = None
         self.lock: FileHandle | None = None
@@ -171,7 +171,7 @@ class _Dir:
         # stops only its own flushes, retention, deletions and checkpoints. The checkpoint files are written
         # through one temp name each: two writers (the background tick, a replica move, a deletion) must not
         # interleave, or one renames the other's temp file away.
-        self.retention_timer, self.checkpoint_timer, self.hw_checkpoint_timer = timers
+        self.retention_timer, self.checkpoint_timer, self.hw_checkpoint_timer, self.start_checkpoint_timer = timers
         self.checkpoint_lock = threading.Lock()
         self.thread: threading.Thread | None = None
         # Size and device probes (DescribeLogDirs, placement) run on a daemon thread of their own, so a dir whose
@@ -236,6 +236,7 @@ class LogManager:
         clock: Callable[[], int] = _wall_ms,
         checkpoint_interval_ms: int = 60_000,
         hw_checkpoint_interval_ms: int = 5_000,
+        start_checkpoint_interval_ms: int = 60_000,
         retention_check_interval_ms: int = 300_000,
         initial_task_delay_ms: int = INITIAL_TASK_DELAY_MS,
         producer_id_expiration_ms: int = 86_400_000,
@@ -263,11 +264,12 @@ class LogManager:
         self.initial_task_delay_ms = initial_task_delay_ms
         self._intervals = (retention_check_interval_ms, checkpoint_interval_ms, hw_checkpoint_interval_ms)
 
-        def timers() -> tuple[Periodic, Periodic, Periodic]:
+        def timers() -> tuple[Periodic, Periodic, Periodic, Periodic]:
             return (
                 Periodic("retention", retention_check_interval_ms, initial_task_delay_ms),
                 Periodic("checkpoint", checkpoint_interval_ms, initial_task_delay_ms),
                 Periodic("hw-checkpoint", hw_checkpoint_interval_ms, initial_task_delay_ms),
+                Periodic("start-checkpoint", start_checkpoint_interval_ms, initial_task_delay_ms),
             )
 
         self.producer_id_expiration_ms = producer_id_expiration_ms
@@ -1070,25 +1072,21 @@ class LogManager:
 
     # ------------------------------------------------------------------------------------------ checkpoints
 
-    def _write_dir_checkpoints(self, path: str, *, hw: bool) -> None:
+    def _write_dir_checkpoints(self, path: str, *, hw: bool, starts: bool = True) -> None:
         with self._dirs[path].checkpoint_lock:
-            self._write_dir_checkpoints_locked(path, hw=hw)
+            self._write_dir_checkpoints_locked(path, hw=hw, starts=starts)
 
-    def _write_dir_checkpoints_locked(self, path: str, *, hw: bool) -> None:
+    def _write_dir_checkpoints_locked(self, path: str, *, hw: bool, starts: bool = True) -> None:
         d = self._dirs[path]
         io = d.io
         if not io.online:
             return
         logs = self.logs_in_dir(path)
         recovery = {(p.topic, p.partition): p.recovery_point for p in logs}
-        starts = {
-            (p.topic, p.partition): p.log_start_offset
-            for p in logs
-            if p.segments and p.log_start_offset > p.first_segment_base_offset
-        }
         try:
             write_offset_checkpoint(io, RECOVERY_POINT_CHECKPOINT, recovery)
-            write_offset_checkpoint(io, LOG_START_OFFSET_CHECKPOINT, starts)
+            if starts:
+                self._write_start_checkpoint(io, logs)
             self._write_cleaner_checkpoint(io, logs)
             if hw:
                 write_offset_checkpoint(
@@ -1096,6 +1094,23 @@ class LogManager:
                 )
         except KafkaStorageError as e:
             log.warning("checkpoint_failed", log_dir=path, error=str(e))
+
+    @staticmethod
+    def _write_start_checkpoint(io: LogDirIO, logs: list[PartitionLog]) -> None:
+        """``log-start-offset-checkpoint``: the logs whose start is past their first segment's base (DeleteRecords,
+        a follower's truncation to the leader's start)."""
+        write_offset_checkpoint(io, LOG_START_OFFSET_CHECKPOINT, {
+            (p.topic, p.partition): p.log_start_offset
+            for p in logs if p.segments and p.log_start_offset > p.first_segment_base_offset})
+
+    def _checkpoint_dir_starts(self, path: str) -> None:
+        d = self._dirs[path]
+        if d.io.online:
+            try:
+                with d.checkpoint_lock:
+                    self._write_start_checkpoint(d.io, self.logs_in_dir(path))
+            except KafkaStorageError as e:
+                log.warning("checkpoint_failed", log_dir=path, error=str(e))
 
     @staticmethod
     def _write_cleaner_checkpoint(io: LogDirIO, logs: list[PartitionLog]) -> None:
@@ -1202,13 +1217,13 @@ class LogManager:
 
     def _arm_timers(self, now_ms: int) -> None:
         for d in self._dirs.values():
-            for timer in (d.retention_timer, d.checkpoint_timer, d.hw_checkpoint_timer, d.space_timer,
-                          d.producer_expiration_timer):
+            for timer in (d.retention_timer, d.checkpoint_timer, d.hw_checkpoint_timer, d.start_checkpoint_timer,
+                          d.space_timer, d.producer_expiration_timer):
                 timer.arm(now_ms)
 
     def _next_due_in(self, d: _Dir) -> int:
         due = min(d.retention_timer.next_ms, d.checkpoint_timer.next_ms, d.hw_checkpoint_timer.next_ms,
-                  d.space_timer.next_ms, d.producer_expiration_timer.next_ms)
+                  d.start_checkpoint_timer.next_ms, d.space_timer.next_ms, d.producer_expiration_timer.next_ms)
         return min(due, d.cleaner_next_ms) if d.cleaner is not None else due
 
     # ------------------------------------------------------------------------------------------ compaction
@@ -1298,9 +1313,11 @@ class LogManager:
             self.clean_dir(path, now)
         if d.checkpoint_timer.due(now):
             d.hw_checkpoint_timer.arm_after_run(now)  # a full checkpoint writes the high watermarks too
-            self._write_dir_checkpoints(path, hw=True)
+            self._write_dir_checkpoints(path, hw=True, starts=False)
         elif d.hw_checkpoint_timer.due(now):
             self._checkpoint_dir_high_watermarks(path)
+        if d.start_checkpoint_timer.due(now):  # log.flush.start.offset.checkpoint.interval.ms
+            self._checkpoint_dir_starts(path)
 
     def start_background(self, interval_s: float = 1.0) -> None:
         """Run each dir's :meth:`tick_dir` on a daemon thread of its own (so one hung disk stops only its own

@@ -45,3 +45,21 @@ def test_the_lifecycle_timers_come_from_the_brokers_keys():
     assert lc.initial_registration_timeout == 7.0
     assert node._channel("test").request_timeout == 2.5  # what every request to the controller waits at most
     assert (lc.node_id, list(lc.log_dirs), lc.rack) == (4, dirs, "r1")
+
+
+def test_controlled_shutdown_enable_decides_whether_sigterm_asks_the_controller_first():
+    class Lifecycle:
+        def __init__(self) -> None:
+            self.asked = 0
+
+        def begin_controlled_shutdown(self) -> object:
+            self.asked += 1
+            return object()
+
+    for value, asked in (("true", 1), ("false", 0)):
+        node = RemoteBrokerNode(build_config({
+            **BROKER, "controller.quorum.bootstrap.servers": "10.0.0.3:9095", "controlled.shutdown.enable": value}))
+        node.lifecycle = Lifecycle()  # type: ignore[assignment]
+        node.begin_shutdown()
+        assert node.lifecycle.asked == asked, value  # type: ignore[attr-defined]
+        assert node.stopping

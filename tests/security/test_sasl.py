@@ -261,6 +261,26 @@ def test_gate_refuses_big_frames_before_authentication() -> None:
         g.send(b"\x00" * (MAX_RECEIVE_SIZE + 1))
 
 
+def test_sasl_server_max_receive_size_sets_the_limit_before_authentication() -> None:
+    from kjbod.server.config import build_config
+
+    config = build_config({"node.id": "1", "process.roles": "broker,controller", "log.dirs": "/d",
+                           "listeners": "PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093",
+                           "controller.listener.names": "CONTROLLER", "sasl.server.max.receive.size": "1000"})
+    assert config.sasl_server_max_receive_size == 1000
+    def gate() -> Gate:
+        g = Gate()
+        g.gate = SaslGate(g._inner, g.settings, close_later=g.closes.append, clock=lambda: g.now,
+                          max_receive_size=config.sasl_server_max_receive_size)
+        return g
+
+    with pytest.raises(CloseConnection, match="at most 1000 bytes .*sasl.server.max.receive.size"):
+        gate().send(b"\x00" * 1001)
+    g = gate()
+    assert g.handshake().error_code == 0  # a frame within the limit is served
+    assert g.authenticate(plain_client_token("alice", 'alice "quoted" secret')).error_code == 0
+
+
 def test_gate_reauthentication_and_expiry() -> None:
     g = Gate(**{"connections.max.reauth.ms": "1000"})
     g.handshake()
