@@ -454,3 +454,14 @@ def test_a_heartbeat_interval_above_the_session_timeout_is_refused_naming_both()
     assert "broker.heartbeat.interval.ms (5000)" in message and "broker.session.timeout.ms (3000)" in message
     ok = build(broker__heartbeat__interval__ms="3000", broker__session__timeout__ms="3000")
     assert ok.broker_heartbeat_interval_ms == ok.broker_session_timeout_ms == 3000  # type: ignore[attr-defined]
+
+
+def test_replica_selector_class_takes_kafkas_rack_aware_selector_only() -> None:
+    from kjbod.server.config import RACK_AWARE_REPLICA_SELECTOR
+
+    assert build_config(BASE).replica_selector_class == ""  # Kafka's default: consumers read from leaders
+    chosen = build_config({**BASE, "replica.selector.class": f" {RACK_AWARE_REPLICA_SELECTOR} "})
+    assert chosen.replica_selector_class == RACK_AWARE_REPLICA_SELECTOR
+    with pytest.raises(ConfigError, match=r"replica.selector.class=com.example.Nearest is not served: kjbod's "
+                                          r"replica selector is org.apache.kafka.common.replica.RackAwareReplicaSelector"):
+        build_config({**BASE, "replica.selector.class": "com.example.Nearest"})

@@ -152,6 +152,9 @@ EFFECTS: dict[str, list[str]] = {
     "log.flush.start.offset.checkpoint.interval.ms": [
         f"{EFFECT}[log.flush.start.offset.checkpoint.interval.ms]"],
     "log.flush.scheduler.interval.ms": [f"{EFFECT}[log.flush.scheduler.interval.ms]"],
+    "replica.selector.class": [
+        "tests/cluster/test_fetch_from_follower_live.py::test_the_leader_names_the_in_sync_replica_in_the_consumers_rack",
+        "tests/test_config.py::test_replica_selector_class_takes_kafkas_rack_aware_selector_only"],
     "controlled.shutdown.enable": [
         f"{REMOTE}::test_controlled_shutdown_enable_decides_whether_sigterm_asks_the_controller_first",
         "tests/cluster/test_replication_live.py::test_controlled_shutdown_moves_leadership_before_the_broker_goes"],

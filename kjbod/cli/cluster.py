@@ -62,6 +62,9 @@ def add_subcommand(sub: Any) -> None:
                          f"controller, then the metrics listeners; taken ports skipped (default {DEFAULT_BASE_PORT})")
     up.add_argument("--detach", action="store_true",
                     help="return once every broker is registered and unfenced; stop with 'kjbod cluster down'")
+    up.add_argument("--racks", type=_racks, default=(), metavar="RACK,...",
+                    help="broker.rack of each new broker, in turn (broker 1 the first, and round again when there "
+                         "are more brokers than racks), e.g. az-a,az-b,az-c")
     up.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="a config key for every node's server.properties (new clusters only), e.g. "
                          "broker.session.timeout.ms=3000")
@@ -83,6 +86,13 @@ def _positive(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value} is not positive")
     return value
+
+
+def _racks(text: str) -> tuple[str, ...]:
+    racks = tuple(r.strip() for r in text.split(","))
+    if not racks or any(not r for r in racks):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of rack names")
+    return racks
 
 
 def _port(text: str) -> int:
@@ -140,8 +150,9 @@ def node_dirs(root: Path) -> list[Path]:
 
 
 def create_cluster(root: Path, brokers: int, log_dirs: int, extra: dict[str, str],
-                   base_port: int = DEFAULT_BASE_PORT) -> None:
-    """Writes every node's server.properties and formats its dirs with one new cluster id."""
+                   base_port: int = DEFAULT_BASE_PORT, racks: tuple[str, ...] = ()) -> None:
+    """Writes every node's server.properties and formats its dirs with one new cluster id; `racks` are the
+    brokers' broker.rack in turn."""
     from kjbod.server.config import load_config
     from kjbod.storage.ids import random_directory_id
     from kjbod.storage.meta import format_dirs
@@ -163,7 +174,8 @@ def create_cluster(root: Path, brokers: int, log_dirs: int, extra: dict[str, str
         nodes[home / "server.properties"] = {
             "process.roles": "broker", "node.id": str(b), "listeners": f"PLAINTEXT://{HOST}:{broker_ports[b - 1]}",
             "kjbod.metrics.listener": f"{HOST}:{ports.take()}",
-            "log.dirs": ",".join(str(home / f"logs-{i}") for i in range(log_dirs)), **common, **extra}
+            "log.dirs": ",".join(str(home / f"logs-{i}") for i in range(log_dirs)), **common,
+            **({"broker.rack": racks[(b - 1) % len(racks)]} if racks else {}), **extra}
     cluster_id = random_directory_id()
     for path, settings in nodes.items():
         _write_properties(path, settings)
@@ -306,7 +318,7 @@ def run_up(args: argparse.Namespace) -> int:
     new = _is_empty(root)
     if new:
         try:
-            create_cluster(root, args.brokers, args.log_dirs, extra, args.base_port)
+            create_cluster(root, args.brokers, args.log_dirs, extra, args.base_port, args.racks)
         except BaseException:  # a bad --set: leave the dir as it was (empty), not a half-made cluster
             for child in root.iterdir() if root.exists() else ():
                 shutil.rmtree(child, ignore_errors=True)

@@ -321,6 +321,10 @@ class KeyDef:
 
 # Until brokers follow a multi-controller quorum (stage 3 of the quorum work), only kjbod's own tests start
 # controller-only nodes with several voters, by setting this variable; it is not a user setting.
+# KIP-392's replica selector, the one Kafka ships: a consumer that names its rack is sent to an in-sync replica
+# in that rack (kjbod.broker.replication.hooks.preferred_read_replicas).
+RACK_AWARE_REPLICA_SELECTOR = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
+
 UNFINISHED_QUORUM_ENV = "KJBOD_TEST_UNFINISHED_CONTROLLER_QUORUM"
 
 KEYS: dict[str, KeyDef] = {
@@ -337,6 +341,8 @@ KEYS: dict[str, KeyDef] = {
                "the inter-broker listener, named after its protocol (or inter.broker.listener.name)",
                into="inter_broker_listener_name"),
         KeyDef("broker.rack", _nonempty_str, None),
+        KeyDef("replica.selector.class", _str, "",
+               "KIP-392: RackAwareReplicaSelector sends consumers that give a rack to an in-sync replica there"),
         KeyDef("controller.quorum.bootstrap.servers", _host_ports, ()),
         KeyDef("controller.quorum.voters", _voters, ()),
         KeyDef("log.dirs", _list, None),
@@ -708,6 +714,7 @@ class ServerConfig:
     log_message_timestamp_after_max_ms: int = LONG_MAX
     kjbod_metrics_listener: str | None = None  # HOST:PORT
     authorizer_class_name: str = ""  # "" or Kafka's StandardAuthorizer
+    replica_selector_class: str = ""  # "" (consumers read from leaders) or Kafka's RackAwareReplicaSelector
     super_users: tuple[str, ...] = ()
     allow_everyone_if_no_acl_found: bool = False
     max_connections: int = INT_MAX
@@ -1112,6 +1119,11 @@ def build_config(
         raise fail("authorizer.class.name", f"authorizer.class.name={authorizer} is not served: kjbod's authorizer is "
                    f"{STANDARD_AUTHORIZER} (or leave it empty for none)")
 
+    selector = get("replica.selector.class").strip()
+    if selector and selector != RACK_AWARE_REPLICA_SELECTOR:
+        raise fail("replica.selector.class", f"replica.selector.class={selector} is not served: kjbod's replica "
+                   f"selector is {RACK_AWARE_REPLICA_SELECTOR} (or leave it empty for none)")
+
     return ServerConfig(
         node_id=get("node.id"),
         process_roles=roles,
@@ -1195,6 +1207,7 @@ def build_config(
         extensions_enable=get("kjbod.extensions.enable"),
         kjbod_metrics_listener=get("kjbod.metrics.listener"),
         authorizer_class_name=authorizer,
+        replica_selector_class=selector,
         super_users=get("super.users"),
         allow_everyone_if_no_acl_found=get("allow.everyone.if.no.acl.found"),
         listener_security_protocol_map=protomap,

@@ -101,7 +101,7 @@ class Cluster:
 @contextlib.contextmanager
 def running_cluster(root: Path, settings: dict[str, str] | None = None,
                     env: dict[str, str] | None = None, *, brokers: int = 3,
-                    log_dirs: int = 3) -> Iterator[Cluster]:
+                    log_dirs: int = 3, racks: str | None = None) -> Iterator[Cluster]:
     """`kjbod cluster up --detach` in `root` (a controller and `brokers` brokers x `log_dirs` dirs, this module's
     short timers unless `settings` say otherwise, and `settings` as more `--set key=value`), stopped with
     `kjbod cluster down` at the end; `env` is added to the nodes' environment."""
@@ -111,6 +111,8 @@ def running_cluster(root: Path, settings: dict[str, str] | None = None,
               **(settings or {})}
     for key, value in chosen.items():
         command += ["--set", f"{key}={value}"]
+    if racks is not None:
+        command += ["--racks", racks]
     cluster = Cluster(root, "")
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=300,

@@ -5,7 +5,9 @@ start offsets; v6 may answer KAFKA_STORAGE_ERROR (older versions get NOT_LEADER_
 sessions (KIP-227); v9 current leader epoch (a consumer's: older than this broker's FENCED_LEADER_EPOCH, newer
 UNKNOWN_LEADER_EPOCH, as Kafka: kjbod.broker.handlers.leader_epoch_check); v10 zstd; v11 rack id and preferred
 read replica (from v11 a consumer may read a follower, up to the follower's high watermark, as Kafka's
-FetchParams.fetchOnlyLeader; the preferred read replica stays -1: no replica selector); v12 flexible; v13 topic
+FetchParams.fetchOnlyLeader; with replica.selector.class set to Kafka's RackAwareReplicaSelector, a leader sends a
+consumer that gives its rack to an in-sync replica in that rack: PreferredReadReplica, no records, answered at
+once; KIP-392); v12 flexible; v13 topic
 ids instead of names (an unknown id answers UNKNOWN_TOPIC_ID); v15 replica state moves to a tagged field; v16
 the leader named with NOT_LEADER_OR_FOLLOWER and FENCED_LEADER_EPOCH (CurrentLeader, NodeEndpoints: KIP-951;
 on every way a fetch is answered, a consumer's or a follower's); v17 replica directory id.
@@ -228,7 +230,7 @@ def _diverging(plog, p) -> PartResp | None:
 
 
 def _build(node, resolved, body: FetchRequest, version: int, max_bytes: int, deadline: float, decided: dict | None,
-           throttled=frozenset(), later: bool = False, tls: bool = False):
+           throttled=frozenset(), later: bool = False, tls: bool = False, preferred: dict | None = None):
     """The response, or an awaitable of it when some partition's read runs on its dir's worker. Each dir reads
     its partitions in request order with the whole response budget; the loop then keeps, in request order, what
     fits in `max_bytes` (the request's, capped at fetch.max.bytes: `_capped`; the first partition with data
@@ -237,7 +239,8 @@ def _build(node, resolved, body: FetchRequest, version: int, max_bytes: int, dea
     decided (the rest read to the log end). With `later`, a Later of it in place of the awaitable (completed in
     the callback of the last dir's read: a follower's parked fetch). With `tls` (the connection is TLS, where sendfile
     cannot send) records are read into bytes where they are read (a dir's worker, or the page cache on the loop),
-    never handed out as file regions."""
+    never handed out as file regions. A consumer's partition in `preferred` (KIP-392's replica selector) is not
+    read: its answer names the replica to read instead, with the offsets."""
     committed = body.isolation_level == READ_COMMITTED
     topics = []
     slots = []  # [(parts, index, partition request, plog, read limit)] of the partitions read from disk, in order
@@ -281,6 +284,12 @@ def _build(node, resolved, body: FetchRequest, version: int, max_bytes: int, dea
                 # Its dir is offline: nothing will be read there. Answered here rather than by the dir's worker,
                 # which a loaded machine may not run within the fetch's wait (that answers "nothing new", 0).
                 parts.append(_failed_part(node, name, p, plog.io.offline_error(), version, decided is not None))
+                continue
+            if preferred and (pick := preferred.get((name, p.partition))) is not None:
+                parts.append(PartResp(partition_index=p.partition, error_code=0, high_watermark=plog.high_watermark,
+                                      last_stable_offset=plog.last_stable_offset if plog.producer_state_ready
+                                      else plog.high_watermark, log_start_offset=plog.log_start_offset,
+                                      preferred_read_replica=pick, records=b""))
                 continue
             if throttled and (name, p.partition) in throttled:  # the leader throttle: no records, the offsets
                 parts.append(PartResp(partition_index=p.partition, error_code=0, high_watermark=plog.high_watermark,
@@ -585,6 +594,8 @@ async def _serve(node, request, body: FetchRequest, follower: int) -> FetchRespo
     if body.isolation_level not in ISOLATION_LEVELS and (refused := _isolation_refused(node, resolved, body, v)):
         return refused
     decided = replication.prepare_follower_fetch(node, resolved, body, v, follower) if follower >= 0 else None
+    preferred = (replication.preferred_read_replicas(node, resolved, body.rack_id, request.ctx.listener_name)
+                 if follower < 0 and v >= 11 and body.rack_id and node.config.replica_selector_class else None)
     # Like Kafka, a fetch that asks for no partitions needs no data and is answered at once, and so is every
     # fetch once the node is shutting down (a long poll must not hold up a SIGTERM).
     wants_nothing = not any(t.partitions for t in body.topics)
@@ -596,9 +607,10 @@ async def _serve(node, request, body: FetchRequest, follower: int) -> FetchRespo
         if node.stopping:
             deadline = 0.0
         throttled = replication.leader_throttled(node, resolved, follower) if follower >= 0 else frozenset()
-        if min_bytes <= 0 or _has_data(node, resolved, body, decided, throttled, leader_only=v < 11) \
+        if min_bytes <= 0 or preferred or _has_data(node, resolved, body, decided, throttled, leader_only=v < 11) \
                 or time.monotonic() >= deadline:
-            built = _build(node, resolved, body, v, max_bytes, deadline, decided, throttled, tls=tls)
+            built = _build(node, resolved, body, v, max_bytes, deadline, decided, throttled, tls=tls,
+                           preferred=preferred)
             resp, total = built if built.__class__ is tuple else await built
             if total >= min_bytes or time.monotonic() >= deadline or not _only_data(resp):
                 loop_sends(total)

@@ -203,3 +203,47 @@ def await_replication(node: Any, response: Any, waits: list[tuple[str, Any, int]
 
     return node.replication.delay_produce([(name, part.index, required) for name, part, required in waits],
                                           max(timeout_ms, 0) / 1000, answer, later=True)
+
+
+def preferred_read_replicas(node: Any, resolved: list[tuple[str | None, Any]], rack: str,
+                            listener: str) -> dict[tuple[str, int], int]:
+    """KIP-392, with replica.selector.class set to Kafka's RackAwareReplicaSelector: for the partitions a
+    consumer in `rack` fetches from this leader, the replica it should read instead (its answer then carries no
+    records, only PreferredReadReplica, as Kafka's ReplicaManager.readFromLog skips the read).
+
+    As Kafka's findPreferredReadReplica and RackAwareReplicaSelector: the candidates are the leader and the ISR
+    members whose log holds the fetch offset (end offset at or past it, start at or before it); a candidate's
+    rack is its broker's, known only if it has an endpoint on the consumer's listener; the leader stays the
+    answer (no entry) when it is in the consumer's rack or no candidate is; otherwise the one there with the
+    highest end offset, then the least time since it was last caught up, is named."""
+    manager = getattr(node, "replication", None)
+    if manager is None or not rack:
+        return {}
+    me, brokers, now = node.node_id, node.metadata.brokers, manager.clock()
+
+    def rack_of(broker_id: int) -> str | None:
+        reg = brokers.get(broker_id)
+        return reg.rack if reg is not None and reg.endpoint(listener) is not None else None
+
+    if rack_of(me) == rack:
+        return {}
+    out: dict[tuple[str, int], int] = {}
+    for name, t in resolved:
+        if name is None:
+            continue
+        for p in t.partitions:
+            state = manager.states.get((name, p.partition))
+            if state is None or state.role != LEADER:
+                continue
+            offset = p.fetch_offset
+            best: tuple[int, int, int] | None = None  # (end offset, -time since caught up, -broker id)
+            for r in sorted(state.isr):
+                f = state.followers.get(r)
+                if r == me or f is None or rack_of(r) != rack:
+                    continue
+                if f.log_end_offset >= offset and f.log_start_offset <= offset:
+                    key = (f.log_end_offset, -(now - f.last_caught_up_ms), -r)
+                    best = key if best is None or key > best else best
+            if best is not None:
+                out[(name, p.partition)] = -best[2]
+    return out
