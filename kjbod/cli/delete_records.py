@@ -21,6 +21,7 @@ import json
 import sys
 from typing import Any
 
+from kjbod.cli.log_dirs import _positive_float
 from kjbod.cli.main import UserError
 
 __all__ = ["add_subcommand", "parse_offset_json"]
@@ -43,16 +44,6 @@ def add_subcommand(subparsers: Any) -> None:
     parser.add_argument("--timeout", metavar="SECONDS", type=_positive_float, default=30.0,
                         help="how long the deletion may take, retries included (default: 30)")
     parser.set_defaults(func=_command)
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number")
-    return value
 
 
 def parse_offset_json(text: str) -> dict[tuple[str, int], int]:
