@@ -28,6 +28,7 @@ import argparse
 import asyncio
 import json
 import sys
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -114,6 +115,11 @@ def add_subcommand(subparsers: Any) -> None:
                         help="without a terminal, print a progress line this often (default: 5)")
     parser.add_argument("--timeout", metavar="SECONDS", type=_positive_float, default=30.0,
                         help="how long each request may take, retries included (default: 30)")
+    parser.add_argument("--watch", metavar="SECONDS", type=_positive_float,
+                        help="keep going until stopped: every SECONDS plan again and, with --execute, run what the "
+                             "plan says, one broker at a time; a round waits while a partition is under-replicated "
+                             "or being reassigned, and a broker with a degraded, offline or unanswering dir is left "
+                             "alone; Ctrl-C or SIGTERM stops it (a throttle it set is removed)")
     add_command_config(parser)
     parser.set_defaults(func=_command)
 
@@ -197,6 +203,10 @@ def render_plan(plan: BrokerPlan) -> str:
 # ================================================================================================ the command
 
 def _command(args: argparse.Namespace) -> int:
+    if args.watch is not None:
+        if args.json:
+            raise UserError("--watch prints as it goes: it does not take --json")
+        return _run_async(_watch(args, sys.stdout, sys.stderr))
     return _run_async(_run(args, sys.stdout, sys.stderr))
 
 
@@ -220,8 +230,36 @@ async def _brokers(admin: AdminClient, wanted: list[int] | None) -> tuple[list[i
     return [b for b in chosen if b not in fenced], errors
 
 
-async def _plans(admin: AdminClient, brokers: list[int], threshold: float, min_move_bytes: int = 0
-                 ) -> tuple[list[BrokerPlan], dict[int, str]]:
+def cluster_holds(topics: dict[str, Any], reassignments: dict[tuple[str, int], Any]) -> list[str]:
+    """Why a --watch round should not move anything now (nothing: it may): partitions whose ISR is short of
+    their replicas (a broker is down or behind: copying now competes with catching up) and reassignments in
+    progress (their copies already load the disks)."""
+    under = sorted(f"{t}-{p.partition}" for t, td in topics.items() for p in td.partitions
+                   if len(p.isr) < len(p.replicas))
+    reasons = []
+    if under:
+        shown = ", ".join(under[:3]) + (", ..." if len(under) > 3 else "")
+        reasons.append(f"{len(under)} partition{'s are' if len(under) != 1 else ' is'} under-replicated ({shown})")
+    if reassignments:
+        n = len(reassignments)
+        reasons.append(f"{n} partition reassignment{'s are' if n != 1 else ' is'} in progress")
+    return reasons
+
+
+def broker_holds(dirs: list[LogDirInfo]) -> list[str]:
+    """Why --watch leaves a broker alone this round: a dir that is degraded (slow), offline or not answering
+    (moving data onto a sick disk, or off it, makes it worse; a full dir is what balancing relieves)."""
+    out = []
+    for d in dirs:
+        if d.error is not None:
+            out.append(f"{d.path} is offline")
+        elif d.state in ("degraded", "not-answering", "offline"):
+            out.append(f"{d.path} is {d.state}")
+    return out
+
+
+async def _plans(admin: AdminClient, brokers: list[int], threshold: float, min_move_bytes: int = 0,
+                 holds: dict[int, list[str]] | None = None) -> tuple[list[BrokerPlan], dict[int, str]]:
     from kjbod.admin import KafkaError
 
     errors: dict[int, str] = {}
@@ -237,6 +275,8 @@ async def _plans(admin: AdminClient, brokers: list[int], threshold: float, min_m
     for b in sorted(result):
         dirs, moving = broker_dirs(result[b])
         plans.append(plan_broker(b, dirs, threshold, moving, min_move_bytes))
+        if holds is not None:
+            holds[b] = broker_holds(result[b])
     return plans, errors
 
 
@@ -305,6 +345,79 @@ async def _run(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
 
 def _quiet(text: str) -> None:
     pass
+
+
+async def _watch(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
+    """--watch: rounds of plan (and, with --execute, run) until stopped; see the option's help."""
+    from kjbod.admin import KafkaError
+
+    def say(text: str) -> None:
+        stdout.write(f"[{time.strftime('%H:%M:%S')}] {text}\n")
+        stdout.flush()
+
+    def complain(text: str) -> None:
+        stdout.flush()
+        stderr.write(f"kjbod: error: {text}\n")
+        stderr.flush()
+
+    last: dict[str, str] = {}  # what was last said of the cluster or a broker: said again only when it changes
+
+    def once(key: str, text: str) -> None:
+        if last.get(key) != text:
+            last[key] = text
+            say(text)
+
+    async def held() -> list[str]:
+        topics = await admin.describe_topics(None)
+        reassignments = await admin.list_partition_reassignments()
+        return cluster_holds(topics, reassignments)
+
+    say(f"Watching every {args.watch:g} s" + (" and moving" if args.execute else " (dry run: nothing is moved)")
+        + f"; threshold {args.threshold * 100:g} points. Ctrl-C stops.")
+    async with _admin(args) as admin:
+        await _brokers(admin, args.broker_list)  # a --broker-list id the cluster does not have stops it at once
+        while True:
+            try:
+                reasons = await held()
+                if reasons:
+                    once("cluster", "Waiting: " + "; ".join(reasons) + ".")
+                else:
+                    if last.get("cluster", "").startswith("Waiting"):
+                        once("cluster", "Resuming: nothing under-replicated or being reassigned.")
+                    brokers, errors = await _brokers(admin, args.broker_list)
+                    holds: dict[int, list[str]] = {}
+                    plans, describe_errors = await _plans(admin, brokers, args.threshold, args.min_move_bytes,
+                                                          holds)
+                    for b, error in {**errors, **describe_errors}.items():
+                        once(f"error-{b}", f"Broker {b} left out: {error}")
+                    for plan in plans:
+                        b = plan.broker
+                        if holds.get(b):
+                            once(f"broker-{b}", f"Broker {b} left alone: {'; '.join(holds[b])}.")
+                            continue
+                        if not plan.moves:
+                            once(f"broker-{b}", f"Broker {b}: balanced (spread {plan.spread_before * 100:.1f} "
+                                                f"points, threshold {args.threshold * 100:g}).")
+                            continue
+                        text = render_plan(plan)
+                        if not args.execute:
+                            if last.get(f"broker-{b}") != text:
+                                last[f"broker-{b}"] = text
+                                say(f"Broker {b} would move:")
+                                stdout.write(text)
+                            continue
+                        last.pop(f"broker-{b}", None)
+                        say(f"Broker {b} is out of balance:")
+                        stdout.write(text)
+                        try:
+                            await _execute(admin, plan, args, stdout, say, complain)
+                        except UserError as e:  # its throttle could not be set: tried again next round
+                            complain(str(e))
+                        if await held():  # the cluster changed meanwhile: the next broker waits
+                            break
+            except (KafkaError, UserError) as e:
+                once("cluster", f"Cannot read the cluster now ({e}); trying again.")
+            await asyncio.sleep(args.watch)
 
 
 async def _execute(admin: AdminClient, plan: BrokerPlan, args: argparse.Namespace, stream: TextIO,

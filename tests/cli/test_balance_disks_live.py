@@ -229,6 +229,43 @@ def test_dirs_on_filesystems_of_their_own_balance_the_used_fraction(kjbod_server
     assert plan["moves"][0]["to"] == paths[1]
 
 
+def test_watch_balances_again_whenever_the_dirs_drift_and_stops_cleanly(kjbod_server, tmp_path):
+    """--watch --execute: balances what it finds, then a dir cordoned while it runs is emptied in a later round;
+    SIGTERM stops it (exit 143) with its throttle removed."""
+    server = kjbod_server
+    paths = [str(p) for p in server.log_dirs]
+    admin = kafka_admin(server)
+    admin.create_topics([NewTopic("drift", 6, 1)])
+    admin.close()
+    sent = produce(server, "drift", 6, 60)
+    put_all_in(server, "drift", 6, paths[0])
+    out = tmp_path / "watch.out"
+    with out.open("w") as sink:
+        watcher = subprocess.Popen([*KJBOD, "balance-disks", "--bootstrap-server", server.bootstrap, "--watch", "0.3",
+                                    "--execute", "--min-move-bytes", "0", "--throttle", "50MiB"],
+                                   stdout=sink, stderr=subprocess.STDOUT, text=True)
+    try:
+        def settled(check) -> None:
+            deadline = time.monotonic() + 120
+            while not check(dir_bytes(server, "drift")):
+                assert watcher.poll() is None, out.read_text()
+                assert time.monotonic() < deadline, out.read_text()
+                time.sleep(0.3)
+
+        settled(lambda loads: spread_of(loads, paths) <= 0.10)
+        set_broker_config(server, {CORDON: paths[2]})  # a disk to empty, while the watcher runs
+        settled(lambda loads: loads[paths[2]] == 0 and spread_of(loads, paths[:2]) <= 0.10)
+    finally:
+        watcher.terminate()
+        code = watcher.wait(60)
+    text = out.read_text()
+    assert code == 143, text
+    assert "Watching every 0.3 s and moving" in text and "Broker 1 is out of balance:" in text
+    assert "Throttle removed from broker 1." in text and "Traceback" not in text
+    assert per_broker_value(server, THROTTLE) is None
+    assert consume_all(server, "drift", 6) == sent
+
+
 # ================================================================================================ cordoning
 
 def test_a_cordoned_dir_gets_no_new_replicas_and_balance_disks_empties_it(kjbod_server):

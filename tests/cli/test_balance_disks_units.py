@@ -9,7 +9,8 @@ from uuid import UUID
 import pytest
 
 from kjbod.admin import ErrorCode, LogDirInfo, ReplicaInfo
-from kjbod.cli.balance_disks import broker_dirs, plan_document, render_plan
+from kjbod.admin.types import PartitionDescription, TopicDescription
+from kjbod.cli.balance_disks import broker_dirs, broker_holds, cluster_holds, plan_document, render_plan
 from kjbod.cli.balance_plan import plan_broker
 from kjbod.cli.main import main
 
@@ -89,3 +90,28 @@ def test_the_plan_for_people_and_for_programs():
     assert two == {"broker": 2, "error": "broker 2: fenced by the controller", "mode": None, "mode_reason": None,
                    "spread_before": None, "spread_after": None, "least_bytes": 0, "bytes_to_move": 0, "dirs": [],
                    "moves": [], "problems": ["broker 2: fenced by the controller"], "notes": []}
+
+
+def test_watch_waits_for_under_replicated_partitions_and_reassignments_and_skips_sick_brokers():
+    def topic(name: str, *isrs: tuple[int, ...]) -> TopicDescription:
+        return TopicDescription(name, None, False, tuple(
+            PartitionDescription(i, 1, 0, (1, 2, 3), isr, ()) for i, isr in enumerate(isrs)))
+
+    healthy = {"a": topic("a", (1, 2, 3), (2, 3, 1))}
+    assert cluster_holds(healthy, {}) == []
+    short = {**healthy, "b": topic("b", (1, 2, 3), (1, 2), (1,), (3,), (2,))}
+    assert cluster_holds(short, {("a", 0): object()}) == [
+        "4 partitions are under-replicated (b-1, b-2, b-3, ...)", "1 partition reassignment is in progress"]
+
+    def d(path: str, state: str | None, error: ErrorCode | None = None) -> LogDirInfo:
+        return LogDirInfo(1, path, None, error, 100, 50, [], state=state)
+
+    assert broker_holds([d("/a", "online"), d("/b", "full"), d("/c", None)]) == []  # a full dir is balancing's job
+    assert broker_holds([d("/a", "degraded"), d("/b", "not-answering"),
+                         d("/c", None, ErrorCode.KAFKA_STORAGE_ERROR)]) == [
+        "/a is degraded", "/b is not-answering", "/c is offline"]
+
+
+def test_watch_does_not_take_json(capsys):
+    assert main(["balance-disks", "--bootstrap-server", "h:1", "--watch", "1", "--json"]) == 2
+    assert "--watch prints as it goes: it does not take --json" in capsys.readouterr().err
