@@ -176,6 +176,7 @@ EFFECTS: dict[str, list[str]] = {
     "compression.zstd.level": [f"{EFFECT}[compression.zstd.level]"],
     "log.message.timestamp.before.max.ms": [f"{EFFECT}[log.message.timestamp.before.max.ms]"],
     "log.message.timestamp.after.max.ms": [f"{EFFECT}[log.message.timestamp.after.max.ms]"],
+    "log.message.timestamp.difference.max.ms": [f"{EFFECT}[log.message.timestamp.difference.max.ms]"],
     "kjbod.zero.copy": ["tests/test_connection.py::test_client_disconnecting_mid_response"],
     "kjbod.extensions.enable": [
         "tests/reassign/test_cli_fallback.py::test_without_the_extensions_the_tool_moves_dirs_the_kafka_way",
@@ -376,17 +377,39 @@ def test_the_readme_lists_the_compatibility_only_keys():
     assert block, "README.md lost its compat-keys markers"
     listed = re.findall(r"^\| `([a-z0-9.]+)` \|", block.group(1), re.M)
     assert sorted(listed) == sorted(COMPATIBILITY_ONLY)
+    block = re.search(r"<!-- compat-topic-configs.*?-->(.*?)<!-- /compat-topic-configs -->", text, re.S)
+    assert block, "README.md lost its compat-topic-configs markers"
+    listed = re.findall(r"^\| `([a-z0-9.]+)` \|", block.group(1), re.M)
+    assert sorted(listed) == sorted(topic_config.COMPATIBILITY_ONLY)
+
+
+def test_compatibility_only_topic_configs_are_accepted_and_checked():
+    parsed = topic_config.validate({"preallocate": "true", "message.downconversion.enable": "false",
+                                    "message.format.version": "2.8-IV1", "remote.storage.enable": "false",
+                                    "local.retention.ms": "-2", "local.retention.bytes": "1000"})
+    assert parsed["preallocate"] is True and parsed["message.format.version"] == "2.8-IV1"
+    for key, value, problem in (("remote.storage.enable", "true", "no tiered storage"),
+                                ("message.format.version", "latest", "a Kafka release"),
+                                ("local.retention.ms", "-3", "at least -2"), ("preallocate", "yes", "true or false")):
+        with pytest.raises(topic_config.TopicConfigError, match=problem):
+            topic_config.validate({key: value})
 
 
 def test_every_topic_config_reaches_the_log_and_storage_reads_it():
     # Topic configs (CreateTopics, AlterConfigs) become the same LogConfig fields as their broker defaults.
-    assert set(topic_config.DEFS) == set(TOPIC_CONFIG_KEYS) | set(READ_OUTSIDE_STORAGE)
+    compat = set(topic_config.COMPATIBILITY_ONLY)
+    assert set(topic_config.DEFS) == set(TOPIC_CONFIG_KEYS) | set(READ_OUTSIDE_STORAGE) | compat
     assert not set(TOPIC_CONFIG_KEYS) & set(READ_OUTSIDE_STORAGE)
+    assert not (set(TOPIC_CONFIG_KEYS) | set(READ_OUTSIDE_STORAGE)) & compat
+    assert all(topic_config.DEFS[k].broker_key is None for k in compat)  # and nothing reads them
     assert {d.broker_key for d in topic_config.DEFS.values()} - {None} <= set(EFFECTS)
     read = names_read_by_the_node({REPO / "kjbod/storage/config.py"})
     # Fields the storage reads through a LogConfig property.
     read |= {field for field, prop in {"message_timestamp_type": "log_append_time", "compression_type": "target_codec",
                                        "segment_jitter_ms": "random_segment_jitter",
+                                       "message_timestamp_before_max_ms": "message_timestamp_before_limit_ms",
+                                       "message_timestamp_after_max_ms": "message_timestamp_after_limit_ms",
+                                       "message_timestamp_difference_max_ms": "message_timestamp_before_limit_ms",
                                        **{f"compression_{c}_level": "target_level" for c in ("gzip", "lz4", "zstd")},
                                        }.items() if prop in read}
     read |= {"cleanup_policy"} if {"compact", "delete"} <= read else set()  # read through LogConfig.compact/.delete

@@ -283,6 +283,10 @@ CASES: list[tuple[str, str, dict[str, str], Callable[[LogManager, Any, FakeClock
      3, 0),
     ("log.message.timestamp.before.max.ms", "1000", {}, accepts_a_batch_stamped(-HOUR), True, False),
     ("log.message.timestamp.after.max.ms", "1000", {}, accepts_a_batch_stamped(HOUR), True, False),
+    # Kafka's deprecated key holds both ways where before/after are unset, and gives way to them where they are set.
+    ("log.message.timestamp.difference.max.ms", "1000", {}, accepts_a_batch_stamped(-HOUR), True, False),
+    ("log.message.timestamp.difference.max.ms", "1000", {"log.message.timestamp.after.max.ms": str(2 * HOUR)},
+     accepts_a_batch_stamped(HOUR), True, True),
     ("log.message.timestamp.type", "LogAppendTime", {}, stored_timestamp_type, "CreateTime", "LogAppendTime"),
     ("producer.id.expiration.ms", "1000", {"producer.id.expiration.check.interval.ms": "1000"},
      producer_known_after(5_000), True, False),

@@ -49,7 +49,7 @@ def test_without_broker_values_each_config_has_kafkas_default_synonyms():
     assert_each_once_in_order(entries)
     for name, entry in entries.items():
         d = topic_config.DEFS[name]
-        expected = [] if name in NO_DEFAULT_SYNONYM else [(d.broker_key, entry.value, DEFAULT_CONFIG)]
+        expected = [] if name in NO_DEFAULT_SYNONYM or d.compat else [(d.broker_key, entry.value, DEFAULT_CONFIG)]
         assert entry.synonyms == expected, name
         assert entry.source == DEFAULT_CONFIG, name
     assert (entries["retention.ms"].value, entries["segment.ms"].value) == (WEEK_MS, WEEK_MS)

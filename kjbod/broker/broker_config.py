@@ -150,6 +150,8 @@ BROKER_KEYS: dict[str, BrokerKey] = {k.name: k for k in [
     *[BrokerKey(f"compression.{codec}.level", INT, f"compression_{codec}_level", dynamic=True,
                 doc=f"Default level of {codec} where topics store batches in it.")
       for codec in ("gzip", "lz4", "zstd")],
+    BrokerKey("log.message.timestamp.difference.max.ms", LONG, "log_message_timestamp_difference_max_ms",
+              dynamic=True, doc="Deprecated: both timestamp limits where before/after.max.ms are not set."),
     BrokerKey("log.message.timestamp.before.max.ms", LONG, "log_message_timestamp_before_max_ms", dynamic=True,
               doc="Default for how far in the past a record's CreateTime timestamp may be."),
     BrokerKey("log.message.timestamp.after.max.ms", LONG, "log_message_timestamp_after_max_ms", dynamic=True,

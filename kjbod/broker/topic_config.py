@@ -3,8 +3,8 @@
 One table drives CreateTopics validation, DescribeConfigs answers for topics, and the LogConfig handed to
 storage. A topic without an override takes its broker key's value: dynamic per-broker, dynamic cluster default
 (both from the metadata log, kjbod.broker.broker_config), server.properties, Kafka's default, in that order.
-Only configs kjbod honours are accepted; anything else is INVALID_CONFIG naming the key, so nobody believes a
-setting took effect when it did not.
+Only configs kjbod honours are accepted, and Kafka's few that have no meaning here (preallocation, down-conversion,
+tiered storage: `compat` says why, the README lists them); anything else is INVALID_CONFIG naming the key.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ class TopicConfigDef:
     fallback: Any
     check: Callable[[Any], str | None] = lambda v: None
     doc: str = ""
+    compat: str = ""  # accepted only so Kafka's topic configs (MirrorMaker's copies, tools) work: why it has no effect
 
 
 def _at_least(lo: int) -> Callable[[Any], str | None]:
@@ -53,6 +54,15 @@ def _policies(value: Any) -> str | None:
 
 def _level(codec: str) -> Callable[[Any], str | None]:
     return lambda v: compression_level_problem(codec, v)
+
+
+def _false_only(value: Any) -> str | None:
+    return None if value is False else "kjbod has no tiered storage: only false is accepted"
+
+
+def _release(value: Any) -> str | None:
+    return None if re.fullmatch(r"[0-9]+\.[0-9]+(\.[0-9]+)?(-IV[0-9]+)?", value) else \
+        "must be a Kafka release such as 3.0 or 3.0-IV1"
 
 
 def _ratio(value: Any) -> str | None:
@@ -115,6 +125,12 @@ DEFS: dict[str, TopicConfigDef] = {d.name: d for d in [
                    LONG_MAX, _at_least(0), "How far in the past a record's CreateTime timestamp may be."),
     TopicConfigDef("message.timestamp.after.max.ms", "long", "log.message.timestamp.after.max.ms", "log_message_timestamp_after_max_ms",
                    LONG_MAX, _at_least(0), "How far in the future a record's CreateTime timestamp may be."),
+    # Deprecated by Kafka in favour of the two above, and still used where they are not set (LogConfig.
+    # message_timestamp_before_limit_ms / _after_limit_ms), as Kafka's LogConfig does.
+    TopicConfigDef("message.timestamp.difference.max.ms", "long", "log.message.timestamp.difference.max.ms",
+                   "log_message_timestamp_difference_max_ms", LONG_MAX, _at_least(0),
+                   "How far a record's CreateTime timestamp may be from the broker's time, either way, where "
+                   "message.timestamp.before.max.ms or .after.max.ms is not set."),
     # Applied on produce (kjbod.storage.records.validate_records rebuilds a batch sent in another codec).
     TopicConfigDef("compression.type", "string", "compression.type", "compression_type", "producer",
                    _one_of(*COMPRESSION_TYPES),
@@ -139,6 +155,28 @@ DEFS: dict[str, TopicConfigDef] = {d.name: d for d in [
                      f"Replicas whose replication is throttled on the {who} side: partitionId:brokerId pairs, or * "
                      f"for every replica of the topic (the rate is the broker's {who}.replication.throttled.rate).")
       for who in ("leader", "follower")],
+    # Accepted for compatibility only (README, "Where kjbod differs"): Kafka's other topic configs, so a topic
+    # copied from a Kafka cluster (MirrorMaker's config sync) or made by a tool that sets them is not refused.
+    TopicConfigDef("preallocate", "boolean", None, None, False, doc="Kafka: preallocate segment files.",
+                   compat="segment files grow as they are written"),
+    TopicConfigDef("message.downconversion.enable", "boolean", None, None, True,
+                   doc="Kafka: down-convert batches for old consumers.",
+                   compat="only message format v2 is served (Fetch v4 and later), so nothing is down-converted"),
+    TopicConfigDef("message.format.version", "string", None, None, "3.0-IV1", _release,
+                   doc="Kafka: the message format version (ignored from 3.0 on).",
+                   compat="message format v2 is always written, as Kafka does from 3.0 on"),
+    TopicConfigDef("remote.storage.enable", "boolean", None, None, False, _false_only,
+                   doc="Kafka: tiered storage for this topic.", compat="no tiered storage (only false is accepted)"),
+    TopicConfigDef("local.retention.ms", "long", None, None, -2, _at_least(-2),
+                   doc="Kafka: local retention under tiered storage.",
+                   compat="no tiered storage: the local log is the whole log, kept by retention.ms"),
+    TopicConfigDef("local.retention.bytes", "long", None, None, -2, _at_least(-2),
+                   doc="Kafka: local retention under tiered storage.",
+                   compat="no tiered storage: the local log is the whole log, kept by retention.bytes"),
+    TopicConfigDef("remote.log.copy.disable", "boolean", None, None, False,
+                   doc="Kafka: stop copying segments to tiered storage.", compat="no tiered storage"),
+    TopicConfigDef("remote.log.delete.on.disable", "boolean", None, None, False,
+                   doc="Kafka: delete tiered segments when tiered storage is turned off.", compat="no tiered storage"),
 ]}
 
 
@@ -213,6 +251,9 @@ def broker_default(d: TopicConfigDef, broker_config: Any, dynamic: Mapping[str, 
         if value is not None:
             return value
     return d.fallback
+
+
+COMPATIBILITY_ONLY = {d.name: d.compat for d in DEFS.values() if d.compat}
 
 
 def effective(overrides: dict[str, str], broker_config: Any,

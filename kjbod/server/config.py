@@ -396,6 +396,8 @@ KEYS: dict[str, KeyDef] = {
         KeyDef("compression.lz4.level", _int(1, 17), 9),
         KeyDef("compression.zstd.level", _int(-131072, 22), 3),
         KeyDef("log.message.timestamp.before.max.ms", _long(0), LONG_MAX),
+        KeyDef("log.message.timestamp.difference.max.ms", _long(0), LONG_MAX,
+               "Kafka's deprecated key: both limits where log.message.timestamp.before/after.max.ms are unset"),
         KeyDef("log.message.timestamp.after.max.ms", _long(0), LONG_MAX),
         KeyDef("replica.alter.log.dirs.io.max.bytes.per.second", _long(1), LONG_MAX),
         KeyDef("num.replica.alter.log.dirs.threads", _int(1), None, "default: the number of log dirs"),
@@ -570,6 +572,7 @@ COMPATIBILITY_ONLY: dict[str, str] = {
     "log.message.downconversion.enable": "only message format v2 is served (Fetch v4 and later), so nothing is "
                                          "down-converted",
     "log.preallocate": "segment files grow as they are written",
+    "log.message.format.version": "message format v2 is always written, as Kafka does from 3.0 on",
     "metadata.max.idle.interval.ms": "the controller writes no NoOpRecords; brokers see the metadata log's leader "
                                      "through their fetches",
     "queued.max.requests": "requests are handled as they are read, with no queue between sockets and handlers; each "
@@ -711,6 +714,7 @@ class ServerConfig:
     compression_zstd_level: int = 3
     metadata_log_max_record_bytes_between_snapshots: int = 20 * 1024 * 1024
     log_message_timestamp_before_max_ms: int = LONG_MAX
+    log_message_timestamp_difference_max_ms: int = LONG_MAX
     log_message_timestamp_after_max_ms: int = LONG_MAX
     kjbod_metrics_listener: str | None = None  # HOST:PORT
     authorizer_class_name: str = ""  # "" or Kafka's StandardAuthorizer
@@ -1245,6 +1249,7 @@ def build_config(
         broker_rack=get("broker.rack"),
         metadata_log_max_record_bytes_between_snapshots=get("metadata.log.max.record.bytes.between.snapshots"),
         log_message_timestamp_before_max_ms=get("log.message.timestamp.before.max.ms"),
+        log_message_timestamp_difference_max_ms=get("log.message.timestamp.difference.max.ms"),
         log_message_timestamp_after_max_ms=get("log.message.timestamp.after.max.ms"),
         ignored=ignored,
         properties=dict(props),

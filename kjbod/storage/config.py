@@ -33,6 +33,7 @@ TOPIC_CONFIG_KEYS = {
     "message.timestamp.type": "message_timestamp_type",
     "message.timestamp.before.max.ms": "message_timestamp_before_max_ms",
     "message.timestamp.after.max.ms": "message_timestamp_after_max_ms",
+    "message.timestamp.difference.max.ms": "message_timestamp_difference_max_ms",
     "delete.retention.ms": "delete_retention_ms",
     "min.compaction.lag.ms": "min_compaction_lag_ms",
     "max.compaction.lag.ms": "max_compaction_lag_ms",
@@ -65,6 +66,7 @@ BROKER_CONFIG_KEYS: list[tuple[str, str, int]] = [
     ("log.message.timestamp.type", "message_timestamp_type", 1),
     ("log.message.timestamp.before.max.ms", "message_timestamp_before_max_ms", 1),
     ("log.message.timestamp.after.max.ms", "message_timestamp_after_max_ms", 1),
+    ("log.message.timestamp.difference.max.ms", "message_timestamp_difference_max_ms", 1),
     ("log.cleaner.delete.retention.ms", "delete_retention_ms", 1),
     ("log.cleaner.min.compaction.lag.ms", "min_compaction_lag_ms", 1),
     ("log.cleaner.max.compaction.lag.ms", "max_compaction_lag_ms", 1),
@@ -108,6 +110,7 @@ class LogConfig:
     message_timestamp_type: str = "CreateTime"
     message_timestamp_before_max_ms: int = LONG_MAX
     message_timestamp_after_max_ms: int = LONG_MAX
+    message_timestamp_difference_max_ms: int = LONG_MAX  # Kafka's deprecated key: both limits where those are unset
     # Compaction (kjbod.storage.cleaner), Kafka's defaults.
     delete_retention_ms: int = 86_400_000
     min_compaction_lag_ms: int = 0
@@ -153,8 +156,9 @@ class LogConfig:
         if self.message_timestamp_type not in TIMESTAMP_TYPES:
             raise ValueError(f"message.timestamp.type={self.message_timestamp_type!r} is not one of "
                              f"{', '.join(TIMESTAMP_TYPES)}")
-        if self.message_timestamp_before_max_ms < 0 or self.message_timestamp_after_max_ms < 0:
-            raise ValueError("message.timestamp.before.max.ms and message.timestamp.after.max.ms must be >= 0")
+        if min(self.message_timestamp_before_max_ms, self.message_timestamp_after_max_ms,
+               self.message_timestamp_difference_max_ms) < 0:
+            raise ValueError("message.timestamp.before.max.ms, .after.max.ms and .difference.max.ms must be >= 0")
         if self.compression_type not in COMPRESSION_TYPES:
             raise ValueError(f"compression.type={self.compression_type!r} is not one of "
                              f"{', '.join(COMPRESSION_TYPES)}")
@@ -162,6 +166,18 @@ class LogConfig:
             level = getattr(self, f"compression_{codec}_level")
             if (problem := compression_level_problem(codec, level)) is not None:
                 raise ValueError(f"compression.{codec}.level={level} {problem}")
+
+    @property
+    def message_timestamp_before_limit_ms(self) -> int:
+        """How far in the past a CreateTime may be: message.timestamp.before.max.ms, or where that is left at its
+        default, message.timestamp.difference.max.ms (Kafka's LogConfig)."""
+        before = self.message_timestamp_before_max_ms
+        return before if before != LONG_MAX else self.message_timestamp_difference_max_ms
+
+    @property
+    def message_timestamp_after_limit_ms(self) -> int:
+        after = self.message_timestamp_after_max_ms
+        return after if after != LONG_MAX else self.message_timestamp_difference_max_ms
 
     @property
     def log_append_time(self) -> bool:

@@ -787,8 +787,8 @@ class PartitionLog:
             return ValidatedAppend(view, batches, now, None)
         checked = validate_records(
             view, batches, now_ms=now, log_append_time=cfg.log_append_time,
-            timestamp_before_max_ms=cfg.message_timestamp_before_max_ms,
-            timestamp_after_max_ms=cfg.message_timestamp_after_max_ms,
+            timestamp_before_max_ms=cfg.message_timestamp_before_limit_ms,
+            timestamp_after_max_ms=cfg.message_timestamp_after_limit_ms,
             compacted_partition=self.name if cfg.compact else None,
             target_codec=cfg.target_codec, target_level=cfg.target_level,
         )
