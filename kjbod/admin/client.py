@@ -39,6 +39,7 @@ from uuid import UUID
 
 import structlog
 
+from kjbod import __version__
 from kjbod.admin.consumer_protocol import decode_assignment
 from kjbod.admin.errors import (
     AdminError,
@@ -66,6 +67,7 @@ from kjbod.admin.types import (
     DeleteGroupResult,
     DeleteRecordsResult,
     DeleteTopicResult,
+    FeatureMetadata,
     GroupDescription,
     GroupListing,
     GroupOffsets,
@@ -111,6 +113,7 @@ from kjbod.protocol.generated.alter_replica_log_dirs_request import (
     AlterReplicaLogDirsRequest,
     AlterReplicaLogDirTopic,
 )
+from kjbod.protocol.generated.api_versions_request import ApiVersionsRequest
 from kjbod.protocol.generated.create_acls_request import AclCreation, CreateAclsRequest
 from kjbod.protocol.generated.create_partitions_request import (
     CreatePartitionsAssignment,
@@ -174,6 +177,7 @@ from kjbod.protocol.generated.reassign_partitions_request import (
     ReassignPartitionsRequest,
     TopicReassignment,
 )
+from kjbod.protocol.generated.update_features_request import FeatureUpdateKey, UpdateFeaturesRequest
 from kjbod.protocol.runtime import ZERO_UUID, gc_pause, gc_resume
 from kjbod.wire.framing import DEFAULT_MAX_FRAME_SIZE
 
@@ -200,6 +204,8 @@ INCREMENTAL_ALTER_CONFIGS = 44
 ALTER_PARTITION_REASSIGNMENTS = 45
 LIST_PARTITION_REASSIGNMENTS = 46
 DESCRIBE_CLUSTER = 60
+API_VERSIONS = 18
+UPDATE_FEATURES = 57
 OFFSET_COMMIT = 8
 OFFSET_FETCH = 9
 FIND_COORDINATOR = 10
@@ -1394,6 +1400,43 @@ class AdminClient:
         return ExponentialBackoff(self.retry_backoff, self.retry_backoff_max)
 
     # ============================================================================================ ACLs
+
+    # ============================================================================================ features
+
+    async def describe_features(self, *, timeout: float | None = None) -> FeatureMetadata:
+        """The cluster's finalized feature levels and what the answering broker supports (ApiVersions v3+)."""
+        response, _, _ = await self._call(
+            None, API_VERSIONS, lambda v: ApiVersionsRequest(client_software_name="kjbod",
+                                                             client_software_version=__version__),
+            self._deadline(timeout), check=lambda r: r.error_code, min_version=3)
+        return FeatureMetadata(
+            {f.name: f.max_version_level for f in response.finalized_features},
+            response.finalized_features_epoch if response.finalized_features_epoch >= 0 else None,
+            {f.name: (f.min_version, f.max_version) for f in response.supported_features})
+
+    async def update_features(self, updates: Mapping[str, tuple[int, int]], *, validate_only: bool = False,
+                              timeout: float | None = None) -> dict[str, KafkaError | None]:
+        """Changes finalized feature levels: {feature: (level, upgrade type: UPGRADE, SAFE_DOWNGRADE or
+        UNSAFE_DOWNGRADE)} (UpdateFeatures, which the broker forwards to the controller).  Per feature, the error
+        or None; the controller takes all of them or none."""
+        deadline = self._deadline(timeout)
+
+        def build(version: int) -> UpdateFeaturesRequest:
+            return UpdateFeaturesRequest(
+                timeout_ms=self._timeout_ms(deadline), validate_only=validate_only,
+                feature_updates=[FeatureUpdateKey(feature=name, max_version_level=level,
+                                                  upgrade_type=kind if version >= 1 else 1,
+                                                  allow_downgrade=version == 0 and kind != 1)
+                                 for name, (level, kind) in updates.items()])
+
+        response, _, conn = await self._call(None, UPDATE_FEATURES, build, deadline)
+        top = error_for_code(response.error_code, response.error_message, api="UpdateFeatures", broker=conn.address)
+        out: dict[str, KafkaError | None] = {name: top for name in updates}
+        for r in response.results:
+            if r.feature in out and top is None:
+                out[r.feature] = error_for_code(r.error_code, r.error_message, api="UpdateFeatures",
+                                                broker=conn.address)
+        return out
 
     async def describe_acls(self, acl_filter: AclFilter, *, timeout: float | None = None) -> list[AclEntry]:
         """The ACL entries `acl_filter` matches (DescribeAcls to any broker); an error answer raises."""

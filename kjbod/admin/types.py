@@ -414,6 +414,21 @@ class AlterReplicaLogDirResult:
     error: KafkaError | None
 
 
+# ------------------------------------------------------------------------------------------------- features
+
+UPGRADE, SAFE_DOWNGRADE, UNSAFE_DOWNGRADE = 1, 2, 3  # UpdateFeatures' upgrade types
+
+
+@dataclass(frozen=True, slots=True)
+class FeatureMetadata:
+    """What ApiVersions says of features (Kafka's Admin.describeFeatures): the cluster's finalized levels with the
+    metadata offset they come from, and the range each feature the answering node supports."""
+
+    finalized: dict[str, int]
+    finalized_epoch: int | None
+    supported: dict[str, tuple[int, int]]
+
+
 # ------------------------------------------------------------------------------------------------- per-item results
 
 K = TypeVar("K")

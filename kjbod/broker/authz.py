@@ -47,6 +47,7 @@ CLUSTER_ALTER_APIS = frozenset({
     45,  # AlterPartitionReassignments
     64,  # UnregisterBroker
     51,  # AlterUserScramCredentials
+    57,  # UpdateFeatures
     10000, 10001, 10002,  # kjbod's KIP-179 reassignment and throttle extensions
 })
 # APIs that only read the cluster's state: DESCRIBE on the cluster.

@@ -53,6 +53,7 @@ from kjbod.metadata import (
     MetadataImage,
     PartitionImage,
     TopicImage,
+    features,
     is_reserved_dir,
 )
 from kjbod.net.controller_channel import InProcessControllerChannel
@@ -65,6 +66,7 @@ from kjbod.protocol.generated import (
     CreateTopicsRequest,
     DeleteTopicsRequest,
 )
+from kjbod.protocol.generated.broker_registration_request import Feature as RegFeature
 from kjbod.protocol.generated.broker_registration_request import Listener as RegListener
 from kjbod.protocol.generated.create_topics_request import CreatableTopic
 from kjbod.storage.errors import StorageError
@@ -277,6 +279,8 @@ class BrokerNode:
     def _publish(self, delta: MetadataDelta, image: MetadataImage) -> None:
         """Applies a committed delta to this broker: the new image, then its local logs."""
         old, self.metadata = self.metadata, image
+        if old.features_epoch != image.features_epoch:
+            self.handler.forget_answers()  # ApiVersions' memoised answers carry the finalized levels
         if self.assignments is not None:
             self.assignments.on_metadata(image)
         if self.broker_config_listeners and (
@@ -546,6 +550,8 @@ class BrokerNode:
                                    security_protocol=SECURITY_PROTOCOLS.get(ln.security_protocol, 0))
                        for ln in listeners],
             rack=self.rack, log_dirs=[uuid.UUID(bytes=uuid_from_str(d)) for d in dirs],
+            features=[RegFeature(name=n, min_supported_version=lo, max_supported_version=hi)
+                      for n, (lo, hi) in sorted(features.SUPPORTED.items())],
             cordoned_log_dirs=self.cordoned_dir_ids())
 
     async def _register(self) -> None:

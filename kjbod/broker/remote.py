@@ -48,7 +48,7 @@ from kjbod.broker.lifecycle import BrokerLifecycleManager, BrokerState, Lifecycl
 from kjbod.broker.metadata_follower import MetadataBatch, MetadataFollower
 from kjbod.broker.node import BrokerNode
 from kjbod.broker.storage_glue import apply_image_at_start, open_logs, reconcile, refresh_log_defaults
-from kjbod.metadata import EMPTY_IMAGE, MetadataDelta, MetadataImage, is_reserved_dir
+from kjbod.metadata import EMPTY_IMAGE, MetadataDelta, MetadataImage, features, is_reserved_dir
 from kjbod.net.controller_channel import SocketControllerChannel, controller_addresses
 from kjbod.net.correlator import PerVersion
 from kjbod.net.errors import ClientError
@@ -190,7 +190,7 @@ class RemoteBrokerNode(BrokerNode):
         c = self.config
         return LifecycleConfig(
             node_id=self.node_id, cluster_id=self.cluster_id, listeners=registration.listeners,
-            log_dirs=registration.log_dirs, rack=registration.rack,
+            log_dirs=registration.log_dirs, rack=registration.rack, features=dict(features.SUPPORTED),
             heartbeat_interval=int(c.broker_heartbeat_interval_ms) / 1000,
             session_timeout=int(c.broker_session_timeout_ms) / 1000,
             initial_registration_timeout=int(c.initial_broker_registration_timeout_ms) / 1000,
@@ -227,6 +227,8 @@ class RemoteBrokerNode(BrokerNode):
         delta = MetadataDelta(base)
         delta.replay_all(batch.records, first_offset=batch.last_offset - len(batch.records) + 1)
         image = delta.apply()
+        if image.features_epoch != self.metadata.features_epoch:
+            self.handler.forget_answers()  # ApiVersions' memoised answers carry the finalized levels
         if not self._logs_ready:
             self.metadata = image
         elif batch.snapshot:  # far behind: the image is rebuilt whole, and the logs made to match it

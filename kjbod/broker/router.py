@@ -185,6 +185,13 @@ class Router:
         # Per connection id, the shape of its last plain follower fetch (kjbod.broker.handlers.follower_fetch_fast).
         self.follower_fetch_shapes: dict[int, Any] = {}
 
+    def forget_answers(self) -> None:
+        """Drops the memoised answers (in place: connections share these dicts): what they say has changed (the
+        finalized feature levels ApiVersions reports)."""
+        for by_route in self._ready.values():
+            for answers in by_route.values():
+                answers.clear()
+
     def ready_replies(self, listener_kind: str) -> dict[int, dict[bytes, bytes]]:
         """The memoised answers for one listener kind (see kjbod.wire.handler): route id -> {request bytes after
         the correlation id -> response bytes after it}.  Filled as requests are answered; shared, not copied."""

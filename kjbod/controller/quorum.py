@@ -39,6 +39,7 @@ from kjbod.controller import (
     configs,
     directories,
     elections,
+    features,
     producer_ids,
     reassignment,
     replication_control,
@@ -74,6 +75,7 @@ from kjbod.protocol.generated import (
     ListPartitionReassignmentsRequest,
     ReassignPartitionsRequest,
     UnregisterBrokerRequest,
+    UpdateFeaturesRequest,
 )
 from kjbod.protocol.generated.alter_configs_response import AlterConfigsResourceResponse as AlterResp
 from kjbod.protocol.generated.incremental_alter_configs_response import (
@@ -169,6 +171,7 @@ class QuorumController:
             _key(AlterUserScramCredentialsRequest): self._alter_user_scram_credentials,
             _key(CreateAclsRequest): self._create_acls,
             _key(DeleteAclsRequest): self._delete_acls,
+            _key(UpdateFeaturesRequest): self._update_features,
         }
 
     # ------------------------------------------------------------------------------------------ lifecycle
@@ -491,6 +494,9 @@ class QuorumController:
 
     def _unregister(self, version: int, req: UnregisterBrokerRequest) -> Operation:
         return lambda image, _o: cluster_control.unregister_broker(image, req.broker_id)
+
+    def _update_features(self, version: int, req: UpdateFeaturesRequest) -> Operation:
+        return lambda image, _o: features.update_features(image, req, version, self.settings.node_id or 0)
 
     def _alter_user_scram_credentials(self, version: int, req: AlterUserScramCredentialsRequest) -> Operation:
         return lambda image, _o: scram.alter_user_scram_credentials(image, req)

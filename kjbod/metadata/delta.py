@@ -100,6 +100,7 @@ class MetadataDelta:
         self._brokers: dict[int, BrokerRegistration | None] = {}
         self._next_producer_id: int | None = None
         self._features: dict[str, int] | None = None
+        self._features_epoch: int | None = None
         # KIP-179 throttle intents changed by this delta (None: ended)
         self._throttled_replicas: dict[tuple[UUID, int], tuple[tuple[int, ...], tuple[int, ...]] | None] = {}
         self._throttled_rates: dict[int, RateIntent | None] = {}
@@ -297,6 +298,7 @@ class MetadataDelta:
             self.dropped += 1
 
     def _feature_level_record(self, rec: FeatureLevelRecord) -> None:
+        self._features_epoch = self.offset
         if self._features is None:
             self._features = dict(self.image.features)
         if rec.feature_level == 0:
@@ -344,6 +346,7 @@ class MetadataDelta:
             topics_by_name=by_name, topics_by_id=by_id, configs=configs, brokers=brokers,
             next_producer_id=image.next_producer_id if self._next_producer_id is None else self._next_producer_id,
             features=image.features if self._features is None else self._features, offset=self.offset,
+            features_epoch=image.features_epoch if self._features_epoch is None else self._features_epoch,
             throttled_replicas=_merged(image.throttled_replicas, self._throttled_replicas),
             throttled_rates=_merged(image.throttled_rates, self._throttled_rates),
             scram=_merged(image.scram, self._scram), acls=_merged(image.acls, self._acls))

@@ -160,6 +160,7 @@ class MetadataImage:
     brokers: Mapping[int, BrokerRegistration] = field(default_factory=dict)
     next_producer_id: int = 0
     features: Mapping[str, int] = field(default_factory=dict)
+    features_epoch: int = -1  # offset of the last FeatureLevelRecord replayed (ApiVersions' finalized epoch)
     offset: int = -1  # offset of the last record replayed into this image; -1 for the empty image
     # kjbod's KIP-179 throttle intents: per partition (topic id, partition), the (leader, follower) brokers whose
     # throttled-replica entries the controller added (ThrottledReplicasIntentRecord); per broker, the rates it set

@@ -225,7 +225,9 @@ class ControllerNode:
         self.shutdown_requested.set()
 
     def _publish(self, delta: MetadataDelta, image: MetadataImage) -> None:
-        self.metadata = image
+        old, self.metadata = self.metadata, image
+        if old is None or old.features_epoch != image.features_epoch:
+            self.handler.forget_answers()  # ApiVersions' memoised answers carry the finalized levels
 
     async def stop(self) -> None:
         if self.raft is not None:

@@ -58,6 +58,7 @@ from kjbod.broker.handlers import (  # noqa: F401
     sync_group,
     txn_offset_commit,
     unregister_broker,
+    update_features,
     vote,
     write_txn_markers,
 )

@@ -139,6 +139,8 @@ from .unfence_broker_record import UnfenceBrokerRecord
 from .unregister_broker_record import UnregisterBrokerRecord
 from .unregister_broker_request import UnregisterBrokerRequest
 from .unregister_broker_response import UnregisterBrokerResponse
+from .update_features_request import UpdateFeaturesRequest
+from .update_features_response import UpdateFeaturesResponse
 from .user_scram_credential_record import UserScramCredentialRecord
 from .vote_request import VoteRequest
 from .vote_response import VoteResponse
@@ -283,6 +285,8 @@ __all__ = [
     'UnregisterBrokerRecord',
     'UnregisterBrokerRequest',
     'UnregisterBrokerResponse',
+    'UpdateFeaturesRequest',
+    'UpdateFeaturesResponse',
     'UserScramCredentialRecord',
     'VoteRequest',
     'VoteResponse',

@@ -143,6 +143,8 @@ from .unfence_broker_record import UnfenceBrokerRecord
 from .unregister_broker_record import UnregisterBrokerRecord
 from .unregister_broker_request import UnregisterBrokerRequest
 from .unregister_broker_response import UnregisterBrokerResponse
+from .update_features_request import UpdateFeaturesRequest
+from .update_features_response import UpdateFeaturesResponse
 from .user_scram_credential_record import UserScramCredentialRecord
 from .vote_request import VoteRequest
 from .vote_response import VoteResponse
@@ -209,6 +211,7 @@ APIS: dict[int, ApiInfo] = {
     54: ApiInfo(54, 'EndQuorumEpoch', EndQuorumEpochRequest, EndQuorumEpochResponse, 0, 1, 1, frozenset(['controller'])),
     55: ApiInfo(55, 'DescribeQuorum', DescribeQuorumRequest, DescribeQuorumResponse, 0, 2, 0, frozenset(['broker', 'controller'])),
     56: ApiInfo(56, 'AlterPartition', AlterPartitionRequest, AlterPartitionResponse, 0, 3, 0, frozenset(['controller'])),
+    57: ApiInfo(57, 'UpdateFeatures', UpdateFeaturesRequest, UpdateFeaturesResponse, 0, 2, 0, frozenset(['broker', 'controller'])),
     59: ApiInfo(59, 'FetchSnapshot', FetchSnapshotRequest, FetchSnapshotResponse, 0, 1, 0, frozenset(['controller'])),
     60: ApiInfo(60, 'DescribeCluster', DescribeClusterRequest, DescribeClusterResponse, 0, 2, 0, frozenset(['broker', 'controller'])),
     62: ApiInfo(62, 'BrokerRegistration', BrokerRegistrationRequest, BrokerRegistrationResponse, 0, 4, 0, frozenset(['controller'])),
