@@ -17,8 +17,9 @@ back once committed), so nothing a failover undoes is ever applied. The controll
 quorum's leader, and only once its own LeaderChangeMessage is committed and replayed (so it has every record an
 earlier leader committed); a write appends through the quorum and is answered once it is committed and replayed.
 Elsewhere, and when leadership is lost with writes in flight or queued, requests get NOT_CONTROLLER. Broker
-sessions start afresh on activation, as Kafka's do. No snapshots are written in this mode yet (voters cannot
-fetch them).
+sessions start afresh on activation, as Kafka's do. Every voter writes its own snapshots of what it has replayed
+(the committed image at `applied_end`), on the same trigger as a single controller; a voter that installs a
+snapshot fetched from the leader (FetchSnapshot) replaces its image with the snapshot's (`load_snapshot`).
 """
 
 from __future__ import annotations
@@ -79,6 +80,7 @@ from kjbod.protocol.generated.alter_configs_response import AlterConfigsResource
 from kjbod.protocol.generated.incremental_alter_configs_response import (
     AlterConfigsResourceResponse as IncrementalResp,
 )
+from kjbod.storage.errors import OffsetOutOfRangeError
 from kjbod.storage.metadata_log import unframe_record
 from kjbod.storage.records import iter_batches, iter_records
 
@@ -203,6 +205,8 @@ class QuorumController:
         self.heartbeats.dirs.note_records([r for r, _ in kept])
         mlog.add_commit_listener(self._on_commit)
         driver.add_leader_listener(self._on_leader_change)
+        if hasattr(driver, "add_snapshot_listener"):
+            driver.add_snapshot_listener(self.load_snapshot)
         return self.image
 
     def _on_commit(self, _hw: int) -> None:
@@ -214,7 +218,10 @@ class QuorumController:
         mlog = self.raft.mlog
         while self.applied_end < mlog.high_watermark:
             start = self.applied_end
-            data = await self.raft.run_on_worker(mlog.read, start, 8 << 20)
+            try:
+                data = await self.raft.run_on_worker(mlog.read, start, 8 << 20)
+            except OffsetOutOfRangeError:
+                return  # a snapshot fetched from the leader replaced the log under us (load_snapshot follows)
             if not data or self.applied_end != start:
                 return
             view = memoryview(data)
@@ -244,6 +251,40 @@ class QuorumController:
             self.applied_end = end
             self._wake_applied()
             self._maybe_activate()
+            await self._maybe_snapshot_replicated()
+
+    async def _maybe_snapshot_replicated(self) -> None:
+        """A voter's snapshot of the committed image it has replayed, once enough bytes were written since the
+        last one (on the quorum's file worker, so it never runs beside an append or a truncation)."""
+        mlog = self.raft.mlog
+        end = self.applied_end
+        if mlog.bytes_since_snapshot < self.settings.max_bytes_between_snapshots or end <= mlog.log_start_offset:
+            return
+        latest = mlog.latest_snapshot()
+        if latest is not None and latest.end_offset >= end:
+            return
+        await self.raft.run_on_worker(mlog.write_snapshot, image_records(self.image), end)
+        log.info("metadata_snapshot_written", end_offset=end, node_id=self.settings.node_id)
+
+    def load_snapshot(self, records: list[Any], end_offset: int) -> None:
+        """This voter installed a snapshot fetched from the leader: its records are the image up to
+        `end_offset` (exclusive); replay them onto an empty image and go on from there."""
+        delta = MetadataDelta(EMPTY_IMAGE)
+        for rec in records:
+            delta.replay(rec, end_offset - 1)
+        self.image = image = delta.apply()
+        self.heartbeats.dirs.note_records(records)
+        self.reassignment_plans = reassignment.plans_from(image)
+        self.applied_end = end_offset
+        log.info("metadata_snapshot_loaded", end_offset=end_offset, records=len(records),
+                 node_id=self.settings.node_id)
+        for listener in self._listeners:
+            try:
+                listener(delta, image)
+            except Exception:
+                log.exception("metadata_listener_failed")
+        self._wake_applied()
+        self._maybe_activate()
 
     def _wake_applied(self) -> None:
         still = []
