@@ -224,7 +224,8 @@ class MetadataFetchService:
             return self._snapshot_response(version, t.name, p.partition,
                                            fsr.PartitionSnapshot(index=p.partition,
                                                                  error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
-        leader = fsr.LeaderIdAndEpoch(leader_id=self.node_id, leader_epoch=self.mlog.epoch)
+        leader_id, epoch, _leads = self._leader()
+        leader = fsr.LeaderIdAndEpoch(leader_id=leader_id, leader_epoch=epoch)
         error = self._leader_error(p.current_leader_epoch)
         if error:
             return self._snapshot_response(version, TOPIC, 0, fsr.PartitionSnapshot(error_code=error,
@@ -238,6 +239,8 @@ class MetadataFetchService:
         if p.position < 0 or p.position >= size:
             return self._snapshot_response(version, TOPIC, 0, fsr.PartitionSnapshot(
                 error_code=ErrorCode.POSITION_OUT_OF_RANGE, current_leader=leader))
+        if self.leadership is not None and hasattr(self.leadership, "snapshot_fetched"):
+            self.leadership.snapshot_fetched(body.replica_id)  # a voter catching up counts as fetching
         chunk = self.mlog.read_snapshot(sid, p.position, max(1, min(body.max_bytes, size)))
         data = chunk[1] if chunk is not None else b""
         return self._snapshot_response(version, TOPIC, 0, fsr.PartitionSnapshot(
