@@ -339,6 +339,18 @@ KEYS: dict[str, KeyDef] = {
         KeyDef("broker.rack", _nonempty_str, None),
         KeyDef("controller.quorum.bootstrap.servers", _host_ports, ()),
         KeyDef("controller.quorum.voters", _voters, ()),
+        # Kafka's QuorumConfig timings (its ConfigDef takes any int; kjbod refuses values its quorum cannot run on)
+        KeyDef("controller.quorum.election.timeout.ms", _int(1), 1000,
+               "a voter that hears of no leader for this long (a random time in [t, 2t)) stands for election"),
+        KeyDef("controller.quorum.election.backoff.max.ms", _int(0), 1000,
+               "the most a candidate whose election failed waits before it stands again"),
+        KeyDef("controller.quorum.fetch.timeout.ms", _int(1), 2000,
+               "a follower that could not fetch from the leader for this long stands for election; a leader not "
+               "fetched from by a majority for 1.5 times this resigns"),
+        KeyDef("controller.quorum.request.timeout.ms", _int(1), 2000,
+               "how long a voter waits for the answer to a quorum request"),
+        KeyDef("controller.quorum.retry.backoff.ms", _int(0), 20,
+               "the wait before a failed quorum request is sent again"),
         KeyDef("log.dirs", _list, None),
         KeyDef("log.dir", _nonempty_str, "/tmp/kraft-combined-logs", into="log_dirs"),
         KeyDef("metadata.log.dir", _nonempty_str, None),
@@ -648,6 +660,11 @@ class ServerConfig:
     broker_rack: str | None = None
     controller_quorum_bootstrap_servers: tuple[str, ...] = ()
     controller_quorum_voters: tuple[str, ...] = ()
+    controller_quorum_election_timeout_ms: int = 1000
+    controller_quorum_election_backoff_max_ms: int = 1000
+    controller_quorum_fetch_timeout_ms: int = 2000
+    controller_quorum_request_timeout_ms: int = 2000
+    controller_quorum_retry_backoff_ms: int = 20
     log_flush_offset_checkpoint_interval_ms: int = 60_000
     log_initial_task_delay_ms: int = 30_000
     log_dir_stall_timeout_ms: int = 30_000
@@ -1162,6 +1179,11 @@ def build_config(
         inter_broker_listener_name=inter_broker,
         controller_quorum_bootstrap_servers=get("controller.quorum.bootstrap.servers"),
         controller_quorum_voters=get("controller.quorum.voters"),
+        controller_quorum_election_timeout_ms=get("controller.quorum.election.timeout.ms"),
+        controller_quorum_election_backoff_max_ms=get("controller.quorum.election.backoff.max.ms"),
+        controller_quorum_fetch_timeout_ms=get("controller.quorum.fetch.timeout.ms"),
+        controller_quorum_request_timeout_ms=get("controller.quorum.request.timeout.ms"),
+        controller_quorum_retry_backoff_ms=get("controller.quorum.retry.backoff.ms"),
         log_flush_offset_checkpoint_interval_ms=get("log.flush.offset.checkpoint.interval.ms"),
         log_dir_stall_timeout_ms=get("log.dir.stall.timeout.ms"),
         log_dir_slow_threshold_ms=get("log.dir.slow.threshold.ms"),

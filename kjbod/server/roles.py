@@ -32,6 +32,7 @@ from kjbod.controller.metadata_fetch import MetadataFetchService
 from kjbod.controller.raft_driver import RaftDriver
 from kjbod.metadata import EMPTY_IMAGE, MetadataDelta, MetadataImage
 from kjbod.protocol.errors import ErrorCode
+from kjbod.raft.quorum import RaftConfig
 from kjbod.server import config as server_config
 from kjbod.server.config import ConfigError
 from kjbod.storage.fsio import LogDirIO
@@ -123,6 +124,18 @@ def quorum_voters(config: Any) -> dict[int, tuple[str, int]]:
     return out
 
 
+def raft_config(config: Any) -> RaftConfig:
+    """The controller.quorum.* timings of a voter (Kafka's defaults when a key is not set)."""
+    d = RaftConfig()
+    return RaftConfig(
+        election_timeout_ms=int(getattr(config, "controller_quorum_election_timeout_ms", d.election_timeout_ms)),
+        election_backoff_max_ms=int(getattr(config, "controller_quorum_election_backoff_max_ms",
+                                            d.election_backoff_max_ms)),
+        fetch_timeout_ms=int(getattr(config, "controller_quorum_fetch_timeout_ms", d.fetch_timeout_ms)),
+        request_timeout_ms=int(getattr(config, "controller_quorum_request_timeout_ms", d.request_timeout_ms)),
+        retry_backoff_ms=int(getattr(config, "controller_quorum_retry_backoff_ms", d.retry_backoff_ms)))
+
+
 def metadata_fetch_service(config: Any, metadata_log: MetadataLog, cluster_id: str) -> MetadataFetchService:
     """What the controller listener answers Fetch and FetchSnapshot of the metadata log with."""
     return MetadataFetchService(metadata_log, cluster_id=cluster_id, node_id=config.node_id,
@@ -204,7 +217,8 @@ class ControllerNode:
         active only while this node leads, and its image follows the committed log."""
         self.metadata_log = MetadataLog(meta_dir, node_id=self.node_id, writer=False, replicated=True)
         records = self.metadata_log.load()
-        self.raft = RaftDriver(self.node_id, voters, self.metadata_log, self.cluster_id, on_fatal=self._quorum_failed)
+        self.raft = RaftDriver(self.node_id, voters, self.metadata_log, self.cluster_id,
+                               config=raft_config(self.config), on_fatal=self._quorum_failed)
         self.metadata_fetch = MetadataFetchService(self.metadata_log, cluster_id=self.cluster_id,
                                                    node_id=self.node_id, endpoint=controller_endpoint(self.config),
                                                    leadership=self.raft, endpoints=voters)
