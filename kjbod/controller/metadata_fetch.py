@@ -100,6 +100,9 @@ class MetadataFetchService:
         if (body.max_wait_ms < 0 or part.fetch_offset < 0 or part.last_fetched_epoch < 0
                 or part.last_fetched_epoch > part.current_leader_epoch):
             return self._fetch_response(version, ErrorCode.INVALID_REQUEST)
+        replica = body.replica_state.replica_id if version >= 15 else body.replica_id
+        if self.leadership is not None and hasattr(self.leadership, "observer_fetched"):
+            self.leadership.observer_fetched(replica, part.fetch_offset)  # DescribeQuorum lists the observers
         response = self._try_complete(part, body.max_bytes, version)
         pd = response.responses[0].partitions[0]
         if (pd.error_code or pd.records or body.max_wait_ms == 0 or pd.diverging_epoch.epoch != -1

@@ -74,6 +74,7 @@ VOTE, BEGIN_QUORUM_EPOCH, END_QUORUM_EPOCH, DESCRIBE_QUORUM, FETCH, FETCH_SNAPSH
 METADATA_TOPIC_ID_INT = 1  # Kafka's Uuid.METADATA_TOPIC_ID
 MAX_FETCH_WAIT_MS = 500  # Kafka's KafkaRaftClient.MAX_FETCH_WAIT_MS
 MAX_FETCH_BYTES = 8 << 20
+OBSERVER_SESSION_TIMEOUT_MS = 300_000  # Kafka's LeaderState: an observer not heard from this long is forgotten
 LeaderListener = Callable[[int, int, bool], None]  # (epoch, leader id or -1, this node leads)
 SnapshotListener = Callable[[list[Any], int], None]  # (the snapshot's records, its end offset)
 
@@ -113,6 +114,7 @@ class RaftDriver:
         self._leader_listeners: list[LeaderListener] = []
         self._snapshot_listeners: list[SnapshotListener] = []
         self._snapshot_chunks: list[bytes] = []  # what was fetched so far of quorum.fetching_snapshot
+        self._observers: dict[int, tuple[int, int]] = {}  # broker id -> (fetch offset, when), while leading
         self._task: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._snapshots = MetadataFetchService(mlog, cluster_id=cluster_id, node_id=node_id,
@@ -149,6 +151,17 @@ class RaftDriver:
     def add_snapshot_listener(self, fn: SnapshotListener) -> None:
         """`fn(records, end_offset)` after this voter installed a snapshot fetched from the leader."""
         self._snapshot_listeners.append(fn)
+
+    def observer_fetched(self, replica_id: int, fetch_offset: int) -> None:
+        """Leader: a broker (an observer of the quorum) fetched the metadata log from `fetch_offset`; DescribeQuorum
+        lists it among the observers."""
+        if replica_id >= 0 and replica_id not in self.voters and self.quorum.is_leader:
+            self._observers[replica_id] = (fetch_offset, self.clock())
+
+    def _live_observers(self) -> dict[int, tuple[int, int]]:
+        now = self.clock()
+        self._observers = {r: p for r, p in self._observers.items() if now - p[1] < OBSERVER_SESSION_TIMEOUT_MS}
+        return self._observers
 
     def snapshot_fetched(self, replica_id: int) -> None:
         """Leader: a FetchSnapshot from `replica_id` is being answered (it counts for check-quorum). Called from
@@ -259,6 +272,7 @@ class RaftDriver:
                     self._notify_progress()
                 elif isinstance(e, rq.LeaderChanged):
                     self.leader_epoch_start = None
+                    self._observers = {}
                     log.info("raft_leader_changed", node=self.node_id, epoch=e.epoch, leader=e.leader_id,
                              local=e.local)
                     for fn in list(self._leader_listeners):
@@ -417,7 +431,8 @@ class RaftDriver:
             return await self.fetch_snapshot(request, version)
         if api_key == DESCRIBE_QUORUM:
             assert isinstance(request, DescribeQuorumRequest)
-            return messages.describe_quorum_response(request, self.quorum, self.clock(), _wall_ms())
+            return messages.describe_quorum_response(request, self.quorum, self.clock(), _wall_ms(),
+                                                     observers=self._live_observers())
         async with self._lock:
             now = self.clock()
             if api_key == VOTE:
