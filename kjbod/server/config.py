@@ -319,10 +319,6 @@ class KeyDef:
         return self.into or self.key.replace(".", "_")
 
 
-# Until brokers follow a multi-controller quorum (stage 3 of the quorum work), only kjbod's own tests start
-# controller-only nodes with several voters, by setting this variable; it is not a user setting.
-UNFINISHED_QUORUM_ENV = "KJBOD_TEST_UNFINISHED_CONTROLLER_QUORUM"
-
 KEYS: dict[str, KeyDef] = {
     k.key: k
     for k in [
@@ -977,14 +973,17 @@ def build_config(
     if is_broker and not broker_listener_names:
         raise fail("listeners", "a broker needs at least one listener that is not a controller listener")
     voters = get("controller.quorum.voters") or ()
-    if is_controller and len(voters) > 1 and (
-            is_broker or os.environ.get(UNFINISHED_QUORUM_ENV) != "1"):
-        # Until kjbod's controllers run the KRaft quorum (kjbod.raft) end to end, a second voter would not be
-        # asked anything: each controller would lead alone and the metadata logs would part.
+    if is_controller and is_broker and len(voters) > 1:
+        # A combined node's controller runs alone on the broker's metadata log; only controller-only nodes
+        # run the KRaft quorum (kjbod.raft), so a second voter would never be asked and the logs would part.
         raise fail("controller.quorum.voters",
-                   f"controller.quorum.voters lists {len(voters)} voters ({','.join(voters)}), but a "
-                   "multi-controller quorum is not served yet: list this controller only "
-                   f"({get('node.id')}@host:port)")
+                   f"controller.quorum.voters lists {len(voters)} voters ({','.join(voters)}), but a node with "
+                   "process.roles=broker,controller runs its controller alone: list this node only "
+                   f"({get('node.id')}@host:port), or run the controllers as process.roles=controller")
+    if is_controller and len(voters) > 1 and str(get("node.id")) not in {v.partition("@")[0].strip() for v in voters}:
+        raise fail("controller.quorum.voters",
+                   f"node.id {get('node.id')} is not one of controller.quorum.voters ({','.join(voters)}): a "
+                   "controller of a quorum must be one of its voters")
     if is_broker and not is_controller:
         if controller_in_listeners:
             raise fail(
