@@ -3,7 +3,8 @@ controller quorum, from DescribeQuorum (and DescribeCluster for the cluster id) 
 
 Strategy: `describe_quorum` asks the controllers of `--bootstrap-controller` (a comma-separated list, as Kafka's
 tool takes) one after another until one answers; a controller that does not lead answers NOT_LEADER_OR_FOLLOWER
-naming the leader, and when that leader is in the list it is asked next. The answer becomes a `QuorumInfo`, and
+naming the leader, whose address it then gives in DescribeCluster (KIP-919: the controllers and the active one),
+and the leader is asked next. The answer becomes a `QuorumInfo`, and
 two pure functions render it as Kafka's tool does: `render_status` (ClusterId, LeaderId, LeaderEpoch,
 HighWatermark, MaxFollowerLag, MaxFollowerLagTimeMs, CurrentVoters, CurrentObservers) and `render_replication`
 (one row per replica: NodeId, DirectoryId, LogEndOffset, Lag, LastFetchTimestamp, LastCaughtUpTimestamp, Status
@@ -147,16 +148,41 @@ async def describe_quorum(addresses: list[tuple[str, int]], timeout: float = TIM
         code, leader, message = answer
         if code == NOT_LEADER_OR_FOLLOWER and leader >= 0:
             leader_hint = leader
-        problems.append(f"{address[0]}:{address[1]}: error {code}" + (f" ({message})" if message else ""))
+            where = (await controllers(address, timeout)).get(leader)
+            if where is not None and where not in asked:
+                queue.insert(0, where)
+        problems.append(f"{address[0]}:{address[1]}: {_error_name(code)}" + (f" ({message})" if message else ""))
     hint = f"; the quorum's leader is node {leader_hint}: add its controller listener" if leader_hint else ""
     raise UserError(f"no controller in --bootstrap-controller described the quorum: {'; '.join(problems)}{hint}")
+
+
+def _error_name(code: int) -> str:
+    from kjbod.protocol.errors import ErrorCode
+
+    try:
+        return ErrorCode(code).name
+    except ValueError:
+        return f"error {code}"
+
+
+async def controllers(address: tuple[str, int], timeout: float = TIMEOUT_S) -> dict[int, tuple[str, int]]:
+    """The controllers a controller lists in DescribeCluster (endpoint type 2), by node id; {} when it cannot."""
+    from kjbod.protocol.generated import DescribeClusterRequest
+
+    try:
+        response = await _ask(address, DescribeClusterRequest(endpoint_type=2), 60, timeout)
+    except Exception:
+        return {}
+    if response.error_code:
+        return {}
+    return {b.broker_id: (b.host, b.port) for b in response.brokers}
 
 
 async def cluster_id(address: tuple[str, int], timeout: float = TIMEOUT_S) -> str:
     from kjbod.protocol.generated import DescribeClusterRequest
 
     try:
-        response = await _ask(address, DescribeClusterRequest(), 60, timeout)
+        response = await _ask(address, DescribeClusterRequest(endpoint_type=2), 60, timeout)
     except Exception:
         return ""
     return str(response.cluster_id or "")

@@ -176,10 +176,18 @@ class ControllerNode:
         return bc.DynamicBrokerConfigs.from_image(self.node_id, self.metadata)
 
     def cluster_nodes(self, listener_name: str, *, controllers: bool) -> list[NodeEndpoint]:
+        """DescribeCluster for controllers (KIP-919): every voter of the quorum, or this controller alone."""
         if not controllers:
             return []
+        if self.raft is not None:
+            return [NodeEndpoint(v, host, port) for v, (host, port) in sorted(self.raft.voters.items())]
         endpoint = controller_endpoint(self.config)
         return [NodeEndpoint(self.node_id, *endpoint)] if endpoint is not None else []
+
+    @property
+    def active_controller_id(self) -> int:
+        """The controller id DescribeCluster names: the quorum's leader (-1 while none is known), or this one."""
+        return self.raft.leader_id if self.raft is not None else self.node_id
 
     async def controller_request(self, body: Any, version: int) -> Any:
         assert self.controller is not None
