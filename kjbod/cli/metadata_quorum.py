@@ -114,6 +114,10 @@ def quorum_info(response: Any) -> QuorumInfo | tuple[int, int, str]:
 async def _ask(address: tuple[str, int], body: Any, api_key: int, timeout: float) -> Any:
     from kjbod.net.controller_channel import SocketControllerChannel
 
+    # one plain connection attempt first: a controller that is down is reported at once, not retried until the
+    # timeout as the channel does
+    _reader, writer = await asyncio.wait_for(asyncio.open_connection(*address), timeout)
+    writer.close()
     channel = SocketControllerChannel([address], client_id="kjbod-metadata-quorum")
     try:
         return await channel.send(body, api_key, timeout=timeout)

@@ -64,6 +64,7 @@ from kjbod.protocol.generated.fetch_request import FetchPartition, FetchTopic, R
 from kjbod.raft import messages
 from kjbod.raft import quorum as rq
 from kjbod.raft.log_view import MetadataLogView
+from kjbod.storage.errors import OffsetOutOfRangeError
 from kjbod.storage.metadata_log import TOPIC, MetadataLog
 from kjbod.storage.metadata_snapshot import SnapshotFormatError, SnapshotId
 from kjbod.storage.quorum_state import QuorumStateStore
@@ -488,8 +489,13 @@ class RaftDriver:
                 await self._perform()
             records = b""
             if answer.read_from is not None:
-                records = await self._on_worker(self.mlog.read_uncommitted, answer.read_from,
-                                                max(1, min(part.partition_max_bytes, MAX_FETCH_BYTES)))
+                try:
+                    records = await self._on_worker(self.mlog.read_uncommitted, answer.read_from,
+                                                    max(1, min(part.partition_max_bytes, MAX_FETCH_BYTES)))
+                except OffsetOutOfRangeError:
+                    # a snapshot moved the log start past it meanwhile: the next answer names the snapshot
+                    self._progress_waiters.discard(progress)
+                    continue
             if first_hw is None:
                 first_hw = answer.high_watermark
             if (answer.error_code or records or answer.diverging is not None or answer.snapshot is not None

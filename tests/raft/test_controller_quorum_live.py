@@ -1,8 +1,8 @@
 """Three controller-only `kjbod serve` processes with `controller.quorum.voters` naming all three: they elect one
 leader (DescribeQuorum says which, and the others answer NOT_LEADER_OR_FOLLOWER naming it), a record written to the
 active controller reaches all three logs, a SIGKILLed leader is replaced by another that takes writes, and the
-killed one comes back from its files and catches up; a controller stopped while the others write and snapshot
-in a later epoch comes back through FetchSnapshot with the same image; brokers follow a failover."""
+killed one comes back from its files and catches up; brokers follow a failover. (test_quorum_snapshot_live.py: a
+controller behind a snapshot.)"""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ from datapath.support import RawClient, create_topic
 from kafka import KafkaProducer
 from live import LiveServer, format_storage, free_port, new_cluster_id
 
-from kjbod.metadata import EMPTY_IMAGE, MetadataDelta, image_records
 from kjbod.protocol.errors import ErrorCode as E
 from kjbod.protocol.generated import (
     BrokerRegistrationRequest,
@@ -28,6 +27,9 @@ from kjbod.storage.metadata_log import MetadataLog
 IDS = (1, 2, 3)
 DESCRIBE = DescribeQuorumRequest(topics=[dq.TopicData(topic_name="__cluster_metadata",
                                                       partitions=[dq.PartitionData(partition_index=0)])])
+
+
+FAST = {"controller.quorum.election.timeout.ms": "500", "controller.quorum.fetch.timeout.ms": "1500"}
 
 
 def controllers(tmp_path: Path, extra: dict[str, str] | None = None) -> dict[int, LiveServer]:
@@ -44,7 +46,7 @@ def controllers(tmp_path: Path, extra: dict[str, str] | None = None) -> dict[int
         server.config.write_text("".join(f"{k}={v}\n" for k, v in {
             "process.roles": "controller", "node.id": str(i), "listeners": f"CONTROLLER://127.0.0.1:{ports[i]}",
             "controller.listener.names": "CONTROLLER", "controller.quorum.voters": voters,
-            "log.dirs": str(d / "meta"), "broker.session.timeout.ms": "60000", **(extra or {})}.items()))
+            "log.dirs": str(d / "meta"), "broker.session.timeout.ms": "60000", **FAST, **(extra or {})}.items()))
         format_storage(server.config, cluster_id)
         out[i] = server
     return out
@@ -135,62 +137,6 @@ def test_three_controllers_elect_fail_over_and_catch_up(tmp_path: Path) -> None:
     assert all(code == 0 for code in codes.values()), {i: servers[i].stderr() for i in IDS}
     for s in servers.values():
         assert {7, 8} <= registered_in_log(s)
-
-
-def image_in_log(server: LiveServer) -> list:
-    """The image a controller's files hold (its snapshot, then its log), as the records that rebuild it."""
-    mlog = MetadataLog(str(server.metadata_dir), node_id=server.node_id, writer=False, replicated=True)
-    try:
-        delta = MetadataDelta(EMPTY_IMAGE)
-        for rec, offset in zip(mlog.load(), mlog.loaded_offsets, strict=True):
-            delta.replay(rec, offset)
-        return image_records(delta.apply())
-    finally:
-        mlog.close()
-
-
-def checkpoints(server: LiveServer) -> list[str]:
-    return sorted(p.name for p in (Path(server.metadata_dir) / "__cluster_metadata-0").glob("*.checkpoint"))
-
-
-def test_a_controller_behind_a_snapshot_catches_up_through_fetch_snapshot(tmp_path: Path) -> None:
-    """Controller F stops; the leader stops (SIGTERM) and comes back, so the quorum is in a later epoch; the two
-    write enough for snapshots (metadata.log.max.record.bytes.between.snapshots=2048). F, restarted, is
-    sent to the leader's snapshot (its last epoch is older than the snapshot's), fetches it with FetchSnapshot,
-    installs it and then holds the same metadata as the others."""
-    servers = controllers(tmp_path, {"metadata.log.max.record.bytes.between.snapshots": "2048",
-                                     "controller.quorum.election.timeout.ms": "500",
-                                     "controller.quorum.fetch.timeout.ms": "1500"})
-    try:
-        for s in servers.values():
-            s.start()
-        first = wait_for_leader(servers)
-        end = register(servers[first], 7)
-        wait_replicated(servers[first], end, IDS)
-        first_epoch = describe(servers[first]).leader_epoch
-        behind = next(i for i in IDS if i != first)
-        assert servers[behind].stop() == 0
-        assert servers[first].stop() == 0  # it resigns; back, it takes part in an election of a later epoch
-        servers[first].start()
-        second = wait_for_leader(servers)
-        assert describe(servers[second]).leader_epoch > first_epoch
-        for broker_id in range(100, 130):
-            end = register(servers[second], broker_id)
-        running = tuple(i for i in IDS if i != behind)
-        wait_replicated(servers[second], end, running)
-        assert all(checkpoints(servers[i]) for i in running)  # each voter snapshots its own committed image
-
-        servers[behind].start()
-        wait_replicated(servers[second], end, IDS)
-        assert wait_until(lambda: "raft_snapshot_installed" in servers[behind].stderr(tail=400),
-                          "the restarted controller installed the leader's snapshot")
-    finally:
-        codes = {i: s.stop() for i, s in servers.items()}
-    assert all(code == 0 for code in codes.values()), {i: servers[i].stderr() for i in IDS}
-    assert set(checkpoints(servers[behind])) & set(checkpoints(servers[second]))
-    images = {i: image_in_log(s) for i, s in servers.items()}
-    assert images[behind] == images[second] == images[next(i for i in IDS if i not in (behind, second))]
-    assert {7, *range(100, 130)} <= {r.broker_id for r in images[behind] if isinstance(r, RegisterBrokerRecord)}
 
 
 def brokers_for(tmp_path: Path, servers: dict[int, LiveServer]) -> dict[int, LiveServer]:
