@@ -149,6 +149,8 @@ EFFECTS: dict[str, list[str]] = {
         "tests/controller/test_quorum.py::test_session_expiry_fences_a_silent_broker"],
     "broker.rack": [f"{LIVE}::test_cluster_keys_show_in_what_clients_see",
                     "tests/controller/test_managers.py::test_create_topics_rack_aware_placement_spans_racks"],
+    "metadata.log.max.snapshot.interval.ms": [
+        "tests/controller/test_quorum.py::test_snapshot_interval_ms_snapshots_a_changed_log_once_the_time_has_passed"],
     "metadata.log.max.record.bytes.between.snapshots": [
         "tests/controller/test_controller_only_live.py::"
         "test_snapshot_interval_key_makes_the_controller_snapshot_and_a_restart_loads_it",

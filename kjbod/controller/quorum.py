@@ -9,7 +9,8 @@ reader sees whole changes.
 
 `handle_request(api_key, version, request, header)` is the one entry for requests (the in-process controller
 channel and the controller listener both call it).  A session timer fences one expired broker at a time.  When
-the log has grown by `max_bytes_between_snapshots` since the last snapshot, the writer writes one (off the loop).
+the log has grown by `max_bytes_between_snapshots` since the last snapshot, or `max_snapshot_interval_ms` has passed
+since it and something was written, the writer writes one (off the loop), as Kafka's SnapshotGenerator does.
 
 As one voter of a KRaft quorum (`attach_quorum`, kjbod.controller.raft_driver): the image holds only committed
 records. Every voter replays the committed log as its high watermark moves (the leader its own writes too, read
@@ -149,6 +150,7 @@ class QuorumController:
         self.active = True
         self._applied_waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._catching_up: asyncio.Task[None] | None = None
+        self._last_snapshot_at = clock()  # the time trigger counts from the start, as Kafka's does
         # api key -> (version, request) -> the operation that answers it
         self._handlers: dict[int, Callable[[int, Any], Operation]] = {
             _key(BrokerRegistrationRequest): self._register,
@@ -258,13 +260,22 @@ class QuorumController:
         last one (on the quorum's file worker, so it never runs beside an append or a truncation)."""
         mlog = self.raft.mlog
         end = self.applied_end
-        if mlog.bytes_since_snapshot < self.settings.max_bytes_between_snapshots or end <= mlog.log_start_offset:
+        if not self._snapshot_due(mlog.bytes_since_snapshot) or end <= mlog.log_start_offset:
             return
         latest = mlog.latest_snapshot()
         if latest is not None and latest.end_offset >= end:
             return
         await self.raft.run_on_worker(mlog.write_snapshot, image_records(self.image), end)
+        self._last_snapshot_at = self.clock()
         log.info("metadata_snapshot_written", end_offset=end, node_id=self.settings.node_id)
+
+    def _snapshot_due(self, bytes_since: int) -> bool:
+        """metadata.log.max.record.bytes.between.snapshots reached, or metadata.log.max.snapshot.interval.ms
+        passed since the last snapshot with something written since."""
+        if bytes_since >= self.settings.max_bytes_between_snapshots:
+            return True
+        interval = self.settings.max_snapshot_interval_ms
+        return interval > 0 and bytes_since > 0 and (self.clock() - self._last_snapshot_at) * 1000 >= interval
 
     def load_snapshot(self, records: list[Any], end_offset: int) -> None:
         """This voter installed a snapshot fetched from the leader: its records are the image up to
@@ -441,10 +452,11 @@ class QuorumController:
     async def _maybe_snapshot(self) -> None:
         since = getattr(self.log, "bytes_since_snapshot", None)
         write = getattr(self.log, "write_snapshot", None)
-        if since is None or write is None or since < self.settings.max_bytes_between_snapshots:
+        if since is None or write is None or not self._snapshot_due(since):
             return
         image = self.image
         await asyncio.get_running_loop().run_in_executor(self._io, write, image_records(image), image.offset + 1)
+        self._last_snapshot_at = self.clock()
         log.info("metadata_snapshot_written", end_offset=image.offset + 1)
 
     async def _expire_sessions(self) -> None:

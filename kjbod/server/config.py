@@ -353,6 +353,9 @@ KEYS: dict[str, KeyDef] = {
         KeyDef("cordoned.log.dirs", _list, (),
                "log dirs that take no new replicas (KIP-1066), or * for all; dynamic per broker"),
         KeyDef("metadata.log.max.record.bytes.between.snapshots", _long(1), 20 * 1024 * 1024),
+        KeyDef("metadata.log.max.snapshot.interval.ms", _long(0), 3_600_000,
+               "a controller writes a snapshot once this long has passed since its last one and something new "
+               "was committed (0: only the byte count triggers one)"),
         KeyDef("num.partitions", _int(1), 1),
         KeyDef("default.replication.factor", _int(1, 32767), 1),
         KeyDef("auto.create.topics.enable", _bool, True),
@@ -689,6 +692,7 @@ class ServerConfig:
     compression_lz4_level: int = 9
     compression_zstd_level: int = 3
     metadata_log_max_record_bytes_between_snapshots: int = 20 * 1024 * 1024
+    metadata_log_max_snapshot_interval_ms: int = 3_600_000
     log_message_timestamp_before_max_ms: int = LONG_MAX
     log_message_timestamp_after_max_ms: int = LONG_MAX
     kjbod_metrics_listener: str | None = None  # HOST:PORT
@@ -1212,6 +1216,7 @@ def build_config(
         compression_zstd_level=get("compression.zstd.level"),
         broker_rack=get("broker.rack"),
         metadata_log_max_record_bytes_between_snapshots=get("metadata.log.max.record.bytes.between.snapshots"),
+        metadata_log_max_snapshot_interval_ms=get("metadata.log.max.snapshot.interval.ms"),
         log_message_timestamp_before_max_ms=get("log.message.timestamp.before.max.ms"),
         log_message_timestamp_after_max_ms=get("log.message.timestamp.after.max.ms"),
         ignored=ignored,

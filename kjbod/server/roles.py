@@ -96,6 +96,7 @@ def controller_settings(config: Any, cluster_id: str, local_broker_id: int | Non
         broker_heartbeat_interval_ms=int(getattr(config, "broker_heartbeat_interval_ms", 2000)),
         max_bytes_between_snapshots=int(getattr(config, "metadata_log_max_record_bytes_between_snapshots",
                                                 SNAPSHOT_BYTES)),
+        max_snapshot_interval_ms=int(getattr(config, "metadata_log_max_snapshot_interval_ms", 3_600_000)),
         delete_topic_enable=bool(getattr(config, "delete_topic_enable", True)),
         unclean_leader_election_enable=bool(getattr(config, "unclean_leader_election_enable", False)),
         auto_leader_rebalance_enable=bool(getattr(config, "auto_leader_rebalance_enable", True)),
