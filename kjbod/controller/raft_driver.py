@@ -58,6 +58,7 @@ from kjbod.protocol.generated import (
     FetchSnapshotResponse,
     VoteRequest,
 )
+from kjbod.protocol.generated import describe_quorum_response as dqr
 from kjbod.protocol.generated import fetch_response as fr
 from kjbod.protocol.generated import fetch_snapshot_request as fsq
 from kjbod.protocol.generated.fetch_request import FetchPartition, FetchTopic, ReplicaState
@@ -92,13 +93,14 @@ class RaftDriver:
     def __init__(self, node_id: int, voters: dict[int, tuple[str, int]], mlog: MetadataLog, cluster_id: str, *,
                  config: rq.RaftConfig | None = None, channel_options: dict[str, Any] | None = None,
                  clock: Callable[[], int] = _monotonic_ms, rng: Any = None,
-                 on_fatal: Callable[[BaseException], None] | None = None) -> None:
+                 on_fatal: Callable[[BaseException], None] | None = None, listener_name: str = "CONTROLLER") -> None:
         if not mlog.is_open or mlog.io is None:
             raise RuntimeError("the metadata log must be loaded before the quorum starts")
         self.node_id = node_id
         self.voters = dict(voters)
         self.mlog = mlog
         self.cluster_id = cluster_id
+        self.listener_name = listener_name  # the voters' controller listener, as DescribeQuorum v2 names it
         self.config = config or rq.RaftConfig()
         self.clock = clock
         self.store = QuorumStateStore(mlog.io, mlog.dir)
@@ -432,8 +434,14 @@ class RaftDriver:
             return await self.fetch_snapshot(request, version)
         if api_key == DESCRIBE_QUORUM:
             assert isinstance(request, DescribeQuorumRequest)
-            return messages.describe_quorum_response(request, self.quorum, self.clock(), _wall_ms(),
-                                                     observers=self._live_observers())
+            described = messages.describe_quorum_response(request, self.quorum, self.clock(), _wall_ms(),
+                                                          observers=self._live_observers())
+            if version >= 2 and self.quorum.is_leader and not described.error_code:
+                # v2: where each voter can be reached (the leader's answer only, as Kafka's)
+                described.nodes = [dqr.Node(node_id=v, listeners=[dqr.Listener(name=self.listener_name, host=h,
+                                                                               port=p)])
+                                   for v, (h, p) in sorted(self.voters.items())]
+            return described
         async with self._lock:
             now = self.clock()
             if api_key == VOTE:

@@ -226,8 +226,10 @@ class ControllerNode:
         active only while this node leads, and its image follows the committed log."""
         self.metadata_log = MetadataLog(meta_dir, node_id=self.node_id, writer=False, replicated=True)
         records = self.metadata_log.load()
+        names = tuple(getattr(self.config, "controller_listener_names", ()) or ()) or ("CONTROLLER",)
         self.raft = RaftDriver(self.node_id, voters, self.metadata_log, self.cluster_id,
-                               config=raft_config(self.config), on_fatal=self._quorum_failed)
+                               config=raft_config(self.config), on_fatal=self._quorum_failed,
+                               listener_name=names[0])
         self.metadata_fetch = MetadataFetchService(self.metadata_log, cluster_id=self.cluster_id,
                                                    node_id=self.node_id, endpoint=controller_endpoint(self.config),
                                                    leadership=self.raft, endpoints=voters)
