@@ -567,6 +567,8 @@ COMPATIBILITY_ONLY: dict[str, str] = {
     "log.preallocate": "segment files grow as they are written",
     "metadata.max.idle.interval.ms": "the controller writes no NoOpRecords; brokers see the metadata log's leader "
                                      "through their fetches",
+    "controller.quorum.append.linger.ms": "the active controller appends and fsyncs each write's records as one "
+                                          "batch at once; nothing waits to be batched with later writes",
 }
 ACCEPTED_NO_EFFECT = frozenset(k for k in COMPATIBILITY_ONLY if k not in KEYS)
 
