@@ -77,7 +77,8 @@ def add_subcommand(sub: Any) -> None:
                                           "nodes named with --node; 'kjbod cluster up' starts them again.")
     down.add_argument("--dir", default="kjbod-cluster", metavar="PATH", help="the cluster's directory")
     down.add_argument("--node", action="append", default=[], metavar="NAME",
-                      help="stop only this node: broker-N (or N) or controller; repeatable")
+                      help="stop only this node: broker-N (or N), controller, or controller-N of a quorum; "
+                           "repeatable")
     down.set_defaults(func=run_down)
     status = actions.add_parser("status", help="which of the cluster's nodes run, and which controller leads",
                                 description="List the nodes of the cluster in --dir: role, node id, listener, pid "
@@ -355,7 +356,7 @@ def run_up(args: argparse.Namespace) -> int:
         print("nothing to start")
     elif not new and not running:
         print(f"starting the cluster in {root} again with its data (its own node count and log dirs; --brokers, "
-              "--log-dirs and --set apply to new clusters)")
+              "--controllers, --log-dirs and --set apply to new clusters)")
     elif not new:
         print(f"starting {', '.join(home.name for home in missing)} again with "
               f"{'its' if len(missing) == 1 else 'their'} data" + (" (--set applies to new clusters only)"
