@@ -377,15 +377,16 @@ def test_role_rules() -> None:
     assert "host:port" in config_error(controller__quorum__bootstrap__servers="localhost")
 
 
-def test_a_controller_with_several_voters_is_refused_until_the_quorum_is_served() -> None:
+def test_several_voters_make_a_quorum_of_controller_only_nodes() -> None:
     three = "1@127.0.0.1:9093,2@127.0.0.1:9094,3@127.0.0.1:9095"
+    controller = {"process__roles": "controller", "listeners": "CONTROLLER://127.0.0.1:9093"}
+    assert build(**controller, controller__quorum__voters=three).controller_quorum_voters == tuple(three.split(","))
+    # a combined node runs its controller alone; a controller must be one of the voters
     message = config_error(controller__quorum__voters=three)
-    assert "controller.quorum.voters lists 3 voters" in message
-    assert "multi-controller quorum is not served yet" in message
-    assert "multi-controller" in config_error(process__roles="controller",
-                                              listeners="CONTROLLER://127.0.0.1:9093",
-                                              controller__quorum__voters=three)
-    # one voter (this controller) as today; a broker may list every controller's address
+    assert "controller.quorum.voters lists 3 voters" in message and "process.roles=controller" in message
+    message = config_error(**controller, node__id="4", controller__quorum__voters=three)
+    assert "node.id 4 is not one of controller.quorum.voters" in message
+    # one voter (this controller) as before; a broker may list every controller's address
     assert build(controller__quorum__voters="1@127.0.0.1:9093").controller_quorum_voters == ("1@127.0.0.1:9093",)
     broker = build(process__roles="broker", listeners="PLAINTEXT://127.0.0.1:9092", controller__quorum__voters=three)
     assert len(broker.controller_quorum_voters) == 3

@@ -48,6 +48,7 @@ GROUPS_LIVE = "tests/groups/test_groups_live.py"
 LIMITS = "tests/test_connection_limits_live.py"
 QUOTAS = "tests/test_connection_quotas.py"
 TXN_LIVE = "tests/txn/test_txn_coordinator_live.py"
+QUORUM = "tests/raft/test_quorum_config.py"
 
 # key -> the tests that show it taking effect
 EFFECTS: dict[str, list[str]] = {
@@ -61,6 +62,15 @@ EFFECTS: dict[str, list[str]] = {
                       "tests/test_config.py::test_role_rules"],
     "controller.quorum.voters": [f"{REMOTE}::test_the_controller_is_found_from_voters_else_bootstrap_servers",
                                  "tests/controller/test_controller_only_live.py::test_controller_only_process"],
+    "controller.quorum.election.timeout.ms": [
+        f"{QUORUM}::test_election_timeout_ms_sets_when_an_unattached_voter_stands"],
+    "controller.quorum.election.backoff.max.ms": [
+        f"{QUORUM}::test_election_backoff_max_ms_caps_the_wait_before_standing_again"],
+    "controller.quorum.fetch.timeout.ms": [
+        f"{QUORUM}::test_fetch_timeout_ms_sets_when_a_follower_that_cannot_fetch_stands"],
+    "controller.quorum.request.timeout.ms": [
+        f"{QUORUM}::test_request_timeout_ms_sets_when_an_unanswered_request_is_sent_again"],
+    "controller.quorum.retry.backoff.ms": [f"{QUORUM}::test_retry_backoff_ms_sets_the_wait_after_a_failed_request"],
     "controller.quorum.bootstrap.servers": [
         f"{REMOTE}::test_the_controller_is_found_from_voters_else_bootstrap_servers",
         f"{CLUSTER}::test_cluster_up_writes_kafka_configs_and_every_broker_is_unfenced"],
@@ -141,6 +151,8 @@ EFFECTS: dict[str, list[str]] = {
         "tests/controller/test_quorum.py::test_session_expiry_fences_a_silent_broker"],
     "broker.rack": [f"{LIVE}::test_cluster_keys_show_in_what_clients_see",
                     "tests/controller/test_managers.py::test_create_topics_rack_aware_placement_spans_racks"],
+    "metadata.log.max.snapshot.interval.ms": [
+        "tests/controller/test_quorum.py::test_snapshot_interval_ms_snapshots_a_changed_log_once_the_time_has_passed"],
     "metadata.log.max.record.bytes.between.snapshots": [
         "tests/controller/test_controller_only_live.py::"
         "test_snapshot_interval_key_makes_the_controller_snapshot_and_a_restart_loads_it",

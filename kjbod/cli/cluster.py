@@ -1,4 +1,4 @@
-"""`kjbod cluster up` / `kjbod cluster down`: a controller and N brokers as separate processes on one machine.
+"""`kjbod cluster up` / `down` / `status`: controllers and N brokers as separate processes on one machine.
 
 Strategy: everything lives in one directory (`--dir`), one subdirectory per node holding the node's Kafka-style
 `server.properties`, its log dirs, its log (`server.log`: what the process writes) and, while it runs, its pid
@@ -13,6 +13,10 @@ it started and which were running.  It starts the controller first, then the bro
 it started listens: a broker-only node opens its listener only once it is registered and unfenced
 (kjbod.broker.remote), so a topic created right after gets leaders on all of them.  It prints
 `bootstrap.servers=HOST:PORT,...` on a line of its own and where the logs are.
+With `--controllers N` (N > 1; 3 survives the loss of one) a new cluster has N controllers (`controller-1`,
+`controller-2`, ...; node ids 1001, 1002, ...) forming a KRaft quorum (`controller.quorum.voters` names them all,
+on every node); one controller keeps the single `controller` directory (node id 1000). `kjbod cluster status`
+says which nodes run (with their pids and listeners) and, for controllers, which one leads the quorum.
 In the foreground it stops every node (brokers first, with a controlled shutdown, then the controller) on Ctrl-C,
 SIGTERM, or SIGHUP (its terminal went away), and the nodes are also told to stop if `up` itself dies (Linux
 PR_SET_PDEATHSIG).  With `--detach` it returns once the cluster is ready; `kjbod cluster down --dir PATH` stops it
@@ -36,7 +40,7 @@ from typing import Any
 from kjbod.cli.main import UserError
 
 CONTROLLER = "controller"
-CONTROLLER_NODE_ID = 1000
+CONTROLLER_NODE_ID = 1000  # the only controller's node id; a quorum's are 1001, 1002, ...
 READY_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 60.0
 HOST = "127.0.0.1"
@@ -54,6 +58,8 @@ def add_subcommand(sub: Any) -> None:
         description="Start a controller and N brokers; on a cluster that runs already, start only the nodes that "
                     "are not running (a killed broker). Ctrl-C stops every node.")
     up.add_argument("--brokers", type=_positive, default=3, metavar="N", help="number of brokers (default 3)")
+    up.add_argument("--controllers", type=_positive, default=1, metavar="N",
+                    help="number of controllers (default 1); several form a KRaft quorum (3 survive one failure)")
     up.add_argument("--log-dirs", type=_positive, default=3, metavar="N", help="log dirs per broker (default 3)")
     up.add_argument("--dir", default="kjbod-cluster", metavar="PATH",
                     help="where the nodes keep their configs, data and logs (default ./kjbod-cluster)")
@@ -74,8 +80,14 @@ def add_subcommand(sub: Any) -> None:
                                           "nodes named with --node; 'kjbod cluster up' starts them again.")
     down.add_argument("--dir", default="kjbod-cluster", metavar="PATH", help="the cluster's directory")
     down.add_argument("--node", action="append", default=[], metavar="NAME",
-                      help="stop only this node: broker-N (or N) or controller; repeatable")
+                      help="stop only this node: broker-N (or N), controller, or controller-N of a quorum; "
+                           "repeatable")
     down.set_defaults(func=run_down)
+    status = actions.add_parser("status", help="which of the cluster's nodes run, and which controller leads",
+                                description="List the nodes of the cluster in --dir: role, node id, listener, pid "
+                                            "or 'stopped', and for controllers the quorum's leader.")
+    status.add_argument("--dir", default="kjbod-cluster", metavar="PATH", help="the cluster's directory")
+    status.set_defaults(func=run_status)
 
 
 def _positive(text: str) -> int:
@@ -141,16 +153,24 @@ def _write_properties(path: Path, settings: dict[str, str]) -> None:
     path.write_text("# written by kjbod cluster up\n" + "".join(f"{k}={v}\n" for k, v in settings.items()))
 
 
+def _numbered(root: Path, prefix: str) -> list[Path]:
+    return sorted((p for p in root.glob(f"{prefix}-*") if (p / "server.properties").is_file()),
+                  key=lambda p: int(p.name.rpartition("-")[2]) if p.name.rpartition("-")[2].isdigit() else 0)
+
+
+def is_controller(home: Path) -> bool:
+    return home.name == CONTROLLER or home.name.startswith(f"{CONTROLLER}-")
+
+
 def node_dirs(root: Path) -> list[Path]:
-    """The nodes of the cluster in `root`: the controller first, then the brokers by id."""
-    brokers = sorted((p for p in root.glob("broker-*") if (p / "server.properties").is_file()),
-                     key=lambda p: int(p.name.rpartition("-")[2]) if p.name.rpartition("-")[2].isdigit() else 0)
+    """The nodes of the cluster in `root`: the controllers first, then the brokers by id."""
     controller = root / CONTROLLER
-    return ([controller] if (controller / "server.properties").is_file() else []) + brokers
+    single = [controller] if (controller / "server.properties").is_file() else []
+    return single + _numbered(root, CONTROLLER) + _numbered(root, "broker")
 
 
 def create_cluster(root: Path, brokers: int, log_dirs: int, extra: dict[str, str],
-                   base_port: int = DEFAULT_BASE_PORT, racks: tuple[str, ...] = ()) -> None:
+                   base_port: int = DEFAULT_BASE_PORT, controllers: int = 1, racks: tuple[str, ...] = ()) -> None:
     """Writes every node's server.properties and formats its dirs with one new cluster id; `racks` are the
     brokers' broker.rack in turn."""
     from kjbod.server.config import load_config
@@ -159,16 +179,24 @@ def create_cluster(root: Path, brokers: int, log_dirs: int, extra: dict[str, str
 
     ports = PortCounter(base_port)
     broker_ports = [ports.take() for _ in range(brokers)]
-    cport = ports.take()
+    if controllers == 1:
+        homes = {root / CONTROLLER: CONTROLLER_NODE_ID}
+    else:
+        homes = {root / f"{CONTROLLER}-{i}": CONTROLLER_NODE_ID + i for i in range(1, controllers + 1)}
+    cports = {home: ports.take() for home in homes}
+    voters = ",".join(f"{node_id}@{HOST}:{cports[home]}" for home, node_id in homes.items())
     common = {"controller.listener.names": "CONTROLLER",
-              "controller.quorum.bootstrap.servers": f"{HOST}:{cport}",
+              "controller.quorum.bootstrap.servers": ",".join(f"{HOST}:{p}" for p in cports.values()),
               "broker.heartbeat.interval.ms": "2000", "broker.session.timeout.ms": "9000"}
-    nodes = {root / CONTROLLER / "server.properties": {
-        "process.roles": "controller", "node.id": str(CONTROLLER_NODE_ID),
-        "listeners": f"CONTROLLER://{HOST}:{cport}",
-        "controller.quorum.voters": f"{CONTROLLER_NODE_ID}@{HOST}:{cport}",
-        "kjbod.metrics.listener": f"{HOST}:{ports.take()}",
-        "log.dirs": str(root / CONTROLLER / "metadata"), **common, **extra}}
+    if controllers > 1:
+        common["controller.quorum.voters"] = voters  # brokers find the quorum's leader among the voters
+    nodes = {}
+    for home, node_id in homes.items():
+        nodes[home / "server.properties"] = {
+            "process.roles": "controller", "node.id": str(node_id),
+            "listeners": f"CONTROLLER://{HOST}:{cports[home]}",
+            "kjbod.metrics.listener": f"{HOST}:{ports.take()}",
+            "log.dirs": str(home / "metadata"), **common, "controller.quorum.voters": voters, **extra}
     for b in range(1, brokers + 1):
         home = root / f"broker-{b}"
         nodes[home / "server.properties"] = {
@@ -258,11 +286,12 @@ def wait_listening(home: Path, process: subprocess.Popen[bytes], deadline: float
 
 def stop_nodes(root: Path, only: set[Path] | None = None) -> list[str]:
     """SIGTERM to every running node (or those in `only`), brokers first (each waits for its controlled shutdown),
-    the controller last; SIGKILL to one that does not stop within STOP_TIMEOUT_S.  Returns what was stopped."""
+    the controllers last (together: a quorum's leader hands over as it goes); SIGKILL to one that does not stop
+    within STOP_TIMEOUT_S.  Returns what was stopped."""
     homes = [home for home in node_dirs(root) if only is None or home in only]
     stopped = []
-    brokers = [h for h in homes if h.name != CONTROLLER]
-    for group in (brokers, [h for h in homes if h.name == CONTROLLER]):
+    brokers = [h for h in homes if not is_controller(h)]
+    for group in (brokers, [h for h in homes if is_controller(h)]):
         running = {home: pid for home in group if (pid := node_pid(home)) is not None}
         for pid in running.values():
             with contextlib.suppress(ProcessLookupError):
@@ -318,17 +347,18 @@ def run_up(args: argparse.Namespace) -> int:
     new = _is_empty(root)
     if new:
         try:
-            create_cluster(root, args.brokers, args.log_dirs, extra, args.base_port, args.racks)
+            create_cluster(root, args.brokers, args.log_dirs, extra, args.base_port, args.controllers, args.racks)
         except BaseException:  # a bad --set: leave the dir as it was (empty), not a half-made cluster
             for child in root.iterdir() if root.exists() else ():
                 shutil.rmtree(child, ignore_errors=True)
             raise
-        print(f"formatted a new cluster in {root}: a controller and {args.brokers} brokers, "
+        controllers = "a controller" if args.controllers == 1 else f"{args.controllers} controllers (a quorum)"
+        print(f"formatted a new cluster in {root}: {controllers} and {args.brokers} brokers, "
               f"{args.log_dirs} log dirs each")
     elif not node_dirs(root):
         raise UserError(f"{root} is neither empty nor a cluster made by kjbod cluster up")
     homes = node_dirs(root)
-    if not homes or homes[0].name != CONTROLLER:
+    if not homes or not is_controller(homes[0]):
         raise UserError(f"{root} has no controller/server.properties")
     running = {home: pid for home in homes if (pid := node_pid(home)) is not None}
     missing = [home for home in homes if home not in running]
@@ -338,7 +368,7 @@ def run_up(args: argparse.Namespace) -> int:
         print("nothing to start")
     elif not new and not running:
         print(f"starting the cluster in {root} again with its data (its own node count and log dirs; --brokers, "
-              "--log-dirs and --set apply to new clusters)")
+              "--controllers, --log-dirs and --set apply to new clusters)")
     elif not new:
         print(f"starting {', '.join(home.name for home in missing)} again with "
               f"{'its' if len(missing) == 1 else 'their'} data" + (" (--set applies to new clusters only)"
@@ -350,7 +380,8 @@ def run_up(args: argparse.Namespace) -> int:
     try:
         for home in missing:
             processes[home] = start_node(home, detach=args.detach)
-            if home.name == CONTROLLER:
+        for home in missing:
+            if is_controller(home):  # every controller listens before a broker starts
                 wait_listening(home, processes[home], deadline)
         for home in missing:
             wait_listening(home, processes[home], deadline)
@@ -360,7 +391,8 @@ def run_up(args: argparse.Namespace) -> int:
     if processes:
         print(f"started: {', '.join(f'{home.name} (pid {process.pid})' for home, process in processes.items())}",
               flush=True)
-    print(f"bootstrap.servers={','.join(f'{HOST}:{listen_port(h)}' for h in homes[1:])}", flush=True)
+    print(f"bootstrap.servers={','.join(f'{HOST}:{listen_port(h)}' for h in homes if not is_controller(h))}",
+          flush=True)
     for home in homes:
         metrics = read_properties(home / "server.properties").get("kjbod.metrics.listener")
         if metrics:
@@ -393,4 +425,42 @@ def run_down(args: argparse.Namespace) -> int:
             only.add(home)
     stopped = stop_nodes(root, only)
     print(f"stopped: {', '.join(stopped)}" if stopped else "nothing was running")
+    return 0
+
+
+def run_status(args: argparse.Namespace) -> int:
+    """One line per node (role, node id, listener, pid or stopped), then the quorum's leader as the running
+    controllers report it."""
+    import asyncio
+
+    from kjbod.cli.metadata_quorum import describe_quorum
+
+    root = Path(args.dir).resolve()
+    homes = node_dirs(root)
+    if not homes:
+        raise UserError(f"{root} holds no cluster made by kjbod cluster up")
+    rows = [("NODE", "ROLE", "NODE.ID", "LISTENER", "PID")]
+    running_controllers = []
+    for home in homes:
+        props = read_properties(home / "server.properties")
+        pid = node_pid(home)
+        rows.append((home.name, props.get("process.roles", "?"), props.get("node.id", "?"),
+                     props.get("listeners", "?").split(",")[0], str(pid) if pid is not None else "stopped"))
+        if is_controller(home) and pid is not None:
+            running_controllers.append((HOST, listen_port(home)))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        print("  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip())
+    if not running_controllers:
+        print("quorum: no controller is running")
+        return 0
+    names = {int(read_properties(h / "server.properties").get("node.id", "-1")): h.name
+             for h in homes if is_controller(h)}
+    try:
+        info, _address = asyncio.run(describe_quorum(running_controllers, timeout=5.0))
+    except UserError as e:
+        print(f"quorum: no leader known ({e})")
+        return 0
+    print(f"quorum: leader {names.get(info.leader_id, '?')} (node {info.leader_id}), epoch {info.leader_epoch}, "
+          f"high watermark {info.high_watermark}, {len(info.voters)} voter(s)")
     return 0

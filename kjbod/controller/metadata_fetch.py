@@ -100,6 +100,9 @@ class MetadataFetchService:
         if (body.max_wait_ms < 0 or part.fetch_offset < 0 or part.last_fetched_epoch < 0
                 or part.last_fetched_epoch > part.current_leader_epoch):
             return self._fetch_response(version, ErrorCode.INVALID_REQUEST)
+        replica = body.replica_state.replica_id if version >= 15 else body.replica_id
+        if self.leadership is not None and hasattr(self.leadership, "observer_fetched"):
+            self.leadership.observer_fetched(replica, part.fetch_offset)  # DescribeQuorum lists the observers
         response = self._try_complete(part, body.max_bytes, version)
         pd = response.responses[0].partitions[0]
         if (pd.error_code or pd.records or body.max_wait_ms == 0 or pd.diverging_epoch.epoch != -1
@@ -224,7 +227,8 @@ class MetadataFetchService:
             return self._snapshot_response(version, t.name, p.partition,
                                            fsr.PartitionSnapshot(index=p.partition,
                                                                  error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
-        leader = fsr.LeaderIdAndEpoch(leader_id=self.node_id, leader_epoch=self.mlog.epoch)
+        leader_id, epoch, _leads = self._leader()
+        leader = fsr.LeaderIdAndEpoch(leader_id=leader_id, leader_epoch=epoch)
         error = self._leader_error(p.current_leader_epoch)
         if error:
             return self._snapshot_response(version, TOPIC, 0, fsr.PartitionSnapshot(error_code=error,
@@ -238,6 +242,8 @@ class MetadataFetchService:
         if p.position < 0 or p.position >= size:
             return self._snapshot_response(version, TOPIC, 0, fsr.PartitionSnapshot(
                 error_code=ErrorCode.POSITION_OUT_OF_RANGE, current_leader=leader))
+        if self.leadership is not None and hasattr(self.leadership, "snapshot_fetched"):
+            self.leadership.snapshot_fetched(body.replica_id)  # a voter catching up counts as fetching
         chunk = self.mlog.read_snapshot(sid, p.position, max(1, min(body.max_bytes, size)))
         data = chunk[1] if chunk is not None else b""
         return self._snapshot_response(version, TOPIC, 0, fsr.PartitionSnapshot(

@@ -9,7 +9,8 @@ reader sees whole changes.
 
 `handle_request(api_key, version, request, header)` is the one entry for requests (the in-process controller
 channel and the controller listener both call it).  A session timer fences one expired broker at a time.  When
-the log has grown by `max_bytes_between_snapshots` since the last snapshot, the writer writes one (off the loop).
+the log has grown by `max_bytes_between_snapshots` since the last snapshot, or `max_snapshot_interval_ms` has passed
+since it and something was written, the writer writes one (off the loop), as Kafka's SnapshotGenerator does.
 
 As one voter of a KRaft quorum (`attach_quorum`, kjbod.controller.raft_driver): the image holds only committed
 records. Every voter replays the committed log as its high watermark moves (the leader its own writes too, read
@@ -17,8 +18,9 @@ back once committed), so nothing a failover undoes is ever applied. The controll
 quorum's leader, and only once its own LeaderChangeMessage is committed and replayed (so it has every record an
 earlier leader committed); a write appends through the quorum and is answered once it is committed and replayed.
 Elsewhere, and when leadership is lost with writes in flight or queued, requests get NOT_CONTROLLER. Broker
-sessions start afresh on activation, as Kafka's do. No snapshots are written in this mode yet (voters cannot
-fetch them).
+sessions start afresh on activation, as Kafka's do. Every voter writes its own snapshots of what it has replayed
+(the committed image at `applied_end`), on the same trigger as a single controller; a voter that installs a
+snapshot fetched from the leader (FetchSnapshot) replaces its image with the snapshot's (`load_snapshot`).
 """
 
 from __future__ import annotations
@@ -81,6 +83,7 @@ from kjbod.protocol.generated.alter_configs_response import AlterConfigsResource
 from kjbod.protocol.generated.incremental_alter_configs_response import (
     AlterConfigsResourceResponse as IncrementalResp,
 )
+from kjbod.storage.errors import OffsetOutOfRangeError
 from kjbod.storage.metadata_log import unframe_record
 from kjbod.storage.records import iter_batches, iter_records
 
@@ -149,6 +152,7 @@ class QuorumController:
         self.active = True
         self._applied_waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._catching_up: asyncio.Task[None] | None = None
+        self._last_snapshot_at = clock()  # the time trigger counts from the start, as Kafka's does
         # api key -> (version, request) -> the operation that answers it
         self._handlers: dict[int, Callable[[int, Any], Operation]] = {
             _key(BrokerRegistrationRequest): self._register,
@@ -206,6 +210,8 @@ class QuorumController:
         self.heartbeats.dirs.note_records([r for r, _ in kept])
         mlog.add_commit_listener(self._on_commit)
         driver.add_leader_listener(self._on_leader_change)
+        if hasattr(driver, "add_snapshot_listener"):
+            driver.add_snapshot_listener(self.load_snapshot)
         return self.image
 
     def _on_commit(self, _hw: int) -> None:
@@ -217,7 +223,10 @@ class QuorumController:
         mlog = self.raft.mlog
         while self.applied_end < mlog.high_watermark:
             start = self.applied_end
-            data = await self.raft.run_on_worker(mlog.read, start, 8 << 20)
+            try:
+                data = await self.raft.run_on_worker(mlog.read, start, 8 << 20)
+            except OffsetOutOfRangeError:
+                return  # a snapshot fetched from the leader replaced the log under us (load_snapshot follows)
             if not data or self.applied_end != start:
                 return
             view = memoryview(data)
@@ -247,6 +256,49 @@ class QuorumController:
             self.applied_end = end
             self._wake_applied()
             self._maybe_activate()
+            await self._maybe_snapshot_replicated()
+
+    async def _maybe_snapshot_replicated(self) -> None:
+        """A voter's snapshot of the committed image it has replayed, once enough bytes were written since the
+        last one (on the quorum's file worker, so it never runs beside an append or a truncation)."""
+        mlog = self.raft.mlog
+        end = self.applied_end
+        if not self._snapshot_due(mlog.bytes_since_snapshot) or end <= mlog.log_start_offset:
+            return
+        latest = mlog.latest_snapshot()
+        if latest is not None and latest.end_offset >= end:
+            return
+        await self.raft.run_on_worker(mlog.write_snapshot, image_records(self.image), end)
+        self._last_snapshot_at = self.clock()
+        log.info("metadata_snapshot_written", end_offset=end, node_id=self.settings.node_id)
+
+    def _snapshot_due(self, bytes_since: int) -> bool:
+        """metadata.log.max.record.bytes.between.snapshots reached, or metadata.log.max.snapshot.interval.ms
+        passed since the last snapshot with something written since."""
+        if bytes_since >= self.settings.max_bytes_between_snapshots:
+            return True
+        interval = self.settings.max_snapshot_interval_ms
+        return interval > 0 and bytes_since > 0 and (self.clock() - self._last_snapshot_at) * 1000 >= interval
+
+    def load_snapshot(self, records: list[Any], end_offset: int) -> None:
+        """This voter installed a snapshot fetched from the leader: its records are the image up to
+        `end_offset` (exclusive); replay them onto an empty image and go on from there."""
+        delta = MetadataDelta(EMPTY_IMAGE)
+        for rec in records:
+            delta.replay(rec, end_offset - 1)
+        self.image = image = delta.apply()
+        self.heartbeats.dirs.note_records(records)
+        self.reassignment_plans = reassignment.plans_from(image)
+        self.applied_end = end_offset
+        log.info("metadata_snapshot_loaded", end_offset=end_offset, records=len(records),
+                 node_id=self.settings.node_id)
+        for listener in self._listeners:
+            try:
+                listener(delta, image)
+            except Exception:
+                log.exception("metadata_listener_failed")
+        self._wake_applied()
+        self._maybe_activate()
 
     def _wake_applied(self) -> None:
         still = []
@@ -403,10 +455,11 @@ class QuorumController:
     async def _maybe_snapshot(self) -> None:
         since = getattr(self.log, "bytes_since_snapshot", None)
         write = getattr(self.log, "write_snapshot", None)
-        if since is None or write is None or since < self.settings.max_bytes_between_snapshots:
+        if since is None or write is None or not self._snapshot_due(since):
             return
         image = self.image
         await asyncio.get_running_loop().run_in_executor(self._io, write, image_records(image), image.offset + 1)
+        self._last_snapshot_at = self.clock()
         log.info("metadata_snapshot_written", end_offset=image.offset + 1)
 
     async def _expire_sessions(self) -> None:

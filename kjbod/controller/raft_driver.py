@@ -19,8 +19,14 @@ KafkaRaftClient sends to voters; with nothing new it waits up to MaxWaitMs for a
 The controller above uses `append` (leader only: the records of one write, fsynced; returns its offsets),
 `wait_committed`, `add_leader_listener` (the known leader changed) and `resign` (graceful shutdown).
 
-Not here yet: FetchSnapshot between voters (a voter whose log starts after a snapshot cannot be caught up),
-observers (brokers follow the metadata log through kjbod.controller.metadata_fetch).
+A follower told to fetch the leader's snapshot sends FetchSnapshot for it chunk by chunk (at most
+MAX_FETCH_BYTES each), keeps the chunks in memory, and installs the whole snapshot in one step: the metadata log
+checks it, writes it as `<end offset>-<epoch>.checkpoint` (temporary file, fsync, rename) and empties the log to
+start at its end; the snapshot listeners (the controller) then load its records as their image. A snapshot that
+does not read back whole is dropped and asked for again. The leader answers FetchSnapshot from the metadata log's
+snapshot files (kjbod.controller.metadata_fetch), and counts a voter fetching one as fetching (check-quorum).
+
+Not here: observers (brokers follow the metadata log through kjbod.controller.metadata_fetch).
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from uuid import UUID
 
 import structlog
 
+from kjbod.controller.metadata_fetch import MetadataFetchService
 from kjbod.net.controller_channel import SocketControllerChannel
 from kjbod.net.correlator import PerVersion
 from kjbod.net.errors import ClientError
@@ -47,23 +54,31 @@ from kjbod.protocol.generated import (
     EndQuorumEpochResponse,
     FetchRequest,
     FetchResponse,
+    FetchSnapshotRequest,
+    FetchSnapshotResponse,
     VoteRequest,
 )
+from kjbod.protocol.generated import describe_quorum_response as dqr
 from kjbod.protocol.generated import fetch_response as fr
+from kjbod.protocol.generated import fetch_snapshot_request as fsq
 from kjbod.protocol.generated.fetch_request import FetchPartition, FetchTopic, ReplicaState
 from kjbod.raft import messages
 from kjbod.raft import quorum as rq
 from kjbod.raft.log_view import MetadataLogView
+from kjbod.storage.errors import OffsetOutOfRangeError
 from kjbod.storage.metadata_log import TOPIC, MetadataLog
+from kjbod.storage.metadata_snapshot import SnapshotFormatError, SnapshotId
 from kjbod.storage.quorum_state import QuorumStateStore
 
 log = structlog.get_logger("kjbod.raft")
 
-VOTE, BEGIN_QUORUM_EPOCH, END_QUORUM_EPOCH, DESCRIBE_QUORUM, FETCH = 52, 53, 54, 55, 1
+VOTE, BEGIN_QUORUM_EPOCH, END_QUORUM_EPOCH, DESCRIBE_QUORUM, FETCH, FETCH_SNAPSHOT = 52, 53, 54, 55, 1, 59
 METADATA_TOPIC_ID_INT = 1  # Kafka's Uuid.METADATA_TOPIC_ID
 MAX_FETCH_WAIT_MS = 500  # Kafka's KafkaRaftClient.MAX_FETCH_WAIT_MS
 MAX_FETCH_BYTES = 8 << 20
+OBSERVER_SESSION_TIMEOUT_MS = 300_000  # Kafka's LeaderState: an observer not heard from this long is forgotten
 LeaderListener = Callable[[int, int, bool], None]  # (epoch, leader id or -1, this node leads)
+SnapshotListener = Callable[[list[Any], int], None]  # (the snapshot's records, its end offset)
 
 
 def _monotonic_ms() -> int:
@@ -78,13 +93,14 @@ class RaftDriver:
     def __init__(self, node_id: int, voters: dict[int, tuple[str, int]], mlog: MetadataLog, cluster_id: str, *,
                  config: rq.RaftConfig | None = None, channel_options: dict[str, Any] | None = None,
                  clock: Callable[[], int] = _monotonic_ms, rng: Any = None,
-                 on_fatal: Callable[[BaseException], None] | None = None) -> None:
+                 on_fatal: Callable[[BaseException], None] | None = None, listener_name: str = "CONTROLLER") -> None:
         if not mlog.is_open or mlog.io is None:
             raise RuntimeError("the metadata log must be loaded before the quorum starts")
         self.node_id = node_id
         self.voters = dict(voters)
         self.mlog = mlog
         self.cluster_id = cluster_id
+        self.listener_name = listener_name  # the voters' controller listener, as DescribeQuorum v2 names it
         self.config = config or rq.RaftConfig()
         self.clock = clock
         self.store = QuorumStateStore(mlog.io, mlog.dir)
@@ -99,7 +115,13 @@ class RaftDriver:
         self._wake = asyncio.Event()
         self._progress_waiters: set[asyncio.Future[None]] = set()  # woken on every append or commit
         self._leader_listeners: list[LeaderListener] = []
+        self._snapshot_listeners: list[SnapshotListener] = []
+        self._snapshot_chunks: list[bytes] = []  # what was fetched so far of quorum.fetching_snapshot
+        self._observers: dict[int, tuple[int, int]] = {}  # broker id -> (fetch offset, when), while leading
         self._task: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._snapshots = MetadataFetchService(mlog, cluster_id=cluster_id, node_id=node_id,
+                                               endpoint=voters.get(node_id), leadership=self, endpoints=voters)
         self._sends: set[asyncio.Task[None]] = set()
         self._stopped = False
         self.leader_epoch_start: int | None = None  # where this node's epoch began, while it leads
@@ -129,9 +151,39 @@ class RaftDriver:
     def add_leader_listener(self, fn: LeaderListener) -> None:
         self._leader_listeners.append(fn)
 
+    def add_snapshot_listener(self, fn: SnapshotListener) -> None:
+        """`fn(records, end_offset)` after this voter installed a snapshot fetched from the leader."""
+        self._snapshot_listeners.append(fn)
+
+    def observer_fetched(self, replica_id: int, fetch_offset: int) -> None:
+        """Leader: a broker (an observer of the quorum) fetched the metadata log from `fetch_offset`; DescribeQuorum
+        lists it among the observers."""
+        if replica_id >= 0 and replica_id not in self.voters and self.quorum.is_leader:
+            self._observers[replica_id] = (fetch_offset, self.clock())
+
+    def _live_observers(self) -> dict[int, tuple[int, int]]:
+        now = self.clock()
+        self._observers = {r: p for r, p in self._observers.items() if now - p[1] < OBSERVER_SESSION_TIMEOUT_MS}
+        return self._observers
+
+    def snapshot_fetched(self, replica_id: int) -> None:
+        """Leader: a FetchSnapshot from `replica_id` is being answered (it counts for check-quorum). Called from
+        the file worker, so the note is made on the event loop."""
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(self.quorum.note_snapshot_fetch, replica_id, self.clock())
+
+    async def fetch_snapshot(self, body: FetchSnapshotRequest, version: int) -> FetchSnapshotResponse:
+        """A chunk of one of this voter's snapshots (Kafka's FetchSnapshot rules, kjbod.controller.metadata_fetch),
+        read on the file worker."""
+        answer: FetchSnapshotResponse = await self._on_worker(self._snapshots.fetch_snapshot, body, version)
+        return answer
+
     # ---------------------------------------------------------------------------------------- lifecycle
 
     async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
         async with self._lock:
             await self._perform()
         self._task = asyncio.get_running_loop().create_task(self._run(), name=f"kjbod-raft-{self.node_id}")
@@ -151,6 +203,7 @@ class RaftDriver:
                 await t
         for ch in self.channels.values():
             ch.close()
+        self._snapshots.close()
         self._io.shutdown(wait=True)
 
     async def resign(self, timeout: float = 5.0) -> None:
@@ -222,6 +275,7 @@ class RaftDriver:
                     self._notify_progress()
                 elif isinstance(e, rq.LeaderChanged):
                     self.leader_epoch_start = None
+                    self._observers = {}
                     log.info("raft_leader_changed", node=self.node_id, epoch=e.epoch, leader=e.leader_id,
                              local=e.local)
                     for fn in list(self._leader_listeners):
@@ -240,7 +294,17 @@ class RaftDriver:
             return messages.begin_quorum_epoch_request(self.cluster_id, send.destination, req), BEGIN_QUORUM_EPOCH
         if isinstance(req, rq.EndQuorumEpochRequest):
             return PerVersion(lambda v: messages.end_quorum_epoch_request(self.cluster_id, req, v)), END_QUORUM_EPOCH
+        if isinstance(req, rq.FetchSnapshotRequest):
+            return PerVersion(lambda v: self._fetch_snapshot_request(req)), FETCH_SNAPSHOT
         return PerVersion(lambda v: self._fetch_request(req, v)), FETCH
+
+    def _fetch_snapshot_request(self, req: rq.FetchSnapshotRequest) -> FetchSnapshotRequest:
+        end, epoch = req.snapshot
+        return FetchSnapshotRequest(
+            cluster_id=self.cluster_id, replica_id=req.replica_id, max_bytes=MAX_FETCH_BYTES, topics=[
+                fsq.TopicSnapshot(name=TOPIC, partitions=[fsq.PartitionSnapshot(
+                    partition=0, current_leader_epoch=req.current_leader_epoch,
+                    snapshot_id=fsq.SnapshotId(end_offset=end, epoch=epoch), position=req.position)])])
 
     def _fetch_request(self, req: rq.FetchRequest, version: int) -> FetchRequest:
         part = FetchPartition(partition=0, current_leader_epoch=req.current_leader_epoch,
@@ -285,6 +349,8 @@ class RaftDriver:
                 q.request_failed(dest, cid, now)
             else:
                 q.handle_vote_response(dest, cid, vote, now)
+        elif isinstance(send.request, rq.FetchSnapshotRequest):
+            await self._handle_fetch_snapshot_response(dest, cid, response)
         elif isinstance(send.request, (rq.BeginQuorumEpochRequest, rq.EndQuorumEpochRequest)):
             epoch_resp = messages.parse_epoch_response(response)
             if epoch_resp is None:
@@ -305,14 +371,58 @@ class RaftDriver:
         diverging = None
         if pd.diverging_epoch.epoch >= 0:
             diverging = (pd.diverging_epoch.end_offset, pd.diverging_epoch.epoch)
+        snapshot = None
+        if pd.snapshot_id.end_offset >= 0 or pd.snapshot_id.epoch >= 0:
+            snapshot = (pd.snapshot_id.end_offset, pd.snapshot_id.epoch)
         result = rq.FetchResult(pd.error_code, pd.current_leader.leader_id, pd.current_leader.leader_epoch,
-                                pd.high_watermark, diverging)
+                                pd.high_watermark, diverging, snapshot)
         outcome = q.handle_fetch_response(dest, cid, result, now)
+        if outcome.action is rq.FetchAction.SNAPSHOT:
+            self._snapshot_chunks = []
+            log.info("raft_fetching_snapshot", node=self.node_id, leader=dest, snapshot=outcome.snapshot,
+                     log_end_offset=self.mlog.next_offset)
         if outcome.action is rq.FetchAction.APPEND:
             records = bytes(pd.records or b"")
             if records:
                 await self._on_worker(self.mlog.append_replicated, records)
             q.follower_appended(outcome.high_watermark, self.clock())
+
+    async def _handle_fetch_snapshot_response(self, dest: int, cid: int, response: FetchSnapshotResponse) -> None:
+        q, now = self.quorum, self.clock()
+        topics = response.topics
+        if (response.error_code or len(topics) != 1 or topics[0].name != TOPIC or len(topics[0].partitions) != 1
+                or topics[0].partitions[0].index != 0):
+            q.request_failed(dest, cid, now)
+            return
+        ps = topics[0].partitions[0]
+        chunk = bytes(ps.unaligned_records or b"")
+        result = rq.FetchSnapshotResult(ps.error_code, ps.current_leader.leader_id, ps.current_leader.leader_epoch,
+                                        (ps.snapshot_id.end_offset, ps.snapshot_id.epoch), ps.size, ps.position,
+                                        len(chunk))
+        outcome = q.handle_fetch_snapshot_response(dest, cid, result, now)
+        if outcome.action is rq.FetchAction.RESTART:
+            self._snapshot_chunks = []
+            log.info("raft_snapshot_fetch_restarted", node=self.node_id, snapshot=outcome.snapshot,
+                     error=ps.error_code)
+        elif outcome.action is rq.FetchAction.CHUNK:
+            self._snapshot_chunks.append(chunk)
+        elif outcome.action is rq.FetchAction.INSTALL:
+            assert outcome.snapshot is not None
+            data = b"".join([*self._snapshot_chunks, chunk])
+            self._snapshot_chunks = []
+            end, epoch = outcome.snapshot
+            try:
+                records = await self._on_worker(self.mlog.install_snapshot, data, SnapshotId(end, epoch))
+            except SnapshotFormatError as e:
+                log.warning("raft_fetched_snapshot_refused", node=self.node_id, snapshot=outcome.snapshot,
+                            error=str(e))
+                q.snapshot_failed()
+                return
+            q.snapshot_installed(self.clock())
+            log.info("raft_snapshot_installed", node=self.node_id, snapshot=outcome.snapshot, records=len(records))
+            for fn in list(self._snapshot_listeners):
+                fn(records, end)
+            self._notify_progress()
 
     # --------------------------------------------------------------------------------- incoming requests
 
@@ -320,9 +430,18 @@ class RaftDriver:
         """The answer to a quorum request from another voter (or to DescribeQuorum)."""
         if api_key == FETCH:
             return await self.fetch(request, version)
+        if api_key == FETCH_SNAPSHOT:
+            return await self.fetch_snapshot(request, version)
         if api_key == DESCRIBE_QUORUM:
             assert isinstance(request, DescribeQuorumRequest)
-            return messages.describe_quorum_response(request, self.quorum, self.clock(), _wall_ms())
+            described = messages.describe_quorum_response(request, self.quorum, self.clock(), _wall_ms(),
+                                                          observers=self._live_observers())
+            if version >= 2 and self.quorum.is_leader and not described.error_code:
+                # v2: where each voter can be reached (the leader's answer only, as Kafka's)
+                described.nodes = [dqr.Node(node_id=v, listeners=[dqr.Listener(name=self.listener_name, host=h,
+                                                                               port=p)])
+                                   for v, (h, p) in sorted(self.voters.items())]
+            return described
         async with self._lock:
             now = self.clock()
             if api_key == VOTE:
@@ -378,8 +497,13 @@ class RaftDriver:
                 await self._perform()
             records = b""
             if answer.read_from is not None:
-                records = await self._on_worker(self.mlog.read_uncommitted, answer.read_from,
-                                                max(1, min(part.partition_max_bytes, MAX_FETCH_BYTES)))
+                try:
+                    records = await self._on_worker(self.mlog.read_uncommitted, answer.read_from,
+                                                    max(1, min(part.partition_max_bytes, MAX_FETCH_BYTES)))
+                except OffsetOutOfRangeError:
+                    # a snapshot moved the log start past it meanwhile: the next answer names the snapshot
+                    self._progress_waiters.discard(progress)
+                    continue
             if first_hw is None:
                 first_hw = answer.high_watermark
             if (answer.error_code or records or answer.diverging is not None or answer.snapshot is not None

@@ -22,6 +22,7 @@ class ControllerSettings:
     broker_session_timeout_ms: int = 9000
     broker_heartbeat_interval_ms: int = 2000
     max_bytes_between_snapshots: int = 20 << 20
+    max_snapshot_interval_ms: int = 3_600_000  # metadata.log.max.snapshot.interval.ms (0: bytes only)
     delete_topic_enable: bool = True
     # Leader elections (Kafka's defaults): unclean elections where a topic does not say otherwise, and the
     # periodic preferred-leader rebalance with its imbalance threshold.

@@ -112,10 +112,8 @@ class MetadataLogView:
         return int(self.mlog.log_start_offset)
 
     def snapshot_id(self) -> tuple[int, int] | None:
-        # Only a log that no longer starts at 0 sends followers to its snapshot (voters cannot fetch snapshots
-        # yet, so a whole log is always served from its records).
         snapshot = self.mlog.latest_snapshot()
-        if snapshot is None or self.mlog.log_start_offset == 0:
+        if snapshot is None:
             return None
         return int(snapshot.end_offset), int(snapshot.epoch)
 

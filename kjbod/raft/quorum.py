@@ -36,9 +36,16 @@ The rules are Kafka's (KafkaRaftClient, QuorumState and the per-state classes), 
   voters ordered by how far they have fetched; a follower named n-th in that list waits a strictly growing
   backoff (0 for the first) instead of its full fetch timeout before standing.
 
-Not here, as kjbod serves a static voter set: dynamic voters (KIP-853: AddRaftVoter, directory ids in the vote),
-pre-vote (KIP-996), and snapshots sent over FetchSnapshot (a follower below the leader's log start is told to
-fetch the snapshot: `FetchAnswer.snapshot`).
+* Snapshots: a Fetch from offset 0, or below the leader's log start, or whose last fetched epoch is older than
+  the leader's latest snapshot, is answered with that snapshot's id (`FetchAnswer.snapshot`). The follower then
+  sends FetchSnapshot (`FetchSnapshotRequest`) instead of Fetch, from position 0, each answer's chunk continuing
+  where the last one ended (`FetchAction.CHUNK`); with the last chunk (`FetchAction.INSTALL`) the shell installs
+  the snapshot (the log emptied to start at its end) and calls `snapshot_installed`, and Fetch resumes from its
+  end. SNAPSHOT_NOT_FOUND (the leader deleted it meanwhile), or an answer for another snapshot or position, drops
+  what was fetched (`FetchAction.RESTART`) and the next Fetch asks again. A change of epoch or leader drops it too.
+
+Not here, as kjbod serves a static voter set: dynamic voters (KIP-853: AddRaftVoter, directory ids in the vote)
+and pre-vote (KIP-996).
 """
 
 from __future__ import annotations
@@ -156,21 +163,48 @@ class FetchResult:
     leader_epoch: int
     high_watermark: int = -1
     diverging: tuple[int, int] | None = None  # (end offset, epoch)
+    snapshot: tuple[int, int] | None = None  # (end offset, epoch): fetch this snapshot
 
 
-Request = VoteRequest | BeginQuorumEpochRequest | EndQuorumEpochRequest | FetchRequest
+@dataclass(frozen=True)
+class FetchSnapshotRequest:
+    replica_id: int
+    current_leader_epoch: int
+    snapshot: tuple[int, int]  # (end offset, epoch)
+    position: int
+
+
+@dataclass(frozen=True)
+class FetchSnapshotResult:
+    """What a follower heard back from its FetchSnapshot (the chunk's bytes stay with the shell)."""
+
+    error_code: int
+    leader_id: int
+    leader_epoch: int
+    snapshot: tuple[int, int] = (-1, -1)
+    size: int = -1
+    position: int = -1
+    chunk_bytes: int = 0
+
+
+Request = VoteRequest | BeginQuorumEpochRequest | EndQuorumEpochRequest | FetchRequest | FetchSnapshotRequest
 
 
 class FetchAction(Enum):
     IGNORE = "ignore"  # stale or failed: drop any records
     APPEND = "append"  # append the records, then call follower_appended(high_watermark)
     TRUNCATED = "truncated"  # a Truncate effect was emitted; fetch again
+    SNAPSHOT = "snapshot"  # start fetching `snapshot` (drop any earlier partial one)
+    CHUNK = "chunk"  # keep the chunk; more follow
+    INSTALL = "install"  # keep the chunk, install the whole snapshot, then call snapshot_installed()
+    RESTART = "restart"  # drop what was fetched of the snapshot
 
 
 @dataclass(frozen=True)
 class FetchOutcome:
     action: FetchAction
     high_watermark: int = -1
+    snapshot: tuple[int, int] | None = None
 
 
 # ----------------------------------------------------------------------------------------------- effects
@@ -333,6 +367,8 @@ class RaftQuorum:
         self._unacked: set[int] = set()  # resigned: voters that have not acknowledged EndQuorumEpoch
         self._successors: tuple[int, ...] = ()
         self._announce_pending = False
+        self.fetching_snapshot: tuple[int, int] | None = None  # a follower fetching the leader's snapshot
+        self._snapshot_position = 0
         self._initialize(stored, now_ms)
 
     # ------------------------------------------------------------------------------------------ reading
@@ -432,6 +468,7 @@ class RaftQuorum:
         self._backoff_until = None
         self._unacked = set()
         self._fetch_deadline = FOREVER
+        self.fetching_snapshot = None
         if state is State.FOLLOWER:
             self._fetch_deadline = now + self.config.fetch_timeout_ms
             self._election_deadline = FOREVER
@@ -471,6 +508,7 @@ class RaftQuorum:
         self._election_deadline = now + self._random_election_timeout()
         self._votes = {v: None for v in self.voters}
         self._votes[self.local_id] = True
+        self.fetching_snapshot = None
         self.requests.reset()
         self._changed()
 
@@ -626,8 +664,12 @@ class RaftQuorum:
             return 0
         wait = self._fetch_deadline - now
         if self.requests.ready(self.leader_id, now):
-            self._send(self.leader_id, now, FetchRequest(
-                self.local_id, self.epoch, self.log.end_offset(), self.log.last_epoch()))
+            if self.fetching_snapshot is not None:
+                self._send(self.leader_id, now, FetchSnapshotRequest(
+                    self.local_id, self.epoch, self.fetching_snapshot, self._snapshot_position))
+            else:
+                self._send(self.leader_id, now, FetchRequest(
+                    self.local_id, self.epoch, self.log.end_offset(), self.log.last_epoch()))
         return min(wait, self.requests.wait_ms(self.leader_id, now))
 
     def _poll_resigned(self, now: int) -> int:
@@ -898,7 +940,60 @@ class RaftQuorum:
                                 f"{self.high_watermark}")
             self._effects.append(Truncate(offset))
             return FetchOutcome(FetchAction.TRUNCATED)
+        if resp.snapshot is not None:
+            if resp.snapshot[0] < 0 or resp.snapshot[1] < 0:
+                return FetchOutcome(FetchAction.IGNORE)  # half a snapshot id: Kafka ignores it too
+            self.fetching_snapshot, self._snapshot_position = resp.snapshot, 0
+            return FetchOutcome(FetchAction.SNAPSHOT, snapshot=resp.snapshot)
         return FetchOutcome(FetchAction.APPEND, resp.high_watermark)
+
+    def handle_fetch_snapshot_response(self, src: int, cid: int, resp: FetchSnapshotResult,
+                                       now: int) -> FetchOutcome:
+        """A follower's FetchSnapshot came back with `resp.chunk_bytes` bytes of the snapshot at `resp.position`."""
+        # SNAPSHOT_NOT_FOUND and POSITION_OUT_OF_RANGE drop the fetch (below); any other error is the usual kind
+        not_found = resp.error_code in (ErrorCode.SNAPSHOT_NOT_FOUND, ErrorCode.POSITION_OUT_OF_RANGE)
+        if not self._response(src, cid, now, ErrorCode.NONE if not_found else resp.error_code, resp.leader_id,
+                              resp.leader_epoch):
+            return FetchOutcome(FetchAction.IGNORE)
+        wanted = self.fetching_snapshot
+        if self.state is not State.FOLLOWER or src != self.leader_id or wanted is None:
+            return FetchOutcome(FetchAction.IGNORE)
+        self._fetch_deadline = now + self.config.fetch_timeout_ms
+        if (not_found or resp.snapshot != wanted or resp.position != self._snapshot_position or resp.size <= 0
+                or resp.chunk_bytes <= 0 or resp.position + resp.chunk_bytes > resp.size):
+            # the leader no longer has it (or answered about something else): fetch again, which names the
+            # snapshot to take now
+            self.fetching_snapshot = None
+            return FetchOutcome(FetchAction.RESTART, snapshot=wanted)
+        self._snapshot_position += resp.chunk_bytes
+        if self._snapshot_position < resp.size:
+            return FetchOutcome(FetchAction.CHUNK, snapshot=wanted)
+        return FetchOutcome(FetchAction.INSTALL, snapshot=wanted)
+
+    def snapshot_installed(self, now: int) -> None:
+        """The snapshot being fetched is whole and installed (the log now starts at its end): fetch from there."""
+        snapshot, self.fetching_snapshot = self.fetching_snapshot, None
+        if snapshot is None:
+            return
+        self._fetch_deadline = now + self.config.fetch_timeout_ms if self.state is State.FOLLOWER else FOREVER
+        if self.high_watermark is None or snapshot[0] > self.high_watermark:
+            self.high_watermark = snapshot[0]  # a snapshot holds only committed records
+
+    def snapshot_failed(self) -> None:
+        """The fetched snapshot could not be installed (it did not read back whole): ask again."""
+        self.fetching_snapshot = None
+
+    def note_snapshot_fetch(self, replica: int, now: int) -> None:
+        """Leader: a voter is fetching our snapshot; it counts as fetching for check-quorum (Kafka)."""
+        lead = self._leader
+        if lead is None or replica not in self.voters or replica == self.local_id:
+            return
+        p = lead.progress.setdefault(replica, _ReplicaProgress())
+        p.last_fetch_ms = now
+        lead.fetched_voters.add(replica)
+        if len(lead.fetched_voters) >= self.majority - 1:
+            lead.fetched_voters.clear()
+            lead.check_quorum_deadline = now + int(self.config.fetch_timeout_ms * CHECK_QUORUM_TIMEOUT_FACTOR)
 
     def _truncation_offset(self, end_offset: int, epoch: int) -> int:
         if epoch == 0:

@@ -319,13 +319,9 @@ class KeyDef:
         return self.into or self.key.replace(".", "_")
 
 
-# Until brokers follow a multi-controller quorum (stage 3 of the quorum work), only kjbod's own tests start
-# controller-only nodes with several voters, by setting this variable; it is not a user setting.
 # KIP-392's replica selector, the one Kafka ships: a consumer that names its rack is sent to an in-sync replica
 # in that rack (kjbod.broker.replication.hooks.preferred_read_replicas).
 RACK_AWARE_REPLICA_SELECTOR = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
-
-UNFINISHED_QUORUM_ENV = "KJBOD_TEST_UNFINISHED_CONTROLLER_QUORUM"
 
 KEYS: dict[str, KeyDef] = {
     k.key: k
@@ -345,12 +341,27 @@ KEYS: dict[str, KeyDef] = {
                "KIP-392: RackAwareReplicaSelector sends consumers that give a rack to an in-sync replica there"),
         KeyDef("controller.quorum.bootstrap.servers", _host_ports, ()),
         KeyDef("controller.quorum.voters", _voters, ()),
+        # Kafka's QuorumConfig timings (its ConfigDef takes any int; kjbod refuses values its quorum cannot run on)
+        KeyDef("controller.quorum.election.timeout.ms", _int(1), 1000,
+               "a voter that hears of no leader for this long (a random time in [t, 2t)) stands for election"),
+        KeyDef("controller.quorum.election.backoff.max.ms", _int(0), 1000,
+               "the most a candidate whose election failed waits before it stands again"),
+        KeyDef("controller.quorum.fetch.timeout.ms", _int(1), 2000,
+               "a follower that could not fetch from the leader for this long stands for election; a leader not "
+               "fetched from by a majority for 1.5 times this resigns"),
+        KeyDef("controller.quorum.request.timeout.ms", _int(1), 2000,
+               "how long a voter waits for the answer to a quorum request"),
+        KeyDef("controller.quorum.retry.backoff.ms", _int(0), 20,
+               "the wait before a failed quorum request is sent again"),
         KeyDef("log.dirs", _list, None),
         KeyDef("log.dir", _nonempty_str, "/tmp/kraft-combined-logs", into="log_dirs"),
         KeyDef("metadata.log.dir", _nonempty_str, None),
         KeyDef("cordoned.log.dirs", _list, (),
                "log dirs that take no new replicas (KIP-1066), or * for all; dynamic per broker"),
         KeyDef("metadata.log.max.record.bytes.between.snapshots", _long(1), 20 * 1024 * 1024),
+        KeyDef("metadata.log.max.snapshot.interval.ms", _long(0), 3_600_000,
+               "a controller writes a snapshot once this long has passed since its last one and something new "
+               "was committed (0: only the byte count triggers one)"),
         KeyDef("num.partitions", _int(1), 1),
         KeyDef("default.replication.factor", _int(1, 32767), 1),
         KeyDef("auto.create.topics.enable", _bool, True),
@@ -592,6 +603,8 @@ COMPATIBILITY_ONLY: dict[str, str] = {
                            "served)",
     "broker.id.generation.enable": "ZooKeeper mode only: a KRaft node's id is node.id",
     "reserved.broker.max.id": "ZooKeeper mode only: a KRaft node's id is node.id",
+    "controller.quorum.append.linger.ms": "the active controller appends and fsyncs each write's records as one "
+                                          "batch at once; nothing waits to be batched with later writes",
 }
 ACCEPTED_NO_EFFECT = frozenset(k for k in COMPATIBILITY_ONLY if k not in KEYS)
 
@@ -684,6 +697,11 @@ class ServerConfig:
     broker_rack: str | None = None
     controller_quorum_bootstrap_servers: tuple[str, ...] = ()
     controller_quorum_voters: tuple[str, ...] = ()
+    controller_quorum_election_timeout_ms: int = 1000
+    controller_quorum_election_backoff_max_ms: int = 1000
+    controller_quorum_fetch_timeout_ms: int = 2000
+    controller_quorum_request_timeout_ms: int = 2000
+    controller_quorum_retry_backoff_ms: int = 20
     log_flush_offset_checkpoint_interval_ms: int = 60_000
     log_roll_jitter_ms: int = 0
     log_initial_task_delay_ms: int = 30_000
@@ -713,6 +731,7 @@ class ServerConfig:
     compression_lz4_level: int = 9
     compression_zstd_level: int = 3
     metadata_log_max_record_bytes_between_snapshots: int = 20 * 1024 * 1024
+    metadata_log_max_snapshot_interval_ms: int = 3_600_000
     log_message_timestamp_before_max_ms: int = LONG_MAX
     log_message_timestamp_difference_max_ms: int = LONG_MAX
     log_message_timestamp_after_max_ms: int = LONG_MAX
@@ -1002,14 +1021,17 @@ def build_config(
     if is_broker and not broker_listener_names:
         raise fail("listeners", "a broker needs at least one listener that is not a controller listener")
     voters = get("controller.quorum.voters") or ()
-    if is_controller and len(voters) > 1 and (
-            is_broker or os.environ.get(UNFINISHED_QUORUM_ENV) != "1"):
-        # Until kjbod's controllers run the KRaft quorum (kjbod.raft) end to end, a second voter would not be
-        # asked anything: each controller would lead alone and the metadata logs would part.
+    if is_controller and is_broker and len(voters) > 1:
+        # A combined node's controller runs alone on the broker's metadata log; only controller-only nodes
+        # run the KRaft quorum (kjbod.raft), so a second voter would never be asked and the logs would part.
         raise fail("controller.quorum.voters",
-                   f"controller.quorum.voters lists {len(voters)} voters ({','.join(voters)}), but a "
-                   "multi-controller quorum is not served yet: list this controller only "
-                   f"({get('node.id')}@host:port)")
+                   f"controller.quorum.voters lists {len(voters)} voters ({','.join(voters)}), but a node with "
+                   "process.roles=broker,controller runs its controller alone: list this node only "
+                   f"({get('node.id')}@host:port), or run the controllers as process.roles=controller")
+    if is_controller and len(voters) > 1 and str(get("node.id")) not in {v.partition("@")[0].strip() for v in voters}:
+        raise fail("controller.quorum.voters",
+                   f"node.id {get('node.id')} is not one of controller.quorum.voters ({','.join(voters)}): a "
+                   "controller of a quorum must be one of its voters")
     if is_broker and not is_controller:
         if controller_in_listeners:
             raise fail(
@@ -1218,6 +1240,11 @@ def build_config(
         inter_broker_listener_name=inter_broker,
         controller_quorum_bootstrap_servers=get("controller.quorum.bootstrap.servers"),
         controller_quorum_voters=get("controller.quorum.voters"),
+        controller_quorum_election_timeout_ms=get("controller.quorum.election.timeout.ms"),
+        controller_quorum_election_backoff_max_ms=get("controller.quorum.election.backoff.max.ms"),
+        controller_quorum_fetch_timeout_ms=get("controller.quorum.fetch.timeout.ms"),
+        controller_quorum_request_timeout_ms=get("controller.quorum.request.timeout.ms"),
+        controller_quorum_retry_backoff_ms=get("controller.quorum.retry.backoff.ms"),
         log_flush_offset_checkpoint_interval_ms=get("log.flush.offset.checkpoint.interval.ms"),
         log_roll_jitter_ms=jitter,
         log_dir_stall_timeout_ms=get("log.dir.stall.timeout.ms"),
@@ -1248,6 +1275,7 @@ def build_config(
         compression_zstd_level=get("compression.zstd.level"),
         broker_rack=get("broker.rack"),
         metadata_log_max_record_bytes_between_snapshots=get("metadata.log.max.record.bytes.between.snapshots"),
+        metadata_log_max_snapshot_interval_ms=get("metadata.log.max.snapshot.interval.ms"),
         log_message_timestamp_before_max_ms=get("log.message.timestamp.before.max.ms"),
         log_message_timestamp_difference_max_ms=get("log.message.timestamp.difference.max.ms"),
         log_message_timestamp_after_max_ms=get("log.message.timestamp.after.max.ms"),

@@ -32,6 +32,7 @@ from kjbod.controller.metadata_fetch import MetadataFetchService
 from kjbod.controller.raft_driver import RaftDriver
 from kjbod.metadata import EMPTY_IMAGE, MetadataDelta, MetadataImage
 from kjbod.protocol.errors import ErrorCode
+from kjbod.raft.quorum import RaftConfig
 from kjbod.server import config as server_config
 from kjbod.server.config import ConfigError
 from kjbod.storage.fsio import LogDirIO
@@ -95,6 +96,7 @@ def controller_settings(config: Any, cluster_id: str, local_broker_id: int | Non
         broker_heartbeat_interval_ms=int(getattr(config, "broker_heartbeat_interval_ms", 2000)),
         max_bytes_between_snapshots=int(getattr(config, "metadata_log_max_record_bytes_between_snapshots",
                                                 SNAPSHOT_BYTES)),
+        max_snapshot_interval_ms=int(getattr(config, "metadata_log_max_snapshot_interval_ms", 3_600_000)),
         delete_topic_enable=bool(getattr(config, "delete_topic_enable", True)),
         unclean_leader_election_enable=bool(getattr(config, "unclean_leader_election_enable", False)),
         auto_leader_rebalance_enable=bool(getattr(config, "auto_leader_rebalance_enable", True)),
@@ -121,6 +123,18 @@ def quorum_voters(config: Any) -> dict[int, tuple[str, int]]:
         host, _, port = address.rpartition(":")
         out[int(node)] = (host.strip("[]"), int(port))
     return out
+
+
+def raft_config(config: Any) -> RaftConfig:
+    """The controller.quorum.* timings of a voter (Kafka's defaults when a key is not set)."""
+    d = RaftConfig()
+    return RaftConfig(
+        election_timeout_ms=int(getattr(config, "controller_quorum_election_timeout_ms", d.election_timeout_ms)),
+        election_backoff_max_ms=int(getattr(config, "controller_quorum_election_backoff_max_ms",
+                                            d.election_backoff_max_ms)),
+        fetch_timeout_ms=int(getattr(config, "controller_quorum_fetch_timeout_ms", d.fetch_timeout_ms)),
+        request_timeout_ms=int(getattr(config, "controller_quorum_request_timeout_ms", d.request_timeout_ms)),
+        retry_backoff_ms=int(getattr(config, "controller_quorum_retry_backoff_ms", d.retry_backoff_ms)))
 
 
 def metadata_fetch_service(config: Any, metadata_log: MetadataLog, cluster_id: str) -> MetadataFetchService:
@@ -163,10 +177,18 @@ class ControllerNode:
         return bc.DynamicBrokerConfigs.from_image(self.node_id, self.metadata)
 
     def cluster_nodes(self, listener_name: str, *, controllers: bool) -> list[NodeEndpoint]:
+        """DescribeCluster for controllers (KIP-919): every voter of the quorum, or this controller alone."""
         if not controllers:
             return []
+        if self.raft is not None:
+            return [NodeEndpoint(v, host, port) for v, (host, port) in sorted(self.raft.voters.items())]
         endpoint = controller_endpoint(self.config)
         return [NodeEndpoint(self.node_id, *endpoint)] if endpoint is not None else []
+
+    @property
+    def active_controller_id(self) -> int:
+        """The controller id DescribeCluster names: the quorum's leader (-1 while none is known), or this one."""
+        return self.raft.leader_id if self.raft is not None else self.node_id
 
     async def controller_request(self, body: Any, version: int) -> Any:
         assert self.controller is not None
@@ -204,7 +226,10 @@ class ControllerNode:
         active only while this node leads, and its image follows the committed log."""
         self.metadata_log = MetadataLog(meta_dir, node_id=self.node_id, writer=False, replicated=True)
         records = self.metadata_log.load()
-        self.raft = RaftDriver(self.node_id, voters, self.metadata_log, self.cluster_id, on_fatal=self._quorum_failed)
+        names = tuple(getattr(self.config, "controller_listener_names", ()) or ()) or ("CONTROLLER",)
+        self.raft = RaftDriver(self.node_id, voters, self.metadata_log, self.cluster_id,
+                               config=raft_config(self.config), on_fatal=self._quorum_failed,
+                               listener_name=names[0])
         self.metadata_fetch = MetadataFetchService(self.metadata_log, cluster_id=self.cluster_id,
                                                    node_id=self.node_id, endpoint=controller_endpoint(self.config),
                                                    leadership=self.raft, endpoints=voters)

@@ -176,6 +176,35 @@ def test_a_snapshot_is_written_off_the_loop_once_enough_bytes_were_written(tmp_p
     assert fake.bytes_since_snapshot == 0
 
 
+def test_snapshot_interval_ms_snapshots_a_changed_log_once_the_time_has_passed(tmp_path):
+    """metadata.log.max.snapshot.interval.ms: with the byte trigger far away, a write after the interval has
+    passed (on the controller's clock) brings a snapshot; before it, or with 0, none."""
+    now = [100.0]
+
+    async def run(interval_ms: int) -> list:
+        fake = FakeLog()
+        settings = ControllerSettings(cluster_id=CLUSTER, max_bytes_between_snapshots=1 << 40,
+                                      max_snapshot_interval_ms=interval_ms)
+        c = QuorumController(settings, fake, Policy(), clock=lambda: now[0])
+        c.load()
+        c.start()
+        try:
+            await live_broker(c, 1)
+            assert fake.snapshots == []  # the interval has not passed yet
+            now[0] += 2.5  # well within the broker's session (broker.session.timeout.ms 9 s)
+            assert (await c.handle_request(19, 7, create("t", 3))).topics[0].error_code == 0
+            return fake.snapshots
+        finally:
+            await c.stop()
+
+    ((_records, end_offset, _thread),) = asyncio.run(run(2_000))
+    assert end_offset > 0
+    now[0] = 100.0
+    assert asyncio.run(run(0)) == []  # 0: the time trigger is off
+    now[0] = 100.0
+    assert asyncio.run(run(2_501)) == []
+
+
 def test_nothing_is_answered_or_applied_before_the_append_returns(tmp_path):
     """A create waits for its append; a heartbeat behind it waits too, and sees the image with the topic."""
     import threading

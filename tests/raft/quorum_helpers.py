@@ -18,7 +18,7 @@ from kjbod.raft.quorum import RaftConfig
 from kjbod.storage.metadata_log import MetadataLog, unframe_record
 from kjbod.storage.records import iter_batches, iter_records
 
-QUORUM_APIS = {1, 52, 53, 54, 55}
+QUORUM_APIS = {1, 52, 53, 54, 55, 59}
 
 CLUSTER = "MkU3OEVBNTcwNTJENDM2Qg"
 # shorter than Kafka's defaults, the fetch timeout still well above the leader's 500 ms long poll
@@ -28,7 +28,9 @@ FAST = {"backoff": ExponentialBackoff(0.01, 0.05)}
 
 
 class Voter:
-    def __init__(self, node_id: int, root: str, ports: dict[int, int], *, controller: Any = None) -> None:
+    def __init__(self, node_id: int, root: str, ports: dict[int, int], *, controller: Any = None,
+                 segment_bytes: int | None = None) -> None:
+        self.segment_bytes = segment_bytes
         self.node_id = node_id
         self.root = root
         self.ports = ports
@@ -46,7 +48,8 @@ class Voter:
         return await self.controller.handle_request(api_key, version, request, header)
 
     async def start(self) -> Voter:
-        self.mlog = MetadataLog(self.root, node_id=self.node_id, writer=False, replicated=True)
+        options = {} if self.segment_bytes is None else {"segment_bytes": self.segment_bytes}
+        self.mlog = MetadataLog(self.root, node_id=self.node_id, writer=False, replicated=True, **options)
         records = self.mlog.load()
         voters = {v: ("127.0.0.1", p) for v, p in self.ports.items()}
         self.driver = RaftDriver(self.node_id, voters, self.mlog, CLUSTER, config=CONFIG, channel_options=FAST)

@@ -1,10 +1,8 @@
 """Three controller-only `kjbod serve` processes with `controller.quorum.voters` naming all three: they elect one
 leader (DescribeQuorum says which, and the others answer NOT_LEADER_OR_FOLLOWER naming it), a record written to the
 active controller reaches all three logs, a SIGKILLed leader is replaced by another that takes writes, and the
-killed one comes back from its files and catches up.
-
-Brokers do not follow a multi-controller quorum yet, so a config with several voters is refused at startup; these
-processes are started with the test-only variable that lifts the refusal for controller-only nodes."""
+killed one comes back from its files and catches up; brokers follow a failover. (test_quorum_snapshot_live.py: a
+controller behind a snapshot.)"""
 
 from __future__ import annotations
 
@@ -12,7 +10,6 @@ import time
 import uuid
 from pathlib import Path
 
-import pytest
 from datapath.support import RawClient, create_topic
 from kafka import KafkaProducer
 from live import LiveServer, format_storage, free_port, new_cluster_id
@@ -25,7 +22,6 @@ from kjbod.protocol.generated import (
     RegisterBrokerRecord,
 )
 from kjbod.protocol.generated import describe_quorum_request as dq
-from kjbod.server.config import UNFINISHED_QUORUM_ENV
 from kjbod.storage.metadata_log import MetadataLog
 
 IDS = (1, 2, 3)
@@ -33,7 +29,10 @@ DESCRIBE = DescribeQuorumRequest(topics=[dq.TopicData(topic_name="__cluster_meta
                                                       partitions=[dq.PartitionData(partition_index=0)])])
 
 
-def controllers(tmp_path: Path) -> dict[int, LiveServer]:
+FAST = {"controller.quorum.election.timeout.ms": "500", "controller.quorum.fetch.timeout.ms": "1500"}
+
+
+def controllers(tmp_path: Path, extra: dict[str, str] | None = None) -> dict[int, LiveServer]:
     ports = {i: free_port() for i in IDS}
     voters = ",".join(f"{i}@127.0.0.1:{ports[i]}" for i in IDS)
     cluster_id = new_cluster_id()
@@ -47,7 +46,7 @@ def controllers(tmp_path: Path) -> dict[int, LiveServer]:
         server.config.write_text("".join(f"{k}={v}\n" for k, v in {
             "process.roles": "controller", "node.id": str(i), "listeners": f"CONTROLLER://127.0.0.1:{ports[i]}",
             "controller.listener.names": "CONTROLLER", "controller.quorum.voters": voters,
-            "log.dirs": str(d / "meta"), "broker.session.timeout.ms": "60000"}.items()))
+            "log.dirs": str(d / "meta"), "broker.session.timeout.ms": "60000", **FAST, **(extra or {})}.items()))
         format_storage(server.config, cluster_id)
         out[i] = server
     return out
@@ -114,8 +113,7 @@ def registered_in_log(server: LiveServer) -> set[int]:
         mlog.close()
 
 
-def test_three_controllers_elect_fail_over_and_catch_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(UNFINISHED_QUORUM_ENV, "1")
+def test_three_controllers_elect_fail_over_and_catch_up(tmp_path: Path) -> None:
     servers = controllers(tmp_path)
     try:
         for s in servers.values():
@@ -182,10 +180,9 @@ def wait_until(check, what: str, timeout: float = 60):
         time.sleep(0.2)
 
 
-def test_brokers_follow_a_controller_failover(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_brokers_follow_a_controller_failover(tmp_path: Path) -> None:
     """3 controllers and 2 brokers: kafka-python produces; the active controller is SIGKILLed; topics can still be
     created through the brokers (forwarded to the new active controller) and the brokers stay unfenced."""
-    monkeypatch.setenv(UNFINISHED_QUORUM_ENV, "1")
     servers = controllers(tmp_path)
     brokers = brokers_for(tmp_path, servers)
     producer = None

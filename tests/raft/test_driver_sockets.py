@@ -102,6 +102,9 @@ async def test_describe_quorum_over_the_wire(quorum: list[Voter]) -> None:
     assert (part.error_code, part.leader_id, part.high_watermark) == (0, leader.node_id, end)
     assert sorted(r.replica_id for r in part.current_voters) == [1, 2, 3]
     assert all(r.log_end_offset >= end - 1 for r in part.current_voters)
+    # v2: where each voter is reached, on its controller listener
+    assert [(n.node_id, [(ln.name, ln.host, ln.port) for ln in n.listeners]) for n in resp.nodes] == [
+        (v, [("CONTROLLER", "127.0.0.1", leader.ports[v])]) for v in (1, 2, 3)]
 
 
 async def test_observers_are_served_committed_batches_by_the_leader_and_pointed_to_it_elsewhere(
@@ -129,6 +132,12 @@ async def test_observers_are_served_committed_batches_by_the_leader_and_pointed_
         assert (pd.error_code, pd.current_leader.leader_id, pd.current_leader.leader_epoch) == (
             ErrorCode.NOT_LEADER_OR_FOLLOWER, leader.node_id, epoch)
         assert [(n.node_id, n.port) for n in answer.node_endpoints] == [(leader.node_id, leader.ports[leader.node_id])]
+        # the broker that fetched from the leader is one of the quorum's observers in DescribeQuorum
+        body = DescribeQuorumRequest(topics=[dq.TopicData(topic_name="__cluster_metadata",
+                                                          partitions=[dq.PartitionData(partition_index=0)])])
+        described = await leader.driver.handle_request(55, 2, body)  # type: ignore[union-attr]
+        observers = described.topics[0].partitions[0].observers
+        assert [(o.replica_id, o.log_end_offset) for o in observers] == [(7, 0)]
     finally:
         for s in services.values():
             s.close()

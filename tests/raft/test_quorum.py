@@ -17,6 +17,8 @@ from kjbod.raft.quorum import (
     FetchAction,
     FetchRequest,
     FetchResult,
+    FetchSnapshotRequest,
+    FetchSnapshotResult,
     HighWatermark,
     LeaderChanged,
     Persist,
@@ -435,6 +437,84 @@ def test_a_leader_with_a_snapshot_sends_empty_or_lagging_followers_to_it() -> No
     assert q.handle_fetch(FetchRequest(2, 2, 0, 0), 0).snapshot == (100, 1)
     assert q.handle_fetch(FetchRequest(2, 2, 50, 1), 0).snapshot == (100, 1)
     assert q.handle_fetch(FetchRequest(2, 2, 100, 1), 0).read_from == 100
+
+
+def following(log: EpochHistory) -> tuple[RaftQuorum, Send]:
+    """Voter 2 following leader 1 in epoch 3, with its first Fetch sent."""
+    q = quorum(local=2, log=log)
+    q.handle_begin_quorum_epoch(BeginQuorumEpochRequest(3, 1), 0)
+    q.poll(1)
+    [fetch] = sends(q.take_effects())
+    return q, fetch
+
+
+def test_a_follower_sent_to_a_snapshot_fetches_it_in_chunks_then_fetches_from_its_end() -> None:
+    log = EpochHistory([(1, 0)], end=4)
+    q, fetch = following(log)
+    assert isinstance(fetch.request, FetchRequest) and fetch.request.fetch_offset == 4
+    outcome = q.handle_fetch_response(1, fetch.correlation_id, FetchResult(0, 1, 3, 50, snapshot=(40, 2)), 2)
+    assert (outcome.action, outcome.snapshot) == (FetchAction.SNAPSHOT, (40, 2))
+    q.poll(3)
+    [first] = sends(q.take_effects())
+    assert first.request == FetchSnapshotRequest(2, 3, (40, 2), 0)
+    chunk = q.handle_fetch_snapshot_response(1, first.correlation_id,
+                                             FetchSnapshotResult(0, 1, 3, (40, 2), size=100, position=0,
+                                                                 chunk_bytes=60), 4)
+    assert chunk.action is FetchAction.CHUNK
+    q.poll(5)
+    [second] = sends(q.take_effects())
+    assert second.request == FetchSnapshotRequest(2, 3, (40, 2), 60)  # continues where the first chunk ended
+    last = q.handle_fetch_snapshot_response(1, second.correlation_id,
+                                            FetchSnapshotResult(0, 1, 3, (40, 2), size=100, position=60,
+                                                                chunk_bytes=40), 6)
+    assert (last.action, last.snapshot) == (FetchAction.INSTALL, (40, 2))
+    log.entries, log.end, log.start, log.snapshot = [], 40, 40, (40, 2)  # what the shell's install does
+    q.snapshot_installed(7)
+    assert q.fetching_snapshot is None and q.high_watermark == 40
+    q.poll(8)
+    [again] = sends(q.take_effects())
+    assert isinstance(again.request, FetchRequest) and again.request.fetch_offset == 40
+
+
+@pytest.mark.parametrize("answer", [
+    FetchSnapshotResult(ErrorCode.SNAPSHOT_NOT_FOUND, 1, 3),
+    FetchSnapshotResult(ErrorCode.POSITION_OUT_OF_RANGE, 1, 3),
+    FetchSnapshotResult(0, 1, 3, (30, 2), size=100, position=0, chunk_bytes=10),  # another snapshot
+    FetchSnapshotResult(0, 1, 3, (40, 2), size=100, position=20, chunk_bytes=10),  # another position
+])
+def test_a_snapshot_the_leader_no_longer_has_or_a_wrong_chunk_starts_over_with_a_fetch(answer) -> None:
+    q, fetch = following(EpochHistory([(1, 0)], end=4))
+    q.handle_fetch_response(1, fetch.correlation_id, FetchResult(0, 1, 3, 50, snapshot=(40, 2)), 2)
+    q.poll(3)
+    [first] = sends(q.take_effects())
+    outcome = q.handle_fetch_snapshot_response(1, first.correlation_id, answer, 4)
+    assert outcome.action is FetchAction.RESTART and q.fetching_snapshot is None
+    q.poll(5)
+    [again] = sends(q.take_effects())
+    assert isinstance(again.request, FetchRequest) and again.request.fetch_offset == 4
+
+
+def test_a_new_leader_drops_the_snapshot_being_fetched_and_a_stale_chunk_is_ignored() -> None:
+    q, fetch = following(EpochHistory([(1, 0)], end=4))
+    q.handle_fetch_response(1, fetch.correlation_id, FetchResult(0, 1, 3, 50, snapshot=(40, 2)), 2)
+    q.poll(3)
+    [first] = sends(q.take_effects())
+    q.handle_begin_quorum_epoch(BeginQuorumEpochRequest(4, 3), 4)
+    assert q.fetching_snapshot is None
+    stale = q.handle_fetch_snapshot_response(1, first.correlation_id,
+                                             FetchSnapshotResult(0, 1, 3, (40, 2), size=10, position=0,
+                                                                 chunk_bytes=10), 5)
+    assert stale.action is FetchAction.IGNORE
+
+
+def test_the_leader_counts_a_voter_fetching_its_snapshot_for_check_quorum() -> None:
+    q = elected()
+    quorum_timeout = int(CONFIG.fetch_timeout_ms * 1.5)
+    q.note_snapshot_fetch(2, quorum_timeout - 1)
+    q.poll(quorum_timeout + 10)
+    assert q.state is State.LEADER  # voter 2's snapshot fetch renewed the deadline
+    q.poll(2 * quorum_timeout + 10)
+    assert q.state is State.RESIGNED
 
 
 def test_the_follower_truncates_on_diverging_epoch_but_never_below_its_high_watermark() -> None:

@@ -5,7 +5,8 @@ listener asked for controllers, or a controller listener asked for brokers, answ
 and an unknown type UNSUPPORTED_ENDPOINT_TYPE; v2 adds include_fenced_brokers and the is_fenced flag (KIP-1073).
 
 Brokers are the ones registered with the controller: the unfenced ones, and with include_fenced_brokers the
-fenced ones too, marked is_fenced.  The controller id is a live broker (this one), as KRaft brokers answer.
+fenced ones too, marked is_fenced.  The controller id is a live broker (this one), as KRaft brokers answer; on a
+controller listener it is the active controller (the quorum's leader) and the controllers listed are the voters.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ def handle(node, request, body: DescribeClusterRequest) -> DescribeClusterRespon
         brokers.sort(key=lambda b: b.broker_id)
     response = DescribeClusterResponse(
         error_code=0, endpoint_type=etype, cluster_id=node.cluster_id,
-        controller_id=node.node_id, brokers=brokers,
+        controller_id=getattr(node, "active_controller_id", node.node_id), brokers=brokers,
     )
     if body.include_cluster_authorized_operations:
         response.cluster_authorized_operations = authorized_operations(node, request, CLUSTER, CLUSTER_NAME)
