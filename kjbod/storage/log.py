@@ -63,7 +63,12 @@ from kjbod.storage.errors import (
 )
 from kjbod.storage.fsio import LogDirIO, WouldBlock, waiting_allowed
 from kjbod.storage.ids import uuid_text
-from kjbod.storage.producer_state import CompletedTxn, ProducerStateManager, SnapshotFormatError
+from kjbod.storage.producer_state import (
+    CompletedTxn,
+    ProducerEntry,
+    ProducerStateManager,
+    SnapshotFormatError,
+)
 from kjbod.storage.records import (
     CONTROL_MASK,
     LOG_OVERHEAD,
@@ -75,6 +80,7 @@ from kjbod.storage.records import (
     UnsupportedCompressionError,
     control_marker_type,
     iter_records,
+    marker_coordinator_epoch,
     validate_batches,
     validate_records,
 )
@@ -981,7 +987,8 @@ class PartitionLog:
         pack = PREFIX.pack
         for pos, header in batches:
             base = next_offset
-            duplicate = plan.check(header, base, marker=control_marker_type(view, pos, header)) \
+            duplicate = plan.check(header, base, marker=control_marker_type(view, pos, header),
+                                   coordinator_epoch=marker_coordinator_epoch(view, pos, header)) \
                 if header.attributes & CONTROL_MASK else plan.check(header, base)
             if duplicate is not None:  # answered as Kafka does: the batch's stored max timestamp too
                 return AppendInfo(duplicate.first_offset, duplicate.last_offset, duplicate.timestamp,
@@ -1096,9 +1103,11 @@ class PartitionLog:
                 if header.producer_id > NO_PRODUCER_ID:
                     if follower_plan is None:
                         follower_plan = self.producer_state.plan()
+                    control = header.attributes & CONTROL_MASK
                     follower_plan.check(header, base, from_client=False,
-                                        marker=control_marker_type(view, pos, header)
-                                        if header.attributes & CONTROL_MASK else -1)
+                                        marker=control_marker_type(view, pos, header) if control else -1,
+                                        coordinator_epoch=marker_coordinator_epoch(view, pos, header)
+                                        if control else -1)
                 last = base + header.last_offset_delta
                 next_offset = last + 1
                 count += header.records_count
@@ -1629,6 +1638,13 @@ class PartitionLog:
             if not self._producer_state_ready:
                 return 0
             return self.producer_state.remove_expired(now_ms, expiration_ms)
+
+    def active_producers(self) -> list[ProducerEntry]:
+        """Copies of the producers this log keeps state for, by producer id (DescribeProducers); on the dir's
+        worker: the state is loaded first when it is not yet."""
+        with self.lock:
+            self._ensure_producer_state()
+            return [e.copy() for _, e in sorted(self.producer_state.producers.items())]
 
     # ------------------------------------------------------------------------------------------ compaction
 

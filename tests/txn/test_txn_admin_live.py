@@ -1,0 +1,111 @@
+"""The transactions' admin side on a real `kjbod serve`: DescribeProducers (KIP-664) asked by kafka-python's admin
+client and by `kjbod transactions`, against producer state made by hand-made transactional and idempotent
+requests (tests/txn/test_txn_coordinator_live.py's helpers).
+
+Strategy: one single-node server for the module; each test uses its own topic and transactional id.  What the
+answers must hold is known from the requests the test made: the producer ids and epochs InitProducerId gave out,
+the sequences sent, the offset where the open transaction's first batch landed, and the coordinator epoch the
+markers carry (the leader epoch of `__transaction_state`'s partition: 0 on a fresh node).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+from kafka import TopicPartition
+from kafka.admin import KafkaAdminClient
+from kafka.errors import KafkaError, UnknownTopicOrPartitionError
+from live import start_server
+
+from kjbod.protocol.generated import DescribeProducersRequest
+from kjbod.protocol.generated.describe_producers_request import TopicRequest
+
+from .test_txn_coordinator_live import (
+    OVERRIDES,
+    Txn,
+    connect,
+    control_batches,
+    make_topic,
+    produce_txn,
+    wait_for,
+)
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory):
+    s = start_server(tmp_path_factory.mktemp("txn-admin"), log_dir_count=2, overrides=OVERRIDES)
+    yield s
+    s.stop()
+
+
+def describe(server, topic: str, *partitions: int) -> dict:
+    admin = KafkaAdminClient(bootstrap_servers=server.bootstrap)
+    try:
+        got = admin.describe_producers([TopicPartition(topic, p) for p in partitions])
+    finally:
+        admin.close()
+    return {tp.partition: sorted((p.producer_id, p.producer_epoch, p.last_sequence, p.coordinator_epoch,
+                                  p.current_transaction_start_offset) for p in state.active_producers)
+            for tp, state in got.items()}
+
+
+def test_describe_producers_shows_open_and_ended_transactions(server):
+    topic = make_topic(server, partitions=2)
+
+    async def run():
+        conn = await connect(server)
+        try:
+            ended = Txn(conn, f"tx-{uuid.uuid4().hex[:6]}")
+            open_ = Txn(conn, f"tx-{uuid.uuid4().hex[:6]}")
+            assert await ended.init() == 0 and await open_.init() == 0
+            assert await ended.add(topic, 0) == [0]
+            assert await produce_txn(conn, ended, topic, 0, [b"a", b"b", b"c"], 0) == 0  # offsets 0-2
+            assert await ended.end(True) == 0  # marker at 3
+            assert await open_.add(topic, 0) == [0]
+            assert await produce_txn(conn, open_, topic, 0, [b"d", b"e"], 0) == 0  # offsets 4-5, left open
+            return ended, open_
+        finally:
+            conn.close()
+
+    ended, open_ = asyncio.run(run())
+    wait_for(lambda: control_batches(server, topic, 0), "the commit marker")
+    got = describe(server, topic, 0, 1)
+    assert got[0] == sorted([(ended.pid, ended.epoch, 2, 0, -1), (open_.pid, open_.epoch, 1, -1, 4)])
+    assert got[1] == []  # nobody wrote there
+
+    # After a restart the state comes back from the clean shutdown's snapshot, loaded for this request.
+    server.stop()
+    server.start()
+    assert wait_for(lambda: describe_when_led(server, topic, 0), "the partition led again")[0] == got[0]
+
+
+def describe_when_led(server, topic: str, partition: int) -> dict | None:
+    try:
+        return describe(server, topic, partition)
+    except KafkaError:  # not led yet: the restarted node is still taking its partitions
+        return None
+
+
+def test_describe_producers_errors(server):
+    topic = make_topic(server, partitions=1)
+    with pytest.raises(UnknownTopicOrPartitionError):
+        describe(server, "no-such-topic", 0)
+
+    async def ask(topics):
+        conn = await connect(server)
+        try:
+            return await conn.request(61, 0, DescribeProducersRequest(topics=topics), 30.0)
+        finally:
+            conn.close()
+
+    r = asyncio.run(ask([TopicRequest(name=topic, partition_indexes=[0, 7]),
+                         TopicRequest(name="bad name!", partition_indexes=[0])]))
+    known, bad = r.topics
+    assert [(p.partition_index, p.error_code, p.active_producers) for p in known.partitions] == [
+        (0, 0, []), (7, 3, [])]  # UNKNOWN_TOPIC_OR_PARTITION for a partition the topic lacks
+    assert [(p.partition_index, p.error_code) for p in bad.partitions] == [(0, 17)]  # INVALID_TOPIC_EXCEPTION
+    assert "bad name!" in bad.partitions[0].error_message
