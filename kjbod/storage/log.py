@@ -75,6 +75,7 @@ from kjbod.storage.records import (
     NO_PRODUCER_ID,
     PREFIX,
     RECORD_BATCH_OVERHEAD,
+    TRANSACTIONAL_MASK,
     BatchHeader,
     Record,
     UnsupportedCompressionError,
@@ -92,6 +93,7 @@ from kjbod.storage.segment import (
     LOG_SUFFIX,
     SNAPSHOT_SUFFIX,
     TIME_INDEX_SUFFIX,
+    TXN_ENTRY,
     TXN_INDEX_SUFFIX,
     LogSegment,
     parse_segment_file,
@@ -475,6 +477,8 @@ class PartitionLog:
         first_base = self.segments[0].base_offset
         lso = max(lso_checkpoint if lso_checkpoint is not None else first_base, first_base)
         self._log_start = min(lso, self._leo)
+        if recovered_from is not None:
+            self._rebuild_txn_indexes(recovered_from, snapshots)
         # Producer state is rebuilt on first use (the first append), not here: most partitions of a restarted
         # node are not written to soon, and a startup of 10,000 partitions should not read 10,000 snapshots.
         self._pending_snapshots = snapshots
@@ -493,9 +497,16 @@ class PartitionLog:
         start = max(bisect_right(self._bases, recovery_point) - 1, 0)
         recovered_from = self.segments[start].base_offset
         last_next: int | None = None
+        self._recovered_transactional = False
+
+        def on_batch(header: BatchHeader) -> None:
+            _epoch_start(epochs, header)
+            if header.attributes & TRANSACTIONAL_MASK:
+                self._recovered_transactional = True
+
         for i in range(start, len(self.segments)):
             seg = self.segments[i]
-            result = seg.recover(on_batch=lambda header: _epoch_start(epochs, header))
+            result = seg.recover(on_batch=on_batch)
             stats.recovered_segments += 1
             last_next = result.next_offset
             if i < len(self.segments) - 1 and not result.truncated_bytes:
@@ -555,6 +566,7 @@ class PartitionLog:
         self.io.rename(seg.log_path, aside)
         self.io.unlink(seg.index.path, missing_ok=True)
         self.io.unlink(seg.time_index.path, missing_ok=True)
+        self.io.unlink(seg.txn_index_path, missing_ok=True)
         self.load_stats.truncated_bytes += seg.size
         log.warning(
             "log_segment_after_corruption_set_aside",
@@ -565,6 +577,65 @@ class PartitionLog:
             truncated_bytes=seg.size,
             copied_to=aside,
         )
+
+    def _rebuild_txn_indexes(self, recovered_from: int, snapshots: dict[int, str]) -> None:
+        """After recovery re-read the segments from ``recovered_from`` on: their ``.txnindex`` files made again
+        from the batches, as Kafka's segment recovery does.  A crash can lose an entry whose marker the log kept
+        (it is written after the marker), and recovery can cut off a marker whose entry was written.  The
+        producers' open transactions where the range begins come from the newest snapshot at or below it and
+        the batches after that snapshot; each abort marker in the range then gives its entry, with the last
+        stable offset after it, as at append time."""
+        first = max(bisect_right(self._bases, recovered_from) - 1, 0)
+        recovered = self.segments[first:]
+        if not self._recovered_transactional and not any(seg.read_aborted() for seg in recovered):
+            return  # no transaction in the range and no entry to drop: nothing to rebuild
+        io = self.io
+        state = ProducerStateManager()
+        start = self._log_start
+        for off in sorted((o for o in snapshots if self._log_start <= o <= recovered_from), reverse=True):
+            data = io.read_bytes_or_none(snapshots[off])
+            if data is None:
+                continue
+            try:
+                state.load_snapshot(data, off)
+            except SnapshotFormatError:
+                continue
+            start = off
+            break
+        base = recovered[0].base_offset
+        try:
+            if start < base:
+                state.replay(h for h in self._iter_batch_headers(start) if h.base_offset < base)
+            entries: dict[int, list[tuple[int, int, int, int]]] = {seg.base_offset: [] for seg in recovered}
+            for seg in recovered:
+                for pos, header in seg.iter_headers(0):
+                    if header.producer_id <= NO_PRODUCER_ID:
+                        continue
+                    marker = -1
+                    if header.attributes & CONTROL_MASK:
+                        marker = control_marker_type(seg.read_bytes(pos, header.size), 0, header)
+                    plan = state.plan()
+                    plan.check(header, header.base_offset, from_client=False, marker=marker)
+                    plan.commit(header.next_offset)
+                    if any(t.aborted for t in plan.completed):
+                        lso = state.first_unstable_offset()
+                        entries[seg.base_offset] += [
+                            (t.producer_id, t.first_offset, t.last_offset, lso if lso is not None else t.last_offset + 1)
+                            for t in plan.completed if t.aborted]
+        finally:
+            for seg in self.segments[:-1]:
+                seg.release()
+        for seg in recovered:
+            kept, made = seg.read_aborted(), entries[seg.base_offset]
+            if kept == made:
+                continue
+            if made:
+                io.write_atomic(seg.txn_index_path, b"".join(TXN_ENTRY.pack(0, *e) for e in made))
+            else:
+                io.unlink(seg.txn_index_path, missing_ok=True)
+            log.warning("transaction_index_rebuilt", partition=self.name, log_dir=self.log_dir,
+                        segment=os.path.basename(seg.txn_index_path), entries_before=len(kept),
+                        entries_after=len(made))
 
     def _snapshot_path(self, offset: int) -> str:
         return os.path.join(self.dir, segment_name(offset) + SNAPSHOT_SUFFIX)
