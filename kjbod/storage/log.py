@@ -1719,10 +1719,13 @@ class PartitionLog:
 
     # ------------------------------------------------------------------------------------------ compaction
 
-    def swap_in_cleaned(self, old: list[LogSegment], cleaned: LogSegment, truncations: int) -> None:
+    def swap_in_cleaned(self, old: list[LogSegment], cleaned: LogSegment, truncations: int, *,
+                        aborted: list[tuple[int, int, int, int]] | None = None) -> None:
         """The cleaner's last step (kjbod.storage.cleaner): ``cleaned``, whose files end in ``.swap``, replaces the
         segments ``old``, under the lock. Refused (the swap files deleted, CleanAborted raised) when the clean was
-        aborted, the log was truncated since the clean began, or any of ``old`` is no longer the log's."""
+        aborted, the log was truncated since the clean began, or any of ``old`` is no longer the log's.
+        ``aborted``: the cleaned segment's ``.txnindex`` entries (the abort markers it keeps whose transactions
+        still had records in the clean); None keeps those of the segments it replaces."""
         io = self.io
         with self.lock:
             current = {id(s) for s in self.segments[:-1]}
@@ -1731,9 +1734,11 @@ class PartitionLog:
                 for path in (cleaned.log_path, cleaned.index.path, cleaned.time_index.path):
                     io.unlink(path, missing_ok=True)
                 raise cleaner.CleanAborted(f"the segments of {self.name} changed while it was cleaned")
-            # The cleaned segment keeps the aborted transactions of those it replaces (the cleaner keeps markers
-            # and transactional records alike, so read_committed readers still need them).
-            aborted = [e for seg in old for e in seg.read_aborted()]
+            if aborted is None:
+                aborted = [e for seg in old for e in seg.read_aborted()]
+            lo = old[0].base_offset
+            after = self.segments.index(old[-1]) + 1
+            hi = self.segments[after].base_offset if after < len(self.segments) else self._leo
             for seg in old:
                 self._schedule_segment_deletion(seg)
             cleaner.failpoint("old_segments_deleted")
@@ -1745,6 +1750,12 @@ class PartitionLog:
             cleaned.txn_index_path = base_path + TXN_INDEX_SUFFIX
             if aborted:
                 cleaned.append_aborted(aborted)
+            if self._producer_state_ready:  # what read_committed reads are told follows the files
+                state = self.producer_state
+                state.aborted = sorted(
+                    [t for t in state.aborted if not lo <= t.last_offset < hi]
+                    + [CompletedTxn(pid, first, last, True) for pid, first, last, _lso in aborted],
+                    key=lambda t: t.last_offset)
             cleaned.created_ms = self.clock()
             first = self.segments.index(old[0])
             last = self.segments.index(old[-1])
