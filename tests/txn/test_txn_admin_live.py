@@ -27,6 +27,7 @@ from .test_txn_coordinator_live import (
     Txn,
     connect,
     control_batches,
+    end_offset,
     make_topic,
     produce_txn,
     wait_for,
@@ -109,3 +110,39 @@ def test_describe_producers_errors(server):
         (0, 0, []), (7, 3, [])]  # UNKNOWN_TOPIC_OR_PARTITION for a partition the topic lacks
     assert [(p.partition_index, p.error_code) for p in bad.partitions] == [(0, 17)]  # INVALID_TOPIC_EXCEPTION
     assert "bad name!" in bad.partitions[0].error_message
+
+
+def test_read_committed_list_offsets_after_a_restart_stops_at_an_open_transaction(server):
+    topic = make_topic(server, partitions=1)
+
+    async def run():
+        conn = await connect(server)
+        try:
+            t = Txn(conn, f"tx-{uuid.uuid4().hex[:6]}")
+            assert await t.init(timeout_ms=120_000) == 0
+            plain = Txn(conn, f"tx-{uuid.uuid4().hex[:6]}")
+            assert await plain.init() == 0
+            assert await plain.add(topic, 0) == [0]
+            assert await produce_txn(conn, plain, topic, 0, [b"a", b"b"], 0) == 0  # 0-1
+            assert await plain.end(True) == 0  # marker at 2
+            assert await t.add(topic, 0) == [0]
+            assert await produce_txn(conn, t, topic, 0, [b"open"], 0) == 0  # 3: left open
+        finally:
+            conn.close()
+
+    asyncio.run(run())
+    wait_for(lambda: control_batches(server, topic, 0), "the commit marker")
+    assert (end_offset(server, topic, "read_committed"), end_offset(server, topic, "read_uncommitted")) == (3, 4)
+    # After a restart nothing has loaded the partition's producer state yet when ListOffsets asks: the answer
+    # must still stop at the open transaction (the clean shutdown's snapshot holds it).
+    server.stop()
+    server.start()
+    assert wait_for(lambda: end_offset_when_led(server, topic, "read_committed"), "the partition led again") == 3
+    assert end_offset(server, topic, "read_uncommitted") == 4
+
+
+def end_offset_when_led(server, topic: str, isolation: str) -> int | None:
+    try:
+        return end_offset(server, topic, isolation)
+    except KafkaError:
+        return None
