@@ -53,6 +53,8 @@ from kjbod.admin.types import (
     OffsetAndMetadata,
     OffsetSpec,
     PartitionDescription,
+    PartitionProducers,
+    ProducerState,
     ReplicaInfo,
     ReplicaLogDirInfo,
     Results,
@@ -60,6 +62,8 @@ from kjbod.admin.types import (
     ThrottledReplicas,
     TopicDescription,
     TopicPartitionReplica,
+    TransactionDescription,
+    TransactionListing,
 )
 from kjbod.protocol.errors import ErrorCode
 
@@ -102,6 +106,8 @@ __all__ = [
     "OffsetAndMetadata",
     "OffsetSpec",
     "PartitionDescription",
+    "PartitionProducers",
+    "ProducerState",
     "ProtocolViolation",
     "ReplicaInfo",
     "ReplicaLogDirInfo",
@@ -112,6 +118,8 @@ __all__ = [
     "ThrottledReplicas",
     "TopicDescription",
     "TopicPartitionReplica",
+    "TransactionDescription",
+    "TransactionListing",
     "UnsupportedVersionError",
     "parse_bootstrap_servers",
 ]

@@ -11,13 +11,14 @@ markers carry (the leader epoch of `__transaction_state`'s partition: 0 on a fre
 from __future__ import annotations
 
 import asyncio
+import subprocess
 import uuid
 
 import pytest
 from kafka import TopicPartition
 from kafka.admin import KafkaAdminClient
 from kafka.errors import KafkaError, UnknownTopicOrPartitionError
-from live import start_server
+from live import COMMAND, start_server
 
 from kjbod.protocol.generated import DescribeProducersRequest
 from kjbod.protocol.generated.describe_producers_request import TopicRequest
@@ -146,3 +147,64 @@ def end_offset_when_led(server, topic: str, isolation: str) -> int | None:
         return end_offset(server, topic, isolation)
     except KafkaError:
         return None
+
+
+def kjbod_transactions(server, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*COMMAND, "transactions", "--bootstrap-server", server.bootstrap, *args],
+                          capture_output=True, text=True, timeout=120)
+
+
+def rows(out: str) -> list[list[str]]:
+    return [[cell.strip() for cell in line.split("\t")[:-1]] for line in out.splitlines()]
+
+
+def test_kjbod_transactions_lists_and_describes_as_kafka_transactions(server):
+    topic = make_topic(server, partitions=1)
+    tid = f"tx-{uuid.uuid4().hex[:6]}"
+
+    async def run():
+        conn = await connect(server)
+        try:
+            t = Txn(conn, tid)
+            assert await t.init(timeout_ms=45_000) == 0
+            assert await t.add(topic, 0) == [0]
+            assert await produce_txn(conn, t, topic, 0, [b"a", b"b"], 0) == 0  # offsets 0-1, left open
+            return t
+        finally:
+            conn.close()
+
+    t = asyncio.run(run())
+    listed = kjbod_transactions(server, "list")
+    assert listed.returncode == 0, listed.stderr
+    table = rows(listed.stdout)
+    assert table[0] == ["TransactionalId", "Coordinator", "ProducerId", "TransactionState"]
+    assert [tid, "1", str(t.pid), "Ongoing"] in table[1:]
+
+    described = kjbod_transactions(server, "describe", "--transactional-id", tid)
+    assert described.returncode == 0, described.stderr
+    header, row = rows(described.stdout)
+    assert header[:5] == ["CoordinatorId", "TransactionalId", "ProducerId", "ProducerEpoch", "TransactionState"]
+    got = dict(zip(header, row, strict=True))
+    assert (got["CoordinatorId"], got["TransactionalId"], got["ProducerId"], got["ProducerEpoch"],
+            got["TransactionState"], got["TransactionTimeoutMs"], got["TopicPartitions"]) == (
+        "1", tid, str(t.pid), str(t.epoch), "Ongoing", "45000", f"{topic}-0")
+    assert int(got["CurrentTransactionStartTimeMs"]) > 0 and int(got["TransactionDurationMs"]) >= 0
+
+    producers = kjbod_transactions(server, "describe-producers", "--topic", topic, "--partition", "0")
+    assert producers.returncode == 0, producers.stderr
+    header, row = rows(producers.stdout)
+    assert header == ["ProducerId", "ProducerEpoch", "LatestCoordinatorEpoch", "LastSequence", "LastTimestamp",
+                      "CurrentTransactionStartOffset"]
+    assert (row[:4], row[5]) == ([str(t.pid), str(t.epoch), "-1", "1"], "0")
+
+    unknown = kjbod_transactions(server, "describe", "--transactional-id", "never-seen")
+    assert unknown.returncode == 1
+    assert "Failed to describe transaction state of transactional-id `never-seen`" in unknown.stderr
+    assert "TRANSACTIONAL_ID_NOT_FOUND" in unknown.stderr
+    # --broker-id asks that broker directly (no leader lookup, which would retry an unknown topic until the
+    # timeout, as Kafka's admin client does).
+    missing = kjbod_transactions(server, "describe-producers", "--topic", "no-such-topic", "--partition", "0",
+                                 "--broker-id", "1")
+    assert missing.returncode == 1
+    assert "Failed to describe producers for partition no-such-topic-0 on broker 1" in missing.stderr
+    assert "UNKNOWN_TOPIC_OR_PARTITION" in missing.stderr
