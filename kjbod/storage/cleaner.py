@@ -48,13 +48,13 @@ Strategy, as Kafka's cleaner behaves:
 from __future__ import annotations
 
 import hashlib
+import heapq
 import os
 import signal
 import struct
 import threading
 import time
-from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -426,16 +426,22 @@ class TxnFilter:
     records go, and add no key to the map) and whether a marker may go (no record of its transaction was seen in
     this pass).  ``kept`` collects the index entries of the abort markers that stay."""
 
-    def __init__(self, aborted: list[TxnEntry]) -> None:
-        self._pending = deque(sorted(aborted, key=lambda e: e[1]))
+    def __init__(self, aborted: Iterable[TxnEntry] = ()) -> None:
+        self._pending: list[tuple[int, TxnEntry]] = []  # a heap by first offset
         self._aborted_open: dict[int, tuple[TxnEntry, list[bool]]] = {}  # producer id -> (entry, [records seen])
         self._committed_open: set[int] = set()  # producers whose transaction's records were seen, not aborted
         self.kept: list[TxnEntry] = []
+        self.add(aborted)
+
+    def add(self, aborted: Iterable[TxnEntry]) -> None:
+        """More aborted transactions (those of the next segment: one filter goes over a whole clean, as Kafka's)."""
+        for entry in aborted:
+            heapq.heappush(self._pending, (entry[1], entry))
 
     def _reach(self, offset: int) -> None:
         pending = self._pending
-        while pending and pending[0][1] <= offset:
-            entry = pending.popleft()
+        while pending and pending[0][0] <= offset:
+            _, entry = heapq.heappop(pending)
             self._aborted_open.setdefault(entry[0], (entry, [False]))
 
     def on_data(self, header: BatchHeader) -> bool:
@@ -527,12 +533,12 @@ class Cleaner:
             return ltc.first_dirty, stats
         to_clean = [s for s in segments if s.base_offset < end_offset]
         cfg = plog.config
+        txn = TxnFilter()  # carried from group to group, as Kafka's cleaner carries its transaction state
         for group in group_segments(to_clean, cfg.segment_bytes, cfg.segment_index_bytes, cfg.index_interval_bytes,
                                     end_offset):
             check_abort()
-            upper = next((s.base_offset for s in segments if s.base_offset > group[-1].base_offset), end_offset)
-            txn = TxnFilter(aborted_between(aborted, group[0].base_offset, upper))
-            self._clean_group(plog, group, version, now, last_of_producer, stats, throttler, check_abort, txn)
+            self._clean_group(plog, group, version, now, last_of_producer, stats, throttler, check_abort, txn,
+                              aborted, segments, end_offset)
         log.info("log_cleaned", partition=plog.name, log_dir=plog.log_dir, first_dirty=ltc.first_dirty,
                  checkpoint=end_offset, bytes_read=stats.bytes_read, bytes_written=stats.bytes_written,
                  records_read=stats.records_read, records_kept=stats.records_kept,
@@ -578,7 +584,8 @@ class Cleaner:
 
     def _clean_group(self, plog: PartitionLog, group: list[LogSegment], version: int, now: int,
                      last_of_producer: dict[int, tuple[int, int]], stats: CleanStats, throttler: Throttler,
-                     check_abort: Callable[[], None], txn: TxnFilter) -> None:
+                     check_abort: Callable[[], None], txn: TxnFilter, aborted: list[TxnEntry],
+                     segments: list[LogSegment], end_offset: int) -> None:
         io = plog.io
         base = group[0].base_offset
         prefix = os.path.join(plog.dir, segment_name(base))
@@ -593,7 +600,11 @@ class Cleaner:
             try:
                 pending: list[bytes | memoryview] = []
                 pending_bytes = 0
+                txn.kept = []  # the cleaned segment's .txnindex entries
                 for seg in group:
+                    # The aborted transactions with records in this segment (its whole range, as Kafka's).
+                    upper = next((s.base_offset for s in segments if s.base_offset > seg.base_offset), end_offset)
+                    txn.add(aborted_between(aborted, seg.base_offset, upper))
                     for header, batch in iter_segment_batches(open_segment(plog, seg), seg.size):
                         check_abort()
                         stats.bytes_read += header.size

@@ -173,3 +173,21 @@ def test_the_filter_follows_kafkas_rules():
     assert f.on_marker(header(3, B, control=True), 1) is False
     assert f.on_marker(header(4, B, control=True), 1) is True  # no record of this one seen
     assert f.on_marker(header(5, A, control=True, emptied=True), 0) is True  # emptied before
+
+
+def test_a_marker_in_another_cleaned_group_than_its_records_stays(make_log, clock):
+    # Segments too big to be cleaned into one (600 bytes each at most): B's records and B's commit marker end up
+    # in different groups of one clean, whose transaction state carries over from group to group as in Kafka.
+    plog = make_log()
+    plog.append(txn(B, 0, [(b"k%d" % i, b"v" * 40) for i in range(6)]))  # B's records, ~400 bytes
+    plog.roll()
+    plog.append(keyed([(b"f%d" % i, b"w" * 40) for i in range(6)]))  # ~400 bytes
+    end(plog, B, commit=True)
+    plog.roll()
+    plog.append(keyed([(b"z", b"1")]))
+    assert len(plog.segments) == 3
+    clean_once(plog, clock)
+    got = batches(plog)
+    [(_, marker_attrs)] = [(b, a) for b, _, c, a, _ in got if c]
+    assert not marker_attrs & DELETE_HORIZON_MASK  # B's records are still there: its marker has no horizon
+    assert committed_view(plog)[b"k0"] == b"v" * 40
