@@ -478,7 +478,11 @@ class PartitionLog:
         lso = max(lso_checkpoint if lso_checkpoint is not None else first_base, first_base)
         self._log_start = min(lso, self._leo)
         if recovered_from is not None:
-            self._rebuild_txn_indexes(recovered_from, snapshots)
+            try:
+                self._rebuild_txn_indexes(recovered_from, snapshots)
+            except CorruptMessageError as e:  # a bad batch before the range: the indexes stay as they were
+                log.warning("transaction_index_rebuild_skipped", partition=self.name, log_dir=self.log_dir,
+                            error=str(e))
         # Producer state is rebuilt on first use (the first append), not here: most partitions of a restarted
         # node are not written to soon, and a startup of 10,000 partitions should not read 10,000 snapshots.
         self._pending_snapshots = snapshots
