@@ -660,15 +660,17 @@ class Cleaner:
         if header.is_control:
             if not txn.on_marker(header, control_marker_type(batch, 0, header)):
                 return batch
+            last = last_of_producer.get(header.producer_id)
+            # Kept (emptied) when it holds the producer's last epoch and no data batch of the producer is left.
+            keeps_epoch = last is not None and last[0] < 0 and last[1] == header.producer_epoch
+            if header.records_count == 0:  # emptied by an earlier clean
+                return batch if keeps_epoch else None
             if not has_horizon:  # no record of its transaction is left: it goes once delete.retention.ms passed
                 payload = _payload(header, batch)
                 return rebuild_batch(header, payload, _records(payload, header), now + delete_retention_ms)
             if now < header.base_timestamp:
                 return batch
-            last = last_of_producer.get(header.producer_id)
-            if last is not None and last[0] < 0 and last[1] == header.producer_epoch:
-                return empty_batch(header)  # the producer's last epoch, and no data batch of it is left
-            return None
+            return empty_batch(header) if keeps_epoch else None
         payload = _payload(header, batch)
         records = _records(payload, header)
         stats.records_read += len(records)

@@ -10,7 +10,14 @@ import pytest
 
 from kjbod.broker.txn import records as txnrec
 from kjbod.storage import fsio
-from kjbod.storage.cleaner import DELETE_HORIZON_MASK, TxnFilter, empty_batch
+from kjbod.storage.cleaner import (
+    DELETE_HORIZON_MASK,
+    Cleaner,
+    CleanerConfig,
+    CleanStats,
+    TxnFilter,
+    empty_batch,
+)
 from kjbod.storage.log import PartitionLog
 from kjbod.storage.producer_state import CompletedTxn
 from kjbod.storage.records import build_batch, iter_batches, iter_records
@@ -191,3 +198,21 @@ def test_a_marker_in_another_cleaned_group_than_its_records_stays(make_log, cloc
     [(_, marker_attrs)] = [(b, a) for b, _, c, a, _ in got if c]
     assert not marker_attrs & DELETE_HORIZON_MASK  # B's records are still there: its marker has no horizon
     assert committed_view(plog)[b"k0"] == b"v" * 40
+
+
+def test_an_emptied_marker_stays_only_while_it_holds_the_producers_last_epoch(clock):
+    raw = build_batch([(txnrec.marker_key(False), txnrec.marker_value(0), [], T0)], producer_id=A, producer_epoch=2,
+                      is_transactional=True, is_control=True)
+    emptied = empty_batch(next(iter_batches(raw))[1])
+    header = next(iter_batches(emptied))[1]
+    assert header.records_count == 0
+
+    def kept(last_of_producer: dict) -> bool:
+        out = Cleaner(CleanerConfig(), clock)._filter_batch(header, memoryview(emptied), clock(), 1000,
+                                                            last_of_producer, CleanStats(), TxnFilter())
+        return out is not None
+
+    assert kept({A: (-1, 2)})  # no data batch of A left, and this is A's epoch: its fencing epoch stays
+    assert not kept({A: (-1, 3)})  # A moved on to a newer epoch
+    assert not kept({A: (7, 2)})  # A has a data batch that holds its state
+    assert not kept({})  # A expired
