@@ -226,6 +226,11 @@ EFFECTS: dict[str, list[str]] = {
     "transaction.max.timeout.ms": [f"{TXN_LIVE}::test_states_and_error_codes"],
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": [
         f"{TXN_LIVE}::test_a_transaction_past_its_timeout_is_aborted"],
+    "transactional.id.expiration.ms": [
+        "tests/txn/test_txn_expiration_live.py::test_an_idle_transactional_id_expires_and_an_open_one_stays",
+        "tests/txn/test_txn_state.py::test_idle_ids_expire_with_a_tombstone_and_come_back_with_a_new_producer_id"],
+    "transaction.remove.expired.transaction.cleanup.interval.ms": [
+        "tests/txn/test_txn_expiration_live.py::test_an_idle_transactional_id_expires_and_an_open_one_stays"],
     "offsets.topic.replication.factor": [
         f"{GROUPS_LIVE}::test_the_offsets_topic_waits_for_as_many_brokers_as_its_replication_factor"],
     "min.insync.replicas": [f"{REPLICATION}::test_lag_time_and_min_isr_change_what_a_leader_does"],

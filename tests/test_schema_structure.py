@@ -87,6 +87,7 @@ SERVED_APIS: dict[str, tuple[int, int]] = {
     "EndTxn": (0, 4),
     "WriteTxnMarkers": (1, 1),
     "TxnOffsetCommit": (0, 5),
+    "DescribeProducers": (0, 0),
     "DescribeTransactions": (0, 0),
     "ListTransactions": (0, 1),
     "UpdateFeatures": (0, 2),

@@ -54,6 +54,8 @@ from kjbod.admin.types import (
     OffsetAndMetadata,
     OffsetSpec,
     PartitionDescription,
+    PartitionProducers,
+    ProducerState,
     ReplicaInfo,
     ReplicaLogDirInfo,
     Results,
@@ -61,6 +63,8 @@ from kjbod.admin.types import (
     ThrottledReplicas,
     TopicDescription,
     TopicPartitionReplica,
+    TransactionDescription,
+    TransactionListing,
 )
 from kjbod.protocol.errors import ErrorCode
 
@@ -104,6 +108,8 @@ __all__ = [
     "OffsetAndMetadata",
     "OffsetSpec",
     "PartitionDescription",
+    "PartitionProducers",
+    "ProducerState",
     "ProtocolViolation",
     "ReplicaInfo",
     "ReplicaLogDirInfo",
@@ -114,6 +120,8 @@ __all__ = [
     "ThrottledReplicas",
     "TopicDescription",
     "TopicPartitionReplica",
+    "TransactionDescription",
+    "TransactionListing",
     "UnsupportedVersionError",
     "parse_bootstrap_servers",
 ]

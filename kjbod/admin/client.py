@@ -25,6 +25,9 @@ Strategy:
   send each coordinator its groups.  A group answered NOT_COORDINATOR or COORDINATOR_NOT_AVAILABLE, or whose
   coordinator cannot be reached, has its coordinator looked up again; COORDINATOR_LOAD_IN_PROGRESS is asked
   again; both until the deadline, when the group keeps its last error.  Results are per group.
+* Transactions, as Kafka's admin client: DescribeProducers goes to each partition's leader (or to the broker
+  named), ListTransactions to every broker (each lists the transactions it coordinates), DescribeTransactions to
+  each transactional id's coordinator (FindCoordinator with the transaction key type), retried as the group calls.
 * The hot path (`describe_log_dirs` over many thousand partitions) decodes each response once into the generated
   dataclasses and builds the result objects from them in one comprehension per log dir, with nothing in between.
 """
@@ -80,6 +83,8 @@ from kjbod.admin.types import (
     NewTopic,
     OffsetAndMetadata,
     PartitionDescription,
+    PartitionProducers,
+    ProducerState,
     ReplicaInfo,
     ReplicaLogDirInfo,
     Results,
@@ -87,6 +92,8 @@ from kjbod.admin.types import (
     ThrottledReplicas,
     TopicDescription,
     TopicPartitionReplica,
+    TransactionDescription,
+    TransactionListing,
 )
 from kjbod.metadata.acls import AclEntry, AclFilter
 from kjbod.net.backoff import ExponentialBackoff
@@ -139,6 +146,9 @@ from kjbod.protocol.generated.describe_cluster_request import DescribeClusterReq
 from kjbod.protocol.generated.describe_configs_request import DescribeConfigsRequest, DescribeConfigsResource
 from kjbod.protocol.generated.describe_groups_request import DescribeGroupsRequest
 from kjbod.protocol.generated.describe_log_dirs_request import DescribableLogDirTopic, DescribeLogDirsRequest
+from kjbod.protocol.generated.describe_producers_request import DescribeProducersRequest
+from kjbod.protocol.generated.describe_producers_request import TopicRequest as ProducersTopicRequest
+from kjbod.protocol.generated.describe_transactions_request import DescribeTransactionsRequest
 from kjbod.protocol.generated.find_coordinator_request import FindCoordinatorRequest
 from kjbod.protocol.generated.incremental_alter_configs_request import (
     AlterableConfig,
@@ -155,6 +165,7 @@ from kjbod.protocol.generated.list_partition_reassignments_request import (
     ListPartitionReassignmentsRequest,
     ListPartitionReassignmentsTopics,
 )
+from kjbod.protocol.generated.list_transactions_request import ListTransactionsRequest
 from kjbod.protocol.generated.metadata_request import MetadataRequest, MetadataRequestTopic
 from kjbod.protocol.generated.offset_commit_request import (
     OffsetCommitRequest,
@@ -216,6 +227,9 @@ OFFSET_DELETE = 47
 DESCRIBE_ACLS = 29
 CREATE_ACLS = 30
 DELETE_ACLS = 31
+DESCRIBE_PRODUCERS = 61
+DESCRIBE_TRANSACTIONS = 65
+LIST_TRANSACTIONS = 66
 # kjbod's own APIs (KIP-179; an Apache Kafka broker does not have them: UnsupportedVersionError).
 REASSIGN_PARTITIONS = 10000
 ALTER_INTERBROKER_THROTTLED_RATES = 10001
@@ -1059,8 +1073,10 @@ class AdminClient:
         conn = await self._connection_for(target, deadline)
         return conn.pick_version(api_key, None)
 
-    async def _find_coordinators(self, groups: list[str], deadline: _Deadline) -> dict[str, int | KafkaError]:
-        """{group: coordinator node id, or the error FindCoordinator answered for it}."""
+    async def _find_coordinators(self, groups: list[str], deadline: _Deadline,
+                                 key_type: int = 0) -> dict[str, int | KafkaError]:
+        """{group (or transactional id, key_type 1): coordinator node id, or the error FindCoordinator answered
+        for it}."""
         if not groups:
             return {}
         out: dict[str, int | KafkaError] = {}
@@ -1078,13 +1094,13 @@ class AdminClient:
         version = await self._version_for(None, FIND_COORDINATOR, deadline)
         if version >= 4:
             response, _, conn = await self._call(None, FIND_COORDINATOR, lambda v: FindCoordinatorRequest(
-                key_type=0, coordinator_keys=groups), deadline, min_version=4)
+                key_type=key_type, coordinator_keys=groups), deadline, min_version=4)
             for c in response.coordinators:
                 record(c.key, c.error_code, c.error_message, c.node_id, c.host, c.port, conn.address)
         else:
             async def one(key: str) -> None:
                 response, _, conn = await self._call(
-                    None, FIND_COORDINATOR, lambda v: FindCoordinatorRequest(key=key, key_type=0), deadline)
+                    None, FIND_COORDINATOR, lambda v: FindCoordinatorRequest(key=key, key_type=key_type), deadline)
                 record(key, response.error_code, response.error_message, response.node_id, response.host,
                        response.port, conn.address)
             await asyncio.gather(*(one(g) for g in groups))
@@ -1095,6 +1111,7 @@ class AdminClient:
 
     async def _for_coordinators(
         self, groups: list[str], api: str, send: Callable[[int, list[str]], Any], deadline: _Deadline,
+        key_type: int = 0,
     ) -> dict[str, Any]:
         """Runs a per-group request against each group's coordinator, as Kafka's admin client does: find the
         coordinators, send each its groups (`send(node id, groups)` -> {group: value or KafkaError}, one attempt:
@@ -1111,7 +1128,7 @@ class AdminClient:
             need = [g for g in pending if g not in coordinators]
             if need:
                 try:
-                    found = await self._find_coordinators(need, deadline)
+                    found = await self._find_coordinators(need, deadline, key_type)
                 except AdminError as error:
                     if not error.retriable:
                         raise
@@ -1169,6 +1186,106 @@ class AdminClient:
             log.debug("retrying", api=api, groups=pending, delay=round(delay, 3))
             await asyncio.sleep(delay)
         return done
+
+    # ============================================================================================ transactions
+
+    async def describe_producers(
+        self, partitions: Iterable[tuple[str, int]], *, broker_id: int | None = None, raise_on_error: bool = True,
+        timeout: float | None = None,
+    ) -> Results[tuple[str, int], PartitionProducers]:
+        """The producers each partition's leader keeps state for (DescribeProducers; `broker_id`: ask that broker,
+        leader or not, as kafka-transactions.sh's --broker-id)."""
+        deadline = self._deadline(timeout)
+        wanted = dict.fromkeys(partitions, 0)
+
+        def build(parts: Iterable[tuple[str, int]]) -> Callable[[int], Any]:
+            by_topic: dict[str, list[int]] = {}
+            for topic, index in parts:
+                by_topic.setdefault(topic, []).append(index)
+            body = [ProducersTopicRequest(name=name, partition_indexes=ps) for name, ps in by_topic.items()]
+            return lambda v: DescribeProducersRequest(topics=body)
+
+        def answered(tp: tuple[str, int], p: Any) -> PartitionProducers:
+            return PartitionProducers(tp[0], tp[1], tuple(
+                ProducerState(s.producer_id, s.producer_epoch, s.last_sequence, s.last_timestamp, s.coordinator_epoch,
+                              s.current_txn_start_offset if s.current_txn_start_offset >= 0 else None)
+                for s in p.active_producers))
+
+        def failed(tp: tuple[str, int], error: KafkaError) -> PartitionProducers:
+            return PartitionProducers(tp[0], tp[1], (), error)
+
+        out: Results[tuple[str, int], PartitionProducers]
+        if broker_id is None:
+            out = await self._by_leader(wanted, DESCRIBE_PRODUCERS, lambda parts, _d: build(parts), answered,
+                                        failed, deadline)
+        else:
+            response, _, conn = await self._call(broker_id, DESCRIBE_PRODUCERS, build(wanted), deadline)
+            got = {(t.name, p.partition_index): p for t in response.topics for p in t.partitions}
+            out = Results()
+            for tp in wanted:
+                p = got.get(tp)
+                error = BrokerResponseError(ErrorCode.UNKNOWN_SERVER_ERROR, f"no result for partition {tp[0]}-{tp[1]}",
+                                            api="DescribeProducers", broker=conn.address) if p is None else \
+                    error_for_code(p.error_code, f"partition {tp[0]}-{tp[1]}", api="DescribeProducers",
+                                   broker=conn.address)
+                out[tp] = failed(tp, error) if error is not None else answered(tp, p)
+        if raise_on_error:
+            out.raise_first()
+        return out
+
+    async def list_transactions(self, *, states: Iterable[str] | None = None,
+                                producer_ids: Iterable[int] | None = None, duration_ms: int | None = None,
+                                timeout: float | None = None) -> list[TransactionListing]:
+        """Every transaction of the cluster (ListTransactions, asked of every broker: each lists those it
+        coordinates), by transactional id; the filters (Kafka's state names, producer ids, running longer than
+        `duration_ms`, ListTransactions v1) are the brokers'."""
+        deadline = self._deadline(timeout)
+        broker_ids = await self._broker_ids(None, deadline)
+        state_filter = sorted(set(states or ()))
+        pid_filter = sorted(set(producer_ids or ()))
+
+        def build(version: int) -> ListTransactionsRequest:
+            return ListTransactionsRequest(state_filters=state_filter, producer_id_filters=pid_filter,
+                                           duration_filter=duration_ms if duration_ms is not None else -1)
+
+        async def one(broker_id: int) -> list[TransactionListing]:
+            response, _, _ = await self._call(broker_id, LIST_TRANSACTIONS, build, deadline,
+                                              check=lambda r: r.error_code,
+                                              min_version=1 if duration_ms is not None else None)
+            return [TransactionListing(s.transactional_id, broker_id, s.producer_id, s.transaction_state)
+                    for s in response.transaction_states]
+
+        answers = await asyncio.gather(*(one(b) for b in broker_ids))
+        return sorted((t for listing in answers for t in listing), key=lambda t: t.transactional_id)
+
+    async def describe_transactions(self, transactional_ids: Iterable[str], *,
+                                    timeout: float | None = None) -> Results[str, TransactionDescription]:
+        """Each transactional id as its coordinator knows it (FindCoordinator, then DescribeTransactions to each
+        coordinator for its ids).  Errors are per id, in each result's `error`."""
+        deadline = self._deadline(timeout)
+        ids = list(dict.fromkeys(transactional_ids))
+
+        async def send(node_id: int, batch: list[str]) -> dict[str, Any]:
+            response, _, conn = await self._call(
+                node_id, DESCRIBE_TRANSACTIONS, lambda v: DescribeTransactionsRequest(transactional_ids=batch),
+                deadline, retry=False)
+            out: dict[str, Any] = {}
+            for s in response.transaction_states:
+                error = error_for_code(s.error_code, f"transactional id {s.transactional_id!r}",
+                                       api="DescribeTransactions", broker=conn.address)
+                out[s.transactional_id] = error if error is not None else TransactionDescription(
+                    s.transactional_id, node_id, s.transaction_state, s.producer_id, s.producer_epoch,
+                    s.transaction_timeout_ms, s.transaction_start_time_ms if s.transaction_start_time_ms >= 0 else None,
+                    tuple((t.topic, p) for t in s.topics for p in t.partitions))
+            return out
+
+        answers = await self._for_coordinators(ids, "DescribeTransactions", send, deadline, key_type=1)
+        results: Results[str, TransactionDescription] = Results()
+        for tid in ids:
+            answer = answers[tid]
+            results[tid] = answer if isinstance(answer, TransactionDescription) else TransactionDescription(
+                tid, -1, "Unknown", -1, -1, 0, None, (), answer)
+        return results
 
     # ============================================================================================ reassignments
 

@@ -256,6 +256,53 @@ class ListOffsetsResult:
     error: KafkaError | None
 
 
+# ------------------------------------------------------------------------------------------------- transactions
+
+@dataclass(frozen=True, slots=True)
+class ProducerState:
+    """One producer a partition's leader keeps state for (DescribeProducers)."""
+
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    last_timestamp: int
+    coordinator_epoch: int  # of the last marker written for it here, -1 if none
+    current_txn_start_offset: int | None  # where its open transaction began here; None when none is open
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionProducers:
+    topic: str
+    partition: int
+    producers: tuple[ProducerState, ...]
+    error: KafkaError | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionListing:
+    """One transaction as ListTransactions names it, with the broker coordinating it."""
+
+    transactional_id: str
+    coordinator: int
+    producer_id: int
+    state: str  # Kafka's names: Empty, Ongoing, PrepareCommit, PrepareAbort, CompleteCommit, CompleteAbort, ...
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionDescription:
+    """One transactional id as its coordinator describes it (DescribeTransactions)."""
+
+    transactional_id: str
+    coordinator: int
+    state: str
+    producer_id: int
+    producer_epoch: int
+    timeout_ms: int
+    start_time_ms: int | None  # when the current transaction began; None when none is under way
+    partitions: tuple[tuple[str, int], ...]
+    error: KafkaError | None = None
+
+
 # ------------------------------------------------------------------------------------------------- groups
 
 @dataclass(frozen=True, slots=True)

@@ -485,6 +485,10 @@ KEYS: dict[str, KeyDef] = {
                "the longest transaction.timeout.ms a transactional producer may ask for"),
         KeyDef("transaction.abort.timed.out.transaction.cleanup.interval.ms", _int(1), 10_000,
                "how often transactions past their timeout are looked for and aborted"),
+        KeyDef("transactional.id.expiration.ms", _int(1), 604_800_000,
+               "how long a transactional id with no open transaction is kept after its last change"),
+        KeyDef("transaction.remove.expired.transaction.cleanup.interval.ms", _int(1), 3_600_000,
+               "how often expired transactional ids are looked for and removed"),
         KeyDef("group.initial.rebalance.delay.ms", _int(0), 3000,
                "how long the first rebalance of an empty group waits for more members"),
         KeyDef("group.min.session.timeout.ms", _int(), 6000),
@@ -670,6 +674,8 @@ class ServerConfig:
     transaction_state_log_segment_bytes: int = 100 * 1024 * 1024
     transaction_max_timeout_ms: int = 900_000
     transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10_000
+    transactional_id_expiration_ms: int = 604_800_000
+    transaction_remove_expired_transaction_cleanup_interval_ms: int = 3_600_000
     offsets_topic_replication_factor: int = 3
     group_initial_rebalance_delay_ms: int = 3000
     group_min_session_timeout_ms: int = 6000
@@ -1204,6 +1210,9 @@ def build_config(
         transaction_max_timeout_ms=get("transaction.max.timeout.ms"),
         transaction_abort_timed_out_transaction_cleanup_interval_ms=get(
             "transaction.abort.timed.out.transaction.cleanup.interval.ms"),
+        transactional_id_expiration_ms=get("transactional.id.expiration.ms"),
+        transaction_remove_expired_transaction_cleanup_interval_ms=get(
+            "transaction.remove.expired.transaction.cleanup.interval.ms"),
         offsets_topic_replication_factor=get("offsets.topic.replication.factor"),
         group_initial_rebalance_delay_ms=get("group.initial.rebalance.delay.ms"),
         group_min_session_timeout_ms=get("group.min.session.timeout.ms"),

@@ -21,8 +21,15 @@ Strategy, as Kafka's cleaner behaves:
   copied byte for byte; one that lost records is rebuilt with its base offset, last offset delta, producer id,
   epoch, base sequence, partition leader epoch and attributes, recompressed with its codec, CRC recomputed; one
   left without records is dropped, unless it is the last batch of a producer the log still tracks: then its
-  header stays as an empty batch (so the producer's sequence survives), as Kafka keeps it. Control batches are
-  copied. Offsets never change: the cleaned log has holes.
+  header stays as an empty batch (so the producer's sequence survives), as Kafka keeps it. Offsets never change:
+  the cleaned log has holes.
+* **Transactions, Kafka's rules** (:class:`TxnFilter`). The cleaner never passes the last stable offset (an open
+  transaction's records stay dirty). An aborted transaction's batches (known from the ``.txnindex`` entries of
+  the range) add no key to the map and lose all their records. A marker stays while the clean still sees records
+  of its transaction (an abort marker then keeps its ``.txnindex`` entry in the cleaned segment, the other
+  entries of the cleaned segments go); once a clean sees none, the marker gets a delete horizon as a tombstone
+  does (now + ``delete.retention.ms``), and a clean after that time removes it (its header stays as an empty
+  batch when it holds the producer's last epoch and the producer has no data batch left).
 * **Crash safety, Kafka's scheme.** A group is written to ``<base>.log.cleaned`` (and its indexes, ``.index.cleaned``
   and ``.timeindex.cleaned``), fsynced, renamed to ``.swap``; then, under the log's lock, the old segments are
   renamed ``.deleted`` (removed after ``file.delete.delay.ms``) and the swap files renamed to the segment's names.
@@ -41,12 +48,13 @@ Strategy, as Kafka's cleaner behaves:
 from __future__ import annotations
 
 import hashlib
+import heapq
 import os
 import signal
 import struct
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -67,6 +75,7 @@ from kjbod.storage.records import (
     BatchHeader,
     _decompress,
     compress,
+    control_marker_type,
     parse_header,
     read_varint,
     write_varint,
@@ -247,8 +256,13 @@ def log_to_clean(plog: PartitionLog, checkpoint: int | None, now_ms: int) -> tup
         if first_dirty < log_start or first_dirty > leo:
             first_dirty, reset = log_start, checkpoint is not None
         closed = segments[:-1]
-        uncleanable = min(hw, segments[-1].base_offset)
         dirty_closed = [s for i, s in enumerate(closed) if _seg_end(segments, i) > first_dirty]
+        if dirty_closed:  # something to clean: the open transactions must be known (loaded once, here)
+            plog._ensure_producer_state()
+            for seg in closed:
+                seg.release()
+        # Never past the last stable offset: an open transaction may still be aborted (Kafka's cleanableOffsets).
+        uncleanable = min(hw, plog.last_stable_offset, segments[-1].base_offset)
         if cfg.min_compaction_lag_ms > 0:
             # Under the lock, as retention reads them: a closed segment's max timestamp may load its time index.
             for seg in dirty_closed:
@@ -395,6 +409,73 @@ def open_segment(plog: PartitionLog, seg: LogSegment) -> FileHandle:
         return plog.io.open(seg.log_path, os.O_RDONLY)
 
 
+# --------------------------------------------------------------------------------------------- transactions
+
+TxnEntry = tuple[int, int, int, int]  # a .txnindex entry: producer id, first offset, last offset, last stable offset
+
+
+def aborted_between(entries: list[TxnEntry], start: int, upper: int) -> list[TxnEntry]:
+    """The aborted transactions with records in [start, upper): ended at or after ``start``, begun before
+    ``upper`` (Kafka's collectAbortedTransactions)."""
+    return [e for e in entries if e[2] >= start and e[1] < upper]
+
+
+class TxnFilter:
+    """What one pass over a range of batches may drop because of transactions, Kafka's CleanedTransactionMetadata
+    rules: fed every batch in offset order, it says whether a data batch belongs to an aborted transaction (its
+    records go, and add no key to the map) and whether a marker may go (no record of its transaction was seen in
+    this pass).  ``kept`` collects the index entries of the abort markers that stay."""
+
+    def __init__(self, aborted: Iterable[TxnEntry] = ()) -> None:
+        self._pending: list[tuple[int, TxnEntry]] = []  # a heap by first offset
+        self._aborted_open: dict[int, tuple[TxnEntry, list[bool]]] = {}  # producer id -> (entry, [records seen])
+        self._committed_open: set[int] = set()  # producers whose transaction's records were seen, not aborted
+        self.kept: list[TxnEntry] = []
+        self.add(aborted)
+
+    def add(self, aborted: Iterable[TxnEntry]) -> None:
+        """More aborted transactions (those of the next segment: one filter goes over a whole clean, as Kafka's)."""
+        for entry in aborted:
+            heapq.heappush(self._pending, (entry[1], entry))
+
+    def _reach(self, offset: int) -> None:
+        pending = self._pending
+        while pending and pending[0][0] <= offset:
+            _, entry = heapq.heappop(pending)
+            self._aborted_open.setdefault(entry[0], (entry, [False]))
+
+    def on_data(self, header: BatchHeader) -> bool:
+        """A data batch: True when it belongs to an aborted transaction."""
+        self._reach(header.last_offset)
+        if not header.is_transactional:
+            return False
+        aborted = self._aborted_open.get(header.producer_id)
+        if aborted is not None:
+            aborted[1][0] = True
+            return True
+        self._committed_open.add(header.producer_id)
+        return False
+
+    def on_marker(self, header: BatchHeader, marker: int) -> bool:
+        """A control batch (``marker``: 0 abort, 1 commit): True when it may go once its delete horizon passed."""
+        self._reach(header.last_offset)
+        if header.records_count == 0:
+            return True  # emptied by an earlier clean
+        pid = header.producer_id
+        if marker == 0:
+            aborted = self._aborted_open.pop(pid, None)
+            if aborted is not None and aborted[1][0]:
+                self.kept.append(aborted[0])
+                return False
+            return True
+        if marker == 1:
+            if pid in self._committed_open:
+                self._committed_open.discard(pid)
+                return False
+            return True
+        return False
+
+
 # --------------------------------------------------------------------------------------------- cleaning
 
 
@@ -440,17 +521,24 @@ class Cleaner:
             segments = list(plog.segments[:-1])
             version = plog.truncations
             plog._ensure_producer_state()
-            last_of_producer = {pid: e.last_offset for pid, e in plog.producer_state.producers.items()}
+            last_of_producer = {pid: (e.last_offset, e.epoch) for pid, e in plog.producer_state.producers.items()}
+            all_segments = list(plog.segments)
+        # The aborted transactions of the whole log (a marker may sit past the cleaned range), from the .txnindex
+        # files: closed segments' change only by a clean (this one holds the log's clean_lock) or a truncation
+        # (which aborts it); the active one's may get an entry meanwhile, of a marker past the range.
+        aborted = [e for seg in all_segments for e in seg.read_aborted()]
         end_offset = self._build_map(plog, segments, ltc.first_dirty, ltc.first_uncleanable, stats, throttler,
-                                     check_abort)
+                                     check_abort, aborted)
         if end_offset <= ltc.first_dirty:
             return ltc.first_dirty, stats
         to_clean = [s for s in segments if s.base_offset < end_offset]
         cfg = plog.config
+        txn = TxnFilter()  # carried from group to group, as Kafka's cleaner carries its transaction state
         for group in group_segments(to_clean, cfg.segment_bytes, cfg.segment_index_bytes, cfg.index_interval_bytes,
                                     end_offset):
             check_abort()
-            self._clean_group(plog, group, version, now, last_of_producer, stats, throttler, check_abort)
+            self._clean_group(plog, group, version, now, last_of_producer, stats, throttler, check_abort, txn,
+                              aborted, segments, end_offset)
         log.info("log_cleaned", partition=plog.name, log_dir=plog.log_dir, first_dirty=ltc.first_dirty,
                  checkpoint=end_offset, bytes_read=stats.bytes_read, bytes_written=stats.bytes_written,
                  records_read=stats.records_read, records_kept=stats.records_kept,
@@ -458,13 +546,14 @@ class Cleaner:
         return end_offset, stats
 
     def _build_map(self, plog: PartitionLog, segments: list[LogSegment], start: int, end: int, stats: CleanStats,
-                   throttler: Throttler, check_abort: Callable[[], None]) -> int:
-        """The offset map of the dirty segments from ``start`` to ``end``, whole segments while they fit; returns
-        the offset after the last batch mapped."""
+                   throttler: Throttler, check_abort: Callable[[], None], aborted: list[TxnEntry]) -> int:
+        """The offset map of the dirty segments from ``start`` to ``end``, whole segments while they fit (the
+        records of aborted transactions left out); returns the offset after the last batch mapped."""
         omap = self.map
         omap.clear()
         dirty = [(i, s) for i, s in enumerate(segments)
                  if s.base_offset < end and _seg_end(segments, i) > start]
+        txn = TxnFilter(aborted_between(aborted, dirty[0][1].base_offset if dirty else start, end))
         for n, (i, seg) in enumerate(dirty):
             upper = min(_seg_end(segments, i), end)
             span = upper - max(seg.base_offset, start)
@@ -480,7 +569,11 @@ class Cleaner:
                     break
                 stats.bytes_read += header.size
                 throttler.add(header.size)
-                if not header.is_control and header.last_offset >= start:
+                if header.is_control:
+                    txn.on_marker(header, control_marker_type(batch, 0, header))
+                elif txn.on_data(header):
+                    pass  # an aborted transaction's records: no key of theirs counts
+                elif header.last_offset >= start:
                     for r in _records(_payload(header, batch), header):
                         offset = header.base_offset + r.offset_delta
                         if r.key is not None and offset >= start:
@@ -490,8 +583,9 @@ class Cleaner:
         return omap.latest_offset + 1 if omap.latest_offset >= 0 else start
 
     def _clean_group(self, plog: PartitionLog, group: list[LogSegment], version: int, now: int,
-                     last_of_producer: dict[int, int], stats: CleanStats, throttler: Throttler,
-                     check_abort: Callable[[], None]) -> None:
+                     last_of_producer: dict[int, tuple[int, int]], stats: CleanStats, throttler: Throttler,
+                     check_abort: Callable[[], None], txn: TxnFilter, aborted: list[TxnEntry],
+                     segments: list[LogSegment], end_offset: int) -> None:
         io = plog.io
         base = group[0].base_offset
         prefix = os.path.join(plog.dir, segment_name(base))
@@ -506,11 +600,15 @@ class Cleaner:
             try:
                 pending: list[bytes | memoryview] = []
                 pending_bytes = 0
+                txn.kept = []  # the cleaned segment's .txnindex entries
                 for seg in group:
+                    # The aborted transactions with records in this segment (its whole range, as Kafka's).
+                    upper = next((s.base_offset for s in segments if s.base_offset > seg.base_offset), end_offset)
+                    txn.add(aborted_between(aborted, seg.base_offset, upper))
                     for header, batch in iter_segment_batches(open_segment(plog, seg), seg.size):
                         check_abort()
                         stats.bytes_read += header.size
-                        kept = self._filter_batch(header, batch, now, retention, last_of_producer, stats)
+                        kept = self._filter_batch(header, batch, now, retention, last_of_producer, stats, txn)
                         if kept is None:
                             continue
                         pending.append(kept)
@@ -552,17 +650,32 @@ class Cleaner:
             raise
         stats.segments_before += len(group)
         stats.segments_after += 1
-        plog.swap_in_cleaned(group, cleaned, version)
+        plog.swap_in_cleaned(group, cleaned, version, aborted=txn.kept)
 
     def _filter_batch(self, header: BatchHeader, batch: memoryview, now: int, delete_retention_ms: int,
-                      last_of_producer: dict[int, int], stats: CleanStats) -> bytes | memoryview | None:
+                      last_of_producer: dict[int, tuple[int, int]], stats: CleanStats,
+                      txn: TxnFilter) -> bytes | memoryview | None:
         """What of one batch the cleaned segment keeps: the batch as is, a rebuilt one, an empty one, or None."""
+        has_horizon = bool(header.attributes & DELETE_HORIZON_MASK)
         if header.is_control:
-            return batch
+            if not txn.on_marker(header, control_marker_type(batch, 0, header)):
+                return batch
+            last = last_of_producer.get(header.producer_id)
+            # Kept (emptied) when it holds the producer's last epoch and no data batch of the producer is left.
+            keeps_epoch = last is not None and last[0] < 0 and last[1] == header.producer_epoch
+            if header.records_count == 0:  # emptied by an earlier clean
+                return batch if keeps_epoch else None
+            if not has_horizon:  # no record of its transaction is left: it goes once delete.retention.ms passed
+                payload = _payload(header, batch)
+                return rebuild_batch(header, payload, _records(payload, header), now + delete_retention_ms)
+            if now < header.base_timestamp:
+                return batch
+            return empty_batch(header) if keeps_epoch else None
         payload = _payload(header, batch)
         records = _records(payload, header)
         stats.records_read += len(records)
-        has_horizon = bool(header.attributes & DELETE_HORIZON_MASK)
+        if txn.on_data(header):  # an aborted transaction's: every record goes
+            return empty_batch(header) if self._last_of_producer(header, last_of_producer) else None
         tombstones_expire = has_horizon and now >= header.base_timestamp
         kept = []
         tombstones = False
@@ -583,9 +696,17 @@ class Cleaner:
         if kept:
             horizon = now + delete_retention_ms if set_horizon else (header.base_timestamp if has_horizon else None)
             return rebuild_batch(header, payload, kept, horizon)
-        if header.producer_id != NO_PRODUCER_ID and last_of_producer.get(header.producer_id) == header.last_offset:
+        if self._last_of_producer(header, last_of_producer):
             return empty_batch(header)
         return None
+
+    @staticmethod
+    def _last_of_producer(header: BatchHeader, last_of_producer: dict[int, tuple[int, int]]) -> bool:
+        """Whether the batch holds the last sequence of a producer the log still tracks (kept, empty if need be)."""
+        if header.producer_id == NO_PRODUCER_ID:
+            return False
+        last = last_of_producer.get(header.producer_id)
+        return last is not None and last[0] == header.last_offset
 
 
 def _payload(header: BatchHeader, batch: memoryview) -> bytes | memoryview:

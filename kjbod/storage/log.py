@@ -63,18 +63,25 @@ from kjbod.storage.errors import (
 )
 from kjbod.storage.fsio import LogDirIO, WouldBlock, waiting_allowed
 from kjbod.storage.ids import uuid_text
-from kjbod.storage.producer_state import CompletedTxn, ProducerStateManager, SnapshotFormatError
+from kjbod.storage.producer_state import (
+    CompletedTxn,
+    ProducerEntry,
+    ProducerStateManager,
+    SnapshotFormatError,
+)
 from kjbod.storage.records import (
     CONTROL_MASK,
     LOG_OVERHEAD,
     NO_PRODUCER_ID,
     PREFIX,
     RECORD_BATCH_OVERHEAD,
+    TRANSACTIONAL_MASK,
     BatchHeader,
     Record,
     UnsupportedCompressionError,
     control_marker_type,
     iter_records,
+    marker_coordinator_epoch,
     validate_batches,
     validate_records,
 )
@@ -86,6 +93,7 @@ from kjbod.storage.segment import (
     LOG_SUFFIX,
     SNAPSHOT_SUFFIX,
     TIME_INDEX_SUFFIX,
+    TXN_ENTRY,
     TXN_INDEX_SUFFIX,
     LogSegment,
     parse_segment_file,
@@ -470,6 +478,12 @@ class PartitionLog:
         first_base = self.segments[0].base_offset
         lso = max(lso_checkpoint if lso_checkpoint is not None else first_base, first_base)
         self._log_start = min(lso, self._leo)
+        if recovered_from is not None:
+            try:
+                self._rebuild_txn_indexes(recovered_from, snapshots)
+            except CorruptMessageError as e:  # a bad batch before the range: the indexes stay as they were
+                log.warning("transaction_index_rebuild_skipped", partition=self.name, log_dir=self.log_dir,
+                            error=str(e))
         # Producer state is rebuilt on first use (the first append), not here: most partitions of a restarted
         # node are not written to soon, and a startup of 10,000 partitions should not read 10,000 snapshots.
         self._pending_snapshots = snapshots
@@ -488,9 +502,16 @@ class PartitionLog:
         start = max(bisect_right(self._bases, recovery_point) - 1, 0)
         recovered_from = self.segments[start].base_offset
         last_next: int | None = None
+        self._recovered_transactional = False
+
+        def on_batch(header: BatchHeader) -> None:
+            _epoch_start(epochs, header)
+            if header.attributes & TRANSACTIONAL_MASK:
+                self._recovered_transactional = True
+
         for i in range(start, len(self.segments)):
             seg = self.segments[i]
-            result = seg.recover(on_batch=lambda header: _epoch_start(epochs, header))
+            result = seg.recover(on_batch=on_batch)
             stats.recovered_segments += 1
             last_next = result.next_offset
             if i < len(self.segments) - 1 and not result.truncated_bytes:
@@ -550,6 +571,7 @@ class PartitionLog:
         self.io.rename(seg.log_path, aside)
         self.io.unlink(seg.index.path, missing_ok=True)
         self.io.unlink(seg.time_index.path, missing_ok=True)
+        self.io.unlink(seg.txn_index_path, missing_ok=True)
         self.load_stats.truncated_bytes += seg.size
         log.warning(
             "log_segment_after_corruption_set_aside",
@@ -560,6 +582,65 @@ class PartitionLog:
             truncated_bytes=seg.size,
             copied_to=aside,
         )
+
+    def _rebuild_txn_indexes(self, recovered_from: int, snapshots: dict[int, str]) -> None:
+        """After recovery re-read the segments from ``recovered_from`` on: their ``.txnindex`` files made again
+        from the batches, as Kafka's segment recovery does.  A crash can lose an entry whose marker the log kept
+        (it is written after the marker), and recovery can cut off a marker whose entry was written.  The
+        producers' open transactions where the range begins come from the newest snapshot at or below it and
+        the batches after that snapshot; each abort marker in the range then gives its entry, with the last
+        stable offset after it, as at append time."""
+        first = max(bisect_right(self._bases, recovered_from) - 1, 0)
+        recovered = self.segments[first:]
+        if not self._recovered_transactional and not any(seg.read_aborted() for seg in recovered):
+            return  # no transaction in the range and no entry to drop: nothing to rebuild
+        io = self.io
+        state = ProducerStateManager()
+        start = self._log_start
+        for off in sorted((o for o in snapshots if self._log_start <= o <= recovered_from), reverse=True):
+            data = io.read_bytes_or_none(snapshots[off])
+            if data is None:
+                continue
+            try:
+                state.load_snapshot(data, off)
+            except SnapshotFormatError:
+                continue
+            start = off
+            break
+        base = recovered[0].base_offset
+        try:
+            if start < base:
+                state.replay(h for h in self._iter_batch_headers(start) if h.base_offset < base)
+            entries: dict[int, list[tuple[int, int, int, int]]] = {seg.base_offset: [] for seg in recovered}
+            for seg in recovered:
+                for pos, header in seg.iter_headers(0):
+                    if header.producer_id <= NO_PRODUCER_ID:
+                        continue
+                    marker = -1
+                    if header.attributes & CONTROL_MASK:
+                        marker = control_marker_type(seg.read_bytes(pos, header.size), 0, header)
+                    plan = state.plan()
+                    plan.check(header, header.base_offset, from_client=False, marker=marker)
+                    plan.commit(header.next_offset)
+                    if any(t.aborted for t in plan.completed):
+                        lso = state.first_unstable_offset()
+                        entries[seg.base_offset] += [
+                            (t.producer_id, t.first_offset, t.last_offset, lso if lso is not None else t.last_offset + 1)
+                            for t in plan.completed if t.aborted]
+        finally:
+            for seg in self.segments[:-1]:
+                seg.release()
+        for seg in recovered:
+            kept, made = seg.read_aborted(), entries[seg.base_offset]
+            if kept == made:
+                continue
+            if made:
+                io.write_atomic(seg.txn_index_path, b"".join(TXN_ENTRY.pack(0, *e) for e in made))
+            else:
+                io.unlink(seg.txn_index_path, missing_ok=True)
+            log.warning("transaction_index_rebuilt", partition=self.name, log_dir=self.log_dir,
+                        segment=os.path.basename(seg.txn_index_path), entries_before=len(kept),
+                        entries_after=len(made))
 
     def _snapshot_path(self, offset: int) -> str:
         return os.path.join(self.dir, segment_name(offset) + SNAPSHOT_SUFFIX)
@@ -983,7 +1064,8 @@ class PartitionLog:
         pack = PREFIX.pack
         for pos, header in batches:
             base = next_offset
-            duplicate = plan.check(header, base, marker=control_marker_type(view, pos, header)) \
+            duplicate = plan.check(header, base, marker=control_marker_type(view, pos, header),
+                                   coordinator_epoch=marker_coordinator_epoch(view, pos, header)) \
                 if header.attributes & CONTROL_MASK else plan.check(header, base)
             if duplicate is not None:  # answered as Kafka does: the batch's stored max timestamp too
                 return AppendInfo(duplicate.first_offset, duplicate.last_offset, duplicate.timestamp,
@@ -1098,9 +1180,11 @@ class PartitionLog:
                 if header.producer_id > NO_PRODUCER_ID:
                     if follower_plan is None:
                         follower_plan = self.producer_state.plan()
+                    control = header.attributes & CONTROL_MASK
                     follower_plan.check(header, base, from_client=False,
-                                        marker=control_marker_type(view, pos, header)
-                                        if header.attributes & CONTROL_MASK else -1)
+                                        marker=control_marker_type(view, pos, header) if control else -1,
+                                        coordinator_epoch=marker_coordinator_epoch(view, pos, header)
+                                        if control else -1)
                 last = base + header.last_offset_delta
                 next_offset = last + 1
                 count += header.records_count
@@ -1632,12 +1716,22 @@ class PartitionLog:
                 return 0
             return self.producer_state.remove_expired(now_ms, expiration_ms)
 
+    def active_producers(self) -> list[ProducerEntry]:
+        """Copies of the producers this log keeps state for, by producer id (DescribeProducers); on the dir's
+        worker: the state is loaded first when it is not yet."""
+        with self.lock:
+            self._ensure_producer_state()
+            return [e.copy() for _, e in sorted(self.producer_state.producers.items())]
+
     # ------------------------------------------------------------------------------------------ compaction
 
-    def swap_in_cleaned(self, old: list[LogSegment], cleaned: LogSegment, truncations: int) -> None:
+    def swap_in_cleaned(self, old: list[LogSegment], cleaned: LogSegment, truncations: int, *,
+                        aborted: list[tuple[int, int, int, int]] | None = None) -> None:
         """The cleaner's last step (kjbod.storage.cleaner): ``cleaned``, whose files end in ``.swap``, replaces the
         segments ``old``, under the lock. Refused (the swap files deleted, CleanAborted raised) when the clean was
-        aborted, the log was truncated since the clean began, or any of ``old`` is no longer the log's."""
+        aborted, the log was truncated since the clean began, or any of ``old`` is no longer the log's.
+        ``aborted``: the cleaned segment's ``.txnindex`` entries (the abort markers it keeps whose transactions
+        still had records in the clean); None keeps those of the segments it replaces."""
         io = self.io
         with self.lock:
             current = {id(s) for s in self.segments[:-1]}
@@ -1646,9 +1740,11 @@ class PartitionLog:
                 for path in (cleaned.log_path, cleaned.index.path, cleaned.time_index.path):
                     io.unlink(path, missing_ok=True)
                 raise cleaner.CleanAborted(f"the segments of {self.name} changed while it was cleaned")
-            # The cleaned segment keeps the aborted transactions of those it replaces (the cleaner keeps markers
-            # and transactional records alike, so read_committed readers still need them).
-            aborted = [e for seg in old for e in seg.read_aborted()]
+            if aborted is None:
+                aborted = [e for seg in old for e in seg.read_aborted()]
+            lo = old[0].base_offset
+            after = self.segments.index(old[-1]) + 1
+            hi = self.segments[after].base_offset if after < len(self.segments) else self._leo
             for seg in old:
                 self._schedule_segment_deletion(seg)
             cleaner.failpoint("old_segments_deleted")
@@ -1660,6 +1756,12 @@ class PartitionLog:
             cleaned.txn_index_path = base_path + TXN_INDEX_SUFFIX
             if aborted:
                 cleaned.append_aborted(aborted)
+            if self._producer_state_ready:  # what read_committed reads are told follows the files
+                state = self.producer_state
+                state.aborted = sorted(
+                    [t for t in state.aborted if not lo <= t.last_offset < hi]
+                    + [CompletedTxn(pid, first, last, True) for pid, first, last, _lso in aborted],
+                    key=lambda t: t.last_offset)
             cleaned.created_ms = self.clock()
             first = self.segments.index(old[0])
             last = self.segments.index(old[-1])

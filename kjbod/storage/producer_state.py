@@ -161,9 +161,11 @@ class AppendPlan:
             other.completed.extend(self.completed)
 
     def check(self, header: BatchHeader, base_offset: int, *, from_client: bool = True,
-              marker: int = -1) -> BatchMetadata | None:
+              marker: int = -1, coordinator_epoch: int = -1) -> BatchMetadata | None:
         """Validate one batch that would get ``base_offset``. Returns the earlier batch if it is a duplicate.
-        ``marker``: a control batch's marker type (0 abort, 1 commit; records.control_marker_type)."""
+        ``marker``: a control batch's marker type (0 abort, 1 commit; records.control_marker_type);
+        ``coordinator_epoch``: the epoch its marker carries (records.marker_coordinator_epoch), kept as the
+        producer's (what DescribeProducers shows)."""
         pid = header.producer_id
         if pid <= NO_PRODUCER_ID:  # Kafka's hasProducerId: any id above -1
             return None
@@ -185,6 +187,8 @@ class AppendPlan:
             if first_seq == NO_SEQUENCE:  # a coordinator's append (a marker, a transactional offset commit):
                 if header.is_control and entry.txn_first_offset >= 0:  # its epoch is checked, not its sequence
                     self.completed.append(CompletedTxn(pid, entry.txn_first_offset, base_offset, marker == 0))
+                if header.is_control and coordinator_epoch >= 0:
+                    entry.coordinator_epoch = coordinator_epoch
                 entry.add(header, base_offset)
                 self.updated[pid] = entry
                 return None
@@ -197,8 +201,11 @@ class AppendPlan:
                 raise OutOfOrderSequenceError(
                     f"producer {pid} epoch {epoch}: sequence {first_seq} does not follow {entry.last_seq}"
                 )
-        if header.is_control and entry.txn_first_offset >= 0:
-            self.completed.append(CompletedTxn(pid, entry.txn_first_offset, base_offset, marker == 0))
+        if header.is_control:
+            if entry.txn_first_offset >= 0:
+                self.completed.append(CompletedTxn(pid, entry.txn_first_offset, base_offset, marker == 0))
+            if coordinator_epoch >= 0:
+                entry.coordinator_epoch = coordinator_epoch
         entry.add(header, base_offset)
         self.updated[pid] = entry
         return None

@@ -236,6 +236,25 @@ def control_marker_type(view: bytes | memoryview, pos: int, header: BatchHeader)
     return kind if version == 0 and kind in (0, 1) else -1
 
 
+def marker_coordinator_epoch(view: bytes | memoryview, pos: int, header: BatchHeader) -> int:
+    """The coordinator epoch a transaction marker at ``pos`` carries in its value (int16 version, int32 epoch),
+    or -1 when the batch's first record is not readable as a marker."""
+    try:
+        at = pos + RECORD_BATCH_OVERHEAD
+        _length, at = read_varint(view, at)
+        at += 1  # attributes
+        _ts, at = read_varint(view, at)
+        _delta, at = read_varint(view, at)
+        key_length, at = read_varint(view, at)
+        at += max(key_length, 0)
+        value_length, at = read_varint(view, at)
+        if value_length < 6 or at + 6 > pos + header.size:
+            return -1
+        return int.from_bytes(view[at + 2:at + 6], "big", signed=True)
+    except CorruptMessageError:
+        return -1
+
+
 def iter_batches(buf: bytes | bytearray | memoryview) -> Iterator[tuple[int, BatchHeader]]:
     """(position, header) of each complete batch in ``buf``; an incomplete trailing batch is ignored (as a
     consumer ignores the partial batch a Fetch may end with)."""

@@ -549,6 +549,56 @@ def test_transactional_producer_gets_a_coordinator_error(server):
     assert "__transaction_state could not be created" in lines[0]["reason"]
 
 
+@pytest.mark.slow
+def test_transactions_commit_and_abort_on_a_node_that_hosts_the_coordinator(tmp_path):
+    """On a node that can make `__transaction_state` (one replica), KafkaJS's transactional producer commits and
+    aborts: a read_committed reader (kafka-python) sees the committed records only, a read_uncommitted one all of
+    them, and each transaction ended with a marker (a control batch) in the partition."""
+    s = start_server(tmp_path, overrides={
+        "auto.create.topics.enable": "false", "offsets.topic.replication.factor": "1",
+        "transaction.state.log.replication.factor": "1", "transaction.state.log.min.isr": "1",
+        "transaction.state.log.num.partitions": "1"})
+    try:
+        producer = {"transactionalId": "kjs-tx", "idempotent": True, "maxInFlightRequests": 1}
+
+        def txn(value_: str, abort: bool = False) -> dict[str, Any]:
+            return {"do": "transaction", "producer": producer, "abort": abort,
+                    "send": {"topic": "kjs-txn", "messages": [{"value": value_, "partition": 0}]}}
+
+        results = kafkajs(s.bootstrap, create("kjs-txn"), txn("kept-1"), txn("gone", abort=True), txn("kept-2"),
+                          retry={"retries": 10, "initialRetryTime": 100, "maxRetryTime": 1000})
+        for r in results:
+            value(r)
+        deadline = time.monotonic() + 30
+        while len(markers := control_batches(s, "kjs-txn")) < 3:
+            assert time.monotonic() < deadline, f"{len(markers)} markers, not 3"
+            time.sleep(0.1)
+        assert [(h.is_transactional, h.producer_epoch) for h in markers] == [(True, 0), (True, 1), (True, 2)]
+        assert read_at(s, "kjs-txn", "read_committed") == [b"kept-1", b"kept-2"]
+        assert read_at(s, "kjs-txn", "read_uncommitted") == [b"kept-1", b"gone", b"kept-2"]
+    finally:
+        s.stop()
+
+
+def control_batches(server: LiveServer, topic: str) -> list:
+    from kjbod.storage.records import iter_batches
+
+    return [h for d in server.log_dirs for path in sorted(Path(d).glob(f"{topic}-0/*.log"))
+            for _pos, h in iter_batches(path.read_bytes()) if h.is_control]
+
+
+def read_at(server: LiveServer, topic: str, isolation: str) -> list[bytes]:
+    consumer = KafkaConsumer(bootstrap_servers=server.bootstrap, enable_auto_commit=False, isolation_level=isolation,
+                             auto_offset_reset="earliest", consumer_timeout_ms=2000)
+    try:
+        tp = TopicPartition(topic, 0)
+        consumer.assign([tp])
+        consumer.seek_to_beginning(tp)
+        return [r.value for r in consumer]
+    finally:
+        consumer.close()
+
+
 def coordinator_warnings(server: LiveServer, key_type: str, key: str, timeout: float = 10.0) -> list[dict]:
     """The server's warnings that it has no coordinator for `key`."""
     deadline = time.monotonic() + timeout

@@ -666,3 +666,79 @@ def test_a_transactional_producer_needs_write_on_its_transactional_id(node: Node
 
     eventually(committed, "alice commits a transaction once her transactional ids may be written")
     assert read_some(node, "admin", topic) == b"in a transaction"
+
+
+def test_transactions_are_described_and_listed_only_with_describe_on_their_id(node: Node) -> None:
+    # As Kafka: FindCoordinator and DescribeTransactions answer TRANSACTIONAL_ID_AUTHORIZATION_FAILED for an id the
+    # caller may not DESCRIBE, ListTransactions leaves such ids out, and DescribeTransactions leaves out the
+    # partitions of topics the caller may not DESCRIBE. DescribeProducers needs READ on the topic.
+    from confluent_kafka import Producer
+
+    from kjbod.protocol.generated import (
+        DescribeProducersRequest,
+        DescribeProducersResponse,
+        DescribeTransactionsRequest,
+        DescribeTransactionsResponse,
+        FindCoordinatorRequest,
+        FindCoordinatorResponse,
+        ListTransactionsRequest,
+        ListTransactionsResponse,
+    )
+    from kjbod.protocol.generated.describe_producers_request import TopicRequest
+
+    topic, tid = "txn-describe-acl", f"admin-txn-{time.monotonic_ns()}"
+    create_topic(node, topic)
+    p = Producer({"bootstrap.servers": node.bootstrap, "transactional.id": tid, **confluent_sasl("admin")})
+    p.init_transactions(30)
+    p.begin_transaction()
+    p.produce(topic, b"open", partition=0)
+    assert p.flush(30) == 0  # the transaction stays open: its partition is in it
+
+    def ask(user: str, message: Any, version: int, response: Any) -> Any:
+        sock = logged_in(node, user)
+        try:
+            sock.sendall(frame(message.API_KEY, version, 3, message))
+            return response.decode(read(sock, message.API_KEY, version), version)
+        finally:
+            sock.close()
+
+    def described(user: str) -> Any:
+        [state] = ask(user, DescribeTransactionsRequest(transactional_ids=[tid]), 0,
+                      DescribeTransactionsResponse).transaction_states
+        return state
+
+    def listed(user: str) -> list[str]:
+        r = ask(user, ListTransactionsRequest(state_filters=[], producer_id_filters=[]), 1, ListTransactionsResponse)
+        return [s.transactional_id for s in r.transaction_states]
+
+    def producers(user: str) -> int:
+        r = ask(user, DescribeProducersRequest(topics=[TopicRequest(name=topic, partition_indexes=[0])]), 0,
+                DescribeProducersResponse)
+        return r.topics[0].partitions[0].error_code
+
+    try:
+        mine = described("admin")
+        assert (mine.error_code, mine.transaction_state) == (0, "Ongoing")
+        assert [(t.topic, t.partitions) for t in mine.topics] == [(topic, [0])]
+        assert tid in listed("admin")
+        assert producers("admin") == 0
+
+        theirs = described("alice")
+        assert (theirs.error_code, theirs.producer_id, theirs.topics) == (53, 0, [])  # TRANSACTIONAL_ID_AUTH...
+        assert tid not in listed("alice")
+        found = ask("alice", FindCoordinatorRequest(key_type=1, coordinator_keys=[tid]), 4, FindCoordinatorResponse)
+        assert [(c.key, c.error_code) for c in found.coordinators] == [(tid, 53)]
+        assert producers("alice") == 29  # TOPIC_AUTHORIZATION_FAILED
+
+        add_acls(node, acl("User:alice", "DESCRIBE", tid, kind="TRANSACTIONAL_ID"))
+
+        def alice_describes() -> Any:
+            state = described("alice")
+            assert state.error_code == 0, state
+            return state
+
+        state = eventually(alice_describes, "alice describes the id once she may")
+        assert (state.transaction_state, state.topics) == ("Ongoing", [])  # the topic is not hers to describe
+        assert tid in listed("alice")
+    finally:
+        p.abort_transaction(30)

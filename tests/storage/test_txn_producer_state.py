@@ -229,3 +229,15 @@ def test_a_producer_with_an_open_transaction_does_not_expire() -> None:
     plan.commit(2)
     assert state.remove_expired(now_ms=10**9, expiration_ms=1000) == 1
     assert list(state.producers) == [A]
+
+
+def test_a_marker_sets_the_producers_coordinator_epoch(tmp_path) -> None:
+    plog = new_log(tmp_path)
+    plog.append(data(A, 0, 2))  # 0-1
+    plog.append(data(B, 0, 1))  # 2: left open
+    [a, b] = plog.active_producers()
+    assert (a.coordinator_epoch, a.txn_first_offset, b.txn_first_offset) == (-1, 0, 2)
+    end(plog, A, commit=True)  # its marker carries coordinator epoch 3
+    [a, b] = plog.active_producers()
+    assert (a.producer_id, a.coordinator_epoch, a.txn_first_offset, a.last_seq) == (A, 3, -1, 1)
+    assert (b.producer_id, b.coordinator_epoch, b.txn_first_offset) == (B, -1, 2)

@@ -13,7 +13,9 @@ import uuid
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
+from kafka import TopicPartition as KafkaTopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
+from kafka.errors import NotLeaderForPartitionError
 
 from kjbod.net.connection import ClientConnection
 from kjbod.protocol.generated import FindCoordinatorRequest, InitProducerIdRequest
@@ -81,6 +83,22 @@ def test_markers_reach_every_leader_and_a_new_coordinator_loads_the_state(tmp_pa
                 p.flush(WAIT_S)
                 p.abort_transaction(WAIT_S)
         assert read_committed(cluster.bootstrap, 3) == [b"c0", b"c1", b"c2"]
+
+        # DescribeProducers: the leader describes the producer (both its transactions ended on partition 0), a
+        # follower answers NOT_LEADER_OR_FOLLOWER, as Kafka's does.
+        admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap)
+        try:
+            [meta] = admin.describe_topics([TOPIC])
+            leader = next(q["leader_id"] for q in meta["partitions"] if q["partition_index"] == 0)
+            state = admin.describe_producers([KafkaTopicPartition(TOPIC, 0)])  # routed to the leader
+            with pytest.raises(NotLeaderForPartitionError):
+                admin.describe_producers([KafkaTopicPartition(TOPIC, 0)],
+                                         broker_id=next(b for b in cluster.broker_ids if b != leader))
+        finally:
+            admin.close()
+        [producer] = state[KafkaTopicPartition(TOPIC, 0)].active_producers
+        assert (producer.last_sequence, producer.current_transaction_start_offset) == (1, -1)
+        assert producer.coordinator_epoch >= 0  # written by a marker
 
         brokers = cluster.broker_ids
         old = coordinator(cluster, brokers[0], tid)

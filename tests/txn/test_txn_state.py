@@ -207,3 +207,24 @@ def test_load_replays_the_latest_record_and_a_tombstone_forgets() -> None:
     assert book.txns[T].producer_epoch == 3
     book.load(T, None)
     assert T not in book.txns
+
+
+def test_idle_ids_expire_with_a_tombstone_and_come_back_with_a_new_producer_id() -> None:
+    book = TxnBook()
+    done(book, book.init_producer_id("idle", 60_000, -1, -1, 1000, fresh_pid=7))  # Empty, last changed at 1000
+    started(book, now=1000)  # T: Ongoing since 1000
+    done(book, book.init_producer_id("ended", 60_000, -1, -1, 1000, fresh_pid=9))
+    done(book, book.add_partitions("ended", 9, 0, [("orders", 1)], 1000))
+    done(book, book.end_txn("ended", 9, 0, True, 2000))
+    done(book, book.complete_markers("ended", 2000))  # CompleteCommit, last changed at 2000
+    assert book.expired(now=1999, expiration_ms=1000) == []  # not idle long enough yet
+    [gone] = book.expired(now=2000, expiration_ms=1000)  # only the Empty one: T is Ongoing, "ended" too recent
+    assert (gone.transactional_id, gone.state) == ("idle", TxnState.DEAD)
+    assert book.init_producer_id("idle", 60_000, 7, 0, 2000) == ErrorCode.CONCURRENT_TRANSACTIONS  # being removed
+    assert book.expired(now=2000, expiration_ms=1000) == []  # pending: asked once
+    book.complete(gone)
+    assert "idle" not in book.txns and set(book.txns) == {T, "ended"}
+    assert book.needs_producer_id("idle")
+    [ended] = book.expired(now=3000, expiration_ms=1000)
+    book.fail(ended)  # the tombstone was not written: the id stays as it was
+    assert book.txns["ended"].state == TxnState.COMPLETE_COMMIT and book.txns["ended"].pending is None

@@ -28,6 +28,7 @@ from kjbod.broker.handlers import (  # noqa: F401
     describe_configs,
     describe_groups,
     describe_log_dirs,
+    describe_producers,
     describe_quorum,
     describe_transactions,
     describe_user_scram_credentials,

@@ -10,7 +10,8 @@ offsets.topic.replication.factor) or the partition has no leader reachable on th
 
 Transaction keys (type 1) are answered by the transaction coordinator (kjbod.broker.txn) the same way: the first
 request creates `__transaction_state` (transaction.state.log.* keys), and the answer names the broker leading the
-id's partition of it.  Share keys answer INVALID_REQUEST, as from a Kafka broker without a share coordinator (and
+id's partition of it.  With an authorizer, a key needs DESCRIBE on its group or transactional id (else
+GROUP_AUTHORIZATION_FAILED or TRANSACTIONAL_ID_AUTHORIZATION_FAILED for that key), as in Kafka.  Share keys answer INVALID_REQUEST, as from a Kafka broker without a share coordinator (and
 from any Kafka broker below v6), and so does an unknown key type (Kafka's CoordinatorType.forId refuses it).
 
 Clients retry COORDINATOR_NOT_AVAILABLE and then give up with an error of their own that does not say why
@@ -28,7 +29,7 @@ from kjbod.broker.groups.coordinator import OFFSETS_TOPIC, coordinator_of, parti
 from kjbod.broker.router import api
 from kjbod.broker.txn.coordinator import TXN_TOPIC
 from kjbod.broker.txn.coordinator import coordinator_of as txn_coordinator_of
-from kjbod.metadata.acls import DESCRIBE
+from kjbod.metadata.acls import DESCRIBE, TRANSACTIONAL_ID
 from kjbod.metadata.acls import GROUP as GROUP_RESOURCE
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import FindCoordinatorRequest, FindCoordinatorResponse
@@ -77,12 +78,17 @@ def _group_coordinator(node, request, key: str, topic_problem: str | None, inter
 @api(FindCoordinatorRequest)
 async def handle(node, request, body: FindCoordinatorRequest) -> FindCoordinatorResponse:
     keys = list(body.coordinator_keys) if request.api_version >= 4 else [body.key]
-    denied = [k for k in keys if not allowed(node, request, DESCRIBE, GROUP_RESOURCE, k)] if (
-        body.key_type == GROUP and getattr(node, "authorizer", None) is not None) else []
-    if denied:  # as Kafka: refused keys answered GROUP_AUTHORIZATION_FAILED, the others served
+    resource = {GROUP: (GROUP_RESOURCE, "group", ErrorCode.GROUP_AUTHORIZATION_FAILED),
+                TRANSACTION: (TRANSACTIONAL_ID, "transactional id",
+                              ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)}.get(body.key_type)
+    denied = [k for k in keys if not allowed(node, request, DESCRIBE, resource[0], k)] if (
+        resource is not None and getattr(node, "authorizer", None) is not None) else []
+    if denied:  # as Kafka: refused keys answered GROUP_ or TRANSACTIONAL_ID_AUTHORIZATION_FAILED, the others served
+        assert resource is not None
         keys = [k for k in keys if k not in denied]
-        refused = [Coordinator(key=k, node_id=-1, host="", port=-1, error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED,
-                               error_message=f"{request.ctx.principal} may not DESCRIBE group {k}") for k in denied]
+        refused = [Coordinator(key=k, node_id=-1, host="", port=-1, error_code=resource[2],
+                               error_message=f"{request.ctx.principal} may not DESCRIBE {resource[1]} {k}")
+                   for k in denied]
         if not keys:
             return _answer(request, refused)
     if body.key_type == GROUP:

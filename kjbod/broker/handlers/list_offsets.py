@@ -19,6 +19,10 @@ watermark is below the offset its epoch started at, a consumer's latest offset, 
 below the high watermark, answer OFFSET_NOT_AVAILABLE (LEADER_NOT_AVAILABLE before v5), as Kafka: the client
 retries rather than see the high watermark go back.
 
+A read_committed consumer's (v2+ isolation level 1) latest is the last stable offset, and its lookups stop
+there; a log whose producer state a restart left unloaded has it loaded on its dir's worker first, so the answer
+never passes a transaction that was open before the restart.
+
 An isolation level other than 0 and 1 (v2+) in a request naming some topic makes Kafka's
 ListOffsetsRequest.isolationLevel throw: its error response, every partition named UNKNOWN_SERVER_ERROR.
 
@@ -72,6 +76,8 @@ def _lookup(node, topic: str, partition: int, ts: int, version: int, replica_id:
         if ts == LATEST:
             if replica_id == CONSUMER and (lagging := offsets_not_available(node, topic, partition, plog, version)):
                 return PartResp(partition_index=partition, error_code=lagging)
+            if committed and replica_id == CONSUMER and not plog.producer_state_ready:
+                return plog  # its open transactions are not known yet: its dir's worker loads them first
             end = last_fetchable_offset(plog, replica_id, committed)
             return PartResp(partition_index=partition, timestamp=-1, offset=end, leader_epoch=epoch)
         if ts in (EARLIEST, EARLIEST_LOCAL):
@@ -85,13 +91,21 @@ def _lookup(node, topic: str, partition: int, ts: int, version: int, replica_id:
     return plog
 
 
+LSO_AFTER_LOAD = -7  # a lookup's limit: the last stable offset, once the log's producer state is loaded
+
+
 def last_fetchable_offset(plog, replica_id: int, committed: bool = False) -> int:
     """Where a lookup's answer must stop, as Kafka's Partition.fetchOffsetForTimestamp: a read_committed
     consumer's at the last stable offset, a read_uncommitted consumer's at the high watermark, anyone else's at
-    the log end."""
+    the log end.  A log whose producer state is not loaded yet (nothing appended or read read_committed since a
+    restart) does not know its open transactions, so its last stable offset is known only once its dir's worker
+    has loaded them (LSO_AFTER_LOAD): answering the high watermark would send a consumer past an open
+    transaction."""
     if replica_id != CONSUMER:
         return plog.log_end_offset
-    return plog.last_stable_offset if committed else plog.high_watermark
+    if not committed:
+        return plog.high_watermark
+    return plog.last_stable_offset if plog.producer_state_ready else LSO_AFTER_LOAD
 
 
 def offsets_not_available(node, topic: str, partition: int, plog, version: int) -> int:
@@ -113,6 +127,12 @@ def _search(items, version: int) -> list[PartResp]:
     out = []
     for _parts, _slot, partition, ts, plog, limit, not_available in items:
         try:
+            if limit == LSO_AFTER_LOAD:
+                plog.ensure_producer_state()
+                limit = plog.last_stable_offset
+            if ts == LATEST:  # a read_committed consumer's, held back for the load above
+                out.append(PartResp(partition_index=partition, timestamp=-1, offset=limit, leader_epoch=epoch))
+                continue
             found = plog.max_timestamp_offset() if ts == MAX_TIMESTAMP else plog.offset_for_timestamp(ts)
         except Exception as e:
             code = getattr(e, "error_code", ErrorCode.UNKNOWN_SERVER_ERROR)

@@ -5,14 +5,17 @@ Version notes: v0 flexible; v1 adds the duration filter (KIP-994).  v2's transac
 The transactions this broker coordinates, kept by the filters as Kafka keeps them: state names (a name that is
 no state is listed back in UnknownStateFilters), producer ids, and (v1) only transactions begun more than
 DurationFilter ms ago.  COORDINATOR_LOAD_IN_PROGRESS while some partition of `__transaction_state` is loading.
+With an authorizer, the ids the caller may not DESCRIBE are left out, as Kafka leaves them out.
 """
 
 from __future__ import annotations
 
+from kjbod.broker.authz import allowed
 from kjbod.broker.groups.coordinator import now_ms
 from kjbod.broker.router import api
 from kjbod.broker.txn.coordinator import TXN_TOPIC, coordinator_of
 from kjbod.broker.txn.records import STATE_NAMES, TxnState
+from kjbod.metadata.acls import DESCRIBE, TRANSACTIONAL_ID
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import ListTransactionsRequest, ListTransactionsResponse
 from kjbod.protocol.generated.list_transactions_response import TransactionState
@@ -39,6 +42,8 @@ async def handle(node, request, body: ListTransactionsRequest) -> ListTransactio
         if m.state == TxnState.DEAD or (pids and m.producer_id not in pids) or \
                 (body.state_filters and m.state not in states) or (duration >= 0 and now - m.start_ms <= duration):
             continue
+        if not allowed(node, request, DESCRIBE, TRANSACTIONAL_ID, tid):
+            continue  # as Kafka: the ids the caller may not DESCRIBE are left out silently
         out.append(TransactionState(transactional_id=tid, producer_id=m.producer_id,
                                     transaction_state=STATE_NAMES[m.state]))
     return ListTransactionsResponse(error_code=0, unknown_state_filters=unknown, transaction_states=out)

@@ -16,7 +16,9 @@ Strategy, the group coordinator's (kjbod.broker.groups.coordinator) applied to `
   partition retried until its leader takes it (a deleted topic's partitions are dropped), and at last the
   Complete* record is written;
 * every transaction.abort.timed.out.transaction.cleanup.interval.ms the Ongoing transactions past their timeout
-  are aborted (the epoch bumped: the producer is fenced).
+  are aborted (the epoch bumped: the producer is fenced);
+* every transaction.remove.expired.transaction.cleanup.interval.ms the transactional ids idle past
+  transactional.id.expiration.ms are removed, each with a tombstone in its partition (Kafka's expiration).
 
 The coordinator is made on the first transactional request a broker gets.
 """
@@ -31,6 +33,7 @@ import structlog
 from kjbod.broker.coordinator_host import CoordinatorHost, InternalRequest, now_ms
 from kjbod.broker.groups.coordinator import OFFSETS_TOPIC
 from kjbod.broker.txn import records as rec
+from kjbod.broker.txn.records import TxnState
 from kjbod.broker.txn.state import Transit, TxnBook, TxnConfig
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import WriteTxnMarkersRequest
@@ -69,8 +72,11 @@ class TxnCoordinator(CoordinatorHost):
         self.min_isr = c.transaction_state_log_min_isr
         self.segment_bytes = c.transaction_state_log_segment_bytes
         self.abort_interval_ms = c.transaction_abort_timed_out_transaction_cleanup_interval_ms
+        self.expiration_ms = c.transactional_id_expiration_ms
+        self.expire_interval_ms = c.transaction_remove_expired_transaction_cleanup_interval_ms
         self.book = TxnBook(TxnConfig(max_timeout_ms=c.transaction_max_timeout_ms))
         self._next_abort = now_ms() + self.abort_interval_ms
+        self._next_expiry = now_ms() + self.expire_interval_ms
         self._marking: set[str] = set()  # transactional ids whose markers are being sent
         self._conns: dict[int, Any] = {}
 
@@ -88,6 +94,9 @@ class TxnCoordinator(CoordinatorHost):
         if now >= self._next_abort:
             self._next_abort = now + self.abort_interval_ms
             self._abort_timed_out(now)
+        if now >= self._next_expiry:
+            self._next_expiry = now + self.expire_interval_ms
+            self._remove_expired(now)
         for m in self.book.preparing():
             if self.partition_of(m.transactional_id) in self.owned:
                 self._send_markers_soon(m.transactional_id)
@@ -126,7 +135,8 @@ class TxnCoordinator(CoordinatorHost):
     async def write(self, t: Transit) -> int:
         """Writes a change to the id's partition (acks=all) and applies it once committed; the error code."""
         try:
-            code = await self._append(t.transactional_id, rec.txn_value(t.value))
+            value = None if t.state == TxnState.DEAD else rec.txn_value(t.value)  # Dead: the id's tombstone
+            code = await self._append(t.transactional_id, value)
         except Exception:
             log.exception("transaction_write_failed", transactional_id=t.transactional_id)
             code = ErrorCode.UNKNOWN_SERVER_ERROR
@@ -137,7 +147,7 @@ class TxnCoordinator(CoordinatorHost):
             code = code or ErrorCode.NOT_COORDINATOR
         return code
 
-    async def _append(self, tid: str, value: bytes) -> int:
+    async def _append(self, tid: str, value: bytes | None) -> int:
         batch = build_batch([(rec.txn_key(tid), value, [], now_ms())])
         return await self._produce(self.partition_of(tid), batch, _TxnLogRequest(), WRITE_TIMEOUT_MS, tid)
 
@@ -192,6 +202,18 @@ class TxnCoordinator(CoordinatorHost):
             log.info("transaction_timed_out", transactional_id=tid, producer_id=t.value.producer_id,
                      epoch=t.value.producer_epoch)
             self._spawn(self._abort(t))
+
+    def _remove_expired(self, now: int) -> None:
+        for t in self.book.expired(now, self.expiration_ms):
+            if self.partition_of(t.transactional_id) not in self.owned:
+                self.book.fail(t)
+                continue
+            self._spawn(self._remove(t))
+
+    async def _remove(self, t: Transit) -> None:
+        if await self.write(t) == 0:
+            log.info("transactional_id_expired", transactional_id=t.transactional_id,
+                     producer_id=t.value.producer_id, epoch=t.value.producer_epoch)
 
     async def _abort(self, t: Transit) -> None:
         if await self.write(t) == 0:

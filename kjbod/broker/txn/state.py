@@ -21,6 +21,10 @@ finalize transaction.version 2):
   success; the other outcome INVALID_TXN_STATE, as does ending an Empty transaction.
 * An Ongoing transaction older than its timeout is aborted by the coordinator, the epoch bumped (its producer
   is fenced, as in Kafka before transaction.version 2).
+* A transactional id with no transaction under way (Empty or Complete*) whose last change is older than
+  transactional.id.expiration.ms is removed: a tombstone (its key, a null value) is written, the id is Dead
+  meanwhile (its requests answer CONCURRENT_TRANSACTIONS), and the next InitProducerId for it gets a new
+  producer id.
 
 A producer id that does not match answers INVALID_PRODUCER_ID_MAPPING, an older epoch PRODUCER_FENCED (the
 handlers turn it into INVALID_PRODUCER_EPOCH for the versions that predate that code).
@@ -39,6 +43,7 @@ MAX_EPOCH = 32767  # Short.MAX_VALUE: an epoch is bumped below it, and a produce
 
 COMPLETE = (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)
 PREPARE = (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
+EXPIRABLE = (TxnState.EMPTY, *COMPLETE)  # Kafka's isExpirationAllowed
 
 
 @dataclass(slots=True)
@@ -210,6 +215,17 @@ class TxnBook:
                 out.append(self._fence_and_abort(m, now))
         return out
 
+    def expired(self, now: int, expiration_ms: int) -> list[Transit]:
+        """The removals of transactional ids idle for ``expiration_ms`` (transactional.id.expiration.ms): Empty or
+        Complete*, nothing pending, last changed that long ago; each is pending (a tombstone to write) until
+        written, as Kafka's coordinator moves it to Dead meanwhile."""
+        out = []
+        for m in self.txns.values():
+            if m.pending is None and m.state in EXPIRABLE and m.last_update_ms <= now - expiration_ms:
+                out.append(self._begin(m, TxnValue(m.producer_id, m.producer_epoch, m.timeout_ms, TxnState.DEAD,
+                                                   (), now, -1)))
+        return out
+
     def preparing(self) -> list[TxnMetadata]:
         """Transactions whose markers are owed (after a load, or a marker round that failed)."""
         return [m for m in self.txns.values() if m.state in PREPARE and m.pending is None]
@@ -228,6 +244,9 @@ class TxnBook:
             return
         if m.pending is t:
             m.pending = None
+        if t.state == TxnState.DEAD:  # its tombstone is written: the id is gone (a new InitProducerId starts over)
+            del self.txns[t.transactional_id]
+            return
         self._apply(m, t.value)
         if t.last_producer_epoch != NO_EPOCH:
             m.last_producer_epoch = t.last_producer_epoch

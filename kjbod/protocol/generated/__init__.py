@@ -59,6 +59,8 @@ from .describe_groups_request import DescribeGroupsRequest
 from .describe_groups_response import DescribeGroupsResponse
 from .describe_log_dirs_request import DescribeLogDirsRequest
 from .describe_log_dirs_response import DescribeLogDirsResponse
+from .describe_producers_request import DescribeProducersRequest
+from .describe_producers_response import DescribeProducersResponse
 from .describe_quorum_request import DescribeQuorumRequest
 from .describe_quorum_response import DescribeQuorumResponse
 from .describe_transactions_request import DescribeTransactionsRequest
@@ -205,6 +207,8 @@ __all__ = [
     'DescribeGroupsResponse',
     'DescribeLogDirsRequest',
     'DescribeLogDirsResponse',
+    'DescribeProducersRequest',
+    'DescribeProducersResponse',
     'DescribeQuorumRequest',
     'DescribeQuorumResponse',
     'DescribeTransactionsRequest',

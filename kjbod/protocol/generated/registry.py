@@ -63,6 +63,8 @@ from .describe_groups_request import DescribeGroupsRequest
 from .describe_groups_response import DescribeGroupsResponse
 from .describe_log_dirs_request import DescribeLogDirsRequest
 from .describe_log_dirs_response import DescribeLogDirsResponse
+from .describe_producers_request import DescribeProducersRequest
+from .describe_producers_response import DescribeProducersResponse
 from .describe_quorum_request import DescribeQuorumRequest
 from .describe_quorum_response import DescribeQuorumResponse
 from .describe_transactions_request import DescribeTransactionsRequest
@@ -214,6 +216,7 @@ APIS: dict[int, ApiInfo] = {
     57: ApiInfo(57, 'UpdateFeatures', UpdateFeaturesRequest, UpdateFeaturesResponse, 0, 2, 0, frozenset(['broker', 'controller'])),
     59: ApiInfo(59, 'FetchSnapshot', FetchSnapshotRequest, FetchSnapshotResponse, 0, 1, 0, frozenset(['controller'])),
     60: ApiInfo(60, 'DescribeCluster', DescribeClusterRequest, DescribeClusterResponse, 0, 2, 0, frozenset(['broker', 'controller'])),
+    61: ApiInfo(61, 'DescribeProducers', DescribeProducersRequest, DescribeProducersResponse, 0, 0, 0, frozenset(['broker'])),
     62: ApiInfo(62, 'BrokerRegistration', BrokerRegistrationRequest, BrokerRegistrationResponse, 0, 4, 0, frozenset(['controller'])),
     63: ApiInfo(63, 'BrokerHeartbeat', BrokerHeartbeatRequest, BrokerHeartbeatResponse, 0, 1, 0, frozenset(['controller'])),
     64: ApiInfo(64, 'UnregisterBroker', UnregisterBrokerRequest, UnregisterBrokerResponse, 0, 0, 0, frozenset(['broker', 'controller'])),

@@ -8,6 +8,7 @@
 //   {"do": "send", "producer": {...producer options}, "send": {...producer.send() argument}}
 //   {"do": "sendBatch", "producer": {...}, "batch": {...producer.sendBatch() argument}}
 //   {"do": "transaction", "producer": {...}, "send": {...}}   begin a transaction, send, commit
+//       ("abort": true: abort it instead, once sent)
 //   {"do": "admin", "method": "createTopics", "args": [...]}  any admin client method, called with args
 //   {"do": "consume", "consumer": {...}, "topic": "t", "fromBeginning": true, "timeoutMs": 20000}
 //       runs a consumer until its first message, its first crash or the timeout, whichever comes first
@@ -109,7 +110,8 @@ async function runStep (kafka, admin, step) {
         const txn = await p.transaction()
         try {
           const sent = await txn.send(withCompression(step.send))
-          await txn.commit()
+          if (step.abort) await txn.abort()
+          else await txn.commit()
           return sent
         } catch (e) {
           await txn.abort().catch(() => {})
