@@ -136,6 +136,7 @@ async def serve(
 
     def connection_factory(listener: Listener, kind: Any) -> ConnectionFactory:
         tls = is_tls(listener.security_protocol)
+        mapper = config.tls_settings(listener.name).principal_mapper() if tls else None
         sasl = config.sasl_settings(listener.name) if is_sasl(listener.security_protocol) else None
 
         def make(on_close: Callable[[], None] | None) -> Connection:
@@ -149,6 +150,7 @@ async def serve(
                 registry=registry,
                 stats=metrics.requests if metrics is not None else None,
                 tls=tls,
+                principal_mapper=mapper,
                 sasl=sasl,
                 scram_credential=scram_credential,
                 auth_failure_delay_ms=config.connection_failed_authentication_delay_ms,
