@@ -41,6 +41,8 @@ from collections.abc import Callable
 from typing import Any
 
 from kjbod.broker.authz import build_authorizer
+from kjbod.broker.tokens import TokenCredentials
+from kjbod.controller.tokens import wall_clock_ms
 from kjbod.net.sasl import is_sasl
 from kjbod.net.scram import ScramCredential
 from kjbod.net.tls import TlsConfigError, TlsSettings, is_tls, server_context
@@ -134,6 +136,9 @@ async def serve(
             return None
         return ScramCredential(entry.salt, entry.stored_key, entry.server_key, entry.iterations)
 
+    tokens = TokenCredentials(lambda: getattr(node, "metadata", None), config.delegation_token_secret_key,
+                              wall_clock_ms)
+
     def connection_factory(listener: Listener, kind: Any) -> ConnectionFactory:
         tls = is_tls(listener.security_protocol)
         mapper = config.tls_settings(listener.name).principal_mapper() if tls else None
@@ -153,6 +158,7 @@ async def serve(
                 principal_mapper=mapper,
                 sasl=sasl,
                 scram_credential=scram_credential,
+                token_credential=tokens.lookup,
                 auth_failure_delay_ms=config.connection_failed_authentication_delay_ms,
                 on_close=on_close,
             )

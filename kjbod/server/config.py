@@ -500,6 +500,14 @@ KEYS: dict[str, KeyDef] = {
         KeyDef("super.users", _super_users, (), "principals allowed everything, as User:a;User:b"),
         KeyDef("allow.everyone.if.no.acl.found", _bool, False,
                "allow an action on a resource that has no ACL entry at all (else deny it)"),
+        KeyDef("delegation.token.secret.key", _str, "",
+               "the secret delegation tokens' HMACs are made with, the same on every node; empty: no delegation tokens"),
+        KeyDef("delegation.token.max.lifetime.ms", _long(1), 604800000,
+               "the longest a delegation token lives, however often it is renewed"),
+        KeyDef("delegation.token.expiry.time.ms", _long(1), 86400000,
+               "how long a delegation token lives from its creation or a renewal unless the request asks for less"),
+        KeyDef("delegation.token.expiry.check.interval.ms", _long(1), 3600000,
+               "how often the controller removes expired delegation tokens"),
         KeyDef("kjbod.zero.copy", _bool, True, "kjbod: send Fetch record data with sendfile", into="zero_copy"),
         KeyDef("kjbod.extensions.enable", _bool, True,
                "kjbod: serve kjbod's protocol extensions (extension API keys in ApiVersions, extension tagged "
@@ -682,6 +690,10 @@ class ServerConfig:
     authorizer_class_name: str = ""  # "" or Kafka's StandardAuthorizer
     super_users: tuple[str, ...] = ()
     allow_everyone_if_no_acl_found: bool = False
+    delegation_token_secret_key: str = ""
+    delegation_token_max_lifetime_ms: int = 604800000
+    delegation_token_expiry_time_ms: int = 86400000
+    delegation_token_expiry_check_interval_ms: int = 3600000
     max_connections: int = INT_MAX
     max_connections_per_ip: int = INT_MAX
     max_connections_per_ip_overrides: str = ""  # host:count,... (checked)
@@ -1158,6 +1170,10 @@ def build_config(
         authorizer_class_name=authorizer,
         super_users=get("super.users"),
         allow_everyone_if_no_acl_found=get("allow.everyone.if.no.acl.found"),
+        delegation_token_secret_key=get("delegation.token.secret.key"),
+        delegation_token_max_lifetime_ms=get("delegation.token.max.lifetime.ms"),
+        delegation_token_expiry_time_ms=get("delegation.token.expiry.time.ms"),
+        delegation_token_expiry_check_interval_ms=get("delegation.token.expiry.check.interval.ms"),
         listener_security_protocol_map=protomap,
         inter_broker_listener_name=inter_broker,
         controller_quorum_bootstrap_servers=get("controller.quorum.bootstrap.servers"),

@@ -172,6 +172,7 @@ class Connection(asyncio.BufferedProtocol):
         principal_mapper: PrincipalMapper | None = None,
         sasl: SaslSettings | None = None,
         scram_credential: Any = None,
+        token_credential: Any = None,
         auth_failure_delay_ms: int = 0,
         on_close: Callable[[], None] | None = None,
     ) -> None:
@@ -239,6 +240,7 @@ class Connection(asyncio.BufferedProtocol):
             self._router_ready, self._ready = self._ready, None
             self.sasl = SaslGate(self._handle, sasl, close_later=self._close_soon,
                                  on_authenticated=self._sasl_authenticated, scram_credential=scram_credential,
+                                 token_credential=token_credential,
                                  failure_delay_ms=auth_failure_delay_ms)
             self._handle = self.sasl.handle
 

@@ -100,7 +100,12 @@ def controller_settings(config: Any, cluster_id: str, local_broker_id: int | Non
         auto_leader_rebalance_enable=bool(getattr(config, "auto_leader_rebalance_enable", True)),
         leader_imbalance_per_broker_percentage=int(getattr(config, "leader_imbalance_per_broker_percentage", 10)),
         leader_imbalance_check_interval_seconds=int(getattr(config, "leader_imbalance_check_interval_seconds", 300)),
-        node_id=getattr(config, "node_id", None), local_broker_id=local_broker_id)
+        node_id=getattr(config, "node_id", None), local_broker_id=local_broker_id,
+        delegation_token_secret_key=str(getattr(config, "delegation_token_secret_key", "")),
+        delegation_token_max_lifetime_ms=int(getattr(config, "delegation_token_max_lifetime_ms", 604800000)),
+        delegation_token_expiry_time_ms=int(getattr(config, "delegation_token_expiry_time_ms", 86400000)),
+        delegation_token_expiry_check_interval_ms=int(getattr(config, "delegation_token_expiry_check_interval_ms",
+                                                              3600000)))
 
 
 def controller_endpoint(config: Any) -> tuple[str, int] | None:
