@@ -420,4 +420,6 @@ def unanswered(body: Any, message: str) -> Any | None:
         users = dict.fromkeys([d.name for d in body.deletions] + [u.name for u in body.upsertions])
         return AlterUserScramCredentialsResponse(results=[AlterUserScramCredentialsResult(
             user=name, error_code=code, error_message=message) for name in users])
+    if getattr(body, "API_KEY", None) in (38, 39, 40):  # the delegation-token writes
+        return error_response(body.API_KEY, body, code, message)
     return None
