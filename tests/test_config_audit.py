@@ -54,6 +54,9 @@ EFFECTS: dict[str, list[str]] = {
     "authorizer.class.name": ["tests/security/test_acls_live.py::test_alice_needs_acls_to_produce_and_consume",
                               "tests/security/test_acls_live.py::test_acl_apis_without_an_authorizer"],
     "super.users": ["tests/security/test_acls_live.py::test_alice_needs_acls_to_produce_and_consume"],
+    "early.start.listeners": [
+        "tests/security/test_acls.py::test_early_start_listeners_default_to_the_controller_listeners",
+        "tests/security/test_acls.py::test_before_the_initial_load_only_super_users_are_served"],
     "delegation.token.secret.key": [
         "tests/security/test_delegation_tokens_live.py::test_a_scram_user_makes_a_token_that_authenticates_as_that_user",
         "tests/security/test_delegation_tokens_live.py::test_tokens_are_refused_without_a_secret_key"],

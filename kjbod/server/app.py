@@ -231,16 +231,28 @@ async def serve(
         raise
 
     idle_closer = loop.create_task(close_idle_connections(registry, config.connections_max_idle_ms))
+    serve_later: asyncio.Task[None] | None = None
     try:
+        authz = getattr(node, "authorizer", None)
+        deferred: list[tuple[Listener, str, Any, tuple[str, int]]] = []
         for (listener, kind, server), (host, port) in zip(servers, bound, strict=True):
+            if authz is not None and listener.name not in config.early_start_listeners and not authz.ready:
+                deferred.append((listener, kind, server, (host, port)))  # as Kafka: after the initial ACL load
+                continue
             await server.start_serving()
             log.info("listening", listener=listener.name, kind=kind, host=host, port=port)
+        if deferred:
+            log.info("waiting for the authorizer's initial ACL load before serving",
+                     listeners=[ln.name for ln, _, _, _ in deferred])
+            serve_later = loop.create_task(_serve_when_authorizer_ready(authz, deferred))
         if config.ignored:
             log.info("config keys accepted with no effect in kjbod", keys=sorted(config.ignored))
         await _wait_for_stop(loop, node)
     finally:
         # Also on cancellation (embedded use): the node must not be left running.
         idle_closer.cancel()
+        if serve_later is not None:
+            serve_later.cancel()
         for _, _, server in servers:
             server.close()
         begin = getattr(node, "begin_shutdown", None)
@@ -340,6 +352,17 @@ async def _start_metrics(node: Any, listener: str) -> tuple[Any, Any]:
 def _first_broker_listener(config: ServerConfig) -> str | None:
     names = [ln.name for ln in config.listeners if ln.name not in config.controller_listener_names]
     return names[0] if names else None
+
+
+async def _serve_when_authorizer_ready(authz: Any, deferred: list[tuple[Listener, str, Any, tuple[str, int]]]) -> None:
+    """Kafka's rule for listeners not in early.start.listeners: they start once the authorizer has loaded the ACLs
+    (the node has replayed its metadata log up to the high watermark it saw at start)."""
+    while not authz.ready:
+        await asyncio.sleep(0.05)
+    log.info("authorizer ready: the initial ACL load is complete")
+    for listener, kind, server, (host, port) in deferred:
+        await server.start_serving()
+        log.info("listening", listener=listener.name, kind=kind, host=host, port=port)
 
 
 def _tls_context(listener: Listener, settings: TlsSettings) -> Any:

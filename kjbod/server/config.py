@@ -500,6 +500,8 @@ KEYS: dict[str, KeyDef] = {
         KeyDef("super.users", _super_users, (), "principals allowed everything, as User:a;User:b"),
         KeyDef("allow.everyone.if.no.acl.found", _bool, False,
                "allow an action on a resource that has no ACL entry at all (else deny it)"),
+        KeyDef("early.start.listeners", _upper_list, None,
+               "listeners served before the authorizer has loaded the ACLs (the controller listeners by default)"),
         KeyDef("delegation.token.secret.key", _str, "",
                "the secret delegation tokens' HMACs are made with, the same on every node; empty: no delegation tokens"),
         KeyDef("delegation.token.max.lifetime.ms", _long(1), 604800000,
@@ -690,6 +692,7 @@ class ServerConfig:
     authorizer_class_name: str = ""  # "" or Kafka's StandardAuthorizer
     super_users: tuple[str, ...] = ()
     allow_everyone_if_no_acl_found: bool = False
+    early_start_listeners: tuple[str, ...] = ()  # served before the authorizer's initial ACL load
     delegation_token_secret_key: str = ""
     delegation_token_max_lifetime_ms: int = 604800000
     delegation_token_expiry_time_ms: int = 86400000
@@ -956,6 +959,11 @@ def build_config(
     if not controller_names:
         raise fail("controller.listener.names", "controller.listener.names is required (e.g. CONTROLLER)")
     controller_in_listeners = [n for n in controller_names if n in names]
+    early: tuple[str, ...] | None = get("early.start.listeners")
+    for name in early or ():
+        if name not in names and name not in controller_names:
+            raise fail("early.start.listeners", f"early.start.listeners contains listener {name}, but this is not "
+                       "contained in listeners or controller.listener.names")
     broker_listener_names = [n for n in names if n not in controller_names]
     if is_controller and not controller_in_listeners:
         raise fail(
@@ -1094,6 +1102,7 @@ def build_config(
         listeners=tuple(listeners),
         advertised_listeners=tuple(advertised),
         controller_listener_names=controller_names,
+        early_start_listeners=tuple(controller_names) if early is None else early,
         log_dirs=tuple(dirs),
         cordoned_log_dirs=tuple(cordoned),
         metadata_log_dir=meta_dir,

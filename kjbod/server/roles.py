@@ -159,6 +159,7 @@ class ControllerNode:
         self.metadata_log: MetadataLog | None = None
         self.metadata_fetch: MetadataFetchService | None = None
         self.raft: RaftDriver | None = None  # with several controller.quorum.voters: this voter of the quorum
+        self._loaded_target: int | None = None  # the high watermark the initial load must reach (metadata_loaded)
         self.handler = Router(self)
         self.shutdown_requested = asyncio.Event()
         self.exit_code = 0
@@ -203,6 +204,18 @@ class ControllerNode:
         self.controller.start()
         log.info("controller_started", node_id=self.node_id, cluster_id=self.cluster_id,
                  topics=len(self.metadata.topics_by_id), brokers=len(self.metadata.brokers))
+
+    def metadata_loaded(self) -> bool:
+        """Kafka's initial load, for the authorizer: a single controller replayed its whole log at start; a voter
+        of a quorum has replayed up to the high watermark it saw once it first knew the quorum's leader."""
+        raft, controller = self.raft, self.controller
+        if raft is None or controller is None:
+            return True
+        if self._loaded_target is None:
+            if raft.leader_id is None or raft.leader_id < 0:
+                return False
+            self._loaded_target = raft.high_watermark
+        return bool(controller.applied_end >= self._loaded_target)
 
     async def _start_voter(self, meta_dir: str, voters: dict[int, tuple[str, int]]) -> None:
         """One voter of a multi-controller KRaft quorum (kjbod.controller.raft_driver): the controller is
