@@ -141,7 +141,9 @@ async def serve(
 
     def connection_factory(listener: Listener, kind: Any) -> ConnectionFactory:
         tls = is_tls(listener.security_protocol)
-        mapper = config.tls_settings(listener.name).principal_mapper() if tls else None
+        # the rules name SSL clients only: on SASL_SSL the principal is the SASL one, as in Kafka
+        ssl_only = listener.security_protocol.upper() == "SSL"
+        mapper = config.tls_settings(listener.name).principal_mapper() if ssl_only else None
         sasl = config.sasl_settings(listener.name) if is_sasl(listener.security_protocol) else None
 
         def make(on_close: Callable[[], None] | None) -> Connection:

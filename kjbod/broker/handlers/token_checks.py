@@ -17,7 +17,7 @@ from kjbod.broker.authz import allowed_cluster
 from kjbod.metadata.acls import ANONYMOUS, CLUSTER_ACTION
 from kjbod.metadata.tokens import split_principal
 
-__all__ = ["forward", "token_requests_allowed"]
+__all__ = ["forward", "forwarded", "token_requests_allowed"]
 
 
 def token_requests_allowed(ctx: Any) -> bool:
