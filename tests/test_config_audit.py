@@ -55,6 +55,20 @@ EFFECTS: dict[str, list[str]] = {
     "authorizer.class.name": ["tests/security/test_acls_live.py::test_alice_needs_acls_to_produce_and_consume",
                               "tests/security/test_acls_live.py::test_acl_apis_without_an_authorizer"],
     "super.users": ["tests/security/test_acls_live.py::test_alice_needs_acls_to_produce_and_consume"],
+    "early.start.listeners": [
+        "tests/security/test_acls.py::test_early_start_listeners_default_to_the_controller_listeners",
+        "tests/security/test_acls.py::test_before_the_initial_load_only_super_users_are_served"],
+    "delegation.token.secret.key": [
+        "tests/security/test_delegation_tokens_live.py::test_a_scram_user_makes_a_token_that_authenticates_as_that_user",
+        "tests/security/test_delegation_tokens_live.py::test_tokens_are_refused_without_a_secret_key"],
+    "delegation.token.max.lifetime.ms": [
+        "tests/security/test_delegation_tokens.py::test_create_makes_one_record_with_kafkas_times",
+        "tests/security/test_delegation_tokens_live.py::test_a_scram_user_makes_a_token_that_authenticates_as_that_user"],
+    "delegation.token.expiry.time.ms": [
+        "tests/security/test_delegation_tokens.py::test_create_makes_one_record_with_kafkas_times",
+        "tests/security/test_delegation_tokens_live.py::test_a_scram_user_makes_a_token_that_authenticates_as_that_user"],
+    "delegation.token.expiry.check.interval.ms": [
+        "tests/security/test_delegation_tokens_live.py::test_a_token_past_its_lifetime_is_refused_and_swept"],
     "allow.everyone.if.no.acl.found": [
         "tests/security/test_acls.py::test_no_acl_denies_unless_allow_everyone_if_no_acl_found"],
     "node.id": [f"{LIVE}::test_cluster_keys_show_in_what_clients_see"],

@@ -78,6 +78,10 @@ SERVED_APIS: dict[str, tuple[int, int]] = {
     "DescribeAcls": (0, 3),
     "CreateAcls": (0, 3),
     "DeleteAcls": (0, 3),
+    "CreateDelegationToken": (0, 3),
+    "RenewDelegationToken": (0, 2),
+    "ExpireDelegationToken": (0, 2),
+    "DescribeDelegationToken": (0, 3),
     "Vote": (0, 1),
     "BeginQuorumEpoch": (0, 1),
     "EndQuorumEpoch": (0, 1),
@@ -110,6 +114,8 @@ SERVED_RECORDS: dict[str, tuple[int, int]] = {
     "RemoveUserScramCredentialRecord": (0, 0),
     "AccessControlEntryRecord": (0, 0),
     "RemoveAccessControlEntryRecord": (0, 0),
+    "DelegationTokenRecord": (0, 0),
+    "RemoveDelegationTokenRecord": (0, 0),
 }
 # Control records of the metadata log (schemas/raft/, Kafka type "data").
 # kjbod's own metadata records, which Kafka lacks: shipped beside Kafka's, never compared with them.
@@ -297,6 +303,12 @@ KAFKA_INLINE: dict[str, dict[str, Any]] = {
                                             _f("PermissionType", "int8")]},
     "RemoveAccessControlEntryRecord": {"apiKey": 19, "type": "metadata", "validVersions": "0",
                                        "flexibleVersions": "0+", "fields": [_f("Id", "uuid")]},
+    "DelegationTokenRecord": {"apiKey": 10, "type": "metadata", "validVersions": "0", "flexibleVersions": "0+",
+                              "fields": [_f("Owner", "string"), _f("Requester", "string"), _f("Renewers", "[]string"),
+                                         _f("IssueTimestamp", "int64"), _f("MaxTimestamp", "int64"),
+                                         _f("ExpirationTimestamp", "int64"), _f("TokenId", "string")]},
+    "RemoveDelegationTokenRecord": {"apiKey": 26, "type": "metadata", "validVersions": "0", "flexibleVersions": "0+",
+                                    "fields": [_f("TokenId", "string")]},
     "AllocateProducerIdsRequest": {"apiKey": 67, "type": "request", "listeners": ["zkBroker", "controller"],
                                    "validVersions": "0", "flexibleVersions": "0+",
                                    "fields": [_f("BrokerId", "int32", entityType="brokerId"),

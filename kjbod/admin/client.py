@@ -67,6 +67,7 @@ from kjbod.admin.types import (
     ConfigSynonym,
     CreatePartitionsResult,
     CreateTopicResult,
+    DelegationToken,
     DeleteGroupResult,
     DeleteRecordsResult,
     DeleteTopicResult,
@@ -122,6 +123,10 @@ from kjbod.protocol.generated.alter_replica_log_dirs_request import (
 )
 from kjbod.protocol.generated.api_versions_request import ApiVersionsRequest
 from kjbod.protocol.generated.create_acls_request import AclCreation, CreateAclsRequest
+from kjbod.protocol.generated.create_delegation_token_request import (
+    CreatableRenewers,
+    CreateDelegationTokenRequest,
+)
 from kjbod.protocol.generated.create_partitions_request import (
     CreatePartitionsAssignment,
     CreatePartitionsRequest,
@@ -144,11 +149,16 @@ from kjbod.protocol.generated.delete_topics_request import DeleteTopicsRequest, 
 from kjbod.protocol.generated.describe_acls_request import DescribeAclsRequest
 from kjbod.protocol.generated.describe_cluster_request import DescribeClusterRequest
 from kjbod.protocol.generated.describe_configs_request import DescribeConfigsRequest, DescribeConfigsResource
+from kjbod.protocol.generated.describe_delegation_token_request import (
+    DescribeDelegationTokenOwner,
+    DescribeDelegationTokenRequest,
+)
 from kjbod.protocol.generated.describe_groups_request import DescribeGroupsRequest
 from kjbod.protocol.generated.describe_log_dirs_request import DescribableLogDirTopic, DescribeLogDirsRequest
 from kjbod.protocol.generated.describe_producers_request import DescribeProducersRequest
 from kjbod.protocol.generated.describe_producers_request import TopicRequest as ProducersTopicRequest
 from kjbod.protocol.generated.describe_transactions_request import DescribeTransactionsRequest
+from kjbod.protocol.generated.expire_delegation_token_request import ExpireDelegationTokenRequest
 from kjbod.protocol.generated.find_coordinator_request import FindCoordinatorRequest
 from kjbod.protocol.generated.incremental_alter_configs_request import (
     AlterableConfig,
@@ -188,6 +198,7 @@ from kjbod.protocol.generated.reassign_partitions_request import (
     ReassignPartitionsRequest,
     TopicReassignment,
 )
+from kjbod.protocol.generated.renew_delegation_token_request import RenewDelegationTokenRequest
 from kjbod.protocol.generated.update_features_request import FeatureUpdateKey, UpdateFeaturesRequest
 from kjbod.protocol.runtime import ZERO_UUID, gc_pause, gc_resume
 from kjbod.wire.framing import DEFAULT_MAX_FRAME_SIZE
@@ -230,6 +241,10 @@ DELETE_ACLS = 31
 DESCRIBE_PRODUCERS = 61
 DESCRIBE_TRANSACTIONS = 65
 LIST_TRANSACTIONS = 66
+CREATE_DELEGATION_TOKEN = 38
+RENEW_DELEGATION_TOKEN = 39
+EXPIRE_DELEGATION_TOKEN = 40
+DESCRIBE_DELEGATION_TOKEN = 41
 # kjbod's own APIs (KIP-179; an Apache Kafka broker does not have them: UnsupportedVersionError).
 REASSIGN_PARTITIONS = 10000
 ALTER_INTERBROKER_THROTTLED_RATES = 10001
@@ -1593,6 +1608,59 @@ class AdminClient:
             AclEntry(m.resource_type, m.resource_name, m.pattern_type, m.principal, m.host, m.operation,
                      m.permission_type) for m in r.matching_acls]) for r in response.filter_results]
 
+    # -- delegation tokens (KIP-48) ----------------------------------------------------------------------------------
+
+    async def create_delegation_token(self, *, owner: str | None = None, renewers: Sequence[str] = (),
+                                      max_lifetime_ms: int = -1, timeout: float | None = None) -> DelegationToken:
+        """Makes a delegation token (CreateDelegationToken) for this client's principal, or for `owner` (Type:name,
+        v3: needs CREATE_TOKENS on that user); `renewers` may renew and expire it too; `max_lifetime_ms` -1 is
+        the broker's delegation.token.max.lifetime.ms. An error answer raises."""
+        deadline = self._deadline(timeout)
+        owner_type, owner_name = _principal_parts(owner) if owner else (None, None)
+        request = CreateDelegationTokenRequest(
+            owner_principal_type=owner_type, owner_principal_name=owner_name,
+            renewers=[CreatableRenewers(principal_type=k, principal_name=n) for k, n in map(_principal_parts, renewers)],
+            max_lifetime_ms=max_lifetime_ms)
+        r, _, _ = await self._call(None, CREATE_DELEGATION_TOKEN, lambda v: request, deadline,
+                                   check=lambda r: r.error_code, min_version=3 if owner else 1)
+        return DelegationToken(r.token_id, bytes(r.hmac), f"{r.principal_type}:{r.principal_name}",
+                               f"{r.token_requester_principal_type}:{r.token_requester_principal_name}"
+                               if r.token_requester_principal_name else "", tuple(renewers), r.issue_timestamp_ms,
+                               r.expiry_timestamp_ms, r.max_timestamp_ms)
+
+    async def renew_delegation_token(self, hmac: bytes, *, renew_period_ms: int = -1,
+                                     timeout: float | None = None) -> int:
+        """Renews the token with this HMAC (RenewDelegationToken); its new expiry (ms since the epoch). -1: the
+        broker's delegation.token.expiry.time.ms. An error answer raises."""
+        deadline = self._deadline(timeout)
+        r, _, _ = await self._call(None, RENEW_DELEGATION_TOKEN, lambda v: RenewDelegationTokenRequest(
+            hmac=hmac, renew_period_ms=renew_period_ms), deadline, check=lambda r: r.error_code, min_version=1)
+        return int(r.expiry_timestamp_ms)
+
+    async def expire_delegation_token(self, hmac: bytes, *, expiry_time_period_ms: int = -1,
+                                      timeout: float | None = None) -> int:
+        """Expires the token with this HMAC (ExpireDelegationToken): at once with -1 (the default), else that many
+        ms from now; its new expiry. An error answer raises."""
+        deadline = self._deadline(timeout)
+        r, _, _ = await self._call(None, EXPIRE_DELEGATION_TOKEN, lambda v: ExpireDelegationTokenRequest(
+            hmac=hmac, expiry_time_period_ms=expiry_time_period_ms), deadline, check=lambda r: r.error_code,
+            min_version=1)
+        return int(r.expiry_timestamp_ms)
+
+    async def describe_delegation_tokens(self, owners: Sequence[str] | None = None, *,
+                                         timeout: float | None = None) -> list[DelegationToken]:
+        """The tokens this client may see (DescribeDelegationToken), of `owners` (Type:name) or all (None)."""
+        deadline = self._deadline(timeout)
+        wanted = None if owners is None else [DescribeDelegationTokenOwner(principal_type=k, principal_name=n)
+                                              for k, n in map(_principal_parts, owners)]
+        r, _, _ = await self._call(None, DESCRIBE_DELEGATION_TOKEN, lambda v: DescribeDelegationTokenRequest(
+            owners=wanted), deadline, check=lambda r: r.error_code, min_version=1)
+        return [DelegationToken(t.token_id, bytes(t.hmac), f"{t.principal_type}:{t.principal_name}",
+                                f"{t.token_requester_principal_type}:{t.token_requester_principal_name}"
+                                if t.token_requester_principal_name else "",
+                                tuple(f"{w.principal_type}:{w.principal_name}" for w in t.renewers),
+                                t.issue_timestamp, t.expiry_timestamp, t.max_timestamp) for t in r.tokens]
+
     async def _call(
         self,
         target: Target,
@@ -1860,3 +1928,11 @@ def _change_result(group_id: str, wanted: Mapping[tuple[str, int], Any], codes: 
                                             broker=address)
     first = group_error or next((e for e in partitions.values() if e is not None), None)
     return GroupOffsetsChangeResult(group_id, partitions, first)
+
+
+def _principal_parts(principal: str) -> tuple[str, str]:
+    """("User", "alice") for "User:alice"; ValueError for text without Type:name."""
+    kind, sep, name = principal.partition(":")
+    if not sep or not kind or not name:
+        raise ValueError(f"expected a principal as Type:name, got {principal!r}")
+    return kind, name

@@ -20,6 +20,13 @@ from kjbod.admin.client import AdminClient
 __all__ = ["SyncAdminClient"]
 
 _METHODS = (
+    "create_delegation_token",
+    "renew_delegation_token",
+    "expire_delegation_token",
+    "describe_delegation_tokens",
+    "create_acls",
+    "describe_acls",
+    "delete_acls",
     "describe_cluster",
     "describe_topics",
     "describe_log_dirs",

@@ -11,6 +11,7 @@ all-or-nothing.
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
@@ -20,6 +21,7 @@ from uuid import UUID
 from kjbod.protocol.errors import ErrorCode, KafkaError
 
 __all__ = [
+    "DelegationToken",
     "AlterConfigOp",
     "AlterConfigOpType",
     "AlterConfigsResult",
@@ -58,6 +60,26 @@ __all__ = [
 
 
 # ------------------------------------------------------------------------------------------------- cluster
+
+@dataclass(frozen=True, slots=True)
+class DelegationToken:
+    """A delegation token as CreateDelegationToken and DescribeDelegationToken tell it (principals as Type:name,
+    times in ms since the epoch). A client authenticates with it over SASL/SCRAM: user `token_id`, password
+    `hmac_base64`, and Kafka's ``tokenauth=true`` extension."""
+
+    token_id: str
+    hmac: bytes
+    owner: str
+    requester: str
+    renewers: tuple[str, ...]
+    issue_timestamp: int
+    expiry_timestamp: int
+    max_timestamp: int
+
+    @property
+    def hmac_base64(self) -> str:
+        return base64.b64encode(self.hmac).decode()
+
 
 @dataclass(frozen=True, slots=True)
 class BrokerNode:

@@ -65,7 +65,8 @@ def build_authorizer(config: Any, node: Any) -> Authorizer | None:
     if name != STANDARD_AUTHORIZER:  # the config parser refuses it first; this keeps the contract in one place
         raise ValueError(f"authorizer.class.name={name} is not served")
     return Authorizer(lambda: node.metadata.acls, super_users=config.super_users,
-                      allow_if_no_acl=config.allow_everyone_if_no_acl_found)
+                      allow_if_no_acl=config.allow_everyone_if_no_acl_found,
+                      loaded=getattr(node, "metadata_loaded", None))
 
 
 def allowed(node: Any, request: Any, operation: int, resource_type: int, name: str) -> bool:

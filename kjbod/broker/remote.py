@@ -109,6 +109,7 @@ class RemoteBrokerNode(BrokerNode):
             ",".join(getattr(config, "controller_quorum_bootstrap_servers", ()) or ()))
         self.lifecycle: BrokerLifecycleManager | None = None
         self.follower: MetadataFollower | None = None
+        self._loaded_target: int | None = None  # the high watermark the initial load must reach (metadata_loaded)
         self.assignments: AssignmentsManager | None = None
         self._channels: dict[str, SocketControllerChannel] = {}
         # A TLS controller listener: this broker's client side of it (its ssl.* keys for that listener)
@@ -139,6 +140,16 @@ class RemoteBrokerNode(BrokerNode):
                                           ssl_context=self._controller_ssl, sasl=self._controller_sasl)
         self._channels[purpose] = channel
         return channel
+
+    def metadata_loaded(self) -> bool:
+        """Kafka's initial load, for the authorizer: the metadata replayed up to the high watermark the first
+        answer of the controller named."""
+        follower = self.follower
+        if follower is None or follower.high_watermark < 0:
+            return False
+        if self._loaded_target is None:
+            self._loaded_target = follower.high_watermark
+        return follower.last_applied_offset + 1 >= self._loaded_target
 
     # -------------------------------------------------------------------------------- startup
     async def start(self) -> None:
@@ -423,4 +434,6 @@ def unanswered(body: Any, message: str) -> Any | None:
         users = dict.fromkeys([d.name for d in body.deletions] + [u.name for u in body.upsertions])
         return AlterUserScramCredentialsResponse(results=[AlterUserScramCredentialsResult(
             user=name, error_code=code, error_message=message) for name in users])
+    if getattr(body, "API_KEY", None) in (38, 39, 40):  # the delegation-token writes
+        return error_response(body.API_KEY, body, code, message)
     return None

@@ -45,6 +45,9 @@ log = structlog.get_logger("kjbod.router")
 
 HandlerFn = Callable[[Any, "Request", Any], Any]
 
+# APIs Kafka answers without asking the authorizer: the authorizer's readiness does not hold them back.
+_NO_AUTHORIZATION = frozenset({18, 17, 36})  # ApiVersions, SaslHandshake, SaslAuthenticate
+
 
 @dataclass(slots=True)
 class Request:
@@ -231,7 +234,11 @@ class Router:
         except DecodeError as e:
             self._refuse(ctx, frame, route.entry.api_key, version, f"undecodable request: {e}")
         request = Request(ctx, route.entry.api_key, version, corr, client_id)
-        if route.cluster_op is not None and getattr(self.node, "authorizer", None) is not None \
+        authz = getattr(self.node, "authorizer", None)
+        if authz is not None and not authz.ready and route.entry.api_key not in _NO_AUTHORIZATION \
+                and ctx.principal not in authz.super_users:
+            return self._not_ready(route, request, body_msg)
+        if route.cluster_op is not None and authz is not None \
                 and not allowed_cluster(self.node, request, route.cluster_op):
             return self._reply(route, request, error_response(
                 route.entry.api_key, body_msg, ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
@@ -255,6 +262,20 @@ class Router:
                 answers.clear()
             answers[frame[8:]] = b"".join(out[1:])
         return out
+
+    def _not_ready(self, route: _Route, request: Request, body: Any) -> Any:
+        """Kafka's answer before its StandardAuthorizer finished the initial ACL load (an early-start listener):
+        the authorization fails with AuthorizerNotReadyException, which reaches the client as UNKNOWN_SERVER_ERROR
+        (a retriable error). An API without a whole-request error answer closes the connection instead."""
+        entry = route.entry
+        log.warning("authorizer_not_ready", api=entry.name, version=request.api_version,
+                    principal=request.ctx.principal, peer=request.ctx.peer, listener=request.ctx.listener_name)
+        try:
+            response = error_response(entry.api_key, body, ErrorCode.UNKNOWN_SERVER_ERROR,
+                                      "the authorizer has not loaded the ACLs yet (AuthorizerNotReadyException)")
+        except ValueError:
+            raise CloseConnection(f"{entry.name}: the authorizer has not loaded the ACLs yet") from None
+        return self._reply(route, request, response)
 
     def _route_slowly(self, frame, ctx: RequestContext):
         """The checks for anything off the common path, in Kafka's order; refuses, answers KIP-511, or returns

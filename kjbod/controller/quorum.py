@@ -47,6 +47,7 @@ from kjbod.controller import (
     replication_control,
     scram,
     throttles,
+    tokens,
 )
 from kjbod.controller.errors import error_response
 from kjbod.controller.heartbeats import BrokerHeartbeatManager
@@ -67,15 +68,18 @@ from kjbod.protocol.generated import (
     BrokerHeartbeatRequest,
     BrokerRegistrationRequest,
     CreateAclsRequest,
+    CreateDelegationTokenRequest,
     CreatePartitionsRequest,
     CreateTopicsRequest,
     DeleteAclsRequest,
     DeleteTopicsRequest,
     ElectLeadersRequest,
+    ExpireDelegationTokenRequest,
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
     ListPartitionReassignmentsRequest,
     ReassignPartitionsRequest,
+    RenewDelegationTokenRequest,
     UnregisterBrokerRequest,
     UpdateFeaturesRequest,
 )
@@ -176,6 +180,9 @@ class QuorumController:
             _key(CreateAclsRequest): self._create_acls,
             _key(DeleteAclsRequest): self._delete_acls,
             _key(UpdateFeaturesRequest): self._update_features,
+            _key(CreateDelegationTokenRequest): self._create_delegation_token,
+            _key(RenewDelegationTokenRequest): self._renew_delegation_token,
+            _key(ExpireDelegationTokenRequest): self._expire_delegation_token,
         }
 
     # ------------------------------------------------------------------------------------------ lifecycle
@@ -358,6 +365,8 @@ class QuorumController:
         self._tasks.append(loop.create_task(self._run(), name="kjbod-controller"))
         self._tasks.append(loop.create_task(self._expire_sessions(), name="kjbod-controller-sessions"))
         self._tasks.append(loop.create_task(self._elections(), name="kjbod-controller-elections"))
+        if self.settings.delegation_token_secret_key:
+            self._tasks.append(loop.create_task(self._expire_tokens(), name="kjbod-controller-token-expiry"))
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -559,6 +568,29 @@ class QuorumController:
 
     def _delete_acls(self, version: int, req: DeleteAclsRequest) -> Operation:
         return lambda image, _o: acls.delete_acls(image, req)
+
+    def _create_delegation_token(self, version: int, req: CreateDelegationTokenRequest) -> Operation:
+        return lambda image, _o: tokens.create_token(image, req, self.settings, tokens.wall_clock_ms())
+
+    def _renew_delegation_token(self, version: int, req: RenewDelegationTokenRequest) -> Operation:
+        return lambda image, _o: tokens.renew_token(image, req, self.settings, tokens.wall_clock_ms())
+
+    def _expire_delegation_token(self, version: int, req: ExpireDelegationTokenRequest) -> Operation:
+        return lambda image, _o: tokens.expire_token(image, req, self.settings, tokens.wall_clock_ms())
+
+    async def _expire_tokens(self) -> None:
+        """Kafka's sweep: every delegation.token.expiry.check.interval.ms, the tokens past their expiry go."""
+        period = self.settings.delegation_token_expiry_check_interval_ms / 1000
+        while True:
+            await asyncio.sleep(period)
+            if not self.active or not self.image.tokens:
+                continue
+            try:
+                removed = await self.submit(lambda image, _o: tokens.expired_tokens(image, tokens.wall_clock_ms()))
+            except Exception:  # not the controller any more, or the write failed: the next pass tries again
+                continue
+            if removed:
+                log.info("delegation_tokens_expired", token_ids=removed)
 
     def _create_topics(self, version: int, req: CreateTopicsRequest) -> Operation:
         return lambda image, _o: replication_control.create_topics(

@@ -36,6 +36,11 @@ class ControllerSettings:
     # The broker that shares this process (combined mode): its session never expires, since both live and
     # die together and a blocked event loop must not fence it.
     local_broker_id: int | None = None
+    # Delegation tokens (Kafka's keys): no secret, no tokens.
+    delegation_token_secret_key: str = ""
+    delegation_token_max_lifetime_ms: int = 604800000
+    delegation_token_expiry_time_ms: int = 86400000
+    delegation_token_expiry_check_interval_ms: int = 3600000
 
 
 class PolicyError(Exception):

@@ -64,6 +64,8 @@ SUPPORTED_OPERATIONS = {
     TOPIC: (READ, WRITE, CREATE, DESCRIBE, DELETE, ALTER, DESCRIBE_CONFIGS, ALTER_CONFIGS),
     GROUP: (READ, DESCRIBE, DELETE),
     CLUSTER: (CREATE, CLUSTER_ACTION, DESCRIBE_CONFIGS, ALTER_CONFIGS, IDEMPOTENT_WRITE, ALTER, DESCRIBE),
+    DELEGATION_TOKEN: (DESCRIBE,),
+    USER: (CREATE_TOKENS, DESCRIBE_TOKENS),
 }
 # An ALLOW on the key's operations also allows the key.
 _IMPLIED_BY = {DESCRIBE: frozenset({DESCRIBE, READ, WRITE, DELETE, ALTER}),
@@ -194,16 +196,30 @@ class Authorizer:
     """Kafka's StandardAuthorizer decision over the ACLs of the current image (`acls()` returns its map).
 
     `allowed(principal, host, operation, resource_type, name)` is the one question; the answer is cached until
-    the ACLs change."""
+    the ACLs change.
+
+    `loaded()` says whether the node has replayed its metadata log as far as it must before deciding (Kafka's
+    initial load: up to the high watermark it saw at start); it is asked until it first says yes. Until then
+    `ready` is False and the router answers the requests of everyone but the super users with Kafka's
+    not-ready error (kjbod.broker.router)."""
 
     def __init__(self, acls: Callable[[], Mapping[UUID, AclEntry]], *, super_users: Iterable[str] = (),
-                 allow_if_no_acl: bool = False) -> None:
+                 allow_if_no_acl: bool = False, loaded: Callable[[], bool] | None = None) -> None:
         self._acls = acls
+        self._loaded = loaded
+        self._ready = loaded is None
         self.super_users = frozenset(super_users)
         self.allow_if_no_acl = allow_if_no_acl
         self._source: Mapping[UUID, AclEntry] | None = None
         self._index: dict[int, _Index] = {}
         self._cache: dict[tuple[str, str, int, int, str], bool] = {}
+
+    @property
+    def ready(self) -> bool:
+        if not self._ready:
+            assert self._loaded is not None
+            self._ready = bool(self._loaded())
+        return self._ready
 
     def allowed(self, principal: str, host: str, operation: int, resource_type: int, name: str) -> bool:
         acls = self._acls()

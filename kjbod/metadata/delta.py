@@ -29,12 +29,14 @@ from kjbod.metadata.image import (
     PartitionImage,
     RateIntent,
     ScramEntry,
+    TokenEntry,
     TopicImage,
 )
 from kjbod.protocol.generated import (
     AccessControlEntryRecord,
     BrokerRegistrationChangeRecord,
     ConfigRecord,
+    DelegationTokenRecord,
     FeatureLevelRecord,
     FenceBrokerRecord,
     PartitionChangeRecord,
@@ -43,6 +45,7 @@ from kjbod.protocol.generated import (
     ReassignmentIntentRecord,
     RegisterBrokerRecord,
     RemoveAccessControlEntryRecord,
+    RemoveDelegationTokenRecord,
     RemoveTopicRecord,
     RemoveUserScramCredentialRecord,
     ThrottledRateIntentRecord,
@@ -106,6 +109,7 @@ class MetadataDelta:
         self._throttled_rates: dict[int, RateIntent | None] = {}
         self._scram: dict[tuple[str, int], ScramEntry | None] = {}  # None: deleted
         self._acls: dict[UUID, AclEntry | None] = {}  # None: removed
+        self._tokens: dict[str, TokenEntry | None] = {}  # None: removed
         self.dropped = 0  # records naming something the image does not have
 
     # ------------------------------------------------------------------------------------------ reading
@@ -297,6 +301,15 @@ class MetadataDelta:
         else:
             self.dropped += 1
 
+    def _delegation_token_record(self, rec: DelegationTokenRecord) -> None:
+        self._tokens[rec.token_id] = TokenEntry(rec.token_id, rec.owner, rec.requester, tuple(rec.renewers),
+                                                rec.issue_timestamp, rec.max_timestamp, rec.expiration_timestamp)
+
+    def _remove_delegation_token_record(self, rec: RemoveDelegationTokenRecord) -> None:
+        if rec.token_id in self._tokens or rec.token_id in self.image.tokens:
+            self._tokens[rec.token_id] = None
+        # else: already gone (an expiry sweep and an expire request crossing), nothing to drop
+
     def _feature_level_record(self, rec: FeatureLevelRecord) -> None:
         self._features_epoch = self.offset
         if self._features is None:
@@ -349,7 +362,8 @@ class MetadataDelta:
             features_epoch=image.features_epoch if self._features_epoch is None else self._features_epoch,
             throttled_replicas=_merged(image.throttled_replicas, self._throttled_replicas),
             throttled_rates=_merged(image.throttled_rates, self._throttled_rates),
-            scram=_merged(image.scram, self._scram), acls=_merged(image.acls, self._acls))
+            scram=_merged(image.scram, self._scram), acls=_merged(image.acls, self._acls),
+            tokens=_merged(image.tokens, self._tokens))
 
     # ------------------------------------------------------------------------------------------ local changes
     def local_changes(self, node_id: int, new_image: MetadataImage) -> LocalChanges:
@@ -416,6 +430,8 @@ REPLAY: dict[type, Callable[[MetadataDelta, Any], None]] = {
     ThrottledRateIntentRecord: MetadataDelta._throttled_rate_intent_record,
     UserScramCredentialRecord: MetadataDelta._user_scram_credential_record,
     RemoveUserScramCredentialRecord: MetadataDelta._remove_user_scram_credential_record,
+    DelegationTokenRecord: MetadataDelta._delegation_token_record,
+    RemoveDelegationTokenRecord: MetadataDelta._remove_delegation_token_record,
     AccessControlEntryRecord: MetadataDelta._access_control_entry_record,
     RemoveAccessControlEntryRecord: MetadataDelta._remove_access_control_entry_record,
 }

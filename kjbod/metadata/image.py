@@ -153,6 +153,20 @@ class ScramEntry:
 
 
 @dataclass(frozen=True, slots=True)
+class TokenEntry:
+    """One delegation token (DelegationTokenRecord), keyed by its id. Principals are written Type:name. The HMAC is
+    not kept: whoever holds delegation.token.secret.key derives it from the id (kjbod.metadata.tokens)."""
+
+    token_id: str
+    owner: str
+    requester: str
+    renewers: tuple[str, ...]
+    issue_timestamp: int
+    max_timestamp: int
+    expiration_timestamp: int
+
+
+@dataclass(frozen=True, slots=True)
 class MetadataImage:
     topics_by_name: Mapping[str, TopicImage] = field(default_factory=dict)
     topics_by_id: Mapping[UUID, TopicImage] = field(default_factory=dict)
@@ -170,6 +184,7 @@ class MetadataImage:
     throttled_rates: Mapping[int, RateIntent] = field(default_factory=dict)
     scram: Mapping[tuple[str, int], ScramEntry] = field(default_factory=dict)  # (user, mechanism type) -> credential
     acls: Mapping[UUID, AclEntry] = field(default_factory=dict)  # ACL id -> entry (AccessControlEntryRecord)
+    tokens: Mapping[str, TokenEntry] = field(default_factory=dict)  # token id -> delegation token
 
     # The reading interface handlers used on the old mutable image.
     @property

@@ -17,6 +17,7 @@ from kjbod.protocol.generated import (
     AccessControlEntryRecord,
     BrokerRegistrationChangeRecord,
     ConfigRecord,
+    DelegationTokenRecord,
     FeatureLevelRecord,
     PartitionRecord,
     ProducerIdsRecord,
@@ -72,6 +73,10 @@ def image_records(image: MetadataImage) -> list[Any]:
         out.append(AccessControlEntryRecord(id=acl_id, resource_type=a.resource_type, resource_name=a.resource_name,
                                             pattern_type=a.pattern_type, principal=a.principal, host=a.host,
                                             operation=a.operation, permission_type=a.permission_type))
+    for token_id, t in sorted(image.tokens.items()):
+        out.append(DelegationTokenRecord(owner=t.owner, requester=t.requester, renewers=list(t.renewers),
+                                         issue_timestamp=t.issue_timestamp, max_timestamp=t.max_timestamp,
+                                         expiration_timestamp=t.expiration_timestamp, token_id=token_id))
     if image.next_producer_id:
         out.append(ProducerIdsRecord(broker_id=-1, broker_epoch=-1, next_producer_id=image.next_producer_id))
     return out

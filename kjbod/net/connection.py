@@ -158,7 +158,8 @@ class ClientConnection(asyncio.Protocol):
             raise error
         version = self.pick_version(_SASL_AUTHENTICATE)
         scram = MECHANISMS.get(credentials.mechanism)
-        client = ScramClient(scram, credentials.username, credentials.password) if scram is not None else None
+        client = ScramClient(scram, credentials.username, credentials.password, token=credentials.token) \
+            if scram is not None else None
         token = client.first() if client is not None else plain_client_token(credentials.username, credentials.password)
         for step in range(2 if client is not None else 1):
             result = await self.request(_SASL_AUTHENTICATE, version, SaslAuthenticateRequest(auth_bytes=token),

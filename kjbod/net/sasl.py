@@ -195,11 +195,13 @@ def jaas_module(text: str, key: str) -> JaasModule:
 
 @dataclass(frozen=True)
 class SaslCredentials:
-    """What a client side authenticates with: the mechanism, the username and the password."""
+    """What a client side authenticates with: the mechanism, the username and the password. `token`: the
+    username is a delegation token's id and the password its HMAC in base64 (SCRAM with ``tokenauth=true``)."""
 
     mechanism: str
     username: str
     password: str
+    token: bool = False
 
 
 @dataclass(frozen=True)
@@ -281,7 +283,8 @@ def credentials_of(module: JaasModule, mechanism: str, key: str) -> SaslCredenti
     username, password = module.options.get("username"), module.options.get("password")
     if username is None or password is None:
         raise SaslConfigError(f"{key} has no username=\"...\" and password=\"...\" options: a client needs both")
-    return SaslCredentials(mechanism, username, password)
+    token = module.options.get("tokenauth", "false").strip().lower() == "true"  # Kafka's ScramLoginModule option
+    return SaslCredentials(mechanism, username, password, token)
 
 
 def served_mechanism(mechanism: str, key: str) -> str:

@@ -9,8 +9,9 @@ Strategy:
 * `ScramServer` takes the client-first message (``n,[a=<authzid>],n=<user>,r=<nonce>[,<extensions>]``), answers
   ``r=<nonce+server nonce>,s=<salt>,i=<iterations>``, then checks the client-final message's channel binding (``biws``:
   no binding), nonce and proof, and answers ``v=<server signature>``. As in Kafka, extensions other than
-  ``tokenauth`` are ignored (kjbod has no delegation tokens, so ``tokenauth=true`` fails), an authorization id must
-  equal the user name, and a credential with fewer than 4096 iterations is refused.
+  ``tokenauth`` are ignored; ``tokenauth=true`` makes the user name a delegation token's id, checked against the
+  token's credential (`token_lookup`), and the principal the token's owner. An authorization id must equal the user
+  name, and a credential with fewer than 4096 iterations is refused.
 * What a failing client is told follows Kafka: a generic ``Authentication failed during authentication due to invalid
   credentials with SASL mechanism <mechanism>`` (it does not say whether the user exists), except for an
   authorization id that differs from the user name, which is named.
@@ -126,9 +127,13 @@ class ScramServer:
     """The server side of one exchange: `evaluate` the client-first, then the client-final message."""
 
     def __init__(self, mechanism: ScramMechanism, lookup: Callable[[str], ScramCredential | None],
-                 nonce: Callable[[], str] = lambda: secrets.token_urlsafe(24)) -> None:
+                 nonce: Callable[[], str] = lambda: secrets.token_urlsafe(24), *,
+                 token_lookup: Callable[[str], tuple[ScramCredential, str] | None] | None = None) -> None:
         self.mechanism = mechanism
         self._lookup = lookup
+        self._token_lookup = token_lookup
+        # A delegation token's owner (Type:name) when the client authenticated with a token, else None.
+        self.token_owner: str | None = None
         self._nonce = nonce
         self.complete = False
         self.principal: str | None = None
@@ -167,11 +172,17 @@ class ScramServer:
             raise self._failed(f"an invalid client-first message: {e}") from None
         if not bare.startswith("n=") or ",r=" not in bare or not client_nonce:
             raise self._failed("an invalid client-first message")
+        token_owner: str | None = None
         if _extension(bare, "tokenauth") == "true":
-            raise self._failed("delegation token authentication (not served)")
-        credential = self._lookup(username)
-        if credential is None:
-            raise self._failed(f"no {self.mechanism.name} credential for user {username}")
+            found = self._token_lookup(username) if self._token_lookup is not None else None
+            if found is None:
+                raise self._failed(f"no delegation token {username} (unknown, expired, or tokens are disabled)")
+            credential, token_owner = found
+        else:
+            user_credential = self._lookup(username)
+            if user_credential is None:
+                raise self._failed(f"no {self.mechanism.name} credential for user {username}")
+            credential = user_credential
         if authzid and authzid != username:
             raise SaslAuthenticationFailed(
                 "Authentication failed: Client requested an authorization id that is different from username")
@@ -179,7 +190,8 @@ class ScramServer:
             raise self._failed(f"iterations {credential.iterations} below the minimum "
                                f"{self.mechanism.min_iterations}")
         self._credential = credential
-        self.principal = username
+        self.token_owner = token_owner
+        self.principal = token_owner.partition(":")[2] if token_owner is not None else username
         self._client_first_bare = bare
         self._full_nonce = client_nonce + self._nonce()
         self._server_first = (f"r={self._full_nonce},s={base64.b64encode(credential.salt).decode()},"
@@ -230,11 +242,13 @@ class ScramClient:
     """The client side: `first()`, then `final(server_first)`, then `verify(server_final)`."""
 
     def __init__(self, mechanism: ScramMechanism, username: str, password: str,
-                 nonce: str | None = None) -> None:
+                 nonce: str | None = None, *, token: bool = False) -> None:
+        """`token`: authenticate with a delegation token (`username` its id, `password` its HMAC in base64), sent
+        as Kafka's ``tokenauth=true`` extension."""
         self.mechanism = mechanism
         self._password = password
         self._nonce = nonce or secrets.token_urlsafe(24)
-        self._bare = f"n={_escape(username)},r={self._nonce}"
+        self._bare = f"n={_escape(username)},r={self._nonce}" + (",tokenauth=true" if token else "")
         self._server_signature = b""
 
     def first(self) -> bytes:

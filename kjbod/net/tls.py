@@ -30,12 +30,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from kjbod.net.ssl_principal import NoMatchingRule, PrincipalMapper
+
 __all__ = [
+    "NoMatchingRule",
+    "PrincipalMapper",
     "SSL_KEYS",
     "SSL_NO_EFFECT",
     "TLS_PROTOCOLS",
     "TlsConfigError",
     "TlsSettings",
+    "certificate_dn",
+    "certificate_principal",
     "client_context",
     "client_context_of",
     "is_tls",
@@ -61,17 +67,17 @@ SSL_KEYS: dict[str, str | None] = {
     "ssl.protocol": "TLSv1.3",
     "ssl.cipher.suites": "",
     "ssl.endpoint.identification.algorithm": "https",
+    "ssl.principal.mapping.rules": "DEFAULT",
 }
 
-# Kafka ssl.* keys that choose JVM machinery (providers, algorithms of the key and trust managers) or how a client
-# certificate becomes a principal (kjbod applies Kafka's DEFAULT rule, `certificate_principal`): accepted so Kafka's
-# files load, and without effect here.
+# Kafka ssl.* keys that choose JVM machinery (providers, algorithms of the key and trust managers) or watch a client's
+# certificate across re-handshakes (which Python's ssl does not offer): accepted so Kafka's files load, and without
+# effect here.
 SSL_NO_EFFECT = frozenset({
     "ssl.keymanager.algorithm",
     "ssl.trustmanager.algorithm",
     "ssl.secure.random.implementation",
     "ssl.provider",
-    "ssl.principal.mapping.rules",
     "ssl.allow.dn.changes",
     "ssl.allow.san.changes",
 })
@@ -152,6 +158,13 @@ class TlsSettings:
         chosen = sorted(_VERSIONS[n] for n in names)
         return chosen[0], chosen[-1]
 
+    def principal_mapper(self) -> PrincipalMapper:
+        """The listener's ssl.principal.mapping.rules, parsed; a bad rule is a TlsConfigError naming the key."""
+        try:
+            return PrincipalMapper(self.values.get("ssl.principal.mapping.rules"))
+        except ValueError as e:
+            raise TlsConfigError(f"{self.key('ssl.principal.mapping.rules')}: {e}") from None
+
     def check(self) -> None:
         """Check the values that need no file (both sides use them)."""
         _ = self.client_auth
@@ -164,6 +177,7 @@ class TlsSettings:
 def server_context(settings: TlsSettings) -> ssl.SSLContext:
     """The server side of a TLS listener: its certificate and key, and the trust for client certificates."""
     settings.check()
+    settings.principal_mapper()
     if not settings.has_keystore:
         raise TlsConfigError(
             f"a TLS listener needs its certificate and private key: set {settings.key('ssl.keystore.location')} "
@@ -426,14 +440,24 @@ def _dn_value(value: str) -> str:
     return out
 
 
-def certificate_principal(cert: Any) -> str | None:
-    """Kafka's principal for a TLS client certificate under the default ssl.principal.mapping.rules:
-    ``User:`` and the subject's distinguished name as RFC 2253 prints it (last RDN first, ``CN=alice,OU=eng,O=acme``).
-    None without a verified certificate (the client is then User:ANONYMOUS)."""
+def certificate_dn(cert: Any) -> str | None:
+    """A client certificate's subject as RFC 2253 prints it (Java's X500Principal.getName(): last RDN first,
+    ``CN=alice,OU=eng,O=acme``); None without a verified certificate."""
     subject = cert.get("subject") if isinstance(cert, dict) else None
     if not subject:
         return None
     rdns = []
     for rdn in reversed(subject):
         rdns.append("+".join(f"{_DN_KEYWORDS.get(k, k)}={_dn_value(str(v))}" for k, v in rdn))
-    return "User:" + ",".join(rdns)
+    return ",".join(rdns)
+
+
+def certificate_principal(cert: Any, mapper: PrincipalMapper | None = None) -> str | None:
+    """Kafka's principal for a TLS client certificate: ``User:`` and the name `mapper` (the listener's
+    ssl.principal.mapping.rules; None: DEFAULT) makes of the subject's distinguished name. None without a verified
+    certificate (the client is then User:ANONYMOUS); `NoMatchingRule` when no rule maps the name."""
+    dn = certificate_dn(cert)
+    if dn is None:
+        return None
+    return "User:" + (mapper.name(dn) if mapper is not None else dn)
+

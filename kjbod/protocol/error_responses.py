@@ -18,17 +18,21 @@ from kjbod.protocol.generated import (
     BrokerHeartbeatResponse,
     BrokerRegistrationResponse,
     CreateAclsResponse,
+    CreateDelegationTokenResponse,
     CreatePartitionsResponse,
     CreateTopicsResponse,
     DeleteAclsResponse,
     DeleteTopicsResponse,
     DescribeAclsResponse,
+    DescribeDelegationTokenResponse,
     DescribeUserScramCredentialsResponse,
     ElectLeadersResponse,
+    ExpireDelegationTokenResponse,
     FetchSnapshotResponse,
     IncrementalAlterConfigsResponse,
     ListPartitionReassignmentsResponse,
     ReassignPartitionsResponse,
+    RenewDelegationTokenResponse,
     UnregisterBrokerResponse,
 )
 from kjbod.protocol.generated import alter_interbroker_throttled_rates_response as rates_out
@@ -76,6 +80,15 @@ def error_response(api_key: int, request: Any, code: int, message: str) -> Any:
         return CreatePartitionsResponse(results=[CreatePartitionsTopicResult(name=t.name, error_code=code,
                                                                              error_message=message)
                                                  for t in request.topics])
+    if api_key == 38:
+        return CreateDelegationTokenResponse(error_code=code, issue_timestamp_ms=-1, expiry_timestamp_ms=-1,
+                                             max_timestamp_ms=-1)
+    if api_key == 39:
+        return RenewDelegationTokenResponse(error_code=code, expiry_timestamp_ms=-1)
+    if api_key == 40:
+        return ExpireDelegationTokenResponse(error_code=code, expiry_timestamp_ms=-1)
+    if api_key == 41:
+        return DescribeDelegationTokenResponse(error_code=code)
     if api_key == 43:  # v0 has no top-level error: each partition named carries it too
         return ElectLeadersResponse(error_code=code, replica_election_results=[ReplicaElectionResult(
             topic=t.topic, partition_result=[PartitionResult(partition_id=p, error_code=code, error_message=message)

@@ -41,6 +41,8 @@ from collections.abc import Callable
 from typing import Any
 
 from kjbod.broker.authz import build_authorizer
+from kjbod.broker.tokens import TokenCredentials
+from kjbod.controller.tokens import wall_clock_ms
 from kjbod.net.sasl import is_sasl
 from kjbod.net.scram import ScramCredential
 from kjbod.net.tls import TlsConfigError, TlsSettings, is_tls, server_context
@@ -134,8 +136,14 @@ async def serve(
             return None
         return ScramCredential(entry.salt, entry.stored_key, entry.server_key, entry.iterations)
 
+    tokens = TokenCredentials(lambda: getattr(node, "metadata", None), config.delegation_token_secret_key,
+                              wall_clock_ms)
+
     def connection_factory(listener: Listener, kind: Any) -> ConnectionFactory:
         tls = is_tls(listener.security_protocol)
+        # the rules name SSL clients only: on SASL_SSL the principal is the SASL one, as in Kafka
+        ssl_only = listener.security_protocol.upper() == "SSL"
+        mapper = config.tls_settings(listener.name).principal_mapper() if ssl_only else None
         sasl = config.sasl_settings(listener.name) if is_sasl(listener.security_protocol) else None
 
         def make(on_close: Callable[[], None] | None) -> Connection:
@@ -149,8 +157,10 @@ async def serve(
                 registry=registry,
                 stats=metrics.requests if metrics is not None else None,
                 tls=tls,
+                principal_mapper=mapper,
                 sasl=sasl,
                 scram_credential=scram_credential,
+                token_credential=tokens.lookup,
                 auth_failure_delay_ms=config.connection_failed_authentication_delay_ms,
                 sasl_max_receive_size=config.sasl_server_max_receive_size,
                 on_close=on_close,
@@ -224,16 +234,28 @@ async def serve(
         raise
 
     idle_closer = loop.create_task(close_idle_connections(registry, config.connections_max_idle_ms))
+    serve_later: asyncio.Task[None] | None = None
     try:
+        authz = getattr(node, "authorizer", None)
+        deferred: list[tuple[Listener, str, Any, tuple[str, int]]] = []
         for (listener, kind, server), (host, port) in zip(servers, bound, strict=True):
+            if authz is not None and listener.name not in config.early_start_listeners and not authz.ready:
+                deferred.append((listener, kind, server, (host, port)))  # as Kafka: after the initial ACL load
+                continue
             await server.start_serving()
             log.info("listening", listener=listener.name, kind=kind, host=host, port=port)
+        if deferred:
+            log.info("waiting for the authorizer's initial ACL load before serving",
+                     listeners=[ln.name for ln, _, _, _ in deferred])
+            serve_later = loop.create_task(_serve_when_authorizer_ready(authz, deferred))
         if config.ignored:
             log.info("config keys accepted with no effect in kjbod", keys=sorted(config.ignored))
         await _wait_for_stop(loop, node)
     finally:
         # Also on cancellation (embedded use): the node must not be left running.
         idle_closer.cancel()
+        if serve_later is not None:
+            serve_later.cancel()
         for _, _, server in servers:
             server.close()
         begin = getattr(node, "begin_shutdown", None)
@@ -333,6 +355,17 @@ async def _start_metrics(node: Any, listener: str) -> tuple[Any, Any]:
 def _first_broker_listener(config: ServerConfig) -> str | None:
     names = [ln.name for ln in config.listeners if ln.name not in config.controller_listener_names]
     return names[0] if names else None
+
+
+async def _serve_when_authorizer_ready(authz: Any, deferred: list[tuple[Listener, str, Any, tuple[str, int]]]) -> None:
+    """Kafka's rule for listeners not in early.start.listeners: they start once the authorizer has loaded the ACLs
+    (the node has replayed its metadata log up to the high watermark it saw at start)."""
+    while not authz.ready:
+        await asyncio.sleep(0.05)
+    log.info("authorizer ready: the initial ACL load is complete")
+    for listener, kind, server, (host, port) in deferred:
+        await server.start_serving()
+        log.info("listening", listener=listener.name, kind=kind, host=host, port=port)
 
 
 def _tls_context(listener: Listener, settings: TlsSettings) -> Any:

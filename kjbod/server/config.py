@@ -533,6 +533,16 @@ KEYS: dict[str, KeyDef] = {
         KeyDef("super.users", _super_users, (), "principals allowed everything, as User:a;User:b"),
         KeyDef("allow.everyone.if.no.acl.found", _bool, False,
                "allow an action on a resource that has no ACL entry at all (else deny it)"),
+        KeyDef("early.start.listeners", _upper_list, None,
+               "listeners served before the authorizer has loaded the ACLs (the controller listeners by default)"),
+        KeyDef("delegation.token.secret.key", _str, "",
+               "the secret delegation tokens' HMACs are made with, the same on every node; empty: no delegation tokens"),
+        KeyDef("delegation.token.max.lifetime.ms", _long(1), 604800000,
+               "the longest a delegation token lives, however often it is renewed"),
+        KeyDef("delegation.token.expiry.time.ms", _long(1), 86400000,
+               "how long a delegation token lives from its creation or a renewal unless the request asks for less"),
+        KeyDef("delegation.token.expiry.check.interval.ms", _long(1), 3600000,
+               "how often the controller removes expired delegation tokens"),
         KeyDef("kjbod.zero.copy", _bool, True, "kjbod: send Fetch record data with sendfile", into="zero_copy"),
         KeyDef("kjbod.extensions.enable", _bool, True,
                "kjbod: serve kjbod's protocol extensions (extension API keys in ApiVersions, extension tagged "
@@ -746,6 +756,11 @@ class ServerConfig:
     replica_selector_class: str = ""  # "" (consumers read from leaders) or Kafka's RackAwareReplicaSelector
     super_users: tuple[str, ...] = ()
     allow_everyone_if_no_acl_found: bool = False
+    early_start_listeners: tuple[str, ...] = ()  # served before the authorizer's initial ACL load
+    delegation_token_secret_key: str = ""
+    delegation_token_max_lifetime_ms: int = 604800000
+    delegation_token_expiry_time_ms: int = 86400000
+    delegation_token_expiry_check_interval_ms: int = 3600000
     max_connections: int = INT_MAX
     max_connections_per_ip: int = INT_MAX
     max_connections_per_ip_overrides: str = ""  # host:count,... (checked)
@@ -1011,6 +1026,11 @@ def build_config(
     if not controller_names:
         raise fail("controller.listener.names", "controller.listener.names is required (e.g. CONTROLLER)")
     controller_in_listeners = [n for n in controller_names if n in names]
+    early: tuple[str, ...] | None = get("early.start.listeners")
+    for name in early or ():
+        if name not in names and name not in controller_names:
+            raise fail("early.start.listeners", f"early.start.listeners contains listener {name}, but this is not "
+                       "contained in listeners or controller.listener.names")
     broker_listener_names = [n for n in names if n not in controller_names]
     if is_controller and not controller_in_listeners:
         raise fail(
@@ -1162,6 +1182,7 @@ def build_config(
         listeners=tuple(listeners),
         advertised_listeners=tuple(advertised),
         controller_listener_names=controller_names,
+        early_start_listeners=tuple(controller_names) if early is None else early,
         log_dirs=tuple(dirs),
         cordoned_log_dirs=tuple(cordoned),
         metadata_log_dir=meta_dir,
@@ -1245,6 +1266,10 @@ def build_config(
         replica_selector_class=selector,
         super_users=get("super.users"),
         allow_everyone_if_no_acl_found=get("allow.everyone.if.no.acl.found"),
+        delegation_token_secret_key=get("delegation.token.secret.key"),
+        delegation_token_max_lifetime_ms=get("delegation.token.max.lifetime.ms"),
+        delegation_token_expiry_time_ms=get("delegation.token.expiry.time.ms"),
+        delegation_token_expiry_check_interval_ms=get("delegation.token.expiry.check.interval.ms"),
         listener_security_protocol_map=protomap,
         inter_broker_listener_name=inter_broker,
         controller_quorum_bootstrap_servers=get("controller.quorum.bootstrap.servers"),

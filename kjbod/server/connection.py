@@ -65,7 +65,7 @@ from kjbod.metrics.counters import BUCKETS as _BUCKETS
 from kjbod.metrics.counters import ROUTE_LIMIT as _ROUTE_LIMIT
 from kjbod.metrics.counters import RequestStats
 from kjbod.net.sasl import SaslSettings
-from kjbod.net.tls import certificate_principal
+from kjbod.net.tls import NoMatchingRule, PrincipalMapper, certificate_principal
 from kjbod.server.handler import CloseConnection, Later, ListenerKind, Reply, RequestContext, RequestHandler
 from kjbod.server.logging import get_logger
 from kjbod.server.sasl_gate import MAX_RECEIVE_SIZE as SASL_MAX_RECEIVE_SIZE
@@ -169,8 +169,10 @@ class Connection(asyncio.BufferedProtocol):
         registry: ConnectionRegistry | None = None,
         stats: RequestStats | None = None,
         tls: bool = False,
+        principal_mapper: PrincipalMapper | None = None,
         sasl: SaslSettings | None = None,
         scram_credential: Any = None,
+        token_credential: Any = None,
         auth_failure_delay_ms: int = 0,
         sasl_max_receive_size: int = SASL_MAX_RECEIVE_SIZE,
         on_close: Callable[[], None] | None = None,
@@ -189,6 +191,7 @@ class Connection(asyncio.BufferedProtocol):
         # sendfile would put a file's bytes on a TLS socket unencrypted: never on one
         self._zero_copy = zero_copy and not tls
         self._tls = tls
+        self._principal_mapper = principal_mapper
         self._registry = registry
         self.connection_id = next(_connection_ids)
         self._stats = stats
@@ -238,6 +241,7 @@ class Connection(asyncio.BufferedProtocol):
             self._router_ready, self._ready = self._ready, None
             self.sasl = SaslGate(self._handle, sasl, close_later=self._close_soon,
                                  on_authenticated=self._sasl_authenticated, scram_credential=scram_credential,
+                                 token_credential=token_credential,
                                  failure_delay_ms=auth_failure_delay_ms, max_receive_size=sasl_max_receive_size)
             self._handle = self.sasl.handle
 
@@ -311,8 +315,14 @@ class Connection(asyncio.BufferedProtocol):
         self._transport = cast(asyncio.Transport, transport)
         self._loop = asyncio.get_running_loop()
         host, port = _split_peer(transport.get_extra_info("peername"))
-        # A TLS client's certificate names it (Kafka's default principal mapping); SASL names it later (the gate).
-        principal = certificate_principal(transport.get_extra_info("peercert")) if self._tls else None
+        # A TLS client's certificate names it (the listener's ssl.principal.mapping.rules); SASL names it later (the
+        # gate). A name no rule maps fails the client's authentication, as in Kafka: the connection is closed.
+        unmapped: str | None = None
+        try:
+            principal = certificate_principal(transport.get_extra_info("peercert"), self._principal_mapper) \
+                if self._tls else None
+        except NoMatchingRule as e:
+            principal, unmapped = None, str(e)
         self._ctx = RequestContext(
             connection_id=self.connection_id,
             peer_host=host,
@@ -327,6 +337,9 @@ class Connection(asyncio.BufferedProtocol):
         if self._registry is not None:
             self._registry.add(self)
         self._log.info("connection opened", listener_kind=self._listener_kind)
+        if unmapped is not None:
+            self._log.warning("TLS client certificate refused; closing the connection", error=unmapped)
+            self.close_after_pending("no ssl.principal.mapping.rules rule maps the client certificate")
 
     def get_buffer(self, sizehint: int) -> memoryview:
         if self._big_view is not None:

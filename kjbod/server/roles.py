@@ -102,7 +102,12 @@ def controller_settings(config: Any, cluster_id: str, local_broker_id: int | Non
         auto_leader_rebalance_enable=bool(getattr(config, "auto_leader_rebalance_enable", True)),
         leader_imbalance_per_broker_percentage=int(getattr(config, "leader_imbalance_per_broker_percentage", 10)),
         leader_imbalance_check_interval_seconds=int(getattr(config, "leader_imbalance_check_interval_seconds", 300)),
-        node_id=getattr(config, "node_id", None), local_broker_id=local_broker_id)
+        node_id=getattr(config, "node_id", None), local_broker_id=local_broker_id,
+        delegation_token_secret_key=str(getattr(config, "delegation_token_secret_key", "")),
+        delegation_token_max_lifetime_ms=int(getattr(config, "delegation_token_max_lifetime_ms", 604800000)),
+        delegation_token_expiry_time_ms=int(getattr(config, "delegation_token_expiry_time_ms", 86400000)),
+        delegation_token_expiry_check_interval_ms=int(getattr(config, "delegation_token_expiry_check_interval_ms",
+                                                              3600000)))
 
 
 def controller_endpoint(config: Any) -> tuple[str, int] | None:
@@ -168,6 +173,7 @@ class ControllerNode:
         self.metadata_log: MetadataLog | None = None
         self.metadata_fetch: MetadataFetchService | None = None
         self.raft: RaftDriver | None = None  # with several controller.quorum.voters: this voter of the quorum
+        self._loaded_target: int | None = None  # the high watermark the initial load must reach (metadata_loaded)
         self.handler = Router(self)
         self.shutdown_requested = asyncio.Event()
         self.exit_code = 0
@@ -220,6 +226,18 @@ class ControllerNode:
         self.controller.start()
         log.info("controller_started", node_id=self.node_id, cluster_id=self.cluster_id,
                  topics=len(self.metadata.topics_by_id), brokers=len(self.metadata.brokers))
+
+    def metadata_loaded(self) -> bool:
+        """Kafka's initial load, for the authorizer: a single controller replayed its whole log at start; a voter
+        of a quorum has replayed up to the high watermark it saw once it first knew the quorum's leader."""
+        raft, controller = self.raft, self.controller
+        if raft is None or controller is None:
+            return True
+        if self._loaded_target is None:
+            if raft.leader_id is None or raft.leader_id < 0:
+                return False
+            self._loaded_target = raft.high_watermark
+        return bool(controller.applied_end >= self._loaded_target)
 
     async def _start_voter(self, meta_dir: str, voters: dict[int, tuple[str, int]]) -> None:
         """One voter of a multi-controller KRaft quorum (kjbod.controller.raft_driver): the controller is

@@ -69,6 +69,7 @@ class SaslGate:
     def __init__(self, handle: Callable[[Any, RequestContext], Any], settings: SaslSettings, *,
                  close_later: Callable[[str], None], on_authenticated: Callable[[], None] | None = None,
                  scram_credential: Callable[[str, int], ScramCredential | None] | None = None,
+                 token_credential: Callable[[str, int], tuple[ScramCredential, str] | None] | None = None,
                  clock: Callable[[], float] = time.monotonic, failure_delay_ms: int = 0,
                  max_receive_size: int = MAX_RECEIVE_SIZE) -> None:
         self._handle = handle
@@ -79,6 +80,7 @@ class SaslGate:
         self._on_authenticated = on_authenticated
         self._clock = clock
         self._scram_credential = scram_credential
+        self._token_credential = token_credential
         self.state = HANDSHAKE_OR_VERSIONS
         self.mechanism: str | None = None
         self.principal: str | None = None
@@ -156,8 +158,10 @@ class SaslGate:
             return PlainServer(self.settings.users(PLAIN))
         scram = MECHANISMS.get(mechanism)
         if scram is not None:
-            lookup = self._scram_credential
-            return ScramServer(scram, lambda user: lookup(user, scram.kafka_type) if lookup is not None else None)
+            lookup, tokens = self._scram_credential, self._token_credential
+            return ScramServer(scram, lambda user: lookup(user, scram.kafka_type) if lookup is not None else None,
+                               token_lookup=(lambda token_id: tokens(token_id, scram.kafka_type))
+                               if tokens is not None else None)
         raise AssertionError(f"mechanism {mechanism} is enabled but not served")  # refused when the config is read
 
     def _evaluate(self, token: bytes) -> bytes:
@@ -206,13 +210,17 @@ class SaslGate:
         assert server is not None
         first = self.principal is None
         self.principal = server.principal
-        self._ctx = replace(ctx, principal=f"User:{server.principal}")
+        owner = server.token_owner if isinstance(server, ScramServer) else None
+        token = owner is not None
+        self._ctx = replace(ctx, principal=owner if owner is not None else f"User:{server.principal}",
+                            token_authenticated=token)
         self._server = None
         self.state = AUTHENTICATED
         lifetime_ms = self.settings.max_reauth_ms
         self._expires_at = self._clock() + lifetime_ms / 1000 if lifetime_ms > 0 else None
         log.info("SASL authentication succeeded" if first else "SASL re-authentication succeeded",
-                 peer=ctx.peer, listener=ctx.listener_name, mechanism=self.mechanism, principal=self.principal)
+                 peer=ctx.peer, listener=ctx.listener_name, mechanism=self.mechanism, principal=self.principal,
+                 delegation_token=token)
         if self._on_authenticated is not None:
             self._on_authenticated()
         return lifetime_ms

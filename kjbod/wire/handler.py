@@ -56,6 +56,9 @@ class RequestContext:
     # Who the client is, as Kafka names it for authorization: User:<SASL name>, User:<the TLS client certificate's
     # distinguished name>, or User:ANONYMOUS.
     principal: str = "User:ANONYMOUS"
+    # The client authenticated with a delegation token (SASL/SCRAM with tokenauth=true): it may not create, renew
+    # or expire tokens, as in Kafka.
+    token_authenticated: bool = False
 
     @property
     def peer(self) -> str:

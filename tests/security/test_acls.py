@@ -265,3 +265,88 @@ def test_prefixes_match_the_same_whether_few_or_many() -> None:
         assert not a.allowed(ALICE, HOST, READ, TOPIC, "team7-secret-2")
         assert not a.allowed(ALICE, HOST, READ, TOPIC, "team7")
         assert not a.allowed(ALICE, HOST, READ, TOPIC, "x")
+
+
+# -- the initial ACL load (Kafka's AuthorizerNotReadyException) -----------------------------------------------------
+
+
+def test_before_the_initial_load_only_super_users_are_served() -> None:
+    import struct
+    from types import SimpleNamespace
+
+    from kjbod.broker.router import Router
+    from kjbod.metadata.acls import Authorizer
+    from kjbod.protocol.generated import BrokerHeartbeatRequest, BrokerHeartbeatResponse
+    from kjbod.wire.handler import CloseConnection, RequestContext
+
+    loaded = [False]
+    asked: list[bool] = []
+
+    def load_state() -> bool:
+        asked.append(loaded[0])
+        return loaded[0]
+
+    authz = Authorizer(lambda: {}, super_users=["User:broker"], loaded=load_state)
+    node = SimpleNamespace(authorizer=authz, controller_call=lambda body, version: BrokerHeartbeatResponse())
+    router = Router(node)
+    body = BrokerHeartbeatRequest(broker_id=1, broker_epoch=5, current_metadata_offset=0)
+    frame = struct.pack(">hhih", 63, 1, 7, 1) + b"x" + b"\x00" + body.encode(1)
+
+    def answer(principal: str) -> int:
+        ctx = RequestContext(1, "127.0.0.1", 5000, "CONTROLLER", "controller", principal=principal)
+        reply = b"".join(router.handle(frame, ctx))
+        return BrokerHeartbeatResponse.decode(reply[5:], 1).error_code
+
+    # not loaded: Kafka's authorizer throws, which clients see as UNKNOWN_SERVER_ERROR; super users pass
+    assert not authz.ready
+    assert answer("User:alice") == ErrorCode.UNKNOWN_SERVER_ERROR
+    assert answer("User:broker") == 0
+    # an API without a whole-request error answer closes the connection instead
+    from kjbod.protocol.generated import DescribeQuorumRequest
+
+    snap = struct.pack(">hhih", 55, 0, 8, 1) + b"x" + b"\x00" + DescribeQuorumRequest().encode(0)
+    with pytest.raises(CloseConnection):
+        router.handle(snap, RequestContext(1, "127.0.0.1", 5000, "CONTROLLER", "controller", principal="User:a"))
+    # loaded: the ACLs decide (no ACL: CLUSTER_ACTION refused), and the load is not asked again
+    loaded[0] = True
+    assert answer("User:alice") == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+    count = len(asked)
+    assert answer("User:alice") == ErrorCode.CLUSTER_AUTHORIZATION_FAILED and len(asked) == count
+
+
+def test_the_initial_load_is_the_high_watermark_seen_first() -> None:
+    from types import SimpleNamespace
+
+    from kjbod.broker.remote import RemoteBrokerNode
+    from kjbod.server.roles import ControllerNode
+
+    follower = SimpleNamespace(high_watermark=-1, last_applied_offset=-1)
+    broker = SimpleNamespace(follower=follower, _loaded_target=None)
+    assert not RemoteBrokerNode.metadata_loaded(broker)  # no answer from the controller yet
+    follower.high_watermark = 10
+    assert not RemoteBrokerNode.metadata_loaded(broker) and broker._loaded_target == 10
+    follower.last_applied_offset, follower.high_watermark = 8, 20  # a later high watermark does not move the goal
+    assert not RemoteBrokerNode.metadata_loaded(broker)
+    follower.last_applied_offset = 9
+    assert RemoteBrokerNode.metadata_loaded(broker)
+
+    raft = SimpleNamespace(leader_id=-1, high_watermark=5)
+    controller = SimpleNamespace(applied_end=0)
+    voter = SimpleNamespace(raft=raft, controller=controller, _loaded_target=None)
+    assert not ControllerNode.metadata_loaded(voter)  # no leader known yet
+    raft.leader_id = 2
+    assert not ControllerNode.metadata_loaded(voter) and voter._loaded_target == 5
+    controller.applied_end = 5
+    assert ControllerNode.metadata_loaded(voter)
+    assert ControllerNode.metadata_loaded(SimpleNamespace(raft=None, controller=controller, _loaded_target=None))
+
+
+def test_early_start_listeners_default_to_the_controller_listeners() -> None:
+    base = {"node.id": "1", "process.roles": "broker,controller", "controller.listener.names": "CONTROLLER",
+            "listeners": "PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093", "log.dirs": "/data/a"}
+    assert build_config(base).early_start_listeners == ("CONTROLLER",)
+    assert build_config({**base, "early.start.listeners": "plaintext,CONTROLLER"}).early_start_listeners == (
+        "PLAINTEXT", "CONTROLLER")
+    with pytest.raises(ConfigError, match="early.start.listeners contains listener OTHER, but this is not "
+                                          "contained in listeners or controller.listener.names"):
+        build_config({**base, "early.start.listeners": "OTHER"})

@@ -2,7 +2,9 @@
 Kafka's StandardAuthorizer on every node and `super.users=User:broker;User:admin`. The brokers log in as
 User:broker, so their registrations, heartbeats, metadata fetches and replica fetches (CLUSTER_ACTION) pass; a client
 user, alice, may write only once an ACL made through one broker (forwarded to the controller, replayed everywhere)
-reaches the broker leading the partition, and acks=all with min.insync.replicas=3 shows the followers still copy."""
+reaches the broker leading the partition, and acks=all with min.insync.replicas=3 shows the followers still copy.
+Delegation tokens cross the cluster the same way: made through one broker (forwarded naming alice as the requester),
+listed and used on the others."""
 
 from __future__ import annotations
 
@@ -30,7 +32,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[LiveServe
         "controller.quorum.bootstrap.servers": f"127.0.0.1:{cport}",
         "broker.heartbeat.interval.ms": "300",
         "broker.session.timeout.ms": "3000",
-        "sasl.enabled.mechanisms": "PLAIN",
+        "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256",
+        "delegation.token.secret.key": "cluster-token-secret",
         "sasl.mechanism.controller.protocol": "PLAIN",
         "sasl.mechanism.inter.broker.protocol": "PLAIN",
         "listener.name.controller.plain.sasl.jaas.config": JAAS,
@@ -115,3 +118,36 @@ def test_brokers_as_super_users_replicate_and_acls_reach_every_broker(cluster: l
     assert produce(alice, "guarded", values) == []  # acks=all, min.insync.replicas=3: both followers fetched
     partition = admin.list_topics("guarded", timeout=10).topics["guarded"].partitions[0]
     assert sorted(partition.isrs) == [1, 2, 3]
+
+
+def test_a_delegation_token_made_through_one_broker_is_used_on_another(cluster: list[LiveServer]) -> None:
+    from kjbod.admin.errors import KafkaError
+    from kjbod.admin.sync import SyncAdminClient
+    from kjbod.net.sasl import SaslCredentials
+    from kjbod.protocol.errors import ErrorCode
+
+    brokers = cluster[1:]
+    with SyncAdminClient(brokers[0].bootstrap, sasl=SaslCredentials("PLAIN", "alice", "alice-secret"),
+                         request_timeout=10) as alice:
+        token = alice.create_delegation_token()
+    assert (token.owner, token.requester) == ("User:alice", "User:alice")
+
+    def on_the_last_broker() -> list[str]:
+        with SyncAdminClient(brokers[2].bootstrap, sasl=SaslCredentials(
+                "SCRAM-SHA-256", token.token_id, token.hmac_base64, token=True), request_timeout=10) as tokened:
+            with pytest.raises(KafkaError) as refused:  # authenticated as alice, whom token clients may not act for
+                tokened.describe_delegation_tokens()
+            assert refused.value.code == ErrorCode.DELEGATION_TOKEN_REQUEST_NOT_ALLOWED
+        with SyncAdminClient(brokers[2].bootstrap, sasl=SaslCredentials("PLAIN", "alice", "alice-secret"),
+                             request_timeout=10) as again:
+            return [t.token_id for t in again.describe_delegation_tokens()]
+
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        try:
+            assert on_the_last_broker() == [token.token_id]
+            break
+        except (AssertionError, KafkaError, OSError):
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.3)

@@ -37,10 +37,13 @@ from .broker_registration_response import BrokerRegistrationResponse
 from .config_record import ConfigRecord
 from .create_acls_request import CreateAclsRequest
 from .create_acls_response import CreateAclsResponse
+from .create_delegation_token_request import CreateDelegationTokenRequest
+from .create_delegation_token_response import CreateDelegationTokenResponse
 from .create_partitions_request import CreatePartitionsRequest
 from .create_partitions_response import CreatePartitionsResponse
 from .create_topics_request import CreateTopicsRequest
 from .create_topics_response import CreateTopicsResponse
+from .delegation_token_record import DelegationTokenRecord
 from .delete_acls_request import DeleteAclsRequest
 from .delete_acls_response import DeleteAclsResponse
 from .delete_groups_request import DeleteGroupsRequest
@@ -55,6 +58,8 @@ from .describe_cluster_request import DescribeClusterRequest
 from .describe_cluster_response import DescribeClusterResponse
 from .describe_configs_request import DescribeConfigsRequest
 from .describe_configs_response import DescribeConfigsResponse
+from .describe_delegation_token_request import DescribeDelegationTokenRequest
+from .describe_delegation_token_response import DescribeDelegationTokenResponse
 from .describe_groups_request import DescribeGroupsRequest
 from .describe_groups_response import DescribeGroupsResponse
 from .describe_log_dirs_request import DescribeLogDirsRequest
@@ -73,6 +78,8 @@ from .end_quorum_epoch_request import EndQuorumEpochRequest
 from .end_quorum_epoch_response import EndQuorumEpochResponse
 from .end_txn_request import EndTxnRequest
 from .end_txn_response import EndTxnResponse
+from .expire_delegation_token_request import ExpireDelegationTokenRequest
+from .expire_delegation_token_response import ExpireDelegationTokenResponse
 from .feature_level_record import FeatureLevelRecord
 from .fence_broker_record import FenceBrokerRecord
 from .fetch_request import FetchRequest
@@ -120,8 +127,11 @@ from .reassign_partitions_response import ReassignPartitionsResponse
 from .reassignment_intent_record import ReassignmentIntentRecord
 from .register_broker_record import RegisterBrokerRecord
 from .remove_access_control_entry_record import RemoveAccessControlEntryRecord
+from .remove_delegation_token_record import RemoveDelegationTokenRecord
 from .remove_topic_record import RemoveTopicRecord
 from .remove_user_scram_credential_record import RemoveUserScramCredentialRecord
+from .renew_delegation_token_request import RenewDelegationTokenRequest
+from .renew_delegation_token_response import RenewDelegationTokenResponse
 from .request_header import RequestHeader
 from .response_header import ResponseHeader
 from .sasl_authenticate_request import SaslAuthenticateRequest
@@ -185,10 +195,13 @@ __all__ = [
     'ConfigRecord',
     'CreateAclsRequest',
     'CreateAclsResponse',
+    'CreateDelegationTokenRequest',
+    'CreateDelegationTokenResponse',
     'CreatePartitionsRequest',
     'CreatePartitionsResponse',
     'CreateTopicsRequest',
     'CreateTopicsResponse',
+    'DelegationTokenRecord',
     'DeleteAclsRequest',
     'DeleteAclsResponse',
     'DeleteGroupsRequest',
@@ -203,6 +216,8 @@ __all__ = [
     'DescribeClusterResponse',
     'DescribeConfigsRequest',
     'DescribeConfigsResponse',
+    'DescribeDelegationTokenRequest',
+    'DescribeDelegationTokenResponse',
     'DescribeGroupsRequest',
     'DescribeGroupsResponse',
     'DescribeLogDirsRequest',
@@ -221,6 +236,8 @@ __all__ = [
     'EndQuorumEpochResponse',
     'EndTxnRequest',
     'EndTxnResponse',
+    'ExpireDelegationTokenRequest',
+    'ExpireDelegationTokenResponse',
     'FeatureLevelRecord',
     'FenceBrokerRecord',
     'FetchRequest',
@@ -268,8 +285,11 @@ __all__ = [
     'ReassignmentIntentRecord',
     'RegisterBrokerRecord',
     'RemoveAccessControlEntryRecord',
+    'RemoveDelegationTokenRecord',
     'RemoveTopicRecord',
     'RemoveUserScramCredentialRecord',
+    'RenewDelegationTokenRequest',
+    'RenewDelegationTokenResponse',
     'RequestHeader',
     'ResponseHeader',
     'SaslAuthenticateRequest',

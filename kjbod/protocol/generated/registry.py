@@ -41,10 +41,13 @@ from .broker_registration_response import BrokerRegistrationResponse
 from .config_record import ConfigRecord
 from .create_acls_request import CreateAclsRequest
 from .create_acls_response import CreateAclsResponse
+from .create_delegation_token_request import CreateDelegationTokenRequest
+from .create_delegation_token_response import CreateDelegationTokenResponse
 from .create_partitions_request import CreatePartitionsRequest
 from .create_partitions_response import CreatePartitionsResponse
 from .create_topics_request import CreateTopicsRequest
 from .create_topics_response import CreateTopicsResponse
+from .delegation_token_record import DelegationTokenRecord
 from .delete_acls_request import DeleteAclsRequest
 from .delete_acls_response import DeleteAclsResponse
 from .delete_groups_request import DeleteGroupsRequest
@@ -59,6 +62,8 @@ from .describe_cluster_request import DescribeClusterRequest
 from .describe_cluster_response import DescribeClusterResponse
 from .describe_configs_request import DescribeConfigsRequest
 from .describe_configs_response import DescribeConfigsResponse
+from .describe_delegation_token_request import DescribeDelegationTokenRequest
+from .describe_delegation_token_response import DescribeDelegationTokenResponse
 from .describe_groups_request import DescribeGroupsRequest
 from .describe_groups_response import DescribeGroupsResponse
 from .describe_log_dirs_request import DescribeLogDirsRequest
@@ -77,6 +82,8 @@ from .end_quorum_epoch_request import EndQuorumEpochRequest
 from .end_quorum_epoch_response import EndQuorumEpochResponse
 from .end_txn_request import EndTxnRequest
 from .end_txn_response import EndTxnResponse
+from .expire_delegation_token_request import ExpireDelegationTokenRequest
+from .expire_delegation_token_response import ExpireDelegationTokenResponse
 from .feature_level_record import FeatureLevelRecord
 from .fence_broker_record import FenceBrokerRecord
 from .fetch_request import FetchRequest
@@ -124,8 +131,11 @@ from .reassign_partitions_response import ReassignPartitionsResponse
 from .reassignment_intent_record import ReassignmentIntentRecord
 from .register_broker_record import RegisterBrokerRecord
 from .remove_access_control_entry_record import RemoveAccessControlEntryRecord
+from .remove_delegation_token_record import RemoveDelegationTokenRecord
 from .remove_topic_record import RemoveTopicRecord
 from .remove_user_scram_credential_record import RemoveUserScramCredentialRecord
+from .renew_delegation_token_request import RenewDelegationTokenRequest
+from .renew_delegation_token_response import RenewDelegationTokenResponse
 from .request_header import RequestHeader
 from .response_header import ResponseHeader
 from .sasl_authenticate_request import SaslAuthenticateRequest
@@ -200,6 +210,10 @@ APIS: dict[int, ApiInfo] = {
     35: ApiInfo(35, 'DescribeLogDirs', DescribeLogDirsRequest, DescribeLogDirsResponse, 1, 5, 2, frozenset(['broker'])),
     36: ApiInfo(36, 'SaslAuthenticate', SaslAuthenticateRequest, SaslAuthenticateResponse, 0, 2, 2, frozenset(['broker', 'controller'])),
     37: ApiInfo(37, 'CreatePartitions', CreatePartitionsRequest, CreatePartitionsResponse, 0, 3, 2, frozenset(['broker', 'controller'])),
+    38: ApiInfo(38, 'CreateDelegationToken', CreateDelegationTokenRequest, CreateDelegationTokenResponse, 0, 3, 2, frozenset(['broker', 'controller'])),
+    39: ApiInfo(39, 'RenewDelegationToken', RenewDelegationTokenRequest, RenewDelegationTokenResponse, 0, 2, 2, frozenset(['broker', 'controller'])),
+    40: ApiInfo(40, 'ExpireDelegationToken', ExpireDelegationTokenRequest, ExpireDelegationTokenResponse, 0, 2, 2, frozenset(['broker', 'controller'])),
+    41: ApiInfo(41, 'DescribeDelegationToken', DescribeDelegationTokenRequest, DescribeDelegationTokenResponse, 0, 3, 2, frozenset(['broker', 'controller'])),
     42: ApiInfo(42, 'DeleteGroups', DeleteGroupsRequest, DeleteGroupsResponse, 0, 2, 2, frozenset(['broker'])),
     43: ApiInfo(43, 'ElectLeaders', ElectLeadersRequest, ElectLeadersResponse, 0, 2, 2, frozenset(['broker', 'controller'])),
     44: ApiInfo(44, 'IncrementalAlterConfigs', IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse, 0, 1, 1, frozenset(['broker', 'controller'])),
@@ -239,6 +253,7 @@ METADATA_RECORDS: dict[int, type] = {
     7: FenceBrokerRecord,
     8: UnfenceBrokerRecord,
     9: RemoveTopicRecord,
+    10: DelegationTokenRecord,
     11: UserScramCredentialRecord,
     12: FeatureLevelRecord,
     15: ProducerIdsRecord,
@@ -246,6 +261,7 @@ METADATA_RECORDS: dict[int, type] = {
     18: AccessControlEntryRecord,
     19: RemoveAccessControlEntryRecord,
     22: RemoveUserScramCredentialRecord,
+    26: RemoveDelegationTokenRecord,
     10000: ReassignmentIntentRecord,
     10001: ThrottledReplicasIntentRecord,
     10002: ThrottledRateIntentRecord,
