@@ -358,3 +358,47 @@ def test_random_walk_never_owns_a_partition_twice(seed):
     if any("t2" in c.topics for c in clients):
         wanted |= {(T2.topic_id, p) for p in range(3)}
     assert owned == (wanted if clients else set())
+
+
+def test_the_consumer_keys_reach_the_coordinator():
+    from types import SimpleNamespace
+
+    from kjbod.broker.groups.coordinator import consumer_config_from
+    from kjbod.server.config import ConfigError, build_config
+
+    base = {"node.id": "1", "process.roles": "broker,controller",
+            "listeners": "PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093",
+            "controller.listener.names": "CONTROLLER", "log.dirs": "/data/a"}
+    assert consumer_config_from(build_config(base)) == ConsumerGroupConfig()  # Kafka's defaults
+    cfg = consumer_config_from(SimpleNamespace(**vars(build_config({
+        **base, "group.consumer.session.timeout.ms": "7000", "group.consumer.heartbeat.interval.ms": "700",
+        "group.consumer.max.size": "3",
+        "group.consumer.assignors": "org.apache.kafka.coordinator.group.assignor.RangeAssignor,uniform"}))))
+    assert cfg == ConsumerGroupConfig(session_timeout_ms=7000, heartbeat_interval_ms=700,
+                                      assignors=("range", "uniform"), max_size=3)
+    with pytest.raises(ConfigError, match="group.consumer.assignors"):
+        build_config({**base, "group.consumer.assignors": "sticky"})
+
+
+def test_the_heartbeat_interval_and_session_timeout_are_the_keys():
+    groups, table, cluster = setup(cfg=ConsumerGroupConfig(session_timeout_ms=300, heartbeat_interval_ms=77))
+    a = Client(groups, cluster, "g", "a")
+    assert a.beat(0).heartbeat_interval_ms == 77
+    assert groups.tick(299) == [] and groups.tick(300) == ["g"] and not table["g"].members
+
+
+def test_group_consumer_max_size():
+    groups, table, cluster = setup(cfg=ConsumerGroupConfig(max_size=2))
+    Client(groups, cluster, "g", "a").beat(0)
+    Client(groups, cluster, "g", "b").beat(0)
+    res = Client(groups, cluster, "g", "c").beat(0)
+    assert res.error_code == ErrorCode.GROUP_MAX_SIZE_REACHED and set(table["g"].members) == {"a", "b"}
+
+
+def test_the_first_configured_assignor_is_the_default():
+    groups, _, cluster = setup(cfg=ConsumerGroupConfig(assignors=("range",)))
+    assert Client(groups, cluster, "g", "x", assignor="uniform").beat(0).error_code == ErrorCode.UNSUPPORTED_ASSIGNOR
+    a, b = Client(groups, cluster, "g", "a"), Client(groups, cluster, "g", "b")
+    for now, c in enumerate([a, b, a, a, b]):
+        c.beat(now)
+    assert a.owned == {T1.topic_id: frozenset({0, 1, 2})} and b.owned == {T1.topic_id: frozenset({3, 4, 5})}

@@ -31,6 +31,13 @@ import structlog
 
 from kjbod.broker.dir_work import DirWork
 from kjbod.broker.groups import records as rec
+from kjbod.broker.groups.consumer import (
+    ASSIGNOR_CLASSES,
+    ConsumerGroupConfig,
+    HeartbeatRequest,
+    HeartbeatResult,
+    TopicMeta,
+)
 from kjbod.broker.groups.state import CommittedOffset, Group, GroupBook, GroupConfig, GroupState, Member
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import CreateTopicsRequest, ProduceRequest
@@ -140,6 +147,15 @@ def config_from(node: Any) -> tuple[GroupConfig, int, int]:
     return cfg, c.offsets_topic_num_partitions, c.offsets_topic_replication_factor
 
 
+def consumer_config_from(config: Any) -> ConsumerGroupConfig:
+    """The group.consumer.* keys (an assignor may be named by Kafka's class name too)."""
+    return ConsumerGroupConfig(
+        session_timeout_ms=config.group_consumer_session_timeout_ms,
+        heartbeat_interval_ms=config.group_consumer_heartbeat_interval_ms,
+        assignors=tuple(ASSIGNOR_CLASSES.get(a, a) for a in config.group_consumer_assignors),
+        max_size=config.group_consumer_max_size)
+
+
 def coordinator_of(node: Any) -> GroupCoordinator:
     """The node's group coordinator, made and started on first use."""
     coordinator = getattr(node, "group_coordinator", None)
@@ -159,7 +175,9 @@ class GroupCoordinator:
         self.config = config
         self.num_partitions = num_partitions
         self.replication_factor = replication_factor
-        self.book = GroupBook(config, persist=self._store_group)
+        self.book = GroupBook(config, persist=self._store_group, consumer_config=consumer_config_from(node.config))
+        # consumer group id -> the records last written for it (key -> value): what the next write is a diff of
+        self._consumer_records: dict[str, dict[bytes, bytes]] = {}
         self.topic = OffsetsTopicSettings.of(node.config)
         self.owned: set[int] = set()
         self.loading: set[int] = set()
@@ -191,6 +209,8 @@ class GroupCoordinator:
                 self._refresh_ownership()
                 now = now_ms()
                 self.book.tick(now)
+                for gid in self.book.consumer.tick(now):
+                    self._spawn(self.persist_consumer(gid))
                 if now >= next_expiry:
                     next_expiry = now + self.expiry_interval_ms
                     await self._expire(now)
@@ -206,10 +226,12 @@ class GroupCoordinator:
                 continue
             group = self.book.groups.get(gid)
             pairs: list[tuple[bytes, bytes | None]] = [(rec.offset_key(gid, t, p), None) for t, p in partitions]
+            cg = self.book.consumer_groups.get(gid)
             drop_group = group is not None and group.is_(GroupState.EMPTY) and \
-                len(group.offsets) == len(partitions) and not group.pending
+                len(group.offsets) == len(partitions) and not group.pending and not (cg is not None and cg.members)
             if drop_group:
                 pairs.append((rec.group_key(gid), None))
+                pairs += [(k, None) for k in self._consumer_records.get(gid, {})]
             if await self.append(gid, pairs):
                 continue  # tried again at the next check
             group = self.book.groups.get(gid)
@@ -219,6 +241,7 @@ class GroupCoordinator:
                 group.offsets.pop(tp, None)
             if drop_group and group.is_(GroupState.EMPTY) and not group.offsets:
                 del self.book.groups[gid]
+                self._forget_consumer_group(gid)
             log.info("offsets_expired", group=gid, partitions=len(partitions), group_removed=drop_group)
 
     def topic_partitions(self) -> int:
@@ -249,8 +272,10 @@ class GroupCoordinator:
         for p in (self.owned | self.loading) - led:
             self.owned.discard(p)
             self.loading.discard(p)
-            gone = [g for g in self.book.groups if self.partition_of(g) == p]
+            gone = [g for g in set(self.book.groups) | set(self.book.consumer_groups) if self.partition_of(g) == p]
             self.book.unload(gone)
+            for g in gone:
+                self._consumer_records.pop(g, None)
             log.info("groups_unloaded", partition=p, groups=len(gone))
         for p in led - self.owned - self.loading:
             if self._empty(p):  # nothing to read (a new topic): served at once
@@ -355,6 +380,7 @@ class GroupCoordinator:
         no marker has come yet."""
         offsets: dict[str, dict[tuple[str, int], CommittedOffset | None]] = {}
         groups: dict[str, rec.GroupRecord | None] = {}
+        consumer: dict[str, dict[rec.ConsumerKey, tuple[bytes, bytes | None]]] = {}
         pending: dict[int, list[tuple[bytes, bytes | None]]] = {}
         pairs: list[tuple[bytes | None, bytes | None]] = []
         for key, value, pid, marker in records:
@@ -381,11 +407,24 @@ class GroupCoordinator:
                 if isinstance(k, rec.OffsetKey):
                     offsets.setdefault(k.group, {})[(k.topic, k.partition)] = (
                         None if value is None else rec.read_offset_value(bytes(value)))
+                elif isinstance(k, rec.ConsumerKey):
+                    consumer.setdefault(k.group, {})[k] = (bytes(key), None if value is None else bytes(value))
                 else:
                     groups[k.group] = None if value is None else rec.read_group_value(bytes(value))
             except (rec.RecordFormatError, UnicodeDecodeError) as e:
                 log.warning("offsets_record_skipped", reason=str(e))
         now = now_ms()
+        for gid, values in consumer.items():
+            try:
+                cg = rec.consumer_group_of(gid, {k: v for k, (_, v) in values.items() if v is not None})
+            except (rec.RecordFormatError, UnicodeDecodeError, ValueError) as e:
+                log.warning("consumer_group_record_skipped", group=gid, reason=str(e))
+                continue
+            if cg is None:
+                continue
+            self.book.consumer_groups[gid] = cg
+            self._consumer_records[gid] = {raw: v for raw, v in values.values() if v is not None}
+        self.book.consumer.touch_all(now)
         for gid in set(offsets) | set(groups):
             kept = {tp: c for tp, c in offsets.get(gid, {}).items() if c is not None}
             meta = groups.get(gid)
@@ -455,6 +494,54 @@ class GroupCoordinator:
 
         self._spawn(write())
 
+    # ------------------------------------------------------------------------------------------- consumer groups
+    def topic_meta(self, name: str) -> TopicMeta | None:
+        topic = self.node.metadata.topic(name)
+        if topic is None:
+            return None
+        return TopicMeta(topic.topic_id, name, len(topic.partitions))
+
+    async def consumer_heartbeat(self, request: HeartbeatRequest) -> HeartbeatResult:
+        """A ConsumerGroupHeartbeat: the group moves on, its changed records are written (acks=all), and the
+        answer goes out once they are committed (else the write's error code)."""
+        result = self.book.consumer.heartbeat(now_ms(), request, self.topic_meta)
+        if result.error_code or request.group_id not in self.book.consumer_groups:
+            return result
+        code = await self.persist_consumer(request.group_id)
+        if code:
+            return HeartbeatResult(error_code=code)
+        return result
+
+    async def persist_consumer(self, group_id: str) -> int:
+        """Writes what changed in a consumer group since its last write; the partition's error code."""
+        cg = self.book.consumer_groups.get(group_id)
+        if cg is None:
+            return ErrorCode.NONE
+        after = rec.consumer_group_records(cg)
+        pairs = rec.records_between(self._consumer_records.get(group_id, {}), after)
+        if not pairs:
+            return ErrorCode.NONE
+        try:
+            code = await self.append(group_id, pairs)
+        except Exception:
+            log.exception("consumer_group_write_failed", group=group_id)
+            return ErrorCode.UNKNOWN_SERVER_ERROR
+        if code == 0 and self.book.consumer_groups.get(group_id) is cg:
+            self._consumer_records[group_id] = after
+        return code
+
+    async def drop_consumer_group(self, group_id: str) -> int:
+        """Tombstones every record of an (empty) consumer group and forgets it; its offsets stay."""
+        pairs: list[tuple[bytes, bytes | None]] = [(k, None) for k in self._consumer_records.get(group_id, {})]
+        if pairs and (code := await self.append(group_id, pairs)):
+            return code
+        self._forget_consumer_group(group_id)
+        return ErrorCode.NONE
+
+    def _forget_consumer_group(self, group_id: str) -> None:
+        self.book.consumer_groups.pop(group_id, None)
+        self._consumer_records.pop(group_id, None)
+
     async def delete_offsets(self, group_id: str, partitions: list[tuple[str, int]]) -> int:
         """Tombstones for some of a group's offsets; the partition's error code (0: deleted)."""
         code = await self.append(group_id, [(rec.offset_key(group_id, t, p), None) for t, p in partitions])
@@ -469,9 +556,11 @@ class GroupCoordinator:
         pairs: list[tuple[bytes, bytes | None]] = [(rec.group_key(group_id), None)]
         if group is not None:
             pairs += [(rec.offset_key(group_id, t, p), None) for t, p in group.offsets]
+        pairs += [(k, None) for k in self._consumer_records.get(group_id, {})]
         code = await self.append(group_id, pairs)
         if code == 0:
             self.book.groups.pop(group_id, None)
+            self._forget_consumer_group(group_id)
         return code
 
 
