@@ -402,3 +402,31 @@ def test_the_first_configured_assignor_is_the_default():
     for now, c in enumerate([a, b, a, a, b]):
         c.beat(now)
     assert a.owned == {T1.topic_id: frozenset({0, 1, 2})} and b.owned == {T1.topic_id: frozenset({3, 4, 5})}
+
+
+def test_a_classic_group_with_members_keeps_its_id_and_offsets_follow_the_subscriptions():
+    from kjbod.broker.groups.state import CommittedOffset, Group, GroupBook, GroupConfig, Member
+
+    book = GroupBook(GroupConfig(), consumer_config=CFG)
+    classic = book.groups.setdefault("busy", Group("busy"))
+    classic.members["x"] = Member("x", None, "c", "/h", 10_000, 10_000, "consumer", [("range", b"")], 10**12)
+    cluster = Cluster(T1)
+    res = book.consumer.heartbeat(0, HeartbeatRequest("busy", "m", 0, rebalance_timeout_ms=100,
+                                                      subscribed_topic_names=("t1",), owned={}), cluster.lookup)
+    assert res.error_code == ErrorCode.GROUP_ID_NOT_FOUND and "busy" not in book.consumer_groups
+    # a KIP-848 group: its commits are checked against member epochs, its subscribed topics' offsets kept
+    a = Client(book.consumer, cluster, "g", "a")
+    a.beat(0)
+    assert book.check_commit(1, "g", 1, "a", None, v9=True) == 0
+    assert book.check_commit(1, "g", 0, "a", None, v9=True) == ErrorCode.STALE_MEMBER_EPOCH
+    assert book.check_commit(1, "g", 1, "zz", None, v9=True) == ErrorCode.UNKNOWN_MEMBER_ID
+    assert book.check_commit(1, "g", 1, "a", None, v9=False) == ErrorCode.UNSUPPORTED_VERSION
+    assert book.check_commit(1, "g", -1, "", None, v9=True) == ErrorCode.UNKNOWN_MEMBER_ID  # not while it has members
+    book.commit("g", {("t1", 0): CommittedOffset(5, -1, "", 0), ("old", 0): CommittedOffset(5, -1, "", 0)})
+    week = 7 * 24 * 3600 * 1000
+    assert book.expired_offsets(week + 1) == {"g": [("old", 0)]}
+    assert book.subscribed_topics(book.groups["g"]) == {"t1"}
+    # a classic JoinGroup to it is refused while it has members
+    answers = []
+    book.join(2, "g", "", None, "c", "/h", 10_000, 10_000, "consumer", [("range", b"")], True, answers.append)
+    assert answers[0].error_code == ErrorCode.INCONSISTENT_GROUP_PROTOCOL

@@ -31,15 +31,21 @@ from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import (
     ConsumerGroupDescribeRequest,
     ConsumerGroupHeartbeatRequest,
+    DeleteGroupsRequest,
     FindCoordinatorRequest,
     JoinGroupRequest,
     ListGroupsRequest,
     OffsetCommitRequest,
+    OffsetDeleteRequest,
 )
 from kjbod.protocol.generated.join_group_request import JoinGroupRequestProtocol
 from kjbod.protocol.generated.offset_commit_request import (
     OffsetCommitRequestPartition,
     OffsetCommitRequestTopic,
+)
+from kjbod.protocol.generated.offset_delete_request import (
+    OffsetDeleteRequestPartition,
+    OffsetDeleteRequestTopic,
 )
 
 pytestmark = pytest.mark.slow
@@ -323,11 +329,34 @@ def test_bad_requests_get_kafkas_codes(server):
             assert [m.member_id for m in found.members] == ["m1"]
             assert missing.error_code == ErrorCode.GROUP_ID_NOT_FOUND
             assert empty.error_code == ErrorCode.INVALID_GROUP_ID
+            # while it has members: its subscribed topic's offsets stay, the group stays
+            r = await conn.request(47, 0, OffsetDeleteRequest(group_id=group, topics=[OffsetDeleteRequestTopic(
+                name=topic, partitions=[OffsetDeleteRequestPartition(partition_index=0)])]), 30.0)
+            assert r.topics[0].partitions[0].error_code == ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC
+            r = await conn.request(42, 2, DeleteGroupsRequest(groups_names=[group]), 30.0)
+            assert r.results[0].error_code == ErrorCode.NON_EMPTY_GROUP
             # leave: the group is empty, and a classic join may take the id
             r = await beat(member_id="m1", member_epoch=-1)
             assert (r.error_code, r.member_epoch) == (0, -1)
             r = await conn.request(11, 9, join, 30.0)
             assert r.error_code == ErrorCode.MEMBER_ID_REQUIRED
+        finally:
+            conn.close()
+        # an empty KIP-848 group is deleted with its records
+        other = f"g-{uuid.uuid4().hex[:8]}"
+        conn = await _coordinator_connection(server, other)
+        try:
+            r = await conn.request(68, 1, ConsumerGroupHeartbeatRequest(
+                group_id=other, member_id="m2", member_epoch=0, rebalance_timeout_ms=5000,
+                subscribed_topic_names=[topic], topic_partitions=[]), 30.0)
+            assert r.error_code == 0
+            r = await conn.request(68, 1, ConsumerGroupHeartbeatRequest(group_id=other, member_id="m2",
+                                                                        member_epoch=-1), 30.0)
+            assert r.error_code == 0
+            r = await conn.request(42, 2, DeleteGroupsRequest(groups_names=[other]), 30.0)
+            assert r.results[0].error_code == 0
+            r = await conn.request(69, 0, ConsumerGroupDescribeRequest(group_ids=[other]), 30.0)
+            assert r.groups[0].error_code == ErrorCode.GROUP_ID_NOT_FOUND
         finally:
             conn.close()
 
