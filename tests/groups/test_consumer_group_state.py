@@ -191,7 +191,9 @@ def test_a_fenced_member_rejoins_with_epoch_zero_under_its_id():
     (HeartbeatRequest("g", "m", 0, rebalance_timeout_ms=100, subscribed_topic_names=("t1",),
                       owned={T1.topic_id: frozenset({1})}), ErrorCode.INVALID_REQUEST, "TopicPartitions"),
     (HeartbeatRequest("g", "m", 0, rebalance_timeout_ms=100, subscribed_topic_names=("t1",), owned={},
-                      subscribed_topic_regex="t.*"), ErrorCode.INVALID_REQUEST, "Regex"),
+                      subscribed_topic_regex="t(.*"), ErrorCode.INVALID_REGULAR_EXPRESSION, "t(.*"),
+    (HeartbeatRequest("g", "m", 0, rebalance_timeout_ms=100, subscribed_topic_names=(), owned={},
+                      subscribed_topic_regex=""), ErrorCode.INVALID_REQUEST, "SubscribedTopicRegex"),
     (HeartbeatRequest("g", "m", -2), ErrorCode.INVALID_REQUEST, "InstanceId"),
 ])
 def test_bad_requests_get_kafkas_codes(req, code, words):
@@ -430,3 +432,25 @@ def test_a_classic_group_with_members_keeps_its_id_and_offsets_follow_the_subscr
     answers = []
     book.join(2, "g", "", None, "c", "/h", 10_000, 10_000, "consumer", [("range", b"")], True, answers.append)
     assert answers[0].error_code == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+
+
+def test_a_regex_subscription_follows_the_topics_that_match():
+    groups, table, cluster = setup(T1)
+    names = lambda: list(cluster.topics) + ["__consumer_offsets"]  # noqa: E731
+    req = HeartbeatRequest("g", "a", 0, rebalance_timeout_ms=100, subscribed_topic_names=(),
+                           subscribed_topic_regex="t[0-9]", owned={})
+    res = groups.heartbeat(0, req, cluster.lookup, names)
+    assert res.error_code == 0 and res.assignment == {T1.topic_id: frozenset(range(6))}
+    g = table["g"]
+    assert set(g.topics) == {"t1"} and g.group_epoch == 1
+    # a matching topic is created: the next heartbeat of the group takes it in
+    cluster.topics["t2"] = T2
+    cluster.topics["t22"] = TopicMeta(uuid.UUID(int=3), "t22", 1)  # the whole name must match
+    res = groups.heartbeat(1, HeartbeatRequest("g", "a", 1, owned=res.assignment), cluster.lookup, names)
+    assert res.member_epoch == 2 and res.assignment == {T1.topic_id: frozenset(range(6)),
+                                                        T2.topic_id: frozenset(range(3))}
+    assert set(g.topics) == {"t1", "t2"}
+    # "" clears the regex; the names given then are the subscription
+    res = groups.heartbeat(2, HeartbeatRequest("g", "a", 2, subscribed_topic_names=("t2",), subscribed_topic_regex="",
+                                               owned=res.assignment), cluster.lookup, names)
+    assert g.members["a"].subscribed_topic_regex is None and set(g.topics) == {"t2"}

@@ -23,12 +23,14 @@ revoke within its rebalance timeout is removed too; both bump the group epoch.
 
 Nothing here reads a clock, sleeps or writes: the asyncio shell (kjbod.broker.groups.coordinator) passes the time,
 a view of the metadata image, turns the group's state into `__consumer_offsets` records (kjbod.broker.groups.records)
-and calls `tick(now)`.  Regex subscriptions are not served (INVALID_REQUEST, as the Kafka 3.9 coordinator answers).
+and calls `tick(now)`.  A regex subscription (Python's `re`, the whole topic name matching, internal topics left
+out) is resolved again against the image's topic names on every heartbeat of the group.
 """
 
 from __future__ import annotations
 
 import base64
+import re
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -117,6 +119,8 @@ class ConsumerGroup:
     static: dict[str, str] = field(default_factory=dict)  # instance id -> member id
     target: dict[str, Assignment] = field(default_factory=dict)  # member id -> target assignment
     topics: dict[str, TopicMeta] = field(default_factory=dict)  # the subscription metadata, by topic name
+    # regex -> the topics it matches now (not stored: resolved again from the metadata image on a heartbeat)
+    resolved: dict[str, frozenset[str]] = field(default_factory=dict)
 
     @property
     def state(self) -> ConsumerGroupState:
@@ -128,8 +132,15 @@ class ConsumerGroup:
             return ConsumerGroupState.RECONCILING
         return ConsumerGroupState.STABLE
 
+    def member_topics(self, m: ConsumerMember) -> set[str]:
+        """The topics a member subscribes to: its names, and what its regex matches."""
+        out = set(m.subscribed_topic_names)
+        if m.subscribed_topic_regex is not None:
+            out |= self.resolved.get(m.subscribed_topic_regex, frozenset())
+        return out
+
     def subscribed_topics(self) -> set[str]:
-        return {t for m in self.members.values() for t in m.subscribed_topic_names}
+        return {t for m in self.members.values() for t in self.member_topics(m)}
 
     def preferred_assignor(self, default: str) -> str:
         """The assignor most members name (ties: the smaller name), else the default (Kafka's choice)."""
@@ -190,6 +201,14 @@ class HeartbeatError(Exception):
 
 # name -> TopicMeta of an existing topic, or None
 TopicLookup = Callable[[str], TopicMeta | None]
+# the names of every topic, for regex subscriptions
+TopicNames = Callable[[], Iterable[str]]
+
+
+def regex_matches(regex: str, names: Iterable[str]) -> frozenset[str]:
+    """The topics a subscription regex takes: the whole name must match; internal topics (`__...`) never."""
+    pattern = re.compile(regex)
+    return frozenset(n for n in names if not n.startswith("__") and pattern.fullmatch(n))
 
 
 # ------------------------------------------------------------------------------------------------ assignors
@@ -374,8 +393,13 @@ class ConsumerGroups:
             raise HeartbeatError(bad, "InstanceId can't be empty.")
         if r.rack_id == "":
             raise HeartbeatError(bad, "RackId can't be empty.")
-        if r.subscribed_topic_regex is not None:
-            raise HeartbeatError(bad, "SubscribedTopicRegex is not supported.")
+        if r.subscribed_topic_regex:
+            try:
+                re.compile(r.subscribed_topic_regex)
+            except re.error as e:
+                raise HeartbeatError(ErrorCode.INVALID_REGULAR_EXPRESSION,
+                                     f"SubscribedTopicRegex {r.subscribed_topic_regex!r} is not a valid regular "
+                                     f"expression: {e}.") from None
         if len(r.member_id) > MEMBER_ID_MAX_LENGTH:
             raise HeartbeatError(bad, f"MemberId is longer than {MEMBER_ID_MAX_LENGTH} characters.")
         if r.member_epoch > 0 or r.member_epoch == LEAVE_GROUP_EPOCH:
@@ -386,8 +410,9 @@ class ConsumerGroups:
                 raise HeartbeatError(bad, "RebalanceTimeoutMs must be provided in first request.")
             if r.owned is None or any(r.owned.values()):
                 raise HeartbeatError(bad, "TopicPartitions must be empty when (re-)joining.")
-            if not r.subscribed_topic_names:
-                raise HeartbeatError(bad, "SubscribedTopicNames must be set in first request.")
+            if not r.subscribed_topic_names and not r.subscribed_topic_regex:
+                raise HeartbeatError(bad, "SubscribedTopicNames or SubscribedTopicRegex must be set in first "
+                                          "request.")
         elif r.member_epoch == LEAVE_GROUP_STATIC_EPOCH:
             if not r.member_id:
                 raise HeartbeatError(bad, "MemberId can't be empty.")
@@ -401,12 +426,15 @@ class ConsumerGroups:
                                  f"{', '.join(self.config.assignors)}.")
 
     # -------------------------------------------------------------------------------------- heartbeat
-    def heartbeat(self, now: int, r: HeartbeatRequest, topics: TopicLookup) -> HeartbeatResult:
+    def heartbeat(self, now: int, r: HeartbeatRequest, topics: TopicLookup,
+                  names: TopicNames | None = None) -> HeartbeatResult:
+        """One ConsumerGroupHeartbeat.  `topics` looks a topic up in the metadata image; `names` lists every
+        topic (for regex subscriptions; without it a regex matches nothing)."""
         try:
             self._validate(r)
             if r.member_epoch in (LEAVE_GROUP_EPOCH, LEAVE_GROUP_STATIC_EPOCH):
                 return self._leave(now, r, topics)
-            return self._heartbeat(now, r, topics)
+            return self._heartbeat(now, r, topics, names)
         except HeartbeatError as e:
             return HeartbeatResult(error_code=e.code, error_message=e.message)
 
@@ -476,7 +504,8 @@ class ConsumerGroups:
         self._check_epoch(existing, r.member_epoch, r.owned)
         return existing
 
-    def _heartbeat(self, now: int, r: HeartbeatRequest, topics: TopicLookup) -> HeartbeatResult:
+    def _heartbeat(self, now: int, r: HeartbeatRequest, topics: TopicLookup,
+                   names: TopicNames | None) -> HeartbeatResult:
         group = self._group(r.group_id, create=r.member_epoch == 0)
         member_id = r.member_id or base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         if len(group.members) >= self.config.max_size and member_id not in group.members and \
@@ -497,6 +526,8 @@ class ConsumerGroups:
             member.server_assignor = r.server_assignor
         if r.subscribed_topic_names is not None:
             member.subscribed_topic_names = tuple(r.subscribed_topic_names)
+        if r.subscribed_topic_regex is not None:  # "" clears it (librdkafka sends "" with a list of names)
+            member.subscribed_topic_regex = r.subscribed_topic_regex or None
         member.client_id, member.client_host = r.client_id, r.client_host
         replaced = None
         if member is not old:
@@ -510,7 +541,7 @@ class ConsumerGroups:
         bump = before_subscription != member.subscription_key() and replaced is None
         if replaced is not None and replaced.subscription_key() != member.subscription_key():
             bump = True
-        if self._refresh_topics(group, topics):
+        if self._refresh_topics(group, topics, names):
             bump = True
         if bump:
             group.group_epoch += 1
@@ -536,8 +567,15 @@ class ConsumerGroups:
                                heartbeat_interval_ms=self.config.heartbeat_interval_ms,
                                assignment=dict(member.assigned) if full or changed else None)
 
-    def _refresh_topics(self, group: ConsumerGroup, topics: TopicLookup) -> bool:
-        """The subscription metadata from the image; True when it changed (the group epoch then goes up)."""
+    def _refresh_topics(self, group: ConsumerGroup, topics: TopicLookup, names: TopicNames | None = None) -> bool:
+        """The subscription metadata from the image (regexes resolved again when `names` is given); True when it
+        changed (the group epoch then goes up)."""
+        regexes = {m.subscribed_topic_regex for m in group.members.values() if m.subscribed_topic_regex is not None}
+        if names is not None:
+            every = list(names()) if regexes else []
+            group.resolved = {rx: regex_matches(rx, every) for rx in regexes}
+        else:
+            group.resolved = {rx: ts for rx, ts in group.resolved.items() if rx in regexes}
         now: dict[str, TopicMeta] = {}
         for name in sorted(group.subscribed_topics()):
             meta = topics(name)
@@ -551,7 +589,7 @@ class ConsumerGroups:
     def _assign(self, group: ConsumerGroup) -> None:
         name = group.preferred_assignor(self.default_assignor)
         assignor = ASSIGNORS.get(name, ASSIGNORS[self.default_assignor])
-        subscriptions = {mid: m.subscribed_topic_names for mid, m in group.members.items()}
+        subscriptions = {mid: tuple(sorted(group.member_topics(m))) for mid, m in group.members.items()}
         group.target = assignor(subscriptions, group.topics, group.target)
         group.assignment_epoch = group.group_epoch
 

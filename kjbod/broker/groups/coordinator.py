@@ -501,10 +501,13 @@ class GroupCoordinator:
             return None
         return TopicMeta(topic.topic_id, name, len(topic.partitions))
 
+    def topic_names(self) -> list[str]:
+        return list(self.node.metadata.by_name)
+
     async def consumer_heartbeat(self, request: HeartbeatRequest) -> HeartbeatResult:
         """A ConsumerGroupHeartbeat: the group moves on, its changed records are written (acks=all), and the
         answer goes out once they are committed (else the write's error code)."""
-        result = self.book.consumer.heartbeat(now_ms(), request, self.topic_meta)
+        result = self.book.consumer.heartbeat(now_ms(), request, self.topic_meta, self.topic_names)
         if result.error_code or request.group_id not in self.book.consumer_groups:
             return result
         code = await self.persist_consumer(request.group_id)

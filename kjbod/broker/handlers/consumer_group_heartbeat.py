@@ -1,7 +1,7 @@
 """ConsumerGroupHeartbeat (key 68), versions 0-1.
 
-Version notes: v0 the KIP-848 consumer protocol; v1 adds a regex subscription (not served: INVALID_REQUEST; an
-empty regex counts as none).  Every
+Version notes: v0 the KIP-848 consumer protocol; v1 adds a regex subscription (an empty one clears it;
+INVALID_REGULAR_EXPRESSION for one that does not compile).  Every
 field but the group id, member id and epoch may be left null when unchanged since the last heartbeat.
 
 The group logic is kjbod.broker.groups.consumer's; the coordinator writes the group's changed records to its
@@ -35,8 +35,7 @@ async def handle(node, request, body: ConsumerGroupHeartbeatRequest) -> Consumer
         group_id=body.group_id, member_id=body.member_id, member_epoch=body.member_epoch,
         instance_id=body.instance_id, rack_id=body.rack_id, rebalance_timeout_ms=body.rebalance_timeout_ms,
         subscribed_topic_names=None if body.subscribed_topic_names is None else tuple(body.subscribed_topic_names),
-        # an empty regex is no regex: librdkafka sends "" with a list of names
-        subscribed_topic_regex=body.subscribed_topic_regex or None,
+        subscribed_topic_regex=body.subscribed_topic_regex,
         server_assignor=body.server_assignor, owned=owned, client_id=request.client_id or "",
         client_host="/" + ctx.peer_host if ctx is not None else ""))
     if result.error_code:
