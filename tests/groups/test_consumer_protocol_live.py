@@ -391,6 +391,56 @@ def test_bad_requests_get_kafkas_codes(server):
     asyncio.run(run())
 
 
+def test_an_empty_group_without_offsets_is_removed_at_the_retention_check(tmp_path):
+    s = start_server(tmp_path / "expiry", log_dir_count=1,
+                     overrides={**OVERRIDES, "offsets.retention.check.interval.ms": "500"})
+    try:
+        topic = make_topic(s, 1)
+        group = f"g-{uuid.uuid4().hex[:8]}"
+
+        async def run() -> None:
+            conn = await _coordinator_connection(s, group)
+            try:
+                r = await conn.request(68, 1, ConsumerGroupHeartbeatRequest(
+                    group_id=group, member_id="m", member_epoch=0, rebalance_timeout_ms=5000,
+                    subscribed_topic_names=[topic], topic_partitions=[]), 30.0)
+                assert r.error_code == 0
+                r = await conn.request(68, 1, ConsumerGroupHeartbeatRequest(group_id=group, member_id="m",
+                                                                            member_epoch=-1), 30.0)
+                assert r.error_code == 0
+                deadline = time.monotonic() + WAIT_S
+                while True:
+                    r = await conn.request(69, 0, ConsumerGroupDescribeRequest(group_ids=[group]), 30.0)
+                    if r.groups[0].error_code == ErrorCode.GROUP_ID_NOT_FOUND:
+                        break
+                    assert r.groups[0].group_state == "Empty" and time.monotonic() < deadline
+                    await asyncio.sleep(0.2)
+            finally:
+                conn.close()
+
+        asyncio.run(run())
+        # the tombstones are what a restarted broker reads: the group stays gone
+        s.stop()
+        s.start()
+
+        async def gone() -> None:
+            conn = await _coordinator_connection(s, group)
+            try:
+                deadline = time.monotonic() + WAIT_S
+                while True:
+                    r = await conn.request(69, 0, ConsumerGroupDescribeRequest(group_ids=[group]), 30.0)
+                    if r.groups[0].error_code != ErrorCode.COORDINATOR_LOAD_IN_PROGRESS or time.monotonic() > deadline:
+                        break
+                    await asyncio.sleep(0.1)
+                assert r.groups[0].error_code == ErrorCode.GROUP_ID_NOT_FOUND
+            finally:
+                conn.close()
+
+        asyncio.run(gone())
+    finally:
+        s.stop()
+
+
 def test_offsets_and_the_group_come_back_after_a_restart(tmp_path):
     s = start_server(tmp_path / "restart", log_dir_count=2, overrides=OVERRIDES)
     try:

@@ -220,7 +220,7 @@ class GroupCoordinator:
 
     async def _expire(self, now: int) -> None:
         """Writes tombstones for the offsets past offsets.retention.ms; an empty group left without offsets goes
-        too (its metadata tombstoned), as Kafka's cleanup does."""
+        too (its metadata tombstoned; a KIP-848 group's records all), as Kafka's cleanup does."""
         for gid, partitions in self.book.expired_offsets(now).items():
             if self.partition_of(gid) not in self.owned:
                 continue
@@ -243,6 +243,13 @@ class GroupCoordinator:
                 del self.book.groups[gid]
                 self._forget_consumer_group(gid)
             log.info("offsets_expired", group=gid, partitions=len(partitions), group_removed=drop_group)
+        for gid, cg in list(self.book.consumer_groups.items()):
+            # a KIP-848 group left empty and without offsets is removed, as Kafka's cleanup does
+            holder = self.book.groups.get(gid)
+            if cg.members or (holder is not None and holder.offsets) or self.partition_of(gid) not in self.owned:
+                continue
+            if not await self.drop_consumer_group(gid):
+                log.info("consumer_group_removed", group=gid)
 
     def topic_partitions(self) -> int:
         topic = self.node.metadata.topic(OFFSETS_TOPIC)
@@ -534,12 +541,11 @@ class GroupCoordinator:
         return code
 
     async def drop_consumer_group(self, group_id: str) -> int:
-        """Tombstones every record of an (empty) consumer group and forgets it; its offsets stay."""
+        """Tombstones every record of an (empty) consumer group and forgets it; its offsets stay.  Forgotten before
+        the write is queued, so a member joining meanwhile makes a new group whose records follow the tombstones."""
         pairs: list[tuple[bytes, bytes | None]] = [(k, None) for k in self._consumer_records.get(group_id, {})]
-        if pairs and (code := await self.append(group_id, pairs)):
-            return code
         self._forget_consumer_group(group_id)
-        return ErrorCode.NONE
+        return await self.append(group_id, pairs) if pairs else ErrorCode.NONE
 
     def _forget_consumer_group(self, group_id: str) -> None:
         self.book.consumer_groups.pop(group_id, None)
