@@ -19,7 +19,7 @@ from kjbod.broker.groups.consumer import (
     ConsumerGroupConfig,
     ConsumerGroups,
     ConsumerGroupState,
-    HeartbeatRequest,
+    MemberHeartbeat,
     MemberState,
     TopicMeta,
     range_assign,
@@ -53,7 +53,7 @@ class Client:
 
     def beat(self, now: int, *, full: bool = False, epoch: int | None = None, **kw):
         joining = self.epoch == 0
-        req = HeartbeatRequest(
+        req = MemberHeartbeat(
             self.gid, self.member_id, self.epoch if epoch is None else epoch, instance_id=self.instance_id,
             rebalance_timeout_ms=kw.pop("rebalance_timeout_ms", 500 if joining or full else -1),
             subscribed_topic_names=self.topics if joining or full else None,
@@ -112,12 +112,12 @@ def test_a_member_revokes_before_the_other_gets_its_partitions():
     assert len(a_target) == len(b_target) == 3 and not a_target & b_target
     # a is told to give up b's partitions and keeps epoch 1 until it has
     a.owned = {T1.topic_id: frozenset(range(6))}
-    res = groups.heartbeat(2, HeartbeatRequest("g", "a", 1, owned=dict(a.owned)), cluster.lookup)
+    res = groups.heartbeat(2, MemberHeartbeat("g", "a", 1, owned=dict(a.owned)), cluster.lookup)
     assert res.member_epoch == 1 and res.assignment == {T1.topic_id: a_target}
     assert g.members["a"].state is MemberState.UNREVOKED_PARTITIONS
     assert g.members["a"].pending_revocation == {T1.topic_id: b_target}
     # still owning them: no progress, and b still waits
-    assert groups.heartbeat(3, HeartbeatRequest("g", "a", 1, owned=dict(a.owned)), cluster.lookup).member_epoch == 1
+    assert groups.heartbeat(3, MemberHeartbeat("g", "a", 1, owned=dict(a.owned)), cluster.lookup).member_epoch == 1
     b.beat(4)
     assert b.owned == {} and b.epoch == 2
     # revoked: a moves to epoch 2, then b gets them
@@ -134,31 +134,31 @@ def test_stale_and_future_epochs_are_fenced_and_the_previous_epoch_forgiven():
     a.beat(0)
     b = Client(groups, cluster, "g", "b")
     b.beat(1)
-    res = groups.heartbeat(2, HeartbeatRequest("g", "a", 5, owned={}), cluster.lookup)
+    res = groups.heartbeat(2, MemberHeartbeat("g", "a", 5, owned={}), cluster.lookup)
     assert res.error_code == ErrorCode.FENCED_MEMBER_EPOCH
     # b got epoch 2 (previous 0 would be a rejoin): epoch 1 is neither current nor previous
-    res = groups.heartbeat(3, HeartbeatRequest("g", "b", 1, owned={}), cluster.lookup)
+    res = groups.heartbeat(3, MemberHeartbeat("g", "b", 1, owned={}), cluster.lookup)
     assert res.error_code == ErrorCode.FENCED_MEMBER_EPOCH
     # a revokes and moves to epoch 2; its answer is "lost" and it comes back with epoch 1 and a subset: accepted
     a.beat(4)
     a.beat(5)
     assert a.epoch == 2
-    res = groups.heartbeat(6, HeartbeatRequest("g", "a", 1, owned=dict(a.owned)), cluster.lookup)
+    res = groups.heartbeat(6, MemberHeartbeat("g", "a", 1, owned=dict(a.owned)), cluster.lookup)
     assert res.error_code == 0 and res.member_epoch == 2
     # ... but not while owning more than it has now
-    res = groups.heartbeat(7, HeartbeatRequest("g", "a", 1, owned={T1.topic_id: frozenset(range(6))}),
+    res = groups.heartbeat(7, MemberHeartbeat("g", "a", 1, owned={T1.topic_id: frozenset(range(6))}),
                            cluster.lookup)
     assert res.error_code == ErrorCode.FENCED_MEMBER_EPOCH
 
 
 def test_unknown_member_and_unknown_group():
     groups, _, cluster = setup()
-    res = groups.heartbeat(0, HeartbeatRequest("nope", "m", 3, owned={}), cluster.lookup)
+    res = groups.heartbeat(0, MemberHeartbeat("nope", "m", 3, owned={}), cluster.lookup)
     assert res.error_code == ErrorCode.GROUP_ID_NOT_FOUND
     Client(groups, cluster, "g", "a").beat(0)
-    res = groups.heartbeat(1, HeartbeatRequest("g", "zzz", 1, owned={}), cluster.lookup)
+    res = groups.heartbeat(1, MemberHeartbeat("g", "zzz", 1, owned={}), cluster.lookup)
     assert res.error_code == ErrorCode.UNKNOWN_MEMBER_ID
-    res = groups.heartbeat(1, HeartbeatRequest("g", "zzz", -1), cluster.lookup)
+    res = groups.heartbeat(1, MemberHeartbeat("g", "zzz", -1), cluster.lookup)
     assert res.error_code == ErrorCode.UNKNOWN_MEMBER_ID
 
 
@@ -174,27 +174,27 @@ def test_a_fenced_member_rejoins_with_epoch_zero_under_its_id():
 
 
 @pytest.mark.parametrize("req, code, words", [
-    (HeartbeatRequest("g", "m", 0, rebalance_timeout_ms=100, subscribed_topic_names=("t1",), owned={},
+    (MemberHeartbeat("g", "m", 0, rebalance_timeout_ms=100, subscribed_topic_names=("t1",), owned={},
                       server_assignor="sticky"), ErrorCode.UNSUPPORTED_ASSIGNOR, "sticky"),
-    (HeartbeatRequest("g", "m", 0, rebalance_timeout_ms=100, subscribed_topic_names=(), owned={}),
+    (MemberHeartbeat("g", "m", 0, rebalance_timeout_ms=100, subscribed_topic_names=(), owned={}),
      ErrorCode.INVALID_REQUEST, "SubscribedTopicNames"),
-    (HeartbeatRequest("g", "m", 0, rebalance_timeout_ms=100, subscribed_topic_names=None, owned={}),
+    (MemberHeartbeat("g", "m", 0, rebalance_timeout_ms=100, subscribed_topic_names=None, owned={}),
      ErrorCode.INVALID_REQUEST, "SubscribedTopicNames"),
-    (HeartbeatRequest("g", "m" * 256, 0, rebalance_timeout_ms=100, subscribed_topic_names=("t1",), owned={}),
+    (MemberHeartbeat("g", "m" * 256, 0, rebalance_timeout_ms=100, subscribed_topic_names=("t1",), owned={}),
      ErrorCode.INVALID_REQUEST, "255"),
-    (HeartbeatRequest("g", "m", -3), ErrorCode.INVALID_REQUEST, "MemberEpoch"),
-    (HeartbeatRequest("g", "", 4), ErrorCode.INVALID_REQUEST, "MemberId"),
-    (HeartbeatRequest("", "m", 0, rebalance_timeout_ms=100, subscribed_topic_names=("t1",), owned={}),
+    (MemberHeartbeat("g", "m", -3), ErrorCode.INVALID_REQUEST, "MemberEpoch"),
+    (MemberHeartbeat("g", "", 4), ErrorCode.INVALID_REQUEST, "MemberId"),
+    (MemberHeartbeat("", "m", 0, rebalance_timeout_ms=100, subscribed_topic_names=("t1",), owned={}),
      ErrorCode.INVALID_REQUEST, "GroupId"),
-    (HeartbeatRequest("g", "m", 0, subscribed_topic_names=("t1",), owned={}),
+    (MemberHeartbeat("g", "m", 0, subscribed_topic_names=("t1",), owned={}),
      ErrorCode.INVALID_REQUEST, "RebalanceTimeoutMs"),
-    (HeartbeatRequest("g", "m", 0, rebalance_timeout_ms=100, subscribed_topic_names=("t1",),
+    (MemberHeartbeat("g", "m", 0, rebalance_timeout_ms=100, subscribed_topic_names=("t1",),
                       owned={T1.topic_id: frozenset({1})}), ErrorCode.INVALID_REQUEST, "TopicPartitions"),
-    (HeartbeatRequest("g", "m", 0, rebalance_timeout_ms=100, subscribed_topic_names=("t1",), owned={},
+    (MemberHeartbeat("g", "m", 0, rebalance_timeout_ms=100, subscribed_topic_names=("t1",), owned={},
                       subscribed_topic_regex="t(.*"), ErrorCode.INVALID_REGULAR_EXPRESSION, "t(.*"),
-    (HeartbeatRequest("g", "m", 0, rebalance_timeout_ms=100, subscribed_topic_names=(), owned={},
+    (MemberHeartbeat("g", "m", 0, rebalance_timeout_ms=100, subscribed_topic_names=(), owned={},
                       subscribed_topic_regex=""), ErrorCode.INVALID_REQUEST, "SubscribedTopicRegex"),
-    (HeartbeatRequest("g", "m", -2), ErrorCode.INVALID_REQUEST, "InstanceId"),
+    (MemberHeartbeat("g", "m", -2), ErrorCode.INVALID_REQUEST, "InstanceId"),
 ])
 def test_bad_requests_get_kafkas_codes(req, code, words):
     groups, table, cluster = setup()
@@ -245,7 +245,7 @@ def test_a_static_member_keeps_its_partitions_while_away():
     assert res.error_code == 0 and a2.parts() == before and "a1" not in g.members
     assert g.group_epoch == epoch + 2  # the other instance's join and leave only
     # the old member id is fenced
-    stale = groups.heartbeat(8, HeartbeatRequest("g", "a1", 3, instance_id="i-a", owned={}), cluster.lookup)
+    stale = groups.heartbeat(8, MemberHeartbeat("g", "a1", 3, instance_id="i-a", owned={}), cluster.lookup)
     assert stale.error_code == ErrorCode.FENCED_INSTANCE_ID
 
 
@@ -264,9 +264,9 @@ def test_session_timeout_and_rebalance_timeout_remove_members():
     c = Client(groups, cluster, "g", "c")
     c.beat(1100)
     stuck = dict(b.owned)
-    res = groups.heartbeat(1200, HeartbeatRequest("g", "b", b.epoch, owned=stuck), cluster.lookup)
+    res = groups.heartbeat(1200, MemberHeartbeat("g", "b", b.epoch, owned=stuck), cluster.lookup)
     assert g.members["b"].state is MemberState.UNREVOKED_PARTITIONS and res.error_code == 0
-    groups.heartbeat(1500, HeartbeatRequest("g", "b", b.epoch, owned=stuck), cluster.lookup)
+    groups.heartbeat(1500, MemberHeartbeat("g", "b", b.epoch, owned=stuck), cluster.lookup)
     c.beat(1500)
     assert groups.tick(1699) == []
     assert groups.tick(1700) == ["g"] and "b" not in g.members
@@ -413,7 +413,7 @@ def test_a_classic_group_with_members_keeps_its_id_and_offsets_follow_the_subscr
     classic = book.groups.setdefault("busy", Group("busy"))
     classic.members["x"] = Member("x", None, "c", "/h", 10_000, 10_000, "consumer", [("range", b"")], 10**12)
     cluster = Cluster(T1)
-    res = book.consumer.heartbeat(0, HeartbeatRequest("busy", "m", 0, rebalance_timeout_ms=100,
+    res = book.consumer.heartbeat(0, MemberHeartbeat("busy", "m", 0, rebalance_timeout_ms=100,
                                                       subscribed_topic_names=("t1",), owned={}), cluster.lookup)
     assert res.error_code == ErrorCode.GROUP_ID_NOT_FOUND and "busy" not in book.consumer_groups
     # a KIP-848 group: its commits are checked against member epochs, its subscribed topics' offsets kept
@@ -437,7 +437,7 @@ def test_a_classic_group_with_members_keeps_its_id_and_offsets_follow_the_subscr
 def test_a_regex_subscription_follows_the_topics_that_match():
     groups, table, cluster = setup(T1)
     names = lambda: list(cluster.topics) + ["__consumer_offsets"]  # noqa: E731
-    req = HeartbeatRequest("g", "a", 0, rebalance_timeout_ms=100, subscribed_topic_names=(),
+    req = MemberHeartbeat("g", "a", 0, rebalance_timeout_ms=100, subscribed_topic_names=(),
                            subscribed_topic_regex="t[0-9]", owned={})
     res = groups.heartbeat(0, req, cluster.lookup, names)
     assert res.error_code == 0 and res.assignment == {T1.topic_id: frozenset(range(6))}
@@ -446,11 +446,11 @@ def test_a_regex_subscription_follows_the_topics_that_match():
     # a matching topic is created: the next heartbeat of the group takes it in
     cluster.topics["t2"] = T2
     cluster.topics["t22"] = TopicMeta(uuid.UUID(int=3), "t22", 1)  # the whole name must match
-    res = groups.heartbeat(1, HeartbeatRequest("g", "a", 1, owned=res.assignment), cluster.lookup, names)
+    res = groups.heartbeat(1, MemberHeartbeat("g", "a", 1, owned=res.assignment), cluster.lookup, names)
     assert res.member_epoch == 2 and res.assignment == {T1.topic_id: frozenset(range(6)),
                                                         T2.topic_id: frozenset(range(3))}
     assert set(g.topics) == {"t1", "t2"}
     # "" clears the regex; the names given then are the subscription
-    res = groups.heartbeat(2, HeartbeatRequest("g", "a", 2, subscribed_topic_names=("t2",), subscribed_topic_regex="",
+    res = groups.heartbeat(2, MemberHeartbeat("g", "a", 2, subscribed_topic_names=("t2",), subscribed_topic_regex="",
                                                owned=res.assignment), cluster.lookup, names)
     assert g.members["a"].subscribed_topic_regex is None and set(g.topics) == {"t2"}

@@ -189,6 +189,35 @@ def test_a_killed_consumer_hands_its_partitions_over_after_the_session_timeout(s
             survivor.close()
 
 
+def test_a_static_member_gets_its_partitions_back_without_a_rebalance(server):
+    topic = make_topic(server, 4)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    a = new_consumer(server, group, topic, "static-a", **{"group.instance.id": "inst-a"})
+    b = new_consumer(server, group, topic, "static-b", **{"group.instance.id": "inst-b"})
+    again = None
+    try:
+        first = settle([a, b], 4)
+
+        async def epoch() -> int:
+            conn = await _coordinator_connection(server, group)
+            try:
+                r = await conn.request(69, 0, ConsumerGroupDescribeRequest(group_ids=[group]), 30.0)
+                return r.groups[0].group_epoch
+            finally:
+                conn.close()
+
+        before = asyncio.run(epoch())
+        a.close()  # a static member leaves with epoch -2: its place and partitions are kept
+        for _ in range(10):
+            b.poll(0.1)
+        assert held(b) == first[1]  # b was not given a's partitions
+        again = new_consumer(server, group, topic, "static-a2", **{"group.instance.id": "inst-a"})
+        assert settle([again, b], 4) == first
+        assert asyncio.run(epoch()) == before  # no rebalance: the group epoch did not move
+    finally:
+        close_all([x for x in (b, again) if x is not None])
+
+
 def test_a_regex_subscription_takes_new_matching_topics(server):
     prefix = f"rx{uuid.uuid4().hex[:6]}"
     admin = AdminClient({"bootstrap.servers": server.bootstrap})

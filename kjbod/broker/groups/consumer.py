@@ -165,7 +165,7 @@ class ConsumerGroup:
 
 
 @dataclass(frozen=True, slots=True)
-class HeartbeatRequest:
+class MemberHeartbeat:
     """The fields of a ConsumerGroupHeartbeat request, plus who sent it."""
 
     group_id: str
@@ -183,7 +183,7 @@ class HeartbeatRequest:
 
 
 @dataclass(frozen=True, slots=True)
-class HeartbeatResult:
+class MemberHeartbeatResult:
     error_code: int = 0
     error_message: str | None = None
     member_id: str | None = None
@@ -385,7 +385,7 @@ class ConsumerGroups:
         return self.config.assignors[0]
 
     # -------------------------------------------------------------------------------------- validation
-    def _validate(self, r: HeartbeatRequest) -> None:
+    def _validate(self, r: MemberHeartbeat) -> None:
         bad = ErrorCode.INVALID_REQUEST
         if not r.group_id:
             raise HeartbeatError(bad, "GroupId can't be empty.")
@@ -426,8 +426,8 @@ class ConsumerGroups:
                                  f"{', '.join(self.config.assignors)}.")
 
     # -------------------------------------------------------------------------------------- heartbeat
-    def heartbeat(self, now: int, r: HeartbeatRequest, topics: TopicLookup,
-                  names: TopicNames | None = None) -> HeartbeatResult:
+    def heartbeat(self, now: int, r: MemberHeartbeat, topics: TopicLookup,
+                  names: TopicNames | None = None) -> MemberHeartbeatResult:
         """One ConsumerGroupHeartbeat.  `topics` looks a topic up in the metadata image; `names` lists every
         topic (for regex subscriptions; without it a regex matches nothing)."""
         try:
@@ -436,7 +436,7 @@ class ConsumerGroups:
                 return self._leave(now, r, topics)
             return self._heartbeat(now, r, topics, names)
         except HeartbeatError as e:
-            return HeartbeatResult(error_code=e.code, error_message=e.message)
+            return MemberHeartbeatResult(error_code=e.code, error_message=e.message)
 
     def _group(self, group_id: str, create: bool) -> ConsumerGroup:
         group = self.groups.get(group_id)
@@ -462,7 +462,7 @@ class ConsumerGroups:
                                  f"known by the group coordinator ({member.member_epoch}). The member must abandon "
                                  "all its partitions and rejoin.")
 
-    def _member(self, now: int, group: ConsumerGroup, r: HeartbeatRequest, member_id: str) -> ConsumerMember:
+    def _member(self, now: int, group: ConsumerGroup, r: MemberHeartbeat, member_id: str) -> ConsumerMember:
         joining = r.member_epoch == 0
         if r.instance_id is None:
             member = group.members.get(member_id)
@@ -504,8 +504,8 @@ class ConsumerGroups:
         self._check_epoch(existing, r.member_epoch, r.owned)
         return existing
 
-    def _heartbeat(self, now: int, r: HeartbeatRequest, topics: TopicLookup,
-                   names: TopicNames | None) -> HeartbeatResult:
+    def _heartbeat(self, now: int, r: MemberHeartbeat, topics: TopicLookup,
+                   names: TopicNames | None) -> MemberHeartbeatResult:
         group = self._group(r.group_id, create=r.member_epoch == 0)
         member_id = r.member_id or base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         if len(group.members) >= self.config.max_size and member_id not in group.members and \
@@ -563,7 +563,7 @@ class ConsumerGroups:
         full = r.member_epoch == 0 or (r.rebalance_timeout_ms != -1 and r.subscribed_topic_names is not None
                                        and r.owned is not None)
         changed = before_assigned is None or before_assigned != member.assigned
-        return HeartbeatResult(member_id=member_id, member_epoch=member.member_epoch,
+        return MemberHeartbeatResult(member_id=member_id, member_epoch=member.member_epoch,
                                heartbeat_interval_ms=self.config.heartbeat_interval_ms,
                                assignment=dict(member.assigned) if full or changed else None)
 
@@ -594,7 +594,7 @@ class ConsumerGroups:
         group.assignment_epoch = group.group_epoch
 
     # -------------------------------------------------------------------------------------- leaving
-    def _leave(self, now: int, r: HeartbeatRequest, topics: TopicLookup) -> HeartbeatResult:
+    def _leave(self, now: int, r: MemberHeartbeat, topics: TopicLookup) -> MemberHeartbeatResult:
         group = self._group(r.group_id, create=False)
         if r.instance_id is None:
             member = group.members.get(r.member_id)
@@ -615,9 +615,9 @@ class ConsumerGroups:
                 _set_epoch(member, LEAVE_GROUP_STATIC_EPOCH)
                 member.pending_revocation = {}
                 member.session_deadline_ms = now + self.config.session_timeout_ms
-                return HeartbeatResult(member_id=member.member_id, member_epoch=LEAVE_GROUP_STATIC_EPOCH)
+                return MemberHeartbeatResult(member_id=member.member_id, member_epoch=LEAVE_GROUP_STATIC_EPOCH)
         self.remove_member(group, member.member_id, topics)
-        return HeartbeatResult(member_id=r.member_id, member_epoch=r.member_epoch)
+        return MemberHeartbeatResult(member_id=r.member_id, member_epoch=r.member_epoch)
 
     def remove_member(self, group: ConsumerGroup, member_id: str, topics: TopicLookup | None = None) -> None:
         """A member is gone (left, fenced, timed out): its partitions are free, the group epoch goes up."""

@@ -34,8 +34,8 @@ from kjbod.broker.groups import records as rec
 from kjbod.broker.groups.consumer import (
     ASSIGNOR_CLASSES,
     ConsumerGroupConfig,
-    HeartbeatRequest,
-    HeartbeatResult,
+    MemberHeartbeat,
+    MemberHeartbeatResult,
     TopicMeta,
 )
 from kjbod.broker.groups.state import CommittedOffset, Group, GroupBook, GroupConfig, GroupState, Member
@@ -511,7 +511,7 @@ class GroupCoordinator:
     def topic_names(self) -> list[str]:
         return list(self.node.metadata.by_name)
 
-    async def consumer_heartbeat(self, request: HeartbeatRequest) -> HeartbeatResult:
+    async def consumer_heartbeat(self, request: MemberHeartbeat) -> MemberHeartbeatResult:
         """A ConsumerGroupHeartbeat: the group moves on, its changed records are written (acks=all), and the
         answer goes out once they are committed (else the write's error code)."""
         result = self.book.consumer.heartbeat(now_ms(), request, self.topic_meta, self.topic_names)
@@ -519,7 +519,7 @@ class GroupCoordinator:
             return result
         code = await self.persist_consumer(request.group_id)
         if code:
-            return HeartbeatResult(error_code=code)
+            return MemberHeartbeatResult(error_code=code)
         return result
 
     async def persist_consumer(self, group_id: str) -> int:

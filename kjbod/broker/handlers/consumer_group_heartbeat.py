@@ -12,7 +12,7 @@ The group logic is kjbod.broker.groups.consumer's; the coordinator writes the gr
 from __future__ import annotations
 
 from kjbod.broker.authz import allowed
-from kjbod.broker.groups.consumer import HeartbeatRequest
+from kjbod.broker.groups.consumer import MemberHeartbeat
 from kjbod.broker.groups.coordinator import coordinator_of
 from kjbod.broker.router import api
 from kjbod.metadata.acls import GROUP, READ
@@ -31,7 +31,7 @@ async def handle(node, request, body: ConsumerGroupHeartbeatRequest) -> Consumer
     owned = None if body.topic_partitions is None else {
         t.topic_id: frozenset(t.partitions) for t in body.topic_partitions}
     ctx = getattr(request, "ctx", None)
-    result = await coordinator.consumer_heartbeat(HeartbeatRequest(
+    result = await coordinator.consumer_heartbeat(MemberHeartbeat(
         group_id=body.group_id, member_id=body.member_id, member_epoch=body.member_epoch,
         instance_id=body.instance_id, rack_id=body.rack_id, rebalance_timeout_ms=body.rebalance_timeout_ms,
         subscribed_topic_names=None if body.subscribed_topic_names is None else tuple(body.subscribed_topic_names),
