@@ -424,6 +424,12 @@ def test_a_classic_group_with_members_keeps_its_id_and_offsets_follow_the_subscr
     assert book.check_commit(1, "g", 1, "zz", None, v9=True) == ErrorCode.UNKNOWN_MEMBER_ID
     assert book.check_commit(1, "g", 1, "a", None, v9=False) == ErrorCode.UNSUPPORTED_VERSION
     assert book.check_commit(1, "g", -1, "", None, v9=True) == ErrorCode.UNKNOWN_MEMBER_ID  # not while it has members
+    # TxnOffsetCommit (any version) checks the epoch too, and answers ILLEGAL_GENERATION for a stale one
+    assert book.check_commit(1, "g", 1, "a", None, transactional=True) == 0
+    assert book.check_commit(1, "g", 0, "a", None, transactional=True) == ErrorCode.ILLEGAL_GENERATION
+    assert book.consumer.check_fetch("g", "a", 1) == 0 and book.consumer.check_fetch("g", None, -1) == 0
+    assert book.consumer.check_fetch("g", "a", 0) == ErrorCode.STALE_MEMBER_EPOCH
+    assert book.consumer.check_fetch("g", "zz", 1) == ErrorCode.UNKNOWN_MEMBER_ID
     book.commit("g", {("t1", 0): CommittedOffset(5, -1, "", 0), ("old", 0): CommittedOffset(5, -1, "", 0)})
     week = 7 * 24 * 3600 * 1000
     assert book.expired_offsets(week + 1) == {"g": [("old", 0)]}

@@ -667,7 +667,10 @@ class ConsumerGroups:
             return ErrorCode.UNKNOWN_MEMBER_ID
         if not transactional and version < 9:
             return ErrorCode.UNSUPPORTED_VERSION
-        return ErrorCode.STALE_MEMBER_EPOCH if member_epoch != member.member_epoch else ErrorCode.NONE
+        if member_epoch == member.member_epoch:
+            return ErrorCode.NONE
+        # TxnOffsetCommit has no STALE_MEMBER_EPOCH: Kafka answers ILLEGAL_GENERATION there
+        return ErrorCode.ILLEGAL_GENERATION if transactional else ErrorCode.STALE_MEMBER_EPOCH
 
     def check_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> int:
         group = self.groups[group_id]
