@@ -460,3 +460,19 @@ def test_a_regex_subscription_follows_the_topics_that_match():
     res = groups.heartbeat(2, MemberHeartbeat("g", "a", 2, subscribed_topic_names=("t2",), subscribed_topic_regex="",
                                                owned=res.assignment), cluster.lookup, names)
     assert g.members["a"].subscribed_topic_regex is None and set(g.topics) == {"t2"}
+
+
+def test_a_heartbeat_says_whether_the_records_must_change():
+    groups, table, cluster = setup()
+    a = Client(groups, cluster, "g", "a")
+    assert a.beat(0).changed  # a new member
+    assert not a.beat(1).changed  # steady: only its session moved on
+    assert not a.beat(2, full=True).changed  # a full heartbeat with nothing new
+    b = Client(groups, cluster, "g", "b")
+    assert b.beat(3).changed
+    assert a.beat(4).changed  # a's revocation starts
+    assert a.beat(5).changed  # revoked: its new epoch
+    assert b.beat(6).changed  # b gets the partitions
+    assert not b.beat(7).changed
+    assert a.beat(8, rack_id="r1").changed  # a field the records hold
+    assert a.beat(9, epoch=-1).changed  # leaving

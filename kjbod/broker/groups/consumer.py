@@ -103,6 +103,13 @@ class ConsumerMember:
     session_deadline_ms: int = 0
     rebalance_deadline_ms: int = -1  # while UNREVOKED_PARTITIONS: when the member is removed if still there
 
+    def stored(self) -> tuple:
+        """What the group's records hold of this member (its timers aside)."""
+        return (self.instance_id, self.rack_id, self.client_id, self.client_host, self.subscribed_topic_names,
+                self.subscribed_topic_regex, self.rebalance_timeout_ms, self.server_assignor, self.member_epoch,
+                self.previous_member_epoch, self.state, tuple(sorted(self.assigned.items(), key=str)),
+                tuple(sorted(self.pending_revocation.items(), key=str)))
+
     def reconciled_to(self, epoch: int) -> bool:
         return self.state is MemberState.STABLE and self.member_epoch == epoch
 
@@ -190,6 +197,8 @@ class MemberHeartbeatResult:
     member_epoch: int = 0
     heartbeat_interval_ms: int = 0
     assignment: Assignment | None = None
+    # whether anything the group's records hold changed (else the heartbeat has nothing to write)
+    changed: bool = True
 
 
 class HeartbeatError(Exception):
@@ -516,6 +525,8 @@ class ConsumerGroups:
         old = group.members.get(member_id)
         member = self._member(now, group, r, member_id)
         before_subscription = old.subscription_key() if old is not None else None
+        stored_before = (group.group_epoch, group.assignment_epoch, len(group.members),
+                         old.stored() if old is not None else None)
         before_assigned = dict(member.assigned) if member is old else None
         # 1. the member, updated from what the request carries
         if r.rack_id is not None:
@@ -563,7 +574,9 @@ class ConsumerGroups:
         full = r.member_epoch == 0 or (r.rebalance_timeout_ms != -1 and r.subscribed_topic_names is not None
                                        and r.owned is not None)
         changed = before_assigned is None or before_assigned != member.assigned
-        return MemberHeartbeatResult(member_id=member_id, member_epoch=member.member_epoch,
+        stored_after = (group.group_epoch, group.assignment_epoch, len(group.members), member.stored())
+        return MemberHeartbeatResult(changed=member is not old or stored_before != stored_after,
+                                     member_id=member_id, member_epoch=member.member_epoch,
                                heartbeat_interval_ms=self.config.heartbeat_interval_ms,
                                assignment=dict(member.assigned) if full or changed else None)
 

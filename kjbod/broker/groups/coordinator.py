@@ -178,6 +178,7 @@ class GroupCoordinator:
         self.book = GroupBook(config, persist=self._store_group, consumer_config=consumer_config_from(node.config))
         # consumer group id -> the records last written for it (key -> value): what the next write is a diff of
         self._consumer_records: dict[str, dict[bytes, bytes]] = {}
+        self._unwritten: set[str] = set()  # consumer groups whose last write failed: the next heartbeat writes
         self.topic = OffsetsTopicSettings.of(node.config)
         self.owned: set[int] = set()
         self.loading: set[int] = set()
@@ -283,6 +284,7 @@ class GroupCoordinator:
             self.book.unload(gone)
             for g in gone:
                 self._consumer_records.pop(g, None)
+                self._unwritten.discard(g)
             log.info("groups_unloaded", partition=p, groups=len(gone))
         for p in led - self.owned - self.loading:
             if self._empty(p):  # nothing to read (a new topic): served at once
@@ -515,8 +517,10 @@ class GroupCoordinator:
         """A ConsumerGroupHeartbeat: the group moves on, its changed records are written (acks=all), and the
         answer goes out once they are committed (else the write's error code)."""
         result = self.book.consumer.heartbeat(now_ms(), request, self.topic_meta, self.topic_names)
-        if result.error_code or request.group_id not in self.book.consumer_groups:
-            return result
+        gid = request.group_id
+        if result.error_code or gid not in self.book.consumer_groups or \
+                (not result.changed and gid not in self._unwritten):
+            return result  # a steady heartbeat changes nothing the records hold: nothing to write
         code = await self.persist_consumer(request.group_id)
         if code:
             return MemberHeartbeatResult(error_code=code)
@@ -535,9 +539,13 @@ class GroupCoordinator:
             code = await self.append(group_id, pairs)
         except Exception:
             log.exception("consumer_group_write_failed", group=group_id)
+            self._unwritten.add(group_id)
             return ErrorCode.UNKNOWN_SERVER_ERROR
         if code == 0 and self.book.consumer_groups.get(group_id) is cg:
             self._consumer_records[group_id] = after
+            self._unwritten.discard(group_id)
+        elif code:
+            self._unwritten.add(group_id)
         return code
 
     async def drop_consumer_group(self, group_id: str) -> int:
@@ -550,6 +558,7 @@ class GroupCoordinator:
     def _forget_consumer_group(self, group_id: str) -> None:
         self.book.consumer_groups.pop(group_id, None)
         self._consumer_records.pop(group_id, None)
+        self._unwritten.discard(group_id)
 
     async def delete_offsets(self, group_id: str, partitions: list[tuple[str, int]]) -> int:
         """Tombstones for some of a group's offsets; the partition's error code (0: deleted)."""
