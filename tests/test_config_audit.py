@@ -45,6 +45,7 @@ ELECTIONS = "tests/controller/test_elections.py"
 THROTTLES = "tests/replication/test_throttle.py"
 GROUPS = "tests/groups/test_group_state.py"
 GROUPS_LIVE = "tests/groups/test_groups_live.py"
+CONSUMER_GROUPS = "tests/groups/test_consumer_group_state.py"
 LIMITS = "tests/test_connection_limits_live.py"
 QUOTAS = "tests/test_connection_quotas.py"
 TXN_LIVE = "tests/txn/test_txn_coordinator_live.py"
@@ -52,6 +53,15 @@ QUORUM = "tests/raft/test_quorum_config.py"
 
 # key -> the tests that show it taking effect
 EFFECTS: dict[str, list[str]] = {
+    "group.consumer.session.timeout.ms": [f"{CONSUMER_GROUPS}::test_the_consumer_keys_reach_the_coordinator",
+                                          f"{CONSUMER_GROUPS}::test_the_heartbeat_interval_and_session_timeout_are_the_keys"],
+    "group.consumer.heartbeat.interval.ms": [
+        f"{CONSUMER_GROUPS}::test_the_consumer_keys_reach_the_coordinator",
+        f"{CONSUMER_GROUPS}::test_the_heartbeat_interval_and_session_timeout_are_the_keys"],
+    "group.consumer.assignors": [f"{CONSUMER_GROUPS}::test_the_consumer_keys_reach_the_coordinator",
+                                 f"{CONSUMER_GROUPS}::test_the_first_configured_assignor_is_the_default"],
+    "group.consumer.max.size": [f"{CONSUMER_GROUPS}::test_the_consumer_keys_reach_the_coordinator",
+                                f"{CONSUMER_GROUPS}::test_group_consumer_max_size"],
     "authorizer.class.name": ["tests/security/test_acls_live.py::test_alice_needs_acls_to_produce_and_consume",
                               "tests/security/test_acls_live.py::test_acl_apis_without_an_authorizer"],
     "super.users": ["tests/security/test_acls_live.py::test_alice_needs_acls_to_produce_and_consume"],

@@ -95,6 +95,8 @@ SERVED_APIS: dict[str, tuple[int, int]] = {
     "DescribeTransactions": (0, 0),
     "ListTransactions": (0, 1),
     "UpdateFeatures": (0, 2),
+    "ConsumerGroupHeartbeat": (0, 1),
+    "ConsumerGroupDescribe": (0, 0),
 }
 SERVED_HEADERS: dict[str, tuple[int, int]] = {"RequestHeader": (0, 2), "ResponseHeader": (0, 1)}
 SERVED_RECORDS: dict[str, tuple[int, int]] = {

@@ -122,6 +122,7 @@ from kjbod.protocol.generated.alter_replica_log_dirs_request import (
     AlterReplicaLogDirTopic,
 )
 from kjbod.protocol.generated.api_versions_request import ApiVersionsRequest
+from kjbod.protocol.generated.consumer_group_describe_request import ConsumerGroupDescribeRequest
 from kjbod.protocol.generated.create_acls_request import AclCreation, CreateAclsRequest
 from kjbod.protocol.generated.create_delegation_token_request import (
     CreatableRenewers,
@@ -232,6 +233,7 @@ OFFSET_COMMIT = 8
 OFFSET_FETCH = 9
 FIND_COORDINATOR = 10
 DESCRIBE_GROUPS = 15
+CONSUMER_GROUP_DESCRIBE = 69
 LIST_GROUPS = 16
 DELETE_GROUPS = 42
 OFFSET_DELETE = 47
@@ -908,17 +910,35 @@ class AdminClient:
 
     async def describe_groups(self, group_ids: Iterable[str], *,
                               timeout: float | None = None) -> Results[str, GroupDescription]:
-        """Each group's state, protocol and members as its coordinator knows them (FindCoordinator, then
-        DescribeGroups to each coordinator for its groups).  A consumer group's member assignments are decoded
-        from the consumer protocol's bytes.  Errors are per group, in each result's `error`."""
+        """Each group's state, protocol and members as its coordinator knows them (FindCoordinator, then, as
+        Kafka's admin client does, ConsumerGroupDescribe to each coordinator for its groups, and DescribeGroups
+        for those it does not know as KIP-848 groups, or to a broker without ConsumerGroupDescribe).  A classic
+        consumer group's member assignments are decoded from the consumer protocol's bytes.  Errors are per
+        group, in each result's `error`."""
         deadline = self._deadline(timeout)
         groups = list(dict.fromkeys(group_ids))
 
         async def send(node_id: int, batch: list[str]) -> dict[str, Any]:
+            out: dict[str, Any] = {}
+            coordinator = self._brokers.get(node_id)
+            try:
+                modern, _, conn = await self._call(
+                    node_id, CONSUMER_GROUP_DESCRIBE, lambda v: ConsumerGroupDescribeRequest(group_ids=batch),
+                    deadline, retry=False)
+            except UnsupportedVersionError:
+                modern = None
+            if modern is not None:
+                for g in modern.groups:
+                    if g.error_code == ErrorCode.GROUP_ID_NOT_FOUND:
+                        continue  # a classic group, or none: DescribeGroups says which
+                    error = error_for_code(g.error_code, f"group {g.group_id!r}", api="ConsumerGroupDescribe",
+                                           broker=conn.address)
+                    out[g.group_id] = error if error is not None else _consumer_group_description(g, coordinator)
+                batch = [gid for gid in batch if gid not in out]
+                if not batch:
+                    return out
             response, _, conn = await self._call(
                 node_id, DESCRIBE_GROUPS, lambda v: DescribeGroupsRequest(groups=batch), deadline, retry=False)
-            coordinator = self._brokers.get(node_id)
-            out: dict[str, Any] = {}
             for g in response.groups:
                 error = error_for_code(g.error_code, f"group {g.group_id!r}", api="DescribeGroups",
                                        broker=conn.address)
@@ -1910,6 +1930,15 @@ def _group_description(g: Any, coordinator: BrokerNode | None) -> GroupDescripti
                 assignment = None
         members.append(MemberDescription(m.member_id, m.group_instance_id, m.client_id, m.client_host, assignment))
     return GroupDescription(g.group_id, g.group_state, g.protocol_type, g.protocol_data, tuple(members), coordinator)
+
+
+def _consumer_group_description(g: Any, coordinator: BrokerNode | None) -> GroupDescription:
+    """A ConsumerGroupDescribe entry (a KIP-848 group): its assignor as the protocol, each member's partitions."""
+    members = tuple(MemberDescription(
+        m.member_id, m.instance_id, m.client_id, m.client_host,
+        tuple((t.topic_name, p) for t in m.assignment.topic_partitions for p in sorted(t.partitions)))
+        for m in g.members)
+    return GroupDescription(g.group_id, g.group_state, CONSUMER_PROTOCOL_TYPE, g.assignor_name, members, coordinator)
 
 
 def _change_result(group_id: str, wanted: Mapping[tuple[str, int], Any], codes: Mapping[tuple[str, int], int],

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kjbod.broker.broker_config import listener_connection_key, parse_per_ip_overrides
+from kjbod.broker.groups.consumer import ASSIGNOR_CLASSES, ASSIGNORS
 from kjbod.metadata.acls import STANDARD_AUTHORIZER
 from kjbod.net.sasl import SaslConfigError, SaslSettings, is_sasl, is_sasl_key
 from kjbod.net.tls import (
@@ -161,6 +162,15 @@ def _double(lo: float, hi: float = float("inf")) -> Callable[[str, str], float]:
         return value
 
     return conv
+
+
+def _assignors(key: str, raw: str) -> tuple[str, ...]:
+    """group.consumer.assignors: server-side assignors by name (uniform, range) or Kafka's class name; the first
+    is the default."""
+    names = _list(key, raw)
+    if not names or any(ASSIGNOR_CLASSES.get(n, n) not in ASSIGNORS for n in names):
+        raise _bad(key, raw, "a list of uniform and range (or Kafka's UniformAssignor and RangeAssignor classes)")
+    return names
 
 
 def _policies(key: str, raw: str) -> str:
@@ -494,6 +504,13 @@ KEYS: dict[str, KeyDef] = {
         KeyDef("group.min.session.timeout.ms", _int(), 6000),
         KeyDef("group.max.session.timeout.ms", _int(), 1_800_000),
         KeyDef("group.max.size", _int(1), 2**31 - 1),
+        KeyDef("group.consumer.session.timeout.ms", _int(1), 45_000,
+               "how long a consumer-protocol (KIP-848) member may go without a heartbeat before it is removed"),
+        KeyDef("group.consumer.heartbeat.interval.ms", _int(1), 5000,
+               "how often consumer-protocol members are told to heartbeat"),
+        KeyDef("group.consumer.assignors", _assignors, ("uniform", "range"),
+               "the server-side assignors consumer-protocol groups may use; the first is the default"),
+        KeyDef("group.consumer.max.size", _int(1), 2**31 - 1, "the most members a consumer-protocol group may have"),
         KeyDef("offset.metadata.max.bytes", _int(), 4096),
         KeyDef("offsets.retention.minutes", _int(1), 10080,
                "how long a group's committed offsets are kept once the group is empty (Kafka has no ms key)",
@@ -691,6 +708,10 @@ class ServerConfig:
     group_min_session_timeout_ms: int = 6000
     group_max_session_timeout_ms: int = 1_800_000
     group_max_size: int = 2**31 - 1
+    group_consumer_session_timeout_ms: int = 45_000
+    group_consumer_heartbeat_interval_ms: int = 5000
+    group_consumer_assignors: tuple[str, ...] = ("uniform", "range")
+    group_consumer_max_size: int = 2**31 - 1
     offset_metadata_max_bytes: int = 4096
     offsets_retention_ms: int = 7 * 24 * 3600 * 1000
     offsets_retention_check_interval_ms: int = 600_000
@@ -1239,6 +1260,10 @@ def build_config(
         group_min_session_timeout_ms=get("group.min.session.timeout.ms"),
         group_max_session_timeout_ms=get("group.max.session.timeout.ms"),
         group_max_size=get("group.max.size"),
+        group_consumer_session_timeout_ms=get("group.consumer.session.timeout.ms"),
+        group_consumer_heartbeat_interval_ms=get("group.consumer.heartbeat.interval.ms"),
+        group_consumer_assignors=get("group.consumer.assignors"),
+        group_consumer_max_size=get("group.consumer.max.size"),
         offset_metadata_max_bytes=get("offset.metadata.max.bytes"),
         offsets_retention_ms=get("offsets.retention.minutes") * 60_000,
         offsets_retention_check_interval_ms=get("offsets.retention.check.interval.ms"),

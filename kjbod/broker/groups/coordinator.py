@@ -36,6 +36,13 @@ from kjbod.broker.coordinator_host import read_chunk as read_chunk
 from kjbod.broker.coordinator_host import resolver as resolver
 from kjbod.broker.coordinator_host import settle as settle
 from kjbod.broker.groups import records as rec
+from kjbod.broker.groups.consumer import (
+    ASSIGNOR_CLASSES,
+    ConsumerGroupConfig,
+    MemberHeartbeat,
+    MemberHeartbeatResult,
+    TopicMeta,
+)
 from kjbod.broker.groups.state import CommittedOffset, Group, GroupBook, GroupConfig, GroupState, Member
 from kjbod.protocol.errors import ErrorCode
 from kjbod.storage.records import build_batch
@@ -95,6 +102,15 @@ def config_from(node: Any) -> tuple[GroupConfig, int, int]:
     return cfg, c.offsets_topic_num_partitions, c.offsets_topic_replication_factor
 
 
+def consumer_config_from(config: Any) -> ConsumerGroupConfig:
+    """The group.consumer.* keys (an assignor may be named by Kafka's class name too)."""
+    return ConsumerGroupConfig(
+        session_timeout_ms=config.group_consumer_session_timeout_ms,
+        heartbeat_interval_ms=config.group_consumer_heartbeat_interval_ms,
+        assignors=tuple(ASSIGNOR_CLASSES.get(a, a) for a in config.group_consumer_assignors),
+        max_size=config.group_consumer_max_size)
+
+
 def coordinator_of(node: Any) -> GroupCoordinator:
     """The node's group coordinator, made and started on first use."""
     coordinator = getattr(node, "group_coordinator", None)
@@ -115,7 +131,10 @@ class GroupCoordinator(CoordinatorHost):
         super().__init__(node, num_partitions, replication_factor)
         self.expiry_interval_ms = expiry_interval_ms  # offsets.retention.check.interval.ms
         self.config = config
-        self.book = GroupBook(config, persist=self._store_group)
+        self.book = GroupBook(config, persist=self._store_group, consumer_config=consumer_config_from(node.config))
+        # consumer group id -> the records last written for it (key -> value): what the next write is a diff of
+        self._consumer_records: dict[str, dict[bytes, bytes]] = {}
+        self._unwritten: set[str] = set()  # consumer groups whose last write failed: the next heartbeat writes
         self.settings = OffsetsTopicSettings.of(node.config)
         self.load_chunk = self.settings.load_buffer_size
         self._next_expiry = now_ms() + expiry_interval_ms
@@ -125,28 +144,35 @@ class GroupCoordinator(CoordinatorHost):
         return [*OFFSETS_TOPIC_CONFIGS, ("segment.bytes", str(self.settings.segment_bytes))]
 
     def _unload(self, p: int) -> int:
-        gone = [g for g in self.book.groups if self.partition_of(g) == p]
+        gone = [g for g in set(self.book.groups) | set(self.book.consumer_groups) if self.partition_of(g) == p]
         self.book.unload(gone)
+        for g in gone:
+            self._consumer_records.pop(g, None)
+            self._unwritten.discard(g)
         return len(gone)
 
     async def _tick(self, now: int) -> None:
         self.book.tick(now)
+        for gid in self.book.consumer.tick(now):
+            self._spawn(self.persist_consumer(gid))
         if now >= self._next_expiry:
             self._next_expiry = now + self.expiry_interval_ms
             await self._expire(now)
 
     async def _expire(self, now: int) -> None:
         """Writes tombstones for the offsets past offsets.retention.ms; an empty group left without offsets goes
-        too (its metadata tombstoned), as Kafka's cleanup does."""
+        too (its metadata tombstoned; a KIP-848 group's records all), as Kafka's cleanup does."""
         for gid, partitions in self.book.expired_offsets(now).items():
             if self.partition_of(gid) not in self.owned:
                 continue
             group = self.book.groups.get(gid)
             pairs: list[tuple[bytes, bytes | None]] = [(rec.offset_key(gid, t, p), None) for t, p in partitions]
+            cg = self.book.consumer_groups.get(gid)
             drop_group = group is not None and group.is_(GroupState.EMPTY) and \
-                len(group.offsets) == len(partitions) and not group.pending
+                len(group.offsets) == len(partitions) and not group.pending and not (cg is not None and cg.members)
             if drop_group:
                 pairs.append((rec.group_key(gid), None))
+                pairs += [(k, None) for k in self._consumer_records.get(gid, {})]
             if await self.append(gid, pairs):
                 continue  # tried again at the next check
             group = self.book.groups.get(gid)
@@ -156,7 +182,15 @@ class GroupCoordinator(CoordinatorHost):
                 group.offsets.pop(tp, None)
             if drop_group and group.is_(GroupState.EMPTY) and not group.offsets:
                 del self.book.groups[gid]
+                self._forget_consumer_group(gid)
             log.info("offsets_expired", group=gid, partitions=len(partitions), group_removed=drop_group)
+        for gid, cg in list(self.book.consumer_groups.items()):
+            # a KIP-848 group left empty and without offsets is removed, as Kafka's cleanup does
+            holder = self.book.groups.get(gid)
+            if cg.members or (holder is not None and holder.offsets) or self.partition_of(gid) not in self.owned:
+                continue
+            if not await self.drop_consumer_group(gid):
+                log.info("consumer_group_removed", group=gid)
 
     # ------------------------------------------------------------------------------------------- loading
     # A load keeps (key, value, producer id, marker) per record: a transactional batch's records wait for their
@@ -181,6 +215,7 @@ class GroupCoordinator(CoordinatorHost):
         no marker has come yet."""
         offsets: dict[str, dict[tuple[str, int], CommittedOffset | None]] = {}
         groups: dict[str, rec.GroupRecord | None] = {}
+        consumer: dict[str, dict[rec.ConsumerKey, tuple[bytes, bytes | None]]] = {}
         pending: dict[int, list[tuple[bytes, bytes | None]]] = {}
         pairs: list[tuple[bytes | None, bytes | None]] = []
         for key, value, pid, marker in records:
@@ -207,11 +242,24 @@ class GroupCoordinator(CoordinatorHost):
                 if isinstance(k, rec.OffsetKey):
                     offsets.setdefault(k.group, {})[(k.topic, k.partition)] = (
                         None if value is None else rec.read_offset_value(bytes(value)))
+                elif isinstance(k, rec.ConsumerKey):
+                    consumer.setdefault(k.group, {})[k] = (bytes(key), None if value is None else bytes(value))
                 else:
                     groups[k.group] = None if value is None else rec.read_group_value(bytes(value))
             except (rec.RecordFormatError, UnicodeDecodeError) as e:
                 log.warning("offsets_record_skipped", reason=str(e))
         now = now_ms()
+        for gid, values in consumer.items():
+            try:
+                cg = rec.consumer_group_of(gid, {k: v for k, (_, v) in values.items() if v is not None})
+            except (rec.RecordFormatError, UnicodeDecodeError, ValueError) as e:
+                log.warning("consumer_group_record_skipped", group=gid, reason=str(e))
+                continue
+            if cg is None:
+                continue
+            self.book.consumer_groups[gid] = cg
+            self._consumer_records[gid] = {raw: v for raw, v in values.values() if v is not None}
+        self.book.consumer.touch_all(now)
         for gid in set(offsets) | set(groups):
             kept = {tp: c for tp, c in offsets.get(gid, {}).items() if c is not None}
             meta = groups.get(gid)
@@ -268,6 +316,63 @@ class GroupCoordinator(CoordinatorHost):
 
         self._spawn(write())
 
+    # ------------------------------------------------------------------------------------------- consumer groups
+    def topic_meta(self, name: str) -> TopicMeta | None:
+        topic = self.node.metadata.topic(name)
+        if topic is None:
+            return None
+        return TopicMeta(topic.topic_id, name, len(topic.partitions))
+
+    def topic_names(self) -> list[str]:
+        return list(self.node.metadata.by_name)
+
+    async def consumer_heartbeat(self, request: MemberHeartbeat) -> MemberHeartbeatResult:
+        """A ConsumerGroupHeartbeat: the group moves on, its changed records are written (acks=all), and the
+        answer goes out once they are committed (else the write's error code)."""
+        result = self.book.consumer.heartbeat(now_ms(), request, self.topic_meta, self.topic_names)
+        gid = request.group_id
+        if result.error_code or gid not in self.book.consumer_groups or \
+                (not result.changed and gid not in self._unwritten):
+            return result  # a steady heartbeat changes nothing the records hold: nothing to write
+        code = await self.persist_consumer(request.group_id)
+        if code:
+            return MemberHeartbeatResult(error_code=code)
+        return result
+
+    async def persist_consumer(self, group_id: str) -> int:
+        """Writes what changed in a consumer group since its last write; the partition's error code."""
+        cg = self.book.consumer_groups.get(group_id)
+        if cg is None:
+            return ErrorCode.NONE
+        after = rec.consumer_group_records(cg)
+        pairs = rec.records_between(self._consumer_records.get(group_id, {}), after)
+        if not pairs:
+            return ErrorCode.NONE
+        try:
+            code = await self.append(group_id, pairs)
+        except Exception:
+            log.exception("consumer_group_write_failed", group=group_id)
+            self._unwritten.add(group_id)
+            return ErrorCode.UNKNOWN_SERVER_ERROR
+        if code == 0 and self.book.consumer_groups.get(group_id) is cg:
+            self._consumer_records[group_id] = after
+            self._unwritten.discard(group_id)
+        elif code:
+            self._unwritten.add(group_id)
+        return code
+
+    async def drop_consumer_group(self, group_id: str) -> int:
+        """Tombstones every record of an (empty) consumer group and forgets it; its offsets stay.  Forgotten before
+        the write is queued, so a member joining meanwhile makes a new group whose records follow the tombstones."""
+        pairs: list[tuple[bytes, bytes | None]] = [(k, None) for k in self._consumer_records.get(group_id, {})]
+        self._forget_consumer_group(group_id)
+        return await self.append(group_id, pairs) if pairs else ErrorCode.NONE
+
+    def _forget_consumer_group(self, group_id: str) -> None:
+        self.book.consumer_groups.pop(group_id, None)
+        self._consumer_records.pop(group_id, None)
+        self._unwritten.discard(group_id)
+
     async def delete_offsets(self, group_id: str, partitions: list[tuple[str, int]]) -> int:
         """Tombstones for some of a group's offsets; the partition's error code (0: deleted)."""
         code = await self.append(group_id, [(rec.offset_key(group_id, t, p), None) for t, p in partitions])
@@ -282,9 +387,11 @@ class GroupCoordinator(CoordinatorHost):
         pairs: list[tuple[bytes, bytes | None]] = [(rec.group_key(group_id), None)]
         if group is not None:
             pairs += [(rec.offset_key(group_id, t, p), None) for t, p in group.offsets]
+        pairs += [(k, None) for k in self._consumer_records.get(group_id, {})]
         code = await self.append(group_id, pairs)
         if code == 0:
             self.book.groups.pop(group_id, None)
+            self._forget_consumer_group(group_id)
         return code
 
 

@@ -21,13 +21,42 @@ GroupMetadataValue v3
 
 It reads every version Kafka defines up to 3 (v0: no leader epoch; v1: expire timestamp; v2: no instance ids
 in members before v3; rebalance timeout from v1).  Strings are an int16 length then UTF-8, null as length -1.
+
+KIP-848 consumer groups (kjbod.broker.groups.consumer) are stored as Kafka's six record kinds, their keys plain
+(group id, and member id where there is one) and their values version 0 in the flexible encoding (compact
+strings and arrays: an unsigned varint of length + 1, 0 for null; a tagged-field count closing each struct):
+
+  key 3  ConsumerGroupMetadata:               value: epoch (int32)
+  key 4  ConsumerGroupPartitionMetadata:      value: topics [topic id (uuid), name, partitions (int32),
+                                                      partition racks [partition (int32), racks [string]]]
+  key 5  ConsumerGroupMemberMetadata:         value: instance id?, rack id?, client id, client host,
+                                                      subscribed topic names [string], regex?, rebalance
+                                                      timeout (int32), server assignor?  (tag 0: a classic
+                                                      member's protocols, never written here)
+  key 6  ConsumerGroupTargetAssignmentMetadata: value: assignment epoch (int32)
+  key 7  ConsumerGroupTargetAssignmentMember: value: topic partitions [topic id, partitions [int32]]
+  key 8  ConsumerGroupCurrentMemberAssignment: value: member epoch, previous member epoch (int32), state
+                                                      (int8), assigned and pending revocation (as key 7's)
+
+`consumer_group_records(group)` turns a group into the records that hold it (key bytes -> value bytes), and
+`consumer_group_of(group id, records)` makes the group again from what a load found; the coordinator writes the
+difference between the records last written and the ones the group needs now (a tombstone for a key gone).
 """
 
 from __future__ import annotations
 
 import struct
+from collections.abc import Mapping
 from dataclasses import dataclass
+from uuid import UUID
 
+from kjbod.broker.groups.consumer import (
+    Assignment,
+    ConsumerGroup,
+    ConsumerMember,
+    MemberState,
+    TopicMeta,
+)
 from kjbod.broker.groups.state import CommittedOffset
 
 OFFSET_KEY_VERSION = 1
@@ -151,7 +180,7 @@ def group_value(g: GroupRecord) -> bytes:
     return b"".join(out)
 
 
-def read_key(buf: bytes) -> OffsetKey | GroupKey:
+def read_key(buf: bytes) -> OffsetKey | GroupKey | ConsumerKey:
     r = _Reader(buf)
     version = r.int16()
     if version in (0, 1):
@@ -159,6 +188,11 @@ def read_key(buf: bytes) -> OffsetKey | GroupKey:
         return OffsetKey(group or "", topic or "", r.int32())
     if version == 2:
         return GroupKey(r.string() or "")
+    if version in (CG_METADATA, CG_PARTITION_METADATA, CG_TARGET_METADATA):
+        return ConsumerKey(version, r.string() or "", None)
+    if version in (CG_MEMBER, CG_TARGET_MEMBER, CG_CURRENT):
+        group = r.string() or ""
+        return ConsumerKey(version, group, r.string() or "")
     raise RecordFormatError(f"unknown __consumer_offsets key version {version}")
 
 
@@ -194,3 +228,210 @@ def read_group_value(buf: bytes) -> GroupRecord:
         members.append(MemberRecord(member_id, instance, client_id, client_host, rebalance, session,
                                     r.bytes_(), r.bytes_()))
     return GroupRecord(protocol_type, generation, protocol, leader, ts, tuple(members))
+
+
+# ------------------------------------------------------------------------------------------------ consumer groups
+CG_METADATA = 3
+CG_PARTITION_METADATA = 4
+CG_MEMBER = 5
+CG_TARGET_METADATA = 6
+CG_TARGET_MEMBER = 7
+CG_CURRENT = 8
+# the order Kafka writes a heartbeat's records in; tombstones go the other way round
+WRITE_ORDER = (CG_MEMBER, CG_PARTITION_METADATA, CG_METADATA, CG_TARGET_MEMBER, CG_TARGET_METADATA, CG_CURRENT)
+_B = struct.Struct(">b")
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerKey:
+    """A key of a consumer group record: its kind (the key version), the group, and the member if any."""
+
+    kind: int
+    group: str
+    member: str | None
+
+
+def consumer_key(kind: int, group: str, member: str | None = None) -> bytes:
+    return _H.pack(kind) + _str(group) + (_str(member) if member is not None else b"")
+
+
+def _uvarint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _cstr(s: str | None) -> bytes:
+    if s is None:
+        return b"\x00"
+    raw = s.encode("utf-8")
+    return _uvarint(len(raw) + 1) + raw
+
+
+def _carray(items: list[bytes]) -> bytes:
+    return _uvarint(len(items) + 1) + b"".join(items)
+
+
+_NO_TAGS = b"\x00"
+
+
+def _partitions(a: Assignment) -> bytes:
+    return _carray([tid.bytes + _carray([_I.pack(p) for p in sorted(ps)]) + _NO_TAGS
+                    for tid, ps in sorted(a.items(), key=lambda kv: kv[0].bytes) if ps])
+
+
+class _FlexReader(_Reader):
+    def uvarint(self) -> int:
+        shift = n = 0
+        while True:
+            if self.pos >= len(self.buf):
+                raise RecordFormatError("truncated varint")
+            b = self.buf[self.pos]
+            self.pos += 1
+            n |= (b & 0x7F) << shift
+            if not b & 0x80:
+                return n
+            shift += 7
+            if shift > 35:
+                raise RecordFormatError("varint too long")
+
+    def cstr(self) -> str | None:
+        n = self.uvarint() - 1
+        if n < 0:
+            return None
+        if self.pos + n > len(self.buf):
+            raise RecordFormatError("truncated string")
+        s = bytes(self.buf[self.pos:self.pos + n]).decode("utf-8")
+        self.pos += n
+        return s
+
+    def count(self) -> int:
+        n = self.uvarint() - 1
+        if n > len(self.buf):
+            raise RecordFormatError("bad array length")
+        return max(n, 0)
+
+    def uuid(self) -> UUID:
+        if self.pos + 16 > len(self.buf):
+            raise RecordFormatError("truncated uuid")
+        u = UUID(bytes=bytes(self.buf[self.pos:self.pos + 16]))
+        self.pos += 16
+        return u
+
+    def int8(self) -> int:
+        return self._take(_B)
+
+    def tags(self) -> None:
+        for _ in range(self.uvarint()):
+            self.uvarint()
+            size = self.uvarint()
+            if self.pos + size > len(self.buf):
+                raise RecordFormatError("truncated tagged field")
+            self.pos += size
+
+    def partitions(self) -> Assignment:
+        out: Assignment = {}
+        for _ in range(self.count()):
+            tid = self.uuid()
+            out[tid] = frozenset(self.int32() for _ in range(self.count()))
+            self.tags()
+        return out
+
+
+def _value(fields: bytes) -> bytes:
+    return _H.pack(0) + fields + _NO_TAGS
+
+
+def consumer_group_records(g: ConsumerGroup) -> dict[bytes, bytes]:
+    """The records holding a consumer group now: key bytes -> value bytes, in Kafka's writing order."""
+    gid = g.group_id
+    out: dict[bytes, bytes] = {}
+    for mid, m in g.members.items():
+        out[consumer_key(CG_MEMBER, gid, mid)] = _value(
+            _cstr(m.instance_id) + _cstr(m.rack_id) + _cstr(m.client_id) + _cstr(m.client_host)
+            + _carray([_cstr(t) for t in m.subscribed_topic_names]) + _cstr(m.subscribed_topic_regex)
+            + _I.pack(m.rebalance_timeout_ms) + _cstr(m.server_assignor))
+    out[consumer_key(CG_PARTITION_METADATA, gid)] = _value(_carray([
+        t.topic_id.bytes + _cstr(t.name) + _I.pack(t.num_partitions) + _carray([]) + _NO_TAGS
+        for t in sorted(g.topics.values(), key=lambda t: t.name)]))
+    out[consumer_key(CG_METADATA, gid)] = _value(_I.pack(g.group_epoch))
+    for mid, a in g.target.items():
+        out[consumer_key(CG_TARGET_MEMBER, gid, mid)] = _value(_partitions(a))
+    out[consumer_key(CG_TARGET_METADATA, gid)] = _value(_I.pack(g.assignment_epoch))
+    for mid, m in g.members.items():
+        out[consumer_key(CG_CURRENT, gid, mid)] = _value(
+            _I.pack(m.member_epoch) + _I.pack(m.previous_member_epoch) + _B.pack(int(m.state))
+            + _partitions(m.assigned) + _partitions(m.pending_revocation))
+    return out
+
+
+def records_between(before: Mapping[bytes, bytes], after: Mapping[bytes, bytes]) -> list[tuple[bytes, bytes | None]]:
+    """What to write to go from one set of records to the next: new or changed values in Kafka's writing order,
+    then tombstones (a member's current assignment, target, metadata first; the group's epoch last)."""
+    def kind(key: bytes) -> int:
+        return WRITE_ORDER.index(_H.unpack_from(key)[0])
+
+    writes = sorted((k for k, v in after.items() if before.get(k) != v), key=kind)
+    gone = sorted((k for k in before if k not in after), key=kind, reverse=True)
+    return [(k, after[k]) for k in writes] + [(k, None) for k in gone]
+
+
+def consumer_group_of(group_id: str, values: Mapping[ConsumerKey, bytes]) -> ConsumerGroup | None:
+    """The consumer group that the loaded records (the last value of each key, tombstones dropped) describe, or
+    None when its group record is gone."""
+    meta = values.get(ConsumerKey(CG_METADATA, group_id, None))
+    if meta is None:
+        return None
+    g = ConsumerGroup(group_id, group_epoch=_epoch(meta))
+    target_meta = values.get(ConsumerKey(CG_TARGET_METADATA, group_id, None))
+    g.assignment_epoch = _epoch(target_meta) if target_meta is not None else 0
+    pm = values.get(ConsumerKey(CG_PARTITION_METADATA, group_id, None))
+    if pm is not None:
+        r = _flex(pm)
+        for _ in range(r.count()):
+            tid, name, n = r.uuid(), r.cstr() or "", r.int32()
+            for _ in range(r.count()):
+                r.int32()
+                for _ in range(r.count()):
+                    r.cstr()
+                r.tags()
+            r.tags()
+            g.topics[name] = TopicMeta(tid, name, n)
+    for key, raw in values.items():
+        if key.member is None:
+            continue
+        if key.kind == CG_MEMBER:
+            r = _flex(raw)
+            m = g.members.setdefault(key.member, ConsumerMember(key.member))
+            m.instance_id, m.rack_id, m.client_id, m.client_host = r.cstr(), r.cstr(), r.cstr() or "", r.cstr() or ""
+            m.subscribed_topic_names = tuple(r.cstr() or "" for _ in range(r.count()))
+            m.subscribed_topic_regex, m.rebalance_timeout_ms, m.server_assignor = r.cstr(), r.int32(), r.cstr()
+            if m.instance_id is not None:
+                g.static[m.instance_id] = key.member
+        elif key.kind == CG_TARGET_MEMBER:
+            g.target[key.member] = _flex(raw).partitions()
+    for key, raw in values.items():
+        if key.kind == CG_CURRENT and key.member in g.members:
+            r = _flex(raw)
+            m = g.members[key.member]
+            m.member_epoch, m.previous_member_epoch = r.int32(), r.int32()
+            state = r.int8()
+            m.state = MemberState(state) if state in MemberState._value2member_map_ else MemberState.UNKNOWN
+            m.assigned, m.pending_revocation = r.partitions(), r.partitions()
+    g.target = {mid: a for mid, a in g.target.items() if mid in g.members}
+    return g
+
+
+def _flex(raw: bytes) -> _FlexReader:
+    r = _FlexReader(raw)
+    version = r.int16()
+    if version != 0:
+        raise RecordFormatError(f"unsupported consumer group value version {version}")
+    return r
+
+
+def _epoch(raw: bytes) -> int:
+    return _flex(raw).int32()

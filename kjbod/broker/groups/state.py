@@ -32,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 
+from kjbod.broker.groups.consumer import ConsumerGroup, ConsumerGroupConfig, ConsumerGroups
 from kjbod.protocol.errors import ErrorCode
 
 UNKNOWN_MEMBER = ""
@@ -171,9 +172,15 @@ class Group:
 class GroupBook:
     """The groups of one coordinator, and every move between their states."""
 
-    def __init__(self, config: GroupConfig, persist: Persist | None = None) -> None:
+    def __init__(self, config: GroupConfig, persist: Persist | None = None,
+                 consumer_config: ConsumerGroupConfig | None = None) -> None:
         self.config = config
         self.groups: dict[str, Group] = {}
+        # KIP-848 groups (kjbod.broker.groups.consumer).  Their committed offsets live in `groups` like every
+        # group's: the entry there of a consumer group's id is the holder of its offsets and never has members.
+        self.consumer_groups: dict[str, ConsumerGroup] = {}
+        self.consumer = ConsumerGroups(consumer_config or ConsumerGroupConfig(), self.consumer_groups,
+                                       classic_busy=lambda gid: bool(gid in self.groups and self.groups[gid].members))
         # Stores a group's metadata (the shell: a record of __consumer_offsets) and then calls back with the time
         # and 0 or the error code; without one, the write counts as done at once (in-process tests).
         self.persist: Persist = persist or (lambda group, done: done(group.state_since_ms, ErrorCode.NONE))
@@ -194,6 +201,10 @@ class GroupBook:
             return reply(JoinResult(ErrorCode.INVALID_SESSION_TIMEOUT, member_id))
         if rebalance_timeout_ms < 0:  # v0: the session timeout stands in for it
             rebalance_timeout_ms = session_timeout_ms
+        if group_id in self.consumer_groups:
+            # a consumer-protocol group with members; an empty one is dropped first by the shell, as Kafka turns
+            # it into a classic group
+            return reply(JoinResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id))
         group = self.groups.get(group_id)
         if group is None:
             if member_id != UNKNOWN_MEMBER:
@@ -556,12 +567,15 @@ class GroupBook:
 
     # ------------------------------------------------------------------------------------------- offsets
     def check_commit(self, now: int, group_id: str, generation_id: int, member_id: str,
-                     group_instance_id: str | None, *, v9: bool = False) -> int:
+                     group_instance_id: str | None, *, v9: bool = False, transactional: bool = False) -> int:
         """Whether a commit may go ahead (0) or Kafka's code refusing it.  A commit with generation -1 from
         outside the group (a consumer with assigned partitions) goes to an empty or new group; a commit with a
         generation to a group that does not exist is ILLEGAL_GENERATION, GROUP_ID_NOT_FOUND from v9."""
         if not group_id:
             return ErrorCode.INVALID_GROUP_ID
+        if group_id in self.consumer_groups:
+            return self.consumer.check_commit(group_id, member_id, generation_id, 9 if v9 else 8,
+                                              transactional=transactional)
         group = self.groups.get(group_id)
         if group is None:
             if generation_id >= 0:
@@ -632,7 +646,8 @@ class GroupBook:
         for gid, group in self.groups.items():
             if group.is_(GroupState.DEAD) or not group.offsets:
                 continue
-            empty = group.is_(GroupState.EMPTY)
+            cg = self.consumer_groups.get(gid)
+            empty = group.is_(GroupState.EMPTY) and not (cg is not None and cg.members)
             subscribed = set() if empty else self.subscribed_topics(group)
             if subscribed is None:
                 continue
@@ -654,6 +669,9 @@ class GroupBook:
     def subscribed_topics(self, group: Group) -> set[str] | None:
         """The topics a consumer group's members subscribe to (from their subscriptions, Kafka's
         ConsumerProtocolSubscription), or None when the group is not a consumer group."""
+        cg = self.consumer_groups.get(group.group_id)
+        if cg is not None:
+            return cg.subscribed_topics()
         if group.protocol_type != "consumer":
             return None
         topics: set[str] = set()
@@ -674,6 +692,7 @@ class GroupBook:
             if not groups:
                 del self.pending_txn[pid]
         for gid in group_ids:
+            self.consumer_groups.pop(gid, None)
             group = self.groups.pop(gid, None)
             if group is None:
                 continue

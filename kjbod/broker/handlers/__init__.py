@@ -16,6 +16,8 @@ from kjbod.broker.handlers import (  # noqa: F401
     begin_quorum_epoch,
     broker_heartbeat,
     broker_registration,
+    consumer_group_describe,
+    consumer_group_heartbeat,
     create_acls,
     create_delegation_token,
     create_partitions,

@@ -27,7 +27,10 @@ async def handle(node, request, body: DeleteGroupsRequest) -> DeleteGroupsRespon
             code = ErrorCode.GROUP_AUTHORIZATION_FAILED
         else:
             code = coordinator.status(gid) if gid else ErrorCode.INVALID_GROUP_ID
-        if not code:
+        cg = coordinator.book.consumer_groups.get(gid) if not code else None
+        if cg is not None:
+            code = ErrorCode.NON_EMPTY_GROUP if cg.members else await coordinator.delete_group(gid)
+        elif not code:
             g = coordinator.book.groups.get(gid)
             if g is None or g.is_(GroupState.DEAD):
                 code = ErrorCode.GROUP_ID_NOT_FOUND

@@ -3,7 +3,8 @@
 Version notes: v1 throttle time; v3 authorized operations (the group's operations the client may do: every one
 without an authorizer, as Kafka); v4 the group instance id; v5 flexible.  A group this coordinator does not
 know is described as Dead with no members and no error, as Kafka does below v6.  Member metadata and
-assignments are answered while the group is Stable, its protocol name then too.
+assignments are answered while the group is Stable, its protocol name then too.  A group of the consumer protocol
+(KIP-848) is described as Dead: ConsumerGroupDescribe is its API.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ def handle(node, request, body: DescribeGroupsRequest) -> DescribeGroupsResponse
             code = ErrorCode.GROUP_AUTHORIZATION_FAILED
         else:
             code = coordinator.status(gid) if gid else ErrorCode.INVALID_GROUP_ID
-        g = coordinator.book.groups.get(gid) if not code else None
+        # a consumer-protocol (KIP-848) group is no classic group: Dead, as Kafka answers below v6
+        g = coordinator.book.groups.get(gid) if not code and gid not in coordinator.book.consumer_groups else None
         if code or g is None:
             out.append(DescribedGroup(error_code=code, group_id=gid, group_state=GroupState.DEAD.value,
                                       authorized_operations=ops))

@@ -1,7 +1,8 @@
 """ListGroups (key 16), versions 0-5.
 
 Version notes: v1 throttle time; v3 flexible; v4 states filter and the group state; v5 types filter and the
-group type (every kjbod group is "classic").  Lists the groups whose `__consumer_offsets` partition this broker
+group type ("consumer" for a KIP-848 group, whose state is its own: Empty, Assigning, Reconciling, Stable;
+"classic" otherwise).  Lists the groups whose `__consumer_offsets` partition this broker
 leads; COORDINATOR_LOAD_IN_PROGRESS (with the groups known so far) while one of those partitions is loading.
 """
 
@@ -24,14 +25,18 @@ def handle(node, request, body: ListGroupsRequest) -> ListGroupsResponse:
     types = {t.lower() for t in body.types_filter}
     groups = []
     everything = allowed_cluster(node, request, DESCRIBE)  # else the groups it may DESCRIBE, as Kafka's
-    for gid, g in coordinator.book.groups.items():
+    book = coordinator.book
+    listed: list[tuple[str, str, str, str]] = [  # id, protocol type, state, type
+        (gid, g.protocol_type or "", g.state.value, "classic") for gid, g in book.groups.items()
+        if gid not in book.consumer_groups]
+    listed += [(gid, "consumer", g.state.value, "consumer") for gid, g in book.consumer_groups.items()]
+    for gid, protocol_type, state, kind in listed:
         if coordinator.partition_of(gid) not in coordinator.owned:
             continue
         if not everything and not allowed(node, request, DESCRIBE, GROUP, gid):
             continue
-        if (states and g.state.value.lower() not in states) or (types and "classic" not in types):
+        if (states and state.lower() not in states) or (types and kind not in types):
             continue
-        groups.append(ListedGroup(group_id=gid, protocol_type=g.protocol_type or "", group_state=g.state.value,
-                                  group_type="classic"))
+        groups.append(ListedGroup(group_id=gid, protocol_type=protocol_type, group_state=state, group_type=kind))
     code = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS if coordinator.loading else 0
     return ListGroupsResponse(error_code=code, groups=groups)

@@ -30,7 +30,9 @@ async def handle(node, request, body: OffsetDeleteRequest) -> OffsetDeleteRespon
     if not code and (group is None or group.is_(GroupState.DEAD)):
         code = ErrorCode.GROUP_ID_NOT_FOUND
     subscribed: set[str] | None = set()
-    if not code and group is not None and not group.is_(GroupState.EMPTY):
+    # a KIP-848 group's offsets holder is never in a classic state: its members' subscriptions decide
+    if not code and group is not None and (not group.is_(GroupState.EMPTY)
+                                           or body.group_id in coordinator.book.consumer_groups):
         subscribed = coordinator.book.subscribed_topics(group)
         if subscribed is None:
             code = ErrorCode.NON_EMPTY_GROUP

@@ -3,7 +3,8 @@
 Version notes: v1 reads `__consumer_offsets`; v2 takes null topics (every committed offset) and adds a group error
 code; v3 throttle time; v5 the committed leader epoch; v6 flexible; v7 require_stable (a partition with a
 transactional offset commit still pending then answers UNSTABLE_OFFSET_COMMIT, which clients retry, as Kafka); v8 several groups per request; v9 member id and epoch (the consumer
-protocol's; ignored for classic groups).  v0 (offsets in ZooKeeper) is not served, as in Kafka 4.
+protocol's: a member of a consumer group must send its current epoch, else STALE_MEMBER_EPOCH, or
+UNKNOWN_MEMBER_ID for a member the group lacks; ignored for classic groups).  v0 (offsets in ZooKeeper) is not served, as in Kafka 4.
 
 A partition without a committed offset answers offset -1 and empty metadata, no error, as Kafka. With an
 authorizer: DESCRIBE on the group (GROUP_AUTHORIZATION_FAILED) and on each topic (see `_fetch`).
@@ -20,11 +21,12 @@ from kjbod.protocol.generated import OffsetFetchRequest, OffsetFetchResponse
 from kjbod.protocol.generated import offset_fetch_response as r
 
 
-def _fetch(node, group_id: str, topics, version: int, request=None, require_stable: bool = False):
+def _fetch(node, group_id: str, topics, version: int, request=None, require_stable: bool = False,
+           member: tuple[str | None, int] = (None, -1)):
     """(group error, [(topic, [(partition, offset, epoch, metadata, error)])]). With an authorizer, as Kafka: a
     topic named that the client may not DESCRIBE answers TOPIC_AUTHORIZATION_FAILED per partition, and one it may
     not describe is left out of an answer for every topic."""
-    code, found = _committed(node, group_id, topics, version, require_stable)
+    code, found = _committed(node, group_id, topics, version, require_stable, member)
     if code or request is None or getattr(node, "authorizer", None) is None:
         return code, found
     out = []
@@ -36,9 +38,12 @@ def _fetch(node, group_id: str, topics, version: int, request=None, require_stab
     return code, out
 
 
-def _committed(node, group_id: str, topics, version: int, require_stable: bool = False):
+def _committed(node, group_id: str, topics, version: int, require_stable: bool = False,
+               member: tuple[str | None, int] = (None, -1)):
     coordinator = coordinator_of(node)
     code = coordinator.status(group_id) if group_id else ErrorCode.INVALID_GROUP_ID
+    if not code and group_id in coordinator.book.consumer_groups:  # v9: the member's epoch must be current
+        code = coordinator.book.consumer.check_fetch(group_id, *member)
     if code:
         return code, [(t.name, [(p, -1, -1, "", code) for p in t.partition_indexes]) for t in topics or ()]
     wanted = None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
@@ -66,7 +71,8 @@ def handle(node, request, body: OffsetFetchRequest) -> OffsetFetchResponse:
                 groups.append(r.OffsetFetchResponseGroup(group_id=g.group_id,
                                                          error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED))
                 continue
-            code, topics = _fetch(node, g.group_id, g.topics, v, request, body.require_stable)
+            code, topics = _fetch(node, g.group_id, g.topics, v, request, body.require_stable,
+                                  (g.member_id, g.member_epoch) if v >= 9 else (None, -1))
             groups.append(r.OffsetFetchResponseGroup(group_id=g.group_id, error_code=code, topics=[] if code else [
                 r.OffsetFetchResponseTopics(name=t, partitions=[
                     r.OffsetFetchResponsePartitions(partition_index=p, committed_offset=o, committed_leader_epoch=e,

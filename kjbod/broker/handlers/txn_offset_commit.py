@@ -66,7 +66,7 @@ async def handle(node, request, body: TxnOffsetCommitRequest) -> TxnOffsetCommit
                                               metadata, now)
     if offsets and v >= 3 and (body.generation_id >= 0 or body.member_id):
         code = coordinator.book.check_commit(now, body.group_id, body.generation_id, body.member_id,
-                                             body.group_instance_id)
+                                             body.group_instance_id, transactional=True)
         if code:
             codes.update(dict.fromkeys(offsets, code))
             offsets = {}

@@ -35,6 +35,10 @@ from .broker_registration_change_record import BrokerRegistrationChangeRecord
 from .broker_registration_request import BrokerRegistrationRequest
 from .broker_registration_response import BrokerRegistrationResponse
 from .config_record import ConfigRecord
+from .consumer_group_describe_request import ConsumerGroupDescribeRequest
+from .consumer_group_describe_response import ConsumerGroupDescribeResponse
+from .consumer_group_heartbeat_request import ConsumerGroupHeartbeatRequest
+from .consumer_group_heartbeat_response import ConsumerGroupHeartbeatResponse
 from .create_acls_request import CreateAclsRequest
 from .create_acls_response import CreateAclsResponse
 from .create_delegation_token_request import CreateDelegationTokenRequest
@@ -193,6 +197,10 @@ __all__ = [
     'BrokerRegistrationRequest',
     'BrokerRegistrationResponse',
     'ConfigRecord',
+    'ConsumerGroupDescribeRequest',
+    'ConsumerGroupDescribeResponse',
+    'ConsumerGroupHeartbeatRequest',
+    'ConsumerGroupHeartbeatResponse',
     'CreateAclsRequest',
     'CreateAclsResponse',
     'CreateDelegationTokenRequest',

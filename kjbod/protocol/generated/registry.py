@@ -39,6 +39,10 @@ from .broker_registration_change_record import BrokerRegistrationChangeRecord
 from .broker_registration_request import BrokerRegistrationRequest
 from .broker_registration_response import BrokerRegistrationResponse
 from .config_record import ConfigRecord
+from .consumer_group_describe_request import ConsumerGroupDescribeRequest
+from .consumer_group_describe_response import ConsumerGroupDescribeResponse
+from .consumer_group_heartbeat_request import ConsumerGroupHeartbeatRequest
+from .consumer_group_heartbeat_response import ConsumerGroupHeartbeatResponse
 from .create_acls_request import CreateAclsRequest
 from .create_acls_response import CreateAclsResponse
 from .create_delegation_token_request import CreateDelegationTokenRequest
@@ -237,6 +241,8 @@ APIS: dict[int, ApiInfo] = {
     65: ApiInfo(65, 'DescribeTransactions', DescribeTransactionsRequest, DescribeTransactionsResponse, 0, 0, 0, frozenset(['broker'])),
     66: ApiInfo(66, 'ListTransactions', ListTransactionsRequest, ListTransactionsResponse, 0, 1, 0, frozenset(['broker'])),
     67: ApiInfo(67, 'AllocateProducerIds', AllocateProducerIdsRequest, AllocateProducerIdsResponse, 0, 0, 0, frozenset(['controller'])),
+    68: ApiInfo(68, 'ConsumerGroupHeartbeat', ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, 0, 1, 0, frozenset(['broker'])),
+    69: ApiInfo(69, 'ConsumerGroupDescribe', ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse, 0, 0, 0, frozenset(['broker'])),
     73: ApiInfo(73, 'AssignReplicasToDirs', AssignReplicasToDirsRequest, AssignReplicasToDirsResponse, 0, 0, 0, frozenset(['controller'])),
     10000: ApiInfo(10000, 'ReassignPartitions', ReassignPartitionsRequest, ReassignPartitionsResponse, 0, 0, 0, frozenset(['broker', 'controller'])),
     10001: ApiInfo(10001, 'AlterInterbrokerThrottledRates', AlterInterbrokerThrottledRatesRequest, AlterInterbrokerThrottledRatesResponse, 0, 0, 0, frozenset(['broker', 'controller'])),
