@@ -32,6 +32,8 @@ _METHODS = (
     "alter_interbroker_throttled_replicas",
     "create_topics",
     "delete_topics",
+    "describe_client_quotas",
+    "alter_client_quotas",
     "create_partitions",
     "delete_records",
     "list_offsets",

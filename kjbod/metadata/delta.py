@@ -34,6 +34,7 @@ from kjbod.metadata.image import (
 from kjbod.protocol.generated import (
     AccessControlEntryRecord,
     BrokerRegistrationChangeRecord,
+    ClientQuotaRecord,
     ConfigRecord,
     FeatureLevelRecord,
     FenceBrokerRecord,
@@ -105,6 +106,7 @@ class MetadataDelta:
         self._throttled_rates: dict[int, RateIntent | None] = {}
         self._scram: dict[tuple[str, int], ScramEntry | None] = {}  # None: deleted
         self._acls: dict[UUID, AclEntry | None] = {}  # None: removed
+        self._client_quotas: dict[tuple[tuple[str, str | None], ...], dict[str, float] | None] = {}  # None: gone
         self.dropped = 0  # records naming something the image does not have
 
     # ------------------------------------------------------------------------------------------ reading
@@ -296,6 +298,18 @@ class MetadataDelta:
         else:
             self.dropped += 1
 
+    def _client_quota_record(self, rec: ClientQuotaRecord) -> None:
+        entity = tuple(sorted((e.entity_type, e.entity_name) for e in rec.entity))
+        if entity in self._client_quotas:
+            values = dict(self._client_quotas[entity] or {})
+        else:
+            values = dict(self.image.client_quotas.get(entity, {}))
+        if rec.remove:
+            values.pop(rec.key, None)
+        else:
+            values[rec.key] = rec.value
+        self._client_quotas[entity] = values or None
+
     def _feature_level_record(self, rec: FeatureLevelRecord) -> None:
         if self._features is None:
             self._features = dict(self.image.features)
@@ -346,7 +360,8 @@ class MetadataDelta:
             features=image.features if self._features is None else self._features, offset=self.offset,
             throttled_replicas=_merged(image.throttled_replicas, self._throttled_replicas),
             throttled_rates=_merged(image.throttled_rates, self._throttled_rates),
-            scram=_merged(image.scram, self._scram), acls=_merged(image.acls, self._acls))
+            scram=_merged(image.scram, self._scram), acls=_merged(image.acls, self._acls),
+            client_quotas=_merged(image.client_quotas, self._client_quotas))
 
     # ------------------------------------------------------------------------------------------ local changes
     def local_changes(self, node_id: int, new_image: MetadataImage) -> LocalChanges:
@@ -415,6 +430,7 @@ REPLAY: dict[type, Callable[[MetadataDelta, Any], None]] = {
     RemoveUserScramCredentialRecord: MetadataDelta._remove_user_scram_credential_record,
     AccessControlEntryRecord: MetadataDelta._access_control_entry_record,
     RemoveAccessControlEntryRecord: MetadataDelta._remove_access_control_entry_record,
+    ClientQuotaRecord: MetadataDelta._client_quota_record,
 }
 
 
