@@ -51,6 +51,9 @@ TXN_LIVE = "tests/txn/test_txn_coordinator_live.py"
 
 # key -> the tests that show it taking effect
 EFFECTS: dict[str, list[str]] = {
+    **{key: ["tests/quotas/test_quota_arithmetic.py::test_the_window_keys_shape_the_brokers_quota_rates",
+             "tests/quotas/test_client_quotas_live.py::test_produce_and_fetch_quotas_throttle_their_client_only"]
+       for key in ("quota.window.num", "quota.window.size.seconds")},
     "authorizer.class.name": ["tests/security/test_acls_live.py::test_alice_needs_acls_to_produce_and_consume",
                               "tests/security/test_acls_live.py::test_acl_apis_without_an_authorizer"],
     "super.users": ["tests/security/test_acls_live.py::test_alice_needs_acls_to_produce_and_consume"],

@@ -31,7 +31,7 @@ exception is a bug: the connection logs it with its traceback at warning level a
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeAlias
 
 from kjbod.wire.region import FileRegion
@@ -56,6 +56,9 @@ class RequestContext:
     # Who the client is, as Kafka names it for authorization: User:<SASL name>, User:<the TLS client certificate's
     # distinguished name>, or User:ANONYMOUS.
     principal: str = "User:ANONYMOUS"
+    # Mutes the connection for that many milliseconds: nothing more is read from it until they have passed (a
+    # client over its quota, kjbod.broker.client_quotas); None where nothing can be muted (in-process calls).
+    mute: Callable[[int], None] | None = field(default=None, compare=False, repr=False)
 
     @property
     def peer(self) -> str:
