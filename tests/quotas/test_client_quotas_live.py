@@ -127,3 +127,27 @@ def test_produce_and_fetch_quotas_throttle_their_client_only(server: LiveServer,
     caplog.clear()
     produce(server, "slow", "quota-events")
     assert throttles(caplog, "ProduceResponse") == []  # lifted at once, no restart
+
+
+def test_request_percentage_throttles_any_api_of_its_client(server: LiveServer) -> None:
+    """request_percentage counts the handler's time for every API (here Metadata, from confluent-kafka's admin
+    client, which reports each throttle to its throttle_cb): a tiny quota throttles its client, at most one window
+    (1 s) at a time; another client is not."""
+    confluent_admin = pytest.importorskip("confluent_kafka.admin")
+    with SyncAdminClient(server.bootstrap, request_timeout=10) as admin:
+        assert admin.alter_client_quotas([({"client-id": "busy"}, {"request_percentage": 0.0001})]) == [(0, None)]
+    for client_id, expect_throttled in (("busy", True), ("idle", False)):
+        seen: list[float] = []
+        admin = confluent_admin.AdminClient({"bootstrap.servers": server.bootstrap, "client.id": client_id,
+                                             "throttle_cb": lambda event, seen=seen: seen.append(event.throttle_time)})
+        for _ in range(3):
+            admin.list_topics(timeout=30)
+        admin.poll(0)
+        throttled = [t for t in seen if t > 0]  # librdkafka also reports the 0 that follows a throttle
+        if expect_throttled:
+            assert throttled and max(throttled) <= 1.0, seen
+        else:
+            assert throttled == [], seen
+    samples = scrape(server.metrics_port)
+    assert sample(samples, "kjbod_client_quota_recorded_total", quota_type="Request", user="", client_id="busy") > 0
+    assert sample(samples, "kafka_server_request_throttle_time", user="", client_id="busy") > 0
