@@ -295,7 +295,7 @@ class ClientQuotas:
     def __init__(self, image_quotas: Callable[[], Mapping[Entity, Mapping[str, float]]], *, samples: int = 11,
                  window_seconds: int = 1, clock_ms: Callable[[], int] | None = None) -> None:
         self._image_quotas = image_quotas
-        self._seen: Any = None
+        self.seen: Any = None  # the image's quotas the bounds were taken from
         self.produce = QuotaType(PRODUCE, samples, window_seconds)
         self.fetch = QuotaType(FETCH, samples, window_seconds)
         self.request = QuotaType(REQUEST, samples, window_seconds, max_throttle_ms=window_seconds * 1000)
@@ -303,12 +303,13 @@ class ClientQuotas:
         self.clock_ms = clock_ms or (lambda: int(time.time() * 1000))
         self.active = False
 
-    def sync(self) -> bool:
-        """Takes the image's quotas when they changed (the image shares the mapping until a record changes it);
-        whether any kind is in use."""
-        quotas = self._image_quotas()
-        if quotas is not self._seen:
-            self._seen = quotas
+    def sync(self, quotas: Mapping[Entity, Mapping[str, float]] | None = None) -> bool:
+        """Takes the image's quotas (`quotas`, else read from the image) when they changed (the image shares the
+        mapping until a record changes it); whether any kind is in use."""
+        if quotas is None:
+            quotas = self._image_quotas()
+        if quotas is not self.seen:
+            self.seen = quotas
             for qt in self.types:
                 qt.set_bounds(bounds_from(quotas, qt.key))
             self.active = any(qt.active for qt in self.types)

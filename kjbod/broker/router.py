@@ -248,7 +248,9 @@ class Router:
                                  or allowed_cluster(self.node, request, CLUSTER_ACTION)):
             fast.learn(self, route, frame, pos, body_msg, ctx)  # only a replica's connection is answered from bytes
         quotas = self.quotas
-        if quotas is not None and quotas.sync() and not route.quota_exempt and ctx.listener_kind == "broker" \
+        if quotas is not None and (quotas.active if self.node.metadata.client_quotas is quotas.seen
+                                   else quotas.sync()) \
+                and not route.quota_exempt and ctx.listener_kind == "broker" \
                 and not _from_follower(route, body_msg, version):
             request.quota = True
             request.size = len(frame)
