@@ -9,6 +9,10 @@ What closes a connection (as Kafka does, with a warning naming client, API and v
 an API not served on this listener, a version outside the served range (except ApiVersions, answered per
 KIP-511 with a v0 UNSUPPORTED_VERSION body listing its own range), and bytes that do not decode.  Domain
 failures are the handlers' business: they answer with Kafka error codes inside the response.
+
+Client quotas (kjbod.broker.client_quotas), once any exists: each client request on a broker listener is recorded
+when its response is encoded (`_throttle`); over a quota, the response's ThrottleTimeMs is set and the
+connection is muted for that long, as Kafka's KafkaApis and RequestHandlerHelper do.
 """
 
 from __future__ import annotations
