@@ -72,3 +72,21 @@ def test_kafka_python_protocol_messages(kjbod_server: LiveServer, version: int) 
         assert [[(v.key, v.value) for v in e.values] for e in resp.entries] == [[("producer_byte_rate", 1000.0)]]
     finally:
         admin.close()
+
+
+def test_alter_on_the_controller_listener(kjbod_server: LiveServer) -> None:  # noqa: F811
+    """AlterClientQuotas is served on the controller listener too (kafka-configs.sh --bootstrap-controller);
+    DescribeClientQuotas only on broker listeners, as Kafka's listeners say."""
+    from kjbod.protocol.generated import AlterClientQuotasRequest
+    from kjbod.protocol.generated.alter_client_quotas_request import EntityData, EntryData, OpData
+    from tests.datapath.support import RawClient
+
+    with RawClient("127.0.0.1", kjbod_server.controller_port) as raw:
+        resp = raw.call(AlterClientQuotasRequest(entries=[EntryData(
+            entity=[EntityData(entity_type="client-id", entity_name=None)],
+            ops=[OpData(key="consumer_byte_rate", value=5e6, remove=False)])]), 1)
+    assert [(e.error_code, [(p.entity_type, p.entity_name) for p in e.entity]) for e in resp.entries] == [
+        (0, [("client-id", None)])]
+    with SyncAdminClient(kjbod_server.bootstrap, request_timeout=10) as admin:
+        assert admin.describe_client_quotas([("client-id", 1, None)]) == [
+            ({"client-id": None}, {"consumer_byte_rate": 5e6})]
