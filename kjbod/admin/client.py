@@ -138,6 +138,10 @@ from kjbod.protocol.generated.describe_cluster_request import DescribeClusterReq
 from kjbod.protocol.generated.describe_configs_request import DescribeConfigsRequest, DescribeConfigsResource
 from kjbod.protocol.generated.describe_groups_request import DescribeGroupsRequest
 from kjbod.protocol.generated.describe_log_dirs_request import DescribableLogDirTopic, DescribeLogDirsRequest
+from kjbod.protocol.generated.describe_user_scram_credentials_request import (
+    DescribeUserScramCredentialsRequest,
+    UserName,
+)
 from kjbod.protocol.generated.find_coordinator_request import FindCoordinatorRequest
 from kjbod.protocol.generated.incremental_alter_configs_request import (
     AlterableConfig,
@@ -211,6 +215,7 @@ DELETE_GROUPS = 42
 OFFSET_DELETE = 47
 DESCRIBE_ACLS = 29
 DESCRIBE_CLIENT_QUOTAS = 48
+DESCRIBE_USER_SCRAM_CREDENTIALS = 50
 ALTER_CLIENT_QUOTAS = 49
 CREATE_ACLS = 30
 DELETE_ACLS = 31
@@ -1424,6 +1429,19 @@ class AdminClient:
             strict=strict), deadline, check=lambda r: r.error_code, message=lambda r: r.error_message)
         return [({p.entity_type: p.entity_name for p in e.entity}, {v.key: v.value for v in e.values})
                 for e in response.entries or ()]
+
+    async def describe_user_scram_credentials(
+        self, users: Sequence[str] = (), *, timeout: float | None = None,
+    ) -> dict[str, tuple[int, str | None, list[tuple[int, int]]]]:
+        """The SCRAM credentials of `users` (all users when empty), DescribeUserScramCredentials to any broker:
+        per user, (error code, message, [(mechanism type, iterations)]); a user without credentials answers
+        RESOURCE_NOT_FOUND. A top-level error raises."""
+        deadline = self._deadline(timeout)
+        response, _, _ = await self._call(None, DESCRIBE_USER_SCRAM_CREDENTIALS, lambda v: (
+            DescribeUserScramCredentialsRequest(users=[UserName(name=u) for u in users] if users else None)),
+            deadline, check=lambda r: r.error_code, message=lambda r: r.error_message)
+        return {r.user: (r.error_code, r.error_message, [(c.mechanism, c.iterations) for c in r.credential_infos])
+                for r in response.results}
 
     async def alter_client_quotas(
         self, entries: Sequence[tuple[Mapping[str, str | None], Mapping[str, float | None]]], *,

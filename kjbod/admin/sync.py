@@ -34,6 +34,7 @@ _METHODS = (
     "delete_topics",
     "describe_client_quotas",
     "alter_client_quotas",
+    "describe_user_scram_credentials",
     "create_partitions",
     "delete_records",
     "list_offsets",

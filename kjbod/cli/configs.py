@@ -11,7 +11,9 @@ Strategy: turn the options into one quota entity as the tool does (`--entity-typ
   default config for users in the cluster.").
 * `--describe`: DescribeClientQuotas with the entity's components (an entity type without a name matches every
   entity of that type) and only those types (strict), one line per entity:
-  "Quota configs for user-principal 'alice', client-id 'app' are producer_byte_rate=1024.0".
+  "Quota configs for user-principal 'alice', client-id 'app' are producer_byte_rate=1024.0"; for users alone
+  (no clients, no default) their SCRAM credentials follow, as the tool prints them:
+  "SCRAM credential configs for user-principal 'alice' are SCRAM-SHA-256=iterations=4096".
 
 Values print as Java prints a double (1024.0, 1.0E7). A mistake in the options is one line and exit code 2; a
 refusal from the cluster prints its message and exits 1, as the tool does. Topic, broker and the other entity
@@ -215,6 +217,22 @@ def _components(pairs: list[tuple[str, str | None]]) -> list[tuple[str, int, str
     return out
 
 
+async def _describe_scram(client: Any, users: list[str]) -> None:
+    from kjbod.net.scram import MECHANISMS
+    from kjbod.protocol.errors import ErrorCode
+
+    names = {m.kafka_type: m.name for m in MECHANISMS.values()}
+    for user, (code, message, infos) in (await client.describe_user_scram_credentials(users)).items():
+        if code == ErrorCode.RESOURCE_NOT_FOUND:
+            continue  # a user without credentials: nothing to say, as the tool
+        if code:
+            print(f"Error retrieving SCRAM credential configs for user-principal '{user}': "
+                  f"{ErrorCode(code).name}: {message or ''}")
+            continue
+        text = ", ".join(f"{names.get(m, m)}=iterations={i}" for m, i in infos)
+        print(f"SCRAM credential configs for user-principal '{user}' are {text}")
+
+
 def _command(args: argparse.Namespace) -> int:
     checked = _check(args)
     return asyncio.run(_run(args, *checked))
@@ -235,6 +253,9 @@ async def _run(args: argparse.Namespace, pairs: list[tuple[str, str | None]], ad
                 for entity, values in await client.describe_client_quotas(_components(pairs), strict=True):
                     shown = ", ".join(f"{k}={java_double(v)}" for k, v in values.items())
                     print(f"Quota configs for {_entity_text(entity)} are {shown}")
+                # As the tool: users' SCRAM credentials too, unless clients or a default entity are named.
+                if all(t == "users" for t, _ in pairs) and all(name != "" for _, name in pairs):
+                    await _describe_scram(client, [name for _, name in pairs if name])
                 return 0
             current = await client.describe_client_quotas(_components(pairs), strict=True)
             old = current[0][1] if current else {}

@@ -90,3 +90,28 @@ def test_alter_and_describe_live(kjbod_server: LiveServer) -> None:  # noqa: F81
     assert (done.returncode, done.stdout) == (0, "")
     done = run(kjbod_server, "--describe", "--entity-type", "users", "--entity-type", "clients")
     assert done.stdout.count("Quota configs for") == 1
+
+
+def test_describe_users_shows_their_scram_credentials_as_the_tool(kjbod_server: LiveServer) -> None:  # noqa: F811
+    """kafka-configs.sh --describe --entity-type users also lists the users' SCRAM credentials (made here by
+    confluent-kafka's admin client), except with clients or a default entity."""
+    from confluent_kafka.admin import (
+        AdminClient,
+        ScramCredentialInfo,
+        ScramMechanism,
+        UserScramCredentialUpsertion,
+    )
+
+    admin = AdminClient({"bootstrap.servers": kjbod_server.bootstrap, "log_level": 0})
+    upserts = [UserScramCredentialUpsertion("carol", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 8192),
+                                            b"carol-256")]
+    for future in admin.alter_user_scram_credentials(upserts).values():
+        future.result(30)
+    assert run(kjbod_server, "--alter", "--user", "carol", "--add-config", "producer_byte_rate=100").returncode == 0
+    done = run(kjbod_server, "--describe", "--user", "carol")
+    assert done.stdout == ("Quota configs for user-principal 'carol' are producer_byte_rate=100.0\n"
+                           "SCRAM credential configs for user-principal 'carol' are SCRAM-SHA-256=iterations=8192\n")
+    done = run(kjbod_server, "--describe", "--user", "nobody")
+    assert (done.returncode, done.stdout) == (0, "")
+    done = run(kjbod_server, "--describe", "--user-defaults")
+    assert (done.returncode, done.stdout) == (0, "")
