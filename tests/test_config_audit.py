@@ -62,6 +62,9 @@ EFFECTS: dict[str, list[str]] = {
                                  f"{CONSUMER_GROUPS}::test_the_first_configured_assignor_is_the_default"],
     "group.consumer.max.size": [f"{CONSUMER_GROUPS}::test_the_consumer_keys_reach_the_coordinator",
                                 f"{CONSUMER_GROUPS}::test_group_consumer_max_size"],
+    **{key: ["tests/quotas/test_quota_arithmetic.py::test_the_window_keys_shape_the_brokers_quota_rates",
+             "tests/quotas/test_client_quotas_live.py::test_produce_and_fetch_quotas_throttle_their_client_only"]
+       for key in ("quota.window.num", "quota.window.size.seconds")},
     "authorizer.class.name": ["tests/security/test_acls_live.py::test_alice_needs_acls_to_produce_and_consume",
                               "tests/security/test_acls_live.py::test_acl_apis_without_an_authorizer"],
     "super.users": ["tests/security/test_acls_live.py::test_alice_needs_acls_to_produce_and_consume"],

@@ -78,7 +78,7 @@ class RecordingCloser:
 
 
 class FakeHandler:
-    """Verbs: echo X | bytes X | sleep MS X | none | close | boom | wait | region NAME | aregion MS NAME | big N |
+    """Verbs: echo X | bytes X | sleep MS X | none | mute MS X | close | boom | wait | region NAME | aregion MS NAME | big N |
     later MS X | laterwait | laterfail MS | laterclose MS | laterregion MS NAME (the later* verbs answer with a
     `Later` a loop callback completes after MS milliseconds, or the test through `laters`)."""
 
@@ -104,6 +104,11 @@ class FakeHandler:
             return self._sleep(int(ms), [b"slept:", payload])
         if verb == b"none":
             return None
+        if verb == b"mute":  # a client over a quota: answered, then muted
+            ms, _, payload = rest.partition(b" ")
+            assert ctx.mute is not None
+            ctx.mute(int(ms))
+            return [b"muted:", payload]
         if verb == b"close":
             raise CloseConnection("client asked")
         if verb == b"boom":
@@ -210,6 +215,33 @@ async def roundtrip(server: Server, body: bytes) -> bytes:
 
 
 # ---------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_a_muted_connection_answers_then_reads_nothing_until_the_mute_ends(run: Any, split: bool) -> None:
+    """Kafka's quota mute: the reply to the request that went over is written at once; the requests behind it
+    (already received, in the same read or not) wait in the buffer until the mute has passed, then are served
+    in order."""
+
+    async def scenario() -> None:
+        handler = FakeHandler()
+        async with Server(handler) as server:
+            reader, writer = await server.connect()
+            first = frame(b"mute 1500 a")
+            rest = frame(b"echo b") + frame(b"bytes c")
+            writer.write(first if split else first + rest)
+            assert await read_frame(reader) == b"muted:a"
+            if split:
+                writer.write(rest)
+                await writer.drain()
+            conn = server.connection()
+            assert conn.reading_paused and handler.handled == 1
+            assert await read_frame(reader) == b"echo:b"
+            assert await read_frame(reader) == b"bytes:c"
+            assert handler.handled == 3 and not conn.reading_paused
+            await close_client(writer)
+
+    run(scenario())
 
 
 def test_pipelined_sync_replies_in_order(run: Any) -> None:

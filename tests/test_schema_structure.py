@@ -75,6 +75,8 @@ SERVED_APIS: dict[str, tuple[int, int]] = {
     "OffsetDelete": (0, 0),
     "DescribeUserScramCredentials": (0, 0),
     "AlterUserScramCredentials": (0, 0),
+    "DescribeClientQuotas": (0, 1),
+    "AlterClientQuotas": (0, 1),
     "DescribeAcls": (0, 3),
     "CreateAcls": (0, 3),
     "DeleteAcls": (0, 3),
@@ -118,6 +120,7 @@ SERVED_RECORDS: dict[str, tuple[int, int]] = {
     "RemoveAccessControlEntryRecord": (0, 0),
     "DelegationTokenRecord": (0, 0),
     "RemoveDelegationTokenRecord": (0, 0),
+    "ClientQuotaRecord": (0, 0),
 }
 # Control records of the metadata log (schemas/raft/, Kafka type "data").
 # kjbod's own metadata records, which Kafka lacks: shipped beside Kafka's, never compared with them.

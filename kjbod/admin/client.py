@@ -102,6 +102,7 @@ from kjbod.net.connection import ClientConnection
 from kjbod.net.correlator import api_name
 from kjbod.net.sasl import SaslCredentials
 from kjbod.protocol.errors import ErrorCode, KafkaError
+from kjbod.protocol.generated import alter_client_quotas_request as quotas_req
 from kjbod.protocol.generated.alter_interbroker_throttled_rates_request import (
     AlterInterbrokerThrottledRatesRequest,
     BrokerThrottle,
@@ -148,6 +149,7 @@ from kjbod.protocol.generated.delete_records_request import (
 )
 from kjbod.protocol.generated.delete_topics_request import DeleteTopicsRequest, DeleteTopicState
 from kjbod.protocol.generated.describe_acls_request import DescribeAclsRequest
+from kjbod.protocol.generated.describe_client_quotas_request import ComponentData, DescribeClientQuotasRequest
 from kjbod.protocol.generated.describe_cluster_request import DescribeClusterRequest
 from kjbod.protocol.generated.describe_configs_request import DescribeConfigsRequest, DescribeConfigsResource
 from kjbod.protocol.generated.describe_delegation_token_request import (
@@ -159,6 +161,10 @@ from kjbod.protocol.generated.describe_log_dirs_request import DescribableLogDir
 from kjbod.protocol.generated.describe_producers_request import DescribeProducersRequest
 from kjbod.protocol.generated.describe_producers_request import TopicRequest as ProducersTopicRequest
 from kjbod.protocol.generated.describe_transactions_request import DescribeTransactionsRequest
+from kjbod.protocol.generated.describe_user_scram_credentials_request import (
+    DescribeUserScramCredentialsRequest,
+    UserName,
+)
 from kjbod.protocol.generated.expire_delegation_token_request import ExpireDelegationTokenRequest
 from kjbod.protocol.generated.find_coordinator_request import FindCoordinatorRequest
 from kjbod.protocol.generated.incremental_alter_configs_request import (
@@ -238,6 +244,9 @@ LIST_GROUPS = 16
 DELETE_GROUPS = 42
 OFFSET_DELETE = 47
 DESCRIBE_ACLS = 29
+DESCRIBE_CLIENT_QUOTAS = 48
+DESCRIBE_USER_SCRAM_CREDENTIALS = 50
+ALTER_CLIENT_QUOTAS = 49
 CREATE_ACLS = 30
 DELETE_ACLS = 31
 DESCRIBE_PRODUCERS = 61
@@ -1601,6 +1610,49 @@ class AdminClient:
             check=lambda r: r.error_code, message=lambda r: r.error_message, min_version=1)
         return [AclEntry(r.resource_type, r.resource_name, r.pattern_type, a.principal, a.host, a.operation,
                          a.permission_type) for r in response.resources for a in r.acls]
+
+    async def describe_client_quotas(
+        self, components: Sequence[tuple[str, int, str | None]] = (), *, strict: bool = False,
+        timeout: float | None = None,
+    ) -> list[tuple[dict[str, str | None], dict[str, float]]]:
+        """The client quotas whose entities match every (entity type, match type, match) component
+        (DescribeClientQuotas to any broker; match type 0 exact, 1 the default entity, 2 any entity of the type):
+        per entity, ({type: name, None for the default}, {quota key: value}). An error answer raises."""
+        deadline = self._deadline(timeout)
+        response, _, _ = await self._call(None, DESCRIBE_CLIENT_QUOTAS, lambda v: DescribeClientQuotasRequest(
+            components=[ComponentData(entity_type=t, match_type=m, match=name) for t, m, name in components],
+            strict=strict), deadline, check=lambda r: r.error_code, message=lambda r: r.error_message)
+        return [({p.entity_type: p.entity_name for p in e.entity}, {v.key: v.value for v in e.values})
+                for e in response.entries or ()]
+
+    async def describe_user_scram_credentials(
+        self, users: Sequence[str] = (), *, timeout: float | None = None,
+    ) -> dict[str, tuple[int, str | None, list[tuple[int, int]]]]:
+        """The SCRAM credentials of `users` (all users when empty), DescribeUserScramCredentials to any broker:
+        per user, (error code, message, [(mechanism type, iterations)]); a user without credentials answers
+        RESOURCE_NOT_FOUND. A top-level error raises."""
+        deadline = self._deadline(timeout)
+        response, _, _ = await self._call(None, DESCRIBE_USER_SCRAM_CREDENTIALS, lambda v: (
+            DescribeUserScramCredentialsRequest(users=[UserName(name=u) for u in users] if users else None)),
+            deadline, check=lambda r: r.error_code, message=lambda r: r.error_message)
+        return {r.user: (r.error_code, r.error_message, [(c.mechanism, c.iterations) for c in r.credential_infos])
+                for r in response.results}
+
+    async def alter_client_quotas(
+        self, entries: Sequence[tuple[Mapping[str, str | None], Mapping[str, float | None]]], *,
+        validate_only: bool = False, timeout: float | None = None,
+    ) -> list[tuple[int, str | None]]:
+        """Sets (a value) or removes (None) quota keys per entity ({type: name, None for the default},
+        {key: value}) with AlterClientQuotas (a broker forwards it to the controller): per entity, in order,
+        (error code, message)."""
+        deadline = self._deadline(timeout)
+        body = [quotas_req.EntryData(
+            entity=[quotas_req.EntityData(entity_type=t, entity_name=n) for t, n in entity.items()],
+            ops=[quotas_req.OpData(key=k, value=0.0 if v is None else float(v), remove=v is None)
+                 for k, v in ops.items()]) for entity, ops in entries]
+        response, _, _ = await self._call(None, ALTER_CLIENT_QUOTAS, lambda v: quotas_req.AlterClientQuotasRequest(
+            entries=body, validate_only=validate_only), deadline)
+        return [(e.error_code, e.error_message) for e in response.entries]
 
     async def create_acls(self, entries: Sequence[AclEntry], *,
                           timeout: float | None = None) -> list[tuple[int, str | None]]:

@@ -16,11 +16,13 @@ from typing import Any
 
 from kjbod.metadata.acls import (
     ALTER,
+    ALTER_CONFIGS,
     CLUSTER,
     CLUSTER_ACTION,
     CLUSTER_NAME,
     CREATE,
     DESCRIBE,
+    DESCRIBE_CONFIGS,
     STANDARD_AUTHORIZER,
     TOPIC,
     WRITE,
@@ -55,6 +57,9 @@ CLUSTER_DESCRIBE_APIS = frozenset({
     46,  # ListPartitionReassignments
     50,  # DescribeUserScramCredentials
 })
+# Client quotas are configs of the cluster (Kafka's KafkaApis): ALTER_CONFIGS or DESCRIBE_CONFIGS on the cluster.
+CLUSTER_ALTER_CONFIGS_APIS = frozenset({49})  # AlterClientQuotas
+CLUSTER_DESCRIBE_CONFIGS_APIS = frozenset({48})  # DescribeClientQuotas
 
 
 def build_authorizer(config: Any, node: Any) -> Authorizer | None:
@@ -155,4 +160,8 @@ def cluster_operation_for(api_key: int) -> int | None:
         return ALTER
     if api_key in CLUSTER_DESCRIBE_APIS:
         return DESCRIBE
+    if api_key in CLUSTER_ALTER_CONFIGS_APIS:
+        return ALTER_CONFIGS
+    if api_key in CLUSTER_DESCRIBE_CONFIGS_APIS:
+        return DESCRIBE_CONFIGS
     return None

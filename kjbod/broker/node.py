@@ -44,6 +44,7 @@ import structlog
 
 from kjbod.broker.assignments import AssignmentOutcome, AssignmentsManager
 from kjbod.broker.broker_config import BROKER, CORDON_KEY, LONG_MAX, THROTTLE_KEY, DynamicBrokerConfigs
+from kjbod.broker.client_quotas import ClientQuotas
 from kjbod.broker.parked_fetches import ParkedFetches
 from kjbod.broker.router import Router
 from kjbod.metadata import (
@@ -110,6 +111,10 @@ class BrokerNode:
         self.mover: Any = None  # kjbod.broker.kip113.ReplicaMover, once storage is open
         self.assignments: AssignmentsManager | None = None  # directory assignments of moved replicas (KIP-858)
         self.replication: Any = None  # kjbod.broker.replication.ReplicaManager on a broker-only node
+        # Client quotas (producer_byte_rate, consumer_byte_rate, request_percentage), from the image's quotas.
+        self.client_quotas = ClientQuotas(lambda: self.metadata.client_quotas,
+                                          samples=getattr(config, "quota_window_num", 11),
+                                          window_seconds=getattr(config, "quota_window_size_seconds", 1))
         self.handler = Router(self)  # each request is logged at debug by the connection, with its latency
         self.topic_stats: Any = None  # kjbod.metrics' BrokerTopicMetrics counters, set when /metrics is served
         self._tasks: list[asyncio.Task] = []

@@ -9,6 +9,10 @@ What closes a connection (as Kafka does, with a warning naming client, API and v
 an API not served on this listener, a version outside the served range (except ApiVersions, answered per
 KIP-511 with a v0 UNSUPPORTED_VERSION body listing its own range), and bytes that do not decode.  Domain
 failures are the handlers' business: they answer with Kafka error codes inside the response.
+
+Client quotas (kjbod.broker.client_quotas), once any exists: each client request on a broker listener is recorded
+when its response is encoded (`_throttle`); over a quota, the response's ThrottleTimeMs is set and the
+connection is muted for that long, as Kafka's KafkaApis and RequestHandlerHelper do.
 """
 
 from __future__ import annotations
@@ -16,13 +20,15 @@ from __future__ import annotations
 import asyncio
 import inspect
 import struct
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
 import structlog
 
-from kjbod.broker.authz import allowed_cluster, cluster_operation_for
+from kjbod.broker.authz import CLUSTER_ACTION_APIS, allowed_cluster, cluster_operation_for
+from kjbod.broker.client_quotas import NANOS_TO_PERCENT, user_of
 from kjbod.metadata.acls import CLUSTER_ACTION, OPERATIONS
 from kjbod.protocol.error_responses import error_response
 from kjbod.protocol.errors import ErrorCode
@@ -58,6 +64,11 @@ class Request:
     api_version: int
     correlation_id: int
     client_id: str
+    # Set when the client's requests count against client quotas (kjbod.broker.client_quotas): the request's
+    # size in bytes and the handler's time on the event loop.
+    quota: bool = False
+    size: int = 0
+    handler_ns: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,7 +136,7 @@ class _Route:
     """One served (API, version): what the per-request path needs, computed once."""
 
     __slots__ = ("cluster_op", "decode_from", "entry", "fn", "has_error_code", "header_version", "listeners",
-                 "memoised", "response_cls", "response_header_v1", "version", "follower_fetch")
+                 "memoised", "response_cls", "response_header_v1", "version", "follower_fetch", "quota_exempt")
 
     def __init__(self, entry: ApiEntry, version: int):
         self.entry = entry
@@ -137,6 +148,9 @@ class _Route:
         # the cluster operation an authorizer must allow before the handler runs (inter-broker and cluster-wide
         # APIs), or None
         self.cluster_op = cluster_operation_for(entry.api_key)
+        # Client quotas leave out what brokers send each other, and the connection's handshake (ApiVersions,
+        # whose answers are memoised, and SASL).
+        self.quota_exempt = entry.api_key in CLUSTER_ACTION_APIS or entry.api_key in _QUOTA_EXEMPT
         self.decode_from = entry.request_cls.decode_from
         self.header_version = request_header_version(entry.api_key, version)
         self.response_header_v1 = response_header_version(entry.api_key, version) == 1
@@ -152,6 +166,10 @@ class _Route:
         self.follower_fetch: Any = follower_fetch_fast if (
             entry.api_key == FetchRequest.API_KEY and version >= follower_fetch_fast.MIN_VERSION) else None
 
+
+_QUOTA_EXEMPT = frozenset({API_VERSIONS_KEY, 17, 36})  # ApiVersions, SaslHandshake, SaslAuthenticate
+_PRODUCE_KEY = 0
+_perf_ns = time.perf_counter_ns
 
 _pack_corr = struct.Struct(">i").pack
 _pack_corr_tags = struct.Struct(">iB").pack
@@ -174,6 +192,7 @@ class Router:
 
     def __init__(self, node: Any):
         self.node = node
+        self.quotas: Any = getattr(node, "client_quotas", None)  # kjbod.broker.client_quotas.ClientQuotas
         self.stats: Any = None  # kjbod.metrics' RequestStats when the node serves /metrics: error codes counted
         self.entries = registry()
         self._routes: dict[int, _Route] = {}
@@ -246,9 +265,22 @@ class Router:
         if fast is not None and (getattr(self.node, "authorizer", None) is None
                                  or allowed_cluster(self.node, request, CLUSTER_ACTION)):
             fast.learn(self, route, frame, pos, body_msg, ctx)  # only a replica's connection is answered from bytes
-        result = route.fn(self.node, request, body_msg)
+        quotas = self.quotas
+        if quotas is not None and (quotas.active if self.node.metadata.client_quotas is quotas.seen
+                                   else quotas.sync()) \
+                and not route.quota_exempt and ctx.listener_kind == "broker" \
+                and not _from_follower(route, body_msg, version):
+            request.quota = True
+            request.size = len(frame)
+            started = _perf_ns()
+            result = route.fn(self.node, request, body_msg)
+            request.handler_ns = _perf_ns() - started
+        else:
+            result = route.fn(self.node, request, body_msg)
         if result.__class__ is not route.response_cls:
             if result is None:  # no response on the wire (Produce with acks=0)
+                if request.quota:
+                    self._throttle(route, request, None)
                 return None
             if result.__class__ is Later:  # answered by a callback (the dirs' workers): encoded in that callback
                 return result.then(lambda response: None if response is None else self._reply(route, request, response))
@@ -325,7 +357,37 @@ class Router:
             return None
         return self._reply(route, request, result)
 
+    def _throttle(self, route: _Route, request: Request, response: Any) -> None:
+        """Records the request against its client's quotas; when it is over one, sets the response's
+        ThrottleTimeMs and mutes the connection that long (Kafka sends the response at once either way). A Fetch
+        handler has recorded its bytes already (and answered empty when over): its throttle time is kept if
+        longer. The request quota is not applied to a Produce with acks=0, as in Kafka."""
+        quotas = self.quotas
+        assert quotas is not None
+        user = user_of(request.ctx.principal)
+        client_id = request.client_id or ""
+        now = quotas.clock_ms()
+        byte_ms = request_ms = 0
+        if route.entry.api_key == _PRODUCE_KEY and quotas.produce.active:
+            byte_ms = quotas.produce.record(user, client_id, request.size, now)
+        if quotas.request.active and response is not None:
+            request_ms = quotas.request.record(user, client_id, request.handler_ns * NANOS_TO_PERCENT, now)
+        if byte_ms > 0 and byte_ms >= request_ms:
+            quotas.produce.throttled(user, client_id, byte_ms, now)
+        elif request_ms > 0:
+            quotas.request.throttled(user, client_id, request_ms, now)
+        throttle = max(byte_ms, request_ms, getattr(response, "throttle_time_ms", 0) or 0)
+        if throttle <= 0:
+            return
+        if response is not None and hasattr(response, "throttle_time_ms"):
+            response.throttle_time_ms = throttle
+        mute = request.ctx.mute
+        if mute is not None:
+            mute(throttle)
+
     def _reply(self, route: _Route, request: Request, response):
+        if request.quota:
+            self._throttle(route, request, response)
         corr = request.correlation_id
         if self.stats is not None and route.has_error_code:
             self.stats.error(route.entry.api_key, response.error_code)
@@ -355,3 +417,12 @@ class Router:
         log.warning("closing_connection", reason=reason, api_key=key, api=name, version=version,
                     peer=ctx.peer, listener=ctx.listener_name, client_id=peek_client_id(frame))
         raise CloseConnection(reason)
+
+
+def _from_follower(route: _Route, body: Any, version: int) -> bool:
+    """A replica's Fetch: replication, never counted against client quotas."""
+    if route.entry.api_key != FetchRequest.API_KEY:
+        return False
+    if version >= 15:
+        return body.replica_state.replica_id >= 0
+    return body.replica_id >= 0

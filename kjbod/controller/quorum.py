@@ -37,6 +37,7 @@ import structlog
 from kjbod.controller import (
     acls,
     alter_partition,
+    client_quotas,
     cluster_control,
     configs,
     directories,
@@ -57,6 +58,7 @@ from kjbod.metadata import EMPTY_IMAGE, MetadataDelta, MetadataImage, image_reco
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import (
     AllocateProducerIdsRequest,
+    AlterClientQuotasRequest,
     AlterConfigsRequest,
     AlterConfigsResponse,
     AlterInterbrokerThrottledRatesRequest,
@@ -177,6 +179,7 @@ class QuorumController:
             _key(AlterInterbrokerThrottledRatesRequest): self._alter_throttled_rates,
             _key(AlterInterbrokerThrottledReplicasRequest): self._alter_throttled_replicas,
             _key(AlterUserScramCredentialsRequest): self._alter_user_scram_credentials,
+            _key(AlterClientQuotasRequest): self._alter_client_quotas,
             _key(CreateAclsRequest): self._create_acls,
             _key(DeleteAclsRequest): self._delete_acls,
             _key(UpdateFeaturesRequest): self._update_features,
@@ -562,6 +565,9 @@ class QuorumController:
 
     def _alter_user_scram_credentials(self, version: int, req: AlterUserScramCredentialsRequest) -> Operation:
         return lambda image, _o: scram.alter_user_scram_credentials(image, req)
+
+    def _alter_client_quotas(self, version: int, req: AlterClientQuotasRequest) -> Operation:
+        return lambda image, _o: client_quotas.alter_client_quotas(image, req)
 
     def _create_acls(self, version: int, req: CreateAclsRequest) -> Operation:
         return lambda image, _o: acls.create_acls(image, req)

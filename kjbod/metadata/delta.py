@@ -35,6 +35,7 @@ from kjbod.metadata.image import (
 from kjbod.protocol.generated import (
     AccessControlEntryRecord,
     BrokerRegistrationChangeRecord,
+    ClientQuotaRecord,
     ConfigRecord,
     DelegationTokenRecord,
     FeatureLevelRecord,
@@ -110,6 +111,7 @@ class MetadataDelta:
         self._scram: dict[tuple[str, int], ScramEntry | None] = {}  # None: deleted
         self._acls: dict[UUID, AclEntry | None] = {}  # None: removed
         self._tokens: dict[str, TokenEntry | None] = {}  # None: removed
+        self._client_quotas: dict[tuple[tuple[str, str | None], ...], dict[str, float] | None] = {}  # None: gone
         self.dropped = 0  # records naming something the image does not have
 
     # ------------------------------------------------------------------------------------------ reading
@@ -309,6 +311,17 @@ class MetadataDelta:
         if rec.token_id in self._tokens or rec.token_id in self.image.tokens:
             self._tokens[rec.token_id] = None
         # else: already gone (an expiry sweep and an expire request crossing), nothing to drop
+    def _client_quota_record(self, rec: ClientQuotaRecord) -> None:
+        entity = tuple(sorted((e.entity_type, e.entity_name) for e in rec.entity))
+        if entity in self._client_quotas:
+            values = dict(self._client_quotas[entity] or {})
+        else:
+            values = dict(self.image.client_quotas.get(entity, {}))
+        if rec.remove:
+            values.pop(rec.key, None)
+        else:
+            values[rec.key] = rec.value
+        self._client_quotas[entity] = values or None
 
     def _feature_level_record(self, rec: FeatureLevelRecord) -> None:
         self._features_epoch = self.offset
@@ -363,7 +376,8 @@ class MetadataDelta:
             throttled_replicas=_merged(image.throttled_replicas, self._throttled_replicas),
             throttled_rates=_merged(image.throttled_rates, self._throttled_rates),
             scram=_merged(image.scram, self._scram), acls=_merged(image.acls, self._acls),
-            tokens=_merged(image.tokens, self._tokens))
+            tokens=_merged(image.tokens, self._tokens),
+            client_quotas=_merged(image.client_quotas, self._client_quotas))
 
     # ------------------------------------------------------------------------------------------ local changes
     def local_changes(self, node_id: int, new_image: MetadataImage) -> LocalChanges:
@@ -434,6 +448,7 @@ REPLAY: dict[type, Callable[[MetadataDelta, Any], None]] = {
     RemoveDelegationTokenRecord: MetadataDelta._remove_delegation_token_record,
     AccessControlEntryRecord: MetadataDelta._access_control_entry_record,
     RemoveAccessControlEntryRecord: MetadataDelta._remove_access_control_entry_record,
+    ClientQuotaRecord: MetadataDelta._client_quota_record,
 }
 
 

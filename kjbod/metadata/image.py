@@ -9,7 +9,7 @@ speed of reading; nothing in kjbod writes to them once the image is built (the d
 What it holds: topics by name and by id with their partitions (replicas, ISR, leader, epochs, the log dir of
 each replica), configs per resource (topics, brokers by id, the cluster default broker resource ""), broker
 registrations (epoch, incarnation, listeners, rack, fenced, in controlled shutdown, online log dirs), the next
-free producer id, finalized feature levels, SCRAM credentials, ACLs, kjbod's KIP-179 throttle intents, and the offset of the last record
+free producer id, finalized feature levels, SCRAM credentials, ACLs, client quotas per entity, kjbod's KIP-179 throttle intents, and the offset of the last record
 replayed.
 """
 
@@ -185,6 +185,8 @@ class MetadataImage:
     scram: Mapping[tuple[str, int], ScramEntry] = field(default_factory=dict)  # (user, mechanism type) -> credential
     acls: Mapping[UUID, AclEntry] = field(default_factory=dict)  # ACL id -> entry (AccessControlEntryRecord)
     tokens: Mapping[str, TokenEntry] = field(default_factory=dict)  # token id -> delegation token
+    # ClientQuotaRecord: entity (kjbod.metadata.client_quotas.Entity) -> quota key -> value; no empty entities
+    client_quotas: Mapping[tuple[tuple[str, str | None], ...], Mapping[str, float]] = field(default_factory=dict)
 
     # The reading interface handlers used on the old mutable image.
     @property

@@ -16,6 +16,7 @@ from kjbod.metadata.image import MetadataImage
 from kjbod.protocol.generated import (
     AccessControlEntryRecord,
     BrokerRegistrationChangeRecord,
+    ClientQuotaRecord,
     ConfigRecord,
     DelegationTokenRecord,
     FeatureLevelRecord,
@@ -28,6 +29,7 @@ from kjbod.protocol.generated import (
     TopicRecord,
     UserScramCredentialRecord,
 )
+from kjbod.protocol.generated.client_quota_record import EntityData as QuotaEntityData
 from kjbod.protocol.generated.register_broker_record import BrokerEndpoint, BrokerFeature
 
 
@@ -77,6 +79,9 @@ def image_records(image: MetadataImage) -> list[Any]:
         out.append(DelegationTokenRecord(owner=t.owner, requester=t.requester, renewers=list(t.renewers),
                                          issue_timestamp=t.issue_timestamp, max_timestamp=t.max_timestamp,
                                          expiration_timestamp=t.expiration_timestamp, token_id=token_id))
+    for entity, quotas in sorted(image.client_quotas.items(), key=lambda kv: [(t, n or "") for t, n in kv[0]]):
+        out += [ClientQuotaRecord(entity=[QuotaEntityData(entity_type=t, entity_name=n) for t, n in entity],
+                                  key=k, value=q) for k, q in sorted(quotas.items())]
     if image.next_producer_id:
         out.append(ProducerIdsRecord(broker_id=-1, broker_epoch=-1, next_producer_id=image.next_producer_id))
     return out

@@ -219,6 +219,8 @@ class NodeCollector(Collector):
             yield from self._topic_meters()
         if getattr(self.node, "controller", None) is not None and getattr(self.node.controller, "image", None):
             yield from self._controller()
+        if getattr(self.node, "client_quotas", None) is not None:
+            yield from self._client_quotas()
 
     def _connections(self) -> Iterator[Metric]:
         """Kafka's socket-server-metrics per listener (one network loop: networkProcessor "0")."""
@@ -233,6 +235,37 @@ class NodeCollector(Collector):
                 rate.add_sample(f"{prefix}creation_rate", labels, quotas.creation_rate(listener))
                 created.add_sample(f"{prefix}creation_total", labels, quotas.created.get(listener, 0))
         yield from (count, rate, created)
+
+    def _client_quotas(self) -> Iterator[Metric]:
+        """Kafka's client quota sensors (kafka.server:type=Produce|Fetch|Request,user=U,client-id=C with byte-rate
+        or request-time, and throttle-time), one sample per client sensor; empty until a quota of the kind exists.
+        kjbod adds what was recorded in all and the bound that applies."""
+        quotas = self.node.client_quotas
+        now = quotas.clock_ms()
+        recorded = _counter("kjbod_client_quota_recorded", "What a client's sensor recorded: bytes for Produce and "
+                            "Fetch, seconds of handler time for Request.")
+        bound = _family("kjbod_client_quota_limit", "The quota that applies to the sensor (bytes per second, or "
+                        "percent for Request).")
+        for qt in quotas.types:
+            if not qt.sensors:
+                continue
+            kind = qt.name.lower()
+            value_name = f"kafka_server_{kind}_{'request_time' if kind == 'request' else 'byte_rate'}"
+            value = _family(value_name, f"{qt.name} rate per user and client id, over the quota window")
+            throttle = _family(f"kafka_server_{kind}_throttle_time",
+                               f"Average {qt.name} throttle time in ms per user and client id, over the quota window")
+            for (user, client_id), rate, avg_throttle, total in qt.metrics(now):
+                labels = {"user": user, "client_id": client_id}
+                value.add_sample(value_name, labels, rate)
+                throttle.add_sample(f"kafka_server_{kind}_throttle_time", labels, avg_throttle)
+                typed = {"quota_type": qt.name, **labels}
+                recorded.add_sample("kjbod_client_quota_recorded_total", typed,
+                                    total / 100.0 if kind == "request" else total)
+                limit = qt.limit((user, client_id))
+                if limit is not None:
+                    bound.add_sample("kjbod_client_quota_limit", typed, limit)
+            yield from (value, throttle)
+        yield from (recorded, bound)
 
     def _requests(self) -> Iterator[Metric]:
         stats = self.requests

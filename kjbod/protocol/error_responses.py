@@ -8,6 +8,7 @@ from typing import Any
 
 from kjbod.protocol.generated import (
     AllocateProducerIdsResponse,
+    AlterClientQuotasResponse,
     AlterConfigsResponse,
     AlterInterbrokerThrottledRatesResponse,
     AlterInterbrokerThrottledReplicasResponse,
@@ -24,6 +25,7 @@ from kjbod.protocol.generated import (
     DeleteAclsResponse,
     DeleteTopicsResponse,
     DescribeAclsResponse,
+    DescribeClientQuotasResponse,
     DescribeDelegationTokenResponse,
     DescribeUserScramCredentialsResponse,
     ElectLeadersResponse,
@@ -35,6 +37,7 @@ from kjbod.protocol.generated import (
     RenewDelegationTokenResponse,
     UnregisterBrokerResponse,
 )
+from kjbod.protocol.generated import alter_client_quotas_response as quotas_out
 from kjbod.protocol.generated import alter_interbroker_throttled_rates_response as rates_out
 from kjbod.protocol.generated import alter_interbroker_throttled_replicas_response as replicas_out
 from kjbod.protocol.generated import reassign_partitions_response as reassign_out
@@ -104,6 +107,13 @@ def error_response(api_key: int, request: Any, code: int, message: str) -> Any:
                 for p in t.partitions]) for t in request.topics])
     if api_key == 46:
         return ListPartitionReassignmentsResponse(error_code=code, error_message=message)
+    if api_key == 48:
+        return DescribeClientQuotasResponse(error_code=code, error_message=message, entries=None)
+    if api_key == 49:
+        return AlterClientQuotasResponse(entries=[quotas_out.EntryData(
+            error_code=code, error_message=message, entity=[quotas_out.EntityData(
+                entity_type=e.entity_type, entity_name=e.entity_name) for e in entry.entity])
+            for entry in request.entries])
     if api_key == 50:
         return DescribeUserScramCredentialsResponse(error_code=code, error_message=message)
     if api_key == 51:

@@ -121,7 +121,9 @@ async def serve(
     static_limits = ConnectionLimits.build(config, {})
     quotas = {
         "broker": ConnectionQuotas(static_limits, [ln.name for ln in config.broker_listeners],
-                                   config.inter_broker_listener_name or _first_broker_listener(config)),
+                                   config.inter_broker_listener_name or _first_broker_listener(config),
+                                   quota_samples=config.quota_window_num,
+                                   quota_window_seconds=config.quota_window_size_seconds),
         "controller": ConnectionQuotas(static_limits, [ln.name for ln in config.controller_listeners], None),
     }
     node: Any = None
@@ -206,6 +208,8 @@ async def serve(
             node_factory = build_node
         node = node_factory(config)
         node.authorizer = build_authorizer(config, node)
+        if getattr(node, "metadata", None) is not None:  # per-IP connection_creation_rate client quotas
+            quotas["broker"].client_quotas = lambda: node.metadata.client_quotas
         if config.kjbod_metrics_listener is not None:
             metrics, endpoint = await _start_metrics(node, config.kjbod_metrics_listener)
             metrics.collector.connection_quotas = list(quotas.values())

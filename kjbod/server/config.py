@@ -538,6 +538,8 @@ KEYS: dict[str, KeyDef] = {
         KeyDef("replication.quota.window.num", _int(1), 11,
                "samples the inter-broker replication throttles measure their rate over"),
         KeyDef("replication.quota.window.size.seconds", _int(1), 1, "the length of one such sample"),
+        KeyDef("quota.window.num", _int(1), 11, "samples the client quotas measure their rates over"),
+        KeyDef("quota.window.size.seconds", _int(1), 1, "the length of one such sample"),
         KeyDef(
             "log.dir.placement.policy",
             _one_of("most-usable", "fewest-partitions"),
@@ -731,6 +733,8 @@ class ServerConfig:
     min_insync_replicas: int = 1
     replication_quota_window_num: int = 11
     replication_quota_window_size_seconds: int = 1
+    quota_window_num: int = 11
+    quota_window_size_seconds: int = 1
     broker_rack: str | None = None
     controller_quorum_bootstrap_servers: tuple[str, ...] = ()
     controller_quorum_voters: tuple[str, ...] = ()
@@ -1283,6 +1287,8 @@ def build_config(
         min_insync_replicas=get("min.insync.replicas"),
         replication_quota_window_num=get("replication.quota.window.num"),
         replication_quota_window_size_seconds=get("replication.quota.window.size.seconds"),
+        quota_window_num=get("quota.window.num"),
+        quota_window_size_seconds=get("quota.window.size.seconds"),
         log_dir_placement_policy=get("log.dir.placement.policy"),
         zero_copy=get("kjbod.zero.copy"),
         extensions_enable=get("kjbod.extensions.enable"),

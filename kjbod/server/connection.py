@@ -127,6 +127,7 @@ _FLUSH_BYTES = 256 * 1024
 _PAUSE_PENDING = 1
 _PAUSE_WRITING = 2
 _PAUSE_CLOSING = 4
+_PAUSE_THROTTLED = 8  # a client over its quota, muted until its throttle time has passed (Kafka's channel mute)
 
 # sendfile errors that mean "not possible for this pair of fds", not "the connection broke".
 _SENDFILE_UNSUPPORTED = frozenset({errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP})
@@ -217,6 +218,8 @@ class Connection(asyncio.BufferedProtocol):
         # The reply the sender is writing, so its file regions are closed if the connection drops midway.
         self._sending: list[Any] | None = None
         self._pause = 0
+        self._muted_until = 0.0  # loop time the quota mute ends
+        self._mute_timer: asyncio.TimerHandle | None = None
         self._resume_scheduled = False
         self._write_paused = False
         self._write_waiter: asyncio.Future[None] | None = None
@@ -331,6 +334,7 @@ class Connection(asyncio.BufferedProtocol):
             listener_kind=self._listener_kind,
             security_protocol=self._security_protocol,
             principal=principal or ANONYMOUS,
+            mute=self.mute_for,
         )
         self._log = _log.bind(conn=self.connection_id, peer=self._ctx.peer, listener=self._listener_name)
         self._debug = self._log.is_enabled_for(logging.DEBUG)
@@ -441,6 +445,9 @@ class Connection(asyncio.BufferedProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
         self._pause |= _PAUSE_CLOSING
+        if self._mute_timer is not None:
+            self._mute_timer.cancel()
+            self._mute_timer = None
         sender, self._sender = self._sender, None
         if sender is not None and sender is not _BY_CALLBACKS:
             sender.cancel()
@@ -529,6 +536,8 @@ class Connection(asyncio.BufferedProtocol):
                                 now = _now()
                                 stats.handled(route_id, started - self._read_at, now - started)
                                 started = now
+                            if self._pause:
+                                break  # muted for a quota: the requests after it wait
                             continue
                         body = None if reply.__class__ is Later else _joined(reply)
                         if body is None:
@@ -562,6 +571,8 @@ class Connection(asyncio.BufferedProtocol):
                     batch_bytes = 0
                     if self._flush(batch):
                         break
+                if self._pause:
+                    break  # muted for a quota: the requests after it wait
         finally:
             if batch:
                 self._write_batch(batch)
@@ -642,6 +653,8 @@ class Connection(asyncio.BufferedProtocol):
                         if reply is None:
                             if debug and meta is not None:
                                 self._log_request(meta, replied=False)
+                            if self._pause:
+                                break
                             continue
                         body = _joined(reply)
                         if body is not None:
@@ -657,6 +670,8 @@ class Connection(asyncio.BufferedProtocol):
                                 batch_bytes = 0
                                 if self._flush(batch):
                                     break
+                            if self._pause:
+                                break  # muted for a quota: the frames after it wait
                             continue
                     self._enqueue(reply, meta)
                     fast = False  # from now on the sender writes, in order
@@ -822,6 +837,25 @@ class Connection(asyncio.BufferedProtocol):
             self._sender = None
             if self._close_reason is not None or self._eof:  # else _maybe_finish_close has nothing to do
                 self._maybe_finish_close()
+
+    def mute_for(self, ms: int) -> None:
+        """Reads nothing more from the client for `ms` milliseconds (it went over a client quota): the replies
+        already handled are still written, as Kafka sends the response and mutes the channel until the throttle
+        time has passed. A longer mute while muted extends it."""
+        if ms <= 0 or self._closed or self._loop is None:
+            return
+        until = self._loop.time() + ms / 1000.0
+        if until <= self._muted_until:
+            return
+        self._muted_until = until
+        if self._mute_timer is not None:
+            self._mute_timer.cancel()
+        self._pause_reading(_PAUSE_THROTTLED)
+        self._mute_timer = self._loop.call_at(until, self._unmute)
+
+    def _unmute(self) -> None:
+        self._mute_timer = None
+        self._resume_reading(_PAUSE_THROTTLED)
 
     def _pause_reading(self, reason: int) -> None:
         if not self._pause and self._transport is not None and not self._eof:

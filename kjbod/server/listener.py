@@ -100,6 +100,7 @@ class ListenerServer:
         self._registry = registry
         self._accepting: list[asyncio.Task[None]] = []
         self._handshakes: set[asyncio.Task[None]] = set()
+        self._throttled: set[socket.socket] = set()  # held for their IP's connection rate quota, closed later
         self._closed = False
 
     @property
@@ -120,6 +121,9 @@ class ListenerServer:
             task.cancel()
         for sock in self._sockets:
             sock.close()
+        for sock in self._throttled:
+            _close(sock)
+        self._throttled.clear()
 
     async def wait_closed(self) -> None:
         tasks = [*self._accepting, *self._handshakes]
@@ -162,6 +166,15 @@ class ListenerServer:
         if quotas is None:
             return True, None
         host = str(peer[0]) if isinstance(peer, tuple) and peer else str(peer)
+        throttle_ms = quotas.ip_throttle_ms(host)
+        if throttle_ms > 0:
+            # Over its IP's connection_creation_rate: held unserved for the throttle time, then closed (Kafka's
+            # ConnectionThrottledException and delayed close).
+            log.debug("connection throttled: its IP is over its connection_creation_rate", listener=self._listener,
+                      peer=_peer(peer), throttle_ms=throttle_ms)
+            self._throttled.add(sock)
+            self._loop.call_later(throttle_ms / 1000, self._close_throttled, sock)
+            return False, None
         if quotas.open(self._listener, host) is not None:
             _close(sock)
             return False, None
@@ -177,6 +190,11 @@ class ListenerServer:
         if quotas.excess() and self._registry is not None:
             quotas.close_excess(self._registry)
         return True, release
+
+    def _close_throttled(self, sock: socket.socket) -> None:
+        if sock in self._throttled:
+            self._throttled.discard(sock)
+            _close(sock)
 
     async def _connect(self, sock: socket.socket, peer: Any, release: Callable[[], None] | None) -> None:
         try:

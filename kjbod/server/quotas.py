@@ -21,6 +21,11 @@ Strategy:
   - the creation rate delays the next accept until the connections accepted in the last second are below the
     rate (broker-wide rate, not for the protected listener, and the listener's own rate, whichever is longer).
     Kafka measures the rate over its quota window (``quota.window.num`` samples); kjbod over one second.
+  - a client IP's own ``connection_creation_rate`` (a client quota of an ip entity, or the ip default, set with
+    AlterClientQuotas and read from the broker's metadata image) is measured as Kafka measures it, over the
+    quota window (``quota.window.num`` samples of ``quota.window.size.seconds``, kjbod.broker.client_quotas'
+    Rate): a connection that takes the IP over it is not counted and is closed after the throttle time, unserved
+    (`ip_throttle_ms`), as Kafka's ConnectionThrottledException does.
 * `close_idle_connections` closes a connection that has received nothing for ``connections.max.idle.ms`` and is
   owed no answer. The counts (open, accepted, the creation rate over 30 s) are what /metrics shows per listener.
 * Everything here runs on the event loop; `admit` and `close_idle_connections` are the only coroutines. The
@@ -44,12 +49,14 @@ from kjbod.broker.broker_config import (
     listener_connection_key,
     parse_per_ip_overrides,
 )
+from kjbod.broker.client_quotas import Rate
 from kjbod.server.config import ServerConfig
 from kjbod.server.logging import get_logger
 
 __all__ = ["INT_MAX", "ConnectionLimits", "ConnectionQuotas", "RateWindow"]
 
 log = get_logger("kjbod.server.quotas")
+_IP_SENSORS_MAX = 65536
 
 # A refused connection from one IP is logged at most this often (the others are counted into the next line).
 _REJECT_LOG_INTERVAL_S = 1.0
@@ -168,9 +175,19 @@ class ConnectionQuotas:
     """The open connections of one server process against its `ConnectionLimits` (see the module docstring)."""
 
     def __init__(self, limits: ConnectionLimits, listeners: Sequence[str], inter_broker_listener: str | None,
-                 *, clock: Callable[[], float] = time.monotonic) -> None:
+                 *, clock: Callable[[], float] = time.monotonic, quota_samples: int = 11,
+                 quota_window_seconds: int = 1) -> None:
         self.limits = limits
         self._clock = clock
+        # Per-IP connection_creation_rate quotas: the image's client quotas (set by the server shell once the
+        # node exists), the rates taken from them (None: the ip default), and one Rate per IP that has a quota.
+        self.client_quotas: Callable[[], Mapping[Any, Mapping[str, float]]] | None = None
+        self._quota_seen: Any = None
+        self._ip_rates: dict[str | None, float] = {}
+        self._ip_sensors: dict[str, Rate] = {}
+        self._quota_samples = quota_samples
+        self._quota_window_ms = quota_window_seconds * 1000
+        self.ip_throttled = 0  # connections closed for their IP's connection_creation_rate
         self.per_listener: dict[str, int] = dict.fromkeys(listeners, 0)
         self.per_ip: dict[str, int] = {}
         self.total = 0
@@ -238,6 +255,41 @@ class ConnectionQuotas:
             finally:
                 if waiter in self._waiters:
                     self._waiters.remove(waiter)
+
+    def ip_throttle_ms(self, host: str) -> int:
+        """Counts a connection from `host` against its IP's connection_creation_rate quota; the milliseconds to
+        hold it before closing it when that takes the IP over the quota (it is then not counted), else 0."""
+        source = self.client_quotas
+        if source is None:
+            return 0
+        quotas = source()
+        if quotas is not self._quota_seen:
+            self._quota_seen = quotas
+            self._ip_rates = {}
+            for entity, values in quotas.items():
+                if len(entity) == 1 and entity[0][0] == "ip" and "connection_creation_rate" in values:
+                    name = entity[0][1]
+                    self._ip_rates[_normal_ip(name) if name is not None else None] = values["connection_creation_rate"]
+        if not self._ip_rates:
+            self._ip_sensors.clear()
+            return 0
+        ip = _normal_ip(host)
+        bound = self._ip_rates.get(ip, self._ip_rates.get(None))
+        if bound is None:
+            return 0
+        sensor = self._ip_sensors.get(ip)
+        if sensor is None:
+            if len(self._ip_sensors) >= _IP_SENSORS_MAX:
+                self._ip_sensors.clear()  # forget the rates of many IPs at once rather than grow without bound
+            sensor = self._ip_sensors[ip] = Rate(self._quota_samples, self._quota_window_ms)
+        now_ms = int(self._clock() * 1000)
+        sensor.record(1.0, now_ms)
+        measured = sensor.measure(now_ms)
+        if measured <= bound:
+            return 0
+        sensor.record(-1.0, now_ms)  # not accepted: not counted
+        self.ip_throttled += 1
+        return max(1, min(round((measured - bound) / bound * sensor.window_size(now_ms)), self._quota_window_ms))
 
     def open(self, listener: str, host: str) -> int | None:
         """Count a connection just accepted from `host`; None when it may stay, else the per-IP limit it exceeds

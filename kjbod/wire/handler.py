@@ -31,7 +31,7 @@ exception is a bug: the connection logs it with its traceback at warning level a
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeAlias
 
 from kjbod.wire.region import FileRegion
@@ -59,6 +59,9 @@ class RequestContext:
     # The client authenticated with a delegation token (SASL/SCRAM with tokenauth=true): it may not create, renew
     # or expire tokens, as in Kafka.
     token_authenticated: bool = False
+    # Mutes the connection for that many milliseconds: nothing more is read from it until they have passed (a
+    # client over its quota, kjbod.broker.client_quotas); None where nothing can be muted (in-process calls).
+    mute: Callable[[int], None] | None = field(default=None, compare=False, repr=False)
 
     @property
     def peer(self) -> str:

@@ -314,6 +314,8 @@ def kio_scalar(f: FieldSpec, lf: LibField, v):
         return str(v)
     if f.elem == "bool":
         return bool(v)
+    if f.elem == "float64":
+        return float(v)
     return int(v)  # i8..i64, u16, ErrorCode
 
 

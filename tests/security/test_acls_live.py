@@ -24,6 +24,7 @@ from live import COMMAND, start_server
 from kjbod.protocol.generated import (
     CreateAclsRequest,
     CreateAclsResponse,
+    MetadataResponse,
     SaslAuthenticateRequest,
     SaslAuthenticateResponse,
     SaslHandshakeRequest,
@@ -742,3 +743,42 @@ def test_transactions_are_described_and_listed_only_with_describe_on_their_id(no
         assert tid in listed("alice")
     finally:
         p.abort_transaction(30)
+
+
+def test_client_quotas_need_the_cluster_config_rights_and_a_user_quota_follows_the_sasl_principal(
+        node: Node) -> None:
+    """DescribeClientQuotas needs DESCRIBE_CONFIGS and AlterClientQuotas ALTER_CONFIGS on the cluster (Kafka's
+    KafkaApis); a quota of user bob applies to the connections that logged in as bob, and to no one else."""
+    from kjbod.admin import BrokerResponseError, SyncAdminClient
+    from kjbod.net.sasl import SaslCredentials
+    from kjbod.protocol.generated import MetadataRequest
+
+    def client(user: str) -> SyncAdminClient:
+        return SyncAdminClient(node.bootstrap, request_timeout=10, sasl=SaslCredentials("PLAIN", user, USERS[user]))
+
+    with client("bob") as bob:
+        with pytest.raises(BrokerResponseError) as refused:
+            bob.describe_client_quotas()
+        assert refused.value.code == 31  # CLUSTER_AUTHORIZATION_FAILED
+        assert [code for code, _ in bob.alter_client_quotas([({"user": "bob"}, {"producer_byte_rate": 1})])] == [31]
+    with client("admin") as root:
+        assert root.alter_client_quotas([({"user": "bob"}, {"request_percentage": 0.0001})]) == [(0, None)]
+
+    def throttle_of(user: str) -> int:
+        sock = logged_in(node, user)
+        try:
+            sock.sendall(frame(3, 12, 3, MetadataRequest(topics=[], allow_auto_topic_creation=False)))
+            return MetadataResponse.decode(read(sock, 3, 12), 12).throttle_time_ms
+        finally:
+            sock.close()
+
+    try:
+        eventually(lambda: _assert(throttle_of("bob") > 0), "bob's requests are throttled")
+        assert throttle_of("alice") == 0
+    finally:
+        with client("admin") as root:
+            assert root.alter_client_quotas([({"user": "bob"}, {"request_percentage": None})]) == [(0, None)]
+
+
+def _assert(condition: bool) -> None:
+    assert condition

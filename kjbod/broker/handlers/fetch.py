@@ -53,6 +53,7 @@ from typing import Any
 import structlog
 
 from kjbod.broker.authz import allowed, allowed_cluster
+from kjbod.broker.client_quotas import user_of
 from kjbod.broker.dir_work import DirWork, loop_may_read
 from kjbod.broker.handlers.leader_epoch_check import checked_log
 from kjbod.broker.replication import hooks as replication
@@ -601,6 +602,12 @@ async def _serve(node, request, body: FetchRequest, follower: int) -> FetchRespo
     wants_nothing = not any(t.partitions for t in body.topics)
     deadline = time.monotonic() + (0 if wants_nothing else max(body.max_wait_ms, 0) / 1000.0)
     max_bytes, min_bytes = _capped(node, body)
+    fetch_quota = node.client_quotas.fetch if request.quota and node.client_quotas.fetch.active else None
+    if fetch_quota is not None:
+        # Kafka's cap: no more than the quota lets through in its window, so one fetch is never throttled for sure
+        user, client_id = user_of(request.ctx.principal), request.client_id or ""
+        max_bytes = min(max_bytes, int(min(fetch_quota.max_value_in_window(user, client_id), 2**31 - 1)))
+        min_bytes = min(min_bytes, max_bytes)
     tls = _over_tls(request.ctx)
     while True:
         # Look before reading: reading hands out file regions that must be closed if we then decide to wait.
@@ -613,6 +620,10 @@ async def _serve(node, request, body: FetchRequest, follower: int) -> FetchRespo
                            preferred=preferred)
             resp, total = built if built.__class__ is tuple else await built
             if total >= min_bytes or time.monotonic() >= deadline or not _only_data(resp):
+                if fetch_quota is not None:
+                    throttled_resp = _over_fetch_quota(node, request, resp, total)
+                    if throttled_resp is not None:
+                        return throttled_resp
                 loop_sends(total)
                 if node.topic_stats is not None:  # the metrics endpoint's counters (kjbod.metrics)
                     _count(node.topic_stats, resolved, resp, follower >= 0)
@@ -642,6 +653,21 @@ async def _serve(node, request, body: FetchRequest, follower: int) -> FetchRespo
             parked.unpark(keys, wake, follower=decided is not None)
         if decided is not None:  # a follower's fetch: checked again, as Kafka's DelayedFetch (see the hook)
             replication.recheck_follower_fetch(node, resolved, body, v, follower, decided)
+
+
+def _over_fetch_quota(node, request, resp: FetchResponse, total: int) -> FetchResponse | None:
+    """Records a consumer's response bytes against its consumer_byte_rate; over the quota, Kafka's answer
+    instead: the bytes taken back, no partitions, and the throttle time (the router mutes the connection)."""
+    quotas = node.client_quotas
+    user, client_id = user_of(request.ctx.principal), request.client_id or ""
+    now = quotas.clock_ms()
+    throttle = quotas.fetch.record(user, client_id, total, now)
+    if throttle <= 0:
+        return None
+    quotas.fetch.unrecord(user, client_id, total, now)
+    quotas.fetch.throttled(user, client_id, throttle, now)
+    close_regions(resp)
+    return FetchResponse(throttle_time_ms=throttle, error_code=0, session_id=0, responses=[])
 
 
 def _capped(node, body: FetchRequest) -> tuple[int, int]:

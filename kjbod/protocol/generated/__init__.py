@@ -9,6 +9,8 @@ from .add_partitions_to_txn_request import AddPartitionsToTxnRequest
 from .add_partitions_to_txn_response import AddPartitionsToTxnResponse
 from .allocate_producer_ids_request import AllocateProducerIdsRequest
 from .allocate_producer_ids_response import AllocateProducerIdsResponse
+from .alter_client_quotas_request import AlterClientQuotasRequest
+from .alter_client_quotas_response import AlterClientQuotasResponse
 from .alter_configs_request import AlterConfigsRequest
 from .alter_configs_response import AlterConfigsResponse
 from .alter_interbroker_throttled_rates_request import AlterInterbrokerThrottledRatesRequest
@@ -34,6 +36,7 @@ from .broker_heartbeat_response import BrokerHeartbeatResponse
 from .broker_registration_change_record import BrokerRegistrationChangeRecord
 from .broker_registration_request import BrokerRegistrationRequest
 from .broker_registration_response import BrokerRegistrationResponse
+from .client_quota_record import ClientQuotaRecord
 from .config_record import ConfigRecord
 from .consumer_group_describe_request import ConsumerGroupDescribeRequest
 from .consumer_group_describe_response import ConsumerGroupDescribeResponse
@@ -58,6 +61,8 @@ from .delete_topics_request import DeleteTopicsRequest
 from .delete_topics_response import DeleteTopicsResponse
 from .describe_acls_request import DescribeAclsRequest
 from .describe_acls_response import DescribeAclsResponse
+from .describe_client_quotas_request import DescribeClientQuotasRequest
+from .describe_client_quotas_response import DescribeClientQuotasResponse
 from .describe_cluster_request import DescribeClusterRequest
 from .describe_cluster_response import DescribeClusterResponse
 from .describe_configs_request import DescribeConfigsRequest
@@ -171,6 +176,8 @@ __all__ = [
     'AddPartitionsToTxnResponse',
     'AllocateProducerIdsRequest',
     'AllocateProducerIdsResponse',
+    'AlterClientQuotasRequest',
+    'AlterClientQuotasResponse',
     'AlterConfigsRequest',
     'AlterConfigsResponse',
     'AlterInterbrokerThrottledRatesRequest',
@@ -196,6 +203,7 @@ __all__ = [
     'BrokerRegistrationChangeRecord',
     'BrokerRegistrationRequest',
     'BrokerRegistrationResponse',
+    'ClientQuotaRecord',
     'ConfigRecord',
     'ConsumerGroupDescribeRequest',
     'ConsumerGroupDescribeResponse',
@@ -220,6 +228,8 @@ __all__ = [
     'DeleteTopicsResponse',
     'DescribeAclsRequest',
     'DescribeAclsResponse',
+    'DescribeClientQuotasRequest',
+    'DescribeClientQuotasResponse',
     'DescribeClusterRequest',
     'DescribeClusterResponse',
     'DescribeConfigsRequest',

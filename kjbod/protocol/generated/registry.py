@@ -13,6 +13,8 @@ from .add_partitions_to_txn_request import AddPartitionsToTxnRequest
 from .add_partitions_to_txn_response import AddPartitionsToTxnResponse
 from .allocate_producer_ids_request import AllocateProducerIdsRequest
 from .allocate_producer_ids_response import AllocateProducerIdsResponse
+from .alter_client_quotas_request import AlterClientQuotasRequest
+from .alter_client_quotas_response import AlterClientQuotasResponse
 from .alter_configs_request import AlterConfigsRequest
 from .alter_configs_response import AlterConfigsResponse
 from .alter_interbroker_throttled_rates_request import AlterInterbrokerThrottledRatesRequest
@@ -38,6 +40,7 @@ from .broker_heartbeat_response import BrokerHeartbeatResponse
 from .broker_registration_change_record import BrokerRegistrationChangeRecord
 from .broker_registration_request import BrokerRegistrationRequest
 from .broker_registration_response import BrokerRegistrationResponse
+from .client_quota_record import ClientQuotaRecord
 from .config_record import ConfigRecord
 from .consumer_group_describe_request import ConsumerGroupDescribeRequest
 from .consumer_group_describe_response import ConsumerGroupDescribeResponse
@@ -62,6 +65,8 @@ from .delete_topics_request import DeleteTopicsRequest
 from .delete_topics_response import DeleteTopicsResponse
 from .describe_acls_request import DescribeAclsRequest
 from .describe_acls_response import DescribeAclsResponse
+from .describe_client_quotas_request import DescribeClientQuotasRequest
+from .describe_client_quotas_response import DescribeClientQuotasResponse
 from .describe_cluster_request import DescribeClusterRequest
 from .describe_cluster_response import DescribeClusterResponse
 from .describe_configs_request import DescribeConfigsRequest
@@ -224,6 +229,8 @@ APIS: dict[int, ApiInfo] = {
     45: ApiInfo(45, 'AlterPartitionReassignments', AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse, 0, 1, 0, frozenset(['broker', 'controller'])),
     46: ApiInfo(46, 'ListPartitionReassignments', ListPartitionReassignmentsRequest, ListPartitionReassignmentsResponse, 0, 0, 0, frozenset(['broker', 'controller'])),
     47: ApiInfo(47, 'OffsetDelete', OffsetDeleteRequest, OffsetDeleteResponse, 0, 0, None, frozenset(['broker'])),
+    48: ApiInfo(48, 'DescribeClientQuotas', DescribeClientQuotasRequest, DescribeClientQuotasResponse, 0, 1, 1, frozenset(['broker'])),
+    49: ApiInfo(49, 'AlterClientQuotas', AlterClientQuotasRequest, AlterClientQuotasResponse, 0, 1, 1, frozenset(['broker', 'controller'])),
     50: ApiInfo(50, 'DescribeUserScramCredentials', DescribeUserScramCredentialsRequest, DescribeUserScramCredentialsResponse, 0, 0, 0, frozenset(['broker', 'controller'])),
     51: ApiInfo(51, 'AlterUserScramCredentials', AlterUserScramCredentialsRequest, AlterUserScramCredentialsResponse, 0, 0, 0, frozenset(['broker', 'controller'])),
     52: ApiInfo(52, 'Vote', VoteRequest, VoteResponse, 0, 1, 0, frozenset(['controller'])),
@@ -262,6 +269,7 @@ METADATA_RECORDS: dict[int, type] = {
     10: DelegationTokenRecord,
     11: UserScramCredentialRecord,
     12: FeatureLevelRecord,
+    14: ClientQuotaRecord,
     15: ProducerIdsRecord,
     17: BrokerRegistrationChangeRecord,
     18: AccessControlEntryRecord,
