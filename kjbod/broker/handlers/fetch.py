@@ -602,7 +602,8 @@ async def _serve(node, request, body: FetchRequest, follower: int) -> FetchRespo
     wants_nothing = not any(t.partitions for t in body.topics)
     deadline = time.monotonic() + (0 if wants_nothing else max(body.max_wait_ms, 0) / 1000.0)
     max_bytes, min_bytes = _capped(node, body)
-    fetch_quota = node.client_quotas.fetch if request.quota and node.client_quotas.fetch.active else None
+    fetch_quota = (node.client_quotas.fetch if getattr(request, "quota", False) and node.client_quotas.fetch.active
+                   else None)  # only a client request the router counted (not a test's or an in-process one)
     if fetch_quota is not None:
         # Kafka's cap: no more than the quota lets through in its window, so one fetch is never throttled for sure
         user, client_id = user_of(request.ctx.principal), request.client_id or ""
