@@ -216,17 +216,22 @@ def validate_batches(
     return out
 
 
+def _first_record_key(view: bytes | memoryview, pos: int) -> tuple[int, int]:
+    """(key length, where the key starts) of the first record of the uncompressed batch at ``pos``."""
+    at = pos + RECORD_BATCH_OVERHEAD
+    _length, at = read_varint(view, at)
+    at += 1  # attributes
+    _ts, at = read_varint(view, at)
+    _delta, at = read_varint(view, at)
+    return read_varint(view, at)
+
+
 def control_marker_type(view: bytes | memoryview, pos: int, header: BatchHeader) -> int:
     """The type of the control record a control batch at ``pos`` opens with (Kafka's ControlRecordType: 0 abort,
     1 commit; a transaction marker), or -1 when it is not readable as one.  Control batches are never
     compressed, so the first record starts right after the batch header."""
     try:
-        at = pos + RECORD_BATCH_OVERHEAD
-        _length, at = read_varint(view, at)
-        at += 1  # attributes
-        _ts, at = read_varint(view, at)
-        _delta, at = read_varint(view, at)
-        key_length, at = read_varint(view, at)
+        key_length, at = _first_record_key(view, pos)
         if key_length < 4 or at + 4 > pos + header.size:
             return -1
         version = int.from_bytes(view[at:at + 2], "big", signed=True)
@@ -240,12 +245,7 @@ def marker_coordinator_epoch(view: bytes | memoryview, pos: int, header: BatchHe
     """The coordinator epoch a transaction marker at ``pos`` carries in its value (int16 version, int32 epoch),
     or -1 when the batch's first record is not readable as a marker."""
     try:
-        at = pos + RECORD_BATCH_OVERHEAD
-        _length, at = read_varint(view, at)
-        at += 1  # attributes
-        _ts, at = read_varint(view, at)
-        _delta, at = read_varint(view, at)
-        key_length, at = read_varint(view, at)
+        key_length, at = _first_record_key(view, pos)
         at += max(key_length, 0)
         value_length, at = read_varint(view, at)
         if value_length < 6 or at + 6 > pos + header.size:

@@ -58,6 +58,7 @@ from kjbod.broker.groups.consumer import (
     TopicMeta,
 )
 from kjbod.broker.groups.state import CommittedOffset
+from kjbod.protocol.runtime import write_uvarint
 
 OFFSET_KEY_VERSION = 1
 GROUP_KEY_VERSION = 2
@@ -255,24 +256,15 @@ def consumer_key(kind: int, group: str, member: str | None = None) -> bytes:
     return _H.pack(kind) + _str(group) + (_str(member) if member is not None else b"")
 
 
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
 def _cstr(s: str | None) -> bytes:
     if s is None:
         return b"\x00"
     raw = s.encode("utf-8")
-    return _uvarint(len(raw) + 1) + raw
+    return write_uvarint(len(raw) + 1) + raw
 
 
 def _carray(items: list[bytes]) -> bytes:
-    return _uvarint(len(items) + 1) + b"".join(items)
+    return write_uvarint(len(items) + 1) + b"".join(items)
 
 
 _NO_TAGS = b"\x00"
