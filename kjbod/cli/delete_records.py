@@ -21,7 +21,7 @@ import json
 import sys
 from typing import Any
 
-from kjbod.cli.log_dirs import _positive_float
+from kjbod.cli.log_dirs import _admin, _positive_float
 from kjbod.cli.main import UserError
 
 __all__ = ["add_subcommand", "parse_offset_json"]
@@ -96,25 +96,14 @@ def _command(args: argparse.Namespace) -> int:
 
 
 async def _delete(args: argparse.Namespace, offsets: dict[tuple[str, int], int]) -> int:
-    from kjbod.admin import AdminClient, KafkaError
+    from kjbod.admin import KafkaError
 
-    try:
-        client = AdminClient(args.bootstrap_server, request_timeout=args.timeout,
-                             connect_timeout=min(args.timeout, 10.0), client_id="kjbod-delete-records")
-    except ValueError as e:
-        raise UserError(f"--bootstrap-server: {e}") from None
-    try:
-        try:
-            await client.start()
-        except KafkaError as e:
-            raise UserError(f"cannot reach the cluster: {e}") from None
+    async with _admin(args, "kjbod-delete-records") as client:
         print("Executing records delete operation", flush=True)
         try:
             results = await client.delete_records(offsets, raise_on_error=False)
         except KafkaError as e:
             raise UserError(f"records delete operation failed: {e}") from None
-    finally:
-        await client.close()
     print("Records delete operation completed:")
     failed = False
     for (topic, partition), result in results.items():

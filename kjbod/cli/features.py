@@ -107,8 +107,7 @@ async def _run(args: argparse.Namespace, updates: dict[str, int]) -> int:
     from kjbod.admin.types import SAFE_DOWNGRADE, UNSAFE_DOWNGRADE, UPGRADE
     from kjbod.cli.log_dirs import _admin
 
-    args.timeout = 30.0
-    async with _admin(args) as admin:
+    async with _admin(args, "kjbod-features", timeout=30.0) as admin:
         from kjbod.admin import KafkaError
 
         if args.features_command == "describe":

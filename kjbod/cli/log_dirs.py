@@ -927,14 +927,15 @@ def _summary(tracker: MoveTracker, say: Callable[[str], None]) -> int:
 # ================================================================================================ plumbing
 
 class _AdminContext:
-    """`async with _admin(args) as admin`: an AdminClient whose connection problems are one-line user errors."""
+    """`async with _admin(args) as admin`: an AdminClient whose connection problems are one-line user errors (every
+    kjbod command that talks to a cluster opens its client this way)."""
 
-    def __init__(self, args: argparse.Namespace) -> None:
+    def __init__(self, args: argparse.Namespace, client_id: str, timeout: float) -> None:
         from kjbod.admin import AdminClient
 
         try:
-            self.client = AdminClient(args.bootstrap_server, request_timeout=args.timeout,
-                                      connect_timeout=min(args.timeout, 10.0), client_id="kjbod-log-dirs",
+            self.client = AdminClient(args.bootstrap_server, request_timeout=timeout,
+                                      connect_timeout=min(timeout, 10.0), client_id=client_id,
                                       **admin_options(args))
         except ValueError as e:
             raise UserError(f"--bootstrap-server: {e}") from None
@@ -953,8 +954,10 @@ class _AdminContext:
         await self.client.close()
 
 
-def _admin(args: argparse.Namespace) -> _AdminContext:
-    return _AdminContext(args)
+def _admin(args: argparse.Namespace, client_id: str = "kjbod-log-dirs", timeout: float | None = None
+           ) -> _AdminContext:
+    """`timeout`: each request's, retries included (default: the command's --timeout)."""
+    return _AdminContext(args, client_id, args.timeout if timeout is None else timeout)
 
 
 def _run_async(coro: Awaitable[int]) -> int:

@@ -261,7 +261,7 @@ def _check_options(args: argparse.Namespace) -> None:
 async def _run(args: argparse.Namespace) -> int:
     from kjbod.cli.log_dirs import _admin
 
-    async with _admin(args) as admin:
+    async with _admin(args, "kjbod-topics") as admin:
         if args.action == "create":
             return await _create(admin, args)
         names = await _names(admin)

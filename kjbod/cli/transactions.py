@@ -20,8 +20,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from kjbod.cli.command_config import add_command_config, admin_options
-from kjbod.cli.main import UserError
+from kjbod.cli.command_config import add_command_config
 
 __all__ = ["add_subcommand", "describe_table", "list_table", "producers_table", "table"]
 
@@ -95,18 +94,10 @@ def _failed(message: str, error: BaseException) -> int:
 
 
 async def _run(args: argparse.Namespace) -> int:
-    from kjbod.admin import AdminClient, KafkaError
+    from kjbod.admin import KafkaError
+    from kjbod.cli.log_dirs import _admin
 
-    try:
-        client = AdminClient(args.bootstrap_server, request_timeout=DEFAULT_TIMEOUT_S, connect_timeout=10.0,
-                             client_id="kjbod-transactions", **admin_options(args))
-    except ValueError as e:
-        raise UserError(f"--bootstrap-server: {e}") from None
-    try:
-        try:
-            await client.start()
-        except KafkaError as e:
-            raise UserError(f"cannot reach the cluster: {e}") from None
+    async with _admin(args, "kjbod-transactions", timeout=DEFAULT_TIMEOUT_S) as client:
         command = args.transactions_command
         if command == "list":
             try:
@@ -137,5 +128,3 @@ async def _run(args: argparse.Namespace) -> int:
                                result.error)
             sys.stdout.write(producers_table(result.producers))
         return 0
-    finally:
-        await client.close()

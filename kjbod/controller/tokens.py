@@ -102,17 +102,24 @@ def create_token(image: MetadataImage, req: CreateDelegationTokenRequest, settin
     return ControllerResult([record], response)
 
 
+def _token_of(image: MetadataImage, settings: ControllerSettings, req: Any) -> TokenEntry | int:
+    """The token a Renew or Expire request names by its HMAC, or the error code: tokens off (no secret), or
+    none with that HMAC."""
+    secret = settings.delegation_token_secret_key
+    if not secret:
+        return ErrorCode.DELEGATION_TOKEN_AUTH_DISABLED
+    token = token_by_hmac(image, secret, bytes(req.hmac))
+    return ErrorCode.DELEGATION_TOKEN_NOT_FOUND if token is None else token
+
+
 def renew_token(image: MetadataImage, req: RenewDelegationTokenRequest, settings: ControllerSettings,
                 now: int) -> ControllerResult:
     def answer(code: int, expiry: int = ERROR_TIMESTAMP) -> RenewDelegationTokenResponse:
         return RenewDelegationTokenResponse(error_code=code, expiry_timestamp_ms=expiry, throttle_time_ms=0)
 
-    secret = settings.delegation_token_secret_key
-    if not secret:
-        return ControllerResult([], answer(ErrorCode.DELEGATION_TOKEN_AUTH_DISABLED))
-    token = token_by_hmac(image, secret, bytes(req.hmac))
-    if token is None:
-        return ControllerResult([], answer(ErrorCode.DELEGATION_TOKEN_NOT_FOUND))
+    token = _token_of(image, settings, req)
+    if isinstance(token, int):
+        return ControllerResult([], answer(token))
     if token.max_timestamp < now or token.expiration_timestamp < now:
         return ControllerResult([], answer(ErrorCode.DELEGATION_TOKEN_EXPIRED))
     if not owner_or_renewer(token, requester_of(req)):
@@ -129,12 +136,9 @@ def expire_token(image: MetadataImage, req: ExpireDelegationTokenRequest, settin
     def answer(code: int, expiry: int = ERROR_TIMESTAMP) -> ExpireDelegationTokenResponse:
         return ExpireDelegationTokenResponse(error_code=code, expiry_timestamp_ms=expiry, throttle_time_ms=0)
 
-    secret = settings.delegation_token_secret_key
-    if not secret:
-        return ControllerResult([], answer(ErrorCode.DELEGATION_TOKEN_AUTH_DISABLED))
-    token = token_by_hmac(image, secret, bytes(req.hmac))
-    if token is None:
-        return ControllerResult([], answer(ErrorCode.DELEGATION_TOKEN_NOT_FOUND))
+    token = _token_of(image, settings, req)
+    if isinstance(token, int):
+        return ControllerResult([], answer(token))
     if not owner_or_renewer(token, requester_of(req)):
         return ControllerResult([], answer(ErrorCode.DELEGATION_TOKEN_OWNER_MISMATCH))
     if req.expiry_time_period_ms < 0:
