@@ -40,6 +40,7 @@ from kjbod.protocol.errors import ErrorCode
 
 TOPIC = 2
 BROKER = 4
+BROKER_LOGGER = 8
 
 # DescribeConfigs ConfigSource
 TOPIC_CONFIG = 1
@@ -47,6 +48,7 @@ DYNAMIC_BROKER_CONFIG = 2
 DYNAMIC_DEFAULT_BROKER_CONFIG = 3
 STATIC_BROKER_CONFIG = 4
 DEFAULT_CONFIG = 5
+DYNAMIC_BROKER_LOGGER_CONFIG = 6
 
 # DescribeConfigs ConfigType
 BOOLEAN, STRING, INT, SHORT, LONG, DOUBLE, LIST = 1, 2, 3, 4, 5, 6, 7

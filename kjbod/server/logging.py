@@ -5,7 +5,8 @@ Library modules get their logger with `get_logger("kjbod.x")` at import time; it
 same stream in the same format, so a server's stderr is one consistent stream of events.
 
 Level filtering happens in structlog's filtering bound logger: a call below the level is a no-op method, so debug
-calls on hot paths cost almost nothing; code that would compute values only for a debug line checks
+calls on hot paths cost almost nothing (a logger given a level of its own at runtime, kjbod.broker.log_levels, lowers
+that bar to its level while it has one); code that would compute values only for a debug line checks
 `logger.is_enabled_for(logging.DEBUG)` once, up front.
 """
 
@@ -16,6 +17,8 @@ import sys
 from typing import Any, Literal, TextIO
 
 import structlog
+
+from kjbod.broker.log_levels import LEVELS, NamedWriteLoggerFactory, drop_below_logger_level
 
 __all__ = ["LOG_FORMATS", "LOG_LEVELS", "configure_logging", "get_logger", "parse_level", "reset_logging"]
 
@@ -41,6 +44,8 @@ def configure_logging(
         raise ValueError(f"unknown log format {fmt!r} (expected json or console)")
     level_no = parse_level(level)
     out = sys.stderr if stream is None else stream
+    LEVELS.reset()  # loggers' own levels (kafka-configs' broker-loggers) last until the next configuration
+    LEVELS.set_root(level_no)
 
     timestamper = structlog.processors.TimeStamper(fmt="iso", utc=True)
     shared: list[Any] = [
@@ -56,9 +61,9 @@ def configure_logging(
         renderer = structlog.dev.ConsoleRenderer(colors=_isatty(out))
 
     structlog.configure(
-        processors=[*shared, renderer],
+        processors=[drop_below_logger_level, *shared, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(level_no),
-        logger_factory=structlog.WriteLoggerFactory(file=out),
+        logger_factory=NamedWriteLoggerFactory(out),
         context_class=dict,
         # Not cached: tests and the CLI may reconfigure; the lookup cost only applies to calls that do log.
         cache_logger_on_first_use=False,

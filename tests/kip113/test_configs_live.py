@@ -82,7 +82,7 @@ def test_broker_configs_sources_and_every_version(kjbod_server):
         assert describe(raw, BROKER, "", version=4).configs == []  # no dynamic defaults yet
         other = describe(raw, BROKER, "2")
         assert other.error_code == INVALID_REQUEST and "2" in other.error_message
-        assert describe(raw, 8, "1").error_code == INVALID_REQUEST  # broker loggers: not served
+        assert describe(raw, 99, "1").error_code == INVALID_REQUEST  # a resource type Kafka does not have
     admin = kafka_admin(kjbod_server)  # kafka-python reads it too, and finds the dynamic keys
     got = admin.describe_configs([ConfigResource(ConfigResourceType.BROKER, "1")], config_filter="all")
     dynamic = admin.describe_configs([ConfigResource(ConfigResourceType.BROKER, "1")], config_filter="dynamic")

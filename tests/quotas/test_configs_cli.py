@@ -32,10 +32,12 @@ def test_entities_as_kafka_configs_reads_them() -> None:
 @pytest.mark.parametrize(("argv", "message"), [
     (("--describe", "--alter", "--user", "a"), "exactly one action"),
     (("--alter", "--entity-type", "users", "--add-config", "producer_byte_rate=1"),
-     "--entity-name or --entity-default must be specified with each --entity-type for --alter"),
+     "An entity-name or default entity must be specified with --alter of users, clients, brokers or ips"),
+    (("--alter", "--entity-type", "users", "--entity-name", "a", "--entity-type", "clients", "--add-config",
+      "producer_byte_rate=1"), "--entity-name or --entity-default must be specified with each --entity-type for --alter"),
     (("--alter", "--entity-type", "ips", "--entity-type", "users", "--entity-default", "--entity-default",
       "--add-config", "x=1"), "Only 'users' and 'clients' entity types may be specified together"),
-    (("--describe", "--entity-type", "topics"), "not served by kjbod configs"),
+    (("--describe", "--entity-type", "groups"), "not served by kjbod configs"),
     (("--describe", "--entity-type", "planets"), "Invalid entity type planets"),
     (("--describe", "--user", "a", "--entity-type", "users"), "should not be used in conjunction"),
     (("--alter", "--user", "a", "--add-config", "connection_creation_rate=1"),
@@ -45,7 +47,7 @@ def test_entities_as_kafka_configs_reads_them() -> None:
     (("--alter", "--ip", "not-an-ip", "--add-config", "connection_creation_rate=1"), "must be a valid IP"),
     (("--alter", "--user", "a", "--add-config", "producer_byte_rate=fast"),
      "Cannot parse quota configuration value for producer_byte_rate: fast"),
-    (("--alter", "--user", "a"), "Nothing to alter"),
+    (("--alter", "--user", "a"), "At least one of --add-config"),
 ])
 def test_option_mistakes(argv: tuple[str, ...], message: str) -> None:
     with pytest.raises(UserError, match=message.replace("(", r"\(").replace(")", r"\)").replace("'", "'")):

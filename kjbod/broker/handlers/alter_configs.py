@@ -19,6 +19,8 @@ resource named twice (both answered), a null value (a legacy AlterConfigs has no
 only for DELETE), and a broker resource naming another broker (only this broker's id or "" is this broker's to
 change: the controller alone cannot tell which broker forwarded the request), and, INVALID_CONFIG, a
 cordoned.log.dirs entry that is not one of this broker's log dirs (only this broker knows its log.dirs; KIP-1066).
+This broker's loggers (type 8) are answered here entirely (kjbod.broker.broker_loggers), the legacy request
+refused for them as Kafka refuses it.
 Only the other resources go to the
 controller; the answers keep the request's order. On a controller listener the request goes to the controller
 as it came (a broker forwarded it, as Kafka's ControllerApis takes it).
@@ -32,6 +34,7 @@ from typing import Any
 
 from kjbod.broker import broker_config as bc
 from kjbod.broker.authz import config_access_refusal
+from kjbod.broker.broker_loggers import alter_loggers
 from kjbod.broker.router import api
 from kjbod.metadata.acls import ALTER_CONFIGS
 from kjbod.protocol.errors import ErrorCode
@@ -42,14 +45,24 @@ from kjbod.storage.placement import cordoned_dirs
 SET, DELETE, APPEND = 0, 1, 2  # IncrementalAlterConfigs' operations (DELETE takes no value)
 
 
-def _refusal(node, resource, duplicated: bool, incremental: bool) -> tuple[int, str] | None:
-    """Why this broker refuses the resource without asking the controller (error code, message), or None."""
+def _refusal(node, resource, duplicated: bool, incremental: bool,
+             validate_only: bool = False) -> tuple[int, str | None] | None:
+    """Why this broker refuses the resource without asking the controller (error code, message), its own answer
+    for a resource that is this broker's alone (a logger: error code 0 once applied), or None."""
     if duplicated:
         return ErrorCode.INVALID_REQUEST, "Each resource must appear at most once."
     nulls = [c.name for c in resource.configs
              if c.value is None and not (incremental and c.config_operation == DELETE)]
     if nulls:
         return ErrorCode.INVALID_REQUEST, f"Null value not supported for : {', '.join(nulls)}"
+    if resource.resource_type == bc.BROKER_LOGGER:
+        if not incremental:  # as Kafka: only IncrementalAlterConfigs changes loggers
+            return ErrorCode.INVALID_REQUEST, f"Unknown resource type {bc.BROKER_LOGGER}"
+        try:
+            alter_loggers(node.node_id, resource, validate_only)
+        except bc.ConfigProblem as e:
+            return e.code, e.message
+        return 0, None  # answered here: loggers are this broker's own, never the controller's
     if resource.resource_type == bc.BROKER:
         try:
             bc.check_broker_name(resource.resource_name, node.node_id)
@@ -71,11 +84,12 @@ def answer_preprocessed(node, request, body: Any, response_cls: Any, item_cls: A
     if request.ctx.listener_kind == "controller":  # forwarded by a broker, which checked it (or a client's own)
         return node.controller_call(body, request.api_version)
     counts = Counter((r.resource_type, r.resource_name) for r in body.resources)
-    refused: dict[int, tuple[int, str]] = {}
+    refused: dict[int, tuple[int, str | None]] = {}
     for i, r in enumerate(body.resources):
         if (denied := config_access_refusal(node, request, r.resource_type, r.resource_name, ALTER_CONFIGS)):
             refused[i] = denied
-        elif (problem := _refusal(node, r, counts[(r.resource_type, r.resource_name)] > 1, incremental)):
+        elif (problem := _refusal(node, r, counts[(r.resource_type, r.resource_name)] > 1, incremental,
+                                  body.validate_only)):
             refused[i] = problem
     if not refused:
         return node.controller_call(body, request.api_version)

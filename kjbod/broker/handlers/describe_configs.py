@@ -6,7 +6,8 @@ response; v3 adds each config's type and, when asked, its documentation; v4 is f
 Resources: topics (type 2: every topic config kjbod honours, with TOPIC_CONFIG for overrides and otherwise
 the broker's value: dynamic per-broker, dynamic cluster default, static or default, synonyms in Kafka's order)
 and brokers (type 4: this node's id lists every broker config with its source, dynamic ones first; the empty
-name lists the cluster-wide dynamic defaults only, as Kafka does). A null key list asks for
+name lists the cluster-wide dynamic defaults only, as Kafka does), and this broker's loggers (type 8, KIP-412:
+each logger's level; kjbod.broker.broker_loggers). A null key list asks for
 every config, a list for those keys (unknown keys are simply absent). Errors per resource: an unknown topic is
 UNKNOWN_TOPIC_OR_PARTITION, another broker's id or an unsupported resource type INVALID_REQUEST. Synonyms are
 returned only when asked for (include_synonyms). See kjbod.broker.broker_config.
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 from kjbod.broker import broker_config as bc
 from kjbod.broker.authz import config_access_refusal
+from kjbod.broker.broker_loggers import describe_loggers
 from kjbod.broker.router import api
 from kjbod.metadata.acls import DESCRIBE_CONFIGS
 from kjbod.protocol.errors import ErrorCode
@@ -49,9 +51,11 @@ def handle(node, request, body: DescribeConfigsRequest) -> DescribeConfigsRespon
                                            f"topic {r.resource_name!r} does not exist")
                 entries = bc.describe_topic(node.config, topic.configs, r.configuration_keys,
                                             node.dynamic_configs)
+            elif r.resource_type == bc.BROKER_LOGGER:
+                entries = describe_loggers(node.node_id, r.resource_name, r.configuration_keys)
             else:
                 raise bc.ConfigProblem(ErrorCode.INVALID_REQUEST, f"resource type {r.resource_type} is not "
-                                       "supported (kjbod serves topics (2) and brokers (4))")
+                                       "supported (kjbod serves topics (2), brokers (4) and broker loggers (8))")
         except bc.ConfigProblem as e:
             results.append(Result(error_code=e.code, error_message=e.message, resource_type=r.resource_type,
                                   resource_name=r.resource_name, configs=[]))
