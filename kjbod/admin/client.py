@@ -165,6 +165,8 @@ from kjbod.protocol.generated.describe_user_scram_credentials_request import (
     DescribeUserScramCredentialsRequest,
     UserName,
 )
+from kjbod.protocol.generated.elect_leaders_request import ElectLeadersRequest
+from kjbod.protocol.generated.elect_leaders_request import TopicPartitions as ElectTopicPartitions
 from kjbod.protocol.generated.expire_delegation_token_request import ExpireDelegationTokenRequest
 from kjbod.protocol.generated.find_coordinator_request import FindCoordinatorRequest
 from kjbod.protocol.generated.incremental_alter_configs_request import (
@@ -256,6 +258,7 @@ CREATE_DELEGATION_TOKEN = 38
 RENEW_DELEGATION_TOKEN = 39
 EXPIRE_DELEGATION_TOKEN = 40
 DESCRIBE_DELEGATION_TOKEN = 41
+ELECT_LEADERS = 43
 # kjbod's own APIs (KIP-179; an Apache Kafka broker does not have them: UnsupportedVersionError).
 REASSIGN_PARTITIONS = 10000
 ALTER_INTERBROKER_THROTTLED_RATES = 10001
@@ -1370,6 +1373,27 @@ class AdminClient:
                                               include_batches=include_batches)),
             deadline, check=lambda r: r.error_code, message=lambda r: r.error_message)
         return {(t.name, p.partition_index): p for t in response.topics for p in t.partitions}
+
+    async def elect_leaders(
+        self, election_type: int, partitions: Iterable[tuple[str, int]] | None = None, *,
+        timeout: float | None = None,
+    ) -> dict[tuple[str, int], tuple[int, str | None]]:
+        """Leader elections (ElectLeaders): ``election_type`` 0 moves leadership to each partition's preferred
+        replica, 1 (unclean) elects any live replica where a partition has no leader; ``partitions`` None for
+        every partition. {(topic, partition): (error code, message)}, ELECTION_NOT_NEEDED where nothing had to
+        change; a refusal of the whole request (CLUSTER_AUTHORIZATION_FAILED) raises."""
+        deadline = self._deadline(timeout)
+        topics: list[ElectTopicPartitions] | None = None
+        if partitions is not None:
+            by_topic: dict[str, list[int]] = {}
+            for topic, index in partitions:
+                by_topic.setdefault(topic, []).append(index)
+            topics = [ElectTopicPartitions(topic=t, partitions=ps) for t, ps in by_topic.items()]
+        response, _, _ = await self._call(_CONTROLLER, ELECT_LEADERS, lambda v: ElectLeadersRequest(
+            election_type=election_type, topic_partitions=topics, timeout_ms=self._timeout_ms(deadline)),
+            deadline, check=lambda r: r.error_code, min_version=0 if election_type == 0 else 1)
+        return {(r.topic, p.partition_id): (p.error_code, p.error_message)
+                for r in response.replica_election_results for p in r.partition_result}
 
     # ============================================================================================ KIP-179
 

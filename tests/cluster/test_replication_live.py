@@ -113,6 +113,29 @@ def test_a_killed_broker_loses_leadership_to_an_isr_member_and_comes_back_as_a_r
         not p["offline"] and victim in p["replicas"] and p["leader"] >= 0 for p in parts.values()),
         f"broker {victim} is back as a replica")
 
+    # kafka-leader-election.sh's preferred election gives it back the partitions whose first replica it is, once
+    # it is in their ISRs again.
+    wait_for(lambda: (parts := partitions(cluster, "rf3-kill")) is not None and all(
+        victim in p["isr"] for p in parts.values()), f"broker {victim} is back in every ISR")
+    moved = sorted(i for i, p in after.items() if before[i]["leader"] == victim)
+    elect = leader_election(cluster, "--election-type", "preferred", "--all-topic-partitions")
+    assert elect.returncode == 0, elect.stdout + elect.stderr
+    (line,) = [x for x in elect.stdout.splitlines() if x.startswith("Successfully completed")]
+    assert {f"rf3-kill-{i}" for i in moved} <= set(line.split(" for partitions ")[1].split(", ")), elect.stdout
+    assert all(p["leader"] == p["replicas"][0] for p in partitions(cluster, "rf3-kill").values())
+    again = leader_election(cluster, "--election-type", "PREFERRED", "--topic", "rf3-kill", "--partition", "0")
+    assert (again.returncode, again.stdout) == (0, "Valid replica already elected for partitions rf3-kill-0\n")
+    unclean = leader_election(cluster, "--election-type", "unclean", "--topic", "no-such-topic", "--partition", "0")
+    assert unclean.returncode == 1 and unclean.stdout.startswith(
+        "Error completing leader election (UNCLEAN) for partition: no-such-topic-0: UNKNOWN_TOPIC_OR_PARTITION"), (
+        unclean.stdout)
+    assert unclean.stderr == "1 replica(s) could not be elected\n"
+
+
+def leader_election(cluster: Cluster, *argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*COMMAND, "leader-election", "--bootstrap-server", cluster.bootstrap, *argv],
+                          capture_output=True, text=True, timeout=120)
+
 
 def test_cluster_up_starts_only_the_killed_broker_and_it_rejoins_the_isr(cluster):
     """The README's walkthrough: after a kill -9 of a broker, `kjbod cluster up` on the cluster's dir starts that
