@@ -26,7 +26,7 @@ import sys
 from typing import Any
 
 from kjbod.cli.command_config import add_command_config, admin_options
-from kjbod.cli.main import UserError
+from kjbod.cli.main import UserError, error_text
 
 __all__ = ["add_subcommand", "parse_operation"]
 
@@ -261,7 +261,7 @@ async def _add(client: Any, args: argparse.Namespace) -> int:
         for code, message in results:
             if code:
                 failed = True
-                print(f"Error while executing ACL command: {_error(code, message)}")
+                print(f"Error while executing ACL command: {error_text(code, message)}")
                 break
     return EXIT_FAILED if failed else 0
 
@@ -287,7 +287,7 @@ async def _remove(client: Any, args: argparse.Namespace) -> int:
         for code, message, _ in await client.delete_acls(filters):
             if code:
                 failed = True
-                print(f"Error while executing ACL command: {_error(code, message)}")
+                print(f"Error while executing ACL command: {error_text(code, message)}")
     return EXIT_FAILED if failed else 0
 
 
@@ -317,11 +317,3 @@ async def _list(client: Any, args: argparse.Namespace) -> int:
     return 0
 
 
-def _error(code: int, message: str | None) -> str:
-    from kjbod.protocol.errors import ErrorCode
-
-    try:
-        name = ErrorCode(code).name
-    except ValueError:
-        name = f"error {code}"
-    return f"{name}: {message}" if message else name

@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from kjbod.cli.command_config import add_command_config, admin_options
-from kjbod.cli.main import UserError
+from kjbod.cli.main import UserError, error_text
 
 __all__ = ["add_subcommand", "java_double", "parse_entity", "split_add_config"]
 
@@ -453,14 +453,7 @@ async def _run(args: argparse.Namespace, pairs: list[tuple[str, str | None]], ad
             ops: dict[str, float | None] = {**dict.fromkeys(deletes), **adds}
             for code, message in await client.alter_client_quotas([(entity, ops)]):
                 if code:
-                    from kjbod.protocol.errors import ErrorCode
-
-                    try:
-                        name = ErrorCode(code).name
-                    except ValueError:
-                        name = str(code)
-                    print(f"Error while executing config command: {name}: {message or ''}".rstrip(": "),
-                          file=sys.stderr)
+                    print(f"Error while executing config command: {error_text(code, message)}", file=sys.stderr)
                     return EXIT_FAILED
         except KafkaError as e:
             print(f"Error while executing config command: {e}", file=sys.stderr)

@@ -26,7 +26,7 @@ from typing import Any
 
 from kjbod.cli.command_config import add_command_config
 from kjbod.cli.log_dirs import _admin, _positive_float
-from kjbod.cli.main import UserError
+from kjbod.cli.main import UserError, error_text
 
 __all__ = ["add_subcommand", "parse_election_json"]
 
@@ -123,16 +123,6 @@ def _command(args: argparse.Namespace) -> int:
     return asyncio.run(_run(args, kind, partitions))
 
 
-def _error_text(code: int, message: str | None) -> str:
-    from kjbod.protocol.errors import ErrorCode
-
-    try:
-        name = ErrorCode(code).name
-    except ValueError:
-        name = f"error {code}"
-    return f"{name}: {message}" if message else name
-
-
 async def _run(args: argparse.Namespace, kind: int, partitions: list[tuple[str, int]] | None) -> int:
     from kjbod.admin import KafkaError
     from kjbod.protocol.errors import ErrorCode
@@ -159,7 +149,7 @@ async def _run(args: argparse.Namespace, kind: int, partitions: list[tuple[str, 
         print("Valid replica already elected for partitions " + ", ".join(f"{t}-{i}" for t, i in noop))
     for t, i in failed:
         print(f"Error completing leader election ({label}) for partition: {t}-{i}: "
-              f"{_error_text(*results[(t, i)])}")
+              f"{error_text(*results[(t, i)])}")
     if failed:
         print(f"{len(failed)} replica(s) could not be elected", file=sys.stderr)
         return EXIT_FAILED

@@ -44,6 +44,18 @@ class UserError(Exception):
     """A problem the user can fix; printed as one line, exit code 2."""
 
 
+def error_text(code: int, message: str | None) -> str:
+    """A Kafka error code and its message as the commands print them: "NAME: message" (the name alone without a
+    message; "error N" for a code this version does not know)."""
+    from kjbod.protocol.errors import ErrorCode
+
+    try:
+        name = ErrorCode(code).name
+    except ValueError:
+        name = f"error {code}"
+    return f"{name}: {message}" if message else name
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         # One line, like every other user error; `--help` still prints the usage.
