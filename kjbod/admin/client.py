@@ -209,6 +209,11 @@ from kjbod.protocol.generated.reassign_partitions_request import (
 )
 from kjbod.protocol.generated.renew_delegation_token_request import RenewDelegationTokenRequest
 from kjbod.protocol.generated.update_features_request import FeatureUpdateKey, UpdateFeaturesRequest
+from kjbod.protocol.generated.write_txn_markers_request import (
+    WritableTxnMarker,
+    WritableTxnMarkerTopic,
+    WriteTxnMarkersRequest,
+)
 from kjbod.protocol.runtime import ZERO_UUID, gc_pause, gc_resume
 from kjbod.wire.framing import DEFAULT_MAX_FRAME_SIZE
 
@@ -254,6 +259,7 @@ DELETE_ACLS = 31
 DESCRIBE_PRODUCERS = 61
 DESCRIBE_TRANSACTIONS = 65
 LIST_TRANSACTIONS = 66
+WRITE_TXN_MARKERS = 27
 CREATE_DELEGATION_TOKEN = 38
 RENEW_DELEGATION_TOKEN = 39
 EXPIRE_DELEGATION_TOKEN = 40
@@ -733,12 +739,14 @@ class AdminClient:
         request: Callable[[dict[tuple[str, int], int], _Deadline], Callable[[int], Any]],
         answered: Callable[[tuple[str, int], Any], T], failed: Callable[[tuple[str, int], KafkaError], T],
         deadline: _Deadline, *, min_version: int | None = None,
+        topics: Callable[[Any], Any] = lambda response: response.topics,
     ) -> Results[tuple[str, int], T]:
         """Sends a per-partition request (its response lists topics, each with partitions carrying error_code) to
         each partition's leader, all leaders at once; a partition whose leader is gone, moved or not elected yet
         is looked up again and resent after a backoff, until the deadline, which fails it with its last error (or
         a timeout).  `request(parts, deadline)` builds one leader's request, `answered(tp, partition)` and
-        `failed(tp, error)` make the results, returned in the order of `wanted`."""
+        `failed(tp, error)` make the results, returned in the order of `wanted`; `topics(response)` finds the
+        response's topics where they are not its `topics` field."""
         api = api_name(api_key)
         pending = dict(wanted)
         done: dict[tuple[str, int], T] = {}
@@ -760,7 +768,7 @@ class AdminClient:
                     last_error[tp] = failure
                 self._metadata_stale = True
                 return
-            for t in response.topics:
+            for t in topics(response):
                 for p in t.partitions:
                     tp = (t.name, p.partition_index)
                     if tp not in parts:
@@ -1279,6 +1287,26 @@ class AdminClient:
         if raise_on_error:
             out.raise_first()
         return out
+
+    async def abort_transaction(self, topic: str, partition: int, producer_id: int, producer_epoch: int,
+                                coordinator_epoch: int, *, timeout: float | None = None) -> None:
+        """Ends a producer's open transaction on one partition with an abort marker written by the partition's
+        leader (WriteTxnMarkers, as Kafka's Admin.abortTransaction and kafka-transactions.sh's abort: for a
+        hanging transaction its coordinator no longer knows). A coordinator epoch below 0 (no marker written
+        yet) is sent as 0. Raises the partition's error: INVALID_PRODUCER_EPOCH when the producer has moved on,
+        TRANSACTION_COORDINATOR_FENCED for an older coordinator epoch than the partition has seen,
+        CLUSTER_AUTHORIZATION_FAILED without CLUSTER_ACTION."""
+        marker = WritableTxnMarker(
+            producer_id=producer_id, producer_epoch=producer_epoch, transaction_result=False,
+            topics=[WritableTxnMarkerTopic(name=topic, partition_indexes=[partition])],
+            coordinator_epoch=max(coordinator_epoch, 0))
+        out = await self._by_leader(
+            {(topic, partition): 0}, WRITE_TXN_MARKERS, lambda parts, _d: lambda v: WriteTxnMarkersRequest(
+                markers=[marker]), lambda tp, p: None, lambda tp, error: error, self._deadline(timeout),
+            topics=lambda response: [t for m in response.markers for t in m.topics])
+        error = out[(topic, partition)]
+        if error is not None:
+            raise error
 
     async def list_transactions(self, *, states: Iterable[str] | None = None,
                                 producer_ids: Iterable[int] | None = None, duration_ms: int | None = None,

@@ -208,3 +208,58 @@ def test_kjbod_transactions_lists_and_describes_as_kafka_transactions(server):
     assert missing.returncode == 1
     assert "Failed to describe producers for partition no-such-topic-0 on broker 1" in missing.stderr
     assert "UNKNOWN_TOPIC_OR_PARTITION" in missing.stderr
+
+
+def test_kjbod_transactions_finds_and_aborts_a_hanging_transaction(server):
+    """A transactional batch written without AddPartitionsToTxn (what KIP-890's verification now refuses, and how
+    transactions hung before it): its coordinator does not list the partition, so no marker will ever come, and
+    the partition's last stable offset stays behind it. find-hanging names it, abort ends it with a marker."""
+    topic = make_topic(server, partitions=2)
+
+    async def run():
+        conn = await connect(server)
+        try:
+            stray = Txn(conn, f"tx-{uuid.uuid4().hex[:6]}")
+            proper = Txn(conn, f"tx-{uuid.uuid4().hex[:6]}")
+            assert await stray.init(timeout_ms=45_000) == 0 and await proper.init(timeout_ms=45_000) == 0
+            assert await produce_txn(conn, stray, topic, 0, [b"h1", b"h2"], 0) == 0  # offsets 0-1, never added
+            assert await proper.add(topic, 1) == [0]
+            assert await produce_txn(conn, proper, topic, 1, [b"ok"], 0) == 0  # open, but its coordinator knows
+            return stray, proper
+        finally:
+            conn.close()
+
+    stray, proper = asyncio.run(run())
+    found = kjbod_transactions(server, "find-hanging", "--topic", topic, "--max-transaction-timeout", "0")
+    assert found.returncode == 0, found.stderr
+    table = rows(found.stdout)
+    assert table[0] == ["Topic", "Partition", "ProducerId", "ProducerEpoch", "CoordinatorEpoch", "StartOffset",
+                        "LastTimestamp", "Duration(min)"]
+    assert [r[:6] for r in table[1:]] == [[topic, "0", str(stray.pid), str(stray.epoch), "-1", "0"]]
+    # With the default 15 minutes nothing is old enough yet.
+    assert rows(kjbod_transactions(server, "find-hanging", "--topic", topic).stdout)[1:] == []
+
+    assert end_offset(server, topic, "read_committed") == 0  # held at the hanging transaction's start
+    aborted = kjbod_transactions(server, "abort", "--topic", topic, "--partition", "0", "--start-offset", "0")
+    assert (aborted.returncode, aborted.stdout, aborted.stderr) == (0, "", "")
+    assert [(pid, commit) for pid, _, _, commit, _ in control_batches(server, topic, 0)] == [(stray.pid, False)]
+    wait_for(lambda: end_offset(server, topic, "read_committed") == 3, "the last stable offset past the marker")
+    assert rows(kjbod_transactions(server, "find-hanging", "--topic", topic, "--partition", "0",
+                                   "--max-transaction-timeout", "0").stdout)[1:] == []
+
+    again = kjbod_transactions(server, "abort", "--topic", topic, "--partition", "0", "--start-offset", "0")
+    assert (again.returncode, again.stderr) == (
+        1, f"Could not find any open transactions starting at offset 0 on partition {topic}-0\n")
+    stale = kjbod_transactions(server, "abort", "--topic", topic, "--partition", "1", "--producer-id",
+                               str(proper.pid), "--producer-epoch", str(proper.epoch - 1), "--coordinator-epoch", "0")
+    assert stale.returncode == 1 and "INVALID_PRODUCER_EPOCH" in stale.stderr, stale.stderr
+    assert stale.stderr.startswith(f"Failed to abort transaction AbortTransactionSpec(topicPartition={topic}-1, ")
+    for argv, message in [
+        (("find-hanging",), "requires either --topic or --broker-id"),
+        (("find-hanging", "--broker-id", "1", "--partition", "0"), "The --partition argument requires --topic"),
+        (("abort", "--topic", topic, "--partition", "0"), "must be identified either with --start-offset"),
+        (("abort", "--topic", topic, "--partition", "0", "--producer-id", "5"),
+         "Missing required argument --producer-epoch"),
+    ]:
+        done = kjbod_transactions(server, *argv)
+        assert done.returncode == 2 and message in done.stderr, (argv, done.stderr)
