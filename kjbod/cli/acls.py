@@ -1,7 +1,8 @@
 """`kjbod acls`: kafka-acls.sh, with its options, its rules and its output.
 
 Strategy: turn the options into Kafka's resource patterns (or pattern filters) and entries exactly as the tool does
-(--topic, --group and --cluster name the resources, with --resource-pattern-type; every --allow-principal and
+(--topic, --group, --cluster, --transactional-id, --delegation-token and --user-principal name the resources, with
+--resource-pattern-type; every --allow-principal and
 --deny-principal with every --operation and every host of its --allow-host or --deny-host, `*` by default;
 --producer and --consumer stand for their operations), then one admin call per resource: CreateAcls for --add,
 DeleteAcls for --remove (after a y/n question unless --force), DescribeAcls for --list. The output is the tool's
@@ -37,8 +38,8 @@ def add_subcommand(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "acls", help="add, remove and list ACLs (kafka-acls.sh)",
         description="Manages the ACLs of Kafka's StandardAuthorizer, as kafka-acls.sh does: exactly one of --add, "
-                    "--remove or --list, the resources (--topic, --group, --cluster) and, to add or remove, the "
-                    "principals (--allow-principal, --deny-principal) with their --operation and hosts.")
+                    "--remove or --list, the resources (--topic, --group, --cluster, --transactional-id, "
+                    "--delegation-token, --user-principal) and, to add or remove, the principals (--allow-principal, --deny-principal) with their --operation and hosts.")
     p.add_argument("--bootstrap-server", metavar="HOST:PORT", required=True,
                    help="a broker to connect to (comma-separated for several)")
     add_command_config(p)
@@ -52,6 +53,14 @@ def add_subcommand(subparsers: Any) -> None:
     p.add_argument("--group", action="append", default=[], metavar="GROUP",
                    help="a consumer group the ACLs are for ('*': every group); repeatable")
     p.add_argument("--cluster", action="store_true", help="the cluster's ACLs")
+    p.add_argument("--transactional-id", action="append", default=[], metavar="ID",
+                   help="a transactional id the ACLs are for ('*': every one); with --producer, WRITE and DESCRIBE "
+                        "on it; repeatable")
+    p.add_argument("--delegation-token", action="append", default=[], metavar="TOKEN_ID",
+                   help="a delegation token the ACLs are for ('*': every one); repeatable")
+    p.add_argument("--user-principal", action="append", default=[], metavar="PRINCIPAL",
+                   help="a user as the resource (CreateTokens, DescribeTokens for another user's tokens); "
+                        "repeatable")
     p.add_argument("--resource-pattern-type", default="LITERAL", type=_pattern_type, metavar="TYPE",
                    help="literal or prefixed to add; any or match too to list or remove (default: literal)")
     p.add_argument("--operation", action="append", default=[], type=parse_operation, metavar="OPERATION",
@@ -137,7 +146,8 @@ def _check(args: argparse.Namespace) -> None:
         raise UserError("With --producer you must specify a --topic")
     if args.idempotent and not args.producer:
         raise UserError("The --idempotent option is only available if --producer is set")
-    if args.consumer and (not args.topic or not args.group or (not args.producer and args.cluster)):
+    if args.consumer and (not args.topic or not args.group
+                          or (not args.producer and (args.cluster or args.transactional_id))):
         raise UserError("With --consumer you must specify a --topic and a --group and no --cluster or "
                         "--transactional-id option should be specified.")
     for p in (*args.allow_principal, *args.deny_principal, *args.principal):
@@ -157,9 +167,13 @@ def _resources(args: argparse.Namespace, *, required: bool = True) -> list[Resou
     if pattern == a.LITERAL and (args.cluster or args.idempotent):
         out.append((a.CLUSTER, a.CLUSTER_NAME, a.LITERAL))
     out += [(a.GROUP, g.strip(), pattern) for g in args.group]
+    out += [(a.TRANSACTIONAL_ID, t, pattern) for t in args.transactional_id]
+    out += [(a.DELEGATION_TOKEN, t.strip(), pattern) for t in args.delegation_token]
+    out += [(a.USER, u.strip(), pattern) for u in args.user_principal]
     out = list(dict.fromkeys(out))
     if not out and required:
-        raise UserError("You must provide at least one resource: --topic <topic> or --cluster or --group <group>")
+        raise UserError("You must provide at least one resource: --topic <topic> or --cluster or --group <group> or "
+                        "--delegation-token <Delegation Token ID>")
     return out
 
 
@@ -189,6 +203,8 @@ def _resource_entries(args: argparse.Namespace) -> dict[Resource, list[tuple[str
         for r in resources:
             if r[0] == a.TOPIC:
                 plan[r] = _entries(args, {a.WRITE, a.DESCRIBE, a.CREATE})
+            elif r[0] == a.TRANSACTIONAL_ID:
+                plan[r] = _entries(args, {a.WRITE, a.DESCRIBE})
         if args.idempotent:
             plan[(a.CLUSTER, a.CLUSTER_NAME, a.LITERAL)] = _entries(args, {a.IDEMPOTENT_WRITE})
     if args.consumer:

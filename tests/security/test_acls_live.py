@@ -476,6 +476,36 @@ def test_kjbod_acls_adds_lists_and_removes_as_kafka_acls(node: Node, tmp_path: P
     eventually(only_write_left, "listing after the removal")
 
 
+def test_kjbod_acls_for_a_transactional_producer_and_other_resources(node: Node, tmp_path: Path) -> None:
+    config = tmp_path / "admin.properties"
+    config.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\nsasl.jaas.config="
+                      "org.apache.kafka.common.security.plain.PlainLoginModule required username=\"admin\" "
+                      "password=\"admin-secret\";\n")
+    added = kjbod_acls(node, config, "--add", "--producer", "--topic", "txn-out", "--transactional-id", "txn-app",
+                       "--allow-principal", "User:erin")
+    assert added.returncode == 0, added.stderr
+    tid = "`ResourcePattern(resourceType=TRANSACTIONAL_ID, name=txn-app, patternType=LITERAL)`"
+    assert (f"Adding ACLs for resource {tid}: \n"
+            " \t(principal=User:erin, host=*, operation=WRITE, permissionType=ALLOW)\n"
+            "\t(principal=User:erin, host=*, operation=DESCRIBE, permissionType=ALLOW) \n\n") in added.stdout, (
+        added.stdout)
+    assert "resourceType=TOPIC, name=txn-out" in added.stdout
+    added = kjbod_acls(node, config, "--add", "--user-principal", "erin", "--operation", "DescribeTokens",
+                       "--allow-principal", "User:frank")
+    assert added.returncode == 0 and "resourceType=USER, name=erin" in added.stdout, added.stdout + added.stderr
+
+    def listed() -> str:
+        out = kjbod_acls(node, config, "--list", "--transactional-id", "txn-app")
+        assert "User:erin" in out.stdout, out.stdout + out.stderr
+        return out.stdout
+
+    assert eventually(listed, "listing the transactional id's ACLs").startswith(
+        f"Current ACLs for resource {tid}: \n")
+    mixed = kjbod_acls(node, config, "--add", "--consumer", "--topic", "t", "--group", "g", "--transactional-id",
+                       "x", "--allow-principal", "User:erin")
+    assert mixed.returncode == 2 and "no --cluster or --transactional-id option should be specified" in mixed.stderr
+
+
 @pytest.mark.parametrize("args, says", [
     (["--list", "--add", "--topic", "t"], "exactly one action"),
     (["--add", "--topic", "t", "--resource-pattern-type", "any", "--allow-principal", "User:x"],
