@@ -178,6 +178,9 @@ EFFECTS: dict[str, list[str]] = {
         "tests/controller/test_quorum.py::test_session_expiry_fences_a_silent_broker"],
     "broker.rack": [f"{LIVE}::test_cluster_keys_show_in_what_clients_see",
                     "tests/controller/test_managers.py::test_create_topics_rack_aware_placement_spans_racks"],
+    **{key: ["tests/storage/test_metadata_log.py::test_the_metadata_log_keys_reach_the_log"]
+       for key in ("metadata.log.segment.bytes", "metadata.log.segment.min.bytes", "metadata.log.segment.ms",
+                   "metadata.max.retention.bytes", "metadata.max.retention.ms")},
     "metadata.log.max.snapshot.interval.ms": [
         "tests/controller/test_quorum.py::test_snapshot_interval_ms_snapshots_a_changed_log_once_the_time_has_passed"],
     "metadata.log.max.record.bytes.between.snapshots": [

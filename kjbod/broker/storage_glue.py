@@ -40,7 +40,7 @@ from kjbod.storage.fsio import LogDirIO
 from kjbod.storage.ids import uuid_to_str
 from kjbod.storage.manager import LogManager, PartitionSpec
 from kjbod.storage.meta import read_meta_properties
-from kjbod.storage.metadata_log import MetadataLog
+from kjbod.storage.metadata_log import MetadataLog, metadata_log_options
 
 log = structlog.get_logger("kjbod.storage_glue")
 
@@ -322,7 +322,8 @@ def _dir_uuid_bytes(text: str | None) -> bytes:
 
 async def open_storage(node: Any) -> None:
     manager = open_logs(node)
-    node.open_metadata(MetadataLog(metadata_dir(node.config), node_id=node.node_id))
+    node.open_metadata(MetadataLog(metadata_dir(node.config), node_id=node.node_id,
+                                   **metadata_log_options(node.config)))
     apply_image_at_start(node, manager)
 
 

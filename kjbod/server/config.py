@@ -369,6 +369,17 @@ KEYS: dict[str, KeyDef] = {
         KeyDef("cordoned.log.dirs", _list, (),
                "log dirs that take no new replicas (KIP-1066), or * for all; dynamic per broker"),
         KeyDef("metadata.log.max.record.bytes.between.snapshots", _long(1), 20 * 1024 * 1024),
+        KeyDef("metadata.log.segment.bytes", _int(12), 1 << 30, "the size at which the metadata log rolls a segment"),
+        KeyDef("metadata.log.segment.min.bytes", _int(12), 8 << 20,
+               "the smallest metadata.log.segment.bytes allowed (Kafka's internal key, for tests)"),
+        KeyDef("metadata.log.segment.ms", _long(1), 7 * 24 * 3_600_000,
+               "the age at which the metadata log rolls a segment"),
+        KeyDef("metadata.max.retention.bytes", _long(), 100 << 20,
+               "older metadata snapshots and the log before them are deleted while the log and the snapshots "
+               "together are larger (negative: no limit)"),
+        KeyDef("metadata.max.retention.ms", _long(), 7 * 24 * 3_600_000,
+               "older metadata snapshots and the log before them are deleted once their last record is older "
+               "(negative: no limit)"),
         KeyDef("metadata.log.max.snapshot.interval.ms", _long(0), 3_600_000,
                "a controller writes a snapshot once this long has passed since its last one and something new "
                "was committed (0: only the byte count triggers one)"),
@@ -773,6 +784,11 @@ class ServerConfig:
     compression_zstd_level: int = 3
     metadata_log_max_record_bytes_between_snapshots: int = 20 * 1024 * 1024
     metadata_log_max_snapshot_interval_ms: int = 3_600_000
+    metadata_log_segment_bytes: int = 1 << 30
+    metadata_log_segment_min_bytes: int = 8 << 20
+    metadata_log_segment_ms: int = 7 * 24 * 3_600_000
+    metadata_max_retention_bytes: int = 100 << 20
+    metadata_max_retention_ms: int = 7 * 24 * 3_600_000
     log_message_timestamp_before_max_ms: int = LONG_MAX
     log_message_timestamp_difference_max_ms: int = LONG_MAX
     log_message_timestamp_after_max_ms: int = LONG_MAX
@@ -1341,6 +1357,11 @@ def build_config(
         broker_rack=get("broker.rack"),
         metadata_log_max_record_bytes_between_snapshots=get("metadata.log.max.record.bytes.between.snapshots"),
         metadata_log_max_snapshot_interval_ms=get("metadata.log.max.snapshot.interval.ms"),
+        metadata_log_segment_bytes=get("metadata.log.segment.bytes"),
+        metadata_log_segment_min_bytes=get("metadata.log.segment.min.bytes"),
+        metadata_log_segment_ms=get("metadata.log.segment.ms"),
+        metadata_max_retention_bytes=get("metadata.max.retention.bytes"),
+        metadata_max_retention_ms=get("metadata.max.retention.ms"),
         log_message_timestamp_before_max_ms=get("log.message.timestamp.before.max.ms"),
         log_message_timestamp_difference_max_ms=get("log.message.timestamp.difference.max.ms"),
         log_message_timestamp_after_max_ms=get("log.message.timestamp.after.max.ms"),

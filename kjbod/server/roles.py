@@ -37,7 +37,7 @@ from kjbod.server import config as server_config
 from kjbod.server.config import ConfigError
 from kjbod.storage.fsio import LogDirIO
 from kjbod.storage.meta import read_meta_properties
-from kjbod.storage.metadata_log import MetadataLog
+from kjbod.storage.metadata_log import MetadataLog, metadata_log_options
 
 log = structlog.get_logger("kjbod.roles")
 
@@ -216,7 +216,7 @@ class ControllerNode:
         if len(voters) > 1:
             await self._start_voter(meta_dir, voters)
             return
-        self.metadata_log = MetadataLog(meta_dir)
+        self.metadata_log = MetadataLog(meta_dir, **metadata_log_options(self.config))
         self.metadata_fetch = metadata_fetch_service(self.config, self.metadata_log, self.cluster_id)
         settings = controller_settings(self.config, self.cluster_id, None)
         self.controller = QuorumController(settings, self.metadata_log, BrokerConfigPolicy(None),
@@ -242,7 +242,8 @@ class ControllerNode:
     async def _start_voter(self, meta_dir: str, voters: dict[int, tuple[str, int]]) -> None:
         """One voter of a multi-controller KRaft quorum (kjbod.controller.raft_driver): the controller is
         active only while this node leads, and its image follows the committed log."""
-        self.metadata_log = MetadataLog(meta_dir, node_id=self.node_id, writer=False, replicated=True)
+        self.metadata_log = MetadataLog(meta_dir, node_id=self.node_id, writer=False, replicated=True,
+                                        **metadata_log_options(self.config))
         records = self.metadata_log.load()
         names = tuple(getattr(self.config, "controller_listener_names", ()) or ()) or ("CONTROLLER",)
         self.raft = RaftDriver(self.node_id, voters, self.metadata_log, self.cluster_id,

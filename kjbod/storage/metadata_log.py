@@ -14,7 +14,12 @@ Strategy: the log is an ordinary partition log (kjbod.storage.log.PartitionLog: 
   end (the high watermark) is the fsynced end. Listeners added with `add_commit_listener` hear of each commit
   (the Fetch long poll wakes on them).
 * **Snapshots** (kjbod.storage.metadata_snapshot): `write_snapshot(records, end_offset)` writes
-  `<end offset>-<epoch>.checkpoint`, then deletes older snapshots and the segments wholly below the new one.
+  `<end offset>-<epoch>.checkpoint`. Old snapshots go as Kafka's metadata log lets them go: oldest first, never
+  the newest, while the log and the snapshots together are over `metadata.max.retention.bytes` or the oldest
+  snapshot's last record is older than `metadata.max.retention.ms`; with each, the log start moves up to the next
+  snapshot (to the start of the segment holding its end offset) and the segments wholly below it are deleted.
+  Checked after each snapshot written or installed and at load (Kafka also checks once a minute: here nothing
+  can grow between snapshots that a check would find).
   `load` uses the newest snapshot that reads back whole; one with a bad CRC or cut short is logged, renamed to
   `<name>.<ms>.corrupt` and the one before it used.
 * **Loading** returns the records to replay: the snapshot's, then the log's after the snapshot's end offset
@@ -35,7 +40,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, TypedDict
 
 import structlog
 
@@ -64,6 +69,7 @@ from kjbod.storage.metadata_snapshot import (
     list_snapshots,
     parse_snapshot,
     read_snapshot_range,
+    snapshot_timestamp,
     write_snapshot_file,
 )
 from kjbod.storage.records import iter_batches, iter_records, parse_header
@@ -78,17 +84,42 @@ TOPIC_ID = "AAAAAAAAAAAAAAAAAAAAAQ"  # Kafka's Uuid.METADATA_TOPIC_ID, in partit
 DEFAULT_SEGMENT_BYTES = 1 << 30
 MAX_BATCH_BYTES = 8 << 20
 DEFAULT_SNAPSHOT_BYTES = 20 << 20  # metadata.log.max.record.bytes.between.snapshots
+DEFAULT_SEGMENT_MS = 7 * 24 * 3_600_000  # metadata.log.segment.ms
+DEFAULT_SEGMENT_MIN_BYTES = 8 << 20  # metadata.log.segment.min.bytes (Kafka's internal key)
+DEFAULT_RETENTION_BYTES = 100 << 20  # metadata.max.retention.bytes
+DEFAULT_RETENTION_MS = 7 * 24 * 3_600_000  # metadata.max.retention.ms
 _READ_CHUNK = 8 << 20
-KEPT_SNAPSHOTS = 2
 # Free space kept when copying a damaged tail aside: below it the tail is truncated in place.
 _ASIDE_MARGIN = 1 << 20
 
-__all__ = ["DEFAULT_SEGMENT_BYTES", "DEFAULT_SNAPSHOT_BYTES", "TOPIC", "TOPIC_DIR", "MetadataLog",
-           "MetadataLogError", "frame_record", "unframe_record"]
+__all__ = ["DEFAULT_RETENTION_BYTES", "DEFAULT_RETENTION_MS", "DEFAULT_SEGMENT_BYTES", "DEFAULT_SEGMENT_MS",
+           "DEFAULT_SNAPSHOT_BYTES", "TOPIC", "TOPIC_DIR", "MetadataLog", "MetadataLogError", "frame_record",
+           "metadata_log_options", "unframe_record"]
 
 
 def _wall_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+class MetadataLogOptions(TypedDict):
+    segment_bytes: int
+    segment_ms: int
+    retention_bytes: int
+    retention_ms: int
+
+
+def metadata_log_options(config: Any) -> MetadataLogOptions:
+    """MetadataLog's keyword arguments from a node's config (the metadata.log.segment.* and
+    metadata.max.retention.* keys; Kafka's defaults where the config has no such attribute). A segment size below
+    metadata.log.segment.min.bytes stops the start, as in Kafka."""
+    segment_bytes = int(getattr(config, "metadata_log_segment_bytes", DEFAULT_SEGMENT_BYTES))
+    least = int(getattr(config, "metadata_log_segment_min_bytes", DEFAULT_SEGMENT_MIN_BYTES))
+    if segment_bytes < least:
+        raise MetadataLogError(f"Cannot set metadata.log.segment.bytes below {least}: {segment_bytes}")
+    return {"segment_bytes": segment_bytes,
+            "segment_ms": int(getattr(config, "metadata_log_segment_ms", DEFAULT_SEGMENT_MS)),
+            "retention_bytes": int(getattr(config, "metadata_max_retention_bytes", DEFAULT_RETENTION_BYTES)),
+            "retention_ms": int(getattr(config, "metadata_max_retention_ms", DEFAULT_RETENTION_MS))}
 
 
 class MetadataLogError(StorageSetupError):
@@ -121,13 +152,17 @@ class MetadataLog:
 
     def __init__(self, metadata_dir: str, *, node_id: int = 1, writer: bool = True,
                  segment_bytes: int = DEFAULT_SEGMENT_BYTES, clock: Callable[[], int] = _wall_ms,
-                 replicated: bool = False) -> None:
+                 replicated: bool = False, segment_ms: int = DEFAULT_SEGMENT_MS,
+                 retention_bytes: int = DEFAULT_RETENTION_BYTES, retention_ms: int = DEFAULT_RETENTION_MS) -> None:
         self.root = os.path.abspath(metadata_dir)
         self.dir = os.path.join(self.root, TOPIC_DIR)
         self.path = os.path.join(self.dir, f"{0:020d}.log")  # the first segment (kjbod 0.1 had only this one)
         self.node_id = node_id
         self.writer = writer
         self.segment_bytes = segment_bytes
+        self.segment_ms = segment_ms
+        self.retention_bytes = retention_bytes  # negative: no limit (metadata.max.retention.bytes)
+        self.retention_ms = retention_ms  # negative: no limit (metadata.max.retention.ms)
         self.clock = clock
         # A voter of a KRaft quorum (kjbod.raft): the quorum, not the fsync, decides what is committed, so a
         # loaded log's tail is not taken as committed and epochs are started by the quorum, not by load().
@@ -190,8 +225,8 @@ class MetadataLog:
             if name.endswith((PARTIAL_SUFFIX, DELETE_SUFFIX)):
                 io.unlink(os.path.join(self.dir, name), missing_ok=True)  # an interrupted write or delete
         snapshot = self._load_newest_snapshot(io)
-        config = LogConfig(segment_bytes=self.segment_bytes, max_message_bytes=MAX_BATCH_BYTES, retention_ms=-1,
-                           file_delete_delay_ms=0)
+        config = LogConfig(segment_bytes=self.segment_bytes, segment_ms=self.segment_ms,
+                           max_message_bytes=MAX_BATCH_BYTES, retention_ms=-1, file_delete_delay_ms=0)
         plog = _MetadataPartitionLog.load(io, self.dir, TOPIC, 0, config, had_clean_shutdown=False,
                                           recovery_point=0, clock=self.clock)
         self._plog = plog
@@ -523,23 +558,41 @@ class MetadataLog:
         return records
 
     def _clean_before_snapshot(self) -> None:
-        """Keep the two newest snapshots; delete older ones, and the segments that end at or before the older
-        of the two (so if the newest is ever refused, the previous one and the log still rebuild everything)."""
+        """Kafka's retention of snapshots (see the module doc): while the oldest snapshot is over a limit and a
+        newer one exists, delete it and move the log start up to the next one, deleting the segments wholly below
+        that. Stops at a snapshot beyond the committed log (nothing to cut there yet)."""
         io = self.io
         if self._snapshot is None or io is None:
             return
         ids = list_snapshots(io, self.dir)
-        kept = ids[-KEPT_SNAPSHOTS:]
-        for sid in ids[:-KEPT_SNAPSHOTS]:
-            io.unlink(os.path.join(self.dir, sid.file_name), missing_ok=True)
-        if not kept:
-            return
-        cut = kept[0].end_offset
+        sizes = {}
+        for sid in ids:
+            st = io.stat_or_none(os.path.join(self.dir, sid.file_name))
+            sizes[sid] = st.st_size if st is not None else 0
+        snapshot_bytes = sum(sizes.values())
         plog = self.log
-        bases = [s.base_offset for s in plog.segments if s.base_offset <= cut]
-        if bases and bases[-1] > plog.log_start_offset:
-            plog.advance_log_start_offset(min(bases[-1], self._hw))
-            plog.deletions.run_due(1 << 62)
+        now = self.clock()
+        while len(ids) > 1:
+            oldest, following = ids[0], ids[1]
+            over_size = 0 <= self.retention_bytes < plog.size_bytes + snapshot_bytes
+            over_age = False
+            if not over_size and self.retention_ms >= 0:
+                stamp = snapshot_timestamp(io, os.path.join(self.dir, oldest.file_name))
+                over_age = stamp is not None and now - stamp > self.retention_ms
+            if not (over_size or over_age):
+                return
+            if following.end_offset > self._hw:
+                return
+            bases = [seg.base_offset for seg in plog.segments if seg.base_offset <= following.end_offset]
+            if bases and bases[-1] > plog.log_start_offset:
+                plog.advance_log_start_offset(bases[-1])
+                plog.deletions.run_due(1 << 62)
+            io.unlink(os.path.join(self.dir, oldest.file_name), missing_ok=True)
+            log.info("metadata_snapshot_deleted", snapshot=oldest.file_name,
+                     reason="metadata.max.retention.bytes" if over_size else "metadata.max.retention.ms",
+                     log_start_offset=plog.log_start_offset)
+            snapshot_bytes -= sizes[oldest]
+            ids.pop(0)
 
     # ------------------------------------------------------------------------------------------ close
 

@@ -166,6 +166,24 @@ def list_snapshots(io: LogDirIO, dir_path: str) -> list[SnapshotId]:
     return sorted(i for i in ids if i is not None)
 
 
+def snapshot_timestamp(io: LogDirIO, path: str) -> int | None:
+    """The LastContainedLogTimestamp of a snapshot's header (the time of the last record it covers), or None when
+    the file does not start with a readable SnapshotHeader."""
+    try:
+        _, head = read_snapshot_range(io, path, 0, 4096)
+        view = memoryview(head)
+        for pos, header in iter_batches(view):
+            if not header.is_control:
+                return None
+            for rec in iter_records(view[pos:pos + header.size]):
+                if control_type(rec.key) == SNAPSHOT_HEADER:
+                    return int(decode_control(SNAPSHOT_HEADER, rec.value).last_contained_log_timestamp)
+            return None
+    except (OSError, DecodeError, ValueError, StorageError):
+        return None
+    return None
+
+
 def read_snapshot_range(io: LogDirIO, path: str, position: int, max_bytes: int) -> tuple[int, bytes]:
     """(file size, up to `max_bytes` bytes from `position`) of a snapshot file, for FetchSnapshot."""
     fh = io.open(path, os.O_RDONLY)

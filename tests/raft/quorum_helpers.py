@@ -29,8 +29,9 @@ FAST = {"backoff": ExponentialBackoff(0.01, 0.05)}
 
 class Voter:
     def __init__(self, node_id: int, root: str, ports: dict[int, int], *, controller: Any = None,
-                 segment_bytes: int | None = None) -> None:
+                 segment_bytes: int | None = None, retention_bytes: int | None = None) -> None:
         self.segment_bytes = segment_bytes
+        self.retention_bytes = retention_bytes
         self.node_id = node_id
         self.root = root
         self.ports = ports
@@ -49,6 +50,8 @@ class Voter:
 
     async def start(self) -> Voter:
         options = {} if self.segment_bytes is None else {"segment_bytes": self.segment_bytes}
+        if self.retention_bytes is not None:
+            options["retention_bytes"] = self.retention_bytes
         self.mlog = MetadataLog(self.root, node_id=self.node_id, writer=False, replicated=True, **options)
         records = self.mlog.load()
         voters = {v: ("127.0.0.1", p) for v, p in self.ports.items()}

@@ -37,8 +37,9 @@ def controller_for(node_id: int):
 async def voters(tmp_path, monkeypatch):
     monkeypatch.setattr(raft_driver, "MAX_FETCH_BYTES", 700)  # several FetchSnapshot chunks per snapshot
     ports = {v: free_port() for v in (1, 2, 3)}
-    out = [Voter(v, str(tmp_path / f"c{v}"), ports, controller=controller_for, segment_bytes=SEGMENT_BYTES)
-           for v in (1, 2, 3)]
+    # metadata.max.retention.bytes 0: every snapshot but the newest goes, so each one moves the log start up
+    out = [Voter(v, str(tmp_path / f"c{v}"), ports, controller=controller_for, segment_bytes=SEGMENT_BYTES,
+                 retention_bytes=0) for v in (1, 2, 3)]
     for v in out:
         await v.start()
     try:

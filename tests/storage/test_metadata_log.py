@@ -275,25 +275,71 @@ def test_a_truncated_snapshot_is_refused(tmp_path: Path) -> None:
     again.close()
 
 
-def test_old_snapshots_and_segments_wholly_before_them_are_deleted(tmp_path: Path) -> None:
-    mlog, _ = open_log(tmp_path, segment_bytes=400)
+def snapshot_ids(root: Path) -> list:
+    return sorted(parse_snapshot_name(n) for n in os.listdir(part_dir(root)) if n.endswith(".checkpoint"))
+
+
+def three_rounds(mlog: MetadataLog, clock: list[int] | None = None, gaps: tuple[int, ...] = (0, 0, 0)) -> list:
+    """Three rounds of four topics, a snapshot after each (the fake clock moved by `gaps` before each round)."""
     image: list = []
-    for round_ in range(3):
+    for round_, gap in enumerate(gaps):
+        if clock is not None:
+            clock[0] += gap
         for i in range(4):
             recs = topic(f"r{round_}-{i}")
             mlog.append(recs)
             image += recs
         mlog.write_snapshot(image, mlog.high_watermark)
-    snaps = sorted(parse_snapshot_name(n) for n in os.listdir(part_dir(tmp_path)) if n.endswith(".checkpoint"))
-    assert len(snaps) == 2  # the newest two: the older one is the fallback if the newest is ever refused
-    older = snaps[0]
+    return image
+
+
+def test_snapshots_within_the_retention_limits_are_all_kept(tmp_path: Path) -> None:
+    mlog, _ = open_log(tmp_path, segment_bytes=400)  # Kafka's defaults: 100 MiB, 7 days
+    three_rounds(mlog)
+    assert len(snapshot_ids(tmp_path)) == 3 and mlog.log_start_offset == 0
+    mlog.close()
+
+
+def test_old_snapshots_and_segments_wholly_before_them_go_past_the_retention_bytes(tmp_path: Path) -> None:
+    mlog, _ = open_log(tmp_path, segment_bytes=400, retention_bytes=0)
+    with structlog.testing.capture_logs() as logs:
+        image = three_rounds(mlog)
+    (newest,) = snapshot_ids(tmp_path)  # every one over the limit goes, never the newest
+    assert [e["reason"] for e in logs if e["event"] == "metadata_snapshot_deleted"] == [
+        "metadata.max.retention.bytes"] * 2
     segment_bases = sorted(int(p.name[:20]) for p in part_dir(tmp_path).glob("*.log"))
-    assert segment_bases[0] <= older.end_offset
+    assert segment_bases[0] <= newest.end_offset
     assert mlog.log_start_offset == segment_bases[0] > 0
     mlog.append(topic("tail"))
     mlog.close()
     _, records = open_log(tmp_path, segment_bytes=400)
     assert records == image + topic("tail")
+
+    # A limit the log and two snapshots fit under keeps two of the three.
+    other = tmp_path / "other"
+    mlog, _ = open_log(other, segment_bytes=400, retention_bytes=-1)
+    three_rounds(mlog)
+    sizes = sum(p.stat().st_size for p in part_dir(other).glob("*.checkpoint"))
+    mlog.retention_bytes = mlog.log.size_bytes + sizes - 1  # one byte over: the oldest goes
+    mlog.append(topic("more"))
+    mlog.write_snapshot(image + topic("more"), mlog.high_watermark)
+    assert len(snapshot_ids(other)) == 3  # four, less the oldest
+    mlog.close()
+
+
+def test_snapshots_older_than_the_retention_ms_go(tmp_path: Path) -> None:
+    clock = [1_000_000]
+    mlog, _ = open_log(tmp_path, segment_bytes=400, retention_bytes=-1, retention_ms=1000, clock=lambda: clock[0])
+    image = three_rounds(mlog, clock, gaps=(0, 4500, 500))  # last records at t0, t0+4500, t0+5000
+    ids = snapshot_ids(tmp_path)
+    assert len(ids) == 2  # the first is 5000 ms older than now; the second only 500
+    clock[0] += 10_000
+    mlog.append(topic("late"))
+    mlog.write_snapshot(image + topic("late"), mlog.high_watermark)
+    assert snapshot_ids(tmp_path) == [mlog.latest_snapshot()]  # the newest is kept whatever its age
+    mlog.close()
+    _, records = open_log(tmp_path, segment_bytes=400)
+    assert records == image + topic("late")
 
 
 def test_write_snapshot_refuses_an_end_offset_beyond_the_committed_log(tmp_path: Path) -> None:
@@ -422,3 +468,48 @@ def test_kafka_python_reads_the_metadata_log_and_a_snapshot(tmp_path: Path) -> N
     snap_batches = read(Path(path).read_bytes())
     assert [(b[0], b[2]) for b in snap_batches] == [(0, True), (1, False), (4, True)]
     assert [b[3][0][1] for b in snap_batches if b[2]] == [b"\x00\x00\x00\x03", b"\x00\x00\x00\x04"]
+
+
+def test_the_metadata_log_keys_reach_the_log(tmp_path: Path) -> None:
+    """metadata.log.segment.bytes / .ms / .min.bytes and metadata.max.retention.bytes / .ms, from a node's
+    server.properties to what its metadata log does."""
+    from kjbod.server.config import build_config
+    from kjbod.storage.metadata_log import MetadataLogError, metadata_log_options
+
+    base = {"node.id": "1", "process.roles": "broker,controller", "controller.quorum.voters": "1@127.0.0.1:9093",
+            "listeners": "PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093",
+            "controller.listener.names": "CONTROLLER", "log.dirs": str(tmp_path / "d")}
+    defaults = metadata_log_options(build_config(base))
+    assert defaults == {"segment_bytes": 1 << 30, "segment_ms": 7 * 24 * 3_600_000, "retention_bytes": 100 << 20,
+                        "retention_ms": 7 * 24 * 3_600_000}
+    with pytest.raises(MetadataLogError, match="Cannot set metadata.log.segment.bytes below 8388608: 400"):
+        metadata_log_options(build_config({**base, "metadata.log.segment.bytes": "400"}))
+    clock = [1_000_000]
+    options = metadata_log_options(build_config({
+        **base, "metadata.log.segment.min.bytes": "100", "metadata.log.segment.bytes": "400",
+        "metadata.log.segment.ms": "60000", "metadata.max.retention.bytes": "-1", "metadata.max.retention.ms": "1000"}))
+    mlog = MetadataLog(str(tmp_path / "m"), clock=lambda: clock[0], **options)
+    mlog.load()
+    mlog.append(topic("a"))
+    assert len(mlog.log.segments) == 1
+    clock[0] += 61_000  # metadata.log.segment.ms: the next append rolls
+    mlog.append(topic("b"))
+    assert len(mlog.log.segments) == 2
+    for i in range(3):  # metadata.log.segment.bytes: 400-byte segments
+        mlog.append(topic(f"c{i}", partitions=3))
+    assert len(mlog.log.segments) > 3
+    mlog.write_snapshot(topic("a") + topic("b"), mlog.high_watermark)
+    clock[0] += 2000  # metadata.max.retention.ms: the first snapshot is now too old once a newer one exists
+    mlog.append(topic("d"))
+    mlog.write_snapshot(topic("a") + topic("b") + topic("d"), mlog.high_watermark)
+    assert snapshot_ids(tmp_path / "m") == [mlog.latest_snapshot()] and mlog.log_start_offset > 0
+    mlog.close()
+    options["retention_ms"] = -1
+    options["retention_bytes"] = 0  # metadata.max.retention.bytes
+    mlog = MetadataLog(str(tmp_path / "n"), clock=lambda: clock[0], **options)
+    mlog.load()
+    for name in ("x", "y"):
+        mlog.append(topic(name))
+        mlog.write_snapshot(topic("x") + (topic("y") if name == "y" else []), mlog.high_watermark)
+    assert snapshot_ids(tmp_path / "n") == [mlog.latest_snapshot()]
+    mlog.close()
