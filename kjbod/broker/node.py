@@ -114,7 +114,10 @@ class BrokerNode:
         # Client quotas (producer_byte_rate, consumer_byte_rate, request_percentage), from the image's quotas.
         self.client_quotas = ClientQuotas(lambda: self.metadata.client_quotas,
                                           samples=getattr(config, "quota_window_num", 11),
-                                          window_seconds=getattr(config, "quota_window_size_seconds", 1))
+                                          window_seconds=getattr(config, "quota_window_size_seconds", 1),
+                                          mutation_samples=getattr(config, "controller_quota_window_num", 11),
+                                          mutation_window_seconds=getattr(
+                                              config, "controller_quota_window_size_seconds", 1))
         self.handler = Router(self)  # each request is logged at debug by the connection, with its latency
         self.topic_stats: Any = None  # kjbod.metrics' BrokerTopicMetrics counters, set when /metrics is served
         self._tasks: list[asyncio.Task] = []

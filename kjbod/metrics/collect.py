@@ -238,19 +238,26 @@ class NodeCollector(Collector):
 
     def _client_quotas(self) -> Iterator[Metric]:
         """Kafka's client quota sensors (kafka.server:type=Produce|Fetch|Request,user=U,client-id=C with byte-rate
-        or request-time, and throttle-time), one sample per client sensor; empty until a quota of the kind exists.
+        or request-time, and throttle-time; type=ControllerMutation with mutation-rate, tokens and
+        throttle-time), one sample per client sensor; empty until a quota of the kind exists.
         kjbod adds what was recorded in all and the bound that applies."""
         quotas = self.node.client_quotas
         now = quotas.clock_ms()
         recorded = _counter("kjbod_client_quota_recorded", "What a client's sensor recorded: bytes for Produce and "
-                            "Fetch, seconds of handler time for Request.")
-        bound = _family("kjbod_client_quota_limit", "The quota that applies to the sensor (bytes per second, or "
-                        "percent for Request).")
+                            "Fetch, seconds of handler time for Request, partitions for ControllerMutation.")
+        bound = _family("kjbod_client_quota_limit", "The quota that applies to the sensor (bytes per second, "
+                        "percent for Request, partitions per second for ControllerMutation).")
         for qt in quotas.types:
             if not qt.sensors:
                 continue
             kind = qt.name.lower()
-            value_name = f"kafka_server_{kind}_{'request_time' if kind == 'request' else 'byte_rate'}"
+            tokens = None
+            if kind == "controllermutation":  # Kafka's ControllerMutation sensors: mutation-rate and tokens
+                value_name = "kafka_server_controllermutation_mutation_rate"
+                tokens = _family("kafka_server_controllermutation_tokens", "Tokens left in the controller "
+                                 "mutation quota's bucket per user and client id (negative: throttled)")
+            else:
+                value_name = f"kafka_server_{kind}_{'request_time' if kind == 'request' else 'byte_rate'}"
             value = _family(value_name, f"{qt.name} rate per user and client id, over the quota window")
             throttle = _family(f"kafka_server_{kind}_throttle_time",
                                f"Average {qt.name} throttle time in ms per user and client id, over the quota window")
@@ -264,7 +271,13 @@ class NodeCollector(Collector):
                 limit = qt.limit((user, client_id))
                 if limit is not None:
                     bound.add_sample("kjbod_client_quota_limit", typed, limit)
+                if tokens is not None:
+                    left = qt.tokens((user, client_id), now)
+                    if left is not None:
+                        tokens.add_sample("kafka_server_controllermutation_tokens", labels, left)
             yield from (value, throttle)
+            if tokens is not None:
+                yield tokens
         yield from (recorded, bound)
 
     def _requests(self) -> Iterator[Metric]:

@@ -540,6 +540,9 @@ KEYS: dict[str, KeyDef] = {
         KeyDef("replication.quota.window.size.seconds", _int(1), 1, "the length of one such sample"),
         KeyDef("quota.window.num", _int(1), 11, "samples the client quotas measure their rates over"),
         KeyDef("quota.window.size.seconds", _int(1), 1, "the length of one such sample"),
+        KeyDef("controller.quota.window.num", _int(1), 11,
+               "samples of the controller mutation quota: its token bucket holds this many windows of the rate"),
+        KeyDef("controller.quota.window.size.seconds", _int(1), 1, "the length of one such sample"),
         KeyDef(
             "log.dir.placement.policy",
             _one_of("most-usable", "fewest-partitions"),
@@ -735,6 +738,8 @@ class ServerConfig:
     replication_quota_window_size_seconds: int = 1
     quota_window_num: int = 11
     quota_window_size_seconds: int = 1
+    controller_quota_window_num: int = 11
+    controller_quota_window_size_seconds: int = 1
     broker_rack: str | None = None
     controller_quorum_bootstrap_servers: tuple[str, ...] = ()
     controller_quorum_voters: tuple[str, ...] = ()
@@ -1289,6 +1294,8 @@ def build_config(
         replication_quota_window_size_seconds=get("replication.quota.window.size.seconds"),
         quota_window_num=get("quota.window.num"),
         quota_window_size_seconds=get("quota.window.size.seconds"),
+        controller_quota_window_num=get("controller.quota.window.num"),
+        controller_quota_window_size_seconds=get("controller.quota.window.size.seconds"),
         log_dir_placement_policy=get("log.dir.placement.policy"),
         zero_copy=get("kjbod.zero.copy"),
         extensions_enable=get("kjbod.extensions.enable"),
