@@ -24,6 +24,7 @@ Figures other parts of kjbod keep, read when scraped:
 from __future__ import annotations
 
 import asyncio
+import re
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -221,6 +222,8 @@ class NodeCollector(Collector):
             yield from self._controller()
         if getattr(self.node, "client_quotas", None) is not None:
             yield from self._client_quotas()
+        if getattr(self.node, "client_metrics", None) is not None:
+            yield from self._client_telemetry()
 
     def _connections(self) -> Iterator[Metric]:
         """Kafka's socket-server-metrics per listener (one network loop: networkProcessor "0")."""
@@ -279,6 +282,46 @@ class NodeCollector(Collector):
             if tokens is not None:
                 yield tokens
         yield from (recorded, bound)
+
+    def _client_telemetry(self) -> Iterator[Metric]:
+        """What clients pushed (KIP-714 PushTelemetry; Kafka only hands it to a plugin): one family per metric
+        name, its dots made underscores, each series labelled with the client's instance id and client id and its
+        data point's attributes. Monotonic sums are counters (deltas added up), gauges and other sums gauges,
+        histograms and summaries their count and sum. kjbod's own counts of the manager follow."""
+        manager = self.node.client_metrics
+        families: dict[str, Metric] = {}
+        for instance, (name, attributes), series in manager.series():
+            base = _prom_name(name)
+            if series.kind in ("histogram", "summary"):
+                kind = "summary"
+            elif series.kind == "sum" and series.monotonic:
+                kind = "counter"
+                base = base.removesuffix("_total")
+            else:
+                kind = "gauge"
+            family = families.get(base)
+            if family is None:
+                family = families[base] = Metric(base, f"Client metric {name}, as pushed (KIP-714)", kind)
+            elif family.type != kind:
+                continue  # one name pushed with two kinds: the first one seen is kept
+            labels = {"client_instance_id": instance.name, "client_id": instance.attributes.get("client_id") or ""}
+            for key, value in attributes:
+                label = _prom_name(key)
+                labels[label if label not in labels else f"attr_{label}"] = value
+            if kind == "summary":
+                family.add_sample(f"{base}_count", labels, series.count)
+                family.add_sample(f"{base}_sum", labels, series.value)
+            else:
+                family.add_sample(f"{base}_total" if kind == "counter" else base, labels, series.value)
+        yield from families.values()
+        clients = _family("kjbod_client_telemetry_clients", "Client instances the broker knows (KIP-714), and the "
+                          "series they pushed that it keeps")
+        clients.add_sample("kjbod_client_telemetry_clients", {}, len(manager.instances))
+        kept = _family("kjbod_client_telemetry_series", "Series of pushed client metrics kept, across clients")
+        kept.add_sample("kjbod_client_telemetry_series", {}, manager.series_count)
+        dropped = _counter("kjbod_client_telemetry_dropped_series", "Pushed series dropped: over the cap on series")
+        dropped.add_sample("kjbod_client_telemetry_dropped_series_total", {}, manager.dropped_series)
+        yield from (clients, kept, dropped)
 
     def _requests(self) -> Iterator[Metric]:
         stats = self.requests
@@ -610,3 +653,9 @@ def _answer(future: Any) -> tuple[int, int, int] | None:
 
 def _le(bound: float) -> str:
     return "+Inf" if bound == float("inf") else repr(bound)
+
+
+def _prom_name(name: str) -> str:
+    """A Prometheus metric or label name for an OpenTelemetry one (dots and anything else not allowed made '_')."""
+    out = re.sub(r"[^a-zA-Z0-9_]", "_", name) or "_"
+    return f"_{out}" if out[0].isdigit() or out.startswith("__") else out
