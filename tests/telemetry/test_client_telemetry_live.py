@@ -83,3 +83,33 @@ def test_a_matching_client_pushes_its_metrics_to_the_endpoint_and_others_do_not(
     assert cli("--bootstrap-server", server.bootstrap, "--delete", "--name", "producers") == \
         "Deleted client metrics config for producers.\n"
     assert cli("--bootstrap-server", server.bootstrap, "--list") == "\n"
+
+
+def test_bad_subscriptions_are_refused_with_kafkas_errors(server: LiveServer) -> None:
+    import subprocess
+    import sys
+
+    from kjbod.admin import SyncAdminClient
+    from kjbod.admin.types import ConfigResource
+
+    resource = ConfigResource.client_metrics("subs")
+    with SyncAdminClient(server.bootstrap, request_timeout=10) as admin:
+        for changes, code in (({"interval.ms": "50"}, 42), ({"colour": "red"}, 42), ({"match": "client=x"}, 40),
+                              ({"interval.ms": "soon"}, 40)):
+            result = admin.incremental_alter_configs({resource: changes}, raise_on_error=False)[resource]
+            assert result.error is not None and result.error.code == code, (changes, result.error)
+        assert admin.describe_configs([resource])[resource] == {}  # nothing was written
+        assert admin.list_client_metrics_resources() == []
+        empty = ConfigResource.client_metrics("")
+        with pytest.raises(Exception, match="must not be empty"):
+            admin.describe_configs([empty])
+    done = subprocess.run([sys.executable, "-m", "kjbod", "client-metrics", "--bootstrap-server", server.bootstrap,
+                           "--alter", "--name", "subs", "--interval", "50"], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 1
+    assert done.stdout.startswith("Error while executing client metrics command : ")
+    assert "interval must be between 100 and 3600000" in done.stdout
+    done = subprocess.run([sys.executable, "-m", "kjbod", "client-metrics", "--bootstrap-server", server.bootstrap,
+                           "--list", "--describe"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert "Command must include exactly one action: --alter, --delete, --describe or --list." in done.stderr
