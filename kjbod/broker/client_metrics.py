@@ -87,6 +87,7 @@ class Instance:
     last_seen_ms: int = 0
     terminating: bool = False
     pushes: int = 0
+    throttles: int = 0  # requests refused THROTTLING_QUOTA_EXCEEDED (Kafka's throttle-count)
     series: dict[SeriesKey, Series] = field(default_factory=dict)
 
     @property
@@ -166,7 +167,7 @@ class ClientMetricsManager:
             # As Kafka: a new instance, so the client may ask for its new subscription at once (timestamps start
             # again); the series it pushed stay.
             fresh = self._evaluate(instance_id, instance.attributes)
-            fresh.pushes, fresh.series = instance.pushes, instance.series
+            fresh.pushes, fresh.series, fresh.throttles = instance.pushes, instance.series, instance.throttles
             instance = self.instances[instance_id] = fresh
         self.instances.move_to_end(instance_id)
         instance.last_seen_ms = now
@@ -197,6 +198,7 @@ class ClientMetricsManager:
         if now - max(instance.last_get_ms, instance.last_push_ms) < instance.interval_ms \
                 and (instance.last_get_ms or instance.last_push_ms):
             self.throttled += 1
+            instance.throttles += 1
             return Answer(ErrorCode.THROTTLING_QUOTA_EXCEEDED, message=f"Request from the client "
                           f"[{instance.name}] arrived before the next push interval time")
         instance.last_get_ms = now
@@ -221,6 +223,7 @@ class ClientMetricsManager:
                 instance.last_push_ms = now
             elif not terminating:
                 self.throttled += 1
+                instance.throttles += 1
                 return ErrorCode.THROTTLING_QUOTA_EXCEEDED, f"Request from the client [{instance.name}] arrived " \
                                                             "before the next push interval time"
             if subscription != instance.subscription_id:

@@ -314,14 +314,24 @@ class NodeCollector(Collector):
             else:
                 family.add_sample(f"{base}_total" if kind == "counter" else base, labels, series.value)
         yield from families.values()
-        clients = _family("kjbod_client_telemetry_clients", "Client instances the broker knows (KIP-714), and the "
-                          "series they pushed that it keeps")
-        clients.add_sample("kjbod_client_telemetry_clients", {}, len(manager.instances))
+        # Kafka's client-metrics group: kafka.server:type=client-metrics (instance-count,
+        # unknown-subscription-request-count, and throttle-count per client instance).
+        clients = _family("kafka_server_client_metrics_instance_count", "Client instances the broker knows (KIP-714)")
+        clients.add_sample("kafka_server_client_metrics_instance_count", {}, len(manager.instances))
+        unknown = _family("kafka_server_client_metrics_unknown_subscription_request_count",
+                          "Pushes that quoted a subscription id the client no longer has")
+        unknown.add_sample("kafka_server_client_metrics_unknown_subscription_request_count", {},
+                           manager.unknown_subscription)
+        throttled = _family("kafka_server_client_metrics_throttle_count",
+                            "Telemetry requests a client instance sent too early")
+        for instance in manager.instances.values():
+            throttled.add_sample("kafka_server_client_metrics_throttle_count",
+                                 {"client_instance_id": instance.name}, instance.throttles)
         kept = _family("kjbod_client_telemetry_series", "Series of pushed client metrics kept, across clients")
         kept.add_sample("kjbod_client_telemetry_series", {}, manager.series_count)
         dropped = _counter("kjbod_client_telemetry_dropped_series", "Pushed series dropped: over the cap on series")
         dropped.add_sample("kjbod_client_telemetry_dropped_series_total", {}, manager.dropped_series)
-        yield from (clients, kept, dropped)
+        yield from (clients, unknown, throttled, kept, dropped)
 
     def _requests(self) -> Iterator[Metric]:
         stats = self.requests
@@ -658,4 +668,6 @@ def _le(bound: float) -> str:
 def _prom_name(name: str) -> str:
     """A Prometheus metric or label name for an OpenTelemetry one (dots and anything else not allowed made '_')."""
     out = re.sub(r"[^a-zA-Z0-9_]", "_", name) or "_"
-    return f"_{out}" if out[0].isdigit() or out.startswith("__") else out
+    if out.startswith("__"):  # reserved for Prometheus' own labels
+        return f"x{out}"
+    return f"_{out}" if out[0].isdigit() else out

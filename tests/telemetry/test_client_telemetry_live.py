@@ -77,6 +77,7 @@ def test_a_matching_client_pushes_its_metrics_to_the_endpoint_and_others_do_not(
         assert telemetry_series(samples, "unwatched") == {}  # no subscription matched: nothing pushed
         assert telemetry_series(samples, "watched-python") == {}  # kafka-python has no KIP-714
         assert watched.flush(30) == 0 and other.flush(30) == 0
+        assert samples[("kafka_server_client_metrics_instance_count", frozenset())] == 2  # the two librdkafka clients
     finally:
         plain.close()
     # The subscription deleted: the clients are told at their next request (nothing more is wanted).
