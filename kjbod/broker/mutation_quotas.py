@@ -29,9 +29,10 @@ T = TypeVar("T")
 
 
 def quota_for(node: Any, request: Any, strict_since: int) -> MutationQuota | None:
-    """The request's quota; None when no controller_mutation_rate was ever set."""
+    """The request's quota; None when no controller_mutation_rate was ever set, and for a request on a controller
+    listener (a broker forwarding what it has counted already)."""
     quotas = getattr(node, "client_quotas", None)
-    if quotas is None:
+    if quotas is None or request.ctx.listener_kind != "broker":
         return None
     return quotas.mutation_quota(request.ctx.principal, request.client_id, request.api_version >= strict_since)
 

@@ -223,3 +223,49 @@ def test_malformed_payloads_raise_the_decoders_error_only() -> None:
     for bad in (b"\x0a\x05ab", b"\x0f", b"\x0a\x80", _field(1, _field(2, _field(2, b"\x0a\x02\xff\xfe")))):
         with pytest.raises(otlp.OtlpError):
             otlp.decode_metrics(bad)
+
+
+def _histogram(name: str, count: int, total: float) -> bytes:
+    point = _fixed64(3, 1) + _fixed64(4, count) + _double(5, total) + _field(9, _kv("node.id", "2"))
+    return _field(1, name.encode()) + _field(9, _field(1, point) + _uint(2, otlp.CUMULATIVE))
+
+
+def test_the_endpoint_shows_pushed_series_as_prometheus_families() -> None:
+    from types import SimpleNamespace
+
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from kjbod.metrics.collect import NodeCollector
+    from kjbod.metrics.counters import RequestStats
+
+    now = [1_000_000]
+    m = manager({(CLIENT_METRICS_RESOURCE, "all"): {"metrics": "*", "interval.ms": "100"}}, now)
+    a = m.get_subscriptions(bytes(16), CLIENT)
+    assert m.push(a.instance_id, CLIENT, a.subscription_id, False, 0, metrics_data(
+        delta_sum("org.apache.kafka.producer.connection.creation.total", 3),
+        gauge("org.apache.kafka.producer.node.request.latency.avg", 2.5, **{"node.id": "1", "client_id": "x"}),
+        _histogram("org.apache.kafka.client.request.latency", 4, 10.0)))[0] == 0
+    collector = NodeCollector(SimpleNamespace(handler=None, client_metrics=m), RequestStats(), None)
+    class Telemetry:
+        def collect(self):
+            return collector._client_telemetry()
+
+    registry = CollectorRegistry()
+    registry.register(Telemetry())
+    text = generate_latest(registry).decode()  # what a scrape answers must parse
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    iid = a.instance_id
+    from kjbod.storage.ids import uuid_to_str
+
+    who = {"client_instance_id": uuid_to_str(iid), "client_id": "app-1"}
+    counter = families["org_apache_kafka_producer_connection_creation"]
+    assert counter.type == "counter" and [(s.name, s.labels, s.value) for s in counter.samples] == [
+        ("org_apache_kafka_producer_connection_creation_total", who, 3.0)]
+    latency = families["org_apache_kafka_producer_node_request_latency_avg"]
+    assert [(s.labels, s.value) for s in latency.samples] == [({**who, "node_id": "1", "attr_client_id": "x"}, 2.5)]
+    summary = families["org_apache_kafka_client_request_latency"]
+    assert {(s.name, s.value) for s in summary.samples} == {("org_apache_kafka_client_request_latency_count", 4.0),
+                                                            ("org_apache_kafka_client_request_latency_sum", 10.0)}
+    assert families["kafka_server_client_metrics_instance_count"].samples[0].value == 1
+    assert families["kjbod_client_telemetry_series"].samples[0].value == 3
