@@ -114,3 +114,28 @@ def test_bad_subscriptions_are_refused_with_kafkas_errors(server: LiveServer) ->
                            "--list", "--describe"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
     assert "Command must include exactly one action: --alter, --delete, --describe or --list." in done.stderr
+
+
+def test_software_and_address_selectors_match_what_the_client_said_and_where_it_is(server: LiveServer) -> None:
+    """client_software_name comes from the client's ApiVersions (confluent-kafka names itself
+    confluent-kafka-python), the source address and port from its connection."""
+    from kjbod.admin import SyncAdminClient
+    from kjbod.admin.types import ConfigResource
+
+    with SyncAdminClient(server.bootstrap, request_timeout=10) as admin:
+        admin.incremental_alter_configs({ConfigResource.client_metrics("rdkafka"): {
+            "metrics": "org.apache.kafka.producer.node.", "interval.ms": "500",
+            "match": r"client_software_name=confluent-kafka-.*,client_source_address=127\.0\.0\.1,client_source_port=\d+"}})
+        admin.incremental_alter_configs({ConfigResource.client_metrics("java-only"): {
+            "metrics": "*", "interval.ms": "100", "match": "client_software_name=apache-kafka-java"}})
+    producer = confluent.Producer({"bootstrap.servers": server.bootstrap, "client.id": "by-software"})
+    deadline = time.monotonic() + WAIT_S
+    pushed: dict = {}
+    while time.monotonic() < deadline and not pushed:
+        producer.produce("software-topic", b"x")
+        producer.poll(0.5)
+        pushed = telemetry_series(scrape(server.metrics_port), "by-software")
+    assert pushed, "confluent-kafka matched by its software name pushed nothing"
+    names = {name for name, _ in pushed}
+    assert all(n.startswith("org_apache_kafka_producer_node_") for n in names), names  # not '*': no Java match
+    assert producer.flush(30) == 0
