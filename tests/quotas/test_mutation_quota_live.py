@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import re
+import uuid
 
 import pytest
 from live import LiveServer, free_port, kjbod_server_factory  # noqa: F401
@@ -52,8 +53,9 @@ def test_a_client_over_its_mutation_rate_is_refused_and_another_is_not(server: L
     hasty = kafka_admin.KafkaAdminClient(bootstrap_servers=server.bootstrap, client_id="hasty")
     calm = kafka_admin.KafkaAdminClient(bootstrap_servers=server.bootstrap, client_id="calm")
     try:
-        assert errors(hasty.create_topics({"h1": {"num_partitions": 2, "replication_factor": 1}},
-                                          raise_errors=False)) == {"h1": 0}  # the whole burst: bucket at 0
+        created = hasty.create_topics({"h1": {"num_partitions": 2, "replication_factor": 1}}, raise_errors=False)
+        assert errors(created) == {"h1": 0}  # the whole burst: bucket at 0
+        h1_id = uuid.UUID(str(created["topics"][0]["topic_id"]))
         assert errors(hasty.create_topics({"h2": {"num_partitions": 30, "replication_factor": 1}},
                                           raise_errors=False)) == {"h2": 0}  # checked before taken: bucket at -30
         assert throttles(caplog, "CreateTopicsResponse") == []  # as Kafka: a strict quota throttles what it refuses
@@ -73,6 +75,13 @@ def test_a_client_over_its_mutation_rate_is_refused_and_another_is_not(server: L
         finally:
             again.close()
         again = kafka_admin.KafkaAdminClient(bootstrap_servers=server.bootstrap, client_id="hasty")
+        try:  # named by its id (DeleteTopics v6)
+            by_id = again.delete_topics([h1_id], raise_errors=False)["topics"]
+            assert [(t["name"], str(t["topic_id"]), t["error_code"]) for t in by_id] == [
+                ("h1", str(h1_id), THROTTLING_QUOTA_EXCEEDED)]
+        finally:
+            again.close()
+        again = kafka_admin.KafkaAdminClient(bootstrap_servers=server.bootstrap, client_id="hasty")
         try:
             with pytest.raises(kafka.errors.ThrottlingQuotaExceededError):
                 again.create_partitions({"h1": kafka_admin.NewPartitions(total_count=3)})
@@ -84,7 +93,7 @@ def test_a_client_over_its_mutation_rate_is_refused_and_another_is_not(server: L
         calm.create_partitions({"c1": kafka_admin.NewPartitions(total_count=12)})
         assert errors(calm.delete_topics(["c1"], raise_errors=False)) == {"c1": 0}
         assert len(throttles(caplog, "CreateTopicsResponse")) == 1  # only hasty's
-        assert len(throttles(caplog, "DeleteTopicsResponse")) == 1
+        assert len(throttles(caplog, "DeleteTopicsResponse")) == 2
         assert len(throttles(caplog, "CreatePartitionsResponse")) == 1  # calm was never throttled
     finally:
         hasty.close()
