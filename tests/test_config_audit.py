@@ -65,6 +65,10 @@ EFFECTS: dict[str, list[str]] = {
     **{key: ["tests/quotas/test_quota_arithmetic.py::test_the_window_keys_shape_the_brokers_quota_rates",
              "tests/quotas/test_client_quotas_live.py::test_produce_and_fetch_quotas_throttle_their_client_only"]
        for key in ("quota.window.num", "quota.window.size.seconds")},
+    "telemetry.max.bytes": ["tests/telemetry/test_client_metrics.py::test_telemetry_max_bytes_reaches_the_broker"],
+    **{key: ["tests/quotas/test_mutation_quota.py::test_the_controller_window_keys_set_the_brokers_burst",
+             "tests/quotas/test_mutation_quota_live.py::test_a_client_over_its_mutation_rate_is_refused_and_another_is_not"]
+       for key in ("controller.quota.window.num", "controller.quota.window.size.seconds")},
     "authorizer.class.name": ["tests/security/test_acls_live.py::test_alice_needs_acls_to_produce_and_consume",
                               "tests/security/test_acls_live.py::test_acl_apis_without_an_authorizer"],
     "super.users": ["tests/security/test_acls_live.py::test_alice_needs_acls_to_produce_and_consume"],

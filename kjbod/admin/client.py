@@ -252,6 +252,7 @@ DELETE_GROUPS = 42
 OFFSET_DELETE = 47
 DESCRIBE_ACLS = 29
 DESCRIBE_CLIENT_QUOTAS = 48
+LIST_CLIENT_METRICS_RESOURCES = 74
 DESCRIBE_USER_SCRAM_CREDENTIALS = 50
 ALTER_CLIENT_QUOTAS = 49
 CREATE_ACLS = 30
@@ -1662,6 +1663,16 @@ class AdminClient:
             check=lambda r: r.error_code, message=lambda r: r.error_message, min_version=1)
         return [AclEntry(r.resource_type, r.resource_name, r.pattern_type, a.principal, a.host, a.operation,
                          a.permission_type) for r in response.resources for a in r.acls]
+
+    async def list_client_metrics_resources(self, *, timeout: float | None = None) -> list[str]:
+        """The names of the client metrics subscriptions (KIP-714 ListClientMetricsResources, to any broker)."""
+        from kjbod.protocol.generated import ListClientMetricsResourcesRequest
+
+        deadline = self._deadline(timeout)
+        response, _, _ = await self._call(None, LIST_CLIENT_METRICS_RESOURCES,
+                                          lambda v: ListClientMetricsResourcesRequest(), deadline,
+                                          check=lambda r: r.error_code)
+        return [r.name for r in response.client_metrics_resources]
 
     async def describe_client_quotas(
         self, components: Sequence[tuple[str, int, str | None]] = (), *, strict: bool = False,

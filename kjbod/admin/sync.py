@@ -40,6 +40,7 @@ _METHODS = (
     "create_topics",
     "delete_topics",
     "describe_client_quotas",
+    "list_client_metrics_resources",
     "alter_client_quotas",
     "describe_user_scram_credentials",
     "create_partitions",

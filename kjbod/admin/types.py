@@ -430,7 +430,8 @@ class AlterConfigOpType(IntEnum):
 
 @dataclass(frozen=True, slots=True)
 class ConfigResource:
-    """A topic (by name) or a broker (by id as text; "" for the cluster-wide broker default)."""
+    """A topic (by name), a broker (by id as text; "" for the cluster-wide broker default) or a client metrics
+    subscription (by name)."""
 
     type: ConfigResourceType
     name: str
@@ -442,6 +443,11 @@ class ConfigResource:
     @classmethod
     def broker(cls, broker_id: int | str) -> ConfigResource:
         return cls(ConfigResourceType.BROKER, str(broker_id))
+
+    @classmethod
+    def client_metrics(cls, name: str) -> ConfigResource:
+        """A client metrics subscription (KIP-714)."""
+        return cls(ConfigResourceType.CLIENT_METRICS, name)
 
 
 @dataclass(frozen=True, slots=True)

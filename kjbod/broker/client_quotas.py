@@ -20,6 +20,14 @@ Strategy, as Kafka:
   worker or the controller is counted for the part that ran on the loop).
 * Sensors unused for an hour are dropped (Kafka's inactive sensor expiry).
 
+* The controller mutation quota (KIP-599, ``controller_mutation_rate``: partitions created or deleted per
+  second) is a token bucket per sensor instead (Kafka's TokenBucket): it holds at most ``samples * window *
+  bound`` tokens, refills at ``bound`` a second, and each topic created, extended or deleted takes as many
+  tokens as partitions it adds or removes. A strict quota (CreateTopics v6+, DeleteTopics v5+, CreatePartitions
+  v3+) refuses a topic while the bucket is below zero, with the time the deficit takes to refill; a permissive
+  one (older versions) lets every topic through and only reports that throttle time. Its windows are
+  ``controller.quota.window.num`` and ``controller.quota.window.size.seconds``.
+
 Everything here is plain code with the clock passed in; kjbod.broker.router and the Fetch handler apply it, and
 the connection mutes the client (reads nothing more from it) for the throttle time after the response is sent.
 """
@@ -33,12 +41,15 @@ from typing import Any
 
 from kjbod.metadata.client_quotas import CLIENT_ID, USER, Entity
 
-__all__ = ["ABSENT", "FETCH", "PRODUCE", "REQUEST", "ClientQuotas", "QuotaType", "Rate", "user_of"]
+__all__ = ["ABSENT", "CONTROLLER_MUTATION", "FETCH", "PRODUCE", "REQUEST", "ClientQuotas", "MutationQuota",
+           "MutationQuotaType", "QuotaType", "Rate", "TokenBucket", "user_of"]
 
 PRODUCE = "Produce"
 FETCH = "Fetch"
 REQUEST = "Request"
-KEYS = {PRODUCE: "producer_byte_rate", FETCH: "consumer_byte_rate", REQUEST: "request_percentage"}
+CONTROLLER_MUTATION = "ControllerMutation"
+KEYS = {PRODUCE: "producer_byte_rate", FETCH: "consumer_byte_rate", REQUEST: "request_percentage",
+        CONTROLLER_MUTATION: "controller_mutation_rate"}
 
 ABSENT = ""  # a part the entity does not have (Kafka's empty tag)
 DEFAULT: None = None  # the type's default entity
@@ -140,12 +151,39 @@ class Avg(_Sampled):
         return total / count if count else 0.0
 
 
+class TokenBucket:
+    """Kafka's TokenBucket: up to `burst` tokens, refilled at the bound per second since the last use; a record
+    takes tokens and may leave the bucket below zero. A new bucket is full."""
+
+    __slots__ = ("last_ms", "tokens")
+
+    def __init__(self) -> None:
+        self.tokens = 0.0
+        self.last_ms: int | None = None
+
+    def _refill(self, bound: float, burst: float, now_ms: int) -> None:
+        if self.last_ms is None:
+            self.tokens = burst
+        else:
+            self.tokens = min(burst, self.tokens + bound * (now_ms - self.last_ms) / 1000.0)
+        self.last_ms = now_ms
+
+    def measure(self, bound: float, burst: float, now_ms: int) -> float:
+        self._refill(bound, burst, now_ms)
+        return self.tokens
+
+    def record(self, value: float, bound: float, burst: float, now_ms: int) -> None:
+        self._refill(bound, burst, now_ms)
+        self.tokens = min(burst, self.tokens - value)
+
+
 @dataclass(slots=True)
 class ClientSensor:
     rate: Rate
     throttle_time: Avg
     last_used: float
     total: float = 0.0  # everything recorded (less what was given back): what /metrics counts
+    bucket: TokenBucket | None = None  # the controller mutation quota's tokens
 
 
 class QuotaType:
@@ -289,17 +327,116 @@ def bounds_from(client_quotas: Mapping[Entity, Mapping[str, float]], key: str) -
     return out
 
 
+class MutationQuotaType(QuotaType):
+    """The controller mutation quota (Kafka's ControllerMutationQuotaManager): per sensor a Rate of partition
+    mutations (Kafka's mutation-rate metric) and a TokenBucket (its tokens metric) the bound applies to."""
+
+    def __init__(self, samples: int = 11, window_seconds: int = 1) -> None:
+        super().__init__(CONTROLLER_MUTATION, samples, window_seconds)
+
+    def burst(self, bound: float) -> float:
+        return self.samples * self.window_ms / 1000.0 * bound
+
+    def sensor(self, tags: Tags, now: float) -> ClientSensor:
+        s = super().sensor(tags, now)
+        if s.bucket is None:
+            s.bucket = TokenBucket()
+        return s
+
+    def deficit_ms(self, tags: Tags, now_ms: int) -> int:
+        """The time the bucket takes to climb back to zero tokens (Kafka's throttle time for a violated token
+        bucket: -tokens / bound seconds); 0 while it holds any."""
+        bound = self.limit(tags)
+        if bound is None:
+            return 0
+        bucket = self.sensor(tags, now_ms / 1000.0).bucket
+        assert bucket is not None
+        tokens = bucket.measure(bound, self.burst(bound), now_ms)
+        return round(-tokens / bound * 1000) if tokens < 0 else 0
+
+    def take(self, tags: Tags, permits: float, now_ms: int) -> None:
+        """Records `permits` partition mutations (negative: gives back what a refused topic took)."""
+        s = self.sensor(tags, now_ms / 1000.0)
+        if permits > 0:
+            s.rate.record(permits, now_ms)
+        s.total += permits
+        bound = self.limit(tags)
+        if bound is not None:
+            assert s.bucket is not None
+            s.bucket.record(permits, bound, self.burst(bound), now_ms)
+
+    def tokens(self, tags: Tags, now_ms: int) -> float | None:
+        """The tokens a sensor's bucket holds now; None when no bound applies (Kafka reports Long.MAX_VALUE)."""
+        bound = self.limit(tags)
+        s = self.sensors.get(tags)
+        if bound is None or s is None or s.bucket is None:
+            return None
+        return s.bucket.measure(bound, self.burst(bound), now_ms)
+
+
+class MutationQuota:
+    """One request's controller mutation quota (Kafka's Strict- or PermissiveControllerMutationQuota): `admit`
+    each topic's partition mutations in the request's order; `throttle_ms` is what the response carries."""
+
+    def __init__(self, kind: MutationQuotaType, user: str, client_id: str, strict: bool,
+                 clock_ms: Callable[[], int]) -> None:
+        self.kind = kind
+        self.user = user
+        self.client_id = client_id
+        self.strict = strict
+        self.clock_ms = clock_ms
+        self.tags = kind.tags(user, client_id)
+        self._throttle_ms = 0
+        self._noted_ms = 0
+
+    def admit(self, permits: int) -> bool:
+        """Takes the topic's permits; False (the topic is refused THROTTLING_QUOTA_EXCEEDED) when the quota is
+        strict and the bucket was already below zero. A permissive quota always admits and notes the deficit."""
+        now = self.clock_ms()
+        kind = self.kind
+        if self.strict:
+            deficit = kind.deficit_ms(self.tags, now)
+            if deficit > 0:
+                self._throttle_ms, self._noted_ms = deficit, now
+                return False
+            kind.take(self.tags, permits, now)
+            return True
+        kind.take(self.tags, permits, now)
+        deficit = kind.deficit_ms(self.tags, now)
+        if deficit > 0:
+            self._throttle_ms, self._noted_ms = deficit, now
+        return True
+
+    def give_back(self, permits: int) -> None:
+        """Returns what an admitted topic took when the controller refused the topic after all."""
+        if permits:
+            self.kind.take(self.tags, -permits, self.clock_ms())
+
+    def throttle_ms(self) -> int:
+        """The throttle time noted, less the time since (the request may have waited for the controller)."""
+        if not self._throttle_ms:
+            return 0
+        left = self._throttle_ms - (self.clock_ms() - self._noted_ms)
+        return max(0, int(left))
+
+    def note_throttled(self, throttle_ms: int) -> None:
+        if throttle_ms > 0:
+            self.kind.throttled(self.user, self.client_id, throttle_ms, self.clock_ms())
+
+
 class ClientQuotas:
-    """The broker's three client quota kinds, kept in step with the metadata image it reads."""
+    """The broker's client quota kinds, kept in step with the metadata image it reads."""
 
     def __init__(self, image_quotas: Callable[[], Mapping[Entity, Mapping[str, float]]], *, samples: int = 11,
-                 window_seconds: int = 1, clock_ms: Callable[[], int] | None = None) -> None:
+                 window_seconds: int = 1, clock_ms: Callable[[], int] | None = None,
+                 mutation_samples: int = 11, mutation_window_seconds: int = 1) -> None:
         self._image_quotas = image_quotas
         self.seen: Any = None  # the image's quotas the bounds were taken from
         self.produce = QuotaType(PRODUCE, samples, window_seconds)
         self.fetch = QuotaType(FETCH, samples, window_seconds)
         self.request = QuotaType(REQUEST, samples, window_seconds, max_throttle_ms=window_seconds * 1000)
-        self.types = (self.produce, self.fetch, self.request)
+        self.mutation = MutationQuotaType(mutation_samples, mutation_window_seconds)
+        self.types = (self.produce, self.fetch, self.request, self.mutation)
         self.clock_ms = clock_ms or (lambda: int(time.time() * 1000))
         self.active = False
 
@@ -314,3 +451,11 @@ class ClientQuotas:
                 qt.set_bounds(bounds_from(quotas, qt.key))
             self.active = any(qt.active for qt in self.types)
         return self.active
+
+    def mutation_quota(self, principal: str, client_id: str | None, strict: bool) -> MutationQuota | None:
+        """The controller mutation quota for one CreateTopics, CreatePartitions or DeleteTopics request; None
+        while no controller_mutation_rate was ever set (nothing is recorded then, as Kafka's unbounded quota)."""
+        self.sync()
+        if not self.mutation.active:
+            return None
+        return MutationQuota(self.mutation, user_of(principal), client_id or "", strict, self.clock_ms)

@@ -35,7 +35,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import uuid
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -44,6 +44,7 @@ import structlog
 
 from kjbod.broker.assignments import AssignmentOutcome, AssignmentsManager
 from kjbod.broker.broker_config import BROKER, CORDON_KEY, LONG_MAX, THROTTLE_KEY, DynamicBrokerConfigs
+from kjbod.broker.client_metrics import ClientMetricsManager
 from kjbod.broker.client_quotas import ClientQuotas
 from kjbod.broker.parked_fetches import ParkedFetches
 from kjbod.broker.router import Router
@@ -111,10 +112,18 @@ class BrokerNode:
         self.mover: Any = None  # kjbod.broker.kip113.ReplicaMover, once storage is open
         self.assignments: AssignmentsManager | None = None  # directory assignments of moved replicas (KIP-858)
         self.replication: Any = None  # kjbod.broker.replication.ReplicaManager on a broker-only node
+        # Client metrics (KIP-714): the subscriptions in the image's CLIENT_METRICS resources, the client instances
+        # and what they pushed; and each connection's client software (ApiVersions v3+), which subscriptions match.
+        self.client_metrics = ClientMetricsManager(lambda: self.metadata.configs,
+                                                   telemetry_max_bytes=getattr(config, "telemetry_max_bytes", 1 << 20))
+        self.client_software: OrderedDict[int, tuple[str, str]] = OrderedDict()
         # Client quotas (producer_byte_rate, consumer_byte_rate, request_percentage), from the image's quotas.
         self.client_quotas = ClientQuotas(lambda: self.metadata.client_quotas,
                                           samples=getattr(config, "quota_window_num", 11),
-                                          window_seconds=getattr(config, "quota_window_size_seconds", 1))
+                                          window_seconds=getattr(config, "quota_window_size_seconds", 1),
+                                          mutation_samples=getattr(config, "controller_quota_window_num", 11),
+                                          mutation_window_seconds=getattr(
+                                              config, "controller_quota_window_size_seconds", 1))
         self.handler = Router(self)  # each request is logged at debug by the connection, with its latency
         self.topic_stats: Any = None  # kjbod.metrics' BrokerTopicMetrics counters, set when /metrics is served
         self._tasks: list[asyncio.Task] = []

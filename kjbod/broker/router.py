@@ -158,7 +158,9 @@ class _Route:
         # and version are validated, nothing else is read): Kafka computes them once per listener, and so do we,
         # by memoising the encoded body per listener kind and request bytes after the correlation id (the
         # router's ready answers).  Its response header is always v0, which the memo's replies rely on.
-        self.memoised = entry.api_key == API_VERSIONS_KEY and not self.response_header_v1
+        # From v3 the request names the client's software, which client metrics subscriptions match on
+        # (KIP-714): the handler notes it per connection, so those versions are not memoised.
+        self.memoised = entry.api_key == API_VERSIONS_KEY and not self.response_header_v1 and version < 3
         # A replica fetcher's Fetch may be answered from its connection's last one: the module that does it (its
         # import here, once the handlers are imported, since they import this module), or None.
         from kjbod.broker.handlers import follower_fetch_fast

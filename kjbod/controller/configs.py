@@ -1,5 +1,5 @@
-"""AlterConfigs and IncrementalAlterConfigs on the controller: ConfigRecords for topics, brokers by id and the
-cluster default broker resource "".
+"""AlterConfigs and IncrementalAlterConfigs on the controller: ConfigRecords for topics, brokers by id, the
+cluster default broker resource "" and client metrics subscriptions (KIP-714, kjbod.metadata.client_metrics).
 
 Each resource is checked whole before any record of it is written; resources are independent (Kafka's rule).
 A resource named twice, or a key named twice in one resource, is INVALID_REQUEST; an unknown topic
@@ -14,7 +14,8 @@ from collections import Counter
 from typing import Any
 
 from kjbod.controller.result import ConfigPolicy, ControllerResult, PolicyError
-from kjbod.metadata import BROKER_RESOURCE, TOPIC_RESOURCE, MetadataImage
+from kjbod.metadata import BROKER_RESOURCE, TOPIC_RESOURCE, MetadataImage, client_metrics
+from kjbod.metadata.client_metrics import CLIENT_METRICS_RESOURCE
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import ConfigRecord
 
@@ -68,9 +69,19 @@ def alter_configs(image: MetadataImage, resources: list[tuple[int, str, list[Cha
                                for k in sorted(old) if k not in new]
                 new_records += [ConfigRecord(resource_type=TOPIC_RESOURCE, resource_name=name, name=k, value=v)
                                 for k, v in sorted(new.items()) if old.get(k) != v]
+            elif rtype == CLIENT_METRICS_RESOURCE:
+                old = dict(image.resource_configs(CLIENT_METRICS_RESOURCE, name))
+                try:
+                    new = client_metrics.plan(old, name, changes, replace=replace)
+                except client_metrics.ClientMetricsConfigError as e:
+                    raise PolicyError(e.code, e.message) from None
+                new_records = [ConfigRecord(resource_type=CLIENT_METRICS_RESOURCE, resource_name=name, name=k,
+                                            value=None) for k in sorted(old) if k not in new]
+                new_records += [ConfigRecord(resource_type=CLIENT_METRICS_RESOURCE, resource_name=name, name=k,
+                                             value=v) for k, v in sorted(new.items()) if old.get(k) != v]
             else:
-                raise PolicyError(ErrorCode.INVALID_REQUEST,
-                                  f"resource type {rtype} is not supported (kjbod serves topics (2) and brokers (4))")
+                raise PolicyError(ErrorCode.INVALID_REQUEST, f"resource type {rtype} is not supported (kjbod "
+                                  "serves topics (2), brokers (4) and client metrics (16))")
             if not validate_only:
                 records += new_records
             answers.append((ErrorCode.NONE, None))

@@ -24,6 +24,7 @@ Figures other parts of kjbod keep, read when scraped:
 from __future__ import annotations
 
 import asyncio
+import re
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -221,6 +222,8 @@ class NodeCollector(Collector):
             yield from self._controller()
         if getattr(self.node, "client_quotas", None) is not None:
             yield from self._client_quotas()
+        if getattr(self.node, "client_metrics", None) is not None:
+            yield from self._client_telemetry()
 
     def _connections(self) -> Iterator[Metric]:
         """Kafka's socket-server-metrics per listener (one network loop: networkProcessor "0")."""
@@ -238,19 +241,26 @@ class NodeCollector(Collector):
 
     def _client_quotas(self) -> Iterator[Metric]:
         """Kafka's client quota sensors (kafka.server:type=Produce|Fetch|Request,user=U,client-id=C with byte-rate
-        or request-time, and throttle-time), one sample per client sensor; empty until a quota of the kind exists.
+        or request-time, and throttle-time; type=ControllerMutation with mutation-rate, tokens and
+        throttle-time), one sample per client sensor; empty until a quota of the kind exists.
         kjbod adds what was recorded in all and the bound that applies."""
         quotas = self.node.client_quotas
         now = quotas.clock_ms()
         recorded = _counter("kjbod_client_quota_recorded", "What a client's sensor recorded: bytes for Produce and "
-                            "Fetch, seconds of handler time for Request.")
-        bound = _family("kjbod_client_quota_limit", "The quota that applies to the sensor (bytes per second, or "
-                        "percent for Request).")
+                            "Fetch, seconds of handler time for Request, partitions for ControllerMutation.")
+        bound = _family("kjbod_client_quota_limit", "The quota that applies to the sensor (bytes per second, "
+                        "percent for Request, partitions per second for ControllerMutation).")
         for qt in quotas.types:
             if not qt.sensors:
                 continue
             kind = qt.name.lower()
-            value_name = f"kafka_server_{kind}_{'request_time' if kind == 'request' else 'byte_rate'}"
+            tokens = None
+            if kind == "controllermutation":  # Kafka's ControllerMutation sensors: mutation-rate and tokens
+                value_name = "kafka_server_controllermutation_mutation_rate"
+                tokens = _family("kafka_server_controllermutation_tokens", "Tokens left in the controller "
+                                 "mutation quota's bucket per user and client id (negative: throttled)")
+            else:
+                value_name = f"kafka_server_{kind}_{'request_time' if kind == 'request' else 'byte_rate'}"
             value = _family(value_name, f"{qt.name} rate per user and client id, over the quota window")
             throttle = _family(f"kafka_server_{kind}_throttle_time",
                                f"Average {qt.name} throttle time in ms per user and client id, over the quota window")
@@ -264,8 +274,64 @@ class NodeCollector(Collector):
                 limit = qt.limit((user, client_id))
                 if limit is not None:
                     bound.add_sample("kjbod_client_quota_limit", typed, limit)
+                if tokens is not None:
+                    left = qt.tokens((user, client_id), now)
+                    if left is not None:
+                        tokens.add_sample("kafka_server_controllermutation_tokens", labels, left)
             yield from (value, throttle)
+            if tokens is not None:
+                yield tokens
         yield from (recorded, bound)
+
+    def _client_telemetry(self) -> Iterator[Metric]:
+        """What clients pushed (KIP-714 PushTelemetry; Kafka only hands it to a plugin): one family per metric
+        name, its dots made underscores, each series labelled with the client's instance id and client id and its
+        data point's attributes. Monotonic sums are counters (deltas added up), gauges and other sums gauges,
+        histograms and summaries their count and sum. kjbod's own counts of the manager follow."""
+        manager = self.node.client_metrics
+        families: dict[str, Metric] = {}
+        for instance, (name, attributes), series in manager.series():
+            base = _prom_name(name)
+            if series.kind in ("histogram", "summary"):
+                kind = "summary"
+            elif series.kind == "sum" and series.monotonic:
+                kind = "counter"
+                base = base.removesuffix("_total")
+            else:
+                kind = "gauge"
+            family = families.get(base)
+            if family is None:
+                family = families[base] = Metric(base, f"Client metric {name}, as pushed (KIP-714)", kind)
+            elif family.type != kind:
+                continue  # one name pushed with two kinds: the first one seen is kept
+            labels = {"client_instance_id": instance.name, "client_id": instance.attributes.get("client_id") or ""}
+            for key, value in attributes:
+                label = _prom_name(key)
+                labels[label if label not in labels else f"attr_{label}"] = value
+            if kind == "summary":
+                family.add_sample(f"{base}_count", labels, series.count)
+                family.add_sample(f"{base}_sum", labels, series.value)
+            else:
+                family.add_sample(f"{base}_total" if kind == "counter" else base, labels, series.value)
+        yield from families.values()
+        # Kafka's client-metrics group: kafka.server:type=client-metrics (instance-count,
+        # unknown-subscription-request-count, and throttle-count per client instance).
+        clients = _family("kafka_server_client_metrics_instance_count", "Client instances the broker knows (KIP-714)")
+        clients.add_sample("kafka_server_client_metrics_instance_count", {}, len(manager.instances))
+        unknown = _family("kafka_server_client_metrics_unknown_subscription_request_count",
+                          "Pushes that quoted a subscription id the client no longer has")
+        unknown.add_sample("kafka_server_client_metrics_unknown_subscription_request_count", {},
+                           manager.unknown_subscription)
+        throttled = _family("kafka_server_client_metrics_throttle_count",
+                            "Telemetry requests a client instance sent too early")
+        for instance in manager.instances.values():
+            throttled.add_sample("kafka_server_client_metrics_throttle_count",
+                                 {"client_instance_id": instance.name}, instance.throttles)
+        kept = _family("kjbod_client_telemetry_series", "Series of pushed client metrics kept, across clients")
+        kept.add_sample("kjbod_client_telemetry_series", {}, manager.series_count)
+        dropped = _counter("kjbod_client_telemetry_dropped_series", "Pushed series dropped: over the cap on series")
+        dropped.add_sample("kjbod_client_telemetry_dropped_series_total", {}, manager.dropped_series)
+        yield from (clients, unknown, throttled, kept, dropped)
 
     def _requests(self) -> Iterator[Metric]:
         stats = self.requests
@@ -597,3 +663,11 @@ def _answer(future: Any) -> tuple[int, int, int] | None:
 
 def _le(bound: float) -> str:
     return "+Inf" if bound == float("inf") else repr(bound)
+
+
+def _prom_name(name: str) -> str:
+    """A Prometheus metric or label name for an OpenTelemetry one (dots and anything else not allowed made '_')."""
+    out = re.sub(r"[^a-zA-Z0-9_]", "_", name) or "_"
+    if out.startswith("__"):  # reserved for Prometheus' own labels
+        return f"x{out}"
+    return f"_{out}" if out[0].isdigit() else out

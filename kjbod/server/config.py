@@ -551,6 +551,11 @@ KEYS: dict[str, KeyDef] = {
         KeyDef("replication.quota.window.size.seconds", _int(1), 1, "the length of one such sample"),
         KeyDef("quota.window.num", _int(1), 11, "samples the client quotas measure their rates over"),
         KeyDef("quota.window.size.seconds", _int(1), 1, "the length of one such sample"),
+        KeyDef("telemetry.max.bytes", _int(1), 1_048_576,
+               "the largest metrics payload a client may push (KIP-714 PushTelemetry), in bytes"),
+        KeyDef("controller.quota.window.num", _int(1), 11,
+               "samples of the controller mutation quota: its token bucket holds this many windows of the rate"),
+        KeyDef("controller.quota.window.size.seconds", _int(1), 1, "the length of one such sample"),
         KeyDef(
             "log.dir.placement.policy",
             _one_of("most-usable", "fewest-partitions"),
@@ -643,8 +648,6 @@ COMPATIBILITY_ONLY: dict[str, str] = {
     "unstable.feature.versions.enable": "no unstable feature versions are served",
     "kafka.metrics.polling.interval.secs": "no JMX or Yammer metrics; kjbod's metrics are read when the Prometheus "
                                            "endpoint is scraped",
-    "telemetry.max.bytes": "no client telemetry (KIP-714: GetTelemetrySubscriptions and PushTelemetry are not "
-                           "served)",
     "broker.id.generation.enable": "ZooKeeper mode only: a KRaft node's id is node.id",
     "reserved.broker.max.id": "ZooKeeper mode only: a KRaft node's id is node.id",
     "controller.quorum.append.linger.ms": "the active controller appends and fsyncs each write's records as one "
@@ -746,6 +749,9 @@ class ServerConfig:
     replication_quota_window_size_seconds: int = 1
     quota_window_num: int = 11
     quota_window_size_seconds: int = 1
+    controller_quota_window_num: int = 11
+    telemetry_max_bytes: int = 1_048_576
+    controller_quota_window_size_seconds: int = 1
     broker_rack: str | None = None
     controller_quorum_bootstrap_servers: tuple[str, ...] = ()
     controller_quorum_voters: tuple[str, ...] = ()
@@ -1305,6 +1311,9 @@ def build_config(
         replication_quota_window_size_seconds=get("replication.quota.window.size.seconds"),
         quota_window_num=get("quota.window.num"),
         quota_window_size_seconds=get("quota.window.size.seconds"),
+        controller_quota_window_num=get("controller.quota.window.num"),
+        telemetry_max_bytes=get("telemetry.max.bytes"),
+        controller_quota_window_size_seconds=get("controller.quota.window.size.seconds"),
         log_dir_placement_policy=get("log.dir.placement.policy"),
         zero_copy=get("kjbod.zero.copy"),
         extensions_enable=get("kjbod.extensions.enable"),

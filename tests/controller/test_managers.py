@@ -24,6 +24,7 @@ from kjbod.protocol.generated import (
     BrokerHeartbeatRequest,
     BrokerRegistrationChangeRecord,
     BrokerRegistrationRequest,
+    ConfigRecord,
     CreateTopicsRequest,
     DeleteTopicsRequest,
     PartitionChangeRecord,
@@ -439,6 +440,30 @@ def test_configs_for_topics_brokers_and_the_cluster_default():
     dup = ctx.commit(configs.alter_configs(ctx.image, [(TOPIC_RESOURCE, "t", []), (TOPIC_RESOURCE, "t", [])],
                                            Policy(), replace=True, validate_only=False))
     assert [a[0] for a in dup] == [E.INVALID_REQUEST, E.INVALID_REQUEST]
+
+
+def test_client_metrics_subscriptions_are_config_records_of_resource_type_16():
+    """KIP-714's CLIENT_METRICS resources: checked as Kafka checks them, each change a ConfigRecord, the
+    resource gone from the image when its last config is deleted."""
+    ctx = Ctx()
+    ctx.live_broker(1)
+    answers = ctx.commit(configs.alter_configs(ctx.image, [
+        (16, "subs", [("metrics", 0, "org.apache."), ("interval.ms", 0, "1000"), ("match", 0, "client_id=a.*")]),
+        (16, "bad-interval", [("interval.ms", 0, "50")]),
+        (16, "bad-key", [("colour", 0, "red")]),
+        (16, "bad-match", [("match", 0, "client_idd=x")]),
+        (16, "", [("metrics", 0, "*")])], Policy(), replace=False, validate_only=False))
+    assert [a[0] for a in answers] == [0, E.INVALID_REQUEST, E.INVALID_REQUEST, E.INVALID_CONFIG, E.INVALID_REQUEST]
+    assert dict(ctx.image.resource_configs(16, "subs")) == {"metrics": "org.apache.", "interval.ms": "1000",
+                                                            "match": "client_id=a.*"}
+    assert all(r.resource_type == 16 for r in ctx.log if isinstance(r, ConfigRecord))
+    ctx.commit(configs.alter_configs(ctx.image, [(16, "subs", [("metrics", 2, "org.other.")])], Policy(),
+                                     replace=False, validate_only=False))
+    assert ctx.image.resource_configs(16, "subs")["metrics"] == "org.apache.,org.other."
+    ctx.commit(configs.alter_configs(ctx.image, [(16, "subs", [("metrics", 1, None), ("interval.ms", 1, None),
+                                                               ("match", 1, None)])], Policy(), replace=False,
+                                     validate_only=False))
+    assert not ctx.image.resource_configs(16, "subs")
 
 
 def test_producer_id_blocks_from_two_brokers_never_collide():

@@ -21,6 +21,7 @@ from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import ApiVersionsRequest, ApiVersionsResponse
 from kjbod.protocol.generated.api_versions_response import FinalizedFeatureKey, SupportedFeatureKey
 
+SOFTWARE_MAX = 16384  # connections whose client software is remembered; the oldest are forgotten
 EXTENSION_API_KEYS = 10000  # kjbod's own API keys start here (README: "Extensions, invisible to Kafka")
 _SOFTWARE = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
 
@@ -31,6 +32,12 @@ def handle(node, request, body: ApiVersionsRequest) -> ApiVersionsResponse:
         _SOFTWARE.fullmatch(body.client_software_name) and _SOFTWARE.fullmatch(body.client_software_version)
     ):
         return ApiVersionsResponse(error_code=ErrorCode.INVALID_REQUEST)
+    software = getattr(node, "client_software", None)
+    if software is not None and request.api_version >= 3:  # what client metrics subscriptions match on (KIP-714)
+        software[request.ctx.connection_id] = (body.client_software_name, body.client_software_version)
+        software.move_to_end(request.ctx.connection_id)
+        while len(software) > SOFTWARE_MAX:
+            software.popitem(last=False)
     keys = api_versions_for(request.ctx.listener_kind)
     if not getattr(node, "extensions_enabled", True):
         keys = [k for k in keys if k.api_key < EXTENSION_API_KEYS]

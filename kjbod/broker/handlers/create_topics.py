@@ -2,8 +2,9 @@
 
 Version notes: v2 is the oldest served (throttle time, validate_only, error messages); v4 lets
 num_partitions / replication_factor be -1 for the broker defaults; v5 is flexible and answers the effective
-partition count, replication factor and configs; v6 may answer THROTTLING_QUOTA_EXCEEDED (never here); v7
-returns the topic id.
+partition count, replication factor and configs; v6 answers THROTTLING_QUOTA_EXCEEDED for a topic over its client's controller
+mutation quota (older versions are let through and only throttled: kjbod.broker.mutation_quotas); v7 returns
+the topic id.
 
 The controller owns topic creation (kjbod.controller.replication_control: every check, in Kafka's order, and
 placement over the unfenced brokers); this handler sends the request to it and, for v5+, fills in each created
@@ -14,6 +15,7 @@ the partitions it hosts.
 from __future__ import annotations
 
 from kjbod.broker.authz import checks_resources, denied_message, may_create_topic
+from kjbod.broker.mutation_quotas import THROTTLED_MESSAGE, admit, quota_for
 from kjbod.broker.router import api
 from kjbod.broker.topic_config import effective
 from kjbod.metadata.acls import CREATE
@@ -25,6 +27,7 @@ from kjbod.protocol.generated.create_topics_response import CreatableTopicResult
 
 __all__ = ["CLUSTER_METADATA_TOPIC", "collision_index", "collision_problem", "config_entries", "handle"]
 
+STRICT_SINCE = 6  # the first version that answers THROTTLING_QUOTA_EXCEEDED
 TOPIC_CONFIG_SOURCE = 1
 DEFAULT_CONFIG_SOURCE = 5
 
@@ -50,7 +53,28 @@ async def handle(node, request, body: CreateTopicsRequest) -> CreateTopicsRespon
         if denied and not kept:
             return CreateTopicsResponse(topics=denied)
         body.topics = kept
+    quota = quota_for(node, request, STRICT_SINCE)
+    admission = None
+    if quota is not None:
+        image = node.metadata
+
+        def permits(t) -> int | None:
+            if image.topic(t.name) is not None:
+                return None  # TOPIC_ALREADY_EXISTS from the controller
+            if t.assignments:
+                return len(t.assignments)
+            return t.num_partitions if t.num_partitions != -1 else node.config.num_partitions
+
+        admission, body.topics, refused = admit(quota, body.topics, lambda t: t.name, permits)
+        denied.extend(CreatableTopicResult(name=t.name, error_code=ErrorCode.THROTTLING_QUOTA_EXCEEDED,
+                                           error_message=THROTTLED_MESSAGE, configs=None) for t in refused)
+        if not body.topics:
+            response = CreateTopicsResponse(topics=denied)
+            admission.settle(response, ())
+            return response
     response = await node.controller_request(body, request.api_version)
+    if admission is not None:
+        admission.settle(response, [r.name for r in response.topics if r.error_code != 0])
     response.topics.extend(denied)
     wanted = {t.name: {c.name: c.value for c in t.configs if c.value is not None} for t in body.topics}
     for result in response.topics:

@@ -6,8 +6,9 @@ response; v3 adds each config's type and, when asked, its documentation; v4 is f
 Resources: topics (type 2: every topic config kjbod honours, with TOPIC_CONFIG for overrides and otherwise
 the broker's value: dynamic per-broker, dynamic cluster default, static or default, synonyms in Kafka's order)
 and brokers (type 4: this node's id lists every broker config with its source, dynamic ones first; the empty
-name lists the cluster-wide dynamic defaults only, as Kafka does), and this broker's loggers (type 8, KIP-412:
-each logger's level; kjbod.broker.broker_loggers). A null key list asks for
+name lists the cluster-wide dynamic defaults only, as Kafka does), this broker's loggers (type 8, KIP-412:
+each logger's level; kjbod.broker.broker_loggers) and client metrics subscriptions (type 16, KIP-714: the configs
+set, with source CLIENT_METRICS_CONFIG; an unknown name has none). A null key list asks for
 every config, a list for those keys (unknown keys are simply absent). Errors per resource: an unknown topic is
 UNKNOWN_TOPIC_OR_PARTITION, another broker's id or an unsupported resource type INVALID_REQUEST. Synonyms are
 returned only when asked for (include_synonyms). See kjbod.broker.broker_config.
@@ -20,11 +21,14 @@ from kjbod.broker.authz import config_access_refusal
 from kjbod.broker.broker_loggers import describe_loggers
 from kjbod.broker.router import api
 from kjbod.metadata.acls import DESCRIBE_CONFIGS
+from kjbod.metadata.client_metrics import CLIENT_METRICS_CONFIG_SOURCE, CLIENT_METRICS_RESOURCE
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import DescribeConfigsRequest, DescribeConfigsResponse
 from kjbod.protocol.generated.describe_configs_response import DescribeConfigsResourceResult as Config
 from kjbod.protocol.generated.describe_configs_response import DescribeConfigsResult as Result
 from kjbod.protocol.generated.describe_configs_response import DescribeConfigsSynonym as Synonym
+
+_CLIENT_METRICS_TYPES = {"metrics": bc.LIST, "interval.ms": bc.INT, "match": bc.LIST}
 
 
 def _config(e: bc.Entry, synonyms: bool, documentation: bool) -> Config:
@@ -53,9 +57,24 @@ def handle(node, request, body: DescribeConfigsRequest) -> DescribeConfigsRespon
                                             node.dynamic_configs)
             elif r.resource_type == bc.BROKER_LOGGER:
                 entries = describe_loggers(node.node_id, r.resource_name, r.configuration_keys)
+            elif r.resource_type == CLIENT_METRICS_RESOURCE:
+                if not r.resource_name:
+                    raise bc.ConfigProblem(ErrorCode.INVALID_REQUEST,
+                                           "Client metrics subscription name must not be empty")
+                values = node.metadata.resource_configs(CLIENT_METRICS_RESOURCE, r.resource_name)
+                results.append(Result(error_code=0, error_message=None, resource_type=r.resource_type,
+                                      resource_name=r.resource_name, configs=[
+                                          Config(name=k, value=v, read_only=False,
+                                                 config_source=CLIENT_METRICS_CONFIG_SOURCE, is_sensitive=False,
+                                                 synonyms=[], config_type=_CLIENT_METRICS_TYPES.get(k, bc.STRING),
+                                                 documentation=None)
+                                          for k, v in sorted(values.items())
+                                          if r.configuration_keys is None or k in r.configuration_keys]))
+                continue
             else:
                 raise bc.ConfigProblem(ErrorCode.INVALID_REQUEST, f"resource type {r.resource_type} is not "
-                                       "supported (kjbod serves topics (2), brokers (4) and broker loggers (8))")
+                                       "supported (kjbod serves topics (2), brokers (4), broker loggers (8) and "
+                                       "client metrics (16))")
         except bc.ConfigProblem as e:
             results.append(Result(error_code=e.code, error_message=e.message, resource_type=r.resource_type,
                                   resource_name=r.resource_name, configs=[]))

@@ -97,6 +97,8 @@ from .fetch_snapshot_request import FetchSnapshotRequest
 from .fetch_snapshot_response import FetchSnapshotResponse
 from .find_coordinator_request import FindCoordinatorRequest
 from .find_coordinator_response import FindCoordinatorResponse
+from .get_telemetry_subscriptions_request import GetTelemetrySubscriptionsRequest
+from .get_telemetry_subscriptions_response import GetTelemetrySubscriptionsResponse
 from .heartbeat_request import HeartbeatRequest
 from .heartbeat_response import HeartbeatResponse
 from .incremental_alter_configs_request import IncrementalAlterConfigsRequest
@@ -108,6 +110,8 @@ from .join_group_response import JoinGroupResponse
 from .leader_change_message import LeaderChangeMessage
 from .leave_group_request import LeaveGroupRequest
 from .leave_group_response import LeaveGroupResponse
+from .list_client_metrics_resources_request import ListClientMetricsResourcesRequest
+from .list_client_metrics_resources_response import ListClientMetricsResourcesResponse
 from .list_groups_request import ListGroupsRequest
 from .list_groups_response import ListGroupsResponse
 from .list_offsets_request import ListOffsetsRequest
@@ -131,6 +135,8 @@ from .partition_record import PartitionRecord
 from .produce_request import ProduceRequest
 from .produce_response import ProduceResponse
 from .producer_ids_record import ProducerIdsRecord
+from .push_telemetry_request import PushTelemetryRequest
+from .push_telemetry_response import PushTelemetryResponse
 from .reassign_partitions_request import ReassignPartitionsRequest
 from .reassign_partitions_response import ReassignPartitionsResponse
 from .reassignment_intent_record import ReassignmentIntentRecord
@@ -264,6 +270,8 @@ __all__ = [
     'FetchSnapshotResponse',
     'FindCoordinatorRequest',
     'FindCoordinatorResponse',
+    'GetTelemetrySubscriptionsRequest',
+    'GetTelemetrySubscriptionsResponse',
     'HeartbeatRequest',
     'HeartbeatResponse',
     'IncrementalAlterConfigsRequest',
@@ -275,6 +283,8 @@ __all__ = [
     'LeaderChangeMessage',
     'LeaveGroupRequest',
     'LeaveGroupResponse',
+    'ListClientMetricsResourcesRequest',
+    'ListClientMetricsResourcesResponse',
     'ListGroupsRequest',
     'ListGroupsResponse',
     'ListOffsetsRequest',
@@ -298,6 +308,8 @@ __all__ = [
     'ProduceRequest',
     'ProduceResponse',
     'ProducerIdsRecord',
+    'PushTelemetryRequest',
+    'PushTelemetryResponse',
     'ReassignPartitionsRequest',
     'ReassignPartitionsResponse',
     'ReassignmentIntentRecord',

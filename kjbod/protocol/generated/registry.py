@@ -101,6 +101,8 @@ from .fetch_snapshot_request import FetchSnapshotRequest
 from .fetch_snapshot_response import FetchSnapshotResponse
 from .find_coordinator_request import FindCoordinatorRequest
 from .find_coordinator_response import FindCoordinatorResponse
+from .get_telemetry_subscriptions_request import GetTelemetrySubscriptionsRequest
+from .get_telemetry_subscriptions_response import GetTelemetrySubscriptionsResponse
 from .heartbeat_request import HeartbeatRequest
 from .heartbeat_response import HeartbeatResponse
 from .incremental_alter_configs_request import IncrementalAlterConfigsRequest
@@ -112,6 +114,8 @@ from .join_group_response import JoinGroupResponse
 from .leader_change_message import LeaderChangeMessage
 from .leave_group_request import LeaveGroupRequest
 from .leave_group_response import LeaveGroupResponse
+from .list_client_metrics_resources_request import ListClientMetricsResourcesRequest
+from .list_client_metrics_resources_response import ListClientMetricsResourcesResponse
 from .list_groups_request import ListGroupsRequest
 from .list_groups_response import ListGroupsResponse
 from .list_offsets_request import ListOffsetsRequest
@@ -135,6 +139,8 @@ from .partition_record import PartitionRecord
 from .produce_request import ProduceRequest
 from .produce_response import ProduceResponse
 from .producer_ids_record import ProducerIdsRecord
+from .push_telemetry_request import PushTelemetryRequest
+from .push_telemetry_response import PushTelemetryResponse
 from .reassign_partitions_request import ReassignPartitionsRequest
 from .reassign_partitions_response import ReassignPartitionsResponse
 from .reassignment_intent_record import ReassignmentIntentRecord
@@ -250,7 +256,10 @@ APIS: dict[int, ApiInfo] = {
     67: ApiInfo(67, 'AllocateProducerIds', AllocateProducerIdsRequest, AllocateProducerIdsResponse, 0, 0, 0, frozenset(['controller'])),
     68: ApiInfo(68, 'ConsumerGroupHeartbeat', ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, 0, 1, 0, frozenset(['broker'])),
     69: ApiInfo(69, 'ConsumerGroupDescribe', ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse, 0, 0, 0, frozenset(['broker'])),
+    71: ApiInfo(71, 'GetTelemetrySubscriptions', GetTelemetrySubscriptionsRequest, GetTelemetrySubscriptionsResponse, 0, 0, 0, frozenset(['broker'])),
+    72: ApiInfo(72, 'PushTelemetry', PushTelemetryRequest, PushTelemetryResponse, 0, 0, 0, frozenset(['broker'])),
     73: ApiInfo(73, 'AssignReplicasToDirs', AssignReplicasToDirsRequest, AssignReplicasToDirsResponse, 0, 0, 0, frozenset(['controller'])),
+    74: ApiInfo(74, 'ListClientMetricsResources', ListClientMetricsResourcesRequest, ListClientMetricsResourcesResponse, 0, 0, 0, frozenset(['broker'])),
     10000: ApiInfo(10000, 'ReassignPartitions', ReassignPartitionsRequest, ReassignPartitionsResponse, 0, 0, 0, frozenset(['broker', 'controller'])),
     10001: ApiInfo(10001, 'AlterInterbrokerThrottledRates', AlterInterbrokerThrottledRatesRequest, AlterInterbrokerThrottledRatesResponse, 0, 0, 0, frozenset(['broker', 'controller'])),
     10002: ApiInfo(10002, 'AlterInterbrokerThrottledReplicas', AlterInterbrokerThrottledReplicasRequest, AlterInterbrokerThrottledReplicasResponse, 0, 0, 0, frozenset(['broker', 'controller'])),
