@@ -31,7 +31,8 @@ Client quotas: turn the options into one quota entity as the tool does (`--entit
 
 Values print as Java prints a double (1024.0, 1.0E7). A mistake in the options is one line and exit code 2; a
 refusal from the cluster prints its message and exits 1, as the tool does. Of kafka-configs.sh's entity types,
-client-metrics and groups are not served by this command.
+groups are not served by this command (client-metrics are, as a resource like topics; `kjbod client-metrics` is
+kafka-client-metrics.sh).
 """
 
 from __future__ import annotations
@@ -55,10 +56,11 @@ TYPES = {"users": "user", "clients": "client-id", "ips": "ip"}
 DESCRIBED_AS = {"user": "user-principal", "client-id": "client-id", "ip": "ip"}
 USER_CLIENT_KEYS = ("consumer_byte_rate", "controller_mutation_rate", "producer_byte_rate", "request_percentage")
 IP_KEYS = ("connection_creation_rate",)
-KAFKA_ONLY_TYPES = ("client-metrics", "groups")
+KAFKA_ONLY_TYPES = ("groups",)
 # Config resources: entity type -> (ConfigResource type, the source of the entries --describe prints without --all;
 # None: every entry, as for loggers).
-RESOURCES: dict[str, tuple[int, int | None]] = {"topics": (2, 1), "brokers": (4, 2), "broker-loggers": (8, None)}
+RESOURCES: dict[str, tuple[int, int | None]] = {"topics": (2, 1), "brokers": (4, 2), "broker-loggers": (8, None),
+                                               "client-metrics": (16, 7)}
 DEFAULT_BROKER_SOURCE = 3  # DYNAMIC_DEFAULT_BROKER_CONFIG: what --describe prints of the cluster-wide default
 # ConfigSource ids as Java's ConfigEntry.ConfigSource names them in the tool's synonyms.
 SOURCE_NAMES = {0: "UNKNOWN", 1: "DYNAMIC_TOPIC_CONFIG", 2: "DYNAMIC_BROKER_CONFIG",
@@ -140,7 +142,7 @@ def parse_entity(args: argparse.Namespace) -> list[tuple[str, str | None]]:
     for t in types:
         if t in KAFKA_ONLY_TYPES:
             raise UserError(f"entity type {t} is not served by kjbod configs (topics, brokers, broker-loggers, "
-                            "users, clients and ips are)")
+                            "client-metrics, users, clients and ips are)")
         if t not in TYPES and t not in RESOURCES:
             raise UserError(f"Invalid entity type {t}, the entity type must be one of {', '.join(ALL_TYPES)} with "
                             "a --bootstrap-server argument")
@@ -370,6 +372,8 @@ async def _resource_names(client: Any, etype: str) -> list[str]:
     every broker followed by the cluster-wide default ("")."""
     if etype == "topics":
         return sorted(await client.describe_topics(None))
+    if etype == "client-metrics":
+        return sorted(await client.list_client_metrics_resources())
     cluster = await client.describe_cluster()
     return [str(b) for b in sorted(node.node_id for node in cluster.brokers)] + [""]
 

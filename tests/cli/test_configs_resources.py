@@ -226,3 +226,18 @@ def test_broker_logger_requests_live(kjbod_server: LiveServer) -> None:  # noqa:
             await client.close()
 
     asyncio.run(go())
+
+
+def test_client_metrics_configs_live(kjbod_server: LiveServer) -> None:  # noqa: F811
+    done = run(kjbod_server, "--alter", "--entity-type", "client-metrics", "--entity-name", "producers",
+               "--add-config", "metrics=[org.apache.kafka.producer.,org.apache.kafka.consumer.],interval.ms=5000")
+    assert (done.returncode, done.stdout) == (0, "Completed updating config for client-metric producers.\n"), (
+        done.stderr)
+    done = run(kjbod_server, "--describe", "--entity-type", "client-metrics")
+    assert done.stdout.splitlines()[:3] == [
+        "Dynamic configs for client-metric producers are:",
+        "  interval.ms=5000 sensitive=false synonyms={}",
+        "  metrics=org.apache.kafka.producer.,org.apache.kafka.consumer. sensitive=false synonyms={}"], done.stderr
+    done = run(kjbod_server, "--alter", "--entity-type", "client-metrics", "--entity-name", "producers",
+               "--delete-config", "match")
+    assert (done.returncode, done.stderr) == (1, "Invalid config(s): match\n")
