@@ -400,13 +400,14 @@ class DeleteGroupResult:
 # ------------------------------------------------------------------------------------------------- configs
 
 class ConfigResourceType(IntEnum):
+    """Kafka's ConfigResource.Type ids (not the ACL resource types)."""
+
     UNKNOWN = 0
-    ANY = 1
     TOPIC = 2
-    GROUP = 3
     BROKER = 4
     BROKER_LOGGER = 8
     CLIENT_METRICS = 16
+    GROUP = 32
 
 
 class ConfigSource(IntEnum):
@@ -430,7 +431,7 @@ class AlterConfigOpType(IntEnum):
 
 @dataclass(frozen=True, slots=True)
 class ConfigResource:
-    """A topic (by name) or a broker (by id as text; "" for the cluster-wide broker default)."""
+    """A topic (by name), a broker (by id as text; "" for the cluster-wide broker default) or a group (by id)."""
 
     type: ConfigResourceType
     name: str
@@ -442,6 +443,10 @@ class ConfigResource:
     @classmethod
     def broker(cls, broker_id: int | str) -> ConfigResource:
         return cls(ConfigResourceType.BROKER, str(broker_id))
+
+    @classmethod
+    def group(cls, group_id: str) -> ConfigResource:
+        return cls(ConfigResourceType.GROUP, group_id)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,5 +1,11 @@
-"""`kjbod configs`: kafka-configs.sh for client quotas (entity types users, clients and ips), with its options,
-its rules and its output.
+"""`kjbod configs`: kafka-configs.sh for client quotas (entity types users, clients and ips) and group configs
+(entity type groups, KIP-848), with its options, its rules and its output.
+
+Groups: `--describe` prints "Dynamic configs for group G are:" and the group's own configs (with `--all`: every
+group config, the broker's defaults too), one "  key=value sensitive=false synonyms={...}" line each, for the
+group named or every group of the cluster; `--alter --add-config consumer.session.timeout.ms=50000` and
+`--delete-config` go as one IncrementalAlterConfigs of resource type GROUP (32), the broker checking names and
+bounds; "Completed updating config for group G.".
 
 Strategy: turn the options into one quota entity as the tool does (`--entity-type` with `--entity-name` or
 `--entity-default` in pairs, in the order given, or the shorthands `--user`, `--client`, `--ip`, `--user-defaults`,
@@ -41,7 +47,12 @@ TYPES = {"users": "user", "clients": "client-id", "ips": "ip"}
 DESCRIBED_AS = {"user": "user-principal", "client-id": "client-id", "ip": "ip"}
 USER_CLIENT_KEYS = ("consumer_byte_rate", "controller_mutation_rate", "producer_byte_rate", "request_percentage")
 IP_KEYS = ("connection_creation_rate",)
-KAFKA_ONLY_TYPES = ("topics", "brokers", "broker-loggers", "client-metrics", "groups")
+KAFKA_ONLY_TYPES = ("topics", "brokers", "broker-loggers", "client-metrics")
+GROUP_KEYS = ("consumer.heartbeat.interval.ms", "consumer.session.timeout.ms")
+# Java's ConfigEntry.ConfigSource names, as the tool prints synonyms
+SOURCE_NAMES = {0: "UNKNOWN", 1: "DYNAMIC_TOPIC_CONFIG", 2: "DYNAMIC_BROKER_CONFIG", 3: "DYNAMIC_DEFAULT_BROKER_CONFIG",
+                4: "STATIC_BROKER_CONFIG", 5: "DEFAULT_CONFIG", 6: "DYNAMIC_BROKER_LOGGER_CONFIG",
+                7: "DYNAMIC_CLIENT_METRICS_CONFIG", 8: "DYNAMIC_GROUP_CONFIG"}
 
 
 class _Named(argparse.Action):
@@ -80,6 +91,8 @@ def add_subcommand(subparsers: Any) -> None:
                    "request_percentage, controller_mutation_rate (users, clients); connection_creation_rate (ips)")
     p.add_argument("--add-config-file", metavar="FILE", help="a properties file of quotas to set")
     p.add_argument("--delete-config", metavar="K,...", help="quota keys to remove")
+    p.add_argument("--all", action="store_true", help="with --describe of a group: every config, not only the "
+                   "group's own")
     p.add_argument("--force", action="store_true", help="accepted for kafka-configs.sh compatibility")
     p.set_defaults(func=_command, entity_names=[])
 
@@ -101,6 +114,16 @@ def parse_entity(args: argparse.Namespace) -> list[tuple[str, str | None]]:
         if t in KAFKA_ONLY_TYPES:
             raise UserError(f"entity type {t} is not served by kjbod configs (client quotas: users, clients, ips); "
                             "use any Kafka tool's DescribeConfigs/IncrementalAlterConfigs for topics and brokers")
+        if t == "groups":
+            if len(types) > 1:
+                raise UserError("Only 'users' and 'clients' entity types may be specified together")
+            if len(names) > 1:
+                raise UserError("More entity names specified than entity types")
+            if names and names[0] == "":
+                raise UserError("--entity-default is not allowed for groups: each group is configured by name")
+            if args.alter and not names:
+                raise UserError("--entity-name must be specified with --entity-type groups for --alter")
+            return [("groups", names[0] if names else None)]
         if t not in TYPES:
             raise UserError(f"Invalid entity type {t}, the entity type must be one of users, clients, ips with a "
                             "--bootstrap-server argument")
@@ -154,7 +177,7 @@ def _configs_to_add(args: argparse.Namespace) -> dict[str, str]:
     return out
 
 
-def _check(args: argparse.Namespace) -> tuple[list[tuple[str, str | None]], dict[str, float], list[str]]:
+def _check(args: argparse.Namespace) -> tuple[list[tuple[str, str | None]], dict[str, Any], list[str]]:
     if args.alter == args.describe:
         raise UserError("Command must include exactly one action: --describe, --alter")
     if args.describe and (args.add_config or args.add_config_file or args.delete_config):
@@ -166,6 +189,8 @@ def _check(args: argparse.Namespace) -> tuple[list[tuple[str, str | None]], dict
     deletes = [k.strip() for k in (args.delete_config or "").split(",") if k.strip()]
     if not adds and not deletes:
         raise UserError("Nothing to alter: give --add-config, --add-config-file or --delete-config")
+    if pairs[0][0] == "groups":
+        return pairs, adds, deletes  # the broker checks group configs (names, bounds) and answers INVALID_CONFIG
     allowed = IP_KEYS if pairs[0][0] == "ips" else USER_CLIENT_KEYS
     kind = pairs[0][0] if len(pairs) == 1 else "clients"
     unknown = [k for k in [*adds, *deletes] if k not in allowed]
@@ -235,7 +260,59 @@ async def _describe_scram(client: Any, users: list[str]) -> None:
 
 def _command(args: argparse.Namespace) -> int:
     checked = _check(args)
+    if checked[0][0][0] == "groups":
+        return asyncio.run(_run_groups(args, checked[0][0][1], checked[1], checked[2]))
     return asyncio.run(_run(args, *checked))
+
+
+async def _run_groups(args: argparse.Namespace, name: str | None, adds: dict[str, str], deletes: list[str]) -> int:
+    """Group configs (KIP-848) as the tool handles them: DescribeConfigs of type GROUP, only the group's own
+    configs unless --all; --alter checks deletes against the group's own configs, then IncrementalAlterConfigs."""
+    from kjbod.admin import AdminClient, KafkaError
+    from kjbod.admin.types import ConfigResource, ConfigSource
+
+    try:
+        client = AdminClient(args.bootstrap_server, client_id="kjbod-configs", **admin_options(args))
+    except ValueError as e:
+        raise UserError(f"--bootstrap-server: {e}") from None
+    try:
+        await client.start()
+
+        async def own(group: str, synonyms: bool) -> list[Any]:
+            resource = ConfigResource.group(group)
+            entries = (await client.describe_configs([resource], include_synonyms=synonyms))[resource]
+            return sorted((e for e in entries.values() if args.all or e.source == ConfigSource.GROUP_CONFIG),
+                          key=lambda e: e.name)
+
+        if args.describe:
+            groups = [name] if name is not None else [g.group_id for g in await client.list_groups()]
+            for group in groups:
+                print(f"{'All' if args.all else 'Dynamic'} configs for group {group} are:")
+                for entry in await own(group, True):
+                    synonyms = ", ".join(f"{SOURCE_NAMES.get(int(s.source), s.source)}:{s.name}={s.value}"
+                                         for s in entry.synonyms)
+                    print(f"  {entry.name}={entry.value} sensitive={'true' if entry.is_sensitive else 'false'} "
+                          f"synonyms={{{synonyms}}}")
+            return 0
+        assert name is not None
+        current = {e.name for e in await own(name, False)}
+        invalid = [k for k in deletes if k not in current]
+        if invalid:
+            print(f"Invalid config(s): {','.join(invalid)}", file=sys.stderr)
+            return EXIT_FAILED
+        ops: dict[str, str | None] = {**dict.fromkeys(deletes), **adds}
+        results = await client.incremental_alter_configs({ConfigResource.group(name): ops}, raise_on_error=False)
+        for result in results.values():
+            if result.error is not None:
+                print(f"Error while executing config command: {result.error}", file=sys.stderr)
+                return EXIT_FAILED
+    except KafkaError as e:
+        print(f"Error while executing config command: {e}", file=sys.stderr)
+        return EXIT_FAILED
+    finally:
+        await client.close()
+    print(f"Completed updating config for group {name}.")
+    return 0
 
 
 async def _run(args: argparse.Namespace, pairs: list[tuple[str, str | None]], adds: dict[str, float],

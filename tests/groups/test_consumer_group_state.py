@@ -374,12 +374,21 @@ def test_the_consumer_keys_reach_the_coordinator():
     assert consumer_config_from(build_config(base)) == ConsumerGroupConfig()  # Kafka's defaults
     cfg = consumer_config_from(SimpleNamespace(**vars(build_config({
         **base, "group.consumer.session.timeout.ms": "7000", "group.consumer.heartbeat.interval.ms": "700",
+        "group.consumer.min.session.timeout.ms": "6000", "group.consumer.min.heartbeat.interval.ms": "500",
         "group.consumer.max.size": "3",
         "group.consumer.assignors": "org.apache.kafka.coordinator.group.assignor.RangeAssignor,uniform"}))))
     assert cfg == ConsumerGroupConfig(session_timeout_ms=7000, heartbeat_interval_ms=700,
                                       assignors=("range", "uniform"), max_size=3)
     with pytest.raises(ConfigError, match="group.consumer.assignors"):
         build_config({**base, "group.consumer.assignors": "sticky"})
+    # Kafka's bounds: the session timeout and heartbeat interval within their min and max keys
+    with pytest.raises(ConfigError, match="group.consumer.min.session.timeout.ms"):
+        build_config({**base, "group.consumer.session.timeout.ms": "7000"})
+    with pytest.raises(ConfigError, match="group.consumer.max.heartbeat.interval.ms"):
+        build_config({**base, "group.consumer.heartbeat.interval.ms": "20000"})
+    with pytest.raises(ConfigError, match="must be less than group.consumer.session.timeout.ms"):
+        build_config({**base, "group.consumer.session.timeout.ms": "6000", "group.consumer.heartbeat.interval.ms": "6000",
+                      "group.consumer.min.session.timeout.ms": "1000", "group.consumer.max.heartbeat.interval.ms": "9000"})
 
 
 def test_the_heartbeat_interval_and_session_timeout_are_the_keys():

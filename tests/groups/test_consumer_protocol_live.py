@@ -57,6 +57,8 @@ OVERRIDES = {
     "group.min.session.timeout.ms": "1000",
     "group.consumer.heartbeat.interval.ms": "300",
     "group.consumer.session.timeout.ms": "6000",
+    "group.consumer.min.heartbeat.interval.ms": "100",
+    "group.consumer.min.session.timeout.ms": "1000",
     "auto.create.topics.enable": "false",
 }
 WAIT_S = 60.0

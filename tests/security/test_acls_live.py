@@ -611,7 +611,8 @@ def test_authorized_operations_follow_the_acls(node: Node) -> None:
     # READ allows DESCRIBE too; DELETE stays refused
     assert eventually(lambda: _equal(group_ops("alice"), {AclOperation.READ, AclOperation.DESCRIBE}),
                       "alice's group operations") == {AclOperation.READ, AclOperation.DESCRIBE}
-    assert group_ops("admin") == {AclOperation.READ, AclOperation.DESCRIBE, AclOperation.DELETE}
+    assert group_ops("admin") == {AclOperation.READ, AclOperation.DESCRIBE, AclOperation.DELETE,
+                                  AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS}
     admin_client = AdminClient({"bootstrap.servers": node.bootstrap, **confluent_sasl("admin")})
     cluster = admin_client.describe_cluster(include_authorized_operations=True).result(timeout=15)
     assert AclOperation.ALTER in set(cluster.authorized_operations or ())

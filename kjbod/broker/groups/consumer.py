@@ -23,7 +23,8 @@ revoke within its rebalance timeout is removed too; both bump the group epoch.
 
 Nothing here reads a clock, sleeps or writes: the asyncio shell (kjbod.broker.groups.coordinator) passes the time,
 a view of the metadata image, turns the group's state into `__consumer_offsets` records (kjbod.broker.groups.records)
-and calls `tick(now)`.  A regex subscription (Python's `re`, the whole topic name matching, internal topics left
+and calls `tick(now)`.  A group's own configs (consumer.session.timeout.ms, consumer.heartbeat.interval.ms: KIP-848's
+per-group configs, ConfigRecords of resource type 32) replace the broker's keys for its members.  A regex subscription (Python's `re`, the whole topic name matching, internal topics left
 out) is resolved again against the image's topic names on every heartbeat of the group.
 """
 
@@ -384,10 +385,20 @@ class ConsumerGroups:
     has members (then the id is taken)."""
 
     def __init__(self, config: ConsumerGroupConfig, groups: dict[str, ConsumerGroup],
-                 classic_busy: Callable[[str], bool] = lambda gid: False) -> None:
+                 classic_busy: Callable[[str], bool] = lambda gid: False,
+                 group_configs: Callable[[str], Mapping[str, int]] | None = None) -> None:
         self.config = config
         self.groups = groups
         self.classic_busy = classic_busy
+        # group id -> its per-group configs (KIP-848's consumer.session.timeout.ms and
+        # consumer.heartbeat.interval.ms, from the metadata image); a key it lacks is the broker's
+        self.group_configs = group_configs or (lambda gid: {})
+
+    def session_timeout_ms(self, group_id: str) -> int:
+        return self.group_configs(group_id).get("consumer.session.timeout.ms", self.config.session_timeout_ms)
+
+    def heartbeat_interval_ms(self, group_id: str) -> int:
+        return self.group_configs(group_id).get("consumer.heartbeat.interval.ms", self.config.heartbeat_interval_ms)
 
     @property
     def default_assignor(self) -> str:
@@ -570,14 +581,14 @@ class ConsumerGroups:
                     member.rebalance_deadline_ms = now + max(member.rebalance_timeout_ms, 0)
             else:
                 member.rebalance_deadline_ms = -1
-        member.session_deadline_ms = now + self.config.session_timeout_ms
+        member.session_deadline_ms = now + self.session_timeout_ms(group.group_id)
         full = r.member_epoch == 0 or (r.rebalance_timeout_ms != -1 and r.subscribed_topic_names is not None
                                        and r.owned is not None)
         changed = before_assigned is None or before_assigned != member.assigned
         stored_after = (group.group_epoch, group.assignment_epoch, len(group.members), member.stored())
         return MemberHeartbeatResult(changed=member is not old or stored_before != stored_after,
                                      member_id=member_id, member_epoch=member.member_epoch,
-                               heartbeat_interval_ms=self.config.heartbeat_interval_ms,
+                               heartbeat_interval_ms=self.heartbeat_interval_ms(group.group_id),
                                assignment=dict(member.assigned) if full or changed else None)
 
     def _refresh_topics(self, group: ConsumerGroup, topics: TopicLookup, names: TopicNames | None = None) -> bool:
@@ -627,7 +638,7 @@ class ConsumerGroups:
                 # a static member away for a while: its place and partitions are kept until its session ends
                 _set_epoch(member, LEAVE_GROUP_STATIC_EPOCH)
                 member.pending_revocation = {}
-                member.session_deadline_ms = now + self.config.session_timeout_ms
+                member.session_deadline_ms = now + self.session_timeout_ms(group.group_id)
                 return MemberHeartbeatResult(member_id=member.member_id, member_epoch=LEAVE_GROUP_STATIC_EPOCH)
         self.remove_member(group, member.member_id, topics)
         return MemberHeartbeatResult(member_id=r.member_id, member_epoch=r.member_epoch)
@@ -662,9 +673,10 @@ class ConsumerGroups:
 
     def touch_all(self, now: int) -> None:
         """Every member's session starts now (after a load: the coordinator has not heard from them yet)."""
-        for group in self.groups.values():
+        for gid, group in self.groups.items():
+            session = self.session_timeout_ms(gid)
             for m in group.members.values():
-                m.session_deadline_ms = now + self.config.session_timeout_ms
+                m.session_deadline_ms = now + session
                 if m.state is MemberState.UNREVOKED_PARTITIONS:
                     m.rebalance_deadline_ms = now + max(m.rebalance_timeout_ms, 0)
 

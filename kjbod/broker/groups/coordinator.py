@@ -27,6 +27,7 @@ from typing import Any
 
 import structlog
 
+from kjbod.broker import broker_config as bc
 from kjbod.broker.coordinator_host import CoordinatorHost
 from kjbod.broker.coordinator_host import InternalRequest as _InternalRequest
 from kjbod.broker.coordinator_host import java_string_hash as java_string_hash
@@ -131,7 +132,8 @@ class GroupCoordinator(CoordinatorHost):
         super().__init__(node, num_partitions, replication_factor)
         self.expiry_interval_ms = expiry_interval_ms  # offsets.retention.check.interval.ms
         self.config = config
-        self.book = GroupBook(config, persist=self._store_group, consumer_config=consumer_config_from(node.config))
+        self.book = GroupBook(config, persist=self._store_group, consumer_config=consumer_config_from(node.config),
+                              group_configs=self.group_configs)
         # consumer group id -> the records last written for it (key -> value): what the next write is a diff of
         self._consumer_records: dict[str, dict[bytes, bytes]] = {}
         self._unwritten: set[str] = set()  # consumer groups whose last write failed: the next heartbeat writes
@@ -317,6 +319,11 @@ class GroupCoordinator(CoordinatorHost):
         self._spawn(write())
 
     # ------------------------------------------------------------------------------------------- consumer groups
+    def group_configs(self, group_id: str) -> dict[str, int]:
+        """The group's own configs (KIP-848, ConfigRecords of resource type 32 in the metadata image)."""
+        overrides = self.node.metadata.resource_configs(bc.GROUP, group_id)
+        return {k: v for k, v in bc.group_values(self.node.config, overrides).items() if k in overrides}
+
     def topic_meta(self, name: str) -> TopicMeta | None:
         topic = self.node.metadata.topic(name)
         if topic is None:

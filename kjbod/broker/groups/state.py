@@ -28,7 +28,7 @@ From JoinGroup v4 a member joining without an id gets one with MEMBER_ID_REQUIRE
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -173,14 +173,16 @@ class GroupBook:
     """The groups of one coordinator, and every move between their states."""
 
     def __init__(self, config: GroupConfig, persist: Persist | None = None,
-                 consumer_config: ConsumerGroupConfig | None = None) -> None:
+                 consumer_config: ConsumerGroupConfig | None = None,
+                 group_configs: Callable[[str], Mapping[str, int]] | None = None) -> None:
         self.config = config
         self.groups: dict[str, Group] = {}
         # KIP-848 groups (kjbod.broker.groups.consumer).  Their committed offsets live in `groups` like every
         # group's: the entry there of a consumer group's id is the holder of its offsets and never has members.
         self.consumer_groups: dict[str, ConsumerGroup] = {}
         self.consumer = ConsumerGroups(consumer_config or ConsumerGroupConfig(), self.consumer_groups,
-                                       classic_busy=lambda gid: bool(gid in self.groups and self.groups[gid].members))
+                                       classic_busy=lambda gid: bool(gid in self.groups and self.groups[gid].members),
+                                       group_configs=group_configs)
         # Stores a group's metadata (the shell: a record of __consumer_offsets) and then calls back with the time
         # and 0 or the error code; without one, the write counts as done at once (in-process tests).
         self.persist: Persist = persist or (lambda group, done: done(group.state_since_ms, ErrorCode.NONE))

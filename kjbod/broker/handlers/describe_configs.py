@@ -7,7 +7,10 @@ Resources: topics (type 2: every topic config kjbod honours, with TOPIC_CONFIG f
 the broker's value: dynamic per-broker, dynamic cluster default, static or default, synonyms in Kafka's order)
 and brokers (type 4: this node's id lists every broker config with its source, dynamic ones first; the empty
 name lists the cluster-wide dynamic defaults only, as Kafka does). A null key list asks for
-every config, a list for those keys (unknown keys are simply absent). Errors per resource: an unknown topic is
+every config, a list for those keys (unknown keys are simply absent). Groups (type 32, KIP-848): the group
+configs consumer.session.timeout.ms and consumer.heartbeat.interval.ms, GROUP_CONFIG (8) where the group
+overrides them, else the broker's group.consumer.* value as DEFAULT_CONFIG; a group need not exist (Kafka's
+answer), an empty name is INVALID_REQUEST. Errors per resource: an unknown topic is
 UNKNOWN_TOPIC_OR_PARTITION, another broker's id or an unsupported resource type INVALID_REQUEST. Synonyms are
 returned only when asked for (include_synonyms). See kjbod.broker.broker_config.
 """
@@ -49,9 +52,14 @@ def handle(node, request, body: DescribeConfigsRequest) -> DescribeConfigsRespon
                                            f"topic {r.resource_name!r} does not exist")
                 entries = bc.describe_topic(node.config, topic.configs, r.configuration_keys,
                                             node.dynamic_configs)
+            elif r.resource_type == bc.GROUP:
+                if not r.resource_name:
+                    raise bc.ConfigProblem(ErrorCode.INVALID_REQUEST, "Group name must not be empty")
+                entries = bc.describe_group(node.config, node.metadata.resource_configs(bc.GROUP, r.resource_name),
+                                            r.configuration_keys)
             else:
                 raise bc.ConfigProblem(ErrorCode.INVALID_REQUEST, f"resource type {r.resource_type} is not "
-                                       "supported (kjbod serves topics (2) and brokers (4))")
+                                       "supported (kjbod serves topics (2), brokers (4) and groups (32))")
         except bc.ConfigProblem as e:
             results.append(Result(error_code=e.code, error_message=e.message, resource_type=r.resource_type,
                                   resource_name=r.resource_name, configs=[]))
