@@ -252,6 +252,8 @@ BROKER_KEYS: dict[str, BrokerKey] = {k.name: k for k in [
               doc="The smallest consumer.heartbeat.interval.ms a group may be given."),
     BrokerKey("group.consumer.max.heartbeat.interval.ms", INT, "group_consumer_max_heartbeat_interval_ms",
               doc="The largest consumer.heartbeat.interval.ms a group may be given."),
+    BrokerKey("group.consumer.migration.policy", STRING, "group_consumer_migration_policy",
+              doc="Whether a non-empty group may change between the classic and the consumer protocol."),
     BrokerKey("offset.metadata.max.bytes", INT, "offset_metadata_max_bytes",
               doc="The longest metadata an offset commit may carry."),
     BrokerKey("offsets.retention.check.interval.ms", LONG, "offsets_retention_check_interval_ms",

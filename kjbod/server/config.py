@@ -199,6 +199,17 @@ def _rebalance_protocols(key: str, raw: str) -> tuple[str, ...]:
     return protocols
 
 
+def _migration_policy(key: str, raw: str) -> str:
+    """group.consumer.migration.policy: Kafka's names, in any case."""
+    value = raw.strip().lower()
+    if value not in MIGRATION_POLICIES:
+        raise _bad(key, raw, "one of " + ", ".join(MIGRATION_POLICIES))
+    return value
+
+
+MIGRATION_POLICIES = ("disabled", "upgrade", "downgrade", "bidirectional")
+
+
 def _no_tiered_storage(key: str, raw: str) -> bool:
     if raw.strip().lower() != "false":
         raise ConfigError(f"invalid value {raw!r} for {key}: tiered storage (KIP-405) is not served by kjbod, only "
@@ -519,6 +530,9 @@ KEYS: dict[str, KeyDef] = {
                "the smallest consumer.heartbeat.interval.ms a group config may set"),
         KeyDef("group.consumer.max.heartbeat.interval.ms", _int(1), 15_000,
                "the largest consumer.heartbeat.interval.ms a group config may set"),
+        KeyDef("group.consumer.migration.policy", _migration_policy, "bidirectional",
+               "whether a non-empty group may move between the classic and the consumer protocol: disabled, "
+               "upgrade (classic to consumer), downgrade (back) or bidirectional"),
         KeyDef("offset.metadata.max.bytes", _int(), 4096),
         KeyDef("offsets.retention.minutes", _int(1), 10080,
                "how long a group's committed offsets are kept once the group is empty (Kafka has no ms key)",
@@ -726,6 +740,7 @@ class ServerConfig:
     group_consumer_max_session_timeout_ms: int = 60_000
     group_consumer_min_heartbeat_interval_ms: int = 5000
     group_consumer_max_heartbeat_interval_ms: int = 15_000
+    group_consumer_migration_policy: str = "bidirectional"
     offset_metadata_max_bytes: int = 4096
     offsets_retention_ms: int = 7 * 24 * 3600 * 1000
     offsets_retention_check_interval_ms: int = 600_000
@@ -1286,6 +1301,7 @@ def build_config(
         group_consumer_max_session_timeout_ms=get("group.consumer.max.session.timeout.ms"),
         group_consumer_min_heartbeat_interval_ms=get("group.consumer.min.heartbeat.interval.ms"),
         group_consumer_max_heartbeat_interval_ms=get("group.consumer.max.heartbeat.interval.ms"),
+        group_consumer_migration_policy=get("group.consumer.migration.policy"),
         offset_metadata_max_bytes=get("offset.metadata.max.bytes"),
         offsets_retention_ms=get("offsets.retention.minutes") * 60_000,
         offsets_retention_check_interval_ms=get("offsets.retention.check.interval.ms"),

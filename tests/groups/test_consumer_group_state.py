@@ -375,10 +375,12 @@ def test_the_consumer_keys_reach_the_coordinator():
     cfg = consumer_config_from(SimpleNamespace(**vars(build_config({
         **base, "group.consumer.session.timeout.ms": "7000", "group.consumer.heartbeat.interval.ms": "700",
         "group.consumer.min.session.timeout.ms": "6000", "group.consumer.min.heartbeat.interval.ms": "500",
-        "group.consumer.max.size": "3",
+        "group.consumer.max.size": "3", "group.consumer.migration.policy": "Upgrade",
         "group.consumer.assignors": "org.apache.kafka.coordinator.group.assignor.RangeAssignor,uniform"}))))
     assert cfg == ConsumerGroupConfig(session_timeout_ms=7000, heartbeat_interval_ms=700,
-                                      assignors=("range", "uniform"), max_size=3)
+                                      assignors=("range", "uniform"), max_size=3, migration_policy="upgrade")
+    with pytest.raises(ConfigError, match="group.consumer.migration.policy"):
+        build_config({**base, "group.consumer.migration.policy": "sideways"})
     with pytest.raises(ConfigError, match="group.consumer.assignors"):
         build_config({**base, "group.consumer.assignors": "sticky"})
     # Kafka's bounds: the session timeout and heartbeat interval within their min and max keys
