@@ -254,3 +254,47 @@ def test_with_the_policy_disabled_a_consumer_member_may_not_join_a_classic_group
         for m in members:
             m.close()
         s.stop()
+
+
+def test_a_mixed_group_and_a_downgraded_group_come_back_after_a_restart(tmp_path):
+    s = start_server(tmp_path, log_dir_count=1, overrides=OVERRIDES)
+    topic, mixed, downgraded = f"t-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}", f"d-{uuid.uuid4().hex[:8]}"
+    members: list[Member] = []
+    try:
+        admin = AdminClient({"bootstrap.servers": s.bootstrap})
+        for f in admin.create_topics([NewTopic(topic, PARTITIONS, 1)]).values():
+            f.result(30)
+        produce(s, topic, 0, 20)
+        # one group left mixed (a consumer-protocol and a classic member), one downgraded to classic
+        m1 = Member(s, mixed, topic, "m1", modern=True)
+        k1 = Member(s, mixed, topic, "k1", modern=False)
+        members += [m1, k1]
+        Watch(admin, mixed, topic).until(members, lambda h: everything_held(h) and all(h), "the mixed group")
+        m2 = Member(s, downgraded, topic, "m2", modern=True)
+        k2 = Member(s, downgraded, topic, "k2", modern=False)
+        Watch(admin, downgraded, topic).until([m2, k2], lambda h: everything_held(h) and all(h), "the second group")
+        m2.close()
+        Watch(admin, downgraded, topic).until([k2], everything_held, "k2 alone")
+        members.append(k2)
+        assert group_types(admin) == {mixed: "CONSUMER", downgraded: "CLASSIC"}
+        classic_id = k1.k._coordinator._generation.member_id
+        s.stop()
+        s.start()
+        # the members go on reading and committing, and the classic member keeps its id: the coordinator loaded
+        # the mixed group, the classic member's protocols included, from its records (a member it did not know as
+        # classic would have been refused and given a new id)
+        produce(s, topic, 20, 20)
+        watch = Watch(admin, mixed, topic)
+        want = {f"v{i}".encode() for i in range(20, 40)}
+        watch.until([m1, k1], lambda h: want <= set(watch.seen) and everything_held(h), "reading after the restart")
+        deadline = time.monotonic() + WAIT_S
+        while watch.check_offsets() != dict.fromkeys(range(PARTITIONS), 10):
+            assert time.monotonic() < deadline, watch.committed
+            watch.until([m1, k1], everything_held, "the mixed group after the restart")
+        assert k1.k._coordinator._generation.member_id == classic_id
+        Watch(admin, downgraded, topic).until([k2], everything_held, "k2 after the restart")
+        assert group_types(admin) == {mixed: "CONSUMER", downgraded: "CLASSIC"}
+    finally:
+        for m in members:
+            m.close()
+        s.stop()
