@@ -445,7 +445,8 @@ def test_a_classic_group_with_members_keeps_its_id_and_offsets_follow_the_subscr
     week = 7 * 24 * 3600 * 1000
     assert book.expired_offsets(week + 1) == {"g": [("old", 0)]}
     assert book.subscribed_topics(book.groups["g"]) == {"t1"}
-    # a classic JoinGroup to it is refused while it has members
+    # the classic group machinery does not take a JoinGroup to it (the JoinGroup handler hands a classic member of
+    # a consumer group to ConsumerGroups.classic_join: tests/groups/test_group_migration.py)
     answers = []
     book.join(2, "g", "", None, "c", "/h", 10_000, 10_000, "consumer", [("range", b"")], True, answers.append)
     assert answers[0].error_code == ErrorCode.INCONSISTENT_GROUP_PROTOCOL

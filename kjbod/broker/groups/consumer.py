@@ -21,6 +21,13 @@ leaves with epoch -1; a static member (instance id) with -2 keeps its place and 
 ends.  Timers: a member not heard from for group.consumer.session.timeout.ms is removed; a member that does not
 revoke within its rebalance timeout is removed too; both bump the group epoch.
 
+Classic members (KIP-848's mixed groups, Kafka 3.8+): a consumer using the classic protocol may be a member of a
+consumer group (`classic_join`, `classic_sync`, `classic_heartbeat`, `classic_leave`): it is a member like any
+other, with its JoinGroup's protocols and session timeout kept beside it (ClassicMeta, tag 0 of its member
+record), and it learns of each step through REBALANCE_IN_PROGRESS and a new JoinGroup.  Converting a whole group
+between the protocols (`upgrade`, `downgrade`) is done by the owner of the classic groups, under
+group.consumer.migration.policy.
+
 Nothing here reads a clock, sleeps or writes: the asyncio shell (kjbod.broker.groups.coordinator) passes the time,
 a view of the metadata image, turns the group's state into `__consumer_offsets` records (kjbod.broker.groups.records)
 and calls `tick(now)`.  A group's own configs (consumer.session.timeout.ms, consumer.heartbeat.interval.ms: KIP-848's
@@ -680,8 +687,6 @@ class ConsumerGroups:
                 if not unknown:
                     return ClassicJoin(ErrorCode.FENCED_INSTANCE_ID, member_id)
                 replaced = group.members.get(known)
-        elif old is None and not unknown and member_id in group.members:
-            old = group.members[member_id]
         stored_before = (group.group_epoch, group.assignment_epoch, len(group.members),
                          old.stored() if old is not None else None)
         if old is not None:

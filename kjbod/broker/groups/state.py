@@ -21,6 +21,11 @@ Dead):
   its session timeout.  SyncGroups still waiting are answered REBALANCE_IN_PROGRESS.
 * Any → Dead: the group is deleted, or its offsets partition is no longer led here.
 
+Online migration (KIP-848): a consumer-protocol member joining a classic group that has members turns it into a
+consumer group when group.consumer.migration.policy allows (`_upgrade`), and a consumer group whose last
+consumer-protocol member leaves while classic members stay turns back into a classic group (`_downgrade`); the
+offsets stay in this book's entry for the id either way.
+
 From JoinGroup v4 a member joining without an id gets one with MEMBER_ID_REQUIRED and must join again with it
 (within its session timeout); it counts towards group.max.size meanwhile, as in Kafka.
 """
