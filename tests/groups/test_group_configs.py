@@ -217,6 +217,9 @@ def test_kjbod_configs_alters_and_describes_a_group_and_the_coordinator_obeys(se
         f"Dynamic configs for group {group} are:",
         f"  {INTERVAL}=250 sensitive=false synonyms={{DYNAMIC_GROUP_CONFIG:{INTERVAL}=250}}",
         f"  {SESSION}=4000 sensitive=false synonyms={{DYNAMIC_GROUP_CONFIG:{SESSION}=4000}}"]
+    # without a name: every group of the cluster (the heartbeats above made this one)
+    out = configs_cli(server, "--describe")
+    assert out.returncode == 0 and f"Dynamic configs for group {group} are:" in out.stdout.splitlines(), out
     # the coordinator reads the group's value from the metadata image
     deadline = time.monotonic() + 30
     while (interval := asyncio.run(_heartbeat_interval(server, group, topic))) != 250:
