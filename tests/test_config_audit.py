@@ -46,6 +46,8 @@ THROTTLES = "tests/replication/test_throttle.py"
 GROUPS = "tests/groups/test_group_state.py"
 GROUPS_LIVE = "tests/groups/test_groups_live.py"
 CONSUMER_GROUPS = "tests/groups/test_consumer_group_state.py"
+GROUP_CONFIGS = "tests/groups/test_group_configs.py"
+MIGRATION = "tests/groups/test_group_migration.py"
 LIMITS = "tests/test_connection_limits_live.py"
 QUOTAS = "tests/test_connection_quotas.py"
 TXN_LIVE = "tests/txn/test_txn_coordinator_live.py"
@@ -62,6 +64,15 @@ EFFECTS: dict[str, list[str]] = {
                                  f"{CONSUMER_GROUPS}::test_the_first_configured_assignor_is_the_default"],
     "group.consumer.max.size": [f"{CONSUMER_GROUPS}::test_the_consumer_keys_reach_the_coordinator",
                                 f"{CONSUMER_GROUPS}::test_group_consumer_max_size"],
+    "group.consumer.migration.policy": [
+        f"{MIGRATION}::test_the_policy_decides_whether_a_consumer_member_may_upgrade_a_classic_group",
+        f"{MIGRATION}::test_the_policy_decides_whether_the_last_consumer_member_leaving_downgrades",
+        f"{CONSUMER_GROUPS}::test_the_consumer_keys_reach_the_coordinator"],
+    **{f"group.consumer.{bound}": [f"{GROUP_CONFIGS}::test_group_values_are_checked_as_kafka_checks_them",
+                                   f"{GROUP_CONFIGS}::test_kafka_python_and_confluent_admins_set_and_read_group_configs",
+                                   f"{CONSUMER_GROUPS}::test_the_consumer_keys_reach_the_coordinator"]
+       for bound in ("min.session.timeout.ms", "max.session.timeout.ms", "min.heartbeat.interval.ms",
+                     "max.heartbeat.interval.ms")},
     **{key: ["tests/quotas/test_quota_arithmetic.py::test_the_window_keys_shape_the_brokers_quota_rates",
              "tests/quotas/test_client_quotas_live.py::test_produce_and_fetch_quotas_throttle_their_client_only"]
        for key in ("quota.window.num", "quota.window.size.seconds")},

@@ -400,13 +400,14 @@ class DeleteGroupResult:
 # ------------------------------------------------------------------------------------------------- configs
 
 class ConfigResourceType(IntEnum):
+    """Kafka's ConfigResource.Type ids (not the ACL resource types)."""
+
     UNKNOWN = 0
-    ANY = 1
     TOPIC = 2
-    GROUP = 3
     BROKER = 4
     BROKER_LOGGER = 8
     CLIENT_METRICS = 16
+    GROUP = 32
 
 
 class ConfigSource(IntEnum):
@@ -430,8 +431,8 @@ class AlterConfigOpType(IntEnum):
 
 @dataclass(frozen=True, slots=True)
 class ConfigResource:
-    """A topic (by name), a broker (by id as text; "" for the cluster-wide broker default) or a client metrics
-    subscription (by name)."""
+    """A topic (by name), a broker (by id as text; "" for the cluster-wide broker default), a group (by id) or a
+    client metrics subscription (by name)."""
 
     type: ConfigResourceType
     name: str
@@ -448,6 +449,10 @@ class ConfigResource:
     def client_metrics(cls, name: str) -> ConfigResource:
         """A client metrics subscription (KIP-714)."""
         return cls(ConfigResourceType.CLIENT_METRICS, name)
+
+    @classmethod
+    def group(cls, group_id: str) -> ConfigResource:
+        return cls(ConfigResourceType.GROUP, group_id)
 
 
 @dataclass(frozen=True, slots=True)

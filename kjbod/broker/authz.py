@@ -33,6 +33,8 @@ __all__ = ["CLUSTER_ACTION_APIS", "CLUSTER_ALTER_APIS", "CLUSTER_DESCRIBE_APIS",
            "authorized_operations", "build_authorizer", "checks_resources", "cluster_operation_for",
            "config_access_refusal", "denied_message", "idempotent_write_allowed", "may_create_topic"]
 
+GROUP_CONFIGS = 32  # the config resource type of a group (not the ACL resource type)
+
 # Inter-broker and controller APIs: Kafka asks for CLUSTER_ACTION on the cluster.
 CLUSTER_ACTION_APIS = frozenset({
     56,  # AlterPartition
@@ -111,7 +113,7 @@ def config_access_refusal(node: Any, request: Any, resource_type: int, name: str
                           operation: int) -> tuple[int, str] | None:
     """Kafka's rule for DescribeConfigs (DESCRIBE_CONFIGS) and AlterConfigs (ALTER_CONFIGS): a topic's configs need
     the operation on the topic (TOPIC_AUTHORIZATION_FAILED), a broker's on the cluster
-    (CLUSTER_AUTHORIZATION_FAILED). None when allowed."""
+    (CLUSTER_AUTHORIZATION_FAILED), a group's on the group (GROUP_AUTHORIZATION_FAILED). None when allowed."""
     if getattr(node, "authorizer", None) is None:
         return None
     from kjbod.metadata.acls import OPERATIONS
@@ -121,6 +123,12 @@ def config_access_refusal(node: Any, request: Any, resource_type: int, name: str
         if not allowed(node, request, operation, TOPIC, name):
             return (ErrorCode.TOPIC_AUTHORIZATION_FAILED,
                     f"{request.ctx.principal} may not {OPERATIONS[operation]} of topic {name}")
+    elif resource_type == GROUP_CONFIGS:  # a group's configs (KIP-848): the operation on the group
+        from kjbod.metadata.acls import GROUP
+
+        if not allowed(node, request, operation, GROUP, name):
+            return (ErrorCode.GROUP_AUTHORIZATION_FAILED,
+                    f"{request.ctx.principal} may not {OPERATIONS[operation]} of group {name}")
     elif not allowed_cluster(node, request, operation):
         return (ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
                 f"{request.ctx.principal} may not {OPERATIONS[operation]} of the cluster")

@@ -41,6 +41,7 @@ from kjbod.protocol.errors import ErrorCode
 TOPIC = 2
 BROKER = 4
 BROKER_LOGGER = 8
+GROUP = 32  # Kafka's ConfigResource GROUP (KIP-848's per-group configs)
 
 # DescribeConfigs ConfigSource
 TOPIC_CONFIG = 1
@@ -49,6 +50,7 @@ DYNAMIC_DEFAULT_BROKER_CONFIG = 3
 STATIC_BROKER_CONFIG = 4
 DEFAULT_CONFIG = 5
 DYNAMIC_BROKER_LOGGER_CONFIG = 6
+GROUP_CONFIG = 8
 
 # DescribeConfigs ConfigType
 BOOLEAN, STRING, INT, SHORT, LONG, DOUBLE, LIST = 1, 2, 3, 4, 5, 6, 7
@@ -244,6 +246,16 @@ BROKER_KEYS: dict[str, BrokerKey] = {k.name: k for k in [
               doc="Server-side assignors of consumer-protocol groups; the first is the default."),
     BrokerKey("group.consumer.max.size", INT, "group_consumer_max_size",
               doc="The most members a consumer-protocol group may have."),
+    BrokerKey("group.consumer.min.session.timeout.ms", INT, "group_consumer_min_session_timeout_ms",
+              doc="The smallest consumer.session.timeout.ms a group may be given."),
+    BrokerKey("group.consumer.max.session.timeout.ms", INT, "group_consumer_max_session_timeout_ms",
+              doc="The largest consumer.session.timeout.ms a group may be given."),
+    BrokerKey("group.consumer.min.heartbeat.interval.ms", INT, "group_consumer_min_heartbeat_interval_ms",
+              doc="The smallest consumer.heartbeat.interval.ms a group may be given."),
+    BrokerKey("group.consumer.max.heartbeat.interval.ms", INT, "group_consumer_max_heartbeat_interval_ms",
+              doc="The largest consumer.heartbeat.interval.ms a group may be given."),
+    BrokerKey("group.consumer.migration.policy", STRING, "group_consumer_migration_policy",
+              doc="Whether a non-empty group may change between the classic and the consumer protocol."),
     BrokerKey("offset.metadata.max.bytes", INT, "offset_metadata_max_bytes",
               doc="The longest metadata an offset commit may carry."),
     BrokerKey("offsets.retention.check.interval.ms", LONG, "offsets_retention_check_interval_ms",
@@ -759,3 +771,97 @@ def duplicates(names: Iterable[str]) -> set[str]:
     for n in names:
         (dup if n in seen else seen).add(n)
     return dup
+
+
+# ------------------------------------------------------------------------------------------------ group configs
+@dataclass(frozen=True, slots=True)
+class GroupKey:
+    """A per-group config (Kafka's GroupConfig): its default is the broker key `broker_attr` holds, and a group's
+    value must lie within the broker's min and max keys."""
+
+    name: str
+    broker_attr: str
+    min_key: str
+    max_key: str
+    doc: str
+
+
+GROUP_KEYS = {k.name: k for k in (
+    GroupKey("consumer.session.timeout.ms", "group_consumer_session_timeout_ms",
+             "group.consumer.min.session.timeout.ms", "group.consumer.max.session.timeout.ms",
+             "How long a consumer-protocol member of this group may go without a heartbeat before it is removed."),
+    GroupKey("consumer.heartbeat.interval.ms", "group_consumer_heartbeat_interval_ms",
+             "group.consumer.min.heartbeat.interval.ms", "group.consumer.max.heartbeat.interval.ms",
+             "How often consumer-protocol members of this group are told to heartbeat."),
+)}
+
+
+def group_defaults(config: Any) -> dict[str, int]:
+    """Every group config's value for a group without overrides: the broker's keys."""
+    return {k.name: getattr(config, k.broker_attr) for k in GROUP_KEYS.values()}
+
+
+def group_values(config: Any, overrides: Any) -> dict[str, int]:
+    """A group's effective configs: its overrides (ConfigRecords of resource type 32) over the broker's keys.  An
+    override that does not parse (it cannot pass the controller's checks) is ignored."""
+    out = group_defaults(config)
+    for name, raw in (overrides or {}).items():
+        if name in out:
+            try:
+                out[name] = int(raw)
+            except ValueError:
+                pass
+    return out
+
+
+def describe_group(config: Any, overrides: Any, keys: Iterable[str] | None) -> list[Entry]:
+    """DescribeConfigs of a group: every group config, GROUP_CONFIG when the group overrides it, else the broker's
+    value as DEFAULT_CONFIG (Kafka reports the broker-derived default so)."""
+    wanted = None if not keys else set(keys)
+    values = group_values(config, overrides)
+    out = []
+    for k in GROUP_KEYS.values():
+        if wanted is not None and k.name not in wanted:
+            continue
+        source = GROUP_CONFIG if k.name in (overrides or {}) else DEFAULT_CONFIG
+        value = str(values[k.name])
+        out.append(Entry(k.name, value, source, INT, doc=k.doc, synonyms=[(k.name, value, source)]))
+    return out
+
+
+def plan_group_changes(overrides: dict[str, str], changes: list[tuple[str, int, str | None]], *, replace: bool,
+                       bounds: dict[str, int], defaults: dict[str, int]) -> dict[str, str]:
+    """A group's complete new set of overrides, validated as Kafka's GroupConfig validates them (each failure
+    INVALID_CONFIG naming the key): known names, integers of at least 1, within the broker's min and max keys
+    (`bounds`: broker key -> value), and a session timeout longer than the heartbeat interval (`defaults` fill
+    the keys the group does not override)."""
+    new = {} if replace else dict(overrides)
+    for key, op, raw in changes:
+        if key not in GROUP_KEYS:
+            raise ConfigProblem(ErrorCode.INVALID_CONFIG, f"Unknown group config name: {key}")
+        if raw is None and op != DELETE:
+            raise ConfigProblem(ErrorCode.INVALID_CONFIG, f"Null value not supported for group configs: {key}")
+        if op in (APPEND, SUBTRACT):
+            verb = "append" if op == APPEND else "subtract"
+            raise ConfigProblem(ErrorCode.INVALID_REQUEST, f"config value {verb} is not allowed for config key: {key}")
+        value = _apply_op(key, new.get(key), op, raw, False)
+        if value is None:
+            new.pop(key, None)
+        else:
+            new[key] = value.strip()
+    values = dict(defaults)
+    for key, raw in new.items():
+        if not re.fullmatch(r"[+-]?[0-9]+", raw) or not 1 <= int(raw) <= INT_MAX:
+            raise ConfigProblem(ErrorCode.INVALID_CONFIG, f"Invalid value {raw} for configuration {key}: "
+                                "Value must be an integer of at least 1")
+        values[key] = int(raw)
+    for key, k in GROUP_KEYS.items():
+        if values[key] < bounds[k.min_key]:
+            raise ConfigProblem(ErrorCode.INVALID_CONFIG, f"{key} must be greater than or equal to {k.min_key}")
+        if values[key] > bounds[k.max_key]:
+            raise ConfigProblem(ErrorCode.INVALID_CONFIG, f"{key} must be less than or equal to {k.max_key}")
+    if values["consumer.session.timeout.ms"] <= values["consumer.heartbeat.interval.ms"]:
+        raise ConfigProblem(ErrorCode.INVALID_CONFIG,
+                            "consumer.session.timeout.ms must be greater than consumer.heartbeat.interval.ms")
+    return new
+

@@ -1,7 +1,9 @@
 """`kjbod configs`: kafka-configs.sh with --bootstrap-server: topic, broker and broker-logger configs, and client
 quotas (entity types users, clients and ips), with its options, its rules and its output.
 
-Topics, brokers and broker loggers (config resources):
+Topics, brokers, broker loggers, groups (KIP-848's consumer.session.timeout.ms and consumer.heartbeat.interval.ms)
+and client-metrics (KIP-714 subscriptions; `kjbod client-metrics` is kafka-client-metrics.sh) are config
+resources:
 
 * `--describe`: DescribeConfigs of the entity named, or of every topic (internal ones too) / every broker and the
   cluster-wide broker default when no name is given. Only the dynamic entries are printed (the ones a topic
@@ -30,9 +32,8 @@ Client quotas: turn the options into one quota entity as the tool does (`--entit
   "SCRAM credential configs for user-principal 'alice' are SCRAM-SHA-256=iterations=4096".
 
 Values print as Java prints a double (1024.0, 1.0E7). A mistake in the options is one line and exit code 2; a
-refusal from the cluster prints its message and exits 1, as the tool does. Of kafka-configs.sh's entity types,
-groups are not served by this command (client-metrics are, as a resource like topics; `kjbod client-metrics` is
-kafka-client-metrics.sh).
+refusal from the cluster prints its message and exits 1, as the tool does. Every entity type of kafka-configs.sh
+is served.
 """
 
 from __future__ import annotations
@@ -56,11 +57,10 @@ TYPES = {"users": "user", "clients": "client-id", "ips": "ip"}
 DESCRIBED_AS = {"user": "user-principal", "client-id": "client-id", "ip": "ip"}
 USER_CLIENT_KEYS = ("consumer_byte_rate", "controller_mutation_rate", "producer_byte_rate", "request_percentage")
 IP_KEYS = ("connection_creation_rate",)
-KAFKA_ONLY_TYPES = ("groups",)
 # Config resources: entity type -> (ConfigResource type, the source of the entries --describe prints without --all;
 # None: every entry, as for loggers).
 RESOURCES: dict[str, tuple[int, int | None]] = {"topics": (2, 1), "brokers": (4, 2), "broker-loggers": (8, None),
-                                               "client-metrics": (16, 7)}
+                                               "client-metrics": (16, 7), "groups": (32, 8)}
 DEFAULT_BROKER_SOURCE = 3  # DYNAMIC_DEFAULT_BROKER_CONFIG: what --describe prints of the cluster-wide default
 # ConfigSource ids as Java's ConfigEntry.ConfigSource names them in the tool's synonyms.
 SOURCE_NAMES = {0: "UNKNOWN", 1: "DYNAMIC_TOPIC_CONFIG", 2: "DYNAMIC_BROKER_CONFIG",
@@ -81,7 +81,8 @@ class _Named(argparse.Action):
 
 def add_subcommand(subparsers: Any) -> None:
     p = subparsers.add_parser(
-        "configs", help="describe and alter topic, broker and logger configs and client quotas (kafka-configs.sh)",
+        "configs", help="describe and alter topic, broker, logger, group and client-metrics configs and client quotas "
+             "(kafka-configs.sh)",
         description="Describes and alters configs as kafka-configs.sh does with --bootstrap-server: exactly one of "
                     "--describe or --alter, the entity (--entity-type topics|brokers|broker-loggers|users|clients|"
                     "ips with --entity-name or --entity-default, or --topic, --broker, --broker-logger, --user, "
@@ -95,8 +96,8 @@ def add_subcommand(subparsers: Any) -> None:
     p.add_argument("--all", action="store_true", help="with --describe: every config of the entity, static and "
                    "default ones too, not only the dynamic ones")
     p.add_argument("--entity-type", action="append", default=[], metavar="TYPE",
-                   help="topics, brokers, broker-loggers, users, clients or ips; users and clients may be given "
-                        "together")
+                   help="topics, brokers, broker-loggers, groups, client-metrics, users, clients or ips; users and "
+                        "clients may be given together")
     p.add_argument("--entity-name", action=_Named, metavar="NAME", help="the topic, broker id, user, client id or "
                    "IP of the type given in the same position")
     p.add_argument("--entity-default", action=_Named, nargs=0, help="the default entity of that type (brokers, "
@@ -106,6 +107,9 @@ def add_subcommand(subparsers: Any) -> None:
     p.add_argument("--broker-defaults", action="store_true", help="the cluster-wide broker defaults")
     p.add_argument("--broker-logger", metavar="ID", help="shorthand for --entity-type broker-loggers "
                    "--entity-name ID")
+    p.add_argument("--group", metavar="GROUP", help="shorthand for --entity-type groups --entity-name GROUP")
+    p.add_argument("--client-metrics", metavar="NAME", help="shorthand for --entity-type client-metrics "
+                   "--entity-name NAME")
     p.add_argument("--user", metavar="NAME", help="shorthand for --entity-type users --entity-name NAME")
     p.add_argument("--client", metavar="ID", help="shorthand for --entity-type clients --entity-name ID")
     p.add_argument("--ip", metavar="IP", help="shorthand for --entity-type ips --entity-name IP")
@@ -127,7 +131,8 @@ def parse_entity(args: argparse.Namespace) -> list[tuple[str, str | None]]:
     types = list(args.entity_type)
     names: list[str | None] = list(args.entity_names or [])
     flags = [("topics", args.topic), ("users", args.user), ("clients", args.client), ("brokers", args.broker),
-             ("broker-loggers", args.broker_logger), ("ips", args.ip)]
+             ("broker-loggers", args.broker_logger), ("ips", args.ip), ("client-metrics", args.client_metrics),
+             ("groups", args.group)]
     defaults = [("users", args.user_defaults), ("clients", args.client_defaults), ("brokers", args.broker_defaults),
                 ("ips", args.ip_defaults)]
     shorthand = [t for t, v in flags if v is not None] + [t for t, on in defaults if on]
@@ -140,9 +145,6 @@ def parse_entity(args: argparse.Namespace) -> list[tuple[str, str | None]]:
         dup = sorted({t for t in types if types.count(t) > 1})
         raise UserError(f"Duplicate entity type(s) specified: {','.join(dup)}")
     for t in types:
-        if t in KAFKA_ONLY_TYPES:
-            raise UserError(f"entity type {t} is not served by kjbod configs (topics, brokers, broker-loggers, "
-                            "client-metrics, users, clients and ips are)")
         if t not in TYPES and t not in RESOURCES:
             raise UserError(f"Invalid entity type {t}, the entity type must be one of {', '.join(ALL_TYPES)} with "
                             "a --bootstrap-server argument")
@@ -374,6 +376,8 @@ async def _resource_names(client: Any, etype: str) -> list[str]:
         return sorted(await client.describe_topics(None))
     if etype == "client-metrics":
         return sorted(await client.list_client_metrics_resources())
+    if etype == "groups":
+        return [g.group_id for g in await client.list_groups()]
     cluster = await client.describe_cluster()
     return [str(b) for b in sorted(node.node_id for node in cluster.brokers)] + [""]
 

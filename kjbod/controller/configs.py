@@ -1,5 +1,7 @@
 """AlterConfigs and IncrementalAlterConfigs on the controller: ConfigRecords for topics, brokers by id, the
-cluster default broker resource "" and client metrics subscriptions (KIP-714, kjbod.metadata.client_metrics).
+cluster default broker resource "", client metrics subscriptions (KIP-714, kjbod.metadata.client_metrics) and
+groups (type 32, KIP-848: a group need not exist to be configured, as in Kafka; the empty name is
+INVALID_REQUEST).
 
 Each resource is checked whole before any record of it is written; resources are independent (Kafka's rule).
 A resource named twice, or a key named twice in one resource, is INVALID_REQUEST; an unknown topic
@@ -14,7 +16,7 @@ from collections import Counter
 from typing import Any
 
 from kjbod.controller.result import ConfigPolicy, ControllerResult, PolicyError
-from kjbod.metadata import BROKER_RESOURCE, TOPIC_RESOURCE, MetadataImage, client_metrics
+from kjbod.metadata import BROKER_RESOURCE, GROUP_RESOURCE, TOPIC_RESOURCE, MetadataImage, client_metrics
 from kjbod.metadata.client_metrics import CLIENT_METRICS_RESOURCE
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import ConfigRecord
@@ -79,9 +81,18 @@ def alter_configs(image: MetadataImage, resources: list[tuple[int, str, list[Cha
                                             value=None) for k in sorted(old) if k not in new]
                 new_records += [ConfigRecord(resource_type=CLIENT_METRICS_RESOURCE, resource_name=name, name=k,
                                              value=v) for k, v in sorted(new.items()) if old.get(k) != v]
+            elif rtype == GROUP_RESOURCE:
+                if not name:
+                    raise PolicyError(ErrorCode.INVALID_REQUEST, "Default group resources are not allowed.")
+                old = dict(image.resource_configs(GROUP_RESOURCE, name))
+                new = policy.plan_group(old, changes, replace=replace)
+                new_records = [ConfigRecord(resource_type=GROUP_RESOURCE, resource_name=name, name=k, value=None)
+                               for k in sorted(old) if k not in new]
+                new_records += [ConfigRecord(resource_type=GROUP_RESOURCE, resource_name=name, name=k, value=v)
+                                for k, v in sorted(new.items()) if old.get(k) != v]
             else:
-                raise PolicyError(ErrorCode.INVALID_REQUEST, f"resource type {rtype} is not supported (kjbod "
-                                  "serves topics (2), brokers (4) and client metrics (16))")
+                raise PolicyError(ErrorCode.INVALID_REQUEST, f"resource type {rtype} is not supported (kjbod serves "
+                                  "topics (2), brokers (4), client metrics (16) and groups (32))")
             if not validate_only:
                 records += new_records
             answers.append((ErrorCode.NONE, None))

@@ -63,3 +63,6 @@ class ConfigPolicy(Protocol):
 
     def plan_broker(self, current: dict[str, str], resource_name: str,
                     changes: list[tuple[str, int, str | None]], *, replace: bool) -> dict[str, str | None]: ...
+
+    def plan_group(self, overrides: dict[str, str], changes: list[tuple[str, int, str | None]], *,
+                   replace: bool) -> dict[str, str]: ...

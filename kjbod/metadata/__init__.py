@@ -12,6 +12,7 @@ from kjbod.metadata.image import (
     DIR_MIGRATING,
     DIR_UNASSIGNED,
     EMPTY_IMAGE,
+    GROUP_RESOURCE,
     NO_LEADER,
     RECOVERED,
     RECOVERING,
@@ -27,7 +28,7 @@ from kjbod.metadata.image import (
 from kjbod.metadata.snapshot import image_records
 
 __all__ = [
-    "BROKER_RESOURCE", "DIR_LOST", "DIR_MIGRATING", "DIR_UNASSIGNED", "EMPTY_IMAGE", "NO_LEADER", "RECOVERED", "RECOVERING", "REPLAY",
+    "BROKER_RESOURCE", "GROUP_RESOURCE", "DIR_LOST", "DIR_MIGRATING", "DIR_UNASSIGNED", "EMPTY_IMAGE", "NO_LEADER", "RECOVERED", "RECOVERING", "REPLAY",
     "TOPIC_RESOURCE", "BrokerRegistration", "Endpoint", "LocalChanges", "MetadataDelta", "MetadataImage",
     "PartitionImage", "RateIntent", "TopicImage", "image_records", "is_reserved_dir", "replay",
 ]

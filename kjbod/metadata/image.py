@@ -24,6 +24,7 @@ from kjbod.metadata.acls import AclEntry
 
 TOPIC_RESOURCE = 2
 BROKER_RESOURCE = 4
+GROUP_RESOURCE = 32  # KIP-848's per-group configs (consumer.session.timeout.ms, ...)
 
 NO_LEADER = -1
 # LeaderRecoveryState (KIP-704): a leader chosen by an unclean election is RECOVERING until it tells the

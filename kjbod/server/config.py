@@ -199,6 +199,17 @@ def _rebalance_protocols(key: str, raw: str) -> tuple[str, ...]:
     return protocols
 
 
+def _migration_policy(key: str, raw: str) -> str:
+    """group.consumer.migration.policy: Kafka's names, in any case."""
+    value = raw.strip().lower()
+    if value not in MIGRATION_POLICIES:
+        raise _bad(key, raw, "one of " + ", ".join(MIGRATION_POLICIES))
+    return value
+
+
+MIGRATION_POLICIES = ("disabled", "upgrade", "downgrade", "bidirectional")
+
+
 def _no_tiered_storage(key: str, raw: str) -> bool:
     if raw.strip().lower() != "false":
         raise ConfigError(f"invalid value {raw!r} for {key}: tiered storage (KIP-405) is not served by kjbod, only "
@@ -522,6 +533,17 @@ KEYS: dict[str, KeyDef] = {
         KeyDef("group.consumer.assignors", _assignors, ("uniform", "range"),
                "the server-side assignors consumer-protocol groups may use; the first is the default"),
         KeyDef("group.consumer.max.size", _int(1), 2**31 - 1, "the most members a consumer-protocol group may have"),
+        KeyDef("group.consumer.min.session.timeout.ms", _int(1), 45_000,
+               "the smallest consumer.session.timeout.ms a group config may set"),
+        KeyDef("group.consumer.max.session.timeout.ms", _int(1), 60_000,
+               "the largest consumer.session.timeout.ms a group config may set"),
+        KeyDef("group.consumer.min.heartbeat.interval.ms", _int(1), 5000,
+               "the smallest consumer.heartbeat.interval.ms a group config may set"),
+        KeyDef("group.consumer.max.heartbeat.interval.ms", _int(1), 15_000,
+               "the largest consumer.heartbeat.interval.ms a group config may set"),
+        KeyDef("group.consumer.migration.policy", _migration_policy, "bidirectional",
+               "whether a non-empty group may move between the classic and the consumer protocol: disabled, "
+               "upgrade (classic to consumer), downgrade (back) or bidirectional"),
         KeyDef("offset.metadata.max.bytes", _int(), 4096),
         KeyDef("offsets.retention.minutes", _int(1), 10080,
                "how long a group's committed offsets are kept once the group is empty (Kafka has no ms key)",
@@ -728,6 +750,11 @@ class ServerConfig:
     group_consumer_heartbeat_interval_ms: int = 5000
     group_consumer_assignors: tuple[str, ...] = ("uniform", "range")
     group_consumer_max_size: int = 2**31 - 1
+    group_consumer_min_session_timeout_ms: int = 45_000
+    group_consumer_max_session_timeout_ms: int = 60_000
+    group_consumer_min_heartbeat_interval_ms: int = 5000
+    group_consumer_max_heartbeat_interval_ms: int = 15_000
+    group_consumer_migration_policy: str = "bidirectional"
     offset_metadata_max_bytes: int = 4096
     offsets_retention_ms: int = 7 * 24 * 3600 * 1000
     offsets_retention_check_interval_ms: int = 600_000
@@ -1028,6 +1055,8 @@ def build_config(
                    f"broker.session.timeout.ms ({session}): the controller would fence every broker between two "
                    "of its heartbeats")
 
+    _check_consumer_group_bounds(get, fail)
+
     # Listeners and their security protocols.
     explicit_map = get("listener.security.protocol.map")
     protomap = dict(explicit_map) if explicit_map is not None else dict(DEFAULT_PROTOCOL_MAP)
@@ -1290,6 +1319,11 @@ def build_config(
         group_consumer_heartbeat_interval_ms=get("group.consumer.heartbeat.interval.ms"),
         group_consumer_assignors=get("group.consumer.assignors"),
         group_consumer_max_size=get("group.consumer.max.size"),
+        group_consumer_min_session_timeout_ms=get("group.consumer.min.session.timeout.ms"),
+        group_consumer_max_session_timeout_ms=get("group.consumer.max.session.timeout.ms"),
+        group_consumer_min_heartbeat_interval_ms=get("group.consumer.min.heartbeat.interval.ms"),
+        group_consumer_max_heartbeat_interval_ms=get("group.consumer.max.heartbeat.interval.ms"),
+        group_consumer_migration_policy=get("group.consumer.migration.policy"),
         offset_metadata_max_bytes=get("offset.metadata.max.bytes"),
         offsets_retention_ms=get("offsets.retention.minutes") * 60_000,
         offsets_retention_check_interval_ms=get("offsets.retention.check.interval.ms"),
@@ -1377,6 +1411,26 @@ def build_config(
         ignored=ignored,
         properties=dict(props),
     )
+
+
+def _check_consumer_group_bounds(get: Callable[[str], Any], fail: Callable[[str, str], ConfigError]) -> None:
+    """Kafka's GroupCoordinatorConfig checks: the consumer-protocol session timeout and heartbeat interval lie
+    within their min and max keys, and a member heartbeats more often than its session lasts."""
+    pre = "group.consumer."
+    for what in ("session.timeout.ms", "heartbeat.interval.ms"):
+        lo, hi, value = get(f"{pre}min.{what}"), get(f"{pre}max.{what}"), get(f"{pre}{what}")
+        if hi < lo:
+            raise fail(f"{pre}max.{what}", f"{pre}max.{what} ({hi}) must be greater than or equal to "
+                                           f"{pre}min.{what} ({lo})")
+        if value < lo:
+            raise fail(f"{pre}{what}", f"{pre}{what} ({value}) must be greater than or equal to {pre}min.{what} "
+                                       f"({lo})")
+        if value > hi:
+            raise fail(f"{pre}{what}", f"{pre}{what} ({value}) must be less than or equal to {pre}max.{what} "
+                                       f"({hi})")
+    if get(f"{pre}heartbeat.interval.ms") >= get(f"{pre}session.timeout.ms"):
+        raise fail(f"{pre}heartbeat.interval.ms", f"{pre}heartbeat.interval.ms must be less than "
+                                                  f"{pre}session.timeout.ms")
 
 
 def _check_sasl(props: Mapping[str, str], listener: str, *, client_key: str | None = None,

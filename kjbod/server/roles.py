@@ -48,8 +48,9 @@ class BrokerConfigPolicy:
     """The controller's view of which configs exist: the broker's tables (kjbod.broker.topic_config and
     broker_config), their errors turned into the controller's PolicyError."""
 
-    def __init__(self, node_id: int | None) -> None:
+    def __init__(self, node_id: int | None, config: Any = None) -> None:
         self.node_id = node_id  # the broker whose configs this process may change; None: any broker
+        self.config = config  # this process's ServerConfig: the bounds and defaults of group configs
 
     def validate_topic(self, overrides: dict[str, str]) -> None:
         try:
@@ -78,6 +79,32 @@ class BrokerConfigPolicy:
                                           check_static=check_as_static)
         except bc.ConfigProblem as e:
             raise PolicyError(e.code, e.message) from None
+
+    def plan_group(self, overrides: dict[str, str], changes: list[tuple[str, int, str | None]], *,
+                   replace: bool) -> dict[str, str]:
+        config = self.config if self.config is not None else _default_config()
+        try:
+            return bc.plan_group_changes(overrides, changes, replace=replace, bounds=group_bounds(config),
+                                         defaults=bc.group_defaults(config))
+        except bc.ConfigProblem as e:
+            raise PolicyError(e.code, e.message) from None
+
+
+def group_bounds(config: Any) -> dict[str, int]:
+    """The broker keys bounding a group's configs (Kafka's GroupConfig checks), by name."""
+    return {"group.consumer.min.session.timeout.ms": config.group_consumer_min_session_timeout_ms,
+            "group.consumer.max.session.timeout.ms": config.group_consumer_max_session_timeout_ms,
+            "group.consumer.min.heartbeat.interval.ms": config.group_consumer_min_heartbeat_interval_ms,
+            "group.consumer.max.heartbeat.interval.ms": config.group_consumer_max_heartbeat_interval_ms}
+
+
+def _default_config() -> Any:
+    """The group.consumer.* keys at their defaults (a policy built without a config: tests)."""
+    from types import SimpleNamespace
+
+    from kjbod.server.config import KEYS
+
+    return SimpleNamespace(**{d.attr: d.default for k, d in KEYS.items() if k.startswith("group.consumer.")})
 
 
 def check_as_static(key: str, raw: str) -> None:
@@ -151,7 +178,7 @@ def metadata_fetch_service(config: Any, metadata_log: MetadataLog, cluster_id: s
 def _combined_controller(node: BrokerNode, metadata_log: Any) -> QuorumController:
     settings = controller_settings(node.config, node.cluster_id, node.node_id)
     node.metadata_fetch = metadata_fetch_service(node.config, metadata_log, node.cluster_id)
-    return QuorumController(settings, metadata_log, BrokerConfigPolicy(node.node_id), config_aliases=dict(bc.ALIASES))
+    return QuorumController(settings, metadata_log, BrokerConfigPolicy(node.node_id, node.config), config_aliases=dict(bc.ALIASES))
 
 
 def build_combined_node(config: Any) -> BrokerNode:
@@ -219,7 +246,7 @@ class ControllerNode:
         self.metadata_log = MetadataLog(meta_dir, **metadata_log_options(self.config))
         self.metadata_fetch = metadata_fetch_service(self.config, self.metadata_log, self.cluster_id)
         settings = controller_settings(self.config, self.cluster_id, None)
-        self.controller = QuorumController(settings, self.metadata_log, BrokerConfigPolicy(None),
+        self.controller = QuorumController(settings, self.metadata_log, BrokerConfigPolicy(None, self.config),
                                            config_aliases=dict(bc.ALIASES))
         self.metadata = self.controller.load()
         self.controller.add_listener(self._publish)
@@ -253,7 +280,7 @@ class ControllerNode:
                                                    node_id=self.node_id, endpoint=controller_endpoint(self.config),
                                                    leadership=self.raft, endpoints=voters)
         settings = controller_settings(self.config, self.cluster_id, None)
-        self.controller = QuorumController(settings, self.metadata_log, BrokerConfigPolicy(None),
+        self.controller = QuorumController(settings, self.metadata_log, BrokerConfigPolicy(None, self.config),
                                            config_aliases=dict(bc.ALIASES))
         self.metadata = self.controller.attach_quorum(self.raft, records)
         self.controller.add_listener(self._publish)

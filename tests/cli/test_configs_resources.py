@@ -60,7 +60,7 @@ def test_resource_entities() -> None:
     (("--alter", "--all", "--topic", "t", "--add-config", "a=1"), "--all goes with --describe only"),
     (("--describe", "--entity-type", "topics", "--entity-type", "brokers"),
      "Only 'users' and 'clients' entity types may be specified together"),
-    (("--describe", "--entity-type", "groups"), "not served by kjbod configs"),
+    (("--describe", "--entity-type", "groups", "--entity-default"), "--entity-default must not be specified with --describe of groups"),
 ])
 def test_option_mistakes(argv: tuple[str, ...], message: str) -> None:
     with pytest.raises(UserError) as raised:

@@ -374,12 +374,23 @@ def test_the_consumer_keys_reach_the_coordinator():
     assert consumer_config_from(build_config(base)) == ConsumerGroupConfig()  # Kafka's defaults
     cfg = consumer_config_from(SimpleNamespace(**vars(build_config({
         **base, "group.consumer.session.timeout.ms": "7000", "group.consumer.heartbeat.interval.ms": "700",
-        "group.consumer.max.size": "3",
+        "group.consumer.min.session.timeout.ms": "6000", "group.consumer.min.heartbeat.interval.ms": "500",
+        "group.consumer.max.size": "3", "group.consumer.migration.policy": "Upgrade",
         "group.consumer.assignors": "org.apache.kafka.coordinator.group.assignor.RangeAssignor,uniform"}))))
     assert cfg == ConsumerGroupConfig(session_timeout_ms=7000, heartbeat_interval_ms=700,
-                                      assignors=("range", "uniform"), max_size=3)
+                                      assignors=("range", "uniform"), max_size=3, migration_policy="upgrade")
+    with pytest.raises(ConfigError, match="group.consumer.migration.policy"):
+        build_config({**base, "group.consumer.migration.policy": "sideways"})
     with pytest.raises(ConfigError, match="group.consumer.assignors"):
         build_config({**base, "group.consumer.assignors": "sticky"})
+    # Kafka's bounds: the session timeout and heartbeat interval within their min and max keys
+    with pytest.raises(ConfigError, match="group.consumer.min.session.timeout.ms"):
+        build_config({**base, "group.consumer.session.timeout.ms": "7000"})
+    with pytest.raises(ConfigError, match="group.consumer.max.heartbeat.interval.ms"):
+        build_config({**base, "group.consumer.heartbeat.interval.ms": "20000"})
+    with pytest.raises(ConfigError, match="must be less than group.consumer.session.timeout.ms"):
+        build_config({**base, "group.consumer.session.timeout.ms": "6000", "group.consumer.heartbeat.interval.ms": "6000",
+                      "group.consumer.min.session.timeout.ms": "1000", "group.consumer.max.heartbeat.interval.ms": "9000"})
 
 
 def test_the_heartbeat_interval_and_session_timeout_are_the_keys():
@@ -434,7 +445,8 @@ def test_a_classic_group_with_members_keeps_its_id_and_offsets_follow_the_subscr
     week = 7 * 24 * 3600 * 1000
     assert book.expired_offsets(week + 1) == {"g": [("old", 0)]}
     assert book.subscribed_topics(book.groups["g"]) == {"t1"}
-    # a classic JoinGroup to it is refused while it has members
+    # the classic group machinery does not take a JoinGroup to it (the JoinGroup handler hands a classic member of
+    # a consumer group to ConsumerGroups.classic_join: tests/groups/test_group_migration.py)
     answers = []
     book.join(2, "g", "", None, "c", "/h", 10_000, 10_000, "consumer", [("range", b"")], True, answers.append)
     assert answers[0].error_code == ErrorCode.INCONSISTENT_GROUP_PROTOCOL

@@ -65,7 +65,8 @@ def settle(consumers: list[Consumer], partitions: int) -> list[set[int]]:
 
 def test_the_group_survives_a_coordinator_failover(tmp_path):
     settings = {"offsets.topic.num.partitions": "3", "group.consumer.heartbeat.interval.ms": "300",
-                "group.consumer.session.timeout.ms": "30000"}
+                "group.consumer.min.heartbeat.interval.ms": "100", "group.consumer.session.timeout.ms": "30000",
+                "group.consumer.min.session.timeout.ms": "1000"}
     with running_cluster(tmp_path / "cluster", settings, log_dirs=1) as cluster:
         admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
         for f in admin.create_topics([NewTopic(TOPIC, 4, 3)]).values():

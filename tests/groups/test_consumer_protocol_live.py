@@ -57,6 +57,8 @@ OVERRIDES = {
     "group.min.session.timeout.ms": "1000",
     "group.consumer.heartbeat.interval.ms": "300",
     "group.consumer.session.timeout.ms": "6000",
+    "group.consumer.min.heartbeat.interval.ms": "100",
+    "group.consumer.min.session.timeout.ms": "1000",
     "auto.create.topics.enable": "false",
 }
 WAIT_S = 60.0
@@ -355,11 +357,22 @@ def test_bad_requests_get_kafkas_codes(server):
             r = await beat(member_id="m1", member_epoch=0, rebalance_timeout_ms=5000, subscribed_topic_names=[topic],
                            topic_partitions=[], subscribed_topic_regex="t-(")
             assert r.error_code == ErrorCode.INVALID_REGULAR_EXPRESSION and "t-(" in r.error_message
-            # a classic member may not join it
+            # a classic member of another protocol type may not join it; a consumer one is asked for a member id,
+            # and its subscription must decode (tests/groups/test_group_migration*.py: classic members that join)
+            connect = JoinGroupRequest(group_id=group, session_timeout_ms=10000, rebalance_timeout_ms=10000,
+                                       member_id="", protocol_type="connect",
+                                       protocols=[JoinGroupRequestProtocol(name="range", metadata=b"")])
+            r = await conn.request(11, 9, connect, 30.0)
+            assert r.error_code == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
             join = JoinGroupRequest(group_id=group, session_timeout_ms=10000, rebalance_timeout_ms=10000,
                                     member_id="", protocol_type="consumer",
                                     protocols=[JoinGroupRequestProtocol(name="range", metadata=b"")])
             r = await conn.request(11, 9, join, 30.0)
+            assert r.error_code == ErrorCode.MEMBER_ID_REQUIRED and r.member_id
+            known = JoinGroupRequest(group_id=group, session_timeout_ms=10000, rebalance_timeout_ms=10000,
+                                     member_id=r.member_id, protocol_type="consumer",
+                                     protocols=[JoinGroupRequestProtocol(name="range", metadata=b"")])
+            r = await conn.request(11, 9, known, 30.0)
             assert r.error_code == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
             # OffsetCommit v9 with the member's epoch, then a stale one
             def commit(epoch: int, version: int = 9) -> OffsetCommitRequest:

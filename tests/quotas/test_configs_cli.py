@@ -37,7 +37,7 @@ def test_entities_as_kafka_configs_reads_them() -> None:
       "producer_byte_rate=1"), "--entity-name or --entity-default must be specified with each --entity-type for --alter"),
     (("--alter", "--entity-type", "ips", "--entity-type", "users", "--entity-default", "--entity-default",
       "--add-config", "x=1"), "Only 'users' and 'clients' entity types may be specified together"),
-    (("--describe", "--entity-type", "groups"), "not served by kjbod configs"),
+    (("--describe", "--entity-type", "planets", "--entity-name", "x"), "Invalid entity type planets"),
     (("--describe", "--entity-type", "planets"), "Invalid entity type planets"),
     (("--describe", "--user", "a", "--entity-type", "users"), "should not be used in conjunction"),
     (("--alter", "--user", "a", "--add-config", "connection_creation_rate=1"),

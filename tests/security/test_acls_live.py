@@ -641,7 +641,8 @@ def test_authorized_operations_follow_the_acls(node: Node) -> None:
     # READ allows DESCRIBE too; DELETE stays refused
     assert eventually(lambda: _equal(group_ops("alice"), {AclOperation.READ, AclOperation.DESCRIBE}),
                       "alice's group operations") == {AclOperation.READ, AclOperation.DESCRIBE}
-    assert group_ops("admin") == {AclOperation.READ, AclOperation.DESCRIBE, AclOperation.DELETE}
+    assert group_ops("admin") == {AclOperation.READ, AclOperation.DESCRIBE, AclOperation.DELETE,
+                                  AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS}
     admin_client = AdminClient({"bootstrap.servers": node.bootstrap, **confluent_sasl("admin")})
     cluster = admin_client.describe_cluster(include_authorized_operations=True).result(timeout=15)
     assert AclOperation.ALTER in set(cluster.authorized_operations or ())
@@ -812,3 +813,31 @@ def test_client_quotas_need_the_cluster_config_rights_and_a_user_quota_follows_t
 
 def _assert(condition: bool) -> None:
     assert condition
+
+
+def test_group_configs_need_the_config_rights_on_the_group(node: Node) -> None:
+    """A group's configs (KIP-848, config resource GROUP) need DESCRIBE_CONFIGS / ALTER_CONFIGS on that group, as in
+    Kafka's ConfigHelper and ConfigAdminManager; a refusal is GROUP_AUTHORIZATION_FAILED for that resource only."""
+    from kjbod.admin import BrokerResponseError, SyncAdminClient
+    from kjbod.admin.types import ConfigResource
+    from kjbod.net.sasl import SaslCredentials
+
+    add_acls(node, acl("User:alice", "ALTER_CONFIGS", "cfg-mine", kind="GROUP"))
+
+    def client(user: str) -> SyncAdminClient:
+        return SyncAdminClient(node.bootstrap, request_timeout=10, sasl=SaslCredentials("PLAIN", user, USERS[user]))
+
+    interval = "consumer.heartbeat.interval.ms"
+    with client("alice") as alice:
+        # ALTER_CONFIGS implies DESCRIBE_CONFIGS
+        eventually(lambda: alice.incremental_alter_configs({ConfigResource.group("cfg-mine"): {interval: "6000"}}),
+                   "alice altering her group's configs")
+        mine = alice.describe_configs([ConfigResource.group("cfg-mine")])[ConfigResource.group("cfg-mine")]
+        assert mine[interval].value == "6000"
+        results = alice.incremental_alter_configs({ConfigResource.group("cfg-other"): {interval: "6000"}},
+                                                  raise_on_error=False)
+        (result,) = results.values()
+        assert result.error is not None and result.error.code == 30  # GROUP_AUTHORIZATION_FAILED
+        with pytest.raises(BrokerResponseError) as refused:
+            alice.describe_configs([ConfigResource.group("cfg-other")])
+        assert refused.value.code == 30

@@ -21,9 +21,17 @@ leaves with epoch -1; a static member (instance id) with -2 keeps its place and 
 ends.  Timers: a member not heard from for group.consumer.session.timeout.ms is removed; a member that does not
 revoke within its rebalance timeout is removed too; both bump the group epoch.
 
+Classic members (KIP-848's mixed groups, Kafka 3.8+): a consumer using the classic protocol may be a member of a
+consumer group (`classic_join`, `classic_sync`, `classic_heartbeat`, `classic_leave`): it is a member like any
+other, with its JoinGroup's protocols and session timeout kept beside it (ClassicMeta, tag 0 of its member
+record), and it learns of each step through REBALANCE_IN_PROGRESS and a new JoinGroup.  Converting a whole group
+between the protocols (`upgrade`, `downgrade`) is done by the owner of the classic groups, under
+group.consumer.migration.policy.
+
 Nothing here reads a clock, sleeps or writes: the asyncio shell (kjbod.broker.groups.coordinator) passes the time,
 a view of the metadata image, turns the group's state into `__consumer_offsets` records (kjbod.broker.groups.records)
-and calls `tick(now)`.  A regex subscription (Python's `re`, the whole topic name matching, internal topics left
+and calls `tick(now)`.  A group's own configs (consumer.session.timeout.ms, consumer.heartbeat.interval.ms: KIP-848's
+per-group configs, ConfigRecords of resource type 32) replace the broker's keys for its members.  A regex subscription (Python's `re`, the whole topic name matching, internal topics left
 out) is resolved again against the image's topic names on every heartbeat of the group.
 """
 
@@ -81,6 +89,29 @@ class ConsumerGroupConfig:
     heartbeat_interval_ms: int = 5000  # group.consumer.heartbeat.interval.ms
     assignors: tuple[str, ...] = ("uniform", "range")  # group.consumer.assignors: the first is the default
     max_size: int = 2**31 - 1  # group.consumer.max.size
+    migration_policy: str = "bidirectional"  # group.consumer.migration.policy
+    classic_max_size: int = 2**31 - 1  # group.max.size: a downgrade never makes a classic group larger
+
+    @property
+    def upgrade_enabled(self) -> bool:
+        return self.migration_policy in ("upgrade", "bidirectional")
+
+    @property
+    def downgrade_enabled(self) -> bool:
+        return self.migration_policy in ("downgrade", "bidirectional")
+
+
+@dataclass(frozen=True, slots=True)
+class ClassicMeta:
+    """What a member using the classic protocol inside a consumer group has besides a consumer member's fields
+    (Kafka's ClassicMemberMetadata): its session timeout and the protocols of its JoinGroup."""
+
+    session_timeout_ms: int
+    protocols: tuple[tuple[str, bytes], ...]
+
+    @property
+    def protocol_name(self) -> str:
+        return self.protocols[0][0] if self.protocols else ""
 
 
 @dataclass(slots=True)
@@ -99,6 +130,7 @@ class ConsumerMember:
     state: MemberState = MemberState.STABLE
     assigned: Assignment = field(default_factory=dict)
     pending_revocation: Assignment = field(default_factory=dict)
+    classic: ClassicMeta | None = None  # set for a member that joined with the classic protocol
     # not persisted: timers
     session_deadline_ms: int = 0
     rebalance_deadline_ms: int = -1  # while UNREVOKED_PARTITIONS: when the member is removed if still there
@@ -108,7 +140,7 @@ class ConsumerMember:
         return (self.instance_id, self.rack_id, self.client_id, self.client_host, self.subscribed_topic_names,
                 self.subscribed_topic_regex, self.rebalance_timeout_ms, self.server_assignor, self.member_epoch,
                 self.previous_member_epoch, self.state, tuple(sorted(self.assigned.items(), key=str)),
-                tuple(sorted(self.pending_revocation.items(), key=str)))
+                tuple(sorted(self.pending_revocation.items(), key=str)), self.classic)
 
     def reconciled_to(self, epoch: int) -> bool:
         return self.state is MemberState.STABLE and self.member_epoch == epoch
@@ -199,6 +231,18 @@ class MemberHeartbeatResult:
     assignment: Assignment | None = None
     # whether anything the group's records hold changed (else the heartbeat has nothing to write)
     changed: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class ClassicJoin:
+    """A classic member's JoinGroup to a consumer group: its answer (the generation is its member epoch)."""
+
+    error_code: int
+    member_id: str
+    generation_id: int = -1
+    protocol_name: str = ""
+    message: str | None = None
+    changed: bool = False  # whether the group's records must be written before the answer goes out
 
 
 class HeartbeatError(Exception):
@@ -384,10 +428,25 @@ class ConsumerGroups:
     has members (then the id is taken)."""
 
     def __init__(self, config: ConsumerGroupConfig, groups: dict[str, ConsumerGroup],
-                 classic_busy: Callable[[str], bool] = lambda gid: False) -> None:
+                 classic_busy: Callable[[str], bool] = lambda gid: False,
+                 group_configs: Callable[[str], Mapping[str, int]] | None = None) -> None:
         self.config = config
         self.groups = groups
         self.classic_busy = classic_busy
+        # group id -> its per-group configs (KIP-848's consumer.session.timeout.ms and
+        # consumer.heartbeat.interval.ms, from the metadata image); a key it lacks is the broker's
+        self.group_configs = group_configs or (lambda gid: {})
+        # Online migration (set by the owner of the classic groups, kjbod.broker.groups.state.GroupBook):
+        # `upgrade(now, group id, topics)` turns the classic group of that id into a consumer group (or None when it
+        # may not be), `downgrade(now, group, leaving member id)` turns a consumer group into a classic one.
+        self.upgrade: Callable[[int, str, TopicLookup], ConsumerGroup | None] | None = None
+        self.downgrade: Callable[[int, ConsumerGroup, str], None] | None = None
+
+    def session_timeout_ms(self, group_id: str) -> int:
+        return self.group_configs(group_id).get("consumer.session.timeout.ms", self.config.session_timeout_ms)
+
+    def heartbeat_interval_ms(self, group_id: str) -> int:
+        return self.group_configs(group_id).get("consumer.heartbeat.interval.ms", self.config.heartbeat_interval_ms)
 
     @property
     def default_assignor(self) -> str:
@@ -447,15 +506,26 @@ class ConsumerGroups:
         except HeartbeatError as e:
             return MemberHeartbeatResult(error_code=e.code, error_message=e.message)
 
-    def _group(self, group_id: str, create: bool) -> ConsumerGroup:
+    def _group(self, group_id: str, create: bool, now: int = 0, topics: TopicLookup | None = None) -> ConsumerGroup:
         group = self.groups.get(group_id)
         if group is None:
             if not create:
                 raise HeartbeatError(ErrorCode.GROUP_ID_NOT_FOUND, f"Consumer group {group_id} not found.")
             if self.classic_busy(group_id):
-                raise HeartbeatError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.")
+                # a classic group with members: upgraded when the policy and the group allow it (Kafka's
+                # validateOnlineUpgrade), else the id is taken
+                upgraded = self.upgrade(now, group_id, topics or (lambda name: None)) \
+                    if self.upgrade is not None else None
+                if upgraded is None:
+                    raise HeartbeatError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.")
+                self.groups[group_id] = upgraded
+                return upgraded
             group = self.groups[group_id] = ConsumerGroup(group_id)
         return group
+
+    def _session_ms(self, group_id: str, member: ConsumerMember) -> int:
+        """A classic member's own session timeout (from its JoinGroup), else the group's."""
+        return member.classic.session_timeout_ms if member.classic is not None else self.session_timeout_ms(group_id)
 
     @staticmethod
     def _check_epoch(member: ConsumerMember, received: int, owned: Assignment | None) -> None:
@@ -515,7 +585,7 @@ class ConsumerGroups:
 
     def _heartbeat(self, now: int, r: MemberHeartbeat, topics: TopicLookup,
                    names: TopicNames | None) -> MemberHeartbeatResult:
-        group = self._group(r.group_id, create=r.member_epoch == 0)
+        group = self._group(r.group_id, r.member_epoch == 0, now, topics)
         member_id = r.member_id or base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         if len(group.members) >= self.config.max_size and member_id not in group.members and \
                 (r.instance_id is None or r.instance_id not in group.static):
@@ -570,15 +640,211 @@ class ConsumerGroups:
                     member.rebalance_deadline_ms = now + max(member.rebalance_timeout_ms, 0)
             else:
                 member.rebalance_deadline_ms = -1
-        member.session_deadline_ms = now + self.config.session_timeout_ms
+        member.session_deadline_ms = now + self.session_timeout_ms(group.group_id)
         full = r.member_epoch == 0 or (r.rebalance_timeout_ms != -1 and r.subscribed_topic_names is not None
                                        and r.owned is not None)
         changed = before_assigned is None or before_assigned != member.assigned
         stored_after = (group.group_epoch, group.assignment_epoch, len(group.members), member.stored())
         return MemberHeartbeatResult(changed=member is not old or stored_before != stored_after,
                                      member_id=member_id, member_epoch=member.member_epoch,
-                               heartbeat_interval_ms=self.config.heartbeat_interval_ms,
+                               heartbeat_interval_ms=self.heartbeat_interval_ms(group.group_id),
                                assignment=dict(member.assigned) if full or changed else None)
+
+    # -------------------------------------------------------------------------------------- classic members
+    # A classic consumer (JoinGroup/SyncGroup/Heartbeat/LeaveGroup) in a consumer group, as Kafka serves it: its
+    # JoinGroup is one step of the same three (its subscription and owned partitions read from the protocol
+    # metadata, the generation answered is its member epoch, nobody is asked to assign), its SyncGroup returns the
+    # partitions it is assigned now, and its Heartbeat says REBALANCE_IN_PROGRESS whenever it must join again to
+    # move on (the group epoch is ahead of it, it must give partitions up, or partitions it waits for are free).
+    def classic_join(self, now: int, group_id: str, member_id: str, instance_id: str | None, client_id: str,
+                     client_host: str, session_timeout_ms: int, rebalance_timeout_ms: int, protocol_type: str,
+                     protocols: list[tuple[str, bytes]], require_known_member_id: bool, topics: TopicLookup,
+                     names: TopicNames | None = None) -> ClassicJoin:
+        from kjbod.broker.groups import embedded
+
+        group = self.groups[group_id]
+        if not self.supports_classic(group, protocol_type, [n for n, _ in protocols]):
+            return ClassicJoin(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id,
+                               message=f"Member {member_id}'s protocols are not supported.")
+        unknown = member_id == ""
+        if unknown:
+            member_id = str(uuid.uuid4())
+        if len(group.members) >= self.config.max_size and member_id not in group.members and \
+                (instance_id is None or instance_id not in group.static):
+            return ClassicJoin(ErrorCode.GROUP_MAX_SIZE_REACHED, member_id)
+        if unknown and require_known_member_id and instance_id is None:
+            return ClassicJoin(ErrorCode.MEMBER_ID_REQUIRED, member_id)
+        try:
+            subscription = embedded.read_subscription(protocols[0][1])
+        except embedded.EmbeddedProtocolError as e:
+            return ClassicJoin(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id,
+                               message=f"The consumer protocol metadata does not decode: {e}")
+        replaced: ConsumerMember | None = None
+        old = group.members.get(member_id)
+        if instance_id is not None:
+            known = group.static.get(instance_id)
+            if known is not None and known != member_id:
+                if not unknown:
+                    return ClassicJoin(ErrorCode.FENCED_INSTANCE_ID, member_id)
+                replaced = group.members.get(known)
+        stored_before = (group.group_epoch, group.assignment_epoch, len(group.members),
+                         old.stored() if old is not None else None)
+        if old is not None:
+            member = old
+        elif replaced is not None:  # a restarted static member takes the old one's place and partitions
+            member = ConsumerMember(member_id, instance_id=instance_id, member_epoch=replaced.member_epoch,
+                                    previous_member_epoch=replaced.previous_member_epoch, state=replaced.state,
+                                    assigned=dict(replaced.assigned),
+                                    pending_revocation=dict(replaced.pending_revocation),
+                                    subscribed_topic_names=replaced.subscribed_topic_names)
+        else:
+            member = ConsumerMember(member_id, instance_id=instance_id)
+        before_subscription = old.subscription_key() if old is not None else \
+            (replaced.subscription_key() if replaced is not None else None)
+        member.rack_id = subscription.rack_id or member.rack_id
+        member.rebalance_timeout_ms = rebalance_timeout_ms
+        member.server_assignor = None
+        member.subscribed_topic_names = tuple(subscription.topics)
+        member.subscribed_topic_regex = None
+        member.client_id, member.client_host = client_id, client_host
+        member.classic = ClassicMeta(session_timeout_ms, tuple(protocols))
+        if member is not old:
+            if replaced is not None:
+                group.members.pop(replaced.member_id, None)
+                group.target[member_id] = group.target.pop(replaced.member_id, {})
+            if instance_id is not None:
+                group.static[instance_id] = member_id
+            group.members[member_id] = member
+        bump = before_subscription != member.subscription_key()
+        if self._refresh_topics(group, topics, names):
+            bump = True
+        if bump:
+            group.group_epoch += 1
+        if group.group_epoch > group.assignment_epoch:
+            self._assign(group)
+        owned: Assignment = {}
+        for name, parts in subscription.owned.items():
+            meta = group.topics.get(name) or topics(name)
+            if meta is not None:
+                owned[meta.topic_id] = parts
+        if not member.reconciled_to(group.assignment_epoch):
+            epochs = group.partition_epochs()
+            was = member.state, member.member_epoch
+            reconcile(member, group.assignment_epoch, group.target.get(member_id, {}),
+                      lambda t, p: epochs.get((t, p), -1), owned)
+            if member.state is MemberState.UNREVOKED_PARTITIONS:
+                if was != (member.state, member.member_epoch) or member.rebalance_deadline_ms < 0:
+                    member.rebalance_deadline_ms = now + max(member.rebalance_timeout_ms, 0)
+            else:
+                member.rebalance_deadline_ms = -1
+        member.session_deadline_ms = now + session_timeout_ms
+        stored_after = (group.group_epoch, group.assignment_epoch, len(group.members), member.stored())
+        return ClassicJoin(ErrorCode.NONE, member_id, member.member_epoch, member.classic.protocol_name,
+                           changed=member is not old or stored_before != stored_after)
+
+    @staticmethod
+    def supports_classic(group: ConsumerGroup, protocol_type: str, names: list[str]) -> bool:
+        """Kafka's supportsClassicProtocols: the consumer protocol type, and a protocol every classic member has."""
+        if protocol_type != "consumer" or not names:
+            return False
+        common: set[str] | None = None
+        for m in group.members.values():
+            if m.classic is not None:
+                mine = {n for n, _ in m.classic.protocols}
+                common = mine if common is None else common & mine
+        return common is None or bool(common & set(names))
+
+    def _classic_member(self, group_id: str, member_id: str, instance_id: str | None) -> ConsumerMember:
+        group = self.groups[group_id]
+        if instance_id is None:
+            member = group.members.get(member_id)
+            if member is None:
+                raise HeartbeatError(ErrorCode.UNKNOWN_MEMBER_ID,
+                                     f"Member {member_id} is not a member of group {group_id}.")
+        else:
+            known = group.static.get(instance_id)
+            member = group.members.get(known) if known is not None else None
+            if member is None:
+                raise HeartbeatError(ErrorCode.UNKNOWN_MEMBER_ID,
+                                     f"Member with instance id {instance_id} is not a member of group {group_id}.")
+            if member_id and member.member_id != member_id:
+                raise HeartbeatError(ErrorCode.FENCED_INSTANCE_ID,
+                                     f"Static member {member_id} with instance id {instance_id} was fenced by "
+                                     f"member {member.member_id}.")
+        if member.classic is None:
+            raise HeartbeatError(ErrorCode.UNKNOWN_MEMBER_ID, f"Member {member.member_id} does not use the classic "
+                                                              "protocol.")
+        return member
+
+    def classic_sync(self, now: int, group_id: str, member_id: str, instance_id: str | None, generation_id: int,
+                     protocol_type: str | None, protocol_name: str | None) -> tuple[int, bytes, str]:
+        """(error code, the member's assignment in the consumer protocol, protocol name)."""
+        from kjbod.broker.groups import embedded
+
+        group = self.groups[group_id]
+        try:
+            member = self._classic_member(group_id, member_id, instance_id)
+        except HeartbeatError as e:
+            return e.code, b"", ""
+        assert member.classic is not None
+        if generation_id != member.member_epoch:
+            return ErrorCode.ILLEGAL_GENERATION, b"", ""
+        name = member.classic.protocol_name
+        if (protocol_type is not None and protocol_type != "consumer") or \
+                (protocol_name is not None and protocol_name != name):
+            return ErrorCode.INCONSISTENT_GROUP_PROTOCOL, b"", ""
+        if group.group_epoch > member.member_epoch and member.state is not MemberState.UNREVOKED_PARTITIONS:
+            return ErrorCode.REBALANCE_IN_PROGRESS, b"", ""
+        member.session_deadline_ms = now + member.classic.session_timeout_ms
+        names = {t.topic_id: t.name for t in group.topics.values()}
+        try:
+            version = embedded.read_version(member.classic.protocols[0][1])
+        except embedded.EmbeddedProtocolError:
+            version = 0
+        data = embedded.write_assignment([(names[tid], ps) for tid, ps in member.assigned.items() if tid in names],
+                                         version)
+        return ErrorCode.NONE, data, name
+
+    def classic_heartbeat(self, now: int, group_id: str, member_id: str, instance_id: str | None,
+                          generation_id: int) -> int:
+        group = self.groups[group_id]
+        try:
+            member = self._classic_member(group_id, member_id, instance_id)
+        except HeartbeatError as e:
+            return e.code
+        assert member.classic is not None
+        if generation_id != member.member_epoch:
+            return ErrorCode.ILLEGAL_GENERATION
+        member.session_deadline_ms = now + member.classic.session_timeout_ms
+        if member.member_epoch < group.group_epoch or member.state is MemberState.UNREVOKED_PARTITIONS or \
+                (member.state is MemberState.UNRELEASED_PARTITIONS and not self._waiting(group, member)):
+            return ErrorCode.REBALANCE_IN_PROGRESS
+        return ErrorCode.NONE
+
+    @staticmethod
+    def _waiting(group: ConsumerGroup, member: ConsumerMember) -> bool:
+        """Whether a partition of the member's target that it does not have yet is still held by another member."""
+        epochs = group.partition_epochs()
+        for tid, parts in group.target.get(member.member_id, {}).items():
+            mine = member.assigned.get(tid, frozenset())
+            if any((tid, p) in epochs for p in parts - mine):
+                return True
+        return False
+
+    def classic_leave(self, now: int, group_id: str, leaving: list[tuple[str, str | None]],
+                      topics: TopicLookup | None = None) -> list[int]:
+        """LeaveGroup of classic members of a consumer group: one code per (member id, instance id)."""
+        group = self.groups[group_id]
+        codes: list[int] = []
+        for member_id, instance_id in leaving:
+            try:
+                member = self._classic_member(group_id, member_id, instance_id)
+            except HeartbeatError as e:
+                codes.append(e.code)
+                continue
+            self.remove_member(group, member.member_id, topics, now=now, may_downgrade=False)
+            codes.append(ErrorCode.NONE)
+        return codes
 
     def _refresh_topics(self, group: ConsumerGroup, topics: TopicLookup, names: TopicNames | None = None) -> bool:
         """The subscription metadata from the image (regexes resolved again when `names` is given); True when it
@@ -627,16 +893,23 @@ class ConsumerGroups:
                 # a static member away for a while: its place and partitions are kept until its session ends
                 _set_epoch(member, LEAVE_GROUP_STATIC_EPOCH)
                 member.pending_revocation = {}
-                member.session_deadline_ms = now + self.config.session_timeout_ms
+                member.session_deadline_ms = now + self.session_timeout_ms(group.group_id)
                 return MemberHeartbeatResult(member_id=member.member_id, member_epoch=LEAVE_GROUP_STATIC_EPOCH)
-        self.remove_member(group, member.member_id, topics)
+        self.remove_member(group, member.member_id, topics, now=now)
         return MemberHeartbeatResult(member_id=r.member_id, member_epoch=r.member_epoch)
 
-    def remove_member(self, group: ConsumerGroup, member_id: str, topics: TopicLookup | None = None) -> None:
-        """A member is gone (left, fenced, timed out): its partitions are free, the group epoch goes up."""
-        member = group.members.pop(member_id, None)
+    def remove_member(self, group: ConsumerGroup, member_id: str, topics: TopicLookup | None = None, *,
+                      now: int = 0, may_downgrade: bool = True) -> None:
+        """A member is gone (left, fenced, timed out): its partitions are free, the group epoch goes up.  When every
+        other member uses the classic protocol and the policy allows, the group becomes a classic group instead
+        (Kafka's online downgrade; not on a classic LeaveGroup, as in Kafka)."""
+        member = group.members.get(member_id)
         if member is None:
             return
+        if may_downgrade and self.downgrade is not None and self._may_downgrade(group, member_id):
+            self.downgrade(now, group, member_id)
+            return
+        del group.members[member_id]
         group.target.pop(member_id, None)
         if member.instance_id is not None and group.static.get(member.instance_id) == member_id:
             del group.static[member.instance_id]
@@ -646,25 +919,32 @@ class ConsumerGroups:
             group.topics = {n: t for n, t in group.topics.items() if n in group.subscribed_topics()}
         group.group_epoch += 1
 
+    def _may_downgrade(self, group: ConsumerGroup, leaving: str) -> bool:
+        """Kafka's validateOnlineDowngradeWithFencedMember."""
+        others = [m for mid, m in group.members.items() if mid != leaving]
+        return bool(others) and all(m.classic is not None for m in others) and self.config.downgrade_enabled \
+            and len(others) <= self.config.classic_max_size
+
     # -------------------------------------------------------------------------------------- timers
     def tick(self, now: int) -> list[str]:
         """Removes members whose session ended or who did not revoke in time; the ids of the groups changed."""
         changed = []
-        for gid, group in self.groups.items():
+        for gid, group in list(self.groups.items()):
             gone = [m.member_id for m in group.members.values()
                     if m.session_deadline_ms <= now
                     or (m.state is MemberState.UNREVOKED_PARTITIONS and 0 <= m.rebalance_deadline_ms <= now)]
             for mid in gone:
-                self.remove_member(group, mid)
+                if self.groups.get(gid) is group:  # (a downgrade takes the group away)
+                    self.remove_member(group, mid, now=now)
             if gone:
                 changed.append(gid)
         return changed
 
     def touch_all(self, now: int) -> None:
         """Every member's session starts now (after a load: the coordinator has not heard from them yet)."""
-        for group in self.groups.values():
+        for gid, group in self.groups.items():
             for m in group.members.values():
-                m.session_deadline_ms = now + self.config.session_timeout_ms
+                m.session_deadline_ms = now + self._session_ms(gid, m)
                 if m.state is MemberState.UNREVOKED_PARTITIONS:
                     m.rebalance_deadline_ms = now + max(m.rebalance_timeout_ms, 0)
 
@@ -678,12 +958,13 @@ class ConsumerGroups:
         member = group.members.get(member_id)
         if member is None:
             return ErrorCode.UNKNOWN_MEMBER_ID
-        if not transactional and version < 9:
+        if not transactional and version < 9 and member.classic is None:
             return ErrorCode.UNSUPPORTED_VERSION
         if member_epoch == member.member_epoch:
             return ErrorCode.NONE
-        # TxnOffsetCommit has no STALE_MEMBER_EPOCH: Kafka answers ILLEGAL_GENERATION there
-        return ErrorCode.ILLEGAL_GENERATION if transactional else ErrorCode.STALE_MEMBER_EPOCH
+        # TxnOffsetCommit has no STALE_MEMBER_EPOCH: Kafka answers ILLEGAL_GENERATION there, and to a classic member
+        return ErrorCode.ILLEGAL_GENERATION if transactional or member.classic is not None \
+            else ErrorCode.STALE_MEMBER_EPOCH
 
     def check_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> int:
         group = self.groups[group_id]
@@ -692,4 +973,6 @@ class ConsumerGroups:
         member = group.members.get(member_id or "")
         if member is None:
             return ErrorCode.UNKNOWN_MEMBER_ID
-        return ErrorCode.STALE_MEMBER_EPOCH if member_epoch != member.member_epoch else ErrorCode.NONE
+        if member_epoch == member.member_epoch:
+            return ErrorCode.NONE
+        return ErrorCode.ILLEGAL_GENERATION if member.classic is not None else ErrorCode.STALE_MEMBER_EPOCH

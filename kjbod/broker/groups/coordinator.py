@@ -27,6 +27,7 @@ from typing import Any
 
 import structlog
 
+from kjbod.broker import broker_config as bc
 from kjbod.broker.coordinator_host import CoordinatorHost
 from kjbod.broker.coordinator_host import InternalRequest as _InternalRequest
 from kjbod.broker.coordinator_host import java_string_hash as java_string_hash
@@ -43,7 +44,15 @@ from kjbod.broker.groups.consumer import (
     MemberHeartbeatResult,
     TopicMeta,
 )
-from kjbod.broker.groups.state import CommittedOffset, Group, GroupBook, GroupConfig, GroupState, Member
+from kjbod.broker.groups.state import (
+    CommittedOffset,
+    Group,
+    GroupBook,
+    GroupConfig,
+    GroupState,
+    JoinResult,
+    Member,
+)
 from kjbod.protocol.errors import ErrorCode
 from kjbod.storage.records import build_batch
 
@@ -108,7 +117,9 @@ def consumer_config_from(config: Any) -> ConsumerGroupConfig:
         session_timeout_ms=config.group_consumer_session_timeout_ms,
         heartbeat_interval_ms=config.group_consumer_heartbeat_interval_ms,
         assignors=tuple(ASSIGNOR_CLASSES.get(a, a) for a in config.group_consumer_assignors),
-        max_size=config.group_consumer_max_size)
+        max_size=config.group_consumer_max_size,
+        migration_policy=config.group_consumer_migration_policy,
+        classic_max_size=config.group_max_size)
 
 
 def coordinator_of(node: Any) -> GroupCoordinator:
@@ -131,7 +142,8 @@ class GroupCoordinator(CoordinatorHost):
         super().__init__(node, num_partitions, replication_factor)
         self.expiry_interval_ms = expiry_interval_ms  # offsets.retention.check.interval.ms
         self.config = config
-        self.book = GroupBook(config, persist=self._store_group, consumer_config=consumer_config_from(node.config))
+        self.book = GroupBook(config, persist=self._store_group, consumer_config=consumer_config_from(node.config),
+                              group_configs=self.group_configs)
         # consumer group id -> the records last written for it (key -> value): what the next write is a diff of
         self._consumer_records: dict[str, dict[bytes, bytes]] = {}
         self._unwritten: set[str] = set()  # consumer groups whose last write failed: the next heartbeat writes
@@ -317,6 +329,11 @@ class GroupCoordinator(CoordinatorHost):
         self._spawn(write())
 
     # ------------------------------------------------------------------------------------------- consumer groups
+    def group_configs(self, group_id: str) -> dict[str, int]:
+        """The group's own configs (KIP-848, ConfigRecords of resource type 32 in the metadata image)."""
+        overrides = self.node.metadata.resource_configs(bc.GROUP, group_id)
+        return {k: v for k, v in bc.group_values(self.node.config, overrides).items() if k in overrides}
+
     def topic_meta(self, name: str) -> TopicMeta | None:
         topic = self.node.metadata.topic(name)
         if topic is None:
@@ -331,8 +348,8 @@ class GroupCoordinator(CoordinatorHost):
         answer goes out once they are committed (else the write's error code)."""
         result = self.book.consumer.heartbeat(now_ms(), request, self.topic_meta, self.topic_names)
         gid = request.group_id
-        if result.error_code or gid not in self.book.consumer_groups or \
-                (not result.changed and gid not in self._unwritten):
+        if gid not in self.book.converted and (result.error_code or gid not in self.book.consumer_groups or
+                                               (not result.changed and gid not in self._unwritten)):
             return result  # a steady heartbeat changes nothing the records hold: nothing to write
         code = await self.persist_consumer(request.group_id)
         if code:
@@ -340,12 +357,27 @@ class GroupCoordinator(CoordinatorHost):
         return result
 
     async def persist_consumer(self, group_id: str) -> int:
-        """Writes what changed in a consumer group since its last write; the partition's error code."""
+        """Writes what changed in a consumer group since its last write; the partition's error code.  A group
+        just converted between the protocols is written as Kafka writes the conversion, in one batch: an upgrade
+        tombstones the classic group's metadata and writes every record of the consumer group; a downgrade
+        tombstones every consumer group record and writes the classic group's metadata."""
+        conversion = self.book.converted.pop(group_id, None)
         cg = self.book.consumer_groups.get(group_id)
+        if conversion == "downgrade" or (cg is None and group_id in self._consumer_records):
+            group = self.book.groups.get(group_id)
+            pairs: list[tuple[bytes, bytes | None]] = rec.records_between(self._consumer_records.pop(group_id, {}), {})
+            self._unwritten.discard(group_id)
+            if group is not None and group.members:
+                pairs.append((rec.group_key(group_id), rec.group_value(snapshot(group))))
+            log.info("consumer_group_downgraded", group=group_id)
+            return await self.append(group_id, pairs) if pairs else ErrorCode.NONE
         if cg is None:
             return ErrorCode.NONE
         after = rec.consumer_group_records(cg)
         pairs = rec.records_between(self._consumer_records.get(group_id, {}), after)
+        if conversion == "upgrade":
+            pairs.insert(0, (rec.group_key(group_id), None))
+            log.info("classic_group_upgraded", group=group_id, members=len(cg.members))
         if not pairs:
             return ErrorCode.NONE
         try:
@@ -360,6 +392,30 @@ class GroupCoordinator(CoordinatorHost):
         elif code:
             self._unwritten.add(group_id)
         return code
+
+    async def classic_join(self, group_id: str, member_id: str, instance_id: str | None, client_id: str,
+                           client_host: str, session_timeout_ms: int, rebalance_timeout_ms: int, protocol_type: str,
+                           protocols: list[tuple[str, bytes]], require_known_member_id: bool) -> JoinResult:
+        """A classic JoinGroup to a consumer group with members (KIP-848's mixed groups): the group moves on, its
+        records are written, then the member is answered (its generation is its member epoch)."""
+        r = self.book.consumer.classic_join(now_ms(), group_id, member_id, instance_id, client_id, client_host,
+                                            session_timeout_ms, rebalance_timeout_ms, protocol_type, protocols,
+                                            require_known_member_id, self.topic_meta, self.topic_names)
+        if r.error_code:
+            return JoinResult(r.error_code, r.member_id)
+        if r.changed or group_id in self._unwritten or group_id in self.book.converted:
+            code = await self.persist_consumer(group_id)
+            if code:
+                return JoinResult(code, r.member_id)
+        return JoinResult(ErrorCode.NONE, r.member_id, r.generation_id, "consumer", r.protocol_name, "")
+
+    async def classic_leave(self, group_id: str, leaving: list[tuple[str, str | None]]) -> list[int]:
+        codes = self.book.consumer.classic_leave(now_ms(), group_id, leaving, self.topic_meta)
+        if any(c == 0 for c in codes):
+            code = await self.persist_consumer(group_id)
+            if code:
+                return [code if c == 0 else c for c in codes]
+        return codes
 
     async def drop_consumer_group(self, group_id: str) -> int:
         """Tombstones every record of an (empty) consumer group and forgets it; its offsets stay.  Forgotten before

@@ -32,7 +32,8 @@ strings and arrays: an unsigned varint of length + 1, 0 for null; a tagged-field
   key 5  ConsumerGroupMemberMetadata:         value: instance id?, rack id?, client id, client host,
                                                       subscribed topic names [string], regex?, rebalance
                                                       timeout (int32), server assignor?  (tag 0: a classic
-                                                      member's protocols, never written here)
+                                                      member's session timeout and protocols [name,
+                                                      metadata (bytes)], KIP-848's online migration)
   key 6  ConsumerGroupTargetAssignmentMetadata: value: assignment epoch (int32)
   key 7  ConsumerGroupTargetAssignmentMember: value: topic partitions [topic id, partitions [int32]]
   key 8  ConsumerGroupCurrentMemberAssignment: value: member epoch, previous member epoch (int32), state
@@ -52,6 +53,7 @@ from uuid import UUID
 
 from kjbod.broker.groups.consumer import (
     Assignment,
+    ClassicMeta,
     ConsumerGroup,
     ConsumerMember,
     MemberState,
@@ -324,6 +326,33 @@ class _FlexReader(_Reader):
                 raise RecordFormatError("truncated tagged field")
             self.pos += size
 
+    def cbytes(self) -> bytes:
+        n = self.uvarint() - 1
+        if n < 0 or self.pos + n > len(self.buf):
+            raise RecordFormatError("bad bytes length")
+        b = bytes(self.buf[self.pos:self.pos + n])
+        self.pos += n
+        return b
+
+    def classic_tag(self) -> ClassicMeta | None:
+        """The tagged fields closing a ConsumerGroupMemberMetadataValue: tag 0 is a classic member's metadata."""
+        found = None
+        for _ in range(self.uvarint()):
+            tag, size = self.uvarint(), self.uvarint()
+            end = self.pos + size
+            if end > len(self.buf):
+                raise RecordFormatError("truncated tagged field")
+            if tag == 0:
+                session = self.int32()
+                protocols = []
+                for _ in range(self.count()):
+                    name = self.cstr() or ""
+                    protocols.append((name, self.cbytes()))
+                    self.tags()
+                found = ClassicMeta(session, tuple(protocols))
+            self.pos = end
+        return found
+
     def partitions(self) -> Assignment:
         out: Assignment = {}
         for _ in range(self.count()):
@@ -342,10 +371,17 @@ def consumer_group_records(g: ConsumerGroup) -> dict[bytes, bytes]:
     gid = g.group_id
     out: dict[bytes, bytes] = {}
     for mid, m in g.members.items():
-        out[consumer_key(CG_MEMBER, gid, mid)] = _value(
-            _cstr(m.instance_id) + _cstr(m.rack_id) + _cstr(m.client_id) + _cstr(m.client_host)
-            + _carray([_cstr(t) for t in m.subscribed_topic_names]) + _cstr(m.subscribed_topic_regex)
-            + _I.pack(m.rebalance_timeout_ms) + _cstr(m.server_assignor))
+        fields = (_cstr(m.instance_id) + _cstr(m.rack_id) + _cstr(m.client_id) + _cstr(m.client_host)
+                  + _carray([_cstr(t) for t in m.subscribed_topic_names]) + _cstr(m.subscribed_topic_regex)
+                  + _I.pack(m.rebalance_timeout_ms) + _cstr(m.server_assignor))
+        if m.classic is None:
+            out[consumer_key(CG_MEMBER, gid, mid)] = _value(fields)
+        else:  # tag 0: ClassicMemberMetadata (session timeout, [name, metadata]), a struct with its own tags
+            classic = _I.pack(m.classic.session_timeout_ms) + _carray([
+                _cstr(name) + write_uvarint(len(meta) + 1) + meta + _NO_TAGS
+                for name, meta in m.classic.protocols]) + _NO_TAGS
+            out[consumer_key(CG_MEMBER, gid, mid)] = (_H.pack(0) + fields + write_uvarint(1) + write_uvarint(0)
+                                                      + write_uvarint(len(classic)) + classic)
     out[consumer_key(CG_PARTITION_METADATA, gid)] = _value(_carray([
         t.topic_id.bytes + _cstr(t.name) + _I.pack(t.num_partitions) + _carray([]) + _NO_TAGS
         for t in sorted(g.topics.values(), key=lambda t: t.name)]))
@@ -401,6 +437,7 @@ def consumer_group_of(group_id: str, values: Mapping[ConsumerKey, bytes]) -> Con
             m.instance_id, m.rack_id, m.client_id, m.client_host = r.cstr(), r.cstr(), r.cstr() or "", r.cstr() or ""
             m.subscribed_topic_names = tuple(r.cstr() or "" for _ in range(r.count()))
             m.subscribed_topic_regex, m.rebalance_timeout_ms, m.server_assignor = r.cstr(), r.int32(), r.cstr()
+            m.classic = r.classic_tag()
             if m.instance_id is not None:
                 g.static[m.instance_id] = key.member
         elif key.kind == CG_TARGET_MEMBER:

@@ -21,6 +21,11 @@ Dead):
   its session timeout.  SyncGroups still waiting are answered REBALANCE_IN_PROGRESS.
 * Any → Dead: the group is deleted, or its offsets partition is no longer led here.
 
+Online migration (KIP-848): a consumer-protocol member joining a classic group that has members turns it into a
+consumer group when group.consumer.migration.policy allows (`_upgrade`), and a consumer group whose last
+consumer-protocol member leaves while classic members stay turns back into a classic group (`_downgrade`); the
+offsets stay in this book's entry for the id either way.
+
 From JoinGroup v4 a member joining without an id gets one with MEMBER_ID_REQUIRED and must join again with it
 (within its session timeout); it counts towards group.max.size meanwhile, as in Kafka.
 """
@@ -28,11 +33,20 @@ From JoinGroup v4 a member joining without an id gets one with MEMBER_ID_REQUIRE
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
-from kjbod.broker.groups.consumer import ConsumerGroup, ConsumerGroupConfig, ConsumerGroups
+from kjbod.broker.groups import embedded
+from kjbod.broker.groups.consumer import (
+    ClassicMeta,
+    ConsumerGroup,
+    ConsumerGroupConfig,
+    ConsumerGroups,
+    ConsumerMember,
+    MemberState,
+    TopicLookup,
+)
 from kjbod.protocol.errors import ErrorCode
 
 UNKNOWN_MEMBER = ""
@@ -173,20 +187,119 @@ class GroupBook:
     """The groups of one coordinator, and every move between their states."""
 
     def __init__(self, config: GroupConfig, persist: Persist | None = None,
-                 consumer_config: ConsumerGroupConfig | None = None) -> None:
+                 consumer_config: ConsumerGroupConfig | None = None,
+                 group_configs: Callable[[str], Mapping[str, int]] | None = None) -> None:
         self.config = config
         self.groups: dict[str, Group] = {}
         # KIP-848 groups (kjbod.broker.groups.consumer).  Their committed offsets live in `groups` like every
         # group's: the entry there of a consumer group's id is the holder of its offsets and never has members.
         self.consumer_groups: dict[str, ConsumerGroup] = {}
         self.consumer = ConsumerGroups(consumer_config or ConsumerGroupConfig(), self.consumer_groups,
-                                       classic_busy=lambda gid: bool(gid in self.groups and self.groups[gid].members))
+                                       classic_busy=lambda gid: bool(gid in self.groups and self.groups[gid].members),
+                                       group_configs=group_configs)
+        self.consumer.upgrade = self._upgrade
+        self.consumer.downgrade = self._downgrade
+        # Groups converted between the protocols whose records the shell has yet to write: group id -> "upgrade"
+        # (the classic group's metadata tombstoned, the consumer group's records written) or "downgrade" (the
+        # consumer group's records tombstoned, the classic group's metadata written).
+        self.converted: dict[str, str] = {}
         # Stores a group's metadata (the shell: a record of __consumer_offsets) and then calls back with the time
         # and 0 or the error code; without one, the write counts as done at once (in-process tests).
         self.persist: Persist = persist or (lambda group, done: done(group.state_since_ms, ErrorCode.NONE))
         # Transactional offset commits (TxnOffsetCommit) not yet ended by a marker: producer id -> group ->
         # offsets.  They are invisible until the commit marker reaches the group's partition, and dropped on abort.
         self.pending_txn: dict[int, dict[str, dict[tuple[str, int], CommittedOffset]]] = {}
+
+    # ------------------------------------------------------------------------------------------- migration
+    def _upgrade(self, now: int, group_id: str, topics: TopicLookup) -> ConsumerGroup | None:
+        """A consumer-protocol member joins the classic group of this id, which has members: the consumer group
+        it becomes (Kafka's convertToConsumerGroup), or None when the policy, the group's protocol type, its size or
+        its members' protocol bytes do not allow it.  Every classic member keeps its id, its last assignment (its
+        member epoch is the generation) and its subscription; whoever waits in a JoinGroup or SyncGroup is told
+        REBALANCE_IN_PROGRESS and joins again, now through the consumer group."""
+        group = self.groups[group_id]
+        cfg = self.consumer.config
+        if not cfg.upgrade_enabled or group.protocol_type != "consumer" or len(group.members) > cfg.max_size:
+            return None
+        cg = ConsumerGroup(group_id, group_epoch=group.generation_id, assignment_epoch=group.generation_id)
+        try:
+            for m in group.members.values():
+                metadata = m.metadata_for(group.protocol_name) if group.protocol_name else \
+                    (m.protocols[0][1] if m.protocols else b"")
+                subscription = embedded.read_subscription(metadata)
+                assigned = {}
+                for name, parts in embedded.read_assignment(m.assignment).items():
+                    meta = topics(name)
+                    if meta is not None:
+                        assigned[meta.topic_id] = frozenset(p for p in parts if p < meta.num_partitions)
+                cg.members[m.member_id] = ConsumerMember(
+                    m.member_id, instance_id=m.group_instance_id, rack_id=subscription.rack_id,
+                    client_id=m.client_id, client_host=m.client_host, subscribed_topic_names=subscription.topics,
+                    rebalance_timeout_ms=m.rebalance_timeout_ms, member_epoch=group.generation_id,
+                    previous_member_epoch=group.generation_id, state=MemberState.STABLE, assigned=assigned,
+                    classic=ClassicMeta(m.session_timeout_ms, tuple(m.protocols)),
+                    session_deadline_ms=now + m.session_timeout_ms)
+                cg.target[m.member_id] = dict(assigned)
+                if m.group_instance_id is not None:
+                    cg.static[m.group_instance_id] = m.member_id
+        except embedded.EmbeddedProtocolError:
+            return None
+        for name in sorted({t for m in cg.members.values() for t in m.subscribed_topic_names}):
+            meta = topics(name)
+            if meta is not None:
+                cg.topics[name] = meta
+        for m in group.members.values():
+            waiters, m.join_waiter, m.sync_waiter = (m.join_waiter, m.sync_waiter), None, None
+            if waiters[0] is not None:
+                waiters[0](JoinResult(ErrorCode.REBALANCE_IN_PROGRESS, m.member_id))
+            if waiters[1] is not None:
+                waiters[1](SyncResult(ErrorCode.REBALANCE_IN_PROGRESS))
+        # the id's entry in `groups` stays as the holder of its offsets, without members
+        group.members.clear()
+        group.static.clear()
+        group.pending.clear()
+        group.pending_sync.clear()
+        group.leader_id = group.protocol_name = None
+        group.storing = False
+        self._move(now, group, GroupState.EMPTY)
+        self.converted[group_id] = "upgrade"
+        return cg
+
+    def _downgrade(self, now: int, cg: ConsumerGroup, leaving: str) -> None:
+        """The last consumer-protocol member of a consumer group leaves and only classic members stay: the group
+        becomes a classic group (Kafka's convertToClassicGroup) of generation = the group epoch, each member with its
+        target assignment, and a rebalance starts at once, so the members join again under the classic protocol."""
+        gid = cg.group_id
+        group = self.groups.get(gid)
+        if group is None:
+            group = self.groups[gid] = Group(gid, state_since_ms=now)
+        names = {t.topic_id: t.name for t in cg.topics.values()}
+        group.generation_id = cg.group_epoch
+        group.protocol_type = "consumer"
+        group.members.clear()
+        group.static.clear()
+        for mid, m in cg.members.items():
+            if mid == leaving or m.classic is None:
+                continue
+            try:
+                version = embedded.read_version(m.classic.protocols[0][1]) if m.classic.protocols else 0
+            except embedded.EmbeddedProtocolError:
+                version = 0
+            assignment = embedded.write_assignment(
+                [(names[tid], ps) for tid, ps in cg.target.get(mid, {}).items() if tid in names], version)
+            group.members[mid] = Member(mid, m.instance_id, m.client_id, m.client_host, m.classic.session_timeout_ms,
+                                        m.rebalance_timeout_ms if m.rebalance_timeout_ms >= 0
+                                        else m.classic.session_timeout_ms,
+                                        "consumer", list(m.classic.protocols), now + m.classic.session_timeout_ms,
+                                        assignment=assignment)
+            if m.instance_id is not None:
+                group.static[m.instance_id] = mid
+        group.leader_id = next(iter(group.members))
+        group.protocol_name = group.select_protocol()
+        self._move(now, group, GroupState.STABLE)
+        del self.consumer_groups[gid]
+        self.converted[gid] = "downgrade"
+        self._prepare_rebalance(now, group)
 
     # ------------------------------------------------------------------------------------------- JoinGroup
     def join(self, now: int, group_id: str, member_id: str, group_instance_id: str | None, client_id: str,

@@ -6,7 +6,8 @@ Each resource's configs become its complete set of overrides (what is not named 
 IncrementalAlterConfigs. Topics (type 2): any topic config kjbod honours. Brokers (type 4, this node's id or
 "" for the cluster default): the dynamic keys of kjbod.broker.broker_config (the throttles, the KIP-435 limits
 and the broker defaults of topic configs such as log.retention.ms and message.max.bytes); they are written to
-the metadata log and take effect at once (running moves, and every log whose topic does not override the key).
+the metadata log and take effect at once (running moves, and every log whose topic does not override the key). Groups
+(type 32, KIP-848): the group configs, which the group coordinator applies to that group's members.
 Errors per resource: an unknown key, or a bad topic value, INVALID_CONFIG naming the key; a bad broker value (as
 Kafka's broker answers it) or a static broker key INVALID_REQUEST; another broker's id INVALID_REQUEST; unknown
 topic UNKNOWN_TOPIC_OR_PARTITION. validate_only

@@ -9,7 +9,10 @@ and brokers (type 4: this node's id lists every broker config with its source, d
 name lists the cluster-wide dynamic defaults only, as Kafka does), this broker's loggers (type 8, KIP-412:
 each logger's level; kjbod.broker.broker_loggers) and client metrics subscriptions (type 16, KIP-714: the configs
 set, with source CLIENT_METRICS_CONFIG; an unknown name has none). A null key list asks for
-every config, a list for those keys (unknown keys are simply absent). Errors per resource: an unknown topic is
+every config, a list for those keys (unknown keys are simply absent). Groups (type 32, KIP-848): the group
+configs consumer.session.timeout.ms and consumer.heartbeat.interval.ms, GROUP_CONFIG (8) where the group
+overrides them, else the broker's group.consumer.* value as DEFAULT_CONFIG; a group need not exist (Kafka's
+answer), an empty name is INVALID_REQUEST. Errors per resource: an unknown topic is
 UNKNOWN_TOPIC_OR_PARTITION, another broker's id or an unsupported resource type INVALID_REQUEST. Synonyms are
 returned only when asked for (include_synonyms). See kjbod.broker.broker_config.
 """
@@ -57,6 +60,11 @@ def handle(node, request, body: DescribeConfigsRequest) -> DescribeConfigsRespon
                                             node.dynamic_configs)
             elif r.resource_type == bc.BROKER_LOGGER:
                 entries = describe_loggers(node.node_id, r.resource_name, r.configuration_keys)
+            elif r.resource_type == bc.GROUP:
+                if not r.resource_name:
+                    raise bc.ConfigProblem(ErrorCode.INVALID_REQUEST, "Group name must not be empty")
+                entries = bc.describe_group(node.config, node.metadata.resource_configs(bc.GROUP, r.resource_name),
+                                            r.configuration_keys)
             elif r.resource_type == CLIENT_METRICS_RESOURCE:
                 if not r.resource_name:
                     raise bc.ConfigProblem(ErrorCode.INVALID_REQUEST,
@@ -73,8 +81,8 @@ def handle(node, request, body: DescribeConfigsRequest) -> DescribeConfigsRespon
                 continue
             else:
                 raise bc.ConfigProblem(ErrorCode.INVALID_REQUEST, f"resource type {r.resource_type} is not "
-                                       "supported (kjbod serves topics (2), brokers (4), broker loggers (8) and "
-                                       "client metrics (16))")
+                                       "supported (kjbod serves topics (2), brokers (4), broker loggers (8), "
+                                       "client metrics (16) and groups (32))")
         except bc.ConfigProblem as e:
             results.append(Result(error_code=e.code, error_message=e.message, resource_type=r.resource_type,
                                   resource_name=r.resource_name, configs=[]))

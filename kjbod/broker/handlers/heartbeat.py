@@ -21,5 +21,8 @@ def handle(node, request, body: HeartbeatRequest) -> HeartbeatResponse:
         return HeartbeatResponse(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
     if body.group_id and (code := coordinator.status(body.group_id)):
         return HeartbeatResponse(error_code=code)
+    if body.group_id in coordinator.book.consumer_groups:  # a classic member of a consumer group (KIP-848)
+        return HeartbeatResponse(error_code=coordinator.book.consumer.classic_heartbeat(
+            now_ms(), body.group_id, body.member_id, body.group_instance_id, body.generation_id))
     return HeartbeatResponse(error_code=coordinator.book.heartbeat(
         now_ms(), body.group_id, body.generation_id, body.member_id, body.group_instance_id))

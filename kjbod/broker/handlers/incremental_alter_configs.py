@@ -8,7 +8,8 @@ metadata log and applied to the partition logs at once. Brokers (type 4, this no
 default): the dynamic keys of kjbod.broker.broker_config, applied at once (the intra-broker throttle to
 running moves, a broker default of a topic config such as log.retention.ms to every log whose topic does not
 override it); DELETE removes the dynamic value, and the next level (cluster default, server.properties)
-applies again. Errors as AlterConfigs; a key named twice in one resource, or a resource named twice, is
+applies again. Groups (type 32, KIP-848): consumer.session.timeout.ms and consumer.heartbeat.interval.ms, SET and
+DELETE only, checked against the broker's group.consumer.min/max.* keys. Errors as AlterConfigs; a key named twice in one resource, or a resource named twice, is
 INVALID_REQUEST, and so are a null value for any operation but DELETE and another broker's id, answered by
 this broker itself (kjbod.broker.handlers.alter_configs). validate_only checks and changes nothing. The
 controller checks and records the change (kjbod.controller.configs, with the key tables of

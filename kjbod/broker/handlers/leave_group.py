@@ -16,7 +16,7 @@ from kjbod.protocol.generated.leave_group_response import MemberResponse
 
 
 @api(LeaveGroupRequest)
-def handle(node, request, body: LeaveGroupRequest) -> LeaveGroupResponse:
+async def handle(node, request, body: LeaveGroupRequest) -> LeaveGroupResponse:
     v = request.api_version
     leaving: list[tuple[str, str | None]] = [(m.member_id, m.group_instance_id) for m in body.members] if v >= 3 else [(body.member_id, None)]
     coordinator = coordinator_of(node)
@@ -24,7 +24,10 @@ def handle(node, request, body: LeaveGroupRequest) -> LeaveGroupResponse:
         return LeaveGroupResponse(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
     if body.group_id and (code := coordinator.status(body.group_id)):
         return LeaveGroupResponse(error_code=code)
-    code, codes = coordinator.book.leave(now_ms(), body.group_id, leaving)
+    if body.group_id in coordinator.book.consumer_groups:  # classic members of a consumer group (KIP-848)
+        code, codes = ErrorCode.NONE, await coordinator.classic_leave(body.group_id, leaving)
+    else:
+        code, codes = coordinator.book.leave(now_ms(), body.group_id, leaving)
     if v < 3:
         return LeaveGroupResponse(error_code=code or codes[0])
     return LeaveGroupResponse(error_code=code, members=[

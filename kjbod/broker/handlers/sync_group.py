@@ -26,6 +26,13 @@ async def handle(node, request, body: SyncGroupRequest) -> SyncGroupResponse:
         return SyncGroupResponse(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
     if body.group_id and (code := coordinator.status(body.group_id)):
         return SyncGroupResponse(error_code=code)
+    if body.group_id in coordinator.book.consumer_groups:  # a classic member of a consumer group (KIP-848)
+        code, assignment, name = coordinator.book.consumer.classic_sync(
+            now_ms(), body.group_id, body.member_id, body.group_instance_id, body.generation_id, body.protocol_type,
+            body.protocol_name)
+        if code:
+            return SyncGroupResponse(error_code=code, assignment=b"")
+        return SyncGroupResponse(error_code=0, assignment=assignment, protocol_type="consumer", protocol_name=name)
     fut: asyncio.Future[SyncResult] = asyncio.get_running_loop().create_future()
     coordinator.book.sync(now_ms(), body.group_id, body.generation_id, body.member_id, body.group_instance_id,
                           body.protocol_type, body.protocol_name,
