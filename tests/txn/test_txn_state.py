@@ -228,3 +228,28 @@ def test_idle_ids_expire_with_a_tombstone_and_come_back_with_a_new_producer_id()
     [ended] = book.expired(now=3000, expiration_ms=1000)
     book.fail(ended)  # the tombstone was not written: the id stays as it was
     assert book.txns["ended"].state == TxnState.COMPLETE_COMMIT and book.txns["ended"].pending is None
+
+
+# ------------------------------------------------------------------------------------------------ KIP-890
+def test_verify_only_answers_per_partition_and_adds_nothing() -> None:
+    book = started(TxnBook())
+    asked = [("orders", 0), ("orders", 1)]
+    assert book.verify_partitions(T, 7, 0, asked) == {("orders", 0): 0,
+                                                      ("orders", 1): ErrorCode.TRANSACTION_ABORTABLE}
+    assert book.txns[T].partitions == {("orders", 0)}  # only checked
+    assert book.verify_partitions(T, 8, 0, asked) == dict.fromkeys(asked, ErrorCode.INVALID_PRODUCER_ID_MAPPING)
+    assert book.verify_partitions("other", 7, 0, asked) == dict.fromkeys(asked,
+                                                                         ErrorCode.INVALID_PRODUCER_ID_MAPPING)
+    assert book.verify_partitions(T, 7, 1, asked) == dict.fromkeys(asked, ErrorCode.PRODUCER_FENCED)
+    # A partition being added counts once its record is committed.
+    pending = book.add_partitions(T, 7, 0, [("orders", 1)], 2000)
+    assert isinstance(pending, Transit)
+    assert book.verify_partitions(T, 7, 0, [("orders", 1)]) == {("orders", 1): ErrorCode.TRANSACTION_ABORTABLE}
+    book.complete(pending)
+    assert book.verify_partitions(T, 7, 0, asked) == dict.fromkeys(asked, 0)
+    # Being prepared: CONCURRENT_TRANSACTIONS; complete: nothing is in a transaction any more.
+    prepare = done(book, book.end_txn(T, 7, 0, True, 3000))
+    assert prepare.state == TxnState.PREPARE_COMMIT
+    assert book.verify_partitions(T, 7, 0, asked) == dict.fromkeys(asked, ErrorCode.CONCURRENT_TRANSACTIONS)
+    done(book, book.complete_markers(T, 4000))
+    assert book.verify_partitions(T, 7, 0, asked) == dict.fromkeys(asked, ErrorCode.TRANSACTION_ABORTABLE)

@@ -182,6 +182,17 @@ class TxnCoordinator(CoordinatorHost):
             return t
         return await self.write(t)
 
+    def verify_partitions(self, tid: str, pid: int, epoch: int,
+                          partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """AddPartitionsToTxn with VerifyOnly: per partition, whether it is in the ongoing transaction
+        (TxnBook.verify_partitions); NOT_COORDINATOR or COORDINATOR_LOAD_IN_PROGRESS for all while this broker
+        does not hold the id's transactions."""
+        if not tid:
+            return dict.fromkeys(partitions, ErrorCode.INVALID_REQUEST)
+        if (code := self.status(tid)):
+            return dict.fromkeys(partitions, code)
+        return self.book.verify_partitions(tid, pid, epoch, partitions)
+
     async def end_txn(self, tid: str, pid: int, epoch: int, commit: bool) -> int:
         if (code := self.status(tid)):
             return code
@@ -302,21 +313,26 @@ class TxnCoordinator(CoordinatorHost):
         conn = self._conns.get(broker)
         if conn is not None and not conn.closed:
             return conn
-        from kjbod.broker.replication.manager import inter_broker_listener
-        from kjbod.net.connection import ClientConnection
-
-        manager = getattr(self.node, "replication", None)
-        listener = manager.listener_name if manager is not None else inter_broker_listener(self.node.config)
-        reg = self.node.metadata.brokers.get(broker)
-        endpoint = reg.endpoint(listener) if reg is not None else None
-        if endpoint is None:
-            raise ConnectionError(f"broker {broker} has no endpoint on listener {listener}")
-        conn = await ClientConnection.open(
-            endpoint.host, endpoint.port, client_id=f"kjbod-txn-markers-{self.node.node_id}",
-            connect_timeout=MARKER_TIMEOUT_S, ssl_context=getattr(manager, "ssl_context", None),
-            sasl=getattr(manager, "sasl", None))
+        conn = await open_broker_connection(self.node, broker, f"kjbod-txn-markers-{self.node.node_id}",
+                                            MARKER_TIMEOUT_S)
         self._conns[broker] = conn
         return conn
+
+
+async def open_broker_connection(node: Any, broker: int, client_id: str, timeout_s: float) -> Any:
+    """A connection to another broker on the inter-broker listener (TLS and SASL as replication's)."""
+    from kjbod.broker.replication.manager import inter_broker_listener
+    from kjbod.net.connection import ClientConnection
+
+    manager = getattr(node, "replication", None)
+    listener = manager.listener_name if manager is not None else inter_broker_listener(node.config)
+    reg = node.metadata.brokers.get(broker)
+    endpoint = reg.endpoint(listener) if reg is not None else None
+    if endpoint is None:
+        raise ConnectionError(f"broker {broker} has no endpoint on listener {listener}")
+    return await ClientConnection.open(
+        endpoint.host, endpoint.port, client_id=client_id, connect_timeout=timeout_s,
+        ssl_context=getattr(manager, "ssl_context", None), sasl=getattr(manager, "sasl", None))
 
 
 def offsets_partition(node: Any, group_id: str) -> tuple[str, int]:
