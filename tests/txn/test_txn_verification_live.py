@@ -243,9 +243,19 @@ def test_verification_on_three_brokers(tmp_path):
         finally:
             c.close()
 
+        offsets_group = group_coordinated_elsewhere(cluster, "raw-tx")
+
         async def raw():
-            from kjbod.protocol.generated import FindCoordinatorRequest, MetadataRequest
+            from kjbod.protocol.generated import (
+                FindCoordinatorRequest,
+                MetadataRequest,
+                TxnOffsetCommitRequest,
+            )
             from kjbod.protocol.generated.metadata_request import MetadataRequestTopic
+            from kjbod.protocol.generated.txn_offset_commit_request import (
+                TxnOffsetCommitRequestPartition,
+                TxnOffsetCommitRequestTopic,
+            )
 
             port = cluster.broker_port(cluster.broker_ids[0])
             conn = await ClientConnection.open("127.0.0.1", port, client_id="t", connect_timeout=10.0)
@@ -267,12 +277,28 @@ def test_verification_on_three_brokers(tmp_path):
                     refused = code_of(await produce(lconn, t, topic, partition, b"hanging", 0))
                     assert await t.add(topic, partition) == [0]
                     accepted = code_of(await produce(lconn, t, topic, partition, b"r", 0))
+                    # Offsets sent without AddOffsetsToTxn, to a group coordinator that is not the transaction's:
+                    # it asks the transaction's coordinator and refuses them (v3: INVALID_TXN_STATE).
+                    g = await conn.request(10, 4, FindCoordinatorRequest(key_type=0, coordinator_keys=[offsets_group]),
+                                           30.0)
+                    gconn = await ClientConnection.open("127.0.0.1", brokers[g.coordinators[0].node_id],
+                                                        client_id="t", connect_timeout=10.0)
+                    try:
+                        r = await gconn.request(28, 3, TxnOffsetCommitRequest(
+                            transactional_id=tid, group_id=offsets_group, producer_id=t.pid,
+                            producer_epoch=t.epoch, generation_id=-1, member_id="", topics=[
+                                TxnOffsetCommitRequestTopic(name=topic, partitions=[
+                                    TxnOffsetCommitRequestPartition(partition_index=0, committed_offset=5)])]),
+                            30.0)
+                        offsets = r.topics[0].partitions[0].error_code
+                    finally:
+                        gconn.close()
                     assert await t.end(True) == 0
-                    return refused, accepted
+                    return refused, accepted, offsets
                 finally:
                     cconn.close()
                     lconn.close()
             finally:
                 conn.close()
 
-        assert asyncio.run(raw()) == (ErrorCode.INVALID_TXN_STATE, 0)
+        assert asyncio.run(raw()) == (ErrorCode.INVALID_TXN_STATE, 0, ErrorCode.INVALID_TXN_STATE)
