@@ -41,6 +41,19 @@ def test_key_and_value_are_kafkas_version_0_layout() -> None:
     assert rec.read_key(rec.txn_key("ab")) == "ab"
 
 
+def test_value_version_1_is_written_in_the_flexible_layout() -> None:
+    """transaction.version 1 (Kafka's TV_1): compact strings and arrays (length + 1), a tag buffer after each
+    partition entry and at the end, and no tagged fields (all at their defaults below transaction.version 2)."""
+    v = TxnValue(5, 3, 60_000, TxnState.ONGOING, (("t", 0), ("t", 2)), 111, 100)
+    raw = rec.txn_value(v, 1)
+    assert raw == (struct.pack(">hqhib", 1, 5, 3, 60_000, 1) + bytes([2]) + bytes([2]) + b"t" + bytes([3])
+                   + struct.pack(">ii", 0, 2) + b"\x00" + struct.pack(">qq", 111, 100) + b"\x00")
+    assert rec.read_value(raw) == v
+    empty = TxnValue(5, 4, 60_000, TxnState.COMPLETE_ABORT, (), 112, 100)
+    assert rec.txn_value(empty, 1)[2 + 8 + 2 + 4 + 1] == 0  # a null compact array
+    assert rec.read_value(rec.txn_value(empty, 1)) == empty
+
+
 def test_a_complete_transaction_is_written_with_null_partitions() -> None:
     v = TxnValue(5, 3, 60_000, TxnState.COMPLETE_COMMIT, (), 111, 100)
     raw = rec.txn_value(v)
