@@ -276,6 +276,8 @@ EFFECTS: dict[str, list[str]] = {
         "tests/txn/test_txn_state.py::test_idle_ids_expire_with_a_tombstone_and_come_back_with_a_new_producer_id"],
     "transaction.remove.expired.transaction.cleanup.interval.ms": [
         "tests/txn/test_txn_expiration_live.py::test_an_idle_transactional_id_expires_and_an_open_one_stays"],
+    "transaction.partition.verification.enable": [
+        "tests/txn/test_txn_verification_live.py::test_with_verification_off_the_hanging_transaction_is_back"],
     "offsets.topic.replication.factor": [
         f"{GROUPS_LIVE}::test_the_offsets_topic_waits_for_as_many_brokers_as_its_replication_factor"],
     "min.insync.replicas": [f"{REPLICATION}::test_lag_time_and_min_isr_change_what_a_leader_does"],

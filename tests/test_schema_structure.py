@@ -91,7 +91,7 @@ SERVED_APIS: dict[str, tuple[int, int]] = {
     "BeginQuorumEpoch": (0, 1),
     "EndQuorumEpoch": (0, 1),
     "DescribeQuorum": (0, 2),
-    "AddPartitionsToTxn": (0, 3),
+    "AddPartitionsToTxn": (0, 5),
     "AddOffsetsToTxn": (0, 4),
     "EndTxn": (0, 4),
     "WriteTxnMarkers": (1, 1),

@@ -163,6 +163,9 @@ BROKER_KEYS: dict[str, BrokerKey] = {k.name: k for k in [
     BrokerKey("delete.topic.enable", BOOLEAN, "delete_topic_enable", doc="Whether DeleteTopics may delete topics."),
     BrokerKey("unclean.leader.election.enable", BOOLEAN, "unclean_leader_election_enable", dynamic=True,
               doc="Whether a replica outside the ISR may be elected when no ISR member can lead."),
+    BrokerKey("transaction.partition.verification.enable", BOOLEAN, "transaction_partition_verification_enable",
+              dynamic=True, doc="Whether a leader verifies with the transaction coordinator that a partition is in a "
+              "producer's transaction before its transactional batch opens one there (KIP-890)."),
     BrokerKey("min.insync.replicas", INT, "min_insync_replicas", dynamic=True,
               doc="Default of the in-sync replicas an acks=all produce needs."),
     BrokerKey("auto.leader.rebalance.enable", BOOLEAN, "auto_leader_rebalance_enable",
@@ -714,7 +717,8 @@ def plan_broker_changes(
                             f"unknown or unsupported broker config {unknown[0]!r} (kjbod changes only {THROTTLE_KEY}, "
                             f"{CORDON_KEY}, "
                             "the *.replication.throttled.rate throttles, the reassignment.parallel.* limits, the "
-                            "log cleaner's keys, the connection limits (max.connections, ...) and the broker "
+                            "log cleaner's keys, the connection limits (max.connections, ...), "
+                            "transaction.partition.verification.enable and the broker "
                             "defaults of topic configs (log.retention.ms, ...) at runtime)")
     static = sorted({ALIASES.get(k, k) for k, _, _ in changes if listener_connection_key(k) is None}
                     - {k for k, v in BROKER_KEYS.items() if v.dynamic})
@@ -737,6 +741,10 @@ def plan_broker_changes(
         elif new is not None and key in LOG_CONFIG_KEYS:
             new = new.strip()  # kept as given, as Kafka keeps it; read as the topic config's type
             (check_static or check_log_default)(key, new)
+        elif new is not None and key in BROKER_KEYS and BROKER_KEYS[key].type == BOOLEAN:
+            new = new.strip().lower()
+            if new not in ("true", "false"):
+                raise ConfigProblem(BAD_BROKER_VALUE, f"invalid value {raw!r} for {key}: expected true or false")
         elif new is not None:
             new = str(parse_dynamic_value(key, new))
         out[key] = new

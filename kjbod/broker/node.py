@@ -653,6 +653,9 @@ class BrokerNode:
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        verifier = getattr(self, "txn_verifier", None)  # KIP-890's questions to transaction coordinators
+        if verifier is not None:
+            verifier.close()
         if self.assignments is not None:
             await self.assignments.close()  # a move waiting for its assignment stops too
         if self.replication is not None:

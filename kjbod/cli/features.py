@@ -1,13 +1,18 @@
 """`kjbod features`: kafka-features.sh's describe, upgrade, downgrade and version-mapping, with its output.
 
-    Feature: metadata.version<TAB>SupportedMinVersion: 3.7-IV2<TAB>SupportedMaxVersion: 3.9-IV0<TAB>
-    FinalizedVersionLevel: 3.9-IV0<TAB>Epoch: 42
+    Feature: group.version<TAB>SupportedMinVersion: 0<TAB>SupportedMaxVersion: 1<TAB>FinalizedVersionLevel: 1<TAB>Epoch: 42
+    Feature: metadata.version<TAB>SupportedMinVersion: 3.7-IV2<TAB>SupportedMaxVersion: 4.0-IV0<TAB>
+    FinalizedVersionLevel: 4.0-IV0<TAB>Epoch: 42
+    Feature: transaction.version<TAB>SupportedMinVersion: 0<TAB>SupportedMaxVersion: 1<TAB>...
 
 describe reads ApiVersions (the answering broker's supported ranges, the cluster's finalized levels and the
 metadata offset they come from); upgrade and downgrade send UpdateFeatures (`--metadata 3.8`, `--release-version
 3.8`, or `--feature name=level`, repeatable; `--dry-run` validates only; downgrade takes `--unsafe`), one line per
 feature in Kafka's words ("metadata.version was upgraded to 20.", "Could not upgrade ... . <why>"), exit 1 when
-any failed.  metadata.version levels are printed as releases, as Kafka's tool prints them.
+any failed.  metadata.version levels are printed as releases, as Kafka's tool prints them.  version-mapping prints
+a release's metadata.version and the transaction.version and group.version Kafka derives from it.
+`--release-version` sets metadata.version only (Kafka's tool also moves the other features to their levels for
+that release).
 """
 
 from __future__ import annotations
@@ -27,7 +32,8 @@ EXIT_FAILED = 1
 def add_subcommand(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "features", help="describe, upgrade or downgrade the cluster's feature levels (kafka-features.sh)",
-        description="The cluster's finalized feature levels (metadata.version), as kafka-features.sh shows and "
+        description="The cluster's finalized feature levels (metadata.version, group.version, transaction.version), "
+                    "as kafka-features.sh shows and "
                     "changes them.")
     parser.add_argument("--bootstrap-server", metavar="HOST:PORT", required=True,
                         help="a broker to connect to (comma-separated for several)")
@@ -92,6 +98,8 @@ def _command(args: argparse.Namespace) -> int:
         except ValueError as e:
             raise UserError(str(e)) from None
         print(f"metadata.version={level} ({ft.release_name(level)})")
+        for name in (ft.TRANSACTION_VERSION, ft.GROUP_VERSION):  # Kafka's order of its features
+            print(f"{name}={ft.default_level(name, level)}")
         return 0
     updates = _updates(args) if args.features_command in ("upgrade", "downgrade") else {}
     return asyncio.run(_run(args, updates))

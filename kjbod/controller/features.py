@@ -2,9 +2,10 @@
 
 Each update, in request order, is checked (the first refusal refuses the whole request, nothing written): an
 unknown upgrade type, a level below 0, a level the controller itself or any registered broker cannot run
-("Local controller N only supports versions 17-21", "Broker 2 does not support this feature."), a lower level
+("Local controller N only supports versions 17-22", "Broker 2 does not support this feature."), a lower level
 without a downgrade type ("Can't downgrade ... without setting the upgrade type ..."), a higher level with one
-("Can't downgrade to a newer version."); for metadata.version also a level kjbod does not know and a downgrade
+("Can't downgrade to a newer version."), a feature above 0 while metadata.version is below 3.3-IV0 (Kafka's
+dependency rule, kjbod.metadata.features.dependency_refusal); for metadata.version also a level kjbod does not know and a downgrade
 across levels that changed the metadata records (refused: information could be lost; an unsafe downgrade is not
 supported, as in Kafka). Each refusal is INVALID_UPDATE_VERSION with Kafka's message. Accepted updates become
 FeatureLevelRecords, written together (ValidateOnly: checked only). Answer: the error at the top and, before v2,
@@ -48,6 +49,8 @@ def _check(feature: str, level: int, kind: int, current: dict[str, int], node_id
                                         "type to either safe or unsafe downgrade.")
     if level > now and kind != UPGRADE:
         return _refusal(feature, level, "Can't downgrade to a newer version.")
+    if (why := ft.dependency_refusal(feature, level, current)) is not None:
+        return _refusal(feature, level, why)
     if feature == ft.METADATA_VERSION and level < now and ft.metadata_changed_between(now, level):
         why = ("Unsafe metadata downgrade is not supported in this version." if kind == UNSAFE_DOWNGRADE else
                "Refusing to perform the requested downgrade because it might delete metadata information.")
@@ -66,6 +69,7 @@ def update_features(image: Any, req: UpdateFeaturesRequest, version: int, node_i
         if error is not None:
             break
         records.append(FeatureLevelRecord(name=u.feature, feature_level=max(u.max_version_level, 0)))
+        current[u.feature] = max(u.max_version_level, 0)
     code, message = error if error is not None else (ErrorCode.NONE, None)
     results = [] if error is not None or version >= 2 else [
         UpdatableFeatureResult(feature=u.feature, error_code=0, error_message=None) for u in req.feature_updates]

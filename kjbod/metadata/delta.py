@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 from uuid import UUID
 
 from kjbod.metadata.acls import AclEntry
+from kjbod.metadata.features import BOOTSTRAP
 from kjbod.metadata.image import (
     DIR_MIGRATING,
     TOPIC_RESOURCE,
@@ -327,7 +328,9 @@ class MetadataDelta:
         self._features_epoch = self.offset
         if self._features is None:
             self._features = dict(self.image.features)
-        if rec.feature_level == 0:
+        # A feature a new cluster starts above 0 (features.BOOTSTRAP) keeps its 0, which would otherwise read as
+        # that bootstrap level again; any other feature at 0 is simply not finalized.
+        if rec.feature_level == 0 and not BOOTSTRAP.get(rec.name):
             self._features.pop(rec.name, None)
         else:
             self._features[rec.name] = rec.feature_level

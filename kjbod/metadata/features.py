@@ -1,11 +1,27 @@
-"""Feature levels (KIP-584, KIP-778): what this kjbod can run, and what a cluster has finalized.
+"""Feature levels (KIP-584, KIP-778, KIP-1022): what this kjbod can run, and what a cluster has finalized.
 
-`metadata.version` is the one feature kjbod serves. Its levels are Kafka's (1 = 3.0-IV1 ... 21 = 3.9-IV0); kjbod
-runs 17 (3.7-IV2, the first that has KIP-858's directory assignments, which every kjbod partition record carries)
-to 21. A new cluster runs at 21: `finalized(image)` reports it until a FeatureLevelRecord says otherwise
-(UpdateFeatures writes one; kjbod.controller.features). Other features Kafka knows (kraft.version, group.version,
-transaction.version, ...) are left at 0, as a Kafka broker that does not support them would be, so clients keep to
-what kjbod serves.
+kjbod serves three features:
+
+* `metadata.version`, at Kafka's levels (1 = 3.0-IV1 ... 22 = 4.0-IV0). kjbod runs 17 (3.7-IV2, the first with
+  KIP-858's directory assignments, which every kjbod partition record carries) to 22 (4.0-IV0: no record changed;
+  Kafka's bootstrap level for group.version 1). Levels 23 and up (4.0-IV1: the eligible leader replica records of
+  KIP-966) are not run.
+* `group.version` 0-1: 1 turns on KIP-848's consumer group protocol (ConsumerGroupHeartbeat,
+  ConsumerGroupDescribe); at 0 those answer UNSUPPORTED_VERSION, as Kafka 4.0's do.
+* `transaction.version` 0-1: 1 has the transaction coordinator write its `__transaction_state` values in the
+  flexible layout (value version 1), as Kafka's TV_1. Level 2 (KIP-890 part 2: an epoch bump at every transaction
+  end, EndTxn v5) is not run.
+
+A new cluster runs at metadata.version 22 and, for the others, the level Kafka derives from that metadata.version
+(each feature level names the metadata.version it is a bootstrap default from: group.version 1 from 4.0-IV0,
+transaction.version 1 and 2 from 4.0-IV2; so group.version 1 and transaction.version 0, Kafka's rule). `finalized(image)`
+reports these until a FeatureLevelRecord says otherwise (UpdateFeatures writes one; kjbod.controller.features). Other
+features Kafka knows (kraft.version, eligible.leader.replicas.version, ...) are left at 0, as a Kafka broker that
+does not support them would be, so clients keep to what kjbod serves.
+
+Kafka's rule between them: a feature other than metadata.version may be above 0 only while metadata.version is at
+least 4 (3.3-IV0); neither group.version nor transaction.version depends on more (their dependency maps are empty
+in Kafka 4.0).
 """
 
 from __future__ import annotations
@@ -15,6 +31,8 @@ from collections.abc import Mapping
 from typing import Any
 
 METADATA_VERSION = "metadata.version"
+GROUP_VERSION = "group.version"
+TRANSACTION_VERSION = "transaction.version"
 
 # Kafka's metadata.version levels: level -> (release, whether it changed the metadata records). A downgrade across a
 # level that changed them could lose information and is refused, as Kafka refuses it.
@@ -24,12 +42,51 @@ RELEASES: dict[int, tuple[str, bool]] = {
     9: ("3.5-IV0", False), 10: ("3.5-IV1", False), 11: ("3.5-IV2", True), 12: ("3.6-IV0", False),
     13: ("3.6-IV1", True), 14: ("3.6-IV2", True), 15: ("3.7-IV0", True), 16: ("3.7-IV1", False),
     17: ("3.7-IV2", True), 18: ("3.7-IV3", False), 19: ("3.7-IV4", False), 20: ("3.8-IV0", False),
-    21: ("3.9-IV0", False),
+    21: ("3.9-IV0", False), 22: ("4.0-IV0", False),
 }
-LATEST_METADATA_VERSION = 21
+LATEST_METADATA_VERSION = 22
 MINIMUM_METADATA_VERSION = 17  # 3.7-IV2: JBOD in KRaft (directory ids in partition records)
-SUPPORTED: dict[str, tuple[int, int]] = {METADATA_VERSION: (MINIMUM_METADATA_VERSION, LATEST_METADATA_VERSION)}
-BOOTSTRAP: dict[str, int] = {METADATA_VERSION: LATEST_METADATA_VERSION}
+# The metadata.version from which Kafka makes each level of a feature the bootstrap default (its
+# FeatureVersion.bootstrapMetadataVersion; level 0's is Kafka's first KRaft level).
+BOOTSTRAP_FROM: dict[str, dict[int, int]] = {
+    GROUP_VERSION: {0: 1, 1: 22},  # 1: 4.0-IV0
+    TRANSACTION_VERSION: {0: 1, 1: 24, 2: 24},  # 1 and 2: 4.0-IV2
+}
+FEATURES_NEED_METADATA_VERSION = 4  # 3.3-IV0: the first level that keeps feature levels in the metadata log
+SUPPORTED: dict[str, tuple[int, int]] = {
+    METADATA_VERSION: (MINIMUM_METADATA_VERSION, LATEST_METADATA_VERSION),
+    GROUP_VERSION: (0, 1),
+    TRANSACTION_VERSION: (0, 1),
+}
+
+
+def default_level(feature: str, metadata_version: int) -> int:
+    """The level of `feature` a cluster bootstrapped at `metadata_version` starts at (Kafka's
+    Features.defaultValue: the highest level whose bootstrap metadata.version is not above it), within what kjbod
+    supports."""
+    level = 0
+    for lvl, mv in sorted(BOOTSTRAP_FROM.get(feature, {}).items()):
+        if mv > metadata_version:
+            break
+        level = lvl
+    return min(level, SUPPORTED.get(feature, (0, 0))[1])
+
+
+def bootstrap_levels(metadata_version: int) -> dict[str, int]:
+    return {METADATA_VERSION: metadata_version,
+            **{f: default_level(f, metadata_version) for f in BOOTSTRAP_FROM}}
+
+
+BOOTSTRAP: dict[str, int] = bootstrap_levels(LATEST_METADATA_VERSION)
+
+
+def dependency_refusal(feature: str, level: int, levels: Mapping[str, int]) -> str | None:
+    """Why `feature` cannot be at `level` beside the other finalized `levels` (Kafka's
+    Features.validateVersion), or None."""
+    if feature != METADATA_VERSION and level >= 1 and levels.get(METADATA_VERSION, 0) < FEATURES_NEED_METADATA_VERSION:
+        return (f"{feature} could not be set to {level} because it depends on metadata.version="
+                f"{FEATURES_NEED_METADATA_VERSION} ({release_name(FEATURES_NEED_METADATA_VERSION)})")
+    return None
 
 
 def finalized(image: Any) -> dict[str, int]:
@@ -74,3 +131,9 @@ def unsupported_reason(level: int, who: str, ranges: Mapping[str, tuple[int, int
     if hi == 0:
         return f"{who} does not support this feature."
     return f"{who} only supports versions {range_text(lo, hi)}"
+
+
+def consumer_protocol_enabled(image: Any) -> bool:
+    """Whether the finalized group.version turns on KIP-848's consumer group protocol (Kafka 4.0's
+    isConsumerRebalanceProtocolSupported)."""
+    return image is not None and finalized(image).get(GROUP_VERSION, 0) >= 1

@@ -521,6 +521,9 @@ KEYS: dict[str, KeyDef] = {
                "how long a transactional id with no open transaction is kept after its last change"),
         KeyDef("transaction.remove.expired.transaction.cleanup.interval.ms", _int(1), 3_600_000,
                "how often expired transactional ids are looked for and removed"),
+        KeyDef("transaction.partition.verification.enable", _bool, True,
+               "a partition leader asks the transaction coordinator before a producer's transactional batch opens "
+               "a transaction on it (KIP-890); dynamic"),
         KeyDef("group.initial.rebalance.delay.ms", _int(0), 3000,
                "how long the first rebalance of an empty group waits for more members"),
         KeyDef("group.min.session.timeout.ms", _int(), 6000),
@@ -741,6 +744,7 @@ class ServerConfig:
     transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10_000
     transactional_id_expiration_ms: int = 604_800_000
     transaction_remove_expired_transaction_cleanup_interval_ms: int = 3_600_000
+    transaction_partition_verification_enable: bool = True
     offsets_topic_replication_factor: int = 3
     group_initial_rebalance_delay_ms: int = 3000
     group_min_session_timeout_ms: int = 6000
@@ -1310,6 +1314,7 @@ def build_config(
         transactional_id_expiration_ms=get("transactional.id.expiration.ms"),
         transaction_remove_expired_transaction_cleanup_interval_ms=get(
             "transaction.remove.expired.transaction.cleanup.interval.ms"),
+        transaction_partition_verification_enable=get("transaction.partition.verification.enable"),
         offsets_topic_replication_factor=get("offsets.topic.replication.factor"),
         group_initial_rebalance_delay_ms=get("group.initial.rebalance.delay.ms"),
         group_min_session_timeout_ms=get("group.min.session.timeout.ms"),

@@ -23,6 +23,7 @@ TOPIC_ALREADY_EXISTS = 36
 OUT_OF_ORDER_SEQUENCE_NUMBER = 45
 DUPLICATE_SEQUENCE_NUMBER = 46
 INVALID_PRODUCER_EPOCH = 47
+INVALID_TXN_STATE = 48
 KAFKA_STORAGE_ERROR = 56
 LOG_DIR_NOT_FOUND = 57
 INVALID_RECORD = 87
@@ -97,6 +98,13 @@ class OutOfOrderSequenceError(StorageError):
 
 class InvalidProducerEpochError(StorageError):
     error_code = INVALID_PRODUCER_EPOCH
+
+
+class InvalidTxnStateError(StorageError):
+    """KIP-890: a transactional batch of a producer with no transaction open here, not verified with its
+    transaction coordinator."""
+
+    error_code = INVALID_TXN_STATE
 
 
 class LogDirNotFoundError(StorageError):

@@ -52,6 +52,7 @@ from kjbod.storage.errors import (
     CorruptMessageError,
     InvalidProducerEpochError,
     InvalidRecordError,
+    InvalidTxnStateError,
     KafkaStorageError,
     LogDirFullError,
     MessageTooLargeError,
@@ -710,6 +711,19 @@ class PartitionLog:
         if not self._producer_state_ready:
             with self.lock:
                 self._ensure_producer_state()
+
+    def check_transaction_guard(self, producer_id: int, guard: object | None) -> None:
+        """KIP-890, on the dir's worker before a transactional batch is appended: the producer has a transaction
+        open here, or the append carries the guard its transaction coordinator's verification made
+        (producer_state.VerificationEntry); else InvalidTxnStateError, nothing written."""
+        self.ensure_producer_state()
+        state = self.producer_state
+        if state.has_ongoing_txn(producer_id):
+            return
+        if guard is not None and state.verification_guard(producer_id) is guard:
+            return
+        raise InvalidTxnStateError(f"Record was not part of an ongoing transaction (producer {producer_id}, "
+                                   f"{self.name})")
 
     def _iter_batch_headers(self, from_offset: int):
         i = max(bisect_right(self._bases, from_offset) - 1, 0)

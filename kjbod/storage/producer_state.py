@@ -124,6 +124,28 @@ def _in_sequence(last_seq: int, next_seq: int) -> bool:
     return next_seq == last_seq + 1 or (next_seq == 0 and last_seq == 0x7FFFFFFF)
 
 
+class VerificationEntry:
+    """KIP-890: a producer whose transactional batch this leader is having its transaction coordinator verify
+    (Kafka's VerificationStateEntry). ``guard`` is a fresh object per entry: an append carrying it may start the
+    producer's transaction here; one carrying another (or none) may not (kjbod.broker.handlers.produce). The
+    lowest sequence seen since keeps a later batch from starting the transaction before an earlier one."""
+
+    __slots__ = ("timestamp", "guard", "lowest_sequence", "epoch")
+
+    def __init__(self, timestamp: int, sequence: int, epoch: int) -> None:
+        self.timestamp = timestamp
+        self.guard = object()
+        self.lowest_sequence = sequence
+        self.epoch = epoch
+
+    def update(self, sequence: int, epoch: int) -> None:
+        if epoch == self.epoch and sequence < self.lowest_sequence:
+            self.lowest_sequence = sequence
+        if epoch > self.epoch:
+            self.epoch = epoch
+            self.lowest_sequence = sequence
+
+
 class AppendPlan:
     """Producer-state changes of one append, validated batch by batch; committed after the write.
 
@@ -184,6 +206,15 @@ class AppendPlan:
                     f"producer {pid} epoch {epoch} is older than the current epoch {entry.epoch}"
                 )
             first_seq = header.base_sequence
+            verifying = self._manager.verifying
+            if verifying:
+                ver = verifying.get(pid)
+                if ver is not None and first_seq > ver.lowest_sequence:
+                    raise OutOfOrderSequenceError(
+                        f"producer {pid}: sequence {first_seq} is above the earliest seen {ver.lowest_sequence} "
+                        "of its transaction's verification")
+                if header.is_transactional:  # a transaction starts or ends with it: the guard has done its job
+                    verifying.pop(pid, None)
             if first_seq == NO_SEQUENCE:  # a coordinator's append (a marker, a transactional offset commit):
                 if header.is_control and entry.txn_first_offset >= 0:  # its epoch is checked, not its sequence
                     self.completed.append(CompletedTxn(pid, entry.txn_first_offset, base_offset, marker == 0))
@@ -225,6 +256,26 @@ class ProducerStateManager:
         # The aborted transactions appended since this state was made (in memory only: Kafka's .txnindex files,
         # which keep them across restarts, are not written yet).
         self.aborted: list[CompletedTxn] = []
+        # KIP-890: producers being verified with their transaction coordinator (set on the event loop, read and
+        # cleared on the dir's worker: single dict operations).
+        self.verifying: dict[int, VerificationEntry] = {}
+
+    def has_ongoing_txn(self, pid: int) -> bool:
+        entry = self.producers.get(pid)
+        return entry is not None and entry.txn_first_offset >= 0
+
+    def start_verification(self, pid: int, sequence: int, epoch: int, now_ms: int) -> object:
+        """The producer's verification guard, its entry made or updated (Kafka's
+        maybeCreateVerificationStateEntry)."""
+        entry = self.verifying.get(pid)
+        if entry is None:
+            entry = self.verifying[pid] = VerificationEntry(now_ms, sequence, epoch)
+        entry.update(sequence, epoch)
+        return entry.guard
+
+    def verification_guard(self, pid: int) -> object | None:
+        entry = self.verifying.get(pid)
+        return entry.guard if entry is not None else None
 
     def first_unstable_offset(self) -> int | None:
         """The first offset of the oldest transaction still open here (what bounds the last stable offset), or
@@ -273,6 +324,8 @@ class ProducerStateManager:
                    if now_ms - e.last_timestamp > expiration_ms and e.txn_first_offset < 0]
         for pid in expired:
             del self.producers[pid]
+        for pid in [pid for pid, v in self.verifying.items() if now_ms - v.timestamp >= expiration_ms]:
+            self.verifying.pop(pid, None)
         return len(expired)
 
     # -- snapshots

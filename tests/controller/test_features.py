@@ -16,6 +16,8 @@ from kjbod.protocol.generated.update_features_request import FeatureUpdateKey
 from .test_managers import Ctx
 
 MV = ft.METADATA_VERSION
+GV = ft.GROUP_VERSION
+TV = ft.TRANSACTION_VERSION
 
 
 def request(*updates: tuple[str, int, int], validate_only: bool = False) -> UpdateFeaturesRequest:
@@ -24,8 +26,10 @@ def request(*updates: tuple[str, int, int], validate_only: bool = False) -> Upda
         for f, level, kind in updates])
 
 
-def supporting(lo: int, hi: int) -> list[Feature]:
-    return [Feature(name=MV, min_supported_version=lo, max_supported_version=hi)]
+def supporting(lo: int, hi: int, **others: tuple[int, int]) -> list[Feature]:
+    return [Feature(name=MV, min_supported_version=lo, max_supported_version=hi)] + [
+        Feature(name=name.replace("_", "."), min_supported_version=a, max_supported_version=b)
+        for name, (a, b) in others.items()]
 
 
 @pytest.fixture
@@ -41,26 +45,31 @@ def update(ctx: Ctx, req: UpdateFeaturesRequest, version: int = 1):
 
 
 def test_a_new_cluster_runs_the_newest_level_until_told_otherwise(ctx):
-    assert ft.finalized(ctx.image) == {MV: 21}
-    resp = update(ctx, request((MV, 20, 2)))  # a safe downgrade: no level between 20 and 21 changed the records
+    # metadata.version 4.0-IV0, and Kafka's defaults at it: group.version 1 (from 4.0-IV0), transaction.version 0
+    # (1 and 2 are defaults from 4.0-IV2 on).
+    assert ft.finalized(ctx.image) == {MV: 22, GV: 1, TV: 0}
+    resp = update(ctx, request((MV, 20, 2)))  # a safe downgrade: no level between 20 and 22 changed the records
     assert (resp.error_code, [(r.feature, r.error_code) for r in resp.results]) == (0, [(MV, 0)])
-    assert ft.finalized(ctx.image) == {MV: 20}
+    assert ft.finalized(ctx.image) == {MV: 20, GV: 1, TV: 0}
     before = list(ctx.log)
     resp = update(ctx, request((MV, 17, 2), validate_only=True))
-    assert resp.error_code == 0 and ctx.log == before and ft.finalized(ctx.image) == {MV: 20}
+    assert resp.error_code == 0 and ctx.log == before and ft.finalized(ctx.image)[MV] == 20
     assert update(ctx, request((MV, 17, 2)), version=2).results == []  # v2 answers with the top-level error only
 
 
 @pytest.mark.parametrize(("updates", "message"), [
-    ([(MV, 22, 1)], "Invalid update version 22 for feature metadata.version. Local controller 3000 only supports "
-                    "versions 17-21"),
-    ([(MV, 21, 1)], "Invalid update version 21 for feature metadata.version. Broker 2 only supports versions 17-20"),
-    ([(MV, 16, 2)], "Local controller 3000 only supports versions 17-21"),
-    ([("group.version", 1, 1)], "Local controller 3000 does not support this feature."),
+    ([(MV, 23, 1)], "Invalid update version 23 for feature metadata.version. Local controller 3000 only supports "
+                    "versions 17-22"),
+    ([(MV, 21, 2)], "Invalid update version 21 for feature metadata.version. Broker 2 only supports versions 17-20"),
+    ([(MV, 16, 2)], "Local controller 3000 only supports versions 17-22"),
+    ([("kraft.version", 1, 1)], "Local controller 3000 does not support this feature."),
+    ([(TV, 2, 1)], "Invalid update version 2 for feature transaction.version. Local controller 3000 only supports "
+                   "versions 0-1"),
+    ([(TV, 1, 1)], "Broker 1 does not support this feature."),  # these brokers know metadata.version only
     ([(MV, 19, 1)], "Can't downgrade the version of this feature without setting the upgrade type"),
     ([(MV, -1, 2)], "A feature version cannot be less than 0."),
     ([(MV, 19, 7)], "The controller does not support the given upgrade type."),
-    ([(MV, 19, 2), ("group.version", 1, 1)], "group.version"),  # one refusal refuses the whole request
+    ([(MV, 19, 2), ("kraft.version", 1, 1)], "kraft.version"),  # one refusal refuses the whole request
 ])
 def test_refusals_are_invalid_update_version_with_kafkas_words(ctx, updates, message):
     before = list(ctx.log)
@@ -71,17 +80,17 @@ def test_refusals_are_invalid_update_version_with_kafkas_words(ctx, updates, mes
 
 def test_no_downgrade_across_a_level_that_changed_the_records(monkeypatch):
     assert ft.metadata_changed_between(17, 21) is False and ft.metadata_changed_between(16, 17) is True
-    monkeypatch.setitem(ft.SUPPORTED, MV, (16, 21))  # a kjbod that could run 16: 17 changed the records
+    monkeypatch.setitem(ft.SUPPORTED, MV, (16, 22))  # a kjbod that could run 16: 17 changed the records
     ctx = Ctx()
-    ctx.live_broker(1, features=supporting(16, 21))
+    ctx.live_broker(1, features=supporting(16, 22))
     resp = update(ctx, request((MV, 16, 2)))
     assert resp.error_code == E.INVALID_UPDATE_VERSION and resp.error_message == (
         "Invalid metadata.version 16. Refusing to perform the requested downgrade because it might delete metadata "
         "information.")
     resp = update(ctx, request((MV, 16, 3)))
     assert resp.error_message == "Invalid metadata.version 16. Unsafe metadata downgrade is not supported in this version."
-    assert update(ctx, request((MV, 17, 2))).error_code == 0  # 18-21 changed nothing: safe
-    assert update(ctx, request((MV, 21, 1))).error_code == 0  # upgrades are always allowed
+    assert update(ctx, request((MV, 17, 2))).error_code == 0  # 18-22 changed nothing: safe
+    assert update(ctx, request((MV, 22, 1))).error_code == 0  # upgrades are always allowed
 
 
 def test_a_broker_that_cannot_run_the_finalized_level_cannot_register(ctx):
@@ -96,5 +105,27 @@ def test_release_names_and_levels():
     assert ft.metadata_version_level("3.9") == 21 and ft.metadata_version_level("3.7") == 19
     assert ft.metadata_version_level("3.7-IV2") == 17 and ft.metadata_version_level("20") == 20
     assert ft.release_name(17) == "3.7-IV2"
-    with pytest.raises(ValueError, match="kjbod runs 3.7-IV2 to 3.9-IV0"):
+    assert ft.metadata_version_level("4.0") == 22 and ft.release_name(22) == "4.0-IV0"
+    with pytest.raises(ValueError, match="kjbod runs 3.7-IV2 to 4.0-IV0"):
         ft.metadata_version_level("4.2")
+
+
+def test_group_and_transaction_versions_change_and_their_zero_is_kept():
+    ctx = Ctx()
+    ctx.live_broker(1, features=supporting(17, 22, group_version=(0, 1), transaction_version=(0, 1)))
+    assert update(ctx, request((TV, 1, 1), (GV, 0, 2))).error_code == 0
+    assert ft.finalized(ctx.image) == {MV: 22, GV: 0, TV: 1}  # group.version 0 stays 0, not the bootstrap 1
+    assert not ft.consumer_protocol_enabled(ctx.image)
+    assert update(ctx, request((GV, 1, 1))).error_code == 0
+    assert ft.consumer_protocol_enabled(ctx.image)
+    resp = update(ctx, request((TV, 0, 1)))
+    assert resp.error_code == E.INVALID_UPDATE_VERSION and "Can't downgrade" in resp.error_message
+
+
+def test_kafkas_default_levels_and_dependency_rule():
+    # Features.defaultValue: the highest level whose bootstrap metadata.version is not above the given one.
+    assert [ft.default_level(GV, mv) for mv in (21, 22, 25)] == [0, 1, 1]
+    assert [ft.default_level(TV, mv) for mv in (22, 23, 24)] == [0, 0, 1]  # 2 is not run by kjbod
+    assert ft.dependency_refusal(GV, 1, {MV: 3}) == (
+        "group.version could not be set to 1 because it depends on metadata.version=4 (3.3-IV0)")
+    assert ft.dependency_refusal(GV, 0, {MV: 3}) is None and ft.dependency_refusal(TV, 1, {MV: 17}) is None

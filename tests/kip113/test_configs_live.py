@@ -93,6 +93,7 @@ def test_broker_configs_sources_and_every_version(kjbod_server):
                                                      "reassignment.parallel.replica.count",
                                                      "reassignment.parallel.partition.count",
                                                      "reassignment.parallel.leader.movements",
+                                                     "transaction.partition.verification.enable",  # KIP-890
                                                      *CLEANER_KEYS,  # the log cleaner's own keys
                                                      *CONNECTION_KEYS,  # max.connections, ...
                                                      *LOG_CONFIG_KEYS])  # log.retention.ms, ... (DynamicLogConfig)

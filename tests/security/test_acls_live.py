@@ -841,3 +841,31 @@ def test_group_configs_need_the_config_rights_on_the_group(node: Node) -> None:
         with pytest.raises(BrokerResponseError) as refused:
             alice.describe_configs([ConfigResource.group("cfg-other")])
         assert refused.value.code == 30
+
+
+def test_add_partitions_to_txn_v4_is_for_brokers_only(node: Node) -> None:
+    """KIP-890's broker-to-broker form (AddPartitionsToTxn v4 and later) needs CLUSTER_ACTION on the cluster, as in
+    Kafka: bob, without it, gets CLUSTER_AUTHORIZATION_FAILED for the whole request; admin (a super user) gets an
+    answer per transaction (an unknown transactional id here)."""
+    from kjbod.protocol.generated import AddPartitionsToTxnRequest, AddPartitionsToTxnResponse
+    from kjbod.protocol.generated.add_partitions_to_txn_request import (
+        AddPartitionsToTxnTopic,
+        AddPartitionsToTxnTransaction,
+    )
+
+    create_topic(node, "verify-acl")
+    body = AddPartitionsToTxnRequest(transactions=[AddPartitionsToTxnTransaction(
+        transactional_id="nobody-tx", producer_id=1, producer_epoch=0, verify_only=True,
+        topics=[AddPartitionsToTxnTopic(name="verify-acl", partitions=[0])])])
+    answers = {}
+    for user in ("bob", "admin"):
+        with logged_in(node, user) as sock:
+            sock.sendall(frame(24, 4, 3, body))
+            answers[user] = AddPartitionsToTxnResponse.decode(read(sock, 24, 4), 4)
+    assert (answers["bob"].error_code, answers["bob"].results_by_transaction) == (31, [])
+    admin_answer = answers["admin"]
+    assert admin_answer.error_code == 0
+    [result] = admin_answer.results_by_transaction
+    codes = [p.partition_error_code for t in result.topic_results for p in t.results_by_partition]
+    # the transaction topic not made or loaded yet (COORDINATOR_NOT_AVAILABLE, _LOAD_IN_PROGRESS), or the id unknown
+    assert result.transactional_id == "nobody-tx" and codes[0] in (14, 15, 49)

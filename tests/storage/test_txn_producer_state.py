@@ -241,3 +241,39 @@ def test_a_marker_sets_the_producers_coordinator_epoch(tmp_path) -> None:
     [a, b] = plog.active_producers()
     assert (a.producer_id, a.coordinator_epoch, a.txn_first_offset, a.last_seq) == (A, 3, -1, 1)
     assert (b.producer_id, b.coordinator_epoch, b.txn_first_offset) == (B, -1, 2)
+
+
+# ------------------------------------------------------------------------------------------------ KIP-890
+def test_a_transaction_opens_only_with_the_verification_guard(tmp_path) -> None:
+    """PartitionLog.check_transaction_guard (the leader's check on the dir's worker) and the verification entries
+    of the producer state (Kafka's VerificationStateEntry): a guard of another verification, or none, cannot
+    open a transaction; the producer's transactional append uses the guard up; an open transaction needs none."""
+    from kjbod.storage.errors import InvalidTxnStateError, OutOfOrderSequenceError
+
+    plog = new_log(tmp_path)
+    with pytest.raises(InvalidTxnStateError):
+        plog.check_transaction_guard(A, None)  # never verified
+    state = plog.producer_state
+    guard = state.start_verification(A, 0, 0, now_ms=1000)
+    assert state.start_verification(A, 0, 0, now_ms=1001) is guard  # the same entry while it is out
+    with pytest.raises(InvalidTxnStateError):
+        plog.check_transaction_guard(A, object())
+    plog.check_transaction_guard(A, guard)
+    plog.append(data(A, 0))
+    assert state.verification_guard(A) is None  # used up by the append
+    plog.check_transaction_guard(A, None)  # open here now
+    end(plog, A, True)
+    with pytest.raises(InvalidTxnStateError):
+        plog.check_transaction_guard(A, guard)  # ended: the old guard opens nothing
+
+    # The lowest sequence seen while verifying: a later batch cannot open the transaction before it.
+    state.start_verification(A, 1, 0, now_ms=2000)
+    state.start_verification(A, 0, 0, now_ms=2001)  # an earlier batch of the producer's is being verified too
+    with pytest.raises(OutOfOrderSequenceError):
+        plog.append(data(A, 1))  # follows the last sequence, but not before the earliest being verified
+    state.verifying.pop(A)
+    assert plog.append(data(A, 1)).base_offset > 0
+    # Entries expire with the producers (producer.id.expiration.ms).
+    state.start_verification(B, 0, 0, now_ms=2000)
+    plog.expire_producers(2000 + 10, 10)
+    assert state.verification_guard(B) is None

@@ -50,7 +50,7 @@ def test_a_swapped_out_log_leads_to_the_moved_one(make_manager, log_dirs):
 def test_a_produce_queued_before_the_swap_lands_in_the_moved_log(make_manager, log_dirs):
     _lm, old, new = moved(make_manager, log_dirs)
     pd = PartitionProduceData(index=0, records=kp_batch([b"late"]))
-    answer, end, count = _append_one(([], 0, "t", pd, old, 0, None, None), 0, 9)
+    answer, end, count = _append_one(([], 0, "t", pd, old, 0, None, None, None), 0, 9)
     assert answer.error_code == 0 and answer.base_offset == 5 and (end, count) == (6, 1)
     assert [v for _o, v, _t in kp_records(new.read_bytes(0, 1 << 20))][-1] == b"late"
 

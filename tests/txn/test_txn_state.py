@@ -41,6 +41,19 @@ def test_key_and_value_are_kafkas_version_0_layout() -> None:
     assert rec.read_key(rec.txn_key("ab")) == "ab"
 
 
+def test_value_version_1_is_written_in_the_flexible_layout() -> None:
+    """transaction.version 1 (Kafka's TV_1): compact strings and arrays (length + 1), a tag buffer after each
+    partition entry and at the end, and no tagged fields (all at their defaults below transaction.version 2)."""
+    v = TxnValue(5, 3, 60_000, TxnState.ONGOING, (("t", 0), ("t", 2)), 111, 100)
+    raw = rec.txn_value(v, 1)
+    assert raw == (struct.pack(">hqhib", 1, 5, 3, 60_000, 1) + bytes([2]) + bytes([2]) + b"t" + bytes([3])
+                   + struct.pack(">ii", 0, 2) + b"\x00" + struct.pack(">qq", 111, 100) + b"\x00")
+    assert rec.read_value(raw) == v
+    empty = TxnValue(5, 4, 60_000, TxnState.COMPLETE_ABORT, (), 112, 100)
+    assert rec.txn_value(empty, 1)[2 + 8 + 2 + 4 + 1] == 0  # a null compact array
+    assert rec.read_value(rec.txn_value(empty, 1)) == empty
+
+
 def test_a_complete_transaction_is_written_with_null_partitions() -> None:
     v = TxnValue(5, 3, 60_000, TxnState.COMPLETE_COMMIT, (), 111, 100)
     raw = rec.txn_value(v)
@@ -228,3 +241,28 @@ def test_idle_ids_expire_with_a_tombstone_and_come_back_with_a_new_producer_id()
     [ended] = book.expired(now=3000, expiration_ms=1000)
     book.fail(ended)  # the tombstone was not written: the id stays as it was
     assert book.txns["ended"].state == TxnState.COMPLETE_COMMIT and book.txns["ended"].pending is None
+
+
+# ------------------------------------------------------------------------------------------------ KIP-890
+def test_verify_only_answers_per_partition_and_adds_nothing() -> None:
+    book = started(TxnBook())
+    asked = [("orders", 0), ("orders", 1)]
+    assert book.verify_partitions(T, 7, 0, asked) == {("orders", 0): 0,
+                                                      ("orders", 1): ErrorCode.TRANSACTION_ABORTABLE}
+    assert book.txns[T].partitions == {("orders", 0)}  # only checked
+    assert book.verify_partitions(T, 8, 0, asked) == dict.fromkeys(asked, ErrorCode.INVALID_PRODUCER_ID_MAPPING)
+    assert book.verify_partitions("other", 7, 0, asked) == dict.fromkeys(asked,
+                                                                         ErrorCode.INVALID_PRODUCER_ID_MAPPING)
+    assert book.verify_partitions(T, 7, 1, asked) == dict.fromkeys(asked, ErrorCode.PRODUCER_FENCED)
+    # A partition being added counts once its record is committed.
+    pending = book.add_partitions(T, 7, 0, [("orders", 1)], 2000)
+    assert isinstance(pending, Transit)
+    assert book.verify_partitions(T, 7, 0, [("orders", 1)]) == {("orders", 1): ErrorCode.TRANSACTION_ABORTABLE}
+    book.complete(pending)
+    assert book.verify_partitions(T, 7, 0, asked) == dict.fromkeys(asked, 0)
+    # Being prepared: CONCURRENT_TRANSACTIONS; complete: nothing is in a transaction any more.
+    prepare = done(book, book.end_txn(T, 7, 0, True, 3000))
+    assert prepare.state == TxnState.PREPARE_COMMIT
+    assert book.verify_partitions(T, 7, 0, asked) == dict.fromkeys(asked, ErrorCode.CONCURRENT_TRANSACTIONS)
+    done(book, book.complete_markers(T, 4000))
+    assert book.verify_partitions(T, 7, 0, asked) == dict.fromkeys(asked, ErrorCode.TRANSACTION_ABORTABLE)

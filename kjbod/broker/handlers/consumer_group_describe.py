@@ -3,7 +3,8 @@
 Version notes: v0 describes KIP-848 consumer groups: state, group and assignment epochs, the assignor in use, and
 each member with its subscription, its current assignment and its target.  A group this coordinator does not
 know, or a classic group, answers GROUP_ID_NOT_FOUND; an empty id INVALID_GROUP_ID; DESCRIBE on the group is
-needed (GROUP_AUTHORIZATION_FAILED), as in Kafka.
+needed (GROUP_AUTHORIZATION_FAILED), as in Kafka.  While the cluster's group.version is 0 every group answers
+UNSUPPORTED_VERSION, as Kafka 4.0's broker answers it.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from kjbod.broker.authz import allowed, authorized_operations
 from kjbod.broker.groups.consumer import Assignment as Partitions
 from kjbod.broker.groups.coordinator import coordinator_of
 from kjbod.broker.router import api
+from kjbod.metadata import features
 from kjbod.metadata.acls import DESCRIBE, GROUP
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse
@@ -37,6 +39,9 @@ def _assignment(node, partitions: Partitions) -> Assignment:
 
 @api(ConsumerGroupDescribeRequest)
 def handle(node, request, body: ConsumerGroupDescribeRequest) -> ConsumerGroupDescribeResponse:
+    if not features.consumer_protocol_enabled(node.metadata):
+        return ConsumerGroupDescribeResponse(groups=[
+            DescribedGroup(error_code=ErrorCode.UNSUPPORTED_VERSION, group_id=gid) for gid in body.group_ids])
     coordinator = coordinator_of(node)
     out = []
     for gid in body.group_ids:

@@ -6,7 +6,8 @@ field but the group id, member id and epoch may be left null when unchanged sinc
 
 The group logic is kjbod.broker.groups.consumer's; the coordinator writes the group's changed records to its
 `__consumer_offsets` partition and answers once they are committed.  READ on the group is needed
-(GROUP_AUTHORIZATION_FAILED otherwise), as in Kafka.
+(GROUP_AUTHORIZATION_FAILED otherwise), as in Kafka.  While the cluster's group.version is 0 the protocol is off
+and every heartbeat answers UNSUPPORTED_VERSION, as Kafka 4.0's broker answers it.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from kjbod.broker.authz import allowed
 from kjbod.broker.groups.consumer import MemberHeartbeat
 from kjbod.broker.groups.coordinator import coordinator_of
 from kjbod.broker.router import api
+from kjbod.metadata import features
 from kjbod.metadata.acls import GROUP, READ
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse
@@ -23,6 +25,10 @@ from kjbod.protocol.generated.consumer_group_heartbeat_response import Assignmen
 
 @api(ConsumerGroupHeartbeatRequest)
 async def handle(node, request, body: ConsumerGroupHeartbeatRequest) -> ConsumerGroupHeartbeatResponse:
+    if not features.consumer_protocol_enabled(node.metadata):
+        return ConsumerGroupHeartbeatResponse(error_code=ErrorCode.UNSUPPORTED_VERSION, error_message=(
+            "The consumer group protocol is off: the cluster's group.version is 0 (kjbod features upgrade "
+            "--feature group.version=1 turns it on)"))
     coordinator = coordinator_of(node)
     if not allowed(node, request, READ, GROUP, body.group_id):
         return ConsumerGroupHeartbeatResponse(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)

@@ -18,6 +18,18 @@ the internal `__consumer_offsets` or `__transaction_state` is INVALID_TOPIC_EXCE
 coordinators' own appends come through here with `internal_topics_allowed`, and with `coordinator_origin` those
 that may be control batches (transaction markers) or transactional batches without a sequence (TxnOffsetCommit),
 as Kafka accepts from its coordinators.
+
+KIP-890 part 1 (transaction.partition.verification.enable, on by default, dynamic): a transactional batch of a
+producer with no transaction open on the partition is held while the transaction coordinator is asked whether
+the partition is in the producer's ongoing transaction (kjbod.broker.txn.verification; the whole request waits,
+as Kafka's does). Not in it: INVALID_TXN_STATE ("Partition was not added to the transaction"), or
+TRANSACTION_ABORTABLE from v11 on, and nothing is written, so a producer that skipped AddPartitionsToTxn cannot
+leave a transaction open that no coordinator will ever end (the hanging transaction that stalls the last stable
+offset). A coordinator that cannot answer now (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS,
+COORDINATOR_NOT_AVAILABLE, CONCURRENT_TRANSACTIONS, a network error) answers NOT_ENOUGH_REPLICAS, which every
+producer retries, as Kafka maps it. The dir's worker checks again as it appends
+(PartitionLog.check_transaction_guard): a transactional batch starts a transaction only with the guard the
+verification made, so a transaction that ended meanwhile is not reopened.
 """
 
 from __future__ import annotations
@@ -29,6 +41,7 @@ import structlog
 from kjbod.broker.dir_work import DirWork
 from kjbod.broker.replication import hooks as replication
 from kjbod.broker.router import api
+from kjbod.broker.txn.verification import verification_enabled, verifier_of
 from kjbod.metadata.acls import TOPIC, TRANSACTIONAL_ID, WRITE
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import ProduceRequest, ProduceResponse
@@ -36,7 +49,7 @@ from kjbod.protocol.generated.produce_response import BatchIndexAndErrorMessage 
 from kjbod.protocol.generated.produce_response import PartitionProduceResponse as PartResp
 from kjbod.protocol.generated.produce_response import TopicProduceResponse as TopicResp
 from kjbod.storage.records import LOG_OVERHEAD, MIN_BATCH_LENGTH
-from kjbod.wire.handler import CloseConnection
+from kjbod.wire.handler import CloseConnection, Later
 
 log = structlog.get_logger("kjbod.produce")
 
@@ -49,6 +62,13 @@ TRANSACTIONAL = 0x10  # the transactional bit of a v2 batch's attributes, in the
 # the worker rarely wait for each other. Bigger ones are validated on the worker, where the CRC and the
 # decompression of a large batch overlap the loop's next request.
 VALIDATE_ON_LOOP_BYTES = 64 * 1024
+# A v2 batch's producer id, epoch and base sequence (big-endian, after the max timestamp).
+PRODUCER_ID_AT, PRODUCER_EPOCH_AT, BASE_SEQUENCE_AT, RECORDS_COUNT_AT = 43, 51, 53, 57
+# What a coordinator that cannot answer now becomes for the producer (Kafka's mapping: NOT_ENOUGH_REPLICAS is
+# retried by every producer and sends none of them to refresh metadata).
+VERIFY_RETRIABLE = frozenset({ErrorCode.CONCURRENT_TRANSACTIONS, ErrorCode.NETWORK_EXCEPTION,
+                              ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                              ErrorCode.NOT_COORDINATOR})
 
 
 def _error(index: int, code: int, message: str | None, version: int) -> PartResp:
@@ -105,6 +125,11 @@ def handle(node, request, body: ProduceRequest):
     ctx = request.ctx
     # A coordinator's own append (kjbod.broker.txn, kjbod.broker.groups): markers and transactional offsets.
     coordinator = getattr(request, "coordinator_origin", False)
+    # KIP-890: the transactional batches of producers with no transaction open on their partition wait for the
+    # coordinator's word: (item, (topic, partition)) each, and the producer they are for.
+    verify = body.transactional_id is not None and not coordinator and verification_enabled(node)
+    held: list[tuple[tuple, tuple[str, int]]] = []
+    producer: tuple[int, int] | None = None
     # As Kafka: a transactional producer needs WRITE on its transactional id.
     txn_denied = authz is not None and ctx is not None and body.transactional_id is not None and not authz.allowed(
         ctx.principal, ctx.peer_host, WRITE, TRANSACTIONAL_ID, body.transactional_id)
@@ -159,15 +184,34 @@ def handle(node, request, body: ProduceRequest):
                             continue
                     else:
                         big = True
+                    txn = None
+                    if verify and pd.records[22] & TRANSACTIONAL and len(pd.records) >= RECORDS_COUNT_AT:
+                        txn, ask = _transaction_check(plog, pd.records, now_ms)
+                        if producer is None:
+                            producer = (txn[0], ask[1])
+                        elif producer[0] != txn[0]:
+                            parts.append(_error(pd.index, ErrorCode.INVALID_PRODUCER_ID_MAPPING,
+                                                "transactional records of more than one producer id", v))
+                            continue
+                        if ask[0]:
+                            item = (parts, len(parts), td.name, pd, plog, node.leader_epoch(td.name, pd.index),
+                                    checked, replication.leader_state(node, td.name, pd.index), txn)
+                            held.append((item, (td.name, pd.index)))
+                            parts.append(None)
+                            continue
                     # Answered by the partition's dir (its worker), into the slot kept here.
-                    if plog.moved_from is not None:
-                        plog = _serving(plog)
-                    plog.appends_in_flight += 1
-                    work.add(plog.log_dir, (parts, len(parts), td.name, pd, plog,
-                                            node.leader_epoch(td.name, pd.index), checked,
-                                            replication.leader_state(node, td.name, pd.index)))
+                    _hand_over(work, (parts, len(parts), td.name, pd, plog, node.leader_epoch(td.name, pd.index),
+                                      checked, replication.leader_state(node, td.name, pd.index), txn))
                     parts.append(None)
         responses.append((td.name, parts))
+    if held and producer is not None and body.transactional_id is not None:
+        return _after_verification(node, body.transactional_id, producer, held, v, work,
+                                   lambda: _run(node, work, responses, waits, acks, timeout_ms, now_ms, v, big))
+    return _run(node, work, responses, waits, acks, timeout_ms, now_ms, v, big)
+
+
+def _run(node, work, responses, waits, acks: int, timeout_ms: int, now_ms: int, v: int, big: bool):
+    """The appends handed to the dirs, then the answer (a Later while a dir has not answered)."""
     if not work:
         return _respond(node, acks, responses, waits=waits, timeout_ms=timeout_ms)
     # Each dir answers on its own; one that has not by the request's own timeout answers REQUEST_TIMED_OUT for
@@ -179,6 +223,72 @@ def handle(node, request, body: ProduceRequest):
     if pending is None:
         return _respond(node, acks, responses, waits=waits, timeout_ms=timeout_ms)
     return pending
+
+
+def _hand_over(work: DirWork, item: tuple) -> None:
+    """An append to the partition's dir (its worker), answered into the slot the item names."""
+    plog = item[4]
+    if plog.moved_from is not None:
+        plog = _serving(plog)
+        item = (*item[:4], plog, *item[5:])
+    plog.appends_in_flight += 1
+    work.add(plog.log_dir, item)
+
+
+def _transaction_check(plog, records, now_ms: int) -> tuple[tuple[int, object | None], tuple[bool, int]]:
+    """KIP-890 for one transactional batch: ((producer id, guard), (whether the coordinator must be asked, the
+    producer's epoch)). A producer with a transaction open here needs no question (its guard None: the worker
+    then checks the transaction is still open); else its verification guard is made (Kafka's
+    maybeStartTransactionVerification). A log whose producer state is not loaded yet (on the loop no file is
+    read) asks: the coordinator's answer is right either way."""
+    pid = int.from_bytes(records[PRODUCER_ID_AT:PRODUCER_EPOCH_AT], "big", signed=True)
+    epoch = int.from_bytes(records[PRODUCER_EPOCH_AT:BASE_SEQUENCE_AT], "big", signed=True)
+    state = plog.producer_state
+    if plog.producer_state_ready and state.has_ongoing_txn(pid):
+        return (pid, None), (False, epoch)
+    sequence = int.from_bytes(records[BASE_SEQUENCE_AT:RECORDS_COUNT_AT], "big", signed=True)
+    return (pid, state.start_verification(pid, sequence, epoch, now_ms)), (True, epoch)
+
+
+def _verification_error(index: int, code: int, v: int) -> PartResp:
+    """Kafka's mapping of a coordinator's verification answer for the producer."""
+    if code == ErrorCode.TRANSACTION_ABORTABLE and v < 11:  # older producers do not know it
+        code = ErrorCode.INVALID_TXN_STATE
+    if code == ErrorCode.INVALID_TXN_STATE:
+        return _error(index, code, "Partition was not added to the transaction", v)
+    if code in VERIFY_RETRIABLE:
+        return _error(index, ErrorCode.NOT_ENOUGH_REPLICAS, "Unable to verify the partition has been added to the "
+                      f"transaction. Underlying error: {ErrorCode(code).name}", v)
+    return _error(index, code, None, v)
+
+
+def _after_verification(node, tid: str, producer: tuple[int, int], held, v: int, work: DirWork, run) -> Later:
+    """The request's answer once the coordinator has answered for its held batches: those verified are handed to
+    their dirs with the others, the rest answered with the mapped error."""
+    out = Later()
+
+    async def verify_then_append() -> None:
+        try:
+            codes = await verifier_of(node).verify(tid, producer[0], producer[1], [tp for _, tp in held])
+            for item, tp in held:
+                code = codes.get(tp, ErrorCode.NONE)
+                if code:
+                    item[0][item[1]] = _verification_error(tp[1], code, v)
+                else:
+                    _hand_over(work, item)
+            result = run()
+        except BaseException as e:  # handed to the connection, as a handler's own exception would be
+            out.fail(e)
+            if not isinstance(e, Exception):
+                raise
+            return
+        if result.__class__ is Later:
+            result.on_done(out.take)
+        else:
+            out.resolve(result)
+
+    verifier_of(node).run(verify_then_append())
+    return out
 
 
 def _serving(plog):
@@ -246,7 +356,8 @@ class _Appends:
         for queued, entries in by_log.items():
             plog = queued.current()
             first = entries[0][2]
-            if len(entries) > 1 and all(e[2][6] is not None and e[2][5] == first[5] for e in entries):
+            if len(entries) > 1 and all(e[2][6] is not None and e[2][5] == first[5] and e[2][8] is None
+                                        for e in entries):
                 try:
                     infos = plog.append_validated_together([e[2][6] for e in entries], leader_epoch=first[5])
                 except Exception as e:
@@ -266,10 +377,12 @@ class _Appends:
 
 
 def _append_one(item, now_ms: int, v: int):
-    _parts, _slot, topic, pd, plog, leader_epoch, checked, _lead = item
+    _parts, _slot, topic, pd, plog, leader_epoch, checked, _lead, txn = item
     if plog.closed:  # swapped by a KIP-113 move since the request came: append to the moved replica
         plog = plog.current()
     try:
+        if txn is not None:  # KIP-890: a transactional batch starts a transaction only once verified
+            plog.check_transaction_guard(*txn)
         if checked is not None:
             info = plog.append_validated(checked, leader_epoch=leader_epoch)
         else:

@@ -8,7 +8,11 @@ The offsets are written to the group's `__consumer_offsets` partition as a trans
 producer's id and epoch (an epoch older than the one the partition knows answers INVALID_PRODUCER_EPOCH), and
 kept pending: OffsetFetch does not show them until the transaction's commit marker reaches that partition; an
 abort marker drops them (kjbod.broker.groups.state: GroupBook.pending_txn).  The partition must have joined the
-transaction first (AddOffsetsToTxn).
+transaction first (AddOffsetsToTxn): checked in-process when this broker coordinates the transaction too, else
+(transaction.partition.verification.enable, KIP-890) asked of the transaction coordinator as a Produce leader asks
+(kjbod.broker.txn.verification) unless the producer has a transaction open on that partition already; Kafka's
+mapping of the answer: NETWORK_EXCEPTION becomes COORDINATOR_LOAD_IN_PROGRESS, TRANSACTION_ABORTABLE becomes
+INVALID_TXN_STATE below v4.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from kjbod.broker.groups import records as rec
 from kjbod.broker.groups.coordinator import OFFSETS_TOPIC, coordinator_of, now_ms
 from kjbod.broker.groups.state import CommittedOffset
 from kjbod.broker.router import api
+from kjbod.broker.txn.verification import verification_enabled, verifier_of
 from kjbod.metadata.acls import GROUP, READ, TRANSACTIONAL_ID, WRITE
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import TxnOffsetCommitRequest, TxnOffsetCommitResponse
@@ -77,6 +82,11 @@ async def handle(node, request, body: TxnOffsetCommitRequest) -> TxnOffsetCommit
         if code:
             codes.update(dict.fromkeys(offsets, code))
             offsets = {}
+    elif offsets and verification_enabled(node):
+        code = await _verified(node, body, (OFFSETS_TOPIC, coordinator.partition_of(body.group_id)), v)
+        if code:
+            codes.update(dict.fromkeys(offsets, code))
+            offsets = {}
     if offsets:
         code = await coordinator.append(body.group_id, [
             (rec.offset_key(body.group_id, t, p), rec.offset_value(c)) for (t, p), c in offsets.items()],
@@ -86,3 +96,21 @@ async def handle(node, request, body: TxnOffsetCommitRequest) -> TxnOffsetCommit
             coordinator.book.add_txn_offsets(body.producer_id, body.group_id, offsets)
         codes.update(dict.fromkeys(offsets, code))
     return _answer(body, codes)
+
+
+async def _verified(node, body: TxnOffsetCommitRequest, tp: tuple[str, int], v: int) -> int:
+    """KIP-890 for the offsets partition, the transaction coordinator being elsewhere: 0 when the producer's
+    transaction is open on it here or the coordinator has it in the transaction."""
+    try:
+        plog = node.partition_log(*tp)
+    except Exception:
+        plog = None
+    if plog is not None and plog.producer_state_ready and plog.producer_state.has_ongoing_txn(body.producer_id):
+        return ErrorCode.NONE
+    answer = await verifier_of(node).verify(body.transactional_id, body.producer_id, body.producer_epoch, [tp])
+    code = answer.get(tp, ErrorCode.NONE)
+    if code == ErrorCode.NETWORK_EXCEPTION:
+        return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+    if code == ErrorCode.TRANSACTION_ABORTABLE and v < 4:
+        return ErrorCode.INVALID_TXN_STATE
+    return code

@@ -10,7 +10,8 @@ Strategy, the group coordinator's (kjbod.broker.groups.coordinator) applied to `
   transactions found in PrepareCommit or PrepareAbort get their markers sent again, as Kafka's coordinator does
   after a failover; a partition led elsewhere now has its transactions dropped (NOT_COORDINATOR from then on);
 * every change the sans-IO `TxnBook` (kjbod.broker.txn.state) decides is written as one record through the
-  Produce path with acks=all before it counts;
+  Produce path with acks=all before it counts (value version 1, the flexible layout, once transaction.version 1 is
+  finalized);
 * EndTxn: once the Prepare* record is committed the producer is answered, then the markers go to the leaders of
   the transaction's partitions (WriteTxnMarkers; this broker's own partitions are appended in-process), each
   partition retried until its leader takes it (a deleted topic's partitions are dropped), and at last the
@@ -35,6 +36,7 @@ from kjbod.broker.groups.coordinator import OFFSETS_TOPIC
 from kjbod.broker.txn import records as rec
 from kjbod.broker.txn.records import TxnState
 from kjbod.broker.txn.state import Transit, TxnBook, TxnConfig
+from kjbod.metadata import features
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import WriteTxnMarkersRequest
 from kjbod.protocol.generated.write_txn_markers_request import WritableTxnMarker, WritableTxnMarkerTopic
@@ -135,7 +137,8 @@ class TxnCoordinator(CoordinatorHost):
     async def write(self, t: Transit) -> int:
         """Writes a change to the id's partition (acks=all) and applies it once committed; the error code."""
         try:
-            value = None if t.state == TxnState.DEAD else rec.txn_value(t.value)  # Dead: the id's tombstone
+            # Dead: the id's tombstone. transaction.version 1 and up: the flexible value layout, as Kafka's TV_1.
+            value = None if t.state == TxnState.DEAD else rec.txn_value(t.value, self.value_version())
             code = await self._append(t.transactional_id, value)
         except Exception:
             log.exception("transaction_write_failed", transactional_id=t.transactional_id)
@@ -146,6 +149,11 @@ class TxnCoordinator(CoordinatorHost):
             self.book.fail(t)
             code = code or ErrorCode.NOT_COORDINATOR
         return code
+
+    def value_version(self) -> int:
+        """The `__transaction_state` value version the finalized transaction.version asks for."""
+        levels = features.finalized(self.node.metadata)
+        return 1 if levels.get(features.TRANSACTION_VERSION, 0) >= 1 else 0
 
     async def _append(self, tid: str, value: bytes | None) -> int:
         batch = build_batch([(rec.txn_key(tid), value, [], now_ms())])
@@ -181,6 +189,17 @@ class TxnCoordinator(CoordinatorHost):
         if isinstance(t, int):
             return t
         return await self.write(t)
+
+    def verify_partitions(self, tid: str, pid: int, epoch: int,
+                          partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """AddPartitionsToTxn with VerifyOnly: per partition, whether it is in the ongoing transaction
+        (TxnBook.verify_partitions); NOT_COORDINATOR or COORDINATOR_LOAD_IN_PROGRESS for all while this broker
+        does not hold the id's transactions."""
+        if not tid:
+            return dict.fromkeys(partitions, ErrorCode.INVALID_REQUEST)
+        if (code := self.status(tid)):
+            return dict.fromkeys(partitions, code)
+        return self.book.verify_partitions(tid, pid, epoch, partitions)
 
     async def end_txn(self, tid: str, pid: int, epoch: int, commit: bool) -> int:
         if (code := self.status(tid)):
@@ -302,21 +321,26 @@ class TxnCoordinator(CoordinatorHost):
         conn = self._conns.get(broker)
         if conn is not None and not conn.closed:
             return conn
-        from kjbod.broker.replication.manager import inter_broker_listener
-        from kjbod.net.connection import ClientConnection
-
-        manager = getattr(self.node, "replication", None)
-        listener = manager.listener_name if manager is not None else inter_broker_listener(self.node.config)
-        reg = self.node.metadata.brokers.get(broker)
-        endpoint = reg.endpoint(listener) if reg is not None else None
-        if endpoint is None:
-            raise ConnectionError(f"broker {broker} has no endpoint on listener {listener}")
-        conn = await ClientConnection.open(
-            endpoint.host, endpoint.port, client_id=f"kjbod-txn-markers-{self.node.node_id}",
-            connect_timeout=MARKER_TIMEOUT_S, ssl_context=getattr(manager, "ssl_context", None),
-            sasl=getattr(manager, "sasl", None))
+        conn = await open_broker_connection(self.node, broker, f"kjbod-txn-markers-{self.node.node_id}",
+                                            MARKER_TIMEOUT_S)
         self._conns[broker] = conn
         return conn
+
+
+async def open_broker_connection(node: Any, broker: int, client_id: str, timeout_s: float) -> Any:
+    """A connection to another broker on the inter-broker listener (TLS and SASL as replication's)."""
+    from kjbod.broker.replication.manager import inter_broker_listener
+    from kjbod.net.connection import ClientConnection
+
+    manager = getattr(node, "replication", None)
+    listener = manager.listener_name if manager is not None else inter_broker_listener(node.config)
+    reg = node.metadata.brokers.get(broker)
+    endpoint = reg.endpoint(listener) if reg is not None else None
+    if endpoint is None:
+        raise ConnectionError(f"broker {broker} has no endpoint on listener {listener}")
+    return await ClientConnection.open(
+        endpoint.host, endpoint.port, client_id=client_id, connect_timeout=timeout_s,
+        ssl_context=getattr(manager, "ssl_context", None), sasl=getattr(manager, "sasl", None))
 
 
 def offsets_partition(node: Any, group_id: str) -> tuple[str, int]:

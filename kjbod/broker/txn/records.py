@@ -10,8 +10,8 @@ compacted).  Key and value each start with an int16 version:
                    timestamp (int64)
 
 Version 1 of the value is the flexible form (compact strings and arrays, tagged previous/next producer id and
-client transaction version); Kafka writes it only once transaction.version 2 is finalized, which kjbod never
-advertises, so kjbod writes version 0 and reads both.  Status numbers are Kafka's TransactionState ids.  An
+client transaction version); Kafka writes it once transaction.version 1 is finalized, and so does kjbod (version 0
+below that); both are read.  Status numbers are Kafka's TransactionState ids.  An
 Empty (or Complete) transaction is written with a null partition array.
 
 A transaction marker is a control batch (attributes transactional and control) holding one record:
@@ -25,6 +25,8 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 from enum import IntEnum
+
+from kjbod.protocol.runtime import write_uvarint
 
 _H = struct.Struct(">h")
 _I = struct.Struct(">i")
@@ -82,19 +84,30 @@ def txn_key(transactional_id: str) -> bytes:
     return _H.pack(KEY_VERSION) + _str(transactional_id)
 
 
-def txn_value(v: TxnValue) -> bytes:
-    out = [_H.pack(VALUE_VERSION), _Q.pack(v.producer_id), _H.pack(v.producer_epoch), _I.pack(v.timeout_ms),
+def txn_value(v: TxnValue, version: int = VALUE_VERSION) -> bytes:
+    """The value in `version` 0, or 1 (the flexible layout, written once transaction.version 1 is finalized; its
+    tagged fields, the previous and next producer ids and the client's transaction version, are at their defaults
+    below transaction.version 2 and so left out)."""
+    flexible = version == 1
+    out = [_H.pack(version), _Q.pack(v.producer_id), _H.pack(v.producer_epoch), _I.pack(v.timeout_ms),
            _B.pack(int(v.state))]
     if v.state in (TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT) and not v.partitions:
-        out.append(_I.pack(-1))
+        out.append(write_uvarint(0) if flexible else _I.pack(-1))
     else:
         by_topic: dict[str, list[int]] = {}
         for t, p in v.partitions:
             by_topic.setdefault(t, []).append(p)
-        out.append(_I.pack(len(by_topic)))
+        out.append(write_uvarint(len(by_topic) + 1) if flexible else _I.pack(len(by_topic)))
         for t, ps in by_topic.items():
-            out += [_str(t), _I.pack(len(ps)), *(_I.pack(p) for p in ps)]
+            if flexible:
+                raw = t.encode("utf-8")
+                out += [write_uvarint(len(raw) + 1), raw, write_uvarint(len(ps) + 1), *(_I.pack(p) for p in ps),
+                        b"\x00"]
+            else:
+                out += [_str(t), _I.pack(len(ps)), *(_I.pack(p) for p in ps)]
     out += [_Q.pack(v.last_update_ms), _Q.pack(v.start_ms)]
+    if flexible:
+        out.append(b"\x00")  # no tagged fields
     return b"".join(out)
 
 

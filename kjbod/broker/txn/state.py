@@ -176,6 +176,25 @@ class TxnBook:
             return ErrorCode.INVALID_TXN_STATE
         return ErrorCode.NONE
 
+    def verify_partitions(self, tid: str, pid: int, epoch: int,
+                          partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """AddPartitionsToTxn with VerifyOnly (KIP-890, a partition leader asking before it appends a
+        transactional batch): per partition NONE when it is in the transaction as written, else
+        TRANSACTION_ABORTABLE; the producer's errors (an unknown or other producer id, an older or newer epoch, a
+        transaction being prepared) answer every partition. A change still being written is not looked at: the
+        partitions count once their record is committed, and the leader checks again as it appends."""
+        m = self.txns.get(tid)
+        code = ErrorCode.NONE
+        if m is None or m.producer_id != pid:
+            code = ErrorCode.INVALID_PRODUCER_ID_MAPPING
+        elif epoch != m.producer_epoch:
+            code = ErrorCode.PRODUCER_FENCED
+        elif m.state in PREPARE:
+            code = ErrorCode.CONCURRENT_TRANSACTIONS
+        if code or m is None:
+            return dict.fromkeys(partitions, code)
+        return {tp: ErrorCode.NONE if tp in m.partitions else ErrorCode.TRANSACTION_ABORTABLE for tp in partitions}
+
     # ------------------------------------------------------------------------------------------ ending
     def end_txn(self, tid: str, pid: int, epoch: int, commit: bool, now: int) -> int | Transit:
         """An error code (NONE: a retry of what is done already) or the Prepare* change to write."""

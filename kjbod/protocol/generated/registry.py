@@ -211,7 +211,7 @@ APIS: dict[int, ApiInfo] = {
     21: ApiInfo(21, 'DeleteRecords', DeleteRecordsRequest, DeleteRecordsResponse, 0, 2, 2, frozenset(['broker'])),
     22: ApiInfo(22, 'InitProducerId', InitProducerIdRequest, InitProducerIdResponse, 0, 5, 2, frozenset(['broker'])),
     23: ApiInfo(23, 'OffsetForLeaderEpoch', OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, 2, 4, 4, frozenset(['broker'])),
-    24: ApiInfo(24, 'AddPartitionsToTxn', AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, 0, 3, 3, frozenset(['broker'])),
+    24: ApiInfo(24, 'AddPartitionsToTxn', AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, 0, 5, 3, frozenset(['broker'])),
     25: ApiInfo(25, 'AddOffsetsToTxn', AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, 0, 4, 3, frozenset(['broker'])),
     26: ApiInfo(26, 'EndTxn', EndTxnRequest, EndTxnResponse, 0, 4, 3, frozenset(['broker'])),
     27: ApiInfo(27, 'WriteTxnMarkers', WriteTxnMarkersRequest, WriteTxnMarkersResponse, 1, 1, 1, frozenset(['broker'])),
