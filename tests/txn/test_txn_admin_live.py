@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
+import time
 import uuid
 
 import pytest
@@ -211,10 +212,15 @@ def test_kjbod_transactions_lists_and_describes_as_kafka_transactions(server):
 
 
 def test_kjbod_transactions_finds_and_aborts_a_hanging_transaction(server):
-    """A transactional batch written without AddPartitionsToTxn (what KIP-890's verification now refuses, and how
-    transactions hung before it): its coordinator does not list the partition, so no marker will ever come, and
-    the partition's last stable offset stays behind it. find-hanging names it, abort ends it with a marker."""
+    """A transactional batch written without AddPartitionsToTxn (what KIP-890's verification refuses, so it is
+    turned off here, and how transactions hung before it): its coordinator does not list the partition, so no
+    marker will ever come, and the partition's last stable offset stays behind it. find-hanging names it, abort
+    ends it with a marker."""
+    from kjbod.admin import SyncAdminClient
+    from kjbod.admin.types import ConfigResource
+
     topic = make_topic(server, partitions=2)
+    verification = "transaction.partition.verification.enable"
 
     async def run():
         conn = await connect(server)
@@ -222,14 +228,22 @@ def test_kjbod_transactions_finds_and_aborts_a_hanging_transaction(server):
             stray = Txn(conn, f"tx-{uuid.uuid4().hex[:6]}")
             proper = Txn(conn, f"tx-{uuid.uuid4().hex[:6]}")
             assert await stray.init(timeout_ms=45_000) == 0 and await proper.init(timeout_ms=45_000) == 0
-            assert await produce_txn(conn, stray, topic, 0, [b"h1", b"h2"], 0) == 0  # offsets 0-1, never added
+            deadline = time.monotonic() + 30
+            while await produce_txn(conn, stray, topic, 0, [b"h1", b"h2"], 0):  # offsets 0-1, never added
+                assert time.monotonic() < deadline, "the broker never took the dynamic value"
+                await asyncio.sleep(0.1)
             assert await proper.add(topic, 1) == [0]
             assert await produce_txn(conn, proper, topic, 1, [b"ok"], 0) == 0  # open, but its coordinator knows
             return stray, proper
         finally:
             conn.close()
 
-    stray, proper = asyncio.run(run())
+    with SyncAdminClient(server.bootstrap, request_timeout=30) as admin:
+        admin.incremental_alter_configs({ConfigResource.broker(""): {verification: "false"}})
+        try:
+            stray, proper = asyncio.run(run())
+        finally:
+            admin.incremental_alter_configs({ConfigResource.broker(""): {verification: None}})
     found = kjbod_transactions(server, "find-hanging", "--topic", topic, "--max-transaction-timeout", "0")
     assert found.returncode == 0, found.stderr
     table = rows(found.stdout)
