@@ -99,6 +99,7 @@ SERVED_APIS: dict[str, tuple[int, int]] = {
     "UpdateFeatures": (0, 2),
     "ConsumerGroupHeartbeat": (0, 1),
     "ConsumerGroupDescribe": (0, 0),
+    "DescribeTopicPartitions": (0, 0),
 }
 SERVED_HEADERS: dict[str, tuple[int, int]] = {"RequestHeader": (0, 2), "ResponseHeader": (0, 1)}
 SERVED_RECORDS: dict[str, tuple[int, int]] = {

@@ -160,6 +160,9 @@ from kjbod.protocol.generated.describe_groups_request import DescribeGroupsReque
 from kjbod.protocol.generated.describe_log_dirs_request import DescribableLogDirTopic, DescribeLogDirsRequest
 from kjbod.protocol.generated.describe_producers_request import DescribeProducersRequest
 from kjbod.protocol.generated.describe_producers_request import TopicRequest as ProducersTopicRequest
+from kjbod.protocol.generated.describe_topic_partitions_request import Cursor as DTPCursor
+from kjbod.protocol.generated.describe_topic_partitions_request import DescribeTopicPartitionsRequest
+from kjbod.protocol.generated.describe_topic_partitions_request import TopicRequest as DTPTopic
 from kjbod.protocol.generated.describe_transactions_request import DescribeTransactionsRequest
 from kjbod.protocol.generated.describe_user_scram_credentials_request import (
     DescribeUserScramCredentialsRequest,
@@ -252,6 +255,7 @@ DELETE_ACLS = 31
 DESCRIBE_PRODUCERS = 61
 DESCRIBE_TRANSACTIONS = 65
 LIST_TRANSACTIONS = 66
+DESCRIBE_TOPIC_PARTITIONS = 75
 CREATE_DELEGATION_TOKEN = 38
 RENEW_DELEGATION_TOKEN = 39
 EXPIRE_DELEGATION_TOKEN = 40
@@ -456,6 +460,37 @@ class AdminClient:
                     tuple(p.replica_nodes), tuple(p.isr_nodes), tuple(p.offline_replicas), _code(p.error_code))
                     for p in sorted(t.partitions, key=lambda p: p.partition_index)))
         return out
+
+    async def describe_topic_partitions(self, topics: Iterable[str] | None = None, *,
+                                        partition_limit: int = 2000,
+                                        timeout: float | None = None) -> dict[str, TopicDescription]:
+        """What describe_topics answers, asked with DescribeTopicPartitions (KIP-966, Kafka 3.8+), a page of at
+        most `partition_limit` partitions at a time (the broker may cap it lower) until its NextCursor is null.
+        A broker without the API raises UnsupportedVersionError (describe_topics works everywhere).  An unknown
+        topic raises, as in describe_topics; with `topics=None`, topics the caller may not describe are left out.
+        """
+        deadline = self._deadline(timeout)
+        asked = [] if topics is None else [DTPTopic(name=n) for n in dict.fromkeys(topics)]
+        out: dict[str, TopicDescription] = {}
+        cursor = None
+        while True:
+            request = DescribeTopicPartitionsRequest(topics=asked, response_partition_limit=partition_limit,
+                                                     cursor=cursor)
+            response, _, _ = await self._call(None, DESCRIBE_TOPIC_PARTITIONS, _constant(request), deadline)
+            for t in response.topics:
+                if t.error_code:
+                    raise BrokerResponseError(t.error_code, f"topic {t.name!r}", api="DescribeTopicPartitions")
+                parts = tuple(PartitionDescription(
+                    p.partition_index, p.leader_id if p.leader_id >= 0 else None, p.leader_epoch,
+                    tuple(p.replica_nodes), tuple(p.isr_nodes), tuple(p.offline_replicas), _code(p.error_code))
+                    for p in t.partitions)
+                seen = out.get(t.name)
+                out[t.name] = TopicDescription(t.name, t.topic_id if t.topic_id != ZERO_UUID else None,
+                                               t.is_internal, (seen.partitions if seen else ()) + parts)
+            if response.next_cursor is None:
+                return out
+            cursor = DTPCursor(topic_name=response.next_cursor.topic_name,
+                                       partition_index=response.next_cursor.partition_index)
 
     # ============================================================================================ log dirs
 
@@ -1894,6 +1929,11 @@ class AdminClient:
 
 
 # Metadata topic codes that mean "you will not get this topic", raised by describe_topics.
+def _constant(request: Any) -> Callable[[int], Any]:
+    """A request builder that answers the same request at every version (one-version APIs)."""
+    return lambda version: request
+
+
 _FATAL_TOPIC_CODES = frozenset({ErrorCode.TOPIC_AUTHORIZATION_FAILED, ErrorCode.INVALID_TOPIC_EXCEPTION})
 
 

@@ -36,6 +36,7 @@ from kjbod.broker.handlers import (  # noqa: F401
     describe_log_dirs,
     describe_producers,
     describe_quorum,
+    describe_topic_partitions,
     describe_transactions,
     describe_user_scram_credentials,
     elect_leaders,

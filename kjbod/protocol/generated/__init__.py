@@ -77,6 +77,8 @@ from .describe_producers_request import DescribeProducersRequest
 from .describe_producers_response import DescribeProducersResponse
 from .describe_quorum_request import DescribeQuorumRequest
 from .describe_quorum_response import DescribeQuorumResponse
+from .describe_topic_partitions_request import DescribeTopicPartitionsRequest
+from .describe_topic_partitions_response import DescribeTopicPartitionsResponse
 from .describe_transactions_request import DescribeTransactionsRequest
 from .describe_transactions_response import DescribeTransactionsResponse
 from .describe_user_scram_credentials_request import DescribeUserScramCredentialsRequest
@@ -244,6 +246,8 @@ __all__ = [
     'DescribeProducersResponse',
     'DescribeQuorumRequest',
     'DescribeQuorumResponse',
+    'DescribeTopicPartitionsRequest',
+    'DescribeTopicPartitionsResponse',
     'DescribeTransactionsRequest',
     'DescribeTransactionsResponse',
     'DescribeUserScramCredentialsRequest',
