@@ -70,7 +70,7 @@ SERVED_APIS: dict[str, tuple[int, int]] = {
     "OffsetCommit": (2, 9),
     "OffsetFetch": (1, 9),
     "ListGroups": (0, 5),
-    "DescribeGroups": (0, 5),
+    "DescribeGroups": (0, 6),
     "DeleteGroups": (0, 2),
     "OffsetDelete": (0, 0),
     "DescribeUserScramCredentials": (0, 0),
@@ -95,11 +95,12 @@ SERVED_APIS: dict[str, tuple[int, int]] = {
     "TxnOffsetCommit": (0, 5),
     "DescribeProducers": (0, 0),
     "DescribeTransactions": (0, 0),
-    "ListTransactions": (0, 1),
+    "ListTransactions": (0, 2),
     "UpdateFeatures": (0, 2),
     "ConsumerGroupHeartbeat": (0, 1),
     "ConsumerGroupDescribe": (0, 0),
     "DescribeTopicPartitions": (0, 0),
+    "ListConfigResources": (0, 1),
 }
 SERVED_HEADERS: dict[str, tuple[int, int]] = {"RequestHeader": (0, 2), "ResponseHeader": (0, 1)}
 SERVED_RECORDS: dict[str, tuple[int, int]] = {

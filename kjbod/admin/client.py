@@ -984,8 +984,10 @@ class AdminClient:
             response, _, conn = await self._call(
                 node_id, DESCRIBE_GROUPS, lambda v: DescribeGroupsRequest(groups=batch), deadline, retry=False)
             for g in response.groups:
-                error = error_for_code(g.error_code, f"group {g.group_id!r}", api="DescribeGroups",
-                                       broker=conn.address)
+                # v6 (KIP-1043) names an unknown group GROUP_ID_NOT_FOUND; older versions describe it as Dead
+                # without error, which is what callers here get either way
+                code = 0 if g.error_code == ErrorCode.GROUP_ID_NOT_FOUND else g.error_code
+                error = error_for_code(code, f"group {g.group_id!r}", api="DescribeGroups", broker=conn.address)
                 out[g.group_id] = error if error is not None else _group_description(g, coordinator)
             return out
 
@@ -1314,10 +1316,11 @@ class AdminClient:
 
     async def list_transactions(self, *, states: Iterable[str] | None = None,
                                 producer_ids: Iterable[int] | None = None, duration_ms: int | None = None,
+                                transactional_id_pattern: str | None = None,
                                 timeout: float | None = None) -> list[TransactionListing]:
         """Every transaction of the cluster (ListTransactions, asked of every broker: each lists those it
         coordinates), by transactional id; the filters (Kafka's state names, producer ids, running longer than
-        `duration_ms`, ListTransactions v1) are the brokers'."""
+        `duration_ms`, ListTransactions v1; ids matching `transactional_id_pattern` whole, v2) are the brokers'."""
         deadline = self._deadline(timeout)
         broker_ids = await self._broker_ids(None, deadline)
         state_filter = sorted(set(states or ()))
@@ -1325,12 +1328,14 @@ class AdminClient:
 
         def build(version: int) -> ListTransactionsRequest:
             return ListTransactionsRequest(state_filters=state_filter, producer_id_filters=pid_filter,
-                                           duration_filter=duration_ms if duration_ms is not None else -1)
+                                           duration_filter=duration_ms if duration_ms is not None else -1,
+                                           transactional_id_pattern=transactional_id_pattern or None)
+
+        needs = 2 if transactional_id_pattern else 1 if duration_ms is not None else None
 
         async def one(broker_id: int) -> list[TransactionListing]:
             response, _, _ = await self._call(broker_id, LIST_TRANSACTIONS, build, deadline,
-                                              check=lambda r: r.error_code,
-                                              min_version=1 if duration_ms is not None else None)
+                                              check=lambda r: r.error_code, min_version=needs)
             return [TransactionListing(s.transactional_id, broker_id, s.producer_id, s.transaction_state)
                     for s in response.transaction_states]
 

@@ -51,6 +51,7 @@ from kjbod.broker.handlers import (  # noqa: F401
     init_producer_id,
     join_group,
     leave_group,
+    list_config_resources,
     list_groups,
     list_offsets,
     list_partition_reassignments,

@@ -110,6 +110,8 @@ from .join_group_response import JoinGroupResponse
 from .leader_change_message import LeaderChangeMessage
 from .leave_group_request import LeaveGroupRequest
 from .leave_group_response import LeaveGroupResponse
+from .list_config_resources_request import ListConfigResourcesRequest
+from .list_config_resources_response import ListConfigResourcesResponse
 from .list_groups_request import ListGroupsRequest
 from .list_groups_response import ListGroupsResponse
 from .list_offsets_request import ListOffsetsRequest
@@ -279,6 +281,8 @@ __all__ = [
     'LeaderChangeMessage',
     'LeaveGroupRequest',
     'LeaveGroupResponse',
+    'ListConfigResourcesRequest',
+    'ListConfigResourcesResponse',
     'ListGroupsRequest',
     'ListGroupsResponse',
     'ListOffsetsRequest',

@@ -114,6 +114,8 @@ from .join_group_response import JoinGroupResponse
 from .leader_change_message import LeaderChangeMessage
 from .leave_group_request import LeaveGroupRequest
 from .leave_group_response import LeaveGroupResponse
+from .list_config_resources_request import ListConfigResourcesRequest
+from .list_config_resources_response import ListConfigResourcesResponse
 from .list_groups_request import ListGroupsRequest
 from .list_groups_response import ListGroupsResponse
 from .list_offsets_request import ListOffsetsRequest
@@ -198,7 +200,7 @@ APIS: dict[int, ApiInfo] = {
     12: ApiInfo(12, 'Heartbeat', HeartbeatRequest, HeartbeatResponse, 0, 4, 4, frozenset(['broker'])),
     13: ApiInfo(13, 'LeaveGroup', LeaveGroupRequest, LeaveGroupResponse, 0, 5, 4, frozenset(['broker'])),
     14: ApiInfo(14, 'SyncGroup', SyncGroupRequest, SyncGroupResponse, 0, 5, 4, frozenset(['broker'])),
-    15: ApiInfo(15, 'DescribeGroups', DescribeGroupsRequest, DescribeGroupsResponse, 0, 5, 5, frozenset(['broker'])),
+    15: ApiInfo(15, 'DescribeGroups', DescribeGroupsRequest, DescribeGroupsResponse, 0, 6, 5, frozenset(['broker'])),
     16: ApiInfo(16, 'ListGroups', ListGroupsRequest, ListGroupsResponse, 0, 5, 3, frozenset(['broker'])),
     17: ApiInfo(17, 'SaslHandshake', SaslHandshakeRequest, SaslHandshakeResponse, 0, 1, None, frozenset(['broker', 'controller'])),
     18: ApiInfo(18, 'ApiVersions', ApiVersionsRequest, ApiVersionsResponse, 0, 4, 3, frozenset(['broker', 'controller'])),
@@ -248,11 +250,12 @@ APIS: dict[int, ApiInfo] = {
     63: ApiInfo(63, 'BrokerHeartbeat', BrokerHeartbeatRequest, BrokerHeartbeatResponse, 0, 1, 0, frozenset(['controller'])),
     64: ApiInfo(64, 'UnregisterBroker', UnregisterBrokerRequest, UnregisterBrokerResponse, 0, 0, 0, frozenset(['broker', 'controller'])),
     65: ApiInfo(65, 'DescribeTransactions', DescribeTransactionsRequest, DescribeTransactionsResponse, 0, 0, 0, frozenset(['broker'])),
-    66: ApiInfo(66, 'ListTransactions', ListTransactionsRequest, ListTransactionsResponse, 0, 1, 0, frozenset(['broker'])),
+    66: ApiInfo(66, 'ListTransactions', ListTransactionsRequest, ListTransactionsResponse, 0, 2, 0, frozenset(['broker'])),
     67: ApiInfo(67, 'AllocateProducerIds', AllocateProducerIdsRequest, AllocateProducerIdsResponse, 0, 0, 0, frozenset(['controller'])),
     68: ApiInfo(68, 'ConsumerGroupHeartbeat', ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, 0, 1, 0, frozenset(['broker'])),
     69: ApiInfo(69, 'ConsumerGroupDescribe', ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse, 0, 0, 0, frozenset(['broker'])),
     73: ApiInfo(73, 'AssignReplicasToDirs', AssignReplicasToDirsRequest, AssignReplicasToDirsResponse, 0, 0, 0, frozenset(['controller'])),
+    74: ApiInfo(74, 'ListConfigResources', ListConfigResourcesRequest, ListConfigResourcesResponse, 0, 1, 0, frozenset(['broker'])),
     75: ApiInfo(75, 'DescribeTopicPartitions', DescribeTopicPartitionsRequest, DescribeTopicPartitionsResponse, 0, 0, 0, frozenset(['broker'])),
     10000: ApiInfo(10000, 'ReassignPartitions', ReassignPartitionsRequest, ReassignPartitionsResponse, 0, 0, 0, frozenset(['broker', 'controller'])),
     10001: ApiInfo(10001, 'AlterInterbrokerThrottledRates', AlterInterbrokerThrottledRatesRequest, AlterInterbrokerThrottledRatesResponse, 0, 0, 0, frozenset(['broker', 'controller'])),
