@@ -240,6 +240,8 @@ API_VERSIONS = 18
 UPDATE_FEATURES = 57
 OFFSET_COMMIT = 8
 OFFSET_FETCH = 9
+# The last OffsetCommit and OffsetFetch version that names topics (v10 names them by id only, KIP-848).
+BY_NAME_MAX = 9
 FIND_COORDINATOR = 10
 DESCRIBE_GROUPS = 15
 CONSUMER_GROUP_DESCRIBE = 69
@@ -1036,7 +1038,7 @@ class AdminClient:
             request = OffsetFetchRequest(groups=[OffsetFetchRequestGroup(group_id=gid, topics=topics)
                                                  for gid in batch])
             response, _, conn = await self._call(node_id, OFFSET_FETCH, lambda v: request, deadline, min_version=8,
-                                                 retry=False)
+                                                 max_version=BY_NAME_MAX, retry=False)
             out: dict[str, Any] = {}
             for g in response.groups:
                 error = error_for_code(g.error_code, f"group {g.group_id!r}", api="OffsetFetch", broker=conn.address)
@@ -1098,7 +1100,7 @@ class AdminClient:
 
         async def send(node_id: int, batch: list[str]) -> dict[str, Any]:
             response, _, conn = await self._call(node_id, OFFSET_COMMIT, lambda v: request, deadline, min_version=2,
-                                                 retry=False)
+                                                 max_version=BY_NAME_MAX, retry=False)
             codes = {(t.name, p.partition_index): p.error_code for t in response.topics for p in t.partitions}
             coordinator_code = next((c for c in codes.values() if c in _COORDINATOR_CODES), 0)
             if coordinator_code:  # the group is not (or not yet) here: find its coordinator again
@@ -1783,6 +1785,7 @@ class AdminClient:
         check: Callable[[Any], int] | None = None,
         message: Callable[[Any], str | None] | None = None,
         min_version: int | None = None,
+        max_version: int | None = None,
         retry: bool = True,
     ) -> tuple[Any, int, ClientConnection]:
         """Sends one request to `target` and returns (response, version, connection), retrying what is retriable.
@@ -1796,7 +1799,7 @@ class AdminClient:
         while True:
             try:
                 conn = await self._connection_for(target, deadline)
-                version = conn.pick_version(api_key, min_version)
+                version = conn.pick_version(api_key, min_version, max_version)
                 remaining = deadline.remaining()
                 if remaining <= 0:
                     raise RequestTimeoutError(f"{api_name(api_key)}: the call's deadline passed")

@@ -189,12 +189,12 @@ class ApiInfo(NamedTuple):
 
 
 APIS: dict[int, ApiInfo] = {
-    0: ApiInfo(0, 'Produce', ProduceRequest, ProduceResponse, 3, 12, 9, frozenset(['broker'])),
-    1: ApiInfo(1, 'Fetch', FetchRequest, FetchResponse, 4, 17, 12, frozenset(['broker', 'controller'])),
+    0: ApiInfo(0, 'Produce', ProduceRequest, ProduceResponse, 3, 13, 9, frozenset(['broker'])),
+    1: ApiInfo(1, 'Fetch', FetchRequest, FetchResponse, 4, 18, 12, frozenset(['broker', 'controller'])),
     2: ApiInfo(2, 'ListOffsets', ListOffsetsRequest, ListOffsetsResponse, 1, 11, 6, frozenset(['broker'])),
     3: ApiInfo(3, 'Metadata', MetadataRequest, MetadataResponse, 0, 13, 9, frozenset(['broker'])),
-    8: ApiInfo(8, 'OffsetCommit', OffsetCommitRequest, OffsetCommitResponse, 2, 9, 8, frozenset(['broker'])),
-    9: ApiInfo(9, 'OffsetFetch', OffsetFetchRequest, OffsetFetchResponse, 1, 9, 6, frozenset(['broker'])),
+    8: ApiInfo(8, 'OffsetCommit', OffsetCommitRequest, OffsetCommitResponse, 2, 10, 8, frozenset(['broker'])),
+    9: ApiInfo(9, 'OffsetFetch', OffsetFetchRequest, OffsetFetchResponse, 1, 10, 6, frozenset(['broker'])),
     10: ApiInfo(10, 'FindCoordinator', FindCoordinatorRequest, FindCoordinatorResponse, 0, 6, 3, frozenset(['broker'])),
     11: ApiInfo(11, 'JoinGroup', JoinGroupRequest, JoinGroupResponse, 0, 9, 6, frozenset(['broker'])),
     12: ApiInfo(12, 'Heartbeat', HeartbeatRequest, HeartbeatResponse, 0, 4, 4, frozenset(['broker'])),
