@@ -257,6 +257,9 @@ EFFECTS: dict[str, list[str]] = {
     "group.max.session.timeout.ms": [f"{GROUPS}::test_the_broker_keys_reach_the_coordinator",
                                      f"{GROUPS}::test_join_refusals"],
     "group.max.size": [f"{GROUPS}::test_the_broker_keys_reach_the_coordinator", f"{GROUPS}::test_group_max_size"],
+    "max.request.partition.size.limit": [
+        "tests/kafka41/test_describe_topic_partitions.py::test_the_broker_key_sets_the_page_size",
+        "tests/kafka41/test_describe_topic_partitions_live.py::test_paging_over_many_partitions_matches_metadata"],
     "offset.metadata.max.bytes": [f"{GROUPS_LIVE}::test_bad_group_requests_get_kafkas_codes"],
     "offsets.topic.num.partitions": [f"{GROUPS_LIVE}::test_the_offsets_topic_is_internal_in_metadata"],
     "offsets.retention.minutes": [f"{GROUPS}::test_the_broker_keys_reach_the_coordinator",

@@ -160,6 +160,9 @@ from kjbod.protocol.generated.describe_groups_request import DescribeGroupsReque
 from kjbod.protocol.generated.describe_log_dirs_request import DescribableLogDirTopic, DescribeLogDirsRequest
 from kjbod.protocol.generated.describe_producers_request import DescribeProducersRequest
 from kjbod.protocol.generated.describe_producers_request import TopicRequest as ProducersTopicRequest
+from kjbod.protocol.generated.describe_topic_partitions_request import Cursor as DTPCursor
+from kjbod.protocol.generated.describe_topic_partitions_request import DescribeTopicPartitionsRequest
+from kjbod.protocol.generated.describe_topic_partitions_request import TopicRequest as DTPTopic
 from kjbod.protocol.generated.describe_transactions_request import DescribeTransactionsRequest
 from kjbod.protocol.generated.describe_user_scram_credentials_request import (
     DescribeUserScramCredentialsRequest,
@@ -244,6 +247,8 @@ API_VERSIONS = 18
 UPDATE_FEATURES = 57
 OFFSET_COMMIT = 8
 OFFSET_FETCH = 9
+# The last OffsetCommit and OffsetFetch version that names topics (v10 names them by id only, KIP-848).
+BY_NAME_MAX = 9
 FIND_COORDINATOR = 10
 DESCRIBE_GROUPS = 15
 CONSUMER_GROUP_DESCRIBE = 69
@@ -252,7 +257,7 @@ DELETE_GROUPS = 42
 OFFSET_DELETE = 47
 DESCRIBE_ACLS = 29
 DESCRIBE_CLIENT_QUOTAS = 48
-LIST_CLIENT_METRICS_RESOURCES = 74
+LIST_CONFIG_RESOURCES = 74  # ListClientMetricsResources before Kafka 4.1 (KIP-1142), the same v0
 DESCRIBE_USER_SCRAM_CREDENTIALS = 50
 ALTER_CLIENT_QUOTAS = 49
 CREATE_ACLS = 30
@@ -261,6 +266,7 @@ DESCRIBE_PRODUCERS = 61
 DESCRIBE_TRANSACTIONS = 65
 LIST_TRANSACTIONS = 66
 WRITE_TXN_MARKERS = 27
+DESCRIBE_TOPIC_PARTITIONS = 75
 CREATE_DELEGATION_TOKEN = 38
 RENEW_DELEGATION_TOKEN = 39
 EXPIRE_DELEGATION_TOKEN = 40
@@ -466,6 +472,37 @@ class AdminClient:
                     tuple(p.replica_nodes), tuple(p.isr_nodes), tuple(p.offline_replicas), _code(p.error_code))
                     for p in sorted(t.partitions, key=lambda p: p.partition_index)))
         return out
+
+    async def describe_topic_partitions(self, topics: Iterable[str] | None = None, *,
+                                        partition_limit: int = 2000,
+                                        timeout: float | None = None) -> dict[str, TopicDescription]:
+        """What describe_topics answers, asked with DescribeTopicPartitions (KIP-966, Kafka 3.8+), a page of at
+        most `partition_limit` partitions at a time (the broker may cap it lower) until its NextCursor is null.
+        A broker without the API raises UnsupportedVersionError (describe_topics works everywhere).  An unknown
+        topic raises, as in describe_topics; with `topics=None`, topics the caller may not describe are left out.
+        """
+        deadline = self._deadline(timeout)
+        asked = [] if topics is None else [DTPTopic(name=n) for n in dict.fromkeys(topics)]
+        out: dict[str, TopicDescription] = {}
+        cursor = None
+        while True:
+            request = DescribeTopicPartitionsRequest(topics=asked, response_partition_limit=partition_limit,
+                                                     cursor=cursor)
+            response, _, _ = await self._call(None, DESCRIBE_TOPIC_PARTITIONS, _constant(request), deadline)
+            for t in response.topics:
+                if t.error_code:
+                    raise BrokerResponseError(t.error_code, f"topic {t.name!r}", api="DescribeTopicPartitions")
+                parts = tuple(PartitionDescription(
+                    p.partition_index, p.leader_id if p.leader_id >= 0 else None, p.leader_epoch,
+                    tuple(p.replica_nodes), tuple(p.isr_nodes), tuple(p.offline_replicas), _code(p.error_code))
+                    for p in t.partitions)
+                seen = out.get(t.name)
+                out[t.name] = TopicDescription(t.name, t.topic_id if t.topic_id != ZERO_UUID else None,
+                                               t.is_internal, (seen.partitions if seen else ()) + parts)
+            if response.next_cursor is None:
+                return out
+            cursor = DTPCursor(topic_name=response.next_cursor.topic_name,
+                                       partition_index=response.next_cursor.partition_index)
 
     # ============================================================================================ log dirs
 
@@ -961,8 +998,10 @@ class AdminClient:
             response, _, conn = await self._call(
                 node_id, DESCRIBE_GROUPS, lambda v: DescribeGroupsRequest(groups=batch), deadline, retry=False)
             for g in response.groups:
-                error = error_for_code(g.error_code, f"group {g.group_id!r}", api="DescribeGroups",
-                                       broker=conn.address)
+                # v6 (KIP-1043) names an unknown group GROUP_ID_NOT_FOUND; older versions describe it as Dead
+                # without error, which is what callers here get either way
+                code = 0 if g.error_code == ErrorCode.GROUP_ID_NOT_FOUND else g.error_code
+                error = error_for_code(code, f"group {g.group_id!r}", api="DescribeGroups", broker=conn.address)
                 out[g.group_id] = error if error is not None else _group_description(g, coordinator)
             return out
 
@@ -1011,7 +1050,7 @@ class AdminClient:
             request = OffsetFetchRequest(groups=[OffsetFetchRequestGroup(group_id=gid, topics=topics)
                                                  for gid in batch])
             response, _, conn = await self._call(node_id, OFFSET_FETCH, lambda v: request, deadline, min_version=8,
-                                                 retry=False)
+                                                 max_version=BY_NAME_MAX, retry=False)
             out: dict[str, Any] = {}
             for g in response.groups:
                 error = error_for_code(g.error_code, f"group {g.group_id!r}", api="OffsetFetch", broker=conn.address)
@@ -1073,7 +1112,7 @@ class AdminClient:
 
         async def send(node_id: int, batch: list[str]) -> dict[str, Any]:
             response, _, conn = await self._call(node_id, OFFSET_COMMIT, lambda v: request, deadline, min_version=2,
-                                                 retry=False)
+                                                 max_version=BY_NAME_MAX, retry=False)
             codes = {(t.name, p.partition_index): p.error_code for t in response.topics for p in t.partitions}
             coordinator_code = next((c for c in codes.values() if c in _COORDINATOR_CODES), 0)
             if coordinator_code:  # the group is not (or not yet) here: find its coordinator again
@@ -1311,10 +1350,11 @@ class AdminClient:
 
     async def list_transactions(self, *, states: Iterable[str] | None = None,
                                 producer_ids: Iterable[int] | None = None, duration_ms: int | None = None,
+                                transactional_id_pattern: str | None = None,
                                 timeout: float | None = None) -> list[TransactionListing]:
         """Every transaction of the cluster (ListTransactions, asked of every broker: each lists those it
         coordinates), by transactional id; the filters (Kafka's state names, producer ids, running longer than
-        `duration_ms`, ListTransactions v1) are the brokers'."""
+        `duration_ms`, ListTransactions v1; ids matching `transactional_id_pattern` whole, v2) are the brokers'."""
         deadline = self._deadline(timeout)
         broker_ids = await self._broker_ids(None, deadline)
         state_filter = sorted(set(states or ()))
@@ -1322,12 +1362,14 @@ class AdminClient:
 
         def build(version: int) -> ListTransactionsRequest:
             return ListTransactionsRequest(state_filters=state_filter, producer_id_filters=pid_filter,
-                                           duration_filter=duration_ms if duration_ms is not None else -1)
+                                           duration_filter=duration_ms if duration_ms is not None else -1,
+                                           transactional_id_pattern=transactional_id_pattern or None)
+
+        needs = 2 if transactional_id_pattern else 1 if duration_ms is not None else None
 
         async def one(broker_id: int) -> list[TransactionListing]:
             response, _, _ = await self._call(broker_id, LIST_TRANSACTIONS, build, deadline,
-                                              check=lambda r: r.error_code,
-                                              min_version=1 if duration_ms is not None else None)
+                                              check=lambda r: r.error_code, min_version=needs)
             return [TransactionListing(s.transactional_id, broker_id, s.producer_id, s.transaction_state)
                     for s in response.transaction_states]
 
@@ -1665,14 +1707,15 @@ class AdminClient:
                          a.permission_type) for r in response.resources for a in r.acls]
 
     async def list_client_metrics_resources(self, *, timeout: float | None = None) -> list[str]:
-        """The names of the client metrics subscriptions (KIP-714 ListClientMetricsResources, to any broker)."""
-        from kjbod.protocol.generated import ListClientMetricsResourcesRequest
+        """The names of the client metrics subscriptions (KIP-714; ListConfigResources, to any broker: its v0,
+        Kafka's ListClientMetricsResources, lists nothing else, and v1 is asked for type 16 only)."""
+        from kjbod.protocol.generated import ListConfigResourcesRequest
 
         deadline = self._deadline(timeout)
-        response, _, _ = await self._call(None, LIST_CLIENT_METRICS_RESOURCES,
-                                          lambda v: ListClientMetricsResourcesRequest(), deadline,
-                                          check=lambda r: r.error_code)
-        return [r.name for r in response.client_metrics_resources]
+        response, _, _ = await self._call(None, LIST_CONFIG_RESOURCES,
+                                          lambda v: ListConfigResourcesRequest(resource_types=[16] if v >= 1 else []),
+                                          deadline, check=lambda r: r.error_code)
+        return [r.resource_name for r in response.config_resources]
 
     async def describe_client_quotas(
         self, components: Sequence[tuple[str, int, str | None]] = (), *, strict: bool = False,
@@ -1806,6 +1849,7 @@ class AdminClient:
         check: Callable[[Any], int] | None = None,
         message: Callable[[Any], str | None] | None = None,
         min_version: int | None = None,
+        max_version: int | None = None,
         retry: bool = True,
     ) -> tuple[Any, int, ClientConnection]:
         """Sends one request to `target` and returns (response, version, connection), retrying what is retriable.
@@ -1819,7 +1863,7 @@ class AdminClient:
         while True:
             try:
                 conn = await self._connection_for(target, deadline)
-                version = conn.pick_version(api_key, min_version)
+                version = conn.pick_version(api_key, min_version, max_version)
                 remaining = deadline.remaining()
                 if remaining <= 0:
                     raise RequestTimeoutError(f"{api_name(api_key)}: the call's deadline passed")
@@ -1957,6 +2001,11 @@ class AdminClient:
 
 
 # Metadata topic codes that mean "you will not get this topic", raised by describe_topics.
+def _constant(request: Any) -> Callable[[int], Any]:
+    """A request builder that answers the same request at every version (one-version APIs)."""
+    return lambda version: request
+
+
 _FATAL_TOPIC_CODES = frozenset({ErrorCode.TOPIC_AUTHORIZATION_FAILED, ErrorCode.INVALID_TOPIC_EXCEPTION})
 
 

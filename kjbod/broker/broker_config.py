@@ -241,6 +241,8 @@ BROKER_KEYS: dict[str, BrokerKey] = {k.name: k for k in [
     BrokerKey("group.max.session.timeout.ms", INT, "group_max_session_timeout_ms",
               doc="The largest session timeout a group member may ask for."),
     BrokerKey("group.max.size", INT, "group_max_size", doc="The most members a group may have."),
+    BrokerKey("max.request.partition.size.limit", INT, "max_request_partition_size_limit",
+              doc="The most partitions one DescribeTopicPartitions answer holds."),
     BrokerKey("group.consumer.session.timeout.ms", INT, "group_consumer_session_timeout_ms",
               doc="How long a consumer-protocol member may go without a heartbeat."),
     BrokerKey("group.consumer.heartbeat.interval.ms", INT, "group_consumer_heartbeat_interval_ms",

@@ -10,7 +10,9 @@ Strategy: one action per run (--list, --describe, --create, --alter, --delete), 
   ``Topic: T<TAB>TopicId: ID<TAB>PartitionCount: N<TAB>ReplicationFactor: R<TAB>Configs: k=v,...`` (the configs
   set anywhere but Kafka's defaults) and, per partition, ``<TAB>Topic: T<TAB>Partition: P<TAB>Leader: L<TAB>
   Replicas: a,b<TAB>Isr: a,b`` with the reassignment in progress (Adding/Removing Replicas) and Kafka's ELR
-  fields (N/A: kjbod keeps no eligible leader replicas); --under-replicated-partitions, --under-min-isr-partitions,
+  fields (empty: kjbod keeps no eligible leader replicas; N/A from a broker without DescribeTopicPartitions).  The
+  partitions come from DescribeTopicPartitions a page at a time (--partition-size-limit-per-response), as Kafka's
+  tool asks since 3.8, or from Metadata when the broker lacks it or --topic-id is given; --under-replicated-partitions, --under-min-isr-partitions,
   --at-min-isr-partitions and --unavailable-partitions print only those partitions, --topics-with-overrides only
   the topic lines of topics with configs of their own;
 * --create takes --partitions and --replication-factor (the brokers' num.partitions and
@@ -87,6 +89,9 @@ def add_subcommand(subparsers: Any) -> None:
                         help="with --describe: only partitions whose leader is not a live broker")
     parser.add_argument("--topics-with-overrides", action="store_true",
                         help="with --describe: only topics with configs of their own (no partition lines)")
+    parser.add_argument("--partition-size-limit-per-response", metavar="N", type=_int, default=2000,
+                        help="with --describe: most partitions in one DescribeTopicPartitions answer (default: "
+                             "2000; the broker may cap it lower)")
     parser.add_argument("--timeout", metavar="SECONDS", type=_positive_float, default=30.0,
                         help="how long each request may take, retries included (default: 30)")
     add_command_config(parser)
@@ -161,8 +166,9 @@ def _ids(ids: Any) -> str:
 
 
 def describe_lines(td: Any, configs: dict[str, Any], reassignments: dict[tuple[str, int], Any], live: set[int],
-                   args: argparse.Namespace) -> list[str]:
-    """The lines --describe prints for one topic (see the module text)."""
+                   args: argparse.Namespace, elr_known: bool = False) -> list[str]:
+    """The lines --describe prints for one topic (see the module text).  `elr_known`: the partitions came from
+    DescribeTopicPartitions, which carries the ELR lists (empty in kjbod); Metadata does not (N/A)."""
     from kjbod.admin import ConfigSource
     from kjbod.storage.ids import uuid_text
 
@@ -201,7 +207,7 @@ def describe_lines(td: Any, configs: dict[str, Any], reassignments: dict[tuple[s
         if moving is not None:
             line += f"\tAdding Replicas: {_ids(moving.adding_replicas)}\tRemoving Replicas: " \
                     f"{_ids(moving.removing_replicas)}"
-        lines.append(line + "\tElr: N/A\tLastKnownElr: N/A")
+        lines.append(line + ("\tElr: \tLastKnownElr: " if elr_known else "\tElr: N/A\tLastKnownElr: N/A"))
     return lines
 
 
@@ -359,7 +365,16 @@ async def _describe(admin: Any, args: argparse.Namespace, names: list[str]) -> i
             raise TopicCommandError(f"Topic '{args.topic}' does not exist as expected")
     if not found:
         return 0
-    described = described_all or await _call(admin.describe_topics(found))
+    from kjbod.admin import UnsupportedVersionError
+
+    described, elr_known = described_all, False
+    if described is None:
+        try:  # as Kafka's tool since 3.8: DescribeTopicPartitions, a page at a time; Metadata for older brokers
+            described = await _call(admin.describe_topic_partitions(
+                found, partition_limit=args.partition_size_limit_per_response))
+            elr_known = True
+        except UnsupportedVersionError:
+            described = await _call(admin.describe_topics(found))
     configs = await _call(admin.describe_configs([ConfigResource.topic(n) for n in found]))
     cluster = await _call(admin.describe_cluster())
     live = {b.node_id for b in cluster.brokers}
@@ -369,6 +384,7 @@ async def _describe(admin: Any, args: argparse.Namespace, names: list[str]) -> i
     except Exception:  # as Kafka's tool: a cluster that cannot list them is described without them
         reassignments = {}
     for name in found:
-        for line in describe_lines(described[name], configs[ConfigResource.topic(name)], reassignments, live, args):
+        for line in describe_lines(described[name], configs[ConfigResource.topic(name)], reassignments, live, args,
+                                   elr_known):
             print(line)
     return 0

@@ -58,6 +58,8 @@ def add_subcommand(subparsers: Any) -> None:
     listing = commands.add_parser("list", help="list transactions")
     listing.add_argument("--duration-filter", metavar="MS", type=int, default=None,
                          help="only transactions running longer than this many ms (negative: all)")
+    listing.add_argument("--transactional-id-pattern", metavar="REGEX", default=None,
+                         help="only transactional ids this regular expression matches whole (KIP-1152)")
     describe = commands.add_parser("describe", help="describe the state of an active transactional id")
     describe.add_argument("--transactional-id", required=True, help="transactional id")
     producers = commands.add_parser("describe-producers",
@@ -236,7 +238,8 @@ async def _run(args: argparse.Namespace) -> int:
         command = args.transactions_command
         if command == "list":
             try:
-                listings = await client.list_transactions(duration_ms=args.duration_filter)
+                listings = await client.list_transactions(duration_ms=args.duration_filter,
+                                                          transactional_id_pattern=args.transactional_id_pattern)
             except KafkaError as e:
                 return _failed("Failed to list transactions", e)
             sys.stdout.write(list_table(listings))

@@ -50,6 +50,16 @@ MAX_FETCH_BYTES = 8 << 20  # Kafka's metadata log fetch size (MAX_FETCH_SIZE_BYT
 FIRST_KRAFT_FETCH_VERSION = 12
 
 
+# Fetch v18's HighWatermark when the replica does not say (the field's default): never behind.
+HW_NOT_SAID = 2**63 - 1
+
+
+def hw_behind(part: Any, version: int, leader_hw: int) -> bool:
+    """KIP-1166 (Fetch v18): whether the fetching replica's known high watermark (-1: none) is behind the leader's,
+    so the fetch is answered without waiting and the replica learns the new one at once."""
+    return version >= 18 and part.high_watermark != HW_NOT_SAID and leader_hw >= 0 and part.high_watermark < leader_hw
+
+
 class MetadataFetchService:
     """Answers observers' Fetch and FetchSnapshot from one MetadataLog; wakes long polls on each commit."""
 
@@ -106,7 +116,7 @@ class MetadataFetchService:
         response = self._try_complete(part, body.max_bytes, version)
         pd = response.responses[0].partitions[0]
         if (pd.error_code or pd.records or body.max_wait_ms == 0 or pd.diverging_epoch.epoch != -1
-                or pd.snapshot_id.end_offset != -1):
+                or pd.snapshot_id.end_offset != -1 or hw_behind(part, version, pd.high_watermark)):
             return response
         loop = asyncio.get_running_loop()
         self._loop = loop

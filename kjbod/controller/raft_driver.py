@@ -41,7 +41,7 @@ from uuid import UUID
 
 import structlog
 
-from kjbod.controller.metadata_fetch import MetadataFetchService
+from kjbod.controller.metadata_fetch import MetadataFetchService, hw_behind
 from kjbod.net.controller_channel import SocketControllerChannel
 from kjbod.net.correlator import PerVersion
 from kjbod.net.errors import ClientError
@@ -507,7 +507,8 @@ class RaftDriver:
             if first_hw is None:
                 first_hw = answer.high_watermark
             if (answer.error_code or records or answer.diverging is not None or answer.snapshot is not None
-                    or answer.high_watermark != first_hw or self._stopped or loop.time() >= deadline):
+                    or answer.high_watermark != first_hw or hw_behind(part, version, answer.high_watermark)
+                    or self._stopped or loop.time() >= deadline):
                 self._progress_waiters.discard(progress)
                 return self._fetch_response(version, answer, records)
             # nothing new: wait for an append or a commit (a new high watermark goes out at once)

@@ -177,7 +177,7 @@ _ID = struct.Struct(">16s")
 # ThrottleTimeMs, ErrorCode, SessionId, the topic count, TopicId, the partition count, PartitionIndex, ErrorCode,
 # HighWatermark, LastStableOffset, LogStartOffset, AbortedTransactions (null: 0), PreferredReadReplica.
 _ONE = struct.Struct(">iBihiB16sBihqqqBi")
-ONE_VERSIONS = range(13, 18)  # where that layout holds (the generated codec's versions from 13 on)
+ONE_VERSIONS = range(13, 19)  # where that layout holds (the generated codec's versions from 13 on; v18 answers as v17)
 
 
 def one_partition(buf: bytes, version: int, topic_id: bytes, partition: int) -> tuple[int, int, Any] | None:

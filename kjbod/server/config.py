@@ -529,6 +529,8 @@ KEYS: dict[str, KeyDef] = {
         KeyDef("group.min.session.timeout.ms", _int(), 6000),
         KeyDef("group.max.session.timeout.ms", _int(), 1_800_000),
         KeyDef("group.max.size", _int(1), 2**31 - 1),
+        KeyDef("max.request.partition.size.limit", _int(1), 2000,
+               "the most partitions one DescribeTopicPartitions answer holds (a client may ask for fewer)"),
         KeyDef("group.consumer.session.timeout.ms", _int(1), 45_000,
                "how long a consumer-protocol (KIP-848) member may go without a heartbeat before it is removed"),
         KeyDef("group.consumer.heartbeat.interval.ms", _int(1), 5000,
@@ -750,6 +752,7 @@ class ServerConfig:
     group_min_session_timeout_ms: int = 6000
     group_max_session_timeout_ms: int = 1_800_000
     group_max_size: int = 2**31 - 1
+    max_request_partition_size_limit: int = 2000
     group_consumer_session_timeout_ms: int = 45_000
     group_consumer_heartbeat_interval_ms: int = 5000
     group_consumer_assignors: tuple[str, ...] = ("uniform", "range")
@@ -1320,6 +1323,7 @@ def build_config(
         group_min_session_timeout_ms=get("group.min.session.timeout.ms"),
         group_max_session_timeout_ms=get("group.max.session.timeout.ms"),
         group_max_size=get("group.max.size"),
+        max_request_partition_size_limit=get("max.request.partition.size.limit"),
         group_consumer_session_timeout_ms=get("group.consumer.session.timeout.ms"),
         group_consumer_heartbeat_interval_ms=get("group.consumer.heartbeat.interval.ms"),
         group_consumer_assignors=get("group.consumer.assignors"),

@@ -93,18 +93,8 @@ def kp_class(cls: type, version: int) -> type | None:
     return kcls if lo <= version <= hi else None
 
 
-# APIs Kafka renamed after the schemas kjbod follows, with the same wire format at the versions kjbod serves:
-# kjbod's name -> kio's. KIP-1142 (Kafka 4.1) made ListClientMetricsResources (74) ListConfigResources, its v0
-# unchanged but for the names ClientMetricsResources -> ConfigResources and Name -> ResourceName.
-KIO_RENAMED_APIS = {"ListClientMetricsResources": "ListConfigResources"}
-KIO_RENAMED_FIELDS = {("ClientMetricsResources", "config_resources"), ("Name", "resource_name")}
-
-
 def kio_class(cls: type, version: int) -> type | None:
     name = cls.__name__
-    for ours, theirs in KIO_RENAMED_APIS.items():
-        if name.startswith(ours):
-            name = theirs + name[len(ours):]
     if cls.KIND == "header":
         modname = f"kio.schema.{snake(name)}.v{version}.header"
     elif cls.KIND in ("request", "response"):
@@ -217,8 +207,6 @@ def kp_name_ok(f: FieldSpec, lf: LibField) -> bool:
 
 
 def kio_name_ok(f: FieldSpec, lf: LibField) -> bool:
-    if (f.name, lf.name) in KIO_RENAMED_FIELDS:
-        return True
     full = BaseField.underscore_name(f.name)
     # kio drops unit suffixes when it changes the type (ThrottleTimeMs → throttle_time, a timedelta) and
     # appends "_" to names that shadow builtins (Id → id_).

@@ -180,6 +180,12 @@ def test_kjbod_transactions_lists_and_describes_as_kafka_transactions(server):
     table = rows(listed.stdout)
     assert table[0] == ["TransactionalId", "Coordinator", "ProducerId", "TransactionState"]
     assert [tid, "1", str(t.pid), "Ongoing"] in table[1:]
+    # ListTransactions v2 (KIP-1152): only the ids the pattern matches whole
+    matched = rows(kjbod_transactions(server, "list", "--transactional-id-pattern", tid[:3] + ".*").stdout)
+    assert [tid, "1", str(t.pid), "Ongoing"] in matched[1:]
+    assert rows(kjbod_transactions(server, "list", "--transactional-id-pattern", tid[:3]).stdout)[1:] == []
+    bad = kjbod_transactions(server, "list", "--transactional-id-pattern", "tx-(")
+    assert bad.returncode != 0 and "INVALID_REGULAR_EXPRESSION" in bad.stdout + bad.stderr
 
     described = kjbod_transactions(server, "describe", "--transactional-id", tid)
     assert described.returncode == 0, described.stderr

@@ -538,12 +538,20 @@ def test_describe_and_list_transactions(server):
                 state_filters=["Ongoing", "Sleeping"], producer_id_filters=[t.pid], duration_filter=-1), 30.0)
             none_old = await conn.request(66, 1, ListTransactionsRequest(
                 state_filters=[], producer_id_filters=[t.pid], duration_filter=3_600_000), 30.0)
+            # v2 (KIP-1152): the pattern must match the whole id; null or empty keeps every id
+            by_pattern = {pattern: await conn.request(66, 2, ListTransactionsRequest(
+                producer_id_filters=[t.pid], transactional_id_pattern=pattern), 30.0)
+                for pattern in ("tx-.*", "tx", t.tid[:5] + ".+", "", None, "tx-(")}
             assert await t.end(False) == 0
-            return t, described, listed, none_old
+            return t, described, listed, none_old, by_pattern
         finally:
             conn.close()
 
-    t, described, listed, none_old = asyncio.run(run())
+    t, described, listed, none_old, by_pattern = asyncio.run(run())
+    ids = {p: [s.transactional_id for s in r.transaction_states] for p, r in by_pattern.items()}
+    assert ids == {"tx-.*": [t.tid], "tx": [], t.tid[:5] + ".+": [t.tid], "": [t.tid], None: [t.tid], "tx-(": []}
+    assert by_pattern["tx-("].error_code == ErrorCode.INVALID_REGULAR_EXPRESSION
+    assert all(r.error_code == 0 for p, r in by_pattern.items() if p != "tx-(")
     known, unknown = described.transaction_states
     assert (known.error_code, known.transactional_id, known.transaction_state, known.transaction_timeout_ms,
             known.producer_id, known.producer_epoch) == (0, t.tid, "Ongoing", 45_000, t.pid, t.epoch)

@@ -1,10 +1,12 @@
-"""DescribeGroups (key 15), versions 0-5.
+"""DescribeGroups (key 15), versions 0-6.
 
 Version notes: v1 throttle time; v3 authorized operations (the group's operations the client may do: every one
-without an authorizer, as Kafka); v4 the group instance id; v5 flexible.  A group this coordinator does not
-know is described as Dead with no members and no error, as Kafka does below v6.  Member metadata and
+without an authorizer, as Kafka); v4 the group instance id; v5 flexible; v6 (KIP-1043) an error message, and a
+group this coordinator does not know is GROUP_ID_NOT_FOUND ("Group G not found."), still described as Dead.
+Below v6 such a group is Dead with no members and no error, as Kafka answers it.  Member metadata and
 assignments are answered while the group is Stable, its protocol name then too.  A group of the consumer protocol
-(KIP-848) is described as Dead: ConsumerGroupDescribe is its API.
+(KIP-848) is no classic group: Dead as an unknown one (v6: GROUP_ID_NOT_FOUND, "Group G is not a classic
+group."); ConsumerGroupDescribe is its API.
 """
 
 from __future__ import annotations
@@ -33,11 +35,16 @@ def handle(node, request, body: DescribeGroupsRequest) -> DescribeGroupsResponse
             code = ErrorCode.GROUP_AUTHORIZATION_FAILED
         else:
             code = coordinator.status(gid) if gid else ErrorCode.INVALID_GROUP_ID
-        # a consumer-protocol (KIP-848) group is no classic group: Dead, as Kafka answers below v6
-        g = coordinator.book.groups.get(gid) if not code and gid not in coordinator.book.consumer_groups else None
+        # a consumer-protocol (KIP-848) group is no classic group: Dead, as an unknown one
+        modern = not code and gid in coordinator.book.consumer_groups
+        g = coordinator.book.groups.get(gid) if not code and not modern else None
         if code or g is None:
-            out.append(DescribedGroup(error_code=code, group_id=gid, group_state=GroupState.DEAD.value,
-                                      authorized_operations=ops))
+            message = None
+            if not code and request.api_version >= 6:
+                code = ErrorCode.GROUP_ID_NOT_FOUND
+                message = f"Group {gid} is not a classic group." if modern else f"Group {gid} not found."
+            out.append(DescribedGroup(error_code=code, error_message=message, group_id=gid,
+                                      group_state=GroupState.DEAD.value, authorized_operations=ops))
             continue
         stable = g.is_(GroupState.STABLE)
         members = [DescribedGroupMember(

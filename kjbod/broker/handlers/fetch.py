@@ -1,4 +1,4 @@
-"""Fetch (key 1), versions 4-17.
+"""Fetch (key 1), versions 4-18.
 
 Version notes: v4 is the oldest served (isolation level, last stable offset, aborted transactions); v5 log
 start offsets; v6 may answer KAFKA_STORAGE_ERROR (older versions get NOT_LEADER_OR_FOLLOWER); v7 fetch
@@ -10,7 +10,10 @@ consumer that gives its rack to an in-sync replica in that rack: PreferredReadRe
 once; KIP-392); v12 flexible; v13 topic
 ids instead of names (an unknown id answers UNKNOWN_TOPIC_ID); v15 replica state moves to a tagged field; v16
 the leader named with NOT_LEADER_OR_FOLLOWER and FENCED_LEADER_EPOCH (CurrentLeader, NodeEndpoints: KIP-951;
-on every way a fetch is answered, a consumer's or a follower's); v17 replica directory id.
+on every way a fetch is answered, a consumer's or a follower's); v17 replica directory id; v18 the high watermark
+the fetching replica knows (KIP-1166, a tagged field): the metadata log's fetches on a controller listener answer at
+once when it is behind the leader's (see below); on a broker listener it changes nothing, as in Kafka, whose
+partition replicas learn the high watermark from each answer.
 
 Sessions: kjbod answers every fetch in full and never creates a session (session id 0), which clients treat as
 "sessionless"; as Kafka's FetchManager.newContext, a fetch whose session epoch is 0 (open a session) or -1 (no
@@ -41,7 +44,9 @@ before it is decoded (kjbod.broker.handlers.follower_fetch_fast, called by the r
 `_FollowerFetch` behind it for anything not plain.
 
 On a controller listener Fetch reads only the metadata log `__cluster_metadata` (kjbod.controller.metadata_fetch:
-KRaft's checks, epochs, snapshots), which is how brokers follow it.
+KRaft's checks, epochs, snapshots), which is how brokers follow it.  From v18 a fetch there whose HighWatermark
+(the replica's known one; -1 when it has none) is below the leader's is answered without waiting, so the replica
+learns the new high watermark at once (KIP-1166); the int64 maximum, the field's default, never is.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
-"""OffsetCommit (key 8), versions 2-9.
+"""OffsetCommit (key 8), versions 2-10.
 
 Version notes: v2-v4 carry a retention time (kept as the offset's expire timestamp); v5 drops it; v6 adds the
-committed leader epoch; v7 the group instance id; v8 flexible; v9 same as v8 (the consumer protocol's).  v0 and
-v1 are not served, as in Kafka 4.
+committed leader epoch; v7 the group instance id; v8 flexible; v9 same as v8 (the consumer protocol's); v10 names
+topics by id instead of name (KIP-848), answered by id: an id the metadata does not know is UNKNOWN_TOPIC_ID for
+each of its partitions.  v0 and v1 are not served, as in Kafka 4.
 
 The commit is checked against the group (a member of the current generation, or generation -1 into an empty
 group: a consumer managing its own partitions), written to the group's `__consumer_offsets` partition with
@@ -25,8 +26,16 @@ from kjbod.protocol.generated.offset_commit_response import OffsetCommitResponse
 
 
 def _all(body: OffsetCommitRequest, code: int) -> OffsetCommitResponse:
-    return OffsetCommitResponse(topics=[TopicResp(name=t.name, partitions=[
+    return OffsetCommitResponse(topics=[TopicResp(name=t.name, topic_id=t.topic_id, partitions=[
         PartResp(partition_index=p.partition_index, error_code=code) for p in t.partitions]) for t in body.topics])
+
+
+def topic_names(node, v: int, topics) -> list[str | None]:
+    """Each request topic's name: as sent below v10; from v10 its id's name in the metadata, None when unknown."""
+    if v < 10:
+        return [t.name for t in topics]
+    image = node.metadata
+    return [found.name if (found := image.topic_by_id(t.topic_id)) is not None else None for t in topics]
 
 
 @api(OffsetCommitRequest)
@@ -43,12 +52,16 @@ async def handle(node, request, body: OffsetCommitRequest) -> OffsetCommitRespon
     retention = body.retention_time_ms if 2 <= v <= 4 else -1
     offsets: dict[tuple[str, int], CommittedOffset] = {}
     answers: dict[tuple[str, int], int] = {}
-    for t in body.topics:  # as Kafka: partitions of unknown topics are answered before the group is asked
-        topic = node.metadata.topic(t.name)
+    names = topic_names(node, v, body.topics)
+    for t, name in zip(body.topics, names, strict=True):
+        # as Kafka: partitions of unknown topics are answered before the group is asked
+        if name is None:
+            continue  # an unknown topic id: UNKNOWN_TOPIC_ID, below
+        topic = node.metadata.topic(name)
         for p in t.partitions:
-            tp = (t.name, p.partition_index)
+            tp = (name, p.partition_index)
             metadata = p.committed_metadata or ""
-            if not allowed(node, request, READ, TOPIC, t.name):
+            if not allowed(node, request, READ, TOPIC, name):
                 answers[tp] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
             elif topic is None or p.partition_index not in topic.partitions:
                 answers[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
@@ -70,6 +83,7 @@ async def handle(node, request, body: OffsetCommitRequest) -> OffsetCommitRespon
         if code == 0:
             coordinator.book.commit(body.group_id, offsets)
         answers.update(dict.fromkeys(offsets, code))
-    return OffsetCommitResponse(topics=[TopicResp(name=t.name, partitions=[
-        PartResp(partition_index=p.partition_index, error_code=answers[(t.name, p.partition_index)])
-        for p in t.partitions]) for t in body.topics])
+    return OffsetCommitResponse(topics=[TopicResp(name=t.name, topic_id=t.topic_id, partitions=[
+        PartResp(partition_index=p.partition_index, error_code=ErrorCode.UNKNOWN_TOPIC_ID if name is None
+                 else answers[(name, p.partition_index)])
+        for p in t.partitions]) for t, name in zip(body.topics, names, strict=True)])

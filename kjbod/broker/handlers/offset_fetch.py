@@ -1,10 +1,13 @@
-"""OffsetFetch (key 9), versions 1-9.
+"""OffsetFetch (key 9), versions 1-10.
 
 Version notes: v1 reads `__consumer_offsets`; v2 takes null topics (every committed offset) and adds a group error
 code; v3 throttle time; v5 the committed leader epoch; v6 flexible; v7 require_stable (a partition with a
 transactional offset commit still pending then answers UNSTABLE_OFFSET_COMMIT, which clients retry, as Kafka); v8 several groups per request; v9 member id and epoch (the consumer
 protocol's: a member of a consumer group must send its current epoch, else STALE_MEMBER_EPOCH, or
-UNKNOWN_MEMBER_ID for a member the group lacks; ignored for classic groups).  v0 (offsets in ZooKeeper) is not served, as in Kafka 4.
+UNKNOWN_MEMBER_ID for a member the group lacks; ignored for classic groups); v10 names topics by id instead of
+name (KIP-848), answered by id: an id the metadata does not know is UNKNOWN_TOPIC_ID for each of its partitions
+(after the others), and an answer for every topic leaves out the committed offsets of topics that no longer exist
+(they have no id to answer with), as Kafka does.  v0 (offsets in ZooKeeper) is not served, as in Kafka 4.
 
 A partition without a committed offset answers offset -1 and empty metadata, no error, as Kafka. With an
 authorizer: DESCRIBE on the group (GROUP_AUTHORIZATION_FAILED) and on each topic (see `_fetch`).
@@ -19,6 +22,7 @@ from kjbod.metadata.acls import DESCRIBE, GROUP, TOPIC
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import OffsetFetchRequest, OffsetFetchResponse
 from kjbod.protocol.generated import offset_fetch_response as r
+from kjbod.protocol.generated.offset_fetch_request import OffsetFetchRequestTopics
 
 
 def _fetch(node, group_id: str, topics, version: int, request=None, require_stable: bool = False,
@@ -61,6 +65,39 @@ def _committed(node, group_id: str, topics, version: int, require_stable: bool =
     return 0, list(by_topic.items())
 
 
+def _by_name(node, topics):
+    """v10: the request's topics by name (those whose id the metadata knows), and the unknown ids' entries."""
+    if topics is None:
+        return None, []
+    image = node.metadata
+    known, unknown = [], []
+    for t in topics:
+        found = image.topic_by_id(t.topic_id)
+        if found is None:
+            unknown.append(t)
+        else:
+            known.append(OffsetFetchRequestTopics(name=found.name, topic_id=t.topic_id,
+                                                  partition_indexes=t.partition_indexes))
+    return known, unknown
+
+
+def _with_ids(node, answered, unknown_ids):
+    """v10: each answered topic with its id (a topic without one, deleted since its offsets were committed, is left
+    out), then UNKNOWN_TOPIC_ID for each partition of the ids the metadata does not know."""
+    image = node.metadata
+    out = []
+    for t in answered:
+        found = image.topic(t.name)
+        if found is not None:
+            t.topic_id = found.topic_id
+            out.append(t)
+    for t in unknown_ids:
+        out.append(r.OffsetFetchResponseTopics(name="", topic_id=t.topic_id, partitions=[
+            r.OffsetFetchResponsePartitions(partition_index=p, committed_offset=-1, metadata="",
+                                            error_code=ErrorCode.UNKNOWN_TOPIC_ID) for p in t.partition_indexes]))
+    return out
+
+
 @api(OffsetFetchRequest)
 def handle(node, request, body: OffsetFetchRequest) -> OffsetFetchResponse:
     v = request.api_version
@@ -71,13 +108,17 @@ def handle(node, request, body: OffsetFetchRequest) -> OffsetFetchResponse:
                 groups.append(r.OffsetFetchResponseGroup(group_id=g.group_id,
                                                          error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED))
                 continue
-            code, topics = _fetch(node, g.group_id, g.topics, v, request, body.require_stable,
+            asked, unknown_ids = (g.topics, []) if v < 10 else _by_name(node, g.topics)
+            code, topics = _fetch(node, g.group_id, asked, v, request, body.require_stable,
                                   (g.member_id, g.member_epoch) if v >= 9 else (None, -1))
-            groups.append(r.OffsetFetchResponseGroup(group_id=g.group_id, error_code=code, topics=[] if code else [
-                r.OffsetFetchResponseTopics(name=t, partitions=[
-                    r.OffsetFetchResponsePartitions(partition_index=p, committed_offset=o, committed_leader_epoch=e,
-                                                    metadata=m, error_code=c) for p, o, e, m, c in parts])
-                for t, parts in topics]))
+            answered = [r.OffsetFetchResponseTopics(name=t, partitions=[
+                r.OffsetFetchResponsePartitions(partition_index=p, committed_offset=o, committed_leader_epoch=e,
+                                                metadata=m, error_code=c) for p, o, e, m, c in parts])
+                for t, parts in topics]
+            if v >= 10 and not code:
+                answered = _with_ids(node, answered, unknown_ids)
+            groups.append(r.OffsetFetchResponseGroup(group_id=g.group_id, error_code=code,
+                                                     topics=[] if code else answered))
         return OffsetFetchResponse(groups=groups)
     if not allowed(node, request, DESCRIBE, GROUP, body.group_id):
         denied = ErrorCode.GROUP_AUTHORIZATION_FAILED  # v1 has no group error: each partition carries it

@@ -1,4 +1,4 @@
-"""Produce (key 0), versions 3-12.
+"""Produce (key 0), versions 3-13.
 
 Every batch is validated down to its records before anything is written (kjbod.storage.records: framing,
 offsets, timestamps; compressed payloads decompressed), so a refused batch changes nothing on disk.
@@ -8,7 +8,8 @@ id); v4 may answer
 KAFKA_STORAGE_ERROR (older versions get NOT_LEADER_OR_FOLLOWER instead, as Kafka maps it); v5 answers the log
 start offset; v7 allows zstd (zstd below v7 is UNSUPPORTED_COMPRESSION_TYPE); v8 adds per-batch record errors
 and an error message; v9 flexible; v10 adds current-leader hints (tagged); v11 may answer
-TRANSACTION_ABORTABLE; v12 only changes client behaviour.
+TRANSACTION_ABORTABLE; v12 only changes client behaviour; v13 names topics by id instead of name (KIP-516),
+answered by id: an id the metadata does not know is UNKNOWN_TOPIC_ID for each of its partitions, as Kafka.
 
 acks=0 produces no response frame; an error then closes the connection, as Kafka does, so the producer finds
 out.  A transactional batch (kjbod.broker.txn: the producer's transaction then stays open on the partition,
@@ -133,11 +134,17 @@ def handle(node, request, body: ProduceRequest):
     # As Kafka: a transactional producer needs WRITE on its transactional id.
     txn_denied = authz is not None and ctx is not None and body.transactional_id is not None and not authz.allowed(
         ctx.principal, ctx.peer_host, WRITE, TRANSACTIONAL_ID, body.transactional_id)
+    by_id = v >= 13
     for td in body.topic_data:
         parts: list[PartResp | None] = []
-        topic = node.metadata.topic(td.name)
+        if by_id:  # the topic's name, from its id
+            topic = node.metadata.topic_by_id(td.topic_id)
+            name = topic.name if topic is not None else ""
+        else:
+            name = name
+            topic = node.metadata.topic(name)
         denied = authz is not None and ctx is not None and not authz.allowed(ctx.principal, ctx.peer_host, WRITE,
-                                                                              TOPIC, td.name)
+                                                                              TOPIC, name)
         for pd in td.partition_data:
             if acks not in (-1, 0, 1):
                 parts.append(_error(pd.index, ErrorCode.INVALID_REQUIRED_ACKS, f"acks must be -1, 0 or 1, not {acks}", v))
@@ -148,16 +155,18 @@ def handle(node, request, body: ProduceRequest):
                     and pd.records[22] & TRANSACTIONAL and not coordinator:
                 parts.append(_error(pd.index, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
                                     "a transactional record batch needs the request's transactional id", v))
+            elif by_id and topic is None:
+                parts.append(_error(pd.index, ErrorCode.UNKNOWN_TOPIC_ID, f"no topic has id {td.topic_id}", v))
             elif denied:
                 parts.append(_error(pd.index, ErrorCode.TOPIC_AUTHORIZATION_FAILED,
-                                    f"{ctx.principal} may not WRITE to topic {td.name}", v))
-            elif td.name in INTERNAL_TOPICS and not getattr(request, "internal_topics_allowed", False):
+                                    f"{ctx.principal} may not WRITE to topic {name}", v))
+            elif name in INTERNAL_TOPICS and not getattr(request, "internal_topics_allowed", False):
                 # As Kafka: only the group and transaction coordinators write their topics.
                 parts.append(_error(pd.index, ErrorCode.INVALID_TOPIC_EXCEPTION,
-                                    f"Cannot append to internal topic {td.name}", v))
+                                    f"Cannot append to internal topic {name}", v))
             elif topic is None or pd.index not in topic.partitions:
                 parts.append(_error(pd.index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                                    f"{td.name}-{pd.index} does not exist on this broker", v))
+                                    f"{name}-{pd.index} does not exist on this broker", v))
             elif not pd.records:
                 parts.append(_error(pd.index, ErrorCode.INVALID_RECORD, "the request carries no record batch", v))
             elif v < 7 and len(pd.records) > 22 and (pd.records[22] & 0x07) == ZSTD:
@@ -166,21 +175,21 @@ def handle(node, request, body: ProduceRequest):
             elif _second_batch(pd.records):
                 parts.append(_error(pd.index, ErrorCode.INVALID_RECORD,
                                     f"Produce v{v} allows exactly one record batch per partition", v))
-            elif acks == -1 and (code := replication.acks_all_refusal(node, td.name, pd.index)):
-                parts.append(_error(pd.index, code, f"{td.name}-{pd.index} has fewer in-sync replicas than "
+            elif acks == -1 and (code := replication.acks_all_refusal(node, name, pd.index)):
+                parts.append(_error(pd.index, code, f"{name}-{pd.index} has fewer in-sync replicas than "
                                     "min.insync.replicas", v))
             else:
                 try:
-                    plog = node.partition_log(td.name, pd.index)
+                    plog = node.partition_log(name, pd.index)
                 except Exception as e:
-                    parts.append(_failed(td.name, pd, e, v))
+                    parts.append(_failed(name, pd, e, v))
                 else:
                     checked = None
                     if len(pd.records) <= VALIDATE_ON_LOOP_BYTES or coordinator:
                         try:
                             checked = plog.validate(pd.records, now_ms=now_ms, from_coordinator=coordinator)
                         except Exception as e:
-                            parts.append(_failed(td.name, pd, e, v))
+                            parts.append(_failed(name, pd, e, v))
                             continue
                     else:
                         big = True
@@ -194,16 +203,16 @@ def handle(node, request, body: ProduceRequest):
                                                 "transactional records of more than one producer id", v))
                             continue
                         if ask[0]:
-                            item = (parts, len(parts), td.name, pd, plog, node.leader_epoch(td.name, pd.index),
-                                    checked, replication.leader_state(node, td.name, pd.index), txn)
-                            held.append((item, (td.name, pd.index)))
+                            item = (parts, len(parts), name, pd, plog, node.leader_epoch(name, pd.index),
+                                    checked, replication.leader_state(node, name, pd.index), txn)
+                            held.append((item, (name, pd.index)))
                             parts.append(None)
                             continue
                     # Answered by the partition's dir (its worker), into the slot kept here.
-                    _hand_over(work, (parts, len(parts), td.name, pd, plog, node.leader_epoch(td.name, pd.index),
-                                      checked, replication.leader_state(node, td.name, pd.index), txn))
+                    _hand_over(work, (parts, len(parts), name, pd, plog, node.leader_epoch(name, pd.index),
+                                      checked, replication.leader_state(node, name, pd.index), txn))
                     parts.append(None)
-        responses.append((td.name, parts))
+        responses.append((name, td.topic_id, parts))
     if held and producer is not None and body.transactional_id is not None:
         return _after_verification(node, body.transactional_id, producer, held, v, work,
                                    lambda: _run(node, work, responses, waits, acks, timeout_ms, now_ms, v, big))
@@ -402,13 +411,13 @@ def _respond(node, acks: int, responses, *, waits, timeout_ms: int):
     failed = False
     topics = []
     stats = node.topic_stats
-    for name, parts in responses:
+    for name, topic_id, parts in responses:
         for part in parts:
             if part.error_code:
                 failed = True
                 if stats is not None:  # the metrics endpoint's counters (kjbod.metrics)
                     stats.produce_failed(name, part.error_code)
-        topics.append(TopicResp(name=name, partition_responses=parts))
+        topics.append(TopicResp(name=name, topic_id=topic_id, partition_responses=parts))
     if acks == 0:
         if failed:
             raise CloseConnection("acks=0 produce failed; closing so the producer notices")

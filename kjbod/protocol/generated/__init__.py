@@ -77,6 +77,8 @@ from .describe_producers_request import DescribeProducersRequest
 from .describe_producers_response import DescribeProducersResponse
 from .describe_quorum_request import DescribeQuorumRequest
 from .describe_quorum_response import DescribeQuorumResponse
+from .describe_topic_partitions_request import DescribeTopicPartitionsRequest
+from .describe_topic_partitions_response import DescribeTopicPartitionsResponse
 from .describe_transactions_request import DescribeTransactionsRequest
 from .describe_transactions_response import DescribeTransactionsResponse
 from .describe_user_scram_credentials_request import DescribeUserScramCredentialsRequest
@@ -110,8 +112,8 @@ from .join_group_response import JoinGroupResponse
 from .leader_change_message import LeaderChangeMessage
 from .leave_group_request import LeaveGroupRequest
 from .leave_group_response import LeaveGroupResponse
-from .list_client_metrics_resources_request import ListClientMetricsResourcesRequest
-from .list_client_metrics_resources_response import ListClientMetricsResourcesResponse
+from .list_config_resources_request import ListConfigResourcesRequest
+from .list_config_resources_response import ListConfigResourcesResponse
 from .list_groups_request import ListGroupsRequest
 from .list_groups_response import ListGroupsResponse
 from .list_offsets_request import ListOffsetsRequest
@@ -250,6 +252,8 @@ __all__ = [
     'DescribeProducersResponse',
     'DescribeQuorumRequest',
     'DescribeQuorumResponse',
+    'DescribeTopicPartitionsRequest',
+    'DescribeTopicPartitionsResponse',
     'DescribeTransactionsRequest',
     'DescribeTransactionsResponse',
     'DescribeUserScramCredentialsRequest',
@@ -283,8 +287,8 @@ __all__ = [
     'LeaderChangeMessage',
     'LeaveGroupRequest',
     'LeaveGroupResponse',
-    'ListClientMetricsResourcesRequest',
-    'ListClientMetricsResourcesResponse',
+    'ListConfigResourcesRequest',
+    'ListConfigResourcesResponse',
     'ListGroupsRequest',
     'ListGroupsResponse',
     'ListOffsetsRequest',

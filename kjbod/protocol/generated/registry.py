@@ -81,6 +81,8 @@ from .describe_producers_request import DescribeProducersRequest
 from .describe_producers_response import DescribeProducersResponse
 from .describe_quorum_request import DescribeQuorumRequest
 from .describe_quorum_response import DescribeQuorumResponse
+from .describe_topic_partitions_request import DescribeTopicPartitionsRequest
+from .describe_topic_partitions_response import DescribeTopicPartitionsResponse
 from .describe_transactions_request import DescribeTransactionsRequest
 from .describe_transactions_response import DescribeTransactionsResponse
 from .describe_user_scram_credentials_request import DescribeUserScramCredentialsRequest
@@ -114,8 +116,8 @@ from .join_group_response import JoinGroupResponse
 from .leader_change_message import LeaderChangeMessage
 from .leave_group_request import LeaveGroupRequest
 from .leave_group_response import LeaveGroupResponse
-from .list_client_metrics_resources_request import ListClientMetricsResourcesRequest
-from .list_client_metrics_resources_response import ListClientMetricsResourcesResponse
+from .list_config_resources_request import ListConfigResourcesRequest
+from .list_config_resources_response import ListConfigResourcesResponse
 from .list_groups_request import ListGroupsRequest
 from .list_groups_response import ListGroupsResponse
 from .list_offsets_request import ListOffsetsRequest
@@ -191,18 +193,18 @@ class ApiInfo(NamedTuple):
 
 
 APIS: dict[int, ApiInfo] = {
-    0: ApiInfo(0, 'Produce', ProduceRequest, ProduceResponse, 3, 12, 9, frozenset(['broker'])),
-    1: ApiInfo(1, 'Fetch', FetchRequest, FetchResponse, 4, 17, 12, frozenset(['broker', 'controller'])),
+    0: ApiInfo(0, 'Produce', ProduceRequest, ProduceResponse, 3, 13, 9, frozenset(['broker'])),
+    1: ApiInfo(1, 'Fetch', FetchRequest, FetchResponse, 4, 18, 12, frozenset(['broker', 'controller'])),
     2: ApiInfo(2, 'ListOffsets', ListOffsetsRequest, ListOffsetsResponse, 1, 11, 6, frozenset(['broker'])),
     3: ApiInfo(3, 'Metadata', MetadataRequest, MetadataResponse, 0, 13, 9, frozenset(['broker'])),
-    8: ApiInfo(8, 'OffsetCommit', OffsetCommitRequest, OffsetCommitResponse, 2, 9, 8, frozenset(['broker'])),
-    9: ApiInfo(9, 'OffsetFetch', OffsetFetchRequest, OffsetFetchResponse, 1, 9, 6, frozenset(['broker'])),
+    8: ApiInfo(8, 'OffsetCommit', OffsetCommitRequest, OffsetCommitResponse, 2, 10, 8, frozenset(['broker'])),
+    9: ApiInfo(9, 'OffsetFetch', OffsetFetchRequest, OffsetFetchResponse, 1, 10, 6, frozenset(['broker'])),
     10: ApiInfo(10, 'FindCoordinator', FindCoordinatorRequest, FindCoordinatorResponse, 0, 6, 3, frozenset(['broker'])),
     11: ApiInfo(11, 'JoinGroup', JoinGroupRequest, JoinGroupResponse, 0, 9, 6, frozenset(['broker'])),
     12: ApiInfo(12, 'Heartbeat', HeartbeatRequest, HeartbeatResponse, 0, 4, 4, frozenset(['broker'])),
     13: ApiInfo(13, 'LeaveGroup', LeaveGroupRequest, LeaveGroupResponse, 0, 5, 4, frozenset(['broker'])),
     14: ApiInfo(14, 'SyncGroup', SyncGroupRequest, SyncGroupResponse, 0, 5, 4, frozenset(['broker'])),
-    15: ApiInfo(15, 'DescribeGroups', DescribeGroupsRequest, DescribeGroupsResponse, 0, 5, 5, frozenset(['broker'])),
+    15: ApiInfo(15, 'DescribeGroups', DescribeGroupsRequest, DescribeGroupsResponse, 0, 6, 5, frozenset(['broker'])),
     16: ApiInfo(16, 'ListGroups', ListGroupsRequest, ListGroupsResponse, 0, 5, 3, frozenset(['broker'])),
     17: ApiInfo(17, 'SaslHandshake', SaslHandshakeRequest, SaslHandshakeResponse, 0, 1, None, frozenset(['broker', 'controller'])),
     18: ApiInfo(18, 'ApiVersions', ApiVersionsRequest, ApiVersionsResponse, 0, 4, 3, frozenset(['broker', 'controller'])),
@@ -252,14 +254,15 @@ APIS: dict[int, ApiInfo] = {
     63: ApiInfo(63, 'BrokerHeartbeat', BrokerHeartbeatRequest, BrokerHeartbeatResponse, 0, 1, 0, frozenset(['controller'])),
     64: ApiInfo(64, 'UnregisterBroker', UnregisterBrokerRequest, UnregisterBrokerResponse, 0, 0, 0, frozenset(['broker', 'controller'])),
     65: ApiInfo(65, 'DescribeTransactions', DescribeTransactionsRequest, DescribeTransactionsResponse, 0, 0, 0, frozenset(['broker'])),
-    66: ApiInfo(66, 'ListTransactions', ListTransactionsRequest, ListTransactionsResponse, 0, 1, 0, frozenset(['broker'])),
+    66: ApiInfo(66, 'ListTransactions', ListTransactionsRequest, ListTransactionsResponse, 0, 2, 0, frozenset(['broker'])),
     67: ApiInfo(67, 'AllocateProducerIds', AllocateProducerIdsRequest, AllocateProducerIdsResponse, 0, 0, 0, frozenset(['controller'])),
     68: ApiInfo(68, 'ConsumerGroupHeartbeat', ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, 0, 1, 0, frozenset(['broker'])),
     69: ApiInfo(69, 'ConsumerGroupDescribe', ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse, 0, 0, 0, frozenset(['broker'])),
     71: ApiInfo(71, 'GetTelemetrySubscriptions', GetTelemetrySubscriptionsRequest, GetTelemetrySubscriptionsResponse, 0, 0, 0, frozenset(['broker'])),
     72: ApiInfo(72, 'PushTelemetry', PushTelemetryRequest, PushTelemetryResponse, 0, 0, 0, frozenset(['broker'])),
     73: ApiInfo(73, 'AssignReplicasToDirs', AssignReplicasToDirsRequest, AssignReplicasToDirsResponse, 0, 0, 0, frozenset(['controller'])),
-    74: ApiInfo(74, 'ListClientMetricsResources', ListClientMetricsResourcesRequest, ListClientMetricsResourcesResponse, 0, 0, 0, frozenset(['broker'])),
+    74: ApiInfo(74, 'ListConfigResources', ListConfigResourcesRequest, ListConfigResourcesResponse, 0, 1, 0, frozenset(['broker'])),
+    75: ApiInfo(75, 'DescribeTopicPartitions', DescribeTopicPartitionsRequest, DescribeTopicPartitionsResponse, 0, 0, 0, frozenset(['broker'])),
     10000: ApiInfo(10000, 'ReassignPartitions', ReassignPartitionsRequest, ReassignPartitionsResponse, 0, 0, 0, frozenset(['broker', 'controller'])),
     10001: ApiInfo(10001, 'AlterInterbrokerThrottledRates', AlterInterbrokerThrottledRatesRequest, AlterInterbrokerThrottledRatesResponse, 0, 0, 0, frozenset(['broker', 'controller'])),
     10002: ApiInfo(10002, 'AlterInterbrokerThrottledReplicas', AlterInterbrokerThrottledReplicasRequest, AlterInterbrokerThrottledReplicasResponse, 0, 0, 0, frozenset(['broker', 'controller'])),
