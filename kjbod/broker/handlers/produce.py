@@ -141,7 +141,7 @@ def handle(node, request, body: ProduceRequest):
             topic = node.metadata.topic_by_id(td.topic_id)
             name = topic.name if topic is not None else ""
         else:
-            name = name
+            name = td.name
             topic = node.metadata.topic(name)
         denied = authz is not None and ctx is not None and not authz.allowed(ctx.principal, ctx.peer_host, WRITE,
                                                                               TOPIC, name)
