@@ -138,6 +138,8 @@ SERVED_CONTROL_RECORDS: dict[str, tuple[int, int]] = {
     "LeaderChangeMessage": (0, 1),
     "SnapshotHeaderRecord": (0, 0),
     "SnapshotFooterRecord": (0, 0),
+    "KRaftVersionRecord": (0, 0),
+    "VotersRecord": (0, 0),
 }
 SERVED: dict[str, tuple[int, int]] = {
     **SERVED_HEADERS,

@@ -1,11 +1,13 @@
 """Feature levels (KIP-584, KIP-778): what this kjbod can run, and what a cluster has finalized.
 
-`metadata.version` is the one feature kjbod serves. Its levels are Kafka's (1 = 3.0-IV1 ... 21 = 3.9-IV0); kjbod
+`metadata.version` is the one feature kjbod finalizes in the metadata image. Its levels are Kafka's (1 = 3.0-IV1 ... 21 = 3.9-IV0); kjbod
 runs 17 (3.7-IV2, the first that has KIP-858's directory assignments, which every kjbod partition record carries)
 to 21. A new cluster runs at 21: `finalized(image)` reports it until a FeatureLevelRecord says otherwise
 (UpdateFeatures writes one; kjbod.controller.features). Other features Kafka knows (kraft.version, group.version,
 transaction.version, ...) are left at 0, as a Kafka broker that does not support them would be, so clients keep to
-what kjbod serves.
+what kjbod serves. `kraft.version` (KIP-853) is not in the image: it is the metadata log's own level (0, static
+voters; 1, voters in the log, set by `kjbod format --standalone` / `--initial-controllers`), which ApiVersions
+reports as Kafka does (supported 0-1; finalized from the node's log); UpdateFeatures does not change it.
 """
 
 from __future__ import annotations
@@ -30,6 +32,9 @@ LATEST_METADATA_VERSION = 21
 MINIMUM_METADATA_VERSION = 17  # 3.7-IV2: JBOD in KRaft (directory ids in partition records)
 SUPPORTED: dict[str, tuple[int, int]] = {METADATA_VERSION: (MINIMUM_METADATA_VERSION, LATEST_METADATA_VERSION)}
 BOOTSTRAP: dict[str, int] = {METADATA_VERSION: LATEST_METADATA_VERSION}
+KRAFT_VERSION = "kraft.version"
+KRAFT_VERSION_RANGE = (0, 1)  # 0: static voters; 1: KIP-853 voters in the metadata log
+ADVERTISED: dict[str, tuple[int, int]] = {**SUPPORTED, KRAFT_VERSION: KRAFT_VERSION_RANGE}  # ApiVersions
 
 
 def finalized(image: Any) -> dict[str, int]:

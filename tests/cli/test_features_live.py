@@ -14,11 +14,13 @@ def features(server, *args: str) -> subprocess.CompletedProcess[str]:
                           text=True, timeout=120)
 
 
-def described(server) -> dict[str, str]:
+def described(server, feature: str = "metadata.version") -> dict[str, str]:
     done = features(server, "describe")
     assert done.returncode == 0, done.stderr
-    (line,) = done.stdout.splitlines()
-    return dict(field.split(": ", 1) for field in line.split("\t"))
+    lines = [dict(field.split(": ", 1) for field in line.split("\t")) for line in done.stdout.splitlines()]
+    assert [d["Feature"] for d in lines] == ["kraft.version", "metadata.version"]
+    (found,) = [d for d in lines if d["Feature"] == feature]
+    return found
 
 
 def test_describe_downgrade_upgrade_and_refusals(kjbod_server_factory):
@@ -28,6 +30,10 @@ def test_describe_downgrade_upgrade_and_refusals(kjbod_server_factory):
         "Feature": "metadata.version", "SupportedMinVersion": "3.7-IV2", "SupportedMaxVersion": "3.9-IV0",
         "FinalizedVersionLevel": "3.9-IV0"}
     assert int(first["Epoch"]) >= 0
+    kraft = described(server, "kraft.version")  # a static quorum: supported 0-1, finalized 0 (Kafka 3.9's answer)
+    assert {k: v for k, v in kraft.items() if k != "Epoch"} == {
+        "Feature": "kraft.version", "SupportedMinVersion": "0", "SupportedMaxVersion": "1",
+        "FinalizedVersionLevel": "0"}
 
     dry = features(server, "downgrade", "--metadata", "3.8", "--dry-run")
     assert (dry.returncode, dry.stdout) == (0, "metadata.version can be downgraded to 20.\n")

@@ -109,6 +109,7 @@ from .init_producer_id_request import InitProducerIdRequest
 from .init_producer_id_response import InitProducerIdResponse
 from .join_group_request import JoinGroupRequest
 from .join_group_response import JoinGroupResponse
+from .k_raft_version_record import KRaftVersionRecord
 from .leader_change_message import LeaderChangeMessage
 from .leave_group_request import LeaveGroupRequest
 from .leave_group_response import LeaveGroupResponse
@@ -169,6 +170,7 @@ from .update_features_response import UpdateFeaturesResponse
 from .user_scram_credential_record import UserScramCredentialRecord
 from .vote_request import VoteRequest
 from .vote_response import VoteResponse
+from .voters_record import VotersRecord
 from .write_txn_markers_request import WriteTxnMarkersRequest
 from .write_txn_markers_response import WriteTxnMarkersResponse
 
