@@ -26,7 +26,15 @@ start at its end; the snapshot listeners (the controller) then load its records 
 does not read back whole is dropped and asked for again. The leader answers FetchSnapshot from the metadata log's
 snapshot files (kjbod.controller.metadata_fetch), and counts a voter fetching one as fetching (check-quorum).
 
-Not here: observers (brokers follow the metadata log through kjbod.controller.metadata_fetch).
+Dynamic voters (KIP-853, kraft.version 1, `dynamic=True`): the voters and their endpoints are the metadata
+log's latest VotersRecord, read again after every append, truncation and snapshot install (the state machine
+hears of a change through `set_voters`); a voter's channel is opened when it is first needed. A controller that
+is not a voter is an observer: it fetches from the leader, found through `bootstrap` (controller.quorum.
+bootstrap.servers; Fetch answers name the leader and, from v17, its endpoint). The first leader of a log whose
+voter set is only in the bootstrap snapshot writes it into the log, in the LeaderChangeMessage's batch
+(KRaftVersionRecord and VotersRecord after it, as Kafka's leader does), so every replica fetches it.
+
+Brokers follow the metadata log through kjbod.controller.metadata_fetch, as do controllers that observe.
 """
 
 from __future__ import annotations
@@ -56,6 +64,7 @@ from kjbod.protocol.generated import (
     FetchResponse,
     FetchSnapshotRequest,
     FetchSnapshotResponse,
+    KRaftVersionRecord,
     VoteRequest,
 )
 from kjbod.protocol.generated import describe_quorum_response as dqr
@@ -65,8 +74,10 @@ from kjbod.protocol.generated.fetch_request import FetchPartition, FetchTopic, R
 from kjbod.raft import messages
 from kjbod.raft import quorum as rq
 from kjbod.raft.log_view import MetadataLogView
+from kjbod.raft.voters import VoterSet
 from kjbod.storage.errors import OffsetOutOfRangeError
 from kjbod.storage.metadata_log import TOPIC, MetadataLog
+from kjbod.storage.metadata_records import KRAFT_VERSION, KRAFT_VOTERS, LEADER_CHANGE
 from kjbod.storage.metadata_snapshot import SnapshotFormatError, SnapshotId
 from kjbod.storage.quorum_state import QuorumStateStore
 
@@ -93,11 +104,21 @@ class RaftDriver:
     def __init__(self, node_id: int, voters: dict[int, tuple[str, int]], mlog: MetadataLog, cluster_id: str, *,
                  config: rq.RaftConfig | None = None, channel_options: dict[str, Any] | None = None,
                  clock: Callable[[], int] = _monotonic_ms, rng: Any = None,
-                 on_fatal: Callable[[BaseException], None] | None = None, listener_name: str = "CONTROLLER") -> None:
+                 on_fatal: Callable[[BaseException], None] | None = None, listener_name: str = "CONTROLLER",
+                 dynamic: bool = False, bootstrap: list[tuple[str, int]] | None = None,
+                 local_endpoint: tuple[str, int] | None = None) -> None:
         if not mlog.is_open or mlog.io is None:
             raise RuntimeError("the metadata log must be loaded before the quorum starts")
         self.node_id = node_id
+        self.dynamic = dynamic
+        self.voter_set: VoterSet | None = None  # kraft.version 1: the log's voters (ids, directory ids, endpoints)
+        if dynamic:
+            record = mlog.voters
+            self.voter_set = VoterSet.from_record(record) if record is not None else VoterSet()
+            voters = self.voter_set.addresses(listener_name)
         self.voters = dict(voters)
+        self.bootstrap = list(bootstrap or [])
+        self._learned: dict[int, tuple[str, int]] = {}  # leaders' endpoints named in Fetch answers (observers)
         self.mlog = mlog
         self.cluster_id = cluster_id
         self.listener_name = listener_name  # the voters' controller listener, as DescribeQuorum v2 names it
@@ -106,22 +127,27 @@ class RaftDriver:
         self.store = QuorumStateStore(mlog.io, mlog.dir)
         self._io = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="kjbod-raft-io")
         self.quorum = rq.RaftQuorum(node_id, tuple(voters), MetadataLogView(mlog), stored=self.store.read(),
-                                    now_ms=clock(), config=self.config, rng=rng)
+                                    now_ms=clock(), config=self.config, rng=rng, dynamic=dynamic,
+                                    bootstrap=tuple(-1000 - i for i in range(len(self.bootstrap))))
         options: dict[str, Any] = {"request_timeout": self.config.request_timeout_ms / 1000,
                                    "client_id": f"raft-{node_id}"}
         options.update(channel_options or {})
-        self.channels = {v: SocketControllerChannel([addr], **options) for v, addr in voters.items() if v != node_id}
+        self._channel_options = options
+        self.channels: dict[int, SocketControllerChannel] = {}
+        self._channel_addresses: dict[int, tuple[str, int]] = {}
         self._lock = asyncio.Lock()
         self._wake = asyncio.Event()
         self._progress_waiters: set[asyncio.Future[None]] = set()  # woken on every append or commit
         self._leader_listeners: list[LeaderListener] = []
+        self._voters_listeners: list[Callable[[dict[int, tuple[str, int]]], None]] = []
         self._snapshot_listeners: list[SnapshotListener] = []
         self._snapshot_chunks: list[bytes] = []  # what was fetched so far of quorum.fetching_snapshot
         self._observers: dict[int, tuple[int, int]] = {}  # broker id -> (fetch offset, when), while leading
         self._task: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._snapshots = MetadataFetchService(mlog, cluster_id=cluster_id, node_id=node_id,
-                                               endpoint=voters.get(node_id), leadership=self, endpoints=voters)
+                                               endpoint=voters.get(node_id) or local_endpoint, leadership=self,
+                                               endpoints=voters)
         self._sends: set[asyncio.Task[None]] = set()
         self._stopped = False
         self.leader_epoch_start: int | None = None  # where this node's epoch began, while it leads
@@ -147,6 +173,51 @@ class RaftDriver:
     @property
     def high_watermark(self) -> int:
         return self.mlog.high_watermark
+
+    @property
+    def directory_ids(self) -> dict[int, UUID]:
+        """The voters' metadata dir ids (kraft.version 1; empty for a static quorum)."""
+        return self.voter_set.directory_ids() if self.voter_set is not None else {}
+
+    def _address(self, dest: int) -> tuple[str, int] | None:
+        if dest <= -1000:
+            i = -1000 - dest
+            return self.bootstrap[i] if i < len(self.bootstrap) else None
+        return self.voters.get(dest) or self._learned.get(dest)
+
+    def _channel(self, dest: int) -> SocketControllerChannel | None:
+        """The channel to a voter, a learned leader or a bootstrap server (opened again if its address moved)."""
+        addr = self._address(dest)
+        if addr is None:
+            return None
+        ch = self.channels.get(dest)
+        if ch is not None and self._channel_addresses.get(dest) == addr:
+            return ch
+        if ch is not None:
+            ch.close()
+        ch = SocketControllerChannel([addr], **self._channel_options)
+        self.channels[dest], self._channel_addresses[dest] = ch, addr
+        return ch
+
+    def _refresh_voters(self) -> None:
+        """kraft.version 1: take the log's voter set again after it may have changed (the caller holds the lock)."""
+        if not self.dynamic:
+            return
+        record = self.mlog.voters
+        voter_set = VoterSet.from_record(record) if record is not None else VoterSet()
+        if voter_set == self.voter_set:
+            return
+        self.voter_set = voter_set
+        self.voters = voter_set.addresses(self.listener_name)
+        self._snapshots.endpoints = dict(self.voters)
+        log.info("raft_voters_changed", node=self.node_id, voters=sorted(voter_set))
+        self.quorum.set_voters(tuple(voter_set), self.clock())
+        for fn in list(self._voters_listeners):
+            fn(dict(self.voters))
+
+    def add_voters_listener(self, fn: Callable[[dict[int, tuple[str, int]]], None]) -> None:
+        """`fn(addresses)` after the voter set changed (kraft.version 1): {voter id: (host, port)}."""
+        self._voters_listeners.append(fn)
 
     def add_leader_listener(self, fn: LeaderListener) -> None:
         self._leader_listeners.append(fn)
@@ -265,9 +336,10 @@ class RaftDriver:
                     task.add_done_callback(self._sends.discard)
                 elif isinstance(e, rq.Truncate):
                     await self._on_worker(self.mlog.truncate_to, e.offset)
+                    self._refresh_voters()
                 elif isinstance(e, rq.BecomeLeader):
                     self.leader_epoch_start = e.epoch_start_offset
-                    end = await self._on_worker(self.mlog.append_leader_change, e.message, e.epoch)
+                    end = await self._on_worker(self._append_start_of_epoch, e.message, e.epoch)
                     self.quorum.leader_flushed(end, self.clock())
                     self._notify_progress()
                 elif isinstance(e, rq.HighWatermark):
@@ -283,6 +355,21 @@ class RaftDriver:
                             fn(e.epoch, e.leader_id, e.local)
                         except Exception:
                             log.exception("raft_leader_listener_failed")
+
+    def _append_start_of_epoch(self, message: Any, epoch: int) -> int:
+        """On the file worker: the leader's first batch of `epoch`; with kraft.version 1 and a voter set that is
+        only in the bootstrap snapshot, the KRaftVersionRecord and VotersRecord go into the same batch."""
+        changes = self.mlog.kraft_changes
+        voters_at = [o for o, m in changes if not isinstance(m, KRaftVersionRecord)]
+        if self.dynamic and self.mlog.kraft_version > 0 and voters_at and voters_at[-1] < 0:
+            voters = self.mlog.voters
+            assert voters is not None
+            self.mlog.append_control_as_leader([
+                (LEADER_CHANGE, message),
+                (KRAFT_VERSION, KRaftVersionRecord(version=0, k_raft_version=self.mlog.kraft_version)),
+                (KRAFT_VOTERS, voters)], epoch)
+            return int(self.mlog.next_offset)
+        return int(self.mlog.append_leader_change(message, epoch))
 
     # --------------------------------------------------------------------------------- outgoing requests
 
@@ -323,7 +410,10 @@ class RaftDriver:
         if api_key == FETCH:
             timeout += MAX_FETCH_WAIT_MS / 1000
         try:
-            response = await self.channels[dest].send(wire, api_key, timeout=timeout)
+            channel = self._channel(dest)
+            if channel is None:
+                raise ClientError(ErrorCode.NETWORK_EXCEPTION, f"no address known for node {dest}")
+            response = await channel.send(wire, api_key, timeout=timeout)
         except (ClientError, OSError) as e:
             log.debug("raft_request_failed", node=self.node_id, to=dest, api_key=api_key, error=str(e))
             async with self._lock:
@@ -374,6 +464,9 @@ class RaftDriver:
         snapshot = None
         if pd.snapshot_id.end_offset >= 0 or pd.snapshot_id.epoch >= 0:
             snapshot = (pd.snapshot_id.end_offset, pd.snapshot_id.epoch)
+        for ne in getattr(response, "node_endpoints", None) or ():
+            if ne.node_id >= 0 and ne.node_id != self.node_id:
+                self._learned[ne.node_id] = (ne.host, ne.port)  # where the leader is (an observer's only way)
         result = rq.FetchResult(pd.error_code, pd.current_leader.leader_id, pd.current_leader.leader_epoch,
                                 pd.high_watermark, diverging, snapshot)
         outcome = q.handle_fetch_response(dest, cid, result, now)
@@ -385,6 +478,7 @@ class RaftDriver:
             records = bytes(pd.records or b"")
             if records:
                 await self._on_worker(self.mlog.append_replicated, records)
+                self._refresh_voters()
             q.follower_appended(outcome.high_watermark, self.clock())
 
     async def _handle_fetch_snapshot_response(self, dest: int, cid: int, response: FetchSnapshotResponse) -> None:
@@ -419,6 +513,7 @@ class RaftDriver:
                 q.snapshot_failed()
                 return
             q.snapshot_installed(self.clock())
+            self._refresh_voters()
             log.info("raft_snapshot_installed", node=self.node_id, snapshot=outcome.snapshot, records=len(records))
             for fn in list(self._snapshot_listeners):
                 fn(records, end)
@@ -435,7 +530,8 @@ class RaftDriver:
         if api_key == DESCRIBE_QUORUM:
             assert isinstance(request, DescribeQuorumRequest)
             described = messages.describe_quorum_response(request, self.quorum, self.clock(), _wall_ms(),
-                                                          observers=self._live_observers())
+                                                          observers=self._live_observers(),
+                                                          directory_ids=self.directory_ids if version >= 2 else None)
             if version >= 2 and self.quorum.is_leader and not described.error_code:
                 # v2: where each voter can be reached (the leader's answer only, as Kafka's)
                 described.nodes = [dqr.Node(node_id=v, listeners=[dqr.Listener(name=self.listener_name, host=h,

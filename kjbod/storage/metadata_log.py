@@ -531,7 +531,12 @@ class MetadataLog:
     # ------------------------------------------------------------------------------------------ snapshots
 
     def latest_snapshot(self) -> SnapshotId | None:
-        return self._snapshot.id if self._snapshot is not None else None
+        """The newest snapshot a replica can be sent instead of the log. The bootstrap snapshot (0, 0) of a
+        dynamic quorum is never one: it stands for no record, and its voters reach the log in the first leader's
+        first batch (as Kafka sends it to nobody either)."""
+        if self._snapshot is None or self._snapshot.id.end_offset == 0:
+            return None
+        return self._snapshot.id
 
     def snapshot_path(self, snapshot_id: SnapshotId) -> str:
         return os.path.join(self.dir, snapshot_id.file_name)
