@@ -44,6 +44,7 @@ import concurrent.futures
 import contextlib
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
@@ -55,6 +56,7 @@ from kjbod.net.correlator import PerVersion
 from kjbod.net.errors import ClientError
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import (
+    ApiVersionsRequest,
     BeginQuorumEpochRequest,
     BeginQuorumEpochResponse,
     DescribeQuorumRequest,
@@ -74,7 +76,7 @@ from kjbod.protocol.generated.fetch_request import FetchPartition, FetchTopic, R
 from kjbod.raft import messages
 from kjbod.raft import quorum as rq
 from kjbod.raft.log_view import MetadataLogView
-from kjbod.raft.voters import VoterSet
+from kjbod.raft.voters import VoterSet, uuid_text
 from kjbod.storage.errors import OffsetOutOfRangeError
 from kjbod.storage.metadata_log import TOPIC, MetadataLog
 from kjbod.storage.metadata_records import KRAFT_VERSION, KRAFT_VOTERS, LEADER_CHANGE
@@ -98,6 +100,17 @@ def _monotonic_ms() -> int:
 
 def _wall_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+@dataclass
+class _PendingChange:
+    """A voter change the leader is carrying out (one at a time, KIP-853)."""
+
+    kind: str  # "add" | "remove" | "update"
+    deadline_ms: int
+    future: asyncio.Future[tuple[int, str | None]]
+    offset: int | None = None  # of its VotersRecord, once appended
+    voter_id: int = -1
 
 
 class RaftDriver:
@@ -143,6 +156,8 @@ class RaftDriver:
         self._snapshot_listeners: list[SnapshotListener] = []
         self._snapshot_chunks: list[bytes] = []  # what was fetched so far of quorum.fetching_snapshot
         self._observers: dict[int, tuple[int, int]] = {}  # broker id -> (fetch offset, when), while leading
+        self._caught_up: dict[int, int] = {}  # observer -> when it last fetched from the high watermark or above
+        self._pending: _PendingChange | None = None  # the voter change in progress (leader only)
         self._task: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._snapshots = MetadataFetchService(mlog, cluster_id=cluster_id, node_id=node_id,
@@ -230,7 +245,10 @@ class RaftDriver:
         """Leader: a broker (an observer of the quorum) fetched the metadata log from `fetch_offset`; DescribeQuorum
         lists it among the observers."""
         if replica_id >= 0 and replica_id not in self.voters and self.quorum.is_leader:
-            self._observers[replica_id] = (fetch_offset, self.clock())
+            now = self.clock()
+            self._observers[replica_id] = (fetch_offset, now)
+            if fetch_offset >= self.mlog.high_watermark:
+                self._caught_up[replica_id] = now  # what AddRaftVoter asks of a new voter
 
     def _live_observers(self) -> dict[int, tuple[int, int]]:
         now = self.clock()
@@ -345,9 +363,13 @@ class RaftDriver:
                 elif isinstance(e, rq.HighWatermark):
                     self.mlog.advance_high_watermark(e.offset)
                     self._notify_progress()
+                    self._change_committed(e.offset)
                 elif isinstance(e, rq.LeaderChanged):
                     self.leader_epoch_start = None
                     self._observers = {}
+                    self._caught_up = {}
+                    self._finish_change(ErrorCode.NOT_LEADER_OR_FOLLOWER, "the leader changed before the voter change "
+                                                                          "was committed")
                     log.info("raft_leader_changed", node=self.node_id, epoch=e.epoch, leader=e.leader_id,
                              local=e.local)
                     for fn in list(self._leader_listeners):
@@ -370,6 +392,191 @@ class RaftDriver:
                 (KRAFT_VOTERS, voters)], epoch)
             return int(self.mlog.next_offset)
         return int(self.mlog.append_leader_change(message, epoch))
+
+    # ----------------------------------------------------------------------------- voter changes (KIP-853)
+
+    def _finish_change(self, error: int, message: str | None) -> None:
+        pending, self._pending = self._pending, None
+        if pending is not None and not pending.future.done():
+            pending.future.set_result((int(error), message))
+
+    def _change_committed(self, high_watermark: int) -> None:
+        """The leader's high watermark moved: a pending change whose VotersRecord it passed is done; a leader that
+        removed itself steps down then (Kafka's RemoveVoterHandler)."""
+        pending = self._pending
+        if pending is None or pending.offset is None or high_watermark <= pending.offset:
+            return
+        self._finish_change(ErrorCode.NONE, None)
+        if pending.kind == "remove" and self.quorum.is_leader and not self.quorum.is_voter:
+            log.info("raft_leader_removed_resigns", node=self.node_id, epoch=self.epoch)
+            self.quorum.step_down(self.clock())
+
+    def _change_refused(self, what: str) -> tuple[int, str | None] | None:
+        """Kafka's checks before any voter change, in its order (the caller holds the lock)."""
+        q, now = self.quorum, self.clock()
+        if not q.is_leader or q.shutting_down:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER, None
+        pending = self._pending
+        if pending is not None and now >= pending.deadline_ms:
+            self._finish_change(ErrorCode.REQUEST_TIMED_OUT, f"the {pending.kind} of voter {pending.voter_id} was "
+                                                            "not committed in time")
+            pending = None
+        if pending is not None:
+            return (ErrorCode.REQUEST_TIMED_OUT,
+                    "Request timed out waiting for leader to handle previous voter change request")
+        if q.high_watermark is None:
+            return (ErrorCode.REQUEST_TIMED_OUT,
+                    "Request timed out waiting for leader to establish HWM and fence previous voter changes")
+        if self.mlog.kraft_version < 1:
+            return (ErrorCode.UNSUPPORTED_VERSION,
+                    f"Cluster doesn't support {what} voter because the kraft.version feature is "
+                    f"{self.mlog.kraft_version}")
+        at = [o for o, m in self.mlog.kraft_changes if not isinstance(m, KRaftVersionRecord)]
+        if not at or at[-1] >= q.high_watermark:
+            return (ErrorCode.REQUEST_TIMED_OUT,
+                    f"Request timed out waiting for voters to commit the latest voter change at "
+                    f"{at[-1] if at else None} with HWM {q.high_watermark}")
+        return None
+
+    async def _append_voters(self, voter_set: VoterSet, kind: str, voter_id: int, timeout_ms: int
+                             ) -> asyncio.Future[tuple[int, str | None]]:
+        """Append the new voter set (the caller holds the lock and checked `_change_refused`)."""
+        fut: asyncio.Future[tuple[int, str | None]] = asyncio.get_running_loop().create_future()
+        self._pending = _PendingChange(kind, self.clock() + timeout_ms, fut, voter_id=voter_id)
+        offset = await self._on_worker(self.mlog.append_control_as_leader,
+                                       [(KRAFT_VOTERS, voter_set.to_record())], self.quorum.epoch)
+        self._pending.offset = offset
+        log.info("raft_voters_appended", node=self.node_id, change=kind, voter=voter_id, offset=offset,
+                 voters=sorted(voter_set))
+        self._refresh_voters()
+        self.quorum.leader_flushed(self.mlog.next_offset, self.clock())
+        await self._perform()
+        self._notify_progress()
+        self._wake.set()
+        return fut
+
+    async def _await_change(self, fut: asyncio.Future[tuple[int, str | None]], timeout_ms: int
+                            ) -> tuple[int, str | None]:
+        try:
+            return await asyncio.wait_for(asyncio.shield(fut), max(0.001, timeout_ms / 1000))
+        except TimeoutError:
+            return ErrorCode.REQUEST_TIMED_OUT, "the new voter set was not committed in time"
+
+    async def add_voter(self, voter_id: int, directory_id: UUID, endpoints: tuple[tuple[str, str, int], ...],
+                        timeout_ms: int) -> tuple[int, str | None]:
+        """AddRaftVoter (Kafka's AddVoterHandler): (error code, message), NONE once the new set is committed."""
+        async with self._lock:
+            if not self.quorum.is_leader or self.quorum.shutting_down:
+                return ErrorCode.NOT_LEADER_OR_FOLLOWER, None
+            if voter_id < 0 or directory_id == UUID(int=0):
+                return ErrorCode.INVALID_REQUEST, "Add voter request didn't include a valid voter"
+            address = next(((h, p) for n, h, p in endpoints if n == self.listener_name), None)
+            if address is None:
+                return (ErrorCode.INVALID_REQUEST,
+                        f"Add voter request didn't include the endpoint ({', '.join(n for n, _h, _p in endpoints)}) "
+                        f"for the default listener {self.listener_name}")
+            refused = self._change_refused("adding")
+            if refused is not None:
+                return refused
+            current = self.voter_set or VoterSet()
+            if voter_id in current:
+                return (ErrorCode.DUPLICATE_VOTER,
+                        f"The voter id for {voter_id} is already part of the set of voters {sorted(current)}.")
+        # ask the new voter which kraft.version levels it runs (outside the lock: it is a network round trip)
+        supported = await self._kraft_versions_of(address)
+        async with self._lock:
+            refused = self._change_refused("adding")
+            if refused is not None:
+                return refused
+            if supported is None:
+                return (ErrorCode.REQUEST_TIMED_OUT,
+                        f"Aborted add voter operation for {voter_id} since API_VERSIONS returned an error")
+            level = self.mlog.kraft_version
+            if not supported[0] <= level <= supported[1]:
+                return (ErrorCode.INVALID_REQUEST,
+                        f"Aborted add voter operation for {voter_id} since the kraft.version range (min: "
+                        f"{supported[0]}, max: {supported[1]}) doesn't support the finalized version {level}")
+            if voter_id not in self._caught_up:
+                return (ErrorCode.REQUEST_TIMED_OUT,
+                        f"Aborted add voter operation for {voter_id} since it is lagging behind")
+            current = self.voter_set or VoterSet()
+            if voter_id in current:
+                return (ErrorCode.DUPLICATE_VOTER,
+                        f"The voter id for {voter_id} is already part of the set of voters {sorted(current)}.")
+            from kjbod.raft.voters import VoterNode
+
+            new = VoterSet.of([*current.nodes, VoterNode(voter_id, directory_id, endpoints, supported)])
+            fut = await self._append_voters(new, "add", voter_id, timeout_ms)
+        return await self._await_change(fut, timeout_ms)
+
+    async def remove_voter(self, voter_id: int, directory_id: UUID) -> tuple[int, str | None]:
+        """RemoveRaftVoter (Kafka's RemoveVoterHandler): (error code, message), NONE once the smaller set is
+        committed; a leader that removed itself then resigns."""
+        timeout_ms = self.config.request_timeout_ms
+        async with self._lock:
+            if not self.quorum.is_leader or self.quorum.shutting_down:
+                return ErrorCode.NOT_LEADER_OR_FOLLOWER, None
+            if voter_id < 0 or directory_id == UUID(int=0):
+                return ErrorCode.INVALID_REQUEST, "Remove voter request didn't include a valid voter"
+            refused = self._change_refused("removing")
+            if refused is not None:
+                return refused
+            current = self.voter_set or VoterSet()
+            node = current.get(voter_id)
+            if node is None or node.directory_id != directory_id or len(current) == 1:
+                keys = ", ".join(f"{n.node_id}:{uuid_text(n.directory_id)}" for n in current.nodes)
+                return (ErrorCode.VOTER_NOT_FOUND,
+                        f"Cannot remove voter {voter_id}:{uuid_text(directory_id)} from the set of voters [{keys}]")
+            new = VoterSet.of([n for n in current.nodes if n.node_id != voter_id])
+            fut = await self._append_voters(new, "remove", voter_id, timeout_ms)
+        return await self._await_change(fut, timeout_ms)
+
+    async def update_voter(self, voter_id: int, directory_id: UUID, endpoints: tuple[tuple[str, str, int], ...],
+                           supported: tuple[int, int]) -> tuple[int, str | None]:
+        """UpdateRaftVoter: a voter's new endpoints or kraft.version range, written when they differ."""
+        async with self._lock:
+            if not self.quorum.is_leader or self.quorum.shutting_down:
+                return ErrorCode.NOT_LEADER_OR_FOLLOWER, None
+            if voter_id < 0 or directory_id == UUID(int=0):
+                return ErrorCode.INVALID_REQUEST, "Update voter request didn't include a valid voter"
+            if not any(n == self.listener_name for n, _h, _p in endpoints):
+                return ErrorCode.INVALID_REQUEST, f"Update voter request didn't include the endpoint for the " \
+                                                  f"default listener {self.listener_name}"
+            refused = self._change_refused("updating")
+            if refused is not None:
+                return refused
+            current = self.voter_set or VoterSet()
+            node = current.get(voter_id)
+            if node is None or node.directory_id != directory_id:
+                return ErrorCode.VOTER_NOT_FOUND, f"Voter {voter_id} is not one of the voters {sorted(current)}"
+            if not supported[0] <= self.mlog.kraft_version <= supported[1]:
+                return ErrorCode.INVALID_REQUEST, "the voter does not run the finalized kraft.version"
+            from kjbod.raft.voters import VoterNode
+
+            updated = VoterNode(voter_id, directory_id, endpoints, supported)
+            if updated == node:
+                return ErrorCode.NONE, None
+            new = VoterSet.of([updated if n.node_id == voter_id else n for n in current.nodes])
+            await self._append_voters(new, "update", voter_id, self.config.request_timeout_ms)
+        return ErrorCode.NONE, None  # Kafka answers an update once it is appended
+
+    async def _kraft_versions_of(self, address: tuple[str, int]) -> tuple[int, int] | None:
+        """The kraft.version range a controller at `address` advertises in ApiVersions (None: no answer)."""
+        channel = SocketControllerChannel([address], **self._channel_options)
+        try:
+            resp = await channel.send(ApiVersionsRequest(client_software_name="kjbod-raft",
+                                                         client_software_version="1"), 18, 3,
+                                      timeout=self.config.request_timeout_ms / 1000)
+        except (ClientError, OSError):
+            return None
+        finally:
+            channel.close()
+        if resp.error_code:
+            return None
+        for f in resp.supported_features:
+            if f.name == "kraft.version":
+                return int(f.min_version), int(f.max_version)
+        return 0, 0
 
     # --------------------------------------------------------------------------------- outgoing requests
 

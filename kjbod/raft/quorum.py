@@ -662,6 +662,8 @@ class RaftQuorum:
             for v in new:
                 lead.progress.setdefault(v, _ReplicaProgress())
             lead.fetched_voters &= set(new)
+            # the new set gets a whole check-quorum period to fetch (a leader that was alone kept no timer)
+            lead.check_quorum_deadline = now + int(self.config.fetch_timeout_ms * CHECK_QUORUM_TIMEOUT_FACTOR)
             self._update_leader_high_watermark()
         if self.is_voter and not was_voter and self.state in (State.UNATTACHED, State.VOTED):
             self._election_deadline = now + self._random_election_timeout()
@@ -924,6 +926,12 @@ class RaftQuorum:
     def resign(self, now: int) -> None:
         """Graceful shutdown: a leader hands over (EndQuorumEpoch); no node starts a new election after this."""
         self.shutting_down = True
+        if self.state is State.LEADER:
+            self._to_resigned(now)
+
+    def step_down(self, now: int) -> None:
+        """A leader that is no longer a voter (its removal is committed, KIP-853) hands over with EndQuorumEpoch;
+        unlike `resign` it goes on as an observer afterwards."""
         if self.state is State.LEADER:
             self._to_resigned(now)
 

@@ -11,6 +11,7 @@ finding each other through controller.quorum.bootstrap.servers.
 from __future__ import annotations
 
 import subprocess
+import time
 from pathlib import Path
 
 from datapath.support import RawClient, create_topic
@@ -134,3 +135,87 @@ def test_a_standalone_controller_serves_a_broker_and_a_producer(tmp_path: Path) 
         assert broker.stop() == 0, broker.stderr()
         assert ctl.stop() == 0, ctl.stderr()
 
+
+
+def quorum_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*COMMAND, "metadata-quorum", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_controllers_join_with_add_controller_and_leave_with_remove_controller(tmp_path: Path) -> None:
+    """Controller 1 formatted --standalone, 2 and 3 --no-initial-controllers (observers until added); a broker.
+    add-controller makes three voters; the leader is killed and writes go on; it is removed and, restarted, no
+    longer votes. Refusals: an existing voter, an unknown one, a static-style request without a directory id."""
+    cluster_id = new_cluster_id()
+    ports = {i: free_port() for i in (1, 2, 3)}
+    boot = ",".join(f"127.0.0.1:{ports[i]}" for i in (1, 2, 3))
+    servers = {i: controller(tmp_path, i, ports[i], cluster_id, boot) for i in (1, 2, 3)}
+    format_node(servers[1], "--standalone")
+    for i in (2, 3):
+        format_node(servers[i], "--no-initial-controllers")
+    dirs = {i: read_meta_properties(servers[i].metadata_dir)["directory.id"] for i in (1, 2, 3)}
+    d = tmp_path / "broker-11"
+    d.mkdir()
+    bport = free_port()
+    broker = LiveServer(node_id=11, cluster_id=cluster_id, port=bport, controller_port=bport, directory=d,
+                        config=d / "broker.properties", log_dirs=[d / "logs"], metadata_dir=d / "logs",
+                        stderr_path=d / "stderr.log")
+    broker.config.write_text("".join(f"{k}={v}\n" for k, v in {
+        "process.roles": "broker", "node.id": "11", "listeners": f"PLAINTEXT://127.0.0.1:{bport}",
+        "controller.listener.names": "CONTROLLER", "controller.quorum.bootstrap.servers": boot,
+        "log.dirs": str(d / "logs"), "broker.heartbeat.interval.ms": "500"}.items()))
+    format_node(broker)
+    everyone = {**servers, 11: broker}
+    try:
+        for s in servers.values():
+            s.start()
+        assert wait_for_leader({1: servers[1]}) == 1
+        broker.start()
+
+        def made(name: str) -> bool:
+            with RawClient(broker.host, broker.port, timeout=30) as c:
+                return create_topic(c, name, partitions=1).error_code in (0, 36)
+        wait_until(lambda: made("one-voter"), "a topic created with one voter")
+
+        for i in (2, 3):
+            def added(i: int = i) -> bool:
+                done = quorum_cli("--bootstrap-controller", boot, "add-controller", "-c", str(servers[i].config))
+                assert "Traceback" not in done.stderr
+                return done.returncode == 0 and done.stdout.startswith(f"Added controller {i} with directory id "
+                                                                       f"{dirs[i]} and endpoints: CONTROLLER://")
+            wait_until(added, f"controller {i} added (once it caught up as an observer)")
+        part = describe(servers[1])
+        assert sorted((v.replica_id, v.replica_directory_id) for v in part.current_voters) == [
+            (i, parse_uuid(dirs[i])) for i in (1, 2, 3)]
+        status = quorum_cli("--bootstrap-controller", boot, "describe", "--status")
+        assert status.returncode == 0, status.stderr
+        assert all(f'{{"id": {i}, "directoryId": "{dirs[i]}"' in status.stdout for i in (1, 2, 3)), status.stdout
+
+        again = quorum_cli("--bootstrap-controller", boot, "add-controller", "-c", str(servers[2].config))
+        assert again.returncode == 2 and "DUPLICATE_VOTER" in again.stderr, again.stderr
+        unknown = quorum_cli("--bootstrap-controller", boot, "remove-controller", "--controller-id", "9",
+                             "--controller-directory-id", dirs[2])
+        assert unknown.returncode == 2 and "VOTER_NOT_FOUND" in unknown.stderr, unknown.stderr
+        wrong_dir = quorum_cli("--bootstrap-controller", boot, "remove-controller", "-i", "2", "-d", dirs[3])
+        assert wrong_dir.returncode == 2 and "VOTER_NOT_FOUND" in wrong_dir.stderr, wrong_dir.stderr
+
+        servers[1].process.kill()  # type: ignore[union-attr]
+        servers[1].process.wait()  # type: ignore[union-attr]
+        second = wait_for_leader({2: servers[2], 3: servers[3]})
+        wait_until(lambda: made("after-failover"), "a topic created after the leader was killed")
+
+        removed = quorum_cli("--bootstrap-controller", boot, "remove-controller", "--controller-id", "1",
+                             "--controller-directory-id", dirs[1])
+        assert removed.returncode == 0, removed.stderr
+        assert removed.stdout == f"Removed  KRaft controller 1 with directory id {dirs[1]}\n"
+        assert [v.replica_id for v in describe(servers[second]).current_voters] == sorted({2, 3})
+
+        servers[1].start()  # back from its files: an observer now, not a voter
+        wait_until(lambda: describe(servers[1]).leader_id == second, "the removed controller following the leader")
+        time.sleep(3)  # two election timeouts: a voter would have stood by now if it thought it was one
+        part = describe(servers[second])
+        assert part.leader_id == second and [v.replica_id for v in part.current_voters] == [2, 3]
+        assert wait_for_leader({2: servers[2], 3: servers[3]}) == second
+        wait_until(lambda: made("after-removal"), "a topic created after the removal")
+    finally:
+        codes = {i: s.stop() for i, s in everyone.items()}
+    assert all(code == 0 for code in codes.values()), {i: everyone[i].stderr() for i in everyone}

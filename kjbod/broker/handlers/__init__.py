@@ -60,6 +60,7 @@ from kjbod.broker.handlers import (  # noqa: F401
     offset_fetch,
     offset_for_leader_epoch,
     produce,
+    raft_voters,
     reassign_partitions,
     renew_delegation_token,
     sasl_authenticate,
