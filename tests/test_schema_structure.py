@@ -58,6 +58,9 @@ SERVED_APIS: dict[str, tuple[int, int]] = {
     "BrokerRegistration": (0, 4),
     "BrokerHeartbeat": (0, 1),
     "UnregisterBroker": (0, 0),
+    "AddRaftVoter": (0, 0),
+    "RemoveRaftVoter": (0, 0),
+    "UpdateRaftVoter": (0, 0),
     "AssignReplicasToDirs": (0, 0),
     "AlterPartition": (0, 3),
     "ElectLeaders": (0, 2),
@@ -142,6 +145,8 @@ SERVED_CONTROL_RECORDS: dict[str, tuple[int, int]] = {
     "LeaderChangeMessage": (0, 1),
     "SnapshotHeaderRecord": (0, 0),
     "SnapshotFooterRecord": (0, 0),
+    "KRaftVersionRecord": (0, 0),
+    "VotersRecord": (0, 0),
 }
 SERVED: dict[str, tuple[int, int]] = {
     **SERVED_HEADERS,

@@ -10,9 +10,16 @@ HighWatermark, MaxFollowerLag, MaxFollowerLagTimeMs, CurrentVoters, CurrentObser
 (one row per replica: NodeId, DirectoryId, LogEndOffset, Lag, LastFetchTimestamp, LastCaughtUpTimestamp, Status
 Leader/Follower/Observer, columns padded and tab-separated; `--human-readable` prints the times as "N ms ago").
 
-Not served: `--bootstrap-server` (asking a broker to forward DescribeQuorum), and add-controller /
-remove-controller (KIP-853 dynamic membership: kjbod's quorum is the static `controller.quorum.voters`).
-Exit codes: 0; 2 a usage error or no controller answered (one line, from kjbod.cli.main).
+`add-controller` (with `--command-config`, the new controller's own server.properties: its node.id, the
+directory id in the meta.properties of its metadata log dir, and its controller listeners) and `remove-controller
+--controller-id N --controller-directory-id UUID` send AddRaftVoter / RemoveRaftVoter (KIP-853) to the quorum's
+leader, found as `describe` finds it, and print what kafka-metadata-quorum.sh prints ("Added controller 2 with
+directory id ... and endpoints: CONTROLLER://host:port", "Removed KRaft controller 2 with directory id ...");
+`--dry-run` prints it without sending.
+
+Not served: `--bootstrap-server` (asking a broker to forward DescribeQuorum or a voter change).
+Exit codes: 0; 2 a usage error, a refused change (the error's name and Kafka's message) or no controller answered
+(one line, from kjbod.cli.main).
 """
 
 from __future__ import annotations
@@ -34,8 +41,7 @@ TIMEOUT_S = 10.0
 def add_subcommand(sub: Any) -> None:
     p = sub.add_parser("metadata-quorum", help="describe the KRaft controller quorum (kafka-metadata-quorum.sh)",
                        description="Describe the KRaft controller quorum, as kafka-metadata-quorum.sh does.")
-    p.add_argument("--bootstrap-controller", required=True, metavar="HOST:PORT[,HOST:PORT...]",
-                   help="controller listeners to ask (any controller of the quorum)")
+    _connection_options(p, argparse.SUPPRESS)
     actions = p.add_subparsers(dest="quorum_command", metavar="ACTION", required=True)
     d = actions.add_parser("describe", help="the quorum's status or its replication",
                            description="Print the quorum's status (--status) or each replica's progress "
@@ -45,7 +51,38 @@ def add_subcommand(sub: Any) -> None:
     which.add_argument("--replication", action="store_true", help="each voter's and observer's progress")
     d.add_argument("--human-readable", action="store_true",
                    help="with --replication: the times as 'N ms ago'")
+    _connection_options(d, argparse.SUPPRESS)
     d.set_defaults(func=run_describe)
+    a = actions.add_parser("add-controller", help="add a controller to the KRaft controller quorum",
+                           description="Make the controller whose server.properties --command-config names (it "
+                                       "must already run and follow the quorum as an observer) a voter.")
+    a.add_argument("--dry-run", action="store_true", help="print what would be done, but do not do it")
+    _connection_options(a, argparse.SUPPRESS)
+    a.set_defaults(func=run_add_controller)
+    r = actions.add_parser("remove-controller", help="remove a controller from the KRaft controller quorum",
+                           description="Remove a voter from the KRaft controller quorum.")
+    r.add_argument("--controller-id", "-i", type=int, required=True, help="the id of the controller to remove")
+    r.add_argument("--controller-directory-id", "-d", required=True,
+                   help="the directory id of the controller to remove")
+    r.add_argument("--dry-run", action="store_true", help="print what would be done, but do not do it")
+    _connection_options(r, argparse.SUPPRESS)
+    r.set_defaults(func=run_remove_controller)
+
+
+def _connection_options(parser: Any, default: Any) -> None:
+    """--bootstrap-controller and --command-config, taken before the action (as Kafka's tool takes them) or after
+    it (kept by whichever parser saw them: the defaults are suppressed)."""
+    parser.add_argument("--bootstrap-controller", metavar="HOST:PORT[,HOST:PORT...]", default=default,
+                        help="controller listeners to ask (any controller of the quorum)")
+    parser.add_argument("--command-config", "-c", metavar="FILE", default=default,
+                        help="with add-controller: the server.properties of the controller to add")
+
+
+def _bootstrap(args: argparse.Namespace) -> list[tuple[str, int]]:
+    text = getattr(args, "bootstrap_controller", None)
+    if not text:
+        raise UserError("the following arguments are required: --bootstrap-controller")
+    return parse_addresses(text)
 
 
 # ------------------------------------------------------------------------------------------------ the answer
@@ -255,7 +292,7 @@ def render_replication(info: QuorumInfo, *, human_readable: bool = False, now_ms
 def run_describe(args: argparse.Namespace) -> int:
     if args.human_readable and not args.replication:
         raise UserError("the option --human-readable is only supported along with --replication")
-    addresses = parse_addresses(args.bootstrap_controller)
+    addresses = _bootstrap(args)
 
     async def go() -> str:
         info, address = await describe_quorum(addresses)
@@ -264,4 +301,132 @@ def run_describe(args: argparse.Namespace) -> int:
         return render_status(info, await cluster_id(address))
 
     print(asyncio.run(go()))
+    return 0
+
+
+# ------------------------------------------------------------------------------------------------ voter changes
+
+def _controller_properties(path: str) -> dict[str, str]:
+    import os
+
+    from kjbod.storage.meta import parse_properties
+
+    if not os.path.isfile(path):
+        raise UserError(f"Properties file {path} does not exists!")
+    with open(path, encoding="utf-8") as f:
+        return parse_properties(f.read())
+
+
+def controller_to_add(props: dict[str, str]) -> tuple[int, str, list[tuple[str, str, int]]]:
+    """(node id, metadata dir's directory id, controller endpoints) of the controller a server.properties
+    describes, with kafka-metadata-quorum.sh's checks and messages."""
+    from kjbod.storage.fsio import LogDirIO
+    from kjbod.storage.meta import read_meta_properties
+
+    if "node.id" not in props:
+        raise UserError("node.id not found in configuration file. Is this a valid controller configuration file?")
+    try:
+        node_id = int(props["node.id"])
+    except ValueError:
+        raise UserError(f"node.id {props['node.id']!r} is not a number in configuration file") from None
+    if node_id < 0:
+        raise UserError("node.id was negative in configuration file. Is this a valid controller configuration file?")
+    if "controller" not in props.get("process.roles", ""):
+        raise UserError("process.roles did not contain 'controller' in configuration file. Is this a valid "
+                        "controller configuration file?")
+    directory = props.get("metadata.log.dir") or (props.get("log.dirs") or props.get("log.dir") or "").split(",")[0]
+    if not directory.strip():
+        raise UserError("Neither metadata.log.dir nor log.dirs were found. Is this a valid controller "
+                        "configuration file?")
+    try:
+        meta = read_meta_properties(LogDirIO(directory.strip()))
+    except Exception as e:  # unreadable: the tool's own message
+        raise UserError(f"Unable to read meta.properties from {directory.strip()}: {e}") from None
+    if meta is None:
+        raise UserError(f"Unable to read meta.properties from {directory.strip()}")
+    if not meta.directory_id:
+        raise UserError(f"No directory id found in {directory.strip()}")
+    listeners: dict[str, tuple[str, int]] = {}
+    for key in ("listeners", "advertised.listeners"):
+        for item in (props.get(key) or "").split(","):
+            name, sep, rest = item.strip().partition("://")
+            host, _, port = rest.rpartition(":")
+            if sep and port.isdigit():
+                listeners[name.strip().upper()] = (host.strip("[]") or "localhost", int(port))
+    if "controller.listener.names" not in props:
+        raise UserError("controller.listener.names was not found. Is this a valid controller configuration file?")
+    endpoints = []
+    for name in props["controller.listener.names"].split(","):
+        name = name.strip().upper()
+        if name not in listeners:
+            raise UserError(f"Cannot find information about controller listener name: {name}")
+        endpoints.append((name, *listeners[name]))
+    return node_id, meta.directory_id, endpoints
+
+
+def _endpoint_text(endpoints: list[tuple[str, str, int]]) -> str:
+    return ", ".join(f"{n}://[{h}]:{p}" if ":" in h else f"{n}://{h}:{p}" for n, h, p in endpoints)
+
+
+async def _to_leader(addresses: list[tuple[str, int]], body: Any, api_key: int, timeout: float) -> Any:
+    """`body` sent to the quorum's leader (found with DescribeQuorum); asked again once if the leader moved."""
+    for attempt in range(2):
+        _info, address = await describe_quorum(addresses)
+        response = await _ask(address, body, api_key, timeout)
+        if response.error_code != NOT_LEADER_OR_FOLLOWER or attempt == 1:
+            return response
+    raise AssertionError("not reached")
+
+
+def _refusal(response: Any) -> str | None:
+    if not response.error_code:
+        return None
+    message = getattr(response, "error_message", None)
+    return _error_name(response.error_code) + (f": {message}" if message else "")
+
+
+def run_add_controller(args: argparse.Namespace) -> int:
+    from kjbod.raft.voters import parse_uuid
+
+    if not getattr(args, "command_config", None):
+        raise UserError("You must supply the configuration file of the controller you are adding when using "
+                        "add-controller.")
+    node_id, directory_id, endpoints = controller_to_add(_controller_properties(args.command_config))
+    addresses = _bootstrap(args)
+    if not args.dry_run:
+        from kjbod.protocol.generated import AddRaftVoterRequest
+        from kjbod.protocol.generated import add_raft_voter_request as arv
+
+        body = AddRaftVoterRequest(cluster_id=None, timeout_ms=int(TIMEOUT_S * 1000), voter_id=node_id,
+                                   voter_directory_id=parse_uuid(directory_id),
+                                   listeners=[arv.Listener(name=n, host=h, port=p) for n, h, p in endpoints])
+        response = asyncio.run(_to_leader(addresses, body, 80, TIMEOUT_S * 2))
+        refused = _refusal(response)
+        if refused is not None:
+            raise UserError(f"could not add controller {node_id}: {refused}")
+    print(f"{'DRY RUN of adding' if args.dry_run else 'Added'} controller {node_id} with directory id "
+          f"{directory_id} and endpoints: {_endpoint_text(endpoints)}")
+    return 0
+
+
+def run_remove_controller(args: argparse.Namespace) -> int:
+    from kjbod.raft.voters import parse_uuid
+
+    if args.controller_id < 0:
+        raise UserError(f"Invalid negative --controller-id: {args.controller_id}")
+    try:
+        directory = parse_uuid(args.controller_directory_id)
+    except ValueError as e:
+        raise UserError(f"Failed to parse --controller-directory-id: {e}") from None
+    addresses = _bootstrap(args)
+    if not args.dry_run:
+        from kjbod.protocol.generated import RemoveRaftVoterRequest
+
+        body = RemoveRaftVoterRequest(cluster_id=None, voter_id=args.controller_id, voter_directory_id=directory)
+        response = asyncio.run(_to_leader(addresses, body, 81, TIMEOUT_S * 2))
+        refused = _refusal(response)
+        if refused is not None:
+            raise UserError(f"could not remove controller {args.controller_id}: {refused}")
+    print(f"{'DRY RUN of removing ' if args.dry_run else 'Removed '} KRaft controller {args.controller_id} with "
+          f"directory id {args.controller_directory_id}")
     return 0

@@ -26,7 +26,15 @@ start at its end; the snapshot listeners (the controller) then load its records 
 does not read back whole is dropped and asked for again. The leader answers FetchSnapshot from the metadata log's
 snapshot files (kjbod.controller.metadata_fetch), and counts a voter fetching one as fetching (check-quorum).
 
-Not here: observers (brokers follow the metadata log through kjbod.controller.metadata_fetch).
+Dynamic voters (KIP-853, kraft.version 1, `dynamic=True`): the voters and their endpoints are the metadata
+log's latest VotersRecord, read again after every append, truncation and snapshot install (the state machine
+hears of a change through `set_voters`); a voter's channel is opened when it is first needed. A controller that
+is not a voter is an observer: it fetches from the leader, found through `bootstrap` (controller.quorum.
+bootstrap.servers; Fetch answers name the leader and, from v17, its endpoint). The first leader of a log whose
+voter set is only in the bootstrap snapshot writes it into the log, in the LeaderChangeMessage's batch
+(KRaftVersionRecord and VotersRecord after it, as Kafka's leader does), so every replica fetches it.
+
+Brokers follow the metadata log through kjbod.controller.metadata_fetch, as do controllers that observe.
 """
 
 from __future__ import annotations
@@ -36,6 +44,7 @@ import concurrent.futures
 import contextlib
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
@@ -47,6 +56,7 @@ from kjbod.net.correlator import PerVersion
 from kjbod.net.errors import ClientError
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import (
+    ApiVersionsRequest,
     BeginQuorumEpochRequest,
     BeginQuorumEpochResponse,
     DescribeQuorumRequest,
@@ -56,6 +66,7 @@ from kjbod.protocol.generated import (
     FetchResponse,
     FetchSnapshotRequest,
     FetchSnapshotResponse,
+    KRaftVersionRecord,
     VoteRequest,
 )
 from kjbod.protocol.generated import describe_quorum_response as dqr
@@ -65,8 +76,10 @@ from kjbod.protocol.generated.fetch_request import FetchPartition, FetchTopic, R
 from kjbod.raft import messages
 from kjbod.raft import quorum as rq
 from kjbod.raft.log_view import MetadataLogView
+from kjbod.raft.voters import VoterSet, uuid_text
 from kjbod.storage.errors import OffsetOutOfRangeError
 from kjbod.storage.metadata_log import TOPIC, MetadataLog
+from kjbod.storage.metadata_records import KRAFT_VERSION, KRAFT_VOTERS, LEADER_CHANGE
 from kjbod.storage.metadata_snapshot import SnapshotFormatError, SnapshotId
 from kjbod.storage.quorum_state import QuorumStateStore
 
@@ -89,15 +102,36 @@ def _wall_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+@dataclass
+class _PendingChange:
+    """A voter change the leader is carrying out (one at a time, KIP-853)."""
+
+    kind: str  # "add" | "remove" | "update"
+    deadline_ms: int
+    future: asyncio.Future[tuple[int, str | None]]
+    offset: int | None = None  # of its VotersRecord, once appended
+    voter_id: int = -1
+
+
 class RaftDriver:
     def __init__(self, node_id: int, voters: dict[int, tuple[str, int]], mlog: MetadataLog, cluster_id: str, *,
                  config: rq.RaftConfig | None = None, channel_options: dict[str, Any] | None = None,
                  clock: Callable[[], int] = _monotonic_ms, rng: Any = None,
-                 on_fatal: Callable[[BaseException], None] | None = None, listener_name: str = "CONTROLLER") -> None:
+                 on_fatal: Callable[[BaseException], None] | None = None, listener_name: str = "CONTROLLER",
+                 dynamic: bool = False, bootstrap: list[tuple[str, int]] | None = None,
+                 local_endpoint: tuple[str, int] | None = None) -> None:
         if not mlog.is_open or mlog.io is None:
             raise RuntimeError("the metadata log must be loaded before the quorum starts")
         self.node_id = node_id
+        self.dynamic = dynamic
+        self.voter_set: VoterSet | None = None  # kraft.version 1: the log's voters (ids, directory ids, endpoints)
+        if dynamic:
+            record = mlog.voters
+            self.voter_set = VoterSet.from_record(record) if record is not None else VoterSet()
+            voters = self.voter_set.addresses(listener_name)
         self.voters = dict(voters)
+        self.bootstrap = list(bootstrap or [])
+        self._learned: dict[int, tuple[str, int]] = {}  # leaders' endpoints named in Fetch answers (observers)
         self.mlog = mlog
         self.cluster_id = cluster_id
         self.listener_name = listener_name  # the voters' controller listener, as DescribeQuorum v2 names it
@@ -106,22 +140,29 @@ class RaftDriver:
         self.store = QuorumStateStore(mlog.io, mlog.dir)
         self._io = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="kjbod-raft-io")
         self.quorum = rq.RaftQuorum(node_id, tuple(voters), MetadataLogView(mlog), stored=self.store.read(),
-                                    now_ms=clock(), config=self.config, rng=rng)
+                                    now_ms=clock(), config=self.config, rng=rng, dynamic=dynamic,
+                                    bootstrap=tuple(-1000 - i for i in range(len(self.bootstrap))))
         options: dict[str, Any] = {"request_timeout": self.config.request_timeout_ms / 1000,
                                    "client_id": f"raft-{node_id}"}
         options.update(channel_options or {})
-        self.channels = {v: SocketControllerChannel([addr], **options) for v, addr in voters.items() if v != node_id}
+        self._channel_options = options
+        self.channels: dict[int, SocketControllerChannel] = {}
+        self._channel_addresses: dict[int, tuple[str, int]] = {}
         self._lock = asyncio.Lock()
         self._wake = asyncio.Event()
         self._progress_waiters: set[asyncio.Future[None]] = set()  # woken on every append or commit
         self._leader_listeners: list[LeaderListener] = []
+        self._voters_listeners: list[Callable[[dict[int, tuple[str, int]]], None]] = []
         self._snapshot_listeners: list[SnapshotListener] = []
         self._snapshot_chunks: list[bytes] = []  # what was fetched so far of quorum.fetching_snapshot
         self._observers: dict[int, tuple[int, int]] = {}  # broker id -> (fetch offset, when), while leading
+        self._caught_up: dict[int, int] = {}  # observer -> when it last fetched from the high watermark or above
+        self._pending: _PendingChange | None = None  # the voter change in progress (leader only)
         self._task: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._snapshots = MetadataFetchService(mlog, cluster_id=cluster_id, node_id=node_id,
-                                               endpoint=voters.get(node_id), leadership=self, endpoints=voters)
+                                               endpoint=voters.get(node_id) or local_endpoint, leadership=self,
+                                               endpoints=voters)
         self._sends: set[asyncio.Task[None]] = set()
         self._stopped = False
         self.leader_epoch_start: int | None = None  # where this node's epoch began, while it leads
@@ -148,6 +189,51 @@ class RaftDriver:
     def high_watermark(self) -> int:
         return self.mlog.high_watermark
 
+    @property
+    def directory_ids(self) -> dict[int, UUID]:
+        """The voters' metadata dir ids (kraft.version 1; empty for a static quorum)."""
+        return self.voter_set.directory_ids() if self.voter_set is not None else {}
+
+    def _address(self, dest: int) -> tuple[str, int] | None:
+        if dest <= -1000:
+            i = -1000 - dest
+            return self.bootstrap[i] if i < len(self.bootstrap) else None
+        return self.voters.get(dest) or self._learned.get(dest)
+
+    def _channel(self, dest: int) -> SocketControllerChannel | None:
+        """The channel to a voter, a learned leader or a bootstrap server (opened again if its address moved)."""
+        addr = self._address(dest)
+        if addr is None:
+            return None
+        ch = self.channels.get(dest)
+        if ch is not None and self._channel_addresses.get(dest) == addr:
+            return ch
+        if ch is not None:
+            ch.close()
+        ch = SocketControllerChannel([addr], **self._channel_options)
+        self.channels[dest], self._channel_addresses[dest] = ch, addr
+        return ch
+
+    def _refresh_voters(self) -> None:
+        """kraft.version 1: take the log's voter set again after it may have changed (the caller holds the lock)."""
+        if not self.dynamic:
+            return
+        record = self.mlog.voters
+        voter_set = VoterSet.from_record(record) if record is not None else VoterSet()
+        if voter_set == self.voter_set:
+            return
+        self.voter_set = voter_set
+        self.voters = voter_set.addresses(self.listener_name)
+        self._snapshots.endpoints = dict(self.voters)
+        log.info("raft_voters_changed", node=self.node_id, voters=sorted(voter_set))
+        self.quorum.set_voters(tuple(voter_set), self.clock())
+        for fn in list(self._voters_listeners):
+            fn(dict(self.voters))
+
+    def add_voters_listener(self, fn: Callable[[dict[int, tuple[str, int]]], None]) -> None:
+        """`fn(addresses)` after the voter set changed (kraft.version 1): {voter id: (host, port)}."""
+        self._voters_listeners.append(fn)
+
     def add_leader_listener(self, fn: LeaderListener) -> None:
         self._leader_listeners.append(fn)
 
@@ -159,7 +245,10 @@ class RaftDriver:
         """Leader: a broker (an observer of the quorum) fetched the metadata log from `fetch_offset`; DescribeQuorum
         lists it among the observers."""
         if replica_id >= 0 and replica_id not in self.voters and self.quorum.is_leader:
-            self._observers[replica_id] = (fetch_offset, self.clock())
+            now = self.clock()
+            self._observers[replica_id] = (fetch_offset, now)
+            if fetch_offset >= self.mlog.high_watermark:
+                self._caught_up[replica_id] = now  # what AddRaftVoter asks of a new voter
 
     def _live_observers(self) -> dict[int, tuple[int, int]]:
         now = self.clock()
@@ -265,17 +354,22 @@ class RaftDriver:
                     task.add_done_callback(self._sends.discard)
                 elif isinstance(e, rq.Truncate):
                     await self._on_worker(self.mlog.truncate_to, e.offset)
+                    self._refresh_voters()
                 elif isinstance(e, rq.BecomeLeader):
                     self.leader_epoch_start = e.epoch_start_offset
-                    end = await self._on_worker(self.mlog.append_leader_change, e.message, e.epoch)
+                    end = await self._on_worker(self._append_start_of_epoch, e.message, e.epoch)
                     self.quorum.leader_flushed(end, self.clock())
                     self._notify_progress()
                 elif isinstance(e, rq.HighWatermark):
                     self.mlog.advance_high_watermark(e.offset)
                     self._notify_progress()
+                    self._change_committed(e.offset)
                 elif isinstance(e, rq.LeaderChanged):
                     self.leader_epoch_start = None
                     self._observers = {}
+                    self._caught_up = {}
+                    self._finish_change(ErrorCode.NOT_LEADER_OR_FOLLOWER, "the leader changed before the voter change "
+                                                                          "was committed")
                     log.info("raft_leader_changed", node=self.node_id, epoch=e.epoch, leader=e.leader_id,
                              local=e.local)
                     for fn in list(self._leader_listeners):
@@ -283,6 +377,206 @@ class RaftDriver:
                             fn(e.epoch, e.leader_id, e.local)
                         except Exception:
                             log.exception("raft_leader_listener_failed")
+
+    def _append_start_of_epoch(self, message: Any, epoch: int) -> int:
+        """On the file worker: the leader's first batch of `epoch`; with kraft.version 1 and a voter set that is
+        only in the bootstrap snapshot, the KRaftVersionRecord and VotersRecord go into the same batch."""
+        changes = self.mlog.kraft_changes
+        voters_at = [o for o, m in changes if not isinstance(m, KRaftVersionRecord)]
+        if self.dynamic and self.mlog.kraft_version > 0 and voters_at and voters_at[-1] < 0:
+            voters = self.mlog.voters
+            assert voters is not None
+            self.mlog.append_control_as_leader([
+                (LEADER_CHANGE, message),
+                (KRAFT_VERSION, KRaftVersionRecord(version=0, k_raft_version=self.mlog.kraft_version)),
+                (KRAFT_VOTERS, voters)], epoch)
+            return int(self.mlog.next_offset)
+        return int(self.mlog.append_leader_change(message, epoch))
+
+    # ----------------------------------------------------------------------------- voter changes (KIP-853)
+
+    def _finish_change(self, error: int, message: str | None) -> None:
+        pending, self._pending = self._pending, None
+        if pending is not None and not pending.future.done():
+            pending.future.set_result((int(error), message))
+
+    def _change_committed(self, high_watermark: int) -> None:
+        """The leader's high watermark moved: a pending change whose VotersRecord it passed is done; a leader that
+        removed itself steps down then (Kafka's RemoveVoterHandler)."""
+        pending = self._pending
+        if pending is None or pending.offset is None or high_watermark <= pending.offset:
+            return
+        self._finish_change(ErrorCode.NONE, None)
+        if pending.kind == "remove" and self.quorum.is_leader and not self.quorum.is_voter:
+            log.info("raft_leader_removed_resigns", node=self.node_id, epoch=self.epoch)
+            self.quorum.step_down(self.clock())
+
+    def _change_refused(self, what: str) -> tuple[int, str | None] | None:
+        """Kafka's checks before any voter change, in its order (the caller holds the lock)."""
+        q, now = self.quorum, self.clock()
+        if not q.is_leader or q.shutting_down:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER, None
+        pending = self._pending
+        if pending is not None and now >= pending.deadline_ms:
+            self._finish_change(ErrorCode.REQUEST_TIMED_OUT, f"the {pending.kind} of voter {pending.voter_id} was "
+                                                            "not committed in time")
+            pending = None
+        if pending is not None:
+            return (ErrorCode.REQUEST_TIMED_OUT,
+                    "Request timed out waiting for leader to handle previous voter change request")
+        if q.high_watermark is None:
+            return (ErrorCode.REQUEST_TIMED_OUT,
+                    "Request timed out waiting for leader to establish HWM and fence previous voter changes")
+        if self.mlog.kraft_version < 1:
+            return (ErrorCode.UNSUPPORTED_VERSION,
+                    f"Cluster doesn't support {what} voter because the kraft.version feature is "
+                    f"{self.mlog.kraft_version}")
+        at = [o for o, m in self.mlog.kraft_changes if not isinstance(m, KRaftVersionRecord)]
+        if not at or at[-1] >= q.high_watermark:
+            return (ErrorCode.REQUEST_TIMED_OUT,
+                    f"Request timed out waiting for voters to commit the latest voter change at "
+                    f"{at[-1] if at else None} with HWM {q.high_watermark}")
+        return None
+
+    async def _append_voters(self, voter_set: VoterSet, kind: str, voter_id: int, timeout_ms: int
+                             ) -> asyncio.Future[tuple[int, str | None]]:
+        """Append the new voter set (the caller holds the lock and checked `_change_refused`)."""
+        fut: asyncio.Future[tuple[int, str | None]] = asyncio.get_running_loop().create_future()
+        self._pending = _PendingChange(kind, self.clock() + timeout_ms, fut, voter_id=voter_id)
+        offset = await self._on_worker(self.mlog.append_control_as_leader,
+                                       [(KRAFT_VOTERS, voter_set.to_record())], self.quorum.epoch)
+        self._pending.offset = offset
+        log.info("raft_voters_appended", node=self.node_id, change=kind, voter=voter_id, offset=offset,
+                 voters=sorted(voter_set))
+        self._refresh_voters()
+        self.quorum.leader_flushed(self.mlog.next_offset, self.clock())
+        await self._perform()
+        self._notify_progress()
+        self._wake.set()
+        return fut
+
+    async def _await_change(self, fut: asyncio.Future[tuple[int, str | None]], timeout_ms: int
+                            ) -> tuple[int, str | None]:
+        try:
+            return await asyncio.wait_for(asyncio.shield(fut), max(0.001, timeout_ms / 1000))
+        except TimeoutError:
+            return ErrorCode.REQUEST_TIMED_OUT, "the new voter set was not committed in time"
+
+    async def add_voter(self, voter_id: int, directory_id: UUID, endpoints: tuple[tuple[str, str, int], ...],
+                        timeout_ms: int) -> tuple[int, str | None]:
+        """AddRaftVoter (Kafka's AddVoterHandler): (error code, message), NONE once the new set is committed."""
+        async with self._lock:
+            if not self.quorum.is_leader or self.quorum.shutting_down:
+                return ErrorCode.NOT_LEADER_OR_FOLLOWER, None
+            if voter_id < 0 or directory_id == UUID(int=0):
+                return ErrorCode.INVALID_REQUEST, "Add voter request didn't include a valid voter"
+            address = next(((h, p) for n, h, p in endpoints if n == self.listener_name), None)
+            if address is None:
+                return (ErrorCode.INVALID_REQUEST,
+                        f"Add voter request didn't include the endpoint ({', '.join(n for n, _h, _p in endpoints)}) "
+                        f"for the default listener {self.listener_name}")
+            refused = self._change_refused("adding")
+            if refused is not None:
+                return refused
+            current = self.voter_set or VoterSet()
+            if voter_id in current:
+                return (ErrorCode.DUPLICATE_VOTER,
+                        f"The voter id for {voter_id} is already part of the set of voters {sorted(current)}.")
+        # ask the new voter which kraft.version levels it runs (outside the lock: it is a network round trip)
+        supported = await self._kraft_versions_of(address)
+        async with self._lock:
+            refused = self._change_refused("adding")
+            if refused is not None:
+                return refused
+            if supported is None:
+                return (ErrorCode.REQUEST_TIMED_OUT,
+                        f"Aborted add voter operation for {voter_id} since API_VERSIONS returned an error")
+            level = self.mlog.kraft_version
+            if not supported[0] <= level <= supported[1]:
+                return (ErrorCode.INVALID_REQUEST,
+                        f"Aborted add voter operation for {voter_id} since the kraft.version range (min: "
+                        f"{supported[0]}, max: {supported[1]}) doesn't support the finalized version {level}")
+            if voter_id not in self._caught_up:
+                return (ErrorCode.REQUEST_TIMED_OUT,
+                        f"Aborted add voter operation for {voter_id} since it is lagging behind")
+            current = self.voter_set or VoterSet()
+            if voter_id in current:
+                return (ErrorCode.DUPLICATE_VOTER,
+                        f"The voter id for {voter_id} is already part of the set of voters {sorted(current)}.")
+            from kjbod.raft.voters import VoterNode
+
+            new = VoterSet.of([*current.nodes, VoterNode(voter_id, directory_id, endpoints, supported)])
+            fut = await self._append_voters(new, "add", voter_id, timeout_ms)
+        return await self._await_change(fut, timeout_ms)
+
+    async def remove_voter(self, voter_id: int, directory_id: UUID) -> tuple[int, str | None]:
+        """RemoveRaftVoter (Kafka's RemoveVoterHandler): (error code, message), NONE once the smaller set is
+        committed; a leader that removed itself then resigns."""
+        timeout_ms = self.config.request_timeout_ms
+        async with self._lock:
+            if not self.quorum.is_leader or self.quorum.shutting_down:
+                return ErrorCode.NOT_LEADER_OR_FOLLOWER, None
+            if voter_id < 0 or directory_id == UUID(int=0):
+                return ErrorCode.INVALID_REQUEST, "Remove voter request didn't include a valid voter"
+            refused = self._change_refused("removing")
+            if refused is not None:
+                return refused
+            current = self.voter_set or VoterSet()
+            node = current.get(voter_id)
+            if node is None or node.directory_id != directory_id or len(current) == 1:
+                keys = ", ".join(f"{n.node_id}:{uuid_text(n.directory_id)}" for n in current.nodes)
+                return (ErrorCode.VOTER_NOT_FOUND,
+                        f"Cannot remove voter {voter_id}:{uuid_text(directory_id)} from the set of voters [{keys}]")
+            new = VoterSet.of([n for n in current.nodes if n.node_id != voter_id])
+            fut = await self._append_voters(new, "remove", voter_id, timeout_ms)
+        return await self._await_change(fut, timeout_ms)
+
+    async def update_voter(self, voter_id: int, directory_id: UUID, endpoints: tuple[tuple[str, str, int], ...],
+                           supported: tuple[int, int]) -> tuple[int, str | None]:
+        """UpdateRaftVoter: a voter's new endpoints or kraft.version range, written when they differ."""
+        async with self._lock:
+            if not self.quorum.is_leader or self.quorum.shutting_down:
+                return ErrorCode.NOT_LEADER_OR_FOLLOWER, None
+            if voter_id < 0 or directory_id == UUID(int=0):
+                return ErrorCode.INVALID_REQUEST, "Update voter request didn't include a valid voter"
+            if not any(n == self.listener_name for n, _h, _p in endpoints):
+                return ErrorCode.INVALID_REQUEST, f"Update voter request didn't include the endpoint for the " \
+                                                  f"default listener {self.listener_name}"
+            refused = self._change_refused("updating")
+            if refused is not None:
+                return refused
+            current = self.voter_set or VoterSet()
+            node = current.get(voter_id)
+            if node is None or node.directory_id != directory_id:
+                return ErrorCode.VOTER_NOT_FOUND, f"Voter {voter_id} is not one of the voters {sorted(current)}"
+            if not supported[0] <= self.mlog.kraft_version <= supported[1]:
+                return ErrorCode.INVALID_REQUEST, "the voter does not run the finalized kraft.version"
+            from kjbod.raft.voters import VoterNode
+
+            updated = VoterNode(voter_id, directory_id, endpoints, supported)
+            if updated == node:
+                return ErrorCode.NONE, None
+            new = VoterSet.of([updated if n.node_id == voter_id else n for n in current.nodes])
+            await self._append_voters(new, "update", voter_id, self.config.request_timeout_ms)
+        return ErrorCode.NONE, None  # Kafka answers an update once it is appended
+
+    async def _kraft_versions_of(self, address: tuple[str, int]) -> tuple[int, int] | None:
+        """The kraft.version range a controller at `address` advertises in ApiVersions (None: no answer)."""
+        channel = SocketControllerChannel([address], **self._channel_options)
+        try:
+            resp = await channel.send(ApiVersionsRequest(client_software_name="kjbod-raft",
+                                                         client_software_version="1"), 18, 3,
+                                      timeout=self.config.request_timeout_ms / 1000)
+        except (ClientError, OSError):
+            return None
+        finally:
+            channel.close()
+        if resp.error_code:
+            return None
+        for f in resp.supported_features:
+            if f.name == "kraft.version":
+                return int(f.min_version), int(f.max_version)
+        return 0, 0
 
     # --------------------------------------------------------------------------------- outgoing requests
 
@@ -323,7 +617,10 @@ class RaftDriver:
         if api_key == FETCH:
             timeout += MAX_FETCH_WAIT_MS / 1000
         try:
-            response = await self.channels[dest].send(wire, api_key, timeout=timeout)
+            channel = self._channel(dest)
+            if channel is None:
+                raise ClientError(ErrorCode.NETWORK_EXCEPTION, f"no address known for node {dest}")
+            response = await channel.send(wire, api_key, timeout=timeout)
         except (ClientError, OSError) as e:
             log.debug("raft_request_failed", node=self.node_id, to=dest, api_key=api_key, error=str(e))
             async with self._lock:
@@ -374,6 +671,9 @@ class RaftDriver:
         snapshot = None
         if pd.snapshot_id.end_offset >= 0 or pd.snapshot_id.epoch >= 0:
             snapshot = (pd.snapshot_id.end_offset, pd.snapshot_id.epoch)
+        for ne in getattr(response, "node_endpoints", None) or ():
+            if ne.node_id >= 0 and ne.node_id != self.node_id:
+                self._learned[ne.node_id] = (ne.host, ne.port)  # where the leader is (an observer's only way)
         result = rq.FetchResult(pd.error_code, pd.current_leader.leader_id, pd.current_leader.leader_epoch,
                                 pd.high_watermark, diverging, snapshot)
         outcome = q.handle_fetch_response(dest, cid, result, now)
@@ -385,6 +685,7 @@ class RaftDriver:
             records = bytes(pd.records or b"")
             if records:
                 await self._on_worker(self.mlog.append_replicated, records)
+                self._refresh_voters()
             q.follower_appended(outcome.high_watermark, self.clock())
 
     async def _handle_fetch_snapshot_response(self, dest: int, cid: int, response: FetchSnapshotResponse) -> None:
@@ -419,6 +720,7 @@ class RaftDriver:
                 q.snapshot_failed()
                 return
             q.snapshot_installed(self.clock())
+            self._refresh_voters()
             log.info("raft_snapshot_installed", node=self.node_id, snapshot=outcome.snapshot, records=len(records))
             for fn in list(self._snapshot_listeners):
                 fn(records, end)
@@ -435,7 +737,8 @@ class RaftDriver:
         if api_key == DESCRIBE_QUORUM:
             assert isinstance(request, DescribeQuorumRequest)
             described = messages.describe_quorum_response(request, self.quorum, self.clock(), _wall_ms(),
-                                                          observers=self._live_observers())
+                                                          observers=self._live_observers(),
+                                                          directory_ids=self.directory_ids if version >= 2 else None)
             if version >= 2 and self.quorum.is_leader and not described.error_code:
                 # v2: where each voter can be reached (the leader's answer only, as Kafka's)
                 described.nodes = [dqr.Node(node_id=v, listeners=[dqr.Listener(name=self.listener_name, host=h,

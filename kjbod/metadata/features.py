@@ -1,6 +1,6 @@
 """Feature levels (KIP-584, KIP-778, KIP-1022): what this kjbod can run, and what a cluster has finalized.
 
-kjbod serves three features:
+kjbod serves these features:
 
 * `metadata.version`, at Kafka's levels (1 = 3.0-IV1 ... 22 = 4.0-IV0). kjbod runs 17 (3.7-IV2, the first with
   KIP-858's directory assignments, which every kjbod partition record carries) to 22 (4.0-IV0: no record changed;
@@ -11,13 +11,16 @@ kjbod serves three features:
 * `transaction.version` 0-1: 1 has the transaction coordinator write its `__transaction_state` values in the
   flexible layout (value version 1), as Kafka's TV_1. Level 2 (KIP-890 part 2: an epoch bump at every transaction
   end, EndTxn v5) is not run.
+* `kraft.version` 0-1 (KIP-853), which is not in the image: it is the metadata log's own level (0, static voters;
+  1, voters in the log, set by `kjbod format --standalone` / `--initial-controllers`), which ApiVersions reports
+  as Kafka does (finalized from the node's log); UpdateFeatures does not change it.
 
 A new cluster runs at metadata.version 22 and, for the others, the level Kafka derives from that metadata.version
 (each feature level names the metadata.version it is a bootstrap default from: group.version 1 from 4.0-IV0,
 transaction.version 1 and 2 from 4.0-IV2; so group.version 1 and transaction.version 0, Kafka's rule). `finalized(image)`
 reports these until a FeatureLevelRecord says otherwise (UpdateFeatures writes one; kjbod.controller.features). Other
-features Kafka knows (kraft.version, eligible.leader.replicas.version, ...) are left at 0, as a Kafka broker that
-does not support them would be, so clients keep to what kjbod serves.
+features Kafka knows (eligible.leader.replicas.version, ...) are left at 0, as a Kafka broker that does not support
+them would be, so clients keep to what kjbod serves.
 
 Kafka's rule between them: a feature other than metadata.version may be above 0 only while metadata.version is at
 least 4 (3.3-IV0); neither group.version nor transaction.version depends on more (their dependency maps are empty
@@ -87,6 +90,11 @@ def dependency_refusal(feature: str, level: int, levels: Mapping[str, int]) -> s
         return (f"{feature} could not be set to {level} because it depends on metadata.version="
                 f"{FEATURES_NEED_METADATA_VERSION} ({release_name(FEATURES_NEED_METADATA_VERSION)})")
     return None
+
+
+KRAFT_VERSION = "kraft.version"
+KRAFT_VERSION_RANGE = (0, 1)  # 0: static voters; 1: KIP-853 voters in the metadata log
+ADVERTISED: dict[str, tuple[int, int]] = {**SUPPORTED, KRAFT_VERSION: KRAFT_VERSION_RANGE}  # ApiVersions
 
 
 def finalized(image: Any) -> dict[str, int]:

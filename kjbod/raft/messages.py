@@ -159,11 +159,13 @@ def parse_epoch_response(body: WireBeginResponse | WireEndResponse) -> EpochResp
 # --------------------------------------------------------------------------------------------- DescribeQuorum
 
 def describe_quorum_response(body: WireDescribe, quorum: RaftQuorum, now_ms: int, wall_ms: int,
-                             observers: dict[int, tuple[int, int]] | None = None) -> WireDescribeResponse:
+                             observers: dict[int, tuple[int, int]] | None = None,
+                             directory_ids: dict[int, Any] | None = None) -> WireDescribeResponse:
     """Kafka's answer: INVALID_REQUEST for anything but the metadata partition, NOT_LEADER_OR_FOLLOWER from a
     node that does not lead, else the leader, epoch, high watermark and every replica's progress. Fetch times are
     kept on the state machine's clock (`now_ms` now) and reported on the wall clock (`wall_ms` now);
-    `observers` adds replicas that fetch without voting, {id: (end offset, last fetch ms on the machine's clock)}."""
+    `observers` adds replicas that fetch without voting, {id: (end offset, last fetch ms on the machine's clock)};
+    `directory_ids` (kraft.version 1, v2) names each voter's metadata dir."""
     if _one_partition(body) is None:
         return WireDescribeResponse(error_code=ErrorCode.INVALID_REQUEST,
                                     error_message="DescribeQuorum is only about __cluster_metadata partition 0")
@@ -183,8 +185,11 @@ def describe_quorum_response(body: WireDescribe, quorum: RaftQuorum, now_ms: int
             caught_up = fetched if end >= 0 and end >= leader_end else -1
             if rid == quorum.local_id:
                 fetched = caught_up = wall_ms
-            return dqr.ReplicaState(replica_id=rid, log_end_offset=end, last_fetch_timestamp=fetched,
-                                    last_caught_up_timestamp=caught_up)
+            state = dqr.ReplicaState(replica_id=rid, log_end_offset=end, last_fetch_timestamp=fetched,
+                                     last_caught_up_timestamp=caught_up)
+            if directory_ids and rid in directory_ids and rid in quorum.voters:
+                state.replica_directory_id = directory_ids[rid]  # v2: the voter's metadata dir (KIP-853)
+            return state
 
         part.current_voters = [state(v, *progress.get(v, (-1, -1))) for v in quorum.voters]
         others = {r: p for r, p in progress.items() if r not in quorum.voters}

@@ -44,8 +44,16 @@ The rules are Kafka's (KafkaRaftClient, QuorumState and the per-state classes), 
   end. SNAPSHOT_NOT_FOUND (the leader deleted it meanwhile), or an answer for another snapshot or position, drops
   what was fetched (`FetchAction.RESTART`) and the next Fetch asks again. A change of epoch or leader drops it too.
 
-Not here, as kjbod serves a static voter set: dynamic voters (KIP-853: AddRaftVoter, directory ids in the vote)
-and pre-vote (KIP-996).
+* Voter sets (KIP-853): with kraft.version 1 the voters are the metadata log's latest VotersRecord, which the
+  shell passes in at start and again (`set_voters`) whenever an append, a truncation or a snapshot changes it;
+  a voter set counts from the moment it is in the log, committed or not (Kafka's rule). A node that is not one
+  of the voters is an *observer*: it never stands for election nor counts for the majority; it fetches from the
+  leader it knows, and while it knows none (or the leader stopped answering for a fetch timeout) it sends Fetch
+  to its bootstrap servers (`bootstrap`, negative destination ids the shell maps to
+  controller.quorum.bootstrap.servers) in turn, whose answers name the leader. An observer that a new voter set
+  names becomes a voter where it stands (a follower stays a follower).
+
+Not here: pre-vote (KIP-996).
 """
 
 from __future__ import annotations
@@ -341,11 +349,18 @@ class RaftQuorum:
         now_ms: int,
         config: RaftConfig | None = None,
         rng: random.Random | None = None,
+        bootstrap: tuple[int, ...] = (),
+        dynamic: bool = False,
     ) -> None:
         self.local_id = local_id
         self.voters = tuple(sorted(set(voters)))
-        if local_id not in self.voters:
+        self.dynamic = dynamic  # kraft.version 1: the voter set comes from the log and may change
+        self.bootstrap = tuple(bootstrap)  # where an observer that knows no leader sends Fetch (negative ids)
+        self._next_bootstrap = 0
+        if local_id not in self.voters and not dynamic:
             raise ValueError(f"node {local_id} is not one of the voters {list(self.voters)}")
+        if local_id not in self.voters and not (self.bootstrap or self.voters):
+            raise ValueError(f"node {local_id} is an observer with no voter and no bootstrap server to fetch from")
         self.log = log
         self.config = config or RaftConfig()
         self.rng = rng or random.Random()
@@ -382,6 +397,10 @@ class RaftQuorum:
         return self.state is State.LEADER
 
     @property
+    def is_voter(self) -> bool:
+        return self.local_id in self.voters
+
+    @property
     def remote_voters(self) -> tuple[int, ...]:
         return tuple(v for v in self.voters if v != self.local_id)
 
@@ -414,6 +433,17 @@ class RaftQuorum:
     def _initialize(self, stored: ElectionState | None, now: int) -> None:
         election = stored or ElectionState(0, voters=self.voters)
         log_epoch = self.log.last_epoch()
+        if not self.is_voter:
+            # an observer: it only follows (a node removed from the voters that led or stood is one now too)
+            if election.epoch < log_epoch:
+                self._become(State.UNATTACHED, log_epoch, now)
+            elif election.has_leader and election.leader_id != self.local_id:
+                self._become(State.FOLLOWER, election.epoch, now, leader=election.leader_id)
+            else:
+                self._become(State.UNATTACHED, election.epoch, now)
+            self._changed()
+            self._persist()
+            return
         if election.epoch < log_epoch:
             # the file is older than the log (lost, or written by an older version): start over at the log's epoch
             self._become(State.UNATTACHED, log_epoch, now)
@@ -515,6 +545,11 @@ class RaftQuorum:
     def _start_election(self, now: int) -> None:
         if self.state is State.LEADER:
             raise RaftError("a leader cannot stand for election")
+        if not self.is_voter:
+            # no longer a voter (removed from the voter set): an observer never stands
+            self._become(State.UNATTACHED, self.epoch, now)
+            self._persist()
+            return
         retries = self._retries + 1 if self.state is State.CANDIDATE else 1
         self.epoch += 1
         self._set_candidate(now, retries)
@@ -590,10 +625,53 @@ class RaftQuorum:
             return self._poll_resigned(now)
         if self.shutting_down:
             return FOREVER
+        if not self.is_voter:
+            return self._poll_observer(now)
         if now >= self._election_deadline:
             self._start_election(now)
             return 0
         return self._election_deadline - now
+
+    def _poll_observer(self, now: int) -> int:
+        """An observer that knows no leader: Fetch from the bootstrap servers (or the voters), one at a time in
+        turn; the answer names the leader (Kafka's observer with controller.quorum.bootstrap.servers)."""
+        targets = self.bootstrap or self.remote_voters
+        if not targets:
+            return FOREVER
+        for _ in range(len(targets)):
+            dest = targets[self._next_bootstrap % len(targets)]
+            if self.requests.conns.get(dest) is not None and self.requests.conns[dest].inflight is not None:
+                return max(1, min(self.requests.wait_ms(dest, now), self.config.retry_backoff_ms))
+            if self.requests.ready(dest, now):
+                self._next_bootstrap += 1
+                self._send(dest, now, FetchRequest(self.local_id, self.epoch, self.log.end_offset(),
+                                                   self.log.last_epoch()))
+                return max(1, self.requests.wait_ms(dest, now))
+            self._next_bootstrap += 1
+        return max(1, self.config.retry_backoff_ms)
+
+    def set_voters(self, voters: tuple[int, ...] | list[int] | set[int], now: int) -> None:
+        """The log's voter set changed (an append, a truncation or a snapshot; kraft.version 1)."""
+        new = tuple(sorted(set(voters)))
+        if new == self.voters:
+            return
+        was_voter = self.is_voter
+        self.voters = new
+        lead = self._leader
+        if lead is not None:
+            for v in new:
+                lead.progress.setdefault(v, _ReplicaProgress())
+            lead.fetched_voters &= set(new)
+            # the new set gets a whole check-quorum period to fetch (a leader that was alone kept no timer)
+            lead.check_quorum_deadline = now + int(self.config.fetch_timeout_ms * CHECK_QUORUM_TIMEOUT_FACTOR)
+            self._update_leader_high_watermark()
+        if self.is_voter and not was_voter and self.state in (State.UNATTACHED, State.VOTED):
+            self._election_deadline = now + self._random_election_timeout()
+        if self.state is State.CANDIDATE:
+            self._votes = {v: self._votes.get(v) for v in new}
+            if self.is_voter:
+                self._votes[self.local_id] = True
+                self._maybe_win(now)
 
     def _send(self, dest: int, now: int, request: Request) -> None:
         cid = self.requests.sent(dest, now)
@@ -660,6 +738,11 @@ class RaftQuorum:
         if self.shutting_down:
             return FOREVER
         if now >= self._fetch_deadline:
+            if not self.is_voter:
+                # the leader stopped answering: look for it again through the bootstrap servers
+                self._become(State.UNATTACHED, self.epoch, now)
+                self._persist()
+                return 0
             self._start_election(now)
             return 0
         wait = self._fetch_deadline - now
@@ -734,7 +817,7 @@ class RaftQuorum:
     def handle_begin_quorum_epoch(self, req: BeginQuorumEpochRequest, now: int) -> EpochResponse:
         if req.leader_epoch < self.epoch:
             return self._epoch_response(ErrorCode.FENCED_LEADER_EPOCH)
-        if req.leader_id < 0 or req.leader_id not in self.voters:
+        if req.leader_id < 0 or (req.leader_id not in self.voters and not self.dynamic):
             return self._epoch_response(ErrorCode.INVALID_REQUEST)
         try:
             self._maybe_transition(req.leader_id, req.leader_epoch, now)
@@ -745,7 +828,7 @@ class RaftQuorum:
     def handle_end_quorum_epoch(self, req: EndQuorumEpochRequest, now: int) -> EpochResponse:
         if req.leader_epoch < self.epoch:
             return self._epoch_response(ErrorCode.FENCED_LEADER_EPOCH)
-        if req.leader_id < 0 or req.leader_id not in self.voters:
+        if req.leader_id < 0 or (req.leader_id not in self.voters and not self.dynamic):
             return self._epoch_response(ErrorCode.INVALID_REQUEST)
         try:
             self._maybe_transition(req.leader_id, req.leader_epoch, now)
@@ -831,8 +914,8 @@ class RaftQuorum:
     def _update_leader_high_watermark(self) -> None:
         lead = self._leader
         assert lead is not None
-        ends = sorted((lead.progress[v].end_offset for v in self.voters), key=lambda e: -1 if e is None else e,
-                      reverse=True)
+        ends = sorted((lead.progress.get(v, _ReplicaProgress()).end_offset for v in self.voters),
+                      key=lambda e: -1 if e is None else e, reverse=True)
         candidate = ends[len(self.voters) // 2]
         if candidate is None or candidate <= lead.epoch_start_offset:
             return  # nothing of this epoch is on a majority yet
@@ -843,6 +926,12 @@ class RaftQuorum:
     def resign(self, now: int) -> None:
         """Graceful shutdown: a leader hands over (EndQuorumEpoch); no node starts a new election after this."""
         self.shutting_down = True
+        if self.state is State.LEADER:
+            self._to_resigned(now)
+
+    def step_down(self, now: int) -> None:
+        """A leader that is no longer a voter (its removal is committed, KIP-853) hands over with EndQuorumEpoch;
+        unlike `resign` it goes on as an observer afterwards."""
         if self.state is State.LEADER:
             self._to_resigned(now)
 

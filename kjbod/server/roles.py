@@ -157,6 +157,15 @@ def quorum_voters(config: Any) -> dict[int, tuple[str, int]]:
     return out
 
 
+def bootstrap_addresses(config: Any) -> list[tuple[str, int]]:
+    """`controller.quorum.bootstrap.servers` as (host, port) pairs (the config parser has checked each entry)."""
+    out: list[tuple[str, int]] = []
+    for item in getattr(config, "controller_quorum_bootstrap_servers", ()) or ():
+        host, _, port = item.strip().rpartition(":")
+        out.append((host.strip("[]"), int(port)))
+    return out
+
+
 def raft_config(config: Any) -> RaftConfig:
     """The controller.quorum.* timings of a voter (Kafka's defaults when a key is not set)."""
     d = RaftConfig()
@@ -243,6 +252,10 @@ class ControllerNode:
         if len(voters) > 1:
             await self._start_voter(meta_dir, voters)
             return
+        if not voters:
+            # no controller.quorum.voters: a KIP-853 quorum whose voters are in the metadata log (kraft.version 1)
+            await self._start_voter(meta_dir, {}, dynamic=True)
+            return
         self.metadata_log = MetadataLog(meta_dir, **metadata_log_options(self.config))
         self.metadata_fetch = metadata_fetch_service(self.config, self.metadata_log, self.cluster_id)
         settings = controller_settings(self.config, self.cluster_id, None)
@@ -266,19 +279,38 @@ class ControllerNode:
             self._loaded_target = raft.high_watermark
         return bool(controller.applied_end >= self._loaded_target)
 
-    async def _start_voter(self, meta_dir: str, voters: dict[int, tuple[str, int]]) -> None:
+    async def _start_voter(self, meta_dir: str, voters: dict[int, tuple[str, int]], *, dynamic: bool = False
+                           ) -> None:
         """One voter of a multi-controller KRaft quorum (kjbod.controller.raft_driver): the controller is
-        active only while this node leads, and its image follows the committed log."""
+        active only while this node leads, and its image follows the committed log. `dynamic`: the voters are
+        the log's (kraft.version 1); a controller that is not one of them observes, found the leader through
+        controller.quorum.bootstrap.servers."""
         self.metadata_log = MetadataLog(meta_dir, node_id=self.node_id, writer=False, replicated=True,
                                         **metadata_log_options(self.config))
         records = self.metadata_log.load()
         names = tuple(getattr(self.config, "controller_listener_names", ()) or ()) or ("CONTROLLER",)
-        self.raft = RaftDriver(self.node_id, voters, self.metadata_log, self.cluster_id,
-                               config=raft_config(self.config), on_fatal=self._quorum_failed,
-                               listener_name=names[0])
+        local = controller_endpoint(self.config)
+        bootstrap: list[tuple[str, int]] = []
+        if dynamic:
+            if self.metadata_log.kraft_version == 0 and self.metadata_log.voters is None and not self.config.\
+                    controller_quorum_bootstrap_servers:
+                raise ConfigError("controller.quorum.voters is not set and the metadata log has no voter set: set "
+                                  "controller.quorum.voters (a static quorum), or controller.quorum.bootstrap."
+                                  "servers and format with --standalone, --initial-controllers or "
+                                  "--no-initial-controllers (a dynamic quorum)")
+            bootstrap = [hp for hp in bootstrap_addresses(self.config) if hp != local]
+        try:
+            self.raft = RaftDriver(self.node_id, voters, self.metadata_log, self.cluster_id,
+                                   config=raft_config(self.config), on_fatal=self._quorum_failed,
+                                   listener_name=names[0], dynamic=dynamic, bootstrap=bootstrap,
+                                   local_endpoint=local)
+        except ValueError as e:  # an observer with nothing to fetch from
+            raise ConfigError(f"{e}: set controller.quorum.bootstrap.servers to the other controllers") from None
         self.metadata_fetch = MetadataFetchService(self.metadata_log, cluster_id=self.cluster_id,
-                                                   node_id=self.node_id, endpoint=controller_endpoint(self.config),
-                                                   leadership=self.raft, endpoints=voters)
+                                                   node_id=self.node_id, endpoint=local,
+                                                   leadership=self.raft, endpoints=dict(self.raft.voters))
+        fetch_service = self.metadata_fetch
+        self.raft.add_voters_listener(lambda addresses: setattr(fetch_service, "endpoints", dict(addresses)))
         settings = controller_settings(self.config, self.cluster_id, None)
         self.controller = QuorumController(settings, self.metadata_log, BrokerConfigPolicy(None, self.config),
                                            config_aliases=dict(bc.ALIASES))

@@ -33,7 +33,13 @@ import structlog
 
 from kjbod.storage.errors import KafkaStorageError, MetaPropertiesError, UnformattedDirError
 from kjbod.storage.fsio import LogDirIO
-from kjbod.storage.ids import is_reserved_directory_id, random_directory_id, random_uuid, uuid_from_str
+from kjbod.storage.ids import (
+    is_reserved_directory_id,
+    random_directory_id,
+    random_uuid,
+    uuid_from_str,
+    uuid_text,
+)
 
 log = structlog.get_logger("kjbod.storage.meta")
 
@@ -207,9 +213,15 @@ def _check_cluster_id(cluster_id: str) -> None:
         ) from e
 
 
-def format_dirs(config: Any, cluster_id: str | None = None) -> list[str]:
+def format_dirs(config: Any, cluster_id: str | None = None, *, bootstrap_voters: Any = None,
+                now_ms: int | None = None) -> list[str]:
     """Write meta.properties (version 1, cluster.id, node.id, directory.id) to every log dir and the metadata
     log dir, creating dirs as needed. Returns the dirs formatted now (already formatted ones are skipped).
+
+    With ``bootstrap_voters`` (a VotersRecord: `kjbod format --standalone` or `--initial-controllers`) the
+    metadata log dir, when formatted now, also gets the bootstrap snapshot of a dynamic quorum (kraft.version 1
+    and those voters, kjbod.storage.metadata_snapshot), and takes this node's directory id from the record when
+    the node is one of them, as kafka-storage.sh does.
 
     Without ``cluster_id`` the cluster id of an already formatted dir is reused, else a random one is made.
     Raises :class:`MetaPropertiesError` (one line naming the dir and the ids) for a dir formatted for another
@@ -248,20 +260,46 @@ def format_dirs(config: Any, cluster_id: str | None = None) -> list[str]:
             )
 
     used_ids = {m.directory_id for m in existing.values() if m.directory_id}
+    voter_dir: str | None = None
+    if bootstrap_voters is not None:
+        mine = [v for v in bootstrap_voters.voters if v.voter_id == settings.node_id]
+        if mine:
+            voter_dir = uuid_text(mine[0].voter_directory_id)
+            if voter_dir in used_ids and settings.metadata_log_dir not in existing:
+                raise MetaPropertiesError(f"directory id {voter_dir} of controller {settings.node_id} is already "
+                                          "the id of another log dir of this node")
+            used_ids.add(voter_dir)
     formatted = []
     try:
         for path, io in ios.items():
             if path in existing:
                 continue
             io.mkdir(path, exist_ok=True, parents=True)
-            dir_id = random_directory_id(existing=used_ids)
+            if path == settings.metadata_log_dir and voter_dir is not None:
+                dir_id = voter_dir
+            else:
+                dir_id = random_directory_id(existing=used_ids)
             used_ids.add(dir_id)
+            if path == settings.metadata_log_dir and bootstrap_voters is not None:
+                _write_bootstrap_snapshot(io, path, bootstrap_voters, now_ms)
             write_meta_properties(io, MetaProperties(META_VERSION, wanted_cluster, settings.node_id, dir_id))
             log.info("formatted_log_dir", log_dir=path, cluster_id=wanted_cluster, directory_id=dir_id)
             formatted.append(path)
     except KafkaStorageError as e:
         raise MetaPropertiesError(f"cannot format: {e}") from e
     return formatted
+
+
+def _write_bootstrap_snapshot(io: LogDirIO, path: str, voters: Any, now_ms: int | None) -> None:
+    """`<metadata dir>/__cluster_metadata-0/00000000000000000000-0000000000.checkpoint`: kraft.version 1 and the
+    first voters, before meta.properties is written (a dir with meta.properties is a formatted one)."""
+    from kjbod.storage.metadata_snapshot import BOOTSTRAP_SNAPSHOT_ID, bootstrap_snapshot, write_snapshot_file
+
+    topic_dir = os.path.join(path, "__cluster_metadata-0")
+    io.mkdir(topic_dir, exist_ok=True, parents=True)
+    stamp = now_ms if now_ms is not None else time.time_ns() // 1_000_000
+    write_snapshot_file(io, topic_dir, BOOTSTRAP_SNAPSHOT_ID, bootstrap_snapshot(voters, stamp))
+    log.info("bootstrap_snapshot_written", log_dir=path, voters=[v.voter_id for v in voters.voters])
 
 
 # --------------------------------------------------------------------------------------------- startup

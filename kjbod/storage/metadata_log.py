@@ -29,6 +29,11 @@ Strategy: the log is an ordinary partition log (kjbod.storage.log.PartitionLog: 
 * **Migration.** A log written by kjbod 0.1 (one `00000000000000000000.log`, epoch 0, no LeaderChangeMessage, no
   indexes) is the same format minus those: its indexes are rebuilt at load and the first epoch started on it is 1.
 
+* **KIP-853 control records.** KRaftVersionRecord and VotersRecord (in the log, or in a snapshot after its
+  header) are kept as (offset, record) pairs, a snapshot's at its last offset: `kraft_version` and `voters` are
+  the latest (Kafka's KRaftControlRecordStateMachine: a voter set counts from the moment it is in the log,
+  committed or not); a truncation drops those it cuts off, and a snapshot written carries those below its end.
+
 A record of a type this version does not know stops the load with MetadataLogError (the image cannot be built
 without it); the node reports it as one line.
 """
@@ -45,6 +50,7 @@ from typing import Any, TypedDict
 import structlog
 
 from kjbod.protocol.generated.leader_change_message import LeaderChangeMessage, Voter
+from kjbod.protocol.generated.voters_record import VotersRecord
 from kjbod.protocol.runtime import DecodeError
 from kjbod.storage.checkpoint import PARTITION_METADATA_FILE, render_partition_metadata
 from kjbod.storage.config import LogConfig
@@ -52,10 +58,16 @@ from kjbod.storage.errors import StorageError, StorageSetupError
 from kjbod.storage.fsio import LogDirIO
 from kjbod.storage.log import PartitionLog
 from kjbod.storage.metadata_records import (
+    KRAFT_CONTROL_TYPES,
     LEADER_CHANGE,
     UnknownRecordTypeError,
     control_batch,
+    control_batch_of,
+    control_type,
+    decode_control,
     frame_record,
+    kraft_control_records,
+    kraft_state,
     records_batch,
     unframe_record,
 )
@@ -180,6 +192,7 @@ class MetadataLog:
         self.loaded_offsets: list[int] = []  # (epoch, its first offset), ascending: the leader epoch cache
         self._listeners: list[Callable[[int], None]] = []
         self._write_lock = threading.Lock()
+        self._kraft: list[tuple[int, Any]] = []  # (offset, KRaftVersionRecord | VotersRecord), ascending
 
     # ------------------------------------------------------------------------------------------ state
 
@@ -206,6 +219,21 @@ class MetadataLog:
             raise RuntimeError("metadata log is not open")
         return self._plog
 
+    @property
+    def kraft_version(self) -> int:
+        """The kraft.version level the log is at: 0 (static voters) unless a KRaftVersionRecord says otherwise."""
+        return kraft_state(self._kraft)[0]
+
+    @property
+    def voters(self) -> VotersRecord | None:
+        """The latest VotersRecord in the log or its snapshot (None: the voter set is the static configuration)."""
+        return kraft_state(self._kraft)[1]
+
+    @property
+    def kraft_changes(self) -> list[tuple[int, Any]]:
+        """(offset, KRaftVersionRecord | VotersRecord) of every KIP-853 control record the log holds, ascending."""
+        return list(self._kraft)
+
     def add_commit_listener(self, fn: Callable[[int], None]) -> None:
         """`fn(high_watermark)` after each commit, on the appending thread."""
         self._listeners.append(fn)
@@ -225,6 +253,7 @@ class MetadataLog:
             if name.endswith((PARTIAL_SUFFIX, DELETE_SUFFIX)):
                 io.unlink(os.path.join(self.dir, name), missing_ok=True)  # an interrupted write or delete
         snapshot = self._load_newest_snapshot(io)
+        self._kraft = [(snapshot.id.end_offset - 1, m) for m in snapshot.kraft] if snapshot is not None else []
         config = LogConfig(segment_bytes=self.segment_bytes, segment_ms=self.segment_ms,
                            max_message_bytes=MAX_BATCH_BYTES, retention_ms=-1, file_delete_delay_ms=0)
         plog = _MetadataPartitionLog.load(io, self.dir, TOPIC, 0, config, had_clean_shutdown=False,
@@ -275,7 +304,9 @@ class MetadataLog:
             if data is None:
                 continue
             try:
-                return Snapshot(sid, path, len(data), parse_snapshot(data))
+                kraft: list[Any] = []
+                records = parse_snapshot(data, kraft)
+                return Snapshot(sid, path, len(data), records, tuple(kraft))
             except SnapshotFormatError as e:
                 aside = f"{path}.{self.clock()}.corrupt"
                 io.rename(path, aside)
@@ -306,8 +337,27 @@ class MetadataLog:
                         if rec.offset >= start:
                             out.append(self._decode(rec.offset, rec.value))
                             self.loaded_offsets.append(rec.offset)
+                else:
+                    for rec in iter_records(view[pos:pos + header.size]):
+                        self._note_kraft(rec.offset, rec.key, rec.value)
                 offset = header.next_offset
         return last_epoch, nbytes
+
+    def _note_kraft(self, offset: int, key: bytes | None, value: bytes | None) -> None:
+        try:
+            ctype = control_type(key)
+            if ctype in KRAFT_CONTROL_TYPES:
+                self._kraft.append((offset, decode_control(ctype, value)))
+        except DecodeError as e:
+            raise MetadataLogError(f"metadata log {self.dir}: control record at offset {offset} is unreadable: "
+                                   f"{e}") from None
+
+    def _note_fetched_kraft(self, data: bytes) -> None:
+        """Keep the KIP-853 control records of batches just appended (a follower's or an observer's)."""
+        try:
+            self._kraft.extend(kraft_control_records(data))
+        except DecodeError as e:
+            log.warning("metadata_log_control_record_unreadable", dir=self.dir, error=str(e))
 
     def _note_epoch(self, epoch: int, offset: int) -> None:
         if not self._epochs or epoch > self._epochs[-1][0]:
@@ -382,6 +432,7 @@ class MetadataLog:
                 for _pos, header in iter_batches(data):
                     self._note_epoch(header.partition_leader_epoch, header.base_offset)
                     self.epoch = max(self.epoch, header.partition_leader_epoch)
+                self._note_fetched_kraft(data)
             hw = plog.log_end_offset if high_watermark is None else min(high_watermark, plog.log_end_offset)
             if hw > self._hw:
                 self._hw = hw
@@ -421,6 +472,18 @@ class MetadataLog:
             self._write(batch)
             return self.next_offset
 
+    def append_control_as_leader(self, messages: list[tuple[int, Any]], epoch: int) -> int:
+        """A quorum leader's control batch of `epoch` ((control type, message) pairs, e.g. a VotersRecord),
+        fsynced, not yet committed. Returns the offset of its first record."""
+        with self._write_lock:
+            base = self.next_offset
+            self.epoch = epoch
+            self._write(control_batch_of(messages, base_offset=base, epoch=epoch, timestamp_ms=self.clock()))
+            for i, (ctype, message) in enumerate(messages):
+                if ctype in KRAFT_CONTROL_TYPES:
+                    self._kraft.append((base + i, message))
+            return base
+
     def append_as_leader(self, records: Iterable[Any], epoch: int) -> int:
         """A quorum leader's write: `records` as one batch of `epoch`, fsynced, committed only when the quorum
         says so (`advance_high_watermark`). Returns the offset of its first record."""
@@ -444,6 +507,7 @@ class MetadataLog:
                 for _pos, header in iter_batches(data):
                     self._note_epoch(header.partition_leader_epoch, header.base_offset)
                     self.epoch = max(self.epoch, header.partition_leader_epoch)
+                self._note_fetched_kraft(data)
             return plog.log_end_offset
 
     def truncate_to(self, offset: int) -> None:
@@ -458,6 +522,7 @@ class MetadataLog:
                 return
             plog.truncate_to(offset)
             self._epochs = [(e, start) for e, start in self._epochs if start < offset]
+            self._kraft = [(o, m) for o, m in self._kraft if o < offset]
             self.epoch = self._epochs[-1][0] if self._epochs else (
                 self._snapshot.id.epoch if self._snapshot is not None else 0)
             log.info("metadata_log_truncated", dir=self.dir, offset=offset)
@@ -501,7 +566,12 @@ class MetadataLog:
     # ------------------------------------------------------------------------------------------ snapshots
 
     def latest_snapshot(self) -> SnapshotId | None:
-        return self._snapshot.id if self._snapshot is not None else None
+        """The newest snapshot a replica can be sent instead of the log. The bootstrap snapshot (0, 0) of a
+        dynamic quorum is never one: it stands for no record, and its voters reach the log in the first leader's
+        first batch (as Kafka sends it to nobody either)."""
+        if self._snapshot is None or self._snapshot.id.end_offset == 0:
+            return None
+        return self._snapshot.id
 
     def snapshot_path(self, snapshot_id: SnapshotId) -> str:
         return os.path.join(self.dir, snapshot_id.file_name)
@@ -527,8 +597,9 @@ class MetadataLog:
         if self._snapshot is not None and sid <= self._snapshot.id:
             return self._snapshot.path
         records = list(records)
+        kraft_version, voters = kraft_state(self._kraft, before=end_offset)
         data = build_snapshot(records, epoch=sid.epoch, last_contained_timestamp=last.max_timestamp,
-                              now_ms=self.clock())
+                              now_ms=self.clock(), kraft_version=kraft_version, voters=voters)
         path = write_snapshot_file(io, self.dir, sid, data)
         with self._write_lock:  # appends may go on while the snapshot is built; not while the log is cut
             self._snapshot = Snapshot(sid, path, len(data), [])
@@ -541,12 +612,14 @@ class MetadataLog:
     def install_snapshot(self, data: bytes, snapshot_id: SnapshotId) -> list[Any]:
         """An observer far behind: keep a snapshot fetched from the controller (checked whole), empty the log to
         start at its end offset, and return its records (the image to replace the current one)."""
-        records = parse_snapshot(data)
+        kraft: list[Any] = []
+        records = parse_snapshot(data, kraft)
         io = self.io
         assert io is not None
         with self._write_lock:
             path = write_snapshot_file(io, self.dir, snapshot_id, data)
-            self._snapshot = Snapshot(snapshot_id, path, len(data), [])
+            self._snapshot = Snapshot(snapshot_id, path, len(data), [], tuple(kraft))
+            self._kraft = [(snapshot_id.end_offset - 1, m) for m in kraft]
             self.log.truncate_fully_and_start_at(snapshot_id.end_offset)
             self.log.flush()
             self._epochs = []

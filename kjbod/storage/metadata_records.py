@@ -8,7 +8,9 @@ Byte layout (Kafka's, so Kafka's tools read kjbod's metadata log and snapshots):
 * A **control record** sits in a control batch (attribute bit 5). Its key is 4 bytes: int16 key version (0) and
   int16 control type; its value is the control message in its current version (0), with no frame. kjbod writes
   LEADER_CHANGE (2) when a controller starts an epoch, SNAPSHOT_HEADER (3) first and SNAPSHOT_FOOTER (4) last in
-  every snapshot.
+  every snapshot, and with kraft.version 1 (KIP-853) KRAFT_VERSION (5) and KRAFT_VOTERS (6): the quorum's
+  kraft.version level and its voter set, in the log where they change and right after the header of every
+  snapshot (in the header's batch, as Kafka's RecordsSnapshotWriter puts them).
 
 Everything here is pure: bytes in, records out.
 """
@@ -18,10 +20,12 @@ from __future__ import annotations
 import struct
 from typing import Any
 
+from kjbod.protocol.generated.k_raft_version_record import KRaftVersionRecord
 from kjbod.protocol.generated.leader_change_message import LeaderChangeMessage
 from kjbod.protocol.generated.registry import METADATA_RECORDS
 from kjbod.protocol.generated.snapshot_footer_record import SnapshotFooterRecord
 from kjbod.protocol.generated.snapshot_header_record import SnapshotHeaderRecord
+from kjbod.protocol.generated.voters_record import VotersRecord
 from kjbod.protocol.runtime import DecodeError, read_uvarint, write_uvarint
 from kjbod.storage.records import build_batch, iter_batches, iter_records
 
@@ -41,7 +45,9 @@ CONTROL_TYPE_NAMES = {ABORT: "ABORT", COMMIT: "COMMIT", LEADER_CHANGE: "LEADER_C
 CONTROL_KEY = struct.Struct(">hh")
 CONTROL_KEY_VERSION = 0
 CONTROL_MESSAGES: dict[int, Any] = {LEADER_CHANGE: LeaderChangeMessage, SNAPSHOT_HEADER: SnapshotHeaderRecord,
-                                    SNAPSHOT_FOOTER: SnapshotFooterRecord}
+                                    SNAPSHOT_FOOTER: SnapshotFooterRecord, KRAFT_VERSION: KRaftVersionRecord,
+                                    KRAFT_VOTERS: VotersRecord}
+KRAFT_CONTROL_TYPES = (KRAFT_VERSION, KRAFT_VOTERS)
 CONTROL_MESSAGE_VERSION = 0
 
 
@@ -101,9 +107,43 @@ def decode_control(ctype: int, value: bytes | None) -> Any:
 
 def control_batch(ctype: int, message: Any, *, base_offset: int, epoch: int, timestamp_ms: int) -> bytes:
     """One control batch holding one control record, as Kafka's MemoryRecords.with*Message builds it."""
-    key = CONTROL_KEY.pack(CONTROL_KEY_VERSION, ctype)
-    return build_batch([(key, message.encode(CONTROL_MESSAGE_VERSION), (), timestamp_ms)],
+    return control_batch_of([(ctype, message)], base_offset=base_offset, epoch=epoch, timestamp_ms=timestamp_ms)
+
+
+def control_batch_of(messages: list[tuple[int, Any]], *, base_offset: int, epoch: int, timestamp_ms: int) -> bytes:
+    """One control batch holding a control record per (control type, message), in order."""
+    return build_batch([(CONTROL_KEY.pack(CONTROL_KEY_VERSION, ctype), message.encode(CONTROL_MESSAGE_VERSION), (),
+                         timestamp_ms) for ctype, message in messages],
                        base_offset=base_offset, partition_leader_epoch=epoch, is_control=True)
+
+
+def kraft_control_records(data: bytes | memoryview) -> list[tuple[int, Any]]:
+    """(offset, KRaftVersionRecord or VotersRecord) of every KIP-853 control record in whole batches, in order;
+    DecodeError for one that cannot be read."""
+    view = memoryview(data)
+    out: list[tuple[int, Any]] = []
+    for pos, header in iter_batches(view):
+        if not header.is_control:
+            continue
+        for rec in iter_records(view[pos:pos + header.size]):
+            ctype = control_type(rec.key)
+            if ctype in KRAFT_CONTROL_TYPES:
+                out.append((rec.offset, decode_control(ctype, rec.value)))
+    return out
+
+
+def kraft_state(entries: list[tuple[int, Any]], before: int | None = None) -> tuple[int, VotersRecord | None]:
+    """(kraft.version level, voter set) after the (offset, record) `entries`, counting only those below offset
+    `before` when given: the last KRaftVersionRecord's level (0 without one) and the last VotersRecord."""
+    version, voters = 0, None
+    for offset, message in entries:
+        if before is not None and offset >= before:
+            break
+        if isinstance(message, KRaftVersionRecord):
+            version = message.k_raft_version
+        elif isinstance(message, VotersRecord):
+            voters = message
+    return version, voters
 
 
 def records_batch(values: list[bytes], *, base_offset: int, epoch: int, timestamp_ms: int) -> bytes:

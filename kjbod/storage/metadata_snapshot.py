@@ -3,13 +3,18 @@
 Byte layout (Kafka's RecordsSnapshotWriter, so Kafka's tools read kjbod's snapshots): record batches whose
 offsets start at 0 and whose partition leader epoch is the snapshot's epoch:
 
-    control batch  SnapshotHeaderRecord (control type 3): version 0, LastContainedLogTimestamp
+    control batch  SnapshotHeaderRecord (control type 3): version 0, LastContainedLogTimestamp; with kraft.version
+                   1 (KIP-853) the same batch goes on with a KRaftVersionRecord (type 5) and the VotersRecord
+                   (type 6) in force at the snapshot's end
     batches        the metadata records that rebuild the image, framed as in the log (null keys)
     control batch  SnapshotFooterRecord (control type 4): version 0
 
 The end offset is exclusive: a snapshot `00000000000000000100-0000000001` stands for offsets 0..99 of the log,
 the last of which was written in epoch 1. A file is complete only with its footer; one that is cut short, fails a
 CRC, or does not start with a header is refused as a whole.
+
+`kjbod format --standalone` / `--initial-controllers` writes the bootstrap snapshot `00000000000000000000-
+0000000000.checkpoint` (id (0, 0)): header, KRaftVersionRecord and VotersRecord, footer, and no metadata record.
 
 Writing: `<name>.checkpoint.part`, fsync, rename to `<name>.checkpoint`, fsync of the dir (Kafka writes
 `.checkpoint.part` too and deletes leftover ones at start, as kjbod does).
@@ -23,15 +28,21 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from kjbod.protocol.generated.k_raft_version_record import KRaftVersionRecord
 from kjbod.protocol.generated.snapshot_footer_record import SnapshotFooterRecord
 from kjbod.protocol.generated.snapshot_header_record import SnapshotHeaderRecord
+from kjbod.protocol.generated.voters_record import VotersRecord
 from kjbod.protocol.runtime import DecodeError
 from kjbod.storage.errors import StorageError
 from kjbod.storage.fsio import LogDirIO
 from kjbod.storage.metadata_records import (
+    KRAFT_CONTROL_TYPES,
+    KRAFT_VERSION,
+    KRAFT_VOTERS,
     SNAPSHOT_FOOTER,
     SNAPSHOT_HEADER,
     control_batch,
+    control_batch_of,
     control_type,
     decode_control,
     frame_record,
@@ -68,6 +79,7 @@ class Snapshot:
     path: str
     size: int
     records: list[Any]  # as loaded; emptied once replayed (the image lives elsewhere)
+    kraft: tuple[Any, ...] = ()  # its KRaftVersionRecord and VotersRecord (kraft.version 1), in order
 
 
 def parse_snapshot_name(name: str) -> SnapshotId | None:
@@ -75,12 +87,18 @@ def parse_snapshot_name(name: str) -> SnapshotId | None:
     return SnapshotId(int(m.group(1)), int(m.group(2))) if m else None
 
 
-def build_snapshot(records: Iterable[Any], *, epoch: int, last_contained_timestamp: int, now_ms: int) -> bytes:
-    """The bytes of a snapshot file holding `records` (metadata record objects)."""
-    out = [control_batch(SNAPSHOT_HEADER, SnapshotHeaderRecord(version=0,
-                                                                last_contained_log_timestamp=last_contained_timestamp),
-                         base_offset=0, epoch=epoch, timestamp_ms=now_ms)]
-    offset = 1
+def build_snapshot(records: Iterable[Any], *, epoch: int, last_contained_timestamp: int, now_ms: int,
+                   kraft_version: int = 0, voters: VotersRecord | None = None) -> bytes:
+    """The bytes of a snapshot file holding `records` (metadata record objects); with `kraft_version` 1 the
+    header's batch also carries the kraft.version level and `voters`."""
+    header: list[tuple[int, Any]] = [(SNAPSHOT_HEADER, SnapshotHeaderRecord(
+        version=0, last_contained_log_timestamp=last_contained_timestamp))]
+    if kraft_version > 0:
+        header.append((KRAFT_VERSION, KRaftVersionRecord(version=0, k_raft_version=kraft_version)))
+        if voters is not None:
+            header.append((KRAFT_VOTERS, voters))
+    out = [control_batch_of(header, base_offset=0, epoch=epoch, timestamp_ms=now_ms)]
+    offset = len(header)
     pending: list[bytes] = []
     size = 0
     for rec in records:
@@ -99,8 +117,9 @@ def build_snapshot(records: Iterable[Any], *, epoch: int, last_contained_timesta
     return b"".join(out)
 
 
-def parse_snapshot(data: bytes) -> list[Any]:
-    """The metadata records of a complete snapshot; SnapshotFormatError names what is wrong otherwise."""
+def parse_snapshot(data: bytes, kraft: list[Any] | None = None) -> list[Any]:
+    """The metadata records of a complete snapshot; SnapshotFormatError names what is wrong otherwise. Its
+    KRaftVersionRecord and VotersRecord, if any, are appended to `kraft`."""
     view = memoryview(data)
     records: list[Any] = []
     pos_end = 0
@@ -118,7 +137,9 @@ def parse_snapshot(data: bytes) -> list[Any]:
             if header.is_control:
                 for rec in batch_records:
                     ctype = control_type(rec.key)
-                    decode_control(ctype, rec.value)
+                    message = decode_control(ctype, rec.value)
+                    if ctype in KRAFT_CONTROL_TYPES and kraft is not None:
+                        kraft.append(message)
                     if ctype == SNAPSHOT_HEADER:
                         if pos != 0:
                             raise SnapshotFormatError(f"SnapshotHeader at byte {pos}, not at the start")
@@ -143,6 +164,15 @@ def parse_snapshot(data: bytes) -> list[Any]:
     if not saw_footer:
         raise SnapshotFormatError("no SnapshotFooter: the snapshot is incomplete")
     return records
+
+
+BOOTSTRAP_SNAPSHOT_ID = SnapshotId(0, 0)
+
+
+def bootstrap_snapshot(voters: VotersRecord, now_ms: int) -> bytes:
+    """The bootstrap snapshot `kjbod format` writes for a dynamic quorum (kraft.version 1 and its first voters)."""
+    return build_snapshot([], epoch=0, last_contained_timestamp=now_ms, now_ms=now_ms, kraft_version=1,
+                          voters=voters)
 
 
 def write_snapshot_file(io: LogDirIO, dir_path: str, snapshot_id: SnapshotId, data: bytes) -> str:

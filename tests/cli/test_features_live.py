@@ -19,6 +19,7 @@ def described_all(server) -> dict[str, dict[str, str]]:
     done = features(server, "describe")
     assert done.returncode == 0, done.stderr
     lines = [dict(field.split(": ", 1) for field in line.split("\t")) for line in done.stdout.splitlines()]
+    assert [d["Feature"] for d in lines] == sorted(d["Feature"] for d in lines)
     return {line["Feature"]: line for line in lines}
 
 
@@ -35,7 +36,10 @@ def test_describe_downgrade_upgrade_and_refusals(kjbod_server_factory):
         "metadata.version": {"Feature": "metadata.version", "SupportedMinVersion": "3.7-IV2",
                              "SupportedMaxVersion": "4.0-IV0", "FinalizedVersionLevel": "4.0-IV0"},
         "transaction.version": {"Feature": "transaction.version", "SupportedMinVersion": "0",
-                                "SupportedMaxVersion": "1", "FinalizedVersionLevel": "0"}}
+                                "SupportedMaxVersion": "1", "FinalizedVersionLevel": "0"},
+        # a static quorum: supported 0-1, finalized 0 (Kafka 3.9's answer)
+        "kraft.version": {"Feature": "kraft.version", "SupportedMinVersion": "0", "SupportedMaxVersion": "1",
+                          "FinalizedVersionLevel": "0"}}
     first = every["metadata.version"]
     assert int(first["Epoch"]) >= 0
 

@@ -29,9 +29,10 @@ FAST = {"backoff": ExponentialBackoff(0.01, 0.05)}
 
 class Voter:
     def __init__(self, node_id: int, root: str, ports: dict[int, int], *, controller: Any = None,
-                 segment_bytes: int | None = None, retention_bytes: int | None = None) -> None:
+                 segment_bytes: int | None = None, retention_bytes: int | None = None, dynamic: bool = False) -> None:
         self.segment_bytes = segment_bytes
         self.retention_bytes = retention_bytes
+        self.dynamic = dynamic  # kraft.version 1: the voters come from the log (write_bootstrap first)
         self.node_id = node_id
         self.root = root
         self.ports = ports
@@ -55,7 +56,12 @@ class Voter:
         self.mlog = MetadataLog(self.root, node_id=self.node_id, writer=False, replicated=True, **options)
         records = self.mlog.load()
         voters = {v: ("127.0.0.1", p) for v, p in self.ports.items()}
-        self.driver = RaftDriver(self.node_id, voters, self.mlog, CLUSTER, config=CONFIG, channel_options=FAST)
+        if self.dynamic:
+            self.driver = RaftDriver(self.node_id, {}, self.mlog, CLUSTER, config=CONFIG, channel_options=FAST,
+                                     dynamic=True, bootstrap=list(voters.values()),
+                                     local_endpoint=voters[self.node_id])
+        else:
+            self.driver = RaftDriver(self.node_id, voters, self.mlog, CLUSTER, config=CONFIG, channel_options=FAST)
         if self.make_controller is not None:
             settings, policy = self.make_controller(self.node_id)
             self.controller = QuorumController(settings, self.mlog, policy)
@@ -129,3 +135,16 @@ async def write(leader: Voter, *names: str) -> int:
     return end
 
 
+
+
+def write_bootstrap(root: str, voters: Any) -> None:
+    """What `kjbod format --initial-controllers` leaves in a metadata dir: the bootstrap snapshot with `voters`
+    (a kjbod.raft.voters.VoterSet)."""
+    import os
+
+    from kjbod.storage.metadata_snapshot import BOOTSTRAP_SNAPSHOT_ID, bootstrap_snapshot
+
+    topic_dir = os.path.join(root, "__cluster_metadata-0")
+    os.makedirs(topic_dir, exist_ok=True)
+    with open(os.path.join(topic_dir, BOOTSTRAP_SNAPSHOT_ID.file_name), "wb") as f:
+        f.write(bootstrap_snapshot(voters.to_record(), now_ms=1))

@@ -64,6 +64,7 @@ from kjbod.broker.handlers import (  # noqa: F401
     offset_for_leader_epoch,
     produce,
     push_telemetry,
+    raft_voters,
     reassign_partitions,
     renew_delegation_token,
     sasl_authenticate,

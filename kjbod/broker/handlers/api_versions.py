@@ -3,7 +3,8 @@
 Version notes: v1 adds throttle_time_ms; v3 is the first flexible version and adds the client's software name
 and version (validated as Kafka does: letters, digits, '.' and '-', starting and ending with a letter or
 digit, else INVALID_REQUEST); v4 only relaxes how features with min version 0 are listed.  From v3 the answer
-carries the features this node supports and the cluster's finalized levels (kjbod.metadata.features), with the
+carries the features this node supports and the cluster's finalized levels (kjbod.metadata.features; kraft.version
+from the node's metadata log), with the
 offset of the record that last changed them as their epoch (0: the levels a new cluster starts at); the router's
 memo of this answer is dropped when they change (Router.forget_answers, from each node's publisher).  The answer lists the
 APIs this node has handlers for on the listener the request came in on, without kjbod's extension API keys
@@ -43,10 +44,14 @@ def handle(node, request, body: ApiVersionsRequest) -> ApiVersionsResponse:
         keys = [k for k in keys if k.api_key < EXTENSION_API_KEYS]
     image = _image(node)
     finalized = features.finalized(image) if image is not None else {}
+    mlog = getattr(node, "metadata_log", None)
+    kraft = getattr(mlog, "kraft_version", 0) if mlog is not None and getattr(mlog, "is_open", False) else 0
+    if image is not None and isinstance(kraft, int) and kraft > 0:
+        finalized[features.KRAFT_VERSION] = kraft  # the metadata log's own level (KIP-853), not the image's
     return ApiVersionsResponse(
         error_code=0, api_keys=keys,
         supported_features=[SupportedFeatureKey(name=n, min_version=lo, max_version=hi)
-                            for n, (lo, hi) in sorted(features.SUPPORTED.items())],
+                            for n, (lo, hi) in sorted(features.ADVERTISED.items())],
         finalized_features_epoch=max(image.features_epoch, 0) if image is not None else -1,
         finalized_features=[FinalizedFeatureKey(name=n, max_version_level=level, min_version_level=level)
                             for n, level in sorted(finalized.items()) if level > 0])

@@ -2,7 +2,7 @@
 kafka-metadata-quorum.sh --bootstrap-controller asks).
 
 Version notes: v0 baseline; v1 (KIP-836) adds each replica's last fetch and caught-up times; v2 (KIP-853) adds
-error messages, directory ids (zero: kjbod serves a static voter set) and, in the leader's answer, the voters'
+error messages, the voters' directory ids (zero for a static quorum, controller.quorum.voters) and, in the leader's answer, the voters'
 controller listeners (`controller.quorum.voters`). The
 quorum's leader answers with its epoch, high watermark and every voter's progress; another controller answers
 NOT_LEADER_OR_FOLLOWER naming the leader. A controller that is its quorum's only voter describes itself.

@@ -11,6 +11,8 @@ from .add_offsets_to_txn_request import AddOffsetsToTxnRequest
 from .add_offsets_to_txn_response import AddOffsetsToTxnResponse
 from .add_partitions_to_txn_request import AddPartitionsToTxnRequest
 from .add_partitions_to_txn_response import AddPartitionsToTxnResponse
+from .add_raft_voter_request import AddRaftVoterRequest
+from .add_raft_voter_response import AddRaftVoterResponse
 from .allocate_producer_ids_request import AllocateProducerIdsRequest
 from .allocate_producer_ids_response import AllocateProducerIdsResponse
 from .alter_client_quotas_request import AlterClientQuotasRequest
@@ -113,6 +115,7 @@ from .init_producer_id_request import InitProducerIdRequest
 from .init_producer_id_response import InitProducerIdResponse
 from .join_group_request import JoinGroupRequest
 from .join_group_response import JoinGroupResponse
+from .k_raft_version_record import KRaftVersionRecord
 from .leader_change_message import LeaderChangeMessage
 from .leave_group_request import LeaveGroupRequest
 from .leave_group_response import LeaveGroupResponse
@@ -149,6 +152,8 @@ from .reassignment_intent_record import ReassignmentIntentRecord
 from .register_broker_record import RegisterBrokerRecord
 from .remove_access_control_entry_record import RemoveAccessControlEntryRecord
 from .remove_delegation_token_record import RemoveDelegationTokenRecord
+from .remove_raft_voter_request import RemoveRaftVoterRequest
+from .remove_raft_voter_response import RemoveRaftVoterResponse
 from .remove_topic_record import RemoveTopicRecord
 from .remove_user_scram_credential_record import RemoveUserScramCredentialRecord
 from .renew_delegation_token_request import RenewDelegationTokenRequest
@@ -174,9 +179,12 @@ from .unregister_broker_request import UnregisterBrokerRequest
 from .unregister_broker_response import UnregisterBrokerResponse
 from .update_features_request import UpdateFeaturesRequest
 from .update_features_response import UpdateFeaturesResponse
+from .update_raft_voter_request import UpdateRaftVoterRequest
+from .update_raft_voter_response import UpdateRaftVoterResponse
 from .user_scram_credential_record import UserScramCredentialRecord
 from .vote_request import VoteRequest
 from .vote_response import VoteResponse
+from .voters_record import VotersRecord
 from .write_txn_markers_request import WriteTxnMarkersRequest
 from .write_txn_markers_response import WriteTxnMarkersResponse
 
@@ -263,6 +271,9 @@ APIS: dict[int, ApiInfo] = {
     73: ApiInfo(73, 'AssignReplicasToDirs', AssignReplicasToDirsRequest, AssignReplicasToDirsResponse, 0, 0, 0, frozenset(['controller'])),
     74: ApiInfo(74, 'ListConfigResources', ListConfigResourcesRequest, ListConfigResourcesResponse, 0, 1, 0, frozenset(['broker'])),
     75: ApiInfo(75, 'DescribeTopicPartitions', DescribeTopicPartitionsRequest, DescribeTopicPartitionsResponse, 0, 0, 0, frozenset(['broker'])),
+    80: ApiInfo(80, 'AddRaftVoter', AddRaftVoterRequest, AddRaftVoterResponse, 0, 0, 0, frozenset(['broker', 'controller'])),
+    81: ApiInfo(81, 'RemoveRaftVoter', RemoveRaftVoterRequest, RemoveRaftVoterResponse, 0, 0, 0, frozenset(['broker', 'controller'])),
+    82: ApiInfo(82, 'UpdateRaftVoter', UpdateRaftVoterRequest, UpdateRaftVoterResponse, 0, 0, 0, frozenset(['controller'])),
     10000: ApiInfo(10000, 'ReassignPartitions', ReassignPartitionsRequest, ReassignPartitionsResponse, 0, 0, 0, frozenset(['broker', 'controller'])),
     10001: ApiInfo(10001, 'AlterInterbrokerThrottledRates', AlterInterbrokerThrottledRatesRequest, AlterInterbrokerThrottledRatesResponse, 0, 0, 0, frozenset(['broker', 'controller'])),
     10002: ApiInfo(10002, 'AlterInterbrokerThrottledReplicas', AlterInterbrokerThrottledReplicasRequest, AlterInterbrokerThrottledReplicasResponse, 0, 0, 0, frozenset(['broker', 'controller'])),
