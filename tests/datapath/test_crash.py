@@ -41,6 +41,10 @@ from .support import (
 pytestmark = pytest.mark.slow
 
 KILL_AFTER_S = 3.0
+# Produce at least this long and until this many acknowledgements (about 2 MiB: every partition past its first
+# 256 KiB segment), so the kill finds rolled segments however slow a loaded machine makes the producer.
+ACKS_FOR_ROLLS = 30_000
+MAX_PRODUCE_S = 30.0
 MIN_ACKS = 5_000
 
 
@@ -77,7 +81,9 @@ def test_kill_9_while_producing_keeps_every_acknowledged_message(kjbod_server_fa
             producer.poll(0.01)
         if i % 100 == 0:
             producer.poll(0)
-        if produced_before_kill is None and time.monotonic() - started >= KILL_AFTER_S:
+        elapsed = time.monotonic() - started
+        if produced_before_kill is None and elapsed >= KILL_AFTER_S and (
+                len(acked) >= ACKS_FOR_ROLLS or elapsed >= MAX_PRODUCE_S):
             server.process.send_signal(signal.SIGKILL)
             produced_before_kill = i
             server.process.wait()

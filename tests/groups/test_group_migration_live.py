@@ -35,7 +35,7 @@ OVERRIDES = {
     "group.min.session.timeout.ms": "1000",
     "group.consumer.heartbeat.interval.ms": "300",
     "group.consumer.min.heartbeat.interval.ms": "100",
-    "group.consumer.session.timeout.ms": "6000",
+    "group.consumer.session.timeout.ms": "20000",  # longer than a restart and librdkafka's reconnect backoff
     "group.consumer.min.session.timeout.ms": "1000",
     "auto.create.topics.enable": "false",
 }
@@ -53,7 +53,7 @@ class Member:
             self.c.subscribe([topic])
         else:
             self.k = KafkaConsumer(bootstrap_servers=server.bootstrap, group_id=group, client_id=name,
-                                   auto_offset_reset="earliest", enable_auto_commit=False, session_timeout_ms=6000,
+                                   auto_offset_reset="earliest", enable_auto_commit=False, session_timeout_ms=20000,
                                    heartbeat_interval_ms=300, max_poll_records=20)
             self.k.subscribe([topic])
 
