@@ -11,10 +11,11 @@ import os
 import sys
 from typing import Any
 
-from kjbod.cli.command_config import add_command_config, admin_options
+from kjbod.cli.command_config import add_command_config
 from kjbod.cli.main import UserError
 
 EXIT_FAILED = 1
+DEFAULT_TIMEOUT_S = 30.0  # each request's, retries included
 SELECTORS = ("client_id", "client_instance_id", "client_software_name", "client_software_version",
              "client_source_address", "client_source_port")
 
@@ -66,51 +67,46 @@ def _command(args: argparse.Namespace) -> int:
 
 
 async def _run(args: argparse.Namespace) -> int:
-    from kjbod.admin import AdminClient, KafkaError
+    from kjbod.admin import KafkaError
     from kjbod.admin.types import AlterConfigOp, AlterConfigOpType, ConfigResource
+    from kjbod.cli.log_dirs import _admin
 
-    try:
-        client = AdminClient(args.bootstrap_server, client_id="kjbod-client-metrics", **admin_options(args))
-    except ValueError as e:
-        raise UserError(f"--bootstrap-server: {e}") from None
-    try:
-        await client.start()
-        if args.list:
-            print("\n".join(await client.list_client_metrics_resources()))
-            return 0
-        if args.describe:
-            names = [args.name] if args.name is not None else await client.list_client_metrics_resources()
-            for name in names:
+    async with _admin(args, "kjbod-client-metrics", timeout=DEFAULT_TIMEOUT_S) as client:
+        try:
+            if args.list:
+                print("\n".join(await client.list_client_metrics_resources()))
+                return 0
+            if args.describe:
+                names = [args.name] if args.name is not None else await client.list_client_metrics_resources()
+                for name in names:
+                    resource = ConfigResource.client_metrics(name)
+                    entries = (await client.describe_configs([resource]))[resource]
+                    print(f"Client metrics configs for {name} are:")
+                    for key in sorted(entries):
+                        print(f"  {key}={entries[key].value}")
+                return 0
+            if args.alter:
+                from kjbod.storage.ids import uuid_to_str
+
+                name = args.name if args.name is not None else uuid_to_str(os.urandom(16))
+                wanted = {"interval.ms": args.interval, "metrics": args.metrics, "match": args.match}
+                ops = [AlterConfigOp(k, v, AlterConfigOpType.SET) if v else AlterConfigOp(k, None, AlterConfigOpType.DELETE)
+                       for k, v in wanted.items() if v is not None]
                 resource = ConfigResource.client_metrics(name)
-                entries = (await client.describe_configs([resource]))[resource]
-                print(f"Client metrics configs for {name} are:")
-                for key in sorted(entries):
-                    print(f"  {key}={entries[key].value}")
-            return 0
-        if args.alter:
-            from kjbod.storage.ids import uuid_to_str
-
-            name = args.name if args.name is not None else uuid_to_str(os.urandom(16))
-            wanted = {"interval.ms": args.interval, "metrics": args.metrics, "match": args.match}
-            ops = [AlterConfigOp(k, v, AlterConfigOpType.SET) if v else AlterConfigOp(k, None, AlterConfigOpType.DELETE)
-                   for k, v in wanted.items() if v is not None]
-            resource = ConfigResource.client_metrics(name)
-            results = await client.incremental_alter_configs({resource: ops})
+                results = await client.incremental_alter_configs({resource: ops})
+                _raise_first(results)
+                print(f"Altered client metrics config for {name}.")
+                return 0
+            resource = ConfigResource.client_metrics(args.name)
+            current = (await client.describe_configs([resource]))[resource]
+            results = await client.incremental_alter_configs(
+                {resource: [AlterConfigOp(k, None, AlterConfigOpType.DELETE) for k in sorted(current)]})
             _raise_first(results)
-            print(f"Altered client metrics config for {name}.")
+            print(f"Deleted client metrics config for {args.name}.")
             return 0
-        resource = ConfigResource.client_metrics(args.name)
-        current = (await client.describe_configs([resource]))[resource]
-        results = await client.incremental_alter_configs(
-            {resource: [AlterConfigOp(k, None, AlterConfigOpType.DELETE) for k in sorted(current)]})
-        _raise_first(results)
-        print(f"Deleted client metrics config for {args.name}.")
-        return 0
-    except KafkaError as e:
-        print(f"Error while executing client metrics command : {e}", file=sys.stdout)
-        return EXIT_FAILED
-    finally:
-        await client.close()
+        except KafkaError as e:
+            print(f"Error while executing client metrics command : {e}", file=sys.stdout)
+            return EXIT_FAILED
 
 
 def _raise_first(results: Any) -> None:

@@ -47,12 +47,13 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from kjbod.cli.command_config import add_command_config, admin_options
+from kjbod.cli.command_config import add_command_config
 from kjbod.cli.main import UserError, error_text
 
 __all__ = ["add_subcommand", "java_double", "parse_entity", "split_add_config"]
 
 EXIT_FAILED = 1
+DEFAULT_TIMEOUT_S = 30.0  # each request's, retries included (the tool's admin client's default)
 TYPES = {"users": "user", "clients": "client-id", "ips": "ip"}
 DESCRIBED_AS = {"user": "user-principal", "client-id": "client-id", "ip": "ip"}
 USER_CLIENT_KEYS = ("consumer_byte_rate", "controller_mutation_rate", "producer_byte_rate", "request_percentage")
@@ -336,10 +337,7 @@ async def _describe_scram(client: Any, users: list[str]) -> None:
 
 
 def _command(args: argparse.Namespace) -> int:
-    checked = _check(args)
-    if checked[0][0][0] in RESOURCES:
-        return asyncio.run(_run_resource(args, *checked))
-    return asyncio.run(_run(args, *checked))
+    return asyncio.run(_run(args, *_check(args)))
 
 
 def _entry_line(entry: Any) -> str:
@@ -382,92 +380,81 @@ async def _resource_names(client: Any, etype: str) -> list[str]:
     return [str(b) for b in sorted(node.node_id for node in cluster.brokers)] + [""]
 
 
-async def _run_resource(args: argparse.Namespace, pairs: list[tuple[str, str | None]], adds: dict[str, str],
-                        deletes: list[str]) -> int:
-    from kjbod.admin import AdminClient, KafkaError
+async def _resource_body(client: Any, args: argparse.Namespace, pairs: list[tuple[str, str | None]],
+                         adds: dict[str, Any], deletes: list[str]) -> int | None:
+    """--describe or --alter of a config resource: the exit code, or None once altered."""
     from kjbod.admin.types import AlterConfigOp, AlterConfigOpType, ConfigResource, ConfigResourceType
 
     etype, name = pairs[0]
-    try:
-        client = AdminClient(args.bootstrap_server, client_id="kjbod-configs", **admin_options(args))
-    except ValueError as e:
-        raise UserError(f"--bootstrap-server: {e}") from None
-    try:
-        await client.start()
-        if args.describe:
-            names = [name] if name is not None else await _resource_names(client, etype)
-            for entity in names:
-                if entity == "":
-                    print(f"Default configs for {etype} in the cluster are:")
-                else:
-                    print(f"{'All' if args.all else 'Dynamic'} configs for {etype[:-1]} {entity} are:")
-                for entry in await _resource_entries(client, etype, entity, every=args.all, synonyms=True):
-                    print(_entry_line(entry))
-            return 0
-        assert name is not None
-        current = {e.name for e in await _resource_entries(client, etype, name, every=False, synonyms=False)}
-        if etype == "broker-loggers":
-            invalid = [k for k in [*deletes, *adds] if k not in current]
-            if invalid:
-                print(f"Invalid broker logger(s): {','.join(invalid)}", file=sys.stderr)
-                return EXIT_FAILED
-        else:
-            invalid = [k for k in deletes if k not in current]
-            if invalid:
-                print(f"Invalid config(s): {','.join(invalid)}", file=sys.stderr)
-                return EXIT_FAILED
-        resource = ConfigResource(ConfigResourceType(RESOURCES[etype][0]), name)
-        ops = [AlterConfigOp(k, v) for k, v in adds.items()]
-        ops += [AlterConfigOp(k, None, AlterConfigOpType.DELETE) for k in deletes]
-        await client.incremental_alter_configs({resource: ops})
-    except KafkaError as e:
-        print(f"Error while executing config command: {e}", file=sys.stderr)
-        return EXIT_FAILED
-    finally:
-        await client.close()
-    if name:
-        print(f"Completed updating config for {etype[:-1]} {name}.")
+    if args.describe:
+        names = [name] if name is not None else await _resource_names(client, etype)
+        for entity in names:
+            if entity == "":
+                print(f"Default configs for {etype} in the cluster are:")
+            else:
+                print(f"{'All' if args.all else 'Dynamic'} configs for {etype[:-1]} {entity} are:")
+            for entry in await _resource_entries(client, etype, entity, every=args.all, synonyms=True):
+                print(_entry_line(entry))
+        return 0
+    assert name is not None
+    current = {e.name for e in await _resource_entries(client, etype, name, every=False, synonyms=False)}
+    if etype == "broker-loggers":
+        invalid = [k for k in [*deletes, *adds] if k not in current]
+        if invalid:
+            print(f"Invalid broker logger(s): {','.join(invalid)}", file=sys.stderr)
+            return EXIT_FAILED
     else:
-        print(f"Completed updating default config for {etype} in the cluster.")
-    return 0
+        invalid = [k for k in deletes if k not in current]
+        if invalid:
+            print(f"Invalid config(s): {','.join(invalid)}", file=sys.stderr)
+            return EXIT_FAILED
+    resource = ConfigResource(ConfigResourceType(RESOURCES[etype][0]), name)
+    ops = [AlterConfigOp(k, v) for k, v in adds.items()]
+    ops += [AlterConfigOp(k, None, AlterConfigOpType.DELETE) for k in deletes]
+    await client.incremental_alter_configs({resource: ops})
+    return None
+
+
+async def _quota_body(client: Any, args: argparse.Namespace, pairs: list[tuple[str, str | None]],
+                      adds: dict[str, Any], deletes: list[str]) -> int | None:
+    """--describe or --alter of client quotas: the exit code, or None once altered."""
+    if args.describe:
+        for entity, values in await client.describe_client_quotas(_components(pairs), strict=True):
+            shown = ", ".join(f"{k}={java_double(v)}" for k, v in values.items())
+            print(f"Quota configs for {_entity_text(entity)} are {shown}")
+        # As the tool: users' SCRAM credentials too, unless clients or a default entity are named.
+        if all(t == "users" for t, _ in pairs) and all(name != "" for _, name in pairs):
+            await _describe_scram(client, [name for _, name in pairs if name])
+        return 0
+    current = await client.describe_client_quotas(_components(pairs), strict=True)
+    old = current[0][1] if current else {}
+    invalid = [k for k in deletes if k not in old]
+    if invalid:
+        print(f"Invalid config(s): {','.join(invalid)}", file=sys.stderr)
+        return EXIT_FAILED
+    entity = {TYPES[t]: (name or None) for t, name in pairs}
+    ops: dict[str, float | None] = {**dict.fromkeys(deletes), **adds}
+    for code, message in await client.alter_client_quotas([(entity, ops)]):
+        if code:
+            print(f"Error while executing config command: {error_text(code, message)}", file=sys.stderr)
+            return EXIT_FAILED
+    return None
 
 
 async def _run(args: argparse.Namespace, pairs: list[tuple[str, str | None]], adds: dict[str, Any],
                deletes: list[str]) -> int:
-    from kjbod.admin import AdminClient, KafkaError
+    from kjbod.admin import KafkaError
+    from kjbod.cli.log_dirs import _admin
 
-    try:
-        client = AdminClient(args.bootstrap_server, client_id="kjbod-configs", **admin_options(args))
-    except ValueError as e:
-        raise UserError(f"--bootstrap-server: {e}") from None
-    try:
+    body = _resource_body if pairs[0][0] in RESOURCES else _quota_body
+    async with _admin(args, "kjbod-configs", timeout=DEFAULT_TIMEOUT_S) as client:
         try:
-            await client.start()
-            if args.describe:
-                for entity, values in await client.describe_client_quotas(_components(pairs), strict=True):
-                    shown = ", ".join(f"{k}={java_double(v)}" for k, v in values.items())
-                    print(f"Quota configs for {_entity_text(entity)} are {shown}")
-                # As the tool: users' SCRAM credentials too, unless clients or a default entity are named.
-                if all(t == "users" for t, _ in pairs) and all(name != "" for _, name in pairs):
-                    await _describe_scram(client, [name for _, name in pairs if name])
-                return 0
-            current = await client.describe_client_quotas(_components(pairs), strict=True)
-            old = current[0][1] if current else {}
-            invalid = [k for k in deletes if k not in old]
-            if invalid:
-                print(f"Invalid config(s): {','.join(invalid)}", file=sys.stderr)
-                return EXIT_FAILED
-            entity = {TYPES[t]: (name or None) for t, name in pairs}
-            ops: dict[str, float | None] = {**dict.fromkeys(deletes), **adds}
-            for code, message in await client.alter_client_quotas([(entity, ops)]):
-                if code:
-                    print(f"Error while executing config command: {error_text(code, message)}", file=sys.stderr)
-                    return EXIT_FAILED
+            code = await body(client, args, pairs, adds, deletes)
         except KafkaError as e:
             print(f"Error while executing config command: {e}", file=sys.stderr)
             return EXIT_FAILED
-    finally:
-        await client.close()
+    if code is not None:
+        return code
     head_type, head_name = pairs[0]
     if head_name:
         print(f"Completed updating config for {head_type[:-1]} {head_name}.")
