@@ -81,6 +81,19 @@ class Member:
                 self.k.commit()
         seen.extend(values)
 
+    def state(self) -> str:
+        """What the client itself says of its membership, for a failure's message."""
+        if self.modern:
+            return f"assignment {sorted(tp.partition for tp in self.c.assignment())}"
+        c = self.k._coordinator
+        beat, now = c.heartbeat, time.monotonic()
+        loop = getattr(c, "_heartbeat_loop_future", None)
+        return (f"state {c.state}, generation {c._generation.generation_id}, need_rejoin {c.need_rejoin()}, "
+                f"assignment {sorted(tp.partition for tp in self.k.assignment())}, last heartbeat sent "
+                f"{now - beat.last_send:.1f} s ago, answered {now - beat.last_receive:.1f} s ago, heartbeats "
+                f"{'on' if getattr(c, '_heartbeat_enabled', None) else 'off'}, heartbeat loop "
+                f"{'running' if loop is not None and not loop.is_done else 'not running'}")
+
     def close(self) -> None:
         if self.modern:
             self.c.close()
@@ -130,7 +143,19 @@ class Watch:
                 self.check_offsets()
             if done(holdings):
                 return holdings
-            assert time.monotonic() < deadline, f"{what}: {[(m.name, h) for m, h in zip(members, holdings, strict=True)]}"
+            if time.monotonic() >= deadline:
+                held = [(m.name, h) for m, h in zip(members, holdings, strict=True)]
+                pytest.fail(f"{what}: {held}; clients: {[(m.name, m.state()) for m in members]}; "
+                            f"coordinator: {self.describe()}")
+
+    def describe(self) -> str:
+        """The group as the coordinator describes it (DescribeGroups or ConsumerGroupDescribe)."""
+        try:
+            d = self.admin.describe_consumer_groups([self.group])[self.group].result(30)
+        except Exception as e:  # noqa: BLE001 - only for a failure's message
+            return f"describe failed: {e}"
+        members = [(m.client_id, sorted(tp.partition for tp in m.assignment.topic_partitions)) for m in d.members]
+        return f"{d.state} {d.type}, members {members}"
 
 
 def group_types(admin: AdminClient) -> dict[str, str]:
