@@ -103,7 +103,7 @@ SERVED_APIS: dict[str, tuple[int, int]] = {
     "ListTransactions": (0, 2),
     "UpdateFeatures": (0, 2),
     "ConsumerGroupHeartbeat": (0, 1),
-    "ConsumerGroupDescribe": (0, 0),
+    "ConsumerGroupDescribe": (0, 1),
     "DescribeTopicPartitions": (0, 0),
     "ListConfigResources": (0, 1),
 }

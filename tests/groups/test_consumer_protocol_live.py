@@ -392,11 +392,11 @@ def test_bad_requests_get_kafkas_codes(server):
                 (group, "consumer", "consumer")]
             r = await conn.request(16, 5, ListGroupsRequest(types_filter=["classic"]), 30.0)
             assert group not in [g.group_id for g in r.groups]
-            r = await conn.request(69, 0, ConsumerGroupDescribeRequest(group_ids=[group, "no-such-group", ""]), 30.0)
+            r = await conn.request(69, 1, ConsumerGroupDescribeRequest(group_ids=[group, "no-such-group", ""]), 30.0)
             found, missing, empty = r.groups
             assert (found.error_code, found.group_state, found.group_epoch, found.assignor_name) == (
                 0, "Stable", 1, "uniform")
-            assert [m.member_id for m in found.members] == ["m1"]
+            assert [(m.member_id, m.member_type) for m in found.members] == [("m1", 1)]  # v1: a consumer member
             assert missing.error_code == ErrorCode.GROUP_ID_NOT_FOUND
             assert empty.error_code == ErrorCode.INVALID_GROUP_ID
             # while it has members: its subscribed topic's offsets stay, the group stays

@@ -163,6 +163,24 @@ def group_types(admin: AdminClient) -> dict[str, str]:
     return {g.group_id: g.type.name for g in admin.list_consumer_groups().result(30).valid}
 
 
+def member_types(server: LiveServer, group: str, version: int) -> dict[str, int]:
+    """Client id -> MemberType as ConsumerGroupDescribe at `version` answers it (KIP-1099: 0 classic, 1 consumer;
+    v0 has no such field, so it decodes as its default, -1)."""
+    from kjbod.net.connection import ClientConnection
+    from kjbod.protocol.generated import ConsumerGroupDescribeRequest
+
+    async def ask() -> dict[str, int]:
+        conn = await ClientConnection.open(server.host, server.port, client_id="migration-test", connect_timeout=10.0)
+        try:
+            r = await conn.request(69, version, ConsumerGroupDescribeRequest(group_ids=[group]), 30.0)
+        finally:
+            conn.close()
+        assert r.groups[0].error_code == 0, r.groups[0]
+        return {m.client_id: m.member_type for m in r.groups[0].members}
+
+    return asyncio.run(ask())
+
+
 def everything_held(holdings: list[set[int]]) -> bool:
     return sorted(p for h in holdings for p in h) == list(range(PARTITIONS)) and all(holdings)
 
@@ -203,6 +221,9 @@ def test_a_group_rolls_from_classic_to_consumer_protocol_and_back(server):
         m2 = Member(server, group, topic, "m2", modern=True)
         members.append(m2)
         watch.until(members, everything_held, "k2, m1 and m2 did not settle")
+        # ConsumerGroupDescribe v1 tells the classic member from the consumer-protocol ones; v0 cannot
+        assert member_types(server, group, 1) == {"k2": 0, "m1": 1, "m2": 1}
+        assert member_types(server, group, 0) == {"k2": -1, "m1": -1, "m2": -1}
         members.remove(k2)
         k2.close()
         watch.until(members, everything_held, "m1 and m2 did not settle")

@@ -1,10 +1,12 @@
-"""ConsumerGroupDescribe (key 69), version 0.
+"""ConsumerGroupDescribe (key 69), versions 0-1.
 
 Version notes: v0 describes KIP-848 consumer groups: state, group and assignment epochs, the assignor in use, and
 each member with its subscription, its current assignment and its target.  A group this coordinator does not
 know, or a classic group, answers GROUP_ID_NOT_FOUND; an empty id INVALID_GROUP_ID; DESCRIBE on the group is
 needed (GROUP_AUTHORIZATION_FAILED), as in Kafka.  While the cluster's group.version is 0 every group answers
-UNSUPPORTED_VERSION, as Kafka 4.0's broker answers it.
+UNSUPPORTED_VERSION, as Kafka 4.0's broker answers it.  v1 (KIP-1099) adds each member's MemberType: 0 for a
+member that joined with the classic protocol (a JoinGroup member of a consumer group, during an upgrade from
+classic), 1 for one that joined with ConsumerGroupHeartbeat; v0 leaves it out.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from kjbod.protocol.generated.consumer_group_describe_response import (
 )
 
 NOT_ASKED = -(2**31)
+CLASSIC_MEMBER, CONSUMER_MEMBER = 0, 1
 
 
 def _assignment(node, partitions: Partitions) -> Assignment:
@@ -68,6 +71,7 @@ def handle(node, request, body: ConsumerGroupDescribeRequest) -> ConsumerGroupDe
                 client_id=m.client_id, client_host=m.client_host,
                 subscribed_topic_names=list(m.subscribed_topic_names),
                 subscribed_topic_regex=m.subscribed_topic_regex, assignment=_assignment(node, m.assigned),
-                target_assignment=_assignment(node, g.target.get(m.member_id, {})))
+                target_assignment=_assignment(node, g.target.get(m.member_id, {})),
+                member_type=CLASSIC_MEMBER if m.classic is not None else CONSUMER_MEMBER)
                 for m in g.members.values()]))
     return ConsumerGroupDescribeResponse(groups=out)
