@@ -276,6 +276,19 @@ def test_list_offsets_earliest_latest_and_by_timestamp(raw):
     newest = list_offset(raw, "times", 0, -3)  # KIP-734, v7+
     assert (newest.offset, newest.timestamp) == (14, t0 + 2004)
     assert list_offset(raw, "times", 0, -3, version=6).error_code == E.UNSUPPORTED_VERSION
+    # KIP-1023 (v11): earliest pending upload; nothing is tiered here, so Kafka's answer is offset -1, epoch -1
+    pending = list_offset(raw, "times", 0, -6, version=11)
+    assert (pending.error_code, pending.offset, pending.timestamp, pending.leader_epoch) == (0, -1, -1, -1)
+    assert list_offset(raw, "times", 0, -6, version=10).error_code == E.UNSUPPORTED_VERSION
+    tiered = list_offset(raw, "times", 0, -5, version=9)
+    assert (tiered.error_code, tiered.offset, tiered.leader_epoch) == (0, -1, -1)
+    assert list_offset(raw, "times", 0, -5, version=8).error_code == E.UNSUPPORTED_VERSION
+    # a negative timestamp Kafka does not define is UNSUPPORTED_VERSION at any version, checked before the
+    # partition is looked up (as Kafka's ReplicaManager does)
+    assert list_offset(raw, "times", 0, -7, version=11).error_code == E.UNSUPPORTED_VERSION
+    assert list_offset(raw, "times", 0, -(2**63), version=11).error_code == E.UNSUPPORTED_VERSION
+    assert list_offset(raw, "no-such-topic", 0, -6, version=10).error_code == E.UNSUPPORTED_VERSION
+    assert list_offset(raw, "no-such-topic", 0, -6, version=11).error_code == E.UNKNOWN_TOPIC_OR_PARTITION
     assert list_offset(raw, "times", 3, -1).error_code == E.UNKNOWN_TOPIC_OR_PARTITION
     assert list_offset(raw, "no-such-topic", 0, -1).error_code == E.UNKNOWN_TOPIC_OR_PARTITION
 

@@ -3,7 +3,7 @@
 Version notes: v1 single offset per partition; v2 isolation level and throttle time; v4 leader epochs; v5 may
 answer OFFSET_NOT_AVAILABLE; v6 flexible; v7 timestamp -3 (MAX_TIMESTAMP); v8 -4 (EARLIEST_LOCAL); v9 -5
 (LATEST_TIERED); v10 timeout_ms (kjbod: how long a timestamp lookup may wait for its log dir; then
-REQUEST_TIMED_OUT for that partition); v11 only client behaviour.
+REQUEST_TIMED_OUT for that partition); v11 -6 (EARLIEST_PENDING_UPLOAD, KIP-1023).
 
 Replica ids, as Kafka: -1 (a consumer) reads the leader, and latest is the high watermark; -2 (a debugging
 client: `kjbod log-dirs describe`) may read any local replica, a follower's too; any replica id but -1 gets the
@@ -12,7 +12,11 @@ log end offset for latest.
 Special timestamps: -1 latest (the high watermark, which equals the log end on a single node), -2 earliest
 (log start offset), -3 the record with the largest timestamp, -4 earliest local (= earliest: no tiered
 storage), -5 latest tiered (offset -1: nothing is tiered).  Any other timestamp finds the first offset whose
-timestamp is at least that, through the .timeindex; none → offset -1.  As Kafka, -3 and timestamp lookups answer
+timestamp is at least that, through the .timeindex; none → offset -1.  -6 earliest pending upload (the first
+offset not yet copied to tiered storage) answers offset -1 and leader epoch -1, as Kafka's broker does for a
+topic without remote storage (kjbod has none).  A special timestamp asked for below the version that introduced
+it, or a negative timestamp Kafka does not define (-7 and below), is UNSUPPORTED_VERSION for that partition,
+checked before the partition is looked up, as Kafka's ReplicaManager does.  As Kafka, -3 and timestamp lookups answer
 only below the last fetchable offset (a consumer's high watermark, the log end for others): a record found past
 it answers offset -1, so a consumer is never pointed at a record that is not committed.  While a new leader's high
 watermark is below the offset its epoch started at, a consumer's latest offset, and a lookup that finds nothing
@@ -46,6 +50,10 @@ from kjbod.protocol.generated.list_offsets_response import ListOffsetsPartitionR
 from kjbod.protocol.generated.list_offsets_response import ListOffsetsTopicResponse as TopicResp
 
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
+EARLIEST_PENDING_UPLOAD = -6
+# The version each special timestamp needs (Kafka's table); a negative timestamp not listed is never valid.
+TIMESTAMP_MIN_VERSION = {LATEST: 1, EARLIEST: 1, MAX_TIMESTAMP: 7, EARLIEST_LOCAL: 8, LATEST_TIERED: 9,
+                         EARLIEST_PENDING_UPLOAD: 11}
 CONSUMER, DEBUGGING = -1, -2
 ISOLATION_LEVELS = (0, 1)
 
@@ -82,7 +90,11 @@ def _lookup(node, topic: str, partition: int, ts: int, version: int, replica_id:
             return PartResp(partition_index=partition, timestamp=-1, offset=end, leader_epoch=epoch)
         if ts in (EARLIEST, EARLIEST_LOCAL):
             return PartResp(partition_index=partition, timestamp=-1, offset=plog.log_start_offset, leader_epoch=epoch)
-        if ts == LATEST_TIERED:
+        if ts in (LATEST_TIERED, EARLIEST_PENDING_UPLOAD):
+            # Nothing is tiered: Kafka's answer without remote storage.  A consumer still hears that a new
+            # leader's offsets are not available yet, as for any lookup that is not latest or earliest.
+            if replica_id == CONSUMER and (lagging := offsets_not_available(node, topic, partition, plog, version)):
+                return PartResp(partition_index=partition, error_code=lagging)
             return PartResp(partition_index=partition, timestamp=-1, offset=-1, leader_epoch=-1)
         if ts < 0 and ts != MAX_TIMESTAMP:
             return PartResp(partition_index=partition, error_code=ErrorCode.INVALID_REQUEST)
@@ -183,10 +195,12 @@ def handle(node, request, body: ListOffsetsRequest):
                 if repeated[(t.name, p.partition_index)]:
                     repeated[(t.name, p.partition_index)] = False
                     parts.append(PartResp(partition_index=p.partition_index, error_code=ErrorCode.INVALID_REQUEST))
+            elif not ts_ok(p.timestamp, version):
+                parts.append(PartResp(partition_index=p.partition_index, error_code=ErrorCode.UNSUPPORTED_VERSION))
             elif topic is None or p.partition_index not in topic.partitions:
                 parts.append(PartResp(partition_index=p.partition_index,
                                       error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
-            elif ts_ok(p.timestamp, version):
+            else:
                 answer = _lookup(node, t.name, p.partition_index, p.timestamp, version, body.replica_id,
                                  p.current_leader_epoch if version >= 4 else -1, committed)
                 if answer.__class__ is PartResp:
@@ -198,8 +212,6 @@ def handle(node, request, body: ListOffsetsRequest):
                                               last_fetchable_offset(answer, body.replica_id, committed),
                                               not_available))
                     parts.append(None)
-            else:
-                parts.append(PartResp(partition_index=p.partition_index, error_code=ErrorCode.UNSUPPORTED_VERSION))
         topics.append(TopicResp(name=t.name, partitions=parts))
     response = ListOffsetsResponse(topics=topics)
     if not work:
@@ -230,6 +242,9 @@ def _repeated(body: ListOffsetsRequest) -> dict[tuple[str, int], bool]:
 
 
 def ts_ok(ts: int, version: int) -> bool:
-    """Special timestamps need the version that introduced them."""
-    needs = {MAX_TIMESTAMP: 7, EARLIEST_LOCAL: 8, LATEST_TIERED: 9}
-    return version >= needs.get(ts, 0)
+    """A special timestamp needs the version that introduced it; a negative one Kafka does not define never
+    passes (Kafka's ReplicaManager.isListOffsetsTimestampUnsupported)."""
+    if ts >= 0:
+        return True
+    needed = TIMESTAMP_MIN_VERSION.get(ts)
+    return needed is not None and version >= needed
