@@ -176,10 +176,12 @@ def test_a_fenced_member_rejoins_with_epoch_zero_under_its_id():
 @pytest.mark.parametrize("req, code, words", [
     (MemberHeartbeat("g", "m", 0, rebalance_timeout_ms=100, subscribed_topic_names=("t1",), owned={},
                       server_assignor="sticky"), ErrorCode.UNSUPPORTED_ASSIGNOR, "sticky"),
-    (MemberHeartbeat("g", "m", 0, rebalance_timeout_ms=100, subscribed_topic_names=(), owned={}),
-     ErrorCode.INVALID_REQUEST, "SubscribedTopicNames"),
     (MemberHeartbeat("g", "m", 0, rebalance_timeout_ms=100, subscribed_topic_names=None, owned={}),
-     ErrorCode.INVALID_REQUEST, "SubscribedTopicNames"),
+     ErrorCode.INVALID_REQUEST, "Either SubscribedTopicNames or SubscribedTopicRegex must be non-null"),
+    # v1 (KIP-1082): the consumer makes its member id; an empty one is refused when joining too, first of all
+    (MemberHeartbeat("g", "", 0, rebalance_timeout_ms=100, subscribed_topic_names=("t1",), owned={},
+                      member_id_required=True), ErrorCode.INVALID_REQUEST, "MemberId can't be empty."),
+    (MemberHeartbeat("", "", 0, member_id_required=True), ErrorCode.INVALID_REQUEST, "MemberId can't be empty."),
     (MemberHeartbeat("g", "m" * 256, 0, rebalance_timeout_ms=100, subscribed_topic_names=("t1",), owned={}),
      ErrorCode.INVALID_REQUEST, "255"),
     (MemberHeartbeat("g", "m", -3), ErrorCode.INVALID_REQUEST, "MemberEpoch"),
@@ -192,8 +194,6 @@ def test_a_fenced_member_rejoins_with_epoch_zero_under_its_id():
                       owned={T1.topic_id: frozenset({1})}), ErrorCode.INVALID_REQUEST, "TopicPartitions"),
     (MemberHeartbeat("g", "m", 0, rebalance_timeout_ms=100, subscribed_topic_names=("t1",), owned={},
                       subscribed_topic_regex="t(.*"), ErrorCode.INVALID_REGULAR_EXPRESSION, "t(.*"),
-    (MemberHeartbeat("g", "m", 0, rebalance_timeout_ms=100, subscribed_topic_names=(), owned={},
-                      subscribed_topic_regex=""), ErrorCode.INVALID_REQUEST, "SubscribedTopicRegex"),
     (MemberHeartbeat("g", "m", -2), ErrorCode.INVALID_REQUEST, "InstanceId"),
 ])
 def test_bad_requests_get_kafkas_codes(req, code, words):
@@ -201,6 +201,32 @@ def test_bad_requests_get_kafkas_codes(req, code, words):
     res = groups.heartbeat(0, req, cluster.lookup)
     assert res.error_code == code and words in (res.error_message or "")
     assert not table  # nothing was created
+
+
+@pytest.mark.parametrize("names, regex", [((), None), (None, ""), ((), "")])
+def test_a_member_may_join_subscribed_to_nothing(names, regex):
+    # Kafka 4 accepts an empty list of names or an empty regex when joining: a member of the group with nothing
+    # assigned; a second member subscribed to t1 then gets every partition.
+    groups, table, cluster = setup()
+    res = groups.heartbeat(0, MemberHeartbeat("g", "idle", 0, rebalance_timeout_ms=100, subscribed_topic_names=names,
+                                              subscribed_topic_regex=regex, owned={}), cluster.lookup)
+    assert res.error_code == 0, res.error_message
+    assert res.member_id == "idle" and res.member_epoch >= 1 and not any((res.assignment or {}).values())
+    b = Client(groups, cluster, "g", "b")
+    b.beat(1)
+    b.beat(2)
+    assert b.owned == {T1.topic_id: frozenset(range(6))}
+    assert set(table["g"].members) == {"idle", "b"}
+
+
+def test_v0_gives_a_joining_member_an_id_and_v1_takes_the_members_own():
+    groups, table, cluster = setup()
+    join = {"rebalance_timeout_ms": 100, "subscribed_topic_names": ("t1",), "owned": {}}
+    made = groups.heartbeat(0, MemberHeartbeat("g", "", 0, **join), cluster.lookup)
+    assert made.error_code == 0 and made.member_id
+    own = groups.heartbeat(1, MemberHeartbeat("g", "mine", 0, member_id_required=True, **join), cluster.lookup)
+    assert own.error_code == 0 and own.member_id == "mine"
+    assert set(table["g"].members) == {made.member_id, "mine"}
 
 
 def test_leaving_frees_the_partitions_and_bumps_the_epoch():

@@ -338,9 +338,12 @@ def test_bad_requests_get_kafkas_codes(server):
                            topic_partitions=[])
             r = await beat(member_id="m1", server_assignor="sticky", **joining)
             assert r.error_code == ErrorCode.UNSUPPORTED_ASSIGNOR and "sticky" in r.error_message
-            r = await beat(member_id="m1", member_epoch=0, rebalance_timeout_ms=5000, subscribed_topic_names=[],
-                           topic_partitions=[])
+            r = await beat(member_id="m1", member_epoch=0, rebalance_timeout_ms=5000, subscribed_topic_names=None,
+                           subscribed_topic_regex=None, topic_partitions=[])
             assert r.error_code == ErrorCode.INVALID_REQUEST and "SubscribedTopicNames" in r.error_message
+            # v1 (KIP-1082): a joining consumer must bring its own member id
+            r = await beat(member_id="", **joining)
+            assert (r.error_code, r.error_message) == (ErrorCode.INVALID_REQUEST, "MemberId can't be empty.")
             r = await beat(member_id="x" * 300, **joining)
             assert r.error_code == ErrorCode.INVALID_REQUEST
             r = await beat(member_id="m1", member_epoch=-7)

@@ -219,6 +219,8 @@ class MemberHeartbeat:
     owned: Assignment | None = None  # None: not sent (unchanged)
     client_id: str = ""
     client_host: str = ""
+    # v1+ (KIP-1082): the consumer makes its own member id, so an empty one is refused even when joining
+    member_id_required: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -455,6 +457,8 @@ class ConsumerGroups:
     # -------------------------------------------------------------------------------------- validation
     def _validate(self, r: MemberHeartbeat) -> None:
         bad = ErrorCode.INVALID_REQUEST
+        if (r.member_id_required or r.member_epoch > 0 or r.member_epoch == LEAVE_GROUP_EPOCH) and not r.member_id:
+            raise HeartbeatError(bad, "MemberId can't be empty.")
         if not r.group_id:
             raise HeartbeatError(bad, "GroupId can't be empty.")
         if r.instance_id == "":
@@ -471,16 +475,17 @@ class ConsumerGroups:
         if len(r.member_id) > MEMBER_ID_MAX_LENGTH:
             raise HeartbeatError(bad, f"MemberId is longer than {MEMBER_ID_MAX_LENGTH} characters.")
         if r.member_epoch > 0 or r.member_epoch == LEAVE_GROUP_EPOCH:
-            if not r.member_id:
-                raise HeartbeatError(bad, "MemberId can't be empty.")
+            pass  # the member id was checked first, as Kafka checks it
         elif r.member_epoch == 0:
             if r.rebalance_timeout_ms == -1:
                 raise HeartbeatError(bad, "RebalanceTimeoutMs must be provided in first request.")
             if r.owned is None or any(r.owned.values()):
                 raise HeartbeatError(bad, "TopicPartitions must be empty when (re-)joining.")
-            if not r.subscribed_topic_names and not r.subscribed_topic_regex:
-                raise HeartbeatError(bad, "SubscribedTopicNames or SubscribedTopicRegex must be set in first "
-                                          "request.")
+            # An empty list or an empty regex joins subscribed to nothing, as Kafka 4 accepts it; only both
+            # left null is refused.
+            if r.subscribed_topic_names is None and r.subscribed_topic_regex is None:
+                raise HeartbeatError(bad, "Either SubscribedTopicNames or SubscribedTopicRegex must be non-null "
+                                          "when (re-)joining.")
         elif r.member_epoch == LEAVE_GROUP_STATIC_EPOCH:
             if not r.member_id:
                 raise HeartbeatError(bad, "MemberId can't be empty.")

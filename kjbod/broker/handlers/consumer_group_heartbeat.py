@@ -1,7 +1,9 @@
 """ConsumerGroupHeartbeat (key 68), versions 0-1.
 
 Version notes: v0 the KIP-848 consumer protocol; v1 adds a regex subscription (an empty one clears it;
-INVALID_REGULAR_EXPRESSION for one that does not compile).  Every
+INVALID_REGULAR_EXPRESSION for one that does not compile) and (KIP-1082) the consumer makes its own member id: an
+empty one is INVALID_REQUEST even in a joining heartbeat, where v0 has the coordinator make one.  A joining member
+may subscribe to nothing (an empty list or regex); leaving both null is INVALID_REQUEST, as in Kafka 4.  Every
 field but the group id, member id and epoch may be left null when unchanged since the last heartbeat.
 
 The group logic is kjbod.broker.groups.consumer's; the coordinator writes the group's changed records to its
@@ -43,7 +45,7 @@ async def handle(node, request, body: ConsumerGroupHeartbeatRequest) -> Consumer
         subscribed_topic_names=None if body.subscribed_topic_names is None else tuple(body.subscribed_topic_names),
         subscribed_topic_regex=body.subscribed_topic_regex,
         server_assignor=body.server_assignor, owned=owned, client_id=request.client_id or "",
-        client_host="/" + ctx.peer_host if ctx is not None else ""))
+        client_host="/" + ctx.peer_host if ctx is not None else "", member_id_required=request.api_version >= 1))
     if result.error_code:
         return ConsumerGroupHeartbeatResponse(error_code=result.error_code, error_message=result.error_message)
     assignment = None if result.assignment is None else Assignment(topic_partitions=[
