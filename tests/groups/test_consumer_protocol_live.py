@@ -293,7 +293,8 @@ def test_consumer_groups_cli_and_admin_calls_describe_the_group(server):
 def test_a_classic_kafka_python_group_works_beside_it(server):
     topic = make_topic(server, 2, 10)
     modern = new_consumer(server, f"m-{uuid.uuid4().hex[:8]}", topic, "modern")
-    classic = KafkaConsumer(bootstrap_servers=server.bootstrap, group_id=f"c-{uuid.uuid4().hex[:8]}",
+    classic_group = f"c-{uuid.uuid4().hex[:8]}"
+    classic = KafkaConsumer(bootstrap_servers=server.bootstrap, group_id=classic_group,
                             auto_offset_reset="earliest", session_timeout_ms=6000, heartbeat_interval_ms=300)
     classic.subscribe([topic])
     try:
@@ -307,6 +308,17 @@ def test_a_classic_kafka_python_group_works_beside_it(server):
             for batch in classic.poll(timeout_ms=100).values():
                 got_classic.extend(r.value for r in batch)
         assert sorted(got_modern) == sorted(got_classic) == sorted(f"v{i}".encode() for i in range(10))
+
+        async def describe_classic():
+            conn = await _coordinator_connection(server, classic_group)
+            try:
+                return await conn.request(69, 1, ConsumerGroupDescribeRequest(group_ids=[classic_group]), 30.0)
+            finally:
+                conn.close()
+
+        (g,) = asyncio.run(describe_classic()).groups
+        assert (g.error_code, g.error_message) == (ErrorCode.GROUP_ID_NOT_FOUND,
+                                                   f"Group {classic_group} is not a consumer group.")
     finally:
         modern.close()
         classic.close()

@@ -2,7 +2,8 @@
 
 Version notes: v0 describes KIP-848 consumer groups: state, group and assignment epochs, the assignor in use, and
 each member with its subscription, its current assignment and its target.  A group this coordinator does not
-know, or a classic group, answers GROUP_ID_NOT_FOUND; an empty id INVALID_GROUP_ID; DESCRIBE on the group is
+know ("Group G not found."), or a classic group ("Group G is not a consumer group."), answers
+GROUP_ID_NOT_FOUND; an empty id INVALID_GROUP_ID; DESCRIBE on the group is
 needed (GROUP_AUTHORIZATION_FAILED), as in Kafka.  While the cluster's group.version is 0 every group answers
 UNSUPPORTED_VERSION, as Kafka 4.0's broker answers it.  v1 (KIP-1099) adds each member's MemberType: 0 for a
 member that joined with the classic protocol (a JoinGroup member of a consumer group, during an upgrade from
@@ -59,8 +60,9 @@ def handle(node, request, body: ConsumerGroupDescribeRequest) -> ConsumerGroupDe
             continue
         g = coordinator.book.consumer_groups.get(gid)
         if g is None:
-            out.append(DescribedGroup(error_code=ErrorCode.GROUP_ID_NOT_FOUND, group_id=gid,
-                                      error_message=f"Group {gid} not found."))
+            classic = gid in coordinator.book.groups
+            out.append(DescribedGroup(error_code=ErrorCode.GROUP_ID_NOT_FOUND, group_id=gid, error_message=(
+                f"Group {gid} is not a consumer group." if classic else f"Group {gid} not found.")))
             continue
         ops = authorized_operations(node, request, GROUP, gid) if body.include_authorized_operations else NOT_ASKED
         out.append(DescribedGroup(
