@@ -261,6 +261,21 @@ BROKER_KEYS: dict[str, BrokerKey] = {k.name: k for k in [
               doc="The largest consumer.heartbeat.interval.ms a group may be given."),
     BrokerKey("group.consumer.migration.policy", STRING, "group_consumer_migration_policy",
               doc="Whether a non-empty group may change between the classic and the consumer protocol."),
+    BrokerKey("group.share.session.timeout.ms", INT, "group_share_session_timeout_ms",
+              doc="How long a share group member may go without a heartbeat."),
+    BrokerKey("group.share.heartbeat.interval.ms", INT, "group_share_heartbeat_interval_ms",
+              doc="How often share group members heartbeat."),
+    BrokerKey("group.share.min.session.timeout.ms", INT, "group_share_min_session_timeout_ms",
+              doc="The smallest share.session.timeout.ms a group may be given."),
+    BrokerKey("group.share.max.session.timeout.ms", INT, "group_share_max_session_timeout_ms",
+              doc="The largest share.session.timeout.ms a group may be given."),
+    BrokerKey("group.share.min.heartbeat.interval.ms", INT, "group_share_min_heartbeat_interval_ms",
+              doc="The smallest share.heartbeat.interval.ms a group may be given."),
+    BrokerKey("group.share.max.heartbeat.interval.ms", INT, "group_share_max_heartbeat_interval_ms",
+              doc="The largest share.heartbeat.interval.ms a group may be given."),
+    BrokerKey("group.share.max.size", INT, "group_share_max_size", doc="The most members a share group may have."),
+    BrokerKey("group.share.initialize.retry.interval.ms", INT, "group_share_initialize_retry_interval_ms",
+              doc="How long a share partition's state initialization may take before it is asked for again."),
     BrokerKey("offset.metadata.max.bytes", INT, "offset_metadata_max_bytes",
               doc="The longest metadata an offset commit may carry."),
     BrokerKey("offsets.retention.check.interval.ms", LONG, "offsets_retention_check_interval_ms",
@@ -803,6 +818,12 @@ GROUP_KEYS = {k.name: k for k in (
     GroupKey("consumer.heartbeat.interval.ms", "group_consumer_heartbeat_interval_ms",
              "group.consumer.min.heartbeat.interval.ms", "group.consumer.max.heartbeat.interval.ms",
              "How often consumer-protocol members of this group are told to heartbeat."),
+    GroupKey("share.session.timeout.ms", "group_share_session_timeout_ms",
+             "group.share.min.session.timeout.ms", "group.share.max.session.timeout.ms",
+             "How long a member of this share group may go without a heartbeat before it is removed."),
+    GroupKey("share.heartbeat.interval.ms", "group_share_heartbeat_interval_ms",
+             "group.share.min.heartbeat.interval.ms", "group.share.max.heartbeat.interval.ms",
+             "How often members of this share group are told to heartbeat."),
 )}
 
 
@@ -870,8 +891,9 @@ def plan_group_changes(overrides: dict[str, str], changes: list[tuple[str, int, 
             raise ConfigProblem(ErrorCode.INVALID_CONFIG, f"{key} must be greater than or equal to {k.min_key}")
         if values[key] > bounds[k.max_key]:
             raise ConfigProblem(ErrorCode.INVALID_CONFIG, f"{key} must be less than or equal to {k.max_key}")
-    if values["consumer.session.timeout.ms"] <= values["consumer.heartbeat.interval.ms"]:
-        raise ConfigProblem(ErrorCode.INVALID_CONFIG,
-                            "consumer.session.timeout.ms must be greater than consumer.heartbeat.interval.ms")
+    for kind in ("consumer", "share"):
+        if values[f"{kind}.session.timeout.ms"] <= values[f"{kind}.heartbeat.interval.ms"]:
+            raise ConfigProblem(ErrorCode.INVALID_CONFIG, f"{kind}.session.timeout.ms must be greater than "
+                                f"{kind}.heartbeat.interval.ms")
     return new
 

@@ -95,7 +95,11 @@ def group_bounds(config: Any) -> dict[str, int]:
     return {"group.consumer.min.session.timeout.ms": config.group_consumer_min_session_timeout_ms,
             "group.consumer.max.session.timeout.ms": config.group_consumer_max_session_timeout_ms,
             "group.consumer.min.heartbeat.interval.ms": config.group_consumer_min_heartbeat_interval_ms,
-            "group.consumer.max.heartbeat.interval.ms": config.group_consumer_max_heartbeat_interval_ms}
+            "group.consumer.max.heartbeat.interval.ms": config.group_consumer_max_heartbeat_interval_ms,
+            "group.share.min.session.timeout.ms": config.group_share_min_session_timeout_ms,
+            "group.share.max.session.timeout.ms": config.group_share_max_session_timeout_ms,
+            "group.share.min.heartbeat.interval.ms": config.group_share_min_heartbeat_interval_ms,
+            "group.share.max.heartbeat.interval.ms": config.group_share_max_heartbeat_interval_ms}
 
 
 def _default_config() -> Any:

@@ -160,6 +160,10 @@ from .sasl_authenticate_request import SaslAuthenticateRequest
 from .sasl_authenticate_response import SaslAuthenticateResponse
 from .sasl_handshake_request import SaslHandshakeRequest
 from .sasl_handshake_response import SaslHandshakeResponse
+from .share_group_describe_request import ShareGroupDescribeRequest
+from .share_group_describe_response import ShareGroupDescribeResponse
+from .share_group_heartbeat_request import ShareGroupHeartbeatRequest
+from .share_group_heartbeat_response import ShareGroupHeartbeatResponse
 from .snapshot_footer_record import SnapshotFooterRecord
 from .snapshot_header_record import SnapshotHeaderRecord
 from .sync_group_request import SyncGroupRequest
@@ -343,6 +347,10 @@ __all__ = [
     'SaslAuthenticateResponse',
     'SaslHandshakeRequest',
     'SaslHandshakeResponse',
+    'ShareGroupDescribeRequest',
+    'ShareGroupDescribeResponse',
+    'ShareGroupHeartbeatRequest',
+    'ShareGroupHeartbeatResponse',
     'SnapshotFooterRecord',
     'SnapshotHeaderRecord',
     'SyncGroupRequest',
