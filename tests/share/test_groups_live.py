@@ -273,3 +273,50 @@ def test_share_version_0_turns_the_share_apis_off(server):
     while (codes := asyncio.run(heartbeat_and_describe())) != (0, 0):
         assert time.monotonic() < deadline, codes
         time.sleep(0.2)
+
+
+def test_confluent_share_consumers_join_and_are_assigned(server):
+    """confluent-kafka's ShareConsumer joins through ShareGroupHeartbeat; only the group side is checked here (its
+    ShareFetch requests are the share-partition leader's part)."""
+    from confluent_kafka import ShareConsumer
+
+    topic, tid = make_topic(server, 2)
+    group = f"sg-{uuid.uuid4().hex[:8]}"
+    consumers = [ShareConsumer({"bootstrap.servers": server.bootstrap, "group.id": group,
+                                "client.id": f"share-{i}"}) for i in range(2)]
+    try:
+        for c in consumers:
+            c.subscribe([topic])
+
+        async def described():
+            conn = await coordinator(server, group)
+            try:
+                return (await describe(conn, group))[0]
+            finally:
+                conn.close()
+
+        deadline = time.monotonic() + WAIT_S
+        while True:
+            for c in consumers:
+                try:
+                    c.poll(0.2)
+                except Exception:  # noqa: BLE001 - fetching is not served by this part yet
+                    pass
+            g = asyncio.run(described())
+            held = {m.client_id: sorted(p for t in m.assignment.topic_partitions for p in t.partitions)
+                    for m in g.members}
+            if g.error_code == 0 and len(held) == 2 and all(held.values()) and \
+                    all(m.member_epoch == g.assignment_epoch for m in g.members):
+                break
+            assert time.monotonic() < deadline, (g, held)
+        assert set(held) == {"share-0", "share-1"} and g.group_state == "Stable"
+        assert sorted(held["share-0"] + held["share-1"]) == [0, 1]  # two members, two partitions: one each
+        assert all(m.subscribed_topic_names == [topic] for m in g.members)
+    finally:
+        for c in consumers:
+            c.close()
+    deadline = time.monotonic() + WAIT_S
+    while (g := asyncio.run(described())).members:  # close() leaves the group (epoch -1)
+        assert time.monotonic() < deadline, g
+        time.sleep(0.1)
+    assert g.group_state == "Empty"
