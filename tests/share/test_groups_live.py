@@ -25,7 +25,10 @@ from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import (
     ApiVersionsRequest,
     ConsumerGroupHeartbeatRequest,
+    DeleteGroupsRequest,
+    DescribeGroupsRequest,
     FindCoordinatorRequest,
+    ListGroupsRequest,
     ShareGroupDescribeRequest,
     ShareGroupHeartbeatRequest,
 )
@@ -320,3 +323,47 @@ def test_confluent_share_consumers_join_and_are_assigned(server):
         assert time.monotonic() < deadline, g
         time.sleep(0.1)
     assert g.group_state == "Empty"
+
+
+def test_list_describe_and_delete_a_share_group(server):
+    topic, tid = make_topic(server, 1)
+    group = f"sg-{uuid.uuid4().hex[:8]}"
+    m = str(uuid.uuid4())
+
+    async def run() -> None:
+        conn = await coordinator(server, group)
+        try:
+            r = await beat(conn, group, m, 0, [topic])
+            epoch = await until_assigned(conn, group, m, r.member_epoch, {tid: [0]})
+            r = await conn.request(16, 5, ListGroupsRequest(types_filter=["Share"]), 30.0)
+            listed = {g.group_id: (g.protocol_type, g.group_state, g.group_type) for g in r.groups}
+            assert listed[group] == ("share", "Stable", "share")
+            assert all(kind == "share" for _, _, kind in listed.values())
+            r = await conn.request(16, 5, ListGroupsRequest(types_filter=["share"], states_filter=["Empty"]), 30.0)
+            assert group not in {g.group_id for g in r.groups}
+            r = await conn.request(16, 5, ListGroupsRequest(types_filter=["consumer"]), 30.0)
+            assert group not in {g.group_id for g in r.groups}
+            r = await conn.request(15, 6, DescribeGroupsRequest(groups=[group]), 30.0)
+            [g] = r.groups
+            assert (g.error_code, g.error_message, g.group_state) == (
+                ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group} is not a classic group.", "Dead")
+            r = await conn.request(42, 2, DeleteGroupsRequest(groups_names=[group]), 30.0)
+            assert [(x.group_id, x.error_code) for x in r.results] == [(group, ErrorCode.NON_EMPTY_GROUP)]
+            r = await beat(conn, group, m, -1)
+            assert r.error_code == 0 and epoch > 0
+            r = await conn.request(16, 5, ListGroupsRequest(types_filter=["share"], states_filter=["empty"]), 30.0)
+            assert group in {g.group_id for g in r.groups}
+            r = await conn.request(42, 2, DeleteGroupsRequest(groups_names=[group]), 30.0)
+            assert [(x.group_id, x.error_code) for x in r.results] == [(group, 0)]
+            assert (await describe(conn, group))[0].error_code == ErrorCode.GROUP_ID_NOT_FOUND
+            r = await conn.request(16, 5, ListGroupsRequest(types_filter=["share"]), 30.0)
+            assert group not in {g.group_id for g in r.groups}
+            r = await conn.request(42, 2, DeleteGroupsRequest(groups_names=[group]), 30.0)
+            assert [(x.group_id, x.error_code) for x in r.results] == [(group, ErrorCode.GROUP_ID_NOT_FOUND)]
+            # the id is free again, for a group of any kind
+            r = await beat(conn, group, m, 0, [topic])
+            assert (r.error_code, r.member_epoch) == (0, 1)
+        finally:
+            conn.close()
+
+    asyncio.run(run())

@@ -500,6 +500,33 @@ class GroupCoordinator(CoordinatorHost):
             self._unwritten.add(group_id)
         return code
 
+    async def delete_share_group(self, group_id: str) -> int:
+        """Deletes an empty share group: the share state of its partitions through the persister (those partitions
+        recorded as deleting meanwhile), then every record of the group.  0, or the first error code."""
+        sg = self.share_groups.get(group_id)
+        if sg is None:
+            return ErrorCode.GROUP_ID_NOT_FOUND
+        keys = sorted({(tid, p) for tid, (_, ps) in sg.initialized.items() for p in ps}
+                      | {(tid, p) for tid, (_, ps, _) in sg.initializing.items() for p in ps}, key=str)
+        if keys:
+            sg.deleting.update({tid: name for tid, (name, _) in sg.initialized.items()})
+            sg.deleting.update({tid: name for tid, (name, _, _) in sg.initializing.items()})
+            sg.initialized, sg.initializing = {}, {}
+            code = await self.persist_share(group_id)
+            if code:
+                return code
+            try:
+                answers = await persister_of(self.node).delete(group_id, keys)
+            except Exception:
+                log.exception("share_state_delete_failed", group=group_id)
+                return ErrorCode.UNKNOWN_SERVER_ERROR
+            failed = [a.error_code for a in answers.values() if a.error_code]
+            if failed:
+                return failed[0]
+        if self.share_groups.get(group_id) is sg:
+            del self.share_groups[group_id]
+        return await self.persist_share(group_id)
+
     async def classic_join(self, group_id: str, member_id: str, instance_id: str | None, client_id: str,
                            client_host: str, session_timeout_ms: int, rebalance_timeout_ms: int, protocol_type: str,
                            protocols: list[tuple[str, bytes]], require_known_member_id: bool) -> JoinResult:
