@@ -58,6 +58,10 @@ QUORUM = "tests/raft/test_quorum_config.py"
 EFFECTS: dict[str, list[str]] = {
     **{f"group.share.{key}": [f"{SHARE_GROUPS}::test_the_share_keys_reach_the_coordinator"]
        for key in ("session.timeout.ms", "heartbeat.interval.ms", "max.size", "initialize.retry.interval.ms")},
+    **{f"group.share.{pre}{key}": [f"{SHARE_GROUPS}::test_share_group_config_reads_a_groups_values_over_the_broker_keys",
+                                   f"{SHARE_GROUPS}::test_the_share_group_configs_are_checked_as_kafka_checks_them"]
+       for pre in ("", "min.", "max.")
+       for key in ("record.lock.duration.ms", "delivery.count.limit", "partition.max.record.locks")},
     **{f"group.share.{bound}": [f"{SHARE_GROUPS}::test_the_share_keys_reach_the_coordinator",
                                 f"{SHARE_GROUPS}::test_a_groups_share_values_are_checked_against_the_broker_keys"]
        for bound in ("min.session.timeout.ms", "max.session.timeout.ms", "min.heartbeat.interval.ms",

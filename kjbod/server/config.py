@@ -561,6 +561,18 @@ KEYS: dict[str, KeyDef] = {
         KeyDef("group.share.max.heartbeat.interval.ms", _int(1), 15_000,
                "the largest share.heartbeat.interval.ms a group config may set"),
         KeyDef("group.share.max.size", _int(1, 1000), 200, "the most members a share group may have"),
+        KeyDef("group.share.record.lock.duration.ms", _int(1000), 30_000,
+               "how long a record handed to a share group member stays locked to it"),
+        KeyDef("group.share.min.record.lock.duration.ms", _int(1000), 15_000, "the smallest share.record.lock.duration.ms a group config may set"),
+        KeyDef("group.share.max.record.lock.duration.ms", _int(1000), 60_000, "the largest share.record.lock.duration.ms a group config may set"),
+        KeyDef("group.share.delivery.count.limit", _int(2, 10), 5,
+               "how many times a record may be delivered to a share group before it is archived"),
+        KeyDef("group.share.min.delivery.count.limit", _int(2, 10), 2, "the smallest share.delivery.count.limit a group config may set"),
+        KeyDef("group.share.max.delivery.count.limit", _int(2, 10), 10, "the largest share.delivery.count.limit a group config may set"),
+        KeyDef("group.share.partition.max.record.locks", _int(100), 2_000,
+               "the most records of one partition locked to a share group's members at once"),
+        KeyDef("group.share.min.partition.max.record.locks", _int(100), 100, "the smallest share.partition.max.record.locks a group config may set"),
+        KeyDef("group.share.max.partition.max.record.locks", _int(100), 4_000, "the largest share.partition.max.record.locks a group config may set"),
         KeyDef("group.share.initialize.retry.interval.ms", _int(1), 30_000,
                "how long a share group waits for the persister to initialize a partition's share state before it "
                "asks again"),
@@ -785,6 +797,15 @@ class ServerConfig:
     group_share_max_heartbeat_interval_ms: int = 15_000
     group_share_max_size: int = 200
     group_share_initialize_retry_interval_ms: int = 30_000
+    group_share_record_lock_duration_ms: int = 30_000
+    group_share_min_record_lock_duration_ms: int = 15_000
+    group_share_max_record_lock_duration_ms: int = 60_000
+    group_share_delivery_count_limit: int = 5
+    group_share_min_delivery_count_limit: int = 2
+    group_share_max_delivery_count_limit: int = 10
+    group_share_partition_max_record_locks: int = 2_000
+    group_share_min_partition_max_record_locks: int = 100
+    group_share_max_partition_max_record_locks: int = 4_000
     offset_metadata_max_bytes: int = 4096
     offsets_retention_ms: int = 7 * 24 * 3600 * 1000
     offsets_retention_check_interval_ms: int = 600_000
@@ -1087,6 +1108,8 @@ def build_config(
 
     _check_consumer_group_bounds(get, fail)
     _check_consumer_group_bounds(get, fail, "group.share.")
+    for what in ("record.lock.duration.ms", "delivery.count.limit", "partition.max.record.locks"):
+        _check_within(get, fail, "group.share.", what)
 
     # Listeners and their security protocols.
     explicit_map = get("listener.security.protocol.map")
@@ -1365,6 +1388,15 @@ def build_config(
         group_share_max_heartbeat_interval_ms=get("group.share.max.heartbeat.interval.ms"),
         group_share_max_size=get("group.share.max.size"),
         group_share_initialize_retry_interval_ms=get("group.share.initialize.retry.interval.ms"),
+        group_share_record_lock_duration_ms=get("group.share.record.lock.duration.ms"),
+        group_share_min_record_lock_duration_ms=get("group.share.min.record.lock.duration.ms"),
+        group_share_max_record_lock_duration_ms=get("group.share.max.record.lock.duration.ms"),
+        group_share_delivery_count_limit=get("group.share.delivery.count.limit"),
+        group_share_min_delivery_count_limit=get("group.share.min.delivery.count.limit"),
+        group_share_max_delivery_count_limit=get("group.share.max.delivery.count.limit"),
+        group_share_partition_max_record_locks=get("group.share.partition.max.record.locks"),
+        group_share_min_partition_max_record_locks=get("group.share.min.partition.max.record.locks"),
+        group_share_max_partition_max_record_locks=get("group.share.max.partition.max.record.locks"),
         offset_metadata_max_bytes=get("offset.metadata.max.bytes"),
         offsets_retention_ms=get("offsets.retention.minutes") * 60_000,
         offsets_retention_check_interval_ms=get("offsets.retention.check.interval.ms"),
@@ -1452,6 +1484,17 @@ def build_config(
         ignored=ignored,
         properties=dict(props),
     )
+
+
+def _check_within(get: Callable[[str], Any], fail: Callable[[str, str], ConfigError], pre: str, what: str) -> None:
+    """A broker key lies within its own min and max keys (`pre`min.`what` <= `pre``what` <= `pre`max.`what`)."""
+    lo, hi, value = get(f"{pre}min.{what}"), get(f"{pre}max.{what}"), get(f"{pre}{what}")
+    if hi < lo:
+        raise fail(f"{pre}max.{what}", f"{pre}max.{what} ({hi}) must be greater than or equal to {pre}min.{what} ({lo})")
+    if value < lo:
+        raise fail(f"{pre}{what}", f"{pre}{what} ({value}) must be greater than or equal to {pre}min.{what} ({lo})")
+    if value > hi:
+        raise fail(f"{pre}{what}", f"{pre}{what} ({value}) must be less than or equal to {pre}max.{what} ({hi})")
 
 
 def _check_consumer_group_bounds(get: Callable[[str], Any], fail: Callable[[str, str], ConfigError],

@@ -63,3 +63,88 @@ def test_a_groups_share_values_are_checked_against_the_broker_keys():
         with pytest.raises(PolicyError) as e:
             policy.plan_group({}, changes, replace=False)
         assert e.value.message == message
+
+
+def test_the_share_group_configs_are_checked_as_kafka_checks_them():
+    from kjbod.controller.result import PolicyError
+
+    policy = BrokerConfigPolicy(None, build_config(BASE))
+
+    def plan(*changes):
+        return policy.plan_group({}, [(k, SET, v) for k, v in changes], replace=False)
+
+    def refused(key, value) -> str:
+        with pytest.raises(PolicyError) as e:
+            plan((key, value))
+        return e.value.message
+
+    good = [("share.auto.offset.reset", "earliest"), ("share.auto.offset.reset", "LATEST"),
+            ("share.auto.offset.reset", "by_duration:PT1H30M"), ("share.auto.offset.reset", "by_duration:P2DT0.5S"),
+            ("share.isolation.level", "read_committed"), ("share.renew.acknowledge.enable", "false"),
+            ("share.record.lock.duration.ms", "15000"), ("share.delivery.count.limit", "10"),
+            ("share.partition.max.record.locks", "100")]
+    for key, value in good:
+        assert plan((key, value)) == {key: value}
+    for value in ("none", "by_duration:", "by_duration:1h", "by_duration:-PT1H", "by_duration:P1DT"):
+        assert refused("share.auto.offset.reset", value) == (
+            f"Invalid value {value} for configuration share.auto.offset.reset: The value must be either 'earliest', "
+            "'latest' or of the format 'by_duration:<PnDTnHnMn.nS>'.")
+    assert refused("share.isolation.level", "serializable") == (
+        "Invalid value serializable for configuration share.isolation.level: String must be one of: "
+        "read_committed, read_uncommitted")
+    assert refused("share.renew.acknowledge.enable", "yes").endswith("Expected value to be either true or false")
+    assert refused("share.record.lock.duration.ms", "999").endswith("Value must be an integer of at least 1000")
+    assert refused("share.record.lock.duration.ms", "14000") == (
+        "share.record.lock.duration.ms must be greater than or equal to group.share.min.record.lock.duration.ms")
+    assert refused("share.record.lock.duration.ms", "61000") == (
+        "share.record.lock.duration.ms must be less than or equal to group.share.max.record.lock.duration.ms")
+    assert refused("share.delivery.count.limit", "1").endswith("Value must be an integer of at least 2")
+    assert refused("share.delivery.count.limit", "11") == (
+        "share.delivery.count.limit must be less than or equal to group.share.max.delivery.count.limit")
+    assert refused("share.partition.max.record.locks", "4001") == (
+        "share.partition.max.record.locks must be less than or equal to group.share.max.partition.max.record.locks")
+    assert refused("share.assignment.interval.ms", "1") == "Unknown group config name: share.assignment.interval.ms"
+
+
+def test_share_group_config_reads_a_groups_values_over_the_broker_keys():
+    from kjbod.broker.share.group_config import auto_offset_reset, share_group_config
+    from kjbod.controller import configs as controller_configs
+    from kjbod.metadata import EMPTY_IMAGE, GROUP_RESOURCE, MetadataDelta
+
+    config = build_config({
+        **BASE, "group.share.record.lock.duration.ms": "20000", "group.share.min.record.lock.duration.ms": "10000",
+        "group.share.max.record.lock.duration.ms": "50000", "group.share.delivery.count.limit": "3",
+        "group.share.min.delivery.count.limit": "3", "group.share.max.delivery.count.limit": "4",
+        "group.share.partition.max.record.locks": "500", "group.share.min.partition.max.record.locks": "400",
+        "group.share.max.partition.max.record.locks": "600"})
+    node = SimpleNamespace(config=config, metadata=EMPTY_IMAGE)
+    assert share_group_config(node, "g1") == {
+        "share.session.timeout.ms": 45_000, "share.heartbeat.interval.ms": 5000,
+        "share.record.lock.duration.ms": 20_000, "share.delivery.count.limit": 3,
+        "share.partition.max.record.locks": 500, "share.auto.offset.reset": "latest",
+        "share.isolation.level": "read_uncommitted", "share.renew.acknowledge.enable": True}
+    result = controller_configs.alter_configs(EMPTY_IMAGE, [(GROUP_RESOURCE, "g1", [
+        ("share.auto.offset.reset", SET, "Earliest"), ("share.record.lock.duration.ms", SET, "45000"),
+        ("share.delivery.count.limit", SET, "4"), ("share.isolation.level", SET, "read_committed"),
+        ("share.renew.acknowledge.enable", SET, "false"), ("share.partition.max.record.locks", SET, "450")])],
+        BrokerConfigPolicy(None, config), replace=False, validate_only=False)
+    assert [code for code, _ in result.response] == [0]
+    delta = MetadataDelta(EMPTY_IMAGE)
+    for r in result.records:
+        delta.replay(r)
+    node.metadata = delta.apply()
+    assert share_group_config(node, "g1") == {
+        "share.session.timeout.ms": 45_000, "share.heartbeat.interval.ms": 5000,
+        "share.record.lock.duration.ms": 45_000, "share.delivery.count.limit": 4,
+        "share.partition.max.record.locks": 450, "share.auto.offset.reset": "earliest",
+        "share.isolation.level": "read_committed", "share.renew.acknowledge.enable": False}
+    assert share_group_config(node, "g2")["share.record.lock.duration.ms"] == 20_000  # another group: the broker's
+    # the broker keys lie within their own bounds
+    with pytest.raises(ConfigError, match="group.share.min.delivery.count.limit"):
+        build_config({**BASE, "group.share.delivery.count.limit": "3", "group.share.min.delivery.count.limit": "4"})
+    with pytest.raises(ConfigError, match="group.share.max.record.lock.duration.ms"):
+        build_config({**BASE, "group.share.record.lock.duration.ms": "70000"})
+    with pytest.raises(ConfigError, match="group.share.max.partition.max.record.locks"):
+        build_config({**BASE, "group.share.partition.max.record.locks": "5000"})
+    assert auto_offset_reset("by_duration:P1DT2H3M4.5S") == ("by_duration", ((24 + 2) * 60 + 3) * 60_000 + 4500)
+    assert auto_offset_reset("Earliest") == ("earliest", None)

@@ -371,7 +371,7 @@ class GroupCoordinator(CoordinatorHost):
         self._spawn(write())
 
     # ------------------------------------------------------------------------------------------- consumer groups
-    def group_configs(self, group_id: str) -> dict[str, int]:
+    def group_configs(self, group_id: str) -> dict[str, Any]:
         """The group's own configs (KIP-848, ConfigRecords of resource type 32 in the metadata image)."""
         overrides = self.node.metadata.resource_configs(bc.GROUP, group_id)
         return {k: v for k, v in bc.group_values(self.node.config, overrides).items() if k in overrides}
