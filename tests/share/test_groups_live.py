@@ -367,3 +367,93 @@ def test_list_describe_and_delete_a_share_group(server):
             conn.close()
 
     asyncio.run(run())
+
+
+def test_share_group_offsets_are_described_altered_and_deleted_through_the_persister(server):
+    from kjbod.protocol.generated import (
+        AlterShareGroupOffsetsRequest,
+        DeleteShareGroupOffsetsRequest,
+        DescribeShareGroupOffsetsRequest,
+    )
+    from kjbod.protocol.generated.alter_share_group_offsets_request import (
+        AlterShareGroupOffsetsRequestPartition as AlterPartition,
+    )
+    from kjbod.protocol.generated.alter_share_group_offsets_request import (
+        AlterShareGroupOffsetsRequestTopic as AlterTopic,
+    )
+    from kjbod.protocol.generated.delete_share_group_offsets_request import (
+        DeleteShareGroupOffsetsRequestTopic as DeleteTopic,
+    )
+    from kjbod.protocol.generated.describe_share_group_offsets_request import (
+        DescribeShareGroupOffsetsRequestGroup as DescribeGroup,
+    )
+    from kjbod.protocol.generated.describe_share_group_offsets_request import (
+        DescribeShareGroupOffsetsRequestTopic as DescribeTopic,
+    )
+
+    topic, tid = make_topic(server, 2)
+    other, _ = make_topic(server, 1)
+    group = f"sg-{uuid.uuid4().hex[:8]}"
+    m = str(uuid.uuid4())
+
+    async def offsets(conn, topics=None, version=1):
+        r = await conn.request(90, version, DescribeShareGroupOffsetsRequest(groups=[DescribeGroup(
+            group_id=group, topics=topics)]), 30.0)
+        [g] = r.groups
+        assert g.error_code == 0, g
+        return {(t.topic_name, p.partition_index): (p.start_offset, p.lag, p.error_code)
+                for t in g.topics for p in t.partitions}
+
+    async def alter(conn, name, *parts):
+        return await conn.request(91, 0, AlterShareGroupOffsetsRequest(group_id=group, topics=[AlterTopic(
+            topic_name=name, partitions=[AlterPartition(partition_index=p, start_offset=o) for p, o in parts])]),
+            30.0)
+
+    async def run() -> None:
+        conn = await coordinator(server, group)
+        try:
+            versions = await conn.request(18, 3, ApiVersionsRequest(client_software_name="t",
+                                                                    client_software_version="1"), 30.0)
+            keys = {k.api_key: (k.min_version, k.max_version) for k in versions.api_keys}
+            assert (keys[90], keys[91], keys[92]) == ((0, 1), (0, 0), (0, 0))
+            # a member's heartbeats initialize the state of both partitions: no start offset yet
+            r = await beat(conn, group, m, 0, [topic])
+            await until_assigned(conn, group, m, r.member_epoch, {tid: [0, 1]})
+            assert await offsets(conn) == {(topic, 0): (-1, -1, 0), (topic, 1): (-1, -1, 0)}
+            asked = [DescribeTopic(topic_name=topic, partitions=[1]), DescribeTopic(topic_name="nope", partitions=[0])]
+            assert await offsets(conn, asked, version=0) == {(topic, 1): (-1, -1, 0), ("nope", 0): (-1, -1, 0)}
+            # only an empty group's offsets change
+            r = await alter(conn, topic, (0, 5))
+            assert (r.error_code, r.error_message) == (ErrorCode.NON_EMPTY_GROUP, "The group is not empty.")
+            assert (await beat(conn, group, m, -1)).error_code == 0
+            r = await alter(conn, topic, (0, 5), (7, 1))
+            assert r.error_code == 0
+            assert [(t.topic_name, t.topic_id, [(p.partition_index, p.error_code) for p in t.partitions])
+                    for t in r.responses] == [(topic, tid, [(0, 0), (7, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)])]
+            r = await alter(conn, "nope", (0, 1))
+            assert [(p.partition_index, p.error_code) for t in r.responses for p in t.partitions] == [
+                (0, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)]
+            assert (await offsets(conn))[(topic, 0)][0] == 5
+            # deleting: a topic without state, then the topic's state
+            r = await conn.request(92, 0, DeleteShareGroupOffsetsRequest(group_id=group, topics=[
+                DeleteTopic(topic_name=other), DeleteTopic(topic_name=topic)]), 30.0)
+            assert r.error_code == 0
+            assert sorted((t.topic_name, t.error_code, t.error_message) for t in r.responses) == sorted([
+                (other, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "There is no offset information to delete."),
+                (topic, 0, None)])
+            assert await offsets(conn) == {}
+            assert await offsets(conn, [DescribeTopic(topic_name=topic, partitions=[0])]) == {(topic, 0): (-1, -1, 0)}
+            r = await conn.request(92, 0, DeleteShareGroupOffsetsRequest(group_id="no-such-group", topics=[
+                DeleteTopic(topic_name=topic)]), 30.0)
+            assert (r.error_code, r.error_message) == (ErrorCode.GROUP_ID_NOT_FOUND, "Group no-such-group not found.")
+            # altering makes a group that did not exist, empty
+            fresh = f"sg-{uuid.uuid4().hex[:8]}"
+            r = await conn.request(91, 0, AlterShareGroupOffsetsRequest(group_id=fresh, topics=[AlterTopic(
+                topic_name=other, partitions=[AlterPartition(partition_index=0, start_offset=0)])]), 30.0)
+            assert r.error_code == 0
+            [g] = await describe(conn, fresh)
+            assert (g.error_code, g.group_state, g.members) == (0, "Empty", [])
+        finally:
+            conn.close()
+
+    asyncio.run(run())
