@@ -240,3 +240,23 @@ def test_a_member_leaving_writes_tombstones_group_epoch_last():
     assert tombstones == [b"\x00\x0e", b"\x00\x0d", b"\x00\x0a"]  # current, target, member metadata
     assert [k[:2] for k, v in pairs if v is not None][0] == b"\x00\x0b"  # the epoch bump
     assert srec.share_group_of("g", {}) is None
+
+
+def test_a_deleted_topic_leaves_the_groups_bookkeeping_and_the_epoch_moves_on():
+    s = book()
+    r = s.heartbeat(0, hb("m1", 0, ("t1", "t2")), lookup)
+    initialize_all(s, r)
+    r = s.heartbeat(1, hb("m1", r.member_epoch), lookup)
+    assert set(r.assignment) == {T1.topic_id, T2.topic_id}
+    alive = {T1.topic_id}
+    assert s.forget_deleted_topics(lambda t: t in alive) == ["g"]
+    g = s.groups["g"]
+    assert set(g.initialized) == {T1.topic_id} and set(g.members["m1"].assigned) == {T1.topic_id}
+    assert s.forget_deleted_topics(lambda t: t in alive) == []
+    del TOPICS["t2"]
+    try:
+        epoch = g.group_epoch
+        r = s.heartbeat(2, hb("m1", r.member_epoch), lookup)
+        assert g.group_epoch == epoch + 1 and r.member_epoch == g.group_epoch  # the metadata hash changed
+    finally:
+        TOPICS["t2"] = T2

@@ -170,6 +170,7 @@ class GroupCoordinator(CoordinatorHost):
         self.share = ShareGroups(share_config_from(node.config), self.share_groups, other_kind=self._other_kind,
                                  group_configs=self.group_configs)
         self._share_records: dict[str, dict[bytes, bytes]] = {}  # share group id -> the records last written
+        self._next_topic_check = 0  # when share groups are next checked for deleted topics (once a second)
         self.book.consumer.taken_by_share = self.share_groups.__contains__
         self.settings = OffsetsTopicSettings.of(node.config)
         self.load_chunk = self.settings.load_buffer_size
@@ -196,6 +197,11 @@ class GroupCoordinator(CoordinatorHost):
             self._spawn(self.persist_consumer(gid))
         for gid in self.share.tick(now, self.topic_meta):
             self._spawn(self.persist_share(gid))
+        if self.share_groups and now >= self._next_topic_check:
+            self._next_topic_check = now + 1000
+            exists = lambda tid: self.node.metadata.topic_by_id(tid) is not None  # noqa: E731
+            for gid in self.share.forget_deleted_topics(exists):
+                self._spawn(self.persist_share(gid))
         if now >= self._next_expiry:
             self._next_expiry = now + self.expiry_interval_ms
             await self._expire(now)

@@ -476,6 +476,27 @@ class ShareGroups:
                 changed.append(gid)
         return changed
 
+    def forget_deleted_topics(self, exists: Callable[[UUID], bool]) -> list[str]:
+        """Drops the topics deleted from the cluster from every group's share-state bookkeeping, targets and
+        assignments (Kafka's coordinator does so when a topic goes; the share coordinator deletes their state);
+        the ids of the groups changed.  The next heartbeat sees the new metadata hash and bumps the epoch."""
+        changed = []
+        for gid, group in self.groups.items():
+            gone = {t for t in (*group.initialized, *group.initializing, *group.deleting) if not exists(t)}
+            gone |= {t for a in group.target.values() for t in a if not exists(t)}
+            gone |= {t for m in group.members.values() for t in m.assigned if not exists(t)}
+            if not gone:
+                continue
+            for t in gone:
+                group.initialized.pop(t, None)
+                group.initializing.pop(t, None)
+                group.deleting.pop(t, None)
+            group.target = {mid: {t: ps for t, ps in a.items() if t not in gone} for mid, a in group.target.items()}
+            for m in group.members.values():
+                m.assigned = {t: ps for t, ps in m.assigned.items() if t not in gone}
+            changed.append(gid)
+        return changed
+
     def touch_all(self, now: int) -> None:
         """Every member's session starts now (after a load: the coordinator has not heard from them yet)."""
         for gid, group in self.groups.items():
