@@ -260,3 +260,27 @@ def test_a_deleted_topic_leaves_the_groups_bookkeeping_and_the_epoch_moves_on():
         assert g.group_epoch == epoch + 1 and r.member_epoch == g.group_epoch  # the metadata hash changed
     finally:
         TOPICS["t2"] = T2
+
+
+def test_members_with_the_same_subscription_spread_all_the_topics_partitions_together():
+    a, b = T1.topic_id, T2.topic_id
+    out = simple_assign({"m1": [a, b], "m2": [a, b]}, {a: [0], b: [0]}, {})
+    # two members, two partitions over two topics: one each (Kafka's homogeneous case), not both to both
+    assert sorted(count(x) for x in out.values()) == [1, 1]
+    assert {tp for x in out.values() for tp in x.items()} == {(a, frozenset({0})), (b, frozenset({0}))}
+
+
+@pytest.mark.parametrize("members", [1, 2, 3, 5, 8])
+@pytest.mark.parametrize("partitions", [1, 2, 3, 7])
+def test_every_partition_has_a_member_and_counts_stay_even_across_changes(members, partitions):
+    t = T1.topic_id
+    ids = [f"m{i}" for i in range(members)]
+    before: dict = {}
+    for step in range(3):  # members come and go; the previous assignment is carried over each time
+        now = ids[: max(1, members - step)]
+        out = simple_assign({m: [t] for m in now}, {t: range(partitions)}, before)
+        held = {q: [m for m in now if q in out[m].get(t, ())] for q in range(partitions)}
+        assert all(held.values()), held
+        sizes = [count(out[m]) for m in now]
+        assert max(sizes) - min(sizes) <= 1, out
+        before = out

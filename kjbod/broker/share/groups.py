@@ -168,51 +168,69 @@ def metadata_hash(names: Iterable[str], topics: TopicLookup) -> int:
 # ------------------------------------------------------------------------------------------------ the assignor
 def simple_assign(subscriptions: Mapping[str, Iterable[UUID]], assignable: Mapping[UUID, Iterable[int]],
                   previous: Mapping[str, Assignment]) -> dict[str, Assignment]:
-    """Kafka's `simple` share assignor, topic by topic.  Every assignable partition of a topic goes to at least one
-    of the members subscribed to it, and a partition is shared by several members when there are more members
-    than partitions (each partition by ceil(members / partitions) of them).  The members' counts are spread evenly;
-    what a member had and may keep it keeps (stickiness), the rest is dealt round-robin."""
-    out: dict[str, dict[UUID, set[int]]] = {mid: {} for mid in subscriptions}
-    topic_ids = sorted({t for ts in subscriptions.values() for t in ts}, key=str)
-    for tid in topic_ids:
-        parts = sorted(set(assignable.get(tid, ())))
-        members = sorted(mid for mid, ts in subscriptions.items() if tid in set(ts))
-        if not parts or not members:
-            continue
-        n, p = len(members), len(parts)
-        sharing = (n + p - 1) // p  # members per partition
-        slots = sharing * p  # assignments to make over the topic
-        desired = {m: (slots * (i + 1) + n - 1) // n - (slots * i + n - 1) // n for i, m in enumerate(members)}
-        holders: dict[int, list[str]] = {q: [] for q in parts}
-        counts = dict.fromkeys(members, 0)
-        # keep what each member had, within its desired count and the partition's sharing
-        for m in members:
-            for q in sorted(previous.get(m, {}).get(tid, frozenset())):
-                if q in holders and counts[m] < desired[m] and len(holders[q]) < sharing:
-                    holders[q].append(m)
-                    counts[m] += 1
-        # deal the rest: each partition up to its sharing, to the members still below their count
-        unfilled = [m for m in members if counts[m] < desired[m]]
-        i = 0
-        for q in parts:
-            tries = 0
-            while len(holders[q]) < sharing and unfilled and tries < len(unfilled):
-                m = unfilled[i % len(unfilled)]
-                if m in holders[q]:
-                    i += 1
-                    tries += 1
-                    continue
-                holders[q].append(m)
-                counts[m] += 1
-                tries = 0
-                if counts[m] >= desired[m]:
-                    unfilled.remove(m)
-                else:
-                    i += 1
-        for q, ms in holders.items():
-            for m in ms:
-                out[m].setdefault(tid, set()).add(q)
+    """Kafka's `simple` share assignor.  Every assignable partition goes to at least one member subscribed to its
+    topic, and a partition is shared by several members when there are more members than partitions (each by
+    ceil(members / partitions) of them); the members' counts are spread evenly, what a member had and may keep
+    it keeps (stickiness), the rest is dealt round-robin.  When every member subscribes to the same topics the
+    partitions of all of them are spread together (Kafka's homogeneous case), else topic by topic among the
+    members subscribed to each (the heterogeneous case)."""
+    subs = {mid: frozenset(ts) for mid, ts in subscriptions.items()}
+    out: dict[str, dict[UUID, set[int]]] = {mid: {} for mid in subs}
+    if len(set(subs.values())) == 1:
+        topics = sorted(next(iter(subs.values())), key=str)
+        parts = [(t, q) for t in topics for q in sorted(set(assignable.get(t, ())))]
+        _spread(sorted(subs), parts, previous, out)
+    else:
+        for t in sorted({t for ts in subs.values() for t in ts}, key=str):
+            _spread(sorted(m for m, ts in subs.items() if t in ts), [(t, q) for q in sorted(set(assignable.get(t, ())))],
+                    previous, out)
     return {m: {t: frozenset(ps) for t, ps in a.items()} for m, a in out.items()}
+
+
+def _spread(members: list[str], parts: list[tuple[UUID, int]], previous: Mapping[str, Assignment],
+            out: dict[str, dict[UUID, set[int]]]) -> None:
+    """Deals `parts` among `members` into `out` (see simple_assign)."""
+    if not parts or not members:
+        return
+    n, p = len(members), len(parts)
+    sharing = (n + p - 1) // p  # members per partition
+    slots = sharing * p  # assignments to make
+    desired = {m: (slots * (i + 1) + n - 1) // n - (slots * i + n - 1) // n for i, m in enumerate(members)}
+    holders: dict[tuple[UUID, int], list[str]] = {tp: [] for tp in parts}
+    counts = dict.fromkeys(members, 0)
+    # keep what each member had, within its desired count and the partition's sharing
+    for m in members:
+        had = sorted(((t, q) for t, qs in previous.get(m, {}).items() for q in qs), key=lambda tp: (str(tp[0]), tp[1]))
+        for tp in had:
+            if tp in holders and counts[m] < desired[m] and len(holders[tp]) < sharing:
+                holders[tp].append(m)
+                counts[m] += 1
+    # deal the rest: each partition up to its sharing, to the members still below their count
+    unfilled = [m for m in members if counts[m] < desired[m]]
+    i = 0
+    for tp in parts:
+        tries = 0
+        while len(holders[tp]) < sharing and unfilled and tries < len(unfilled):
+            m = unfilled[i % len(unfilled)]
+            if m in holders[tp]:
+                i += 1
+                tries += 1
+                continue
+            holders[tp].append(m)
+            counts[m] += 1
+            tries = 0
+            if counts[m] >= desired[m]:
+                unfilled.remove(m)
+            else:
+                i += 1
+    for ms in holders.values():  # whatever the stickiness kept, no partition is left without a member
+        if not ms:
+            m = min(members, key=lambda x: (counts[x], x))
+            ms.append(m)
+            counts[m] += 1
+    for (t, q), ms in holders.items():
+        for m in ms:
+            out[m].setdefault(t, set()).add(q)
 
 
 # ------------------------------------------------------------------------------------------------ the groups
