@@ -167,7 +167,7 @@ class GroupCoordinator(CoordinatorHost):
         self._unwritten: set[str] = set()  # consumer groups whose last write failed: the next heartbeat writes
         # KIP-932 share groups (kjbod.broker.share.groups), in the same id space as the others
         self.share_groups: dict[str, ShareGroup] = {}
-        self.share = ShareGroups(share_config_from(node.config), self.share_groups, other_kind=self._other_kind,
+        self.share = ShareGroups(share_config_from(node.config), self.share_groups, other_kind=self.other_kind,
                                  group_configs=self.group_configs)
         self._share_records: dict[str, dict[bytes, bytes]] = {}  # share group id -> the records last written
         self._next_topic_check = 0  # when share groups are next checked for deleted topics (once a second)
@@ -442,7 +442,7 @@ class GroupCoordinator(CoordinatorHost):
         return code
 
     # ------------------------------------------------------------------------------------------- share groups
-    def _other_kind(self, group_id: str) -> str | None:
+    def other_kind(self, group_id: str) -> str | None:
         """The kind of a group of this id that is not a share group, or None."""
         if group_id in self.book.consumer_groups:
             return "consumer"

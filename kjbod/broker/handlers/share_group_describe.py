@@ -59,7 +59,7 @@ def handle(node, request, body: ShareGroupDescribeRequest) -> ShareGroupDescribe
             continue
         g = coordinator.share_groups.get(gid)
         if g is None:
-            message = f"Group {gid} is not a share group." if coordinator._other_kind(gid) is not None \
+            message = f"Group {gid} is not a share group." if coordinator.other_kind(gid) is not None \
                 else f"Group {gid} not found."
             out.append(DescribedGroup(error_code=ErrorCode.GROUP_ID_NOT_FOUND, group_id=gid, error_message=message))
             continue

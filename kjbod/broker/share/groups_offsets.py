@@ -61,7 +61,7 @@ class Result:
 def _group_error(coordinator: Any, group_id: str, create: bool) -> tuple[ShareGroup | None, Result | None]:
     sg = coordinator.share_groups.get(group_id)
     if sg is None:
-        if coordinator._other_kind(group_id) is not None:
+        if coordinator.other_kind(group_id) is not None:
             return None, Result(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a share group.")
         if not create:
             return None, Result(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} not found.")
