@@ -28,10 +28,12 @@ from kjbod.protocol.generated import (
     DeleteGroupsRequest,
     DescribeGroupsRequest,
     FindCoordinatorRequest,
+    JoinGroupRequest,
     ListGroupsRequest,
     ShareGroupDescribeRequest,
     ShareGroupHeartbeatRequest,
 )
+from kjbod.protocol.generated.join_group_request import JoinGroupRequestProtocol
 
 pytestmark = pytest.mark.slow
 
@@ -235,6 +237,11 @@ def test_bad_heartbeats_get_kafkas_codes(server):
                     ErrorCode.GROUP_ID_NOT_FOUND, f"Group {cg} is not a share group.")
             finally:
                 cconn.close()
+            # a classic consumer may not join a share group
+            r = await conn.request(11, 9, JoinGroupRequest(
+                group_id=group, session_timeout_ms=10000, rebalance_timeout_ms=10000, member_id="",
+                protocol_type="consumer", protocols=[JoinGroupRequestProtocol(name="range", metadata=b"")]), 30.0)
+            assert (r.error_code, r.member_id) == (ErrorCode.INCONSISTENT_GROUP_PROTOCOL, "")
             groups = await describe(conn, "no-such-share-group", "")
             assert [(g.error_code, g.error_message) for g in groups] == [
                 (ErrorCode.GROUP_ID_NOT_FOUND, "Group no-such-share-group not found."),
