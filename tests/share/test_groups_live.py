@@ -265,6 +265,10 @@ def test_share_version_0_turns_the_share_apis_off(server):
         try:
             r = await beat(conn, group, str(uuid.uuid4()), 0, [topic])
             [g] = await describe(conn, group)
+            # ApiVersions lists the share APIs at either level, as Kafka's does
+            versions = await conn.request(18, 3, ApiVersionsRequest(client_software_name="t",
+                                                                    client_software_version="1"), 30.0)
+            assert {76, 77, 90, 91, 92} <= {k.api_key for k in versions.api_keys}
             return r.error_code, g.error_code
         finally:
             conn.close()
