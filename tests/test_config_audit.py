@@ -48,6 +48,7 @@ GROUPS_LIVE = "tests/groups/test_groups_live.py"
 CONSUMER_GROUPS = "tests/groups/test_consumer_group_state.py"
 GROUP_CONFIGS = "tests/groups/test_group_configs.py"
 MIGRATION = "tests/groups/test_group_migration.py"
+SHARE_GROUPS = "tests/share/test_groups_config.py"
 LIMITS = "tests/test_connection_limits_live.py"
 QUOTAS = "tests/test_connection_quotas.py"
 TXN_LIVE = "tests/txn/test_txn_coordinator_live.py"
@@ -55,6 +56,16 @@ QUORUM = "tests/raft/test_quorum_config.py"
 
 # key -> the tests that show it taking effect
 EFFECTS: dict[str, list[str]] = {
+    **{f"group.share.{key}": [f"{SHARE_GROUPS}::test_the_share_keys_reach_the_coordinator"]
+       for key in ("session.timeout.ms", "heartbeat.interval.ms", "max.size", "initialize.retry.interval.ms")},
+    **{f"group.share.{pre}{key}": [f"{SHARE_GROUPS}::test_share_group_config_reads_a_groups_values_over_the_broker_keys",
+                                   f"{SHARE_GROUPS}::test_the_share_group_configs_are_checked_as_kafka_checks_them"]
+       for pre in ("", "min.", "max.")
+       for key in ("record.lock.duration.ms", "delivery.count.limit", "partition.max.record.locks")},
+    **{f"group.share.{bound}": [f"{SHARE_GROUPS}::test_the_share_keys_reach_the_coordinator",
+                                f"{SHARE_GROUPS}::test_a_groups_share_values_are_checked_against_the_broker_keys"]
+       for bound in ("min.session.timeout.ms", "max.session.timeout.ms", "min.heartbeat.interval.ms",
+                     "max.heartbeat.interval.ms")},
     "group.consumer.session.timeout.ms": [f"{CONSUMER_GROUPS}::test_the_consumer_keys_reach_the_coordinator",
                                           f"{CONSUMER_GROUPS}::test_the_heartbeat_interval_and_session_timeout_are_the_keys"],
     "group.consumer.heartbeat.interval.ms": [

@@ -106,6 +106,11 @@ SERVED_APIS: dict[str, tuple[int, int]] = {
     "ConsumerGroupDescribe": (0, 1),
     "DescribeTopicPartitions": (0, 0),
     "ListConfigResources": (0, 1),
+    "ShareGroupHeartbeat": (1, 1),
+    "ShareGroupDescribe": (1, 1),
+    "DescribeShareGroupOffsets": (0, 1),
+    "AlterShareGroupOffsets": (0, 0),
+    "DeleteShareGroupOffsets": (0, 0),
 }
 SERVED_HEADERS: dict[str, tuple[int, int]] = {"RequestHeader": (0, 2), "ResponseHeader": (0, 1)}
 SERVED_RECORDS: dict[str, tuple[int, int]] = {

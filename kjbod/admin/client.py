@@ -89,6 +89,10 @@ from kjbod.admin.types import (
     ReplicaInfo,
     ReplicaLogDirInfo,
     Results,
+    ShareGroupDescription,
+    ShareMemberDescription,
+    ShareOffsetsChangeResult,
+    SharePartitionOffset,
     ThrottledRate,
     ThrottledReplicas,
     TopicDescription,
@@ -254,6 +258,10 @@ DESCRIBE_GROUPS = 15
 CONSUMER_GROUP_DESCRIBE = 69
 LIST_GROUPS = 16
 DELETE_GROUPS = 42
+SHARE_GROUP_DESCRIBE = 77
+DESCRIBE_SHARE_GROUP_OFFSETS = 90
+ALTER_SHARE_GROUP_OFFSETS = 91
+DELETE_SHARE_GROUP_OFFSETS = 92
 OFFSET_DELETE = 47
 DESCRIBE_ACLS = 29
 DESCRIBE_CLIENT_QUOTAS = 48
@@ -1090,6 +1098,164 @@ class AdminClient:
         for gid in groups:
             results[gid] = DeleteGroupResult(gid, answers[gid])
         return results
+
+    # -------------------------------------------------------------------------------------------- share groups
+    async def describe_share_groups(self, group_ids: Iterable[str], *,
+                                    timeout: float | None = None) -> Results[str, ShareGroupDescription]:
+        """Each KIP-932 share group as its coordinator describes it (ShareGroupDescribe).  A group that does not
+        exist is described as Dead with no members (GROUP_ID_NOT_FOUND); other errors are per group."""
+        from kjbod.protocol.generated import ShareGroupDescribeRequest
+
+        deadline = self._deadline(timeout)
+        groups = list(dict.fromkeys(group_ids))
+
+        async def send(node_id: int, batch: list[str]) -> dict[str, Any]:
+            coordinator = self._brokers.get(node_id)
+            response, _, conn = await self._call(
+                node_id, SHARE_GROUP_DESCRIBE, lambda v: ShareGroupDescribeRequest(group_ids=batch), deadline,
+                retry=False)
+            out: dict[str, Any] = {}
+            for g in response.groups:
+                if g.error_code == ErrorCode.GROUP_ID_NOT_FOUND:
+                    out[g.group_id] = ShareGroupDescription(g.group_id, "Dead", -1, -1, "", (), coordinator)
+                    continue
+                error = error_for_code(g.error_code, f"group {g.group_id!r}", api="ShareGroupDescribe",
+                                       broker=conn.address)
+                out[g.group_id] = error if error is not None else ShareGroupDescription(
+                    g.group_id, g.group_state, g.group_epoch, g.assignment_epoch, g.assignor_name, tuple(
+                        ShareMemberDescription(m.member_id, m.client_id, m.client_host, m.member_epoch, tuple(sorted(
+                            (t.topic_name, p) for t in m.assignment.topic_partitions for p in t.partitions)))
+                        for m in g.members), coordinator)
+            return out
+
+        answers = await self._for_coordinators(groups, "ShareGroupDescribe", send, deadline)
+        results: Results[str, ShareGroupDescription] = Results()
+        for gid in groups:
+            answer = answers[gid]
+            results[gid] = answer if isinstance(answer, ShareGroupDescription) else ShareGroupDescription(
+                gid, "Unknown", -1, -1, "", (), None, answer)
+        return results
+
+    async def list_share_group_offsets(
+        self, group_id: str, *, partitions: Iterable[tuple[str, int]] | None = None, timeout: float | None = None,
+    ) -> dict[tuple[str, int], SharePartitionOffset]:
+        """Where a share group's share-partitions start (DescribeShareGroupOffsets to its coordinator): every
+        partition it has share state for, or only `partitions`.  Raises the group's error."""
+        from kjbod.protocol.generated import DescribeShareGroupOffsetsRequest
+        from kjbod.protocol.generated.describe_share_group_offsets_request import (
+            DescribeShareGroupOffsetsRequestGroup,
+            DescribeShareGroupOffsetsRequestTopic,
+        )
+
+        deadline = self._deadline(timeout)
+        topics = None
+        if partitions is not None:
+            by_topic: dict[str, list[int]] = {}
+            for topic, index in partitions:
+                by_topic.setdefault(topic, []).append(index)
+            topics = [DescribeShareGroupOffsetsRequestTopic(topic_name=t, partitions=ps) for t, ps in by_topic.items()]
+        request = DescribeShareGroupOffsetsRequest(groups=[DescribeShareGroupOffsetsRequestGroup(
+            group_id=group_id, topics=topics)])
+
+        async def send(node_id: int, batch: list[str]) -> dict[str, Any]:
+            response, version, conn = await self._call(node_id, DESCRIBE_SHARE_GROUP_OFFSETS, lambda v: request,
+                                                       deadline, retry=False)
+            out: dict[str, Any] = {}
+            for g in response.groups:
+                error = error_for_code(g.error_code, f"group {g.group_id!r}", api="DescribeShareGroupOffsets",
+                                       broker=conn.address)
+                if error is not None:
+                    out[g.group_id] = error
+                    continue
+                found = {}
+                for t in g.topics:
+                    for p in t.partitions:
+                        known = p.error_code == 0 and p.start_offset >= 0
+                        found[(t.topic_name, p.partition_index)] = SharePartitionOffset(
+                            t.topic_name, p.partition_index, p.start_offset if known else None,
+                            p.leader_epoch if known else None, p.lag if known and version >= 1 and p.lag >= 0
+                            else None)
+                out[g.group_id] = found
+            return out
+
+        answer = (await self._for_coordinators([group_id], "DescribeShareGroupOffsets", send, deadline))[group_id]
+        if isinstance(answer, KafkaError):
+            raise answer
+        return answer
+
+    async def alter_share_group_offsets(self, group_id: str, offsets: Mapping[tuple[str, int], int], *,
+                                        timeout: float | None = None) -> ShareOffsetsChangeResult:
+        """Sets where an empty share group's share-partitions start (AlterShareGroupOffsets)."""
+        from kjbod.protocol.generated import AlterShareGroupOffsetsRequest
+        from kjbod.protocol.generated.alter_share_group_offsets_request import (
+            AlterShareGroupOffsetsRequestPartition,
+            AlterShareGroupOffsetsRequestTopic,
+        )
+
+        deadline = self._deadline(timeout)
+        by_topic: dict[str, list[AlterShareGroupOffsetsRequestPartition]] = {}
+        for (topic, index), offset in offsets.items():
+            by_topic.setdefault(topic, []).append(AlterShareGroupOffsetsRequestPartition(
+                partition_index=index, start_offset=offset))
+        request = AlterShareGroupOffsetsRequest(group_id=group_id, topics=[
+            AlterShareGroupOffsetsRequestTopic(topic_name=t, partitions=ps) for t, ps in by_topic.items()])
+
+        async def send(node_id: int, batch: list[str]) -> dict[str, Any]:
+            response, _, conn = await self._call(node_id, ALTER_SHARE_GROUP_OFFSETS, lambda v: request, deadline,
+                                                 retry=False)
+            group_error = error_for_code(response.error_code, response.error_message or f"group {group_id!r}",
+                                         api="AlterShareGroupOffsets",
+                                         broker=conn.address)
+            if group_error is not None and group_error.retriable:
+                return {group_id: group_error}
+            items: dict[Any, KafkaError | None] = {}
+            for t in response.responses:
+                for p in t.partitions:
+                    items[(t.topic_name, p.partition_index)] = error_for_code(
+                        p.error_code, f"group {group_id!r} partition {t.topic_name}-{p.partition_index}",
+                        api="AlterShareGroupOffsets", broker=conn.address)
+            first = group_error or next((e for e in items.values() if e is not None), None)
+            return {group_id: ShareOffsetsChangeResult(group_id, items, first)}
+
+        answer = (await self._for_coordinators([group_id], "AlterShareGroupOffsets", send, deadline))[group_id]
+        return answer if isinstance(answer, ShareOffsetsChangeResult) else \
+            ShareOffsetsChangeResult(group_id, {}, answer)
+
+    async def delete_share_group_offsets(self, group_id: str, topics: Iterable[str], *,
+                                         timeout: float | None = None) -> ShareOffsetsChangeResult:
+        """Makes an empty share group forget the share state of whole topics (DeleteShareGroupOffsets)."""
+        from kjbod.protocol.generated import DeleteShareGroupOffsetsRequest
+        from kjbod.protocol.generated.delete_share_group_offsets_request import (
+            DeleteShareGroupOffsetsRequestTopic,
+        )
+
+        deadline = self._deadline(timeout)
+        names = list(dict.fromkeys(topics))
+        request = DeleteShareGroupOffsetsRequest(group_id=group_id, topics=[
+            DeleteShareGroupOffsetsRequestTopic(topic_name=t) for t in names])
+
+        async def send(node_id: int, batch: list[str]) -> dict[str, Any]:
+            response, _, conn = await self._call(node_id, DELETE_SHARE_GROUP_OFFSETS, lambda v: request, deadline,
+                                                 retry=False)
+            group_error = error_for_code(response.error_code, response.error_message or f"group {group_id!r}",
+                                         api="DeleteShareGroupOffsets",
+                                         broker=conn.address)
+            if group_error is not None and group_error.retriable:
+                return {group_id: group_error}
+            items: dict[Any, KafkaError | None] = {}
+            for t in response.responses:
+                error = error_for_code(t.error_code, f"group {group_id!r} topic {t.topic_name}",
+                                       api="DeleteShareGroupOffsets", broker=conn.address)
+                if error is not None and t.error_message:
+                    error = BrokerResponseError(t.error_code, t.error_message, api="DeleteShareGroupOffsets",
+                                                broker=conn.address)
+                items[t.topic_name] = error
+            first = group_error or next((e for e in items.values() if e is not None), None)
+            return {group_id: ShareOffsetsChangeResult(group_id, items, first)}
+
+        answer = (await self._for_coordinators([group_id], "DeleteShareGroupOffsets", send, deadline))[group_id]
+        return answer if isinstance(answer, ShareOffsetsChangeResult) else \
+            ShareOffsetsChangeResult(group_id, {}, answer)
 
     async def alter_group_offsets(
         self, group_id: str, offsets: Mapping[tuple[str, int], int | OffsetAndMetadata], *,

@@ -15,7 +15,7 @@ import base64
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import Generic, NamedTuple, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 from uuid import UUID
 
 from kjbod.protocol.errors import ErrorCode, KafkaError
@@ -394,6 +394,51 @@ class GroupOffsetsChangeResult:
 @dataclass(frozen=True, slots=True)
 class DeleteGroupResult:
     group_id: str
+    error: KafkaError | None
+
+
+@dataclass(frozen=True, slots=True)
+class ShareMemberDescription:
+    member_id: str
+    client_id: str
+    host: str
+    member_epoch: int
+    assignment: tuple[tuple[str, int], ...]  # (topic, partition), sorted
+
+
+@dataclass(frozen=True, slots=True)
+class ShareGroupDescription:
+    """One KIP-932 share group as its coordinator describes it (ShareGroupDescribe).  A group that does not exist
+    is described as Dead; `error` is None unless the group could not be described at all."""
+
+    group_id: str
+    state: str  # Empty, Stable, Dead
+    group_epoch: int
+    assignment_epoch: int
+    assignor: str
+    members: tuple[ShareMemberDescription, ...]
+    coordinator: BrokerNode | None
+    error: KafkaError | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SharePartitionOffset:
+    """Where a share group's share-partition starts (DescribeShareGroupOffsets): None where it has no state."""
+
+    topic: str
+    partition: int
+    start_offset: int | None
+    leader_epoch: int | None
+    lag: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class ShareOffsetsChangeResult:
+    """What altering or deleting a share group's offsets did: `error` is the group's error (GROUP_ID_NOT_FOUND,
+    NON_EMPTY_GROUP, ...) or else the first item's; `items` each partition's (alter) or topic's (delete)."""
+
+    group_id: str
+    items: dict[Any, KafkaError | None]
     error: KafkaError | None
 
 

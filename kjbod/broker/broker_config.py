@@ -261,6 +261,39 @@ BROKER_KEYS: dict[str, BrokerKey] = {k.name: k for k in [
               doc="The largest consumer.heartbeat.interval.ms a group may be given."),
     BrokerKey("group.consumer.migration.policy", STRING, "group_consumer_migration_policy",
               doc="Whether a non-empty group may change between the classic and the consumer protocol."),
+    BrokerKey("group.share.session.timeout.ms", INT, "group_share_session_timeout_ms",
+              doc="How long a share group member may go without a heartbeat."),
+    BrokerKey("group.share.heartbeat.interval.ms", INT, "group_share_heartbeat_interval_ms",
+              doc="How often share group members heartbeat."),
+    BrokerKey("group.share.min.session.timeout.ms", INT, "group_share_min_session_timeout_ms",
+              doc="The smallest share.session.timeout.ms a group may be given."),
+    BrokerKey("group.share.max.session.timeout.ms", INT, "group_share_max_session_timeout_ms",
+              doc="The largest share.session.timeout.ms a group may be given."),
+    BrokerKey("group.share.min.heartbeat.interval.ms", INT, "group_share_min_heartbeat_interval_ms",
+              doc="The smallest share.heartbeat.interval.ms a group may be given."),
+    BrokerKey("group.share.max.heartbeat.interval.ms", INT, "group_share_max_heartbeat_interval_ms",
+              doc="The largest share.heartbeat.interval.ms a group may be given."),
+    BrokerKey("group.share.max.size", INT, "group_share_max_size", doc="The most members a share group may have."),
+    BrokerKey("group.share.record.lock.duration.ms", INT, "group_share_record_lock_duration_ms",
+              doc="The share.record.lock.duration.ms of share groups that do not set their own."),
+    BrokerKey("group.share.min.record.lock.duration.ms", INT, "group_share_min_record_lock_duration_ms",
+              doc="The smallest share.record.lock.duration.ms a group may be given."),
+    BrokerKey("group.share.max.record.lock.duration.ms", INT, "group_share_max_record_lock_duration_ms",
+              doc="The largest share.record.lock.duration.ms a group may be given."),
+    BrokerKey("group.share.delivery.count.limit", INT, "group_share_delivery_count_limit",
+              doc="The share.delivery.count.limit of share groups that do not set their own."),
+    BrokerKey("group.share.min.delivery.count.limit", INT, "group_share_min_delivery_count_limit",
+              doc="The smallest share.delivery.count.limit a group may be given."),
+    BrokerKey("group.share.max.delivery.count.limit", INT, "group_share_max_delivery_count_limit",
+              doc="The largest share.delivery.count.limit a group may be given."),
+    BrokerKey("group.share.partition.max.record.locks", INT, "group_share_partition_max_record_locks",
+              doc="The share.partition.max.record.locks of share groups that do not set their own."),
+    BrokerKey("group.share.min.partition.max.record.locks", INT, "group_share_min_partition_max_record_locks",
+              doc="The smallest share.partition.max.record.locks a group may be given."),
+    BrokerKey("group.share.max.partition.max.record.locks", INT, "group_share_max_partition_max_record_locks",
+              doc="The largest share.partition.max.record.locks a group may be given."),
+    BrokerKey("group.share.initialize.retry.interval.ms", INT, "group_share_initialize_retry_interval_ms",
+              doc="How long a share partition's state initialization may take before it is asked for again."),
     BrokerKey("offset.metadata.max.bytes", INT, "offset_metadata_max_bytes",
               doc="The longest metadata an offset commit may carry."),
     BrokerKey("offsets.retention.check.interval.ms", LONG, "offsets_retention_check_interval_ms",
@@ -786,14 +819,53 @@ def duplicates(names: Iterable[str]) -> set[str]:
 # ------------------------------------------------------------------------------------------------ group configs
 @dataclass(frozen=True, slots=True)
 class GroupKey:
-    """A per-group config (Kafka's GroupConfig): its default is the broker key `broker_attr` holds, and a group's
-    value must lie within the broker's min and max keys."""
+    """A per-group config (Kafka's GroupConfig).  An integer's default is the broker key `broker_attr` holds, and
+    a group's value must be at least `at_least` and lie within the broker's min and max keys; a string or boolean
+    without a broker key has Kafka's `default`, and a string may be checked by `check` (the reason it is refused,
+    or None)."""
 
     name: str
-    broker_attr: str
-    min_key: str
-    max_key: str
+    broker_attr: str | None
+    min_key: str | None
+    max_key: str | None
     doc: str
+    kind: int = INT
+    at_least: int = 1
+    default: Any = None
+    check: Callable[[str], str | None] | None = None
+
+
+_ISO_DURATION = re.compile(r"P(?:([0-9]+)D)?(?:T(?:([0-9]+)H)?(?:([0-9]+)M)?(?:([0-9]+(?:\.[0-9]{1,9})?)S)?)?",
+                           re.IGNORECASE)
+
+
+def auto_offset_reset(value: str) -> tuple[str, int | None]:
+    """A share.auto.offset.reset value -> ("earliest" | "latest", None) or ("by_duration", milliseconds);
+    ValueError when it is none of Kafka's forms (case does not matter; the duration is ISO-8601's PnDTnHnMn.nS,
+    not negative)."""
+    text = value.strip().lower()
+    if text in ("earliest", "latest"):
+        return text, None
+    if text.startswith("by_duration:"):
+        m = _ISO_DURATION.fullmatch(text[len("by_duration:"):].strip())
+        if m is not None and any(g is not None for g in m.groups()) and not text.endswith("t"):
+            days, hours, minutes, seconds = (m.group(i) for i in range(1, 5))
+            ms = ((int(days or 0) * 24 + int(hours or 0)) * 60 + int(minutes or 0)) * 60_000
+            return "by_duration", ms + int(Decimal(seconds or 0) * 1000)
+    raise ValueError(value)
+
+
+def _check_auto_offset_reset(raw: str) -> str | None:
+    try:
+        auto_offset_reset(raw)
+    except ValueError:
+        return ("The value must be either 'earliest', 'latest' or of the format 'by_duration:<PnDTnHnMn.nS>'.")
+    return None
+
+
+def _check_isolation_level(raw: str) -> str | None:
+    return None if raw in ("read_committed", "read_uncommitted") else \
+        "String must be one of: read_committed, read_uncommitted"
 
 
 GROUP_KEYS = {k.name: k for k in (
@@ -803,22 +875,56 @@ GROUP_KEYS = {k.name: k for k in (
     GroupKey("consumer.heartbeat.interval.ms", "group_consumer_heartbeat_interval_ms",
              "group.consumer.min.heartbeat.interval.ms", "group.consumer.max.heartbeat.interval.ms",
              "How often consumer-protocol members of this group are told to heartbeat."),
+    GroupKey("share.session.timeout.ms", "group_share_session_timeout_ms",
+             "group.share.min.session.timeout.ms", "group.share.max.session.timeout.ms",
+             "How long a member of this share group may go without a heartbeat before it is removed."),
+    GroupKey("share.heartbeat.interval.ms", "group_share_heartbeat_interval_ms",
+             "group.share.min.heartbeat.interval.ms", "group.share.max.heartbeat.interval.ms",
+             "How often members of this share group are told to heartbeat."),
+    GroupKey("share.record.lock.duration.ms", "group_share_record_lock_duration_ms",
+             "group.share.min.record.lock.duration.ms", "group.share.max.record.lock.duration.ms",
+             "How long a record handed to a member of this share group stays locked to it.", at_least=1000),
+    GroupKey("share.delivery.count.limit", "group_share_delivery_count_limit",
+             "group.share.min.delivery.count.limit", "group.share.max.delivery.count.limit",
+             "How many times a record may be delivered to this share group before it is archived.", at_least=2),
+    GroupKey("share.partition.max.record.locks", "group_share_partition_max_record_locks",
+             "group.share.min.partition.max.record.locks", "group.share.max.partition.max.record.locks",
+             "The most records of one partition that may be locked to this share group's members at once.",
+             at_least=100),
+    GroupKey("share.auto.offset.reset", None, None, None,
+             "Where this share group starts reading a partition it has no state for: earliest, latest or "
+             "by_duration:<PnDTnHnMn.nS>.", kind=STRING, default="latest", check=_check_auto_offset_reset),
+    GroupKey("share.isolation.level", None, None, None,
+             "Whether this share group reads uncommitted transactional records: read_committed or "
+             "read_uncommitted.", kind=STRING, default="read_uncommitted", check=_check_isolation_level),
+    GroupKey("share.renew.acknowledge.enable", None, None, None,
+             "Whether members of this share group may renew the lock of a record they hold.", kind=BOOLEAN,
+             default=True),
 )}
 
 
-def group_defaults(config: Any) -> dict[str, int]:
-    """Every group config's value for a group without overrides: the broker's keys."""
-    return {k.name: getattr(config, k.broker_attr) for k in GROUP_KEYS.values()}
+def group_defaults(config: Any) -> dict[str, Any]:
+    """Every group config's value for a group without overrides: the broker's keys, or Kafka's defaults."""
+    return {k.name: getattr(config, k.broker_attr) if k.broker_attr is not None else k.default
+            for k in GROUP_KEYS.values()}
 
 
-def group_values(config: Any, overrides: Any) -> dict[str, int]:
+def _group_value(k: GroupKey, raw: str) -> Any:
+    if k.kind == INT:
+        return int(raw)
+    if k.kind == BOOLEAN:
+        return raw.strip().lower() == "true"
+    return raw.strip()
+
+
+def group_values(config: Any, overrides: Any) -> dict[str, Any]:
     """A group's effective configs: its overrides (ConfigRecords of resource type 32) over the broker's keys.  An
     override that does not parse (it cannot pass the controller's checks) is ignored."""
     out = group_defaults(config)
     for name, raw in (overrides or {}).items():
-        if name in out:
+        if name in out and raw is not None:
             try:
-                out[name] = int(raw)
+                out[name] = _group_value(GROUP_KEYS[name], raw)
             except ValueError:
                 pass
     return out
@@ -834,17 +940,29 @@ def describe_group(config: Any, overrides: Any, keys: Iterable[str] | None) -> l
         if wanted is not None and k.name not in wanted:
             continue
         source = GROUP_CONFIG if k.name in (overrides or {}) else DEFAULT_CONFIG
-        value = str(values[k.name])
-        out.append(Entry(k.name, value, source, INT, doc=k.doc, synonyms=[(k.name, value, source)]))
+        value = _render(values[k.name])
+        out.append(Entry(k.name, value, source, k.kind, doc=k.doc, synonyms=[(k.name, value, source)]))
     return out
 
 
+def _check_group_value(k: GroupKey, raw: str) -> str | None:
+    """Why a group config's text is refused (Kafka's ConfigDef words), or None."""
+    if k.kind == INT:
+        if not re.fullmatch(r"[+-]?[0-9]+", raw) or not k.at_least <= int(raw) <= INT_MAX:
+            return f"Value must be an integer of at least {k.at_least}"
+        return None
+    if k.kind == BOOLEAN:
+        return None if raw.lower() in ("true", "false") else "Expected value to be either true or false"
+    return k.check(raw) if k.check is not None else None
+
+
 def plan_group_changes(overrides: dict[str, str], changes: list[tuple[str, int, str | None]], *, replace: bool,
-                       bounds: dict[str, int], defaults: dict[str, int]) -> dict[str, str]:
+                       bounds: dict[str, int], defaults: dict[str, Any]) -> dict[str, str]:
     """A group's complete new set of overrides, validated as Kafka's GroupConfig validates them (each failure
-    INVALID_CONFIG naming the key): known names, integers of at least 1, within the broker's min and max keys
-    (`bounds`: broker key -> value), and a session timeout longer than the heartbeat interval (`defaults` fill
-    the keys the group does not override)."""
+    INVALID_CONFIG naming the key): known names, values of the key's type (integers of at least the key's
+    minimum, share.auto.offset.reset and share.isolation.level among their forms, booleans), integers within the
+    broker's min and max keys (`bounds`: broker key -> value), and a session timeout longer than the heartbeat
+    interval (`defaults` fill the keys the group does not override)."""
     new = {} if replace else dict(overrides)
     for key, op, raw in changes:
         if key not in GROUP_KEYS:
@@ -861,17 +979,19 @@ def plan_group_changes(overrides: dict[str, str], changes: list[tuple[str, int, 
             new[key] = value.strip()
     values = dict(defaults)
     for key, raw in new.items():
-        if not re.fullmatch(r"[+-]?[0-9]+", raw) or not 1 <= int(raw) <= INT_MAX:
-            raise ConfigProblem(ErrorCode.INVALID_CONFIG, f"Invalid value {raw} for configuration {key}: "
-                                "Value must be an integer of at least 1")
-        values[key] = int(raw)
+        k = GROUP_KEYS[key]
+        reason = _check_group_value(k, raw)
+        if reason is not None:
+            raise ConfigProblem(ErrorCode.INVALID_CONFIG, f"Invalid value {raw} for configuration {key}: {reason}")
+        values[key] = _group_value(k, raw)
     for key, k in GROUP_KEYS.items():
-        if values[key] < bounds[k.min_key]:
+        if k.min_key is not None and values[key] < bounds[k.min_key]:
             raise ConfigProblem(ErrorCode.INVALID_CONFIG, f"{key} must be greater than or equal to {k.min_key}")
-        if values[key] > bounds[k.max_key]:
+        if k.max_key is not None and values[key] > bounds[k.max_key]:
             raise ConfigProblem(ErrorCode.INVALID_CONFIG, f"{key} must be less than or equal to {k.max_key}")
-    if values["consumer.session.timeout.ms"] <= values["consumer.heartbeat.interval.ms"]:
-        raise ConfigProblem(ErrorCode.INVALID_CONFIG,
-                            "consumer.session.timeout.ms must be greater than consumer.heartbeat.interval.ms")
+    for kind in ("consumer", "share"):
+        if values[f"{kind}.session.timeout.ms"] <= values[f"{kind}.heartbeat.interval.ms"]:
+            raise ConfigProblem(ErrorCode.INVALID_CONFIG, f"{kind}.session.timeout.ms must be greater than "
+                                f"{kind}.heartbeat.interval.ms")
     return new
 

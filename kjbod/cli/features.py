@@ -98,7 +98,7 @@ def _command(args: argparse.Namespace) -> int:
         except ValueError as e:
             raise UserError(str(e)) from None
         print(f"metadata.version={level} ({ft.release_name(level)})")
-        for name in (ft.TRANSACTION_VERSION, ft.GROUP_VERSION):  # Kafka's order of its features
+        for name in (ft.TRANSACTION_VERSION, ft.GROUP_VERSION, ft.SHARE_VERSION):  # Kafka's order of its features
             print(f"{name}={ft.default_level(name, level)}")
         return 0
     updates = _updates(args) if args.features_command in ("upgrade", "downgrade") else {}

@@ -8,6 +8,9 @@ kjbod serves these features:
   KIP-966) are not run.
 * `group.version` 0-1: 1 turns on KIP-848's consumer group protocol (ConsumerGroupHeartbeat,
   ConsumerGroupDescribe); at 0 those answer UNSUPPORTED_VERSION, as Kafka 4.0's do.
+* `share.version` 0-1: 1 turns on KIP-932's share groups (ShareGroupHeartbeat, ShareGroupDescribe and the other
+  share APIs); at 0 those answer UNSUPPORTED_VERSION, as Kafka's broker answers them.  ApiVersions lists the share
+  APIs at either level, as Kafka's does.
 * `transaction.version` 0-1: 1 has the transaction coordinator write its `__transaction_state` values in the
   flexible layout (value version 1), as Kafka's TV_1. Level 2 (KIP-890 part 2: an epoch bump at every transaction
   end, EndTxn v5) is not run.
@@ -36,6 +39,7 @@ from typing import Any
 METADATA_VERSION = "metadata.version"
 GROUP_VERSION = "group.version"
 TRANSACTION_VERSION = "transaction.version"
+SHARE_VERSION = "share.version"
 
 # Kafka's metadata.version levels: level -> (release, whether it changed the metadata records). A downgrade across a
 # level that changed them could lose information and is refused, as Kafka refuses it.
@@ -48,18 +52,25 @@ RELEASES: dict[int, tuple[str, bool]] = {
     21: ("3.9-IV0", False), 22: ("4.0-IV0", False),
 }
 LATEST_METADATA_VERSION = 22
+# Kafka makes share.version 1 the bootstrap default from metadata.version 4.2-IV0 (level 28; its dependency map is
+# empty).  kjbod does not run that level yet, so a new kjbod cluster gets share.version 1 from the newest level it
+# runs: once kjbod runs 28, set this to 28 and a cluster formatted at an older metadata.version starts at 0, as
+# Kafka's does.
+SHARE_VERSION_BOOTSTRAP_METADATA_VERSION = LATEST_METADATA_VERSION  # Kafka: 28 (4.2-IV0)
 MINIMUM_METADATA_VERSION = 17  # 3.7-IV2: JBOD in KRaft (directory ids in partition records)
 # The metadata.version from which Kafka makes each level of a feature the bootstrap default (its
 # FeatureVersion.bootstrapMetadataVersion; level 0's is Kafka's first KRaft level).
 BOOTSTRAP_FROM: dict[str, dict[int, int]] = {
     GROUP_VERSION: {0: 1, 1: 22},  # 1: 4.0-IV0
     TRANSACTION_VERSION: {0: 1, 1: 24, 2: 24},  # 1 and 2: 4.0-IV2
+    SHARE_VERSION: {0: 1, 1: SHARE_VERSION_BOOTSTRAP_METADATA_VERSION},
 }
 FEATURES_NEED_METADATA_VERSION = 4  # 3.3-IV0: the first level that keeps feature levels in the metadata log
 SUPPORTED: dict[str, tuple[int, int]] = {
     METADATA_VERSION: (MINIMUM_METADATA_VERSION, LATEST_METADATA_VERSION),
     GROUP_VERSION: (0, 1),
     TRANSACTION_VERSION: (0, 1),
+    SHARE_VERSION: (0, 1),
 }
 
 
@@ -145,3 +156,9 @@ def consumer_protocol_enabled(image: Any) -> bool:
     """Whether the finalized group.version turns on KIP-848's consumer group protocol (Kafka 4.0's
     isConsumerRebalanceProtocolSupported)."""
     return image is not None and finalized(image).get(GROUP_VERSION, 0) >= 1
+
+
+def share_groups_enabled(image: Any) -> bool:
+    """Whether the finalized share.version turns on KIP-932's share groups (Kafka's ShareVersion.supportsShareGroups);
+    every share API answers UNSUPPORTED_VERSION while it is 0."""
+    return image is not None and finalized(image).get(SHARE_VERSION, 0) >= 1

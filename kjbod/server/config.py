@@ -549,6 +549,33 @@ KEYS: dict[str, KeyDef] = {
         KeyDef("group.consumer.migration.policy", _migration_policy, "bidirectional",
                "whether a non-empty group may move between the classic and the consumer protocol: disabled, "
                "upgrade (classic to consumer), downgrade (back) or bidirectional"),
+        KeyDef("group.share.session.timeout.ms", _int(1), 45_000,
+               "how long a share group (KIP-932) member may go without a heartbeat before it is removed"),
+        KeyDef("group.share.heartbeat.interval.ms", _int(1), 5000, "how often share group members are told to heartbeat"),
+        KeyDef("group.share.min.session.timeout.ms", _int(1), 45_000,
+               "the smallest share.session.timeout.ms a group config may set"),
+        KeyDef("group.share.max.session.timeout.ms", _int(1), 60_000,
+               "the largest share.session.timeout.ms a group config may set"),
+        KeyDef("group.share.min.heartbeat.interval.ms", _int(1), 5000,
+               "the smallest share.heartbeat.interval.ms a group config may set"),
+        KeyDef("group.share.max.heartbeat.interval.ms", _int(1), 15_000,
+               "the largest share.heartbeat.interval.ms a group config may set"),
+        KeyDef("group.share.max.size", _int(1, 1000), 200, "the most members a share group may have"),
+        KeyDef("group.share.record.lock.duration.ms", _int(1000), 30_000,
+               "how long a record handed to a share group member stays locked to it"),
+        KeyDef("group.share.min.record.lock.duration.ms", _int(1000), 15_000, "the smallest share.record.lock.duration.ms a group config may set"),
+        KeyDef("group.share.max.record.lock.duration.ms", _int(1000), 60_000, "the largest share.record.lock.duration.ms a group config may set"),
+        KeyDef("group.share.delivery.count.limit", _int(2, 10), 5,
+               "how many times a record may be delivered to a share group before it is archived"),
+        KeyDef("group.share.min.delivery.count.limit", _int(2, 10), 2, "the smallest share.delivery.count.limit a group config may set"),
+        KeyDef("group.share.max.delivery.count.limit", _int(2, 10), 10, "the largest share.delivery.count.limit a group config may set"),
+        KeyDef("group.share.partition.max.record.locks", _int(100), 2_000,
+               "the most records of one partition locked to a share group's members at once"),
+        KeyDef("group.share.min.partition.max.record.locks", _int(100), 100, "the smallest share.partition.max.record.locks a group config may set"),
+        KeyDef("group.share.max.partition.max.record.locks", _int(100), 4_000, "the largest share.partition.max.record.locks a group config may set"),
+        KeyDef("group.share.initialize.retry.interval.ms", _int(1), 30_000,
+               "how long a share group waits for the persister to initialize a partition's share state before it "
+               "asks again"),
         KeyDef("offset.metadata.max.bytes", _int(), 4096),
         KeyDef("offsets.retention.minutes", _int(1), 10080,
                "how long a group's committed offsets are kept once the group is empty (Kafka has no ms key)",
@@ -762,6 +789,23 @@ class ServerConfig:
     group_consumer_min_heartbeat_interval_ms: int = 5000
     group_consumer_max_heartbeat_interval_ms: int = 15_000
     group_consumer_migration_policy: str = "bidirectional"
+    group_share_session_timeout_ms: int = 45_000
+    group_share_heartbeat_interval_ms: int = 5000
+    group_share_min_session_timeout_ms: int = 45_000
+    group_share_max_session_timeout_ms: int = 60_000
+    group_share_min_heartbeat_interval_ms: int = 5000
+    group_share_max_heartbeat_interval_ms: int = 15_000
+    group_share_max_size: int = 200
+    group_share_initialize_retry_interval_ms: int = 30_000
+    group_share_record_lock_duration_ms: int = 30_000
+    group_share_min_record_lock_duration_ms: int = 15_000
+    group_share_max_record_lock_duration_ms: int = 60_000
+    group_share_delivery_count_limit: int = 5
+    group_share_min_delivery_count_limit: int = 2
+    group_share_max_delivery_count_limit: int = 10
+    group_share_partition_max_record_locks: int = 2_000
+    group_share_min_partition_max_record_locks: int = 100
+    group_share_max_partition_max_record_locks: int = 4_000
     offset_metadata_max_bytes: int = 4096
     offsets_retention_ms: int = 7 * 24 * 3600 * 1000
     offsets_retention_check_interval_ms: int = 600_000
@@ -1063,6 +1107,9 @@ def build_config(
                    "of its heartbeats")
 
     _check_consumer_group_bounds(get, fail)
+    _check_consumer_group_bounds(get, fail, "group.share.")
+    for what in ("record.lock.duration.ms", "delivery.count.limit", "partition.max.record.locks"):
+        _check_within(get, fail, "group.share.", what)
 
     # Listeners and their security protocols.
     explicit_map = get("listener.security.protocol.map")
@@ -1333,6 +1380,23 @@ def build_config(
         group_consumer_min_heartbeat_interval_ms=get("group.consumer.min.heartbeat.interval.ms"),
         group_consumer_max_heartbeat_interval_ms=get("group.consumer.max.heartbeat.interval.ms"),
         group_consumer_migration_policy=get("group.consumer.migration.policy"),
+        group_share_session_timeout_ms=get("group.share.session.timeout.ms"),
+        group_share_heartbeat_interval_ms=get("group.share.heartbeat.interval.ms"),
+        group_share_min_session_timeout_ms=get("group.share.min.session.timeout.ms"),
+        group_share_max_session_timeout_ms=get("group.share.max.session.timeout.ms"),
+        group_share_min_heartbeat_interval_ms=get("group.share.min.heartbeat.interval.ms"),
+        group_share_max_heartbeat_interval_ms=get("group.share.max.heartbeat.interval.ms"),
+        group_share_max_size=get("group.share.max.size"),
+        group_share_initialize_retry_interval_ms=get("group.share.initialize.retry.interval.ms"),
+        group_share_record_lock_duration_ms=get("group.share.record.lock.duration.ms"),
+        group_share_min_record_lock_duration_ms=get("group.share.min.record.lock.duration.ms"),
+        group_share_max_record_lock_duration_ms=get("group.share.max.record.lock.duration.ms"),
+        group_share_delivery_count_limit=get("group.share.delivery.count.limit"),
+        group_share_min_delivery_count_limit=get("group.share.min.delivery.count.limit"),
+        group_share_max_delivery_count_limit=get("group.share.max.delivery.count.limit"),
+        group_share_partition_max_record_locks=get("group.share.partition.max.record.locks"),
+        group_share_min_partition_max_record_locks=get("group.share.min.partition.max.record.locks"),
+        group_share_max_partition_max_record_locks=get("group.share.max.partition.max.record.locks"),
         offset_metadata_max_bytes=get("offset.metadata.max.bytes"),
         offsets_retention_ms=get("offsets.retention.minutes") * 60_000,
         offsets_retention_check_interval_ms=get("offsets.retention.check.interval.ms"),
@@ -1422,10 +1486,22 @@ def build_config(
     )
 
 
-def _check_consumer_group_bounds(get: Callable[[str], Any], fail: Callable[[str, str], ConfigError]) -> None:
-    """Kafka's GroupCoordinatorConfig checks: the consumer-protocol session timeout and heartbeat interval lie
-    within their min and max keys, and a member heartbeats more often than its session lasts."""
-    pre = "group.consumer."
+def _check_within(get: Callable[[str], Any], fail: Callable[[str, str], ConfigError], pre: str, what: str) -> None:
+    """A broker key lies within its own min and max keys (`pre`min.`what` <= `pre``what` <= `pre`max.`what`)."""
+    lo, hi, value = get(f"{pre}min.{what}"), get(f"{pre}max.{what}"), get(f"{pre}{what}")
+    if hi < lo:
+        raise fail(f"{pre}max.{what}", f"{pre}max.{what} ({hi}) must be greater than or equal to {pre}min.{what} ({lo})")
+    if value < lo:
+        raise fail(f"{pre}{what}", f"{pre}{what} ({value}) must be greater than or equal to {pre}min.{what} ({lo})")
+    if value > hi:
+        raise fail(f"{pre}{what}", f"{pre}{what} ({value}) must be less than or equal to {pre}max.{what} ({hi})")
+
+
+def _check_consumer_group_bounds(get: Callable[[str], Any], fail: Callable[[str, str], ConfigError],
+                                 pre: str = "group.consumer.") -> None:
+    """Kafka's GroupCoordinatorConfig checks: the consumer-protocol (or, with pre "group.share.", the share group)
+    session timeout and heartbeat interval lie within their min and max keys, and a member heartbeats more often
+    than its session lasts."""
     for what in ("session.timeout.ms", "heartbeat.interval.ms"):
         lo, hi, value = get(f"{pre}min.{what}"), get(f"{pre}max.{what}"), get(f"{pre}{what}")
         if hi < lo:

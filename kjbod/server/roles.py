@@ -95,7 +95,17 @@ def group_bounds(config: Any) -> dict[str, int]:
     return {"group.consumer.min.session.timeout.ms": config.group_consumer_min_session_timeout_ms,
             "group.consumer.max.session.timeout.ms": config.group_consumer_max_session_timeout_ms,
             "group.consumer.min.heartbeat.interval.ms": config.group_consumer_min_heartbeat_interval_ms,
-            "group.consumer.max.heartbeat.interval.ms": config.group_consumer_max_heartbeat_interval_ms}
+            "group.consumer.max.heartbeat.interval.ms": config.group_consumer_max_heartbeat_interval_ms,
+            "group.share.min.session.timeout.ms": config.group_share_min_session_timeout_ms,
+            "group.share.max.session.timeout.ms": config.group_share_max_session_timeout_ms,
+            "group.share.min.heartbeat.interval.ms": config.group_share_min_heartbeat_interval_ms,
+            "group.share.max.heartbeat.interval.ms": config.group_share_max_heartbeat_interval_ms,
+            "group.share.min.record.lock.duration.ms": config.group_share_min_record_lock_duration_ms,
+            "group.share.max.record.lock.duration.ms": config.group_share_max_record_lock_duration_ms,
+            "group.share.min.delivery.count.limit": config.group_share_min_delivery_count_limit,
+            "group.share.max.delivery.count.limit": config.group_share_max_delivery_count_limit,
+            "group.share.min.partition.max.record.locks": config.group_share_min_partition_max_record_locks,
+            "group.share.max.partition.max.record.locks": config.group_share_max_partition_max_record_locks}
 
 
 def _default_config() -> Any:

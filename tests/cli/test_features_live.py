@@ -37,6 +37,8 @@ def test_describe_downgrade_upgrade_and_refusals(kjbod_server_factory):
                              "SupportedMaxVersion": "4.0-IV0", "FinalizedVersionLevel": "4.0-IV0"},
         "transaction.version": {"Feature": "transaction.version", "SupportedMinVersion": "0",
                                 "SupportedMaxVersion": "1", "FinalizedVersionLevel": "0"},
+        "share.version": {"Feature": "share.version", "SupportedMinVersion": "0", "SupportedMaxVersion": "1",
+                          "FinalizedVersionLevel": "1"},
         # a static quorum: supported 0-1, finalized 0 (Kafka 3.9's answer)
         "kraft.version": {"Feature": "kraft.version", "SupportedMinVersion": "0", "SupportedMaxVersion": "1",
                           "FinalizedVersionLevel": "0"}}
@@ -73,10 +75,10 @@ def test_describe_downgrade_upgrade_and_refusals(kjbod_server_factory):
 
     mapping = subprocess.run([*KJBOD, "features", "--bootstrap-server", "127.0.0.1:1", "version-mapping",
                               "--release-version", "3.7-IV2"], capture_output=True, text=True, timeout=60)
-    assert mapping.stdout == "metadata.version=17 (3.7-IV2)\ntransaction.version=0\ngroup.version=0\n"
+    assert mapping.stdout == "metadata.version=17 (3.7-IV2)\ntransaction.version=0\ngroup.version=0\nshare.version=0\n"
     mapping = subprocess.run([*KJBOD, "features", "--bootstrap-server", "127.0.0.1:1", "version-mapping"],
                              capture_output=True, text=True, timeout=60)
-    assert mapping.stdout == "metadata.version=22 (4.0-IV0)\ntransaction.version=0\ngroup.version=1\n"
+    assert mapping.stdout == "metadata.version=22 (4.0-IV0)\ntransaction.version=0\ngroup.version=1\nshare.version=1\n"
 
 
 TXN_OVERRIDES = {"offsets.topic.replication.factor": "1", "offsets.topic.num.partitions": "1",

@@ -18,6 +18,7 @@ from .test_managers import Ctx
 MV = ft.METADATA_VERSION
 GV = ft.GROUP_VERSION
 TV = ft.TRANSACTION_VERSION
+SV = ft.SHARE_VERSION
 
 
 def request(*updates: tuple[str, int, int], validate_only: bool = False) -> UpdateFeaturesRequest:
@@ -47,10 +48,10 @@ def update(ctx: Ctx, req: UpdateFeaturesRequest, version: int = 1):
 def test_a_new_cluster_runs_the_newest_level_until_told_otherwise(ctx):
     # metadata.version 4.0-IV0, and Kafka's defaults at it: group.version 1 (from 4.0-IV0), transaction.version 0
     # (1 and 2 are defaults from 4.0-IV2 on).
-    assert ft.finalized(ctx.image) == {MV: 22, GV: 1, TV: 0}
+    assert ft.finalized(ctx.image) == {MV: 22, GV: 1, TV: 0, SV: 1}
     resp = update(ctx, request((MV, 20, 2)))  # a safe downgrade: no level between 20 and 22 changed the records
     assert (resp.error_code, [(r.feature, r.error_code) for r in resp.results]) == (0, [(MV, 0)])
-    assert ft.finalized(ctx.image) == {MV: 20, GV: 1, TV: 0}
+    assert ft.finalized(ctx.image) == {MV: 20, GV: 1, TV: 0, SV: 1}
     before = list(ctx.log)
     resp = update(ctx, request((MV, 17, 2), validate_only=True))
     assert resp.error_code == 0 and ctx.log == before and ft.finalized(ctx.image)[MV] == 20
@@ -114,7 +115,7 @@ def test_group_and_transaction_versions_change_and_their_zero_is_kept():
     ctx = Ctx()
     ctx.live_broker(1, features=supporting(17, 22, group_version=(0, 1), transaction_version=(0, 1)))
     assert update(ctx, request((TV, 1, 1), (GV, 0, 2))).error_code == 0
-    assert ft.finalized(ctx.image) == {MV: 22, GV: 0, TV: 1}  # group.version 0 stays 0, not the bootstrap 1
+    assert ft.finalized(ctx.image) == {MV: 22, GV: 0, TV: 1, SV: 1}  # group.version 0 stays 0, not the bootstrap 1
     assert not ft.consumer_protocol_enabled(ctx.image)
     assert update(ctx, request((GV, 1, 1))).error_code == 0
     assert ft.consumer_protocol_enabled(ctx.image)

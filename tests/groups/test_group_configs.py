@@ -31,7 +31,15 @@ SET, DELETE, APPEND = 0, 1, 2
 SESSION, INTERVAL = "consumer.session.timeout.ms", "consumer.heartbeat.interval.ms"
 BROKER = SimpleNamespace(group_consumer_session_timeout_ms=45_000, group_consumer_heartbeat_interval_ms=5000,
                          group_consumer_min_session_timeout_ms=45_000, group_consumer_max_session_timeout_ms=60_000,
-                         group_consumer_min_heartbeat_interval_ms=5000, group_consumer_max_heartbeat_interval_ms=15_000)
+                         group_consumer_min_heartbeat_interval_ms=5000, group_consumer_max_heartbeat_interval_ms=15_000,
+                         group_share_session_timeout_ms=45_000, group_share_heartbeat_interval_ms=5000,
+                         group_share_min_session_timeout_ms=45_000, group_share_max_session_timeout_ms=60_000,
+                         group_share_min_heartbeat_interval_ms=5000, group_share_max_heartbeat_interval_ms=15_000,
+                         group_share_record_lock_duration_ms=30_000, group_share_min_record_lock_duration_ms=15_000,
+                         group_share_max_record_lock_duration_ms=60_000, group_share_delivery_count_limit=5,
+                         group_share_min_delivery_count_limit=2, group_share_max_delivery_count_limit=10,
+                         group_share_partition_max_record_locks=2000, group_share_min_partition_max_record_locks=100,
+                         group_share_max_partition_max_record_locks=4000)
 
 
 def plan(changes, overrides=None, replace=False):

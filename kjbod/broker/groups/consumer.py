@@ -443,6 +443,8 @@ class ConsumerGroups:
         # may not be), `downgrade(now, group, leaving member id)` turns a consumer group into a classic one.
         self.upgrade: Callable[[int, str, TopicLookup], ConsumerGroup | None] | None = None
         self.downgrade: Callable[[int, ConsumerGroup, str], None] | None = None
+        # whether a KIP-932 share group has this id (then no consumer group may take it)
+        self.taken_by_share: Callable[[str], bool] = lambda gid: False
 
     def session_timeout_ms(self, group_id: str) -> int:
         return self.group_configs(group_id).get("consumer.session.timeout.ms", self.config.session_timeout_ms)
@@ -514,6 +516,8 @@ class ConsumerGroups:
     def _group(self, group_id: str, create: bool, now: int = 0, topics: TopicLookup | None = None) -> ConsumerGroup:
         group = self.groups.get(group_id)
         if group is None:
+            if self.taken_by_share(group_id):
+                raise HeartbeatError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.")
             if not create:
                 raise HeartbeatError(ErrorCode.GROUP_ID_NOT_FOUND, f"Consumer group {group_id} not found.")
             if self.classic_busy(group_id):

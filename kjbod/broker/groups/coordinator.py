@@ -53,6 +53,15 @@ from kjbod.broker.groups.state import (
     JoinResult,
     Member,
 )
+from kjbod.broker.share import groups_records as share_rec
+from kjbod.broker.share.groups import (
+    HeartbeatResult,
+    ShareGroup,
+    ShareGroupConfig,
+    ShareGroups,
+    ShareHeartbeat,
+)
+from kjbod.broker.share.persister import persister_of
 from kjbod.protocol.errors import ErrorCode
 from kjbod.storage.records import build_batch
 
@@ -122,6 +131,15 @@ def consumer_config_from(config: Any) -> ConsumerGroupConfig:
         classic_max_size=config.group_max_size)
 
 
+def share_config_from(config: Any) -> ShareGroupConfig:
+    """The group.share.* keys of the group coordinator."""
+    return ShareGroupConfig(
+        session_timeout_ms=config.group_share_session_timeout_ms,
+        heartbeat_interval_ms=config.group_share_heartbeat_interval_ms,
+        max_size=config.group_share_max_size,
+        initialize_retry_interval_ms=config.group_share_initialize_retry_interval_ms)
+
+
 def coordinator_of(node: Any) -> GroupCoordinator:
     """The node's group coordinator, made and started on first use."""
     coordinator = getattr(node, "group_coordinator", None)
@@ -147,6 +165,13 @@ class GroupCoordinator(CoordinatorHost):
         # consumer group id -> the records last written for it (key -> value): what the next write is a diff of
         self._consumer_records: dict[str, dict[bytes, bytes]] = {}
         self._unwritten: set[str] = set()  # consumer groups whose last write failed: the next heartbeat writes
+        # KIP-932 share groups (kjbod.broker.share.groups), in the same id space as the others
+        self.share_groups: dict[str, ShareGroup] = {}
+        self.share = ShareGroups(share_config_from(node.config), self.share_groups, other_kind=self.other_kind,
+                                 group_configs=self.group_configs)
+        self._share_records: dict[str, dict[bytes, bytes]] = {}  # share group id -> the records last written
+        self._next_topic_check = 0  # when share groups are next checked for deleted topics (once a second)
+        self.book.consumer.taken_by_share = self.share_groups.__contains__
         self.settings = OffsetsTopicSettings.of(node.config)
         self.load_chunk = self.settings.load_buffer_size
         self._next_expiry = now_ms() + expiry_interval_ms
@@ -156,9 +181,12 @@ class GroupCoordinator(CoordinatorHost):
         return [*OFFSETS_TOPIC_CONFIGS, ("segment.bytes", str(self.settings.segment_bytes))]
 
     def _unload(self, p: int) -> int:
-        gone = [g for g in set(self.book.groups) | set(self.book.consumer_groups) if self.partition_of(g) == p]
+        gone = [g for g in set(self.book.groups) | set(self.book.consumer_groups) | set(self.share_groups)
+                if self.partition_of(g) == p]
         self.book.unload(gone)
         for g in gone:
+            self.share_groups.pop(g, None)
+            self._share_records.pop(g, None)
             self._consumer_records.pop(g, None)
             self._unwritten.discard(g)
         return len(gone)
@@ -167,6 +195,13 @@ class GroupCoordinator(CoordinatorHost):
         self.book.tick(now)
         for gid in self.book.consumer.tick(now):
             self._spawn(self.persist_consumer(gid))
+        for gid in self.share.tick(now, self.topic_meta):
+            self._spawn(self.persist_share(gid))
+        if self.share_groups and now >= self._next_topic_check:
+            self._next_topic_check = now + 1000
+            exists = lambda tid: self.node.metadata.topic_by_id(tid) is not None  # noqa: E731
+            for gid in self.share.forget_deleted_topics(exists):
+                self._spawn(self.persist_share(gid))
         if now >= self._next_expiry:
             self._next_expiry = now + self.expiry_interval_ms
             await self._expire(now)
@@ -228,6 +263,7 @@ class GroupCoordinator(CoordinatorHost):
         offsets: dict[str, dict[tuple[str, int], CommittedOffset | None]] = {}
         groups: dict[str, rec.GroupRecord | None] = {}
         consumer: dict[str, dict[rec.ConsumerKey, tuple[bytes, bytes | None]]] = {}
+        share: dict[str, dict[rec.ConsumerKey, tuple[bytes, bytes | None]]] = {}
         pending: dict[int, list[tuple[bytes, bytes | None]]] = {}
         pairs: list[tuple[bytes | None, bytes | None]] = []
         for key, value, pid, marker in records:
@@ -255,7 +291,8 @@ class GroupCoordinator(CoordinatorHost):
                     offsets.setdefault(k.group, {})[(k.topic, k.partition)] = (
                         None if value is None else rec.read_offset_value(bytes(value)))
                 elif isinstance(k, rec.ConsumerKey):
-                    consumer.setdefault(k.group, {})[k] = (bytes(key), None if value is None else bytes(value))
+                    into = share if k.kind in share_rec.SHARE_KINDS else consumer
+                    into.setdefault(k.group, {})[k] = (bytes(key), None if value is None else bytes(value))
                 else:
                     groups[k.group] = None if value is None else rec.read_group_value(bytes(value))
             except (rec.RecordFormatError, UnicodeDecodeError) as e:
@@ -272,6 +309,17 @@ class GroupCoordinator(CoordinatorHost):
             self.book.consumer_groups[gid] = cg
             self._consumer_records[gid] = {raw: v for raw, v in values.values() if v is not None}
         self.book.consumer.touch_all(now)
+        for gid, values in share.items():
+            try:
+                sg = share_rec.share_group_of(gid, {k: v for k, (_, v) in values.items() if v is not None}, now)
+            except (rec.RecordFormatError, UnicodeDecodeError, ValueError) as e:
+                log.warning("share_group_record_skipped", group=gid, reason=str(e))
+                continue
+            if sg is None:
+                continue
+            self.share_groups[gid] = sg
+            self._share_records[gid] = {raw: v for raw, v in values.values() if v is not None}
+        self.share.touch_all(now)
         for gid in set(offsets) | set(groups):
             kept = {tp: c for tp, c in offsets.get(gid, {}).items() if c is not None}
             meta = groups.get(gid)
@@ -329,7 +377,7 @@ class GroupCoordinator(CoordinatorHost):
         self._spawn(write())
 
     # ------------------------------------------------------------------------------------------- consumer groups
-    def group_configs(self, group_id: str) -> dict[str, int]:
+    def group_configs(self, group_id: str) -> dict[str, Any]:
         """The group's own configs (KIP-848, ConfigRecords of resource type 32 in the metadata image)."""
         overrides = self.node.metadata.resource_configs(bc.GROUP, group_id)
         return {k: v for k, v in bc.group_values(self.node.config, overrides).items() if k in overrides}
@@ -392,6 +440,98 @@ class GroupCoordinator(CoordinatorHost):
         elif code:
             self._unwritten.add(group_id)
         return code
+
+    # ------------------------------------------------------------------------------------------- share groups
+    def other_kind(self, group_id: str) -> str | None:
+        """The kind of a group of this id that is not a share group, or None."""
+        if group_id in self.book.consumer_groups:
+            return "consumer"
+        return "classic" if group_id in self.book.groups else None
+
+    async def share_heartbeat(self, request: ShareHeartbeat) -> HeartbeatResult:
+        """A ShareGroupHeartbeat: the group moves on, its changed records are written (acks=all), and the answer
+        goes out once they are committed.  Partitions newly subscribed are then initialized through the persister
+        in the background, as Kafka does after answering."""
+        result = self.share.heartbeat(now_ms(), request, self.topic_meta)
+        gid = request.group_id
+        if result.error_code or not (result.changed or gid in self._unwritten):
+            return result
+        code = await self.persist_share(gid)
+        if code:
+            return HeartbeatResult(error_code=code)
+        if result.to_initialize:
+            self._spawn(self.initialize_share_state(gid, result.to_initialize))
+        return result
+
+    async def initialize_share_state(self, group_id: str, partitions: Any) -> None:
+        """Asks the persister to initialize the share state of these partitions; those it answers without an error
+        become assignable (a record), the others are asked for again by a later heartbeat."""
+        try:
+            answers = await persister_of(self.node).initialize(group_id, list(partitions))
+        except Exception:
+            log.exception("share_state_initialize_failed", group=group_id)
+            answers = {}
+        done: dict[Any, list[int]] = {}
+        failed: dict[Any, list[int]] = {}
+        for p in partitions:
+            answer = answers.get((p.topic_id, p.partition))
+            ok = answer is not None and answer.error_code == 0
+            (done if ok else failed).setdefault(p.topic_id, []).append(p.partition)
+            if not ok:
+                log.warning("share_state_not_initialized", group=group_id, topic_id=str(p.topic_id),
+                            partition=p.partition, error=None if answer is None else answer.error_code)
+        if self.share.initialized(group_id, done, failed):
+            await self.persist_share(group_id)
+
+    async def persist_share(self, group_id: str) -> int:
+        """Writes what changed in a share group since its last write (every record tombstoned once the group is
+        gone); the partition's error code."""
+        sg = self.share_groups.get(group_id)
+        after = share_rec.share_group_records(sg) if sg is not None else {}
+        pairs = share_rec.records_between(self._share_records.get(group_id, {}), after)
+        if not pairs:
+            return ErrorCode.NONE
+        try:
+            code = await self.append(group_id, pairs)
+        except Exception:
+            log.exception("share_group_write_failed", group=group_id)
+            code = ErrorCode.UNKNOWN_SERVER_ERROR
+        if code == 0 and self.share_groups.get(group_id) is sg:
+            if sg is None:
+                self._share_records.pop(group_id, None)
+            else:
+                self._share_records[group_id] = after
+            self._unwritten.discard(group_id)
+        elif code:
+            self._unwritten.add(group_id)
+        return code
+
+    async def delete_share_group(self, group_id: str) -> int:
+        """Deletes an empty share group: the share state of its partitions through the persister (those partitions
+        recorded as deleting meanwhile), then every record of the group.  0, or the first error code."""
+        sg = self.share_groups.get(group_id)
+        if sg is None:
+            return ErrorCode.GROUP_ID_NOT_FOUND
+        keys = sorted({(tid, p) for tid, (_, ps) in sg.initialized.items() for p in ps}
+                      | {(tid, p) for tid, (_, ps, _) in sg.initializing.items() for p in ps}, key=str)
+        if keys:
+            sg.deleting.update({tid: name for tid, (name, _) in sg.initialized.items()})
+            sg.deleting.update({tid: name for tid, (name, _, _) in sg.initializing.items()})
+            sg.initialized, sg.initializing = {}, {}
+            code = await self.persist_share(group_id)
+            if code:
+                return code
+            try:
+                answers = await persister_of(self.node).delete(group_id, keys)
+            except Exception:
+                log.exception("share_state_delete_failed", group=group_id)
+                return ErrorCode.UNKNOWN_SERVER_ERROR
+            failed = [a.error_code for a in answers.values() if a.error_code]
+            if failed:
+                return failed[0]
+        if self.share_groups.get(group_id) is sg:
+            del self.share_groups[group_id]
+        return await self.persist_share(group_id)
 
     async def classic_join(self, group_id: str, member_id: str, instance_id: str | None, client_id: str,
                            client_host: str, session_timeout_ms: int, rebalance_timeout_ms: int, protocol_type: str,

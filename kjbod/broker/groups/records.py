@@ -22,6 +22,8 @@ GroupMetadataValue v3
 It reads every version Kafka defines up to 3 (v0: no leader epoch; v1: expire timestamp; v2: no instance ids
 in members before v3; rebalance timeout from v1).  Strings are an int16 length then UTF-8, null as length -1.
 
+KIP-932 share groups use keys 10 to 15 in the same way (kjbod.broker.share.groups_records).
+
 KIP-848 consumer groups (kjbod.broker.groups.consumer) are stored as Kafka's six record kinds, their keys plain
 (group id, and member id where there is one) and their values version 0 in the flexible encoding (compact
 strings and arrays: an unsigned varint of length + 1, 0 for null; a tagged-field count closing each struct):
@@ -193,9 +195,11 @@ def read_key(buf: bytes) -> OffsetKey | GroupKey | ConsumerKey:
         return GroupKey(r.string() or "")
     if version in (CG_METADATA, CG_PARTITION_METADATA, CG_TARGET_METADATA):
         return ConsumerKey(version, r.string() or "", None)
-    if version in (CG_MEMBER, CG_TARGET_MEMBER, CG_CURRENT):
+    if version in (CG_MEMBER, CG_TARGET_MEMBER, CG_CURRENT, *SHARE_MEMBER_KEYS):
         group = r.string() or ""
         return ConsumerKey(version, group, r.string() or "")
+    if version in SHARE_GROUP_KEYS:
+        return ConsumerKey(version, r.string() or "", None)
     raise RecordFormatError(f"unknown __consumer_offsets key version {version}")
 
 
@@ -240,6 +244,10 @@ CG_MEMBER = 5
 CG_TARGET_METADATA = 6
 CG_TARGET_MEMBER = 7
 CG_CURRENT = 8
+# KIP-932 share group keys (their values: kjbod.broker.share.groups_records): member metadata, target member and
+# current assignment carry a member id; group metadata, target metadata and state partition metadata do not
+SHARE_MEMBER_KEYS = (10, 13, 14)
+SHARE_GROUP_KEYS = (11, 12, 15)
 # the order Kafka writes a heartbeat's records in; tombstones go the other way round
 WRITE_ORDER = (CG_MEMBER, CG_PARTITION_METADATA, CG_METADATA, CG_TARGET_MEMBER, CG_TARGET_METADATA, CG_CURRENT)
 _B = struct.Struct(">b")

@@ -314,6 +314,8 @@ class GroupBook:
             return reply(JoinResult(ErrorCode.INVALID_SESSION_TIMEOUT, member_id))
         if rebalance_timeout_ms < 0:  # v0: the session timeout stands in for it
             rebalance_timeout_ms = session_timeout_ms
+        if self.consumer.taken_by_share(group_id):  # a share group's id: Kafka answers without a member id
+            return reply(JoinResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, UNKNOWN_MEMBER))
         if group_id in self.consumer_groups:
             # a consumer-protocol group with members; an empty one is dropped first by the shell, as Kafka turns
             # it into a classic group

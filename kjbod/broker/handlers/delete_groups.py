@@ -2,7 +2,9 @@
 
 Version notes: v1 same as v0; v2 flexible.  Only a group without members may go (NON_EMPTY_GROUP otherwise);
 an unknown one answers GROUP_ID_NOT_FOUND.  Deleting writes tombstones for the group's metadata and every
-offset it committed to its `__consumer_offsets` partition.
+offset it committed to its `__consumer_offsets` partition.  A share group's share state is deleted through the
+persister first (the group stays, with the persister's error code, when that fails), then its records are
+tombstoned, as Kafka deletes share groups.
 """
 
 from __future__ import annotations
@@ -28,7 +30,10 @@ async def handle(node, request, body: DeleteGroupsRequest) -> DeleteGroupsRespon
         else:
             code = coordinator.status(gid) if gid else ErrorCode.INVALID_GROUP_ID
         cg = coordinator.book.consumer_groups.get(gid) if not code else None
-        if cg is not None:
+        sg = coordinator.share_groups.get(gid) if not code else None
+        if sg is not None:
+            code = ErrorCode.NON_EMPTY_GROUP if sg.members else await coordinator.delete_share_group(gid)
+        elif cg is not None:
             code = ErrorCode.NON_EMPTY_GROUP if cg.members else await coordinator.delete_group(gid)
         elif not code:
             g = coordinator.book.groups.get(gid)

@@ -25,6 +25,8 @@ from .alter_partition_request import AlterPartitionRequest
 from .alter_partition_response import AlterPartitionResponse
 from .alter_replica_log_dirs_request import AlterReplicaLogDirsRequest
 from .alter_replica_log_dirs_response import AlterReplicaLogDirsResponse
+from .alter_share_group_offsets_request import AlterShareGroupOffsetsRequest
+from .alter_share_group_offsets_response import AlterShareGroupOffsetsResponse
 from .alter_user_scram_credentials_request import AlterUserScramCredentialsRequest
 from .alter_user_scram_credentials_response import AlterUserScramCredentialsResponse
 from .api_versions_request import ApiVersionsRequest
@@ -59,6 +61,8 @@ from .delete_groups_request import DeleteGroupsRequest
 from .delete_groups_response import DeleteGroupsResponse
 from .delete_records_request import DeleteRecordsRequest
 from .delete_records_response import DeleteRecordsResponse
+from .delete_share_group_offsets_request import DeleteShareGroupOffsetsRequest
+from .delete_share_group_offsets_response import DeleteShareGroupOffsetsResponse
 from .delete_topics_request import DeleteTopicsRequest
 from .delete_topics_response import DeleteTopicsResponse
 from .describe_acls_request import DescribeAclsRequest
@@ -79,6 +83,8 @@ from .describe_producers_request import DescribeProducersRequest
 from .describe_producers_response import DescribeProducersResponse
 from .describe_quorum_request import DescribeQuorumRequest
 from .describe_quorum_response import DescribeQuorumResponse
+from .describe_share_group_offsets_request import DescribeShareGroupOffsetsRequest
+from .describe_share_group_offsets_response import DescribeShareGroupOffsetsResponse
 from .describe_topic_partitions_request import DescribeTopicPartitionsRequest
 from .describe_topic_partitions_response import DescribeTopicPartitionsResponse
 from .describe_transactions_request import DescribeTransactionsRequest
@@ -160,6 +166,10 @@ from .sasl_authenticate_request import SaslAuthenticateRequest
 from .sasl_authenticate_response import SaslAuthenticateResponse
 from .sasl_handshake_request import SaslHandshakeRequest
 from .sasl_handshake_response import SaslHandshakeResponse
+from .share_group_describe_request import ShareGroupDescribeRequest
+from .share_group_describe_response import ShareGroupDescribeResponse
+from .share_group_heartbeat_request import ShareGroupHeartbeatRequest
+from .share_group_heartbeat_response import ShareGroupHeartbeatResponse
 from .snapshot_footer_record import SnapshotFooterRecord
 from .snapshot_header_record import SnapshotHeaderRecord
 from .sync_group_request import SyncGroupRequest
@@ -208,6 +218,8 @@ __all__ = [
     'AlterPartitionResponse',
     'AlterReplicaLogDirsRequest',
     'AlterReplicaLogDirsResponse',
+    'AlterShareGroupOffsetsRequest',
+    'AlterShareGroupOffsetsResponse',
     'AlterUserScramCredentialsRequest',
     'AlterUserScramCredentialsResponse',
     'ApiVersionsRequest',
@@ -242,6 +254,8 @@ __all__ = [
     'DeleteGroupsResponse',
     'DeleteRecordsRequest',
     'DeleteRecordsResponse',
+    'DeleteShareGroupOffsetsRequest',
+    'DeleteShareGroupOffsetsResponse',
     'DeleteTopicsRequest',
     'DeleteTopicsResponse',
     'DescribeAclsRequest',
@@ -262,6 +276,8 @@ __all__ = [
     'DescribeProducersResponse',
     'DescribeQuorumRequest',
     'DescribeQuorumResponse',
+    'DescribeShareGroupOffsetsRequest',
+    'DescribeShareGroupOffsetsResponse',
     'DescribeTopicPartitionsRequest',
     'DescribeTopicPartitionsResponse',
     'DescribeTransactionsRequest',
@@ -343,6 +359,10 @@ __all__ = [
     'SaslAuthenticateResponse',
     'SaslHandshakeRequest',
     'SaslHandshakeResponse',
+    'ShareGroupDescribeRequest',
+    'ShareGroupDescribeResponse',
+    'ShareGroupHeartbeatRequest',
+    'ShareGroupHeartbeatResponse',
     'SnapshotFooterRecord',
     'SnapshotHeaderRecord',
     'SyncGroupRequest',

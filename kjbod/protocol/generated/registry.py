@@ -29,6 +29,8 @@ from .alter_partition_request import AlterPartitionRequest
 from .alter_partition_response import AlterPartitionResponse
 from .alter_replica_log_dirs_request import AlterReplicaLogDirsRequest
 from .alter_replica_log_dirs_response import AlterReplicaLogDirsResponse
+from .alter_share_group_offsets_request import AlterShareGroupOffsetsRequest
+from .alter_share_group_offsets_response import AlterShareGroupOffsetsResponse
 from .alter_user_scram_credentials_request import AlterUserScramCredentialsRequest
 from .alter_user_scram_credentials_response import AlterUserScramCredentialsResponse
 from .api_versions_request import ApiVersionsRequest
@@ -63,6 +65,8 @@ from .delete_groups_request import DeleteGroupsRequest
 from .delete_groups_response import DeleteGroupsResponse
 from .delete_records_request import DeleteRecordsRequest
 from .delete_records_response import DeleteRecordsResponse
+from .delete_share_group_offsets_request import DeleteShareGroupOffsetsRequest
+from .delete_share_group_offsets_response import DeleteShareGroupOffsetsResponse
 from .delete_topics_request import DeleteTopicsRequest
 from .delete_topics_response import DeleteTopicsResponse
 from .describe_acls_request import DescribeAclsRequest
@@ -83,6 +87,8 @@ from .describe_producers_request import DescribeProducersRequest
 from .describe_producers_response import DescribeProducersResponse
 from .describe_quorum_request import DescribeQuorumRequest
 from .describe_quorum_response import DescribeQuorumResponse
+from .describe_share_group_offsets_request import DescribeShareGroupOffsetsRequest
+from .describe_share_group_offsets_response import DescribeShareGroupOffsetsResponse
 from .describe_topic_partitions_request import DescribeTopicPartitionsRequest
 from .describe_topic_partitions_response import DescribeTopicPartitionsResponse
 from .describe_transactions_request import DescribeTransactionsRequest
@@ -164,6 +170,10 @@ from .sasl_authenticate_request import SaslAuthenticateRequest
 from .sasl_authenticate_response import SaslAuthenticateResponse
 from .sasl_handshake_request import SaslHandshakeRequest
 from .sasl_handshake_response import SaslHandshakeResponse
+from .share_group_describe_request import ShareGroupDescribeRequest
+from .share_group_describe_response import ShareGroupDescribeResponse
+from .share_group_heartbeat_request import ShareGroupHeartbeatRequest
+from .share_group_heartbeat_response import ShareGroupHeartbeatResponse
 from .snapshot_footer_record import SnapshotFooterRecord
 from .snapshot_header_record import SnapshotHeaderRecord
 from .sync_group_request import SyncGroupRequest
@@ -271,9 +281,14 @@ APIS: dict[int, ApiInfo] = {
     73: ApiInfo(73, 'AssignReplicasToDirs', AssignReplicasToDirsRequest, AssignReplicasToDirsResponse, 0, 0, 0, frozenset(['controller'])),
     74: ApiInfo(74, 'ListConfigResources', ListConfigResourcesRequest, ListConfigResourcesResponse, 0, 1, 0, frozenset(['broker'])),
     75: ApiInfo(75, 'DescribeTopicPartitions', DescribeTopicPartitionsRequest, DescribeTopicPartitionsResponse, 0, 0, 0, frozenset(['broker'])),
+    76: ApiInfo(76, 'ShareGroupHeartbeat', ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse, 1, 1, 0, frozenset(['broker'])),
+    77: ApiInfo(77, 'ShareGroupDescribe', ShareGroupDescribeRequest, ShareGroupDescribeResponse, 1, 1, 0, frozenset(['broker'])),
     80: ApiInfo(80, 'AddRaftVoter', AddRaftVoterRequest, AddRaftVoterResponse, 0, 0, 0, frozenset(['broker', 'controller'])),
     81: ApiInfo(81, 'RemoveRaftVoter', RemoveRaftVoterRequest, RemoveRaftVoterResponse, 0, 0, 0, frozenset(['broker', 'controller'])),
     82: ApiInfo(82, 'UpdateRaftVoter', UpdateRaftVoterRequest, UpdateRaftVoterResponse, 0, 0, 0, frozenset(['controller'])),
+    90: ApiInfo(90, 'DescribeShareGroupOffsets', DescribeShareGroupOffsetsRequest, DescribeShareGroupOffsetsResponse, 0, 1, 0, frozenset(['broker'])),
+    91: ApiInfo(91, 'AlterShareGroupOffsets', AlterShareGroupOffsetsRequest, AlterShareGroupOffsetsResponse, 0, 0, 0, frozenset(['broker'])),
+    92: ApiInfo(92, 'DeleteShareGroupOffsets', DeleteShareGroupOffsetsRequest, DeleteShareGroupOffsetsResponse, 0, 0, 0, frozenset(['broker'])),
     10000: ApiInfo(10000, 'ReassignPartitions', ReassignPartitionsRequest, ReassignPartitionsResponse, 0, 0, 0, frozenset(['broker', 'controller'])),
     10001: ApiInfo(10001, 'AlterInterbrokerThrottledRates', AlterInterbrokerThrottledRatesRequest, AlterInterbrokerThrottledRatesResponse, 0, 0, 0, frozenset(['broker', 'controller'])),
     10002: ApiInfo(10002, 'AlterInterbrokerThrottledReplicas', AlterInterbrokerThrottledReplicasRequest, AlterInterbrokerThrottledReplicasResponse, 0, 0, 0, frozenset(['broker', 'controller'])),
