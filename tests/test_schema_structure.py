@@ -106,6 +106,11 @@ SERVED_APIS: dict[str, tuple[int, int]] = {
     "ConsumerGroupDescribe": (0, 0),
     "DescribeTopicPartitions": (0, 0),
     "ListConfigResources": (0, 1),
+    "InitializeShareGroupState": (0, 0),
+    "ReadShareGroupState": (0, 0),
+    "WriteShareGroupState": (0, 1),
+    "DeleteShareGroupState": (0, 0),
+    "ReadShareGroupStateSummary": (0, 1),
 }
 SERVED_HEADERS: dict[str, tuple[int, int]] = {"RequestHeader": (0, 2), "ResponseHeader": (0, 1)}
 SERVED_RECORDS: dict[str, tuple[int, int]] = {

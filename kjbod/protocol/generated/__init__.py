@@ -59,6 +59,8 @@ from .delete_groups_request import DeleteGroupsRequest
 from .delete_groups_response import DeleteGroupsResponse
 from .delete_records_request import DeleteRecordsRequest
 from .delete_records_response import DeleteRecordsResponse
+from .delete_share_group_state_request import DeleteShareGroupStateRequest
+from .delete_share_group_state_response import DeleteShareGroupStateResponse
 from .delete_topics_request import DeleteTopicsRequest
 from .delete_topics_response import DeleteTopicsResponse
 from .describe_acls_request import DescribeAclsRequest
@@ -109,6 +111,8 @@ from .incremental_alter_configs_request import IncrementalAlterConfigsRequest
 from .incremental_alter_configs_response import IncrementalAlterConfigsResponse
 from .init_producer_id_request import InitProducerIdRequest
 from .init_producer_id_response import InitProducerIdResponse
+from .initialize_share_group_state_request import InitializeShareGroupStateRequest
+from .initialize_share_group_state_response import InitializeShareGroupStateResponse
 from .join_group_request import JoinGroupRequest
 from .join_group_response import JoinGroupResponse
 from .k_raft_version_record import KRaftVersionRecord
@@ -142,6 +146,10 @@ from .produce_response import ProduceResponse
 from .producer_ids_record import ProducerIdsRecord
 from .push_telemetry_request import PushTelemetryRequest
 from .push_telemetry_response import PushTelemetryResponse
+from .read_share_group_state_request import ReadShareGroupStateRequest
+from .read_share_group_state_response import ReadShareGroupStateResponse
+from .read_share_group_state_summary_request import ReadShareGroupStateSummaryRequest
+from .read_share_group_state_summary_response import ReadShareGroupStateSummaryResponse
 from .reassign_partitions_request import ReassignPartitionsRequest
 from .reassign_partitions_response import ReassignPartitionsResponse
 from .reassignment_intent_record import ReassignmentIntentRecord
@@ -160,6 +168,10 @@ from .sasl_authenticate_request import SaslAuthenticateRequest
 from .sasl_authenticate_response import SaslAuthenticateResponse
 from .sasl_handshake_request import SaslHandshakeRequest
 from .sasl_handshake_response import SaslHandshakeResponse
+from .share_snapshot_key import ShareSnapshotKey
+from .share_snapshot_value import ShareSnapshotValue
+from .share_update_key import ShareUpdateKey
+from .share_update_value import ShareUpdateValue
 from .snapshot_footer_record import SnapshotFooterRecord
 from .snapshot_header_record import SnapshotHeaderRecord
 from .sync_group_request import SyncGroupRequest
@@ -181,6 +193,8 @@ from .user_scram_credential_record import UserScramCredentialRecord
 from .vote_request import VoteRequest
 from .vote_response import VoteResponse
 from .voters_record import VotersRecord
+from .write_share_group_state_request import WriteShareGroupStateRequest
+from .write_share_group_state_response import WriteShareGroupStateResponse
 from .write_txn_markers_request import WriteTxnMarkersRequest
 from .write_txn_markers_response import WriteTxnMarkersResponse
 
@@ -242,6 +256,8 @@ __all__ = [
     'DeleteGroupsResponse',
     'DeleteRecordsRequest',
     'DeleteRecordsResponse',
+    'DeleteShareGroupStateRequest',
+    'DeleteShareGroupStateResponse',
     'DeleteTopicsRequest',
     'DeleteTopicsResponse',
     'DescribeAclsRequest',
@@ -292,6 +308,8 @@ __all__ = [
     'IncrementalAlterConfigsResponse',
     'InitProducerIdRequest',
     'InitProducerIdResponse',
+    'InitializeShareGroupStateRequest',
+    'InitializeShareGroupStateResponse',
     'JoinGroupRequest',
     'JoinGroupResponse',
     'KRaftVersionRecord',
@@ -325,6 +343,10 @@ __all__ = [
     'ProducerIdsRecord',
     'PushTelemetryRequest',
     'PushTelemetryResponse',
+    'ReadShareGroupStateRequest',
+    'ReadShareGroupStateResponse',
+    'ReadShareGroupStateSummaryRequest',
+    'ReadShareGroupStateSummaryResponse',
     'ReassignPartitionsRequest',
     'ReassignPartitionsResponse',
     'ReassignmentIntentRecord',
@@ -343,6 +365,10 @@ __all__ = [
     'SaslAuthenticateResponse',
     'SaslHandshakeRequest',
     'SaslHandshakeResponse',
+    'ShareSnapshotKey',
+    'ShareSnapshotValue',
+    'ShareUpdateKey',
+    'ShareUpdateValue',
     'SnapshotFooterRecord',
     'SnapshotHeaderRecord',
     'SyncGroupRequest',
@@ -364,6 +390,8 @@ __all__ = [
     'VoteRequest',
     'VoteResponse',
     'VotersRecord',
+    'WriteShareGroupStateRequest',
+    'WriteShareGroupStateResponse',
     'WriteTxnMarkersRequest',
     'WriteTxnMarkersResponse',
 ]

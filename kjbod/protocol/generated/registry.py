@@ -63,6 +63,8 @@ from .delete_groups_request import DeleteGroupsRequest
 from .delete_groups_response import DeleteGroupsResponse
 from .delete_records_request import DeleteRecordsRequest
 from .delete_records_response import DeleteRecordsResponse
+from .delete_share_group_state_request import DeleteShareGroupStateRequest
+from .delete_share_group_state_response import DeleteShareGroupStateResponse
 from .delete_topics_request import DeleteTopicsRequest
 from .delete_topics_response import DeleteTopicsResponse
 from .describe_acls_request import DescribeAclsRequest
@@ -113,6 +115,8 @@ from .incremental_alter_configs_request import IncrementalAlterConfigsRequest
 from .incremental_alter_configs_response import IncrementalAlterConfigsResponse
 from .init_producer_id_request import InitProducerIdRequest
 from .init_producer_id_response import InitProducerIdResponse
+from .initialize_share_group_state_request import InitializeShareGroupStateRequest
+from .initialize_share_group_state_response import InitializeShareGroupStateResponse
 from .join_group_request import JoinGroupRequest
 from .join_group_response import JoinGroupResponse
 from .k_raft_version_record import KRaftVersionRecord
@@ -146,6 +150,10 @@ from .produce_response import ProduceResponse
 from .producer_ids_record import ProducerIdsRecord
 from .push_telemetry_request import PushTelemetryRequest
 from .push_telemetry_response import PushTelemetryResponse
+from .read_share_group_state_request import ReadShareGroupStateRequest
+from .read_share_group_state_response import ReadShareGroupStateResponse
+from .read_share_group_state_summary_request import ReadShareGroupStateSummaryRequest
+from .read_share_group_state_summary_response import ReadShareGroupStateSummaryResponse
 from .reassign_partitions_request import ReassignPartitionsRequest
 from .reassign_partitions_response import ReassignPartitionsResponse
 from .reassignment_intent_record import ReassignmentIntentRecord
@@ -164,6 +172,10 @@ from .sasl_authenticate_request import SaslAuthenticateRequest
 from .sasl_authenticate_response import SaslAuthenticateResponse
 from .sasl_handshake_request import SaslHandshakeRequest
 from .sasl_handshake_response import SaslHandshakeResponse
+from .share_snapshot_key import ShareSnapshotKey
+from .share_snapshot_value import ShareSnapshotValue
+from .share_update_key import ShareUpdateKey
+from .share_update_value import ShareUpdateValue
 from .snapshot_footer_record import SnapshotFooterRecord
 from .snapshot_header_record import SnapshotHeaderRecord
 from .sync_group_request import SyncGroupRequest
@@ -185,6 +197,8 @@ from .user_scram_credential_record import UserScramCredentialRecord
 from .vote_request import VoteRequest
 from .vote_response import VoteResponse
 from .voters_record import VotersRecord
+from .write_share_group_state_request import WriteShareGroupStateRequest
+from .write_share_group_state_response import WriteShareGroupStateResponse
 from .write_txn_markers_request import WriteTxnMarkersRequest
 from .write_txn_markers_response import WriteTxnMarkersResponse
 
@@ -274,6 +288,11 @@ APIS: dict[int, ApiInfo] = {
     80: ApiInfo(80, 'AddRaftVoter', AddRaftVoterRequest, AddRaftVoterResponse, 0, 0, 0, frozenset(['broker', 'controller'])),
     81: ApiInfo(81, 'RemoveRaftVoter', RemoveRaftVoterRequest, RemoveRaftVoterResponse, 0, 0, 0, frozenset(['broker', 'controller'])),
     82: ApiInfo(82, 'UpdateRaftVoter', UpdateRaftVoterRequest, UpdateRaftVoterResponse, 0, 0, 0, frozenset(['controller'])),
+    83: ApiInfo(83, 'InitializeShareGroupState', InitializeShareGroupStateRequest, InitializeShareGroupStateResponse, 0, 0, 0, frozenset(['broker'])),
+    84: ApiInfo(84, 'ReadShareGroupState', ReadShareGroupStateRequest, ReadShareGroupStateResponse, 0, 0, 0, frozenset(['broker'])),
+    85: ApiInfo(85, 'WriteShareGroupState', WriteShareGroupStateRequest, WriteShareGroupStateResponse, 0, 1, 0, frozenset(['broker'])),
+    86: ApiInfo(86, 'DeleteShareGroupState', DeleteShareGroupStateRequest, DeleteShareGroupStateResponse, 0, 0, 0, frozenset(['broker'])),
+    87: ApiInfo(87, 'ReadShareGroupStateSummary', ReadShareGroupStateSummaryRequest, ReadShareGroupStateSummaryResponse, 0, 1, 0, frozenset(['broker'])),
     10000: ApiInfo(10000, 'ReassignPartitions', ReassignPartitionsRequest, ReassignPartitionsResponse, 0, 0, 0, frozenset(['broker', 'controller'])),
     10001: ApiInfo(10001, 'AlterInterbrokerThrottledRates', AlterInterbrokerThrottledRatesRequest, AlterInterbrokerThrottledRatesResponse, 0, 0, 0, frozenset(['broker', 'controller'])),
     10002: ApiInfo(10002, 'AlterInterbrokerThrottledReplicas', AlterInterbrokerThrottledReplicasRequest, AlterInterbrokerThrottledReplicasResponse, 0, 0, 0, frozenset(['broker', 'controller'])),
