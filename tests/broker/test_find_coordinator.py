@@ -1,6 +1,6 @@
 """FindCoordinator in process (kjbod/broker/handlers/find_coordinator.py): the warning a coordinator that cannot
 be hosted yet logs (once per connection and key type, naming the client, the keys and why), and share and unknown
-key types answered INVALID_REQUEST.  Group and transaction keys are answered by their coordinators (tests/groups,
+key types (and malformed share keys) answered INVALID_REQUEST.  Group and transaction keys are answered by their coordinators (tests/groups,
 tests/txn)."""
 
 from __future__ import annotations
@@ -75,7 +75,8 @@ def test_the_memory_of_warned_connections_is_bounded(logs, monkeypatch):
 
 @pytest.mark.parametrize(("version", "key_type"), [(1, 2), (3, 2), (4, 2), (6, 2), (1, 3), (6, 99)])
 def test_share_and_unknown_key_types_are_invalid_request_without_a_warning(logs, version, key_type):
-    # Kafka: share keys need v6 and a share coordinator, and CoordinatorType.forId refuses unknown ids.
+    # Kafka: share keys need v6 and the form group:topicId:partition, and CoordinatorType.forId refuses unknown
+    # ids (well-formed share keys are answered by the share coordinator: tests/share).
     body = FindCoordinatorRequest(key="k", key_type=key_type, coordinator_keys=["k", "l"])
     answer = answer_to(version, body)
     if version >= 4:
