@@ -191,3 +191,20 @@ def test_delete_writes_a_tombstone_only_for_state_that_exists():
     assert r is not None and r.kind == SNAPSHOT and r.value_bytes() is None
     _apply(book, r)
     assert KEY not in book.states and KEY not in book.state_epochs and KEY not in book.leader_epochs
+
+
+def test_a_request_refused_as_a_whole_answers_the_code_for_every_partition():
+    # what the router sends when a client without CLUSTER_ACTION asks (Kafka's getErrorResponse)
+    from kjbod.protocol.error_responses import error_response
+    from kjbod.protocol.generated import WriteShareGroupStateRequest
+    from kjbod.protocol.generated import write_share_group_state_request as wreq
+    from kjbod.protocol.generated.registry import APIS
+
+    body = WriteShareGroupStateRequest(group_id="g", topics=[wreq.WriteStateData(
+        topic_id=TOPIC, partitions=[wreq.PartitionData(partition=p) for p in (0, 3)])])
+    for api_key in (83, 84, 85, 86, 87):
+        resp = error_response(api_key, body, ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "no")
+        assert isinstance(resp, APIS[api_key].response)
+        assert [(t.topic_id, [(p.partition, p.error_code) for p in t.partitions]) for t in resp.results] == [
+            (TOPIC, [(0, ErrorCode.CLUSTER_AUTHORIZATION_FAILED), (3, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)])]
+        assert type(resp).decode(resp.encode(APIS[api_key].max_version), APIS[api_key].max_version) == resp
