@@ -8,6 +8,7 @@ import asyncio
 import subprocess
 import sys
 import uuid
+from types import SimpleNamespace
 
 from kafka.admin import KafkaAdminClient, NewTopic
 
@@ -107,10 +108,11 @@ def batches_of(r) -> list[tuple[int, int, int, int]]:
     return [(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count) for b in r.state_batches]
 
 
-def uuid_str(u: uuid.UUID) -> str:
+def key_json(tid: uuid.UUID, partition: int) -> str:
+    """A ShareSnapshot key as Kafka's dump tool prints it."""
     from kjbod.storage.ids import uuid_to_str
 
-    return uuid_to_str(u.bytes)
+    return f'{{"type":"0","data":{{"groupId":"{GROUP}","topicId":"{uuid_to_str(tid.bytes)}","partition":{partition}}}}}'
 
 
 def make_topic(bootstrap: str, partitions: int = 3) -> None:
@@ -203,13 +205,30 @@ def test_state_is_written_read_back_after_a_restart_and_deleted(kjbod_server_fac
     assert summary(port, tid, [1])[1].start_offset == -1
     assert read(port, tid, [2], leader_epoch=-1)[2].error_code == 0
 
-    # kjbod dump-log shows the records of __share_group_state decoded
-    segments = sorted(p for d in server.log_dirs for p in d.glob("__share_group_state-*/*.log"))
-    done = subprocess.run([sys.executable, "-m", "kjbod", "dump-log", "--share-group-state-decoder", "--files",
-                           ",".join(map(str, segments))], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    key0 = f'{{"type":"0","data":{{"groupId":"{GROUP}","topicId":"{uuid_str(tid)}","partition":0}}}}'
-    assert f"key: {key0} payload: <DELETE>" in done.stdout  # the deletion's tombstone
+    # deleting the topic deletes the state of its share-partitions (partition 2's is all that is left)
+    admin = KafkaAdminClient(bootstrap_servers=server.bootstrap)
+    try:
+        admin.delete_topics([TOPIC])
+    finally:
+        admin.close()
+
+    # kjbod dump-log shows the records of __share_group_state decoded, tombstones as <DELETE>
+    def tombstones() -> tuple[str, set[int]]:
+        segments = sorted(p for d in server.log_dirs for p in d.glob("__share_group_state-*/*.log"))
+        done = subprocess.run([sys.executable, "-m", "kjbod", "dump-log", "--share-group-state-decoder", "--files",
+                               ",".join(map(str, segments))], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        return done.stdout, {p for p in range(3) if f"key: {key_json(tid, p)} payload: <DELETE>" in done.stdout}
+
+    for _ in range(600):
+        dumped, deleted = tombstones()
+        if deleted == {0, 1, 2}:
+            break
+        asyncio.run(asyncio.sleep(0.1))
+    assert deleted == {0, 1, 2}
+    assert read(port, tid, [2], leader_epoch=-1)[2].error_code == ErrorCode.INVALID_REQUEST  # no state left
+    assert summary(port, tid, [2])[2].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION  # nor a topic
+    done = SimpleNamespace(stdout=dumped)
     assert '"type":"1"' in done.stdout  # updates
     assert ('"stateBatches":[{"firstOffset":3,"lastOffset":4,"deliveryState":2,"deliveryCount":1}'
             in done.stdout)  # a snapshot with the combined state

@@ -15,7 +15,8 @@ Strategy, the group and transaction coordinators' (kjbod.broker.coordinator_host
   empty group id or a read or write of a state never initialized; FENCED_STATE_EPOCH, FENCED_LEADER_EPOCH;
   UNKNOWN_TOPIC_OR_PARTITION for a topic id or partition the metadata lacks); a change is one record appended
   through the Produce path with acks=all and applied (the same replay as a load) once it is committed.  Changes to
-  one partition of the topic are made one at a time, so each is decided on the state the one before it left.
+  one partition of the topic are made one at a time, so each is decided on the state the one before it left;
+* a topic deleted from the metadata has the state of its share-partitions deleted (a tombstone each), as Kafka's.
 
 An empty group id is answered INVALID_REQUEST for each partition; Kafka 4.3 answers an empty response instead,
 which leaves the caller nothing to act on.
@@ -68,6 +69,8 @@ class ShareCoordinator(CoordinatorHost):
         self.book = ShareStateBook(c.share_coordinator_snapshot_update_records_per_snapshot)
         self._locks: dict[int, asyncio.Lock] = {}
         self.writes = 0  # records appended (metrics)
+        self._image: Any = None  # the metadata image the last tick saw, and its topic ids
+        self._topic_ids: frozenset[UUID] = frozenset()
 
     # ------------------------------------------------------------------------------------------- hosting
     def _topic_configs(self) -> list[tuple[str, str]]:
@@ -79,6 +82,28 @@ class ShareCoordinator(CoordinatorHost):
         for k in gone:
             self.book.forget(k)
         return len(gone)
+
+    async def _tick(self, now: int) -> None:
+        """A topic deleted from the metadata has its share-partitions' state deleted (tombstones), as Kafka's
+        coordinator does on a metadata change that removes topics."""
+        image = self.node.metadata
+        if image is self._image:
+            return
+        ids = frozenset(image.topics_by_id)
+        gone = self._topic_ids - ids if self._image is not None else frozenset()
+        self._image, self._topic_ids = image, ids
+        if gone:
+            for key in [k for k in self.book.states if k[1] in gone]:
+                self._spawn(self._drop_deleted(key))
+
+    async def _drop_deleted(self, key: StateKey) -> None:
+        ck = coordinator_key(*key)
+        p = self.partition_of(ck)
+        async with self._lock(p):
+            if self.status(ck) or (record := self.book.delete_record(key)) is None:
+                return
+            code = await self._append(p, record, ck)
+        log.info("share_state_of_deleted_topic_removed", key=ck, error_code=code)
 
     def status(self, key: str) -> int:
         """As the host's, but COORDINATOR_NOT_AVAILABLE before the topic exists (no FindCoordinator made it)."""
