@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+import urllib.request
 import uuid
 from types import SimpleNamespace
 
@@ -31,7 +32,7 @@ from kjbod.protocol.generated import read_share_group_state_summary_request as s
 from kjbod.protocol.generated import write_share_group_state_request as wreq
 from kjbod.protocol.generated.describe_configs_request import DescribeConfigsResource
 from kjbod.protocol.generated.metadata_request import MetadataRequestTopic
-from tests.live import kjbod_server_factory  # noqa: F401
+from tests.live import free_port, kjbod_server_factory  # noqa: F401
 
 SETTINGS = {"share.coordinator.state.topic.replication.factor": "1",
             "share.coordinator.state.topic.num.partitions": "4",
@@ -123,8 +124,17 @@ def make_topic(bootstrap: str, partitions: int = 3) -> None:
         admin.close()
 
 
+def scrape(port: int) -> dict[str, float]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as r:
+        text = r.read().decode()
+    return {line.rpartition(" ")[0]: float(line.rpartition(" ")[2]) for line in text.splitlines()
+            if line.startswith(("kafka_server_share_coordinator", "kjbod_share_coordinator"))}
+
+
 def test_state_is_written_read_back_after_a_restart_and_deleted(kjbod_server_factory):  # noqa: F811
-    server = kjbod_server_factory(overrides=SETTINGS, log_dir_count=2)
+    metrics_port = free_port()
+    server = kjbod_server_factory(overrides={**SETTINGS, "kjbod.metrics.listener": f"127.0.0.1:{metrics_port}"},
+                                  log_dir_count=2)
     make_topic(server.bootstrap)
     tid = topic_id(server.port, TOPIC)
     port = server.port
@@ -180,6 +190,14 @@ def test_state_is_written_read_back_after_a_restart_and_deleted(kjbod_server_fac
     assert initialize(port, tid, [7])[7].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     assert initialize(port, uuid.uuid4(), [0])[0].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     assert read(port, tid, [0], group="other-group")[0].error_code == ErrorCode.INVALID_REQUEST
+
+    # Kafka's share-coordinator-metrics: nine writes reached the coordinator (refused ones too)
+    figures = scrape(metrics_port)
+    assert figures["kafka_server_share_coordinator_metrics_write_total"] == 9
+    assert figures["kafka_server_share_coordinator_metrics_write_latency_max"] >= \
+        figures["kafka_server_share_coordinator_metrics_write_latency_avg"] > 0
+    assert figures['kjbod_share_coordinator_partitions{state="loaded"}'] == 4
+    assert figures["kjbod_share_coordinator_share_partitions"] == 3
 
     # a restart loads the partitions of __share_group_state back: the same state, epochs included
     server.stop()

@@ -25,6 +25,8 @@ which leaves the caller nothing to act on.
 from __future__ import annotations
 
 import asyncio
+import collections
+import time
 from typing import Any
 from uuid import UUID
 
@@ -41,6 +43,7 @@ log = structlog.get_logger("kjbod.share")
 
 SHARE_STATE_TOPIC = "__share_group_state"
 WRITE_TIMEOUT_MS = 5000  # Kafka's share.coordinator.write.timeout.ms default
+METRICS_WINDOW_S = 30.0  # Kafka's metrics sample window (2 samples of 30 s; kjbod keeps the last 30 s)
 
 
 class _ShareLogRequest(InternalRequest):
@@ -68,7 +71,9 @@ class ShareCoordinator(CoordinatorHost):
         self.segment_bytes = c.share_coordinator_state_topic_segment_bytes
         self.book = ShareStateBook(c.share_coordinator_snapshot_update_records_per_snapshot)
         self._locks: dict[int, asyncio.Lock] = {}
-        self.writes = 0  # records appended (metrics)
+        self.writes = 0  # records appended
+        self.write_calls = 0  # WriteShareGroupState partitions served here (Kafka's write-total)
+        self._recent_writes: collections.deque[tuple[float, float]] = collections.deque()  # (when, ms taken)
         self._image: Any = None  # the metadata image the last tick saw, and its topic ids
         self._topic_ids: frozenset[UUID] = frozenset()
 
@@ -196,6 +201,31 @@ class ShareCoordinator(CoordinatorHost):
         key, ck, refused = self._where(group_id, topic_id, partition)
         if refused is not None:
             return refused
+        started = time.monotonic()
+        try:
+            return await self._write(key, ck, state_epoch, leader_epoch, start_offset, delivery_complete_count,
+                                     batches)
+        finally:
+            self._record_write(started)
+
+    def _record_write(self, started: float) -> None:
+        now = time.monotonic()
+        self.write_calls += 1
+        self._recent_writes.append((now, (now - started) * 1000.0))
+        while self._recent_writes and self._recent_writes[0][0] < now - METRICS_WINDOW_S:
+            self._recent_writes.popleft()
+
+    def write_figures(self) -> tuple[int, float, float, float]:
+        """(write-total, write-rate a second, write-latency-avg and write-latency-max in ms) over the last
+        METRICS_WINDOW_S, as Kafka's share-coordinator-metrics; NaN latencies when nothing was written."""
+        now = time.monotonic()
+        recent = [ms for when, ms in self._recent_writes if when >= now - METRICS_WINDOW_S]
+        avg = sum(recent) / len(recent) if recent else float("nan")
+        return self.write_calls, len(recent) / METRICS_WINDOW_S, avg, max(recent) if recent else float("nan")
+
+    async def _write(self, key: StateKey, ck: str, state_epoch: int, leader_epoch: int, start_offset: int,
+                     delivery_complete_count: int, batches: tuple[StateBatch, ...]) -> PartitionAnswer:
+        topic_id, partition = key[1], key[2]
         p = self.partition_of(ck)
         async with self._lock(p):
             if (code := self.status(ck)):
