@@ -85,3 +85,14 @@ def test_share_and_unknown_key_types_are_invalid_request_without_a_warning(logs,
     else:
         assert (answer.error_code, answer.node_id, answer.host, answer.port) == (ErrorCode.INVALID_REQUEST, -1, "", -1)
     assert warnings_of(logs) == []
+
+
+@pytest.mark.parametrize(("key", "problem"), [
+    ("g:AAAAAAAAAAAAAAAAAAAAAA:0", None), ("a:b:AAAAAAAAAAAAAAAAAAAAAA:7", None),  # a group id may hold colons
+    ("g:AAAAAAAAAAAAAAAAAAAAAA:-1", None), ("", "not groupId"), ("g:0", "not groupId"),
+    (" :AAAAAAAAAAAAAAAAAAAAAA:0", "empty group id"), ("g:xyz:0", "invalid topic id"),
+    ("g:AAAAAAAAAAAAAAAAAAAAAA:", "invalid partition"), ("g:AAAAAAAAAAAAAAAAAAAAAA:2147483648", "invalid partition"),
+    ("g:AAAAAAAAAAAAAAAAAAAAAA:1_0", "invalid partition")])
+def test_share_keys_are_checked_as_kafkas_share_partition_key(key, problem):
+    found = find_coordinator.share_key_problem(key)
+    assert (found is None) if problem is None else (problem in found)

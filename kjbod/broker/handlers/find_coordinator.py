@@ -26,6 +26,8 @@ client, the keys and the reason: the place a user looks next.
 
 from __future__ import annotations
 
+import re
+
 import structlog
 
 from kjbod.broker.authz import allowed, allowed_cluster
@@ -132,15 +134,20 @@ async def handle(node, request, body: FindCoordinatorRequest) -> FindCoordinator
 
 
 def share_key_problem(key: str) -> str | None:
-    """Why `key` is not a share-partition key ("group:topicId:partition", as Kafka's), or None."""
-    parts = key.split(":")
-    if len(parts) != 3 or not parts[0]:
-        return f"share key {key!r} is not group:topicId:partition"
+    """Why `key` is not a share-partition key, or None.  Kafka's form: "group:topicId:partition", read from the
+    right (a group id may hold colons), the group id not blank, the topic id a Kafka Uuid, the partition an int32."""
+    parts = key.rsplit(":", 2)
+    if len(parts) != 3:
+        return f"share key {key!r} is not groupId:topicId:partition"
+    group, topic, partition = parts
+    if not group.strip():
+        return f"share key {key!r} has an empty group id"
     try:
-        uuid_from_str(parts[1])
-        int(parts[2])
+        uuid_from_str(topic)
     except ValueError:
-        return f"share key {key!r} has no valid topic id and partition"
+        return f"share key {key!r} has an invalid topic id {topic!r}"
+    if re.fullmatch(r"[+-]?[0-9]+", partition) is None or not -(1 << 31) <= int(partition) < 1 << 31:
+        return f"share key {key!r} has an invalid partition {partition!r}"
     return None
 
 
