@@ -60,14 +60,16 @@ def no_backoff(monkeypatch):
 def test_retriable_codes_are_asked_again_at_the_new_coordinator_and_others_are_final():
     p = Scripted({(T, 0): [ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, 0],
                   (T, 1): [ErrorCode.NOT_COORDINATOR, ErrorCode.FENCED_STATE_EPOCH],
-                  (T, 2): [0]},
-                 {(T, 0): [1], (T, 1): [1, 2], (T, 2): [2]})
-    got = asyncio.run(p._call(DELETE, "g", [((T, i), None) for i in range(3)], PartitionAnswer))
+                  (T, 2): [0],
+                  (T, 3): [ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, 0]},
+                 {(T, 0): [1], (T, 1): [1, 2], (T, 2): [2], (T, 3): [2]})
+    got = asyncio.run(p._call(DELETE, "g", [((T, i), None) for i in range(4)], PartitionAnswer))
     assert {k: a.error_code for k, a in got.items()} == {(T, 0): 0, (T, 1): ErrorCode.FENCED_STATE_EPOCH,
-                                                         (T, 2): 0}
-    # first round: one request per coordinator; second round: only what is left, at its new coordinator
-    assert sorted(p.sent[:2]) == [(1, [(T, 0), (T, 1)]), (2, [(T, 2)])]
-    assert sorted(p.sent[2:]) == [(1, [(T, 0)]), (2, [(T, 1)])]
+                                                         (T, 2): 0, (T, 3): 0}
+    # first round: one request per coordinator; then only what is left, at its coordinator of the moment
+    assert sorted(p.sent[:2]) == [(1, [(T, 0), (T, 1)]), (2, [(T, 2), (T, 3)])]
+    assert sorted(p.sent[2:4]) == [(1, [(T, 0)]), (2, [(T, 1), (T, 3)])]
+    assert p.sent[4:] == [(2, [(T, 3)])]
 
 
 def test_the_attempts_are_bounded_and_the_last_code_is_answered():

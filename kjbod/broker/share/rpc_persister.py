@@ -3,16 +3,17 @@
 Strategy, Kafka's DefaultStatePersister's: each call takes one group's share-partitions, finds the share
 coordinator of each ("group:topicId:partition" hashed onto `__share_group_state`, whose leader is the coordinator:
 the answer FindCoordinator gives, the topic made on first use), sends one request per coordinator, and answers
-each partition on its own.  A partition answered NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS or
-COORDINATOR_NOT_AVAILABLE (or whose coordinator cannot be reached) is asked again, its coordinator looked up
-afresh, with a backoff that doubles from RETRY_BACKOFF_S to RETRY_BACKOFF_MAX_S, at most MAX_ATTEMPTS times; then
-it is answered with the last code.  When this broker is the coordinator the request goes straight to the same
+each partition on its own.  A partition answered NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS,
+COORDINATOR_NOT_AVAILABLE or UNKNOWN_TOPIC_OR_PARTITION (or whose coordinator cannot be reached) is asked again,
+its coordinator looked up afresh, with a backoff that doubles from RETRY_BACKOFF_S to RETRY_BACKOFF_MAX_S (with
+jitter), at most MAX_ATTEMPTS times in all, as Kafka's; then it is answered with the last code.  When this broker is the coordinator the request goes straight to the same
 handler code a remote request reaches, without a socket.
 """
 
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import Callable
 from typing import Any
 from uuid import UUID
@@ -47,11 +48,14 @@ from kjbod.protocol.generated import write_share_group_state_request as write_re
 
 log = structlog.get_logger("kjbod.share")
 
+# UNKNOWN_TOPIC_OR_PARTITION too, as Kafka's persister: the coordinator's metadata may not have a new topic yet.
 RETRIABLE = frozenset({ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
-                       ErrorCode.COORDINATOR_NOT_AVAILABLE})
-MAX_ATTEMPTS = 8
-RETRY_BACKOFF_S = 0.1
-RETRY_BACKOFF_MAX_S = 2.0
+                       ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION})
+# Kafka's persister's: 5 attempts, backoff from 1 s doubling up to 30 s, 20% jitter.
+MAX_ATTEMPTS = 5
+RETRY_BACKOFF_S = 1.0
+RETRY_BACKOFF_MAX_S = 30.0
+RETRY_JITTER = 0.2
 REQUEST_TIMEOUT_S = 30.0
 
 INITIALIZE, READ, WRITE, DELETE, SUMMARY = 83, 84, 85, 86, 87
@@ -161,7 +165,7 @@ class RpcPersister:
         backoff = RETRY_BACKOFF_S
         for attempt in range(MAX_ATTEMPTS):
             if attempt:
-                await asyncio.sleep(backoff)
+                await asyncio.sleep(backoff * random.uniform(1 - RETRY_JITTER, 1 + RETRY_JITTER))
                 backoff = min(backoff * 2, RETRY_BACKOFF_MAX_S)
             code, problem = await coordinator_of(self.node).ensure_topic()
             if code:
