@@ -208,3 +208,15 @@ def test_a_request_refused_as_a_whole_answers_the_code_for_every_partition():
         assert [(t.topic_id, [(p.partition, p.error_code) for p in t.partitions]) for t in resp.results] == [
             (TOPIC, [(0, ErrorCode.CLUSTER_AUTHORIZATION_FAILED), (3, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)])]
         assert type(resp).decode(resp.encode(APIS[api_key].max_version), APIS[api_key].max_version) == resp
+
+
+def test_odd_records_are_passed_over_or_refused_without_breaking_the_book():
+    book = ShareStateBook(updates_per_snapshot=500)
+    book.replay(UPDATE, KEY, None)  # an update key with a null value: nothing
+    assert KEY not in book.states
+    with pytest.raises(ShareRecordError):
+        book.replay(SNAPSHOT, KEY, ShareUpdate(0, 0, 0, -1))
+    with pytest.raises(ShareRecordError):
+        book.replay(UPDATE, KEY, ShareState(0, 0, 0, 0, -1, 0, 0))
+    # a batch whose last offset is before its first covers nothing
+    assert combine([B(10, 5)], [B(0, 1)], -1) == (B(0, 1),)

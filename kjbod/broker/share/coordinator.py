@@ -133,7 +133,10 @@ class ShareCoordinator(CoordinatorHost):
 
     def _loaded_records(self, p: int, acc: Any) -> int:
         for kind, key, value in acc:
-            self.book.replay(kind, key, value)
+            try:
+                self.book.replay(kind, key, value)
+            except rec.ShareRecordError as e:  # one odd record costs its own change, not the partition's load
+                log.warning("share_state_record_skipped", partition=p, key=coordinator_key(*key), reason=str(e))
         return len({key for _k, key, _v in acc})
 
     # ------------------------------------------------------------------------------------------- requests

@@ -203,18 +203,24 @@ class ShareStateBook:
 
     # ------------------------------------------------------------------------------------------- replay
     def replay(self, kind: int, key: StateKey, value: ShareState | ShareUpdate | None) -> None:
+        """Applies one record.  A ShareSnapshot key with a null value deletes the state; a ShareUpdate key with a
+        null value means nothing (Kafka never writes one) and is passed over."""
         if kind == SNAPSHOT:
             if value is None:
                 self.forget(key)
                 return
-            assert isinstance(value, ShareState)
+            if not isinstance(value, ShareState):
+                raise ShareRecordError("a ShareSnapshot key with a ShareUpdate value")
             self._raise_epoch(self.leader_epochs, key, value.leader_epoch)
             self._raise_epoch(self.state_epochs, key, value.state_epoch)
             self.states[key] = value
             if self.update_counts.get(key, 0) >= self.updates_per_snapshot:
                 self.update_counts[key] = 0
             return
-        assert isinstance(value, ShareUpdate)
+        if value is None:
+            return
+        if not isinstance(value, ShareUpdate):
+            raise ShareRecordError("a ShareUpdate key with a ShareSnapshot value")
         self._raise_epoch(self.leader_epochs, key, value.leader_epoch)
         old = self.states.get(key)
         if old is None:  # an update with no snapshot before it (compacted away): taken as the state
