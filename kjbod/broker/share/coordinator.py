@@ -110,6 +110,12 @@ class ShareCoordinator(CoordinatorHost):
             code = await self._append(p, record, ck)
         log.info("share_state_of_deleted_topic_removed", key=ck, error_code=code)
 
+    def _stopped(self) -> None:
+        persister = getattr(self.node, "share_persister", None)  # its connections to other coordinators
+        close = getattr(persister, "close", None)
+        if close is not None:
+            close()
+
     def status(self, key: str) -> int:
         """As the host's, but COORDINATOR_NOT_AVAILABLE before the topic exists (no FindCoordinator made it)."""
         if self.node.metadata.topic(SHARE_STATE_TOPIC) is None:
