@@ -283,6 +283,18 @@ EFFECTS: dict[str, list[str]] = {
     "transaction.state.log.segment.bytes": [
         f"{TXN_LIVE}::test_the_transaction_topic_follows_its_keys_and_is_internal"],
     "transaction.max.timeout.ms": [f"{TXN_LIVE}::test_states_and_error_codes"],
+    "share.coordinator.state.topic.num.partitions": [
+        "tests/share/test_state_coordinator_live.py::test_state_is_written_read_back_after_a_restart_and_deleted"],
+    "share.coordinator.state.topic.replication.factor": [
+        "tests/share/test_state_coordinator_live.py::test_with_fewer_brokers_than_the_replication_factor_share_keys_are_not_served",
+        "tests/share/test_state_coordinator_live.py::test_state_is_written_read_back_after_a_restart_and_deleted"],
+    "share.coordinator.state.topic.min.isr": [
+        "tests/share/test_state_coordinator_live.py::test_state_is_written_read_back_after_a_restart_and_deleted"],
+    "share.coordinator.state.topic.segment.bytes": [
+        "tests/share/test_state_coordinator_live.py::test_state_is_written_read_back_after_a_restart_and_deleted"],
+    "share.coordinator.snapshot.update.records.per.snapshot": [
+        "tests/share/test_state_coordinator_live.py::test_state_is_written_read_back_after_a_restart_and_deleted",
+        "tests/share/test_state_records.py::test_writes_are_updates_then_a_snapshot_every_n_and_replay_rebuilds_the_state"],
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": [
         f"{TXN_LIVE}::test_a_transaction_past_its_timeout_is_aborted"],
     "transactional.id.expiration.ms": [

@@ -111,6 +111,11 @@ SERVED_APIS: dict[str, tuple[int, int]] = {
     "DescribeShareGroupOffsets": (0, 1),
     "AlterShareGroupOffsets": (0, 0),
     "DeleteShareGroupOffsets": (0, 0),
+    "InitializeShareGroupState": (0, 0),
+    "ReadShareGroupState": (0, 0),
+    "WriteShareGroupState": (0, 1),
+    "DeleteShareGroupState": (0, 0),
+    "ReadShareGroupStateSummary": (0, 1),
 }
 SERVED_HEADERS: dict[str, tuple[int, int]] = {"RequestHeader": (0, 2), "ResponseHeader": (0, 1)}
 SERVED_RECORDS: dict[str, tuple[int, int]] = {

@@ -44,6 +44,7 @@ CLUSTER_ACTION_APIS = frozenset({
     73,  # AssignReplicasToDirs
     59,  # FetchSnapshot
     27,  # WriteTxnMarkers
+    83, 84, 85, 86, 87,  # the share coordinator's RPCs (KIP-932)
 })
 # APIs that change the cluster as a whole: ALTER on the cluster.
 CLUSTER_ALTER_APIS = frozenset({

@@ -4,7 +4,9 @@ Strategy: the output lines are Kafka's DumpLogSegments lines, field for field, s
 tool read kjbod's output: `Dumping <file>`, then for a segment (`.log`) or a metadata snapshot (`.checkpoint`) a
 line per batch (`baseOffset: ... isvalid: true`), with `--deep-iteration` a line per record under it (`| offset:
 ...`), with `--print-data-log` the record's key and value as text, with `--cluster-metadata-decoder` the value
-as a metadata record in Kafka's JSON (`payload: {"type":"PARTITION_RECORD","version":1,"data":{...}}`). An
+as a metadata record in Kafka's JSON (`payload: {"type":"PARTITION_RECORD","version":1,"data":{...}}`), with
+`--offsets-decoder` or `--share-group-state-decoder` the key and value as `__consumer_offsets` or
+`__share_group_state` records in Kafka's JSON. An
 `.index` prints `offset: O position: P` per entry, a `.timeindex` `timestamp: T offset: O`, a producer state
 `.snapshot` a line per producer id. Problems Kafka's tool reports on stderr (index entries that do not match the
 log, offsets that do not follow each other) are reported there too.
@@ -55,6 +57,9 @@ def add_subcommand(subparsers: Any) -> None:
     p.add_argument("--offsets-decoder", action="store_true",
                    help="decode records as __consumer_offsets records (committed offsets and group metadata, "
                         "Kafka's JSON); implies --print-data-log")
+    p.add_argument("--share-group-state-decoder", action="store_true",
+                   help="decode records as __share_group_state records (ShareSnapshot and ShareUpdate, Kafka's "
+                        "JSON); implies --print-data-log")
     p.add_argument("--print-data-log", action="store_true",
                    help="print each record's key and value (as UTF-8 text); implies --deep-iteration")
     p.add_argument("--deep-iteration", action="store_true", help="print a line per record, not only per batch")
@@ -82,7 +87,11 @@ def run(args: Any) -> int:
     offsets = getattr(args, "offsets_decoder", False)
     if offsets and args.cluster_metadata_decoder:
         raise UserError("--offsets-decoder and --cluster-metadata-decoder read different topics: give one")
-    print_data = args.print_data_log or args.cluster_metadata_decoder or offsets
+    share = getattr(args, "share_group_state_decoder", False)
+    if sum(map(bool, (offsets, args.cluster_metadata_decoder, share))) > 1:
+        raise UserError("--offsets-decoder, --cluster-metadata-decoder and --share-group-state-decoder read "
+                        "different topics: give one")
+    print_data = args.print_data_log or args.cluster_metadata_decoder or offsets or share
     deep = args.deep_iteration or print_data
     decoder: Callable[[Any], tuple[str | None, str | None]] = _text_payload
     if args.cluster_metadata_decoder:
@@ -91,6 +100,8 @@ def run(args: Any) -> int:
         decoder = partial(_metadata_payload, dirs=dirs)
     elif offsets:
         decoder = _offsets_payload
+    elif share:
+        decoder = _share_state_payload
     invalid = False
     gaps: dict[str, list[tuple[int, int]]] = {}
     for f in files:
@@ -299,6 +310,46 @@ def _offsets_payload(rec: Any) -> tuple[str | None, str | None]:
     except (rec_format.RecordFormatError, UnicodeDecodeError) as e:
         return key_text, f"<unknown value: {e}>"
     return key_text, json.dumps({"version": str(value_version), "data": data}, separators=(",", ":"))
+
+
+def _share_state_payload(rec: Any) -> tuple[str | None, str | None]:
+    """Kafka's ShareGroupStateMessageParser: the key as `{"type":"<record type>","data":{...}}` (0 ShareSnapshot,
+    1 ShareUpdate), the value as `{"version":"<value version>","data":{...}}`, a tombstone as `<DELETE>`; a record
+    that does not decode is shown with the reason."""
+    import json
+
+    from kjbod.broker.share import state_records as share_records
+    from kjbod.storage.ids import uuid_to_str
+
+    if rec.key is None:
+        return f"<no key: not a __share_group_state record at offset {rec.offset}>", _text(rec.value)
+    try:
+        kind, (group_id, topic_id, partition) = share_records.decode_key(bytes(rec.key))
+    except share_records.ShareRecordError as e:
+        return f"<unknown key at offset {rec.offset}: {e}>", _text(rec.value)
+    key_text = json.dumps({"type": str(kind), "data": {"groupId": group_id, "topicId": uuid_to_str(topic_id.bytes),
+                                                       "partition": partition}}, separators=(",", ":"))
+    if rec.value is None:
+        return key_text, "<DELETE>"
+    value = bytes(rec.value)
+    try:
+        v = share_records.decode_value(kind, value)
+    except share_records.ShareRecordError as e:
+        return key_text, f"<unknown value: {e}>"
+    data: dict[str, Any] = {"snapshotEpoch": v.snapshot_epoch}
+    if isinstance(v, share_records.ShareState):
+        data.update(stateEpoch=v.state_epoch, leaderEpoch=v.leader_epoch, startOffset=v.start_offset)
+    else:
+        data.update(leaderEpoch=v.leader_epoch, startOffset=v.start_offset)
+    if v.delivery_complete_count != -1:  # a tagged field, shown only when it is not its default
+        data["deliveryCompleteCount"] = v.delivery_complete_count
+    if isinstance(v, share_records.ShareState):
+        data.update(createTimestamp=v.create_ms, writeTimestamp=v.write_ms)
+    data["stateBatches"] = [{"firstOffset": b.first_offset, "lastOffset": b.last_offset,
+                             "deliveryState": b.delivery_state, "deliveryCount": b.delivery_count}
+                            for b in v.batches]
+    version = int.from_bytes(value[:2], "big", signed=True)
+    return key_text, json.dumps({"version": str(version), "data": data}, separators=(",", ":"))
 
 
 def directory_map(bootstrap: str, timeout: float,

@@ -42,7 +42,7 @@ EXIT_FAILED = 1
 ACTIONS = ("list", "describe", "create", "alter", "delete")
 REPORTS = ("under_replicated_partitions", "under_min_isr_partitions", "at_min_isr_partitions",
            "unavailable_partitions")
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
 SHORT_MAX = 32767
 
 

@@ -224,6 +224,33 @@ class NodeCollector(Collector):
             yield from self._client_quotas()
         if getattr(self.node, "client_metrics", None) is not None:
             yield from self._client_telemetry()
+        if getattr(self.node, "share_coordinator", None) is not None:
+            yield from self._share_coordinator()
+
+    def _share_coordinator(self) -> Iterator[Metric]:
+        """Kafka's share-coordinator-metrics (kafka.server:type=share-coordinator-metrics: write-total, write-rate,
+        write-latency-avg, write-latency-max), and kjbod's counts of what the share coordinator holds."""
+        sc = self.node.share_coordinator
+        total, rate, avg, peak = sc.write_figures()
+        prefix = "kafka_server_share_coordinator_metrics_"
+        written = _counter(f"{prefix}write", "Share-partition state writes (WriteShareGroupState) served here.")
+        written.add_sample(f"{prefix}write_total", {}, total)
+        yield written
+        for name, doc, value in (
+                ("write_rate", "State writes a second, over the last 30 s.", rate),
+                ("write_latency_avg", "Average ms a state write took (its record replicated), over the last 30 s.",
+                 avg),
+                ("write_latency_max", "Longest ms a state write took, over the last 30 s.", peak)):
+            family = _family(f"{prefix}{name}", doc)
+            family.add_sample(f"{prefix}{name}", {}, value)
+            yield family
+        parts = _family("kjbod_share_coordinator_partitions",
+                        "Partitions of __share_group_state this broker coordinates, by state (loaded, loading).")
+        parts.add_sample("kjbod_share_coordinator_partitions", {"state": "loaded"}, len(sc.owned))
+        parts.add_sample("kjbod_share_coordinator_partitions", {"state": "loading"}, len(sc.loading))
+        held = _family("kjbod_share_coordinator_share_partitions", "Share-partition states held in memory.")
+        held.add_sample("kjbod_share_coordinator_share_partitions", {}, len(sc.book.states))
+        yield from (parts, held)
 
     def _connections(self) -> Iterator[Metric]:
         """Kafka's socket-server-metrics per listener (one network loop: networkProcessor "0")."""

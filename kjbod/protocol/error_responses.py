@@ -23,6 +23,7 @@ from kjbod.protocol.generated import (
     CreatePartitionsResponse,
     CreateTopicsResponse,
     DeleteAclsResponse,
+    DeleteShareGroupStateResponse,
     DeleteTopicsResponse,
     DescribeAclsResponse,
     DescribeClientQuotasResponse,
@@ -32,15 +33,24 @@ from kjbod.protocol.generated import (
     ExpireDelegationTokenResponse,
     FetchSnapshotResponse,
     IncrementalAlterConfigsResponse,
+    InitializeShareGroupStateResponse,
     ListPartitionReassignmentsResponse,
+    ReadShareGroupStateResponse,
+    ReadShareGroupStateSummaryResponse,
     ReassignPartitionsResponse,
     RenewDelegationTokenResponse,
     UnregisterBrokerResponse,
+    WriteShareGroupStateResponse,
 )
 from kjbod.protocol.generated import alter_client_quotas_response as quotas_out
 from kjbod.protocol.generated import alter_interbroker_throttled_rates_response as rates_out
 from kjbod.protocol.generated import alter_interbroker_throttled_replicas_response as replicas_out
+from kjbod.protocol.generated import delete_share_group_state_response as delete_share_out
+from kjbod.protocol.generated import initialize_share_group_state_response as init_share_out
+from kjbod.protocol.generated import read_share_group_state_response as read_share_out
+from kjbod.protocol.generated import read_share_group_state_summary_response as summary_share_out
 from kjbod.protocol.generated import reassign_partitions_response as reassign_out
+from kjbod.protocol.generated import write_share_group_state_response as write_share_out
 from kjbod.protocol.generated.alter_configs_response import AlterConfigsResourceResponse as AlterResp
 from kjbod.protocol.generated.alter_partition_reassignments_response import (
     ReassignablePartitionResponse,
@@ -147,4 +157,18 @@ def error_response(api_key: int, request: Any, code: int, message: str) -> Any:
             topic=t.topic, partition_errors=[replicas_out.PartitionError(
                 partition_id=p.partition_id, error_code=code, error_message=message)
                 for p in t.partition_throttles]) for t in request.topic_throttles])
+    if api_key in _SHARE_STATE:  # the share coordinator's RPCs: every partition named carries the code
+        module, response, result = _SHARE_STATE[api_key]
+        return response(results=[result(topic_id=t.topic_id, partitions=[module.PartitionResult(
+            partition=p.partition, error_code=code, error_message=message) for p in t.partitions])
+            for t in request.topics])
     raise ValueError(f"no error response for api key {api_key}")
+
+
+_SHARE_STATE: dict[int, tuple[Any, Any, Any]] = {
+    83: (init_share_out, InitializeShareGroupStateResponse, init_share_out.InitializeStateResult),
+    84: (read_share_out, ReadShareGroupStateResponse, read_share_out.ReadStateResult),
+    85: (write_share_out, WriteShareGroupStateResponse, write_share_out.WriteStateResult),
+    86: (delete_share_out, DeleteShareGroupStateResponse, delete_share_out.DeleteStateResult),
+    87: (summary_share_out, ReadShareGroupStateSummaryResponse, summary_share_out.ReadStateSummaryResult),
+}

@@ -513,6 +513,15 @@ KEYS: dict[str, KeyDef] = {
         KeyDef("transaction.state.log.min.isr", _int(1), 2, "min.insync.replicas of __transaction_state"),
         KeyDef("transaction.state.log.segment.bytes", _int(1), 100 * 1024 * 1024,
                "segment.bytes of __transaction_state"),
+        KeyDef("share.coordinator.state.topic.num.partitions", _int(1), 50,
+               "partitions of __share_group_state, made on the first FindCoordinator for a share key"),
+        KeyDef("share.coordinator.state.topic.replication.factor", _int(1, 32767), 3,
+               "replicas of __share_group_state; it is not made while fewer brokers are alive"),
+        KeyDef("share.coordinator.state.topic.min.isr", _int(1, 32767), 2, "min.insync.replicas of __share_group_state"),
+        KeyDef("share.coordinator.state.topic.segment.bytes", _int(1), 100 * 1024 * 1024,
+               "segment.bytes of __share_group_state"),
+        KeyDef("share.coordinator.snapshot.update.records.per.snapshot", _int(0, 500), 500,
+               "ShareUpdate records written for a share-partition before the next write is a ShareSnapshot"),
         KeyDef("transaction.max.timeout.ms", _int(1), 900_000,
                "the longest transaction.timeout.ms a transactional producer may ask for"),
         KeyDef("transaction.abort.timed.out.transaction.cleanup.interval.ms", _int(1), 10_000,
@@ -658,8 +667,6 @@ ALIASES: dict[str, str] = {
 COMPATIBILITY_ONLY: dict[str, str] = {
     # Checked, reported by DescribeConfigs, no effect yet.
     # Taken as they are.
-    "share.coordinator.state.topic.replication.factor": "no share groups",
-    "share.coordinator.state.topic.min.isr": "no share groups",
     "num.network.threads": "one asyncio event loop serves every connection",
     "num.io.threads": "requests are handled on the event loop",
     "socket.send.buffer.bytes": "the operating system's socket buffer sizes are used",
@@ -769,6 +776,11 @@ class ServerConfig:
     transaction_state_log_replication_factor: int = 3
     transaction_state_log_min_isr: int = 2
     transaction_state_log_segment_bytes: int = 100 * 1024 * 1024
+    share_coordinator_state_topic_num_partitions: int = 50
+    share_coordinator_state_topic_replication_factor: int = 3
+    share_coordinator_state_topic_min_isr: int = 2
+    share_coordinator_state_topic_segment_bytes: int = 100 * 1024 * 1024
+    share_coordinator_snapshot_update_records_per_snapshot: int = 500
     transaction_max_timeout_ms: int = 900_000
     transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10_000
     transactional_id_expiration_ms: int = 604_800_000
@@ -1358,6 +1370,12 @@ def build_config(
         transaction_state_log_replication_factor=get("transaction.state.log.replication.factor"),
         transaction_state_log_min_isr=get("transaction.state.log.min.isr"),
         transaction_state_log_segment_bytes=get("transaction.state.log.segment.bytes"),
+        share_coordinator_state_topic_num_partitions=get("share.coordinator.state.topic.num.partitions"),
+        share_coordinator_state_topic_replication_factor=get("share.coordinator.state.topic.replication.factor"),
+        share_coordinator_state_topic_min_isr=get("share.coordinator.state.topic.min.isr"),
+        share_coordinator_state_topic_segment_bytes=get("share.coordinator.state.topic.segment.bytes"),
+        share_coordinator_snapshot_update_records_per_snapshot=get(
+            "share.coordinator.snapshot.update.records.per.snapshot"),
         transaction_max_timeout_ms=get("transaction.max.timeout.ms"),
         transaction_abort_timed_out_transaction_cleanup_interval_ms=get(
             "transaction.abort.timed.out.transaction.cleanup.interval.ms"),

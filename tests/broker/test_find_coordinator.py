@@ -1,6 +1,6 @@
 """FindCoordinator in process (kjbod/broker/handlers/find_coordinator.py): the warning a coordinator that cannot
 be hosted yet logs (once per connection and key type, naming the client, the keys and why), and share and unknown
-key types answered INVALID_REQUEST.  Group and transaction keys are answered by their coordinators (tests/groups,
+key types (and malformed share keys) answered INVALID_REQUEST.  Group and transaction keys are answered by their coordinators (tests/groups,
 tests/txn)."""
 
 from __future__ import annotations
@@ -75,7 +75,8 @@ def test_the_memory_of_warned_connections_is_bounded(logs, monkeypatch):
 
 @pytest.mark.parametrize(("version", "key_type"), [(1, 2), (3, 2), (4, 2), (6, 2), (1, 3), (6, 99)])
 def test_share_and_unknown_key_types_are_invalid_request_without_a_warning(logs, version, key_type):
-    # Kafka: share keys need v6 and a share coordinator, and CoordinatorType.forId refuses unknown ids.
+    # Kafka: share keys need v6 and the form group:topicId:partition, and CoordinatorType.forId refuses unknown
+    # ids (well-formed share keys are answered by the share coordinator: tests/share).
     body = FindCoordinatorRequest(key="k", key_type=key_type, coordinator_keys=["k", "l"])
     answer = answer_to(version, body)
     if version >= 4:
@@ -84,3 +85,14 @@ def test_share_and_unknown_key_types_are_invalid_request_without_a_warning(logs,
     else:
         assert (answer.error_code, answer.node_id, answer.host, answer.port) == (ErrorCode.INVALID_REQUEST, -1, "", -1)
     assert warnings_of(logs) == []
+
+
+@pytest.mark.parametrize(("key", "problem"), [
+    ("g:AAAAAAAAAAAAAAAAAAAAAA:0", None), ("a:b:AAAAAAAAAAAAAAAAAAAAAA:7", None),  # a group id may hold colons
+    ("g:AAAAAAAAAAAAAAAAAAAAAA:-1", None), ("", "not groupId"), ("g:0", "not groupId"),
+    (" :AAAAAAAAAAAAAAAAAAAAAA:0", "empty group id"), ("g:xyz:0", "invalid topic id"),
+    ("g:AAAAAAAAAAAAAAAAAAAAAA:", "invalid partition"), ("g:AAAAAAAAAAAAAAAAAAAAAA:2147483648", "invalid partition"),
+    ("g:AAAAAAAAAAAAAAAAAAAAAA:1_0", "invalid partition")])
+def test_share_keys_are_checked_as_kafkas_share_partition_key(key, problem):
+    found = find_coordinator.share_key_problem(key)
+    assert (found is None) if problem is None else (problem in found)

@@ -40,7 +40,7 @@ from kjbod.protocol.generated.metadata_response import MetadataResponseTopic as 
 from kjbod.protocol.runtime import ZERO_UUID
 
 # The topics Kafka itself owns (Kafka's Topic.INTERNAL_TOPICS): their coordinators' logs.
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
 
 
 def offline_replicas(node, p, listener: str, here_online: bool) -> list[int]:

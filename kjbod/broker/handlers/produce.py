@@ -56,7 +56,7 @@ log = structlog.get_logger("kjbod.produce")
 
 ZSTD = 4
 # Internal: Produce from clients is refused, as in Kafka (only their coordinators write them).
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
 TRANSACTIONAL = 0x10  # the transactional bit of a v2 batch's attributes, in their low byte (byte 22; magic at 16)
 # Records up to this size are validated (CRC, records, timestamps: CPU only, no file) on the event loop before the
 # hand-off, so the dir's worker does little more than the write: it then holds the GIL briefly, and the loop and

@@ -8,8 +8,8 @@ coordinator initializes and deletes state; the share-partition leader reads and 
 summaries.  `persister_of(node)` is the node's one persister.
 
 `MemoryPersister` keeps the state in this process only, with the share coordinator's checks on state epochs and
-leader epochs.  It serves in-process tests of the callers, and the node until the share coordinator's persister
-(state in `__share_group_state`) replaces it in `persister_of`.
+leader epochs.  It serves in-process tests of the callers; a broker's `persister_of` is the share coordinator's
+persister (kjbod.broker.share.rpc_persister), its state in `__share_group_state`.
 """
 
 from __future__ import annotations
@@ -180,8 +180,15 @@ class MemoryPersister:
 
 
 def persister_of(node: Any) -> Persister:
-    """The node's share-group state persister, made on first use."""
+    """The node's share-group state persister, made on first use: the share coordinator's (state in
+    `__share_group_state`, kjbod.broker.share.rpc_persister) on a broker that can host it, a `MemoryPersister`
+    on a stand-in node of an in-process test (one without a metadata image and logs)."""
     persister = getattr(node, "share_persister", None)
     if persister is None:
-        persister = node.share_persister = MemoryPersister()
+        if hasattr(node, "metadata") and hasattr(node, "partition_log") and hasattr(node, "controller_request"):
+            from kjbod.broker.share.rpc_persister import RpcPersister
+
+            persister = node.share_persister = RpcPersister(node)
+        else:
+            persister = node.share_persister = MemoryPersister()
     return persister

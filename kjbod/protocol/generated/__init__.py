@@ -63,6 +63,8 @@ from .delete_records_request import DeleteRecordsRequest
 from .delete_records_response import DeleteRecordsResponse
 from .delete_share_group_offsets_request import DeleteShareGroupOffsetsRequest
 from .delete_share_group_offsets_response import DeleteShareGroupOffsetsResponse
+from .delete_share_group_state_request import DeleteShareGroupStateRequest
+from .delete_share_group_state_response import DeleteShareGroupStateResponse
 from .delete_topics_request import DeleteTopicsRequest
 from .delete_topics_response import DeleteTopicsResponse
 from .describe_acls_request import DescribeAclsRequest
@@ -115,6 +117,8 @@ from .incremental_alter_configs_request import IncrementalAlterConfigsRequest
 from .incremental_alter_configs_response import IncrementalAlterConfigsResponse
 from .init_producer_id_request import InitProducerIdRequest
 from .init_producer_id_response import InitProducerIdResponse
+from .initialize_share_group_state_request import InitializeShareGroupStateRequest
+from .initialize_share_group_state_response import InitializeShareGroupStateResponse
 from .join_group_request import JoinGroupRequest
 from .join_group_response import JoinGroupResponse
 from .k_raft_version_record import KRaftVersionRecord
@@ -148,6 +152,10 @@ from .produce_response import ProduceResponse
 from .producer_ids_record import ProducerIdsRecord
 from .push_telemetry_request import PushTelemetryRequest
 from .push_telemetry_response import PushTelemetryResponse
+from .read_share_group_state_request import ReadShareGroupStateRequest
+from .read_share_group_state_response import ReadShareGroupStateResponse
+from .read_share_group_state_summary_request import ReadShareGroupStateSummaryRequest
+from .read_share_group_state_summary_response import ReadShareGroupStateSummaryResponse
 from .reassign_partitions_request import ReassignPartitionsRequest
 from .reassign_partitions_response import ReassignPartitionsResponse
 from .reassignment_intent_record import ReassignmentIntentRecord
@@ -170,6 +178,10 @@ from .share_group_describe_request import ShareGroupDescribeRequest
 from .share_group_describe_response import ShareGroupDescribeResponse
 from .share_group_heartbeat_request import ShareGroupHeartbeatRequest
 from .share_group_heartbeat_response import ShareGroupHeartbeatResponse
+from .share_snapshot_key import ShareSnapshotKey
+from .share_snapshot_value import ShareSnapshotValue
+from .share_update_key import ShareUpdateKey
+from .share_update_value import ShareUpdateValue
 from .snapshot_footer_record import SnapshotFooterRecord
 from .snapshot_header_record import SnapshotHeaderRecord
 from .sync_group_request import SyncGroupRequest
@@ -191,6 +203,8 @@ from .user_scram_credential_record import UserScramCredentialRecord
 from .vote_request import VoteRequest
 from .vote_response import VoteResponse
 from .voters_record import VotersRecord
+from .write_share_group_state_request import WriteShareGroupStateRequest
+from .write_share_group_state_response import WriteShareGroupStateResponse
 from .write_txn_markers_request import WriteTxnMarkersRequest
 from .write_txn_markers_response import WriteTxnMarkersResponse
 
@@ -256,6 +270,8 @@ __all__ = [
     'DeleteRecordsResponse',
     'DeleteShareGroupOffsetsRequest',
     'DeleteShareGroupOffsetsResponse',
+    'DeleteShareGroupStateRequest',
+    'DeleteShareGroupStateResponse',
     'DeleteTopicsRequest',
     'DeleteTopicsResponse',
     'DescribeAclsRequest',
@@ -308,6 +324,8 @@ __all__ = [
     'IncrementalAlterConfigsResponse',
     'InitProducerIdRequest',
     'InitProducerIdResponse',
+    'InitializeShareGroupStateRequest',
+    'InitializeShareGroupStateResponse',
     'JoinGroupRequest',
     'JoinGroupResponse',
     'KRaftVersionRecord',
@@ -341,6 +359,10 @@ __all__ = [
     'ProducerIdsRecord',
     'PushTelemetryRequest',
     'PushTelemetryResponse',
+    'ReadShareGroupStateRequest',
+    'ReadShareGroupStateResponse',
+    'ReadShareGroupStateSummaryRequest',
+    'ReadShareGroupStateSummaryResponse',
     'ReassignPartitionsRequest',
     'ReassignPartitionsResponse',
     'ReassignmentIntentRecord',
@@ -363,6 +385,10 @@ __all__ = [
     'ShareGroupDescribeResponse',
     'ShareGroupHeartbeatRequest',
     'ShareGroupHeartbeatResponse',
+    'ShareSnapshotKey',
+    'ShareSnapshotValue',
+    'ShareUpdateKey',
+    'ShareUpdateValue',
     'SnapshotFooterRecord',
     'SnapshotHeaderRecord',
     'SyncGroupRequest',
@@ -384,6 +410,8 @@ __all__ = [
     'VoteRequest',
     'VoteResponse',
     'VotersRecord',
+    'WriteShareGroupStateRequest',
+    'WriteShareGroupStateResponse',
     'WriteTxnMarkersRequest',
     'WriteTxnMarkersResponse',
 ]

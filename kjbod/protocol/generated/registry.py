@@ -67,6 +67,8 @@ from .delete_records_request import DeleteRecordsRequest
 from .delete_records_response import DeleteRecordsResponse
 from .delete_share_group_offsets_request import DeleteShareGroupOffsetsRequest
 from .delete_share_group_offsets_response import DeleteShareGroupOffsetsResponse
+from .delete_share_group_state_request import DeleteShareGroupStateRequest
+from .delete_share_group_state_response import DeleteShareGroupStateResponse
 from .delete_topics_request import DeleteTopicsRequest
 from .delete_topics_response import DeleteTopicsResponse
 from .describe_acls_request import DescribeAclsRequest
@@ -119,6 +121,8 @@ from .incremental_alter_configs_request import IncrementalAlterConfigsRequest
 from .incremental_alter_configs_response import IncrementalAlterConfigsResponse
 from .init_producer_id_request import InitProducerIdRequest
 from .init_producer_id_response import InitProducerIdResponse
+from .initialize_share_group_state_request import InitializeShareGroupStateRequest
+from .initialize_share_group_state_response import InitializeShareGroupStateResponse
 from .join_group_request import JoinGroupRequest
 from .join_group_response import JoinGroupResponse
 from .k_raft_version_record import KRaftVersionRecord
@@ -152,6 +156,10 @@ from .produce_response import ProduceResponse
 from .producer_ids_record import ProducerIdsRecord
 from .push_telemetry_request import PushTelemetryRequest
 from .push_telemetry_response import PushTelemetryResponse
+from .read_share_group_state_request import ReadShareGroupStateRequest
+from .read_share_group_state_response import ReadShareGroupStateResponse
+from .read_share_group_state_summary_request import ReadShareGroupStateSummaryRequest
+from .read_share_group_state_summary_response import ReadShareGroupStateSummaryResponse
 from .reassign_partitions_request import ReassignPartitionsRequest
 from .reassign_partitions_response import ReassignPartitionsResponse
 from .reassignment_intent_record import ReassignmentIntentRecord
@@ -174,6 +182,10 @@ from .share_group_describe_request import ShareGroupDescribeRequest
 from .share_group_describe_response import ShareGroupDescribeResponse
 from .share_group_heartbeat_request import ShareGroupHeartbeatRequest
 from .share_group_heartbeat_response import ShareGroupHeartbeatResponse
+from .share_snapshot_key import ShareSnapshotKey
+from .share_snapshot_value import ShareSnapshotValue
+from .share_update_key import ShareUpdateKey
+from .share_update_value import ShareUpdateValue
 from .snapshot_footer_record import SnapshotFooterRecord
 from .snapshot_header_record import SnapshotHeaderRecord
 from .sync_group_request import SyncGroupRequest
@@ -195,6 +207,8 @@ from .user_scram_credential_record import UserScramCredentialRecord
 from .vote_request import VoteRequest
 from .vote_response import VoteResponse
 from .voters_record import VotersRecord
+from .write_share_group_state_request import WriteShareGroupStateRequest
+from .write_share_group_state_response import WriteShareGroupStateResponse
 from .write_txn_markers_request import WriteTxnMarkersRequest
 from .write_txn_markers_response import WriteTxnMarkersResponse
 
@@ -286,6 +300,11 @@ APIS: dict[int, ApiInfo] = {
     80: ApiInfo(80, 'AddRaftVoter', AddRaftVoterRequest, AddRaftVoterResponse, 0, 0, 0, frozenset(['broker', 'controller'])),
     81: ApiInfo(81, 'RemoveRaftVoter', RemoveRaftVoterRequest, RemoveRaftVoterResponse, 0, 0, 0, frozenset(['broker', 'controller'])),
     82: ApiInfo(82, 'UpdateRaftVoter', UpdateRaftVoterRequest, UpdateRaftVoterResponse, 0, 0, 0, frozenset(['controller'])),
+    83: ApiInfo(83, 'InitializeShareGroupState', InitializeShareGroupStateRequest, InitializeShareGroupStateResponse, 0, 0, 0, frozenset(['broker'])),
+    84: ApiInfo(84, 'ReadShareGroupState', ReadShareGroupStateRequest, ReadShareGroupStateResponse, 0, 0, 0, frozenset(['broker'])),
+    85: ApiInfo(85, 'WriteShareGroupState', WriteShareGroupStateRequest, WriteShareGroupStateResponse, 0, 1, 0, frozenset(['broker'])),
+    86: ApiInfo(86, 'DeleteShareGroupState', DeleteShareGroupStateRequest, DeleteShareGroupStateResponse, 0, 0, 0, frozenset(['broker'])),
+    87: ApiInfo(87, 'ReadShareGroupStateSummary', ReadShareGroupStateSummaryRequest, ReadShareGroupStateSummaryResponse, 0, 1, 0, frozenset(['broker'])),
     90: ApiInfo(90, 'DescribeShareGroupOffsets', DescribeShareGroupOffsetsRequest, DescribeShareGroupOffsetsResponse, 0, 1, 0, frozenset(['broker'])),
     91: ApiInfo(91, 'AlterShareGroupOffsets', AlterShareGroupOffsetsRequest, AlterShareGroupOffsetsResponse, 0, 0, 0, frozenset(['broker'])),
     92: ApiInfo(92, 'DeleteShareGroupOffsets', DeleteShareGroupOffsetsRequest, DeleteShareGroupOffsetsResponse, 0, 0, 0, frozenset(['broker'])),
