@@ -40,6 +40,9 @@ pytestmark = pytest.mark.slow
 OVERRIDES = {
     "offsets.topic.replication.factor": "1",
     "offsets.topic.num.partitions": "2",
+    "share.coordinator.state.topic.replication.factor": "1",
+    "share.coordinator.state.topic.min.isr": "1",
+    "share.coordinator.state.topic.num.partitions": "2",
     "group.share.heartbeat.interval.ms": "300",
     "group.share.min.heartbeat.interval.ms": "100",
     "group.share.session.timeout.ms": "45000",
