@@ -45,12 +45,13 @@ CLUSTER = "kjbod-test-cluster-0000"
 
 
 class Policy:
-    """Topic configs: only retention.ms, a number, and unclean.leader.election.enable, a boolean.  Broker
-    configs: only "k"."""
+    """Topic configs: only retention.ms and min.insync.replicas, numbers, and unclean.leader.election.enable, a
+    boolean.  Broker configs: only "k" and min.insync.replicas."""
 
     def validate_topic(self, overrides):
         for k, v in overrides.items():
-            ok = v.isdigit() if k == "retention.ms" else k == "unclean.leader.election.enable" and v in ("true", "false")
+            ok = v.isdigit() if k in ("retention.ms", "min.insync.replicas") else \
+                k == "unclean.leader.election.enable" and v in ("true", "false")
             if not ok:
                 raise PolicyError(E.INVALID_CONFIG, f"bad config {k}")
 
@@ -65,7 +66,7 @@ class Policy:
         return new
 
     def plan_broker(self, current, name, changes, *, replace):
-        if any(k != "k" for k, _, _ in changes):
+        if any(k not in ("k", "min.insync.replicas") for k, _, _ in changes):
             raise PolicyError(E.INVALID_CONFIG, "unknown broker config")
         return {k: (v if op == 0 else None) for k, op, v in changes}
 
