@@ -30,7 +30,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -157,9 +157,9 @@ def write_config(path: Path, *, node_id: int, port: int, controller_port: int, l
     return path
 
 
-def format_storage(config: Path, cluster_id: str, *, timeout: float = 60.0) -> None:
-    """`kjbod format -c config --cluster-id id`; raises with the command's output if it fails."""
-    command = [*COMMAND, "format", "-c", str(config), f"--cluster-id={cluster_id}"]
+def format_storage(config: Path, cluster_id: str, *, timeout: float = 60.0, extra: Sequence[str] = ()) -> None:
+    """`kjbod format -c config --cluster-id id [extra...]`; raises with the command's output if it fails."""
+    command = [*COMMAND, "format", "-c", str(config), f"--cluster-id={cluster_id}", *extra]
     done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(command)} exited with {done.returncode}:\n{done.stdout}{done.stderr}")
@@ -243,8 +243,10 @@ class LiveServer:
 
 
 def start_server(directory: Path, *, node_id: int = 1, log_dir_count: int = 3, cluster_id: str | None = None,
-                 overrides: Mapping[str, str] | None = None, timeout: float = READY_TIMEOUT) -> LiveServer:
-    """Formats `log_dir_count` log dirs under `directory` and starts a combined node there."""
+                 overrides: Mapping[str, str] | None = None, timeout: float = READY_TIMEOUT,
+                 format_args: Sequence[str] = ()) -> LiveServer:
+    """Formats `log_dir_count` log dirs under `directory` (`format_args`: more `kjbod format` options, such as
+    `--release-version 3.9`) and starts a combined node there."""
     directory.mkdir(parents=True, exist_ok=True)
     log_dirs = [directory / f"logs-{i}" for i in range(log_dir_count)]
     server = LiveServer(
@@ -253,7 +255,7 @@ def start_server(directory: Path, *, node_id: int = 1, log_dir_count: int = 3, c
         metadata_dir=directory / "metadata", stderr_path=directory / "stderr.log")
     write_config(server.config, node_id=node_id, port=server.port, controller_port=server.controller_port,
                  log_dirs=log_dirs, metadata_dir=server.metadata_dir, overrides=overrides)
-    format_storage(server.config, server.cluster_id)
+    format_storage(server.config, server.cluster_id, extra=format_args)
     server.start(timeout)
     return server
 

@@ -138,6 +138,7 @@ SERVED_RECORDS: dict[str, tuple[int, int]] = {
     "DelegationTokenRecord": (0, 0),
     "RemoveDelegationTokenRecord": (0, 0),
     "ClientQuotaRecord": (0, 0),
+    "ClearElrRecord": (0, 0),
 }
 # Control records of the metadata log (schemas/raft/, Kafka type "data").
 # kjbod's own metadata records, which Kafka lacks: shipped beside Kafka's, never compared with them.
@@ -333,6 +334,9 @@ KAFKA_INLINE: dict[str, dict[str, Any]] = {
                                          _f("ExpirationTimestamp", "int64"), _f("TokenId", "string")]},
     "RemoveDelegationTokenRecord": {"apiKey": 26, "type": "metadata", "validVersions": "0", "flexibleVersions": "0+",
                                     "fields": [_f("TokenId", "string")]},
+    # Kafka 4.0's metadata/src/main/resources/common/metadata/ClearElrRecord.json (KIP-966)
+    "ClearElrRecord": {"apiKey": 28, "type": "metadata", "validVersions": "0", "flexibleVersions": "0+",
+                       "fields": [_f("TopicName", "string", entityType="topicName")]},
     "AllocateProducerIdsRequest": {"apiKey": 67, "type": "request", "listeners": ["zkBroker", "controller"],
                                    "validVersions": "0", "flexibleVersions": "0+",
                                    "fields": [_f("BrokerId", "int32", entityType="brokerId"),

@@ -502,7 +502,8 @@ class AdminClient:
                     raise BrokerResponseError(t.error_code, f"topic {t.name!r}", api="DescribeTopicPartitions")
                 parts = tuple(PartitionDescription(
                     p.partition_index, p.leader_id if p.leader_id >= 0 else None, p.leader_epoch,
-                    tuple(p.replica_nodes), tuple(p.isr_nodes), tuple(p.offline_replicas), _code(p.error_code))
+                    tuple(p.replica_nodes), tuple(p.isr_nodes), tuple(p.offline_replicas), _code(p.error_code),
+                    tuple(p.eligible_leader_replicas), tuple(p.last_known_elr))
                     for p in t.partitions)
                 seen = out.get(t.name)
                 out[t.name] = TopicDescription(t.name, t.topic_id if t.topic_id != ZERO_UUID else None,

@@ -106,6 +106,9 @@ class PartitionDescription:
     isr: tuple[int, ...]
     offline_replicas: tuple[int, ...]
     error: ErrorCode | None = None
+    # KIP-966, from DescribeTopicPartitions only (None when the partition came from Metadata)
+    elr: tuple[int, ...] | None = None
+    last_known_elr: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -566,7 +566,9 @@ class BrokerNode:
             rack=self.rack, log_dirs=[uuid.UUID(bytes=uuid_from_str(d)) for d in dirs],
             features=[RegFeature(name=n, min_supported_version=lo, max_supported_version=hi)
                       for n, (lo, hi) in sorted(features.SUPPORTED.items())],
-            cordoned_log_dirs=self.cordoned_dir_ids())
+            cordoned_log_dirs=self.cordoned_dir_ids(),
+            # the epoch the last run's clean-shutdown markers name (-1: none): KIP-966's unclean-shutdown check
+            previous_broker_epoch=self.logs.manager.clean_shutdown_broker_epoch())
 
     async def _register(self) -> None:
         """Registers this broker with the controller in this process, then heartbeats until it is unfenced."""
@@ -669,7 +671,7 @@ class BrokerNode:
         if self.controller is not None:
             await self.controller.stop()
         if self.logs is not None:
-            self.logs.close()
+            self.logs.close(broker_epoch=self.broker_epoch)
         if self.metadata_log is not None:
             try:
                 self.metadata_log.close()

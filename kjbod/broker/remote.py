@@ -159,7 +159,8 @@ class RemoteBrokerNode(BrokerNode):
                                          cluster_id=self.cluster_id, on_batch=self._on_batch)
         follower = self.follower
         self.lifecycle = BrokerLifecycleManager(
-            self.lifecycle_config(self._registration()), self._channel("lifecycle"),
+            self.lifecycle_config(self._registration(), manager.clean_shutdown_broker_epoch()),
+            self._channel("lifecycle"),
             lambda: follower.last_applied_offset, self._lifecycle_shutdown, incarnation_id=self.incarnation_id)
         self.lifecycle.cordoned_dirs = self.cordoned_dir_ids
         self.follower.start()
@@ -196,12 +197,14 @@ class RemoteBrokerNode(BrokerNode):
         if self.lifecycle is not None:
             self.lifecycle.cordon_changed()
 
-    def lifecycle_config(self, registration: Any) -> LifecycleConfig:
-        """What registration and heartbeats carry, and their timers, from this broker's config."""
+    def lifecycle_config(self, registration: Any, previous_broker_epoch: int = -1) -> LifecycleConfig:
+        """What registration and heartbeats carry, and their timers, from this broker's config;
+        `previous_broker_epoch` is the epoch the last run's clean-shutdown markers name (-1: none)."""
         c = self.config
         return LifecycleConfig(
             node_id=self.node_id, cluster_id=self.cluster_id, listeners=registration.listeners,
             log_dirs=registration.log_dirs, rack=registration.rack, features=dict(features.SUPPORTED),
+            previous_broker_epoch=previous_broker_epoch,
             heartbeat_interval=int(c.broker_heartbeat_interval_ms) / 1000,
             session_timeout=int(c.broker_session_timeout_ms) / 1000,
             initial_registration_timeout=int(c.initial_broker_registration_timeout_ms) / 1000,

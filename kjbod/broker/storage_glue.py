@@ -299,9 +299,11 @@ class StorageAdapter:
             log.warning("deleted_partition_left_in_offline_dir", partition=f"{name}-{p}", error=str(e),
                         effect="its directory stays until the dir is back; remove it then")
 
-    def close(self) -> None:
+    def close(self, broker_epoch: int = -1) -> None:
+        """Stops the logs; `broker_epoch` goes into each dir's clean-shutdown marker (the next run's
+        PreviousBrokerEpoch, KIP-966)."""
         self.manager.stop_background()
-        self.manager.close()
+        self.manager.close(broker_epoch=broker_epoch)
 
 
 def _create_placed(mgr: LogManager, spec: PartitionSpec, path: str) -> Any:

@@ -71,6 +71,9 @@ def add_subcommand(sub: Any) -> None:
     up.add_argument("--racks", type=_racks, default=(), metavar="RACK,...",
                     help="broker.rack of each new broker, in turn (broker 1 the first, and round again when there "
                          "are more brokers than racks), e.g. az-a,az-b,az-c")
+    up.add_argument("--release-version", metavar="VERSION",
+                    help="the metadata.version a new cluster starts at (as kjbod format --release-version), e.g. "
+                         "4.0-IV0; default: the latest kjbod runs")
     up.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="a config key for every node's server.properties (new clusters only), e.g. "
                          "broker.session.timeout.ms=3000")
@@ -170,9 +173,10 @@ def node_dirs(root: Path) -> list[Path]:
 
 
 def create_cluster(root: Path, brokers: int, log_dirs: int, extra: dict[str, str],
-                   base_port: int = DEFAULT_BASE_PORT, controllers: int = 1, racks: tuple[str, ...] = ()) -> None:
+                   base_port: int = DEFAULT_BASE_PORT, controllers: int = 1, racks: tuple[str, ...] = (),
+                   levels: dict[str, int] | None = None) -> None:
     """Writes every node's server.properties and formats its dirs with one new cluster id; `racks` are the
-    brokers' broker.rack in turn."""
+    brokers' broker.rack in turn; `levels` the feature levels it starts at (bootstrap.checkpoint)."""
     from kjbod.server.config import load_config
     from kjbod.storage.ids import random_directory_id
     from kjbod.storage.meta import format_dirs
@@ -207,7 +211,7 @@ def create_cluster(root: Path, brokers: int, log_dirs: int, extra: dict[str, str
     cluster_id = random_directory_id()
     for path, settings in nodes.items():
         _write_properties(path, settings)
-        format_dirs(load_config(str(path), []), cluster_id=cluster_id)
+        format_dirs(load_config(str(path), []), cluster_id=cluster_id, bootstrap_levels=levels)
 
 
 def _is_empty(root: Path) -> bool:
@@ -346,8 +350,12 @@ def run_up(args: argparse.Namespace) -> int:
         extra[key.strip()] = value.strip()
     new = _is_empty(root)
     if new:
+        from kjbod.cli.storage_tool import bootstrap_levels
+
+        levels = bootstrap_levels(args.release_version, []) if args.release_version else None
         try:
-            create_cluster(root, args.brokers, args.log_dirs, extra, args.base_port, args.controllers, args.racks)
+            create_cluster(root, args.brokers, args.log_dirs, extra, args.base_port, args.controllers, args.racks,
+                           levels)
         except BaseException:  # a bad --set: leave the dir as it was (empty), not a half-made cluster
             for child in root.iterdir() if root.exists() else ():
                 shutil.rmtree(child, ignore_errors=True)

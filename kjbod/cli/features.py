@@ -10,7 +10,8 @@ metadata offset they come from); upgrade and downgrade send UpdateFeatures (`--m
 3.8`, or `--feature name=level`, repeatable; `--dry-run` validates only; downgrade takes `--unsafe`), one line per
 feature in Kafka's words ("metadata.version was upgraded to 20.", "Could not upgrade ... . <why>"), exit 1 when
 any failed.  metadata.version levels are printed as releases, as Kafka's tool prints them.  version-mapping prints
-a release's metadata.version and the transaction.version and group.version Kafka derives from it.
+a release's metadata.version and the transaction.version, group.version and eligible.leader.replicas.version
+Kafka derives from it (capped at what kjbod runs).
 `--release-version` sets metadata.version only (Kafka's tool also moves the other features to their levels for
 that release).
 """
@@ -32,7 +33,8 @@ EXIT_FAILED = 1
 def add_subcommand(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "features", help="describe, upgrade or downgrade the cluster's feature levels (kafka-features.sh)",
-        description="The cluster's finalized feature levels (metadata.version, group.version, transaction.version), "
+        description="The cluster's finalized feature levels (metadata.version, group.version, transaction.version, "
+                    "eligible.leader.replicas.version), "
                     "as kafka-features.sh shows and "
                     "changes them.")
     parser.add_argument("--bootstrap-server", metavar="HOST:PORT", required=True,
@@ -98,7 +100,7 @@ def _command(args: argparse.Namespace) -> int:
         except ValueError as e:
             raise UserError(str(e)) from None
         print(f"metadata.version={level} ({ft.release_name(level)})")
-        for name in (ft.TRANSACTION_VERSION, ft.GROUP_VERSION, ft.SHARE_VERSION):  # Kafka's order of its features
+        for name in (ft.TRANSACTION_VERSION, ft.GROUP_VERSION, ft.ELR_VERSION, ft.SHARE_VERSION):  # Kafka's order
             print(f"{name}={ft.default_level(name, level)}")
         return 0
     updates = _updates(args) if args.features_command in ("upgrade", "downgrade") else {}

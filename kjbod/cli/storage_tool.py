@@ -16,6 +16,11 @@ def add_subcommand(sub: Any) -> None:
     p.add_argument("-c", "--config", required=True, metavar="FILE", help="server.properties file")
     p.add_argument("--cluster-id", metavar="ID", help="cluster id (a Kafka Uuid); random when omitted")
     p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE", help="set a config key")
+    p.add_argument("--release-version", "-r", metavar="VERSION",
+                   help="the metadata.version a new cluster starts at, as a release (3.9, 4.0-IV1) or a level; "
+                        "the other features start at the levels Kafka ties to it (default: the latest kjbod runs)")
+    p.add_argument("--feature", "-f", metavar="NAME=LEVEL", action="append", default=[],
+                   help="start a feature at this level instead (repeatable), e.g. eligible.leader.replicas.version=0")
     quorum = p.add_mutually_exclusive_group()
     quorum.add_argument("--standalone", "-s", action="store_true",
                         help="start a dynamic quorum (kraft.version 1) with this controller as its only voter")
@@ -36,12 +41,54 @@ def run_format(args: argparse.Namespace) -> int:
     from kjbod.storage.meta import format_dirs
 
     config = load_config(args.config, args.override)
+    # Without either option nothing is written: the cluster runs at the bootstrap levels of the latest level kjbod
+    # runs, as a log without FeatureLevelRecords always has (kjbod.metadata.features).
+    levels = bootstrap_levels(args.release_version, args.feature) if args.release_version or args.feature else None
     voters = _initial_voters(args, config)
     formatted = set(format_dirs(config, cluster_id=args.cluster_id,
-                                bootstrap_voters=voters.to_record() if voters is not None else None))
+                                bootstrap_voters=voters.to_record() if voters is not None else None,
+                                bootstrap_levels=levels))
     for path in dict.fromkeys([*config.log_dirs, config.metadata_log_dir]):
         print(f"{path}: {'formatted' if path in formatted else 'already formatted'}")
     return 0
+
+
+def bootstrap_levels(release_version: str | None, features: list[str]) -> dict[str, int]:
+    """The feature levels a new cluster starts at (kafka-storage.sh format's --release-version and --feature);
+    UserError naming the problem for a release kjbod does not run, a malformed or unknown feature, a level
+    kjbod cannot run, or a level whose dependency the others do not meet."""
+    from kjbod.cli.main import UserError
+    from kjbod.metadata import features as ft
+
+    lo, hi = ft.SUPPORTED[ft.METADATA_VERSION]
+    try:
+        mv = ft.LATEST_METADATA_VERSION if release_version is None else ft.metadata_version_level(release_version)
+    except ValueError as e:
+        raise UserError(f"--release-version: {e}") from None
+    if not lo <= mv <= hi:
+        raise UserError(f"--release-version: metadata.version {mv} is not one kjbod runs "
+                        f"({lo} = {ft.release_name(lo)} to {hi} = {ft.release_name(hi)})")
+    levels = ft.bootstrap_levels(mv)
+    for item in features:
+        name, sep, text = item.partition("=")
+        name = name.strip()
+        if not sep or not name or not text.strip().lstrip("-").isdigit():
+            raise UserError(f"--feature {item!r}: expected NAME=LEVEL, the level a whole number")
+        if name == ft.METADATA_VERSION:
+            raise UserError("--feature cannot set metadata.version: use --release-version")
+        level = int(text)
+        flo, fhi = ft.SUPPORTED.get(name, (0, 0))
+        if name not in ft.SUPPORTED:
+            raise UserError(f"--feature: unknown feature {name!r} (kjbod serves "
+                            f"{', '.join(sorted(n for n in ft.SUPPORTED if n != ft.METADATA_VERSION))})")
+        if not flo <= level <= fhi:
+            raise UserError(f"--feature: {name} level {level} is not one kjbod runs ({ft.range_text(flo, fhi)})")
+        levels[name] = level
+    for name, level in sorted(levels.items()):
+        why = ft.dependency_refusal(name, level, levels)
+        if why is not None:
+            raise UserError(f"--release-version {ft.release_name(mv)}: {why}")
+    return levels
 
 
 def _initial_voters(args: argparse.Namespace, config: Any) -> Any:

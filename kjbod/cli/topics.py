@@ -9,8 +9,8 @@ Strategy: one action per run (--list, --describe, --create, --alter, --delete), 
 * --describe prints Kafka's lines, tab-separated, so scripts that read kafka-topics.sh read these:
   ``Topic: T<TAB>TopicId: ID<TAB>PartitionCount: N<TAB>ReplicationFactor: R<TAB>Configs: k=v,...`` (the configs
   set anywhere but Kafka's defaults) and, per partition, ``<TAB>Topic: T<TAB>Partition: P<TAB>Leader: L<TAB>
-  Replicas: a,b<TAB>Isr: a,b`` with the reassignment in progress (Adding/Removing Replicas) and Kafka's ELR
-  fields (empty: kjbod keeps no eligible leader replicas; N/A from a broker without DescribeTopicPartitions).  The
+  Replicas: a,b<TAB>Isr: a,b`` with the reassignment in progress (Adding/Removing Replicas) and KIP-966's
+  ``Elr: a,b<TAB>LastKnownElr: c`` (N/A from a broker without DescribeTopicPartitions).  The
   partitions come from DescribeTopicPartitions a page at a time (--partition-size-limit-per-response), as Kafka's
   tool asks since 3.8, or from Metadata when the broker lacks it or --topic-id is given; --under-replicated-partitions, --under-min-isr-partitions,
   --at-min-isr-partitions and --unavailable-partitions print only those partitions, --topics-with-overrides only
@@ -207,7 +207,9 @@ def describe_lines(td: Any, configs: dict[str, Any], reassignments: dict[tuple[s
         if moving is not None:
             line += f"\tAdding Replicas: {_ids(moving.adding_replicas)}\tRemoving Replicas: " \
                     f"{_ids(moving.removing_replicas)}"
-        lines.append(line + ("\tElr: \tLastKnownElr: " if elr_known else "\tElr: N/A\tLastKnownElr: N/A"))
+        elr = _ids(p.elr) if elr_known and p.elr is not None else "N/A"
+        last = _ids(p.last_known_elr) if elr_known and p.last_known_elr is not None else "N/A"
+        lines.append(f"{line}\tElr: {elr}\tLastKnownElr: {last}")
     return lines
 
 

@@ -104,6 +104,7 @@ def alter_partition(image: MetadataImage, req: AlterPartitionRequest, version: i
             rec = change(image, topic.topic_id, p, target_isr=[b for b, _ in _isr_with_epochs(part, version)],
                          unclean=unclean_enabled(image, topic, settings.unclean_leader_election_enable,
                                                          settings.node_id),
+                         min_isr_default=settings.min_insync_replicas, node_id=settings.node_id,
                          recovery_state=part.leader_recovery_state if version >= 1 else RECOVERED)
             if rec is not None:
                 records.append(rec)

@@ -5,7 +5,9 @@ same id (DUPLICATE_BROKER_REGISTRATION: a fenced or expired one may be replaced 
 migration flag (BROKER_ID_NOT_REGISTERED); log dirs (INVALID_REGISTRATION: none, a reserved id, a duplicate, or
 one another broker registered); finalized features the broker cannot run (UNSUPPORTED_VERSION).
 
-A new incarnation's epoch is the offset its RegisterBrokerRecord will have; it starts fenced.  The same
+A new incarnation's epoch is the offset its RegisterBrokerRecord will have; it starts fenced.  Before that
+record, the previous incarnation leaves every ISR (and, when it did not shut down cleanly and
+eligible.leader.replicas.version is 1, every ELR: KIP-966), as Kafka's handleBrokerShutdown has it.  The same
 incarnation registering again keeps its epoch and its fenced and controlled-shutdown state, and may change its
 listeners, rack and dirs.
 """
@@ -18,6 +20,7 @@ from kjbod.controller.heartbeats import BrokerHeartbeatManager
 from kjbod.controller.partition_change import remove_from_isrs
 from kjbod.controller.result import ControllerResult, ControllerSettings
 from kjbod.metadata import MetadataImage, is_reserved_dir
+from kjbod.metadata.features import elr_enabled
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import (
     BrokerRegistrationRequest,
@@ -78,17 +81,27 @@ def register_broker(image: MetadataImage, req: BrokerRegistrationRequest, settin
         features=[BrokerFeature(name=f.name, min_supported_version=f.min_supported_version,
                                 max_supported_version=f.max_supported_version) for f in req.features],
         rack=req.rack, log_dirs=list(req.log_dirs))
+    records: list[Any] = []
     if existing is not None and existing.incarnation_id == req.incarnation_id:
         record.broker_epoch = existing.epoch
         record.fenced = existing.fenced
         record.in_controlled_shutdown = existing.in_controlled_shutdown
     else:
-        record.broker_epoch = next_offset
+        # A new incarnation: what the last one left goes first (Kafka's handleBrokerShutdown).  It shut down
+        # cleanly when it names the epoch it last had (from its log dirs' clean-shutdown marker); then it only
+        # leaves the ISRs, as a fenced broker does.  Otherwise, with the ELR on, its unflushed records may be
+        # gone, so it leaves every ISR and ELR and may not be elected from them.
+        clean = existing is not None and existing.epoch == req.previous_broker_epoch
+        records += remove_from_isrs(image, req.broker_id, unclean_default=settings.unclean_leader_election_enable,
+                                    node_id=settings.node_id, min_isr_default=settings.min_insync_replicas,
+                                    unclean_shutdown=not clean and elr_enabled(image))
+        record.broker_epoch = next_offset + len(records)
         record.fenced = True
         sessions.remove(req.broker_id)
     if req.broker_id == settings.local_broker_id:
         sessions.local_registered = True
-    return ControllerResult([record], BrokerRegistrationResponse(error_code=0, broker_epoch=record.broker_epoch))
+    records.append(record)
+    return ControllerResult(records, BrokerRegistrationResponse(error_code=0, broker_epoch=record.broker_epoch))
 
 
 def unregister_broker(image: MetadataImage, broker_id: int) -> ControllerResult:

@@ -7,7 +7,9 @@ Each resource is checked whole before any record of it is written; resources are
 A resource named twice, or a key named twice in one resource, is INVALID_REQUEST; an unknown topic
 UNKNOWN_TOPIC_OR_PARTITION; other resource types INVALID_REQUEST; keys and values as the config policy says;
 then, as Kafka's existence check, a broker id that is not registered BROKER_ID_NOT_REGISTERED.
-`validate_only` checks and writes nothing.
+`validate_only` checks and writes nothing.  With eligible.leader.replicas.version 1, a change to
+min.insync.replicas also writes a ClearElrRecord (for that topic, or for every topic when a broker or cluster
+default changed), as Kafka's controller does.
 """
 
 from __future__ import annotations
@@ -18,8 +20,11 @@ from typing import Any
 from kjbod.controller.result import ConfigPolicy, ControllerResult, PolicyError
 from kjbod.metadata import BROKER_RESOURCE, GROUP_RESOURCE, TOPIC_RESOURCE, MetadataImage, client_metrics
 from kjbod.metadata.client_metrics import CLIENT_METRICS_RESOURCE
+from kjbod.metadata.features import elr_enabled
 from kjbod.protocol.errors import ErrorCode
-from kjbod.protocol.generated import ConfigRecord
+from kjbod.protocol.generated import ClearElrRecord, ConfigRecord
+
+MIN_ISR_KEY = "min.insync.replicas"
 
 Change = tuple[str, int, str | None]  # (key, operation, value)
 
@@ -98,4 +103,9 @@ def alter_configs(image: MetadataImage, resources: list[tuple[int, str, list[Cha
             answers.append((ErrorCode.NONE, None))
         except PolicyError as e:
             answers.append((e.code, e.message))
+    if elr_enabled(image):
+        # KIP-966: an ELR was kept against the old min.insync.replicas; a change to it (a topic's, or a broker or
+        # cluster default) empties the ELRs it may govern (Kafka's createClearElrRecordsAsNeeded).
+        records += [ClearElrRecord(topic_name=r.resource_name if r.resource_type == TOPIC_RESOURCE else "")
+                    for r in list(records) if r.name == MIN_ISR_KEY]
     return ControllerResult(records, answers)

@@ -77,7 +77,7 @@ class BrokerDirs:
 
 
 def offline_dirs(image: MetadataImage, broker_id: int, epoch: int, reported: list[UUID], *,
-                 unclean_default: bool = False, node_id: int | None = None) -> list[Any]:
+                 unclean_default: bool = False, node_id: int | None = None, min_isr_default: int = 1) -> list[Any]:
     """Records for the dirs in `reported` that are still in the broker's registration (the newly failed)."""
     reg = image.brokers[broker_id]
     failed = set(reported)
@@ -89,7 +89,7 @@ def offline_dirs(image: MetadataImage, broker_id: int, epoch: int, reported: lis
         for p in topic.partitions.values():
             if p.directory_of(broker_id) in newly:
                 rec = elect(image, topic.topic_id, p, remove=broker_id, unclean_default=unclean_default,
-                            node_id=node_id)
+                            node_id=node_id, min_isr_default=min_isr_default)
                 if rec is not None:
                     records.append(rec)
     records.append(BrokerRegistrationChangeRecord(broker_id=broker_id, broker_epoch=epoch,
@@ -106,6 +106,8 @@ def _elect_in_new_dir(image: MetadataImage, topic_id: UUID, p: Any, rec: Any) ->
         rec.leader = elected.leader
         if elected.isr is not None:
             rec.isr = elected.isr
+        rec.eligible_leader_replicas = elected.eligible_leader_replicas
+        rec.last_known_elr = elected.last_known_elr
 
 
 def assign_replicas_to_dirs(image: MetadataImage, req: AssignReplicasToDirsRequest,

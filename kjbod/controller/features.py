@@ -5,9 +5,10 @@ unknown upgrade type, a level below 0, a level the controller itself or any regi
 ("Local controller N only supports versions 17-22", "Broker 2 does not support this feature."), a lower level
 without a downgrade type ("Can't downgrade ... without setting the upgrade type ..."), a higher level with one
 ("Can't downgrade to a newer version."), a feature above 0 while metadata.version is below 3.3-IV0 (Kafka's
-dependency rule, kjbod.metadata.features.dependency_refusal); for metadata.version also a level kjbod does not know and a downgrade
-across levels that changed the metadata records (refused: information could be lost; an unsafe downgrade is not
-supported, as in Kafka). Each refusal is INVALID_UPDATE_VERSION with Kafka's message. Accepted updates become
+dependency rules, kjbod.metadata.features.dependency_refusal: eligible.leader.replicas.version 1 needs
+metadata.version 4.0-IV1, counting the levels the same request sets); for metadata.version also a level kjbod
+does not know and a downgrade across levels that changed the metadata records ("Unsupported metadata.version
+downgrade from 29 to 22. ...": information could be lost; an unsafe downgrade is not supported, as in Kafka). Each refusal is INVALID_UPDATE_VERSION with Kafka's message. Accepted updates become
 FeatureLevelRecords, written together (ValidateOnly: checked only). Answer: the error at the top and, before v2,
 each named feature with it on success (Kafka's UpdateFeaturesResponse.createWithErrors).
 """
@@ -32,7 +33,7 @@ def _refusal(feature: str, level: int, why: str) -> tuple[int, str]:
     return ErrorCode.INVALID_UPDATE_VERSION, f"Invalid update version {level} for feature {feature}. {why}"
 
 
-def _check(feature: str, level: int, kind: int, current: dict[str, int], node_id: int,
+def _check(feature: str, level: int, kind: int, current: dict[str, int], proposed: dict[str, int], node_id: int,
            brokers: Mapping[int, Mapping[str, tuple[int, int]]]) -> tuple[int, str] | None:
     if kind not in (UPGRADE, SAFE_DOWNGRADE, UNSAFE_DOWNGRADE):
         return _refusal(feature, level, "The controller does not support the given upgrade type.")
@@ -49,27 +50,29 @@ def _check(feature: str, level: int, kind: int, current: dict[str, int], node_id
                                         "type to either safe or unsafe downgrade.")
     if level > now and kind != UPGRADE:
         return _refusal(feature, level, "Can't downgrade to a newer version.")
-    if (why := ft.dependency_refusal(feature, level, current)) is not None:
+    if (why := ft.dependency_refusal(feature, level, proposed)) is not None:
         return _refusal(feature, level, why)
     if feature == ft.METADATA_VERSION and level < now and ft.metadata_changed_between(now, level):
         why = ("Unsafe metadata downgrade is not supported in this version." if kind == UNSAFE_DOWNGRADE else
                "Refusing to perform the requested downgrade because it might delete metadata information.")
-        return ErrorCode.INVALID_UPDATE_VERSION, f"Invalid metadata.version {level}. {why}"
+        return ErrorCode.INVALID_UPDATE_VERSION, f"Unsupported metadata.version downgrade from {now} to {level}. {why}"
     return None
 
 
 def update_features(image: Any, req: UpdateFeaturesRequest, version: int, node_id: int) -> ControllerResult:
     current = ft.finalized(image)
+    # Dependencies are checked against every level the request asks for at once (Kafka's proposed levels), so
+    # metadata.version and eligible.leader.replicas.version may go up together.
+    proposed = {**current, **{u.feature: u.max_version_level for u in req.feature_updates}}
     brokers = {b: dict(reg.features) for b, reg in image.brokers.items()}
     records: list[Any] = []
     error: tuple[int, str] | None = None
     for u in req.feature_updates:
         kind = u.upgrade_type if version >= 1 else (SAFE_DOWNGRADE if u.allow_downgrade else UPGRADE)
-        error = _check(u.feature, u.max_version_level, kind, current, node_id, brokers)
+        error = _check(u.feature, u.max_version_level, kind, current, proposed, node_id, brokers)
         if error is not None:
             break
         records.append(FeatureLevelRecord(name=u.feature, feature_level=max(u.max_version_level, 0)))
-        current[u.feature] = max(u.max_version_level, 0)
     code, message = error if error is not None else (ErrorCode.NONE, None)
     results = [] if error is not None or version >= 2 else [
         UpdatableFeatureResult(feature=u.feature, error_code=0, error_message=None) for u in req.feature_updates]

@@ -59,7 +59,7 @@ def state_of(reg: BrokerRegistration) -> str:
 
 def fence_records(image: MetadataImage, reg: BrokerRegistration, settings: ControllerSettings) -> list[Any]:
     return [*remove_from_isrs(image, reg.broker_id, unclean_default=settings.unclean_leader_election_enable,
-                              node_id=settings.node_id),
+                              node_id=settings.node_id, min_isr_default=settings.min_insync_replicas),
             BrokerRegistrationChangeRecord(broker_id=reg.broker_id, broker_epoch=reg.epoch, fenced=1)]
 
 
@@ -141,18 +141,19 @@ class BrokerHeartbeatManager:
         if current == FENCED and nxt == UNFENCED:
             records.append(BrokerRegistrationChangeRecord(broker_id=reg.broker_id, broker_epoch=reg.epoch, fenced=-1))
             records += elect_where_leaderless(image, reg.broker_id, unclean_default=unclean,
-                                              node_id=self.settings.node_id)
+                                              node_id=self.settings.node_id,
+                                              min_isr_default=self.settings.min_insync_replicas)
         elif current != FENCED and nxt in (FENCED, SHUTDOWN_NOW):
             records += fence_records(image, reg, self.settings)
         elif current == UNFENCED and nxt == CONTROLLED_SHUTDOWN:
             records.append(BrokerRegistrationChangeRecord(broker_id=reg.broker_id, broker_epoch=reg.epoch,
                                                           in_controlled_shutdown=1))
             records += remove_from_isrs(image, reg.broker_id, unclean_default=unclean,
-                                        node_id=self.settings.node_id)
+                                        node_id=self.settings.node_id, min_isr_default=self.settings.min_insync_replicas)
             s.controlled_shutdown_offset = next_offset + len(records) - 1
         if req.offline_log_dirs:
             records += offline_dirs(image, reg.broker_id, reg.epoch, req.offline_log_dirs, unclean_default=unclean,
-                                    node_id=self.settings.node_id)
+                                    node_id=self.settings.node_id, min_isr_default=self.settings.min_insync_replicas)
         return ControllerResult(records, BrokerHeartbeatResponse(
             error_code=0, is_caught_up=caught_up, is_fenced=nxt in (FENCED, SHUTDOWN_NOW),
             should_shut_down=nxt == SHUTDOWN_NOW))

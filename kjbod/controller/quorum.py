@@ -52,9 +52,10 @@ from kjbod.controller import (
 )
 from kjbod.controller.errors import error_response
 from kjbod.controller.heartbeats import BrokerHeartbeatManager
-from kjbod.controller.partition_change import UNCLEAN_KEY
+from kjbod.controller.partition_change import MIN_ISR_KEY, UNCLEAN_KEY
 from kjbod.controller.result import ConfigPolicy, ControllerResult, ControllerSettings
-from kjbod.metadata import EMPTY_IMAGE, MetadataDelta, MetadataImage, image_records, replay
+from kjbod.metadata import BROKER_RESOURCE, EMPTY_IMAGE, MetadataDelta, MetadataImage, image_records, replay
+from kjbod.metadata import features as ft
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import (
     AllocateProducerIdsRequest,
@@ -69,6 +70,7 @@ from kjbod.protocol.generated import (
     AssignReplicasToDirsRequest,
     BrokerHeartbeatRequest,
     BrokerRegistrationRequest,
+    ConfigRecord,
     CreateAclsRequest,
     CreateDelegationTokenRequest,
     CreatePartitionsRequest,
@@ -77,6 +79,7 @@ from kjbod.protocol.generated import (
     DeleteTopicsRequest,
     ElectLeadersRequest,
     ExpireDelegationTokenRequest,
+    FeatureLevelRecord,
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
     ListPartitionReassignmentsRequest,
@@ -142,7 +145,7 @@ class QuorumController:
         self.policy = policy
         self.clock = clock
         self.config_aliases = config_aliases or {}
-        self.image: MetadataImage = EMPTY_IMAGE
+        self._image: MetadataImage = EMPTY_IMAGE
         self.heartbeats = BrokerHeartbeatManager(settings)
         self._listeners: list[Listener] = []
         self._queue: asyncio.Queue[tuple[Operation, asyncio.Future[Any]]] = asyncio.Queue()
@@ -187,6 +190,41 @@ class QuorumController:
             _key(RenewDelegationTokenRequest): self._renew_delegation_token,
             _key(ExpireDelegationTokenRequest): self._expire_delegation_token,
         }
+
+    @property
+    def image(self) -> MetadataImage:
+        return self._image
+
+    @image.setter
+    def image(self, image: MetadataImage) -> None:
+        # The partition records' version follows the replayed metadata.version (kjbod.storage.metadata_records).
+        self._image = image
+        mlog = self.raft.mlog if self.raft is not None else self.log
+        if hasattr(mlog, "metadata_version"):
+            mlog.metadata_version = image.features.get(ft.METADATA_VERSION)
+
+    def _activation(self, image: MetadataImage, _offset: int) -> ControllerResult:
+        """Kafka's activation records: the feature levels a log without a metadata.version starts at
+        (kjbod.metadata.features.activation_levels; `bootstrap.checkpoint` names them), and with
+        eligible.leader.replicas.version above 0 the cluster-wide min.insync.replicas the ELR is kept against."""
+        mlog = self.raft.mlog if self.raft is not None else self.log
+        levels = ft.activation_levels(image, getattr(mlog, "bootstrap_levels", None))
+        if levels is None:
+            return ControllerResult([], None)
+        records: list[Any] = [FeatureLevelRecord(name=n, feature_level=v) for n, v in
+                              sorted(levels.items(), key=lambda kv: (kv[0] != ft.METADATA_VERSION, kv[0]))]
+        if levels.get(ft.ELR_VERSION, 0) > 0 and MIN_ISR_KEY not in image.resource_configs(BROKER_RESOURCE, ""):
+            records.append(ConfigRecord(resource_type=BROKER_RESOURCE, resource_name="", name=MIN_ISR_KEY,
+                                        value=str(self.settings.min_insync_replicas)))
+        log.info("metadata_levels_bootstrapped", levels=levels)
+        return ControllerResult(records, None)
+
+    def _submit_activation(self) -> None:
+        def done(f: asyncio.Future[Any]) -> None:
+            if not f.cancelled() and f.exception() is not None:
+                log.warning("metadata_levels_not_bootstrapped", error=str(f.exception()))
+
+        self.submit(self._activation).add_done_callback(done)
 
     # ------------------------------------------------------------------------------------------ lifecycle
     def load(self) -> MetadataImage:
@@ -329,6 +367,8 @@ class QuorumController:
         self.active = True
         self.heartbeats.sessions.clear()  # every broker's session starts now (Kafka's activation)
         self.reassignment_plans = reassignment.plans_from(self.image)
+        if self._tasks and ft.activation_levels(self.image, getattr(self.raft.mlog, "bootstrap_levels", None)):
+            self._submit_activation()
         log.info("controller_activated", node_id=self.settings.node_id, epoch=raft.epoch,
                  offset=self.applied_end)
 
@@ -366,6 +406,8 @@ class QuorumController:
     def start(self) -> None:
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._run(), name="kjbod-controller"))
+        if self.active and ft.activation_levels(self.image, getattr(self.log, "bootstrap_levels", None)):
+            self._submit_activation()
         self._tasks.append(loop.create_task(self._expire_sessions(), name="kjbod-controller-sessions"))
         self._tasks.append(loop.create_task(self._elections(), name="kjbod-controller-elections"))
         if self.settings.delegation_token_secret_key:

@@ -27,6 +27,9 @@ class ControllerSettings:
     # Leader elections (Kafka's defaults): unclean elections where a topic does not say otherwise, and the
     # periodic preferred-leader rebalance with its imbalance threshold.
     unclean_leader_election_enable: bool = False
+    # min.insync.replicas where no topic or dynamic config says otherwise: the ELR's threshold (KIP-966), and
+    # the cluster-wide value written when a cluster starts with eligible.leader.replicas.version 1.
+    min_insync_replicas: int = 1
     auto_leader_rebalance_enable: bool = True
     leader_imbalance_per_broker_percentage: int = 10
     leader_imbalance_check_interval_seconds: int = 300

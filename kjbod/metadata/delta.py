@@ -36,6 +36,7 @@ from kjbod.metadata.image import (
 from kjbod.protocol.generated import (
     AccessControlEntryRecord,
     BrokerRegistrationChangeRecord,
+    ClearElrRecord,
     ClientQuotaRecord,
     ConfigRecord,
     DelegationTokenRecord,
@@ -81,7 +82,9 @@ def replay_partition(old: PartitionImage, rec: PartitionChangeRecord) -> Partiti
         else rec.leader_recovery_state,
         adding=old.adding if rec.adding_replicas is None else tuple(rec.adding_replicas),
         removing=old.removing if rec.removing_replicas is None else tuple(rec.removing_replicas),
-        intent=old.intent, intent_dirs=old.intent_dirs)
+        intent=old.intent, intent_dirs=old.intent_dirs,
+        elr=old.elr if rec.eligible_leader_replicas is None else tuple(rec.eligible_leader_replicas),
+        last_known_elr=old.last_known_elr if rec.last_known_elr is None else tuple(rec.last_known_elr))
 
 
 @dataclass(slots=True)
@@ -192,7 +195,8 @@ class MetadataDelta:
             partition=rec.partition_id, replicas=tuple(rec.replicas), isr=tuple(rec.isr), leader=rec.leader,
             leader_epoch=max(rec.leader_epoch, 0), partition_epoch=max(rec.partition_epoch, 0),
             directories=tuple(rec.directories), leader_recovery_state=rec.leader_recovery_state,
-            adding=tuple(rec.adding_replicas), removing=tuple(rec.removing_replicas))
+            adding=tuple(rec.adding_replicas), removing=tuple(rec.removing_replicas),
+            elr=tuple(rec.eligible_leader_replicas or ()), last_known_elr=tuple(rec.last_known_elr or ()))
 
     def _partition_change_record(self, rec: PartitionChangeRecord) -> None:
         work = self._writable_topic(rec.topic_id)
@@ -202,6 +206,32 @@ class MetadataDelta:
             return
         work.changed.add(rec.partition_id)
         work.partitions[rec.partition_id] = replay_partition(old, rec)
+
+    def _clear_elr_record(self, rec: ClearElrRecord) -> None:
+        """KIP-966: the partitions of one topic (of every topic when the name is empty) lose their ELR and last
+        known ELR; each one that had any gets a new partition epoch, as a change record would give it."""
+        if rec.topic_name:
+            ids = [w.topic_id for w in self._topics.values() if w.name == rec.topic_name]
+            base = self.image.topics_by_name.get(rec.topic_name)
+            if not ids and base is not None and base.topic_id not in self.removed_topics:
+                ids = [base.topic_id]
+            if not ids:
+                self.dropped += 1
+                return
+        else:
+            ids = [t for t in self.image.topics_by_id if t not in self.removed_topics and t not in self._topics]
+            ids += list(self._topics)
+        for topic_id in ids:
+            topic = self.topic(topic_id)
+            if topic is None or not any(p.elr or p.last_known_elr for p in topic.partitions.values()):
+                continue
+            work = self._writable_topic(topic_id)
+            assert work is not None
+            for pid, p in list(work.partitions.items()):
+                if p.elr or p.last_known_elr:
+                    work.changed.add(pid)
+                    work.partitions[pid] = replace(p, elr=(), last_known_elr=(),
+                                                   partition_epoch=p.partition_epoch + 1)
 
     def _reassignment_intent_record(self, rec: ReassignmentIntentRecord) -> None:
         work = self._writable_topic(rec.topic_id)
@@ -452,6 +482,7 @@ REPLAY: dict[type, Callable[[MetadataDelta, Any], None]] = {
     AccessControlEntryRecord: MetadataDelta._access_control_entry_record,
     RemoveAccessControlEntryRecord: MetadataDelta._remove_access_control_entry_record,
     ClientQuotaRecord: MetadataDelta._client_quota_record,
+    ClearElrRecord: MetadataDelta._clear_elr_record,
 }
 
 

@@ -2,15 +2,29 @@
 
 kjbod serves these features:
 
-* `metadata.version`, at Kafka's levels (1 = 3.0-IV1 ... 22 = 4.0-IV0). kjbod runs 17 (3.7-IV2, the first with
-  KIP-858's directory assignments, which every kjbod partition record carries) to 22 (4.0-IV0: no record changed;
-  Kafka's bootstrap level for group.version 1). Levels 23 and up (4.0-IV1: the eligible leader replica records of
-  KIP-966) are not run.
+* `metadata.version`, at Kafka's levels (1 = 3.0-IV1 ... 29 = 4.2-IV1).  kjbod runs 17 (3.7-IV2, the first with
+  KIP-858's directory assignments, which every kjbod partition record carries) to 29.  What each level after 22
+  brings, as Kafka 4.3 ties it to the level:
+  - 23 (4.0-IV1): PartitionRecord and PartitionChangeRecord v2 (EligibleLeaderReplicas, LastKnownElr) and
+    ClearElrRecord (KIP-966); the metadata records changed, so no downgrade below it.  Below 23 the partition
+    records are written at v1 (kjbod.storage.metadata_records.record_versions).
+  - 24 (4.0-IV2): the bootstrap level of transaction.version 1 and 2 (kjbod runs 1).
+  - 25 (4.0-IV3): ListOffsets v10 between brokers (KIP-1075); kjbod's brokers already pick the highest version
+    both ends serve.
+  - 26 (4.1-IV0): eligible.leader.replicas.version 1 becomes the bootstrap level: new clusters keep an ELR.
+  - 27 (4.1-IV1): Fetch v18 in the replica fetcher (KIP-1166); kjbod's fetcher picks the highest version served.
+  - 28 (4.2-IV0) and 29 (4.2-IV1): the bootstrap levels of share.version 1 (share groups on in a new cluster)
+    and streams.version (not served here: left at 0), and ListOffsets v11 between brokers.
+  - 30 (4.3-IV0, Kafka 4.3's latest production level) is not run: it adds CordonedLogDirs to RegisterBrokerRecord
+    v4 and BrokerRegistrationChangeRecord, and kjbod keeps KIP-1066's cordoned dirs in the controller's memory
+    (from registrations and heartbeats), not in those records yet.
+* `eligible.leader.replicas.version` 0-1 (KIP-966): 1 has the controller keep each partition's eligible leader
+  replicas (kjbod.controller.partition_change).  It depends on metadata.version 23 (4.0-IV1).
 * `group.version` 0-1: 1 turns on KIP-848's consumer group protocol (ConsumerGroupHeartbeat,
   ConsumerGroupDescribe); at 0 those answer UNSUPPORTED_VERSION, as Kafka 4.0's do.
 * `share.version` 0-1: 1 turns on KIP-932's share groups (ShareGroupHeartbeat, ShareGroupDescribe and the other
   share APIs); at 0 those answer UNSUPPORTED_VERSION, as Kafka's broker answers them.  ApiVersions lists the share
-  APIs at either level, as Kafka's does.
+  APIs at either level, as Kafka's does.  A cluster formatted below metadata.version 28 (4.2-IV0) starts at 0.
 * `transaction.version` 0-1: 1 has the transaction coordinator write its `__transaction_state` values in the
   flexible layout (value version 1), as Kafka's TV_1. Level 2 (KIP-890 part 2: an epoch bump at every transaction
   end, EndTxn v5) is not run.
@@ -18,16 +32,17 @@ kjbod serves these features:
   1, voters in the log, set by `kjbod format --standalone` / `--initial-controllers`), which ApiVersions reports
   as Kafka does (finalized from the node's log); UpdateFeatures does not change it.
 
-A new cluster runs at metadata.version 22 and, for the others, the level Kafka derives from that metadata.version
-(each feature level names the metadata.version it is a bootstrap default from: group.version 1 from 4.0-IV0,
-transaction.version 1 and 2 from 4.0-IV2; so group.version 1 and transaction.version 0, Kafka's rule). `finalized(image)`
-reports these until a FeatureLevelRecord says otherwise (UpdateFeatures writes one; kjbod.controller.features). Other
-features Kafka knows (eligible.leader.replicas.version, ...) are left at 0, as a Kafka broker that does not support
-them would be, so clients keep to what kjbod serves.
+A new cluster runs at the metadata.version `kjbod format --release-version` names (the latest by default) and,
+for the others, the level Kafka derives from that metadata.version (each feature level names the metadata.version
+it is a bootstrap default from: group.version 1 from 4.0-IV0, transaction.version 1 and 2 from 4.0-IV2,
+eligible.leader.replicas.version 1 from 4.1-IV0, share.version 1 from 4.2-IV0), capped at what kjbod runs.  The active controller writes these
+as FeatureLevelRecords when the log has none and `kjbod format` left a bootstrap file (`activation_levels`).  `finalized(image)` reports the bootstrap
+levels of the latest metadata.version until a FeatureLevelRecord says otherwise.  Other features Kafka knows
+(streams.version, ...) are left at 0, as a Kafka broker that does not support them would be.
 
-Kafka's rule between them: a feature other than metadata.version may be above 0 only while metadata.version is at
-least 4 (3.3-IV0); neither group.version nor transaction.version depends on more (their dependency maps are empty
-in Kafka 4.0).
+Kafka's rules between them: a feature other than metadata.version may be above 0 only while metadata.version is
+at least 4 (3.3-IV0), and each feature level may name further levels it needs (`DEPENDENCIES`: only
+eligible.leader.replicas.version 1 has one, metadata.version 23).
 """
 
 from __future__ import annotations
@@ -39,6 +54,7 @@ from typing import Any
 METADATA_VERSION = "metadata.version"
 GROUP_VERSION = "group.version"
 TRANSACTION_VERSION = "transaction.version"
+ELR_VERSION = "eligible.leader.replicas.version"
 SHARE_VERSION = "share.version"
 
 # Kafka's metadata.version levels: level -> (release, whether it changed the metadata records). A downgrade across a
@@ -49,27 +65,34 @@ RELEASES: dict[int, tuple[str, bool]] = {
     9: ("3.5-IV0", False), 10: ("3.5-IV1", False), 11: ("3.5-IV2", True), 12: ("3.6-IV0", False),
     13: ("3.6-IV1", True), 14: ("3.6-IV2", True), 15: ("3.7-IV0", True), 16: ("3.7-IV1", False),
     17: ("3.7-IV2", True), 18: ("3.7-IV3", False), 19: ("3.7-IV4", False), 20: ("3.8-IV0", False),
-    21: ("3.9-IV0", False), 22: ("4.0-IV0", False),
+    21: ("3.9-IV0", False), 22: ("4.0-IV0", False), 23: ("4.0-IV1", True), 24: ("4.0-IV2", False),
+    25: ("4.0-IV3", False), 26: ("4.1-IV0", False), 27: ("4.1-IV1", False), 28: ("4.2-IV0", False),
+    29: ("4.2-IV1", False),
 }
-LATEST_METADATA_VERSION = 22
-# Kafka makes share.version 1 the bootstrap default from metadata.version 4.2-IV0 (level 28; its dependency map is
-# empty).  kjbod does not run that level yet, so a new kjbod cluster gets share.version 1 from the newest level it
-# runs: once kjbod runs 28, set this to 28 and a cluster formatted at an older metadata.version starts at 0, as
-# Kafka's does.
-SHARE_VERSION_BOOTSTRAP_METADATA_VERSION = LATEST_METADATA_VERSION  # Kafka: 28 (4.2-IV0)
+LATEST_METADATA_VERSION = 29
+ELR_METADATA_VERSION = 23  # 4.0-IV1: the ELR fields in the partition records (Kafka's isElrSupported)
+# Kafka makes share.version 1 the bootstrap default from metadata.version 4.2-IV0 (its dependency map is empty): a
+# cluster formatted at an older metadata.version starts with share groups off.
+SHARE_VERSION_BOOTSTRAP_METADATA_VERSION = 28  # 4.2-IV0
 MINIMUM_METADATA_VERSION = 17  # 3.7-IV2: JBOD in KRaft (directory ids in partition records)
 # The metadata.version from which Kafka makes each level of a feature the bootstrap default (its
 # FeatureVersion.bootstrapMetadataVersion; level 0's is Kafka's first KRaft level).
 BOOTSTRAP_FROM: dict[str, dict[int, int]] = {
     GROUP_VERSION: {0: 1, 1: 22},  # 1: 4.0-IV0
     TRANSACTION_VERSION: {0: 1, 1: 24, 2: 24},  # 1 and 2: 4.0-IV2
+    ELR_VERSION: {0: 1, 1: 26},  # 1: 4.1-IV0
     SHARE_VERSION: {0: 1, 1: SHARE_VERSION_BOOTSTRAP_METADATA_VERSION},
+}
+# The levels each feature level needs (Kafka's FeatureVersion.dependencies): feature -> level -> {feature: level}.
+DEPENDENCIES: dict[str, dict[int, dict[str, int]]] = {
+    ELR_VERSION: {1: {METADATA_VERSION: ELR_METADATA_VERSION}},
 }
 FEATURES_NEED_METADATA_VERSION = 4  # 3.3-IV0: the first level that keeps feature levels in the metadata log
 SUPPORTED: dict[str, tuple[int, int]] = {
     METADATA_VERSION: (MINIMUM_METADATA_VERSION, LATEST_METADATA_VERSION),
     GROUP_VERSION: (0, 1),
     TRANSACTION_VERSION: (0, 1),
+    ELR_VERSION: (0, 1),
     SHARE_VERSION: (0, 1),
 }
 
@@ -100,7 +123,25 @@ def dependency_refusal(feature: str, level: int, levels: Mapping[str, int]) -> s
     if feature != METADATA_VERSION and level >= 1 and levels.get(METADATA_VERSION, 0) < FEATURES_NEED_METADATA_VERSION:
         return (f"{feature} could not be set to {level} because it depends on metadata.version="
                 f"{FEATURES_NEED_METADATA_VERSION} ({release_name(FEATURES_NEED_METADATA_VERSION)})")
+    for needed, needed_level in DEPENDENCIES.get(feature, {}).get(level, {}).items():
+        if levels.get(needed, 0) < needed_level:
+            return f"{feature} could not be set to {level} because it depends on {needed} level {needed_level}"
     return None
+
+
+def elr_enabled(image: Any) -> bool:
+    """Whether the controller keeps eligible leader replicas (Kafka's isElrFeatureEnabled)."""
+    return image is not None and finalized(image).get(ELR_VERSION, 0) >= 1
+
+
+def activation_levels(image: Any, bootstrap: Mapping[str, int] | None) -> dict[str, int] | None:
+    """The levels the active controller writes when the log holds no metadata.version yet (Kafka's activation
+    records): those `bootstrap.checkpoint` names (`kjbod format` writes it, `--release-version` and `--feature`
+    choose them).  None when the log has a metadata.version, or there is no bootstrap file (a log made without
+    `kjbod format`, or before kjbod wrote one: it keeps reading as the bootstrap levels of the latest level)."""
+    if METADATA_VERSION in image.features or not bootstrap or METADATA_VERSION not in bootstrap:
+        return None
+    return {**bootstrap_levels(bootstrap[METADATA_VERSION]), **bootstrap}
 
 
 KRAFT_VERSION = "kraft.version"

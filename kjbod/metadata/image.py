@@ -7,7 +7,7 @@ the parts a batch of records touched and shares the rest.  The mappings inside a
 speed of reading; nothing in kjbod writes to them once the image is built (the delta builds fresh ones).
 
 What it holds: topics by name and by id with their partitions (replicas, ISR, leader, epochs, the log dir of
-each replica), configs per resource (topics, brokers by id, the cluster default broker resource ""), broker
+each replica, KIP-966's eligible leader replicas and last known ELR), configs per resource (topics, brokers by id, the cluster default broker resource ""), broker
 registrations (epoch, incarnation, listeners, rack, fenced, in controlled shutdown, online log dirs), the next
 free producer id, finalized feature levels, SCRAM credentials, ACLs, client quotas per entity, kjbod's KIP-179 throttle intents, and the offset of the last record
 replayed.
@@ -62,6 +62,11 @@ class PartitionImage:
     # named for some of its replicas; None when there is none.
     intent: tuple[int, ...] | None = None
     intent_dirs: Mapping[int, UUID] = field(default_factory=dict)
+    # KIP-966: replicas that left the ISR while it was below min.insync.replicas and so hold every committed
+    # record (they may be elected when the ISR is empty), and the last known leader kept while there is none
+    # (Kafka 4.3 keeps the last leader in LastKnownElr).
+    elr: tuple[int, ...] = ()
+    last_known_elr: tuple[int, ...] = ()
 
     @property
     def reassigning(self) -> bool:

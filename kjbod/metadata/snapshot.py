@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kjbod.metadata.features import ELR_METADATA_VERSION, METADATA_VERSION
 from kjbod.metadata.image import MetadataImage
 from kjbod.protocol.generated import (
     AccessControlEntryRecord,
@@ -34,8 +35,10 @@ from kjbod.protocol.generated.register_broker_record import BrokerEndpoint, Brok
 
 
 def image_records(image: MetadataImage) -> list[Any]:
+    # metadata.version first: the snapshot writer picks the partition records' version from it.
     out: list[Any] = [FeatureLevelRecord(name=name, feature_level=level)
-                      for name, level in sorted(image.features.items())]
+                      for name, level in sorted(image.features.items(), key=lambda kv: (kv[0] != METADATA_VERSION, kv[0]))]
+    with_elr = METADATA_VERSION not in image.features or image.features[METADATA_VERSION] >= ELR_METADATA_VERSION
     for bid, b in sorted(image.brokers.items()):
         out.append(RegisterBrokerRecord(
             broker_id=bid, incarnation_id=b.incarnation_id, broker_epoch=b.epoch,
@@ -57,7 +60,10 @@ def image_records(image: MetadataImage) -> list[Any]:
                 partition_id=pid, topic_id=topic.topic_id, replicas=list(p.replicas), isr=list(p.isr),
                 leader=p.leader, leader_epoch=p.leader_epoch, partition_epoch=p.partition_epoch,
                 directories=list(p.directories), leader_recovery_state=p.leader_recovery_state,
-                adding_replicas=list(p.adding), removing_replicas=list(p.removing)))
+                adding_replicas=list(p.adding), removing_replicas=list(p.removing),
+                # Kafka's PartitionRegistration.toRecord: both lists, empty or not, from 4.0-IV1 on
+                eligible_leader_replicas=list(p.elr) if with_elr else None,
+                last_known_elr=list(p.last_known_elr) if with_elr else None))
             if p.intent is not None:
                 out.append(ReassignmentIntentRecord(
                     topic_id=topic.topic_id, partition_id=pid, target_replicas=list(p.intent),

@@ -136,6 +136,7 @@ def controller_settings(config: Any, cluster_id: str, local_broker_id: int | Non
         max_snapshot_interval_ms=int(getattr(config, "metadata_log_max_snapshot_interval_ms", 3_600_000)),
         delete_topic_enable=bool(getattr(config, "delete_topic_enable", True)),
         unclean_leader_election_enable=bool(getattr(config, "unclean_leader_election_enable", False)),
+        min_insync_replicas=int(getattr(config, "min_insync_replicas", 1)),
         auto_leader_rebalance_enable=bool(getattr(config, "auto_leader_rebalance_enable", True)),
         leader_imbalance_per_broker_percentage=int(getattr(config, "leader_imbalance_per_broker_percentage", 10)),
         leader_imbalance_check_interval_seconds=int(getattr(config, "leader_imbalance_check_interval_seconds", 300)),

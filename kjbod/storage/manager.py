@@ -439,6 +439,17 @@ class LogManager:
             if d.directory_id is not None and (d.io.online or not online_only)
         }
 
+    def clean_shutdown_broker_epoch(self) -> int:
+        """The broker epoch the last run wrote in every log dir's clean-shutdown marker, which the broker sends
+        as PreviousBrokerEpoch (Kafka's readBrokerEpochFromCleanShutdownFiles); -1 when a dir is offline, has no
+        marker, or the dirs disagree: the controller then takes the last run's shutdown as unclean (KIP-966)."""
+        epochs = set()
+        for d in self._dirs.values():
+            if not d.io.online or d.clean_shutdown_epoch < 0:
+                return -1
+            epochs.add(d.clean_shutdown_epoch)
+        return epochs.pop() if len(epochs) == 1 else -1
+
     def had_clean_shutdown(self, path: str) -> bool:
         return self._dirs[os.path.abspath(path)].had_clean_shutdown
 

@@ -214,7 +214,7 @@ def _check_cluster_id(cluster_id: str) -> None:
 
 
 def format_dirs(config: Any, cluster_id: str | None = None, *, bootstrap_voters: Any = None,
-                now_ms: int | None = None) -> list[str]:
+                now_ms: int | None = None, bootstrap_levels: dict[str, int] | None = None) -> list[str]:
     """Write meta.properties (version 1, cluster.id, node.id, directory.id) to every log dir and the metadata
     log dir, creating dirs as needed. Returns the dirs formatted now (already formatted ones are skipped).
 
@@ -222,6 +222,10 @@ def format_dirs(config: Any, cluster_id: str | None = None, *, bootstrap_voters:
     metadata log dir, when formatted now, also gets the bootstrap snapshot of a dynamic quorum (kraft.version 1
     and those voters, kjbod.storage.metadata_snapshot), and takes this node's directory id from the record when
     the node is one of them, as kafka-storage.sh does.
+
+    With ``bootstrap_levels`` (`kjbod format --release-version`: metadata.version and the feature levels Kafka
+    derives from it) the metadata log dir, when formatted now, gets Kafka's ``bootstrap.checkpoint`` holding them;
+    the first active controller writes them to the metadata log.
 
     Without ``cluster_id`` the cluster id of an already formatted dir is reused, else a random one is made.
     Raises :class:`MetaPropertiesError` (one line naming the dir and the ids) for a dir formatted for another
@@ -282,6 +286,8 @@ def format_dirs(config: Any, cluster_id: str | None = None, *, bootstrap_voters:
             used_ids.add(dir_id)
             if path == settings.metadata_log_dir and bootstrap_voters is not None:
                 _write_bootstrap_snapshot(io, path, bootstrap_voters, now_ms)
+            if path == settings.metadata_log_dir and bootstrap_levels is not None:
+                _write_bootstrap_levels(io, path, bootstrap_levels, now_ms)
             write_meta_properties(io, MetaProperties(META_VERSION, wanted_cluster, settings.node_id, dir_id))
             log.info("formatted_log_dir", log_dir=path, cluster_id=wanted_cluster, directory_id=dir_id)
             formatted.append(path)
@@ -300,6 +306,16 @@ def _write_bootstrap_snapshot(io: LogDirIO, path: str, voters: Any, now_ms: int 
     stamp = now_ms if now_ms is not None else time.time_ns() // 1_000_000
     write_snapshot_file(io, topic_dir, BOOTSTRAP_SNAPSHOT_ID, bootstrap_snapshot(voters, stamp))
     log.info("bootstrap_snapshot_written", log_dir=path, voters=[v.voter_id for v in voters.voters])
+
+
+def _write_bootstrap_levels(io: LogDirIO, path: str, levels: dict[str, int], now_ms: int | None) -> None:
+    """`<metadata dir>/bootstrap.checkpoint`: the feature levels a new cluster starts at (Kafka's
+    BootstrapDirectory), written before meta.properties."""
+    from kjbod.storage.metadata_snapshot import BOOTSTRAP_FILE, bootstrap_levels_snapshot
+
+    stamp = now_ms if now_ms is not None else time.time_ns() // 1_000_000
+    io.write_atomic(os.path.join(path, BOOTSTRAP_FILE), bootstrap_levels_snapshot(levels, stamp))
+    log.info("bootstrap_checkpoint_written", log_dir=path, levels=levels)
 
 
 # --------------------------------------------------------------------------------------------- startup

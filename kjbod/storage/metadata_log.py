@@ -49,6 +49,7 @@ from typing import Any, TypedDict
 
 import structlog
 
+from kjbod.protocol.generated.feature_level_record import FeatureLevelRecord
 from kjbod.protocol.generated.leader_change_message import LeaderChangeMessage, Voter
 from kjbod.protocol.generated.voters_record import VotersRecord
 from kjbod.protocol.runtime import DecodeError
@@ -68,10 +69,12 @@ from kjbod.storage.metadata_records import (
     frame_record,
     kraft_control_records,
     kraft_state,
+    record_version,
     records_batch,
     unframe_record,
 )
 from kjbod.storage.metadata_snapshot import (
+    BOOTSTRAP_FILE,
     DELETE_SUFFIX,
     PARTIAL_SUFFIX,
     Snapshot,
@@ -193,6 +196,10 @@ class MetadataLog:
         self._listeners: list[Callable[[int], None]] = []
         self._write_lock = threading.Lock()
         self._kraft: list[tuple[int, Any]] = []  # (offset, KRaftVersionRecord | VotersRecord), ascending
+        # The cluster's metadata.version as the writer last replayed it (the controller sets it): the version of
+        # the partition records written (kjbod.storage.metadata_records.record_version); None: the highest.
+        self.metadata_version: int | None = None
+        self.bootstrap_levels: dict[str, int] | None = None  # from bootstrap.checkpoint, read by load()
 
     # ------------------------------------------------------------------------------------------ state
 
@@ -249,6 +256,7 @@ class MetadataLog:
         io = LogDirIO(self.root)
         self.io = io
         io.mkdir(self.dir, exist_ok=True, parents=True)
+        self.bootstrap_levels = self._read_bootstrap(io)
         for name in io.listdir(self.dir):
             if name.endswith((PARTIAL_SUFFIX, DELETE_SUFFIX)):
                 io.unlink(os.path.join(self.dir, name), missing_ok=True)  # an interrupted write or delete
@@ -296,6 +304,19 @@ class MetadataLog:
                  snapshot=snapshot.id.file_name if snapshot is not None else None,
                  truncated_bytes=plog.load_stats.truncated_bytes)
         return records
+
+    def _read_bootstrap(self, io: LogDirIO) -> dict[str, int] | None:
+        """The feature levels of `bootstrap.checkpoint` (what `kjbod format` chose), or None when there is
+        none; a damaged one is logged and ignored (the controller then starts at the latest)."""
+        data = io.read_bytes_or_none(os.path.join(self.root, BOOTSTRAP_FILE))
+        if data is None:
+            return None
+        try:
+            records = parse_snapshot(data)
+        except SnapshotFormatError as e:
+            log.warning("bootstrap_checkpoint_unreadable", path=os.path.join(self.root, BOOTSTRAP_FILE), error=str(e))
+            return None
+        return {r.name: int(r.feature_level) for r in records if isinstance(r, FeatureLevelRecord)}
 
     def _load_newest_snapshot(self, io: LogDirIO) -> Snapshot | None:
         for sid in reversed(list_snapshots(io, self.dir)):
@@ -410,7 +431,7 @@ class MetadataLog:
 
     def append(self, records: Iterable[Any]) -> int:
         """Write `records` as one batch of this epoch and fsync it; returns the offset of its first record."""
-        values = [frame_record(r) for r in records]
+        values = [frame_record(r, record_version(r, self.metadata_version)) for r in records]
         with self._write_lock:
             base = self.next_offset
             if not values:
@@ -487,7 +508,7 @@ class MetadataLog:
     def append_as_leader(self, records: Iterable[Any], epoch: int) -> int:
         """A quorum leader's write: `records` as one batch of `epoch`, fsynced, committed only when the quorum
         says so (`advance_high_watermark`). Returns the offset of its first record."""
-        values = [frame_record(r) for r in records]
+        values = [frame_record(r, record_version(r, self.metadata_version)) for r in records]
         with self._write_lock:
             base = self.next_offset
             if values:

@@ -59,6 +59,30 @@ class UnknownRecordTypeError(DecodeError):
         self.api_key = api_key
 
 
+# Records whose version follows metadata.version, as Kafka writes them (MetadataVersion.partitionRecordVersion and
+# partitionChangeRecordVersion): v2, with KIP-966's ELR fields, from 4.0-IV1 (level 23); v1 below it.  Every
+# other record is written at its highest version.
+PARTITION_RECORD_KEY = 3
+PARTITION_CHANGE_RECORD_KEY = 5
+ELR_METADATA_VERSION = 23
+METADATA_VERSION_FEATURE = "metadata.version"
+FEATURE_LEVEL_RECORD_KEY = 12
+
+
+def record_version(record: Any, metadata_version: int | None) -> int:
+    """The version `record` is written at under `metadata_version` (None: not known, the highest)."""
+    if metadata_version is not None and record.API_KEY in (PARTITION_RECORD_KEY, PARTITION_CHANGE_RECORD_KEY):
+        return 2 if metadata_version >= ELR_METADATA_VERSION else 1
+    return int(record.MAX_VERSION)
+
+
+def metadata_version_of(record: Any) -> int | None:
+    """The metadata.version a FeatureLevelRecord sets, or None for any other record."""
+    if record.API_KEY == FEATURE_LEVEL_RECORD_KEY and record.name == METADATA_VERSION_FEATURE:
+        return int(record.feature_level)
+    return None
+
+
 def frame_record(record: Any, version: int | None = None) -> bytes:
     """The value of a metadata record: frame version, api key, record version, body."""
     v = record.MAX_VERSION if version is None else version

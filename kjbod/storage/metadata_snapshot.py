@@ -28,6 +28,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from kjbod.protocol.generated.feature_level_record import FeatureLevelRecord
 from kjbod.protocol.generated.k_raft_version_record import KRaftVersionRecord
 from kjbod.protocol.generated.snapshot_footer_record import SnapshotFooterRecord
 from kjbod.protocol.generated.snapshot_header_record import SnapshotHeaderRecord
@@ -46,6 +47,8 @@ from kjbod.storage.metadata_records import (
     control_type,
     decode_control,
     frame_record,
+    metadata_version_of,
+    record_version,
     records_batch,
     unframe_record,
 )
@@ -101,8 +104,12 @@ def build_snapshot(records: Iterable[Any], *, epoch: int, last_contained_timesta
     offset = len(header)
     pending: list[bytes] = []
     size = 0
+    metadata_version: int | None = None  # the image's level comes first (its FeatureLevelRecords)
     for rec in records:
-        value = frame_record(rec)
+        level = metadata_version_of(rec)
+        if level is not None:
+            metadata_version = level
+        value = frame_record(rec, record_version(rec, metadata_version))
         pending.append(value)
         size += len(value) + 16
         if size >= BATCH_BYTES:
@@ -173,6 +180,17 @@ def bootstrap_snapshot(voters: VotersRecord, now_ms: int) -> bytes:
     """The bootstrap snapshot `kjbod format` writes for a dynamic quorum (kraft.version 1 and its first voters)."""
     return build_snapshot([], epoch=0, last_contained_timestamp=now_ms, now_ms=now_ms, kraft_version=1,
                           voters=voters)
+
+
+BOOTSTRAP_FILE = "bootstrap.checkpoint"
+
+
+def bootstrap_levels_snapshot(levels: dict[str, int], now_ms: int) -> bytes:
+    """Kafka's `bootstrap.checkpoint` (in the metadata log dir, written by the storage tool): a snapshot whose
+    records are the FeatureLevelRecords a new cluster starts with, metadata.version first."""
+    records = [FeatureLevelRecord(name=n, feature_level=v)
+               for n, v in sorted(levels.items(), key=lambda kv: (kv[0] != "metadata.version", kv[0]))]
+    return build_snapshot(records, epoch=0, last_contained_timestamp=now_ms, now_ms=now_ms)
 
 
 def write_snapshot_file(io: LogDirIO, dir_path: str, snapshot_id: SnapshotId, data: bytes) -> str:

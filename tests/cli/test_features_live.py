@@ -28,17 +28,21 @@ def described(server, feature: str = "metadata.version") -> dict[str, str]:
 
 
 def test_describe_downgrade_upgrade_and_refusals(kjbod_server_factory):
-    server = kjbod_server_factory()
+    server = kjbod_server_factory(format_args=["--release-version", "4.0-IV0"])  # bootstrap.checkpoint: 22
     every = described_all(server)
     assert {name: {k: v for k, v in line.items() if k != "Epoch"} for name, line in every.items()} == {
         "group.version": {"Feature": "group.version", "SupportedMinVersion": "0", "SupportedMaxVersion": "1",
                           "FinalizedVersionLevel": "1"},
         "metadata.version": {"Feature": "metadata.version", "SupportedMinVersion": "3.7-IV2",
-                             "SupportedMaxVersion": "4.0-IV0", "FinalizedVersionLevel": "4.0-IV0"},
+                             "SupportedMaxVersion": "4.2-IV1", "FinalizedVersionLevel": "4.0-IV0"},
+        "eligible.leader.replicas.version": {"Feature": "eligible.leader.replicas.version",
+                                             "SupportedMinVersion": "0", "SupportedMaxVersion": "1",
+                                             "FinalizedVersionLevel": "0"},
         "transaction.version": {"Feature": "transaction.version", "SupportedMinVersion": "0",
                                 "SupportedMaxVersion": "1", "FinalizedVersionLevel": "0"},
+        # share groups start on from 4.2-IV0 only, as in Kafka
         "share.version": {"Feature": "share.version", "SupportedMinVersion": "0", "SupportedMaxVersion": "1",
-                          "FinalizedVersionLevel": "1"},
+                          "FinalizedVersionLevel": "0"},
         # a static quorum: supported 0-1, finalized 0 (Kafka 3.9's answer)
         "kraft.version": {"Feature": "kraft.version", "SupportedMinVersion": "0", "SupportedMaxVersion": "1",
                           "FinalizedVersionLevel": "0"}}
@@ -63,8 +67,13 @@ def test_describe_downgrade_upgrade_and_refusals(kjbod_server_factory):
     assert last_line == "1 out of 1 operation(s) failed."
     unknown = features(server, "upgrade", "--feature", "kraft.version=1")
     assert unknown.returncode == 1 and "does not support this feature" in unknown.stdout
-    bad = features(server, "upgrade", "--metadata", "4.2")
-    assert bad.returncode == 2 and "unknown metadata.version '4.2'" in bad.stderr
+    bad = features(server, "upgrade", "--metadata", "4.3")
+    assert bad.returncode == 2 and "unknown metadata.version '4.3'" in bad.stderr
+    elr = features(server, "upgrade", "--feature", "eligible.leader.replicas.version=1")
+    assert elr.returncode == 1 and elr.stdout.splitlines()[0].startswith(
+        "Could not upgrade eligible.leader.replicas.version to 1. Invalid update version 1 for feature "
+        "eligible.leader.replicas.version. eligible.leader.replicas.version could not be set to 1 because it "
+        "depends on metadata.version level 23")
 
     server.stop()  # the level is a record of the metadata log; the node registers again at it
     server.start()
@@ -75,10 +84,27 @@ def test_describe_downgrade_upgrade_and_refusals(kjbod_server_factory):
 
     mapping = subprocess.run([*KJBOD, "features", "--bootstrap-server", "127.0.0.1:1", "version-mapping",
                               "--release-version", "3.7-IV2"], capture_output=True, text=True, timeout=60)
-    assert mapping.stdout == "metadata.version=17 (3.7-IV2)\ntransaction.version=0\ngroup.version=0\nshare.version=0\n"
+    assert mapping.stdout == ("metadata.version=17 (3.7-IV2)\ntransaction.version=0\ngroup.version=0\n"
+                              "eligible.leader.replicas.version=0\nshare.version=0\n")
     mapping = subprocess.run([*KJBOD, "features", "--bootstrap-server", "127.0.0.1:1", "version-mapping"],
                              capture_output=True, text=True, timeout=60)
-    assert mapping.stdout == "metadata.version=22 (4.0-IV0)\ntransaction.version=0\ngroup.version=1\nshare.version=1\n"
+    assert mapping.stdout == ("metadata.version=29 (4.2-IV1)\ntransaction.version=1\ngroup.version=1\n"
+                              "eligible.leader.replicas.version=1\nshare.version=1\n")
+
+    # Up to the latest level and the ELR on; 4.0-IV1 changed the partition records, so no way back below it.
+    up = features(server, "upgrade", "--release-version", "4.2")
+    assert (up.returncode, up.stdout) == (0, "metadata.version was upgraded to 29.\n")
+    up = features(server, "upgrade", "--feature", "eligible.leader.replicas.version=1")
+    assert (up.returncode, up.stdout) == (0, "eligible.leader.replicas.version was upgraded to 1.\n")
+    every = described_all(server)
+    assert every["metadata.version"]["FinalizedVersionLevel"] == "4.2-IV1"
+    assert every["eligible.leader.replicas.version"]["FinalizedVersionLevel"] == "1"
+    down = features(server, "downgrade", "--metadata", "4.0-IV0")
+    assert down.returncode == 1 and down.stdout.splitlines()[0].startswith(
+        "Could not downgrade metadata.version to 22. Unsupported metadata.version downgrade from 29 to 22. Refusing "
+        "to perform the requested downgrade because it might delete metadata information.")
+    down = features(server, "downgrade", "--metadata", "4.0-IV1")  # 24-29 changed no record: allowed
+    assert (down.returncode, down.stdout) == (0, "metadata.version was downgraded to 23.\n")
 
 
 TXN_OVERRIDES = {"offsets.topic.replication.factor": "1", "offsets.topic.num.partitions": "1",
@@ -141,7 +167,8 @@ def test_group_version_gates_the_consumer_protocol_and_transaction_version_1_wri
     from kjbod.protocol.errors import ErrorCode
     from kjbod.storage.records import iter_batches, iter_records
 
-    server = kjbod_server_factory(overrides=TXN_OVERRIDES)
+    # 4.0-IV0: group.version 1, transaction.version 0 from the start
+    server = kjbod_server_factory(overrides=TXN_OVERRIDES, format_args=["-r", "4.0-IV0"])
     admin = KafkaAdminClient(bootstrap_servers=server.bootstrap)
     try:
         admin.create_topics([NewTopic("gv", 1, 1)])

@@ -101,7 +101,8 @@ class Cluster:
 @contextlib.contextmanager
 def running_cluster(root: Path, settings: dict[str, str] | None = None,
                     env: dict[str, str] | None = None, *, brokers: int = 3,
-                    log_dirs: int = 3, racks: str | None = None) -> Iterator[Cluster]:
+                    log_dirs: int = 3, racks: str | None = None,
+                    release_version: str | None = None) -> Iterator[Cluster]:
     """`kjbod cluster up --detach` in `root` (a controller and `brokers` brokers x `log_dirs` dirs, this module's
     short timers unless `settings` say otherwise, and `settings` as more `--set key=value`), stopped with
     `kjbod cluster down` at the end; `env` is added to the nodes' environment."""
@@ -113,6 +114,8 @@ def running_cluster(root: Path, settings: dict[str, str] | None = None,
         command += ["--set", f"{key}={value}"]
     if racks is not None:
         command += ["--racks", racks]
+    if release_version is not None:
+        command += ["--release-version", release_version]
     cluster = Cluster(root, "")
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=300,

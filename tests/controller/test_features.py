@@ -7,9 +7,10 @@ from __future__ import annotations
 import pytest
 
 from kjbod.controller.features import update_features
+from kjbod.controller.result import ControllerResult
 from kjbod.metadata import features as ft
 from kjbod.protocol.errors import ErrorCode as E
-from kjbod.protocol.generated import UpdateFeaturesRequest
+from kjbod.protocol.generated import FeatureLevelRecord, UpdateFeaturesRequest
 from kjbod.protocol.generated.broker_registration_request import Feature
 from kjbod.protocol.generated.update_features_request import FeatureUpdateKey
 
@@ -19,6 +20,7 @@ MV = ft.METADATA_VERSION
 GV = ft.GROUP_VERSION
 TV = ft.TRANSACTION_VERSION
 SV = ft.SHARE_VERSION
+ELR = ft.ELR_VERSION
 
 
 def request(*updates: tuple[str, int, int], validate_only: bool = False) -> UpdateFeaturesRequest:
@@ -45,24 +47,36 @@ def update(ctx: Ctx, req: UpdateFeaturesRequest, version: int = 1):
     return ctx.commit(update_features(ctx.image, req, version, node_id=3000))
 
 
-def test_a_new_cluster_runs_the_newest_level_until_told_otherwise(ctx):
-    # metadata.version 4.0-IV0, and Kafka's defaults at it: group.version 1 (from 4.0-IV0), transaction.version 0
-    # (1 and 2 are defaults from 4.0-IV2 on).
-    assert ft.finalized(ctx.image) == {MV: 22, GV: 1, TV: 0, SV: 1}
-    resp = update(ctx, request((MV, 20, 2)))  # a safe downgrade: no level between 20 and 22 changed the records
+def test_a_new_cluster_runs_the_newest_level_until_told_otherwise():
+    ctx = Ctx()
+    ctx.live_broker(1, features=supporting(17, 29))
+    # metadata.version 4.2-IV1, and Kafka's defaults at it: group.version 1 (from 4.0-IV0), transaction.version 1
+    # (Kafka's 2, capped at what kjbod runs: both are defaults from 4.0-IV2), eligible.leader.replicas.version 1
+    # (from 4.1-IV0).
+    assert ft.finalized(ctx.image) == {MV: 29, GV: 1, TV: 1, ELR: 1, SV: 1}
+    resp = update(ctx, request((MV, 23, 2)))  # a safe downgrade: no level between 23 and 29 changed the records
     assert (resp.error_code, [(r.feature, r.error_code) for r in resp.results]) == (0, [(MV, 0)])
-    assert ft.finalized(ctx.image) == {MV: 20, GV: 1, TV: 0, SV: 1}
+    assert ft.finalized(ctx.image)[MV] == 23
     before = list(ctx.log)
-    resp = update(ctx, request((MV, 17, 2), validate_only=True))
-    assert resp.error_code == 0 and ctx.log == before and ft.finalized(ctx.image)[MV] == 20
-    assert update(ctx, request((MV, 17, 2)), version=2).results == []  # v2 answers with the top-level error only
+    resp = update(ctx, request((MV, 24, 1), validate_only=True))
+    assert resp.error_code == 0 and ctx.log == before and ft.finalized(ctx.image)[MV] == 23
+    assert update(ctx, request((MV, 29, 1)), version=2).results == []  # v2 answers with the top-level error only
+    assert ft.finalized(ctx.image)[MV] == 29
+
+
+@pytest.fixture
+def old(ctx) -> Ctx:
+    """A cluster formatted at 3.9 (metadata.version 21): the levels bootstrap.checkpoint names, in the log."""
+    ctx.commit(ControllerResult([FeatureLevelRecord(name=n, feature_level=v)
+                                 for n, v in ft.bootstrap_levels(21).items()], None))
+    return ctx
 
 
 @pytest.mark.parametrize(("updates", "message"), [
-    ([(MV, 23, 1)], "Invalid update version 23 for feature metadata.version. Local controller 3000 only supports "
-                    "versions 17-22"),
-    ([(MV, 21, 2)], "Invalid update version 21 for feature metadata.version. Broker 2 only supports versions 17-20"),
-    ([(MV, 16, 2)], "Local controller 3000 only supports versions 17-22"),
+    ([(MV, 30, 1)], "Invalid update version 30 for feature metadata.version. Local controller 3000 only supports "
+                    "versions 17-29"),
+    ([(MV, 22, 1)], "Invalid update version 22 for feature metadata.version. Broker 1 only supports versions 17-21"),
+    ([(MV, 16, 2)], "Local controller 3000 only supports versions 17-29"),
     ([("kraft.version", 1, 1)], "Local controller 3000 does not support this feature."),
     ([(TV, 2, 1)], "Invalid update version 2 for feature transaction.version. Local controller 3000 only supports "
                    "versions 0-1"),
@@ -72,50 +86,76 @@ def test_a_new_cluster_runs_the_newest_level_until_told_otherwise(ctx):
     ([(MV, 19, 7)], "The controller does not support the given upgrade type."),
     ([(MV, 19, 2), ("kraft.version", 1, 1)], "kraft.version"),  # one refusal refuses the whole request
 ])
-def test_refusals_are_invalid_update_version_with_kafkas_words(ctx, updates, message):
-    before = list(ctx.log)
-    resp = update(ctx, request(*updates))
+def test_refusals_are_invalid_update_version_with_kafkas_words(old, updates, message):
+    before = list(old.log)
+    resp = update(old, request(*updates))
     assert resp.error_code == E.INVALID_UPDATE_VERSION and message in resp.error_message
-    assert resp.results == [] and ctx.log == before
+    assert resp.results == [] and old.log == before
 
 
-def test_no_downgrade_across_a_level_that_changed_the_records(monkeypatch):
-    assert ft.metadata_changed_between(17, 21) is False and ft.metadata_changed_between(16, 17) is True
-    monkeypatch.setitem(ft.SUPPORTED, MV, (16, 22))  # a kjbod that could run 16: 17 changed the records
+def test_no_downgrade_across_a_level_that_changed_the_records():
+    assert ft.metadata_changed_between(17, 22) is False and ft.metadata_changed_between(22, 23) is True
+    assert ft.metadata_changed_between(23, 29) is False
     ctx = Ctx()
-    ctx.live_broker(1, features=supporting(16, 22))
-    resp = update(ctx, request((MV, 16, 2)))
+    ctx.live_broker(1, features=supporting(17, 29, eligible_leader_replicas_version=(0, 1)))
+    # 4.0-IV1 added the ELR fields to the partition records: 29 -> 22 could lose them.
+    resp = update(ctx, request((MV, 22, 2)))
     assert resp.error_code == E.INVALID_UPDATE_VERSION and resp.error_message == (
-        "Invalid metadata.version 16. Refusing to perform the requested downgrade because it might delete metadata "
-        "information.")
-    resp = update(ctx, request((MV, 16, 3)))
-    assert resp.error_message == "Invalid metadata.version 16. Unsafe metadata downgrade is not supported in this version."
-    assert update(ctx, request((MV, 17, 2))).error_code == 0  # 18-22 changed nothing: safe
-    assert update(ctx, request((MV, 22, 1))).error_code == 0  # upgrades are always allowed
+        "Unsupported metadata.version downgrade from 29 to 22. Refusing to perform the requested downgrade because "
+        "it might delete metadata information.")
+    resp = update(ctx, request((MV, 17, 3)))
+    assert resp.error_message == ("Unsupported metadata.version downgrade from 29 to 17. Unsafe metadata downgrade "
+                                  "is not supported in this version.")
+    assert ft.finalized(ctx.image)[MV] == 29
+    assert update(ctx, request((MV, 23, 2))).error_code == 0  # 24-29 changed nothing: safe
+    assert update(ctx, request((MV, 29, 1))).error_code == 0  # upgrades are always allowed
 
 
-def test_a_broker_that_cannot_run_the_finalized_level_cannot_register(ctx):
-    resp = ctx.register(4, features=supporting(17, 20))
-    assert resp.error_code == 0  # nothing finalized in a record yet
-    update(ctx, request((MV, 20, 2)))
-    assert ctx.register(5, features=supporting(17, 19)).error_code == E.UNSUPPORTED_VERSION
-    assert ctx.register(6, features=supporting(17, 21)).error_code == 0
+def test_the_elr_needs_metadata_version_4_0_iv1(old):
+    for b in (1, 2):
+        old.register(b, features=supporting(17, 29, eligible_leader_replicas_version=(0, 1)))
+    assert ft.finalized(old.image)[ELR] == 0 and not ft.elr_enabled(old.image)
+    before = list(old.log)
+    resp = update(old, request((ELR, 1, 1)))
+    assert resp.error_code == E.INVALID_UPDATE_VERSION and resp.error_message == (
+        "Invalid update version 1 for feature eligible.leader.replicas.version. eligible.leader.replicas.version "
+        "could not be set to 1 because it depends on metadata.version level 23")
+    assert old.log == before
+    # Both in one request: the dependency counts the levels the request sets.
+    assert update(old, request((MV, 23, 1), (ELR, 1, 1))).error_code == 0
+    assert ft.finalized(old.image)[MV] == 23 and ft.elr_enabled(old.image)
+    assert update(old, request((ELR, 0, 2))).error_code == 0 and not ft.elr_enabled(old.image)
+
+
+def test_a_broker_that_cannot_run_the_finalized_level_cannot_register(old):
+    assert old.register(4, features=supporting(17, 21)).error_code == 0
+    assert old.register(5, features=supporting(17, 20)).error_code == E.UNSUPPORTED_VERSION
+    assert old.register(6, features=supporting(17, 22)).error_code == 0
 
 
 def test_release_names_and_levels():
     assert ft.metadata_version_level("3.9") == 21 and ft.metadata_version_level("3.7") == 19
     assert ft.metadata_version_level("3.7-IV2") == 17 and ft.metadata_version_level("20") == 20
-    assert ft.release_name(17) == "3.7-IV2"
-    assert ft.metadata_version_level("4.0") == 22 and ft.release_name(22) == "4.0-IV0"
-    with pytest.raises(ValueError, match="kjbod runs 3.7-IV2 to 4.0-IV0"):
-        ft.metadata_version_level("4.2")
+    assert ft.release_name(17) == "3.7-IV2" and ft.release_name(23) == "4.0-IV1"
+    assert ft.metadata_version_level("4.0") == 25 and ft.metadata_version_level("4.1") == 27
+    assert ft.metadata_version_level("4.2") == 29 and ft.release_name(29) == "4.2-IV1"
+    with pytest.raises(ValueError, match="kjbod runs 3.7-IV2 to 4.2-IV1"):
+        ft.metadata_version_level("4.3")
+
+
+def test_bootstrap_levels_follow_the_release():
+    assert ft.bootstrap_levels(21) == {MV: 21, GV: 0, TV: 0, ELR: 0, SV: 0}
+    assert ft.bootstrap_levels(22) == {MV: 22, GV: 1, TV: 0, ELR: 0, SV: 0}
+    assert ft.bootstrap_levels(24) == {MV: 24, GV: 1, TV: 1, ELR: 0, SV: 0}
+    assert ft.bootstrap_levels(26) == {MV: 26, GV: 1, TV: 1, ELR: 1, SV: 0}
+    assert ft.bootstrap_levels(28) == {MV: 28, GV: 1, TV: 1, ELR: 1, SV: 1}
 
 
 def test_group_and_transaction_versions_change_and_their_zero_is_kept():
     ctx = Ctx()
     ctx.live_broker(1, features=supporting(17, 22, group_version=(0, 1), transaction_version=(0, 1)))
     assert update(ctx, request((TV, 1, 1), (GV, 0, 2))).error_code == 0
-    assert ft.finalized(ctx.image) == {MV: 22, GV: 0, TV: 1, SV: 1}  # group.version 0 stays 0, not the bootstrap 1
+    assert ft.finalized(ctx.image) == {MV: 29, GV: 0, TV: 1, ELR: 1, SV: 1}  # group.version 0 stays 0, not the bootstrap 1
     assert not ft.consumer_protocol_enabled(ctx.image)
     assert update(ctx, request((GV, 1, 1))).error_code == 0
     assert ft.consumer_protocol_enabled(ctx.image)

@@ -17,6 +17,7 @@ from kjbod.controller import (
     replication_control,
 )
 from kjbod.controller.heartbeats import BrokerHeartbeatManager
+from kjbod.controller.result import ControllerResult
 from kjbod.metadata import BROKER_RESOURCE, DIR_UNASSIGNED, EMPTY_IMAGE, TOPIC_RESOURCE, replay
 from kjbod.protocol.errors import ErrorCode as E
 from kjbod.protocol.generated import (
@@ -27,6 +28,7 @@ from kjbod.protocol.generated import (
     ConfigRecord,
     CreateTopicsRequest,
     DeleteTopicsRequest,
+    FeatureLevelRecord,
     PartitionChangeRecord,
     PartitionRecord,
     RegisterBrokerRecord,
@@ -43,12 +45,13 @@ CLUSTER = "kjbod-test-cluster-0000"
 
 
 class Policy:
-    """Topic configs: only retention.ms, a number, and unclean.leader.election.enable, a boolean.  Broker
-    configs: only "k"."""
+    """Topic configs: only retention.ms and min.insync.replicas, numbers, and unclean.leader.election.enable, a
+    boolean.  Broker configs: only "k" and min.insync.replicas."""
 
     def validate_topic(self, overrides):
         for k, v in overrides.items():
-            ok = v.isdigit() if k == "retention.ms" else k == "unclean.leader.election.enable" and v in ("true", "false")
+            ok = v.isdigit() if k in ("retention.ms", "min.insync.replicas") else \
+                k == "unclean.leader.election.enable" and v in ("true", "false")
             if not ok:
                 raise PolicyError(E.INVALID_CONFIG, f"bad config {k}")
 
@@ -63,18 +66,23 @@ class Policy:
         return new
 
     def plan_broker(self, current, name, changes, *, replace):
-        if any(k != "k" for k, _, _ in changes):
+        if any(k not in ("k", "min.insync.replicas") for k, _, _ in changes):
             raise PolicyError(E.INVALID_CONFIG, "unknown broker config")
         return {k: (v if op == 0 else None) for k, op, v in changes}
 
 
 class Ctx:
-    def __init__(self, **settings):
+    def __init__(self, elr: bool = True, **settings):
+        """`elr=False`: the cluster runs with eligible.leader.replicas.version 0 (the ELR off, Kafka before 4.1's
+        default); otherwise at the bootstrap levels of the latest metadata.version (the ELR on)."""
         self.settings = ControllerSettings(cluster_id=CLUSTER, broker_session_timeout_ms=9000, **settings)
         self.image = EMPTY_IMAGE
         self.hb = BrokerHeartbeatManager(self.settings)
         self.now = 1000.0
         self.log: list = []
+        if not elr:
+            self.commit(ControllerResult([FeatureLevelRecord(name="eligible.leader.replicas.version",
+                                                             feature_level=0)], None))
 
     @property
     def next_offset(self):
@@ -211,7 +219,7 @@ def test_heartbeat_state_table():
 
 
 def test_controlled_shutdown_moves_leadership_first():
-    ctx = Ctx()
+    ctx = Ctx(elr=False)
     ctx.live_broker(1)
     ctx.live_broker(2)
     ctx.create("t", 4)
@@ -221,7 +229,7 @@ def test_controlled_shutdown_moves_leadership_first():
     assert (r.is_fenced, r.should_shut_down) == (False, False)
     assert ctx.image.broker(1).in_controlled_shutdown
     assert all(ctx.image.topic("t").partitions[p.partition].leader == -1 for p in led_by_1)
-    # The ISR is never written empty: the only replica stays in it.
+    # With the ELR off the ISR is never written empty: the only replica stays in it.
     assert all(ctx.image.topic("t").partitions[p.partition].isr == (1,) for p in led_by_1)
     # Not yet every active broker has applied the shutdown's records: wait.
     ctx.heartbeat(2, offset=0)
@@ -401,8 +409,8 @@ def test_delete_topics():
     assert ctx.image.topic("t") is None and ctx.image.topic_by_id(tid) is None
 
 
-def test_fencing_never_writes_an_empty_isr():
-    ctx = Ctx()
+def test_fencing_never_writes_an_empty_isr_with_the_elr_off():
+    ctx = Ctx(elr=False)
     ctx.live_broker(1)
     ctx.create("t", 1)
     ctx.heartbeat(1, want_fence=True)

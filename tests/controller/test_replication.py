@@ -204,7 +204,7 @@ def test_alter_partition_from_a_leader_whose_own_replica_is_in_a_lost_dir():
 
 
 def test_fencing_the_leader_elects_from_the_isr_and_shrinks_it():
-    ctx = cluster()
+    ctx = cluster(elr=False)  # the ELR's version of this story: tests/controller/test_elr.py
     topic_with(ctx, "t", [1, 2, 3])
     epoch = part(ctx, "t").leader_epoch
     ctx.heartbeat(1, want_fence=True)
@@ -233,7 +233,7 @@ def test_controlled_shutdown_moves_leadership_to_an_isr_member_before_the_broker
 
 
 def test_unclean_election_only_where_enabled():
-    ctx = cluster()
+    ctx = cluster(elr=False)
     topic_with(ctx, "clean", [1, 2, 3])
     topic_with(ctx, "dirty", [1, 2, 3], configs={"unclean.leader.election.enable": "true"})
     for name in ("clean", "dirty"):
@@ -284,7 +284,7 @@ def test_a_failed_dir_moves_leadership_to_an_isr_member_on_another_broker():
 
 def test_a_failed_dir_holding_the_last_isr_member_elects_uncleanly_only_where_allowed():
     for unclean, leader in ((False, -1), (True, 1)):
-        ctx = cluster(2, unclean_leader_election_enable=unclean)
+        ctx = cluster(2, elr=False, unclean_leader_election_enable=unclean)
         d1, _ = two_dir_broker(ctx, 3)
         topic_with(ctx, "a", [3, 1])
         place(ctx, 3, "a", d1)

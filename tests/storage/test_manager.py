@@ -89,6 +89,17 @@ def test_clean_shutdown_marker_and_checkpoints(make_manager, log_dirs):
     assert sum(p.load_stats.recovered_segments for p in lm2.partitions()) == 0
 
 
+def test_the_previous_broker_epoch_comes_from_every_dirs_clean_shutdown_marker(make_manager, log_dirs):
+    """KIP-966: what the broker sends as PreviousBrokerEpoch (Kafka's readBrokerEpochFromCleanShutdownFiles)."""
+    lm = make_manager()
+    lm.close(broker_epoch=17)
+    lm = make_manager()
+    assert lm.clean_shutdown_broker_epoch() == 17  # read at open, though the markers are gone now
+    lm.close(broker_epoch=23)
+    (Path(log_dirs[1]) / ".kafka_cleanshutdown").unlink()  # one dir without a marker: a crash, as far as it knows
+    assert make_manager().clean_shutdown_broker_epoch() == -1
+
+
 def test_log_start_offset_checkpoint_and_reopen(make_manager, log_dirs):
     lm = make_manager(config=LogConfig(segment_bytes=300))
     log = lm.create_partition("lso", 0, TOPIC_ID, dir=log_dirs[1])

@@ -17,8 +17,8 @@ the next topic's partition 0; the last page has none.  This is Kafka's DescribeT
   every topic named (none when all were asked for), as Kafka's error response for the whole request;
 - a partition whose leader is not registered or has no endpoint for this listener has leader -1 and error 0;
   offline replicas are Metadata's (fenced or gone brokers, no such listener, the replica's log dir offline);
-- kjbod has no eligible leader replicas (KIP-966's ELR is off), so EligibleLeaderReplicas and LastKnownElr are
-  empty lists, as Kafka answers with ELR off;
+- EligibleLeaderReplicas and LastKnownElr are the partition's KIP-966 ELR and last known ELR from the metadata
+  image (empty lists while eligible.leader.replicas.version is 0, as Kafka answers);
 - TopicAuthorizedOperations is filled for every topic answered but the refused ones.
 """
 
@@ -57,8 +57,8 @@ def describe_partition(node, topic, p, listener: str) -> Partition:
     else:  # a node that keeps no broker registrations answers for itself
         offline, leader_id = [], p.leader
     return Partition(error_code=0, partition_index=p.partition, leader_id=leader_id, leader_epoch=p.leader_epoch,
-                     replica_nodes=list(p.replicas), isr_nodes=list(p.isr), eligible_leader_replicas=[],
-                     last_known_elr=[], offline_replicas=offline)
+                     replica_nodes=list(p.replicas), isr_nodes=list(p.isr), eligible_leader_replicas=list(p.elr),
+                     last_known_elr=list(p.last_known_elr), offline_replicas=offline)
 
 
 def invalid_request(body: DescribeTopicPartitionsRequest) -> DescribeTopicPartitionsResponse:

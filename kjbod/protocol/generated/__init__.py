@@ -40,6 +40,7 @@ from .broker_heartbeat_response import BrokerHeartbeatResponse
 from .broker_registration_change_record import BrokerRegistrationChangeRecord
 from .broker_registration_request import BrokerRegistrationRequest
 from .broker_registration_response import BrokerRegistrationResponse
+from .clear_elr_record import ClearElrRecord
 from .client_quota_record import ClientQuotaRecord
 from .config_record import ConfigRecord
 from .consumer_group_describe_request import ConsumerGroupDescribeRequest
@@ -247,6 +248,7 @@ __all__ = [
     'BrokerRegistrationChangeRecord',
     'BrokerRegistrationRequest',
     'BrokerRegistrationResponse',
+    'ClearElrRecord',
     'ClientQuotaRecord',
     'ConfigRecord',
     'ConsumerGroupDescribeRequest',

@@ -44,6 +44,7 @@ from .broker_heartbeat_response import BrokerHeartbeatResponse
 from .broker_registration_change_record import BrokerRegistrationChangeRecord
 from .broker_registration_request import BrokerRegistrationRequest
 from .broker_registration_response import BrokerRegistrationResponse
+from .clear_elr_record import ClearElrRecord
 from .client_quota_record import ClientQuotaRecord
 from .config_record import ConfigRecord
 from .consumer_group_describe_request import ConsumerGroupDescribeRequest
@@ -333,6 +334,7 @@ METADATA_RECORDS: dict[int, type] = {
     19: RemoveAccessControlEntryRecord,
     22: RemoveUserScramCredentialRecord,
     26: RemoveDelegationTokenRecord,
+    28: ClearElrRecord,
     10000: ReassignmentIntentRecord,
     10001: ThrottledReplicasIntentRecord,
     10002: ThrottledRateIntentRecord,
