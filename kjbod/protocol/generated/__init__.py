@@ -160,6 +160,10 @@ from .sasl_authenticate_request import SaslAuthenticateRequest
 from .sasl_authenticate_response import SaslAuthenticateResponse
 from .sasl_handshake_request import SaslHandshakeRequest
 from .sasl_handshake_response import SaslHandshakeResponse
+from .share_acknowledge_request import ShareAcknowledgeRequest
+from .share_acknowledge_response import ShareAcknowledgeResponse
+from .share_fetch_request import ShareFetchRequest
+from .share_fetch_response import ShareFetchResponse
 from .snapshot_footer_record import SnapshotFooterRecord
 from .snapshot_header_record import SnapshotHeaderRecord
 from .sync_group_request import SyncGroupRequest
@@ -343,6 +347,10 @@ __all__ = [
     'SaslAuthenticateResponse',
     'SaslHandshakeRequest',
     'SaslHandshakeResponse',
+    'ShareAcknowledgeRequest',
+    'ShareAcknowledgeResponse',
+    'ShareFetchRequest',
+    'ShareFetchResponse',
     'SnapshotFooterRecord',
     'SnapshotHeaderRecord',
     'SyncGroupRequest',

@@ -164,6 +164,10 @@ from .sasl_authenticate_request import SaslAuthenticateRequest
 from .sasl_authenticate_response import SaslAuthenticateResponse
 from .sasl_handshake_request import SaslHandshakeRequest
 from .sasl_handshake_response import SaslHandshakeResponse
+from .share_acknowledge_request import ShareAcknowledgeRequest
+from .share_acknowledge_response import ShareAcknowledgeResponse
+from .share_fetch_request import ShareFetchRequest
+from .share_fetch_response import ShareFetchResponse
 from .snapshot_footer_record import SnapshotFooterRecord
 from .snapshot_header_record import SnapshotHeaderRecord
 from .sync_group_request import SyncGroupRequest
@@ -271,6 +275,8 @@ APIS: dict[int, ApiInfo] = {
     73: ApiInfo(73, 'AssignReplicasToDirs', AssignReplicasToDirsRequest, AssignReplicasToDirsResponse, 0, 0, 0, frozenset(['controller'])),
     74: ApiInfo(74, 'ListConfigResources', ListConfigResourcesRequest, ListConfigResourcesResponse, 0, 1, 0, frozenset(['broker'])),
     75: ApiInfo(75, 'DescribeTopicPartitions', DescribeTopicPartitionsRequest, DescribeTopicPartitionsResponse, 0, 0, 0, frozenset(['broker'])),
+    78: ApiInfo(78, 'ShareFetch', ShareFetchRequest, ShareFetchResponse, 1, 2, 0, frozenset(['broker'])),
+    79: ApiInfo(79, 'ShareAcknowledge', ShareAcknowledgeRequest, ShareAcknowledgeResponse, 1, 2, 0, frozenset(['broker'])),
     80: ApiInfo(80, 'AddRaftVoter', AddRaftVoterRequest, AddRaftVoterResponse, 0, 0, 0, frozenset(['broker', 'controller'])),
     81: ApiInfo(81, 'RemoveRaftVoter', RemoveRaftVoterRequest, RemoveRaftVoterResponse, 0, 0, 0, frozenset(['broker', 'controller'])),
     82: ApiInfo(82, 'UpdateRaftVoter', UpdateRaftVoterRequest, UpdateRaftVoterResponse, 0, 0, 0, frozenset(['controller'])),
