@@ -137,3 +137,11 @@ def test_loaded_start_past_batches_and_missing_offsets_are_new():
     sp = SharePartition.loaded(answer, 4)
     assert sp.start_offset == 6 and sp.end_offset == 9
     assert sp.acquire("a", [(6, 9)], 100, now=0) == [(6, 7, 1), (9, 9, 1)]
+
+
+def test_aborted_batches_are_archived_not_acquired():
+    sp = SharePartition(0)
+    assert sp.acquire("a", [(0, 2, True), (3, 4, False), (5, 5, True)], 100, now=0) == [(3, 4, 1)]
+    assert sp.start_offset == 3 and sp.end_offset == 6
+    sp.acknowledge("a", [AckBatch(3, 4, (ACCEPT,))], now=0)
+    assert sp.start_offset == 6 and sp.records == {}

@@ -69,6 +69,8 @@ from kjbod.broker.handlers import (  # noqa: F401
     renew_delegation_token,
     sasl_authenticate,
     sasl_handshake,
+    share_acknowledge,
+    share_fetch,
     sync_group,
     txn_offset_commit,
     unregister_broker,

@@ -128,15 +128,18 @@ class SharePartition:
     def in_flight(self) -> int:
         return self.end_offset - self.start_offset
 
-    def acquire(self, member: str, batches: list[tuple[int, int]], max_records: int, now: float
-                ) -> list[tuple[int, int, int]]:
+    def acquire(self, member: str, batches: list, max_records: int, now: float) -> list[tuple[int, int, int]]:
         """Acquire for `member` the available offsets of the log batches read (their (base offset, last offset),
-        ascending), up to `max_records` (finishing the batch that reaches it) and the record-lock limit.  Returns
+        ascending; a third element true marks an aborted transaction's batch, archived instead), up to `max_records` (finishing the batch that reaches it) and the record-lock limit.  Returns
         the acquired ranges (first offset, last offset, delivery count), consecutive offsets of one count merged."""
         out: list[tuple[int, int, int]] = []
         got = 0
         deadline = now + self.lock_ms / 1000
-        for base, last in batches:
+        for entry in batches:
+            base, last = entry[0], entry[1]
+            if len(entry) > 2 and entry[2]:  # an aborted transaction's batch (read_committed): never delivered
+                self._archive_range(base, last)
+                continue
             if got >= max_records:
                 break
             if last >= self.end_offset and self.in_flight() >= self.max_record_locks:
@@ -158,7 +161,18 @@ class SharePartition:
                     out[-1] = (out[-1][0], off, r.delivery_count)
                 else:
                     out.append((off, off, r.delivery_count))
+        self._advance()
         return out
+
+    def _archive_range(self, base: int, last: int) -> None:
+        for off in range(max(base, self.start_offset), last + 1):
+            if off >= self.end_offset:
+                self.end_offset = off + 1
+                self.records[off] = Record(ARCHIVED, 0)
+            else:
+                r = self.records.setdefault(off, Record(AVAILABLE, 0))
+                if r.state == AVAILABLE:
+                    r.state = ARCHIVED
 
     # -- acknowledgement ----------------------------------------------------------------------------------------
 
