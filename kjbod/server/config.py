@@ -549,6 +549,8 @@ KEYS: dict[str, KeyDef] = {
         KeyDef("group.consumer.migration.policy", _migration_policy, "bidirectional",
                "whether a non-empty group may move between the classic and the consumer protocol: disabled, "
                "upgrade (classic to consumer), downgrade (back) or bidirectional"),
+        KeyDef("group.share.max.share.sessions", _int(1), 2000,
+               "the most share sessions (KIP-932) a broker holds at once (SHARE_SESSION_LIMIT_REACHED past it)"),
         KeyDef("offset.metadata.max.bytes", _int(), 4096),
         KeyDef("offsets.retention.minutes", _int(1), 10080,
                "how long a group's committed offsets are kept once the group is empty (Kafka has no ms key)",
@@ -762,6 +764,7 @@ class ServerConfig:
     group_consumer_min_heartbeat_interval_ms: int = 5000
     group_consumer_max_heartbeat_interval_ms: int = 15_000
     group_consumer_migration_policy: str = "bidirectional"
+    group_share_max_share_sessions: int = 2000
     offset_metadata_max_bytes: int = 4096
     offsets_retention_ms: int = 7 * 24 * 3600 * 1000
     offsets_retention_check_interval_ms: int = 600_000
@@ -1333,6 +1336,7 @@ def build_config(
         group_consumer_min_heartbeat_interval_ms=get("group.consumer.min.heartbeat.interval.ms"),
         group_consumer_max_heartbeat_interval_ms=get("group.consumer.max.heartbeat.interval.ms"),
         group_consumer_migration_policy=get("group.consumer.migration.policy"),
+        group_share_max_share_sessions=get("group.share.max.share.sessions"),
         offset_metadata_max_bytes=get("offset.metadata.max.bytes"),
         offsets_retention_ms=get("offsets.retention.minutes") * 60_000,
         offsets_retention_check_interval_ms=get("offsets.retention.check.interval.ms"),

@@ -267,3 +267,21 @@ def test_unknown_topic_id(server: LiveServer) -> None:
         assert part(answer).error_code == ErrorCode.UNKNOWN_TOPIC_ID
     finally:
         a.close()
+
+
+def test_the_share_session_limit(tmp_path) -> None:
+    limited = start_server(tmp_path / "limited", log_dir_count=1,
+                           overrides={"group.share.max.share.sessions": "1"})
+    try:
+        _topic, tid = make_topic(limited)
+        a, b = Member(limited, "g7"), Member(limited, "g7")
+        try:
+            assert a.fetch(tid).error_code == 0
+            assert b.fetch(tid).error_code == ErrorCode.SHARE_SESSION_LIMIT_REACHED
+            assert a.fetch(tid, epoch=-1).error_code == 0  # a's closes: room for b's
+            assert b.fetch(tid).error_code == 0
+        finally:
+            a.close()
+            b.close()
+    finally:
+        limited.stop()

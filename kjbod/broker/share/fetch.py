@@ -135,7 +135,8 @@ class ShareLeader:
     def __init__(self, node: Any) -> None:
         self.node = node
         config = getattr(node, "config", None)
-        self.sessions = ShareSessions(getattr(config, "group_share_max_share_sessions", DEFAULT_MAX_SESSIONS))
+        self.sessions = ShareSessions(config.group_share_max_share_sessions if config is not None
+                                      else DEFAULT_MAX_SESSIONS)
         self.partitions: dict[tuple[str, UUID, int], tuple[int, SharePartition]] = {}  # -> (leader epoch, state)
         self._loading: dict[tuple[str, UUID, int], asyncio.Future[Any]] = {}
         registry = getattr(node, "connection_registry", None)
