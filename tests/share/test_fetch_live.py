@@ -67,9 +67,10 @@ class Member:
               epoch: int | None = None, max_wait_ms: int = 0, max_records: int = 500, partition: int = 0,
               **extra: Any) -> ShareFetchResponse:
         use = self.epoch if epoch is None else epoch
+        extra = {"min_bytes": 1, "max_bytes": 1 << 20, **extra}
         body = ShareFetchRequest(
             group_id=self.group, member_id=self.member_id, share_session_epoch=use, max_wait_ms=max_wait_ms,
-            min_bytes=1, max_bytes=1 << 20, max_records=max_records, batch_size=500, topics=[FetchTopic(
+            max_records=max_records, batch_size=500, topics=[FetchTopic(
                 topic_id=topic_id, partitions=[FetchPartition(partition_index=partition, acknowledgement_batches=[
                     AcknowledgementBatch(first_offset=f, last_offset=la, acknowledge_types=t)
                     for f, la, t in acks or []])])], **extra)
@@ -285,3 +286,28 @@ def test_the_share_session_limit(tmp_path) -> None:
             b.close()
     finally:
         limited.stop()
+
+
+def test_renew_and_version_1(server: LiveServer) -> None:
+    topic, tid = make_topic(server)
+    a, old = Member(server, "g8"), Member(server, "g8", version=1)
+    try:
+        acquired(a.fetch(tid))
+        acquired(old.fetch(tid))
+        produce(server, topic, 2)
+        assert fetch_until(a, tid) == [(0, 1, 1)]
+        # v2's renewals: a request carrying them fetches nothing and must say so with zeros (KIP-1222)
+        assert a.fetch(tid, acks=[(0, 1, [4])], epoch=a.epoch, is_renew_ack=True).error_code == \
+            ErrorCode.INVALID_REQUEST
+        renewing = a.fetch(tid, acks=[(0, 1, [4])], is_renew_ack=True, max_wait_ms=0, max_records=0,
+                           min_bytes=0, max_bytes=0)
+        assert part(renewing).acknowledge_error_code == 0 and acquired(renewing) == []
+        # Renew without IsRenewAck is not a type the request may carry
+        assert part(a.acknowledge(tid, [(0, 1, [4])])).error_code == ErrorCode.INVALID_REQUEST
+        assert acquired(old.fetch(tid)) == []  # still locked to a
+        assert part(a.acknowledge(tid, [(0, 1, [RELEASE])])).error_code == 0
+        assert acquired(old.fetch(tid)) == [(0, 1, 2)]  # a v1 session gets them
+        assert part(old.acknowledge(tid, [(0, 1, [ACCEPT])])).error_code == 0
+    finally:
+        a.close()
+        old.close()
