@@ -44,7 +44,7 @@ class Member:
     """One made-up share-group member on its own connection, speaking raw ShareFetch / ShareAcknowledge."""
 
     def __init__(self, server: LiveServer, group: str, member_id: str | None = None, version: int = 2) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", server.port), timeout=30)
+        self.sock = socket.create_connection(("127.0.0.1", server.port), timeout=120)
         self.group, self.version = group, version
         self.member_id = uuid.uuid4().hex[:22] if member_id is None else member_id
         self.epoch = 0
@@ -311,3 +311,25 @@ def test_renew_and_version_1(server: LiveServer) -> None:
     finally:
         a.close()
         old.close()
+
+
+def test_a_lock_that_runs_out_redelivers(server: LiveServer) -> None:
+    """share.record.lock.duration.ms is 30 s (Kafka's default): b's long poll is woken when a's lock runs out."""
+    topic, tid = make_topic(server)
+    a, b = Member(server, "g9"), Member(server, "g9")
+    try:
+        acquired(a.fetch(tid))
+        acquired(b.fetch(tid))
+        produce(server, topic, 1)
+        first = a.fetch(tid, max_wait_ms=10_000)
+        assert first.acquisition_lock_timeout_ms == 30_000 and acquired(first) == [(0, 0, 1)]
+        got: list[tuple[int, int, int]] = []
+        for _ in range(10):  # a never acknowledges
+            got = acquired(b.fetch(tid, max_wait_ms=60_000))
+            if got:
+                break
+        assert got == [(0, 0, 2)]
+        assert part(a.acknowledge(tid, [(0, 0, [ACCEPT])])).error_code == ErrorCode.INVALID_RECORD_STATE
+    finally:
+        a.close()
+        b.close()
