@@ -50,9 +50,9 @@ class Member:
         self.epoch = 0
         self.corr = 0
 
-    def call(self, key: int, body: Any, response: Any) -> Any:
+    def call(self, key: int, body: Any, response: Any, *, flexible: bool = True) -> Any:
         self.corr += 1
-        header = struct.pack(">hhih", key, self.version, self.corr, 4) + b"test" + b"\x00"
+        header = struct.pack(">hhih", key, self.version, self.corr, 4) + b"test" + (b"\x00" if flexible else b"")
         data = header + body.encode(self.version)
         self.sock.sendall(struct.pack(">i", len(data)) + data)
         frame = b""
