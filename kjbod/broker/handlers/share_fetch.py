@@ -249,6 +249,8 @@ async def handle(node: Any, request: Any, body: ShareFetchRequest) -> ShareFetch
             key = (t.topic_id, t.partition)
             if key in results and results[key].ranges:
                 continue
+            if got_any and (remaining_records <= 0 or remaining_bytes <= 0):
+                break  # MaxRecords or MaxBytes reached (the first partition with records always gets a batch)
             got = await acquire(leader, group_id, member_id, t, max(remaining_records, 0),
                                 remaining_bytes if not got_any else max(remaining_bytes, 0))
             results[key] = got
