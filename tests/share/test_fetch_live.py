@@ -27,6 +27,7 @@ from kjbod.protocol.generated import (
 )
 from kjbod.protocol.generated.share_acknowledge_request import AcknowledgePartition, AcknowledgeTopic
 from kjbod.protocol.generated.share_fetch_request import AcknowledgementBatch, FetchPartition, FetchTopic
+from kjbod.storage.records import iter_batches, iter_records
 
 ACCEPT, RELEASE, REJECT = 1, 2, 3
 
@@ -149,8 +150,16 @@ def test_locked_records_are_not_shared_and_redelivery_counts(server: LiveServer)
     try:
         assert acquired(a.fetch(tid)) == [] and acquired(b.fetch(tid)) == []  # sessions open at the log end
         produce(server, topic, 5)
-        got = fetch_until(a, tid)
+        got: list[tuple[int, int, int]] = []
+        for _ in range(20):
+            answer = a.fetch(tid, max_wait_ms=3000)
+            got = acquired(answer)
+            if got:
+                break
         assert got == [(0, 4, 1)]
+        data = bytes(part(answer).records)
+        values = [r.value for pos, h in iter_batches(data) for r in iter_records(data[pos:pos + h.size])]
+        assert values == [f"v{i}".encode() for i in range(5)]  # the record data of the acquired offsets
         assert acquired(b.fetch(tid)) == []  # locked to a
         assert part(a.acknowledge(tid, [(0, 4, [RELEASE])])).error_code == 0
         assert fetch_until(b, tid) == [(0, 4, 2)]  # redelivered with a higher count
