@@ -342,3 +342,20 @@ def test_a_lock_that_runs_out_redelivers(server: LiveServer) -> None:
     finally:
         a.close()
         b.close()
+
+
+def test_min_bytes(server: LiveServer) -> None:
+    """Records are acquired once MinBytes are available, or when MaxWaitMs is up with what there is."""
+    topic, tid = make_topic(server)
+    a = Member(server, "g10")
+    try:
+        acquired(a.fetch(tid))
+        produce(server, topic, 2)
+        got: list[tuple[int, int, int]] = []
+        for _ in range(20):  # a MiB is never there: each fetch waits its 300 ms, then takes what there is
+            got = acquired(a.fetch(tid, max_wait_ms=300, min_bytes=1 << 20))
+            if got:
+                break
+        assert got == [(0, 1, 1)]
+    finally:
+        a.close()

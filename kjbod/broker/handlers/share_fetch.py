@@ -13,9 +13,10 @@ Kafka's idle wait does, INVALID_REQUEST for acknowledgements in a request that o
 at the top.  The acknowledgements are applied first (each partition's outcome in AcknowledgeErrorCode), then
 records are acquired for every partition of the session: at most MaxRecords in all (whole batches), MaxBytes of
 batches (the first always whole).  A partition this node does not lead answers NOT_LEADER_OR_FOLLOWER with the
-leader it knows (CurrentLeader, NodeEndpoints); an unknown topic id UNKNOWN_TOPIC_ID.  When nothing was acquired
-the request waits up to MaxWaitMs for an append, a high watermark move or an acquisition lock running out
-(Fetch's parked-fetch machinery).  Epoch -1 closes the session after the acknowledgements and fetches nothing:
+leader it knows (CurrentLeader, NodeEndpoints); an unknown topic id UNKNOWN_TOPIC_ID.  As Kafka's
+DelayedShareFetch, records are acquired once MinBytes of batches are available past the partitions' next fetch
+offsets (0 answers at once); until then the request waits, up to MaxWaitMs, for an append, a high watermark move or
+an acquisition lock running out (Fetch's parked-fetch machinery).  Epoch -1 closes the session after the acknowledgements and fetches nothing:
 the member's other acquired records are released.  The member is not checked with the group coordinator, as in
 Kafka.
 """
@@ -32,6 +33,7 @@ from kjbod.broker.authz import allowed
 from kjbod.broker.handlers.leader_epoch_check import checked_log
 from kjbod.broker.router import api
 from kjbod.broker.share.fetch import (
+    Batch,
     ShareError,
     ShareLeader,
     mark_aborted,
@@ -138,20 +140,33 @@ class Acquired:
     message: str | None = None
 
 
-async def acquire(leader: ShareLeader, group_id: str, member_id: str, t: Target, max_records: int,
-                  max_bytes: int) -> Acquired:
-    """Acquire records of one partition for the member: the batches holding them and the ranges acquired."""
+@dataclass
+class Available:
+    """What one partition's read found past its next fetch offset (or the error it answers)."""
+    sp: Any = None
+    data: bytes = b""
+    batches: list = field(default_factory=list)
+    changed: bool = False
+    error: int = 0
+    message: str | None = None
+
+
+async def read_available(leader: ShareLeader, group_id: str, t: Target, max_bytes: int) -> Available:
+    """Read, on the partition's log dir worker, the batches from the share-partition's next fetch offset up to
+    the high watermark (the last stable offset under read_committed), at most `max_bytes` (one batch always)."""
     if t.error:
-        return Acquired(error=t.error, message=t.message)
+        return Available(error=t.error, message=t.message)
     plog = t.plog
     try:
         sp = await leader.partition(group_id, t.topic_id, t.partition, plog, t.leader_epoch)
     except ShareError as e:
-        return Acquired(error=e.code, message=e.message)
+        return Available(error=e.code, message=e.message)
     changed = sp.expire_locks(time.monotonic())
     changed |= sp.update_log_start(plog.log_start_offset)
     committed = leader.settings(group_id)["share.isolation.level"] == "read_committed"
     offset = sp.next_fetch_offset()
+    if offset == sp.end_offset and sp.in_flight() >= sp.max_record_locks:
+        return Available(sp, changed=changed)  # nothing may be acquired until some in-flight records are done
 
     def read() -> tuple[bytes, list[tuple[int, int]]]:
         if committed:
@@ -166,17 +181,35 @@ async def acquire(leader: ShareLeader, group_id: str, member_id: str, t: Target,
         data, aborted = await on_dir(leader.node, plog, read)
     except Exception as e:
         code = getattr(e, "code", None) or getattr(e, "error_code", None) or ErrorCode.UNKNOWN_SERVER_ERROR
-        return Acquired(error=int(code), message=str(e) or None)
+        return Available(error=int(code), message=str(e) or None)
     batches = parse_batches(data)
     if aborted:
         mark_aborted(data, batches, aborted)
-    ranges = sp.acquire(member_id, [(b.base, b.last, b.aborted) for b in batches], max_records, time.monotonic())
-    if changed or any(b.aborted for b in batches):
+    return Available(sp, data, batches, changed)
+
+
+async def acquire(leader: ShareLeader, group_id: str, member_id: str, t: Target, found: Available,
+                  max_records: int, max_bytes: int) -> Acquired:
+    """Acquire for the member what `found` holds, within `max_records` and `max_bytes` (the first batch always):
+    the batches holding the records acquired, and their ranges."""
+    if found.error:
+        return Acquired(error=found.error, message=found.message)
+    sp = found.sp
+    budget, size = max_bytes, 0
+    offered: list[Batch] = []
+    for b in found.batches:
+        if offered and size + (b.end - b.start) > budget and not b.aborted:
+            break
+        offered.append(b)
+        size += 0 if b.aborted else b.end - b.start
+    ranges = sp.acquire(member_id, [(b.base, b.last, b.aborted) for b in offered], max_records, time.monotonic())
+    if found.changed or any(b.aborted for b in offered):
         await leader.persist(group_id, t.topic_id, t.partition, sp, t.leader_epoch)
     if not ranges:
         return Acquired()
     first, last = ranges[0][0], ranges[-1][1]
-    parts = [data[b.start:b.end] for b in batches if b.last >= first and b.base <= last and not b.aborted]
+    data = found.data
+    parts = [data[b.start:b.end] for b in offered if b.last >= first and b.base <= last and not b.aborted]
     return Acquired(b"".join(parts), ranges)
 
 
@@ -243,23 +276,13 @@ async def handle(node: Any, request: Any, body: ShareFetchRequest) -> ShareFetch
     keys = [(t.name, t.partition) for t in targets if t.name is not None and not t.error]
     results: dict[tuple[UUID, int], Acquired] = {}
     while True:
-        remaining_records, remaining_bytes = body.max_records, body.max_bytes
-        got_any = False
-        for t in targets:
-            key = (t.topic_id, t.partition)
-            if key in results and results[key].ranges:
-                continue
-            if got_any and (remaining_records <= 0 or remaining_bytes <= 0):
-                break  # MaxRecords or MaxBytes reached (the first partition with records always gets a batch)
-            got = await acquire(leader, group_id, member_id, t, max(remaining_records, 0),
-                                remaining_bytes if not got_any else max(remaining_bytes, 0))
-            results[key] = got
-            if got.ranges:
-                got_any = True
-                remaining_records -= sum(last - first + 1 for first, last, _c in got.ranges)
-                remaining_bytes -= len(got.records)
+        # As Kafka's DelayedShareFetch: answer once MinBytes are available past the partitions' next fetch
+        # offsets (or an error, or MaxWaitMs), then acquire.
+        found = {(t.topic_id, t.partition): await read_available(leader, group_id, t, body.max_bytes)
+                 for t in targets}
         now = time.monotonic()
-        if got_any or any(r.error for r in results.values()) or now >= wait_until or not keys:
+        if (any(f.error for f in found.values()) or sum(len(f.data) for f in found.values()) >= body.min_bytes
+                or now >= wait_until or not keys):
             break
         arrived = asyncio.Event()
         wake = arrived.set
@@ -270,6 +293,19 @@ async def handle(node: Any, request: Any, body: ShareFetchRequest) -> ShareFetch
             await wait_event(arrived, max(until - now, 0))
         finally:
             parked.unpark(keys, wake, follower=False)
+    remaining_records, remaining_bytes = body.max_records, body.max_bytes
+    got_any = False
+    for t in targets:
+        key = (t.topic_id, t.partition)
+        if got_any and (remaining_records <= 0 or remaining_bytes <= 0) and not found[key].error:
+            continue  # MaxRecords or MaxBytes reached (the first partition with records always gets a batch)
+        got = await acquire(leader, group_id, member_id, t, found[key], max(remaining_records, 0),
+                            remaining_bytes if not got_any else max(remaining_bytes, 0))
+        results[key] = got
+        if got.ranges:
+            got_any = True
+            remaining_records -= sum(last - first + 1 for first, last, _c in got.ranges)
+            remaining_bytes -= len(got.records)
     endpoints: dict[int, NodeEndpoint] = {}
     listener = ctx.listener_name if ctx is not None else ""
     for t in targets:
