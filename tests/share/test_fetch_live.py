@@ -26,7 +26,12 @@ from kjbod.protocol.generated import (
     ShareFetchResponse,
 )
 from kjbod.protocol.generated.share_acknowledge_request import AcknowledgePartition, AcknowledgeTopic
-from kjbod.protocol.generated.share_fetch_request import AcknowledgementBatch, FetchPartition, FetchTopic
+from kjbod.protocol.generated.share_fetch_request import (
+    AcknowledgementBatch,
+    FetchPartition,
+    FetchTopic,
+    ForgottenTopic,
+)
 from kjbod.storage.records import iter_batches, iter_records
 
 ACCEPT, RELEASE, REJECT = 1, 2, 3
@@ -357,5 +362,48 @@ def test_min_bytes(server: LiveServer) -> None:
             if got:
                 break
         assert got == [(0, 1, 1)]
+    finally:
+        a.close()
+
+
+def test_a_session_of_two_partitions_and_forgetting_one(server: LiveServer) -> None:
+    name = f"share-{uuid.uuid4().hex[:8]}"
+    admin = KafkaAdminClient(bootstrap_servers=server.bootstrap)
+    try:
+        admin.create_topics([NewTopic(name, 2, 1)])
+    finally:
+        admin.close()
+    with SyncAdminClient(server.bootstrap) as ours:
+        tid = ours.describe_topics([name])[name].topic_id
+    a = Member(server, "g11")
+
+    def fetch(partitions: list[int], forget: tuple[int, ...] = (), **kw: Any) -> ShareFetchResponse:
+        body = ShareFetchRequest(group_id="g11", member_id=a.member_id, share_session_epoch=a.epoch, min_bytes=1,
+                                 max_records=kw.get("max_records", 500), max_wait_ms=kw.get("max_wait_ms", 0),
+                                 topics=[FetchTopic(topic_id=tid, partitions=[FetchPartition(partition_index=p)
+                                                                              for p in partitions])] if partitions else [],
+                                 forgotten_topics_data=[ForgottenTopic(topic_id=tid, partitions=list(forget))]
+                                 if forget else [])
+        answer = a.call(78, body, ShareFetchResponse)
+        assert answer.error_code == 0, answer
+        a.epoch += 1
+        return answer
+
+    def by_partition(answer: ShareFetchResponse) -> dict[int, list[tuple[int, int, int]]]:
+        return {p.partition_index: [(r.first_offset, r.last_offset, r.delivery_count) for r in p.acquired_records]
+                for t in answer.responses for p in t.partitions}
+
+    try:
+        assert by_partition(fetch([0, 1])) == {0: [], 1: []}
+        producer = KafkaProducer(bootstrap_servers=server.bootstrap)
+        try:
+            for p in (0, 1):
+                producer.send(name, value=b"x", partition=p).get(30)
+                producer.send(name, value=b"y", partition=p).get(30)
+        finally:
+            producer.close()
+        got = by_partition(fetch([], max_wait_ms=5000, max_records=1))  # the session's partitions, MaxRecords 1
+        assert sum(len(v) for v in got.values()) == 1  # one batch of one record, from one partition
+        assert by_partition(fetch([], forget=(1,))).keys() == {0}  # partition 1 forgotten: not fetched any more
     finally:
         a.close()
