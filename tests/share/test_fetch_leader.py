@@ -10,7 +10,6 @@ import uuid
 import pytest
 
 from kjbod.broker.share.fetch import ShareError, ShareLeader, duration_ms, mark_aborted, parse_batches
-from kjbod.broker.share.group_config import DEFAULTS
 from kjbod.broker.share.partition import ACCEPT, REJECT, AckBatch
 from kjbod.broker.share.persister import MemoryPersister
 from kjbod.protocol.errors import ErrorCode
@@ -20,6 +19,10 @@ from kjbod.storage.log import PartitionLog
 from kjbod.storage.records import build_batch
 
 TID = uuid.uuid4()
+# Kafka 4.3's share group defaults, by the names the leader reads
+KAFKA_DEFAULTS = {"share.record.lock.duration.ms": 30_000, "share.delivery.count.limit": 5,
+                  "share.partition.max.record.locks": 2000, "share.auto.offset.reset": "latest",
+                  "share.isolation.level": "read_uncommitted"}
 
 
 @pytest.fixture
@@ -63,8 +66,8 @@ def test_earliest_and_by_duration(plog, monkeypatch):
     import kjbod.broker.share.fetch as leader_module
 
     async def start(reset: str) -> int:
-        monkeypatch.setattr(leader_module, "share_group_config",
-                            lambda _n, _g: {**DEFAULTS, "share.auto.offset.reset": reset})
+        monkeypatch.setattr(leader_module.ShareLeader, "settings", lambda _self, _g: {**KAFKA_DEFAULTS,
+                                                                                   "share.auto.offset.reset": reset})
         return (await ShareLeader(node()).partition("g", TID, 0, plog, 0)).start_offset
 
     async def run():
