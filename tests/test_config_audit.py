@@ -75,6 +75,7 @@ EFFECTS: dict[str, list[str]] = {
                                  f"{CONSUMER_GROUPS}::test_the_first_configured_assignor_is_the_default"],
     "group.consumer.max.size": [f"{CONSUMER_GROUPS}::test_the_consumer_keys_reach_the_coordinator",
                                 f"{CONSUMER_GROUPS}::test_group_consumer_max_size"],
+    "group.share.max.share.sessions": ["tests/share/test_fetch_live.py::test_the_share_session_limit"],
     "group.consumer.migration.policy": [
         f"{MIGRATION}::test_the_policy_decides_whether_a_consumer_member_may_upgrade_a_classic_group",
         f"{MIGRATION}::test_the_policy_decides_whether_the_last_consumer_member_leaving_downgrades",

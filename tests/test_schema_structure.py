@@ -116,6 +116,8 @@ SERVED_APIS: dict[str, tuple[int, int]] = {
     "WriteShareGroupState": (0, 1),
     "DeleteShareGroupState": (0, 0),
     "ReadShareGroupStateSummary": (0, 1),
+    "ShareFetch": (1, 2),
+    "ShareAcknowledge": (1, 2),
 }
 SERVED_HEADERS: dict[str, tuple[int, int]] = {"RequestHeader": (0, 2), "ResponseHeader": (0, 1)}
 SERVED_RECORDS: dict[str, tuple[int, int]] = {

@@ -208,6 +208,7 @@ async def serve(
             node_factory = build_node
         node = node_factory(config)
         node.authorizer = build_authorizer(config, node)
+        node.connection_registry = registry  # per-connection state learns of closes (kjbod.broker.share.sessions)
         if getattr(node, "metadata", None) is not None:  # per-IP connection_creation_rate client quotas
             quotas["broker"].client_quotas = lambda: node.metadata.client_quotas
         if config.kjbod_metrics_listener is not None:

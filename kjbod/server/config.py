@@ -585,6 +585,8 @@ KEYS: dict[str, KeyDef] = {
         KeyDef("group.share.initialize.retry.interval.ms", _int(1), 30_000,
                "how long a share group waits for the persister to initialize a partition's share state before it "
                "asks again"),
+        KeyDef("group.share.max.share.sessions", _int(1), 2000,
+               "the most share sessions (KIP-932) a broker holds at once (SHARE_SESSION_LIMIT_REACHED past it)"),
         KeyDef("offset.metadata.max.bytes", _int(), 4096),
         KeyDef("offsets.retention.minutes", _int(1), 10080,
                "how long a group's committed offsets are kept once the group is empty (Kafka has no ms key)",
@@ -818,6 +820,7 @@ class ServerConfig:
     group_share_partition_max_record_locks: int = 2_000
     group_share_min_partition_max_record_locks: int = 100
     group_share_max_partition_max_record_locks: int = 4_000
+    group_share_max_share_sessions: int = 2000
     offset_metadata_max_bytes: int = 4096
     offsets_retention_ms: int = 7 * 24 * 3600 * 1000
     offsets_retention_check_interval_ms: int = 600_000
@@ -1415,6 +1418,7 @@ def build_config(
         group_share_partition_max_record_locks=get("group.share.partition.max.record.locks"),
         group_share_min_partition_max_record_locks=get("group.share.min.partition.max.record.locks"),
         group_share_max_partition_max_record_locks=get("group.share.max.partition.max.record.locks"),
+        group_share_max_share_sessions=get("group.share.max.share.sessions"),
         offset_metadata_max_bytes=get("offset.metadata.max.bytes"),
         offsets_retention_ms=get("offsets.retention.minutes") * 60_000,
         offsets_retention_check_interval_ms=get("offsets.retention.check.interval.ms"),

@@ -1116,12 +1116,19 @@ class ConnectionRegistry:
     def __init__(self) -> None:
         self._connections: set[Connection] = set()
         self._emptied: asyncio.Event | None = None
+        # Called with a connection's id when it closes (share sessions tied to a connection end with it).
+        self.closed_hooks: list[Callable[[int], None]] = []
 
     def add(self, connection: Connection) -> None:
         self._connections.add(connection)
 
     def discard(self, connection: Connection) -> None:
         self._connections.discard(connection)
+        for hook in self.closed_hooks:
+            try:
+                hook(connection.connection_id)
+            except Exception:
+                _log.exception("connection_closed_hook_failed")
         if not self._connections and self._emptied is not None:
             self._emptied.set()
 

@@ -76,6 +76,8 @@ from kjbod.broker.handlers import (  # noqa: F401
     renew_delegation_token,
     sasl_authenticate,
     sasl_handshake,
+    share_acknowledge,
+    share_fetch,
     share_group_describe,
     share_group_heartbeat,
     sync_group,

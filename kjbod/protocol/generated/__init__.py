@@ -175,6 +175,10 @@ from .sasl_authenticate_request import SaslAuthenticateRequest
 from .sasl_authenticate_response import SaslAuthenticateResponse
 from .sasl_handshake_request import SaslHandshakeRequest
 from .sasl_handshake_response import SaslHandshakeResponse
+from .share_acknowledge_request import ShareAcknowledgeRequest
+from .share_acknowledge_response import ShareAcknowledgeResponse
+from .share_fetch_request import ShareFetchRequest
+from .share_fetch_response import ShareFetchResponse
 from .share_group_describe_request import ShareGroupDescribeRequest
 from .share_group_describe_response import ShareGroupDescribeResponse
 from .share_group_heartbeat_request import ShareGroupHeartbeatRequest
@@ -383,6 +387,10 @@ __all__ = [
     'SaslAuthenticateResponse',
     'SaslHandshakeRequest',
     'SaslHandshakeResponse',
+    'ShareAcknowledgeRequest',
+    'ShareAcknowledgeResponse',
+    'ShareFetchRequest',
+    'ShareFetchResponse',
     'ShareGroupDescribeRequest',
     'ShareGroupDescribeResponse',
     'ShareGroupHeartbeatRequest',

@@ -179,6 +179,10 @@ from .sasl_authenticate_request import SaslAuthenticateRequest
 from .sasl_authenticate_response import SaslAuthenticateResponse
 from .sasl_handshake_request import SaslHandshakeRequest
 from .sasl_handshake_response import SaslHandshakeResponse
+from .share_acknowledge_request import ShareAcknowledgeRequest
+from .share_acknowledge_response import ShareAcknowledgeResponse
+from .share_fetch_request import ShareFetchRequest
+from .share_fetch_response import ShareFetchResponse
 from .share_group_describe_request import ShareGroupDescribeRequest
 from .share_group_describe_response import ShareGroupDescribeResponse
 from .share_group_heartbeat_request import ShareGroupHeartbeatRequest
@@ -298,6 +302,8 @@ APIS: dict[int, ApiInfo] = {
     75: ApiInfo(75, 'DescribeTopicPartitions', DescribeTopicPartitionsRequest, DescribeTopicPartitionsResponse, 0, 0, 0, frozenset(['broker'])),
     76: ApiInfo(76, 'ShareGroupHeartbeat', ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse, 1, 1, 0, frozenset(['broker'])),
     77: ApiInfo(77, 'ShareGroupDescribe', ShareGroupDescribeRequest, ShareGroupDescribeResponse, 1, 1, 0, frozenset(['broker'])),
+    78: ApiInfo(78, 'ShareFetch', ShareFetchRequest, ShareFetchResponse, 1, 2, 0, frozenset(['broker'])),
+    79: ApiInfo(79, 'ShareAcknowledge', ShareAcknowledgeRequest, ShareAcknowledgeResponse, 1, 2, 0, frozenset(['broker'])),
     80: ApiInfo(80, 'AddRaftVoter', AddRaftVoterRequest, AddRaftVoterResponse, 0, 0, 0, frozenset(['broker', 'controller'])),
     81: ApiInfo(81, 'RemoveRaftVoter', RemoveRaftVoterRequest, RemoveRaftVoterResponse, 0, 0, 0, frozenset(['broker', 'controller'])),
     82: ApiInfo(82, 'UpdateRaftVoter', UpdateRaftVoterRequest, UpdateRaftVoterResponse, 0, 0, 0, frozenset(['controller'])),

@@ -1,0 +1,259 @@
+"""The share-partition leader (KIP-932): what ShareFetch and ShareAcknowledge act on, one per broker node.
+
+Strategy: the decisions are kjbod.broker.share.partition's (one SharePartition per group and topic-partition led
+here) and kjbod.broker.share.sessions'; this module does their I/O on the event loop: loading a share-partition's
+state through the persister the first time it is used (or when the leader epoch changed since), resolving a start
+offset of -1 by share.auto.offset.reset, reading record batches through the partition's log dir worker (never file
+I/O on the loop), and writing the state back through the persister after each change (acknowledgements, releases,
+lock timeouts).
+
+As in Kafka, the leader does not ask the group coordinator whether a member exists: any member id (at most 36
+characters) may fetch.  A share-partition with no persisted state yet is initialized here (start offset -1) until
+the group coordinator's part, which initializes it when it assigns the partition, lands.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import struct
+import time
+from dataclasses import dataclass
+from typing import Any
+from uuid import UUID
+
+import structlog
+
+from kjbod.broker.dir_work import DirWork
+from kjbod.broker.share.group_config import share_group_config
+from kjbod.broker.share.partition import SharePartition
+from kjbod.broker.share.persister import InitializeData, WriteData, persister_of
+from kjbod.broker.share.sessions import DEFAULT_MAX_SESSIONS, ShareSessions
+from kjbod.protocol.errors import ErrorCode
+
+log = structlog.get_logger("kjbod.share")
+
+DIR_WAIT_S = 5.0  # how long a read waits for its dir's worker before the partition answers REQUEST_TIMED_OUT
+
+_HEADER = struct.Struct(">qi")  # base offset, batch length (after these 12 bytes)
+_ATTRS = struct.Struct(">hi")  # attributes, last offset delta (at byte 21)
+_PID = struct.Struct(">q")  # producer id (at byte 43)
+_TRANSACTIONAL, _CONTROL = 0x10, 0x20
+
+
+class ShareError(Exception):
+    def __init__(self, code: int, message: str | None = None) -> None:
+        super().__init__(message or str(code))
+        self.code = code
+        self.message = message
+
+
+@dataclass
+class Batch:
+    base: int
+    last: int
+    start: int  # byte positions in the read's bytes
+    end: int
+    aborted: bool = False
+
+
+def parse_batches(data: bytes) -> list[Batch]:
+    """The record batches (magic 2) in bytes read from a log: offsets and byte ranges; a partial tail is left out."""
+    out: list[Batch] = []
+    pos, n = 0, len(data)
+    while pos + 61 <= n:
+        base, length = _HEADER.unpack_from(data, pos)
+        end = pos + 12 + length
+        if end > n:
+            break
+        _attrs, delta = _ATTRS.unpack_from(data, pos + 21)
+        out.append(Batch(base, base + delta, pos, end))
+        pos = end
+    return out
+
+
+def mark_aborted(data: bytes, batches: list[Batch], aborted: list[tuple[int, int]]) -> None:
+    """read_committed, as Kafka's consumer filters: a transactional data batch of a producer whose aborted
+    transaction (producer id, first offset) began at or before it, until that producer's abort marker, is aborted."""
+    pending = sorted(aborted, key=lambda a: a[1])
+    open_aborts: set[int] = set()
+    i = 0
+    for b in batches:
+        while i < len(pending) and pending[i][1] <= b.base:
+            open_aborts.add(pending[i][0])
+            i += 1
+        attrs = _ATTRS.unpack_from(data, b.start + 21)[0]
+        if not attrs & _TRANSACTIONAL:
+            continue
+        pid = _PID.unpack_from(data, b.start + 43)[0]
+        if attrs & _CONTROL:
+            open_aborts.discard(pid)
+        elif pid in open_aborts:
+            b.aborted = True
+
+
+_DURATION = re.compile(r"^P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+(?:\.\d+)?)S)?)?$")
+
+
+def duration_ms(text: str) -> int | None:
+    """An ISO-8601 duration (share.auto.offset.reset=by_duration:PnDTnHnMn.nS) in milliseconds, or None."""
+    m = _DURATION.match(text.strip())
+    if m is None or text.strip() in ("P", "PT"):
+        return None
+    d, h, mi, s = m.groups()
+    return int(((int(d or 0) * 24 + int(h or 0)) * 60 + int(mi or 0)) * 60_000 + float(s or 0) * 1000)
+
+
+async def on_dir(node: Any, plog: Any, fn: Any) -> Any:
+    """`fn()` run where reads of the partition's log dir run (its worker; the page cache on the loop when that
+    cannot wait); its result or its exception."""
+    box: dict[str, Any] = {}
+
+    def fill(_item: Any, result: Any) -> None:
+        box["r"] = result
+
+    def fail(_item: Any, e: BaseException | None) -> None:
+        box["e"] = e if e is not None else ShareError(ErrorCode.REQUEST_TIMED_OUT,
+                                                      f"the log dir of {plog.name} did not answer in time")
+
+    work = DirWork(node, fill, fail)
+    work.add(plog.log_dir, None)
+    pending = work.run(lambda items: [fn() for _ in items], DIR_WAIT_S, cached_first=True)
+    if pending is not None:
+        await pending
+    if "e" in box:
+        raise box["e"]
+    r = box["r"]
+    if isinstance(r, BaseException):
+        raise r
+    return r
+
+
+class ShareLeader:
+    """The node's share-partitions and share sessions."""
+
+    def __init__(self, node: Any) -> None:
+        self.node = node
+        config = getattr(node, "config", None)
+        self.sessions = ShareSessions(config.group_share_max_share_sessions if config is not None
+                                      else DEFAULT_MAX_SESSIONS)
+        self.partitions: dict[tuple[str, UUID, int], tuple[int, SharePartition]] = {}  # -> (leader epoch, state)
+        self._loading: dict[tuple[str, UUID, int], asyncio.Future[Any]] = {}
+        registry = getattr(node, "connection_registry", None)
+        if registry is not None:
+            registry.closed_hooks.append(self.connection_closed)
+
+    def settings(self, group_id: str) -> dict[str, Any]:
+        return share_group_config(self.node, group_id)
+
+    async def partition(self, group_id: str, topic_id: UUID, partition: int, plog: Any,
+                        leader_epoch: int) -> SharePartition:
+        """The group's state of a partition this node leads at `leader_epoch`, loaded on first use."""
+        key = (group_id, topic_id, partition)
+        held = self.partitions.get(key)
+        if held is not None and held[0] == leader_epoch:
+            return held[1]
+        loading = self._loading.get(key)
+        if loading is not None:
+            await asyncio.shield(loading)
+            return await self.partition(group_id, topic_id, partition, plog, leader_epoch)
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._loading[key] = future
+        try:
+            sp = await self._load(group_id, topic_id, partition, plog, leader_epoch)
+            self.partitions[key] = (leader_epoch, sp)
+            return sp
+        finally:
+            del self._loading[key]
+            future.set_result(None)
+
+    async def _load(self, group_id: str, topic_id: UUID, partition: int, plog: Any,
+                    leader_epoch: int) -> SharePartition:
+        persister = persister_of(self.node)
+        answer = (await persister.read(group_id, [(topic_id, partition, leader_epoch)]))[(topic_id, partition)]
+        if answer.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:  # never initialized: see the docstring
+            init = await persister.initialize(group_id, [InitializeData(topic_id, partition, 0, -1)])
+            if init[(topic_id, partition)].error_code == 0:
+                answer = (await persister.read(group_id, [(topic_id, partition, leader_epoch)]))[
+                    (topic_id, partition)]
+        if answer.error_code:
+            code = answer.error_code
+            if code in (ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.FENCED_STATE_EPOCH):
+                code = ErrorCode.NOT_LEADER_OR_FOLLOWER  # as Kafka's share-partition maps the persister's errors
+            elif code in (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS):
+                code = ErrorCode.COORDINATOR_NOT_AVAILABLE
+            elif code not in (ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.GROUP_ID_NOT_FOUND,
+                              ErrorCode.UNKNOWN_TOPIC_OR_PARTITION):
+                code = ErrorCode.UNKNOWN_SERVER_ERROR
+            raise ShareError(code, answer.error_message)
+        settings = self.settings(group_id)
+        start = answer.start_offset
+        if start < 0:
+            start = await self._reset_offset(plog, str(settings["share.auto.offset.reset"]))
+        sp = SharePartition.loaded(answer, start, lock_ms=int(settings["share.record.lock.duration.ms"]),
+                                   delivery_count_limit=int(settings["share.delivery.count.limit"]),
+                                   max_record_locks=int(settings["share.partition.max.record.locks"]))
+        sp.update_log_start(plog.log_start_offset)
+        if start != answer.start_offset:
+            await self.persist(group_id, topic_id, partition, sp, leader_epoch)
+        return sp
+
+    async def _reset_offset(self, plog: Any, reset: str) -> int:
+        """share.auto.offset.reset: latest (the high watermark), earliest (the log start), or
+        by_duration:<ISO-8601 duration> (the first record at or after now minus the duration; the high watermark
+        when there is none)."""
+        if reset == "earliest":
+            return int(plog.log_start_offset)
+        if reset.startswith("by_duration:"):
+            ms = duration_ms(reset.split(":", 1)[1])
+            if ms is not None:
+                target = int(time.time() * 1000) - ms
+                found = await on_dir(self.node, plog, lambda: plog.offset_for_timestamp(target))
+                return int(found[0]) if found is not None else int(plog.high_watermark)
+        return int(plog.high_watermark)
+
+    async def persist(self, group_id: str, topic_id: UUID, partition: int, sp: SharePartition,
+                      leader_epoch: int) -> None:
+        """Write the share-partition's state; a refusal is logged (the state in memory stays what it is)."""
+        answer = (await persister_of(self.node).write(group_id, [WriteData(
+            topic_id, partition, sp.state_epoch, leader_epoch, sp.start_offset, sp.state_batches(),
+            sp.delivery_complete_count())]))[(topic_id, partition)]
+        if answer.error_code:
+            log.warning("share_state_write_failed", group=group_id, topic_id=str(topic_id), partition=partition,
+                        error=ErrorCode(answer.error_code).name, message=answer.error_message)
+
+    def release_member(self, group_id: str, member_id: str) -> list[tuple[UUID, int]]:
+        """Release the records `member_id` holds in every share-partition of the group; the partitions changed."""
+        changed = []
+        for (g, topic_id, p), (_epoch, sp) in self.partitions.items():
+            if g == group_id and sp.release_member(member_id):
+                changed.append((topic_id, p))
+        return changed
+
+    async def persist_all(self, group_id: str, keys: list[tuple[UUID, int]]) -> None:
+        for topic_id, p in keys:
+            held = self.partitions.get((group_id, topic_id, p))
+            if held is not None:
+                await self.persist(group_id, topic_id, p, held[1], held[0])
+
+    async def close_session(self, group_id: str, member_id: str) -> None:
+        if self.sessions.close(group_id, member_id) is not None:
+            await self.persist_all(group_id, self.release_member(group_id, member_id))
+
+    def connection_closed(self, connection_id: int) -> None:
+        for session in self.sessions.connection_closed(connection_id):
+            changed = self.release_member(session.group_id, session.member_id)
+            if changed:
+                task = asyncio.get_running_loop().create_task(self.persist_all(session.group_id, changed))
+                _background.add(task)
+                task.add_done_callback(_background.discard)
+
+
+_background: set[asyncio.Task[Any]] = set()
+
+
+def share_leader_of(node: Any) -> ShareLeader:
+    leader = getattr(node, "share_leader", None)
+    if leader is None:
+        leader = node.share_leader = ShareLeader(node)
+    return leader

@@ -1,0 +1,290 @@
+"""The share-partition state machine (KIP-932): one share group's view of one topic-partition, on its leader.
+
+Strategy: sans-IO.  The leader reads record batches from the log and the persisted state through the persister;
+this module only decides.  It keeps the share-partition start offset (everything below it is done with), the end
+offset (one past the last offset ever acquired), and between them the in-flight records, one entry per offset:
+
+    AVAILABLE    may be acquired (again); an offset in [start, end) with no entry is available, never delivered
+    ACQUIRED     locked to one member until a deadline (share.record.lock.duration.ms); counted as delivered
+    ACKNOWLEDGED accepted by its member: never delivered again
+    ARCHIVED     rejected, a gap, past the delivery count limit, or below the log start: never delivered again
+
+A release, a lock timeout or the member's session closing makes an acquired record AVAILABLE again, or ARCHIVED
+once its delivery count has reached share.delivery.count.limit.  The start offset moves past every leading
+ACKNOWLEDGED or ARCHIVED offset.  Acquisition stops at MaxRecords (whole log batches, as Kafka's batch-optimized
+mode: the last batch may take it past) and at share.partition.max.record.locks offsets in flight.
+
+Acknowledgements of one partition are all or nothing: every batch is checked (offsets in order, not overlapping,
+types valid, each offset acquired by this member) before any state changes, so a bad request changes nothing.
+`state_batches` is what the leader writes through the persister (ACQUIRED is written as AVAILABLE with its delivery
+count, the persisted states being Kafka's Available, Acknowledged and Archived).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kjbod.broker.share.persister import ACKNOWLEDGED, ARCHIVED, AVAILABLE, ReadAnswer, StateBatch
+from kjbod.protocol.errors import ErrorCode
+
+ACQUIRED = 1  # Kafka's RecordState id; never persisted
+
+# Acknowledgement types (the AcknowledgeTypes values)
+GAP, ACCEPT, RELEASE, REJECT, RENEW = 0, 1, 2, 3, 4
+
+# Kafka 4.3's defaults (ShareGroupConfig)
+DEFAULT_LOCK_MS = 30_000
+DEFAULT_DELIVERY_COUNT_LIMIT = 5
+DEFAULT_MAX_RECORD_LOCKS = 2000
+
+
+@dataclass
+class Record:
+    state: int
+    delivery_count: int
+    member: str | None = None
+    deadline: float = 0.0  # a monotonic second: when an ACQUIRED record's lock runs out
+
+
+@dataclass(frozen=True)
+class AckBatch:
+    first_offset: int
+    last_offset: int
+    types: tuple[int, ...]
+
+
+class AckError(Exception):
+    """An acknowledgement refused, with the Kafka error code to answer."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def check_batches(batches: list[AckBatch], *, renew_allowed: bool) -> None:
+    """The request-level checks of one partition's acknowledgement batches (INVALID_REQUEST): first <= last,
+    ascending and not overlapping, one type for the whole batch or one per offset, types Kafka knows (Renew only
+    when the request says it carries renewals)."""
+    previous = -1
+    top = RENEW if renew_allowed else REJECT
+    for b in batches:
+        if b.first_offset < 0 or b.last_offset < b.first_offset:
+            raise AckError(ErrorCode.INVALID_REQUEST,
+                           f"acknowledgement batch {b.first_offset}-{b.last_offset}: the last offset is before the first")
+        if b.first_offset <= previous:
+            raise AckError(ErrorCode.INVALID_REQUEST,
+                           f"acknowledgement batch {b.first_offset}-{b.last_offset} overlaps or precedes the one before")
+        previous = b.last_offset
+        if len(b.types) not in (1, b.last_offset - b.first_offset + 1):
+            raise AckError(ErrorCode.INVALID_REQUEST,
+                           f"acknowledgement batch {b.first_offset}-{b.last_offset} has {len(b.types)} types: one "
+                           "for the batch or one per offset is expected")
+        for t in b.types:
+            if not GAP <= t <= top:
+                raise AckError(ErrorCode.INVALID_REQUEST, f"invalid acknowledge type {t}")
+
+
+class SharePartition:
+    """One share group's state of one topic-partition (see the module's docstring).  Times are monotonic seconds,
+    passed in."""
+
+    def __init__(self, start_offset: int, *, lock_ms: int = DEFAULT_LOCK_MS,
+                 delivery_count_limit: int = DEFAULT_DELIVERY_COUNT_LIMIT,
+                 max_record_locks: int = DEFAULT_MAX_RECORD_LOCKS, state_epoch: int = 0) -> None:
+        self.start_offset = start_offset
+        self.end_offset = start_offset
+        self.records: dict[int, Record] = {}
+        self.lock_ms = lock_ms
+        self.delivery_count_limit = delivery_count_limit
+        self.max_record_locks = max_record_locks
+        self.state_epoch = state_epoch
+
+    # -- loading ------------------------------------------------------------------------------------------------
+
+    @classmethod
+    def loaded(cls, answer: ReadAnswer, start_offset: int, **settings) -> SharePartition:
+        """From the persister's state: `start_offset` is the answer's, or the one share.auto.offset.reset chose
+        when the answer has none (-1)."""
+        sp = cls(start_offset, state_epoch=answer.state_epoch, **settings)
+        for b in answer.batches:
+            for off in range(max(b.first_offset, start_offset), b.last_offset + 1):
+                sp.records[off] = Record(b.delivery_state if b.delivery_state in (ACKNOWLEDGED, ARCHIVED) else AVAILABLE,
+                                         b.delivery_count)
+            sp.end_offset = max(sp.end_offset, b.last_offset + 1)
+        sp._advance()
+        return sp
+
+    # -- acquisition --------------------------------------------------------------------------------------------
+
+    def next_fetch_offset(self) -> int:
+        """Where the next read of the log starts: the first available in-flight offset, else the end offset."""
+        for off in range(self.start_offset, self.end_offset):
+            r = self.records.get(off)
+            if r is None or r.state == AVAILABLE:
+                return off
+        return self.end_offset
+
+    def in_flight(self) -> int:
+        return self.end_offset - self.start_offset
+
+    def acquire(self, member: str, batches: list, max_records: int, now: float) -> list[tuple[int, int, int]]:
+        """Acquire for `member` the available offsets of the log batches read (their (base offset, last offset),
+        ascending; a third element true marks an aborted transaction's batch, archived instead), up to `max_records` (finishing the batch that reaches it) and the record-lock limit.  Returns
+        the acquired ranges (first offset, last offset, delivery count), consecutive offsets of one count merged."""
+        out: list[tuple[int, int, int]] = []
+        got = 0
+        deadline = now + self.lock_ms / 1000
+        for entry in batches:
+            base, last = entry[0], entry[1]
+            if len(entry) > 2 and entry[2]:  # an aborted transaction's batch (read_committed): never delivered
+                self._archive_range(base, last)
+                continue
+            if got >= max_records:
+                break
+            if last >= self.end_offset and self.in_flight() >= self.max_record_locks:
+                if base >= self.end_offset:
+                    break
+                last = self.end_offset - 1  # the batch's offsets already in flight only
+            for off in range(max(base, self.start_offset), last + 1):
+                if off >= self.end_offset:
+                    self.end_offset = off + 1
+                    r = self.records[off] = Record(AVAILABLE, 0)
+                else:
+                    r = self.records.get(off) or self.records.setdefault(off, Record(AVAILABLE, 0))
+                if r.state != AVAILABLE:
+                    continue
+                r.state, r.member, r.deadline = ACQUIRED, member, deadline
+                r.delivery_count += 1
+                got += 1
+                if out and out[-1][1] == off - 1 and out[-1][2] == r.delivery_count:
+                    out[-1] = (out[-1][0], off, r.delivery_count)
+                else:
+                    out.append((off, off, r.delivery_count))
+        self._advance()
+        return out
+
+    def _archive_range(self, base: int, last: int) -> None:
+        for off in range(max(base, self.start_offset), last + 1):
+            if off >= self.end_offset:
+                self.end_offset = off + 1
+                self.records[off] = Record(ARCHIVED, 0)
+            else:
+                r = self.records.setdefault(off, Record(AVAILABLE, 0))
+                if r.state == AVAILABLE:
+                    r.state = ARCHIVED
+
+    # -- acknowledgement ----------------------------------------------------------------------------------------
+
+    def acknowledge(self, member: str, batches: list[AckBatch], now: float, *, renew_allowed: bool = False) -> None:
+        """Apply one partition's acknowledgements, all or none (AckError names the refusal).  Offsets below the
+        start offset are skipped, as Kafka does (already done with)."""
+        check_batches(batches, renew_allowed=renew_allowed)
+        changes: list[tuple[Record, int]] = []
+        for b in batches:
+            if b.last_offset < self.start_offset:
+                continue
+            if b.first_offset >= self.end_offset:
+                raise AckError(ErrorCode.INVALID_REQUEST,
+                               f"offsets {b.first_offset}-{b.last_offset} are past the acquired records")
+            if b.last_offset >= self.end_offset:
+                raise AckError(ErrorCode.INVALID_REQUEST,
+                               f"offset {b.last_offset} is past the acquired records (end {self.end_offset})")
+            for off in range(max(b.first_offset, self.start_offset), b.last_offset + 1):
+                r = self.records.get(off)
+                if r is None or r.state != ACQUIRED:
+                    raise AckError(ErrorCode.INVALID_RECORD_STATE, f"offset {off} is not acquired")
+                if r.member != member:
+                    raise AckError(ErrorCode.INVALID_RECORD_STATE, f"offset {off} is acquired by another member")
+                t = b.types[0] if len(b.types) == 1 else b.types[off - b.first_offset]
+                changes.append((r, t))
+        deadline = now + self.lock_ms / 1000
+        for r, t in changes:
+            if t == ACCEPT:
+                self._settle(r, ACKNOWLEDGED)
+            elif t in (REJECT, GAP):
+                self._settle(r, ARCHIVED)
+            elif t == RELEASE:
+                self._release(r)
+            else:  # RENEW: the lock starts again
+                r.deadline = deadline
+        self._advance()
+
+    # -- releases -----------------------------------------------------------------------------------------------
+
+    def release_member(self, member: str) -> bool:
+        """Release every record `member` holds (its share session closed); True when some were."""
+        hit = False
+        for r in self.records.values():
+            if r.state == ACQUIRED and r.member == member:
+                self._release(r)
+                hit = True
+        self._advance()
+        return hit
+
+    def expire_locks(self, now: float) -> bool:
+        """Release the records whose acquisition lock ran out; True when some did."""
+        hit = False
+        for r in self.records.values():
+            if r.state == ACQUIRED and r.deadline <= now:
+                self._release(r)
+                hit = True
+        self._advance()
+        return hit
+
+    def next_deadline(self) -> float | None:
+        deadlines = [r.deadline for r in self.records.values() if r.state == ACQUIRED]
+        return min(deadlines) if deadlines else None
+
+    def update_log_start(self, log_start_offset: int) -> bool:
+        """Records below the log start offset (deleted, or cut by DeleteRecords) are archived: the start offset
+        moves up to it.  True when it moved."""
+        if log_start_offset <= self.start_offset:
+            return False
+        for off in [o for o in self.records if o < log_start_offset]:
+            del self.records[off]
+        self.start_offset = log_start_offset
+        self.end_offset = max(self.end_offset, log_start_offset)
+        self._advance()
+        return True
+
+    # -- persisted form -----------------------------------------------------------------------------------------
+
+    def state_batches(self) -> tuple[StateBatch, ...]:
+        """The in-flight records as persisted batches: consecutive offsets of one state and count merged; an
+        offset never delivered is AVAILABLE with count 0."""
+        out: list[StateBatch] = []
+        for off in range(self.start_offset, self.end_offset):
+            r = self.records.get(off)
+            state, count = (AVAILABLE, 0) if r is None else (AVAILABLE if r.state == ACQUIRED else r.state,
+                                                              r.delivery_count)
+            if out and out[-1].last_offset == off - 1 and out[-1].delivery_state == state \
+                    and out[-1].delivery_count == count:
+                out[-1] = StateBatch(out[-1].first_offset, off, state, count)
+            else:
+                out.append(StateBatch(off, off, state, count))
+        return tuple(out)
+
+    def delivery_complete_count(self) -> int:
+        """The in-flight records that will not be delivered again (Kafka's summary count)."""
+        return sum(1 for r in self.records.values() if r.state in (ACKNOWLEDGED, ARCHIVED))
+
+    # -- internals ----------------------------------------------------------------------------------------------
+
+    def _release(self, r: Record) -> None:
+        if r.delivery_count >= self.delivery_count_limit:
+            self._settle(r, ARCHIVED)
+        else:
+            r.state, r.member = AVAILABLE, None
+
+    @staticmethod
+    def _settle(r: Record, state: int) -> None:
+        r.state, r.member = state, None
+
+    def _advance(self) -> None:
+        while self.start_offset < self.end_offset:
+            r = self.records.get(self.start_offset)
+            if r is None or r.state not in (ACKNOWLEDGED, ARCHIVED):
+                break
+            del self.records[self.start_offset]
+            self.start_offset += 1

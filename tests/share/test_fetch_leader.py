@@ -1,0 +1,97 @@
+"""The share-partition leader's own logic, in process: loading and writing state through the (in-memory)
+persister on a real partition log, the reset strategies, and reading batch headers (read_committed filtering)."""
+
+from __future__ import annotations
+
+import asyncio
+import types
+import uuid
+
+import pytest
+
+from kjbod.broker.share.fetch import ShareError, ShareLeader, duration_ms, mark_aborted, parse_batches
+from kjbod.broker.share.partition import ACCEPT, REJECT, AckBatch
+from kjbod.broker.share.persister import MemoryPersister
+from kjbod.protocol.errors import ErrorCode
+from kjbod.storage import fsio
+from kjbod.storage.config import LogConfig
+from kjbod.storage.log import PartitionLog
+from kjbod.storage.records import build_batch
+
+TID = uuid.uuid4()
+# Kafka 4.3's share group defaults, by the names the leader reads
+KAFKA_DEFAULTS = {"share.record.lock.duration.ms": 30_000, "share.delivery.count.limit": 5,
+                  "share.partition.max.record.locks": 2000, "share.auto.offset.reset": "latest",
+                  "share.isolation.level": "read_uncommitted"}
+
+
+@pytest.fixture
+def plog(tmp_path):
+    io = fsio.LogDirIO(str(tmp_path / "d"))
+    io.mkdir(io.path, parents=True)
+    log = PartitionLog.create(io, io.join("t-0"), "t", 0, TID, LogConfig())
+    for i in range(3):  # offsets 0-8, three batches of three
+        log.append(build_batch([(None, f"v{i}{j}".encode(), [], 1000) for j in range(3)]))
+    log.high_watermark = log.log_end_offset
+    yield log
+    log.close_quietly()
+
+
+def node() -> types.SimpleNamespace:
+    """What the leader needs of a node here: its persister, no server config (the defaults), no dir workers."""
+    return types.SimpleNamespace(config=None, share_persister=MemoryPersister(),
+                                 logs=types.SimpleNamespace(manager=None))  # no dir workers: reads run inline
+
+
+def test_latest_by_default_and_state_survives_a_new_leader(plog):
+    async def run():
+        n = node()
+        first = ShareLeader(n)
+        sp = await first.partition("g", TID, 0, plog, 0)
+        assert sp.start_offset == 9  # share.auto.offset.reset=latest: the high watermark
+        # the state written here is what a new leader (a restart, with a durable persister) starts from
+        sp.acquire("m", [(9, 11)], 10, now=0)
+        sp.acknowledge("m", [AckBatch(9, 11, (REJECT, ACCEPT, ACCEPT))], now=0)
+        await first.persist("g", TID, 0, sp, 0)
+        again = await ShareLeader(n).partition("g", TID, 0, plog, 1)
+        assert (again.start_offset, again.state_batches()) == (12, ())
+        # an older leader epoch is fenced: NOT_LEADER_OR_FOLLOWER
+        with pytest.raises(ShareError) as e:
+            await ShareLeader(n).partition("g", TID, 0, plog, 0)
+        assert e.value.code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    asyncio.run(run())
+
+
+def test_earliest_and_by_duration(plog, monkeypatch):
+    import kjbod.broker.share.fetch as leader_module
+
+    async def start(reset: str) -> int:
+        monkeypatch.setattr(leader_module.ShareLeader, "settings", lambda _self, _g: {**KAFKA_DEFAULTS,
+                                                                                   "share.auto.offset.reset": reset})
+        return (await ShareLeader(node()).partition("g", TID, 0, plog, 0)).start_offset
+
+    async def run():
+        assert await start("earliest") == 0
+        assert await start("by_duration:P36500D") == 0  # records at timestamp 1000 are younger than a century
+        assert await start("by_duration:PT0S") == 9  # none at or after now: the high watermark
+    asyncio.run(run())
+
+
+def test_durations():
+    assert duration_ms("PT1H") == 3_600_000
+    assert duration_ms("P1DT2M0.5S") == 86_400_000 + 120_000 + 500
+    assert duration_ms("1H") is None and duration_ms("P") is None
+
+
+def test_batch_headers_and_aborted_transactions():
+    plain = build_batch([(None, b"a", [], 1), (None, b"b", [], 1)], base_offset=0)
+    txn = build_batch([(None, b"c", [], 1)], base_offset=2, producer_id=7, producer_epoch=0, base_sequence=0,
+                      is_transactional=True)
+    other = build_batch([(None, b"d", [], 1)], base_offset=3, producer_id=8, producer_epoch=0, base_sequence=0,
+                        is_transactional=True)
+    data = plain + txn + other + plain[:20]  # a partial tail is left out
+    batches = parse_batches(data)
+    assert [(b.base, b.last) for b in batches] == [(0, 1), (2, 2), (3, 3)]
+    assert data[batches[1].start:batches[1].end] == txn
+    mark_aborted(data, batches, [(7, 2)])
+    assert [b.aborted for b in batches] == [False, True, False]
