@@ -20,12 +20,13 @@ from kafka.admin import (
     ResourceType,
 )
 from live import LiveServer, format_storage, free_port, new_cluster_id
-from test_fetch_live import Member, part
 
 from kjbod.admin.sync import SyncAdminClient
 from kjbod.net.sasl import SaslCredentials
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest
+
+from .test_fetch_live import SINGLE_NODE, Member, part
 
 USERS = {"admin": "admin-secret", "alice": "alice-secret"}
 JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" password="admin-secret" '
@@ -48,6 +49,7 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServer,
         "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
         "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
         "super.users": "User:admin", "log.dirs": str(log_dirs[0]), "metadata.log.dir": str(server.metadata_dir),
+        **SINGLE_NODE,
     }
     server.config.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
     format_storage(server.config, server.cluster_id)

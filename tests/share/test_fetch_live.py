@@ -37,9 +37,13 @@ from kjbod.storage.records import iter_batches, iter_records
 ACCEPT, RELEASE, REJECT = 1, 2, 3
 
 
+# __share_group_state with one replica: the share coordinator's topic on a single node
+SINGLE_NODE = {"share.coordinator.state.topic.replication.factor": "1", "share.coordinator.state.topic.min.isr": "1",
+               "share.coordinator.state.topic.num.partitions": "2"}
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    s = start_server(tmp_path_factory.mktemp("share-fetch"), log_dir_count=2)
+    s = start_server(tmp_path_factory.mktemp("share-fetch"), log_dir_count=2, overrides=SINGLE_NODE)
     try:
         yield s
     finally:
@@ -286,7 +290,7 @@ def test_unknown_topic_id(server: LiveServer) -> None:
 
 def test_the_share_session_limit(tmp_path) -> None:
     limited = start_server(tmp_path / "limited", log_dir_count=1,
-                           overrides={"group.share.max.share.sessions": "1"})
+                           overrides={**SINGLE_NODE, "group.share.max.share.sessions": "1"})
     try:
         _topic, tid = make_topic(limited)
         a, b = Member(limited, "g7"), Member(limited, "g7")
