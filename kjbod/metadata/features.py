@@ -8,9 +8,11 @@ kjbod serves these features:
   KIP-966) are not run.
 * `group.version` 0-1: 1 turns on KIP-848's consumer group protocol (ConsumerGroupHeartbeat,
   ConsumerGroupDescribe); at 0 those answer UNSUPPORTED_VERSION, as Kafka 4.0's do.
-* `transaction.version` 0-1: 1 has the transaction coordinator write its `__transaction_state` values in the
-  flexible layout (value version 1), as Kafka's TV_1. Level 2 (KIP-890 part 2: an epoch bump at every transaction
-  end, EndTxn v5) is not run.
+* `transaction.version` 0-2: 1 has the transaction coordinator write its `__transaction_state` values in the
+  flexible layout (value version 1), as Kafka's TV_1; 2 (KIP-890 part 2) tells producers they may speak it:
+  EndTxn v5 (an epoch bump at every transaction end), Produce v12 and TxnOffsetCommit v5 adding partitions to the
+  transaction through the leader.  As in Kafka, the coordinator answers each request by its version; the level
+  picks the value layout and the rules of the coordinator's own aborts (kjbod.broker.txn).
 * `kraft.version` 0-1 (KIP-853), which is not in the image: it is the metadata log's own level (0, static voters;
   1, voters in the log, set by `kjbod format --standalone` / `--initial-controllers`), which ApiVersions reports
   as Kafka does (finalized from the node's log); UpdateFeatures does not change it.
@@ -49,17 +51,18 @@ RELEASES: dict[int, tuple[str, bool]] = {
 }
 LATEST_METADATA_VERSION = 22
 MINIMUM_METADATA_VERSION = 17  # 3.7-IV2: JBOD in KRaft (directory ids in partition records)
+TV_BOOTSTRAP_METADATA_VERSION = 24  # 4.0-IV2: Kafka's bootstrap default for transaction.version 1 and 2
 # The metadata.version from which Kafka makes each level of a feature the bootstrap default (its
 # FeatureVersion.bootstrapMetadataVersion; level 0's is Kafka's first KRaft level).
 BOOTSTRAP_FROM: dict[str, dict[int, int]] = {
     GROUP_VERSION: {0: 1, 1: 22},  # 1: 4.0-IV0
-    TRANSACTION_VERSION: {0: 1, 1: 24, 2: 24},  # 1 and 2: 4.0-IV2
+    TRANSACTION_VERSION: {0: 1, 1: TV_BOOTSTRAP_METADATA_VERSION, 2: TV_BOOTSTRAP_METADATA_VERSION},
 }
 FEATURES_NEED_METADATA_VERSION = 4  # 3.3-IV0: the first level that keeps feature levels in the metadata log
 SUPPORTED: dict[str, tuple[int, int]] = {
     METADATA_VERSION: (MINIMUM_METADATA_VERSION, LATEST_METADATA_VERSION),
     GROUP_VERSION: (0, 1),
-    TRANSACTION_VERSION: (0, 1),
+    TRANSACTION_VERSION: (0, 2),
 }
 
 

@@ -260,9 +260,12 @@ class ProducerStateManager:
         # cleared on the dir's worker: single dict operations).
         self.verifying: dict[int, VerificationEntry] = {}
 
-    def has_ongoing_txn(self, pid: int) -> bool:
+    def has_ongoing_txn(self, pid: int, epoch: int | None = None) -> bool:
+        """Whether the producer has a transaction open here (at `epoch`, when given: Kafka's
+        hasOngoingTransaction, so a transaction.version 2 producer's next transaction, one epoch up, is not taken
+        for the one whose marker has not arrived yet)."""
         entry = self.producers.get(pid)
-        return entry is not None and entry.txn_first_offset >= 0
+        return entry is not None and entry.txn_first_offset >= 0 and (epoch is None or entry.epoch == epoch)
 
     def start_verification(self, pid: int, sequence: int, epoch: int, now_ms: int) -> object:
         """The producer's verification guard, its entry made or updated (Kafka's

@@ -36,7 +36,7 @@ def test_describe_downgrade_upgrade_and_refusals(kjbod_server_factory):
         "metadata.version": {"Feature": "metadata.version", "SupportedMinVersion": "3.7-IV2",
                              "SupportedMaxVersion": "4.0-IV0", "FinalizedVersionLevel": "4.0-IV0"},
         "transaction.version": {"Feature": "transaction.version", "SupportedMinVersion": "0",
-                                "SupportedMaxVersion": "1", "FinalizedVersionLevel": "0"},
+                                "SupportedMaxVersion": "2", "FinalizedVersionLevel": "0"},
         # a static quorum: supported 0-1, finalized 0 (Kafka 3.9's answer)
         "kraft.version": {"Feature": "kraft.version", "SupportedMinVersion": "0", "SupportedMaxVersion": "1",
                           "FinalizedVersionLevel": "0"}}
@@ -160,8 +160,8 @@ def test_group_version_gates_the_consumer_protocol_and_transaction_version_1_wri
     _wait_described(server, "group.version", "1")
     assert _heartbeat(server, "g3", "gv") == (0, 0)
 
-    refused = features(server, "upgrade", "--feature", "transaction.version=2")
-    assert refused.returncode == 1 and "only supports versions 0-1" in refused.stdout
+    refused = features(server, "upgrade", "--feature", "transaction.version=3")
+    assert refused.returncode == 1 and "only supports versions 0-2" in refused.stdout
     up = features(server, "upgrade", "--feature", "transaction.version=1")
     assert (up.returncode, up.stdout) == (0, "transaction.version was upgraded to 1.\n")
     _wait_described(server, "transaction.version", "1")

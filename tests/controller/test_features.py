@@ -63,8 +63,8 @@ def test_a_new_cluster_runs_the_newest_level_until_told_otherwise(ctx):
     ([(MV, 21, 2)], "Invalid update version 21 for feature metadata.version. Broker 2 only supports versions 17-20"),
     ([(MV, 16, 2)], "Local controller 3000 only supports versions 17-22"),
     ([("kraft.version", 1, 1)], "Local controller 3000 does not support this feature."),
-    ([(TV, 2, 1)], "Invalid update version 2 for feature transaction.version. Local controller 3000 only supports "
-                   "versions 0-1"),
+    ([(TV, 3, 1)], "Invalid update version 3 for feature transaction.version. Local controller 3000 only supports "
+                   "versions 0-2"),
     ([(TV, 1, 1)], "Broker 1 does not support this feature."),  # these brokers know metadata.version only
     ([(MV, 19, 1)], "Can't downgrade the version of this feature without setting the upgrade type"),
     ([(MV, -1, 2)], "A feature version cannot be less than 0."),
@@ -125,7 +125,7 @@ def test_group_and_transaction_versions_change_and_their_zero_is_kept():
 def test_kafkas_default_levels_and_dependency_rule():
     # Features.defaultValue: the highest level whose bootstrap metadata.version is not above the given one.
     assert [ft.default_level(GV, mv) for mv in (21, 22, 25)] == [0, 1, 1]
-    assert [ft.default_level(TV, mv) for mv in (22, 23, 24)] == [0, 0, 1]  # 2 is not run by kjbod
+    assert [ft.default_level(TV, mv) for mv in (22, 23, 24)] == [0, 0, 2]  # 4.0-IV2: Kafka's TV_2 default
     assert ft.dependency_refusal(GV, 1, {MV: 3}) == (
         "group.version could not be set to 1 because it depends on metadata.version=4 (3.3-IV0)")
     assert ft.dependency_refusal(GV, 0, {MV: 3}) is None and ft.dependency_refusal(TV, 1, {MV: 17}) is None
