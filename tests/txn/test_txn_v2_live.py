@@ -334,6 +334,49 @@ def test_real_clients_keep_working_at_transaction_version_2(server):
     assert read_all(server, topic, "read_committed") == [b"kept", b"kept-too"]
 
 
+def test_kafka_python_transactions_keep_working_at_transaction_version_2(server):
+    """kafka-python 3's transactional producer (EndTxn v3, AddPartitionsToTxn, AddOffsetsToTxn with
+    TxnOffsetCommit), unchanged, read back by confluent-kafka's read_committed consumer."""
+    from confluent_kafka import Consumer, TopicPartition
+    from kafka import KafkaProducer
+    from kafka.structs import OffsetAndMetadata
+    from kafka.structs import TopicPartition as KTopicPartition
+
+    topic = make_topic(server, partitions=1)
+    group = f"kp-{uuid.uuid4().hex[:6]}"
+    p = KafkaProducer(bootstrap_servers=server.bootstrap, transactional_id=f"kp-{uuid.uuid4().hex[:6]}")
+    try:
+        p.init_transactions()
+        p.begin_transaction()
+        p.send(topic, b"one", partition=0)
+        p.send_offsets_to_transaction({KTopicPartition(topic, 0): OffsetAndMetadata(7, "", -1)}, group)
+        p.commit_transaction()
+        p.begin_transaction()
+        p.send(topic, b"gone", partition=0)
+        p.abort_transaction()
+    finally:
+        p.close()
+    c = Consumer({"bootstrap.servers": server.bootstrap, "group.id": group, "isolation.level": "read_committed",
+                  "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    try:
+        [committed] = c.committed([TopicPartition(topic, 0)], timeout=30)
+        assert committed.offset == 7
+        c.assign([TopicPartition(topic, 0, 0)])
+        got: list[bytes] = []
+        deadline = time.monotonic() + WAIT_S
+        while time.monotonic() < deadline and not got:
+            m = c.poll(0.5)
+            if m is not None and m.error() is None:
+                got.append(m.value())
+        time.sleep(1.0)
+        while (m := c.poll(0.5)) is not None:
+            if m.error() is None:
+                got.append(m.value())
+        assert got == [b"one"]
+    finally:
+        c.close()
+
+
 @pytest.fixture
 def level_1_server(tmp_path):
     s = start_server(tmp_path / "tv1", log_dir_count=1, overrides=OVERRIDES)
