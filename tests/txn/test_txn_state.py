@@ -176,8 +176,11 @@ def test_init_on_an_ongoing_transaction_aborts_it_with_the_epoch_bumped() -> Non
     assert t.value.partitions == (("orders", 0),)
     book.complete(t)
     assert book.init_producer_id(T, 60_000, -1, -1, 3001) == ErrorCode.CONCURRENT_TRANSACTIONS
-    assert book.add_partitions(T, 7, 0, [("orders", 1)], 3001) == ErrorCode.PRODUCER_FENCED
+    # The fenced producer waits while the abort's markers go out (Kafka checks its pending transition first),
+    # then hears it is fenced.
+    assert book.add_partitions(T, 7, 0, [("orders", 1)], 3001) == ErrorCode.CONCURRENT_TRANSACTIONS
     done(book, book.complete_markers(T, 3002))
+    assert book.add_partitions(T, 7, 0, [("orders", 1)], 3002) == ErrorCode.PRODUCER_FENCED
     assert book.txns[T].state == TxnState.COMPLETE_ABORT and not book.txns[T].partitions
     t2 = done(book, book.init_producer_id(T, 60_000, -1, -1, 3003))
     assert t2.value.producer_epoch == 2 and t2.state == TxnState.EMPTY
@@ -313,10 +316,9 @@ def test_v2_end_bumps_the_epoch_and_answers_what_the_producer_goes_on_with() -> 
 def test_v2_retries_and_refusals_follow_kafkas_table() -> None:
     book = started(TxnBook())
     done(book, book.end_txn(T, 7, 0, False, 2000, client_tv=2))
-    # While Prepare*: a retry (the old epoch) of the same outcome waits, the other outcome is refused.
-    assert book.end_txn(T, 7, 0, False, 2000, client_tv=2) == ErrorCode.CONCURRENT_TRANSACTIONS
-    assert book.end_txn(T, 7, 0, True, 2000, client_tv=2) == ErrorCode.INVALID_TXN_STATE
-    assert book.end_txn(T, 7, 1, False, 2000, client_tv=2) == ErrorCode.PRODUCER_FENCED  # not a retry
+    # While Prepare* (Kafka's pending Complete*, the markers going out) every EndTxn waits.
+    for pid, epoch, commit in ((7, 0, False), (7, 0, True), (7, 1, False), (8, 5, True)):
+        assert book.end_txn(T, pid, epoch, commit, 2000, client_tv=2) == ErrorCode.CONCURRENT_TRANSACTIONS
     done(book, book.complete_markers(T, 2001))  # CompleteAbort at epoch 1
     assert book.end_txn(T, 7, 0, False, 2002, client_tv=2) == ErrorCode.NONE  # the retry: success
     assert book.end_txn(T, 7, 0, True, 2002, client_tv=2) == ErrorCode.INVALID_TXN_STATE
@@ -353,6 +355,8 @@ def test_v2_epoch_overflow_rolls_to_the_next_producer_id() -> None:
     assert (t.value.producer_id, t.value.producer_epoch, t.value.next_producer_id) == (7, MAX_EPOCH, 40)
     assert t.continues_as == (40, 0)
     assert rec.read_value(rec.txn_value(t.value, 1)) == t.value  # kept across a coordinator move
+    # The producer, on (40, 0) already, waits while the markers go out (the transaction is still on id 7).
+    assert book.add_partitions(T, 40, 0, [("orders", 1)], 2000, client_tv=2) == ErrorCode.CONCURRENT_TRANSACTIONS
     c = done(book, book.complete_markers(T, 2001))
     assert (c.value.producer_id, c.value.producer_epoch, c.value.next_producer_id, c.value.prev_producer_id) \
         == (40, 0, -1, 7)

@@ -183,12 +183,17 @@ class TxnBook:
     # ------------------------------------------------------------------------------------------ partitions
     def _check_producer(self, tid: str, pid: int, epoch: int) -> int | TxnMetadata:
         m = self.txns.get(tid)
-        if m is None or m.producer_id != pid:
+        if m is None:
+            return ErrorCode.INVALID_PRODUCER_ID_MAPPING
+        # First, as Kafka checks its pending transition first (a Prepare* here is Kafka's pending Complete*, the
+        # markers going out): a transaction.version 2 producer moved to its next producer id asks before the
+        # Complete* that moves the transaction to that id is written, and must wait, not be refused.
+        if m.pending is not None or m.state in PREPARE:
+            return ErrorCode.CONCURRENT_TRANSACTIONS
+        if m.producer_id != pid:
             return ErrorCode.INVALID_PRODUCER_ID_MAPPING
         if epoch != m.producer_epoch:
             return ErrorCode.PRODUCER_FENCED
-        if m.pending is not None or m.state in PREPARE:
-            return ErrorCode.CONCURRENT_TRANSACTIONS
         if m.state in (TxnState.DEAD, TxnState.PREPARE_EPOCH_FENCE):
             return ErrorCode.INVALID_TXN_STATE
         return m
@@ -277,7 +282,8 @@ class TxnBook:
         m = self.txns.get(tid)
         if m is None:
             return ErrorCode.INVALID_PRODUCER_ID_MAPPING
-        if m.pending is not None:  # first: a roll to a new producer id may be what is pending
+        # First (a roll to a new producer id may be what is pending): a Prepare* here is Kafka's pending Complete*.
+        if m.pending is not None or m.state in PREPARE:
             return ErrorCode.CONCURRENT_TRANSACTIONS
         retry_on_overflow = (m.prev_producer_id == pid and epoch == MAX_EPOCH - 1 and m.producer_epoch == 0)
         retry_on_bump = m.producer_epoch == epoch + 1
