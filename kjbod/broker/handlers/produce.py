@@ -206,7 +206,7 @@ def handle(node, request, body: ProduceRequest):
                         big = True
                     txn = None
                     if verify and pd.records[22] & TRANSACTIONAL and len(pd.records) >= RECORDS_COUNT_AT:
-                        txn, ask = _transaction_check(plog, pd.records, now_ms)
+                        txn, ask = _transaction_check(plog, pd.records, now_ms, add)
                         if producer is None:
                             producer = (txn[0], ask[1])
                         elif producer[0] != txn[0]:
@@ -255,7 +255,8 @@ def _hand_over(work: DirWork, item: tuple) -> None:
     work.add(plog.log_dir, item)
 
 
-def _transaction_check(plog, records, now_ms: int) -> tuple[tuple[int, object | None], tuple[bool, int]]:
+def _transaction_check(plog, records, now_ms: int, add: bool = False) \
+        -> tuple[tuple[int, object | None], tuple[bool, int]]:
     """KIP-890 for one transactional batch: ((producer id, guard), (whether the coordinator must be asked, the
     producer's epoch)). A producer with a transaction open here needs no question (its guard None: the worker
     then checks the transaction is still open); else its verification guard is made (Kafka's
@@ -267,7 +268,7 @@ def _transaction_check(plog, records, now_ms: int) -> tuple[tuple[int, object | 
     if plog.producer_state_ready and state.has_ongoing_txn(pid, epoch):
         return (pid, None), (False, epoch)
     sequence = int.from_bytes(records[BASE_SEQUENCE_AT:RECORDS_COUNT_AT], "big", signed=True)
-    return (pid, state.start_verification(pid, sequence, epoch, now_ms)), (True, epoch)
+    return (pid, state.start_verification(pid, sequence, epoch, now_ms, add)), (True, epoch)
 
 
 def _verification_error(index: int, code: int, v: int) -> PartResp:
