@@ -392,3 +392,17 @@ def test_an_end_by_the_older_rules_sets_client_version_0() -> None:
     assert book.txns[T].client_txn_version == 2
     t = done(book, book.end_txn(T, 7, 0, True, 1002))
     assert (t.value.producer_epoch, t.value.client_txn_version) == (0, 0)
+
+
+def test_a_coordinator_abort_at_level_2_bumps_the_last_epoch_too() -> None:
+    """At transaction.version 2 the markers must be above the producer's epoch: a producer at 32766 timed out is
+    aborted at 32767 (at level 0/1 it stays, as before), and its next InitProducerId takes a new id."""
+    for level, want in ((2, MAX_EPOCH), (1, MAX_EPOCH - 1)):
+        book = started(TxnBook())
+        book.server_tv = level
+        book.txns[T].producer_epoch = MAX_EPOCH - 1
+        (t,) = book.timed_out(1000 + 60_001)
+        assert t.value.producer_epoch == want
+        book.complete(t)
+        done(book, book.complete_markers(T, 70_000))
+        assert book.needs_producer_id(T)

@@ -174,8 +174,11 @@ class TxnBook:
 
     def _fence_and_abort(self, m: TxnMetadata, now: int) -> Transit:
         """Bumps the epoch (fencing the producer) and prepares the abort of the Ongoing transaction.  As Kafka's,
-        it ends by the cluster's finalized transaction version (`server_tv`), the coordinator's own request."""
-        epoch = m.producer_epoch + 1 if m.producer_epoch < MAX_EPOCH - 1 else m.producer_epoch
+        it ends by the cluster's finalized transaction version (`server_tv`), the coordinator's own request.  At 2
+        the epoch is bumped up to 32767 (Kafka's TV2 end), so the markers are above the producer's epoch on every
+        partition, as transaction.version 2 leaders require; the next InitProducerId then moves to a new id."""
+        top = MAX_EPOCH if self.server_tv >= TV_2 else MAX_EPOCH - 1
+        epoch = m.producer_epoch + 1 if m.producer_epoch < top else m.producer_epoch
         return self._begin(m, TxnValue(m.producer_id, epoch, m.timeout_ms, TxnState.PREPARE_ABORT,
                                        tuple(sorted(m.partitions)), now, m.start_ms),
                            last_epoch=m.producer_epoch, fenced_abort=True, client_tv=self.server_tv)
