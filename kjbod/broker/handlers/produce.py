@@ -72,9 +72,9 @@ TRANSACTIONAL = 0x10  # the transactional bit of a v2 batch's attributes, in the
 VALIDATE_ON_LOOP_BYTES = 64 * 1024
 # A v2 batch's producer id, epoch and base sequence (big-endian, after the max timestamp).
 PRODUCER_ID_AT, PRODUCER_EPOCH_AT, BASE_SEQUENCE_AT, RECORDS_COUNT_AT = 43, 51, 53, 57
+TV2_PRODUCE_VERSION = 12  # Kafka's produceRequestVersionToTransactionSupportedOperation: above 11 adds partitions
 # What a coordinator that cannot answer now becomes for the producer (Kafka's mapping: NOT_ENOUGH_REPLICAS is
 # retried by every producer and sends none of them to refresh metadata).
-TV2_PRODUCE_VERSION = 12  # Kafka's produceRequestVersionToTransactionSupportedOperation: above 11 adds partitions
 VERIFY_RETRIABLE = frozenset({ErrorCode.CONCURRENT_TRANSACTIONS, ErrorCode.NETWORK_EXCEPTION,
                               ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.COORDINATOR_NOT_AVAILABLE,
                               ErrorCode.NOT_COORDINATOR})
