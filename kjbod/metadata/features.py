@@ -8,7 +8,7 @@ kjbod serves these features:
   - 23 (4.0-IV1): PartitionRecord and PartitionChangeRecord v2 (EligibleLeaderReplicas, LastKnownElr) and
     ClearElrRecord (KIP-966); the metadata records changed, so no downgrade below it.  Below 23 the partition
     records are written at v1 (kjbod.storage.metadata_records.record_versions).
-  - 24 (4.0-IV2): the bootstrap level of transaction.version 1 and 2 (kjbod runs 1).
+  - 24 (4.0-IV2): the bootstrap level of transaction.version 1 and 2.
   - 25 (4.0-IV3): ListOffsets v10 between brokers (KIP-1075); kjbod's brokers already pick the highest version
     both ends serve.
   - 26 (4.1-IV0): eligible.leader.replicas.version 1 becomes the bootstrap level: new clusters keep an ELR.
@@ -25,9 +25,11 @@ kjbod serves these features:
 * `share.version` 0-1: 1 turns on KIP-932's share groups (ShareGroupHeartbeat, ShareGroupDescribe and the other
   share APIs); at 0 those answer UNSUPPORTED_VERSION, as Kafka's broker answers them.  ApiVersions lists the share
   APIs at either level, as Kafka's does.  A cluster formatted below metadata.version 28 (4.2-IV0) starts at 0.
-* `transaction.version` 0-1: 1 has the transaction coordinator write its `__transaction_state` values in the
-  flexible layout (value version 1), as Kafka's TV_1. Level 2 (KIP-890 part 2: an epoch bump at every transaction
-  end, EndTxn v5) is not run.
+* `transaction.version` 0-2: 1 has the transaction coordinator write its `__transaction_state` values in the
+  flexible layout (value version 1), as Kafka's TV_1; 2 (KIP-890 part 2) tells producers they may speak it:
+  EndTxn v5 (an epoch bump at every transaction end), Produce v12 and TxnOffsetCommit v5 adding partitions to the
+  transaction through the leader.  As in Kafka, the coordinator answers each request by its version; the level
+  picks the value layout and the rules of the coordinator's own aborts (kjbod.broker.txn).
 * `kraft.version` 0-1 (KIP-853), which is not in the image: it is the metadata log's own level (0, static voters;
   1, voters in the log, set by `kjbod format --standalone` / `--initial-controllers`), which ApiVersions reports
   as Kafka does (finalized from the node's log); UpdateFeatures does not change it.
@@ -75,11 +77,12 @@ ELR_METADATA_VERSION = 23  # 4.0-IV1: the ELR fields in the partition records (K
 # cluster formatted at an older metadata.version starts with share groups off.
 SHARE_VERSION_BOOTSTRAP_METADATA_VERSION = 28  # 4.2-IV0
 MINIMUM_METADATA_VERSION = 17  # 3.7-IV2: JBOD in KRaft (directory ids in partition records)
+TV_BOOTSTRAP_METADATA_VERSION = 24  # 4.0-IV2: Kafka's bootstrap default for transaction.version 1 and 2
 # The metadata.version from which Kafka makes each level of a feature the bootstrap default (its
 # FeatureVersion.bootstrapMetadataVersion; level 0's is Kafka's first KRaft level).
 BOOTSTRAP_FROM: dict[str, dict[int, int]] = {
     GROUP_VERSION: {0: 1, 1: 22},  # 1: 4.0-IV0
-    TRANSACTION_VERSION: {0: 1, 1: 24, 2: 24},  # 1 and 2: 4.0-IV2
+    TRANSACTION_VERSION: {0: 1, 1: TV_BOOTSTRAP_METADATA_VERSION, 2: TV_BOOTSTRAP_METADATA_VERSION},
     ELR_VERSION: {0: 1, 1: 26},  # 1: 4.1-IV0
     SHARE_VERSION: {0: 1, 1: SHARE_VERSION_BOOTSTRAP_METADATA_VERSION},
 }
@@ -91,7 +94,7 @@ FEATURES_NEED_METADATA_VERSION = 4  # 3.3-IV0: the first level that keeps featur
 SUPPORTED: dict[str, tuple[int, int]] = {
     METADATA_VERSION: (MINIMUM_METADATA_VERSION, LATEST_METADATA_VERSION),
     GROUP_VERSION: (0, 1),
-    TRANSACTION_VERSION: (0, 1),
+    TRANSACTION_VERSION: (0, 2),
     ELR_VERSION: (0, 1),
     SHARE_VERSION: (0, 1),
 }

@@ -128,15 +128,18 @@ class VerificationEntry:
     """KIP-890: a producer whose transactional batch this leader is having its transaction coordinator verify
     (Kafka's VerificationStateEntry). ``guard`` is a fresh object per entry: an append carrying it may start the
     producer's transaction here; one carrying another (or none) may not (kjbod.broker.handlers.produce). The
-    lowest sequence seen since keeps a later batch from starting the transaction before an earlier one."""
+    lowest sequence seen since keeps a later batch from starting the transaction before an earlier one.
+    ``supports_epoch_bump``: made for a transaction.version 2 producer (Produce v12+), whose first batch here must
+    then start at sequence 0 when the partition knows nothing of it (Kafka's check for TV2 producers)."""
 
-    __slots__ = ("timestamp", "guard", "lowest_sequence", "epoch")
+    __slots__ = ("timestamp", "guard", "lowest_sequence", "epoch", "supports_epoch_bump")
 
-    def __init__(self, timestamp: int, sequence: int, epoch: int) -> None:
+    def __init__(self, timestamp: int, sequence: int, epoch: int, supports_epoch_bump: bool = False) -> None:
         self.timestamp = timestamp
         self.guard = object()
         self.lowest_sequence = sequence
         self.epoch = epoch
+        self.supports_epoch_bump = supports_epoch_bump
 
     def update(self, sequence: int, epoch: int) -> None:
         if epoch == self.epoch and sequence < self.lowest_sequence:
@@ -209,6 +212,11 @@ class AppendPlan:
             verifying = self._manager.verifying
             if verifying:
                 ver = verifying.get(pid)
+                if ver is not None and ver.supports_epoch_bump and first_seq != 0 and \
+                        (current is None or not current.batches):
+                    raise OutOfOrderSequenceError(
+                        f"producer {pid}: sequence {first_seq} for a transaction.version 2 producer this partition "
+                        "has no state for (expected sequence 0)")
                 if ver is not None and first_seq > ver.lowest_sequence:
                     raise OutOfOrderSequenceError(
                         f"producer {pid}: sequence {first_seq} is above the earliest seen {ver.lowest_sequence} "
@@ -260,16 +268,20 @@ class ProducerStateManager:
         # cleared on the dir's worker: single dict operations).
         self.verifying: dict[int, VerificationEntry] = {}
 
-    def has_ongoing_txn(self, pid: int) -> bool:
+    def has_ongoing_txn(self, pid: int, epoch: int | None = None) -> bool:
+        """Whether the producer has a transaction open here (at `epoch`, when given: Kafka's
+        hasOngoingTransaction, so a transaction.version 2 producer's next transaction, one epoch up, is not taken
+        for the one whose marker has not arrived yet)."""
         entry = self.producers.get(pid)
-        return entry is not None and entry.txn_first_offset >= 0
+        return entry is not None and entry.txn_first_offset >= 0 and (epoch is None or entry.epoch == epoch)
 
-    def start_verification(self, pid: int, sequence: int, epoch: int, now_ms: int) -> object:
+    def start_verification(self, pid: int, sequence: int, epoch: int, now_ms: int,
+                           supports_epoch_bump: bool = False) -> object:
         """The producer's verification guard, its entry made or updated (Kafka's
         maybeCreateVerificationStateEntry)."""
         entry = self.verifying.get(pid)
         if entry is None:
-            entry = self.verifying[pid] = VerificationEntry(now_ms, sequence, epoch)
+            entry = self.verifying[pid] = VerificationEntry(now_ms, sequence, epoch, supports_epoch_bump)
         entry.update(sequence, epoch)
         return entry.guard
 

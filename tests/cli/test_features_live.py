@@ -39,7 +39,7 @@ def test_describe_downgrade_upgrade_and_refusals(kjbod_server_factory):
                                              "SupportedMinVersion": "0", "SupportedMaxVersion": "1",
                                              "FinalizedVersionLevel": "0"},
         "transaction.version": {"Feature": "transaction.version", "SupportedMinVersion": "0",
-                                "SupportedMaxVersion": "1", "FinalizedVersionLevel": "0"},
+                                "SupportedMaxVersion": "2", "FinalizedVersionLevel": "0"},
         # share groups start on from 4.2-IV0 only, as in Kafka
         "share.version": {"Feature": "share.version", "SupportedMinVersion": "0", "SupportedMaxVersion": "1",
                           "FinalizedVersionLevel": "0"},
@@ -88,7 +88,7 @@ def test_describe_downgrade_upgrade_and_refusals(kjbod_server_factory):
                               "eligible.leader.replicas.version=0\nshare.version=0\n")
     mapping = subprocess.run([*KJBOD, "features", "--bootstrap-server", "127.0.0.1:1", "version-mapping"],
                              capture_output=True, text=True, timeout=60)
-    assert mapping.stdout == ("metadata.version=29 (4.2-IV1)\ntransaction.version=1\ngroup.version=1\n"
+    assert mapping.stdout == ("metadata.version=29 (4.2-IV1)\ntransaction.version=2\ngroup.version=1\n"
                               "eligible.leader.replicas.version=1\nshare.version=1\n")
 
     # Up to the latest level and the ELR on; 4.0-IV1 changed the partition records, so no way back below it.
@@ -189,8 +189,8 @@ def test_group_version_gates_the_consumer_protocol_and_transaction_version_1_wri
     _wait_described(server, "group.version", "1")
     assert _heartbeat(server, "g3", "gv") == (0, 0)
 
-    refused = features(server, "upgrade", "--feature", "transaction.version=2")
-    assert refused.returncode == 1 and "only supports versions 0-1" in refused.stdout
+    refused = features(server, "upgrade", "--feature", "transaction.version=3")
+    assert refused.returncode == 1 and "only supports versions 0-2" in refused.stdout
     up = features(server, "upgrade", "--feature", "transaction.version=1")
     assert (up.returncode, up.stdout) == (0, "transaction.version was upgraded to 1.\n")
     _wait_described(server, "transaction.version", "1")

@@ -50,10 +50,9 @@ def update(ctx: Ctx, req: UpdateFeaturesRequest, version: int = 1):
 def test_a_new_cluster_runs_the_newest_level_until_told_otherwise():
     ctx = Ctx()
     ctx.live_broker(1, features=supporting(17, 29))
-    # metadata.version 4.2-IV1, and Kafka's defaults at it: group.version 1 (from 4.0-IV0), transaction.version 1
-    # (Kafka's 2, capped at what kjbod runs: both are defaults from 4.0-IV2), eligible.leader.replicas.version 1
-    # (from 4.1-IV0).
-    assert ft.finalized(ctx.image) == {MV: 29, GV: 1, TV: 1, ELR: 1, SV: 1}
+    # metadata.version 4.2-IV1, and Kafka's defaults at it: group.version 1 (from 4.0-IV0), transaction.version 2
+    # (from 4.0-IV2), eligible.leader.replicas.version 1 (from 4.1-IV0), share.version 1 (from 4.2-IV0).
+    assert ft.finalized(ctx.image) == {MV: 29, GV: 1, TV: 2, ELR: 1, SV: 1}
     resp = update(ctx, request((MV, 23, 2)))  # a safe downgrade: no level between 23 and 29 changed the records
     assert (resp.error_code, [(r.feature, r.error_code) for r in resp.results]) == (0, [(MV, 0)])
     assert ft.finalized(ctx.image)[MV] == 23
@@ -78,8 +77,8 @@ def old(ctx) -> Ctx:
     ([(MV, 22, 1)], "Invalid update version 22 for feature metadata.version. Broker 1 only supports versions 17-21"),
     ([(MV, 16, 2)], "Local controller 3000 only supports versions 17-29"),
     ([("kraft.version", 1, 1)], "Local controller 3000 does not support this feature."),
-    ([(TV, 2, 1)], "Invalid update version 2 for feature transaction.version. Local controller 3000 only supports "
-                   "versions 0-1"),
+    ([(TV, 3, 1)], "Invalid update version 3 for feature transaction.version. Local controller 3000 only supports "
+                   "versions 0-2"),
     ([(TV, 1, 1)], "Broker 1 does not support this feature."),  # these brokers know metadata.version only
     ([(MV, 19, 1)], "Can't downgrade the version of this feature without setting the upgrade type"),
     ([(MV, -1, 2)], "A feature version cannot be less than 0."),
@@ -146,15 +145,15 @@ def test_release_names_and_levels():
 def test_bootstrap_levels_follow_the_release():
     assert ft.bootstrap_levels(21) == {MV: 21, GV: 0, TV: 0, ELR: 0, SV: 0}
     assert ft.bootstrap_levels(22) == {MV: 22, GV: 1, TV: 0, ELR: 0, SV: 0}
-    assert ft.bootstrap_levels(24) == {MV: 24, GV: 1, TV: 1, ELR: 0, SV: 0}
-    assert ft.bootstrap_levels(26) == {MV: 26, GV: 1, TV: 1, ELR: 1, SV: 0}
-    assert ft.bootstrap_levels(28) == {MV: 28, GV: 1, TV: 1, ELR: 1, SV: 1}
+    assert ft.bootstrap_levels(24) == {MV: 24, GV: 1, TV: 2, ELR: 0, SV: 0}
+    assert ft.bootstrap_levels(26) == {MV: 26, GV: 1, TV: 2, ELR: 1, SV: 0}
+    assert ft.bootstrap_levels(28) == {MV: 28, GV: 1, TV: 2, ELR: 1, SV: 1}
 
 
 def test_group_and_transaction_versions_change_and_their_zero_is_kept():
     ctx = Ctx()
     ctx.live_broker(1, features=supporting(17, 22, group_version=(0, 1), transaction_version=(0, 1)))
-    assert update(ctx, request((TV, 1, 1), (GV, 0, 2))).error_code == 0
+    assert update(ctx, request((TV, 1, 2), (GV, 0, 2))).error_code == 0  # both down from a new cluster's levels
     assert ft.finalized(ctx.image) == {MV: 29, GV: 0, TV: 1, ELR: 1, SV: 1}  # group.version 0 stays 0, not the bootstrap 1
     assert not ft.consumer_protocol_enabled(ctx.image)
     assert update(ctx, request((GV, 1, 1))).error_code == 0
@@ -166,7 +165,7 @@ def test_group_and_transaction_versions_change_and_their_zero_is_kept():
 def test_kafkas_default_levels_and_dependency_rule():
     # Features.defaultValue: the highest level whose bootstrap metadata.version is not above the given one.
     assert [ft.default_level(GV, mv) for mv in (21, 22, 25)] == [0, 1, 1]
-    assert [ft.default_level(TV, mv) for mv in (22, 23, 24)] == [0, 0, 1]  # 2 is not run by kjbod
+    assert [ft.default_level(TV, mv) for mv in (22, 23, 24)] == [0, 0, 2]  # 4.0-IV2: Kafka's TV_2 default
     assert ft.dependency_refusal(GV, 1, {MV: 3}) == (
         "group.version could not be set to 1 because it depends on metadata.version=4 (3.3-IV0)")
     assert ft.dependency_refusal(GV, 0, {MV: 3}) is None and ft.dependency_refusal(TV, 1, {MV: 17}) is None

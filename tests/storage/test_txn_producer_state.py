@@ -277,3 +277,20 @@ def test_a_transaction_opens_only_with_the_verification_guard(tmp_path) -> None:
     state.start_verification(B, 0, 0, now_ms=2000)
     plog.expire_producers(2000 + 10, 10)
     assert state.verification_guard(B) is None
+
+
+def test_a_tv2_producer_unknown_here_must_start_at_sequence_0(tmp_path) -> None:
+    """Kafka's check for transaction.version 2 producers (a verification made for Produce v12+): with no state
+    for the producer on the partition, a first batch not at sequence 0 is out of order; a TV0/1 one is taken."""
+    from kjbod.storage.errors import OutOfOrderSequenceError
+
+    plog = new_log(tmp_path)
+    state = plog.producer_state
+    state.start_verification(A, 5, 0, now_ms=1000, supports_epoch_bump=True)
+    with pytest.raises(OutOfOrderSequenceError):
+        plog.append(data(A, 5))
+    state.verifying.pop(A)
+    state.start_verification(B, 5, 0, now_ms=1000)  # transaction.version 0/1: as before
+    assert plog.append(data(B, 5)).base_offset == 0
+    state.start_verification(A, 0, 0, now_ms=1001, supports_epoch_bump=True)
+    assert plog.append(data(A, 0)).base_offset == 1

@@ -49,22 +49,48 @@ def test_value_version_1_is_written_in_the_flexible_layout() -> None:
     assert raw == (struct.pack(">hqhib", 1, 5, 3, 60_000, 1) + bytes([2]) + bytes([2]) + b"t" + bytes([3])
                    + struct.pack(">ii", 0, 2) + b"\x00" + struct.pack(">qq", 111, 100) + b"\x00")
     assert rec.read_value(raw) == v
-    empty = TxnValue(5, 4, 60_000, TxnState.COMPLETE_ABORT, (), 112, 100)
+    done_ = TxnValue(5, 4, 60_000, TxnState.COMPLETE_ABORT, (), 112, 100)
+    assert rec.txn_value(done_, 1)[2 + 8 + 2 + 4 + 1] == 1  # an empty compact array (length + 1)
+    assert rec.read_value(rec.txn_value(done_, 1)) == done_
+    empty = TxnValue(5, 4, 60_000, TxnState.EMPTY, (), 112, -1)
     assert rec.txn_value(empty, 1)[2 + 8 + 2 + 4 + 1] == 0  # a null compact array
     assert rec.read_value(rec.txn_value(empty, 1)) == empty
 
 
-def test_a_complete_transaction_is_written_with_null_partitions() -> None:
+def test_only_an_empty_transaction_is_written_with_null_partitions() -> None:
+    """Kafka's TransactionLog: null for Empty, an array (empty here) for every other state."""
     v = TxnValue(5, 3, 60_000, TxnState.COMPLETE_COMMIT, (), 111, 100)
     raw = rec.txn_value(v)
-    assert raw[2 + 8 + 2 + 4 + 1:2 + 8 + 2 + 4 + 1 + 4] == b"\xff\xff\xff\xff"
+    assert raw[2 + 8 + 2 + 4 + 1:2 + 8 + 2 + 4 + 1 + 4] == b"\x00\x00\x00\x00"
     assert rec.read_value(raw) == v
+    e = TxnValue(5, 3, 60_000, TxnState.EMPTY, (), 111, -1)
+    raw = rec.txn_value(e)
+    assert raw[2 + 8 + 2 + 4 + 1:2 + 8 + 2 + 4 + 1 + 4] == b"\xff\xff\xff\xff"
+    assert rec.read_value(raw) == e
+
+
+def test_value_version_1_tagged_fields_in_kafkas_layout() -> None:
+    """Tags 0 PreviousProducerId (int64), 1 NextProducerId (int64), 2 ClientTransactionVersion (int16), each
+    written only when not its default, in tag order: count, then (tag, size, bytes) each."""
+    v = TxnValue(5, 32767, 60_000, TxnState.PREPARE_COMMIT, (("t", 0),), 111, 100, prev_producer_id=5,
+                 next_producer_id=9, client_txn_version=2)
+    raw = rec.txn_value(v, 1)
+    head = struct.pack(">hqhib", 1, 5, 32767, 60_000, 2) + bytes([2, 2]) + b"t" + bytes([2]) \
+        + struct.pack(">i", 0) + b"\x00" + struct.pack(">qq", 111, 100)
+    assert raw == head + bytes([3, 0, 8]) + struct.pack(">q", 5) + bytes([1, 8]) + struct.pack(">q", 9) \
+        + bytes([2, 2]) + struct.pack(">h", 2)
+    assert rec.read_value(raw) == v
+    # Version 0 has no tagged fields: they are left out and read back at their defaults.
+    assert rec.read_value(rec.txn_value(v, 0)) == TxnValue(5, 32767, 60_000, TxnState.PREPARE_COMMIT,
+                                                           (("t", 0),), 111, 100)
+    with pytest.raises(rec.TxnRecordError):  # a tag of the wrong size is named, not a traceback
+        rec.read_value(head + bytes([1, 2, 4]) + b"\x00" * 4)
 
 
 def test_value_version_1_flexible_is_read() -> None:
     # compact topic "t" with partitions [4], then tagged fields (one unknown tag skipped), timestamps, tags.
     body = (struct.pack(">hqhib", 1, 9, 2, 1000, 2) + bytes([2]) + bytes([2]) + b"t" + bytes([2])
-            + struct.pack(">i", 4) + bytes([0]) + struct.pack(">qq", 5, 4) + bytes([1, 0, 8]) + b"\x00" * 8)
+            + struct.pack(">i", 4) + bytes([0]) + struct.pack(">qq", 5, 4) + bytes([1, 5, 8]) + b"\x00" * 8)
     assert rec.read_value(body) == TxnValue(9, 2, 1000, TxnState.PREPARE_COMMIT, (("t", 4),), 5, 4)
 
 
@@ -150,8 +176,11 @@ def test_init_on_an_ongoing_transaction_aborts_it_with_the_epoch_bumped() -> Non
     assert t.value.partitions == (("orders", 0),)
     book.complete(t)
     assert book.init_producer_id(T, 60_000, -1, -1, 3001) == ErrorCode.CONCURRENT_TRANSACTIONS
-    assert book.add_partitions(T, 7, 0, [("orders", 1)], 3001) == ErrorCode.PRODUCER_FENCED
+    # The fenced producer waits while the abort's markers go out (Kafka checks its pending transition first),
+    # then hears it is fenced.
+    assert book.add_partitions(T, 7, 0, [("orders", 1)], 3001) == ErrorCode.CONCURRENT_TRANSACTIONS
     done(book, book.complete_markers(T, 3002))
+    assert book.add_partitions(T, 7, 0, [("orders", 1)], 3002) == ErrorCode.PRODUCER_FENCED
     assert book.txns[T].state == TxnState.COMPLETE_ABORT and not book.txns[T].partitions
     t2 = done(book, book.init_producer_id(T, 60_000, -1, -1, 3003))
     assert t2.value.producer_epoch == 2 and t2.state == TxnState.EMPTY
@@ -266,3 +295,114 @@ def test_verify_only_answers_per_partition_and_adds_nothing() -> None:
     assert book.verify_partitions(T, 7, 0, asked) == dict.fromkeys(asked, ErrorCode.CONCURRENT_TRANSACTIONS)
     done(book, book.complete_markers(T, 4000))
     assert book.verify_partitions(T, 7, 0, asked) == dict.fromkeys(asked, ErrorCode.TRANSACTION_ABORTABLE)
+
+
+# ------------------------------------------------------------------------------------------------ transaction.version 2
+def test_v2_end_bumps_the_epoch_and_answers_what_the_producer_goes_on_with() -> None:
+    book = started(TxnBook())
+    t = done(book, book.end_txn(T, 7, 0, True, 2000, client_tv=2))
+    assert (t.state, t.value.producer_epoch, t.last_producer_epoch) == (TxnState.PREPARE_COMMIT, 1, 0)
+    assert t.continues_as == (7, 1)
+    assert (t.value.client_txn_version, t.value.prev_producer_id, t.value.next_producer_id) == (2, 7, -1)
+    c = done(book, book.complete_markers(T, 2001))
+    assert (c.state, c.value.producer_id, c.value.producer_epoch) == (TxnState.COMPLETE_COMMIT, 7, 1)
+    assert c.value.client_txn_version == 2  # kept from the Prepare*
+    # The next transaction runs at the bumped epoch; the old one is fenced.
+    assert book.add_partitions(T, 7, 0, [("orders", 0)], 2002, client_tv=2) == ErrorCode.PRODUCER_FENCED
+    done(book, book.add_partitions(T, 7, 1, [("orders", 0)], 2002, client_tv=2))
+    assert book.txns[T].state == TxnState.ONGOING
+
+
+def test_v2_retries_and_refusals_follow_kafkas_table() -> None:
+    book = started(TxnBook())
+    done(book, book.end_txn(T, 7, 0, False, 2000, client_tv=2))
+    # While Prepare* (Kafka's pending Complete*, the markers going out) every EndTxn waits.
+    for pid, epoch, commit in ((7, 0, False), (7, 0, True), (7, 1, False), (8, 5, True)):
+        assert book.end_txn(T, pid, epoch, commit, 2000, client_tv=2) == ErrorCode.CONCURRENT_TRANSACTIONS
+    done(book, book.complete_markers(T, 2001))  # CompleteAbort at epoch 1
+    assert book.end_txn(T, 7, 0, False, 2002, client_tv=2) == ErrorCode.NONE  # the retry: success
+    assert book.end_txn(T, 7, 0, True, 2002, client_tv=2) == ErrorCode.INVALID_TXN_STATE
+    assert book.end_txn(T, 7, 1, True, 2002, client_tv=2) == ErrorCode.INVALID_TXN_STATE  # nothing to commit
+    assert book.end_txn(T, 7, 5, False, 2002, client_tv=2) == ErrorCode.PRODUCER_FENCED
+    assert book.end_txn(T, 8, 1, False, 2002, client_tv=2) == ErrorCode.INVALID_PRODUCER_ID_MAPPING
+    # An abort at the current epoch with nothing added: an empty transaction aborted, the epoch bumped.
+    t = done(book, book.end_txn(T, 7, 1, False, 2003, client_tv=2))
+    assert (t.state, t.value.producer_epoch, t.value.partitions, t.value.start_ms) == \
+        (TxnState.PREPARE_ABORT, 2, (), 2003)
+    assert done(book, book.complete_markers(T, 2004)).value.producer_epoch == 2
+
+
+def test_v2_empty_transaction_abort_and_commit() -> None:
+    book = TxnBook()
+    done(book, book.init_producer_id(T, 60_000, -1, -1, 1000, fresh_pid=7))
+    assert book.end_txn(T, 7, 0, True, 1001, client_tv=2) == ErrorCode.INVALID_TXN_STATE
+    t = done(book, book.end_txn(T, 7, 0, False, 1001, client_tv=2))
+    assert (t.state, t.continues_as) == (TxnState.PREPARE_ABORT, (7, 1))
+    # The same request at transaction.version 0/1 (EndTxn v4) keeps Kafka's older rules.
+    book2 = TxnBook()
+    done(book2, book2.init_producer_id(T, 60_000, -1, -1, 1000, fresh_pid=7))
+    assert book2.end_txn(T, 7, 0, False, 1001) == ErrorCode.INVALID_TXN_STATE
+
+
+def test_v2_epoch_overflow_rolls_to_the_next_producer_id() -> None:
+    book = started(TxnBook())
+    m = book.txns[T]
+    m.producer_epoch = MAX_EPOCH - 1  # 32766: the last epoch a producer may hold
+    assert book.needs_producer_id_to_end(T)
+    assert book.end_txn(T, 7, MAX_EPOCH - 1, True, 2000, client_tv=2) == ErrorCode.COORDINATOR_NOT_AVAILABLE
+    t = done(book, book.end_txn(T, 7, MAX_EPOCH - 1, True, 2000, client_tv=2, fresh_pid=40))
+    # Prepare*: the old id at 32767 (the markers' epoch), the next id recorded; the producer goes on as (40, 0).
+    assert (t.value.producer_id, t.value.producer_epoch, t.value.next_producer_id) == (7, MAX_EPOCH, 40)
+    assert t.continues_as == (40, 0)
+    assert rec.read_value(rec.txn_value(t.value, 1)) == t.value  # kept across a coordinator move
+    # The producer, on (40, 0) already, waits while the markers go out (the transaction is still on id 7).
+    assert book.add_partitions(T, 40, 0, [("orders", 1)], 2000, client_tv=2) == ErrorCode.CONCURRENT_TRANSACTIONS
+    c = done(book, book.complete_markers(T, 2001))
+    assert (c.value.producer_id, c.value.producer_epoch, c.value.next_producer_id, c.value.prev_producer_id) \
+        == (40, 0, -1, 7)
+    # A retry with the old id at 32766 is recognised (Kafka's retryOnOverflow) and answered success.
+    assert book.end_txn(T, 7, MAX_EPOCH - 1, True, 2002, client_tv=2) == ErrorCode.NONE
+    assert book.end_txn(T, 7, MAX_EPOCH - 1, False, 2002, client_tv=2) == ErrorCode.INVALID_TXN_STATE
+    done(book, book.add_partitions(T, 40, 0, [("orders", 1)], 2003, client_tv=2))
+
+
+def test_v2_overflow_survives_a_load_between_prepare_and_complete() -> None:
+    """A coordinator that loads a Prepare* with a NextProducerId completes it onto that id."""
+    value = TxnValue(7, MAX_EPOCH, 60_000, TxnState.PREPARE_COMMIT, (("orders", 0),), 10, 5,
+                     prev_producer_id=7, next_producer_id=40, client_txn_version=2)
+    book = TxnBook()
+    book.load(T, rec.read_value(rec.txn_value(value, 1)))
+    c = done(book, book.complete_markers(T, 11))
+    assert (c.value.producer_id, c.value.producer_epoch) == (40, 0)
+
+
+def test_coordinator_aborts_use_the_finalized_level() -> None:
+    book = started(TxnBook())
+    book.server_tv = 2
+    (t,) = book.timed_out(1000 + 60_001)
+    assert (t.value.producer_epoch, t.value.client_txn_version) == (1, 2)
+
+
+def test_an_end_by_the_older_rules_sets_client_version_0() -> None:
+    """A transaction a TV2 leader added to, ended with EndTxn v4: its markers carry transaction version 0 (not
+    checked against the bumped epoch), as Kafka's endTransactionWithTV1 sets it."""
+    book = TxnBook()
+    done(book, book.init_producer_id(T, 60_000, -1, -1, 1000, fresh_pid=7))
+    done(book, book.add_partitions(T, 7, 0, [("orders", 0)], 1001, client_tv=2))
+    assert book.txns[T].client_txn_version == 2
+    t = done(book, book.end_txn(T, 7, 0, True, 1002))
+    assert (t.value.producer_epoch, t.value.client_txn_version) == (0, 0)
+
+
+def test_a_coordinator_abort_at_level_2_bumps_the_last_epoch_too() -> None:
+    """At transaction.version 2 the markers must be above the producer's epoch: a producer at 32766 timed out is
+    aborted at 32767 (at level 0/1 it stays, as before), and its next InitProducerId takes a new id."""
+    for level, want in ((2, MAX_EPOCH), (1, MAX_EPOCH - 1)):
+        book = started(TxnBook())
+        book.server_tv = level
+        book.txns[T].producer_epoch = MAX_EPOCH - 1
+        (t,) = book.timed_out(1000 + 60_001)
+        assert t.value.producer_epoch == want
+        book.complete(t)
+        done(book, book.complete_markers(T, 70_000))
+        assert book.needs_producer_id(T)

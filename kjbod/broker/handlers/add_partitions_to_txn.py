@@ -7,7 +7,9 @@ whether a transactional batch's partition is in the producer's ongoing transacti
 TRANSACTION_ABORTABLE per partition, kjbod.broker.txn.state.TxnBook.verify_partitions); it needs CLUSTER_ACTION
 on the cluster (else the whole request answers CLUSTER_AUTHORIZATION_FAILED at the top) and checks no topic
 ACL.  v5 same as v4 (TRANSACTION_ABORTABLE was new to it; kjbod answers it to v4 too, as Kafka's coordinator
-does, and the leader maps it for the producer).
+does, and the leader maps it for the producer).  A v4+ transaction without VerifyOnly is a leader adding the
+partitions of a transaction.version 2 producer's batch (Produce v12+, TxnOffsetCommit v5; KIP-890 part 2): the
+transaction then keeps ClientTransactionVersion 2; a producer's own v0-3 request sets it to 0, as in Kafka.
 
 The transaction coordinator (kjbod.broker.txn) adds the partitions to the producer's transaction, starting it,
 and answers once that is written.  One error answers every partition, except that partitions of topics this
@@ -58,7 +60,9 @@ async def _one(node, tid: str, pid: int, epoch: int, verify_only: bool, topics: 
         return codes
     if verify_only:
         return coordinator_of(node).verify_partitions(tid, pid, epoch, asked)
-    code = await coordinator_of(node).add_partitions(tid, pid, epoch, asked)
+    # Kafka's transactionVersionForAddPartitionsToTxn: v4 and up (a partition leader adding the partitions of a
+    # Produce v12+ or TxnOffsetCommit v5 batch, KIP-890 part 2) is transaction.version 2, v0-3 (a producer's own) 0.
+    code = await coordinator_of(node).add_partitions(tid, pid, epoch, asked, 2 if version >= 4 else 0)
     if code == ErrorCode.PRODUCER_FENCED and version < 2:
         code = ErrorCode.INVALID_PRODUCER_EPOCH
     return dict.fromkeys(asked, code)

@@ -31,6 +31,13 @@ COORDINATOR_NOT_AVAILABLE, CONCURRENT_TRANSACTIONS, a network error) answers NOT
 producer retries, as Kafka maps it. The dir's worker checks again as it appends
 (PartitionLog.check_transaction_guard): a transactional batch starts a transaction only with the guard the
 verification made, so a transaction that ended meanwhile is not reopened.
+
+KIP-890 part 2: a transactional batch in Produce v12 or later (a producer speaking transaction.version 2, which
+sends no AddPartitionsToTxn) is held the same way, but the leader asks the coordinator to add the partition to
+the producer's transaction (AddPartitionsToTxn v5 without VerifyOnly), whether or not verification is enabled;
+the coordinator's refusal (an old epoch: INVALID_PRODUCER_EPOCH; another producer id:
+INVALID_PRODUCER_ID_MAPPING; a transaction being ended: NOT_ENOUGH_REPLICAS, retried) is the batch's answer and
+nothing is written.
 """
 
 from __future__ import annotations
@@ -65,6 +72,7 @@ TRANSACTIONAL = 0x10  # the transactional bit of a v2 batch's attributes, in the
 VALIDATE_ON_LOOP_BYTES = 64 * 1024
 # A v2 batch's producer id, epoch and base sequence (big-endian, after the max timestamp).
 PRODUCER_ID_AT, PRODUCER_EPOCH_AT, BASE_SEQUENCE_AT, RECORDS_COUNT_AT = 43, 51, 53, 57
+TV2_PRODUCE_VERSION = 12  # Kafka's produceRequestVersionToTransactionSupportedOperation: above 11 adds partitions
 # What a coordinator that cannot answer now becomes for the producer (Kafka's mapping: NOT_ENOUGH_REPLICAS is
 # retried by every producer and sends none of them to refresh metadata).
 VERIFY_RETRIABLE = frozenset({ErrorCode.CONCURRENT_TRANSACTIONS, ErrorCode.NETWORK_EXCEPTION,
@@ -128,7 +136,10 @@ def handle(node, request, body: ProduceRequest):
     coordinator = getattr(request, "coordinator_origin", False)
     # KIP-890: the transactional batches of producers with no transaction open on their partition wait for the
     # coordinator's word: (item, (topic, partition)) each, and the producer they are for.
-    verify = body.transactional_id is not None and not coordinator and verification_enabled(node)
+    # KIP-890 part 2: from v12 the producer speaks transaction.version 2 and the leader adds the partition to the
+    # transaction itself (whatever transaction.partition.verification.enable says, as Kafka's ADD_PARTITION).
+    add = v >= TV2_PRODUCE_VERSION
+    verify = body.transactional_id is not None and not coordinator and (add or verification_enabled(node))
     held: list[tuple[tuple, tuple[str, int]]] = []
     producer: tuple[int, int] | None = None
     # As Kafka: a transactional producer needs WRITE on its transactional id.
@@ -195,7 +206,7 @@ def handle(node, request, body: ProduceRequest):
                         big = True
                     txn = None
                     if verify and pd.records[22] & TRANSACTIONAL and len(pd.records) >= RECORDS_COUNT_AT:
-                        txn, ask = _transaction_check(plog, pd.records, now_ms)
+                        txn, ask = _transaction_check(plog, pd.records, now_ms, add)
                         if producer is None:
                             producer = (txn[0], ask[1])
                         elif producer[0] != txn[0]:
@@ -214,7 +225,7 @@ def handle(node, request, body: ProduceRequest):
                     parts.append(None)
         responses.append((name, td.topic_id, parts))
     if held and producer is not None and body.transactional_id is not None:
-        return _after_verification(node, body.transactional_id, producer, held, v, work,
+        return _after_verification(node, body.transactional_id, producer, held, v, work, add,
                                    lambda: _run(node, work, responses, waits, acks, timeout_ms, now_ms, v, big))
     return _run(node, work, responses, waits, acks, timeout_ms, now_ms, v, big)
 
@@ -244,7 +255,8 @@ def _hand_over(work: DirWork, item: tuple) -> None:
     work.add(plog.log_dir, item)
 
 
-def _transaction_check(plog, records, now_ms: int) -> tuple[tuple[int, object | None], tuple[bool, int]]:
+def _transaction_check(plog, records, now_ms: int, add: bool = False) \
+        -> tuple[tuple[int, object | None], tuple[bool, int]]:
     """KIP-890 for one transactional batch: ((producer id, guard), (whether the coordinator must be asked, the
     producer's epoch)). A producer with a transaction open here needs no question (its guard None: the worker
     then checks the transaction is still open); else its verification guard is made (Kafka's
@@ -253,10 +265,10 @@ def _transaction_check(plog, records, now_ms: int) -> tuple[tuple[int, object | 
     pid = int.from_bytes(records[PRODUCER_ID_AT:PRODUCER_EPOCH_AT], "big", signed=True)
     epoch = int.from_bytes(records[PRODUCER_EPOCH_AT:BASE_SEQUENCE_AT], "big", signed=True)
     state = plog.producer_state
-    if plog.producer_state_ready and state.has_ongoing_txn(pid):
+    if plog.producer_state_ready and state.has_ongoing_txn(pid, epoch):
         return (pid, None), (False, epoch)
     sequence = int.from_bytes(records[BASE_SEQUENCE_AT:RECORDS_COUNT_AT], "big", signed=True)
-    return (pid, state.start_verification(pid, sequence, epoch, now_ms)), (True, epoch)
+    return (pid, state.start_verification(pid, sequence, epoch, now_ms, add)), (True, epoch)
 
 
 def _verification_error(index: int, code: int, v: int) -> PartResp:
@@ -271,14 +283,15 @@ def _verification_error(index: int, code: int, v: int) -> PartResp:
     return _error(index, code, None, v)
 
 
-def _after_verification(node, tid: str, producer: tuple[int, int], held, v: int, work: DirWork, run) -> Later:
+def _after_verification(node, tid: str, producer: tuple[int, int], held, v: int, work: DirWork, add: bool,
+                        run) -> Later:
     """The request's answer once the coordinator has answered for its held batches: those verified are handed to
     their dirs with the others, the rest answered with the mapped error."""
     out = Later()
 
     async def verify_then_append() -> None:
         try:
-            codes = await verifier_of(node).verify(tid, producer[0], producer[1], [tp for _, tp in held])
+            codes = await verifier_of(node).verify(tid, producer[0], producer[1], [tp for _, tp in held], add)
             for item, tp in held:
                 code = codes.get(tp, ErrorCode.NONE)
                 if code:

@@ -13,6 +13,11 @@ transaction first (AddOffsetsToTxn): checked in-process when this broker coordin
 (kjbod.broker.txn.verification) unless the producer has a transaction open on that partition already; Kafka's
 mapping of the answer: NETWORK_EXCEPTION becomes COORDINATOR_LOAD_IN_PROGRESS, TRANSACTION_ABORTABLE becomes
 INVALID_TXN_STATE below v4.
+
+v5 is sent by producers speaking transaction.version 2 (KIP-890 part 2), which send no AddOffsetsToTxn: the
+group's offsets partition is added to the transaction here (in-process when this broker coordinates the
+transaction, else AddPartitionsToTxn v5 without VerifyOnly to its coordinator), whether or not verification is
+enabled, and the coordinator's refusal is each partition's answer.
 """
 
 from __future__ import annotations
@@ -30,6 +35,8 @@ from kjbod.protocol.generated.txn_offset_commit_response import (
     TxnOffsetCommitResponsePartition as PartResp,
 )
 from kjbod.protocol.generated.txn_offset_commit_response import TxnOffsetCommitResponseTopic as TopicResp
+
+TV2_TXN_OFFSET_COMMIT_VERSION = 5  # Kafka: above 4 adds the group's partition to the transaction (KIP-890 part 2)
 
 
 def _answer(body: TxnOffsetCommitRequest, codes: dict[tuple[str, int], int]) -> TxnOffsetCommitResponse:
@@ -75,7 +82,13 @@ async def handle(node, request, body: TxnOffsetCommitRequest) -> TxnOffsetCommit
         if code:
             codes.update(dict.fromkeys(offsets, code))
             offsets = {}
-    if offsets and txns.status(body.transactional_id) == ErrorCode.NONE:
+    offsets_tp = (OFFSETS_TOPIC, coordinator.partition_of(body.group_id))
+    if offsets and v >= TV2_TXN_OFFSET_COMMIT_VERSION:
+        code = await _verified(node, body, offsets_tp, v, add=True)
+        if code:
+            codes.update(dict.fromkeys(offsets, code))
+            offsets = {}
+    elif offsets and txns.status(body.transactional_id) == ErrorCode.NONE:
         # This broker coordinates the transaction too: the offsets partition must be in it (AddOffsetsToTxn).
         code = txns.book.check_ongoing(body.transactional_id, body.producer_id, body.producer_epoch,
                                        (OFFSETS_TOPIC, coordinator.partition_of(body.group_id)))
@@ -98,16 +111,18 @@ async def handle(node, request, body: TxnOffsetCommitRequest) -> TxnOffsetCommit
     return _answer(body, codes)
 
 
-async def _verified(node, body: TxnOffsetCommitRequest, tp: tuple[str, int], v: int) -> int:
+async def _verified(node, body: TxnOffsetCommitRequest, tp: tuple[str, int], v: int, add: bool = False) -> int:
     """KIP-890 for the offsets partition, the transaction coordinator being elsewhere: 0 when the producer's
-    transaction is open on it here or the coordinator has it in the transaction."""
+    transaction is open on it here or the coordinator has it in the transaction (with `add`, v5: puts it in)."""
     try:
         plog = node.partition_log(*tp)
     except Exception:
         plog = None
-    if plog is not None and plog.producer_state_ready and plog.producer_state.has_ongoing_txn(body.producer_id):
+    if plog is not None and plog.producer_state_ready and plog.producer_state.has_ongoing_txn(body.producer_id,
+                                                                                             body.producer_epoch):
         return ErrorCode.NONE
-    answer = await verifier_of(node).verify(body.transactional_id, body.producer_id, body.producer_epoch, [tp])
+    answer = await verifier_of(node).verify(body.transactional_id, body.producer_id, body.producer_epoch, [tp],
+                                            add)
     code = answer.get(tp, ErrorCode.NONE)
     if code == ErrorCode.NETWORK_EXCEPTION:
         return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS

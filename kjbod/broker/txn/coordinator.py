@@ -13,9 +13,11 @@ Strategy, the group coordinator's (kjbod.broker.groups.coordinator) applied to `
   Produce path with acks=all before it counts (value version 1, the flexible layout, once transaction.version 1 is
   finalized);
 * EndTxn: once the Prepare* record is committed the producer is answered, then the markers go to the leaders of
-  the transaction's partitions (WriteTxnMarkers; this broker's own partitions are appended in-process), each
-  partition retried until its leader takes it (a deleted topic's partitions are dropped), and at last the
-  Complete* record is written;
+  the transaction's partitions (WriteTxnMarkers v2, each marker with the transaction version it ends by; this
+  broker's own partitions are appended in-process), each partition retried until its leader takes it (a deleted
+  topic's partitions are dropped), and at last the Complete* record is written.  EndTxn v5 (transaction.version 2)
+  bumps the epoch and answers the id and epoch the producer goes on with; one whose epochs ran out gets a fresh
+  producer id first;
 * every transaction.abort.timed.out.transaction.cleanup.interval.ms the Ongoing transactions past their timeout
   are aborted (the epoch bumped: the producer is fenced);
 * every transaction.remove.expired.transaction.cleanup.interval.ms the transactional ids idle past
@@ -49,6 +51,7 @@ WRITE_TIMEOUT_MS = 5000
 MARKER_RETRY_S = 0.1
 MARKER_TIMEOUT_S = 10.0
 WRITE_TXN_MARKERS = 27
+WRITE_TXN_MARKERS_VERSION = 2  # the markers' transaction version (KIP-1228)
 
 
 class _TxnLogRequest(InternalRequest):
@@ -92,7 +95,11 @@ class TxnCoordinator(CoordinatorHost):
         self.book.unload(gone)
         return len(gone)
 
+    def _sync_server_tv(self) -> None:
+        self.book.server_tv = features.finalized(self.node.metadata).get(features.TRANSACTION_VERSION, 0)
+
     async def _tick(self, now: int) -> None:
+        self._sync_server_tv()
         if now >= self._next_abort:
             self._next_abort = now + self.abort_interval_ms
             self._abort_timed_out(now)
@@ -167,6 +174,7 @@ class TxnCoordinator(CoordinatorHost):
             fresh = await self.node.next_producer_id()
         if (code := self.status(tid)):
             return code, -1, -1
+        self._sync_server_tv()
         t = self.book.init_producer_id(tid, timeout_ms, pid, epoch, now_ms(), fresh_pid=fresh)
         if isinstance(t, int):
             return t, -1, -1
@@ -180,10 +188,11 @@ class TxnCoordinator(CoordinatorHost):
             return ErrorCode.CONCURRENT_TRANSACTIONS, -1, -1
         return ErrorCode.NONE, t.value.producer_id, t.value.producer_epoch
 
-    async def add_partitions(self, tid: str, pid: int, epoch: int, partitions: list[tuple[str, int]]) -> int:
+    async def add_partitions(self, tid: str, pid: int, epoch: int, partitions: list[tuple[str, int]],
+                             client_tv: int = 0) -> int:
         if (code := self.status(tid)):
             return code
-        t = self.book.add_partitions(tid, pid, epoch, partitions, now_ms())
+        t = self.book.add_partitions(tid, pid, epoch, partitions, now_ms(), client_tv)
         if t is None:
             return ErrorCode.NONE
         if isinstance(t, int):
@@ -201,16 +210,29 @@ class TxnCoordinator(CoordinatorHost):
             return dict.fromkeys(partitions, code)
         return self.book.verify_partitions(tid, pid, epoch, partitions)
 
-    async def end_txn(self, tid: str, pid: int, epoch: int, commit: bool) -> int:
+    async def end_txn(self, tid: str, pid: int, epoch: int, commit: bool,
+                      client_tv: int = 0) -> tuple[int, int, int]:
+        """(error code, producer id, epoch): the id and epoch the producer goes on with (EndTxn v5), -1 on
+        error.  `client_tv` 2 for EndTxn v5 (transaction.version 2's rules, whatever level is finalized, as
+        Kafka's coordinator decides by the request's version)."""
+        if not tid:
+            return ErrorCode.INVALID_REQUEST, -1, -1
+        fresh = -1
+        if client_tv >= 2 and self.book.needs_producer_id_to_end(tid):
+            fresh = await self.node.next_producer_id()
         if (code := self.status(tid)):
-            return code
-        t = self.book.end_txn(tid, pid, epoch, commit, now_ms())
+            return code, -1, -1
+        t = self.book.end_txn(tid, pid, epoch, commit, now_ms(), client_tv, fresh)
         if isinstance(t, int):
-            return t
+            m = self.book.txns.get(tid)
+            if t == ErrorCode.NONE and m is not None:  # a retry of what is done: the current id and epoch
+                return t, m.producer_id, m.producer_epoch
+            return t, -1, -1
         code = await self.write(t)
-        if code == 0:
-            self._send_markers_soon(tid)
-        return code
+        if code:
+            return code, -1, -1
+        self._send_markers_soon(tid)
+        return ErrorCode.NONE, *t.continues_as
 
     def _abort_timed_out(self, now: int) -> None:
         for t in self.book.timed_out(now):
@@ -257,7 +279,7 @@ class TxnCoordinator(CoordinatorHost):
         if m is None:
             return
         commit = m.state == rec.TxnState.PREPARE_COMMIT
-        pid, epoch = m.producer_id, m.producer_epoch
+        pid, epoch, tv = m.producer_id, m.producer_epoch, m.client_txn_version
         left = set(m.partitions)
         p = self.partition_of(tid)
         while left and not self.node.stopping:
@@ -271,7 +293,7 @@ class TxnCoordinator(CoordinatorHost):
                     left.discard((t, part))  # the topic was deleted: nothing to mark
                     continue
                 by_leader.setdefault(topic.partitions[part].leader, []).append((t, part))
-            results = await asyncio.gather(*(self._send_to(leader, pid, epoch, commit, coordinator_epoch, parts)
+            results = await asyncio.gather(*(self._send_to(leader, pid, epoch, commit, coordinator_epoch, parts, tv)
                                               for leader, parts in by_leader.items()))
             for answers in results:
                 for tp, code in answers.items():
@@ -291,13 +313,13 @@ class TxnCoordinator(CoordinatorHost):
             await self.write(done)
 
     async def _send_to(self, leader: int, pid: int, epoch: int, commit: bool, coordinator_epoch: int,
-                       parts: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+                       parts: list[tuple[str, int]], tv: int = 0) -> dict[tuple[str, int], int]:
         by_topic: dict[str, list[int]] = {}
         for t, part in parts:
             by_topic.setdefault(t, []).append(part)
         body = WriteTxnMarkersRequest(markers=[WritableTxnMarker(
             producer_id=pid, producer_epoch=epoch, transaction_result=commit, coordinator_epoch=coordinator_epoch,
-            topics=[WritableTxnMarkerTopic(name=t, partition_indexes=ps) for t, ps in by_topic.items()])])
+            transaction_version=tv, topics=[WritableTxnMarkerTopic(name=t, partition_indexes=ps) for t, ps in by_topic.items()])])
         try:
             if leader == self.node.node_id:
                 from kjbod.broker.handlers import write_txn_markers
@@ -305,7 +327,7 @@ class TxnCoordinator(CoordinatorHost):
                 resp = await write_txn_markers.write_markers(self.node, body)
             else:
                 conn = await self._connection(leader)
-                resp = await conn.request(WRITE_TXN_MARKERS, 1, body, MARKER_TIMEOUT_S)
+                resp = await conn.request(WRITE_TXN_MARKERS, WRITE_TXN_MARKERS_VERSION, body, MARKER_TIMEOUT_S)
         except Exception as e:
             log.info("transaction_markers_not_sent", leader=leader, reason=str(e))
             self._conns.pop(leader, None)

@@ -9,10 +9,18 @@ compacted).  Key and value each start with an int16 version:
                    partition ids (int32-count array of int32)), last update timestamp (int64), start
                    timestamp (int64)
 
-Version 1 of the value is the flexible form (compact strings and arrays, tagged previous/next producer id and
-client transaction version); Kafka writes it once transaction.version 1 is finalized, and so does kjbod (version 0
-below that); both are read.  Status numbers are Kafka's TransactionState ids.  An
-Empty (or Complete) transaction is written with a null partition array.
+Version 1 of the value is the flexible form (compact strings and arrays, a tag buffer after each partition entry
+and at the end); Kafka writes it once transaction.version 1 is finalized, and so does kjbod (version 0 below that);
+both are read.  Its tagged fields, each written only when it is not its default:
+
+  tag 0  PreviousProducerId (int64, default -1): the producer id before the change this value records
+  tag 1  NextProducerId (int64, default -1): the id a transaction.version 2 end hands over to when the epoch has
+         run out (set in Prepare*, gone in Complete*)
+  tag 2  ClientTransactionVersion (int16, default 0): the transaction version the producer speaks (2: EndTxn v5)
+  tag 3  NextProducerEpoch (int16, default -1): in Kafka's schema, never set by its coordinator (nor by kjbod)
+
+Status numbers are Kafka's TransactionState ids.  An Empty transaction is written with a null partition array,
+every other state with an array (empty for Complete*), as Kafka's TransactionLog writes them.
 
 A transaction marker is a control batch (attributes transactional and control) holding one record:
 
@@ -35,6 +43,7 @@ _B = struct.Struct(">b")
 
 KEY_VERSION = 0
 VALUE_VERSION = 0
+TAG_PREVIOUS_PRODUCER_ID, TAG_NEXT_PRODUCER_ID, TAG_CLIENT_TRANSACTION_VERSION, TAG_NEXT_PRODUCER_EPOCH = 0, 1, 2, 3
 ABORT_MARKER, COMMIT_MARKER = 0, 1
 
 
@@ -73,6 +82,11 @@ class TxnValue:
     partitions: tuple[tuple[str, int], ...]  # sorted
     last_update_ms: int
     start_ms: int
+    # Version 1's tagged fields (see the module docstring); version 0 has none of them.
+    prev_producer_id: int = -1
+    next_producer_id: int = -1
+    client_txn_version: int = 0
+    next_producer_epoch: int = -1
 
 
 def _str(s: str) -> bytes:
@@ -85,13 +99,12 @@ def txn_key(transactional_id: str) -> bytes:
 
 
 def txn_value(v: TxnValue, version: int = VALUE_VERSION) -> bytes:
-    """The value in `version` 0, or 1 (the flexible layout, written once transaction.version 1 is finalized; its
-    tagged fields, the previous and next producer ids and the client's transaction version, are at their defaults
-    below transaction.version 2 and so left out)."""
+    """The value in `version` 0, or 1 (the flexible layout, written once transaction.version 1 is finalized, with
+    the tagged fields that are not at their defaults)."""
     flexible = version == 1
     out = [_H.pack(version), _Q.pack(v.producer_id), _H.pack(v.producer_epoch), _I.pack(v.timeout_ms),
            _B.pack(int(v.state))]
-    if v.state in (TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT) and not v.partitions:
+    if v.state == TxnState.EMPTY:
         out.append(write_uvarint(0) if flexible else _I.pack(-1))
     else:
         by_topic: dict[str, list[int]] = {}
@@ -107,7 +120,18 @@ def txn_value(v: TxnValue, version: int = VALUE_VERSION) -> bytes:
                 out += [_str(t), _I.pack(len(ps)), *(_I.pack(p) for p in ps)]
     out += [_Q.pack(v.last_update_ms), _Q.pack(v.start_ms)]
     if flexible:
-        out.append(b"\x00")  # no tagged fields
+        tags = []
+        if v.prev_producer_id != -1:
+            tags.append((TAG_PREVIOUS_PRODUCER_ID, _Q.pack(v.prev_producer_id)))
+        if v.next_producer_id != -1:
+            tags.append((TAG_NEXT_PRODUCER_ID, _Q.pack(v.next_producer_id)))
+        if v.client_txn_version != 0:
+            tags.append((TAG_CLIENT_TRANSACTION_VERSION, _H.pack(v.client_txn_version)))
+        if v.next_producer_epoch != -1:
+            tags.append((TAG_NEXT_PRODUCER_EPOCH, _H.pack(v.next_producer_epoch)))
+        out.append(write_uvarint(len(tags)))
+        for tag, raw in tags:
+            out += [write_uvarint(tag), write_uvarint(len(raw)), raw]
     return b"".join(out)
 
 
@@ -186,9 +210,23 @@ def read_value(buf: bytes) -> TxnValue:
         if compact:
             r.skip_tags()
     update_ms, start_ms = r.take(_Q), r.take(_Q)
+    tagged = {TAG_PREVIOUS_PRODUCER_ID: -1, TAG_NEXT_PRODUCER_ID: -1, TAG_CLIENT_TRANSACTION_VERSION: 0,
+              TAG_NEXT_PRODUCER_EPOCH: -1}
     if compact:
-        r.skip_tags()
-    return TxnValue(pid, epoch, timeout, state, tuple(sorted(partitions)), update_ms, start_ms)
+        for _ in range(r.varint()):
+            tag = r.varint()
+            raw = r.raw(r.varint())
+            if tag in (TAG_PREVIOUS_PRODUCER_ID, TAG_NEXT_PRODUCER_ID):
+                if len(raw) != 8:
+                    raise TxnRecordError(f"tagged field {tag} of {len(raw)} bytes (int64 expected)")
+                tagged[tag] = _Q.unpack(raw)[0]
+            elif tag in (TAG_CLIENT_TRANSACTION_VERSION, TAG_NEXT_PRODUCER_EPOCH):
+                if len(raw) != 2:
+                    raise TxnRecordError(f"tagged field {tag} of {len(raw)} bytes (int16 expected)")
+                tagged[tag] = _H.unpack(raw)[0]
+    return TxnValue(pid, epoch, timeout, state, tuple(sorted(partitions)) if state != TxnState.EMPTY else (),
+                    update_ms, start_ms, tagged[TAG_PREVIOUS_PRODUCER_ID], tagged[TAG_NEXT_PRODUCER_ID],
+                    tagged[TAG_CLIENT_TRANSACTION_VERSION], tagged[TAG_NEXT_PRODUCER_EPOCH])
 
 
 def marker_key(commit: bool) -> bytes:

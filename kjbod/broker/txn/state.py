@@ -28,11 +28,29 @@ finalize transaction.version 2):
 
 A producer id that does not match answers INVALID_PRODUCER_ID_MAPPING, an older epoch PRODUCER_FENCED (the
 handlers turn it into INVALID_PRODUCER_EPOCH for the versions that predate that code).
+
+Transaction version 2 (KIP-890 part 2), chosen per request as Kafka's coordinator chooses it (EndTxn v5, and the
+AddPartitionsToTxn v4+ a partition leader sends for a Produce v12+ or TxnOffsetCommit v5 batch), not by the
+finalized level:
+
+* EndTxn bumps the epoch at every transaction end: the Prepare* value carries epoch + 1 (the markers are
+  written with it, so a late batch of the ended transaction is refused), and the producer is answered the id and
+  epoch it goes on with.  An epoch that has run out (32766 and up) takes a fresh producer id as NextProducerId in
+  Prepare*; Complete* then moves to it at epoch 0 (the markers still carry the old id at 32767).
+* A retry is told apart by its epoch: one below the current one (or the old id at 32766 after a roll to a new
+  id) after Complete* answers success with the current id and epoch; an Abort at the current epoch of an Empty
+  or Complete* transaction (a producer aborting before anything was added) is a new, empty transaction aborted
+  with the epoch bumped; a Commit there is INVALID_TXN_STATE.  Otherwise an epoch that is not the current one is
+  PRODUCER_FENCED.
+* The value written keeps the client's transaction version (ClientTransactionVersion), so the Complete* step and
+  a coordinator that loads the partition later know which rules the transaction ends by.
+
+Every value carries PreviousProducerId (the producer id before the change), as Kafka writes it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from kjbod.broker.txn.records import TxnState, TxnValue
 from kjbod.protocol.errors import ErrorCode
@@ -40,6 +58,7 @@ from kjbod.protocol.errors import ErrorCode
 NO_PRODUCER_ID = -1
 NO_EPOCH = -1
 MAX_EPOCH = 32767  # Short.MAX_VALUE: an epoch is bumped below it, and a producer at 32766 gets a new id
+TV_2 = 2  # transaction.version 2: the epoch bumped at every transaction end
 
 COMPLETE = (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)
 PREPARE = (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
@@ -58,10 +77,18 @@ class TxnMetadata:
     last_update_ms: int = -1
     last_producer_epoch: int = NO_EPOCH  # the epoch before the last bump (a retried InitProducerId)
     pending: Transit | None = None
+    prev_producer_id: int = NO_PRODUCER_ID
+    next_producer_id: int = NO_PRODUCER_ID  # TV2: the id a Prepare* hands over to once its epoch ran out
+    client_txn_version: int = 0
 
     def value(self) -> TxnValue:
         return TxnValue(self.producer_id, self.producer_epoch, self.timeout_ms, self.state,
-                        tuple(sorted(self.partitions)), self.last_update_ms, self.start_ms)
+                        tuple(sorted(self.partitions)), self.last_update_ms, self.start_ms, self.prev_producer_id,
+                        self.next_producer_id, self.client_txn_version)
+
+    def epoch_exhausted(self) -> bool:
+        """Kafka's isProducerEpochExhausted: no epoch left to give a producer (32766 and up)."""
+        return self.producer_epoch >= MAX_EPOCH - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +106,15 @@ class Transit:
     def state(self) -> TxnState:
         return self.value.state
 
+    @property
+    def continues_as(self) -> tuple[int, int]:
+        """The producer id and epoch the producer goes on with once this change is done (EndTxn v5's answer): a
+        transaction.version 2 end that runs out of epochs hands over to its next producer id at epoch 0."""
+        v = self.value
+        if v.next_producer_id != NO_PRODUCER_ID:
+            return v.next_producer_id, 0
+        return v.producer_id, v.producer_epoch
+
 
 @dataclass(frozen=True, slots=True)
 class TxnConfig:
@@ -89,6 +125,9 @@ class TxnBook:
     def __init__(self, config: TxnConfig | None = None) -> None:
         self.config = config or TxnConfig()
         self.txns: dict[str, TxnMetadata] = {}
+        # The finalized transaction.version (the shell keeps it current): the rules the coordinator's own aborts
+        # (a timed-out transaction, InitProducerId fencing an Ongoing one) end by, as Kafka's use the server's.
+        self.server_tv = 0
 
     # ------------------------------------------------------------------------------------------ InitProducerId
     def needs_producer_id(self, tid: str) -> bool:
@@ -134,28 +173,40 @@ class TxnBook:
                            last_epoch=m.producer_epoch)
 
     def _fence_and_abort(self, m: TxnMetadata, now: int) -> Transit:
-        """Bumps the epoch (fencing the producer) and prepares the abort of the Ongoing transaction."""
-        epoch = m.producer_epoch + 1 if m.producer_epoch < MAX_EPOCH - 1 else m.producer_epoch
+        """Bumps the epoch (fencing the producer) and prepares the abort of the Ongoing transaction.  As Kafka's,
+        it ends by the cluster's finalized transaction version (`server_tv`), the coordinator's own request.  At 2
+        the epoch is bumped up to 32767 (Kafka's TV2 end), so the markers are above the producer's epoch on every
+        partition, as transaction.version 2 leaders require; the next InitProducerId then moves to a new id."""
+        top = MAX_EPOCH if self.server_tv >= TV_2 else MAX_EPOCH - 1
+        epoch = m.producer_epoch + 1 if m.producer_epoch < top else m.producer_epoch
         return self._begin(m, TxnValue(m.producer_id, epoch, m.timeout_ms, TxnState.PREPARE_ABORT,
                                        tuple(sorted(m.partitions)), now, m.start_ms),
-                           last_epoch=m.producer_epoch, fenced_abort=True)
+                           last_epoch=m.producer_epoch, fenced_abort=True, client_tv=self.server_tv)
 
     # ------------------------------------------------------------------------------------------ partitions
     def _check_producer(self, tid: str, pid: int, epoch: int) -> int | TxnMetadata:
         m = self.txns.get(tid)
-        if m is None or m.producer_id != pid:
+        if m is None:
+            return ErrorCode.INVALID_PRODUCER_ID_MAPPING
+        # First, as Kafka checks its pending transition first (a Prepare* here is Kafka's pending Complete*, the
+        # markers going out): a transaction.version 2 producer moved to its next producer id asks before the
+        # Complete* that moves the transaction to that id is written, and must wait, not be refused.
+        if m.pending is not None or m.state in PREPARE:
+            return ErrorCode.CONCURRENT_TRANSACTIONS
+        if m.producer_id != pid:
             return ErrorCode.INVALID_PRODUCER_ID_MAPPING
         if epoch != m.producer_epoch:
             return ErrorCode.PRODUCER_FENCED
-        if m.pending is not None or m.state in PREPARE:
-            return ErrorCode.CONCURRENT_TRANSACTIONS
         if m.state in (TxnState.DEAD, TxnState.PREPARE_EPOCH_FENCE):
             return ErrorCode.INVALID_TXN_STATE
         return m
 
     def add_partitions(self, tid: str, pid: int, epoch: int, partitions: list[tuple[str, int]],
-                       now: int) -> int | Transit | None:
-        """An error code, None (nothing to write: every partition is in already), or the change to write."""
+                       now: int, client_tv: int = 0) -> int | Transit | None:
+        """An error code, None (nothing to write: every partition is in already), or the change to write.
+        `client_tv`: 2 when a partition leader adds the partitions for a transaction.version 2 producer
+        (AddPartitionsToTxn v4 and up without VerifyOnly), else 0 (a producer's own AddPartitionsToTxn, v0-3);
+        the transaction keeps it, as Kafka's does."""
         m = self._check_producer(tid, pid, epoch)
         if isinstance(m, int):
             return m
@@ -163,7 +214,8 @@ class TxnBook:
             return None
         start = m.start_ms if m.state == TxnState.ONGOING else now
         return self._begin(m, TxnValue(m.producer_id, m.producer_epoch, m.timeout_ms, TxnState.ONGOING,
-                                       tuple(sorted(m.partitions | set(partitions))), now, start))
+                                       tuple(sorted(m.partitions | set(partitions))), now, start),
+                           client_tv=client_tv)
 
     def check_ongoing(self, tid: str, pid: int, epoch: int, partition: tuple[str, int]) -> int:
         """TxnOffsetCommit's check: the producer holds `tid` and its transaction has `partition` in it."""
@@ -196,8 +248,19 @@ class TxnBook:
         return {tp: ErrorCode.NONE if tp in m.partitions else ErrorCode.TRANSACTION_ABORTABLE for tp in partitions}
 
     # ------------------------------------------------------------------------------------------ ending
-    def end_txn(self, tid: str, pid: int, epoch: int, commit: bool, now: int) -> int | Transit:
-        """An error code (NONE: a retry of what is done already) or the Prepare* change to write."""
+    def needs_producer_id_to_end(self, tid: str) -> bool:
+        """Whether a transaction.version 2 EndTxn for `tid` would hand over to a fresh producer id (its epoch has
+        run out; the shell fetches one first)."""
+        m = self.txns.get(tid)
+        return m is not None and m.epoch_exhausted()
+
+    def end_txn(self, tid: str, pid: int, epoch: int, commit: bool, now: int, client_tv: int = 0,
+                fresh_pid: int = NO_PRODUCER_ID) -> int | Transit:
+        """An error code (NONE: a retry of what is done already) or the Prepare* change to write.  `client_tv` 2:
+        EndTxn v5's rules (the module docstring); `fresh_pid` must be set when `needs_producer_id_to_end` said
+        so."""
+        if client_tv >= TV_2:
+            return self._end_txn_v2(tid, pid, epoch, commit, now, fresh_pid)
         m = self.txns.get(tid)
         if m is None or m.producer_id != pid:
             return ErrorCode.INVALID_PRODUCER_ID_MAPPING
@@ -208,13 +271,68 @@ class TxnBook:
         state = m.state
         if state == TxnState.ONGOING:
             target = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
+            # Ended by the older rules: the transaction (and its markers) is at client version 0 from here, as
+            # Kafka's endTransactionWithTV1 sets it, whatever added its partitions.
             return self._begin(m, TxnValue(m.producer_id, m.producer_epoch, m.timeout_ms, target,
-                                           tuple(sorted(m.partitions)), now, m.start_ms))
+                                           tuple(sorted(m.partitions)), now, m.start_ms), client_tv=0)
         if state == (TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT):
             return ErrorCode.NONE
         if state == (TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT):
             return ErrorCode.CONCURRENT_TRANSACTIONS
         return ErrorCode.INVALID_TXN_STATE  # Empty, the other outcome, Dead, PrepareEpochFence
+
+    def _end_txn_v2(self, tid: str, pid: int, epoch: int, commit: bool, now: int, fresh_pid: int) -> int | Transit:
+        m = self.txns.get(tid)
+        if m is None:
+            return ErrorCode.INVALID_PRODUCER_ID_MAPPING
+        # First (a roll to a new producer id may be what is pending): a Prepare* here is Kafka's pending Complete*.
+        if m.pending is not None or m.state in PREPARE:
+            return ErrorCode.CONCURRENT_TRANSACTIONS
+        retry_on_overflow = (m.prev_producer_id == pid and epoch == MAX_EPOCH - 1 and m.producer_epoch == 0)
+        retry_on_bump = m.producer_epoch == epoch + 1
+        if m.producer_id != pid and not retry_on_overflow:
+            return ErrorCode.INVALID_PRODUCER_ID_MAPPING
+        state = m.state
+        if state in PREPARE:
+            valid = retry_on_bump
+        elif state in COMPLETE:
+            valid = retry_on_bump or retry_on_overflow or epoch == m.producer_epoch
+        else:  # Ongoing, Empty
+            valid = epoch == m.producer_epoch
+        if not valid:
+            return ErrorCode.PRODUCER_FENCED
+        retry = retry_on_bump or retry_on_overflow
+        if state == TxnState.ONGOING:
+            return self._prepare_end_v2(m, TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT, now,
+                                        fresh_pid, empty=False)
+        if state in PREPARE:
+            same = state == (TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT)
+            return ErrorCode.CONCURRENT_TRANSACTIONS if same else ErrorCode.INVALID_TXN_STATE
+        if state in COMPLETE:
+            same = state == (TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT)
+            if retry:
+                return ErrorCode.NONE if same else ErrorCode.INVALID_TXN_STATE
+            if commit:
+                return ErrorCode.INVALID_TXN_STATE
+            return self._prepare_end_v2(m, TxnState.PREPARE_ABORT, now, fresh_pid, empty=True)
+        if state == TxnState.EMPTY and not commit:
+            return self._prepare_end_v2(m, TxnState.PREPARE_ABORT, now, fresh_pid, empty=True)
+        return ErrorCode.INVALID_TXN_STATE
+
+    def _prepare_end_v2(self, m: TxnMetadata, target: TxnState, now: int, fresh_pid: int, empty: bool) \
+            -> int | Transit:
+        """Prepare* with the epoch bumped (Kafka's prepareAbortOrCommit for transaction.version 2); an epoch run
+        out takes `fresh_pid` as the next producer id.  An abort with nothing added (`empty`) starts now."""
+        next_pid = NO_PRODUCER_ID
+        if m.epoch_exhausted():
+            if fresh_pid < 0:
+                return ErrorCode.COORDINATOR_NOT_AVAILABLE
+            next_pid = fresh_pid
+        # An epoch at 32767 (only a coordinator's own fencing reaches it) is aborted as it is, to recover.
+        epoch = m.producer_epoch + 1 if m.producer_epoch < MAX_EPOCH else m.producer_epoch
+        return self._begin(m, TxnValue(m.producer_id, epoch, m.timeout_ms, target, tuple(sorted(m.partitions)),
+                                       now, now if empty else m.start_ms, next_producer_id=next_pid),
+                           last_epoch=m.producer_epoch, client_tv=TV_2)
 
     def complete_markers(self, tid: str, now: int) -> Transit | None:
         """Once every marker of a Prepare* transaction is written: the Complete* change (None if it moved on)."""
@@ -222,8 +340,10 @@ class TxnBook:
         if m is None or m.pending is not None or m.state not in PREPARE:
             return None
         target = TxnState.COMPLETE_COMMIT if m.state == TxnState.PREPARE_COMMIT else TxnState.COMPLETE_ABORT
-        return self._begin(m, TxnValue(m.producer_id, m.producer_epoch, m.timeout_ms, target, (), now,
-                                       m.start_ms))
+        pid, epoch = m.producer_id, m.producer_epoch
+        if m.client_txn_version >= TV_2 and m.next_producer_id != NO_PRODUCER_ID:  # the epoch ran out: the next id
+            pid, epoch = m.next_producer_id, 0
+        return self._begin(m, TxnValue(pid, epoch, m.timeout_ms, target, (), now, m.start_ms))
 
     def timed_out(self, now: int) -> list[Transit]:
         """The aborts of Ongoing transactions past their timeout, each epoch bumped (pending until written)."""
@@ -251,7 +371,11 @@ class TxnBook:
 
     # ------------------------------------------------------------------------------------------ applying
     def _begin(self, m: TxnMetadata, value: TxnValue, last_epoch: int = NO_EPOCH,
-               fenced_abort: bool = False) -> Transit:
+               fenced_abort: bool = False, client_tv: int | None = None) -> Transit:
+        # As Kafka's transition: the previous producer id is the one before it, the client's transaction version
+        # is kept unless the request sets it.
+        value = replace(value, prev_producer_id=m.producer_id,
+                        client_txn_version=m.client_txn_version if client_tv is None else client_tv)
         t = Transit(m.transactional_id, value, last_epoch, fenced_abort)
         m.pending = t
         return t
@@ -285,6 +409,8 @@ class TxnBook:
             v.state
         m.partitions = set(v.partitions)
         m.last_update_ms, m.start_ms = v.last_update_ms, v.start_ms
+        m.prev_producer_id, m.next_producer_id, m.client_txn_version = v.prev_producer_id, v.next_producer_id, \
+            v.client_txn_version
 
     def load(self, tid: str, value: TxnValue | None) -> None:
         """A record read back from the log (None: a tombstone)."""

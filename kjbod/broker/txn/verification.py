@@ -10,6 +10,11 @@ same transactional id already waiting is replaced by the one with the newer epoc
 INVALID_PRODUCER_EPOCH, an equal one NETWORK_EXCEPTION, as in Kafka). When this broker is the coordinator the
 question is answered in-process.
 
+KIP-890 part 2: for a transaction.version 2 producer (Produce v12 and up, TxnOffsetCommit v5) the leader does not
+only ask, it adds: the same request with VerifyOnly false (:meth:`verify` with ``add``), which the coordinator
+answers as a producer's AddPartitionsToTxn (the partition joins the transaction, starting it, at
+ClientTransactionVersion 2), so such producers never send AddPartitionsToTxn or AddOffsetsToTxn themselves.
+
 The answer is each partition's code as the coordinator gives it, but PRODUCER_FENCED becomes
 INVALID_PRODUCER_EPOCH and a refusal of the whole request (CLUSTER_AUTHORIZATION_FAILED) INVALID_TXN_STATE, as
 Kafka maps them; a coordinator that cannot be reached answers NETWORK_EXCEPTION, one that is not known
@@ -67,6 +72,7 @@ class _Question:
     producer_id: int
     producer_epoch: int
     partitions: Partitions
+    add: bool = False  # KIP-890 part 2: add the partitions (VerifyOnly false) rather than only ask
     answer: asyncio.Future = field(default_factory=lambda: asyncio.get_running_loop().create_future())
 
     def settle(self, codes: Answer) -> None:
@@ -101,16 +107,21 @@ class TxnVerifier:
             return None
         return part.leader
 
-    async def verify(self, tid: str, pid: int, epoch: int, partitions: Partitions) -> Answer:
-        """Each partition's code (0: in the transaction)."""
+    async def verify(self, tid: str, pid: int, epoch: int, partitions: Partitions, add: bool = False) -> Answer:
+        """Each partition's code (0: in the transaction; with `add`, added to it, as transaction.version 2
+        producers' batches are)."""
         leader = self.coordinator(tid)
         if leader is None:
             return dict.fromkeys(partitions, ErrorCode.COORDINATOR_NOT_AVAILABLE)
         if leader == self.node.node_id:
             from kjbod.broker.txn.coordinator import coordinator_of
 
+            if add:
+                code = await coordinator_of(self.node).add_partitions(tid, pid, epoch, list(partitions), 2) \
+                    if tid else ErrorCode.INVALID_REQUEST
+                return _mapped(dict.fromkeys(partitions, code))
             return _mapped(coordinator_of(self.node).verify_partitions(tid, pid, epoch, partitions))
-        question = _Question(tid, pid, epoch, list(partitions))
+        question = _Question(tid, pid, epoch, list(partitions), add)
         waiting = self._waiting.setdefault(leader, {})
         earlier = waiting.get(tid)
         if earlier is not None:
@@ -136,7 +147,7 @@ class TxnVerifier:
     async def _send(self, broker: int, questions: list[_Question]) -> None:
         body = AddPartitionsToTxnRequest(transactions=[AddPartitionsToTxnTransaction(
             transactional_id=q.transactional_id, producer_id=q.producer_id, producer_epoch=q.producer_epoch,
-            verify_only=True, topics=_topics(q.partitions)) for q in questions])
+            verify_only=not q.add, topics=_topics(q.partitions)) for q in questions])
         try:
             conn = await self._connection(broker)
             resp = await conn.request(ADD_PARTITIONS_TO_TXN, VERIFY_VERSION, body,
