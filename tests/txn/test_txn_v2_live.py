@@ -53,9 +53,9 @@ from .test_txn_coordinator_live import (
 pytestmark = pytest.mark.slow
 
 
-def set_transaction_version(server: LiveServer, level: int) -> None:
+def set_transaction_version(server: LiveServer, level: int, *, down: bool = False) -> None:
     done = subprocess.run([sys.executable, "-m", "kjbod", "features", "--bootstrap-server", server.bootstrap,
-                           "upgrade", "--feature", f"transaction.version={level}"],
+                           "downgrade" if down else "upgrade", "--feature", f"transaction.version={level}"],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
 
@@ -381,7 +381,7 @@ def test_kafka_python_transactions_keep_working_at_transaction_version_2(server)
 def level_1_server(tmp_path):
     s = start_server(tmp_path / "tv1", log_dir_count=1, overrides=OVERRIDES)
     try:
-        set_transaction_version(s, 1)
+        set_transaction_version(s, 1, down=True)
         yield s
     finally:
         s.stop()

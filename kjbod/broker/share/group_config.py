@@ -29,7 +29,8 @@ SHARE_KEYS = tuple(name for name in bc.GROUP_KEYS if name.startswith("share."))
 
 def share_group_config(node: Any, group_id: str) -> dict[str, Any]:
     """The share.* configs of `group_id` on this node: its own values over the broker's keys (see the module)."""
-    overrides = node.metadata.resource_configs(bc.GROUP, group_id) if node.metadata is not None else {}
+    metadata = getattr(node, "metadata", None)
+    overrides = metadata.resource_configs(bc.GROUP, group_id) if metadata is not None else {}
     values = bc.group_values(node.config, overrides)
     out = {k: values[k] for k in SHARE_KEYS}
     c = node.config
