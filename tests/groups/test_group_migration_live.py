@@ -14,6 +14,8 @@ refuses the consumer-protocol member with GROUP_ID_NOT_FOUND, as Kafka does.
 from __future__ import annotations
 
 import asyncio
+import collections
+import logging
 import time
 import uuid
 
@@ -28,6 +30,24 @@ pytestmark = pytest.mark.slow
 
 PARTITIONS = 4
 WAIT_S = 90.0
+
+
+class _Recent(logging.Handler):
+    """kafka-python's last debug lines, shown when a member does not settle (a client-side stall is otherwise
+    invisible: its JoinGroup/SyncGroup exchange is logged only at debug)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: collections.deque[str] = collections.deque(maxlen=400)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self.lines.append(f"{record.created:.3f} {record.threadName} {record.name} {record.getMessage()}")
+        except Exception:  # noqa: BLE001 - a log line that does not format is left out
+            pass
+
+
+RECENT = _Recent()
 OVERRIDES = {
     "offsets.topic.replication.factor": "1",
     "offsets.topic.num.partitions": "2",
@@ -145,8 +165,9 @@ class Watch:
                 return holdings
             if time.monotonic() >= deadline:
                 held = [(m.name, h) for m, h in zip(members, holdings, strict=True)]
+                recent = "\n".join(RECENT.lines)
                 pytest.fail(f"{what}: {held}; clients: {[(m.name, m.state()) for m in members]}; "
-                            f"coordinator: {self.describe()}")
+                            f"coordinator: {self.describe()}\nkafka-python's last debug lines:\n{recent}")
 
     def describe(self) -> str:
         """The group as the coordinator describes it (DescribeGroups or ConsumerGroupDescribe)."""
@@ -183,6 +204,21 @@ def member_types(server: LiveServer, group: str, version: int) -> dict[str, int]
 
 def everything_held(holdings: list[set[int]]) -> bool:
     return sorted(p for h in holdings for p in h) == list(range(PARTITIONS)) and all(holdings)
+
+
+@pytest.fixture(autouse=True)
+def kafka_python_debug():
+    """Keeps kafka-python's last debug lines in memory while a test runs (for a failure's message only)."""
+    logger = logging.getLogger("kafka")
+    level, propagate = logger.level, logger.propagate
+    logger.addHandler(RECENT)
+    logger.setLevel(logging.DEBUG)
+    logger.propagate = False  # not into pytest's own capture as well
+    RECENT.lines.clear()
+    yield
+    logger.removeHandler(RECENT)
+    logger.setLevel(level)
+    logger.propagate = propagate
 
 
 @pytest.fixture(scope="module")

@@ -4,6 +4,7 @@ persister on a real partition log, the reset strategies, and reading batch heade
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import types
 import uuid
 
@@ -13,6 +14,7 @@ from kjbod.broker.share.fetch import ShareError, ShareLeader, duration_ms, mark_
 from kjbod.broker.share.partition import ACCEPT, REJECT, AckBatch
 from kjbod.broker.share.persister import MemoryPersister
 from kjbod.protocol.errors import ErrorCode
+from kjbod.server.config import ServerConfig
 from kjbod.storage import fsio
 from kjbod.storage.config import LogConfig
 from kjbod.storage.log import PartitionLog
@@ -37,9 +39,14 @@ def plog(tmp_path):
     log.close_quietly()
 
 
+# the server keys' defaults, as a node started with no server.properties lines for them has them
+DEFAULT_CONFIG = types.SimpleNamespace(**{f.name: f.default for f in dataclasses.fields(ServerConfig)
+                                          if f.default is not dataclasses.MISSING})
+
+
 def node() -> types.SimpleNamespace:
-    """What the leader needs of a node here: its persister, no server config (the defaults), no dir workers."""
-    return types.SimpleNamespace(config=None, share_persister=MemoryPersister(),
+    """What the leader needs of a node here: its persister, the default server keys, no dir workers."""
+    return types.SimpleNamespace(config=DEFAULT_CONFIG, share_persister=MemoryPersister(),
                                  logs=types.SimpleNamespace(manager=None))  # no dir workers: reads run inline
 
 
