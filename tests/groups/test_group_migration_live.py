@@ -5,7 +5,7 @@ Strategy: one single-node server (heartbeats every 300 ms), one topic of 4 parti
 consumers start it as a classic group; confluent-kafka consumers join one by one (the first one upgrades the group)
 while the kafka-python ones leave; then kafka-python consumers join the consumer group and the confluent-kafka
 ones leave (the last one downgrades it back to a classic group).  Every consumer commits what it read.  All
-consumers are polled round-robin from the test's thread, and at every step the partitions they hold are checked
+consumers are polled at once in each step (one thread each), and after every step the partitions they hold are checked
 to be disjoint and the group's committed offsets never to go back; at the end every record was read and the
 committed offsets are the end of each partition.  A second server with group.consumer.migration.policy=disabled
 refuses the consumer-protocol member with GROUP_ID_NOT_FOUND, as Kafka does.
@@ -18,6 +18,7 @@ import collections
 import logging
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -66,6 +67,7 @@ class Member:
 
     def __init__(self, server: LiveServer, group: str, topic: str, name: str, modern: bool) -> None:
         self.name, self.modern, self.topic = name, modern, topic
+        self.thread = ThreadPoolExecutor(1, thread_name_prefix=f"poll-{name}")  # this member's polls, in step
         if modern:
             self.c = Consumer({"bootstrap.servers": server.bootstrap, "group.id": group,
                                "group.protocol": "consumer", "auto.offset.reset": "earliest",
@@ -95,7 +97,13 @@ class Member:
             if values:
                 self.c.commit(asynchronous=False)
         else:
-            batches = self.k.poll(timeout_ms=50)
+            # Longer while it (re)joins: kafka-python 3.0.12 throws away a JoinGroup/SyncGroup round that completes
+            # while no poll() is waiting for it and joins again, and a leader joining again starts a new rebalance
+            # for everyone. Each step polls every member at once (see Watch.until), so the round completes inside
+            # this member's poll.
+            coordinator = self.k._coordinator
+            joining = coordinator.state != MemberState.STABLE or coordinator.need_rejoin()
+            batches = self.k.poll(timeout_ms=1000 if joining else 50)
             values = [r.value for batch in batches.values() for r in batch]
             if values:
                 self.k.commit()
@@ -119,6 +127,7 @@ class Member:
             self.c.close()
         else:
             self.k.close()
+        self.thread.shutdown()
 
 
 def produce(server: LiveServer, topic: str, start: int, count: int) -> None:
@@ -153,8 +162,8 @@ class Watch:
         deadline = time.monotonic() + WAIT_S
         step = 0
         while True:
-            for m in members:
-                m.poll(self.seen)
+            for polled in [m.thread.submit(m.poll, self.seen) for m in members]:  # all members at once
+                polled.result()
             holdings = [m.held() for m in members]
             flat = [p for h in holdings for p in h]
             assert len(flat) == len(set(flat)), f"a partition held twice: {[(m.name, m.held()) for m in members]}"

@@ -186,6 +186,23 @@ def test_a_new_member_rebalances_a_stable_group_and_pending_syncs_hear_rebalance
     assert waiting.last.error_code == ErrorCode.REBALANCE_IN_PROGRESS
 
 
+def test_a_second_sync_of_one_member_answers_the_first_one():
+    """A follower whose SyncGroup timed out on its side syncs again: the first request is answered (NOT_COORDINATOR,
+    as Kafka since KAFKA-20938), never left waiting, and the second one gets the assignment."""
+    book = GroupBook(CFG)
+    ids, gen = stable_group(book)
+    c = join(book, 1000, v4=False)
+    rejoins = [join(book, 1100, m, v4=False) for m in ids]
+    leader = rejoins[0].last.leader
+    follower = next(m for m in ids + [c.last.member_id] if m != leader)
+    first = sync(book, 1200, follower, gen + 1)
+    second = sync(book, 1250, follower, gen + 1)
+    assert first.last == SyncResult(ErrorCode.NOT_COORDINATOR) and second.last is None
+    sync(book, 1300, leader, gen + 1)
+    assert second.last.error_code == 0
+    assert len(first.got) == 1
+
+
 def test_a_missed_session_timeout_removes_the_member_and_rebalances():
     book = GroupBook(CFG)
     ids, gen = stable_group(book)

@@ -536,6 +536,10 @@ class GroupBook:
             return reply(SyncResult(ErrorCode.NONE, member.assignment, group.protocol_type, group.protocol_name))
         # CompletingRebalance
         group.pending_sync.discard(member_id)
+        if member.sync_waiter is not None and member.sync_waiter is not reply:
+            # The same member synced twice in one generation (its first request timed out on its side): the older
+            # request is answered, not left waiting (as Kafka after KAFKA-20938 answers it, NOT_COORDINATOR).
+            member.sync_waiter(SyncResult(ErrorCode.NOT_COORDINATOR))
         member.sync_waiter = reply
         if member_id == group.leader_id and not group.storing:
             for m in group.members.values():

@@ -14,8 +14,7 @@ from kjbod.broker.authz import allowed
 from kjbod.broker.groups.coordinator import coordinator_of
 from kjbod.broker.router import api
 from kjbod.broker.share import groups_offsets
-from kjbod.metadata import features
-from kjbod.metadata.acls import GROUP, READ, TOPIC
+from kjbod.metadata.acls import READ, TOPIC
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import AlterShareGroupOffsetsRequest, AlterShareGroupOffsetsResponse
 from kjbod.protocol.generated.alter_share_group_offsets_response import (
@@ -28,16 +27,10 @@ from kjbod.protocol.generated.alter_share_group_offsets_response import (
 
 @api(AlterShareGroupOffsetsRequest)
 async def handle(node, request, body: AlterShareGroupOffsetsRequest) -> AlterShareGroupOffsetsResponse:
-    if not features.share_groups_enabled(node.metadata):
-        return AlterShareGroupOffsetsResponse(error_code=ErrorCode.UNSUPPORTED_VERSION)
     gid = body.group_id
-    if not allowed(node, request, READ, GROUP, gid):
-        return AlterShareGroupOffsetsResponse(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
-    if not gid:
-        return AlterShareGroupOffsetsResponse(error_code=ErrorCode.INVALID_GROUP_ID)
-    coordinator = coordinator_of(node)
-    if (code := coordinator.status(gid)):
+    if (code := groups_offsets.refusal(node, request, gid, READ)):
         return AlterShareGroupOffsetsResponse(error_code=code)
+    coordinator = coordinator_of(node)
     refused = []
     wanted = []
     for t in body.topics:

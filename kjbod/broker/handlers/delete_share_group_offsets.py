@@ -14,8 +14,7 @@ from kjbod.broker.authz import allowed
 from kjbod.broker.groups.coordinator import coordinator_of
 from kjbod.broker.router import api
 from kjbod.broker.share import groups_offsets
-from kjbod.metadata import features
-from kjbod.metadata.acls import DELETE, GROUP, READ, TOPIC
+from kjbod.metadata.acls import DELETE, READ, TOPIC
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import DeleteShareGroupOffsetsRequest, DeleteShareGroupOffsetsResponse
 from kjbod.protocol.generated.delete_share_group_offsets_response import (
@@ -25,16 +24,10 @@ from kjbod.protocol.generated.delete_share_group_offsets_response import (
 
 @api(DeleteShareGroupOffsetsRequest)
 async def handle(node, request, body: DeleteShareGroupOffsetsRequest) -> DeleteShareGroupOffsetsResponse:
-    if not features.share_groups_enabled(node.metadata):
-        return DeleteShareGroupOffsetsResponse(error_code=ErrorCode.UNSUPPORTED_VERSION)
     gid = body.group_id
-    if not allowed(node, request, DELETE, GROUP, gid):
-        return DeleteShareGroupOffsetsResponse(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
-    if not gid:
-        return DeleteShareGroupOffsetsResponse(error_code=ErrorCode.INVALID_GROUP_ID)
-    coordinator = coordinator_of(node)
-    if (code := coordinator.status(gid)):
+    if (code := groups_offsets.refusal(node, request, gid, DELETE)):
         return DeleteShareGroupOffsetsResponse(error_code=code)
+    coordinator = coordinator_of(node)
     refused = [Topic(topic_name=t.topic_name, error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
                      error_message="Topic authorization failed.")
                for t in body.topics if not allowed(node, request, READ, TOPIC, t.topic_name)]

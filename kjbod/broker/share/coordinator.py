@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import time
+from collections.abc import Callable
 from typing import Any
 from uuid import UUID
 
@@ -35,7 +36,7 @@ import structlog
 from kjbod.broker.coordinator_host import CoordinatorHost, InternalRequest, now_ms
 from kjbod.broker.share import state_records as rec
 from kjbod.broker.share.persister import PartitionAnswer, ReadAnswer, StateBatch, SummaryAnswer
-from kjbod.broker.share.state_records import Record, ShareStateBook, StateKey, coordinator_key
+from kjbod.broker.share.state_records import Record, Refusal, ShareStateBook, StateKey, coordinator_key
 from kjbod.protocol.errors import ErrorCode
 from kjbod.storage.records import build_batch
 
@@ -192,17 +193,9 @@ class ShareCoordinator(CoordinatorHost):
         key, ck, refused = self._where(group_id, topic_id, partition)
         if refused is not None:
             return refused
-        p = self.partition_of(ck)
-        async with self._lock(p):
-            if (code := self.status(ck)):
-                return PartitionAnswer(code, _status_text(code, ck))
-            why = self.book.check_initialize(key, state_epoch)
-            if why is not None:
-                return PartitionAnswer(*why)
-            if (problem := self._topic_problem(topic_id, partition)) is not None:
-                return problem
-            code = await self._append(p, self.book.initialize_record(key, state_epoch, start_offset, now_ms()), ck)
-        return PartitionAnswer(code, _status_text(code, ck) if code else None)
+        return await self._append_checked(
+            key, ck, lambda: self.book.check_initialize(key, state_epoch),
+            lambda: self.book.initialize_record(key, state_epoch, start_offset, now_ms()))
 
     async def write(self, group_id: str, topic_id: UUID, partition: int, state_epoch: int, leader_epoch: int,
                     start_offset: int, delivery_complete_count: int, batches: tuple[StateBatch, ...]
@@ -234,19 +227,25 @@ class ShareCoordinator(CoordinatorHost):
 
     async def _write(self, key: StateKey, ck: str, state_epoch: int, leader_epoch: int, start_offset: int,
                      delivery_complete_count: int, batches: tuple[StateBatch, ...]) -> PartitionAnswer:
-        topic_id, partition = key[1], key[2]
+        return await self._append_checked(
+            key, ck, lambda: self.book.check_write(key, state_epoch, leader_epoch),
+            lambda: self.book.write_record(key, leader_epoch, start_offset, delivery_complete_count, batches,
+                                           now_ms()))
+
+    async def _append_checked(self, key: StateKey, ck: str, check: Callable[[], Refusal | None],
+                              record: Callable[[], Record]) -> PartitionAnswer:
+        """Under the lock of the state partition of `ck`: its status, then `check` (the book's epoch rules: a
+        (code, message) refuses), then the topic; then `record()` is built and written."""
         p = self.partition_of(ck)
         async with self._lock(p):
             if (code := self.status(ck)):
                 return PartitionAnswer(code, _status_text(code, ck))
-            why = self.book.check_write(key, state_epoch, leader_epoch)
+            why = check()
             if why is not None:
                 return PartitionAnswer(*why)
-            if (problem := self._topic_problem(topic_id, partition)) is not None:
+            if (problem := self._topic_problem(key[1], key[2])) is not None:
                 return problem
-            record = self.book.write_record(key, leader_epoch, start_offset, delivery_complete_count, batches,
-                                            now_ms())
-            code = await self._append(p, record, ck)
+            code = await self._append(p, record(), ck)
         return PartitionAnswer(code, _status_text(code, ck) if code else None)
 
     async def read(self, group_id: str, topic_id: UUID, partition: int, leader_epoch: int) -> ReadAnswer:

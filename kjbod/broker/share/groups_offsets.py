@@ -58,6 +58,25 @@ class Result:
     topics: list[TopicResult] = field(default_factory=list)
 
 
+def refusal(node: Any, request: Any, group_id: str, operation: int) -> int:
+    """What AlterShareGroupOffsets and DeleteShareGroupOffsets answer for the whole request before looking at its
+    topics, in Kafka's order: UNSUPPORTED_VERSION while share groups are off, GROUP_AUTHORIZATION_FAILED without
+    `operation` on the group, INVALID_GROUP_ID for an empty id, then the coordinator's own status (loading, not
+    the coordinator); 0 to go on."""
+    from kjbod.broker.authz import allowed
+    from kjbod.broker.groups.coordinator import coordinator_of
+    from kjbod.metadata import features
+    from kjbod.metadata.acls import GROUP
+
+    if not features.share_groups_enabled(node.metadata):
+        return ErrorCode.UNSUPPORTED_VERSION
+    if not allowed(node, request, operation, GROUP, group_id):
+        return ErrorCode.GROUP_AUTHORIZATION_FAILED
+    if not group_id:
+        return ErrorCode.INVALID_GROUP_ID
+    return int(coordinator_of(node).status(group_id))
+
+
 def _group_error(coordinator: Any, group_id: str, create: bool) -> tuple[ShareGroup | None, Result | None]:
     sg = coordinator.share_groups.get(group_id)
     if sg is None:
