@@ -53,7 +53,7 @@ import structlog
 from kjbod.controller.metadata_fetch import MetadataFetchService, hw_behind
 from kjbod.net.controller_channel import SocketControllerChannel
 from kjbod.net.correlator import PerVersion
-from kjbod.net.errors import ClientError
+from kjbod.net.errors import ClientError, UnsupportedVersionError
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import (
     ApiVersionsRequest,
@@ -583,7 +583,7 @@ class RaftDriver:
     def _wire(self, send: rq.Send) -> tuple[Any, int]:
         req = send.request
         if isinstance(req, rq.VoteRequest):
-            return messages.vote_request(self.cluster_id, send.destination, req), VOTE
+            return PerVersion(lambda v: self._vote_request(send.destination, req, v)), VOTE
         if isinstance(req, rq.BeginQuorumEpochRequest):
             return messages.begin_quorum_epoch_request(self.cluster_id, send.destination, req), BEGIN_QUORUM_EPOCH
         if isinstance(req, rq.EndQuorumEpochRequest):
@@ -591,6 +591,12 @@ class RaftDriver:
         if isinstance(req, rq.FetchSnapshotRequest):
             return PerVersion(lambda v: self._fetch_snapshot_request(req)), FETCH_SNAPSHOT
         return PerVersion(lambda v: self._fetch_request(req, v)), FETCH
+
+    def _vote_request(self, dest: int, req: rq.VoteRequest, version: int) -> VoteRequest:
+        if req.pre_vote and version < 2:
+            # the voter runs a version before KIP-996 (Vote v0-1): a pre-vote cannot be asked of it
+            raise UnsupportedVersionError(f"voter {dest} serves Vote up to v{version}; a pre-vote needs v2")
+        return messages.vote_request(self.cluster_id, dest, req)
 
     def _fetch_snapshot_request(self, req: rq.FetchSnapshotRequest) -> FetchSnapshotRequest:
         end, epoch = req.snapshot
@@ -621,6 +627,16 @@ class RaftDriver:
             if channel is None:
                 raise ClientError(ErrorCode.NETWORK_EXCEPTION, f"no address known for node {dest}")
             response = await channel.send(wire, api_key, timeout=timeout)
+        except UnsupportedVersionError as e:
+            log.info("raft_request_unsupported", node=self.node_id, to=dest, api_key=api_key, error=str(e))
+            async with self._lock:
+                if isinstance(send.request, rq.VoteRequest) and send.request.pre_vote:
+                    self.quorum.handle_vote_unsupported(dest, cid, self.clock())
+                else:
+                    self.quorum.request_failed(dest, cid, self.clock())
+                await self._perform()
+            self._wake.set()
+            return
         except (ClientError, OSError) as e:
             log.debug("raft_request_failed", node=self.node_id, to=dest, api_key=api_key, error=str(e))
             async with self._lock:
@@ -642,7 +658,9 @@ class RaftDriver:
         q, now, dest, cid = self.quorum, self.clock(), send.destination, send.correlation_id
         if isinstance(send.request, rq.VoteRequest):
             vote = messages.parse_vote_response(response)
-            if vote is None:
+            if response.error_code == ErrorCode.UNSUPPORTED_VERSION:
+                q.handle_vote_unsupported(dest, cid, now)  # a prospective stands at once (Kafka)
+            elif vote is None:
                 q.request_failed(dest, cid, now)
             else:
                 q.handle_vote_response(dest, cid, vote, now)

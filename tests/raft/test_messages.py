@@ -116,9 +116,11 @@ def _describe() -> WireDescribe:
 def test_describe_quorum_from_the_leader(version: int) -> None:
     log = EpochHistory()
     q = RaftQuorum(1, (1, 2, 3), log, stored=None, now_ms=0, rng=random.Random(0))
-    q.poll(5000)
-    votes = {e.destination: e.correlation_id for e in q.take_effects() if isinstance(e, Send)}
-    q.handle_vote_response(2, votes[2], VoteResponse(0, -1, 1, True), 5000)
+    for _ in ("pre-vote", "vote"):
+        q.poll(5000)
+        votes = {e.destination: e.correlation_id for e in q.take_effects() if isinstance(e, Send)}
+        q.handle_vote_response(2, votes[2], VoteResponse(0, -1, q.epoch, True), 5000)
+    assert q.is_leader
     log.append(1, 3)
     q.leader_flushed(3, 5000)
     q.handle_fetch(FetchRequest(2, 1, 3, 1), 5100)
