@@ -463,8 +463,10 @@ class RaftDriver:
             return ErrorCode.REQUEST_TIMED_OUT, "the new voter set was not committed in time"
 
     async def add_voter(self, voter_id: int, directory_id: UUID, endpoints: tuple[tuple[str, str, int], ...],
-                        timeout_ms: int) -> tuple[int, str | None]:
-        """AddRaftVoter (Kafka's AddVoterHandler): (error code, message), NONE once the new set is committed."""
+                        timeout_ms: int, ack_when_committed: bool = True) -> tuple[int, str | None]:
+        """AddRaftVoter (Kafka's AddVoterHandler): (error code, message), NONE once the new set is committed, or
+        (v1's AckWhenCommitted false) once it is appended to the leader's log; the change stays pending until it
+        commits either way, so the next one waits for it."""
         async with self._lock:
             if not self.quorum.is_leader or self.quorum.shutting_down:
                 return ErrorCode.NOT_LEADER_OR_FOLLOWER, None
@@ -507,6 +509,8 @@ class RaftDriver:
 
             new = VoterSet.of([*current.nodes, VoterNode(voter_id, directory_id, endpoints, supported)])
             fut = await self._append_voters(new, "add", voter_id, timeout_ms)
+            if not ack_when_committed and not fut.done():
+                return ErrorCode.NONE, None
         return await self._await_change(fut, timeout_ms)
 
     async def remove_voter(self, voter_id: int, directory_id: UUID) -> tuple[int, str | None]:
