@@ -2,7 +2,7 @@
 listener (KIP-853: dynamic controller membership; what `kjbod metadata-quorum add-controller` and
 `remove-controller` send).
 
-Version notes: v0 as Kafka 3.9; AddRaftVoter v1 (Kafka 4.1+) adds AckWhenCommitted (default true): false makes the
+Version notes: v0 as Kafka 3.9; AddRaftVoter v1 (Kafka 4.2+) adds AckWhenCommitted (default true): false makes the
 leader answer NONE as soon as the new VotersRecord is in its own log, not once it is committed (the change still
 blocks the next until it commits). The quorum's leader (kjbod.controller.raft_driver) applies Kafka's rules: a
 cluster id other than ours is INCONSISTENT_CLUSTER_ID; a controller that does not lead answers
