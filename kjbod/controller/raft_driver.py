@@ -8,6 +8,10 @@ operation runs on one worker thread of the metadata dir, never on the event loop
 (`handle_request`: Vote, BeginQuorumEpoch, EndQuorumEpoch, Fetch with a replica id, DescribeQuorum) is answered
 only after the effects its handling produced are done, so a vote is durable before the candidate hears of it.
 
+Vote goes out at the highest version both sides serve; a pre-vote (KIP-996) needs v2, so toward a voter that serves
+only v0-1 it is not sent and the machine hears UNSUPPORTED_VERSION (`handle_vote_unsupported`), as Kafka's network
+client reports a version mismatch.
+
 One task drives the clock: it polls the machine, performs the effects and sleeps until the machine's next
 deadline or until something wakes it (a response, a request, an append). Voters are reached over their
 controller listeners (`controller.quorum.voters`), one SocketControllerChannel each; a request that fails or times
