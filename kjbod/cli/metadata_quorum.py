@@ -397,9 +397,12 @@ def run_add_controller(args: argparse.Namespace) -> int:
         from kjbod.protocol.generated import AddRaftVoterRequest
         from kjbod.protocol.generated import add_raft_voter_request as arv
 
+        # as kafka-metadata-quorum.sh (the Admin client): the highest version both sides serve, answered once the
+        # new voter set is committed (AckWhenCommitted true, v1's default)
         body = AddRaftVoterRequest(cluster_id=None, timeout_ms=int(TIMEOUT_S * 1000), voter_id=node_id,
                                    voter_directory_id=parse_uuid(directory_id),
-                                   listeners=[arv.Listener(name=n, host=h, port=p) for n, h, p in endpoints])
+                                   listeners=[arv.Listener(name=n, host=h, port=p) for n, h, p in endpoints],
+                                   ack_when_committed=True)
         response = asyncio.run(_to_leader(addresses, body, 80, TIMEOUT_S * 2))
         refused = _refusal(response)
         if refused is not None:

@@ -8,6 +8,10 @@ operation runs on one worker thread of the metadata dir, never on the event loop
 (`handle_request`: Vote, BeginQuorumEpoch, EndQuorumEpoch, Fetch with a replica id, DescribeQuorum) is answered
 only after the effects its handling produced are done, so a vote is durable before the candidate hears of it.
 
+Vote goes out at the highest version both sides serve; a pre-vote (KIP-996) needs v2, so toward a voter that serves
+only v0-1 it is not sent and the machine hears UNSUPPORTED_VERSION (`handle_vote_unsupported`), as Kafka's network
+client reports a version mismatch.
+
 One task drives the clock: it polls the machine, performs the effects and sleeps until the machine's next
 deadline or until something wakes it (a response, a request, an append). Voters are reached over their
 controller listeners (`controller.quorum.voters`), one SocketControllerChannel each; a request that fails or times
@@ -53,7 +57,7 @@ import structlog
 from kjbod.controller.metadata_fetch import MetadataFetchService, hw_behind
 from kjbod.net.controller_channel import SocketControllerChannel
 from kjbod.net.correlator import PerVersion
-from kjbod.net.errors import ClientError
+from kjbod.net.errors import ClientError, UnsupportedVersionError
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import (
     ApiVersionsRequest,
@@ -463,8 +467,10 @@ class RaftDriver:
             return ErrorCode.REQUEST_TIMED_OUT, "the new voter set was not committed in time"
 
     async def add_voter(self, voter_id: int, directory_id: UUID, endpoints: tuple[tuple[str, str, int], ...],
-                        timeout_ms: int) -> tuple[int, str | None]:
-        """AddRaftVoter (Kafka's AddVoterHandler): (error code, message), NONE once the new set is committed."""
+                        timeout_ms: int, ack_when_committed: bool = True) -> tuple[int, str | None]:
+        """AddRaftVoter (Kafka's AddVoterHandler): (error code, message), NONE once the new set is committed, or
+        (v1's AckWhenCommitted false) once it is appended to the leader's log; the change stays pending until it
+        commits either way, so the next one waits for it."""
         async with self._lock:
             if not self.quorum.is_leader or self.quorum.shutting_down:
                 return ErrorCode.NOT_LEADER_OR_FOLLOWER, None
@@ -507,6 +513,8 @@ class RaftDriver:
 
             new = VoterSet.of([*current.nodes, VoterNode(voter_id, directory_id, endpoints, supported)])
             fut = await self._append_voters(new, "add", voter_id, timeout_ms)
+            if not ack_when_committed and not fut.done():
+                return ErrorCode.NONE, None
         return await self._await_change(fut, timeout_ms)
 
     async def remove_voter(self, voter_id: int, directory_id: UUID) -> tuple[int, str | None]:
@@ -583,7 +591,7 @@ class RaftDriver:
     def _wire(self, send: rq.Send) -> tuple[Any, int]:
         req = send.request
         if isinstance(req, rq.VoteRequest):
-            return messages.vote_request(self.cluster_id, send.destination, req), VOTE
+            return PerVersion(lambda v: self._vote_request(send.destination, req, v)), VOTE
         if isinstance(req, rq.BeginQuorumEpochRequest):
             return messages.begin_quorum_epoch_request(self.cluster_id, send.destination, req), BEGIN_QUORUM_EPOCH
         if isinstance(req, rq.EndQuorumEpochRequest):
@@ -591,6 +599,12 @@ class RaftDriver:
         if isinstance(req, rq.FetchSnapshotRequest):
             return PerVersion(lambda v: self._fetch_snapshot_request(req)), FETCH_SNAPSHOT
         return PerVersion(lambda v: self._fetch_request(req, v)), FETCH
+
+    def _vote_request(self, dest: int, req: rq.VoteRequest, version: int) -> VoteRequest:
+        if req.pre_vote and version < 2:
+            # the voter runs a version before KIP-996 (Vote v0-1): a pre-vote cannot be asked of it
+            raise UnsupportedVersionError(f"voter {dest} serves Vote up to v{version}; a pre-vote needs v2")
+        return messages.vote_request(self.cluster_id, dest, req)
 
     def _fetch_snapshot_request(self, req: rq.FetchSnapshotRequest) -> FetchSnapshotRequest:
         end, epoch = req.snapshot
@@ -621,6 +635,16 @@ class RaftDriver:
             if channel is None:
                 raise ClientError(ErrorCode.NETWORK_EXCEPTION, f"no address known for node {dest}")
             response = await channel.send(wire, api_key, timeout=timeout)
+        except UnsupportedVersionError as e:
+            log.info("raft_request_unsupported", node=self.node_id, to=dest, api_key=api_key, error=str(e))
+            async with self._lock:
+                if isinstance(send.request, rq.VoteRequest) and send.request.pre_vote:
+                    self.quorum.handle_vote_unsupported(dest, cid, self.clock())
+                else:
+                    self.quorum.request_failed(dest, cid, self.clock())
+                await self._perform()
+            self._wake.set()
+            return
         except (ClientError, OSError) as e:
             log.debug("raft_request_failed", node=self.node_id, to=dest, api_key=api_key, error=str(e))
             async with self._lock:
@@ -642,7 +666,9 @@ class RaftDriver:
         q, now, dest, cid = self.quorum, self.clock(), send.destination, send.correlation_id
         if isinstance(send.request, rq.VoteRequest):
             vote = messages.parse_vote_response(response)
-            if vote is None:
+            if response.error_code == ErrorCode.UNSUPPORTED_VERSION:
+                q.handle_vote_unsupported(dest, cid, now)  # a prospective stands at once (Kafka)
+            elif vote is None:
                 q.request_failed(dest, cid, now)
             else:
                 q.handle_vote_response(dest, cid, vote, now)

@@ -75,10 +75,11 @@ def _cluster_ok(body: Any, cluster_id: str) -> bool:
 # -------------------------------------------------------------------------------------------------- Vote
 
 def vote_request(cluster_id: str, voter_id: int, req: VoteRequest) -> WireVote:
+    """A pre-vote can only go out at v2 or later (the codec refuses PreVote at an older version, as Kafka's)."""
     return WireVote(cluster_id=cluster_id, voter_id=voter_id, topics=[vr.TopicData(
         topic_name=METADATA_TOPIC, partitions=[vr.PartitionData(
             partition_index=METADATA_PARTITION, replica_epoch=req.candidate_epoch, replica_id=req.candidate_id,
-            last_offset_epoch=req.last_offset_epoch, last_offset=req.last_offset)])])
+            last_offset_epoch=req.last_offset_epoch, last_offset=req.last_offset, pre_vote=req.pre_vote)])])
 
 
 def parse_vote_request(body: WireVote, cluster_id: str) -> VoteRequest | WireVoteResponse:
@@ -87,7 +88,8 @@ def parse_vote_request(body: WireVote, cluster_id: str) -> VoteRequest | WireVot
     part = _one_partition(body)
     if part is None:
         return WireVoteResponse(error_code=ErrorCode.INVALID_REQUEST)
-    return VoteRequest(part.replica_epoch, part.replica_id, part.last_offset_epoch, part.last_offset)
+    return VoteRequest(part.replica_epoch, part.replica_id, part.last_offset_epoch, part.last_offset,
+                       pre_vote=part.pre_vote)
 
 
 def vote_response(resp: VoteResponse) -> WireVoteResponse:

@@ -13,17 +13,26 @@ The rules are Kafka's (KafkaRaftClient, QuorumState and the per-state classes), 
 (`controller.quorum.voters`):
 
 * States: unattached (no leader known, no vote in this epoch), voted (unattached with a vote cast: Kafka 3.x's
-  VotedState), candidate, leader, follower, resigned. Every change of epoch, vote or leader is persisted first
-  (Kafka's durable transitions; becoming resigned is not).
-* Elections: an unattached or voted voter that hears nothing for its election timeout, or a follower that has
-  not fetched successfully for `controller.quorum.fetch.timeout.ms`, becomes a candidate: epoch + 1, a vote for
-  itself, Vote requests to the others. Election timeouts are drawn at random from [t, 2t) with
-  t = `controller.quorum.election.timeout.ms`. A candidate with a majority becomes leader; one whose election
-  times out, or that a majority rejects, backs off for a random time below 100 ms × 2^retries, at most
-  `controller.quorum.election.backoff.max.ms`, then tries again in a new epoch.
-* Votes: one per epoch, to the first candidate whose log is at least as up to date as ours (last epoch, then end
-  offset); a repeated request from the candidate we voted for is granted again. A request with a higher epoch
-  moves us to that epoch first (a leader steps down).
+  VotedState), prospective (KIP-996: asking a pre-vote), candidate, leader, follower, resigned. Every change of
+  epoch, vote or leader is persisted first (Kafka's durable transitions; becoming prospective or resigned is not).
+* Elections, with pre-vote (KIP-996, Kafka 4): an unattached or voted voter that hears nothing for its election
+  timeout, a follower that has not fetched successfully for `controller.quorum.fetch.timeout.ms`, or a candidate
+  whose election timed out becomes *prospective*: in its current epoch, keeping the leader it knew and its vote,
+  writing nothing, it sends Vote requests with PreVote set. A majority of grants (itself included) makes it a
+  candidate: epoch + 1, a vote for itself, standard Vote requests. A majority of refusals, or its election
+  timeout, sends it back to following the leader it knew in the same epoch, or to unattached (keeping its vote),
+  from where it asks again after another timeout. So a voter that was only cut off from a live leader never bumps
+  the epoch: the other voters still hear from that leader and refuse. A voter that does not serve Vote v2 (the
+  shell reports UNSUPPORTED_VERSION, `handle_vote_unsupported`) cannot answer a pre-vote, and the prospective
+  stands at once (Kafka's rule for quorums with older voters). Election timeouts are drawn at random from
+  [t, 2t) with t = `controller.quorum.election.timeout.ms`. A candidate with a majority becomes leader; a refused
+  one stops asking and waits out its election timeout (Kafka 4 dropped the candidate's own backoff). A resigned
+  leader whose election timeout passed moves to unattached in the next epoch, never following itself.
+* Votes: a pre-vote binds nobody and changes nothing; it is granted to a log at least as up to date as ours (last
+  epoch, then end offset) by any voter but a leader and a follower that has fetched from its leader in this epoch.
+  A standard vote: one per epoch, to the first candidate whose log is at least as up to date, never while a
+  leader is known; a repeated request from the candidate we voted for is granted again. A request with a higher
+  epoch, pre-vote or not, moves us to that epoch first (a leader steps down).
 * The leader's first write in its epoch is a LeaderChangeMessage control record. It sends BeginQuorumEpoch to the
   other voters every fetch timeout / 2, serves their Fetch, and its high watermark is the largest offset that a
   majority of voters (itself included) has reached, once that offset is above the start of its epoch: a leader
@@ -34,7 +43,7 @@ The rules are Kafka's (KafkaRaftClient, QuorumState and the per-state classes), 
   again. The follower's high watermark is min(the leader's, its own end offset).
 * Resignation (graceful shutdown, or check-quorum): the leader stops serving, sends EndQuorumEpoch with the other
   voters ordered by how far they have fetched; a follower named n-th in that list waits a strictly growing
-  backoff (0 for the first) instead of its full fetch timeout before standing.
+  backoff (0 for the first) instead of its full fetch timeout before asking its pre-vote.
 
 * Snapshots: a Fetch from offset 0, or below the leader's log start, or whose last fetched epoch is older than
   the leader's latest snapshot, is answered with that snapshot's id (`FetchAnswer.snapshot`). The follower then
@@ -53,7 +62,6 @@ The rules are Kafka's (KafkaRaftClient, QuorumState and the per-state classes), 
   controller.quorum.bootstrap.servers) in turn, whose answers name the leader. An observer that a new voter set
   names becomes a voter where it stands (a follower stays a follower).
 
-Not here: pre-vote (KIP-996).
 """
 
 from __future__ import annotations
@@ -67,7 +75,6 @@ from kjbod.protocol.generated.leader_change_message import LeaderChangeMessage, 
 from kjbod.raft.log_view import LogView
 from kjbod.storage.quorum_state import NO_ID, ElectionState
 
-RETRY_BACKOFF_BASE_MS = 100  # Kafka's KafkaRaftClient.RETRY_BACKOFF_BASE_MS
 CHECK_QUORUM_TIMEOUT_FACTOR = 1.5
 FOREVER = 1 << 62
 
@@ -80,6 +87,7 @@ class RaftError(Exception):
 class State(Enum):
     UNATTACHED = "Unattached"
     VOTED = "Voted"
+    PROSPECTIVE = "Prospective"
     CANDIDATE = "Candidate"
     LEADER = "Leader"
     FOLLOWER = "Follower"
@@ -103,10 +111,14 @@ class RaftConfig:
 
 @dataclass(frozen=True)
 class VoteRequest:
+    """A Vote (v2: ReplicaEpoch, ReplicaId...). A pre-vote (`pre_vote`, KIP-996) asks in the sender's current
+    epoch, binds nobody and changes no state; a standard vote asks in the new epoch the candidate stands in."""
+
     candidate_epoch: int
     candidate_id: int
     last_offset_epoch: int
     last_offset: int
+    pre_vote: bool = False
 
 
 @dataclass(frozen=True)
@@ -375,9 +387,8 @@ class RaftQuorum:
         self.high_watermark: int | None = None
         self._election_deadline = FOREVER
         self._fetch_deadline = FOREVER
-        self._retries = 0
-        self._backoff_until: int | None = None  # a candidate backing off before its next election
-        self._votes: dict[int, bool | None] = {}
+        self._has_fetched = False  # follower: fetched from the leader since it began following (KIP-996)
+        self._votes: dict[int, bool | None] = {}  # prospective or candidate: each voter's answer (None: none yet)
         self._leader: _LeaderData | None = None
         self._unacked: set[int] = set()  # resigned: voters that have not acknowledged EndQuorumEpoch
         self._successors: tuple[int, ...] = ()
@@ -405,6 +416,11 @@ class RaftQuorum:
         return tuple(v for v in self.voters if v != self.local_id)
 
     def election(self) -> ElectionState:
+        if self.state is State.PROSPECTIVE:
+            # what the state it came from persisted: a prospective never writes the file but to record a vote
+            if self.leader_id != NO_ID and self.leader_id != self.local_id:
+                return ElectionState(self.epoch, leader_id=self.leader_id, voters=self.voters)
+            return ElectionState(self.epoch, voted_id=self.voted_id, voters=self.voters)
         if self.state is State.CANDIDATE:
             return ElectionState(self.epoch, voted_id=self.local_id, voters=self.voters)
         if self.state in (State.LEADER, State.RESIGNED):
@@ -454,7 +470,7 @@ class RaftQuorum:
             self._election_deadline = now + self._random_election_timeout()
         elif election.voted_id == self.local_id:
             self.epoch = election.epoch
-            self._set_candidate(now, retries=1)
+            self._set_candidate(now)
         elif election.has_voted:
             self._become(State.VOTED, election.epoch, now, voted=election.voted_id)
         elif election.has_leader and election.leader_id in self.voters:
@@ -464,9 +480,10 @@ class RaftQuorum:
         self._changed()
         self._persist()
         if len(self.voters) == 1 and self.state is not State.CANDIDATE:
-            self._start_election(now)  # the only voter: elect itself at once (Kafka does the same)
+            # the only voter: elect itself at once, through prospective and candidate (Kafka does the same)
+            self._to_prospective(now)
         elif self.state is State.CANDIDATE:
-            self._maybe_win(now)
+            self._maybe_forward(now)
 
     # ---------------------------------------------------------------------------------- transitions
 
@@ -495,7 +512,7 @@ class RaftQuorum:
         self.state, self.epoch, self.leader_id, self.voted_id = state, epoch, leader, voted
         self._leader = None
         self._votes = {}
-        self._backoff_until = None
+        self._has_fetched = False
         self._unacked = set()
         self._fetch_deadline = FOREVER
         self.fetching_snapshot = None
@@ -510,11 +527,18 @@ class RaftQuorum:
             self._changed()
 
     def _to_unattached(self, epoch: int, now: int) -> None:
-        if epoch <= self.epoch:
-            raise RaftError(f"unattached at epoch {epoch} from epoch {self.epoch}")
-        # a candidate or unattached voter keeps the time left on its election timer (Kafka)
-        keep = self._election_deadline if self.state in (State.CANDIDATE, State.UNATTACHED, State.VOTED) else None
-        self._become(State.UNATTACHED, epoch, now, election_deadline=keep)
+        """Unattached in a higher epoch, or (a prospective that lost) in the same one, keeping its vote."""
+        if epoch < self.epoch or (epoch == self.epoch and self.state is not State.PROSPECTIVE):
+            raise RaftError(f"unattached at epoch {epoch} from {self.state.value} in epoch {self.epoch}")
+        # a candidate, resigned or unattached voter keeps the time left on its election timer, as does a prospective
+        # whose pre-vote a majority has not refused (Kafka); any other state draws a new one
+        keep = self._election_deadline if self.state in (
+            State.CANDIDATE, State.UNATTACHED, State.VOTED, State.RESIGNED) else None
+        if self.state is State.PROSPECTIVE and not self._vote_rejected():
+            keep = self._election_deadline
+        voted = self.voted_id if epoch == self.epoch else NO_ID
+        self._become(State.VOTED if voted != NO_ID else State.UNATTACHED, epoch, now, voted=voted,
+                     election_deadline=keep)
         self._persist()
 
     def _to_voted(self, epoch: int, candidate: int, now: int) -> None:
@@ -529,11 +553,10 @@ class RaftQuorum:
         self._become(State.FOLLOWER, epoch, now, leader=leader)
         self._persist()
 
-    def _set_candidate(self, now: int, retries: int) -> None:
+    def _set_candidate(self, now: int) -> None:
         self.state, self.leader_id, self.voted_id = State.CANDIDATE, NO_ID, self.local_id
         self._leader = None
-        self._retries = retries
-        self._backoff_until = None
+        self._has_fetched = False
         self._fetch_deadline = FOREVER
         self._election_deadline = now + self._random_election_timeout()
         self._votes = {v: None for v in self.voters}
@@ -542,23 +565,53 @@ class RaftQuorum:
         self.requests.reset()
         self._changed()
 
-    def _start_election(self, now: int) -> None:
-        if self.state is State.LEADER:
-            raise RaftError("a leader cannot stand for election")
+    def _to_prospective(self, now: int) -> None:
+        """KIP-996: before it bumps the epoch a voter asks the others, in its current epoch, whether they would vote
+        for it. Nothing is persisted (the epoch, the leader it knew and its vote stay as they were)."""
+        if self.state in (State.LEADER, State.PROSPECTIVE):
+            raise RaftError(f"a {self.state.value.lower()} cannot become prospective")
         if not self.is_voter:
             # no longer a voter (removed from the voter set): an observer never stands
             self._become(State.UNATTACHED, self.epoch, now)
             self._persist()
             return
-        retries = self._retries + 1 if self.state is State.CANDIDATE else 1
-        self.epoch += 1
-        self._set_candidate(now, retries)
-        self._persist()
-        self._maybe_win(now)
+        if self.state is State.CANDIDATE:
+            self.leader_id = NO_ID  # a candidate keeps its vote for itself, and knows no leader
+        self.state = State.PROSPECTIVE
+        self._leader = None
+        self._has_fetched = False
+        self._fetch_deadline = FOREVER
+        self._election_deadline = now + self._random_election_timeout()
+        self._votes = {v: None for v in self.voters}
+        self._votes[self.local_id] = True
+        self.fetching_snapshot = None
+        self.requests.reset()
+        self._maybe_forward(now)
 
-    def _maybe_win(self, now: int) -> None:
-        if sum(1 for g in self._votes.values() if g) >= self.majority:
+    def _to_candidate(self, now: int) -> None:
+        if self.state is not State.PROSPECTIVE or not self.is_voter:
+            raise RaftError(f"only a prospective voter can stand for election, not a {self.state.value.lower()}")
+        self.epoch += 1
+        self._set_candidate(now)
+        self._persist()
+        self._maybe_forward(now)
+
+    def _maybe_forward(self, now: int) -> None:
+        """A majority granted: a prospective stands for election, a candidate leads."""
+        if sum(1 for g in self._votes.values() if g) < self.majority:
+            return
+        if self.state is State.PROSPECTIVE:
+            self._to_candidate(now)
+        elif self.state is State.CANDIDATE:
             self._to_leader(now)
+
+    def _prospective_lost(self, now: int) -> None:
+        """The pre-vote failed (a majority refused, or the election timed out): back to following the leader it
+        knew, in the same epoch, or to unattached (keeping its vote)."""
+        if self.leader_id != NO_ID and self.leader_id != self.local_id:
+            self._to_follower(self.epoch, self.leader_id, now)
+        else:
+            self._to_unattached(self.epoch, now)
 
     def _to_leader(self, now: int) -> None:
         granting = frozenset(v for v, g in self._votes.items() if g)
@@ -566,7 +619,6 @@ class RaftQuorum:
         self.state, self.leader_id, self.voted_id = State.LEADER, self.local_id, NO_ID
         self.high_watermark = None  # a new leader learns the committed end again (Kafka keeps it monotonic so)
         self._votes = {}
-        self._backoff_until = None
         self._election_deadline = self._fetch_deadline = FOREVER
         self._leader = _LeaderData(
             epoch_start_offset=start, granting=granting,
@@ -619,6 +671,8 @@ class RaftQuorum:
             return self._poll_leader(now)
         if self.state is State.CANDIDATE:
             return self._poll_candidate(now)
+        if self.state is State.PROSPECTIVE:
+            return self._poll_prospective(now)
         if self.state is State.FOLLOWER:
             return self._poll_follower(now)
         if self.state is State.RESIGNED:
@@ -628,7 +682,7 @@ class RaftQuorum:
         if not self.is_voter:
             return self._poll_observer(now)
         if now >= self._election_deadline:
-            self._start_election(now)
+            self._to_prospective(now)
             return 0
         return self._election_deadline - now
 
@@ -667,11 +721,13 @@ class RaftQuorum:
             self._update_leader_high_watermark()
         if self.is_voter and not was_voter and self.state in (State.UNATTACHED, State.VOTED):
             self._election_deadline = now + self._random_election_timeout()
-        if self.state is State.CANDIDATE:
+        if self.state in (State.PROSPECTIVE, State.CANDIDATE):
             self._votes = {v: self._votes.get(v) for v in new}
             if self.is_voter:
                 self._votes[self.local_id] = True
-                self._maybe_win(now)
+                self._maybe_forward(now)
+            elif self.state is State.PROSPECTIVE:
+                self._prospective_lost(now)  # removed from the voters: it may no longer stand
 
     def _send(self, dest: int, now: int, request: Request) -> None:
         cid = self.requests.sent(dest, now)
@@ -703,23 +759,22 @@ class RaftQuorum:
             wait = min(wait, sent_wait)
         return max(0, min(wait, lead.begin_epoch_due - now))
 
-    def _election_backoff_ms(self) -> int:
-        retries = max(1, self._retries)
-        return min(RETRY_BACKOFF_BASE_MS * self.rng.randrange(2 << min(20, retries - 1)),
-                   self.config.election_backoff_max_ms)
-
     def _poll_candidate(self, now: int) -> int:
         if self.shutting_down:
             return self._send_votes(now)
-        if self._backoff_until is not None:
-            if now >= self._backoff_until:
-                self._start_election(now)
-                return 0
-            return self._backoff_until - now
         if now >= self._election_deadline:
-            backoff = self._election_backoff_ms()
-            self._backoff_until = now + backoff
-            return backoff
+            # not elected in time (or refused, and the rest of the timeout waited out): ask again, with a
+            # pre-vote first (Kafka 4's candidate has no backoff of its own)
+            self._to_prospective(now)
+            return 0
+        return min(self._send_votes(now), self._election_deadline - now)
+
+    def _poll_prospective(self, now: int) -> int:
+        if self.shutting_down:
+            return self._send_votes(now)
+        if now >= self._election_deadline:
+            self._prospective_lost(now)
+            return 0
         return min(self._send_votes(now), self._election_deadline - now)
 
     def _vote_rejected(self) -> bool:
@@ -732,7 +787,8 @@ class RaftQuorum:
             return FOREVER
         unrecorded = {v for v, g in self._votes.items() if g is None}
         return self._send_to(unrecorded, now, VoteRequest(
-            self.epoch, self.local_id, self.log.last_epoch(), self.log.end_offset()))
+            self.epoch, self.local_id, self.log.last_epoch(), self.log.end_offset(),
+            pre_vote=self.state is State.PROSPECTIVE))
 
     def _poll_follower(self, now: int) -> int:
         if self.shutting_down:
@@ -743,7 +799,7 @@ class RaftQuorum:
                 self._become(State.UNATTACHED, self.epoch, now)
                 self._persist()
                 return 0
-            self._start_election(now)
+            self._to_prospective(now)  # KIP-996: ask first, so a voter that was only cut off disturbs nobody
             return 0
         wait = self._fetch_deadline - now
         if self.requests.ready(self.leader_id, now):
@@ -760,7 +816,8 @@ class RaftQuorum:
         if self.shutting_down:
             return wait
         if now >= self._election_deadline:
-            self._start_election(now)
+            # leave the epoch this node led: a higher one, so no answer can make it follow itself (Kafka)
+            self._to_unattached(self.epoch + 1, now)
             return 0
         return min(wait, self._election_deadline - now)
 
@@ -788,25 +845,52 @@ class RaftQuorum:
         return self.leader_id, self.epoch
 
     def handle_vote(self, req: VoteRequest, now: int) -> VoteResponse:
-        if (req.last_offset < 0 or req.last_offset_epoch < 0 or req.last_offset_epoch >= req.candidate_epoch):
+        # a candidate has bumped its epoch past its last record's; a prospective asks in its current epoch, which
+        # its log may already hold records of
+        if req.pre_vote:
+            bad_epoch = req.last_offset_epoch > req.candidate_epoch
+        else:
+            bad_epoch = req.last_offset_epoch >= req.candidate_epoch
+        if req.last_offset < 0 or req.last_offset_epoch < 0 or bad_epoch:
             return self._vote_response(ErrorCode.INVALID_REQUEST, False)
         if req.candidate_epoch < self.epoch:
             return self._vote_response(ErrorCode.FENCED_LEADER_EPOCH, False)
         if req.candidate_id < 0:
             return self._vote_response(ErrorCode.INVALID_REQUEST, False)
         if req.candidate_epoch > self.epoch:
-            self._to_unattached(req.candidate_epoch, now)
+            self._to_unattached(req.candidate_epoch, now)  # a pre-vote from a higher epoch moves us too (Kafka)
         ours = (self.log.last_epoch(), self.log.end_offset())
         up_to_date = (req.last_offset_epoch, req.last_offset) >= ours
-        if self.state is State.UNATTACHED:
-            granted = up_to_date and req.candidate_id != self.local_id
-            if granted:
+        granted = self._can_grant(req.candidate_id, up_to_date, req.pre_vote)
+        if granted and not req.pre_vote and self.voted_id == NO_ID:
+            if self.state is State.UNATTACHED:
                 self._to_voted(req.candidate_epoch, req.candidate_id, now)
-        elif self.state is State.VOTED:
-            granted = self.voted_id == req.candidate_id
-        else:
-            granted = False  # a candidate, leader, follower or resigned voter has chosen in this epoch
+            elif self.state is State.PROSPECTIVE:
+                # it goes on asking its pre-vote, but keeps (and persists) the vote it gave in this epoch
+                self.voted_id = req.candidate_id
+                self._election_deadline = now + self._random_election_timeout()
+                self._persist()
         return self._vote_response(ErrorCode.NONE, granted)
+
+    def _can_grant(self, candidate: int, up_to_date: bool, pre_vote: bool) -> bool:
+        """Kafka's per-state rules (KIP-996): a pre-vote binds nobody, so any voter grants it to a log at least
+        as up to date as its own, except a leader and a follower that has heard from its leader in this epoch
+        (the leader is alive: nobody needs an election). A standard vote is given once per epoch, never while a
+        leader is known."""
+        if self.state is State.LEADER:
+            return False
+        if self.state is State.FOLLOWER:
+            return pre_vote and up_to_date and not self._has_fetched
+        if self.state in (State.CANDIDATE, State.RESIGNED):
+            return pre_vote and up_to_date
+        # unattached, voted or prospective
+        if pre_vote:
+            return up_to_date
+        if self.voted_id != NO_ID:
+            return self.voted_id == candidate
+        if self.leader_id != NO_ID:
+            return False
+        return up_to_date and candidate != self.local_id
 
     def _vote_response(self, error: int, granted: bool) -> VoteResponse:
         return VoteResponse(int(error), self.leader_id, self.epoch, granted)
@@ -991,17 +1075,27 @@ class RaftQuorum:
     def handle_vote_response(self, src: int, cid: int, resp: VoteResponse, now: int) -> None:
         if not self._response(src, cid, now, resp.error_code, resp.leader_id, resp.leader_epoch):
             return
-        if self.state is not State.CANDIDATE or src not in self._votes:
+        if self.state not in (State.PROSPECTIVE, State.CANDIDATE) or src not in self._votes:
             return
         if resp.vote_granted:
             if self._votes[src] is not False:
                 self._votes[src] = True
-            self._maybe_win(now)
+            self._maybe_forward(now)
         else:
             if self._votes[src] is not True:
                 self._votes[src] = False
-            if self._vote_rejected() and self._backoff_until is None:
-                self._backoff_until = now + self._election_backoff_ms()
+            if self.state is State.PROSPECTIVE and self._vote_rejected():
+                self._prospective_lost(now)
+            # a refused candidate stops asking and waits out its election timeout, then asks a pre-vote again
+
+    def handle_vote_unsupported(self, src: int, cid: int, now: int) -> None:
+        """A voter does not serve Vote v2, so it cannot answer a pre-vote: a prospective stands for election at
+        once (Kafka's rule while some voters run a version before KIP-996)."""
+        if not self.requests.expected(src, cid):
+            return
+        self.requests.answered(src, now, ok=True)
+        if self.state is State.PROSPECTIVE:
+            self._to_candidate(now)
 
     def handle_begin_quorum_epoch_response(self, src: int, cid: int, resp: EpochResponse, now: int) -> None:
         if not self._response(src, cid, now, resp.error_code, resp.leader_id, resp.leader_epoch):
@@ -1022,6 +1116,7 @@ class RaftQuorum:
         if self.state is not State.FOLLOWER or src != self.leader_id:
             return FetchOutcome(FetchAction.IGNORE)
         self._fetch_deadline = now + self.config.fetch_timeout_ms
+        self._has_fetched = True
         if resp.diverging is not None and resp.diverging[1] >= 0:
             offset = self._truncation_offset(*resp.diverging)
             if self.high_watermark is not None and offset < self.high_watermark:
@@ -1048,6 +1143,7 @@ class RaftQuorum:
         if self.state is not State.FOLLOWER or src != self.leader_id or wanted is None:
             return FetchOutcome(FetchAction.IGNORE)
         self._fetch_deadline = now + self.config.fetch_timeout_ms
+        self._has_fetched = True
         if (not_found or resp.snapshot != wanted or resp.position != self._snapshot_position or resp.size <= 0
                 or resp.chunk_bytes <= 0 or resp.position + resp.chunk_bytes > resp.size):
             # the leader no longer has it (or answered about something else): fetch again, which names the

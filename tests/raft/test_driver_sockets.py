@@ -163,3 +163,33 @@ async def test_a_quorum_state_file_that_cannot_be_written_stops_the_voter(tmp_pa
         rule.release()
         fsio.clear()
         await voter.stop()
+
+
+@pytest.mark.parametrize("old", [(1, 2, 3), (3,)])
+async def test_voters_that_serve_only_vote_v0_1_still_elect_a_leader(tmp_path, old: tuple[int, ...]) -> None:
+    """Voters before KIP-996 (ApiVersions says Vote v0-1), all of them or one: a pre-vote cannot be asked of them, so
+    a prospective asking one stands at once (Kafka's rule); they only ever get standard votes, at v1."""
+    ports = {v: free_port() for v in (1, 2, 3)}
+    voters = [Voter(v, str(tmp_path / f"c{v}"), ports) for v in (1, 2, 3)]
+    seen: list[tuple[int, int, bool]] = []  # (receiver, version, pre-vote) of every Vote that arrived
+    for v in voters:
+        if v.node_id in old:
+            v.server.api_versions[52] = (0, 1)
+        inner = v.server.handler
+
+        async def recording(api_key, version, request, header, inner=inner, me=v.node_id):
+            if api_key == 52:
+                seen.append((me, version, request.topics[0].partitions[0].pre_vote))
+            return await inner(api_key, version, request, header)
+        v.server.handler = recording
+    for v in voters:
+        await v.start()
+    try:
+        leader = await settled_leader(voters)
+        await write(leader, "old-voters")
+        assert seen
+        assert all(version == 1 and not pre for me, version, pre in seen if me in old)
+        assert all(version == 2 for me, version, _pre in seen if me not in old)
+    finally:
+        for v in voters:
+            await v.stop()

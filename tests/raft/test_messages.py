@@ -4,10 +4,13 @@ through the codec at every version, with Kafka's checks of the cluster id and th
 from __future__ import annotations
 
 import random
+import struct
+import uuid
 
 import pytest
 
 from kjbod.protocol.errors import ErrorCode
+from kjbod.protocol.generated import AddRaftVoterRequest, AddRaftVoterResponse
 from kjbod.protocol.generated import (
     BeginQuorumEpochRequest as WireBegin,
 )
@@ -32,8 +35,10 @@ from kjbod.protocol.generated import (
 from kjbod.protocol.generated import (
     VoteResponse as WireVoteResponse,
 )
+from kjbod.protocol.generated import add_raft_voter_request as arv
 from kjbod.protocol.generated import describe_quorum_request as dq
 from kjbod.protocol.generated import vote_request as vr
+from kjbod.protocol.runtime import EncodeError
 from kjbod.raft import messages as m
 from kjbod.raft.log_view import EpochHistory
 from kjbod.raft.quorum import (
@@ -54,13 +59,59 @@ def through(msg, version: int):
     return type(msg).decode(msg.encode(version), version)
 
 
-@pytest.mark.parametrize("version", [0, 1])
+@pytest.mark.parametrize("version", [0, 1, 2])
 def test_vote_round_trip(version: int) -> None:
     req = VoteRequest(candidate_epoch=5, candidate_id=2, last_offset_epoch=4, last_offset=123)
     wire = through(m.vote_request(CLUSTER, 3, req), version)
     assert m.parse_vote_request(wire, CLUSTER) == req
     resp = VoteResponse(0, -1, 5, True)
     assert m.parse_vote_response(through(m.vote_response(resp), version)) == resp
+
+
+def _compact(text: str) -> bytes:
+    data = text.encode()
+    return bytes([len(data) + 1]) + data  # a compact string's length + 1 fits one varint byte here
+
+
+def test_a_pre_vote_has_kafkas_vote_v2_layout_both_ways() -> None:
+    """Vote v2 (flexible): ClusterId, VoterId, then per partition PartitionIndex, ReplicaEpoch, ReplicaId,
+    ReplicaDirectoryId, VoterDirectoryId, LastOffsetEpoch, LastOffset and PreVote, each struct ending in its
+    (empty) tagged fields."""
+    req = VoteRequest(candidate_epoch=7, candidate_id=2, last_offset_epoch=7, last_offset=300, pre_vote=True)
+    golden = (_compact(CLUSTER) + struct.pack(">i", 3)
+              + b"\x02" + _compact("__cluster_metadata")
+              + b"\x02" + struct.pack(">iii", 0, 7, 2) + bytes(16) + bytes(16) + struct.pack(">iq?", 7, 300, True)
+              + b"\x00" + b"\x00" + b"\x00")
+    assert m.vote_request(CLUSTER, 3, req).encode(2) == golden
+    decoded = WireVote.decode(golden, 2)
+    assert m.parse_vote_request(decoded, CLUSTER) == req
+    # the same request without PreVote is v1's bytes with one false byte more
+    standard = VoteRequest(candidate_epoch=8, candidate_id=2, last_offset_epoch=7, last_offset=300)
+    v1, v2 = (m.vote_request(CLUSTER, 3, standard).encode(v) for v in (1, 2))
+    assert v2 == v1[:-3] + b"\x00" + v1[-3:]
+    # a pre-vote cannot be written at v0-1 (the field is not ignorable, as in Kafka)
+    for version in (0, 1):
+        with pytest.raises(EncodeError, match="PreVote"):
+            m.vote_request(CLUSTER, 3, req).encode(version)
+
+
+def test_add_raft_voter_v1_has_kafkas_layout_both_ways() -> None:
+    """AddRaftVoter v1 (flexible): ClusterId, TimeoutMs, VoterId, VoterDirectoryId, Listeners (Name, Host, uint16
+    Port), then AckWhenCommitted; v0 is the same without it (and means true)."""
+    directory = uuid.UUID("0123456789abcdef0123456789abcdef")
+    body = AddRaftVoterRequest(cluster_id=None, timeout_ms=30_000, voter_id=4, voter_directory_id=directory,
+                               listeners=[arv.Listener(name="CONTROLLER", host="h4", port=9093)],
+                               ack_when_committed=False)
+    head = (b"\x00" + struct.pack(">ii", 30_000, 4) + directory.bytes
+            + b"\x02" + _compact("CONTROLLER") + _compact("h4") + struct.pack(">H", 9093) + b"\x00")
+    assert body.encode(1) == head + b"\x00" + b"\x00"
+    assert AddRaftVoterRequest.decode(head + b"\x01\x00", 1).ack_when_committed is True
+    assert AddRaftVoterRequest.decode(head + b"\x00\x00", 1) == body
+    assert AddRaftVoterRequest.decode(head + b"\x00", 0).ack_when_committed is True  # v0: always on commit
+    with pytest.raises(EncodeError, match="AckWhenCommitted"):
+        body.encode(0)
+    response = AddRaftVoterResponse(throttle_time_ms=0, error_code=0, error_message=None)
+    assert response.encode(1) == response.encode(0) == struct.pack(">ih", 0, 0) + b"\x00" + b"\x00"
 
 
 @pytest.mark.parametrize("version", [0, 1])
@@ -116,9 +167,11 @@ def _describe() -> WireDescribe:
 def test_describe_quorum_from_the_leader(version: int) -> None:
     log = EpochHistory()
     q = RaftQuorum(1, (1, 2, 3), log, stored=None, now_ms=0, rng=random.Random(0))
-    q.poll(5000)
-    votes = {e.destination: e.correlation_id for e in q.take_effects() if isinstance(e, Send)}
-    q.handle_vote_response(2, votes[2], VoteResponse(0, -1, 1, True), 5000)
+    for _ in ("pre-vote", "vote"):
+        q.poll(5000)
+        votes = {e.destination: e.correlation_id for e in q.take_effects() if isinstance(e, Send)}
+        q.handle_vote_response(2, votes[2], VoteResponse(0, -1, q.epoch, True), 5000)
+    assert q.is_leader
     log.append(1, 3)
     q.leader_flushed(3, 5000)
     q.handle_fetch(FetchRequest(2, 1, 3, 1), 5100)

@@ -48,12 +48,24 @@ def sends(effects: list) -> list[Send]:
     return [e for e in effects if isinstance(e, Send)]
 
 
+def prevoted(q: RaftQuorum, now: int, granter: int = 2) -> list:
+    """Poll `q` until it asks its pre-vote (KIP-996), grant it from `granter`: `q` stands for election. Returns
+    the candidate's effects (its vote for itself persisted, then its Vote requests)."""
+    q.poll(now)
+    pre = sends(q.take_effects())
+    assert q.state is State.PROSPECTIVE and pre and all(s.request.pre_vote for s in pre)
+    ask = next(s for s in pre if s.destination == granter)
+    q.handle_vote_response(granter, ask.correlation_id, VoteResponse(0, q.leader_id, q.epoch, True), now)
+    assert q.state is State.CANDIDATE
+    q.poll(now)
+    return q.take_effects()
+
+
 def elected(local: int = 1, log: EpochHistory | None = None, now: int = 0) -> RaftQuorum:
     """A leader of epoch 1 (granted by 2), its LeaderChangeMessage appended and flushed."""
     log = log if log is not None else EpochHistory()
     q = quorum(local, log)
-    q.poll(now + 2 * CONFIG.election_timeout_ms)
-    votes = sends(q.take_effects())
+    votes = sends(prevoted(q, now + 2 * CONFIG.election_timeout_ms, granter=2 if local != 2 else 1))
     vote_to_2 = next(s for s in votes if s.destination == 2)
     q.handle_vote_response(2, vote_to_2.correlation_id, VoteResponse(0, -1, q.epoch, True), now)
     assert q.state is State.LEADER
@@ -129,7 +141,7 @@ def test_election_timeouts_are_drawn_from_t_to_2t(seed: int) -> None:
     assert CONFIG.election_timeout_ms <= wait < 2 * CONFIG.election_timeout_ms
     assert q.poll(wait - 1) == 1 and q.state is State.UNATTACHED
     q.poll(wait)
-    assert (q.state, q.epoch, q.voted_id) == (State.CANDIDATE, 1, 1)
+    assert (q.state, q.epoch, q.voted_id) == (State.PROSPECTIVE, 0, -1)  # a pre-vote first: no new epoch
 
 
 def test_timeouts_differ_between_voters() -> None:
@@ -137,46 +149,55 @@ def test_timeouts_differ_between_voters() -> None:
     assert len(waits) > 1
 
 
-def test_a_candidate_persists_its_own_vote_before_asking_for_votes() -> None:
+def test_a_prospective_asks_its_pre_vote_in_its_epoch_and_persists_nothing() -> None:
     q = quorum(log=EpochHistory([(3, 0)], end=10), stored=ElectionState(3, voters=VOTERS))
     q.take_effects()
     q.poll(10_000)
     effects = q.take_effects()
+    assert (q.state, q.epoch, q.voted_id) == (State.PROSPECTIVE, 3, -1)
+    assert not [e for e in effects if isinstance(e, Persist)]
+    assert [(s.destination, s.request) for s in sends(effects)] == [
+        (2, VoteRequest(3, 1, 3, 10, pre_vote=True)), (3, VoteRequest(3, 1, 3, 10, pre_vote=True))]
+
+
+def test_a_candidate_persists_its_own_vote_before_asking_for_votes() -> None:
+    q = quorum(log=EpochHistory([(3, 0)], end=10), stored=ElectionState(3, voters=VOTERS))
+    q.take_effects()
+    effects = prevoted(q, 10_000)
     assert effects[0] == Persist(ElectionState(4, voted_id=1, voters=VOTERS))
+    # the voter that granted the pre-vote is asked for its vote as well: a pre-vote binds nobody
     assert [(s.destination, s.request) for s in sends(effects)] == [
         (2, VoteRequest(4, 1, 3, 10)), (3, VoteRequest(4, 1, 3, 10))]
 
 
-def test_a_rejected_candidate_backs_off_then_stands_in_a_new_epoch() -> None:
-    config = RaftConfig(election_backoff_max_ms=250)
-    q = RaftQuorum(1, VOTERS, EpochHistory(), stored=None, now_ms=0, config=config, rng=random.Random(3))
-    q.poll(5000)
-    votes = {s.destination: s.correlation_id for s in sends(q.take_effects())}
+def test_a_refused_candidate_waits_out_its_election_timeout_then_asks_a_pre_vote_again() -> None:
+    q = RaftQuorum(1, VOTERS, EpochHistory(), stored=None, now_ms=0, config=CONFIG, rng=random.Random(3))
+    votes = {s.destination: s.correlation_id for s in sends(prevoted(q, 5000))}
     q.handle_vote_response(2, votes[2], VoteResponse(0, -1, 1, False), 5000)
     assert q.state is State.CANDIDATE  # one rejection of two: still possible
     q.handle_vote_response(3, votes[3], VoteResponse(0, -1, 1, False), 5000)
-    assert q._backoff_until is not None
-    backoff = q._backoff_until - 5000
-    assert 0 <= backoff <= 250
-    if backoff:
-        q.poll(5000 + backoff - 1)
-        assert not sends(q.take_effects())  # no more vote requests while backing off
-    q.poll(5000 + backoff)
-    assert (q.state, q.epoch) == (State.CANDIDATE, 2)
-    assert len(sends(q.take_effects())) == 2
-
-
-def test_a_candidate_whose_election_times_out_backs_off_at_most_the_maximum() -> None:
-    config = RaftConfig(election_timeout_ms=100, election_backoff_max_ms=150)
-    q = RaftQuorum(1, VOTERS, EpochHistory(), stored=None, now_ms=0, config=config, rng=random.Random(1))
-    q.poll(1000)
     assert q.state is State.CANDIDATE
-    for round_ in range(6):
-        epoch = q.epoch
-        wait = q.poll(q._election_deadline)  # the election times out: back off
-        assert wait <= 150
-        q.poll(q._election_deadline + wait)
-        assert q.epoch == epoch + 1, round_
+    deadline = q._election_deadline
+    q.poll(deadline - 1)
+    assert not sends(q.take_effects())  # refused by a majority: no more vote requests
+    q.poll(deadline)
+    assert (q.state, q.epoch, q.voted_id) == (State.PROSPECTIVE, 1, 1)  # its vote for itself is kept
+    assert {(s.destination, s.request) for s in sends(q.take_effects())} == {
+        (2, VoteRequest(1, 1, 0, 0, pre_vote=True)), (3, VoteRequest(1, 1, 0, 0, pre_vote=True))}
+
+
+def test_a_candidate_whose_election_times_out_becomes_prospective_without_a_new_epoch() -> None:
+    config = RaftConfig(election_timeout_ms=100)
+    q = RaftQuorum(1, VOTERS, EpochHistory(), stored=None, now_ms=0, config=config, rng=random.Random(1))
+    prevoted(q, 1000)
+    assert (q.state, q.epoch) == (State.CANDIDATE, 1)
+    q.poll(q._election_deadline)  # nobody answered
+    assert (q.state, q.epoch) == (State.PROSPECTIVE, 1)
+    q.take_effects()
+    q.poll(q._election_deadline)  # nor to the pre-vote: unattached in the same epoch, keeping its vote ...
+    assert Persist(ElectionState(1, voted_id=1, voters=VOTERS)) in q.take_effects()
+    # ... with the time left on the prospective's timer (none), so it asks again at once, still in epoch 1
+    assert (q.state, q.epoch, q.voted_id) == (State.PROSPECTIVE, 1, 1)
 
 
 def test_a_follower_that_cannot_fetch_stands_after_the_fetch_timeout() -> None:
@@ -186,7 +207,10 @@ def test_a_follower_that_cannot_fetch_stands_after_the_fetch_timeout() -> None:
     q.poll(CONFIG.fetch_timeout_ms - 1)
     assert q.state is State.FOLLOWER
     q.poll(CONFIG.fetch_timeout_ms)
-    assert (q.state, q.epoch) == (State.CANDIDATE, 2)
+    # KIP-996: it asks first, in the same epoch, still knowing its leader
+    assert (q.state, q.epoch, q.leader_id) == (State.PROSPECTIVE, 1, 2)
+    assert {s.request for s in sends(q.take_effects()) if isinstance(s.request, VoteRequest)} == {
+        VoteRequest(1, 1, 0, 0, pre_vote=True)}
 
 
 def test_a_follower_fetches_from_its_leader_with_its_log_end_and_last_epoch() -> None:
@@ -253,7 +277,7 @@ def test_leaders_followers_and_candidates_refuse_votes_in_their_epoch() -> None:
     follower.handle_begin_quorum_epoch(BeginQuorumEpochRequest(1, 2), 0)
     assert not follower.handle_vote(VoteRequest(1, 3, 0, 5), 0).vote_granted
     candidate = quorum()
-    candidate.poll(5000)
+    prevoted(candidate, 5000)
     assert not candidate.handle_vote(VoteRequest(1, 3, 0, 5), 0).vote_granted
 
 
@@ -266,8 +290,7 @@ def test_a_leader_steps_down_for_a_higher_epoch_and_says_so() -> None:
 
 def test_a_majority_elects_and_the_leader_change_names_the_granting_voters() -> None:
     q = quorum(log=EpochHistory([(4, 0)], end=7), stored=ElectionState(4, voters=VOTERS))
-    q.poll(5000)
-    votes = {s.destination: s.correlation_id for s in sends(q.take_effects())}
+    votes = {s.destination: s.correlation_id for s in sends(prevoted(q, 5000))}
     q.handle_vote_response(3, votes[3], VoteResponse(0, -1, 5, True), 5000)
     assert q.state is State.LEADER
     effects = q.take_effects()
@@ -284,10 +307,9 @@ def test_a_majority_elects_and_the_leader_change_names_the_granting_voters() -> 
 
 def test_an_answer_to_a_request_of_an_earlier_state_is_ignored() -> None:
     q = quorum()
-    q.poll(5000)
-    votes = {s.destination: s.correlation_id for s in sends(q.take_effects())}
-    q.poll(10**6)  # times out, backs off
-    q.poll(10**6 + 2000)  # a new election: epoch 2
+    votes = {s.destination: s.correlation_id for s in sends(prevoted(q, 5000))}
+    q.poll(10**6)  # times out: a pre-vote again
+    prevoted(q, 10**6 + 1)  # a new election: epoch 2
     assert q.epoch == 2
     q.handle_vote_response(2, votes[2], VoteResponse(0, -1, 1, True), 10**6)
     q.handle_vote_response(3, votes[3], VoteResponse(0, -1, 1, True), 10**6)
@@ -349,7 +371,7 @@ def test_end_quorum_epoch_shortens_the_wait_of_named_successors(successors: tupl
             q.poll(100 + wait - 1)
             assert q.state is State.FOLLOWER
         q.poll(100 + wait)
-        assert q.state is State.CANDIDATE, (local, wait)
+        assert (q.state, q.epoch) == (State.PROSPECTIVE, 1), (local, wait)
 
 
 def test_a_resigning_leader_names_successors_by_progress_and_stops_serving() -> None:
@@ -380,8 +402,7 @@ def test_a_resigning_leader_names_successors_by_progress_and_stops_serving() -> 
 def test_the_leader_commits_nothing_until_a_majority_holds_a_record_of_its_epoch() -> None:
     log = EpochHistory([(1, 0)], end=10)  # ten records from epoch 1, not known to be committed
     q = quorum(log=log, stored=ElectionState(1, voters=VOTERS))
-    q.poll(5000)
-    votes = {s.destination: s.correlation_id for s in sends(q.take_effects())}
+    votes = {s.destination: s.correlation_id for s in sends(prevoted(q, 5000))}
     q.handle_vote_response(2, votes[2], VoteResponse(0, -1, 2, True), 5000)
     assert q.state is State.LEADER and q.epoch == 2
     # a follower that has all of epoch 1 does not commit it: nothing of epoch 2 is replicated yet
@@ -562,7 +583,8 @@ def test_a_leader_that_loses_its_majority_resigns_after_one_and_a_half_fetch_tim
     assert q.state is State.RESIGNED
     assert not q.shutting_down
     q.poll(10**7)
-    assert q.state is State.CANDIDATE and q.epoch == 2
+    # out of the epoch it led, with no leader known; it asks a pre-vote in epoch 2 (never follows itself in 1)
+    assert q.state is State.PROSPECTIVE and q.epoch == 2 and q.leader_id == -1
 
 
 def test_observer_fetches_count_for_nothing() -> None:

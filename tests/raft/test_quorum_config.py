@@ -10,7 +10,15 @@ import pytest
 
 from kjbod.protocol.errors import ErrorCode
 from kjbod.raft.log_view import EpochHistory
-from kjbod.raft.quorum import BeginQuorumEpochRequest, RaftQuorum, Send, State, VoteRequest, VoteResponse
+from kjbod.raft.quorum import (
+    BeginQuorumEpochRequest,
+    EndQuorumEpochRequest,
+    RaftQuorum,
+    Send,
+    State,
+    VoteRequest,
+    VoteResponse,
+)
 from kjbod.server.config import ConfigError, build_config
 from kjbod.server.roles import raft_config
 
@@ -51,10 +59,10 @@ def test_election_timeout_ms_sets_when_an_unattached_voter_stands() -> None:
     q.poll(4999)
     assert q.state is State.UNATTACHED and not sent(q)  # never before t
     q.poll(10_000)
-    assert q.state is State.CANDIDATE and {s.destination for s in sent(q)} == {2, 3}  # by 2t
+    assert q.state is State.PROSPECTIVE and {s.destination for s in sent(q)} == {2, 3}  # by 2t, a pre-vote
     fast = voter(controller_quorum_election_timeout_ms="10")
     fast.poll(20)
-    assert fast.state is State.CANDIDATE
+    assert fast.state is State.PROSPECTIVE
 
 
 def test_fetch_timeout_ms_sets_when_a_follower_that_cannot_fetch_stands() -> None:
@@ -63,35 +71,28 @@ def test_fetch_timeout_ms_sets_when_a_follower_that_cannot_fetch_stands() -> Non
     q.poll(2999)
     assert q.state is State.FOLLOWER
     q.poll(3000)
-    assert q.state is State.CANDIDATE and q.epoch == 2
+    assert q.state is State.PROSPECTIVE and q.epoch == 1  # asks a pre-vote in its epoch
 
 
-def backoffs(cap: str, rounds: int = 8) -> list[int]:
-    """The waits of a candidate that loses `rounds` elections in a row (both others refuse each time)."""
-    q = voter(controller_quorum_election_backoff_max_ms=cap)
-    now = 2000
-    q.poll(now)
+def successor_waits(cap: str) -> list[int]:
+    """How long each voter of five waits before asking its pre-vote after the leader (1) resigned naming the
+    others as successors, in order 2, 3, 4, 5 (Kafka 4 uses the key only for this: its candidate has no backoff)."""
     waits = []
-    for _ in range(rounds):
-        epoch = q.epoch
-        votes = {s.destination: s.correlation_id for s in sent(q)}
-        for v in (2, 3):
-            q.handle_vote_response(v, votes[v], VoteResponse(0, -1, epoch, False), now)
-        wait = q.poll(now)
-        if q.epoch == epoch:  # backing off: stand again once the wait is over
-            waits.append(wait)
-            now += wait
-            q.poll(now)
-        else:
-            waits.append(0)
-        assert q.epoch == epoch + 1 and q.state is State.CANDIDATE
+    for local in (2, 3, 4, 5):
+        props = dict(BASE, **{"node.id": str(local), "controller.quorum.election.backoff.max.ms": cap})
+        q = RaftQuorum(local, (1, 2, 3, 4, 5), EpochHistory(), stored=None, now_ms=0,
+                       config=raft_config(build_config(props)), rng=random.Random(7))
+        q.handle_begin_quorum_epoch(BeginQuorumEpochRequest(1, 1), 0)
+        q.handle_end_quorum_epoch(EndQuorumEpochRequest(1, 1, (2, 3, 4, 5)), 0)
+        wait = q.poll(0)
+        waits.append(0 if q.state is State.PROSPECTIVE else wait)
     return waits
 
 
 def test_election_backoff_max_ms_caps_the_wait_before_standing_again() -> None:
-    assert max(backoffs("50")) <= 50
-    assert max(backoffs("0")) == 0
-    assert max(backoffs("100000")) > 1000  # the random exponential wait, uncapped by a large maximum
+    assert successor_waits("800") == [0, 100, 200, 400]  # strictly growing, the last below the maximum
+    assert successor_waits("80") == [0, 10, 20, 40]
+    assert successor_waits("0") == [0, 0, 0, 0]
 
 
 def test_request_timeout_ms_sets_when_an_unanswered_request_is_sent_again() -> None:
@@ -111,7 +112,7 @@ def test_retry_backoff_ms_sets_the_wait_after_a_failed_request() -> None:
     q.poll(120_000)
     votes = {s.destination: s.correlation_id for s in sent(q)}
     q.request_failed(2, votes[2], 120_000)
-    q.handle_vote_response(3, votes[3], VoteResponse(ErrorCode.BROKER_NOT_AVAILABLE, -1, 1, False), 120_000)
+    q.handle_vote_response(3, votes[3], VoteResponse(ErrorCode.BROKER_NOT_AVAILABLE, -1, q.epoch, False), 120_000)
     q.poll(120_499)
     assert not sent(q)
     q.poll(120_500)

@@ -1,8 +1,10 @@
-"""AddRaftVoter (key 80), RemoveRaftVoter (key 81) and UpdateRaftVoter (key 82), version 0, on the controller
+"""AddRaftVoter (key 80, v0-1), RemoveRaftVoter (key 81, v0) and UpdateRaftVoter (key 82, v0), on the controller
 listener (KIP-853: dynamic controller membership; what `kjbod metadata-quorum add-controller` and
 `remove-controller` send).
 
-Version notes: v0 only (Kafka 3.9). The quorum's leader (kjbod.controller.raft_driver) applies Kafka's rules: a
+Version notes: v0 as Kafka 3.9; AddRaftVoter v1 (Kafka 4.2+) adds AckWhenCommitted (default true): false makes the
+leader answer NONE as soon as the new VotersRecord is in its own log, not once it is committed (the change still
+blocks the next until it commits). The quorum's leader (kjbod.controller.raft_driver) applies Kafka's rules: a
 cluster id other than ours is INCONSISTENT_CLUSTER_ID; a controller that does not lead answers
 NOT_LEADER_OR_FOLLOWER; a zero directory id, or (add, update) no endpoint on the leader's controller listener, is
 INVALID_REQUEST; one change at a time (REQUEST_TIMED_OUT while one is pending, or while the last VotersRecord or
@@ -55,7 +57,7 @@ async def handle_add(node, request, body: AddRaftVoterRequest) -> AddRaftVoterRe
         return AddRaftVoterResponse(error_code=ErrorCode.UNSUPPORTED_VERSION,
                                     error_message=_STATIC.format(what="adding"))
     code, message = await raft.add_voter(body.voter_id, body.voter_directory_id, _endpoints(body.listeners),
-                                         max(0, body.timeout_ms))
+                                         max(0, body.timeout_ms), ack_when_committed=body.ack_when_committed)
     return AddRaftVoterResponse(error_code=code, error_message=message)
 
 
