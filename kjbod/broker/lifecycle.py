@@ -264,7 +264,7 @@ class BrokerLifecycleManager:
             broker_id=c.node_id, broker_epoch=self.broker_epoch, current_metadata_offset=self.metadata_offset(),
             want_fence=not self._ready_to_unfence,
             want_shut_down=self.state == BrokerState.PENDING_CONTROLLED_SHUTDOWN, offline_log_dirs=sent_dirs,
-            cordoned_log_dirs=self.cordoned_dirs() if self.initial_catch_up.done() else None)
+            cordoned_log_dirs=self._cordons_to_send())
         try:
             sent = PerVersion(partial(heartbeat_at, request))
             response = await self.channel.send(sent, BROKER_HEARTBEAT, timeout=c.session_timeout / 2)
@@ -286,6 +286,15 @@ class BrokerLifecycleManager:
             for d in sent_dirs:
                 self._offline_dirs[d] = True
         return self._on_heartbeat(response)
+
+    def _cordons_to_send(self) -> list[uuid.UUID] | None:
+        """CordonedLogDirs for the next heartbeat: None before the broker has caught up; only dirs a registration
+        of this process carried (the controller answers LOG_DIR_NOT_FOUND for any other, and a dir that was not
+        online at registration takes no replicas here anyway)."""
+        if not self.initial_catch_up.done():
+            return None
+        cordons = self.cordoned_dirs()
+        return None if cordons is None else [d for d in cordons if d in self._registered_dirs]
 
     def _quieten_offline_dirs(self, sent: list[uuid.UUID]) -> bool:
         """LOG_DIR_NOT_FOUND: the controller does not know one of the failed dirs sent (kjbod's controller checks

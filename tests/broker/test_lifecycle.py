@@ -126,6 +126,11 @@ async def test_cordoned_dirs_go_out_once_caught_up(broker: Broker, controller: F
     cordons.append(DIRS[1])
     m.cordon_changed()
     await controller.wait_until(lambda: controller.heartbeats()[-1].cordoned_log_dirs == DIRS[:2])
+    cordons.append(uuid.UUID(int=404))  # no registration carried it: left out, the controller would refuse it
+    m.cordon_changed()
+    n = len(controller.heartbeats())
+    await controller.wait_until(lambda: len(controller.heartbeats()) > n)
+    assert controller.heartbeats()[-1].cordoned_log_dirs == DIRS[:2]
     m.cordoned_dirs = lambda: None  # metadata.version below 4.3-IV0: nothing is sent
     m.cordon_changed()
     await controller.wait_until(lambda: controller.heartbeats()[-1].cordoned_log_dirs is None)
