@@ -56,7 +56,7 @@ SERVED_APIS: dict[str, tuple[int, int]] = {
     "ListPartitionReassignments": (0, 0),
     "DescribeCluster": (0, 2),
     "BrokerRegistration": (0, 4),
-    "BrokerHeartbeat": (0, 1),
+    "BrokerHeartbeat": (0, 2),
     "UnregisterBroker": (0, 0),
     "AddRaftVoter": (0, 1),
     "RemoveRaftVoter": (0, 0),
@@ -121,8 +121,8 @@ SERVED_APIS: dict[str, tuple[int, int]] = {
 }
 SERVED_HEADERS: dict[str, tuple[int, int]] = {"RequestHeader": (0, 2), "ResponseHeader": (0, 1)}
 SERVED_RECORDS: dict[str, tuple[int, int]] = {
-    "RegisterBrokerRecord": (0, 3),
-    "BrokerRegistrationChangeRecord": (0, 2),
+    "RegisterBrokerRecord": (0, 4),
+    "BrokerRegistrationChangeRecord": (0, 3),
     "TopicRecord": (0, 0),
     "PartitionRecord": (0, 2),
     "PartitionChangeRecord": (0, 2),

@@ -23,8 +23,10 @@ States and transitions (Kafka's BrokerState values, driven by the heartbeat answ
   `broker.session.timeout.ms`, jitter 2%); DUPLICATE_BROKER_REGISTRATION (the controller still holds a live
   session of an earlier incarnation) resolves itself that way once the session expires.  No success within
   `initial.broker.registration.timeout.ms` shuts the broker down.
-* Both carry the ids of the cordoned log dirs (KIP-1066) in kjbod's extension field (`cordoned_dirs`, set by
-  the broker; `cordon_changed` sends a heartbeat at once).
+* Heartbeats v2+ carry the ids of the cordoned log dirs (KIP-1066's CordonedLogDirs, as Kafka 4.3's broker
+  sends them): null until the broker has caught up (RECOVERY), then the current set in every heartbeat
+  (`cordoned_dirs`, set by the broker, answers None below metadata.version 4.3-IV0, when nothing is sent;
+  `cordon_changed` sends a heartbeat at once).  Registration carries none (Kafka's has no such field).
 * Heartbeats carry the broker epoch, `CurrentMetadataOffset` (the last metadata offset this broker applied, from
   the follower), WantFence, WantShutDown and every log dir that failed since start (OfflineLogDirs, cumulative).
   An answer of STALE_BROKER_EPOCH means the controller no longer knows this registration (it was unregistered,
@@ -109,9 +111,10 @@ class BrokerLifecycleManager:
         self.config = config
         self.channel = channel
         self.metadata_offset = metadata_offset
-        # The ids of the cordoned log dirs now (KIP-1066), carried by registration and every heartbeat in kjbod's
-        # extension field; the broker sets it (its dynamic cordoned.log.dirs can change at any time).
-        self.cordoned_dirs: Callable[[], list[uuid.UUID]] = list
+        # The ids of the cordoned log dirs now (KIP-1066), carried by every heartbeat once caught up; None when
+        # they are not to be sent (metadata.version below 4.3-IV0).  The broker sets it (its dynamic
+        # cordoned.log.dirs can change at any time).
+        self.cordoned_dirs: Callable[[], list[uuid.UUID] | None] = lambda: None
         # Called once with the reason when the broker must stop (registration timeout, unreported dir failure).
         self.shutdown_hook = shutdown_hook
         self.incarnation_id = incarnation_id or uuid.uuid4()
@@ -237,7 +240,7 @@ class BrokerLifecycleManager:
             features=[Feature(name=n, min_supported_version=lo, max_supported_version=hi)
                       for n, (lo, hi) in sorted(c.features.items())],
             rack=c.rack, log_dirs=sorted(d for d in c.log_dirs if d not in self._offline_dirs),
-            previous_broker_epoch=c.previous_broker_epoch, cordoned_log_dirs=self.cordoned_dirs())
+            previous_broker_epoch=c.previous_broker_epoch)
         try:
             response = await self.channel.send(PerVersion(partial(registration_at, request)), BROKER_REGISTRATION,
                                                timeout=c.session_timeout / 2)
@@ -261,7 +264,7 @@ class BrokerLifecycleManager:
             broker_id=c.node_id, broker_epoch=self.broker_epoch, current_metadata_offset=self.metadata_offset(),
             want_fence=not self._ready_to_unfence,
             want_shut_down=self.state == BrokerState.PENDING_CONTROLLED_SHUTDOWN, offline_log_dirs=sent_dirs,
-            cordoned_log_dirs=self.cordoned_dirs())
+            cordoned_log_dirs=self._cordons_to_send())
         try:
             sent = PerVersion(partial(heartbeat_at, request))
             response = await self.channel.send(sent, BROKER_HEARTBEAT, timeout=c.session_timeout / 2)
@@ -283,6 +286,15 @@ class BrokerLifecycleManager:
             for d in sent_dirs:
                 self._offline_dirs[d] = True
         return self._on_heartbeat(response)
+
+    def _cordons_to_send(self) -> list[uuid.UUID] | None:
+        """CordonedLogDirs for the next heartbeat: None before the broker has caught up; only dirs a registration
+        of this process carried (the controller answers LOG_DIR_NOT_FOUND for any other, and a dir that was not
+        online at registration takes no replicas here anyway)."""
+        if not self.initial_catch_up.done():
+            return None
+        cordons = self.cordoned_dirs()
+        return None if cordons is None else [d for d in cordons if d in self._registered_dirs]
 
     def _quieten_offline_dirs(self, sent: list[uuid.UUID]) -> bool:
         """LOG_DIR_NOT_FOUND: the controller does not know one of the failed dirs sent (kjbod's controller checks
@@ -378,8 +390,11 @@ def registration_at(request: BrokerRegistrationRequest, version: int) -> BrokerR
 
 
 def heartbeat_at(request: BrokerHeartbeatRequest, version: int) -> BrokerHeartbeatRequest:
-    """The heartbeat as `version` carries it: OfflineLogDirs from v1."""
-    return request if version >= 1 else dataclasses.replace(request, offline_log_dirs=[])
+    """The heartbeat as `version` carries it: OfflineLogDirs from v1, CordonedLogDirs from v2."""
+    if version >= 2:
+        return request
+    return dataclasses.replace(request, offline_log_dirs=request.offline_log_dirs if version >= 1 else [],
+                               cordoned_log_dirs=None)
 
 
 def _complete(future: asyncio.Future[None]) -> None:

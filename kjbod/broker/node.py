@@ -58,6 +58,7 @@ from kjbod.metadata import (
     features,
     is_reserved_dir,
 )
+from kjbod.metadata.features import cordons_supported
 from kjbod.net.controller_channel import InProcessControllerChannel
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import (
@@ -109,6 +110,7 @@ class BrokerNode:
         self.metadata_log: Any = None
         self.metadata_fetch: Any = None  # serves Fetch/FetchSnapshot of the metadata log on controller listeners
         self.logs: Any = None  # kjbod.storage log manager, once opened
+        self._caught_up = False  # a heartbeat answer said IsCaughtUp: heartbeats carry the cordoned dirs from then
         self.mover: Any = None  # kjbod.broker.kip113.ReplicaMover, once storage is open
         self.assignments: AssignmentsManager | None = None  # directory assignments of moved replicas (KIP-858)
         self.replication: Any = None  # kjbod.broker.replication.ReplicaManager on a broker-only node
@@ -423,12 +425,20 @@ class BrokerNode:
                                  log_dirs)
 
     def cordoned_dir_ids(self) -> list[uuid.UUID]:
-        """The KIP-858 ids of the cordoned dirs that are online (what registration and heartbeats carry)."""
+        """The KIP-858 ids of the cordoned dirs that are online."""
         if self.logs is None:
             return []
         cordoned = set(self.logs.manager.cordoned)
         return sorted(uuid.UUID(bytes=uuid_from_str(d))
                       for d, path in self.logs.manager.directory_ids(online_only=True).items() if path in cordoned)
+
+    def heartbeat_cordoned_dirs(self) -> list[uuid.UUID] | None:
+        """What a heartbeat carries as CordonedLogDirs (v2): the online cordoned dirs' ids, or None (nothing
+        sent) before the logs are open or below metadata.version 4.3-IV0, where Kafka's broker sends nothing and
+        the cordon only steers this broker's own choice of dir."""
+        if self.logs is None or not cordons_supported(self.metadata):
+            return None
+        return self.cordoned_dir_ids()
 
     def apply_cordon(self) -> None:
         """Gives the log manager the cordoned dirs in force, and tells the controller when they changed."""
@@ -566,7 +576,6 @@ class BrokerNode:
             rack=self.rack, log_dirs=[uuid.UUID(bytes=uuid_from_str(d)) for d in dirs],
             features=[RegFeature(name=n, min_supported_version=lo, max_supported_version=hi)
                       for n, (lo, hi) in sorted(features.SUPPORTED.items())],
-            cordoned_log_dirs=self.cordoned_dir_ids(),
             # the epoch the last run's clean-shutdown markers name (-1: none): KIP-966's unclean-shutdown check
             previous_broker_epoch=self.logs.manager.clean_shutdown_broker_epoch())
 
@@ -618,9 +627,14 @@ class BrokerNode:
         return out
 
     async def _heartbeat(self, *, want_shut_down: bool = False) -> Any:
-        return await self.controller_request(BrokerHeartbeatRequest(
+        resp = await self.controller_request(BrokerHeartbeatRequest(
             broker_id=self.node_id, broker_epoch=self.broker_epoch, current_metadata_offset=self.metadata.offset,
-            want_fence=False, want_shut_down=want_shut_down, cordoned_log_dirs=self.cordoned_dir_ids()), 1)
+            want_fence=False, want_shut_down=want_shut_down,
+            # null until caught up, as Kafka's broker sends it (the first heartbeats after registering)
+            cordoned_log_dirs=self.heartbeat_cordoned_dirs() if self._caught_up else None), 2)
+        if getattr(resp, "is_caught_up", False):
+            self._caught_up = True
+        return resp
 
     async def _heartbeats(self) -> None:
         interval = int(getattr(self.config, "broker_heartbeat_interval_ms", 2000)) / 1000

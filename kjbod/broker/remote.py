@@ -162,7 +162,7 @@ class RemoteBrokerNode(BrokerNode):
             self.lifecycle_config(self._registration(), manager.clean_shutdown_broker_epoch()),
             self._channel("lifecycle"),
             lambda: follower.last_applied_offset, self._lifecycle_shutdown, incarnation_id=self.incarnation_id)
-        self.lifecycle.cordoned_dirs = self.cordoned_dir_ids
+        self.lifecycle.cordoned_dirs = lambda: self.heartbeat_cordoned_dirs() if self._logs_ready else None
         self.follower.start()
         self.lifecycle.start()
         log.info("broker_starting", node_id=self.node_id, controllers=self._channels["lifecycle"].peer,

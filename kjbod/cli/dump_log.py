@@ -12,8 +12,8 @@ as a metadata record in Kafka's JSON (`payload: {"type":"PARTITION_RECORD","vers
 log, offsets that do not follow each other) are reported there too.
 
 With `--bootstrap-server` (and the decoder) each record that names log dirs (PartitionRecord and
-PartitionChangeRecord `Directories`, broker registrations' `LogDirs`) is followed by a line resolving every id to
-its broker and path (`|   Directories: [<id> (broker 1 /data/a), ...]`), from DescribeLogDirs with kjbod's
+PartitionChangeRecord `Directories`, broker registrations' `LogDirs` and KIP-1066's `CordonedLogDirs`) is followed
+by a line resolving every id to its broker and path (`|   Directories: [<id> (broker 1 /data/a), ...]`), from DescribeLogDirs with kjbod's
 directory-id extension asked of every broker.  Without the option the output is Kafka's, line for line.
 
 Files are read whole and parsed here, with no LogDirIO: the tool only reads, and must work on a copy of a
@@ -389,7 +389,8 @@ def _resolved(message: Any, dirs: Mapping[uuid.UUID, tuple[int, str]]) -> str:
     from kjbod.storage.ids import uuid_to_str
 
     out = ""
-    for field, name in (("directories", "Directories"), ("log_dirs", "LogDirs")):
+    for field, name in (("directories", "Directories"), ("log_dirs", "LogDirs"),
+                        ("cordoned_log_dirs", "CordonedLogDirs")):
         ids = getattr(message, field, None)
         if not ids:
             continue

@@ -73,7 +73,6 @@ def register_broker(image: MetadataImage, req: BrokerRegistrationRequest, settin
         return ControllerResult([], BrokerRegistrationResponse(error_code=problem[0]))
     existing = image.brokers.get(req.broker_id)
     sessions.dirs.note(req.broker_id, req.log_dirs)
-    sessions.note_cordoned(req.broker_id, req.cordoned_log_dirs)
     record = RegisterBrokerRecord(
         broker_id=req.broker_id, incarnation_id=req.incarnation_id,
         end_points=[BrokerEndpoint(name=ln.name, host=ln.host, port=ln.port, security_protocol=ln.security_protocol)

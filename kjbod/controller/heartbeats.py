@@ -16,12 +16,14 @@ then out of every ISR.  Offline log dirs (cumulative in every heartbeat) move le
 the newly failed dirs and shrink the broker's LogDirs (kjbod.controller.directories); a dir id the broker never
 registered answers LOG_DIR_NOT_FOUND and changes nothing.
 
-Cordoned log dirs (KIP-1066): each registration and heartbeat carries the ids of the broker's cordoned dirs (a
-kjbod extension field, see schemas/BrokerHeartbeatRequest.json); the latest list per broker is kept here, in
-memory like the sessions (a restarted controller learns it again from the next heartbeat, within one heartbeat
-interval; Kafka 4.3 persists it in BrokerRegistrationChangeRecord, whose layout kjbod does not assume).
-`fully_cordoned` names the brokers whose every online dir is cordoned: placement leaves them out and an
-explicit assignment naming them is INELIGIBLE_REPLICA (kjbod.controller.replication_control).
+Cordoned log dirs (KIP-1066, from metadata.version 4.3-IV0 as in Kafka): a broker that has caught up sends the
+ids of its cordoned dirs in every heartbeat (v2's CordonedLogDirs; null before).  When they differ from its
+registration's (or those are not known yet) a BrokerRegistrationChangeRecord v3 records them, so every
+controller and broker knows them from the metadata log.  An id the broker never registered answers
+LOG_DIR_NOT_FOUND and changes nothing, as OfflineLogDirs does here (Kafka records whatever was sent).  Below
+4.3-IV0 the field is ignored, as Kafka's controller ignores it.  `fully_cordoned` names the brokers whose every
+online dir is cordoned (Kafka's !hasUncordonedDirs): placement leaves them out and an explicit assignment naming
+them is INELIGIBLE_REPLICA (kjbod.controller.replication_control).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from kjbod.controller.directories import BrokerDirs, offline_dirs
 from kjbod.controller.partition_change import elect_where_leaderless, leads_any, remove_from_isrs
 from kjbod.controller.result import ControllerResult, ControllerSettings
 from kjbod.metadata import BrokerRegistration, MetadataImage
+from kjbod.metadata.features import cordons_supported
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import (
     BrokerHeartbeatRequest,
@@ -63,25 +66,25 @@ def fence_records(image: MetadataImage, reg: BrokerRegistration, settings: Contr
             BrokerRegistrationChangeRecord(broker_id=reg.broker_id, broker_epoch=reg.epoch, fenced=1)]
 
 
+def cordon_records(reg: BrokerRegistration, reported: list[Any]) -> list[Any]:
+    """The record that keeps a heartbeat's cordoned dirs when they changed (Kafka's handleDirectoriesCordoned):
+    compared as sets, written sorted."""
+    if reg.cordoned_dirs is not None and set(reg.cordoned_dirs) == set(reported):
+        return []
+    return [BrokerRegistrationChangeRecord(broker_id=reg.broker_id, broker_epoch=reg.epoch,
+                                           cordoned_log_dirs=sorted(set(reported)))]
+
+
 class BrokerHeartbeatManager:
     def __init__(self, settings: ControllerSettings) -> None:
         self.settings = settings
         self.sessions: dict[int, Session] = {}
         self.dirs = BrokerDirs()  # every dir id each broker registered: OfflineLogDirs may name no other
         self.local_registered = False  # the broker in this process has registered since this controller started
-        self.cordoned: dict[int, frozenset[Any]] = {}  # broker id -> ids of its cordoned log dirs, as last sent
-
-    def note_cordoned(self, broker_id: int, dir_ids: Any) -> None:
-        self.cordoned[broker_id] = frozenset(dir_ids or ())
 
     def fully_cordoned(self, image: MetadataImage) -> frozenset[int]:
         """The registered brokers whose every online log dir is cordoned (none online counts as not)."""
-        out = set()
-        for broker_id, dirs in self.cordoned.items():
-            reg = image.brokers.get(broker_id)
-            if reg is not None and dirs and reg.log_dirs and set(reg.log_dirs) <= dirs:
-                out.add(broker_id)
-        return frozenset(out)
+        return frozenset(b.broker_id for b in image.brokers.values() if not b.has_uncordoned_dirs)
 
     @property
     def timeout_s(self) -> float:
@@ -129,7 +132,9 @@ class BrokerHeartbeatManager:
             return ControllerResult([], BrokerHeartbeatResponse(error_code=ErrorCode.STALE_BROKER_EPOCH))
         if req.offline_log_dirs and self.dirs.unknown(image, reg.broker_id, req.offline_log_dirs):
             return ControllerResult([], BrokerHeartbeatResponse(error_code=ErrorCode.LOG_DIR_NOT_FOUND))
-        self.note_cordoned(req.broker_id, req.cordoned_log_dirs)
+        cordons = cordons_supported(image) and req.cordoned_log_dirs is not None
+        if cordons and self.dirs.unknown(image, reg.broker_id, req.cordoned_log_dirs or []):
+            return ControllerResult([], BrokerHeartbeatResponse(error_code=ErrorCode.LOG_DIR_NOT_FOUND))
         s = self.session(req.broker_id, now)
         s.last_contact = now
         s.metadata_offset = req.current_metadata_offset
@@ -154,6 +159,8 @@ class BrokerHeartbeatManager:
         if req.offline_log_dirs:
             records += offline_dirs(image, reg.broker_id, reg.epoch, req.offline_log_dirs, unclean_default=unclean,
                                     node_id=self.settings.node_id, min_isr_default=self.settings.min_insync_replicas)
+        if cordons:
+            records += cordon_records(reg, req.cordoned_log_dirs or [])
         return ControllerResult(records, BrokerHeartbeatResponse(
             error_code=0, is_caught_up=caught_up, is_fenced=nxt in (FENCED, SHUTDOWN_NOW),
             should_shut_down=nxt == SHUTDOWN_NOW))

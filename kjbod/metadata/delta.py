@@ -279,7 +279,9 @@ class MetadataDelta:
             rack=rec.rack, fenced=rec.fenced, in_controlled_shutdown=rec.in_controlled_shutdown,
             log_dirs=tuple(rec.log_dirs),
             features={f.name: (f.min_supported_version, f.max_supported_version) for f in rec.features},
-            offline_dirs=_left(before, rec.log_dirs), record_offset=self.offset)
+            offline_dirs=_left(before, rec.log_dirs), record_offset=self.offset,
+            # v4 (4.3-IV0); null in a new registration, and in every record of a log written before it
+            cordoned_dirs=None if rec.cordoned_log_dirs is None else tuple(rec.cordoned_log_dirs))
 
     def _unregister_broker_record(self, rec: UnregisterBrokerRecord) -> None:
         current = self.broker(rec.broker_id)
@@ -306,6 +308,8 @@ class MetadataDelta:
         if rec.log_dirs:  # an empty list means "no change" (Kafka's replay)
             changes["log_dirs"] = tuple(rec.log_dirs)
             changes["offline_dirs"] = _left(self.broker(rec.broker_id), rec.log_dirs)
+        if rec.cordoned_log_dirs is not None:  # v3 (4.3-IV0); null means "no change", an empty list "none"
+            changes["cordoned_dirs"] = tuple(rec.cordoned_log_dirs)
         self._change_broker(rec.broker_id, rec.broker_epoch, **changes)
 
     def _fence_broker_record(self, rec: FenceBrokerRecord) -> None:

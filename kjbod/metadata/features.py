@@ -2,8 +2,8 @@
 
 kjbod serves these features:
 
-* `metadata.version`, at Kafka's levels (1 = 3.0-IV1 ... 29 = 4.2-IV1).  kjbod runs 17 (3.7-IV2, the first with
-  KIP-858's directory assignments, which every kjbod partition record carries) to 29.  What each level after 22
+* `metadata.version`, at Kafka's levels (1 = 3.0-IV1 ... 30 = 4.3-IV0).  kjbod runs 17 (3.7-IV2, the first with
+  KIP-858's directory assignments, which every kjbod partition record carries) to 30.  What each level after 22
   brings, as Kafka 4.3 ties it to the level:
   - 23 (4.0-IV1): PartitionRecord and PartitionChangeRecord v2 (EligibleLeaderReplicas, LastKnownElr) and
     ClearElrRecord (KIP-966); the metadata records changed, so no downgrade below it.  Below 23 the partition
@@ -15,9 +15,13 @@ kjbod serves these features:
   - 27 (4.1-IV1): Fetch v18 in the replica fetcher (KIP-1166); kjbod's fetcher picks the highest version served.
   - 28 (4.2-IV0) and 29 (4.2-IV1): the bootstrap levels of share.version 1 (share groups on in a new cluster)
     and streams.version (not served here: left at 0), and ListOffsets v11 between brokers.
-  - 30 (4.3-IV0, Kafka 4.3's latest production level) is not run: it adds CordonedLogDirs to RegisterBrokerRecord
-    v4 and BrokerRegistrationChangeRecord, and kjbod keeps KIP-1066's cordoned dirs in the controller's memory
-    (from registrations and heartbeats), not in those records yet.
+  - 30 (4.3-IV0, Kafka 4.3's latest production level, what a new cluster starts at): KIP-1066's cordoned log
+    dirs reach the controller.  Brokers send them in BrokerHeartbeat v2 once caught up; the controller keeps them
+    in RegisterBrokerRecord v4 and BrokerRegistrationChangeRecord v3 (CordonedLogDirs) and places no new replica
+    on a broker whose every dir is cordoned.  Below 30, as in Kafka, a broker still honours its own
+    cordoned.log.dirs when it picks a dir, but sends nothing, reports IsCordoned false in DescribeLogDirs, and the
+    controller ignores any cordon a heartbeat carries and writes the broker records at v3 and v2.  The records
+    changed, so no downgrade below it.
 * `eligible.leader.replicas.version` 0-1 (KIP-966): 1 has the controller keep each partition's eligible leader
   replicas (kjbod.controller.partition_change).  It depends on metadata.version 23 (4.0-IV1).
 * `group.version` 0-1: 1 turns on KIP-848's consumer group protocol (ConsumerGroupHeartbeat,
@@ -69,9 +73,10 @@ RELEASES: dict[int, tuple[str, bool]] = {
     17: ("3.7-IV2", True), 18: ("3.7-IV3", False), 19: ("3.7-IV4", False), 20: ("3.8-IV0", False),
     21: ("3.9-IV0", False), 22: ("4.0-IV0", False), 23: ("4.0-IV1", True), 24: ("4.0-IV2", False),
     25: ("4.0-IV3", False), 26: ("4.1-IV0", False), 27: ("4.1-IV1", False), 28: ("4.2-IV0", False),
-    29: ("4.2-IV1", False),
+    29: ("4.2-IV1", False), 30: ("4.3-IV0", True),
 }
-LATEST_METADATA_VERSION = 29
+LATEST_METADATA_VERSION = 30
+CORDON_METADATA_VERSION = 30  # 4.3-IV0: cordoned log dirs in heartbeats and broker records (isCordonedLogDirsSupported)
 ELR_METADATA_VERSION = 23  # 4.0-IV1: the ELR fields in the partition records (Kafka's isElrSupported)
 # Kafka makes share.version 1 the bootstrap default from metadata.version 4.2-IV0 (its dependency map is empty): a
 # cluster formatted at an older metadata.version starts with share groups off.
@@ -194,6 +199,12 @@ def unsupported_reason(level: int, who: str, ranges: Mapping[str, tuple[int, int
     if hi == 0:
         return f"{who} does not support this feature."
     return f"{who} only supports versions {range_text(lo, hi)}"
+
+
+def cordons_supported(image: Any) -> bool:
+    """Whether the finalized metadata.version carries KIP-1066's cordoned log dirs to the controller (Kafka's
+    isCordonedLogDirsSupported, 4.3-IV0)."""
+    return image is not None and finalized(image).get(METADATA_VERSION, 0) >= CORDON_METADATA_VERSION
 
 
 def consumer_protocol_enabled(image: Any) -> bool:

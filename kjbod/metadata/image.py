@@ -113,6 +113,10 @@ class BrokerRegistration:
     # the controller knows, even when the dir held no replica and a snapshot replaced the records (see
     # kjbod.metadata.snapshot).  Kafka keeps no such memory (it ignores offline dirs it does not know).
     offline_dirs: tuple[UUID, ...] = ()
+    # KIP-1066: the ids of its cordoned log dirs (they take no new replicas), as its heartbeats reported them and
+    # the controller recorded them (RegisterBrokerRecord v4, BrokerRegistrationChangeRecord v3, from
+    # metadata.version 4.3-IV0); None until a heartbeat has reported them (Kafka's "not known yet").
+    cordoned_dirs: tuple[UUID, ...] | None = None
     # Offset of the RegisterBrokerRecord replayed last for it: the broker is caught up (and may be unfenced)
     # once it has applied this offset.  Not part of the record, so not part of equality.
     record_offset: int = field(default=-1, compare=False)
@@ -121,6 +125,14 @@ class BrokerRegistration:
     def active(self) -> bool:
         """Kafka's `isActive`: registered, unfenced and not shutting down: may lead partitions."""
         return not self.fenced and not self.in_controlled_shutdown
+
+    @property
+    def has_uncordoned_dirs(self) -> bool:
+        """Kafka's hasUncordonedDirs: some online dir is not cordoned (a broker with no dirs listed, or whose
+        cordons are not known yet, counts as having one).  A broker without one takes no new replicas."""
+        if not self.log_dirs or self.cordoned_dirs is None:
+            return True
+        return not set(self.log_dirs) <= set(self.cordoned_dirs)
 
     def has_online_dir(self, dir_id: UUID | None) -> bool:
         """Whether a replica the metadata places in `dir_id` is on a dir this broker has online (Kafka's

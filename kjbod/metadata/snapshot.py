@@ -47,7 +47,8 @@ def image_records(image: MetadataImage) -> list[Any]:
             features=[BrokerFeature(name=n, min_supported_version=lo, max_supported_version=hi)
                       for n, (lo, hi) in sorted(b.features.items())],
             rack=b.rack, fenced=b.fenced, in_controlled_shutdown=b.in_controlled_shutdown,
-            log_dirs=[*b.log_dirs, *b.offline_dirs]))
+            log_dirs=[*b.log_dirs, *b.offline_dirs],
+            cordoned_log_dirs=None if b.cordoned_dirs is None else list(b.cordoned_dirs)))
         if b.offline_dirs and b.log_dirs:  # (every dir failed: an empty list would read as "no change")
             out.append(BrokerRegistrationChangeRecord(broker_id=bid, broker_epoch=b.epoch, log_dirs=list(b.log_dirs)))
     for (rtype, rname), values in sorted(image.configs.items()):

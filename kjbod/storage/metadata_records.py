@@ -59,20 +59,29 @@ class UnknownRecordTypeError(DecodeError):
         self.api_key = api_key
 
 
-# Records whose version follows metadata.version, as Kafka writes them (MetadataVersion.partitionRecordVersion and
-# partitionChangeRecordVersion): v2, with KIP-966's ELR fields, from 4.0-IV1 (level 23); v1 below it.  Every
-# other record is written at its highest version.
+# Records whose version follows metadata.version, as Kafka writes them (MetadataVersion.partitionRecordVersion,
+# partitionChangeRecordVersion and registerBrokerRecordVersion): the partition records at v2, with KIP-966's ELR
+# fields, from 4.0-IV1 (level 23), v1 below it; RegisterBrokerRecord at v4 and BrokerRegistrationChangeRecord at
+# v3, with KIP-1066's CordonedLogDirs, from 4.3-IV0 (level 30), v3 and v2 below it (kjbod runs no level below
+# 3.7-IV2, where those became current).  Every other record is written at its highest version.
 PARTITION_RECORD_KEY = 3
 PARTITION_CHANGE_RECORD_KEY = 5
+# api key -> (version from 4.3-IV0, version below it)
+BROKER_RECORD_VERSIONS = {0: (4, 3), 17: (3, 2)}  # RegisterBrokerRecord, BrokerRegistrationChangeRecord
 ELR_METADATA_VERSION = 23
+CORDON_METADATA_VERSION = 30
 METADATA_VERSION_FEATURE = "metadata.version"
 FEATURE_LEVEL_RECORD_KEY = 12
 
 
 def record_version(record: Any, metadata_version: int | None) -> int:
     """The version `record` is written at under `metadata_version` (None: not known, the highest)."""
-    if metadata_version is not None and record.API_KEY in (PARTITION_RECORD_KEY, PARTITION_CHANGE_RECORD_KEY):
-        return 2 if metadata_version >= ELR_METADATA_VERSION else 1
+    if metadata_version is not None:
+        if record.API_KEY in (PARTITION_RECORD_KEY, PARTITION_CHANGE_RECORD_KEY):
+            return 2 if metadata_version >= ELR_METADATA_VERSION else 1
+        broker = BROKER_RECORD_VERSIONS.get(record.API_KEY)
+        if broker is not None:
+            return broker[0] if metadata_version >= CORDON_METADATA_VERSION else broker[1]
     return int(record.MAX_VERSION)
 
 

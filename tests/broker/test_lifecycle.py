@@ -101,6 +101,39 @@ def test_older_versions_leave_out_the_fields_they_lack() -> None:
     heartbeat = BrokerHeartbeatRequest(broker_id=1, offline_log_dirs=DIRS[:1])
     assert BrokerHeartbeatRequest.decode(heartbeat_at(heartbeat, 0).encode(0), 0).offline_log_dirs == []
     assert BrokerHeartbeatRequest.decode(heartbeat_at(heartbeat, 1).encode(1), 1).offline_log_dirs == DIRS[:1]
+    cordoned = BrokerHeartbeatRequest(broker_id=1, offline_log_dirs=DIRS[:1], cordoned_log_dirs=DIRS[1:])
+    for version, offline, cordons in [(0, [], None), (1, DIRS[:1], None), (2, DIRS[:1], DIRS[1:])]:
+        got = BrokerHeartbeatRequest.decode(heartbeat_at(cordoned, version).encode(version), version)
+        assert (got.offline_log_dirs, got.cordoned_log_dirs) == (offline, cordons)
+
+
+async def test_cordoned_dirs_go_out_once_caught_up(broker: Broker, controller: FakeController) -> None:
+    """Kafka 4.3's broker: CordonedLogDirs is null until the broker has caught up (RECOVERY), then in every
+    heartbeat; a change goes out at once.  Registration never carries it."""
+    m = broker.manager
+    cordons: list[uuid.UUID] = [DIRS[0]]
+    m.cordoned_dirs = lambda: list(cordons)
+    m.start()
+    await controller.wait_until(lambda: len(controller.heartbeats()) >= 2)
+    assert all(h.cordoned_log_dirs is None for h in controller.heartbeats())
+    broker.offset = m.broker_epoch
+    await asyncio.wait_for(m.initial_catch_up, 60)
+    n = len(controller.heartbeats())
+    await controller.wait_until(lambda: len(controller.heartbeats()) >= n + 2)
+    assert controller.heartbeats()[-1].cordoned_log_dirs == [DIRS[0]]
+    assert all(v == 2 for k, v, _ in controller.requests if k == 63)
+    await asyncio.wait_for(m.set_ready_to_unfence(), 60)
+    cordons.append(DIRS[1])
+    m.cordon_changed()
+    await controller.wait_until(lambda: controller.heartbeats()[-1].cordoned_log_dirs == DIRS[:2])
+    cordons.append(uuid.UUID(int=404))  # no registration carried it: left out, the controller would refuse it
+    m.cordon_changed()
+    n = len(controller.heartbeats())
+    await controller.wait_until(lambda: len(controller.heartbeats()) > n)
+    assert controller.heartbeats()[-1].cordoned_log_dirs == DIRS[:2]
+    m.cordoned_dirs = lambda: None  # metadata.version below 4.3-IV0: nothing is sent
+    m.cordon_changed()
+    await controller.wait_until(lambda: controller.heartbeats()[-1].cordoned_log_dirs is None)
 
 
 async def test_a_controller_serving_old_versions_gets_what_they_carry(controller: FakeController) -> None:

@@ -274,3 +274,36 @@ def test_a_producer_state_snapshot(tmp_path: Path, capsys) -> None:
     snap.write_bytes(b"\x00\x01garbage")
     rc, lines, err = dump(capsys, "--files", str(snap))
     assert lines == [f"Dumping {snap}"] and "producer snapshot" in err
+
+
+def test_cordoned_log_dirs_in_the_broker_records(tmp_path: Path, capsys) -> None:
+    """KIP-1066 (metadata.version 4.3-IV0): RegisterBrokerRecord v4 and BrokerRegistrationChangeRecord v3 print
+    `cordonedLogDirs` when it is set (an empty list too: "none cordoned"), never when null (not known)."""
+    from kjbod.cli.dump_log import _resolved
+    from kjbod.protocol.generated import BrokerRegistrationChangeRecord, FeatureLevelRecord
+    from kjbod.storage.metadata_records import frame_record
+
+    other = uuid.UUID("1b1c1d1e-0000-4000-8000-000000000010")
+    values = [frame_record(FeatureLevelRecord(name="metadata.version", feature_level=30), 0),
+              frame_record(RegisterBrokerRecord(broker_id=2, broker_epoch=7, incarnation_id=TID,
+                                                log_dirs=[DIR, other], cordoned_log_dirs=[DIR]), 4),
+              frame_record(BrokerRegistrationChangeRecord(broker_id=2, broker_epoch=7, cordoned_log_dirs=[]), 3),
+              frame_record(BrokerRegistrationChangeRecord(broker_id=2, broker_epoch=7, fenced=-1), 3)]
+    seg = tmp_path / "__cluster_metadata-0" / "00000000000000000000.log"
+    seg.parent.mkdir()
+    seg.write_bytes(records_batch(values, base_offset=0, epoch=1, timestamp_ms=T))
+    rc, lines, err = dump(capsys, "--files", str(seg), "--cluster-metadata-decoder")
+    assert rc == 0 and err == ""
+    payloads = [line.split("payload: ", 1)[1] for line in lines if "payload: " in line]
+    assert payloads[1].startswith('{"type":"REGISTER_BROKER_RECORD","version":4,')
+    assert payloads[1].endswith(
+        f'"logDirs":["{uuid_text(DIR)}","{uuid_text(other)}"],"cordonedLogDirs":["{uuid_text(DIR)}"]}}}}')
+    assert payloads[2] == ('{"type":"BROKER_REGISTRATION_CHANGE_RECORD","version":3,"data":{"brokerId":2,'
+                           '"brokerEpoch":7,"cordonedLogDirs":[]}}')
+    assert "cordoned" not in payloads[3]
+    # With --bootstrap-server, the cordoned ids resolve to their broker and path like the other dir ids.
+    resolved = _resolved(RegisterBrokerRecord(log_dirs=[DIR, other], cordoned_log_dirs=[DIR]),
+                         {DIR: (2, "/data/a"), other: (2, "/data/b")})
+    assert resolved.splitlines()[1:] == [
+        f"|   LogDirs: [{uuid_text(DIR)} (broker 2 /data/a), {uuid_text(other)} (broker 2 /data/b)]",
+        f"|   CordonedLogDirs: [{uuid_text(DIR)} (broker 2 /data/a)]"]

@@ -34,7 +34,7 @@ def test_describe_downgrade_upgrade_and_refusals(kjbod_server_factory):
         "group.version": {"Feature": "group.version", "SupportedMinVersion": "0", "SupportedMaxVersion": "1",
                           "FinalizedVersionLevel": "1"},
         "metadata.version": {"Feature": "metadata.version", "SupportedMinVersion": "3.7-IV2",
-                             "SupportedMaxVersion": "4.2-IV1", "FinalizedVersionLevel": "4.0-IV0"},
+                             "SupportedMaxVersion": "4.3-IV0", "FinalizedVersionLevel": "4.0-IV0"},
         "eligible.leader.replicas.version": {"Feature": "eligible.leader.replicas.version",
                                              "SupportedMinVersion": "0", "SupportedMaxVersion": "1",
                                              "FinalizedVersionLevel": "0"},
@@ -67,8 +67,8 @@ def test_describe_downgrade_upgrade_and_refusals(kjbod_server_factory):
     assert last_line == "1 out of 1 operation(s) failed."
     unknown = features(server, "upgrade", "--feature", "kraft.version=1")
     assert unknown.returncode == 1 and "does not support this feature" in unknown.stdout
-    bad = features(server, "upgrade", "--metadata", "4.3")
-    assert bad.returncode == 2 and "unknown metadata.version '4.3'" in bad.stderr
+    bad = features(server, "upgrade", "--metadata", "4.4")
+    assert bad.returncode == 2 and "unknown metadata.version '4.4'" in bad.stderr
     elr = features(server, "upgrade", "--feature", "eligible.leader.replicas.version=1")
     assert elr.returncode == 1 and elr.stdout.splitlines()[0].startswith(
         "Could not upgrade eligible.leader.replicas.version to 1. Invalid update version 1 for feature "
@@ -88,10 +88,10 @@ def test_describe_downgrade_upgrade_and_refusals(kjbod_server_factory):
                               "eligible.leader.replicas.version=0\nshare.version=0\n")
     mapping = subprocess.run([*KJBOD, "features", "--bootstrap-server", "127.0.0.1:1", "version-mapping"],
                              capture_output=True, text=True, timeout=60)
-    assert mapping.stdout == ("metadata.version=29 (4.2-IV1)\ntransaction.version=2\ngroup.version=1\n"
+    assert mapping.stdout == ("metadata.version=30 (4.3-IV0)\ntransaction.version=2\ngroup.version=1\n"
                               "eligible.leader.replicas.version=1\nshare.version=1\n")
 
-    # Up to the latest level and the ELR on; 4.0-IV1 changed the partition records, so no way back below it.
+    # Up to 4.2 and the ELR on; 4.0-IV1 changed the partition records, so no way back below it.
     up = features(server, "upgrade", "--release-version", "4.2")
     assert (up.returncode, up.stdout) == (0, "metadata.version was upgraded to 29.\n")
     up = features(server, "upgrade", "--feature", "eligible.leader.replicas.version=1")
@@ -105,6 +105,12 @@ def test_describe_downgrade_upgrade_and_refusals(kjbod_server_factory):
         "to perform the requested downgrade because it might delete metadata information.")
     down = features(server, "downgrade", "--metadata", "4.0-IV1")  # 24-29 changed no record: allowed
     assert (down.returncode, down.stdout) == (0, "metadata.version was downgraded to 23.\n")
+    # Up to the latest level, 4.3-IV0 (KIP-1066's cordons in the broker records): no way back below it either.
+    up = features(server, "upgrade", "--release-version", "4.3")
+    assert (up.returncode, up.stdout) == (0, "metadata.version was upgraded to 30.\n")
+    assert described(server)["FinalizedVersionLevel"] == "4.3-IV0"
+    down = features(server, "downgrade", "--metadata", "4.2")
+    assert down.returncode == 1 and "Unsupported metadata.version downgrade from 30 to 29" in down.stdout
 
 
 TXN_OVERRIDES = {"offsets.topic.replication.factor": "1", "offsets.topic.num.partitions": "1",

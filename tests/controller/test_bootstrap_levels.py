@@ -29,13 +29,14 @@ def test_release_and_feature_options():
                                              ft.SHARE_VERSION: 0}
     assert bootstrap_levels("4.0-IV1", [f"{ELR}=1"])[ELR] == 1
     assert bootstrap_levels("4.2", [f"{ELR}=0"]) == {**ft.bootstrap_levels(29), ELR: 0}
+    assert bootstrap_levels("4.3", []) == ft.bootstrap_levels(30) == bootstrap_levels(None, [])
 
 
 @pytest.mark.parametrize(("release", "features", "message"), [
-    ("5.0", [], "--release-version: unknown metadata.version '5.0' (kjbod runs 3.7-IV2 to 4.2-IV1)"),
+    ("5.0", [], "--release-version: unknown metadata.version '5.0' (kjbod runs 3.7-IV2 to 4.3-IV0)"),
     ("3.6", [], "metadata.version 14 is not one kjbod runs"),
-    ("16", [], "metadata.version 16 is not one kjbod runs (17 = 3.7-IV2 to 29 = 4.2-IV1)"),
-    ("30", [], "metadata.version 30 is not one kjbod runs"),
+    ("16", [], "metadata.version 16 is not one kjbod runs (17 = 3.7-IV2 to 30 = 4.3-IV0)"),
+    ("31", [], "metadata.version 31 is not one kjbod runs"),
     ("4.0-IV0", [f"{ELR}=1"], "--release-version 4.0-IV0: eligible.leader.replicas.version could not be set to 1 "
                               "because it depends on metadata.version level 23"),
     (None, [f"{ELR}=2"], "eligible.leader.replicas.version level 2 is not one kjbod runs (0-1)"),

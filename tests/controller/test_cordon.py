@@ -1,5 +1,6 @@
-"""Cordoned log dirs (KIP-1066) at the controller, in process: the ids each broker sends in registration and
-heartbeats (kjbod's extension field), which brokers count as fully cordoned, and placement and explicit
+"""Cordoned log dirs (KIP-1066) at the controller, in process: the ids a broker sends in BrokerHeartbeat v2's
+CordonedLogDirs, the BrokerRegistrationChangeRecord v3 that keeps them (from metadata.version 4.3-IV0; ignored
+below it, as Kafka's controller ignores them), which brokers count as fully cordoned, and placement and explicit
 assignments around them. Plus the dynamic cordoned.log.dirs value as the config policy checks it."""
 
 from __future__ import annotations
@@ -10,8 +11,16 @@ import pytest
 
 from kjbod.broker import broker_config as bc
 from kjbod.controller import replication_control
+from kjbod.controller.result import ControllerResult
+from kjbod.metadata import features as ft
 from kjbod.protocol.errors import ErrorCode as E
-from kjbod.protocol.generated import BrokerHeartbeatRequest, CreateTopicsRequest
+from kjbod.protocol.generated import (
+    BrokerHeartbeatRequest,
+    BrokerRegistrationChangeRecord,
+    CreateTopicsRequest,
+    FeatureLevelRecord,
+)
+from kjbod.protocol.generated.broker_registration_request import Feature
 
 from .test_managers import Ctx, Policy
 
@@ -20,19 +29,105 @@ def dirs(bid: int, n: int = 2) -> list[uuid.UUID]:
     return [uuid.UUID(int=(bid << 64) + 500 + i) for i in range(n)]
 
 
-def beat(ctx: Ctx, bid: int, cordoned: list[uuid.UUID]) -> None:
+def send(ctx: Ctx, bid: int, cordoned: list[uuid.UUID] | None):
     reg = ctx.image.brokers[bid]
     req = BrokerHeartbeatRequest(broker_id=bid, broker_epoch=reg.epoch, current_metadata_offset=ctx.next_offset,
                                  want_fence=False, want_shut_down=False, cordoned_log_dirs=cordoned)
-    assert ctx.commit(ctx.hb.heartbeat(ctx.image, req, ctx.now, ctx.next_offset)).error_code == 0
+    return ctx.commit(ctx.hb.heartbeat(ctx.image, req, ctx.now, ctx.next_offset))
+
+
+def beat(ctx: Ctx, bid: int, cordoned: list[uuid.UUID] | None) -> None:
+    assert send(ctx, bid, cordoned).error_code == 0
+
+
+def cordon_records(ctx: Ctx, since: int) -> list[BrokerRegistrationChangeRecord]:
+    return [r for r in ctx.log[since:] if isinstance(r, BrokerRegistrationChangeRecord)
+            and r.cordoned_log_dirs is not None]
+
+
+SUPPORTED = [Feature(name=n, min_supported_version=lo, max_supported_version=hi) for n, (lo, hi) in
+             ft.SUPPORTED.items()]
+
+
+def at_metadata_version(level: int) -> Ctx:
+    c = Ctx()
+    c.commit(ControllerResult([FeatureLevelRecord(name=ft.METADATA_VERSION, feature_level=level)], None))
+    for bid in (1, 2, 3):
+        c.live_broker(bid, dirs=dirs(bid), features=SUPPORTED)
+    return c
 
 
 @pytest.fixture
 def ctx() -> Ctx:
-    c = Ctx()
-    for bid in (1, 2, 3):
-        c.live_broker(bid, dirs=dirs(bid))
-    return c
+    return at_metadata_version(30)
+
+
+def test_only_a_broker_whose_every_dir_is_cordoned_counts(ctx):
+    beat(ctx, 1, dirs(1)[:1])  # one of two
+    beat(ctx, 2, dirs(2))  # both
+    assert ctx.hb.fully_cordoned(ctx.image) == frozenset({2})
+    beat(ctx, 2, [])  # uncordoned: the next heartbeat says so
+    assert ctx.hb.fully_cordoned(ctx.image) == frozenset()
+
+
+def test_a_heartbeat_records_the_cordon_once_and_only_when_it_changes(ctx):
+    assert ctx.image.brokers[2].cordoned_dirs is None  # not known: registration carries none
+    start = ctx.next_offset
+    beat(ctx, 2, None)  # null: the broker has not caught up yet, nothing to record
+    beat(ctx, 2, [])  # the first list, even an empty one, is recorded: the cordons are known now
+    beat(ctx, 2, [])
+    beat(ctx, 2, list(reversed(dirs(2))))
+    beat(ctx, 2, dirs(2))  # the same set in another order: no change
+    recorded = [(r.broker_id, r.broker_epoch, r.cordoned_log_dirs, r.fenced, r.log_dirs)
+                for r in cordon_records(ctx, start)]
+    epoch = ctx.image.brokers[2].epoch
+    assert recorded == [(2, epoch, [], 0, []), (2, epoch, sorted(dirs(2)), 0, [])]
+    assert ctx.image.brokers[2].cordoned_dirs == tuple(sorted(dirs(2)))
+    assert ctx.hb.fully_cordoned(ctx.image) == frozenset({2})
+
+
+def test_a_new_incarnation_starts_with_its_cordons_unknown(ctx):
+    beat(ctx, 2, dirs(2))
+    assert ctx.hb.fully_cordoned(ctx.image) == frozenset({2})
+    ctx.now += 60  # the old incarnation's session has expired
+    assert ctx.register(2, dirs=dirs(2), incarnation=uuid.UUID(int=99), features=SUPPORTED).error_code == 0
+    # Kafka's RegisterBrokerRecord carries no cordons from a registration: placement may use the broker again
+    # until its first heartbeat after catching up says otherwise.
+    assert ctx.image.brokers[2].cordoned_dirs is None
+    assert ctx.hb.fully_cordoned(ctx.image) == frozenset()
+    beat(ctx, 2, dirs(2))
+    assert ctx.hb.fully_cordoned(ctx.image) == frozenset({2})
+
+
+def test_a_cordoned_dir_the_broker_never_registered_changes_nothing(ctx):
+    start = ctx.next_offset
+    foreign = dirs(1)[:1]  # broker 1's dir, named by broker 2
+    resp = send(ctx, 2, [dirs(2)[0], *foreign])
+    assert resp.error_code == E.LOG_DIR_NOT_FOUND
+    assert ctx.log[start:] == [] and ctx.image.brokers[2].cordoned_dirs is None
+    beat(ctx, 2, dirs(2)[:1])  # the broker's own dir is accepted
+    assert ctx.image.brokers[2].cordoned_dirs == tuple(dirs(2)[:1])
+
+
+def test_below_4_3_iv0_the_controller_ignores_cordons():
+    ctx = at_metadata_version(29)
+    start = ctx.next_offset
+    beat(ctx, 2, dirs(2))
+    beat(ctx, 3, [uuid.UUID(int=12345)])  # not even checked: the field means nothing at this level
+    assert cordon_records(ctx, start) == []
+    assert ctx.image.brokers[2].cordoned_dirs is None
+    assert ctx.hb.fully_cordoned(ctx.image) == frozenset()
+    result = create(ctx, "t", partitions=12, rf=3)  # every broker still takes replicas
+    assert result.error_code == 0
+
+
+def test_an_upgrade_to_4_3_iv0_makes_the_next_heartbeat_count():
+    ctx = at_metadata_version(29)
+    beat(ctx, 2, dirs(2))
+    ctx.commit(ControllerResult([FeatureLevelRecord(name=ft.METADATA_VERSION, feature_level=30)], None))
+    assert ctx.hb.fully_cordoned(ctx.image) == frozenset()
+    beat(ctx, 2, dirs(2))
+    assert ctx.hb.fully_cordoned(ctx.image) == frozenset({2})
 
 
 def create(ctx: Ctx, name: str, partitions: int = 6, rf: int = 1, assignments=None):
@@ -46,20 +141,6 @@ def create(ctx: Ctx, name: str, partitions: int = 6, rf: int = 1, assignments=No
     result = replication_control.create_topics(ctx.image, body, ctx.settings, Policy(),
                                                cordoned=ctx.hb.fully_cordoned(ctx.image))
     return ctx.commit(result).topics[0]
-
-
-def test_only_a_broker_whose_every_dir_is_cordoned_counts(ctx):
-    beat(ctx, 1, dirs(1)[:1])  # one of two
-    beat(ctx, 2, dirs(2))  # both
-    assert ctx.hb.fully_cordoned(ctx.image) == frozenset({2})
-    beat(ctx, 2, [])  # uncordoned: the next heartbeat says so
-    assert ctx.hb.fully_cordoned(ctx.image) == frozenset()
-
-
-def test_registration_carries_the_cordon_too():
-    c = Ctx()
-    assert c.register(4, dirs=dirs(4), cordoned_log_dirs=dirs(4)).error_code == 0
-    assert c.hb.fully_cordoned(c.image) == frozenset({4})
 
 
 def test_placement_leaves_a_fully_cordoned_broker_out(ctx):

@@ -49,18 +49,30 @@ def update(ctx: Ctx, req: UpdateFeaturesRequest, version: int = 1):
 
 def test_a_new_cluster_runs_the_newest_level_until_told_otherwise():
     ctx = Ctx()
-    ctx.live_broker(1, features=supporting(17, 29))
-    # metadata.version 4.2-IV1, and Kafka's defaults at it: group.version 1 (from 4.0-IV0), transaction.version 2
-    # (from 4.0-IV2), eligible.leader.replicas.version 1 (from 4.1-IV0), share.version 1 (from 4.2-IV0).
-    assert ft.finalized(ctx.image) == {MV: 29, GV: 1, TV: 2, ELR: 1, SV: 1}
+    ctx.live_broker(1, features=supporting(17, 30))
+    # metadata.version 4.3-IV0 (Kafka 4.3's latest production level), and Kafka's defaults at it: group.version 1
+    # (from 4.0-IV0), transaction.version 2 (from 4.0-IV2), eligible.leader.replicas.version 1 (from 4.1-IV0),
+    # share.version 1 (from 4.2-IV0).
+    assert ft.finalized(ctx.image) == {MV: 30, GV: 1, TV: 2, ELR: 1, SV: 1}
+    assert ft.cordons_supported(ctx.image)
+    resp = update(ctx, request((MV, 29, 2)))  # 4.3-IV0 changed the broker records: no safe way back
+    assert resp.error_code == E.INVALID_UPDATE_VERSION and "downgrade from 30 to 29" in resp.error_message
+    assert ft.finalized(ctx.image)[MV] == 30
+
+
+def test_a_cluster_at_4_2_iv1_may_go_down_safely_and_up_to_4_3_iv0():
+    ctx = Ctx()
+    ctx.commit(ControllerResult([FeatureLevelRecord(name=MV, feature_level=29)], None))
+    ctx.live_broker(1, features=supporting(17, 30))
+    assert not ft.cordons_supported(ctx.image)
     resp = update(ctx, request((MV, 23, 2)))  # a safe downgrade: no level between 23 and 29 changed the records
     assert (resp.error_code, [(r.feature, r.error_code) for r in resp.results]) == (0, [(MV, 0)])
     assert ft.finalized(ctx.image)[MV] == 23
     before = list(ctx.log)
     resp = update(ctx, request((MV, 24, 1), validate_only=True))
     assert resp.error_code == 0 and ctx.log == before and ft.finalized(ctx.image)[MV] == 23
-    assert update(ctx, request((MV, 29, 1)), version=2).results == []  # v2 answers with the top-level error only
-    assert ft.finalized(ctx.image)[MV] == 29
+    assert update(ctx, request((MV, 30, 1)), version=2).results == []  # v2 answers with the top-level error only
+    assert ft.finalized(ctx.image)[MV] == 30 and ft.cordons_supported(ctx.image)
 
 
 @pytest.fixture
@@ -72,10 +84,10 @@ def old(ctx) -> Ctx:
 
 
 @pytest.mark.parametrize(("updates", "message"), [
-    ([(MV, 30, 1)], "Invalid update version 30 for feature metadata.version. Local controller 3000 only supports "
-                    "versions 17-29"),
+    ([(MV, 31, 1)], "Invalid update version 31 for feature metadata.version. Local controller 3000 only supports "
+                    "versions 17-30"),
     ([(MV, 22, 1)], "Invalid update version 22 for feature metadata.version. Broker 1 only supports versions 17-21"),
-    ([(MV, 16, 2)], "Local controller 3000 only supports versions 17-29"),
+    ([(MV, 16, 2)], "Local controller 3000 only supports versions 17-30"),
     ([("kraft.version", 1, 1)], "Local controller 3000 does not support this feature."),
     ([(TV, 3, 1)], "Invalid update version 3 for feature transaction.version. Local controller 3000 only supports "
                    "versions 0-2"),
@@ -94,8 +106,9 @@ def test_refusals_are_invalid_update_version_with_kafkas_words(old, updates, mes
 
 def test_no_downgrade_across_a_level_that_changed_the_records():
     assert ft.metadata_changed_between(17, 22) is False and ft.metadata_changed_between(22, 23) is True
-    assert ft.metadata_changed_between(23, 29) is False
+    assert ft.metadata_changed_between(23, 29) is False and ft.metadata_changed_between(29, 30) is True
     ctx = Ctx()
+    ctx.commit(ControllerResult([FeatureLevelRecord(name=MV, feature_level=29)], None))
     ctx.live_broker(1, features=supporting(17, 29, eligible_leader_replicas_version=(0, 1)))
     # 4.0-IV1 added the ELR fields to the partition records: 29 -> 22 could lose them.
     resp = update(ctx, request((MV, 22, 2)))
@@ -138,8 +151,9 @@ def test_release_names_and_levels():
     assert ft.release_name(17) == "3.7-IV2" and ft.release_name(23) == "4.0-IV1"
     assert ft.metadata_version_level("4.0") == 25 and ft.metadata_version_level("4.1") == 27
     assert ft.metadata_version_level("4.2") == 29 and ft.release_name(29) == "4.2-IV1"
-    with pytest.raises(ValueError, match="kjbod runs 3.7-IV2 to 4.2-IV1"):
-        ft.metadata_version_level("4.3")
+    assert ft.metadata_version_level("4.3") == 30 and ft.release_name(30) == "4.3-IV0"
+    with pytest.raises(ValueError, match="kjbod runs 3.7-IV2 to 4.3-IV0"):
+        ft.metadata_version_level("4.4")
 
 
 def test_bootstrap_levels_follow_the_release():
@@ -148,13 +162,14 @@ def test_bootstrap_levels_follow_the_release():
     assert ft.bootstrap_levels(24) == {MV: 24, GV: 1, TV: 2, ELR: 0, SV: 0}
     assert ft.bootstrap_levels(26) == {MV: 26, GV: 1, TV: 2, ELR: 1, SV: 0}
     assert ft.bootstrap_levels(28) == {MV: 28, GV: 1, TV: 2, ELR: 1, SV: 1}
+    assert ft.bootstrap_levels(30) == {MV: 30, GV: 1, TV: 2, ELR: 1, SV: 1}
 
 
 def test_group_and_transaction_versions_change_and_their_zero_is_kept():
     ctx = Ctx()
-    ctx.live_broker(1, features=supporting(17, 22, group_version=(0, 1), transaction_version=(0, 1)))
+    ctx.live_broker(1, features=supporting(17, 30, group_version=(0, 1), transaction_version=(0, 1)))
     assert update(ctx, request((TV, 1, 2), (GV, 0, 2))).error_code == 0  # both down from a new cluster's levels
-    assert ft.finalized(ctx.image) == {MV: 29, GV: 0, TV: 1, ELR: 1, SV: 1}  # group.version 0 stays 0, not the bootstrap 1
+    assert ft.finalized(ctx.image) == {MV: 30, GV: 0, TV: 1, ELR: 1, SV: 1}  # group.version 0 stays 0, not the bootstrap 1
     assert not ft.consumer_protocol_enabled(ctx.image)
     assert update(ctx, request((GV, 1, 1))).error_code == 0
     assert ft.consumer_protocol_enabled(ctx.image)

@@ -79,7 +79,7 @@ async def test_send_answers_with_the_highest_version(channel: tuple[ControllerCh
     response = await chan.send(BrokerHeartbeatRequest(broker_id=1, current_metadata_offset=12), 63)
     assert response.is_caught_up and not response.is_fenced
     api_key, version, request, header = controller.seen[-1]
-    assert (api_key, version, header.request_api_version) == (63, 1, 1)
+    assert (api_key, version, header.request_api_version) == (63, 2, 2)
     assert request.current_metadata_offset == 12
     assert header.client_id == "kjbod-broker"
 
@@ -137,7 +137,7 @@ async def test_a_version_the_controller_does_not_serve(
 async def test_an_unencodable_request_is_a_value_error(
         channel: tuple[ControllerChannel, ScriptedController]) -> None:
     chan, _ = channel
-    with pytest.raises(ValueError, match="BrokerHeartbeat v1"):
+    with pytest.raises(ValueError, match="BrokerHeartbeat v2"):
         await chan.send(BrokerHeartbeatRequest(broker_id=1 << 40), 63)
 
 

@@ -1,10 +1,12 @@
-"""BrokerHeartbeat (key 63), versions 0-1, on the controller listener only.
+"""BrokerHeartbeat (key 63), versions 0-2, on the controller listener only.
 
 Version notes: v0 baseline (epoch, metadata offset, WantFence, WantShutDown); v1 OfflineLogDirs (KIP-858,
-tagged).
+tagged); v2 CordonedLogDirs (KIP-1066, tagged, null until the broker has caught up).  The response is the same
+in every version.
 
 Served by the controller in this process (kjbod.controller.heartbeats: Kafka's state table, fencing, controlled
-shutdown, offline dirs; a stale epoch answers STALE_BROKER_EPOCH).  On a broker listener the connection is
+shutdown, offline dirs, cordoned dirs from metadata.version 4.3-IV0; a stale epoch answers
+STALE_BROKER_EPOCH).  On a broker listener the connection is
 closed, as Kafka does for a controller-only API.
 """
 

@@ -2,7 +2,8 @@
 
 Version notes: v1 is the oldest served (per log dir: error, path, replicas with size, offset lag and future
 flag); v2 flexible; v3 top-level error code; v4 total and usable bytes of each dir's volume (KIP-827); v5
-IsCordoned per dir (KIP-1066: named by cordoned.log.dirs, so it takes no new replicas). kjbod
+IsCordoned per dir (KIP-1066: named by cordoned.log.dirs, so it takes no new replicas; false below
+metadata.version 4.3-IV0, as Kafka's broker reports it, though the broker still places nothing new there). kjbod
 extension from v2: a request that sets the tagged IncludeDirectoryIds (tag 10000) gets each log dir's KIP-858
 directory id as a tagged field (tag 10000, a uuid); any other request gets Kafka's response byte for byte, so a
 client that refuses unknown tags (kio 0.6.5) never meets it. kjbod's admin client asks; v1 has no tagged fields.
@@ -40,6 +41,7 @@ import structlog
 from kjbod.broker.authz import allowed_cluster
 from kjbod.broker.router import api
 from kjbod.metadata.acls import DESCRIBE
+from kjbod.metadata.features import cordons_supported
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import DescribeLogDirsRequest, DescribeLogDirsResponse
 from kjbod.protocol.generated.describe_log_dirs_response import (
@@ -178,6 +180,7 @@ async def handle(node, request, body: DescribeLogDirsRequest) -> DescribeLogDirs
     manager = node.logs.manager
     sizes = await probe_sizes(manager)
     by_dir = collect(node, wanted)
+    cordons = cordons_supported(getattr(node, "metadata", None))
     results = []
     for info in manager.dir_infos(sizes):
         # kjbod's extensions go only to a request that asks for them (strict decoders refuse unknown tags).
@@ -191,9 +194,9 @@ async def handle(node, request, body: DescribeLogDirsRequest) -> DescribeLogDirs
                 log.warning("log_dir_not_answering", log_dir=info.path, reason=info.error,
                             effect="reported as KAFKA_STORAGE_ERROR with no sizes")
             results.append(Result(error_code=ErrorCode.KAFKA_STORAGE_ERROR, log_dir=info.path, topics=[],
-                                  total_bytes=-1, usable_bytes=-1, is_cordoned=info.cordoned, **extra))
+                                  total_bytes=-1, usable_bytes=-1, is_cordoned=cordons and info.cordoned, **extra))
             continue
         topics = [Topic(name=name, partitions=parts) for name, parts in by_dir.get(info.path, {}).items()]
         results.append(Result(error_code=0, log_dir=info.path, topics=topics, total_bytes=info.total_bytes,
-                              usable_bytes=info.usable_bytes, is_cordoned=info.cordoned, **extra))
+                              usable_bytes=info.usable_bytes, is_cordoned=cordons and info.cordoned, **extra))
     return DescribeLogDirsResponse(throttle_time_ms=0, error_code=0, results=results)

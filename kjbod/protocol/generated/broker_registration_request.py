@@ -73,7 +73,6 @@ class BrokerRegistrationRequest:
     is_migrating_zk_broker: bool = False  # Legacy ZooKeeper-migration flag; always false for kjbod.
     log_dirs: list[UUID] = field(default_factory=list)  # Ids of the broker's log dirs that are online (KIP-858).
     previous_broker_epoch: int = -1  # Epoch the broker held before a clean shutdown; -1 otherwise.
-    cordoned_log_dirs: list[UUID] = field(default_factory=list)  # kjbod extension: ids of the broker's log dirs that are cordoned (take no ...
     unknown_tagged_fields: tuple[tuple[int, bytes], ...] = ()
 
     def encode(self, version: int) -> bytes:
@@ -164,16 +163,10 @@ def _enc_v0(o, out):
         else:
             out.append(_S5.pack(e0.min_supported_version, e0.max_supported_version, 0))
     _rt.write_compact_nullable_string(out, o.rack)
-    t0 = []
-    if o.cordoned_log_dirs:
-        s0 = []
-        x1 = o.cordoned_log_dirs
-        if x1 is None:
-            raise EncodeError('non-nullable field CordonedLogDirs is None at version 0')
-        _rt.write_compact_array_len(s0, len(x1))
-        _rt.write_uuid_array(s0, x1)
-        t0.append((10000, b''.join(s0)))
-    _rt.write_tags(out, t0, o.unknown_tagged_fields)
+    if o.unknown_tagged_fields:
+        _rt.write_unknown_tags(out, o.unknown_tagged_fields)
+    else:
+        out.append(b'\x00')
 
 def _dec_v0(buf, pos):
     v0_broker_id, = _S0.unpack_from(buf, pos)
@@ -224,7 +217,6 @@ def _dec_v0(buf, pos):
         e0 = Feature(v1_name, v1_min_supported_version, v1_max_supported_version, u1)
         ap0(e0)
     v0_rack, pos = _rt.read_compact_nullable_string(buf, pos)
-    v0_cordoned_log_dirs = []
     if buf[pos] == 0:
         pos += 1
         u0 = ()
@@ -233,15 +225,10 @@ def _dec_v0(buf, pos):
         u0 = []
         for _ in range(nt0):
             tag0, pos, end0 = _rt.read_unknown_tag(buf, pos)
-            if tag0 == 10000:
-                n1, pos = _rt.read_compact_array_len(buf, pos, False)
-                v0_cordoned_log_dirs, pos = _rt.read_uuid_array(buf, pos, n1)
-                _rt.check_tag_end(pos, end0, tag0)
-            else:
-                u0.append((tag0, bytes(buf[pos:end0])))
-                pos = end0
+            u0.append((tag0, bytes(buf[pos:end0])))
+            pos = end0
         u0 = tuple(u0)
-    msg = BrokerRegistrationRequest(v0_broker_id, v0_cluster_id, v0_incarnation_id, v0_listeners, v0_features, v0_rack, False, [], -1, v0_cordoned_log_dirs, u0)
+    msg = BrokerRegistrationRequest(v0_broker_id, v0_cluster_id, v0_incarnation_id, v0_listeners, v0_features, v0_rack, False, [], -1, u0)
     return msg, pos
 
 def _enc_v1(o, out):
@@ -280,17 +267,11 @@ def _enc_v1(o, out):
         else:
             out.append(_S5.pack(e0.min_supported_version, e0.max_supported_version, 0))
     _rt.write_compact_nullable_string(out, o.rack)
-    out.append(_S6.pack(o.is_migrating_zk_broker))
-    t0 = []
-    if o.cordoned_log_dirs:
-        s0 = []
-        x1 = o.cordoned_log_dirs
-        if x1 is None:
-            raise EncodeError('non-nullable field CordonedLogDirs is None at version 1')
-        _rt.write_compact_array_len(s0, len(x1))
-        _rt.write_uuid_array(s0, x1)
-        t0.append((10000, b''.join(s0)))
-    _rt.write_tags(out, t0, o.unknown_tagged_fields)
+    if o.unknown_tagged_fields:
+        out.append(_S6.pack(o.is_migrating_zk_broker))
+        _rt.write_unknown_tags(out, o.unknown_tagged_fields)
+    else:
+        out.append(_S7.pack(o.is_migrating_zk_broker, 0))
 
 def _dec_v1(buf, pos):
     v0_broker_id, = _S0.unpack_from(buf, pos)
@@ -343,7 +324,6 @@ def _dec_v1(buf, pos):
     v0_rack, pos = _rt.read_compact_nullable_string(buf, pos)
     v0_is_migrating_zk_broker, tc0 = _S7.unpack_from(buf, pos)
     pos += 1
-    v0_cordoned_log_dirs = []
     if tc0 == 0:
         pos += 1
         u0 = ()
@@ -352,15 +332,10 @@ def _dec_v1(buf, pos):
         u0 = []
         for _ in range(nt0):
             tag0, pos, end0 = _rt.read_unknown_tag(buf, pos)
-            if tag0 == 10000:
-                n1, pos = _rt.read_compact_array_len(buf, pos, False)
-                v0_cordoned_log_dirs, pos = _rt.read_uuid_array(buf, pos, n1)
-                _rt.check_tag_end(pos, end0, tag0)
-            else:
-                u0.append((tag0, bytes(buf[pos:end0])))
-                pos = end0
+            u0.append((tag0, bytes(buf[pos:end0])))
+            pos = end0
         u0 = tuple(u0)
-    msg = BrokerRegistrationRequest(v0_broker_id, v0_cluster_id, v0_incarnation_id, v0_listeners, v0_features, v0_rack, v0_is_migrating_zk_broker, [], -1, v0_cordoned_log_dirs, u0)
+    msg = BrokerRegistrationRequest(v0_broker_id, v0_cluster_id, v0_incarnation_id, v0_listeners, v0_features, v0_rack, v0_is_migrating_zk_broker, [], -1, u0)
     return msg, pos
 
 def _enc_v2(o, out):
@@ -405,16 +380,10 @@ def _enc_v2(o, out):
         raise EncodeError('non-nullable field LogDirs is None at version 2')
     _rt.write_compact_array_len(out, len(x0))
     _rt.write_uuid_array(out, x0)
-    t0 = []
-    if o.cordoned_log_dirs:
-        s0 = []
-        x1 = o.cordoned_log_dirs
-        if x1 is None:
-            raise EncodeError('non-nullable field CordonedLogDirs is None at version 2')
-        _rt.write_compact_array_len(s0, len(x1))
-        _rt.write_uuid_array(s0, x1)
-        t0.append((10000, b''.join(s0)))
-    _rt.write_tags(out, t0, o.unknown_tagged_fields)
+    if o.unknown_tagged_fields:
+        _rt.write_unknown_tags(out, o.unknown_tagged_fields)
+    else:
+        out.append(b'\x00')
 
 def _dec_v2(buf, pos):
     v0_broker_id, = _S0.unpack_from(buf, pos)
@@ -469,7 +438,6 @@ def _dec_v2(buf, pos):
     pos += 1
     n0, pos = _rt.read_compact_array_len(buf, pos, False)
     v0_log_dirs, pos = _rt.read_uuid_array(buf, pos, n0)
-    v0_cordoned_log_dirs = []
     if buf[pos] == 0:
         pos += 1
         u0 = ()
@@ -478,15 +446,10 @@ def _dec_v2(buf, pos):
         u0 = []
         for _ in range(nt0):
             tag0, pos, end0 = _rt.read_unknown_tag(buf, pos)
-            if tag0 == 10000:
-                n1, pos = _rt.read_compact_array_len(buf, pos, False)
-                v0_cordoned_log_dirs, pos = _rt.read_uuid_array(buf, pos, n1)
-                _rt.check_tag_end(pos, end0, tag0)
-            else:
-                u0.append((tag0, bytes(buf[pos:end0])))
-                pos = end0
+            u0.append((tag0, bytes(buf[pos:end0])))
+            pos = end0
         u0 = tuple(u0)
-    msg = BrokerRegistrationRequest(v0_broker_id, v0_cluster_id, v0_incarnation_id, v0_listeners, v0_features, v0_rack, v0_is_migrating_zk_broker, v0_log_dirs, -1, v0_cordoned_log_dirs, u0)
+    msg = BrokerRegistrationRequest(v0_broker_id, v0_cluster_id, v0_incarnation_id, v0_listeners, v0_features, v0_rack, v0_is_migrating_zk_broker, v0_log_dirs, -1, u0)
     return msg, pos
 
 def _enc_v3(o, out):
@@ -531,17 +494,11 @@ def _enc_v3(o, out):
         raise EncodeError('non-nullable field LogDirs is None at version 3')
     _rt.write_compact_array_len(out, len(x0))
     _rt.write_uuid_array(out, x0)
-    out.append(_S8.pack(o.previous_broker_epoch))
-    t0 = []
-    if o.cordoned_log_dirs:
-        s0 = []
-        x1 = o.cordoned_log_dirs
-        if x1 is None:
-            raise EncodeError('non-nullable field CordonedLogDirs is None at version 3')
-        _rt.write_compact_array_len(s0, len(x1))
-        _rt.write_uuid_array(s0, x1)
-        t0.append((10000, b''.join(s0)))
-    _rt.write_tags(out, t0, o.unknown_tagged_fields)
+    if o.unknown_tagged_fields:
+        out.append(_S8.pack(o.previous_broker_epoch))
+        _rt.write_unknown_tags(out, o.unknown_tagged_fields)
+    else:
+        out.append(_S9.pack(o.previous_broker_epoch, 0))
 
 def _dec_v3(buf, pos):
     v0_broker_id, = _S0.unpack_from(buf, pos)
@@ -598,7 +555,6 @@ def _dec_v3(buf, pos):
     v0_log_dirs, pos = _rt.read_uuid_array(buf, pos, n0)
     v0_previous_broker_epoch, tc0 = _S9.unpack_from(buf, pos)
     pos += 8
-    v0_cordoned_log_dirs = []
     if tc0 == 0:
         pos += 1
         u0 = ()
@@ -607,15 +563,10 @@ def _dec_v3(buf, pos):
         u0 = []
         for _ in range(nt0):
             tag0, pos, end0 = _rt.read_unknown_tag(buf, pos)
-            if tag0 == 10000:
-                n1, pos = _rt.read_compact_array_len(buf, pos, False)
-                v0_cordoned_log_dirs, pos = _rt.read_uuid_array(buf, pos, n1)
-                _rt.check_tag_end(pos, end0, tag0)
-            else:
-                u0.append((tag0, bytes(buf[pos:end0])))
-                pos = end0
+            u0.append((tag0, bytes(buf[pos:end0])))
+            pos = end0
         u0 = tuple(u0)
-    msg = BrokerRegistrationRequest(v0_broker_id, v0_cluster_id, v0_incarnation_id, v0_listeners, v0_features, v0_rack, v0_is_migrating_zk_broker, v0_log_dirs, v0_previous_broker_epoch, v0_cordoned_log_dirs, u0)
+    msg = BrokerRegistrationRequest(v0_broker_id, v0_cluster_id, v0_incarnation_id, v0_listeners, v0_features, v0_rack, v0_is_migrating_zk_broker, v0_log_dirs, v0_previous_broker_epoch, u0)
     return msg, pos
 
 def _enc_v4(o, out):
@@ -660,17 +611,11 @@ def _enc_v4(o, out):
         raise EncodeError('non-nullable field LogDirs is None at version 4')
     _rt.write_compact_array_len(out, len(x0))
     _rt.write_uuid_array(out, x0)
-    out.append(_S8.pack(o.previous_broker_epoch))
-    t0 = []
-    if o.cordoned_log_dirs:
-        s0 = []
-        x1 = o.cordoned_log_dirs
-        if x1 is None:
-            raise EncodeError('non-nullable field CordonedLogDirs is None at version 4')
-        _rt.write_compact_array_len(s0, len(x1))
-        _rt.write_uuid_array(s0, x1)
-        t0.append((10000, b''.join(s0)))
-    _rt.write_tags(out, t0, o.unknown_tagged_fields)
+    if o.unknown_tagged_fields:
+        out.append(_S8.pack(o.previous_broker_epoch))
+        _rt.write_unknown_tags(out, o.unknown_tagged_fields)
+    else:
+        out.append(_S9.pack(o.previous_broker_epoch, 0))
 
 _ENCODERS = (_enc_v0, _enc_v1, _enc_v2, _enc_v3, _enc_v4,)
 

@@ -288,7 +288,7 @@ APIS: dict[int, ApiInfo] = {
     60: ApiInfo(60, 'DescribeCluster', DescribeClusterRequest, DescribeClusterResponse, 0, 2, 0, frozenset(['broker', 'controller'])),
     61: ApiInfo(61, 'DescribeProducers', DescribeProducersRequest, DescribeProducersResponse, 0, 0, 0, frozenset(['broker'])),
     62: ApiInfo(62, 'BrokerRegistration', BrokerRegistrationRequest, BrokerRegistrationResponse, 0, 4, 0, frozenset(['controller'])),
-    63: ApiInfo(63, 'BrokerHeartbeat', BrokerHeartbeatRequest, BrokerHeartbeatResponse, 0, 1, 0, frozenset(['controller'])),
+    63: ApiInfo(63, 'BrokerHeartbeat', BrokerHeartbeatRequest, BrokerHeartbeatResponse, 0, 2, 0, frozenset(['controller'])),
     64: ApiInfo(64, 'UnregisterBroker', UnregisterBrokerRequest, UnregisterBrokerResponse, 0, 0, 0, frozenset(['broker', 'controller'])),
     65: ApiInfo(65, 'DescribeTransactions', DescribeTransactionsRequest, DescribeTransactionsResponse, 0, 0, 0, frozenset(['broker'])),
     66: ApiInfo(66, 'ListTransactions', ListTransactionsRequest, ListTransactionsResponse, 0, 2, 0, frozenset(['broker'])),
