@@ -24,6 +24,7 @@ from kjbod.protocol.generated import (
 )
 from kjbod.protocol.generated import describe_quorum_request as dq
 from kjbod.protocol.generated.controller_registration_request import Feature, Listener
+from tests.metrics.scrape import scrape, value
 
 from .conftest import Cluster, running_cluster, wait_for
 
@@ -113,6 +114,16 @@ def test_an_idle_cluster_writes_no_ops_and_the_brokers_metadata_offset_follows(q
     first = wait_for(broker_offset, "the broker among the observers")
     # nothing is written by anyone here: only NoOpRecords move the end of the log, and the broker follows them
     wait_for(lambda: (broker_offset() or 0) >= first + 5, "the broker's metadata offset moving on")
+    # ... and so does what its heartbeats report (CurrentMetadataOffset): the log's end less the lag the active
+    # controller shows for it
+    metrics = int(quorum.properties(name)["kjbod.metrics.listener"].rpartition(":")[2])
+
+    def heartbeat_offset() -> int:
+        samples = scrape(metrics)
+        end = value(samples, "kafka_server_raftmetrics_log_end_offset")
+        return int(end - 1 - value(samples, "kjbod_controller_broker_metadata_lag_records", broker=str(broker_id)))
+
+    wait_for(lambda: heartbeat_offset() >= first + 5, "the broker's heartbeats reporting a later metadata offset")
     payloads = metadata_dump(quorum, name)
     assert sum(p["type"] == "NO_OP_RECORD" and p["data"] == {} for p in payloads) >= 5
     # the first records: the bootstrap levels in one metadata transaction (KIP-868), as Kafka 4.3 writes them
