@@ -21,6 +21,13 @@ Elsewhere, and when leadership is lost with writes in flight or queued, requests
 sessions start afresh on activation, as Kafka's do. Every voter writes its own snapshots of what it has replayed
 (the committed image at `applied_end`), on the same trigger as a single controller; a voter that installs a
 snapshot fetched from the leader (FetchSnapshot) replaces its image with the snapshot's (`load_snapshot`).
+
+What is read from the log goes through a MetadataLoader (kjbod.metadata.loader): the image and the listeners see a
+KIP-868 metadata transaction only once its EndTransactionRecord is read, and no snapshot is written while one is
+open.  On activation the controller first aborts a transaction an earlier controller left open, and writes the
+bootstrap records inside one ("Bootstrap records"), as Kafka's ActivationRecordsGenerator does.  While active it
+appends a NoOpRecord every `max_idle_interval_ms` (metadata.max.idle.interval.ms), and a registration manager
+(kjbod.controller.registration, `attach_registration`) registers this controller with the active one (KIP-919).
 """
 
 from __future__ import annotations
