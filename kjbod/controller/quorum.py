@@ -598,11 +598,11 @@ class QuorumController:
     async def _write_no_ops(self) -> None:
         """Kafka's writeNoOpRecord task: every metadata.max.idle.interval.ms the active controller appends a
         NoOpRecord, so the log's end moves even when nothing changes and every reader (brokers, observers, the
-        other voters) can tell how far behind it is.  Every metadata.version kjbod runs has the record."""
+        other voters) can tell how far behind it is.  Every metadata.version kjbod runs has the record (3.3-IV1 on)."""
         period = self.settings.max_idle_interval_ms / 1000
         while True:
             await asyncio.sleep(period)
-            if not self.active:
+            if not self.active or ft.finalized(self.image).get(ft.METADATA_VERSION, 0) < ft.NO_OP_METADATA_VERSION:
                 continue
             with contextlib.suppress(Exception):  # not the controller any more, or the write failed: next time
                 await self.submit(lambda _image, _o: ControllerResult([NoOpRecord()], None))
