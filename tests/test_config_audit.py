@@ -208,6 +208,10 @@ EFFECTS: dict[str, list[str]] = {
     **{key: ["tests/storage/test_metadata_log.py::test_the_metadata_log_keys_reach_the_log"]
        for key in ("metadata.log.segment.bytes", "metadata.log.segment.min.bytes", "metadata.log.segment.ms",
                    "metadata.max.retention.bytes", "metadata.max.retention.ms")},
+    "metadata.max.idle.interval.ms": [
+        "tests/cluster/test_controller_registration_live.py::"
+        "test_an_idle_cluster_writes_no_ops_and_the_brokers_metadata_offset_follows",
+        "tests/controller/test_kraft43_controller.py::test_the_active_controller_writes_no_ops_while_idle"],
     "metadata.log.max.snapshot.interval.ms": [
         "tests/controller/test_quorum.py::test_snapshot_interval_ms_snapshots_a_changed_log_once_the_time_has_passed"],
     "metadata.log.max.record.bytes.between.snapshots": [

@@ -58,6 +58,7 @@ SERVED_APIS: dict[str, tuple[int, int]] = {
     "BrokerRegistration": (0, 4),
     "BrokerHeartbeat": (0, 2),
     "UnregisterBroker": (0, 0),
+    "ControllerRegistration": (0, 0),
     "AddRaftVoter": (0, 1),
     "RemoveRaftVoter": (0, 0),
     "UpdateRaftVoter": (0, 0),
@@ -141,6 +142,12 @@ SERVED_RECORDS: dict[str, tuple[int, int]] = {
     "RemoveDelegationTokenRecord": (0, 0),
     "ClientQuotaRecord": (0, 0),
     "ClearElrRecord": (0, 0),
+    "NoOpRecord": (0, 0),
+    "ZkMigrationStateRecord": (0, 0),
+    "BeginTransactionRecord": (0, 0),
+    "EndTransactionRecord": (0, 0),
+    "AbortTransactionRecord": (0, 0),
+    "RegisterControllerRecord": (0, 0),
 }
 # Control records of the metadata log (schemas/raft/, Kafka type "data").
 # kjbod's own metadata records, which Kafka lacks: shipped beside Kafka's, never compared with them.

@@ -41,6 +41,7 @@ CLUSTER_ACTION_APIS = frozenset({
     62,  # BrokerRegistration
     63,  # BrokerHeartbeat
     67,  # AllocateProducerIds
+    70,  # ControllerRegistration
     73,  # AssignReplicasToDirs
     59,  # FetchSnapshot
     27,  # WriteTxnMarkers

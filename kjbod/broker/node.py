@@ -92,6 +92,15 @@ class NodeEndpoint:
     rack: str | None = None
 
 
+def registered_controllers(image: MetadataImage, listener_name: str) -> list[NodeEndpoint]:
+    """DescribeCluster for controllers (KIP-919), as Kafka's ControllerRegistrationsPublisher answers it: every
+    controller whose registration (RegisterControllerRecord) has a listener of the name the request came in on,
+    with that listener's host and port and no rack."""
+    return [NodeEndpoint(c.controller_id, e.host, e.port) for c in sorted(image.controllers.values(),
+                                                                            key=lambda c: c.controller_id)
+            if (e := c.endpoint(listener_name)) is not None]
+
+
 class BrokerNode:
     authorizer: Any = None  # kjbod.metadata.acls.Authorizer when authorizer.class.name is set (kjbod.server.app)
 
@@ -170,22 +179,20 @@ class BrokerNode:
         return out
 
     def cluster_nodes(self, listener_name: str, *, controllers: bool) -> list[NodeEndpoint]:
-        """The brokers (unfenced, as registered with the controller) or the controllers clients may use on the
-        listener the request came in on."""
-        if not controllers:
-            registered = [NodeEndpoint(b.broker_id, e.host, e.port, b.rack)
-                          for b in self.metadata.unfenced_brokers()
-                          if (e := b.endpoint(listener_name)) is not None]
-            if registered:
-                return registered
-        endpoints = self._listener_endpoints()
+        """The brokers (unfenced, as registered with the controller) or the controllers (as registered with the
+        active controller) clients may use on the listener the request came in on."""
         if controllers:
-            names = list(getattr(self.config, "controller_listener_names", ()) or ())
-        else:
-            names = [listener_name] if listener_name in endpoints else []
-            if not names:
-                ctl = set(getattr(self.config, "controller_listener_names", ()) or ())
-                names = [n for n in endpoints if n not in ctl][:1]
+            return registered_controllers(self.metadata, listener_name)
+        registered = [NodeEndpoint(b.broker_id, e.host, e.port, b.rack)
+                      for b in self.metadata.unfenced_brokers()
+                      if (e := b.endpoint(listener_name)) is not None]
+        if registered:
+            return registered
+        endpoints = self._listener_endpoints()
+        names = [listener_name] if listener_name in endpoints else []
+        if not names:
+            ctl = set(getattr(self.config, "controller_listener_names", ()) or ())
+            names = [n for n in endpoints if n not in ctl][:1]
         out = []
         for name in names:
             if name in endpoints:

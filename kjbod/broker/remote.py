@@ -48,7 +48,14 @@ from kjbod.broker.lifecycle import BrokerLifecycleManager, BrokerState, Lifecycl
 from kjbod.broker.metadata_follower import MetadataBatch, MetadataFollower
 from kjbod.broker.node import BrokerNode
 from kjbod.broker.storage_glue import apply_image_at_start, open_logs, reconcile, refresh_log_defaults
-from kjbod.metadata import EMPTY_IMAGE, MetadataDelta, MetadataImage, features, is_reserved_dir
+from kjbod.metadata import (
+    EMPTY_IMAGE,
+    MetadataDelta,
+    MetadataImage,
+    MetadataLoader,
+    features,
+    is_reserved_dir,
+)
 from kjbod.net.controller_channel import SocketControllerChannel, controller_addresses
 from kjbod.net.correlator import PerVersion
 from kjbod.net.errors import ClientError
@@ -119,6 +126,7 @@ class RemoteBrokerNode(BrokerNode):
         self._controller_sasl = client_credentials_of(config, names[0] if names else None,
                                                       "sasl.mechanism.controller.protocol")
         self._logs_ready = False
+        self._loader: MetadataLoader | None = None  # the committed records read so far (KIP-868 transactions)
         self._image_changed = asyncio.Condition()
         self._controlled_shutdown: asyncio.Future[None] | None = None
 
@@ -237,15 +245,28 @@ class RemoteBrokerNode(BrokerNode):
             self._image_changed.notify_all()
 
     async def _apply_batch(self, batch: MetadataBatch) -> None:
-        base = EMPTY_IMAGE if batch.snapshot else self.metadata
-        delta = MetadataDelta(base)
-        delta.replay_all(batch.records, first_offset=batch.last_offset - len(batch.records) + 1)
-        image = delta.apply()
+        """Reads a committed batch; publishes what the loader lets out (nothing of a metadata transaction until
+        its end: kjbod.metadata.loader).  Every record, NoOpRecords too, moves the image's offset, which the
+        heartbeats report as this broker's metadata offset."""
+        if batch.snapshot or self._loader is None:
+            self._loader = MetadataLoader(EMPTY_IMAGE if batch.snapshot else self.metadata)
+        loader = self._loader
+        first = batch.last_offset - len(batch.records) + 1
+        published = loader.load(zip(batch.records, range(first, first + len(batch.records)), strict=True))
+        for fault in loader.faults:
+            log.error("metadata_transaction_fault", node_id=self.node_id, fault=fault)
+        loader.faults.clear()
+        if batch.snapshot:
+            self._apply_image(MetadataDelta(EMPTY_IMAGE), loader.image, snapshot=True)
+        for delta, image in published if not batch.snapshot else ():
+            self._apply_image(delta, image, snapshot=False)
+
+    def _apply_image(self, delta: MetadataDelta, image: MetadataImage, *, snapshot: bool) -> None:
         if image.features_epoch != self.metadata.features_epoch:
             self.handler.forget_answers()  # ApiVersions' memoised answers carry the finalized levels
         if not self._logs_ready:
             self.metadata = image
-        elif batch.snapshot:  # far behind: the image is rebuilt whole, and the logs made to match it
+        elif snapshot:  # far behind: the image is rebuilt whole, and the logs made to match it
             self.metadata = image
             refresh_log_defaults(self, self.logs.manager)  # the snapshot's dynamic broker defaults
             reconcile(self, self.logs.manager, on_workers=True)

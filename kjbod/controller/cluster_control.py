@@ -1,4 +1,5 @@
-"""Broker registration and unregistration (Kafka's ClusterControlManager.registerBroker, unregisterBroker).
+"""Broker and controller registration, and unregistration (Kafka's ClusterControlManager.registerBroker,
+registerController, unregisterBroker).
 
 Checks in Kafka's order: cluster id (INCONSISTENT_CLUSTER_ID); a live session of another incarnation of the
 same id (DUPLICATE_BROKER_REGISTRATION: a fenced or expired one may be replaced at once); the ZooKeeper
@@ -10,6 +11,14 @@ record, the previous incarnation leaves every ISR (and, when it did not shut dow
 eligible.leader.replicas.version is 1, every ELR: KIP-966), as Kafka's handleBrokerShutdown has it.  The same
 incarnation registering again keeps its epoch and its fenced and controlled-shutdown state, and may change its
 listeners, rack and dirs.
+
+A controller's registration (ControllerRegistration, KIP-919) becomes one RegisterControllerRecord, as Kafka's
+registerController writes it: ZkMigrationReady is always false, the listeners and feature ranges are copied.  As
+in Kafka, the id need not be a voter (a controller observing the quorum, before AddRaftVoter, registers too) and
+the last record of an id wins whatever its incarnation (the process whose incarnation it is not registers again
+when it sees that: kjbod.controller.registration).  What Kafka's own replay of the record would refuse is refused
+here instead, so it never reaches the log: a listener whose security protocol id is unknown, and a feature range
+whose minimum is above its maximum (INVALID_REQUEST, naming it).
 """
 
 from __future__ import annotations
@@ -25,11 +34,15 @@ from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import (
     BrokerRegistrationRequest,
     BrokerRegistrationResponse,
+    ControllerRegistrationRequest,
+    ControllerRegistrationResponse,
     RegisterBrokerRecord,
+    RegisterControllerRecord,
     UnregisterBrokerRecord,
     UnregisterBrokerResponse,
 )
 from kjbod.protocol.generated.register_broker_record import BrokerEndpoint, BrokerFeature
+from kjbod.protocol.generated.register_controller_record import ControllerEndpoint, ControllerFeature
 from kjbod.storage.ids import uuid_to_str
 
 
@@ -111,3 +124,31 @@ def unregister_broker(image: MetadataImage, broker_id: int) -> ControllerResult:
     records: list[Any] = [*remove_from_isrs(image, broker_id),
                           UnregisterBrokerRecord(broker_id=broker_id, broker_epoch=reg.epoch)]
     return ControllerResult(records, UnregisterBrokerResponse(error_code=0, error_message=None))
+
+
+SECURITY_PROTOCOLS = {0: "PLAINTEXT", 1: "SSL", 2: "SASL_PLAINTEXT", 3: "SASL_SSL"}
+
+
+def controller_registration_problem(req: ControllerRegistrationRequest) -> str | None:
+    for ln in req.listeners:
+        if ln.security_protocol not in SECURITY_PROTOCOLS:
+            return f"listener {ln.name} has unknown security protocol id {ln.security_protocol}"
+    for f in req.features:
+        if f.min_supported_version > f.max_supported_version:
+            return (f"feature {f.name} has minimum version {f.min_supported_version} above its maximum version "
+                    f"{f.max_supported_version}")
+    return None
+
+
+def register_controller(image: MetadataImage, req: ControllerRegistrationRequest) -> ControllerResult:
+    problem = controller_registration_problem(req)
+    if problem is not None:
+        return ControllerResult([], ControllerRegistrationResponse(
+            error_code=ErrorCode.INVALID_REQUEST, error_message=f"controller {req.controller_id}: {problem}"))
+    record = RegisterControllerRecord(
+        controller_id=req.controller_id, incarnation_id=req.incarnation_id, zk_migration_ready=False,
+        end_points=[ControllerEndpoint(name=ln.name, host=ln.host, port=ln.port, security_protocol=ln.security_protocol)
+                    for ln in req.listeners],
+        features=[ControllerFeature(name=f.name, min_supported_version=f.min_supported_version,
+                                    max_supported_version=f.max_supported_version) for f in req.features])
+    return ControllerResult([record], ControllerRegistrationResponse(error_code=0, error_message=None))

@@ -2,7 +2,9 @@
 
 Each update, in request order, is checked (the first refusal refuses the whole request, nothing written): an
 unknown upgrade type, a level below 0, a level the controller itself or any registered broker cannot run
-("Local controller N only supports versions 17-22", "Broker 2 does not support this feature."), a lower level
+("Local controller N only supports versions 17-22", "Broker 2 does not support this feature."), or any
+other controller registered in the metadata (KIP-919: "Controller 3 ..."; a voter that has not registered yet
+refuses it too: "controller 3 has not registered, and may not support this feature"), a lower level
 without a downgrade type ("Can't downgrade ... without setting the upgrade type ..."), a higher level with one
 ("Can't downgrade to a newer version."), a feature above 0 while metadata.version is below 3.3-IV0 (Kafka's
 dependency rules, kjbod.metadata.features.dependency_refusal: eligible.leader.replicas.version 1 needs
@@ -34,7 +36,9 @@ def _refusal(feature: str, level: int, why: str) -> tuple[int, str]:
 
 
 def _check(feature: str, level: int, kind: int, current: dict[str, int], proposed: dict[str, int], node_id: int,
-           brokers: Mapping[int, Mapping[str, tuple[int, int]]]) -> tuple[int, str] | None:
+           brokers: Mapping[int, Mapping[str, tuple[int, int]]],
+           controllers: Mapping[int, Mapping[str, tuple[int, int]]] = {},  # noqa: B006 (read only)
+           quorum_ids: tuple[int, ...] = ()) -> tuple[int, str] | None:
     if kind not in (UPGRADE, SAFE_DOWNGRADE, UNSAFE_DOWNGRADE):
         return _refusal(feature, level, "The controller does not support the given upgrade type.")
     now = current.get(feature, 0)
@@ -43,6 +47,12 @@ def _check(feature: str, level: int, kind: int, current: dict[str, int], propose
     why = ft.unsupported_reason(level, f"Local controller {node_id}", ft.SUPPORTED, feature)
     for broker_id, ranges in sorted(brokers.items()):
         why = why or ft.unsupported_reason(level, f"Broker {broker_id}", ranges, feature)
+    for controller_id, ranges in sorted(controllers.items()):
+        if controller_id != node_id:  # this controller was checked first, against what it runs
+            why = why or ft.unsupported_reason(level, f"Controller {controller_id}", ranges, feature)
+    for voter in quorum_ids:
+        if voter != node_id and voter not in controllers:
+            why = why or f"controller {voter} has not registered, and may not support this feature"
     if why is not None:
         return _refusal(feature, level, why)
     if level < now and kind == UPGRADE:
@@ -59,17 +69,21 @@ def _check(feature: str, level: int, kind: int, current: dict[str, int], propose
     return None
 
 
-def update_features(image: Any, req: UpdateFeaturesRequest, version: int, node_id: int) -> ControllerResult:
+def update_features(image: Any, req: UpdateFeaturesRequest, version: int, node_id: int,
+                    quorum_ids: tuple[int, ...] = ()) -> ControllerResult:
+    """`quorum_ids`: the voters of the controller quorum, each of which must have registered (KIP-919)."""
     current = ft.finalized(image)
     # Dependencies are checked against every level the request asks for at once (Kafka's proposed levels), so
     # metadata.version and eligible.leader.replicas.version may go up together.
     proposed = {**current, **{u.feature: u.max_version_level for u in req.feature_updates}}
     brokers = {b: dict(reg.features) for b, reg in image.brokers.items()}
+    controllers = {c: dict(reg.features) for c, reg in image.controllers.items()}
     records: list[Any] = []
     error: tuple[int, str] | None = None
     for u in req.feature_updates:
         kind = u.upgrade_type if version >= 1 else (SAFE_DOWNGRADE if u.allow_downgrade else UPGRADE)
-        error = _check(u.feature, u.max_version_level, kind, current, proposed, node_id, brokers)
+        error = _check(u.feature, u.max_version_level, kind, current, proposed, node_id, brokers, controllers,
+                       quorum_ids)
         if error is not None:
             break
         records.append(FeatureLevelRecord(name=u.feature, feature_level=max(u.max_version_level, 0)))

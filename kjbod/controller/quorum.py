@@ -21,6 +21,13 @@ Elsewhere, and when leadership is lost with writes in flight or queued, requests
 sessions start afresh on activation, as Kafka's do. Every voter writes its own snapshots of what it has replayed
 (the committed image at `applied_end`), on the same trigger as a single controller; a voter that installs a
 snapshot fetched from the leader (FetchSnapshot) replaces its image with the snapshot's (`load_snapshot`).
+
+What is read from the log goes through a MetadataLoader (kjbod.metadata.loader): the image and the listeners see a
+KIP-868 metadata transaction only once its EndTransactionRecord is read, and no snapshot is written while one is
+open.  On activation the controller first aborts a transaction an earlier controller left open, and writes the
+bootstrap records inside one ("Bootstrap records"), as Kafka's ActivationRecordsGenerator does.  While active it
+appends a NoOpRecord every `max_idle_interval_ms` (metadata.max.idle.interval.ms), and a registration manager
+(kjbod.controller.registration, `attach_registration`) registers this controller with the active one (KIP-919).
 """
 
 from __future__ import annotations
@@ -53,11 +60,21 @@ from kjbod.controller import (
 from kjbod.controller.errors import error_response
 from kjbod.controller.heartbeats import BrokerHeartbeatManager
 from kjbod.controller.partition_change import MIN_ISR_KEY, UNCLEAN_KEY
+from kjbod.controller.registration import ControllerRegistrationManager
 from kjbod.controller.result import ConfigPolicy, ControllerResult, ControllerSettings
-from kjbod.metadata import BROKER_RESOURCE, EMPTY_IMAGE, MetadataDelta, MetadataImage, image_records, replay
+from kjbod.metadata import (
+    BROKER_RESOURCE,
+    EMPTY_IMAGE,
+    MetadataDelta,
+    MetadataImage,
+    MetadataLoader,
+    image_records,
+    replay,
+)
 from kjbod.metadata import features as ft
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import (
+    AbortTransactionRecord,
     AllocateProducerIdsRequest,
     AlterClientQuotasRequest,
     AlterConfigsRequest,
@@ -68,9 +85,11 @@ from kjbod.protocol.generated import (
     AlterPartitionRequest,
     AlterUserScramCredentialsRequest,
     AssignReplicasToDirsRequest,
+    BeginTransactionRecord,
     BrokerHeartbeatRequest,
     BrokerRegistrationRequest,
     ConfigRecord,
+    ControllerRegistrationRequest,
     CreateAclsRequest,
     CreateDelegationTokenRequest,
     CreatePartitionsRequest,
@@ -78,11 +97,13 @@ from kjbod.protocol.generated import (
     DeleteAclsRequest,
     DeleteTopicsRequest,
     ElectLeadersRequest,
+    EndTransactionRecord,
     ExpireDelegationTokenRequest,
     FeatureLevelRecord,
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
     ListPartitionReassignmentsRequest,
+    NoOpRecord,
     ReassignPartitionsRequest,
     RenewDelegationTokenRequest,
     UnregisterBrokerRequest,
@@ -146,6 +167,8 @@ class QuorumController:
         self.clock = clock
         self.config_aliases = config_aliases or {}
         self._image: MetadataImage = EMPTY_IMAGE
+        # what the log holds, read as KIP-868 transactions allow: `image` is its last published image
+        self.loader = MetadataLoader(EMPTY_IMAGE)
         self.heartbeats = BrokerHeartbeatManager(settings)
         self._listeners: list[Listener] = []
         self._queue: asyncio.Queue[tuple[Operation, asyncio.Future[Any]]] = asyncio.Queue()
@@ -162,9 +185,13 @@ class QuorumController:
         self._applied_waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._catching_up: asyncio.Task[None] | None = None
         self._last_snapshot_at = clock()  # the time trigger counts from the start, as Kafka's does
+        # KIP-919: this controller's own registration with the active one (attach_registration)
+        self.registration: ControllerRegistrationManager | None = None
+        self._registration_closers: list[Callable[[], None]] = []
         # api key -> (version, request) -> the operation that answers it
         self._handlers: dict[int, Callable[[int, Any], Operation]] = {
             _key(BrokerRegistrationRequest): self._register,
+            _key(ControllerRegistrationRequest): self._register_controller,
             _key(BrokerHeartbeatRequest): self._heartbeat,
             _key(UnregisterBrokerRequest): self._unregister,
             _key(CreateTopicsRequest): self._create_topics,
@@ -203,19 +230,38 @@ class QuorumController:
         if hasattr(mlog, "metadata_version"):
             mlog.metadata_version = image.features.get(ft.METADATA_VERSION)
 
-    def _activation(self, image: MetadataImage, _offset: int) -> ControllerResult:
-        """Kafka's activation records: the feature levels a log without a metadata.version starts at
-        (kjbod.metadata.features.activation_levels; `bootstrap.checkpoint` names them), and with
-        eligible.leader.replicas.version above 0 the cluster-wide min.insync.replicas the ELR is kept against."""
+    def _bootstrap_levels(self) -> Any:
         mlog = self.raft.mlog if self.raft is not None else self.log
-        levels = ft.activation_levels(image, getattr(mlog, "bootstrap_levels", None))
+        return getattr(mlog, "bootstrap_levels", None)
+
+    def _activation_due(self) -> bool:
+        return self.loader.in_transaction or ft.activation_levels(self.image, self._bootstrap_levels()) is not None
+
+    def _activation(self, image: MetadataImage, _offset: int) -> ControllerResult:
+        """Kafka's activation records (its ActivationRecordsGenerator): an AbortTransactionRecord when the log
+        ends inside a metadata transaction an earlier controller left open; then, for a log without a
+        metadata.version, the feature levels it starts at (kjbod.metadata.features.activation_levels;
+        `bootstrap.checkpoint` names them) and, with eligible.leader.replicas.version above 0, the cluster-wide
+        min.insync.replicas the ELR is kept against, inside a metadata transaction named "Bootstrap records"
+        (KIP-868: every metadata.version kjbod runs has them)."""
+        records: list[Any] = []
+        if self.loader.in_transaction:
+            log.warning("metadata_transaction_aborted", start_offset=self.loader.transaction_start,
+                        reason="Controller failover")
+            records.append(AbortTransactionRecord(reason="Controller failover"))
+        levels = ft.activation_levels(image, self._bootstrap_levels())
         if levels is None:
-            return ControllerResult([], None)
-        records: list[Any] = [FeatureLevelRecord(name=n, feature_level=v) for n, v in
-                              sorted(levels.items(), key=lambda kv: (kv[0] != ft.METADATA_VERSION, kv[0]))]
+            return ControllerResult(records, None)
+        in_txn = levels.get(ft.METADATA_VERSION, ft.LATEST_METADATA_VERSION) >= ft.TRANSACTIONS_METADATA_VERSION
+        if in_txn:
+            records.append(BeginTransactionRecord(name="Bootstrap records"))
+        records += [FeatureLevelRecord(name=n, feature_level=v) for n, v in
+                    sorted(levels.items(), key=lambda kv: (kv[0] != ft.METADATA_VERSION, kv[0]))]
         if levels.get(ft.ELR_VERSION, 0) > 0 and MIN_ISR_KEY not in image.resource_configs(BROKER_RESOURCE, ""):
             records.append(ConfigRecord(resource_type=BROKER_RESOURCE, resource_name="", name=MIN_ISR_KEY,
                                         value=str(self.settings.min_insync_replicas)))
+        if in_txn:
+            records.append(EndTransactionRecord())
         log.info("metadata_levels_bootstrapped", levels=levels)
         return ControllerResult(records, None)
 
@@ -230,17 +276,34 @@ class QuorumController:
     def load(self) -> MetadataImage:
         """Replays the metadata log (a snapshot's records first when the log has one) into the image."""
         records = self.log.load()
-        delta = MetadataDelta(EMPTY_IMAGE)
+        self.loader = MetadataLoader(EMPTY_IMAGE)
         # Each record's own offset (control records take offsets too; a snapshot's records carry its end).
-        for rec, offset in zip(records, self.log.loaded_offsets, strict=True):
-            delta.replay(rec, offset)
-        self.image = delta.apply()
+        published = self.loader.load(zip(records, self.log.loaded_offsets, strict=True))
+        self._note_faults()
+        self.image = self.loader.image
         self.reassignment_plans = reassignment.plans_from(self.image)  # batched reassignments go on
         self.heartbeats.dirs.note_records(records)
-        if delta.dropped:
-            log.warning("metadata_records_dropped", count=delta.dropped,
+        dropped = sum(delta.dropped for delta, _ in published)
+        if dropped:
+            log.warning("metadata_records_dropped", count=dropped,
                         reason="they name topics, partitions or broker epochs the log does not have")
         return self.image
+
+    def _note_faults(self) -> None:
+        for fault in self.loader.faults:
+            log.error("metadata_transaction_fault", fault=fault)
+        self.loader.faults.clear()
+
+    def _publish(self, published: list[tuple[MetadataDelta, MetadataImage]]) -> None:
+        """The images the loader let out, one by one, to this controller and its listeners."""
+        self._note_faults()
+        for delta, image in published:
+            self.image = image
+            for listener in self._listeners:
+                try:
+                    listener(delta, image)
+                except Exception:
+                    log.exception("metadata_listener_failed")
 
     def attach_quorum(self, driver: Any, records: list[Any]) -> MetadataImage:
         """Run as one voter of a KRaft quorum (see the module docstring), on `driver`'s metadata log (opened
@@ -250,11 +313,11 @@ class QuorumController:
         self.active = False
         mlog = driver.mlog
         self.applied_end = mlog.high_watermark
-        delta = MetadataDelta(EMPTY_IMAGE)
         kept = [(rec, off) for rec, off in zip(records, mlog.loaded_offsets, strict=True) if off < self.applied_end]
-        for rec, offset in kept:
-            delta.replay(rec, offset)
-        self.image = delta.apply()
+        self.loader = MetadataLoader(EMPTY_IMAGE)
+        self.loader.load(kept)
+        self._note_faults()
+        self.image = self.loader.image
         self.heartbeats.dirs.note_records([r for r, _ in kept])
         mlog.add_commit_listener(self._on_commit)
         driver.add_leader_listener(self._on_leader_change)
@@ -291,16 +354,8 @@ class QuorumController:
             if end == start:
                 return
             if records:
-                delta = MetadataDelta(self.image)
-                for rec, offset in records:
-                    delta.replay(rec, offset)
-                self.image = image = delta.apply()
+                self._publish(self.loader.load(records))
                 self.heartbeats.dirs.note_records([r for r, _ in records])
-                for listener in self._listeners:
-                    try:
-                        listener(delta, image)
-                    except Exception:
-                        log.exception("metadata_listener_failed")
             self.applied_end = end
             self._wake_applied()
             self._maybe_activate()
@@ -311,6 +366,8 @@ class QuorumController:
         last one (on the quorum's file worker, so it never runs beside an append or a truncation)."""
         mlog = self.raft.mlog
         end = self.applied_end
+        if self.loader.in_transaction:  # never a snapshot inside a metadata transaction (KIP-868)
+            return
         if not self._snapshot_due(mlog.bytes_since_snapshot) or end <= mlog.log_start_offset:
             return
         latest = mlog.latest_snapshot()
@@ -331,10 +388,11 @@ class QuorumController:
     def load_snapshot(self, records: list[Any], end_offset: int) -> None:
         """This voter installed a snapshot fetched from the leader: its records are the image up to
         `end_offset` (exclusive); replay them onto an empty image and go on from there."""
-        delta = MetadataDelta(EMPTY_IMAGE)
-        for rec in records:
-            delta.replay(rec, end_offset - 1)
-        self.image = image = delta.apply()
+        self.loader.reset(EMPTY_IMAGE)
+        published = self.loader.load((rec, end_offset - 1) for rec in records)
+        self._note_faults()
+        delta, image = published[-1] if published else (MetadataDelta(EMPTY_IMAGE), EMPTY_IMAGE)
+        self.image = image
         self.heartbeats.dirs.note_records(records)
         self.reassignment_plans = reassignment.plans_from(image)
         self.applied_end = end_offset
@@ -367,7 +425,7 @@ class QuorumController:
         self.active = True
         self.heartbeats.sessions.clear()  # every broker's session starts now (Kafka's activation)
         self.reassignment_plans = reassignment.plans_from(self.image)
-        if self._tasks and ft.activation_levels(self.image, getattr(self.raft.mlog, "bootstrap_levels", None)):
+        if self._tasks and self._activation_due():
             self._submit_activation()
         log.info("controller_activated", node_id=self.settings.node_id, epoch=raft.epoch,
                  offset=self.applied_end)
@@ -403,17 +461,34 @@ class QuorumController:
     def add_listener(self, listener: Listener) -> None:
         self._listeners.append(listener)
 
+    def attach_registration(self, manager: ControllerRegistrationManager, close: Callable[[], None]) -> None:
+        """This controller registers itself through `manager` (KIP-919), which sees every image this controller
+        publishes; it runs from start() to stop(), which calls `close` (its channel) after it."""
+        self.registration = manager
+        self._registration_closers.append(close)
+        self._listeners.append(lambda _delta, image: manager.on_metadata(image))
+        manager.on_metadata(self.image)
+
     def start(self) -> None:
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._run(), name="kjbod-controller"))
-        if self.active and ft.activation_levels(self.image, getattr(self.log, "bootstrap_levels", None)):
+        if self.active and self._activation_due():
             self._submit_activation()
         self._tasks.append(loop.create_task(self._expire_sessions(), name="kjbod-controller-sessions"))
         self._tasks.append(loop.create_task(self._elections(), name="kjbod-controller-elections"))
         if self.settings.delegation_token_secret_key:
             self._tasks.append(loop.create_task(self._expire_tokens(), name="kjbod-controller-token-expiry"))
+        if self.registration is not None:
+            self.registration.start()
+        if self.settings.max_idle_interval_ms > 0:
+            self._tasks.append(loop.create_task(self._write_no_ops(), name="kjbod-controller-no-ops"))
 
     async def stop(self) -> None:
+        if self.registration is not None:
+            await self.registration.stop()
+        for close in self._registration_closers:
+            close()
+        self._registration_closers.clear()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -484,14 +559,7 @@ class QuorumController:
         loop = asyncio.get_running_loop()
         first = self.log.next_offset
         await loop.run_in_executor(self._io, self.log.append, records)
-        delta = MetadataDelta(self.image)
-        delta.replay_all(records, first_offset=first)
-        self.image = image = delta.apply()
-        for listener in self._listeners:
-            try:
-                listener(delta, image)
-            except Exception:
-                log.exception("metadata_listener_failed")
+        self._publish(self.loader.load(zip(records, range(first, first + len(records)), strict=True)))
         await self._maybe_snapshot()
 
     async def _advance_reassignments(self) -> None:
@@ -509,7 +577,7 @@ class QuorumController:
     async def _maybe_snapshot(self) -> None:
         since = getattr(self.log, "bytes_since_snapshot", None)
         write = getattr(self.log, "write_snapshot", None)
-        if since is None or write is None or not self._snapshot_due(since):
+        if since is None or write is None or self.loader.in_transaction or not self._snapshot_due(since):
             return
         image = self.image
         await asyncio.get_running_loop().run_in_executor(self._io, write, image_records(image), image.offset + 1)
@@ -526,6 +594,18 @@ class QuorumController:
             fenced = await self.submit(lambda image, _o: self.heartbeats.fence_stale(image, self.clock()))
             if fenced is not None:
                 log.warning("broker_session_expired", broker_id=fenced.broker_id, effect="fenced")
+
+    async def _write_no_ops(self) -> None:
+        """Kafka's writeNoOpRecord task: every metadata.max.idle.interval.ms the active controller appends a
+        NoOpRecord, so the log's end moves even when nothing changes and every reader (brokers, observers, the
+        other voters) can tell how far behind it is.  Every metadata.version kjbod runs has the record (3.3-IV1 on)."""
+        period = self.settings.max_idle_interval_ms / 1000
+        while True:
+            await asyncio.sleep(period)
+            if not self.active or ft.finalized(self.image).get(ft.METADATA_VERSION, 0) < ft.NO_OP_METADATA_VERSION:
+                continue
+            with contextlib.suppress(Exception):  # not the controller any more, or the write failed: next time
+                await self.submit(lambda _image, _o: ControllerResult([NoOpRecord()], None))
 
     async def _elections(self) -> None:
         """The timers of Kafka's controller: the preferred-leader rebalance every
@@ -596,6 +676,9 @@ class QuorumController:
         return lambda image, offset: cluster_control.register_broker(image, req, self.settings, self.heartbeats,
                                                                      self.clock(), offset)
 
+    def _register_controller(self, version: int, req: ControllerRegistrationRequest) -> Operation:
+        return lambda image, _o: cluster_control.register_controller(image, req)
+
     def _heartbeat(self, version: int, req: BrokerHeartbeatRequest) -> Operation:
         return lambda image, offset: self.heartbeats.heartbeat(image, req, self.clock(), offset)
 
@@ -603,7 +686,15 @@ class QuorumController:
         return lambda image, _o: cluster_control.unregister_broker(image, req.broker_id)
 
     def _update_features(self, version: int, req: UpdateFeaturesRequest) -> Operation:
-        return lambda image, _o: features.update_features(image, req, version, self.settings.node_id or 0)
+        return lambda image, _o: features.update_features(image, req, version, self.settings.node_id or 0,
+                                                          self._quorum_ids())
+
+    def _quorum_ids(self) -> tuple[int, ...]:
+        """The voters of the controller quorum (this controller alone without one)."""
+        voters = getattr(self.raft, "voters", None) if self.raft is not None else None
+        if voters:
+            return tuple(sorted(voters))
+        return (self.settings.node_id,) if self.settings.node_id is not None else ()
 
     def _alter_user_scram_credentials(self, version: int, req: AlterUserScramCredentialsRequest) -> Operation:
         return lambda image, _o: scram.alter_user_scram_credentials(image, req)

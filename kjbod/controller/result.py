@@ -23,6 +23,9 @@ class ControllerSettings:
     broker_heartbeat_interval_ms: int = 2000
     max_bytes_between_snapshots: int = 20 << 20
     max_snapshot_interval_ms: int = 3_600_000  # metadata.log.max.snapshot.interval.ms (0: bytes only)
+    # metadata.max.idle.interval.ms: a NoOpRecord this often (0: never). The server passes its config (Kafka's 500);
+    # a controller built without one (in-process tests) writes none, so its log holds only what it was asked for.
+    max_idle_interval_ms: int = 0
     delete_topic_enable: bool = True
     # Leader elections (Kafka's defaults): unclean elections where a topic does not say otherwise, and the
     # periodic preferred-leader rebalance with its imbalance threshold.

@@ -18,6 +18,7 @@ from kjbod.metadata.image import (
     RECOVERING,
     TOPIC_RESOURCE,
     BrokerRegistration,
+    ControllerRegistration,
     Endpoint,
     MetadataImage,
     PartitionImage,
@@ -25,10 +26,11 @@ from kjbod.metadata.image import (
     TopicImage,
     is_reserved_dir,
 )
+from kjbod.metadata.loader import MetadataLoader
 from kjbod.metadata.snapshot import image_records
 
 __all__ = [
     "BROKER_RESOURCE", "GROUP_RESOURCE", "DIR_LOST", "DIR_MIGRATING", "DIR_UNASSIGNED", "EMPTY_IMAGE", "NO_LEADER", "RECOVERED", "RECOVERING", "REPLAY",
-    "TOPIC_RESOURCE", "BrokerRegistration", "Endpoint", "LocalChanges", "MetadataDelta", "MetadataImage",
+    "TOPIC_RESOURCE", "BrokerRegistration", "ControllerRegistration", "Endpoint", "LocalChanges", "MetadataDelta", "MetadataImage", "MetadataLoader",
     "PartitionImage", "RateIntent", "TopicImage", "image_records", "is_reserved_dir", "replay",
 ]

@@ -25,6 +25,7 @@ from kjbod.metadata.image import (
     DIR_MIGRATING,
     TOPIC_RESOURCE,
     BrokerRegistration,
+    ControllerRegistration,
     Endpoint,
     MetadataImage,
     PartitionImage,
@@ -34,19 +35,24 @@ from kjbod.metadata.image import (
     TopicImage,
 )
 from kjbod.protocol.generated import (
+    AbortTransactionRecord,
     AccessControlEntryRecord,
+    BeginTransactionRecord,
     BrokerRegistrationChangeRecord,
     ClearElrRecord,
     ClientQuotaRecord,
     ConfigRecord,
     DelegationTokenRecord,
+    EndTransactionRecord,
     FeatureLevelRecord,
     FenceBrokerRecord,
+    NoOpRecord,
     PartitionChangeRecord,
     PartitionRecord,
     ProducerIdsRecord,
     ReassignmentIntentRecord,
     RegisterBrokerRecord,
+    RegisterControllerRecord,
     RemoveAccessControlEntryRecord,
     RemoveDelegationTokenRecord,
     RemoveTopicRecord,
@@ -57,6 +63,7 @@ from kjbod.protocol.generated import (
     UnfenceBrokerRecord,
     UnregisterBrokerRecord,
     UserScramCredentialRecord,
+    ZkMigrationStateRecord,
 )
 
 NO_CHANGE_LEADER = -2
@@ -116,6 +123,7 @@ class MetadataDelta:
         self._acls: dict[UUID, AclEntry | None] = {}  # None: removed
         self._tokens: dict[str, TokenEntry | None] = {}  # None: removed
         self._client_quotas: dict[tuple[tuple[str, str | None], ...], dict[str, float] | None] = {}  # None: gone
+        self._controllers: dict[int, ControllerRegistration] = {}
         self.dropped = 0  # records naming something the image does not have
 
     # ------------------------------------------------------------------------------------------ reading
@@ -283,6 +291,22 @@ class MetadataDelta:
             # v4 (4.3-IV0); null in a new registration, and in every record of a log written before it
             cordoned_dirs=None if rec.cordoned_log_dirs is None else tuple(rec.cordoned_log_dirs))
 
+    def _register_controller_record(self, rec: RegisterControllerRecord) -> None:
+        self._controllers[rec.controller_id] = ControllerRegistration(
+            controller_id=rec.controller_id, incarnation_id=rec.incarnation_id,
+            zk_migration_ready=rec.zk_migration_ready,
+            listeners=tuple(Endpoint(e.name, e.host, e.port, e.security_protocol) for e in rec.end_points),
+            features={f.name: (f.min_supported_version, f.max_supported_version) for f in rec.features})
+
+    def changed_controllers(self) -> Mapping[int, ControllerRegistration]:
+        """The controller registrations this delta wrote (Kafka's ClusterDelta.changedControllers)."""
+        return self._controllers
+
+    def _no_op_record(self, rec: Any) -> None:
+        """NoOpRecord (and a ZooKeeper migration's ZkMigrationStateRecord, which a KRaft-only image has no use
+        for): nothing changes but the offset, which `replay` has moved.  The metadata transaction markers come
+        here too when records are replayed one by one; `MetadataLoader` is what gives them their meaning."""
+
     def _unregister_broker_record(self, rec: UnregisterBrokerRecord) -> None:
         current = self.broker(rec.broker_id)
         if current is None or current.epoch != rec.broker_epoch:
@@ -414,7 +438,8 @@ class MetadataDelta:
             throttled_rates=_merged(image.throttled_rates, self._throttled_rates),
             scram=_merged(image.scram, self._scram), acls=_merged(image.acls, self._acls),
             tokens=_merged(image.tokens, self._tokens),
-            client_quotas=_merged(image.client_quotas, self._client_quotas))
+            client_quotas=_merged(image.client_quotas, self._client_quotas),
+            controllers=_merged(image.controllers, self._controllers))
 
     # ------------------------------------------------------------------------------------------ local changes
     def local_changes(self, node_id: int, new_image: MetadataImage) -> LocalChanges:
@@ -487,6 +512,12 @@ REPLAY: dict[type, Callable[[MetadataDelta, Any], None]] = {
     RemoveAccessControlEntryRecord: MetadataDelta._remove_access_control_entry_record,
     ClientQuotaRecord: MetadataDelta._client_quota_record,
     ClearElrRecord: MetadataDelta._clear_elr_record,
+    RegisterControllerRecord: MetadataDelta._register_controller_record,
+    NoOpRecord: MetadataDelta._no_op_record,
+    ZkMigrationStateRecord: MetadataDelta._no_op_record,
+    BeginTransactionRecord: MetadataDelta._no_op_record,
+    EndTransactionRecord: MetadataDelta._no_op_record,
+    AbortTransactionRecord: MetadataDelta._no_op_record,
 }
 
 

@@ -82,6 +82,13 @@ ELR_METADATA_VERSION = 23  # 4.0-IV1: the ELR fields in the partition records (K
 # cluster formatted at an older metadata.version starts with share groups off.
 SHARE_VERSION_BOOTSTRAP_METADATA_VERSION = 28  # 4.2-IV0
 MINIMUM_METADATA_VERSION = 17  # 3.7-IV2: JBOD in KRaft (directory ids in partition records)
+# NoOpRecord from 3.3-IV1 (Kafka 3.x's isNoOpRecordSupported; 4.x dropped the check, its minimum being above it),
+# KIP-868 metadata transactions (Begin/End/AbortTransactionRecord) from 3.6-IV1, KIP-919 controller registrations
+# (ControllerRegistration, RegisterControllerRecord) from 3.7-IV0: all below MINIMUM_METADATA_VERSION, so every
+# level kjbod runs has them; the checks name them all the same, as Kafka's MetadataVersion does.
+NO_OP_METADATA_VERSION = 5  # 3.3-IV1
+TRANSACTIONS_METADATA_VERSION = 13  # 3.6-IV1
+CONTROLLER_REGISTRATION_METADATA_VERSION = 15  # 3.7-IV0
 TV_BOOTSTRAP_METADATA_VERSION = 24  # 4.0-IV2: Kafka's bootstrap default for transaction.version 1 and 2
 # The metadata.version from which Kafka makes each level of a feature the bootstrap default (its
 # FeatureVersion.bootstrapMetadataVersion; level 0's is Kafka's first KRaft level).

@@ -150,6 +150,24 @@ class BrokerRegistration:
 
 
 @dataclass(frozen=True, slots=True)
+class ControllerRegistration:
+    """A controller's registration (RegisterControllerRecord, KIP-919): kept per controller id; a newer record of
+    the same id replaces it, whatever its incarnation (as Kafka's ClusterDelta keeps the last one)."""
+
+    controller_id: int
+    incarnation_id: UUID
+    zk_migration_ready: bool = False
+    listeners: tuple[Endpoint, ...] = ()
+    features: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+
+    def endpoint(self, listener_name: str) -> Endpoint | None:
+        for e in self.listeners:
+            if e.name == listener_name:
+                return e
+        return None
+
+
+@dataclass(frozen=True, slots=True)
 class RateIntent:
     """kjbod's ThrottledRateIntentRecord: the inter-broker throttled rates the controller set on a broker for a
     KIP-179 throttle (None: not set by it) and the values to put back when it removes them (None: delete)."""
@@ -205,6 +223,7 @@ class MetadataImage:
     tokens: Mapping[str, TokenEntry] = field(default_factory=dict)  # token id -> delegation token
     # ClientQuotaRecord: entity (kjbod.metadata.client_quotas.Entity) -> quota key -> value; no empty entities
     client_quotas: Mapping[tuple[tuple[str, str | None], ...], Mapping[str, float]] = field(default_factory=dict)
+    controllers: Mapping[int, ControllerRegistration] = field(default_factory=dict)  # RegisterControllerRecord
 
     # The reading interface handlers used on the old mutable image.
     @property

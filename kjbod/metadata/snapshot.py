@@ -1,6 +1,6 @@
 """The records that rebuild an image: what a metadata snapshot holds.
 
-`image_records(image)` lists, in an order replay accepts (features, brokers, configs, then each topic with its
+`image_records(image)` lists, in an order replay accepts (features, brokers, controllers, configs, then each topic with its
 partitions, kjbod's KIP-179 throttle intents, then the producer id watermark), one record per fact of the image, so that
 `replay(EMPTY_IMAGE, image_records(image))` equals `image`.  A broker with failed dirs is written as Kafka's log
 has it: a RegisterBrokerRecord with every dir, then a BrokerRegistrationChangeRecord with the online ones, so
@@ -25,6 +25,7 @@ from kjbod.protocol.generated import (
     ProducerIdsRecord,
     ReassignmentIntentRecord,
     RegisterBrokerRecord,
+    RegisterControllerRecord,
     ThrottledRateIntentRecord,
     ThrottledReplicasIntentRecord,
     TopicRecord,
@@ -32,6 +33,7 @@ from kjbod.protocol.generated import (
 )
 from kjbod.protocol.generated.client_quota_record import EntityData as QuotaEntityData
 from kjbod.protocol.generated.register_broker_record import BrokerEndpoint, BrokerFeature
+from kjbod.protocol.generated.register_controller_record import ControllerEndpoint, ControllerFeature
 
 
 def image_records(image: MetadataImage) -> list[Any]:
@@ -51,6 +53,13 @@ def image_records(image: MetadataImage) -> list[Any]:
             cordoned_log_dirs=None if b.cordoned_dirs is None else list(b.cordoned_dirs)))
         if b.offline_dirs and b.log_dirs:  # (every dir failed: an empty list would read as "no change")
             out.append(BrokerRegistrationChangeRecord(broker_id=bid, broker_epoch=b.epoch, log_dirs=list(b.log_dirs)))
+    for cid, reg in sorted(image.controllers.items()):
+        out.append(RegisterControllerRecord(
+            controller_id=cid, incarnation_id=reg.incarnation_id, zk_migration_ready=reg.zk_migration_ready,
+            end_points=[ControllerEndpoint(name=e.name, host=e.host, port=e.port, security_protocol=e.security_protocol)
+                        for e in reg.listeners],
+            features=[ControllerFeature(name=n, min_supported_version=lo, max_supported_version=hi)
+                      for n, (lo, hi) in sorted(reg.features.items())]))
     for (rtype, rname), values in sorted(image.configs.items()):
         out += [ConfigRecord(resource_type=rtype, resource_name=rname, name=k, value=v)
                 for k, v in sorted(values.items())]

@@ -18,6 +18,7 @@ from kjbod.protocol.generated import (
     AssignReplicasToDirsResponse,
     BrokerHeartbeatResponse,
     BrokerRegistrationResponse,
+    ControllerRegistrationResponse,
     CreateAclsResponse,
     CreateDelegationTokenResponse,
     CreatePartitionsResponse,
@@ -142,6 +143,8 @@ def error_response(api_key: int, request: Any, code: int, message: str) -> Any:
         return UnregisterBrokerResponse(error_code=code, error_message=message)
     if api_key == 67:
         return AllocateProducerIdsResponse(error_code=code)
+    if api_key == 70:
+        return ControllerRegistrationResponse(error_code=code, error_message=message)
     if api_key == 73:
         return AssignReplicasToDirsResponse(error_code=code)
     if api_key == 10000:

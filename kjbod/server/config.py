@@ -394,6 +394,9 @@ KEYS: dict[str, KeyDef] = {
         KeyDef("metadata.log.max.snapshot.interval.ms", _long(0), 3_600_000,
                "a controller writes a snapshot once this long has passed since its last one and something new "
                "was committed (0: only the byte count triggers one)"),
+        KeyDef("metadata.max.idle.interval.ms", _int(0), 500,
+               "the active controller appends a NoOpRecord this often, so readers can measure their metadata lag "
+               "(0: never)"),
         KeyDef("num.partitions", _int(1), 1),
         KeyDef("default.replication.factor", _int(1, 32767), 1),
         KeyDef("auto.create.topics.enable", _bool, True),
@@ -696,8 +699,6 @@ COMPATIBILITY_ONLY: dict[str, str] = {
                                          "down-converted",
     "log.preallocate": "segment files grow as they are written",
     "log.message.format.version": "message format v2 is always written, as Kafka does from 3.0 on",
-    "metadata.max.idle.interval.ms": "the controller writes no NoOpRecords; brokers see the metadata log's leader "
-                                     "through their fetches",
     "queued.max.requests": "requests are handled as they are read, with no queue between sockets and handlers; each "
                            "connection stops reading while its replies wait to be sent",
     "queued.max.request.bytes": "requests are handled as they are read, with no queue between sockets and handlers",
@@ -883,6 +884,7 @@ class ServerConfig:
     compression_zstd_level: int = 3
     metadata_log_max_record_bytes_between_snapshots: int = 20 * 1024 * 1024
     metadata_log_max_snapshot_interval_ms: int = 3_600_000
+    metadata_max_idle_interval_ms: int = 500
     metadata_log_segment_bytes: int = 1 << 30
     metadata_log_segment_min_bytes: int = 8 << 20
     metadata_log_segment_ms: int = 7 * 24 * 3_600_000
@@ -1495,6 +1497,7 @@ def build_config(
         broker_rack=get("broker.rack"),
         metadata_log_max_record_bytes_between_snapshots=get("metadata.log.max.record.bytes.between.snapshots"),
         metadata_log_max_snapshot_interval_ms=get("metadata.log.max.snapshot.interval.ms"),
+        metadata_max_idle_interval_ms=get("metadata.max.idle.interval.ms"),
         metadata_log_segment_bytes=get("metadata.log.segment.bytes"),
         metadata_log_segment_min_bytes=get("metadata.log.segment.min.bytes"),
         metadata_log_segment_ms=get("metadata.log.segment.ms"),

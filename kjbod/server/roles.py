@@ -18,20 +18,34 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import uuid
 from typing import Any
 
 import structlog
 
 from kjbod.broker import broker_config as bc
 from kjbod.broker import topic_config
-from kjbod.broker.node import BrokerNode, NodeEndpoint
+from kjbod.broker.node import BrokerNode, NodeEndpoint, registered_controllers
 from kjbod.broker.remote import RemoteBrokerNode
 from kjbod.broker.router import Router
 from kjbod.controller import ControllerSettings, PolicyError, QuorumController
 from kjbod.controller.metadata_fetch import MetadataFetchService
 from kjbod.controller.raft_driver import RaftDriver
+from kjbod.controller.registration import ControllerRegistrationManager
 from kjbod.metadata import EMPTY_IMAGE, MetadataDelta, MetadataImage
+from kjbod.metadata import features as ft
+from kjbod.net.controller_channel import (
+    ControllerChannel,
+    InProcessControllerChannel,
+    SocketControllerChannel,
+    controller_addresses,
+)
+from kjbod.net.sasl import client_credentials_of
+from kjbod.net.tls import client_context_of
 from kjbod.protocol.errors import ErrorCode
+from kjbod.protocol.generated import ControllerRegistrationRequest
+from kjbod.protocol.generated.controller_registration_request import Feature as RegFeature
+from kjbod.protocol.generated.controller_registration_request import Listener as RegListener
 from kjbod.raft.quorum import RaftConfig
 from kjbod.server import config as server_config
 from kjbod.server.config import ConfigError
@@ -134,6 +148,7 @@ def controller_settings(config: Any, cluster_id: str, local_broker_id: int | Non
         max_bytes_between_snapshots=int(getattr(config, "metadata_log_max_record_bytes_between_snapshots",
                                                 SNAPSHOT_BYTES)),
         max_snapshot_interval_ms=int(getattr(config, "metadata_log_max_snapshot_interval_ms", 3_600_000)),
+        max_idle_interval_ms=int(getattr(config, "metadata_max_idle_interval_ms", 500)),
         delete_topic_enable=bool(getattr(config, "delete_topic_enable", True)),
         unclean_leader_election_enable=bool(getattr(config, "unclean_leader_election_enable", False)),
         min_insync_replicas=int(getattr(config, "min_insync_replicas", 1)),
@@ -156,6 +171,44 @@ def controller_endpoint(config: Any) -> tuple[str, int] | None:
             ln = advertised.get(ln.name, ln)
             return (ln.host, ln.port)
     return None
+
+
+SECURITY_PROTOCOL_IDS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
+CONTROLLER_REGISTRATION = 70  # ControllerRegistrationRequest.API_KEY
+
+
+def controller_registration(config: Any, incarnation_id: uuid.UUID) -> ControllerRegistrationRequest:
+    """What this controller registers (KIP-919): its controller listeners as advertised, and the feature ranges it
+    runs (kraft.version included, as Kafka's controller lists every feature it knows)."""
+    names = tuple(getattr(config, "controller_listener_names", ()) or ())
+    advertised = {ln.name: ln for ln in getattr(config, "advertised_listeners", None) or ()}
+    listeners = [advertised.get(ln.name, ln) for ln in config.listeners if ln.name in names]
+    return ControllerRegistrationRequest(
+        controller_id=config.node_id, incarnation_id=incarnation_id, zk_migration_ready=False,
+        listeners=[RegListener(name=ln.name, host=ln.host, port=ln.port,
+                               security_protocol=SECURITY_PROTOCOL_IDS.get(ln.security_protocol, 0))
+                   for ln in listeners],
+        features=[RegFeature(name=n, min_supported_version=lo, max_supported_version=hi)
+                  for n, (lo, hi) in sorted(ft.ADVERTISED.items())])
+
+
+def attach_registration(controller: QuorumController, config: Any, channel: ControllerChannel,
+                        caught_up: Any = None) -> ControllerRegistrationManager:
+    """Has `controller` register itself with the active controller over `channel`."""
+    async def send(request: ControllerRegistrationRequest) -> Any:
+        return await channel.send(request, CONTROLLER_REGISTRATION, 0)
+
+    manager = ControllerRegistrationManager(controller_registration(config, uuid.uuid4()), send,
+                                            caught_up=caught_up or (lambda: True))
+    controller.attach_registration(manager, channel.close)
+    return manager
+
+
+def in_process_registration(controller: QuorumController, config: Any) -> ControllerRegistrationManager:
+    """A single controller (alone or beside a broker) registers with itself, through the codec as on a socket."""
+    return attach_registration(controller, config, InProcessControllerChannel(
+        controller.handle_request, request_timeout=int(getattr(config, "request_timeout_ms", 30000)) / 1000,
+        client_id=f"kjbod-controller-{config.node_id}-registration"))
 
 
 def quorum_voters(config: Any) -> dict[int, tuple[str, int]]:
@@ -198,7 +251,10 @@ def metadata_fetch_service(config: Any, metadata_log: MetadataLog, cluster_id: s
 def _combined_controller(node: BrokerNode, metadata_log: Any) -> QuorumController:
     settings = controller_settings(node.config, node.cluster_id, node.node_id)
     node.metadata_fetch = metadata_fetch_service(node.config, metadata_log, node.cluster_id)
-    return QuorumController(settings, metadata_log, BrokerConfigPolicy(node.node_id, node.config), config_aliases=dict(bc.ALIASES))
+    controller = QuorumController(settings, metadata_log, BrokerConfigPolicy(node.node_id, node.config),
+                                  config_aliases=dict(bc.ALIASES))
+    in_process_registration(controller, node.config)
+    return controller
 
 
 def build_combined_node(config: Any) -> BrokerNode:
@@ -230,13 +286,11 @@ class ControllerNode:
         return bc.DynamicBrokerConfigs.from_image(self.node_id, self.metadata)
 
     def cluster_nodes(self, listener_name: str, *, controllers: bool) -> list[NodeEndpoint]:
-        """DescribeCluster for controllers (KIP-919): every voter of the quorum, or this controller alone."""
+        """DescribeCluster for controllers (KIP-919): the controllers registered in the metadata with a listener of
+        that name, as Kafka's controller answers (a controller not registered yet is not listed)."""
         if not controllers:
             return []
-        if self.raft is not None:
-            return [NodeEndpoint(v, host, port) for v, (host, port) in sorted(self.raft.voters.items())]
-        endpoint = controller_endpoint(self.config)
-        return [NodeEndpoint(self.node_id, *endpoint)] if endpoint is not None else []
+        return registered_controllers(self.metadata, listener_name)
 
     @property
     def active_controller_id(self) -> int:
@@ -274,6 +328,7 @@ class ControllerNode:
                                            config_aliases=dict(bc.ALIASES))
         self.metadata = self.controller.load()
         self.controller.add_listener(self._publish)
+        in_process_registration(self.controller, self.config)
         self.controller.start()
         log.info("controller_started", node_id=self.node_id, cluster_id=self.cluster_id,
                  topics=len(self.metadata.topics_by_id), brokers=len(self.metadata.brokers))
@@ -327,10 +382,27 @@ class ControllerNode:
                                            config_aliases=dict(bc.ALIASES))
         self.metadata = self.controller.attach_quorum(self.raft, records)
         self.controller.add_listener(self._publish)
+        attach_registration(self.controller, self.config, self._registration_channel(), self.metadata_loaded)
         self.controller.start()
         await self.raft.start()
         log.info("controller_started", node_id=self.node_id, cluster_id=self.cluster_id, voters=sorted(voters),
                  epoch=self.raft.epoch, log_end_offset=self.metadata_log.next_offset)
+
+    def _registration_channel(self) -> SocketControllerChannel:
+        """A connection to the active controller of the quorum, for this controller's own registration: the
+        controller listener of each voter (or bootstrap server) in turn until one answers as the active one."""
+        names = tuple(getattr(self.config, "controller_listener_names", ()) or ())
+        addresses = controller_addresses(
+            ",".join(getattr(self.config, "controller_quorum_voters", ()) or ()),
+            ",".join(getattr(self.config, "controller_quorum_bootstrap_servers", ()) or ()))
+        if not addresses and (local := controller_endpoint(self.config)) is not None:
+            addresses = [local]
+        return SocketControllerChannel(
+            addresses, request_timeout=int(getattr(self.config, "request_timeout_ms", 30000)) / 1000,
+            client_id=f"kjbod-controller-{self.node_id}-registration",
+            ssl_context=client_context_of(self.config, names[0] if names else None),
+            sasl=client_credentials_of(self.config, names[0] if names else None,
+                                       "sasl.mechanism.controller.protocol"))
 
     def _quorum_failed(self, error: BaseException) -> None:
         """The quorum could not write its state or log: stop this controller (exit code 1) rather than vote or

@@ -23,7 +23,7 @@ def dump(capsys, *args):
     return rc, out.splitlines(), err
 
 
-def test_directory_ids_resolve_to_broker_and_path(kjbod_server, capsys):
+def test_directory_ids_resolve_to_broker_and_path(kjbod_server, capsys, tmp_path):
     server = kjbod_server
     ids = {str(p): uuid_to_str(kafka_uuid(read_meta_properties(p)["directory.id"]).bytes) for p in server.log_dirs}
     with SyncAdminClient(server.bootstrap) as admin:
@@ -36,8 +36,13 @@ def test_directory_ids_resolve_to_broker_and_path(kjbod_server, capsys):
         on_disk = {int(d.name.rsplit("-", 1)[1]): str(p) for p in server.log_dirs for d in p.glob("placed-*")}
         time.sleep(0.1)
     assert len(on_disk) == 6
-    segments = sorted(server.metadata_dir.glob("__cluster_metadata-0/*.log"))
-    files = ",".join(str(s) for s in segments)
+    # The active controller appends a NoOpRecord every metadata.max.idle.interval.ms: both dumps read one copy of
+    # the log, so they read the same records.
+    copies = tmp_path / "metadata-copy"
+    copies.mkdir()
+    for segment in sorted(server.metadata_dir.glob("__cluster_metadata-0/*.log")):
+        (copies / segment.name).write_bytes(segment.read_bytes())
+    files = ",".join(str(s) for s in sorted(copies.glob("*.log")))
 
     plain_rc, plain, _ = dump(capsys, "--files", files, "--cluster-metadata-decoder")
     rc, lines, err = dump(capsys, "--files", files, "--cluster-metadata-decoder", "--bootstrap-server",

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from live import COMMAND, cluster_ports
+from live import COMMAND, cluster_ports, free_ports
 
 from kjbod.cli.cluster import listen_port, node_dirs, node_pid, read_properties, wait_listening
 
@@ -102,12 +102,15 @@ class Cluster:
 def running_cluster(root: Path, settings: dict[str, str] | None = None,
                     env: dict[str, str] | None = None, *, brokers: int = 3,
                     log_dirs: int = 3, racks: str | None = None,
-                    release_version: str | None = None) -> Iterator[Cluster]:
-    """`kjbod cluster up --detach` in `root` (a controller and `brokers` brokers x `log_dirs` dirs, this module's
-    short timers unless `settings` say otherwise, and `settings` as more `--set key=value`), stopped with
-    `kjbod cluster down` at the end; `env` is added to the nodes' environment."""
+                    release_version: str | None = None, controllers: int = 1) -> Iterator[Cluster]:
+    """`kjbod cluster up --detach` in `root` (`controllers` controllers, a KRaft quorum when more than one, and
+    `brokers` brokers x `log_dirs` dirs, this module's short timers unless `settings` say otherwise, and `settings`
+    as more `--set key=value`), stopped with `kjbod cluster down` at the end; `env` is added to the nodes'
+    environment."""
+    ports = cluster_ports(brokers) if controllers == 1 else [
+        "--base-port", str(free_ports(2 * (brokers + controllers))), "--controllers", str(controllers)]
     command = [*COMMAND, "cluster", "up", "--detach", "--brokers", str(brokers), "--log-dirs", str(log_dirs),
-               "--dir", str(root), *cluster_ports(brokers)]
+               "--dir", str(root), *ports]
     chosen = {"broker.heartbeat.interval.ms": str(HEARTBEAT_MS), "broker.session.timeout.ms": str(SESSION_MS),
               **(settings or {})}
     for key, value in chosen.items():

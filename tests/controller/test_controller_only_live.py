@@ -173,7 +173,10 @@ def test_a_lone_controller_answers_the_quorum_apis_as_its_quorums_only_voter(tmp
             part = described.topics[0].partitions[0]
             assert (described.error_code, part.error_code, part.leader_id) == (0, 0, 100)
             assert part.leader_epoch >= 1 and part.high_watermark >= 1
-            assert [(r.replica_id, r.log_end_offset) for r in part.current_voters] == [(100, part.high_watermark)]
+            # the active controller appends a NoOpRecord every metadata.max.idle.interval.ms: one may be on its way
+            # to disk, so its log end can be ahead of what is committed
+            assert [r.replica_id for r in part.current_voters] == [100]
+            assert part.current_voters[0].log_end_offset >= part.high_watermark
             other = ctl.call(DescribeQuorumRequest(topics=[]), 0)
             assert other.error_code == E.INVALID_REQUEST
             epoch = part.leader_epoch

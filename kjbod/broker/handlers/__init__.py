@@ -20,6 +20,7 @@ from kjbod.broker.handlers import (  # noqa: F401
     broker_registration,
     consumer_group_describe,
     consumer_group_heartbeat,
+    controller_registration,
     create_acls,
     create_delegation_token,
     create_partitions,

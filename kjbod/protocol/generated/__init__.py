@@ -2,6 +2,7 @@
 
 """Generated message classes: one dataclass per message, every version."""
 
+from .abort_transaction_record import AbortTransactionRecord
 from .access_control_entry_record import AccessControlEntryRecord
 from .add_offsets_to_txn_request import AddOffsetsToTxnRequest
 from .add_offsets_to_txn_response import AddOffsetsToTxnResponse
@@ -35,6 +36,7 @@ from .assign_replicas_to_dirs_request import AssignReplicasToDirsRequest
 from .assign_replicas_to_dirs_response import AssignReplicasToDirsResponse
 from .begin_quorum_epoch_request import BeginQuorumEpochRequest
 from .begin_quorum_epoch_response import BeginQuorumEpochResponse
+from .begin_transaction_record import BeginTransactionRecord
 from .broker_heartbeat_request import BrokerHeartbeatRequest
 from .broker_heartbeat_response import BrokerHeartbeatResponse
 from .broker_registration_change_record import BrokerRegistrationChangeRecord
@@ -47,6 +49,8 @@ from .consumer_group_describe_request import ConsumerGroupDescribeRequest
 from .consumer_group_describe_response import ConsumerGroupDescribeResponse
 from .consumer_group_heartbeat_request import ConsumerGroupHeartbeatRequest
 from .consumer_group_heartbeat_response import ConsumerGroupHeartbeatResponse
+from .controller_registration_request import ControllerRegistrationRequest
+from .controller_registration_response import ControllerRegistrationResponse
 from .create_acls_request import CreateAclsRequest
 from .create_acls_response import CreateAclsResponse
 from .create_delegation_token_request import CreateDelegationTokenRequest
@@ -98,6 +102,7 @@ from .elect_leaders_request import ElectLeadersRequest
 from .elect_leaders_response import ElectLeadersResponse
 from .end_quorum_epoch_request import EndQuorumEpochRequest
 from .end_quorum_epoch_response import EndQuorumEpochResponse
+from .end_transaction_record import EndTransactionRecord
 from .end_txn_request import EndTxnRequest
 from .end_txn_response import EndTxnResponse
 from .expire_delegation_token_request import ExpireDelegationTokenRequest
@@ -138,6 +143,7 @@ from .list_transactions_request import ListTransactionsRequest
 from .list_transactions_response import ListTransactionsResponse
 from .metadata_request import MetadataRequest
 from .metadata_response import MetadataResponse
+from .no_op_record import NoOpRecord
 from .offset_commit_request import OffsetCommitRequest
 from .offset_commit_response import OffsetCommitResponse
 from .offset_delete_request import OffsetDeleteRequest
@@ -161,6 +167,7 @@ from .reassign_partitions_request import ReassignPartitionsRequest
 from .reassign_partitions_response import ReassignPartitionsResponse
 from .reassignment_intent_record import ReassignmentIntentRecord
 from .register_broker_record import RegisterBrokerRecord
+from .register_controller_record import RegisterControllerRecord
 from .remove_access_control_entry_record import RemoveAccessControlEntryRecord
 from .remove_delegation_token_record import RemoveDelegationTokenRecord
 from .remove_raft_voter_request import RemoveRaftVoterRequest
@@ -212,8 +219,10 @@ from .write_share_group_state_request import WriteShareGroupStateRequest
 from .write_share_group_state_response import WriteShareGroupStateResponse
 from .write_txn_markers_request import WriteTxnMarkersRequest
 from .write_txn_markers_response import WriteTxnMarkersResponse
+from .zk_migration_state_record import ZkMigrationStateRecord
 
 __all__ = [
+    'AbortTransactionRecord',
     'AccessControlEntryRecord',
     'AddOffsetsToTxnRequest',
     'AddOffsetsToTxnResponse',
@@ -247,6 +256,7 @@ __all__ = [
     'AssignReplicasToDirsResponse',
     'BeginQuorumEpochRequest',
     'BeginQuorumEpochResponse',
+    'BeginTransactionRecord',
     'BrokerHeartbeatRequest',
     'BrokerHeartbeatResponse',
     'BrokerRegistrationChangeRecord',
@@ -259,6 +269,8 @@ __all__ = [
     'ConsumerGroupDescribeResponse',
     'ConsumerGroupHeartbeatRequest',
     'ConsumerGroupHeartbeatResponse',
+    'ControllerRegistrationRequest',
+    'ControllerRegistrationResponse',
     'CreateAclsRequest',
     'CreateAclsResponse',
     'CreateDelegationTokenRequest',
@@ -310,6 +322,7 @@ __all__ = [
     'ElectLeadersResponse',
     'EndQuorumEpochRequest',
     'EndQuorumEpochResponse',
+    'EndTransactionRecord',
     'EndTxnRequest',
     'EndTxnResponse',
     'ExpireDelegationTokenRequest',
@@ -350,6 +363,7 @@ __all__ = [
     'ListTransactionsResponse',
     'MetadataRequest',
     'MetadataResponse',
+    'NoOpRecord',
     'OffsetCommitRequest',
     'OffsetCommitResponse',
     'OffsetDeleteRequest',
@@ -373,6 +387,7 @@ __all__ = [
     'ReassignPartitionsResponse',
     'ReassignmentIntentRecord',
     'RegisterBrokerRecord',
+    'RegisterControllerRecord',
     'RemoveAccessControlEntryRecord',
     'RemoveDelegationTokenRecord',
     'RemoveRaftVoterRequest',
@@ -424,4 +439,5 @@ __all__ = [
     'WriteShareGroupStateResponse',
     'WriteTxnMarkersRequest',
     'WriteTxnMarkersResponse',
+    'ZkMigrationStateRecord',
 ]

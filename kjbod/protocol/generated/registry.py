@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from .abort_transaction_record import AbortTransactionRecord
 from .access_control_entry_record import AccessControlEntryRecord
 from .add_offsets_to_txn_request import AddOffsetsToTxnRequest
 from .add_offsets_to_txn_response import AddOffsetsToTxnResponse
@@ -39,6 +40,7 @@ from .assign_replicas_to_dirs_request import AssignReplicasToDirsRequest
 from .assign_replicas_to_dirs_response import AssignReplicasToDirsResponse
 from .begin_quorum_epoch_request import BeginQuorumEpochRequest
 from .begin_quorum_epoch_response import BeginQuorumEpochResponse
+from .begin_transaction_record import BeginTransactionRecord
 from .broker_heartbeat_request import BrokerHeartbeatRequest
 from .broker_heartbeat_response import BrokerHeartbeatResponse
 from .broker_registration_change_record import BrokerRegistrationChangeRecord
@@ -51,6 +53,8 @@ from .consumer_group_describe_request import ConsumerGroupDescribeRequest
 from .consumer_group_describe_response import ConsumerGroupDescribeResponse
 from .consumer_group_heartbeat_request import ConsumerGroupHeartbeatRequest
 from .consumer_group_heartbeat_response import ConsumerGroupHeartbeatResponse
+from .controller_registration_request import ControllerRegistrationRequest
+from .controller_registration_response import ControllerRegistrationResponse
 from .create_acls_request import CreateAclsRequest
 from .create_acls_response import CreateAclsResponse
 from .create_delegation_token_request import CreateDelegationTokenRequest
@@ -102,6 +106,7 @@ from .elect_leaders_request import ElectLeadersRequest
 from .elect_leaders_response import ElectLeadersResponse
 from .end_quorum_epoch_request import EndQuorumEpochRequest
 from .end_quorum_epoch_response import EndQuorumEpochResponse
+from .end_transaction_record import EndTransactionRecord
 from .end_txn_request import EndTxnRequest
 from .end_txn_response import EndTxnResponse
 from .expire_delegation_token_request import ExpireDelegationTokenRequest
@@ -142,6 +147,7 @@ from .list_transactions_request import ListTransactionsRequest
 from .list_transactions_response import ListTransactionsResponse
 from .metadata_request import MetadataRequest
 from .metadata_response import MetadataResponse
+from .no_op_record import NoOpRecord
 from .offset_commit_request import OffsetCommitRequest
 from .offset_commit_response import OffsetCommitResponse
 from .offset_delete_request import OffsetDeleteRequest
@@ -165,6 +171,7 @@ from .reassign_partitions_request import ReassignPartitionsRequest
 from .reassign_partitions_response import ReassignPartitionsResponse
 from .reassignment_intent_record import ReassignmentIntentRecord
 from .register_broker_record import RegisterBrokerRecord
+from .register_controller_record import RegisterControllerRecord
 from .remove_access_control_entry_record import RemoveAccessControlEntryRecord
 from .remove_delegation_token_record import RemoveDelegationTokenRecord
 from .remove_raft_voter_request import RemoveRaftVoterRequest
@@ -216,6 +223,7 @@ from .write_share_group_state_request import WriteShareGroupStateRequest
 from .write_share_group_state_response import WriteShareGroupStateResponse
 from .write_txn_markers_request import WriteTxnMarkersRequest
 from .write_txn_markers_response import WriteTxnMarkersResponse
+from .zk_migration_state_record import ZkMigrationStateRecord
 
 
 class ApiInfo(NamedTuple):
@@ -295,6 +303,7 @@ APIS: dict[int, ApiInfo] = {
     67: ApiInfo(67, 'AllocateProducerIds', AllocateProducerIdsRequest, AllocateProducerIdsResponse, 0, 0, 0, frozenset(['controller'])),
     68: ApiInfo(68, 'ConsumerGroupHeartbeat', ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, 0, 1, 0, frozenset(['broker'])),
     69: ApiInfo(69, 'ConsumerGroupDescribe', ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse, 0, 1, 0, frozenset(['broker'])),
+    70: ApiInfo(70, 'ControllerRegistration', ControllerRegistrationRequest, ControllerRegistrationResponse, 0, 0, 0, frozenset(['controller'])),
     71: ApiInfo(71, 'GetTelemetrySubscriptions', GetTelemetrySubscriptionsRequest, GetTelemetrySubscriptionsResponse, 0, 0, 0, frozenset(['broker'])),
     72: ApiInfo(72, 'PushTelemetry', PushTelemetryRequest, PushTelemetryResponse, 0, 0, 0, frozenset(['broker'])),
     73: ApiInfo(73, 'AssignReplicasToDirs', AssignReplicasToDirsRequest, AssignReplicasToDirsResponse, 0, 0, 0, frozenset(['controller'])),
@@ -338,8 +347,14 @@ METADATA_RECORDS: dict[int, type] = {
     17: BrokerRegistrationChangeRecord,
     18: AccessControlEntryRecord,
     19: RemoveAccessControlEntryRecord,
+    20: NoOpRecord,
+    21: ZkMigrationStateRecord,
     22: RemoveUserScramCredentialRecord,
+    23: BeginTransactionRecord,
+    24: EndTransactionRecord,
+    25: AbortTransactionRecord,
     26: RemoveDelegationTokenRecord,
+    27: RegisterControllerRecord,
     28: ClearElrRecord,
     10000: ReassignmentIntentRecord,
     10001: ThrottledReplicasIntentRecord,
