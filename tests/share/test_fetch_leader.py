@@ -12,7 +12,7 @@ import pytest
 
 from kjbod.broker.share.fetch import ShareError, ShareLeader, duration_ms, mark_aborted, parse_batches
 from kjbod.broker.share.partition import ACCEPT, REJECT, AckBatch
-from kjbod.broker.share.persister import MemoryPersister
+from kjbod.broker.share.persister import MemoryPersister, PartitionAnswer
 from kjbod.protocol.errors import ErrorCode
 from kjbod.server.config import ServerConfig
 from kjbod.storage import fsio
@@ -102,3 +102,51 @@ def test_batch_headers_and_aborted_transactions():
     assert data[batches[1].start:batches[1].end] == txn
     mark_aborted(data, batches, [(7, 2)])
     assert [b.aborted for b in batches] == [False, True, False]
+
+
+class FailingWrites(MemoryPersister):
+    """The in-memory persister, its writes refused with `code` while it is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.code = 0
+
+    async def write(self, group_id, partitions):
+        if self.code:
+            return {(w.topic_id, w.partition): PartitionAnswer(self.code, "refused by the test") for w in partitions}
+        return await super().write(group_id, partitions)
+
+
+@pytest.mark.parametrize("refusal, answered, evicted", [
+    (ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.COORDINATOR_NOT_AVAILABLE, False),
+    (ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.NOT_LEADER_OR_FOLLOWER, True),
+    (ErrorCode.FENCED_STATE_EPOCH, ErrorCode.NOT_LEADER_OR_FOLLOWER, True),
+    (ErrorCode.GROUP_ID_NOT_FOUND, ErrorCode.GROUP_ID_NOT_FOUND, True),
+    (9999, ErrorCode.UNKNOWN_SERVER_ERROR, False),  # a code Kafka does not know: no traceback either
+])
+def test_a_failed_state_write_rolls_the_acknowledgement_back(plog, refusal, answered, evicted):
+    from kjbod.broker.handlers.share_fetch import Target, acknowledge
+    from kjbod.broker.share.partition import ACQUIRED
+
+    async def run():
+        n = node()
+        n.share_persister = persister = FailingWrites()
+        leader = ShareLeader(n)
+        sp = await leader.partition("g", TID, 0, plog, 0)
+        sp.acquire("m", [(9, 11)], 10, now=asyncio.get_running_loop().time() + 1e9)
+        target = Target(TID, 0, "t", plog=plog, leader_epoch=0, acks=[AckBatch(9, 11, (ACCEPT,))])
+        persister.code = refusal
+        assert (await acknowledge(leader, "g", "m", target, renew=False))[0] == answered
+        # the records are the member's again, nothing moved, nothing pending
+        assert sp.start_offset == 9 and not sp.pending
+        assert [(sp.records[o].state, sp.records[o].member) for o in (9, 10, 11)] == [(ACQUIRED, "m")] * 3
+        assert (("g", TID, 0) not in leader.partitions) == evicted
+        persister.code = 0
+        if evicted:  # a fresh load: the records were never acknowledged, so they are delivered again
+            again = await leader.partition("g", TID, 0, plog, 0)
+            assert again is not sp and again.start_offset == 9
+        else:  # the member acknowledges again and this time it holds
+            assert await acknowledge(leader, "g", "m", target, renew=False) == (0, None)
+            assert sp.start_offset == 12
+            assert (await ShareLeader(n).partition("g", TID, 0, plog, 0)).start_offset == 12
+    asyncio.run(run())

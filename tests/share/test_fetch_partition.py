@@ -145,3 +145,17 @@ def test_aborted_batches_are_archived_not_acquired():
     assert sp.start_offset == 3 and sp.end_offset == 6
     sp.acknowledge("a", [AckBatch(3, 4, (ACCEPT,))], now=0)
     assert sp.start_offset == 6 and sp.records == {}
+
+
+def test_held_acknowledgement_waits_for_its_write():
+    sp = SharePartition(0)
+    sp.acquire("a", BATCHES[:2], 10, now=0)
+    undo = sp.acknowledge("a", [AckBatch(0, 4, (RELEASE,))], now=1, hold=True)
+    # pending: not acquirable again, the start offset stays before it
+    assert sp.acquire("b", BATCHES[:1], 10, now=1) == [] and sp.next_fetch_offset() == 10
+    sp.rollback(undo)
+    assert sp.records[0].state == ACQUIRED and sp.records[0].member == "a" and sp.records[0].delivery_count == 1
+    undo = sp.acknowledge("a", [AckBatch(0, 4, (ACCEPT,))], now=1, hold=True)
+    assert sp.start_offset == 0
+    sp.confirm(undo)
+    assert sp.start_offset == 5 and not sp.pending

@@ -33,6 +33,7 @@ from kjbod.broker.authz import allowed
 from kjbod.broker.handlers.leader_epoch_check import checked_log
 from kjbod.broker.router import api
 from kjbod.broker.share.fetch import (
+    FENCED,
     Batch,
     ShareError,
     ShareLeader,
@@ -121,10 +122,16 @@ async def acknowledge(leader: ShareLeader, group_id: str, member_id: str, t: Tar
     try:
         sp = await leader.partition(group_id, t.topic_id, t.partition, t.plog, t.leader_epoch)
         sp.expire_locks(time.monotonic())
-        sp.acknowledge(member_id, t.acks, time.monotonic(), renew_allowed=renew)
+        undo = sp.acknowledge(member_id, t.acks, time.monotonic(), renew_allowed=renew, hold=True)
     except (AckError, ShareError) as e:
         return e.code, e.message
-    await leader.persist(group_id, t.topic_id, t.partition, sp, t.leader_epoch)
+    if not undo.before:  # renewals only: nothing to write, as Kafka's
+        return 0, None
+    code, message = await leader.persist(group_id, t.topic_id, t.partition, sp, t.leader_epoch)
+    if code:  # as Kafka's: the transitions are rolled back and the acknowledgement answers the write's error
+        sp.rollback(undo)
+        return code, message
+    sp.confirm(undo)
     return 0, None
 
 
@@ -204,7 +211,9 @@ async def acquire(leader: ShareLeader, group_id: str, member_id: str, t: Target,
         size += 0 if b.aborted else b.end - b.start
     ranges = sp.acquire(member_id, [(b.base, b.last, b.aborted) for b in offered], max_records, time.monotonic())
     if found.changed or any(b.aborted for b in offered):
-        await leader.persist(group_id, t.topic_id, t.partition, sp, t.leader_epoch)
+        code, message = await leader.persist(group_id, t.topic_id, t.partition, sp, t.leader_epoch)
+        if code in FENCED:  # the share-partition was dropped: what it acquired is not this leader's to hand out
+            return Acquired(error=code, message=message)
     if not ranges:
         return Acquired()
     first, last = ranges[0][0], ranges[-1][1]

@@ -130,6 +130,33 @@ async def on_dir(node: Any, plog: Any, fn: Any) -> Any:
     return r
 
 
+def persister_error(code: int) -> int:
+    """The error a share-partition answers for the persister's `code`, as Kafka's share-partition maps them: a
+    fenced leader or state epoch is NOT_LEADER_OR_FOLLOWER (the client looks for the leader again), a coordinator
+    moving or loading COORDINATOR_NOT_AVAILABLE, anything else not Kafka's own UNKNOWN_SERVER_ERROR."""
+    if code in (ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.FENCED_STATE_EPOCH):
+        return ErrorCode.NOT_LEADER_OR_FOLLOWER
+    if code in (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+                ErrorCode.COORDINATOR_NOT_AVAILABLE):
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE
+    if code in (ErrorCode.GROUP_ID_NOT_FOUND, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION):
+        return code
+    return ErrorCode.UNKNOWN_SERVER_ERROR
+
+
+# answers after which the cached share-partition is stale (another leader or state epoch owns the state, or the
+# state is gone): it is dropped and loaded afresh on next use, as Kafka's fenced share-partition handler does
+FENCED = frozenset({ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.GROUP_ID_NOT_FOUND,
+                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION})
+
+
+def error_name(code: int) -> str:
+    try:
+        return ErrorCode(code).name
+    except ValueError:
+        return str(code)
+
+
 class ShareLeader:
     """The node's share-partitions and share sessions."""
 
@@ -180,15 +207,7 @@ class ShareLeader:
                 answer = (await persister.read(group_id, [(topic_id, partition, leader_epoch)]))[
                     (topic_id, partition)]
         if answer.error_code:
-            code = answer.error_code
-            if code in (ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.FENCED_STATE_EPOCH):
-                code = ErrorCode.NOT_LEADER_OR_FOLLOWER  # as Kafka's share-partition maps the persister's errors
-            elif code in (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS):
-                code = ErrorCode.COORDINATOR_NOT_AVAILABLE
-            elif code not in (ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.GROUP_ID_NOT_FOUND,
-                              ErrorCode.UNKNOWN_TOPIC_OR_PARTITION):
-                code = ErrorCode.UNKNOWN_SERVER_ERROR
-            raise ShareError(code, answer.error_message)
+            raise ShareError(persister_error(answer.error_code), answer.error_message)
         settings = self.settings(group_id)
         start = answer.start_offset
         if start < 0:
@@ -198,7 +217,9 @@ class ShareLeader:
                                    max_record_locks=int(settings["share.partition.max.record.locks"]))
         sp.update_log_start(plog.log_start_offset)
         if start != answer.start_offset:
-            await self.persist(group_id, topic_id, partition, sp, leader_epoch)
+            code, message = await self.persist(group_id, topic_id, partition, sp, leader_epoch)
+            if code:
+                raise ShareError(code, message)
         return sp
 
     async def _reset_offset(self, plog: Any, reset: str) -> int:
@@ -216,14 +237,34 @@ class ShareLeader:
         return int(plog.high_watermark)
 
     async def persist(self, group_id: str, topic_id: UUID, partition: int, sp: SharePartition,
-                      leader_epoch: int) -> None:
-        """Write the share-partition's state; a refusal is logged (the state in memory stays what it is)."""
-        answer = (await persister_of(self.node).write(group_id, [WriteData(
-            topic_id, partition, sp.state_epoch, leader_epoch, sp.start_offset, sp.state_batches(),
-            sp.delivery_complete_count())]))[(topic_id, partition)]
-        if answer.error_code:
-            log.warning("share_state_write_failed", group=group_id, topic_id=str(topic_id), partition=partition,
-                        error=ErrorCode(answer.error_code).name, message=answer.error_message)
+                      leader_epoch: int) -> tuple[int, str | None]:
+        """Write the share-partition's state: (0, None), or the error the share-partition answers for the
+        refusal (`persister_error`), logged; a fenced share-partition is dropped from the cache (`FENCED`)."""
+        try:
+            answer = (await persister_of(self.node).write(group_id, [WriteData(
+                topic_id, partition, sp.state_epoch, leader_epoch, sp.start_offset, sp.state_batches(),
+                sp.delivery_complete_count())]))[(topic_id, partition)]
+            raw, message = answer.error_code, answer.error_message
+        except Exception as e:  # a persister fault is this partition's error, never the request's traceback
+            log.warning("share_state_write_raised", group=group_id, topic_id=str(topic_id), partition=partition,
+                        exc_info=True)
+            raw, message = ErrorCode.UNKNOWN_SERVER_ERROR, str(e) or type(e).__name__
+        if not raw:
+            return 0, None
+        code = persister_error(raw)
+        log.warning("share_state_write_failed", group=group_id, topic_id=str(topic_id), partition=partition,
+                    error=error_name(raw), message=message)
+        if code in FENCED:
+            self.evict(group_id, topic_id, partition, sp)
+        return code, message
+
+    def evict(self, group_id: str, topic_id: UUID, partition: int, sp: SharePartition | None = None) -> None:
+        """Drop a cached share-partition (only `sp`, when given, not a newer one loaded meanwhile): the next use
+        reads its state from the persister again."""
+        key = (group_id, topic_id, partition)
+        held = self.partitions.get(key)
+        if held is not None and (sp is None or held[1] is sp):
+            del self.partitions[key]
 
     def release_member(self, group_id: str, member_id: str) -> list[tuple[UUID, int]]:
         """Release the records `member_id` holds in every share-partition of the group; the partitions changed."""

@@ -22,7 +22,7 @@ count, the persisted states being Kafka's Available, Acknowledged and Archived).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from kjbod.broker.share.persister import ACKNOWLEDGED, ARCHIVED, AVAILABLE, ReadAnswer, StateBatch
 from kjbod.protocol.errors import ErrorCode
@@ -51,6 +51,12 @@ class AckBatch:
     first_offset: int
     last_offset: int
     types: tuple[int, ...]
+
+
+@dataclass
+class Undo:
+    """The records one acknowledgement changed, as they were before it: what a failed state write puts back."""
+    before: list[tuple[int, Record]] = field(default_factory=list)
 
 
 class AckError(Exception):
@@ -99,6 +105,9 @@ class SharePartition:
         self.delivery_count_limit = delivery_count_limit
         self.max_record_locks = max_record_locks
         self.state_epoch = state_epoch
+        # offsets whose acknowledgement waits for its state write: never acquired, and the start offset stops
+        # before them, until the write is confirmed or rolled back (as Kafka's ongoing state transitions)
+        self.pending: set[int] = set()
 
     # -- loading ------------------------------------------------------------------------------------------------
 
@@ -121,7 +130,7 @@ class SharePartition:
         """Where the next read of the log starts: the first available in-flight offset, else the end offset."""
         for off in range(self.start_offset, self.end_offset):
             r = self.records.get(off)
-            if r is None or r.state == AVAILABLE:
+            if (r is None or r.state == AVAILABLE) and off not in self.pending:
                 return off
         return self.end_offset
 
@@ -152,7 +161,7 @@ class SharePartition:
                     r = self.records[off] = Record(AVAILABLE, 0)
                 else:
                     r = self.records.get(off) or self.records.setdefault(off, Record(AVAILABLE, 0))
-                if r.state != AVAILABLE:
+                if r.state != AVAILABLE or off in self.pending:
                     continue
                 r.state, r.member, r.deadline = ACQUIRED, member, deadline
                 r.delivery_count += 1
@@ -176,11 +185,15 @@ class SharePartition:
 
     # -- acknowledgement ----------------------------------------------------------------------------------------
 
-    def acknowledge(self, member: str, batches: list[AckBatch], now: float, *, renew_allowed: bool = False) -> None:
+    def acknowledge(self, member: str, batches: list[AckBatch], now: float, *, renew_allowed: bool = False,
+                    hold: bool = False) -> Undo:
         """Apply one partition's acknowledgements, all or none (AckError names the refusal).  Offsets below the
-        start offset are skipped, as Kafka does (already done with)."""
+        start offset are skipped, as Kafka does (already done with).  With `hold` the changed offsets stay pending
+        (not acquirable, the start offset not past them) until `confirm` (the state write succeeded) or `rollback`
+        (it failed: the records are acquired by `member` again, as before); renewals change no state and are not
+        held."""
         check_batches(batches, renew_allowed=renew_allowed)
-        changes: list[tuple[Record, int]] = []
+        changes: list[tuple[int, Record, int]] = []
         for b in batches:
             if b.last_offset < self.start_offset:
                 continue
@@ -197,9 +210,13 @@ class SharePartition:
                 if r.member != member:
                     raise AckError(ErrorCode.INVALID_RECORD_STATE, f"offset {off} is acquired by another member")
                 t = b.types[0] if len(b.types) == 1 else b.types[off - b.first_offset]
-                changes.append((r, t))
+                changes.append((off, r, t))
         deadline = now + self.lock_ms / 1000
-        for r, t in changes:
+        undo = Undo()
+        for off, r, t in changes:
+            if t != RENEW:
+                undo.before.append((off, replace(r)))
+                self.pending.add(off)
             if t == ACCEPT:
                 self._settle(r, ACKNOWLEDGED)
             elif t in (REJECT, GAP):
@@ -208,6 +225,23 @@ class SharePartition:
                 self._release(r)
             else:  # RENEW: the lock starts again
                 r.deadline = deadline
+        if not hold:
+            self.confirm(undo)
+        return undo
+
+    def confirm(self, undo: Undo) -> None:
+        """The held acknowledgement's state write succeeded: its offsets are done pending."""
+        for off, _before in undo.before:
+            self.pending.discard(off)
+        self._advance()
+
+    def rollback(self, undo: Undo) -> None:
+        """The held acknowledgement's state write failed: its records go back to what they were (acquired, their
+        lock's deadline unchanged, so a lock that ran out meanwhile releases them at the next expiry check)."""
+        for off, before in undo.before:
+            self.pending.discard(off)
+            if off >= self.start_offset:  # not cut by a log start move meanwhile
+                self.records[off] = before
         self._advance()
 
     # -- releases -----------------------------------------------------------------------------------------------
@@ -243,6 +277,7 @@ class SharePartition:
             return False
         for off in [o for o in self.records if o < log_start_offset]:
             del self.records[off]
+        self.pending = {o for o in self.pending if o >= log_start_offset}
         self.start_offset = log_start_offset
         self.end_offset = max(self.end_offset, log_start_offset)
         self._advance()
@@ -284,7 +319,7 @@ class SharePartition:
     def _advance(self) -> None:
         while self.start_offset < self.end_offset:
             r = self.records.get(self.start_offset)
-            if r is None or r.state not in (ACKNOWLEDGED, ARCHIVED):
+            if r is None or r.state not in (ACKNOWLEDGED, ARCHIVED) or self.start_offset in self.pending:
                 break
             del self.records[self.start_offset]
             self.start_offset += 1
