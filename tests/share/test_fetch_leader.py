@@ -12,7 +12,7 @@ import pytest
 
 from kjbod.broker.share.fetch import ShareError, ShareLeader, duration_ms, mark_aborted, parse_batches
 from kjbod.broker.share.partition import ACCEPT, REJECT, AckBatch
-from kjbod.broker.share.persister import MemoryPersister, PartitionAnswer
+from kjbod.broker.share.persister import InitializeData, MemoryPersister, PartitionAnswer
 from kjbod.protocol.errors import ErrorCode
 from kjbod.server.config import ServerConfig
 from kjbod.storage import fsio
@@ -149,4 +149,47 @@ def test_a_failed_state_write_rolls_the_acknowledgement_back(plog, refusal, answ
             assert await acknowledge(leader, "g", "m", target, renew=False) == (0, None)
             assert sp.start_offset == 12
             assert (await ShareLeader(n).partition("g", TID, 0, plog, 0)).start_offset == 12
+    asyncio.run(run())
+
+
+def test_the_group_s_last_session_closing_drops_its_share_partitions(plog):
+    """As Kafka's onGroupEmpty: once no member of the group has a share session here, the cached state goes, so a
+    reset by the group coordinator (AlterShareGroupOffsets: state initialized again at a newer state epoch) is
+    what the next fetch starts from, not the leader's stale start offset."""
+    async def run():
+        n = node()
+        leader = ShareLeader(n)
+        for member in ("m1", "m2"):
+            leader.sessions.for_fetch("g", member, 0, [(TID, 0)], [], 1, acknowledging=False)
+        sp = await leader.partition("g", TID, 0, plog, 0)
+        assert sp.start_offset == 9
+        await leader.close_session("g", "m1")
+        assert ("g", TID, 0) in leader.partitions  # m2 still has a session
+        await leader.close_session("g", "m2")
+        assert ("g", TID, 0) not in leader.partitions
+        await n.share_persister.initialize("g", [InitializeData(TID, 0, 1, 3)])  # the offsets altered to 3
+        assert (await leader.partition("g", TID, 0, plog, 0)).start_offset == 3
+    asyncio.run(run())
+
+
+def test_partitions_no_longer_led_here_are_dropped(plog):
+    def image(topic):  # the metadata the leader reads here: topics by id, no group configs
+        return types.SimpleNamespace(topic_by_id=lambda tid: topic if tid == TID else None,
+                                     resource_configs=lambda _kind, _name: {})
+
+    async def run():
+        n = node()
+        n.node_id = 1
+        leader = ShareLeader(n)
+        await leader.partition("g", TID, 0, plog, 0)
+        n.metadata = image(types.SimpleNamespace(partitions={0: types.SimpleNamespace(leader=1)}))
+        leader.prune()
+        assert ("g", TID, 0) in leader.partitions
+        n.metadata = image(types.SimpleNamespace(partitions={0: types.SimpleNamespace(leader=2)}))  # led elsewhere
+        leader.prune()
+        assert ("g", TID, 0) not in leader.partitions
+        await leader.partition("g", TID, 0, plog, 0)
+        n.metadata = image(None)  # the topic deleted
+        leader.prune()
+        assert not leader.partitions
     asyncio.run(run())

@@ -235,6 +235,7 @@ def next_lock_deadline(leader: ShareLeader, group_id: str, targets: list[Target]
 async def handle(node: Any, request: Any, body: ShareFetchRequest) -> ShareFetchResponse:
     version = request.api_version
     leader = share_leader_of(node)
+    leader.prune()
     group_id, member_id, epoch = body.group_id, body.member_id, body.share_session_epoch
     if group_id is None:
         return ShareFetchResponse(error_code=ErrorCode.INVALID_REQUEST, error_message="Invalid group id in the request.")

@@ -167,6 +167,7 @@ class ShareLeader:
                                       else DEFAULT_MAX_SESSIONS)
         self.partitions: dict[tuple[str, UUID, int], tuple[int, SharePartition]] = {}  # -> (leader epoch, state)
         self._loading: dict[tuple[str, UUID, int], asyncio.Future[Any]] = {}
+        self._image: Any = None  # the metadata image `prune` last saw
         registry = getattr(node, "connection_registry", None)
         if registry is not None:
             registry.closed_hooks.append(self.connection_closed)
@@ -282,15 +283,40 @@ class ShareLeader:
 
     async def close_session(self, group_id: str, member_id: str) -> None:
         if self.sessions.close(group_id, member_id) is not None:
-            await self.persist_all(group_id, self.release_member(group_id, member_id))
+            await self._member_left(group_id, self.release_member(group_id, member_id))
 
     def connection_closed(self, connection_id: int) -> None:
         for session in self.sessions.connection_closed(connection_id):
             changed = self.release_member(session.group_id, session.member_id)
-            if changed:
-                task = asyncio.get_running_loop().create_task(self.persist_all(session.group_id, changed))
-                _background.add(task)
-                task.add_done_callback(_background.discard)
+            task = asyncio.get_running_loop().create_task(self._member_left(session.group_id, changed))
+            _background.add(task)
+            task.add_done_callback(_background.discard)
+
+    async def _member_left(self, group_id: str, changed: list[tuple[UUID, int]]) -> None:
+        """After a member's session ended: its released records written, and once the group has no share
+        session here any more, its share-partitions dropped from the cache (Kafka's onGroupEmpty), so that what
+        the group coordinator does to an empty group's state (AlterShareGroupOffsets, DeleteShareGroupOffsets,
+        DeleteGroups) is what the next fetch loads."""
+        await self.persist_all(group_id, changed)
+        if not self.sessions.has_group(group_id):
+            self.evict_group(group_id)
+
+    def evict_group(self, group_id: str) -> None:
+        for key in [k for k in self.partitions if k[0] == group_id]:
+            del self.partitions[key]
+
+    def prune(self) -> None:
+        """Drop the cached share-partitions of partitions this node no longer leads or whose topic is gone (Kafka's
+        partition listener: becoming a follower, deleted, failed); checked once per new metadata image."""
+        image = getattr(self.node, "metadata", None)
+        if image is None or image is self._image:
+            return
+        self._image = image
+        for key in list(self.partitions):
+            topic = image.topic_by_id(key[1])
+            info = topic.partitions.get(key[2]) if topic is not None else None
+            if info is None or info.leader != self.node.node_id:
+                del self.partitions[key]
 
 
 _background: set[asyncio.Task[Any]] = set()
