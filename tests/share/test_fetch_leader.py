@@ -193,3 +193,36 @@ def test_partitions_no_longer_led_here_are_dropped(plog):
         leader.prune()
         assert not leader.partitions
     asyncio.run(run())
+
+
+def test_a_compacted_log_s_gaps_do_not_stop_the_start_offset(tmp_path):
+    """A log with offsets missing (as compaction leaves it): the fetch acquires across them, and once the records
+    and the gap are acknowledged the next fetch goes on past them instead of reading the gap again and again."""
+    from kjbod.broker.handlers.share_fetch import Target, acknowledge, acquire, read_available
+    from kjbod.broker.share.partition import GAP
+
+    io = fsio.LogDirIO(str(tmp_path / "d"))
+    io.mkdir(io.path, parents=True)
+    log = PartitionLog.create(io, io.join("t-0"), "t", 0, TID, LogConfig())
+    for base in (0, 10, 20):  # offsets 3-9 and 13-19 compacted away
+        log.append_as_follower(build_batch([(None, f"v{base + j}".encode(), [], 1000) for j in range(3)],
+                                           base_offset=base))
+    log.high_watermark = log.log_end_offset
+
+    async def run(monkeypatch_settings):
+        leader = ShareLeader(node())
+        leader.settings = monkeypatch_settings
+        target = Target(TID, 0, "t", plog=log, leader_epoch=0)
+        found = await read_available(leader, "g", target, 1 << 20)
+        got = await acquire(leader, "g", "m", target, found, 100, 1 << 20)
+        assert got.ranges == [(0, 22, 1)]
+        target.acks = [AckBatch(0, 2, (ACCEPT,)), AckBatch(3, 9, (GAP,)), AckBatch(10, 12, (ACCEPT,)),
+                       AckBatch(13, 19, (GAP,)), AckBatch(20, 22, (ACCEPT,))]
+        assert await acknowledge(leader, "g", "m", target, renew=False) == (0, None)
+        sp = await leader.partition("g", TID, 0, log, 0)
+        assert sp.start_offset == 23 and sp.in_flight() == 0
+
+    try:
+        asyncio.run(run(lambda _g: {**KAFKA_DEFAULTS, "share.auto.offset.reset": "earliest"}))
+    finally:
+        log.close_quietly()

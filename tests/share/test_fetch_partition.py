@@ -159,3 +159,26 @@ def test_held_acknowledgement_waits_for_its_write():
     assert sp.start_offset == 0
     sp.confirm(undo)
     assert sp.start_offset == 5 and not sp.pending
+
+
+def test_gaps_between_batches_are_acquired_with_the_batch_after_them():
+    """Offsets the log lacks (compaction): Kafka acquires the whole range, the client acknowledges them as GAP,
+    and the start offset passes them."""
+    sp = SharePartition(0)
+    assert sp.acquire("a", [(0, 4), (10, 14)], 100, now=0, read_from=0) == [(0, 14, 1)]
+    sp.acknowledge("a", [AckBatch(0, 4, (ACCEPT,)), AckBatch(5, 9, (GAP,)), AckBatch(10, 14, (ACCEPT,))], now=1)
+    assert sp.start_offset == 15 and sp.records == {}
+
+
+def test_a_gap_before_the_first_batch_moves_an_idle_start_and_is_archived_otherwise():
+    sp = SharePartition(0)
+    assert sp.acquire("a", [(5, 9)], 100, now=0, read_from=0) == [(5, 9, 1)]
+    assert sp.start_offset == 5
+    sp.acknowledge("a", [AckBatch(5, 9, (RELEASE,))], now=1)  # 5-9 available again, in flight
+    assert sp.acquire("a", [(5, 9)], 2, now=1, read_from=5) == [(5, 9, 2)]
+    # in flight: 5-9; the next read begins at 10 and the log's next batch is at 20
+    assert sp.acquire("b", [(20, 24)], 100, now=1, read_from=10) == [(20, 24, 1)]
+    assert all(sp.records[o].state == ARCHIVED for o in range(10, 20))
+    sp.acknowledge("a", [AckBatch(5, 9, (ACCEPT,))], now=2)
+    sp.acknowledge("b", [AckBatch(20, 24, (ACCEPT,))], now=2)
+    assert sp.start_offset == 25 and sp.records == {}

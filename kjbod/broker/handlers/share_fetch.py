@@ -156,6 +156,7 @@ class Available:
     changed: bool = False
     error: int = 0
     message: str | None = None
+    offset: int | None = None  # where the read began
 
 
 async def read_available(leader: ShareLeader, group_id: str, t: Target, max_bytes: int) -> Available:
@@ -192,7 +193,7 @@ async def read_available(leader: ShareLeader, group_id: str, t: Target, max_byte
     batches = parse_batches(data)
     if aborted:
         mark_aborted(data, batches, aborted)
-    return Available(sp, data, batches, changed)
+    return Available(sp, data, batches, changed, offset=offset)
 
 
 async def acquire(leader: ShareLeader, group_id: str, member_id: str, t: Target, found: Available,
@@ -209,7 +210,8 @@ async def acquire(leader: ShareLeader, group_id: str, member_id: str, t: Target,
             break
         offered.append(b)
         size += 0 if b.aborted else b.end - b.start
-    ranges = sp.acquire(member_id, [(b.base, b.last, b.aborted) for b in offered], max_records, time.monotonic())
+    ranges = sp.acquire(member_id, [(b.base, b.last, b.aborted) for b in offered], max_records, time.monotonic(),
+                        read_from=found.offset)
     if found.changed or any(b.aborted for b in offered):
         code, message = await leader.persist(group_id, t.topic_id, t.partition, sp, t.leader_epoch)
         if code in FENCED:  # the share-partition was dropped: what it acquired is not this leader's to hand out

@@ -12,7 +12,9 @@ offset (one past the last offset ever acquired), and between them the in-flight 
 A release, a lock timeout or the member's session closing makes an acquired record AVAILABLE again, or ARCHIVED
 once its delivery count has reached share.delivery.count.limit.  The start offset moves past every leading
 ACKNOWLEDGED or ARCHIVED offset.  Acquisition stops at MaxRecords (whole log batches, as Kafka's batch-optimized
-mode: the last batch may take it past) and at share.partition.max.record.locks offsets in flight.
+mode: the last batch may take it past) and at share.partition.max.record.locks offsets in flight.  Offsets the log
+lacks between two batches read (compaction) are acquired with the batch after them, as Kafka's (the client
+acknowledges them as GAP), so the start offset never waits on them.
 
 Acknowledgements of one partition are all or nothing: every batch is checked (offsets in order, not overlapping,
 types valid, each offset acquired by this member) before any state changes, so a bad request changes nothing.
@@ -137,15 +139,34 @@ class SharePartition:
     def in_flight(self) -> int:
         return self.end_offset - self.start_offset
 
-    def acquire(self, member: str, batches: list, max_records: int, now: float) -> list[tuple[int, int, int]]:
+    def acquire(self, member: str, batches: list, max_records: int, now: float, *,
+                read_from: int | None = None) -> list[tuple[int, int, int]]:
         """Acquire for `member` the available offsets of the log batches read (their (base offset, last offset),
-        ascending; a third element true marks an aborted transaction's batch, archived instead), up to `max_records` (finishing the batch that reaches it) and the record-lock limit.  Returns
-        the acquired ranges (first offset, last offset, delivery count), consecutive offsets of one count merged."""
+        ascending; a third element true marks an aborted transaction's batch, archived instead), up to
+        `max_records` (finishing the batch that reaches it) and the record-lock limit.  Returns the acquired
+        ranges (first offset, last offset, delivery count), consecutive offsets of one count merged.
+
+        Offsets the log no longer holds (compacted away, or never records) are handled as Kafka does: those
+        between two batches are acquired with the batch after them (the client acknowledges them as GAP), so the
+        start offset can pass them; those between `read_from` (where the read began) and the first batch move the
+        start offset up when nothing is in flight, and are archived otherwise."""
         out: list[tuple[int, int, int]] = []
         got = 0
         deadline = now + self.lock_ms / 1000
-        for entry in batches:
+        previous = None if read_from is None else read_from - 1  # the last offset the read covered so far
+        for i, entry in enumerate(batches):
             base, last = entry[0], entry[1]
+            if previous is not None and base > previous + 1:
+                if i == 0:  # nothing of the log between where the read began and its first batch
+                    if self.start_offset == self.end_offset and self.start_offset <= base:
+                        self.records = {o: r for o, r in self.records.items() if o >= base}
+                        self.pending = {o for o in self.pending if o >= base}
+                        self.start_offset = self.end_offset = base
+                    else:
+                        self._archive_range(previous + 1, base - 1)
+                else:
+                    base = previous + 1  # the gap goes with this batch
+            previous = max(last, previous if previous is not None else last)
             if len(entry) > 2 and entry[2]:  # an aborted transaction's batch (read_committed): never delivered
                 self._archive_range(base, last)
                 continue
