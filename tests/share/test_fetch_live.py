@@ -331,6 +331,36 @@ def test_renew_and_version_1(server: LiveServer) -> None:
         old.close()
 
 
+def test_renew_is_refused_where_the_group_disables_it(server: LiveServer) -> None:
+    """share.renew.acknowledge.enable=false (a group config set as an operator would): a renewal is
+    INVALID_RECORD_STATE, as Kafka's, and the records stay the member's to acknowledge."""
+    from confluent_kafka.admin import (
+        AdminClient,
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        ResourceType,
+    )
+
+    admin = AdminClient({"bootstrap.servers": server.bootstrap})
+    resource = ConfigResource(ResourceType.GROUP, "g8-no-renew", incremental_configs=[
+        ConfigEntry("share.renew.acknowledge.enable", "false", incremental_operation=AlterConfigOpType.SET)])
+    for f in admin.incremental_alter_configs([resource]).values():
+        f.result(30)
+    topic, tid = make_topic(server)
+    a = Member(server, "g8-no-renew")
+    try:
+        acquired(a.fetch(tid))
+        produce(server, topic, 2)
+        assert fetch_until(a, tid) == [(0, 1, 1)]
+        renewing = a.fetch(tid, acks=[(0, 1, [4])], is_renew_ack=True, max_wait_ms=0, max_records=0,
+                           min_bytes=0, max_bytes=0)
+        assert part(renewing).acknowledge_error_code == ErrorCode.INVALID_RECORD_STATE
+        assert part(a.acknowledge(tid, [(0, 1, [ACCEPT])])).error_code == 0
+    finally:
+        a.close()
+
+
 def test_a_lock_that_runs_out_redelivers(server: LiveServer) -> None:
     """share.record.lock.duration.ms is 30 s (Kafka's default): b's long poll is woken when a's lock runs out."""
     topic, tid = make_topic(server)

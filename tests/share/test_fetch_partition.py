@@ -182,3 +182,15 @@ def test_a_gap_before_the_first_batch_moves_an_idle_start_and_is_archived_otherw
     sp.acknowledge("a", [AckBatch(5, 9, (ACCEPT,))], now=2)
     sp.acknowledge("b", [AckBatch(20, 24, (ACCEPT,))], now=2)
     assert sp.start_offset == 25 and sp.records == {}
+
+
+def test_renew_is_refused_when_the_group_disables_it():
+    sp = SharePartition(0)
+    sp.acquire("a", BATCHES[:1], 10, now=0)
+    with pytest.raises(AckError) as e:  # the whole request refused: the ACCEPT before it did not happen either
+        sp.acknowledge("a", [AckBatch(0, 0, (ACCEPT,)), AckBatch(1, 1, (RENEW,))], now=0.5, renew_allowed=True,
+                       renew_enabled=False)
+    assert e.value.code == ErrorCode.INVALID_RECORD_STATE
+    assert sp.records[0].state == ACQUIRED and sp.records[1].deadline == 30
+    sp.acknowledge("a", [AckBatch(1, 1, (RENEW,))], now=0.5, renew_allowed=True)
+    assert sp.records[1].deadline == 30.5

@@ -122,7 +122,9 @@ async def acknowledge(leader: ShareLeader, group_id: str, member_id: str, t: Tar
     try:
         sp = await leader.partition(group_id, t.topic_id, t.partition, t.plog, t.leader_epoch)
         sp.expire_locks(time.monotonic())
-        undo = sp.acknowledge(member_id, t.acks, time.monotonic(), renew_allowed=renew, hold=True)
+        enabled = bool(leader.settings(group_id)["share.renew.acknowledge.enable"])
+        undo = sp.acknowledge(member_id, t.acks, time.monotonic(), renew_allowed=renew, renew_enabled=enabled,
+                              hold=True)
     except (AckError, ShareError) as e:
         return e.code, e.message
     if not undo.before:  # renewals only: nothing to write, as Kafka's

@@ -207,12 +207,13 @@ class SharePartition:
     # -- acknowledgement ----------------------------------------------------------------------------------------
 
     def acknowledge(self, member: str, batches: list[AckBatch], now: float, *, renew_allowed: bool = False,
-                    hold: bool = False) -> Undo:
+                    renew_enabled: bool = True, hold: bool = False) -> Undo:
         """Apply one partition's acknowledgements, all or none (AckError names the refusal).  Offsets below the
         start offset are skipped, as Kafka does (already done with).  With `hold` the changed offsets stay pending
         (not acquirable, the start offset not past them) until `confirm` (the state write succeeded) or `rollback`
         (it failed: the records are acquired by `member` again, as before); renewals change no state and are not
-        held."""
+        held.  A renewal when the group's share.renew.acknowledge.enable is false (`renew_enabled`) is
+        INVALID_RECORD_STATE, as Kafka's."""
         check_batches(batches, renew_allowed=renew_allowed)
         changes: list[tuple[int, Record, int]] = []
         for b in batches:
@@ -231,6 +232,9 @@ class SharePartition:
                 if r.member != member:
                     raise AckError(ErrorCode.INVALID_RECORD_STATE, f"offset {off} is acquired by another member")
                 t = b.types[0] if len(b.types) == 1 else b.types[off - b.first_offset]
+                if t == RENEW and not renew_enabled:
+                    raise AckError(ErrorCode.INVALID_RECORD_STATE,
+                                   "renewing acquisition locks is not enabled for the group")
                 changes.append((off, r, t))
         deadline = now + self.lock_ms / 1000
         undo = Undo()
