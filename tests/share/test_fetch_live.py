@@ -331,6 +331,22 @@ def test_renew_and_version_1(server: LiveServer) -> None:
         old.close()
 
 
+def test_record_limit_mode_never_acquires_past_max_records(server: LiveServer) -> None:
+    """ShareFetch v2's ShareAcquireMode 1 (record_limit): at most MaxRecords offsets, the batch split; the rest of
+    the batch is acquired by the next fetch."""
+    topic, tid = make_topic(server)
+    a = Member(server, "g8-limit")
+    try:
+        acquired(a.fetch(tid))
+        produce(server, topic, 5)  # one batch (linger)
+        assert fetch_until(a, tid, max_records=2, share_acquire_mode=1) == [(0, 1, 1)]
+        assert acquired(a.fetch(tid, max_records=2, share_acquire_mode=1)) == [(2, 3, 1)]
+        assert acquired(a.fetch(tid, max_records=2, share_acquire_mode=1)) == [(4, 4, 1)]
+        assert part(a.acknowledge(tid, [(0, 4, [ACCEPT])])).error_code == 0
+    finally:
+        a.close()
+
+
 def test_renew_is_refused_where_the_group_disables_it(server: LiveServer) -> None:
     """share.renew.acknowledge.enable=false (a group config set as an operator would): a renewal is
     INVALID_RECORD_STATE, as Kafka's, and the records stay the member's to acknowledge."""

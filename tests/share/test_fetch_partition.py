@@ -194,3 +194,11 @@ def test_renew_is_refused_when_the_group_disables_it():
     assert sp.records[0].state == ACQUIRED and sp.records[1].deadline == 30
     sp.acknowledge("a", [AckBatch(1, 1, (RENEW,))], now=0.5, renew_allowed=True)
     assert sp.records[1].deadline == 30.5
+
+
+def test_record_limit_splits_the_batch_reaching_max_records():
+    sp = SharePartition(0)
+    assert sp.acquire("a", BATCHES, 7, now=0, record_limit=True) == [(0, 6, 1)]
+    assert sp.next_fetch_offset() == 7  # the rest of the batch is available
+    assert sp.acquire("b", BATCHES[1:], 100, now=0, record_limit=True) == [(7, 14, 1)]
+    assert sp.acquire("b", BATCHES, 0, now=0, record_limit=True) == []

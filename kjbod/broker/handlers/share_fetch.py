@@ -3,7 +3,7 @@
 Version notes: v1 is the first Kafka serves (MaxRecords, BatchSize, AcquisitionLockTimeoutMs); v2 (KIP-1222)
 adds IsRenewAck (the acknowledgements may hold Renew, type 4, which restarts a record's acquisition lock; such a
 request must set MaxBytes, MinBytes, MaxRecords and MaxWaitMs to 0 and fetches nothing) and ShareAcquireMode
-(0 whole batches, 1 never past MaxRecords; kjbod acquires in whole batches either way).
+(0 whole batches, the last one possibly past MaxRecords; 1 never past MaxRecords, the last batch split).
 
 As Kafka's KafkaApis.handleShareFetchRequest: a null group id or a member id that is empty or over 36 characters is
 INVALID_REQUEST; READ on the group is needed (GROUP_AUTHORIZATION_FAILED) and READ on each topic
@@ -57,6 +57,7 @@ from kjbod.protocol.generated.share_fetch_response import (
 )
 
 MAX_MEMBER_ID = 36
+RECORD_LIMIT = 1  # ShareAcquireMode: never acquire past MaxRecords
 
 
 def member_id_valid(member_id: str | None) -> bool:
@@ -199,7 +200,7 @@ async def read_available(leader: ShareLeader, group_id: str, t: Target, max_byte
 
 
 async def acquire(leader: ShareLeader, group_id: str, member_id: str, t: Target, found: Available,
-                  max_records: int, max_bytes: int) -> Acquired:
+                  max_records: int, max_bytes: int, record_limit: bool = False) -> Acquired:
     """Acquire for the member what `found` holds, within `max_records` and `max_bytes` (the first batch always):
     the batches holding the records acquired, and their ranges."""
     if found.error:
@@ -213,7 +214,7 @@ async def acquire(leader: ShareLeader, group_id: str, member_id: str, t: Target,
         offered.append(b)
         size += 0 if b.aborted else b.end - b.start
     ranges = sp.acquire(member_id, [(b.base, b.last, b.aborted) for b in offered], max_records, time.monotonic(),
-                        read_from=found.offset)
+                        read_from=found.offset, record_limit=record_limit)
     if found.changed or any(b.aborted for b in offered):
         code, message = await leader.persist(group_id, t.topic_id, t.partition, sp, t.leader_epoch)
         if code in FENCED:  # the share-partition was dropped: what it acquired is not this leader's to hand out
@@ -308,13 +309,14 @@ async def handle(node: Any, request: Any, body: ShareFetchRequest) -> ShareFetch
         finally:
             parked.unpark(keys, wake, follower=False)
     remaining_records, remaining_bytes = body.max_records, body.max_bytes
+    record_limit = version >= 2 and body.share_acquire_mode == RECORD_LIMIT
     got_any = False
     for t in targets:
         key = (t.topic_id, t.partition)
         if got_any and (remaining_records <= 0 or remaining_bytes <= 0) and not found[key].error:
             continue  # MaxRecords or MaxBytes reached (the first partition with records always gets a batch)
         got = await acquire(leader, group_id, member_id, t, found[key], max(remaining_records, 0),
-                            remaining_bytes if not got_any else max(remaining_bytes, 0))
+                            remaining_bytes if not got_any else max(remaining_bytes, 0), record_limit)
         results[key] = got
         if got.ranges:
             got_any = True

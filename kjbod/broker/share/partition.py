@@ -12,7 +12,7 @@ offset (one past the last offset ever acquired), and between them the in-flight 
 A release, a lock timeout or the member's session closing makes an acquired record AVAILABLE again, or ARCHIVED
 once its delivery count has reached share.delivery.count.limit.  The start offset moves past every leading
 ACKNOWLEDGED or ARCHIVED offset.  Acquisition stops at MaxRecords (whole log batches, as Kafka's batch-optimized
-mode: the last batch may take it past) and at share.partition.max.record.locks offsets in flight.  Offsets the log
+mode: the last batch may take it past; exactly at it in record-limit mode) and at share.partition.max.record.locks offsets in flight.  Offsets the log
 lacks between two batches read (compaction) are acquired with the batch after them, as Kafka's (the client
 acknowledges them as GAP), so the start offset never waits on them.
 
@@ -140,11 +140,13 @@ class SharePartition:
         return self.end_offset - self.start_offset
 
     def acquire(self, member: str, batches: list, max_records: int, now: float, *,
-                read_from: int | None = None) -> list[tuple[int, int, int]]:
+                read_from: int | None = None, record_limit: bool = False) -> list[tuple[int, int, int]]:
         """Acquire for `member` the available offsets of the log batches read (their (base offset, last offset),
         ascending; a third element true marks an aborted transaction's batch, archived instead), up to
         `max_records` (finishing the batch that reaches it) and the record-lock limit.  Returns the acquired
-        ranges (first offset, last offset, delivery count), consecutive offsets of one count merged.
+        ranges (first offset, last offset, delivery count), consecutive offsets of one count merged.  With
+        `record_limit` (ShareFetch v2's ShareAcquireMode 1) never more than `max_records` offsets: the batch that
+        reaches it is split, its other offsets left available.
 
         Offsets the log no longer holds (compacted away, or never records) are handled as Kafka does: those
         between two batches are acquired with the batch after them (the client acknowledges them as GAP), so the
@@ -184,6 +186,8 @@ class SharePartition:
                     r = self.records.get(off) or self.records.setdefault(off, Record(AVAILABLE, 0))
                 if r.state != AVAILABLE or off in self.pending:
                     continue
+                if record_limit and got >= max_records:
+                    break
                 r.state, r.member, r.deadline = ACQUIRED, member, deadline
                 r.delivery_count += 1
                 got += 1
