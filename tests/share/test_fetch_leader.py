@@ -17,6 +17,7 @@ from kjbod.protocol.errors import ErrorCode
 from kjbod.server.config import ServerConfig
 from kjbod.storage import fsio
 from kjbod.storage.config import LogConfig
+from kjbod.storage.errors import KafkaStorageError
 from kjbod.storage.log import PartitionLog
 from kjbod.storage.records import build_batch
 
@@ -24,7 +25,7 @@ TID = uuid.uuid4()
 # Kafka 4.3's share group defaults, by the names the leader reads
 KAFKA_DEFAULTS = {"share.record.lock.duration.ms": 30_000, "share.delivery.count.limit": 5,
                   "share.partition.max.record.locks": 2000, "share.auto.offset.reset": "latest",
-                  "share.isolation.level": "read_uncommitted"}
+                  "share.isolation.level": "read_uncommitted", "share.renew.acknowledge.enable": True}
 
 
 @pytest.fixture
@@ -226,3 +227,32 @@ def test_a_compacted_log_s_gaps_do_not_stop_the_start_offset(tmp_path):
         asyncio.run(run(lambda _g: {**KAFKA_DEFAULTS, "share.auto.offset.reset": "earliest"}))
     finally:
         log.close_quietly()
+
+
+class RaisingReads(MemoryPersister):
+    """The in-memory persister, its reads raising `error` (a fault below it: a log dir, a bug)."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__()
+        self.error = error
+
+    async def read(self, group_id, partitions):
+        raise self.error
+
+
+@pytest.mark.parametrize("error, code", [
+    (KafkaStorageError("the log dir failed"), ErrorCode.KAFKA_STORAGE_ERROR),
+    (OSError(5, "Input/output error"), ErrorCode.KAFKA_STORAGE_ERROR),
+    (RuntimeError("a bug"), ErrorCode.UNKNOWN_SERVER_ERROR),
+])
+def test_a_failure_below_the_leader_is_the_partition_s_error_code(plog, error, code):
+    from kjbod.broker.handlers.share_fetch import Target, acknowledge, read_available
+
+    async def run():
+        n = node()
+        n.share_persister = RaisingReads(error)
+        leader = ShareLeader(n)
+        target = Target(TID, 0, "t", plog=plog, leader_epoch=0, acks=[AckBatch(0, 0, (ACCEPT,))])
+        assert (await acknowledge(leader, "g", "m", target, renew=False))[0] == code
+        assert (await read_available(leader, "g", target, 1 << 20)).error == code
+    asyncio.run(run())

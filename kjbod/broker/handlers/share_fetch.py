@@ -35,14 +35,14 @@ from kjbod.broker.router import api
 from kjbod.broker.share.fetch import (
     FENCED,
     Batch,
-    ShareError,
     ShareLeader,
+    error_of,
     mark_aborted,
     on_dir,
     parse_batches,
     share_leader_of,
 )
-from kjbod.broker.share.partition import AckBatch, AckError
+from kjbod.broker.share.partition import AckBatch
 from kjbod.broker.share.sessions import FINAL_EPOCH, SessionError
 from kjbod.metadata.acls import GROUP, READ, TOPIC
 from kjbod.net.tasks import wait_event
@@ -126,8 +126,8 @@ async def acknowledge(leader: ShareLeader, group_id: str, member_id: str, t: Tar
         enabled = bool(leader.settings(group_id)["share.renew.acknowledge.enable"])
         undo = sp.acknowledge(member_id, t.acks, time.monotonic(), renew_allowed=renew, renew_enabled=enabled,
                               hold=True)
-    except (AckError, ShareError) as e:
-        return e.code, e.message
+    except Exception as e:  # a refusal, or a persister or log dir failure: this partition's error code
+        return error_of(e)
     if not undo.before:  # renewals only: nothing to write, as Kafka's
         return 0, None
     code, message = await leader.persist(group_id, t.topic_id, t.partition, sp, t.leader_epoch)
@@ -170,8 +170,9 @@ async def read_available(leader: ShareLeader, group_id: str, t: Target, max_byte
     plog = t.plog
     try:
         sp = await leader.partition(group_id, t.topic_id, t.partition, plog, t.leader_epoch)
-    except ShareError as e:
-        return Available(error=e.code, message=e.message)
+    except Exception as e:  # a refusal, or a persister or log dir failure: this partition's error code
+        code, message = error_of(e)
+        return Available(error=code, message=message)
     changed = sp.expire_locks(time.monotonic())
     changed |= sp.update_log_start(plog.log_start_offset)
     committed = leader.settings(group_id)["share.isolation.level"] == "read_committed"
@@ -191,8 +192,8 @@ async def read_available(leader: ShareLeader, group_id: str, t: Target, max_byte
     try:
         data, aborted = await on_dir(leader.node, plog, read)
     except Exception as e:
-        code = getattr(e, "code", None) or getattr(e, "error_code", None) or ErrorCode.UNKNOWN_SERVER_ERROR
-        return Available(error=int(code), message=str(e) or None)
+        code, message = error_of(e)
+        return Available(error=code, message=message)
     batches = parse_batches(data)
     if aborted:
         mark_aborted(data, batches, aborted)

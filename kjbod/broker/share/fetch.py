@@ -31,6 +31,7 @@ from kjbod.broker.share.partition import SharePartition
 from kjbod.broker.share.persister import InitializeData, WriteData, persister_of
 from kjbod.broker.share.sessions import DEFAULT_MAX_SESSIONS, ShareSessions
 from kjbod.protocol.errors import ErrorCode
+from kjbod.storage.errors import StorageError
 
 log = structlog.get_logger("kjbod.share")
 
@@ -148,6 +149,23 @@ def persister_error(code: int) -> int:
 # state is gone): it is dropped and loaded afresh on next use, as Kafka's fenced share-partition handler does
 FENCED = frozenset({ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.GROUP_ID_NOT_FOUND,
                     ErrorCode.UNKNOWN_TOPIC_OR_PARTITION})
+
+
+def error_of(e: BaseException) -> tuple[int, str | None]:
+    """The error a share-partition answers for an exception raised while serving it, never a traceback to the
+    client: a refusal's own code, a log dir failure KAFKA_STORAGE_ERROR (an OSError the seam did not turn into
+    one too), anything else UNKNOWN_SERVER_ERROR (logged)."""
+    if isinstance(e, ShareError):
+        return e.code, e.message
+    if isinstance(e, StorageError):
+        return e.error_code, e.message
+    code = getattr(e, "code", None)
+    if isinstance(code, int) and not isinstance(e, OSError):  # AckError and other refusals with a Kafka code
+        return code, getattr(e, "message", None) or str(e) or None
+    if isinstance(e, OSError):
+        return ErrorCode.KAFKA_STORAGE_ERROR, str(e) or None
+    log.error("share_partition_failed", exc_info=e)
+    return ErrorCode.UNKNOWN_SERVER_ERROR, str(e) or type(e).__name__
 
 
 def error_name(code: int) -> str:
