@@ -74,7 +74,9 @@ def test_release_member_and_untouched_others():
 
 
 @pytest.mark.parametrize("batches, code", [
-    ([AckBatch(0, 1, (ACCEPT,)), AckBatch(1, 2, (ACCEPT,))], ErrorCode.INVALID_REQUEST),  # overlapping
+    ([AckBatch(0, 2, (ACCEPT,)), AckBatch(1, 1, (ACCEPT,))], ErrorCode.INVALID_REQUEST),  # before the last end
+    # one offset shared with the batch before (Kafka's request check allows it): no longer acquired the 2nd time
+    ([AckBatch(0, 1, (ACCEPT,)), AckBatch(1, 2, (ACCEPT,))], ErrorCode.INVALID_RECORD_STATE),
     ([AckBatch(2, 1, (ACCEPT,))], ErrorCode.INVALID_REQUEST),  # last before first
     ([AckBatch(0, 2, (ACCEPT, ACCEPT))], ErrorCode.INVALID_REQUEST),  # neither one type nor one per offset
     ([AckBatch(0, 0, (9,))], ErrorCode.INVALID_REQUEST),  # unknown type
@@ -202,3 +204,16 @@ def test_record_limit_splits_the_batch_reaching_max_records():
     assert sp.next_fetch_offset() == 7  # the rest of the batch is available
     assert sp.acquire("b", BATCHES[1:], 100, now=0, record_limit=True) == [(7, 14, 1)]
     assert sp.acquire("b", BATCHES, 0, now=0, record_limit=True) == []
+
+
+def test_acknowledgement_batches_are_checked_as_kafka_does():
+    """Kafka refuses a batch only when it starts before the previous one's end: one shared offset is fine after a
+    renewal; the first batch may start at -1 (Kafka's previous end before any batch), not below it."""
+    sp = SharePartition(0)
+    sp.acquire("a", [(0, 3)], 10, now=0)
+    with pytest.raises(AckError) as e:
+        sp.acknowledge("a", [AckBatch(-2, 0, (ACCEPT,))], now=1)
+    assert e.value.code == ErrorCode.INVALID_REQUEST
+    sp.acknowledge("a", [AckBatch(-1, 0, (ACCEPT,)), AckBatch(1, 1, (RENEW,)), AckBatch(1, 3, (ACCEPT,))], now=1,
+                   renew_allowed=True)
+    assert sp.start_offset == 4 and sp.records == {}

@@ -71,18 +71,18 @@ class AckError(Exception):
 
 
 def check_batches(batches: list[AckBatch], *, renew_allowed: bool) -> None:
-    """The request-level checks of one partition's acknowledgement batches (INVALID_REQUEST): first <= last,
-    ascending and not overlapping, one type for the whole batch or one per offset, types Kafka knows (Renew only
-    when the request says it carries renewals)."""
+    """The request-level checks of one partition's acknowledgement batches (INVALID_REQUEST), Kafka's: first <=
+    last, none starting before the previous one's last offset (sharing that one offset is allowed), one type for
+    the whole batch or one per offset, types Kafka knows (Renew only when the request says it carries renewals)."""
     previous = -1
     top = RENEW if renew_allowed else REJECT
     for b in batches:
-        if b.first_offset < 0 or b.last_offset < b.first_offset:
+        if b.last_offset < b.first_offset:
             raise AckError(ErrorCode.INVALID_REQUEST,
                            f"acknowledgement batch {b.first_offset}-{b.last_offset}: the last offset is before the first")
-        if b.first_offset <= previous:
+        if b.first_offset < previous:
             raise AckError(ErrorCode.INVALID_REQUEST,
-                           f"acknowledgement batch {b.first_offset}-{b.last_offset} overlaps or precedes the one before")
+                           f"acknowledgement batch {b.first_offset}-{b.last_offset} starts before the one before ends")
         previous = b.last_offset
         if len(b.types) not in (1, b.last_offset - b.first_offset + 1):
             raise AckError(ErrorCode.INVALID_REQUEST,
@@ -220,6 +220,8 @@ class SharePartition:
         INVALID_RECORD_STATE, as Kafka's."""
         check_batches(batches, renew_allowed=renew_allowed)
         changes: list[tuple[int, Record, int]] = []
+        renewed: set[int] = set()  # offsets a batch before renewed: still acquired for a later batch
+        seen: set[int] = set()
         for b in batches:
             if b.last_offset < self.start_offset:
                 continue
@@ -231,7 +233,7 @@ class SharePartition:
                                f"offset {b.last_offset} is past the acquired records (end {self.end_offset})")
             for off in range(max(b.first_offset, self.start_offset), b.last_offset + 1):
                 r = self.records.get(off)
-                if r is None or r.state != ACQUIRED:
+                if r is None or r.state != ACQUIRED or (off in seen and off not in renewed):
                     raise AckError(ErrorCode.INVALID_RECORD_STATE, f"offset {off} is not acquired")
                 if r.member != member:
                     raise AckError(ErrorCode.INVALID_RECORD_STATE, f"offset {off} is acquired by another member")
@@ -239,6 +241,11 @@ class SharePartition:
                 if t == RENEW and not renew_enabled:
                     raise AckError(ErrorCode.INVALID_RECORD_STATE,
                                    "renewing acquisition locks is not enabled for the group")
+                seen.add(off)
+                if t == RENEW:
+                    renewed.add(off)
+                else:
+                    renewed.discard(off)
                 changes.append((off, r, t))
         deadline = now + self.lock_ms / 1000
         undo = Undo()
