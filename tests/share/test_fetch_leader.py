@@ -256,3 +256,47 @@ def test_a_failure_below_the_leader_is_the_partition_s_error_code(plog, error, c
         assert (await acknowledge(leader, "g", "m", target, renew=False))[0] == code
         assert (await read_available(leader, "g", target, 1 << 20)).error == code
     asyncio.run(run())
+
+
+class SlowWrites(MemoryPersister):
+    """The in-memory persister, each write held until the test lets it go; it notes what was in flight."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = asyncio.Event()
+        self.in_flight = 0
+        self.most_in_flight = 0
+        self.written: list[int] = []  # the start offset of each write, in the order they landed
+
+    async def write(self, group_id, partitions):
+        self.in_flight += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        await self.gate.wait()
+        self.in_flight -= 1
+        self.written.extend(w.start_offset for w in partitions)
+        return await super().write(group_id, partitions)
+
+
+def test_state_writes_of_a_share_partition_go_one_at_a_time_with_the_latest_state(plog):
+    async def run():
+        n = node()
+        n.share_persister = persister = SlowWrites()
+        persister.gate.set()
+        leader = ShareLeader(n)
+        sp = await leader.partition("g", TID, 0, plog, 0)
+        sp.acquire("m", [(9, 14)], 10, now=asyncio.get_running_loop().time() + 1e9)
+        persister.gate.clear()
+        persister.written.clear()
+        first = asyncio.ensure_future(leader.persist("g", TID, 0, sp, 0))
+        await asyncio.sleep(0)
+        sp.acknowledge("m", [AckBatch(9, 10, (ACCEPT,))], now=0)  # start 11, while the first write is held
+        second = asyncio.ensure_future(leader.persist("g", TID, 0, sp, 0))
+        sp.acknowledge("m", [AckBatch(11, 12, (ACCEPT,))], now=0)  # start 13
+        third = asyncio.ensure_future(leader.persist("g", TID, 0, sp, 0))
+        await asyncio.sleep(0.01)
+        persister.gate.set()
+        assert await asyncio.gather(first, second, third) == [(0, None)] * 3
+        assert persister.most_in_flight == 1
+        assert persister.written == [9, 13]  # the second write carried the third's change too; none overtook
+        assert (await ShareLeader(n).partition("g", TID, 0, plog, 0)).start_offset == 13
+    asyncio.run(run())

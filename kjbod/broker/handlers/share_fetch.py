@@ -315,7 +315,11 @@ async def handle(node: Any, request: Any, body: ShareFetchRequest) -> ShareFetch
     for t in targets:
         key = (t.topic_id, t.partition)
         if got_any and (remaining_records <= 0 or remaining_bytes <= 0) and not found[key].error:
-            continue  # MaxRecords or MaxBytes reached (the first partition with records always gets a batch)
+            # MaxRecords or MaxBytes reached (the first partition with records always gets a batch); what the
+            # read changed (locks run out, a moved log start) is written all the same
+            if found[key].changed:
+                await leader.persist(group_id, t.topic_id, t.partition, found[key].sp, t.leader_epoch)
+            continue
         got = await acquire(leader, group_id, member_id, t, found[key], max(remaining_records, 0),
                             remaining_bytes if not got_any else max(remaining_bytes, 0), record_limit)
         results[key] = got

@@ -186,6 +186,12 @@ class ShareLeader:
         self.partitions: dict[tuple[str, UUID, int], tuple[int, SharePartition]] = {}  # -> (leader epoch, state)
         self._loading: dict[tuple[str, UUID, int], asyncio.Future[Any]] = {}
         self._image: Any = None  # the metadata image `prune` last saw
+        # per share-partition: one state write at a time, each carrying the state as it is when it goes (so a
+        # later state never lands before an earlier one, whatever the persister's retries do); a caller whose
+        # change a write that began after it asked already carried shares that write's answer
+        self._write_locks: dict[tuple[str, UUID, int], asyncio.Lock] = {}
+        self._asked: dict[tuple[str, UUID, int], int] = {}  # writes asked for
+        self._answered: dict[tuple[str, UUID, int], tuple[int, tuple[int, str | None]]] = {}  # (covering, answer)
         registry = getattr(node, "connection_registry", None)
         if registry is not None:
             registry.closed_hooks.append(self.connection_closed)
@@ -258,7 +264,22 @@ class ShareLeader:
     async def persist(self, group_id: str, topic_id: UUID, partition: int, sp: SharePartition,
                       leader_epoch: int) -> tuple[int, str | None]:
         """Write the share-partition's state: (0, None), or the error the share-partition answers for the
-        refusal (`persister_error`), logged; a fenced share-partition is dropped from the cache (`FENCED`)."""
+        refusal (`persister_error`), logged; a fenced share-partition is dropped from the cache (`FENCED`).
+        Writes of one share-partition go one at a time, each with the latest state (see `__init__`)."""
+        key = (group_id, topic_id, partition)
+        asked = self._asked[key] = self._asked.get(key, 0) + 1
+        lock = self._write_locks.setdefault(key, asyncio.Lock())
+        async with lock:
+            done = self._answered.get(key)
+            if done is not None and done[0] >= asked:
+                return done[1]
+            covering = self._asked[key]
+            answer = await self._write(group_id, topic_id, partition, sp, leader_epoch)
+            self._answered[key] = (covering, answer)
+        return answer
+
+    async def _write(self, group_id: str, topic_id: UUID, partition: int, sp: SharePartition,
+                     leader_epoch: int) -> tuple[int, str | None]:
         try:
             answer = (await persister_of(self.node).write(group_id, [WriteData(
                 topic_id, partition, sp.state_epoch, leader_epoch, sp.start_offset, sp.state_batches(),
@@ -283,7 +304,15 @@ class ShareLeader:
         key = (group_id, topic_id, partition)
         held = self.partitions.get(key)
         if held is not None and (sp is None or held[1] is sp):
-            del self.partitions[key]
+            self._drop(key)
+
+    def _drop(self, key: tuple[str, UUID, int]) -> None:
+        del self.partitions[key]
+        lock = self._write_locks.get(key)
+        if lock is None or not lock.locked():  # a write under way keeps its bookkeeping until the next drop
+            self._write_locks.pop(key, None)
+            self._asked.pop(key, None)
+            self._answered.pop(key, None)
 
     def release_member(self, group_id: str, member_id: str) -> list[tuple[UUID, int]]:
         """Release the records `member_id` holds in every share-partition of the group; the partitions changed."""
@@ -321,7 +350,7 @@ class ShareLeader:
 
     def evict_group(self, group_id: str) -> None:
         for key in [k for k in self.partitions if k[0] == group_id]:
-            del self.partitions[key]
+            self._drop(key)
 
     def prune(self) -> None:
         """Drop the cached share-partitions of partitions this node no longer leads or whose topic is gone (Kafka's
@@ -334,7 +363,7 @@ class ShareLeader:
             topic = image.topic_by_id(key[1])
             info = topic.partitions.get(key[2]) if topic is not None else None
             if info is None or info.leader != self.node.node_id:
-                del self.partitions[key]
+                self._drop(key)
 
 
 _background: set[asyncio.Task[Any]] = set()
