@@ -237,8 +237,11 @@ class ShareCoordinator(CoordinatorHost):
             self.writes += 1
             # the record's offset: the partition's last, as its writes are made one at a time under its lock
             # (and only this coordinator writes to the topic)
-            plog = self.node.partition_log(self.topic, p)
-            self.prune_offsets.note(p, record.kind, record.key, record.value, plog.log_end_offset - 1)
+            try:
+                end = self.node.partition_log(self.topic, p).log_end_offset
+            except Exception:  # the log went away meanwhile: nothing to prune here until it is loaded again
+                return code
+            self.prune_offsets.note(p, record.kind, record.key, record.value, end - 1)
         return code
 
     async def initialize(self, group_id: str, topic_id: UUID, partition: int, state_epoch: int,
