@@ -300,6 +300,8 @@ EFFECTS: dict[str, list[str]] = {
     "share.coordinator.snapshot.update.records.per.snapshot": [
         "tests/share/test_state_coordinator_live.py::test_state_is_written_read_back_after_a_restart_and_deleted",
         "tests/share/test_state_records.py::test_writes_are_updates_then_a_snapshot_every_n_and_replay_rebuilds_the_state"],
+    "share.coordinator.state.topic.prune.interval.ms": [
+        "tests/share/test_state_coordinator_live.py::test_the_state_topic_is_pruned_below_the_oldest_latest_snapshot"],
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": [
         f"{TXN_LIVE}::test_a_transaction_past_its_timeout_is_aborted"],
     "transactional.id.expiration.ms": [

@@ -525,6 +525,8 @@ KEYS: dict[str, KeyDef] = {
                "segment.bytes of __share_group_state"),
         KeyDef("share.coordinator.snapshot.update.records.per.snapshot", _int(0, 500), 500,
                "ShareUpdate records written for a share-partition before the next write is a ShareSnapshot"),
+        KeyDef("share.coordinator.state.topic.prune.interval.ms", _int(1), 5 * 60 * 1000,
+               "how often the share coordinator deletes the records of __share_group_state no state needs"),
         KeyDef("transaction.max.timeout.ms", _int(1), 900_000,
                "the longest transaction.timeout.ms a transactional producer may ask for"),
         KeyDef("transaction.abort.timed.out.transaction.cleanup.interval.ms", _int(1), 10_000,
@@ -784,6 +786,7 @@ class ServerConfig:
     share_coordinator_state_topic_min_isr: int = 2
     share_coordinator_state_topic_segment_bytes: int = 100 * 1024 * 1024
     share_coordinator_snapshot_update_records_per_snapshot: int = 500
+    share_coordinator_state_topic_prune_interval_ms: int = 5 * 60 * 1000
     transaction_max_timeout_ms: int = 900_000
     transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10_000
     transactional_id_expiration_ms: int = 604_800_000
@@ -1381,6 +1384,7 @@ def build_config(
         share_coordinator_state_topic_segment_bytes=get("share.coordinator.state.topic.segment.bytes"),
         share_coordinator_snapshot_update_records_per_snapshot=get(
             "share.coordinator.snapshot.update.records.per.snapshot"),
+        share_coordinator_state_topic_prune_interval_ms=get("share.coordinator.state.topic.prune.interval.ms"),
         transaction_max_timeout_ms=get("transaction.max.timeout.ms"),
         transaction_abort_timed_out_transaction_cleanup_interval_ms=get(
             "transaction.abort.timed.out.transaction.cleanup.interval.ms"),

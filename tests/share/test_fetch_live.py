@@ -265,7 +265,10 @@ def test_bad_inputs_get_kafka_errors(server: LiveServer) -> None:
         # b acknowledging a's records; a acknowledging past what was acquired; overlapping batches
         assert part(b.acknowledge(tid, [(0, 0, [ACCEPT])])).error_code == ErrorCode.INVALID_RECORD_STATE
         assert part(a.acknowledge(tid, [(0, 9, [ACCEPT])])).error_code == ErrorCode.INVALID_REQUEST
-        assert part(a.acknowledge(tid, [(0, 2, [ACCEPT]), (2, 3, [ACCEPT])])).error_code == ErrorCode.INVALID_REQUEST
+        assert part(a.acknowledge(tid, [(0, 2, [ACCEPT]), (1, 3, [ACCEPT])])).error_code == ErrorCode.INVALID_REQUEST
+        # sharing one offset passes Kafka's request check; the 2nd time the offset is no longer acquired
+        assert part(a.acknowledge(tid, [(0, 2, [ACCEPT]), (2, 3, [ACCEPT])])).error_code == \
+            ErrorCode.INVALID_RECORD_STATE
         assert part(a.acknowledge(tid, [(0, 1, [ACCEPT, ACCEPT, ACCEPT])])).error_code == ErrorCode.INVALID_REQUEST
         assert part(a.acknowledge(tid, [(0, 0, [7])])).error_code == ErrorCode.INVALID_REQUEST
         # none of that changed a thing: a accepts them all; acknowledgements of records already done with (below
@@ -329,6 +332,52 @@ def test_renew_and_version_1(server: LiveServer) -> None:
     finally:
         a.close()
         old.close()
+
+
+def test_record_limit_mode_never_acquires_past_max_records(server: LiveServer) -> None:
+    """ShareFetch v2's ShareAcquireMode 1 (record_limit): at most MaxRecords offsets, the batch split; the rest of
+    the batch is acquired by the next fetch."""
+    topic, tid = make_topic(server)
+    a = Member(server, "g8-limit")
+    try:
+        acquired(a.fetch(tid))
+        produce(server, topic, 5)  # one batch (linger)
+        assert fetch_until(a, tid, max_records=2, share_acquire_mode=1) == [(0, 1, 1)]
+        assert acquired(a.fetch(tid, max_records=2, share_acquire_mode=1)) == [(2, 3, 1)]
+        assert acquired(a.fetch(tid, max_records=2, share_acquire_mode=1)) == [(4, 4, 1)]
+        assert part(a.acknowledge(tid, [(0, 4, [ACCEPT])])).error_code == 0
+    finally:
+        a.close()
+
+
+def test_renew_is_refused_where_the_group_disables_it(server: LiveServer) -> None:
+    """share.renew.acknowledge.enable=false (a group config set as an operator would): a renewal is
+    INVALID_RECORD_STATE, as Kafka's, and the records stay the member's to acknowledge."""
+    from confluent_kafka.admin import (
+        AdminClient,
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        ResourceType,
+    )
+
+    admin = AdminClient({"bootstrap.servers": server.bootstrap})
+    resource = ConfigResource(ResourceType.GROUP, "g8-no-renew", incremental_configs=[
+        ConfigEntry("share.renew.acknowledge.enable", "false", incremental_operation=AlterConfigOpType.SET)])
+    for f in admin.incremental_alter_configs([resource]).values():
+        f.result(30)
+    topic, tid = make_topic(server)
+    a = Member(server, "g8-no-renew")
+    try:
+        acquired(a.fetch(tid))
+        produce(server, topic, 2)
+        assert fetch_until(a, tid) == [(0, 1, 1)]
+        renewing = a.fetch(tid, acks=[(0, 1, [4])], is_renew_ack=True, max_wait_ms=0, max_records=0,
+                           min_bytes=0, max_bytes=0)
+        assert part(renewing).acknowledge_error_code == ErrorCode.INVALID_RECORD_STATE
+        assert part(a.acknowledge(tid, [(0, 1, [ACCEPT])])).error_code == 0
+    finally:
+        a.close()
 
 
 def test_a_lock_that_runs_out_redelivers(server: LiveServer) -> None:

@@ -74,7 +74,9 @@ def test_release_member_and_untouched_others():
 
 
 @pytest.mark.parametrize("batches, code", [
-    ([AckBatch(0, 1, (ACCEPT,)), AckBatch(1, 2, (ACCEPT,))], ErrorCode.INVALID_REQUEST),  # overlapping
+    ([AckBatch(0, 2, (ACCEPT,)), AckBatch(1, 1, (ACCEPT,))], ErrorCode.INVALID_REQUEST),  # before the last end
+    # one offset shared with the batch before (Kafka's request check allows it): no longer acquired the 2nd time
+    ([AckBatch(0, 1, (ACCEPT,)), AckBatch(1, 2, (ACCEPT,))], ErrorCode.INVALID_RECORD_STATE),
     ([AckBatch(2, 1, (ACCEPT,))], ErrorCode.INVALID_REQUEST),  # last before first
     ([AckBatch(0, 2, (ACCEPT, ACCEPT))], ErrorCode.INVALID_REQUEST),  # neither one type nor one per offset
     ([AckBatch(0, 0, (9,))], ErrorCode.INVALID_REQUEST),  # unknown type
@@ -145,3 +147,73 @@ def test_aborted_batches_are_archived_not_acquired():
     assert sp.start_offset == 3 and sp.end_offset == 6
     sp.acknowledge("a", [AckBatch(3, 4, (ACCEPT,))], now=0)
     assert sp.start_offset == 6 and sp.records == {}
+
+
+def test_held_acknowledgement_waits_for_its_write():
+    sp = SharePartition(0)
+    sp.acquire("a", BATCHES[:2], 10, now=0)
+    undo = sp.acknowledge("a", [AckBatch(0, 4, (RELEASE,))], now=1, hold=True)
+    # pending: not acquirable again, the start offset stays before it
+    assert sp.acquire("b", BATCHES[:1], 10, now=1) == [] and sp.next_fetch_offset() == 10
+    sp.rollback(undo)
+    assert sp.records[0].state == ACQUIRED and sp.records[0].member == "a" and sp.records[0].delivery_count == 1
+    undo = sp.acknowledge("a", [AckBatch(0, 4, (ACCEPT,))], now=1, hold=True)
+    assert sp.start_offset == 0
+    sp.confirm(undo)
+    assert sp.start_offset == 5 and not sp.pending
+
+
+def test_gaps_between_batches_are_acquired_with_the_batch_after_them():
+    """Offsets the log lacks (compaction): Kafka acquires the whole range, the client acknowledges them as GAP,
+    and the start offset passes them."""
+    sp = SharePartition(0)
+    assert sp.acquire("a", [(0, 4), (10, 14)], 100, now=0, read_from=0) == [(0, 14, 1)]
+    sp.acknowledge("a", [AckBatch(0, 4, (ACCEPT,)), AckBatch(5, 9, (GAP,)), AckBatch(10, 14, (ACCEPT,))], now=1)
+    assert sp.start_offset == 15 and sp.records == {}
+
+
+def test_a_gap_before_the_first_batch_moves_an_idle_start_and_is_archived_otherwise():
+    sp = SharePartition(0)
+    assert sp.acquire("a", [(5, 9)], 100, now=0, read_from=0) == [(5, 9, 1)]
+    assert sp.start_offset == 5
+    sp.acknowledge("a", [AckBatch(5, 9, (RELEASE,))], now=1)  # 5-9 available again, in flight
+    assert sp.acquire("a", [(5, 9)], 2, now=1, read_from=5) == [(5, 9, 2)]
+    # in flight: 5-9; the next read begins at 10 and the log's next batch is at 20
+    assert sp.acquire("b", [(20, 24)], 100, now=1, read_from=10) == [(20, 24, 1)]
+    assert all(sp.records[o].state == ARCHIVED for o in range(10, 20))
+    sp.acknowledge("a", [AckBatch(5, 9, (ACCEPT,))], now=2)
+    sp.acknowledge("b", [AckBatch(20, 24, (ACCEPT,))], now=2)
+    assert sp.start_offset == 25 and sp.records == {}
+
+
+def test_renew_is_refused_when_the_group_disables_it():
+    sp = SharePartition(0)
+    sp.acquire("a", BATCHES[:1], 10, now=0)
+    with pytest.raises(AckError) as e:  # the whole request refused: the ACCEPT before it did not happen either
+        sp.acknowledge("a", [AckBatch(0, 0, (ACCEPT,)), AckBatch(1, 1, (RENEW,))], now=0.5, renew_allowed=True,
+                       renew_enabled=False)
+    assert e.value.code == ErrorCode.INVALID_RECORD_STATE
+    assert sp.records[0].state == ACQUIRED and sp.records[1].deadline == 30
+    sp.acknowledge("a", [AckBatch(1, 1, (RENEW,))], now=0.5, renew_allowed=True)
+    assert sp.records[1].deadline == 30.5
+
+
+def test_record_limit_splits_the_batch_reaching_max_records():
+    sp = SharePartition(0)
+    assert sp.acquire("a", BATCHES, 7, now=0, record_limit=True) == [(0, 6, 1)]
+    assert sp.next_fetch_offset() == 7  # the rest of the batch is available
+    assert sp.acquire("b", BATCHES[1:], 100, now=0, record_limit=True) == [(7, 14, 1)]
+    assert sp.acquire("b", BATCHES, 0, now=0, record_limit=True) == []
+
+
+def test_acknowledgement_batches_are_checked_as_kafka_does():
+    """Kafka refuses a batch only when it starts before the previous one's end: one shared offset is fine after a
+    renewal; the first batch may start at -1 (Kafka's previous end before any batch), not below it."""
+    sp = SharePartition(0)
+    sp.acquire("a", [(0, 3)], 10, now=0)
+    with pytest.raises(AckError) as e:
+        sp.acknowledge("a", [AckBatch(-2, 0, (ACCEPT,))], now=1)
+    assert e.value.code == ErrorCode.INVALID_REQUEST
+    sp.acknowledge("a", [AckBatch(-1, 0, (ACCEPT,)), AckBatch(1, 1, (RENEW,)), AckBatch(1, 3, (ACCEPT,))], now=1,
+                   renew_allowed=True)
+    assert sp.start_offset == 4 and sp.records == {}

@@ -149,9 +149,11 @@ def test_state_is_written_read_back_after_a_restart_and_deleted(kjbod_server_fac
     assert md.topics[0].error_code == 0 and md.topics[0].is_internal and len(md.topics[0].partitions) == 4
     configs = call(port, DescribeConfigsRequest(resources=[DescribeConfigsResource(
         resource_type=2, resource_name="__share_group_state", configuration_keys=None)]), 4).results[0].configs
-    assert {c.name: c.value for c in configs if c.name in ("cleanup.policy", "min.insync.replicas",
-                                                           "segment.bytes")} == {
-        "cleanup.policy": "compact", "min.insync.replicas": "1", "segment.bytes": "1048576"}
+    # as Kafka's: not compacted (the updates are deltas), kept for ever, pruned by the coordinator itself
+    assert {c.name: c.value for c in configs if c.name in ("cleanup.policy", "min.insync.replicas", "retention.ms",
+                                                           "segment.bytes", "compression.type")} == {
+        "cleanup.policy": "delete", "retention.ms": "-1", "compression.type": "producer",
+        "min.insync.replicas": "1", "segment.bytes": "1048576"}
 
     # never initialized: a read and a write are INVALID_REQUEST, a summary answers the defaults
     assert read(port, tid, [0])[0].error_code == ErrorCode.INVALID_REQUEST
@@ -250,6 +252,68 @@ def test_state_is_written_read_back_after_a_restart_and_deleted(kjbod_server_fac
     assert '"type":"1"' in done.stdout  # updates
     assert ('"stateBatches":[{"firstOffset":3,"lastOffset":4,"deliveryState":2,"deliveryCount":1}'
             in done.stdout)  # a snapshot with the combined state
+
+
+def state_log_range(port: int) -> tuple[int, int]:
+    """(earliest, latest) offsets of partition 0 of __share_group_state."""
+    from kjbod.protocol.generated import ListOffsetsRequest
+    from kjbod.protocol.generated.list_offsets_request import ListOffsetsPartition, ListOffsetsTopic
+
+    def at(timestamp: int) -> int:
+        resp = call(port, ListOffsetsRequest(replica_id=-1, topics=[ListOffsetsTopic(
+            name="__share_group_state", partitions=[ListOffsetsPartition(partition_index=0, timestamp=timestamp)])]),
+            7)
+        part = resp.topics[0].partitions[0]
+        assert part.error_code == 0
+        return part.offset
+
+    return at(-2), at(-1)
+
+
+def test_the_state_topic_is_pruned_below_the_oldest_latest_snapshot(kjbod_server_factory):  # noqa: F811
+    """Kafka's pruning of __share_group_state: the records below the oldest of the keys' latest snapshots go; the
+    state reads back the same after a restart from what is left."""
+    server = kjbod_server_factory(overrides={
+        **SETTINGS, "share.coordinator.state.topic.num.partitions": "1",
+        "share.coordinator.snapshot.update.records.per.snapshot": "0",  # every write a snapshot
+        "share.coordinator.state.topic.prune.interval.ms": "100"})
+    make_topic(server.bootstrap)
+    tid, port = topic_id(server.port, TOPIC), server.port
+    assert find(port, [share_key(tid, 0)])[0].error_code == 0
+    for _ in range(600):
+        if all(r.error_code == 0 for r in initialize(port, tid, [0, 1]).values()):
+            break
+        asyncio.run(asyncio.sleep(0.1))
+    for i in range(5):
+        assert write(port, tid, 0, [(10 * i, 10 * i + 9, ACKED, 1)], start_offset=10 * i).error_code == 0
+    assert write(port, tid, 1, [(7, 7, ARCHIVED, 5)], start_offset=7).error_code == 0
+    assert write(port, tid, 0, [(60, 61, ACKED, 1)], start_offset=60).error_code == 0
+    # partition 0's latest snapshot is the last record, partition 1's the one before it: everything else goes
+    for _ in range(600):
+        earliest, latest = state_log_range(port)
+        if earliest == latest - 2:
+            break
+        asyncio.run(asyncio.sleep(0.1))
+    assert earliest == latest - 2 > 0
+
+    server.stop()
+    server.start()
+    for _ in range(600):
+        got = read(port, tid, [0, 1], leader_epoch=-1)
+        if all(r.error_code == 0 for r in got.values()):
+            break
+        asyncio.run(asyncio.sleep(0.1))
+    assert (got[0].start_offset, batches_of(got[0])) == (60, [(60, 61, ACKED, 1)])
+    assert (got[1].start_offset, batches_of(got[1])) == (7, [(7, 7, ARCHIVED, 5)])
+
+    # both states deleted: all but the last tombstone goes
+    assert {p: r.error_code for p, r in delete(port, tid, [0, 1]).items()} == {0: 0, 1: 0}
+    for _ in range(600):
+        earliest, latest = state_log_range(port)
+        if earliest == latest - 1:
+            break
+        asyncio.run(asyncio.sleep(0.1))
+    assert earliest == latest - 1
 
 
 def test_with_fewer_brokers_than_the_replication_factor_share_keys_are_not_served(kjbod_server_factory):  # noqa: F811

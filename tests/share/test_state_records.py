@@ -14,6 +14,7 @@ from kjbod.broker.share.persister import ACKNOWLEDGED, ARCHIVED, AVAILABLE, Stat
 from kjbod.broker.share.state_records import (
     SNAPSHOT,
     UPDATE,
+    PruneOffsets,
     ShareRecordError,
     ShareState,
     ShareStateBook,
@@ -140,7 +141,7 @@ def test_writes_are_updates_then_a_snapshot_every_n_and_replay_rebuilds_the_stat
     assert state.start_offset == 70 and state.delivery_complete_count == 7
     assert state.batches == (B(70, 74, ACKNOWLEDGED, 1),)
     # a load from the log (every record, in order) rebuilds the same state, and so does one from the last
-    # snapshot on (what compaction may leave)
+    # snapshot on (what pruning leaves)
     for start in (0, 4, 8):
         fresh = ShareStateBook(updates_per_snapshot=3)
         for r in records[start:]:
@@ -222,3 +223,27 @@ def test_odd_records_are_passed_over_or_refused_without_breaking_the_book():
         book.replay(UPDATE, KEY, ShareState(0, 0, 0, 0, -1, 0, 0))
     # a batch whose last offset is before its first covers nothing
     assert combine([B(10, 5)], [B(0, 1)], -1) == (B(0, 1),)
+
+
+def test_prune_offsets_keep_every_key_s_latest_snapshot():
+    """Kafka's redundant offset: below the oldest of the keys' latest snapshots no load needs a record; a deleted
+    key holds nothing back."""
+    other = ("g", KEY[1], 1)
+    prune = PruneOffsets()
+    assert prune.redundant_below(0) is None
+    prune.note(0, SNAPSHOT, KEY, "state", 0)
+    prune.note(0, SNAPSHOT, other, "state", 1)
+    prune.note(0, UPDATE, KEY, "update", 2)
+    prune.note(0, SNAPSHOT, KEY, "state", 3)
+    assert prune.redundant_below(0) == 1  # `other` still needs its snapshot at 1
+    prune.note(0, UPDATE, other, "update", 4)
+    assert prune.redundant_below(0) == 1  # and the updates after it
+    prune.note(0, SNAPSHOT, other, "state", 5)
+    assert prune.redundant_below(0) == 3
+    prune.note(0, SNAPSHOT, KEY, None, 6)  # KEY deleted
+    assert prune.redundant_below(0) == 5
+    prune.note(0, SNAPSHOT, other, None, 7)
+    assert prune.redundant_below(0) == 7  # no state left: all but the last record
+    assert prune.redundant_below(1) is None
+    prune.forget(0)
+    assert prune.redundant_below(0) is None

@@ -36,6 +36,7 @@ from kjbod.protocol.generated.share_acknowledge_response import (
 async def handle(node: Any, request: Any, body: ShareAcknowledgeRequest) -> ShareAcknowledgeResponse:
     version = request.api_version
     leader = share_leader_of(node)
+    leader.prune()
     group_id, member_id, epoch = body.group_id, body.member_id, body.share_session_epoch
     if group_id is None:
         return ShareAcknowledgeResponse(error_code=ErrorCode.INVALID_REQUEST,

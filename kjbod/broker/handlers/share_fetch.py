@@ -3,7 +3,7 @@
 Version notes: v1 is the first Kafka serves (MaxRecords, BatchSize, AcquisitionLockTimeoutMs); v2 (KIP-1222)
 adds IsRenewAck (the acknowledgements may hold Renew, type 4, which restarts a record's acquisition lock; such a
 request must set MaxBytes, MinBytes, MaxRecords and MaxWaitMs to 0 and fetches nothing) and ShareAcquireMode
-(0 whole batches, 1 never past MaxRecords; kjbod acquires in whole batches either way).
+(0 whole batches, the last one possibly past MaxRecords; 1 never past MaxRecords, the last batch split).
 
 As Kafka's KafkaApis.handleShareFetchRequest: a null group id or a member id that is empty or over 36 characters is
 INVALID_REQUEST; READ on the group is needed (GROUP_AUTHORIZATION_FAILED) and READ on each topic
@@ -33,15 +33,16 @@ from kjbod.broker.authz import allowed
 from kjbod.broker.handlers.leader_epoch_check import checked_log
 from kjbod.broker.router import api
 from kjbod.broker.share.fetch import (
+    FENCED,
     Batch,
-    ShareError,
     ShareLeader,
+    error_of,
     mark_aborted,
     on_dir,
     parse_batches,
     share_leader_of,
 )
-from kjbod.broker.share.partition import AckBatch, AckError
+from kjbod.broker.share.partition import AckBatch
 from kjbod.broker.share.sessions import FINAL_EPOCH, SessionError
 from kjbod.metadata.acls import GROUP, READ, TOPIC
 from kjbod.net.tasks import wait_event
@@ -56,6 +57,7 @@ from kjbod.protocol.generated.share_fetch_response import (
 )
 
 MAX_MEMBER_ID = 36
+RECORD_LIMIT = 1  # ShareAcquireMode: never acquire past MaxRecords
 
 
 def member_id_valid(member_id: str | None) -> bool:
@@ -121,10 +123,18 @@ async def acknowledge(leader: ShareLeader, group_id: str, member_id: str, t: Tar
     try:
         sp = await leader.partition(group_id, t.topic_id, t.partition, t.plog, t.leader_epoch)
         sp.expire_locks(time.monotonic())
-        sp.acknowledge(member_id, t.acks, time.monotonic(), renew_allowed=renew)
-    except (AckError, ShareError) as e:
-        return e.code, e.message
-    await leader.persist(group_id, t.topic_id, t.partition, sp, t.leader_epoch)
+        enabled = bool(leader.settings(group_id)["share.renew.acknowledge.enable"])
+        undo = sp.acknowledge(member_id, t.acks, time.monotonic(), renew_allowed=renew, renew_enabled=enabled,
+                              hold=True)
+    except Exception as e:  # a refusal, or a persister or log dir failure: this partition's error code
+        return error_of(e)
+    if not undo.before:  # renewals only: nothing to write, as Kafka's
+        return 0, None
+    code, message = await leader.persist(group_id, t.topic_id, t.partition, sp, t.leader_epoch)
+    if code:  # as Kafka's: the transitions are rolled back and the acknowledgement answers the write's error
+        sp.rollback(undo)
+        return code, message
+    sp.confirm(undo)
     return 0, None
 
 
@@ -149,6 +159,7 @@ class Available:
     changed: bool = False
     error: int = 0
     message: str | None = None
+    offset: int | None = None  # where the read began
 
 
 async def read_available(leader: ShareLeader, group_id: str, t: Target, max_bytes: int) -> Available:
@@ -159,8 +170,9 @@ async def read_available(leader: ShareLeader, group_id: str, t: Target, max_byte
     plog = t.plog
     try:
         sp = await leader.partition(group_id, t.topic_id, t.partition, plog, t.leader_epoch)
-    except ShareError as e:
-        return Available(error=e.code, message=e.message)
+    except Exception as e:  # a refusal, or a persister or log dir failure: this partition's error code
+        code, message = error_of(e)
+        return Available(error=code, message=message)
     changed = sp.expire_locks(time.monotonic())
     changed |= sp.update_log_start(plog.log_start_offset)
     committed = leader.settings(group_id)["share.isolation.level"] == "read_committed"
@@ -180,16 +192,16 @@ async def read_available(leader: ShareLeader, group_id: str, t: Target, max_byte
     try:
         data, aborted = await on_dir(leader.node, plog, read)
     except Exception as e:
-        code = getattr(e, "code", None) or getattr(e, "error_code", None) or ErrorCode.UNKNOWN_SERVER_ERROR
-        return Available(error=int(code), message=str(e) or None)
+        code, message = error_of(e)
+        return Available(error=code, message=message)
     batches = parse_batches(data)
     if aborted:
         mark_aborted(data, batches, aborted)
-    return Available(sp, data, batches, changed)
+    return Available(sp, data, batches, changed, offset=offset)
 
 
 async def acquire(leader: ShareLeader, group_id: str, member_id: str, t: Target, found: Available,
-                  max_records: int, max_bytes: int) -> Acquired:
+                  max_records: int, max_bytes: int, record_limit: bool = False) -> Acquired:
     """Acquire for the member what `found` holds, within `max_records` and `max_bytes` (the first batch always):
     the batches holding the records acquired, and their ranges."""
     if found.error:
@@ -202,9 +214,12 @@ async def acquire(leader: ShareLeader, group_id: str, member_id: str, t: Target,
             break
         offered.append(b)
         size += 0 if b.aborted else b.end - b.start
-    ranges = sp.acquire(member_id, [(b.base, b.last, b.aborted) for b in offered], max_records, time.monotonic())
+    ranges = sp.acquire(member_id, [(b.base, b.last, b.aborted) for b in offered], max_records, time.monotonic(),
+                        read_from=found.offset, record_limit=record_limit)
     if found.changed or any(b.aborted for b in offered):
-        await leader.persist(group_id, t.topic_id, t.partition, sp, t.leader_epoch)
+        code, message = await leader.persist(group_id, t.topic_id, t.partition, sp, t.leader_epoch)
+        if code in FENCED:  # the share-partition was dropped: what it acquired is not this leader's to hand out
+            return Acquired(error=code, message=message)
     if not ranges:
         return Acquired()
     first, last = ranges[0][0], ranges[-1][1]
@@ -226,6 +241,7 @@ def next_lock_deadline(leader: ShareLeader, group_id: str, targets: list[Target]
 async def handle(node: Any, request: Any, body: ShareFetchRequest) -> ShareFetchResponse:
     version = request.api_version
     leader = share_leader_of(node)
+    leader.prune()
     group_id, member_id, epoch = body.group_id, body.member_id, body.share_session_epoch
     if group_id is None:
         return ShareFetchResponse(error_code=ErrorCode.INVALID_REQUEST, error_message="Invalid group id in the request.")
@@ -294,13 +310,18 @@ async def handle(node: Any, request: Any, body: ShareFetchRequest) -> ShareFetch
         finally:
             parked.unpark(keys, wake, follower=False)
     remaining_records, remaining_bytes = body.max_records, body.max_bytes
+    record_limit = version >= 2 and body.share_acquire_mode == RECORD_LIMIT
     got_any = False
     for t in targets:
         key = (t.topic_id, t.partition)
         if got_any and (remaining_records <= 0 or remaining_bytes <= 0) and not found[key].error:
-            continue  # MaxRecords or MaxBytes reached (the first partition with records always gets a batch)
+            # MaxRecords or MaxBytes reached (the first partition with records always gets a batch); what the
+            # read changed (locks run out, a moved log start) is written all the same
+            if found[key].changed:
+                await leader.persist(group_id, t.topic_id, t.partition, found[key].sp, t.leader_epoch)
+            continue
         got = await acquire(leader, group_id, member_id, t, found[key], max(remaining_records, 0),
-                            remaining_bytes if not got_any else max(remaining_bytes, 0))
+                            remaining_bytes if not got_any else max(remaining_bytes, 0), record_limit)
         results[key] = got
         if got.ranges:
             got_any = True

@@ -6,7 +6,8 @@ Strategy, the group and transaction coordinators' (kjbod.broker.coordinator_host
   String.hashCode of "group:topicId:partition", made non-negative, modulo the topic's partition count, as Kafka's;
   the broker leading that partition is its share coordinator.  The topic is made on the first FindCoordinator for
   a share key with Kafka's keys (share.coordinator.state.topic.num.partitions, .replication.factor, .min.isr as its
-  min.insync.replicas, .segment.bytes; compacted); with fewer live brokers than the replication factor the
+  min.insync.replicas, .segment.bytes; cleanup.policy=delete and retention.ms=-1, as Kafka's: the updates of one
+  key are deltas, so compaction would lose them); with fewer live brokers than the replication factor the
   controller refuses and callers hear COORDINATOR_NOT_AVAILABLE until enough have registered;
 * a partition newly led here is loaded from its log on its dir's worker (COORDINATOR_LOAD_IN_PROGRESS meanwhile),
   its ShareSnapshot and ShareUpdate records replayed into the sans-IO `ShareStateBook`
@@ -16,6 +17,9 @@ Strategy, the group and transaction coordinators' (kjbod.broker.coordinator_host
   UNKNOWN_TOPIC_OR_PARTITION for a topic id or partition the metadata lacks); a change is one record appended
   through the Produce path with acks=all and applied (the same replay as a load) once it is committed.  Changes to
   one partition of the topic are made one at a time, so each is decided on the state the one before it left;
+* every share.coordinator.state.topic.prune.interval.ms each partition led here has the records below the oldest
+  latest snapshot of its keys deleted (a DeleteRecords of its own, `state_records.PruneOffsets`), as Kafka's
+  coordinator prunes the topic, since nothing else ever deletes them;
 * a topic deleted from the metadata has the state of its share-partitions deleted (a tombstone each), as Kafka's.
 
 An empty group id is answered INVALID_REQUEST for each partition; Kafka 4.3 answers an empty response instead,
@@ -33,10 +37,17 @@ from uuid import UUID
 
 import structlog
 
-from kjbod.broker.coordinator_host import CoordinatorHost, InternalRequest, now_ms
+from kjbod.broker.coordinator_host import CoordinatorHost, InternalRequest, now_ms, settle
 from kjbod.broker.share import state_records as rec
 from kjbod.broker.share.persister import PartitionAnswer, ReadAnswer, StateBatch, SummaryAnswer
-from kjbod.broker.share.state_records import Record, Refusal, ShareStateBook, StateKey, coordinator_key
+from kjbod.broker.share.state_records import (
+    PruneOffsets,
+    Record,
+    Refusal,
+    ShareStateBook,
+    StateKey,
+    coordinator_key,
+)
 from kjbod.protocol.errors import ErrorCode
 from kjbod.storage.records import build_batch
 
@@ -76,22 +87,32 @@ class ShareCoordinator(CoordinatorHost):
         self.write_calls = 0  # WriteShareGroupState partitions served here (Kafka's write-total)
         self._recent_writes: collections.deque[tuple[float, float]] = collections.deque()  # (when, ms taken)
         self._image: Any = None  # the metadata image the last tick saw, and its topic ids
+        self.prune_offsets = PruneOffsets()
+        self.prune_interval_ms = c.share_coordinator_state_topic_prune_interval_ms
+        self._next_prune = 0  # now_ms() of the next pruning
+        self._pruned: dict[int, int] = {}  # partition -> the offset its log was last pruned to
         self._topic_ids: frozenset[UUID] = frozenset()
 
     # ------------------------------------------------------------------------------------------- hosting
     def _topic_configs(self) -> list[tuple[str, str]]:
-        return [("cleanup.policy", "compact"), ("segment.bytes", str(self.segment_bytes)),
-                ("min.insync.replicas", str(self.min_isr))]
+        return [("cleanup.policy", "delete"), ("retention.ms", "-1"), ("compression.type", "producer"),
+                ("segment.bytes", str(self.segment_bytes)), ("min.insync.replicas", str(self.min_isr))]
 
     def _unload(self, p: int) -> int:
         gone = [k for k in self.book.states if self.partition_of(coordinator_key(*k)) == p]
         for k in gone:
             self.book.forget(k)
+        self.prune_offsets.forget(p)
+        self._pruned.pop(p, None)
         return len(gone)
 
     async def _tick(self, now: int) -> None:
         """A topic deleted from the metadata has its share-partitions' state deleted (tombstones), as Kafka's
-        coordinator does on a metadata change that removes topics."""
+        coordinator does on a metadata change that removes topics; the topic is pruned when it is time."""
+        if now >= self._next_prune:
+            self._next_prune = now + self.prune_interval_ms
+            for p in sorted(self.owned):
+                self._spawn(self._prune(p))
         image = self.node.metadata
         if image is self._image:
             return
@@ -111,6 +132,32 @@ class ShareCoordinator(CoordinatorHost):
             code = await self._append(p, record, ck)
         log.info("share_state_of_deleted_topic_removed", key=ck, error_code=code)
 
+    async def _prune(self, p: int) -> None:
+        """Deletes the records of partition `p` that no state needs (below `PruneOffsets.redundant_below`)."""
+        from kjbod.broker.handlers import delete_records  # the handler package imports the coordinators
+        from kjbod.protocol.generated import DeleteRecordsRequest
+        from kjbod.protocol.generated.delete_records_request import DeleteRecordsPartition, DeleteRecordsTopic
+
+        # Only grows while `p` stays led here (a later write's snapshot is past it), so no lock is held: records
+        # below it stay unneeded whatever is written meanwhile.
+        offset = self.prune_offsets.redundant_below(p)
+        if p not in self.owned or offset is None or offset <= self._pruned.get(p, 0):
+            return
+        body = DeleteRecordsRequest(timeout_ms=WRITE_TIMEOUT_MS, topics=[DeleteRecordsTopic(
+            name=SHARE_STATE_TOPIC, partitions=[DeleteRecordsPartition(partition_index=p, offset=offset)])])
+        request: Any = _ShareLogRequest()
+        try:
+            resp = await settle(delete_records.handle(self.node, request, body))
+            code = int(resp.topics[0].partitions[0].error_code)
+        except Exception:
+            log.exception("share_state_prune_failed", partition=p, offset=offset)
+            return
+        if code:
+            log.info("share_state_prune_refused", partition=p, offset=offset, error_code=code)
+        else:
+            self._pruned[p] = offset
+            log.debug("share_state_pruned", partition=p, offset=offset)
+
     def _stopped(self) -> None:
         persister = getattr(self.node, "share_persister", None)  # its connections to other coordinators
         close = getattr(persister, "close", None)
@@ -124,7 +171,7 @@ class ShareCoordinator(CoordinatorHost):
         return super().status(key)
 
     # A load replays every record of the partition in log order.
-    def _new_load(self) -> list[tuple[int, StateKey, Any]]:
+    def _new_load(self) -> list[tuple[int, StateKey, Any, int]]:
         return []
 
     def _take(self, acc: Any, p: int, header: Any, record: Any) -> None:
@@ -136,15 +183,17 @@ class ShareCoordinator(CoordinatorHost):
         except rec.ShareRecordError as e:
             log.warning("share_state_record_skipped", partition=p, offset=record.offset, reason=str(e))
             return
-        acc.append((kind, key, value))
+        acc.append((kind, key, value, record.offset))
 
     def _loaded_records(self, p: int, acc: Any) -> int:
-        for kind, key, value in acc:
+        for kind, key, value, offset in acc:
             try:
                 self.book.replay(kind, key, value)
             except rec.ShareRecordError as e:  # one odd record costs its own change, not the partition's load
                 log.warning("share_state_record_skipped", partition=p, key=coordinator_key(*key), reason=str(e))
-        return len({key for _k, key, _v in acc})
+                continue
+            self.prune_offsets.note(p, kind, key, value, offset)
+        return len({key for _k, key, _v, _o in acc})
 
     # ------------------------------------------------------------------------------------------- requests
     def _where(self, group_id: str, topic_id: UUID, partition: int) -> tuple[StateKey, str, PartitionAnswer | None]:
@@ -186,6 +235,13 @@ class ShareCoordinator(CoordinatorHost):
         if code == 0:
             self.book.replay(record.kind, record.key, record.value)
             self.writes += 1
+            # the record's offset: the partition's last, as its writes are made one at a time under its lock
+            # (and only this coordinator writes to the topic)
+            try:
+                end = self.node.partition_log(self.topic, p).log_end_offset
+            except Exception:  # the log went away meanwhile: nothing to prune here until it is loaded again
+                return code
+            self.prune_offsets.note(p, record.kind, record.key, record.value, end - 1)
         return code
 
     async def initialize(self, group_id: str, topic_id: UUID, partition: int, state_epoch: int,

@@ -31,6 +31,7 @@ from kjbod.broker.share.partition import SharePartition
 from kjbod.broker.share.persister import InitializeData, WriteData, persister_of
 from kjbod.broker.share.sessions import DEFAULT_MAX_SESSIONS, ShareSessions
 from kjbod.protocol.errors import ErrorCode
+from kjbod.storage.errors import StorageError
 
 log = structlog.get_logger("kjbod.share")
 
@@ -130,6 +131,50 @@ async def on_dir(node: Any, plog: Any, fn: Any) -> Any:
     return r
 
 
+def persister_error(code: int) -> int:
+    """The error a share-partition answers for the persister's `code`, as Kafka's share-partition maps them: a
+    fenced leader or state epoch is NOT_LEADER_OR_FOLLOWER (the client looks for the leader again), a coordinator
+    moving or loading COORDINATOR_NOT_AVAILABLE, anything else not Kafka's own UNKNOWN_SERVER_ERROR."""
+    if code in (ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.FENCED_STATE_EPOCH):
+        return ErrorCode.NOT_LEADER_OR_FOLLOWER
+    if code in (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+                ErrorCode.COORDINATOR_NOT_AVAILABLE):
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE
+    if code in (ErrorCode.GROUP_ID_NOT_FOUND, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION):
+        return code
+    return ErrorCode.UNKNOWN_SERVER_ERROR
+
+
+# answers after which the cached share-partition is stale (another leader or state epoch owns the state, or the
+# state is gone): it is dropped and loaded afresh on next use, as Kafka's fenced share-partition handler does
+FENCED = frozenset({ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.GROUP_ID_NOT_FOUND,
+                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION})
+
+
+def error_of(e: BaseException) -> tuple[int, str | None]:
+    """The error a share-partition answers for an exception raised while serving it, never a traceback to the
+    client: a refusal's own code, a log dir failure KAFKA_STORAGE_ERROR (an OSError the seam did not turn into
+    one too), anything else UNKNOWN_SERVER_ERROR (logged)."""
+    if isinstance(e, ShareError):
+        return e.code, e.message
+    if isinstance(e, StorageError):
+        return e.error_code, e.message
+    code = getattr(e, "code", None)
+    if isinstance(code, int) and not isinstance(e, OSError):  # AckError and other refusals with a Kafka code
+        return code, getattr(e, "message", None) or str(e) or None
+    if isinstance(e, OSError):
+        return ErrorCode.KAFKA_STORAGE_ERROR, str(e) or None
+    log.error("share_partition_failed", exc_info=e)
+    return ErrorCode.UNKNOWN_SERVER_ERROR, str(e) or type(e).__name__
+
+
+def error_name(code: int) -> str:
+    try:
+        return ErrorCode(code).name
+    except ValueError:
+        return str(code)
+
+
 class ShareLeader:
     """The node's share-partitions and share sessions."""
 
@@ -140,6 +185,13 @@ class ShareLeader:
                                       else DEFAULT_MAX_SESSIONS)
         self.partitions: dict[tuple[str, UUID, int], tuple[int, SharePartition]] = {}  # -> (leader epoch, state)
         self._loading: dict[tuple[str, UUID, int], asyncio.Future[Any]] = {}
+        self._image: Any = None  # the metadata image `prune` last saw
+        # per share-partition: one state write at a time, each carrying the state as it is when it goes (so a
+        # later state never lands before an earlier one, whatever the persister's retries do); a caller whose
+        # change a write that began after it asked already carried shares that write's answer
+        self._write_locks: dict[tuple[str, UUID, int], asyncio.Lock] = {}
+        self._asked: dict[tuple[str, UUID, int], int] = {}  # writes asked for
+        self._answered: dict[tuple[str, UUID, int], tuple[int, tuple[int, str | None]]] = {}  # (covering, answer)
         registry = getattr(node, "connection_registry", None)
         if registry is not None:
             registry.closed_hooks.append(self.connection_closed)
@@ -180,15 +232,7 @@ class ShareLeader:
                 answer = (await persister.read(group_id, [(topic_id, partition, leader_epoch)]))[
                     (topic_id, partition)]
         if answer.error_code:
-            code = answer.error_code
-            if code in (ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.FENCED_STATE_EPOCH):
-                code = ErrorCode.NOT_LEADER_OR_FOLLOWER  # as Kafka's share-partition maps the persister's errors
-            elif code in (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS):
-                code = ErrorCode.COORDINATOR_NOT_AVAILABLE
-            elif code not in (ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.GROUP_ID_NOT_FOUND,
-                              ErrorCode.UNKNOWN_TOPIC_OR_PARTITION):
-                code = ErrorCode.UNKNOWN_SERVER_ERROR
-            raise ShareError(code, answer.error_message)
+            raise ShareError(persister_error(answer.error_code), answer.error_message)
         settings = self.settings(group_id)
         start = answer.start_offset
         if start < 0:
@@ -198,7 +242,9 @@ class ShareLeader:
                                    max_record_locks=int(settings["share.partition.max.record.locks"]))
         sp.update_log_start(plog.log_start_offset)
         if start != answer.start_offset:
-            await self.persist(group_id, topic_id, partition, sp, leader_epoch)
+            code, message = await self.persist(group_id, topic_id, partition, sp, leader_epoch)
+            if code:
+                raise ShareError(code, message)
         return sp
 
     async def _reset_offset(self, plog: Any, reset: str) -> int:
@@ -216,14 +262,57 @@ class ShareLeader:
         return int(plog.high_watermark)
 
     async def persist(self, group_id: str, topic_id: UUID, partition: int, sp: SharePartition,
-                      leader_epoch: int) -> None:
-        """Write the share-partition's state; a refusal is logged (the state in memory stays what it is)."""
-        answer = (await persister_of(self.node).write(group_id, [WriteData(
-            topic_id, partition, sp.state_epoch, leader_epoch, sp.start_offset, sp.state_batches(),
-            sp.delivery_complete_count())]))[(topic_id, partition)]
-        if answer.error_code:
-            log.warning("share_state_write_failed", group=group_id, topic_id=str(topic_id), partition=partition,
-                        error=ErrorCode(answer.error_code).name, message=answer.error_message)
+                      leader_epoch: int) -> tuple[int, str | None]:
+        """Write the share-partition's state: (0, None), or the error the share-partition answers for the
+        refusal (`persister_error`), logged; a fenced share-partition is dropped from the cache (`FENCED`).
+        Writes of one share-partition go one at a time, each with the latest state (see `__init__`)."""
+        key = (group_id, topic_id, partition)
+        asked = self._asked[key] = self._asked.get(key, 0) + 1
+        lock = self._write_locks.setdefault(key, asyncio.Lock())
+        async with lock:
+            done = self._answered.get(key)
+            if done is not None and done[0] >= asked:
+                return done[1]
+            covering = self._asked[key]
+            answer = await self._write(group_id, topic_id, partition, sp, leader_epoch)
+            self._answered[key] = (covering, answer)
+        return answer
+
+    async def _write(self, group_id: str, topic_id: UUID, partition: int, sp: SharePartition,
+                     leader_epoch: int) -> tuple[int, str | None]:
+        try:
+            answer = (await persister_of(self.node).write(group_id, [WriteData(
+                topic_id, partition, sp.state_epoch, leader_epoch, sp.start_offset, sp.state_batches(),
+                sp.delivery_complete_count())]))[(topic_id, partition)]
+            raw, message = answer.error_code, answer.error_message
+        except Exception as e:  # a persister fault is this partition's error, never the request's traceback
+            log.warning("share_state_write_raised", group=group_id, topic_id=str(topic_id), partition=partition,
+                        exc_info=True)
+            raw, message = ErrorCode.UNKNOWN_SERVER_ERROR, str(e) or type(e).__name__
+        if not raw:
+            return 0, None
+        code = persister_error(raw)
+        log.warning("share_state_write_failed", group=group_id, topic_id=str(topic_id), partition=partition,
+                    error=error_name(raw), message=message)
+        if code in FENCED:
+            self.evict(group_id, topic_id, partition, sp)
+        return code, message
+
+    def evict(self, group_id: str, topic_id: UUID, partition: int, sp: SharePartition | None = None) -> None:
+        """Drop a cached share-partition (only `sp`, when given, not a newer one loaded meanwhile): the next use
+        reads its state from the persister again."""
+        key = (group_id, topic_id, partition)
+        held = self.partitions.get(key)
+        if held is not None and (sp is None or held[1] is sp):
+            self._drop(key)
+
+    def _drop(self, key: tuple[str, UUID, int]) -> None:
+        del self.partitions[key]
+        lock = self._write_locks.get(key)
+        if lock is None or not lock.locked():  # a write under way keeps its bookkeeping until the next drop
+            self._write_locks.pop(key, None)
+            self._asked.pop(key, None)
+            self._answered.pop(key, None)
 
     def release_member(self, group_id: str, member_id: str) -> list[tuple[UUID, int]]:
         """Release the records `member_id` holds in every share-partition of the group; the partitions changed."""
@@ -241,15 +330,40 @@ class ShareLeader:
 
     async def close_session(self, group_id: str, member_id: str) -> None:
         if self.sessions.close(group_id, member_id) is not None:
-            await self.persist_all(group_id, self.release_member(group_id, member_id))
+            await self._member_left(group_id, self.release_member(group_id, member_id))
 
     def connection_closed(self, connection_id: int) -> None:
         for session in self.sessions.connection_closed(connection_id):
             changed = self.release_member(session.group_id, session.member_id)
-            if changed:
-                task = asyncio.get_running_loop().create_task(self.persist_all(session.group_id, changed))
-                _background.add(task)
-                task.add_done_callback(_background.discard)
+            task = asyncio.get_running_loop().create_task(self._member_left(session.group_id, changed))
+            _background.add(task)
+            task.add_done_callback(_background.discard)
+
+    async def _member_left(self, group_id: str, changed: list[tuple[UUID, int]]) -> None:
+        """After a member's session ended: its released records written, and once the group has no share
+        session here any more, its share-partitions dropped from the cache (Kafka's onGroupEmpty), so that what
+        the group coordinator does to an empty group's state (AlterShareGroupOffsets, DeleteShareGroupOffsets,
+        DeleteGroups) is what the next fetch loads."""
+        await self.persist_all(group_id, changed)
+        if not self.sessions.has_group(group_id):
+            self.evict_group(group_id)
+
+    def evict_group(self, group_id: str) -> None:
+        for key in [k for k in self.partitions if k[0] == group_id]:
+            self._drop(key)
+
+    def prune(self) -> None:
+        """Drop the cached share-partitions of partitions this node no longer leads or whose topic is gone (Kafka's
+        partition listener: becoming a follower, deleted, failed); checked once per new metadata image."""
+        image = getattr(self.node, "metadata", None)
+        if image is None or image is self._image:
+            return
+        self._image = image
+        for key in list(self.partitions):
+            topic = image.topic_by_id(key[1])
+            info = topic.partitions.get(key[2]) if topic is not None else None
+            if info is None or info.leader != self.node.node_id:
+                self._drop(key)
 
 
 _background: set[asyncio.Task[Any]] = set()

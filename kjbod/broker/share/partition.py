@@ -12,7 +12,9 @@ offset (one past the last offset ever acquired), and between them the in-flight 
 A release, a lock timeout or the member's session closing makes an acquired record AVAILABLE again, or ARCHIVED
 once its delivery count has reached share.delivery.count.limit.  The start offset moves past every leading
 ACKNOWLEDGED or ARCHIVED offset.  Acquisition stops at MaxRecords (whole log batches, as Kafka's batch-optimized
-mode: the last batch may take it past) and at share.partition.max.record.locks offsets in flight.
+mode: the last batch may take it past; exactly at it in record-limit mode) and at share.partition.max.record.locks offsets in flight.  Offsets the log
+lacks between two batches read (compaction) are acquired with the batch after them, as Kafka's (the client
+acknowledges them as GAP), so the start offset never waits on them.
 
 Acknowledgements of one partition are all or nothing: every batch is checked (offsets in order, not overlapping,
 types valid, each offset acquired by this member) before any state changes, so a bad request changes nothing.
@@ -22,7 +24,7 @@ count, the persisted states being Kafka's Available, Acknowledged and Archived).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from kjbod.broker.share.persister import ACKNOWLEDGED, ARCHIVED, AVAILABLE, ReadAnswer, StateBatch
 from kjbod.protocol.errors import ErrorCode
@@ -53,6 +55,12 @@ class AckBatch:
     types: tuple[int, ...]
 
 
+@dataclass
+class Undo:
+    """The records one acknowledgement changed, as they were before it: what a failed state write puts back."""
+    before: list[tuple[int, Record]] = field(default_factory=list)
+
+
 class AckError(Exception):
     """An acknowledgement refused, with the Kafka error code to answer."""
 
@@ -63,18 +71,18 @@ class AckError(Exception):
 
 
 def check_batches(batches: list[AckBatch], *, renew_allowed: bool) -> None:
-    """The request-level checks of one partition's acknowledgement batches (INVALID_REQUEST): first <= last,
-    ascending and not overlapping, one type for the whole batch or one per offset, types Kafka knows (Renew only
-    when the request says it carries renewals)."""
+    """The request-level checks of one partition's acknowledgement batches (INVALID_REQUEST), Kafka's: first <=
+    last, none starting before the previous one's last offset (sharing that one offset is allowed), one type for
+    the whole batch or one per offset, types Kafka knows (Renew only when the request says it carries renewals)."""
     previous = -1
     top = RENEW if renew_allowed else REJECT
     for b in batches:
-        if b.first_offset < 0 or b.last_offset < b.first_offset:
+        if b.last_offset < b.first_offset:
             raise AckError(ErrorCode.INVALID_REQUEST,
                            f"acknowledgement batch {b.first_offset}-{b.last_offset}: the last offset is before the first")
-        if b.first_offset <= previous:
+        if b.first_offset < previous:
             raise AckError(ErrorCode.INVALID_REQUEST,
-                           f"acknowledgement batch {b.first_offset}-{b.last_offset} overlaps or precedes the one before")
+                           f"acknowledgement batch {b.first_offset}-{b.last_offset} starts before the one before ends")
         previous = b.last_offset
         if len(b.types) not in (1, b.last_offset - b.first_offset + 1):
             raise AckError(ErrorCode.INVALID_REQUEST,
@@ -99,6 +107,9 @@ class SharePartition:
         self.delivery_count_limit = delivery_count_limit
         self.max_record_locks = max_record_locks
         self.state_epoch = state_epoch
+        # offsets whose acknowledgement waits for its state write: never acquired, and the start offset stops
+        # before them, until the write is confirmed or rolled back (as Kafka's ongoing state transitions)
+        self.pending: set[int] = set()
 
     # -- loading ------------------------------------------------------------------------------------------------
 
@@ -121,22 +132,43 @@ class SharePartition:
         """Where the next read of the log starts: the first available in-flight offset, else the end offset."""
         for off in range(self.start_offset, self.end_offset):
             r = self.records.get(off)
-            if r is None or r.state == AVAILABLE:
+            if (r is None or r.state == AVAILABLE) and off not in self.pending:
                 return off
         return self.end_offset
 
     def in_flight(self) -> int:
         return self.end_offset - self.start_offset
 
-    def acquire(self, member: str, batches: list, max_records: int, now: float) -> list[tuple[int, int, int]]:
+    def acquire(self, member: str, batches: list, max_records: int, now: float, *,
+                read_from: int | None = None, record_limit: bool = False) -> list[tuple[int, int, int]]:
         """Acquire for `member` the available offsets of the log batches read (their (base offset, last offset),
-        ascending; a third element true marks an aborted transaction's batch, archived instead), up to `max_records` (finishing the batch that reaches it) and the record-lock limit.  Returns
-        the acquired ranges (first offset, last offset, delivery count), consecutive offsets of one count merged."""
+        ascending; a third element true marks an aborted transaction's batch, archived instead), up to
+        `max_records` (finishing the batch that reaches it) and the record-lock limit.  Returns the acquired
+        ranges (first offset, last offset, delivery count), consecutive offsets of one count merged.  With
+        `record_limit` (ShareFetch v2's ShareAcquireMode 1) never more than `max_records` offsets: the batch that
+        reaches it is split, its other offsets left available.
+
+        Offsets the log no longer holds (compacted away, or never records) are handled as Kafka does: those
+        between two batches are acquired with the batch after them (the client acknowledges them as GAP), so the
+        start offset can pass them; those between `read_from` (where the read began) and the first batch move the
+        start offset up when nothing is in flight, and are archived otherwise."""
         out: list[tuple[int, int, int]] = []
         got = 0
         deadline = now + self.lock_ms / 1000
-        for entry in batches:
+        previous = None if read_from is None else read_from - 1  # the last offset the read covered so far
+        for i, entry in enumerate(batches):
             base, last = entry[0], entry[1]
+            if previous is not None and base > previous + 1:
+                if i == 0:  # nothing of the log between where the read began and its first batch
+                    if self.start_offset == self.end_offset and self.start_offset <= base:
+                        self.records = {o: r for o, r in self.records.items() if o >= base}
+                        self.pending = {o for o in self.pending if o >= base}
+                        self.start_offset = self.end_offset = base
+                    else:
+                        self._archive_range(previous + 1, base - 1)
+                else:
+                    base = previous + 1  # the gap goes with this batch
+            previous = max(last, previous if previous is not None else last)
             if len(entry) > 2 and entry[2]:  # an aborted transaction's batch (read_committed): never delivered
                 self._archive_range(base, last)
                 continue
@@ -152,8 +184,10 @@ class SharePartition:
                     r = self.records[off] = Record(AVAILABLE, 0)
                 else:
                     r = self.records.get(off) or self.records.setdefault(off, Record(AVAILABLE, 0))
-                if r.state != AVAILABLE:
+                if r.state != AVAILABLE or off in self.pending:
                     continue
+                if record_limit and got >= max_records:
+                    break
                 r.state, r.member, r.deadline = ACQUIRED, member, deadline
                 r.delivery_count += 1
                 got += 1
@@ -176,11 +210,18 @@ class SharePartition:
 
     # -- acknowledgement ----------------------------------------------------------------------------------------
 
-    def acknowledge(self, member: str, batches: list[AckBatch], now: float, *, renew_allowed: bool = False) -> None:
+    def acknowledge(self, member: str, batches: list[AckBatch], now: float, *, renew_allowed: bool = False,
+                    renew_enabled: bool = True, hold: bool = False) -> Undo:
         """Apply one partition's acknowledgements, all or none (AckError names the refusal).  Offsets below the
-        start offset are skipped, as Kafka does (already done with)."""
+        start offset are skipped, as Kafka does (already done with).  With `hold` the changed offsets stay pending
+        (not acquirable, the start offset not past them) until `confirm` (the state write succeeded) or `rollback`
+        (it failed: the records are acquired by `member` again, as before); renewals change no state and are not
+        held.  A renewal when the group's share.renew.acknowledge.enable is false (`renew_enabled`) is
+        INVALID_RECORD_STATE, as Kafka's."""
         check_batches(batches, renew_allowed=renew_allowed)
-        changes: list[tuple[Record, int]] = []
+        changes: list[tuple[int, Record, int]] = []
+        renewed: set[int] = set()  # offsets a batch before renewed: still acquired for a later batch
+        seen: set[int] = set()
         for b in batches:
             if b.last_offset < self.start_offset:
                 continue
@@ -192,14 +233,26 @@ class SharePartition:
                                f"offset {b.last_offset} is past the acquired records (end {self.end_offset})")
             for off in range(max(b.first_offset, self.start_offset), b.last_offset + 1):
                 r = self.records.get(off)
-                if r is None or r.state != ACQUIRED:
+                if r is None or r.state != ACQUIRED or (off in seen and off not in renewed):
                     raise AckError(ErrorCode.INVALID_RECORD_STATE, f"offset {off} is not acquired")
                 if r.member != member:
                     raise AckError(ErrorCode.INVALID_RECORD_STATE, f"offset {off} is acquired by another member")
                 t = b.types[0] if len(b.types) == 1 else b.types[off - b.first_offset]
-                changes.append((r, t))
+                if t == RENEW and not renew_enabled:
+                    raise AckError(ErrorCode.INVALID_RECORD_STATE,
+                                   "renewing acquisition locks is not enabled for the group")
+                seen.add(off)
+                if t == RENEW:
+                    renewed.add(off)
+                else:
+                    renewed.discard(off)
+                changes.append((off, r, t))
         deadline = now + self.lock_ms / 1000
-        for r, t in changes:
+        undo = Undo()
+        for off, r, t in changes:
+            if t != RENEW:
+                undo.before.append((off, replace(r)))
+                self.pending.add(off)
             if t == ACCEPT:
                 self._settle(r, ACKNOWLEDGED)
             elif t in (REJECT, GAP):
@@ -208,6 +261,23 @@ class SharePartition:
                 self._release(r)
             else:  # RENEW: the lock starts again
                 r.deadline = deadline
+        if not hold:
+            self.confirm(undo)
+        return undo
+
+    def confirm(self, undo: Undo) -> None:
+        """The held acknowledgement's state write succeeded: its offsets are done pending."""
+        for off, _before in undo.before:
+            self.pending.discard(off)
+        self._advance()
+
+    def rollback(self, undo: Undo) -> None:
+        """The held acknowledgement's state write failed: its records go back to what they were (acquired, their
+        lock's deadline unchanged, so a lock that ran out meanwhile releases them at the next expiry check)."""
+        for off, before in undo.before:
+            self.pending.discard(off)
+            if off >= self.start_offset:  # not cut by a log start move meanwhile
+                self.records[off] = before
         self._advance()
 
     # -- releases -----------------------------------------------------------------------------------------------
@@ -243,6 +313,7 @@ class SharePartition:
             return False
         for off in [o for o in self.records if o < log_start_offset]:
             del self.records[off]
+        self.pending = {o for o in self.pending if o >= log_start_offset}
         self.start_offset = log_start_offset
         self.end_offset = max(self.end_offset, log_start_offset)
         self._advance()
@@ -284,7 +355,7 @@ class SharePartition:
     def _advance(self) -> None:
         while self.start_offset < self.end_offset:
             r = self.records.get(self.start_offset)
-            if r is None or r.state not in (ACKNOWLEDGED, ARCHIVED):
+            if r is None or r.state not in (ACKNOWLEDGED, ARCHIVED) or self.start_offset in self.pending:
                 break
             del self.records[self.start_offset]
             self.start_offset += 1

@@ -97,6 +97,10 @@ class ShareSessions:
             return session
         return self._continued(key, epoch)
 
+    def has_group(self, group_id: str) -> bool:
+        """True while some member of the group has a share session here."""
+        return any(g == group_id for g, _m in self.sessions)
+
     def close(self, group_id: str, member_id: str) -> ShareSession | None:
         return self.sessions.pop((group_id, member_id), None)
 

@@ -4,8 +4,10 @@ Strategy: one share-partition's state (group, topic id, partition) lives in the 
 that its key "group:topicId:partition" hashes to.  It is written as a ShareSnapshot record (the whole state), then
 ShareUpdate records (what each write changed) between snapshots; every
 share.coordinator.snapshot.update.records.per.snapshot updates the next write is a snapshot again, so a load
-replays at most that many updates per key.  A ShareSnapshot key with a null value deletes the state (the topic is
-compacted, and compaction keeps the latest record of each key: the snapshot and the updates have different keys).
+replays at most that many updates per key.  A ShareSnapshot key with a null value deletes the state.  The topic
+is not compacted (the updates of a key are deltas: keeping only the latest would lose the others): as Kafka's, it
+has cleanup.policy=delete with retention.ms=-1, and the coordinator deletes the records below the oldest latest
+snapshot of the keys of a partition itself (`PruneOffsets`), since no load needs them.
 
 Byte layouts (Kafka's, schemas/share/):
 
@@ -30,6 +32,7 @@ import base64
 import struct
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
+from typing import Any
 from uuid import UUID
 
 from kjbod.broker.share.persister import StateBatch
@@ -189,6 +192,39 @@ class Record:
 
 
 Refusal = tuple[int, str | None]
+
+
+class PruneOffsets:
+    """Where each partition of `__share_group_state` may start: the records below the oldest of its live keys'
+    latest ShareSnapshot are needed by no load (every key's state is rebuilt from its latest snapshot on), as
+    Kafka's share coordinator's offsets manager works it out.  With no live key, everything before the last record
+    (a tombstone, typically) is redundant."""
+
+    def __init__(self) -> None:
+        self.snapshots: dict[int, dict[StateKey, int]] = {}  # partition -> key -> offset of its latest snapshot
+        self.last: dict[int, int] = {}  # partition -> offset of the last record applied
+
+    def note(self, p: int, kind: int, key: StateKey, value: Any, offset: int) -> None:
+        """A record applied (written or loaded) at `offset` of partition `p`."""
+        self.last[p] = max(self.last.get(p, -1), offset)
+        if kind != SNAPSHOT:
+            return
+        keys = self.snapshots.setdefault(p, {})
+        if value is None:
+            keys.pop(key, None)
+        else:
+            keys[key] = offset
+
+    def redundant_below(self, p: int) -> int | None:
+        """The offset the partition's log may start at (records below it deleted), or None."""
+        keys = self.snapshots.get(p)
+        if keys:
+            return min(keys.values())
+        return self.last.get(p)
+
+    def forget(self, p: int) -> None:
+        self.snapshots.pop(p, None)
+        self.last.pop(p, None)
 
 
 class ShareStateBook:
