@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+import threading
+import time
 import uuid
 
 import pytest
@@ -53,22 +55,37 @@ def test_list_describe_reset_and_delete_a_share_group(server):
     group = f"sg-{uuid.uuid4().hex[:8]}"
     m = str(uuid.uuid4())
 
-    async def join() -> int:
+    leaving = threading.Event()
+    joined: list[int] = []  # the member's epoch once assigned
+    left: list[int] = []  # the error code of its leave
+
+    async def member() -> None:
+        """Joins, then heartbeats every 300 ms (as a consumer would) until told to leave, so its session never runs
+        out while the tool runs, however slow the machine; then leaves."""
         conn = await coordinator(server, group)
         try:
             r = await beat(conn, group, m, 0, [topic])
-            return await until_assigned(conn, group, m, r.member_epoch, {tid: [0, 1]})
+            epoch = await until_assigned(conn, group, m, r.member_epoch, {tid: [0, 1]})
+            joined.append(epoch)
+            while not leaving.is_set():
+                await asyncio.sleep(0.3)
+                r = await beat(conn, group, m, epoch)
+                epoch = r.member_epoch if r.error_code == 0 else epoch
+            left.append((await beat(conn, group, m, -1)).error_code)
         finally:
             conn.close()
 
-    async def leave() -> None:
-        conn = await coordinator(server, group)
-        try:
-            assert (await beat(conn, group, m, -1)).error_code == 0
-        finally:
-            conn.close()
+    def leave() -> None:
+        leaving.set()
+        beating.join(60)
+        assert left == [0], left
 
-    asyncio.run(join())
+    beating = threading.Thread(target=asyncio.run, args=(member(),), daemon=True)
+    beating.start()
+    deadline = time.monotonic() + 60
+    while not joined:
+        assert beating.is_alive() and time.monotonic() < deadline, "the member did not get its assignment"
+        time.sleep(0.05)
     done = tool(server, "--list")
     assert done.returncode == 0 and group in done.stdout.split(), done
     done = tool(server, "--list", "--state", "stable")
@@ -88,7 +105,7 @@ def test_list_describe_reset_and_delete_a_share_group(server):
     # a group with members is not reset
     done = tool(server, "--reset-offsets", "--group", group, "--topic", topic, "--to-earliest", "--execute")
     assert (done.returncode, done.stdout.strip()) == (1, f"Error: Share group '{group}' is not empty."), done
-    asyncio.run(leave())
+    leave()
     done = tool(server, "--reset-offsets", "--group", group, "--all-topics", "--to-latest", "--dry-run")
     assert done.returncode == 0, done
     rows = [line.split() for line in done.stdout.splitlines() if line.strip()]
