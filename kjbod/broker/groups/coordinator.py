@@ -62,6 +62,13 @@ from kjbod.broker.share.groups import (
     ShareHeartbeat,
 )
 from kjbod.broker.share.persister import persister_of
+from kjbod.broker.streams.groups import (
+    StreamsGroup,
+    StreamsGroupConfig,
+    StreamsGroups,
+    StreamsHeartbeat,
+    StreamsHeartbeatResult,
+)
 from kjbod.protocol.errors import ErrorCode
 from kjbod.storage.records import build_batch
 
@@ -131,6 +138,15 @@ def consumer_config_from(config: Any) -> ConsumerGroupConfig:
         classic_max_size=config.group_max_size)
 
 
+def streams_config_from(config: Any) -> StreamsGroupConfig:
+    """The group.streams.* keys of the group coordinator (Kafka's defaults where this node has none)."""
+    defaults = StreamsGroupConfig()
+    return StreamsGroupConfig(**{
+        name: getattr(config, "group_streams_" + name, getattr(defaults, name))
+        for name in ("session_timeout_ms", "heartbeat_interval_ms", "max_size", "num_standby_replicas",
+                     "initial_rebalance_delay_ms")})
+
+
 def share_config_from(config: Any) -> ShareGroupConfig:
     """The group.share.* keys of the group coordinator."""
     return ShareGroupConfig(
@@ -171,7 +187,13 @@ class GroupCoordinator(CoordinatorHost):
                                  group_configs=self.group_configs)
         self._share_records: dict[str, dict[bytes, bytes]] = {}  # share group id -> the records last written
         self._next_topic_check = 0  # when share groups are next checked for deleted topics (once a second)
-        self.book.consumer.taken_by_share = self.share_groups.__contains__
+        # KIP-1071 streams groups (kjbod.broker.streams.groups), in the same id space too (kept in memory only: their
+        # StreamsGroup* records are not written yet, so a coordinator move or restart loses them)
+        self.streams_groups: dict[str, StreamsGroup] = {}
+        self.streams = StreamsGroups(streams_config_from(node.config), self.streams_groups,
+                                     other_kind=self.other_kind_than_streams,
+                                     group_config=lambda gid: self.node.metadata.resource_configs(bc.GROUP, gid))
+        self.book.consumer.taken_by_share = lambda gid: gid in self.share_groups or gid in self.streams_groups
         self.settings = OffsetsTopicSettings.of(node.config)
         self.load_chunk = self.settings.load_buffer_size
         self._next_expiry = now_ms() + expiry_interval_ms
@@ -182,9 +204,10 @@ class GroupCoordinator(CoordinatorHost):
 
     def _unload(self, p: int) -> int:
         gone = [g for g in set(self.book.groups) | set(self.book.consumer_groups) | set(self.share_groups)
-                if self.partition_of(g) == p]
+                | set(self.streams_groups) if self.partition_of(g) == p]
         self.book.unload(gone)
         for g in gone:
+            self.streams_groups.pop(g, None)
             self.share_groups.pop(g, None)
             self._share_records.pop(g, None)
             self._consumer_records.pop(g, None)
@@ -197,6 +220,7 @@ class GroupCoordinator(CoordinatorHost):
             self._spawn(self.persist_consumer(gid))
         for gid in self.share.tick(now, self.topic_meta):
             self._spawn(self.persist_share(gid))
+        self.streams.tick(now)
         if self.share_groups and now >= self._next_topic_check:
             self._next_topic_check = now + 1000
             exists = lambda tid: self.node.metadata.topic_by_id(tid) is not None  # noqa: E731
@@ -444,9 +468,28 @@ class GroupCoordinator(CoordinatorHost):
     # ------------------------------------------------------------------------------------------- share groups
     def other_kind(self, group_id: str) -> str | None:
         """The kind of a group of this id that is not a share group, or None."""
+        if group_id in self.streams_groups:
+            return "streams"
         if group_id in self.book.consumer_groups:
             return "consumer"
         return "classic" if group_id in self.book.groups else None
+
+    def other_kind_than_streams(self, group_id: str) -> str | None:
+        """The kind of a group of this id that is not a streams group, or None."""
+        if group_id in self.share_groups:
+            return "share"
+        if group_id in self.book.consumer_groups:
+            return "consumer"
+        return "classic" if group_id in self.book.groups else None
+
+    # ------------------------------------------------------------------------------------------- streams groups
+    def partition_count(self, name: str) -> int | None:
+        topic = self.node.metadata.topic(name)
+        return None if topic is None else len(topic.partitions)
+
+    async def streams_heartbeat(self, request: StreamsHeartbeat) -> StreamsHeartbeatResult:
+        """A StreamsGroupHeartbeat: the group moves on in memory; the handler creates missing internal topics."""
+        return self.streams.heartbeat(now_ms(), request, self.partition_count)
 
     async def share_heartbeat(self, request: ShareHeartbeat) -> HeartbeatResult:
         """A ShareGroupHeartbeat: the group moves on, its changed records are written (acks=all), and the answer

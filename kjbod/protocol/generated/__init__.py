@@ -189,6 +189,10 @@ from .share_update_key import ShareUpdateKey
 from .share_update_value import ShareUpdateValue
 from .snapshot_footer_record import SnapshotFooterRecord
 from .snapshot_header_record import SnapshotHeaderRecord
+from .streams_group_describe_request import StreamsGroupDescribeRequest
+from .streams_group_describe_response import StreamsGroupDescribeResponse
+from .streams_group_heartbeat_request import StreamsGroupHeartbeatRequest
+from .streams_group_heartbeat_response import StreamsGroupHeartbeatResponse
 from .sync_group_request import SyncGroupRequest
 from .sync_group_response import SyncGroupResponse
 from .throttled_rate_intent_record import ThrottledRateIntentRecord
@@ -401,6 +405,10 @@ __all__ = [
     'ShareUpdateValue',
     'SnapshotFooterRecord',
     'SnapshotHeaderRecord',
+    'StreamsGroupDescribeRequest',
+    'StreamsGroupDescribeResponse',
+    'StreamsGroupHeartbeatRequest',
+    'StreamsGroupHeartbeatResponse',
     'SyncGroupRequest',
     'SyncGroupResponse',
     'ThrottledRateIntentRecord',
