@@ -371,7 +371,7 @@ class StreamsGroups:
             self._check_tasks(configured, r.active_tasks)
             self._check_tasks(configured, r.standby_tasks)
             self._check_tasks(configured, r.warmup_tasks)
-        if not group.members and group.assignment_epoch == 0 and group.group_epoch == 0:
+        if not group.members:  # a group (again) empty: the first joins are gathered before assigning
             group.assign_not_before_ms = now + self._setting(
                 r.group_id, "streams.initial.rebalance.delay.ms", self.config.initial_rebalance_delay_ms)
         group.members[member.member_id] = member
@@ -380,13 +380,11 @@ class StreamsGroups:
             group.group_epoch += 1
             changed = True
         # 4. the target assignment
-        if group.group_epoch > group.assignment_epoch:
-            if now < group.assign_not_before_ms:
-                status.append((ASSIGNMENT_DELAYED, "Assignment delayed due to the configured initial rebalance "
-                                                   "delay."))
-            else:
-                self._assign(group)
-                changed = True
+        if now < group.assign_not_before_ms:
+            status.append((ASSIGNMENT_DELAYED, "Assignment delayed due to the configured initial rebalance delay."))
+        elif group.group_epoch > group.assignment_epoch:
+            self._assign(group)
+            changed = True
         # 5. reconciliation
         if self._reconcile(group, member, r):
             changed = True

@@ -1,0 +1,364 @@
+"""Streams groups (KIP-1071) against a real `kjbod serve`, driven with kjbod's own generated codec as the client.
+
+No Kafka Streams client can be installed here (Kafka Streams is a Java library; no Python client speaks KIP-1071),
+so the members are hand-made StreamsGroupHeartbeat v0 requests, sent the way the Streams client sends them: join
+with epoch 0 and the topology, then heartbeat with the epoch given and the tasks owned.
+
+Strategy: one single-node server for the module, each test its own topics and group.  The broker creates the
+topology's internal topics; two members share the tasks (revocation before assignment); one leaves and the other
+takes everything; StreamsGroupDescribe shows the group; a restart; bad inputs get Kafka's codes, statuses and
+messages; streams.version 0 turns the APIs off.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
+from live import LiveServer, start_server
+
+from kjbod.net.connection import ClientConnection
+from kjbod.protocol.errors import ErrorCode
+from kjbod.protocol.generated import (
+    ApiVersionsRequest,
+    FindCoordinatorRequest,
+    StreamsGroupDescribeRequest,
+    StreamsGroupHeartbeatRequest,
+)
+from kjbod.protocol.generated.streams_group_heartbeat_request import (
+    CopartitionGroup,
+    Endpoint,
+    Subtopology,
+    TaskIds,
+    TopicInfo,
+    Topology,
+)
+
+pytestmark = pytest.mark.slow
+
+OVERRIDES = {
+    "offsets.topic.replication.factor": "1",
+    "offsets.topic.num.partitions": "2",
+    "auto.create.topics.enable": "false",
+}
+WAIT_S = 60.0
+STALE_TOPOLOGY, MISSING_SOURCE_TOPICS, MISSING_INTERNAL_TOPICS, ASSIGNMENT_DELAYED = 0, 1, 3, 5
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory):
+    s = start_server(tmp_path_factory.mktemp("kip1071"), log_dir_count=2, overrides=OVERRIDES)
+    yield s
+    s.stop()
+
+
+def make_topic(server: LiveServer, partitions: int) -> str:
+    name = f"in-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": server.bootstrap})
+    for f in admin.create_topics([NewTopic(name, partitions, 1)]).values():
+        f.result(30)
+    return name
+
+
+def partition_counts(server: LiveServer, *names: str) -> dict[str, int]:
+    md = AdminClient({"bootstrap.servers": server.bootstrap}).list_topics(timeout=30)
+    return {n: len(md.topics[n].partitions) for n in names if n in md.topics and md.topics[n].error is None}
+
+
+def word_count(app: str, source: str, epoch: int = 1) -> Topology:
+    """Sub-topology 0 reads the source and repartitions; sub-topology 1 reads the repartition topic into a store."""
+    return Topology(epoch=epoch, subtopologies=[
+        Subtopology(subtopology_id="0", source_topics=[source], repartition_sink_topics=[f"{app}-repartition"]),
+        Subtopology(subtopology_id="1",
+                    repartition_source_topics=[TopicInfo(name=f"{app}-repartition", partitions=0,
+                                                         replication_factor=0)],
+                    state_changelog_topics=[TopicInfo(name=f"{app}-store-changelog", partitions=0,
+                                                      replication_factor=0)],
+                    copartition_groups=[CopartitionGroup(repartition_source_topics=[0])]),
+    ])
+
+
+async def coordinator(server: LiveServer, group: str) -> ClientConnection:
+    conn = await ClientConnection.open(server.host, server.port, client_id="kip1071-test", connect_timeout=10.0)
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        r = await conn.request(10, 4, FindCoordinatorRequest(key_type=0, coordinator_keys=[group]), 30.0)
+        if r.coordinators[0].error_code == 0:
+            return conn
+        assert time.monotonic() < deadline, r
+        await asyncio.sleep(0.2)
+
+
+def ids(tasks: dict[str, set[int]]) -> list[TaskIds]:
+    return [TaskIds(subtopology_id=s, partitions=sorted(ps)) for s, ps in sorted(tasks.items())]
+
+
+class Member:
+    """One member as the Streams client runs it: the tasks it was given are the tasks it owns next time."""
+
+    def __init__(self, conn: ClientConnection, group: str, topology: Topology, endpoint: int | None = None) -> None:
+        self.conn, self.group, self.topology = conn, group, topology
+        self.member_id, self.epoch = str(uuid.uuid4()), 0
+        self.active: dict[str, set[int]] = {}
+        self.endpoint = endpoint
+        self.last = None
+
+    async def beat(self, **kw):
+        joining = self.epoch == 0
+        body = StreamsGroupHeartbeatRequest(
+            group_id=self.group, member_id=self.member_id, member_epoch=self.epoch, endpoint_information_epoch=0,
+            rebalance_timeout_ms=30_000 if joining else -1, topology=self.topology if joining else None,
+            process_id=self.member_id if joining else None,
+            user_endpoint=Endpoint(host="127.0.0.1", port=self.endpoint) if joining and self.endpoint else None,
+            active_tasks=None if joining else ids(self.active), standby_tasks=None if joining else [],
+            warmup_tasks=None if joining else [])
+        for k, v in kw.items():
+            setattr(body, k, v)
+        r = await self.conn.request(88, 0, body, 30.0)
+        self.last = r
+        if r.error_code == 0 and r.member_epoch >= 0:
+            self.epoch = r.member_epoch
+            if r.active_tasks is not None:
+                self.active = {t.subtopology_id: set(t.partitions) for t in r.active_tasks}
+        return r
+
+    async def leave(self):
+        return await self.conn.request(88, 0, StreamsGroupHeartbeatRequest(
+            group_id=self.group, member_id=self.member_id, member_epoch=-1), 30.0)
+
+    def tasks(self) -> set[tuple[str, int]]:
+        return {(s, p) for s, ps in self.active.items() for p in ps}
+
+
+async def until(members: list[Member], done, what: str) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        for m in members:
+            r = await m.beat()
+            assert r.error_code == 0, r
+        if done():
+            return
+        assert time.monotonic() < deadline, f"{what}: {[m.last for m in members]}"
+        await asyncio.sleep(0.1)
+
+
+async def describe(conn: ClientConnection, *groups: str):
+    return (await conn.request(89, 0, StreamsGroupDescribeRequest(group_ids=list(groups)), 30.0)).groups
+
+
+def test_two_members_share_the_tasks_and_the_broker_creates_the_internal_topics(server):
+    source = make_topic(server, 4)
+    app = f"app-{uuid.uuid4().hex[:6]}"
+    topology = word_count(app, source)
+    every = {(s, p) for s in "01" for p in range(4)}
+
+    async def run() -> None:
+        conn = await coordinator(server, app)
+        try:
+            versions = await conn.request(18, 3, ApiVersionsRequest(client_software_name="t",
+                                                                    client_software_version="1"), 30.0)
+            keys = {k.api_key: (k.min_version, k.max_version) for k in versions.api_keys}
+            assert keys[88] == (0, 0) and keys[89] == (0, 0)
+            m1 = Member(conn, app, topology, endpoint=9001)
+            r = await m1.beat()
+            assert (r.error_code, r.member_id, r.heartbeat_interval_ms) == (0, m1.member_id, 5000)
+            statuses = {st.status_code: st.status_detail for st in r.status}
+            assert statuses[MISSING_INTERNAL_TOPICS] == (f"Internal topics are missing: {app}-repartition, "
+                                                         f"{app}-store-changelog")
+            # the first join waits for group.streams.initial.rebalance.delay.ms (3 s) to gather other members
+            assert statuses[ASSIGNMENT_DELAYED] == "Assignment delayed due to the configured initial rebalance delay."
+
+            await until([m1], lambda: m1.tasks() == every, "the first member gets every task")
+            assert m1.last.status == []
+            # the broker made the internal topics, with the source's partition count
+            assert partition_counts(server, f"{app}-repartition", f"{app}-store-changelog") == {
+                f"{app}-repartition": 4, f"{app}-store-changelog": 4}
+            ep = m1.last.partitions_by_user_endpoint
+            assert ep is not None or m1.last.endpoint_information_epoch > 0
+
+            m2 = Member(conn, app, topology)
+            r = await m2.beat()
+            assert r.error_code == 0 and r.status == []
+            await until([m1, m2], lambda: len(m1.tasks()) == 4 and len(m2.tasks()) == 4,
+                        "two members, four tasks each")
+            assert m1.tasks() | m2.tasks() == every and not m1.tasks() & m2.tasks()
+            assert m1.epoch == m2.epoch
+            [g] = await describe(conn, app)
+            assert (g.error_code, g.group_state, g.group_epoch, g.assignment_epoch) == (0, "Stable", m1.epoch,
+                                                                                        m1.epoch)
+            assert g.topology.epoch == 1 and [s.subtopology_id for s in g.topology.subtopologies] == ["0", "1"]
+            assert g.topology.subtopologies[1].state_changelog_topics[0].name == f"{app}-store-changelog"
+            assert sorted(m.member_id for m in g.members) == sorted([m1.member_id, m2.member_id])
+            by_id = {m.member_id: m for m in g.members}
+            assert by_id[m1.member_id].user_endpoint.port == 9001 and by_id[m2.member_id].user_endpoint is None
+            assert {(t.subtopology_id, p) for t in by_id[m2.member_id].assignment.active_tasks
+                    for p in t.partitions} == m2.tasks()
+            assert by_id[m1.member_id].client_id == "kip1071-test"
+
+            # m2 leaves: m1 takes everything back
+            r = await m2.leave()
+            assert (r.error_code, r.member_id, r.member_epoch) == (0, m2.member_id, -1)
+            await until([m1], lambda: m1.tasks() == every, "the remaining member takes every task")
+            [g] = await describe(conn, app)
+            assert [m.member_id for m in g.members] == [m1.member_id] and g.group_state == "Stable"
+        finally:
+            conn.close()
+
+    asyncio.run(run())
+
+
+def test_bad_inputs_get_kafkas_codes_and_statuses(server):
+    source = make_topic(server, 2)
+    app = f"app-{uuid.uuid4().hex[:6]}"
+
+    async def run() -> None:
+        conn = await coordinator(server, app)
+        try:
+            # unknown source topics: the member joins, the group is not ready, nothing is created
+            lost = f"app-{uuid.uuid4().hex[:6]}"
+            m = Member(conn, lost, word_count(lost, "no-such-topic"))
+            r = await m.beat()
+            assert r.error_code == 0
+            assert {s.status_code: s.status_detail for s in r.status}[MISSING_SOURCE_TOPICS] == (
+                "Source topics no-such-topic are missing.")
+            assert r.active_tasks == [] and partition_counts(server, f"{lost}-repartition") == {}
+            [g] = await describe(conn, lost)
+            assert g.group_state == "NotReady"
+
+            # a stale topology epoch is a status; the same epoch with another topology is refused
+            m1 = Member(conn, app, word_count(app, source, epoch=2))
+            assert (await m1.beat()).error_code == 0
+            old = Member(conn, app, word_count(app, source, epoch=1))
+            r = await old.beat()
+            assert r.error_code == 0 and (STALE_TOPOLOGY, "The member's topology epoch 1 is behind the group's "
+                                                          "topology epoch 2.") in [(s.status_code, s.status_detail)
+                                                                                   for s in r.status]
+            other = Member(conn, app, Topology(epoch=2, subtopologies=[
+                Subtopology(subtopology_id="0", source_topics=[source])]))
+            r = await other.beat()
+            assert (r.error_code, r.error_message) == (ErrorCode.INVALID_REQUEST,
+                                                       "Topology updates are not supported yet.")
+
+            # member epochs
+            r = await m1.beat(member_epoch=m1.epoch + 10, topology=None, active_tasks=[], standby_tasks=[],
+                              warmup_tasks=[])
+            assert r.error_code == ErrorCode.FENCED_MEMBER_EPOCH and "greater member epoch" in r.error_message
+            r = await Member(conn, app, None).beat(member_epoch=3, active_tasks=[], standby_tasks=[],
+                                                   warmup_tasks=[])
+            assert r.error_code == ErrorCode.UNKNOWN_MEMBER_ID
+            r = await m1.beat(member_epoch=-3, topology=None)
+            assert (r.error_code, r.error_message) == (ErrorCode.INVALID_REQUEST, "MemberEpoch is -3, but must be "
+                                                                                  "greater than or equal to -2.")
+            # a topology naming Kafka's own topics, or a bad name, is an invalid topology
+            bad = Member(conn, app, Topology(epoch=1, subtopologies=[
+                Subtopology(subtopology_id="0", source_topics=["__consumer_offsets"])]))
+            r = await bad.beat()
+            assert (r.error_code, r.error_message) == (
+                ErrorCode.STREAMS_INVALID_TOPOLOGY,
+                "Use of Kafka internal topics __consumer_offsets in a Kafka Streams topology is prohibited.")
+            bad.topology = Topology(epoch=1, subtopologies=[Subtopology(subtopology_id="0", source_topics=["a b"])])
+            r = await bad.beat()
+            assert (r.error_code, r.error_message) == (ErrorCode.STREAMS_INVALID_TOPOLOGY,
+                                                       "Topic names a b are not valid topic names.")
+            bad.topology = Topology(epoch=1, subtopologies=[Subtopology(
+                subtopology_id="0", source_topics=[source],
+                state_changelog_topics=[TopicInfo(name="c", partitions=2, replication_factor=0)])])
+            r = await bad.beat()
+            assert (r.error_code, r.error_message) == (
+                ErrorCode.STREAMS_INVALID_TOPOLOGY,
+                "Changelog topic c must have an undefined partition count, but it is set to 2.")
+            # the group of another kind, or none
+            [g] = await describe(conn, "no-such-group")
+            assert (g.error_code, g.error_message) == (ErrorCode.GROUP_ID_NOT_FOUND, "Group no-such-group not found.")
+        finally:
+            conn.close()
+
+        # an unsupported version: the connection is closed, as Kafka closes it, and the server goes on
+        reader, writer = await asyncio.open_connection(server.host, server.port)
+        body = StreamsGroupHeartbeatRequest(group_id=app, member_id="m", member_epoch=0).encode(0)
+        client_id = b"raw"
+        header = struct.pack(">hhih", 88, 1, 7, len(client_id)) + client_id + b"\x00"
+        frame = header + body
+        writer.write(struct.pack(">i", len(frame)) + frame)
+        await writer.drain()
+        assert await asyncio.wait_for(reader.read(), 30) == b""
+        writer.close()
+        conn = await coordinator(server, app)
+        try:
+            [g] = await describe(conn, app)
+            assert g.error_code == 0
+        finally:
+            conn.close()
+
+    asyncio.run(run())
+
+
+def test_after_a_restart_members_join_again_and_the_internal_topics_stay(tmp_path):
+    """The group's records are not written yet (a later stage), so a restart forgets the group: the members join
+    again with epoch 0 and get their tasks back; the internal topics the broker made are still there."""
+    s = start_server(tmp_path / "restart", log_dir_count=1, overrides=OVERRIDES)
+    try:
+        source = make_topic(s, 2)
+        app = f"app-{uuid.uuid4().hex[:6]}"
+        every = {(t, p) for t in "01" for p in range(2)}
+
+        async def once() -> int:
+            conn = await coordinator(s, app)
+            try:
+                m = Member(conn, app, word_count(app, source))
+                await until([m], lambda: m.tasks() == every, "the member gets every task")
+                return m.epoch
+            finally:
+                conn.close()
+
+        asyncio.run(once())
+        before = partition_counts(s, f"{app}-repartition", f"{app}-store-changelog")
+        assert before == {f"{app}-repartition": 2, f"{app}-store-changelog": 2}
+        s.stop()
+        s.start()
+        asyncio.run(once())
+        assert partition_counts(s, f"{app}-repartition", f"{app}-store-changelog") == before
+    finally:
+        s.stop()
+
+
+def test_streams_version_0_turns_the_apis_off(server):
+    app = f"app-{uuid.uuid4().hex[:6]}"
+    source = make_topic(server, 1)
+
+    def features(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "kjbod", "features", "--bootstrap-server", server.bootstrap,
+                               *args], capture_output=True, text=True, timeout=120)
+
+    async def heartbeat_and_describe() -> tuple[int, int]:
+        conn = await coordinator(server, app)
+        try:
+            r = await Member(conn, app, word_count(app, source)).beat()
+            [g] = await describe(conn, app)
+            versions = await conn.request(18, 3, ApiVersionsRequest(client_software_name="t",
+                                                                    client_software_version="1"), 30.0)
+            assert {88, 89} <= {k.api_key for k in versions.api_keys}  # listed at either level, as Kafka's are
+            return r.error_code, g.error_code
+        finally:
+            conn.close()
+
+    down = features("downgrade", "--feature", "streams.version=0")
+    assert (down.returncode, down.stdout) == (0, "streams.version was downgraded to 0.\n"), down.stderr
+    try:
+        deadline = time.monotonic() + WAIT_S
+        while (codes := asyncio.run(heartbeat_and_describe())) != (ErrorCode.UNSUPPORTED_VERSION,) * 2:
+            assert time.monotonic() < deadline, codes
+            time.sleep(0.2)
+    finally:
+        up = features("upgrade", "--feature", "streams.version=1")
+        assert up.returncode == 0, up.stderr
+    deadline = time.monotonic() + WAIT_S
+    while (codes := asyncio.run(heartbeat_and_describe())) != (0, 0):
+        assert time.monotonic() < deadline, codes
+        time.sleep(0.2)
