@@ -27,7 +27,10 @@ from kjbod.net.connection import ClientConnection
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import (
     ApiVersionsRequest,
+    DeleteGroupsRequest,
+    DescribeGroupsRequest,
     FindCoordinatorRequest,
+    ListGroupsRequest,
     StreamsGroupDescribeRequest,
     StreamsGroupHeartbeatRequest,
 )
@@ -207,6 +210,26 @@ def test_two_members_share_the_tasks_and_the_broker_creates_the_internal_topics(
             await until([m1], lambda: m1.tasks() == every, "the remaining member takes every task")
             [g] = await describe(conn, app)
             assert [m.member_id for m in g.members] == [m1.member_id] and g.group_state == "Stable"
+
+            # the other group APIs: ListGroups lists it as a streams group, DescribeGroups is for classic groups,
+            # DeleteGroups refuses a group with members and deletes an empty one
+            listed = await conn.request(16, 5, ListGroupsRequest(types_filter=["streams"]), 30.0)
+            assert [(x.group_id, x.protocol_type, x.group_state, x.group_type) for x in listed.groups
+                    if x.group_id == app] == [(app, "streams", "Stable", "streams")]
+            listed = await conn.request(16, 5, ListGroupsRequest(types_filter=["consumer"]), 30.0)
+            assert app not in [x.group_id for x in listed.groups]
+            dg = await conn.request(15, 6, DescribeGroupsRequest(groups=[app]), 30.0)
+            assert (dg.groups[0].error_code, dg.groups[0].error_message, dg.groups[0].group_state) == (
+                ErrorCode.GROUP_ID_NOT_FOUND, f"Group {app} is not a classic group.", "Dead")
+            deleted = await conn.request(42, 2, DeleteGroupsRequest(groups_names=[app]), 30.0)
+            assert deleted.results[0].error_code == ErrorCode.NON_EMPTY_GROUP
+            assert (await m1.leave()).error_code == 0
+            [g] = await describe(conn, app)
+            assert (g.group_state, g.members) == ("Empty", [])
+            deleted = await conn.request(42, 2, DeleteGroupsRequest(groups_names=[app]), 30.0)
+            assert deleted.results[0].error_code == 0
+            [g] = await describe(conn, app)
+            assert (g.error_code, g.error_message) == (ErrorCode.GROUP_ID_NOT_FOUND, f"Group {app} not found.")
         finally:
             conn.close()
 

@@ -491,6 +491,13 @@ class GroupCoordinator(CoordinatorHost):
         """A StreamsGroupHeartbeat: the group moves on in memory; the handler creates missing internal topics."""
         return self.streams.heartbeat(now_ms(), request, self.partition_count)
 
+    async def delete_streams_group(self, group_id: str) -> int:
+        """Deletes an empty streams group: the offsets committed under its id, then the group itself."""
+        code = await self.delete_group(group_id)
+        if code == 0:
+            self.streams_groups.pop(group_id, None)
+        return code
+
     async def share_heartbeat(self, request: ShareHeartbeat) -> HeartbeatResult:
         """A ShareGroupHeartbeat: the group moves on, its changed records are written (acks=all), and the answer
         goes out once they are committed.  Partitions newly subscribed are then initialized through the persister
