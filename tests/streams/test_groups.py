@@ -341,3 +341,20 @@ def test_group_configs_set_the_standbys():
     # sub-topology 1 is stateful: each of its tasks has a standby on the other member
     assert targets["m1"].standby.get("1", set()) == targets["m2"].active.get("1", set())
     assert "0" not in targets["m1"].standby and "0" not in targets["m2"].standby
+
+
+def test_offset_commits_and_fetches_need_the_members_current_epoch():
+    sg = groups()
+    sg.heartbeat(0, join("m1"), IMAGE.get)
+    assert sg.check_commit("g", "m1", 1, None, 9) == ErrorCode.NONE
+    assert sg.check_commit("g", "m1", 2, None, 9) == ErrorCode.STALE_MEMBER_EPOCH
+    assert sg.check_commit("g", "m1", 1, None, 8) == ErrorCode.UNSUPPORTED_VERSION
+    assert sg.check_commit("g", "m1", 1, None, 3, transactional=True) == ErrorCode.NONE
+    assert sg.check_commit("g", "", -1, None, 3, transactional=True) == ErrorCode.NONE
+    assert sg.check_commit("g", "x", -1, None, 9) == ErrorCode.UNKNOWN_MEMBER_ID  # members: no outside commits
+    assert sg.check_fetch("g", None, -1) == ErrorCode.NONE
+    assert sg.check_fetch("g", "m1", 1) == ErrorCode.NONE
+    assert sg.check_fetch("g", "m1", 0) == ErrorCode.STALE_MEMBER_EPOCH
+    assert sg.check_fetch("g", "x", 1) == ErrorCode.UNKNOWN_MEMBER_ID
+    sg.heartbeat(1, beat("m1", -1), IMAGE.get)
+    assert sg.check_commit("g", "", -1, None, 9) == ErrorCode.NONE  # empty: an admin may commit

@@ -31,9 +31,16 @@ from kjbod.protocol.generated import (
     DescribeGroupsRequest,
     FindCoordinatorRequest,
     ListGroupsRequest,
+    OffsetCommitRequest,
+    OffsetFetchRequest,
     StreamsGroupDescribeRequest,
     StreamsGroupHeartbeatRequest,
 )
+from kjbod.protocol.generated.offset_commit_request import (
+    OffsetCommitRequestPartition,
+    OffsetCommitRequestTopic,
+)
+from kjbod.protocol.generated.offset_fetch_request import OffsetFetchRequestGroup, OffsetFetchRequestTopics
 from kjbod.protocol.generated.streams_group_heartbeat_request import (
     CopartitionGroup,
     Endpoint,
@@ -203,6 +210,31 @@ def test_two_members_share_the_tasks_and_the_broker_creates_the_internal_topics(
             assert {(t.subtopology_id, p) for t in by_id[m2.member_id].assignment.active_tasks
                     for p in t.partitions} == m2.tasks()
             assert by_id[m1.member_id].client_id == "kip1071-test"
+
+            # offsets: a member commits with its current epoch (OffsetCommit v9 or later) and fetches with it
+            async def commit(version: int, member: Member, epoch: int) -> int:
+                r = await conn.request(8, version, OffsetCommitRequest(
+                    group_id=app, generation_id_or_member_epoch=epoch, member_id=member.member_id,
+                    topics=[OffsetCommitRequestTopic(name=source, partitions=[
+                        OffsetCommitRequestPartition(partition_index=0, committed_offset=42)])]), 30.0)
+                return r.topics[0].partitions[0].error_code
+
+            assert await commit(9, m1, m1.epoch) == 0
+            assert await commit(9, m1, m1.epoch + 1) == ErrorCode.STALE_MEMBER_EPOCH
+            assert await commit(8, m1, m1.epoch) == ErrorCode.UNSUPPORTED_VERSION
+            assert await commit(9, Member(conn, app, topology), 1) == ErrorCode.UNKNOWN_MEMBER_ID
+            assert await commit(9, Member(conn, app, topology), -1) == ErrorCode.UNKNOWN_MEMBER_ID  # not empty
+
+            async def fetch(member_id: str | None, epoch: int):
+                r = await conn.request(9, 9, OffsetFetchRequest(groups=[OffsetFetchRequestGroup(
+                    group_id=app, member_id=member_id, member_epoch=epoch,
+                    topics=[OffsetFetchRequestTopics(name=source, partition_indexes=[0])])]), 30.0)
+                g = r.groups[0]
+                return g.error_code, [p.committed_offset for t in g.topics for p in t.partitions]
+
+            assert await fetch(m2.member_id, m2.epoch) == (0, [42])
+            assert await fetch(None, -1) == (0, [42])  # an admin
+            assert (await fetch(m2.member_id, m2.epoch - 1))[0] == ErrorCode.STALE_MEMBER_EPOCH
 
             # m2 leaves: m1 takes everything back
             r = await m2.leave()

@@ -480,7 +480,9 @@ class GroupCoordinator(CoordinatorHost):
             return "share"
         if group_id in self.book.consumer_groups:
             return "consumer"
-        return "classic" if group_id in self.book.groups else None
+        classic = self.book.groups.get(group_id)
+        # an empty classic group (offsets committed from outside a group) may become a streams group, as in Kafka
+        return "classic" if classic is not None and classic.members else None
 
     # ------------------------------------------------------------------------------------------- streams groups
     def partition_count(self, name: str) -> int | None:

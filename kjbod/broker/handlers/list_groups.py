@@ -29,7 +29,7 @@ def handle(node, request, body: ListGroupsRequest) -> ListGroupsResponse:
     book = coordinator.book
     listed: list[tuple[str, str, str, str]] = [  # id, protocol type, state, type
         (gid, g.protocol_type or "", g.state.value, "classic") for gid, g in book.groups.items()
-        if gid not in book.consumer_groups]
+        if gid not in book.consumer_groups and gid not in coordinator.streams_groups]
     listed += [(gid, "consumer", g.state.value, "consumer") for gid, g in book.consumer_groups.items()]
     listed += [(gid, "share", g.state.value, "share") for gid, g in coordinator.share_groups.items()]
     listed += [(gid, "streams", g.state().value, "streams") for gid, g in coordinator.streams_groups.items()]

@@ -270,10 +270,9 @@ class StreamsGroups:
         return self._setting(group_id, "streams.session.timeout.ms", self.config.session_timeout_ms)
 
     def _group(self, group_id: str, create: bool) -> StreamsGroup:
-        kind = self.other_kind(group_id)
-        if kind is not None:
-            raise Refused(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a streams group.")
         group = self.groups.get(group_id)
+        if group is None and self.other_kind(group_id) is not None:
+            raise Refused(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a streams group.")
         if group is None:
             if not create:
                 raise Refused(ErrorCode.GROUP_ID_NOT_FOUND, f"Streams group {group_id} not found.")
@@ -508,6 +507,35 @@ class StreamsGroups:
 
         return [(m.user_endpoint, partitions(m.assigned.active), partitions(m.assigned.standby))
                 for m in sorted(group.members.values(), key=lambda m: m.member_id) if m.user_endpoint is not None]
+
+    # ------------------------------------------------------------------------------------------------ offsets
+    def check_commit(self, group_id: str, member_id: str, member_epoch: int, instance_id: str | None,
+                     version: int, transactional: bool = False) -> int:
+        """Whether a member may commit offsets (0) or Kafka's code refusing it: a commit with epoch -1 goes to an
+        empty group only; a member must send its current epoch (STALE_MEMBER_EPOCH otherwise, also for an older
+        one: kjbod keeps no per-task assignment epochs, which Kafka 4.3 checks an older epoch against) and, outside
+        a transaction, OffsetCommit v9 or later."""
+        group = self.groups[group_id]
+        if member_epoch < 0 and not group.members:
+            return ErrorCode.NONE
+        if transactional and member_epoch == -1 and not member_id and instance_id is None:
+            return ErrorCode.NONE
+        member = group.members.get(member_id)
+        if member is None:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        if not transactional and version < 9:
+            return ErrorCode.UNSUPPORTED_VERSION
+        return ErrorCode.NONE if member_epoch == member.member_epoch else ErrorCode.STALE_MEMBER_EPOCH
+
+    def check_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> int:
+        """Whether a member may fetch the group's offsets: without a member id and epoch (an admin) always, else
+        with its current epoch only."""
+        if member_id is None and member_epoch < 0:
+            return ErrorCode.NONE
+        member = self.groups[group_id].members.get(member_id or "")
+        if member is None:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        return ErrorCode.NONE if member_epoch == member.member_epoch else ErrorCode.STALE_MEMBER_EPOCH
 
     # ------------------------------------------------------------------------------------------------ time
     def tick(self, now: int) -> list[str]:
