@@ -356,28 +356,37 @@ def test_bad_inputs_get_kafkas_codes_and_statuses(server):
 
 def test_after_a_restart_members_join_again_and_the_internal_topics_stay(tmp_path):
     """The group's records are not written yet (a later stage), so a restart forgets the group: the members join
-    again with epoch 0 and get their tasks back; the internal topics the broker made are still there."""
+    again with epoch 0 and get their tasks back; the internal topics the broker made and the offsets the members
+    committed are still there."""
     s = start_server(tmp_path / "restart", log_dir_count=1, overrides=OVERRIDES)
     try:
         source = make_topic(s, 2)
         app = f"app-{uuid.uuid4().hex[:6]}"
         every = {(t, p) for t in "01" for p in range(2)}
 
-        async def once() -> int:
+        async def once(offset: int) -> int:
+            """Joins, commits `offset` for partition 0 as the member; the offset committed before, as fetched."""
             conn = await coordinator(s, app)
             try:
+                before = await conn.request(9, 9, OffsetFetchRequest(groups=[OffsetFetchRequestGroup(
+                    group_id=app, topics=[OffsetFetchRequestTopics(name=source, partition_indexes=[0])])]), 30.0)
                 m = Member(conn, app, word_count(app, source))
                 await until([m], lambda: m.tasks() == every, "the member gets every task")
-                return m.epoch
+                r = await conn.request(8, 9, OffsetCommitRequest(
+                    group_id=app, generation_id_or_member_epoch=m.epoch, member_id=m.member_id,
+                    topics=[OffsetCommitRequestTopic(name=source, partitions=[
+                        OffsetCommitRequestPartition(partition_index=0, committed_offset=offset)])]), 30.0)
+                assert r.topics[0].partitions[0].error_code == 0
+                return before.groups[0].topics[0].partitions[0].committed_offset
             finally:
                 conn.close()
 
-        asyncio.run(once())
+        assert asyncio.run(once(7)) == -1
         before = partition_counts(s, f"{app}-repartition", f"{app}-store-changelog")
         assert before == {f"{app}-repartition": 2, f"{app}-store-changelog": 2}
         s.stop()
         s.start()
-        asyncio.run(once())
+        assert asyncio.run(once(8)) == 7  # the offsets the members committed are kept
         assert partition_counts(s, f"{app}-repartition", f"{app}-store-changelog") == before
     finally:
         s.stop()
