@@ -354,40 +354,62 @@ def test_bad_inputs_get_kafkas_codes_and_statuses(server):
     asyncio.run(run())
 
 
-def test_after_a_restart_members_join_again_and_the_internal_topics_stay(tmp_path):
-    """The group's records are not written yet (a later stage), so a restart forgets the group: the members join
-    again with epoch 0 and get their tasks back; the internal topics the broker made and the offsets the members
-    committed are still there."""
+def test_the_group_survives_a_restart(tmp_path):
+    """The StreamsGroup* records bring the group back: after a restart the member heartbeats on with its id and
+    epoch and keeps its tasks; the internal topics the broker made and the offsets committed are still there."""
     s = start_server(tmp_path / "restart", log_dir_count=1, overrides=OVERRIDES)
     try:
         source = make_topic(s, 2)
         app = f"app-{uuid.uuid4().hex[:6]}"
         every = {(t, p) for t in "01" for p in range(2)}
+        topology = word_count(app, source)
 
-        async def once(offset: int) -> int:
-            """Joins, commits `offset` for partition 0 as the member; the offset committed before, as fetched."""
+        async def before() -> tuple[str, int]:
             conn = await coordinator(s, app)
             try:
-                before = await conn.request(9, 9, OffsetFetchRequest(groups=[OffsetFetchRequestGroup(
-                    group_id=app, topics=[OffsetFetchRequestTopics(name=source, partition_indexes=[0])])]), 30.0)
-                m = Member(conn, app, word_count(app, source))
+                m = Member(conn, app, topology, endpoint=7000)
                 await until([m], lambda: m.tasks() == every, "the member gets every task")
                 r = await conn.request(8, 9, OffsetCommitRequest(
                     group_id=app, generation_id_or_member_epoch=m.epoch, member_id=m.member_id,
                     topics=[OffsetCommitRequestTopic(name=source, partitions=[
-                        OffsetCommitRequestPartition(partition_index=0, committed_offset=offset)])]), 30.0)
+                        OffsetCommitRequestPartition(partition_index=0, committed_offset=7)])]), 30.0)
                 assert r.topics[0].partitions[0].error_code == 0
-                return before.groups[0].topics[0].partitions[0].committed_offset
+                return m.member_id, m.epoch
             finally:
                 conn.close()
 
-        assert asyncio.run(once(7)) == -1
-        before = partition_counts(s, f"{app}-repartition", f"{app}-store-changelog")
-        assert before == {f"{app}-repartition": 2, f"{app}-store-changelog": 2}
+        member_id, epoch = asyncio.run(before())
+        internal = partition_counts(s, f"{app}-repartition", f"{app}-store-changelog")
+        assert internal == {f"{app}-repartition": 2, f"{app}-store-changelog": 2}
         s.stop()
         s.start()
-        assert asyncio.run(once(8)) == 7  # the offsets the members committed are kept
-        assert partition_counts(s, f"{app}-repartition", f"{app}-store-changelog") == before
+
+        async def after() -> None:
+            conn = await coordinator(s, app)
+            try:
+                deadline = time.monotonic() + WAIT_S
+                while (g := (await describe(conn, app))[0]).error_code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
+                    assert time.monotonic() < deadline, g
+                    await asyncio.sleep(0.2)
+                assert g.error_code == 0 and [m.member_id for m in g.members] == [member_id], g
+                assert g.topology.epoch == 1 and g.members[0].user_endpoint.port == 7000
+                assert {(t.subtopology_id, p) for t in g.members[0].assignment.active_tasks
+                        for p in t.partitions} == every
+                m = Member(conn, app, topology)
+                m.member_id, m.epoch = member_id, epoch
+                m.active = {"0": {0, 1}, "1": {0, 1}}
+                r = await m.beat()
+                assert r.error_code == 0, r  # a known member at its epoch, not UNKNOWN_MEMBER_ID
+                await until([m], lambda: m.tasks() == every and not m.last.status, "the member keeps its tasks")
+                fetched = await conn.request(9, 9, OffsetFetchRequest(groups=[OffsetFetchRequestGroup(
+                    group_id=app, member_id=m.member_id, member_epoch=m.epoch,
+                    topics=[OffsetFetchRequestTopics(name=source, partition_indexes=[0])])]), 30.0)
+                assert fetched.groups[0].topics[0].partitions[0].committed_offset == 7
+            finally:
+                conn.close()
+
+        asyncio.run(after())
+        assert partition_counts(s, f"{app}-repartition", f"{app}-store-changelog") == internal
     finally:
         s.stop()
 
