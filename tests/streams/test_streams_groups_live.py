@@ -13,6 +13,7 @@ messages; streams.version 0 turns the APIs off.
 from __future__ import annotations
 
 import asyncio
+import json
 import struct
 import subprocess
 import sys
@@ -23,6 +24,7 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 from live import LiveServer, start_server
 
+from kjbod.broker.groups.coordinator import partition_for
 from kjbod.net.connection import ClientConnection
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import (
@@ -410,6 +412,23 @@ def test_the_group_survives_a_restart(tmp_path):
 
         asyncio.run(after())
         assert partition_counts(s, f"{app}-repartition", f"{app}-store-changelog") == internal
+        # `kjbod dump-log --offsets-decoder` prints the records as Kafka's tool does
+        p = partition_for(app, 2)
+        [segment] = [d / f"__consumer_offsets-{p}" / "00000000000000000000.log" for d in s.log_dirs
+                     if (d / f"__consumer_offsets-{p}").is_dir()]
+        out = subprocess.run([sys.executable, "-m", "kjbod", "dump-log", "--offsets-decoder", "--files",
+                              str(segment)], capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        records = [(json.loads(line.split("key: ", 1)[1].split(" payload: ")[0]), line.split(" payload: ", 1)[1])
+                   for line in out.stdout.splitlines() if f'"groupId":"{app}"' in line]
+        kinds = {k["type"] for k, _ in records}
+        assert {"17", "19", "20", "21", "22", "23"} <= kinds, out.stdout
+        topology = [json.loads(v) for k, v in records if k["type"] == "23"][0]
+        assert topology["version"] == "0" and topology["data"]["epoch"] == 1
+        assert [x["subtopologyId"] for x in topology["data"]["subtopologies"]] == ["0", "1"]
+        member = [json.loads(v) for k, v in records if k["type"] == "19"][-1]
+        assert member["data"]["userEndpoint"] == {"host": "127.0.0.1", "port": 7000}
+        assert [k["data"] for k, _ in records if k["type"] == "22"][-1] == {"groupId": app, "memberId": member_id}
     finally:
         s.stop()
 
