@@ -31,7 +31,7 @@ def _load(path: Path) -> dict:
 def _facts(fields: list[dict]) -> list[dict]:
     out = []
     for f in fields:
-        entry = {k: str(f[k]) for k in FACT_KEYS if k in f}
+        entry = {k: "null" if f[k] is None else str(f[k]) for k in FACT_KEYS if k in f}
         entry.setdefault("versions", "0+")  # Kafka leaves it out of a tagged-only field
         if "fields" in f:
             entry["fields"] = _facts(f["fields"])

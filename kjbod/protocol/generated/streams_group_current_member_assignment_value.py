@@ -30,7 +30,7 @@ class TaskIds:
 
     subtopology_id: str = ''  # The sub-topology's id.
     partitions: list[int] = field(default_factory=list)  # The task partitions.
-    assignment_epochs: list[int] | None = field(default_factory=list)  # The epoch each task was assigned at, one per partition; null when not kept.
+    assignment_epochs: list[int] | None = None  # The epoch each task was assigned at, one per partition; null when not kept.
     unknown_tagged_fields: tuple[tuple[int, bytes], ...] = ()
 
 
@@ -121,7 +121,7 @@ def _enc_v0(o, out):
         if x1:
             _rt.write_fixed_array(out, x1, 'i')
         t1 = []
-        if e0.assignment_epochs:
+        if e0.assignment_epochs is not None:
             s1 = []
             x2 = e0.assignment_epochs
             if x2 is None:
@@ -147,7 +147,7 @@ def _enc_v0(o, out):
         if x1:
             _rt.write_fixed_array(out, x1, 'i')
         t1 = []
-        if e0.assignment_epochs:
+        if e0.assignment_epochs is not None:
             s1 = []
             x2 = e0.assignment_epochs
             if x2 is None:
@@ -173,7 +173,7 @@ def _enc_v0(o, out):
         if x1:
             _rt.write_fixed_array(out, x1, 'i')
         t1 = []
-        if e0.assignment_epochs:
+        if e0.assignment_epochs is not None:
             s1 = []
             x2 = e0.assignment_epochs
             if x2 is None:
@@ -199,7 +199,7 @@ def _enc_v0(o, out):
         if x1:
             _rt.write_fixed_array(out, x1, 'i')
         t1 = []
-        if e0.assignment_epochs:
+        if e0.assignment_epochs is not None:
             s1 = []
             x2 = e0.assignment_epochs
             if x2 is None:
@@ -225,7 +225,7 @@ def _enc_v0(o, out):
         if x1:
             _rt.write_fixed_array(out, x1, 'i')
         t1 = []
-        if e0.assignment_epochs:
+        if e0.assignment_epochs is not None:
             s1 = []
             x2 = e0.assignment_epochs
             if x2 is None:
@@ -251,7 +251,7 @@ def _enc_v0(o, out):
         if x1:
             _rt.write_fixed_array(out, x1, 'i')
         t1 = []
-        if e0.assignment_epochs:
+        if e0.assignment_epochs is not None:
             s1 = []
             x2 = e0.assignment_epochs
             if x2 is None:
@@ -277,7 +277,7 @@ def _dec_v0(buf, pos):
         v1_subtopology_id, pos = _rt.read_compact_string(buf, pos)
         n1, pos = _rt.read_compact_array_len(buf, pos, False)
         v1_partitions, pos = _rt.read_fixed_array(buf, pos, n1, 'i', 4)
-        v1_assignment_epochs = []
+        v1_assignment_epochs = None
         if buf[pos] == 0:
             pos += 1
             u1 = ()
@@ -306,7 +306,7 @@ def _dec_v0(buf, pos):
         v1_subtopology_id, pos = _rt.read_compact_string(buf, pos)
         n1, pos = _rt.read_compact_array_len(buf, pos, False)
         v1_partitions, pos = _rt.read_fixed_array(buf, pos, n1, 'i', 4)
-        v1_assignment_epochs = []
+        v1_assignment_epochs = None
         if buf[pos] == 0:
             pos += 1
             u1 = ()
@@ -335,7 +335,7 @@ def _dec_v0(buf, pos):
         v1_subtopology_id, pos = _rt.read_compact_string(buf, pos)
         n1, pos = _rt.read_compact_array_len(buf, pos, False)
         v1_partitions, pos = _rt.read_fixed_array(buf, pos, n1, 'i', 4)
-        v1_assignment_epochs = []
+        v1_assignment_epochs = None
         if buf[pos] == 0:
             pos += 1
             u1 = ()
@@ -364,7 +364,7 @@ def _dec_v0(buf, pos):
         v1_subtopology_id, pos = _rt.read_compact_string(buf, pos)
         n1, pos = _rt.read_compact_array_len(buf, pos, False)
         v1_partitions, pos = _rt.read_fixed_array(buf, pos, n1, 'i', 4)
-        v1_assignment_epochs = []
+        v1_assignment_epochs = None
         if buf[pos] == 0:
             pos += 1
             u1 = ()
@@ -393,7 +393,7 @@ def _dec_v0(buf, pos):
         v1_subtopology_id, pos = _rt.read_compact_string(buf, pos)
         n1, pos = _rt.read_compact_array_len(buf, pos, False)
         v1_partitions, pos = _rt.read_fixed_array(buf, pos, n1, 'i', 4)
-        v1_assignment_epochs = []
+        v1_assignment_epochs = None
         if buf[pos] == 0:
             pos += 1
             u1 = ()
@@ -422,7 +422,7 @@ def _dec_v0(buf, pos):
         v1_subtopology_id, pos = _rt.read_compact_string(buf, pos)
         n1, pos = _rt.read_compact_array_len(buf, pos, False)
         v1_partitions, pos = _rt.read_fixed_array(buf, pos, n1, 'i', 4)
-        v1_assignment_epochs = []
+        v1_assignment_epochs = None
         if buf[pos] == 0:
             pos += 1
             u1 = ()

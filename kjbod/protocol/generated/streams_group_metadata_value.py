@@ -48,7 +48,7 @@ class StreamsGroupMetadataValue:
     epoch: int = 0  # The epoch (of the group, or of the topology).
     metadata_hash: int = 0  # A hash of the metadata of the topics the topology reads.
     validated_topology_epoch: int = -1  # The topology epoch last configured without missing or misfit topics; -1 f...
-    last_assignment_configs: list[LastAssignmentConfig] | None = field(default_factory=list)  # The assignment configs the last target assignment was computed with.
+    last_assignment_configs: list[LastAssignmentConfig] | None = None  # The assignment configs the last target assignment was computed with.
     unknown_tagged_fields: tuple[tuple[int, bytes], ...] = ()
 
     def encode(self, version: int) -> bytes:
@@ -107,7 +107,7 @@ def _enc_v0(o, out):
         s0 = []
         s0.append(_S1.pack(o.validated_topology_epoch))
         t0.append((0, b''.join(s0)))
-    if o.last_assignment_configs:
+    if o.last_assignment_configs is not None:
         s0 = []
         x1 = o.last_assignment_configs
         if x1 is None:
@@ -132,7 +132,7 @@ def _dec_v0(buf, pos):
     v0_epoch, v0_metadata_hash, tc0 = _S2.unpack_from(buf, pos)
     pos += 12
     v0_validated_topology_epoch = -1
-    v0_last_assignment_configs = []
+    v0_last_assignment_configs = None
     if tc0 == 0:
         pos += 1
         u0 = ()
