@@ -119,6 +119,8 @@ SERVED_APIS: dict[str, tuple[int, int]] = {
     "ReadShareGroupStateSummary": (0, 1),
     "ShareFetch": (1, 2),
     "ShareAcknowledge": (1, 2),
+    "StreamsGroupHeartbeat": (0, 0),
+    "StreamsGroupDescribe": (0, 0),
 }
 SERVED_HEADERS: dict[str, tuple[int, int]] = {"RequestHeader": (0, 2), "ResponseHeader": (0, 1)}
 SERVED_RECORDS: dict[str, tuple[int, int]] = {

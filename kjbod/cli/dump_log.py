@@ -259,6 +259,62 @@ def _text_payload(rec: Any) -> tuple[str | None, str | None]:
     return _text(rec.key), _text(rec.value)
 
 
+def _camel_json(obj: Any) -> Any:
+    """A generated message as Kafka's JSON converters write it: camelCase field names, nested structs and lists."""
+    import dataclasses
+
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        out = {}
+        for f in dataclasses.fields(obj):
+            if f.name == "unknown_tagged_fields":
+                continue
+            head, *rest = f.name.split("_")
+            out[head + "".join(w.capitalize() for w in rest)] = _camel_json(getattr(obj, f.name))
+        return out
+    if isinstance(obj, list):
+        return [_camel_json(x) for x in obj]
+    return obj
+
+
+def _streams_group_payload(key: bytes, value: Any) -> tuple[str, str | None] | None:
+    """A KIP-1071 StreamsGroup* record as Kafka's OffsetsMessageParser prints it, or None for another kind."""
+    import json
+
+    from kjbod.broker.groups.records import RecordFormatError
+    from kjbod.broker.streams import records as streams_rec
+    from kjbod.protocol.generated import (
+        StreamsGroupCurrentMemberAssignmentValue,
+        StreamsGroupMemberMetadataValue,
+        StreamsGroupMetadataValue,
+        StreamsGroupTargetAssignmentMemberValue,
+        StreamsGroupTargetAssignmentMetadataValue,
+        StreamsGroupTopologyValue,
+    )
+
+    if len(key) < 2 or int.from_bytes(key[:2], "big", signed=True) not in streams_rec.STREAMS_KINDS:
+        return None
+    try:
+        kind, group, member = streams_rec.read_streams_key(key)
+    except (RecordFormatError, UnicodeDecodeError) as e:
+        return f"<unknown key: {e}>", _text(value)
+    data = {"groupId": group, **({"memberId": member} if member is not None else {})}
+    key_text = json.dumps({"type": str(kind), "data": data}, separators=(",", ":"))
+    if value is None:
+        return key_text, "<DELETE>"
+    cls = {streams_rec.STG_METADATA: StreamsGroupMetadataValue, streams_rec.STG_MEMBER: StreamsGroupMemberMetadataValue,
+           streams_rec.STG_TARGET_METADATA: StreamsGroupTargetAssignmentMetadataValue,
+           streams_rec.STG_TARGET_MEMBER: StreamsGroupTargetAssignmentMemberValue,
+           streams_rec.STG_CURRENT: StreamsGroupCurrentMemberAssignmentValue,
+           streams_rec.STG_TOPOLOGY: StreamsGroupTopologyValue}[kind]
+    raw = bytes(value)
+    try:
+        decoded = streams_rec._decode(cls, raw)
+    except Exception as e:  # noqa: BLE001  (a damaged value is shown, not fatal to the dump)
+        return key_text, f"<unknown value: {e}>"
+    version = int.from_bytes(raw[:2], "big", signed=True)
+    return key_text, json.dumps({"version": str(version), "data": _camel_json(decoded)}, separators=(",", ":"))
+
+
 def _offsets_payload(rec: Any) -> tuple[str | None, str | None]:
     """Kafka's OffsetsMessageParser: the key as `{"type":"<key version>","data":{...}}`, the value as
     `{"version":"<value version>","data":{...}}` (bytes in base64), a tombstone as `<DELETE>`; a record that
@@ -271,6 +327,9 @@ def _offsets_payload(rec: Any) -> tuple[str | None, str | None]:
     if rec.key is None:
         return None, _text(rec.value)
     key = bytes(rec.key)
+    streams = _streams_group_payload(key, rec.value)
+    if streams is not None:
+        return streams
     try:
         parsed = rec_format.read_key(key)
     except (rec_format.RecordFormatError, UnicodeDecodeError) as e:

@@ -100,7 +100,8 @@ def _command(args: argparse.Namespace) -> int:
         except ValueError as e:
             raise UserError(str(e)) from None
         print(f"metadata.version={level} ({ft.release_name(level)})")
-        for name in (ft.TRANSACTION_VERSION, ft.GROUP_VERSION, ft.ELR_VERSION, ft.SHARE_VERSION):  # Kafka's order
+        for name in (ft.TRANSACTION_VERSION, ft.GROUP_VERSION, ft.ELR_VERSION, ft.SHARE_VERSION,
+                     ft.STREAMS_VERSION):  # Kafka's order
             print(f"{name}={ft.default_level(name, level)}")
         return 0
     updates = _updates(args) if args.features_command in ("upgrade", "downgrade") else {}

@@ -14,7 +14,7 @@ kjbod serves these features:
   - 26 (4.1-IV0): eligible.leader.replicas.version 1 becomes the bootstrap level: new clusters keep an ELR.
   - 27 (4.1-IV1): Fetch v18 in the replica fetcher (KIP-1166); kjbod's fetcher picks the highest version served.
   - 28 (4.2-IV0) and 29 (4.2-IV1): the bootstrap levels of share.version 1 (share groups on in a new cluster)
-    and streams.version (not served here: left at 0), and ListOffsets v11 between brokers.
+    and streams.version 1 (streams groups on in a new cluster), and ListOffsets v11 between brokers.
   - 30 (4.3-IV0, Kafka 4.3's latest production level, what a new cluster starts at): KIP-1066's cordoned log
     dirs reach the controller.  Brokers send them in BrokerHeartbeat v2 once caught up; the controller keeps them
     in RegisterBrokerRecord v4 and BrokerRegistrationChangeRecord v3 (CordonedLogDirs) and places no new replica
@@ -29,6 +29,10 @@ kjbod serves these features:
 * `share.version` 0-1: 1 turns on KIP-932's share groups (ShareGroupHeartbeat, ShareGroupDescribe and the other
   share APIs); at 0 those answer UNSUPPORTED_VERSION, as Kafka's broker answers them.  ApiVersions lists the share
   APIs at either level, as Kafka's does.  A cluster formatted below metadata.version 28 (4.2-IV0) starts at 0.
+* `streams.version` 0-1: 1 turns on KIP-1071's streams groups (StreamsGroupHeartbeat, StreamsGroupDescribe); at 0
+  those answer UNSUPPORTED_VERSION.  As in Kafka 4.3, ApiVersions lists both APIs at either level (they are stable
+  APIs there, gated by the handler, not by the listing).  A cluster formatted below metadata.version 29 (4.2-IV1)
+  starts at 0; level 1 needs nothing beyond metadata.version 4, as Kafka's has no dependency.
 * `transaction.version` 0-2: 1 has the transaction coordinator write its `__transaction_state` values in the
   flexible layout (value version 1), as Kafka's TV_1; 2 (KIP-890 part 2) tells producers they may speak it:
   EndTxn v5 (an epoch bump at every transaction end), Produce v12 and TxnOffsetCommit v5 adding partitions to the
@@ -41,10 +45,9 @@ kjbod serves these features:
 A new cluster runs at the metadata.version `kjbod format --release-version` names (the latest by default) and,
 for the others, the level Kafka derives from that metadata.version (each feature level names the metadata.version
 it is a bootstrap default from: group.version 1 from 4.0-IV0, transaction.version 1 and 2 from 4.0-IV2,
-eligible.leader.replicas.version 1 from 4.1-IV0, share.version 1 from 4.2-IV0), capped at what kjbod runs.  The active controller writes these
+eligible.leader.replicas.version 1 from 4.1-IV0, share.version 1 from 4.2-IV0, streams.version 1 from 4.2-IV1), capped at what kjbod runs.  The active controller writes these
 as FeatureLevelRecords when the log has none and `kjbod format` left a bootstrap file (`activation_levels`).  `finalized(image)` reports the bootstrap
-levels of the latest metadata.version until a FeatureLevelRecord says otherwise.  Other features Kafka knows
-(streams.version, ...) are left at 0, as a Kafka broker that does not support them would be.
+levels of the latest metadata.version until a FeatureLevelRecord says otherwise.
 
 Kafka's rules between them: a feature other than metadata.version may be above 0 only while metadata.version is
 at least 4 (3.3-IV0), and each feature level may name further levels it needs (`DEPENDENCIES`: only
@@ -62,6 +65,7 @@ GROUP_VERSION = "group.version"
 TRANSACTION_VERSION = "transaction.version"
 ELR_VERSION = "eligible.leader.replicas.version"
 SHARE_VERSION = "share.version"
+STREAMS_VERSION = "streams.version"
 
 # Kafka's metadata.version levels: level -> (release, whether it changed the metadata records). A downgrade across a
 # level that changed them could lose information and is refused, as Kafka refuses it.
@@ -81,6 +85,7 @@ ELR_METADATA_VERSION = 23  # 4.0-IV1: the ELR fields in the partition records (K
 # Kafka makes share.version 1 the bootstrap default from metadata.version 4.2-IV0 (its dependency map is empty): a
 # cluster formatted at an older metadata.version starts with share groups off.
 SHARE_VERSION_BOOTSTRAP_METADATA_VERSION = 28  # 4.2-IV0
+STREAMS_VERSION_BOOTSTRAP_METADATA_VERSION = 29  # 4.2-IV1: Kafka's bootstrap default for streams.version 1
 MINIMUM_METADATA_VERSION = 17  # 3.7-IV2: JBOD in KRaft (directory ids in partition records)
 # NoOpRecord from 3.3-IV1 (Kafka 3.x's isNoOpRecordSupported; 4.x dropped the check, its minimum being above it),
 # KIP-868 metadata transactions (Begin/End/AbortTransactionRecord) from 3.6-IV1, KIP-919 controller registrations
@@ -97,6 +102,7 @@ BOOTSTRAP_FROM: dict[str, dict[int, int]] = {
     TRANSACTION_VERSION: {0: 1, 1: TV_BOOTSTRAP_METADATA_VERSION, 2: TV_BOOTSTRAP_METADATA_VERSION},
     ELR_VERSION: {0: 1, 1: 26},  # 1: 4.1-IV0
     SHARE_VERSION: {0: 1, 1: SHARE_VERSION_BOOTSTRAP_METADATA_VERSION},
+    STREAMS_VERSION: {0: 1, 1: STREAMS_VERSION_BOOTSTRAP_METADATA_VERSION},
 }
 # The levels each feature level needs (Kafka's FeatureVersion.dependencies): feature -> level -> {feature: level}.
 DEPENDENCIES: dict[str, dict[int, dict[str, int]]] = {
@@ -109,6 +115,7 @@ SUPPORTED: dict[str, tuple[int, int]] = {
     TRANSACTION_VERSION: (0, 2),
     ELR_VERSION: (0, 1),
     SHARE_VERSION: (0, 1),
+    STREAMS_VERSION: (0, 1),
 }
 
 
@@ -224,3 +231,10 @@ def share_groups_enabled(image: Any) -> bool:
     """Whether the finalized share.version turns on KIP-932's share groups (Kafka's ShareVersion.supportsShareGroups);
     every share API answers UNSUPPORTED_VERSION while it is 0."""
     return image is not None and finalized(image).get(SHARE_VERSION, 0) >= 1
+
+
+def streams_groups_enabled(image: Any) -> bool:
+    """Whether the finalized streams.version turns on KIP-1071's streams groups (Kafka's
+    StreamsVersion.streamsGroupSupported); StreamsGroupHeartbeat and StreamsGroupDescribe answer UNSUPPORTED_VERSION
+    while it is 0."""
+    return image is not None and finalized(image).get(STREAMS_VERSION, 0) >= 1

@@ -43,6 +43,9 @@ def test_describe_downgrade_upgrade_and_refusals(kjbod_server_factory):
         # share groups start on from 4.2-IV0 only, as in Kafka
         "share.version": {"Feature": "share.version", "SupportedMinVersion": "0", "SupportedMaxVersion": "1",
                           "FinalizedVersionLevel": "0"},
+        # streams groups start on from 4.2-IV1 only, as in Kafka
+        "streams.version": {"Feature": "streams.version", "SupportedMinVersion": "0", "SupportedMaxVersion": "1",
+                            "FinalizedVersionLevel": "0"},
         # a static quorum: supported 0-1, finalized 0 (Kafka 3.9's answer)
         "kraft.version": {"Feature": "kraft.version", "SupportedMinVersion": "0", "SupportedMaxVersion": "1",
                           "FinalizedVersionLevel": "0"}}
@@ -85,11 +88,11 @@ def test_describe_downgrade_upgrade_and_refusals(kjbod_server_factory):
     mapping = subprocess.run([*KJBOD, "features", "--bootstrap-server", "127.0.0.1:1", "version-mapping",
                               "--release-version", "3.7-IV2"], capture_output=True, text=True, timeout=60)
     assert mapping.stdout == ("metadata.version=17 (3.7-IV2)\ntransaction.version=0\ngroup.version=0\n"
-                              "eligible.leader.replicas.version=0\nshare.version=0\n")
+                              "eligible.leader.replicas.version=0\nshare.version=0\nstreams.version=0\n")
     mapping = subprocess.run([*KJBOD, "features", "--bootstrap-server", "127.0.0.1:1", "version-mapping"],
                              capture_output=True, text=True, timeout=60)
     assert mapping.stdout == ("metadata.version=30 (4.3-IV0)\ntransaction.version=2\ngroup.version=1\n"
-                              "eligible.leader.replicas.version=1\nshare.version=1\n")
+                              "eligible.leader.replicas.version=1\nshare.version=1\nstreams.version=1\n")
 
     # Up to 4.2 and the ELR on; 4.0-IV1 changed the partition records, so no way back below it.
     up = features(server, "upgrade", "--release-version", "4.2")

@@ -99,10 +99,11 @@ def run(cluster: Cluster) -> None:
     assert (up.returncode, up.stdout) == (0, "metadata.version was upgraded to 29.\n"), up.stdout + up.stderr
     up = kjbod(cluster, "features", "upgrade", "--feature", "eligible.leader.replicas.version=1")
     assert (up.returncode, up.stdout) == (0, "eligible.leader.replicas.version was upgraded to 1.\n")
-    # share.version and transaction.version stay where 4.0-IV0's bootstrap put them: upgrading
+    # share.version, streams.version and transaction.version stay where 4.0-IV0's bootstrap put them: upgrading
     # metadata.version moves no other feature
     wanted = {"metadata.version": "4.2-IV1", "eligible.leader.replicas.version": "1", "group.version": "1",
-              "transaction.version": "0", "kraft.version": "0", "share.version": "0"}
+              "transaction.version": "0", "kraft.version": "0", "share.version": "0",
+              "streams.version": "0"}
     try:
         wait_for(lambda: features(cluster) == wanted, "every broker reports the new levels")
     except AssertionError:

@@ -26,7 +26,7 @@ MV, ELR = ft.METADATA_VERSION, ft.ELR_VERSION
 def test_release_and_feature_options():
     assert bootstrap_levels(None, []) == ft.bootstrap_levels(ft.LATEST_METADATA_VERSION)
     assert bootstrap_levels("3.9", []) == {MV: 21, ft.GROUP_VERSION: 0, ft.TRANSACTION_VERSION: 0, ELR: 0,
-                                             ft.SHARE_VERSION: 0}
+                                             ft.SHARE_VERSION: 0, ft.STREAMS_VERSION: 0}
     assert bootstrap_levels("4.0-IV1", [f"{ELR}=1"])[ELR] == 1
     assert bootstrap_levels("4.2", [f"{ELR}=0"]) == {**ft.bootstrap_levels(29), ELR: 0}
     assert bootstrap_levels("4.3", []) == ft.bootstrap_levels(30) == bootstrap_levels(None, [])
@@ -40,7 +40,8 @@ def test_release_and_feature_options():
     ("4.0-IV0", [f"{ELR}=1"], "--release-version 4.0-IV0: eligible.leader.replicas.version could not be set to 1 "
                               "because it depends on metadata.version level 23"),
     (None, [f"{ELR}=2"], "eligible.leader.replicas.version level 2 is not one kjbod runs (0-1)"),
-    (None, ["streams.version=1"], "unknown feature 'streams.version'"),
+    (None, ["streams.version=2"], "streams.version level 2 is not one kjbod runs (0-1)"),
+    (None, ["other.version=1"], "unknown feature 'other.version'"),
     (None, [f"{ELR}"], "expected NAME=LEVEL"),
     (None, [f"{ELR}=one"], "expected NAME=LEVEL"),
     (None, [f"{MV}=22"], "use --release-version"),
@@ -78,7 +79,7 @@ def test_format_writes_the_levels_and_the_first_controller_writes_them_to_the_lo
 
     image, written_at = asyncio.run(run(ControllerSettings(cluster_id=CLUSTER, min_insync_replicas=2)))
     assert dict(image.features) == {MV: 27, ft.GROUP_VERSION: 1, ft.TRANSACTION_VERSION: 2, ELR: 1,
-                                   ft.SHARE_VERSION: 0}
+                                   ft.SHARE_VERSION: 0, ft.STREAMS_VERSION: 0}
     assert written_at == 27  # the partition records follow it (v2 from 4.0-IV1)
     assert image.resource_configs(BROKER_RESOURCE, "") == {"min.insync.replicas": "2"}
     # A restart finds the levels in the log and writes nothing more.
@@ -107,5 +108,5 @@ def test_a_cluster_formatted_without_the_elr_gets_no_min_isr_record(tmp_path):
 
     image = asyncio.run(run())
     assert ft.finalized(image) == {MV: 22, ft.GROUP_VERSION: 1, ft.TRANSACTION_VERSION: 0, ELR: 0,
-                                      ft.SHARE_VERSION: 0}
+                                      ft.SHARE_VERSION: 0, ft.STREAMS_VERSION: 0}
     assert image.resource_configs(BROKER_RESOURCE, "") == {}

@@ -20,6 +20,7 @@ MV = ft.METADATA_VERSION
 GV = ft.GROUP_VERSION
 TV = ft.TRANSACTION_VERSION
 SV = ft.SHARE_VERSION
+STV = ft.STREAMS_VERSION
 ELR = ft.ELR_VERSION
 
 
@@ -52,8 +53,8 @@ def test_a_new_cluster_runs_the_newest_level_until_told_otherwise():
     ctx.live_broker(1, features=supporting(17, 30))
     # metadata.version 4.3-IV0 (Kafka 4.3's latest production level), and Kafka's defaults at it: group.version 1
     # (from 4.0-IV0), transaction.version 2 (from 4.0-IV2), eligible.leader.replicas.version 1 (from 4.1-IV0),
-    # share.version 1 (from 4.2-IV0).
-    assert ft.finalized(ctx.image) == {MV: 30, GV: 1, TV: 2, ELR: 1, SV: 1}
+    # share.version 1 (from 4.2-IV0), streams.version 1 (from 4.2-IV1).
+    assert ft.finalized(ctx.image) == {MV: 30, GV: 1, TV: 2, ELR: 1, SV: 1, STV: 1}
     assert ft.cordons_supported(ctx.image)
     resp = update(ctx, request((MV, 29, 2)))  # 4.3-IV0 changed the broker records: no safe way back
     assert resp.error_code == E.INVALID_UPDATE_VERSION and "downgrade from 30 to 29" in resp.error_message
@@ -157,19 +158,20 @@ def test_release_names_and_levels():
 
 
 def test_bootstrap_levels_follow_the_release():
-    assert ft.bootstrap_levels(21) == {MV: 21, GV: 0, TV: 0, ELR: 0, SV: 0}
-    assert ft.bootstrap_levels(22) == {MV: 22, GV: 1, TV: 0, ELR: 0, SV: 0}
-    assert ft.bootstrap_levels(24) == {MV: 24, GV: 1, TV: 2, ELR: 0, SV: 0}
-    assert ft.bootstrap_levels(26) == {MV: 26, GV: 1, TV: 2, ELR: 1, SV: 0}
-    assert ft.bootstrap_levels(28) == {MV: 28, GV: 1, TV: 2, ELR: 1, SV: 1}
-    assert ft.bootstrap_levels(30) == {MV: 30, GV: 1, TV: 2, ELR: 1, SV: 1}
+    assert ft.bootstrap_levels(21) == {MV: 21, GV: 0, TV: 0, ELR: 0, SV: 0, STV: 0}
+    assert ft.bootstrap_levels(22) == {MV: 22, GV: 1, TV: 0, ELR: 0, SV: 0, STV: 0}
+    assert ft.bootstrap_levels(24) == {MV: 24, GV: 1, TV: 2, ELR: 0, SV: 0, STV: 0}
+    assert ft.bootstrap_levels(26) == {MV: 26, GV: 1, TV: 2, ELR: 1, SV: 0, STV: 0}
+    assert ft.bootstrap_levels(28) == {MV: 28, GV: 1, TV: 2, ELR: 1, SV: 1, STV: 0}
+    assert ft.bootstrap_levels(29) == {MV: 29, GV: 1, TV: 2, ELR: 1, SV: 1, STV: 1}
+    assert ft.bootstrap_levels(30) == {MV: 30, GV: 1, TV: 2, ELR: 1, SV: 1, STV: 1}
 
 
 def test_group_and_transaction_versions_change_and_their_zero_is_kept():
     ctx = Ctx()
     ctx.live_broker(1, features=supporting(17, 30, group_version=(0, 1), transaction_version=(0, 1)))
     assert update(ctx, request((TV, 1, 2), (GV, 0, 2))).error_code == 0  # both down from a new cluster's levels
-    assert ft.finalized(ctx.image) == {MV: 30, GV: 0, TV: 1, ELR: 1, SV: 1}  # group.version 0 stays 0, not the bootstrap 1
+    assert ft.finalized(ctx.image) == {MV: 30, GV: 0, TV: 1, ELR: 1, SV: 1, STV: 1}  # group.version 0 stays 0, not the bootstrap 1
     assert not ft.consumer_protocol_enabled(ctx.image)
     assert update(ctx, request((GV, 1, 1))).error_code == 0
     assert ft.consumer_protocol_enabled(ctx.image)

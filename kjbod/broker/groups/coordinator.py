@@ -62,6 +62,14 @@ from kjbod.broker.share.groups import (
     ShareHeartbeat,
 )
 from kjbod.broker.share.persister import persister_of
+from kjbod.broker.streams import records as streams_rec
+from kjbod.broker.streams.groups import (
+    StreamsGroup,
+    StreamsGroupConfig,
+    StreamsGroups,
+    StreamsHeartbeat,
+    StreamsHeartbeatResult,
+)
 from kjbod.protocol.errors import ErrorCode
 from kjbod.storage.records import build_batch
 
@@ -131,6 +139,15 @@ def consumer_config_from(config: Any) -> ConsumerGroupConfig:
         classic_max_size=config.group_max_size)
 
 
+def streams_config_from(config: Any) -> StreamsGroupConfig:
+    """The group.streams.* keys of the group coordinator (Kafka's defaults where this node has none)."""
+    defaults = StreamsGroupConfig()
+    return StreamsGroupConfig(**{
+        name: getattr(config, "group_streams_" + name, getattr(defaults, name))
+        for name in ("session_timeout_ms", "heartbeat_interval_ms", "max_size", "num_standby_replicas",
+                     "initial_rebalance_delay_ms")})
+
+
 def share_config_from(config: Any) -> ShareGroupConfig:
     """The group.share.* keys of the group coordinator."""
     return ShareGroupConfig(
@@ -171,7 +188,14 @@ class GroupCoordinator(CoordinatorHost):
                                  group_configs=self.group_configs)
         self._share_records: dict[str, dict[bytes, bytes]] = {}  # share group id -> the records last written
         self._next_topic_check = 0  # when share groups are next checked for deleted topics (once a second)
-        self.book.consumer.taken_by_share = self.share_groups.__contains__
+        # KIP-1071 streams groups (kjbod.broker.streams.groups), in the same id space too; their StreamsGroup* records
+        # (kjbod.broker.streams.records) are written after each change and replayed on load
+        self.streams_groups: dict[str, StreamsGroup] = {}
+        self.streams = StreamsGroups(streams_config_from(node.config), self.streams_groups,
+                                     other_kind=self.other_kind_than_streams,
+                                     group_config=lambda gid: self.node.metadata.resource_configs(bc.GROUP, gid))
+        self._streams_records: dict[str, dict[bytes, bytes]] = {}  # streams group id -> the records last written
+        self.book.consumer.taken_by_share = lambda gid: gid in self.share_groups or gid in self.streams_groups
         self.settings = OffsetsTopicSettings.of(node.config)
         self.load_chunk = self.settings.load_buffer_size
         self._next_expiry = now_ms() + expiry_interval_ms
@@ -182,9 +206,11 @@ class GroupCoordinator(CoordinatorHost):
 
     def _unload(self, p: int) -> int:
         gone = [g for g in set(self.book.groups) | set(self.book.consumer_groups) | set(self.share_groups)
-                if self.partition_of(g) == p]
+                | set(self.streams_groups) if self.partition_of(g) == p]
         self.book.unload(gone)
         for g in gone:
+            self.streams_groups.pop(g, None)
+            self._streams_records.pop(g, None)
             self.share_groups.pop(g, None)
             self._share_records.pop(g, None)
             self._consumer_records.pop(g, None)
@@ -197,6 +223,8 @@ class GroupCoordinator(CoordinatorHost):
             self._spawn(self.persist_consumer(gid))
         for gid in self.share.tick(now, self.topic_meta):
             self._spawn(self.persist_share(gid))
+        for gid in self.streams.tick(now):
+            self._spawn(self.persist_streams(gid))
         if self.share_groups and now >= self._next_topic_check:
             self._next_topic_check = now + 1000
             exists = lambda tid: self.node.metadata.topic_by_id(tid) is not None  # noqa: E731
@@ -264,6 +292,7 @@ class GroupCoordinator(CoordinatorHost):
         groups: dict[str, rec.GroupRecord | None] = {}
         consumer: dict[str, dict[rec.ConsumerKey, tuple[bytes, bytes | None]]] = {}
         share: dict[str, dict[rec.ConsumerKey, tuple[bytes, bytes | None]]] = {}
+        streams: dict[str, dict[tuple[int, str | None], tuple[bytes, bytes | None]]] = {}
         pending: dict[int, list[tuple[bytes, bytes | None]]] = {}
         pairs: list[tuple[bytes | None, bytes | None]] = []
         for key, value, pid, marker in records:
@@ -286,6 +315,10 @@ class GroupCoordinator(CoordinatorHost):
             if key is None:
                 continue
             try:
+                if len(key) >= 2 and int.from_bytes(bytes(key[:2]), "big", signed=True) in streams_rec.STREAMS_KINDS:
+                    kind, gid, member = streams_rec.read_streams_key(bytes(key))
+                    streams.setdefault(gid, {})[(kind, member)] = (bytes(key), None if value is None else bytes(value))
+                    continue
                 k = rec.read_key(bytes(key))
                 if isinstance(k, rec.OffsetKey):
                     offsets.setdefault(k.group, {})[(k.topic, k.partition)] = (
@@ -320,6 +353,17 @@ class GroupCoordinator(CoordinatorHost):
             self.share_groups[gid] = sg
             self._share_records[gid] = {raw: v for raw, v in values.values() if v is not None}
         self.share.touch_all(now)
+        for gid, svalues in streams.items():
+            try:
+                stg = streams_rec.streams_group_of(gid, {k: v for k, (_, v) in svalues.items() if v is not None})
+            except (rec.RecordFormatError, UnicodeDecodeError, ValueError) as e:
+                log.warning("streams_group_record_skipped", group=gid, reason=str(e))
+                continue
+            if stg is None:
+                continue
+            self.streams_groups[gid] = stg
+            self._streams_records[gid] = {raw: v for raw, v in svalues.values() if v is not None}
+        self.streams.touch_all(now, list(streams))
         for gid in set(offsets) | set(groups):
             kept = {tp: c for tp, c in offsets.get(gid, {}).items() if c is not None}
             meta = groups.get(gid)
@@ -444,9 +488,65 @@ class GroupCoordinator(CoordinatorHost):
     # ------------------------------------------------------------------------------------------- share groups
     def other_kind(self, group_id: str) -> str | None:
         """The kind of a group of this id that is not a share group, or None."""
+        if group_id in self.streams_groups:
+            return "streams"
         if group_id in self.book.consumer_groups:
             return "consumer"
         return "classic" if group_id in self.book.groups else None
+
+    def other_kind_than_streams(self, group_id: str) -> str | None:
+        """The kind of a group of this id that is not a streams group, or None."""
+        if group_id in self.share_groups:
+            return "share"
+        if group_id in self.book.consumer_groups:
+            return "consumer"
+        classic = self.book.groups.get(group_id)
+        # an empty classic group (offsets committed from outside a group) may become a streams group, as in Kafka
+        return "classic" if classic is not None and classic.members else None
+
+    # ------------------------------------------------------------------------------------------- streams groups
+    def partition_count(self, name: str) -> int | None:
+        topic = self.node.metadata.topic(name)
+        return None if topic is None else len(topic.partitions)
+
+    async def streams_heartbeat(self, request: StreamsHeartbeat) -> StreamsHeartbeatResult:
+        """A StreamsGroupHeartbeat: the group moves on, its changed records are written (acks=all) and the answer
+        goes out once they are committed; the handler creates missing internal topics."""
+        result = self.streams.heartbeat(now_ms(), request, self.partition_count)
+        if result.error_code:
+            return result
+        code = await self.persist_streams(request.group_id)
+        if code:
+            return StreamsHeartbeatResult(error_code=code)
+        return result
+
+    async def persist_streams(self, group_id: str) -> int:
+        """Writes what changed in a streams group since its last write (every record tombstoned once the group is
+        gone); the partition's error code."""
+        stg = self.streams_groups.get(group_id)
+        after = streams_rec.streams_group_records(stg) if stg is not None else {}
+        pairs = streams_rec.records_between(self._streams_records.get(group_id, {}), after)
+        if not pairs:
+            return ErrorCode.NONE
+        try:
+            code = await self.append(group_id, pairs)
+        except Exception:
+            log.exception("streams_group_write_failed", group=group_id)
+            code = ErrorCode.UNKNOWN_SERVER_ERROR
+        if code == 0 and self.streams_groups.get(group_id) is stg:
+            if stg is None:
+                self._streams_records.pop(group_id, None)
+            else:
+                self._streams_records[group_id] = after
+        return code
+
+    async def delete_streams_group(self, group_id: str) -> int:
+        """Deletes an empty streams group: the offsets committed under its id, then the group itself."""
+        code = await self.delete_group(group_id)
+        if code == 0:
+            self.streams_groups.pop(group_id, None)
+            code = await self.persist_streams(group_id)
+        return code
 
     async def share_heartbeat(self, request: ShareHeartbeat) -> HeartbeatResult:
         """A ShareGroupHeartbeat: the group moves on, its changed records are written (acks=all), and the answer

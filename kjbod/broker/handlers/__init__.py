@@ -81,6 +81,8 @@ from kjbod.broker.handlers import (  # noqa: F401
     share_fetch,
     share_group_describe,
     share_group_heartbeat,
+    streams_group_describe,
+    streams_group_heartbeat,
     sync_group,
     txn_offset_commit,
     unregister_broker,

@@ -4,7 +4,8 @@ Version notes: v1 same as v0; v2 flexible.  Only a group without members may go 
 an unknown one answers GROUP_ID_NOT_FOUND.  Deleting writes tombstones for the group's metadata and every
 offset it committed to its `__consumer_offsets` partition.  A share group's share state is deleted through the
 persister first (the group stays, with the persister's error code, when that fails), then its records are
-tombstoned, as Kafka deletes share groups.
+tombstoned, as Kafka deletes share groups.  An empty streams group (KIP-1071) is forgotten with the offsets
+committed under its id; one with members is NON_EMPTY_GROUP.
 """
 
 from __future__ import annotations
@@ -31,7 +32,10 @@ async def handle(node, request, body: DeleteGroupsRequest) -> DeleteGroupsRespon
             code = coordinator.status(gid) if gid else ErrorCode.INVALID_GROUP_ID
         cg = coordinator.book.consumer_groups.get(gid) if not code else None
         sg = coordinator.share_groups.get(gid) if not code else None
-        if sg is not None:
+        stg = coordinator.streams_groups.get(gid) if not code else None
+        if stg is not None:
+            code = ErrorCode.NON_EMPTY_GROUP if stg.members else await coordinator.delete_streams_group(gid)
+        elif sg is not None:
             code = ErrorCode.NON_EMPTY_GROUP if sg.members else await coordinator.delete_share_group(gid)
         elif cg is not None:
             code = ErrorCode.NON_EMPTY_GROUP if cg.members else await coordinator.delete_group(gid)

@@ -5,8 +5,9 @@ without an authorizer, as Kafka); v4 the group instance id; v5 flexible; v6 (KIP
 group this coordinator does not know is GROUP_ID_NOT_FOUND ("Group G not found."), still described as Dead.
 Below v6 such a group is Dead with no members and no error, as Kafka answers it.  Member metadata and
 assignments are answered while the group is Stable, its protocol name then too.  A group of the consumer protocol
-(KIP-848) or a share group (KIP-932) is no classic group: Dead as an unknown one (v6: GROUP_ID_NOT_FOUND, "Group G
-is not a classic group."); ConsumerGroupDescribe and ShareGroupDescribe are their APIs.
+(KIP-848), a share group (KIP-932) or a streams group (KIP-1071) is no classic group: Dead as an unknown one (v6:
+GROUP_ID_NOT_FOUND, "Group G is not a classic group."); ConsumerGroupDescribe, ShareGroupDescribe and
+StreamsGroupDescribe are their APIs.
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ def handle(node, request, body: DescribeGroupsRequest) -> DescribeGroupsResponse
         else:
             code = coordinator.status(gid) if gid else ErrorCode.INVALID_GROUP_ID
         # a consumer-protocol (KIP-848) group is no classic group: Dead, as an unknown one
-        modern = not code and (gid in coordinator.book.consumer_groups or gid in coordinator.share_groups)
+        modern = not code and (gid in coordinator.book.consumer_groups or gid in coordinator.share_groups
+                               or gid in coordinator.streams_groups)
         g = coordinator.book.groups.get(gid) if not code and not modern else None
         if code or g is None:
             message = None

@@ -2,8 +2,9 @@
 
 Version notes: v1 throttle time; v3 flexible; v4 states filter and the group state; v5 types filter and the
 group type ("consumer" for a KIP-848 group, whose state is its own: Empty, Assigning, Reconciling, Stable;
-"share" for a KIP-932 share group, protocol type "share", Empty or Stable; "classic" otherwise).  Lists the groups whose `__consumer_offsets` partition this broker
-leads; COORDINATOR_LOAD_IN_PROGRESS (with the groups known so far) while one of those partitions is loading.
+"share" for a KIP-932 share group, protocol type "share", Empty or Stable; "streams" for a KIP-1071 streams group,
+protocol type "streams", its own states (Empty, NotReady, Assigning, Reconciling, Stable); "classic" otherwise).
+Lists the groups whose `__consumer_offsets` partition this broker leads; COORDINATOR_LOAD_IN_PROGRESS (with the groups known so far) while one of those partitions is loading.
 """
 
 from __future__ import annotations
@@ -28,9 +29,10 @@ def handle(node, request, body: ListGroupsRequest) -> ListGroupsResponse:
     book = coordinator.book
     listed: list[tuple[str, str, str, str]] = [  # id, protocol type, state, type
         (gid, g.protocol_type or "", g.state.value, "classic") for gid, g in book.groups.items()
-        if gid not in book.consumer_groups]
+        if gid not in book.consumer_groups and gid not in coordinator.streams_groups]
     listed += [(gid, "consumer", g.state.value, "consumer") for gid, g in book.consumer_groups.items()]
     listed += [(gid, "share", g.state.value, "share") for gid, g in coordinator.share_groups.items()]
+    listed += [(gid, "streams", g.state().value, "streams") for gid, g in coordinator.streams_groups.items()]
     for gid, protocol_type, state, kind in listed:
         if coordinator.partition_of(gid) not in coordinator.owned:
             continue

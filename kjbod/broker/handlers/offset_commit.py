@@ -71,8 +71,12 @@ async def handle(node, request, body: OffsetCommitRequest) -> OffsetCommitRespon
                 offsets[tp] = CommittedOffset(p.committed_offset, p.committed_leader_epoch if v >= 6 else -1,
                                               metadata, now, now + retention if retention >= 0 else -1)
     if offsets:
-        code = coordinator.book.check_commit(now, body.group_id, body.generation_id_or_member_epoch,
-                                             body.member_id, body.group_instance_id, v9=v >= 9)
+        if body.group_id in coordinator.streams_groups:  # KIP-1071: the streams member's epoch
+            code = coordinator.streams.check_commit(body.group_id, body.member_id, body.generation_id_or_member_epoch,
+                                                    body.group_instance_id, v)
+        else:
+            code = coordinator.book.check_commit(now, body.group_id, body.generation_id_or_member_epoch,
+                                                 body.member_id, body.group_instance_id, v9=v >= 9)
         if code:
             answers.update(dict.fromkeys(offsets, code))
             offsets = {}

@@ -48,6 +48,8 @@ def _committed(node, group_id: str, topics, version: int, require_stable: bool =
     code = coordinator.status(group_id) if group_id else ErrorCode.INVALID_GROUP_ID
     if not code and group_id in coordinator.book.consumer_groups:  # v9: the member's epoch must be current
         code = coordinator.book.consumer.check_fetch(group_id, *member)
+    elif not code and group_id in coordinator.streams_groups:  # so for a streams group's member (KIP-1071)
+        code = coordinator.streams.check_fetch(group_id, *member)
     if code:
         return code, [(t.name, [(p, -1, -1, "", code) for p in t.partition_indexes]) for t in topics or ()]
     wanted = None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]

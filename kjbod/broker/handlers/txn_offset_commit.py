@@ -77,8 +77,12 @@ async def handle(node, request, body: TxnOffsetCommitRequest) -> TxnOffsetCommit
                 offsets[tp] = CommittedOffset(p.committed_offset, p.committed_leader_epoch if v >= 2 else -1,
                                               metadata, now)
     if offsets and v >= 3 and (body.generation_id >= 0 or body.member_id):
-        code = coordinator.book.check_commit(now, body.group_id, body.generation_id, body.member_id,
-                                             body.group_instance_id, transactional=True)
+        if body.group_id in coordinator.streams_groups:  # KIP-1071: the streams member's epoch
+            code = coordinator.streams.check_commit(body.group_id, body.member_id, body.generation_id,
+                                                    body.group_instance_id, v, transactional=True)
+        else:
+            code = coordinator.book.check_commit(now, body.group_id, body.generation_id, body.member_id,
+                                                 body.group_instance_id, transactional=True)
         if code:
             codes.update(dict.fromkeys(offsets, code))
             offsets = {}

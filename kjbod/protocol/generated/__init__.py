@@ -196,6 +196,16 @@ from .share_update_key import ShareUpdateKey
 from .share_update_value import ShareUpdateValue
 from .snapshot_footer_record import SnapshotFooterRecord
 from .snapshot_header_record import SnapshotHeaderRecord
+from .streams_group_current_member_assignment_value import StreamsGroupCurrentMemberAssignmentValue
+from .streams_group_describe_request import StreamsGroupDescribeRequest
+from .streams_group_describe_response import StreamsGroupDescribeResponse
+from .streams_group_heartbeat_request import StreamsGroupHeartbeatRequest
+from .streams_group_heartbeat_response import StreamsGroupHeartbeatResponse
+from .streams_group_member_metadata_value import StreamsGroupMemberMetadataValue
+from .streams_group_metadata_value import StreamsGroupMetadataValue
+from .streams_group_target_assignment_member_value import StreamsGroupTargetAssignmentMemberValue
+from .streams_group_target_assignment_metadata_value import StreamsGroupTargetAssignmentMetadataValue
+from .streams_group_topology_value import StreamsGroupTopologyValue
 from .sync_group_request import SyncGroupRequest
 from .sync_group_response import SyncGroupResponse
 from .throttled_rate_intent_record import ThrottledRateIntentRecord
@@ -416,6 +426,16 @@ __all__ = [
     'ShareUpdateValue',
     'SnapshotFooterRecord',
     'SnapshotHeaderRecord',
+    'StreamsGroupCurrentMemberAssignmentValue',
+    'StreamsGroupDescribeRequest',
+    'StreamsGroupDescribeResponse',
+    'StreamsGroupHeartbeatRequest',
+    'StreamsGroupHeartbeatResponse',
+    'StreamsGroupMemberMetadataValue',
+    'StreamsGroupMetadataValue',
+    'StreamsGroupTargetAssignmentMemberValue',
+    'StreamsGroupTargetAssignmentMetadataValue',
+    'StreamsGroupTopologyValue',
     'SyncGroupRequest',
     'SyncGroupResponse',
     'ThrottledRateIntentRecord',

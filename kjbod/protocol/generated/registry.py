@@ -200,6 +200,16 @@ from .share_update_key import ShareUpdateKey
 from .share_update_value import ShareUpdateValue
 from .snapshot_footer_record import SnapshotFooterRecord
 from .snapshot_header_record import SnapshotHeaderRecord
+from .streams_group_current_member_assignment_value import StreamsGroupCurrentMemberAssignmentValue
+from .streams_group_describe_request import StreamsGroupDescribeRequest
+from .streams_group_describe_response import StreamsGroupDescribeResponse
+from .streams_group_heartbeat_request import StreamsGroupHeartbeatRequest
+from .streams_group_heartbeat_response import StreamsGroupHeartbeatResponse
+from .streams_group_member_metadata_value import StreamsGroupMemberMetadataValue
+from .streams_group_metadata_value import StreamsGroupMetadataValue
+from .streams_group_target_assignment_member_value import StreamsGroupTargetAssignmentMemberValue
+from .streams_group_target_assignment_metadata_value import StreamsGroupTargetAssignmentMetadataValue
+from .streams_group_topology_value import StreamsGroupTopologyValue
 from .sync_group_request import SyncGroupRequest
 from .sync_group_response import SyncGroupResponse
 from .throttled_rate_intent_record import ThrottledRateIntentRecord
@@ -321,6 +331,8 @@ APIS: dict[int, ApiInfo] = {
     85: ApiInfo(85, 'WriteShareGroupState', WriteShareGroupStateRequest, WriteShareGroupStateResponse, 0, 1, 0, frozenset(['broker'])),
     86: ApiInfo(86, 'DeleteShareGroupState', DeleteShareGroupStateRequest, DeleteShareGroupStateResponse, 0, 0, 0, frozenset(['broker'])),
     87: ApiInfo(87, 'ReadShareGroupStateSummary', ReadShareGroupStateSummaryRequest, ReadShareGroupStateSummaryResponse, 0, 1, 0, frozenset(['broker'])),
+    88: ApiInfo(88, 'StreamsGroupHeartbeat', StreamsGroupHeartbeatRequest, StreamsGroupHeartbeatResponse, 0, 0, 0, frozenset(['broker'])),
+    89: ApiInfo(89, 'StreamsGroupDescribe', StreamsGroupDescribeRequest, StreamsGroupDescribeResponse, 0, 0, 0, frozenset(['broker'])),
     90: ApiInfo(90, 'DescribeShareGroupOffsets', DescribeShareGroupOffsetsRequest, DescribeShareGroupOffsetsResponse, 0, 1, 0, frozenset(['broker'])),
     91: ApiInfo(91, 'AlterShareGroupOffsets', AlterShareGroupOffsetsRequest, AlterShareGroupOffsetsResponse, 0, 0, 0, frozenset(['broker'])),
     92: ApiInfo(92, 'DeleteShareGroupOffsets', DeleteShareGroupOffsetsRequest, DeleteShareGroupOffsetsResponse, 0, 0, 0, frozenset(['broker'])),

@@ -1,0 +1,360 @@
+"""Streams groups (KIP-1071) in process: topology configuration, the sticky task assignor, and the group state
+machine (joining, epochs, revocation before assignment, leaving, session timeouts, bad requests).
+
+Strategy: the pure modules of kjbod.broker.streams are driven with hand-made heartbeats and a dict of partition
+counts standing for the metadata image; the cases follow those of Kafka's own tests (InternalTopicManagerTest,
+StickyTaskAssignorTest, GroupMetadataManagerTest's streams cases), written anew.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from kjbod.broker.streams import assignor as sa
+from kjbod.broker.streams.groups import (
+    MemberState,
+    StreamsGroupConfig,
+    StreamsGroups,
+    StreamsGroupState,
+    StreamsHeartbeat,
+)
+from kjbod.broker.streams.topology import (
+    ASSIGNMENT_DELAYED,
+    INCORRECTLY_PARTITIONED_TOPICS,
+    MISSING_INTERNAL_TOPICS,
+    MISSING_SOURCE_TOPICS,
+    STALE_TOPOLOGY,
+    Subtopology,
+    TopicInfo,
+    Topology,
+    configure,
+)
+from kjbod.protocol.errors import ErrorCode
+
+# A word-count style topology: sub-topology 0 reads "input" and repartitions into "app-repart"; sub-topology 1
+# reads it and keeps a store with a changelog.
+WORDS = Topology(1, (
+    Subtopology("0", source_topics=("input",), repartition_sink_topics=("app-repart",)),
+    Subtopology("1", repartition_source_topics=(TopicInfo("app-repart"),),
+                state_changelog_topics=(TopicInfo("app-store-changelog"),)),
+))
+
+
+def counts(**topics: int):
+    table = {k.replace("_", "-"): v for k, v in topics.items()}
+    return table.get
+
+
+# ------------------------------------------------------------------------------------------------ topology
+def test_internal_topics_take_their_counts_from_the_sources():
+    c = configure(WORDS, counts(input=4))
+    assert c.status == (MISSING_INTERNAL_TOPICS, "Internal topics are missing: app-repart, app-store-changelog")
+    assert {n: t.partitions for n, t in c.to_create.items()} == {"app-repart": 4, "app-store-changelog": 4}
+    assert dict(c.tasks) == {"0": 4, "1": 4}
+    assert not c.ready
+    done = configure(WORDS, counts(input=4, app_repart=4, app_store_changelog=4))
+    assert done.ready and done.status is None and not done.to_create
+
+
+def test_a_missing_source_topic_is_reported_and_nothing_is_created():
+    c = configure(WORDS, counts())
+    assert c.status == (MISSING_SOURCE_TOPICS, "Source topics input are missing.")
+    assert not c.to_create and not c.ready
+
+
+def test_an_internal_topic_with_another_partition_count_is_incorrectly_partitioned():
+    c = configure(WORDS, counts(input=4, app_repart=3))
+    assert c.status == (INCORRECTLY_PARTITIONED_TOPICS,
+                        "Existing topic app-repart has different number of partitions: expected 4, found 3")
+
+
+def test_copartitioned_sources_must_agree():
+    join = Topology(1, (Subtopology("0", source_topics=("left", "right"), copartition_groups=(((0, 1), ()),)),))
+    assert configure(join, counts(left=3, right=3)).ready
+    bad = configure(join, counts(left=3, right=2))
+    assert bad.status == (INCORRECTLY_PARTITIONED_TOPICS,
+                          "Following topics do not have the same number of partitions: [left, right]")
+
+
+def test_a_fixed_repartition_count_is_kept():
+    fixed = Topology(1, (
+        Subtopology("0", source_topics=("input",), repartition_sink_topics=("r",)),
+        Subtopology("1", repartition_source_topics=(TopicInfo("r", partitions=7),)),
+    ))
+    c = configure(fixed, counts(input=2))
+    assert c.to_create["r"].partitions == 7 and c.tasks["1"] == 7
+
+
+# ------------------------------------------------------------------------------------------------ assignor
+def spec(process: str, active=None, standby=None):
+    return sa.MemberSpec(process, {k: frozenset(v) for k, v in (active or {}).items()},
+                         {k: frozenset(v) for k, v in (standby or {}).items()})
+
+
+def test_active_tasks_are_spread_evenly():
+    out = sa.assign({"a": spec("p1"), "b": spec("p2")}, {"0": 3, "1": 3}, set())
+    sizes = sorted(sum(len(ps) for ps in t.active.values()) for t in out.values())
+    assert sizes == [3, 3]
+    every = sorted((s, p) for t in out.values() for s, ps in t.active.items() for p in ps)
+    assert every == [(s, p) for s in "01" for p in range(3)]
+
+
+def test_tasks_stay_with_their_previous_owner():
+    before = {"a": spec("p1", active={"0": {0, 1}}), "b": spec("p2", active={"0": {2, 3}})}
+    out = sa.assign(before, {"0": 4}, set())
+    assert out["a"].active == {"0": {0, 1}} and out["b"].active == {"0": {2, 3}}
+    # a third member takes a share, from the members over quota, and the rest stay where they were
+    out = sa.assign({**before, "c": spec("p3")}, {"0": 4}, set())
+    assert out["a"].active["0"] <= {0, 1} and out["b"].active["0"] <= {2, 3}
+    assert sum(len(t.active.get("0", ())) for t in out.values()) == 4 and out["c"].active
+
+
+def test_a_previous_standby_gets_the_active_task_first():
+    out = sa.assign({"a": spec("p1", standby={"0": {0}}), "b": spec("p2")}, {"0": 1}, {"0"})
+    assert out["a"].active == {"0": {0}}
+
+
+def test_standbys_go_to_other_processes_only():
+    out = sa.assign({"a": spec("p1"), "b": spec("p2")}, {"0": 2}, {"0"}, num_standby_replicas=1)
+    for m, other in (("a", "b"), ("b", "a")):
+        assert out[m].standby.get("0", set()) == out[other].active.get("0", set())
+    # two members of one process: no other process, so no standby at all
+    out = sa.assign({"a": spec("p1"), "b": spec("p1")}, {"0": 2}, {"0"}, num_standby_replicas=1)
+    assert all(not t.standby for t in out.values())
+    # stateless sub-topologies get no standby
+    out = sa.assign({"a": spec("p1"), "b": spec("p2")}, {"0": 2}, set(), num_standby_replicas=1)
+    assert all(not t.standby for t in out.values())
+
+
+# ------------------------------------------------------------------------------------------------ group
+IMAGE = {"input": 4, "app-repart": 4, "app-store-changelog": 4}
+
+
+def groups(**config) -> StreamsGroups:
+    return StreamsGroups(StreamsGroupConfig(initial_rebalance_delay_ms=config.pop("delay", 0), **config), {})
+
+
+def join(member: str, topology: Topology = WORDS, process: str | None = None, **kw) -> StreamsHeartbeat:
+    return StreamsHeartbeat(group_id="g", member_id=member, member_epoch=0, rebalance_timeout_ms=30_000,
+                            topology=topology, process_id=process or member, **kw)
+
+
+def beat(member: str, epoch: int, active=None, standby=None, warmup=None, **kw) -> StreamsHeartbeat:
+    given = active is not None
+    return StreamsHeartbeat(group_id="g", member_id=member, member_epoch=epoch,
+                            active_tasks=active, standby_tasks=(standby or {}) if given else None,
+                            warmup_tasks=(warmup or {}) if given else None, **kw)
+
+
+def test_the_first_member_gets_every_task():
+    sg = groups()
+    r = sg.heartbeat(0, join("m1"), IMAGE.get)
+    assert (r.error_code, r.member_epoch, r.heartbeat_interval_ms, r.status) == (0, 1, 5000, [])
+    assert r.tasks is not None and r.tasks.active == {"0": {0, 1, 2, 3}, "1": {0, 1, 2, 3}}
+    assert sg.groups["g"].state() == StreamsGroupState.STABLE
+
+
+def test_missing_internal_topics_keep_the_group_not_ready_and_name_them():
+    sg = groups()
+    r = sg.heartbeat(0, join("m1"), {"input": 4}.get)
+    assert r.status == [(MISSING_INTERNAL_TOPICS, "Internal topics are missing: app-repart, app-store-changelog")]
+    assert set(r.to_create) == {"app-repart", "app-store-changelog"}
+    assert r.tasks is not None and r.tasks.is_empty()
+    assert sg.groups["g"].state() == StreamsGroupState.NOT_READY
+    # the topics appear: the next heartbeat configures the topology and the member gets its tasks
+    r = sg.heartbeat(1, beat("m1", r.member_epoch, active={}), IMAGE.get)
+    assert r.status == [] and not r.to_create and r.tasks is not None and r.tasks.active["0"] == {0, 1, 2, 3}
+
+
+def test_a_second_member_waits_for_the_first_to_revoke():
+    sg = groups()
+    r1 = sg.heartbeat(0, join("m1"), IMAGE.get)
+    r2 = sg.heartbeat(0, join("m2"), IMAGE.get)
+    # m2's target tasks are still m1's: it joins the new epoch with none of them yet
+    assert r2.member_epoch == 2 and r2.tasks is not None and r2.tasks.active == {}
+    assert sg.groups["g"].members["m2"].state == MemberState.UNRELEASED_TASKS
+    # m1 is told to give up half its tasks, keeping its epoch
+    full = {"0": {0, 1, 2, 3}, "1": {0, 1, 2, 3}}
+    r1b = sg.heartbeat(1, beat("m1", r1.member_epoch, active=full), IMAGE.get)
+    assert r1b.member_epoch == 1 and r1b.tasks is not None
+    kept = r1b.tasks.active
+    assert sum(len(p) for p in kept.values()) == 4
+    assert sg.groups["g"].members["m1"].state == MemberState.UNREVOKED_TASKS
+    assert sg.groups["g"].state() == StreamsGroupState.RECONCILING
+    # still owning them: nothing moves
+    again = sg.heartbeat(2, beat("m1", 1, active=full), IMAGE.get)
+    assert again.member_epoch == 1 and again.tasks is None
+    # revoked: m1 moves to epoch 2, and m2 gets the released tasks on its next heartbeat
+    r1c = sg.heartbeat(3, beat("m1", 1, active=kept), IMAGE.get)
+    assert r1c.member_epoch == 2
+    r2b = sg.heartbeat(4, beat("m2", 2, active={}), IMAGE.get)
+    assert r2b.tasks is not None
+    assert {(s, p) for s, ps in r2b.tasks.active.items() for p in ps}.isdisjoint(
+        {(s, p) for s, ps in kept.items() for p in ps})
+    assert sum(len(p) for p in r2b.tasks.active.values()) == 4
+    assert sg.groups["g"].state() == StreamsGroupState.STABLE
+
+
+def test_leaving_hands_the_tasks_to_the_others():
+    sg = groups()
+    sg.heartbeat(0, join("m1"), IMAGE.get)
+    sg.heartbeat(0, join("m2"), IMAGE.get)
+    full = {"0": {0, 1, 2, 3}, "1": {0, 1, 2, 3}}
+    r = sg.heartbeat(1, beat("m1", 1, active=full), IMAGE.get)  # told to revoke half for m2
+    assert r.tasks is not None and sum(len(p) for p in r.tasks.active.values()) == 4
+    left = sg.heartbeat(1, beat("m2", -1), IMAGE.get)
+    assert (left.error_code, left.member_id, left.member_epoch) == (0, "m2", -1)
+    g = sg.groups["g"]
+    assert set(g.members) == {"m1"} and g.group_epoch == 3
+    # m1's next heartbeat computes the new target: everything again, at epoch 3
+    r = sg.heartbeat(2, beat("m1", 1, active=r.tasks.active), IMAGE.get)
+    assert r.member_epoch == 3 and r.tasks is not None and r.tasks.active == full
+    assert sg.heartbeat(2, beat("m2", 2), IMAGE.get).error_code == ErrorCode.UNKNOWN_MEMBER_ID
+
+
+def test_a_silent_member_is_removed_after_the_session_timeout():
+    sg = groups(session_timeout_ms=1000)
+    sg.heartbeat(0, join("m1"), IMAGE.get)
+    sg.heartbeat(500, join("m2"), IMAGE.get)
+    assert sg.tick(1200) == ["g"]
+    assert set(sg.groups["g"].members) == {"m2"}
+    r = sg.heartbeat(1300, beat("m2", 2, active={}), IMAGE.get)
+    assert r.tasks is not None and r.tasks.active == {"0": {0, 1, 2, 3}, "1": {0, 1, 2, 3}}
+
+
+def test_the_initial_rebalance_delay_gathers_the_first_joins():
+    sg = groups(delay=3000)
+    r = sg.heartbeat(0, join("m1"), IMAGE.get)
+    assert r.member_epoch == 0 and (ASSIGNMENT_DELAYED, "Assignment delayed due to the configured initial "
+                                                        "rebalance delay.") in r.status
+    r = sg.heartbeat(3000, join("m1"), IMAGE.get)
+    assert r.member_epoch == 1 and r.status == [] and r.tasks is not None and r.tasks.active
+
+
+def test_a_stale_topology_epoch_is_a_status_and_another_topology_is_refused():
+    sg = groups()
+    newer = Topology(2, WORDS.subtopologies)
+    sg.heartbeat(0, join("m1", newer), IMAGE.get)
+    r = sg.heartbeat(0, join("m2", WORDS), IMAGE.get)
+    assert r.error_code == 0 and (STALE_TOPOLOGY, "The member's topology epoch 1 is behind the group's topology "
+                                                  "epoch 2.") in r.status
+    other = Topology(2, (Subtopology("0", source_topics=("input",)),))
+    r = sg.heartbeat(0, join("m3", other), IMAGE.get)
+    assert (r.error_code, r.error_message) == (ErrorCode.INVALID_REQUEST, "Topology updates are not supported yet.")
+
+
+def test_member_epochs_are_checked():
+    sg = groups()
+    r = sg.heartbeat(0, join("m1"), IMAGE.get)
+    tasks = r.tasks.active if r.tasks is not None else {}
+    high = sg.heartbeat(1, beat("m1", 5, active=tasks), IMAGE.get)
+    assert high.error_code == ErrorCode.FENCED_MEMBER_EPOCH and "greater member epoch (5)" in (high.error_message or "")
+    sg.heartbeat(1, join("m2"), IMAGE.get)  # epoch 2 for the group; m1 stays at 1 while revoking
+    assert sg.heartbeat(2, join("m1"), IMAGE.get).error_code == 0  # epoch 0 always (re)joins
+    assert sg.heartbeat(3, beat("x", 1), IMAGE.get).error_code == ErrorCode.UNKNOWN_MEMBER_ID
+    missing = sg.heartbeat(3, StreamsHeartbeat("nope", "m", 3), IMAGE.get)
+    assert (missing.error_code, missing.error_message) == (ErrorCode.GROUP_ID_NOT_FOUND,
+                                                           "Streams group nope not found.")
+
+
+def test_the_previous_epoch_is_accepted_with_a_subset_of_the_tasks():
+    sg = groups()
+    sg.heartbeat(0, join("m1"), IMAGE.get)
+    m = sg.groups["g"].members["m1"]
+    m.previous_member_epoch, m.member_epoch = 1, 3  # as if the answer with epoch 3 was lost
+    assert sg.heartbeat(1, beat("m1", 1, active={"0": {0}}), IMAGE.get).error_code == 0
+    r = sg.heartbeat(1, beat("m1", 2, active={"0": {0}}), IMAGE.get)
+    assert r.error_code == ErrorCode.FENCED_MEMBER_EPOCH
+
+
+def test_owned_tasks_outside_the_topology_are_invalid():
+    sg = groups()
+    sg.heartbeat(0, join("m1"), IMAGE.get)
+    r = sg.heartbeat(1, beat("m1", 1, active={"9": {0}}), IMAGE.get)
+    assert (r.error_code, r.error_message) == (ErrorCode.INVALID_REQUEST, "Subtopology 9 does not exist in the "
+                                                                          "topology.")
+    r = sg.heartbeat(1, beat("m1", 1, active={"0": {4}}), IMAGE.get)
+    assert (r.error_code, r.error_message) == (
+        ErrorCode.INVALID_REQUEST, "Task 4 for subtopology 0 is invalid. Number of tasks for this subtopology: 4")
+
+
+@pytest.mark.parametrize(("request_", "code", "message"), [
+    (StreamsHeartbeat("g", "", 0, rebalance_timeout_ms=1, topology=WORDS), ErrorCode.INVALID_REQUEST,
+     "MemberId can't be empty."),
+    (StreamsHeartbeat("", "m", 0, rebalance_timeout_ms=1, topology=WORDS), ErrorCode.INVALID_REQUEST,
+     "GroupId can't be empty."),
+    (StreamsHeartbeat("g", "m", 0, topology=WORDS), ErrorCode.INVALID_REQUEST,
+     "RebalanceTimeoutMs must be provided in first request."),
+    (StreamsHeartbeat("g", "m", 0, rebalance_timeout_ms=1), ErrorCode.INVALID_REQUEST,
+     "Topology must be non-null when (re-)joining."),
+    (StreamsHeartbeat("g", "m", 0, rebalance_timeout_ms=1, topology=WORDS, active_tasks={"0": {1}},
+                      standby_tasks={}, warmup_tasks={}), ErrorCode.INVALID_REQUEST,
+     "ActiveTasks must be empty when (re-)joining."),
+    (StreamsHeartbeat("g", "m", 1, topology=WORDS), ErrorCode.INVALID_REQUEST,
+     "Topology can only be provided when (re-)joining."),
+    (StreamsHeartbeat("g", "m", -3), ErrorCode.INVALID_REQUEST,
+     "MemberEpoch is -3, but must be greater than or equal to -2."),
+    (StreamsHeartbeat("g", "m", -2), ErrorCode.INVALID_REQUEST, "InstanceId can't be null."),
+    (StreamsHeartbeat("g", "m", -2, instance_id="i"), ErrorCode.INVALID_REQUEST,
+     "Static membership is not yet supported."),
+    (StreamsHeartbeat("g", "m", 1, active_tasks={}), ErrorCode.INVALID_REQUEST,
+     "If one task-type is non-null, all must be non-null."),
+    (StreamsHeartbeat("g", "m", 1, active_tasks={}, standby_tasks={}, warmup_tasks={"0": {1}}),
+     ErrorCode.INVALID_REQUEST, "WarmupTasks are not supported yet."),
+    (StreamsHeartbeat("g", "m", 1, task_offsets_given=True), ErrorCode.INVALID_REQUEST,
+     "TaskOffsets are not supported yet."),
+    (StreamsHeartbeat("g", "m", 0, rebalance_timeout_ms=1, topology=Topology(1, (Subtopology(
+        "0", source_topics=("input",), state_changelog_topics=(TopicInfo("c", partitions=3),)),))),
+     ErrorCode.STREAMS_INVALID_TOPOLOGY,
+     "Changelog topic c must have an undefined partition count, but it is set to 3."),
+    (StreamsHeartbeat("g", "m", 0, rebalance_timeout_ms=1, topology=Topology(1, (Subtopology(
+        "0", source_topic_regex=("in.*",)),))), ErrorCode.INVALID_REQUEST,
+     "Regular expressions for source topics are not supported yet."),
+])
+def test_bad_requests_get_kafkas_codes(request_, code, message):
+    r = groups().heartbeat(0, request_, IMAGE.get)
+    assert (r.error_code, r.error_message) == (code, message)
+
+
+def test_a_group_of_another_kind_is_not_found():
+    sg = StreamsGroups(StreamsGroupConfig(), {}, other_kind=lambda gid: "consumer")
+    r = sg.heartbeat(0, join("m1"), IMAGE.get)
+    assert (r.error_code, r.error_message) == (ErrorCode.GROUP_ID_NOT_FOUND, "Group g is not a streams group.")
+
+
+def test_endpoints_map_to_the_partitions_of_their_tasks():
+    sg = groups()
+    r = sg.heartbeat(0, join("m1", user_endpoint=("h1", 8080)), IMAGE.get)
+    assert r.partitions_by_endpoint == [(("h1", 8080), {"app-repart": [0, 1, 2, 3], "input": [0, 1, 2, 3]}, {})]
+    epoch = r.endpoint_information_epoch
+    assert epoch > 0
+    again = sg.heartbeat(1, beat("m1", r.member_epoch, endpoint_information_epoch=epoch), IMAGE.get)
+    assert again.partitions_by_endpoint is None  # the member is up to date
+
+
+def test_group_configs_set_the_standbys():
+    sg = StreamsGroups(StreamsGroupConfig(initial_rebalance_delay_ms=0), {},
+                       group_config=lambda gid: {"streams.num.standby.replicas": "1"})
+    sg.heartbeat(0, join("m1"), IMAGE.get)
+    sg.heartbeat(0, join("m2"), IMAGE.get)
+    targets = sg.groups["g"].targets
+    # sub-topology 1 is stateful: each of its tasks has a standby on the other member
+    assert targets["m1"].standby.get("1", set()) == targets["m2"].active.get("1", set())
+    assert "0" not in targets["m1"].standby and "0" not in targets["m2"].standby
+
+
+def test_offset_commits_and_fetches_need_the_members_current_epoch():
+    sg = groups()
+    sg.heartbeat(0, join("m1"), IMAGE.get)
+    assert sg.check_commit("g", "m1", 1, None, 9) == ErrorCode.NONE
+    assert sg.check_commit("g", "m1", 2, None, 9) == ErrorCode.STALE_MEMBER_EPOCH
+    assert sg.check_commit("g", "m1", 1, None, 8) == ErrorCode.UNSUPPORTED_VERSION
+    assert sg.check_commit("g", "m1", 1, None, 3, transactional=True) == ErrorCode.NONE
+    assert sg.check_commit("g", "", -1, None, 3, transactional=True) == ErrorCode.NONE
+    assert sg.check_commit("g", "x", -1, None, 9) == ErrorCode.UNKNOWN_MEMBER_ID  # members: no outside commits
+    assert sg.check_fetch("g", None, -1) == ErrorCode.NONE
+    assert sg.check_fetch("g", "m1", 1) == ErrorCode.NONE
+    assert sg.check_fetch("g", "m1", 0) == ErrorCode.STALE_MEMBER_EPOCH
+    assert sg.check_fetch("g", "x", 1) == ErrorCode.UNKNOWN_MEMBER_ID
+    sg.heartbeat(1, beat("m1", -1), IMAGE.get)
+    assert sg.check_commit("g", "", -1, None, 9) == ErrorCode.NONE  # empty: an admin may commit
