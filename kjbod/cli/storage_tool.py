@@ -41,9 +41,9 @@ def run_format(args: argparse.Namespace) -> int:
     from kjbod.storage.meta import format_dirs
 
     config = load_config(args.config, args.override)
-    # Without either option nothing is written: the cluster runs at the bootstrap levels of the latest level kjbod
-    # runs, as a log without FeatureLevelRecords always has (kjbod.metadata.features).
-    levels = bootstrap_levels(args.release_version, args.feature) if args.release_version or args.feature else None
+    # Always written: the levels chosen now are the ones the first controller writes to the log, whatever kjbod
+    # version first starts it (without options, the bootstrap levels of the latest level kjbod runs).
+    levels = bootstrap_levels(args.release_version, args.feature)
     voters = _initial_voters(args, config)
     formatted = set(format_dirs(config, cluster_id=args.cluster_id,
                                 bootstrap_voters=voters.to_record() if voters is not None else None,

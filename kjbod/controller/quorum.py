@@ -162,6 +162,7 @@ class QuorumController:
         self._applied_waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._catching_up: asyncio.Task[None] | None = None
         self._last_snapshot_at = clock()  # the time trigger counts from the start, as Kafka's does
+        self._log_has_records = False  # some metadata record was replayed (an activation then keeps its levels)
         # api key -> (version, request) -> the operation that answers it
         self._handlers: dict[int, Callable[[int, Any], Operation]] = {
             _key(BrokerRegistrationRequest): self._register,
@@ -203,12 +204,16 @@ class QuorumController:
         if hasattr(mlog, "metadata_version"):
             mlog.metadata_version = image.features.get(ft.METADATA_VERSION)
 
+    def _activation_levels(self, image: MetadataImage) -> dict[str, int] | None:
+        mlog = self.raft.mlog if self.raft is not None else self.log
+        return ft.activation_levels(image, getattr(mlog, "bootstrap_levels", None),
+                                    log_has_records=self._log_has_records)
+
     def _activation(self, image: MetadataImage, _offset: int) -> ControllerResult:
         """Kafka's activation records: the feature levels a log without a metadata.version starts at
         (kjbod.metadata.features.activation_levels; `bootstrap.checkpoint` names them), and with
         eligible.leader.replicas.version above 0 the cluster-wide min.insync.replicas the ELR is kept against."""
-        mlog = self.raft.mlog if self.raft is not None else self.log
-        levels = ft.activation_levels(image, getattr(mlog, "bootstrap_levels", None))
+        levels = self._activation_levels(image)
         if levels is None:
             return ControllerResult([], None)
         records: list[Any] = [FeatureLevelRecord(name=n, feature_level=v) for n, v in
@@ -220,16 +225,26 @@ class QuorumController:
         return ControllerResult(records, None)
 
     def _submit_activation(self) -> None:
+        """Writes the activation records as the first batch; no other write goes before them (`_run` writes them
+        first if they are still missing), and a failed attempt is logged as an error and retried."""
         def done(f: asyncio.Future[Any]) -> None:
-            if not f.cancelled() and f.exception() is not None:
-                log.warning("metadata_levels_not_bootstrapped", error=str(f.exception()))
+            if f.cancelled() or f.exception() is None:
+                return
+            log.error("metadata_levels_not_written", error=str(f.exception()), retry_in_s=1)
+            if self._tasks:
+                asyncio.get_running_loop().call_later(1.0, self._retry_activation)
 
         self.submit(self._activation).add_done_callback(done)
+
+    def _retry_activation(self) -> None:
+        if self._tasks and self.active and self._activation_levels(self.image) is not None:
+            self._submit_activation()
 
     # ------------------------------------------------------------------------------------------ lifecycle
     def load(self) -> MetadataImage:
         """Replays the metadata log (a snapshot's records first when the log has one) into the image."""
         records = self.log.load()
+        self._log_has_records = bool(records)
         delta = MetadataDelta(EMPTY_IMAGE)
         # Each record's own offset (control records take offsets too; a snapshot's records carry its end).
         for rec, offset in zip(records, self.log.loaded_offsets, strict=True):
@@ -254,6 +269,7 @@ class QuorumController:
         kept = [(rec, off) for rec, off in zip(records, mlog.loaded_offsets, strict=True) if off < self.applied_end]
         for rec, offset in kept:
             delta.replay(rec, offset)
+        self._log_has_records = bool(kept)
         self.image = delta.apply()
         self.heartbeats.dirs.note_records([r for r, _ in kept])
         mlog.add_commit_listener(self._on_commit)
@@ -291,6 +307,7 @@ class QuorumController:
             if end == start:
                 return
             if records:
+                self._log_has_records = True
                 delta = MetadataDelta(self.image)
                 for rec, offset in records:
                     delta.replay(rec, offset)
@@ -332,6 +349,7 @@ class QuorumController:
         """This voter installed a snapshot fetched from the leader: its records are the image up to
         `end_offset` (exclusive); replay them onto an empty image and go on from there."""
         delta = MetadataDelta(EMPTY_IMAGE)
+        self._log_has_records = self._log_has_records or bool(records)
         for rec in records:
             delta.replay(rec, end_offset - 1)
         self.image = image = delta.apply()
@@ -367,7 +385,7 @@ class QuorumController:
         self.active = True
         self.heartbeats.sessions.clear()  # every broker's session starts now (Kafka's activation)
         self.reassignment_plans = reassignment.plans_from(self.image)
-        if self._tasks and ft.activation_levels(self.image, getattr(self.raft.mlog, "bootstrap_levels", None)):
+        if self._tasks and self._activation_levels(self.image) is not None:
             self._submit_activation()
         log.info("controller_activated", node_id=self.settings.node_id, epoch=raft.epoch,
                  offset=self.applied_end)
@@ -406,7 +424,7 @@ class QuorumController:
     def start(self) -> None:
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._run(), name="kjbod-controller"))
-        if self.active and ft.activation_levels(self.image, getattr(self.log, "bootstrap_levels", None)):
+        if self.active and self._activation_levels(self.image) is not None:
             self._submit_activation()
         self._tasks.append(loop.create_task(self._expire_sessions(), name="kjbod-controller-sessions"))
         self._tasks.append(loop.create_task(self._elections(), name="kjbod-controller-elections"))
@@ -438,7 +456,8 @@ class QuorumController:
             fut.set_exception(NotControllerError("this controller is not the active controller"))
             return fut
         op = _finishing(op)
-        if self._busy or not self._queue.empty() or not self._tasks:
+        if (self._busy or not self._queue.empty() or not self._tasks
+                or self._activation_levels(self.image) is not None):
             self._queue.put_nowait((op, fut))
             return fut
         try:
@@ -462,6 +481,9 @@ class QuorumController:
             try:
                 if not self.active:
                     raise NotControllerError("this controller is not the active controller")
+                if self._activation_levels(self.image) is not None:  # the levels go first, whatever comes
+                    activation = self._activation(self.image, self.log.next_offset)
+                    await self._commit(activation.records)
                 result = op(self.image, self.log.next_offset)
                 if result.records:
                     await self._commit(result.records)

@@ -255,6 +255,8 @@ def test_elr_replay_and_snapshot_round_trip(metadata_version):
     for b in (1, 2, 3):
         ctx.live_broker(b)
     write(ctx, FeatureLevelRecord(name=ft.METADATA_VERSION, feature_level=metadata_version))
+    if elr:  # with a metadata.version in the log, a feature it has no level for is at 0
+        write(ctx, FeatureLevelRecord(name=ft.ELR_VERSION, feature_level=1))
     topic(ctx, "t", [1, 2, 3], min_isr=3)
     only(alter(ctx, 1, "t", [1]))
     ctx.heartbeat(2, want_fence=True)

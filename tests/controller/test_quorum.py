@@ -8,6 +8,7 @@ import asyncio
 import uuid
 
 from kjbod.controller import ControllerSettings, QuorumController
+from kjbod.metadata import features as _ft
 from kjbod.protocol.errors import ErrorCode as E
 from kjbod.protocol.generated import (
     BrokerHeartbeatRequest,
@@ -15,10 +16,15 @@ from kjbod.protocol.generated import (
     CreateTopicsRequest,
     DeleteTopicsRequest,
 )
+from kjbod.protocol.generated.broker_registration_request import Feature as _Feature
 from kjbod.protocol.generated.create_topics_request import CreatableTopic
 from kjbod.storage.metadata_log import MetadataLog
 
 from .test_managers import CLUSTER, Policy
+
+# What a kjbod broker offers: the controller's first records finalize the levels, and a broker must run them.
+SUPPORTED_FEATURES = [_Feature(name=n, min_supported_version=lo, max_supported_version=hi)
+                      for n, (lo, hi) in sorted(_ft.SUPPORTED.items())]
 
 
 def make(tmp_path):
@@ -30,7 +36,8 @@ def make(tmp_path):
 
 async def live_broker(c, bid):
     reg = await c.handle_request(62, 4, BrokerRegistrationRequest(
-        broker_id=bid, cluster_id=CLUSTER, incarnation_id=uuid.uuid4(), log_dirs=[uuid.UUID(int=(bid << 70) + 1)]))
+        broker_id=bid, cluster_id=CLUSTER, incarnation_id=uuid.uuid4(), log_dirs=[uuid.UUID(int=(bid << 70) + 1)],
+        features=SUPPORTED_FEATURES))
     assert reg.error_code == 0
     hb = await c.handle_request(63, 1, BrokerHeartbeatRequest(broker_id=bid, broker_epoch=reg.broker_epoch,
                                                               current_metadata_offset=c.image.offset))
