@@ -52,9 +52,9 @@ from kjbod.controller import (
 )
 from kjbod.controller.errors import error_response
 from kjbod.controller.heartbeats import BrokerHeartbeatManager
-from kjbod.controller.partition_change import MIN_ISR_KEY, UNCLEAN_KEY
+from kjbod.controller.partition_change import UNCLEAN_KEY
 from kjbod.controller.result import ConfigPolicy, ControllerResult, ControllerSettings
-from kjbod.metadata import BROKER_RESOURCE, EMPTY_IMAGE, MetadataDelta, MetadataImage, image_records, replay
+from kjbod.metadata import EMPTY_IMAGE, MetadataDelta, MetadataImage, image_records, replay
 from kjbod.metadata import features as ft
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import (
@@ -70,7 +70,6 @@ from kjbod.protocol.generated import (
     AssignReplicasToDirsRequest,
     BrokerHeartbeatRequest,
     BrokerRegistrationRequest,
-    ConfigRecord,
     CreateAclsRequest,
     CreateDelegationTokenRequest,
     CreatePartitionsRequest,
@@ -218,9 +217,8 @@ class QuorumController:
             return ControllerResult([], None)
         records: list[Any] = [FeatureLevelRecord(name=n, feature_level=v) for n, v in
                               sorted(levels.items(), key=lambda kv: (kv[0] != ft.METADATA_VERSION, kv[0]))]
-        if levels.get(ft.ELR_VERSION, 0) > 0 and MIN_ISR_KEY not in image.resource_configs(BROKER_RESOURCE, ""):
-            records.append(ConfigRecord(resource_type=BROKER_RESOURCE, resource_name="", name=MIN_ISR_KEY,
-                                        value=str(self.settings.min_insync_replicas)))
+        if levels.get(ft.ELR_VERSION, 0) > 0:  # an old log may hold brokers' own min.insync.replicas
+            records += configs.elr_safety_records(image, self.settings.min_insync_replicas)
         log.info("metadata_levels_bootstrapped", levels=levels)
         return ControllerResult(records, None)
 
@@ -625,7 +623,8 @@ class QuorumController:
         return lambda image, _o: cluster_control.unregister_broker(image, req.broker_id)
 
     def _update_features(self, version: int, req: UpdateFeaturesRequest) -> Operation:
-        return lambda image, _o: features.update_features(image, req, version, self.settings.node_id or 0)
+        return lambda image, _o: features.update_features(image, req, version, self.settings.node_id or 0,
+                                                          self.settings.min_insync_replicas)
 
     def _alter_user_scram_credentials(self, version: int, req: AlterUserScramCredentialsRequest) -> Operation:
         return lambda image, _o: scram.alter_user_scram_credentials(image, req)
