@@ -518,7 +518,8 @@ class QuorumController:
         """Starts the next KIP-435 steps that the last commit made room for (a round's records may complete a
         step at once, freeing its place, so it goes on while that happens)."""
         while self.reassignment_plans:
-            steps = reassignment.advance(self.image, self.reassignment_plans, node_id=self.settings.node_id)
+            steps = reassignment.advance(self.image, self.reassignment_plans, node_id=self.settings.node_id,
+                                         min_isr_default=self.settings.min_insync_replicas)
             records = throttles.finish(self.image, steps)
             if not records:
                 return
@@ -620,7 +621,8 @@ class QuorumController:
         return lambda image, offset: self.heartbeats.heartbeat(image, req, self.clock(), offset)
 
     def _unregister(self, version: int, req: UnregisterBrokerRequest) -> Operation:
-        return lambda image, _o: cluster_control.unregister_broker(image, req.broker_id)
+        return lambda image, _o: cluster_control.unregister_broker(
+            image, req.broker_id, min_isr_default=self.settings.min_insync_replicas, node_id=self.settings.node_id)
 
     def _update_features(self, version: int, req: UpdateFeaturesRequest) -> Operation:
         return lambda image, _o: features.update_features(image, req, version, self.settings.node_id or 0,
@@ -703,13 +705,17 @@ class QuorumController:
         return lambda image, _o: producer_ids.allocate_producer_ids(image, req)
 
     def _assign_replicas_to_dirs(self, version: int, req: AssignReplicasToDirsRequest) -> Operation:
-        return lambda image, _o: directories.assign_replicas_to_dirs(image, req, self.heartbeats.dirs)
+        return lambda image, _o: directories.assign_replicas_to_dirs(
+            image, req, self.heartbeats.dirs, min_isr_default=self.settings.min_insync_replicas,
+            node_id=self.settings.node_id)
 
     def _alter_partition(self, version: int, req: AlterPartitionRequest) -> Operation:
         return lambda image, _o: alter_partition.alter_partition(image, req, version, self.settings)
 
     def _elect_leaders(self, version: int, req: ElectLeadersRequest) -> Operation:
-        return lambda image, _o: elections.elect_leaders(image, req, version)
+        return lambda image, _o: elections.elect_leaders(image, req, version,
+                                                         min_isr_default=self.settings.min_insync_replicas,
+                                                         node_id=self.settings.node_id)
 
     def _alter_partition_reassignments(self, version: int, req: AlterPartitionReassignmentsRequest) -> Operation:
         return lambda image, _o: reassignment.alter_partition_reassignments(

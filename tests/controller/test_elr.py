@@ -333,3 +333,37 @@ def test_turning_the_elr_on_makes_min_isr_cluster_wide():
     # A cluster-wide value already set is kept.
     again = update_features(ctx.image, req, 1, node_id=3000, static_min_isr=5)
     assert again.records == [FeatureLevelRecord(name=ft.ELR_VERSION, feature_level=1)]
+
+
+def _static_min_isr_3_cluster():
+    """Three brokers, the ELR on, no min.insync.replicas in the metadata: the controller's own static value (3)
+    is every topic's effective one (Kafka's getTopicEffectiveMinIsr)."""
+    ctx = cluster(3, min_insync_replicas=3)
+    assert ctx.create("t", -1, assignments=[[1, 2, 3]]).error_code == 0
+    assert effective_min_isr(ctx.image, ctx.image.topic("t"), ctx.settings.min_insync_replicas) == 3
+    return ctx
+
+
+def test_unregistering_a_broker_keeps_the_elr_against_the_static_min_isr():
+    from kjbod.controller import cluster_control
+
+    ctx = _static_min_isr_3_cluster()
+    ctx.commit(cluster_control.unregister_broker(ctx.image, 3, min_isr_default=3, node_id=ctx.settings.node_id))
+    assert state(ctx) == (1, (1, 2), (3,), ())
+
+
+def test_elect_leaders_keeps_the_elr_against_the_static_min_isr():
+    from kjbod.controller import elections
+    from kjbod.protocol.generated import ElectLeadersRequest
+    from kjbod.protocol.generated.elect_leaders_request import TopicPartitions
+
+    ctx = _static_min_isr_3_cluster()
+    ctx.heartbeat(1, want_fence=True)  # 2 leads
+    ctx.heartbeat(1)  # back, and the leader takes it into the ISR again
+    only(alter(ctx, 2, "t", [1, 2, 3]))
+    ctx.heartbeat(3, want_fence=True)  # ISR 1, 2: below 3, so 3 joins the ELR
+    assert state(ctx) == (2, (1, 2), (3,), ())
+    req = ElectLeadersRequest(election_type=0, topic_partitions=[TopicPartitions(topic="t", partitions=[0])])
+    result = elections.elect_leaders(ctx.image, req, 1, min_isr_default=3, node_id=ctx.settings.node_id)
+    ctx.commit(result)
+    assert state(ctx) == (1, (1, 2), (3,), ())
