@@ -51,7 +51,9 @@ WRITE_TIMEOUT_MS = 5000
 MARKER_RETRY_S = 0.1
 MARKER_TIMEOUT_S = 10.0
 WRITE_TXN_MARKERS = 27
-WRITE_TXN_MARKERS_VERSION = 2  # the markers' transaction version (KIP-1228)
+# WriteTxnMarkers v2 carries the markers' transaction version (KIP-1228); a peer that serves only v1 (Kafka before
+# 4.2) gets v1, which leaves it out (the field is ignorable), as the version both ends serve is picked per peer.
+WRITE_TXN_MARKERS_VERSIONS = (1, 2)
 
 
 class _TxnLogRequest(InternalRequest):
@@ -327,7 +329,8 @@ class TxnCoordinator(CoordinatorHost):
                 resp = await write_txn_markers.write_markers(self.node, body)
             else:
                 conn = await self._connection(leader)
-                resp = await conn.request(WRITE_TXN_MARKERS, WRITE_TXN_MARKERS_VERSION, body, MARKER_TIMEOUT_S)
+                version = conn.pick_version(WRITE_TXN_MARKERS, *WRITE_TXN_MARKERS_VERSIONS)
+                resp = await conn.request(WRITE_TXN_MARKERS, version, body, MARKER_TIMEOUT_S)
         except Exception as e:
             log.info("transaction_markers_not_sent", leader=leader, reason=str(e))
             self._conns.pop(leader, None)
