@@ -104,7 +104,11 @@ class TxnCoordinator(CoordinatorHost):
         self._sync_server_tv()
         if now >= self._next_abort:
             self._next_abort = now + self.abort_interval_ms
-            self._abort_timed_out(now)
+            fresh: dict[str, int] = {}
+            for m in self.book.timing_out(now):  # transaction.version 2 moves an epoch run out to a new id
+                if self.book.fence_needs_producer_id(m):
+                    fresh[m.transactional_id] = await self.node.next_producer_id()
+            self._abort_timed_out(now, fresh)
         if now >= self._next_expiry:
             self._next_expiry = now + self.expire_interval_ms
             self._remove_expired(now)
@@ -236,8 +240,8 @@ class TxnCoordinator(CoordinatorHost):
         self._send_markers_soon(tid)
         return ErrorCode.NONE, *t.continues_as
 
-    def _abort_timed_out(self, now: int) -> None:
-        for t in self.book.timed_out(now):
+    def _abort_timed_out(self, now: int, fresh_pids: dict[str, int] | None = None) -> None:
+        for t in self.book.timed_out(now, fresh_pids):
             tid = t.transactional_id
             if self.partition_of(tid) not in self.owned:
                 self.book.fail(t)
