@@ -110,6 +110,7 @@ def _elect_in_new_dir(image: MetadataImage, topic_id: UUID, p: Any, rec: Any, *,
             rec.isr = elected.isr
         rec.eligible_leader_replicas = elected.eligible_leader_replicas
         rec.last_known_elr = elected.last_known_elr
+        rec.leader_recovery_state = elected.leader_recovery_state  # an unclean election's RECOVERING
 
 
 def assign_replicas_to_dirs(image: MetadataImage, req: AssignReplicasToDirsRequest, dirs: BrokerDirs, *,
