@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 from typing import Any
 
 
@@ -72,11 +73,12 @@ def bootstrap_levels(release_version: str | None, features: list[str]) -> dict[s
     for item in features:
         name, sep, text = item.partition("=")
         name = name.strip()
-        if not sep or not name or not text.strip().lstrip("-").isdigit():
+        # ASCII digits only: str.isdigit also takes "²" and other digits int() refuses or reads.
+        if not sep or not name or not re.fullmatch(r"-?[0-9]+", text.strip()):
             raise UserError(f"--feature {item!r}: expected NAME=LEVEL, the level a whole number")
         if name == ft.METADATA_VERSION:
             raise UserError("--feature cannot set metadata.version: use --release-version")
-        level = int(text)
+        level = int(text.strip())
         flo, fhi = ft.SUPPORTED.get(name, (0, 0))
         if name not in ft.SUPPORTED:
             raise UserError(f"--feature: unknown feature {name!r} (kjbod serves "

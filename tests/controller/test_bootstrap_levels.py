@@ -51,6 +51,9 @@ def test_release_and_feature_options():
     (None, ["streams.version=1"], "unknown feature 'streams.version'"),
     (None, [f"{ELR}"], "expected NAME=LEVEL"),
     (None, [f"{ELR}=one"], "expected NAME=LEVEL"),
+    (None, [f"{ELR}=--1"], "expected NAME=LEVEL"),
+    (None, [f"{ELR}=\u00b2"], "expected NAME=LEVEL"),  # a superscript two: a digit to str.isdigit, not to int
+    (None, [f"{ELR}=\u0661"], "expected NAME=LEVEL"),  # an Arabic-Indic one: only ASCII digits are levels
     (None, [f"{MV}=22"], "use --release-version"),
 ])
 def test_bad_options_name_the_problem(release, features, message):
