@@ -7,8 +7,9 @@ from __future__ import annotations
 import asyncio
 import uuid
 
+from broker_features import SUPPORTED_FEATURES
+
 from kjbod.controller import ControllerSettings, QuorumController
-from kjbod.metadata import features as _ft
 from kjbod.protocol.errors import ErrorCode as E
 from kjbod.protocol.generated import (
     BrokerHeartbeatRequest,
@@ -16,15 +17,10 @@ from kjbod.protocol.generated import (
     CreateTopicsRequest,
     DeleteTopicsRequest,
 )
-from kjbod.protocol.generated.broker_registration_request import Feature as _Feature
 from kjbod.protocol.generated.create_topics_request import CreatableTopic
 from kjbod.storage.metadata_log import MetadataLog
 
 from .test_managers import CLUSTER, Policy
-
-# What a kjbod broker offers: the controller's first records finalize the levels, and a broker must run them.
-SUPPORTED_FEATURES = [_Feature(name=n, min_supported_version=lo, max_supported_version=hi)
-                      for n, (lo, hi) in sorted(_ft.SUPPORTED.items())]
 
 
 def make(tmp_path):

@@ -12,23 +12,18 @@ import asyncio
 import uuid
 
 import pytest
+from broker_features import SUPPORTED_FEATURES
 from datapath.support import RawClient
 from live import free_port
 
 from kjbod.controller import ControllerSettings
-from kjbod.metadata import features as _ft
 from kjbod.net.controller_channel import SocketControllerChannel, has_error
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import BrokerHeartbeatRequest, BrokerRegistrationRequest, CreateTopicsRequest
-from kjbod.protocol.generated.broker_registration_request import Feature as _Feature
 from kjbod.protocol.generated.create_topics_request import CreatableTopic
 from kjbod.server.roles import BrokerConfigPolicy
 
 from .quorum_helpers import CLUSTER, FAST, Voter, settled_leader, until
-
-# What a kjbod broker offers: the controller's first records finalize the levels, and a broker must run them.
-SUPPORTED_FEATURES = [_Feature(name=n, min_supported_version=lo, max_supported_version=hi)
-                      for n, (lo, hi) in sorted(_ft.SUPPORTED.items())]
 
 
 def controller_for(node_id: int):
