@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import uuid
 
+from broker_features import SUPPORTED_FEATURES
+
 from kjbod.controller import ControllerSettings, QuorumController
 from kjbod.protocol.errors import ErrorCode as E
 from kjbod.protocol.generated import (
@@ -30,7 +32,8 @@ def make(tmp_path):
 
 async def live_broker(c, bid):
     reg = await c.handle_request(62, 4, BrokerRegistrationRequest(
-        broker_id=bid, cluster_id=CLUSTER, incarnation_id=uuid.uuid4(), log_dirs=[uuid.UUID(int=(bid << 70) + 1)]))
+        broker_id=bid, cluster_id=CLUSTER, incarnation_id=uuid.uuid4(), log_dirs=[uuid.UUID(int=(bid << 70) + 1)],
+        features=SUPPORTED_FEATURES))
     assert reg.error_code == 0
     hb = await c.handle_request(63, 1, BrokerHeartbeatRequest(broker_id=bid, broker_epoch=reg.broker_epoch,
                                                               current_metadata_offset=c.image.offset))
