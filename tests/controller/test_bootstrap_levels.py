@@ -16,7 +16,7 @@ from kjbod.controller.quorum import QuorumController
 from kjbod.controller.result import ControllerResult
 from kjbod.metadata import BROKER_RESOURCE, EMPTY_IMAGE, MetadataDelta
 from kjbod.metadata import features as ft
-from kjbod.protocol.generated import ConfigRecord, FeatureLevelRecord
+from kjbod.protocol.generated import BeginTransactionRecord, ConfigRecord, FeatureLevelRecord
 from kjbod.storage.meta import format_dirs
 from kjbod.storage.metadata_log import MetadataLog
 
@@ -90,8 +90,9 @@ def test_format_writes_the_levels_and_the_first_controller_writes_them_to_the_lo
             mlog.close()
 
     image, written_at = asyncio.run(run(ControllerSettings(cluster_id=CLUSTER, min_insync_replicas=2)))
+    # share.version's 0 is kept (an old log reads it as 1); streams.version's 0 is simply not finalized
     assert dict(image.features) == {MV: 27, ft.GROUP_VERSION: 1, ft.TRANSACTION_VERSION: 2, ELR: 1,
-                                   ft.SHARE_VERSION: 0, ft.STREAMS_VERSION: 0}
+                                   ft.SHARE_VERSION: 0}
     assert written_at == 27  # the partition records follow it (v2 from 4.0-IV1)
     assert image.resource_configs(BROKER_RESOURCE, "") == {"min.insync.replicas": "2"}
     # A restart finds the levels in the log and writes nothing more.
@@ -120,7 +121,7 @@ def test_a_cluster_formatted_without_the_elr_gets_no_min_isr_record(tmp_path):
 
     image = asyncio.run(run())
     assert ft.finalized(image) == {MV: 22, ft.GROUP_VERSION: 1, ft.TRANSACTION_VERSION: 0, ELR: 0,
-                                      ft.SHARE_VERSION: 0, ft.STREAMS_VERSION: 0}
+                                      ft.SHARE_VERSION: 0}  # streams.version's 0 is simply not finalized
     assert image.resource_configs(BROKER_RESOURCE, "") == {}
 
 
@@ -186,7 +187,9 @@ def test_an_empty_log_without_a_bootstrap_file_starts_with_the_latest_levels_as_
     image, records = _run_controller(tmp_path, ControllerSettings(cluster_id=CLUSTER, min_insync_replicas=2))
     assert ft.finalized(image) == ft.bootstrap_levels(ft.LATEST_METADATA_VERSION)
     levels = [r for r in records if isinstance(r, FeatureLevelRecord)]
-    assert records[0] == FeatureLevelRecord(name=MV, feature_level=ft.LATEST_METADATA_VERSION)
+    # inside Kafka's "Bootstrap records" metadata transaction (KIP-868), metadata.version first
+    assert records[:2] == [BeginTransactionRecord(name="Bootstrap records"),
+                           FeatureLevelRecord(name=MV, feature_level=ft.LATEST_METADATA_VERSION)]
     assert {r.name: r.feature_level for r in levels} == ft.bootstrap_levels(ft.LATEST_METADATA_VERSION)
     assert image.resource_configs(BROKER_RESOURCE, "") == {"min.insync.replicas": "2"}
 
@@ -197,10 +200,12 @@ def test_a_log_an_older_kjbod_wrote_keeps_the_levels_it_ran_at(tmp_path):
     before = [ConfigRecord(resource_type=BROKER_RESOURCE, resource_name="", name="log.retention.ms", value="1000"),
               FeatureLevelRecord(name=ELR, feature_level=0)]
     image, records = _run_controller(tmp_path, before=before)
-    assert ft.finalized(image) == {**ft.bootstrap_levels(29), ELR: 0}
+    # 4.2-IV1's levels but streams.version, which no such kjbod served (its 0 is written, and not finalized)
+    assert ft.finalized(image) == {k: v for k, v in {**ft.bootstrap_levels(29), ELR: 0}.items()
+                                   if k != ft.STREAMS_VERSION}
     assert records[:2] == before
     assert {r.name: r.feature_level for r in records[2:] if isinstance(r, FeatureLevelRecord)} == {
-        **ft.bootstrap_levels(29), ELR: 0}
+        **ft.bootstrap_levels(29), ELR: 0, ft.STREAMS_VERSION: 0}
     assert image.resource_configs(BROKER_RESOURCE, "") == {"log.retention.ms": "1000"}
 
 
@@ -226,5 +231,6 @@ def test_no_write_goes_before_the_levels(tmp_path):
         records = mlog.load()
     finally:
         mlog.close()
-    assert isinstance(records[0], FeatureLevelRecord) and records[0].name == MV
+    assert isinstance(records[0], BeginTransactionRecord)  # the activation records' transaction comes first
+    assert isinstance(records[1], FeatureLevelRecord) and records[1].name == MV
     assert records[-1].name == "log.retention.ms"
