@@ -244,8 +244,8 @@ class QuorumController:
         ends inside a metadata transaction an earlier controller left open; then, for a log without a
         metadata.version, the feature levels it starts at (kjbod.metadata.features.activation_levels;
         `bootstrap.checkpoint` names them) and, with eligible.leader.replicas.version above 0, the cluster-wide
-        min.insync.replicas the ELR is kept against (and no broker's own value), inside a metadata transaction named "Bootstrap records"
-        (KIP-868: every metadata.version kjbod runs has them)."""
+        min.insync.replicas the ELR is kept against (and no broker's own value), inside a metadata transaction
+        named "Bootstrap records" (KIP-868: every metadata.version kjbod runs has them)."""
         records: list[Any] = []
         if self.loader.in_transaction:
             log.warning("metadata_transaction_aborted", start_offset=self.loader.transaction_start,
