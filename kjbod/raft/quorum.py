@@ -1090,11 +1090,13 @@ class RaftQuorum:
 
     def handle_vote_unsupported(self, src: int, cid: int, now: int) -> None:
         """A voter does not serve Vote v2, so it cannot answer a pre-vote: a prospective stands for election at
-        once (Kafka's rule while some voters run a version before KIP-996)."""
+        once (Kafka's rule while some voters run a version before KIP-996).  In any other state it is an
+        unexpected error, retried after the backoff (Kafka's handleVoteResponse), not at once."""
         if not self.requests.expected(src, cid):
             return
-        self.requests.answered(src, now, ok=True)
-        if self.state is State.PROSPECTIVE:
+        prospective = self.state is State.PROSPECTIVE
+        self.requests.answered(src, now, ok=prospective)
+        if prospective:
             self._to_candidate(now)
 
     def handle_begin_quorum_epoch_response(self, src: int, cid: int, resp: EpochResponse, now: int) -> None:

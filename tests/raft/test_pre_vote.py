@@ -219,6 +219,14 @@ def test_a_voter_without_vote_v2_makes_the_prospective_stand_at_once() -> None:
     # an answer about a request of an earlier state does nothing
     q.handle_vote_unsupported(3, asked[3], 5000)
     assert (q.state, q.epoch) == (State.CANDIDATE, 4)
+    # a candidate's standard vote answered UNSUPPORTED_VERSION is an error: asked again after the backoff only
+    standard = {s.destination: s.correlation_id for s in votes}
+    q.handle_vote_unsupported(2, standard[2], 5010)
+    assert (q.state, q.epoch) == (State.CANDIDATE, 4)
+    q.poll(5011)
+    assert 2 not in {s.destination for s in sends(q)}
+    q.poll(5010 + CONFIG.retry_backoff_ms)
+    assert {(s.destination, s.request.pre_vote) for s in sends(q)} == {(2, False)}
 
 
 # -------------------------------------------------------------------------------------------- whole runs
