@@ -72,9 +72,12 @@ TOO_LARGE = "Unable to perform excessively large batch operation."
 
 
 def new_topic_id() -> UUID:
+    """A random topic id as Kafka's Uuid.randomUuid gives one: not reserved (Kafka keeps the ids below 100), and
+    never one whose text starts with '-' (the first six bits 111110), which command-line tools would take for an
+    option (`kjbod topics --describe --topic-id -x...`)."""
     while True:
         tid = uuid.uuid4()
-        if tid.int >= 100:  # Kafka reserves the ids below 100
+        if tid.int >= 100 and tid.int >> 122 != 0b111110:
             return tid
 
 

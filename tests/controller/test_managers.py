@@ -505,3 +505,18 @@ def test_the_local_brokers_new_incarnation_replaces_the_old_one_at_once():
     # Once registered and unfenced, the local broker is live: another incarnation of its id is refused.
     assert not restarted.heartbeat(1).is_fenced
     assert restarted.register(1, incarnation=uuid.uuid4()).error_code == E.DUPLICATE_BROKER_REGISTRATION
+
+
+def test_a_new_topic_id_never_reads_as_an_option_nor_is_reserved(monkeypatch):
+    """Kafka's Uuid.randomUuid never gives text starting with '-' (a CLI would take `--topic-id -x...` for an
+    option) nor a reserved id: drawn ids that would are drawn again."""
+    from kjbod.controller.replication_control import new_topic_id
+    from kjbod.storage.ids import uuid_text
+
+    dash = uuid.UUID(int=(0b111110 << 122) | 12345)  # text "-...."
+    low = uuid.UUID(int=7)
+    fine = uuid.UUID(int=(1 << 127) | 99)
+    drawn = iter([dash, low, fine])
+    monkeypatch.setattr(uuid, "uuid4", lambda: next(drawn))
+    assert uuid_text(dash).startswith("-")
+    assert new_topic_id() == fine
