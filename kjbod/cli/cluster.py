@@ -352,7 +352,7 @@ def run_up(args: argparse.Namespace) -> int:
     if new:
         from kjbod.cli.storage_tool import bootstrap_levels
 
-        levels = bootstrap_levels(args.release_version, []) if args.release_version else None
+        levels = bootstrap_levels(args.release_version, [])  # the latest without --release-version
         try:
             create_cluster(root, args.brokers, args.log_dirs, extra, args.base_port, args.controllers, args.racks,
                            levels)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 from typing import Any
 
 
@@ -41,9 +42,9 @@ def run_format(args: argparse.Namespace) -> int:
     from kjbod.storage.meta import format_dirs
 
     config = load_config(args.config, args.override)
-    # Without either option nothing is written: the cluster runs at the bootstrap levels of the latest level kjbod
-    # runs, as a log without FeatureLevelRecords always has (kjbod.metadata.features).
-    levels = bootstrap_levels(args.release_version, args.feature) if args.release_version or args.feature else None
+    # Always written: the levels chosen now are the ones the first controller writes to the log, whatever kjbod
+    # version first starts it (without options, the bootstrap levels of the latest level kjbod runs).
+    levels = bootstrap_levels(args.release_version, args.feature)
     voters = _initial_voters(args, config)
     formatted = set(format_dirs(config, cluster_id=args.cluster_id,
                                 bootstrap_voters=voters.to_record() if voters is not None else None,
@@ -72,11 +73,12 @@ def bootstrap_levels(release_version: str | None, features: list[str]) -> dict[s
     for item in features:
         name, sep, text = item.partition("=")
         name = name.strip()
-        if not sep or not name or not text.strip().lstrip("-").isdigit():
+        # ASCII digits only: str.isdigit also takes "²" and other digits int() refuses or reads.
+        if not sep or not name or not re.fullmatch(r"-?[0-9]+", text.strip()):
             raise UserError(f"--feature {item!r}: expected NAME=LEVEL, the level a whole number")
         if name == ft.METADATA_VERSION:
             raise UserError("--feature cannot set metadata.version: use --release-version")
-        level = int(text)
+        level = int(text.strip())
         flo, fhi = ft.SUPPORTED.get(name, (0, 0))
         if name not in ft.SUPPORTED:
             raise UserError(f"--feature: unknown feature {name!r} (kjbod serves "

@@ -14,7 +14,8 @@ Strategy: one action per run (--list, --describe, --create, --alter, --delete), 
   partitions come from DescribeTopicPartitions a page at a time (--partition-size-limit-per-response), as Kafka's
   tool asks since 3.8, or from Metadata when the broker lacks it or --topic-id is given; --under-replicated-partitions, --under-min-isr-partitions,
   --at-min-isr-partitions and --unavailable-partitions print only those partitions, --topics-with-overrides only
-  the topic lines of topics with configs of their own;
+  the topic lines of topics with configs of their own (set on the topic: Kafka's tool also counts a
+  cluster-wide value, so with ELR on it lists every topic);
 * --create takes --partitions and --replication-factor (the brokers' num.partitions and
   default.replication.factor when left out) or --replica-assignment (``0:1,1:2``: partitions by comma, broker ids
   by colon, preferred leader first) and --config key=value; --alter grows the partition count (new partitions
@@ -185,7 +186,10 @@ def describe_lines(td: Any, configs: dict[str, Any], reassignments: dict[tuple[s
             return len(moving.replicas) - len(moving.adding_replicas)
         return len(p.replicas)
 
-    if not reports and (not args.topics_with_overrides or overridden) and parts:
+    # --topics-with-overrides asks for the topic's own configs. Kafka's tool also counts values set cluster-wide,
+    # so with ELR on (which writes a cluster-wide min.insync.replicas) it lists every topic; kjbod does not.
+    own = any(e.source == ConfigSource.DYNAMIC_TOPIC_CONFIG for e in configs.values())
+    if not reports and (not args.topics_with_overrides or own) and parts:
         topic_id = f"\tTopicId: {uuid_text(td.topic_id)}" if td.topic_id is not None else ""
         config_text = ",".join(f"{k}={e.value}" for k, e in overridden.items())
         lines.append(f"Topic: {td.name}{topic_id}\tPartitionCount: {len(parts)}\t"

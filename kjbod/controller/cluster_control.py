@@ -116,12 +116,13 @@ def register_broker(image: MetadataImage, req: BrokerRegistrationRequest, settin
     return ControllerResult(records, BrokerRegistrationResponse(error_code=0, broker_epoch=record.broker_epoch))
 
 
-def unregister_broker(image: MetadataImage, broker_id: int) -> ControllerResult:
+def unregister_broker(image: MetadataImage, broker_id: int, *, min_isr_default: int = 1,
+                      node_id: int | None = None) -> ControllerResult:
     reg = image.brokers.get(broker_id)
     if reg is None:
         return ControllerResult([], UnregisterBrokerResponse(  # Kafka sends no message; naming the id helps
             error_code=ErrorCode.BROKER_ID_NOT_REGISTERED, error_message=f"broker {broker_id} is not registered"))
-    records: list[Any] = [*remove_from_isrs(image, broker_id),
+    records: list[Any] = [*remove_from_isrs(image, broker_id, min_isr_default=min_isr_default, node_id=node_id),
                           UnregisterBrokerRecord(broker_id=broker_id, broker_epoch=reg.epoch)]
     return ControllerResult(records, UnregisterBrokerResponse(error_code=0, error_message=None))
 

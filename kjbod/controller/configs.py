@@ -9,7 +9,11 @@ UNKNOWN_TOPIC_OR_PARTITION; other resource types INVALID_REQUEST; keys and value
 then, as Kafka's existence check, a broker id that is not registered BROKER_ID_NOT_REGISTERED.
 `validate_only` checks and writes nothing.  With eligible.leader.replicas.version 1, a change to
 min.insync.replicas also writes a ClearElrRecord (for that topic, or for every topic when a broker or cluster
-default changed), as Kafka's controller does.
+default changed), as Kafka's controller does.  While that feature is on, the ELR is kept against one
+min.insync.replicas for the whole cluster: a broker's own min.insync.replicas, and removing the cluster-wide
+one, are INVALID_CONFIG (Kafka's messages); raising the feature writes the cluster-wide value (the controller's
+static one, when none is set) and removes every broker's own (`elr_safety_records`, Kafka's
+maybeGenerateElrSafetyRecords).
 """
 
 from __future__ import annotations
@@ -43,6 +47,33 @@ def _registered(image: MetadataImage, name: str) -> None:
         raise PolicyError(ErrorCode.BROKER_ID_NOT_REGISTERED, f"No node with id {broker_id} found.")
 
 
+def elr_safety_records(image: MetadataImage, static_min_isr: int) -> list[Any]:
+    """What makes turning the ELR on safe: a cluster-wide min.insync.replicas (`static_min_isr` when none is
+    set) and no broker's own."""
+    records: list[Any] = []
+    if MIN_ISR_KEY not in image.resource_configs(BROKER_RESOURCE, ""):
+        records.append(ConfigRecord(resource_type=BROKER_RESOURCE, resource_name="", name=MIN_ISR_KEY,
+                                    value=str(static_min_isr)))
+    for (rtype, name), configs in sorted(image.configs.items()):
+        if rtype == BROKER_RESOURCE and name and MIN_ISR_KEY in configs:
+            records.append(ConfigRecord(resource_type=BROKER_RESOURCE, resource_name=name, name=MIN_ISR_KEY,
+                                        value=None))
+    return records
+
+
+def _elr_min_isr_refusal(records: list[Any]) -> None:
+    """Kafka's isDisallowedBrokerMinIsrTransition and isDisallowedClusterMinIsrTransition (the ELR is on)."""
+    for r in records:
+        if r.name != MIN_ISR_KEY:
+            continue
+        if r.resource_name:
+            raise PolicyError(ErrorCode.INVALID_CONFIG,
+                              f"Broker-level {MIN_ISR_KEY} cannot be altered while ELR is enabled.")
+        if r.value is None:
+            raise PolicyError(ErrorCode.INVALID_CONFIG,
+                              f"Cluster-level {MIN_ISR_KEY} cannot be removed while ELR is enabled.")
+
+
 def alter_configs(image: MetadataImage, resources: list[tuple[int, str, list[Change]]], policy: ConfigPolicy, *,
                   replace: bool, validate_only: bool,
                   canonical: dict[str, str] | None = None) -> ControllerResult:
@@ -66,6 +97,8 @@ def alter_configs(image: MetadataImage, resources: list[tuple[int, str, list[Cha
                     _registered(image, name)
                 new_records = [ConfigRecord(resource_type=BROKER_RESOURCE, resource_name=name, name=k, value=v)
                                for k, v in sorted(planned.items())]
+                if elr_enabled(image):
+                    _elr_min_isr_refusal(new_records)
             elif rtype == TOPIC_RESOURCE:
                 topic = image.topic(name)
                 if topic is None:

@@ -97,21 +97,24 @@ def offline_dirs(image: MetadataImage, broker_id: int, epoch: int, reported: lis
     return records
 
 
-def _elect_in_new_dir(image: MetadataImage, topic_id: UUID, p: Any, rec: Any) -> None:
+def _elect_in_new_dir(image: MetadataImage, topic_id: UUID, p: Any, rec: Any, *, min_isr_default: int = 1,
+                      node_id: int | None = None) -> None:
     """A leaderless partition whose replica moves to an online dir (a move reverted after its destination failed,
     say) may get its leader back in the same record: Kafka's PartitionChangeBuilder tries an election whenever
     the leader is not in the ISR, with the new directory counted."""
-    elected = elect(image, topic_id, replace(p, directories=tuple(rec.directories)))
+    elected = elect(image, topic_id, replace(p, directories=tuple(rec.directories)), min_isr_default=min_isr_default,
+                    node_id=node_id)
     if elected is not None:
         rec.leader = elected.leader
         if elected.isr is not None:
             rec.isr = elected.isr
         rec.eligible_leader_replicas = elected.eligible_leader_replicas
         rec.last_known_elr = elected.last_known_elr
+        rec.leader_recovery_state = elected.leader_recovery_state  # an unclean election's RECOVERING
 
 
-def assign_replicas_to_dirs(image: MetadataImage, req: AssignReplicasToDirsRequest,
-                            dirs: BrokerDirs) -> ControllerResult:
+def assign_replicas_to_dirs(image: MetadataImage, req: AssignReplicasToDirsRequest, dirs: BrokerDirs, *,
+                            min_isr_default: int = 1, node_id: int | None = None) -> ControllerResult:
     reg = image.brokers.get(req.broker_id)
     if reg is None or reg.epoch != req.broker_epoch:
         return ControllerResult([], AssignReplicasToDirsResponse(error_code=ErrorCode.STALE_BROKER_EPOCH))
@@ -143,7 +146,8 @@ def assign_replicas_to_dirs(image: MetadataImage, req: AssignReplicasToDirsReque
                     rec = with_directory(topic.topic_id, p, broker_id, dir_id)
                     if rec is not None:
                         if not offline and p.leader == NO_LEADER:
-                            _elect_in_new_dir(image, topic.topic_id, p, rec)
+                            _elect_in_new_dir(image, topic.topic_id, p, rec, min_isr_default=min_isr_default,
+                                              node_id=node_id)
                         records.append(rec)
                     if offline:
                         to_elect[(topic.topic_id, p.partition)] = p
@@ -152,7 +156,7 @@ def assign_replicas_to_dirs(image: MetadataImage, req: AssignReplicasToDirsReque
             res_dir.topics.append(res_topic)
         response.directories.append(res_dir)
     for (topic_id, _), p in to_elect.items():
-        rec = elect(image, topic_id, p, remove=broker_id)
+        rec = elect(image, topic_id, p, remove=broker_id, min_isr_default=min_isr_default, node_id=node_id)
         if rec is not None:
             records.append(rec)
     return ControllerResult(records, response)

@@ -36,7 +36,7 @@ MESSAGES = {
 
 
 def elect_one(image: MetadataImage, topic_name: str, partition: int, election: str,
-              records: list[Any]) -> tuple[int, str | None]:
+              records: list[Any], *, min_isr_default: int = 1, node_id: int | None = None) -> tuple[int, str | None]:
     topic = image.topic(topic_name)
     if topic is None:
         return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"No such topic as {topic_name}"
@@ -46,7 +46,7 @@ def elect_one(image: MetadataImage, topic_name: str, partition: int, election: s
     if (election == PREFERRED and p.replicas and p.leader == p.replicas[0]) or (
             election == UNCLEAN and p.leader != NO_LEADER):
         return ErrorCode.ELECTION_NOT_NEEDED, MESSAGES[ErrorCode.ELECTION_NOT_NEEDED]
-    rec = change(image, topic.topic_id, p, election=election)
+    rec = change(image, topic.topic_id, p, election=election, min_isr_default=min_isr_default, node_id=node_id)
     if rec is None:
         code = ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE if election == PREFERRED else \
             ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE
@@ -55,7 +55,10 @@ def elect_one(image: MetadataImage, topic_name: str, partition: int, election: s
     return ErrorCode.NONE, None
 
 
-def elect_leaders(image: MetadataImage, req: ElectLeadersRequest, version: int) -> ControllerResult:
+def elect_leaders(image: MetadataImage, req: ElectLeadersRequest, version: int, *, min_isr_default: int = 1,
+                  node_id: int | None = None) -> ControllerResult:
+    """The ElectLeaders answer; the ELR is computed against each topic's effective min.insync.replicas (with
+    `min_isr_default` the controller's static value and `node_id` its own node)."""
     kind = req.election_type if version >= 1 else 0
     election = ELECTION_TYPES.get(kind)
     if election is None:
@@ -72,7 +75,8 @@ def elect_leaders(image: MetadataImage, req: ElectLeadersRequest, version: int) 
         for name, topic in sorted(image.topics_by_name.items()):
             result = ReplicaElectionResult(topic=name)
             for pid in sorted(topic.partitions):
-                code, message = elect_one(image, name, pid, election, records)
+                code, message = elect_one(image, name, pid, election, records, min_isr_default=min_isr_default,
+                                          node_id=node_id)
                 if code != ErrorCode.ELECTION_NOT_NEEDED:
                     result.partition_result.append(PartitionResult(partition_id=pid, error_code=code,
                                                                    error_message=message))
@@ -81,7 +85,8 @@ def elect_leaders(image: MetadataImage, req: ElectLeadersRequest, version: int) 
         for tp in req.topic_partitions:
             result = ReplicaElectionResult(topic=tp.topic)
             for pid in tp.partitions:
-                code, message = elect_one(image, tp.topic, pid, election, records)
+                code, message = elect_one(image, tp.topic, pid, election, records,
+                                          min_isr_default=min_isr_default, node_id=node_id)
                 result.partition_result.append(PartitionResult(partition_id=pid, error_code=code,
                                                                error_message=message))
             results.append(result)
@@ -108,7 +113,8 @@ def rebalance_leaders(image: MetadataImage, settings: ControllerSettings) -> Con
     records: list[Any] = []
     for _, pairs in sorted(imbalanced_brokers(image, settings.leader_imbalance_per_broker_percentage).items()):
         for topic, p in pairs:
-            rec = change(image, topic.topic_id, p, election=PREFERRED)
+            rec = change(image, topic.topic_id, p, election=PREFERRED,
+                         min_isr_default=settings.min_insync_replicas, node_id=settings.node_id)
             if rec is not None and rec.leader == p.replicas[0]:
                 records.append(rec)
     return ControllerResult(records, len(records))
@@ -121,7 +127,8 @@ def elect_unclean_leaders(image: MetadataImage, settings: ControllerSettings) ->
     for topic, p in partitions(image):
         if p.leader == NO_LEADER and unclean_enabled(image, topic, settings.unclean_leader_election_enable,
                                                              settings.node_id):
-            rec = change(image, topic.topic_id, p, election=UNCLEAN)
+            rec = change(image, topic.topic_id, p, election=UNCLEAN,
+                         min_isr_default=settings.min_insync_replicas, node_id=settings.node_id)
             if rec is not None:
                 records.append(rec)
     return ControllerResult(records, len(records))

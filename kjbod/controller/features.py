@@ -12,7 +12,9 @@ metadata.version 4.0-IV1, counting the levels the same request sets); for metada
 does not know and a downgrade across levels that changed the metadata records ("Unsupported metadata.version
 downgrade from 29 to 22. ...": information could be lost; an unsafe downgrade is not supported, as in Kafka). Each refusal is INVALID_UPDATE_VERSION with Kafka's message. Accepted updates become
 FeatureLevelRecords, written together (ValidateOnly: checked only). Answer: the error at the top and, before v2,
-each named feature with it on success (Kafka's UpdateFeaturesResponse.createWithErrors).
+each named feature with it on success (Kafka's UpdateFeaturesResponse.createWithErrors).  An accepted update that
+sets eligible.leader.replicas.version above 0 writes, before the levels, the config records that make the ELR safe
+(kjbod.controller.configs.elr_safety_records).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from kjbod.controller.configs import elr_safety_records
 from kjbod.controller.result import ControllerResult
 from kjbod.metadata import features as ft
 from kjbod.protocol.errors import ErrorCode
@@ -70,8 +73,9 @@ def _check(feature: str, level: int, kind: int, current: dict[str, int], propose
 
 
 def update_features(image: Any, req: UpdateFeaturesRequest, version: int, node_id: int,
-                    quorum_ids: tuple[int, ...] = ()) -> ControllerResult:
-    """`quorum_ids`: the voters of the controller quorum, each of which must have registered (KIP-919)."""
+                    quorum_ids: tuple[int, ...] = (), static_min_isr: int = 1) -> ControllerResult:
+    """`quorum_ids`: the voters of the controller quorum, each of which must have registered (KIP-919);
+    `static_min_isr`: the controller's own min.insync.replicas (for the ELR's safety records)."""
     current = ft.finalized(image)
     # Dependencies are checked against every level the request asks for at once (Kafka's proposed levels), so
     # metadata.version and eligible.leader.replicas.version may go up together.
@@ -93,4 +97,6 @@ def update_features(image: Any, req: UpdateFeaturesRequest, version: int, node_i
     response = UpdateFeaturesResponse(error_code=code, error_message=message, results=results)
     if error is not None or (version >= 1 and req.validate_only):
         return ControllerResult([], response)
+    if any(r.name == ft.ELR_VERSION and r.feature_level > 0 for r in records):
+        records = elr_safety_records(image, static_min_isr) + records
     return ControllerResult(records, response)

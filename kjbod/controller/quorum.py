@@ -59,11 +59,10 @@ from kjbod.controller import (
 )
 from kjbod.controller.errors import error_response
 from kjbod.controller.heartbeats import BrokerHeartbeatManager
-from kjbod.controller.partition_change import MIN_ISR_KEY, UNCLEAN_KEY
+from kjbod.controller.partition_change import UNCLEAN_KEY
 from kjbod.controller.registration import ControllerRegistrationManager
 from kjbod.controller.result import ConfigPolicy, ControllerResult, ControllerSettings
 from kjbod.metadata import (
-    BROKER_RESOURCE,
     EMPTY_IMAGE,
     MetadataDelta,
     MetadataImage,
@@ -88,7 +87,6 @@ from kjbod.protocol.generated import (
     BeginTransactionRecord,
     BrokerHeartbeatRequest,
     BrokerRegistrationRequest,
-    ConfigRecord,
     ControllerRegistrationRequest,
     CreateAclsRequest,
     CreateDelegationTokenRequest,
@@ -188,6 +186,7 @@ class QuorumController:
         # KIP-919: this controller's own registration with the active one (attach_registration)
         self.registration: ControllerRegistrationManager | None = None
         self._registration_closers: list[Callable[[], None]] = []
+        self._log_has_records = False  # some metadata record was replayed (an activation then keeps its levels)
         # api key -> (version, request) -> the operation that answers it
         self._handlers: dict[int, Callable[[int, Any], Operation]] = {
             _key(BrokerRegistrationRequest): self._register,
@@ -234,22 +233,25 @@ class QuorumController:
         mlog = self.raft.mlog if self.raft is not None else self.log
         return getattr(mlog, "bootstrap_levels", None)
 
+    def _activation_levels(self, image: MetadataImage) -> dict[str, int] | None:
+        return ft.activation_levels(image, self._bootstrap_levels(), log_has_records=self._log_has_records)
+
     def _activation_due(self) -> bool:
-        return self.loader.in_transaction or ft.activation_levels(self.image, self._bootstrap_levels()) is not None
+        return self.loader.in_transaction or self._activation_levels(self.image) is not None
 
     def _activation(self, image: MetadataImage, _offset: int) -> ControllerResult:
         """Kafka's activation records (its ActivationRecordsGenerator): an AbortTransactionRecord when the log
         ends inside a metadata transaction an earlier controller left open; then, for a log without a
         metadata.version, the feature levels it starts at (kjbod.metadata.features.activation_levels;
         `bootstrap.checkpoint` names them) and, with eligible.leader.replicas.version above 0, the cluster-wide
-        min.insync.replicas the ELR is kept against, inside a metadata transaction named "Bootstrap records"
-        (KIP-868: every metadata.version kjbod runs has them)."""
+        min.insync.replicas the ELR is kept against (and no broker's own value), inside a metadata transaction
+        named "Bootstrap records" (KIP-868: every metadata.version kjbod runs has them)."""
         records: list[Any] = []
         if self.loader.in_transaction:
             log.warning("metadata_transaction_aborted", start_offset=self.loader.transaction_start,
                         reason="Controller failover")
             records.append(AbortTransactionRecord(reason="Controller failover"))
-        levels = ft.activation_levels(image, self._bootstrap_levels())
+        levels = self._activation_levels(image)
         if levels is None:
             return ControllerResult(records, None)
         in_txn = levels.get(ft.METADATA_VERSION, ft.LATEST_METADATA_VERSION) >= ft.TRANSACTIONS_METADATA_VERSION
@@ -257,26 +259,35 @@ class QuorumController:
             records.append(BeginTransactionRecord(name="Bootstrap records"))
         records += [FeatureLevelRecord(name=n, feature_level=v) for n, v in
                     sorted(levels.items(), key=lambda kv: (kv[0] != ft.METADATA_VERSION, kv[0]))]
-        if levels.get(ft.ELR_VERSION, 0) > 0 and MIN_ISR_KEY not in image.resource_configs(BROKER_RESOURCE, ""):
-            records.append(ConfigRecord(resource_type=BROKER_RESOURCE, resource_name="", name=MIN_ISR_KEY,
-                                        value=str(self.settings.min_insync_replicas)))
+        if levels.get(ft.ELR_VERSION, 0) > 0:  # an old log may hold brokers' own min.insync.replicas
+            records += configs.elr_safety_records(image, self.settings.min_insync_replicas)
         if in_txn:
             records.append(EndTransactionRecord())
         log.info("metadata_levels_bootstrapped", levels=levels)
         return ControllerResult(records, None)
 
     def _submit_activation(self) -> None:
+        """Writes the activation records as the first batch; no other write goes before them (`_run` writes them
+        first if they are still missing), and a failed attempt is logged as an error and retried."""
         def done(f: asyncio.Future[Any]) -> None:
-            if not f.cancelled() and f.exception() is not None:
-                log.warning("metadata_levels_not_bootstrapped", error=str(f.exception()))
+            if f.cancelled() or f.exception() is None:
+                return
+            log.error("metadata_levels_not_written", error=str(f.exception()), retry_in_s=1)
+            if self._tasks:
+                asyncio.get_running_loop().call_later(1.0, self._retry_activation)
 
         self.submit(self._activation).add_done_callback(done)
+
+    def _retry_activation(self) -> None:
+        if self._tasks and self.active and self._activation_due():
+            self._submit_activation()
 
     # ------------------------------------------------------------------------------------------ lifecycle
     def load(self) -> MetadataImage:
         """Replays the metadata log (a snapshot's records first when the log has one) into the image."""
         records = self.log.load()
         self.loader = MetadataLoader(EMPTY_IMAGE)
+        self._log_has_records = bool(records)
         # Each record's own offset (control records take offsets too; a snapshot's records carry its end).
         published = self.loader.load(zip(records, self.log.loaded_offsets, strict=True))
         self._note_faults()
@@ -318,6 +329,7 @@ class QuorumController:
         self.loader.load(kept)
         self._note_faults()
         self.image = self.loader.image
+        self._log_has_records = bool(kept)
         self.heartbeats.dirs.note_records([r for r, _ in kept])
         mlog.add_commit_listener(self._on_commit)
         driver.add_leader_listener(self._on_leader_change)
@@ -354,6 +366,7 @@ class QuorumController:
             if end == start:
                 return
             if records:
+                self._log_has_records = True
                 self._publish(self.loader.load(records))
                 self.heartbeats.dirs.note_records([r for r, _ in records])
             self.applied_end = end
@@ -388,6 +401,7 @@ class QuorumController:
     def load_snapshot(self, records: list[Any], end_offset: int) -> None:
         """This voter installed a snapshot fetched from the leader: its records are the image up to
         `end_offset` (exclusive); replay them onto an empty image and go on from there."""
+        self._log_has_records = self._log_has_records or bool(records)
         self.loader.reset(EMPTY_IMAGE)
         published = self.loader.load((rec, end_offset - 1) for rec in records)
         self._note_faults()
@@ -513,7 +527,8 @@ class QuorumController:
             fut.set_exception(NotControllerError("this controller is not the active controller"))
             return fut
         op = _finishing(op)
-        if self._busy or not self._queue.empty() or not self._tasks:
+        if (self._busy or not self._queue.empty() or not self._tasks
+                or self._activation_due()):
             self._queue.put_nowait((op, fut))
             return fut
         try:
@@ -537,6 +552,9 @@ class QuorumController:
             try:
                 if not self.active:
                     raise NotControllerError("this controller is not the active controller")
+                if self._activation_due():  # the activation records go first, whatever comes
+                    activation = self._activation(self.image, self.log.next_offset)
+                    await self._commit(activation.records)
                 result = op(self.image, self.log.next_offset)
                 if result.records:
                     await self._commit(result.records)
@@ -566,7 +584,8 @@ class QuorumController:
         """Starts the next KIP-435 steps that the last commit made room for (a round's records may complete a
         step at once, freeing its place, so it goes on while that happens)."""
         while self.reassignment_plans:
-            steps = reassignment.advance(self.image, self.reassignment_plans, node_id=self.settings.node_id)
+            steps = reassignment.advance(self.image, self.reassignment_plans, node_id=self.settings.node_id,
+                                         min_isr_default=self.settings.min_insync_replicas)
             records = throttles.finish(self.image, steps)
             if not records:
                 return
@@ -683,11 +702,12 @@ class QuorumController:
         return lambda image, offset: self.heartbeats.heartbeat(image, req, self.clock(), offset)
 
     def _unregister(self, version: int, req: UnregisterBrokerRequest) -> Operation:
-        return lambda image, _o: cluster_control.unregister_broker(image, req.broker_id)
+        return lambda image, _o: cluster_control.unregister_broker(
+            image, req.broker_id, min_isr_default=self.settings.min_insync_replicas, node_id=self.settings.node_id)
 
     def _update_features(self, version: int, req: UpdateFeaturesRequest) -> Operation:
         return lambda image, _o: features.update_features(image, req, version, self.settings.node_id or 0,
-                                                          self._quorum_ids())
+                                                          self._quorum_ids(), self.settings.min_insync_replicas)
 
     def _quorum_ids(self) -> tuple[int, ...]:
         """The voters of the controller quorum (this controller alone without one)."""
@@ -773,13 +793,17 @@ class QuorumController:
         return lambda image, _o: producer_ids.allocate_producer_ids(image, req)
 
     def _assign_replicas_to_dirs(self, version: int, req: AssignReplicasToDirsRequest) -> Operation:
-        return lambda image, _o: directories.assign_replicas_to_dirs(image, req, self.heartbeats.dirs)
+        return lambda image, _o: directories.assign_replicas_to_dirs(
+            image, req, self.heartbeats.dirs, min_isr_default=self.settings.min_insync_replicas,
+            node_id=self.settings.node_id)
 
     def _alter_partition(self, version: int, req: AlterPartitionRequest) -> Operation:
         return lambda image, _o: alter_partition.alter_partition(image, req, version, self.settings)
 
     def _elect_leaders(self, version: int, req: ElectLeadersRequest) -> Operation:
-        return lambda image, _o: elections.elect_leaders(image, req, version)
+        return lambda image, _o: elections.elect_leaders(image, req, version,
+                                                         min_isr_default=self.settings.min_insync_replicas,
+                                                         node_id=self.settings.node_id)
 
     def _alter_partition_reassignments(self, version: int, req: AlterPartitionReassignmentsRequest) -> Operation:
         return lambda image, _o: reassignment.alter_partition_reassignments(

@@ -111,11 +111,13 @@ def check_target(image: MetadataImage, p: PartitionImage, target: list[int], *, 
 
 
 def step_change(image: MetadataImage, topic: TopicImage, p: PartitionImage, target: list[int], *,
-                target_dirs: dict[int, UUID] | None = None, election: str = ONLINE) -> PartitionChangeRecord | None:
+                target_dirs: dict[int, UUID] | None = None, election: str = ONLINE, min_isr_default: int = 1,
+                node_id: int | None = None) -> PartitionChangeRecord | None:
     replicas, adding, removing = reassignment_replicas(p.replicas, target)
     # As Kafka's builder: an empty adding or removing set leaves the partition's own in place.
     return change(image, topic.topic_id, p, target_replicas=replicas, target_adding=adding or None,
-                  target_removing=removing or None, target_dirs=target_dirs, election=election)
+                  target_removing=removing or None, target_dirs=target_dirs, election=election,
+                  min_isr_default=min_isr_default, node_id=node_id)
 
 
 def cancel(image: MetadataImage, topic: TopicImage, p: PartitionImage,
@@ -133,7 +135,8 @@ def cancel(image: MetadataImage, topic: TopicImage, p: PartitionImage,
                                     "it would require an unclean leader election.")
         isr = original[:1]
     return change(image, topic.topic_id, p, target_isr=isr, target_replicas=original, target_adding=[],
-                  target_removing=[], election=UNCLEAN if unclean else ONLINE)
+                  target_removing=[], election=UNCLEAN if unclean else ONLINE,
+                  min_isr_default=settings.min_insync_replicas, node_id=settings.node_id)
 
 
 def limits(image: MetadataImage) -> Limits:
@@ -203,7 +206,8 @@ def _one(image: MetadataImage, topic: TopicImage | None, name: str, wanted: Any,
         return [intent_record(key, plans[key])]
     check_target(image, p, target, allow_rf_change=allow, cordoned=cordoned)
     return _some(step_change(image, topic, p, target,
-                             target_dirs=target_dirs(image, p, target, wanted.target_directories)))
+                             target_dirs=target_dirs(image, p, target, wanted.target_directories),
+                             min_isr_default=settings.min_insync_replicas, node_id=settings.node_id))
 
 
 def _some(rec: Any) -> list[Any]:
@@ -255,13 +259,13 @@ def alter_partition_reassignments(image: MetadataImage, req: AlterPartitionReass
                 partition_index=wanted.partition_index, error_code=code, error_message=message))
     if batching and plans is not None:
         records += advance(image, plans, skip={(image.topics_by_name[n].topic_id, i) for n, i in changed},
-                           node_id=settings.node_id)
+                           node_id=settings.node_id, min_isr_default=settings.min_insync_replicas)
     return ControllerResult(records, response)
 
 
 def advance(image: MetadataImage, plans: Plans, *,
             skip: frozenset[tuple[UUID, int]] | set[tuple[UUID, int]] = frozenset(),
-            node_id: int | None = None) -> list[Any]:
+            node_id: int | None = None, min_isr_default: int = 1) -> list[Any]:
     """Drops the plans that are done (or whose partition is gone) and starts the next steps the limits allow:
     one PartitionChangeRecord per partition starting a step.  `skip`: partitions changed by records not yet
     in `image` (they wait for the next round).  Steps are computed only for as many waiting partitions as the
@@ -304,7 +308,8 @@ def advance(image: MetadataImage, plans: Plans, *,
     for topic, p, step in pick(movers + others, stepping=stepping, moving_leaders=moving, limits=lim):
         dirs = plans[(topic.topic_id, p.partition)].dirs
         rec = step_change(image, topic, p, step, election=PREFERRED,
-                          target_dirs={r: d for r, d in dirs.items() if r in step and r not in p.replicas})
+                          target_dirs={r: d for r, d in dirs.items() if r in step and r not in p.replicas},
+                          min_isr_default=min_isr_default, node_id=node_id)
         if rec is not None:
             records.append(rec)
     return records

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 from uuid import UUID
 
 from kjbod.metadata.acls import AclEntry
-from kjbod.metadata.features import BOOTSTRAP
+from kjbod.metadata.features import LEGACY_LEVELS
 from kjbod.metadata.image import (
     DIR_MIGRATING,
     TOPIC_RESOURCE,
@@ -386,9 +386,9 @@ class MetadataDelta:
         self._features_epoch = self.offset
         if self._features is None:
             self._features = dict(self.image.features)
-        # A feature a new cluster starts above 0 (features.BOOTSTRAP) keeps its 0, which would otherwise read as
-        # that bootstrap level again; any other feature at 0 is simply not finalized.
-        if rec.feature_level == 0 and not BOOTSTRAP.get(rec.name):
+        # A feature an old log without a metadata.version reads above 0 (features.LEGACY_LEVELS) keeps its 0,
+        # which would otherwise read as that level again; any other feature at 0 is simply not finalized.
+        if rec.feature_level == 0 and not LEGACY_LEVELS.get(rec.name):
             self._features.pop(rec.name, None)
         else:
             self._features[rec.name] = rec.feature_level

@@ -45,9 +45,12 @@ kjbod serves these features:
 A new cluster runs at the metadata.version `kjbod format --release-version` names (the latest by default) and,
 for the others, the level Kafka derives from that metadata.version (each feature level names the metadata.version
 it is a bootstrap default from: group.version 1 from 4.0-IV0, transaction.version 1 and 2 from 4.0-IV2,
-eligible.leader.replicas.version 1 from 4.1-IV0, share.version 1 from 4.2-IV0, streams.version 1 from 4.2-IV1), capped at what kjbod runs.  The active controller writes these
-as FeatureLevelRecords when the log has none and `kjbod format` left a bootstrap file (`activation_levels`).  `finalized(image)` reports the bootstrap
-levels of the latest metadata.version until a FeatureLevelRecord says otherwise.
+eligible.leader.replicas.version 1 from 4.1-IV0, share.version 1 from 4.2-IV0, streams.version 1 from 4.2-IV1),
+capped at what kjbod runs.  `kjbod format` writes them
+to the bootstrap file and the first active controller writes them as FeatureLevelRecords, the first batch of the
+log (`activation_levels`).  From then on a level comes from the log only: a feature the log has no level for is at 0,
+whatever kjbod's latest level is.  A log an older kjbod wrote without a metadata.version keeps the levels it ran at
+(LEGACY_LEVELS, 4.2-IV1's; the controller writes them down when it activates).  Other features Kafka knows are left at 0, as a Kafka broker that does not support them would be.
 
 Kafka's rules between them: a feature other than metadata.version may be above 0 only while metadata.version is
 at least 4 (3.3-IV0), and each feature level may name further levels it needs (`DEPENDENCIES`: only
@@ -137,6 +140,12 @@ def bootstrap_levels(metadata_version: int) -> dict[str, int]:
 
 
 BOOTSTRAP: dict[str, int] = bootstrap_levels(LATEST_METADATA_VERSION)
+# What a log without a metadata.version record runs at: kjbod before it wrote its levels at activation (up to
+# 4.2-IV1) read such a log as the bootstrap levels of 4.2-IV1, so that log keeps them (pinned: a later latest level
+# must not raise an old cluster's levels), except streams.version, which no such kjbod served (0).  The active
+# controller writes them as records (`activation_levels`).
+LEGACY_METADATA_VERSION = 29
+LEGACY_LEVELS: dict[str, int] = {**bootstrap_levels(LEGACY_METADATA_VERSION), STREAMS_VERSION: 0}
 
 
 def dependency_refusal(feature: str, level: int, levels: Mapping[str, int]) -> str | None:
@@ -156,14 +165,20 @@ def elr_enabled(image: Any) -> bool:
     return image is not None and finalized(image).get(ELR_VERSION, 0) >= 1
 
 
-def activation_levels(image: Any, bootstrap: Mapping[str, int] | None) -> dict[str, int] | None:
-    """The levels the active controller writes when the log holds no metadata.version yet (Kafka's activation
-    records): those `bootstrap.checkpoint` names (`kjbod format` writes it, `--release-version` and `--feature`
-    choose them).  None when the log has a metadata.version, or there is no bootstrap file (a log made without
-    `kjbod format`, or before kjbod wrote one: it keeps reading as the bootstrap levels of the latest level)."""
-    if METADATA_VERSION in image.features or not bootstrap or METADATA_VERSION not in bootstrap:
+def activation_levels(image: Any, bootstrap: Mapping[str, int] | None, *, log_has_records: bool = False
+                      ) -> dict[str, int] | None:
+    """The levels the active controller writes, as the log's first batch, while the log holds no metadata.version
+    (Kafka's activation records); None once it holds one.  Those `bootstrap.checkpoint` names (`kjbod format`
+    writes it; `--release-version` and `--feature` choose them); without the file, a log that already has records
+    (an older kjbod wrote it) keeps what it ran at (`finalized`: LEGACY_LEVELS under its own records), and an empty
+    one starts at the bootstrap levels of the latest metadata.version."""
+    if METADATA_VERSION in image.features:
         return None
-    return {**bootstrap_levels(bootstrap[METADATA_VERSION]), **bootstrap}
+    if bootstrap and METADATA_VERSION in bootstrap:
+        return {**bootstrap_levels(bootstrap[METADATA_VERSION]), **bootstrap}
+    if log_has_records:
+        return finalized(image)
+    return dict(BOOTSTRAP)
 
 
 KRAFT_VERSION = "kraft.version"
@@ -172,8 +187,11 @@ ADVERTISED: dict[str, tuple[int, int]] = {**SUPPORTED, KRAFT_VERSION: KRAFT_VERS
 
 
 def finalized(image: Any) -> dict[str, int]:
-    """The cluster's finalized levels: the bootstrap levels, then every FeatureLevelRecord replayed."""
-    return {**BOOTSTRAP, **dict(image.features)}
+    """The cluster's finalized levels: every FeatureLevelRecord replayed; a feature the log has no level for is at
+    0, as in Kafka.  A log with no metadata.version record at all (written by a kjbod before the controller wrote
+    its levels, or not activated yet) reads as LEGACY_LEVELS under what it holds."""
+    levels = dict(image.features)
+    return levels if METADATA_VERSION in levels else {**LEGACY_LEVELS, **levels}
 
 
 def release_name(level: int) -> str:

@@ -11,11 +11,12 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from broker_features import SUPPORTED_FEATURES
 
 from kjbod.broker.assignments import AssignmentOutcome, AssignmentsManager, unfence_when_assigned
 from kjbod.broker.lifecycle import BrokerLifecycleManager, BrokerState, LifecycleConfig
 from kjbod.controller import ControllerSettings, QuorumController
-from kjbod.metadata import DIR_UNASSIGNED
+from kjbod.metadata import DIR_UNASSIGNED, features
 from kjbod.net.backoff import ExponentialBackoff
 from kjbod.net.controller_channel import InProcessControllerChannel
 from kjbod.protocol.generated import (
@@ -31,6 +32,8 @@ from kjbod.storage.metadata_log import MetadataLog
 CLUSTER = "kjbod-test-cluster-0000"
 DIRS = [uuid.UUID(int=(n << 70) + 3) for n in (31, 32, 33)]
 INCARNATION = uuid.UUID(int=77 << 90)
+
+SUPPORTED = dict(features.SUPPORTED)  # what a kjbod broker registers with
 
 
 class Policy:
@@ -77,7 +80,7 @@ class Controller:
 
     async def live_broker(self, *, fence_after: bool = False) -> int:
         reg = await self.c.handle_request(62, 4, BrokerRegistrationRequest(
-            broker_id=1, cluster_id=CLUSTER, incarnation_id=INCARNATION, log_dirs=DIRS,
+            features=SUPPORTED_FEATURES, broker_id=1, cluster_id=CLUSTER, incarnation_id=INCARNATION, log_dirs=DIRS,
             listeners=[Listener(name="PLAINTEXT", host="127.0.0.1", port=9092)]))
         hb = await self.c.handle_request(63, 1, BrokerHeartbeatRequest(
             broker_id=1, broker_epoch=reg.broker_epoch, current_metadata_offset=self.c.image.offset))
@@ -206,7 +209,7 @@ async def test_a_several_dir_broker_stays_fenced_until_its_assignments_are_confi
     lifecycle = BrokerLifecycleManager(
         LifecycleConfig(node_id=1, cluster_id=CLUSTER, listeners=[Listener(name="PLAINTEXT", host="127.0.0.1",
                                                                             port=9092)],
-                        log_dirs=DIRS, heartbeat_interval=0.02, session_timeout=60.0),
+                        log_dirs=DIRS, heartbeat_interval=0.02, session_timeout=60.0, features=SUPPORTED),
         controller.channel(), lambda: controller.c.image.offset, shutdowns.append, incarnation_id=INCARNATION)
     m = manager(controller, lambda: lifecycle.broker_epoch)
     controller.hold.clear()  # the controller does not answer assignments yet
@@ -260,7 +263,7 @@ async def test_a_dir_that_failed_before_registration_does_not_stop_the_heartbeat
     lifecycle = BrokerLifecycleManager(
         LifecycleConfig(node_id=1, cluster_id=CLUSTER, listeners=[Listener(name="PLAINTEXT", host="127.0.0.1",
                                                                             port=9092)],
-                        log_dirs=DIRS, heartbeat_interval=0.02, session_timeout=60.0),
+                        log_dirs=DIRS, heartbeat_interval=0.02, session_timeout=60.0, features=SUPPORTED),
         controller.channel(), lambda: controller.c.image.offset, shutdowns.append)
     lifecycle.propagate_directory_failure(DIRS[2])
     lifecycle.start()

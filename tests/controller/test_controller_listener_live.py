@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 import uuid
 
+from broker_features import SUPPORTED_FEATURES
 from datapath.support import RawClient, create_topic, metadata
 from live import kafka_uuid, read_meta_properties
 
@@ -26,7 +27,7 @@ SESSION_MS = 1500
 
 def registration(server, *, broker_id=2, cluster_id=None, dirs=None, incarnation=None, port=19092):
     return BrokerRegistrationRequest(
-        broker_id=broker_id, cluster_id=server.cluster_id if cluster_id is None else cluster_id,
+        features=SUPPORTED_FEATURES, broker_id=broker_id, cluster_id=server.cluster_id if cluster_id is None else cluster_id,
         incarnation_id=incarnation or uuid.uuid4(), rack=None,
         listeners=[Listener(name="PLAINTEXT", host="127.0.0.1", port=port, security_protocol=0)],
         log_dirs=[uuid.uuid4()] if dirs is None else dirs)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 
+from broker_features import SUPPORTED_FEATURES
 from datapath.support import RawClient
 from live import LiveServer, format_storage, free_port, new_cluster_id
 
@@ -46,7 +47,7 @@ def test_controller_only_process(tmp_path):
         broker_dir = uuid.uuid4()
         with RawClient(server.host, server.port) as ctl:
             reg = ctl.call(BrokerRegistrationRequest(
-                broker_id=1, cluster_id=server.cluster_id, incarnation_id=uuid.uuid4(), log_dirs=[broker_dir],
+                features=SUPPORTED_FEATURES, broker_id=1, cluster_id=server.cluster_id, incarnation_id=uuid.uuid4(), log_dirs=[broker_dir],
                 listeners=[Listener(name="PLAINTEXT", host="127.0.0.1", port=9092)]), 4)
             assert reg.error_code == 0
             hb = ctl.call(BrokerHeartbeatRequest(broker_id=1, broker_epoch=reg.broker_epoch,
@@ -88,7 +89,7 @@ async def test_a_broker_follows_the_metadata_log_over_the_controller_listener(tm
     try:
         with RawClient(server.host, server.port) as ctl:
             reg = ctl.call(BrokerRegistrationRequest(
-                broker_id=1, cluster_id=server.cluster_id, incarnation_id=uuid.uuid4(), log_dirs=[uuid.uuid4()],
+                features=SUPPORTED_FEATURES, broker_id=1, cluster_id=server.cluster_id, incarnation_id=uuid.uuid4(), log_dirs=[uuid.uuid4()],
                 listeners=[Listener(name="PLAINTEXT", host="127.0.0.1", port=9092)]), 4)
             ctl.call(BrokerHeartbeatRequest(broker_id=1, broker_epoch=reg.broker_epoch,
                                             current_metadata_offset=1 << 40), 1)
@@ -124,7 +125,7 @@ def snapshots_after_a_restart(tmp_path, **extra: str) -> tuple[list[str], int, s
     try:
         with RawClient(server.host, server.port) as ctl:
             reg = ctl.call(BrokerRegistrationRequest(
-                broker_id=1, cluster_id=server.cluster_id, incarnation_id=uuid.uuid4(), log_dirs=[uuid.uuid4()],
+                features=SUPPORTED_FEATURES, broker_id=1, cluster_id=server.cluster_id, incarnation_id=uuid.uuid4(), log_dirs=[uuid.uuid4()],
                 listeners=[Listener(name="PLAINTEXT", host="127.0.0.1", port=9092)]), 4)
             ctl.call(BrokerHeartbeatRequest(broker_id=1, broker_epoch=reg.broker_epoch,
                                             current_metadata_offset=1 << 40), 1)

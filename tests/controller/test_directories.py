@@ -231,3 +231,22 @@ def test_an_empty_failed_dir_stays_known_after_a_snapshot_and_a_restart():
     # A broker started again with the dir repaired registers it: it is online again, no longer remembered.
     ctx.register(1, dirs=[D1, D2, D3])
     assert (ctx.image.broker(1).log_dirs, ctx.image.broker(1).offline_dirs) == ((D1, D2, D3), ())
+
+
+def test_an_unclean_election_in_a_new_dir_keeps_recovering() -> None:
+    """A leaderless partition whose replica moves to an online dir may get that replica as its leader in the same
+    record; when that election is unclean the record says RECOVERING, as any unclean election's does."""
+    da, db = uuid.UUID(int=(2 << 64) + 1), uuid.UUID(int=(2 << 64) + 2)
+    ctx = Ctx(elr=False)
+    ctx.live_broker(1)
+    ctx.live_broker(2, dirs=[da, db])
+    r = ctx.create("t", -1, assignments=[[1, 2]], configs={"unclean.leader.election.enable": "true"})
+    assert r.error_code == 0, r.error_message
+    t = ctx.image.topic("t")
+    assign(ctx, {DIR_LOST: {t.topic_id: [0]}}, broker=2)  # 2's replica is lost: it leaves the ISR
+    ctx.heartbeat(1, want_fence=True)  # the last ISR member goes: no leader
+    p = ctx.image.topic("t").partitions[0]
+    assert (p.leader, p.isr) == (-1, (1,))
+    assign(ctx, {db: {t.topic_id: [0]}}, broker=2)  # the replica is back, in an online dir
+    p = ctx.image.topic("t").partitions[0]
+    assert (p.leader, p.isr, p.leader_recovery_state) == (2, (2,), 1)

@@ -21,6 +21,7 @@ from kjbod.metadata import (
     replay,
 )
 from kjbod.metadata import features as ft
+from kjbod.protocol.errors import ErrorCode as E
 from kjbod.protocol.generated import (
     ClearElrRecord,
     ConfigRecord,
@@ -255,6 +256,8 @@ def test_elr_replay_and_snapshot_round_trip(metadata_version):
     for b in (1, 2, 3):
         ctx.live_broker(b)
     write(ctx, FeatureLevelRecord(name=ft.METADATA_VERSION, feature_level=metadata_version))
+    if elr:  # with a metadata.version in the log, a feature it has no level for is at 0
+        write(ctx, FeatureLevelRecord(name=ft.ELR_VERSION, feature_level=1))
     topic(ctx, "t", [1, 2, 3], min_isr=3)
     only(alter(ctx, 1, "t", [1]))
     ctx.heartbeat(2, want_fence=True)
@@ -276,3 +279,91 @@ def test_elr_replay_and_snapshot_round_trip(metadata_version):
     assert (p.leader, p.isr, p.elr, p.last_known_elr, p.partition_epoch) == (
         q.leader, q.isr, q.elr, q.last_known_elr, q.partition_epoch)
     assert again.features == image.features
+
+
+def test_with_the_elr_on_min_isr_is_cluster_wide_only():
+    ctx = cluster(2)
+    assert ft.elr_enabled(ctx.image)
+
+    def alter_min_isr(resource, op, value=None):
+        return configs.alter_configs(ctx.image, [(BROKER_RESOURCE, resource, [(MIN_ISR, op, value)])], Policy(),
+                                     replace=False, validate_only=False)
+
+    result = alter_min_isr("1", 0, "2")
+    assert result.records == [] and result.response == [
+        (E.INVALID_CONFIG, "Broker-level min.insync.replicas cannot be altered while ELR is enabled.")]
+    ctx.commit(alter_min_isr("", 0, "2"))
+    result = alter_min_isr("", 1)
+    assert result.records == [] and result.response == [
+        (E.INVALID_CONFIG, "Cluster-level min.insync.replicas cannot be removed while ELR is enabled.")]
+    assert ctx.image.resource_configs(BROKER_RESOURCE, "") == {MIN_ISR: "2"}
+    # With the ELR off a broker may have its own.
+    off = cluster(1, elr=False)
+    result = configs.alter_configs(off.image, [(BROKER_RESOURCE, "1", [(MIN_ISR, 0, "2")])], Policy(),
+                                   replace=False, validate_only=False)
+    assert result.response == [(E.NONE, None)]
+
+
+def test_turning_the_elr_on_makes_min_isr_cluster_wide():
+    from kjbod.controller.features import update_features
+    from kjbod.protocol.generated import UpdateFeaturesRequest
+    from kjbod.protocol.generated.broker_registration_request import Feature
+    from kjbod.protocol.generated.update_features_request import FeatureUpdateKey
+
+    ctx = Ctx(elr=False)
+    for b in (1, 2):
+        ctx.live_broker(b, features=[Feature(name=n, min_supported_version=lo, max_supported_version=hi)
+                                     for n, (lo, hi) in ft.SUPPORTED.items()])
+    ctx.commit(configs.alter_configs(ctx.image, [(BROKER_RESOURCE, "1", [(MIN_ISR, 0, "2")]),
+                                                 (BROKER_RESOURCE, "2", [(MIN_ISR, 0, "1")])], Policy(),
+                                     replace=False, validate_only=False))
+    req = UpdateFeaturesRequest(feature_updates=[FeatureUpdateKey(feature=ft.ELR_VERSION, max_version_level=1,
+                                                                  upgrade_type=1)])
+    result = update_features(ctx.image, req, 1, node_id=3000, static_min_isr=3)
+    assert result.response.error_code == 0
+    assert result.records == [
+        ConfigRecord(resource_type=BROKER_RESOURCE, resource_name="", name=MIN_ISR, value="3"),
+        ConfigRecord(resource_type=BROKER_RESOURCE, resource_name="1", name=MIN_ISR, value=None),
+        ConfigRecord(resource_type=BROKER_RESOURCE, resource_name="2", name=MIN_ISR, value=None),
+        FeatureLevelRecord(name=ft.ELR_VERSION, feature_level=1)]
+    ctx.commit(result)
+    assert ft.elr_enabled(ctx.image)
+    assert ctx.image.resource_configs(BROKER_RESOURCE, "") == {MIN_ISR: "3"}
+    assert ctx.image.resource_configs(BROKER_RESOURCE, "1") == {}
+    # A cluster-wide value already set is kept.
+    again = update_features(ctx.image, req, 1, node_id=3000, static_min_isr=5)
+    assert again.records == [FeatureLevelRecord(name=ft.ELR_VERSION, feature_level=1)]
+
+
+def _static_min_isr_3_cluster():
+    """Three brokers, the ELR on, no min.insync.replicas in the metadata: the controller's own static value (3)
+    is every topic's effective one (Kafka's getTopicEffectiveMinIsr)."""
+    ctx = cluster(3, min_insync_replicas=3)
+    assert ctx.create("t", -1, assignments=[[1, 2, 3]]).error_code == 0
+    assert effective_min_isr(ctx.image, ctx.image.topic("t"), ctx.settings.min_insync_replicas) == 3
+    return ctx
+
+
+def test_unregistering_a_broker_keeps_the_elr_against_the_static_min_isr():
+    from kjbod.controller import cluster_control
+
+    ctx = _static_min_isr_3_cluster()
+    ctx.commit(cluster_control.unregister_broker(ctx.image, 3, min_isr_default=3, node_id=ctx.settings.node_id))
+    assert state(ctx) == (1, (1, 2), (3,), ())
+
+
+def test_elect_leaders_keeps_the_elr_against_the_static_min_isr():
+    from kjbod.controller import elections
+    from kjbod.protocol.generated import ElectLeadersRequest
+    from kjbod.protocol.generated.elect_leaders_request import TopicPartitions
+
+    ctx = _static_min_isr_3_cluster()
+    ctx.heartbeat(1, want_fence=True)  # 2 leads
+    ctx.heartbeat(1)  # back, and the leader takes it into the ISR again
+    only(alter(ctx, 2, "t", [1, 2, 3]))
+    ctx.heartbeat(3, want_fence=True)  # ISR 1, 2: below 3, so 3 joins the ELR
+    assert state(ctx) == (2, (1, 2), (3,), ())
+    req = ElectLeadersRequest(election_type=0, topic_partitions=[TopicPartitions(topic="t", partitions=[0])])
+    result = elections.elect_leaders(ctx.image, req, 1, min_isr_default=3, node_id=ctx.settings.node_id)
+    ctx.commit(result)
+    assert state(ctx) == (1, (1, 2), (3,), ())

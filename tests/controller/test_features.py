@@ -8,6 +8,7 @@ import pytest
 
 from kjbod.controller.features import update_features
 from kjbod.controller.result import ControllerResult
+from kjbod.metadata import EMPTY_IMAGE
 from kjbod.metadata import features as ft
 from kjbod.protocol.errors import ErrorCode as E
 from kjbod.protocol.generated import FeatureLevelRecord, UpdateFeaturesRequest
@@ -48,9 +49,23 @@ def update(ctx: Ctx, req: UpdateFeaturesRequest, version: int = 1):
     return ctx.commit(update_features(ctx.image, req, version, node_id=3000))
 
 
-def test_a_new_cluster_runs_the_newest_level_until_told_otherwise():
+def new_cluster() -> Ctx:
+    """A cluster as a new kjbod cluster starts: the active controller's first records are the bootstrap levels of
+    the latest metadata.version (its activation records)."""
     ctx = Ctx()
-    ctx.live_broker(1, features=supporting(17, 30))
+    ctx.commit(ControllerResult([FeatureLevelRecord(name=n, feature_level=v)
+                                 for n, v in ft.activation_levels(EMPTY_IMAGE, None).items()], None))
+    return ctx
+
+
+def every_feature(lo: int, hi: int) -> list[Feature]:
+    """A broker offering metadata.version lo-hi and every other feature's range as kjbod serves it."""
+    return supporting(lo, hi, **{name.replace(".", "_"): r for name, r in ft.SUPPORTED.items() if name != MV})
+
+
+def test_a_new_cluster_runs_the_newest_level_until_told_otherwise():
+    ctx = new_cluster()
+    ctx.live_broker(1, features=every_feature(17, 30))
     # metadata.version 4.3-IV0 (Kafka 4.3's latest production level), and Kafka's defaults at it: group.version 1
     # (from 4.0-IV0), transaction.version 2 (from 4.0-IV2), eligible.leader.replicas.version 1 (from 4.1-IV0),
     # share.version 1 (from 4.2-IV0), streams.version 1 (from 4.2-IV1).
@@ -168,8 +183,8 @@ def test_bootstrap_levels_follow_the_release():
 
 
 def test_group_and_transaction_versions_change_and_their_zero_is_kept():
-    ctx = Ctx()
-    ctx.live_broker(1, features=supporting(17, 30, group_version=(0, 1), transaction_version=(0, 1)))
+    ctx = new_cluster()
+    ctx.live_broker(1, features=every_feature(17, 30))
     assert update(ctx, request((TV, 1, 2), (GV, 0, 2))).error_code == 0  # both down from a new cluster's levels
     assert ft.finalized(ctx.image) == {MV: 30, GV: 0, TV: 1, ELR: 1, SV: 1, STV: 1}  # group.version 0 stays 0, not the bootstrap 1
     assert not ft.consumer_protocol_enabled(ctx.image)

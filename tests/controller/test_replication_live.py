@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import uuid
 
+from broker_features import SUPPORTED_FEATURES
 from datapath.support import RawClient
 
 from kjbod.protocol.errors import ErrorCode as E
@@ -30,7 +31,7 @@ def test_alter_partition_and_elect_leaders_on_the_controller_listener(tmp_path):
             epochs = {}
             for b in (1, 2):
                 reg = ctl.call(BrokerRegistrationRequest(
-                    broker_id=b, cluster_id=server.cluster_id, incarnation_id=uuid.uuid4(), log_dirs=[uuid.uuid4()],
+                    features=SUPPORTED_FEATURES, broker_id=b, cluster_id=server.cluster_id, incarnation_id=uuid.uuid4(), log_dirs=[uuid.uuid4()],
                     listeners=[Listener(name="PLAINTEXT", host="127.0.0.1", port=9092 + b)]), 4)
                 assert reg.error_code == 0
                 epochs[b] = reg.broker_epoch

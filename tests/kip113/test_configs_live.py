@@ -79,7 +79,8 @@ def test_broker_configs_sources_and_every_version(kjbod_server):
         only = describe(raw, BROKER, "1", ["log.dirs", "no.such.key"])
         assert [c.name for c in only.configs] == ["log.dirs"]
         assert only.configs[0].synonyms == []  # only when asked for
-        assert describe(raw, BROKER, "", version=4).configs == []  # no dynamic defaults yet
+        # The only cluster-wide value of a new cluster: KIP-966's min.insync.replicas, written with ELR on.
+        assert values(describe(raw, BROKER, "", version=4)) == {"min.insync.replicas": ("1", DYNAMIC_DEFAULT, False)}
         other = describe(raw, BROKER, "2")
         assert other.error_code == INVALID_REQUEST and "2" in other.error_message
         assert describe(raw, 99, "1").error_code == INVALID_REQUEST  # a resource type Kafka does not have
@@ -139,8 +140,13 @@ def test_dynamic_throttle_precedence_errors_and_restart(kjbod_server):
         assert values(describe(raw, BROKER, "1", [THROTTLE]))[THROTTLE] == ("9000000", DYNAMIC_BROKER, False)
         assert incremental(raw, (BROKER, "1", [(THROTTLE, DELETE, None)])) == [(0, None)]
         assert values(describe(raw, BROKER, "1", [THROTTLE]))[THROTTLE] == ("7000000", DYNAMIC_DEFAULT, False)
-        # AlterConfigs replaces the whole set: naming nothing removes the default's value.
-        assert legacy(raw, BROKER, "", {}) == (0, None)
+        # AlterConfigs replaces the whole set. Naming nothing would remove the cluster-wide min.insync.replicas,
+        # which Kafka refuses while ELR is on; nothing changes then.
+        code, message = legacy(raw, BROKER, "", {})
+        assert code == INVALID_CONFIG and "min.insync.replicas" in message
+        assert values(describe(raw, BROKER, "1", [THROTTLE]))[THROTTLE] == ("7000000", DYNAMIC_DEFAULT, False)
+        # Naming only min.insync.replicas removes the default's throttle.
+        assert legacy(raw, BROKER, "", {"min.insync.replicas": "1"}) == (0, None)
         assert values(describe(raw, BROKER, "1", [THROTTLE]))[THROTTLE][1] == DEFAULT
         assert legacy(raw, BROKER, "1", {THROTTLE: "123456"}, version=0) == (0, None)
         assert values(describe(raw, BROKER, "1", [THROTTLE]))[THROTTLE] == ("123456", DYNAMIC_BROKER, False)

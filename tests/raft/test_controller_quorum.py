@@ -12,6 +12,7 @@ import asyncio
 import uuid
 
 import pytest
+from broker_features import SUPPORTED_FEATURES
 from datapath.support import RawClient
 from live import free_port
 
@@ -63,7 +64,7 @@ async def refused(voter: Voter, body, api_key: int, version: int, timeout: float
 
 def registration(broker_id: int) -> BrokerRegistrationRequest:
     return BrokerRegistrationRequest(broker_id=broker_id, cluster_id=CLUSTER, incarnation_id=uuid.uuid4(),
-                                     log_dirs=[uuid.UUID(int=(broker_id << 70) + 1)])
+                                     log_dirs=[uuid.UUID(int=(broker_id << 70) + 1)], features=SUPPORTED_FEATURES)
 
 
 def create(name: str) -> CreateTopicsRequest:

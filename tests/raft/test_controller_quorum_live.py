@@ -10,6 +10,7 @@ import time
 import uuid
 from pathlib import Path
 
+from broker_features import SUPPORTED_FEATURES
 from datapath.support import RawClient, create_topic
 from kafka import KafkaProducer
 from live import LiveServer, format_storage, free_port, new_cluster_id
@@ -83,7 +84,7 @@ def register(server: LiveServer, broker_id: int, timeout: float = 60) -> int:
     while True:
         with RawClient(server.host, server.port, timeout=10) as c:
             resp = c.call(BrokerRegistrationRequest(
-                broker_id=broker_id, cluster_id=server.cluster_id, incarnation_id=uuid.uuid4(),
+                features=SUPPORTED_FEATURES, broker_id=broker_id, cluster_id=server.cluster_id, incarnation_id=uuid.uuid4(),
                 log_dirs=[uuid.UUID(int=(broker_id << 70) + 1)]), 4)
         if resp.error_code == 0:
             return resp.broker_epoch + 1

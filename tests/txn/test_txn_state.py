@@ -406,3 +406,36 @@ def test_a_coordinator_abort_at_level_2_bumps_the_last_epoch_too() -> None:
         book.complete(t)
         done(book, book.complete_markers(T, 70_000))
         assert book.needs_producer_id(T)
+
+
+def test_a_coordinator_abort_at_level_2_moves_an_epoch_run_out_to_the_next_producer_id() -> None:
+    """Kafka's TV2 fence (TransactionCoordinator's epoch-fence path): an Ongoing transaction whose epoch ran out
+    is aborted above it and handed over to a fresh producer id, which its Complete* moves to at epoch 0.  The
+    same for a timeout and for InitProducerId fencing it."""
+    book = started(TxnBook())
+    book.server_tv = 2
+    book.txns[T].producer_epoch = MAX_EPOCH - 1
+    (m,) = book.timing_out(1000 + 60_001)
+    assert book.fence_needs_producer_id(m)
+    (t,) = book.timed_out(1000 + 60_001, {T: 41})
+    assert (t.value.producer_epoch, t.value.next_producer_id) == (MAX_EPOCH, 41)
+    book.complete(t)
+    c = done(book, book.complete_markers(T, 70_000))
+    assert (c.value.producer_id, c.value.producer_epoch, c.value.state) == (41, 0, TxnState.COMPLETE_ABORT)
+
+    book = started(TxnBook())
+    book.server_tv = 2
+    book.txns[T].producer_epoch = MAX_EPOCH - 1
+    assert book.needs_producer_id(T)
+    t = book.init_producer_id(T, 60_000, -1, -1, 70_000, fresh_pid=42)
+    assert isinstance(t, Transit) and t.fenced_abort
+    assert (t.value.producer_epoch, t.value.next_producer_id) == (MAX_EPOCH, 42)
+    book.complete(t)
+    c = done(book, book.complete_markers(T, 70_001))
+    assert (c.value.producer_id, c.value.producer_epoch) == (42, 0)
+    # At level 1 nothing moves: the epoch stays below the limit and the next InitProducerId takes a new id.
+    book = started(TxnBook())
+    book.server_tv = 1
+    book.txns[T].producer_epoch = MAX_EPOCH - 1
+    (m,) = book.timing_out(1000 + 60_001)
+    assert not book.fence_needs_producer_id(m)

@@ -521,23 +521,35 @@ class GroupCoordinator(CoordinatorHost):
         return result
 
     async def persist_streams(self, group_id: str) -> int:
-        """Writes what changed in a streams group since its last write (every record tombstoned once the group is
-        gone); the partition's error code."""
-        stg = self.streams_groups.get(group_id)
-        after = streams_rec.streams_group_records(stg) if stg is not None else {}
-        pairs = streams_rec.records_between(self._streams_records.get(group_id, {}), after)
+        """Writes what changed in a streams group since its last write; the partition's error code."""
+        return await self._write_changes(group_id, self.streams_groups, self._streams_records,
+                                         streams_rec.streams_group_records, streams_rec.records_between, "streams")
+
+    async def _write_changes(self, group_id: str, groups: dict[str, Any], written: dict[str, Any],
+                             records_of: Callable[[Any], Any], between: Callable[[Any, Any], list[Any]],
+                             kind: str, unwritten: set[str] | None = None) -> int:
+        """Writes the records of group `group_id` of `groups` that changed since `written` (its records as last
+        written; every record tombstoned once the group is gone); the partition's error code.  `unwritten`: the
+        ids of groups whose last write failed, kept up to date."""
+        group = groups.get(group_id)
+        after = records_of(group) if group is not None else {}
+        pairs = between(written.get(group_id, {}), after)
         if not pairs:
             return ErrorCode.NONE
         try:
             code = await self.append(group_id, pairs)
         except Exception:
-            log.exception("streams_group_write_failed", group=group_id)
+            log.exception("group_write_failed", kind=kind, group=group_id)
             code = ErrorCode.UNKNOWN_SERVER_ERROR
-        if code == 0 and self.streams_groups.get(group_id) is stg:
-            if stg is None:
-                self._streams_records.pop(group_id, None)
+        if code == 0 and groups.get(group_id) is group:
+            if group is None:
+                written.pop(group_id, None)
             else:
-                self._streams_records[group_id] = after
+                written[group_id] = after
+            if unwritten is not None:
+                unwritten.discard(group_id)
+        elif code and unwritten is not None:
+            unwritten.add(group_id)
         return code
 
     async def delete_streams_group(self, group_id: str) -> int:
@@ -584,27 +596,10 @@ class GroupCoordinator(CoordinatorHost):
             await self.persist_share(group_id)
 
     async def persist_share(self, group_id: str) -> int:
-        """Writes what changed in a share group since its last write (every record tombstoned once the group is
-        gone); the partition's error code."""
-        sg = self.share_groups.get(group_id)
-        after = share_rec.share_group_records(sg) if sg is not None else {}
-        pairs = share_rec.records_between(self._share_records.get(group_id, {}), after)
-        if not pairs:
-            return ErrorCode.NONE
-        try:
-            code = await self.append(group_id, pairs)
-        except Exception:
-            log.exception("share_group_write_failed", group=group_id)
-            code = ErrorCode.UNKNOWN_SERVER_ERROR
-        if code == 0 and self.share_groups.get(group_id) is sg:
-            if sg is None:
-                self._share_records.pop(group_id, None)
-            else:
-                self._share_records[group_id] = after
-            self._unwritten.discard(group_id)
-        elif code:
-            self._unwritten.add(group_id)
-        return code
+        """Writes what changed in a share group since its last write; the partition's error code."""
+        return await self._write_changes(group_id, self.share_groups, self._share_records,
+                                         share_rec.share_group_records, share_rec.records_between, "share",
+                                         self._unwritten)
 
     async def delete_share_group(self, group_id: str) -> int:
         """Deletes an empty share group: the share state of its partitions through the persister (those partitions

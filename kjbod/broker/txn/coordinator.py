@@ -51,7 +51,9 @@ WRITE_TIMEOUT_MS = 5000
 MARKER_RETRY_S = 0.1
 MARKER_TIMEOUT_S = 10.0
 WRITE_TXN_MARKERS = 27
-WRITE_TXN_MARKERS_VERSION = 2  # the markers' transaction version (KIP-1228)
+# WriteTxnMarkers v2 carries the markers' transaction version (KIP-1228); a peer that serves only v1 (Kafka before
+# 4.2) gets v1, which leaves it out (the field is ignorable), as the version both ends serve is picked per peer.
+WRITE_TXN_MARKERS_VERSIONS = (1, 2)
 
 
 class _TxnLogRequest(InternalRequest):
@@ -102,7 +104,11 @@ class TxnCoordinator(CoordinatorHost):
         self._sync_server_tv()
         if now >= self._next_abort:
             self._next_abort = now + self.abort_interval_ms
-            self._abort_timed_out(now)
+            fresh: dict[str, int] = {}
+            for m in self.book.timing_out(now):  # transaction.version 2 moves an epoch run out to a new id
+                if self.book.fence_needs_producer_id(m):
+                    fresh[m.transactional_id] = await self.node.next_producer_id()
+            self._abort_timed_out(now, fresh)
         if now >= self._next_expiry:
             self._next_expiry = now + self.expire_interval_ms
             self._remove_expired(now)
@@ -234,8 +240,8 @@ class TxnCoordinator(CoordinatorHost):
         self._send_markers_soon(tid)
         return ErrorCode.NONE, *t.continues_as
 
-    def _abort_timed_out(self, now: int) -> None:
-        for t in self.book.timed_out(now):
+    def _abort_timed_out(self, now: int, fresh_pids: dict[str, int] | None = None) -> None:
+        for t in self.book.timed_out(now, fresh_pids):
             tid = t.transactional_id
             if self.partition_of(tid) not in self.owned:
                 self.book.fail(t)
@@ -327,7 +333,8 @@ class TxnCoordinator(CoordinatorHost):
                 resp = await write_txn_markers.write_markers(self.node, body)
             else:
                 conn = await self._connection(leader)
-                resp = await conn.request(WRITE_TXN_MARKERS, WRITE_TXN_MARKERS_VERSION, body, MARKER_TIMEOUT_S)
+                version = conn.pick_version(WRITE_TXN_MARKERS, *WRITE_TXN_MARKERS_VERSIONS)
+                resp = await conn.request(WRITE_TXN_MARKERS, version, body, MARKER_TIMEOUT_S)
         except Exception as e:
             log.info("transaction_markers_not_sent", leader=leader, reason=str(e))
             self._conns.pop(leader, None)

@@ -161,7 +161,7 @@ class TxnBook:
                 # A retry of the InitProducerId that already bumped: answer what it got, write nothing.
                 return Transit(tid, m.value(), m.last_producer_epoch)
         if m.state == TxnState.ONGOING:
-            return self._fence_and_abort(m, now)
+            return self._fence_and_abort(m, now, fresh_pid)
         # Empty or Complete*: bump the epoch (a new producer id once the epoch runs out).
         if m.producer_epoch >= MAX_EPOCH - 1:
             if fresh_pid < 0:
@@ -172,15 +172,23 @@ class TxnBook:
         return self._begin(m, TxnValue(pid, epoch, timeout_ms, TxnState.EMPTY, (), now, -1),
                            last_epoch=m.producer_epoch)
 
-    def _fence_and_abort(self, m: TxnMetadata, now: int) -> Transit:
+    def fence_needs_producer_id(self, m: TxnMetadata) -> bool:
+        """Whether fencing `m` (a timeout, or InitProducerId over an Ongoing transaction) hands it over to a
+        fresh producer id: transaction.version 2 with its epoch run out (the shell fetches one first)."""
+        return self.server_tv >= TV_2 and m.epoch_exhausted()
+
+    def _fence_and_abort(self, m: TxnMetadata, now: int, fresh_pid: int = NO_PRODUCER_ID) -> Transit:
         """Bumps the epoch (fencing the producer) and prepares the abort of the Ongoing transaction.  As Kafka's,
         it ends by the cluster's finalized transaction version (`server_tv`), the coordinator's own request.  At 2
-        the epoch is bumped up to 32767 (Kafka's TV2 end), so the markers are above the producer's epoch on every
-        partition, as transaction.version 2 leaders require; the next InitProducerId then moves to a new id."""
+        it ends as an EndTxn v5 does (Kafka's prepareAbortOrCommit): the epoch is bumped, so the markers are above
+        the producer's epoch on every partition, as transaction.version 2 leaders require, and an epoch that ran
+        out hands the transaction over to `fresh_pid` (`fence_needs_producer_id`), which the Complete* moves to at
+        epoch 0.  Without one (none could be had) it stays at the epoch it reached."""
         top = MAX_EPOCH if self.server_tv >= TV_2 else MAX_EPOCH - 1
         epoch = m.producer_epoch + 1 if m.producer_epoch < top else m.producer_epoch
+        next_pid = fresh_pid if self.fence_needs_producer_id(m) else NO_PRODUCER_ID
         return self._begin(m, TxnValue(m.producer_id, epoch, m.timeout_ms, TxnState.PREPARE_ABORT,
-                                       tuple(sorted(m.partitions)), now, m.start_ms),
+                                       tuple(sorted(m.partitions)), now, m.start_ms, next_producer_id=next_pid),
                            last_epoch=m.producer_epoch, fenced_abort=True, client_tv=self.server_tv)
 
     # ------------------------------------------------------------------------------------------ partitions
@@ -345,14 +353,17 @@ class TxnBook:
             pid, epoch = m.next_producer_id, 0
         return self._begin(m, TxnValue(pid, epoch, m.timeout_ms, target, (), now, m.start_ms))
 
-    def timed_out(self, now: int) -> list[Transit]:
-        """The aborts of Ongoing transactions past their timeout, each epoch bumped (pending until written)."""
-        out = []
-        for m in self.txns.values():
-            if m.state == TxnState.ONGOING and m.pending is None and m.start_ms >= 0 \
-                    and now > m.start_ms + m.timeout_ms:
-                out.append(self._fence_and_abort(m, now))
-        return out
+    def timing_out(self, now: int) -> list[TxnMetadata]:
+        """Ongoing transactions past their timeout, nothing pending."""
+        return [m for m in self.txns.values() if m.state == TxnState.ONGOING and m.pending is None
+                and m.start_ms >= 0 and now > m.start_ms + m.timeout_ms]
+
+    def timed_out(self, now: int, fresh_pids: dict[str, int] | None = None) -> list[Transit]:
+        """The aborts of Ongoing transactions past their timeout, each epoch bumped (pending until written).
+        `fresh_pids`: the next producer id of each one `fence_needs_producer_id` names."""
+        fresh_pids = fresh_pids or {}
+        return [self._fence_and_abort(m, now, fresh_pids.get(m.transactional_id, NO_PRODUCER_ID))
+                for m in self.timing_out(now)]
 
     def expired(self, now: int, expiration_ms: int) -> list[Transit]:
         """The removals of transactional ids idle for ``expiration_ms`` (transactional.id.expiration.ms): Empty or
