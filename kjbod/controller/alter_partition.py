@@ -2,8 +2,8 @@
 state (Kafka's ReplicationControlManager.alterPartition and validateAlterPartitionData).
 
 Checks, in Kafka's order.  The whole request: the sender's broker epoch (no registration or another epoch:
-STALE_BROKER_EPOCH).  Per topic: unknown (UNKNOWN_TOPIC_ID from v2, which names topics by id, else
-UNKNOWN_TOPIC_OR_PARTITION).  Per partition:
+STALE_BROKER_EPOCH).  Per topic: unknown id: UNKNOWN_TOPIC_ID (v2 and v3, which name topics by id, are the versions
+served: Kafka 4.x dropped v0 and v1).  Per partition:
 1. unknown partition: UNKNOWN_TOPIC_OR_PARTITION;
 2. a leader or partition epoch above the controller's: NOT_CONTROLLER (the sender saw a newer controller);
 3. a leader epoch below it: FENCED_LEADER_EPOCH;
@@ -13,10 +13,9 @@ UNKNOWN_TOPIC_OR_PARTITION).  Per partition:
 7. RECOVERING with more than one ISR member, or RECOVERED going back to RECOVERING: INVALID_REQUEST;
 8. an ISR member that is unregistered, shutting down, fenced, whose broker epoch is not its registration's
    (-1 skips the check), or (beyond Kafka, KIP-858) whose replica sits in a dir that is offline:
-   INELIGIBLE_REPLICA (OPERATION_NOT_ATTEMPTED for v0-1).
+   INELIGIBLE_REPLICA.
 Then the change is built as any other (kjbod.controller.partition_change, unclean where the topic allows it).  A
-change that moves leadership off the sender is written and answered NEW_LEADER_ELECTED (FENCED_LEADER_EPOCH for
-v0-1); otherwise the answer is the partition's state after the change (unchanged when nothing changed).
+change that moves leadership off the sender is written and answered NEW_LEADER_ELECTED; otherwise the answer is the partition's state after the change (unchanged when nothing changed).
 """
 
 from __future__ import annotations
@@ -64,7 +63,7 @@ def validate(image: MetadataImage, sender: int, p: PartitionImage | None, part: 
     ids = [b for b, _ in isr]
     if len(set(ids)) != len(ids) or any(b not in p.replicas for b in ids) or p.leader not in ids:
         return ErrorCode.INVALID_REQUEST
-    state = part.leader_recovery_state if version >= 1 else RECOVERED
+    state = part.leader_recovery_state
     if state not in (RECOVERED, RECOVERING):
         return ErrorCode.INVALID_REQUEST
     if state == RECOVERING and len(ids) > 1:
@@ -72,7 +71,7 @@ def validate(image: MetadataImage, sender: int, p: PartitionImage | None, part: 
     if p.leader_recovery_state == RECOVERED and state == RECOVERING:
         return ErrorCode.INVALID_REQUEST
     if _ineligible(image, p, isr):
-        return ErrorCode.INELIGIBLE_REPLICA if version > 1 else ErrorCode.OPERATION_NOT_ATTEMPTED
+        return ErrorCode.INELIGIBLE_REPLICA
     return ErrorCode.NONE
 
 
@@ -84,15 +83,12 @@ def alter_partition(image: MetadataImage, req: AlterPartitionRequest, version: i
     records: list[Any] = []
     response = AlterPartitionResponse(error_code=ErrorCode.NONE)
     for req_topic in req.topics:
-        res_topic = out.TopicData(topic_name=req_topic.topic_name, topic_id=req_topic.topic_id)
+        res_topic = out.TopicData(topic_id=req_topic.topic_id)
         response.topics.append(res_topic)
-        if version > 1:
-            topic = image.topic_by_id(req_topic.topic_id) if req_topic.topic_id != ZERO_UUID else None
-        else:
-            topic = image.topic(req_topic.topic_name) if req_topic.topic_name else None
+        topic = image.topic_by_id(req_topic.topic_id) if req_topic.topic_id != ZERO_UUID else None
         if topic is None:
-            missing = ErrorCode.UNKNOWN_TOPIC_ID if version > 1 else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-            res_topic.partitions += [out.PartitionData(partition_index=part.partition_index, error_code=missing)
+            res_topic.partitions += [out.PartitionData(partition_index=part.partition_index,
+                                                       error_code=ErrorCode.UNKNOWN_TOPIC_ID)
                                      for part in req_topic.partitions]
             continue
         for part in req_topic.partitions:
@@ -105,13 +101,13 @@ def alter_partition(image: MetadataImage, req: AlterPartitionRequest, version: i
                          unclean=unclean_enabled(image, topic, settings.unclean_leader_election_enable,
                                                          settings.node_id),
                          min_isr_default=settings.min_insync_replicas, node_id=settings.node_id,
-                         recovery_state=part.leader_recovery_state if version >= 1 else RECOVERED)
+                         recovery_state=part.leader_recovery_state)
             if rec is not None:
                 records.append(rec)
                 p = replay_partition(p, rec)
                 if rec.leader not in (req.broker_id, NO_CHANGE_LEADER):
-                    code = ErrorCode.NEW_LEADER_ELECTED if version > 1 else ErrorCode.FENCED_LEADER_EPOCH
-                    res_topic.partitions.append(out.PartitionData(partition_index=p.partition, error_code=code))
+                    res_topic.partitions.append(out.PartitionData(partition_index=p.partition,
+                                                                  error_code=ErrorCode.NEW_LEADER_ELECTED))
                     continue
             res_topic.partitions.append(out.PartitionData(
                 partition_index=p.partition, error_code=ErrorCode.NONE, leader_id=p.leader, leader_epoch=p.leader_epoch,

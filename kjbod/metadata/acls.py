@@ -173,13 +173,9 @@ def describe_acls(acls: Iterable[AclEntry], flt: AclFilter) -> list[DescribeAcls
     return out
 
 
-def describe_acls_response(acls: Mapping[UUID, AclEntry], req: DescribeAclsRequest,
-                           version: int) -> DescribeAclsResponse:
+def describe_acls_response(acls: Mapping[UUID, AclEntry], req: DescribeAclsRequest) -> DescribeAclsResponse:
     """DescribeAcls from an image's entries (the caller has checked DESCRIBE on the cluster)."""
     flt = AclFilter.of(req)
-    if version == 0 and flt.pattern_type == ANY:
-        flt = AclFilter(flt.resource_type, flt.resource_name, LITERAL, flt.principal, flt.host, flt.operation,
-                        flt.permission_type)
     return DescribeAclsResponse(error_code=ErrorCode.NONE, resources=describe_acls(acls.values(), flt))
 
 

@@ -9,8 +9,6 @@ from typing import Any, NoReturn
 import structlog
 
 from kjbod.metadata.acls import (
-    ANY,
-    LITERAL,
     OPERATIONS,
     PATTERN_TYPES,
     PERMISSIONS,
@@ -30,8 +28,6 @@ def _close(request: Any, api: str, reason: str) -> NoReturn:
 
 
 def refuse_filter(request: Any, flt: AclFilter, api: str) -> None:
-    if request.api_version == 0 and flt.pattern_type not in (LITERAL, ANY):
-        _close(request, api, f"{api} v0 only supports literal resource pattern types")
     unknown = flt.unknown_element()
     if unknown is not None:
         _close(request, api, f"{api} filter has an unknown {unknown}: {flt}")
@@ -39,8 +35,6 @@ def refuse_filter(request: Any, flt: AclFilter, api: str) -> None:
 
 def refuse_creations(request: Any, body: Any) -> None:
     for c in body.creations:
-        if request.api_version == 0 and c.resource_pattern_type != LITERAL:
-            _close(request, "CreateAcls", "CreateAcls v0 only supports literal resource pattern types")
         for what, code, known in (("resource type", c.resource_type, RESOURCE_TYPES),
                                   ("pattern type", c.resource_pattern_type, PATTERN_TYPES),
                                   ("operation", c.operation, OPERATIONS),

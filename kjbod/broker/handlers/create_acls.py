@@ -1,9 +1,9 @@
-"""CreateAcls (key 30), versions 0-3: v1 the resource pattern type, v2 flexible, v3 the same as v2.
+"""CreateAcls (key 30), versions 1-3 (Kafka 4.x dropped v0): v2 flexible, v3 the same as v2.
 
 The controller owns it (kjbod.controller.acls: Kafka's checks per entry, one AccessControlEntryRecord per new
 entry); a broker checks what Kafka's broker checks and sends the request on. Without an authorizer every entry
-answers SECURITY_DISABLED; without ALTER on the cluster CLUSTER_AUTHORIZATION_FAILED. A v0 entry that is not
-LITERAL, or an entry with an UNKNOWN part, is a request Kafka cannot parse: the connection is closed, with a
+answers SECURITY_DISABLED; without ALTER on the cluster CLUSTER_AUTHORIZATION_FAILED. An entry with an UNKNOWN
+part is a request Kafka cannot parse: the connection is closed, with a
 warning naming the problem. Every node learns the entries from the metadata log.
 """
 

@@ -1,4 +1,4 @@
-"""CreateDelegationToken (key 38), versions 0-3: v1 the same as v0, v2 flexible, v3 the owner (a token made for
+"""CreateDelegationToken (key 38), versions 1-3 (Kafka 4.x dropped v0): v2 flexible, v3 the owner (a token made for
 another principal) and, in the answer, the requester.
 
 The controller makes the token (kjbod.controller.tokens); the broker first checks what Kafka's broker checks: the

@@ -1,11 +1,9 @@
-"""DeleteAcls (key 31), versions 0-3: v1 the pattern type filter (and of each removed entry), v2 flexible, v3 the
-same as v2.
+"""DeleteAcls (key 31), versions 1-3 (Kafka 4.x dropped v0): v2 flexible, v3 the same as v2.
 
 The controller owns it (kjbod.controller.acls: every entry a filter matches is removed with a
 RemoveAccessControlEntryRecord and listed under that filter); a broker checks what Kafka's broker checks and
 sends it on. Without an authorizer every filter answers SECURITY_DISABLED; without ALTER on the cluster
-CLUSTER_AUTHORIZATION_FAILED. A v0 filter whose pattern type is not LITERAL or ANY, or a filter with an UNKNOWN
-part, is a request Kafka cannot parse: the connection is closed, with a warning naming the problem.
+CLUSTER_AUTHORIZATION_FAILED. A filter with an UNKNOWN part is a request Kafka cannot parse: the connection is closed, with a warning naming the problem.
 """
 
 from __future__ import annotations
@@ -13,7 +11,7 @@ from __future__ import annotations
 from kjbod.broker.authz import allowed_cluster
 from kjbod.broker.handlers.acl_checks import refuse_filter
 from kjbod.broker.router import api
-from kjbod.metadata.acls import ALTER, ANY, LITERAL, AclFilter
+from kjbod.metadata.acls import ALTER, AclFilter
 from kjbod.protocol.errors import ErrorCode
 from kjbod.protocol.generated import DeleteAclsRequest, DeleteAclsResponse
 from kjbod.protocol.generated.delete_acls_response import DeleteAclsFilterResult
@@ -23,8 +21,6 @@ from kjbod.protocol.generated.delete_acls_response import DeleteAclsFilterResult
 def handle(node, request, body: DeleteAclsRequest):
     for f in body.filters:
         refuse_filter(request, AclFilter.of(f), "DeleteAcls")
-        if request.api_version == 0 and f.pattern_type_filter == ANY:
-            f.pattern_type_filter = LITERAL  # v0 knows literal names only
     if getattr(node, "authorizer", None) is None:
         return _all(body, ErrorCode.SECURITY_DISABLED, "No Authorizer is configured.")
     if not allowed_cluster(node, request, ALTER):

@@ -1,9 +1,8 @@
-"""DescribeAcls (key 29), versions 0-3: v1 the pattern type filter, v2 flexible, v3 the same as v2.
+"""DescribeAcls (key 29), versions 1-3 (Kafka 4.x dropped v0): v2 flexible, v3 the same as v2.
 
 Answered from this node's metadata image (kjbod.metadata.acls), as Kafka's brokers answer it from their
 authorizer's cache. Kafka's checks: without an authorizer SECURITY_DISABLED; without DESCRIBE on the cluster
-CLUSTER_AUTHORIZATION_FAILED; a v0 filter whose pattern type is not LITERAL or ANY, or a filter with an UNKNOWN
-part, is a request Kafka cannot parse: the connection is closed, with a warning naming the problem.
+CLUSTER_AUTHORIZATION_FAILED; a filter with an UNKNOWN part is a request Kafka cannot parse: the connection is closed, with a warning naming the problem.
 """
 
 from __future__ import annotations
@@ -25,4 +24,4 @@ def handle(node, request, body: DescribeAclsRequest) -> DescribeAclsResponse:
     if not allowed_cluster(node, request, DESCRIBE):
         return DescribeAclsResponse(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
                                     error_message=f"{request.ctx.principal} may not DESCRIBE the cluster")
-    return describe_acls_response(node.metadata.acls, body, request.api_version)
+    return describe_acls_response(node.metadata.acls, body)

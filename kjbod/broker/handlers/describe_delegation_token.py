@@ -1,4 +1,4 @@
-"""DescribeDelegationToken (key 41), versions 0-3: v1 the same as v0, v2 flexible, v3 each token's requester.
+"""DescribeDelegationToken (key 41), versions 1-3 (Kafka 4.x dropped v0): v2 flexible, v3 each token's requester.
 
 Answered from this node's metadata image (kjbod.metadata.tokens), as Kafka's brokers answer it from their token
 cache: DELEGATION_TOKEN_REQUEST_NOT_ALLOWED where token requests are (token_checks), DELEGATION_TOKEN_AUTH_DISABLED

@@ -1,4 +1,4 @@
-"""ExpireDelegationToken (key 40), versions 0-2: v1 the same as v0, v2 flexible.
+"""ExpireDelegationToken (key 40), versions 1-2 (Kafka 4.x dropped v0): v2 flexible.
 
 The controller expires the token (kjbod.controller.tokens: a negative period removes it at once, another brings
 its expiry nearer); the broker first checks that the client may ask for tokens at all (token_checks).

@@ -1,4 +1,4 @@
-"""RenewDelegationToken (key 39), versions 0-2: v1 the same as v0, v2 flexible.
+"""RenewDelegationToken (key 39), versions 1-2 (Kafka 4.x dropped v0): v2 flexible.
 
 The controller renews the token (kjbod.controller.tokens: found by its HMAC, not expired, asked by its owner or a
 renewer); the broker first checks that the client may ask for tokens at all (token_checks).

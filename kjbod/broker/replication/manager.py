@@ -649,10 +649,9 @@ class ReplicaManager:
     def _alter_request(self, batch: list[PartitionState], version: int) -> AlterPartitionRequest:
         image = self.node.metadata
         topics: dict[str, TopicData] = {}
-        for s in batch:
+        for s in batch:  # v2 and v3, the versions Kafka 4.x and kjbod serve, name topics by id
             assert s.pending is not None
-            t = topics.setdefault(s.topic, TopicData(topic_name=s.topic if version < 2 else "",
-                                                     topic_id=s.topic_id if version >= 2 else TopicData().topic_id))
+            t = topics.setdefault(s.topic, TopicData(topic_id=s.topic_id))
 
             def epoch_of(r: int, s: PartitionState = s) -> int:
                 f = s.followers.get(r)
@@ -670,10 +669,10 @@ class ReplicaManager:
                                      topics=list(topics.values()))
 
     def _alter_partition_done(self, batch: list[PartitionState], response: Any) -> None:
-        by_key = {(s.topic_id, s.partition): s for s in batch} | {(s.topic, s.partition): s for s in batch}
+        by_key = {(s.topic_id, s.partition): s for s in batch}
         for t in response.topics:
             for r in t.partitions:
-                s = by_key.get((t.topic_id, r.partition_index)) or by_key.get((t.topic_name, r.partition_index))
+                s = by_key.get((t.topic_id, r.partition_index))
                 if s is None or s.pending is None:
                     continue
                 if r.error_code == 0:
