@@ -433,6 +433,64 @@ def test_the_group_survives_a_restart(tmp_path):
         s.stop()
 
 
+def test_a_deleted_group_does_not_stop_its_partition_from_loading(tmp_path):
+    """A deleted streams group leaves only tombstones in its __consumer_offsets partition; after a restart that
+    partition loads: the group is not found, and another group's offsets on the same partition are back."""
+    s = start_server(tmp_path / "deleted", log_dir_count=1, overrides=OVERRIDES)
+    try:
+        source = make_topic(s, 1)
+        app = f"app-{uuid.uuid4().hex[:6]}"
+        other = next(g for g in (f"other-{i}" for i in range(100)) if partition_for(g, 2) == partition_for(app, 2))
+
+        async def commit(conn: ClientConnection, group: str) -> int:
+            r = await conn.request(8, 9, OffsetCommitRequest(
+                group_id=group, generation_id_or_member_epoch=-1, member_id="",
+                topics=[OffsetCommitRequestTopic(name=source, partitions=[
+                    OffsetCommitRequestPartition(partition_index=0, committed_offset=5)])]), 30.0)
+            return r.topics[0].partitions[0].error_code
+
+        async def before() -> None:
+            conn = await coordinator(s, app)
+            try:
+                m = Member(conn, app, word_count(app, source))
+                assert (await m.beat()).error_code == 0
+                assert (await m.leave()).error_code == 0
+                assert await commit(conn, app) == 0  # an empty streams group's offsets go with it
+                deleted = await conn.request(42, 2, DeleteGroupsRequest(groups_names=[app]), 30.0)
+                assert deleted.results[0].error_code == 0
+                assert await commit(conn, other) == 0
+            finally:
+                conn.close()
+
+        asyncio.run(before())
+        s.stop()
+        s.start()
+
+        async def after() -> None:
+            conn = await coordinator(s, app)
+            try:
+                deadline = time.monotonic() + WAIT_S
+                while (g := (await describe(conn, app))[0]).error_code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
+                    assert time.monotonic() < deadline, "the partition never loaded"
+                    await asyncio.sleep(0.2)
+                assert (g.error_code, g.error_message) == (ErrorCode.GROUP_ID_NOT_FOUND, f"Group {app} not found.")
+                r = await conn.request(9, 9, OffsetFetchRequest(groups=[OffsetFetchRequestGroup(
+                    group_id=other, topics=[OffsetFetchRequestTopics(name=source, partition_indexes=[0])])]), 30.0)
+                assert (r.groups[0].error_code, r.groups[0].topics[0].partitions[0].committed_offset) == (0, 5)
+                r = await conn.request(9, 9, OffsetFetchRequest(groups=[OffsetFetchRequestGroup(
+                    group_id=app, topics=[OffsetFetchRequestTopics(name=source, partition_indexes=[0])])]), 30.0)
+                assert r.groups[0].topics[0].partitions[0].committed_offset == -1
+                listed = await conn.request(16, 5, ListGroupsRequest(), 30.0)
+                assert listed.error_code == 0
+                assert other in [x.group_id for x in listed.groups] and app not in [x.group_id for x in listed.groups]
+            finally:
+                conn.close()
+
+        asyncio.run(after())
+    finally:
+        s.stop()
+
+
 def test_streams_version_0_turns_the_apis_off(server):
     app = f"app-{uuid.uuid4().hex[:6]}"
     source = make_topic(server, 1)

@@ -550,7 +550,9 @@ class StreamsGroups:
         return changed
 
     def touch_all(self, now: int, ids: Iterable[str] | None = None) -> None:
-        """Gives every member a fresh session (after a load: their last heartbeat's time was not kept)."""
+        """Gives every member a fresh session (after a load: their last heartbeat's time was not kept).  An id
+        without a group (a deleted group, its records all tombstones) is passed over."""
         for gid in ids if ids is not None else list(self.groups):
-            for m in self.groups[gid].members.values():
+            group = self.groups.get(gid)
+            for m in group.members.values() if group is not None else ():
                 m.session_deadline_ms = now + self.session_timeout_ms(gid)
