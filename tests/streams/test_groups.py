@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 
+from kjbod.broker.groups.state import CommittedOffset, GroupBook, GroupConfig, GroupState
 from kjbod.broker.streams import assignor as sa
 from kjbod.broker.streams.groups import (
     MemberState,
@@ -358,3 +359,27 @@ def test_offset_commits_and_fetches_need_the_members_current_epoch():
     assert sg.check_fetch("g", "x", 1) == ErrorCode.UNKNOWN_MEMBER_ID
     sg.heartbeat(1, beat("m1", -1), IMAGE.get)
     assert sg.check_commit("g", "", -1, None, 9) == ErrorCode.NONE  # empty: an admin may commit
+
+
+# ------------------------------------------------------------------------------------------------ offset expiry
+def test_a_running_groups_source_offsets_do_not_expire():
+    day = 24 * 3600 * 1000
+    sg = groups()
+    book = GroupBook(GroupConfig(offsets_retention_ms=day))
+    book.streams_kept_topics = sg.offsets_kept
+    assert sg.offsets_kept("g") is None  # no streams group of that id
+    sg.heartbeat(0, join("m1"), IMAGE.get)
+    # the offsets live in a holder without members, as the coordinator keeps them
+    book.commit("g", {("input", 0): CommittedOffset(1, -1, "", 0), ("app-repart", 0): CommittedOffset(1, -1, "", 0),
+                      ("elsewhere", 0): CommittedOffset(1, -1, "", 0)})
+    assert book.groups["g"].is_(GroupState.EMPTY)
+    assert book.expired_offsets(day - 1) == {}
+    # the source and repartition source topics stay while the group has members; the others go
+    assert book.expired_offsets(day) == {"g": [("elsewhere", 0)]}
+    assert sg.removable(lambda gid: True) == [] and sg.removable(lambda gid: False) == []
+    # once the group is empty, all of them expire a retention after their commit
+    assert sg.heartbeat(1, beat("m1", -1), IMAGE.get).error_code == 0
+    assert sg.offsets_kept("g") == frozenset()
+    assert book.expired_offsets(day) == {"g": [("input", 0), ("app-repart", 0), ("elsewhere", 0)]}
+    # and the empty group is deleted once its offsets are gone
+    assert sg.removable(lambda gid: True) == [] and sg.removable(lambda gid: False) == ["g"]

@@ -196,6 +196,7 @@ class GroupCoordinator(CoordinatorHost):
                                      group_config=lambda gid: self.node.metadata.resource_configs(bc.GROUP, gid))
         self._streams_records: dict[str, dict[bytes, bytes]] = {}  # streams group id -> the records last written
         self.book.consumer.taken_by_share = lambda gid: gid in self.share_groups or gid in self.streams_groups
+        self.book.streams_kept_topics = self.streams.offsets_kept
         self.settings = OffsetsTopicSettings.of(node.config)
         self.load_chunk = self.settings.load_buffer_size
         self._next_expiry = now_ms() + expiry_interval_ms
@@ -243,8 +244,10 @@ class GroupCoordinator(CoordinatorHost):
             group = self.book.groups.get(gid)
             pairs: list[tuple[bytes, bytes | None]] = [(rec.offset_key(gid, t, p), None) for t, p in partitions]
             cg = self.book.consumer_groups.get(gid)
+            stg = self.streams_groups.get(gid)
             drop_group = group is not None and group.is_(GroupState.EMPTY) and \
-                len(group.offsets) == len(partitions) and not group.pending and not (cg is not None and cg.members)
+                len(group.offsets) == len(partitions) and not group.pending and \
+                not (cg is not None and cg.members) and not (stg is not None and stg.members)
             if drop_group:
                 pairs.append((rec.group_key(gid), None))
                 pairs += [(k, None) for k in self._consumer_records.get(gid, {})]
@@ -266,6 +269,14 @@ class GroupCoordinator(CoordinatorHost):
                 continue
             if not await self.drop_consumer_group(gid):
                 log.info("consumer_group_removed", group=gid)
+        # so is an empty streams group without offsets (none pending in a transaction either)
+        for gid in self.streams.removable(lambda g: bool(
+                (g in self.book.groups and self.book.groups[g].offsets) or self.book.pending_txn_partitions(g))):
+            if self.partition_of(gid) not in self.owned:
+                continue
+            self.streams_groups.pop(gid, None)
+            if not await self.persist_streams(gid):
+                log.info("streams_group_removed", group=gid)
 
     # ------------------------------------------------------------------------------------------- loading
     # A load keeps (key, value, producer id, marker) per record: a transactional batch's records wait for their

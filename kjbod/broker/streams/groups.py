@@ -537,6 +537,22 @@ class StreamsGroups:
             return ErrorCode.UNKNOWN_MEMBER_ID
         return ErrorCode.NONE if member_epoch == member.member_epoch else ErrorCode.STALE_MEMBER_EPOCH
 
+    def offsets_kept(self, group_id: str) -> frozenset[str] | None:
+        """The topics whose committed offsets do not expire, for a streams group's id (None for another id): the
+        topology's source and repartition source topics while the group has members, none once it is empty."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return None
+        if not group.members or group.topology is None:
+            return frozenset()
+        return frozenset(t for s in group.topology.subtopologies
+                         for t in (*s.source_topics, *(x.name for x in s.repartition_source_topics)))
+
+    def removable(self, has_offsets: Callable[[str], bool]) -> list[str]:
+        """The empty streams groups without committed offsets, which the offset expiry deletes (as Kafka's cleanup
+        deletes an empty group whose offsets are all gone)."""
+        return [gid for gid, g in self.groups.items() if not g.members and not has_offsets(gid)]
+
     # ------------------------------------------------------------------------------------------------ time
     def tick(self, now: int) -> list[str]:
         """Removes the members whose session ran out (bumping their groups' epochs); the groups changed."""
