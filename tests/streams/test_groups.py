@@ -24,6 +24,7 @@ from kjbod.broker.streams.topology import (
     INCORRECTLY_PARTITIONED_TOPICS,
     MISSING_INTERNAL_TOPICS,
     MISSING_SOURCE_TOPICS,
+    SHUTDOWN_APPLICATION,
     STALE_TOPOLOGY,
     Subtopology,
     TopicInfo,
@@ -383,3 +384,27 @@ def test_a_running_groups_source_offsets_do_not_expire():
     assert book.expired_offsets(day) == {"g": [("input", 0), ("app-repart", 0), ("elsewhere", 0)]}
     # and the empty group is deleted once its offsets are gone
     assert sg.removable(lambda gid: True) == [] and sg.removable(lambda gid: False) == ["g"]
+
+
+# ------------------------------------------------------------------------------------------------ shutdown
+def shutdown_status(r) -> list[str]:
+    return [detail for code, detail in r.status if code == SHUTDOWN_APPLICATION]
+
+
+def test_a_shutdown_request_outlives_its_requester_until_the_group_is_empty():
+    sg = groups()
+    sg.heartbeat(0, join("m1"), IMAGE.get)
+    sg.heartbeat(0, join("m2"), IMAGE.get)
+    sg.heartbeat(0, join("m3"), IMAGE.get)
+    # m1 leaves asking for the shutdown: the others are told, naming m1
+    assert sg.heartbeat(1, beat("m1", -1, shutdown_application=True), IMAGE.get).error_code == 0
+    told = "Streams group member m1 encountered a fatal error and requested a shutdown for the entire application."
+    assert shutdown_status(sg.heartbeat(2, beat("m2", 2), IMAGE.get)) == [told]
+    # a later request keeps the first requester
+    assert shutdown_status(sg.heartbeat(3, beat("m2", 2, shutdown_application=True), IMAGE.get)) == [told]
+    assert shutdown_status(sg.heartbeat(3, beat("m3", 3), IMAGE.get)) == [told]
+    # the group empties: the request is over, a new member is not told
+    assert sg.heartbeat(4, beat("m2", -1), IMAGE.get).error_code == 0
+    assert shutdown_status(sg.heartbeat(4, beat("m3", 3), IMAGE.get)) == [told]
+    assert sg.heartbeat(5, beat("m3", -1), IMAGE.get).error_code == 0
+    assert shutdown_status(sg.heartbeat(6, join("m4"), IMAGE.get)) == []

@@ -291,6 +291,8 @@ class StreamsGroups:
 
     def _leave(self, r: StreamsHeartbeat) -> StreamsHeartbeatResult:
         group = self._group(r.group_id, create=False)
+        if r.shutdown_application:  # asked for before the member is looked at, as Kafka's streamsGroupLeave does
+            self._request_shutdown(group, r.member_id)
         if r.member_id not in group.members:
             raise Refused(ErrorCode.UNKNOWN_MEMBER_ID,
                           f"Member {r.member_id} is not a member of group {r.group_id}.")
@@ -301,10 +303,16 @@ class StreamsGroups:
         group.members.pop(member_id, None)
         group.targets.pop(member_id, None)
         group.group_epoch += 1
-        if group.shutdown_requested_by == member_id:
+        if not group.members:  # the application's shutdown is over once every member is gone
             group.shutdown_requested_by = None
         if group.members and any(m.user_endpoint for m in group.members.values()):
             group.endpoint_information_epoch += 1
+
+    @staticmethod
+    def _request_shutdown(group: StreamsGroup, member_id: str) -> None:
+        """The first member to ask for the application's shutdown is the one every member is told of."""
+        if group.shutdown_requested_by is None:
+            group.shutdown_requested_by = member_id
 
     def _heartbeat(self, now: int, r: StreamsHeartbeat, partitions_of: PartitionCount) -> StreamsHeartbeatResult:
         joining = r.member_epoch == 0
@@ -389,7 +397,7 @@ class StreamsGroups:
             changed = True
         member.session_deadline_ms = now + self.session_timeout_ms(r.group_id)
         if r.shutdown_application:
-            group.shutdown_requested_by = member.member_id
+            self._request_shutdown(group, member.member_id)
         result = StreamsHeartbeatResult(member_id=member.member_id, member_epoch=member.member_epoch,
                                         heartbeat_interval_ms=self.heartbeat_interval_ms(r.group_id),
                                         changed=changed)
