@@ -408,3 +408,26 @@ def test_a_shutdown_request_outlives_its_requester_until_the_group_is_empty():
     assert shutdown_status(sg.heartbeat(4, beat("m3", 3), IMAGE.get)) == [told]
     assert sg.heartbeat(5, beat("m3", -1), IMAGE.get).error_code == 0
     assert shutdown_status(sg.heartbeat(6, join("m4"), IMAGE.get)) == []
+
+
+# ------------------------------------------------------------------------------------------------ refusals
+def test_a_refused_heartbeat_changes_nothing():
+    sg = groups()
+    r = sg.heartbeat(0, join("m1"), {"input": 4}.get)  # the internal topics are missing: not ready
+    g = sg.groups["g"]
+    snapshot = (g.group_epoch, g.configured, g.validated_topology_epoch, g.members["m1"].process_id,
+                g.members["m1"].rack_id)
+    # the topics appear, but the heartbeat names a task outside the topology and moves to another process
+    bad = sg.heartbeat(1, beat("m1", r.member_epoch, active={"0": {9}}, process_id="elsewhere"), IMAGE.get)
+    assert bad.error_code == ErrorCode.INVALID_REQUEST
+    assert (g.group_epoch, g.configured, g.validated_topology_epoch, g.members["m1"].process_id,
+            g.members["m1"].rack_id) == snapshot
+    # m1 rejoins with another topology of the same epoch and a rack: refused, its rack unchanged
+    other = Topology(1, (Subtopology("0", source_topics=("input",)),))
+    bad = sg.heartbeat(1, join("m1", other, rack_id="r1"), IMAGE.get)
+    assert (bad.error_code, bad.error_message) == (ErrorCode.INVALID_REQUEST, "Topology updates are not supported "
+                                                                              "yet.")
+    assert (g.group_epoch, g.members["m1"].rack_id, g.members["m1"].topology_epoch) == (snapshot[0], None, 1)
+    # the next good heartbeat configures the topology and bumps the epoch once
+    good = sg.heartbeat(2, beat("m1", r.member_epoch, active={}), IMAGE.get)
+    assert good.error_code == 0 and g.group_epoch == snapshot[0] + 1 and g.validated_topology_epoch == 1

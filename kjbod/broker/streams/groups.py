@@ -328,6 +328,20 @@ class StreamsGroups:
             member = StreamsMember(r.member_id)
         elif not joining:
             self._check_epoch(member, r)
+        # every refusal first, so that a refused heartbeat changes nothing: another topology of the same epoch, then
+        # owned tasks outside the configured topology
+        topology = group.topology
+        if r.topology is not None:
+            if topology is None:
+                topology = r.topology
+            elif topology.epoch <= r.topology.epoch and topology != r.topology:
+                raise Refused(ErrorCode.INVALID_REQUEST, "Topology updates are not supported yet.")
+        assert topology is not None
+        configured = configure(topology, partitions_of)
+        if configured.ready:
+            self._check_tasks(configured, r.active_tasks)
+            self._check_tasks(configured, r.standby_tasks)
+            self._check_tasks(configured, r.warmup_tasks)
         old_tasks = member.assigned.normalized()
         status: list[tuple[int, str]] = []
         changed = r.group_id not in self.groups or r.member_id not in group.members
@@ -351,33 +365,22 @@ class StreamsGroups:
         if before != (member.rack_id, member.rebalance_timeout_ms, member.topology_epoch, member.process_id,
                       member.user_endpoint, member.client_tags):
             bump = True
-        # 2. the topology
-        if r.topology is not None:
-            if group.topology is None:
-                group.topology = r.topology
-                changed = True
-            elif group.topology.epoch > r.topology.epoch:
-                pass
-            elif group.topology != r.topology:
-                raise Refused(ErrorCode.INVALID_REQUEST, "Topology updates are not supported yet.")
-        assert group.topology is not None
-        if member.topology_epoch < group.topology.epoch:
+        # 2. the topology (the first a member brings becomes the group's)
+        if group.topology is None:
+            group.topology = topology
+            changed = True
+        if member.topology_epoch < topology.epoch:
             status.append((STALE_TOPOLOGY, f"The member's topology epoch {member.topology_epoch} is behind the "
-                                           f"group's topology epoch {group.topology.epoch}."))
+                                           f"group's topology epoch {topology.epoch}."))
         # 3. the topology against the image
-        configured = configure(group.topology, partitions_of)
         if configured != group.configured:
             if group.configured is None or configured.tasks != group.configured.tasks:
                 bump = True
             group.configured = configured
-        validated = group.topology.epoch if configured.ready else -1
+        validated = topology.epoch if configured.ready else -1
         if validated != group.validated_topology_epoch:
             group.validated_topology_epoch = validated
             bump = True
-        if configured.ready:
-            self._check_tasks(configured, r.active_tasks)
-            self._check_tasks(configured, r.standby_tasks)
-            self._check_tasks(configured, r.warmup_tasks)
         if not group.members:  # a group (again) empty: the first joins are gathered before assigning
             group.assign_not_before_ms = now + self._setting(
                 r.group_id, "streams.initial.rebalance.delay.ms", self.config.initial_rebalance_delay_ms)
