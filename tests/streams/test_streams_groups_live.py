@@ -491,6 +491,37 @@ def test_a_deleted_group_does_not_stop_its_partition_from_loading(tmp_path):
         s.stop()
 
 
+def test_a_join_during_a_delete_is_not_lost(server):
+    """DeleteGroups of an empty streams group and a join sent right behind it: the join either finds the group
+    deleted and makes a new one, or comes first and the delete answers NON_EMPTY_GROUP; never a member answered
+    and then deleted with its group."""
+    source = make_topic(server, 1)
+
+    async def run() -> None:
+        for _ in range(5):
+            app = f"app-{uuid.uuid4().hex[:6]}"
+            a, b = await coordinator(server, app), await coordinator(server, app)
+            try:
+                first = Member(a, app, word_count(app, source))
+                assert (await first.beat()).error_code == 0
+                assert (await first.leave()).error_code == 0
+                deleting = asyncio.create_task(a.request(42, 2, DeleteGroupsRequest(groups_names=[app]), 30.0))
+                await asyncio.sleep(0.001)
+                joiner = Member(b, app, word_count(app, source))
+                joined = await joiner.beat()
+                deleted = (await deleting).results[0].error_code
+                assert joined.error_code == 0 and deleted in (0, ErrorCode.NON_EMPTY_GROUP), (joined, deleted)
+                [g] = await describe(a, app)
+                assert (g.error_code, [m.member_id for m in g.members]) == (0, [joiner.member_id]), (deleted, g)
+                assert (await joiner.beat()).error_code == 0
+                assert (await joiner.leave()).error_code == 0
+            finally:
+                a.close()
+                b.close()
+
+    asyncio.run(run())
+
+
 def test_streams_version_0_turns_the_apis_off(server):
     app = f"app-{uuid.uuid4().hex[:6]}"
     source = make_topic(server, 1)

@@ -20,6 +20,7 @@ none of this.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -195,6 +196,9 @@ class GroupCoordinator(CoordinatorHost):
                                      other_kind=self.other_kind_than_streams,
                                      group_config=lambda gid: self.node.metadata.resource_configs(bc.GROUP, gid))
         self._streams_records: dict[str, dict[bytes, bytes]] = {}  # streams group id -> the records last written
+        # streams groups being deleted: a heartbeat to one waits until the deletion is written, so a member never
+        # joins a group whose deletion was decided (Kafka runs both in one serial order per partition)
+        self._streams_deleting: dict[str, asyncio.Future[None]] = {}
         self.book.consumer.taken_by_share = lambda gid: gid in self.share_groups or gid in self.streams_groups
         self.book.streams_kept_topics = self.streams.offsets_kept
         self.settings = OffsetsTopicSettings.of(node.config)
@@ -270,12 +274,14 @@ class GroupCoordinator(CoordinatorHost):
             if not await self.drop_consumer_group(gid):
                 log.info("consumer_group_removed", group=gid)
         # so is an empty streams group without offsets (none pending in a transaction either)
-        for gid in self.streams.removable(lambda g: bool(
-                (g in self.book.groups and self.book.groups[g].offsets) or self.book.pending_txn_partitions(g))):
-            if self.partition_of(gid) not in self.owned:
+        def has_offsets(g: str) -> bool:
+            return bool((g in self.book.groups and self.book.groups[g].offsets) or self.book.pending_txn_partitions(g))
+
+        for gid in self.streams.removable(has_offsets):
+            # checked again: an earlier write of this loop let heartbeats and commits in
+            if self.partition_of(gid) not in self.owned or gid in self._streams_deleting or has_offsets(gid):
                 continue
-            self.streams_groups.pop(gid, None)
-            if not await self.persist_streams(gid):
+            if not await self.delete_streams_group(gid, with_offsets=False):
                 log.info("streams_group_removed", group=gid)
 
     # ------------------------------------------------------------------------------------------- loading
@@ -523,6 +529,8 @@ class GroupCoordinator(CoordinatorHost):
     async def streams_heartbeat(self, request: StreamsHeartbeat) -> StreamsHeartbeatResult:
         """A StreamsGroupHeartbeat: the group moves on, its changed records are written (acks=all) and the answer
         goes out once they are committed; the handler creates missing internal topics."""
+        while (deleting := self._streams_deleting.get(request.group_id)) is not None:
+            await asyncio.shield(deleting)
         result = self.streams.heartbeat(now_ms(), request, self.partition_count)
         if result.error_code:
             return result
@@ -563,12 +571,29 @@ class GroupCoordinator(CoordinatorHost):
             unwritten.add(group_id)
         return code
 
-    async def delete_streams_group(self, group_id: str) -> int:
-        """Deletes an empty streams group: the offsets committed under its id, then the group itself."""
-        code = await self.delete_group(group_id)
-        if code == 0:
-            self.streams_groups.pop(group_id, None)
-            code = await self.persist_streams(group_id)
+    async def delete_streams_group(self, group_id: str, with_offsets: bool = True) -> int:
+        """Deletes an empty streams group (NON_EMPTY_GROUP when it has members): the offsets committed under its id
+        (unless `with_offsets` is false), then the group itself.  Checked and marked in one step, heartbeats to it
+        waiting meanwhile (so does a second delete); when a write fails the group stays."""
+        while (deleting := self._streams_deleting.get(group_id)) is not None:
+            await asyncio.shield(deleting)
+        stg = self.streams_groups.get(group_id)
+        if stg is None:
+            return ErrorCode.GROUP_ID_NOT_FOUND
+        if stg.members:
+            return ErrorCode.NON_EMPTY_GROUP
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._streams_deleting[group_id] = done
+        try:
+            code = await self.delete_group(group_id) if with_offsets else ErrorCode.NONE
+            if code == 0:
+                self.streams_groups.pop(group_id, None)
+                code = await self.persist_streams(group_id)
+                if code:
+                    self.streams_groups[group_id] = stg
+        finally:
+            del self._streams_deleting[group_id]
+            done.set_result(None)
         return code
 
     async def share_heartbeat(self, request: ShareHeartbeat) -> HeartbeatResult:
