@@ -8,6 +8,8 @@ StickyTaskAssignorTest, GroupMetadataManagerTest's streams cases), written anew.
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from kjbod.broker.groups.state import CommittedOffset, GroupBook, GroupConfig, GroupState
@@ -126,6 +128,46 @@ def test_standbys_go_to_other_processes_only():
     # stateless sub-topologies get no standby
     out = sa.assign({"a": spec("p1"), "b": spec("p2")}, {"0": 2}, set(), num_standby_replicas=1)
     assert all(not t.standby for t in out.values())
+
+
+def test_a_previous_owner_over_the_current_quota_gives_the_task_up():
+    # 5 tasks, 4 members: the quota is 2 until m0 fills up, then 1 for the 3 tasks left among 3 members
+    before = {"m0": spec("p0", active={"0": {1, 3}}), "m1": spec("p1", active={"0": {2}}),
+              "m2": spec("p2", active={"0": {0, 4}}), "m3": spec("p3")}
+    out = sa.assign(before, {"0": 5}, set())
+    assert sorted(len(out[m].active.get("0", ())) for m in before) == [1, 1, 1, 2]
+    assert out["m0"].active == {"0": {1, 3}} and out["m1"].active == {"0": {2}} and out["m3"].active
+
+
+def test_assignments_stay_balanced_whatever_came_before():
+    rng = random.Random(1071)
+    for _ in range(300):
+        n_members, tasks = rng.randint(1, 6), {"0": rng.randint(0, 9), "1": rng.randint(0, 9)}
+        every = [(s, p) for s, n in tasks.items() for p in range(n)]
+        specs = {}
+        for i in range(n_members):
+            mine = [t for t in every if rng.random() < 0.4]
+            mine_sb = [t for t in every if rng.random() < 0.3]
+            specs[f"m{i}"] = spec(f"p{i}", active={s: {p for x, p in mine if x == s} for s in tasks},
+                                  standby={s: {p for x, p in mine_sb if x == s} for s in tasks})
+        out = sa.assign(specs, tasks, {"1"}, num_standby_replicas=1)
+        loads = [sum(len(ps) for ps in t.active.values()) for t in out.values()]
+        assert sum(loads) == len(every) and max(loads) - min(loads) <= 1, (specs, tasks, loads)
+        assigned = sorted((s, p) for t in out.values() for s, ps in t.active.items() for p in ps)
+        assert assigned == sorted(every)
+        for t in out.values():  # a standby never sits with its active task
+            assert not any(t.standby.get(s, set()) & ps for s, ps in t.active.items())
+        standbys = sorted((s, p) for t in out.values() for s, ps in t.standby.items() for p in ps)
+        assert standbys == sorted(x for x in every if x[0] == "1" and n_members > 1)
+
+
+def test_a_previous_standby_over_the_quota_gives_its_standby_up():
+    # m0 held every standby before; with two stateful tasks and three members it keeps at most its share
+    before = {"m0": spec("p0", standby={"0": {0, 1, 2}}), "m1": spec("p1", active={"0": {0, 1}}),
+              "m2": spec("p2", active={"0": {2}})}
+    out = sa.assign(before, {"0": 3}, {"0"}, num_standby_replicas=1)
+    totals = sorted(sum(len(ps) for ps in [*t.active.values(), *t.standby.values()]) for t in out.values())
+    assert totals == [2, 2, 2], out
 
 
 # ------------------------------------------------------------------------------------------------ group
