@@ -20,6 +20,7 @@ from kjbod.broker.streams.groups import (
     StreamsGroups,
     StreamsGroupState,
     StreamsHeartbeat,
+    Tasks,
 )
 from kjbod.broker.streams.topology import (
     ASSIGNMENT_DELAYED,
@@ -473,3 +474,31 @@ def test_a_refused_heartbeat_changes_nothing():
     # the next good heartbeat configures the topology and bumps the epoch once
     good = sg.heartbeat(2, beat("m1", r.member_epoch, active={}), IMAGE.get)
     assert good.error_code == 0 and g.group_epoch == snapshot[0] + 1 and g.validated_topology_epoch == 1
+
+
+# ------------------------------------------------------------------------------------------------ reconciliation
+@pytest.mark.parametrize("other_process", [False, True])
+def test_an_active_task_waits_while_its_process_still_holds_it_as_a_standby(other_process):
+    sg = groups()
+    sg.heartbeat(0, join("a", process="P"), IMAGE.get)
+    sg.heartbeat(0, join("b", process="P"), IMAGE.get)
+    # the state as after a rebalance: task 1-0 moves from a's standby to b's active; both are behind
+    g = sg.groups["g"]
+    g.group_epoch = g.assignment_epoch = 5
+    g.targets = {"a": Tasks(), "b": Tasks(active={"1": {0}})}
+    a, b = g.members["a"], g.members["b"]
+    if other_process:
+        a.process_id = "Q"
+    for m, tasks in ((a, Tasks(standby={"1": {0}})), (b, Tasks())):
+        m.assigned, m.pending_revocation, m.state, m.member_epoch = tasks, Tasks(), MemberState.STABLE, 4
+    r = sg.heartbeat(1, beat("b", 4, active={}), IMAGE.get)
+    if other_process:  # a standby in another process holds nothing back
+        assert r.tasks is not None and r.tasks.active == {"1": {0}} and b.state == MemberState.STABLE
+        return
+    # the same process still keeps the task's state: b moves on without it
+    assert (r.member_epoch, b.assigned.active, b.state) == (5, {}, MemberState.UNRELEASED_TASKS)
+    assert sg.heartbeat(2, beat("a", 4, active={}, standby={"1": {0}}), IMAGE.get).error_code == 0
+    assert a.state == MemberState.UNREVOKED_TASKS
+    assert sg.heartbeat(3, beat("a", 4, active={}), IMAGE.get).member_epoch == 5
+    r = sg.heartbeat(4, beat("b", 5, active={}), IMAGE.get)
+    assert r.tasks is not None and r.tasks.active == {"1": {0}} and b.state == MemberState.STABLE

@@ -16,7 +16,8 @@ Strategy: a streams group is a fourth kind of group beside classic, consumer and
    ASSIGNMENT_DELAYED: the first members' joins are gathered, group.streams.initial.rebalance.delay.ms);
 5. the member is reconciled towards its target: tasks it must give up are revoked first (state UNREVOKED_TASKS,
    its epoch kept) until a heartbeat reports them gone; then it moves to the target's epoch with those target
-   tasks that no other member still holds (UNRELEASED_TASKS until they are released), else STABLE.
+   tasks no other member still holds (an active task held as active anywhere, or any task held in any kind by
+   another member of its process: UNRELEASED_TASKS until they are released), else STABLE.
 
 Epochs: a member heartbeats with the epoch it was given; a higher one, or a lower one other than its previous
 epoch with tasks it does not hold, is FENCED_MEMBER_EPOCH.  A member leaves with -1 (-2, a static member's leave,
@@ -149,13 +150,21 @@ class StreamsGroup:
             return StreamsGroupState.RECONCILING
         return StreamsGroupState.STABLE
 
-    def owner_of_active(self, subtopology: str, partition: int, but: str) -> str | None:
+    def unreleased(self, kind: int, subtopology: str, partition: int, member: StreamsMember) -> bool:
+        """Whether a task `member` is to get (kind 0 active, 1 standby, 2 warm-up) is still held by another member,
+        so that it must wait (Kafka's isUnreleasedTask): an active task while any member holds it as active, or a
+        member of the same process holds it in any kind; a standby or warm-up task while a member of the same
+        process holds it in any kind.  Tasks pending revocation count as held."""
         for m in self.members.values():
-            if m.member_id != but and partition in m.assigned.active.get(subtopology, ()):
-                return m.member_id
-            if m.member_id != but and partition in m.pending_revocation.active.get(subtopology, ()):
-                return m.member_id
-        return None
+            if m is member:
+                continue
+            same_process = m.process_id == member.process_id
+            for held_kind, (held, pending) in enumerate(zip(m.assigned.kinds(), m.pending_revocation.kinds(),
+                                                            strict=True)):
+                if partition in held.get(subtopology, ()) or partition in pending.get(subtopology, ()):
+                    if same_process or (kind == 0 and held_kind == 0):
+                        return True
+        return False
 
 
 @dataclass(frozen=True, slots=True)
@@ -486,14 +495,14 @@ class StreamsGroups:
         else:
             new = Tasks()
             unreleased = False
-            for s, ps in target.active.items():
-                for p in ps:
-                    if group.owner_of_active(s, p, member.member_id) is None:
-                        new.active.setdefault(s, set()).add(p)
-                    else:
-                        unreleased = True
-            new.standby = {s: set(ps) for s, ps in target.standby.items()}
-            new.warmup = {s: set(ps) for s, ps in target.warmup.items()}
+            for kind, (want, have, into) in enumerate(zip(target.kinds(), member.assigned.kinds(), new.kinds(),
+                                                          strict=True)):
+                for s, ps in want.items():
+                    for p in ps:
+                        if p in have.get(s, ()) or not group.unreleased(kind, s, p, member):
+                            into.setdefault(s, set()).add(p)
+                        else:
+                            unreleased = True
             member.assigned = new
             if member.member_epoch != group.assignment_epoch:
                 member.previous_member_epoch = member.member_epoch
