@@ -502,3 +502,12 @@ def test_an_active_task_waits_while_its_process_still_holds_it_as_a_standby(othe
     assert sg.heartbeat(3, beat("a", 4, active={}), IMAGE.get).member_epoch == 5
     r = sg.heartbeat(4, beat("b", 5, active={}), IMAGE.get)
     assert r.tasks is not None and r.tasks.active == {"1": {0}} and b.state == MemberState.STABLE
+
+
+def test_endpoints_list_only_partitions_that_exist():
+    # a join of a 4-partition and a 2-partition topic: 4 tasks, the smaller topic only in tasks 0 and 1
+    join_topology = Topology(1, (Subtopology("0", source_topics=("big", "small")),))
+    sg = groups()
+    r = sg.heartbeat(0, join("m1", join_topology, user_endpoint=("h1", 8080)), {"big": 4, "small": 2}.get)
+    assert r.tasks is not None and r.tasks.active == {"0": {0, 1, 2, 3}}
+    assert r.partitions_by_endpoint == [(("h1", 8080), {"big": [0, 1, 2, 3], "small": [0, 1]}, {})]

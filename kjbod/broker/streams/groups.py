@@ -418,7 +418,7 @@ class StreamsGroups:
             if member.user_endpoint is not None:
                 group.endpoint_information_epoch += 1
         if group.endpoint_information_epoch != r.endpoint_information_epoch:
-            result.partitions_by_endpoint = self.partitions_by_endpoint(group)
+            result.partitions_by_endpoint = self.partitions_by_endpoint(group, partitions_of)
         result.endpoint_information_epoch = group.endpoint_information_epoch
         if configured.status is not None:
             status.append(configured.status)
@@ -510,9 +510,11 @@ class StreamsGroups:
             member.state = MemberState.UNRELEASED_TASKS if unreleased else MemberState.STABLE
         return before != (member.member_epoch, member.state, member.assigned.normalized())
 
-    def partitions_by_endpoint(self, group: StreamsGroup) -> list[
+    def partitions_by_endpoint(self, group: StreamsGroup, partitions_of: PartitionCount) -> list[
             tuple[tuple[str, int], dict[str, list[int]], dict[str, list[int]]]]:
-        """Each member with an endpoint and the source partitions (user and repartition) of its tasks."""
+        """Each member with an endpoint and the source partitions (user and repartition) of its tasks: task p of a
+        sub-topology is partition p of each of its source topics that has that many partitions (a sub-topology has
+        as many tasks as its largest source), as Kafka's EndpointToPartitionsManager lists them."""
         inputs: dict[str, list[str]] = {}
         if group.topology is not None:
             for s in group.topology.subtopologies:
@@ -522,7 +524,9 @@ class StreamsGroups:
             out: dict[str, set[int]] = {}
             for s, ps in tasks.items():
                 for topic in inputs.get(s, []):
-                    out.setdefault(topic, set()).update(ps)
+                    n = partitions_of(topic) or 0
+                    if kept := {p for p in ps if p < n}:
+                        out.setdefault(topic, set()).update(kept)
             return {t: sorted(ps) for t, ps in sorted(out.items())}
 
         return [(m.user_endpoint, partitions(m.assigned.active), partitions(m.assigned.standby))
