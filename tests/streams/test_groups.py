@@ -439,16 +439,21 @@ def test_a_shutdown_request_outlives_its_requester_until_the_group_is_empty():
     sg.heartbeat(0, join("m1"), IMAGE.get)
     sg.heartbeat(0, join("m2"), IMAGE.get)
     sg.heartbeat(0, join("m3"), IMAGE.get)
+
+    def again(member: str, **kw) -> StreamsHeartbeat:  # a heartbeat at the member's epoch, owning its tasks
+        m = sg.groups["g"].members[member]
+        return beat(member, m.member_epoch, active=m.assigned.active, standby=m.assigned.standby, **kw)
+
     # m1 leaves asking for the shutdown: the others are told, naming m1
     assert sg.heartbeat(1, beat("m1", -1, shutdown_application=True), IMAGE.get).error_code == 0
     told = "Streams group member m1 encountered a fatal error and requested a shutdown for the entire application."
-    assert shutdown_status(sg.heartbeat(2, beat("m2", 2), IMAGE.get)) == [told]
+    assert shutdown_status(sg.heartbeat(2, again("m2"), IMAGE.get)) == [told]
     # a later request keeps the first requester
-    assert shutdown_status(sg.heartbeat(3, beat("m2", 2, shutdown_application=True), IMAGE.get)) == [told]
-    assert shutdown_status(sg.heartbeat(3, beat("m3", 3), IMAGE.get)) == [told]
+    assert shutdown_status(sg.heartbeat(3, again("m2", shutdown_application=True), IMAGE.get)) == [told]
+    assert shutdown_status(sg.heartbeat(3, again("m3"), IMAGE.get)) == [told]
     # the group empties: the request is over, a new member is not told
     assert sg.heartbeat(4, beat("m2", -1), IMAGE.get).error_code == 0
-    assert shutdown_status(sg.heartbeat(4, beat("m3", 3), IMAGE.get)) == [told]
+    assert shutdown_status(sg.heartbeat(4, again("m3"), IMAGE.get)) == [told]
     assert sg.heartbeat(5, beat("m3", -1), IMAGE.get).error_code == 0
     assert shutdown_status(sg.heartbeat(6, join("m4"), IMAGE.get)) == []
 
@@ -511,3 +516,15 @@ def test_endpoints_list_only_partitions_that_exist():
     r = sg.heartbeat(0, join("m1", join_topology, user_endpoint=("h1", 8080)), {"big": 4, "small": 2}.get)
     assert r.tasks is not None and r.tasks.active == {"0": {0, 1, 2, 3}}
     assert r.partitions_by_endpoint == [(("h1", 8080), {"big": [0, 1, 2, 3], "small": [0, 1]}, {})]
+
+
+def test_the_previous_epoch_needs_the_owned_tasks_and_each_sub_topology_assigned():
+    sg = groups()
+    sg.heartbeat(0, join("m1"), IMAGE.get)
+    m = sg.groups["g"].members["m1"]
+    m.previous_member_epoch, m.member_epoch = 1, 3  # as if the answer with epoch 3 was lost
+    m.assigned.standby = {}
+    assert sg.heartbeat(1, beat("m1", 1), IMAGE.get).error_code == ErrorCode.FENCED_MEMBER_EPOCH  # tasks not given
+    r = sg.heartbeat(1, beat("m1", 1, active={"0": {0}}, standby={"1": set()}), IMAGE.get)
+    assert r.error_code == ErrorCode.FENCED_MEMBER_EPOCH  # no standby of sub-topology 1 was assigned
+    assert sg.heartbeat(1, beat("m1", 1, active={"0": {0}}), IMAGE.get).error_code == 0

@@ -97,8 +97,12 @@ class Tasks:
         return tuple(tuple(sorted((k, tuple(sorted(v))) for k, v in kind.items() if v)) for kind in self.kinds())
 
 
-def _contains(outer: dict[str, set[int]], inner: dict[str, set[int]]) -> bool:
-    return all(ps <= outer.get(s, set()) for s, ps in inner.items())
+def _owned_within(assigned: dict[str, set[int]], owned: dict[str, set[int]] | None) -> bool:
+    """Whether the tasks a member says it owns are all among those assigned to it: not when it does not say (null),
+    nor for a sub-topology it has nothing of (Kafka's areOwnedTasksContainedInAssignedTasks)."""
+    if owned is None:
+        return False
+    return all(s in assigned and ps <= assigned[s] for s, ps in owned.items())
 
 
 def _intersect(a: dict[str, set[int]], b: dict[str, set[int]]) -> dict[str, set[int]]:
@@ -438,9 +442,9 @@ class StreamsGroups:
                           "partitions and rejoin.")
         if r.member_epoch < member.member_epoch and (
                 r.member_epoch != member.previous_member_epoch
-                or not _contains(member.assigned.active, r.active_tasks or {})
-                or not _contains(member.assigned.standby, r.standby_tasks or {})
-                or not _contains(member.assigned.warmup, r.warmup_tasks or {})):
+                or not _owned_within(member.assigned.active, r.active_tasks)
+                or not _owned_within(member.assigned.standby, r.standby_tasks)
+                or not _owned_within(member.assigned.warmup, r.warmup_tasks)):
             raise Refused(ErrorCode.FENCED_MEMBER_EPOCH,
                           f"The streams group member has a smaller member epoch ({r.member_epoch}) than the one "
                           f"known by the group coordinator ({member.member_epoch}). The member must abandon all its "
