@@ -528,3 +528,31 @@ def test_the_previous_epoch_needs_the_owned_tasks_and_each_sub_topology_assigned
     r = sg.heartbeat(1, beat("m1", 1, active={"0": {0}}, standby={"1": set()}), IMAGE.get)
     assert r.error_code == ErrorCode.FENCED_MEMBER_EPOCH  # no standby of sub-topology 1 was assigned
     assert sg.heartbeat(1, beat("m1", 1, active={"0": {0}}), IMAGE.get).error_code == 0
+
+
+# ------------------------------------------------------------------------------------------------ describe
+def test_describe_shows_the_configured_counts_and_kafkas_order():
+    from kjbod.broker.handlers.streams_group_describe import described_topology
+
+    unordered = Topology(1, (
+        Subtopology("1", repartition_source_topics=(TopicInfo("app-repart"),),
+                    state_changelog_topics=(TopicInfo("z-changelog"), TopicInfo("a-changelog"))),
+        Subtopology("0", source_topics=("input", "extra"), repartition_sink_topics=("app-repart",)),
+    ))
+    sg = groups()
+    image = {"input": 4, "extra": 2}
+    r = sg.heartbeat(0, join("m1", unordered), image.get)
+    shown = described_topology(sg.groups["g"])
+    assert shown is not None and [s.subtopology_id for s in shown.subtopologies] == ["0", "1"]
+    assert shown.subtopologies[0].source_topics == ["extra", "input"]
+    # not configured yet: the counts the members sent (none for the changelogs)
+    assert [(t.name, t.partitions) for t in shown.subtopologies[1].state_changelog_topics] == [
+        ("a-changelog", 0), ("z-changelog", 0)]
+    image.update({"app-repart": 4, "a-changelog": 4, "z-changelog": 4})
+    assert sg.heartbeat(1, beat("m1", r.member_epoch, active={}), image.get).error_code == 0
+    assert sg.groups["g"].configured is not None and sg.groups["g"].configured.ready
+    shown = described_topology(sg.groups["g"])
+    assert shown is not None
+    assert [(t.name, t.partitions) for t in shown.subtopologies[1].state_changelog_topics] == [
+        ("a-changelog", 4), ("z-changelog", 4)]
+    assert [(t.name, t.partitions) for t in shown.subtopologies[1].repartition_source_topics] == [("app-repart", 4)]

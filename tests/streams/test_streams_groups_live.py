@@ -205,7 +205,9 @@ def test_two_members_share_the_tasks_and_the_broker_creates_the_internal_topics(
             assert (g.error_code, g.group_state, g.group_epoch, g.assignment_epoch) == (0, "Stable", m1.epoch,
                                                                                         m1.epoch)
             assert g.topology.epoch == 1 and [s.subtopology_id for s in g.topology.subtopologies] == ["0", "1"]
-            assert g.topology.subtopologies[1].state_changelog_topics[0].name == f"{app}-store-changelog"
+            changelog = g.topology.subtopologies[1].state_changelog_topics[0]
+            assert (changelog.name, changelog.partitions) == (f"{app}-store-changelog", 4)  # as configured
+            assert g.topology.subtopologies[1].repartition_source_topics[0].partitions == 4
             assert sorted(m.member_id for m in g.members) == sorted([m1.member_id, m2.member_id])
             by_id = {m.member_id: m for m in g.members}
             assert by_id[m1.member_id].user_endpoint.port == 9001 and by_id[m2.member_id].user_endpoint is None
