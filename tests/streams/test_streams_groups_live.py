@@ -21,7 +21,14 @@ import time
 import uuid
 
 import pytest
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+    ResourceType,
+)
 from live import LiveServer, start_server
 
 from kjbod.broker.groups.coordinator import partition_for
@@ -522,6 +529,59 @@ def test_a_join_during_a_delete_is_not_lost(server):
                 b.close()
 
     asyncio.run(run())
+
+
+def test_a_failed_write_after_a_session_timeout_is_written_later(tmp_path):
+    """A member times out while its group's `__consumer_offsets` partition refuses writes (a max.message.bytes no
+    batch fits in): the removal is written once the partition takes writes again, without another heartbeat, so
+    the member does not come back after a restart."""
+    s = start_server(tmp_path / "retry", log_dir_count=1, overrides=OVERRIDES)
+    try:
+        source = make_topic(s, 1)
+        app = f"app-{uuid.uuid4().hex[:6]}"
+        admin = AdminClient({"bootstrap.servers": s.bootstrap})
+
+        def max_message_bytes(op: AlterConfigOpType, value: str) -> None:
+            resource = ConfigResource(ResourceType.TOPIC, "__consumer_offsets", incremental_configs=[
+                ConfigEntry("max.message.bytes", value, incremental_operation=op)])
+            for f in admin.incremental_alter_configs([resource]).values():
+                f.result(30)
+
+        async def members() -> list[str] | None:
+            conn = await coordinator(s, app)
+            try:
+                deadline = time.monotonic() + WAIT_S
+                while (g := (await describe(conn, app))[0]).error_code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
+                    assert time.monotonic() < deadline, g
+                    await asyncio.sleep(0.2)
+                return None if g.error_code else [m.member_id for m in g.members]
+            finally:
+                conn.close()
+
+        async def join() -> str:
+            conn = await coordinator(s, app)
+            try:
+                m = Member(conn, app, word_count(app, source))
+                assert (await m.beat()).error_code == 0
+                return m.member_id
+            finally:
+                conn.close()
+
+        member_id = asyncio.run(join())
+        max_message_bytes(AlterConfigOpType.SET, "64")
+        # the member stays silent: its session (45 s) runs out and its removal cannot be written
+        deadline = time.monotonic() + 120
+        while asyncio.run(members()) != []:
+            assert time.monotonic() < deadline, "the member was never removed"
+            time.sleep(1)
+        time.sleep(2)  # the tick that removed it tried the write, refused
+        max_message_bytes(AlterConfigOpType.DELETE, "")
+        time.sleep(4)  # the retry comes within a second or two
+        s.stop()
+        s.start()
+        assert asyncio.run(members()) == [], f"{member_id} came back"
+    finally:
+        s.stop()
 
 
 def test_streams_version_0_turns_the_apis_off(server):

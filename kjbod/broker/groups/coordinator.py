@@ -199,6 +199,11 @@ class GroupCoordinator(CoordinatorHost):
         # streams groups being deleted: a heartbeat to one waits until the deletion is written, so a member never
         # joins a group whose deletion was decided (Kafka runs both in one serial order per partition)
         self._streams_deleting: dict[str, asyncio.Future[None]] = {}
+        # streams groups whose last write failed: written again on a later tick (a group whose members all timed out
+        # gets no heartbeat that would write it), at most once a second
+        self._streams_unwritten: set[str] = set()
+        self._streams_retrying: set[str] = set()
+        self._next_streams_retry = 0
         self.book.consumer.taken_by_share = lambda gid: gid in self.share_groups or gid in self.streams_groups
         self.book.streams_kept_topics = self.streams.offsets_kept
         self.settings = OffsetsTopicSettings.of(node.config)
@@ -216,6 +221,7 @@ class GroupCoordinator(CoordinatorHost):
         for g in gone:
             self.streams_groups.pop(g, None)
             self._streams_records.pop(g, None)
+            self._streams_unwritten.discard(g)
             self.share_groups.pop(g, None)
             self._share_records.pop(g, None)
             self._consumer_records.pop(g, None)
@@ -230,6 +236,10 @@ class GroupCoordinator(CoordinatorHost):
             self._spawn(self.persist_share(gid))
         for gid in self.streams.tick(now):
             self._spawn(self.persist_streams(gid))
+        if self._streams_unwritten and now >= self._next_streams_retry:
+            self._next_streams_retry = now + 1000
+            for gid in self._streams_unwritten - self._streams_retrying:
+                self._spawn(self._retry_streams_write(gid))
         if self.share_groups and now >= self._next_topic_check:
             self._next_topic_check = now + 1000
             exists = lambda tid: self.node.metadata.topic_by_id(tid) is not None  # noqa: E731
@@ -542,7 +552,16 @@ class GroupCoordinator(CoordinatorHost):
     async def persist_streams(self, group_id: str) -> int:
         """Writes what changed in a streams group since its last write; the partition's error code."""
         return await self._write_changes(group_id, self.streams_groups, self._streams_records,
-                                         streams_rec.streams_group_records, streams_rec.records_between, "streams")
+                                         streams_rec.streams_group_records, streams_rec.records_between, "streams",
+                                         self._streams_unwritten)
+
+    async def _retry_streams_write(self, group_id: str) -> None:
+        self._streams_retrying.add(group_id)
+        try:
+            if not await self.persist_streams(group_id):
+                log.info("streams_group_written_after_failure", group=group_id)
+        finally:
+            self._streams_retrying.discard(group_id)
 
     async def _write_changes(self, group_id: str, groups: dict[str, Any], written: dict[str, Any],
                              records_of: Callable[[Any], Any], between: Callable[[Any, Any], list[Any]],
@@ -554,6 +573,8 @@ class GroupCoordinator(CoordinatorHost):
         after = records_of(group) if group is not None else {}
         pairs = between(written.get(group_id, {}), after)
         if not pairs:
+            if unwritten is not None:
+                unwritten.discard(group_id)
             return ErrorCode.NONE
         try:
             code = await self.append(group_id, pairs)
