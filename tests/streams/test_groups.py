@@ -556,3 +556,16 @@ def test_describe_shows_the_configured_counts_and_kafkas_order():
     assert [(t.name, t.partitions) for t in shown.subtopologies[1].state_changelog_topics] == [
         ("a-changelog", 4), ("z-changelog", 4)]
     assert [(t.name, t.partitions) for t in shown.subtopologies[1].repartition_source_topics] == [("app-repart", 4)]
+
+
+def test_a_new_client_id_or_host_bumps_the_group_epoch():
+    sg = groups()
+    r = sg.heartbeat(0, join("m1", client_id="c1", client_host="/10.0.0.1"), IMAGE.get)
+    g = sg.groups["g"]
+    epoch = g.group_epoch
+    same = sg.heartbeat(1, beat("m1", r.member_epoch, client_id="c1", client_host="/10.0.0.1"), IMAGE.get)
+    assert same.error_code == 0 and g.group_epoch == epoch
+    sg.heartbeat(2, beat("m1", r.member_epoch, client_id="c2", client_host="/10.0.0.1"), IMAGE.get)
+    assert g.group_epoch == epoch + 1 and g.members["m1"].client_id == "c2"
+    r = sg.heartbeat(3, beat("m1", g.members["m1"].member_epoch, client_id="c2", client_host="/10.0.0.2"), IMAGE.get)
+    assert r.error_code == 0 and g.group_epoch == epoch + 2

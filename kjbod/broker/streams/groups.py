@@ -5,7 +5,7 @@ Strategy: a streams group is a fourth kind of group beside classic, consumer and
 `StreamsGroups.heartbeat(now, request, partitions_of)`, running Kafka's steps in its order:
 
 1. the member is created (epoch 0, with a topology) or updated (rack, process, endpoint, client tags, rebalance
-   timeout); a change bumps the **group epoch**;
+   timeout, client id and host); any change bumps the **group epoch**, as Kafka compares the whole member;
 2. the first topology a member brings becomes the group's; a member with an older topology epoch gets the
    STALE_TOPOLOGY status, one with the same epoch but another topology is INVALID_REQUEST ("Topology updates are
    not supported yet.", as in Kafka 4.3);
@@ -361,7 +361,7 @@ class StreamsGroups:
         bump = changed
         # 1. the member's metadata
         before = (member.rack_id, member.rebalance_timeout_ms, member.topology_epoch, member.process_id,
-                  member.user_endpoint, member.client_tags)
+                  member.user_endpoint, member.client_tags, member.client_id, member.client_host)
         if r.rack_id is not None:
             member.rack_id = r.rack_id
         if r.rebalance_timeout_ms != -1:
@@ -376,7 +376,7 @@ class StreamsGroups:
             member.client_tags = r.client_tags
         member.client_id, member.client_host = r.client_id, r.client_host
         if before != (member.rack_id, member.rebalance_timeout_ms, member.topology_epoch, member.process_id,
-                      member.user_endpoint, member.client_tags):
+                      member.user_endpoint, member.client_tags, member.client_id, member.client_host):
             bump = True
         # 2. the topology (the first a member brings becomes the group's)
         if group.topology is None:
