@@ -459,6 +459,15 @@ def test_a_deleted_group_does_not_stop_its_partition_from_loading(tmp_path):
             return r.topics[0].partitions[0].error_code
 
         async def before() -> None:
+            # a bad request is INVALID_REQUEST before anything is coordinated here (not NOT_COORDINATOR)
+            raw = await ClientConnection.open(s.host, s.port, client_id="kip1071-test", connect_timeout=10.0)
+            try:
+                r = await raw.request(88, 0, StreamsGroupHeartbeatRequest(group_id=app, member_id="m",
+                                                                          member_epoch=-3), 30.0)
+                assert (r.error_code, r.error_message) == (
+                    ErrorCode.INVALID_REQUEST, "MemberEpoch is -3, but must be greater than or equal to -2.")
+            finally:
+                raw.close()
             conn = await coordinator(s, app)
             try:
                 m = Member(conn, app, word_count(app, source))
