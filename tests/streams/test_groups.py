@@ -8,8 +8,11 @@ StickyTaskAssignorTest, GroupMetadataManagerTest's streams cases), written anew.
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
+from kjbod.broker.groups.state import CommittedOffset, GroupBook, GroupConfig, GroupState
 from kjbod.broker.streams import assignor as sa
 from kjbod.broker.streams.groups import (
     MemberState,
@@ -17,12 +20,14 @@ from kjbod.broker.streams.groups import (
     StreamsGroups,
     StreamsGroupState,
     StreamsHeartbeat,
+    Tasks,
 )
 from kjbod.broker.streams.topology import (
     ASSIGNMENT_DELAYED,
     INCORRECTLY_PARTITIONED_TOPICS,
     MISSING_INTERNAL_TOPICS,
     MISSING_SOURCE_TOPICS,
+    SHUTDOWN_APPLICATION,
     STALE_TOPOLOGY,
     Subtopology,
     TopicInfo,
@@ -124,6 +129,46 @@ def test_standbys_go_to_other_processes_only():
     # stateless sub-topologies get no standby
     out = sa.assign({"a": spec("p1"), "b": spec("p2")}, {"0": 2}, set(), num_standby_replicas=1)
     assert all(not t.standby for t in out.values())
+
+
+def test_a_previous_owner_over_the_current_quota_gives_the_task_up():
+    # 5 tasks, 4 members: the quota is 2 until m0 fills up, then 1 for the 3 tasks left among 3 members
+    before = {"m0": spec("p0", active={"0": {1, 3}}), "m1": spec("p1", active={"0": {2}}),
+              "m2": spec("p2", active={"0": {0, 4}}), "m3": spec("p3")}
+    out = sa.assign(before, {"0": 5}, set())
+    assert sorted(len(out[m].active.get("0", ())) for m in before) == [1, 1, 1, 2]
+    assert out["m0"].active == {"0": {1, 3}} and out["m1"].active == {"0": {2}} and out["m3"].active
+
+
+def test_assignments_stay_balanced_whatever_came_before():
+    rng = random.Random(1071)
+    for _ in range(300):
+        n_members, tasks = rng.randint(1, 6), {"0": rng.randint(0, 9), "1": rng.randint(0, 9)}
+        every = [(s, p) for s, n in tasks.items() for p in range(n)]
+        specs = {}
+        for i in range(n_members):
+            mine = [t for t in every if rng.random() < 0.4]
+            mine_sb = [t for t in every if rng.random() < 0.3]
+            specs[f"m{i}"] = spec(f"p{i}", active={s: {p for x, p in mine if x == s} for s in tasks},
+                                  standby={s: {p for x, p in mine_sb if x == s} for s in tasks})
+        out = sa.assign(specs, tasks, {"1"}, num_standby_replicas=1)
+        loads = [sum(len(ps) for ps in t.active.values()) for t in out.values()]
+        assert sum(loads) == len(every) and max(loads) - min(loads) <= 1, (specs, tasks, loads)
+        assigned = sorted((s, p) for t in out.values() for s, ps in t.active.items() for p in ps)
+        assert assigned == sorted(every)
+        for t in out.values():  # a standby never sits with its active task
+            assert not any(t.standby.get(s, set()) & ps for s, ps in t.active.items())
+        standbys = sorted((s, p) for t in out.values() for s, ps in t.standby.items() for p in ps)
+        assert standbys == sorted(x for x in every if x[0] == "1" and n_members > 1)
+
+
+def test_a_previous_standby_over_the_quota_gives_its_standby_up():
+    # m0 held every standby before; with two stateful tasks and three members it keeps at most its share
+    before = {"m0": spec("p0", standby={"0": {0, 1, 2}}), "m1": spec("p1", active={"0": {0, 1}}),
+              "m2": spec("p2", active={"0": {2}})}
+    out = sa.assign(before, {"0": 3}, {"0"}, num_standby_replicas=1)
+    totals = sorted(sum(len(ps) for ps in [*t.active.values(), *t.standby.values()]) for t in out.values())
+    assert totals == [2, 2, 2], out
 
 
 # ------------------------------------------------------------------------------------------------ group
@@ -358,3 +403,169 @@ def test_offset_commits_and_fetches_need_the_members_current_epoch():
     assert sg.check_fetch("g", "x", 1) == ErrorCode.UNKNOWN_MEMBER_ID
     sg.heartbeat(1, beat("m1", -1), IMAGE.get)
     assert sg.check_commit("g", "", -1, None, 9) == ErrorCode.NONE  # empty: an admin may commit
+
+
+# ------------------------------------------------------------------------------------------------ offset expiry
+def test_a_running_groups_source_offsets_do_not_expire():
+    day = 24 * 3600 * 1000
+    sg = groups()
+    book = GroupBook(GroupConfig(offsets_retention_ms=day))
+    book.streams_kept_topics = sg.offsets_kept
+    assert sg.offsets_kept("g") is None  # no streams group of that id
+    sg.heartbeat(0, join("m1"), IMAGE.get)
+    # the offsets live in a holder without members, as the coordinator keeps them
+    book.commit("g", {("input", 0): CommittedOffset(1, -1, "", 0), ("app-repart", 0): CommittedOffset(1, -1, "", 0),
+                      ("elsewhere", 0): CommittedOffset(1, -1, "", 0)})
+    assert book.groups["g"].is_(GroupState.EMPTY)
+    assert book.expired_offsets(day - 1) == {}
+    # the source and repartition source topics stay while the group has members; the others go
+    assert book.expired_offsets(day) == {"g": [("elsewhere", 0)]}
+    assert sg.removable(lambda gid: True) == [] and sg.removable(lambda gid: False) == []
+    # once the group is empty, all of them expire a retention after their commit
+    assert sg.heartbeat(1, beat("m1", -1), IMAGE.get).error_code == 0
+    assert sg.offsets_kept("g") == frozenset()
+    assert book.expired_offsets(day) == {"g": [("input", 0), ("app-repart", 0), ("elsewhere", 0)]}
+    # and the empty group is deleted once its offsets are gone
+    assert sg.removable(lambda gid: True) == [] and sg.removable(lambda gid: False) == ["g"]
+
+
+# ------------------------------------------------------------------------------------------------ shutdown
+def shutdown_status(r) -> list[str]:
+    return [detail for code, detail in r.status if code == SHUTDOWN_APPLICATION]
+
+
+def test_a_shutdown_request_outlives_its_requester_until_the_group_is_empty():
+    sg = groups()
+    sg.heartbeat(0, join("m1"), IMAGE.get)
+    sg.heartbeat(0, join("m2"), IMAGE.get)
+    sg.heartbeat(0, join("m3"), IMAGE.get)
+
+    def again(member: str, **kw) -> StreamsHeartbeat:  # a heartbeat at the member's epoch, owning its tasks
+        m = sg.groups["g"].members[member]
+        return beat(member, m.member_epoch, active=m.assigned.active, standby=m.assigned.standby, **kw)
+
+    # m1 leaves asking for the shutdown: the others are told, naming m1
+    assert sg.heartbeat(1, beat("m1", -1, shutdown_application=True), IMAGE.get).error_code == 0
+    told = "Streams group member m1 encountered a fatal error and requested a shutdown for the entire application."
+    assert shutdown_status(sg.heartbeat(2, again("m2"), IMAGE.get)) == [told]
+    # a later request keeps the first requester
+    assert shutdown_status(sg.heartbeat(3, again("m2", shutdown_application=True), IMAGE.get)) == [told]
+    assert shutdown_status(sg.heartbeat(3, again("m3"), IMAGE.get)) == [told]
+    # the group empties: the request is over, a new member is not told
+    assert sg.heartbeat(4, beat("m2", -1), IMAGE.get).error_code == 0
+    assert shutdown_status(sg.heartbeat(4, again("m3"), IMAGE.get)) == [told]
+    assert sg.heartbeat(5, beat("m3", -1), IMAGE.get).error_code == 0
+    assert shutdown_status(sg.heartbeat(6, join("m4"), IMAGE.get)) == []
+
+
+# ------------------------------------------------------------------------------------------------ refusals
+def test_a_refused_heartbeat_changes_nothing():
+    sg = groups()
+    r = sg.heartbeat(0, join("m1"), {"input": 4}.get)  # the internal topics are missing: not ready
+    g = sg.groups["g"]
+    snapshot = (g.group_epoch, g.configured, g.validated_topology_epoch, g.members["m1"].process_id,
+                g.members["m1"].rack_id)
+    # the topics appear, but the heartbeat names a task outside the topology and moves to another process
+    bad = sg.heartbeat(1, beat("m1", r.member_epoch, active={"0": {9}}, process_id="elsewhere"), IMAGE.get)
+    assert bad.error_code == ErrorCode.INVALID_REQUEST
+    assert (g.group_epoch, g.configured, g.validated_topology_epoch, g.members["m1"].process_id,
+            g.members["m1"].rack_id) == snapshot
+    # m1 rejoins with another topology of the same epoch and a rack: refused, its rack unchanged
+    other = Topology(1, (Subtopology("0", source_topics=("input",)),))
+    bad = sg.heartbeat(1, join("m1", other, rack_id="r1"), IMAGE.get)
+    assert (bad.error_code, bad.error_message) == (ErrorCode.INVALID_REQUEST, "Topology updates are not supported "
+                                                                              "yet.")
+    assert (g.group_epoch, g.members["m1"].rack_id, g.members["m1"].topology_epoch) == (snapshot[0], None, 1)
+    # the next good heartbeat configures the topology and bumps the epoch once
+    good = sg.heartbeat(2, beat("m1", r.member_epoch, active={}), IMAGE.get)
+    assert good.error_code == 0 and g.group_epoch == snapshot[0] + 1 and g.validated_topology_epoch == 1
+
+
+# ------------------------------------------------------------------------------------------------ reconciliation
+@pytest.mark.parametrize("other_process", [False, True])
+def test_an_active_task_waits_while_its_process_still_holds_it_as_a_standby(other_process):
+    sg = groups()
+    sg.heartbeat(0, join("a", process="P"), IMAGE.get)
+    sg.heartbeat(0, join("b", process="P"), IMAGE.get)
+    # the state as after a rebalance: task 1-0 moves from a's standby to b's active; both are behind
+    g = sg.groups["g"]
+    g.group_epoch = g.assignment_epoch = 5
+    g.targets = {"a": Tasks(), "b": Tasks(active={"1": {0}})}
+    a, b = g.members["a"], g.members["b"]
+    if other_process:
+        a.process_id = "Q"
+    for m, tasks in ((a, Tasks(standby={"1": {0}})), (b, Tasks())):
+        m.assigned, m.pending_revocation, m.state, m.member_epoch = tasks, Tasks(), MemberState.STABLE, 4
+    r = sg.heartbeat(1, beat("b", 4, active={}), IMAGE.get)
+    if other_process:  # a standby in another process holds nothing back
+        assert r.tasks is not None and r.tasks.active == {"1": {0}} and b.state == MemberState.STABLE
+        return
+    # the same process still keeps the task's state: b moves on without it
+    assert (r.member_epoch, b.assigned.active, b.state) == (5, {}, MemberState.UNRELEASED_TASKS)
+    assert sg.heartbeat(2, beat("a", 4, active={}, standby={"1": {0}}), IMAGE.get).error_code == 0
+    assert a.state == MemberState.UNREVOKED_TASKS
+    assert sg.heartbeat(3, beat("a", 4, active={}), IMAGE.get).member_epoch == 5
+    r = sg.heartbeat(4, beat("b", 5, active={}), IMAGE.get)
+    assert r.tasks is not None and r.tasks.active == {"1": {0}} and b.state == MemberState.STABLE
+
+
+def test_endpoints_list_only_partitions_that_exist():
+    # a join of a 4-partition and a 2-partition topic: 4 tasks, the smaller topic only in tasks 0 and 1
+    join_topology = Topology(1, (Subtopology("0", source_topics=("big", "small")),))
+    sg = groups()
+    r = sg.heartbeat(0, join("m1", join_topology, user_endpoint=("h1", 8080)), {"big": 4, "small": 2}.get)
+    assert r.tasks is not None and r.tasks.active == {"0": {0, 1, 2, 3}}
+    assert r.partitions_by_endpoint == [(("h1", 8080), {"big": [0, 1, 2, 3], "small": [0, 1]}, {})]
+
+
+def test_the_previous_epoch_needs_the_owned_tasks_and_each_sub_topology_assigned():
+    sg = groups()
+    sg.heartbeat(0, join("m1"), IMAGE.get)
+    m = sg.groups["g"].members["m1"]
+    m.previous_member_epoch, m.member_epoch = 1, 3  # as if the answer with epoch 3 was lost
+    m.assigned.standby = {}
+    assert sg.heartbeat(1, beat("m1", 1), IMAGE.get).error_code == ErrorCode.FENCED_MEMBER_EPOCH  # tasks not given
+    r = sg.heartbeat(1, beat("m1", 1, active={"0": {0}}, standby={"1": set()}), IMAGE.get)
+    assert r.error_code == ErrorCode.FENCED_MEMBER_EPOCH  # no standby of sub-topology 1 was assigned
+    assert sg.heartbeat(1, beat("m1", 1, active={"0": {0}}), IMAGE.get).error_code == 0
+
+
+# ------------------------------------------------------------------------------------------------ describe
+def test_describe_shows_the_configured_counts_and_kafkas_order():
+    from kjbod.broker.handlers.streams_group_describe import described_topology
+
+    unordered = Topology(1, (
+        Subtopology("1", repartition_source_topics=(TopicInfo("app-repart"),),
+                    state_changelog_topics=(TopicInfo("z-changelog"), TopicInfo("a-changelog"))),
+        Subtopology("0", source_topics=("input", "extra"), repartition_sink_topics=("app-repart",)),
+    ))
+    sg = groups()
+    image = {"input": 4, "extra": 2}
+    r = sg.heartbeat(0, join("m1", unordered), image.get)
+    shown = described_topology(sg.groups["g"])
+    assert shown is not None and [s.subtopology_id for s in shown.subtopologies] == ["0", "1"]
+    assert shown.subtopologies[0].source_topics == ["extra", "input"]
+    # not configured yet: the counts the members sent (none for the changelogs)
+    assert [(t.name, t.partitions) for t in shown.subtopologies[1].state_changelog_topics] == [
+        ("a-changelog", 0), ("z-changelog", 0)]
+    image.update({"app-repart": 4, "a-changelog": 4, "z-changelog": 4})
+    assert sg.heartbeat(1, beat("m1", r.member_epoch, active={}), image.get).error_code == 0
+    assert sg.groups["g"].configured is not None and sg.groups["g"].configured.ready
+    shown = described_topology(sg.groups["g"])
+    assert shown is not None
+    assert [(t.name, t.partitions) for t in shown.subtopologies[1].state_changelog_topics] == [
+        ("a-changelog", 4), ("z-changelog", 4)]
+    assert [(t.name, t.partitions) for t in shown.subtopologies[1].repartition_source_topics] == [("app-repart", 4)]
+
+
+def test_a_new_client_id_or_host_bumps_the_group_epoch():
+    sg = groups()
+    r = sg.heartbeat(0, join("m1", client_id="c1", client_host="/10.0.0.1"), IMAGE.get)
+    g = sg.groups["g"]
+    epoch = g.group_epoch
+    same = sg.heartbeat(1, beat("m1", r.member_epoch, client_id="c1", client_host="/10.0.0.1"), IMAGE.get)
+    assert same.error_code == 0 and g.group_epoch == epoch
+    sg.heartbeat(2, beat("m1", r.member_epoch, client_id="c2", client_host="/10.0.0.1"), IMAGE.get)
+    assert g.group_epoch == epoch + 1 and g.members["m1"].client_id == "c2"
+    r = sg.heartbeat(3, beat("m1", g.members["m1"].member_epoch, client_id="c2", client_host="/10.0.0.2"), IMAGE.get)
+    assert r.error_code == 0 and g.group_epoch == epoch + 2

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from kjbod.broker.groups.records import RecordFormatError
 from kjbod.broker.streams import records as sr
 from kjbod.broker.streams.groups import MemberState, StreamsGroupConfig, StreamsGroups, StreamsHeartbeat
 from kjbod.broker.streams.topology import Subtopology, TopicInfo, Topology
@@ -107,3 +108,21 @@ def test_a_group_is_written_and_read_back():
     assert sr.read_streams_key(pairs[0][0])[0] in (19, 17)  # updates first, in Kafka's writing order
     # the metadata record gone: no group
     assert sr.streams_group_of("g", {}) is None
+
+
+@pytest.mark.parametrize("key", [
+    sr.streams_key(sr.STG_METADATA, "g")[:-1],  # the group id shorter than its length
+    sr.streams_key(sr.STG_MEMBER, "g", "member")[:-2],
+    sr.streams_key(sr.STG_MEMBER, "g"),  # no member id at all
+    b"\x00\x11\xff\xfe",  # a negative length
+    b"\x00\x11\x00\x02\xff\xfe",  # not UTF-8
+])
+def test_a_malformed_key_is_a_record_format_error(key):
+    with pytest.raises(RecordFormatError):
+        sr.read_streams_key(key)
+
+
+@pytest.mark.parametrize("value", [b"", b"\x00", b"\x00\x00\x00", b"\x00\x01" + bytes(20)])
+def test_a_malformed_value_is_a_record_format_error(value):
+    with pytest.raises(RecordFormatError):
+        sr.streams_group_of("g", {(sr.STG_METADATA, None): value})

@@ -21,7 +21,14 @@ import time
 import uuid
 
 import pytest
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+    ResourceType,
+)
 from live import LiveServer, start_server
 
 from kjbod.broker.groups.coordinator import partition_for
@@ -205,7 +212,9 @@ def test_two_members_share_the_tasks_and_the_broker_creates_the_internal_topics(
             assert (g.error_code, g.group_state, g.group_epoch, g.assignment_epoch) == (0, "Stable", m1.epoch,
                                                                                         m1.epoch)
             assert g.topology.epoch == 1 and [s.subtopology_id for s in g.topology.subtopologies] == ["0", "1"]
-            assert g.topology.subtopologies[1].state_changelog_topics[0].name == f"{app}-store-changelog"
+            changelog = g.topology.subtopologies[1].state_changelog_topics[0]
+            assert (changelog.name, changelog.partitions) == (f"{app}-store-changelog", 4)  # as configured
+            assert g.topology.subtopologies[1].repartition_source_topics[0].partitions == 4
             assert sorted(m.member_id for m in g.members) == sorted([m1.member_id, m2.member_id])
             by_id = {m.member_id: m for m in g.members}
             assert by_id[m1.member_id].user_endpoint.port == 9001 and by_id[m2.member_id].user_endpoint is None
@@ -429,6 +438,157 @@ def test_the_group_survives_a_restart(tmp_path):
         member = [json.loads(v) for k, v in records if k["type"] == "19"][-1]
         assert member["data"]["userEndpoint"] == {"host": "127.0.0.1", "port": 7000}
         assert [k["data"] for k, _ in records if k["type"] == "22"][-1] == {"groupId": app, "memberId": member_id}
+    finally:
+        s.stop()
+
+
+def test_a_deleted_group_does_not_stop_its_partition_from_loading(tmp_path):
+    """A deleted streams group leaves only tombstones in its __consumer_offsets partition; after a restart that
+    partition loads: the group is not found, and another group's offsets on the same partition are back."""
+    s = start_server(tmp_path / "deleted", log_dir_count=1, overrides=OVERRIDES)
+    try:
+        source = make_topic(s, 1)
+        app = f"app-{uuid.uuid4().hex[:6]}"
+        other = next(g for g in (f"other-{i}" for i in range(100)) if partition_for(g, 2) == partition_for(app, 2))
+
+        async def commit(conn: ClientConnection, group: str) -> int:
+            r = await conn.request(8, 9, OffsetCommitRequest(
+                group_id=group, generation_id_or_member_epoch=-1, member_id="",
+                topics=[OffsetCommitRequestTopic(name=source, partitions=[
+                    OffsetCommitRequestPartition(partition_index=0, committed_offset=5)])]), 30.0)
+            return r.topics[0].partitions[0].error_code
+
+        async def before() -> None:
+            # a bad request is INVALID_REQUEST before anything is coordinated here (not NOT_COORDINATOR)
+            raw = await ClientConnection.open(s.host, s.port, client_id="kip1071-test", connect_timeout=10.0)
+            try:
+                r = await raw.request(88, 0, StreamsGroupHeartbeatRequest(group_id=app, member_id="m",
+                                                                          member_epoch=-3), 30.0)
+                assert (r.error_code, r.error_message) == (
+                    ErrorCode.INVALID_REQUEST, "MemberEpoch is -3, but must be greater than or equal to -2.")
+            finally:
+                raw.close()
+            conn = await coordinator(s, app)
+            try:
+                m = Member(conn, app, word_count(app, source))
+                assert (await m.beat()).error_code == 0
+                assert (await m.leave()).error_code == 0
+                assert await commit(conn, app) == 0  # an empty streams group's offsets go with it
+                deleted = await conn.request(42, 2, DeleteGroupsRequest(groups_names=[app]), 30.0)
+                assert deleted.results[0].error_code == 0
+                assert await commit(conn, other) == 0
+            finally:
+                conn.close()
+
+        asyncio.run(before())
+        s.stop()
+        s.start()
+
+        async def after() -> None:
+            conn = await coordinator(s, app)
+            try:
+                deadline = time.monotonic() + WAIT_S
+                while (g := (await describe(conn, app))[0]).error_code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
+                    assert time.monotonic() < deadline, "the partition never loaded"
+                    await asyncio.sleep(0.2)
+                assert (g.error_code, g.error_message) == (ErrorCode.GROUP_ID_NOT_FOUND, f"Group {app} not found.")
+                r = await conn.request(9, 9, OffsetFetchRequest(groups=[OffsetFetchRequestGroup(
+                    group_id=other, topics=[OffsetFetchRequestTopics(name=source, partition_indexes=[0])])]), 30.0)
+                assert (r.groups[0].error_code, r.groups[0].topics[0].partitions[0].committed_offset) == (0, 5)
+                r = await conn.request(9, 9, OffsetFetchRequest(groups=[OffsetFetchRequestGroup(
+                    group_id=app, topics=[OffsetFetchRequestTopics(name=source, partition_indexes=[0])])]), 30.0)
+                assert r.groups[0].topics[0].partitions[0].committed_offset == -1
+                listed = await conn.request(16, 5, ListGroupsRequest(), 30.0)
+                assert listed.error_code == 0
+                assert other in [x.group_id for x in listed.groups] and app not in [x.group_id for x in listed.groups]
+            finally:
+                conn.close()
+
+        asyncio.run(after())
+    finally:
+        s.stop()
+
+
+def test_a_join_during_a_delete_is_not_lost(server):
+    """DeleteGroups of an empty streams group and a join sent right behind it: the join either finds the group
+    deleted and makes a new one, or comes first and the delete answers NON_EMPTY_GROUP; never a member answered
+    and then deleted with its group."""
+    source = make_topic(server, 1)
+
+    async def run() -> None:
+        for _ in range(5):
+            app = f"app-{uuid.uuid4().hex[:6]}"
+            a, b = await coordinator(server, app), await coordinator(server, app)
+            try:
+                first = Member(a, app, word_count(app, source))
+                assert (await first.beat()).error_code == 0
+                assert (await first.leave()).error_code == 0
+                deleting = asyncio.create_task(a.request(42, 2, DeleteGroupsRequest(groups_names=[app]), 30.0))
+                await asyncio.sleep(0.001)
+                joiner = Member(b, app, word_count(app, source))
+                joined = await joiner.beat()
+                deleted = (await deleting).results[0].error_code
+                assert joined.error_code == 0 and deleted in (0, ErrorCode.NON_EMPTY_GROUP), (joined, deleted)
+                [g] = await describe(a, app)
+                assert (g.error_code, [m.member_id for m in g.members]) == (0, [joiner.member_id]), (deleted, g)
+                assert (await joiner.beat()).error_code == 0
+                assert (await joiner.leave()).error_code == 0
+            finally:
+                a.close()
+                b.close()
+
+    asyncio.run(run())
+
+
+def test_a_failed_write_after_a_session_timeout_is_written_later(tmp_path):
+    """A member times out while its group's `__consumer_offsets` partition refuses writes (a max.message.bytes no
+    batch fits in): the removal is written once the partition takes writes again, without another heartbeat, so
+    the member does not come back after a restart."""
+    s = start_server(tmp_path / "retry", log_dir_count=1, overrides=OVERRIDES)
+    try:
+        source = make_topic(s, 1)
+        app = f"app-{uuid.uuid4().hex[:6]}"
+        admin = AdminClient({"bootstrap.servers": s.bootstrap})
+
+        def max_message_bytes(op: AlterConfigOpType, value: str) -> None:
+            resource = ConfigResource(ResourceType.TOPIC, "__consumer_offsets", incremental_configs=[
+                ConfigEntry("max.message.bytes", value, incremental_operation=op)])
+            for f in admin.incremental_alter_configs([resource]).values():
+                f.result(30)
+
+        async def members() -> list[str] | None:
+            conn = await coordinator(s, app)
+            try:
+                deadline = time.monotonic() + WAIT_S
+                while (g := (await describe(conn, app))[0]).error_code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
+                    assert time.monotonic() < deadline, g
+                    await asyncio.sleep(0.2)
+                return None if g.error_code else [m.member_id for m in g.members]
+            finally:
+                conn.close()
+
+        async def join() -> str:
+            conn = await coordinator(s, app)
+            try:
+                m = Member(conn, app, word_count(app, source))
+                assert (await m.beat()).error_code == 0
+                return m.member_id
+            finally:
+                conn.close()
+
+        member_id = asyncio.run(join())
+        max_message_bytes(AlterConfigOpType.SET, "64")
+        # the member stays silent: its session (45 s) runs out and its removal cannot be written
+        deadline = time.monotonic() + 120
+        while asyncio.run(members()) != []:
+            assert time.monotonic() < deadline, "the member was never removed"
+            time.sleep(1)
+        time.sleep(2)  # the tick that removed it tried the write, refused
+        max_message_bytes(AlterConfigOpType.DELETE, "")
+        time.sleep(4)  # the retry comes within a second or two
+        s.stop()
+        s.start()
+        assert asyncio.run(members()) == [], f"{member_id} came back"
     finally:
         s.stop()
 

@@ -20,6 +20,7 @@ none of this.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -195,7 +196,16 @@ class GroupCoordinator(CoordinatorHost):
                                      other_kind=self.other_kind_than_streams,
                                      group_config=lambda gid: self.node.metadata.resource_configs(bc.GROUP, gid))
         self._streams_records: dict[str, dict[bytes, bytes]] = {}  # streams group id -> the records last written
+        # streams groups being deleted: a heartbeat to one waits until the deletion is written, so a member never
+        # joins a group whose deletion was decided (Kafka runs both in one serial order per partition)
+        self._streams_deleting: dict[str, asyncio.Future[None]] = {}
+        # streams groups whose last write failed: written again on a later tick (a group whose members all timed out
+        # gets no heartbeat that would write it), at most once a second
+        self._streams_unwritten: set[str] = set()
+        self._streams_retrying: set[str] = set()
+        self._next_streams_retry = 0
         self.book.consumer.taken_by_share = lambda gid: gid in self.share_groups or gid in self.streams_groups
+        self.book.streams_kept_topics = self.streams.offsets_kept
         self.settings = OffsetsTopicSettings.of(node.config)
         self.load_chunk = self.settings.load_buffer_size
         self._next_expiry = now_ms() + expiry_interval_ms
@@ -211,6 +221,7 @@ class GroupCoordinator(CoordinatorHost):
         for g in gone:
             self.streams_groups.pop(g, None)
             self._streams_records.pop(g, None)
+            self._streams_unwritten.discard(g)
             self.share_groups.pop(g, None)
             self._share_records.pop(g, None)
             self._consumer_records.pop(g, None)
@@ -225,6 +236,10 @@ class GroupCoordinator(CoordinatorHost):
             self._spawn(self.persist_share(gid))
         for gid in self.streams.tick(now):
             self._spawn(self.persist_streams(gid))
+        if self._streams_unwritten and now >= self._next_streams_retry:
+            self._next_streams_retry = now + 1000
+            for gid in self._streams_unwritten - self._streams_retrying:
+                self._spawn(self._retry_streams_write(gid))
         if self.share_groups and now >= self._next_topic_check:
             self._next_topic_check = now + 1000
             exists = lambda tid: self.node.metadata.topic_by_id(tid) is not None  # noqa: E731
@@ -243,8 +258,10 @@ class GroupCoordinator(CoordinatorHost):
             group = self.book.groups.get(gid)
             pairs: list[tuple[bytes, bytes | None]] = [(rec.offset_key(gid, t, p), None) for t, p in partitions]
             cg = self.book.consumer_groups.get(gid)
+            stg = self.streams_groups.get(gid)
             drop_group = group is not None and group.is_(GroupState.EMPTY) and \
-                len(group.offsets) == len(partitions) and not group.pending and not (cg is not None and cg.members)
+                len(group.offsets) == len(partitions) and not group.pending and \
+                not (cg is not None and cg.members) and not (stg is not None and stg.members)
             if drop_group:
                 pairs.append((rec.group_key(gid), None))
                 pairs += [(k, None) for k in self._consumer_records.get(gid, {})]
@@ -266,6 +283,16 @@ class GroupCoordinator(CoordinatorHost):
                 continue
             if not await self.drop_consumer_group(gid):
                 log.info("consumer_group_removed", group=gid)
+        # so is an empty streams group without offsets (none pending in a transaction either)
+        def has_offsets(g: str) -> bool:
+            return bool((g in self.book.groups and self.book.groups[g].offsets) or self.book.pending_txn_partitions(g))
+
+        for gid in self.streams.removable(has_offsets):
+            # checked again: an earlier write of this loop let heartbeats and commits in
+            if self.partition_of(gid) not in self.owned or gid in self._streams_deleting or has_offsets(gid):
+                continue
+            if not await self.delete_streams_group(gid, with_offsets=False):
+                log.info("streams_group_removed", group=gid)
 
     # ------------------------------------------------------------------------------------------- loading
     # A load keeps (key, value, producer id, marker) per record: a transactional batch's records wait for their
@@ -512,6 +539,8 @@ class GroupCoordinator(CoordinatorHost):
     async def streams_heartbeat(self, request: StreamsHeartbeat) -> StreamsHeartbeatResult:
         """A StreamsGroupHeartbeat: the group moves on, its changed records are written (acks=all) and the answer
         goes out once they are committed; the handler creates missing internal topics."""
+        while (deleting := self._streams_deleting.get(request.group_id)) is not None:
+            await asyncio.shield(deleting)
         result = self.streams.heartbeat(now_ms(), request, self.partition_count)
         if result.error_code:
             return result
@@ -523,7 +552,16 @@ class GroupCoordinator(CoordinatorHost):
     async def persist_streams(self, group_id: str) -> int:
         """Writes what changed in a streams group since its last write; the partition's error code."""
         return await self._write_changes(group_id, self.streams_groups, self._streams_records,
-                                         streams_rec.streams_group_records, streams_rec.records_between, "streams")
+                                         streams_rec.streams_group_records, streams_rec.records_between, "streams",
+                                         self._streams_unwritten)
+
+    async def _retry_streams_write(self, group_id: str) -> None:
+        self._streams_retrying.add(group_id)
+        try:
+            if not await self.persist_streams(group_id):
+                log.info("streams_group_written_after_failure", group=group_id)
+        finally:
+            self._streams_retrying.discard(group_id)
 
     async def _write_changes(self, group_id: str, groups: dict[str, Any], written: dict[str, Any],
                              records_of: Callable[[Any], Any], between: Callable[[Any, Any], list[Any]],
@@ -535,6 +573,8 @@ class GroupCoordinator(CoordinatorHost):
         after = records_of(group) if group is not None else {}
         pairs = between(written.get(group_id, {}), after)
         if not pairs:
+            if unwritten is not None:
+                unwritten.discard(group_id)
             return ErrorCode.NONE
         try:
             code = await self.append(group_id, pairs)
@@ -552,12 +592,29 @@ class GroupCoordinator(CoordinatorHost):
             unwritten.add(group_id)
         return code
 
-    async def delete_streams_group(self, group_id: str) -> int:
-        """Deletes an empty streams group: the offsets committed under its id, then the group itself."""
-        code = await self.delete_group(group_id)
-        if code == 0:
-            self.streams_groups.pop(group_id, None)
-            code = await self.persist_streams(group_id)
+    async def delete_streams_group(self, group_id: str, with_offsets: bool = True) -> int:
+        """Deletes an empty streams group (NON_EMPTY_GROUP when it has members): the offsets committed under its id
+        (unless `with_offsets` is false), then the group itself.  Checked and marked in one step, heartbeats to it
+        waiting meanwhile (so does a second delete); when a write fails the group stays."""
+        while (deleting := self._streams_deleting.get(group_id)) is not None:
+            await asyncio.shield(deleting)
+        stg = self.streams_groups.get(group_id)
+        if stg is None:
+            return ErrorCode.GROUP_ID_NOT_FOUND
+        if stg.members:
+            return ErrorCode.NON_EMPTY_GROUP
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._streams_deleting[group_id] = done
+        try:
+            code = await self.delete_group(group_id) if with_offsets else ErrorCode.NONE
+            if code == 0:
+                self.streams_groups.pop(group_id, None)
+                code = await self.persist_streams(group_id)
+                if code:
+                    self.streams_groups[group_id] = stg
+        finally:
+            del self._streams_deleting[group_id]
+            done.set_result(None)
         return code
 
     async def share_heartbeat(self, request: ShareHeartbeat) -> HeartbeatResult:

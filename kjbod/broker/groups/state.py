@@ -209,6 +209,10 @@ class GroupBook:
         # Transactional offset commits (TxnOffsetCommit) not yet ended by a marker: producer id -> group ->
         # offsets.  They are invisible until the commit marker reaches the group's partition, and dropped on abort.
         self.pending_txn: dict[int, dict[str, dict[tuple[str, int], CommittedOffset]]] = {}
+        # A streams group's offsets also live in `groups`, in a holder without members: for a streams group's id,
+        # the topics whose offsets do not expire (Kafka's StreamsGroup.isSubscribedToTopic; none once the streams
+        # group is empty); None for any other id.  The shell sets it.
+        self.streams_kept_topics: Callable[[str], frozenset[str] | None] = lambda gid: None
 
     # ------------------------------------------------------------------------------------------- migration
     def _upgrade(self, now: int, group_id: str, topics: TopicLookup) -> ConsumerGroup | None:
@@ -759,7 +763,8 @@ class GroupBook:
         it became empty (or after the commit, if later); a consumer group with members loses only the offsets of
         topics no member subscribes to, that long after their commit; a group of another protocol with members
         keeps them all.  An offset committed with its own retention (OffsetCommit v2-v4) expires at its expire
-        timestamp."""
+        timestamp.  A streams group keeps the offsets of its topology's source topics while it has members; the
+        others expire a retention after their commit, as do all of an empty streams group's."""
         retention = self.config.offsets_retention_ms
         out: dict[str, list[tuple[str, int]]] = {}
         for gid, group in self.groups.items():
@@ -767,7 +772,11 @@ class GroupBook:
                 continue
             cg = self.consumer_groups.get(gid)
             empty = group.is_(GroupState.EMPTY) and not (cg is not None and cg.members)
-            subscribed = set() if empty else self.subscribed_topics(group)
+            streams_kept = self.streams_kept_topics(gid)
+            if streams_kept is not None:
+                empty = False  # Kafka's streams groups count from the commit only
+            subscribed = streams_kept if streams_kept is not None else set() if empty else \
+                self.subscribed_topics(group)
             if subscribed is None:
                 continue
             gone = []

@@ -5,7 +5,7 @@ an unknown one answers GROUP_ID_NOT_FOUND.  Deleting writes tombstones for the g
 offset it committed to its `__consumer_offsets` partition.  A share group's share state is deleted through the
 persister first (the group stays, with the persister's error code, when that fails), then its records are
 tombstoned, as Kafka deletes share groups.  An empty streams group (KIP-1071) is forgotten with the offsets
-committed under its id; one with members is NON_EMPTY_GROUP.
+committed under its id; one with members is NON_EMPTY_GROUP (a join arriving during the deletion waits for it).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ async def handle(node, request, body: DeleteGroupsRequest) -> DeleteGroupsRespon
         sg = coordinator.share_groups.get(gid) if not code else None
         stg = coordinator.streams_groups.get(gid) if not code else None
         if stg is not None:
-            code = ErrorCode.NON_EMPTY_GROUP if stg.members else await coordinator.delete_streams_group(gid)
+            code = await coordinator.delete_streams_group(gid)
         elif sg is not None:
             code = ErrorCode.NON_EMPTY_GROUP if sg.members else await coordinator.delete_share_group(gid)
         elif cg is not None:

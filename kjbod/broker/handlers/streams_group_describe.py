@@ -5,7 +5,8 @@ topology and members with their current and target tasks.  Kafka's answers: stre
 UNSUPPORTED_VERSION for every group; DESCRIBE on the group is needed (GROUP_AUTHORIZATION_FAILED); an id no group
 has, or a group of another kind, is GROUP_ID_NOT_FOUND ("Group X not found." / "Group X is not a streams
 group."); a group whose topology names a topic the caller may not describe is TOPIC_AUTHORIZATION_FAILED, without
-its members and topology.
+its members and topology.  The topology is sorted as Kafka sorts it, with the internal topics' partition counts
+once it is configured.
 """
 
 from __future__ import annotations
@@ -42,22 +43,27 @@ def _assignment(tasks: Tasks) -> Assignment:
                       warmup_tasks=one(tasks.warmup))
 
 
-def _topology(g: StreamsGroup) -> Topology | None:
+def described_topology(g: StreamsGroup) -> Topology | None:
+    """The group's topology as Kafka describes it: once configured against the image, the internal topics with the
+    partition counts decided for them, else as the members sent it; sub-topologies by id, each list by name."""
     if g.topology is None:
         return None
-    decided = dict(g.configured.to_create) if g.configured is not None else {}
+    configured = g.configured.internal if g.configured is not None and g.configured.ready else {}
 
     def info(t: Info) -> TopicInfo:
-        n = t.partitions or (decided[t.name].partitions if t.name in decided else 0)
+        n = configured[t.name].partitions if t.name in configured else t.partitions
         return TopicInfo(name=t.name, partitions=n, replication_factor=t.replication_factor,
                          topic_configs=[KeyValue(key=k, value=v) for k, v in t.configs])
 
+    def infos(topics: tuple[Info, ...]) -> list[TopicInfo]:
+        return [info(t) for t in sorted(topics, key=lambda t: t.name)]
+
     return Topology(epoch=g.topology.epoch, subtopologies=[
-        Subtopology(subtopology_id=s.subtopology_id, source_topics=list(s.source_topics),
-                    repartition_sink_topics=list(s.repartition_sink_topics),
-                    state_changelog_topics=[info(t) for t in s.state_changelog_topics],
-                    repartition_source_topics=[info(t) for t in s.repartition_source_topics])
-        for s in g.topology.subtopologies])
+        Subtopology(subtopology_id=s.subtopology_id, source_topics=sorted(s.source_topics),
+                    repartition_sink_topics=sorted(s.repartition_sink_topics),
+                    state_changelog_topics=infos(s.state_changelog_topics),
+                    repartition_source_topics=infos(s.repartition_source_topics))
+        for s in sorted(g.topology.subtopologies, key=lambda s: s.subtopology_id)])
 
 
 @api(StreamsGroupDescribeRequest)
@@ -97,6 +103,6 @@ def handle(node, request, body: StreamsGroupDescribeRequest) -> StreamsGroupDesc
             is_classic=False) for m in sorted(g.members.values(), key=lambda m: m.member_id)]
         ops = authorized_operations(node, request, GROUP, gid) if body.include_authorized_operations else NOT_ASKED
         out.append(DescribedGroup(group_id=gid, group_state=g.state().value, group_epoch=g.group_epoch,
-                                  assignment_epoch=g.assignment_epoch, topology=_topology(g), members=members,
+                                  assignment_epoch=g.assignment_epoch, topology=described_topology(g), members=members,
                                   authorized_operations=ops))
     return StreamsGroupDescribeResponse(groups=out)

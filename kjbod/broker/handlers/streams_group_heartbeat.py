@@ -8,9 +8,11 @@ member's endpoint epoch is behind, every member's endpoint with the partitions o
 The group logic is kjbod.broker.streams.groups's.  Kafka's broker-side checks, in its order: streams.version 0
 answers UNSUPPORTED_VERSION; READ on the group is needed (GROUP_AUTHORIZATION_FAILED); a topology naming one of
 Kafka's internal topics, or an invalid topic name, is STREAMS_INVALID_TOPOLOGY; DESCRIBE on every topic the
-topology names is needed (TOPIC_AUTHORIZATION_FAILED).  After the coordinator has answered, the broker creates the
-internal (repartition and changelog) topics the group still misses, when the caller may create them (CREATE on
-the cluster or on each topic); otherwise the MISSING_INTERNAL_TOPICS status says which it may not create.
+topology names is needed (TOPIC_AUTHORIZATION_FAILED); the request's own checks (INVALID_REQUEST and the like,
+kjbod.broker.streams.groups.validate) come before NOT_COORDINATOR and COORDINATOR_LOAD_IN_PROGRESS.  After the
+coordinator has answered, the broker creates the internal (repartition and changelog) topics the group still
+misses, when the caller may create them (CREATE on the cluster or on each topic); otherwise the
+MISSING_INTERNAL_TOPICS status says which it may not create.
 Creation runs in the background: the next heartbeats see the topics appear and the status go.
 """
 
@@ -25,7 +27,7 @@ from kjbod.broker.authz import allowed, may_create_topic
 from kjbod.broker.groups.coordinator import coordinator_of
 from kjbod.broker.handlers.metadata import INTERNAL_TOPICS
 from kjbod.broker.router import api
-from kjbod.broker.streams.groups import StreamsHeartbeat, Tasks
+from kjbod.broker.streams.groups import Refused, StreamsHeartbeat, Tasks, validate
 from kjbod.broker.streams.topology import MISSING_INTERNAL_TOPICS, Subtopology, TopicInfo, Topology
 from kjbod.metadata import features
 from kjbod.metadata.acls import DESCRIBE, GROUP, READ, TOPIC
@@ -72,11 +74,8 @@ async def handle(node, request, body: StreamsGroupHeartbeatRequest) -> StreamsGr
                 error_message=f"Topic names {','.join(invalid)} are not valid topic names.")
         if not all(allowed(node, request, DESCRIBE, TOPIC, t) for t in required):
             return StreamsGroupHeartbeatResponse(error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED)
-    coordinator = coordinator_of(node)
-    if body.group_id and (code := coordinator.status(body.group_id)):
-        return StreamsGroupHeartbeatResponse(error_code=code)
     ctx = getattr(request, "ctx", None)
-    result = await coordinator.streams_heartbeat(StreamsHeartbeat(
+    heartbeat = StreamsHeartbeat(
         group_id=body.group_id, member_id=body.member_id, member_epoch=body.member_epoch,
         endpoint_information_epoch=body.endpoint_information_epoch, instance_id=body.instance_id,
         rack_id=body.rack_id, rebalance_timeout_ms=body.rebalance_timeout_ms, topology=topology,
@@ -86,7 +85,15 @@ async def handle(node, request, body: StreamsGroupHeartbeatRequest) -> StreamsGr
         client_tags=None if body.client_tags is None else tuple((kv.key, kv.value) for kv in body.client_tags),
         task_offsets_given=body.task_offsets is not None, task_end_offsets_given=body.task_end_offsets is not None,
         shutdown_application=body.shutdown_application, client_id=request.client_id or "",
-        client_host="/" + ctx.peer_host if ctx is not None else ""))
+        client_host="/" + ctx.peer_host if ctx is not None else "")
+    try:  # the request's own checks come before the coordinator's, as Kafka's group coordinator service runs them
+        validate(heartbeat)
+    except Refused as e:
+        return StreamsGroupHeartbeatResponse(error_code=e.code, error_message=e.message)
+    coordinator = coordinator_of(node)
+    if (code := coordinator.status(body.group_id)):
+        return StreamsGroupHeartbeatResponse(error_code=code)
+    result = await coordinator.streams_heartbeat(heartbeat)
     if result.error_code:
         return StreamsGroupHeartbeatResponse(error_code=result.error_code, error_message=result.error_message)
     status = [Status(status_code=code, status_detail=detail) for code, detail in result.status]

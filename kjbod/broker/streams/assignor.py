@@ -1,13 +1,14 @@
 """The sticky task assignor of streams groups (KIP-1071's "sticky"), without I/O.
 
 Strategy: a task is (sub-topology id, partition).  Active tasks are spread so that no member holds more than its
-quota (the total divided among the members, rounded up), keeping a task where it was: first with the member that
-ran it as active, then with a member that kept it as a standby (it has the state warm), then with the least
-loaded member (fewest tasks in its process per member, then fewest of its own, then its id, so the answer does
-not depend on dict order).  Standby tasks (`num_standby_replicas` copies of each task of a stateful
-sub-topology) go to members of *other* processes than the task's active one and than each other's, again
-preferring a member that held that standby before, then the least loaded; a copy with no such process left is
-not placed, as Kafka's assignor leaves it.  Warm-up tasks are not given (Kafka 4.3's assignor gives none).
+quota (the tasks left divided among the members not yet full, rounded up, as it is at that moment), keeping a
+task where it was: first with the member that ran it as active, then with a member that kept it as a standby (it
+has the state warm), then with the least loaded member (fewest tasks in its process per member, then fewest of its
+own, then its id, so the answer does not depend on dict order).  Standby tasks (`num_standby_replicas` copies of
+each task of a stateful sub-topology) go to members of *other* processes than the task's active one and than each
+other's, preferring the task's previous active owner, then a member that held that standby before, each only while
+under the quota of all tasks, then (in a second pass) the least loaded; a copy with no such process left is not
+placed, as Kafka's assignor leaves it.  Warm-up tasks are not given (Kafka 4.3's assignor gives none).
 """
 
 from __future__ import annotations
@@ -53,13 +54,11 @@ def assign(members: Mapping[str, MemberSpec], tasks: Mapping[str, int], stateful
         ms = process_members[members[m].process_id]
         return sum(load[x] for x in ms) / len(ms)
 
-    # the quota shrinks as members fill up: what is left divided among the members that still have room
-    room = {"tasks": len(all_tasks), "members": len(members)}
-
-    def quota() -> int:
-        return -(-room["tasks"] // room["members"]) if room["members"] else 0
-
-    full: set[str] = set()
+    # the quotas shrink as members fill up: what is left divided among the members that still have room; a member
+    # is under a quota while it holds fewer tasks than the quota is now (Kafka's hasUnfulfilled*TaskQuota)
+    stateful_tasks = [t for t in all_tasks if t[0] in stateful] if num_standby_replicas > 0 else []
+    active_quota = _Quota(len(all_tasks), len(members))
+    total_quota = _Quota(len(all_tasks) + num_standby_replicas * len(stateful_tasks), len(members))
     prev_active = {t: m for m, spec in sorted(members.items()) for t in _flat(spec.active)}
     prev_standby: dict[Task, list[str]] = {}
     for m, spec in sorted(members.items()):
@@ -72,42 +71,80 @@ def assign(members: Mapping[str, MemberSpec], tasks: Mapping[str, int], stateful
         owner[t] = m
         load[m] += 1
         active_load[m] += 1
-        if m not in full and active_load[m] >= quota():
-            full.add(m)
-            room["tasks"] -= active_load[m]
-            room["members"] -= 1
+        active_quota.count(m, active_load[m])
+        total_quota.count(m, load[m])
 
     rest = []
     for t in all_tasks:
         prev = prev_active.get(t)
-        if prev is not None and prev not in full:
+        if prev is not None and active_quota.under(active_load[prev]):
             give(prev, t)
         else:
             rest.append(t)
     later = []
     for t in rest:
-        candidates = [m for m in prev_standby.get(t, []) if m not in full]
+        candidates = [m for m in prev_standby.get(t, []) if active_quota.under(active_load[m])]
         if candidates:
             give(min(candidates, key=lambda m: (process_load(m), load[m], m)), t)
         else:
             later.append(t)
     for t in later:
-        open_ = [m for m in members if m not in full] or list(members)
+        open_ = [m for m in members if active_quota.under(active_load[m])] or list(members)
         give(min(open_, key=lambda m: (active_load[m], process_load(m), m)), t)
 
-    if num_standby_replicas > 0:
-        for t in all_tasks:
-            if t[0] not in stateful:
+    # standbys: first to previous holders (the task's active owner before, then a previous standby), each while
+    # under the quota of all tasks, going through the tasks from the last partition as Kafka does; the copies left
+    # go to the least loaded members afterwards
+    used: dict[Task, set[str]] = {t: {members[owner[t]].process_id} for t in stateful_tasks}
+
+    def standby(m: str, t: Task) -> None:
+        out[m].standby.setdefault(t[0], set()).add(t[1])
+        load[m] += 1
+        total_quota.count(m, load[m])
+        used[t].add(members[m].process_id)
+
+    def free(m: str | None, t: Task) -> bool:
+        return m is not None and members[m].process_id not in used[t] and total_quota.under(load[m])
+
+    deferred: list[tuple[Task, int]] = []
+    for t in reversed(stateful_tasks):
+        for i in range(num_standby_replicas):
+            prev = prev_active.get(t)
+            if prev is not None and free(prev, t):
+                standby(prev, t)
                 continue
-            used = {members[owner[t]].process_id}
-            for _ in range(num_standby_replicas):
-                candidates = [m for m in members if members[m].process_id not in used]
-                if not candidates:
-                    break
-                before = [m for m in prev_standby.get(t, []) if m in candidates]
-                pool = before or candidates
-                m = min(pool, key=lambda m: (process_load(m), load[m], m))
-                out[m].standby.setdefault(t[0], set()).add(t[1])
-                load[m] += 1
-                used.add(members[m].process_id)
+            pool = [m for m in prev_standby.get(t, []) if free(m, t)]
+            if pool:
+                standby(min(pool, key=lambda m: (process_load(m), load[m], m)), t)
+                continue
+            deferred.append((t, num_standby_replicas - i))
+            break
+    for t, left in sorted(deferred, reverse=True):
+        for _ in range(left):
+            candidates = [m for m in members if members[m].process_id not in used[t]]
+            if not candidates:
+                break
+            standby(min(candidates, key=lambda m: (process_load(m), load[m], m)), t)
     return out
+
+
+class _Quota:
+    """Tasks per member, rounded up, over the members not yet full (Kafka's computeTasksPerMember and its
+    updates)."""
+
+    def __init__(self, tasks: int, members: int) -> None:
+        self.tasks, self.members = tasks, members
+        self.full: set[str] = set()
+
+    def value(self) -> int:
+        return -(-self.tasks // self.members) if self.members > 0 else 0
+
+    def under(self, held: int) -> bool:
+        return held < self.value()
+
+    def count(self, member: str, held: int) -> None:
+        """`member` now holds `held` tasks: once it reaches the quota, the rest is shared among the others."""
+        if member not in self.full and held >= self.value():
+            self.full.add(member)
+            self.tasks -= held
+            self.members -= 1

@@ -5,7 +5,7 @@ Strategy: a streams group is a fourth kind of group beside classic, consumer and
 `StreamsGroups.heartbeat(now, request, partitions_of)`, running Kafka's steps in its order:
 
 1. the member is created (epoch 0, with a topology) or updated (rack, process, endpoint, client tags, rebalance
-   timeout); a change bumps the **group epoch**;
+   timeout, client id and host); any change bumps the **group epoch**, as Kafka compares the whole member;
 2. the first topology a member brings becomes the group's; a member with an older topology epoch gets the
    STALE_TOPOLOGY status, one with the same epoch but another topology is INVALID_REQUEST ("Topology updates are
    not supported yet.", as in Kafka 4.3);
@@ -16,7 +16,8 @@ Strategy: a streams group is a fourth kind of group beside classic, consumer and
    ASSIGNMENT_DELAYED: the first members' joins are gathered, group.streams.initial.rebalance.delay.ms);
 5. the member is reconciled towards its target: tasks it must give up are revoked first (state UNREVOKED_TASKS,
    its epoch kept) until a heartbeat reports them gone; then it moves to the target's epoch with those target
-   tasks that no other member still holds (UNRELEASED_TASKS until they are released), else STABLE.
+   tasks no other member still holds (an active task held as active anywhere, or any task held in any kind by
+   another member of its process: UNRELEASED_TASKS until they are released), else STABLE.
 
 Epochs: a member heartbeats with the epoch it was given; a higher one, or a lower one other than its previous
 epoch with tasks it does not hold, is FENCED_MEMBER_EPOCH.  A member leaves with -1 (-2, a static member's leave,
@@ -96,8 +97,12 @@ class Tasks:
         return tuple(tuple(sorted((k, tuple(sorted(v))) for k, v in kind.items() if v)) for kind in self.kinds())
 
 
-def _contains(outer: dict[str, set[int]], inner: dict[str, set[int]]) -> bool:
-    return all(ps <= outer.get(s, set()) for s, ps in inner.items())
+def _owned_within(assigned: dict[str, set[int]], owned: dict[str, set[int]] | None) -> bool:
+    """Whether the tasks a member says it owns are all among those assigned to it: not when it does not say (null),
+    nor for a sub-topology it has nothing of (Kafka's areOwnedTasksContainedInAssignedTasks)."""
+    if owned is None:
+        return False
+    return all(s in assigned and ps <= assigned[s] for s, ps in owned.items())
 
 
 def _intersect(a: dict[str, set[int]], b: dict[str, set[int]]) -> dict[str, set[int]]:
@@ -149,13 +154,21 @@ class StreamsGroup:
             return StreamsGroupState.RECONCILING
         return StreamsGroupState.STABLE
 
-    def owner_of_active(self, subtopology: str, partition: int, but: str) -> str | None:
+    def unreleased(self, kind: int, subtopology: str, partition: int, member: StreamsMember) -> bool:
+        """Whether a task `member` is to get (kind 0 active, 1 standby, 2 warm-up) is still held by another member,
+        so that it must wait (Kafka's isUnreleasedTask): an active task while any member holds it as active, or a
+        member of the same process holds it in any kind; a standby or warm-up task while a member of the same
+        process holds it in any kind.  Tasks pending revocation count as held."""
         for m in self.members.values():
-            if m.member_id != but and partition in m.assigned.active.get(subtopology, ()):
-                return m.member_id
-            if m.member_id != but and partition in m.pending_revocation.active.get(subtopology, ()):
-                return m.member_id
-        return None
+            if m is member:
+                continue
+            same_process = m.process_id == member.process_id
+            for held_kind, (held, pending) in enumerate(zip(m.assigned.kinds(), m.pending_revocation.kinds(),
+                                                            strict=True)):
+                if partition in held.get(subtopology, ()) or partition in pending.get(subtopology, ()):
+                    if same_process or (kind == 0 and held_kind == 0):
+                        return True
+        return False
 
 
 @dataclass(frozen=True, slots=True)
@@ -291,6 +304,8 @@ class StreamsGroups:
 
     def _leave(self, r: StreamsHeartbeat) -> StreamsHeartbeatResult:
         group = self._group(r.group_id, create=False)
+        if r.shutdown_application:  # asked for before the member is looked at, as Kafka's streamsGroupLeave does
+            self._request_shutdown(group, r.member_id)
         if r.member_id not in group.members:
             raise Refused(ErrorCode.UNKNOWN_MEMBER_ID,
                           f"Member {r.member_id} is not a member of group {r.group_id}.")
@@ -301,10 +316,16 @@ class StreamsGroups:
         group.members.pop(member_id, None)
         group.targets.pop(member_id, None)
         group.group_epoch += 1
-        if group.shutdown_requested_by == member_id:
+        if not group.members:  # the application's shutdown is over once every member is gone
             group.shutdown_requested_by = None
         if group.members and any(m.user_endpoint for m in group.members.values()):
             group.endpoint_information_epoch += 1
+
+    @staticmethod
+    def _request_shutdown(group: StreamsGroup, member_id: str) -> None:
+        """The first member to ask for the application's shutdown is the one every member is told of."""
+        if group.shutdown_requested_by is None:
+            group.shutdown_requested_by = member_id
 
     def _heartbeat(self, now: int, r: StreamsHeartbeat, partitions_of: PartitionCount) -> StreamsHeartbeatResult:
         joining = r.member_epoch == 0
@@ -320,13 +341,27 @@ class StreamsGroups:
             member = StreamsMember(r.member_id)
         elif not joining:
             self._check_epoch(member, r)
+        # every refusal first, so that a refused heartbeat changes nothing: another topology of the same epoch, then
+        # owned tasks outside the configured topology
+        topology = group.topology
+        if r.topology is not None:
+            if topology is None:
+                topology = r.topology
+            elif topology.epoch <= r.topology.epoch and topology != r.topology:
+                raise Refused(ErrorCode.INVALID_REQUEST, "Topology updates are not supported yet.")
+        assert topology is not None
+        configured = configure(topology, partitions_of)
+        if configured.ready:
+            self._check_tasks(configured, r.active_tasks)
+            self._check_tasks(configured, r.standby_tasks)
+            self._check_tasks(configured, r.warmup_tasks)
         old_tasks = member.assigned.normalized()
         status: list[tuple[int, str]] = []
         changed = r.group_id not in self.groups or r.member_id not in group.members
         bump = changed
         # 1. the member's metadata
         before = (member.rack_id, member.rebalance_timeout_ms, member.topology_epoch, member.process_id,
-                  member.user_endpoint, member.client_tags)
+                  member.user_endpoint, member.client_tags, member.client_id, member.client_host)
         if r.rack_id is not None:
             member.rack_id = r.rack_id
         if r.rebalance_timeout_ms != -1:
@@ -341,35 +376,24 @@ class StreamsGroups:
             member.client_tags = r.client_tags
         member.client_id, member.client_host = r.client_id, r.client_host
         if before != (member.rack_id, member.rebalance_timeout_ms, member.topology_epoch, member.process_id,
-                      member.user_endpoint, member.client_tags):
+                      member.user_endpoint, member.client_tags, member.client_id, member.client_host):
             bump = True
-        # 2. the topology
-        if r.topology is not None:
-            if group.topology is None:
-                group.topology = r.topology
-                changed = True
-            elif group.topology.epoch > r.topology.epoch:
-                pass
-            elif group.topology != r.topology:
-                raise Refused(ErrorCode.INVALID_REQUEST, "Topology updates are not supported yet.")
-        assert group.topology is not None
-        if member.topology_epoch < group.topology.epoch:
+        # 2. the topology (the first a member brings becomes the group's)
+        if group.topology is None:
+            group.topology = topology
+            changed = True
+        if member.topology_epoch < topology.epoch:
             status.append((STALE_TOPOLOGY, f"The member's topology epoch {member.topology_epoch} is behind the "
-                                           f"group's topology epoch {group.topology.epoch}."))
+                                           f"group's topology epoch {topology.epoch}."))
         # 3. the topology against the image
-        configured = configure(group.topology, partitions_of)
         if configured != group.configured:
             if group.configured is None or configured.tasks != group.configured.tasks:
                 bump = True
             group.configured = configured
-        validated = group.topology.epoch if configured.ready else -1
+        validated = topology.epoch if configured.ready else -1
         if validated != group.validated_topology_epoch:
             group.validated_topology_epoch = validated
             bump = True
-        if configured.ready:
-            self._check_tasks(configured, r.active_tasks)
-            self._check_tasks(configured, r.standby_tasks)
-            self._check_tasks(configured, r.warmup_tasks)
         if not group.members:  # a group (again) empty: the first joins are gathered before assigning
             group.assign_not_before_ms = now + self._setting(
                 r.group_id, "streams.initial.rebalance.delay.ms", self.config.initial_rebalance_delay_ms)
@@ -389,7 +413,7 @@ class StreamsGroups:
             changed = True
         member.session_deadline_ms = now + self.session_timeout_ms(r.group_id)
         if r.shutdown_application:
-            group.shutdown_requested_by = member.member_id
+            self._request_shutdown(group, member.member_id)
         result = StreamsHeartbeatResult(member_id=member.member_id, member_epoch=member.member_epoch,
                                         heartbeat_interval_ms=self.heartbeat_interval_ms(r.group_id),
                                         changed=changed)
@@ -398,7 +422,7 @@ class StreamsGroups:
             if member.user_endpoint is not None:
                 group.endpoint_information_epoch += 1
         if group.endpoint_information_epoch != r.endpoint_information_epoch:
-            result.partitions_by_endpoint = self.partitions_by_endpoint(group)
+            result.partitions_by_endpoint = self.partitions_by_endpoint(group, partitions_of)
         result.endpoint_information_epoch = group.endpoint_information_epoch
         if configured.status is not None:
             status.append(configured.status)
@@ -418,9 +442,9 @@ class StreamsGroups:
                           "partitions and rejoin.")
         if r.member_epoch < member.member_epoch and (
                 r.member_epoch != member.previous_member_epoch
-                or not _contains(member.assigned.active, r.active_tasks or {})
-                or not _contains(member.assigned.standby, r.standby_tasks or {})
-                or not _contains(member.assigned.warmup, r.warmup_tasks or {})):
+                or not _owned_within(member.assigned.active, r.active_tasks)
+                or not _owned_within(member.assigned.standby, r.standby_tasks)
+                or not _owned_within(member.assigned.warmup, r.warmup_tasks)):
             raise Refused(ErrorCode.FENCED_MEMBER_EPOCH,
                           f"The streams group member has a smaller member epoch ({r.member_epoch}) than the one "
                           f"known by the group coordinator ({member.member_epoch}). The member must abandon all its "
@@ -475,14 +499,14 @@ class StreamsGroups:
         else:
             new = Tasks()
             unreleased = False
-            for s, ps in target.active.items():
-                for p in ps:
-                    if group.owner_of_active(s, p, member.member_id) is None:
-                        new.active.setdefault(s, set()).add(p)
-                    else:
-                        unreleased = True
-            new.standby = {s: set(ps) for s, ps in target.standby.items()}
-            new.warmup = {s: set(ps) for s, ps in target.warmup.items()}
+            for kind, (want, have, into) in enumerate(zip(target.kinds(), member.assigned.kinds(), new.kinds(),
+                                                          strict=True)):
+                for s, ps in want.items():
+                    for p in ps:
+                        if p in have.get(s, ()) or not group.unreleased(kind, s, p, member):
+                            into.setdefault(s, set()).add(p)
+                        else:
+                            unreleased = True
             member.assigned = new
             if member.member_epoch != group.assignment_epoch:
                 member.previous_member_epoch = member.member_epoch
@@ -490,9 +514,11 @@ class StreamsGroups:
             member.state = MemberState.UNRELEASED_TASKS if unreleased else MemberState.STABLE
         return before != (member.member_epoch, member.state, member.assigned.normalized())
 
-    def partitions_by_endpoint(self, group: StreamsGroup) -> list[
+    def partitions_by_endpoint(self, group: StreamsGroup, partitions_of: PartitionCount) -> list[
             tuple[tuple[str, int], dict[str, list[int]], dict[str, list[int]]]]:
-        """Each member with an endpoint and the source partitions (user and repartition) of its tasks."""
+        """Each member with an endpoint and the source partitions (user and repartition) of its tasks: task p of a
+        sub-topology is partition p of each of its source topics that has that many partitions (a sub-topology has
+        as many tasks as its largest source), as Kafka's EndpointToPartitionsManager lists them."""
         inputs: dict[str, list[str]] = {}
         if group.topology is not None:
             for s in group.topology.subtopologies:
@@ -502,7 +528,9 @@ class StreamsGroups:
             out: dict[str, set[int]] = {}
             for s, ps in tasks.items():
                 for topic in inputs.get(s, []):
-                    out.setdefault(topic, set()).update(ps)
+                    n = partitions_of(topic) or 0
+                    if kept := {p for p in ps if p < n}:
+                        out.setdefault(topic, set()).update(kept)
             return {t: sorted(ps) for t, ps in sorted(out.items())}
 
         return [(m.user_endpoint, partitions(m.assigned.active), partitions(m.assigned.standby))
@@ -537,6 +565,22 @@ class StreamsGroups:
             return ErrorCode.UNKNOWN_MEMBER_ID
         return ErrorCode.NONE if member_epoch == member.member_epoch else ErrorCode.STALE_MEMBER_EPOCH
 
+    def offsets_kept(self, group_id: str) -> frozenset[str] | None:
+        """The topics whose committed offsets do not expire, for a streams group's id (None for another id): the
+        topology's source and repartition source topics while the group has members, none once it is empty."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return None
+        if not group.members or group.topology is None:
+            return frozenset()
+        return frozenset(t for s in group.topology.subtopologies
+                         for t in (*s.source_topics, *(x.name for x in s.repartition_source_topics)))
+
+    def removable(self, has_offsets: Callable[[str], bool]) -> list[str]:
+        """The empty streams groups without committed offsets, which the offset expiry deletes (as Kafka's cleanup
+        deletes an empty group whose offsets are all gone)."""
+        return [gid for gid, g in self.groups.items() if not g.members and not has_offsets(gid)]
+
     # ------------------------------------------------------------------------------------------------ time
     def tick(self, now: int) -> list[str]:
         """Removes the members whose session ran out (bumping their groups' epochs); the groups changed."""
@@ -550,7 +594,9 @@ class StreamsGroups:
         return changed
 
     def touch_all(self, now: int, ids: Iterable[str] | None = None) -> None:
-        """Gives every member a fresh session (after a load: their last heartbeat's time was not kept)."""
+        """Gives every member a fresh session (after a load: their last heartbeat's time was not kept).  An id
+        without a group (a deleted group, its records all tombstones) is passed over."""
         for gid in ids if ids is not None else list(self.groups):
-            for m in self.groups[gid].members.values():
+            group = self.groups.get(gid)
+            for m in group.members.values() if group is not None else ():
                 m.session_deadline_ms = now + self.session_timeout_ms(gid)

@@ -86,17 +86,21 @@ def read_streams_key(buf: bytes) -> tuple[int, str, str | None]:
         (kind,) = _H.unpack_from(buf)
         if kind not in STREAMS_KINDS:
             raise RecordFormatError(f"not a streams group key (kind {kind})")
-        pos = 2
-        (n,) = _H.unpack_from(buf, pos)
-        group = bytes(buf[pos + 2:pos + 2 + n]).decode("utf-8")
-        pos += 2 + n
-        member = None
-        if kind in WITH_MEMBER:
-            (n,) = _H.unpack_from(buf, pos)
-            member = bytes(buf[pos + 2:pos + 2 + n]).decode("utf-8")
+        group, pos = _read_str(buf, 2)
+        member = _read_str(buf, pos)[0] if kind in WITH_MEMBER else None
         return kind, group, member
     except struct.error as e:
         raise RecordFormatError(f"short streams group key: {e}") from None
+    except UnicodeDecodeError as e:
+        raise RecordFormatError(f"streams group key not UTF-8: {e}") from None
+
+
+def _read_str(buf: bytes, pos: int) -> tuple[str, int]:
+    """The int16-length string at `pos` and the position after it; RecordFormatError when it does not fit."""
+    (n,) = _H.unpack_from(buf, pos)
+    if n < 0 or pos + 2 + n > len(buf):
+        raise RecordFormatError(f"streams group key: a string of {n} bytes at {pos} in {len(buf)} bytes")
+    return bytes(buf[pos + 2:pos + 2 + n]).decode("utf-8"), pos + 2 + n
 
 
 def _value(msg: Any) -> bytes:
@@ -104,10 +108,16 @@ def _value(msg: Any) -> bytes:
 
 
 def _decode(cls: Any, raw: bytes) -> Any:
+    """A value's message; RecordFormatError for a short value, another version, or a body that does not decode."""
+    if len(raw) < 2:
+        raise RecordFormatError(f"{cls.__name__} of {len(raw)} bytes has no version")
     (version,) = _H.unpack_from(raw)
     if version != 0:
         raise RecordFormatError(f"unsupported {cls.__name__} version {version}")
-    return cls.decode(raw[2:], 0)
+    try:
+        return cls.decode(raw[2:], 0)
+    except ValueError as e:  # the codec's DecodeError
+        raise RecordFormatError(str(e)) from None
 
 
 def metadata_hash(g: StreamsGroup) -> int:

@@ -82,6 +82,7 @@ class Configured:
     tasks: Mapping[str, int] = field(default_factory=dict)  # sub-topology id -> number of tasks (empty: not ready)
     to_create: Mapping[str, TopicInfo] = field(default_factory=dict)  # internal topics to create (partitions set)
     status: tuple[int, str] | None = None
+    internal: Mapping[str, TopicInfo] = field(default_factory=dict)  # when ready: every internal topic, counts set
 
     @property
     def ready(self) -> bool:
@@ -136,7 +137,7 @@ def configure(topology: Topology, partitions_of: PartitionCount) -> Configured:
     if to_create:
         return Configured(topology.epoch, tasks=tasks, to_create=to_create,
                           status=(MISSING_INTERNAL_TOPICS, f"Internal topics are missing: {summarize(set(to_create))}"))
-    return Configured(topology.epoch, tasks=tasks)
+    return Configured(topology.epoch, tasks=tasks, internal=wanted)
 
 
 def _decide_repartition_counts(topology: Topology, decided: dict[str, int],
