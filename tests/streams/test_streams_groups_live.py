@@ -171,6 +171,15 @@ async def describe(conn: ClientConnection, *groups: str):
     return (await conn.request(89, 0, StreamsGroupDescribeRequest(group_ids=list(groups)), 30.0)).groups
 
 
+async def described_once_loaded(conn: ClientConnection, group: str):
+    """The group's StreamsGroupDescribe entry once its partition has loaded (after a restart)."""
+    deadline = time.monotonic() + WAIT_S
+    while (g := (await describe(conn, group))[0]).error_code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
+        assert time.monotonic() < deadline, f"the partition of {group} never loaded: {g}"
+        await asyncio.sleep(0.2)
+    return g
+
+
 def test_two_members_share_the_tasks_and_the_broker_creates_the_internal_topics(server):
     source = make_topic(server, 4)
     app = f"app-{uuid.uuid4().hex[:6]}"
@@ -398,10 +407,7 @@ def test_the_group_survives_a_restart(tmp_path):
         async def after() -> None:
             conn = await coordinator(s, app)
             try:
-                deadline = time.monotonic() + WAIT_S
-                while (g := (await describe(conn, app))[0]).error_code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
-                    assert time.monotonic() < deadline, g
-                    await asyncio.sleep(0.2)
+                g = await described_once_loaded(conn, app)
                 assert g.error_code == 0 and [m.member_id for m in g.members] == [member_id], g
                 assert g.topology.epoch == 1 and g.members[0].user_endpoint.port == 7000
                 assert {(t.subtopology_id, p) for t in g.members[0].assignment.active_tasks
@@ -487,10 +493,7 @@ def test_a_deleted_group_does_not_stop_its_partition_from_loading(tmp_path):
         async def after() -> None:
             conn = await coordinator(s, app)
             try:
-                deadline = time.monotonic() + WAIT_S
-                while (g := (await describe(conn, app))[0]).error_code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
-                    assert time.monotonic() < deadline, "the partition never loaded"
-                    await asyncio.sleep(0.2)
+                g = await described_once_loaded(conn, app)
                 assert (g.error_code, g.error_message) == (ErrorCode.GROUP_ID_NOT_FOUND, f"Group {app} not found.")
                 r = await conn.request(9, 9, OffsetFetchRequest(groups=[OffsetFetchRequestGroup(
                     group_id=other, topics=[OffsetFetchRequestTopics(name=source, partition_indexes=[0])])]), 30.0)
@@ -559,10 +562,7 @@ def test_a_failed_write_after_a_session_timeout_is_written_later(tmp_path):
         async def members() -> list[str] | None:
             conn = await coordinator(s, app)
             try:
-                deadline = time.monotonic() + WAIT_S
-                while (g := (await describe(conn, app))[0]).error_code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
-                    assert time.monotonic() < deadline, g
-                    await asyncio.sleep(0.2)
+                g = await described_once_loaded(conn, app)
                 return None if g.error_code else [m.member_id for m in g.members]
             finally:
                 conn.close()
