@@ -419,14 +419,14 @@ class RaftQuorum:
         if self.state is State.PROSPECTIVE:
             # what the state it came from persisted: a prospective never writes the file but to record a vote
             if self.leader_id != NO_ID and self.leader_id != self.local_id:
-                return ElectionState(self.epoch, leader_id=self.leader_id, voters=self.voters)
+                return ElectionState(self.epoch, leader_id=self.leader_id, voted_id=self.voted_id, voters=self.voters)
             return ElectionState(self.epoch, voted_id=self.voted_id, voters=self.voters)
         if self.state is State.CANDIDATE:
             return ElectionState(self.epoch, voted_id=self.local_id, voters=self.voters)
         if self.state in (State.LEADER, State.RESIGNED):
             return ElectionState(self.epoch, leader_id=self.local_id, voters=self.voters)
-        if self.state is State.FOLLOWER:
-            return ElectionState(self.epoch, leader_id=self.leader_id, voters=self.voters)
+        if self.state is State.FOLLOWER:  # with the vote it gave in this epoch, if any (Kafka keeps it too)
+            return ElectionState(self.epoch, leader_id=self.leader_id, voted_id=self.voted_id, voters=self.voters)
         return ElectionState(self.epoch, voted_id=self.voted_id, voters=self.voters)
 
     def take_effects(self) -> list[Effect]:
@@ -471,10 +471,11 @@ class RaftQuorum:
         elif election.voted_id == self.local_id:
             self.epoch = election.epoch
             self._set_candidate(now)
-        elif election.has_voted:
-            self._become(State.VOTED, election.epoch, now, voted=election.voted_id)
         elif election.has_leader and election.leader_id in self.voters:
-            self._become(State.FOLLOWER, election.epoch, now, leader=election.leader_id)
+            self._become(State.FOLLOWER, election.epoch, now, leader=election.leader_id, voted=election.voted_id)
+        elif election.has_voted:
+            # a vote given in this epoch is kept, also when the leader it then learned is no longer a voter
+            self._become(State.VOTED, election.epoch, now, voted=election.voted_id)
         else:
             self._become(State.UNATTACHED, election.epoch, now)
         self._changed()
@@ -550,7 +551,8 @@ class RaftQuorum:
             raise RaftError(f"told that this node ({leader}) leads epoch {epoch}, which it does not")
         if epoch < self.epoch or (epoch == self.epoch and self.state in (State.LEADER, State.FOLLOWER)):
             raise RaftError(f"follower of {leader} in epoch {epoch} from {self.state.value} in epoch {self.epoch}")
-        self._become(State.FOLLOWER, epoch, now, leader=leader)
+        # the vote given in this epoch is kept: a voter never votes twice in one epoch (Kafka's transitionToFollower)
+        self._become(State.FOLLOWER, epoch, now, leader=leader, voted=self.voted_id if epoch == self.epoch else NO_ID)
         self._persist()
 
     def _set_candidate(self, now: int) -> None:

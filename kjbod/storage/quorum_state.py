@@ -38,17 +38,14 @@ class QuorumStateError(StorageError):
 
 @dataclass(frozen=True)
 class ElectionState:
-    """A voter's durable election state: the epoch, and at most one of the leader it knows and the candidate it
-    voted for (Kafka's ElectionState)."""
+    """A voter's durable election state: the epoch, the leader it knows and the candidate it voted for in that
+    epoch (Kafka's ElectionState: a voter that voted keeps its vote once it learns the epoch's leader, so that it
+    never votes twice in one epoch, also after a restart)."""
 
     epoch: int
     leader_id: int = NO_ID
     voted_id: int = NO_ID
     voters: tuple[int, ...] = ()
-
-    def __post_init__(self) -> None:
-        if self.leader_id != NO_ID and self.voted_id != NO_ID:
-            raise ValueError(f"an election state names both a leader ({self.leader_id}) and a vote ({self.voted_id})")
 
     @property
     def has_leader(self) -> bool:
@@ -110,8 +107,6 @@ class ElectionState:
                 raise QuorumStateError(f"{where} names a voted directory ({directory}): a dynamic quorum "
                                        "(KIP-853), which kjbod does not serve")
         leader, voted = int_field("leaderId"), int_field("votedId")
-        if leader != NO_ID and voted != NO_ID:
-            raise QuorumStateError(f"{where} names both a leader ({leader}) and a vote ({voted})")
         return cls(epoch=int_field("leaderEpoch"), leader_id=leader, voted_id=voted, voters=voters)
 
 

@@ -127,6 +127,25 @@ def test_a_restarted_voter_does_not_vote_twice_in_one_epoch() -> None:
     assert q.handle_vote(VoteRequest(4, 2, 0, 0), 0).vote_granted  # the same candidate asking again
 
 
+def test_a_vote_is_kept_once_the_epochs_leader_is_known_also_across_a_restart() -> None:
+    q = quorum()
+    assert q.handle_vote(VoteRequest(1, 2, 0, 0), 0).vote_granted
+    q.take_effects()
+    assert q.handle_begin_quorum_epoch(BeginQuorumEpochRequest(1, 2), 1).error_code == 0
+    assert q.state is State.FOLLOWER
+    # the follower's file keeps the vote it gave in this epoch beside the leader (Kafka's transitionToFollower)
+    assert q.election() == ElectionState(1, leader_id=2, voted_id=2, voters=VOTERS)
+    assert Persist(q.election()) in q.take_effects()
+    # restarted with that file: a follower of 2 again, and it still refuses a second vote in epoch 1
+    again = quorum(stored=q.election())
+    assert (again.state, again.epoch, again.leader_id) == (State.FOLLOWER, 1, 2)
+    # restarted after the leader left the voters (KIP-853): no leader to follow, but the vote is kept
+    removed = quorum(stored=ElectionState(1, leader_id=4, voted_id=2, voters=VOTERS))
+    assert (removed.state, removed.epoch) == (State.VOTED, 1)
+    assert not removed.handle_vote(VoteRequest(1, 3, 0, 0), 0).vote_granted
+    assert removed.handle_vote(VoteRequest(1, 2, 0, 0), 0).vote_granted
+
+
 def test_a_node_outside_the_voters_is_refused() -> None:
     with pytest.raises(ValueError, match="node 4 is not one of the voters"):
         quorum(local=4)
@@ -605,8 +624,12 @@ def test_three_voters_elect_one_leader_and_replicate(seed: int) -> None:
     sim.run(200)
     assert {n.log.records == leader.log.records for n in sim.nodes.values()} == {True}
     assert all(n.hw == leader.log.end_offset() for n in sim.nodes.values())
-    assert [n.disk for n in sim.nodes.values()] == [ElectionState(leader.quorum.epoch, leader_id=leader.node_id,
-                                                                  voters=VOTERS)] * 3
+    # every voter has the leader on disk; the leader no vote (as Kafka's leader state), a follower the vote it
+    # gave in this epoch, if it gave one: the leader's (a voter never votes twice in one epoch, after a restart too)
+    assert {(n.disk.epoch, n.disk.leader_id, n.disk.voters) for n in sim.nodes.values()} == {
+        (leader.quorum.epoch, leader.node_id, VOTERS)}
+    assert leader.disk.voted_id == -1
+    assert {n.disk.voted_id for n in sim.nodes.values() if n is not leader} <= {-1, leader.node_id}
 
 
 @pytest.mark.parametrize("seed", range(8))
