@@ -49,6 +49,8 @@ CONSUMER_GROUPS = "tests/groups/test_consumer_group_state.py"
 GROUP_CONFIGS = "tests/groups/test_group_configs.py"
 MIGRATION = "tests/groups/test_group_migration.py"
 SHARE_GROUPS = "tests/share/test_groups_config.py"
+STREAMS_CONFIG = "tests/streams/test_streams_config.py"
+STREAMS_LIVE = "tests/streams/test_streams_groups_live.py"
 LIMITS = "tests/test_connection_limits_live.py"
 QUOTAS = "tests/test_connection_quotas.py"
 TXN_LIVE = "tests/txn/test_txn_coordinator_live.py"
@@ -75,6 +77,15 @@ EFFECTS: dict[str, list[str]] = {
                                  f"{CONSUMER_GROUPS}::test_the_first_configured_assignor_is_the_default"],
     "group.consumer.max.size": [f"{CONSUMER_GROUPS}::test_the_consumer_keys_reach_the_coordinator",
                                 f"{CONSUMER_GROUPS}::test_group_consumer_max_size"],
+    **{f"group.streams.{key}": [f"{STREAMS_CONFIG}::test_the_streams_keys_reach_the_coordinator"]
+       for key in ("session.timeout.ms", "max.size", "num.standby.replicas", "initial.rebalance.delay.ms")},
+    "group.streams.heartbeat.interval.ms": [
+        f"{STREAMS_CONFIG}::test_the_streams_keys_reach_the_coordinator",
+        f"{STREAMS_LIVE}::test_the_heartbeat_interval_is_the_broker_key_or_the_groups_own_config"],
+    **{f"group.streams.{bound}": [f"{STREAMS_CONFIG}::test_a_groups_streams_values_are_checked_against_the_broker_keys",
+                                  f"{STREAMS_CONFIG}::test_the_broker_keys_are_checked_against_each_other_at_startup"]
+       for bound in ("min.session.timeout.ms", "max.session.timeout.ms", "min.heartbeat.interval.ms",
+                     "max.heartbeat.interval.ms", "max.standby.replicas")},
     "group.share.max.share.sessions": ["tests/share/test_fetch_live.py::test_the_share_session_limit"],
     "group.consumer.migration.policy": [
         f"{MIGRATION}::test_the_policy_decides_whether_a_consumer_member_may_upgrade_a_classic_group",

@@ -306,6 +306,26 @@ BROKER_KEYS: dict[str, BrokerKey] = {k.name: k for k in [
               doc="The largest share.partition.max.record.locks a group may be given."),
     BrokerKey("group.share.initialize.retry.interval.ms", INT, "group_share_initialize_retry_interval_ms",
               doc="How long a share partition's state initialization may take before it is asked for again."),
+    BrokerKey("group.streams.session.timeout.ms", INT, "group_streams_session_timeout_ms",
+              doc="How long a streams group member may go without a heartbeat."),
+    BrokerKey("group.streams.heartbeat.interval.ms", INT, "group_streams_heartbeat_interval_ms",
+              doc="How often streams group members heartbeat."),
+    BrokerKey("group.streams.min.session.timeout.ms", INT, "group_streams_min_session_timeout_ms",
+              doc="The smallest streams.session.timeout.ms a group may be given."),
+    BrokerKey("group.streams.max.session.timeout.ms", INT, "group_streams_max_session_timeout_ms",
+              doc="The largest streams.session.timeout.ms a group may be given."),
+    BrokerKey("group.streams.min.heartbeat.interval.ms", INT, "group_streams_min_heartbeat_interval_ms",
+              doc="The smallest streams.heartbeat.interval.ms a group may be given."),
+    BrokerKey("group.streams.max.heartbeat.interval.ms", INT, "group_streams_max_heartbeat_interval_ms",
+              doc="The largest streams.heartbeat.interval.ms a group may be given."),
+    BrokerKey("group.streams.max.size", INT, "group_streams_max_size",
+              doc="The most members a streams group may have."),
+    BrokerKey("group.streams.num.standby.replicas", INT, "group_streams_num_standby_replicas",
+              doc="The streams.num.standby.replicas of streams groups that do not set their own."),
+    BrokerKey("group.streams.max.standby.replicas", INT, "group_streams_max_standby_replicas",
+              doc="The largest streams.num.standby.replicas a group may be given."),
+    BrokerKey("group.streams.initial.rebalance.delay.ms", INT, "group_streams_initial_rebalance_delay_ms",
+              doc="How long an empty streams group gathers members before its first assignment."),
     BrokerKey("offset.metadata.max.bytes", INT, "offset_metadata_max_bytes",
               doc="The longest metadata an offset commit may carry."),
     BrokerKey("offsets.retention.check.interval.ms", LONG, "offsets_retention_check_interval_ms",
@@ -903,6 +923,18 @@ GROUP_KEYS = {k.name: k for k in (
              "group.share.min.partition.max.record.locks", "group.share.max.partition.max.record.locks",
              "The most records of one partition that may be locked to this share group's members at once.",
              at_least=100),
+    GroupKey("streams.session.timeout.ms", "group_streams_session_timeout_ms",
+             "group.streams.min.session.timeout.ms", "group.streams.max.session.timeout.ms",
+             "How long a member of this streams group may go without a heartbeat before it is removed."),
+    GroupKey("streams.heartbeat.interval.ms", "group_streams_heartbeat_interval_ms",
+             "group.streams.min.heartbeat.interval.ms", "group.streams.max.heartbeat.interval.ms",
+             "How often members of this streams group are told to heartbeat."),
+    GroupKey("streams.num.standby.replicas", "group_streams_num_standby_replicas",
+             None, "group.streams.max.standby.replicas",
+             "How many standby copies of each stateful task this streams group's members keep.", at_least=0),
+    GroupKey("streams.initial.rebalance.delay.ms", "group_streams_initial_rebalance_delay_ms", None, None,
+             "How long this streams group, when empty, gathers joining members before its first assignment.",
+             at_least=0),
     GroupKey("share.auto.offset.reset", None, None, None,
              "Where this share group starts reading a partition it has no state for: earliest, latest or "
              "by_duration:<PnDTnHnMn.nS>.", kind=STRING, default="latest", check=_check_auto_offset_reset),
@@ -1001,7 +1033,7 @@ def plan_group_changes(overrides: dict[str, str], changes: list[tuple[str, int, 
             raise ConfigProblem(ErrorCode.INVALID_CONFIG, f"{key} must be greater than or equal to {k.min_key}")
         if k.max_key is not None and values[key] > bounds[k.max_key]:
             raise ConfigProblem(ErrorCode.INVALID_CONFIG, f"{key} must be less than or equal to {k.max_key}")
-    for kind in ("consumer", "share"):
+    for kind in ("consumer", "share", "streams"):
         if values[f"{kind}.session.timeout.ms"] <= values[f"{kind}.heartbeat.interval.ms"]:
             raise ConfigProblem(ErrorCode.INVALID_CONFIG, f"{kind}.session.timeout.ms must be greater than "
                                 f"{kind}.heartbeat.interval.ms")

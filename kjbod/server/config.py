@@ -592,6 +592,25 @@ KEYS: dict[str, KeyDef] = {
                "asks again"),
         KeyDef("group.share.max.share.sessions", _int(1), 2000,
                "the most share sessions (KIP-932) a broker holds at once (SHARE_SESSION_LIMIT_REACHED past it)"),
+        KeyDef("group.streams.session.timeout.ms", _int(1), 45_000,
+               "a streams group member not heard from for this long is removed"),
+        KeyDef("group.streams.heartbeat.interval.ms", _int(1), 5000,
+               "how often streams group members are told to heartbeat"),
+        KeyDef("group.streams.min.session.timeout.ms", _int(1), 45_000,
+               "the smallest streams.session.timeout.ms a group config may set"),
+        KeyDef("group.streams.max.session.timeout.ms", _int(1), 60_000,
+               "the largest streams.session.timeout.ms a group config may set"),
+        KeyDef("group.streams.min.heartbeat.interval.ms", _int(1), 5000,
+               "the smallest streams.heartbeat.interval.ms a group config may set"),
+        KeyDef("group.streams.max.heartbeat.interval.ms", _int(1), 15_000,
+               "the largest streams.heartbeat.interval.ms a group config may set"),
+        KeyDef("group.streams.max.size", _int(1), 2**31 - 1, "the most members a streams group may have"),
+        KeyDef("group.streams.num.standby.replicas", _int(0), 0,
+               "standby copies of each stateful task, for groups without their own streams.num.standby.replicas"),
+        KeyDef("group.streams.max.standby.replicas", _int(0), 2,
+               "the largest streams.num.standby.replicas a group config may set"),
+        KeyDef("group.streams.initial.rebalance.delay.ms", _int(0), 3000,
+               "how long a streams group that was empty gathers members before its first assignment"),
         KeyDef("offset.metadata.max.bytes", _int(), 4096),
         KeyDef("offsets.retention.minutes", _int(1), 10080,
                "how long a group's committed offsets are kept once the group is empty (Kafka has no ms key)",
@@ -825,6 +844,16 @@ class ServerConfig:
     group_share_min_partition_max_record_locks: int = 100
     group_share_max_partition_max_record_locks: int = 4_000
     group_share_max_share_sessions: int = 2000
+    group_streams_session_timeout_ms: int = 45_000
+    group_streams_heartbeat_interval_ms: int = 5000
+    group_streams_min_session_timeout_ms: int = 45_000
+    group_streams_max_session_timeout_ms: int = 60_000
+    group_streams_min_heartbeat_interval_ms: int = 5000
+    group_streams_max_heartbeat_interval_ms: int = 15_000
+    group_streams_max_size: int = 2**31 - 1
+    group_streams_num_standby_replicas: int = 0
+    group_streams_max_standby_replicas: int = 2
+    group_streams_initial_rebalance_delay_ms: int = 3000
     offset_metadata_max_bytes: int = 4096
     offsets_retention_ms: int = 7 * 24 * 3600 * 1000
     offsets_retention_check_interval_ms: int = 600_000
@@ -1130,6 +1159,12 @@ def build_config(
     _check_consumer_group_bounds(get, fail, "group.share.")
     for what in ("record.lock.duration.ms", "delivery.count.limit", "partition.max.record.locks"):
         _check_within(get, fail, "group.share.", what)
+    _check_consumer_group_bounds(get, fail, "group.streams.")
+    standbys, most = get("group.streams.num.standby.replicas"), get("group.streams.max.standby.replicas")
+    if standbys > most:
+        raise fail("group.streams.num.standby.replicas",
+                   f"group.streams.num.standby.replicas ({standbys}) must be less than or equal to "
+                   f"group.streams.max.standby.replicas ({most})")
 
     # Listeners and their security protocols.
     explicit_map = get("listener.security.protocol.map")
@@ -1425,6 +1460,16 @@ def build_config(
         group_share_min_partition_max_record_locks=get("group.share.min.partition.max.record.locks"),
         group_share_max_partition_max_record_locks=get("group.share.max.partition.max.record.locks"),
         group_share_max_share_sessions=get("group.share.max.share.sessions"),
+        group_streams_session_timeout_ms=get("group.streams.session.timeout.ms"),
+        group_streams_heartbeat_interval_ms=get("group.streams.heartbeat.interval.ms"),
+        group_streams_min_session_timeout_ms=get("group.streams.min.session.timeout.ms"),
+        group_streams_max_session_timeout_ms=get("group.streams.max.session.timeout.ms"),
+        group_streams_min_heartbeat_interval_ms=get("group.streams.min.heartbeat.interval.ms"),
+        group_streams_max_heartbeat_interval_ms=get("group.streams.max.heartbeat.interval.ms"),
+        group_streams_max_size=get("group.streams.max.size"),
+        group_streams_num_standby_replicas=get("group.streams.num.standby.replicas"),
+        group_streams_max_standby_replicas=get("group.streams.max.standby.replicas"),
+        group_streams_initial_rebalance_delay_ms=get("group.streams.initial.rebalance.delay.ms"),
         offset_metadata_max_bytes=get("offset.metadata.max.bytes"),
         offsets_retention_ms=get("offsets.retention.minutes") * 60_000,
         offsets_retention_check_interval_ms=get("offsets.retention.check.interval.ms"),
@@ -1528,8 +1573,8 @@ def _check_within(get: Callable[[str], Any], fail: Callable[[str, str], ConfigEr
 
 def _check_consumer_group_bounds(get: Callable[[str], Any], fail: Callable[[str, str], ConfigError],
                                  pre: str = "group.consumer.") -> None:
-    """Kafka's GroupCoordinatorConfig checks: the consumer-protocol (or, with pre "group.share.", the share group)
-    session timeout and heartbeat interval lie within their min and max keys, and a member heartbeats more often
+    """Kafka's GroupCoordinatorConfig checks: the consumer-protocol (or, with pre "group.share." or
+    "group.streams.", the share or streams group) session timeout and heartbeat interval lie within their min and max keys, and a member heartbeats more often
     than its session lasts."""
     for what in ("session.timeout.ms", "heartbeat.interval.ms"):
         lo, hi, value = get(f"{pre}min.{what}"), get(f"{pre}max.{what}"), get(f"{pre}{what}")

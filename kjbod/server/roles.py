@@ -119,7 +119,12 @@ def group_bounds(config: Any) -> dict[str, int]:
             "group.share.min.delivery.count.limit": config.group_share_min_delivery_count_limit,
             "group.share.max.delivery.count.limit": config.group_share_max_delivery_count_limit,
             "group.share.min.partition.max.record.locks": config.group_share_min_partition_max_record_locks,
-            "group.share.max.partition.max.record.locks": config.group_share_max_partition_max_record_locks}
+            "group.share.max.partition.max.record.locks": config.group_share_max_partition_max_record_locks,
+            "group.streams.min.session.timeout.ms": config.group_streams_min_session_timeout_ms,
+            "group.streams.max.session.timeout.ms": config.group_streams_max_session_timeout_ms,
+            "group.streams.min.heartbeat.interval.ms": config.group_streams_min_heartbeat_interval_ms,
+            "group.streams.max.heartbeat.interval.ms": config.group_streams_max_heartbeat_interval_ms,
+            "group.streams.max.standby.replicas": config.group_streams_max_standby_replicas}
 
 
 def _default_config() -> Any:

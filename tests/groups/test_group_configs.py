@@ -39,7 +39,12 @@ BROKER = SimpleNamespace(group_consumer_session_timeout_ms=45_000, group_consume
                          group_share_max_record_lock_duration_ms=60_000, group_share_delivery_count_limit=5,
                          group_share_min_delivery_count_limit=2, group_share_max_delivery_count_limit=10,
                          group_share_partition_max_record_locks=2000, group_share_min_partition_max_record_locks=100,
-                         group_share_max_partition_max_record_locks=4000)
+                         group_share_max_partition_max_record_locks=4000,
+                         group_streams_session_timeout_ms=45_000, group_streams_heartbeat_interval_ms=5000,
+                         group_streams_min_session_timeout_ms=45_000, group_streams_max_session_timeout_ms=60_000,
+                         group_streams_min_heartbeat_interval_ms=5000, group_streams_max_heartbeat_interval_ms=15_000,
+                         group_streams_num_standby_replicas=0, group_streams_max_standby_replicas=2,
+                         group_streams_initial_rebalance_delay_ms=3000)
 
 
 def plan(changes, overrides=None, replace=False):

@@ -627,3 +627,59 @@ def test_streams_version_0_turns_the_apis_off(server):
     while (codes := asyncio.run(heartbeat_and_describe())) != (0, 0):
         assert time.monotonic() < deadline, codes
         time.sleep(0.2)
+
+
+def test_the_heartbeat_interval_is_the_broker_key_or_the_groups_own_config(tmp_path):
+    """group.streams.heartbeat.interval.ms sets the interval a member is told; the group config
+    streams.heartbeat.interval.ms, set with IncrementalAlterConfigs on the GROUP resource, overrides it for that
+    group only (from the member's next heartbeat), and DescribeConfigs shows both; a value past the broker's max
+    key is refused with INVALID_CONFIG."""
+    s = start_server(tmp_path / "interval", log_dir_count=1,
+                     overrides={**OVERRIDES, "group.streams.heartbeat.interval.ms": "6000"})
+    try:
+        source = make_topic(s, 1)
+        app, other = f"app-{uuid.uuid4().hex[:6]}", f"app-{uuid.uuid4().hex[:6]}"
+        admin = AdminClient({"bootstrap.servers": s.bootstrap})
+
+        def alter(group: str, value: str) -> None:
+            resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
+                ConfigEntry("streams.heartbeat.interval.ms", value, incremental_operation=AlterConfigOpType.SET)])
+            for f in admin.incremental_alter_configs([resource]).values():
+                f.result(30)
+
+        def described(group: str) -> tuple[str, int]:
+            resource = ConfigResource(ResourceType.GROUP, group)
+            entries = next(iter(admin.describe_configs([resource]).values())).result(30)
+            e = entries["streams.heartbeat.interval.ms"]
+            return e.value, e.source  # Kafka's ConfigSource ids: DEFAULT_CONFIG 5, GROUP_CONFIG 8
+
+        async def intervals(want: int) -> tuple[int, int]:
+            """Heartbeats of a member of each group, until the first group's member is told `want`."""
+            conn, conn2 = await coordinator(s, app), await coordinator(s, other)
+            try:
+                m, m2 = Member(conn, app, word_count(app, source)), Member(conn2, other, word_count(other, source))
+                deadline = time.monotonic() + WAIT_S
+                while True:
+                    r, r2 = await m.beat(), await m2.beat()
+                    assert r.error_code == 0 and r2.error_code == 0, (r, r2)
+                    if r.heartbeat_interval_ms == want:
+                        return r.heartbeat_interval_ms, r2.heartbeat_interval_ms
+                    assert time.monotonic() < deadline, f"never told {want}: {r}"
+                    await asyncio.sleep(0.2)
+            finally:
+                conn.close()
+                conn2.close()
+
+        assert asyncio.run(intervals(6000)) == (6000, 6000)
+        assert described(app) == ("6000", 5)
+        alter(app, "8000")
+        assert described(app) == ("8000", 8)
+        assert asyncio.run(intervals(8000)) == (8000, 6000)
+        with pytest.raises(Exception) as e:
+            alter(app, "16000")
+        assert e.value.args[0].name() == "INVALID_CONFIG", e.value
+        assert "streams.heartbeat.interval.ms must be less than or equal to group.streams.max.heartbeat.interval.ms" \
+            in e.value.args[0].str()
+        assert described(app) == ("8000", 8)
+    finally:
+        s.stop()

@@ -141,12 +141,13 @@ def consumer_config_from(config: Any) -> ConsumerGroupConfig:
 
 
 def streams_config_from(config: Any) -> StreamsGroupConfig:
-    """The group.streams.* keys of the group coordinator (Kafka's defaults where this node has none)."""
-    defaults = StreamsGroupConfig()
-    return StreamsGroupConfig(**{
-        name: getattr(config, "group_streams_" + name, getattr(defaults, name))
-        for name in ("session_timeout_ms", "heartbeat_interval_ms", "max_size", "num_standby_replicas",
-                     "initial_rebalance_delay_ms")})
+    """The group.streams.* keys of the group coordinator."""
+    return StreamsGroupConfig(
+        session_timeout_ms=config.group_streams_session_timeout_ms,
+        heartbeat_interval_ms=config.group_streams_heartbeat_interval_ms,
+        max_size=config.group_streams_max_size,
+        num_standby_replicas=config.group_streams_num_standby_replicas,
+        initial_rebalance_delay_ms=config.group_streams_initial_rebalance_delay_ms)
 
 
 def share_config_from(config: Any) -> ShareGroupConfig:

@@ -335,7 +335,7 @@ class StreamsGroups:
             if not joining:
                 raise Refused(ErrorCode.UNKNOWN_MEMBER_ID,
                               f"Member {r.member_id} is not a member of group {r.group_id}.")
-            if len(group.members) >= self._setting(r.group_id, "streams.max.size", self.config.max_size):
+            if len(group.members) >= self.config.max_size:  # a broker key only: Kafka has no group config for it
                 raise Refused(ErrorCode.GROUP_MAX_SIZE_REACHED,
                               f"The streams group has reached its maximum capacity of {self.config.max_size} members.")
             member = StreamsMember(r.member_id)
