@@ -1574,8 +1574,8 @@ def _check_within(get: Callable[[str], Any], fail: Callable[[str, str], ConfigEr
 def _check_consumer_group_bounds(get: Callable[[str], Any], fail: Callable[[str, str], ConfigError],
                                  pre: str = "group.consumer.") -> None:
     """Kafka's GroupCoordinatorConfig checks: the consumer-protocol (or, with pre "group.share." or
-    "group.streams.", the share or streams group) session timeout and heartbeat interval lie within their min and max keys, and a member heartbeats more often
-    than its session lasts."""
+    "group.streams.", the share or streams group) session timeout and heartbeat interval lie within their min and
+    max keys, and a member heartbeats more often than its session lasts."""
     for what in ("session.timeout.ms", "heartbeat.interval.ms"):
         lo, hi, value = get(f"{pre}min.{what}"), get(f"{pre}max.{what}"), get(f"{pre}{what}")
         if hi < lo:
