@@ -1418,9 +1418,13 @@ class AdminClient:
                     again = answer.retriable or answer.code == ErrorCode.BROKER_NOT_AVAILABLE
                     if again:
                         self._metadata_stale = True
+                    # The call's own deadline running out mid-request says less than the error a group had
+                    # before it (COORDINATOR_LOAD_IN_PROGRESS, say): that one is kept.
+                    expired = isinstance(answer, RequestTimeoutError) and deadline.remaining() <= 0
                     for g in batch:
                         if again:
-                            last[g] = answer
+                            if not (expired and g in last):
+                                last[g] = answer
                             coordinators.pop(g, None)
                         else:
                             done[g] = answer

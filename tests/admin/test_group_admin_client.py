@@ -81,6 +81,20 @@ async def test_a_coordinator_that_stays_loading_leaves_the_group_its_error(clust
     assert all(m.message.groups == ["g", "h"] for m in received(broker, DESCRIBE_GROUPS))
 
 
+async def test_a_deadline_that_passes_mid_request_keeps_the_groups_last_error(cluster):
+    # loading at first, then the coordinator does not answer before the call's deadline: the error the groups
+    # had says more than the deadline's REQUEST_TIMED_OUT (which depended on where the deadline fell)
+    serve_groups(cluster)
+    broker = cluster.brokers[1]
+    broker.add_script(FIND_COORDINATOR, *[coordinator_is(cluster, 1)] * 10)
+    broker.add_script(DESCRIBE_GROUPS, described(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS), ("delay", 3.0))
+    async with AdminClient(cluster.bootstrap, retry_backoff=0.01, retry_backoff_max=0.05) as admin:
+        result = await admin.describe_groups(["g", "h"], timeout=1.0)
+    assert {g: r.error.code for g, r in result.items()} == {
+        "g": ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, "h": ErrorCode.COORDINATOR_LOAD_IN_PROGRESS}
+    assert len(received(broker, DESCRIBE_GROUPS)) == 2
+
+
 async def test_find_coordinator_below_v4_asks_one_group_per_request(cluster):
     serve_groups(cluster, find_versions=(0, 3))
     broker = cluster.brokers[1]
