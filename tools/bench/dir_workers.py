@@ -206,23 +206,27 @@ WRITE_BYTES = 4_400  # about one small batch's append (four 1 KiB records and th
 
 
 def write_round_trips(directory: Path, blocks: int = 6, per_block: int = 100) -> tuple[dict[str, list[float]], str]:
-    """The same write of WRITE_BYTES to an ext4 file, from a (uvloop) event loop at MODERATE_RATE, three ways
+    """The same write of WRITE_BYTES to an ext4 file, from a (uvloop) event loop at MODERATE_RATE, four ways
     taking turns block by block: on the loop itself ("inline", the loop path's append), handed to a DirWorker on
-    the loop's CPU as ``kjbod serve`` places it while quiet ("worker"), and handed to the kernel through io_uring
-    ("kernel": ext4 takes no buffered write that must not wait, so the kernel passes it to a thread of its own
-    and rings an eventfd the loop watches). Seconds from the call to its answer on the loop; and why "kernel" is
-    missing where it is."""
+    the loop's CPU as ``kjbod serve`` places it while quiet ("worker"), handed to a thread that runs no Python
+    ("native", native_handoff.c: the loop waits for it with the GIL released, and the thread starts on the loop's
+    CPU as the worker does), and handed to the kernel through io_uring ("kernel": ext4 takes no buffered write
+    that must not wait, so the kernel passes it to a thread of its own and rings an eventfd the loop watches).
+    Seconds from the call to its answer on the loop; and why "native" or "kernel" is missing where it is."""
     import asyncio
 
     from kjbod.server.app import new_event_loop
     from kjbod.storage.fsio import LogDirIO
     from kjbod.storage.workers import DirWorker, Placement
 
+    from .native_handoff import NativeWriter, open_writer
     from .uring import open_ring
 
     directory.mkdir(parents=True, exist_ok=True)
     ring, why = open_ring()
-    took: dict[str, list[float]] = {"inline": [], "worker": [], **({"kernel": []} if ring else {})}
+    took: dict[str, list[float]] = {"inline": [], "worker": [], "native": [], **({"kernel": []} if ring else {})}
+    whys = {"kernel": why}
+    native: list[NativeWriter] = []
     data = os.urandom(WRITE_BYTES)
 
     async def measure() -> None:
@@ -230,6 +234,11 @@ def write_round_trips(directory: Path, blocks: int = 6, per_block: int = 100) ->
         placement = Placement()
         placement.start(loop)
         worker = DirWorker(LogDirIO(str(directory)))
+        writer, whys["native"] = open_writer()  # after placement: its thread starts on the loop's CPU
+        if writer is None:
+            del took["native"]
+        else:
+            native.append(writer)
         fd = os.open(directory / "writes", os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         waiting: dict[int, asyncio.Future[int]] = {}
 
@@ -256,6 +265,8 @@ def write_round_trips(directory: Path, blocks: int = 6, per_block: int = 100) ->
                     worker.submit(lambda at=at: os.pwrite(fd, data, at),
                                   lambda _ok, value, answer=answer: answer.set_result(value), loop)
                     written = await answer
+                elif kind == "native":
+                    written = native[0].pwrite(fd, data, at)
                 else:
                     assert ring is not None
                     waiting[n] = answer = loop.create_future()
@@ -279,30 +290,36 @@ def write_round_trips(directory: Path, blocks: int = 6, per_block: int = 100) ->
         loop.run_until_complete(measure())
     finally:
         loop.close()
-    return took, why
+    return took, "; ".join(f"the {k} comparison did not run: {w}" for k, w in whys.items() if w)
 
 
 def report_write_floor(directory: Path) -> dict:
-    """Print what a write costs on the loop, through a DirWorker and through a kernel thread (io_uring): whether
-    the hand-off's price is the workers' Python or the wake-ups any second thread costs."""
+    """Print what a write costs on the loop, through a DirWorker, through a thread that runs no Python and through
+    a kernel thread (io_uring): how much of the hand-off's price is the two wake-ups any second thread costs and
+    how much the workers' Python and the GIL."""
     took, why = write_round_trips(directory)
 
     def fig(kind: str) -> str:
         return f"{quantile(took[kind], 0.5) * 1e6:.0f}/{quantile(took[kind], 0.99) * 1e6:.0f}"
 
-    line = (f"   Why: a {WRITE_BYTES:,}-byte append's write at {MODERATE_RATE}/s from the event loop, median/p99 us: "
-            f"on the loop {fig('inline')}, through a DirWorker {fig('worker')}")
+    inline, worker = (median(took[k]) * 1e6 for k in ("inline", "worker"))
+    parts = [f"on the loop {fig('inline')}", f"through a DirWorker {fig('worker')}"]
+    if "native" in took:
+        parts.append(f"through a thread running no Python on the loop's CPU {fig('native')}")
+    if "kernel" in took:
+        parts.append(f"through a kernel thread (io_uring, no thread of kjbod's) {fig('kernel')}")
+    print(f"   Why: a {WRITE_BYTES:,}-byte append's write at {MODERATE_RATE}/s from the event loop, median/p99 us: "
+          + ", ".join(parts) + (f" ({why})" if why else ""))
     out: dict = {}
     if "kernel" in took:
         out["write_kernel_thread_vs_worker"] = median(took["kernel"]) / median(took["worker"])
-        inline, worker, kernel = (median(took[k]) * 1e6 for k in ("inline", "worker", "kernel"))
-        print(f"{line}, through a kernel thread (io_uring, no thread of kjbod's) {fig('kernel')}: the kernel's "
-              f"hand-off costs {out['write_kernel_thread_vs_worker']:.2f}x the worker's. Of the {worker - inline:.0f} "
-              f"us the worker adds to the write at the median, {kernel - inline:.0f} are what handing it to any "
-              f"other thread costs on this machine (its wake-up and the loop's) and {worker - kernel:.0f} the "
-              f"worker's own Python and the GIL")
-    else:
-        print(f"{line}; the kernel-thread comparison did not run: {why}")
+    if "native" in took:
+        native = median(took["native"]) * 1e6
+        out["write_native_thread_vs_worker"] = native / worker
+        print(f"     Of the {worker - inline:.0f} us the DirWorker adds to the write at the median, {native - inline:.0f} "
+              f"are the two wake-ups (a thread of C code, woken and waited for through eventfds, the loop holding "
+              f"no GIL) and {worker - native:.0f} the worker's Python and the GIL. A kernel thread is no floor: io_uring "
+              f"runs a buffered ext4 write on a worker of its own wherever the kernel puts it, not on the loop's CPU")
     nowait = nowait_probe.probe(directory, count=100)
     out["nowait_appends_written"] = nowait["written"] / nowait["count"]
     print(f"   A write the loop could make without ever waiting (pwritev2 with RWF_NOWAIT, no hand-off) on this "
