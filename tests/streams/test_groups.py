@@ -179,8 +179,9 @@ def groups(**config) -> StreamsGroups:
     return StreamsGroups(StreamsGroupConfig(initial_rebalance_delay_ms=config.pop("delay", 0), **config), {})
 
 
-def join(member: str, topology: Topology = WORDS, process: str | None = None, **kw) -> StreamsHeartbeat:
-    return StreamsHeartbeat(group_id="g", member_id=member, member_epoch=0, rebalance_timeout_ms=30_000,
+def join(member: str, topology: Topology = WORDS, process: str | None = None, rebalance_timeout_ms: int = 30_000,
+         **kw) -> StreamsHeartbeat:
+    return StreamsHeartbeat(group_id="g", member_id=member, member_epoch=0, rebalance_timeout_ms=rebalance_timeout_ms,
                             topology=topology, process_id=process or member, **kw)
 
 
@@ -265,6 +266,46 @@ def test_a_silent_member_is_removed_after_the_session_timeout():
     assert set(sg.groups["g"].members) == {"m2"}
     r = sg.heartbeat(1300, beat("m2", 2, active={}), IMAGE.get)
     assert r.tasks is not None and r.tasks.active == {"0": {0, 1, 2, 3}, "1": {0, 1, 2, 3}}
+
+
+def _revoking(rebalance_timeout_ms: int = 30_000):
+    """m1 told (at t=1) to give up half its tasks to m2, which joined at t=0, both with ``rebalance_timeout_ms``."""
+    sg = groups(session_timeout_ms=60_000)
+    sg.heartbeat(0, join("m1", rebalance_timeout_ms=rebalance_timeout_ms), IMAGE.get)
+    sg.heartbeat(0, join("m2", rebalance_timeout_ms=rebalance_timeout_ms), IMAGE.get)
+    full = {"0": {0, 1, 2, 3}, "1": {0, 1, 2, 3}}
+    r = sg.heartbeat(1, beat("m1", 1, active=full), IMAGE.get)
+    assert sg.groups["g"].members["m1"].state == MemberState.UNREVOKED_TASKS
+    return sg, full, r.tasks.active
+
+
+def test_a_member_that_does_not_revoke_within_its_rebalance_timeout_is_fenced():
+    sg, full, _kept = _revoking(rebalance_timeout_ms=1000)
+    # heartbeats that keep the session alive but still hold the revoked tasks do not move the deadline
+    assert sg.heartbeat(600, beat("m1", 1, active=full), IMAGE.get).error_code == 0
+    assert sg.tick(1000) == []
+    epoch = sg.groups["g"].group_epoch
+    assert sg.tick(1001) == ["g"]
+    g = sg.groups["g"]
+    assert set(g.members) == {"m2"} and g.group_epoch == epoch + 1
+    r = sg.heartbeat(1002, beat("m1", 1, active=full), IMAGE.get)
+    assert r.error_code == ErrorCode.UNKNOWN_MEMBER_ID
+
+
+def test_a_member_that_revokes_in_time_is_not_fenced():
+    sg, _full, kept = _revoking(rebalance_timeout_ms=1000)
+    r = sg.heartbeat(900, beat("m1", 1, active=kept), IMAGE.get)
+    assert r.member_epoch == 2
+    m1 = sg.groups["g"].members["m1"]
+    assert m1.state != MemberState.UNREVOKED_TASKS and m1.rebalance_deadline_ms == -1
+    assert sg.tick(5000) == [] and set(sg.groups["g"].members) == {"m1", "m2"}
+
+
+def test_a_member_loaded_mid_revocation_gets_its_rebalance_timeout_again():
+    sg, _full, _kept = _revoking(rebalance_timeout_ms=1000)
+    sg.touch_all(10_000)  # as after the coordinator loads the group: the timeout counts from the load
+    assert sg.tick(10_999) == []
+    assert sg.tick(11_000) == ["g"] and set(sg.groups["g"].members) == {"m2"}
 
 
 def test_the_initial_rebalance_delay_gathers_the_first_joins():

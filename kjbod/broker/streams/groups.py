@@ -126,6 +126,7 @@ class StreamsMember:
     assigned: Tasks = field(default_factory=Tasks)
     pending_revocation: Tasks = field(default_factory=Tasks)
     session_deadline_ms: int = 0
+    rebalance_deadline_ms: int = -1  # while UNREVOKED_TASKS: when the member is fenced if it still holds them
 
 
 @dataclass(slots=True)
@@ -408,9 +409,14 @@ class StreamsGroups:
         elif group.group_epoch > group.assignment_epoch:
             self._assign(group)
             changed = True
-        # 5. reconciliation
+        # 5. reconciliation; a member told to revoke tasks has its rebalance timeout to do so (Kafka's timer starts
+        # each time the member's reconciled state changes into or within UNREVOKED_TASKS, and stops on leaving it)
         if self._reconcile(group, member, r):
             changed = True
+            if member.state == MemberState.UNREVOKED_TASKS:
+                member.rebalance_deadline_ms = now + max(member.rebalance_timeout_ms, 0)
+        if member.state != MemberState.UNREVOKED_TASKS:
+            member.rebalance_deadline_ms = -1
         member.session_deadline_ms = now + self.session_timeout_ms(r.group_id)
         if r.shutdown_application:
             self._request_shutdown(group, member.member_id)
@@ -583,10 +589,13 @@ class StreamsGroups:
 
     # ------------------------------------------------------------------------------------------------ time
     def tick(self, now: int) -> list[str]:
-        """Removes the members whose session ran out (bumping their groups' epochs); the groups changed."""
+        """Removes the members whose session ran out, and those that held on to tasks they were told to revoke
+        past their rebalance timeout (fenced as Kafka fences them: removed, their groups' epochs bumped); the
+        groups changed."""
         changed = []
         for gid, group in self.groups.items():
-            gone = [m for m in group.members.values() if m.session_deadline_ms and now >= m.session_deadline_ms]
+            gone = [m for m in group.members.values() if (m.session_deadline_ms and now >= m.session_deadline_ms)
+                    or (m.state == MemberState.UNREVOKED_TASKS and 0 <= m.rebalance_deadline_ms <= now)]
             for m in gone:
                 self.remove_member(group, m.member_id)
             if gone:
@@ -600,3 +609,5 @@ class StreamsGroups:
             group = self.groups.get(gid)
             for m in group.members.values() if group is not None else ():
                 m.session_deadline_ms = now + self.session_timeout_ms(gid)
+                if m.state == MemberState.UNREVOKED_TASKS:  # loaded mid-revocation: its timeout starts again
+                    m.rebalance_deadline_ms = now + max(m.rebalance_timeout_ms, 0)
