@@ -12,7 +12,7 @@ PYTEST_WORKERS ?= 2
 
 .PHONY: install run test unit bench codegen check-codegen lint clean distclean
 
-$(STAMP): pyproject.toml setup.py kjbod/storage/_recordscan.c tools/install_system_deps.sh \
+$(STAMP): pyproject.toml setup.py kjbod/storage/_recordscan.c kjbod/storage/_nativewrite.c tools/install_system_deps.sh \
 		tests/compat/kafkajs/package-lock.json
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip

@@ -14,6 +14,12 @@ it returns a :class:`~kjbod.wire.handler.Later` instead of a future, completed i
 last dir's results (the router encodes the answer and the connection writes it there, with no loop pass or task
 in between): Produce's hot path.
 
+Given ``fn`` with a ``native`` attribute (``native(items, writer, worker)``: Produce), a dir with one item whose
+worker would take it at once may have it written through the dir's native writer instead
+(PartitionLog.append_native): ``native`` returns None (not taken: the worker's, as usual), or (results, None)
+(done on the loop), or (None, (pending, complete)): its write was not back in time, and the writer's thread
+settles it (DirWorker.await_native), ``complete(ok, value) -> results`` on the loop.
+
 Given ``fn`` with a ``together`` attribute (``together(calls) -> results``, one per call, each call with ``fn``
 and ``items``), a dir's worker may run the calls of several requests handed over together in one go
 (kjbod.storage.workers): Produce writes the small batches of one partition from several requests at once.
@@ -81,9 +87,26 @@ class DirWork:
         a dir where it would wait goes to its worker as usual. For reads, whose order against appends the log's
         lock keeps: a thread hand-off costs more than a cached read."""
         manager = getattr(self.node.logs, "manager", None)
-        handed: list[tuple[Any, Items]] = []
+        handed: list[tuple[Any, Items, Any]] = []  # (worker, items, its closure, or a native append's wait)
+        native = getattr(fn, "native", None)
         for log_dir, items in self.by_dir.items():
             worker = manager.worker(log_dir) if manager is not None else None
+            if native is not None and worker is not None and len(items) == 1:
+                # One append on a quiet dir: its write goes to the dir's native writer (kjbod.storage.native);
+                # an append that needs more of the disk, or whose write is not back in time, is the worker's.
+                writer = worker.native_writer()
+                if writer is not None and manager is not None and not manager.dir_degraded(log_dir):
+                    started = time.perf_counter() if timeline.ON else 0.0
+                    got = native(items, writer, worker)
+                    if timeline.ON and got is not None:
+                        timeline.span("native append", started, "done" if got[1] is None else "to the worker")
+                    if got is not None:
+                        results, rest = got
+                        if rest is None:
+                            self._filled(items, results)
+                        else:
+                            handed.append((worker, items, rest))
+                        continue
             if cached_first and worker is not None and loop_may_read(manager, log_dir, worker):
                 try:
                     with fsio.no_waiting():
@@ -107,10 +130,10 @@ class DirWork:
                 if timeline.ON:  # the loop path's own file work, as a worker's "worker batch"
                     timeline.span("inline work", started, str(len(items)))
             else:
-                handed.append((worker, items))
+                handed.append((worker, items, fn))
         if not handed:
             return None
-        return _Waiting(self, fn, handed, timeout_s, then, later).future
+        return _Waiting(self, handed, timeout_s, then, later).future
 
     def _filled(self, items: Items, results: list[Any]) -> None:
         for item, result in zip(items, results, strict=True):
@@ -145,7 +168,7 @@ class _Waiting:
 
     __slots__ = ("work", "future", "out", "left", "then", "deadlines", "tick")
 
-    def __init__(self, work: DirWork, fn: Callable[[Items], list[Any]], handed: list[tuple[Any, Items]],
+    def __init__(self, work: DirWork, handed: list[tuple[Any, Items, Any]],
                  timeout_s: float | None, then: Callable[[], Any] | None, later: bool) -> None:
         # The running loop as this thread's last one found running, not asyncio.get_running_loop(): on Python
         # 3.11 that is a getpid system call (a check for a fork), one per Produce (see `_here`).
@@ -160,7 +183,7 @@ class _Waiting:
         self.work = work
         self.then = then
         self.future: Any = Later() if later else loop.create_future()  # asyncio.Future or Later
-        self.out: list[Items | None] = [items for _worker, items in handed]  # None once answered
+        self.out: list[Items | None] = [items for _worker, items, _fn in handed]  # None once answered
         self.left = len(handed)
         self.deadlines: _Deadlines | None = None
         self.tick = 0
@@ -168,8 +191,11 @@ class _Waiting:
             self.deadlines = deadlines
             self.tick = deadlines.add(self, timeout_s)
         answered = self._answered
-        for i, (worker, items) in enumerate(handed):
-            worker.submit(_Call(fn, items), functools.partial(answered, i), loop)
+        for i, (worker, items, fn) in enumerate(handed):
+            if fn.__class__ is tuple:  # a native append not back in time: (pending, complete)
+                worker.await_native(fn[0], fn[1], functools.partial(answered, i), loop)
+            else:
+                worker.submit(_Call(fn, items), functools.partial(answered, i), loop)
 
     def _answered(self, i: int, ok: bool, value: Any) -> None:
         out = self.out

@@ -401,7 +401,7 @@ class LogDirIO:
         self._usage_level = 0  # the highest of USAGE_WARNINGS crossed (0: none)
         # Stall detection (see kjbod.storage.health): the operation each thread has outstanding on this dir,
         # {thread id: (op, path, monotonic start)}, and the slowest operation finished since the last look.
-        self._busy: dict[int, tuple[str, str, float]] = {}
+        self._busy: dict[object, tuple[str, str, float]] = {}  # by thread id, or a native write's key
         self._slowest_s = 0.0
         self.stalled = False  # failed because an operation never returned: what such an operation did is void
         # op -> finished operations per latency bucket (LATENCY_BOUNDS_S), and their total seconds: plain
@@ -582,9 +582,24 @@ class LogDirIO:
                 self.fail(op, path, e)
         return started
 
+    def begin_handed(self, op: str, path: str, key: object) -> float:
+        """As _begin, for an operation a thread of C code makes for this one (kjbod.storage.native): counted
+        under ``key`` until :meth:`end_handed`, which any thread may call. Injected faults are not checked: the
+        native path is not taken while any are set."""
+        if not self.online:
+            raise self.offline_error()
+        started = _monotonic()
+        self._busy[key] = (op, path, started)
+        return started
+
+    def end_handed(self, key: object, started: float) -> None:
+        self._ended(self._busy.pop(key, None), started)
+
     def _end(self, started: float) -> None:
+        self._ended(self._busy.pop(_get_ident(), None), started)
+
+    def _ended(self, entry: tuple[str, str, float] | None, started: float) -> None:
         took = _monotonic() - started
-        entry = self._busy.pop(_get_ident(), None)
         if entry is not None:
             self.latency_buckets[entry[0]][_bisect_right(LATENCY_BOUNDS_S, took)] += 1
             self.latency_seconds[entry[0]] += took

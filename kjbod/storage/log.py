@@ -924,6 +924,61 @@ class PartitionLog:
             info = dataclasses.replace(info, log_append_time=now)
         return info
 
+    def append_native(self, validated: ValidatedAppend, writer: Any, wait_s: float, *,
+                      leader_epoch: int = 0) -> AppendInfo | NativeAppend | None:
+        """:meth:`append_validated` on the event loop, its one file operation, the segment's ``writev``, made by
+        the dir's native writer thread (kjbod/storage/_nativewrite.c), waited for up to ``wait_s`` with the GIL
+        released.
+
+        Only an append that needs nothing else of the disk is taken: the partition's lock free at once (never
+        waited for), the producer state and the active segment's indexes loaded and its file open, no roll, no
+        flush (flush.messages), no new leader epoch to record, no control batch, room by the dir's estimate.
+        Otherwise None, having changed nothing: the caller hands the append to the dir's worker as before.
+        Returns the AppendInfo when the write came back in time (a duplicate's, with no write), raises what the
+        append raises (a refused sequence, a failed write); else a :class:`NativeAppend`, which holds the lock
+        until the writer's thread settles it with the write's answer."""
+        view, batches, now, restamped = validated
+        total = len(view)
+        cfg = self.config
+        if total > cfg.segment_bytes or writer.in_flight or not self.lock.acquire(blocking=False):
+            return None
+        pending: NativeAppend | None = None
+        try:
+            io = self.io
+            seg = self.segments[-1]
+            fh = seg._fh
+            if (not io.online or self.closed or not self._producer_state_ready or not io.room_for(total)
+                    or fh is None or seg.size == 0 or not seg.index.loaded or not seg.time_index.loaded
+                    or not seg._rolling_ts_known or leader_epoch > self._latest_epoch
+                    or any(header.attributes & CONTROL_MASK for _pos, header in batches)):
+                return None
+            plan = self.producer_state.plan()
+            buffers: list[Any] = []
+            meta: list[tuple[int, int, int, int]] = []
+            placed = self._place(view, batches, restamped, plan, self._leo, leader_epoch, 0, buffers, meta)
+            if placed.__class__ is AppendInfo:
+                return placed  # type: ignore[no-any-return]
+            first_base, next_offset, count, max_ts = placed
+            if (self._unflushed_messages + count >= cfg.flush_interval_messages
+                    or self._roll_reason(seg, total, next_offset - 1, max_ts, now) is not None):
+                return None
+            io.make_room(total)  # room by the estimate (checked above): a comparison, no statvfs
+            key = object()
+            started = io.begin_handed("write", fh.path, key)
+            pending = NativeAppend(self, seg, meta, total, plan, next_offset, first_base, count, key, started,
+                                   now if restamped is not None and cfg.log_append_time else -1)
+            writer.submit(fh.fd, buffers, seg.size, pending.late)
+            try:
+                written = writer.wait(wait_s)
+            except OSError as e:
+                return pending.settle(e)  # raises the dir's storage error
+            if written is None:
+                return pending  # not back in time: the writer's thread settles it (NativeAppend.late)
+            return pending.settle(written)
+        finally:
+            if pending is None:
+                self.lock.release()
+
     def append_as_follower(self, records: bytes | bytearray | memoryview, *, now_ms: int | None = None) -> AppendInfo:
         """Append batches that already carry their offsets (a follower or a ``-future`` log catching up): the
         bytes are stored unchanged; offsets must not go backwards."""
@@ -1106,6 +1161,11 @@ class PartitionLog:
         if epoch > self._latest_epoch:  # see leader_epochs
             self._note_epoch(epoch, first_base)
         seg.append(buffers, meta, total)
+        self._placed_written(seg, meta, total, plan, next_offset, first_base, count)
+
+    def _placed_written(self, seg: LogSegment, meta: list[tuple[int, int, int, int]], total: int, plan: Any,
+                        next_offset: int, first_base: int, count: int) -> None:
+        """Under the lock, once what :meth:`_place` prepared is in ``seg``: the log end moves (in memory)."""
         self._note_ends(seg, first_base, next_offset, total, len(meta) == 1)
         plan.commit(next_offset)
         if plan.completed:
@@ -1234,30 +1294,33 @@ class PartitionLog:
 
     def _maybe_roll(self, total: int, first_offset: int, last_offset: int, max_ts: int, now: int | None) -> LogSegment:
         seg = self.segments[-1]
-        cfg = self.config
         if seg.size == 0:
             if seg.base_offset != first_offset:
                 # A follower append that skips ahead: replace the empty segment with one at its offset.
                 return self._roll_locked(first_offset)
             return seg
-        reason = None
-        if seg.size > cfg.segment_bytes - total:
-            reason = "segment.bytes"
-        elif seg.index_full():
-            reason = "index full"
-        elif last_offset - seg.base_offset > INT32_MAX:
-            reason = "offset overflow"
-        else:
-            rolling_ts = seg.rolling_based_timestamp()
-            if rolling_ts is not None and max_ts >= 0:
-                waited = max_ts - rolling_ts
-            else:  # the clock read only here: a follower's append passes no time (_append_follower)
-                waited = (self.clock() if now is None else now) - seg.created_ms
-            if waited > cfg.segment_ms - seg.roll_jitter_ms:
-                reason = "segment.ms"
+        reason = self._roll_reason(seg, total, last_offset, max_ts, now)
         if reason is None:
             return seg
         return self._roll_locked(first_offset, reason)
+
+    def _roll_reason(self, seg: LogSegment, total: int, last_offset: int, max_ts: int, now: int | None) -> str | None:
+        """Why an append of ``total`` bytes must go to a new segment rather than the non-empty ``seg``, or None."""
+        cfg = self.config
+        if seg.size > cfg.segment_bytes - total:
+            return "segment.bytes"
+        if seg.index_full():
+            return "index full"
+        if last_offset - seg.base_offset > INT32_MAX:
+            return "offset overflow"
+        rolling_ts = seg.rolling_based_timestamp()
+        if rolling_ts is not None and max_ts >= 0:
+            waited = max_ts - rolling_ts
+        else:  # the clock read only here: a follower's append passes no time (_append_follower)
+            waited = (self.clock() if now is None else now) - seg.created_ms
+        if waited > cfg.segment_ms - seg.roll_jitter_ms:
+            return "segment.ms"
+        return None
 
     def roll(self) -> LogSegment:
         """Start a new segment at the log end offset (no-op if the active segment is empty)."""
@@ -1952,3 +2015,76 @@ def _floor_position(seg: LogSegment, target: int) -> int:
     positions = seg.index._positions
     i = bisect_right(positions, target) - 1
     return positions[i] if i >= 0 else 0
+
+
+class NativeAppend:
+    """An append whose ``writev`` a dir's native writer thread was given (PartitionLog.append_native), holding
+    the partition's lock until :meth:`settle` has the write's answer: on the event loop when the write came back
+    within its wait, else on the writer's thread (:meth:`late`), where nothing waits for the loop or the dir's
+    worker. Settling moves the log end exactly as PartitionLog._append does after its write, or fails the append
+    as a failed write there does, and releases the lock."""
+
+    __slots__ = ("log", "seg", "meta", "total", "plan", "next_offset", "first_base", "count", "key", "started",
+                 "append_time", "start", "_mu", "_answer", "_settled")
+
+    def __init__(self, log: PartitionLog, seg: LogSegment, meta: list[tuple[int, int, int, int]], total: int,
+                 plan: Any, next_offset: int, first_base: int, count: int, key: object, started: float,
+                 append_time: int) -> None:
+        self.log = log
+        self.seg = seg
+        self.meta = meta
+        self.total = total
+        self.plan = plan
+        self.next_offset = next_offset
+        self.first_base = first_base
+        self.count = count
+        self.key = key
+        self.started = started
+        self.append_time = append_time  # LogAppendTime: the time restamped into the batches; else -1
+        self.start = seg.size
+        self._mu = threading.Lock()  # never held across anything but its own two fields
+        self._answer: Callable[[bool, Any], None] | None = None
+        self._settled: tuple[bool, Any] | None = None
+
+    def settle(self, outcome: int | OSError) -> AppendInfo:
+        """The write's answer (bytes written, or its error; the writer cut a write that ran out of space back):
+        the segment, the indexes, the producer state and the log end, in memory, or the dir failed (offline, or
+        full) and nothing moved; the lock released either way."""
+        log = self.log
+        try:
+            io = log.io
+            io.end_handed(self.key, self.started)  # raises the dir's offline error if it was failed meanwhile
+            if outcome.__class__ is not int:
+                io.fail("write", self.seg.log_path, outcome)  # type: ignore[arg-type]
+            io.usable_bytes -= outcome  # type: ignore[operator]
+            self.seg.appended(self.start, self.total, self.meta)
+            log._placed_written(self.seg, self.meta, self.total, self.plan, self.next_offset, self.first_base,
+                                self.count)
+            log_start = log._log_start
+        finally:
+            log.lock.release()
+        return AppendInfo(self.first_base, self.next_offset - 1, self.append_time, log_start, self.count)
+
+    def late(self, outcome: int | OSError) -> None:
+        """On the writer's thread, with the GIL, once a write the loop stopped waiting for is back: settled, and
+        the answer handed to what :meth:`when_settled` was given (kept for it if that has not come yet)."""
+        try:
+            got: tuple[bool, Any] = (True, self.settle(outcome))
+        except Exception as e:  # the failed append's error, for its request
+            got = (False, e)
+        with self._mu:
+            answer = self._answer
+            if answer is None:
+                self._settled = got
+                return
+        answer(*got)
+
+    def when_settled(self, answer: Callable[[bool, Any], None]) -> None:
+        """``answer(True, AppendInfo)`` or ``answer(False, exception)`` once settled: at once if it is, else on
+        the writer's thread."""
+        with self._mu:
+            got = self._settled
+            if got is None:
+                self._answer = answer
+                return
+        answer(*got)

@@ -76,6 +76,12 @@ import structlog
 from kjbod.storage import fsio, timeline
 from kjbod.storage.fsio import LogDirIO
 
+try:  # optional (setup.py): without it every append goes through the dir's worker
+    from kjbod.storage._nativewrite import Writer as _NativeWriter
+except ImportError:  # pragma: no cover (built wherever a C compiler is)
+    _NativeWriter = None
+NATIVE_ENV = "KJBOD_NATIVE_APPENDS"  # "0": no native appends (for benchmarks against the worker's hand-off)
+
 log = structlog.get_logger("kjbod.storage.workers")
 
 WORKERS_ENV = "KJBOD_DIR_WORKERS"
@@ -256,7 +262,8 @@ class Placement:
         libuv's own, are not looked for: they start for name look-ups, not on the data path)."""
         self._threads = threading.active_count()
         placed = _loop_cpus
-        ours = {self.loop_tid} | {w._thread.native_id for w in _workers()}
+        ours = {self.loop_tid} | {w._thread.native_id for w in _workers()} | {
+            w._native.native_id for w in _workers() if w._native is not None}
         try:
             tids = [int(t) for t in os.listdir("/proc/self/task")]
         except OSError:
@@ -448,6 +455,9 @@ class DirWorker:
         self._sync_poll = select.poll()
         self._sync_poll.register(self._sync_bell.fd, select.POLLIN)
         self._sync_after = 0.0  # monotonic time before which the loop does not wait on this dir (it ran out)
+        self._native: Any = None  # the dir's native append writer (see native_writer), made on first use
+        self._native_waits: set[_NativeWait] = set()  # its appends not back in time, not answered yet (loop-side)
+        self._native_on = _NativeWriter is not None and os.environ.get(NATIVE_ENV, "1") != "0"
         self._thread = threading.Thread(target=self._run, name=f"kjbod-dir-worker {io.path}", daemon=True)
         self._thread.start()
         with _running_lock:
@@ -602,10 +612,43 @@ class DirWorker:
         _settle(results)
 
     def _set_cpus(self, cpus: set[int]) -> None:
-        """Where this worker's thread may run (from any thread; see Placement)."""
+        """Where this worker's thread (and its native writer's) may run (from any thread; see Placement)."""
         tid = self._thread.native_id
         if tid is not None:
             _set_cpus(tid, cpus)
+        if self._native is not None:
+            _set_cpus(self._native.native_id, cpus)
+
+    def native_writer(self) -> Any:
+        """On the loop: the dir's native append writer (kjbod.storage._nativewrite), when the loop may hand it an
+        append and wait for it now, else None. As for the short wait (_hand_over): the process quiet, this dir's
+        worker idle, the dir online and healthy, no injected faults, no wait on it run out in the last
+        SYNC_BACKOFF_S (:meth:`native_missed`). A hand-off to it wakes a thread that runs no Python: measured
+        (tools/bench/dir_workers.py), half of what a hand-off to this worker costs over the write itself."""
+        if (not self._native_on or not _may_wait() or not self.idle() or self.abandoned or not self.io.online
+                or fsio.FAULTS.active or time.monotonic() < self._sync_after):
+            return None
+        writer = self._native
+        if writer is None:  # started on the loop's thread: on its CPU while placed, as the worker is
+            writer = self._native = _NativeWriter()
+        return writer
+
+    def await_native(self, pending: Any, complete: Callable[[bool, Any], Any], answered: Done,
+                     loop: asyncio.AbstractEventLoop) -> None:
+        """On the loop: a native append not back within the loop's wait (log.NativeAppend). Its writer's thread
+        settles it when the write is back; then ``answered(True, complete(ok, value))`` runs on the loop. If the dir
+        is failed first (abandon), ``answered(False, the dir's offline error)`` at once instead."""
+        wait = _NativeWait(self, _inbox(loop), complete, answered)
+        self._native_waits.add(wait)
+        if self.abandoned:
+            wait.fail(self.io.offline_error())
+            return
+        pending.when_settled(wait.settled)
+
+    def native_missed(self) -> None:
+        """A native write was not back within the loop's wait: the loop does not wait on this dir again for
+        SYNC_BACKOFF_S (the write's completion goes to the worker)."""
+        self._sync_after = time.monotonic() + SYNC_BACKOFF_S
 
     def _run(self) -> None:
         placed = _loop_cpus
@@ -723,6 +766,9 @@ class DirWorker:
         if self.abandoned:
             return
         self.abandoned = True
+        err = self.io.offline_error()
+        for wait in list(self._native_waits):  # native appends stuck in the dir: answered now (their lock stays)
+            wait.inbox.post(wait.fail, err)
         self._fail_queued(list(self._current))
         self._put(_STOP)  # a worker that is not stuck stops
         loop = self._loop
@@ -755,10 +801,42 @@ class DirWorker:
 
     def idle(self) -> bool:
         """Nothing queued or running (a hint, read without a lock)."""
-        return not self._held and not self._in_flight and not self._current and not self._jobs
+        return (not self._held and not self._in_flight and not self._current and not self._jobs
+                and not self._native_waits)
 
     def is_alive(self) -> bool:
         return self._thread.is_alive()
 
     def join(self, timeout_s: float) -> None:
         self._thread.join(timeout_s)
+
+
+class _NativeWait:
+    """A native append's request waiting for the writer's thread to settle it (DirWorker.await_native): answered
+    exactly once, on the loop, with the append's results or the dir's offline error."""
+
+    __slots__ = ("worker", "inbox", "complete", "answered", "done")
+
+    def __init__(self, worker: DirWorker, inbox: _Inbox, complete: Callable[[bool, Any], Any], answered: Done) -> None:
+        self.worker = worker
+        self.inbox = inbox
+        self.complete = complete
+        self.answered = answered
+        self.done = False
+
+    def settled(self, ok: bool, value: Any) -> None:
+        """From the writer's thread (or the loop, if settled before this was given): onto the loop."""
+        self.inbox.post(self._on_loop, ok, value)
+
+    def _on_loop(self, ok: bool, value: Any) -> None:
+        self.worker._native_waits.discard(self)
+        if not self.done:
+            self.done = True
+            self.answered(True, self.complete(ok, value))
+
+    def fail(self, err: BaseException) -> None:
+        """On the loop: the dir was failed with the write still out."""
+        self.worker._native_waits.discard(self)
+        if not self.done:
+            self.done = True
+            self.answered(False, err)

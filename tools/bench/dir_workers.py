@@ -338,7 +338,8 @@ def report_write_floor(directory: Path) -> dict:
 
 TAIL_SHARE = 0.02  # the requests "under" the p99 whose causes are looked for: each round's slowest 2 %
 PERIODIC = ("placement review", "deadline tick", "background tick", "stall watchdog", "gc", "client gc")
-LEGS = ("worker wake-up", "worker batch", "loop wake-up", "inline work")  # a hand-off's legs, the loop path's file work
+# a hand-off's legs, the loop path's file work, an append written by the dir's native writer
+LEGS = ("worker wake-up", "worker batch", "loop wake-up", "inline work", "native append")
 
 Event = tuple[str, float, float, str]
 
@@ -429,12 +430,16 @@ _CHAIN = [("server read", 1, "to the server's read"), ("worker wake-up", 1, "on 
           ("worker wake-up", 2, "the worker's wake-up"), ("worker batch", 2, "on the worker"),
           ("loop wake-up", 2, "the loop's wake-up"), ("inline work", 1, "on the loop to the append"),
           ("inline work", 2, "the append on the loop"), ("server write", 1, "on the loop to the reply's write")]
+# An append whose write the dir's native writer made (PartitionLog.append_native), the loop waiting for it.
+_CHAIN_NATIVE = [("server read", 1, "to the server's read"), ("native append", 1, "on the loop to the append"),
+                 ("native append", 2, "the append, its write on the dir's native writer"),
+                 ("server write", 1, "on the loop to the reply's write")]
 
 
 def _chain(spans: dict[str, _Spans], reqs: list[tuple[float, float]]) -> tuple[list[str], list[list[float]]]:
     """Each request's time cut at the points of _CHAIN found within it (a request whose points are not all
     found, e.g. one that shares a hand-over with another, is left out): the parts' names and durations."""
-    steps = [step for step in _CHAIN if step[0] in spans]
+    steps = [step for step in (_CHAIN_NATIVE if "native append" in spans else _CHAIN) if step[0] in spans]
     names = [name if kind != "server write" or len(steps) > 2 else "in the server" for kind, _end, name in steps]
     names.append("back to the client")
     parts: list[list[float]] = [[] for _ in names]
@@ -537,12 +542,16 @@ def explain_tail(rounds: list[list[tuple[float, float]]], events: list[Event]) -
 def report_p99(samples: dict[str, dict[str, list[float]]], requests: dict[str, list[list[tuple[float, float]]]],
                timelines: dict[str, list[Event]], client_gc: list[Event]) -> dict[str, float]:
     """The p99 figure with its spread over rounds and, per variant, what sits under its tail."""
-    w, ref, u = samples["workers"], samples["loop"], samples["unplaced"]
+    w, ref = samples["workers"], samples["loop"]
     out = {}
-    for name, s in (("workers", w), ("unplaced", u)):
+    keys = {"workers": "handoff_produce_p99_vs_loop", "unplaced": "handoff_produce_p99_unplaced_vs_loop",
+            "no native": "handoff_produce_p99_no_native_vs_loop"}
+    for name, key in keys.items():
+        if name not in samples:
+            continue
+        s = samples[name]
         ratios = sorted(a / b for a, b in zip(s["p99"], ref["p99"], strict=True))
         r = median(ratios)
-        key = "handoff_produce_p99_vs_loop" if name == "workers" else "handoff_produce_p99_unplaced_vs_loop"
         out[key] = r
         timed = median([a / b for a, b in zip(s["p99_timed"], ref["p99_timed"], strict=True)])
         print(f"   Produce p99 at {MODERATE_RATE} req/s, {name}: {median(s['p99']) * 1e6:.0f} us, loop "
@@ -571,7 +580,9 @@ def report_p99(samples: dict[str, dict[str, list[float]]], requests: dict[str, l
 
 
 def p99_servers(work: Path, timeline: bool = True) -> dict[str, BenchServer]:
-    """The three servers the hand-off's cost is measured on: with ``timeline``, each recording its periodic
+    """The servers the hand-off's cost is measured on (the p99 phase adds "no native": the workers without the
+    dirs' native append writers, ``KJBOD_NATIVE_APPENDS=0``, every append handed to the worker as the code before
+    them did, which is what that writer buys at this rate). With ``timeline``, each recording its periodic
     events and each request's legs (KJBOD_TIMELINE, written to <dir>/timeline when it exits), which the p99's
     and the Fetch's explanations need; else as an operator runs them, for the throughput figures (the record is
     not free: it cost the workers path 2-12 us of server CPU per small-batch Produce and the loop path none in four
@@ -585,11 +596,19 @@ def p99_servers(work: Path, timeline: bool = True) -> dict[str, BenchServer]:
             "unplaced": server("unplaced", KJBOD_DIR_WORKERS="unplaced")}
 
 
+def no_native_server(work: Path, timeline: bool = True) -> dict[str, BenchServer]:
+    """The p99 phase's fourth variant (see p99_servers), as a dict to merge."""
+    if not timeline:
+        return {"no native": BenchServer(work / "plain-no-native", env={"KJBOD_NATIVE_APPENDS": "0"})}
+    return {"no native": BenchServer(work / "no native", env={
+        "KJBOD_NATIVE_APPENDS": "0", "KJBOD_TIMELINE": str(work / "no native" / "timeline")})}
+
+
 def bench_p99(work: Path, rounds: int, seconds: float) -> dict:
     """Only the moderate-rate p99 phase (``--p99``): more rounds in the time, and its explanation."""
     heading(f"Produce p99 at {MODERATE_RATE} req/s: per-dir workers vs the event loop (KJBOD_DIR_WORKERS=0)")
-    plain = p99_servers(work, timeline=False)
-    timed = p99_servers(work)
+    plain = {**p99_servers(work, timeline=False), **no_native_server(work, timeline=False)}
+    timed = {**p99_servers(work), **no_native_server(work)}
     small = small_batch()
     samples = {k: p99_keys() for k in plain}
     requests: dict[str, list[list[tuple[float, float]]]] = {k: [] for k in plain}
@@ -775,6 +794,8 @@ def report_fetch(samples: dict[str, dict[str, list[float]]], handed: dict[str, f
           f"{cpu[0]:.1%}, max {cpu[-1]:.1%}: with the CPU to itself the workers would reach that share of the loop "
           f"path's rate (the wall-clock ratio also holds this machine's other work, which moves it round by round)")
     for name, s in samples.items():
+        if "fetch" not in s:  # a variant of the p99 phase only
+            continue
         print(f"     per fetch ({name}), median of rounds: event-loop thread {median(s['fetch_loop_cpu']) * 1e6:.0f} us "
               f"CPU, {median(s['fetch_loop_waited']) * 1e6:.0f} us on a run queue, "
               f"{median(s['fetch_loop_wakeups']):.2f} wake-ups; other threads {median(s['fetch_workers_cpu']) * 1e6:.0f}"
@@ -906,6 +927,7 @@ def bench_handoff(work: Path, rounds: int, seconds: float) -> dict:
     client = ClientGC()
     trips: dict[str, dict[str, list[float]]] = {"placed": {}, "unplaced": {}}
     windows: dict[str, list[tuple[float, float]]] = {}  # when each server's fetch passes ran
+    extra_plain, extra_timed = no_native_server(work, timeline=False), no_native_server(work)  # p99 phase only
     load_before = os.getloadavg()[0]
     try:
         for server in servers.values():
@@ -945,10 +967,17 @@ def bench_handoff(work: Path, rounds: int, seconds: float) -> dict:
         # The moderate rate's p99 in a phase of its own, as --p99 measures it: P99_ROUNDS_PER_ROUND rounds per
         # round above, the servers interleaved, each round right after the others' moderate rounds rather than
         # right after a load at the highest rate.
+        for server in [*extra_plain.values(), *extra_timed.values()]:
+            server.start()
+            create_topic(server.port, "small", 3)
+        for name in extra_plain:
+            samples[name] = p99_keys()
+            requests[name] = []
         with client:
-            p99_phase(servers, timed, small, seconds, rounds * P99_ROUNDS_PER_ROUND, samples, requests)
+            p99_phase({**servers, **extra_plain}, {**timed, **extra_timed}, small, seconds,
+                      rounds * P99_ROUNDS_PER_ROUND, samples, requests)
     finally:
-        for server in [*servers.values(), *timed.values()]:
+        for server in [*servers.values(), *timed.values(), *extra_plain.values(), *extra_timed.values()]:
             server.stop()
     w, ref = samples["workers"], samples["loop"]
 
@@ -961,8 +990,8 @@ def bench_handoff(work: Path, rounds: int, seconds: float) -> dict:
           f"{out['handoff_produce_1mib_vs_loop']:.1%} (target >= 95%: "
           f"{verdict(out['handoff_produce_1mib_vs_loop'] >= 0.95)}; {len(w['mib'])} samples of {MIB_COUNT} MiB "
           f"a variant, each after an untimed sync)")
-    for name, s in samples.items():
-        print(f"     {name} MiB/s per sample: " + " ".join(f"{x:,.0f}" for x in s["mib"]))
+    for name in servers:
+        print(f"     {name} MiB/s per sample: " + " ".join(f"{x:,.0f}" for x in samples[name]["mib"]))
     print(f"   Produce small batches ({SMALL_RECORDS} x 1 KiB): workers {median(w['small']):,.0f} req/s, loop "
           f"{median(ref['small']):,.0f} req/s: {out['handoff_produce_small_vs_loop']:.1%} (target >= 85%: "
           f"{verdict(out['handoff_produce_small_vs_loop'] >= 0.85)})")
@@ -979,8 +1008,8 @@ def bench_handoff(work: Path, rounds: int, seconds: float) -> dict:
     print(f"   Placement: the workers on the kernel's choice of CPU instead of the event loop's "
           f"(KJBOD_DIR_WORKERS=unplaced), against the loop: 1 MiB {ratio('mib', u):.1%}, small batches "
           f"{ratio('small', u):.1%}, fetch {ratio('fetch', u):.1%}")
-    out.update(report_p99(samples, requests, {name: read_timeline(work / name / "timeline") for name in servers},
-                          client.events))
+    out.update(report_p99(samples, requests, {name: read_timeline(work / name / "timeline")
+                                               for name in [*servers, *extra_timed]}, client.events))
     # What the figures above are made of, measured in this run.
     out["handoff_small_cpu_per_request_loop_vs_workers"] = median(
         [b / a for a, b in zip(w["cpu"], ref["cpu"], strict=True)])

@@ -56,7 +56,9 @@ from kjbod.protocol.generated import ProduceRequest, ProduceResponse
 from kjbod.protocol.generated.produce_response import BatchIndexAndErrorMessage as RecordError
 from kjbod.protocol.generated.produce_response import PartitionProduceResponse as PartResp
 from kjbod.protocol.generated.produce_response import TopicProduceResponse as TopicResp
+from kjbod.storage.log import AppendInfo
 from kjbod.storage.records import LOG_OVERHEAD, MIN_BATCH_LENGTH
+from kjbod.storage.workers import SYNC_WAIT_MS
 from kjbod.wire.handler import CloseConnection, Later
 
 log = structlog.get_logger("kjbod.produce")
@@ -358,6 +360,29 @@ class _Appends:
         """Each partition's append, in the request's order: (answer, log end, record count) when it succeeded,
         else the error answer."""
         return [_append_one(item, self.now_ms, self.v) for item in items]
+
+    def native(self, items, writer, worker):
+        """The one append of ``items`` on the loop, its write made by the dir's native writer
+        (PartitionLog.append_native; kjbod.broker.dir_work): None where it is not taken, (results, None) when
+        done, else (None, (the pending append, its results from how it settled))."""
+        _parts, _slot, topic, pd, plog, leader_epoch, checked, _lead, txn = items[0]
+        if checked is None or txn is not None or plog.closed:
+            return None
+        v = self.v
+        try:
+            got = plog.append_native(checked, writer, SYNC_WAIT_MS / 1000, leader_epoch=leader_epoch)
+        except Exception as e:  # refused, or the write failed: answered as the worker's append would be
+            return [_failed(topic, pd, e, v)], None
+        if got is None:
+            return None
+        if got.__class__ is AppendInfo:
+            return [_appended(pd, got)], None
+        worker.native_missed()  # not back in time: the loop does not wait on this dir for a while
+
+        def complete(ok: bool, value) -> list:
+            return [_appended(pd, value) if ok else _failed(topic, pd, value, v)]
+
+        return None, (got, complete)
 
     @staticmethod
     def together(calls) -> list:
