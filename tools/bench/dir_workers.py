@@ -17,7 +17,9 @@ Every figure is a ratio against a reference measured in the same run, variants i
   pass by pass, since one pass is only 20-30 ms; how many hand-offs to a worker the fetches made is counted from
   the servers' KJBOD_TIMELINE); Produce p99 latency at a fixed moderate rate (500 requests/s of one small batch, after half a second
   unmeasured; target <= 1.2x), in a phase of its own after the loads, P99_ROUNDS_PER_ROUND rounds for each of
-  theirs. The throughput figures and the p99 are taken on servers as an operator runs them; the Fetch on a
+  theirs, with a fourth server in that phase, the workers without the dirs' native append writers
+  (``KJBOD_NATIVE_APPENDS=0``: every append handed to the worker). The throughput figures and the p99 are
+  taken on servers as an operator runs them; the Fetch on a
   second set recording KJBOD_TIMELINE, which its explanation needs, and the p99's tail is explained from rounds
   of that second set taking turns with the first's (the record costs the workers path more CPU per request than
   the loop path: the output gives the small-batch rate and the p99 on both sets).
@@ -561,15 +563,15 @@ def report_p99(samples: dict[str, dict[str, list[float]]], requests: dict[str, l
               f"the timeline, in the same rounds: {median(s['p99_timed']) * 1e6:.0f} us vs "
               f"{median(ref['p99_timed']) * 1e6:.0f} us, {timed:.2f}x")
     if out["handoff_produce_p99_vs_loop"] > 1.2:
-        print(f"   Why above 1.2x: a Produce through a worker wakes two more threads (the worker, then the loop "
+        print(f"   Why above 1.2x: a Produce on a quiet dir wakes the dir's native writer and waits for it, one "
+              f"more thread than the loop path wakes (one through a worker wakes two, the worker and the loop "
               f"again), each one more wait for a CPU behind this machine's other work: the server's threads were "
               f"preempted {median(w['preempted']):.1f} times per request against {median(ref['preempted']):.1f} "
               f"on the loop path and waited on a run queue {median(w['waited']) * 1e6:.0f} us against "
               f"{median(ref['waited']) * 1e6:.0f} us; the lines below split the slowest requests' time (all "
-              f"requests' in brackets) on both paths. What would reach it: one wake-up fewer, the worker writing "
-              f"the reply to the socket itself (the connection's writes made safe from a second thread, replies "
-              f"kept in order), or a free-threaded Python, where the loop's part runs beside the worker's; the "
-              f"append run on the loop while its dir is healthy would too, which the per-dir isolation forbids")
+              f"requests' in brackets) on both paths. What would reach it: no thread woken at all, a buffered "
+              f"write the filesystem takes without ever waiting (RWF_NOWAIT, below), or the append run on the "
+              f"loop while its dir is healthy, which the per-dir isolation forbids")
     for name, s in samples.items():
         print(f"   Tail, {name} (the servers recording the timeline): the server's threads waited on a run queue "
               f"{median(s['waited_timed']) * 1e6:.0f} us per request and were preempted "
