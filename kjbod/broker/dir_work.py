@@ -92,20 +92,21 @@ class DirWork:
         for log_dir, items in self.by_dir.items():
             worker = manager.worker(log_dir) if manager is not None else None
             if native is not None and worker is not None and len(items) == 1:
-                # One append on a quiet dir: its write goes to the dir's native writer (kjbod.storage.native);
-                # an append that needs more of the disk, or whose write is not back in time, is the worker's.
+                # One append on a quiet dir: its write goes to the dir's native writer (PartitionLog.append_native);
+                # an append that needs more of the disk is the worker's, one whose write is not back in time the
+                # writer thread's to finish (DirWorker.await_native).
                 writer = worker.native_writer()
                 if writer is not None and manager is not None and not manager.dir_degraded(log_dir):
                     started = time.perf_counter() if timeline.ON else 0.0
                     got = native(items, writer, worker)
                     if timeline.ON and got is not None:
-                        timeline.span("native append", started, "done" if got[1] is None else "to the worker")
+                        timeline.span("native append", started, "done" if got[1] is None else "not back in time")
                     if got is not None:
-                        results, rest = got
-                        if rest is None:
+                        results, pending = got
+                        if pending is None:
                             self._filled(items, results)
                         else:
-                            handed.append((worker, items, rest))
+                            handed.append((worker, items, pending))
                         continue
             if cached_first and worker is not None and loop_may_read(manager, log_dir, worker):
                 try:

@@ -583,7 +583,7 @@ class LogDirIO:
         return started
 
     def begin_handed(self, op: str, path: str, key: object) -> float:
-        """As _begin, for an operation a thread of C code makes for this one (kjbod.storage.native): counted
+        """As _begin, for an operation a thread of C code makes for this one (PartitionLog.append_native): counted
         under ``key`` until :meth:`end_handed`, which any thread may call. Injected faults are not checked: the
         native path is not taken while any are set."""
         if not self.online:

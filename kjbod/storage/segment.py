@@ -209,7 +209,7 @@ class LogSegment:
 
     def appended(self, start: int, total: int, batches: list[tuple[int, int, int, int]]) -> None:
         """After ``total`` bytes of ``batches`` were written at ``start`` (by :meth:`append`, or by a dir's
-        native writer: kjbod.storage.native): the size and the indexes, in memory."""
+        native writer: PartitionLog.append_native): the size and the indexes, in memory."""
         self.size = start + total
         if start == 0:
             self._rolling_ts = batches[0][2] if batches[0][2] >= 0 else None

@@ -647,7 +647,7 @@ class DirWorker:
 
     def native_missed(self) -> None:
         """A native write was not back within the loop's wait: the loop does not wait on this dir again for
-        SYNC_BACKOFF_S (the write's completion goes to the worker)."""
+        SYNC_BACKOFF_S (that write is finished on the writer's thread, the appends meanwhile on the worker)."""
         self._sync_after = time.monotonic() + SYNC_BACKOFF_S
 
     def _run(self) -> None:
