@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import time
 import types
 import uuid
 
@@ -150,6 +151,66 @@ def test_a_failed_state_write_rolls_the_acknowledgement_back(plog, refusal, answ
             assert await acknowledge(leader, "g", "m", target, renew=False) == (0, None)
             assert sp.start_offset == 12
             assert (await ShareLeader(n).partition("g", TID, 0, plog, 0)).start_offset == 12
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize("how", ["session closed", "connection closed"])
+def test_a_failed_state_write_rolls_a_leaving_member_s_release_back(plog, how):
+    """Kafka 4.3: the release of a member's records when its share session ends is rolled back when its state
+    write fails: the records stay the member's (not delivered to another) until their locks run out."""
+    from kjbod.broker.share import fetch
+    from kjbod.broker.share.partition import ACQUIRED, AVAILABLE
+
+    async def run():
+        n = node()
+        n.share_persister = persister = FailingWrites()
+        leader = ShareLeader(n)
+        for connection, member in ((1, "m1"), (2, "m2")):  # m2's session keeps the group's state cached
+            leader.sessions.for_fetch("g", member, 0, [(TID, 0)], [], connection, acknowledging=False)
+        sp = await leader.partition("g", TID, 0, plog, 0)
+        now = time.monotonic()
+        sp.acquire("m1", [(9, 11)], 10, now=now)
+        deadline = sp.next_deadline()
+        persister.code = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        if how == "session closed":
+            await leader.close_session("g", "m1")
+        else:
+            leader.connection_closed(1)
+            await asyncio.gather(*fetch._background)
+        assert leader.sessions.get("g", "m1") is None and leader.partitions[("g", TID, 0)][1] is sp
+        assert [(sp.records[o].state, sp.records[o].member) for o in (9, 10, 11)] == [(ACQUIRED, "m1")] * 3
+        assert not sp.pending and sp.acquire("m2", [(9, 11)], 10, now=now) == []
+        persister.code = 0
+        assert sp.expire_locks(deadline) and sp.acquire("m2", [(9, 11)], 10, now=deadline) == [(9, 11, 2)]
+        # a release whose write holds is kept, and what it wrote is what a new leader reads
+        await leader.close_session("g", "m2")
+        assert [sp.records[o].state for o in (9, 10, 11)] == [AVAILABLE] * 3 and not sp.pending
+        again = await ShareLeader(n).partition("g", TID, 0, plog, 0)
+        assert [(again.records[o].state, again.records[o].delivery_count) for o in (9, 10, 11)] == [(AVAILABLE, 2)] * 3
+    asyncio.run(run())
+
+
+def test_a_lock_timeout_s_release_stands_when_its_state_write_fails(plog):
+    """Kafka 4.3 never rolls a lock timeout's release back: the records are acquirable again whatever the state
+    write that carries the release answers."""
+    from kjbod.broker.handlers.share_fetch import Target, acquire, read_available
+
+    async def run():
+        n = node()
+        n.share_persister = persister = FailingWrites()
+        leader = ShareLeader(n)
+        sp = await leader.partition("g", TID, 0, plog, 0)
+        plog.append(build_batch([(None, b"w%d" % j, [], 1000) for j in range(3)]))  # offsets 9-11
+        plog.high_watermark = plog.log_end_offset
+        target = Target(TID, 0, "t", plog=plog, leader_epoch=0)
+        sp.lock_ms = 0  # every lock runs out as soon as it is taken
+        got = await acquire(leader, "g", "m1", target, await read_available(leader, "g", target, 1 << 20), 10, 1 << 20)
+        assert got.ranges == [(9, 11, 1)]
+        persister.code = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        found = await read_available(leader, "g", target, 1 << 20)
+        assert found.changed  # the locks ran out: a state write goes, and fails
+        got = await acquire(leader, "g", "m2", target, found, 10, 1 << 20)
+        assert got.error == 0 and got.ranges == [(9, 11, 2)]
     asyncio.run(run())
 
 

@@ -155,12 +155,73 @@ def test_held_acknowledgement_waits_for_its_write():
     undo = sp.acknowledge("a", [AckBatch(0, 4, (RELEASE,))], now=1, hold=True)
     # pending: not acquirable again, the start offset stays before it
     assert sp.acquire("b", BATCHES[:1], 10, now=1) == [] and sp.next_fetch_offset() == 10
-    sp.rollback(undo)
+    sp.rollback(undo, now=1)
     assert sp.records[0].state == ACQUIRED and sp.records[0].member == "a" and sp.records[0].delivery_count == 1
     undo = sp.acknowledge("a", [AckBatch(0, 4, (ACCEPT,))], now=1, hold=True)
     assert sp.start_offset == 0
     sp.confirm(undo)
     assert sp.start_offset == 5 and not sp.pending
+
+
+@pytest.mark.parametrize("ack", [ACCEPT, RELEASE, REJECT])
+def test_a_rollback_after_the_lock_ran_out_releases_instead_of_locking_again(ack):
+    """Kafka 4.3: a record whose lock runs out while its acknowledgement's write is under way is not the member's
+    again when that write fails, but available at once (its expiry was only held off by the transition)."""
+    sp = SharePartition(0, lock_ms=1000)
+    sp.acquire("a", [(0, 1)], 10, now=0)  # locked until 1.0
+    undo = sp.acknowledge("a", [AckBatch(0, 1, (ack,))], now=0.5, hold=True)
+    sp.rollback(undo, now=1.0)
+    assert [(sp.records[o].state, sp.records[o].member, sp.records[o].delivery_count) for o in (0, 1)] == \
+        [(AVAILABLE, None, 1)] * 2
+    assert not sp.pending and sp.start_offset == 0 and sp.next_fetch_offset() == 0
+    assert sp.acquire("b", [(0, 1)], 10, now=1.0) == [(0, 1, 2)]
+
+
+def test_a_rollback_after_the_lock_ran_out_archives_at_the_delivery_count_limit():
+    sp = SharePartition(0, lock_ms=1000, delivery_count_limit=1)
+    sp.acquire("a", [(0, 1)], 10, now=0)
+    undo = sp.acknowledge("a", [AckBatch(0, 1, (ACCEPT,))], now=0.5, hold=True)
+    sp.rollback(undo, now=2.0)
+    assert sp.start_offset == 2 and sp.records == {} and not sp.pending
+
+
+def test_a_rollback_before_the_lock_ran_out_gives_the_records_back_with_their_lock():
+    sp = SharePartition(0, lock_ms=1000)
+    sp.acquire("a", [(0, 1)], 10, now=0)
+    undo = sp.acknowledge("a", [AckBatch(0, 1, (RELEASE,))], now=0.5, hold=True)
+    sp.rollback(undo, now=0.9)
+    assert [(sp.records[o].state, sp.records[o].member) for o in (0, 1)] == [(ACQUIRED, "a")] * 2
+    assert sp.acquire("b", [(0, 1)], 10, now=0.9) == []
+    assert sp.expire_locks(1.0)  # the lock it had still runs out when it did
+    assert sp.acquire("b", [(0, 1)], 10, now=1.0) == [(0, 1, 2)]
+
+
+def test_a_member_s_held_release_waits_for_its_write_and_rolls_back():
+    """Kafka 4.3's release of a leaving member's records is a transition like an acknowledgement's: pending
+    until its state write answers, back to the member when it fails."""
+    sp = SharePartition(0, lock_ms=1000)
+    sp.acquire("a", [(0, 1)], 10, now=0)
+    sp.acquire("b", [(2, 3)], 10, now=0)
+    undo = sp.release_member("a", hold=True)
+    assert undo and not sp.release_member("nobody", hold=True)
+    assert sp.pending == {0, 1} and sp.records[0].state == AVAILABLE and sp.records[2].state == ACQUIRED
+    assert sp.next_fetch_offset() == 4 and sp.acquire("b", [(0, 1)], 10, now=0.5) == []  # not while pending
+    sp.rollback(undo, now=0.5)
+    assert [(sp.records[o].state, sp.records[o].member) for o in (0, 1)] == [(ACQUIRED, "a")] * 2
+    assert not sp.pending and sp.acquire("b", [(0, 1)], 10, now=0.5) == []
+    undo = sp.release_member("a", hold=True)  # released again, and this time the write holds
+    sp.confirm(undo)
+    assert not sp.pending and sp.acquire("b", [(0, 1)], 10, now=0.5) == [(0, 1, 2)]
+
+
+def test_a_member_s_held_release_past_the_limit_rolls_back_to_acquired():
+    sp = SharePartition(0, lock_ms=1000, delivery_count_limit=1)
+    sp.acquire("a", [(0, 1)], 10, now=0)
+    undo = sp.release_member("a", hold=True)
+    assert sp.records[0].state == ARCHIVED and sp.start_offset == 0  # not past a pending offset
+    sp.rollback(undo, now=0.5)
+    assert sp.records[0].state == ACQUIRED and sp.start_offset == 0
+    assert sp.expire_locks(1.0) and sp.start_offset == 2  # its lock running out archives it
 
 
 def test_gaps_between_batches_are_acquired_with_the_batch_after_them():

@@ -132,7 +132,7 @@ async def acknowledge(leader: ShareLeader, group_id: str, member_id: str, t: Tar
         return 0, None
     code, message = await leader.persist(group_id, t.topic_id, t.partition, sp, t.leader_epoch)
     if code:  # as Kafka's: the transitions are rolled back and the acknowledgement answers the write's error
-        sp.rollback(undo)
+        sp.rollback(undo, time.monotonic())
         return code, message
     sp.confirm(undo)
     return 0, None

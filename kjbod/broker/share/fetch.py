@@ -5,7 +5,8 @@ here) and kjbod.broker.share.sessions'; this module does their I/O on the event 
 state through the persister the first time it is used (or when the leader epoch changed since), resolving a start
 offset of -1 by share.auto.offset.reset, reading record batches through the partition's log dir worker (never file
 I/O on the loop), and writing the state back through the persister after each change (acknowledgements, releases,
-lock timeouts).
+lock timeouts).  As in Kafka 4.3, a write that fails rolls back the acknowledgement or the leaving member's release
+it carried, but never a lock timeout's release, which stands whatever the write's answer.
 
 As in Kafka, the leader does not ask the group coordinator whether a member exists: any member id (at most 36
 characters) may fetch.  A share-partition with no persisted state yet is initialized here (start offset -1), where
@@ -27,7 +28,7 @@ import structlog
 
 from kjbod.broker.dir_work import DirWork
 from kjbod.broker.share.group_config import share_group_config
-from kjbod.broker.share.partition import SharePartition
+from kjbod.broker.share.partition import SharePartition, Undo
 from kjbod.broker.share.persister import InitializeData, WriteData, persister_of
 from kjbod.broker.share.sessions import DEFAULT_MAX_SESSIONS, ShareSessions
 from kjbod.protocol.errors import ErrorCode
@@ -175,6 +176,16 @@ def error_name(code: int) -> str:
         return str(code)
 
 
+@dataclass(frozen=True)
+class Released:
+    """One share-partition's release of a leaving member's records, waiting for its state write."""
+    topic_id: UUID
+    partition: int
+    leader_epoch: int
+    sp: SharePartition
+    undo: Undo
+
+
 class ShareLeader:
     """The node's share-partitions and share sessions."""
 
@@ -314,19 +325,24 @@ class ShareLeader:
             self._asked.pop(key, None)
             self._answered.pop(key, None)
 
-    def release_member(self, group_id: str, member_id: str) -> list[tuple[UUID, int]]:
-        """Release the records `member_id` holds in every share-partition of the group; the partitions changed."""
+    def release_member(self, group_id: str, member_id: str) -> list[Released]:
+        """Release the records `member_id` holds in every share-partition of the group, held until their state
+        write answers (`settle_releases`); the partitions changed."""
         changed = []
-        for (g, topic_id, p), (_epoch, sp) in self.partitions.items():
-            if g == group_id and sp.release_member(member_id):
-                changed.append((topic_id, p))
+        for (g, topic_id, p), (epoch, sp) in self.partitions.items():
+            if g == group_id and (undo := sp.release_member(member_id, hold=True)):
+                changed.append(Released(topic_id, p, epoch, sp, undo))
         return changed
 
-    async def persist_all(self, group_id: str, keys: list[tuple[UUID, int]]) -> None:
-        for topic_id, p in keys:
-            held = self.partitions.get((group_id, topic_id, p))
-            if held is not None:
-                await self.persist(group_id, topic_id, p, held[1], held[0])
+    async def settle_releases(self, group_id: str, released: list[Released]) -> None:
+        """Write each released share-partition's state: a write that fails rolls its release back (the records
+        are the member's again until their locks run out), as Kafka 4.3's; one that holds confirms it."""
+        for r in released:
+            code, _message = await self.persist(group_id, r.topic_id, r.partition, r.sp, r.leader_epoch)
+            if code:
+                r.sp.rollback(r.undo, time.monotonic())
+            else:
+                r.sp.confirm(r.undo)
 
     async def close_session(self, group_id: str, member_id: str) -> None:
         if self.sessions.close(group_id, member_id) is not None:
@@ -339,12 +355,12 @@ class ShareLeader:
             _background.add(task)
             task.add_done_callback(_background.discard)
 
-    async def _member_left(self, group_id: str, changed: list[tuple[UUID, int]]) -> None:
+    async def _member_left(self, group_id: str, changed: list[Released]) -> None:
         """After a member's session ended: its released records written, and once the group has no share
         session here any more, its share-partitions dropped from the cache (Kafka's onGroupEmpty), so that what
         the group coordinator does to an empty group's state (AlterShareGroupOffsets, DeleteShareGroupOffsets,
         DeleteGroups) is what the next fetch loads."""
-        await self.persist_all(group_id, changed)
+        await self.settle_releases(group_id, changed)
         if not self.sessions.has_group(group_id):
             self.evict_group(group_id)
 

@@ -57,8 +57,12 @@ class AckBatch:
 
 @dataclass
 class Undo:
-    """The records one acknowledgement changed, as they were before it: what a failed state write puts back."""
+    """The records one held transition (an acknowledgement, a member's release) changed, as they were before it:
+    what a failed state write puts back.  True when it changed any."""
     before: list[tuple[int, Record]] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.before)
 
 
 class AckError(Exception):
@@ -215,7 +219,7 @@ class SharePartition:
         """Apply one partition's acknowledgements, all or none (AckError names the refusal).  Offsets below the
         start offset are skipped, as Kafka does (already done with).  With `hold` the changed offsets stay pending
         (not acquirable, the start offset not past them) until `confirm` (the state write succeeded) or `rollback`
-        (it failed: the records are acquired by `member` again, as before); renewals change no state and are not
+        (it failed: the records are acquired by `member` again, as before, unless their lock ran out); renewals change no state and are not
         held.  A renewal when the group's share.renew.acknowledge.enable is false (`renew_enabled`) is
         INVALID_RECORD_STATE, as Kafka's."""
         check_batches(batches, renew_allowed=renew_allowed)
@@ -271,29 +275,42 @@ class SharePartition:
             self.pending.discard(off)
         self._advance()
 
-    def rollback(self, undo: Undo) -> None:
-        """The held acknowledgement's state write failed: its records go back to what they were (acquired, their
-        lock's deadline unchanged, so a lock that ran out meanwhile releases them at the next expiry check)."""
+    def rollback(self, undo: Undo, now: float) -> None:
+        """The held transition's state write failed: its records go back to what they were, acquired by their
+        member with the same delivery count and lock, as Kafka 4.3 rolls back every transition whose write fails.
+        One exception, Kafka's too: a record whose lock ran out while its write was under way (by `now`) is not
+        locked again but released at once (AVAILABLE, or ARCHIVED at the delivery count limit), its lock's expiry
+        having been held off by the transition and due as soon as the transition ends."""
         for off, before in undo.before:
             self.pending.discard(off)
-            if off >= self.start_offset:  # not cut by a log start move meanwhile
-                self.records[off] = before
+            if off < self.start_offset:  # cut by a log start move meanwhile: done with, whatever the write did
+                continue
+            if before.state == ACQUIRED and before.deadline <= now:
+                self._release(before)
+            self.records[off] = before
         self._advance()
 
     # -- releases -----------------------------------------------------------------------------------------------
 
-    def release_member(self, member: str) -> bool:
-        """Release every record `member` holds (its share session closed); True when some were."""
-        hit = False
-        for r in self.records.values():
-            if r.state == ACQUIRED and r.member == member:
+    def release_member(self, member: str, *, hold: bool = False) -> Undo:
+        """Release every record `member` holds (its share session closed); the undo is true when some were.
+        With `hold` the released offsets stay pending, as an acknowledgement's do, until `confirm` (the state
+        write succeeded) or `rollback` (it failed: the records are the member's again until their locks run
+        out), as Kafka 4.3's release of a leaving member's records."""
+        undo = Undo()
+        for off, r in self.records.items():
+            if r.state == ACQUIRED and r.member == member and off not in self.pending:
+                undo.before.append((off, replace(r)))
+                self.pending.add(off)
                 self._release(r)
-                hit = True
-        self._advance()
-        return hit
+        if not hold:
+            self.confirm(undo)
+        return undo
 
     def expire_locks(self, now: float) -> bool:
-        """Release the records whose acquisition lock ran out; True when some did."""
+        """Release the records whose acquisition lock ran out; True when some did.  Unlike an acknowledgement or
+        a member's release this is never held nor rolled back: the records stay released whatever becomes of
+        the state write that carries them, as Kafka 4.3's lock timeout does."""
         hit = False
         for r in self.records.values():
             if r.state == ACQUIRED and r.deadline <= now:
