@@ -14,11 +14,9 @@ it returns a :class:`~kjbod.wire.handler.Later` instead of a future, completed i
 last dir's results (the router encodes the answer and the connection writes it there, with no loop pass or task
 in between): Produce's hot path.
 
-Given ``fn`` with a ``native`` attribute (``native(items, writer, worker)``: Produce), a dir with one item whose
-worker would take it at once may have it written through the dir's native writer instead
-(PartitionLog.append_native): ``native`` returns None (not taken: the worker's, as usual), or (results, None)
-(done on the loop), or (None, (pending, complete)): its write was not back in time, and the writer's thread
-settles it (DirWorker.await_native), ``complete(ok, value) -> results`` on the loop.
+Given ``fn`` with a ``native`` attribute (``native(items, writer, worker)``: Produce), a request's one item for a
+dir may be appended on the loop with its write made by the dir's native writer (DirWorker._native_append, at the
+hand-over, when it is the only work for an idle dir of a quiet process; PartitionLog.append_native).
 
 Given ``fn`` with a ``together`` attribute (``together(calls) -> results``, one per call, each call with ``fn``
 and ``items``), a dir's worker may run the calls of several requests handed over together in one go
@@ -87,27 +85,9 @@ class DirWork:
         a dir where it would wait goes to its worker as usual. For reads, whose order against appends the log's
         lock keeps: a thread hand-off costs more than a cached read."""
         manager = getattr(self.node.logs, "manager", None)
-        handed: list[tuple[Any, Items, Any]] = []  # (worker, items, its closure, or a native append's wait)
-        native = getattr(fn, "native", None)
+        handed: list[tuple[Any, Items]] = []
         for log_dir, items in self.by_dir.items():
             worker = manager.worker(log_dir) if manager is not None else None
-            if native is not None and worker is not None and len(items) == 1:
-                # One append on a quiet dir: its write goes to the dir's native writer (PartitionLog.append_native);
-                # an append that needs more of the disk is the worker's, one whose write is not back in time the
-                # writer thread's to finish (DirWorker.await_native).
-                writer = worker.native_writer()
-                if writer is not None and manager is not None and not manager.dir_degraded(log_dir):
-                    started = time.perf_counter() if timeline.ON else 0.0
-                    got = native(items, writer, worker)
-                    if timeline.ON and got is not None:
-                        timeline.span("native append", started, "done" if got[1] is None else "not back in time")
-                    if got is not None:
-                        results, pending = got
-                        if pending is None:
-                            self._filled(items, results)
-                        else:
-                            handed.append((worker, items, pending))
-                        continue
             if cached_first and worker is not None and loop_may_read(manager, log_dir, worker):
                 try:
                     with fsio.no_waiting():
@@ -131,10 +111,10 @@ class DirWork:
                 if timeline.ON:  # the loop path's own file work, as a worker's "worker batch"
                     timeline.span("inline work", started, str(len(items)))
             else:
-                handed.append((worker, items, fn))
+                handed.append((worker, items))
         if not handed:
             return None
-        return _Waiting(self, handed, timeout_s, then, later).future
+        return _Waiting(self, fn, handed, timeout_s, then, later).future
 
     def _filled(self, items: Items, results: list[Any]) -> None:
         for item, result in zip(items, results, strict=True):
@@ -163,13 +143,21 @@ class _Call:
     def __call__(self) -> list[Any]:
         return self.fn(self.items)
 
+    def native(self, writer: Any, worker: Any) -> Any:
+        """The call done on the loop with its write on the dir's native writer, where ``fn`` can and there is one
+        item (see ``fn.native``); None where not."""
+        native = getattr(self.fn, "native", None)
+        if native is None or len(self.items) != 1:
+            return None
+        return native(self.items, writer, worker)
+
 
 class _Waiting:
     """One request's dirs in flight: counts them down, answers the late ones at the timeout."""
 
     __slots__ = ("work", "future", "out", "left", "then", "deadlines", "tick")
 
-    def __init__(self, work: DirWork, handed: list[tuple[Any, Items, Any]],
+    def __init__(self, work: DirWork, fn: Callable[[Items], list[Any]], handed: list[tuple[Any, Items]],
                  timeout_s: float | None, then: Callable[[], Any] | None, later: bool) -> None:
         # The running loop as this thread's last one found running, not asyncio.get_running_loop(): on Python
         # 3.11 that is a getpid system call (a check for a fork), one per Produce (see `_here`).
@@ -184,7 +172,7 @@ class _Waiting:
         self.work = work
         self.then = then
         self.future: Any = Later() if later else loop.create_future()  # asyncio.Future or Later
-        self.out: list[Items | None] = [items for _worker, items, _fn in handed]  # None once answered
+        self.out: list[Items | None] = [items for _worker, items in handed]  # None once answered
         self.left = len(handed)
         self.deadlines: _Deadlines | None = None
         self.tick = 0
@@ -192,11 +180,8 @@ class _Waiting:
             self.deadlines = deadlines
             self.tick = deadlines.add(self, timeout_s)
         answered = self._answered
-        for i, (worker, items, fn) in enumerate(handed):
-            if fn.__class__ is tuple:  # a native append not back in time: (pending, complete)
-                worker.await_native(fn[0], fn[1], functools.partial(answered, i), loop)
-            else:
-                worker.submit(_Call(fn, items), functools.partial(answered, i), loop)
+        for i, (worker, items) in enumerate(handed):
+            worker.submit(_Call(fn, items), functools.partial(answered, i), loop)
 
     def _answered(self, i: int, ok: bool, value: Any) -> None:
         out = self.out

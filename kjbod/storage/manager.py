@@ -32,6 +32,7 @@ log dir: its owner (the metadata log) locks it when it is not one of ``log.dirs`
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import threading
@@ -419,6 +420,7 @@ class LogManager:
                 worker = d.worker
                 if worker is None:
                     worker = d.worker = DirWorker(d.io)
+                    worker.degraded = functools.partial(self.dir_degraded, path)  # no native appends on a slow dir
                     if d.io.stalled:
                         worker.abandon()
         return worker

@@ -458,6 +458,7 @@ class DirWorker:
         self._native: Any = None  # the dir's native append writer (see native_writer), made on first use
         self._native_waits: set[_NativeWait] = set()  # its appends not back in time, not answered yet (loop-side)
         self._native_on = _NativeWriter is not None and os.environ.get(NATIVE_ENV, "1") != "0"
+        self.degraded: Callable[[], bool] = lambda: False  # the dir seen slow (the LogManager sets it)
         self._thread = threading.Thread(target=self._run, name=f"kjbod-dir-worker {io.path}", daemon=True)
         self._thread.start()
         with _running_lock:
@@ -548,6 +549,9 @@ class DirWorker:
         if (self._in_flight and not at_once) or not held:
             return
         heavy = self._held_heavy  # heavy work among them: no wait
+        if (len(held) == 1 and may_wait and not at_once and not heavy and not self._in_flight
+                and self._native_append(held[0])):
+            return
         if heavy and self._in_flight and _loop_cpus is not None and _placement is not None:
             # Heavy work while the worker still runs the last hand-over (at_once: a big request behind another):
             # the two threads have work at the same time, and on one CPU they would take turns.
@@ -620,30 +624,51 @@ class DirWorker:
             _set_cpus(self._native.native_id, cpus)
 
     def native_writer(self) -> Any:
-        """On the loop: the dir's native append writer (kjbod.storage._nativewrite), when the loop may hand it an
-        append and wait for it now, else None. As for the short wait (_hand_over): the process quiet, this dir's
-        worker idle, the dir online and healthy, no injected faults, no wait on it run out in the last
-        SYNC_BACKOFF_S (:meth:`native_missed`). A hand-off to it wakes a thread that runs no Python: measured
-        (tools/bench/dir_workers.py), half of what a hand-off to this worker costs over the write itself."""
-        if (not self._native_on or not _may_wait() or not self.idle() or self.abandoned or not self.io.online
-                or fsio.FAULTS.active or time.monotonic() < self._sync_after):
+        """On the loop: the dir's native append writer (kjbod/storage/_nativewrite.c), when the loop may hand it an
+        append and wait for it now, else None. As for the short wait (_hand_over): the process quiet, the worker not
+        busy, no native write of this dir out, the dir online and not slow, no injected faults, no wait on it run
+        out in the last SYNC_BACKOFF_S (:meth:`native_missed`). A hand-off to it wakes a thread that runs no Python:
+        measured (tools/bench/dir_workers.py), half of what a hand-off to this worker adds to a write."""
+        if (not self._native_on or not _may_wait() or self._in_flight or self._current or self._jobs
+                or self._native_waits or self.abandoned or not self.io.online or fsio.FAULTS.active
+                or time.monotonic() < self._sync_after or self.degraded()):
             return None
         writer = self._native
         if writer is None:  # started on the loop's thread: on its CPU while placed, as the worker is
             writer = self._native = _NativeWriter()
         return writer
 
-    def await_native(self, pending: Any, complete: Callable[[bool, Any], Any], answered: Done,
-                     loop: asyncio.AbstractEventLoop) -> None:
-        """On the loop: a native append not back within the loop's wait (log.NativeAppend). Its writer's thread
-        settles it when the write is back; then ``answered(True, complete(ok, value))`` runs on the loop. If the dir
-        is failed first (abandon), ``answered(False, the dir's offline error)`` at once instead."""
-        wait = _NativeWait(self, _inbox(loop), complete, answered)
+    def _native_append(self, job: _Job) -> bool:
+        """At the hand-over of one job, on the loop: done here instead, its write made by the dir's native writer
+        (the job's ``native``: Produce's one append; PartitionLog.append_native), when the job can be and the
+        writer may be used now. True when taken: answered, or (its write not back within the loop's wait) left
+        for the writer's thread to settle, then answered on the loop (or with the dir's offline error, if the
+        dir is failed first); the dir is then not waited for again for SYNC_BACKOFF_S."""
+        fn, inbox, done = job
+        native = getattr(fn, "native", None)
+        if native is None or inbox is None or done is None:
+            return False
+        writer = self.native_writer()
+        if writer is None:
+            return False
+        started = time.perf_counter() if timeline.ON else 0.0
+        got = native(writer, self)
+        if got is None:
+            return False
+        self._held = []
+        self._held_heavy = False
+        results, pending = got
+        if timeline.ON:
+            timeline.span("native append", started, "done" if pending is None else "not back in time")
+        if pending is None:
+            _settle([(done, True, results)])
+            return True
+        self.native_missed()
+        appended, complete = pending
+        wait = _NativeWait(self, inbox, complete, done)
         self._native_waits.add(wait)
-        if self.abandoned:
-            wait.fail(self.io.offline_error())
-            return
-        pending.when_settled(wait.settled)
+        appended.when_settled(wait.settled)
+        return True
 
     def native_missed(self) -> None:
         """A native write was not back within the loop's wait: the loop does not wait on this dir again for
@@ -812,7 +837,7 @@ class DirWorker:
 
 
 class _NativeWait:
-    """A native append's request waiting for the writer's thread to settle it (DirWorker.await_native): answered
+    """A native append's request waiting for the writer's thread to settle it (DirWorker._native_append): answered
     exactly once, on the loop, with the append's results or the dir's offline error."""
 
     __slots__ = ("worker", "inbox", "complete", "answered", "done")

@@ -289,14 +289,14 @@ async def test_a_produce_handed_to_the_dirs_is_answered_in_the_callback_that_com
     acks_all = Later()
     work = DirWork(SimpleNamespace(logs=None), lambda item, result: None, lambda item, e: None)
     worker = Worker()
-    outer = _Waiting(work, [(worker, ["x"], lambda items: [x.upper() for x in items])], None,
+    outer = _Waiting(work, lambda items: [x.upper() for x in items], [(worker, ["x"])], None,
                      lambda: acks_all, True).future
     worker.done(True, worker.call())  # the dir's append is in: the request now waits for the HW
     assert outer.__class__ is Later and not outer.done()
     acks_all.resolve("the answer")
     assert outer.done() and outer.result() == "the answer"
     failing = Later()
-    outer = _Waiting(work, [(worker, ["y"], lambda items: items)], None, lambda: failing, True).future
+    outer = _Waiting(work, lambda items: items, [(worker, ["y"])], None, lambda: failing, True).future
     worker.done(True, worker.call())
     failing.fail(ValueError("bug"))
     with pytest.raises(ValueError, match="bug"):

@@ -10,6 +10,7 @@ append going through the writer where append_native takes it and through append_
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
 import time
@@ -291,7 +292,7 @@ def test_a_write_that_runs_out_of_space_is_cut_back_and_the_dir_is_full_not_offl
 
 
 # ------------------------------------------------------------------------------- when the loop may use the writer
-@pytest.mark.parametrize("why", ["busy process", "work held for the worker", "faults injected", "dir offline",
+@pytest.mark.parametrize("why", ["busy process", "the worker busy", "dir slow", "faults injected", "dir offline",
                                  "turned off", "a wait ran out", "dir failed"])
 def test_the_writer_is_offered_only_to_a_quiet_loop_on_an_idle_healthy_dir(worker, monkeypatch, why):
     monkeypatch.setattr(workers, "_may_wait", lambda: True)
@@ -300,8 +301,10 @@ def test_the_writer_is_offered_only_to_a_quiet_loop_on_an_idle_healthy_dir(worke
     assert first is not None and worker.native_writer() is first  # one writer thread per dir
     if why == "busy process":
         monkeypatch.setattr(workers, "_may_wait", lambda: False)
-    elif why == "work held for the worker":
-        worker._held.append((lambda: None, None, None))
+    elif why == "the worker busy":
+        worker._jobs.append([])
+    elif why == "dir slow":
+        worker.degraded = lambda: True
     elif why == "faults injected":
         monkeypatch.setattr(workers.fsio.FAULTS, "active", True)
     elif why == "dir offline":
@@ -316,7 +319,7 @@ def test_the_writer_is_offered_only_to_a_quiet_loop_on_an_idle_healthy_dir(worke
     try:
         assert worker.native_writer() is None
     finally:
-        worker._held.clear()
+        worker._jobs.clear()
         if worker is not fixture_worker:
             worker.stop()
             worker.join(60)
@@ -358,3 +361,40 @@ def test_kjbod_serve_writes_a_quiet_producers_appends_through_the_native_writer(
     assert server.stop() == 0
     native = [e for e in read_timeline(tmp_path / "timeline") if e[0] == "native append"]
     assert sum(1 for e in native if e[3] == "done") >= 30, native  # most of them, once the node is placed
+
+
+class _Job:
+    """A job with a native variant, as dir_work's _Call for a Produce: counts which way it ran."""
+
+    def __init__(self, ran: list[str], name: str) -> None:
+        self.ran = ran
+        self.name = name
+
+    def __call__(self) -> str:
+        self.ran.append(f"{self.name} on the worker")
+        return self.name
+
+    def native(self, writer, worker):
+        self.ran.append(f"{self.name} native")
+        return self.name, None
+
+
+def test_only_a_hand_over_of_one_job_is_done_natively_a_busier_pass_goes_to_the_worker(worker, monkeypatch):
+    """At the end of a loop pass: one job held for the dir is done on the loop (its write on the native writer);
+    several (a busy loop: they are written together, in one hand-over, by the worker) go to the worker."""
+    monkeypatch.setattr(workers, "_may_wait", lambda: True)
+    monkeypatch.setattr(workers, "SYNC_WAIT_MS", 60_000)
+    ran: list[str] = []
+    answers: list[object] = []
+
+    async def scenario() -> None:
+        done = asyncio.get_running_loop().create_future()
+        worker.submit(_Job(ran, "alone"), lambda ok, v: answers.append(v))
+        await asyncio.sleep(0)
+        worker.submit(_Job(ran, "first"), lambda ok, v: answers.append(v))
+        worker.submit(_Job(ran, "second"), lambda ok, v: (answers.append(v), done.set_result(None)))
+        await done
+
+    asyncio.run(scenario())
+    assert ran == ["alone native", "first on the worker", "second on the worker"]
+    assert answers == ["alone", "first", "second"]

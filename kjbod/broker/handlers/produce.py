@@ -363,7 +363,7 @@ class _Appends:
 
     def native(self, items, writer, worker):
         """The one append of ``items`` on the loop, its write made by the dir's native writer
-        (PartitionLog.append_native; kjbod.broker.dir_work): None where it is not taken, (results, None) when
+        (PartitionLog.append_native; DirWorker._native_append): None where it is not taken, (results, None) when
         done, else (None, (the pending append, its results from how it settled))."""
         _parts, _slot, topic, pd, plog, leader_epoch, checked, _lead, txn = items[0]
         if checked is None or txn is not None or plog.closed:
@@ -377,7 +377,6 @@ class _Appends:
             return None
         if got.__class__ is AppendInfo:
             return [_appended(pd, got)], None
-        worker.native_missed()  # not back in time: the loop does not wait on this dir for a while
 
         def complete(ok: bool, value) -> list:
             return [_appended(pd, value) if ok else _failed(topic, pd, value, v)]
