@@ -652,12 +652,19 @@ class DirWorker:
         if writer is None:
             return False
         started = time.perf_counter() if timeline.ON else 0.0
-        got = native(writer, self)
+        try:
+            got = native(writer, self)
+        except Exception as e:  # a bug: the request gets it, as from the worker; the others go on
+            log.exception("dir_worker_native_append_failed", log_dir=self.io.path)
+            got = (e, False)
         if got is None:
             return False
         self._held = []
         self._held_heavy = False
         results, pending = got
+        if pending is False:
+            _settle([(done, False, results)])
+            return True
         if timeline.ON:
             timeline.span("native append", started, "done" if pending is None else "not back in time")
         if pending is None:
@@ -667,6 +674,8 @@ class DirWorker:
         appended, complete = pending
         wait = _NativeWait(self, inbox, complete, done)
         self._native_waits.add(wait)
+        if self.abandoned:  # failed meanwhile, from another thread, perhaps before this wait was there to answer
+            wait.fail(self.io.offline_error())
         appended.when_settled(wait.settled)
         return True
 

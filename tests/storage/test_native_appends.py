@@ -319,7 +319,8 @@ def test_the_writer_is_offered_only_to_a_quiet_loop_on_an_idle_healthy_dir(worke
     try:
         assert worker.native_writer() is None
     finally:
-        worker._jobs.clear()
+        if why == "the worker busy":
+            worker._jobs.clear()
         if worker is not fixture_worker:
             worker.stop()
             worker.join(60)
@@ -398,3 +399,24 @@ def test_only_a_hand_over_of_one_job_is_done_natively_a_busier_pass_goes_to_the_
     asyncio.run(scenario())
     assert ran == ["alone native", "first on the worker", "second on the worker"]
     assert answers == ["alone", "first", "second"]
+
+
+def test_a_native_variant_that_raises_answers_its_request_and_the_dir_goes_on(worker, monkeypatch):
+    monkeypatch.setattr(workers, "_may_wait", lambda: True)
+    monkeypatch.setattr(workers, "SYNC_WAIT_MS", 60_000)
+    ran: list[str] = []
+    answers: list[tuple[bool, object]] = []
+
+    class Broken(_Job):
+        def native(self, writer, worker):
+            raise RuntimeError("a bug in the native path")
+
+    async def scenario() -> None:
+        worker.submit(Broken(ran, "broken"), lambda ok, v: answers.append((ok, v)))
+        await asyncio.sleep(0)
+        worker.submit(_Job(ran, "next"), lambda ok, v: answers.append((ok, v)))
+        await asyncio.sleep(0)
+
+    asyncio.run(scenario())
+    assert [(ok, str(v)) for ok, v in answers] == [(False, "a bug in the native path"), (True, "next")]
+    assert ran == ["next native"]
